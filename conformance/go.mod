@@ -1,0 +1,3 @@
+module github.com/lanesmq/lanes/conformance
+
+go 1.26

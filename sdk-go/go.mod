@@ -1,0 +1,3 @@
+module github.com/lanesmq/lanes/sdk-go
+
+go 1.26

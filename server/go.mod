@@ -1,0 +1,3 @@
+module github.com/lanesmq/lanes/server
+
+go 1.26
