@@ -1,0 +1,1 @@
+"""Models generated from openapi.yaml by datamodel-codegen (see models.py); do not edit."""
