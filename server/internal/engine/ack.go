@@ -1,0 +1,467 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// AckStatus is a normalised acknowledgement status.
+type AckStatus int
+
+// Precedence at an equal offset: dlq > failed > retry > completed.
+const (
+	AckCompleted AckStatus = iota
+	AckRetry
+	AckFailed
+	AckDLQ
+)
+
+// NormalizeAckStatus maps a wire status to its meaning: absent, completed,
+// success, acked and ok complete; retry and dlq are themselves; anything else fails.
+func NormalizeAckStatus(s string) AckStatus {
+	switch s {
+	case "", "completed", "success", "acked", "ok":
+		return AckCompleted
+	case "retry":
+		return AckRetry
+	case "dlq":
+		return AckDLQ
+	default:
+		return AckFailed
+	}
+}
+
+// AckItem acknowledges one message of one (partition, group).
+type AckItem struct {
+	TransactionID string
+	PartitionID   string
+	Status        string
+	Group         string
+	LeaseID       string
+	Error         string
+}
+
+// AckResult reports one item; Success means the instruction was executed.
+type AckResult struct {
+	Index         int
+	TransactionID string
+	Success       bool
+	Error         string
+	LeaseReleased bool
+	DLQ           bool
+	Noop          bool
+	Dropped       bool
+}
+
+const (
+	errAlreadyCommitted = "already committed: the cursor moved past this message before this ack"
+	errUnresolvable     = "unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers"
+	errInvalidLease     = "invalid or expired lease"
+	errConsumerNotFound = "consumer not found"
+	errRetriesExhausted = "Retries exhausted"
+)
+
+// Ack applies acknowledgements in one transaction. Items are grouped by
+// (partition, group, lease) and each group is one offset commit.
+func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) {
+	results := make([]AckResult, len(items))
+	if len(items) == 0 {
+		return results, nil
+	}
+	var ackErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		for i := range items {
+			results[i] = AckResult{Index: i, TransactionID: items[i].TransactionID}
+		}
+		ackErr = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			return ackInTx(ctx, tx, items, results)
+		})
+		if ackErr == nil || !isRetryableTxError(ackErr) {
+			break
+		}
+	}
+	if ackErr != nil {
+		return nil, ackErr
+	}
+	return results, nil
+}
+
+// ackRef is one ack item inside its group.
+type ackRef struct {
+	index  int
+	status AckStatus
+	offset int64
+	known  bool
+}
+
+type ackGroupKey struct {
+	partition uuid.UUID
+	group     string
+	lease     string
+}
+
+type consumerRow struct {
+	committed, batchEnd    int64
+	leaseID                string
+	leaseLive              bool
+	retryCount, retryLimit int
+	dlqEnabled             bool
+	lastOffset             int64
+	initialCommitted       int64
+	touched                bool
+}
+
+// ackSummary tells a transaction bundle whether any ack was rejected.
+type ackSummary struct{ rejected bool }
+
+// ackInTx resolves and applies items inside tx; it locks consumer rows in
+// (partition_id, consumer_group) order. It fills results and reports whether
+// any item was rejected (used by transaction bundles to roll back).
+func ackInTx(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckResult) error {
+	_, err := applyAcks(ctx, tx, items, results)
+	return err
+}
+
+func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckResult) (ackSummary, error) {
+	var sum ackSummary
+	groups := map[ackGroupKey][]ackRef{}
+	for i, it := range items {
+		pid, err := uuid.Parse(it.PartitionID)
+		if err != nil {
+			results[i].Error = fmt.Sprintf("invalid partitionId %q", it.PartitionID)
+			sum.rejected = true
+			continue
+		}
+		g := it.Group
+		if g == "" {
+			g = QueueModeGroup
+		}
+		k := ackGroupKey{pid, g, it.LeaseID}
+		groups[k] = append(groups[k], ackRef{index: i, status: NormalizeAckStatus(it.Status)})
+	}
+	if len(groups) == 0 {
+		return sum, nil
+	}
+	keys := make([]ackGroupKey, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if c := compareUUID(keys[i].partition, keys[j].partition); c != 0 {
+			return c < 0
+		}
+		if keys[i].group != keys[j].group {
+			return keys[i].group < keys[j].group
+		}
+		return keys[i].lease < keys[j].lease
+	})
+
+	// Lock every cursor row once, in key order, and resolve every transaction id.
+	var lockP []uuid.UUID
+	var lockG []string
+	for i, k := range keys {
+		if i > 0 && k.partition == keys[i-1].partition && k.group == keys[i-1].group {
+			continue
+		}
+		lockP = append(lockP, k.partition)
+		lockG = append(lockG, k.group)
+	}
+	var resP []uuid.UUID
+	var resT []string
+	for _, k := range keys {
+		for _, r := range groups[k] {
+			resP = append(resP, k.partition)
+			resT = append(resT, items[r.index].TransactionID)
+		}
+	}
+	type cg struct {
+		p uuid.UUID
+		g string
+	}
+	rowsByKey := map[cg]*consumerRow{}
+	rows, err := tx.Query(ctx, `SELECT c.partition_id, c.consumer_group, c.committed, c.batch_end,
+			coalesce(c.lease_id::text, ''), coalesce(c.lease_expires_at > now(), false), c.retry_count,
+			q.retry_limit, (q.dead_letter_queue OR q.dlq_after_max_retries), p.last_offset
+		FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS x(pid, g, ord)
+		JOIN lanes.consumers c ON c.partition_id = x.pid AND c.consumer_group = x.g
+		JOIN lanes.partitions p ON p.id = c.partition_id
+		JOIN lanes.queues q ON q.id = p.queue_id
+		ORDER BY x.ord
+		FOR UPDATE OF c`, lockP, lockG)
+	if err != nil {
+		return sum, err
+	}
+	for rows.Next() {
+		var k cg
+		var r consumerRow
+		if err := rows.Scan(&k.p, &k.g, &r.committed, &r.batchEnd, &r.leaseID, &r.leaseLive, &r.retryCount,
+			&r.retryLimit, &r.dlqEnabled, &r.lastOffset); err != nil {
+			rows.Close()
+			return sum, err
+		}
+		r.initialCommitted = r.committed
+		rowsByKey[k] = &r
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return sum, err
+	}
+	offsets := map[cg]int64{} // (partition, transaction id) -> offset
+	rows, err = tx.Query(ctx, `SELECT t.partition_id, t.transaction_id, t.message_offset
+		FROM unnest($1::uuid[], $2::text[]) AS x(pid, t)
+		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.t`, resP, resT)
+	if err != nil {
+		return sum, err
+	}
+	for rows.Next() {
+		var k cg
+		var off int64
+		if err := rows.Scan(&k.p, &k.g, &off); err != nil {
+			rows.Close()
+			return sum, err
+		}
+		offsets[k] = off
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return sum, err
+	}
+
+	var dlqs []dlqFiling
+	for _, k := range keys {
+		refs := groups[k]
+		row := rowsByKey[cg{k.partition, k.group}]
+		if row == nil {
+			for _, r := range refs {
+				results[r.index].Error = errConsumerNotFound
+			}
+			sum.rejected = true
+			continue
+		}
+		if k.lease != "" && (row.leaseID != k.lease || !row.leaseLive) {
+			for _, r := range refs {
+				results[r.index].Error = errInvalidLease
+			}
+			sum.rejected = true
+			continue
+		}
+		// With a lease, resolution is bounded to the leased span; without, to the log.
+		upper := row.lastOffset
+		if row.batchEnd > row.committed && (k.lease != "" || row.leaseLive) {
+			upper = row.batchEnd
+		}
+		for i := range refs {
+			off, ok := offsets[cg{k.partition, items[refs[i].index].TransactionID}]
+			refs[i].offset, refs[i].known = off, ok && off <= upper
+		}
+		f, rejected := commitGroup(row, k, refs, items, results)
+		if rejected {
+			sum.rejected = true
+		}
+		if f != nil {
+			dlqs = append(dlqs, *f)
+		}
+	}
+	// One statement writes the final state of every cursor touched.
+	var updP []uuid.UUID
+	var updG []string
+	var updC, updE, updD []int64
+	var updRelease []bool
+	var updRetry []int32
+	for i := range lockP {
+		row := rowsByKey[cg{lockP[i], lockG[i]}]
+		if row == nil || !row.touched {
+			continue
+		}
+		updP = append(updP, lockP[i])
+		updG = append(updG, lockG[i])
+		updC = append(updC, row.committed)
+		updE = append(updE, row.batchEnd)
+		updRelease = append(updRelease, row.leaseID == "")
+		updRetry = append(updRetry, int32(row.retryCount))
+		updD = append(updD, max(row.committed-row.initialCommitted, 0))
+	}
+	if len(updP) > 0 {
+		if _, err := tx.Exec(ctx, `UPDATE lanes.consumers c SET committed = x.committed, batch_end = x.batch_end,
+				lease_id = CASE WHEN x.release THEN NULL ELSE c.lease_id END,
+				lease_expires_at = CASE WHEN x.release THEN NULL ELSE c.lease_expires_at END,
+				retry_count = x.retry, total_consumed = c.total_consumed + x.consumed,
+				last_consumed_at = CASE WHEN x.consumed > 0 THEN now() ELSE c.last_consumed_at END
+			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::int8[], $5::bool[], $6::int4[], $7::int8[])
+				AS x(pid, g, committed, batch_end, release, retry, consumed)
+			WHERE c.partition_id = x.pid AND c.consumer_group = x.g`,
+			updP, updG, updC, updE, updRelease, updRetry, updD); err != nil {
+			return sum, err
+		}
+	}
+	if len(dlqs) > 0 {
+		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
+			return sum, err
+		}
+	}
+	return sum, nil
+}
+
+type dlqFiling struct {
+	partition  uuid.UUID
+	group      string
+	offset     int64
+	reason     string
+	retryCount int
+}
+
+// commitGroup applies the clamp rule to one (partition, group) and mutates row
+// to its new state. It returns the dead-letter filing to write, if any.
+func commitGroup(row *consumerRow, k ackGroupKey, refs []ackRef, items []AckItem, results []AckResult) (*dlqFiling, bool) {
+	start := row.committed
+	row.touched = true
+	rejected := false
+	highCompleted := int64(-1 << 62)
+	lowNack := int64(1 << 62)
+	nackStatus := AckCompleted
+	nackIndex := -1
+	for _, r := range refs {
+		res := &results[r.index]
+		if !r.known {
+			res.Error = errUnresolvable
+			rejected = true
+			continue
+		}
+		if r.offset <= start {
+			if r.status == AckCompleted {
+				res.Success, res.Noop = true, true
+			} else {
+				res.Error = errAlreadyCommitted
+				rejected = true
+			}
+			continue
+		}
+		res.Success = true
+		if r.status == AckCompleted {
+			highCompleted = max(highCompleted, r.offset)
+			continue
+		}
+		if r.offset < lowNack || (r.offset == lowNack && r.status > nackStatus) {
+			lowNack, nackStatus, nackIndex = r.offset, r.status, r.index
+		}
+	}
+	newCommitted := start
+	if highCompleted > newCommitted {
+		newCommitted = highCompleted
+	}
+	if nackIndex >= 0 && lowNack-1 < newCommitted {
+		newCommitted = lowNack - 1
+	}
+	if row.batchEnd > start && newCommitted > row.batchEnd && row.leaseID != "" {
+		newCommitted = row.batchEnd
+	}
+	row.committed = max(newCommitted, start)
+
+	release := func() {
+		row.leaseID = ""
+		row.batchEnd = row.committed
+		for _, r := range refs {
+			if results[r.index].Success {
+				results[r.index].LeaseReleased = true
+			}
+		}
+	}
+	var filing *dlqFiling
+	switch {
+	case nackIndex < 0:
+		if row.committed >= row.batchEnd && row.committed > start {
+			row.retryCount = 0
+			if row.leaseID != "" {
+				release()
+			} else {
+				row.batchEnd = row.committed
+			}
+		}
+	case nackStatus == AckRetry:
+		release()
+	case nackStatus == AckFailed && row.retryCount < row.retryLimit:
+		row.retryCount++
+		release()
+	default: // dlq now, or failed with the budget spent
+		reason := dlqReason(refs, items, nackIndex, lowNack)
+		retries := row.retryCount
+		row.committed = lowNack
+		row.retryCount = 0
+		release()
+		if nackStatus == AckDLQ || row.dlqEnabled {
+			filing = &dlqFiling{partition: k.partition, group: k.group, offset: lowNack, reason: reason, retryCount: retries}
+			results[nackIndex].DLQ = true
+		} else {
+			results[nackIndex].Dropped = true
+		}
+	}
+	return filing, rejected
+}
+
+// dlqReason picks the error recorded with a dead letter: the poison message's
+// own, then the first given, then "Retries exhausted".
+func dlqReason(refs []ackRef, items []AckItem, poisonIndex int, _ int64) string {
+	if msg := items[poisonIndex].Error; msg != "" {
+		return msg
+	}
+	for _, r := range refs {
+		if msg := items[r.index].Error; msg != "" && r.status != AckCompleted {
+			return msg
+		}
+	}
+	return errRetriesExhausted
+}
+
+
+// fileDeadLetters copies each poison message, payload included, into lanes.dlq.
+func fileDeadLetters(ctx context.Context, tx pgx.Tx, filings []dlqFiling) error {
+	for _, f := range filings {
+		var base, end int64
+		var blob []byte
+		var createdAt any
+		err := tx.QueryRow(ctx, `SELECT base_offset, end_offset, created_at, frames FROM lanes.segments
+			WHERE partition_id = $1 AND base_offset <= $2 ORDER BY base_offset DESC LIMIT 1`, f.partition, f.offset).
+			Scan(&base, &end, &createdAt, &blob)
+		if err != nil {
+			if err == pgx.ErrNoRows {
+				continue // deleted by retention meanwhile: nothing left to file
+			}
+			return err
+		}
+		frames, err := decodeFrames(blob, int(end-base+1))
+		if err != nil {
+			return err
+		}
+		i := int(f.offset - base)
+		if i < 0 || i >= len(frames) {
+			continue
+		}
+		fr := frames[i]
+		payload := json.RawMessage(fr.Payload)
+		if _, err := tx.Exec(ctx, `INSERT INTO lanes.dlq (partition_id, consumer_group, message_offset, message_id,
+				transaction_id, trace_id, payload, error, retry_count, created_at)
+			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8, $9, $10)`,
+			f.partition, f.group, f.offset, fr.MessageID, fr.TransactionID, fr.TraceID, string(payload), f.reason,
+			f.retryCount, createdAt); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func compareUUID(a, b uuid.UUID) int {
+	for i := range a {
+		if a[i] != b[i] {
+			if a[i] < b[i] {
+				return -1
+			}
+			return 1
+		}
+	}
+	return 0
+}

@@ -1,0 +1,135 @@
+// Package engine implements the Lanes message plane on PostgreSQL: the segment
+// log, consumer cursors with leases, and the background loops around them.
+// It knows nothing about HTTP; the api package translates wire types to the
+// calls here.
+package engine
+
+import (
+	"context"
+	_ "embed"
+	"errors"
+	"fmt"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+//go:embed schema.sql
+var schemaSQL string
+
+// schemaLockKey is the advisory lock taken while the schema is applied, so
+// several brokers booting at once apply it one after the other.
+const schemaLockKey = 7781200100
+
+// QueueModeGroup is the implicit consumer group of group-less pops.
+const QueueModeGroup = "__QUEUE_MODE__"
+
+// DefaultPartition is the partition a push lands in when it names none.
+const DefaultPartition = "Default"
+
+// Config tunes the engine. Zero values take the documented defaults.
+type Config struct {
+	// PushCommitters is the number of concurrent group-commit transactions.
+	PushCommitters int
+	// PushMaxBatchMessages caps the messages coalesced into one commit.
+	PushMaxBatchMessages int
+	// DefaultSubscriptionMode seeds named groups on first contact: "new" or "all".
+	DefaultSubscriptionMode string
+	Logger                  *slog.Logger
+}
+
+func (c *Config) withDefaults() {
+	if c.PushCommitters <= 0 {
+		c.PushCommitters = 4
+	}
+	if c.PushMaxBatchMessages <= 0 {
+		c.PushMaxBatchMessages = 5000
+	}
+	if c.DefaultSubscriptionMode == "" {
+		c.DefaultSubscriptionMode = "new"
+	}
+	if c.Logger == nil {
+		c.Logger = slog.Default()
+	}
+}
+
+// Engine is the message plane. It is safe for concurrent use.
+type Engine struct {
+	pool    *pgxpool.Pool
+	cfg     Config
+	log     *slog.Logger
+	pusher  *pusher
+	waiters *waiters
+
+	closeOnce sync.Once
+	stop      chan struct{}
+	wg        sync.WaitGroup
+}
+
+// New starts an engine on pool. Call ApplySchema first (once per process).
+func New(pool *pgxpool.Pool, cfg Config) *Engine {
+	cfg.withDefaults()
+	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	e.waiters = newWaiters()
+	e.pusher = newPusher(e)
+	e.wg.Add(1)
+	go func() { defer e.wg.Done(); e.listenLoop() }()
+	return e
+}
+
+// Pool exposes the connection pool to sibling services (retention, admin).
+func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
+
+// Close stops background work; in-flight pushes finish first.
+func (e *Engine) Close() {
+	e.closeOnce.Do(func() {
+		e.pusher.close()
+		close(e.stop)
+		e.waiters.wakeAll()
+		e.wg.Wait()
+	})
+}
+
+// ApplySchema creates or upgrades the schema idempotently under an advisory lock.
+func ApplySchema(ctx context.Context, pool *pgxpool.Pool) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(schemaLockKey)); err != nil {
+		return fmt.Errorf("schema lock: %w", err)
+	}
+	defer func() {
+		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(schemaLockKey))
+	}()
+	if _, err := conn.Exec(ctx, schemaSQL); err != nil {
+		return fmt.Errorf("apply schema: %w", err)
+	}
+	return nil
+}
+
+// Ping does one database round trip.
+func (e *Engine) Ping(ctx context.Context) error {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	var one int
+	return e.pool.QueryRow(ctx, "SELECT 1").Scan(&one)
+}
+
+// ErrNotFound reports a missing queue, partition or lease.
+var ErrNotFound = errors.New("not found")
+
+// InvalidInputError is a caller mistake; Field names the offending input.
+type InvalidInputError struct {
+	Field   string
+	Message string
+}
+
+func (e *InvalidInputError) Error() string { return e.Message }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidInputError{Field: field, Message: fmt.Sprintf(format, args...)}
+}

@@ -1,0 +1,33 @@
+package engine
+
+import (
+	"context"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+// LeaseExtension reports a lease renewal.
+type LeaseExtension struct {
+	Renewed   int
+	ExpiresAt *time.Time // earliest new expiry among renewed leases; nil when none
+}
+
+// ExtendLease pushes the expiry of every live lease held under leaseID to at
+// least now+seconds. It never shortens a lease and never revives an expired one.
+func (e *Engine) ExtendLease(ctx context.Context, leaseID string, seconds int) (LeaseExtension, error) {
+	var out LeaseExtension
+	if seconds < 1 {
+		seconds = 1
+	}
+	if _, err := uuid.Parse(leaseID); err != nil {
+		return out, nil // not a lease this broker could have issued
+	}
+	err := e.pool.QueryRow(ctx, `WITH renewed AS (
+			UPDATE lanes.consumers
+			SET lease_expires_at = greatest(lease_expires_at, now() + make_interval(secs => $2))
+			WHERE lease_id = $1::uuid AND lease_expires_at > now()
+			RETURNING lease_expires_at)
+		SELECT count(*), min(lease_expires_at) FROM renewed`, leaseID, seconds).Scan(&out.Renewed, &out.ExpiresAt)
+	return out, err
+}

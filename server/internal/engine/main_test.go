@@ -1,0 +1,119 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
+)
+
+// testDSN is one database shared by the package's tests; every test uses its
+// own queue names.
+var testDSN string
+
+func TestMain(m *testing.M) {
+	ctx := context.Background()
+	dsn, cleanup, err := testdb.NewDatabase(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testDSN = dsn
+	pool, err := pgxpool.New(ctx, dsn)
+	if err == nil {
+		err = ApplySchema(ctx, pool)
+		pool.Close()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "schema:", err)
+		cleanup()
+		os.Exit(1)
+	}
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// newEngine starts an engine (a "broker") on the shared test database.
+func newEngine(t testing.TB) *Engine {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.MaxConns = 20
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{})
+	t.Cleanup(func() { e.Close(); pool.Close() })
+	return e
+}
+
+var queueSeq atomic.Int64
+
+// queueName is unique per call so tests never see each other's data.
+func queueName(t testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	return fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1e6, queueSeq.Add(1))
+}
+
+func raw(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		panic(err)
+	}
+	return b
+}
+
+func mustPush(t testing.TB, e *Engine, items ...PushItem) []PushResult {
+	t.Helper()
+	res, err := e.Push(context.Background(), items)
+	if err != nil {
+		t.Fatalf("push: %v", err)
+	}
+	return res
+}
+
+func mustPop(t testing.TB, e *Engine, req PopRequest) *PopResult {
+	t.Helper()
+	res, err := e.Pop(context.Background(), req)
+	if err != nil {
+		t.Fatalf("pop: %v", err)
+	}
+	return res
+}
+
+func mustAck(t testing.TB, e *Engine, items ...AckItem) []AckResult {
+	t.Helper()
+	res, err := e.Ack(context.Background(), items)
+	if err != nil {
+		t.Fatalf("ack: %v", err)
+	}
+	return res
+}
+
+func txnIDs(msgs []Message) []string {
+	out := make([]string, len(msgs))
+	for i, m := range msgs {
+		out[i] = m.TransactionID
+	}
+	return out
+}
+
+func items(queue, partition string, txns ...string) []PushItem {
+	out := make([]PushItem, len(txns))
+	for i, id := range txns {
+		out[i] = PushItem{Queue: queue, Partition: partition, TransactionID: id, Payload: raw(map[string]string{"id": id})}
+	}
+	return out
+}

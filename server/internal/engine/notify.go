@@ -1,0 +1,187 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// notifyChannel carries the names of queues that received messages, so parked
+// pops on every broker sharing the database wake up.
+const notifyChannel = "lanes_push"
+
+// wakeEverything is sent when the queue list does not fit a NOTIFY payload.
+const wakeEverything = "*"
+
+func notifyPayload(queues map[string]bool) string {
+	names := make([]string, 0, len(queues))
+	size := 0
+	for q := range queues {
+		names = append(names, q)
+		size += len(q) + 1
+	}
+	if size > 7000 {
+		return wakeEverything
+	}
+	sort.Strings(names)
+	return strings.Join(names, "\n")
+}
+
+// waiters holds the parked long-poll pops of this broker. A parked pop holds
+// a channel, never a database connection.
+type waiters struct {
+	mu      sync.Mutex
+	byQueue map[string]map[chan struct{}]struct{}
+	any     map[chan struct{}]struct{} // discovery pops: any push may concern them
+}
+
+func newWaiters() *waiters {
+	return &waiters{byQueue: map[string]map[chan struct{}]struct{}{}, any: map[chan struct{}]struct{}{}}
+}
+
+// register returns a channel closed by the next push to queue ("" = any queue).
+func (w *waiters) register(queue string) chan struct{} {
+	ch := make(chan struct{})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if queue == "" {
+		w.any[ch] = struct{}{}
+		return ch
+	}
+	set := w.byQueue[queue]
+	if set == nil {
+		set = map[chan struct{}]struct{}{}
+		w.byQueue[queue] = set
+	}
+	set[ch] = struct{}{}
+	return ch
+}
+
+func (w *waiters) unregister(queue string, ch chan struct{}) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if queue == "" {
+		delete(w.any, ch)
+		return
+	}
+	if set := w.byQueue[queue]; set != nil {
+		delete(set, ch)
+		if len(set) == 0 {
+			delete(w.byQueue, queue)
+		}
+	}
+}
+
+func (w *waiters) wake(queue string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if queue == wakeEverything {
+		w.wakeAllLocked()
+		return
+	}
+	for ch := range w.byQueue[queue] {
+		close(ch)
+	}
+	delete(w.byQueue, queue)
+	for ch := range w.any {
+		close(ch)
+	}
+	w.any = map[chan struct{}]struct{}{}
+}
+
+func (w *waiters) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wakeAllLocked()
+}
+
+func (w *waiters) wakeAllLocked() {
+	for q, set := range w.byQueue {
+		for ch := range set {
+			close(ch)
+		}
+		delete(w.byQueue, q)
+	}
+	for ch := range w.any {
+		close(ch)
+	}
+	w.any = map[chan struct{}]struct{}{}
+}
+
+// listenLoop keeps a dedicated connection on LISTEN and turns notifications
+// from any broker into local wake-ups. It reconnects with backoff.
+func (e *Engine) listenLoop() {
+	backoff := 100 * time.Millisecond
+	for {
+		select {
+		case <-e.stop:
+			return
+		default:
+		}
+		err := e.listenOnce()
+		if err == nil || errors.Is(err, context.Canceled) {
+			return
+		}
+		e.log.Warn("notification listener lost its connection; parked pops fall back to polling", "err", err)
+		// A missed notification only delays a wake-up until the pop's next re-check.
+		e.waiters.wakeAll()
+		select {
+		case <-e.stop:
+			return
+		case <-time.After(backoff):
+		}
+		if backoff < 5*time.Second {
+			backoff *= 2
+		}
+	}
+}
+
+func (e *Engine) listenOnce() error {
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go func() {
+		select {
+		case <-e.stop:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	connCfg := e.pool.Config().ConnConfig.Copy()
+	conn, err := pgx.ConnectConfig(ctx, connCfg)
+	if err != nil {
+		return err
+	}
+	defer conn.Close(context.Background())
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	for {
+		n, err := conn.WaitForNotification(ctx)
+		if err != nil {
+			return err
+		}
+		e.dispatchNotification(n)
+	}
+}
+
+func (e *Engine) dispatchNotification(n *pgconn.Notification) {
+	for _, q := range strings.Split(n.Payload, "\n") {
+		if q != "" {
+			e.waiters.wake(q)
+		}
+	}
+}
+
+func isRetryableTxError(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		return pgErr.Code == "40001" || pgErr.Code == "40P01"
+	}
+	return false
+}

@@ -1,0 +1,467 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// PopRequest claims a batch for one consumer group.
+type PopRequest struct {
+	Queue     string // empty on a discovery pop
+	Partition string // empty: the broker picks partitions of Queue
+	Namespace string // discovery filters
+	Task      string
+	Group     string // empty: queue mode
+	// Batch is the total message budget shared by every claimed partition.
+	Batch int
+	// Partitions caps how many partitions one call claims; <= 0 means no cap.
+	Partitions       int
+	LeaseSeconds     int
+	AutoAck          bool
+	SubscriptionMode string // "new", "all" or empty for the broker default
+	SubscriptionFrom string // "now" or an RFC 3339 timestamp
+	Wait             bool
+	Timeout          time.Duration
+}
+
+// Message is one delivered message.
+type Message struct {
+	ID            uuid.UUID
+	TransactionID string
+	TraceID       string
+	ProducerSub   string
+	Data          json.RawMessage
+	CreatedAt     time.Time
+	PartitionID   uuid.UUID
+	Partition     string
+	Queue         string
+	LeaseID       string
+	ConsumerGroup string
+	Offset        int64
+}
+
+// PopResult is a claimed batch. Messages is empty when nothing was available.
+type PopResult struct {
+	LeaseID           string
+	ConsumerGroup     string
+	Messages          []Message
+	PartitionsClaimed int
+	Partition         string    // first claimed partition
+	PartitionID       uuid.UUID // first claimed partition
+	// ReadyPartitions counts claimable partitions seen by the claim, up to the width asked.
+	ReadyPartitions int
+}
+
+const (
+	popInitialRecheck = 100 * time.Millisecond
+	popMaxRecheck     = time.Second
+	popBackoffAfter   = 3
+)
+
+// Pop claims a batch; with Wait it parks until a push wakes it or Timeout passes.
+// A parked pop holds no database connection.
+func (e *Engine) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
+	if err := normalizePop(&req, e.cfg.DefaultSubscriptionMode); err != nil {
+		return nil, err
+	}
+	deadline := time.Now().Add(req.Timeout)
+	interval := popInitialRecheck
+	empties := 0
+	for {
+		var wake chan struct{}
+		if req.Wait {
+			// Registered before the check so a push between check and park is not missed.
+			wake = e.waiters.register(req.Queue)
+		}
+		res, err := e.popOnce(ctx, &req)
+		if err != nil || len(res.Messages) > 0 || !req.Wait {
+			if wake != nil {
+				e.waiters.unregister(req.Queue, wake)
+			}
+			return res, err
+		}
+		remaining := time.Until(deadline)
+		if remaining <= 0 {
+			e.waiters.unregister(req.Queue, wake)
+			return res, nil
+		}
+		timer := time.NewTimer(min(interval, remaining))
+		select {
+		case <-wake:
+			interval = popInitialRecheck
+			empties = 0
+		case <-timer.C:
+			empties++
+			if empties >= popBackoffAfter {
+				interval = min(interval*2, popMaxRecheck)
+			}
+		case <-ctx.Done():
+			timer.Stop()
+			e.waiters.unregister(req.Queue, wake)
+			return res, ctx.Err()
+		case <-e.stop:
+			timer.Stop()
+			e.waiters.unregister(req.Queue, wake)
+			return res, nil
+		}
+		timer.Stop()
+		e.waiters.unregister(req.Queue, wake)
+	}
+}
+
+func normalizePop(req *PopRequest, defaultMode string) error {
+	if req.Group == "" {
+		req.Group = QueueModeGroup
+	}
+	if req.Batch <= 0 {
+		req.Batch = 200
+	}
+	if req.Partition != "" {
+		req.Partitions = 1
+	}
+	if req.Queue == "" && req.Namespace == "" && req.Task == "" {
+		return invalid("namespace", "namespace or task is required")
+	}
+	switch req.SubscriptionMode {
+	case "":
+		req.SubscriptionMode = defaultMode
+	case "new", "all":
+	default:
+		return invalid("subscriptionMode", "subscriptionMode must be \"new\" or \"all\", got %q", req.SubscriptionMode)
+	}
+	if req.Timeout <= 0 {
+		req.Timeout = 30 * time.Second
+	}
+	return nil
+}
+
+// subscriptionStart is where a named group starts on its first contact.
+func subscriptionStart(req *PopRequest, now time.Time) (mode string, ts time.Time) {
+	if req.Group == QueueModeGroup {
+		return "all", now
+	}
+	if req.SubscriptionFrom != "" && req.SubscriptionFrom != "now" {
+		if t, err := time.Parse(time.RFC3339Nano, req.SubscriptionFrom); err == nil {
+			return "timestamp", t
+		}
+	}
+	if req.SubscriptionFrom == "now" {
+		return "new", now
+	}
+	return req.SubscriptionMode, now
+}
+
+type popQueue struct {
+	id                uuid.UUID
+	name              string
+	leaseTime         int
+	partitionVersion  int64
+	registered        bool
+	mode              string
+	subscriptionTS    time.Time
+	seededVersion     int64
+}
+
+type claim struct {
+	partitionID uuid.UUID
+	partition   string
+	queue       string
+	leaseTime   int
+	from, to    int64
+	committed   int64
+	lastOffset  int64
+}
+
+func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, error) {
+	res := &PopResult{ConsumerGroup: req.Group}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = tx.Rollback(context.Background()) }()
+
+	queues, err := loadPopQueues(ctx, tx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(queues) == 0 {
+		if req.Queue != "" {
+			// A pop names a queue into existence so a group can subscribe before the first push.
+			ns, task := NamespaceTask(req.Queue)
+			if _, err := tx.Exec(ctx, `INSERT INTO lanes.queues (name, namespace, task) VALUES ($1, $2, $3)
+				ON CONFLICT (name) DO NOTHING`, req.Queue, ns, task); err != nil {
+				return nil, err
+			}
+			if err := tx.Commit(ctx); err != nil {
+				return nil, err
+			}
+		}
+		return res, nil
+	}
+	var now time.Time
+	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+		return nil, err
+	}
+	for _, q := range queues {
+		if !q.registered {
+			mode, ts := subscriptionStart(req, now)
+			if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, req.Group, q.id, mode, ts); err != nil {
+				return nil, err
+			}
+			if err := tx.QueryRow(ctx, `SELECT subscription_mode, subscription_timestamp, seeded_version
+				FROM lanes.consumer_groups WHERE consumer_group = $1 AND queue_id = $2`, req.Group, q.id).
+				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion); err != nil {
+				return nil, err
+			}
+		}
+		if q.seededVersion < q.partitionVersion {
+			if err := seedCursors(ctx, tx, req.Group, q); err != nil {
+				return nil, err
+			}
+		}
+	}
+
+	claims, err := claimPartitions(ctx, tx, req, queues)
+	if err != nil {
+		return nil, err
+	}
+	if len(claims) == 0 {
+		return res, tx.Commit(ctx)
+	}
+	res.ReadyPartitions = len(claims)
+	leaseID := ""
+	if !req.AutoAck {
+		leaseID = uuid.NewString()
+	}
+	budget := int64(req.Batch)
+	var pids []uuid.UUID
+	var his []int64
+	var leases []int32
+	var fetchPID []uuid.UUID
+	var fetchLo, fetchHi []int64
+	taken := claims[:0]
+	for _, c := range claims {
+		if budget <= 0 {
+			break
+		}
+		if c.from > c.to {
+			// Every segment of the span is gone (retention): seal the cursor at the tail.
+			pids = append(pids, c.partitionID)
+			his = append(his, c.lastOffset)
+			leases = append(leases, 0)
+			continue
+		}
+		if n := c.to - c.from + 1; n > budget {
+			c.to = c.from + budget - 1
+		}
+		budget -= c.to - c.from + 1
+		lease := int32(0)
+		if !req.AutoAck {
+			lease = int32(c.leaseTime)
+			if req.LeaseSeconds > 0 {
+				lease = int32(req.LeaseSeconds)
+			}
+			if lease <= 0 {
+				lease = 60
+			}
+		}
+		pids = append(pids, c.partitionID)
+		his = append(his, c.to)
+		leases = append(leases, lease)
+		fetchPID = append(fetchPID, c.partitionID)
+		fetchLo = append(fetchLo, c.from)
+		fetchHi = append(fetchHi, c.to)
+		taken = append(taken, c)
+	}
+	if _, err := tx.Exec(ctx, `UPDATE lanes.consumers c SET
+			batch_end = x.hi,
+			committed = CASE WHEN x.lease > 0 THEN c.committed ELSE x.hi END,
+			lease_id = CASE WHEN x.lease > 0 THEN $4::uuid ELSE NULL END,
+			lease_expires_at = CASE WHEN x.lease > 0 THEN now() + make_interval(secs => x.lease) ELSE NULL END,
+			retry_count = CASE WHEN x.lease > 0 THEN c.retry_count ELSE 0 END,
+			total_consumed = c.total_consumed + CASE WHEN x.lease > 0 THEN 0 ELSE greatest(x.hi - c.committed, 0) END,
+			last_consumed_at = now()
+		FROM unnest($1::uuid[], $2::int8[], $3::int4[]) AS x(pid, hi, lease)
+		WHERE c.partition_id = x.pid AND c.consumer_group = $5`,
+		pids, his, leases, nullableUUID(leaseID), req.Group); err != nil {
+		return nil, err
+	}
+	segs, err := fetchSegments(ctx, tx, fetchPID, fetchLo, fetchHi)
+	if err != nil {
+		return nil, err
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return nil, err
+	}
+	for _, c := range taken {
+		for _, s := range segs[c.partitionID] {
+			frames, err := decodeFrames(s.frames, int(s.end-s.base+1))
+			if err != nil {
+				return nil, fmt.Errorf("partition %s segment %d: %w", c.partitionID, s.base, err)
+			}
+			for i := range frames {
+				off := s.base + int64(i)
+				if off < c.from || off > c.to {
+					continue
+				}
+				f := &frames[i]
+				res.Messages = append(res.Messages, Message{
+					ID: f.MessageID, TransactionID: f.TransactionID, TraceID: f.TraceID, ProducerSub: f.ProducerSub,
+					Data: f.Payload, CreatedAt: s.createdAt, PartitionID: c.partitionID, Partition: c.partition,
+					Queue: c.queue, LeaseID: leaseID, ConsumerGroup: req.Group, Offset: off,
+				})
+			}
+		}
+		res.PartitionsClaimed++
+		if res.PartitionsClaimed == 1 {
+			res.Partition = c.partition
+			res.PartitionID = c.partitionID
+		}
+	}
+	if len(res.Messages) > 0 {
+		res.LeaseID = leaseID
+	}
+	return res, nil
+}
+
+func nullableUUID(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func loadPopQueues(ctx context.Context, tx pgx.Tx, req *PopRequest) ([]*popQueue, error) {
+	const cols = `SELECT q.id, q.name, q.lease_time, q.partition_version,
+			cg.queue_id IS NOT NULL, coalesce(cg.subscription_mode, ''), coalesce(cg.subscription_timestamp, now()), coalesce(cg.seeded_version, -1)
+		FROM lanes.queues q
+		LEFT JOIN lanes.consumer_groups cg ON cg.queue_id = q.id AND cg.consumer_group = $1 `
+	var rows pgx.Rows
+	var err error
+	if req.Queue != "" {
+		rows, err = tx.Query(ctx, cols+`WHERE q.name = $2`, req.Group, req.Queue)
+	} else {
+		rows, err = tx.Query(ctx, cols+`WHERE ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3) ORDER BY q.name`,
+			req.Group, req.Namespace, req.Task)
+	}
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []*popQueue
+	for rows.Next() {
+		q := &popQueue{}
+		if err := rows.Scan(&q.id, &q.name, &q.leaseTime, &q.partitionVersion, &q.registered, &q.mode, &q.subscriptionTS, &q.seededVersion); err != nil {
+			return nil, err
+		}
+		out = append(out, q)
+	}
+	return out, rows.Err()
+}
+
+// seedCursors creates the cursor rows a group lacks on q, each placed where the
+// group's stored subscription says: everything retained, or the first segment
+// written at or after the subscription instant.
+func seedCursors(ctx context.Context, tx pgx.Tx, group string, q *popQueue) error {
+	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
+		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
+		CROSS JOIN LATERAL (SELECT CASE
+			WHEN $3 = 'all' THEN p.log_start - 1
+			WHEN p.last_write_at IS NULL OR p.last_write_at < $4 THEN p.last_offset
+			ELSE coalesce((SELECT min(sg.base_offset) - 1 FROM lanes.segments sg
+				WHERE sg.partition_id = p.id AND sg.created_at >= $4), p.last_offset)
+			END AS seed) s
+		WHERE p.queue_id = $1
+		ON CONFLICT DO NOTHING`, q.id, group, q.mode, q.subscriptionTS); err != nil {
+		return err
+	}
+	_, err := tx.Exec(ctx, `UPDATE lanes.consumer_groups SET seeded_version = $3
+		WHERE consumer_group = $1 AND queue_id = $2 AND seeded_version < $3`, group, q.id, q.partitionVersion)
+	return err
+}
+
+// claimPartitions locks up to the requested width of claimable cursor rows,
+// skipping rows another pop holds, least recently served first.
+func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, queues []*popQueue) ([]claim, error) {
+	ids := make([]uuid.UUID, len(queues))
+	for i, q := range queues {
+		ids[i] = q.id
+	}
+	var limit any
+	if req.Partitions > 0 {
+		limit = req.Partitions
+	}
+	rows, err := tx.Query(ctx, `SELECT c.partition_id, p.name, q.name, q.lease_time, c.committed, p.last_offset,
+			greatest(c.committed + 1, p.log_start), v.visible_end
+		FROM lanes.partitions p
+		JOIN lanes.queues q ON q.id = p.queue_id
+		JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
+		CROSS JOIN LATERAL (SELECT CASE WHEN q.delayed_processing > 0 THEN
+				coalesce((SELECT sg.end_offset FROM lanes.segments sg
+					WHERE sg.partition_id = p.id AND sg.created_at <= now() - make_interval(secs => q.delayed_processing)
+					ORDER BY sg.base_offset DESC LIMIT 1), -1)
+			ELSE p.last_offset END AS visible_end) v
+		WHERE p.queue_id = ANY($1) AND ($3 = '' OR p.name = $3)
+		  AND p.last_offset > c.committed
+		  AND v.visible_end > c.committed
+		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+		  AND (q.window_buffer = 0 OR p.last_write_at <= now() - make_interval(secs => q.window_buffer))
+		ORDER BY c.last_consumed_at NULLS FIRST, p.id
+		LIMIT $4
+		FOR UPDATE OF c SKIP LOCKED`, ids, req.Group, req.Partition, limit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []claim
+	for rows.Next() {
+		var c claim
+		var visibleEnd int64
+		if err := rows.Scan(&c.partitionID, &c.partition, &c.queue, &c.leaseTime, &c.committed, &c.lastOffset, &c.from, &visibleEnd); err != nil {
+			return nil, err
+		}
+		c.to = visibleEnd
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+type segment struct {
+	base, end int64
+	createdAt time.Time
+	frames    []byte
+}
+
+// fetchSegments reads the segments covering [lo, hi] of each partition, starting
+// from the segment that holds lo (found by an index probe, not a scan).
+func fetchSegments(ctx context.Context, tx pgx.Tx, pids []uuid.UUID, lo, hi []int64) (map[uuid.UUID][]segment, error) {
+	out := map[uuid.UUID][]segment{}
+	if len(pids) == 0 {
+		return out, nil
+	}
+	rows, err := tx.Query(ctx, `SELECT s.partition_id, s.base_offset, s.end_offset, s.created_at, s.frames
+		FROM unnest($1::uuid[], $2::int8[], $3::int8[]) WITH ORDINALITY AS x(pid, lo, hi, ord)
+		CROSS JOIN LATERAL (SELECT coalesce(max(base_offset), x.lo) AS b FROM lanes.segments
+			WHERE partition_id = x.pid AND base_offset <= x.lo) f
+		JOIN lanes.segments s ON s.partition_id = x.pid AND s.base_offset >= f.b AND s.base_offset <= x.hi
+		ORDER BY x.ord, s.base_offset`, pids, lo, hi)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var pid uuid.UUID
+		var s segment
+		if err := rows.Scan(&pid, &s.base, &s.end, &s.createdAt, &s.frames); err != nil {
+			return nil, err
+		}
+		out[pid] = append(out[pid], s)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,353 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+)
+
+// pushN pushes txn ids m0..m(n-1) to queue/partition, one push each.
+func pushN(t *testing.T, e *Engine, q, p string, n int) []string {
+	t.Helper()
+	ids := make([]string, n)
+	for i := range ids {
+		ids[i] = fmt.Sprintf("m%d", i)
+	}
+	mustPush(t, e, items(q, p, ids...)...)
+	return ids
+}
+
+func ack(m Message, status string) AckItem {
+	return AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID.String(), Status: status,
+		Group: m.ConsumerGroup, LeaseID: m.LeaseID}
+}
+
+// The figure in model.md: offsets 6..9, 6 committed; 7 completed, 8 failed,
+// 9 completed. The cursor moves to 7 and the next pop starts at 8.
+func TestAckClampFigure(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	ids := pushN(t, e, q, "p", 10)
+	first := mustPop(t, e, PopRequest{Queue: q, Batch: 7})
+	if got := txnIDs(first.Messages); !reflect.DeepEqual(got, ids[:7]) {
+		t.Fatalf("first pop %v", got)
+	}
+	res := mustAck(t, e, ack(first.Messages[6], "completed")) // commit through offset 6
+	if !res[0].Success || !res[0].LeaseReleased {
+		t.Fatalf("ack through 6: %+v", res[0])
+	}
+	batch := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if got := txnIDs(batch.Messages); !reflect.DeepEqual(got, []string{"m7", "m8", "m9"}) {
+		t.Fatalf("second pop %v", got)
+	}
+	out := mustAck(t, e, ack(batch.Messages[0], "completed"), ack(batch.Messages[1], "failed"), ack(batch.Messages[2], "completed"))
+	for _, r := range out {
+		if !r.Success {
+			t.Fatalf("ack item %+v", r)
+		}
+	}
+	next := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if got := txnIDs(next.Messages); !reflect.DeepEqual(got, []string{"m8", "m9"}) {
+		t.Fatalf("after clamp the next pop starts at m8, got %v", got)
+	}
+	var retries int
+	_ = e.pool.QueryRow(context.Background(), `SELECT retry_count FROM lanes.consumers WHERE partition_id = $1 AND consumer_group = $2`,
+		next.PartitionID, QueueModeGroup).Scan(&retries)
+	if retries != 1 {
+		t.Fatalf("retry counter %d, want 1 after one failed ack", retries)
+	}
+}
+
+// The lease figure: 7..9 leased while committed stays at 6; expiry redelivers
+// the whole span from committed+1 and charges no retry budget.
+func TestExpiredLeaseRedeliversWholeSpanWithoutCharge(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 10)
+	first := mustPop(t, e, PopRequest{Queue: q, Batch: 7})
+	mustAck(t, e, ack(first.Messages[6], "completed"))
+	leased := mustPop(t, e, PopRequest{Queue: q, Batch: 10, LeaseSeconds: 1})
+	if len(leased.Messages) != 3 {
+		t.Fatalf("leased %d", len(leased.Messages))
+	}
+	// While the lease lives nobody else in the group takes the partition.
+	if other := mustPop(t, e, PopRequest{Queue: q, Batch: 10}); len(other.Messages) != 0 {
+		t.Fatalf("second consumer got %v while the lease was live", txnIDs(other.Messages))
+	}
+	time.Sleep(1100 * time.Millisecond)
+	again := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if got := txnIDs(again.Messages); !reflect.DeepEqual(got, []string{"m7", "m8", "m9"}) {
+		t.Fatalf("redelivery %v", got)
+	}
+	if again.LeaseID == leased.LeaseID {
+		t.Fatal("redelivery reused the expired lease id")
+	}
+	// The stale lease can no longer ack.
+	stale := mustAck(t, e, ack(leased.Messages[0], "completed"))
+	if stale[0].Success || stale[0].Error != errInvalidLease {
+		t.Fatalf("stale lease ack %+v", stale[0])
+	}
+	var retries int
+	_ = e.pool.QueryRow(context.Background(), `SELECT retry_count FROM lanes.consumers WHERE partition_id = $1`, again.PartitionID).Scan(&retries)
+	if retries != 0 {
+		t.Fatalf("expiry charged the budget: %d", retries)
+	}
+}
+
+func TestRetryBudgetThenDeadLetter(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 2)
+	for attempt := 0; attempt < 3; attempt++ {
+		b := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+		r := mustAck(t, e, AckItem{TransactionID: "m0", PartitionID: b.PartitionID.String(), Status: "failed", LeaseID: b.LeaseID, Error: "boom"})
+		if !r[0].Success || r[0].DLQ || !r[0].LeaseReleased {
+			t.Fatalf("attempt %d: %+v", attempt, r[0])
+		}
+	}
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	if b.Messages[0].TransactionID != "m0" {
+		t.Fatalf("m0 should redeliver until the budget is spent, got %s", b.Messages[0].TransactionID)
+	}
+	r := mustAck(t, e, AckItem{TransactionID: "m0", PartitionID: b.PartitionID.String(), Status: "FAILED", LeaseID: b.LeaseID, Error: "still boom"})
+	if !r[0].DLQ {
+		t.Fatalf("exhausted budget should dead-letter: %+v", r[0])
+	}
+	var reason, payload string
+	var retries int
+	if err := e.pool.QueryRow(context.Background(), `SELECT error, payload::text, retry_count FROM lanes.dlq WHERE partition_id = $1 AND transaction_id = 'm0'`,
+		b.PartitionID).Scan(&reason, &payload, &retries); err != nil {
+		t.Fatal(err)
+	}
+	if reason != "still boom" || payload != `{"id": "m0"}` || retries != 3 {
+		t.Fatalf("dlq row reason=%q payload=%s retries=%d", reason, payload, retries)
+	}
+	next := mustPop(t, e, PopRequest{Queue: q, Batch: 5})
+	if got := txnIDs(next.Messages); !reflect.DeepEqual(got, []string{"m1"}) {
+		t.Fatalf("after dead-lettering m0 the cursor moves on: %v", got)
+	}
+}
+
+func TestRetryStatusIsFreeAndDLQStatusFilesAtOnce(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 3)
+	for i := 0; i < 5; i++ {
+		b := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+		mustAck(t, e, ack(b.Messages[0], "retry"))
+	}
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 3})
+	if len(b.Messages) != 3 || b.Messages[0].TransactionID != "m0" {
+		t.Fatalf("retry must not spend the budget: %v", txnIDs(b.Messages))
+	}
+	r := mustAck(t, e, ack(b.Messages[0], "completed"), ack(b.Messages[1], "dlq"), ack(b.Messages[2], "completed"))
+	if !r[1].DLQ {
+		t.Fatalf("dlq status: %+v", r[1])
+	}
+	next := mustPop(t, e, PopRequest{Queue: q, Batch: 3})
+	if got := txnIDs(next.Messages); !reflect.DeepEqual(got, []string{"m2"}) {
+		t.Fatalf("after dlq of m1 the completed m2 above it redelivers: %v", got)
+	}
+}
+
+func TestDeadLetteringOffDropsThePoison(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{
+		"retryLimit": json.RawMessage("0"), "deadLetterQueue": json.RawMessage("false"), "dlqAfterMaxRetries": json.RawMessage("false")}}); err != nil {
+		t.Fatal(err)
+	}
+	pushN(t, e, q, "p", 2)
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	r := mustAck(t, e, ack(b.Messages[0], "failed"))
+	if !r[0].Dropped || r[0].DLQ {
+		t.Fatalf("want dropped: %+v", r[0])
+	}
+	var n int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.dlq WHERE partition_id = $1`, b.PartitionID).Scan(&n)
+	if n != 0 {
+		t.Fatal("dropped message was dead-lettered")
+	}
+}
+
+func TestAckNoopUnresolvableAndAlreadyCommitted(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 2)
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 2})
+	mustAck(t, e, ack(b.Messages[0], "completed"), ack(b.Messages[1], "completed"))
+	again := mustAck(t, e, AckItem{TransactionID: "m0", PartitionID: b.PartitionID.String()},
+		AckItem{TransactionID: "m1", PartitionID: b.PartitionID.String(), Status: "failed"},
+		AckItem{TransactionID: "never-pushed", PartitionID: b.PartitionID.String()})
+	if !again[0].Success || !again[0].Noop {
+		t.Fatalf("repeat completed ack should be a noop: %+v", again[0])
+	}
+	if again[1].Success || again[1].Error != errAlreadyCommitted {
+		t.Fatalf("nack below cursor: %+v", again[1])
+	}
+	if again[2].Success || again[2].Error != errUnresolvable {
+		t.Fatalf("unknown id: %+v", again[2])
+	}
+}
+
+func TestSubscriptionModes(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 3)
+	if b := mustPop(t, e, PopRequest{Queue: q, Group: "fresh"}); len(b.Messages) != 0 {
+		t.Fatalf("a new group skips the backlog, got %v", txnIDs(b.Messages))
+	}
+	if b := mustPop(t, e, PopRequest{Queue: q, Group: "replayer", SubscriptionMode: "all"}); len(b.Messages) != 3 {
+		t.Fatalf("mode all delivers everything, got %v", txnIDs(b.Messages))
+	}
+	if b := mustPop(t, e, PopRequest{Queue: q}); len(b.Messages) != 3 {
+		t.Fatalf("queue mode never skips the backlog, got %v", txnIDs(b.Messages))
+	}
+	mustPush(t, e, items(q, "p", "after")...)
+	mustPush(t, e, items(q, "created-later", "later")...)
+	// Passing a mode later changes nothing: "fresh" stays a `new` group.
+	b := mustPop(t, e, PopRequest{Queue: q, Group: "fresh", SubscriptionMode: "all", Partitions: 10})
+	if len(b.Messages) != 2 || b.PartitionsClaimed != 2 {
+		t.Fatalf("new group sees messages after its subscription, incl. a later partition: %v", txnIDs(b.Messages))
+	}
+}
+
+func TestAutoAckCommitsInThePop(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 3)
+	b := mustPop(t, e, PopRequest{Queue: q, AutoAck: true})
+	if len(b.Messages) != 3 || b.LeaseID != "" {
+		t.Fatalf("autoAck pop %+v", b)
+	}
+	if again := mustPop(t, e, PopRequest{Queue: q}); len(again.Messages) != 0 {
+		t.Fatalf("autoAck is at-most-once: nothing redelivers, got %v", txnIDs(again.Messages))
+	}
+}
+
+func TestWidePopSharesBudgetAndLease(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	for p := 0; p < 4; p++ {
+		pushN(t, e, q, fmt.Sprintf("p%d", p), 3)
+	}
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 7, Partitions: 4})
+	if len(b.Messages) != 7 || b.PartitionsClaimed != 3 {
+		t.Fatalf("got %d messages from %d partitions", len(b.Messages), b.PartitionsClaimed)
+	}
+	ext, err := e.ExtendLease(context.Background(), b.LeaseID, 120)
+	if err != nil || ext.Renewed != 3 || ext.ExpiresAt == nil {
+		t.Fatalf("extend %+v %v", ext, err)
+	}
+	if none, _ := e.ExtendLease(context.Background(), "00000000-0000-0000-0000-000000000000", 10); none.Renewed != 0 {
+		t.Fatal("unknown lease renewed")
+	}
+}
+
+func TestCompetingConsumersDeliverEveryMessageOnce(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	const partitions, perPartition = 8, 25
+	for p := 0; p < partitions; p++ {
+		ids := make([]string, perPartition)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("p%d-m%d", p, i)
+		}
+		mustPush(t, e, items(q, fmt.Sprintf("p%d", p), ids...)...)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	holding := map[string]bool{}
+	var wg sync.WaitGroup
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			empties := 0
+			for empties < 3 {
+				b, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 5})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(b.Messages) == 0 {
+					empties++
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				empties = 0
+				mu.Lock()
+				if holding[b.Partition] {
+					t.Errorf("partition %s held by two consumers at once", b.Partition)
+				}
+				holding[b.Partition] = true
+				for _, m := range b.Messages {
+					seen[m.TransactionID]++
+				}
+				mu.Unlock()
+				acks := make([]AckItem, len(b.Messages))
+				for i, m := range b.Messages {
+					acks[i] = ack(m, "completed")
+				}
+				mu.Lock()
+				holding[b.Partition] = false
+				mu.Unlock()
+				if _, err := e.Ack(context.Background(), acks); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if len(seen) != partitions*perPartition {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), partitions*perPartition)
+	}
+	for id, n := range seen {
+		if n != 1 {
+			t.Fatalf("%s delivered %d times in a no-fault run", id, n)
+		}
+	}
+}
+
+func TestLongPollWakesOnPushAcrossBrokers(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	q := queueName(t)
+	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
+	time.Sleep(100 * time.Millisecond) // let both listeners attach
+	for _, pusher := range []*Engine{a, b} {
+		done := make(chan *PopResult, 1)
+		start := time.Now()
+		go func() {
+			r, _ := a.Pop(context.Background(), PopRequest{Queue: q, Wait: true, Timeout: 5 * time.Second})
+			done <- r
+		}()
+		time.Sleep(300 * time.Millisecond) // parked, past the first re-checks
+		pushed := time.Now()
+		mustPush(t, pusher, items(q, "p", fmt.Sprintf("wake-%p", pusher))...)
+		r := <-done
+		if len(r.Messages) != 1 {
+			t.Fatalf("parked pop returned %d messages", len(r.Messages))
+		}
+		latency := time.Since(pushed)
+		t.Logf("push→delivery latency of a parked pop (pusher=%p): %v (parked %v)", pusher, latency, pushed.Sub(start))
+		if latency > 150*time.Millisecond {
+			t.Fatalf("wake-up took %v", latency)
+		}
+		mustAck(t, a, ack(r.Messages[0], "completed"))
+	}
+}
+
+func TestLongPollTimesOutEmpty(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	start := time.Now()
+	r := mustPop(t, e, PopRequest{Queue: q, Wait: true, Timeout: 300 * time.Millisecond})
+	if len(r.Messages) != 0 || time.Since(start) < 300*time.Millisecond {
+		t.Fatalf("timeout pop returned %d after %v", len(r.Messages), time.Since(start))
+	}
+}

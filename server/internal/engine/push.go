@@ -1,0 +1,437 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// PushItem is one message to store.
+type PushItem struct {
+	Queue         string
+	Partition     string
+	TransactionID string
+	TraceID       string
+	ProducerSub   string
+	Payload       json.RawMessage
+}
+
+// PushStatus is the verdict for one pushed item.
+type PushStatus string
+
+const (
+	PushQueued    PushStatus = "queued"
+	PushDuplicate PushStatus = "duplicate"
+	PushBuffered  PushStatus = "buffered"
+	PushFailed    PushStatus = "failed"
+)
+
+// PushResult is the verdict for one item, in request order.
+type PushResult struct {
+	Index         int
+	MessageID     uuid.UUID
+	TransactionID string
+	Queue         string
+	Status        PushStatus
+	Error         string
+}
+
+// Push stores items. Concurrent calls are coalesced into one PostgreSQL
+// transaction (group commit); a returned error means nothing was stored.
+func (e *Engine) Push(ctx context.Context, items []PushItem) ([]PushResult, error) {
+	if len(items) == 0 {
+		return []PushResult{}, nil
+	}
+	for i := range items {
+		if err := normalizePushItem(&items[i], i); err != nil {
+			return nil, err
+		}
+	}
+	req := &pushRequest{items: items, done: make(chan error, 1)}
+	req.results = make([]PushResult, len(items))
+	for i := range items {
+		req.results[i] = PushResult{Index: i, TransactionID: items[i].TransactionID, Queue: items[i].Queue}
+	}
+	if err := e.pusher.submit(ctx, req); err != nil {
+		return nil, err
+	}
+	select {
+	case err := <-req.done:
+		if err != nil {
+			return nil, err
+		}
+		return req.results, nil
+	case <-ctx.Done():
+		// The commit may still land; the caller learns nothing more than it would
+		// from a lost response, and dedup makes a retry safe.
+		return nil, ctx.Err()
+	}
+}
+
+func normalizePushItem(it *PushItem, i int) error {
+	if strings.TrimSpace(it.Queue) == "" {
+		return invalid(fmt.Sprintf("items[%d].queue", i), "items[%d].queue must be a non-empty string", i)
+	}
+	if it.Partition == "" {
+		it.Partition = DefaultPartition
+	}
+	if len(it.Payload) == 0 {
+		return invalid(fmt.Sprintf("items[%d].payload", i), "items[%d].payload is required", i)
+	}
+	if it.TransactionID == "" {
+		id := newMessageID()
+		it.TransactionID = id.String()
+	}
+	return nil
+}
+
+func newMessageID() uuid.UUID {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.New()
+	}
+	return id
+}
+
+// NamespaceTask derives the discovery labels of a queue from its dotted name:
+// "a.b.c" → ("a", "b"); a name without a dot has neither.
+func NamespaceTask(queue string) (string, string) {
+	parts := strings.SplitN(queue, ".", 3)
+	if len(parts) < 2 {
+		return "", ""
+	}
+	return parts[0], parts[1]
+}
+
+type pushRequest struct {
+	items   []PushItem
+	results []PushResult
+	done    chan error
+}
+
+// pusher coalesces concurrent push requests: each committer takes whatever is
+// queued (up to a message cap) and commits it as one transaction.
+type pusher struct {
+	e      *Engine
+	queue  chan *pushRequest
+	mu     sync.RWMutex
+	closed bool
+	wg     sync.WaitGroup
+}
+
+func newPusher(e *Engine) *pusher {
+	p := &pusher{e: e, queue: make(chan *pushRequest, 4096)}
+	for i := 0; i < e.cfg.PushCommitters; i++ {
+		p.wg.Add(1)
+		go func() { defer p.wg.Done(); p.run() }()
+	}
+	return p
+}
+
+var errEngineClosed = errors.New("engine is shutting down")
+
+func (p *pusher) submit(ctx context.Context, req *pushRequest) error {
+	p.mu.RLock()
+	defer p.mu.RUnlock()
+	if p.closed {
+		return errEngineClosed
+	}
+	select {
+	case p.queue <- req:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (p *pusher) close() {
+	p.mu.Lock()
+	p.closed = true
+	close(p.queue)
+	p.mu.Unlock()
+	p.wg.Wait()
+}
+
+func (p *pusher) run() {
+	maxMsgs := p.e.cfg.PushMaxBatchMessages
+	for first := range p.queue {
+		batch := []*pushRequest{first}
+		n := len(first.items)
+	gather:
+		for n < maxMsgs {
+			select {
+			case r, ok := <-p.queue:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, r)
+				n += len(r.items)
+			default:
+				break gather
+			}
+		}
+		err := p.commitWithRetry(batch)
+		for _, r := range batch {
+			r.done <- err
+		}
+	}
+}
+
+func (p *pusher) commitWithRetry(batch []*pushRequest) error {
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		err = p.e.commitPushes(ctx, batch)
+		cancel()
+		if err == nil || !isRetryableTxError(err) {
+			return err
+		}
+	}
+	return err
+}
+
+type partitionKey struct{ queue, partition string }
+
+type pushRef struct{ req, item int }
+
+// commitPushes writes every request of a group commit in one transaction and
+// two round trips: (ensure queues and partitions, lock partition rows in id
+// order, probe dedup under the lock), then (insert segments and txns, advance
+// allocators, notify, commit).
+func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
+	groups := map[partitionKey][]pushRef{}
+	for ri, r := range batch {
+		for ii := range r.items {
+			k := partitionKey{r.items[ii].Queue, r.items[ii].Partition}
+			groups[k] = append(groups[k], pushRef{ri, ii})
+		}
+	}
+	keys := make([]partitionKey, 0, len(groups))
+	for k := range groups {
+		keys = append(keys, k)
+	}
+	sort.Slice(keys, func(i, j int) bool {
+		if keys[i].queue != keys[j].queue {
+			return keys[i].queue < keys[j].queue
+		}
+		return keys[i].partition < keys[j].partition
+	})
+	queueNames := []string{}
+	namespaces := []string{}
+	tasks := []string{}
+	pQueues := make([]string, len(keys))
+	pNames := make([]string, len(keys))
+	for i, k := range keys {
+		if i == 0 || k.queue != keys[i-1].queue {
+			ns, task := NamespaceTask(k.queue)
+			queueNames = append(queueNames, k.queue)
+			namespaces = append(namespaces, ns)
+			tasks = append(tasks, task)
+		}
+		pQueues[i] = k.queue
+		pNames[i] = k.partition
+	}
+	var probeQ, probeP, probeT []string
+	for _, k := range keys {
+		for _, ref := range groups[k] {
+			probeQ = append(probeQ, k.queue)
+			probeP = append(probeP, k.partition)
+			probeT = append(probeT, batch[ref.req].items[ref.item].TransactionID)
+		}
+	}
+
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	committed := false
+	defer func() {
+		if !committed {
+			_, _ = conn.Exec(context.Background(), "ROLLBACK")
+		}
+	}()
+
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	b.Queue(`INSERT INTO lanes.queues (name, namespace, task)
+		SELECT n, ns, t FROM unnest($1::text[], $2::text[], $3::text[]) AS x(n, ns, t)
+		ON CONFLICT (name) DO NOTHING`, queueNames, namespaces, tasks)
+	b.Queue(`WITH created AS (
+			INSERT INTO lanes.partitions (queue_id, name)
+			SELECT q.id, x.p FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(q, p, ord)
+			JOIN lanes.queues q ON q.name = x.q ORDER BY x.ord
+			ON CONFLICT (queue_id, name) DO NOTHING
+			RETURNING queue_id)
+		UPDATE lanes.queues SET partition_version = partition_version + 1
+		WHERE id IN (SELECT queue_id FROM created)`, pQueues, pNames)
+	b.Queue(`SELECT p.id, p.last_offset, q.name, p.name, q.dedup_window_seconds
+		FROM unnest($1::text[], $2::text[]) AS x(q, p)
+		JOIN lanes.queues q ON q.name = x.q
+		JOIN lanes.partitions p ON p.queue_id = q.id AND p.name = x.p
+		ORDER BY p.id FOR UPDATE OF p`, pQueues, pNames)
+	b.Queue(`SELECT q.name, p.name, t.transaction_id, t.message_id
+		FROM unnest($1::text[], $2::text[], $3::text[]) AS x(q, p, txn)
+		JOIN lanes.queues q ON q.name = x.q
+		JOIN lanes.partitions p ON p.queue_id = q.id AND p.name = x.p
+		JOIN lanes.txns t ON t.partition_id = p.id AND t.transaction_id = x.txn
+		WHERE q.dedup_window_seconds > 0
+		  AND t.created_at > now() - make_interval(secs => q.dedup_window_seconds)`, probeQ, probeP, probeT)
+
+	type partState struct {
+		id         uuid.UUID
+		lastOffset int64
+		dedup      bool
+	}
+	parts := map[partitionKey]*partState{}
+	seen := map[partitionKey]map[string]uuid.UUID{}
+	br := conn.SendBatch(ctx, b)
+	err = func() error {
+		defer br.Close()
+		for i := 0; i < 3; i++ {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		rows, err := br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var ps partState
+			var k partitionKey
+			var window int
+			if err := rows.Scan(&ps.id, &ps.lastOffset, &k.queue, &k.partition, &window); err != nil {
+				rows.Close()
+				return err
+			}
+			ps.dedup = window > 0
+			parts[k] = &ps
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		rows, err = br.Query()
+		if err != nil {
+			return err
+		}
+		for rows.Next() {
+			var k partitionKey
+			var txn string
+			var mid uuid.UUID
+			if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
+				rows.Close()
+				return err
+			}
+			if seen[k] == nil {
+				seen[k] = map[string]uuid.UUID{}
+			}
+			seen[k][txn] = mid
+		}
+		rows.Close()
+		return rows.Err()
+	}()
+	if err != nil {
+		return err
+	}
+	if len(parts) != len(keys) {
+		return fmt.Errorf("push: %d of %d partitions resolved", len(parts), len(keys))
+	}
+
+	var segPID []uuid.UUID
+	var segBase, segEnd []int64
+	var segFrames [][]byte
+	var txPID []uuid.UUID
+	var txID []string
+	var txOff []int64
+	var txMsg []uuid.UUID
+	var updPID []uuid.UUID
+	var updLast []int64
+	touched := map[string]bool{}
+	for _, k := range keys {
+		ps := parts[k]
+		dups := seen[k]
+		if dups == nil {
+			dups = map[string]uuid.UUID{}
+		}
+		txnRow := map[string]int{}
+		next := ps.lastOffset + 1
+		var blob []byte
+		for _, ref := range groups[k] {
+			it := &batch[ref.req].items[ref.item]
+			res := &batch[ref.req].results[ref.item]
+			if ps.dedup {
+				if orig, dup := dups[it.TransactionID]; dup {
+					res.Status = PushDuplicate
+					res.MessageID = orig
+					continue
+				}
+			}
+			id := newMessageID()
+			blob = appendFrame(blob, &Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
+			res.Status = PushQueued
+			res.MessageID = id
+			if ps.dedup {
+				dups[it.TransactionID] = id
+			}
+			if j, ok := txnRow[it.TransactionID]; ok {
+				// dedup off and the id repeats: the index points at the newest offset
+				txOff[j], txMsg[j] = next, id
+			} else {
+				txnRow[it.TransactionID] = len(txID)
+				txPID = append(txPID, ps.id)
+				txID = append(txID, it.TransactionID)
+				txOff = append(txOff, next)
+				txMsg = append(txMsg, id)
+			}
+			next++
+		}
+		if next == ps.lastOffset+1 {
+			continue
+		}
+		segPID = append(segPID, ps.id)
+		segBase = append(segBase, ps.lastOffset+1)
+		segEnd = append(segEnd, next-1)
+		segFrames = append(segFrames, blob)
+		updPID = append(updPID, ps.id)
+		updLast = append(updLast, next-1)
+		touched[k.queue] = true
+	}
+
+	b = &pgx.Batch{}
+	if len(segPID) > 0 {
+		b.Queue(`INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+			SELECT x.pid, x.b, x.e, clock_timestamp(), x.f
+			FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
+			segPID, segBase, segEnd, segFrames)
+		b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
+			SELECT x.pid, x.t, x.o, x.m, now()
+			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)
+			ON CONFLICT (partition_id, transaction_id) DO UPDATE
+			SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
+			txPID, txID, txOff, txMsg)
+		b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
+			FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, updPID, updLast)
+		b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(touched))
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	committed = true
+	if len(touched) > 0 {
+		for q := range touched {
+			e.waiters.wake(q)
+		}
+	}
+	return nil
+}

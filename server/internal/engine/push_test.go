@@ -1,0 +1,144 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"sync"
+	"testing"
+
+	"github.com/google/uuid"
+)
+
+func TestPushCreatesQueueAndDefaultPartition(t *testing.T) {
+	e := newEngine(t)
+	q := "billing.invoices." + queueName(t)
+	res := mustPush(t, e, PushItem{Queue: q, Payload: raw(map[string]int{"n": 1})})
+	if res[0].Status != PushQueued || res[0].MessageID == uuid.Nil || res[0].Queue != q || res[0].TransactionID == "" {
+		t.Fatalf("unexpected result %+v", res[0])
+	}
+	var partition, ns, task string
+	err := e.pool.QueryRow(context.Background(), `SELECT p.name, q.namespace, q.task FROM lanes.partitions p
+		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&partition, &ns, &task)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if partition != "Default" || ns != "billing" || task != "invoices" {
+		t.Fatalf("partition=%q namespace=%q task=%q", partition, ns, task)
+	}
+}
+
+func TestPushDeduplicatesWithinPartition(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	first := mustPush(t, e, items(q, "p1", "order-1")...)
+	again := mustPush(t, e, items(q, "p1", "order-1", "order-2", "order-2")...)
+	if again[0].Status != PushDuplicate || again[0].MessageID != first[0].MessageID {
+		t.Fatalf("retry should be a duplicate of %s, got %+v", first[0].MessageID, again[0])
+	}
+	if again[1].Status != PushQueued || again[2].Status != PushDuplicate || again[2].MessageID != again[1].MessageID {
+		t.Fatalf("in-request duplicate not detected: %+v", again)
+	}
+	// Scope is one partition: the same id in another partition is new.
+	other := mustPush(t, e, items(q, "p2", "order-1")...)
+	if other[0].Status != PushQueued {
+		t.Fatalf("other partition: %+v", other[0])
+	}
+	var stored int
+	if err := e.pool.QueryRow(context.Background(), `SELECT coalesce(sum(s.end_offset - s.base_offset + 1), 0)
+		FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
+		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&stored); err != nil {
+		t.Fatal(err)
+	}
+	if stored != 3 {
+		t.Fatalf("stored %d messages, want 3 (duplicates write nothing)", stored)
+	}
+}
+
+func TestPushDedupWindowZeroTurnsDedupOff(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{"dedupWindowSeconds": json.RawMessage("0")}}); err != nil {
+		t.Fatal(err)
+	}
+	res := mustPush(t, e, items(q, "", "same", "same")...)
+	again := mustPush(t, e, items(q, "", "same")...)
+	if res[0].Status != PushQueued || res[1].Status != PushQueued || again[0].Status != PushQueued {
+		t.Fatalf("dedup off should queue every copy: %+v %+v", res, again)
+	}
+}
+
+func TestConcurrentPushesOfOneTransactionIDQueueExactlyOnce(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	const n = 20
+	statuses := make([]PushStatus, n)
+	var wg sync.WaitGroup
+	for i := 0; i < n; i++ {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			res, err := e.Push(context.Background(), items(q, "p", "the-one"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			statuses[i] = res[0].Status
+		}(i)
+	}
+	wg.Wait()
+	queued := 0
+	for _, s := range statuses {
+		if s == PushQueued {
+			queued++
+		} else if s != PushDuplicate {
+			t.Fatalf("unexpected status %q", s)
+		}
+	}
+	if queued != 1 {
+		t.Fatalf("%d pushes queued, want exactly 1", queued)
+	}
+}
+
+func TestConcurrentPushesFromTwoBrokersQueueExactlyOnce(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	q := queueName(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	queued := 0
+	for i := 0; i < 20; i++ {
+		wg.Add(1)
+		go func(e *Engine) {
+			defer wg.Done()
+			res, err := e.Push(context.Background(), items(q, "p", "x1", "x2"))
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			mu.Lock()
+			for _, r := range res {
+				if r.Status == PushQueued {
+					queued++
+				}
+			}
+			mu.Unlock()
+		}([]*Engine{a, b}[i%2])
+	}
+	wg.Wait()
+	if queued != 2 {
+		t.Fatalf("%d queued, want 2", queued)
+	}
+}
+
+func TestPushRejectsBadItemsWithoutWriting(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	_, err := e.Push(context.Background(), []PushItem{{Queue: q, Payload: raw(1)}, {Queue: q}})
+	if err == nil {
+		t.Fatal("missing payload accepted")
+	}
+	var n int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.queues WHERE name = $1`, q).Scan(&n)
+	if n != 0 {
+		t.Fatal("a rejected push created the queue")
+	}
+}
