@@ -6,6 +6,7 @@
 #   scripts/pg.sh status   print state; exit 0 if running, 3 if not
 #   scripts/pg.sh url      print the connection URL of database "lanes"
 #   scripts/pg.sh reset    stop, delete the data directory, start fresh
+#   scripts/pg.sh psql ... run psql on the running cluster (database "lanes" unless -d is given)
 #
 # Environment:
 #   LANES_PG_PORT   TCP port (default 54329); the cluster listens on 127.0.0.1 only
@@ -272,5 +273,10 @@ case "${1:-}" in
   status) cmd_status ;;
   url) cmd_url ;;
   reset) cmd_reset ;;
-  *) echo "usage: $0 start|stop|status|url|reset" >&2; exit 2 ;;
+  psql)
+    shift
+    is_running || die "not running (scripts/pg.sh start)"
+    psql_cmd -d "$DBNAME" "$@"
+    ;;
+  *) echo "usage: $0 start|stop|status|url|reset|psql [args]" >&2; exit 2 ;;
 esac

@@ -1,0 +1,200 @@
+# Lanes — build, generate, lint and test everything from the repository root.
+#
+#   make run        local PostgreSQL (scripts/pg.sh) + broker on http://localhost:6632
+#   make test       every test suite (Go modules, then the JS and Python SDKs against one broker)
+#   make generate   regenerate code from openapi.yaml (Go server + client, TypeScript, Python)
+#   make verify     regenerate, lint the spec, fail if generated code differs from what is committed
+#   make lint       golangci-lint, tsc + eslint, ruff + mypy
+#   make deps       npm ci (sdk-js), Python venv (sdk-python/.venv)
+#   make build      bin/lanes
+#   make bench      benchmark smoke run
+
+SHELL := bash
+.SHELLFLAGS := -euo pipefail -c
+.DEFAULT_GOAL := help
+MAKEFLAGS += --no-print-directory
+
+export GOTOOLCHAIN := local
+
+REPO := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
+SPEC ?= openapi.yaml
+SPEC_ABS := $(abspath $(SPEC))
+BIN := $(REPO)/bin
+GO_MODULES := server sdk-go conformance
+GO_TEST_TIMEOUT ?= 15m
+GO_TEST_FLAGS ?=
+PORT ?= 6632
+
+PYTHON ?= python3
+VENV := sdk-python/.venv
+VPY := $(VENV)/bin/python
+VENV_STAMP := $(VENV)/.installed
+NPM_STAMP := sdk-js/node_modules/.package-lock.json
+
+OAPI_CODEGEN := $(BIN)/oapi-codegen
+GOLANGCI_LINT := $(BIN)/golangci-lint
+
+# Generated outputs (checked by `make verify`).
+GEN_PATHS := server/internal/api/gen sdk-go/internal/gen sdk-js/src/generated sdk-python/src/lanes/_generated
+
+# Spec linting and the npm tools never phone home.
+export REDOCLY_TELEMETRY := off
+export REDOCLY_SUPPRESS_UPDATE_NOTICE := true
+export NO_UPDATE_NOTIFIER := 1
+
+.PHONY: help
+help:
+	@sed -n 's/^#   make /make /p' $(MAKEFILE_LIST)
+
+# ---------------------------------------------------------------------------------------------
+# Tools (pinned in tools/go.mod and tools/golangci/go.mod, built into ./bin)
+
+$(OAPI_CODEGEN): tools/go.mod tools/go.sum
+	cd tools && GOWORK=off go build -o $@ github.com/oapi-codegen/oapi-codegen/v2/cmd/oapi-codegen
+
+$(GOLANGCI_LINT): tools/golangci/go.mod tools/golangci/go.sum
+	cd tools/golangci && GOWORK=off go build -o $@ github.com/golangci/golangci-lint/v2/cmd/golangci-lint
+
+.PHONY: tools
+tools: $(OAPI_CODEGEN) $(GOLANGCI_LINT)
+
+# ---------------------------------------------------------------------------------------------
+# Dependencies
+
+$(NPM_STAMP): sdk-js/package.json sdk-js/package-lock.json
+	cd sdk-js && npm ci --no-audit --no-fund
+
+$(VENV_STAMP): sdk-python/requirements-dev.txt sdk-python/pyproject.toml
+	test -x $(VPY) || $(PYTHON) -m venv $(VENV)
+	$(VPY) -m pip install -q --disable-pip-version-check -r sdk-python/requirements-dev.txt
+	$(VPY) -m pip install -q --disable-pip-version-check -e sdk-python
+	touch $@
+
+.PHONY: deps deps-js deps-python
+deps: deps-js deps-python tools
+deps-js:
+	cd sdk-js && npm ci --no-audit --no-fund
+deps-python:
+	rm -f $(VENV_STAMP)
+	$(MAKE) $(VENV_STAMP)
+
+# ---------------------------------------------------------------------------------------------
+# Code generation from openapi.yaml
+
+.PHONY: generate generate-go generate-js generate-python check-spec
+check-spec:
+	@test -f "$(SPEC_ABS)" || { echo "error: $(SPEC) not found (the OpenAPI spec is the source of truth for generation)" >&2; exit 1; }
+
+generate: generate-go generate-js generate-python
+
+generate-go: check-spec $(OAPI_CODEGEN)
+	$(OAPI_CODEGEN) -config server/internal/api/gen/oapi-codegen.yaml "$(SPEC_ABS)"
+	$(OAPI_CODEGEN) -config sdk-go/internal/gen/oapi-codegen.yaml "$(SPEC_ABS)"
+
+generate-js: check-spec $(NPM_STAMP)
+	cd sdk-js && LANES_SPEC="$(SPEC_ABS)" npm run --silent generate
+
+generate-python: check-spec $(VENV_STAMP)
+	cd sdk-python && .venv/bin/datamodel-codegen --input "$(SPEC_ABS)" --output src/lanes/_generated/models.py
+
+# ---------------------------------------------------------------------------------------------
+# Verify: spec lints, and the committed generated code is exactly what the spec produces.
+
+.PHONY: verify lint-spec
+lint-spec: check-spec $(NPM_STAMP)
+	cd sdk-js && npx --no-install redocly lint --config "$(REPO)/redocly.yaml" "$(SPEC_ABS)"
+
+verify: lint-spec generate
+	@echo "--- checking generated code is committed and up to date"
+	@if ! git diff --exit-code --stat -- $(GEN_PATHS); then \
+	  echo "error: generated code differs from the commit; run 'make generate' and commit the result" >&2; \
+	  git diff -- $(GEN_PATHS) | head -n 60 >&2; exit 1; fi
+	@untracked="$$(git ls-files --others --exclude-standard -- $(GEN_PATHS))"; \
+	if [[ -n "$$untracked" ]]; then \
+	  echo "error: untracked generated files (run 'make generate' and commit them):" >&2; \
+	  echo "$$untracked" >&2; exit 1; fi
+	@echo "verify: OK"
+
+# ---------------------------------------------------------------------------------------------
+# Lint
+
+.PHONY: lint lint-go lint-js lint-python
+lint: lint-go lint-js lint-python
+
+lint-go: $(GOLANGCI_LINT)
+	@rc=0; \
+	for m in $(GO_MODULES); do \
+	  if [[ -z "$$(cd $$m && go list ./... 2>/dev/null)" ]]; then echo "lint-go: $$m has no packages yet; skipped"; continue; fi; \
+	  echo "--- golangci-lint $$m"; \
+	  (cd $$m && $(GOLANGCI_LINT) run --config $(REPO)/.golangci.yml ./...) || rc=1; \
+	done; \
+	exit $$rc
+
+lint-js: $(NPM_STAMP)
+	cd sdk-js && npm run --silent typecheck && npm run --silent lint
+
+lint-python: $(VENV_STAMP)
+	cd sdk-python && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+
+# ---------------------------------------------------------------------------------------------
+# Build and run
+
+.PHONY: build run
+build:
+	go build -o $(BIN)/lanes ./server/cmd/lanes
+
+run: build
+	scripts/pg.sh start
+	@echo "Lanes broker: http://localhost:$(PORT)   (database: $$(scripts/pg.sh url))"
+	LANES_DATABASE_URL="$$(scripts/pg.sh url)" LANES_PORT=$(PORT) exec $(BIN)/lanes
+
+# ---------------------------------------------------------------------------------------------
+# Test: THE one test command.
+
+.PHONY: test test-go test-sdk pg-test
+pg-test:
+	LANES_PG_FAST=$${LANES_PG_FAST:-1} scripts/pg.sh start
+
+test: pg-test
+	@rc=0; \
+	$(MAKE) test-go || rc=1; \
+	$(MAKE) test-sdk || rc=1; \
+	if [[ $$rc != 0 ]]; then echo "make test: FAILED" >&2; else echo "make test: all suites passed"; fi; \
+	exit $$rc
+
+# Go tests find PostgreSQL through LANES_TEST_DATABASE_URL (database "lanes" on the local
+# cluster; tests may create their own databases next to it).
+test-go: pg-test
+	@export LANES_TEST_DATABASE_URL="$$(scripts/pg.sh url)"; \
+	rc=0; \
+	for m in $(GO_MODULES); do \
+	  if [[ -z "$$(cd $$m && go list ./... 2>/dev/null)" ]]; then echo "test-go: $$m has no packages yet; skipped"; continue; fi; \
+	  echo "--- go test $$m"; \
+	  (cd $$m && go test -count=1 -timeout $(GO_TEST_TIMEOUT) $(GO_TEST_FLAGS) ./...) || rc=1; \
+	done; \
+	exit $$rc
+
+# SDK tests find the broker through LANES_TEST_URL (one broker on :6633, database lanes_sdk_test).
+test-sdk: pg-test $(NPM_STAMP) $(VENV_STAMP)
+	@rc=0; \
+	if compgen -G "server/cmd/lanes/*.go" >/dev/null; then \
+	  trap 'scripts/test-broker.sh stop' EXIT; \
+	  scripts/test-broker.sh start; \
+	  export LANES_TEST_URL="$$(scripts/test-broker.sh url)"; \
+	else \
+	  echo "test-sdk: server/cmd/lanes has no Go files yet; running the SDK suites without a broker"; \
+	fi; \
+	echo "--- npm test (sdk-js)"; \
+	(cd sdk-js && npm test) || rc=1; \
+	echo "--- pytest (sdk-python)"; \
+	prc=0; (cd sdk-python && .venv/bin/pytest) || prc=$$?; \
+	if [[ $$prc == 5 ]]; then echo "pytest: no tests collected (treated as success)"; prc=0; fi; \
+	[[ $$prc == 0 ]] || rc=1; \
+	exit $$rc
+
+# ---------------------------------------------------------------------------------------------
+
+.PHONY: bench
+bench:
+	@if [[ -d bench/cmd/lanes-bench ]]; then go run ./bench/cmd/lanes-bench -short; \
+	else echo "bench: bench/cmd/lanes-bench does not exist yet; nothing to run"; fi
