@@ -417,7 +417,6 @@ func dlqReason(refs []ackRef, items []AckItem, poisonIndex int, _ int64) string 
 	return errRetriesExhausted
 }
 
-
 // fileDeadLetters copies each poison message, payload included, into lanes.dlq.
 func fileDeadLetters(ctx context.Context, tx pgx.Tx, filings []dlqFiling) error {
 	for _, f := range filings {

@@ -225,3 +225,27 @@ func (e *Engine) Configure(ctx context.Context, req ConfigureRequest) (*QueueCon
 	}
 	return out, nil
 }
+
+// PartitionInfo describes one partition of a queue.
+type PartitionInfo struct {
+	ID          uuid.UUID
+	Name        string
+	LastOffset  int64
+	LogStart    int64
+	LastWriteAt *time.Time
+	CreatedAt   time.Time
+}
+
+// Partitions lists a queue's partitions by name.
+func (e *Engine) Partitions(ctx context.Context, queueID uuid.UUID) ([]PartitionInfo, error) {
+	rows, err := e.pool.Query(ctx, `SELECT id, name, last_offset, log_start, last_write_at, created_at
+		FROM lanes.partitions WHERE queue_id = $1 ORDER BY name`, queueID)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
+		var p PartitionInfo
+		err := r.Scan(&p.ID, &p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &p.CreatedAt)
+		return p, err
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -63,9 +64,10 @@ type Engine struct {
 	pusher  *pusher
 	waiters *waiters
 
-	closeOnce sync.Once
-	stop      chan struct{}
-	wg        sync.WaitGroup
+	closeOnce   sync.Once
+	stopParking atomic.Bool
+	stop        chan struct{}
+	wg          sync.WaitGroup
 }
 
 // New starts an engine on pool. Call ApplySchema first (once per process).
@@ -132,4 +134,11 @@ func (e *InvalidInputError) Error() string { return e.Message }
 
 func invalid(field, format string, args ...any) error {
 	return &InvalidInputError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// ReleaseParkedPops ends every parked long poll now (each answers empty); used
+// at shutdown so parked requests do not hold the HTTP server open.
+func (e *Engine) ReleaseParkedPops() {
+	e.stopParking.Store(true)
+	e.waiters.wakeAll()
 }

@@ -79,7 +79,7 @@ func (e *Engine) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 			wake = e.waiters.register(req.Queue)
 		}
 		res, err := e.popOnce(ctx, &req)
-		if err != nil || len(res.Messages) > 0 || !req.Wait {
+		if err != nil || len(res.Messages) > 0 || !req.Wait || e.stopParking.Load() {
 			if wake != nil {
 				e.waiters.unregister(req.Queue, wake)
 			}
@@ -157,14 +157,14 @@ func subscriptionStart(req *PopRequest, now time.Time) (mode string, ts time.Tim
 }
 
 type popQueue struct {
-	id                uuid.UUID
-	name              string
-	leaseTime         int
-	partitionVersion  int64
-	registered        bool
-	mode              string
-	subscriptionTS    time.Time
-	seededVersion     int64
+	id               uuid.UUID
+	name             string
+	leaseTime        int
+	partitionVersion int64
+	registered       bool
+	mode             string
+	subscriptionTS   time.Time
+	seededVersion    int64
 }
 
 type claim struct {

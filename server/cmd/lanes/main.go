@@ -1,0 +1,129 @@
+// Command lanes runs the Lanes broker.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/api"
+	"github.com/lanesmq/lanes/server/internal/config"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// version is stamped by the build (-ldflags "-X main.version=…").
+var version = "dev"
+
+func main() {
+	cfg, err := config.Load(os.Args[1:], os.Getenv, os.Stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "lanes:", err)
+		os.Exit(2)
+	}
+	log := newLogger(cfg)
+	if err := run(cfg, log); err != nil {
+		log.Error("lanes stopped", "err", err)
+		os.Exit(1)
+	}
+}
+
+func newLogger(cfg *config.Config) *slog.Logger {
+	var level slog.Level
+	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
+		level = slog.LevelInfo
+	}
+	opts := &slog.HandlerOptions{Level: level}
+	if cfg.LogFormat == "json" {
+		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+	}
+	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+}
+
+func run(cfg *config.Config, log *slog.Logger) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return fmt.Errorf("LANES_DATABASE_URL: %w", err)
+	}
+	poolCfg.MaxConns = int32(cfg.PoolSize)
+	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if cfg.ApplySchema {
+		if err := applySchemaWithRetry(ctx, pool, log); err != nil {
+			return err
+		}
+	}
+	eng := engine.New(pool, engine.Config{
+		PushCommitters:          cfg.PushCommitters,
+		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
+		Logger:                  log,
+	})
+	srv := api.NewServer(eng, api.Options{Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	handler, err := srv.Handler()
+	if err != nil {
+		return err
+	}
+	addr := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port))
+	httpServer := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	listener, err := net.Listen("tcp", addr)
+	if err != nil {
+		return err
+	}
+	log.Info("lanes listening", "url", fmt.Sprintf("http://localhost:%d", cfg.Port), "version", version)
+	serveErr := make(chan error, 1)
+	go func() { serveErr <- httpServer.Serve(listener) }()
+
+	select {
+	case err := <-serveErr:
+		return err
+	case <-ctx.Done():
+	}
+	log.Info("shutting down: no new requests; finishing in-flight ones", "timeout", cfg.ShutdownTimeout)
+	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	defer cancel()
+	// Parked long polls are released first so they answer 204 instead of holding shutdown.
+	go func() { time.Sleep(100 * time.Millisecond); eng.ReleaseParkedPops() }()
+	err = httpServer.Shutdown(shutdownCtx)
+	eng.Close()
+	if err != nil {
+		return fmt.Errorf("shutdown: %w", err)
+	}
+	log.Info("stopped cleanly")
+	return nil
+}
+
+// applySchemaWithRetry waits for PostgreSQL at boot so a broker started next
+// to its database does not fail the race.
+func applySchemaWithRetry(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		err := engine.ApplySchema(ctx, pool)
+		if err == nil {
+			return nil
+		}
+		if time.Now().After(deadline) || ctx.Err() != nil {
+			return fmt.Errorf("apply schema: %w", err)
+		}
+		log.Warn("database not ready; retrying", "err", err)
+		time.Sleep(time.Second)
+	}
+}

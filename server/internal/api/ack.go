@@ -1,0 +1,53 @@
+package api
+
+import (
+	"context"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// Ack acknowledges one message; the result is in the body, always 200.
+func (s *Server) Ack(ctx context.Context, req gen.AckRequestObject) (gen.AckResponseObject, error) {
+	b := req.Body
+	res, err := s.engine.Ack(ctx, []engine.AckItem{{
+		TransactionID: b.TransactionId, PartitionID: b.PartitionId, Status: deref(b.Status),
+		Group: deref(b.ConsumerGroup), LeaseID: deref(b.LeaseId), Error: deref(b.Error),
+	}})
+	if err != nil {
+		return nil, err
+	}
+	return gen.Ack200JSONResponse(ackResult(res[0])), nil
+}
+
+// AckBatch acknowledges many messages of one group; one result per item, in order.
+func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (gen.AckBatchResponseObject, error) {
+	group := deref(req.Body.ConsumerGroup)
+	items := make([]engine.AckItem, len(req.Body.Acknowledgments))
+	for i, a := range req.Body.Acknowledgments {
+		items[i] = engine.AckItem{
+			TransactionID: a.TransactionId, PartitionID: a.PartitionId, Status: deref(a.Status),
+			Group: group, LeaseID: deref(a.LeaseId), Error: deref(a.Error),
+		}
+	}
+	res, err := s.engine.Ack(ctx, items)
+	if err != nil {
+		return nil, err
+	}
+	out := make(gen.AckBatch200JSONResponse, len(res))
+	for i, r := range res {
+		out[i] = ackResult(r)
+	}
+	return out, nil
+}
+
+func ackResult(r engine.AckResult) gen.AckResult {
+	out := gen.AckResult{
+		Index: r.Index, TransactionId: r.TransactionID, Success: r.Success, Error: optional(r.Error),
+		LeaseReleased: r.LeaseReleased, Dlq: r.DLQ, Noop: r.Noop,
+	}
+	if r.Dropped {
+		out.Dropped = &r.Dropped
+	}
+	return out
+}

@@ -1,0 +1,103 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// Configure sets a queue's options: a full replace unless mode is "merge".
+// It reads the raw body because the generated type cannot tell an omitted
+// option (keep, in merge mode) from a null one (back to the default).
+func (s *Server) Configure(ctx context.Context, req gen.ConfigureRequestObject) (gen.ConfigureResponseObject, error) {
+	var body struct {
+		Options map[string]json.RawMessage `json:"options"`
+	}
+	var top map[string]json.RawMessage
+	raw := rawBody(ctx)
+	if err := json.Unmarshal(raw, &body); err != nil {
+		return configureInvalid("options", "options must be an object"), nil
+	}
+	if err := json.Unmarshal(raw, &top); err != nil {
+		return configureInvalid("", "body must be a JSON object"), nil
+	}
+	options := body.Options
+	if options == nil {
+		// Options may also be given at the top level when there is no options object.
+		options = top
+	}
+	merge := false
+	if req.Body.Mode != nil {
+		switch *req.Body.Mode {
+		case "merge":
+			merge = true
+		case "replace":
+		default:
+			return configureInvalid("mode", `mode must be "merge" or "replace", got "`+string(*req.Body.Mode)+`"`), nil
+		}
+	}
+	q, err := s.engine.Configure(ctx, engine.ConfigureRequest{
+		Queue: req.Body.Queue, Namespace: req.Body.Namespace, Task: req.Body.Task, Options: options, Merge: merge,
+	})
+	var bad *engine.InvalidInputError
+	if errors.As(err, &bad) {
+		return configureInvalid(bad.Field, bad.Message), nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return gen.Configure200JSONResponse{
+		Configured: true, QueueId: q.ID.String(), PartitionId: nil, Queue: q.Name,
+		Namespace: q.Namespace, Task: q.Task, Storage: "segments", Options: wireOptions(q.Options),
+	}, nil
+}
+
+func configureInvalid(field, message string) gen.Configure400JSONResponse {
+	out := gen.Configure400JSONResponse{Error: message, Code: "invalid_option"}
+	if field != "" {
+		out.Invalid = &field
+	}
+	return out
+}
+
+// wireOptions converts engine options to the generated type, every key set.
+func wireOptions(o engine.QueueOptions) gen.QueueOptions {
+	var out gen.QueueOptions
+	b, _ := json.Marshal(o)
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// GetQueue returns a queue's identity, effective options and partitions.
+func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (gen.GetQueueResponseObject, error) {
+	q, err := s.engine.GetQueue(ctx, req.Queue)
+	if errors.Is(err, engine.ErrNotFound) {
+		return gen.GetQueue404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
+			Error: "Queue not found", Code: "queue_not_found"}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	parts, err := s.engine.Partitions(ctx, q.ID)
+	if err != nil {
+		return nil, err
+	}
+	var opts gen.QueueDetailOptions
+	b, _ := json.Marshal(q.Options)
+	_ = json.Unmarshal(b, &opts)
+	opts.Namespace, opts.Task = &q.Namespace, &q.Task
+	id := q.ID.String()
+	detail := gen.GetQueue200JSONResponse{
+		Id: &id, Name: &q.Name, Namespace: &q.Namespace, Task: &q.Task, CreatedAt: &q.CreatedAt, Options: &opts,
+	}
+	list := make([]gen.QueuePartition, len(parts))
+	for i, p := range parts {
+		pid := p.ID.String()
+		list[i] = gen.QueuePartition{Id: &pid, Name: &parts[i].Name, CreatedAt: &parts[i].CreatedAt, LastActivity: parts[i].LastWriteAt}
+	}
+	detail.Partitions = &list
+	return detail, nil
+}

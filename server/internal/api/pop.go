@@ -1,0 +1,117 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// popParams is what the three pop routes share.
+type popParams struct {
+	batch, partitions, timeout, leaseSeconds *int
+	wait, autoAck, autopilot                 *bool
+	group, mode, from                        *string
+}
+
+func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*gen.PopResponse, error) {
+	req.Batch = deref(p.batch)
+	if req.Partition == "" {
+		req.Partitions = 1
+		if p.partitions != nil {
+			req.Partitions = *p.partitions
+		}
+	}
+	req.Wait = deref(p.wait)
+	if p.timeout != nil {
+		req.Timeout = time.Duration(*p.timeout) * time.Millisecond
+	}
+	req.LeaseSeconds = deref(p.leaseSeconds)
+	req.AutoAck = deref(p.autoAck)
+	req.Group = deref(p.group)
+	req.SubscriptionMode = deref(p.mode)
+	req.SubscriptionFrom = deref(p.from)
+	res, err := s.engine.Pop(ctx, req)
+	if err != nil {
+		return nil, err
+	}
+	if len(res.Messages) == 0 {
+		return nil, nil
+	}
+	out := &gen.PopResponse{
+		Success:           true,
+		Queue:             req.Queue,
+		Partition:         res.Partition,
+		PartitionId:       res.PartitionID.String(),
+		LeaseId:           res.LeaseID,
+		ConsumerGroup:     res.ConsumerGroup,
+		PartitionsClaimed: res.PartitionsClaimed,
+		Messages:          make([]gen.PopMessage, len(res.Messages)),
+	}
+	for i, m := range res.Messages {
+		out.Messages[i] = gen.PopMessage{
+			Id:            m.ID.String(),
+			TransactionId: m.TransactionID,
+			TraceId:       optional(m.TraceID),
+			ProducerSub:   optional(m.ProducerSub),
+			Data:          m.Data,
+			CreatedAt:     m.CreatedAt.UTC(),
+			PartitionId:   m.PartitionID.String(),
+			Partition:     m.Partition,
+			LeaseId:       m.LeaseID,
+			ConsumerGroup: m.ConsumerGroup,
+		}
+	}
+	return out, nil
+}
+
+// optional turns "" into a JSON null.
+func optional(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}
+
+// PopQueue claims from any partition of a queue.
+func (s *Server) PopQueue(ctx context.Context, req gen.PopQueueRequestObject) (gen.PopQueueResponseObject, error) {
+	p := req.Params
+	res, err := s.pop(ctx, engine.PopRequest{Queue: req.Queue}, popParams{
+		batch: p.Batch, partitions: p.Partitions, timeout: p.Timeout, leaseSeconds: p.LeaseSeconds,
+		wait: p.Wait, autoAck: p.AutoAck, autopilot: p.Autopilot, group: p.ConsumerGroup,
+		mode: (*string)(p.SubscriptionMode), from: p.SubscriptionFrom,
+	})
+	if err != nil || res == nil {
+		return gen.PopQueue204Response{}, err
+	}
+	return gen.PopQueue200JSONResponse{PopOKJSONResponse: gen.PopOKJSONResponse(*res)}, nil
+}
+
+// PopPartition claims from exactly one partition.
+func (s *Server) PopPartition(ctx context.Context, req gen.PopPartitionRequestObject) (gen.PopPartitionResponseObject, error) {
+	p := req.Params
+	res, err := s.pop(ctx, engine.PopRequest{Queue: req.Queue, Partition: req.Partition}, popParams{
+		batch: p.Batch, timeout: p.Timeout, leaseSeconds: p.LeaseSeconds,
+		wait: p.Wait, autoAck: p.AutoAck, autopilot: p.Autopilot, group: p.ConsumerGroup,
+		mode: (*string)(p.SubscriptionMode), from: p.SubscriptionFrom,
+	})
+	if err != nil || res == nil {
+		return gen.PopPartition204Response{}, err
+	}
+	return gen.PopPartition200JSONResponse{PopOKJSONResponse: gen.PopOKJSONResponse(*res)}, nil
+}
+
+// PopDiscover claims across every queue matching namespace and/or task.
+func (s *Server) PopDiscover(ctx context.Context, req gen.PopDiscoverRequestObject) (gen.PopDiscoverResponseObject, error) {
+	p := req.Params
+	res, err := s.pop(ctx, engine.PopRequest{Namespace: deref(p.Namespace), Task: deref(p.Task)}, popParams{
+		batch: p.Batch, partitions: p.Partitions, timeout: p.Timeout, leaseSeconds: p.LeaseSeconds,
+		wait: p.Wait, autoAck: p.AutoAck, autopilot: p.Autopilot, group: p.ConsumerGroup,
+		mode: (*string)(p.SubscriptionMode), from: p.SubscriptionFrom,
+	})
+	if err != nil || res == nil {
+		return gen.PopDiscover204Response{}, err
+	}
+	return gen.PopDiscover200JSONResponse{PopOKJSONResponse: gen.PopOKJSONResponse(*res)}, nil
+}

@@ -1,0 +1,204 @@
+// Package api serves the HTTP API described by openapi.yaml: request
+// validation from the spec, the generated strict handlers, and the mapping
+// between wire types and the engine.
+package api
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/http"
+	"runtime/debug"
+	"strings"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/gorilla/mux"
+	middleware "github.com/oapi-codegen/nethttp-middleware"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// Options configures the HTTP layer.
+type Options struct {
+	Version      string
+	MaxBodyBytes int64
+	Logger       *slog.Logger
+}
+
+// Server implements gen.StrictServerInterface. Operations without a method of
+// their own fall through to gen.Unimplemented and answer 501.
+type Server struct {
+	gen.Unimplemented
+	engine *engine.Engine
+	opts   Options
+	log    *slog.Logger
+}
+
+var _ gen.StrictServerInterface = (*Server)(nil)
+
+// NewServer wires handlers to the engine.
+func NewServer(e *engine.Engine, opts Options) *Server {
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.MaxBodyBytes <= 0 {
+		opts.MaxBodyBytes = 64 << 20
+	}
+	return &Server{engine: e, opts: opts, log: opts.Logger}
+}
+
+// Handler returns the complete HTTP handler: recovery, body limit, spec
+// validation, routing and the strict handlers.
+func (s *Server) Handler() (http.Handler, error) {
+	spec, err := gen.GetSwagger()
+	if err != nil {
+		return nil, fmt.Errorf("load embedded spec: %w", err)
+	}
+	spec.Servers = nil
+	responder := errorResponder{log: s.log}
+	strict := gen.NewStrictHandlerWithOptions(s, nil, gen.StrictHTTPServerOptions{
+		RequestErrorHandlerFunc:  responder.requestError,
+		ResponseErrorHandlerFunc: responder.responseError,
+	})
+	router := mux.NewRouter()
+	// Keys in /kv/{ns}/{key} may hold an escaped '/'.
+	router.UseEncodedPath()
+	router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusNotFound, CodeNoSuchRoute, "Not Found")
+	})
+	router.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		writeError(w, http.StatusMethodNotAllowed, CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+	})
+	validator := middleware.OapiRequestValidatorWithOptions(spec, &middleware.Options{
+		SilenceServersWarning: true,
+		DoNotValidateServers:  true,
+		Options: openapi3filter.Options{
+			// Authentication is the auth middleware's job, not the validator's.
+			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
+			MultiError:         false,
+		},
+		ErrorHandlerWithOpts: validationError,
+	})
+	gen.HandlerWithOptions(strict, gen.GorillaServerOptions{
+		BaseRouter: router,
+		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
+			writeError(w, http.StatusBadRequest, CodeValidation, err.Error())
+		},
+	})
+	var h http.Handler = router
+	h = validator(h)
+	h = s.limitBody(h)
+	h = s.recoverPanics(h)
+	return h, nil
+}
+
+func validationError(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts middleware.ErrorHandlerOpts) {
+	if opts.MatchedRoute == nil {
+		var routeErr *routeError
+		if errors.As(err, &routeErr) || strings.Contains(err.Error(), "no matching operation") {
+			writeError(w, http.StatusNotFound, CodeNoSuchRoute, "Not Found")
+			return
+		}
+		if strings.Contains(err.Error(), "method not allowed") {
+			writeError(w, http.StatusMethodNotAllowed, CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+			return
+		}
+	}
+	status := opts.StatusCode
+	if status < 400 {
+		status = http.StatusBadRequest
+	}
+	if status == http.StatusUnauthorized || status == http.StatusForbidden {
+		status = http.StatusBadRequest
+	}
+	var reqErr *openapi3filter.RequestError
+	msg := err.Error()
+	if errors.As(err, &reqErr) {
+		msg = describeRequestError(reqErr)
+	}
+	writeError(w, status, CodeValidation, msg)
+}
+
+type routeError struct{}
+
+func (*routeError) Error() string { return "route" }
+
+// describeRequestError turns a validator error into one readable sentence.
+func describeRequestError(e *openapi3filter.RequestError) string {
+	var schemaErr *openapi3.SchemaError
+	where := "request body"
+	if e.Parameter != nil {
+		where = "query parameter " + e.Parameter.Name
+		if e.Parameter.In == "path" {
+			where = "path parameter " + e.Parameter.Name
+		}
+	}
+	if errors.As(e.Err, &schemaErr) {
+		path := strings.Join(schemaErr.JSONPointer(), ".")
+		if path != "" {
+			where += " field " + path
+		}
+		return where + ": " + schemaErr.Reason
+	}
+	if e.Reason != "" {
+		return where + ": " + e.Reason
+	}
+	return where + ": " + e.Err.Error()
+}
+
+// limitBody answers 413 when a body passes the configured cap, before any handler runs.
+func (s *Server) limitBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength > s.opts.MaxBodyBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
+				fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, s.opts.MaxBodyBytes))
+			return
+		}
+		if r.Body != nil && r.Body != http.NoBody {
+			body, err := io.ReadAll(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+			if err != nil {
+				writeError(w, http.StatusBadRequest, CodeBadRequest, "reading body: "+err.Error())
+				return
+			}
+			if int64(len(body)) > s.opts.MaxBodyBytes {
+				writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
+					fmt.Sprintf("request body exceeds the limit of %d bytes", s.opts.MaxBodyBytes))
+				return
+			}
+			// The body is parsed as JSON whatever the Content-Type says.
+			r.Header.Set("Content-Type", "application/json")
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r = r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, body))
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+type rawBodyKey struct{}
+
+// rawBody returns the request body bytes for handlers that need more than the
+// generated types keep (absent versus null in configure).
+func rawBody(ctx context.Context) []byte {
+	b, _ := ctx.Value(rawBodyKey{}).([]byte)
+	return b
+}
+
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if v == http.ErrAbortHandler {
+					panic(v)
+				}
+				s.log.Error("panic serving request", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
