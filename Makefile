@@ -112,7 +112,7 @@ verify: lint-spec generate
 	@echo "--- checking generated code is committed and up to date"
 	@if ! git diff --exit-code --stat -- $(GEN_PATHS); then \
 	  echo "error: generated code differs from the commit; run 'make generate' and commit the result" >&2; \
-	  git diff -- $(GEN_PATHS) | head -n 60 >&2; exit 1; fi
+	  git diff -- $(GEN_PATHS) | head -n 60 >&2 || true; exit 1; fi
 	@untracked="$$(git ls-files --others --exclude-standard -- $(GEN_PATHS))"; \
 	if [[ -n "$$untracked" ]]; then \
 	  echo "error: untracked generated files (run 'make generate' and commit them):" >&2; \

@@ -988,7 +988,7 @@ export interface components {
             /** @description Any JSON value, stored and returned verbatim (`data` is not accepted here). */
             payload: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Deduplication key, scoped to the partition; minted when absent. */
             transactionId?: string;
             /** @description Accepted and ignored on this route (only transactions store trace ids). */
@@ -1051,7 +1051,7 @@ export interface components {
             /** @description The pushed payload, verbatim. */
             data: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description JWT `sub` of the producer when auth is on, else null. */
             producerSub: string | null;
             /**
@@ -1173,11 +1173,11 @@ export interface components {
             /** @description Push (flat form) — any JSON value. */
             payload?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Push (flat form) — alias of `payload`. */
             data?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Push (flat form) — trace id (UUID) stored with the message. */
             traceId?: string;
             /** @description Push — dedup key (minted when absent). Ack — transaction id of the message. */
@@ -1201,11 +1201,11 @@ export interface components {
             /** @description Any JSON value (missing → `{}`). */
             payload?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Alias of `payload`. */
             data?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Dedup key (minted when absent). */
             transactionId?: string;
             /** @description Trace id (UUID) stored with the message. */
@@ -1253,7 +1253,7 @@ export interface components {
             /** @description `kv_precondition` — current value of the key (the winner's). */
             value?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description KV rider results, index-aligned. */
             kv?: components["schemas"]["KvResult"][];
             /** @description Timer rider results, index-aligned. */
@@ -1479,11 +1479,11 @@ export interface components {
             /** @description Payload (any JSON). */
             data?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Same as `data`. */
             payload?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
         };
         MessageDetail: {
             id?: string;
@@ -1491,11 +1491,11 @@ export interface components {
             /** @description Payload (any JSON). */
             data?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Same as `data`. */
             payload?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             traceId?: string | null;
             producerSub?: string | null;
             /** Format: date-time */
@@ -1551,7 +1551,7 @@ export interface components {
             /** @description Payload (any JSON). */
             data?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             producerSub?: string | null;
             /**
              * Format: date-time
@@ -1731,7 +1731,7 @@ export interface components {
             /** @description put, putIfAbsent — any JSON value. */
             value?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description put, putIfAbsent, incr — time to live; exactly one of `ttlSeconds`/`forever`. */
             ttlSeconds?: number;
             /** @description put, putIfAbsent, incr — never expires. */
@@ -1770,7 +1770,7 @@ export interface components {
             /** @description Current value (any JSON). */
             value?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             version?: number | null;
             /** Format: date-time */
             expiresAt?: string | null;
@@ -1790,7 +1790,7 @@ export interface components {
             /** @description Value (any JSON); absent with `keysOnly`. */
             value?: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             version?: number;
             /** Format: date-time */
             expiresAt?: string | null;
@@ -1802,7 +1802,7 @@ export interface components {
             /** @description Any JSON value. */
             value: ({
                 [key: string]: unknown;
-            } | null) | unknown[] | string | number | boolean;
+            } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Time to live; exactly one of `ttlSeconds`/`forever`. */
             ttlSeconds?: number;
             /** @description Never expires. */

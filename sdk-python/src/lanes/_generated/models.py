@@ -517,7 +517,7 @@ class DlqMessage(BaseModel):
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
     error_message: Annotated[str | None, Field(alias="errorMessage")] = None
     retry_count: Annotated[int | None, Field(alias="retryCount")] = None
-    data: dict[str, Any] | list[Any] | str | float | bool | None = None
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Payload (any JSON).
     """
@@ -750,7 +750,7 @@ class KvOperation(BaseModel):
     """
     getPrefix — omit values.
     """
-    value: dict[str, Any] | list[Any] | str | float | bool | None = None
+    value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     put, putIfAbsent — any JSON value.
     """
@@ -788,7 +788,7 @@ class KvPutRequest(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    value: dict[str, Any] | list[Any] | str | float | bool
+    value: dict[str, Any] | list[Any] | str | int | float | bool
     """
     Any JSON value.
     """
@@ -833,7 +833,7 @@ class KvResult(BaseModel):
     Writes — why `applied` is false.
     """
     key: str | None = None
-    value: dict[str, Any] | list[Any] | str | float | bool | None = None
+    value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Current value (any JSON).
     """
@@ -859,7 +859,7 @@ class KvRow(BaseModel):
         populate_by_name=True,
     )
     key: str | None = None
-    value: dict[str, Any] | list[Any] | str | float | bool | None = None
+    value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Value (any JSON); absent with `keysOnly`.
     """
@@ -979,11 +979,11 @@ class MessageDetail(BaseModel):
     )
     id: str | None = None
     transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
-    data: dict[str, Any] | list[Any] | str | float | bool | None = None
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Payload (any JSON).
     """
-    payload: dict[str, Any] | list[Any] | str | float | bool | None = None
+    payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Same as `data`.
     """
@@ -1047,11 +1047,11 @@ class MessageListItem(BaseModel):
     segment: Segment | None = None
     created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
     lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")] = None
-    data: dict[str, Any] | list[Any] | str | float | bool | None = None
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Payload (any JSON).
     """
-    payload: dict[str, Any] | list[Any] | str | float | bool | None = None
+    payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Same as `data`.
     """
@@ -1191,7 +1191,7 @@ class PopMessage(BaseModel):
     """
     Trace id written through a transaction, else null.
     """
-    data: dict[str, Any] | list[Any] | str | float | bool
+    data: dict[str, Any] | list[Any] | str | int | float | bool
     """
     The pushed payload, verbatim.
     """
@@ -1272,7 +1272,7 @@ class PushItem(BaseModel):
     """
     Target partition (default `Default`); created on first push.
     """
-    payload: dict[str, Any] | list[Any] | str | float | bool
+    payload: dict[str, Any] | list[Any] | str | int | float | bool
     """
     Any JSON value, stored and returned verbatim (`data` is not accepted here).
     """
@@ -1827,11 +1827,11 @@ class TransactionOperation(BaseModel):
     """
     Push (flat form) — target partition (default `Default`).
     """
-    payload: dict[str, Any] | list[Any] | str | float | bool | None = None
+    payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Push (flat form) — any JSON value.
     """
-    data: dict[str, Any] | list[Any] | str | float | bool | None = None
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Push (flat form) — alias of `payload`.
     """
@@ -1913,11 +1913,11 @@ class TransactionPushItem(BaseModel):
     """
     Target partition (default `Default`).
     """
-    payload: dict[str, Any] | list[Any] | str | float | bool | None = None
+    payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Any JSON value (missing → `{}`).
     """
-    data: dict[str, Any] | list[Any] | str | float | bool | None = None
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Alias of `payload`.
     """
@@ -1991,7 +1991,7 @@ class TransactionResult(BaseModel):
     """
     `kv_precondition` — current version of the key.
     """
-    value: dict[str, Any] | list[Any] | str | float | bool | None = None
+    value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     `kv_precondition` — current value of the key (the winner's).
     """
