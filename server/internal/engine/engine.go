@@ -6,9 +6,10 @@ package engine
 
 import (
 	"context"
-	_ "embed"
+	"embed"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"sync"
 	"sync/atomic"
@@ -17,8 +18,11 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-//go:embed schema.sql
-var schemaSQL string
+// schemaFiles are applied in name order at every boot; each must be idempotent.
+// A feature that needs tables adds its own numbered file.
+//
+//go:embed schema/*.sql
+var schemaFiles embed.FS
 
 // schemaLockKey is the advisory lock taken while the schema is applied, so
 // several brokers booting at once apply it one after the other.
@@ -107,8 +111,18 @@ func ApplySchema(ctx context.Context, pool *pgxpool.Pool) error {
 	defer func() {
 		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(schemaLockKey))
 	}()
-	if _, err := conn.Exec(ctx, schemaSQL); err != nil {
-		return fmt.Errorf("apply schema: %w", err)
+	entries, err := fs.ReadDir(schemaFiles, "schema")
+	if err != nil {
+		return err
+	}
+	for _, entry := range entries { // ReadDir sorts by name
+		sql, err := fs.ReadFile(schemaFiles, "schema/"+entry.Name())
+		if err != nil {
+			return err
+		}
+		if _, err := conn.Exec(ctx, string(sql)); err != nil {
+			return fmt.Errorf("apply schema %s: %w", entry.Name(), err)
+		}
 	}
 	return nil
 }
