@@ -123,7 +123,10 @@ verify: lint-spec generate
 # Lint
 
 .PHONY: lint lint-go lint-js lint-python
-lint: lint-go lint-js lint-python
+lint:
+	@rc=0; \
+	for t in lint-go lint-js lint-python; do $(MAKE) $$t || { echo "$$t: FAILED" >&2; rc=1; }; done; \
+	exit $$rc
 
 lint-go: $(GOLANGCI_LINT)
 	@rc=0; \
