@@ -1,0 +1,116 @@
+package api
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/testdb"
+)
+
+// testDSN is one database shared by the package's tests; tests use their own queue names.
+var testDSN string
+
+func TestMain(m *testing.M) {
+	ctx := context.Background()
+	dsn, cleanup, err := testdb.NewDatabase(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	testDSN = dsn
+	pool, err := pgxpool.New(ctx, dsn)
+	if err == nil {
+		err = engine.ApplySchema(ctx, pool)
+		pool.Close()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "schema:", err)
+		cleanup()
+		os.Exit(1)
+	}
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+// testBroker is a real broker: engine on PostgreSQL behind the real handler on a real listener.
+type testBroker struct {
+	URL    string
+	Engine *engine.Engine
+	Pool   *pgxpool.Pool
+}
+
+func newTestBroker(t testing.TB) *testBroker {
+	t.Helper()
+	pool, err := pgxpool.New(context.Background(), testDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	eng := engine.New(pool, engine.Config{})
+	h, err := NewServer(eng, Options{Version: "test", MaxBodyBytes: 1 << 20}).Handler()
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(func() { srv.Close(); eng.Close(); pool.Close() })
+	return &testBroker{URL: srv.URL, Engine: eng, Pool: pool}
+}
+
+var queueSeq atomic.Int64
+
+func uniqueQueue(t testing.TB) string {
+	name := strings.NewReplacer("/", "-", " ", "-").Replace(t.Name())
+	return fmt.Sprintf("%s-%d-%d", name, time.Now().UnixNano()%1e6, queueSeq.Add(1))
+}
+
+// call sends a request with a JSON (or raw string) body and decodes the JSON answer into out.
+func (b *testBroker) call(t testing.TB, method, path string, body any, out any) (int, http.Header) {
+	t.Helper()
+	var rd io.Reader
+	switch v := body.(type) {
+	case nil:
+	case string:
+		rd = strings.NewReader(v)
+	default:
+		buf, err := json.Marshal(v)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequest(method, b.URL+path, rd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if out != nil && len(raw) > 0 {
+		if err := json.Unmarshal(raw, out); err != nil {
+			t.Fatalf("%s %s: decode %q: %v", method, path, raw, err)
+		}
+	}
+	return resp.StatusCode, resp.Header
+}
+
+// errorBody is the JSON error envelope.
+type errorBody struct {
+	Error string `json:"error"`
+	Code  string `json:"code"`
+}

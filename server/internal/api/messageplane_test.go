@@ -1,0 +1,150 @@
+package api
+
+import (
+	"net/http"
+	"testing"
+)
+
+type pushResult struct {
+	Index         int    `json:"index"`
+	MessageID     string `json:"message_id"`
+	TransactionID string `json:"transaction_id"`
+	QueueName     string `json:"queueName"`
+	Status        string `json:"status"`
+}
+
+type popBody struct {
+	LeaseID  string `json:"leaseId"`
+	Messages []struct {
+		ID            string `json:"id"`
+		TransactionID string `json:"transactionId"`
+		PartitionID   string `json:"partitionId"`
+		Data          any    `json:"data"`
+	} `json:"messages"`
+}
+
+func TestPushPopAckRoundTrip(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	var pushed []pushResult
+	status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": "customer-42", "payload": map[string]any{"orderId": 9137}, "transactionId": "order-9137"},
+	}}, &pushed)
+	if status != http.StatusCreated || len(pushed) != 1 || pushed[0].Status != "queued" || pushed[0].QueueName != q {
+		t.Fatalf("push: %d %+v", status, pushed)
+	}
+	var dup []pushResult
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": "customer-42", "payload": 1, "transactionId": "order-9137"},
+	}}, &dup)
+	if dup[0].Status != "duplicate" || dup[0].MessageID != pushed[0].MessageID {
+		t.Fatalf("duplicate: %+v", dup)
+	}
+	var popped popBody
+	status, _ = b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, &popped)
+	if status != http.StatusOK || len(popped.Messages) != 1 || popped.Messages[0].ID != pushed[0].MessageID {
+		t.Fatalf("pop: %d %+v", status, popped)
+	}
+	var acked map[string]any
+	status, _ = b.call(t, "POST", "/api/v1/ack", map[string]any{
+		"transactionId": "order-9137", "partitionId": popped.Messages[0].PartitionID, "leaseId": popped.LeaseID,
+	}, &acked)
+	if status != http.StatusOK || acked["success"] != true || acked["leaseReleased"] != true {
+		t.Fatalf("ack: %d %+v", status, acked)
+	}
+	status, hdr := b.call(t, "GET", "/api/v1/pop/queue/"+q, nil, nil)
+	if status != http.StatusNoContent || hdr.Get("Content-Length") != "" {
+		t.Fatalf("empty pop must be a bare 204: %d %v", status, hdr)
+	}
+}
+
+func TestBadInputIsRejectedWithACodeAndStoresNothing(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	cases := []struct {
+		name, method, path string
+		body               any
+		status             int
+	}{
+		{"malformed JSON", "POST", "/api/v1/push", `{"items": [`, 400},
+		{"missing items", "POST", "/api/v1/push", `{}`, 400},
+		{"missing queue", "POST", "/api/v1/push", `{"items":[{"payload":1}]}`, 400},
+		{"missing payload", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `"}]}`, 400},
+		{"one bad item fails the request", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","payload":1},{"queue":"` + q + `"}]}`, 400},
+		{"batch not a number", "GET", "/api/v1/pop/queue/" + q + "?batch=abc", nil, 400},
+		{"negative batch", "GET", "/api/v1/pop/queue/" + q + "?batch=-5", nil, 400},
+		{"negative timeout", "GET", "/api/v1/pop/queue/" + q + "?wait=true&timeout=-1", nil, 400},
+		{"bad subscription mode", "GET", "/api/v1/pop/queue/" + q + "?subscriptionMode=sometimes", nil, 400},
+		{"discovery without namespace or task", "GET", "/api/v1/pop", nil, 400},
+		{"ack without partitionId", "POST", "/api/v1/ack", `{"transactionId":"x"}`, 400},
+		{"configure bad option", "POST", "/api/v1/configure", `{"queue":"` + q + `","options":{"retryLimit":-1}}`, 400},
+		{"configure bad mode", "POST", "/api/v1/configure", `{"queue":"` + q + `","mode":"upsert"}`, 400},
+		{"unknown route", "GET", "/api/v1/nothing-here", nil, 404},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			status, hdr := b.call(t, c.method, c.path, c.body, &e)
+			if status != c.status || e.Code == "" || e.Error == "" {
+				t.Fatalf("want %d with {error, code}, got %d %+v", c.status, status, e)
+			}
+			if ct := hdr.Get("Content-Type"); ct != "application/json" {
+				t.Fatalf("content type %q", ct)
+			}
+		})
+	}
+	var n int
+	if err := b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
+		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	if n != 0 {
+		t.Fatalf("rejected requests stored %d segments", n)
+	}
+}
+
+func TestConfigureIsAFullReplaceUnlessMerge(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	type cfg struct {
+		Options map[string]any `json:"options"`
+	}
+	var out cfg
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"leaseTime": 30, "dedupWindowSeconds": 10}}, &out)
+	if out.Options["leaseTime"] != float64(30) || out.Options["dedupWindowSeconds"] != float64(10) {
+		t.Fatalf("configure: %+v", out.Options)
+	}
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "mode": "merge", "options": map[string]any{"retryLimit": 7}}, &out)
+	if out.Options["leaseTime"] != float64(30) || out.Options["retryLimit"] != float64(7) {
+		t.Fatalf("merge kept omitted options? %+v", out.Options)
+	}
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"retryLimit": 5}}, &out)
+	if out.Options["leaseTime"] != float64(300) || out.Options["dedupWindowSeconds"] != float64(3600) {
+		t.Fatalf("replace must reset omitted options to defaults: %+v", out.Options)
+	}
+	var detail struct {
+		Options map[string]any `json:"options"`
+	}
+	status, _ := b.call(t, "GET", "/api/v1/resources/queues/"+q, nil, &detail)
+	if status != 200 || detail.Options["retryLimit"] != float64(5) || len(detail.Options) != 21 {
+		t.Fatalf("queue detail: %d %d keys %+v", status, len(detail.Options), detail.Options)
+	}
+}
+
+func TestLeaseExtendAnswersTheThreeExpiryKeys(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1}}}, nil)
+	var popped popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"?leaseSeconds=5", nil, &popped)
+	var ext map[string]any
+	status, _ := b.call(t, "POST", "/api/v1/lease/"+popped.LeaseID+"/extend", map[string]any{"seconds": 120}, &ext)
+	if status != 200 || ext["success"] != true || ext["renewed"] != float64(1) {
+		t.Fatalf("extend: %d %+v", status, ext)
+	}
+	for _, k := range []string{"newExpiresAt", "expiresAt", "lease_expires_at"} {
+		if ext[k] == nil || ext[k] != ext["expiresAt"] {
+			t.Fatalf("%s = %v", k, ext[k])
+		}
+	}
+}
