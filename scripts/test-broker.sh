@@ -57,7 +57,7 @@ cmd_start() {
     (cd "$REPO" && GOTOOLCHAIN=local go build -o "$BIN" ./server/cmd/lanes)
   fi
 
-  "$REPO/scripts/pg.sh" psql -d postgres -c "drop database if exists \"$DB\" with (force)" >/dev/null
+  PGOPTIONS="-c client_min_messages=warning" "$REPO/scripts/pg.sh" psql -d postgres -c "drop database if exists \"$DB\" with (force)" >/dev/null
   "$REPO/scripts/pg.sh" psql -d postgres -c "create database \"$DB\"" >/dev/null
   local dburl
   dburl="$(LANES_PG_DB="$DB" "$REPO/scripts/pg.sh" url)"
