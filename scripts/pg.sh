@@ -223,6 +223,9 @@ cmd_start() {
   fi
   init_cluster
   write_conf
+  if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
+    die "port $PORT on 127.0.0.1 is taken by another server (another checkout's cluster?); set LANES_PG_PORT"
+  fi
   if ! as_owner "$BINDIR/pg_ctl" -D "$DATA" -l "$LOGFILE" -w -t 60 start >/dev/null; then
     tail -n 40 "$LOGFILE" >&2 || true
     die "PostgreSQL did not start (log: $LOGFILE)"
