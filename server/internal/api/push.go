@@ -9,6 +9,10 @@ import (
 
 // Push stores a list of items; every item carries its own verdict.
 func (s *Server) Push(ctx context.Context, req gen.PushRequestObject) (gen.PushResponseObject, error) {
+	if req.Body.Items == nil {
+		return gen.Push400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "bad body: items is required and must be an array", Code: CodeValidation}}, nil
+	}
 	items := make([]engine.PushItem, len(req.Body.Items))
 	for i, it := range req.Body.Items {
 		items[i] = engine.PushItem{

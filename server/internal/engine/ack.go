@@ -192,7 +192,7 @@ func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckRes
 		JOIN lanes.partitions p ON p.id = c.partition_id
 		JOIN lanes.queues q ON q.id = p.queue_id
 		ORDER BY x.ord
-		FOR UPDATE OF c`, lockP, lockG)
+		FOR UPDATE OF c`, uuidArray(lockP), lockG)
 	if err != nil {
 		return sum, err
 	}
@@ -214,7 +214,7 @@ func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckRes
 	offsets := map[cg]int64{} // (partition, transaction id) -> offset
 	rows, err = tx.Query(ctx, `SELECT t.partition_id, t.transaction_id, t.message_offset
 		FROM unnest($1::uuid[], $2::text[]) AS x(pid, t)
-		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.t`, resP, resT)
+		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.t`, uuidArray(resP), resT)
 	if err != nil {
 		return sum, err
 	}
@@ -295,7 +295,7 @@ func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckRes
 			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::int8[], $5::bool[], $6::int4[], $7::int8[])
 				AS x(pid, g, committed, batch_end, release, retry, consumed)
 			WHERE c.partition_id = x.pid AND c.consumer_group = x.g`,
-			updP, updG, updC, updE, updRelease, updRetry, updD); err != nil {
+			uuidArray(updP), updG, updC, updE, updRelease, updRetry, updD); err != nil {
 			return sum, err
 		}
 	}

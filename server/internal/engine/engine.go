@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
@@ -155,4 +156,14 @@ func invalid(field, format string, args ...any) error {
 func (e *Engine) ReleaseParkedPops() {
 	e.stopParking.Store(true)
 	e.waiters.wakeAll()
+}
+
+// uuidArray hands uuids to pgx as raw 16-byte values: uuid.UUID implements
+// driver.Valuer, which pgx would otherwise encode through text, one string per id.
+func uuidArray(ids []uuid.UUID) [][16]byte {
+	out := make([][16]byte, len(ids))
+	for i, id := range ids {
+		out[i] = id
+	}
+	return out
 }

@@ -27,6 +27,10 @@ type PopRequest struct {
 	SubscriptionFrom string // "now" or an RFC 3339 timestamp
 	Wait             bool
 	Timeout          time.Duration
+	// AutoBatch and AutoWidth ask the pop autopilot to size the knob the
+	// caller left out; an explicit knob is never touched.
+	AutoBatch bool
+	AutoWidth bool
 }
 
 // Message is one delivered message.
@@ -53,8 +57,13 @@ type PopResult struct {
 	PartitionsClaimed int
 	Partition         string    // first claimed partition
 	PartitionID       uuid.UUID // first claimed partition
-	// ReadyPartitions counts claimable partitions seen by the claim, up to the width asked.
+	// ReadyPartitions counts the group's claimable partitions seen by the claim,
+	// including those beyond the width asked.
 	ReadyPartitions int
+	// OldestWait is how long the oldest delivered message waited before this pop.
+	OldestWait time.Duration
+	// Autopilot is the sizing the autopilot applied; nil when it was not engaged.
+	Autopilot *AutopilotEcho
 }
 
 const (
@@ -289,7 +298,7 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 			last_consumed_at = now()
 		FROM unnest($1::uuid[], $2::int8[], $3::int4[]) AS x(pid, hi, lease)
 		WHERE c.partition_id = x.pid AND c.consumer_group = $5`,
-		pids, his, leases, nullableUUID(leaseID), req.Group); err != nil {
+		uuidArray(pids), his, leases, nullableUUID(leaseID), req.Group); err != nil {
 		return nil, err
 	}
 	segs, err := fetchSegments(ctx, tx, fetchPID, fetchLo, fetchHi)
@@ -414,7 +423,7 @@ func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, queues []*
 		  AND (q.window_buffer = 0 OR p.last_write_at <= now() - make_interval(secs => q.window_buffer))
 		ORDER BY c.last_consumed_at NULLS FIRST, p.id
 		LIMIT $4
-		FOR UPDATE OF c SKIP LOCKED`, ids, req.Group, req.Partition, limit)
+		FOR UPDATE OF c SKIP LOCKED`, uuidArray(ids), req.Group, req.Partition, limit)
 	if err != nil {
 		return nil, err
 	}
@@ -450,7 +459,7 @@ func fetchSegments(ctx context.Context, tx pgx.Tx, pids []uuid.UUID, lo, hi []in
 		CROSS JOIN LATERAL (SELECT coalesce(max(base_offset), x.lo) AS b FROM lanes.segments
 			WHERE partition_id = x.pid AND base_offset <= x.lo) f
 		JOIN lanes.segments s ON s.partition_id = x.pid AND s.base_offset >= f.b AND s.base_offset <= x.hi
-		ORDER BY x.ord, s.base_offset`, pids, lo, hi)
+		ORDER BY x.ord, s.base_offset`, uuidArray(pids), lo, hi)
 	if err != nil {
 		return nil, err
 	}

@@ -412,15 +412,15 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		b.Queue(`INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
 			SELECT x.pid, x.b, x.e, clock_timestamp(), x.f
 			FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
-			segPID, segBase, segEnd, segFrames)
+			uuidArray(segPID), segBase, segEnd, segFrames)
 		b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
 			SELECT x.pid, x.t, x.o, x.m, now()
 			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)
 			ON CONFLICT (partition_id, transaction_id) DO UPDATE
 			SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
-			txPID, txID, txOff, txMsg)
+			uuidArray(txPID), txID, txOff, uuidArray(txMsg))
 		b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
-			FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, updPID, updLast)
+			FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, uuidArray(updPID), updLast)
 		b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(touched))
 	}
 	b.Queue("COMMIT")

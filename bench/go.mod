@@ -1,0 +1,3 @@
+module github.com/lanesmq/lanes/bench
+
+go 1.26
