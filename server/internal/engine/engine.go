@@ -43,7 +43,9 @@ type Config struct {
 	PushMaxBatchMessages int
 	// DefaultSubscriptionMode seeds named groups on first contact: "new" or "all".
 	DefaultSubscriptionMode string
-	Logger                  *slog.Logger
+	// PopAutopilot is "on" (default), "shadow" or "off"; see autopilot.go.
+	PopAutopilot string
+	Logger       *slog.Logger
 }
 
 func (c *Config) withDefaults() {
@@ -68,6 +70,8 @@ type Engine struct {
 	log     *slog.Logger
 	pusher  *pusher
 	waiters *waiters
+	// autopilot sizes pops that leave batch or width to the broker.
+	autopilot *autopilot
 
 	closeOnce   sync.Once
 	stopParking atomic.Bool
@@ -80,6 +84,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.withDefaults()
 	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	e.waiters = newWaiters()
+	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.pusher = newPusher(e)
 	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.listenLoop() }()

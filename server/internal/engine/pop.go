@@ -78,6 +78,15 @@ func (e *Engine) Pop(ctx context.Context, req PopRequest) (*PopResult, error) {
 	if err := normalizePop(&req, e.cfg.DefaultSubscriptionMode); err != nil {
 		return nil, err
 	}
+	lane := e.autopilot.plan(&req)
+	res, err := e.popWaiting(ctx, req)
+	if lane != nil {
+		res = e.autopilot.observe(lane, &req, res, err)
+	}
+	return res, err
+}
+
+func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, error) {
 	deadline := time.Now().Add(req.Timeout)
 	interval := popInitialRecheck
 	empties := 0
@@ -127,11 +136,12 @@ func normalizePop(req *PopRequest, defaultMode string) error {
 	if req.Group == "" {
 		req.Group = QueueModeGroup
 	}
-	if req.Batch <= 0 {
+	if req.Batch <= 0 && !req.AutoBatch {
 		req.Batch = 200
 	}
 	if req.Partition != "" {
 		req.Partitions = 1
+		req.AutoWidth = false
 	}
 	if req.Queue == "" && req.Namespace == "" && req.Task == "" {
 		return invalid("namespace", "namespace or task is required")
@@ -174,6 +184,8 @@ type popQueue struct {
 	mode             string
 	subscriptionTS   time.Time
 	seededVersion    int64
+	claimFloor       int64 // xid8 as int8; see schema/040_groups.sql
+	claimEpoch       int64
 }
 
 type claim struct {
@@ -223,9 +235,10 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, req.Group, q.id, mode, ts); err != nil {
 				return nil, err
 			}
-			if err := tx.QueryRow(ctx, `SELECT subscription_mode, subscription_timestamp, seeded_version
+			if err := tx.QueryRow(ctx, `SELECT subscription_mode, subscription_timestamp, seeded_version,
+					claim_floor::text::int8, claim_epoch
 				FROM lanes.consumer_groups WHERE consumer_group = $1 AND queue_id = $2`, req.Group, q.id).
-				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion); err != nil {
+				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion, &q.claimFloor, &q.claimEpoch); err != nil {
 				return nil, err
 			}
 		}
@@ -236,14 +249,14 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 		}
 	}
 
-	claims, err := claimPartitions(ctx, tx, req, queues)
+	claims, ready, err := claimPartitions(ctx, tx, req, queues)
 	if err != nil {
 		return nil, err
 	}
+	res.ReadyPartitions = ready
 	if len(claims) == 0 {
 		return res, tx.Commit(ctx)
 	}
-	res.ReadyPartitions = len(claims)
 	leaseID := ""
 	if !req.AutoAck {
 		leaseID = uuid.NewString()
@@ -327,6 +340,9 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 				})
 			}
 		}
+		if held := segs[c.partitionID]; len(held) > 0 {
+			res.OldestWait = max(res.OldestWait, now.Sub(held[0].createdAt))
+		}
 		res.PartitionsClaimed++
 		if res.PartitionsClaimed == 1 {
 			res.Partition = c.partition
@@ -348,7 +364,8 @@ func nullableUUID(s string) any {
 
 func loadPopQueues(ctx context.Context, tx pgx.Tx, req *PopRequest) ([]*popQueue, error) {
 	const cols = `SELECT q.id, q.name, q.lease_time, q.partition_version,
-			cg.queue_id IS NOT NULL, coalesce(cg.subscription_mode, ''), coalesce(cg.subscription_timestamp, now()), coalesce(cg.seeded_version, -1)
+			cg.queue_id IS NOT NULL, coalesce(cg.subscription_mode, ''), coalesce(cg.subscription_timestamp, now()), coalesce(cg.seeded_version, -1),
+			coalesce(cg.claim_floor::text::int8, 0), coalesce(cg.claim_epoch, 0)
 		FROM lanes.queues q
 		LEFT JOIN lanes.consumer_groups cg ON cg.queue_id = q.id AND cg.consumer_group = $1 `
 	var rows pgx.Rows
@@ -366,7 +383,8 @@ func loadPopQueues(ctx context.Context, tx pgx.Tx, req *PopRequest) ([]*popQueue
 	var out []*popQueue
 	for rows.Next() {
 		q := &popQueue{}
-		if err := rows.Scan(&q.id, &q.name, &q.leaseTime, &q.partitionVersion, &q.registered, &q.mode, &q.subscriptionTS, &q.seededVersion); err != nil {
+		if err := rows.Scan(&q.id, &q.name, &q.leaseTime, &q.partitionVersion, &q.registered, &q.mode, &q.subscriptionTS, &q.seededVersion,
+			&q.claimFloor, &q.claimEpoch); err != nil {
 			return nil, err
 		}
 		out = append(out, q)
@@ -396,49 +414,107 @@ func seedCursors(ctx context.Context, tx pgx.Tx, group string, q *popQueue) erro
 }
 
 // claimPartitions locks up to the requested width of claimable cursor rows,
-// skipping rows another pop holds, least recently served first.
-func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, queues []*popQueue) ([]claim, error) {
+// skipping rows another pop holds, least recently served first. It also
+// reports how many of the group's partitions were claimable (beyond the width),
+// and advances each queue's claim floor in the same statement.
+//
+// Only partitions written at or after the group's claim floor are looked at
+// (index on (queue_id, last_write_xid)), so a queue with 100,000 idle
+// partitions costs what its busy ones cost. The new floor is the smallest
+// last_write_xid still holding work (or lacking a cursor), capped at the
+// snapshot's xmin so a write not yet visible can never fall below it. It is
+// stored only if no seek or delete bumped claim_epoch meanwhile, and the row is
+// taken SKIP LOCKED so pops never queue behind each other for it.
+func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, queues []*popQueue) ([]claim, int, error) {
 	ids := make([]uuid.UUID, len(queues))
+	floors := make([]int64, len(queues))
+	epochs := make([]int64, len(queues))
 	for i, q := range queues {
 		ids[i] = q.id
+		floors[i] = q.claimFloor
+		epochs[i] = q.claimEpoch
 	}
 	var limit any
 	if req.Partitions > 0 {
 		limit = req.Partitions
 	}
-	rows, err := tx.Query(ctx, `SELECT c.partition_id, p.name, q.name, q.lease_time, c.committed, p.last_offset,
-			greatest(c.committed + 1, p.log_start), v.visible_end
-		FROM lanes.partitions p
-		JOIN lanes.queues q ON q.id = p.queue_id
-		JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
-		CROSS JOIN LATERAL (SELECT CASE WHEN q.delayed_processing > 0 THEN
-				coalesce((SELECT sg.end_offset FROM lanes.segments sg
-					WHERE sg.partition_id = p.id AND sg.created_at <= now() - make_interval(secs => q.delayed_processing)
-					ORDER BY sg.base_offset DESC LIMIT 1), -1)
-			ELSE p.last_offset END AS visible_end) v
-		WHERE p.queue_id = ANY($1) AND ($3 = '' OR p.name = $3)
-		  AND p.last_offset > c.committed
-		  AND v.visible_end > c.committed
-		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-		  AND (q.window_buffer = 0 OR p.last_write_at <= now() - make_interval(secs => q.window_buffer))
-		ORDER BY c.last_consumed_at NULLS FIRST, p.id
-		LIMIT $4
-		FOR UPDATE OF c SKIP LOCKED`, uuidArray(ids), req.Group, req.Partition, limit)
+	// A pinned partition is found by name; the floor only serves wildcard scans.
+	scan := `p.last_write_xid >= s.floor`
+	if req.Partition != "" {
+		scan = `p.name = $3`
+	}
+	rows, err := tx.Query(ctx, `WITH scope AS (
+			SELECT s.qid, s.floor::text::xid8 AS floor, s.epoch
+			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)),
+		cand AS MATERIALIZED (
+			SELECT p.id AS pid, p.queue_id AS qid, p.name AS pname, q.name AS qname, q.lease_time,
+				p.last_offset, p.log_start, p.last_write_xid, c.last_consumed_at, v.visible_end,
+				c.partition_id IS NOT NULL
+					AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+					AND v.visible_end > c.committed
+					AND (q.window_buffer = 0 OR p.last_write_at <= now() - make_interval(secs => q.window_buffer)) AS claimable
+			FROM scope s
+			JOIN lanes.queues q ON q.id = s.qid
+			JOIN lanes.partitions p ON p.queue_id = s.qid AND `+scan+`
+			LEFT JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
+			CROSS JOIN LATERAL (SELECT CASE WHEN q.delayed_processing > 0 THEN
+					coalesce((SELECT sg.end_offset FROM lanes.segments sg
+						WHERE sg.partition_id = p.id AND sg.created_at <= now() - make_interval(secs => q.delayed_processing)
+						ORDER BY sg.base_offset DESC LIMIT 1), -1)
+				ELSE p.last_offset END AS visible_end) v
+			WHERE c.partition_id IS NULL OR p.last_offset > c.committed),
+		picked AS (
+			SELECT c.partition_id, c.committed
+			FROM cand JOIN lanes.consumers c ON c.partition_id = cand.pid AND c.consumer_group = $2
+			WHERE cand.claimable AND c.committed < cand.last_offset
+			  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+			ORDER BY cand.last_consumed_at NULLS FIRST, cand.pid
+			LIMIT $4
+			FOR UPDATE OF c SKIP LOCKED),
+		floors AS (
+			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor
+			FROM scope s
+			CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) snap
+			LEFT JOIN cand ON cand.qid = s.qid
+			GROUP BY s.qid, s.epoch, snap.xmin),
+		advanced AS (
+			UPDATE lanes.consumer_groups g SET claim_floor = f.floor
+			FROM floors f
+			WHERE $3 = '' AND g.consumer_group = $2 AND g.queue_id = f.qid
+			  AND g.claim_floor < f.floor AND g.claim_epoch = f.epoch
+			  AND g.queue_id IN (SELECT l.queue_id FROM lanes.consumer_groups l
+				WHERE l.consumer_group = $2 AND l.queue_id = ANY($1) FOR UPDATE SKIP LOCKED)
+			RETURNING 1)
+		SELECT (SELECT count(*) FROM cand WHERE claimable)::int, (SELECT count(*) FROM advanced)::int,
+			cand.pid, cand.pname, cand.qname, cand.lease_time, picked.committed, cand.last_offset,
+			greatest(picked.committed + 1, cand.log_start), cand.visible_end
+		FROM (SELECT 1) one
+		LEFT JOIN picked ON true
+		LEFT JOIN cand ON cand.pid = picked.partition_id
+		ORDER BY cand.last_consumed_at NULLS FIRST, cand.pid`,
+		ids, req.Group, req.Partition, limit, floors, epochs)
 	if err != nil {
-		return nil, err
+		return nil, 0, err
 	}
 	defer rows.Close()
 	var out []claim
+	ready := 0
 	for rows.Next() {
-		var c claim
-		var visibleEnd int64
-		if err := rows.Scan(&c.partitionID, &c.partition, &c.queue, &c.leaseTime, &c.committed, &c.lastOffset, &c.from, &visibleEnd); err != nil {
-			return nil, err
+		var advanced int
+		var pid *uuid.UUID
+		var partition, queue *string
+		var leaseTime *int
+		var committed, lastOffset, from, visibleEnd *int64
+		if err := rows.Scan(&ready, &advanced, &pid, &partition, &queue, &leaseTime, &committed, &lastOffset, &from, &visibleEnd); err != nil {
+			return nil, 0, err
 		}
-		c.to = visibleEnd
-		out = append(out, c)
+		if pid == nil {
+			continue // nothing claimed: the row only carries the counts
+		}
+		out = append(out, claim{partitionID: *pid, partition: *partition, queue: *queue, leaseTime: *leaseTime,
+			committed: *committed, lastOffset: *lastOffset, from: *from, to: *visibleEnd})
 	}
-	return out, rows.Err()
+	return out, ready, rows.Err()
 }
 
 type segment struct {
