@@ -20,7 +20,8 @@ REPO := $(abspath $(dir $(lastword $(MAKEFILE_LIST))))
 SPEC ?= openapi.yaml
 SPEC_ABS := $(abspath $(SPEC))
 BIN := $(REPO)/bin
-GO_MODULES := server sdk-go conformance
+# Go modules: every `use` of go.work (server, sdk-go, conformance, bench, ...).
+GO_MODULES = $(or $(patsubst $(REPO)/%,%,$(shell go list -m -f '{{.Dir}}' 2>/dev/null)),server sdk-go conformance)
 GO_TEST_TIMEOUT ?= 15m
 GO_TEST_FLAGS ?=
 PORT ?= 6632
