@@ -200,53 +200,18 @@ func (p *pusher) commitWithRetry(batch []*pushRequest) error {
 
 type partitionKey struct{ queue, partition string }
 
-type pushRef struct{ req, item int }
-
 // commitPushes writes every request of a group commit in one transaction and
-// two round trips: (ensure queues and partitions, lock partition rows in id
-// order, probe dedup under the lock), then (insert segments and txns, advance
-// allocators, notify, commit).
+// two round trips: (begin, ensure queues and partitions, lock partition rows
+// in id order, probe dedup under the lock), then (insert segments and txns,
+// advance allocators, notify, commit).
 func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
-	groups := map[partitionKey][]pushRef{}
-	for ri, r := range batch {
-		for ii := range r.items {
-			k := partitionKey{r.items[ii].Queue, r.items[ii].Partition}
-			groups[k] = append(groups[k], pushRef{ri, ii})
+	var slots []pushSlot
+	for _, r := range batch {
+		for i := range r.items {
+			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i]})
 		}
 	}
-	keys := make([]partitionKey, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if keys[i].queue != keys[j].queue {
-			return keys[i].queue < keys[j].queue
-		}
-		return keys[i].partition < keys[j].partition
-	})
-	queueNames := []string{}
-	namespaces := []string{}
-	tasks := []string{}
-	pQueues := make([]string, len(keys))
-	pNames := make([]string, len(keys))
-	for i, k := range keys {
-		if i == 0 || k.queue != keys[i-1].queue {
-			ns, task := NamespaceTask(k.queue)
-			queueNames = append(queueNames, k.queue)
-			namespaces = append(namespaces, ns)
-			tasks = append(tasks, task)
-		}
-		pQueues[i] = k.queue
-		pNames[i] = k.partition
-	}
-	var probeQ, probeP, probeT []string
-	for _, k := range keys {
-		for _, ref := range groups[k] {
-			probeQ = append(probeQ, k.queue)
-			probeP = append(probeP, k.partition)
-			probeT = append(probeT, batch[ref.req].items[ref.item].TransactionID)
-		}
-	}
+	w := newPushWrite(slots, false)
 
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -262,6 +227,114 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
+	w.queueLock(b)
+	br := conn.SendBatch(ctx, b)
+	err = func() error {
+		defer br.Close()
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
+		return w.readLock(br)
+	}()
+	if err != nil {
+		return err
+	}
+	b = &pgx.Batch{}
+	w.queueWrites(b)
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	committed = true
+	w.wake(e)
+	return nil
+}
+
+// pushSlot is one item of a push write and where its verdict goes.
+type pushSlot struct {
+	item   *PushItem
+	result *PushResult
+	// messageID is preset by writers that promised an id in advance (timers); zero mints one.
+	messageID uuid.UUID
+	// inLog is set when the dedup probe found the transaction id already stored,
+	// as opposed to a repeat within this write.
+	inLog bool
+}
+
+type pushPartition struct {
+	id         uuid.UUID
+	lastOffset int64
+	dedup      bool
+}
+
+// pushWrite writes pushes inside a caller's transaction, split in phases so
+// callers can fold its statements into their own round trips:
+//
+//	queueLock  → provision queue and partition rows, lock the partition rows
+//	             ascending by id (FOR UPDATE), probe lanes.txns under that lock
+//	readLock   → read those answers
+//	queueWrites → one segment per partition, txns rows, last_offset, pg_notify
+//	wake       → after commit, wake this broker's parked pops
+//
+// Lock order: a caller that also locks consumer rows (transaction bundles)
+// does so after queueWrites, never before queueLock.
+type pushWrite struct {
+	slots []pushSlot
+	// firstWins makes a repeated transaction id within the write a duplicate
+	// even when the queue's dedup window is off (transaction bundles).
+	firstWins bool
+	groups    map[partitionKey][]int
+	keys      []partitionKey
+	parts     map[partitionKey]*pushPartition
+	seen      map[partitionKey]map[string]uuid.UUID
+	touched   map[string]bool
+}
+
+func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
+	w := &pushWrite{slots: slots, firstWins: firstWins, groups: map[partitionKey][]int{},
+		parts: map[partitionKey]*pushPartition{}, seen: map[partitionKey]map[string]uuid.UUID{}, touched: map[string]bool{}}
+	for i := range slots {
+		k := partitionKey{slots[i].item.Queue, slots[i].item.Partition}
+		w.groups[k] = append(w.groups[k], i)
+	}
+	w.keys = make([]partitionKey, 0, len(w.groups))
+	for k := range w.groups {
+		w.keys = append(w.keys, k)
+	}
+	sort.Slice(w.keys, func(i, j int) bool {
+		if w.keys[i].queue != w.keys[j].queue {
+			return w.keys[i].queue < w.keys[j].queue
+		}
+		return w.keys[i].partition < w.keys[j].partition
+	})
+	return w
+}
+
+// queueLock queues four statements: two provisioning execs and two queries.
+func (w *pushWrite) queueLock(b *pgx.Batch) {
+	queueNames := []string{}
+	namespaces := []string{}
+	tasks := []string{}
+	pQueues := make([]string, len(w.keys))
+	pNames := make([]string, len(w.keys))
+	for i, k := range w.keys {
+		if i == 0 || k.queue != w.keys[i-1].queue {
+			ns, task := NamespaceTask(k.queue)
+			queueNames = append(queueNames, k.queue)
+			namespaces = append(namespaces, ns)
+			tasks = append(tasks, task)
+		}
+		pQueues[i] = k.queue
+		pNames[i] = k.partition
+	}
+	var probeQ, probeP, probeT []string
+	for _, k := range w.keys {
+		for _, si := range w.groups[k] {
+			probeQ = append(probeQ, k.queue)
+			probeP = append(probeP, k.partition)
+			probeT = append(probeT, w.slots[si].item.TransactionID)
+		}
+	}
 	b.Queue(`INSERT INTO lanes.queues (name, namespace, task)
 		SELECT n, ns, t FROM unnest($1::text[], $2::text[], $3::text[]) AS x(n, ns, t)
 		ON CONFLICT (name) DO NOTHING`, queueNames, namespaces, tasks)
@@ -285,68 +358,80 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		JOIN lanes.txns t ON t.partition_id = p.id AND t.transaction_id = x.txn
 		WHERE q.dedup_window_seconds > 0
 		  AND t.created_at > now() - make_interval(secs => q.dedup_window_seconds)`, probeQ, probeP, probeT)
+}
 
-	type partState struct {
-		id         uuid.UUID
-		lastOffset int64
-		dedup      bool
+// readLock reads the answers of the statements queueLock queued.
+func (w *pushWrite) readLock(br pgx.BatchResults) error {
+	for i := 0; i < 2; i++ {
+		if _, err := br.Exec(); err != nil {
+			return err
+		}
 	}
-	parts := map[partitionKey]*partState{}
-	seen := map[partitionKey]map[string]uuid.UUID{}
-	br := conn.SendBatch(ctx, b)
-	err = func() error {
-		defer br.Close()
-		for i := 0; i < 3; i++ {
-			if _, err := br.Exec(); err != nil {
-				return err
-			}
-		}
-		rows, err := br.Query()
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var ps partState
-			var k partitionKey
-			var window int
-			if err := rows.Scan(&ps.id, &ps.lastOffset, &k.queue, &k.partition, &window); err != nil {
-				rows.Close()
-				return err
-			}
-			ps.dedup = window > 0
-			parts[k] = &ps
-		}
-		rows.Close()
-		if err := rows.Err(); err != nil {
-			return err
-		}
-		rows, err = br.Query()
-		if err != nil {
-			return err
-		}
-		for rows.Next() {
-			var k partitionKey
-			var txn string
-			var mid uuid.UUID
-			if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
-				rows.Close()
-				return err
-			}
-			if seen[k] == nil {
-				seen[k] = map[string]uuid.UUID{}
-			}
-			seen[k][txn] = mid
-		}
-		rows.Close()
-		return rows.Err()
-	}()
+	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
-	if len(parts) != len(keys) {
-		return fmt.Errorf("push: %d of %d partitions resolved", len(parts), len(keys))
+	for rows.Next() {
+		var ps pushPartition
+		var k partitionKey
+		var window int
+		if err := rows.Scan(&ps.id, &ps.lastOffset, &k.queue, &k.partition, &window); err != nil {
+			rows.Close()
+			return err
+		}
+		ps.dedup = window > 0
+		w.parts[k] = &ps
 	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return err
+	}
+	for rows.Next() {
+		var k partitionKey
+		var txn string
+		var mid uuid.UUID
+		if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
+			rows.Close()
+			return err
+		}
+		if w.seen[k] == nil {
+			w.seen[k] = map[string]uuid.UUID{}
+		}
+		w.seen[k][txn] = mid
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(w.parts) != len(w.keys) {
+		return fmt.Errorf("push: %d of %d partitions resolved", len(w.parts), len(w.keys))
+	}
+	return nil
+}
 
+// duplicateInLog reports the first slot whose transaction id the log already holds.
+func (w *pushWrite) duplicateInLog() (int, bool) {
+	for _, k := range w.keys {
+		if !w.parts[k].dedup {
+			continue
+		}
+		for _, si := range w.groups[k] {
+			if _, dup := w.seen[k][w.slots[si].item.TransactionID]; dup {
+				return si, true
+			}
+		}
+	}
+	return 0, false
+}
+
+// queueWrites assigns offsets and verdicts and queues the inserts, the
+// allocator advance and the notification; nothing is queued when every item
+// is a duplicate.
+func (w *pushWrite) queueWrites(b *pgx.Batch) {
 	var segPID []uuid.UUID
 	var segBase, segEnd []int64
 	var segFrames [][]byte
@@ -356,31 +441,39 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	var txMsg []uuid.UUID
 	var updPID []uuid.UUID
 	var updLast []int64
-	touched := map[string]bool{}
-	for _, k := range keys {
-		ps := parts[k]
-		dups := seen[k]
+	for _, k := range w.keys {
+		ps := w.parts[k]
+		dups := w.seen[k]
 		if dups == nil {
 			dups = map[string]uuid.UUID{}
 		}
+		fromLog := make(map[string]bool, len(dups))
+		for txn := range dups {
+			fromLog[txn] = true
+		}
+		checkDups := ps.dedup || w.firstWins
 		txnRow := map[string]int{}
 		next := ps.lastOffset + 1
 		var blob []byte
-		for _, ref := range groups[k] {
-			it := &batch[ref.req].items[ref.item]
-			res := &batch[ref.req].results[ref.item]
-			if ps.dedup {
+		for _, si := range w.groups[k] {
+			slot := &w.slots[si]
+			it, res := slot.item, slot.result
+			if checkDups {
 				if orig, dup := dups[it.TransactionID]; dup {
 					res.Status = PushDuplicate
 					res.MessageID = orig
+					slot.inLog = fromLog[it.TransactionID]
 					continue
 				}
 			}
-			id := newMessageID()
+			id := slot.messageID
+			if id == uuid.Nil {
+				id = newMessageID()
+			}
 			blob = appendFrame(blob, &Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
 			res.Status = PushQueued
 			res.MessageID = id
-			if ps.dedup {
+			if checkDups {
 				dups[it.TransactionID] = id
 			}
 			if j, ok := txnRow[it.TransactionID]; ok {
@@ -404,34 +497,29 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		segFrames = append(segFrames, blob)
 		updPID = append(updPID, ps.id)
 		updLast = append(updLast, next-1)
-		touched[k.queue] = true
+		w.touched[k.queue] = true
 	}
+	if len(segPID) == 0 {
+		return
+	}
+	b.Queue(`INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+		SELECT x.pid, x.b, x.e, clock_timestamp(), x.f
+		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
+		uuidArray(segPID), segBase, segEnd, segFrames)
+	b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
+		SELECT x.pid, x.t, x.o, x.m, now()
+		FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)
+		ON CONFLICT (partition_id, transaction_id) DO UPDATE
+		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
+		uuidArray(txPID), txID, txOff, uuidArray(txMsg))
+	b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
+		FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, uuidArray(updPID), updLast)
+	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(w.touched))
+}
 
-	b = &pgx.Batch{}
-	if len(segPID) > 0 {
-		b.Queue(`INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
-			SELECT x.pid, x.b, x.e, clock_timestamp(), x.f
-			FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
-			uuidArray(segPID), segBase, segEnd, segFrames)
-		b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
-			SELECT x.pid, x.t, x.o, x.m, now()
-			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)
-			ON CONFLICT (partition_id, transaction_id) DO UPDATE
-			SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
-			uuidArray(txPID), txID, txOff, uuidArray(txMsg))
-		b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
-			FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, uuidArray(updPID), updLast)
-		b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(touched))
+// wake tells this broker's parked pops about the queues the committed write touched.
+func (w *pushWrite) wake(e *Engine) {
+	for q := range w.touched {
+		e.waiters.wake(q)
 	}
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
-		return err
-	}
-	committed = true
-	if len(touched) > 0 {
-		for q := range touched {
-			e.waiters.wake(q)
-		}
-	}
-	return nil
 }
