@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strconv"
@@ -82,9 +83,12 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	if cfg.PprofAddr != "" {
+		go servePprof(cfg.PprofAddr, log)
+	}
 	addr := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port))
 	httpServer := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
-	listener, err := net.Listen("tcp", addr)
+	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return err
 	}
@@ -125,5 +129,18 @@ func applySchemaWithRetry(ctx context.Context, pool *pgxpool.Pool, log *slog.Log
 		}
 		log.Warn("database not ready; retrying", "err", err)
 		time.Sleep(time.Second)
+	}
+}
+
+// servePprof exposes profiles on a separate, opt-in listener.
+func servePprof(addr string, log *slog.Logger) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/heap", pprof.Index)
+	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	log.Info("pprof listening", "addr", addr)
+	if err := srv.ListenAndServe(); err != nil {
+		log.Warn("pprof stopped", "err", err)
 	}
 }

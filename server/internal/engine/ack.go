@@ -2,7 +2,7 @@ package engine
 
 import (
 	"context"
-	"encoding/json"
+	"errors"
 	"fmt"
 	"sort"
 
@@ -427,7 +427,7 @@ func fileDeadLetters(ctx context.Context, tx pgx.Tx, filings []dlqFiling) error 
 			WHERE partition_id = $1 AND base_offset <= $2 ORDER BY base_offset DESC LIMIT 1`, f.partition, f.offset).
 			Scan(&base, &end, &createdAt, &blob)
 		if err != nil {
-			if err == pgx.ErrNoRows {
+			if errors.Is(err, pgx.ErrNoRows) {
 				continue // deleted by retention meanwhile: nothing left to file
 			}
 			return err
@@ -441,7 +441,7 @@ func fileDeadLetters(ctx context.Context, tx pgx.Tx, filings []dlqFiling) error 
 			continue
 		}
 		fr := frames[i]
-		payload := json.RawMessage(fr.Payload)
+		payload := fr.Payload
 		if _, err := tx.Exec(ctx, `INSERT INTO lanes.dlq (partition_id, consumer_group, message_offset, message_id,
 				transaction_id, trace_id, payload, error, retry_count, created_at)
 			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8, $9, $10)`,

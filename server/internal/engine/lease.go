@@ -20,7 +20,7 @@ func (e *Engine) ExtendLease(ctx context.Context, leaseID string, seconds int) (
 	if seconds < 1 {
 		seconds = 1
 	}
-	if _, err := uuid.Parse(leaseID); err != nil {
+	if !isUUID(leaseID) {
 		return out, nil // not a lease this broker could have issued
 	}
 	err := e.pool.QueryRow(ctx, `WITH renewed AS (
@@ -30,4 +30,9 @@ func (e *Engine) ExtendLease(ctx context.Context, leaseID string, seconds int) (
 			RETURNING lease_expires_at)
 		SELECT count(*), min(lease_expires_at) FROM renewed`, leaseID, seconds).Scan(&out.Renewed, &out.ExpiresAt)
 	return out, err
+}
+
+func isUUID(s string) bool {
+	_, err := uuid.Parse(s)
+	return err == nil
 }
