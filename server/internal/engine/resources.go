@@ -1,0 +1,280 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// MessageCounts are derived from watermarks, never by counting messages:
+// a partition retains last_offset − log_start + 1 messages; its reference cursor
+// (queue mode, else the slowest group) has completed those up to committed and
+// holds those up to batch_end under a live lease; the rest are pending.
+// DeadLetter counts dead-letter rows (they are also completed).
+type MessageCounts struct {
+	Total, Pending, Processing, Completed, DeadLetter int64
+}
+
+// partitionCountsCTE yields one row of counts per partition.
+const partitionCountsCTE = `WITH pc AS (
+	SELECT p.queue_id, p.id AS partition_id,
+		greatest(p.last_offset - p.log_start + 1, 0) AS total,
+		CASE WHEN ref.committed IS NULL THEN 0
+			ELSE greatest(least(ref.committed, p.last_offset) - p.log_start + 1, 0) END AS completed,
+		CASE WHEN ref.lease_expires_at > now()
+			THEN greatest(least(ref.batch_end, p.last_offset) - greatest(ref.committed, p.log_start - 1), 0)
+			ELSE 0 END AS processing,
+		(SELECT count(*) FROM lanes.dlq d WHERE d.partition_id = p.id) AS dead
+	FROM lanes.partitions p
+	LEFT JOIN LATERAL (SELECT c.committed, c.batch_end, c.lease_expires_at FROM lanes.consumers c
+		WHERE c.partition_id = p.id
+		ORDER BY c.consumer_group = '` + QueueModeGroup + `' DESC, c.committed LIMIT 1) ref ON true
+	WHERE p.queue_id IN (SELECT id FROM lanes.queues q WHERE ($1 = '' OR q.name = $1)
+		AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)))
+`
+
+const countColumns = `coalesce(sum(pc.total), 0)::int8, coalesce(sum(pc.completed), 0)::int8,
+	coalesce(sum(pc.processing), 0)::int8, coalesce(sum(pc.dead), 0)::int8`
+
+func scanCounts(total, completed, processing, dead int64) MessageCounts {
+	return MessageCounts{Total: total, Completed: completed, Processing: processing, DeadLetter: dead,
+		Pending: max(total-completed-processing, 0)}
+}
+
+// QueueSummary is one queue with its partition count and message counts.
+type QueueSummary struct {
+	ID         uuid.UUID
+	Name       string
+	Namespace  string
+	Task       string
+	CreatedAt  time.Time
+	Partitions int
+	Messages   MessageCounts
+}
+
+// QueueListFilter selects queues; empty strings do not filter.
+type QueueListFilter struct {
+	Queue, Namespace, Task string
+	Limit, Offset          int
+}
+
+// ListQueues returns one page of queues by name and the number matching the filters.
+func (e *Engine) ListQueues(ctx context.Context, f QueueListFilter) ([]QueueSummary, int, error) {
+	if f.Limit <= 0 {
+		f.Limit = 100
+	}
+	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
+		SELECT q.id, q.name, q.namespace, q.task, q.created_at, count(pc.partition_id)::int, `+countColumns+`,
+			count(*) OVER ()::int
+		FROM lanes.queues q LEFT JOIN pc ON pc.queue_id = q.id
+		WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)
+		GROUP BY q.id ORDER BY q.name LIMIT $4 OFFSET $5`, f.Queue, f.Namespace, f.Task, f.Limit, f.Offset)
+	if err != nil {
+		return nil, 0, err
+	}
+	total := 0
+	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueSummary, error) {
+		var s QueueSummary
+		var t, c, p, d int64
+		err := r.Scan(&s.ID, &s.Name, &s.Namespace, &s.Task, &s.CreatedAt, &s.Partitions, &t, &c, &p, &d, &total)
+		s.Messages = scanCounts(t, c, p, d)
+		return s, err
+	})
+	if err == nil && len(out) == 0 && f.Offset > 0 {
+		// The window function is empty past the last page; count separately.
+		err = e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.queues q
+			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)`,
+			f.Queue, f.Namespace, f.Task).Scan(&total)
+	}
+	return out, total, err
+}
+
+// Overview is the system-wide summary.
+type Overview struct {
+	Queues, Partitions, Namespaces, Tasks int
+	Messages                              MessageCounts
+}
+
+// Overview counts queues, partitions, namespaces, tasks and messages.
+func (e *Engine) Overview(ctx context.Context) (*Overview, error) {
+	o := &Overview{}
+	var t, c, p, d int64
+	err := e.pool.QueryRow(ctx, partitionCountsCTE+`SELECT
+			(SELECT count(*) FROM lanes.queues)::int, (SELECT count(*) FROM pc)::int,
+			(SELECT count(DISTINCT namespace) FROM lanes.queues WHERE namespace <> '')::int,
+			(SELECT count(DISTINCT task) FROM lanes.queues WHERE task <> '')::int, `+countColumns+` FROM pc`, "", "", "").
+		Scan(&o.Queues, &o.Partitions, &o.Namespaces, &o.Tasks, &t, &c, &p, &d)
+	o.Messages = scanCounts(t, c, p, d)
+	return o, err
+}
+
+// LabelSummary aggregates the queues sharing a namespace or a task.
+type LabelSummary struct {
+	Label      string
+	Queues     int
+	Partitions int
+	Messages   MessageCounts
+}
+
+// Namespaces summarises every non-empty namespace.
+func (e *Engine) Namespaces(ctx context.Context) ([]LabelSummary, error) {
+	return e.labelSummaries(ctx, "namespace")
+}
+
+// Tasks summarises every non-empty task.
+func (e *Engine) Tasks(ctx context.Context) ([]LabelSummary, error) {
+	return e.labelSummaries(ctx, "task")
+}
+
+func (e *Engine) labelSummaries(ctx context.Context, column string) ([]LabelSummary, error) {
+	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
+		SELECT q.`+column+`, count(DISTINCT q.id)::int, count(pc.partition_id)::int, `+countColumns+`
+		FROM lanes.queues q LEFT JOIN pc ON pc.queue_id = q.id
+		WHERE q.`+column+` <> '' GROUP BY q.`+column+` ORDER BY q.`+column, "", "", "")
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LabelSummary, error) {
+		var s LabelSummary
+		var t, c, p, d int64
+		err := r.Scan(&s.Label, &s.Queues, &s.Partitions, &t, &c, &p, &d)
+		s.Messages = scanCounts(t, c, p, d)
+		return s, err
+	})
+}
+
+// PartitionDepth is one partition's pending count for a group.
+type PartitionDepth struct {
+	Partition string
+	Pending   int64
+}
+
+// QueueDepth counts what group has not committed, per partition; a partition the
+// group has no cursor on counts everything retained. ErrNotFound for an unknown queue.
+func (e *Engine) QueueDepth(ctx context.Context, queue, group string) ([]PartitionDepth, error) {
+	if group == "" {
+		group = QueueModeGroup
+	}
+	var qid uuid.UUID
+	if err := e.pool.QueryRow(ctx, `SELECT id FROM lanes.queues WHERE name = $1`, queue).Scan(&qid); err != nil {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil, ErrNotFound
+		}
+		return nil, err
+	}
+	rows, err := e.pool.Query(ctx, `SELECT p.name,
+			greatest(p.last_offset - greatest(coalesce(c.committed, -1), p.log_start - 1), 0)
+		FROM lanes.partitions p
+		LEFT JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
+		WHERE p.queue_id = $1 ORDER BY p.name`, qid, group)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionDepth, error) {
+		var d PartitionDepth
+		err := r.Scan(&d.Partition, &d.Pending)
+		return d, err
+	})
+}
+
+// DeleteQueue removes a queue with its partitions, segments, cursors, subscriptions,
+// transaction index and dead letters. false when there was no such queue.
+func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
+	deleted := false
+	var err error
+	for attempt := 0; attempt < 3; attempt++ {
+		err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+			// Dead letters first: a replay locks its row before the partition, so
+			// taking them in the same order cannot deadlock with it.
+			for _, stmt := range []string{
+				`DELETE FROM lanes.dlq WHERE partition_id IN (SELECT p.id FROM lanes.partitions p
+					JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1)`,
+				`DELETE FROM lanes.txns WHERE partition_id IN (SELECT p.id FROM lanes.partitions p
+					JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1)`,
+				`DELETE FROM lanes.txns_expiry WHERE partition_id IN (SELECT p.id FROM lanes.partitions p
+					JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1)`,
+			} {
+				if _, err := tx.Exec(ctx, stmt, queue); err != nil {
+					return err
+				}
+			}
+			tag, err := tx.Exec(ctx, `DELETE FROM lanes.queues WHERE name = $1`, queue)
+			deleted = tag.RowsAffected() > 0
+			return err
+		})
+		if err == nil || !isRetryableTxError(err) {
+			break
+		}
+	}
+	return deleted, err
+}
+
+// PartitionStatus is the live state of one partition.
+type PartitionStatus struct {
+	ID              uuid.UUID
+	Name            string
+	Messages        MessageCounts
+	LastActivity    *time.Time
+	OldestCreatedAt *time.Time
+	NewestCreatedAt *time.Time
+	Groups          int
+	LeaseActive     bool
+	LeaseExpiresAt  *time.Time
+	TotalConsumed   int64
+	LastConsumedAt  *time.Time
+}
+
+// QueueStatus returns a queue's summary and, with partitions, each partition's
+// live state. ErrNotFound for an unknown queue.
+func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool) (*QueueSummary, []PartitionStatus, error) {
+	list, _, err := e.ListQueues(ctx, QueueListFilter{Queue: queue, Limit: 1})
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(list) == 0 {
+		return nil, nil, ErrNotFound
+	}
+	if !partitions {
+		return &list[0], nil, nil
+	}
+	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
+		SELECT p.id, p.name, pc.total, pc.completed, pc.processing, pc.dead, p.last_write_at,
+			(SELECT created_at FROM lanes.segments s WHERE s.partition_id = p.id ORDER BY base_offset LIMIT 1),
+			(SELECT created_at FROM lanes.segments s WHERE s.partition_id = p.id ORDER BY base_offset DESC LIMIT 1),
+			g.groups, g.leased, g.lease_expires_at, g.consumed, g.last_consumed_at
+		FROM pc JOIN lanes.partitions p ON p.id = pc.partition_id
+		CROSS JOIN LATERAL (SELECT count(*)::int AS groups, coalesce(bool_or(c.lease_expires_at > now()), false) AS leased,
+				max(c.lease_expires_at) FILTER (WHERE c.lease_expires_at > now()) AS lease_expires_at,
+				coalesce(sum(c.total_consumed), 0)::int8 AS consumed, max(c.last_consumed_at) AS last_consumed_at
+			FROM lanes.consumers c WHERE c.partition_id = p.id) g
+		ORDER BY p.name`, queue, "", "")
+	if err != nil {
+		return nil, nil, err
+	}
+	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionStatus, error) {
+		var s PartitionStatus
+		var t, c, p, d int64
+		err := r.Scan(&s.ID, &s.Name, &t, &c, &p, &d, &s.LastActivity, &s.OldestCreatedAt, &s.NewestCreatedAt,
+			&s.Groups, &s.LeaseActive, &s.LeaseExpiresAt, &s.TotalConsumed, &s.LastConsumedAt)
+		s.Messages = scanCounts(t, c, p, d)
+		return s, err
+	})
+	return &list[0], parts, err
+}
+
+// LeaseSummary counts live leases across the cluster.
+type LeaseSummary struct {
+	Active           int
+	PartitionsLocked int
+}
+
+// Leases counts live leases (distinct lease ids) and the cursor rows they hold.
+func (e *Engine) Leases(ctx context.Context) (LeaseSummary, error) {
+	var s LeaseSummary
+	err := e.pool.QueryRow(ctx, `SELECT count(DISTINCT lease_id)::int, count(*)::int FROM lanes.consumers
+		WHERE lease_id IS NOT NULL AND lease_expires_at > now()`).Scan(&s.Active, &s.PartitionsLocked)
+	return s, err
+}

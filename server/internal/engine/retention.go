@@ -1,0 +1,335 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// Retention deletes whole segments from the head of a partition's log and
+// advances log_start. Three rules decide which segments go:
+//
+//   - maxWaitTimeSeconds: age alone, leased or not, whatever retentionEnabled says;
+//   - retentionSeconds (with retentionEnabled): age alone, consumed or not;
+//   - completedRetentionSeconds (with retentionEnabled): age, and every offset of the
+//     segment committed by every group of the partition (no groups: nothing goes).
+//
+// Deletion is a prefix of the log, so log_start stays one number.
+//
+// Finding work: partitions.oldest_segment_at is a lower bound on the partition's
+// oldest segment, indexed with queue_id. A pass asks, per queue with a rule, for the
+// partitions whose bound is older than the queue's shortest window: an index range
+// scan that returns only partitions that may hold expired segments, so a pass costs
+// what there is to delete, not the number of partitions. (last_write_at cannot do
+// this: a partition written every second still has old segments at its head.)
+
+const (
+	retentionLeaseName = "retention"
+	// retentionLeaseTTL outlives a crashed sweeper by at most this long; a live one
+	// renews at every pass and every third of it during a pass.
+	retentionLeaseTTL = 30 * time.Second
+	// retentionStepSegments bounds one delete transaction (and the partition row lock it holds).
+	retentionStepSegments = 500
+	// retentionPassPartitions bounds one pass; the rest waits for the next one.
+	retentionPassPartitions = 20000
+	txnsPurgeBatch          = 200
+	// txnsMinWindowSeconds keeps transaction ids at least this long for ack resolution.
+	txnsMinWindowSeconds = 900
+)
+
+// RetentionStats reports one pass.
+type RetentionStats struct {
+	Leader     bool  // this engine held the sweeper lease and swept
+	Candidates int   // partitions whose head may have expired
+	Partitions int   // partitions that lost at least one segment
+	Segments   int   // segments deleted
+	Messages   int64 // messages in those segments
+	TxnsPurged int64 // transaction-index rows purged
+}
+
+// retentionHolder names this engine in lanes.leader_leases.
+func (e *Engine) retentionHolder() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:%p", host, os.Getpid(), e)
+}
+
+// StartRetention runs a retention pass every interval until Close. Every broker
+// runs the loop; the sweeper lease lets one of them sweep at a time.
+func (e *Engine) StartRetention(interval time.Duration) {
+	if interval <= 0 {
+		interval = 5 * time.Second
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-e.stop:
+				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+				e.releaseRetentionLease(ctx)
+				cancel()
+				return
+			case <-ticker.C:
+			}
+			ctx, cancel := context.WithCancel(context.Background())
+			go func() {
+				select {
+				case <-e.stop:
+					cancel()
+				case <-ctx.Done():
+				}
+			}()
+			start := time.Now()
+			st, err := e.RetentionPass(ctx)
+			cancel()
+			if err != nil && ctx.Err() == nil {
+				e.log.Warn("retention pass failed", "err", err)
+			} else if st.Segments > 0 || st.TxnsPurged > 0 {
+				e.log.Info("retention pass", "partitions", st.Partitions, "segments", st.Segments,
+					"messages", st.Messages, "txnsPurged", st.TxnsPurged, "took", time.Since(start))
+			}
+		}
+	}()
+}
+
+// acquireRetentionLease takes or renews the sweeper lease; false means another
+// broker holds it.
+func (e *Engine) acquireRetentionLease(ctx context.Context) (bool, error) {
+	var holder string
+	err := e.pool.QueryRow(ctx, `INSERT INTO lanes.leader_leases (name, holder, expires_at)
+		VALUES ($1, $2, now() + make_interval(secs => $3))
+		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+		WHERE lanes.leader_leases.holder = EXCLUDED.holder OR lanes.leader_leases.expires_at < now()
+		RETURNING holder`, retentionLeaseName, e.retentionHolder(), retentionLeaseTTL.Seconds()).Scan(&holder)
+	if err == pgx.ErrNoRows {
+		return false, nil
+	}
+	return err == nil, err
+}
+
+func (e *Engine) releaseRetentionLease(ctx context.Context) {
+	_, _ = e.pool.Exec(ctx, `DELETE FROM lanes.leader_leases WHERE name = $1 AND holder = $2`,
+		retentionLeaseName, e.retentionHolder())
+}
+
+// RetentionPass sweeps once if this engine holds (or wins) the sweeper lease.
+func (e *Engine) RetentionPass(ctx context.Context) (RetentionStats, error) {
+	var st RetentionStats
+	leader, err := e.acquireRetentionLease(ctx)
+	if err != nil || !leader {
+		return st, err
+	}
+	st.Leader = true
+	renewAt := time.Now().Add(retentionLeaseTTL / 3)
+	candidates, err := e.retentionCandidates(ctx)
+	if err != nil {
+		return st, err
+	}
+	st.Candidates = len(candidates)
+	for _, pid := range candidates {
+		if time.Now().After(renewAt) {
+			if leader, err = e.acquireRetentionLease(ctx); err != nil || !leader {
+				return st, err
+			}
+			renewAt = time.Now().Add(retentionLeaseTTL / 3)
+		}
+		deletedHere := false
+		for {
+			segs, msgs, more, err := e.retentionStep(ctx, pid)
+			if err != nil {
+				return st, fmt.Errorf("retention of partition %s: %w", pid, err)
+			}
+			st.Segments += segs
+			st.Messages += msgs
+			deletedHere = deletedHere || segs > 0
+			if !more {
+				break
+			}
+		}
+		if deletedHere {
+			st.Partitions++
+		}
+	}
+	for {
+		n, more, err := e.purgeExpiredTxns(ctx)
+		if err != nil {
+			return st, fmt.Errorf("purge transaction index: %w", err)
+		}
+		st.TxnsPurged += n
+		if !more {
+			break
+		}
+	}
+	return st, nil
+}
+
+// retentionCandidates lists partitions of queues with a rule whose oldest segment
+// may be past the queue's shortest window (see the comment at the top).
+func (e *Engine) retentionCandidates(ctx context.Context) ([]uuid.UUID, error) {
+	rows, err := e.pool.Query(ctx, `SELECT p.id
+		FROM lanes.queues q
+		CROSS JOIN LATERAL (SELECT LEAST(
+				NULLIF(q.max_wait_time_seconds, 0),
+				CASE WHEN q.retention_enabled THEN NULLIF(q.retention_seconds, 0) END,
+				CASE WHEN q.retention_enabled THEN NULLIF(q.completed_retention_seconds, 0) END) AS secs) w
+		JOIN lanes.partitions p ON p.queue_id = q.id
+			AND p.oldest_segment_at < now() - make_interval(secs => w.secs)
+		WHERE w.secs IS NOT NULL
+		LIMIT $1`, retentionPassPartitions)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+}
+
+type headSegment struct {
+	base, end int64
+	createdAt time.Time
+}
+
+// retentionStep deletes up to retentionStepSegments expired segments from the head
+// of one partition in one transaction. more reports that a full step was deleted
+// and the head may hold more.
+func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int, messages int64, more bool, err error) {
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var logStart int64
+		var maxWait, retention, completed, dedup int
+		var enabled bool
+		var now time.Time
+		// The partition row lock orders this step with pushes (allocator) and other steps.
+		err := tx.QueryRow(ctx, `SELECT p.log_start, q.max_wait_time_seconds, q.retention_enabled,
+				q.retention_seconds, q.completed_retention_seconds, q.dedup_window_seconds, now()
+			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE p.id = $1 FOR UPDATE OF p`, pid).
+			Scan(&logStart, &maxWait, &enabled, &retention, &completed, &dedup, &now)
+		if err == pgx.ErrNoRows {
+			return nil // deleted with its queue meanwhile
+		}
+		if err != nil {
+			return err
+		}
+		var floor *int64 // first offset some group has not committed; nil: no groups
+		if err := tx.QueryRow(ctx, `SELECT min(committed) + 1 FROM lanes.consumers WHERE partition_id = $1`, pid).
+			Scan(&floor); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `SELECT base_offset, end_offset, created_at FROM lanes.segments
+			WHERE partition_id = $1 ORDER BY base_offset LIMIT $2`, pid, retentionStepSegments+1)
+		if err != nil {
+			return err
+		}
+		head, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (headSegment, error) {
+			var s headSegment
+			err := r.Scan(&s.base, &s.end, &s.createdAt)
+			return s, err
+		})
+		if err != nil {
+			return err
+		}
+		expired := func(s headSegment) bool {
+			age := now.Sub(s.createdAt)
+			switch {
+			case maxWait > 0 && age > time.Duration(maxWait)*time.Second:
+				return true
+			case enabled && retention > 0 && age > time.Duration(retention)*time.Second:
+				return true
+			case enabled && completed > 0 && age > time.Duration(completed)*time.Second:
+				return floor != nil && s.end < *floor
+			}
+			return false
+		}
+		k := 0
+		for k < len(head) && k < retentionStepSegments && expired(head[k]) {
+			k++
+		}
+		// The new lower bound on the oldest segment: the first survivor, or now when
+		// none is left (a later push writes after this transaction's start).
+		oldest := now
+		if k < len(head) {
+			oldest = head[k].createdAt
+		}
+		if k == 0 {
+			_, err := tx.Exec(ctx, `UPDATE lanes.partitions SET oldest_segment_at = $2
+				WHERE id = $1 AND oldest_segment_at < $2`, pid, oldest)
+			return err
+		}
+		last := head[k-1]
+		rows, err = tx.Query(ctx, `DELETE FROM lanes.segments WHERE partition_id = $1 AND base_offset <= $2
+			RETURNING base_offset, end_offset, frames`, pid, last.base)
+		if err != nil {
+			return err
+		}
+		var txnIDs []string
+		for rows.Next() {
+			var base, end int64
+			var blob []byte
+			if err := rows.Scan(&base, &end, &blob); err != nil {
+				rows.Close()
+				return err
+			}
+			frames, err := decodeFrames(blob, int(end-base+1))
+			if err != nil {
+				rows.Close()
+				return fmt.Errorf("segment %d: %w", base, err)
+			}
+			for i := range frames {
+				txnIDs = append(txnIDs, frames[i].TransactionID)
+			}
+			segments++
+			messages += end - base + 1
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return err
+		}
+		newStart := max(last.end+1, logStart)
+		if _, err := tx.Exec(ctx, `UPDATE lanes.partitions SET log_start = greatest(log_start, $2), oldest_segment_at = $3
+			WHERE id = $1`, pid, newStart, oldest); err != nil {
+			return err
+		}
+		// Transaction ids stay for dedup and ack resolution until their window passes.
+		window := max(dedup, completed, txnsMinWindowSeconds)
+		if _, err := tx.Exec(ctx, `INSERT INTO lanes.txns_expiry (partition_id, below_offset, purge_after, transaction_ids)
+			VALUES ($1, $2, $3::timestamptz + make_interval(secs => $4), $5)`,
+			pid, newStart, last.createdAt, window, txnIDs); err != nil {
+			return err
+		}
+		more = k == retentionStepSegments
+		return nil
+	})
+	return segments, messages, more, err
+}
+
+// purgeExpiredTxns deletes the transaction-index rows of deleted segments whose
+// window has passed, a batch of expiry entries at a time.
+func (e *Engine) purgeExpiredTxns(ctx context.Context) (purged int64, more bool, err error) {
+	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		var entries int
+		err := tx.QueryRow(ctx, `WITH due AS (
+				SELECT id FROM lanes.txns_expiry WHERE purge_after <= now()
+				ORDER BY purge_after LIMIT $1 FOR UPDATE SKIP LOCKED),
+			gone AS (DELETE FROM lanes.txns_expiry x USING due WHERE x.id = due.id
+				RETURNING x.partition_id, x.below_offset, x.transaction_ids),
+			purged AS (DELETE FROM lanes.txns t
+				USING gone g
+				CROSS JOIN LATERAL unnest(g.transaction_ids) AS ids(txn)
+				LEFT JOIN lanes.partitions p ON p.id = g.partition_id
+				LEFT JOIN lanes.queues q ON q.id = p.queue_id
+				WHERE t.partition_id = g.partition_id AND t.transaction_id = ids.txn
+				  AND t.message_offset < g.below_offset
+				  AND t.created_at < now() - make_interval(secs => GREATEST(
+					coalesce(q.dedup_window_seconds, 0), coalesce(q.completed_retention_seconds, 0), $2))
+				RETURNING 1)
+			SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM purged)`, txnsPurgeBatch, txnsMinWindowSeconds).
+			Scan(&entries, &purged)
+		more = entries == txnsPurgeBatch
+		return err
+	})
+	return purged, more, err
+}
