@@ -76,6 +76,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	eng := engine.New(pool, engine.Config{
 		PushCommitters:          cfg.PushCommitters,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
+		PopAutopilot:            cfg.PopAutopilot,
 		Logger:                  log,
 	})
 	srv := api.NewServer(eng, api.Options{Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})

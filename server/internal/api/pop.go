@@ -23,6 +23,11 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 			req.Partitions = *p.partitions
 		}
 	}
+	// autopilot=true hands the broker only the knobs the request left out.
+	if deref(p.autopilot) {
+		req.AutoBatch = p.batch == nil
+		req.AutoWidth = p.partitions == nil && req.Partition == ""
+	}
 	req.Wait = deref(p.wait)
 	if p.timeout != nil {
 		req.Timeout = time.Duration(*p.timeout) * time.Millisecond
@@ -48,6 +53,9 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 		ConsumerGroup:     res.ConsumerGroup,
 		PartitionsClaimed: res.PartitionsClaimed,
 		Messages:          make([]gen.PopMessage, len(res.Messages)),
+	}
+	if a := res.Autopilot; a != nil {
+		out.Autopilot = &gen.PopAutopilot{Partitions: a.Partitions, Batch: a.Batch, WaitMs: &a.WaitMs}
 	}
 	for i, m := range res.Messages {
 		out.Messages[i] = gen.PopMessage{

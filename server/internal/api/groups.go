@@ -1,0 +1,150 @@
+package api
+
+import (
+	"context"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// defaultMinLagSeconds is the lagging route's threshold when none is given.
+const defaultMinLagSeconds = 3600
+
+// ListConsumerGroups answers one row per (group, queue).
+func (s *Server) ListConsumerGroups(ctx context.Context, _ gen.ListConsumerGroupsRequestObject) (gen.ListConsumerGroupsResponseObject, error) {
+	groups, err := s.engine.ListGroups(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := make(gen.ListConsumerGroups200JSONResponse, 0, len(groups))
+	for _, g := range groups {
+		var mode *string
+		if g.SubscriptionMode != "" {
+			mode = valuePtr(g.SubscriptionMode)
+		}
+		out = append(out, gen.ConsumerGroupSummary{
+			Name:                  valuePtr(g.Group),
+			Topics:                &[]string{g.Queue},
+			QueueName:             valuePtr(g.Queue),
+			Members:               valuePtr(g.Cursors),
+			PartitionCursors:      valuePtr(g.Cursors),
+			PartitionsWithLag:     valuePtr(g.PartitionsWithLag),
+			TotalLag:              valuePtr(int(g.TotalLag)),
+			MaxTimeLag:            valuePtr(int(g.MaxTimeLag / time.Second)),
+			State:                 valuePtr(gen.ConsumerGroupSummaryState(g.State())),
+			Storage:               valuePtr("segments"),
+			SubscriptionMode:      mode,
+			SubscriptionTimestamp: utcPtr(g.SubscriptionTimestamp),
+			SubscriptionCreatedAt: utcPtr(g.SubscriptionCreatedAt),
+			Conflation:            valuePtr(false),
+		})
+	}
+	return out, nil
+}
+
+// ListLaggingConsumerGroups answers the (group, partition) rows lagging by at least minLagSeconds.
+func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLaggingConsumerGroupsRequestObject) (gen.ListLaggingConsumerGroupsResponseObject, error) {
+	minLag := defaultMinLagSeconds
+	if req.Params.MinLagSeconds != nil {
+		minLag = *req.Params.MinLagSeconds
+	}
+	cursors, err := s.engine.LaggingCursors(ctx, time.Duration(minLag)*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	out := make(gen.ListLaggingConsumerGroups200JSONResponse, 0, len(cursors))
+	for _, c := range cursors {
+		seconds := int(c.TimeLag / time.Second)
+		out = append(out, gen.LaggingConsumerGroup{
+			ConsumerGroup:      valuePtr(c.Group),
+			QueueName:          valuePtr(c.Queue),
+			PartitionName:      valuePtr(c.Partition),
+			PartitionId:        valuePtr(c.PartitionID.String()),
+			WorkerId:           optional(c.LeaseID),
+			OffsetLag:          valuePtr(int(c.OffsetLag)),
+			TimeLagSeconds:     valuePtr(seconds),
+			LagHours:           valuePtr(float32(c.TimeLag.Hours())),
+			OldestUnconsumedAt: utcPtr(c.OldestUnconsumed),
+			LastConsumedAt:     utcPtr(c.LastConsumedAt),
+		})
+	}
+	return out, nil
+}
+
+// GetConsumerGroup answers the group's cursors keyed by queue; {} for an unknown group.
+func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupRequestObject) (gen.GetConsumerGroupResponseObject, error) {
+	cursors, err := s.engine.GroupCursors(ctx, req.Group)
+	if err != nil {
+		return nil, err
+	}
+	partitions := map[string][]gen.ConsumerGroupPartition{}
+	for _, c := range cursors {
+		partitions[c.Queue] = append(partitions[c.Queue], gen.ConsumerGroupPartition{
+			Partition:      valuePtr(c.Partition),
+			WorkerId:       optional(c.LeaseID),
+			LastConsumedAt: utcPtr(c.LastConsumedAt),
+			TotalConsumed:  valuePtr(int(c.TotalConsumed)),
+			OffsetLag:      valuePtr(int(c.OffsetLag)),
+			TimeLagSeconds: valuePtr(int(c.TimeLag / time.Second)),
+			LeaseActive:    valuePtr(c.LeaseActive),
+		})
+	}
+	out := gen.GetConsumerGroup200JSONResponse{}
+	for queue, parts := range partitions {
+		out[queue] = gen.ConsumerGroupQueue{Conflation: valuePtr(false), Partitions: &parts}
+	}
+	return out, nil
+}
+
+// UpdateConsumerGroupSubscription moves where the group's untouched partitions start.
+func (s *Server) UpdateConsumerGroupSubscription(ctx context.Context, req gen.UpdateConsumerGroupSubscriptionRequestObject) (gen.UpdateConsumerGroupSubscriptionResponseObject, error) {
+	if req.Body == nil {
+		return nil, &engine.InvalidInputError{Field: "subscriptionTimestamp", Message: "subscriptionTimestamp is required"}
+	}
+	ts := req.Body.SubscriptionTimestamp.UTC()
+	res, err := s.engine.UpdateSubscription(ctx, req.Group, ts)
+	if err != nil {
+		return nil, err
+	}
+	return gen.UpdateConsumerGroupSubscription200JSONResponse{
+		Success: valuePtr(true), ConsumerGroup: valuePtr(req.Group), NewTimestamp: &ts, RowsUpdated: valuePtr(res.RowsUpdated),
+	}, nil
+}
+
+// DeleteConsumerGroup deletes the group's cursors on every queue.
+func (s *Server) DeleteConsumerGroup(ctx context.Context, req gen.DeleteConsumerGroupRequestObject) (gen.DeleteConsumerGroupResponseObject, error) {
+	res, err := s.engine.DeleteGroup(ctx, req.Group, "", deleteMetadata(req.Params.DeleteMetadata))
+	if err != nil {
+		return nil, err
+	}
+	return gen.DeleteConsumerGroup200JSONResponse{
+		Success: true, ConsumerGroup: req.Group,
+		DeletedPartitions: valuePtr(res.DeletedPartitions), MetadataDeleted: valuePtr(res.MetadataDeleted),
+	}, nil
+}
+
+// DeleteConsumerGroupQueue deletes the group's cursors on one queue.
+func (s *Server) DeleteConsumerGroupQueue(ctx context.Context, req gen.DeleteConsumerGroupQueueRequestObject) (gen.DeleteConsumerGroupQueueResponseObject, error) {
+	res, err := s.engine.DeleteGroup(ctx, req.Group, req.Queue, deleteMetadata(req.Params.DeleteMetadata))
+	if err != nil {
+		return nil, err
+	}
+	return gen.DeleteConsumerGroupQueue200JSONResponse{
+		Success: true, ConsumerGroup: req.Group, QueueName: valuePtr(req.Queue),
+		DeletedPartitions: valuePtr(res.DeletedPartitions), MetadataDeleted: valuePtr(res.MetadataDeleted),
+	}, nil
+}
+
+// deleteMetadata defaults to true, as the spec says.
+func deleteMetadata(p *bool) bool {
+	return p == nil || *p
+}
+
+func utcPtr(t *time.Time) *time.Time {
+	if t == nil {
+		return nil
+	}
+	u := t.UTC()
+	return &u
+}

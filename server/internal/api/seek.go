@@ -1,0 +1,70 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// SeekQueue moves a group's cursor on every partition of a queue.
+func (s *Server) SeekQueue(ctx context.Context, req gen.SeekQueueRequestObject) (gen.SeekQueueResponseObject, error) {
+	seek := seekRequest(req.Body, false)
+	seek.Group, seek.Queue = req.Group, req.Queue
+	res, err := s.engine.Seek(ctx, seek)
+	if errors.Is(err, engine.ErrNotFound) {
+		return gen.SeekQueue404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{Error: err.Error(), Code: CodeNotFound}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return gen.SeekQueue200JSONResponse{
+		Success: valuePtr(true), ConsumerGroup: valuePtr(req.Group), QueueName: valuePtr(req.Queue),
+		SeekToEnd: valuePtr(seek.ToEnd), TargetTimestamp: seekTarget(seek),
+		PartitionsUpdated: valuePtr(res.PartitionsUpdated),
+	}, nil
+}
+
+// SeekPartition moves a group's cursor on one partition; an empty body means toEnd.
+func (s *Server) SeekPartition(ctx context.Context, req gen.SeekPartitionRequestObject) (gen.SeekPartitionResponseObject, error) {
+	seek := seekRequest(req.Body, true)
+	seek.Group, seek.Queue, seek.Partition = req.Group, req.Queue, req.Partition
+	res, err := s.engine.Seek(ctx, seek)
+	if errors.Is(err, engine.ErrNotFound) {
+		return gen.SeekPartition404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{Error: err.Error(), Code: CodeNotFound}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return gen.SeekPartition200JSONResponse{
+		Success: valuePtr(true), ConsumerGroup: valuePtr(req.Group), QueueName: valuePtr(req.Queue), PartitionName: valuePtr(req.Partition),
+		SeekToEnd: valuePtr(seek.ToEnd), TargetTimestamp: seekTarget(seek), Updated: valuePtr(res.PartitionsUpdated > 0),
+	}, nil
+}
+
+// seekRequest reads {toEnd} / {timestamp}; toEnd wins when both are given.
+func seekRequest(body *gen.SeekRequest, emptyMeansEnd bool) engine.SeekRequest {
+	var out engine.SeekRequest
+	if body == nil {
+		out.ToEnd = emptyMeansEnd
+		return out
+	}
+	out.ToEnd = deref(body.ToEnd)
+	if !out.ToEnd {
+		out.Timestamp = body.Timestamp
+	}
+	return out
+}
+
+func seekTarget(r engine.SeekRequest) *time.Time {
+	if r.ToEnd || r.Timestamp == nil {
+		return nil
+	}
+	t := r.Timestamp.UTC()
+	return &t
+}
+
+// valuePtr is &v for values that have no address (literals, results).
+func valuePtr[T any](v T) *T { return &v }
