@@ -1,0 +1,433 @@
+// Package lanes is the Go client of Lanes, a partitioned message queue on PostgreSQL.
+//
+// Start with New, then use the fluent builders: Client.Queue for producing and consuming,
+// Client.Transaction for atomic bundles, Client.Admin for management. The retry policy is
+// docs/retries.md, the consume-loop semantics docs/consuming.md.
+package lanes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net/http"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
+)
+
+// DefaultURL is used when neither WithURL nor LANES_URL is set.
+const DefaultURL = "http://localhost:6632"
+
+// Option configures a Client (see New).
+type Option func(*config)
+
+type config struct {
+	urls        []string
+	token       string
+	timeout     time.Duration
+	policy      retryPolicy
+	logger      *slog.Logger
+	httpClient  *http.Client
+	headers     http.Header
+	autopilot   *bool
+	healthRetry time.Duration
+	now         func() time.Time
+	rand        func() float64
+	sleep       func(context.Context, time.Duration) error
+}
+
+// WithURL sets one or several broker base URLs; with several, failed requests fail over to the
+// next healthy one (docs/retries.md §4). A single string may also hold comma-separated URLs.
+func WithURL(urls ...string) Option {
+	return func(c *config) {
+		for _, u := range urls {
+			for _, p := range strings.Split(u, ",") {
+				if p = strings.TrimSpace(p); p != "" {
+					c.urls = append(c.urls, p)
+				}
+			}
+		}
+	}
+}
+
+// WithBearerToken sends Authorization: Bearer <token> on every request.
+func WithBearerToken(token string) Option { return func(c *config) { c.token = token } }
+
+// WithTimeout sets the per-attempt HTTP timeout (default 30 s). Long-poll pops use their
+// own pop timeout plus 5 s.
+func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
+
+// WithRetryAttempts sets the retries after the first attempt for network failures, 408 and 5xx
+// (default 2; 0 disables).
+func WithRetryAttempts(n int) Option {
+	return func(c *config) { c.policy.RetryAttempts = max(n, 0) }
+}
+
+// WithRetryDelay sets the base of the computed exponential backoff (default 500 ms).
+func WithRetryDelay(d time.Duration) Option { return func(c *config) { c.policy.BaseDelay = d } }
+
+// WithMaxRetryDelay caps the computed backoff (default 8 s).
+func WithMaxRetryDelay(d time.Duration) Option { return func(c *config) { c.policy.MaxDelay = d } }
+
+// WithMax429Attempts bounds 429 retries outside long-poll pops (default 10; 0 = none).
+// Long-poll pops retry 429 without a bound.
+func WithMax429Attempts(n int) Option { return func(c *config) { c.policy.Max429 = max(n, 0) } }
+
+// WithMaxRetryAfter caps the server hint the client sleeps (default 60 s); a larger hint
+// surfaces as an *APIError matching ErrRateLimited with RetryAfter set.
+func WithMaxRetryAfter(d time.Duration) Option {
+	return func(c *config) { c.policy.MaxRetryAfter = d }
+}
+
+// WithLogger routes the client's logs (retry decisions at debug) to l. Default: discarded.
+func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
+
+// WithHTTPClient replaces the underlying *http.Client (transport, TLS, proxies). The retry
+// policy still wraps it. Prefer leaving its Timeout at 0: the SDK sets per-attempt timeouts.
+func WithHTTPClient(h *http.Client) Option { return func(c *config) { c.httpClient = h } }
+
+// WithHeader adds a header to every request.
+func WithHeader(key, value string) Option {
+	return func(c *config) { c.headers.Add(key, value) }
+}
+
+// WithPopAutopilot sets the client-wide pop autopilot default, overriding the
+// LANES_SDK_POP_AUTOPILOT environment variable. A builder's Autopilot call still wins.
+func WithPopAutopilot(on bool) Option { return func(c *config) { c.autopilot = &on } }
+
+// withClock and withSleep are test hooks.
+func withClock(now func() time.Time, rnd func() float64, sleep func(context.Context, time.Duration) error) Option {
+	return func(c *config) { c.now, c.rand, c.sleep = now, rnd, sleep }
+}
+
+// Client talks to one Lanes deployment. It is safe for concurrent use; create one per process
+// and Close it on shutdown to flush client-side buffers.
+type Client struct {
+	cfg       config
+	bases     []*url.URL
+	gen       *gen.Client
+	log       *slog.Logger
+	autopilot bool
+
+	mu        sync.Mutex
+	unhealthy map[int]time.Time
+	buffers   map[string]*Buffer
+	closed    bool
+}
+
+// New builds a Client. Without WithURL it reads LANES_URL, else uses DefaultURL. The
+// environment variable LANES_SDK_POP_AUTOPILOT (off/false/0/no/disabled) is read here, once.
+func New(opts ...Option) (*Client, error) {
+	cfg := config{
+		timeout:     30 * time.Second,
+		policy:      defaultRetryPolicy(),
+		headers:     http.Header{},
+		healthRetry: 5 * time.Second,
+		now:         time.Now,
+		rand:        rand.Float64,
+		sleep:       sleepCtx,
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(cfg.urls) == 0 {
+		WithURL(os.Getenv("LANES_URL"))(&cfg)
+	}
+	if len(cfg.urls) == 0 {
+		cfg.urls = []string{DefaultURL}
+	}
+	if cfg.logger == nil {
+		cfg.logger = slog.New(slog.DiscardHandler)
+	}
+	if cfg.httpClient == nil {
+		cfg.httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+	}
+	c := &Client{cfg: cfg, log: cfg.logger, unhealthy: map[int]time.Time{}, buffers: map[string]*Buffer{}}
+	for _, raw := range cfg.urls {
+		u, err := url.Parse(strings.TrimRight(raw, "/"))
+		if err != nil || u.Scheme == "" || u.Host == "" {
+			return nil, fmt.Errorf("lanes: bad broker URL %q", raw)
+		}
+		c.bases = append(c.bases, u)
+	}
+	c.autopilot = autopilotFromEnv(os.Getenv("LANES_SDK_POP_AUTOPILOT"))
+	if cfg.autopilot != nil {
+		c.autopilot = *cfg.autopilot
+	}
+	g, err := gen.NewClient(c.bases[0].String(), gen.WithHTTPClient(&transport{c: c}))
+	if err != nil {
+		return nil, err
+	}
+	c.gen = g
+	return c, nil
+}
+
+// autopilotFromEnv is true unless v is one of off/false/0/no/disabled (case-insensitive, trimmed).
+func autopilotFromEnv(v string) bool {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "off", "false", "0", "no", "disabled":
+		return false
+	}
+	return true
+}
+
+// Close flushes every client-side buffer (bounded by ctx) and marks the client closed.
+// It is idempotent.
+func (c *Client) Close(ctx context.Context) error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return c.FlushAll(ctx)
+}
+
+// Health calls GET /health and returns the broker's body.
+func (c *Client) Health(ctx context.Context) (*Health, error) {
+	var out Health
+	_, err := c.result(ctx, &out)(c.gen.GetHealth(ctx))
+	if err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// request context flags
+
+type reqFlagsKey struct{}
+
+type reqFlags struct {
+	longPoll bool
+	timeout  time.Duration
+	attempts *int // out: attempts made
+}
+
+func withFlags(ctx context.Context, f reqFlags) context.Context {
+	return context.WithValue(ctx, reqFlagsKey{}, f)
+}
+
+// ---------------------------------------------------------------------------------------------
+// transport: failover + the retry policy around the user's *http.Client
+
+type transport struct{ c *Client }
+
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelBody) Close() error { err := b.ReadCloser.Close(); b.cancel(); return err }
+
+func (t *transport) Do(req *http.Request) (*http.Response, error) {
+	c := t.c
+	ctx := req.Context()
+	flags, _ := ctx.Value(reqFlagsKey{}).(reqFlags)
+	timeout := c.cfg.timeout
+	if flags.timeout > 0 {
+		timeout = flags.timeout
+	}
+	var body []byte
+	if req.Body != nil {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	var transient, limited int
+	tried := map[int]bool{}
+	idx := c.pickURL(-1, tried)
+	for attempt := 0; ; attempt++ {
+		r := req.Clone(ctx)
+		c.rebase(r.URL, idx)
+		r.Host = ""
+		if body != nil {
+			r.Body = io.NopCloser(bytes.NewReader(body))
+			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
+			r.ContentLength = int64(len(body))
+		}
+		for k, vs := range c.cfg.headers {
+			r.Header[k] = append([]string(nil), vs...)
+		}
+		if c.cfg.token != "" {
+			r.Header.Set("Authorization", "Bearer "+c.cfg.token)
+		}
+		r.Header.Set("X-Retry-Count", strconv.Itoa(attempt))
+		actx, cancel := context.WithTimeout(ctx, timeout)
+		resp, err := c.cfg.httpClient.Do(r.WithContext(actx))
+		tried[idx] = true
+		if flags.attempts != nil {
+			*flags.attempts = attempt + 1
+		}
+		if err != nil {
+			cancel()
+			if ctx.Err() != nil {
+				return nil, context.Cause(ctx)
+			}
+		} else {
+			resp.Body = cancelBody{resp.Body, cancel}
+		}
+		in := retryInput{NetworkErr: err != nil, LongPoll: flags.longPoll, Transient: transient,
+			RateLimited: limited, Now: c.cfg.now(), Rand: c.cfg.rand(), Policy: c.cfg.policy}
+		if resp != nil {
+			in.Status, in.Header = resp.StatusCode, resp.Header
+		}
+		if err == nil && resp.StatusCode < 400 {
+			c.markHealthy(idx)
+			return resp, nil
+		}
+		d := decideRetry(in)
+		if !d.Retry {
+			if err != nil {
+				c.markUnhealthy(idx)
+				return nil, &ConnectionError{URL: c.bases[idx].String(), Err: err}
+			}
+			return resp, nil
+		}
+		next := idx
+		delay := d.Delay
+		if d.Kind == retryTransient {
+			transient++
+			c.markUnhealthy(idx)
+			next = c.pickURL(idx, tried)
+			if next != idx && !tried[next] && d.RetryAfter == 0 {
+				delay = 0
+			}
+		} else {
+			limited++
+		}
+		if dl, ok := ctx.Deadline(); ok && c.cfg.now().Add(delay).After(dl) {
+			c.log.Debug("lanes: not retrying, deadline before the retry", "reason", d.Reason, "delay", delay)
+			if err != nil {
+				return nil, &ConnectionError{URL: c.bases[idx].String(), Err: err}
+			}
+			return resp, nil
+		}
+		if resp != nil {
+			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+			_ = resp.Body.Close()
+		}
+		c.log.Debug("lanes: retrying", "reason", d.Reason, "attempt", attempt+1, "delay", delay,
+			"url", c.bases[idx].String(), "next", c.bases[next].String(), "method", req.Method, "path", req.URL.Path)
+		if err := c.cfg.sleep(ctx, delay); err != nil {
+			return nil, err
+		}
+		idx = next
+	}
+}
+
+func (c *Client) rebase(u *url.URL, idx int) {
+	if idx == 0 {
+		return
+	}
+	b0, b := c.bases[0], c.bases[idx]
+	u.Scheme, u.Host, u.User = b.Scheme, b.Host, b.User
+	u.Path = b.Path + strings.TrimPrefix(u.Path, b0.Path)
+	u.RawPath = ""
+}
+
+// pickURL returns the first healthy URL after `after` (in order, wrapping), preferring ones not
+// yet tried in this call; when all are unhealthy, the next one in order.
+func (c *Client) pickURL(after int, tried map[int]bool) int {
+	n := len(c.bases)
+	if n == 1 {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.now()
+	start := after + 1
+	for pass := 0; pass < 2; pass++ {
+		for i := 0; i < n; i++ {
+			j := (start + i) % n
+			if pass == 0 && tried[j] {
+				continue
+			}
+			if until, bad := c.unhealthy[j]; !bad || now.After(until) {
+				return j
+			}
+		}
+	}
+	return (after + 1 + n) % n
+}
+
+func (c *Client) markUnhealthy(i int) {
+	if len(c.bases) == 1 {
+		return
+	}
+	c.mu.Lock()
+	c.unhealthy[i] = c.cfg.now().Add(c.cfg.healthRetry)
+	c.mu.Unlock()
+}
+
+func (c *Client) markHealthy(i int) {
+	if len(c.bases) == 1 {
+		return
+	}
+	c.mu.Lock()
+	delete(c.unhealthy, i)
+	c.mu.Unlock()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}
+
+// ---------------------------------------------------------------------------------------------
+// response handling
+
+// result returns a function that turns a generated call's (*http.Response, error) into a
+// status and an error, decoding a 2xx JSON body into out (when out is non-nil). A 204 is never
+// read. Non-2xx becomes *APIError.
+func (c *Client) result(ctx context.Context, out any) func(*http.Response, error) (int, error) {
+	return func(resp *http.Response, err error) (int, error) {
+		if err != nil {
+			if ctx.Err() != nil {
+				return 0, context.Cause(ctx)
+			}
+			var ce *ConnectionError
+			if errors.As(err, &ce) {
+				return 0, ce
+			}
+			return 0, &ConnectionError{URL: c.bases[0].String(), Err: err}
+		}
+		defer func() { _ = resp.Body.Close() }()
+		if resp.StatusCode == http.StatusNoContent {
+			return resp.StatusCode, nil
+		}
+		b, rerr := io.ReadAll(resp.Body)
+		if resp.StatusCode >= 400 {
+			return resp.StatusCode, newAPIError(resp.StatusCode, resp.Header, b)
+		}
+		if rerr != nil {
+			return resp.StatusCode, &ConnectionError{URL: resp.Request.URL.String(), Err: rerr}
+		}
+		if out != nil && len(b) > 0 {
+			if err := jsonUnmarshal(b, out); err != nil {
+				return resp.StatusCode, fmt.Errorf("lanes: decoding %s %s: %w", resp.Request.Method, resp.Request.URL.Path, err)
+			}
+		}
+		return resp.StatusCode, nil
+	}
+}
+
+const contentJSON = "application/json"

@@ -1,0 +1,475 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime/debug"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Handler processes one message. Returning an error (or panicking) nacks it as `failed`.
+type Handler func(ctx context.Context, m *Message) error
+
+// BatchHandler processes the messages of one partition from one pop, in order. Returning an
+// error nacks the first of them as `failed` (the rest redeliver after it).
+type BatchHandler func(ctx context.Context, ms []*Message) error
+
+type consumeOpts struct {
+	concurrency     int
+	limit           int64
+	idle            time.Duration
+	renew           bool
+	renewEvery      time.Duration
+	autoAck         bool
+	onError         func(error)
+	softStopTimeout time.Duration
+	reportHandler   bool
+}
+
+func defaultConsumeOpts() consumeOpts {
+	return consumeOpts{concurrency: 1, autoAck: true}
+}
+
+// Concurrency sets the number of workers (default 1). Each worker holds its own lease, so
+// order per partition holds with any concurrency.
+func (q QueueBuilder) Concurrency(n int) QueueBuilder { q.consume.concurrency = n; return q }
+
+// Limit stops the consumer after n messages were handed to the handler (all workers; 0 = none).
+func (q QueueBuilder) Limit(n int) QueueBuilder { q.consume.limit = int64(max(n, 0)); return q }
+
+// IdleTimeout stops the consumer after d without any message (0 = never).
+func (q QueueBuilder) IdleTimeout(d time.Duration) QueueBuilder { q.consume.idle = d; return q }
+
+// RenewLease extends the batch's lease every `every` while handlers run.
+func (q QueueBuilder) RenewLease(on bool, every time.Duration) QueueBuilder {
+	q.consume.renew, q.consume.renewEvery = on, every
+	return q
+}
+
+// Each selects one handler call per message (the default for Consume); kept for the fluent
+// chain of the other SDKs.
+func (q QueueBuilder) Each() QueueBuilder { return q }
+
+// AutoAck sets client-side acking after the handler (default true). With false the loop only
+// releases messages it did not hand to the handler; the handler acks (e.g. in a transaction).
+func (q QueueBuilder) AutoAck(on bool) QueueBuilder { q.consume.autoAck = on; return q }
+
+// OnError sets the callback for loop errors (failed pops, acks, renewals). It runs on the
+// worker goroutine and must not block for long.
+func (q QueueBuilder) OnError(fn func(error)) QueueBuilder { q.consume.onError = fn; return q }
+
+// SoftStopTimeout makes a soft stop escalate to a hard stop after d (0 = never).
+func (q QueueBuilder) SoftStopTimeout(d time.Duration) QueueBuilder {
+	q.consume.softStopTimeout = d
+	return q
+}
+
+// ReportHandlerErrors also passes handler errors to OnError (they are nacked either way).
+func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder { q.consume.reportHandler = on; return q }
+
+// Consume starts the consume loop and returns at once (docs/consuming.md). Cancelling ctx is a
+// hard stop.
+func (q QueueBuilder) Consume(ctx context.Context, h Handler) (*Consumer, error) {
+	if h == nil {
+		return nil, errors.New("lanes: nil handler")
+	}
+	return q.start(ctx, h, nil)
+}
+
+// ConsumeBatch is Consume with one handler call per partition slice of each pop.
+func (q QueueBuilder) ConsumeBatch(ctx context.Context, h BatchHandler) (*Consumer, error) {
+	if h == nil {
+		return nil, errors.New("lanes: nil handler")
+	}
+	return q.start(ctx, nil, h)
+}
+
+// Run is Consume that blocks until the consumer ends and returns Err().
+func (q QueueBuilder) Run(ctx context.Context, h Handler) error {
+	c, err := q.Consume(ctx, h)
+	if err != nil {
+		return err
+	}
+	<-c.Done()
+	return c.Err()
+}
+
+// Consumer is a running consume loop.
+type Consumer struct {
+	q     QueueBuilder
+	h     Handler
+	bh    BatchHandler
+	opts  consumeOpts
+	ackCx context.Context
+
+	fetchCtx    context.Context
+	stopFetch   context.CancelFunc
+	workCtx     context.Context
+	cancelWork  context.CancelCauseFunc
+	done        chan struct{}
+	wg          sync.WaitGroup
+	delivered   atomic.Int64
+	lastMessage atomic.Int64
+
+	mu            sync.Mutex
+	err           error
+	stopRequested bool
+	escalation    *time.Timer
+}
+
+func (q QueueBuilder) start(ctx context.Context, h Handler, bh BatchHandler) (*Consumer, error) {
+	if q.queue == "" && q.namespace == "" && q.task == "" {
+		return nil, errors.New("lanes: consume needs a queue, or a namespace/task")
+	}
+	if q.consume.concurrency < 1 || q.consume.concurrency > 10000 {
+		return nil, fmt.Errorf("lanes: concurrency %d out of 1..10000", q.consume.concurrency)
+	}
+	if q.consume.renew && q.consume.renewEvery <= 0 {
+		return nil, errors.New("lanes: RenewLease needs a positive interval")
+	}
+	c := &Consumer{q: q, h: h, bh: bh, opts: q.consume, done: make(chan struct{})}
+	c.workCtx, c.cancelWork = context.WithCancelCause(ctx)
+	c.fetchCtx, c.stopFetch = context.WithCancel(c.workCtx)
+	c.ackCx = context.WithoutCancel(ctx)
+	c.lastMessage.Store(time.Now().UnixNano())
+	for i := 0; i < c.opts.concurrency; i++ {
+		c.wg.Add(1)
+		go c.worker()
+	}
+	go func() {
+		select {
+		case <-ctx.Done():
+			c.mu.Lock()
+			if !c.stopRequested && c.err == nil {
+				c.err = context.Cause(ctx)
+			}
+			c.stopRequested = true
+			c.mu.Unlock()
+			c.stopFetch()
+			c.cancelWork(ErrConsumerStopped)
+		case <-c.done:
+		}
+	}()
+	if c.opts.idle > 0 {
+		go c.idleWatch()
+	}
+	go func() {
+		c.wg.Wait()
+		c.mu.Lock()
+		if c.escalation != nil {
+			c.escalation.Stop()
+		}
+		c.mu.Unlock()
+		c.stopFetch()
+		c.cancelWork(ErrConsumerStopped)
+		close(c.done)
+	}()
+	return c, nil
+}
+
+// Done is closed when every worker has exited and the final acks were sent.
+func (c *Consumer) Done() <-chan struct{} { return c.done }
+
+// Err is the terminal error once Done is closed (nil after a requested stop, a Limit or an
+// IdleTimeout).
+func (c *Consumer) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+// Stop is a soft stop: no more pops, handlers finish their current message, handled messages
+// are acked and the rest released. It returns ctx.Err() if ctx ends first (the stop goes on,
+// and Stop or StopAndCancel may be called again).
+func (c *Consumer) Stop(ctx context.Context) error {
+	c.softStop()
+	return c.wait(ctx)
+}
+
+// StopAndCancel is a hard stop: Stop plus cancelling every handler context with the cause
+// ErrConsumerStopped.
+func (c *Consumer) StopAndCancel(ctx context.Context) error {
+	c.softStop()
+	c.cancelWork(ErrConsumerStopped)
+	return c.wait(ctx)
+}
+
+func (c *Consumer) wait(ctx context.Context) error {
+	select {
+	case <-c.done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+func (c *Consumer) softStop() {
+	c.mu.Lock()
+	c.stopRequested = true
+	if c.opts.softStopTimeout > 0 && c.escalation == nil {
+		c.escalation = time.AfterFunc(c.opts.softStopTimeout, func() { c.cancelWork(ErrConsumerStopped) })
+	}
+	c.mu.Unlock()
+	c.stopFetch()
+}
+
+func (c *Consumer) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+	c.softStop()
+}
+
+func (c *Consumer) report(err error) {
+	if err != nil && c.opts.onError != nil {
+		c.opts.onError(err)
+	}
+}
+
+func (c *Consumer) idleWatch() {
+	t := time.NewTicker(min(c.opts.idle/4+time.Millisecond, 250*time.Millisecond))
+	defer t.Stop()
+	for {
+		select {
+		case <-c.fetchCtx.Done():
+			return
+		case <-t.C:
+			if time.Since(time.Unix(0, c.lastMessage.Load())) >= c.opts.idle {
+				c.q.c.log.Debug("lanes: consumer idle timeout", "queue", c.q.queue)
+				c.softStop()
+				return
+			}
+		}
+	}
+}
+
+func (c *Consumer) limitReached() bool {
+	return c.opts.limit > 0 && c.delivered.Load() >= c.opts.limit
+}
+
+func (c *Consumer) worker() {
+	defer c.wg.Done()
+	errStreak := 0
+	var lastWaitMs *int
+	for {
+		if c.fetchCtx.Err() != nil {
+			return
+		}
+		if c.limitReached() {
+			c.softStop()
+			return
+		}
+		pr, err := c.q.PopResult(c.fetchCtx)
+		if err != nil {
+			if c.fetchCtx.Err() != nil {
+				return
+			}
+			var ae *APIError
+			if errors.As(err, &ae) {
+				if ae.Terminal() {
+					c.report(err)
+					c.fail(err)
+					return
+				}
+				if ae.Status == 429 {
+					c.report(err)
+					d := ae.RetryAfter
+					if d <= 0 {
+						d = time.Second
+					}
+					_ = sleepCtx(c.fetchCtx, d)
+					continue
+				}
+			}
+			c.report(err)
+			d := time.Duration(min(float64(time.Second)*float64(int(1)<<min(errStreak, 5)), float64(30*time.Second)))
+			errStreak++
+			_ = sleepCtx(c.fetchCtx, d)
+			continue
+		}
+		errStreak = 0
+		if pr.Autopilot != nil {
+			lastWaitMs = pr.Autopilot.WaitMs
+		}
+		if len(pr.Messages) == 0 {
+			if !c.q.wait {
+				d := 100 * time.Millisecond
+				if lastWaitMs != nil && *lastWaitMs > 0 {
+					d = time.Duration(*lastWaitMs) * time.Millisecond
+				}
+				_ = sleepCtx(c.fetchCtx, d)
+			}
+			continue
+		}
+		c.lastMessage.Store(time.Now().UnixNano())
+		c.process(pr)
+		if c.limitReached() {
+			c.softStop()
+			return
+		}
+	}
+}
+
+// process hands one pop's messages to the handler partition by partition, then acks.
+func (c *Consumer) process(pr *PopResult) {
+	var order []string
+	byPart := map[string][]*Message{}
+	for _, m := range pr.Messages {
+		if _, ok := byPart[m.PartitionID]; !ok {
+			order = append(order, m.PartitionID)
+		}
+		byPart[m.PartitionID] = append(byPart[m.PartitionID], m)
+	}
+	leased := pr.LeaseID != "" || (len(pr.Messages) > 0 && pr.Messages[0].LeaseID != "")
+	stopRenew := func() {}
+	if leased && c.opts.renew {
+		stopRenew = c.renewLoop(pr)
+	}
+	var entries []ackEntry
+	for _, pid := range order {
+		ms := byPart[pid]
+		if c.bh != nil {
+			entries = append(entries, c.runBatch(ms)...)
+		} else {
+			entries = append(entries, c.runEach(ms)...)
+		}
+	}
+	stopRenew()
+	if !leased || len(entries) == 0 {
+		return
+	}
+	if !c.opts.autoAck {
+		kept := entries[:0]
+		for _, e := range entries {
+			if e.status == AckRetry {
+				kept = append(kept, e)
+			}
+		}
+		entries = kept
+		if len(entries) == 0 {
+			return
+		}
+	}
+	ctx, cancel := context.WithTimeout(c.ackCx, 30*time.Second)
+	defer cancel()
+	if _, err := c.q.c.ackEntries(ctx, entries, AckOpts{}); err != nil {
+		c.report(err)
+	}
+}
+
+// stopping reports a requested stop (soft or hard) or a reached limit.
+func (c *Consumer) stopping() bool { return c.fetchCtx.Err() != nil }
+
+func (c *Consumer) take(n int) bool {
+	if c.stopping() {
+		return false
+	}
+	if c.opts.limit > 0 {
+		if c.delivered.Add(int64(n)) > c.opts.limit {
+			c.delivered.Add(int64(-n))
+			return false
+		}
+		return true
+	}
+	c.delivered.Add(int64(n))
+	return true
+}
+
+func (c *Consumer) runEach(ms []*Message) []ackEntry {
+	var out []ackEntry
+	for i, m := range ms {
+		if !c.take(1) {
+			return append(out, ackEntry{msg: ms[i], status: AckRetry})
+		}
+		err := c.call(func(ctx context.Context) error { return c.h(ctx, m) })
+		if err == nil {
+			out = append(out, ackEntry{msg: m, status: AckCompleted})
+			continue
+		}
+		if c.stoppedByCancel(err) {
+			return append(out, ackEntry{msg: m, status: AckRetry})
+		}
+		if c.opts.reportHandler {
+			c.report(err)
+		}
+		return append(out, ackEntry{msg: m, status: AckFailed, err: err.Error()})
+	}
+	return out
+}
+
+func (c *Consumer) runBatch(ms []*Message) []ackEntry {
+	if !c.take(len(ms)) {
+		return []ackEntry{{msg: ms[0], status: AckRetry}}
+	}
+	err := c.call(func(ctx context.Context) error { return c.bh(ctx, ms) })
+	if err == nil {
+		out := make([]ackEntry, len(ms))
+		for i, m := range ms {
+			out[i] = ackEntry{msg: m, status: AckCompleted}
+		}
+		return out
+	}
+	if c.stoppedByCancel(err) {
+		return []ackEntry{{msg: ms[0], status: AckRetry}}
+	}
+	if c.opts.reportHandler {
+		c.report(err)
+	}
+	return []ackEntry{{msg: ms[0], status: AckFailed, err: err.Error()}}
+}
+
+// stoppedByCancel: the handler failed because a hard stop cancelled it; release, don't charge.
+func (c *Consumer) stoppedByCancel(err error) bool {
+	return c.workCtx.Err() != nil && errors.Is(context.Cause(c.workCtx), ErrConsumerStopped) &&
+		(errors.Is(err, context.Canceled) || errors.Is(err, ErrConsumerStopped))
+}
+
+func (c *Consumer) call(fn func(ctx context.Context) error) (err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = &HandlerPanicError{Value: r, Stack: debug.Stack()}
+		}
+	}()
+	return fn(c.workCtx)
+}
+
+func (c *Consumer) renewLoop(pr *PopResult) func() {
+	lease := pr.LeaseID
+	if lease == "" {
+		lease = pr.Messages[0].LeaseID
+	}
+	secs := int((2*c.opts.renewEvery + time.Second - 1) / time.Second)
+	secs = max(secs, 1)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTicker(c.opts.renewEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+				ctx, cancel := context.WithTimeout(c.ackCx, 10*time.Second)
+				res, err := c.q.c.Renew(ctx, secs, lease)
+				cancel()
+				if err != nil {
+					c.report(err)
+					continue
+				}
+				if len(res) == 1 && !res[0].Success {
+					c.report(fmt.Errorf("lanes: lease %s could not be renewed (expired or released)", lease))
+					return
+				}
+			}
+		}
+	}()
+	return func() { close(stop); wg.Wait() }
+}

@@ -1,0 +1,202 @@
+package lanes
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Sentinels for errors.Is. An *APIError matches the sentinel of its status.
+var (
+	// ErrRateLimited matches a 429 that the retry policy gave up on (hint above the cap, or
+	// the 429 budget spent); the *APIError carries RetryAfter.
+	ErrRateLimited = errors.New("lanes: rate limited")
+	// ErrForbidden matches a 403: the credential lacks the role. Terminal.
+	ErrForbidden = errors.New("lanes: forbidden")
+	// ErrPayloadTooLarge matches a 413. Terminal: reshape the request.
+	ErrPayloadTooLarge = errors.New("lanes: payload too large")
+	// ErrNotFound matches a 404.
+	ErrNotFound = errors.New("lanes: not found")
+	// ErrNotImplemented matches a 501: the broker does not implement the route yet.
+	ErrNotImplemented = errors.New("lanes: not implemented by the broker")
+	// ErrConnection matches a *ConnectionError: no response after the retries.
+	ErrConnection = errors.New("lanes: connection failed")
+	// ErrEmptyTransaction is returned by Commit on a bundle without operations or riders.
+	ErrEmptyTransaction = errors.New("lanes: transaction has no operations to commit")
+	// ErrConsumerStopped is the cause of a handler context cancelled by a hard stop.
+	ErrConsumerStopped = errors.New("lanes: consumer stopped")
+)
+
+// APIError is a non-2xx answer from the broker after the retry policy gave up.
+type APIError struct {
+	// Status is the HTTP status code.
+	Status int
+	// Code is the stable snake_case code from the body ("" when the body had none).
+	Code string
+	// Message is the human text from the body, or the status text.
+	Message string
+	// RetryAfter is the server's delay hint (Retry-After / retry-after-ms), 0 when absent.
+	RetryAfter time.Duration
+	// Body is the raw response body.
+	Body []byte
+}
+
+// Error implements error.
+func (e *APIError) Error() string {
+	if e.Code != "" {
+		return fmt.Sprintf("lanes: %d %s: %s", e.Status, e.Code, e.Message)
+	}
+	return fmt.Sprintf("lanes: %d: %s", e.Status, e.Message)
+}
+
+// Is matches the package sentinels by status.
+func (e *APIError) Is(target error) bool {
+	switch target {
+	case ErrRateLimited:
+		return e.Status == http.StatusTooManyRequests
+	case ErrForbidden:
+		return e.Status == http.StatusForbidden
+	case ErrPayloadTooLarge:
+		return e.Status == http.StatusRequestEntityTooLarge
+	case ErrNotFound:
+		return e.Status == http.StatusNotFound
+	case ErrNotImplemented:
+		return e.Status == http.StatusNotImplemented
+	}
+	return false
+}
+
+// Terminal reports whether the error must stop a consume loop or a buffer: 403 and 413 always,
+// and every other 4xx except 429 (docs/consuming.md §4).
+func (e *APIError) Terminal() bool {
+	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusTooManyRequests
+}
+
+func newAPIError(status int, h http.Header, body []byte) *APIError {
+	e := &APIError{Status: status, Body: body}
+	var env struct {
+		Error any    `json:"error"`
+		Code  string `json:"code"`
+	}
+	if json.Unmarshal(body, &env) == nil {
+		e.Code = env.Code
+		switch v := env.Error.(type) {
+		case string:
+			e.Message = v
+		case nil:
+		default:
+			b, _ := json.Marshal(v)
+			e.Message = string(b)
+		}
+	}
+	if e.Message == "" {
+		e.Message = http.StatusText(status)
+	}
+	if d, ok := parseRetryHint(h, time.Now()); ok {
+		e.RetryAfter = d
+	}
+	return e
+}
+
+// ConnectionError means no response arrived after the retries (refused, reset, timeout).
+type ConnectionError struct {
+	URL string
+	Err error
+}
+
+// Error implements error.
+func (e *ConnectionError) Error() string { return "lanes: connection to " + e.URL + ": " + e.Err.Error() }
+
+// Unwrap returns the transport error.
+func (e *ConnectionError) Unwrap() error { return e.Err }
+
+// Is matches ErrConnection.
+func (e *ConnectionError) Is(target error) bool { return target == ErrConnection }
+
+// ItemError describes one push item that the broker reported as failed.
+type ItemError struct {
+	Index         int
+	TransactionID string
+	Status        string
+	Message       string
+}
+
+// PushError is returned with the results when at least one pushed item has status `failed`.
+// Retrying those items with the same transaction ids is safe.
+type PushError struct {
+	Items []ItemError
+}
+
+// Error implements error.
+func (e *PushError) Error() string {
+	parts := make([]string, 0, len(e.Items))
+	for _, it := range e.Items {
+		parts = append(parts, fmt.Sprintf("#%d %s: %s", it.Index, it.TransactionID, it.Message))
+	}
+	return fmt.Sprintf("lanes: %d push item(s) failed: %s", len(e.Items), strings.Join(parts, "; "))
+}
+
+// AckError is returned with the results when at least one ack item answered success:false.
+type AckError struct {
+	Items []AckResult
+}
+
+// Error implements error.
+func (e *AckError) Error() string {
+	parts := make([]string, 0, len(e.Items))
+	for _, it := range e.Items {
+		msg := ""
+		if it.Error != nil {
+			msg = *it.Error
+		}
+		parts = append(parts, fmt.Sprintf("#%d %s: %s", it.Index, it.TransactionID, msg))
+	}
+	return fmt.Sprintf("lanes: %d ack(s) not applied: %s", len(e.Items), strings.Join(parts, "; "))
+}
+
+// Transaction rollback reasons (the closed set of TransactionError.Reason).
+const (
+	ReasonBadRequest           = "bad_request"
+	ReasonDuplicate            = "duplicate"
+	ReasonAckRejected          = "ack_rejected"
+	ReasonKVPrecondition       = "kv_precondition"
+	ReasonTimerHorizonExceeded = "timer_horizon_exceeded"
+	ReasonPayloadTooLarge      = "payload_too_large"
+	ReasonMisaligned           = "misaligned"
+	ReasonDBError              = "db_error"
+)
+
+// TransactionError means the broker rolled the bundle back (success:false): nothing committed.
+type TransactionError struct {
+	// Reason is the closed rollback taxonomy (Reason* constants).
+	Reason string
+	// Message is the broker's human text.
+	Message string
+	// Attempts is how many HTTP attempts the commit took; a ReasonDuplicate with Attempts > 1
+	// usually means an earlier attempt committed and its response was lost.
+	Attempts int
+	// FailedIndex, KVReason, Version and Value are set on ReasonKVPrecondition.
+	FailedIndex *int
+	KVReason    string
+	Version     *int
+	Value       json.RawMessage
+	// Result is the decoded body.
+	Result *TransactionResult
+}
+
+// Error implements error.
+func (e *TransactionError) Error() string {
+	return "lanes: transaction rolled back (" + e.Reason + "): " + e.Message
+}
+
+// HandlerPanicError wraps a panic recovered from a consume handler; the message is nacked.
+type HandlerPanicError struct {
+	Value any
+	Stack []byte
+}
+
+// Error implements error.
+func (e *HandlerPanicError) Error() string { return fmt.Sprintf("lanes: handler panicked: %v", e.Value) }

@@ -1,0 +1,307 @@
+package lanes
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
+)
+
+// QueueBuilder addresses a queue (or a discovery scope) and carries pop and consume knobs.
+// It is a value: every setter returns a modified copy, so a base builder can be shared.
+type QueueBuilder struct {
+	c            *Client
+	queue        string
+	partition    string
+	hasPartition bool
+	namespace    string
+	task         string
+
+	group            string
+	subscriptionMode string
+	subscriptionFrom string
+	batch            int
+	partitions       int
+	autopilot        *bool
+	wait             bool
+	timeout          time.Duration
+	leaseSeconds     int
+	serverAutoAck    *bool
+
+	consume consumeOpts
+}
+
+// Queue starts a builder for queue name.
+func (c *Client) Queue(name string) QueueBuilder {
+	return QueueBuilder{c: c, queue: name, wait: true, timeout: 30 * time.Second, consume: defaultConsumeOpts()}
+}
+
+// Namespace starts a discovery builder: pops go to GET /api/v1/pop?namespace=…[&task=…].
+func (c *Client) Namespace(ns string) QueueBuilder {
+	q := c.Queue("")
+	q.namespace = ns
+	return q
+}
+
+// Task narrows a discovery builder to a task label.
+func (q QueueBuilder) Task(task string) QueueBuilder { q.task = task; return q }
+
+// Partition pins the partition: pushes land there and pops use the partition route.
+func (q QueueBuilder) Partition(p string) QueueBuilder { q.partition, q.hasPartition = p, true; return q }
+
+// Group sets the consumer group (default: queue mode, competing consumers).
+func (q QueueBuilder) Group(g string) QueueBuilder { q.group = g; return q }
+
+// SubscriptionMode sets where a new group starts: "new" (default on the broker) or "all".
+func (q QueueBuilder) SubscriptionMode(m string) QueueBuilder { q.subscriptionMode = m; return q }
+
+// SubscriptionFrom sets a new group's start: "now" or an ISO-8601 timestamp.
+func (q QueueBuilder) SubscriptionFrom(s string) QueueBuilder { q.subscriptionFrom = s; return q }
+
+// Batch pins the pop batch budget; 0 = unset (autopilot sizes it).
+func (q QueueBuilder) Batch(n int) QueueBuilder { q.batch = max(n, 0); return q }
+
+// Partitions pins the pop width; 0 = unset (autopilot sizes it). Ignored on the partition route.
+func (q QueueBuilder) Partitions(n int) QueueBuilder { q.partitions = max(n, 0); return q }
+
+// Autopilot switches pop autopilot for this builder; false restores batch 1 / width 1 exactly.
+// An explicit call outranks LANES_SDK_POP_AUTOPILOT.
+func (q QueueBuilder) Autopilot(on bool) QueueBuilder { q.autopilot = &on; return q }
+
+// Wait sets long polling (default true).
+func (q QueueBuilder) Wait(on bool) QueueBuilder { q.wait = on; return q }
+
+// Timeout sets the long-poll timeout (default 30 s; sent in milliseconds).
+func (q QueueBuilder) Timeout(d time.Duration) QueueBuilder { q.timeout = d; return q }
+
+// LeaseSeconds overrides the lease of popped batches.
+func (q QueueBuilder) LeaseSeconds(n int) QueueBuilder { q.leaseSeconds = n; return q }
+
+// ServerAutoAck asks the broker to commit on delivery (wire autoAck, at-most-once, no lease).
+func (q QueueBuilder) ServerAutoAck(on bool) QueueBuilder { q.serverAutoAck = &on; return q }
+
+// ---------------------------------------------------------------------------------------------
+// push
+
+type pushItemWire struct {
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition,omitempty"`
+	Payload       json.RawMessage `json:"payload"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       string          `json:"traceId,omitempty"`
+}
+
+func encodeItem(queue, partition string, it Item) (pushItemWire, error) {
+	var payload json.RawMessage
+	switch v := it.Data.(type) {
+	case json.RawMessage:
+		payload = v
+	case []byte:
+		if json.Valid(v) {
+			payload = v
+		} else {
+			b, err := json.Marshal(v)
+			if err != nil {
+				return pushItemWire{}, err
+			}
+			payload = b
+		}
+	default:
+		b, err := json.Marshal(v)
+		if err != nil {
+			return pushItemWire{}, fmt.Errorf("lanes: encoding item data: %w", err)
+		}
+		payload = b
+	}
+	if len(payload) == 0 {
+		payload = json.RawMessage("null")
+	}
+	tid := it.TransactionID
+	if tid == "" {
+		tid = newUUIDv7()
+	}
+	return pushItemWire{Queue: queue, Partition: partition, Payload: payload, TransactionID: tid, TraceID: it.TraceID}, nil
+}
+
+func newUUIDv7() string {
+	id, err := uuid.NewV7()
+	if err != nil {
+		return uuid.NewString()
+	}
+	return id.String()
+}
+
+// Push sends items to this queue (and partition, default "Default") in one request and returns
+// one result per item, in order. When an item is `failed` it also returns *PushError.
+func (q QueueBuilder) Push(ctx context.Context, items ...Item) ([]PushResult, error) {
+	if q.queue == "" {
+		return nil, fmt.Errorf("lanes: push needs a queue name")
+	}
+	if len(items) == 0 {
+		return []PushResult{}, nil
+	}
+	wire := make([]pushItemWire, 0, len(items))
+	for _, it := range items {
+		w, err := encodeItem(q.queue, q.partition, it)
+		if err != nil {
+			return nil, err
+		}
+		wire = append(wire, w)
+	}
+	return q.c.pushWire(ctx, wire)
+}
+
+func (c *Client) pushWire(ctx context.Context, wire []pushItemWire) ([]PushResult, error) {
+	body, err := json.Marshal(struct {
+		Items []pushItemWire `json:"items"`
+	}{wire})
+	if err != nil {
+		return nil, err
+	}
+	var out []PushResult
+	if _, err := c.result(ctx, &out)(c.gen.PushWithBody(ctx, contentJSON, bytes.NewReader(body))); err != nil {
+		return nil, err
+	}
+	var failed []ItemError
+	for i, r := range out {
+		switch r.Status {
+		case StatusFailed:
+			msg := r.Error
+			if msg == "" {
+				msg = "stored nowhere"
+			}
+			failed = append(failed, ItemError{Index: i, TransactionID: r.TransactionID, Status: r.Status, Message: msg})
+		case StatusBuffered:
+			c.log.Warn("lanes: push item buffered on the broker's disk spool", "queue", r.Queue, "transactionId", r.TransactionID)
+		}
+	}
+	if len(failed) > 0 {
+		return out, &PushError{Items: failed}
+	}
+	return out, nil
+}
+
+// ---------------------------------------------------------------------------------------------
+// pop
+
+// autopilotOn is the effective autopilot switch of this builder.
+func (q QueueBuilder) autopilotOn() bool {
+	if q.autopilot != nil {
+		return *q.autopilot
+	}
+	return q.c.autopilot
+}
+
+// popQuery assembles the pop query string byte for byte (docs/consuming.md §2).
+func (q QueueBuilder) popQuery() string {
+	var b bytes.Buffer
+	add := func(k, v string) {
+		if b.Len() > 0 {
+			b.WriteByte('&')
+		}
+		b.WriteString(k)
+		b.WriteByte('=')
+		b.WriteString(url.QueryEscape(v))
+	}
+	widthApplies := !q.hasPartition
+	on := q.autopilotOn()
+	engaged := on && (q.batch == 0 || (widthApplies && q.partitions == 0))
+	switch {
+	case engaged:
+		add("autopilot", "true")
+		if q.batch > 0 {
+			add("batch", strconv.Itoa(q.batch))
+		}
+	case on:
+		add("batch", strconv.Itoa(q.batch))
+	default:
+		add("batch", strconv.Itoa(max(q.batch, 1)))
+	}
+	add("wait", strconv.FormatBool(q.wait))
+	add("timeout", strconv.FormatInt(q.timeout.Milliseconds(), 10))
+	if q.group != "" {
+		add("consumerGroup", q.group)
+	}
+	if widthApplies {
+		switch {
+		case engaged || on:
+			if q.partitions > 0 {
+				add("partitions", strconv.Itoa(q.partitions))
+			}
+		default:
+			if q.partitions > 1 {
+				add("partitions", strconv.Itoa(q.partitions))
+			}
+		}
+	}
+	if q.leaseSeconds > 0 {
+		add("leaseSeconds", strconv.Itoa(q.leaseSeconds))
+	}
+	if q.subscriptionMode != "" {
+		add("subscriptionMode", q.subscriptionMode)
+	}
+	if q.subscriptionFrom != "" {
+		add("subscriptionFrom", q.subscriptionFrom)
+	}
+	if q.serverAutoAck != nil {
+		add("autoAck", strconv.FormatBool(*q.serverAutoAck))
+	}
+	if q.queue == "" {
+		if q.namespace != "" {
+			add("namespace", q.namespace)
+		}
+		if q.task != "" {
+			add("task", q.task)
+		}
+	}
+	return b.String()
+}
+
+// Pop claims one batch (one request) and returns its messages; nil on an empty answer (204).
+func (q QueueBuilder) Pop(ctx context.Context) ([]*Message, error) {
+	r, err := q.PopResult(ctx)
+	if err != nil {
+		return nil, err
+	}
+	return r.Messages, nil
+}
+
+// PopResult is Pop with the whole answer, including the autopilot echo.
+func (q QueueBuilder) PopResult(ctx context.Context) (*PopResult, error) {
+	if q.queue == "" && q.namespace == "" && q.task == "" {
+		return nil, fmt.Errorf("lanes: pop needs a queue, or a namespace/task for discovery")
+	}
+	query := q.popQuery()
+	flags := reqFlags{longPoll: q.wait}
+	if q.wait {
+		flags.timeout = q.timeout + 5*time.Second
+	}
+	ctx2 := withFlags(ctx, flags)
+	setQuery := func(_ context.Context, req *http.Request) error { req.URL.RawQuery = query; return nil }
+	var out PopResult
+	var resp *http.Response
+	var err error
+	switch {
+	case q.queue == "":
+		resp, err = q.c.gen.PopDiscover(ctx2, &gen.PopDiscoverParams{}, setQuery)
+	case q.hasPartition:
+		resp, err = q.c.gen.PopPartition(ctx2, q.queue, q.partition, &gen.PopPartitionParams{}, setQuery)
+	default:
+		resp, err = q.c.gen.PopQueue(ctx2, q.queue, &gen.PopQueueParams{}, setQuery)
+	}
+	if _, err := q.c.result(ctx, &out)(resp, err); err != nil {
+		return nil, err
+	}
+	for _, m := range out.Messages {
+		m.Queue = q.queue
+	}
+	return &out, nil
+}

@@ -1,0 +1,179 @@
+package lanes
+
+import (
+	"errors"
+	"math"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// retryPolicy holds the knobs of docs/retries.md. It is copied into every decision so the
+// decision stays a pure function.
+type retryPolicy struct {
+	RetryAttempts int           // retries after the first attempt for network/408/5xx
+	Max429        int           // retries of 429 outside long-poll pops
+	BaseDelay     time.Duration // computed backoff base
+	MaxDelay      time.Duration // computed backoff cap
+	MaxRetryAfter time.Duration // largest server hint the SDK sleeps
+}
+
+func defaultRetryPolicy() retryPolicy {
+	return retryPolicy{
+		RetryAttempts: 2,
+		Max429:        10,
+		BaseDelay:     500 * time.Millisecond,
+		MaxDelay:      8 * time.Second,
+		MaxRetryAfter: 60 * time.Second,
+	}
+}
+
+// retryKind says which budget a retry spends.
+type retryKind int
+
+const (
+	retryNone retryKind = iota
+	retryTransient
+	retryRateLimited
+)
+
+// retryInput is everything the retry decision looks at: the outcome of one attempt, the
+// counters so far, a clock reading and a random number in [0, 1).
+type retryInput struct {
+	Status      int         // 0 when no response arrived
+	Header      http.Header // response headers (nil without a response)
+	NetworkErr  bool        // the attempt failed without a response
+	LongPoll    bool        // the request is a pop with wait=true
+	Transient   int         // transient retries already made in this call
+	RateLimited int         // 429 retries already made in this call
+	Now         time.Time
+	Rand        float64
+	Policy      retryPolicy
+}
+
+// retryDecision is the verdict of decideRetry.
+type retryDecision struct {
+	Retry    bool
+	Kind     retryKind
+	Delay    time.Duration
+	Failover bool   // move to the next broker URL
+	Reason   string // for the debug log
+	// RetryAfter is the server hint when one was present and valid (even when not retried).
+	RetryAfter time.Duration
+}
+
+// decideRetry is the one retry policy of docs/retries.md §2–§3 as a pure function of its input.
+func decideRetry(in retryInput) retryDecision {
+	hint, hasHint := parseRetryHint(in.Header, in.Now)
+	d := retryDecision{}
+	if hasHint {
+		d.RetryAfter = hint
+	}
+	if in.NetworkErr {
+		return transientDecision(in, d, hint, hasHint, "network error")
+	}
+	switch in.Status {
+	case http.StatusForbidden, http.StatusRequestEntityTooLarge:
+		d.Reason = "terminal status " + strconv.Itoa(in.Status)
+		return d
+	}
+	switch strings.ToLower(strings.TrimSpace(in.Header.Get("x-should-retry"))) {
+	case "false":
+		d.Reason = "x-should-retry: false"
+		return d
+	case "true":
+		if in.Status != http.StatusTooManyRequests {
+			return transientDecision(in, d, hint, hasHint, "x-should-retry: true")
+		}
+	}
+	switch in.Status {
+	case http.StatusTooManyRequests:
+		if !in.LongPoll && in.RateLimited >= in.Policy.Max429 {
+			d.Reason = "429 budget spent"
+			return d
+		}
+		if hasHint {
+			if hint > in.Policy.MaxRetryAfter {
+				d.Reason = "429 Retry-After above cap"
+				return d
+			}
+			d.Delay = hint
+		} else {
+			d.Delay = backoff(in.Policy, in.RateLimited, in.Rand)
+		}
+		d.Retry, d.Kind, d.Reason = true, retryRateLimited, "429"
+		return d
+	case http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway,
+		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		return transientDecision(in, d, hint, hasHint, "status "+strconv.Itoa(in.Status))
+	}
+	d.Reason = "status " + strconv.Itoa(in.Status) + " not retried"
+	return d
+}
+
+func transientDecision(in retryInput, d retryDecision, hint time.Duration, hasHint bool, reason string) retryDecision {
+	if in.Transient >= in.Policy.RetryAttempts {
+		d.Reason = reason + ", retry budget spent"
+		return d
+	}
+	if hasHint && hint <= in.Policy.MaxRetryAfter {
+		d.Delay = hint
+	} else {
+		d.Delay = backoff(in.Policy, in.Transient, in.Rand)
+	}
+	d.Retry, d.Kind, d.Failover, d.Reason = true, retryTransient, true, reason
+	return d
+}
+
+// backoff is min(base × 2^n, max) with subtractive jitter of up to 25 %.
+func backoff(p retryPolicy, n int, rnd float64) time.Duration {
+	if n > 30 {
+		n = 30
+	}
+	d := float64(p.BaseDelay) * math.Pow(2, float64(n))
+	if d > float64(p.MaxDelay) {
+		d = float64(p.MaxDelay)
+	}
+	if rnd < 0 || rnd >= 1 || math.IsNaN(rnd) {
+		rnd = 0
+	}
+	return time.Duration(d * (1 - 0.25*rnd))
+}
+
+// parseRetryHint reads retry-after-ms, then Retry-After as (float) seconds, then as an
+// HTTP-date. Invalid, negative, NaN or infinite values count as absent.
+func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
+	if h == nil {
+		return 0, false
+	}
+	if v := strings.TrimSpace(h.Get("retry-after-ms")); v != "" {
+		if f, err := strconv.ParseFloat(v, 64); err == nil && validSeconds(f/1000) {
+			return time.Duration(f * float64(time.Millisecond)), true
+		}
+	}
+	v := strings.TrimSpace(h.Get("Retry-After"))
+	if v == "" {
+		return 0, false
+	}
+	if f, err := strconv.ParseFloat(v, 64); err == nil {
+		if !validSeconds(f) {
+			return 0, false
+		}
+		return time.Duration(f * float64(time.Second)), true
+	}
+	if t, err := http.ParseTime(v); err == nil {
+		d := t.Sub(now)
+		if d < 0 {
+			d = 0
+		}
+		return d, true
+	}
+	return 0, false
+}
+
+func validSeconds(f float64) bool {
+	return !math.IsNaN(f) && !math.IsInf(f, 0) && f >= 0 && f < 1e9
+}
+
+var errNoRetry = errors.New("lanes: not retried")

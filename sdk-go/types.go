@@ -1,0 +1,195 @@
+package lanes
+
+import (
+	"encoding/json"
+	"time"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
+)
+
+func jsonUnmarshal(b []byte, v any) error { return json.Unmarshal(b, v) }
+
+// Re-exported wire models (aliases of the generated types) used by admin, KV and timer calls.
+type (
+	// Health is the body of GET /health.
+	Health = gen.Health
+	// QueueOptions are a queue's options for Configure (nil fields are omitted).
+	QueueOptions = gen.QueueOptions
+	// ConfigureResult is the answer of POST /api/v1/configure.
+	ConfigureResult = gen.ConfigureResult
+	// QueueDetail is the answer of GET /api/v1/resources/queues/{queue}.
+	QueueDetail = gen.QueueDetail
+	// QueueList is the answer of GET /api/v1/resources/queues.
+	QueueList = gen.QueueList
+	// QueueDepth is the answer of GET /api/v1/resources/queues/{queue}/depth.
+	QueueDepth = gen.QueueDepth
+	// DeleteQueueResult is the answer of DELETE /api/v1/resources/queues/{queue}.
+	DeleteQueueResult = gen.DeleteQueueResult
+	// Overview is the answer of GET /api/v1/resources/overview.
+	Overview = gen.Overview
+	// SeekQueueResult is the answer of a queue-wide seek.
+	SeekQueueResult = gen.SeekQueueResult
+	// SeekPartitionResult is the answer of a partition seek.
+	SeekPartitionResult = gen.SeekPartitionResult
+	// ConsumerGroupSummary is one row of GET /api/v1/consumer-groups.
+	ConsumerGroupSummary = gen.ConsumerGroupSummary
+	// ConsumerGroupDetail is the answer of GET /api/v1/consumer-groups/{group}.
+	ConsumerGroupDetail = gen.ConsumerGroupDetail
+	// LaggingConsumerGroup is one row of GET /api/v1/consumer-groups/lagging.
+	LaggingConsumerGroup = gen.LaggingConsumerGroup
+	// ConsumerGroupDeleteResult is the answer of a consumer-group delete.
+	ConsumerGroupDeleteResult = gen.ConsumerGroupDeleteResult
+	// SubscriptionUpdateResult is the answer of a subscription update.
+	SubscriptionUpdateResult = gen.SubscriptionUpdateResult
+	// DLQList is the answer of GET /api/v1/dlq.
+	DLQList = gen.DlqList
+	// DLQMessage is one dead letter.
+	DLQMessage = gen.DlqMessage
+	// DLQPurgeResult is the answer of DELETE /api/v1/dlq.
+	DLQPurgeResult = gen.DlqPurgeResult
+	// DLQReplayResult is the answer of a DLQ replay (by id or by message address).
+	DLQReplayResult = gen.DlqReplayResult
+	// MessageList is the answer of GET /api/v1/messages.
+	MessageList = gen.MessageList
+	// MessageDetail is the answer of GET /api/v1/messages/{partitionId}/{transactionId}.
+	MessageDetail = gen.MessageDetail
+	// DeleteMessageResult is the answer of a message delete.
+	DeleteMessageResult = gen.DeleteMessageResult
+	// KVOperation is one KV op (batch route and transaction rider).
+	KVOperation = gen.KvOperation
+	// KVResult is the result of one KV op.
+	KVResult = gen.KvResult
+	// TimerOperation is one timer op (timers route and transaction rider).
+	TimerOperation = gen.TimerOperation
+	// TimerResult is the result of one timer op.
+	TimerResult = gen.TimerResult
+	// Timer is the answer of GET /api/v1/timers/{queue}/{timerKey}.
+	Timer = gen.Timer
+	// TimerList is the answer of GET /api/v1/timers/{queue}.
+	TimerList = gen.TimerList
+	// TransactionOperationResult is the result of one transaction operation.
+	TransactionOperationResult = gen.TransactionOperationResult
+)
+
+// Push item statuses.
+const (
+	StatusQueued    = "queued"
+	StatusDuplicate = "duplicate"
+	StatusBuffered  = "buffered"
+	StatusFailed    = "failed"
+)
+
+// Item is one message to push. Data is marshalled with encoding/json (a json.RawMessage is
+// sent verbatim). A missing TransactionID is minted as a UUIDv7 before the first attempt.
+type Item struct {
+	Data          any
+	TransactionID string
+	// TraceID is stored only by transactions; the push route ignores it.
+	TraceID string
+}
+
+// Data is shorthand for Item{Data: v}.
+func Data(v any) Item { return Item{Data: v} }
+
+// PushResult is the broker's verdict for one pushed item.
+type PushResult struct {
+	Index         int    `json:"index"`
+	MessageID     string `json:"message_id"`
+	TransactionID string `json:"transaction_id"`
+	Queue         string `json:"queueName"`
+	// Status is StatusQueued, StatusDuplicate, StatusBuffered or StatusFailed.
+	Status string `json:"status"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Message is one leased message from a pop.
+type Message struct {
+	ID            string          `json:"id"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       *string         `json:"traceId"`
+	Data          json.RawMessage `json:"data"`
+	ProducerSub   *string         `json:"producerSub"`
+	CreatedAt     time.Time       `json:"createdAt"`
+	PartitionID   string          `json:"partitionId"`
+	Partition     string          `json:"partition"`
+	LeaseID       string          `json:"leaseId"`
+	ConsumerGroup string          `json:"consumerGroup"`
+	// Queue is filled from the builder (empty on discovery pops).
+	Queue string `json:"-"`
+}
+
+// Decode unmarshals the payload into v.
+func (m *Message) Decode(v any) error { return json.Unmarshal(m.Data, v) }
+
+// AutopilotEcho is what the broker chose when the pop engaged autopilot.
+type AutopilotEcho struct {
+	Partitions int  `json:"partitions"`
+	Batch      int  `json:"batch"`
+	WaitMs     *int `json:"waitMs,omitempty"`
+}
+
+// PopResult is a pop's full answer. On a 204 Messages is empty and the rest is zero.
+type PopResult struct {
+	Queue             string         `json:"queue"`
+	Partition         string         `json:"partition"`
+	PartitionID       string         `json:"partitionId"`
+	LeaseID           string         `json:"leaseId"`
+	ConsumerGroup     string         `json:"consumerGroup"`
+	Messages          []*Message     `json:"messages"`
+	PartitionsClaimed int            `json:"partitionsClaimed"`
+	Autopilot         *AutopilotEcho `json:"autopilot,omitempty"`
+}
+
+// AckStatus is the outcome an ack reports.
+type AckStatus string
+
+// Ack statuses.
+const (
+	AckCompleted AckStatus = "completed"
+	AckFailed    AckStatus = "failed"
+	AckRetry     AckStatus = "retry"
+	AckDLQ       AckStatus = "dlq"
+)
+
+func (s AckStatus) valid() bool {
+	switch s {
+	case AckCompleted, AckFailed, AckRetry, AckDLQ:
+		return true
+	}
+	return false
+}
+
+// AckResult is the broker's answer for one acked message.
+type AckResult struct {
+	Index         int     `json:"index"`
+	TransactionID string  `json:"transactionId"`
+	Success       bool    `json:"success"`
+	Error         *string `json:"error"`
+	LeaseReleased bool    `json:"leaseReleased"`
+	DLQ           bool    `json:"dlq"`
+	Noop          bool    `json:"noop"`
+	Dropped       bool    `json:"dropped,omitempty"`
+}
+
+// RenewResult is the answer of one lease extension.
+type RenewResult struct {
+	LeaseID      string     `json:"leaseId"`
+	Success      bool       `json:"success"`
+	Renewed      int        `json:"renewed"`
+	NewExpiresAt *time.Time `json:"newExpiresAt"`
+}
+
+// TransactionResult is the body of POST /api/v1/transaction.
+type TransactionResult struct {
+	TransactionID string                       `json:"transactionId"`
+	Success       bool                         `json:"success"`
+	Reason        string                       `json:"reason,omitempty"`
+	Error         string                       `json:"error,omitempty"`
+	Results       []TransactionOperationResult `json:"results"`
+	FailedIndex   *int                         `json:"failedIndex,omitempty"`
+	KVReason      string                       `json:"kvReason,omitempty"`
+	Version       *int                         `json:"version,omitempty"`
+	Value         json.RawMessage              `json:"value,omitempty"`
+	KV            []KVResult                   `json:"kv,omitempty"`
+	Timers        []TimerResult                `json:"timers,omitempty"`
+}
