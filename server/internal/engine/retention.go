@@ -214,10 +214,20 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 		if err != nil {
 			return err
 		}
-		var floor *int64 // first offset some group has not committed; nil: no groups
-		if err := tx.QueryRow(ctx, `SELECT min(committed) + 1 FROM lanes.consumers WHERE partition_id = $1`, pid).
-			Scan(&floor); err != nil {
+		// floor is the first offset some group has not committed; nil when there are
+		// no groups, or a group subscribed to the queue has no cursor here yet (it
+		// may start from the head when it seeds).
+		var floor *int64
+		var unseeded bool
+		if err := tx.QueryRow(ctx, `SELECT min(c.committed) + 1,
+				EXISTS (SELECT 1 FROM lanes.consumer_groups cg JOIN lanes.partitions p ON p.queue_id = cg.queue_id
+					WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumers c2
+						WHERE c2.partition_id = $1 AND c2.consumer_group = cg.consumer_group))
+			FROM lanes.consumers c WHERE c.partition_id = $1`, pid).Scan(&floor, &unseeded); err != nil {
 			return err
+		}
+		if unseeded {
+			floor = nil
 		}
 		rows, err := tx.Query(ctx, `SELECT base_offset, end_offset, created_at FROM lanes.segments
 			WHERE partition_id = $1 ORDER BY base_offset LIMIT $2`, pid, retentionStepSegments+1)

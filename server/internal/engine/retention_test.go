@@ -1,0 +1,290 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"reflect"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func configure(t testing.TB, e *Engine, q string, opts map[string]any) {
+	t.Helper()
+	raw := map[string]json.RawMessage{}
+	for k, v := range opts {
+		b, _ := json.Marshal(v)
+		raw[k] = b
+	}
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: raw}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// sweep runs one pass as the sweeper; the lease is released afterwards so the
+// next test's engine can take it.
+func sweep(t testing.TB, e *Engine) RetentionStats {
+	t.Helper()
+	st, err := e.RetentionPass(context.Background())
+	if err != nil {
+		t.Fatalf("retention pass: %v", err)
+	}
+	if !st.Leader {
+		t.Fatalf("engine did not get the sweeper lease")
+	}
+	e.releaseRetentionLease(context.Background())
+	return st
+}
+
+// pushSegments pushes each id as its own request, so each becomes its own segment.
+func pushSegments(t testing.TB, e *Engine, q, p string, ids ...string) {
+	t.Helper()
+	for _, id := range ids {
+		mustPush(t, e, items(q, p, id)...)
+	}
+}
+
+type partitionState struct {
+	id                 uuid.UUID
+	logStart, segments int64
+	oldestSegmentAt    time.Time
+}
+
+func partitionOf(t testing.TB, e *Engine, q, p string) partitionState {
+	t.Helper()
+	var s partitionState
+	if err := e.pool.QueryRow(context.Background(), `SELECT p.id, p.log_start, p.oldest_segment_at,
+			(SELECT count(*) FROM lanes.segments s WHERE s.partition_id = p.id)
+		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1 AND p.name = $2`, q, p).
+		Scan(&s.id, &s.logStart, &s.oldestSegmentAt, &s.segments); err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func TestRetentionByAgeDeletesWholeSegmentsAndKeepsDeadLetters(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	pushSegments(t, e, q, "p", "old-0", "old-1", "old-2")
+	// Dead-letter old-0 so a DLQ row points into the doomed segments.
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	if r := mustAck(t, e, ack(b.Messages[0], "dlq")); !r[0].DLQ {
+		t.Fatalf("dlq ack: %+v", r[0])
+	}
+	time.Sleep(1200 * time.Millisecond)
+	pushSegments(t, e, q, "p", "new-3")
+
+	st := sweep(t, e)
+	ps := partitionOf(t, e, q, "p")
+	if ps.logStart != 3 || ps.segments != 1 {
+		t.Fatalf("after the pass log_start=%d segments=%d, want 3 and 1 (stats %+v)", ps.logStart, ps.segments, st)
+	}
+	var dead int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.dlq WHERE partition_id = $1`, ps.id).Scan(&dead)
+	if dead != 1 {
+		t.Fatalf("dead letters must survive retention, found %d", dead)
+	}
+	// The queue-mode cursor sits at 0, below log_start: it resumes at the first retained offset.
+	got := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if ids := txnIDs(got.Messages); !reflect.DeepEqual(ids, []string{"new-3"}) {
+		t.Fatalf("pop after retention: %v", ids)
+	}
+	// A second pass finds nothing more to delete here.
+	sweep(t, e)
+	if again := partitionOf(t, e, q, "p"); again.segments != 1 {
+		t.Fatalf("second pass deleted the young segment")
+	}
+}
+
+func TestCompletedRetentionIsHeldByTheSlowestGroup(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
+	lonely := queueName(t)
+	configure(t, e, lonely, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
+	pushSegments(t, e, lonely, "p", "x0")
+
+	// Both groups subscribe before the data arrives.
+	for _, g := range []string{"fast", "abandoned"} {
+		mustPop(t, e, PopRequest{Queue: q, Group: g, SubscriptionMode: "all"})
+	}
+	pushSegments(t, e, q, "p", "m0", "m1")
+	fast := mustPop(t, e, PopRequest{Queue: q, Group: "fast", Batch: 10})
+	mustAck(t, e, ack(fast.Messages[0], "completed"), ack(fast.Messages[1], "completed"))
+	time.Sleep(1200 * time.Millisecond)
+
+	sweep(t, e)
+	if ps := partitionOf(t, e, q, "p"); ps.segments != 2 || ps.logStart != 0 {
+		t.Fatalf("an abandoned group must hold the data: %+v", ps)
+	}
+	if ps := partitionOf(t, e, lonely, "p"); ps.segments != 1 {
+		t.Fatalf("a partition with no groups loses nothing: %+v", ps)
+	}
+
+	slow := mustPop(t, e, PopRequest{Queue: q, Group: "abandoned", Batch: 1})
+	mustAck(t, e, ack(slow.Messages[0], "completed"))
+	sweep(t, e)
+	if ps := partitionOf(t, e, q, "p"); ps.segments != 1 || ps.logStart != 1 {
+		t.Fatalf("only what every group committed goes: %+v", ps)
+	}
+}
+
+func TestMaxWaitDeletesLeasedDataAndTheLateAckFailsCleanly(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"maxWaitTimeSeconds": 1, "dedupWindowSeconds": 0})
+	pushSegments(t, e, q, "p", "stale-0", "stale-1")
+	leased := mustPop(t, e, PopRequest{Queue: q, Batch: 10, LeaseSeconds: 60})
+	if len(leased.Messages) != 2 {
+		t.Fatalf("leased %d", len(leased.Messages))
+	}
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e)
+	if ps := partitionOf(t, e, q, "p"); ps.segments != 0 || ps.logStart != 2 {
+		t.Fatalf("maxWait must delete under a live lease (retentionEnabled off): %+v", ps)
+	}
+	// The worker finishes late: a failed ack of deleted data answers per item, no error.
+	res, err := e.Ack(context.Background(), []AckItem{ack(leased.Messages[0], "failed")})
+	if err != nil {
+		t.Fatalf("late ack: %v", err)
+	}
+	t.Logf("late ack result: %+v", res[0])
+	var dead int
+	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.dlq WHERE transaction_id = 'stale-0'`).Scan(&dead)
+	if dead != 0 {
+		t.Fatalf("a deleted message cannot be dead-lettered")
+	}
+	pushSegments(t, e, q, "p", "fresh")
+	time.Sleep(10 * time.Millisecond)
+	// Whether the lease still blocks or not, deleted data never comes back.
+	if _, err := e.pool.Exec(context.Background(), `UPDATE lanes.consumers SET lease_expires_at = now() WHERE partition_id = $1`, leased.PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	got := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if ids := txnIDs(got.Messages); !reflect.DeepEqual(ids, []string{"fresh"}) {
+		t.Fatalf("after maxWait only new data is delivered: %v", ids)
+	}
+}
+
+func TestPopOfAFullyDeletedSpanSealsTheCursor(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	pushSegments(t, e, q, "p", "a", "b")
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e)
+	if got := mustPop(t, e, PopRequest{Queue: q, Batch: 10}); len(got.Messages) != 0 {
+		t.Fatalf("deleted data delivered: %v", txnIDs(got.Messages))
+	}
+	var committed int64
+	_ = e.pool.QueryRow(context.Background(), `SELECT committed FROM lanes.consumers WHERE partition_id = $1`, partitionOf(t, e, q, "p").id).Scan(&committed)
+	if committed != 1 {
+		t.Fatalf("empty span should seal at the tail, committed=%d", committed)
+	}
+}
+
+func TestTransactionIndexIsPurgedOnlyAfterItsWindowAndBelowLogStart(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1, "dedupWindowSeconds": 0})
+	pushSegments(t, e, q, "p", "t0", "t1")
+	time.Sleep(1200 * time.Millisecond)
+	pushSegments(t, e, q, "p", "t2")
+	sweep(t, e)
+	ps := partitionOf(t, e, q, "p")
+	countTxns := func() int {
+		var n int
+		_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.txns WHERE partition_id = $1`, ps.id).Scan(&n)
+		return n
+	}
+	if n := countTxns(); n != 3 {
+		t.Fatalf("txns must outlive their segments for the 900 s floor, have %d", n)
+	}
+	// Age everything past the 900 s floor, as if a quarter of an hour had passed.
+	ctx := context.Background()
+	_, _ = e.pool.Exec(ctx, `UPDATE lanes.txns SET created_at = created_at - interval '20 minutes' WHERE partition_id = $1`, ps.id)
+	_, _ = e.pool.Exec(ctx, `UPDATE lanes.txns_expiry SET purge_after = purge_after - interval '20 minutes' WHERE partition_id = $1`, ps.id)
+	st := sweep(t, e)
+	if n := countTxns(); n != 1 || st.TxnsPurged < 2 {
+		t.Fatalf("deleted offsets' txns should go, the retained one stay: have %d (stats %+v)", n, st)
+	}
+}
+
+func TestRetentionCandidatesSkipPartitionsWithNothingExpired(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 3600})
+	pushSegments(t, e, q, "young", "y")
+	ids, err := e.retentionCandidates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	young := partitionOf(t, e, q, "young").id
+	for _, id := range ids {
+		if id == young {
+			t.Fatalf("a partition written now is not a candidate for a 1 h window")
+		}
+	}
+	// Backdate the head: now it is one.
+	_, _ = e.pool.Exec(context.Background(), `UPDATE lanes.segments SET created_at = created_at - interval '2 hours' WHERE partition_id = $1`, young)
+	_, _ = e.pool.Exec(context.Background(), `UPDATE lanes.partitions SET oldest_segment_at = oldest_segment_at - interval '2 hours' WHERE id = $1`, young)
+	ids, _ = e.retentionCandidates(context.Background())
+	found := false
+	for _, id := range ids {
+		found = found || id == young
+	}
+	if !found {
+		t.Fatalf("an expired head must make the partition a candidate")
+	}
+}
+
+func TestOnlyOneEngineSweepsAtATime(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	t.Cleanup(func() { a.releaseRetentionLease(context.Background()); b.releaseRetentionLease(context.Background()) })
+	for round := 0; round < 5; round++ {
+		var wg sync.WaitGroup
+		leaders := make([]bool, 2)
+		for i, e := range []*Engine{a, b} {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				st, err := e.RetentionPass(context.Background())
+				if err != nil {
+					t.Error(err)
+				}
+				leaders[i] = st.Leader
+			}()
+		}
+		wg.Wait()
+		if leaders[0] == leaders[1] {
+			t.Fatalf("round %d: leaders %v, want exactly one", round, leaders)
+		}
+	}
+	// The holder lets go (shutdown); the other takes over at its next pass.
+	holder, other := a, b
+	if st, _ := b.RetentionPass(context.Background()); st.Leader {
+		holder, other = b, a
+	}
+	holder.releaseRetentionLease(context.Background())
+	if st, err := other.RetentionPass(context.Background()); err != nil || !st.Leader {
+		t.Fatalf("after release the other engine should sweep: %+v %v", st, err)
+	}
+}
+
+func TestStartRetentionSweepsInTheBackground(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"maxWaitTimeSeconds": 1})
+	pushSegments(t, e, q, "p", "bg")
+	e.StartRetention(100 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for partitionOf(t, e, q, "p").segments != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the background loop did not delete the expired segment")
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
