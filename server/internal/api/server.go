@@ -85,12 +85,14 @@ func (s *Server) Handler() (http.Handler, error) {
 		ErrorHandlerWithOpts: validationError,
 		Skipper:              isPushRequest,
 	})
-	gen.HandlerWithOptions(strict, gen.GorillaServerOptions{
-		BaseRouter: router,
-		ErrorHandlerFunc: func(w http.ResponseWriter, r *http.Request, err error) {
-			writeError(w, http.StatusBadRequest, CodeValidation, err.Error())
-		},
-	})
+	badParam := func(w http.ResponseWriter, r *http.Request, err error) {
+		writeError(w, http.StatusBadRequest, CodeValidation, err.Error())
+	}
+	// Gorilla matches in registration order, and the generated order would let
+	// /consumer-groups/{group} swallow the static /consumer-groups/lagging.
+	lagging := gen.ServerInterfaceWrapper{Handler: strict, ErrorHandlerFunc: badParam}
+	router.HandleFunc("/api/v1/consumer-groups/lagging", lagging.ListLaggingConsumerGroups).Methods(http.MethodGet)
+	gen.HandlerWithOptions(strict, gen.GorillaServerOptions{BaseRouter: router, ErrorHandlerFunc: badParam})
 	var h http.Handler = router
 	h = validator(h)
 	h = s.limitBody(h)

@@ -90,13 +90,13 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 	deadline := time.Now().Add(req.Timeout)
 	interval := popInitialRecheck
 	empties := 0
-	for {
+	for check := 0; ; check++ {
 		var wake chan struct{}
 		if req.Wait {
 			// Registered before the check so a push between check and park is not missed.
 			wake = e.waiters.register(req.Queue)
 		}
-		res, err := e.popOnce(ctx, &req)
+		res, err := e.admittedPopOnce(ctx, &req, check == 0)
 		if err != nil || len(res.Messages) > 0 || !req.Wait || e.stopParking.Load() {
 			if wake != nil {
 				e.waiters.unregister(req.Queue, wake)
@@ -214,15 +214,18 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 		if req.Queue != "" {
 			// A pop names a queue into existence so a group can subscribe before the first push.
 			ns, task := NamespaceTask(req.Queue)
+			// The group registers now, so "new" means new from this first contact.
 			if _, err := tx.Exec(ctx, `INSERT INTO lanes.queues (name, namespace, task) VALUES ($1, $2, $3)
 				ON CONFLICT (name) DO NOTHING`, req.Queue, ns, task); err != nil {
 				return nil, err
 			}
-			if err := tx.Commit(ctx); err != nil {
+			if queues, err = loadPopQueues(ctx, tx, req); err != nil {
 				return nil, err
 			}
 		}
-		return res, nil
+		if len(queues) == 0 {
+			return res, nil
+		}
 	}
 	var now time.Time
 	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
