@@ -1,6 +1,35 @@
-// Placeholder entry point for @lanesmq/lanes; the SDK replaces it with the
-// fluent client. For now it re-exports the types generated from openapi.yaml.
+// @lanesmq/lanes — the TypeScript client for Lanes, a partitioned message queue on PostgreSQL.
+// This file is the whole public surface; nothing else is importable.
+export { Lanes, type LanesOptions } from "./client.js";
+export { QueueBuilder, DlqBuilder, type SubscriptionMode } from "./queue.js";
+export { Consumer, type Handler, type BatchHandler, type HandlerContext, type ErrorHandler, type ConsumeOptions, type StopOptions } from "./consumer.js";
+export { TransactionBuilder, TransactionQueue, TransactionKv } from "./transaction.js";
+export { Admin, type SeekTarget } from "./admin.js";
+export { Kv, Timers, type KvExpiry, type TimerSchedule } from "./kv.js";
+export { PushBuffer, type BufferOptions } from "./buffer.js";
+export type { Message, PopResult, AckStatus } from "./message.js";
+export type { PushItem, PushResult, AckTarget, AckOptions, RenewResult } from "./internal/core.js";
+export type { Logger } from "./internal/log.js";
+export { decideRetry, parseRetryHint, backoff, DEFAULT_RETRY_POLICY, type RetryPolicy, type RetryInput, type RetryDecision, type HeaderSource } from "./retry.js";
+export { popQuery, autopilotFromEnv, type PopKnobs } from "./pop.js";
+export {
+  LanesError,
+  APIError,
+  BadRequestError,
+  AuthenticationError,
+  PermissionDeniedError,
+  NotFoundError,
+  ConflictError,
+  PayloadTooLargeError,
+  RateLimitError,
+  InternalServerError,
+  NotImplementedByBrokerError,
+  APIConnectionError,
+  APITimeoutError,
+  PushError,
+  AckError,
+  TransactionError,
+  ConsumerStoppedError,
+} from "./errors.js";
+export type * from "./types.js";
 export type { components, operations, paths } from "./generated/schema.js";
-
-/** Default broker URL of a local `make run`. */
-export const DEFAULT_URL = "http://localhost:6632";

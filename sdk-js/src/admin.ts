@@ -1,0 +1,220 @@
+// Admin: queues, consumer groups (seek, delete, subscription), DLQ, messages, status. Every
+// method returns the generated response type of its route.
+import type { Core } from "./internal/core.js";
+import { listDlq } from "./queue.js";
+import type {
+  BufferStatus,
+  ConfigureResult,
+  ConsumerGroupDeleteResult,
+  ConsumerGroupDetail,
+  ConsumerGroupSummary,
+  DeleteMessageResult,
+  DeleteQueueResult,
+  DlqList,
+  DlqPurgeResult,
+  DlqReplayRequest,
+  DlqReplayResult,
+  Health,
+  LaggingConsumerGroup,
+  Maintenance,
+  MessageDetail,
+  MessageList,
+  MessageListQuery,
+  Metrics,
+  NamespaceList,
+  Overview,
+  QueueDepth,
+  QueueDetail,
+  QueueList,
+  QueueOptions,
+  QueueStatus,
+  QueueStatusList,
+  SeekPartitionResult,
+  SeekQueueResult,
+  StatusOverview,
+  SubscriptionUpdateResult,
+  TaskList,
+} from "./types.js";
+
+/** SeekTarget moves a group's cursor to the end or to an instant (segment-granular). */
+export type SeekTarget = { toEnd: true } | { timestamp: string | Date };
+
+type Query = Record<string, string | number | boolean | Date | undefined | null>;
+
+function qs(q: Query | undefined): string | undefined {
+  if (!q) return undefined;
+  const p = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) {
+    if (v === undefined || v === null || v === "") continue;
+    p.set(k, v instanceof Date ? v.toISOString() : String(v));
+  }
+  return p.toString() || undefined;
+}
+
+const e = encodeURIComponent;
+
+/** Admin is `lanes.admin`: management routes. Routes the broker has not built answer NotImplementedByBrokerError (501). */
+export class Admin {
+  /** @internal */
+  constructor(private readonly core: Core) {}
+
+  private async get<T>(path: string, query?: Query): Promise<T> {
+    return (await this.core.transport.request<T>({ method: "GET", path, query: qs(query) })).body;
+  }
+  private async post<T>(path: string, body: unknown, query?: Query): Promise<T> {
+    return (await this.core.transport.request<T>({ method: "POST", path, body, query: qs(query) })).body;
+  }
+  private async del<T>(path: string, query?: Query): Promise<T> {
+    return (await this.core.transport.request<T>({ method: "DELETE", path, query: qs(query) })).body;
+  }
+
+  // ---- queues
+
+  /** configureQueue creates or configures a queue: `replace` (default) resets omitted options, `merge` keeps them. */
+  configureQueue(queue: string, options: QueueOptions, opts: { mode?: "merge" | "replace"; namespace?: string; task?: string } = {}): Promise<ConfigureResult> {
+    return this.post("/api/v1/configure", { queue, options, ...opts });
+  }
+  /** listQueues lists queues. */
+  listQueues(query: { namespace?: string; task?: string; limit?: number; offset?: number } = {}): Promise<QueueList> {
+    return this.get("/api/v1/resources/queues", query);
+  }
+  /** getQueue returns one queue with its options and partitions. */
+  getQueue(queue: string): Promise<QueueDetail> {
+    return this.get(`/api/v1/resources/queues/${e(queue)}`);
+  }
+  /** deleteQueue deletes a queue and everything in it (200 even when nothing was deleted). */
+  deleteQueue(queue: string): Promise<DeleteQueueResult> {
+    return this.del(`/api/v1/resources/queues/${e(queue)}`);
+  }
+  /** getQueueDepth is the pending count of a queue for a group (queue mode when none). */
+  getQueueDepth(queue: string, group?: string): Promise<QueueDepth> {
+    return this.get(`/api/v1/resources/queues/${e(queue)}/depth`, { group });
+  }
+  /** getOverview returns system-wide counters. */
+  getOverview(): Promise<Overview> {
+    return this.get("/api/v1/resources/overview");
+  }
+  /** getNamespaces lists namespaces. */
+  getNamespaces(): Promise<NamespaceList> {
+    return this.get("/api/v1/resources/namespaces");
+  }
+  /** getTasks lists tasks. */
+  getTasks(): Promise<TaskList> {
+    return this.get("/api/v1/resources/tasks");
+  }
+
+  // ---- consumer groups
+
+  /** seekConsumerGroup moves one group's cursor on every partition of a queue (releasing live leases, resetting the retry budget). */
+  seekConsumerGroup(group: string, queue: string, to: SeekTarget): Promise<SeekQueueResult> {
+    return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/seek`, seekBody(to));
+  }
+  /** seekConsumerGroupPartition moves one group's cursor on one partition. */
+  seekConsumerGroupPartition(group: string, queue: string, partition: string, to: SeekTarget): Promise<SeekPartitionResult> {
+    return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/partitions/${e(partition)}/seek`, seekBody(to));
+  }
+  /** listConsumerGroups lists (group, queue) rows with lag. */
+  listConsumerGroups(): Promise<ConsumerGroupSummary[]> {
+    return this.get("/api/v1/consumer-groups");
+  }
+  /** getConsumerGroup returns a group's cursors keyed by queue. */
+  getConsumerGroup(group: string): Promise<ConsumerGroupDetail> {
+    return this.get(`/api/v1/consumer-groups/${e(group)}`);
+  }
+  /** laggingConsumerGroups lists partitions whose oldest unconsumed message is older than `minLagSeconds` (default 60). */
+  laggingConsumerGroups(minLagSeconds = 60): Promise<LaggingConsumerGroup[]> {
+    return this.get("/api/v1/consumer-groups/lagging", { minLagSeconds });
+  }
+  /** deleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds it). */
+  deleteConsumerGroup(group: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+    return this.del(`/api/v1/consumer-groups/${e(group)}`, { deleteMetadata });
+  }
+  /** deleteConsumerGroupForQueue deletes a group's cursors on one queue. */
+  deleteConsumerGroupForQueue(group: string, queue: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+    return this.del(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}`, { deleteMetadata });
+  }
+  /** updateSubscription changes where a group's untouched partitions get seeded (existing cursors do not move). */
+  updateSubscription(group: string, timestamp: string | Date): Promise<SubscriptionUpdateResult> {
+    return this.post(`/api/v1/consumer-groups/${e(group)}/subscription`, { subscriptionTimestamp: timestamp instanceof Date ? timestamp.toISOString() : timestamp });
+  }
+
+  // ---- DLQ and messages
+
+  /** listDlq lists dead letters (newest failure first). */
+  listDlq(query: { queue?: string; consumerGroup?: string; partition?: string; from?: string; to?: string; limit?: number; offset?: number } = {}): Promise<DlqList> {
+    return listDlq(this.core, query);
+  }
+  /** purgeDlq deletes a queue's dead letters (optionally one group's). */
+  purgeDlq(queue: string, consumerGroup?: string): Promise<DlqPurgeResult> {
+    return this.del("/api/v1/dlq", { queue, consumerGroup });
+  }
+  /** replayDlq moves one dead letter back into a queue (its original place unless `dest` says otherwise) under the id `dlq:<id>`. */
+  replayDlq(id: string, dest: DlqReplayRequest = {}): Promise<DlqReplayResult> {
+    return this.post(`/api/v1/dlq/${e(id)}/replay`, dest);
+  }
+  /** listMessages lists messages with their derived status. */
+  listMessages(query: MessageListQuery = {}): Promise<MessageList> {
+    return this.get("/api/v1/messages", query as Query);
+  }
+  /** getMessage returns one message with its per-group state. */
+  getMessage(partitionId: string, transactionId: string): Promise<MessageDetail> {
+    return this.get(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}`);
+  }
+  /** deleteMessage deletes a dead-lettered message's DLQ rows. */
+  deleteMessage(partitionId: string, transactionId: string): Promise<DeleteMessageResult> {
+    return this.del(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}`);
+  }
+  /** retryMessage replays a dead-lettered message by its address. */
+  retryMessage(partitionId: string, transactionId: string): Promise<DlqReplayResult> {
+    return this.post(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}/retry`, {});
+  }
+
+  // ---- status and system
+
+  /** health is GET /health. */
+  health(): Promise<Health> {
+    return this.get("/health");
+  }
+  /** getMetrics is GET /metrics. */
+  getMetrics(): Promise<Metrics> {
+    return this.get("/metrics");
+  }
+  /** getStatus is the dashboard aggregate. */
+  getStatus(query: { from?: string; to?: string; queue?: string; namespace?: string; task?: string } = {}): Promise<StatusOverview> {
+    return this.get("/api/v1/status", query);
+  }
+  /** listQueueStatus lists queues with message counters. */
+  listQueueStatus(query: { queue?: string; namespace?: string; task?: string; limit?: number; offset?: number } = {}): Promise<QueueStatusList> {
+    return this.get("/api/v1/status/queues", query);
+  }
+  /** getQueueStatus is the live detail of one queue. */
+  getQueueStatus(queue: string, includePartitions = false): Promise<QueueStatus> {
+    return this.get(`/api/v1/status/queues/${e(queue)}`, { includePartitions });
+  }
+  /** getBufferStatus is the broker's disk-spool state. */
+  getBufferStatus(): Promise<BufferStatus> {
+    return this.get("/api/v1/status/buffers");
+  }
+  /** getMaintenanceMode reads push maintenance. */
+  getMaintenanceMode(): Promise<Maintenance> {
+    return this.get("/api/v1/system/maintenance");
+  }
+  /** setMaintenanceMode diverts every push to the disk spool while on. */
+  setMaintenanceMode(enabled: boolean): Promise<Maintenance> {
+    return this.post("/api/v1/system/maintenance", { enabled });
+  }
+  /** getPopMaintenanceMode reads pop maintenance. */
+  getPopMaintenanceMode(): Promise<Maintenance> {
+    return this.get("/api/v1/system/maintenance/pop");
+  }
+  /** setPopMaintenanceMode makes every pop answer empty while on. */
+  setPopMaintenanceMode(enabled: boolean): Promise<Maintenance> {
+    return this.post("/api/v1/system/maintenance/pop", { enabled });
+  }
+}
+
+function seekBody(to: SeekTarget): { toEnd: true } | { timestamp: string } {
+  if ("toEnd" in to) return { toEnd: true };
+  return { timestamp: to.timestamp instanceof Date ? to.timestamp.toISOString() : to.timestamp };
+}
+

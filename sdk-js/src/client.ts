@@ -1,0 +1,183 @@
+// Lanes: the client. Holds the transport and the client defaults; everything else hangs off
+// the builders it hands out.
+import { Admin } from "./admin.js";
+import { PushBuffer, type BufferOptions } from "./buffer.js";
+import { LanesError } from "./errors.js";
+import { Core, leaseIdsOf, type AckOptions, type AckTarget, type RenewResult } from "./internal/core.js";
+import { Transport } from "./internal/http.js";
+import { makeLog, type Logger } from "./internal/log.js";
+import { Kv, Timers, listKvNamespaces } from "./kv.js";
+import type { AckStatus, Message } from "./message.js";
+import { autopilotFromEnv } from "./pop.js";
+import { DEFAULT_QUEUE_STATE, QueueBuilder } from "./queue.js";
+import { DEFAULT_RETRY_POLICY } from "./retry.js";
+import { TransactionBuilder } from "./transaction.js";
+import type { AckResult, Health, KvNamespaceList } from "./types.js";
+
+/** LanesOptions configure a client. Every field is optional: the URL defaults to `LANES_URL`, else http://localhost:6632. */
+export interface LanesOptions {
+  /** url is one broker URL. */
+  url?: string;
+  /** urls are several brokers on one PostgreSQL: requests fail over between them (docs/retries.md §4). */
+  urls?: string[];
+  /** bearerToken is sent as `Authorization: Bearer <token>`. */
+  bearerToken?: string;
+  /** headers are extra headers on every request. */
+  headers?: Record<string, string>;
+  /** timeoutMillis is the per-attempt HTTP timeout (default 30000; a long-poll pop uses its own timeout + 5 s). */
+  timeoutMillis?: number;
+  /** retryAttempts is the number of retries after the first attempt on network errors, 408 and 5xx (default 2; 0 disables). */
+  retryAttempts?: number;
+  /** retryDelayMillis is the base of the exponential backoff (default 500). */
+  retryDelayMillis?: number;
+  /** maxRetryDelayMillis caps the backoff (default 8000). */
+  maxRetryDelayMillis?: number;
+  /** max429Attempts bounds 429 retries except on long-poll pops, which retry 429 without a bound (default 10). */
+  max429Attempts?: number;
+  /** maxRetryAfterMillis is the largest Retry-After the SDK sleeps; above it a RateLimitError is thrown (default 60000). */
+  maxRetryAfterMillis?: number;
+  /** healthRetryAfterMillis is how long a failing broker URL is skipped (default 5000). */
+  healthRetryAfterMillis?: number;
+  /** popAutopilot is the default of every builder's `.autopilot()`; defaults to false when LANES_SDK_POP_AUTOPILOT is off/false/0/no/disabled, else true. Read once here. */
+  popAutopilot?: boolean;
+  /** logger receives the SDK's log lines (console, pino, winston fit); silent by default, console when LANES_CLIENT_LOG=true. */
+  logger?: Logger | null;
+  /** fetch overrides the global fetch (the retry policy still wraps it). */
+  fetch?: typeof fetch;
+  /** env is read instead of process.env (tests). */
+  env?: NodeJS.ProcessEnv;
+}
+
+/** Lanes is the client: `new Lanes({ url })`, then `lanes.queue('orders')…`. It installs no signal handlers; call `close()` to flush push buffers. */
+export class Lanes {
+  private readonly core: Core;
+  private readonly buffers = new Map<string, PushBuffer>();
+  private closed = false;
+  private adminApi: Admin | undefined;
+
+  constructor(options: LanesOptions | string | string[] = {}) {
+    const o: LanesOptions = typeof options === "string" ? { url: options } : Array.isArray(options) ? { urls: options } : options;
+    const env = o.env ?? process.env;
+    const urls = o.urls?.length ? o.urls : o.url ? [o.url] : [env.LANES_URL?.trim() || "http://localhost:6632"];
+    for (const u of urls) {
+      if (!/^https?:\/\//.test(u)) throw new LanesError(`Lanes: bad broker URL ${JSON.stringify(u)} (want http:// or https://)`);
+    }
+    const nonNeg = (name: string, v: number | undefined, d: number) => {
+      if (v === undefined) return d;
+      if (!Number.isFinite(v) || v < 0) throw new LanesError(`Lanes: ${name} must be a non-negative number, got ${v}`);
+      return v;
+    };
+    const log = makeLog(o.logger, env);
+    const timeoutMillis = nonNeg("timeoutMillis", o.timeoutMillis, 30_000) || 30_000;
+    const transport = new Transport({
+      urls,
+      bearerToken: o.bearerToken,
+      headers: o.headers,
+      timeoutMillis,
+      healthRetryAfterMillis: nonNeg("healthRetryAfterMillis", o.healthRetryAfterMillis, 5000),
+      policy: {
+        retryAttempts: Math.floor(nonNeg("retryAttempts", o.retryAttempts, DEFAULT_RETRY_POLICY.retryAttempts)),
+        retryDelayMillis: nonNeg("retryDelayMillis", o.retryDelayMillis, DEFAULT_RETRY_POLICY.retryDelayMillis),
+        maxRetryDelayMillis: nonNeg("maxRetryDelayMillis", o.maxRetryDelayMillis, DEFAULT_RETRY_POLICY.maxRetryDelayMillis),
+        max429Attempts: Math.floor(nonNeg("max429Attempts", o.max429Attempts, DEFAULT_RETRY_POLICY.max429Attempts)),
+        maxRetryAfterMillis: nonNeg("maxRetryAfterMillis", o.maxRetryAfterMillis, DEFAULT_RETRY_POLICY.maxRetryAfterMillis),
+      },
+      log,
+      fetch: o.fetch,
+    });
+    this.core = new Core({ transport, log, popAutopilot: o.popAutopilot ?? autopilotFromEnv(env), timeoutMillis });
+  }
+
+  /** popAutopilot is the client's autopilot default (false when LANES_SDK_POP_AUTOPILOT switched it off at construction). */
+  get popAutopilot(): boolean {
+    return this.core.popAutopilot;
+  }
+
+  /** queue starts a builder for a queue; with no name it is a discovery builder (`.namespace(ns).task(t)`). `T` types message payloads. */
+  queue<T = unknown>(name?: string): QueueBuilder<T> {
+    return new QueueBuilder<T>(this.core, this, { ...DEFAULT_QUEUE_STATE, queue: name });
+  }
+
+  /** transaction starts an atomic bundle of pushes, acks, KV writes and timers. */
+  transaction(): TransactionBuilder {
+    return new TransactionBuilder(this.core);
+  }
+
+  /** ack acknowledges one message (POST /ack) or several (POST /ack/batch, one call per group). It throws AckError, carrying every result, when an item answered `success:false`. */
+  ack(message: AckTarget, status?: AckStatus | boolean, opts?: AckOptions): Promise<AckResult>;
+  ack(messages: AckTarget[], status?: AckStatus | boolean, opts?: AckOptions): Promise<AckResult[]>;
+  async ack(messages: AckTarget | AckTarget[], status: AckStatus | boolean = "completed", opts: AckOptions = {}): Promise<AckResult | AckResult[]> {
+    if (Array.isArray(messages)) return this.core.ack(messages, status, opts);
+    const [r] = await this.core.ack([messages], status, opts);
+    return r!;
+  }
+
+  /** renew extends the leases of messages (or lease ids), each distinct lease once; `seconds` defaults to the broker's 60. */
+  async renew(targets: Message<unknown> | AckTarget | string | (Message<unknown> | AckTarget | string)[], opts: { seconds?: number } = {}): Promise<RenewResult[]> {
+    return this.core.renew(leaseIdsOf(Array.isArray(targets) ? targets : [targets]), opts.seconds);
+  }
+
+  /** admin is the management API (queues, consumer groups, DLQ, messages, status). */
+  get admin(): Admin {
+    this.adminApi ??= new Admin(this.core);
+    return this.adminApi;
+  }
+
+  /** kv returns the helpers of one KV namespace. */
+  kv(namespace: string): Kv {
+    return new Kv(this.core, namespace);
+  }
+
+  /** kvNamespaces lists KV namespaces. */
+  kvNamespaces(): Promise<KvNamespaceList> {
+    return listKvNamespaces(this.core);
+  }
+
+  /** timers returns the timer helpers of one destination queue. */
+  timers(queue: string): Timers {
+    return new Timers(this.core, queue);
+  }
+
+  /** health is GET /health. */
+  async health(): Promise<Health> {
+    return (await this.core.transport.request<Health>({ method: "GET", path: "/health" })).body;
+  }
+
+  /** @internal shared buffer per (queue, partition) */
+  buffer(queue: string, partition: string | undefined, opts: BufferOptions): PushBuffer {
+    if (this.closed) throw new LanesError("buffer: client is closed");
+    const key = `${queue}/${partition ?? "Default"}`;
+    let b = this.buffers.get(key);
+    if (!b) {
+      b = new PushBuffer(this.core, queue, partition, opts);
+      this.buffers.set(key, b);
+    }
+    return b;
+  }
+
+  /** flushAll sends everything waiting in the push buffers. */
+  async flushAll(): Promise<void> {
+    await Promise.all([...this.buffers.values()].map((b) => b.flush()));
+  }
+
+  /** bufferStats reports the push buffers. */
+  bufferStats(): { activeBuffers: number; totalBufferedMessages: number; flushesPerformed: number } {
+    let total = 0;
+    let flushes = 0;
+    for (const b of this.buffers.values()) {
+      total += b.size;
+      flushes += b.flushes;
+    }
+    return { activeBuffers: this.buffers.size, totalBufferedMessages: total, flushesPerformed: flushes };
+  }
+
+  /** close flushes the push buffers (bounded by `timeoutMillis`, default 30 s; unsent items are logged) and is idempotent. Consumers are stopped by their own `stop()`. */
+  async close(opts: { timeoutMillis?: number } = {}): Promise<void> {
+    if (this.closed) return;
+    this.closed = true;
+    const deadline = Date.now() + (opts.timeoutMillis ?? 30_000);
+    const left = await Promise.all([...this.buffers.values()].map((b) => b.close(deadline)));
+    const unsent = left.reduce((a, b) => a + b, 0);
+    if (unsent > 0) this.core.log.error(`close: ${unsent} buffered message(s) could not be sent before the deadline`);
+  }
+}

@@ -1,0 +1,382 @@
+// The consume loop (docs/consuming.md §3–§5) and the message iterator built on the same pop.
+import { APIConnectionError, AckError, ConsumerStoppedError, InternalServerError, LanesError, RateLimitError, isTerminal } from "./errors.js";
+import type { AckTarget, Core } from "./internal/core.js";
+import { sleep } from "./internal/http.js";
+import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
+import type { QueueState } from "./queue.js";
+
+/** HandlerContext is passed to every handler call; `signal` aborts (reason ConsumerStoppedError) on a hard stop. */
+export interface HandlerContext {
+  signal: AbortSignal;
+}
+/** Handler handles one message; returning acks it `completed`, throwing nacks it `failed` (with the error text) and abandons the rest of that partition's slice. */
+export type Handler<T = unknown> = (message: Message<T>, ctx: HandlerContext) => unknown;
+/** BatchHandler handles one partition's slice of a pop at once; throwing nacks the slice's first message (everything after it redelivers). */
+export type BatchHandler<T = unknown> = (messages: Message<T>[], ctx: HandlerContext) => unknown;
+/** ErrorHandler receives the loop's errors (transient and terminal); it is called synchronously and must not block. */
+export type ErrorHandler = (err: unknown) => void;
+/** ConsumeOptions: aborting `signal` is a hard stop (and `closed` still resolves, since the stop was requested). */
+export interface ConsumeOptions {
+  signal?: AbortSignal | undefined;
+}
+/** StopOptions bound how long `stop()`/`stopAndCancel()` wait; on expiry they reject and the consumer keeps stopping. */
+export interface StopOptions {
+  timeoutMillis?: number | undefined;
+  signal?: AbortSignal | undefined;
+}
+
+type AnyHandler = { kind: "each"; fn: Handler<unknown> } | { kind: "batch"; fn: BatchHandler<unknown> };
+
+interface PopSource<T> {
+  popResult(opts: { signal?: AbortSignal }): Promise<PopResult<T>>;
+}
+
+interface PendingAck {
+  target: AckTarget;
+  status: AckStatus;
+  error?: string | undefined;
+}
+
+/** isTransientLoopError: 429 (after the policy), network failures and 5xx keep a loop going; everything else ends it (docs/consuming.md §4). */
+export function isTransientLoopError(err: unknown): boolean {
+  return err instanceof RateLimitError || err instanceof APIConnectionError || err instanceof InternalServerError;
+}
+
+function loopErrorDelay(err: unknown, consecutive: number): number {
+  if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
+  return Math.min(1000 * 2 ** consecutive, 30_000);
+}
+
+function errorText(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  return String(err);
+}
+
+/** Consumer is a running consume loop. `stop()` drains (soft), `stopAndCancel()` also aborts handler signals (hard), `closed` settles when every worker has exited and the final acks are sent (rejecting with a terminal error). A Consumer is also PromiseLike: `await q.consume(h)` waits for `closed`. */
+export class Consumer implements PromiseLike<void> {
+  /** closed resolves when the consumer has ended and its final acks are sent; it rejects with the terminal error (403, 413, other 4xx) that ended it. */
+  readonly closed: Promise<void>;
+  private stopping = false;
+  private hard = false;
+  private ended = false;
+  private terminal: unknown = undefined;
+  private readonly fetchCtl = new AbortController();
+  private readonly handlerCtl = new AbortController();
+  private handed = 0;
+  private inFlight = 0;
+  private lastMessageAt = Date.now();
+  private idleTimer: ReturnType<typeof setTimeout> | undefined;
+  private softStopTimer: ReturnType<typeof setTimeout> | undefined;
+  private readonly onUserAbort = () => this.beginHardStop();
+
+  /** @internal */
+  constructor(
+    private readonly core: Core,
+    private readonly source: PopSource<unknown>,
+    private readonly s: QueueState,
+    private readonly handler: AnyHandler,
+    private readonly opts: ConsumeOptions,
+  ) {
+    if (typeof handler.fn !== "function") throw new LanesError("consume: handler must be a function");
+    opts.signal?.addEventListener("abort", this.onUserAbort, { once: true });
+    if (opts.signal?.aborted) this.beginHardStop();
+    if (s.idleMillis > 0) this.armIdle(s.idleMillis);
+    const workers = Array.from({ length: s.concurrency }, () => this.worker());
+    this.closed = Promise.all(workers).then(() => {
+      this.ended = true;
+      clearTimeout(this.idleTimer);
+      clearTimeout(this.softStopTimer);
+      opts.signal?.removeEventListener("abort", this.onUserAbort);
+      if (this.terminal !== undefined) throw this.terminal;
+    });
+    this.closed.catch(() => {}); // a terminal error is reported through `closed`, never as an unhandled rejection
+  }
+
+  then<R1 = void, R2 = never>(onfulfilled?: ((value: void) => R1 | PromiseLike<R1>) | null, onrejected?: ((reason: unknown) => R2 | PromiseLike<R2>) | null): Promise<R1 | R2> {
+    return this.closed.then(onfulfilled, onrejected);
+  }
+
+  /** stopping is true once a stop was requested or the consumer stopped itself. */
+  get isStopping(): boolean {
+    return this.stopping;
+  }
+
+  /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry`. Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). */
+  stop(opts: StopOptions = {}): Promise<void> {
+    this.beginSoftStop();
+    return this.waitEnd(opts);
+  }
+
+  /** stopAndCancel is a hard stop: as stop, and every handler's signal aborts with ConsumerStoppedError; a handler that then throws is released with `retry` (no retry budget spent). */
+  stopAndCancel(opts: StopOptions = {}): Promise<void> {
+    this.beginHardStop();
+    return this.waitEnd(opts);
+  }
+
+  private waitEnd(opts: StopOptions): Promise<void> {
+    const ended = this.closed.then(
+      () => undefined,
+      () => undefined,
+    );
+    if (this.ended || (opts.timeoutMillis === undefined && !opts.signal)) return ended;
+    return new Promise<void>((resolve, reject) => {
+      let timer: ReturnType<typeof setTimeout> | undefined;
+      const onAbort = () => {
+        clearTimeout(timer);
+        reject(opts.signal?.reason ?? new LanesError("stop: aborted; the consumer is still stopping"));
+      };
+      if (opts.timeoutMillis !== undefined) {
+        timer = setTimeout(() => {
+          opts.signal?.removeEventListener("abort", onAbort);
+          reject(new LanesError(`stop: still stopping after ${opts.timeoutMillis} ms`));
+        }, opts.timeoutMillis);
+      }
+      if (opts.signal?.aborted) return onAbort();
+      opts.signal?.addEventListener("abort", onAbort, { once: true });
+      void ended.then(() => {
+        clearTimeout(timer);
+        opts.signal?.removeEventListener("abort", onAbort);
+        resolve();
+      });
+    });
+  }
+
+  private beginSoftStop(): void {
+    if (this.stopping) return;
+    this.stopping = true;
+    clearTimeout(this.idleTimer);
+    this.fetchCtl.abort(new ConsumerStoppedError());
+    if (this.s.softStopTimeoutMillis > 0 && !this.hard) {
+      this.softStopTimer = setTimeout(() => this.beginHardStop(), this.s.softStopTimeoutMillis);
+      this.softStopTimer.unref?.();
+    }
+  }
+
+  private beginHardStop(): void {
+    this.beginSoftStop();
+    if (this.hard) return;
+    this.hard = true;
+    clearTimeout(this.softStopTimer);
+    this.handlerCtl.abort(new ConsumerStoppedError());
+  }
+
+  private armIdle(ms: number): void {
+    this.idleTimer = setTimeout(() => {
+      if (this.stopping) return;
+      if (this.inFlight > 0) return this.armIdle(this.s.idleMillis);
+      const idle = Date.now() - this.lastMessageAt;
+      if (idle >= this.s.idleMillis) {
+        this.core.log.debug(`consumer idle for ${idle} ms; stopping`);
+        this.beginSoftStop();
+      } else this.armIdle(this.s.idleMillis - idle);
+    }, ms);
+  }
+
+  private report(err: unknown): void {
+    if (!this.s.onError) {
+      this.core.log.warn(`consumer: ${errorText(err)}`);
+      return;
+    }
+    try {
+      this.s.onError(err);
+    } catch (e) {
+      this.core.log.error(`consumer: onError threw: ${errorText(e)}`);
+    }
+  }
+
+  private fail(err: unknown): void {
+    if (this.terminal === undefined) this.terminal = err;
+    this.core.log.error(`consumer: stopping on ${errorText(err)}`);
+    if (this.s.onError) this.report(err);
+    this.beginSoftStop();
+  }
+
+  private async pause(ms: number): Promise<void> {
+    try {
+      await sleep(ms, this.fetchCtl.signal);
+    } catch {
+      // stop requested
+    }
+  }
+
+  private limitReached(): boolean {
+    return this.s.limit > 0 && this.handed >= this.s.limit;
+  }
+
+  private async worker(): Promise<void> {
+    let errors = 0;
+    let waitMs: number | undefined;
+    while (!this.stopping) {
+      let res: PopResult<unknown>;
+      try {
+        res = await this.source.popResult({ signal: this.fetchCtl.signal });
+      } catch (err) {
+        if (this.stopping) break;
+        if (!isTransientLoopError(err)) {
+          this.fail(err);
+          break;
+        }
+        this.report(err);
+        await this.pause(loopErrorDelay(err, errors));
+        errors += 1;
+        continue;
+      }
+      errors = 0;
+      if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
+      if (res.messages.length === 0) {
+        if (!this.s.wait) await this.pause(waitMs ?? 100);
+        continue;
+      }
+      this.lastMessageAt = Date.now();
+      this.inFlight += 1;
+      try {
+        await this.handlePop(res);
+      } finally {
+        this.inFlight -= 1;
+        this.lastMessageAt = Date.now();
+      }
+    }
+  }
+
+  private async runHandler(call: () => unknown): Promise<{ ok: true } | { ok: false; err: unknown; cancelled: boolean }> {
+    try {
+      await call();
+      return { ok: true };
+    } catch (err) {
+      if (this.s.reportHandlerErrors && !this.hard) this.report(err);
+      return { ok: false, err, cancelled: this.hard };
+    }
+  }
+
+  private async handlePop(res: PopResult<unknown>): Promise<void> {
+    const acks: PendingAck[] = [];
+    const ctx: HandlerContext = { signal: this.handlerCtl.signal };
+    let renewTimer: ReturnType<typeof setInterval> | undefined;
+    if (this.s.renewLeaseMillis > 0 && res.leaseId && !this.s.serverAutoAck) {
+      const every = this.s.renewLeaseMillis;
+      const seconds = Math.ceil(Math.max(2 * every, 1000) / 1000);
+      renewTimer = setInterval(() => {
+        this.core.renew([res.leaseId], seconds).then(
+          (r) => {
+            if (!r[0]?.success) {
+              clearInterval(renewTimer);
+              this.report(new LanesError(`lease ${res.leaseId}: renewal not applied (expired or released)`));
+            }
+          },
+          (err: unknown) => this.report(err),
+        );
+      }, every);
+    }
+    const fn = this.handler.fn;
+    try {
+      for (const slice of groupByPartition(res.messages)) {
+        if (this.handler.kind === "each") {
+          for (const m of slice) {
+            if (this.stopping || this.limitReached()) {
+              acks.push({ target: m, status: "retry" });
+              break;
+            }
+            this.handed += 1;
+            if (this.limitReached()) this.beginSoftStop();
+            const out = await this.runHandler(() => (fn as Handler<unknown>)(m, ctx));
+            if (out.ok) {
+              acks.push({ target: m, status: "completed" });
+              continue;
+            }
+            acks.push(out.cancelled ? { target: m, status: "retry" } : { target: m, status: "failed", error: errorText(out.err) });
+            break;
+          }
+        } else {
+          const first = slice[0]!;
+          if (this.stopping || this.limitReached()) {
+            acks.push({ target: first, status: "retry" });
+            continue;
+          }
+          this.handed += slice.length;
+          if (this.limitReached()) this.beginSoftStop();
+          const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(slice, ctx));
+          if (out.ok) for (const m of slice) acks.push({ target: m, status: "completed" });
+          else acks.push(out.cancelled ? { target: first, status: "retry" } : { target: first, status: "failed", error: errorText(out.err) });
+        }
+      }
+    } finally {
+      clearInterval(renewTimer);
+    }
+    await this.sendAcks(res, acks);
+  }
+
+  private async sendAcks(res: PopResult<unknown>, acks: PendingAck[]): Promise<void> {
+    if (this.s.serverAutoAck || !res.leaseId) return;
+    const items = this.s.autoAck ? acks : acks.filter((a) => a.status === "retry");
+    if (items.length === 0) return;
+    try {
+      const results = await this.core.ackItems(items, res.consumerGroup);
+      if (results.some((r) => !r.success)) this.report(new AckError(results));
+    } catch (err) {
+      if (isTerminal(err)) this.fail(err);
+      else this.report(err);
+    }
+  }
+}
+
+/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). */
+export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
+  let errors = 0;
+  let waitMs: number | undefined;
+  const pause = async (ms: number) => {
+    try {
+      await sleep(ms, signal);
+    } catch {
+      // aborted
+    }
+  };
+  while (!signal?.aborted) {
+    let res: PopResult<T>;
+    try {
+      res = await source.popResult({ signal });
+    } catch (err) {
+      if (signal?.aborted) return;
+      if (!isTransientLoopError(err)) throw err;
+      if (s.onError) s.onError(err);
+      else core.log.warn(`messages: ${errorText(err)}`);
+      await pause(loopErrorDelay(err, errors));
+      errors += 1;
+      continue;
+    }
+    errors = 0;
+    if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
+    if (res.messages.length === 0) {
+      if (!s.wait) await pause(waitMs ?? 100);
+      continue;
+    }
+    const slices = groupByPartition(res.messages);
+    const pos = slices.map(() => 0);
+    try {
+      outer: for (let k = 0; k < slices.length; k++) {
+        const slice = slices[k]!;
+        for (let i = 0; i < slice.length; i++) {
+          if (signal?.aborted) break outer;
+          yield slice[i]!;
+          pos[k] = i + 1;
+        }
+      }
+    } finally {
+      if (!s.serverAutoAck && res.leaseId) {
+        const acks: PendingAck[] = [];
+        slices.forEach((slice, k) => {
+          const p = pos[k]!;
+          if (s.autoAck) for (let i = 0; i < p; i++) acks.push({ target: slice[i]!, status: "completed" });
+          if (p < slice.length) acks.push({ target: slice[p]!, status: "retry" });
+        });
+        if (acks.length > 0) {
+          const results = await core.ackItems(acks, res.consumerGroup);
+          if (results.some((r) => !r.success)) {
+            const e = new AckError(results);
+            if (s.onError) s.onError(e);
+            else core.log.warn(`messages: ${e.message}`);
+          }
+        }
+      }
+    }
+  }
+}

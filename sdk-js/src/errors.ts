@@ -1,0 +1,152 @@
+// The SDK's error tree (docs/retries.md §7). Every error the SDK raises is a LanesError;
+// transport outcomes are APIError (a response) or APIConnectionError (no response); result
+// errors (a `failed` push item, an ack or transaction body with `success:false`) carry the
+// broker's per-item answer.
+import type { PushResult } from "./internal/core.js";
+import type { AckResult, TransactionReason, TransactionResult } from "./types.js";
+
+/** LanesError is the base class of every error this SDK throws. */
+export class LanesError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options);
+    this.name = new.target.name;
+  }
+}
+
+/** APIError is a non-2xx answer the retry policy gave up on. `code` is the body's stable snake_case code ("" when the body was not JSON). */
+export class APIError extends LanesError {
+  /** status is the HTTP status. */
+  readonly status: number;
+  /** code is the stable `code` of the `{"error","code"}` body, or "". */
+  readonly code: string;
+  /** retryAfter is the server's delay hint in milliseconds, when it sent one. */
+  readonly retryAfter: number | undefined;
+  /** body is the parsed JSON body, or the raw text when it was not JSON. */
+  readonly body: unknown;
+  /** attempts is how many attempts the call made before giving up. */
+  readonly attempts: number;
+
+  constructor(init: { status: number; code: string; message: string; body: unknown; retryAfter?: number | undefined; attempts?: number }) {
+    super(`${init.status}${init.code ? ` ${init.code}` : ""}: ${init.message}`);
+    this.status = init.status;
+    this.code = init.code;
+    this.retryAfter = init.retryAfter;
+    this.body = init.body;
+    this.attempts = init.attempts ?? 1;
+  }
+}
+
+/** BadRequestError is a 400: the request was malformed or failed validation. */
+export class BadRequestError extends APIError {}
+/** AuthenticationError is a 401: the bearer token is missing or invalid. */
+export class AuthenticationError extends APIError {}
+/** PermissionDeniedError is a 403: terminal, the token lacks the role (consume loops stop on it). */
+export class PermissionDeniedError extends APIError {}
+/** NotFoundError is a 404. */
+export class NotFoundError extends APIError {}
+/** ConflictError is a 409. */
+export class ConflictError extends APIError {}
+/** PayloadTooLargeError is a 413: terminal, reshape the request (consume loops stop on it). */
+export class PayloadTooLargeError extends APIError {}
+/** RateLimitError is a 429 the SDK did not (or no longer) retry: the hint was above `maxRetryAfterMillis` or the 429 budget ran out. `retryAfter` says how long the broker asked to wait. */
+export class RateLimitError extends APIError {}
+/** InternalServerError is a 5xx after the retries ran out. */
+export class InternalServerError extends APIError {}
+/** NotImplementedByBrokerError is a 501: this broker build does not have the route yet. */
+export class NotImplementedByBrokerError extends APIError {}
+
+/** APIConnectionError means no response arrived (connect refused, reset, DNS, timeout) after the retries. */
+export class APIConnectionError extends LanesError {
+  /** attempts is how many attempts the call made. */
+  readonly attempts: number;
+  /** url is the broker URL of the last attempt. */
+  readonly url: string;
+  constructor(message: string, init: { cause?: unknown; attempts: number; url: string }) {
+    super(message, { cause: init.cause });
+    this.attempts = init.attempts;
+    this.url = init.url;
+  }
+}
+
+/** APITimeoutError is an APIConnectionError whose last attempt timed out (`timeoutMillis`). */
+export class APITimeoutError extends APIConnectionError {}
+
+/** PushError is thrown by a push when at least one item came back `failed` (stored nowhere). `results` holds every item's verdict, in request order; retrying the same items is safe (same transaction ids). */
+export class PushError extends LanesError {
+  /** results is the broker's verdict on every item of the push. */
+  readonly results: PushResult[];
+  /** failed is the subset of results whose status is `failed`. */
+  readonly failed: PushResult[];
+  constructor(results: PushResult[]) {
+    const failed = results.filter((r) => r.status === "failed");
+    super(`push: ${failed.length} of ${results.length} item(s) failed${failed[0]?.error ? `: ${failed[0].error}` : ""}`);
+    this.results = results;
+    this.failed = failed;
+  }
+}
+
+/** AckError is thrown by `ack` when at least one item answered `success:false`. `results` holds every item's answer. */
+export class AckError extends LanesError {
+  /** results is the broker's answer for every acknowledged item, in request order. */
+  readonly results: AckResult[];
+  /** failed is the subset of results with `success:false`. */
+  readonly failed: AckResult[];
+  constructor(results: AckResult[]) {
+    const failed = results.filter((r) => !r.success);
+    super(`ack: ${failed.length} of ${results.length} item(s) not applied${failed[0]?.error ? `: ${failed[0].error}` : ""}`);
+    this.results = results;
+    this.failed = failed;
+  }
+}
+
+/** TransactionError is thrown by `commit()` when the broker rolled the bundle back (`success:false`): nothing was committed. */
+export class TransactionError extends LanesError {
+  /** reason is the closed rollback taxonomy (`duplicate`, `ack_rejected`, `kv_precondition`, …). */
+  readonly reason: TransactionReason | undefined;
+  /** result is the broker's full answer (`failedIndex`, `kvReason`, `version`, `value` on `kv_precondition`). */
+  readonly result: TransactionResult;
+  /** attempts > 1 with reason `duplicate` means an earlier attempt probably committed (docs/retries.md §5). */
+  readonly attempts: number;
+  constructor(result: TransactionResult, attempts: number) {
+    super(`transaction rolled back${result.reason ? ` (${result.reason})` : ""}${result.error ? `: ${result.error}` : ""}`);
+    this.reason = result.reason;
+    this.result = result;
+    this.attempts = attempts;
+  }
+}
+
+/** ConsumerStoppedError is the abort reason of handler signals on a hard stop, and what a closed message iterator reports. */
+export class ConsumerStoppedError extends LanesError {
+  constructor(message = "consumer stopped") {
+    super(message);
+  }
+}
+
+/** errorForStatus builds the APIError subclass for an HTTP status. */
+export function errorForStatus(init: { status: number; code: string; message: string; body: unknown; retryAfter?: number | undefined; attempts?: number }): APIError {
+  switch (init.status) {
+    case 400:
+      return new BadRequestError(init);
+    case 401:
+      return new AuthenticationError(init);
+    case 403:
+      return new PermissionDeniedError(init);
+    case 404:
+      return new NotFoundError(init);
+    case 409:
+      return new ConflictError(init);
+    case 413:
+      return new PayloadTooLargeError(init);
+    case 429:
+      return new RateLimitError(init);
+    case 501:
+      return new NotImplementedByBrokerError(init);
+    default:
+      return init.status >= 500 ? new InternalServerError(init) : new APIError(init);
+  }
+}
+
+/** isTerminal reports whether an error must stop a consume loop (403, 413; docs/retries.md §2 row 2). */
+export function isTerminal(err: unknown): boolean {
+  return err instanceof PermissionDeniedError || err instanceof PayloadTooLargeError;
+}

@@ -1,0 +1,197 @@
+// Core is what every builder shares: the transport, the log, the client defaults, and the
+// low-level calls (push, ack, renew) the builders and the consume loop are made of.
+import { AckError, LanesError, PushError } from "../errors.js";
+import type { AckStatus, Message } from "../message.js";
+import type { AckItem, AckResult, LeaseExtendResult, PushResult as WirePushResult, WirePushItem } from "../types.js";
+import type { Transport } from "./http.js";
+import type { Log } from "./log.js";
+import { uuidv7 } from "./uuid.js";
+
+/** PushItem is one item to push: `{data}` or `{payload}` with optional ids, or a bare JSON value. */
+export type PushItem<T = unknown> =
+  | { data: T; transactionId?: string | undefined; traceId?: string | undefined }
+  | { payload: T; transactionId?: string | undefined; traceId?: string | undefined }
+  | T;
+
+/** PushResult is the broker's verdict on one pushed item. */
+export interface PushResult {
+  index: number;
+  messageId: WirePushResult["message_id"];
+  transactionId: WirePushResult["transaction_id"];
+  queue: WirePushResult["queueName"];
+  status: WirePushResult["status"];
+  error?: string | undefined;
+}
+
+/** AckTarget is what an acknowledgement needs; a Message fits. */
+export interface AckTarget {
+  transactionId: string;
+  partitionId: string;
+  leaseId?: string | null | undefined;
+  consumerGroup?: string | null | undefined;
+}
+
+/** AckOptions name the group (default: the message's own group) and a failure reason. `consumerGroup` is an alias of `group`. */
+export interface AckOptions {
+  group?: string | undefined;
+  consumerGroup?: string | undefined;
+  error?: string | undefined;
+}
+
+/** RenewResult is the outcome of extending one lease. */
+export interface RenewResult {
+  leaseId: string;
+  success: boolean;
+  renewed: number;
+  newExpiresAt: string | null;
+}
+
+export const QUEUE_MODE = "__QUEUE_MODE__";
+const ACK_STATUSES = new Set<AckStatus>(["completed", "failed", "retry", "dlq"]);
+
+/** normalizeAckStatus maps `true`/`false` to completed/failed and refuses unknown strings (the broker would treat them as `failed`). */
+export function normalizeAckStatus(status: AckStatus | boolean): AckStatus {
+  if (status === true) return "completed";
+  if (status === false) return "failed";
+  if (!ACK_STATUSES.has(status)) throw new LanesError(`ack: unknown status ${JSON.stringify(status)} (want completed, failed, retry or dlq)`);
+  return status;
+}
+
+/** toWireItem turns a push item into the wire's `{queue, partition, payload, transactionId}`, minting a UUIDv7 when the id is absent. */
+export function toWireItem(queue: string, partition: string | undefined, item: unknown): WirePushItem & { transactionId: string } {
+  let payload: unknown = item;
+  let transactionId: string | undefined;
+  let traceId: string | undefined;
+  if (item !== null && typeof item === "object" && !Array.isArray(item) && ("data" in item || "payload" in item)) {
+    const it = item as { data?: unknown; payload?: unknown; transactionId?: unknown; traceId?: unknown };
+    payload = "data" in it ? it.data : it.payload;
+    if (typeof it.transactionId === "string" && it.transactionId !== "") transactionId = it.transactionId;
+    if (typeof it.traceId === "string" && it.traceId !== "") traceId = it.traceId;
+  }
+  const out: WirePushItem & { transactionId: string } = {
+    queue,
+    payload: (payload === undefined ? null : payload) as WirePushItem["payload"],
+    transactionId: transactionId ?? uuidv7(),
+  };
+  if (partition !== undefined) out.partition = partition;
+  if (traceId !== undefined) out.traceId = traceId;
+  return out;
+}
+
+export interface CoreOptions {
+  transport: Transport;
+  log: Log;
+  popAutopilot: boolean;
+  timeoutMillis: number;
+}
+
+export class Core {
+  readonly transport: Transport;
+  readonly log: Log;
+  readonly popAutopilot: boolean;
+  readonly timeoutMillis: number;
+
+  constructor(o: CoreOptions) {
+    this.transport = o.transport;
+    this.log = o.log;
+    this.popAutopilot = o.popAutopilot;
+    this.timeoutMillis = o.timeoutMillis;
+  }
+
+  /** pushWire sends already-shaped wire items; it throws PushError when an item is `failed`. */
+  async pushWire(items: ReturnType<typeof toWireItem>[], signal?: AbortSignal): Promise<PushResult[]> {
+    if (items.length === 0) return [];
+    const res = await this.transport.request<WirePushResult[]>({ method: "POST", path: "/api/v1/push", body: { items }, signal });
+    const wire = Array.isArray(res.body) ? res.body : [];
+    const results: PushResult[] = wire.map((r) => {
+      const out: PushResult = { index: r.index, messageId: r.message_id, transactionId: r.transaction_id, queue: r.queueName, status: r.status };
+      if (r.error !== undefined) out.error = r.error;
+      return out;
+    });
+    if (results.length !== items.length) {
+      throw new LanesError(`push: broker answered ${results.length} results for ${items.length} items`);
+    }
+    const buffered = results.filter((r) => r.status === "buffered");
+    if (buffered.length > 0) {
+      this.log.warn(`push: ${buffered.length} item(s) buffered on the broker's disk spool (PostgreSQL unreachable); they drain later`, { queue: buffered[0]?.queue });
+    }
+    if (results.some((r) => r.status === "failed")) throw new PushError(results);
+    return results;
+  }
+
+  /** ack acknowledges targets: one → POST /ack, several → /ack/batch per group. Throws AckError (with every result) when an item answered success:false. */
+  async ack(targets: AckTarget[], status: AckStatus | boolean, opts: AckOptions = {}): Promise<AckResult[]> {
+    const st = normalizeAckStatus(status);
+    for (const t of targets) {
+      if (!t.transactionId || !t.partitionId) throw new LanesError("ack: every message needs transactionId and partitionId");
+    }
+    const results = await this.ackItems(
+      targets.map((t) => ({ target: t, status: st, error: opts.error })),
+      opts.group ?? opts.consumerGroup,
+    );
+    if (results.some((r) => !r.success)) throw new AckError(results);
+    return results;
+  }
+
+  /** ackItems sends per-item statuses without checking `success` (the consume loop reports failures itself). */
+  async ackItems(items: { target: AckTarget; status: AckStatus; error?: string | undefined }[], group?: string): Promise<AckResult[]> {
+    if (items.length === 0) return [];
+    const wireItem = (i: (typeof items)[number]): AckItem => {
+      const w: AckItem = { transactionId: i.target.transactionId, partitionId: i.target.partitionId, status: i.status };
+      if (i.target.leaseId) w.leaseId = i.target.leaseId;
+      if (i.error !== undefined) w.error = i.error;
+      return w;
+    };
+    const groupOf = (t: AckTarget) => group ?? (t.consumerGroup || QUEUE_MODE);
+    if (items.length === 1) {
+      const only = items[0]!;
+      const res = await this.transport.request<AckResult>({
+        method: "POST",
+        path: "/api/v1/ack",
+        body: { ...wireItem(only), consumerGroup: groupOf(only.target) },
+      });
+      return [res.body];
+    }
+    const byGroup = new Map<string, number[]>();
+    items.forEach((it, idx) => {
+      const g = groupOf(it.target);
+      const list = byGroup.get(g);
+      if (list) list.push(idx);
+      else byGroup.set(g, [idx]);
+    });
+    const out: AckResult[] = new Array(items.length);
+    for (const [g, idxs] of byGroup) {
+      const res = await this.transport.request<AckResult[]>({
+        method: "POST",
+        path: "/api/v1/ack/batch",
+        body: { consumerGroup: g, acknowledgments: idxs.map((i) => wireItem(items[i]!)) },
+      });
+      const body = Array.isArray(res.body) ? res.body : [];
+      if (body.length !== idxs.length) throw new LanesError(`ack: broker answered ${body.length} results for ${idxs.length} items`);
+      idxs.forEach((orig, k) => {
+        out[orig] = { ...body[k]!, index: orig };
+      });
+    }
+    return out;
+  }
+
+  /** renew extends each distinct lease once. */
+  async renew(leaseIds: string[], seconds?: number): Promise<RenewResult[]> {
+    const ids = [...new Set(leaseIds.filter((l) => l))];
+    const out: RenewResult[] = [];
+    for (const id of ids) {
+      const res = await this.transport.request<LeaseExtendResult>({
+        method: "POST",
+        path: `/api/v1/lease/${encodeURIComponent(id)}/extend`,
+        body: seconds === undefined ? {} : { seconds: Math.max(1, Math.ceil(seconds)) },
+      });
+      out.push({ leaseId: id, success: res.body.success, renewed: res.body.renewed, newExpiresAt: res.body.newExpiresAt ?? null });
+    }
+    return out;
+  }
+}
+
+/** leaseIdsOf collects lease ids from messages or strings. */
+export function leaseIdsOf(targets: (Message<unknown> | AckTarget | string)[]): string[] {
+  return targets.map((t) => (typeof t === "string" ? t : (t.leaseId ?? ""))).filter((l) => l !== "");
+}

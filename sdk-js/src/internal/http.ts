@@ -1,0 +1,217 @@
+// The transport: global fetch, per-attempt timeout, failover between broker URLs, and the
+// retry loop around decideRetry (docs/retries.md). A 204 is returned without reading a body.
+import { APIConnectionError, APITimeoutError, errorForStatus } from "../errors.js";
+import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
+import type { Log } from "./log.js";
+
+/** Request is one logical call; the transport may make several attempts. */
+export interface Request {
+  method: "GET" | "POST" | "PUT" | "DELETE";
+  /** path starts with "/", without query. */
+  path: string;
+  /** query is appended verbatim after "?" (already encoded, order kept). */
+  query?: string | undefined;
+  /** body is JSON-encoded once, before the first attempt. */
+  body?: unknown;
+  /** longPoll marks a pop with wait=true: 429 retried without a bound. */
+  longPoll?: boolean | undefined;
+  /** timeoutMillis overrides the per-attempt timeout. */
+  timeoutMillis?: number | undefined;
+  /** signal cancels the call (attempts and sleeps). */
+  signal?: AbortSignal | undefined;
+  /** deadline (epoch ms): never sleep past it. */
+  deadline?: number | undefined;
+}
+
+/** Response is a 2xx answer; `body` is undefined for 204 and empty bodies. */
+export interface Response<T> {
+  status: number;
+  body: T;
+  headers: Headers;
+  attempts: number;
+}
+
+export interface TransportOptions {
+  urls: string[];
+  bearerToken?: string | undefined;
+  headers?: Record<string, string> | undefined;
+  timeoutMillis: number;
+  healthRetryAfterMillis: number;
+  policy: RetryPolicy;
+  log: Log;
+  fetch?: typeof fetch | undefined;
+  now?: () => number;
+  random?: () => number;
+}
+
+/** sleep waits `ms` or until `signal` aborts (then it rejects with the signal's reason). */
+export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    if (signal?.aborted) return reject(signal.reason);
+    if (ms <= 0) return resolve();
+    const onAbort = () => {
+      clearTimeout(t);
+      reject(signal?.reason);
+    };
+    const t = setTimeout(() => {
+      signal?.removeEventListener("abort", onAbort);
+      resolve();
+    }, ms);
+    signal?.addEventListener("abort", onAbort, { once: true });
+  });
+}
+
+class AttemptTimeout extends Error {}
+
+export class Transport {
+  private readonly urls: string[];
+  private readonly unhealthyUntil = new Map<string, number>();
+  private readonly fetchImpl: typeof fetch;
+  private readonly now: () => number;
+  private readonly random: () => number;
+
+  constructor(private readonly opts: TransportOptions) {
+    this.urls = opts.urls.map((u) => u.replace(/\/+$/, ""));
+    this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.now = opts.now ?? Date.now;
+    this.random = opts.random ?? Math.random;
+  }
+
+  private pickUrl(tried: Set<string>, sticky: string | undefined): { url: string; untriedHealthy: boolean } {
+    if (sticky) return { url: sticky, untriedHealthy: false };
+    const now = this.now();
+    const healthy = this.urls.filter((u) => (this.unhealthyUntil.get(u) ?? 0) <= now);
+    const fresh = healthy.find((u) => !tried.has(u));
+    if (fresh) return { url: fresh, untriedHealthy: true };
+    // All healthy ones tried, or none healthy: try them in order anyway.
+    const url = healthy[0] ?? this.urls.find((u) => !tried.has(u)) ?? this.urls[0]!;
+    return { url, untriedHealthy: false };
+  }
+
+  private hasUntriedHealthy(tried: Set<string>): boolean {
+    const now = this.now();
+    return this.urls.some((u) => !tried.has(u) && (this.unhealthyUntil.get(u) ?? 0) <= now);
+  }
+
+  /** request runs one logical call through the retry policy and returns the 2xx answer or throws. */
+  async request<T>(req: Request): Promise<Response<T>> {
+    const payload = req.body === undefined ? undefined : JSON.stringify(req.body);
+    const tried = new Set<string>();
+    let retries429 = 0;
+    let retries5xx = 0;
+    let sticky: string | undefined; // a 429 retries in place on the same broker
+    let attempts = 0;
+    for (;;) {
+      const { url } = this.pickUrl(tried, sticky);
+      sticky = undefined;
+      tried.add(url);
+      attempts += 1;
+      const full = `${url}${req.path}${req.query ? `?${req.query}` : ""}`;
+      const headers: Record<string, string> = { accept: "application/json", ...this.opts.headers };
+      if (this.opts.bearerToken) headers.authorization = `Bearer ${this.opts.bearerToken}`;
+      if (payload !== undefined) headers["content-type"] = "application/json";
+      headers["x-retry-count"] = String(retries429 + retries5xx);
+
+      const timeoutMs = req.timeoutMillis ?? this.opts.timeoutMillis;
+      const ctl = new AbortController();
+      const timer = setTimeout(() => ctl.abort(new AttemptTimeout(`timeout after ${timeoutMs} ms`)), timeoutMs);
+      const onAbort = () => ctl.abort(req.signal?.reason);
+      if (req.signal?.aborted) {
+        clearTimeout(timer);
+        throw req.signal.reason;
+      }
+      req.signal?.addEventListener("abort", onAbort, { once: true });
+
+      let res: globalThis.Response | undefined;
+      let text: string | undefined;
+      let netErr: unknown;
+      try {
+        res = await this.fetchImpl(full, { method: req.method, headers, body: payload ?? null, signal: ctl.signal });
+        if (res.status !== 204) text = await res.text();
+      } catch (err) {
+        netErr = ctl.signal.reason instanceof AttemptTimeout ? ctl.signal.reason : err;
+        res = undefined;
+      } finally {
+        clearTimeout(timer);
+        req.signal?.removeEventListener("abort", onAbort);
+      }
+      if (req.signal?.aborted) throw req.signal.reason;
+
+      if (res && res.status < 400) {
+        let body: unknown = undefined;
+        if (res.status !== 204 && text) {
+          try {
+            body = JSON.parse(text);
+          } catch {
+            body = text;
+          }
+        }
+        return { status: res.status, body: body as T, headers: res.headers, attempts };
+      }
+
+      const now = this.now();
+      if (!res || res.status >= 500 || res.status === 408) {
+        this.unhealthyUntil.set(url, now + this.opts.healthRetryAfterMillis);
+      }
+      const decision = decideRetry({
+        policy: this.opts.policy,
+        retries429,
+        retries5xx,
+        longPoll: req.longPoll === true,
+        status: res?.status,
+        headers: res?.headers,
+        networkError: res === undefined,
+        failoverAvailable: this.hasUntriedHealthy(tried),
+        now,
+        deadline: req.deadline,
+        random: this.random(),
+      });
+      if (decision.action === "retry") {
+        this.opts.log.debug(`retry ${req.method} ${req.path}: ${decision.reason} delay=${Math.round(decision.delayMs)}ms url=${url}`);
+        if (decision.kind === "429") {
+          retries429 += 1;
+          sticky = url;
+        } else {
+          retries5xx += 1;
+        }
+        await sleep(decision.delayMs, req.signal);
+        continue;
+      }
+      // Give up: surface the error.
+      if (!res) {
+        const msg = `${req.method} ${req.path}: no response from ${url}: ${errMessage(netErr)}`;
+        const E = netErr instanceof AttemptTimeout ? APITimeoutError : APIConnectionError;
+        throw new E(msg, { cause: netErr, attempts, url });
+      }
+      throw buildAPIError(res, text, attempts, decision.action === "stop" ? decision.retryAfterMs : undefined, now);
+    }
+  }
+}
+
+function errMessage(err: unknown): string {
+  if (err instanceof Error) {
+    const cause = (err as { cause?: unknown }).cause;
+    return cause instanceof Error ? `${err.message} (${cause.message})` : err.message;
+  }
+  return String(err);
+}
+
+function buildAPIError(res: globalThis.Response, text: string | undefined, attempts: number, retryAfterMs: number | undefined, now: number) {
+  let body: unknown = text;
+  let code = "";
+  let message = res.statusText || `HTTP ${res.status}`;
+  if (text) {
+    try {
+      body = JSON.parse(text);
+      if (body && typeof body === "object") {
+        const b = body as { code?: unknown; error?: unknown };
+        if (typeof b.code === "string") code = b.code;
+        if (typeof b.error === "string") message = b.error;
+      }
+    } catch {
+      // not JSON (a proxy's page, a bare 413): code stays ""
+    }
+  }
+  const retryAfter = retryAfterMs ?? parseRetryHint(res.headers, now);
+  return errorForStatus({ status: res.status, code, message, body, retryAfter, attempts });
+}

@@ -1,0 +1,66 @@
+// Pop query assembly (docs/consuming.md §2), byte-exact and pure.
+
+/** AUTOPILOT_OFF_VALUES are the values of LANES_SDK_POP_AUTOPILOT that switch autopilot off. */
+const AUTOPILOT_OFF_VALUES = new Set(["off", "false", "0", "no", "disabled"]);
+
+/** autopilotFromEnv reads LANES_SDK_POP_AUTOPILOT: false when it is off/false/0/no/disabled (case-insensitive, trimmed). */
+export function autopilotFromEnv(env: NodeJS.ProcessEnv): boolean {
+  const v = env.LANES_SDK_POP_AUTOPILOT;
+  return v === undefined || !AUTOPILOT_OFF_VALUES.has(v.trim().toLowerCase());
+}
+
+/** PopKnobs are the pop settings of a builder. `batch`/`partitions` 0 or undefined mean unset. */
+export interface PopKnobs {
+  batch?: number | undefined;
+  partitions?: number | undefined;
+  /** autopilot is the builder's explicit choice; undefined = the client default. */
+  autopilot?: boolean | undefined;
+  wait: boolean;
+  timeoutMillis: number;
+  group?: string | undefined;
+  leaseSeconds?: number | undefined;
+  subscriptionMode?: string | undefined;
+  subscriptionFrom?: string | undefined;
+  serverAutoAck?: boolean | undefined;
+  /** partitionRoute is true when the builder named a partition (`partitions` never sent). */
+  partitionRoute: boolean;
+  namespace?: string | undefined;
+  task?: string | undefined;
+}
+
+const set = (n: number | undefined): n is number => n !== undefined && n !== 0;
+
+/** popQuery builds the pop query string; `clientAutopilot` is the client default (false when the env switched it off). */
+export function popQuery(k: PopKnobs, clientAutopilot: boolean): string {
+  const on = k.autopilot ?? clientAutopilot;
+  const batchSet = set(k.batch);
+  const partsSet = !k.partitionRoute && set(k.partitions);
+  const parts: string[] = [];
+  const add = (name: string, value: string | number | boolean) => parts.push(`${name}=${encodeURIComponent(String(value))}`);
+  const common = () => {
+    add("wait", k.wait);
+    add("timeout", Math.max(0, Math.round(k.timeoutMillis)));
+    if (k.group) add("consumerGroup", k.group);
+  };
+  if (!on) {
+    add("batch", batchSet ? k.batch! : 1);
+    common();
+    if (partsSet && k.partitions! > 1) add("partitions", k.partitions!);
+  } else if (batchSet && (k.partitionRoute || partsSet)) {
+    add("batch", k.batch!);
+    common();
+    if (partsSet) add("partitions", k.partitions!);
+  } else {
+    add("autopilot", true);
+    if (batchSet) add("batch", k.batch!);
+    common();
+    if (partsSet) add("partitions", k.partitions!);
+  }
+  if (k.leaseSeconds !== undefined && k.leaseSeconds > 0) add("leaseSeconds", k.leaseSeconds);
+  if (k.subscriptionMode) add("subscriptionMode", k.subscriptionMode);
+  if (k.subscriptionFrom) add("subscriptionFrom", k.subscriptionFrom);
+  if (k.serverAutoAck !== undefined) add("autoAck", k.serverAutoAck);
+  if (k.namespace) add("namespace", k.namespace);
+  if (k.task) add("task", k.task);
+  return parts.join("&");
+}

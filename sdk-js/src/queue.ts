@@ -1,0 +1,347 @@
+// QueueBuilder: the fluent, immutable builder behind `lanes.queue(name)` — producing, popping,
+// consuming, the message iterator, queue configuration and the DLQ view.
+import { LanesError } from "./errors.js";
+import type { PushBuffer, BufferOptions } from "./buffer.js";
+import { Consumer, type BatchHandler, type ConsumeOptions, type ErrorHandler, type Handler, messageIterator } from "./consumer.js";
+import type { Core, PushItem, PushResult } from "./internal/core.js";
+import { QUEUE_MODE, toWireItem } from "./internal/core.js";
+import type { Message, PopResult } from "./message.js";
+import { popQuery, type PopKnobs } from "./pop.js";
+import type { ConfigureResult, DeleteQueueResult, DlqList, PopResponse, QueueDepth, QueueOptions } from "./types.js";
+
+/** SubscriptionMode is where a named group starts on first contact: `new` (default) skips the backlog, `all` reads it. */
+export type SubscriptionMode = "new" | "all";
+
+/** QueueState is the builder's settings (internal; read through the builder methods). */
+export interface QueueState {
+  queue?: string | undefined;
+  partition?: string | undefined;
+  namespace?: string | undefined;
+  task?: string | undefined;
+  group?: string | undefined;
+  subscriptionMode?: SubscriptionMode | undefined;
+  subscriptionFrom?: string | undefined;
+  batch?: number | undefined;
+  partitions?: number | undefined;
+  autopilot?: boolean | undefined;
+  wait: boolean;
+  timeoutMillis: number;
+  leaseSeconds?: number | undefined;
+  serverAutoAck?: boolean | undefined;
+  concurrency: number;
+  limit: number;
+  idleMillis: number;
+  renewLeaseMillis: number;
+  autoAck: boolean;
+  onError?: ErrorHandler | undefined;
+  softStopTimeoutMillis: number;
+  reportHandlerErrors: boolean;
+  config?: QueueOptions | undefined;
+}
+
+export const DEFAULT_QUEUE_STATE: QueueState = {
+  wait: true,
+  timeoutMillis: 30_000,
+  concurrency: 1,
+  limit: 0,
+  idleMillis: 0,
+  renewLeaseMillis: 0,
+  autoAck: true,
+  softStopTimeoutMillis: 0,
+  reportHandlerErrors: false,
+};
+
+export interface BufferRegistry {
+  buffer(queue: string, partition: string | undefined, opts: BufferOptions): PushBuffer;
+}
+
+function nonNegInt(name: string, n: number): number {
+  if (!Number.isFinite(n) || n < 0 || !Number.isInteger(n)) throw new LanesError(`${name}: want a non-negative integer, got ${n}`);
+  return n;
+}
+
+/** QueueBuilder addresses a queue (optionally one partition, or a namespace/task for discovery) and carries pop and consume settings. Every setter returns a new builder, so a base builder can be shared. `T` types the message payload. */
+export class QueueBuilder<T = unknown> {
+  /** @internal */
+  constructor(
+    private readonly core: Core,
+    private readonly buffers: BufferRegistry,
+    private readonly s: QueueState,
+  ) {}
+
+  private with(patch: Partial<QueueState>): QueueBuilder<T> {
+    return new QueueBuilder<T>(this.core, this.buffers, { ...this.s, ...patch });
+  }
+
+  /** partition names one partition: pushes go there and pops use the partition route. */
+  partition(name: string): QueueBuilder<T> {
+    return this.with({ partition: name });
+  }
+  /** namespace filters a discovery pop (a builder from `queue()` without a name). */
+  namespace(ns: string): QueueBuilder<T> {
+    return this.with({ namespace: ns });
+  }
+  /** task filters a discovery pop. */
+  task(task: string): QueueBuilder<T> {
+    return this.with({ task });
+  }
+  /** group names the consumer group; none means queue mode (competing consumers). */
+  group(group: string): QueueBuilder<T> {
+    return this.with({ group });
+  }
+  /** subscriptionMode decides where a new group starts on first contact (`new` or `all`). */
+  subscriptionMode(mode: SubscriptionMode): QueueBuilder<T> {
+    return this.with({ subscriptionMode: mode });
+  }
+  /** subscriptionFrom starts a new group at `now` or an ISO-8601 instant. */
+  subscriptionFrom(from: string | Date): QueueBuilder<T> {
+    return this.with({ subscriptionFrom: from instanceof Date ? from.toISOString() : from });
+  }
+  /** batch pins the message budget per pop; 0 = unset (the broker sizes it under autopilot). */
+  batch(n: number): QueueBuilder<T> {
+    return this.with({ batch: nonNegInt("batch", n) });
+  }
+  /** partitions pins how many partitions one pop may claim; 0 = unset (the broker sizes it under autopilot). */
+  partitions(n: number): QueueBuilder<T> {
+    return this.with({ partitions: nonNegInt("partitions", n) });
+  }
+  /** autopilot(false) restores the client-side defaults exactly (batch 1, one partition); autopilot(true) outranks LANES_SDK_POP_AUTOPILOT=off. */
+  autopilot(on: boolean): QueueBuilder<T> {
+    return this.with({ autopilot: on });
+  }
+  /** wait long-polls (default true): the broker parks the pop until a message arrives or the timeout passes. */
+  wait(on: boolean): QueueBuilder<T> {
+    return this.with({ wait: on });
+  }
+  /** timeoutMillis is the long-poll timeout sent to the broker (default 30000). */
+  timeoutMillis(ms: number): QueueBuilder<T> {
+    return this.with({ timeoutMillis: nonNegInt("timeoutMillis", ms) });
+  }
+  /** leaseSeconds overrides the queue's lease time for these pops. */
+  leaseSeconds(n: number): QueueBuilder<T> {
+    return this.with({ leaseSeconds: nonNegInt("leaseSeconds", n) });
+  }
+  /** serverAutoAck(true) makes the broker commit in the pop itself (at-most-once, no lease); the loop then never acks. */
+  serverAutoAck(on: boolean): QueueBuilder<T> {
+    return this.with({ serverAutoAck: on });
+  }
+  /** concurrency is the number of consume workers (default 1). Order per partition holds with any value. */
+  concurrency(n: number): QueueBuilder<T> {
+    if (!Number.isInteger(n) || n < 1 || n > 10_000) throw new LanesError(`concurrency: want 1..10000, got ${n}`);
+    return this.with({ concurrency: n });
+  }
+  /** limit stops the consumer after n messages handed to the handler (0 = no limit). */
+  limit(n: number): QueueBuilder<T> {
+    return this.with({ limit: nonNegInt("limit", n) });
+  }
+  /** idleMillis stops the consumer after that long without a message (0 = never). */
+  idleMillis(ms: number): QueueBuilder<T> {
+    return this.with({ idleMillis: nonNegInt("idleMillis", ms) });
+  }
+  /** renewLease(true, every) extends the batch's lease every `every` ms while handlers run. */
+  renewLease(enabled: boolean, everyMillis = 10_000): QueueBuilder<T> {
+    return this.with({ renewLeaseMillis: enabled ? Math.max(1, everyMillis) : 0 });
+  }
+  /** each hands messages to the handler one at a time (the default for `consume`; kept for the reference API). */
+  each(): QueueBuilder<T> {
+    return this;
+  }
+  /** autoAck(false) leaves acknowledgement to the handler (e.g. through a transaction); default true: ack after the handler returns, nack when it throws. */
+  autoAck(on: boolean): QueueBuilder<T> {
+    return this.with({ autoAck: on });
+  }
+  /** onError receives the loop's transient and terminal errors (never handler errors unless reportHandlerErrors(true)). */
+  onError(fn: ErrorHandler): QueueBuilder<T> {
+    return this.with({ onError: fn });
+  }
+  /** softStopTimeoutMillis escalates a soft stop to a hard one after that long (0 = never). */
+  softStopTimeoutMillis(ms: number): QueueBuilder<T> {
+    return this.with({ softStopTimeoutMillis: nonNegInt("softStopTimeoutMillis", ms) });
+  }
+  /** reportHandlerErrors(true) also passes handler errors to onError. */
+  reportHandlerErrors(on: boolean): QueueBuilder<T> {
+    return this.with({ reportHandlerErrors: on });
+  }
+  /** config sets the options `create()` sends. */
+  config(options: QueueOptions): QueueBuilder<T> {
+    return this.with({ config: { ...this.s.config, ...options } });
+  }
+
+  private requireQueue(what: string): string {
+    if (this.s.queue === undefined || this.s.queue === "") throw new LanesError(`${what}: needs a queue name`);
+    return this.s.queue;
+  }
+
+  /** push sends items in one request and returns one result per item; throws PushError (with all results) when an item is `failed`. Transaction ids are minted (UUIDv7) when absent. */
+  async push(items: PushItem<T>[], opts: { signal?: AbortSignal } = {}): Promise<PushResult[]> {
+    const queue = this.requireQueue("push");
+    if (!Array.isArray(items)) throw new LanesError("push: want an array of items");
+    return this.core.pushWire(
+      items.map((it) => toWireItem(queue, this.s.partition, it)),
+      opts.signal,
+    );
+  }
+
+  /** buffer returns this (queue, partition)'s client-side buffer: pushes are batched and flushed on count or time, and on `lanes.close()`. */
+  buffer(opts: BufferOptions = {}): PushBuffer<T> {
+    return this.buffers.buffer(this.requireQueue("buffer"), this.s.partition, opts) as PushBuffer<T>;
+  }
+
+  /** @internal */
+  popTarget(): { path: string; knobs: PopKnobs } {
+    const s = this.s;
+    let path: string;
+    if (s.queue) {
+      path = `/api/v1/pop/queue/${encodeURIComponent(s.queue)}`;
+      if (s.partition !== undefined) path += `/partition/${encodeURIComponent(s.partition)}`;
+    } else if (s.namespace || s.task) {
+      path = "/api/v1/pop";
+    } else {
+      throw new LanesError("pop: needs a queue name or a namespace/task");
+    }
+    return {
+      path,
+      knobs: {
+        batch: s.batch,
+        partitions: s.partitions,
+        autopilot: s.autopilot,
+        wait: s.wait,
+        timeoutMillis: s.timeoutMillis,
+        group: s.group,
+        leaseSeconds: s.leaseSeconds,
+        subscriptionMode: s.subscriptionMode,
+        subscriptionFrom: s.subscriptionFrom,
+        serverAutoAck: s.serverAutoAck,
+        partitionRoute: !!s.queue && s.partition !== undefined,
+        namespace: s.queue ? undefined : s.namespace,
+        task: s.queue ? undefined : s.task,
+      },
+    };
+  }
+
+  /** popResult makes one pop and returns the messages with the lease and the autopilot echo; an empty pop (204) is an empty list. Errors are thrown. */
+  async popResult(opts: { signal?: AbortSignal } = {}): Promise<PopResult<T>> {
+    const { path, knobs } = this.popTarget();
+    const res = await this.core.transport.request<PopResponse | undefined>({
+      method: "GET",
+      path,
+      query: popQuery(knobs, this.core.popAutopilot),
+      longPoll: knobs.wait,
+      timeoutMillis: knobs.wait ? knobs.timeoutMillis + 5000 : undefined,
+      signal: opts.signal,
+    });
+    const body = res.status === 204 ? undefined : res.body;
+    if (!body || !Array.isArray(body.messages)) {
+      return { messages: [], leaseId: "", consumerGroup: this.s.group ?? QUEUE_MODE, partitionsClaimed: 0 };
+    }
+    const queue = body.queue || this.s.queue || "";
+    return {
+      messages: body.messages.map((m) => ({ ...m, data: m.data as T, queue })),
+      leaseId: body.leaseId,
+      consumerGroup: body.consumerGroup,
+      partitionsClaimed: body.partitionsClaimed,
+      autopilot: body.autopilot,
+    };
+  }
+
+  /** pop makes one pop and returns its messages (empty on 204). It long-polls unless `.wait(false)`. */
+  async pop(opts: { signal?: AbortSignal } = {}): Promise<Message<T>[]> {
+    return (await this.popResult(opts)).messages;
+  }
+
+  /** consume starts a consume loop at once and returns its Consumer: the handler gets one message at a time with a signal aborted on a hard stop. Awaiting the Consumer waits for its end. */
+  consume(handler: Handler<T>, opts: ConsumeOptions = {}): Consumer {
+    return new Consumer(this.core, this, this.s, { kind: "each", fn: handler as Handler<unknown> }, opts);
+  }
+
+  /** consumeBatch is consume with a handler per partition slice of each pop. */
+  consumeBatch(handler: BatchHandler<T>, opts: ConsumeOptions = {}): Consumer {
+    return new Consumer(this.core, this, this.s, { kind: "batch", fn: handler as BatchHandler<unknown> }, opts);
+  }
+
+  /** messages iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the current message and the rest of its pop with `retry`. Aborting `signal` ends the iteration. */
+  messages(opts: { signal?: AbortSignal } = {}): AsyncIterableIterator<Message<T>> {
+    return messageIterator<T>(this.core, this, this.s, opts.signal);
+  }
+
+  /** create configures the queue with the options given to `config()` (a full replace unless mode is `merge`). */
+  async create(opts: { mode?: "merge" | "replace" } = {}): Promise<ConfigureResult> {
+    const body: Record<string, unknown> = { queue: this.requireQueue("create"), options: this.s.config ?? {} };
+    if (this.s.namespace) body.namespace = this.s.namespace;
+    if (this.s.task) body.task = this.s.task;
+    if (opts.mode) body.mode = opts.mode;
+    return (await this.core.transport.request<ConfigureResult>({ method: "POST", path: "/api/v1/configure", body })).body;
+  }
+
+  /** delete deletes the queue with its partitions, messages, cursors and dead letters. */
+  async delete(): Promise<DeleteQueueResult> {
+    const q = this.requireQueue("delete");
+    return (await this.core.transport.request<DeleteQueueResult>({ method: "DELETE", path: `/api/v1/resources/queues/${encodeURIComponent(q)}` })).body;
+  }
+
+  /** depth is the queue's pending count for the builder's group. */
+  async depth(): Promise<QueueDepth> {
+    const q = this.requireQueue("depth");
+    const query = this.s.group ? `group=${encodeURIComponent(this.s.group)}` : undefined;
+    return (await this.core.transport.request<QueueDepth>({ method: "GET", path: `/api/v1/resources/queues/${encodeURIComponent(q)}/depth`, query })).body;
+  }
+
+  /** dlq returns a builder over this queue's dead letters for a group. */
+  dlq(group?: string): DlqBuilder {
+    return new DlqBuilder(this.core, { queue: this.requireQueue("dlq"), consumerGroup: group ?? this.s.group });
+  }
+}
+
+interface DlqState {
+  queue: string;
+  consumerGroup?: string | undefined;
+  partition?: string | undefined;
+  limit?: number | undefined;
+  offset?: number | undefined;
+  from?: string | undefined;
+  to?: string | undefined;
+}
+
+/** DlqBuilder pages through a queue's dead letters: `queue(q).dlq(group).limit(10).get()`. */
+export class DlqBuilder {
+  /** @internal */
+  constructor(
+    private readonly core: Core,
+    private readonly s: DlqState,
+  ) {}
+  private with(p: Partial<DlqState>) {
+    return new DlqBuilder(this.core, { ...this.s, ...p });
+  }
+  /** partition filters by partition name. */
+  partition(p: string): DlqBuilder {
+    return this.with({ partition: p });
+  }
+  /** limit is the page size (default 100). */
+  limit(n: number): DlqBuilder {
+    return this.with({ limit: n });
+  }
+  /** offset skips rows. */
+  offset(n: number): DlqBuilder {
+    return this.with({ offset: n });
+  }
+  /** from filters by failure time (inclusive). */
+  from(t: string | Date): DlqBuilder {
+    return this.with({ from: t instanceof Date ? t.toISOString() : t });
+  }
+  /** to filters by failure time. */
+  to(t: string | Date): DlqBuilder {
+    return this.with({ to: t instanceof Date ? t.toISOString() : t });
+  }
+  /** get fetches the page. */
+  async get(): Promise<DlqList> {
+    return listDlq(this.core, this.s);
+  }
+}
+
+/** listDlq is GET /api/v1/dlq with the given filters. */
+export async function listDlq(core: Core, q: DlqState | Partial<DlqState>): Promise<DlqList> {
+  const query = new URLSearchParams();
+  for (const [k, v] of Object.entries(q)) if (v !== undefined && v !== "") query.set(k, String(v));
+  const qs = query.toString();
+  return (await core.transport.request<DlqList>({ method: "GET", path: "/api/v1/dlq", query: qs || undefined })).body;
+}

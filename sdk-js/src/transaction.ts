@@ -1,0 +1,152 @@
+// TransactionBuilder: pushes, acks and the KV / timer riders committed in one PostgreSQL
+// transaction (`POST /api/v1/transaction`). Immutable like every builder.
+import { LanesError, TransactionError } from "./errors.js";
+import { normalizeAckStatus, toWireItem, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
+import { kvWriteOp, timerScheduleOp, type KvExpiry, type TimerSchedule } from "./kv.js";
+import type { AckStatus } from "./message.js";
+import type { KvOperation, TimerOperation, TransactionOperation, TransactionResult } from "./types.js";
+
+interface TxState {
+  operations: TransactionOperation[];
+  leases: string[];
+  kv: KvOperation[];
+  timers: TimerOperation[];
+}
+
+/** TransactionBuilder collects operations; `commit()` sends them as one bundle that commits entirely or not at all. */
+export class TransactionBuilder {
+  /** @internal */
+  constructor(
+    private readonly core: Core,
+    private readonly s: TxState = { operations: [], leases: [], kv: [], timers: [] },
+  ) {}
+
+  private with(p: Partial<TxState>): TransactionBuilder {
+    return new TransactionBuilder(this.core, { ...this.s, ...p });
+  }
+
+  /** queue starts a push into `name`: `.queue('invoices').partition('c-42').push([...])` returns the transaction builder. */
+  queue(name: string): TransactionQueue {
+    return new TransactionQueue(name, undefined, (queue, partition, items) =>
+      this.with({
+        operations: [...this.s.operations, { type: "push", items: items.map((it) => toWireItem(queue, partition, it)) }],
+      }),
+    );
+  }
+
+  /** ack acknowledges leased messages inside the bundle; the group defaults to each message's own. Their lease ids go to `requiredLeases`, so a stale lease rolls the bundle back. */
+  ack(messages: AckTarget | AckTarget[], status: AckStatus | boolean = "completed", opts: AckOptions = {}): TransactionBuilder {
+    const st = normalizeAckStatus(status);
+    const list = Array.isArray(messages) ? messages : [messages];
+    const ops: TransactionOperation[] = [];
+    const leases: string[] = [];
+    for (const m of list) {
+      if (!m.transactionId || !m.partitionId) throw new LanesError("transaction ack: every message needs transactionId and partitionId");
+      const op: TransactionOperation = {
+        type: "ack",
+        transactionId: m.transactionId,
+        partitionId: m.partitionId,
+        status: st,
+        consumerGroup: opts.group ?? opts.consumerGroup ?? (m.consumerGroup || "__QUEUE_MODE__"),
+      };
+      if (m.leaseId) {
+        op.leaseId = m.leaseId;
+        leases.push(m.leaseId);
+      }
+      if (opts.error !== undefined) op.error = opts.error;
+      ops.push(op);
+    }
+    return this.with({ operations: [...this.s.operations, ...ops], leases: [...this.s.leases, ...leases] });
+  }
+
+  /** kv adds KV operations to the bundle (`.kv.put(ns, key, value, {forever: true})`), applied first and atomically with the rest. */
+  get kv(): TransactionKv {
+    return new TransactionKv((op) => this.with({ kv: [...this.s.kv, op] }));
+  }
+
+  /** timer schedules a timer in the bundle: it pushes `payload` to `queue` after `delayMillis` unless cancelled. */
+  timer(queue: string, key: string, schedule: TimerSchedule): TransactionBuilder {
+    return this.with({ timers: [...this.s.timers, timerScheduleOp(queue, key, schedule)] });
+  }
+
+  /** cancelTimer cancels a timer in the bundle. */
+  cancelTimer(queue: string, key: string): TransactionBuilder {
+    return this.with({ timers: [...this.s.timers, { op: "cancel", queue, timerKey: key }] });
+  }
+
+  /** commit sends the bundle. It returns the broker's result when it committed and throws TransactionError (with `reason`) when it rolled back — nothing was committed then. An empty bundle throws without a request. */
+  async commit(opts: { signal?: AbortSignal } = {}): Promise<TransactionResult> {
+    const { operations, kv, timers } = this.s;
+    if (operations.length === 0 && kv.length === 0 && timers.length === 0) {
+      throw new LanesError("transaction has no operations to commit");
+    }
+    const body: Record<string, unknown> = { operations };
+    const leases = [...new Set(this.s.leases)];
+    if (leases.length > 0) body.requiredLeases = leases;
+    if (kv.length > 0) body.kv = kv;
+    if (timers.length > 0) body.timers = timers;
+    const res = await this.core.transport.request<TransactionResult>({ method: "POST", path: "/api/v1/transaction", body, signal: opts.signal });
+    if (!res.body.success) throw new TransactionError(res.body, res.attempts);
+    return res.body;
+  }
+}
+
+/** TransactionQueue is the push step of a transaction: `.partition(p)` then `.push(items)`. */
+export class TransactionQueue {
+  /** @internal */
+  constructor(
+    private readonly name: string,
+    private readonly part: string | undefined,
+    private readonly done: (queue: string, partition: string | undefined, items: unknown[]) => TransactionBuilder,
+  ) {}
+  /** partition names the target partition (default `Default`). */
+  partition(name: string): TransactionQueue {
+    return new TransactionQueue(this.name, name, this.done);
+  }
+  /** push adds the items (ids minted once, UUIDv7) and returns the transaction builder. */
+  push<T>(items: PushItem<T>[]): TransactionBuilder {
+    if (!Array.isArray(items) || items.length === 0) throw new LanesError("transaction push: want a non-empty array of items");
+    return this.done(this.name, this.part, items);
+  }
+}
+
+/** TransactionKv adds KV operations to a transaction; each method returns the transaction builder. */
+export class TransactionKv {
+  /** @internal */
+  constructor(private readonly add: (op: KvOperation) => TransactionBuilder) {}
+  /** put writes a key (`expect`: 0 = must not exist, N = version must be N; `required` turns a lost precondition into a rollback). */
+  put(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean } = {}): TransactionBuilder {
+    return this.add(kvWriteOp("put", ns, key, value, expiry, opts));
+  }
+  /** putIfAbsent writes a key only when it does not exist. */
+  putIfAbsent(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { required?: boolean } = {}): TransactionBuilder {
+    return this.add(kvWriteOp("putIfAbsent", ns, key, value, expiry, opts));
+  }
+  /** once is a required putIfAbsent: the whole bundle rolls back (`kv_precondition`) when the key already exists. */
+  once(ns: string, key: string, expiry: KvExpiry): TransactionBuilder {
+    return this.add(kvWriteOp("putIfAbsent", ns, key, true, expiry, { required: true }));
+  }
+  /** delete removes a key. */
+  delete(ns: string, key: string, opts: { expect?: number; required?: boolean } = {}): TransactionBuilder {
+    const op: KvOperation = { op: "delete", ns, key };
+    if (opts.expect !== undefined) op.expect = opts.expect;
+    if (opts.required !== undefined) op.required = opts.required;
+    return this.add(op);
+  }
+  /** incr adds `delta` to a numeric key. */
+  incr(ns: string, key: string, delta: number, expiry: KvExpiry, opts: { min?: number; max?: number; required?: boolean } = {}): TransactionBuilder {
+    const op: KvOperation = { op: "incr", ns, key, delta, ...expiryFields(expiry) };
+    if (opts.min !== undefined) op.min = opts.min;
+    if (opts.max !== undefined) op.max = opts.max;
+    if (opts.required !== undefined) op.required = opts.required;
+    return this.add(op);
+  }
+  /** get reads a key inside the bundle (the result is in `result.kv`). */
+  get(ns: string, key: string): TransactionBuilder {
+    return this.add({ op: "get", ns, key });
+  }
+}
+
+function expiryFields(e: KvExpiry): { ttlSeconds?: number; forever?: boolean } {
+  return "forever" in e ? { forever: true } : { ttlSeconds: e.ttlSeconds };
+}
