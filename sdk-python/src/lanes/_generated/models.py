@@ -94,7 +94,7 @@ class AckResult(BaseModel):
     """
     The instruction was executed (a processed nack is `true`).
     """
-    error: str
+    error: Annotated[str | None, Field(...)]
     """
     Why it was not executed, else null.
     """
@@ -124,14 +124,14 @@ class ApiV1ConsumerGroupsGroupDeleteParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    delete_metadata: Annotated[bool | None, Field(alias="deleteMetadata")] = True
+    delete_metadata: Annotated[bool, Field(alias="deleteMetadata")] = True
 
 
 class ApiV1ConsumerGroupsGroupQueuesQueueDeleteParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    delete_metadata: Annotated[bool | None, Field(alias="deleteMetadata")] = True
+    delete_metadata: Annotated[bool, Field(alias="deleteMetadata")] = True
 
 
 class ApiV1ConsumerGroupsLaggingGetParametersQuery(BaseModel):
@@ -158,8 +158,8 @@ class ApiV1DlqGetParametersQuery(BaseModel):
     partition: str | None = None
     from_: Annotated[AwareDatetime | None, Field(alias="from")] = None
     to: AwareDatetime | None = None
-    limit: Annotated[int | None, Field(ge=1)] = 100
-    offset: Annotated[int | None, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1)] = 100
+    offset: Annotated[int, Field(ge=0)] = 0
 
 
 class ApiV1MessagesGetParametersQuery(BaseModel):
@@ -174,8 +174,8 @@ class ApiV1MessagesGetParametersQuery(BaseModel):
     status: Literal["pending", "processing", "completed", "dead_letter"] | None = None
     from_: Annotated[AwareDatetime | None, Field(alias="from")] = None
     to: AwareDatetime | None = None
-    limit: Annotated[int | None, Field(ge=1)] = 200
-    offset: Annotated[int | None, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1)] = 200
+    offset: Annotated[int, Field(ge=0)] = 0
 
 
 class ApiV1PopGetParametersQuery(BaseModel):
@@ -187,15 +187,13 @@ class ApiV1PopGetParametersQuery(BaseModel):
     batch: Annotated[int | None, Field(ge=1, le=10000)] = None
     partitions: int | None = None
     autopilot: bool | None = None
-    wait: bool | None = False
-    timeout: Annotated[int | None, Field(ge=0, le=300000)] = 30000
+    wait: bool = False
+    timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
     lease_seconds: Annotated[int | None, Field(alias="leaseSeconds", ge=0)] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    subscription_mode: Annotated[Literal["new", "all"] | None, Field(alias="subscriptionMode")] = (
-        "new"
-    )
+    subscription_mode: Annotated[Literal["new", "all"], Field(alias="subscriptionMode")] = "new"
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
-    auto_ack: Annotated[bool | None, Field(alias="autoAck")] = False
+    auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
 
 class ApiV1PopQueueQueueGetParametersQuery(BaseModel):
@@ -205,15 +203,13 @@ class ApiV1PopQueueQueueGetParametersQuery(BaseModel):
     batch: Annotated[int | None, Field(ge=1, le=10000)] = None
     partitions: int | None = None
     autopilot: bool | None = None
-    wait: bool | None = False
-    timeout: Annotated[int | None, Field(ge=0, le=300000)] = 30000
+    wait: bool = False
+    timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
     lease_seconds: Annotated[int | None, Field(alias="leaseSeconds", ge=0)] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    subscription_mode: Annotated[Literal["new", "all"] | None, Field(alias="subscriptionMode")] = (
-        "new"
-    )
+    subscription_mode: Annotated[Literal["new", "all"], Field(alias="subscriptionMode")] = "new"
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
-    auto_ack: Annotated[bool | None, Field(alias="autoAck")] = False
+    auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
 
 class ApiV1PopQueueQueuePartitionPartitionGetParametersQuery(BaseModel):
@@ -222,15 +218,13 @@ class ApiV1PopQueueQueuePartitionPartitionGetParametersQuery(BaseModel):
     )
     batch: Annotated[int | None, Field(ge=1, le=10000)] = None
     autopilot: bool | None = None
-    wait: bool | None = False
-    timeout: Annotated[int | None, Field(ge=0, le=300000)] = 30000
+    wait: bool = False
+    timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
     lease_seconds: Annotated[int | None, Field(alias="leaseSeconds", ge=0)] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    subscription_mode: Annotated[Literal["new", "all"] | None, Field(alias="subscriptionMode")] = (
-        "new"
-    )
+    subscription_mode: Annotated[Literal["new", "all"], Field(alias="subscriptionMode")] = "new"
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
-    auto_ack: Annotated[bool | None, Field(alias="autoAck")] = False
+    auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
 
 class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
@@ -239,8 +233,8 @@ class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
     )
     namespace: str | None = None
     task: str | None = None
-    limit: Annotated[int | None, Field(ge=1)] = 100
-    offset: Annotated[int | None, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1)] = 100
+    offset: Annotated[int, Field(ge=0)] = 0
 
 
 class ApiV1ResourcesQueuesQueueDepthGetParametersQuery(BaseModel):
@@ -270,22 +264,22 @@ class ApiV1StatusQueuesGetParametersQuery(BaseModel):
     queue: str | None = None
     namespace: str | None = None
     task: str | None = None
-    limit: Annotated[int | None, Field(ge=1)] = 100
-    offset: Annotated[int | None, Field(ge=0)] = 0
+    limit: Annotated[int, Field(ge=1)] = 100
+    offset: Annotated[int, Field(ge=0)] = 0
 
 
 class ApiV1StatusQueuesQueueGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    include_partitions: Annotated[bool | None, Field(alias="includePartitions")] = False
+    include_partitions: Annotated[bool, Field(alias="includePartitions")] = False
 
 
 class ApiV1TimersQueueGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int | None, Field(ge=1)] = 100
+    limit: Annotated[int, Field(ge=1)] = 100
     after: str | None = None
     mode: Literal["count"] | None = None
     prefix: str | None = None
@@ -361,7 +355,7 @@ class ConfigureResult(BaseModel):
     """
     Queue id (UUID).
     """
-    partition_id: Annotated[str, Field(alias="partitionId")]
+    partition_id: Annotated[str | None, Field(alias="partitionId")]
     """
     Always null.
     """
@@ -683,14 +677,14 @@ class KvListRequest(BaseModel):
         populate_by_name=True,
     )
     namespace: str
-    prefix: str | None = ""
+    prefix: str = ""
     after: str | None = None
     """
     Continue after this key.
     """
-    limit: Annotated[int | None, Field(ge=1, le=1000)] = 100
-    keys_only: Annotated[bool | None, Field(alias="keysOnly")] = False
-    include_expired: Annotated[bool | None, Field(alias="includeExpired")] = False
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
+    keys_only: Annotated[bool, Field(alias="keysOnly")] = False
+    include_expired: Annotated[bool, Field(alias="includeExpired")] = False
 
 
 class KvListResult(BaseModel):
@@ -788,7 +782,7 @@ class KvPutRequest(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    value: dict[str, Any] | list[Any] | str | int | float | bool
+    value: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     Any JSON value.
     """
@@ -915,15 +909,15 @@ class LeaseExtendResult(BaseModel):
     """
     Number of (partition, group) leases extended.
     """
-    new_expires_at: Annotated[AwareDatetime, Field(alias="newExpiresAt")]
+    new_expires_at: Annotated[AwareDatetime | None, Field(alias="newExpiresAt")]
     """
     Earliest new expiry; null when nothing renewed.
     """
-    expires_at: Annotated[AwareDatetime, Field(alias="expiresAt")]
+    expires_at: Annotated[AwareDatetime | None, Field(alias="expiresAt")]
     """
     Same value as `newExpiresAt`.
     """
-    lease_expires_at: AwareDatetime
+    lease_expires_at: Annotated[AwareDatetime | None, Field(...)]
     """
     Same value as `newExpiresAt`.
     """
@@ -1187,15 +1181,15 @@ class PopMessage(BaseModel):
     """
     Transaction id (the ack address together with `partitionId`).
     """
-    trace_id: Annotated[str, Field(alias="traceId")]
+    trace_id: Annotated[str | None, Field(alias="traceId")]
     """
     Trace id written through a transaction, else null.
     """
-    data: dict[str, Any] | list[Any] | str | int | float | bool
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     The pushed payload, verbatim.
     """
-    producer_sub: Annotated[str, Field(alias="producerSub")]
+    producer_sub: Annotated[str | None, Field(alias="producerSub")]
     """
     JWT `sub` of the producer when auth is on, else null.
     """
@@ -1272,7 +1266,7 @@ class PushItem(BaseModel):
     """
     Target partition (default `Default`); created on first push.
     """
-    payload: dict[str, Any] | list[Any] | str | int | float | bool
+    payload: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     Any JSON value, stored and returned verbatim (`data` is not accepted here).
     """
@@ -1349,7 +1343,7 @@ class QueueDepth(BaseModel):
         populate_by_name=True,
     )
     queue: str
-    group: str
+    group: Annotated[str | None, Field(...)]
     """
     Group used (`__QUEUE_MODE__` when none).
     """
