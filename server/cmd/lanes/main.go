@@ -79,6 +79,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		PopAutopilot:            cfg.PopAutopilot,
 		Logger:                  log,
 	})
+	eng.StartRetention(cfg.RetentionInterval)
 	srv := api.NewServer(eng, api.Options{Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 	handler, err := srv.Handler()
 	if err != nil {

@@ -98,14 +98,16 @@ type Overview struct {
 	Messages                              MessageCounts
 }
 
-// Overview counts queues, partitions, namespaces, tasks and messages.
-func (e *Engine) Overview(ctx context.Context) (*Overview, error) {
+// Overview counts queues, partitions, namespaces, tasks and messages of the
+// queues matching f (Limit and Offset are ignored).
+func (e *Engine) Overview(ctx context.Context, f QueueListFilter) (*Overview, error) {
 	o := &Overview{}
 	var t, c, p, d int64
-	err := e.pool.QueryRow(ctx, partitionCountsCTE+`SELECT
-			(SELECT count(*) FROM lanes.queues)::int, (SELECT count(*) FROM pc)::int,
-			(SELECT count(DISTINCT namespace) FROM lanes.queues WHERE namespace <> '')::int,
-			(SELECT count(DISTINCT task) FROM lanes.queues WHERE task <> '')::int, `+countColumns+` FROM pc`, "", "", "").
+	err := e.pool.QueryRow(ctx, partitionCountsCTE+`, fq AS (SELECT * FROM lanes.queues q
+			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3))
+		SELECT (SELECT count(*) FROM fq)::int, (SELECT count(*) FROM pc)::int,
+			(SELECT count(DISTINCT namespace) FROM fq WHERE namespace <> '')::int,
+			(SELECT count(DISTINCT task) FROM fq WHERE task <> '')::int, `+countColumns+` FROM pc`, f.Queue, f.Namespace, f.Task).
 		Scan(&o.Queues, &o.Partitions, &o.Namespaces, &o.Tasks, &t, &c, &p, &d)
 	o.Messages = scanCounts(t, c, p, d)
 	return o, err

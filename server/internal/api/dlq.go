@@ -1,0 +1,160 @@
+package api
+
+import (
+	"context"
+	"errors"
+
+	"github.com/google/uuid"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// Codes of the dead-letter routes.
+const (
+	CodeQueueRequired   = "queue_required"
+	CodeGone            = "gone"
+	CodeDestinationGone = "destination_gone"
+	CodeInvalidID       = "invalid_id"
+)
+
+// ListDlq pages through dead letters, newest failure first.
+func (s *Server) ListDlq(ctx context.Context, req gen.ListDlqRequestObject) (gen.ListDlqResponseObject, error) {
+	p := req.Params
+	limit, offset := 100, 0
+	if p.Limit != nil {
+		limit = *p.Limit
+	}
+	if p.Offset != nil {
+		offset = int(*p.Offset)
+	}
+	rows, err := s.engine.ListDeadLetters(ctx, engine.DLQFilter{
+		Queue: deref(p.Queue), Group: deref(p.ConsumerGroup), Partition: deref(p.Partition),
+		From: p.From, To: p.To, Limit: limit, Offset: offset,
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := gen.ListDlq200JSONResponse{Messages: make([]gen.DlqMessage, len(rows)), Total: len(rows),
+		Pagination: gen.Pagination{Limit: &limit, Offset: &offset}}
+	for i := range rows {
+		out.Messages[i] = wireDeadLetter(&rows[i])
+	}
+	return out, nil
+}
+
+func wireDeadLetter(d *engine.DeadLetter) gen.DlqMessage {
+	id, pid := d.ID.String(), d.PartitionID.String()
+	failed := d.FailedAt.UTC()
+	encrypted := false
+	return gen.DlqMessage{
+		Id: &id, TransactionId: &d.TransactionID, PartitionId: &pid, Queue: &d.Queue, Partition: &d.Partition,
+		ConsumerGroup: &d.Group, ErrorMessage: optional(d.Error), RetryCount: &d.RetryCount, Data: d.Payload,
+		CreatedAt: &failed, FailedAt: &failed, IsEncrypted: &encrypted,
+	}
+}
+
+// PurgeDlq deletes every dead letter of a queue, optionally of one group.
+func (s *Server) PurgeDlq(ctx context.Context, req gen.PurgeDlqRequestObject) (gen.PurgeDlqResponseObject, error) {
+	n, err := s.engine.PurgeDeadLetters(ctx, req.Params.Queue, deref(req.Params.ConsumerGroup))
+	var bad *engine.InvalidInputError
+	if errors.As(err, &bad) {
+		return gen.PurgeDlq400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: bad.Message, Code: CodeQueueRequired}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return gen.PurgeDlq200JSONResponse{Success: true, Deleted: int(n), Queue: req.Params.Queue,
+		ConsumerGroup: req.Params.ConsumerGroup}, nil
+}
+
+// ReplayDlq moves one dead letter back into a queue.
+func (s *Server) ReplayDlq(ctx context.Context, req gen.ReplayDlqRequestObject) (gen.ReplayDlqResponseObject, error) {
+	id, err := uuid.Parse(req.Id)
+	if err != nil {
+		return gen.ReplayDlq400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "id must be a DLQ row id (UUID), got " + req.Id, Code: CodeInvalidID}}, nil
+	}
+	var target engine.ReplayTarget
+	if req.Body != nil {
+		target = engine.ReplayTarget{Queue: req.Body.Queue, Partition: req.Body.Partition}
+	}
+	res, err := s.engine.ReplayDeadLetter(ctx, id, target)
+	out, failure, err := replayAnswer(res, err, req.Id)
+	switch {
+	case err != nil:
+		return nil, err
+	case failure != nil && failure.status == 400:
+		return gen.ReplayDlq400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: failure.body.Error, Code: failure.body.Code}}, nil
+	case failure != nil:
+		return gen.ReplayDlq404JSONResponse{DlqReplayErrorJSONResponse: gen.DlqReplayErrorJSONResponse(failure.body)}, nil
+	}
+	return gen.ReplayDlq200JSONResponse(out), nil
+}
+
+// RetryMessage replays the newest dead letter at a message address.
+func (s *Server) RetryMessage(ctx context.Context, req gen.RetryMessageRequestObject) (gen.RetryMessageResponseObject, error) {
+	pid, err := uuid.Parse(req.PartitionId)
+	if err != nil {
+		return gen.RetryMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
+	}
+	res, err := s.engine.RetryDeadLetter(ctx, pid, req.TransactionId)
+	out, failure, err := replayAnswer(res, err, "")
+	switch {
+	case err != nil:
+		return nil, err
+	case failure != nil && failure.status == 400:
+		return gen.RetryMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: failure.body.Error, Code: failure.body.Code}}, nil
+	case failure != nil:
+		return gen.RetryMessage404JSONResponse{DlqReplayErrorJSONResponse: gen.DlqReplayErrorJSONResponse(failure.body)}, nil
+	}
+	return gen.RetryMessage200JSONResponse(out), nil
+}
+
+type replayFailure struct {
+	status int
+	body   gen.DlqReplayError
+}
+
+// replayAnswer turns an engine replay outcome into the 200 body or a failure body.
+func replayAnswer(res *engine.ReplayResult, err error, requestedID string) (gen.DlqReplayResult, *replayFailure, error) {
+	var bad *engine.InvalidInputError
+	switch {
+	case errors.As(err, &bad):
+		return gen.DlqReplayResult{}, &replayFailure{400, gen.DlqReplayError{Error: bad.Message, Code: CodeBadRequest,
+			Result: "failed"}}, nil
+	case errors.Is(err, engine.ErrReplayDestinationGone):
+		return gen.DlqReplayResult{}, &replayFailure{404, gen.DlqReplayError{Error: err.Error(), Code: CodeDestinationGone,
+			Result: "failed", DlqId: optional(requestedID)}}, nil
+	case err != nil:
+		return gen.DlqReplayResult{}, nil, err
+	case res.Outcome == engine.ReplayGone:
+		return gen.DlqReplayResult{}, &replayFailure{404, gen.DlqReplayError{
+			Error: "Dead letter not found (already replayed or deleted)", Code: CodeGone, Result: "gone",
+			DlqId: optional(requestedID)}}, nil
+	}
+	dlqID := res.Row.ID.String()
+	messageID := res.MessageID.String()
+	status := gen.ReplayedAsStatus(res.Outcome)
+	if res.Outcome == engine.ReplayMoved {
+		status = "queued"
+	}
+	index := 0
+	moved := res.Outcome == engine.ReplayMoved
+	out := gen.DlqReplayResult{
+		Success: moved, Result: gen.DlqReplayResultResult(res.Outcome),
+		Queue: &res.Queue, Partition: &res.Partition, ConsumerGroup: &res.Row.Group, DlqId: &dlqID,
+		OriginalTransactionId: &res.Row.TransactionID, DlqRowRemoved: &moved,
+		ReplayedAs: &gen.ReplayedAs{Index: &index, MessageId: &messageID, TransactionId: &res.TransactionID,
+			QueueName: &res.Queue, Status: &status},
+	}
+	if !moved {
+		msg := "the dedup window already holds " + res.TransactionID + "; nothing written, the dead letter stays"
+		out.Error = &msg
+	}
+	return out, nil, nil
+}

@@ -1,0 +1,140 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// CodeMessageNotFound answers a message address with nothing behind it.
+const CodeMessageNotFound = "message_not_found"
+
+// ListMessages lists retained messages newest first with their derived status.
+func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestObject) (gen.ListMessagesResponseObject, error) {
+	p := req.Params
+	f := engine.MessageFilter{
+		Queue: deref(p.Queue), Partition: deref(p.Partition), Namespace: deref(p.Namespace), Task: deref(p.Task),
+		Status: engine.MessageStatus(deref(p.Status)), Limit: 200,
+	}
+	if f.Namespace == "" {
+		f.Namespace = deref(p.Ns)
+	}
+	if p.From != nil {
+		f.From = *p.From
+	}
+	if p.To != nil {
+		f.To = *p.To
+	}
+	if p.Limit != nil {
+		f.Limit = *p.Limit
+	}
+	if p.Offset != nil {
+		f.Offset = int(*p.Offset)
+	}
+	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
+		return gen.ListMessages400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "from must be before to", Code: CodeBadRequest}}, nil
+	}
+	records, mode, err := s.engine.ListMessages(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	items := make([]gen.MessageListItem, len(records))
+	for i := range records {
+		items[i] = wireListItem(&records[i])
+	}
+	modeType := gen.MessageListModeType(mode.Type)
+	total := len(items)
+	return gen.ListMessages200JSONResponse{Messages: &items, Total: &total, Mode: &gen.MessageListMode{
+		HasQueueMode: &mode.HasQueueMode, BusGroupsCount: &mode.BusGroups, Type: &modeType}}, nil
+}
+
+func wireListItem(r *engine.MessageRecord) gen.MessageListItem {
+	id, pid := r.ID.String(), r.PartitionID.String()
+	status := gen.MessageListItemStatus(r.Status)
+	queueStatus := string(r.Status)
+	path := r.Queue + "/" + r.Partition
+	created := r.CreatedAt.UTC()
+	available := true
+	// No segment position: offsets never appear on the wire.
+	item := gen.MessageListItem{
+		Id: &id, TransactionId: &r.TransactionID, PartitionId: &pid, QueuePath: &path,
+		Queue: &r.Queue, Partition: &r.Partition, Namespace: &r.Namespace, Task: &r.Task, Status: &status,
+		QueueStatus: &queueStatus, TraceId: optional(r.TraceID), ProducerSub: optional(r.ProducerSub),
+		PayloadAvailable: &available, CreatedAt: &created, LeaseExpiresAt: r.LeaseExpiresAt,
+		Data: r.Payload, Payload: r.Payload,
+	}
+	item.BusStatus = &struct {
+		ConsumedBy  *int `json:"consumedBy,omitempty"`
+		TotalGroups *int `json:"totalGroups,omitempty"`
+	}{ConsumedBy: &r.ConsumedBy, TotalGroups: &r.TotalGroups}
+	return item
+}
+
+// GetMessage answers one message with its per-group consumption.
+func (s *Server) GetMessage(ctx context.Context, req gen.GetMessageRequestObject) (gen.GetMessageResponseObject, error) {
+	pid, err := uuid.Parse(req.PartitionId)
+	if err != nil {
+		return gen.GetMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
+	}
+	d, err := s.engine.GetMessage(ctx, pid, req.TransactionId)
+	if errors.Is(err, engine.ErrNotFound) {
+		return gen.GetMessage404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
+			Error: "Message not found", Code: CodeMessageNotFound}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	id, partitionID := d.ID.String(), d.PartitionID.String()
+	status := string(d.Status)
+	path := d.Queue + "/" + d.Partition
+	created := d.CreatedAt.UTC()
+	encrypted := false
+	groups := make([]gen.MessageConsumerGroup, len(d.Groups))
+	var queueModeLease *time.Time
+	for i := range d.Groups {
+		g := &d.Groups[i]
+		groups[i] = gen.MessageConsumerGroup{Name: &g.Group, Group: &g.Group, Consumed: &g.Consumed, LeaseExpiresAt: g.LeaseExpiresAt}
+		if g.Group == engine.QueueModeGroup {
+			queueModeLease = g.LeaseExpiresAt
+		}
+	}
+	out := gen.GetMessage200JSONResponse{
+		Id: &id, TransactionId: &d.TransactionID, Data: d.Payload, Payload: d.Payload, TraceId: optional(d.TraceID),
+		ProducerSub: optional(d.ProducerSub), CreatedAt: &created, PartitionId: &partitionID, Partition: &d.Partition,
+		IsEncrypted: &encrypted, Queue: &d.Queue, QueuePath: &path, Namespace: &d.Namespace, Task: &d.Task,
+		Status: &status, ErrorMessage: optional(d.ErrorMessage), RetryCount: &d.RetryCount,
+		LeaseExpiresAt: queueModeLease, ConsumerGroups: &groups,
+	}
+	out.QueueConfig = &struct {
+		LeaseTime  *int `json:"leaseTime,omitempty"`
+		RetryLimit *int `json:"retryLimit,omitempty"`
+	}{LeaseTime: &d.LeaseTime, RetryLimit: &d.RetryLimit}
+	return out, nil
+}
+
+// DeleteMessage deletes the dead letters at a message address; live messages
+// cannot be deleted one by one.
+func (s *Server) DeleteMessage(ctx context.Context, req gen.DeleteMessageRequestObject) (gen.DeleteMessageResponseObject, error) {
+	pid, err := uuid.Parse(req.PartitionId)
+	if err != nil {
+		return gen.DeleteMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
+	}
+	n, err := s.engine.DeleteDeadLetters(ctx, pid, req.TransactionId)
+	if errors.Is(err, engine.ErrNotFound) {
+		return gen.DeleteMessage404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
+			Error: "Message not found", Code: CodeMessageNotFound}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	deleted, ok := int(n), true
+	return gen.DeleteMessage200JSONResponse{Success: &ok, Deleted: &deleted}, nil
+}

@@ -1,0 +1,116 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// GetStatus is the dashboard aggregate: counts from watermarks, live leases and
+// dead letters. Throughput series need the metrics history, which this build
+// does not keep, so throughput is empty.
+func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) (gen.GetStatusResponseObject, error) {
+	p := req.Params
+	to := time.Now().UTC()
+	if p.To != nil {
+		to = p.To.UTC()
+	}
+	from := to.Add(-time.Hour)
+	if p.From != nil {
+		from = p.From.UTC()
+	}
+	if !from.Before(to) {
+		return gen.GetStatus400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "from must be before to", Code: CodeBadRequest}}, nil
+	}
+	o, err := s.engine.Overview(ctx, engine.QueueListFilter{Queue: deref(p.Queue), Namespace: deref(p.Namespace), Task: deref(p.Task)})
+	if err != nil {
+		return nil, err
+	}
+	leases, err := s.engine.Leases(ctx)
+	if err != nil {
+		return nil, err
+	}
+	m := o.Messages
+	bucket, points := bucketMinutes(to.Sub(from)), 0
+	var statsAge float32
+	return gen.GetStatus200JSONResponse{
+		TimeRange:     &map[string]any{"from": from, "to": to},
+		BucketMinutes: &bucket, PointCount: &points, Throughput: &[]map[string]any{},
+		Queues: &map[string]any{"total": o.Queues, "partitions": o.Partitions, "namespaces": o.Namespaces, "tasks": o.Tasks},
+		Messages: &map[string]any{"total": m.Total, "pending": m.Pending, "processing": m.Processing,
+			"completed": m.Completed, "deadLetter": m.DeadLetter, "failed": 0},
+		Leases:          &map[string]any{"active": leases.Active, "partitionsLocked": leases.PartitionsLocked},
+		DeadLetterQueue: &map[string]any{"total": m.DeadLetter},
+		Workers:         &[]map[string]any{}, Errors: &map[string]any{}, StatsAge: &statsAge,
+	}, nil
+}
+
+// bucketMinutes picks the series resolution the reference dashboard uses for a window.
+func bucketMinutes(window time.Duration) int {
+	switch {
+	case window <= 2*time.Hour:
+		return 1
+	case window <= 12*time.Hour:
+		return 5
+	case window <= 48*time.Hour:
+		return 15
+	case window <= 14*24*time.Hour:
+		return 60
+	}
+	return 360
+}
+
+// ListQueueStatus lists queues with their message counters.
+func (s *Server) ListQueueStatus(ctx context.Context, req gen.ListQueueStatusRequestObject) (gen.ListQueueStatusResponseObject, error) {
+	p := req.Params
+	limit, offset := pageOf(p.Limit, p.Offset)
+	queues, page, err := s.queuePage(ctx, engine.QueueListFilter{Queue: deref(p.Queue), Namespace: deref(p.Namespace),
+		Task: deref(p.Task), Limit: limit, Offset: offset})
+	if err != nil {
+		return nil, err
+	}
+	return gen.ListQueueStatus200JSONResponse{Queues: &queues, Pagination: &page}, nil
+}
+
+// GetQueueStatus answers one queue's live state, per partition on request.
+func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusRequestObject) (gen.GetQueueStatusResponseObject, error) {
+	q, parts, err := s.engine.QueueStatus(ctx, req.Queue, deref(req.Params.IncludePartitions))
+	if errors.Is(err, engine.ErrNotFound) {
+		return gen.GetQueueStatus404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
+			Error: "Queue not found", Code: "queue_not_found"}}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := gen.GetQueueStatus200JSONResponse{
+		Queue: &map[string]any{"id": q.ID.String(), "name": q.Name, "namespace": q.Namespace, "task": q.Task,
+			"createdAt": q.CreatedAt.UTC(), "partitions": q.Partitions},
+		Messages: wireCounts(q.Messages),
+	}
+	if parts != nil {
+		list := make([]gen.PartitionStatus, len(parts))
+		for i := range parts {
+			ps := &parts[i]
+			list[i] = gen.PartitionStatus{
+				Name: &ps.Name, Messages: wireCounts(ps.Messages), LastActivity: ps.LastActivity,
+				Stats: &map[string]any{"id": ps.ID.String(), "consumerGroups": ps.Groups, "totalConsumed": ps.TotalConsumed},
+				Cursor: &map[string]any{"leaseActive": ps.LeaseActive, "leaseExpiresAt": ps.LeaseExpiresAt,
+					"lastConsumedAt": ps.LastConsumedAt, "totalConsumed": ps.TotalConsumed},
+				OldestMessage: createdAtObject(ps.OldestCreatedAt), NewestMessage: createdAtObject(ps.NewestCreatedAt),
+			}
+		}
+		out.Partitions = &list
+	}
+	return out, nil
+}
+
+func createdAtObject(t *time.Time) *map[string]any {
+	if t == nil {
+		return nil
+	}
+	return &map[string]any{"createdAt": t.UTC()}
+}
