@@ -2,6 +2,8 @@ package lanes
 
 import (
 	"encoding/json"
+	"fmt"
+	"net/http"
 	"time"
 
 	"github.com/lanesmq/lanes/sdk-go/internal/gen"
@@ -192,4 +194,10 @@ type TransactionResult struct {
 	Value         json.RawMessage              `json:"value,omitempty"`
 	KV            []KVResult                   `json:"kv,omitempty"`
 	Timers        []TimerResult                `json:"timers,omitempty"`
+}
+
+type httpResp = http.Response
+
+func errUnexpected(what string, n int) error {
+	return fmt.Errorf("lanes: %s answered %d results for 1 operation", what, n)
 }

@@ -1,0 +1,420 @@
+package lanes
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
+)
+
+// Admin groups management calls: queues, consumer groups (seek), DLQ and messages.
+type Admin struct{ c *Client }
+
+// Admin returns the management API.
+func (c *Client) Admin() Admin { return Admin{c: c} }
+
+// ConfigureMode selects how Configure treats omitted options.
+type ConfigureMode string
+
+// Configure modes.
+const (
+	// ConfigureReplace (the broker default): omitted options return to their defaults.
+	ConfigureReplace ConfigureMode = "replace"
+	// ConfigureMerge keeps omitted options.
+	ConfigureMerge ConfigureMode = "merge"
+)
+
+func ptr[T any](v T) *T { return &v }
+
+func call[T any](c *Client, ctx context.Context, do func() (*httpResp, error)) (*T, error) {
+	var out T
+	if _, err := c.result(ctx, &out)(do()); err != nil {
+		return nil, err
+	}
+	return &out, nil
+}
+
+// ConfigureQueue creates or configures a queue (POST /api/v1/configure).
+func (a Admin) ConfigureQueue(ctx context.Context, queue string, opts QueueOptions, mode ConfigureMode) (*ConfigureResult, error) {
+	body := gen.ConfigureRequest{Queue: queue, Options: &opts}
+	if mode != "" {
+		m := gen.ConfigureRequestMode(mode)
+		body.Mode = &m
+	}
+	return call[ConfigureResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.Configure(ctx, body) })
+}
+
+// Configure configures this builder's queue (full replace of its options).
+func (q QueueBuilder) Configure(ctx context.Context, opts QueueOptions) (*ConfigureResult, error) {
+	return q.c.Admin().ConfigureQueue(ctx, q.queue, opts, ConfigureReplace)
+}
+
+// Delete deletes this builder's queue (200 even when nothing was deleted).
+func (q QueueBuilder) Delete(ctx context.Context) (*DeleteQueueResult, error) {
+	return q.c.Admin().DeleteQueue(ctx, q.queue)
+}
+
+// GetQueue returns a queue's detail.
+func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error) {
+	return call[QueueDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueue(ctx, queue) })
+}
+
+// ListQueues lists queues (limit 0 = broker default).
+func (a Admin) ListQueues(ctx context.Context, limit, offset int) (*QueueList, error) {
+	p := &gen.ListQueuesParams{}
+	if limit > 0 {
+		p.Limit = ptr(limit)
+	}
+	if offset > 0 {
+		p.Offset = ptr(offset)
+	}
+	return call[QueueList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueues(ctx, p) })
+}
+
+// DeleteQueue deletes a queue with everything in it.
+func (a Admin) DeleteQueue(ctx context.Context, queue string) (*DeleteQueueResult, error) {
+	return call[DeleteQueueResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.DeleteQueue(ctx, queue) })
+}
+
+// QueueDepth returns pending counts (group "" = queue mode).
+func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth, error) {
+	p := &gen.GetQueueDepthParams{}
+	if group != "" {
+		p.Group = &group
+	}
+	return call[QueueDepth](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueDepth(ctx, queue, p) })
+}
+
+// Overview returns the resource overview.
+func (a Admin) Overview(ctx context.Context) (*Overview, error) {
+	return call[Overview](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetOverview(ctx) })
+}
+
+// SeekTarget is where a seek moves a cursor: SeekToEnd or SeekToTime.
+type SeekTarget struct {
+	toEnd bool
+	at    time.Time
+}
+
+// SeekToEnd moves the cursor past every retained message.
+func SeekToEnd() SeekTarget { return SeekTarget{toEnd: true} }
+
+// SeekToTime moves the cursor to the first segment committed at or after t (segment-granular).
+func SeekToTime(t time.Time) SeekTarget { return SeekTarget{at: t} }
+
+func (s SeekTarget) body() gen.SeekRequest {
+	if s.toEnd {
+		return gen.SeekRequest{ToEnd: ptr(true)}
+	}
+	return gen.SeekRequest{Timestamp: ptr(s.at.UTC())}
+}
+
+// SeekConsumerGroup moves one group's cursor on every partition of a queue; it releases live
+// leases and resets the retry budget.
+func (a Admin) SeekConsumerGroup(ctx context.Context, group, queue string, to SeekTarget) (*SeekQueueResult, error) {
+	return call[SeekQueueResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.SeekQueue(ctx, group, queue, to.body()) })
+}
+
+// SeekConsumerGroupPartition moves one group's cursor on one partition.
+func (a Admin) SeekConsumerGroupPartition(ctx context.Context, group, queue, partition string, to SeekTarget) (*SeekPartitionResult, error) {
+	return call[SeekPartitionResult](a.c, ctx, func() (*httpResp, error) {
+		return a.c.gen.SeekPartition(ctx, group, queue, partition, to.body())
+	})
+}
+
+// ListConsumerGroups lists (group, queue) rows.
+func (a Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroupSummary, error) {
+	out, err := call[[]ConsumerGroupSummary](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListConsumerGroups(ctx) })
+	if err != nil {
+		return nil, err
+	}
+	return *out, nil
+}
+
+// GetConsumerGroup returns a group's cursors keyed by queue.
+func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
+	out, err := call[ConsumerGroupDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetConsumerGroup(ctx, group) })
+	if err != nil {
+		return nil, err
+	}
+	return *out, nil
+}
+
+// LaggingConsumerGroups lists partitions whose oldest unconsumed message is older than minLag.
+func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) ([]LaggingConsumerGroup, error) {
+	p := &gen.ListLaggingConsumerGroupsParams{MinLagSeconds: ptr(int(minLag / time.Second))}
+	out, err := call[[]LaggingConsumerGroup](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListLaggingConsumerGroups(ctx, p) })
+	if err != nil {
+		return nil, err
+	}
+	return *out, nil
+}
+
+// DeleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds).
+func (a Admin) DeleteConsumerGroup(ctx context.Context, group string, deleteMetadata bool) (*ConsumerGroupDeleteResult, error) {
+	p := &gen.DeleteConsumerGroupParams{DeleteMetadata: &deleteMetadata}
+	return call[ConsumerGroupDeleteResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.DeleteConsumerGroup(ctx, group, p) })
+}
+
+// DeleteConsumerGroupForQueue deletes a group's cursors on one queue.
+func (a Admin) DeleteConsumerGroupForQueue(ctx context.Context, group, queue string, deleteMetadata bool) (*ConsumerGroupDeleteResult, error) {
+	p := &gen.DeleteConsumerGroupQueueParams{DeleteMetadata: &deleteMetadata}
+	return call[ConsumerGroupDeleteResult](a.c, ctx, func() (*httpResp, error) {
+		return a.c.gen.DeleteConsumerGroupQueue(ctx, group, queue, p)
+	})
+}
+
+// UpdateSubscription changes where untouched partitions of a group get seeded.
+func (a Admin) UpdateSubscription(ctx context.Context, group string, t time.Time) (*SubscriptionUpdateResult, error) {
+	body := gen.SubscriptionUpdateRequest{SubscriptionTimestamp: t.UTC()}
+	return call[SubscriptionUpdateResult](a.c, ctx, func() (*httpResp, error) {
+		return a.c.gen.UpdateConsumerGroupSubscription(ctx, group, body)
+	})
+}
+
+// DLQQuery filters ListDLQ.
+type DLQQuery struct {
+	Queue, Group, Partition string
+	From, To                time.Time
+	Limit, Offset           int
+}
+
+// ListDLQ lists dead letters, newest first.
+func (a Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQList, error) {
+	p := &gen.ListDlqParams{}
+	if q.Queue != "" {
+		p.Queue = &q.Queue
+	}
+	if q.Group != "" {
+		p.ConsumerGroup = &q.Group
+	}
+	if q.Partition != "" {
+		p.Partition = &q.Partition
+	}
+	if !q.From.IsZero() {
+		p.From = &q.From
+	}
+	if !q.To.IsZero() {
+		p.To = &q.To
+	}
+	if q.Limit > 0 {
+		p.Limit = &q.Limit
+	}
+	if q.Offset > 0 {
+		p.Offset = &q.Offset
+	}
+	return call[DLQList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListDlq(ctx, p) })
+}
+
+// PurgeDLQ deletes the dead letters of a queue (group "" = all groups).
+func (a Admin) PurgeDLQ(ctx context.Context, queue, group string) (*DLQPurgeResult, error) {
+	p := &gen.PurgeDlqParams{Queue: queue}
+	if group != "" {
+		p.ConsumerGroup = &group
+	}
+	return call[DLQPurgeResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.PurgeDlq(ctx, p) })
+}
+
+// ReplayDLQ moves one dead letter back to a queue (its own by default; queue/partition override).
+func (a Admin) ReplayDLQ(ctx context.Context, id, queue, partition string) (*DLQReplayResult, error) {
+	body := gen.DlqReplayRequest{}
+	if queue != "" {
+		body.Queue = &queue
+	}
+	if partition != "" {
+		body.Partition = &partition
+	}
+	return call[DLQReplayResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ReplayDlq(ctx, id, body) })
+}
+
+// MessageQuery filters ListMessages.
+type MessageQuery struct {
+	Queue, Partition, Status string
+	Limit, Offset            int
+}
+
+// ListMessages lists messages.
+func (a Admin) ListMessages(ctx context.Context, q MessageQuery) (*MessageList, error) {
+	p := &gen.ListMessagesParams{}
+	if q.Queue != "" {
+		p.Queue = &q.Queue
+	}
+	if q.Partition != "" {
+		p.Partition = &q.Partition
+	}
+	if q.Status != "" {
+		s := gen.ListMessagesParamsStatus(q.Status)
+		p.Status = &s
+	}
+	if q.Limit > 0 {
+		p.Limit = &q.Limit
+	}
+	if q.Offset > 0 {
+		p.Offset = &q.Offset
+	}
+	return call[MessageList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListMessages(ctx, p) })
+}
+
+// GetMessage returns one message by address.
+func (a Admin) GetMessage(ctx context.Context, partitionID, transactionID string) (*MessageDetail, error) {
+	return call[MessageDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetMessage(ctx, partitionID, transactionID) })
+}
+
+// DeleteMessage deletes the dead-letter rows of one address.
+func (a Admin) DeleteMessage(ctx context.Context, partitionID, transactionID string) (*DeleteMessageResult, error) {
+	return call[DeleteMessageResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.DeleteMessage(ctx, partitionID, transactionID) })
+}
+
+// RetryMessage replays the dead letter of one address.
+func (a Admin) RetryMessage(ctx context.Context, partitionID, transactionID string) (*DLQReplayResult, error) {
+	return call[DLQReplayResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.RetryMessage(ctx, partitionID, transactionID) })
+}
+
+// ---------------------------------------------------------------------------------------------
+// KV
+
+// Forever marks a KV write without expiry.
+const Forever time.Duration = -1
+
+// KV addresses one KV namespace.
+type KV struct {
+	c  *Client
+	ns string
+}
+
+// KV returns helpers for namespace ns.
+func (c *Client) KV(ns string) KV { return KV{c: c, ns: ns} }
+
+// KVPut builds a put op for batches and transaction riders (ttl Forever = no expiry).
+func KVPut(ns, key string, value any, ttl time.Duration) KVOperation {
+	b, _ := json.Marshal(value)
+	op := KVOperation{Op: gen.KvOperationOp("put"), Ns: ns, Key: &key, Value: b}
+	setTTL(&op.TtlSeconds, &op.Forever, ttl)
+	return op
+}
+
+// KVPutIfAbsent builds a putIfAbsent op; required escalates a lost race to a rollback.
+func KVPutIfAbsent(ns, key string, value any, ttl time.Duration, required bool) KVOperation {
+	op := KVPut(ns, key, value, ttl)
+	op.Op = gen.KvOperationOp("putIfAbsent")
+	if required {
+		op.Required = ptr(true)
+	}
+	return op
+}
+
+// KVDelete builds a delete op.
+func KVDelete(ns, key string) KVOperation {
+	return KVOperation{Op: gen.KvOperationOp("delete"), Ns: ns, Key: &key}
+}
+
+// KVGet builds a get op.
+func KVGet(ns, key string) KVOperation {
+	return KVOperation{Op: gen.KvOperationOp("get"), Ns: ns, Key: &key}
+}
+
+func setTTL(ttl **int, forever **bool, d time.Duration) {
+	if d == Forever || d <= 0 {
+		*forever = ptr(true)
+		return
+	}
+	*ttl = ptr(max(int(d/time.Second), 1))
+}
+
+// Batch runs KV ops (POST /api/v1/kv) and returns their results, index-aligned.
+func (k KV) Batch(ctx context.Context, ops ...KVOperation) ([]KVResult, error) {
+	out, err := call[gen.KvBatchResult](k.c, ctx, func() (*httpResp, error) {
+		return k.c.gen.KvBatch(ctx, gen.KvBatchRequest{Operations: ops})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Results, nil
+}
+
+// Get reads one key.
+func (k KV) Get(ctx context.Context, key string) (*KVResult, error) {
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvGet(ctx, k.ns, key) })
+}
+
+// Put writes one key (ttl Forever = no expiry).
+func (k KV) Put(ctx context.Context, key string, value any, ttl time.Duration) (*KVResult, error) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	body := gen.KvPutRequest{Value: b}
+	setTTL(&body.TtlSeconds, &body.Forever, ttl)
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvPut(ctx, k.ns, key, body) })
+}
+
+// Delete removes one key.
+func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvDelete(ctx, k.ns, key) })
+}
+
+// ---------------------------------------------------------------------------------------------
+// timers
+
+// Timers addresses the timers of one queue.
+type Timers struct {
+	c     *Client
+	queue string
+}
+
+// Timers returns helpers for the timers of queue.
+func (c *Client) Timers(queue string) Timers { return Timers{c: c, queue: queue} }
+
+// TimerSchedule builds a schedule op: after delay, payload is pushed to queue under the key.
+func TimerSchedule(queue, key string, delay time.Duration, payload []byte) TimerOperation {
+	return TimerOperation{Op: gen.TimerOperationOp("schedule"), Queue: queue, TimerKey: key,
+		DelayMs: ptr(int(delay / time.Millisecond)), Payload: &payload}
+}
+
+// TimerCancel builds a cancel op.
+func TimerCancel(queue, key string) TimerOperation {
+	return TimerOperation{Op: gen.TimerOperationOp("cancel"), Queue: queue, TimerKey: key}
+}
+
+// Schedule schedules (or reschedules) one timer.
+func (t Timers) Schedule(ctx context.Context, key string, delay time.Duration, payload []byte) (*TimerResult, error) {
+	return t.one(ctx, TimerSchedule(t.queue, key, delay, payload))
+}
+
+func (t Timers) one(ctx context.Context, op TimerOperation) (*TimerResult, error) {
+	out, err := call[gen.TimerBatchResult](t.c, ctx, func() (*httpResp, error) {
+		return t.c.gen.ScheduleTimers(ctx, gen.TimerBatchRequest{Operations: []TimerOperation{op}})
+	})
+	if err != nil {
+		return nil, err
+	}
+	if len(out.Results) != 1 {
+		return nil, errUnexpected("timers", len(out.Results))
+	}
+	return &out.Results[0], nil
+}
+
+// Cancel cancels one timer.
+func (t Timers) Cancel(ctx context.Context, key string) (*TimerResult, error) {
+	return call[TimerResult](t.c, ctx, func() (*httpResp, error) {
+		return t.c.gen.CancelTimer(ctx, t.queue, key, &gen.CancelTimerParams{})
+	})
+}
+
+// Get reads one timer (Found false when absent).
+func (t Timers) Get(ctx context.Context, key string) (*Timer, error) {
+	return call[Timer](t.c, ctx, func() (*httpResp, error) { return t.c.gen.GetTimer(ctx, t.queue, key) })
+}
+
+// List lists the queue's timers.
+func (t Timers) List(ctx context.Context, limit int, after string) (*TimerList, error) {
+	p := &gen.ListTimersParams{}
+	if limit > 0 {
+		p.Limit = &limit
+	}
+	if after != "" {
+		p.After = &after
+	}
+	return call[TimerList](t.c, ctx, func() (*httpResp, error) { return t.c.gen.ListTimers(ctx, t.queue, p) })
+}

@@ -1,0 +1,83 @@
+package lanes
+
+import (
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+func TestDecideRetry(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 1, 2, 3, 4, 5, 0, time.UTC)
+	pol := defaultRetryPolicy()
+	h := func(kv ...string) http.Header {
+		out := http.Header{}
+		for i := 0; i < len(kv); i += 2 {
+			out.Set(kv[i], kv[i+1])
+		}
+		return out
+	}
+	cases := []struct {
+		name       string
+		in         retryInput
+		retry      bool
+		kind       retryKind
+		delay      time.Duration
+		retryAfter time.Duration
+	}{
+		{name: "429 Retry-After 1", in: retryInput{Status: 429, Header: h("Retry-After", "1")}, retry: true, kind: retryRateLimited, delay: time.Second, retryAfter: time.Second},
+		{name: "429 retry-after-ms wins", in: retryInput{Status: 429, Header: h("retry-after-ms", "250", "Retry-After", "9")}, retry: true, kind: retryRateLimited, delay: 250 * time.Millisecond, retryAfter: 250 * time.Millisecond},
+		{name: "429 float seconds", in: retryInput{Status: 429, Header: h("Retry-After", "1.5")}, retry: true, kind: retryRateLimited, delay: 1500 * time.Millisecond, retryAfter: 1500 * time.Millisecond},
+		{name: "429 RFC1123 date", in: retryInput{Status: 429, Header: h("Retry-After", now.Add(3*time.Second).Format(http.TimeFormat))}, retry: true, kind: retryRateLimited, delay: 3 * time.Second, retryAfter: 3 * time.Second},
+		{name: "429 RFC850 date", in: retryInput{Status: 429, Header: h("Retry-After", now.Add(3*time.Second).Format("Monday, 02-Jan-06 15:04:05 GMT"))}, retry: true, kind: retryRateLimited, delay: 3 * time.Second, retryAfter: 3 * time.Second},
+		{name: "429 negative → backoff", in: retryInput{Status: 429, Header: h("Retry-After", "-1")}, retry: true, kind: retryRateLimited, delay: 500 * time.Millisecond},
+		{name: "429 NaN → backoff", in: retryInput{Status: 429, Header: h("Retry-After", "NaN")}, retry: true, kind: retryRateLimited, delay: 500 * time.Millisecond},
+		{name: "429 garbage → backoff n=2", in: retryInput{Status: 429, Header: h("Retry-After", "soon"), RateLimited: 2}, retry: true, kind: retryRateLimited, delay: 2 * time.Second},
+		{name: "429 above cap → no retry", in: retryInput{Status: 429, Header: h("Retry-After", "3600")}, retry: false, retryAfter: time.Hour},
+		{name: "429 budget spent", in: retryInput{Status: 429, Header: h("Retry-After", "1"), RateLimited: 10}, retry: false, retryAfter: time.Second},
+		{name: "429 long poll unbounded", in: retryInput{Status: 429, Header: h("Retry-After", "1"), RateLimited: 1000, LongPoll: true}, retry: true, kind: retryRateLimited, delay: time.Second, retryAfter: time.Second},
+		{name: "503 first retry", in: retryInput{Status: 503}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "503 second retry", in: retryInput{Status: 503, Transient: 1}, retry: true, kind: retryTransient, delay: time.Second},
+		{name: "503 budget spent", in: retryInput{Status: 503, Transient: 2}, retry: false},
+		{name: "503 x-should-retry false", in: retryInput{Status: 503, Header: h("x-should-retry", "false")}, retry: false},
+		{name: "500 with hint", in: retryInput{Status: 500, Header: h("Retry-After", "2")}, retry: true, kind: retryTransient, delay: 2 * time.Second, retryAfter: 2 * time.Second},
+		{name: "502", in: retryInput{Status: 502}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "504", in: retryInput{Status: 504}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "408", in: retryInput{Status: 408}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "network", in: retryInput{NetworkErr: true}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "network budget spent", in: retryInput{NetworkErr: true, Transient: 2}, retry: false},
+		{name: "409 plain", in: retryInput{Status: 409}, retry: false},
+		{name: "409 x-should-retry true", in: retryInput{Status: 409, Header: h("x-should-retry", "true")}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "400", in: retryInput{Status: 400}, retry: false},
+		{name: "404", in: retryInput{Status: 404}, retry: false},
+		{name: "501", in: retryInput{Status: 501}, retry: false},
+		{name: "403 terminal", in: retryInput{Status: 403, Header: h("x-should-retry", "true")}, retry: false},
+		{name: "413 terminal", in: retryInput{Status: 413, Header: h("x-should-retry", "true")}, retry: false},
+		{name: "backoff cap", in: retryInput{Status: 429, RateLimited: 9}, retry: true, kind: retryRateLimited, delay: 8 * time.Second},
+		{name: "jitter", in: retryInput{Status: 503, Transient: 1, Rand: 0.5}, retry: true, kind: retryTransient, delay: 875 * time.Millisecond},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			in := tc.in
+			in.Now, in.Policy = now, pol
+			d := decideRetry(in)
+			require.Equal(t, tc.retry, d.Retry, d.Reason)
+			if tc.retry {
+				require.Equal(t, tc.kind, d.Kind)
+				require.Equal(t, tc.delay, d.Delay)
+			}
+			require.Equal(t, tc.retryAfter, d.RetryAfter)
+		})
+	}
+}
+
+func TestBackoffJitterBounds(t *testing.T) {
+	t.Parallel()
+	p := defaultRetryPolicy()
+	require.Equal(t, 4*time.Second, backoff(p, 3, 0))
+	require.InDelta(t, float64(3*time.Second), float64(backoff(p, 3, 0.999999)), float64(time.Millisecond))
+	require.Equal(t, 8*time.Second, backoff(p, 100, 0))
+}

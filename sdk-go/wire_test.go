@@ -1,0 +1,320 @@
+package lanes
+
+import (
+	"context"
+	"errors"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// fakeBroker scripts answers and records requests.
+type fakeBroker struct {
+	mu      sync.Mutex
+	reqs    []*http.Request
+	bodies  []string
+	handler func(n int, w http.ResponseWriter, r *http.Request)
+	n       atomic.Int64
+}
+
+func (f *fakeBroker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	b, _ := io.ReadAll(r.Body)
+	f.mu.Lock()
+	f.reqs = append(f.reqs, r)
+	f.bodies = append(f.bodies, string(b))
+	f.mu.Unlock()
+	f.handler(int(f.n.Add(1)), w, r)
+}
+
+func (f *fakeBroker) count() int { return int(f.n.Load()) }
+
+type sleepRec struct {
+	mu     sync.Mutex
+	sleeps []time.Duration
+}
+
+func (s *sleepRec) sleep(ctx context.Context, d time.Duration) error {
+	s.mu.Lock()
+	s.sleeps = append(s.sleeps, d)
+	s.mu.Unlock()
+	return ctx.Err()
+}
+
+func (s *sleepRec) all() []time.Duration {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]time.Duration(nil), s.sleeps...)
+}
+
+func newFake(t *testing.T, h func(n int, w http.ResponseWriter, r *http.Request), opts ...Option) (*Client, *fakeBroker, *sleepRec) {
+	t.Helper()
+	fb := &fakeBroker{handler: h}
+	srv := httptest.NewServer(fb)
+	t.Cleanup(srv.Close)
+	sr := &sleepRec{}
+	all := append([]Option{WithURL(srv.URL), withClock(time.Now, func() float64 { return 0 }, sr.sleep)}, opts...)
+	c, err := New(all...)
+	require.NoError(t, err)
+	return c, fb, sr
+}
+
+func writeJSON(w http.ResponseWriter, status int, body string) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_, _ = io.WriteString(w, body)
+}
+
+const pushOK = `[{"index":0,"message_id":"m","transaction_id":"t","queueName":"q","status":"queued"}]`
+
+func TestRetry429TwiceThen200(t *testing.T) {
+	t.Parallel()
+	c, fb, sr := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n <= 2 {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+			return
+		}
+		writeJSON(w, 201, pushOK)
+	})
+	res, err := c.Queue("q").Push(context.Background(), Data(map[string]int{"a": 1}))
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, 3, fb.count())
+	require.Equal(t, []time.Duration{time.Second, time.Second}, sr.all())
+	// same transaction id on every attempt, attempt counter header
+	require.Equal(t, fb.bodies[0], fb.bodies[2])
+	require.Equal(t, "0", fb.reqs[0].Header.Get("X-Retry-Count"))
+	require.Equal(t, "2", fb.reqs[2].Header.Get("X-Retry-Count"))
+}
+
+func TestRetry429BoundedOnPush(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "1")
+		writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+	}, WithMax429Attempts(3))
+	_, err := c.Queue("q").Push(context.Background(), Data(1))
+	require.ErrorIs(t, err, ErrRateLimited)
+	var ae *APIError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, "rate_limited", ae.Code)
+	require.Equal(t, time.Second, ae.RetryAfter)
+	require.Equal(t, 4, fb.count())
+}
+
+func TestRetry429UnboundedOnLongPoll(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n <= 50 {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+			return
+		}
+		w.WriteHeader(204)
+	}, WithMax429Attempts(3))
+	msgs, err := c.Queue("q").Wait(true).Pop(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	require.Equal(t, 51, fb.count())
+
+	// the same pop without wait is bounded
+	fb.n.Store(0)
+	_, err = c.Queue("q").Wait(false).Pop(context.Background())
+	require.ErrorIs(t, err, ErrRateLimited)
+	require.Equal(t, 4, fb.count())
+}
+
+func TestRetryAfterAboveCapSurfaces(t *testing.T) {
+	t.Parallel()
+	c, fb, sr := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "3600")
+		writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+	})
+	_, err := c.Queue("q").Push(context.Background(), Data(1))
+	var ae *APIError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, time.Hour, ae.RetryAfter)
+	require.Equal(t, 1, fb.count())
+	require.Empty(t, sr.all())
+}
+
+func TestRetry5xxBackoffAndBudget(t *testing.T) {
+	t.Parallel()
+	c, fb, sr := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 503, `{"error":"db down","code":"unavailable"}`)
+	})
+	_, err := c.Queue("q").Push(context.Background(), Data(1))
+	var ae *APIError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, 503, ae.Status)
+	require.Equal(t, "unavailable", ae.Code)
+	require.Equal(t, 3, fb.count())
+	require.Equal(t, []time.Duration{500 * time.Millisecond, time.Second}, sr.all())
+}
+
+func TestNoRetryOn4xxAndTerminal(t *testing.T) {
+	t.Parallel()
+	for _, st := range []int{400, 403, 404, 409, 413, 501} {
+		t.Run(strconv.Itoa(st), func(t *testing.T) {
+			t.Parallel()
+			c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+				w.Header().Set("x-should-retry", "true")
+				if st == 409 {
+					w.Header().Del("x-should-retry")
+				}
+				writeJSON(w, st, `{"error":"no","code":"x"}`)
+			})
+			_, err := c.Queue("q").Push(context.Background(), Data(1))
+			var ae *APIError
+			require.ErrorAs(t, err, &ae)
+			require.Equal(t, st, ae.Status)
+			if st == 400 || st == 404 || st == 501 {
+				// x-should-retry: true makes these retryable; the budget is 2
+				require.Equal(t, 3, fb.count())
+				return
+			}
+			require.Equal(t, 1, fb.count())
+		})
+	}
+}
+
+func TestNotImplementedSentinel(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 501, `{"error":"not implemented","code":"not_implemented"}`)
+	})
+	_, err := c.Transaction().Queue("q").Push(Data(1)).Commit(context.Background())
+	require.ErrorIs(t, err, ErrNotImplemented)
+}
+
+func TestDeadlineShortCircuits(t *testing.T) {
+	t.Parallel()
+	c, fb, sr := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "5")
+		writeJSON(w, 503, `{"error":"x","code":"unavailable"}`)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	_, err := c.Queue("q").Push(ctx, Data(1))
+	require.Error(t, err)
+	require.Equal(t, 1, fb.count())
+	require.Empty(t, sr.all())
+}
+
+func TestFailoverToSecondURL(t *testing.T) {
+	t.Parallel()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	fb := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) { writeJSON(w, 201, pushOK) }}
+	srv := httptest.NewServer(fb)
+	defer srv.Close()
+	sr := &sleepRec{}
+	c, err := New(WithURL(deadURL, srv.URL), withClock(time.Now, func() float64 { return 0 }, sr.sleep))
+	require.NoError(t, err)
+	_, err = c.Queue("q").Push(context.Background(), Data(1))
+	require.NoError(t, err)
+	require.Equal(t, 1, fb.count())
+	require.Equal(t, []time.Duration{0}, sr.all())
+	// the dead URL is now skipped
+	_, err = c.Queue("q").Push(context.Background(), Data(1))
+	require.NoError(t, err)
+	require.Equal(t, 2, fb.count())
+}
+
+func TestConnectionError(t *testing.T) {
+	t.Parallel()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	u := dead.URL
+	dead.Close()
+	c, err := New(WithURL(u), WithRetryAttempts(1), withClock(time.Now, func() float64 { return 0 }, (&sleepRec{}).sleep))
+	require.NoError(t, err)
+	_, err = c.Queue("q").Push(context.Background(), Data(1))
+	require.ErrorIs(t, err, ErrConnection)
+}
+
+func TestConsumerStopsOn403(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 403, `{"error":"Insufficient permissions","code":"forbidden"}`)
+	})
+	var reported []error
+	cons, err := c.Queue("q").OnError(func(err error) { reported = append(reported, err) }).
+		Consume(context.Background(), func(context.Context, *Message) error { return nil })
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("consumer did not stop on 403")
+	}
+	require.ErrorIs(t, cons.Err(), ErrForbidden)
+	require.Equal(t, 1, fb.count())
+	require.Len(t, reported, 1)
+}
+
+func TestConsumerRetriesAfter5xx(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			writeJSON(w, 500, `{"error":"x","code":"internal"}`)
+			return
+		}
+		w.WriteHeader(204)
+	}, WithRetryAttempts(0))
+	var errs atomic.Int64
+	cons, err := c.Queue("q").Wait(false).OnError(func(error) { errs.Add(1) }).
+		Consume(context.Background(), func(context.Context, *Message) error { return nil })
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return fb.count() >= 2 }, 5*time.Second, 10*time.Millisecond)
+	require.NoError(t, cons.Stop(context.Background()))
+	require.NoError(t, cons.Err())
+	require.Equal(t, int64(1), errs.Load())
+}
+
+func TestNo204Parse(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		// a 204 that (wrongly) carries bytes must still not be parsed
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(204)
+	})
+	res, err := c.Queue("q").Wait(false).PopResult(context.Background())
+	require.NoError(t, err)
+	require.Empty(t, res.Messages)
+}
+
+func TestPushFailedItemTypedError(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 201, `[{"index":0,"message_id":"a","transaction_id":"t1","queueName":"q","status":"queued"},`+
+			`{"index":1,"message_id":"","transaction_id":"t2","queueName":"q","status":"failed","error":"disk full"}]`)
+	})
+	res, err := c.Queue("q").Push(context.Background(), Item{Data: 1, TransactionID: "t1"}, Item{Data: 2, TransactionID: "t2"})
+	require.Len(t, res, 2)
+	var pe *PushError
+	require.ErrorAs(t, err, &pe)
+	require.Equal(t, []ItemError{{Index: 1, TransactionID: "t2", Status: "failed", Message: "disk full"}}, pe.Items)
+}
+
+func TestTransactionRejectedReason(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"transactionId":"x","success":false,"reason":"ack_rejected","error":"invalid or expired lease","results":[]}`)
+	})
+	m := &Message{TransactionID: "t", PartitionID: "p", LeaseID: "L", ConsumerGroup: "g"}
+	_, err := c.Transaction().Queue("out").Push(Data(1)).Ack(m, AckCompleted, "").Commit(context.Background())
+	var te *TransactionError
+	require.ErrorAs(t, err, &te)
+	require.Equal(t, ReasonAckRejected, te.Reason)
+	require.Contains(t, fb.bodies[0], `"requiredLeases":["L"]`)
+	require.Contains(t, fb.bodies[0], `"consumerGroup":"g"`)
+	_, err = c.Transaction().Commit(context.Background())
+	require.True(t, errors.Is(err, ErrEmptyTransaction))
+}
