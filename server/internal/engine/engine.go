@@ -45,7 +45,10 @@ type Config struct {
 	DefaultSubscriptionMode string
 	// PopAutopilot is "on" (default), "shadow" or "off"; see autopilot.go.
 	PopAutopilot string
-	Logger       *slog.Logger
+	// AdmitPopCheck, when set, is called before each database check of a pop
+	// (not while it is parked); it returns a release func or a rejection.
+	AdmitPopCheck func(ctx context.Context) (release func(), err error)
+	Logger        *slog.Logger
 }
 
 func (c *Config) withDefaults() {
@@ -161,6 +164,35 @@ func invalid(field, format string, args ...any) error {
 func (e *Engine) ReleaseParkedPops() {
 	e.stopParking.Store(true)
 	e.waiters.wakeAll()
+}
+
+// admittedPopOnce runs one pop check inside the admission budget. A
+// rejection fails the first check; a re-check of a parked pop that cannot get a
+// slot counts as empty and keeps waiting, so parking never answers 429.
+func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first bool) (*PopResult, error) {
+	if e.cfg.AdmitPopCheck == nil {
+		return e.popOnce(ctx, req)
+	}
+	release, err := e.cfg.AdmitPopCheck(ctx)
+	if err != nil {
+		if first || !req.Wait {
+			return nil, err
+		}
+		return &PopResult{}, nil
+	}
+	defer release()
+	return e.popOnce(ctx, req)
+}
+
+// NormalizePushItems applies the push defaults (partition, transaction id) and
+// checks what the push path checks, for callers that store items elsewhere first.
+func NormalizePushItems(items []PushItem) error {
+	for i := range items {
+		if err := normalizePushItem(&items[i], i); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // uuidArray hands uuids to pgx as raw 16-byte values: uuid.UUID implements

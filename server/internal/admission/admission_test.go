@@ -1,0 +1,87 @@
+package admission
+
+import (
+	"context"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestClassAdmitsUpToBudgetQueuesThenRejects(t *testing.T) {
+	c := NewClass("push", Limits{InFlight: 2, Waiting: 1, MaxWait: 200 * time.Millisecond})
+	ctx := context.Background()
+	r1, err1 := c.Acquire(ctx)
+	r2, err2 := c.Acquire(ctx)
+	if err1 != nil || err2 != nil {
+		t.Fatalf("budget of 2 refused: %v %v", err1, err2)
+	}
+	var wg sync.WaitGroup
+	wg.Add(1)
+	var queuedErr error
+	go func() {
+		defer wg.Done()
+		rel, err := c.Acquire(ctx) // queues: the line holds one
+		queuedErr = err
+		if rel != nil {
+			rel()
+		}
+	}()
+	deadline := time.Now().Add(time.Second)
+	for c.Stats().Waiting != 1 && time.Now().Before(deadline) {
+		time.Sleep(time.Millisecond)
+	}
+	_, err := c.Acquire(ctx) // the line is full: rejected at once
+	rej, ok := IsRejected(err)
+	if !ok || rej.Reason != ReasonOverloaded || rej.RetryAfter < time.Second {
+		t.Fatalf("want overloaded rejection, got %v", err)
+	}
+	r1()
+	r1() // a second release is harmless
+	wg.Wait()
+	if queuedErr != nil {
+		t.Fatalf("queued request should get the released slot: %v", queuedErr)
+	}
+	r2()
+	s := c.Stats()
+	if s.InFlight != 0 || s.Waiting != 0 || s.Rejected != 1 || s.Admitted != 3 {
+		t.Fatalf("stats %+v", s)
+	}
+}
+
+func TestClassRejectsAfterMaxWait(t *testing.T) {
+	c := NewClass("ack", Limits{InFlight: 1, Waiting: 5, MaxWait: 50 * time.Millisecond})
+	rel, _ := c.Acquire(context.Background())
+	defer rel()
+	start := time.Now()
+	_, err := c.Acquire(context.Background())
+	if _, ok := IsRejected(err); !ok {
+		t.Fatalf("want rejection, got %v", err)
+	}
+	if waited := time.Since(start); waited < 50*time.Millisecond || waited > time.Second {
+		t.Fatalf("waited %v", waited)
+	}
+}
+
+func TestClientLimiterRefillsAtRate(t *testing.T) {
+	l := NewClientLimiter(10, 2)
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	if l.Allow("a") != nil || l.Allow("a") != nil {
+		t.Fatal("burst of 2 refused")
+	}
+	err := l.Allow("a")
+	rej, ok := IsRejected(err)
+	if !ok || rej.Reason != ReasonRateLimited || rej.RetryAfter != 100*time.Millisecond {
+		t.Fatalf("want rate_limited after 100ms, got %v %+v", err, rej)
+	}
+	if l.Allow("b") != nil {
+		t.Fatal("another client has its own bucket")
+	}
+	now = now.Add(100 * time.Millisecond)
+	if l.Allow("a") != nil {
+		t.Fatal("one token refilled after 100ms")
+	}
+	if RetryAfterSeconds(100*time.Millisecond) != 1 || RetryAfterSeconds(1500*time.Millisecond) != 2 {
+		t.Fatal("Retry-After rounds up to whole seconds, at least 1")
+	}
+}

@@ -1,0 +1,320 @@
+// Package spool keeps pushes on local disk while PostgreSQL is unreachable (or
+// push maintenance is on) and replays them through the normal push path when
+// the database is back.
+//
+// Layout under Dir: the active file `spool-<seq>.tmp` takes appends; it is
+// finalized to `spool-<seq>.buf` before a drain reads it. seq is zero-padded and
+// grows, so lexical order is append order. Each record is
+// u32le length, u32le CRC-32 (IEEE) of the body, then the JSON body; a torn
+// tail (crash mid-append, never acknowledged) fails its check and ends the file.
+// A file that fails permanently is moved to `failed/`, never deleted.
+package spool
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/crc32"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+const (
+	activeExt    = ".tmp"
+	finalExt     = ".buf"
+	failedSubdir = "failed"
+	headerSize   = 8
+	// maxRecordBytes guards against reading a corrupt length as a huge allocation.
+	maxRecordBytes = 1 << 30
+)
+
+// record is one spooled push item.
+type record struct {
+	Queue         string          `json:"queue"`
+	Partition     string          `json:"partition"`
+	TransactionID string          `json:"transactionId"`
+	TraceID       string          `json:"traceId,omitempty"`
+	ProducerSub   string          `json:"producerSub,omitempty"`
+	Payload       json.RawMessage `json:"payload"`
+}
+
+// PushFunc stores items; engine.Push in the broker.
+type PushFunc func(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error)
+
+// Options configures a spool.
+type Options struct {
+	Dir  string
+	Push PushFunc
+	// Paused, when it answers true, holds the drain (push maintenance).
+	Paused func() bool
+	Logger *slog.Logger
+	// Interval between drain attempts while something is pending (default 100ms).
+	Interval time.Duration
+	// MaxBatch is the most items replayed per push call (default 500).
+	MaxBatch int
+	// MaxFileFailures is how many permanent failures in a row quarantine a file (default 5).
+	MaxFileFailures int
+	// PushTimeout bounds each replay push (default 10s).
+	PushTimeout time.Duration
+}
+
+// Spool is safe for concurrent use.
+type Spool struct {
+	opts Options
+	log  *slog.Logger
+
+	mu          sync.Mutex // guards the active file and seq
+	active      *os.File
+	activeName  string
+	activeSize  int64
+	activeCount int
+	seq         int64
+
+	drainMu  sync.Mutex // one drain at a time
+	progress map[string]int
+	failures map[string]int
+
+	pending   atomic.Int64
+	failed    atomic.Int64
+	drained   atomic.Int64
+	dbHealthy atomic.Bool
+}
+
+// Open creates Dir (and Dir/failed), finalizes files a previous process left
+// active, and counts what is pending.
+func Open(opts Options) (*Spool, error) {
+	if opts.Dir == "" {
+		return nil, errors.New("spool: no directory")
+	}
+	if opts.Logger == nil {
+		opts.Logger = slog.Default()
+	}
+	if opts.Interval <= 0 {
+		opts.Interval = 100 * time.Millisecond
+	}
+	if opts.MaxBatch <= 0 {
+		opts.MaxBatch = 500
+	}
+	if opts.MaxFileFailures <= 0 {
+		opts.MaxFileFailures = 5
+	}
+	if opts.PushTimeout <= 0 {
+		opts.PushTimeout = 10 * time.Second
+	}
+	if err := os.MkdirAll(filepath.Join(opts.Dir, failedSubdir), 0o750); err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	s := &Spool{opts: opts, log: opts.Logger, progress: map[string]int{}, failures: map[string]int{}}
+	s.dbHealthy.Store(true)
+	entries, err := os.ReadDir(opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if seq, ok := parseSeq(name); ok {
+			s.seq = max(s.seq, seq)
+		}
+		if strings.HasSuffix(name, activeExt) {
+			final := strings.TrimSuffix(name, activeExt) + finalExt
+			if err := os.Rename(filepath.Join(opts.Dir, name), filepath.Join(opts.Dir, final)); err != nil {
+				return nil, fmt.Errorf("spool: recover %s: %w", name, err)
+			}
+		}
+	}
+	files, err := s.finalFiles()
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		recs, _ := readRecords(filepath.Join(opts.Dir, f))
+		s.pending.Add(int64(len(recs)))
+	}
+	failedFiles, _ := os.ReadDir(filepath.Join(opts.Dir, failedSubdir))
+	for _, f := range failedFiles {
+		recs, _ := readRecords(filepath.Join(opts.Dir, failedSubdir, f.Name()))
+		s.failed.Add(int64(len(recs)))
+	}
+	if n := s.pending.Load(); n > 0 {
+		s.log.Warn("spool holds pushes from before the restart; draining", "pending", n, "dir", opts.Dir)
+	}
+	return s, syncDir(opts.Dir)
+}
+
+func parseSeq(name string) (int64, bool) {
+	if !strings.HasPrefix(name, "spool-") {
+		return 0, false
+	}
+	base := strings.TrimSuffix(strings.TrimSuffix(strings.TrimPrefix(name, "spool-"), activeExt), finalExt)
+	n, err := strconv.ParseInt(base, 10, 64)
+	return n, err == nil
+}
+
+// Append writes items to the active file and fsyncs it; when it returns nil
+// the items survive a crash of the broker or the host.
+func (s *Spool) Append(items []engine.PushItem) error {
+	var buf []byte
+	for _, it := range items {
+		body, err := json.Marshal(record{
+			Queue: it.Queue, Partition: it.Partition, TransactionID: it.TransactionID,
+			TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload,
+		})
+		if err != nil {
+			return fmt.Errorf("spool: encode: %w", err)
+		}
+		var hdr [headerSize]byte
+		binary.LittleEndian.PutUint32(hdr[0:4], uint32(len(body)))
+		binary.LittleEndian.PutUint32(hdr[4:8], crc32.ChecksumIEEE(body))
+		buf = append(buf, hdr[:]...)
+		buf = append(buf, body...)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil {
+		if err := s.openActive(); err != nil {
+			return err
+		}
+	}
+	if _, err := s.active.Write(buf); err != nil {
+		// Cut the partial write so the next append starts on a record boundary.
+		_ = s.active.Truncate(s.activeSize)
+		_, _ = s.active.Seek(s.activeSize, io.SeekStart)
+		return fmt.Errorf("spool: write: %w", err)
+	}
+	if err := s.active.Sync(); err != nil {
+		_ = s.active.Truncate(s.activeSize)
+		_, _ = s.active.Seek(s.activeSize, io.SeekStart)
+		return fmt.Errorf("spool: fsync: %w", err)
+	}
+	s.activeSize += int64(len(buf))
+	s.activeCount += len(items)
+	s.pending.Add(int64(len(items)))
+	return nil
+}
+
+// openActive starts a new active file. Called with mu held.
+func (s *Spool) openActive() error {
+	s.seq++
+	name := fmt.Sprintf("spool-%016d%s", s.seq, activeExt)
+	f, err := os.OpenFile(filepath.Join(s.opts.Dir, name), os.O_CREATE|os.O_EXCL|os.O_WRONLY|os.O_APPEND, 0o640)
+	if err != nil {
+		return fmt.Errorf("spool: create: %w", err)
+	}
+	if err := syncDir(s.opts.Dir); err != nil {
+		_ = f.Close()
+		return fmt.Errorf("spool: %w", err)
+	}
+	s.active, s.activeName, s.activeSize, s.activeCount = f, name, 0, 0
+	return nil
+}
+
+// finalizeActive closes the active file and renames it for the drain.
+func (s *Spool) finalizeActive() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil || s.activeCount == 0 {
+		return nil
+	}
+	if err := s.active.Close(); err != nil {
+		return fmt.Errorf("spool: close: %w", err)
+	}
+	final := strings.TrimSuffix(s.activeName, activeExt) + finalExt
+	s.active = nil
+	if err := os.Rename(filepath.Join(s.opts.Dir, s.activeName), filepath.Join(s.opts.Dir, final)); err != nil {
+		return fmt.Errorf("spool: finalize: %w", err)
+	}
+	return syncDir(s.opts.Dir)
+}
+
+func (s *Spool) finalFiles() ([]string, error) {
+	entries, err := os.ReadDir(s.opts.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	var out []string
+	for _, e := range entries {
+		if !e.IsDir() && strings.HasSuffix(e.Name(), finalExt) {
+			out = append(out, e.Name())
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
+// readRecords decodes a file up to its first torn or corrupt record.
+func readRecords(path string) ([]record, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var out []record
+	for len(data) >= headerSize {
+		n := binary.LittleEndian.Uint32(data[0:4])
+		sum := binary.LittleEndian.Uint32(data[4:8])
+		if n > maxRecordBytes || int(n) > len(data)-headerSize {
+			break
+		}
+		body := data[headerSize : headerSize+int(n)]
+		if crc32.ChecksumIEEE(body) != sum {
+			break
+		}
+		var r record
+		if err := json.Unmarshal(body, &r); err != nil {
+			break
+		}
+		out = append(out, r)
+		data = data[headerSize+int(n):]
+	}
+	return out, nil
+}
+
+func syncDir(dir string) error {
+	d, err := os.Open(dir)
+	if err != nil {
+		return err
+	}
+	defer d.Close()
+	return d.Sync()
+}
+
+// Pending is the number of spooled items not yet stored in PostgreSQL.
+func (s *Spool) Pending() int64 { return s.pending.Load() }
+
+// Failed is the number of items in quarantined files.
+func (s *Spool) Failed() int64 { return s.failed.Load() }
+
+// Drained is the number of items replayed since the process started.
+func (s *Spool) Drained() int64 { return s.drained.Load() }
+
+// DBHealthy is false after a push had to be spooled or a drain failed, true after a drain succeeded.
+func (s *Spool) DBHealthy() bool { return s.dbHealthy.Load() }
+
+// MarkDBDown records that a push fell back to the spool.
+func (s *Spool) MarkDBDown() { s.dbHealthy.Store(false) }
+
+// Dir is where the spool lives.
+func (s *Spool) Dir() string { return s.opts.Dir }
+
+// Close closes the active file; its records stay on disk and drain at the next start.
+func (s *Spool) Close() error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.active == nil {
+		return nil
+	}
+	err := s.active.Close()
+	s.active = nil
+	return err
+}

@@ -1,0 +1,186 @@
+package spool
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/testdb"
+)
+
+func newEngine(t *testing.T) (*engine.Engine, *pgxpool.Pool) {
+	t.Helper()
+	pool := testdb.Pool(t)
+	if err := engine.ApplySchema(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	e := engine.New(pool, engine.Config{})
+	t.Cleanup(e.Close)
+	return e, pool
+}
+
+func items(queue, partition string, from, to int) []engine.PushItem {
+	var out []engine.PushItem
+	for i := from; i < to; i++ {
+		out = append(out, engine.PushItem{
+			Queue: queue, Partition: partition, TransactionID: fmt.Sprintf("tx-%04d", i),
+			Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
+		})
+	}
+	return out
+}
+
+// storedOrder lists the transaction ids of a partition in offset order.
+func storedOrder(t *testing.T, pool *pgxpool.Pool, queue string) []string {
+	t.Helper()
+	rows, err := pool.Query(context.Background(), `SELECT t.transaction_id FROM lanes.txns t
+		JOIN lanes.partitions p ON p.id = t.partition_id JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 ORDER BY t.partition_id, t.message_offset`, queue)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	var out []string
+	for rows.Next() {
+		var id string
+		if err := rows.Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		out = append(out, id)
+	}
+	return out
+}
+
+func TestAppendSurvivesRestartAndDrainsOnceInOrder(t *testing.T) {
+	eng, pool := newEngine(t)
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Push: eng.Push})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := s.Append(items("spool-order", "p", i*10, i*10+10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// Simulate a crash: a torn record after the last acknowledged append.
+	active := filepath.Join(dir, s.activeName)
+	f, err := os.OpenFile(active, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = f.Write([]byte{200, 0, 0, 0, 1, 2, 3})
+	_ = f.Close()
+	_ = s.Close()
+
+	s, err = Open(Options{Dir: dir, Push: eng.Push})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pending() != 100 {
+		t.Fatalf("pending after restart = %d, want 100", s.Pending())
+	}
+	// Ten items were already stored before the spool drains: the replay of those is a duplicate.
+	if _, err := eng.Push(context.Background(), items("spool-order", "p", 0, 10)); err != nil {
+		t.Fatal(err)
+	}
+	n, err := s.DrainOnce(context.Background())
+	if err != nil || n != 100 {
+		t.Fatalf("drain: %d %v", n, err)
+	}
+	if s.Pending() != 0 || !s.DBHealthy() {
+		t.Fatalf("pending %d healthy %v", s.Pending(), s.DBHealthy())
+	}
+	got := storedOrder(t, pool, "spool-order")
+	if len(got) != 100 {
+		t.Fatalf("stored %d messages, want 100 exactly once", len(got))
+	}
+	for i, id := range got {
+		if id != fmt.Sprintf("tx-%04d", i) {
+			t.Fatalf("offset %d holds %s: order lost", i, id)
+		}
+	}
+	left, _ := filepath.Glob(filepath.Join(dir, "spool-*"))
+	if len(left) != 0 {
+		t.Fatalf("drained files left behind: %v", left)
+	}
+}
+
+func TestPermanentFailureQuarantinesTheFile(t *testing.T) {
+	dir := t.TempDir()
+	calls := 0
+	push := func(_ context.Context, _ []engine.PushItem) ([]engine.PushResult, error) {
+		calls++
+		return nil, &engine.InvalidInputError{Message: "queue name rejected"}
+	}
+	s, err := Open(Options{Dir: dir, Push: push, MaxFileFailures: 3})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(items("q", "p", 0, 4)); err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 3; i++ {
+		if _, err := s.DrainOnce(context.Background()); err == nil {
+			t.Fatal("drain of a failing file must report it")
+		}
+	}
+	if calls != 3 || s.Pending() != 0 || s.Failed() != 4 {
+		t.Fatalf("calls %d pending %d failed %d", calls, s.Pending(), s.Failed())
+	}
+	quarantined, _ := filepath.Glob(filepath.Join(dir, "failed", "spool-*.buf"))
+	if len(quarantined) != 1 {
+		t.Fatalf("quarantined files: %v", quarantined)
+	}
+	recs, _ := readRecords(quarantined[0])
+	if len(recs) != 4 {
+		t.Fatalf("quarantined file keeps %d records, want 4", len(recs))
+	}
+	// A restarted broker still counts the quarantined items.
+	s2, err := Open(Options{Dir: dir, Push: push})
+	if err != nil || s2.Failed() != 4 {
+		t.Fatalf("reopen: failed=%d err=%v", s2.Failed(), err)
+	}
+}
+
+func TestTransientFailureKeepsTheFileAndPaused(t *testing.T) {
+	dir := t.TempDir()
+	down := true
+	paused := true
+	var stored []engine.PushItem
+	push := func(_ context.Context, it []engine.PushItem) ([]engine.PushResult, error) {
+		if down {
+			return nil, errors.New("dial tcp 127.0.0.1:1: connect: connection refused")
+		}
+		stored = append(stored, it...)
+		return make([]engine.PushResult, len(it)), nil
+	}
+	s, err := Open(Options{Dir: dir, Push: push, MaxFileFailures: 1, Paused: func() bool { return paused }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = s.Append(items("q", "p", 0, 3))
+	if n, err := s.DrainOnce(context.Background()); n != 0 || err != nil || s.Pending() != 3 {
+		t.Fatalf("paused drain did something: %d %v", n, err)
+	}
+	paused = false
+	for i := 0; i < 3; i++ {
+		if _, err := s.DrainOnce(context.Background()); err == nil {
+			t.Fatal("want a transient error")
+		}
+	}
+	if s.Pending() != 3 || s.Failed() != 0 || s.DBHealthy() {
+		t.Fatalf("transient failures must not quarantine: pending %d failed %d", s.Pending(), s.Failed())
+	}
+	down = false
+	if n, err := s.DrainOnce(context.Background()); n != 3 || err != nil || len(stored) != 3 || !s.DBHealthy() {
+		t.Fatalf("drain after recovery: %d %v stored %d", n, err, len(stored))
+	}
+}
