@@ -1,0 +1,244 @@
+package engine
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+)
+
+func mustKV(t testing.TB, e *Engine, ops ...KVOp) []KVResult {
+	t.Helper()
+	res, lost, err := e.KV(context.Background(), ops)
+	if err != nil {
+		t.Fatalf("kv: %v", err)
+	}
+	if lost != nil {
+		t.Fatalf("kv: unexpected lost precondition %v", lost)
+	}
+	return res
+}
+
+func i64(v int64) *int64 { return &v }
+
+func TestKVPutGetVersionsAndConditions(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	res := mustKV(t, e,
+		KVOp{Op: KVPut, Namespace: ns, Key: "a", Value: raw(map[string]int{"n": 1}), Forever: true},
+		KVOp{Op: KVGet, Namespace: ns, Key: "a"},
+		KVOp{Op: KVPutIfAbsent, Namespace: ns, Key: "a", Value: raw(2), Forever: true},
+		KVOp{Op: KVPut, Namespace: ns, Key: "a", Value: raw(3), Forever: true, Expect: i64(7)},
+		KVOp{Op: KVPut, Namespace: ns, Key: "a", Value: raw(4), Forever: true, Expect: i64(1)},
+		KVOp{Op: KVPut, Namespace: ns, Key: "missing", Value: raw(5), Forever: true, Expect: i64(1)},
+		KVOp{Op: KVDelete, Namespace: ns, Key: "missing"},
+		KVOp{Op: KVGet, Namespace: ns, Key: "missing"},
+	)
+	if !res[0].Applied || res[0].Version != 1 {
+		t.Fatalf("put: %+v", res[0])
+	}
+	if !res[1].Found || string(res[1].Value) != `{"n":1}` || res[1].Version != 1 {
+		t.Fatalf("get sees the earlier write of the same call: %+v", res[1])
+	}
+	want := []struct {
+		applied bool
+		reason  string
+		version int64
+	}{{false, KVReasonExists, 1}, {false, KVReasonVersion, 1}, {true, "", 2}, {false, KVReasonAbsent, 0}, {false, KVReasonAbsent, 0}}
+	for i, w := range want {
+		r := res[i+2]
+		if r.Applied != w.applied || r.Reason != w.reason || r.Version != w.version {
+			t.Fatalf("op %d: %+v, want %+v", i+2, r, w)
+		}
+	}
+	if res[7].Found {
+		t.Fatalf("get of a missing key: %+v", res[7])
+	}
+	// Persisted, and readable by a later call.
+	got := mustKV(t, e, KVOp{Op: KVGetMany, Namespace: ns, Keys: []string{"a", "nope"}})
+	if len(got[0].Rows) != 1 || string(got[0].Rows[0].Value) != "4" || got[0].Rows[0].Version != 2 ||
+		len(got[0].Missing) != 1 || got[0].Missing[0] != "nope" {
+		t.Fatalf("getMany: %+v", got[0])
+	}
+	del := mustKV(t, e, KVOp{Op: KVDelete, Namespace: ns, Key: "a", Expect: i64(1)}, KVOp{Op: KVDelete, Namespace: ns, Key: "a", Expect: i64(2)})
+	if del[0].Applied || del[0].Reason != KVReasonVersion || !del[1].Applied {
+		t.Fatalf("delete: %+v", del)
+	}
+	if again := mustKV(t, e, KVOp{Op: KVPutIfAbsent, Namespace: ns, Key: "a", Value: raw(1), TTLSeconds: 60}); !again[0].Applied || again[0].Version != 1 || again[0].ExpiresAt == nil {
+		t.Fatalf("recreate after delete starts at version 1: %+v", again[0])
+	}
+}
+
+func TestKVRequiredRollsBackTheWholeCall(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "taken", Value: raw("winner"), Forever: true})
+	res, lost, err := e.KV(context.Background(), []KVOp{
+		{Op: KVPut, Namespace: ns, Key: "side", Value: raw(1), Forever: true},
+		{Op: KVPutIfAbsent, Namespace: ns, Key: "taken", Value: raw("loser"), Forever: true, Required: true},
+	})
+	if err != nil || lost == nil || lost.Index != 1 || lost.Reason != KVReasonExists || string(lost.Value) != `"winner"` {
+		t.Fatalf("lost: %+v %v", lost, err)
+	}
+	if res[0].Applied || res[0].Error == "" {
+		t.Fatalf("the earlier write reports the rollback: %+v", res[0])
+	}
+	if got := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "side"}); got[0].Found {
+		t.Fatal("a write of a failed call was committed")
+	}
+}
+
+func TestKVIncrBoundsTypeAndTTL(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	res := mustKV(t, e,
+		KVOp{Op: KVIncr, Namespace: ns, Key: "n", Delta: i64(5), TTLSeconds: 3600},
+		KVOp{Op: KVIncr, Namespace: ns, Key: "n", Delta: i64(-2), Forever: true},
+		KVOp{Op: KVIncr, Namespace: ns, Key: "n", Delta: i64(10), Forever: true, Max: i64(10)},
+		KVOp{Op: KVPut, Namespace: ns, Key: "s", Value: raw("text"), Forever: true},
+		KVOp{Op: KVIncr, Namespace: ns, Key: "s", Forever: true},
+	)
+	if !res[0].Applied || string(res[0].Value) != "5" || res[0].ExpiresAt == nil {
+		t.Fatalf("incr creates with its TTL: %+v", res[0])
+	}
+	if !res[1].Applied || string(res[1].Value) != "3" || res[1].ExpiresAt == nil || !res[1].ExpiresAt.Equal(*res[0].ExpiresAt) {
+		t.Fatalf("incr keeps the TTL set at creation: %+v", res[1])
+	}
+	if res[2].Applied || res[2].Reason != KVReasonLimit || string(res[2].Value) != "3" {
+		t.Fatalf("max: %+v", res[2])
+	}
+	if res[4].Applied || res[4].Reason != KVReasonType {
+		t.Fatalf("type: %+v", res[4])
+	}
+}
+
+func TestKVExpiredKeysAreInvisibleAndSwept(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "short", Value: raw(1), TTLSeconds: 1},
+		KVOp{Op: KVPut, Namespace: ns, Key: "long", Value: raw(2), Forever: true})
+	time.Sleep(1100 * time.Millisecond)
+	res := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "short"},
+		KVOp{Op: KVGetPrefix, Namespace: ns, Prefix: "s"},
+		KVOp{Op: KVIncr, Namespace: ns, Key: "short", Delta: i64(1), Forever: true})
+	if res[0].Found || len(res[1].Rows) != 0 {
+		t.Fatalf("an expired key is invisible: %+v", res[:2])
+	}
+	if !res[2].Applied || string(res[2].Value) != "1" || res[2].Version != 1 || res[2].ExpiresAt != nil {
+		t.Fatalf("incr counts an expired key as 0: %+v", res[2])
+	}
+	mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "gone", Value: raw(1), TTLSeconds: 1})
+	time.Sleep(1100 * time.Millisecond)
+	page, err := e.KVList(context.Background(), KVListRequest{Namespace: ns, IncludeExpired: true})
+	if err != nil || len(page.Rows) != 3 || !page.Rows[0].Expired {
+		t.Fatalf("includeExpired lists the expired row first: %+v %v", page, err)
+	}
+	if n, err := e.SweepExpiredKV(context.Background()); err != nil || n < 1 {
+		t.Fatalf("sweep: %d %v", n, err)
+	}
+	page, err = e.KVList(context.Background(), KVListRequest{Namespace: ns, IncludeExpired: true})
+	if err != nil || len(page.Rows) != 2 {
+		t.Fatalf("after sweep: %+v %v", page, err)
+	}
+}
+
+func TestKVPrefixPagingAndNamespaces(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	var ops []KVOp
+	for i := 0; i < 5; i++ {
+		ops = append(ops, KVOp{Op: KVPut, Namespace: ns, Key: fmt.Sprintf("user:%d", i), Value: raw(i), Forever: true})
+	}
+	ops = append(ops, KVOp{Op: KVPut, Namespace: ns, Key: "users", Value: raw("not under user:"), Forever: true})
+	mustKV(t, e, ops...)
+	var keys []string
+	after := ""
+	for pages := 0; pages < 5; pages++ {
+		res := mustKV(t, e, KVOp{Op: KVGetPrefix, Namespace: ns, Prefix: "user:", After: after, Limit: 2, KeysOnly: true})
+		for _, r := range res[0].Rows {
+			if r.Value != nil {
+				t.Fatalf("keysOnly returned a value: %+v", r)
+			}
+			keys = append(keys, r.Key)
+		}
+		if !res[0].Truncated {
+			break
+		}
+		after = res[0].NextAfter
+	}
+	if fmt.Sprint(keys) != "[user:0 user:1 user:2 user:3 user:4]" {
+		t.Fatalf("prefix pages: %v", keys)
+	}
+	nss, err := e.KVNamespaces(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	found := false
+	for _, n := range nss {
+		if n.Namespace == ns && n.Keys == 6 {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("namespaces: %+v", nss)
+	}
+}
+
+func TestKVBadInputHasCodes(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	cases := map[string]struct {
+		op   KVOp
+		code string
+	}{
+		"no expiry":   {KVOp{Op: KVPut, Namespace: ns, Key: "k", Value: raw(1)}, CodeKVExpiryNotSpecified},
+		"both expiry": {KVOp{Op: KVIncr, Namespace: ns, Key: "k", TTLSeconds: 5, Forever: true}, CodeKVExpiryNotSpecified},
+		"no prefix":   {KVOp{Op: KVGetPrefix, Namespace: ns}, CodeKVPrefixRequired},
+		"no ns":       {KVOp{Op: KVGet, Key: "k"}, CodeKVBadRequest},
+		"no key":      {KVOp{Op: KVGet, Namespace: ns}, CodeKVBadRequest},
+		"no value":    {KVOp{Op: KVPut, Namespace: ns, Key: "k", Forever: true}, CodeKVBadRequest},
+	}
+	for name, c := range cases {
+		_, _, err := e.KV(context.Background(), []KVOp{{Op: KVPut, Namespace: ns, Key: "first", Value: raw(1), Forever: true}, c.op})
+		var coded *CodedInputError
+		if !errors.As(err, &coded) || coded.Code != c.code {
+			t.Fatalf("%s: %v, want code %s", name, err, c.code)
+		}
+	}
+	if got := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "first"}); got[0].Found {
+		t.Fatal("a rejected call wrote its valid op")
+	}
+}
+
+// TestKVConcurrentPutIfAbsentHasOneWinner races writers of one absent key.
+func TestKVConcurrentPutIfAbsentHasOneWinner(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	winners := 0
+	for i := 0; i < 12; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			res, _, err := e.KV(context.Background(), []KVOp{{Op: KVPutIfAbsent, Namespace: ns, Key: "once", Value: raw(i), Forever: true},
+				{Op: KVIncr, Namespace: ns, Key: "count", Forever: true}})
+			if err != nil {
+				t.Error(err)
+				return
+			}
+			if res[0].Applied {
+				mu.Lock()
+				winners++
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	got := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "count"})
+	if winners != 1 || string(got[0].Value) != "12" {
+		t.Fatalf("winners %d, count %s", winners, got[0].Value)
+	}
+}
