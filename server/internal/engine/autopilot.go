@@ -97,7 +97,7 @@ func (l *lane) step(s laneSample, now time.Time) int {
 	switch {
 	case l.ready > float64(l.width):
 		next = int(math.Ceil(l.ready))
-	case l.age > autopilotAgeTarget:
+	case l.age > autopilotAgeTarget && (s.ready > 0 || s.delivered > 0): // old work, not an old average
 		next = l.width * 2
 	case float64(l.width) > 2*l.ready && l.age < autopilotAgeTarget/4 && fill < 0.5:
 		next = l.width / 2
