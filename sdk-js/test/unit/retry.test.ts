@@ -1,0 +1,113 @@
+// docs/retries.md §8 as a table over the pure decision function, with a frozen clock.
+import { describe, expect, it } from "vitest";
+import { DEFAULT_RETRY_POLICY, decideRetry, parseRetryHint, type RetryInput } from "../../src/index.js";
+
+const NOW = Date.UTC(2026, 0, 15, 12, 0, 0);
+const headers = (h: Record<string, string>) => new Headers(h);
+const base = (over: Partial<RetryInput>): RetryInput => ({
+  policy: { ...DEFAULT_RETRY_POLICY },
+  retries429: 0,
+  retries5xx: 0,
+  longPoll: false,
+  now: NOW,
+  random: 0,
+  ...over,
+});
+const rfc850 = (t: number) => {
+  const d = new Date(t);
+  const day = d.toUTCString().slice(0, 3);
+  const full = { Sun: "Sunday", Mon: "Monday", Tue: "Tuesday", Wed: "Wednesday", Thu: "Thursday", Fri: "Friday", Sat: "Saturday" }[day];
+  const [, dd, mon, yyyy, time] = d.toUTCString().split(" ");
+  return `${full}, ${dd}-${mon}-${yyyy!.slice(2)} ${time} GMT`;
+};
+
+describe("retry hint parsing", () => {
+  it.each([
+    [{ "retry-after-ms": "250" }, 250],
+    [{ "retry-after": "1.5" }, 1500],
+    [{ "retry-after": "1" }, 1000],
+    [{ "retry-after": new Date(NOW + 3000).toUTCString() }, 3000],
+    [{ "retry-after": rfc850(NOW + 3000) }, 3000],
+    [{ "retry-after": "-1" }, undefined],
+    [{ "retry-after": "NaN" }, undefined],
+    [{ "retry-after": "soon" }, undefined],
+    [{ "retry-after": "Infinity" }, undefined],
+    [{ "retry-after-ms": "abc", "retry-after": "2" }, 2000],
+    [{}, undefined],
+  ])("%j → %s", (h, want) => {
+    expect(parseRetryHint(headers(h), NOW)).toBe(want);
+  });
+});
+
+describe("decideRetry (docs/retries.md §8)", () => {
+  it("429 Retry-After: 1 retries in place after 1 s", () => {
+    const d = decideRetry(base({ status: 429, headers: headers({ "retry-after": "1" }) }));
+    expect(d).toMatchObject({ action: "retry", kind: "429", delayMs: 1000, failover: false });
+  });
+  it("429 retry-after-ms: 250 → 250 ms", () => {
+    expect(decideRetry(base({ status: 429, headers: headers({ "retry-after-ms": "250" }) }))).toMatchObject({ delayMs: 250 });
+  });
+  it("429 Retry-After: 1.5 → 1.5 s", () => {
+    expect(decideRetry(base({ status: 429, headers: headers({ "retry-after": "1.5" }) }))).toMatchObject({ delayMs: 1500 });
+  });
+  it.each(["-1", "NaN", "soon"])("429 Retry-After: %s → computed backoff", (v) => {
+    expect(decideRetry(base({ status: 429, headers: headers({ "retry-after": v }) }))).toMatchObject({ action: "retry", delayMs: 500 });
+  });
+  it("429 above the cap: no sleep, stop with retryAfter", () => {
+    expect(decideRetry(base({ status: 429, headers: headers({ "retry-after": "3600" }) }))).toMatchObject({ action: "stop", retryAfterMs: 3_600_000 });
+  });
+  it("429 budget spent on a push", () => {
+    expect(decideRetry(base({ status: 429, retries429: 10 }))).toMatchObject({ action: "stop" });
+    expect(decideRetry(base({ status: 429, retries429: 9 }))).toMatchObject({ action: "retry" });
+  });
+  it("429 on a long-poll pop is unbounded", () => {
+    expect(decideRetry(base({ status: 429, retries429: 50, longPoll: true, headers: headers({ "retry-after": "1" }) }))).toMatchObject({ action: "retry", delayMs: 1000 });
+    expect(decideRetry(base({ status: 429, retries429: 10_000, longPoll: true, policy: { ...DEFAULT_RETRY_POLICY, max429Attempts: 0 } }))).toMatchObject({ action: "retry" });
+  });
+  it("503 × 2 then success: delays 500 ms, 1 s; the third 503 stops", () => {
+    expect(decideRetry(base({ status: 503, retries5xx: 0 }))).toMatchObject({ action: "retry", kind: "5xx", delayMs: 500 });
+    expect(decideRetry(base({ status: 503, retries5xx: 1 }))).toMatchObject({ action: "retry", delayMs: 1000 });
+    expect(decideRetry(base({ status: 503, retries5xx: 2 }))).toMatchObject({ action: "stop" });
+  });
+  it.each([408, 500, 502, 504])("%i is retried", (status) => {
+    expect(decideRetry(base({ status }))).toMatchObject({ action: "retry", kind: "5xx" });
+  });
+  it("network failure is retried; retryAttempts 0 disables", () => {
+    expect(decideRetry(base({ networkError: true }))).toMatchObject({ action: "retry" });
+    expect(decideRetry(base({ networkError: true, policy: { ...DEFAULT_RETRY_POLICY, retryAttempts: 0 } }))).toMatchObject({ action: "stop" });
+  });
+  it("503 with x-should-retry: false → 1 attempt", () => {
+    expect(decideRetry(base({ status: 503, headers: headers({ "x-should-retry": "false" }) }))).toMatchObject({ action: "stop" });
+  });
+  it("409 with x-should-retry: true → retried", () => {
+    expect(decideRetry(base({ status: 409, headers: headers({ "x-should-retry": "true" }) }))).toMatchObject({ action: "retry", kind: "5xx" });
+  });
+  it.each([400, 401, 404, 409, 501])("%i stops", (status) => {
+    expect(decideRetry(base({ status }))).toMatchObject({ action: "stop" });
+  });
+  it.each([403, 413])("%i is terminal even with x-should-retry: true", (status) => {
+    expect(decideRetry(base({ status, headers: headers({ "x-should-retry": "true" }) }))).toMatchObject({ action: "stop", terminal: true });
+  });
+  it("failover to an untried healthy broker waits 0", () => {
+    expect(decideRetry(base({ networkError: true, failoverAvailable: true }))).toMatchObject({ action: "retry", delayMs: 0, failover: true });
+  });
+  it("never sleeps past the deadline", () => {
+    expect(decideRetry(base({ status: 503, headers: headers({ "retry-after": "1" }), deadline: NOW + 100 }))).toMatchObject({ action: "stop" });
+    expect(decideRetry(base({ status: 429, headers: headers({ "retry-after": "1" }), deadline: NOW + 100 }))).toMatchObject({ action: "stop" });
+  });
+  it("jitter: random 0.999…, n = 3 → about 3 s", () => {
+    const d = decideRetry(base({ status: 503, retries5xx: 3, random: 0.9999999, policy: { ...DEFAULT_RETRY_POLICY, retryAttempts: 5 } }));
+    expect(d.action).toBe("retry");
+    if (d.action === "retry") expect(d.delayMs).toBeCloseTo(3000, 0);
+  });
+  it("backoff is capped at maxRetryDelay", () => {
+    const d = decideRetry(base({ status: 503, retries5xx: 10, policy: { ...DEFAULT_RETRY_POLICY, retryAttempts: 20 } }));
+    expect(d).toMatchObject({ delayMs: 8000 });
+  });
+  it("cancellation wins", () => {
+    expect(decideRetry(base({ status: 503, cancelled: true }))).toMatchObject({ action: "stop", reason: "cancelled" });
+  });
+  it("2xx is done", () => {
+    expect(decideRetry(base({ status: 204 }))).toEqual({ action: "done" });
+  });
+});

@@ -1,0 +1,228 @@
+// Wire-level tests of the transport, the retry policy and the consume loop against a scripted
+// local HTTP server.
+import { afterEach, describe, expect, it } from "vitest";
+import {
+  APIConnectionError,
+  BadRequestError,
+  InternalServerError,
+  Lanes,
+  NotImplementedByBrokerError,
+  PermissionDeniedError,
+  PushError,
+  RateLimitError,
+  type LanesOptions,
+} from "../../src/index.js";
+import { FakeServer, popBody, reply } from "./fakeserver.js";
+
+const servers: FakeServer[] = [];
+async function fake(): Promise<FakeServer> {
+  const s = await new FakeServer().start();
+  servers.push(s);
+  return s;
+}
+afterEach(async () => {
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+});
+const client = (url: string | string[], o: LanesOptions = {}) =>
+  new Lanes({ ...(Array.isArray(url) ? { urls: url } : { url }), retryDelayMillis: 10, env: {}, ...o });
+const pushed = (n: number, status = "queued") => Array.from({ length: n }, (_, i) => ({ index: i, message_id: `m${i}`, transaction_id: `t${i}`, queueName: "q", status }));
+
+describe("retry policy on the wire", () => {
+  it("429 with Retry-After: 1 twice, then 201: three attempts, ~1 s apart, in place", async () => {
+    const s = (await fake()).script(reply(429, { error: "busy", code: "rate_limited" }, { "retry-after": "1" }), reply(429, { error: "busy", code: "rate_limited" }, { "retry-after": "1" }), reply(201, pushed(1)));
+    const res = await client(s.url).queue("q").push([{ data: 1 }]);
+    expect(res[0]?.status).toBe("queued");
+    expect(s.seen).toHaveLength(3);
+    expect(s.seen[1]!.at - s.seen[0]!.at).toBeGreaterThanOrEqual(950);
+    expect(s.seen[2]!.at - s.seen[1]!.at).toBeGreaterThanOrEqual(950);
+    expect(s.seen.map((r) => r.headers["x-retry-count"])).toEqual(["0", "1", "2"]);
+    // the same transaction id on every attempt
+    const ids = s.seen.map((r) => JSON.parse(r.body).items[0].transactionId);
+    expect(new Set(ids).size).toBe(1);
+    expect(ids[0]).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+  });
+
+  it("429 on a long-poll pop is retried without a bound", async () => {
+    const s = await fake();
+    for (let i = 0; i < 50; i++) s.script(reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "1" }));
+    s.script(reply(200, popBody([{ transactionId: "a" }])));
+    const msgs = await client(s.url, { max429Attempts: 2 }).queue("q").pop();
+    expect(msgs.map((m) => m.transactionId)).toEqual(["a"]);
+    expect(s.seen).toHaveLength(51);
+  });
+
+  it("429 is bounded elsewhere (max429Attempts) and surfaces RateLimitError", async () => {
+    const s = (await fake()).otherwise(reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "1" }));
+    const err = await client(s.url, { max429Attempts: 3 }).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(RateLimitError);
+    expect((err as RateLimitError).code).toBe("rate_limited");
+    expect(s.seen).toHaveLength(4);
+    // a non-waiting pop is bounded too
+    const s2 = (await fake()).otherwise(reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "1" }));
+    await expect(client(s2.url, { max429Attempts: 1 }).queue("q").wait(false).pop()).rejects.toBeInstanceOf(RateLimitError);
+    expect(s2.seen).toHaveLength(2);
+  });
+
+  it("429 with a hint above maxRetryAfterMillis does not sleep", async () => {
+    const s = (await fake()).script(reply(429, { error: "busy", code: "rate_limited" }, { "retry-after": "3600" }));
+    const t0 = Date.now();
+    const err = (await client(s.url).queue("q").push([{ data: 1 }]).catch((e: unknown) => e)) as RateLimitError;
+    expect(err).toBeInstanceOf(RateLimitError);
+    expect(err.retryAfter).toBe(3_600_000);
+    expect(Date.now() - t0).toBeLessThan(500);
+  });
+
+  it("503 twice then 201 with retryAttempts 2; 503 × 3 fails with InternalServerError", async () => {
+    const s = (await fake()).script(reply(503, { error: "down", code: "unavailable" }), reply(503, { error: "down", code: "unavailable" }), reply(201, pushed(1)));
+    await client(s.url, { retryAttempts: 2 }).queue("q").push([{ data: 1 }]);
+    expect(s.seen).toHaveLength(3);
+    const s2 = (await fake()).otherwise(reply(503, { error: "down", code: "unavailable" }));
+    const err = await client(s2.url, { retryAttempts: 2 }).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(InternalServerError);
+    expect((err as InternalServerError).attempts).toBe(3);
+    expect(s2.seen).toHaveLength(3);
+  });
+
+  it("x-should-retry: false on a 503 stops after one attempt", async () => {
+    const s = (await fake()).otherwise(reply(503, { error: "no", code: "unavailable" }, { "x-should-retry": "false" }));
+    await expect(client(s.url).queue("q").push([{ data: 1 }])).rejects.toBeInstanceOf(InternalServerError);
+    expect(s.seen).toHaveLength(1);
+  });
+
+  it.each([
+    [400, BadRequestError],
+    [403, PermissionDeniedError],
+    [501, NotImplementedByBrokerError],
+  ])("%i is one attempt", async (status, E) => {
+    const s = (await fake()).otherwise(reply(status, { error: "x", code: "c" }, { "x-should-retry": status === 403 ? "true" : "" }));
+    const err = await client(s.url).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(E);
+    expect(s.seen).toHaveLength(1);
+  });
+
+  it("a non-JSON error body yields code ''", async () => {
+    const s = (await fake()).otherwise((_q, res) => {
+      res.writeHead(413, { "content-type": "text/html" });
+      res.end("<html>too big</html>");
+    });
+    const err = (await client(s.url).queue("q").push([{ data: 1 }]).catch((e: unknown) => e)) as { code: string; status: number };
+    expect(err.status).toBe(413);
+    expect(err.code).toBe("");
+  });
+
+  it("fails over to the next URL at once on a connection failure", async () => {
+    const s = (await fake()).script(reply(201, pushed(1)));
+    const dead = "http://127.0.0.1:9"; // discard port: connection refused
+    const t0 = Date.now();
+    await client([dead, s.url], { retryDelayMillis: 2000 }).queue("q").push([{ data: 1 }]);
+    expect(Date.now() - t0).toBeLessThan(1500);
+    expect(s.seen).toHaveLength(1);
+  });
+
+  it("no response at all → APIConnectionError after the retries", async () => {
+    const err = await client("http://127.0.0.1:9", { retryAttempts: 1 }).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(APIConnectionError);
+    expect((err as APIConnectionError).attempts).toBe(2);
+  });
+
+  it("a `failed` item throws PushError carrying every result", async () => {
+    const s = (await fake()).script(reply(201, [...pushed(1), { index: 1, message_id: "", transaction_id: "t1", queueName: "q", status: "failed", error: "disk" }]));
+    const err = (await client(s.url).queue("q").push([{ data: 1 }, { data: 2 }]).catch((e: unknown) => e)) as PushError;
+    expect(err).toBeInstanceOf(PushError);
+    expect(err.results.map((r) => r.status)).toEqual(["queued", "failed"]);
+    expect(err.failed[0]?.error).toBe("disk");
+  });
+
+  it("sends the bearer token and wire field names", async () => {
+    const s = (await fake()).script(reply(201, pushed(2)));
+    await client(s.url, { bearerToken: "tok" }).queue("orders").partition("c-42").push([{ transactionId: "x1", data: { a: 1 } }, "bare"]);
+    expect(s.seen[0]!.headers.authorization).toBe("Bearer tok");
+    expect(JSON.parse(s.seen[0]!.body)).toMatchObject({
+      items: [
+        { queue: "orders", partition: "c-42", payload: { a: 1 }, transactionId: "x1" },
+        { queue: "orders", partition: "c-42", payload: "bare" },
+      ],
+    });
+  });
+
+  it("a 204 pop is an empty list; the wait=true attempt gets timeout + 5 s", async () => {
+    const s = (await fake()).script(reply(204));
+    const res = await client(s.url, { timeoutMillis: 100 }).queue("q").timeoutMillis(300).popResult();
+    expect(res.messages).toEqual([]);
+    expect(s.seen[0]!.url).toBe("/api/v1/pop/queue/q?autopilot=true&wait=true&timeout=300");
+  });
+});
+
+describe("consume loop on the wire", () => {
+  it("a 403 stops the loop; closed rejects with PermissionDeniedError", async () => {
+    const s = (await fake()).otherwise(reply(403, { error: "Insufficient permissions", code: "forbidden" }));
+    const errors: unknown[] = [];
+    const c = client(s.url).queue("q").onError((e) => errors.push(e)).consume(() => {});
+    await expect(c.closed).rejects.toBeInstanceOf(PermissionDeniedError);
+    expect(s.seen).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(PermissionDeniedError);
+  });
+
+  it("429 budget spent on a non-waiting loop is transient: the loop sleeps Retry-After and goes on", async () => {
+    const s = (await fake()).script(
+      reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "20" }),
+      reply(200, popBody([{ transactionId: "a" }])),
+      reply(200, [{ index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false }]),
+    );
+    const errors: unknown[] = [];
+    const seen: string[] = [];
+    await client(s.url, { max429Attempts: 0 })
+      .queue("q")
+      .wait(false)
+      .limit(1)
+      .onError((e) => errors.push(e))
+      .consume((m) => {
+        seen.push(m.transactionId);
+      });
+    expect(seen).toEqual(["a"]);
+    expect(errors[0]).toBeInstanceOf(RateLimitError);
+    expect(s.seen[2]!.url).toBe("/api/v1/ack");
+    expect(JSON.parse(s.seen[2]!.body)).toEqual({ transactionId: "a", partitionId: "p1", status: "completed", leaseId: "lease-1", consumerGroup: "__QUEUE_MODE__" });
+  });
+
+  it("nack abandons the rest of the partition and releases nothing else; other partitions go on", async () => {
+    const s = (await fake()).script(
+      reply(
+        200,
+        popBody([
+          { transactionId: "a1", partitionId: "A" },
+          { transactionId: "b1", partitionId: "B" },
+          { transactionId: "a2", partitionId: "A" },
+          { transactionId: "a3", partitionId: "A" },
+          { transactionId: "b2", partitionId: "B" },
+        ]),
+      ),
+      (_q, res) => {
+        res.writeHead(200, { "content-type": "application/json" });
+        res.end(JSON.stringify([0, 1, 2, 3].map((i) => ({ index: i, transactionId: "x", success: true, error: null, leaseReleased: false, dlq: false, noop: false }))));
+      },
+    );
+    const handled: string[] = [];
+    await client(s.url)
+      .queue("q")
+      .limit(4)
+      .consume((m) => {
+        handled.push(m.transactionId);
+        if (m.transactionId === "a2") throw new Error("boom");
+      });
+    expect(handled).toEqual(["a1", "a2", "b1", "b2"]);
+    const ack = JSON.parse(s.seen[1]!.body);
+    expect(s.seen[1]!.url).toBe("/api/v1/ack/batch");
+    expect(ack.acknowledgments.map((a: { transactionId: string; status: string }) => `${a.transactionId}:${a.status}`)).toEqual(["a1:completed", "a2:failed", "b1:completed", "b2:completed"]);
+    expect(ack.acknowledgments[1].error).toBe("boom");
+  });
+
+  it("empty non-waiting polls are paced by the broker's waitMs", async () => {
+    const s = (await fake()).otherwise(reply(200, { ...popBody([]), autopilot: { partitions: 1, batch: 100, waitMs: 200 } }));
+    const c = client(s.url).queue("q").wait(false).consume(() => {});
+    await new Promise((r) => setTimeout(r, 700));
+    await c.stop();
+    expect(s.seen.length).toBeGreaterThanOrEqual(2);
+    expect(s.seen.length).toBeLessThanOrEqual(5);
+  });
+});
