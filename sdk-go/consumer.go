@@ -159,6 +159,9 @@ func (q QueueBuilder) start(ctx context.Context, h Handler, bh BatchHandler) (*C
 	go func() {
 		c.wg.Wait()
 		c.mu.Lock()
+		if !c.stopRequested && c.err == nil && ctx.Err() != nil {
+			c.err = context.Cause(ctx)
+		}
 		if c.escalation != nil {
 			c.escalation.Stop()
 		}

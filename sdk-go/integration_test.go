@@ -1,0 +1,526 @@
+package lanes_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+// These tests run against a real broker and PostgreSQL: LANES_TEST_URL (set by `make test`
+// through scripts/test-broker.sh). Without it they fail, never pass silently.
+
+type bundle struct {
+	c     *lanes.Client
+	queue string
+	ctx   context.Context
+}
+
+var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	url := os.Getenv("LANES_TEST_URL")
+	if url == "" {
+		t.Fatal("LANES_TEST_URL is not set: start a broker (cd /work/main && scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
+	}
+	c, err := lanes.New(lanes.WithURL(url))
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	t.Cleanup(cancel)
+	name := strings.ToLower(nonWord.ReplaceAllString(t.Name(), "-"))
+	q := fmt.Sprintf("sdkgo-%s-%d", name, time.Now().UnixNano())
+	return bundle{c: c, queue: q, ctx: ctx}
+}
+
+// skipIfNotImplemented skips only when the broker answered 501 not_implemented.
+func skipIfNotImplemented(t *testing.T, err error, what string) {
+	t.Helper()
+	if errors.Is(err, lanes.ErrNotImplemented) {
+		t.Skipf("broker answers 501 not_implemented for %s; this test runs once the route lands", what)
+	}
+}
+
+func pushN(t *testing.T, b bundle, partition string, n int, prefix string) {
+	t.Helper()
+	items := make([]lanes.Item, n)
+	for i := range items {
+		items[i] = lanes.Item{Data: map[string]any{"p": partition, "i": i}, TransactionID: fmt.Sprintf("%s-%s-%d", prefix, partition, i)}
+	}
+	res, err := b.c.Queue(b.queue).Partition(partition).Push(b.ctx, items...)
+	require.NoError(t, err)
+	require.Len(t, res, n)
+}
+
+func TestITPushPopAck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.c.Queue(b.queue)
+	res, err := q.Partition("customer-42").Push(b.ctx, lanes.Data(map[string]int{"orderId": 1}), lanes.Data(2), lanes.Item{Data: "three", TransactionID: "fixed-3"})
+	require.NoError(t, err)
+	require.Len(t, res, 3)
+	for i, r := range res {
+		require.Equal(t, lanes.StatusQueued, r.Status)
+		require.Equal(t, i, r.Index)
+		require.Equal(t, b.queue, r.Queue)
+		require.NotEmpty(t, r.MessageID)
+	}
+	require.Equal(t, "fixed-3", res[2].TransactionID)
+	require.Regexp(t, `^[0-9a-f]{8}-[0-9a-f]{4}-7`, res[0].TransactionID, "UUIDv7 minted")
+
+	dup, err := q.Partition("customer-42").Push(b.ctx, lanes.Item{Data: "again", TransactionID: "fixed-3"})
+	require.NoError(t, err)
+	require.Equal(t, lanes.StatusDuplicate, dup[0].Status)
+	require.Equal(t, res[2].MessageID, dup[0].MessageID)
+
+	msgs, err := q.Wait(false).Batch(10).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 3)
+	require.Equal(t, res[0].TransactionID, msgs[0].TransactionID)
+	require.Equal(t, "customer-42", msgs[0].Partition)
+	var v map[string]int
+	require.NoError(t, msgs[0].Decode(&v))
+	require.Equal(t, 1, v["orderId"])
+
+	acks, err := b.c.Ack(b.ctx, msgs, lanes.AckCompleted)
+	require.NoError(t, err)
+	require.Len(t, acks, 3)
+	for _, a := range acks {
+		require.True(t, a.Success)
+	}
+	again, err := q.Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, again)
+}
+
+func TestITPopWaitAndSingleAck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.c.Queue(b.queue)
+	go func() {
+		time.Sleep(300 * time.Millisecond)
+		_, _ = q.Push(context.Background(), lanes.Data("late"))
+	}()
+	start := time.Now()
+	msgs, err := q.Wait(true).Timeout(10 * time.Second).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.Less(t, time.Since(start), 8*time.Second)
+	acks, err := b.c.Ack(b.ctx, msgs[:1], lanes.AckCompleted)
+	require.NoError(t, err)
+	require.True(t, acks[0].Success)
+	// a bad ack is a result, not a transport error
+	_, err = b.c.Ack(b.ctx, []*lanes.Message{{TransactionID: "never-pushed", PartitionID: msgs[0].PartitionID, ConsumerGroup: msgs[0].ConsumerGroup}}, lanes.AckFailed)
+	var ae *lanes.AckError
+	require.ErrorAs(t, err, &ae)
+}
+
+func TestITRenewAndAutopilotOff(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 2, "r")
+	r, err := b.c.Queue(b.queue).Autopilot(false).Wait(false).PopResult(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, r.Messages, 1, "autopilot off restores batch 1")
+	require.Nil(t, r.Autopilot)
+	rr, err := b.c.RenewMessages(b.ctx, 30, r.Messages...)
+	require.NoError(t, err)
+	require.Len(t, rr, 1)
+	require.True(t, rr[0].Success)
+	require.NotNil(t, rr[0].NewExpiresAt)
+	gone, err := b.c.Renew(b.ctx, 30, "00000000-0000-0000-0000-000000000000")
+	require.NoError(t, err)
+	require.False(t, gone[0].Success)
+}
+
+func TestITAutopilotDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 5, "ap")
+	r, err := b.c.Queue(b.queue).Wait(false).PopResult(b.ctx)
+	require.NoError(t, err)
+	require.NotEmpty(t, r.Messages)
+	if r.Autopilot == nil {
+		t.Log("broker did not echo autopilot (server side not built yet, or LANES_POP_AUTOPILOT=off)")
+		return
+	}
+	require.GreaterOrEqual(t, r.Autopilot.Batch, 1)
+	require.Len(t, r.Messages, 5)
+}
+
+func TestITConsumeOrderWithConcurrency(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	parts := []string{"p0", "p1", "p2", "p3"}
+	for _, p := range parts {
+		pushN(t, b, p, 25, "o")
+	}
+	var mu sync.Mutex
+	seen := map[string][]int{}
+	var inflight, maxInflight atomic.Int32
+	cons, err := b.c.Queue(b.queue).Group("billing").SubscriptionMode("all").Batch(5).Partitions(1).
+		Concurrency(4).Limit(100).Each().
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			n := inflight.Add(1)
+			defer inflight.Add(-1)
+			for {
+				old := maxInflight.Load()
+				if n <= old || maxInflight.CompareAndSwap(old, n) {
+					break
+				}
+			}
+			var v struct {
+				P string `json:"p"`
+				I int    `json:"i"`
+			}
+			if err := m.Decode(&v); err != nil {
+				return err
+			}
+			time.Sleep(2 * time.Millisecond)
+			mu.Lock()
+			seen[v.P] = append(seen[v.P], v.I)
+			mu.Unlock()
+			return nil
+		})
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-b.ctx.Done():
+		t.Fatal("consumer did not reach its limit")
+	}
+	require.NoError(t, cons.Err())
+	total := 0
+	for _, p := range parts {
+		want := make([]int, 25)
+		for i := range want {
+			want[i] = i
+		}
+		require.Equal(t, want, seen[p], "order within partition %s", p)
+		total += len(seen[p])
+	}
+	require.Equal(t, 100, total)
+	require.Greater(t, maxInflight.Load(), int32(1), "workers ran in parallel")
+	// everything acked: the group has nothing left
+	left, err := b.c.Queue(b.queue).Group("billing").Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+func TestITNackOnErrorAndPanic(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 1, "n")
+	var calls atomic.Int32
+	var txns sync.Map
+	cons, err := b.c.Queue(b.queue).Wait(true).Timeout(2*time.Second).Limit(3).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			n := calls.Add(1)
+			txns.Store(n, m.TransactionID)
+			switch n {
+			case 1:
+				return errors.New("boom")
+			case 2:
+				panic("kaboom")
+			}
+			return nil
+		})
+	require.NoError(t, err)
+	<-cons.Done()
+	require.NoError(t, cons.Err())
+	require.Equal(t, int32(3), calls.Load())
+	t1, _ := txns.Load(int32(1))
+	t3, _ := txns.Load(int32(3))
+	require.Equal(t, t1, t3, "the failed message was redelivered")
+	left, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left)
+}
+
+func TestITRenewLeaseSlowHandler(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 1, "s")
+	var errs []error
+	var mu sync.Mutex
+	var calls atomic.Int32
+	cons, err := b.c.Queue(b.queue).Wait(false).LeaseSeconds(1).RenewLease(true, 300*time.Millisecond).Limit(1).
+		OnError(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			calls.Add(1)
+			// meanwhile a competing pop must not get the message: the lease is renewed
+			time.Sleep(1500 * time.Millisecond)
+			other, err := b.c.Queue(b.queue).Wait(false).Pop(ctx)
+			if err != nil {
+				return err
+			}
+			if len(other) != 0 {
+				return errors.New("lease expired under a slow handler")
+			}
+			time.Sleep(1000 * time.Millisecond)
+			return nil
+		})
+	require.NoError(t, err)
+	<-cons.Done()
+	require.NoError(t, cons.Err())
+	mu.Lock()
+	require.Empty(t, errs)
+	mu.Unlock()
+	require.Equal(t, int32(1), calls.Load())
+	left, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left, "acked under the renewed lease")
+}
+
+func TestITSoftStopFinishesAndReleases(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 3, "soft")
+	started := make(chan struct{})
+	release := make(chan struct{})
+	var handled atomic.Int32
+	cons, err := b.c.Queue(b.queue).Batch(3).Wait(false).LeaseSeconds(120).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			if handled.Add(1) == 1 {
+				close(started)
+				<-release
+			}
+			return ctx.Err()
+		})
+	require.NoError(t, err)
+	<-started
+	stopped := make(chan error, 1)
+	go func() { stopped <- cons.Stop(b.ctx) }()
+	time.Sleep(200 * time.Millisecond)
+	select {
+	case <-cons.Done():
+		t.Fatal("soft stop must wait for the in-flight handler")
+	default:
+	}
+	close(release)
+	require.NoError(t, <-stopped)
+	require.NoError(t, cons.Err())
+	require.Equal(t, int32(1), handled.Load())
+	// the first was acked; the two others were released at once (no 120 s lease wait)
+	rest, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rest, 2)
+	require.Equal(t, "soft-a-1", rest[0].TransactionID)
+}
+
+func TestITHardStopCancelsHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 1, "hard")
+	started := make(chan struct{})
+	var cause error
+	cons, err := b.c.Queue(b.queue).Wait(false).LeaseSeconds(120).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			close(started)
+			<-ctx.Done()
+			cause = context.Cause(ctx)
+			return ctx.Err()
+		})
+	require.NoError(t, err)
+	<-started
+	require.NoError(t, cons.StopAndCancel(b.ctx))
+	require.ErrorIs(t, cause, lanes.ErrConsumerStopped)
+	// released with `retry`: redelivered at once
+	again, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, again, 1)
+	require.Equal(t, "hard-a-0", again[0].TransactionID)
+}
+
+func TestITIdleTimeoutAndContextCancel(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	cons, err := b.c.Queue(b.queue).Wait(true).Timeout(time.Second).IdleTimeout(300*time.Millisecond).
+		Consume(b.ctx, func(context.Context, *lanes.Message) error { return nil })
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("idle timeout did not stop the consumer")
+	}
+	require.NoError(t, cons.Err())
+
+	ctx, cancel := context.WithCancel(b.ctx)
+	cons, err = b.c.Queue(b.queue).Consume(ctx, func(context.Context, *lanes.Message) error { return nil })
+	require.NoError(t, err)
+	cancel()
+	<-cons.Done()
+	require.ErrorIs(t, cons.Err(), context.Canceled)
+}
+
+func TestITConsumeBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 4, "cb")
+	var got atomic.Int32
+	cons, err := b.c.Queue(b.queue).Batch(4).Wait(false).Limit(4).
+		ConsumeBatch(b.ctx, func(ctx context.Context, ms []*lanes.Message) error {
+			got.Add(int32(len(ms)))
+			return nil
+		})
+	require.NoError(t, err)
+	<-cons.Done()
+	require.NoError(t, cons.Err())
+	require.Equal(t, int32(4), got.Load())
+}
+
+func TestITBufferFlushOnClose(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	buf := b.c.Queue(b.queue).Partition("buf").Buffer(lanes.BufferOptions{MessageCount: 1000, FlushInterval: time.Hour})
+	for i := 0; i < 10; i++ {
+		require.NoError(t, buf.Push(b.ctx, lanes.Data(i)))
+	}
+	require.Equal(t, 10, buf.Len())
+	require.NoError(t, b.c.Close(b.ctx))
+	require.Equal(t, 0, buf.Len())
+	msgs, err := b.c.Queue(b.queue).Batch(50).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 10)
+}
+
+func TestITBufferFlushOnCount(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	buf := b.c.Queue(b.queue).Buffer(lanes.BufferOptions{MessageCount: 5, FlushInterval: time.Hour})
+	for i := 0; i < 5; i++ {
+		require.NoError(t, buf.Push(b.ctx, lanes.Data(i)))
+	}
+	require.Eventually(t, func() bool { return buf.Len() == 0 }, 5*time.Second, 20*time.Millisecond)
+}
+
+func TestITConfigureAndGetQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	res, err := b.c.Queue(b.queue).Configure(b.ctx, lanes.QueueOptions{RetryLimit: ptrTo(5), LeaseTime: ptrTo(90)})
+	require.NoError(t, err)
+	require.True(t, res.Configured)
+	require.Equal(t, b.queue, res.Queue)
+	d, err := b.c.Admin().GetQueue(b.ctx, b.queue)
+	require.NoError(t, err)
+	require.NotNil(t, d)
+}
+
+func TestITTransactionPipeline(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	out := b.queue + "-out"
+	pushN(t, b, "a", 1, "tx")
+	msgs, err := b.c.Queue(b.queue).Group("invoicing").SubscriptionMode("all").Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	res, err := b.c.Transaction().
+		Queue(out).Partition("c-42").Push(lanes.Data(map[string]bool{"invoiced": true})).
+		Ack(msgs[0], lanes.AckCompleted, "invoicing").
+		Commit(b.ctx)
+	skipIfNotImplemented(t, err, "POST /api/v1/transaction")
+	require.NoError(t, err)
+	require.True(t, res.Success)
+	got, err := b.c.Queue(out).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	left, err := b.c.Queue(b.queue).Group("invoicing").Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left)
+
+	// a stale lease rolls the bundle back, with a reason
+	_, err = b.c.Transaction().Queue(out).Push(lanes.Data(1)).Ack(msgs[0], lanes.AckCompleted, "invoicing").Commit(b.ctx)
+	var te *lanes.TransactionError
+	require.ErrorAs(t, err, &te)
+	require.NotEmpty(t, te.Reason)
+}
+
+func TestITSeekReplays(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 2, "seek")
+	msgs, err := b.c.Queue(b.queue).Group("audit").SubscriptionMode("all").Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	_, err = b.c.Ack(b.ctx, msgs, lanes.AckCompleted)
+	require.NoError(t, err)
+	_, err = b.c.Admin().SeekConsumerGroup(b.ctx, "audit", b.queue, lanes.SeekToTime(time.Now().Add(-time.Hour)))
+	skipIfNotImplemented(t, err, "seek")
+	require.NoError(t, err)
+	again, err := b.c.Queue(b.queue).Group("audit").Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, again, 2)
+	groups, err := b.c.Admin().ListConsumerGroups(b.ctx)
+	skipIfNotImplemented(t, err, "consumer-group listing")
+	require.NoError(t, err)
+	require.NotEmpty(t, groups)
+}
+
+func TestITDeadLetter(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 1, "dlq")
+	msgs, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	acks, err := b.c.Ack(b.ctx, msgs, lanes.AckDLQ, lanes.AckOpts{Error: "poison"})
+	require.NoError(t, err)
+	require.True(t, acks[0].DLQ)
+	list, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue})
+	skipIfNotImplemented(t, err, "GET /api/v1/dlq")
+	require.NoError(t, err)
+	require.Len(t, list.Messages, 1)
+	_, err = b.c.Admin().ReplayDLQ(b.ctx, fmt.Sprint(list.Messages[0].Id), "", "")
+	skipIfNotImplemented(t, err, "DLQ replay")
+	require.NoError(t, err)
+	back, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, back, 1)
+}
+
+func TestITMessages(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 1, "msg")
+	list, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: b.queue})
+	skipIfNotImplemented(t, err, "GET /api/v1/messages")
+	require.NoError(t, err)
+	require.NotNil(t, list)
+}
+
+func TestITKV(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+	_, err := kv.Put(b.ctx, "k1", map[string]int{"v": 1}, lanes.Forever)
+	skipIfNotImplemented(t, err, "KV")
+	require.NoError(t, err)
+	got, err := kv.Get(b.ctx, "k1")
+	require.NoError(t, err)
+	require.NotNil(t, got.Found)
+	require.True(t, *got.Found)
+}
+
+func TestITTimers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tm := b.c.Timers(b.queue)
+	res, err := tm.Schedule(b.ctx, "t1", time.Hour, []byte(`{"x":1}`))
+	skipIfNotImplemented(t, err, "timers")
+	require.NoError(t, err)
+	require.True(t, res.Ok)
+	c, err := tm.Cancel(b.ctx, "t1")
+	require.NoError(t, err)
+	require.NotNil(t, c)
+}
+
+func ptrTo[T any](v T) *T { return &v }
