@@ -1,0 +1,181 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"sync"
+	"testing"
+)
+
+type dlqList struct {
+	Messages []struct {
+		ID            string `json:"id"`
+		TransactionID string `json:"transactionId"`
+		PartitionID   string `json:"partitionId"`
+		Partition     string `json:"partition"`
+		ConsumerGroup string `json:"consumerGroup"`
+		ErrorMessage  string `json:"errorMessage"`
+		Data          any    `json:"data"`
+	} `json:"messages"`
+	Total int `json:"total"`
+}
+
+type replayBody struct {
+	Success    bool   `json:"success"`
+	Result     string `json:"result"`
+	Code       string `json:"code"`
+	DlqID      string `json:"dlqId"`
+	ReplayedAs struct {
+		TransactionID string `json:"transaction_id"`
+		Status        string `json:"status"`
+	} `json:"replayedAs"`
+}
+
+// deadLetter pushes one message to (q, partition), pops it and acks it "dlq".
+func (b *testBroker) deadLetter(t *testing.T, q, partition, txn string) popBody {
+	t.Helper()
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": partition, "transactionId": txn, "payload": map[string]any{"txn": txn}}}}, nil)
+	var popped popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/"+partition, nil, &popped)
+	if len(popped.Messages) != 1 {
+		t.Fatalf("pop %s: %+v", partition, popped)
+	}
+	var acked map[string]any
+	b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": txn, "partitionId": popped.Messages[0].PartitionID,
+		"leaseId": popped.LeaseID, "status": "dlq", "error": "poison " + txn}, &acked)
+	if acked["dlq"] != true {
+		t.Fatalf("ack dlq: %+v", acked)
+	}
+	return popped
+}
+
+func TestDeadLetterListingReplayAndPurge(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	for i := 0; i < 3; i++ {
+		b.deadLetter(t, q, fmt.Sprintf("p%d", i), fmt.Sprintf("m%d", i))
+	}
+	var all dlqList
+	if status, _ := b.call(t, "GET", "/api/v1/dlq?queue="+url.QueryEscape(q), nil, &all); status != 200 || all.Total != 3 {
+		t.Fatalf("list: %d %+v", status, all)
+	}
+	if all.Messages[0].TransactionID != "m2" || all.Messages[2].TransactionID != "m0" || all.Messages[0].ErrorMessage != "poison m2" {
+		t.Fatalf("newest failure first, with its reason: %+v", all.Messages)
+	}
+	var page dlqList
+	b.call(t, "GET", "/api/v1/dlq?limit=2&offset=2&queue="+url.QueryEscape(q), nil, &page)
+	if page.Total != 1 || page.Messages[0].TransactionID != "m0" {
+		t.Fatalf("page 2: %+v", page)
+	}
+	b.call(t, "GET", "/api/v1/dlq?partition=p1&queue="+url.QueryEscape(q), nil, &page)
+	if page.Total != 1 || page.Messages[0].TransactionID != "m1" {
+		t.Fatalf("partition filter: %+v", page)
+	}
+	b.call(t, "GET", "/api/v1/dlq?consumerGroup=nobody&queue="+url.QueryEscape(q), nil, &page)
+	if page.Total != 0 {
+		t.Fatalf("group filter: %+v", page)
+	}
+	rows := map[string]string{} // transaction id -> dlq row id
+	pids := map[string]string{}
+	for _, m := range all.Messages {
+		rows[m.TransactionID], pids[m.TransactionID] = m.ID, m.PartitionID
+	}
+
+	// Two replays of one row race: exactly one moves it.
+	var wg sync.WaitGroup
+	results := make([]replayBody, 4)
+	statuses := make([]int, 4)
+	for i := range results {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			statuses[i], _ = b.call(t, "POST", "/api/v1/dlq/"+rows["m0"]+"/replay", nil, &results[i])
+		}()
+	}
+	wg.Wait()
+	moved := 0
+	for i, r := range results {
+		switch {
+		case statuses[i] == 200 && r.Result == "moved":
+			moved++
+			if r.ReplayedAs.TransactionID != "dlq:"+rows["m0"] || r.ReplayedAs.Status != "queued" {
+				t.Fatalf("replayed as %+v", r.ReplayedAs)
+			}
+		case statuses[i] == 404 && r.Result == "gone" && r.Code == "gone":
+		case statuses[i] == 200 && r.Result == "duplicate":
+		default:
+			t.Fatalf("replay answered %d %+v", statuses[i], r)
+		}
+	}
+	if moved != 1 {
+		t.Fatalf("%d replays moved the row, want exactly 1", moved)
+	}
+	var again popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/p0?batch=10", nil, &again)
+	if len(again.Messages) != 1 || again.Messages[0].TransactionID != "dlq:"+rows["m0"] {
+		t.Fatalf("the replayed message lands once at the tail: %+v", again.Messages)
+	}
+
+	// A re-push the dedup window rejects keeps the row.
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": "p1", "transactionId": "dlq:" + rows["m1"], "payload": 1}}}, nil)
+	var dup replayBody
+	if status, _ := b.call(t, "POST", "/api/v1/dlq/"+rows["m1"]+"/replay", nil, &dup); status != 200 || dup.Result != "duplicate" || dup.Success {
+		t.Fatalf("duplicate replay: %d %+v", status, dup)
+	}
+	b.call(t, "GET", "/api/v1/dlq?partition=p1&queue="+url.QueryEscape(q), nil, &page)
+	if page.Total != 1 {
+		t.Fatalf("a duplicate replay must keep the row")
+	}
+
+	// Retry by message address.
+	var retried replayBody
+	if status, _ := b.call(t, "POST", "/api/v1/messages/"+pids["m2"]+"/m2/retry", nil, &retried); status != 200 || retried.Result != "moved" {
+		t.Fatalf("retry: %d %+v", status, retried)
+	}
+	var gone replayBody
+	if status, _ := b.call(t, "POST", "/api/v1/messages/"+pids["m2"]+"/m2/retry", nil, &gone); status != 404 || gone.Result != "gone" {
+		t.Fatalf("retry of a moved row: %d %+v", status, gone)
+	}
+
+	for _, c := range []struct{ path, code string }{
+		{"/api/v1/dlq?queue=", "queue_required"},
+		{"/api/v1/dlq", "validation_failed"},
+	} {
+		var e errorBody
+		if status, _ := b.call(t, "DELETE", c.path, nil, &e); status != 400 || e.Code != c.code {
+			t.Fatalf("DELETE %s: %d %+v", c.path, status, e)
+		}
+	}
+	var bad errorBody
+	if status, _ := b.call(t, "POST", "/api/v1/dlq/not-a-uuid/replay", nil, &bad); status != 400 || bad.Code != "invalid_id" {
+		t.Fatalf("bad id: %d %+v", status, bad)
+	}
+	var blank errorBody
+	if status, _ := b.call(t, "POST", "/api/v1/dlq/"+rows["m1"]+"/replay", map[string]any{"queue": " "}, &blank); status != 400 || blank.Code == "" {
+		t.Fatalf("blank destination: %d %+v", status, blank)
+	}
+	var purged map[string]any
+	if status, _ := b.call(t, "DELETE", "/api/v1/dlq?queue="+url.QueryEscape(q), nil, &purged); status != http.StatusOK || purged["deleted"] != float64(1) {
+		t.Fatalf("purge: %d %+v", status, purged)
+	}
+}
+
+func TestReplayToAnotherQueueCreatesIt(t *testing.T) {
+	b := newTestBroker(t)
+	q, target := uniqueQueue(t), uniqueQueue(t)
+	b.deadLetter(t, q, "p", "m")
+	var list dlqList
+	b.call(t, "GET", "/api/v1/dlq?queue="+url.QueryEscape(q), nil, &list)
+	var res replayBody
+	if status, _ := b.call(t, "POST", "/api/v1/dlq/"+list.Messages[0].ID+"/replay", map[string]any{"queue": target}, &res); status != 200 || res.Result != "moved" {
+		t.Fatalf("replay to %s: %d %+v", target, status, res)
+	}
+	var popped popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+target, nil, &popped)
+	if len(popped.Messages) != 1 || fmt.Sprint(popped.Messages[0].Data) != "map[txn:m]" {
+		t.Fatalf("replayed payload: %+v", popped.Messages)
+	}
+}

@@ -1,0 +1,145 @@
+package api
+
+import (
+	"net/url"
+	"reflect"
+	"testing"
+)
+
+type messageList struct {
+	Messages []struct {
+		TransactionID  string  `json:"transactionId"`
+		PartitionID    string  `json:"partitionId"`
+		Status         string  `json:"status"`
+		LeaseExpiresAt *string `json:"leaseExpiresAt"`
+		Data           any     `json:"data"`
+	} `json:"messages"`
+	Mode struct {
+		Type string `json:"type"`
+	} `json:"mode"`
+	Total int `json:"total"`
+}
+
+func (l messageList) ids() []string {
+	out := []string{}
+	for _, m := range l.Messages {
+		out = append(out, m.TransactionID)
+	}
+	return out
+}
+
+// statusFixture leaves m0 completed, m1 processing, m2 and m3 pending and d dead-lettered.
+func statusFixture(t *testing.T, b *testBroker, q string) (partitionID string) {
+	t.Helper()
+	b.deadLetter(t, q, "p", "d")
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": "p", "transactionId": "m0", "payload": 0},
+		{"queue": q, "partition": "p", "transactionId": "m1", "payload": 1},
+		{"queue": q, "partition": "p", "transactionId": "m2", "payload": 2},
+		{"queue": q, "partition": "p", "transactionId": "m3", "payload": 3},
+	}}, nil)
+	var first popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=1", nil, &first)
+	b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": "m0", "partitionId": first.Messages[0].PartitionID, "leaseId": first.LeaseID}, nil)
+	var second popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=1&leaseSeconds=300", nil, &second)
+	if second.Messages[0].TransactionID != "m1" {
+		t.Fatalf("fixture: second pop got %+v", second.Messages)
+	}
+	return second.Messages[0].PartitionID
+}
+
+func TestMessageListingDerivesStatusAndPaginates(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	pid := statusFixture(t, b, q)
+	base := "/api/v1/messages?queue=" + url.QueryEscape(q)
+	var all messageList
+	if status, _ := b.call(t, "GET", base, nil, &all); status != 200 {
+		t.Fatalf("list: %d", status)
+	}
+	if got := all.ids(); !reflect.DeepEqual(got, []string{"m3", "m2", "m1", "m0", "d"}) {
+		t.Fatalf("newest first: %v", got)
+	}
+	want := map[string]string{"m3": "pending", "m2": "pending", "m1": "processing", "m0": "completed", "d": "dead_letter"}
+	for _, m := range all.Messages {
+		if m.Status != want[m.TransactionID] {
+			t.Fatalf("%s status %s, want %s", m.TransactionID, m.Status, want[m.TransactionID])
+		}
+		if (m.Status == "processing") != (m.LeaseExpiresAt != nil) {
+			t.Fatalf("%s leaseExpiresAt %v", m.TransactionID, m.LeaseExpiresAt)
+		}
+	}
+	if all.Mode.Type != "queue" {
+		t.Fatalf("mode %+v", all.Mode)
+	}
+	for status, ids := range map[string][]string{
+		"pending": {"m3", "m2"}, "processing": {"m1"}, "completed": {"m0"}, "dead_letter": {"d"},
+	} {
+		var l messageList
+		b.call(t, "GET", base+"&status="+status, nil, &l)
+		if got := l.ids(); !reflect.DeepEqual(got, ids) {
+			t.Fatalf("status=%s: %v, want %v", status, got, ids)
+		}
+	}
+	var page messageList
+	b.call(t, "GET", base+"&limit=2&offset=1", nil, &page)
+	if got := page.ids(); !reflect.DeepEqual(got, []string{"m2", "m1"}) || page.Total != 2 {
+		t.Fatalf("page: %v", got)
+	}
+	var other messageList
+	b.call(t, "GET", base+"&partition=elsewhere", nil, &other)
+	if other.Total != 0 {
+		t.Fatalf("partition filter: %v", other.ids())
+	}
+	var e errorBody
+	if status, _ := b.call(t, "GET", base+"&status=lost", nil, &e); status != 400 || e.Code == "" {
+		t.Fatalf("bad status filter: %d %+v", status, e)
+	}
+
+	var detail struct {
+		Status         string `json:"status"`
+		Data           any    `json:"data"`
+		ConsumerGroups []struct {
+			Name     string `json:"name"`
+			Consumed bool   `json:"consumed"`
+		} `json:"consumerGroups"`
+		QueueConfig struct {
+			RetryLimit int `json:"retryLimit"`
+		} `json:"queueConfig"`
+	}
+	if status, _ := b.call(t, "GET", "/api/v1/messages/"+pid+"/m1", nil, &detail); status != 200 || detail.Status != "processing" || detail.Data != float64(1) {
+		t.Fatalf("detail: %d %+v", status, detail)
+	}
+	if len(detail.ConsumerGroups) != 1 || detail.ConsumerGroups[0].Consumed || detail.QueueConfig.RetryLimit != 3 {
+		t.Fatalf("detail groups: %+v", detail)
+	}
+	b.call(t, "GET", "/api/v1/messages/"+pid+"/m0", nil, &detail)
+	if detail.Status != "completed" || !detail.ConsumerGroups[0].Consumed {
+		t.Fatalf("m0 detail: %+v", detail)
+	}
+	for _, c := range []struct {
+		method, path string
+		status       int
+		code         string
+	}{
+		{"GET", "/api/v1/messages/" + pid + "/never-pushed", 404, "message_not_found"},
+		{"GET", "/api/v1/messages/not-a-uuid/m0", 400, "invalid_id"},
+		{"DELETE", "/api/v1/messages/" + pid + "/m0", 404, "message_not_found"},
+		{"POST", "/api/v1/messages/" + pid + "/m0/retry", 404, "gone"},
+	} {
+		var e errorBody
+		if status, _ := b.call(t, c.method, c.path, nil, &e); status != c.status || e.Code != c.code {
+			t.Fatalf("%s %s: %d %+v", c.method, c.path, status, e)
+		}
+	}
+	var deleted map[string]any
+	if status, _ := b.call(t, "DELETE", "/api/v1/messages/"+pid+"/d", nil, &deleted); status != 200 || deleted["deleted"] != float64(1) {
+		t.Fatalf("delete dead letter: %d %+v", status, deleted)
+	}
+	var after messageList
+	b.call(t, "GET", base+"&status=dead_letter", nil, &after)
+	if after.Total != 0 {
+		t.Fatalf("deleted dead letter still listed: %v", after.ids())
+	}
+}
