@@ -1,0 +1,166 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"sort"
+	"testing"
+	"time"
+)
+
+// idlePartitions adds n partitions to queue that each hold one message the
+// group has already consumed (written directly: pushing 100,000 partitions one
+// segment each would dominate the test).
+func idlePartitions(t testing.TB, e *Engine, queue, group string, n int) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `WITH q AS (SELECT id FROM lanes.queues WHERE name = $1),
+		p AS (INSERT INTO lanes.partitions (queue_id, name, last_offset, last_write_at)
+			SELECT q.id, 'idle-' || i, 0, now() - interval '1 hour' FROM q, generate_series(1, $3) i RETURNING id)
+		INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end, last_consumed_at)
+		SELECT p.id, $2, 0, 0, now() - interval '1 hour' FROM p`, queue, group, n); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE lanes.queues SET partition_version = partition_version + 1 WHERE name = $1`, queue); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func claimFloor(t testing.TB, e *Engine, queue, group string) int64 {
+	t.Helper()
+	var floor int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT g.claim_floor::text::int8 FROM lanes.consumer_groups g
+		JOIN lanes.queues q ON q.id = g.queue_id WHERE q.name = $1 AND g.consumer_group = $2`, queue, group).Scan(&floor); err != nil {
+		t.Fatal(err)
+	}
+	return floor
+}
+
+func drain(t testing.TB, e *Engine, req PopRequest) []string {
+	t.Helper()
+	var got []string
+	for {
+		res := mustPop(t, e, req)
+		if len(res.Messages) == 0 {
+			sort.Strings(got)
+			return got
+		}
+		for _, m := range res.Messages {
+			got = append(got, m.TransactionID)
+			if !req.AutoAck {
+				mustAck(t, e, AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID.String(), Group: req.Group, LeaseID: m.LeaseID})
+			}
+		}
+	}
+}
+
+// The claim floor skips partitions the group has fully consumed, and every way
+// a skipped partition can get work again still finds it.
+func TestClaimFloorSkipsConsumedPartitionsButNeverLosesWork(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	req := PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Partitions: 0, Batch: 1000}
+	mustPop(t, e, req)
+	mustPush(t, e, items(q, "held", "h1")...)
+	for i := 0; i < 20; i++ {
+		mustPush(t, e, items(q, fmt.Sprintf("p%02d", i), fmt.Sprintf("m%02d", i))...)
+	}
+	// "held" is leased and never acked: the floor must not pass it.
+	held := mustPop(t, e, PopRequest{Queue: q, Partition: "held", Group: "g", LeaseSeconds: 1})
+	if len(held.Messages) != 1 {
+		t.Fatalf("held: %v", txnIDs(held.Messages))
+	}
+	if got := drain(t, e, req); len(got) != 20 {
+		t.Fatalf("drained %d", len(got))
+	}
+	mustPush(t, e, items(q, "p00", "later")...)
+	drain(t, e, req)
+	stuck := claimFloor(t, e, q, "g")
+	time.Sleep(1100 * time.Millisecond) // held's lease expires
+	if got := drain(t, e, req); len(got) != 1 || got[0] != "h1" {
+		t.Fatalf("expired lease below the floor: %v", got)
+	}
+	drain(t, e, req)
+	if floor := claimFloor(t, e, q, "g"); floor <= stuck {
+		t.Fatalf("floor did not advance once everything was consumed: %d -> %d", stuck, floor)
+	}
+
+	// A write to a partition far below the floor is found.
+	mustPush(t, e, items(q, "p03", "again")...)
+	if got := drain(t, e, req); len(got) != 1 || got[0] != "again" {
+		t.Fatalf("write below the floor: %v", got)
+	}
+	// A seek backwards resets the floor: every partition is replayed.
+	if _, err := e.Seek(context.Background(), SeekRequest{Group: "g", Queue: q, Timestamp: &time.Time{}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, e, req); len(got) != 23 {
+		t.Fatalf("replay after seek: %d messages %v", len(got), got)
+	}
+	// Deleting the group (keeping its "all" subscription) re-seeds below the floor too.
+	if _, err := e.DeleteGroup(context.Background(), "g", q, false); err != nil {
+		t.Fatal(err)
+	}
+	if got := drain(t, e, req); len(got) != 23 {
+		t.Fatalf("re-seeded group read %d", len(got))
+	}
+}
+
+func TestReadyPartitionsCountsBeyondTheWidth(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	for i := 0; i < 7; i++ {
+		mustPush(t, e, items(q, fmt.Sprintf("p%d", i), "x")...)
+	}
+	res := mustPop(t, e, PopRequest{Queue: q, Partitions: 2, AutoAck: true})
+	if res.PartitionsClaimed != 2 || res.ReadyPartitions != 7 {
+		t.Fatalf("claimed %d, ready %d; want 2 of 7", res.PartitionsClaimed, res.ReadyPartitions)
+	}
+}
+
+// TestMeasurePopLatencyWithManyIdlePartitions reports pop latency with 10 busy
+// partitions among 100,000 idle ones and among none. Run with LANES_MEASURE=1.
+func TestMeasurePopLatencyWithManyIdlePartitions(t *testing.T) {
+	if os.Getenv("LANES_MEASURE") == "" {
+		t.Skip("set LANES_MEASURE=1 to measure")
+	}
+	e := newEngine(t)
+	measure := func(idle int, resetFloor bool) (p50, p99 time.Duration) {
+		q := queueName(t)
+		req := PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Partitions: 10, Batch: 100}
+		mustPop(t, e, req)
+		if idle > 0 {
+			idlePartitions(t, e, q, "g", idle)
+		}
+		var lat []time.Duration
+		for round := 0; round < 200; round++ {
+			for b := 0; b < 10; b++ {
+				mustPush(t, e, items(q, fmt.Sprintf("busy-%d", b), fmt.Sprintf("r%d-b%d", round, b))...)
+			}
+			if resetFloor {
+				if _, err := e.pool.Exec(context.Background(), `UPDATE lanes.consumer_groups g SET claim_floor = '0'
+					FROM lanes.queues q WHERE q.id = g.queue_id AND q.name = $1`, q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			start := time.Now()
+			res := mustPop(t, e, req)
+			lat = append(lat, time.Since(start))
+			acks := make([]AckItem, len(res.Messages))
+			for i, m := range res.Messages {
+				acks[i] = AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID.String(), Group: "g", LeaseID: m.LeaseID}
+			}
+			mustAck(t, e, acks...)
+		}
+		lat = lat[20:] // warm-up
+		sort.Slice(lat, func(i, j int) bool { return lat[i] < lat[j] })
+		return lat[len(lat)/2], lat[len(lat)*99/100]
+	}
+	p50, p99 := measure(0, false)
+	t.Logf("10 busy among 10:            p50 %v  p99 %v", p50, p99)
+	p50, p99 = measure(100000, false)
+	t.Logf("10 busy among 100,010:       p50 %v  p99 %v", p50, p99)
+	p50, p99 = measure(100000, true)
+	t.Logf("same, claim floor disabled:  p50 %v  p99 %v", p50, p99)
+}
