@@ -80,6 +80,8 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		Logger:                  log,
 	})
 	eng.StartRetention(cfg.RetentionInterval)
+	eng.StartTimers(cfg.TimersInterval)
+	eng.StartKVSweeper(cfg.KVSweepInterval)
 	srv := api.NewServer(eng, api.Options{Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
 	handler, err := srv.Handler()
 	if err != nil {
