@@ -31,6 +31,7 @@ export class PushBuffer<T = unknown> {
   private readonly maxSize: number;
   private readonly retryDelayMillis: number;
   private closing = false;
+  private force = false;
   /** flushes counts completed flush requests. */
   flushes = 0;
 
@@ -56,13 +57,13 @@ export class PushBuffer<T = unknown> {
   async push(items: PushItem<T>[]): Promise<{ buffered: true; count: number }> {
     const wire = items.map((it) => toWireItem(this.queue, this.partition, it));
     while (this.items.length > 0 && this.items.length + wire.length > this.maxSize) {
-      this.kick();
+      this.kick(true);
       await new Promise<void>((resolve) => this.spaceWaiters.push(resolve));
     }
     this.items.push(...wire);
     if (this.items.length >= this.messageCount) this.kick();
     else if (!this.timer && !this.flushing) {
-      this.timer = setTimeout(() => this.kick(), this.timeMillis);
+      this.timer = setTimeout(() => this.kick(true), this.timeMillis);
       this.timer.unref?.();
     }
     return { buffered: true, count: wire.length };
@@ -71,7 +72,7 @@ export class PushBuffer<T = unknown> {
   /** flush sends everything waiting now and resolves when it is sent (or dropped on a terminal error). */
   async flush(): Promise<void> {
     while (this.items.length > 0 || this.flushing) {
-      this.kick();
+      this.kick(true);
       await this.flushing;
     }
   }
@@ -84,14 +85,16 @@ export class PushBuffer<T = unknown> {
     return this.items.length;
   }
 
-  private kick(): void {
+  private kick(force = false): void {
+    if (force) this.force = true;
+    if (!this.force && this.items.length < this.messageCount) return;
     clearTimeout(this.timer);
     this.timer = undefined;
     if (!this.flushing) {
       this.flushing = this.run().finally(() => {
         this.flushing = undefined;
         if (this.items.length > 0 && !this.timer) {
-          this.timer = setTimeout(() => this.kick(), this.items.length >= this.messageCount || this.closing ? 0 : this.timeMillis);
+          this.timer = setTimeout(() => this.kick(true), this.items.length >= this.messageCount || this.closing ? 0 : this.timeMillis);
           this.timer.unref?.();
         }
       });
@@ -105,7 +108,7 @@ export class PushBuffer<T = unknown> {
   }
 
   private async run(): Promise<void> {
-    while (this.items.length > 0) {
+    while (this.items.length >= this.messageCount || (this.force && this.items.length > 0)) {
       const chunk = this.items.slice(0, this.messageCount);
       try {
         await this.core.pushWire(chunk);
@@ -129,6 +132,7 @@ export class PushBuffer<T = unknown> {
       }
       this.wake();
     }
+    this.force = false;
   }
 
   private report(err: unknown, dropped: unknown[]): void {

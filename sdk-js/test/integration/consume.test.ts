@@ -1,0 +1,184 @@
+// The consume loop and the message iterator against the real broker.
+import { describe, expect, it } from "vitest";
+import { AckError, ConsumerStoppedError, type Message } from "../../src/index.js";
+import { client, sleep, uniq } from "./helpers.js";
+
+describe("consume", () => {
+  it("keeps order per partition with concurrency > 1", async () => {
+    const lanes = client();
+    const q = uniq("order");
+    const parts = ["a", "b", "c", "d"];
+    for (const p of parts) await lanes.queue(q).partition(p).push(Array.from({ length: 10 }, (_, i) => ({ data: { p, i } })));
+    const seen = new Map<string, number[]>();
+    await lanes
+      .queue<{ p: string; i: number }>(q)
+      .concurrency(4)
+      .batch(3)
+      .limit(40)
+      .idleMillis(3000)
+      .consume(async (m) => {
+        const list = seen.get(m.data.p) ?? [];
+        list.push(m.data.i);
+        seen.set(m.data.p, list);
+        await sleep(Math.random() * 5);
+      });
+    for (const p of parts) expect(seen.get(p)).toEqual(Array.from({ length: 10 }, (_, i) => i));
+  });
+
+  it("nacks a throwing handler and redelivers the message", async () => {
+    const lanes = client();
+    const q = uniq("nackloop");
+    await lanes.queue(q).push([{ data: "poison" }, { data: "next" }]);
+    const calls: string[] = [];
+    let failed = false;
+    await lanes
+      .queue<string>(q)
+      .batch(2)
+      .limit(3)
+      .idleMillis(3000)
+      .consume((m) => {
+        calls.push(m.data);
+        if (m.data === "poison" && !failed) {
+          failed = true;
+          throw new Error("first try fails");
+        }
+      });
+    expect(calls).toEqual(["poison", "poison", "next"]);
+  });
+
+  it("renews the lease of a slow handler", async () => {
+    const lanes = client();
+    const q = uniq("renewloop");
+    await lanes.queue(q).push([{ data: "slow" }]);
+    const errors: unknown[] = [];
+    let handled = 0;
+    await lanes
+      .queue(q)
+      .leaseSeconds(1)
+      .renewLease(true, 300)
+      .limit(1)
+      .onError((e) => errors.push(e))
+      .consume(async () => {
+        handled++;
+        await sleep(2500); // longer than the 1 s lease
+      });
+    expect(handled).toBe(1);
+    expect(errors).toEqual([]); // the ack was applied under a live lease
+    expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
+  });
+
+  it("the lease of a slow handler expires without renewal (control)", async () => {
+    const lanes = client();
+    const q = uniq("norenew");
+    await lanes.queue(q).push([{ data: "slow" }]);
+    const errors: unknown[] = [];
+    await lanes
+      .queue(q)
+      .leaseSeconds(1)
+      .limit(1)
+      .onError((e) => errors.push(e))
+      .consume(() => sleep(2200));
+    expect(errors[0]).toBeInstanceOf(AckError);
+  });
+
+  it("soft stop finishes the current message, acks it and releases the rest with retry", async () => {
+    const lanes = client();
+    const q = uniq("softstop");
+    await lanes.queue(q).push([1, 2, 3].map((n) => ({ data: n })));
+    const done: number[] = [];
+    let started!: () => void;
+    const first = new Promise<void>((r) => (started = r));
+    const c = lanes
+      .queue<number>(q)
+      .batch(3)
+      .consume(async (m) => {
+        started();
+        await sleep(500);
+        done.push(m.data);
+      });
+    await first;
+    await c.stop();
+    expect(done).toEqual([1]);
+    // 1 is acked; 2 and 3 were released (no lease left), so they come back at once
+    const rest = await lanes.queue<number>(q).batch(5).wait(false).pop();
+    expect(rest.map((m) => m.data)).toEqual([2, 3]);
+    await c.stop(); // idempotent
+  });
+
+  it("hard stop aborts handler signals and releases the message without charging the budget", async () => {
+    const lanes = client();
+    const q = uniq("hardstop");
+    await lanes.admin.configureQueue(q, { retryLimit: 0 });
+    await lanes.queue(q).push([{ data: "x" }]);
+    let reason: unknown;
+    let started!: () => void;
+    const first = new Promise<void>((r) => (started = r));
+    const c = lanes.queue(q).consume(
+      (_m, { signal }) =>
+        new Promise<void>((_resolve, reject) => {
+          started();
+          signal.addEventListener("abort", () => {
+            reason = signal.reason;
+            reject(signal.reason);
+          });
+        }),
+    );
+    await first;
+    await c.stopAndCancel({ timeoutMillis: 5000 });
+    expect(reason).toBeInstanceOf(ConsumerStoppedError);
+    // retryLimit 0: a `failed` would have dead-lettered it; `retry` redelivers it
+    const again = await lanes.queue(q).wait(false).pop();
+    expect(again.map((m) => m.data)).toEqual(["x"]);
+  });
+
+  it("aborting the signal stops the consumer and `closed` resolves", async () => {
+    const lanes = client();
+    const q = uniq("abort");
+    const ac = new AbortController();
+    const c = lanes.queue(q).consume(() => {}, { signal: ac.signal });
+    await sleep(200);
+    ac.abort();
+    await expect(c.closed).resolves.toBeUndefined();
+  });
+
+  it("consumeBatch hands each partition's slice at once", async () => {
+    const lanes = client();
+    const q = uniq("batchmode");
+    await lanes.queue(q).push([1, 2, 3].map((n) => ({ data: n })));
+    const slices: number[][] = [];
+    await lanes
+      .queue<number>(q)
+      .batch(3)
+      .limit(3)
+      .consumeBatch((ms) => {
+        slices.push(ms.map((m) => m.data));
+      });
+    expect(slices).toEqual([[1, 2, 3]]);
+    expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
+  });
+
+  it("for await over messages(): handled ones are acked, leaving releases the rest", async () => {
+    const lanes = client();
+    const q = uniq("iter");
+    await lanes.queue(q).push([1, 2, 3, 4].map((n) => ({ data: n })));
+    const got: Message<number>[] = [];
+    for await (const m of lanes.queue<number>(q).batch(4).messages()) {
+      got.push(m);
+      if (got.length === 2) break;
+    }
+    expect(got.map((m) => m.data)).toEqual([1, 2]);
+    // 1 acked, 2 released with retry: 2, 3, 4 come back
+    const rest = await lanes.queue<number>(q).batch(5).wait(false).pop();
+    expect(rest.map((m) => m.data)).toEqual([2, 3, 4]);
+  });
+
+  it("messages() ends when its signal aborts", async () => {
+    const lanes = client();
+    const q = uniq("iterabort");
+    const ac = new AbortController();
+    setTimeout(() => ac.abort(), 300);
+    const got: unknown[] = [];
+    for await (const m of lanes.queue(q).messages({ signal: ac.signal })) got.push(m);
+    expect(got).toEqual([]);
+  });
+});
