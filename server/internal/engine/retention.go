@@ -178,8 +178,11 @@ func (e *Engine) retentionCandidates(ctx context.Context) ([]uuid.UUID, error) {
 				NULLIF(q.max_wait_time_seconds, 0),
 				CASE WHEN q.retention_enabled THEN NULLIF(q.retention_seconds, 0) END,
 				CASE WHEN q.retention_enabled THEN NULLIF(q.completed_retention_seconds, 0) END) AS secs) w
-		JOIN lanes.partitions p ON p.queue_id = q.id
-			AND p.oldest_segment_at < now() - make_interval(secs => w.secs)
+		-- LATERAL with ORDER BY … LIMIT keeps the planner on the (queue_id, oldest_segment_at)
+		-- index range per queue; a plain join hash-joins over every partition.
+		CROSS JOIN LATERAL (SELECT p.id FROM lanes.partitions p
+			WHERE p.queue_id = q.id AND p.oldest_segment_at < now() - make_interval(secs => w.secs)
+			ORDER BY p.oldest_segment_at LIMIT $1) p
 		WHERE w.secs IS NOT NULL
 		LIMIT $1`, retentionPassPartitions)
 	if err != nil {
