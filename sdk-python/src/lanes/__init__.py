@@ -1,12 +1,102 @@
 """Python client for Lanes, a partitioned message queue on PostgreSQL.
 
-Placeholder: the SDK replaces this module with the fluent client. For now it
-exposes the wire models generated from openapi.yaml as ``lanes.models``.
+``Lanes`` is the blocking client, ``AsyncLanes`` its asyncio twin; both share one
+implementation of the wire rules (retries, pop autopilot, ack batching). Wire models for admin
+payloads are generated from ``openapi.yaml`` and exposed as ``lanes.models``.
 """
 
+from lanes._buffer import AsyncPushBuffer, PushBuffer
+from lanes._client import (
+    DEFAULT_URL,
+    KV,
+    Admin,
+    AsyncAdmin,
+    AsyncKV,
+    AsyncLanes,
+    AsyncQueue,
+    AsyncTimers,
+    Lanes,
+    Queue,
+    Timers,
+)
+from lanes._consumer import AsyncConsumer, Consumer
+from lanes._exceptions import (
+    AckError,
+    APIConnectionError,
+    APIError,
+    ConsumerStopped,
+    EmptyTransactionError,
+    ItemError,
+    LanesError,
+    NotFoundError,
+    NotImplementedByBrokerError,
+    PayloadTooLargeError,
+    PermissionDeniedError,
+    PushError,
+    RateLimitError,
+    TransactionError,
+)
 from lanes._generated import models
+from lanes._iter import AsyncMessageIterator, MessageIterator
+from lanes._protocol import uuid7
+from lanes._requests import kv_op
+from lanes._tx import AsyncTransaction, Transaction
+from lanes._types import (
+    AckResult,
+    AckStatus,
+    AutopilotEcho,
+    Item,
+    Message,
+    PopResult,
+    PushResult,
+    RenewResult,
+    TransactionResult,
+)
 
-__all__ = ["DEFAULT_URL", "models"]
-
-DEFAULT_URL = "http://localhost:6632"
-"""Default broker URL of a local ``make run``."""
+__all__ = [
+    "DEFAULT_URL",
+    "KV",
+    "APIConnectionError",
+    "APIError",
+    "AckError",
+    "AckResult",
+    "AckStatus",
+    "Admin",
+    "AsyncAdmin",
+    "AsyncConsumer",
+    "AsyncKV",
+    "AsyncLanes",
+    "AsyncMessageIterator",
+    "AsyncPushBuffer",
+    "AsyncQueue",
+    "AsyncTimers",
+    "AsyncTransaction",
+    "AutopilotEcho",
+    "Consumer",
+    "ConsumerStopped",
+    "EmptyTransactionError",
+    "Item",
+    "ItemError",
+    "Lanes",
+    "LanesError",
+    "Message",
+    "MessageIterator",
+    "NotFoundError",
+    "NotImplementedByBrokerError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "PopResult",
+    "PushBuffer",
+    "PushError",
+    "PushResult",
+    "Queue",
+    "RateLimitError",
+    "RenewResult",
+    "Timers",
+    "Transaction",
+    "TransactionError",
+    "TransactionResult",
+    "kv_op",
+    "models",
+    "uuid7",
+]

@@ -1,0 +1,432 @@
+"""The consume loop (docs/consuming.md §3 to §5): one asyncio engine, run directly by
+:class:`AsyncConsumer` and on a private event loop thread by :class:`Consumer` (sync handlers run
+in a bounded thread pool there, blocking HTTP calls in helper threads)."""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import inspect
+import threading
+import time
+from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
+from types import TracebackType
+from typing import Any, Literal, TypeVar
+
+from lanes import _protocol as P
+from lanes._exceptions import APIConnectionError, APIError, ConsumerStopped, RateLimitError
+from lanes._types import AckResult, Message, PopResult, RenewResult
+
+T = TypeVar("T")
+ErrorCallback = Callable[[BaseException], None]
+Status = Literal["completed", "failed", "retry"]
+
+
+@dataclass
+class Ops:
+    """The I/O the engine needs, as coroutines (the sync client wraps its blocking calls)."""
+
+    pop: Callable[[], Awaitable[PopResult]]
+    ack: Callable[[list[tuple[str, P.AckEntry]]], Awaitable[list[AckResult]]]
+    renew: Callable[[str, int], Awaitable[RenewResult]]
+    invoke: Callable[[Any], Awaitable[None]]
+    """Run the user's handler on one message (or one partition slice in batch mode)."""
+
+
+def _transient(e: BaseException) -> bool:
+    if isinstance(e, APIConnectionError):
+        return True
+    if isinstance(e, APIError):
+        return e.status in (408, 429) or e.status >= 500
+    return False
+
+
+class Engine:
+    """One consumer: ``concurrency`` workers popping, handling in order per partition, acking."""
+
+    def __init__(
+        self,
+        spec: P.QueueSpec,
+        ops: Ops,
+        on_error: ErrorCallback | None,
+        cancellable_handlers: bool,
+    ) -> None:
+        self.spec = spec
+        self.ops = ops
+        self.on_error = on_error
+        self.cancellable = cancellable_handlers
+        self.error: BaseException | None = None
+        self.delivered = 0
+        self.hard = False
+        self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
+        self._handlers: set[asyncio.Future[Any]] = set()
+        self._last_activity = time.monotonic()
+        self._escalation: asyncio.TimerHandle | None = None
+
+    # -- control (call on the engine's loop) --------------------------------------------------
+
+    def request_stop(self, hard: bool = False) -> None:
+        first = not self._stop.is_set()
+        self._stop.set()
+        if hard and not self.hard:
+            self.hard = True
+            if self.cancellable:
+                for f in list(self._handlers):
+                    f.cancel()
+        elif first and not hard and self.spec.soft_stop_timeout > 0:
+            loop = asyncio.get_running_loop()
+            self._escalation = loop.call_later(self.spec.soft_stop_timeout, self.request_stop, True)
+
+    def _report(self, e: BaseException) -> None:
+        if self.on_error is not None:
+            with contextlib.suppress(Exception):  # a broken callback must not kill the loop
+                self.on_error(e)
+
+    async def _pause(self, seconds: float) -> None:
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stop.wait(), timeout=max(seconds, 0.0))
+
+    # -- main -----------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        workers = [asyncio.ensure_future(self._worker()) for _ in range(self.spec.concurrency)]
+        idle = asyncio.ensure_future(self._idle_watch()) if self.spec.idle_millis > 0 else None
+        try:
+            await asyncio.gather(*workers)
+        finally:
+            if idle is not None:
+                idle.cancel()
+            if self._escalation is not None:
+                self._escalation.cancel()
+
+    async def _idle_watch(self) -> None:
+        limit = self.spec.idle_millis / 1000.0
+        while not self._stop.is_set():
+            left = self._last_activity + limit - time.monotonic()
+            if left <= 0 and not self._handlers:
+                self.request_stop()
+                return
+            await self._pause(max(left, 0.05))
+
+    def _limit_reached(self) -> bool:
+        return self.spec.limit > 0 and self.delivered >= self.spec.limit
+
+    async def _worker(self) -> None:
+        stop = self._stop
+        errors = 0
+        last_echo = None
+        while not stop.is_set():
+            pop_t = asyncio.ensure_future(self.ops.pop())
+            stop_t = asyncio.ensure_future(stop.wait())
+            done, _ = await asyncio.wait({pop_t, stop_t}, return_when=asyncio.FIRST_COMPLETED)
+            stop_t.cancel()
+            if pop_t not in done:
+                # Stopping: abandon the long-poll; anything it leased redelivers after its lease.
+                pop_t.cancel()
+                with contextlib.suppress(BaseException):
+                    await pop_t
+                break
+            try:
+                res = pop_t.result()
+            except ConsumerStopped:
+                break
+            except RateLimitError as e:
+                self._report(e)
+                await self._pause(e.retry_after if e.retry_after is not None else 1.0)
+                continue
+            except Exception as e:
+                if _transient(e):
+                    errors += 1
+                    self._report(e)
+                    await self._pause(P.loop_error_backoff(errors))
+                    continue
+                # 403, 413 and every other 4xx: terminal for the whole consumer.
+                if self.error is None:
+                    self.error = e
+                self.request_stop()
+                break
+            errors = 0
+            if res.autopilot is not None:
+                last_echo = res.autopilot
+            if not res.messages:
+                if not self.spec.wait:
+                    await self._pause(P.empty_poll_pause(res.autopilot or last_echo))
+                continue
+            self._last_activity = time.monotonic()
+            await self._handle(res)
+            self._last_activity = time.monotonic()
+
+    async def _call(self, arg: Any) -> tuple[Status, str | None]:
+        fut = asyncio.ensure_future(self.ops.invoke(arg))
+        self._handlers.add(fut)
+        try:
+            await asyncio.wait({fut})
+        finally:
+            self._handlers.discard(fut)
+        if fut.cancelled():
+            return "retry", None  # hard stop: release without spending the budget
+        exc = fut.exception()
+        if exc is None:
+            return "completed", None
+        if isinstance(exc, (ConsumerStopped, asyncio.CancelledError)):
+            return "retry", None
+        if self.spec.report_handler_errors:
+            self._report(exc)
+        return "failed", f"{type(exc).__name__}: {exc}"
+
+    async def _renewer(self, lease_id: str, every: float, seconds: int) -> None:
+        while True:
+            await asyncio.sleep(every)
+            try:
+                r = await self.ops.renew(lease_id, seconds)
+            except Exception as e:
+                self._report(e)
+                continue
+            if not r.success:
+                self._report(RuntimeError(f"lanes: lease {lease_id} was not renewed"))
+                return
+
+    async def _handle(self, res: PopResult) -> None:
+        outcomes: list[P.Outcome] = []
+        unhandled: list[Sequence[Message]] = []
+        renew = P.renew_every(self.spec)
+        ticker = None
+        if renew is not None and res.lease_id:
+            ticker = asyncio.ensure_future(self._renewer(res.lease_id, renew[0], renew[1]))
+        try:
+            for group in P.by_partition(res.messages):
+                if self._stop.is_set() or self._limit_reached():
+                    unhandled.append(group)
+                    continue
+                if not self.spec.each:
+                    room = len(group)
+                    if self.spec.limit > 0:
+                        room = min(room, self.spec.limit - self.delivered)
+                    handed, rest = group[:room], group[room:]
+                    self.delivered += len(handed)
+                    st, err = await self._call(list(handed))
+                    if st == "completed":
+                        outcomes.extend((m, "completed", None) for m in handed)
+                        if rest:
+                            unhandled.append(rest)
+                    else:
+                        outcomes.append((handed[0], st, err))
+                else:
+                    for i, m in enumerate(group):
+                        if self._stop.is_set() or self._limit_reached():
+                            unhandled.append(group[i:])
+                            break
+                        self.delivered += 1
+                        st, err = await self._call(m)
+                        outcomes.append((m, st, err))
+                        if st != "completed":
+                            break  # the rest redelivers after the nack / release
+                if self._limit_reached():
+                    self.request_stop()
+        finally:
+            if ticker is not None:
+                ticker.cancel()
+        if self.spec.server_auto_ack:
+            return
+        entries = P.batch_acks(outcomes, unhandled, self.spec.auto_ack)
+        if entries:
+            try:
+                await self.ops.ack(entries)
+            except Exception as e:
+                self._report(e)
+
+
+# ---------------------------------------------------------------------------------------------
+# Async consumer
+
+
+class AsyncConsumer:
+    """A running asyncio consumer. ``await stop()`` is a soft stop, ``await stop_and_cancel()``
+    also cancels the handlers (their messages are released with ``retry``), ``await closed()``
+    waits for the end and raises the terminal error (403, 413, other 4xx) if there was one."""
+
+    def __init__(self, engine: Engine) -> None:
+        self._engine = engine
+        self._task: asyncio.Task[None] = asyncio.ensure_future(engine.run())
+
+    @property
+    def done(self) -> bool:
+        return self._task.done()
+
+    @property
+    def error(self) -> BaseException | None:
+        """The terminal error, once done (None after a requested stop, limit or idle end)."""
+        return self._engine.error
+
+    async def _wait(self, timeout: float | None) -> None:
+        try:
+            await asyncio.wait_for(asyncio.shield(self._task), timeout)
+        except asyncio.TimeoutError:
+            raise TimeoutError("lanes: consumer still stopping") from None
+
+    async def stop(self, timeout: float | None = None) -> None:
+        """Soft stop: no new pops, finish current messages, ack, release the rest. Raises
+        ``TimeoutError`` if not ended within ``timeout`` (it keeps stopping; call again)."""
+        if not self._task.done():
+            self._engine.request_stop(False)
+        await self._wait(timeout)
+
+    async def stop_and_cancel(self, timeout: float | None = None) -> None:
+        """Hard stop: as :meth:`stop`, and cancel running handlers."""
+        if not self._task.done():
+            self._engine.request_stop(True)
+        await self._wait(timeout)
+
+    async def closed(self) -> None:
+        """Wait until the consumer ended; raise its terminal error if any."""
+        await asyncio.shield(self._task)
+        if self._engine.error is not None:
+            raise self._engine.error
+
+    async def __aenter__(self) -> AsyncConsumer:
+        return self
+
+    async def __aexit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        await self.stop()
+        if et is None and self._engine.error is not None:
+            raise self._engine.error
+
+
+# ---------------------------------------------------------------------------------------------
+# Sync consumer
+
+
+async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+    """Run a blocking call in a daemon thread; cancelling the await abandons it (a long poll
+    must never keep the interpreter from exiting)."""
+    loop = asyncio.get_running_loop()
+    fut: asyncio.Future[T] = loop.create_future()
+
+    def settle(ok: bool, v: Any) -> None:
+        if not fut.done():
+            if ok:
+                fut.set_result(v)
+            else:
+                fut.set_exception(v)
+
+    def run() -> None:
+        try:
+            r = fn(*args)
+        except BaseException as e:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, False, e)
+        else:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(settle, True, r)
+
+    threading.Thread(target=run, name="lanes-io", daemon=True).start()
+    return await fut
+
+
+class Consumer:
+    """A running consumer with blocking handlers. ``stop(timeout)`` is a soft stop;
+    ``stop_and_cancel`` also sets :attr:`cancel_event`, which long handlers may poll (a running
+    Python function cannot be interrupted). Usable as a context manager (soft stop on exit)."""
+
+    def __init__(
+        self,
+        make_engine: Callable[[concurrent.futures.ThreadPoolExecutor], Engine],
+        concurrency: int,
+    ) -> None:
+        self.cancel_event = threading.Event()
+        self._pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=concurrency, thread_name_prefix="lanes-handler"
+        )
+        self._engine = make_engine(self._pool)
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._started = threading.Event()
+        self._thread = threading.Thread(target=self._main, name="lanes-consumer")
+        self._thread.start()
+        self._started.wait()
+
+    def _main(self) -> None:
+        async def main() -> None:
+            self._loop = asyncio.get_running_loop()
+            self._started.set()
+            await self._engine.run()
+
+        try:
+            asyncio.run(main())
+        finally:
+            self._started.set()
+            self._pool.shutdown(wait=True)
+
+    @property
+    def done(self) -> bool:
+        return not self._thread.is_alive()
+
+    @property
+    def error(self) -> BaseException | None:
+        return self._engine.error
+
+    def _signal(self, hard: bool) -> None:
+        loop = self._loop
+        if loop is not None and not self.done:
+            with contextlib.suppress(RuntimeError):
+                loop.call_soon_threadsafe(self._engine.request_stop, hard)
+
+    def _join(self, timeout: float | None) -> None:
+        self._thread.join(timeout)
+        if self._thread.is_alive():
+            raise TimeoutError("lanes: consumer still stopping")
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Soft stop; raises ``TimeoutError`` if not ended within ``timeout`` (call again)."""
+        self._signal(False)
+        self._join(timeout)
+
+    def stop_and_cancel(self, timeout: float | None = None) -> None:
+        """Hard stop: set :attr:`cancel_event`, stop popping, wait for handlers to return."""
+        self.cancel_event.set()
+        self._signal(True)
+        self._join(timeout)
+
+    def closed(self, timeout: float | None = None) -> None:
+        """Block until the consumer ended; raise its terminal error if any."""
+        self._join(timeout)
+        if self._engine.error is not None:
+            raise self._engine.error
+
+    def __enter__(self) -> Consumer:
+        return self
+
+    def __exit__(
+        self,
+        et: type[BaseException] | None,
+        ev: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        self.stop()
+        if et is None and self._engine.error is not None:
+            raise self._engine.error
+
+
+def make_invoke_async(handler: Callable[[Any], Any]) -> Callable[[Any], Awaitable[None]]:
+    async def invoke(arg: Any) -> None:
+        r = handler(arg)
+        if inspect.isawaitable(r):
+            await r
+
+    return invoke
+
+
+def make_invoke_sync(
+    handler: Callable[[Any], Any], pool: concurrent.futures.ThreadPoolExecutor
+) -> Callable[[Any], Awaitable[None]]:
+    async def invoke(arg: Any) -> None:
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(pool, handler, arg)
+
+    return invoke

@@ -1,0 +1,186 @@
+"""The exception tree (docs/sdk-design.md §7, docs/retries.md §7)."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from lanes._types import AckResult, PushResult, TransactionResult
+
+__all__ = [
+    "APIConnectionError",
+    "APIError",
+    "AckError",
+    "ConsumerStopped",
+    "EmptyTransactionError",
+    "ItemError",
+    "LanesError",
+    "NotFoundError",
+    "NotImplementedByBrokerError",
+    "PayloadTooLargeError",
+    "PermissionDeniedError",
+    "PushError",
+    "RateLimitError",
+    "TransactionError",
+]
+
+
+class LanesError(Exception):
+    """Base class of every error the SDK raises."""
+
+
+class APIError(LanesError):
+    """A non-2xx answer after the retry policy gave up.
+
+    ``code`` is the stable snake_case code from the body (``""`` when the body is not JSON),
+    ``retry_after`` the server's delay hint in seconds, ``attempts`` the attempts made.
+    """
+
+    def __init__(
+        self,
+        status: int,
+        message: str,
+        *,
+        code: str = "",
+        retry_after: float | None = None,
+        body: bytes = b"",
+        attempts: int = 1,
+    ) -> None:
+        super().__init__(f"lanes: HTTP {status}{f' {code}' if code else ''}: {message}")
+        self.status = status
+        self.code = code
+        self.message = message
+        self.retry_after = retry_after
+        self.body = body
+        self.attempts = attempts
+
+    @property
+    def terminal(self) -> bool:
+        """403 and 413 are terminal: fix the credential or reshape the request."""
+        return self.status in (403, 413)
+
+
+class RateLimitError(APIError):
+    """429: the hint was above ``max_retry_after`` or the 429 budget was spent."""
+
+
+class PermissionDeniedError(APIError):
+    """403 (terminal)."""
+
+
+class PayloadTooLargeError(APIError):
+    """413 (terminal)."""
+
+
+class NotFoundError(APIError):
+    """404."""
+
+
+class NotImplementedByBrokerError(APIError):
+    """501: the broker does not have this route yet."""
+
+
+class APIConnectionError(LanesError):
+    """No response after the retries (connection refused, reset, DNS, timeout)."""
+
+    def __init__(self, message: str, *, attempts: int = 1) -> None:
+        super().__init__(message)
+        self.attempts = attempts
+
+
+_BY_STATUS: dict[int, type[APIError]] = {
+    429: RateLimitError,
+    403: PermissionDeniedError,
+    413: PayloadTooLargeError,
+    404: NotFoundError,
+    501: NotImplementedByBrokerError,
+}
+
+
+def api_error_from(
+    status: int,
+    reason_phrase: str,
+    body: bytes,
+    *,
+    retry_after: float | None,
+    attempts: int,
+) -> APIError:
+    """Build the typed error for a non-2xx answer; never matches on the human text."""
+    code, message = "", reason_phrase or f"HTTP {status}"
+    try:
+        parsed: Any = json.loads(body) if body else None
+    except ValueError:
+        parsed = None
+    if isinstance(parsed, dict):
+        c, e = parsed.get("code"), parsed.get("error")
+        if isinstance(c, str):
+            code = c
+        if isinstance(e, str) and e:
+            message = e
+    cls = _BY_STATUS.get(status, APIError)
+    return cls(status, message, code=code, retry_after=retry_after, body=body, attempts=attempts)
+
+
+@dataclass(frozen=True)
+class ItemError:
+    """One failed item of a push or an ack."""
+
+    index: int
+    transaction_id: str
+    status: str
+    message: str
+
+
+class PushError(LanesError):
+    """At least one pushed item came back ``failed``; ``results`` holds every item's verdict."""
+
+    def __init__(self, items: Sequence[ItemError], results: Sequence[PushResult]) -> None:
+        super().__init__(
+            f"lanes: {len(items)} of {len(results)} pushed items failed"
+            + (f": {items[0].message}" if items else "")
+        )
+        self.items = list(items)
+        self.results = list(results)
+
+
+class AckError(LanesError):
+    """At least one ack answered ``success: false``; ``results`` holds every item's result."""
+
+    def __init__(self, items: Sequence[ItemError], results: Sequence[AckResult]) -> None:
+        super().__init__(
+            f"lanes: {len(items)} of {len(results)} acks were not executed"
+            + (f": {items[0].message}" if items else "")
+        )
+        self.items = list(items)
+        self.results = list(results)
+
+
+class TransactionError(LanesError):
+    """The broker rolled the bundle back (``success: false``); nothing was committed.
+
+    ``reason`` is the closed taxonomy (``duplicate``, ``ack_rejected``, ``kv_precondition``, …).
+    ``attempts > 1`` with ``reason == "duplicate"`` means an earlier attempt probably committed.
+    """
+
+    def __init__(self, result: TransactionResult, attempts: int) -> None:
+        super().__init__(f"lanes: transaction rolled back ({result.reason}): {result.error}")
+        self.reason = result.reason
+        self.message = result.error
+        self.attempts = attempts
+        self.result = result
+        self.failed_index = result.failed_index
+        self.kv_reason = result.kv_reason
+        self.version = result.version
+        self.value = result.value
+
+
+class EmptyTransactionError(LanesError):
+    """``commit()`` on a bundle with nothing in it; no request is sent."""
+
+
+class ConsumerStopped(LanesError):
+    """The consumer was stopped; raised into nothing, used as a cancellation cause and by
+    iterators used after ``close()``."""

@@ -1,0 +1,241 @@
+"""Thin sync and async transports. Both drive :class:`lanes._retry.CallState`; the only
+differences are how they send a request and how they sleep."""
+
+from __future__ import annotations
+
+import asyncio
+import json as _json
+import logging
+import random
+import threading
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+
+from lanes._exceptions import APIConnectionError, ConsumerStopped, api_error_from
+from lanes._retry import CallState, Decision, Endpoints, RetrySettings
+
+USER_AGENT = "lanes-mq-python/0.0.0"
+
+
+@dataclass
+class Config:
+    """Resolved client settings, shared by the sync and async clients."""
+
+    urls: list[str]
+    settings: RetrySettings
+    timeout: float = 30.0
+    bearer_token: str | None = None
+    headers: dict[str, str] = field(default_factory=dict)
+    logger: logging.Logger = field(default_factory=lambda: logging.getLogger("lanes"))
+    pop_autopilot: bool = True
+    clock: Callable[[], float] = time.time
+    rng: Callable[[], float] = random.random
+
+    def base_headers(self) -> dict[str, str]:
+        h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        h.update(self.headers)
+        if self.bearer_token:
+            h["Authorization"] = f"Bearer {self.bearer_token}"
+        return h
+
+
+@dataclass(frozen=True)
+class Response:
+    """A 2xx answer. ``body`` is only decoded on demand and never for a 204."""
+
+    status: int
+    content: bytes
+    attempts: int
+
+    def json(self) -> Any:
+        if self.status == 204 or not self.content:
+            return None
+        return _json.loads(self.content)
+
+
+def _encode(body: Any) -> bytes | None:
+    if body is None:
+        return None
+    return _json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+
+
+def _url(base: str, path: str, query: str | None) -> str:
+    return base.rstrip("/") + path + (f"?{query}" if query else "")
+
+
+class _Base:
+    def __init__(self, cfg: Config) -> None:
+        self.cfg = cfg
+        self.endpoints = Endpoints(cfg.urls)
+
+    def _state(self, long_poll: bool, deadline: float | None) -> CallState:
+        return CallState(
+            self.cfg.settings,
+            self.endpoints,
+            long_poll=long_poll,
+            clock=self.cfg.clock,
+            rng=self.cfg.rng,
+            deadline=deadline,
+        )
+
+    def _headers(self, st: CallState, has_body: bool) -> dict[str, str]:
+        h = self.cfg.base_headers()
+        h["X-Retry-Count"] = st.retry_count_header()
+        if has_body:
+            h["Content-Type"] = "application/json"
+        return h
+
+    def _log(self, method: str, path: str, st: CallState, d: Decision, status: int | None) -> None:
+        if d.retry:
+            self.cfg.logger.debug(
+                "lanes retry %s %s: %s attempt=%d delay=%.0fms url=%s",
+                method,
+                path,
+                d.reason,
+                st.attempts,
+                d.delay * 1000,
+                st.url,
+            )
+
+
+class SyncTransport(_Base):
+    """Blocking transport over ``httpx.Client``."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        http_client: httpx.Client | None = None,
+        sleep: Callable[[float], None] | None = None,
+    ) -> None:
+        super().__init__(cfg)
+        self._own = http_client is None
+        self.http = http_client or httpx.Client()
+        self._sleep = sleep or time.sleep
+
+    def close(self) -> None:
+        if self._own:
+            self.http.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: str | None = None,
+        body: Any = None,
+        long_poll: bool = False,
+        timeout: float | None = None,
+        deadline: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Response:
+        data = _encode(body)
+        st = self._state(long_poll, deadline)
+        t = httpx.Timeout(timeout if timeout is not None else self.cfg.timeout)
+        while True:
+            if cancel is not None and cancel.is_set():
+                raise ConsumerStopped("lanes: stopped")
+            status: int | None = None
+            try:
+                resp = self.http.request(
+                    method,
+                    _url(st.url, path, query),
+                    content=data,
+                    headers=self._headers(st, data is not None),
+                    timeout=t,
+                )
+            except httpx.TransportError as exc:
+                d = st.after(None, None)
+                if not d.retry:
+                    raise APIConnectionError(
+                        f"lanes: {method} {path}: {exc!r}", attempts=st.attempts
+                    ) from exc
+            else:
+                status = resp.status_code
+                d = st.after(status, resp.headers)
+                if 200 <= status < 300:
+                    return Response(status, b"" if status == 204 else resp.content, st.attempts)
+                if not d.retry:
+                    raise api_error_from(
+                        status,
+                        resp.reason_phrase,
+                        resp.content,
+                        retry_after=d.retry_after,
+                        attempts=st.attempts,
+                    )
+            self._log(method, path, st, d, status)
+            if d.delay > 0:
+                if cancel is not None:
+                    if cancel.wait(d.delay):
+                        raise ConsumerStopped("lanes: stopped")
+                else:
+                    self._sleep(d.delay)
+
+
+class AsyncTransport(_Base):
+    """Asyncio transport over ``httpx.AsyncClient``; cancellation is asyncio's."""
+
+    def __init__(
+        self,
+        cfg: Config,
+        http_client: httpx.AsyncClient | None = None,
+        sleep: Callable[[float], Awaitable[None]] | None = None,
+    ) -> None:
+        super().__init__(cfg)
+        self._own = http_client is None
+        self.http = http_client or httpx.AsyncClient()
+        self._sleep = sleep or asyncio.sleep
+
+    async def aclose(self) -> None:
+        if self._own:
+            await self.http.aclose()
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: str | None = None,
+        body: Any = None,
+        long_poll: bool = False,
+        timeout: float | None = None,
+        deadline: float | None = None,
+    ) -> Response:
+        data = _encode(body)
+        st = self._state(long_poll, deadline)
+        t = httpx.Timeout(timeout if timeout is not None else self.cfg.timeout)
+        while True:
+            status: int | None = None
+            try:
+                resp = await self.http.request(
+                    method,
+                    _url(st.url, path, query),
+                    content=data,
+                    headers=self._headers(st, data is not None),
+                    timeout=t,
+                )
+            except httpx.TransportError as exc:
+                d = st.after(None, None)
+                if not d.retry:
+                    raise APIConnectionError(
+                        f"lanes: {method} {path}: {exc!r}", attempts=st.attempts
+                    ) from exc
+            else:
+                status = resp.status_code
+                d = st.after(status, resp.headers)
+                if 200 <= status < 300:
+                    return Response(status, b"" if status == 204 else resp.content, st.attempts)
+                if not d.retry:
+                    raise api_error_from(
+                        status,
+                        resp.reason_phrase,
+                        resp.content,
+                        retry_after=d.retry_after,
+                        attempts=st.attempts,
+                    )
+            self._log(method, path, st, d, status)
+            if d.delay > 0:
+                await self._sleep(d.delay)

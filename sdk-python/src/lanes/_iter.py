@@ -1,0 +1,201 @@
+"""Pull iterators: ``for msg in q.messages()`` / ``async for msg in q.messages()``.
+
+With ``auto_ack`` (default) a message is acked ``completed`` once you ask for the next one; the
+acks of one pop go out as one batch before the next pop. Leaving early (``break``, an exception,
+``close()``) releases the message in hand (unless you acked it) and the rest of its batch with
+``retry``: redelivered without spending the retry budget."""
+
+from __future__ import annotations
+
+import time
+from collections import deque
+from collections.abc import Awaitable, Callable
+from types import TracebackType
+
+from lanes import _protocol as P
+from lanes._exceptions import ConsumerStopped
+from lanes._types import AckResult, AutopilotEcho, Message, PopResult
+
+Entries = list[tuple[str, P.AckEntry]]
+
+
+class _Core:
+    def __init__(self, spec: P.QueueSpec, auto_ack: bool, limit: int, idle_timeout: float) -> None:
+        self.spec = spec
+        self.auto_ack = auto_ack
+        self.limit = limit
+        self.idle_timeout = idle_timeout
+        self.buf: deque[Message] = deque()
+        self.current: Message | None = None
+        self.pending: Entries = []
+        self.yielded = 0
+        self.closed = False
+        self.last_msg = time.monotonic()
+        self.last_echo: AutopilotEcho | None = None
+
+    def _entry(self, m: Message, status: str) -> tuple[str, P.AckEntry]:
+        return (
+            P.group_of(m, None),
+            P.AckEntry(m.transaction_id, m.partition_id, m.lease_id, status),
+        )
+
+    def finish_current(self) -> None:
+        m, self.current = self.current, None
+        if m is not None and self.auto_ack and not m._acked and not self.spec.server_auto_ack:
+            self.pending.append(self._entry(m, "completed"))
+
+    def next_buffered(self) -> Message | None:
+        if self.limit and self.yielded >= self.limit:
+            raise StopIteration
+        if self.buf:
+            self.current = self.buf.popleft()
+            self.yielded += 1
+            self.last_msg = time.monotonic()
+            return self.current
+        return None
+
+    def take_pending(self) -> Entries:
+        out, self.pending = self.pending, []
+        return out
+
+    def feed(self, res: PopResult) -> float:
+        """Take a pop's messages; return the pause before the next pop (0 = none)."""
+        if res.autopilot is not None:
+            self.last_echo = res.autopilot
+        if res.messages:
+            for g in P.by_partition(res.messages):
+                self.buf.extend(g)
+            return 0.0
+        if self.idle_timeout and time.monotonic() - self.last_msg >= self.idle_timeout:
+            raise StopIteration
+        return 0.0 if self.spec.wait else P.empty_poll_pause(res.autopilot or self.last_echo)
+
+    def close_entries(self) -> Entries:
+        self.closed = True
+        out = self.take_pending()
+        if self.spec.server_auto_ack:
+            self.buf.clear()
+            self.current = None
+            return out
+        m, self.current = self.current, None
+        rest = list(self.buf)
+        self.buf.clear()
+        if m is not None and self.auto_ack and not m._acked:
+            rest.insert(0, m)
+        for g in P.by_partition(rest):
+            out.append(self._entry(g[0], "retry"))
+        return out
+
+
+class MessageIterator:
+    """Blocking pull iterator; also a context manager that calls :meth:`close`."""
+
+    def __init__(
+        self,
+        core: _Core,
+        pop: Callable[[], PopResult],
+        ack: Callable[[Entries], list[AckResult]],
+        sleep: Callable[[float], None] = time.sleep,
+    ) -> None:
+        self._c, self._pop, self._ack, self._sleep = core, pop, ack, sleep
+
+    def __iter__(self) -> MessageIterator:
+        return self
+
+    def __next__(self) -> Message:
+        c = self._c
+        if c.closed:
+            raise StopIteration
+        c.finish_current()
+        try:
+            while True:
+                m = c.next_buffered()
+                if m is not None:
+                    return m
+                pending = c.take_pending()
+                if pending:
+                    self._ack(pending)
+                pause = c.feed(self._pop())
+                if pause:
+                    self._sleep(pause)
+        except StopIteration:
+            self.close()
+            raise
+
+    def close(self) -> None:
+        """Send pending acks and release what was not handled (idempotent)."""
+        if self._c.closed:
+            return
+        entries = self._c.close_entries()
+        if entries:
+            self._ack(entries)
+
+    def __enter__(self) -> MessageIterator:
+        return self
+
+    def __exit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        try:
+            if not self._c.closed:
+                self.close()
+        except Exception:
+            pass
+
+
+class AsyncMessageIterator:
+    """Asyncio pull iterator; use ``async with q.messages() as it: async for m in it`` so the
+    release on early exit is awaited."""
+
+    def __init__(
+        self,
+        core: _Core,
+        pop: Callable[[], Awaitable[PopResult]],
+        ack: Callable[[Entries], Awaitable[list[AckResult]]],
+        sleep: Callable[[float], Awaitable[None]],
+    ) -> None:
+        self._c, self._pop, self._ack, self._sleep = core, pop, ack, sleep
+
+    def __aiter__(self) -> AsyncMessageIterator:
+        return self
+
+    async def __anext__(self) -> Message:
+        c = self._c
+        if c.closed:
+            raise StopAsyncIteration
+        c.finish_current()
+        try:
+            while True:
+                m = c.next_buffered()
+                if m is not None:
+                    return m
+                pending = c.take_pending()
+                if pending:
+                    await self._ack(pending)
+                pause = c.feed(await self._pop())
+                if pause:
+                    await self._sleep(pause)
+        except StopIteration:
+            await self.aclose()
+            raise StopAsyncIteration from None
+
+    async def aclose(self) -> None:
+        if self._c.closed:
+            return
+        entries = self._c.close_entries()
+        if entries:
+            await self._ack(entries)
+
+    async def __aenter__(self) -> AsyncMessageIterator:
+        return self
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, ev: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        await self.aclose()
+
+
+__all__ = ["AsyncMessageIterator", "ConsumerStopped", "MessageIterator"]

@@ -1,0 +1,462 @@
+"""Pure wire rules shared by the sync and async clients: item normalisation, pop query assembly
+(docs/consuming.md §2), ack bodies and batching, result checking. No I/O here."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any, Literal
+from urllib.parse import quote, quote_plus
+
+from lanes._exceptions import AckError, ItemError, PushError, TransactionError
+from lanes._types import (
+    ACK_STATUSES,
+    QUEUE_MODE,
+    AckResult,
+    AutopilotEcho,
+    Item,
+    Message,
+    PopResult,
+    PushResult,
+    RenewResult,
+    TransactionResult,
+    _ts,
+)
+
+AUTOPILOT_ENV = "LANES_SDK_POP_AUTOPILOT"
+_OFF_VALUES = frozenset({"off", "false", "0", "no", "disabled"})
+DEFAULT_POP_TIMEOUT_MS = 30_000
+LONG_POLL_SLACK = 5.0
+EMPTY_POLL_PAUSE = 0.1
+
+
+def autopilot_from_env(environ: Mapping[str, str] | None = None) -> bool:
+    """False when ``LANES_SDK_POP_AUTOPILOT`` is off/false/0/no/disabled (trimmed, any case)."""
+    env = os.environ if environ is None else environ
+    return env.get(AUTOPILOT_ENV, "").strip().lower() not in _OFF_VALUES
+
+
+def uuid7() -> str:
+    """A UUIDv7 string: 48-bit Unix milliseconds, version 7, variant 10, random bits."""
+    ms = time.time_ns() // 1_000_000
+    rand = int.from_bytes(secrets.token_bytes(10), "big")
+    v = (ms & ((1 << 48) - 1)) << 80
+    v |= 0x7 << 76
+    v |= ((rand >> 62) & 0xFFF) << 64
+    v |= 0b10 << 62
+    v |= rand & ((1 << 62) - 1)
+    h = f"{v:032x}"
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+# ---------------------------------------------------------------------------------------------
+# Producing
+
+_ITEM_KEYS = frozenset(
+    {"data", "payload", "transaction_id", "transactionId", "trace_id", "traceId"}
+)
+
+
+def normalize_item(item: Any) -> tuple[Any, str | None, str | None]:
+    """(payload, transaction_id, trace_id) of one push item.
+
+    Accepts :class:`Item`, a dict carrying ``data`` or ``payload`` (plus optional
+    ``transaction_id``/``transactionId``/``trace_id``/``traceId``), or a bare JSON value.
+    """
+    if isinstance(item, Item):
+        return item.data, item.transaction_id, item.trace_id
+    if isinstance(item, dict) and ("data" in item or "payload" in item) and set(item) <= _ITEM_KEYS:
+        payload = item["payload"] if "payload" in item else item["data"]
+        tid = item.get("transaction_id", item.get("transactionId"))
+        trace = item.get("trace_id", item.get("traceId"))
+        return payload, (str(tid) if tid is not None else None), trace
+    return item, None, None
+
+
+def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> dict[str, Any]:
+    """``POST /api/v1/push`` body; a missing transaction id is minted (UUIDv7) once, here."""
+    wire: list[dict[str, Any]] = []
+    for it in items:
+        payload, tid, trace = normalize_item(it)
+        w: dict[str, Any] = {"queue": queue}
+        if partition:
+            w["partition"] = partition
+        w["payload"] = payload
+        w["transactionId"] = tid or uuid7()
+        if trace:
+            w["traceId"] = trace
+        wire.append(w)
+    return {"items": wire}
+
+
+def parse_push_results(body: Any) -> list[PushResult]:
+    rows = body if isinstance(body, list) else []
+    return [
+        PushResult(
+            index=int(r.get("index", i)),
+            message_id=str(r.get("message_id", "")),
+            transaction_id=str(r.get("transaction_id", "")),
+            queue=str(r.get("queueName", "")),
+            status=str(r.get("status", "")),
+            error=r.get("error"),
+        )
+        for i, r in enumerate(rows)
+        if isinstance(r, dict)
+    ]
+
+
+def check_push_results(results: list[PushResult]) -> list[PushResult]:
+    """Raise :class:`PushError` (carrying every result) when any item is ``failed``."""
+    bad = [
+        ItemError(r.index, r.transaction_id, r.status, r.error or "failed")
+        for r in results
+        if r.status == "failed"
+    ]
+    if bad:
+        raise PushError(bad, results)
+    return results
+
+
+# ---------------------------------------------------------------------------------------------
+# Popping
+
+
+@dataclass(frozen=True)
+class QueueSpec:
+    """Everything a queue builder has been told. ``batch``/``partitions`` None = unset."""
+
+    queue: str | None = None
+    partition: str | None = None
+    namespace: str | None = None
+    task: str | None = None
+    group: str | None = None
+    subscription_mode: str | None = None
+    subscription_from: str | None = None
+    batch: int | None = None
+    partitions: int | None = None
+    autopilot: bool | None = None
+    wait: bool = True
+    timeout_millis: int = DEFAULT_POP_TIMEOUT_MS
+    lease_seconds: int | None = None
+    server_auto_ack: bool | None = None
+    # consume loop knobs
+    concurrency: int = 1
+    limit: int = 0
+    idle_millis: int = 0
+    renew_lease: bool = False
+    renew_interval_millis: int = 0
+    each: bool = True
+    auto_ack: bool = True
+    soft_stop_timeout: float = 0.0
+    report_handler_errors: bool = False
+
+
+def _b(v: bool) -> str:
+    return "true" if v else "false"
+
+
+def pop_path(spec: QueueSpec) -> str:
+    if spec.queue:
+        q = quote(spec.queue, safe="")
+        if spec.partition:
+            return f"/api/v1/pop/queue/{q}/partition/{quote(spec.partition, safe='')}"
+        return f"/api/v1/pop/queue/{q}"
+    return "/api/v1/pop"
+
+
+def pop_query(spec: QueueSpec, client_autopilot: bool) -> str:
+    """The pop query string, parameters in the exact order of docs/consuming.md §2.
+
+    ``client_autopilot`` is the client's setting (``pop_autopilot=`` or the environment, read
+    once at construction); an explicit ``.autopilot(...)`` on the builder outranks it.
+    """
+    partition_route = bool(spec.queue and spec.partition)
+    batch = spec.batch or None
+    parts = None if partition_route else (spec.partitions or None)
+    off = (spec.autopilot is False) or (spec.autopilot is None and not client_autopilot)
+    engaged = not off and (batch is None or (not partition_route and parts is None))
+    p: list[tuple[str, str]] = []
+    if engaged:
+        p.append(("autopilot", "true"))
+        if batch is not None:
+            p.append(("batch", str(batch)))
+    elif off:
+        p.append(("batch", str(batch if batch is not None else 1)))
+    else:
+        p.append(("batch", str(batch)))
+    p.append(("wait", _b(spec.wait)))
+    p.append(("timeout", str(int(spec.timeout_millis))))
+    if spec.group:
+        p.append(("consumerGroup", spec.group))
+    if parts is not None and (not off or parts > 1):
+        p.append(("partitions", str(parts)))
+    if spec.lease_seconds:
+        p.append(("leaseSeconds", str(spec.lease_seconds)))
+    if spec.subscription_mode:
+        p.append(("subscriptionMode", spec.subscription_mode))
+    if spec.subscription_from:
+        p.append(("subscriptionFrom", spec.subscription_from))
+    if spec.server_auto_ack is not None:
+        p.append(("autoAck", _b(spec.server_auto_ack)))
+    if not spec.queue:
+        if spec.namespace:
+            p.append(("namespace", spec.namespace))
+        if spec.task:
+            p.append(("task", spec.task))
+    return "&".join(f"{k}={quote_plus(v)}" for k, v in p)
+
+
+def pop_http_timeout(spec: QueueSpec, client_timeout: float) -> float:
+    """A long-poll attempt waits ``timeout + 5 s`` so the broker answers first."""
+    if spec.wait:
+        return spec.timeout_millis / 1000.0 + LONG_POLL_SLACK
+    return client_timeout
+
+
+def validate_spec(spec: QueueSpec) -> None:
+    if not spec.queue and not (spec.namespace or spec.task):
+        raise ValueError("lanes: a queue name or a namespace/task is required")
+    if spec.partition and not spec.queue:
+        raise ValueError("lanes: partition() needs a queue")
+    if not 1 <= spec.concurrency <= 10_000:
+        raise ValueError("lanes: concurrency must be between 1 and 10000")
+
+
+def parse_pop(body: Any, spec: QueueSpec) -> PopResult:
+    if not isinstance(body, dict):
+        return PopResult(messages=[])
+    queue = spec.queue or ""
+    msgs = [Message.from_wire(m, queue) for m in body.get("messages") or [] if isinstance(m, dict)]
+    ap = body.get("autopilot")
+    echo = None
+    if isinstance(ap, dict):
+        wm = ap.get("waitMs")
+        echo = AutopilotEcho(
+            partitions=int(ap.get("partitions", 0)),
+            batch=int(ap.get("batch", 0)),
+            wait_ms=int(wm) if isinstance(wm, (int, float)) else None,
+        )
+    return PopResult(
+        messages=msgs,
+        lease_id=str(body.get("leaseId") or ""),
+        consumer_group=str(body.get("consumerGroup") or ""),
+        partitions_claimed=int(body.get("partitionsClaimed") or 0),
+        autopilot=echo,
+    )
+
+
+def empty_poll_pause(echo: AutopilotEcho | None) -> float:
+    """Pause after an empty non-waiting poll: the broker's ``waitMs`` advice, else 100 ms."""
+    if echo is not None and echo.wait_ms is not None and echo.wait_ms >= 0:
+        return echo.wait_ms / 1000.0
+    return EMPTY_POLL_PAUSE
+
+
+# ---------------------------------------------------------------------------------------------
+# Acks and leases
+
+
+@dataclass(frozen=True)
+class AckEntry:
+    """One ack to send: the message's address plus the status."""
+
+    transaction_id: str
+    partition_id: str
+    lease_id: str
+    status: str
+    error: str | None = None
+
+
+def ack_entry(msg: Message, status: str, error: str | None = None) -> AckEntry:
+    if status not in ACK_STATUSES:
+        raise ValueError(f"lanes: ack status {status!r} is not one of completed/failed/retry/dlq")
+    if not msg.transaction_id or not msg.partition_id:
+        raise ValueError("lanes: ack needs a message with transaction_id and partition_id")
+    return AckEntry(msg.transaction_id, msg.partition_id, msg.lease_id, status, error)
+
+
+def _wire_entry(e: AckEntry) -> dict[str, Any]:
+    w: dict[str, Any] = {"transactionId": e.transaction_id, "partitionId": e.partition_id}
+    w["status"] = e.status
+    if e.lease_id:
+        w["leaseId"] = e.lease_id
+    if e.error is not None:
+        w["error"] = e.error
+    return w
+
+
+def ack_requests(
+    entries: Sequence[tuple[str, AckEntry]],
+) -> list[tuple[str, dict[str, Any], list[int]]]:
+    """Split ``(group, entry)`` pairs into requests: one group → one call; a single entry →
+    ``/api/v1/ack``, several → ``/api/v1/ack/batch``. Returns (path, body, original indexes)."""
+    by_group: dict[str, list[int]] = {}
+    for i, (g, _) in enumerate(entries):
+        by_group.setdefault(g, []).append(i)
+    out: list[tuple[str, dict[str, Any], list[int]]] = []
+    for g, idx in by_group.items():
+        if len(idx) == 1:
+            body = _wire_entry(entries[idx[0]][1])
+            body["consumerGroup"] = g
+            out.append(("/api/v1/ack", body, idx))
+        else:
+            out.append(
+                (
+                    "/api/v1/ack/batch",
+                    {
+                        "consumerGroup": g,
+                        "acknowledgments": [_wire_entry(entries[i][1]) for i in idx],
+                    },
+                    idx,
+                )
+            )
+    return out
+
+
+def parse_ack_results(body: Any) -> list[AckResult]:
+    rows = body if isinstance(body, list) else [body] if isinstance(body, dict) else []
+    return [
+        AckResult(
+            index=int(r.get("index", i)),
+            transaction_id=str(r.get("transactionId", "")),
+            success=bool(r.get("success")),
+            error=r.get("error"),
+            lease_released=bool(r.get("leaseReleased")),
+            dlq=bool(r.get("dlq")),
+            noop=bool(r.get("noop")),
+            dropped=bool(r.get("dropped")),
+        )
+        for i, r in enumerate(rows)
+        if isinstance(r, dict)
+    ]
+
+
+def merge_ack_results(
+    n: int, parts: Sequence[tuple[list[int], list[AckResult]]]
+) -> list[AckResult]:
+    """Put per-request results back in the caller's order and raise :class:`AckError` when any
+    item answered ``success: false``."""
+    out: list[AckResult | None] = [None] * n
+    for idx, results in parts:
+        if len(results) != len(idx):
+            raise ValueError(f"lanes: ack answered {len(results)} results for {len(idx)} items")
+        for i, r in zip(idx, results, strict=True):
+            out[i] = AckResult(
+                index=i,
+                transaction_id=r.transaction_id,
+                success=r.success,
+                error=r.error,
+                lease_released=r.lease_released,
+                dlq=r.dlq,
+                noop=r.noop,
+                dropped=r.dropped,
+            )
+    final = [r for r in out if r is not None]
+    bad = [
+        ItemError(r.index, r.transaction_id, "ack", r.error or "not executed")
+        for r in final
+        if not r.success
+    ]
+    if bad:
+        raise AckError(bad, final)
+    return final
+
+
+def group_of(msg: Message, group: str | None) -> str:
+    return group or msg.consumer_group or QUEUE_MODE
+
+
+def renew_seconds(seconds: int | float | None) -> int:
+    return max(1, int(seconds)) if seconds else 60
+
+
+def parse_renew(lease_id: str, body: Any) -> RenewResult:
+    b = body if isinstance(body, dict) else {}
+    return RenewResult(
+        lease_id=str(b.get("leaseId") or lease_id),
+        success=bool(b.get("success")),
+        renewed=int(b.get("renewed") or 0),
+        new_expires_at=_ts(b.get("newExpiresAt")),
+    )
+
+
+def lease_ids(items: Iterable[Message | str]) -> list[str]:
+    """Distinct lease ids, first-seen order (messages with no lease are skipped)."""
+    seen: dict[str, None] = {}
+    for it in items:
+        lid = it if isinstance(it, str) else it.lease_id
+        if lid:
+            seen.setdefault(lid, None)
+    return list(seen)
+
+
+# ---------------------------------------------------------------------------------------------
+# Consume loop planning (docs/consuming.md §3): one plan, run by the sync and async engines.
+
+
+def by_partition(msgs: Sequence[Message]) -> list[list[Message]]:
+    """Messages grouped by partition id, keeping the broker's order in each group."""
+    groups: dict[str, list[Message]] = {}
+    for m in msgs:
+        groups.setdefault(m.partition_id, []).append(m)
+    return list(groups.values())
+
+
+Outcome = tuple[Message, Literal["completed", "failed", "retry"], str | None]
+
+
+def batch_acks(
+    outcomes: Sequence[Outcome], unhandled: Sequence[Sequence[Message]], auto_ack: bool
+) -> list[tuple[str, AckEntry]]:
+    """The acks a worker sends after one pop: handled messages by outcome (when ``auto_ack``),
+    and for each partition with messages not handed to the handler because of a stop or the
+    limit, its first unhandled message as ``retry`` (budget-free release)."""
+    entries: list[tuple[str, AckEntry]] = []
+    if auto_ack:
+        for m, st, err in outcomes:
+            entries.append(
+                (group_of(m, None), AckEntry(m.transaction_id, m.partition_id, m.lease_id, st, err))
+            )
+    else:
+        for m, st, err in outcomes:
+            if st == "retry":
+                entries.append(
+                    (
+                        group_of(m, None),
+                        AckEntry(m.transaction_id, m.partition_id, m.lease_id, st, err),
+                    )
+                )
+    for rest in unhandled:
+        if rest:
+            m = rest[0]
+            entries.append(
+                (group_of(m, None), AckEntry(m.transaction_id, m.partition_id, m.lease_id, "retry"))
+            )
+    return entries
+
+
+def renew_every(spec: QueueSpec) -> tuple[float, int] | None:
+    """(interval seconds, lease seconds) of the renewal ticker, or None when off."""
+    if not spec.renew_lease or spec.renew_interval_millis <= 0:
+        return None
+    every = spec.renew_interval_millis / 1000.0
+    return every, max(1, -(-int(2 * spec.renew_interval_millis) // 1000))
+
+
+def loop_error_backoff(consecutive: int) -> float:
+    """Error backoff of the consume loop: ``min(1 s * 2^k, 30 s)``."""
+    return min(1.0 * (2.0 ** max(consecutive - 1, 0)), 30.0)
+
+
+# ---------------------------------------------------------------------------------------------
+# Transactions
+
+
+def check_transaction(body: Any, attempts: int) -> TransactionResult:
+    res = TransactionResult.model_validate(body)
+    if not res.success:
+        raise TransactionError(res, attempts)
+    return res

@@ -1,0 +1,487 @@
+"""Request descriptors: each public call is one pure ``Req`` (method, path, query, body, how to
+parse the 2xx). The sync and async clients only execute them, so both build identical wires."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from typing import Any, Generic, Literal, TypeVar
+from urllib.parse import quote, urlencode
+
+from pydantic import BaseModel
+
+from lanes import _protocol as P
+from lanes._generated import models
+from lanes._http import Response
+from lanes._types import PopResult, PushResult, RenewResult, TransactionResult
+
+T = TypeVar("T")
+M = TypeVar("M", bound=BaseModel)
+
+
+@dataclass(frozen=True)
+class Req(Generic[T]):
+    method: str
+    path: str
+    parse: Callable[[Response], T]
+    query: str | None = None
+    body: Any = None
+    long_poll: bool = False
+    timeout: float | None = None
+
+
+def _seg(s: str) -> str:
+    return quote(s, safe="")
+
+
+def _q(**kw: Any) -> str | None:
+    pairs: list[tuple[str, str]] = []
+    for k, v in kw.items():
+        if v is None:
+            continue
+        if isinstance(v, bool):
+            v = "true" if v else "false"
+        elif isinstance(v, datetime):
+            v = _iso(v)
+        pairs.append((k, str(v)))
+    return urlencode(pairs) or None
+
+
+def _iso(t: datetime) -> str:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.isoformat().replace("+00:00", "Z")
+
+
+def _model(cls: type[M]) -> Callable[[Response], M]:
+    def parse(r: Response) -> M:
+        return cls.model_validate(r.json())
+
+    return parse
+
+
+def _list(cls: type[M]) -> Callable[[Response], list[M]]:
+    def parse(r: Response) -> list[M]:
+        body = r.json()
+        return [cls.model_validate(x) for x in (body if isinstance(body, list) else [])]
+
+    return parse
+
+
+def _dump(m: BaseModel | Mapping[str, Any]) -> dict[str, Any]:
+    if isinstance(m, BaseModel):
+        return m.model_dump(by_alias=True, exclude_none=True, mode="json")
+    return dict(m)
+
+
+# --- message plane ---------------------------------------------------------------------------
+
+
+def health() -> Req[models.Health]:
+    return Req("GET", "/health", _model(models.Health))
+
+
+def push(queue: str, partition: str | None, items: Sequence[Any]) -> Req[list[PushResult]]:
+    def parse(r: Response) -> list[PushResult]:
+        return P.check_push_results(P.parse_push_results(r.json()))
+
+    return Req("POST", "/api/v1/push", parse, body=P.push_body(queue, partition, items))
+
+
+def pop(spec: P.QueueSpec, client_autopilot: bool, client_timeout: float) -> Req[PopResult]:
+    def parse(r: Response) -> PopResult:
+        if r.status == 204:  # never parsed
+            return PopResult(messages=[])
+        return P.parse_pop(r.json(), spec)
+
+    return Req(
+        "GET",
+        P.pop_path(spec),
+        parse,
+        query=P.pop_query(spec, client_autopilot),
+        long_poll=spec.wait,
+        timeout=P.pop_http_timeout(spec, client_timeout),
+    )
+
+
+def renew(lease_id: str, seconds: int) -> Req[RenewResult]:
+    return Req(
+        "POST",
+        f"/api/v1/lease/{_seg(lease_id)}/extend",
+        lambda r: P.parse_renew(lease_id, r.json()),
+        body={"seconds": seconds},
+    )
+
+
+def transaction(body: dict[str, Any]) -> Req[TransactionResult]:
+    return Req(
+        "POST",
+        "/api/v1/transaction",
+        lambda r: P.check_transaction(r.json(), r.attempts),
+        body=body,
+    )
+
+
+# --- queues ----------------------------------------------------------------------------------
+
+
+def configure(
+    queue: str,
+    options: models.QueueOptions | Mapping[str, Any] | None,
+    mode: Literal["merge", "replace"] | None,
+    namespace: str | None = None,
+    task: str | None = None,
+) -> Req[models.ConfigureResult]:
+    body: dict[str, Any] = {"queue": queue}
+    if namespace is not None:
+        body["namespace"] = namespace
+    if task is not None:
+        body["task"] = task
+    body["options"] = _dump(options) if options is not None else {}
+    if mode is not None:
+        body["mode"] = mode
+    return Req("POST", "/api/v1/configure", _model(models.ConfigureResult), body=body)
+
+
+def get_queue(queue: str) -> Req[models.QueueDetail]:
+    return Req("GET", f"/api/v1/resources/queues/{_seg(queue)}", _model(models.QueueDetail))
+
+
+def list_queues(
+    namespace: str | None, task: str | None, limit: int | None, offset: int | None
+) -> Req[models.QueueList]:
+    return Req(
+        "GET",
+        "/api/v1/resources/queues",
+        _model(models.QueueList),
+        query=_q(namespace=namespace, task=task, limit=limit, offset=offset),
+    )
+
+
+def delete_queue(queue: str) -> Req[models.DeleteQueueResult]:
+    return Req(
+        "DELETE", f"/api/v1/resources/queues/{_seg(queue)}", _model(models.DeleteQueueResult)
+    )
+
+
+def queue_depth(queue: str, group: str | None) -> Req[models.QueueDepth]:
+    return Req(
+        "GET",
+        f"/api/v1/resources/queues/{_seg(queue)}/depth",
+        _model(models.QueueDepth),
+        query=_q(group=group),
+    )
+
+
+def overview() -> Req[models.Overview]:
+    return Req("GET", "/api/v1/resources/overview", _model(models.Overview))
+
+
+def namespaces() -> Req[models.NamespaceList]:
+    return Req("GET", "/api/v1/resources/namespaces", _model(models.NamespaceList))
+
+
+def tasks() -> Req[models.TaskList]:
+    return Req("GET", "/api/v1/resources/tasks", _model(models.TaskList))
+
+
+def status() -> Req[models.StatusOverview]:
+    return Req("GET", "/api/v1/status", _model(models.StatusOverview))
+
+
+def metrics() -> Req[models.Metrics]:
+    return Req("GET", "/metrics", _model(models.Metrics))
+
+
+# --- consumer groups -------------------------------------------------------------------------
+
+
+def _seek_body(to_end: bool, timestamp: datetime | str | None) -> dict[str, Any]:
+    if timestamp is not None:
+        return {"timestamp": _iso(timestamp) if isinstance(timestamp, datetime) else timestamp}
+    if not to_end:
+        raise ValueError("lanes: seek needs to_end=True or a timestamp")
+    return {"toEnd": True}
+
+
+def seek(
+    group: str, queue: str, to_end: bool, timestamp: datetime | str | None
+) -> Req[models.SeekQueueResult]:
+    return Req(
+        "POST",
+        f"/api/v1/consumer-groups/{_seg(group)}/queues/{_seg(queue)}/seek",
+        _model(models.SeekQueueResult),
+        body=_seek_body(to_end, timestamp),
+    )
+
+
+def seek_partition(
+    group: str, queue: str, partition: str, to_end: bool, timestamp: datetime | str | None
+) -> Req[models.SeekPartitionResult]:
+    return Req(
+        "POST",
+        f"/api/v1/consumer-groups/{_seg(group)}/queues/{_seg(queue)}/partitions/{_seg(partition)}/seek",
+        _model(models.SeekPartitionResult),
+        body=_seek_body(to_end, timestamp),
+    )
+
+
+def list_groups() -> Req[list[models.ConsumerGroupSummary]]:
+    return Req("GET", "/api/v1/consumer-groups", _list(models.ConsumerGroupSummary))
+
+
+def get_group(group: str) -> Req[models.ConsumerGroupDetail]:
+    return Req("GET", f"/api/v1/consumer-groups/{_seg(group)}", _model(models.ConsumerGroupDetail))
+
+
+def lagging_groups(min_lag_seconds: int) -> Req[list[models.LaggingConsumerGroup]]:
+    return Req(
+        "GET",
+        "/api/v1/consumer-groups/lagging",
+        _list(models.LaggingConsumerGroup),
+        query=_q(minLagSeconds=min_lag_seconds),
+    )
+
+
+def delete_group(
+    group: str, queue: str | None, delete_metadata: bool
+) -> Req[models.ConsumerGroupDeleteResult]:
+    path = f"/api/v1/consumer-groups/{_seg(group)}"
+    if queue is not None:
+        path += f"/queues/{_seg(queue)}"
+    return Req(
+        "DELETE",
+        path,
+        _model(models.ConsumerGroupDeleteResult),
+        query=_q(deleteMetadata=delete_metadata),
+    )
+
+
+def update_subscription(
+    group: str, timestamp: datetime | str
+) -> Req[models.SubscriptionUpdateResult]:
+    ts = _iso(timestamp) if isinstance(timestamp, datetime) else timestamp
+    return Req(
+        "POST",
+        f"/api/v1/consumer-groups/{_seg(group)}/subscription",
+        _model(models.SubscriptionUpdateResult),
+        body={"subscriptionTimestamp": ts},
+    )
+
+
+# --- DLQ and messages ------------------------------------------------------------------------
+
+
+def list_dlq(
+    queue: str | None,
+    consumer_group: str | None,
+    partition: str | None,
+    limit: int | None,
+    offset: int | None,
+) -> Req[models.DlqList]:
+    return Req(
+        "GET",
+        "/api/v1/dlq",
+        _model(models.DlqList),
+        query=_q(
+            queue=queue,
+            consumerGroup=consumer_group,
+            partition=partition,
+            limit=limit,
+            offset=offset,
+        ),
+    )
+
+
+def purge_dlq(queue: str, consumer_group: str | None) -> Req[models.DlqPurgeResult]:
+    return Req(
+        "DELETE",
+        "/api/v1/dlq",
+        _model(models.DlqPurgeResult),
+        query=_q(queue=queue, consumerGroup=consumer_group),
+    )
+
+
+def replay_dlq(
+    dlq_id: str, queue: str | None, partition: str | None
+) -> Req[models.DlqReplayResult]:
+    body: dict[str, Any] = {}
+    if queue is not None:
+        body["queue"] = queue
+    if partition is not None:
+        body["partition"] = partition
+    return Req(
+        "POST", f"/api/v1/dlq/{_seg(dlq_id)}/replay", _model(models.DlqReplayResult), body=body
+    )
+
+
+def list_messages(
+    queue: str | None,
+    partition: str | None,
+    namespace: str | None,
+    task: str | None,
+    status: str | None,
+    limit: int | None,
+    offset: int | None,
+) -> Req[models.MessageList]:
+    return Req(
+        "GET",
+        "/api/v1/messages",
+        _model(models.MessageList),
+        query=_q(
+            queue=queue,
+            partition=partition,
+            namespace=namespace,
+            task=task,
+            status=status,
+            limit=limit,
+            offset=offset,
+        ),
+    )
+
+
+def _msg_path(partition_id: str, transaction_id: str) -> str:
+    return f"/api/v1/messages/{_seg(partition_id)}/{_seg(transaction_id)}"
+
+
+def get_message(partition_id: str, transaction_id: str) -> Req[models.MessageDetail]:
+    return Req("GET", _msg_path(partition_id, transaction_id), _model(models.MessageDetail))
+
+
+def delete_message(partition_id: str, transaction_id: str) -> Req[models.DeleteMessageResult]:
+    return Req(
+        "DELETE", _msg_path(partition_id, transaction_id), _model(models.DeleteMessageResult)
+    )
+
+
+def retry_message(partition_id: str, transaction_id: str) -> Req[models.DlqReplayResult]:
+    return Req(
+        "POST", _msg_path(partition_id, transaction_id) + "/retry", _model(models.DlqReplayResult)
+    )
+
+
+# --- KV and timers ---------------------------------------------------------------------------
+
+
+def kv_op(
+    op: str,
+    ns: str,
+    key: str | None = None,
+    *,
+    value: Any = None,
+    ttl_seconds: int | None = None,
+    expect: int | None = None,
+    required: bool | None = None,
+    delta: int | None = None,
+    keys: Sequence[str] | None = None,
+    prefix: str | None = None,
+) -> dict[str, Any]:
+    """One KV operation in wire form. Writes without ``ttl_seconds`` are ``forever``."""
+    o: dict[str, Any] = {"op": op, "ns": ns}
+    if key is not None:
+        o["key"] = key
+    if keys is not None:
+        o["keys"] = list(keys)
+    if prefix is not None:
+        o["prefix"] = prefix
+    if op in ("put", "putIfAbsent"):
+        o["value"] = value
+    if op in ("put", "putIfAbsent", "incr"):
+        if ttl_seconds:
+            o["ttlSeconds"] = int(ttl_seconds)
+        else:
+            o["forever"] = True
+    if delta is not None:
+        o["delta"] = delta
+    if expect is not None:
+        o["expect"] = expect
+    if required is not None:
+        o["required"] = required
+    return o
+
+
+def kv_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.KvResult]]:
+    return Req(
+        "POST",
+        "/api/v1/kv",
+        lambda r: models.KvBatchResult.model_validate(r.json()).results,
+        body={"operations": [dict(o) for o in ops]},
+    )
+
+
+def _kv_path(ns: str, key: str) -> str:
+    return f"/api/v1/kv/{_seg(ns)}/{_seg(key)}"
+
+
+def kv_get(ns: str, key: str) -> Req[models.KvResult]:
+    return Req("GET", _kv_path(ns, key), _model(models.KvResult))
+
+
+def kv_put(
+    ns: str, key: str, value: Any, ttl_seconds: int | None, expect: int | None
+) -> Req[models.KvResult]:
+    body: dict[str, Any] = {"value": value}
+    if ttl_seconds:
+        body["ttlSeconds"] = int(ttl_seconds)
+    else:
+        body["forever"] = True
+    if expect is not None:
+        body["expect"] = expect
+    return Req("PUT", _kv_path(ns, key), _model(models.KvResult), body=body)
+
+
+def kv_delete(ns: str, key: str) -> Req[models.KvResult]:
+    return Req("DELETE", _kv_path(ns, key), _model(models.KvResult))
+
+
+def timer_payload(payload: Any) -> str:
+    """Timer payloads travel base64: bytes as they are, anything else as its JSON encoding."""
+    raw = payload if isinstance(payload, (bytes, bytearray)) else json.dumps(payload).encode()
+    return base64.b64encode(bytes(raw)).decode()
+
+
+def timer_op(
+    op: Literal["schedule", "reschedule", "cancel"],
+    queue: str,
+    key: str,
+    *,
+    delay_millis: int | None = None,
+    payload: Any = None,
+    partition: str | None = None,
+    txn: str | None = None,
+) -> dict[str, Any]:
+    o: dict[str, Any] = {"op": op, "queue": queue, "timerKey": key}
+    if op != "cancel":
+        o["delayMs"] = int(delay_millis or 0)
+        o["payload"] = timer_payload(payload)
+        o["txn"] = txn or P.uuid7()
+    elif txn is not None:
+        o["txn"] = txn
+    if partition is not None:
+        o["partition"] = partition
+    return o
+
+
+def timers_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.TimerResult]]:
+    return Req(
+        "POST",
+        "/api/v1/timers",
+        lambda r: models.TimerBatchResult.model_validate(r.json()).results,
+        body={"operations": [dict(o) for o in ops]},
+    )
+
+
+def timer_get(queue: str, key: str) -> Req[models.Timer]:
+    return Req("GET", f"/api/v1/timers/{_seg(queue)}/{_seg(key)}", _model(models.Timer))
+
+
+def timer_list(queue: str, limit: int | None, after: str | None) -> Req[models.TimerList]:
+    return Req(
+        "GET",
+        f"/api/v1/timers/{_seg(queue)}",
+        _model(models.TimerList),
+        query=_q(limit=limit, after=after),
+    )

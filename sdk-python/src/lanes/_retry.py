@@ -1,0 +1,274 @@
+"""The one retry policy (docs/retries.md), as pure functions.
+
+Nothing here performs I/O or reads a clock: callers pass the time (``now``, epoch seconds), the
+random draw and the counters, so a table test with a frozen clock covers the whole policy. The
+sync and async transports both drive :class:`CallState`, so their behaviour cannot drift apart.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+__all__ = [
+    "CallState",
+    "Decision",
+    "Endpoints",
+    "RetrySettings",
+    "backoff",
+    "decide",
+    "parse_hint",
+]
+
+RETRYABLE_STATUSES = frozenset({408, 500, 502, 503, 504})
+HEALTH_RETRY_AFTER = 5.0
+"""Seconds a broker URL stays marked unhealthy after a network failure or a 5xx."""
+
+
+@dataclass(frozen=True)
+class RetrySettings:
+    """Client retry settings (docs/retries.md §1). Durations are seconds."""
+
+    retry_attempts: int = 2
+    retry_delay: float = 0.5
+    max_retry_delay: float = 8.0
+    max_429_attempts: int = 10
+    max_retry_after: float = 60.0
+
+
+@dataclass(frozen=True)
+class Decision:
+    """What to do after one attempt.
+
+    ``retry`` False means stop: return the 2xx (``reason == "ok"``) or raise the error.
+    ``budget`` names the counter a retry spends. ``retry_after`` is the valid server hint, kept
+    for the error raised when the policy gives up. ``failover`` asks for the next broker URL.
+    """
+
+    retry: bool
+    reason: str
+    delay: float = 0.0
+    budget: Literal["429", "transient"] | None = None
+    retry_after: float | None = None
+    failover: bool = False
+    terminal: bool = False
+
+
+def _finite_nonneg(v: float) -> float | None:
+    if math.isnan(v) or math.isinf(v) or v < 0:
+        return None
+    return v
+
+
+def parse_hint(headers: Mapping[str, str], now: float) -> float | None:
+    """Server delay hint in seconds: ``retry-after-ms``, then ``Retry-After`` as seconds (float),
+    then as an HTTP-date relative to ``now``. Negative, NaN, infinite or unparseable → None."""
+    ms = headers.get("retry-after-ms")
+    if ms is not None:
+        try:
+            v = _finite_nonneg(float(ms.strip()))
+        except ValueError:
+            v = None
+        if v is not None:
+            return v / 1000.0
+    ra = headers.get("retry-after")
+    if ra is None:
+        return None
+    ra = ra.strip()
+    try:
+        return _finite_nonneg(float(ra))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(ra)
+    except (TypeError, ValueError, IndexError):
+        return None
+    if when is None:  # pragma: no cover - older Pythons returned None
+        return None
+    return max(0.0, when.timestamp() - now)
+
+
+def backoff(settings: RetrySettings, n: int, rand: float) -> float:
+    """Computed backoff for the ``n``-th retry (0-based) with subtractive jitter of up to 25 %."""
+    base = min(settings.retry_delay * (2.0**n), settings.max_retry_delay)
+    return base * (1.0 - 0.25 * rand)
+
+
+def _lower(headers: Mapping[str, str]) -> dict[str, str]:
+    return {k.lower(): v for k, v in headers.items()}
+
+
+def decide(
+    settings: RetrySettings,
+    *,
+    status: int | None,
+    headers: Mapping[str, str] | None = None,
+    long_poll: bool = False,
+    retries_429: int = 0,
+    retries_transient: int = 0,
+    now: float = 0.0,
+    rand: float = 0.0,
+    deadline: float | None = None,
+) -> Decision:
+    """Decide after one attempt (docs/retries.md §2). ``status`` None = no response (network).
+
+    ``deadline`` is an absolute time on the same clock as ``now``; a retry whose sleep would end
+    after it is not taken.
+    """
+    h = _lower(headers or {})
+    if status is not None and 200 <= status < 300:
+        return Decision(retry=False, reason="ok")
+    hint = parse_hint(h, now) if status is not None else None
+    if status in (403, 413):
+        return Decision(retry=False, reason=f"status={status} terminal", terminal=True)
+    should = h.get("x-should-retry", "").strip().lower()
+    if should == "false":
+        return Decision(
+            retry=False, reason=f"status={status} x-should-retry=false", retry_after=hint
+        )
+
+    def transient(reason: str) -> Decision:
+        if retries_transient >= settings.retry_attempts:
+            return Decision(retry=False, reason=f"{reason} retries exhausted", retry_after=hint)
+        if hint is not None and hint <= settings.max_retry_after:
+            delay = hint
+        else:
+            delay = backoff(settings, retries_transient, rand)
+        return _bounded(
+            Decision(
+                retry=True,
+                reason=reason,
+                delay=delay,
+                budget="transient",
+                retry_after=hint,
+                failover=True,
+            ),
+            now,
+            deadline,
+        )
+
+    if should == "true":
+        return transient(f"status={status} x-should-retry=true")
+    if status == 429:
+        if hint is not None and hint > settings.max_retry_after:
+            return Decision(
+                retry=False, reason="status=429 retry-after above cap", retry_after=hint
+            )
+        if not long_poll and retries_429 >= settings.max_429_attempts:
+            return Decision(retry=False, reason="status=429 retries exhausted", retry_after=hint)
+        delay = hint if hint is not None else backoff(settings, retries_429, rand)
+        return _bounded(
+            Decision(retry=True, reason="status=429", delay=delay, budget="429", retry_after=hint),
+            now,
+            deadline,
+        )
+    if status is None:
+        return transient("network error")
+    if status in RETRYABLE_STATUSES:
+        return transient(f"status={status}")
+    return Decision(retry=False, reason=f"status={status}", retry_after=hint)
+
+
+def _bounded(d: Decision, now: float, deadline: float | None) -> Decision:
+    if deadline is not None and now + d.delay > deadline:
+        return Decision(
+            retry=False, reason=d.reason + " (deadline before retry)", retry_after=d.retry_after
+        )
+    return d
+
+
+@dataclass
+class Endpoints:
+    """Broker URLs in the order given, with an unhealthy mark per URL (docs/retries.md §4)."""
+
+    urls: Sequence[str]
+    unhealthy_until: dict[str, float] = field(default_factory=dict)
+
+    def pick(self, now: float, skip: frozenset[str] = frozenset()) -> str:
+        """First healthy URL not in ``skip``; else the first not in ``skip``; else the first."""
+        for u in self.urls:
+            if u not in skip and self.unhealthy_until.get(u, 0.0) <= now:
+                return u
+        for u in self.urls:
+            if u not in skip:
+                return u
+        return self.urls[0]
+
+    def mark_unhealthy(self, url: str, now: float) -> None:
+        if len(self.urls) > 1:
+            self.unhealthy_until[url] = now + HEALTH_RETRY_AFTER
+
+
+class CallState:
+    """Retry bookkeeping for one logical call; the transports only do the I/O and the sleeping."""
+
+    def __init__(
+        self,
+        settings: RetrySettings,
+        endpoints: Endpoints,
+        *,
+        long_poll: bool,
+        clock: Callable[[], float],
+        rng: Callable[[], float],
+        deadline: float | None = None,
+    ) -> None:
+        self.settings = settings
+        self.endpoints = endpoints
+        self.long_poll = long_poll
+        self.clock = clock
+        self.rng = rng
+        self.deadline = deadline
+        self.retries_429 = 0
+        self.retries_transient = 0
+        self.tried: set[str] = set()
+        self.url = endpoints.pick(clock())
+        self.tried.add(self.url)
+
+    @property
+    def attempts(self) -> int:
+        """Attempts made so far (after :meth:`after` was called for the last one)."""
+        return 1 + self.retries_429 + self.retries_transient
+
+    def retry_count_header(self) -> str:
+        return str(self.retries_429 + self.retries_transient)
+
+    def after(self, status: int | None, headers: Mapping[str, str] | None) -> Decision:
+        """Decide after an attempt, and move to the next URL / spend the budget when retrying."""
+        now = self.clock()
+        d = decide(
+            self.settings,
+            status=status,
+            headers=headers,
+            long_poll=self.long_poll,
+            retries_429=self.retries_429,
+            retries_transient=self.retries_transient,
+            now=now,
+            rand=self.rng(),
+            deadline=self.deadline,
+        )
+        if status is None or (status is not None and status >= 500):
+            self.endpoints.mark_unhealthy(self.url, now)
+        if not d.retry:
+            return d
+        if d.budget == "429":
+            self.retries_429 += 1
+        else:
+            self.retries_transient += 1
+        if d.failover and len(self.endpoints.urls) > 1:
+            nxt = self.endpoints.pick(now, skip=frozenset({self.url}))
+            if nxt != self.url and nxt not in self.tried:
+                # A broker not yet tried in this call is asked at once.
+                d = Decision(
+                    retry=True,
+                    reason=d.reason + f" failover to {nxt}",
+                    delay=0.0,
+                    budget=d.budget,
+                    retry_after=d.retry_after,
+                    failover=True,
+                )
+            self.url = nxt
+            self.tried.add(nxt)
+        return d

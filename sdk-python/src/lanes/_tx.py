@@ -1,0 +1,180 @@
+"""Transaction bundles (docs/sdk-design.md §5): the body is built once here; ``Transaction`` and
+``AsyncTransaction`` only differ in ``commit``."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from lanes import _protocol as P
+from lanes import _requests as R
+from lanes._exceptions import EmptyTransactionError
+from lanes._types import AckStatus, Message, TransactionResult
+
+if TYPE_CHECKING:
+    from lanes._client import AsyncLanes, Lanes
+
+TB = TypeVar("TB", bound="_TxBase")
+
+
+class TxQueue(Generic[TB]):
+    """``transaction().queue(q)[.partition(p)].push(items)``; ``push`` returns the bundle."""
+
+    def __init__(self, tx: TB, queue: str, partition: str | None = None) -> None:
+        self._tx, self._queue, self._partition = tx, queue, partition
+
+    def partition(self, name: str) -> TxQueue[TB]:
+        return TxQueue(self._tx, self._queue, name)
+
+    def push(self, items: Sequence[Any]) -> TB:
+        wire = P.push_body(self._queue, self._partition, items)["items"]
+        if wire:
+            self._tx._ops.append({"type": "push", "items": wire})
+        return self._tx
+
+
+class _TxBase:
+    """Accumulates one bundle. Unlike queue builders, a transaction is a mutable collector."""
+
+    def __init__(self) -> None:
+        self._ops: list[dict[str, Any]] = []
+        self._leases: dict[str, None] = {}
+        self._kv: list[dict[str, Any]] = []
+        self._timers: list[dict[str, Any]] = []
+
+    def queue(self: TB, name: str) -> TxQueue[TB]:
+        return TxQueue(self, name)
+
+    def ack(
+        self: TB,
+        messages: Message | Sequence[Message],
+        status: AckStatus = "completed",
+        *,
+        consumer_group: str | None = None,
+        error: str | None = None,
+    ) -> TB:
+        """Ack leased messages in the bundle; their lease ids go to ``requiredLeases``."""
+        msgs = [messages] if isinstance(messages, Message) else list(messages)
+        for m in msgs:
+            e = P.ack_entry(m, status, error)
+            op: dict[str, Any] = {
+                "type": "ack",
+                "transactionId": e.transaction_id,
+                "partitionId": e.partition_id,
+                "status": e.status,
+                "consumerGroup": P.group_of(m, consumer_group),
+            }
+            if e.lease_id:
+                op["leaseId"] = e.lease_id
+                self._leases.setdefault(e.lease_id, None)
+            if error is not None:
+                op["error"] = error
+            self._ops.append(op)
+        return self
+
+    def kv_put(
+        self: TB,
+        ns: str,
+        key: str,
+        value: Any,
+        *,
+        ttl_seconds: int | None = None,
+        expect: int | None = None,
+        required: bool | None = None,
+    ) -> TB:
+        """Write a key in the same commit (no ``ttl_seconds`` = forever)."""
+        self._kv.append(
+            R.kv_op(
+                "put",
+                ns,
+                key,
+                value=value,
+                ttl_seconds=ttl_seconds,
+                expect=expect,
+                required=required,
+            )
+        )
+        return self
+
+    def kv_put_if_absent(
+        self: TB,
+        ns: str,
+        key: str,
+        value: Any,
+        *,
+        ttl_seconds: int | None = None,
+        required: bool = True,
+    ) -> TB:
+        """An idempotency gate: with ``required`` (default) a present key rolls the bundle back
+        with ``reason == "kv_precondition"``."""
+        self._kv.append(
+            R.kv_op("putIfAbsent", ns, key, value=value, ttl_seconds=ttl_seconds, required=required)
+        )
+        return self
+
+    def kv_delete(self: TB, ns: str, key: str, *, expect: int | None = None) -> TB:
+        self._kv.append(R.kv_op("delete", ns, key, expect=expect))
+        return self
+
+    def kv_incr(
+        self: TB, ns: str, key: str, delta: int = 1, *, ttl_seconds: int | None = None
+    ) -> TB:
+        self._kv.append(R.kv_op("incr", ns, key, delta=delta, ttl_seconds=ttl_seconds))
+        return self
+
+    def timer_schedule(
+        self: TB,
+        queue: str,
+        key: str,
+        *,
+        delay_millis: int,
+        payload: Any = None,
+        partition: str | None = None,
+        op: Literal["schedule", "reschedule"] = "schedule",
+    ) -> TB:
+        self._timers.append(
+            R.timer_op(
+                op, queue, key, delay_millis=delay_millis, payload=payload, partition=partition
+            )
+        )
+        return self
+
+    def timer_cancel(self: TB, queue: str, key: str) -> TB:
+        self._timers.append(R.timer_op("cancel", queue, key))
+        return self
+
+    def body(self) -> dict[str, Any]:
+        """The wire body (``kv`` and ``timers`` are top-level, only when non-empty)."""
+        if not (self._ops or self._kv or self._timers):
+            raise EmptyTransactionError("lanes: transaction has no operations to commit")
+        b: dict[str, Any] = {"operations": list(self._ops)}
+        if self._leases:
+            b["requiredLeases"] = list(self._leases)
+        if self._kv:
+            b["kv"] = list(self._kv)
+        if self._timers:
+            b["timers"] = list(self._timers)
+        return b
+
+
+class Transaction(_TxBase):
+    """Sync bundle: ``client.transaction().queue("out").push([...]).ack(msg).commit()``."""
+
+    def __init__(self, client: Lanes) -> None:
+        super().__init__()
+        self._client = client
+
+    def commit(self) -> TransactionResult:
+        """Send the bundle; raise :class:`TransactionError` (with ``reason``) on rollback."""
+        return self._client._call(R.transaction(self.body()))
+
+
+class AsyncTransaction(_TxBase):
+    """Asyncio twin of :class:`Transaction`."""
+
+    def __init__(self, client: AsyncLanes) -> None:
+        super().__init__()
+        self._client = client
+
+    async def commit(self) -> TransactionResult:
+        return await self._client._call(R.transaction(self.body()))

@@ -1,0 +1,147 @@
+"""Message-plane types (hand-written, docs/sdk-design.md §0); admin payloads come from
+``lanes._generated.models``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any, Literal
+
+from lanes._generated import models
+
+__all__ = [
+    "AckResult",
+    "AckStatus",
+    "AutopilotEcho",
+    "Item",
+    "Message",
+    "PopResult",
+    "PushResult",
+    "PushStatus",
+    "RenewResult",
+    "TransactionResult",
+]
+
+AckStatus = Literal["completed", "failed", "retry", "dlq"]
+"""Ack statuses; the broker treats unknown strings as ``failed``, the SDK refuses them."""
+
+ACK_STATUSES: frozenset[str] = frozenset({"completed", "failed", "retry", "dlq"})
+
+PushStatus = Literal["queued", "duplicate", "buffered", "failed"]
+
+TransactionResult = models.TransactionResult
+"""The broker's answer to ``POST /api/v1/transaction`` (generated model)."""
+
+QUEUE_MODE = "__QUEUE_MODE__"
+
+
+@dataclass(frozen=True)
+class Item:
+    """One message to push. ``transaction_id`` is the dedup key (a UUIDv7 is minted when None);
+    derive it from the work (an upstream event id) to make retries across restarts idempotent."""
+
+    data: Any
+    transaction_id: str | None = None
+    trace_id: str | None = None
+
+
+def _ts(v: Any) -> datetime | None:
+    if not isinstance(v, str) or not v:
+        return None
+    try:
+        return datetime.fromisoformat(v.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+
+
+@dataclass(eq=False)
+class Message:
+    """A leased message. ``lease_id``, ``partition_id``, ``consumer_group`` and
+    ``transaction_id`` make it addressable by ``ack``, ``renew`` and ``transaction().ack``.
+    ``queue`` comes from the builder (``""`` on discovery pops)."""
+
+    id: str
+    transaction_id: str
+    data: Any
+    partition_id: str
+    partition: str
+    lease_id: str
+    consumer_group: str
+    queue: str = ""
+    trace_id: str | None = None
+    producer_sub: str | None = None
+    created_at: datetime | None = None
+    _acked: bool = field(default=False, repr=False)
+
+    @classmethod
+    def from_wire(cls, m: dict[str, Any], queue: str) -> Message:
+        return cls(
+            id=str(m.get("id", "")),
+            transaction_id=str(m.get("transactionId", "")),
+            data=m.get("data"),
+            partition_id=str(m.get("partitionId", "")),
+            partition=str(m.get("partition", "")),
+            lease_id=str(m.get("leaseId") or ""),
+            consumer_group=str(m.get("consumerGroup") or QUEUE_MODE),
+            queue=queue,
+            trace_id=m.get("traceId"),
+            producer_sub=m.get("producerSub"),
+            created_at=_ts(m.get("createdAt")),
+        )
+
+
+@dataclass(frozen=True)
+class AutopilotEcho:
+    """The sizes the broker chose when the pop engaged autopilot."""
+
+    partitions: int
+    batch: int
+    wait_ms: int | None = None
+
+
+@dataclass(frozen=True)
+class PopResult:
+    """One pop: the leased messages plus the broker's echo (empty on a 204)."""
+
+    messages: list[Message]
+    lease_id: str = ""
+    consumer_group: str = ""
+    partitions_claimed: int = 0
+    autopilot: AutopilotEcho | None = None
+
+
+@dataclass(frozen=True)
+class PushResult:
+    """One item's verdict: ``queued``, ``duplicate`` (nothing written, original id),
+    ``buffered`` (on the broker's disk spool) or ``failed`` (stored nowhere)."""
+
+    index: int
+    message_id: str
+    transaction_id: str
+    queue: str
+    status: str
+    error: str | None = None
+
+
+@dataclass(frozen=True)
+class AckResult:
+    """One ack's result; ``success`` False means the instruction was not executed."""
+
+    index: int
+    transaction_id: str
+    success: bool
+    error: str | None = None
+    lease_released: bool = False
+    dlq: bool = False
+    noop: bool = False
+    dropped: bool = False
+
+
+@dataclass(frozen=True)
+class RenewResult:
+    """One lease extension."""
+
+    lease_id: str
+    success: bool
+    renewed: int
+    new_expires_at: datetime | None = None
