@@ -9,6 +9,7 @@ import (
 	"math"
 	"sort"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -485,34 +486,52 @@ func kvRowOf(key string, s *kvState) KVRow {
 }
 
 // applyPrefixPage turns a getPrefix page into its result. The page was read
-// before this call's writes, so keys this call already changed are shown as
-// they are now.
+// before this call's writes, so keys this call changed are merged in as they
+// are now.
 func applyPrefixPage(res *KVResult, op *KVOp, page []KVRow, state map[kvKey]*kvState, budget *int) {
 	res.Prefix = op.Prefix
 	res.Key = ""
 	res.Rows = []KVRow{}
-	if len(page) > op.Limit {
-		page = page[:op.Limit]
-		res.Truncated = true
-	}
+	truncated := len(page) > op.Limit
+	merged := map[string]KVRow{}
 	for _, r := range page {
-		if s := state[kvKey{op.Namespace, r.Key}]; s != nil && s.dirty {
-			if !s.exists {
-				continue
-			}
-			r = kvRowOf(r.Key, s)
-			if op.KeysOnly {
-				r.Value = nil
-			}
+		merged[r.Key] = r
+	}
+	for k, s := range state {
+		if k.ns != op.Namespace || !s.dirty || !strings.HasPrefix(k.key, op.Prefix) || k.key <= op.After {
+			continue
+		}
+		if !s.exists {
+			delete(merged, k.key)
+			continue
+		}
+		if truncated && k.key > page[len(page)-1].Key {
+			continue // beyond what the page covers
+		}
+		merged[k.key] = kvRowOf(k.key, s)
+	}
+	keys := make([]string, 0, len(merged))
+	for k := range merged {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	if len(keys) > op.Limit {
+		keys, truncated = keys[:op.Limit], true
+	}
+	for _, k := range keys {
+		r := merged[k]
+		if op.KeysOnly {
+			r.Value = nil
 		}
 		if *budget < len(r.Value) {
-			res.Truncated = true
+			truncated = true
 			break
 		}
 		*budget -= len(r.Value)
 		res.Rows = append(res.Rows, r)
 	}
-	if res.Truncated && len(res.Rows) > 0 {
+	res.Truncated = truncated
+	if truncated && len(res.Rows) > 0 {
 		res.NextAfter = res.Rows[len(res.Rows)-1].Key
 	}
 }

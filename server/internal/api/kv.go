@@ -1,0 +1,243 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/url"
+	"strconv"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
+)
+
+// KvBatch runs independent KV operations in one transaction; a lost `required`
+// precondition rolls the whole call back (the results say so per op).
+func (s *Server) KvBatch(ctx context.Context, req gen.KvBatchRequestObject) (gen.KvBatchResponseObject, error) {
+	ops := kvOpsFromWire(req.Body.Operations)
+	results, _, err := s.engine.KV(ctx, ops)
+	if body, ok := codedBadRequest(err); ok {
+		return gen.KvBatch400JSONResponse{BadRequestJSONResponse: body}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return gen.KvBatch200JSONResponse{Results: kvResultsToWire(results)}, nil
+}
+
+// KvGet reads one key; the ETag is its quoted version.
+func (s *Server) KvGet(ctx context.Context, req gen.KvGetRequestObject) (gen.KvGetResponseObject, error) {
+	if err := unescapePathParams(&req.Ns, &req.Key); err != nil {
+		return gen.KvGet400JSONResponse{BadRequestJSONResponse: *err}, nil
+	}
+	results, _, err := s.engine.KV(ctx, []engine.KVOp{{Op: engine.KVGet, Namespace: req.Ns, Key: req.Key}})
+	if body, ok := codedBadRequest(err); ok {
+		return gen.KvGet400JSONResponse{BadRequestJSONResponse: body}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := gen.KvGet200JSONResponse{Body: kvResultToWire(results[0])}
+	out.Body.Index, out.Body.Op = nil, nil
+	if results[0].Found {
+		etag := `"` + strconv.FormatInt(results[0].Version, 10) + `"`
+		out.Headers.ETag = &etag
+	}
+	return out, nil
+}
+
+// kvPathForbiddenFields may not appear in a path-route body: the path names the key.
+var kvPathForbiddenFields = []string{"op", "ns", "namespace", "key"}
+
+// KvPut writes one key (upsert, or conditional with expect).
+func (s *Server) KvPut(ctx context.Context, req gen.KvPutRequestObject) (gen.KvPutResponseObject, error) {
+	if err := unescapePathParams(&req.Ns, &req.Key); err != nil {
+		return gen.KvPut400JSONResponse{BadRequestJSONResponse: *err}, nil
+	}
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(rawBody(ctx), &fields); err == nil {
+		for _, f := range kvPathForbiddenFields {
+			if _, ok := fields[f]; ok {
+				return gen.KvPut400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+					Error: "the body of PUT /api/v1/kv/{ns}/{key} must not carry " + strconv.Quote(f) + "; the path names the key",
+					Code:  engine.CodeKVBadRequest}}, nil
+			}
+		}
+	}
+	b := req.Body
+	op := engine.KVOp{Op: engine.KVPut, Namespace: req.Ns, Key: req.Key, Value: b.Value,
+		TTLSeconds: deref(b.TtlSeconds), Forever: deref(b.Forever), Required: deref(b.Required), Expect: int64Ptr(b.Expect)}
+	results, _, err := s.engine.KV(ctx, []engine.KVOp{op})
+	if body, ok := codedBadRequest(err); ok {
+		return gen.KvPut400JSONResponse{BadRequestJSONResponse: body}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := kvResultToWire(results[0])
+	out.Index, out.Op = nil, nil
+	return gen.KvPut200JSONResponse(out), nil
+}
+
+// KvDelete deletes one key; a miss is applied:false, reason absent.
+func (s *Server) KvDelete(ctx context.Context, req gen.KvDeleteRequestObject) (gen.KvDeleteResponseObject, error) {
+	if err := unescapePathParams(&req.Ns, &req.Key); err != nil {
+		return gen.KvDelete400JSONResponse{BadRequestJSONResponse: *err}, nil
+	}
+	results, _, err := s.engine.KV(ctx, []engine.KVOp{{Op: engine.KVDelete, Namespace: req.Ns, Key: req.Key}})
+	if body, ok := codedBadRequest(err); ok {
+		return gen.KvDelete400JSONResponse{BadRequestJSONResponse: body}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := kvResultToWire(results[0])
+	out.Index, out.Op = nil, nil
+	return gen.KvDelete200JSONResponse(out), nil
+}
+
+// ListKvNamespaces lists namespaces with their live key counts.
+func (s *Server) ListKvNamespaces(ctx context.Context, _ gen.ListKvNamespacesRequestObject) (gen.ListKvNamespacesResponseObject, error) {
+	list, err := s.engine.KVNamespaces(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := gen.ListKvNamespaces200JSONResponse{}
+	out.Namespaces = make([]struct {
+		Keys      *int    `json:"keys,omitempty"`
+		Namespace *string `json:"namespace,omitempty"`
+	}, len(list))
+	for i, n := range list {
+		keys := int(n.Keys)
+		out.Namespaces[i].Keys, out.Namespaces[i].Namespace = &keys, &n.Namespace
+	}
+	return out, nil
+}
+
+// ListKvKeys pages through one namespace for the console.
+func (s *Server) ListKvKeys(ctx context.Context, req gen.ListKvKeysRequestObject) (gen.ListKvKeysResponseObject, error) {
+	b := req.Body
+	page, err := s.engine.KVList(ctx, engine.KVListRequest{Namespace: b.Namespace, Prefix: deref(b.Prefix), After: deref(b.After),
+		Limit: deref(b.Limit), KeysOnly: deref(b.KeysOnly), IncludeExpired: deref(b.IncludeExpired)})
+	if body, ok := codedBadRequest(err); ok {
+		return gen.ListKvKeys400JSONResponse{BadRequestJSONResponse: body}, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	rows := make([]gen.KvRow, len(page.Rows))
+	for i, r := range page.Rows {
+		rows[i] = kvRowToWire(r)
+		expired := r.Expired
+		rows[i].Expired = &expired
+	}
+	bytes := page.Bytes
+	return gen.ListKvKeys200JSONResponse{Rows: rows, Truncated: page.Truncated, NextAfter: optional(page.NextAfter), Bytes: &bytes}, nil
+}
+
+// unescapePathParams decodes path parameters in place: the router matches the
+// encoded path so a key may hold an escaped '/', and hands them over encoded.
+func unescapePathParams(params ...*string) *gen.BadRequestJSONResponse {
+	for _, p := range params {
+		v, err := url.PathUnescape(*p)
+		if err != nil {
+			return &gen.BadRequestJSONResponse{Error: "bad escape in path parameter " + strconv.Quote(*p), Code: CodeBadRequest}
+		}
+		*p = v
+	}
+	return nil
+}
+
+// codedBadRequest turns an engine input error into the 400 body with its code.
+func codedBadRequest(err error) (gen.BadRequestJSONResponse, bool) {
+	var coded *engine.CodedInputError
+	if errors.As(err, &coded) {
+		return gen.BadRequestJSONResponse{Error: coded.Message, Code: coded.Code}, true
+	}
+	var invalid *engine.InvalidInputError
+	if errors.As(err, &invalid) {
+		return gen.BadRequestJSONResponse{Error: invalid.Message, Code: CodeBadRequest}, true
+	}
+	return gen.BadRequestJSONResponse{}, false
+}
+
+func int64Ptr(p *int) *int64 {
+	if p == nil {
+		return nil
+	}
+	v := int64(*p)
+	return &v
+}
+
+func kvOpsFromWire(ops []gen.KvOperation) []engine.KVOp {
+	out := make([]engine.KVOp, len(ops))
+	for i, o := range ops {
+		out[i] = engine.KVOp{Op: string(o.Op), Namespace: o.Ns, Key: deref(o.Key), Prefix: deref(o.Prefix),
+			After: deref(o.After), Limit: deref(o.Limit), KeysOnly: deref(o.KeysOnly), Value: o.Value,
+			TTLSeconds: deref(o.TtlSeconds), Forever: deref(o.Forever), Required: deref(o.Required),
+			Expect: int64Ptr(o.Expect), Delta: int64Ptr(o.Delta), Min: int64Ptr(o.Min), Max: int64Ptr(o.Max)}
+		if o.Keys != nil {
+			out[i].Keys = *o.Keys
+		}
+	}
+	return out
+}
+
+func kvResultsToWire(results []engine.KVResult) []gen.KvResult {
+	out := make([]gen.KvResult, len(results))
+	for i, r := range results {
+		out[i] = kvResultToWire(r)
+	}
+	return out
+}
+
+// kvResultToWire keeps the fields each op answers with.
+func kvResultToWire(r engine.KVResult) gen.KvResult {
+	index, op := r.Index, r.Op
+	out := gen.KvResult{Index: &index, Op: &op}
+	withValue := func() {
+		if r.Version > 0 {
+			version := int(r.Version)
+			out.Value, out.Version, out.ExpiresAt, out.UpdatedAt = r.Value, &version, r.ExpiresAt, r.UpdatedAt
+		}
+	}
+	switch r.Op {
+	case engine.KVGet:
+		found := r.Found
+		out.Found, out.Key = &found, &r.Key
+		withValue()
+	case engine.KVGetMany, engine.KVGetPrefix:
+		rows := make([]gen.KvRow, len(r.Rows))
+		for i, row := range r.Rows {
+			rows[i] = kvRowToWire(row)
+		}
+		truncated := r.Truncated
+		out.Rows, out.Truncated = &rows, &truncated
+		if r.Op == engine.KVGetMany {
+			missing := r.Missing
+			out.Missing = &missing
+		} else {
+			out.Prefix, out.NextAfter = &r.Prefix, optional(r.NextAfter)
+		}
+	default:
+		applied := r.Applied
+		out.Applied, out.Key = &applied, &r.Key
+		if r.Reason != "" {
+			reason := gen.KvResultReason(r.Reason)
+			out.Reason = &reason
+		}
+		out.Error = optional(r.Error)
+		withValue()
+	}
+	return out
+}
+
+func kvRowToWire(r engine.KVRow) gen.KvRow {
+	version := int(r.Version)
+	updated := r.UpdatedAt
+	row := gen.KvRow{Key: &r.Key, Value: r.Value, Version: &version, ExpiresAt: r.ExpiresAt, UpdatedAt: &updated}
+	if row.UpdatedAt.IsZero() {
+		row.UpdatedAt = nil
+	}
+	return row
+}

@@ -1,0 +1,116 @@
+package api
+
+import (
+	"net/http"
+	"testing"
+)
+
+func TestKVRoutesOverHTTP(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	var batch struct {
+		Results []map[string]any `json:"results"`
+	}
+	status, _ := b.call(t, "POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{
+		{"op": "put", "ns": ns, "key": "cfg/a", "value": map[string]any{"x": 1}, "forever": true},
+		{"op": "incr", "ns": ns, "key": "hits", "delta": 2, "ttlSeconds": 60},
+		{"op": "putIfAbsent", "ns": ns, "key": "cfg/a", "value": 2, "forever": true},
+		{"op": "getMany", "ns": ns, "keys": []string{"cfg/a", "nope"}},
+		{"op": "getPrefix", "ns": ns, "prefix": "cfg/"},
+	}}, &batch)
+	r := batch.Results
+	if status != http.StatusOK || len(r) != 5 || r[0]["applied"] != true || r[0]["version"] != float64(1) ||
+		r[1]["value"] != float64(2) || r[2]["applied"] != false || r[2]["reason"] != "exists" || r[2]["index"] != float64(2) {
+		t.Fatalf("batch: %d %+v", status, r)
+	}
+	if rows, _ := r[4]["rows"].([]any); len(rows) != 1 || r[4]["truncated"] != false {
+		t.Fatalf("getPrefix: %+v", r[4])
+	}
+
+	var got map[string]any
+	status, hdr := b.call(t, "GET", "/api/v1/kv/"+ns+"/cfg%2Fa", nil, &got)
+	if status != http.StatusOK || got["found"] != true || hdr.Get("ETag") != `"1"` || got["key"] != "cfg/a" {
+		t.Fatalf("get: %d %v %+v", status, hdr.Get("ETag"), got)
+	}
+	var put map[string]any
+	b.call(t, "PUT", "/api/v1/kv/"+ns+"/cfg%2Fa", map[string]any{"value": "v2", "forever": true, "expect": 1}, &put)
+	if put["applied"] != true || put["version"] != float64(2) {
+		t.Fatalf("put: %+v", put)
+	}
+	b.call(t, "PUT", "/api/v1/kv/"+ns+"/cfg%2Fa", map[string]any{"value": "v3", "forever": true, "expect": 1}, &put)
+	if put["applied"] != false || put["reason"] != "version" || put["value"] != "v2" {
+		t.Fatalf("stale put: %+v", put)
+	}
+	_, hdr = b.call(t, "GET", "/api/v1/kv/"+ns+"/cfg%2Fa", nil, nil)
+	if hdr.Get("ETag") != `"2"` {
+		t.Fatalf("etag after put: %q", hdr.Get("ETag"))
+	}
+
+	var nss struct {
+		Namespaces []struct {
+			Namespace string `json:"namespace"`
+			Keys      int    `json:"keys"`
+		} `json:"namespaces"`
+	}
+	b.call(t, "GET", "/api/v1/resources/kv/namespaces", nil, &nss)
+	found := false
+	for _, n := range nss.Namespaces {
+		found = found || (n.Namespace == ns && n.Keys == 2)
+	}
+	if !found {
+		t.Fatalf("namespaces: %+v", nss)
+	}
+	var list struct {
+		Rows []struct {
+			Key     string `json:"key"`
+			Expired bool   `json:"expired"`
+		} `json:"rows"`
+		Truncated bool    `json:"truncated"`
+		NextAfter *string `json:"nextAfter"`
+	}
+	b.call(t, "POST", "/api/v1/resources/kv/list", map[string]any{"namespace": ns, "limit": 1}, &list)
+	if len(list.Rows) != 1 || list.Rows[0].Key != "cfg/a" || !list.Truncated || list.NextAfter == nil {
+		t.Fatalf("list: %+v", list)
+	}
+
+	var del map[string]any
+	b.call(t, "DELETE", "/api/v1/kv/"+ns+"/cfg%2Fa", nil, &del)
+	if del["applied"] != true {
+		t.Fatalf("delete: %+v", del)
+	}
+	b.call(t, "DELETE", "/api/v1/kv/"+ns+"/cfg%2Fa", nil, &del)
+	if del["applied"] != false || del["reason"] != "absent" {
+		t.Fatalf("delete of a missing key: %+v", del)
+	}
+	status, hdr = b.call(t, "GET", "/api/v1/kv/"+ns+"/cfg%2Fa", nil, &got)
+	if status != http.StatusOK || got["found"] != false || hdr.Get("ETag") != "" {
+		t.Fatalf("miss: %d %+v", status, got)
+	}
+}
+
+func TestKVBadInputOverHTTP(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	cases := []struct {
+		name, method, path, body, code string
+	}{
+		{"no expiry", "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + ns + `","key":"k","value":1}]}`, "kv_expiry_not_specified"},
+		{"empty prefix", "POST", "/api/v1/kv", `{"operations":[{"op":"getPrefix","ns":"` + ns + `","prefix":""}]}`, "kv_prefix_required"},
+		{"missing key", "POST", "/api/v1/kv", `{"operations":[{"op":"get","ns":"` + ns + `"}]}`, "kv_bad_request"},
+		{"unknown op", "POST", "/api/v1/kv", `{"operations":[{"op":"scan","ns":"` + ns + `"}]}`, "validation_failed"},
+		{"key in a path body", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"forever":true,"key":"other"}`, "kv_bad_request"},
+		{"path put without expiry", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1}`, "kv_expiry_not_specified"},
+	}
+	for _, c := range cases {
+		var e errorBody
+		status, _ := b.call(t, c.method, c.path, c.body, &e)
+		if status != http.StatusBadRequest || e.Code != c.code {
+			t.Fatalf("%s: %d %+v, want 400 %s", c.name, status, e, c.code)
+		}
+	}
+	var got map[string]any
+	b.call(t, "GET", "/api/v1/kv/"+ns+"/k", nil, &got)
+	if got["found"] != false {
+		t.Fatalf("a rejected request stored the key: %+v", got)
+	}
+}

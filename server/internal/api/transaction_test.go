@@ -1,0 +1,203 @@
+package api
+
+import (
+	"encoding/base64"
+	"net/http"
+	"testing"
+	"time"
+)
+
+type txResultBody struct {
+	TransactionID string `json:"transactionId"`
+	Success       bool   `json:"success"`
+	Reason        string `json:"reason"`
+	Error         string `json:"error"`
+	FailedIndex   *int   `json:"failedIndex"`
+	KvReason      string `json:"kvReason"`
+	Version       *int   `json:"version"`
+	Value         any    `json:"value"`
+	Results       []struct {
+		Index         int     `json:"index"`
+		Type          string  `json:"type"`
+		Success       bool    `json:"success"`
+		TransactionID string  `json:"transactionId"`
+		MessageID     string  `json:"messageId"`
+		QueueName     string  `json:"queueName"`
+		Duplicate     *bool   `json:"duplicate"`
+		Error         *string `json:"error"`
+	} `json:"results"`
+	Kv     []map[string]any `json:"kv"`
+	Timers []map[string]any `json:"timers"`
+}
+
+func TestTransactionPipelineOverHTTP(t *testing.T) {
+	b := newTestBroker(t)
+	orders, invoices, ns := uniqueQueue(t)+"-orders", uniqueQueue(t)+"-invoices", uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": orders, "payload": map[string]any{"orderId": 1}, "transactionId": "order-1"},
+	}}, nil)
+	var popped popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+orders+"?consumerGroup=invoicing&subscriptionMode=all", nil, &popped)
+	if len(popped.Messages) != 1 {
+		t.Fatalf("pop: %+v", popped)
+	}
+	m := popped.Messages[0]
+	bundle := map[string]any{
+		"operations": []map[string]any{
+			{"type": "push", "items": []map[string]any{
+				{"queue": invoices, "data": map[string]any{"orderId": 1, "invoiced": true}, "transactionId": "invoice-1"},
+				{"queue": invoices, "partition": "audit", "transactionId": "audit-1"},
+			}},
+			{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "consumerGroup": "invoicing"},
+			{"type": "push", "queue": invoices, "payload": "flat", "transactionId": "invoice-1"},
+		},
+		"requiredLeases": []string{popped.LeaseID, popped.LeaseID},
+		"kv":             []map[string]any{{"op": "putIfAbsent", "ns": ns, "key": "order-1", "value": "invoiced", "forever": true, "required": true}},
+		"timers":         []map[string]any{{"op": "schedule", "queue": invoices, "timerKey": "remind-1", "delayMs": 3600000}},
+	}
+	var res txResultBody
+	status, _ := b.call(t, "POST", "/api/v1/transaction", bundle, &res)
+	if status != http.StatusOK || !res.Success || res.TransactionID == "" || len(res.Results) != 4 {
+		t.Fatalf("bundle: %d %+v", status, res)
+	}
+	r := res.Results
+	if r[0].Index != 0 || r[0].Type != "push" || r[0].QueueName != invoices || r[0].MessageID == "" || r[1].Index != 0 ||
+		r[2].Index != 1 || r[2].Type != "ack" || !r[2].Success || r[2].Error != nil ||
+		r[3].Index != 2 || r[3].Duplicate == nil || !*r[3].Duplicate || r[3].MessageID != r[0].MessageID {
+		t.Fatalf("results: %+v", r)
+	}
+	if len(res.Kv) != 1 || res.Kv[0]["applied"] != true || len(res.Timers) != 1 || res.Timers[0]["status"] != "scheduled" {
+		t.Fatalf("riders: %+v %+v", res.Kv, res.Timers)
+	}
+	var out popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+invoices+"/partition/Default?batch=10", nil, &out)
+	if len(out.Messages) != 1 || out.Messages[0].TransactionID != "invoice-1" {
+		t.Fatalf("the data alias is the payload; the duplicate was not stored: %+v", out)
+	}
+	var audit struct {
+		Messages []struct{ Data any } `json:"messages"`
+	}
+	b.call(t, "GET", "/api/v1/pop/queue/"+invoices+"/partition/audit", nil, &audit)
+	if len(audit.Messages) != 1 {
+		t.Fatalf("audit: %+v", audit)
+	}
+	if d, ok := audit.Messages[0].Data.(map[string]any); !ok || len(d) != 0 {
+		t.Fatalf("a missing payload is stored as {}: %#v", audit.Messages[0].Data)
+	}
+
+	// The same bundle again (a lost response): the marker aborts it and nothing doubles.
+	var retry txResultBody
+	b.call(t, "POST", "/api/v1/transaction", bundle, &retry)
+	if retry.Success || retry.Reason != "kv_precondition" || retry.FailedIndex == nil || *retry.FailedIndex != 0 ||
+		retry.KvReason != "exists" || retry.Value != "invoiced" || retry.Version == nil || *retry.Version != 1 ||
+		retry.Results == nil || len(retry.Results) != 0 {
+		t.Fatalf("retry: %+v", retry)
+	}
+	status, _ = b.call(t, "GET", "/api/v1/pop/queue/"+invoices+"/partition/Default", nil, nil)
+	if status != http.StatusNoContent {
+		t.Fatalf("the retry stored something: %d", status)
+	}
+}
+
+func TestTransactionRollbackAndBadInputOverHTTP(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1, "transactionId": "dup"}}}, nil)
+	var res txResultBody
+	status, _ := b.call(t, "POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{
+		{"type": "push", "queue": q, "payload": 2, "transactionId": "new"},
+		{"type": "push", "queue": q, "payload": 3, "transactionId": "dup"},
+	}}, &res)
+	if status != http.StatusOK || res.Success || res.Reason != "duplicate" || res.Error == "" || len(res.Results) != 0 {
+		t.Fatalf("duplicate: %d %+v", status, res)
+	}
+	status, _ = b.call(t, "POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{
+		{"type": "push", "queue": q, "transactionId": "later"}},
+		"timers": []map[string]any{{"op": "schedule", "queue": q, "timerKey": "far", "delayMs": 91 * 24 * 3600 * 1000}},
+	}, &res)
+	if status != http.StatusOK || res.Success || res.Reason != "timer_horizon_exceeded" {
+		t.Fatalf("horizon: %d %+v", status, res)
+	}
+	var popped popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, &popped)
+	if len(popped.Messages) != 1 {
+		t.Fatalf("a rolled-back push is visible: %+v", popped)
+	}
+	cases := []struct {
+		name string
+		body string
+		code string
+	}{
+		{"missing operations", `{}`, "validation_failed"},
+		{"kv inside operations", `{"operations":[{"type":"kv"}]}`, "validation_failed"},
+		{"empty bundle", `{"operations":[]}`, CodeBadRequest},
+		{"push without queue", `{"operations":[{"type":"push","payload":1}]}`, CodeBadRequest},
+		{"ack without partition", `{"operations":[{"type":"ack","transactionId":"x"}]}`, CodeBadRequest},
+		{"getPrefix rider", `{"operations":[],"kv":[{"op":"getPrefix","ns":"n","prefix":"p"}]}`, "kv_get_prefix_in_transaction"},
+		{"kv without expiry", `{"operations":[],"kv":[{"op":"put","ns":"n","key":"k","value":1}]}`, "kv_expiry_not_specified"},
+		{"server-owned timer field", `{"operations":[],"timers":[{"op":"schedule","queue":"` + q + `","timerKey":"k","messageId":"x"}]}`, "timers_bad_request"},
+	}
+	for _, c := range cases {
+		var e errorBody
+		status, _ := b.call(t, "POST", "/api/v1/transaction", c.body, &e)
+		if status != http.StatusBadRequest || e.Code != c.code || e.Error == "" {
+			t.Fatalf("%s: %d %+v, want 400 %s", c.name, status, e, c.code)
+		}
+	}
+}
+
+func TestTimersOverHTTP(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	payload := base64.StdEncoding.EncodeToString([]byte(`{"remind":true}`))
+	var sched struct {
+		Results []map[string]any `json:"results"`
+	}
+	status, _ := b.call(t, "POST", "/api/v1/timers", map[string]any{"operations": []map[string]any{
+		{"op": "schedule", "queue": q, "timerKey": "soon", "delayMs": 200, "payload": payload, "txn": "soon-1"},
+		{"op": "schedule", "queue": q, "timerKey": "later/x", "delayMs": 3600000},
+		{"op": "cancel", "queue": q, "timerKey": "none"},
+	}}, &sched)
+	if status != http.StatusOK || len(sched.Results) != 3 || sched.Results[0]["status"] != "scheduled" ||
+		sched.Results[0]["messageId"] == nil || sched.Results[2]["status"] != "absent" || sched.Results[2]["ok"] != false {
+		t.Fatalf("schedule: %d %+v", status, sched)
+	}
+	var one map[string]any
+	b.call(t, "GET", "/api/v1/timers/"+q+"/later%2Fx", nil, &one)
+	if one["found"] != true || one["timerKey"] != "later/x" || one["payload"] != base64.StdEncoding.EncodeToString([]byte(`{}`)) {
+		t.Fatalf("get: %+v", one)
+	}
+	var count map[string]any
+	b.call(t, "GET", "/api/v1/timers/"+q+"?mode=count", nil, &count)
+	if count["count"] != float64(2) {
+		t.Fatalf("count: %+v", count)
+	}
+	var e errorBody
+	status, _ = b.call(t, "POST", "/api/v1/timers", map[string]any{"operations": []map[string]any{
+		{"op": "schedule", "queue": q, "timerKey": "far", "delayMs": 91 * 24 * 3600 * 1000}}}, &e)
+	if status != http.StatusForbidden || e.Code != "timer_horizon_exceeded" {
+		t.Fatalf("horizon: %d %+v", status, e)
+	}
+	status, _ = b.call(t, "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"`+q+`","timerKey":"k","_tenant":"x"}]}`, &e)
+	if status != http.StatusBadRequest || e.Code != "timers_bad_request" {
+		t.Fatalf("server-owned field: %d %+v", status, e)
+	}
+
+	b.Engine.StartTimers(50 * time.Millisecond)
+	var popped popBody
+	status, _ = b.call(t, "GET", "/api/v1/pop/queue/"+q+"?wait=true&timeout=3000", nil, &popped)
+	if status != http.StatusOK || len(popped.Messages) != 1 || popped.Messages[0].TransactionID != "soon-1" ||
+		popped.Messages[0].ID != sched.Results[0]["messageId"] {
+		t.Fatalf("fired timer: %d %+v", status, popped)
+	}
+	var cancelled map[string]any
+	b.call(t, "DELETE", "/api/v1/timers/"+q+"/later%2Fx", nil, &cancelled)
+	if cancelled["status"] != "cancelled" || cancelled["ok"] != true {
+		t.Fatalf("cancel: %+v", cancelled)
+	}
+	var list map[string]any
+	b.call(t, "GET", "/api/v1/timers/"+q, nil, &list)
+	if rows, _ := list["rows"].([]any); len(rows) != 0 {
+		t.Fatalf("list after fire and cancel: %+v", list)
+	}
+}
