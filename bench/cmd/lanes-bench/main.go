@@ -1,352 +1,343 @@
-// Command lanes-bench drives a running lanes broker over HTTP and reports
-// throughput and latency per scenario.
+// Command lanes-bench is the Lanes benchmark harness. By default it starts its
+// own durable PostgreSQL (scripts/pg.sh on a private port, fsync on) and its
+// own broker from bin/lanes, then measures in one run:
 //
-//	go run ./bench/cmd/lanes-bench -url http://127.0.0.1:6632 -scenarios push-b1,push-b100,popack,wake
+//   - Lanes over HTTP: push batch 1 × 64 producers and batch 100 × 8, pop
+//     batch 100 + ack in queue mode and with 10 consumer groups, open-loop
+//     end-to-end latency, long-poll wake-up, partition scale with 1% busy and
+//     the pipeline handoff through POST /api/v1/transaction;
+//   - the ceiling: PostgreSQL alone doing the equivalent durable writes (pgx);
+//   - the peer: the same produce-and-consume workload through River.
+//
+// Every run writes results.json, results.md and PNG charts into -out.
+//
+//	make build && go run ./bench/cmd/lanes-bench -short          # what `make bench` runs
+//	go run ./bench/cmd/lanes-bench -out docs/benchmarks -profile  # the documented run
 package main
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"flag"
 	"fmt"
-	"io"
 	"net/http"
 	"os"
-	"sort"
+	"path/filepath"
+	"strconv"
 	"strings"
-	"sync"
-	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 type options struct {
-	url       string
-	duration  time.Duration
-	scenarios []string
-	jsonOut   string
+	short        bool
+	duration     time.Duration
+	scenarios    map[string]bool
+	partitions   []int
+	rate         float64
+	url          string
+	pgURL        string
+	pgPort       int
+	pgDir        string
+	pgFast       bool
+	brokerBin    string
+	brokerPort   int
+	pprofAddr    string
+	out          string
+	jsonOut      string
+	profile      bool
+	sharedN      int
+	riverWorkers int
+	txnBacklog   int
 }
 
-// result is one scenario's figures.
-type result struct {
-	Scenario    string             `json:"scenario"`
-	Messages    int64              `json:"messages"`
-	Seconds     float64            `json:"seconds"`
-	MsgPerSec   float64            `json:"msgPerSec"`
-	LatencyMs   map[string]float64 `json:"latencyMs,omitempty"`
-	Lost        int64              `json:"lost"`
-	Duplicated  int64              `json:"duplicated"`
-	Description string             `json:"description"`
+// harness holds what every scenario shares.
+type harness struct {
+	o          options
+	root       string
+	http       *http.Client
+	runID      int64
+	broker     *broker
+	brokerURL  string
+	pgPID      int
+	admin      *pgxpool.Pool
+	lanesPool  *pgxpool.Pool
+	lanesDB    string
+	ceilingDB  string
+	ceilingURL string
+	riverDB    string
+	riverURL   string
 }
+
+// Run is the JSON document of one run.
+type Run struct {
+	Started         time.Time         `json:"started"`
+	Command         string            `json:"command"`
+	Short           bool              `json:"short"`
+	Machine         map[string]string `json:"machine"`
+	PostgreSQL      map[string]string `json:"postgresql"`
+	BrokerCommit    string            `json:"brokerCommit"`
+	BrokerSettings  string            `json:"brokerSettings"`
+	LoadAvgStart    float64           `json:"loadAvgStart"`
+	LoadAvgEnd      float64           `json:"loadAvgEnd"`
+	BrokerPeakRSSMB float64           `json:"brokerPeakRssMb"`
+	Seconds         float64           `json:"seconds"`
+	Results         []Result          `json:"results"`
+	Targets         []Target          `json:"targets"`
+}
+
+const allScenarios = "ceiling-b1,ceiling-b100,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
 
 func main() {
 	var o options
-	var scenarios string
-	flag.StringVar(&o.url, "url", "http://127.0.0.1:6632", "broker URL")
-	flag.DurationVar(&o.duration, "duration", 10*time.Second, "length of each timed scenario")
-	flag.StringVar(&scenarios, "scenarios", "push-b1,push-b100,popack,wake", "comma-separated scenarios")
-	flag.StringVar(&o.jsonOut, "json", "", "write results as JSON to this file")
-	short := flag.Bool("short", false, "3 s per scenario")
+	var scenarios, partitions string
+	flag.BoolVar(&o.short, "short", false, "short run (3 s windows, smaller backlogs): what `make bench` runs")
+	flag.DurationVar(&o.duration, "duration", 0, "length of each timed window (default 10s, 3s with -short)")
+	flag.StringVar(&scenarios, "scenarios", allScenarios, "comma-separated scenarios")
+	flag.StringVar(&partitions, "partitions", "1,100,10000,100000", "partition counts of the partition-scale scenario")
+	flag.Float64Var(&o.rate, "rate", 1000, "offered rate (msg/s) of the open-loop latency scenario")
+	flag.StringVar(&o.url, "url", "", "use this running broker instead of starting bin/lanes (no CPU/RSS/profiles then)")
+	flag.StringVar(&o.pgURL, "pg-url", "", "use this PostgreSQL (a superuser URL) instead of starting one with scripts/pg.sh")
+	flag.IntVar(&o.pgPort, "pg-port", 54339, "port of the harness's own PostgreSQL cluster")
+	flag.StringVar(&o.pgDir, "pg-dir", "/tmp/lanes-bench-pg", "directory of the harness's own PostgreSQL cluster")
+	flag.BoolVar(&o.pgFast, "pg-fast", false, "fsync off (NOT for reported numbers)")
+	flag.StringVar(&o.brokerBin, "broker-bin", "", "broker binary (default <repo>/bin/lanes, built by `make build`)")
+	flag.IntVar(&o.brokerPort, "broker-port", 6699, "HTTP port of the broker the harness starts")
+	flag.StringVar(&o.pprofAddr, "pprof-addr", "127.0.0.1:6071", "pprof address of the broker the harness starts")
+	flag.StringVar(&o.out, "out", "", "output directory for results.json, results.md and charts (default <repo>/bench/results/latest)")
+	flag.StringVar(&o.jsonOut, "json", "", "also write the run's JSON to this file")
+	flag.BoolVar(&o.profile, "profile", false, "capture broker CPU and allocation profiles of each Lanes throughput window into <out>/profiles")
+	flag.IntVar(&o.sharedN, "shared-n", 0, "messages of the Lanes-vs-River shared workload (default 100000, 20000 with -short)")
+	flag.IntVar(&o.riverWorkers, "river-workers", 200, "River MaxWorkers of the shared workload")
+	flag.IntVar(&o.txnBacklog, "txn-backlog", 0, "stage-A backlog of the pipeline handoff (default 10000, 2000 with -short)")
 	flag.Parse()
-	if *short {
-		o.duration = 3 * time.Second
+	if o.duration == 0 {
+		o.duration = 10 * time.Second
+		if o.short {
+			o.duration = 3 * time.Second
+		}
 	}
-	o.scenarios = strings.Split(scenarios, ",")
-	client := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256, MaxIdleConns: 256}, Timeout: time.Minute}
-	b := &bench{o: o, http: client, run: time.Now().UnixNano()}
-	var results []result
-	for _, s := range o.scenarios {
-		var r result
-		var err error
-		switch s {
-		case "push-b1":
-			r, err = b.push("push-b1", 64, 1)
-		case "push-b100":
-			r, err = b.push("push-b100", 8, 100)
-		case "popack":
-			r, err = b.popAck()
-		case "wake":
-			r, err = b.wake()
-		default:
-			err = fmt.Errorf("unknown scenario %q", s)
+	if o.sharedN == 0 {
+		o.sharedN = 100000
+		if o.short {
+			o.sharedN = 20000
 		}
+	}
+	if o.txnBacklog == 0 {
+		o.txnBacklog = 10000
+		if o.short {
+			o.txnBacklog = 2000
+		}
+	}
+	o.scenarios = map[string]bool{}
+	for _, s := range strings.Split(scenarios, ",") {
+		if s = strings.TrimSpace(s); s != "" {
+			if !strings.Contains(","+allScenarios+",", ","+s+",") {
+				fatalf("unknown scenario %q (known: %s)", s, allScenarios)
+			}
+			o.scenarios[s] = true
+		}
+	}
+	for _, p := range strings.Split(partitions, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(p))
+		if err != nil || n < 1 {
+			fatalf("bad -partitions entry %q", p)
+		}
+		o.partitions = append(o.partitions, n)
+	}
+	root, err := repoRoot()
+	if err != nil {
+		fatalf("%v", err)
+	}
+	if o.brokerBin == "" {
+		o.brokerBin = filepath.Join(root, "bin", "lanes")
+	}
+	if o.out == "" {
+		o.out = filepath.Join(root, "bench", "results", "latest")
+	}
+	if err := os.MkdirAll(o.out, 0o755); err != nil {
+		fatalf("%v", err)
+	}
+	h := &harness{o: o, root: root, runID: time.Now().Unix(),
+		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxIdleConns: 2048, IdleConnTimeout: time.Minute}, Timeout: 2 * time.Minute}}
+	code := h.run()
+	os.Exit(code)
+}
+
+func fatalf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "lanes-bench: "+format+"\n", args...)
+	os.Exit(2)
+}
+
+func logf(format string, args ...any) {
+	fmt.Fprintf(os.Stderr, "%s lanes-bench: %s\n", time.Now().Format("15:04:05"), fmt.Sprintf(format, args...))
+}
+
+func (h *harness) run() int {
+	ctx := context.Background()
+	o := h.o
+	run := Run{Started: time.Now(), Command: "go run ./bench/cmd/lanes-bench " + strings.Join(os.Args[1:], " "), Short: o.short,
+		Machine: machineInfo(), LoadAvgStart: loadAvg(), BrokerCommit: gitDescribe(h.root)}
+	t0 := time.Now()
+
+	// PostgreSQL
+	adminURL := o.pgURL
+	if adminURL == "" {
+		logf("starting PostgreSQL (scripts/pg.sh, port %d, dir %s, fsync %v)", o.pgPort, o.pgDir, !o.pgFast)
+		u, pid, err := startPostgres(h.root, o.pgPort, o.pgDir, o.pgFast)
 		if err != nil {
-			fmt.Fprintf(os.Stderr, "%s: %v\n", s, err)
-			os.Exit(1)
+			fatalf("%v", err)
 		}
-		results = append(results, r)
+		adminURL, h.pgPID = u, pid
+	}
+	var err error
+	if h.admin, err = newPool(ctx, adminURL, 4); err != nil {
+		fatalf("postgres: %v", err)
+	}
+	defer h.admin.Close()
+	run.PostgreSQL = pgSettings(ctx, h.admin)
+	if run.PostgreSQL["fsync"] != "on" || run.PostgreSQL["synchronous_commit"] != "on" {
+		logf("WARNING: fsync=%s synchronous_commit=%s: these numbers are not durable-commit numbers", run.PostgreSQL["fsync"], run.PostgreSQL["synchronous_commit"])
+	}
+	h.lanesDB, h.ceilingDB, h.riverDB = "lanes_bench", "lanes_bench_ceiling", "lanes_bench_river"
+	for _, db := range []string{h.lanesDB, h.ceilingDB, h.riverDB} {
+		if o.url != "" && db == h.lanesDB {
+			continue // the external broker owns its database
+		}
+		if err := recreateDatabase(ctx, adminURL, db); err != nil {
+			fatalf("create database %s: %v", db, err)
+		}
+	}
+	h.ceilingURL, h.riverURL = withDatabase(adminURL, h.ceilingDB), withDatabase(adminURL, h.riverDB)
+
+	// broker
+	if o.url != "" {
+		h.brokerURL = o.url
+		run.BrokerSettings = "external broker at " + o.url
+	} else {
+		logf("starting broker %s on :%d (pprof %s)", o.brokerBin, o.brokerPort, o.pprofAddr)
+		spool := filepath.Join(os.TempDir(), fmt.Sprintf("lanes-bench-spool-%d", h.runID))
+		b, err := startBroker(o.brokerBin, withDatabase(adminURL, h.lanesDB), o.brokerPort, o.pprofAddr, filepath.Join(o.out, "broker.log"), spool)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		defer b.stop()
+		defer os.RemoveAll(spool)
+		h.broker, h.brokerURL = b, b.url
+		run.BrokerSettings = "defaults (LANES_DB_POOL_SIZE=20, LANES_PUSH_COMMITTERS=4, LANES_POP_AUTOPILOT=on), LANES_LOG_LEVEL=warn"
+	}
+	if h.lanesPool, err = newPool(ctx, withDatabase(adminURL, h.lanesDB), 4); err != nil {
+		fatalf("%v", err)
+	}
+	defer h.lanesPool.Close()
+
+	failed := false
+	add := func(r Result, err error) {
+		if err != nil {
+			failed = true
+			r.Available = false
+			if r.Note == "" {
+				r.Note = "error: " + err.Error()
+			} else {
+				r.Note += "; error: " + err.Error()
+			}
+			logf("%s (%s) FAILED: %v", r.Scenario, r.System, err)
+		}
+		run.Results = append(run.Results, r)
 		printResult(r)
 	}
+	step := func(name string, f func() (Result, error)) {
+		if !o.scenarios[name] {
+			return
+		}
+		logf("scenario %s (load %.2f)", name, loadAvg())
+		r, err := f()
+		if r.Scenario == "" {
+			r.Scenario, r.System = name, systemOf(name)
+		}
+		add(r, err)
+	}
+	step("ceiling-b100", func() (Result, error) { return h.ceilingScenario("ceiling-b100", 8, 100) })
+	step("ceiling-b1", func() (Result, error) { return h.ceilingScenario("ceiling-b1", 64, 1) })
+	step("push-b1", func() (Result, error) { return h.pushScenario("push-b1", 64, 1) })
+	step("push-b100", func() (Result, error) { return h.pushScenario("push-b100", 8, 100) })
+	per := 4000
+	fan := 1000
+	if o.short {
+		per, fan = 1500, 300
+	}
+	step("consume-queue", func() (Result, error) { return h.consumeScenario("consume-queue", 0, 8, 16, per) })
+	step("consume-fanout", func() (Result, error) { return h.consumeScenario("consume-fanout", 10, 2, 8, fan) })
+	step("latency", func() (Result, error) { return h.latencyScenario(o.rate) })
+	step("wake", h.wakeScenario)
+	if o.scenarios["parts"] {
+		for _, n := range o.partitions {
+			logf("scenario parts-%d (load %.2f)", n, loadAvg())
+			r, err := h.partitionScenario(n)
+			if r.Scenario == "" {
+				r.Scenario, r.System, r.Partitions = fmt.Sprintf("parts-%d", n), "lanes", n
+			}
+			add(r, err)
+		}
+	}
+	step("txn", h.txnScenario)
+	step("shared-lanes", func() (Result, error) { return h.sharedLanes(o.sharedN) })
+	step("shared-river", func() (Result, error) { return h.sharedRiver(o.sharedN) })
+
+	if h.broker != nil {
+		run.BrokerPeakRSSMB = float64(procStatusKB(h.broker.pid, "VmHWM")) / 1024
+	}
+	run.LoadAvgEnd = loadAvg()
+	run.Seconds = time.Since(t0).Seconds()
+	applyRatios(run.Results)
+	run.Targets = evaluateTargets(&run)
+
+	buf, _ := json.MarshalIndent(run, "", "  ")
+	write := func(path string, data []byte) {
+		if err := os.WriteFile(path, data, 0o644); err != nil {
+			logf("write %s: %v", path, err)
+			failed = true
+		}
+	}
+	write(filepath.Join(o.out, "results.json"), buf)
 	if o.jsonOut != "" {
-		buf, _ := json.MarshalIndent(results, "", "  ")
-		if err := os.WriteFile(o.jsonOut, buf, 0o644); err != nil {
-			fmt.Fprintln(os.Stderr, err)
-			os.Exit(1)
-		}
+		write(o.jsonOut, buf)
 	}
+	md := markdown(&run)
+	write(filepath.Join(o.out, "results.md"), []byte(md))
+	if err := writeCharts(&run, o.out); err != nil {
+		logf("charts: %v", err)
+		failed = true
+	}
+	fmt.Println()
+	fmt.Println(md)
+	logf("done in %.0f s; results in %s", run.Seconds, o.out)
+	if failed {
+		return 1
+	}
+	return 0
 }
 
-func printResult(r result) {
-	fmt.Printf("%-10s %10.0f msg/s  (%d msgs in %.1fs)  lost=%d dup=%d", r.Scenario, r.MsgPerSec, r.Messages, r.Seconds, r.Lost, r.Duplicated)
-	if len(r.LatencyMs) > 0 {
-		keys := make([]string, 0, len(r.LatencyMs))
-		for k := range r.LatencyMs {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			fmt.Printf(" %s=%.2fms", k, r.LatencyMs[k])
-		}
+func systemOf(name string) string {
+	switch {
+	case strings.HasPrefix(name, "ceiling"):
+		return "postgres"
+	case name == "shared-river":
+		return "river"
 	}
-	fmt.Printf("  — %s\n", r.Description)
+	return "lanes"
 }
 
-type bench struct {
-	o    options
-	http *http.Client
-	run  int64
-}
-
-func (b *bench) queue(name string) string { return fmt.Sprintf("bench-%s-%d", name, b.run) }
-
-func (b *bench) do(ctx context.Context, method, path string, body any, out any) (int, error) {
-	var rd io.Reader
-	if body != nil {
-		buf, err := json.Marshal(body)
-		if err != nil {
-			return 0, err
-		}
-		rd = bytes.NewReader(buf)
+func printResult(r Result) {
+	if !r.Available {
+		fmt.Printf("%-15s %-8s %s\n", r.Scenario, r.System, r.Note)
+		return
 	}
-	req, err := http.NewRequestWithContext(ctx, method, b.o.url+path, rd)
-	if err != nil {
-		return 0, err
+	fmt.Printf("%-15s %-8s %10.0f msg/s  (%d in %.1fs)  lost=%d dup=%d  broker %.2f cores %.0f MB  pg %.2f cores %.0f commits/s",
+		r.Scenario, r.System, r.MsgPerSec, r.Messages, r.Seconds, r.Lost, r.Duplicated, r.BrokerCPUCores, r.BrokerPeakRSSMB, r.PGCPUCores, r.PGCommitsPerSec)
+	if l := r.LatencyMs; l != nil {
+		fmt.Printf("  p50=%.2fms p99=%.2fms p999=%.2fms", l["p50"], l["p99"], l["p999"])
 	}
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := b.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if resp.StatusCode >= 300 {
-		return resp.StatusCode, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-	}
-	if out != nil && len(raw) > 0 {
-		return resp.StatusCode, json.Unmarshal(raw, out)
-	}
-	return resp.StatusCode, nil
-}
-
-type pushItem struct {
-	Queue         string `json:"queue"`
-	Partition     string `json:"partition"`
-	TransactionID string `json:"transactionId"`
-	Payload       any    `json:"payload"`
-}
-
-type pushResult struct {
-	Status string `json:"status"`
-}
-
-// push runs producers concurrent producers, each pushing batch-sized requests
-// to its own partition for the scenario's duration.
-func (b *bench) push(name string, producers, batch int) (result, error) {
-	q := b.queue(name)
-	ctx, cancel := context.WithTimeout(context.Background(), b.o.duration)
-	defer cancel()
-	var sent atomic.Int64
-	var firstErr atomic.Value
-	lat := newRecorder()
-	var wg sync.WaitGroup
-	start := time.Now()
-	for p := 0; p < producers; p++ {
-		wg.Add(1)
-		go func(p int) {
-			defer wg.Done()
-			for seq := 0; ctx.Err() == nil; seq++ {
-				items := make([]pushItem, batch)
-				for i := range items {
-					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("%d-%d-%d", p, seq, i),
-						Payload: map[string]any{"producer": p, "seq": seq, "i": i, "body": "0123456789abcdef0123456789abcdef"}}
-				}
-				var res []pushResult
-				t0 := time.Now()
-				if _, err := b.do(context.Background(), "POST", "/api/v1/push", map[string]any{"items": items}, &res); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				lat.add(time.Since(t0))
-				for _, r := range res {
-					if r.Status == "queued" {
-						sent.Add(1)
-					}
-				}
-			}
-		}(p)
-	}
-	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
-	}
-	return result{Scenario: name, Messages: sent.Load(), Seconds: elapsed, MsgPerSec: float64(sent.Load()) / elapsed,
-		LatencyMs:   lat.percentiles(),
-		Description: fmt.Sprintf("%d producers × batch %d, one partition each, request latency", producers, batch)}, nil
-}
-
-type popResponse struct {
-	LeaseID  string `json:"leaseId"`
-	Messages []struct {
-		TransactionID string `json:"transactionId"`
-		PartitionID   string `json:"partitionId"`
-	} `json:"messages"`
-}
-
-// popAck preloads a backlog over 16 partitions, then drains it with 8
-// consumers popping batch 100 and acking each batch; it checks every message
-// arrives exactly once.
-func (b *bench) popAck() (result, error) {
-	q := b.queue("popack")
-	const partitions, perPartition, batch = 16, 2000, 100
-	ctx := context.Background()
-	var wg sync.WaitGroup
-	errs := make(chan error, partitions)
-	for p := 0; p < partitions; p++ {
-		wg.Add(1)
-		go func(p int) {
-			defer wg.Done()
-			for off := 0; off < perPartition; off += batch {
-				items := make([]pushItem, batch)
-				for i := range items {
-					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("p%d-%d", p, off+i), Payload: map[string]int{"n": off + i}}
-				}
-				if _, err := b.do(ctx, "POST", "/api/v1/push", map[string]any{"items": items}, nil); err != nil {
-					errs <- err
-					return
-				}
-			}
-		}(p)
-	}
-	wg.Wait()
-	close(errs)
-	if err := <-errs; err != nil {
-		return result{}, err
-	}
-	total := int64(partitions * perPartition)
-	var mu sync.Mutex
-	seen := make(map[string]int, total)
-	var consumed atomic.Int64
-	var firstErr atomic.Value
-	start := time.Now()
-	for c := 0; c < 8; c++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for consumed.Load() < total {
-				var pop popResponse
-				status, err := b.do(ctx, "GET", fmt.Sprintf("/api/v1/pop/queue/%s?batch=%d&wait=true&timeout=1000", q, batch), nil, &pop)
-				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				if status == http.StatusNoContent {
-					continue
-				}
-				acks := make([]map[string]string, len(pop.Messages))
-				mu.Lock()
-				for i, m := range pop.Messages {
-					seen[m.TransactionID]++
-					acks[i] = map[string]string{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": pop.LeaseID, "status": "completed"}
-				}
-				mu.Unlock()
-				if _, err := b.do(ctx, "POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": acks}, nil); err != nil {
-					firstErr.CompareAndSwap(nil, err)
-					return
-				}
-				consumed.Add(int64(len(pop.Messages)))
-			}
-		}()
-	}
-	wg.Wait()
-	elapsed := time.Since(start).Seconds()
-	if err, _ := firstErr.Load().(error); err != nil {
-		return result{}, err
-	}
-	var dup int64
-	for _, n := range seen {
-		if n > 1 {
-			dup += int64(n - 1)
-		}
-	}
-	return result{Scenario: "popack", Messages: total, Seconds: elapsed, MsgPerSec: float64(total) / elapsed,
-		Lost: total - int64(len(seen)), Duplicated: dup,
-		Description: "8 consumers, queue mode, pop batch 100 + ack batch, 16 partitions × 2000 backlog"}, nil
-}
-
-// wake measures push→delivery latency of a parked long-poll pop: a consumer is
-// parked, a producer pushes one message, the time until the pop returns is recorded.
-func (b *bench) wake() (result, error) {
-	q := b.queue("wake")
-	ctx := context.Background()
-	if _, err := b.do(ctx, "GET", "/api/v1/pop/queue/"+q, nil, nil); err != nil {
-		return result{}, err
-	}
-	lat := newRecorder()
-	rounds := int(b.o.duration / (60 * time.Millisecond))
-	for i := 0; i < rounds; i++ {
-		got := make(chan time.Time, 1)
-		errc := make(chan error, 1)
-		go func() {
-			var pop popResponse
-			_, err := b.do(ctx, "GET", "/api/v1/pop/queue/"+q+"?wait=true&timeout=5000&autoAck=true", nil, &pop)
-			if err == nil && len(pop.Messages) == 0 {
-				err = fmt.Errorf("parked pop returned empty")
-			}
-			got <- time.Now()
-			errc <- err
-		}()
-		time.Sleep(50 * time.Millisecond) // let the pop park
-		t0 := time.Now()
-		if _, err := b.do(ctx, "POST", "/api/v1/push", map[string]any{"items": []pushItem{{Queue: q, Partition: "p", TransactionID: fmt.Sprintf("w%d", i), Payload: i}}}, nil); err != nil {
-			return result{}, err
-		}
-		delivered := <-got
-		if err := <-errc; err != nil {
-			return result{}, err
-		}
-		lat.add(delivered.Sub(t0))
-	}
-	return result{Scenario: "wake", Messages: int64(rounds), LatencyMs: lat.percentiles(),
-		Description: "push→delivery of a parked long-poll pop (includes the push's own commit)"}, nil
-}
-
-type recorder struct {
-	mu sync.Mutex
-	d  []time.Duration
-}
-
-func newRecorder() *recorder { return &recorder{} }
-
-func (r *recorder) add(d time.Duration) {
-	r.mu.Lock()
-	r.d = append(r.d, d)
-	r.mu.Unlock()
-}
-
-func (r *recorder) percentiles() map[string]float64 {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	if len(r.d) == 0 {
-		return nil
-	}
-	sort.Slice(r.d, func(i, j int) bool { return r.d[i] < r.d[j] })
-	at := func(p float64) float64 {
-		i := int(p * float64(len(r.d)-1))
-		return float64(r.d[i].Microseconds()) / 1000
-	}
-	return map[string]float64{"p50": at(0.50), "p99": at(0.99), "p999": at(0.999)}
+	fmt.Println()
 }

@@ -1,0 +1,183 @@
+package main
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/plotutil"
+	"gonum.org/v1/plot/vg"
+)
+
+var (
+	colLanes   = color.RGBA{R: 0x1f, G: 0x77, B: 0xb4, A: 0xff}
+	colCeiling = color.RGBA{R: 0x7f, G: 0x7f, B: 0x7f, A: 0xff}
+	colRiver   = color.RGBA{R: 0xd6, G: 0x27, B: 0x28, A: 0xff}
+)
+
+// writeCharts draws throughput.png, latency.png and partitions.png into dir.
+func writeCharts(run *Run, dir string) error {
+	if err := throughputChart(run, filepath.Join(dir, "throughput.png")); err != nil {
+		return err
+	}
+	if err := latencyChart(run, filepath.Join(dir, "latency.png")); err != nil {
+		return err
+	}
+	return partitionsChart(run, filepath.Join(dir, "partitions.png"))
+}
+
+func msgRate(rs []Result, scenario, system string) float64 {
+	if r := find(rs, scenario, system); r != nil {
+		return r.MsgPerSec
+	}
+	return 0
+}
+
+// throughputChart: Lanes per scenario beside its PostgreSQL ceiling and River.
+func throughputChart(run *Run, path string) error {
+	rs := run.Results
+	type row struct {
+		label                 string
+		lanes, ceiling, river float64
+	}
+	rows := []row{
+		{"push b1×64", msgRate(rs, "push-b1", "lanes"), msgRate(rs, "ceiling-b1", "postgres"), 0},
+		{"push b100×8", msgRate(rs, "push-b100", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
+		{"pop+ack queue", msgRate(rs, "consume-queue", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
+		{"pop+ack 10 groups", msgRate(rs, "consume-fanout", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
+		{"produce+consume", msgRate(rs, "shared", "lanes"), 0, msgRate(rs, "shared", "river")},
+	}
+	p := plot.New()
+	p.Title.Text = "Throughput (msg/s), fsync on"
+	p.Y.Label.Text = "messages per second"
+	w := vg.Points(14)
+	var lanes, ceiling, river plotter.Values
+	var names []string
+	for _, r := range rows {
+		lanes, ceiling, river = append(lanes, r.lanes), append(ceiling, r.ceiling), append(river, r.river)
+		names = append(names, r.label)
+	}
+	bl, err := plotter.NewBarChart(lanes, w)
+	if err != nil {
+		return err
+	}
+	bl.Color, bl.LineStyle.Width, bl.Offset = colLanes, 0, -w
+	bc, err := plotter.NewBarChart(ceiling, w)
+	if err != nil {
+		return err
+	}
+	bc.Color, bc.LineStyle.Width = colCeiling, 0
+	br, err := plotter.NewBarChart(river, w)
+	if err != nil {
+		return err
+	}
+	br.Color, br.LineStyle.Width, br.Offset = colRiver, 0, w
+	p.Add(bl, bc, br, plotter.NewGrid())
+	p.Legend.Add("Lanes", bl)
+	p.Legend.Add("PostgreSQL ceiling (pgx, no HTTP)", bc)
+	p.Legend.Add("River", br)
+	p.Legend.Top = true
+	p.NominalX(names...)
+	p.Y.Min = 0
+	return p.Save(9*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// latencyChart: p50/p99/p999 of the open-loop end-to-end run, the wake-up and the push round trips.
+func latencyChart(run *Run, path string) error {
+	type row struct {
+		label string
+		lat   map[string]float64
+	}
+	var rows []row
+	add := func(label, scenario string, alt bool) {
+		if r := find(run.Results, scenario, "lanes"); r != nil {
+			l := r.LatencyMs
+			if alt {
+				l = r.AltLatencyMs
+			}
+			if l != nil {
+				rows = append(rows, row{label, l})
+			}
+		}
+	}
+	if r := find(run.Results, "latency", "lanes"); r != nil {
+		add(fmt.Sprintf("e2e open loop %.0f/s", r.OfferedRate), "latency", false)
+	}
+	add("wake-up (push sent)", "wake", false)
+	add("wake-up (push answered)", "wake", true)
+	add("push b1 round trip", "push-b1", false)
+	add("push b100 round trip", "push-b100", false)
+	add("txn round trip", "txn", false)
+	p := plot.New()
+	p.Title.Text = "Latency percentiles (ms)"
+	p.Y.Label.Text = "milliseconds"
+	w := vg.Points(12)
+	var names []string
+	for _, r := range rows {
+		names = append(names, r.label)
+	}
+	for i, q := range []string{"p50", "p99", "p999"} {
+		var v plotter.Values
+		for _, r := range rows {
+			v = append(v, math.Max(r.lat[q], 0))
+		}
+		if len(v) == 0 {
+			v = append(v, 0)
+		}
+		b, err := plotter.NewBarChart(v, w)
+		if err != nil {
+			return err
+		}
+		b.Color, b.LineStyle.Width, b.Offset = plotutil.Color(i), 0, vg.Length(i-1)*w
+		p.Add(b)
+		p.Legend.Add(q, b)
+	}
+	p.Add(plotter.NewGrid())
+	p.Legend.Top = true
+	if len(names) > 0 {
+		p.NominalX(names...)
+	}
+	p.Y.Min = 0
+	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
+}
+
+// partitionsChart: acked and pushed msg/s against the partition count (log x).
+func partitionsChart(run *Run, path string) error {
+	var acked, pushed plotter.XYs
+	for _, r := range run.Results {
+		if r.Partitions > 0 && r.Available && r.System == "lanes" {
+			acked = append(acked, plotter.XY{X: float64(r.Partitions), Y: r.MsgPerSec})
+			pushed = append(pushed, plotter.XY{X: float64(r.Partitions), Y: r.PushedPerSec})
+		}
+	}
+	p := plot.New()
+	p.Title.Text = "Throughput vs partitions (1% busy)"
+	p.X.Label.Text = "partitions (log)"
+	p.Y.Label.Text = "messages per second"
+	p.Add(plotter.NewGrid())
+	if len(acked) > 0 {
+		p.X.Scale = plot.LogScale{}
+		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
+		if err := plotutil.AddLinePoints(p, "acked (pop+ack)", acked, "pushed", pushed); err != nil {
+			return err
+		}
+		if c := msgRate(run.Results, "ceiling-b100", "postgres"); c > 0 {
+			line := plotter.XYs{{X: acked[0].X, Y: c}, {X: acked[len(acked)-1].X, Y: c}}
+			l, err := plotter.NewLine(line)
+			if err != nil {
+				return err
+			}
+			l.Color = colCeiling
+			l.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
+			p.Add(l)
+			p.Legend.Add("PostgreSQL ceiling b100", l)
+		}
+	}
+	p.Y.Min = 0
+	p.Legend.Top = true
+	p.Legend.Left = true
+	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)
+}

@@ -1,0 +1,511 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// payloadBody pads every benchmark message to about 100 bytes of JSON.
+const payloadBody = "0123456789abcdef0123456789abcdef0123456789abcdef0123456789"
+
+type pushItem struct {
+	Queue         string `json:"queue"`
+	Partition     string `json:"partition"`
+	TransactionID string `json:"transactionId"`
+	Payload       any    `json:"payload"`
+}
+
+type benchPayload struct {
+	Seq  int64  `json:"seq"`
+	Body string `json:"body"`
+}
+
+type pushResult struct {
+	Status string `json:"status"`
+	Error  string `json:"error"`
+}
+
+type popMessage struct {
+	TransactionID string          `json:"transactionId"`
+	PartitionID   string          `json:"partitionId"`
+	Data          json.RawMessage `json:"data"`
+}
+
+type popResponse struct {
+	LeaseID  string       `json:"leaseId"`
+	Messages []popMessage `json:"messages"`
+}
+
+type ackItem struct {
+	TransactionID string `json:"transactionId"`
+	PartitionID   string `json:"partitionId"`
+	LeaseID       string `json:"leaseId,omitempty"`
+	Status        string `json:"status"`
+}
+
+// httpError is a non-2xx answer.
+type httpError struct {
+	status int
+	msg    string
+}
+
+func (e *httpError) Error() string { return e.msg }
+
+func (h *harness) do(ctx context.Context, method, path string, body any, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		buf, err := json.Marshal(body)
+		if err != nil {
+			return 0, err
+		}
+		rd = bytes.NewReader(buf)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, h.brokerURL+path, rd)
+	if err != nil {
+		return 0, err
+	}
+	if body != nil {
+		req.Header.Set("Content-Type", "application/json")
+	}
+	resp, err := h.http.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	defer resp.Body.Close()
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return resp.StatusCode, err
+	}
+	if resp.StatusCode >= 300 {
+		return resp.StatusCode, &httpError{resp.StatusCode, fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(raw))}
+	}
+	if out != nil && len(raw) > 0 {
+		return resp.StatusCode, json.Unmarshal(raw, out)
+	}
+	return resp.StatusCode, nil
+}
+
+func (h *harness) queue(name string) string { return fmt.Sprintf("bench-%s-%d", name, h.runID) }
+
+// pushItems pushes items and counts the queued ones; any other status is an error.
+func (h *harness) pushItems(ctx context.Context, items []pushItem) (int, error) {
+	var res []pushResult
+	if _, err := h.do(ctx, http.MethodPost, "/api/v1/push", map[string]any{"items": items}, &res); err != nil {
+		return 0, err
+	}
+	n := 0
+	for _, r := range res {
+		switch r.Status {
+		case "queued":
+			n++
+		default:
+			return n, fmt.Errorf("push item status %q %s", r.Status, r.Error)
+		}
+	}
+	return n, nil
+}
+
+// storedMessages counts the messages the log holds for queue (straight from PostgreSQL),
+// the check behind "lost" and "duplicated" of push scenarios.
+func (h *harness) storedMessages(ctx context.Context, queue string) (int64, error) {
+	var n int64
+	err := h.lanesPool.QueryRow(ctx, `SELECT coalesce(sum(s.end_offset - s.base_offset + 1), 0)::bigint
+		FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE q.name = $1`, queue).Scan(&n)
+	return n, err
+}
+
+// pushScenario runs producers concurrent producers, each pushing batch-sized
+// requests to its own partition for the scenario's duration (closed loop).
+func (h *harness) pushScenario(name string, producers, batch int) (Result, error) {
+	q := h.queue(name)
+	ctx := context.Background()
+	// create the queue and partitions outside the window
+	for p := 0; p < producers; p++ {
+		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("warm-%d", p), Payload: benchPayload{Body: payloadBody}}}); err != nil {
+			return Result{}, err
+		}
+	}
+	runCtx, cancel := context.WithTimeout(ctx, h.o.duration)
+	defer cancel()
+	var sent atomic.Int64
+	var firstErr atomic.Value
+	lat := &recorder{}
+	var wg sync.WaitGroup
+	w := h.begin(h.lanesDB, name)
+	start := time.Now()
+	for p := 0; p < producers; p++ {
+		wg.Add(1)
+		go func(p int) {
+			defer wg.Done()
+			items := make([]pushItem, batch)
+			for seq := 0; runCtx.Err() == nil; seq++ {
+				for i := range items {
+					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("%d-%d-%d", p, seq, i),
+						Payload: benchPayload{Seq: int64(seq*batch + i), Body: payloadBody}}
+				}
+				t0 := time.Now()
+				n, err := h.pushItems(ctx, items)
+				sent.Add(int64(n))
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				lat.add(time.Since(t0))
+			}
+		}(p)
+	}
+	wg.Wait()
+	r := Result{Scenario: name, System: "lanes", Available: true, Messages: sent.Load(), Seconds: time.Since(start).Seconds(),
+		Description: fmt.Sprintf("%d producers × batch %d, one partition each, closed loop; latency = push request round trip", producers, batch)}
+	w.end(&r)
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	r.MsgPerSec = float64(r.Messages) / r.Seconds
+	r.LatencyMs = lat.percentiles()
+	stored, err := h.storedMessages(ctx, q)
+	if err != nil {
+		return r, err
+	}
+	stored -= int64(producers) // the warm-up messages
+	if stored < r.Messages {
+		r.Lost = r.Messages - stored
+	} else {
+		r.Duplicated = stored - r.Messages
+	}
+	return r, nil
+}
+
+// preload fills partitions × perPartition messages (transaction ids "p<i>-<n>") with 8 pushers.
+func (h *harness) preload(ctx context.Context, q string, partitions, perPartition int) error {
+	const batch = 100
+	jobs := make(chan [2]int, partitions*(perPartition/batch+1))
+	for p := 0; p < partitions; p++ {
+		for off := 0; off < perPartition; off += batch {
+			jobs <- [2]int{p, off}
+		}
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for i := 0; i < 8; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for j := range jobs {
+				p, off := j[0], j[1]
+				n := min(batch, perPartition-off)
+				items := make([]pushItem, n)
+				for k := range items {
+					items[k] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("p%d-%d", p, off+k), Payload: benchPayload{Seq: int64(off + k), Body: payloadBody}}
+				}
+				if _, err := h.pushItems(ctx, items); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return err
+	}
+	return nil
+}
+
+// tally counts deliveries per key to find the lost and the duplicated.
+type tally struct {
+	mu   sync.Mutex
+	seen map[string]int
+}
+
+func newTally(n int) *tally { return &tally{seen: make(map[string]int, n)} }
+
+func (t *tally) add(keys ...string) {
+	t.mu.Lock()
+	for _, k := range keys {
+		t.seen[k]++
+	}
+	t.mu.Unlock()
+}
+
+// verdict compares the deliveries with the expected number of distinct keys.
+func (t *tally) verdict(expected int64) (lost, dup int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for _, n := range t.seen {
+		if n > 1 {
+			dup += int64(n - 1)
+		}
+	}
+	return expected - int64(len(t.seen)), dup
+}
+
+// consumeLoop pops batch-sized leases from q (group "" = queue mode) and acks
+// each batch until stop says so; every delivered message goes to onMsg.
+func (h *harness) consumeLoop(ctx context.Context, q, group string, batch int, stop func() bool, onMsgs func([]popMessage)) error {
+	params := url.Values{"batch": {fmt.Sprint(batch)}, "wait": {"true"}, "timeout": {"200"}}
+	if group != "" {
+		params.Set("consumerGroup", group)
+		params.Set("subscriptionMode", "all")
+	}
+	path := "/api/v1/pop/queue/" + url.PathEscape(q) + "?" + params.Encode()
+	for !stop() {
+		if ctx.Err() != nil {
+			return ctx.Err()
+		}
+		var pop popResponse
+		status, err := h.do(ctx, http.MethodGet, path, nil, &pop)
+		if err != nil {
+			return err
+		}
+		if status == http.StatusNoContent || len(pop.Messages) == 0 {
+			continue
+		}
+		acks := make([]ackItem, len(pop.Messages))
+		for i, m := range pop.Messages {
+			acks[i] = ackItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID, LeaseID: pop.LeaseID, Status: "completed"}
+		}
+		body := map[string]any{"acknowledgments": acks}
+		if group != "" {
+			body["consumerGroup"] = group
+		}
+		var res []struct {
+			Success bool    `json:"success"`
+			Error   *string `json:"error"`
+		}
+		if _, err := h.do(ctx, http.MethodPost, "/api/v1/ack/batch", body, &res); err != nil {
+			return err
+		}
+		for _, r := range res {
+			if !r.Success {
+				msg := "unknown"
+				if r.Error != nil {
+					msg = *r.Error
+				}
+				return fmt.Errorf("ack rejected: %s", msg)
+			}
+		}
+		onMsgs(pop.Messages)
+	}
+	return nil
+}
+
+// consumeScenario preloads a backlog and drains it with consumers per group
+// (queue mode when groups is 0), checking every message arrives once per group.
+func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partitions, perPartition int) (Result, error) {
+	q := h.queue(name)
+	ctx := context.Background()
+	if err := h.preload(ctx, q, partitions, perPartition); err != nil {
+		return Result{}, err
+	}
+	total := int64(partitions * perPartition)
+	names := []string{""}
+	if groups > 0 {
+		names = names[:0]
+		for g := 0; g < groups; g++ {
+			names = append(names, fmt.Sprintf("g%d", g))
+		}
+	}
+	deadline := time.Now().Add(10*h.o.duration + time.Minute)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	tallies := make([]*tally, len(names))
+	counts := make([]atomic.Int64, len(names))
+	w := h.begin(h.lanesDB, name)
+	start := time.Now()
+	for gi, g := range names {
+		tallies[gi] = newTally(int(total))
+		for c := 0; c < consumersPerGroup; c++ {
+			wg.Add(1)
+			go func(gi int, g string) {
+				defer wg.Done()
+				stop := func() bool { return counts[gi].Load() >= total || time.Now().After(deadline) || firstErr.Load() != nil }
+				err := h.consumeLoop(ctx, q, g, 100, stop, func(ms []popMessage) {
+					keys := make([]string, len(ms))
+					for i, m := range ms {
+						keys[i] = m.PartitionID + "/" + m.TransactionID
+					}
+					tallies[gi].add(keys...)
+					counts[gi].Add(int64(len(ms)))
+				})
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+				}
+			}(gi, g)
+		}
+	}
+	wg.Wait()
+	elapsed := time.Since(start).Seconds()
+	mode := "queue mode"
+	if groups > 0 {
+		mode = fmt.Sprintf("%d consumer groups (fan-out, subscriptionMode=all), %d consumers each", groups, consumersPerGroup)
+	} else {
+		mode += fmt.Sprintf(", %d consumers", consumersPerGroup)
+	}
+	r := Result{Scenario: name, System: "lanes", Available: true, Seconds: elapsed,
+		Description: fmt.Sprintf("drain a %d-message backlog (%d partitions × %d), pop batch 100 + ack batch, %s; msg/s counts deliveries", total, partitions, perPartition, mode)}
+	w.end(&r)
+	for gi := range names {
+		r.Messages += counts[gi].Load()
+		l, d := tallies[gi].verdict(total)
+		r.Lost += l
+		r.Duplicated += d
+	}
+	r.MsgPerSec = float64(r.Messages) / elapsed
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	return r, nil
+}
+
+// wakeScenario measures how fast a parked long-poll pop is woken: a consumer
+// parks on an empty queue, one message is pushed, the pop's return is timed.
+func (h *harness) wakeScenario() (Result, error) {
+	q := h.queue("wake")
+	ctx := context.Background()
+	if _, err := h.do(ctx, http.MethodGet, "/api/v1/pop/queue/"+q, nil, nil); err != nil {
+		return Result{}, err
+	}
+	fromSend, fromAck := &recorder{}, &recorder{}
+	rounds := max(int(h.o.duration/(40*time.Millisecond)), 20)
+	w := h.begin(h.lanesDB, "")
+	for i := 0; i < rounds; i++ {
+		got := make(chan time.Time, 1)
+		errc := make(chan error, 1)
+		go func() {
+			var pop popResponse
+			_, err := h.do(ctx, http.MethodGet, "/api/v1/pop/queue/"+q+"?wait=true&timeout=5000&autoAck=true", nil, &pop)
+			if err == nil && len(pop.Messages) == 0 {
+				err = errors.New("parked pop returned empty")
+			}
+			got <- time.Now()
+			errc <- err
+		}()
+		time.Sleep(30 * time.Millisecond) // let the pop park
+		t0 := time.Now()
+		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: "p", TransactionID: fmt.Sprintf("w%d", i), Payload: i}}); err != nil {
+			return Result{}, err
+		}
+		acked := time.Now()
+		delivered := <-got
+		if err := <-errc; err != nil {
+			return Result{}, err
+		}
+		fromSend.add(delivered.Sub(t0))
+		d := delivered.Sub(acked)
+		if d < 0 {
+			d = 0
+		}
+		fromAck.add(d)
+	}
+	r := Result{Scenario: "wake", System: "lanes", Available: true, Messages: int64(rounds),
+		LatencyMs: fromSend.percentiles(), AltLatencyMs: fromAck.percentiles(),
+		Description: "one parked long-poll pop (autoAck) per round; latency = push sent → pop returned (includes the push's durable commit); alt = push answered → pop returned (0 when the pop returned first)"}
+	w.end(&r)
+	return r, nil
+}
+
+// txnScenario measures the pipeline handoff: pop one message from stage A and,
+// in one POST /api/v1/transaction, ack it and push its successor to stage B.
+func (h *harness) txnScenario() (Result, error) {
+	ctx := context.Background()
+	qa, qb := h.queue("txn-a"), h.queue("txn-b")
+	probe := map[string]any{"operations": []map[string]any{{"type": "push", "items": []map[string]any{{"queue": h.queue("txn-probe"), "payload": map[string]int{"n": 1}}}}}}
+	if status, err := h.do(ctx, http.MethodPost, "/api/v1/transaction", probe, nil); err != nil {
+		if status == http.StatusNotImplemented {
+			return Result{Scenario: "txn", System: "lanes", Available: false, Note: "not available: POST /api/v1/transaction answers 501 (not implemented yet in this build)",
+				Description: "pipeline handoff: pop 1 from stage A, then one transaction acks it and pushes to stage B"}, nil
+		}
+		return Result{}, err
+	}
+	const partitions, workers = 8, 16
+	per := int(h.o.txnBacklog) / partitions
+	if err := h.preload(ctx, qa, partitions, per); err != nil {
+		return Result{}, err
+	}
+	total := int64(partitions * per)
+	var done atomic.Int64
+	var firstErr atomic.Value
+	seen := newTally(int(total))
+	lat := &recorder{}
+	var wg sync.WaitGroup
+	deadline := time.Now().Add(h.o.duration)
+	w := h.begin(h.lanesDB, "txn")
+	start := time.Now()
+	for i := 0; i < workers; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for done.Load() < total && time.Now().Before(deadline) && firstErr.Load() == nil {
+				var pop popResponse
+				status, err := h.do(ctx, http.MethodGet, "/api/v1/pop/queue/"+qa+"?batch=1&wait=true&timeout=200", nil, &pop)
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				if status == http.StatusNoContent || len(pop.Messages) == 0 {
+					continue
+				}
+				m := pop.Messages[0]
+				t0 := time.Now()
+				var res struct {
+					Success bool   `json:"success"`
+					Reason  string `json:"reason"`
+					Error   string `json:"error"`
+				}
+				body := map[string]any{
+					"operations": []map[string]any{
+						{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": pop.LeaseID, "status": "completed"},
+						{"type": "push", "items": []map[string]any{{"queue": qb, "partition": "p", "transactionId": m.PartitionID + "/" + m.TransactionID, "payload": m.Data}}},
+					},
+					"requiredLeases": []string{pop.LeaseID},
+				}
+				if _, err := h.do(ctx, http.MethodPost, "/api/v1/transaction", body, &res); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+				if !res.Success {
+					firstErr.CompareAndSwap(nil, fmt.Errorf("transaction rolled back: %s %s", res.Reason, res.Error))
+					return
+				}
+				lat.add(time.Since(t0))
+				seen.add(m.PartitionID + "/" + m.TransactionID)
+				done.Add(1)
+			}
+		}()
+	}
+	wg.Wait()
+	r := Result{Scenario: "txn", System: "lanes", Available: true, Messages: done.Load(), Seconds: time.Since(start).Seconds(),
+		Description: fmt.Sprintf("pipeline handoff for the window, %d workers: pop 1 from stage A (%d-message backlog), then one transaction acks it and pushes to stage B; lost = committed handoffs missing from stage B; latency = transaction round trip", workers, total)}
+	w.end(&r)
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	r.TxPerSec = float64(r.Messages) / r.Seconds
+	r.MsgPerSec = r.TxPerSec
+	r.LatencyMs = lat.percentiles()
+	// Every committed handoff must have put exactly one message into stage B,
+	// and no message of stage A may have been handed off twice.
+	_, r.Duplicated = seen.verdict(total)
+	stored, err := h.storedMessages(ctx, qb)
+	if err != nil {
+		return r, err
+	}
+	if stored < r.Messages {
+		r.Lost = r.Messages - stored
+	} else if stored > r.Messages {
+		r.Duplicated += stored - r.Messages
+	}
+	return r, nil
+}

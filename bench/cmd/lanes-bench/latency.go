@@ -1,0 +1,227 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"sort"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// recorder keeps every latency sample (runs are short enough to keep them all,
+// so percentiles are exact rather than bucketed).
+type recorder struct {
+	mu sync.Mutex
+	d  []time.Duration
+}
+
+func (r *recorder) add(d time.Duration) {
+	r.mu.Lock()
+	r.d = append(r.d, d)
+	r.mu.Unlock()
+}
+
+func (r *recorder) count() int {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return len(r.d)
+}
+
+// percentiles answers p50, p99, p999 and max in milliseconds (nearest rank).
+func (r *recorder) percentiles() map[string]float64 {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if len(r.d) == 0 {
+		return nil
+	}
+	sort.Slice(r.d, func(i, j int) bool { return r.d[i] < r.d[j] })
+	at := func(p float64) float64 {
+		i := int(p*float64(len(r.d))+0.5) - 1
+		i = max(0, min(i, len(r.d)-1))
+		return float64(r.d[i].Microseconds()) / 1000
+	}
+	return map[string]float64{"p50": at(0.50), "p99": at(0.99), "p999": at(0.999), "max": at(1)}
+}
+
+// latencyScenario offers rate msg/s open loop (each message is sent at its
+// scheduled instant whatever happened to the previous ones, one push request
+// per message) to 8 partitions while 8 queue-mode consumers long-poll with pop
+// batch 100 + ack. Latency is delivery time minus the *scheduled* send time,
+// so a stalled broker or a saturated client is charged for every message that
+// should have been sent meanwhile (coordinated omission corrected). The first
+// half second is warm-up and not recorded.
+func (h *harness) latencyScenario(rate float64) (Result, error) {
+	q := h.queue("latency")
+	ctx := context.Background()
+	const partitions, consumers, maxInFlight = 8, 8, 1024
+	for p := 0; p < partitions; p++ {
+		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: "warm", Payload: benchPayload{Seq: -1}}}); err != nil {
+			return Result{}, err
+		}
+	}
+	interval := time.Duration(float64(time.Second) / rate)
+	total := int64(h.o.duration / interval)
+	warm := int64(rate / 2)
+	e2e, pushLat := &recorder{}, &recorder{}
+	seen := newTally(int(total))
+	var received atomic.Int64
+	var queued atomic.Int64
+	var firstErr atomic.Value
+	var start time.Time
+	startSet := make(chan struct{})
+	producing := atomic.Bool{}
+	producing.Store(true)
+	consumeDeadline := atomic.Int64{}
+	consumeDeadline.Store(time.Now().Add(time.Hour).UnixNano())
+	var cwg sync.WaitGroup
+	w := h.begin(h.lanesDB, "latency")
+	for c := 0; c < consumers; c++ {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			stop := func() bool {
+				return firstErr.Load() != nil || (!producing.Load() && received.Load() >= queued.Load()) || time.Now().UnixNano() > consumeDeadline.Load()
+			}
+			err := h.consumeLoop(ctx, q, "", 100, stop, func(ms []popMessage) {
+				now := time.Now()
+				<-startSet
+				for _, m := range ms {
+					var p benchPayload
+					if json.Unmarshal(m.Data, &p) != nil || p.Seq < 0 {
+						continue
+					}
+					seen.add(m.TransactionID)
+					received.Add(1)
+					if p.Seq >= warm {
+						e2e.add(now.Sub(start.Add(time.Duration(p.Seq) * interval)))
+					}
+				}
+			})
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		}()
+	}
+	sem := make(chan struct{}, maxInFlight)
+	var pwg sync.WaitGroup
+	start = time.Now()
+	close(startSet)
+	for seq := int64(0); seq < total && firstErr.Load() == nil; seq++ {
+		due := start.Add(time.Duration(seq) * interval)
+		if d := time.Until(due); d > 0 {
+			time.Sleep(d)
+		}
+		sem <- struct{}{} // when full, the wait is charged to the messages through their scheduled time
+		pwg.Add(1)
+		go func(seq int64, due time.Time) {
+			defer pwg.Done()
+			defer func() { <-sem }()
+			n, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", seq%partitions), TransactionID: fmt.Sprintf("m%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}})
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+				return
+			}
+			queued.Add(int64(n))
+			if seq >= warm {
+				pushLat.add(time.Since(due))
+			}
+		}(seq, due)
+	}
+	pwg.Wait()
+	sendSecs := time.Since(start).Seconds()
+	consumeDeadline.Store(time.Now().Add(30 * time.Second).UnixNano())
+	producing.Store(false)
+	cwg.Wait()
+	r := Result{Scenario: "latency", System: "lanes", Available: true, Messages: received.Load(), Seconds: sendSecs, OfferedRate: rate,
+		LatencyMs: e2e.percentiles(), AltLatencyMs: pushLat.percentiles(),
+		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = delivered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send; first 0.5 s not recorded", rate)}
+	w.end(&r)
+	r.Seconds = sendSecs
+	r.MsgPerSec = float64(received.Load()) / sendSecs
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	r.Lost, r.Duplicated = seen.verdict(queued.Load())
+	if unsent := total - queued.Load(); unsent > 0 {
+		r.Note = fmt.Sprintf("%d of %d scheduled messages were not accepted", unsent, total)
+	}
+	return r, nil
+}
+
+// sharedLanes is the produce-and-consume workload also run through River: n
+// messages pushed by 8 producers in batches of 100 (8 partitions) while 8
+// consumers pop batch 100 + ack; the clock stops when the last one is acked.
+func (h *harness) sharedLanes(n int) (Result, error) {
+	q := h.queue("shared")
+	ctx := context.Background()
+	const producers, consumers, batch = 8, 8, 100
+	if _, err := h.do(ctx, "GET", "/api/v1/pop/queue/"+q, nil, nil); err != nil { // creates the queue
+		return Result{}, err
+	}
+	seen := newTally(n)
+	var received atomic.Int64
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var pushEnd atomic.Int64
+	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
+	var wg sync.WaitGroup
+	w := h.begin(h.lanesDB, "shared")
+	start := time.Now()
+	var pwg sync.WaitGroup
+	for p := 0; p < producers; p++ {
+		pwg.Add(1)
+		go func(p int) {
+			defer pwg.Done()
+			for firstErr.Load() == nil {
+				base := next.Add(batch) - batch
+				if base >= int64(n) {
+					return
+				}
+				k := min(int64(batch), int64(n)-base)
+				items := make([]pushItem, k)
+				for i := range items {
+					seq := base + int64(i)
+					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("s%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}
+				}
+				if _, err := h.pushItems(ctx, items); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}(p)
+	}
+	go func() { pwg.Wait(); pushEnd.Store(time.Now().UnixNano()) }()
+	for c := 0; c < consumers; c++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			stop := func() bool { return received.Load() >= int64(n) || firstErr.Load() != nil || time.Now().After(deadline) }
+			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
+				keys := make([]string, len(ms))
+				for i, m := range ms {
+					keys[i] = m.TransactionID
+				}
+				seen.add(keys...)
+				received.Add(int64(len(ms)))
+			})
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		}()
+	}
+	wg.Wait()
+	pwg.Wait()
+	elapsed := time.Since(start).Seconds()
+	r := Result{Scenario: "shared", System: "lanes", Available: true, Messages: received.Load(), Seconds: elapsed,
+		MsgPerSec: float64(received.Load()) / elapsed, PushedPerSec: float64(n) / (float64(pushEnd.Load()-start.UnixNano()) / 1e9),
+		Description: fmt.Sprintf("%d messages: 8 producers push batch 100 while 8 consumers pop batch 100 + ack; msg/s = messages / time until the last ack", n)}
+	w.end(&r)
+	r.Seconds = elapsed
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	r.Lost, r.Duplicated = seen.verdict(int64(n))
+	return r, nil
+}

@@ -1,0 +1,156 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// partitionScenario measures throughput on a queue of n partitions of which 1%
+// (at least one) are busy. The idle ones each hold one already-consumed
+// message, as partitions that were active once do. During the window 8
+// producers push batch 100 round-robin over the busy partitions while 8
+// queue-mode consumers pop batch 100 + ack; msg/s counts acked messages.
+// After the window the producers stop and the rest is drained to check that
+// nothing was lost or delivered twice.
+func (h *harness) partitionScenario(n int) (Result, error) {
+	q := h.queue(fmt.Sprintf("parts%d", n))
+	ctx := context.Background()
+	busy := max(1, n/100)
+	setupStart := time.Now()
+	if err := h.createIdlePartitions(ctx, q, n); err != nil {
+		return Result{}, fmt.Errorf("creating %d partitions: %w", n, err)
+	}
+	setup := time.Since(setupStart)
+
+	const producers, consumers, batch = 8, 8, 100
+	seen := newTally(1 << 16)
+	var pushed, received atomic.Int64
+	var inWindow atomic.Int64
+	var firstErr atomic.Value
+	producing := atomic.Bool{}
+	producing.Store(true)
+	windowOpen := atomic.Bool{}
+	windowOpen.Store(true)
+	drainDeadline := atomic.Int64{}
+	drainDeadline.Store(time.Now().Add(time.Hour).UnixNano())
+	var pwg, cwg sync.WaitGroup
+	w := h.begin(h.lanesDB, fmt.Sprintf("parts%d", n))
+	start := time.Now()
+	for p := 0; p < producers; p++ {
+		pwg.Add(1)
+		go func(p int) {
+			defer pwg.Done()
+			items := make([]pushItem, batch)
+			for k := 0; producing.Load() && firstErr.Load() == nil; k++ {
+				part := (p + k*producers) % busy
+				for i := range items {
+					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", part), TransactionID: fmt.Sprintf("b%d-%d-%d", p, k, i), Payload: benchPayload{Seq: int64(k), Body: payloadBody}}
+				}
+				c, err := h.pushItems(ctx, items)
+				pushed.Add(int64(c))
+				if err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}(p)
+	}
+	for c := 0; c < consumers; c++ {
+		cwg.Add(1)
+		go func() {
+			defer cwg.Done()
+			stop := func() bool {
+				return firstErr.Load() != nil || (!producing.Load() && received.Load() >= pushed.Load()) || time.Now().UnixNano() > drainDeadline.Load()
+			}
+			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
+				keys := make([]string, len(ms))
+				for i, m := range ms {
+					keys[i] = m.TransactionID
+				}
+				seen.add(keys...)
+				received.Add(int64(len(ms)))
+				if windowOpen.Load() {
+					inWindow.Add(int64(len(ms)))
+				}
+			})
+			if err != nil {
+				firstErr.CompareAndSwap(nil, err)
+			}
+		}()
+	}
+	time.Sleep(h.o.duration)
+	windowOpen.Store(false)
+	secs := time.Since(start).Seconds()
+	pushedInWindow := pushed.Load()
+	r := Result{Scenario: fmt.Sprintf("parts-%d", n), System: "lanes", Available: true, Partitions: n, Seconds: secs,
+		Messages: inWindow.Load(), MsgPerSec: float64(inWindow.Load()) / secs, PushedPerSec: float64(pushedInWindow) / secs,
+		Description: fmt.Sprintf("%d partitions, %d busy (8 producers push batch 100 round-robin over them, 8 consumers pop batch 100 + ack); msg/s = acked per second; setup of the idle partitions took %.1f s", n, busy, setup.Seconds())}
+	w.end(&r)
+	r.Seconds = secs
+	producing.Store(false)
+	pwg.Wait()
+	drainDeadline.Store(time.Now().Add(60 * time.Second).UnixNano())
+	cwg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	r.Lost, r.Duplicated = seen.verdict(pushed.Load())
+	return r, nil
+}
+
+// createIdlePartitions gives queue q partitions p0..p(n-1), each with one
+// message that is then consumed, so they exist, hold a log and have a cursor.
+func (h *harness) createIdlePartitions(ctx context.Context, q string, n int) error {
+	const perRequest = 1000
+	jobs := make(chan int, n/perRequest+1)
+	for base := 0; base < n; base += perRequest {
+		jobs <- base
+	}
+	close(jobs)
+	var wg sync.WaitGroup
+	var firstErr atomic.Value
+	for i := 0; i < 4; i++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for base := range jobs {
+				k := min(perRequest, n-base)
+				items := make([]pushItem, k)
+				for j := range items {
+					items[j] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", base+j), TransactionID: "idle", Payload: benchPayload{Seq: -1}}
+				}
+				if _, err := h.pushItems(ctx, items); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	if err, _ := firstErr.Load().(error); err != nil {
+		return err
+	}
+	// consume them all (autoAck, no width cap)
+	drained := 0
+	deadline := time.Now().Add(10 * time.Minute)
+	for drained < n && time.Now().Before(deadline) {
+		var pop popResponse
+		status, err := h.do(ctx, http.MethodGet, "/api/v1/pop/queue/"+q+"?batch=10000&partitions=0&autoAck=true", nil, &pop)
+		if err != nil {
+			return err
+		}
+		if status == http.StatusNoContent {
+			time.Sleep(50 * time.Millisecond)
+			continue
+		}
+		drained += len(pop.Messages)
+	}
+	if drained < n {
+		return fmt.Errorf("drained %d of %d setup messages", drained, n)
+	}
+	return nil
+}

@@ -1,0 +1,246 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// Target is one of issue 12's goals and how this run did against it.
+type Target struct {
+	Name   string  `json:"name"`
+	Goal   string  `json:"goal"`
+	Value  string  `json:"value"`
+	Met    bool    `json:"met"`
+	Known  bool    `json:"known"` // false when the run lacked a scenario it needs
+	Margin float64 `json:"margin"` // value / goal (or goal / value for upper bounds): ≥ 1 means met
+}
+
+func find(rs []Result, scenario, system string) *Result {
+	for i := range rs {
+		if rs[i].Scenario == scenario && rs[i].System == system && rs[i].Available {
+			return &rs[i]
+		}
+	}
+	return nil
+}
+
+// applyRatios prints each Lanes figure as a fraction of its yardstick.
+func applyRatios(rs []Result) {
+	b100 := find(rs, "ceiling-b100", "postgres")
+	b1 := find(rs, "ceiling-b1", "postgres")
+	river := find(rs, "shared", "river")
+	for i := range rs {
+		r := &rs[i]
+		if r.System != "lanes" || !r.Available {
+			continue
+		}
+		set := func(to *Result, label string, v float64) {
+			if to != nil && v > 0 {
+				r.RatioTo, r.Ratio = label, r.MsgPerSec/v
+			}
+		}
+		switch {
+		case r.Scenario == "push-b1":
+			if b1 != nil {
+				set(b1, "ceiling-b1", b1.MsgPerSec)
+			}
+		case r.Scenario == "txn":
+			if b1 != nil {
+				set(b1, "ceiling-b1", b1.TxPerSec)
+			}
+		case r.Scenario == "shared":
+			if river != nil {
+				set(river, "river", river.MsgPerSec)
+			}
+		case r.Scenario == "latency" || r.Scenario == "wake":
+		default:
+			if b100 != nil {
+				set(b100, "ceiling-b100", b100.MsgPerSec)
+			}
+		}
+	}
+}
+
+func evaluateTargets(run *Run) []Target {
+	rs := run.Results
+	var ts []Target
+	ratioTarget := func(name, scenario string, goal float64, goalText string) {
+		t := Target{Name: name, Goal: goalText}
+		if r := find(rs, scenario, "lanes"); r != nil && r.Ratio > 0 {
+			t.Known = true
+			t.Margin = r.Ratio / goal
+			t.Met = t.Margin >= 1
+			t.Value = fmt.Sprintf("%.0f msg/s = %.2f× %s", r.MsgPerSec, r.Ratio, r.RatioTo)
+		} else {
+			t.Value = "not measured"
+		}
+		ts = append(ts, t)
+	}
+	ratioTarget("push batch 100 vs ceiling", "push-b100", 0.35, "≥ 0.35 × ceiling-b100")
+	ratioTarget("push batch 1 × 64 vs one message per commit", "push-b1", 5, "≥ 5 × ceiling-b1")
+	ratioTarget("pop+ack vs push ceiling", "consume-queue", 0.3, "≥ 0.3 × ceiling-b100")
+
+	t := Target{Name: "parked long-poll wake-up p99", Goal: "< 10 ms"}
+	if r := find(rs, "wake", "lanes"); r != nil && r.LatencyMs != nil {
+		t.Known = true
+		p99 := r.LatencyMs["p99"]
+		t.Value = fmt.Sprintf("p99 %.2f ms push sent → delivered (%.2f ms push answered → delivered)", p99, r.AltLatencyMs["p99"])
+		t.Margin = 10 / max(p99, 0.001)
+		t.Met = p99 < 10
+	} else {
+		t.Value = "not measured"
+	}
+	ts = append(ts, t)
+
+	t = Target{Name: "flat throughput 100 → 100,000 partitions", Goal: "min ≥ 0.8 × max"}
+	var parts []*Result
+	for i := range rs {
+		if rs[i].Partitions >= 100 && rs[i].Available && rs[i].System == "lanes" {
+			parts = append(parts, &rs[i])
+		}
+	}
+	if len(parts) >= 2 {
+		sort.Slice(parts, func(i, j int) bool { return parts[i].Partitions < parts[j].Partitions })
+		lo, hi := parts[0].MsgPerSec, parts[0].MsgPerSec
+		var vals []string
+		for _, p := range parts {
+			lo, hi = min(lo, p.MsgPerSec), max(hi, p.MsgPerSec)
+			vals = append(vals, fmt.Sprintf("%s: %.0f", humanInt(p.Partitions), p.MsgPerSec))
+		}
+		t.Known = true
+		t.Margin = lo / hi / 0.8
+		t.Met = t.Margin >= 1
+		t.Value = fmt.Sprintf("min/max = %.2f (%s msg/s)", lo/hi, strings.Join(vals, ", "))
+		if parts[len(parts)-1].Partitions < 100000 {
+			t.Value += "; 100,000 not measured in this run"
+		}
+	} else {
+		t.Value = "not measured"
+	}
+	ts = append(ts, t)
+
+	t = Target{Name: "ahead of River on the shared workload", Goal: "> 1 × River"}
+	if r := find(rs, "shared", "lanes"); r != nil && r.RatioTo == "river" {
+		t.Known = true
+		t.Margin = r.Ratio
+		t.Met = r.Ratio > 1
+		river := find(rs, "shared", "river")
+		t.Value = fmt.Sprintf("%.0f vs %.0f msg/s = %.2f×", r.MsgPerSec, river.MsgPerSec, r.Ratio)
+	} else {
+		t.Value = "not measured"
+	}
+	ts = append(ts, t)
+
+	t = Target{Name: "broker RSS under load", Goal: "< 100 MB"}
+	if run.BrokerPeakRSSMB > 0 {
+		t.Known = true
+		t.Margin = 100 / run.BrokerPeakRSSMB
+		t.Met = run.BrokerPeakRSSMB < 100
+		t.Value = fmt.Sprintf("peak %.0f MB (VmHWM over the whole run)", run.BrokerPeakRSSMB)
+	} else {
+		t.Value = "not measured (external broker)"
+	}
+	ts = append(ts, t)
+
+	t = Target{Name: "messages lost", Goal: "0", Known: true}
+	var lost, dup int64
+	for _, r := range rs {
+		if r.System != "postgres" {
+			lost += max(r.Lost, 0)
+			dup += r.Duplicated
+		}
+	}
+	t.Met = lost == 0
+	t.Margin = 1
+	if lost > 0 {
+		t.Margin = 0
+	}
+	t.Value = fmt.Sprintf("%d lost, %d duplicated over all scenarios", lost, dup)
+	ts = append(ts, t)
+	return ts
+}
+
+func humanInt(n int) string {
+	s := fmt.Sprint(n)
+	var b strings.Builder
+	for i, c := range s {
+		if i > 0 && (len(s)-i)%3 == 0 {
+			b.WriteByte(',')
+		}
+		b.WriteRune(c)
+	}
+	return b.String()
+}
+
+func fmtLat(m map[string]float64) string {
+	if m == nil {
+		return ""
+	}
+	return fmt.Sprintf("%.1f / %.1f / %.1f", m["p50"], m["p99"], m["p999"])
+}
+
+// markdown renders the run as the tables docs/benchmarks.md shows.
+func markdown(run *Run) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "Run of %s, `%s`, %.0f s; load average %.2f at start, %.2f at end.\n",
+		run.Started.Format("2006-01-02 15:04 MST"), run.Command, run.Seconds, run.LoadAvgStart, run.LoadAvgEnd)
+	pg := run.PostgreSQL
+	fmt.Fprintf(&b, "PostgreSQL %s: fsync=%s, synchronous_commit=%s, full_page_writes=%s, shared_buffers=%s. Broker %s, %s. Machine: %s × %s, %s.\n\n",
+		pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"], pg["shared_buffers"], run.BrokerCommit, run.BrokerSettings,
+		run.Machine["cpus"], run.Machine["cpu"], run.Machine["memory"])
+	b.WriteString("| scenario | system | msg/s | vs | latency p50 / p99 / p999 ms | lost | dup | broker CPU (cores) | broker peak RSS MB | PG CPU (cores) | PG commits/s | load |\n")
+	b.WriteString("| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
+	for _, r := range run.Results {
+		if !r.Available {
+			fmt.Fprintf(&b, "| %s | %s | — | | %s | | | | | | | |\n", r.Scenario, r.System, strings.ReplaceAll(r.Note, "|", "/"))
+			continue
+		}
+		rate := fmt.Sprintf("%.0f", r.MsgPerSec)
+		if r.TxPerSec > 0 && r.System == "lanes" {
+			rate = fmt.Sprintf("%.0f tx/s", r.TxPerSec)
+		} else if r.Scenario == "wake" {
+			rate = "—"
+		}
+		vs := ""
+		if r.Ratio > 0 {
+			vs = fmt.Sprintf("%.2f× %s", r.Ratio, r.RatioTo)
+		}
+		lat := fmtLat(r.LatencyMs)
+		rss, bcpu := "", ""
+		if r.System == "lanes" && r.BrokerPeakRSSMB > 0 {
+			rss, bcpu = fmt.Sprintf("%.0f", r.BrokerPeakRSSMB), fmt.Sprintf("%.2f", r.BrokerCPUCores)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %s | %s | %.2f | %.0f | %.2f |\n",
+			r.Scenario, r.System, rate, vs, lat, r.Lost, r.Duplicated, bcpu, rss, r.PGCPUCores, r.PGCommitsPerSec, r.LoadAvg)
+	}
+	b.WriteString("\nTargets (issue 12):\n\n| target | goal | this run | met |\n| --- | --- | --- | --- |\n")
+	for _, t := range run.Targets {
+		met := "no"
+		switch {
+		case !t.Known:
+			met = "not measured"
+		case t.Met:
+			met = "yes"
+		}
+		if t.Known && !t.Met && t.Margin > 0 {
+			met += fmt.Sprintf(" (%.0f%% of goal)", 100*t.Margin)
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s | %s |\n", t.Name, t.Goal, t.Value, met)
+	}
+	b.WriteString("\nScenario details:\n\n")
+	for _, r := range run.Results {
+		fmt.Fprintf(&b, "- **%s** (%s): %s", r.Scenario, r.System, r.Description)
+		if r.AltLatencyMs != nil {
+			fmt.Fprintf(&b, " — alt p50/p99/p999 %s ms", fmtLat(r.AltLatencyMs))
+		}
+		if r.PushedPerSec > 0 {
+			fmt.Fprintf(&b, " — pushed %.0f msg/s", r.PushedPerSec)
+		}
+		if r.Note != "" && r.Available {
+			fmt.Fprintf(&b, " — note: %s", r.Note)
+		}
+		fmt.Fprintf(&b, " — PG write transactions/s (xid delta) %.0f\n", r.PGWriteXactsPerSec)
+	}
+	return b.String()
+}

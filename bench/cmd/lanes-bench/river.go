@@ -1,0 +1,137 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"strconv"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
+)
+
+// riverArgs is the job of the shared workload: the same payload a Lanes message carries.
+type riverArgs struct {
+	Seq  int64  `json:"seq"`
+	Body string `json:"body"`
+}
+
+// Kind names the job kind for River.
+func (riverArgs) Kind() string { return "bench" }
+
+// riverWorker records every job it runs; the job then completes (River's ack).
+type riverWorker struct {
+	river.WorkerDefaults[riverArgs]
+	seen *tally
+}
+
+// Work records the delivery.
+func (w *riverWorker) Work(_ context.Context, job *river.Job[riverArgs]) error {
+	w.seen.add(strconv.FormatInt(job.Args.Seq, 10))
+	return nil
+}
+
+// sharedRiver runs the shared produce-and-consume workload through River on
+// the same PostgreSQL, in its own database migrated with rivermigrate: n jobs
+// inserted by 8 producers with InsertManyFast in batches of 100 while one River
+// client works them; the clock stops when the last job is completed in the
+// database (River completes jobs in batches, as Lanes acks them).
+func (h *harness) sharedRiver(n int) (Result, error) {
+	ctx := context.Background()
+	pool, err := newPool(ctx, h.riverURL, 40)
+	if err != nil {
+		return Result{}, err
+	}
+	defer pool.Close()
+	driver := riverpgxv5.New(pool)
+	migrator, err := rivermigrate.New(driver, &rivermigrate.Config{Logger: slog.New(slog.NewTextHandler(io.Discard, nil))})
+	if err != nil {
+		return Result{}, err
+	}
+	if _, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil); err != nil {
+		return Result{}, fmt.Errorf("rivermigrate: %w", err)
+	}
+	seen := newTally(n)
+	workers := river.NewWorkers()
+	river.AddWorker(workers, &riverWorker{seen: seen})
+	client, err := river.NewClient(driver, &river.Config{
+		Logger:            slog.New(slog.NewTextHandler(io.Discard, nil)),
+		Queues:            map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: h.o.riverWorkers}},
+		FetchCooldown:     5 * time.Millisecond,
+		FetchPollInterval: 100 * time.Millisecond,
+		Workers:           workers,
+	})
+	if err != nil {
+		return Result{}, err
+	}
+	if err := client.Start(ctx); err != nil {
+		return Result{}, err
+	}
+	defer func() {
+		stopCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		defer cancel()
+		_ = client.Stop(stopCtx)
+	}()
+	const producers, batch = 8, 100
+	var next atomic.Int64
+	var firstErr atomic.Value
+	var pushEnd atomic.Int64
+	var pwg sync.WaitGroup
+	w := h.begin(h.riverDB, "")
+	start := time.Now()
+	for p := 0; p < producers; p++ {
+		pwg.Add(1)
+		go func() {
+			defer pwg.Done()
+			for firstErr.Load() == nil {
+				base := next.Add(batch) - batch
+				if base >= int64(n) {
+					return
+				}
+				k := min(int64(batch), int64(n)-base)
+				params := make([]river.InsertManyParams, k)
+				for i := range params {
+					params[i] = river.InsertManyParams{Args: riverArgs{Seq: base + int64(i), Body: payloadBody}}
+				}
+				if _, err := client.InsertManyFast(ctx, params); err != nil {
+					firstErr.CompareAndSwap(nil, err)
+					return
+				}
+			}
+		}()
+	}
+	go func() { pwg.Wait(); pushEnd.Store(time.Now().UnixNano()) }()
+	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
+	var completed int64
+	for time.Now().Before(deadline) && firstErr.Load() == nil {
+		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed); err != nil {
+			firstErr.CompareAndSwap(nil, err)
+			break
+		}
+		if completed >= int64(n) {
+			break
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	pwg.Wait()
+	elapsed := time.Since(start).Seconds()
+	r := Result{Scenario: "shared", System: "river", Available: true, Messages: completed, Seconds: elapsed,
+		MsgPerSec: float64(completed) / elapsed, PushedPerSec: float64(n) / (float64(pushEnd.Load()-start.UnixNano()) / 1e9),
+		Description: fmt.Sprintf("River %s (riverpgxv5): %d jobs inserted by 8 producers with InsertManyFast × 100 while one client works them (MaxWorkers %d, FetchCooldown 5 ms); jobs/s = jobs / time until the last is completed in the database",
+			riverVersion, n, h.o.riverWorkers)}
+	w.end(&r)
+	r.Seconds = elapsed
+	if err, _ := firstErr.Load().(error); err != nil {
+		return r, err
+	}
+	r.Lost, r.Duplicated = seen.verdict(int64(n))
+	return r, nil
+}
+
+// riverVersion is the River release pinned in bench/go.mod.
+const riverVersion = "v0.51.2"

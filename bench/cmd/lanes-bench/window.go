@@ -1,0 +1,183 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Result is one scenario's figures; every run writes a list of them as JSON.
+type Result struct {
+	Scenario    string `json:"scenario"`
+	System      string `json:"system"` // lanes, postgres (the ceiling) or river (the peer)
+	Description string `json:"description"`
+	Available   bool   `json:"available"`
+	Note        string `json:"note,omitempty"`
+	// Partitions is set by the partition-scale scenarios.
+	Partitions int     `json:"partitions,omitempty"`
+	Messages   int64   `json:"messages"`
+	Seconds    float64 `json:"seconds"`
+	MsgPerSec  float64 `json:"msgPerSec"`
+	// PushedPerSec is the producer side of mixed scenarios (partition scale, shared workload).
+	PushedPerSec float64 `json:"pushedPerSec,omitempty"`
+	// TxPerSec is set where the unit of work is a transaction (pipeline handoff, ceilings).
+	TxPerSec float64 `json:"txPerSec,omitempty"`
+	// LatencyMs holds p50/p99/p999/max; AltLatencyMs a second view (see the description).
+	LatencyMs    map[string]float64 `json:"latencyMs,omitempty"`
+	AltLatencyMs map[string]float64 `json:"altLatencyMs,omitempty"`
+	OfferedRate  float64            `json:"offeredRate,omitempty"`
+	Lost         int64              `json:"lost"`
+	Duplicated   int64              `json:"duplicated"`
+	// Resource use over the measured window.
+	BrokerCPUCores     float64 `json:"brokerCpuCores"`
+	BrokerPeakRSSMB    float64 `json:"brokerPeakRssMb"`
+	PGCPUCores         float64 `json:"pgCpuCores"`
+	PGCommitsPerSec    float64 `json:"pgCommitsPerSec"`
+	PGWriteXactsPerSec float64 `json:"pgWriteXactsPerSec"`
+	LoadAvg            float64 `json:"loadAvg1m"`
+	// Ratio to the yardstick named in RatioTo.
+	RatioTo string  `json:"ratioTo,omitempty"`
+	Ratio   float64 `json:"ratio,omitempty"`
+	// Profiles are the files of the broker's CPU and allocation profiles over the window.
+	Profiles []string `json:"profiles,omitempty"`
+}
+
+// window measures resource use between begin and end: broker and PostgreSQL
+// CPU from /proc, broker RSS sampled every 50 ms, pg_stat_database commits of
+// the scenario's database and write transactions (xid delta, exact and immediate).
+type window struct {
+	h          *harness
+	db         string
+	brokerPID  int
+	start      time.Time
+	brokerT0   int64
+	pgT0       int64
+	commits0   int64
+	xid0       int64
+	rss        *rssSampler
+	profile    string
+	profDone   chan []string
+	profCancel context.CancelFunc
+}
+
+func (h *harness) begin(db string, profileName string) *window {
+	w := &window{h: h, db: db}
+	if db == h.lanesDB && h.broker != nil {
+		w.brokerPID = h.broker.pid
+	}
+	w.commits0, w.xid0 = h.pgCounters(db)
+	w.brokerT0 = procTicks(w.brokerPID)
+	w.pgT0 = treeTicks(h.pgPID)
+	if w.brokerPID > 0 {
+		w.rss = startRSSSampler(w.brokerPID)
+	}
+	if h.o.profile && profileName != "" && h.broker != nil && h.broker.pprofAddr != "" && w.brokerPID > 0 {
+		w.profile = profileName
+		ctx, cancel := context.WithCancel(context.Background())
+		w.profCancel = cancel
+		w.profDone = make(chan []string, 1)
+		go func() { w.profDone <- h.captureProfiles(ctx, profileName) }()
+	}
+	w.start = time.Now()
+	return w
+}
+
+// end fills r's resource fields; seconds is the length of the measured phase.
+func (w *window) end(r *Result) {
+	secs := time.Since(w.start).Seconds()
+	if r.Seconds == 0 {
+		r.Seconds = secs
+	}
+	if w.brokerPID > 0 {
+		r.BrokerCPUCores = float64(procTicks(w.brokerPID)-w.brokerT0) / clockTicks / secs
+		r.BrokerPeakRSSMB = float64(w.rss.finish()) / 1024
+	}
+	r.PGCPUCores = float64(treeTicks(w.h.pgPID)-w.pgT0) / clockTicks / secs
+	c1, x1 := w.h.pgCounters(w.db)
+	r.PGCommitsPerSec = float64(c1-w.commits0) / secs
+	r.PGWriteXactsPerSec = float64(x1-w.xid0) / secs
+	r.LoadAvg = loadAvg()
+	if w.profDone != nil {
+		r.Profiles = <-w.profDone
+		w.profCancel()
+	}
+}
+
+func (h *harness) pgCounters(db string) (commits, xid int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.admin.QueryRow(ctx, "SELECT coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint", db).Scan(&commits, &xid)
+	return commits, xid
+}
+
+// captureProfiles fetches a CPU profile and a delta allocation profile of the
+// broker over the profile length and renders their top entries next to them.
+func (h *harness) captureProfiles(ctx context.Context, name string) []string {
+	secs := int(h.o.duration.Seconds())
+	if secs < 1 {
+		secs = 1
+	}
+	dir := filepath.Join(h.o.out, "profiles")
+	_ = os.MkdirAll(dir, 0o755)
+	var files []string
+	type prof struct{ kind, path string }
+	profs := []prof{{"cpu", fmt.Sprintf("/debug/pprof/profile?seconds=%d", secs)}, {"alloc", fmt.Sprintf("/debug/pprof/allocs?seconds=%d", secs)}}
+	done := make(chan string, len(profs))
+	for _, p := range profs {
+		go func(p prof) {
+			file := filepath.Join(dir, fmt.Sprintf("%s-%s.pprof", name, p.kind))
+			req, _ := http.NewRequestWithContext(ctx, http.MethodGet, "http://"+h.broker.pprofAddr+p.path, nil)
+			resp, err := http.DefaultClient.Do(req)
+			if err != nil {
+				done <- ""
+				return
+			}
+			defer resp.Body.Close()
+			f, err := os.Create(file)
+			if err != nil {
+				done <- ""
+				return
+			}
+			_, err = io.Copy(f, resp.Body)
+			f.Close()
+			if err != nil || resp.StatusCode != http.StatusOK {
+				done <- ""
+				return
+			}
+			args := []string{"tool", "pprof", "-top", "-nodecount=25"}
+			if p.kind == "alloc" {
+				args = append(args, "-sample_index=alloc_space")
+			}
+			args = append(args, h.o.brokerBin, file)
+			out, err := exec.Command("go", args...).CombinedOutput()
+			if err == nil {
+				_ = os.WriteFile(strings.TrimSuffix(file, ".pprof")+".txt", out, 0o644)
+			}
+			done <- file
+		}(p)
+	}
+	for range profs {
+		if f := <-done; f != "" {
+			files = append(files, f)
+		}
+	}
+	return files
+}
+
+// newPool opens a pgx pool of at most size connections.
+func newPool(ctx context.Context, url string, size int32) (*pgxpool.Pool, error) {
+	cfg, err := pgxpool.ParseConfig(url)
+	if err != nil {
+		return nil, err
+	}
+	cfg.MaxConns = size
+	return pgxpool.NewWithConfig(ctx, cfg)
+}
