@@ -73,7 +73,13 @@ func run(cfg *config.Config, log *slog.Logger) error {
 			return err
 		}
 	}
+	verifier, err := newVerifier(cfg)
+	if err != nil {
+		return err
+	}
+	admit := newAdmission(cfg)
 	eng := engine.New(pool, engine.Config{
+		AdmitPopCheck:           admit.Pop.Acquire,
 		PushCommitters:          cfg.PushCommitters,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
 		PopAutopilot:            cfg.PopAutopilot,
@@ -82,7 +88,17 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	eng.StartRetention(cfg.RetentionInterval)
 	eng.StartTimers(cfg.TimersInterval)
 	eng.StartKVSweeper(cfg.KVSweepInterval)
-	srv := api.NewServer(eng, api.Options{Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log})
+	var srv *api.Server
+	sp := openSpool(cfg, eng.Push, func() bool { return srv != nil && srv.PushMaintenance() }, log)
+	srv = api.NewServer(eng, api.Options{
+		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
+		Admission: admit, Spool: sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
+	})
+	drainCtx, stopDrain := context.WithCancel(context.Background())
+	defer stopDrain()
+	if sp != nil {
+		go sp.Run(drainCtx)
+	}
 	handler, err := srv.Handler()
 	if err != nil {
 		return err
@@ -111,6 +127,13 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	// Parked long polls are released first so they answer 204 instead of holding shutdown.
 	go func() { time.Sleep(100 * time.Millisecond); eng.ReleaseParkedPops() }()
 	err = httpServer.Shutdown(shutdownCtx)
+	stopDrain()
+	if sp != nil {
+		_ = sp.Close()
+		if n := sp.Pending(); n > 0 {
+			log.Warn("spooled pushes not yet drained; they drain at the next start", "pending", n, "dir", sp.Dir())
+		}
+	}
 	eng.Close()
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)

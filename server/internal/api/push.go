@@ -22,7 +22,7 @@ func (s *Server) Push(ctx context.Context, req gen.PushRequestObject) (gen.PushR
 			Payload:       it.Payload,
 		}
 	}
-	results, err := s.engine.Push(ctx, items)
+	results, err := s.storePush(ctx, items)
 	if err != nil {
 		return nil, err
 	}

@@ -13,14 +13,19 @@ import (
 	"net/http"
 	"runtime/debug"
 	"strings"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/gorilla/mux"
 	middleware "github.com/oapi-codegen/nethttp-middleware"
 
+	"github.com/lanesmq/lanes/server/internal/admission"
 	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/metrics"
+	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
 // Options configures the HTTP layer.
@@ -28,15 +33,27 @@ type Options struct {
 	Version      string
 	MaxBodyBytes int64
 	Logger       *slog.Logger
+	// Admission bounds message-plane database work (nil: unbounded).
+	Admission *admission.Controller
+	// Spool takes pushes while PostgreSQL is unreachable (nil: no spool, pushes fail).
+	Spool *spool.Spool
+	// Auth verifies bearer tokens (nil: auth off).
+	Auth *auth.Verifier
+	// Metrics is the registry requests are counted in (nil: a private one).
+	Metrics *metrics.Metrics
+	// PushTimeout bounds a push's database work before it falls back to the spool (default 10s).
+	PushTimeout time.Duration
 }
 
 // Server implements gen.StrictServerInterface. Operations without a method of
 // their own fall through to gen.Unimplemented and answer 501.
 type Server struct {
 	gen.Unimplemented
-	engine *engine.Engine
-	opts   Options
-	log    *slog.Logger
+	engine      *engine.Engine
+	opts        Options
+	log         *slog.Logger
+	metrics     *metrics.Metrics
+	maintenance *maintenance
 }
 
 var _ gen.StrictServerInterface = (*Server)(nil)
@@ -49,7 +66,15 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 	if opts.MaxBodyBytes <= 0 {
 		opts.MaxBodyBytes = 64 << 20
 	}
-	return &Server{engine: e, opts: opts, log: opts.Logger}
+	if opts.Metrics == nil {
+		opts.Metrics = metrics.New()
+	}
+	if opts.PushTimeout <= 0 {
+		opts.PushTimeout = 10 * time.Second
+	}
+	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: &maintenance{engine: e}}
+	s.registerGauges()
+	return s
 }
 
 // Handler returns the complete HTTP handler: recovery, body limit, spec
@@ -63,7 +88,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	responder := errorResponder{log: s.log}
 	strict := gen.NewStrictHandlerWithOptions(s, nil, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,
-		ResponseErrorHandlerFunc: responder.responseError,
+		ResponseErrorHandlerFunc: s.responseError(responder.responseError),
 	})
 	router := mux.NewRouter()
 	// Keys in /kv/{ns}/{key} may hold an escaped '/'.
@@ -95,7 +120,10 @@ func (s *Server) Handler() (http.Handler, error) {
 	gen.HandlerWithOptions(strict, gen.GorillaServerOptions{BaseRouter: router, ErrorHandlerFunc: badParam})
 	var h http.Handler = router
 	h = validator(h)
+	h = s.admit(h)
 	h = s.limitBody(h)
+	h = s.authenticate(h)
+	h = s.observe(h, router)
 	h = s.recoverPanics(h)
 	return h, nil
 }

@@ -14,6 +14,8 @@ import (
 
 // Config is every setting of the broker.
 type Config struct {
+	Resilience
+
 	DatabaseURL             string
 	BindAddr                string
 	Port                    int
@@ -62,6 +64,41 @@ func millisSetting(dst func(*Config) *time.Duration) func(*Config, string) error
 	}
 }
 
+// Resilience holds the admission, limit and authentication settings.
+type Resilience struct {
+	// Admission control and limits (see internal/admission).
+	AdmissionPushInFlight int
+	AdmissionPopInFlight  int
+	AdmissionAckInFlight  int
+	AdmissionMaxWaiting   int
+	AdmissionMaxWait      time.Duration
+	RateLimitPerClient    float64
+	RateLimitBurst        int
+	PushTimeout           time.Duration
+	// JWT authentication (see internal/auth).
+	JWTEnabled   bool
+	JWTAlgorithm string
+	JWTSecret    string
+	JWTPublicKey string
+	JWTIssuer    string
+	JWTAudience  string
+}
+
+func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		b, err := strconv.ParseBool(v)
+		if err != nil {
+			return fmt.Errorf("not a boolean: %q", v)
+		}
+		*dst(c) = b
+		return nil
+	}
+}
+
+func stringSetting(dst func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
 var settings = []setting{
 	{"database-url", "LANES_DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL", func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
 	{"bind-addr", "LANES_BIND_ADDR", "0.0.0.0", "address to listen on", func(c *Config, v string) error { c.BindAddr = v; return nil }},
@@ -75,6 +112,27 @@ var settings = []setting{
 		c.MaxBodyBytes = n
 		return nil
 	}},
+	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight })},
+	{"admission-pop-inflight", "LANES_ADMISSION_POP_INFLIGHT", "0", "pop database checks at once (parked pops never count); 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionPopInFlight })},
+	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight })},
+	{"admission-max-waiting", "LANES_ADMISSION_MAX_WAITING", "2000", "requests per class that may queue for a slot; past it 429", intSetting(func(c *Config) *int { return &c.AdmissionMaxWaiting })},
+	{"admission-max-wait-ms", "LANES_ADMISSION_MAX_WAIT_MS", "2000", "longest a request queues for a slot before 429", millisSetting(func(c *Config) *time.Duration { return &c.AdmissionMaxWait })},
+	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests per second per client (token sub or address); 0 = off", func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return fmt.Errorf("not a non-negative number: %q", v)
+		}
+		c.RateLimitPerClient = f
+		return nil
+	}},
+	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst })},
+	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout })},
+	{"jwt-enabled", "LANES_JWT_ENABLED", "false", "require bearer JWTs (roles read-only, write-only, read-write, admin)", boolSetting(func(c *Config) *bool { return &c.JWTEnabled })},
+	{"jwt-algorithm", "LANES_JWT_ALGORITHM", "auto", "accepted algorithm (HS256, RS256, EdDSA, …) or auto = all the keys allow", stringSetting(func(c *Config) *string { return &c.JWTAlgorithm })},
+	{"jwt-secret", "LANES_JWT_SECRET", "", "HMAC secret for HS256/384/512", stringSetting(func(c *Config) *string { return &c.JWTSecret })},
+	{"jwt-public-key", "LANES_JWT_PUBLIC_KEY", "", "PEM public key (RSA, ECDSA or Ed25519), inline or a file path", stringSetting(func(c *Config) *string { return &c.JWTPublicKey })},
+	{"jwt-issuer", "LANES_JWT_ISSUER", "", "required iss claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTIssuer })},
+	{"jwt-audience", "LANES_JWT_AUDIENCE", "", "required aud claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTAudience })},
 	{"push-committers", "LANES_PUSH_COMMITTERS", "4", "concurrent group-commit transactions for pushes", intSetting(func(c *Config) *int { return &c.PushCommitters })},
 	{"default-subscription-mode", "LANES_DEFAULT_SUBSCRIPTION_MODE", "new", "where a named group starts on first contact: new or all", func(c *Config, v string) error {
 		if v != "new" && v != "all" {

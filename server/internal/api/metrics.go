@@ -1,0 +1,103 @@
+package api
+
+import (
+	"encoding/json"
+	"net/http"
+	"runtime"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// registerGauges exposes, at scrape time, the numbers other parts own.
+func (s *Server) registerGauges() {
+	m := s.metrics
+	boolGauge := func(f func() bool) func() float64 {
+		return func() float64 {
+			if f() {
+				return 1
+			}
+			return 0
+		}
+	}
+	if pool := s.engine.Pool(); pool != nil {
+		m.Gauge("lanes_db_pool_max_connections", "Pool size (LANES_DB_POOL_SIZE).", nil, func() float64 { return float64(pool.Stat().MaxConns()) })
+		m.Gauge("lanes_db_pool_acquired_connections", "Connections in use.", nil, func() float64 { return float64(pool.Stat().AcquiredConns()) })
+		m.Gauge("lanes_db_pool_idle_connections", "Idle connections.", nil, func() float64 { return float64(pool.Stat().IdleConns()) })
+		m.Counter("lanes_db_pool_empty_acquires_total", "Acquires that had to wait for a connection.", nil, func() float64 { return float64(pool.Stat().EmptyAcquireCount()) })
+	}
+	if a := s.opts.Admission; a != nil {
+		for _, c := range a.Classes() {
+			l := prometheus.Labels{"class": c.Name()}
+			m.Gauge("lanes_admission_budget", "Concurrent database slots of the class.", l, func() float64 { return float64(c.Stats().Budget) })
+			m.Gauge("lanes_admission_inflight", "Slots in use.", l, func() float64 { return float64(c.Stats().InFlight) })
+			m.Gauge("lanes_admission_waiting", "Requests queued for a slot.", l, func() float64 { return float64(c.Stats().Waiting) })
+			m.Gauge("lanes_admission_max_waiting", "Queue bound; past it requests get 429.", l, func() float64 { return float64(c.Stats().MaxQueue) })
+			m.Counter("lanes_admission_rejected_total", "Requests answered 429 (overloaded).", l, func() float64 { return float64(c.Stats().Rejected) })
+		}
+		m.Counter("lanes_admission_rate_limited_total", "Requests answered 429 by the per-client token bucket.", nil, func() float64 { return float64(a.Clients.Rejected()) })
+	}
+	if sp := s.opts.Spool; sp != nil {
+		m.Gauge("lanes_spool_pending", "Spooled pushes waiting to drain.", nil, func() float64 { return float64(sp.Pending()) })
+		m.Gauge("lanes_spool_failed", "Spooled pushes quarantined in failed/.", nil, func() float64 { return float64(sp.Failed()) })
+		m.Counter("lanes_spool_drained_total", "Spooled pushes replayed into PostgreSQL.", nil, func() float64 { return float64(sp.Drained()) })
+		m.Gauge("lanes_spool_db_healthy", "0 after a push was spooled or a drain failed; 1 after a drain succeeded.", nil, boolGauge(sp.DBHealthy))
+	}
+	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))
+	m.Gauge("lanes_maintenance_pop", "1 while pop maintenance answers every pop 204.", nil, boolGauge(s.maintenance.pop.Load))
+}
+
+// serveJSONMetrics answers GET /metrics: the reference's snapshot shape plus
+// admission, spool and maintenance sections.
+func (s *Server) serveJSONMetrics(w http.ResponseWriter, _ *http.Request) {
+	uptime := s.metrics.Uptime().Seconds()
+	rate := func(n int64) float64 {
+		if uptime <= 0 {
+			return 0
+		}
+		return float64(n) / uptime
+	}
+	var mem runtime.MemStats
+	runtime.ReadMemStats(&mem)
+	body := map[string]any{
+		"uptime":   uptime,
+		"requests": map[string]any{"total": s.metrics.RequestsTotal(), "rate": rate(s.metrics.RequestsTotal())},
+		"messages": map[string]any{"total": s.metrics.PushedTotal(), "rate": rate(s.metrics.PushedTotal())},
+		"memory":   map[string]any{"heapAlloc": mem.HeapAlloc, "sys": mem.Sys, "goroutines": runtime.NumGoroutine()},
+		"cpu":      map[string]any{"cores": runtime.NumCPU()},
+		"maintenance": map[string]any{
+			"push": s.maintenance.push.Load(),
+			"pop":  s.maintenance.pop.Load(),
+		},
+	}
+	if pool := s.engine.Pool(); pool != nil {
+		st := pool.Stat()
+		body["database"] = map[string]any{
+			"poolSize":        st.MaxConns(),
+			"idleConnections": st.IdleConns(),
+			"acquired":        st.AcquiredConns(),
+			"emptyAcquires":   st.EmptyAcquireCount(),
+			"waitingRequests": 0,
+		}
+	}
+	if a := s.opts.Admission; a != nil {
+		classes := map[string]any{}
+		waiting := 0
+		for _, c := range a.Classes() {
+			st := c.Stats()
+			classes[c.Name()] = st
+			waiting += st.Waiting
+		}
+		if db, ok := body["database"].(map[string]any); ok {
+			db["waitingRequests"] = waiting
+		}
+		body["admission"] = map[string]any{"classes": classes, "rateLimited": a.Clients.Rejected()}
+	}
+	if sp := s.opts.Spool; sp != nil {
+		body["spool"] = map[string]any{
+			"pending": sp.Pending(), "failed": sp.Failed(), "drained": sp.Drained(),
+			"dbHealthy": sp.DBHealthy(), "dir": sp.Dir(),
+		}
+	}
+	w.Header().Set("Content-Type", "application/json")
+	_ = json.NewEncoder(w).Encode(body)
+}

@@ -1,0 +1,207 @@
+package api
+
+import (
+	"net"
+	"net/http"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/gorilla/mux"
+
+	"github.com/lanesmq/lanes/server/internal/admission"
+	"github.com/lanesmq/lanes/server/internal/auth"
+)
+
+// Error codes added by the resilience and security layers.
+const (
+	CodeUnauthorized = "unauthorized"
+	CodeForbidden    = "forbidden"
+	CodeRateLimited  = admission.ReasonRateLimited
+	CodeOverloaded   = admission.ReasonOverloaded
+)
+
+// statusRecorder remembers the status a handler wrote.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (r *statusRecorder) WriteHeader(code int) {
+	if r.status == 0 {
+		r.status = code
+	}
+	r.ResponseWriter.WriteHeader(code)
+}
+
+func (r *statusRecorder) Write(b []byte) (int, error) {
+	if r.status == 0 {
+		r.status = http.StatusOK
+	}
+	return r.ResponseWriter.Write(b)
+}
+
+// Flush keeps streaming working through the recorder.
+func (r *statusRecorder) Flush() {
+	if f, ok := r.ResponseWriter.(http.Flusher); ok {
+		f.Flush()
+	}
+}
+
+// observe counts every request by route template and status, and serves the
+// two metrics endpoints itself so they stay outside auth and admission.
+func (s *Server) observe(next http.Handler, router *mux.Router) http.Handler {
+	prom := s.metrics.Handler()
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		rec := &statusRecorder{ResponseWriter: w}
+		switch {
+		case r.Method == http.MethodGet && r.URL.Path == "/metrics/prometheus":
+			prom.ServeHTTP(rec, r)
+		case r.Method == http.MethodGet && r.URL.Path == "/metrics":
+			s.serveJSONMetrics(rec, r)
+		default:
+			next.ServeHTTP(rec, r)
+		}
+		route := "unmatched"
+		var match mux.RouteMatch
+		if router.Match(r, &match) && match.Route != nil {
+			if tpl, err := match.Route.GetPathTemplate(); err == nil {
+				route = tpl
+			}
+		} else if r.URL.Path == "/metrics" || r.URL.Path == "/metrics/prometheus" {
+			route = r.URL.Path
+		}
+		status := rec.status
+		if status == 0 {
+			status = http.StatusOK
+		}
+		s.metrics.ObserveRequest(route, r.Method, status, time.Since(start))
+	})
+}
+
+// authenticate enforces bearer tokens and role levels when auth is on, and puts
+// the identity in the request context (producerSub comes from it).
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	if s.opts.Auth == nil {
+		return next
+	}
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		level := auth.RouteLevel(r.Method, r.URL.Path)
+		if level == auth.Public {
+			next.ServeHTTP(w, r)
+			return
+		}
+		id, authErr := s.opts.Auth.Verify(r.Header.Get("Authorization"))
+		if authErr != nil {
+			w.Header().Set("WWW-Authenticate", "Bearer")
+			writeError(w, http.StatusUnauthorized, CodeUnauthorized, authErr.Message)
+			return
+		}
+		if !level.Allows(id.Roles) {
+			writeError(w, http.StatusForbidden, CodeForbidden, auth.MsgForbidden)
+			return
+		}
+		next.ServeHTTP(w, r.WithContext(auth.WithIdentity(r.Context(), id)))
+	})
+}
+
+// admissionClass names the budget a message-plane request draws on; pops draw
+// per database check inside the engine, so they take none here.
+func (s *Server) admissionClass(r *http.Request) *admission.Class {
+	a := s.opts.Admission
+	if a == nil || r.Method != http.MethodPost {
+		return nil
+	}
+	p := r.URL.Path
+	switch {
+	case p == "/api/v1/push":
+		return a.Push
+	case p == "/api/v1/ack", p == "/api/v1/ack/batch", p == "/api/v1/transaction",
+		strings.HasPrefix(p, "/api/v1/lease/"):
+		return a.Ack
+	}
+	return nil
+}
+
+func isPopRequest(r *http.Request) bool {
+	return r.Method == http.MethodGet && (r.URL.Path == "/api/v1/pop" || strings.HasPrefix(r.URL.Path, "/api/v1/pop/"))
+}
+
+func isMessagePlane(r *http.Request) bool {
+	if isPopRequest(r) {
+		return true
+	}
+	if r.Method != http.MethodPost {
+		return false
+	}
+	p := r.URL.Path
+	return p == "/api/v1/push" || p == "/api/v1/ack" || p == "/api/v1/ack/batch" ||
+		p == "/api/v1/transaction" || strings.HasPrefix(p, "/api/v1/lease/")
+}
+
+// admit applies pop maintenance, the per-client token bucket and the class
+// budget to message-plane requests; everything else passes untouched.
+func (s *Server) admit(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if !isMessagePlane(r) {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if isPopRequest(r) && s.maintenance.popEnabled() {
+			w.WriteHeader(http.StatusNoContent)
+			return
+		}
+		if a := s.opts.Admission; a != nil && a.Clients.Enabled() {
+			if err := a.Clients.Allow(clientKey(r)); err != nil {
+				writeRejected(w, err)
+				return
+			}
+		}
+		if class := s.admissionClass(r); class != nil {
+			release, err := class.Acquire(r.Context())
+			if err != nil {
+				writeRejected(w, err)
+				return
+			}
+			defer release()
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// clientKey identifies a client for its token bucket: the token subject, else the remote address.
+func clientKey(r *http.Request) string {
+	if id := auth.FromContext(r.Context()); id != nil && id.Subject != "" {
+		return "sub:" + id.Subject
+	}
+	host, _, err := net.SplitHostPort(r.RemoteAddr)
+	if err != nil {
+		host = r.RemoteAddr
+	}
+	return "addr:" + host
+}
+
+// writeRejected answers 429 with Retry-After in whole seconds; a client that
+// went away gets nothing.
+func writeRejected(w http.ResponseWriter, err error) {
+	rej, ok := admission.IsRejected(err)
+	if !ok {
+		w.WriteHeader(499)
+		return
+	}
+	w.Header().Set("Retry-After", strconv.Itoa(admission.RetryAfterSeconds(rej.RetryAfter)))
+	writeError(w, http.StatusTooManyRequests, rej.Reason, rej.Error())
+}
+
+// responseError maps admission rejections from inside the engine (a pop check)
+// to 429 and leaves the rest to the shared responder.
+func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request, error)) func(http.ResponseWriter, *http.Request, error) {
+	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if _, ok := admission.IsRejected(err); ok {
+			writeRejected(w, err)
+			return
+		}
+		fallback(w, r, err)
+	}
+}

@@ -1,0 +1,179 @@
+package api
+
+import (
+	"context"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/auth"
+	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/spool"
+)
+
+// Keys of the maintenance switches in lanes.system_state.
+const (
+	pushMaintenanceKey = "maintenance.push"
+	popMaintenanceKey  = "maintenance.pop"
+)
+
+// maintenanceRefresh is how stale a broker's view of another broker's switch may be.
+const maintenanceRefresh = time.Second
+
+// maintenance caches the two switches so the hot path reads memory; a read
+// older than maintenanceRefresh starts one background refresh and answers the
+// cached value meanwhile (kept as is while the database is down).
+type maintenance struct {
+	engine     *engine.Engine
+	push, pop  atomic.Bool
+	loadedAt   atomic.Int64 // unix nanos of the last successful read
+	refreshing atomic.Bool
+	mu         sync.Mutex // serializes writes with refreshes
+}
+
+func (m *maintenance) pushEnabled() bool {
+	m.maybeRefresh()
+	return m.push.Load()
+}
+
+func (m *maintenance) popEnabled() bool {
+	m.maybeRefresh()
+	return m.pop.Load()
+}
+
+func (m *maintenance) maybeRefresh() {
+	if time.Since(time.Unix(0, m.loadedAt.Load())) < maintenanceRefresh || !m.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer m.refreshing.Store(false)
+		_ = m.refresh(context.Background())
+	}()
+}
+
+func (m *maintenance) refresh(ctx context.Context) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	push, err := m.engine.SystemFlag(ctx, pushMaintenanceKey)
+	if err != nil {
+		return err
+	}
+	pop, err := m.engine.SystemFlag(ctx, popMaintenanceKey)
+	if err != nil {
+		return err
+	}
+	m.push.Store(push)
+	m.pop.Store(pop)
+	m.loadedAt.Store(time.Now().UnixNano())
+	return nil
+}
+
+func (m *maintenance) set(ctx context.Context, key string, enabled bool) error {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if err := m.engine.SetSystemFlag(ctx, key, enabled); err != nil {
+		return err
+	}
+	if key == pushMaintenanceKey {
+		m.push.Store(enabled)
+	} else {
+		m.pop.Store(enabled)
+	}
+	return nil
+}
+
+// storePush is the push path behind the handler: the token subject is stamped
+// on every item; pushes go to the spool in push maintenance, while older
+// spooled pushes are still draining (so nothing overtakes them in a
+// partition), and when PostgreSQL cannot be reached.
+func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error) {
+	if id := auth.FromContext(ctx); id != nil {
+		for i := range items {
+			items[i].ProducerSub = id.Subject
+		}
+	}
+	sp := s.opts.Spool
+	if sp != nil && (s.maintenance.pushEnabled() || sp.Pending() > 0) {
+		return s.spoolPush(items)
+	}
+	pushCtx, cancel := context.WithTimeout(ctx, s.opts.PushTimeout)
+	defer cancel()
+	results, err := s.engine.Push(pushCtx, items)
+	if err != nil && sp != nil && ctx.Err() == nil && spool.IsUnavailable(err) {
+		s.log.Warn("database unreachable; push goes to the disk spool", "items", len(items), "err", err)
+		sp.MarkDBDown()
+		return s.spoolPush(items)
+	}
+	if err != nil {
+		return nil, err
+	}
+	for _, r := range results {
+		s.metrics.CountPush(string(r.Status), 1)
+	}
+	return results, nil
+}
+
+func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error) {
+	if err := engine.NormalizePushItems(items); err != nil {
+		return nil, err
+	}
+	status, errText := engine.PushBuffered, ""
+	if err := s.opts.Spool.Append(items); err != nil {
+		s.log.Error("spool write failed; push answered failed", "items", len(items), "err", err)
+		status, errText = engine.PushFailed, err.Error()
+	}
+	results := make([]engine.PushResult, len(items))
+	for i, it := range items {
+		// The stored message gets its id when the drain commits it; this one
+		// only answers the request. transactionId is the lasting identity.
+		id, _ := uuid.NewV7()
+		results[i] = engine.PushResult{Index: i, MessageID: id, TransactionID: it.TransactionID, Queue: it.Queue, Status: status, Error: errText}
+	}
+	s.metrics.CountPush(string(status), len(items))
+	return results, nil
+}
+
+// PushMaintenance reports whether push maintenance is on (the spool drain pauses).
+func (s *Server) PushMaintenance() bool { return s.maintenance.pushEnabled() }
+
+// GetBufferStatus reports the disk spool.
+func (s *Server) GetBufferStatus(ctx context.Context, _ gen.GetBufferStatusRequestObject) (gen.GetBufferStatusResponseObject, error) {
+	out := gen.GetBufferStatus200JSONResponse{DbHealthy: true}
+	if sp := s.opts.Spool; sp != nil {
+		out.Pending, out.Failed, out.DbHealthy = int(sp.Pending()), int(sp.Failed()), sp.DBHealthy()
+	}
+	return out, nil
+}
+
+// GetPushMaintenance answers the push maintenance switch as this broker sees it.
+func (s *Server) GetPushMaintenance(ctx context.Context, _ gen.GetPushMaintenanceRequestObject) (gen.GetPushMaintenanceResponseObject, error) {
+	_ = s.maintenance.refresh(ctx)
+	return gen.GetPushMaintenance200JSONResponse{Enabled: s.maintenance.push.Load()}, nil
+}
+
+// SetPushMaintenance turns push maintenance on or off for every broker.
+func (s *Server) SetPushMaintenance(ctx context.Context, req gen.SetPushMaintenanceRequestObject) (gen.SetPushMaintenanceResponseObject, error) {
+	if err := s.maintenance.set(ctx, pushMaintenanceKey, req.Body.Enabled); err != nil {
+		return nil, err
+	}
+	s.log.Info("push maintenance switched", "enabled", req.Body.Enabled)
+	return gen.SetPushMaintenance200JSONResponse{Enabled: req.Body.Enabled}, nil
+}
+
+// GetPopMaintenance answers the pop maintenance switch as this broker sees it.
+func (s *Server) GetPopMaintenance(ctx context.Context, _ gen.GetPopMaintenanceRequestObject) (gen.GetPopMaintenanceResponseObject, error) {
+	_ = s.maintenance.refresh(ctx)
+	return gen.GetPopMaintenance200JSONResponse{Enabled: s.maintenance.pop.Load()}, nil
+}
+
+// SetPopMaintenance turns pop maintenance on or off for every broker.
+func (s *Server) SetPopMaintenance(ctx context.Context, req gen.SetPopMaintenanceRequestObject) (gen.SetPopMaintenanceResponseObject, error) {
+	if err := s.maintenance.set(ctx, popMaintenanceKey, req.Body.Enabled); err != nil {
+		return nil, err
+	}
+	s.log.Info("pop maintenance switched", "enabled", req.Body.Enabled)
+	return gen.SetPopMaintenance200JSONResponse{Enabled: req.Body.Enabled}, nil
+}

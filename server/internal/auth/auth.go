@@ -1,0 +1,219 @@
+// Package auth verifies bearer JWTs and decides what a token's roles may do.
+// Roles are a set, not a ladder: write-only may push but not read,
+// read-only may read but not push or pop (http-api-v1.md §1.1).
+package auth
+
+import (
+	"context"
+	"crypto"
+	"crypto/ecdsa"
+	"crypto/ed25519"
+	"crypto/rsa"
+	"errors"
+	"fmt"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// Roles a token may carry.
+const (
+	RoleReadOnly  = "read-only"
+	RoleWriteOnly = "write-only"
+	RoleReadWrite = "read-write"
+	RoleAdmin     = "admin"
+)
+
+// The fixed 401 messages.
+const (
+	MsgAuthRequired   = "Authentication required"
+	MsgBadHeader      = "Bad token header"
+	MsgBadSignature   = "Invalid token signature"
+	MsgExpired        = "Token has expired"
+	MsgNotYetValid    = "Token not yet valid"
+	MsgIssuedInFuture = "Token issued in the future"
+	MsgBadIssuer      = "Invalid token issuer"
+	MsgBadAudience    = "Invalid token audience"
+	MsgUnsupportedAlg = "Unsupported token algorithm"
+	MsgUnknownKeyID   = "Unknown key ID"
+	MsgForbidden      = "Insufficient permissions"
+)
+
+// Config is the verifier's key material and checks.
+type Config struct {
+	// Algorithm is "auto" (every algorithm the configured keys can verify) or one name such as HS256.
+	Algorithm string
+	// Secret verifies HS256/384/512.
+	Secret []byte
+	// PublicKey is a PEM public key (RSA, ECDSA or Ed25519), or a path to one.
+	PublicKey string
+	Issuer    string
+	Audience  string
+	// Leeway tolerates clock skew on exp, nbf and iat.
+	Leeway time.Duration
+}
+
+// Verifier checks tokens. It is safe for concurrent use.
+type Verifier struct {
+	cfg     Config
+	methods []string
+	pub     crypto.PublicKey
+	parser  *jwt.Parser
+}
+
+// NewVerifier checks the key material and builds the parser.
+func NewVerifier(cfg Config) (*Verifier, error) {
+	v := &Verifier{cfg: cfg}
+	if cfg.PublicKey != "" {
+		pemText := []byte(cfg.PublicKey)
+		if !strings.Contains(cfg.PublicKey, "-----BEGIN") {
+			b, err := os.ReadFile(cfg.PublicKey)
+			if err != nil {
+				return nil, fmt.Errorf("jwt public key: %w", err)
+			}
+			pemText = b
+		}
+		pub, err := parsePublicKey(pemText)
+		if err != nil {
+			return nil, err
+		}
+		v.pub = pub
+	}
+	var usable []string
+	if len(cfg.Secret) > 0 {
+		usable = append(usable, "HS256", "HS384", "HS512")
+	}
+	switch v.pub.(type) {
+	case *rsa.PublicKey:
+		usable = append(usable, "RS256", "RS384", "RS512", "PS256", "PS384", "PS512")
+	case *ecdsa.PublicKey:
+		usable = append(usable, "ES256", "ES384", "ES512")
+	case ed25519.PublicKey:
+		usable = append(usable, "EdDSA")
+	}
+	if len(usable) == 0 {
+		return nil, errors.New("jwt enabled but neither LANES_JWT_SECRET nor LANES_JWT_PUBLIC_KEY is set")
+	}
+	switch alg := cfg.Algorithm; {
+	case alg == "" || strings.EqualFold(alg, "auto"):
+		v.methods = usable
+	case slices.Contains(usable, alg):
+		v.methods = []string{alg}
+	default:
+		return nil, fmt.Errorf("jwt algorithm %q does not match the configured key (usable: %s)", alg, strings.Join(usable, ", "))
+	}
+	opts := []jwt.ParserOption{jwt.WithIssuedAt(), jwt.WithLeeway(cfg.Leeway)}
+	if cfg.Issuer != "" {
+		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
+	}
+	if cfg.Audience != "" {
+		opts = append(opts, jwt.WithAudience(cfg.Audience))
+	}
+	v.parser = jwt.NewParser(opts...)
+	return v, nil
+}
+
+func parsePublicKey(pemText []byte) (crypto.PublicKey, error) {
+	if k, err := jwt.ParseRSAPublicKeyFromPEM(pemText); err == nil {
+		return k, nil
+	}
+	if k, err := jwt.ParseEdPublicKeyFromPEM(pemText); err == nil {
+		return k, nil
+	}
+	if k, err := jwt.ParseECPublicKeyFromPEM(pemText); err == nil {
+		return k, nil
+	}
+	return nil, errors.New("jwt public key: not an RSA, ECDSA or Ed25519 public key in PEM")
+}
+
+// Identity is what a verified token says about its bearer.
+type Identity struct {
+	Subject string
+	Roles   []string
+}
+
+// Error is a 401 with one of the fixed messages.
+type Error struct{ Message string }
+
+func (e *Error) Error() string { return e.Message }
+
+var errUnsupportedAlg = errors.New(MsgUnsupportedAlg)
+
+// Verify checks the Authorization header value ("Bearer <jwt>" or a bare token).
+func (v *Verifier) Verify(header string) (*Identity, *Error) {
+	raw := strings.TrimSpace(header)
+	if raw == "" {
+		return nil, &Error{MsgAuthRequired}
+	}
+	if len(raw) > 7 && strings.EqualFold(raw[:7], "bearer ") {
+		raw = strings.TrimSpace(raw[7:])
+	}
+	claims := jwt.MapClaims{}
+	_, err := v.parser.ParseWithClaims(raw, claims, v.key)
+	if err != nil {
+		return nil, &Error{messageFor(err)}
+	}
+	id := &Identity{}
+	id.Subject, _ = claims["sub"].(string)
+	if r, ok := claims["role"].(string); ok && r != "" {
+		id.Roles = append(id.Roles, r)
+	}
+	if rs, ok := claims["roles"].([]any); ok {
+		for _, r := range rs {
+			if s, ok := r.(string); ok {
+				id.Roles = append(id.Roles, s)
+			}
+		}
+	}
+	return id, nil
+}
+
+func (v *Verifier) key(t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	if !slices.Contains(v.methods, alg) {
+		return nil, errUnsupportedAlg
+	}
+	if strings.HasPrefix(alg, "HS") {
+		return v.cfg.Secret, nil
+	}
+	return v.pub, nil
+}
+
+func messageFor(err error) string {
+	switch {
+	case errors.Is(err, errUnsupportedAlg):
+		return MsgUnsupportedAlg
+	case errors.Is(err, jwt.ErrTokenMalformed):
+		return MsgBadHeader
+	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
+		return MsgBadSignature
+	case errors.Is(err, jwt.ErrTokenExpired):
+		return MsgExpired
+	case errors.Is(err, jwt.ErrTokenNotValidYet):
+		return MsgNotYetValid
+	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
+		return MsgIssuedInFuture
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+		return MsgBadIssuer
+	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+		return MsgBadAudience
+	default:
+		return MsgBadHeader
+	}
+}
+
+type identityKey struct{}
+
+// WithIdentity attaches the verified identity to a request context.
+func WithIdentity(ctx context.Context, id *Identity) context.Context {
+	return context.WithValue(ctx, identityKey{}, id)
+}
+
+// FromContext returns the identity of the request, or nil when auth is off.
+func FromContext(ctx context.Context) *Identity {
+	id, _ := ctx.Value(identityKey{}).(*Identity)
+	return id
+}

@@ -1,0 +1,158 @@
+package auth
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims) string {
+	t.Helper()
+	s, err := jwt.NewWithClaims(method, claims).SignedString(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func pemOf(t *testing.T, pub any) string {
+	t.Helper()
+	der, err := x509.MarshalPKIXPublicKey(pub)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der}))
+}
+
+func TestVerifyHS256RS256EdDSAAndTheFixedMessages(t *testing.T) {
+	secret := []byte("s3cret-s3cret-s3cret-s3cret-s3cret")
+	rsaKey, _ := rsa.GenerateKey(rand.Reader, 2048)
+	edPub, edPriv, _ := ed25519.GenerateKey(rand.Reader)
+	now := time.Now()
+	ok := jwt.MapClaims{"sub": "svc-1", "role": "write-only", "roles": []string{"read-only"}, "exp": now.Add(time.Hour).Unix(), "iss": "lanes-test"}
+
+	hs, err := NewVerifier(Config{Secret: secret, Issuer: "lanes-test"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, aerr := hs.Verify("Bearer " + sign(t, jwt.SigningMethodHS256, secret, ok))
+	if aerr != nil || id.Subject != "svc-1" || len(id.Roles) != 2 {
+		t.Fatalf("HS256: %+v %v", id, aerr)
+	}
+	if _, aerr := hs.Verify(sign(t, jwt.SigningMethodHS256, secret, ok)); aerr != nil {
+		t.Fatalf("a bare token without Bearer is accepted: %v", aerr)
+	}
+	rs, err := NewVerifier(Config{PublicKey: pemOf(t, &rsaKey.PublicKey), Algorithm: "RS256"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, aerr := rs.Verify("Bearer " + sign(t, jwt.SigningMethodRS256, rsaKey, ok)); aerr != nil {
+		t.Fatalf("RS256: %v", aerr)
+	}
+	ed, err := NewVerifier(Config{PublicKey: pemOf(t, edPub)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, aerr := ed.Verify("Bearer " + sign(t, jwt.SigningMethodEdDSA, edPriv, ok)); aerr != nil {
+		t.Fatalf("EdDSA: %v", aerr)
+	}
+
+	with := func(k string, v any) jwt.MapClaims {
+		c := jwt.MapClaims{}
+		for key, val := range ok {
+			c[key] = val
+		}
+		c[k] = v
+		return c
+	}
+	otherRSA, _ := rsa.GenerateKey(rand.Reader, 2048)
+	cases := []struct {
+		name, header string
+		v            *Verifier
+		want         string
+	}{
+		{"missing", "", hs, MsgAuthRequired},
+		{"garbage", "Bearer not.a.jwt", hs, MsgBadHeader},
+		{"wrong secret", "Bearer " + sign(t, jwt.SigningMethodHS256, []byte("other-secret-other-secret"), ok), hs, MsgBadSignature},
+		{"expired", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, with("exp", now.Add(-time.Hour).Unix())), hs, MsgExpired},
+		{"not yet valid", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, with("nbf", now.Add(time.Hour).Unix())), hs, MsgNotYetValid},
+		{"issued in future", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, with("iat", now.Add(time.Hour).Unix())), hs, MsgIssuedInFuture},
+		{"bad issuer", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, with("iss", "someone-else")), hs, MsgBadIssuer},
+		{"alg not allowed", "Bearer " + sign(t, jwt.SigningMethodRS256, rsaKey, ok), hs, MsgUnsupportedAlg},
+		{"HS256 against an RSA-only broker", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, ok), rs, MsgUnsupportedAlg},
+		{"RSA signed by another key", "Bearer " + sign(t, jwt.SigningMethodRS256, otherRSA, ok), rs, MsgBadSignature},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, aerr := c.v.Verify(c.header)
+			if aerr == nil || aerr.Message != c.want {
+				t.Fatalf("want %q, got %v", c.want, aerr)
+			}
+		})
+	}
+	aud, _ := NewVerifier(Config{Secret: secret, Audience: "lanes"})
+	if _, aerr := aud.Verify(sign(t, jwt.SigningMethodHS256, secret, with("aud", "elsewhere"))); aerr == nil || aerr.Message != MsgBadAudience {
+		t.Fatalf("audience: %v", aerr)
+	}
+	if _, err := NewVerifier(Config{}); err == nil {
+		t.Fatal("a verifier without keys must not start")
+	}
+}
+
+func TestRolesAreASetNotALadder(t *testing.T) {
+	cases := []struct {
+		method, path string
+		level        Level
+		allowed      []string
+		denied       []string
+	}{
+		{"GET", "/health", Public, []string{}, nil},
+		{"GET", "/metrics/prometheus", Public, []string{}, nil},
+		{"POST", "/api/v1/push", WriteOnly, []string{RoleWriteOnly, RoleReadWrite, RoleAdmin}, []string{RoleReadOnly}},
+		{"GET", "/api/v1/pop/queue/q", ReadWrite, []string{RoleReadWrite, RoleAdmin}, []string{RoleReadOnly, RoleWriteOnly}},
+		{"GET", "/api/v1/pop", ReadWrite, []string{RoleReadWrite}, []string{RoleReadOnly}},
+		{"POST", "/api/v1/ack", ReadWrite, []string{RoleReadWrite}, []string{RoleWriteOnly, RoleReadOnly}},
+		{"POST", "/api/v1/transaction", ReadWrite, []string{RoleAdmin}, []string{RoleWriteOnly}},
+		{"POST", "/api/v1/lease/abc/extend", ReadWrite, []string{RoleReadWrite}, []string{RoleReadOnly}},
+		{"GET", "/api/v1/resources/queues", ReadOnly, []string{RoleReadOnly, RoleReadWrite, RoleAdmin}, []string{RoleWriteOnly}},
+		{"GET", "/api/v1/status/buffers", ReadOnly, []string{RoleReadOnly}, []string{RoleWriteOnly}},
+		{"DELETE", "/api/v1/resources/queues/q", Admin, []string{RoleAdmin}, []string{RoleReadWrite, RoleReadOnly, RoleWriteOnly}},
+		{"DELETE", "/api/v1/consumer-groups/g", Admin, []string{RoleAdmin}, []string{RoleReadWrite}},
+		{"DELETE", "/api/v1/consumer-groups/g/queues/q", Admin, []string{RoleAdmin}, []string{RoleReadWrite}},
+		{"DELETE", "/api/v1/dlq", Admin, []string{RoleAdmin}, []string{RoleReadWrite}},
+		{"DELETE", "/api/v1/messages/p/t", ReadWrite, []string{RoleReadWrite}, []string{RoleReadOnly}},
+		{"POST", "/api/v1/system/maintenance", Admin, []string{RoleAdmin}, []string{RoleReadWrite}},
+		{"GET", "/api/v1/system/maintenance", ReadOnly, []string{RoleReadOnly}, []string{RoleWriteOnly}},
+		{"POST", "/api/v1/timers", WriteOnly, []string{RoleWriteOnly}, []string{RoleReadOnly}},
+		{"GET", "/api/v1/somewhere-new", ReadWrite, []string{RoleReadWrite}, []string{RoleReadOnly}},
+		{"GET", "/api/v1/popular", ReadWrite, []string{RoleReadWrite}, []string{RoleReadOnly}},
+	}
+	for _, c := range cases {
+		got := RouteLevel(c.method, c.path)
+		if got != c.level {
+			t.Errorf("%s %s: level %v, want %v", c.method, c.path, got, c.level)
+		}
+		for _, r := range c.allowed {
+			if !got.Allows([]string{r}) {
+				t.Errorf("%s %s: %s must be allowed", c.method, c.path, r)
+			}
+		}
+		for _, r := range c.denied {
+			if got.Allows([]string{r}) {
+				t.Errorf("%s %s: %s must be denied", c.method, c.path, r)
+			}
+		}
+	}
+	if !WriteOnly.Allows([]string{RoleReadOnly, RoleWriteOnly}) {
+		t.Error("a token with both read-only and write-only may push")
+	}
+	if ReadWrite.Allows([]string{RoleReadOnly, RoleWriteOnly}) {
+		t.Error("read-only plus write-only is not read-write: the levels are a set")
+	}
+}
