@@ -1,3 +1,4 @@
+//nolint:bodyclose // every response is handed to Client.decode (via Client.result), which closes the body.
 package lanes
 
 import (
@@ -87,7 +88,8 @@ func (c *Client) ackEntries(ctx context.Context, entries []ackEntry, o AckOpts) 
 		}
 		body, _ := json.Marshal(w)
 		var r json.RawMessage
-		if _, err := c.result(ctx, &r)(c.gen.AckWithBody(ctx, contentJSON, bytes.NewReader(body))); err != nil {
+		resp, err := c.gen.AckWithBody(ctx, contentJSON, bytes.NewReader(body))
+		if _, err := c.decode(ctx, &r, resp, err); err != nil {
 			return nil, err
 		}
 		res, err := decodeAckResults(r)

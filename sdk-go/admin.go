@@ -1,3 +1,4 @@
+//nolint:bodyclose // every response is handed to Client.decode (via Client.result), which closes the body.
 package lanes
 
 import (

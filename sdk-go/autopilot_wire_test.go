@@ -45,7 +45,7 @@ func TestPopWireAutopilot(t *testing.T) {
 				// stands in for LANES_SDK_POP_AUTOPILOT=off (see TestAutopilotEnv for the variable)
 				opts = append(opts, WithPopAutopilot(false))
 			}
-			c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) }, opts...)
+			c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) }, opts...)
 			_, err := tc.build(c.Queue("orders")).Pop(context.Background())
 			require.NoError(t, err)
 			require.Equal(t, tc.path, fb.reqs[0].URL.Path)
@@ -56,7 +56,7 @@ func TestPopWireAutopilot(t *testing.T) {
 
 func TestPopWireDiscovery(t *testing.T) {
 	t.Parallel()
-	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(204) })
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) { w.WriteHeader(http.StatusNoContent) })
 	_, err := c.Namespace("billing").Task("invoice").Wait(false).Pop(context.Background())
 	require.NoError(t, err)
 	require.Equal(t, "/api/v1/pop", fb.reqs[0].URL.Path)

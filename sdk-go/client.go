@@ -1,8 +1,4 @@
-// Package lanes is the Go client of Lanes, a partitioned message queue on PostgreSQL.
-//
-// Start with New, then use the fluent builders: Client.Queue for producing and consuming,
-// Client.Transaction for atomic bundles, Client.Admin for management. The retry policy is
-// docs/retries.md, the consume-loop semantics docs/consuming.md.
+//nolint:bodyclose // every response is handed to Client.decode (via Client.result), which closes the body.
 package lanes
 
 import (
@@ -399,7 +395,12 @@ func sleepCtx(ctx context.Context, d time.Duration) error {
 // status and an error, decoding a 2xx JSON body into out (when out is non-nil). A 204 is never
 // read. Non-2xx becomes *APIError.
 func (c *Client) result(ctx context.Context, out any) func(*http.Response, error) (int, error) {
-	return func(resp *http.Response, err error) (int, error) {
+	return func(resp *http.Response, err error) (int, error) { return c.decode(ctx, out, resp, err) }
+}
+
+// decode is result without the closure: it always closes resp.Body.
+func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err error) (int, error) {
+	{
 		if err != nil {
 			if ctx.Err() != nil {
 				return 0, context.Cause(ctx)

@@ -68,9 +68,12 @@ func (q QueueBuilder) SoftStopTimeout(d time.Duration) QueueBuilder {
 }
 
 // ReportHandlerErrors also passes handler errors to OnError (they are nacked either way).
-func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder { q.consume.reportHandler = on; return q }
+func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder {
+	q.consume.reportHandler = on
+	return q
+}
 
-// Consume starts the consume loop and returns at once (docs/consuming.md). Cancelling ctx is a
+// Consume starts the consume loop and returns at once (docs/consuming.md). Canceling ctx is a
 // hard stop.
 func (q QueueBuilder) Consume(ctx context.Context, h Handler) (*Consumer, error) {
 	if h == nil {
@@ -192,7 +195,7 @@ func (c *Consumer) Stop(ctx context.Context) error {
 	return c.wait(ctx)
 }
 
-// StopAndCancel is a hard stop: Stop plus cancelling every handler context with the cause
+// StopAndCancel is a hard stop: Stop plus canceling every handler context with the cause
 // ErrConsumerStopped.
 func (c *Consumer) StopAndCancel(ctx context.Context) error {
 	c.softStop()
@@ -426,7 +429,7 @@ func (c *Consumer) runBatch(ms []*Message) []ackEntry {
 	return []ackEntry{{msg: ms[0], status: AckFailed, err: err.Error()}}
 }
 
-// stoppedByCancel: the handler failed because a hard stop cancelled it; release, don't charge.
+// stoppedByCancel: the handler failed because a hard stop canceled it; release, don't charge.
 func (c *Consumer) stoppedByCancel(err error) bool {
 	return c.workCtx.Err() != nil && errors.Is(context.Cause(c.workCtx), ErrConsumerStopped) &&
 		(errors.Is(err, context.Canceled) || errors.Is(err, ErrConsumerStopped))

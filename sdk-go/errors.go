@@ -26,7 +26,7 @@ var (
 	ErrConnection = errors.New("lanes: connection failed")
 	// ErrEmptyTransaction is returned by Commit on a bundle without operations or riders.
 	ErrEmptyTransaction = errors.New("lanes: transaction has no operations to commit")
-	// ErrConsumerStopped is the cause of a handler context cancelled by a hard stop.
+	// ErrConsumerStopped is the cause of a handler context canceled by a hard stop.
 	ErrConsumerStopped = errors.New("lanes: consumer stopped")
 )
 
@@ -108,7 +108,9 @@ type ConnectionError struct {
 }
 
 // Error implements error.
-func (e *ConnectionError) Error() string { return "lanes: connection to " + e.URL + ": " + e.Err.Error() }
+func (e *ConnectionError) Error() string {
+	return "lanes: connection to " + e.URL + ": " + e.Err.Error()
+}
 
 // Unwrap returns the transport error.
 func (e *ConnectionError) Unwrap() error { return e.Err }
@@ -199,4 +201,6 @@ type HandlerPanicError struct {
 }
 
 // Error implements error.
-func (e *HandlerPanicError) Error() string { return fmt.Sprintf("lanes: handler panicked: %v", e.Value) }
+func (e *HandlerPanicError) Error() string {
+	return fmt.Sprintf("lanes: handler panicked: %v", e.Value)
+}

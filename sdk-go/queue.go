@@ -1,3 +1,4 @@
+//nolint:bodyclose // every response is handed to Client.decode (via Client.result), which closes the body.
 package lanes
 
 import (
@@ -55,7 +56,10 @@ func (c *Client) Namespace(ns string) QueueBuilder {
 func (q QueueBuilder) Task(task string) QueueBuilder { q.task = task; return q }
 
 // Partition pins the partition: pushes land there and pops use the partition route.
-func (q QueueBuilder) Partition(p string) QueueBuilder { q.partition, q.hasPartition = p, true; return q }
+func (q QueueBuilder) Partition(p string) QueueBuilder {
+	q.partition, q.hasPartition = p, true
+	return q
+}
 
 // Group sets the consumer group (default: queue mode, competing consumers).
 func (q QueueBuilder) Group(g string) QueueBuilder { q.group = g; return q }

@@ -1,7 +1,6 @@
 package lanes
 
 import (
-	"errors"
 	"math"
 	"net/http"
 	"strconv"
@@ -175,5 +174,3 @@ func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
 func validSeconds(f float64) bool {
 	return !math.IsNaN(f) && !math.IsInf(f, 0) && f >= 0 && f < 1e9
 }
-
-var errNoRetry = errors.New("lanes: not retried")

@@ -81,7 +81,7 @@ const (
 	StatusFailed    = "failed"
 )
 
-// Item is one message to push. Data is marshalled with encoding/json (a json.RawMessage is
+// Item is one message to push. Data is marshaled with encoding/json (a json.RawMessage is
 // sent verbatim). A missing TransactionID is minted as a UUIDv7 before the first attempt.
 type Item struct {
 	Data          any

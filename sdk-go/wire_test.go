@@ -117,7 +117,7 @@ func TestRetry429UnboundedOnLongPoll(t *testing.T) {
 			writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
 			return
 		}
-		w.WriteHeader(204)
+		w.WriteHeader(http.StatusNoContent)
 	}, WithMax429Attempts(3))
 	msgs, err := c.Queue("q").Wait(true).Pop(context.Background())
 	require.NoError(t, err)
@@ -266,7 +266,7 @@ func TestConsumerRetriesAfter5xx(t *testing.T) {
 			writeJSON(w, 500, `{"error":"x","code":"internal"}`)
 			return
 		}
-		w.WriteHeader(204)
+		w.WriteHeader(http.StatusNoContent)
 	}, WithRetryAttempts(0))
 	var errs atomic.Int64
 	cons, err := c.Queue("q").Wait(false).OnError(func(error) { errs.Add(1) }).
@@ -283,7 +283,7 @@ func TestNo204Parse(t *testing.T) {
 	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
 		// a 204 that (wrongly) carries bytes must still not be parsed
 		w.Header().Set("Content-Type", "application/json")
-		w.WriteHeader(204)
+		w.WriteHeader(http.StatusNoContent)
 	})
 	res, err := c.Queue("q").Wait(false).PopResult(context.Background())
 	require.NoError(t, err)
