@@ -1,0 +1,274 @@
+"""The retry table of docs/retries.md §8: the pure policy with a frozen clock, then the sync and
+async transports over httpx.MockTransport (no broker needed)."""
+
+from __future__ import annotations
+
+import email.utils
+from collections.abc import Callable
+
+import httpx
+import pytest
+
+import lanes
+from lanes._retry import RetrySettings, backoff, decide, parse_hint
+
+NOW = 1_800_000_000.0
+S = RetrySettings()
+
+
+def test_hint_parsing() -> None:
+    assert parse_hint({"retry-after-ms": "250"}, NOW) == 0.25
+    assert parse_hint({"retry-after": "1.5"}, NOW) == 1.5
+    rfc1123 = email.utils.formatdate(NOW + 3, usegmt=True)
+    assert parse_hint({"retry-after": rfc1123}, NOW) == pytest.approx(3.0)
+    rfc850 = "Friday, 15-Jan-27 08:00:03 GMT"
+    base = email.utils.parsedate_to_datetime("Fri, 15 Jan 2027 08:00:00 GMT").timestamp()
+    assert parse_hint({"retry-after": rfc850}, base) == pytest.approx(3.0)
+    for bad in ("-1", "NaN", "soon", "inf"):
+        assert parse_hint({"retry-after": bad}, NOW) is None
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "kw", "retry", "delay"),
+    [
+        (429, {"Retry-After": "1"}, {}, True, 1.0),
+        (429, {"retry-after-ms": "250"}, {}, True, 0.25),
+        (429, {"Retry-After": "1.5"}, {}, True, 1.5),
+        (429, {"Retry-After": "-1"}, {}, True, 0.5),
+        (429, {"Retry-After": "NaN"}, {}, True, 0.5),
+        (429, {"Retry-After": "soon"}, {}, True, 0.5),
+        (429, {"Retry-After": "3600"}, {}, False, 0.0),
+        (429, {}, {"retries_429": 10}, False, 0.0),
+        (429, {}, {"retries_429": 50, "long_poll": True}, True, None),
+        (503, {}, {}, True, 0.5),
+        (503, {}, {"retries_transient": 1}, True, 1.0),
+        (503, {}, {"retries_transient": 2}, False, 0.0),
+        (503, {"x-should-retry": "false"}, {}, False, 0.0),
+        (409, {"x-should-retry": "true"}, {}, True, 0.5),
+        (400, {}, {}, False, 0.0),
+        (404, {}, {}, False, 0.0),
+        (409, {}, {}, False, 0.0),
+        (501, {}, {}, False, 0.0),
+        (403, {"x-should-retry": "true"}, {}, False, 0.0),
+        (413, {"x-should-retry": "true"}, {}, False, 0.0),
+        (None, {}, {}, True, 0.5),
+        (503, {"Retry-After": "1"}, {"deadline": NOW + 0.1}, False, 0.0),
+    ],
+)
+def test_decision_table(
+    status: int | None,
+    headers: dict[str, str],
+    kw: dict[str, object],
+    retry: bool,
+    delay: float | None,
+) -> None:
+    d = decide(S, status=status, headers=headers, now=NOW, rand=0.0, **kw)  # type: ignore[arg-type]
+    assert d.retry is retry, d
+    if retry and delay is not None:
+        assert d.delay == pytest.approx(delay)
+
+
+def test_terminal_flag_and_hint_kept() -> None:
+    d = decide(S, status=403, now=NOW)
+    assert d.terminal and not d.retry
+    d = decide(S, status=429, headers={"Retry-After": "3600"}, now=NOW)
+    assert d.retry_after == 3600.0
+
+
+def test_jitter() -> None:
+    assert backoff(S, 3, 0.999999) == pytest.approx(4.0 * 0.75, rel=1e-4)
+    assert backoff(S, 10, 0.0) == 8.0
+
+
+# --- transports --------------------------------------------------------------------------------
+
+
+def scripted(
+    answers: list[httpx.Response],
+) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        a = answers[min(len(seen) - 1, len(answers) - 1)]
+        return httpx.Response(a.status_code, headers=a.headers, content=a.content)
+
+    return httpx.MockTransport(handler), seen
+
+
+PUSH_OK = httpx.Response(
+    201,
+    json=[
+        {"index": 0, "message_id": "m", "transaction_id": "t", "queueName": "q", "status": "queued"}
+    ],
+)
+
+
+def sync_client(t: httpx.MockTransport, slept: list[float], **kw: object) -> lanes.Lanes:
+    return lanes.Lanes(
+        "http://broker",
+        http_client=httpx.Client(transport=t),
+        _sleep=slept.append,
+        _clock=lambda: NOW,
+        _rng=lambda: 0.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def async_client(t: httpx.MockTransport, slept: list[float], **kw: object) -> lanes.AsyncLanes:
+    async def sleep(d: float) -> None:
+        slept.append(d)
+
+    return lanes.AsyncLanes(
+        "http://broker",
+        http_client=httpx.AsyncClient(transport=t),
+        _sleep=sleep,
+        _clock=lambda: NOW,
+        _rng=lambda: 0.0,
+        **kw,  # type: ignore[arg-type]
+    )
+
+
+def r429(after: str = "1") -> httpx.Response:
+    return httpx.Response(
+        429, headers={"Retry-After": after}, json={"error": "busy", "code": "overloaded"}
+    )
+
+
+def test_sync_429_twice_then_ok() -> None:
+    t, seen = scripted([r429(), r429(), PUSH_OK])
+    slept: list[float] = []
+    c = sync_client(t, slept)
+    res = c.queue("q").push([{"data": 1}])
+    assert res[0].status == "queued"
+    assert len(seen) == 3 and slept == [1.0, 1.0]
+    assert [r.headers["X-Retry-Count"] for r in seen] == ["0", "1", "2"]
+    # the transaction id minted before the first attempt is resent unchanged
+    assert len({r.content for r in seen}) == 1
+
+
+async def test_async_429_twice_then_ok() -> None:
+    t, seen = scripted([r429(), r429(), PUSH_OK])
+    slept: list[float] = []
+    c = async_client(t, slept)
+    res = await c.queue("q").push([{"data": 1}])
+    assert res[0].status == "queued" and len(seen) == 3 and slept == [1.0, 1.0]
+
+
+def test_sync_429_bounded_on_push() -> None:
+    t, seen = scripted([r429()])
+    slept: list[float] = []
+    c = sync_client(t, slept, max_429_attempts=3)
+    with pytest.raises(lanes.RateLimitError) as ei:
+        c.queue("q").push([1])
+    assert len(seen) == 4 and ei.value.code == "overloaded" and ei.value.retry_after == 1.0
+
+
+def test_sync_429_above_cap_raises_without_sleeping() -> None:
+    t, seen = scripted([r429("3600")])
+    slept: list[float] = []
+    c = sync_client(t, slept)
+    with pytest.raises(lanes.RateLimitError) as ei:
+        c.queue("q").push([1])
+    assert len(seen) == 1 and slept == [] and ei.value.retry_after == 3600.0
+
+
+def test_sync_429_unbounded_on_long_poll() -> None:
+    t, seen = scripted([r429()] * 50 + [httpx.Response(204)])
+    slept: list[float] = []
+    c = sync_client(t, slept, max_429_attempts=2)
+    assert c.queue("q").pop() == []
+    assert len(seen) == 51
+
+
+async def test_async_429_unbounded_on_long_poll() -> None:
+    t, seen = scripted([r429()] * 50 + [httpx.Response(204)])
+    slept: list[float] = []
+    c = async_client(t, slept, max_429_attempts=2)
+    assert await c.queue("q").pop() == []
+    assert len(seen) == 51
+
+
+def test_sync_503_backoff_and_exhaustion() -> None:
+    t, seen = scripted([httpx.Response(503), httpx.Response(503), PUSH_OK])
+    slept: list[float] = []
+    sync_client(t, slept).queue("q").push([1])
+    assert slept == [0.5, 1.0]
+    t, seen = scripted([httpx.Response(503)])
+    slept = []
+    with pytest.raises(lanes.APIError) as ei:
+        sync_client(t, slept).queue("q").push([1])
+    assert ei.value.status == 503 and len(seen) == 3 and ei.value.attempts == 3
+
+
+@pytest.mark.parametrize(
+    ("status", "exc"),
+    [
+        (400, lanes.APIError),
+        (403, lanes.PermissionDeniedError),
+        (404, lanes.NotFoundError),
+        (409, lanes.APIError),
+        (413, lanes.PayloadTooLargeError),
+        (501, lanes.NotImplementedByBrokerError),
+    ],
+)
+def test_sync_4xx_single_attempt(status: int, exc: type[lanes.APIError]) -> None:
+    t, seen = scripted(
+        [
+            httpx.Response(
+                status,
+                headers={"x-should-retry": "true"} if status in (403, 413) else {},
+                json={"error": "no", "code": "c"},
+            )
+        ]
+    )
+    slept: list[float] = []
+    with pytest.raises(exc) as ei:
+        sync_client(t, slept).queue("q").push([1])
+    assert len(seen) == 1 and type(ei.value) is exc and ei.value.code == "c"
+
+
+def test_non_json_error_body() -> None:
+    t, _ = scripted([httpx.Response(413, content=b"<html>too big</html>")])
+    with pytest.raises(lanes.PayloadTooLargeError) as ei:
+        sync_client(t, []).queue("q").push([1])
+    assert ei.value.code == "" and ei.value.terminal
+
+
+def test_failover_to_second_url_without_delay() -> None:
+    seen: list[str] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(str(req.url.host))
+        if req.url.host == "a":
+            raise httpx.ConnectError("refused", request=req)
+        return PUSH_OK
+
+    slept: list[float] = []
+    c = lanes.Lanes(
+        urls=["http://a", "http://b"],
+        http_client=httpx.Client(transport=httpx.MockTransport(handler)),
+        _sleep=slept.append,
+    )
+    c.queue("q").push([1])
+    assert seen == ["a", "b"] and slept == []
+
+
+def test_network_error_exhausted_is_connection_error() -> None:
+    def handler(req: httpx.Request) -> httpx.Response:
+        raise httpx.ConnectError("refused", request=req)
+
+    slept: list[float] = []
+    c = sync_client(httpx.MockTransport(handler), slept)
+    with pytest.raises(lanes.APIConnectionError) as ei:
+        c.health()
+    assert ei.value.attempts == 3 and len(slept) == 2
+
+
+def test_204_is_never_parsed() -> None:
+    # A 204 with garbage would explode if anything tried to decode it.
+    t, _ = scripted([httpx.Response(204, content=b"\x00not json")])
+    assert sync_client(t, []).queue("q").pop_result().messages == []
+
+
+NotUsed = Callable[[], None]

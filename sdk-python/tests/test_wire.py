@@ -1,0 +1,366 @@
+"""Wire-level tests over httpx.MockTransport: the pop query table of docs/consuming.md §2 byte
+for byte, the autopilot off switch, request bodies, and loop reactions (403 stops the loop,
+empty non-waiting polls paced by ``waitMs``)."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from typing import Any
+
+import httpx
+import pytest
+
+import lanes
+from lanes import _protocol as P
+
+Builder = Callable[[lanes.Queue], lanes.Queue]
+
+
+def capture(
+    answer: Callable[[httpx.Request], httpx.Response] | None = None,
+) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        return answer(req) if answer else httpx.Response(204)
+
+    return httpx.MockTransport(handler), seen
+
+
+def client(t: httpx.MockTransport, **kw: Any) -> lanes.Lanes:
+    return lanes.Lanes("http://broker", http_client=httpx.Client(transport=t), **kw)
+
+
+TABLE: list[tuple[str, Builder, str]] = [
+    ("defaults", lambda q: q, "autopilot=true&wait=true&timeout=30000"),
+    (
+        "group",
+        lambda q: q.group("billing"),
+        "autopilot=true&wait=true&timeout=30000&consumerGroup=billing",
+    ),
+    ("batch", lambda q: q.batch(10), "autopilot=true&batch=10&wait=true&timeout=30000"),
+    (
+        "partitions",
+        lambda q: q.partitions(1),
+        "autopilot=true&wait=true&timeout=30000&partitions=1",
+    ),
+    ("both", lambda q: q.batch(10).partitions(4), "batch=10&wait=true&timeout=30000&partitions=4"),
+    ("off", lambda q: q.autopilot(False), "batch=1&wait=true&timeout=30000"),
+    (
+        "off+both",
+        lambda q: q.autopilot(False).batch(5).partitions(3),
+        "batch=5&wait=true&timeout=30000&partitions=3",
+    ),
+    ("off+width1", lambda q: q.autopilot(False).partitions(1), "batch=1&wait=true&timeout=30000"),
+    ("batch0=unset", lambda q: q.batch(0), "autopilot=true&wait=true&timeout=30000"),
+    (
+        "nowait",
+        lambda q: q.wait(False).group("g").subscription_mode("all"),
+        "autopilot=true&wait=false&timeout=30000&consumerGroup=g&subscriptionMode=all",
+    ),
+    (
+        "tail",
+        lambda q: (
+            q.batch(2)
+            .partitions(2)
+            .lease_seconds(30)
+            .subscription_from("now")
+            .server_auto_ack(True)
+            .timeout_millis(1000)
+        ),
+        "batch=2&wait=true&timeout=1000&partitions=2&leaseSeconds=30&subscriptionFrom=now&autoAck=true",
+    ),
+    (
+        "escaped group",
+        lambda q: q.group("a b&c"),
+        "autopilot=true&wait=true&timeout=30000&consumerGroup=a+b%26c",
+    ),
+]
+
+
+@pytest.mark.parametrize(("name", "build", "query"), TABLE, ids=[t[0] for t in TABLE])
+def test_pop_query_table(name: str, build: Builder, query: str) -> None:
+    t, seen = capture()
+    c = client(t, pop_autopilot=True)
+    assert build(c.queue("orders")).pop() == []
+    assert seen[0].url.path == "/api/v1/pop/queue/orders"
+    assert seen[0].url.query.decode() == query
+
+
+def test_env_off_read_once_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:
+    t, seen = capture()
+    monkeypatch.setenv("LANES_SDK_POP_AUTOPILOT", " OFF ")
+    c = client(t)
+    monkeypatch.setenv("LANES_SDK_POP_AUTOPILOT", "on")  # too late: read once
+    c.queue("orders").pop()
+    c.queue("orders").autopilot(True).pop()
+    assert [r.url.query.decode() for r in seen] == [
+        "batch=1&wait=true&timeout=30000",
+        "autopilot=true&wait=true&timeout=30000",
+    ]
+    assert c.pop_autopilot is False
+
+
+@pytest.mark.parametrize("value", ["off", "false", "0", "no", "disabled", "Disabled"])
+def test_env_values(value: str) -> None:
+    assert P.autopilot_from_env({"LANES_SDK_POP_AUTOPILOT": value}) is False
+    assert P.autopilot_from_env({}) is True
+
+
+def test_partition_and_discovery_routes() -> None:
+    t, seen = capture()
+    c = client(t, pop_autopilot=True)
+    c.queue("orders").partition("customer 42").partitions(4).pop()
+    c.queue("orders").partition("p").batch(3).pop()
+    c.queue().namespace("billing").task("invoices").pop()
+    assert seen[0].url.raw_path.decode() == (
+        "/api/v1/pop/queue/orders/partition/customer%2042?autopilot=true&wait=true&timeout=30000"
+    )
+    assert seen[1].url.query.decode() == "batch=3&wait=true&timeout=30000"
+    assert seen[2].url.path == "/api/v1/pop"
+    assert seen[2].url.query.decode() == (
+        "autopilot=true&wait=true&timeout=30000&namespace=billing&task=invoices"
+    )
+
+
+async def test_async_pop_query_and_echo() -> None:
+    body = {
+        "success": True,
+        "queue": "orders",
+        "partition": "p",
+        "partitionId": "pid",
+        "leaseId": "L",
+        "consumerGroup": "g",
+        "partitionsClaimed": 1,
+        "messages": [
+            {
+                "id": "m1",
+                "transactionId": "t1",
+                "traceId": None,
+                "data": {"x": 1},
+                "producerSub": None,
+                "createdAt": "2026-01-01T00:00:00Z",
+                "partitionId": "pid",
+                "partition": "p",
+                "leaseId": "L",
+                "consumerGroup": "g",
+            }
+        ],
+        "autopilot": {"partitions": 3, "batch": 100, "waitMs": 40},
+    }
+    t, seen = capture(lambda r: httpx.Response(200, json=body))
+    c = lanes.AsyncLanes(
+        "http://broker", http_client=httpx.AsyncClient(transport=t), pop_autopilot=True
+    )
+    res = await c.queue("orders").group("g").pop_result()
+    assert seen[0].url.query.decode() == "autopilot=true&wait=true&timeout=30000&consumerGroup=g"
+    assert res.autopilot == lanes.AutopilotEcho(3, 100, 40)
+    assert res.messages[0].queue == "orders" and res.messages[0].data == {"x": 1}
+
+
+def test_push_body_items() -> None:
+    def ok(req: httpx.Request) -> httpx.Response:
+        n = len(json.loads(req.content)["items"])
+        return httpx.Response(
+            201,
+            json=[
+                {
+                    "index": i,
+                    "message_id": "m",
+                    "transaction_id": "t",
+                    "queueName": "q",
+                    "status": "queued",
+                }
+                for i in range(n)
+            ],
+        )
+
+    t, seen = capture(ok)
+    c = client(t)
+    c.queue("orders").partition("customer-42").push(
+        [
+            {"transaction_id": "order-1", "data": {"a": 1}},
+            {"payload": [1, 2], "traceId": "tr"},
+            {"orderId": 7},
+            lanes.Item(data=None, transaction_id="x"),
+            "bare",
+        ]
+    )
+    items = json.loads(seen[0].content)["items"]
+    assert items[0] == {
+        "queue": "orders",
+        "partition": "customer-42",
+        "payload": {"a": 1},
+        "transactionId": "order-1",
+    }
+    assert items[1]["payload"] == [1, 2] and items[1]["traceId"] == "tr"
+    assert items[2]["payload"] == {"orderId": 7}
+    assert items[3]["payload"] is None and items[3]["transactionId"] == "x"
+    minted = items[1]["transactionId"]
+    assert minted[14] == "7" and minted[19] in "89ab"  # UUIDv7
+    assert c.queue("orders").push([]) == [] and len(seen) == 1
+
+
+def test_push_failed_item_raises_with_results() -> None:
+    t, _ = capture(
+        lambda r: httpx.Response(
+            201,
+            json=[
+                {
+                    "index": 0,
+                    "message_id": "m",
+                    "transaction_id": "a",
+                    "queueName": "q",
+                    "status": "queued",
+                },
+                {
+                    "index": 1,
+                    "message_id": "",
+                    "transaction_id": "b",
+                    "queueName": "q",
+                    "status": "failed",
+                    "error": "disk",
+                },
+            ],
+        )
+    )
+    with pytest.raises(lanes.PushError) as ei:
+        client(t).queue("q").push([1, 2])
+    assert len(ei.value.results) == 2 and ei.value.items[0].transaction_id == "b"
+
+
+def _msg(tid: str, pid: str = "p1", group: str = "g", lease: str = "L") -> lanes.Message:
+    return lanes.Message(
+        id=tid, transaction_id=tid, data=None, partition_id=pid, partition="x", lease_id=lease,
+        consumer_group=group,
+    )  # fmt: skip
+
+
+def test_ack_bodies_and_results() -> None:
+    def answer(req: httpx.Request) -> httpx.Response:
+        b = json.loads(req.content)
+        items = b.get("acknowledgments", [b])
+        return httpx.Response(
+            200,
+            json=[
+                {"index": i, "transactionId": it["transactionId"], "success": it["transactionId"] != "bad",
+                 "error": None if it["transactionId"] != "bad" else "unresolvable", "leaseReleased": True,
+                 "dlq": False, "noop": False}
+                for i, it in enumerate(items)
+            ],
+        )  # fmt: skip
+
+    t, seen = capture(answer)
+    c = client(t)
+    c.ack(_msg("a"), "failed", error="boom")
+    assert seen[0].url.path == "/api/v1/ack"
+    assert json.loads(seen[0].content) == {
+        "transactionId": "a", "partitionId": "p1", "status": "failed", "leaseId": "L",
+        "error": "boom", "consumerGroup": "g",
+    }  # fmt: skip
+    res = c.ack([_msg("a"), _msg("b", group="h"), _msg("c")])
+    assert [r.transaction_id for r in res] == ["a", "b", "c"]
+    assert seen[1].url.path == "/api/v1/ack/batch"
+    assert json.loads(seen[1].content)["consumerGroup"] == "g"
+    assert len(json.loads(seen[1].content)["acknowledgments"]) == 2
+    assert seen[2].url.path == "/api/v1/ack"
+    with pytest.raises(lanes.AckError) as ei:
+        c.ack([_msg("ok"), _msg("bad")])
+    assert len(ei.value.results) == 2 and ei.value.items[0].transaction_id == "bad"
+    with pytest.raises(ValueError):
+        c.ack(_msg("a"), "nack")  # type: ignore[arg-type]
+
+
+def test_transaction_body() -> None:
+    t, seen = capture(
+        lambda r: httpx.Response(200, json={"transactionId": "x", "success": True, "results": []})
+    )
+    c = client(t)
+    m = _msg("in1")
+    (
+        c.transaction()
+        .queue("invoices")
+        .partition("c-42")
+        .push([{"transaction_id": "inv-1", "data": {"ok": True}}])
+        .ack(m, "completed", consumer_group="invoicing")
+        .kv_put("dedup", "order-9", True)
+        .timer_schedule("reminders", "order-9", delay_millis=1000, payload={"r": 1})
+        .commit()
+    )
+    b = json.loads(seen[0].content)
+    assert b["operations"][0] == {
+        "type": "push",
+        "items": [
+            {
+                "queue": "invoices",
+                "partition": "c-42",
+                "payload": {"ok": True},
+                "transactionId": "inv-1",
+            }
+        ],
+    }
+    assert (
+        b["operations"][1]["consumerGroup"] == "invoicing" and b["operations"][1]["leaseId"] == "L"
+    )
+    assert b["requiredLeases"] == ["L"]
+    assert b["kv"] == [
+        {"op": "put", "ns": "dedup", "key": "order-9", "value": True, "forever": True}
+    ]
+    assert b["timers"][0]["timerKey"] == "order-9" and b["timers"][0]["delayMs"] == 1000
+    with pytest.raises(lanes.EmptyTransactionError):
+        c.transaction().commit()
+    assert len(seen) == 1
+
+
+def test_transaction_rollback_raises_reason() -> None:
+    t, _ = capture(
+        lambda r: httpx.Response(
+            200,
+            json={
+                "transactionId": "x",
+                "success": False,
+                "reason": "ack_rejected",
+                "error": "stale lease",
+                "results": [],
+            },
+        )
+    )
+    with pytest.raises(lanes.TransactionError) as ei:
+        client(t).transaction().ack(_msg("a")).commit()
+    assert ei.value.reason == "ack_rejected" and ei.value.attempts == 1
+
+
+def test_sync_consumer_stops_on_403() -> None:
+    t, seen = capture(lambda r: httpx.Response(403, json={"error": "no", "code": "forbidden"}))
+    errors: list[BaseException] = []
+    cons = client(t).queue("q").on_error(errors.append).consume(lambda m: None)
+    with pytest.raises(lanes.PermissionDeniedError):
+        cons.closed(timeout=5)
+    assert len(seen) == 1 and cons.done
+
+
+async def test_async_consumer_stops_on_403() -> None:
+    t, seen = capture(lambda r: httpx.Response(403, json={"error": "no", "code": "forbidden"}))
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    cons = c.queue("q").consume(lambda m: None)
+    with pytest.raises(lanes.PermissionDeniedError):
+        await cons.closed()
+    assert len(seen) == 1
+
+
+async def test_async_empty_nowait_polls_paced_by_waitms() -> None:
+    body = {"success": True, "queue": "q", "partition": "", "partitionId": "", "leaseId": "",
+            "consumerGroup": "", "partitionsClaimed": 0, "messages": [],
+            "autopilot": {"partitions": 1, "batch": 100, "waitMs": 200}}  # fmt: skip
+    t, seen = capture(lambda r: httpx.Response(200, json=body))
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    cons = c.queue("q").wait(False).consume(lambda m: None)
+    start = time.monotonic()
+    await __import__("asyncio").sleep(0.5)
+    await cons.stop(timeout=2)
+    n = len(seen)
+    assert 2 <= n <= 4, n  # ~0.5 s / 200 ms, not a hot loop
+    assert time.monotonic() - start < 2
