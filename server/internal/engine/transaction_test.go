@@ -33,6 +33,21 @@ func consumedIn(t testing.TB, e *Engine, queue, group string) int64 {
 	return n
 }
 
+// deadlocks is PostgreSQL's count of deadlocks detected in the test database.
+func deadlocks(t testing.TB, e *Engine) int64 {
+	t.Helper()
+	var n int64
+	if _, err := e.pool.Exec(context.Background(), `SELECT pg_stat_force_next_flush()`); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond)
+	if err := e.pool.QueryRow(context.Background(), `SELECT pg_stat_clear_snapshot(), deadlocks FROM pg_stat_database
+		WHERE datname = current_database()`).Scan(nil, &n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
 func mustTransaction(t testing.TB, e *Engine, req TransactionRequest) *TransactionResult {
 	t.Helper()
 	res, err := e.Transaction(context.Background(), req)
@@ -361,10 +376,14 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 				for _, m := range pop.Messages {
 					ops = append(ops, ackOp(len(ops), m, "mix", m.LeaseID))
 				}
-				res, err := e.Transaction(ctx, TransactionRequest{Ops: ops, KV: []KVOp{
+				kv := []KVOp{
 					{Op: KVIncr, Namespace: ns, Key: "bundles", Forever: true},
 					{Op: KVIncr, Namespace: ns, Key: fmt.Sprintf("w%d", id%3), Forever: true},
-				}})
+				}
+				if id%2 == 1 {
+					kv[0], kv[1] = kv[1], kv[0]
+				}
+				res, err := e.Transaction(ctx, TransactionRequest{Ops: ops, KV: kv})
 				if err != nil {
 					errs <- err
 					return
@@ -378,6 +397,7 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 			}
 		}
 	}
+	deadlocksBefore := deadlocks(t, e)
 	const workers = 16
 	for id := 0; id < workers; id++ {
 		wg.Add(1)
@@ -387,6 +407,10 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 	close(errs)
 	for err := range errs {
 		t.Fatal(err)
+	}
+	// Deadlocks would be retried and go unseen by the callers; the server counts them.
+	if n := deadlocks(t, e) - deadlocksBefore; n != 0 {
+		t.Fatalf("PostgreSQL detected %d deadlocks", n)
 	}
 	total := messagesIn(t, e, qa) + messagesIn(t, e, qb)
 	if want := int64(2*len(parts)*seed) + bundlePushes.Load() + plainPushes.Load(); total != want {
