@@ -45,7 +45,7 @@ export interface LanesOptions {
   /** fetch overrides the global fetch (the retry policy still wraps it). */
   fetch?: typeof fetch;
   /** env is read instead of process.env (tests). */
-  env?: NodeJS.ProcessEnv;
+  env?: Record<string, string | undefined>;
 }
 
 /** Lanes is the client: `new Lanes({ url })`, then `lanes.queue('orders')…`. It installs no signal handlers; call `close()` to flush push buffers. */

@@ -4,7 +4,7 @@
 const AUTOPILOT_OFF_VALUES = new Set(["off", "false", "0", "no", "disabled"]);
 
 /** autopilotFromEnv reads LANES_SDK_POP_AUTOPILOT: false when it is off/false/0/no/disabled (case-insensitive, trimmed). */
-export function autopilotFromEnv(env: NodeJS.ProcessEnv): boolean {
+export function autopilotFromEnv(env: Record<string, string | undefined>): boolean {
   const v = env.LANES_SDK_POP_AUTOPILOT;
   return v === undefined || !AUTOPILOT_OFF_VALUES.has(v.trim().toLowerCase());
 }

@@ -17,7 +17,7 @@ export interface Log {
   error(message: string, details?: Record<string, unknown>): void;
 }
 
-export function makeLog(logger: Logger | undefined | null, env: NodeJS.ProcessEnv): Log {
+export function makeLog(logger: Logger | undefined | null, env: Record<string, string | undefined>): Log {
   const target: Logger | undefined =
     logger ?? (/^(1|true|yes|on|debug)$/i.test(env.LANES_CLIENT_LOG?.trim() ?? "") ? console : undefined);
   const call = (level: keyof Logger) => (message: string, details?: Record<string, unknown>) => {

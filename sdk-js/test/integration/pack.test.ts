@@ -1,0 +1,53 @@
+// `npm pack` produces an installable package with type declarations: install the tarball into
+// a scratch project and run a produce/consume round trip with plain Node.
+import { execFileSync } from "node:child_process";
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { tmpdir } from "node:os";
+import { dirname, join, resolve } from "node:path";
+import { fileURLToPath } from "node:url";
+import { afterAll, describe, expect, it } from "vitest";
+import { brokerUrl, uniq } from "./helpers.js";
+
+const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
+const scratch = mkdtempSync(join(tmpdir(), "lanes-pack-"));
+afterAll(() => rmSync(scratch, { recursive: true, force: true }));
+
+describe("npm pack", () => {
+  it("installs into a scratch project and round-trips a message", () => {
+    const url = brokerUrl();
+    const run = (cmd: string, args: string[], cwd: string) => execFileSync(cmd, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
+    run("npm", ["run", "--silent", "build"], root);
+    const out = run("npm", ["pack", "--silent", "--pack-destination", scratch], root).trim().split("\n").pop()!;
+    const tarball = join(scratch, out);
+    expect(existsSync(tarball)).toBe(true);
+    const app = join(scratch, "app");
+    run("mkdir", ["-p", app], scratch);
+    writeFileSync(join(app, "package.json"), JSON.stringify({ name: "scratch", private: true, type: "module" }));
+    run("npm", ["install", "--no-audit", "--no-fund", "--offline", tarball], app);
+    const pkg = join(app, "node_modules/@lanesmq/lanes/dist");
+    expect(readdirSync(pkg)).toEqual(expect.arrayContaining(["index.js", "index.d.ts"]));
+    const q = uniq("pack");
+    writeFileSync(
+      join(app, "main.mjs"),
+      `import { Lanes } from "@lanesmq/lanes";
+const lanes = new Lanes({ url: ${JSON.stringify(url)} });
+await lanes.queue(${JSON.stringify(q)}).push([{ data: { hello: "pack" } }]);
+let got;
+await lanes.queue(${JSON.stringify(q)}).limit(1).consume((m) => { got = m.data; });
+console.log(JSON.stringify(got));
+`,
+    );
+    expect(run("node", ["main.mjs"], app).trim()).toBe('{"hello":"pack"}');
+    // the declarations type-check a consumer
+    writeFileSync(
+      join(app, "check.ts"),
+      `import { Lanes, type Message, PushError } from "@lanesmq/lanes";
+const lanes = new Lanes({ url: "http://localhost:6632" });
+const m: Promise<Message<{ n: number }>[]> = lanes.queue<{ n: number }>("q").pop();
+void m; void PushError;
+`,
+    );
+    writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ compilerOptions: { strict: true, module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", noEmit: true, types: [] }, files: ["check.ts"] }));
+    run(join(root, "node_modules/.bin/tsc"), ["-p", "."], app);
+  }, 120_000);
+});
