@@ -479,7 +479,7 @@ func TestITDeadLetter(t *testing.T) {
 	skipIfNotImplemented(t, err, "GET /api/v1/dlq")
 	require.NoError(t, err)
 	require.Len(t, list.Messages, 1)
-	_, err = b.c.Admin().ReplayDLQ(b.ctx, fmt.Sprint(list.Messages[0].Id), "", "")
+	_, err = b.c.Admin().ReplayDLQ(b.ctx, *list.Messages[0].Id, "", "")
 	skipIfNotImplemented(t, err, "DLQ replay")
 	require.NoError(t, err)
 	back, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
