@@ -1,0 +1,157 @@
+"""The asyncio client against a real broker and PostgreSQL (LANES_TEST_URL)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+
+import pytest
+
+import lanes
+from tests.conftest import skip_if_501
+
+
+@pytest.fixture
+async def client(broker_url: str) -> AsyncIterator[lanes.AsyncLanes]:
+    async with lanes.AsyncLanes(broker_url, retry_attempts=1, timeout=10) as c:
+        yield c
+
+
+async def drain(q: lanes.AsyncQueue) -> list[lanes.Message]:
+    return await q.wait(False).autopilot(False).batch(1000).partitions(100).pop()
+
+
+async def test_health(client: lanes.AsyncLanes) -> None:
+    assert (await client.health()).status == "healthy"
+
+
+async def test_push_pop_ack(client: lanes.AsyncLanes, qname: str) -> None:
+    res = await client.queue(qname).partition("c-1").push([{"transaction_id": "t1", "data": 1}, 2])
+    assert [r.status for r in res] == ["queued", "queued"]
+    assert (await client.queue(qname).partition("c-1").push([{"transaction_id": "t1", "data": 1}]))[
+        0
+    ].status == "duplicate"
+    msgs = await client.queue(qname).wait(False).pop()
+    assert [m.data for m in msgs] == [1, 2]
+    assert all(a.success for a in await client.ack(msgs))
+    one = await client.queue(qname).wait(False).pop()
+    assert one == []
+    await client.queue(qname).push([1, 2])
+    assert len(await client.queue(qname).wait(False).autopilot(False).pop()) == 1
+
+
+async def test_consume_order_per_partition(client: lanes.AsyncLanes, qname: str) -> None:
+    parts = [f"p{i}" for i in range(3)]
+    for p in parts:
+        await client.queue(qname).partition(p).push([{"p": p, "i": i} for i in range(8)])
+    seen: dict[str, list[int]] = {p: [] for p in parts}
+
+    async def handler(m: lanes.Message) -> None:
+        await asyncio.sleep(0.001)
+        seen[m.data["p"]].append(m.data["i"])
+
+    await (
+        client.queue(qname)
+        .group("g")
+        .subscription_mode("all")
+        .concurrency(3)
+        .limit(24)
+        .run(handler)
+    )
+    assert all(v == list(range(8)) for v in seen.values()), seen
+    assert await drain(client.queue(qname).group("g")) == []
+
+
+async def test_nack_and_batch_handler(client: lanes.AsyncLanes, qname: str) -> None:
+    await client.queue(qname).push(["a", "b"])
+    batches: list[list[str]] = []
+
+    async def handler(ms: list[lanes.Message]) -> None:
+        batches.append([m.data for m in ms])
+        if len(batches) == 1:
+            raise ValueError("nack the slice")
+
+    async with client.queue(qname).timeout_millis(500).idle_millis(1500).consume_batch(handler):
+        await asyncio.sleep(3)
+    assert batches[0] == ["a", "b"] and batches[1] == ["a", "b"]
+    assert await drain(client.queue(qname)) == []
+
+
+async def test_hard_stop_cancels_and_releases(client: lanes.AsyncLanes, qname: str) -> None:
+    await client.queue(qname).push(["x", "y"])
+    started = asyncio.Event()
+
+    async def handler(m: lanes.Message) -> None:
+        started.set()
+        await asyncio.sleep(30)
+
+    c = client.queue(qname).batch(2).consume(handler)
+    await asyncio.wait_for(started.wait(), 10)
+    await c.stop_and_cancel(timeout=5)
+    assert c.done and c.error is None
+    assert [m.data for m in await drain(client.queue(qname))] == ["x", "y"]
+
+
+async def test_soft_stop_finishes_current(client: lanes.AsyncLanes, qname: str) -> None:
+    await client.queue(qname).push([1, 2, 3])
+    started = asyncio.Event()
+    done: list[int] = []
+
+    async def handler(m: lanes.Message) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+        done.append(m.data)
+
+    c = client.queue(qname).batch(3).consume(handler)
+    await asyncio.wait_for(started.wait(), 10)
+    await c.stop(timeout=5)
+    assert done == [1]
+    assert [m.data for m in await drain(client.queue(qname))] == [2, 3]
+
+
+async def test_messages_iterator(client: lanes.AsyncLanes, qname: str) -> None:
+    await client.queue(qname).push([1, 2, 3])
+    async with client.queue(qname).timeout_millis(300).messages(idle_timeout=0.5) as it:
+        got = [m.data async for m in it]
+    assert got == [1, 2, 3]
+    assert await drain(client.queue(qname)) == []
+
+
+async def test_renew_and_buffer(client: lanes.AsyncLanes, qname: str, broker_url: str) -> None:
+    await client.queue(qname).push(["r"])
+    msgs = await client.queue(qname).wait(False).pop()
+    assert (await client.renew(msgs[0], seconds=30))[0].success
+    await client.ack(msgs)
+    c = lanes.AsyncLanes(broker_url)
+    buf = c.queue(qname).partition("b").buffer(message_count=1000, time_millis=60_000)
+    await buf.push(list(range(10)))
+    await c.aclose()
+    assert len(await drain(client.queue(qname))) == 10
+
+
+async def test_transaction(client: lanes.AsyncLanes, qname: str) -> None:
+    await client.queue(qname).push([{"n": 1}])
+    msg = (await client.queue(qname).wait(False).pop())[0]
+    with skip_if_501("POST /api/v1/transaction"):
+        res = await client.transaction().queue(qname + "-out").push([{"n": 2}]).ack(msg).commit()
+    assert res.success
+    assert [m.data for m in await drain(client.queue(qname + "-out"))] == [{"n": 2}]
+
+
+async def test_admin(client: lanes.AsyncLanes, qname: str) -> None:
+    assert (await client.queue(qname).configure({"retryLimit": 2})).configured
+    assert (await client.admin.get_queue(qname)).name == qname
+    await client.queue(qname).push(["x"])
+    with skip_if_501("consumer-group admin routes"):
+        await client.admin.seek_consumer_group("g", qname, to_end=True)
+    with skip_if_501("DLQ routes"):
+        assert (await client.admin.list_dlq(queue=qname)).messages == []
+
+
+async def test_kv_and_timers(client: lanes.AsyncLanes, qname: str) -> None:
+    with skip_if_501("KV routes"):
+        await client.kv(qname).put("k", 1)
+    assert (await client.kv(qname).get("k")).value == 1
+    with skip_if_501("timer routes"):
+        r = await client.timers(qname).schedule("t", delay_millis=60_000, payload=b"raw")
+    assert r.ok

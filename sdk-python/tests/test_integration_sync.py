@@ -1,0 +1,247 @@
+"""The blocking client against a real broker and PostgreSQL (LANES_TEST_URL)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import lanes
+from tests.conftest import skip_if_501
+
+
+@pytest.fixture
+def client(broker_url: str) -> Iterator[lanes.Lanes]:
+    c = lanes.Lanes(broker_url, retry_attempts=1, timeout=10)
+    yield c
+    c.close()
+
+
+def drain(q: lanes.Queue) -> list[lanes.Message]:
+    return q.wait(False).autopilot(False).batch(1000).partitions(100).pop()
+
+
+def test_health(client: lanes.Lanes) -> None:
+    assert client.health().status == "healthy"
+
+
+def test_push_dedup_pop_ack(client: lanes.Lanes, qname: str) -> None:
+    q = client.queue(qname).partition("customer-42")
+    res = q.push([{"transaction_id": "order-1", "data": {"n": 1}}, {"data": {"n": 2}}, 3])
+    assert [r.status for r in res] == ["queued"] * 3
+    dup = q.push([{"transaction_id": "order-1", "data": {"n": 1}}])
+    assert dup[0].status == "duplicate" and dup[0].message_id == res[0].message_id
+    msgs = client.queue(qname).wait(False).pop()
+    assert [m.data for m in msgs] == [{"n": 1}, {"n": 2}, 3]
+    assert msgs[0].partition == "customer-42" and msgs[0].queue == qname
+    acks = client.ack(msgs)
+    assert all(a.success for a in acks)
+    assert client.queue(qname).wait(False).pop() == []
+
+
+def test_autopilot_off_restores_batch_one(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push([1, 2, 3])
+    one = client.queue(qname).wait(False).autopilot(False).pop()
+    assert len(one) == 1
+    client.ack(one)
+
+
+def test_batch_and_partitions(client: lanes.Lanes, qname: str) -> None:
+    for p in ("a", "b", "c"):
+        client.queue(qname).partition(p).push([p + "1", p + "2"])
+    res = client.queue(qname).batch(10).partitions(3).wait(False).pop_result()
+    assert res.partitions_claimed == 3 and len(res.messages) == 6
+    client.ack(res.messages)
+    # the partition route only reads its own lane
+    client.queue(qname).partition("b").push(["b3"])
+    got = client.queue(qname).partition("b").wait(False).pop()
+    assert [m.data for m in got] == ["b3"]
+    client.ack(got)
+
+
+def test_long_poll_woken_by_push(client: lanes.Lanes, qname: str) -> None:
+    threading.Timer(0.3, lambda: client.queue(qname).push(["late"])).start()
+    t0 = time.monotonic()
+    got = client.queue(qname).timeout_millis(5000).pop()
+    assert [m.data for m in got] == ["late"] and time.monotonic() - t0 < 4
+    client.ack(got)
+
+
+def test_consume_order_per_partition_with_concurrency(client: lanes.Lanes, qname: str) -> None:
+    parts = [f"p{i}" for i in range(4)]
+    for p in parts:
+        client.queue(qname).partition(p).push([{"p": p, "i": i} for i in range(10)])
+    seen: dict[str, list[int]] = {p: [] for p in parts}
+    lock = threading.Lock()
+
+    def handler(m: lanes.Message) -> None:
+        time.sleep(0.002)
+        with lock:
+            seen[m.data["p"]].append(m.data["i"])
+
+    cons = client.queue(qname).group("g").subscription_mode("all").concurrency(4).limit(40)
+    cons.consume(handler).closed(timeout=30)
+    assert all(v == list(range(10)) for v in seen.values()), seen
+    assert drain(client.queue(qname).group("g")) == []
+
+
+def test_nack_on_error_redelivers(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push(["boom", "ok"])
+    calls: list[Any] = []
+
+    def handler(m: lanes.Message) -> None:
+        calls.append(m.data)
+        if m.data == "boom" and calls.count("boom") == 1:
+            raise RuntimeError("first time fails")
+
+    with client.queue(qname).idle_millis(1500).timeout_millis(500).consume(handler) as c:
+        c.closed(timeout=20)
+    assert calls[:1] == ["boom"] and calls.count("boom") == 2 and "ok" in calls
+    assert drain(client.queue(qname)) == []
+
+
+def test_lease_renewal_keeps_slow_handler_lease(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push(["slow"])
+    errors: list[BaseException] = []
+    q = client.queue(qname).lease_seconds(1).renew_lease(True, 300).on_error(errors.append)
+    q.limit(1).consume(lambda m: time.sleep(2.5)).closed(timeout=20)
+    assert errors == []  # the final ack found a live lease
+    assert drain(client.queue(qname)) == []
+
+
+def test_soft_stop_finishes_current_and_releases_rest(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push(list(range(5)))
+    started = threading.Event()
+    handled: list[int] = []
+
+    def handler(m: lanes.Message) -> None:
+        started.set()
+        time.sleep(0.5)
+        handled.append(m.data)
+
+    c = client.queue(qname).batch(5).consume(handler)
+    assert started.wait(10)
+    c.stop(timeout=10)
+    assert handled == [0]
+    rest = drain(client.queue(qname))  # released with retry: available at once
+    assert [m.data for m in rest] == [1, 2, 3, 4]
+    client.ack(rest)
+
+
+def test_hard_stop_sets_cancel_event(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push(["x"])
+    started = threading.Event()
+    box: list[lanes.Consumer] = []
+
+    def handler(m: lanes.Message) -> None:
+        started.set()
+        while not box or not box[0].cancel_event.wait(0.05):
+            pass
+        raise lanes.ConsumerStopped("cancelled")
+
+    c = client.queue(qname).consume(handler)
+    box.append(c)
+    assert started.wait(10)
+    c.stop_and_cancel(timeout=10)
+    assert [m.data for m in drain(client.queue(qname))] == ["x"]  # released, not failed
+
+
+def test_messages_iterator(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push(list(range(5)))
+    with client.queue(qname).timeout_millis(300).messages(idle_timeout=0.5) as it:
+        got = [m.data for m in it]
+    assert got == [0, 1, 2, 3, 4]
+    assert drain(client.queue(qname)) == []
+    client.queue(qname).push(["a", "b"])
+    for m in client.queue(qname).wait(False).messages():
+        assert m.data == "a"
+        break  # leaves early: "a" and "b" are released
+    assert [m.data for m in drain(client.queue(qname))] == ["a", "b"]
+
+
+def test_renew_and_configure(client: lanes.Lanes, qname: str) -> None:
+    cfg = client.queue(qname).configure({"leaseTime": 120, "retryLimit": 5})
+    assert cfg.configured
+    detail = client.admin.get_queue(qname)
+    assert detail.name == qname
+    client.queue(qname).push(["r"])
+    msgs = client.queue(qname).wait(False).pop()
+    r = client.renew(msgs, seconds=30)
+    assert r[0].success and r[0].renewed == 1
+    client.ack(msgs)
+
+
+def test_buffer_flushed_on_close(broker_url: str, qname: str) -> None:
+    c = lanes.Lanes(broker_url)
+    buf = c.queue(qname).buffer(message_count=1000, time_millis=60_000)
+    buf.push([{"n": i} for i in range(25)])
+    c.close()
+    c2 = lanes.Lanes(broker_url)
+    assert len(drain(c2.queue(qname))) == 25
+    c2.close()
+
+
+def test_transaction_pipeline(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push([{"orderId": 9}])
+    msg = client.queue(qname).group("invoicing").subscription_mode("all").wait(False).pop()[0]
+    with skip_if_501("POST /api/v1/transaction"):
+        res = (
+            client.transaction()
+            .queue(qname + "-out")
+            .push([{"data": {"orderId": 9, "invoiced": True}}])
+            .ack(msg, "completed")
+            .commit()
+        )
+    assert res.success
+    out = drain(client.queue(qname + "-out"))
+    assert out[0].data == {"orderId": 9, "invoiced": True}
+    assert drain(client.queue(qname).group("invoicing")) == []
+    with pytest.raises(lanes.TransactionError) as ei:
+        client.transaction().queue(qname + "-out").push(
+            [{"transaction_id": out[0].transaction_id, "data": 1}]
+        ).commit()
+    assert ei.value.reason == "duplicate"
+
+
+def test_admin_groups_seek_dlq_messages(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push(["a", "b"])
+    msgs = client.queue(qname).group("audit").subscription_mode("all").wait(False).pop()
+    client.ack(msgs)
+    with skip_if_501("consumer-group admin routes"):
+        groups = client.admin.list_consumer_groups()
+        assert any(g.name == "audit" for g in groups)
+        client.admin.seek_consumer_group("audit", qname, timestamp="2000-01-01T00:00:00Z")
+    again = client.queue(qname).group("audit").wait(False).pop()
+    assert [m.data for m in again] == ["a", "b"]
+    client.ack(again, "dlq", error="poison")
+    with skip_if_501("DLQ routes"):
+        dlq = client.admin.list_dlq(queue=qname, consumer_group="audit")
+        assert dlq.messages
+    with skip_if_501("message routes"):
+        lst = client.admin.list_messages(queue=qname)
+        assert lst.messages is not None
+    with skip_if_501("queue listing"):
+        assert client.admin.list_queues().queues is not None
+        client.admin.delete_consumer_group("audit")
+
+
+def test_kv(client: lanes.Lanes, qname: str) -> None:
+    kv = client.kv(qname)
+    with skip_if_501("KV routes"):
+        kv.put("k", {"v": 1})
+    got = kv.get("k")
+    assert got.found and got.value == {"v": 1}
+    kv.delete("k")
+    assert not kv.get("k").found
+
+
+def test_timers(client: lanes.Lanes, qname: str) -> None:
+    t = client.timers(qname)
+    with skip_if_501("timer routes"):
+        r = t.schedule("remind", delay_millis=60_000, payload={"x": 1})
+    assert r.ok and r.status == "scheduled"
+    assert t.get("remind").found
+    assert t.cancel("remind").status == "cancelled"
