@@ -36,6 +36,8 @@ export interface AckOptions {
   group?: string | undefined;
   consumerGroup?: string | undefined;
   error?: string | undefined;
+  /** withoutLease sends no leaseId: a lease-less ack that works after the lease expired (and can clobber another worker's batch). */
+  withoutLease?: boolean | undefined;
 }
 
 /** RenewResult is the outcome of extending one lease. */
@@ -126,7 +128,7 @@ export class Core {
       if (!t.transactionId || !t.partitionId) throw new LanesError("ack: every message needs transactionId and partitionId");
     }
     const results = await this.ackItems(
-      targets.map((t) => ({ target: t, status: st, error: opts.error })),
+      targets.map((t) => ({ target: opts.withoutLease ? { ...t, leaseId: undefined } : t, status: st, error: opts.error })),
       opts.group ?? opts.consumerGroup,
     );
     if (results.some((r) => !r.success)) throw new AckError(results);
