@@ -5,6 +5,8 @@ import (
 	"net/http"
 	"testing"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
 type txResultBody struct {
@@ -190,10 +192,10 @@ func TestTimersOverHTTP(t *testing.T) {
 		popped.Messages[0].ID != sched.Results[0]["messageId"] {
 		t.Fatalf("fired timer: %d %+v", status, popped)
 	}
-	var cancelled map[string]any
-	b.call(t, "DELETE", "/api/v1/timers/"+q+"/later%2Fx", nil, &cancelled)
-	if cancelled["status"] != "cancelled" || cancelled["ok"] != true {
-		t.Fatalf("cancel: %+v", cancelled)
+	var cancel map[string]any
+	b.call(t, "DELETE", "/api/v1/timers/"+q+"/later%2Fx", nil, &cancel)
+	if cancel["status"] != engine.TimerCancelled || cancel["ok"] != true {
+		t.Fatalf("cancel: %+v", cancel)
 	}
 	var list map[string]any
 	b.call(t, "GET", "/api/v1/timers/"+q, nil, &list)

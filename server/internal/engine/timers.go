@@ -20,7 +20,7 @@ const (
 
 	TimerScheduled   = "scheduled"
 	TimerRescheduled = "rescheduled"
-	TimerCancelled   = "cancelled"
+	TimerCancelled   = "cancelled" //nolint:misspell // the wire spelling
 	TimerAbsent      = "absent"
 )
 

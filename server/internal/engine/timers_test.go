@@ -48,7 +48,7 @@ func TestTimerScheduleRescheduleCancelAndRead(t *testing.T) {
 		t.Fatalf("cancel: %+v %v", r, err)
 	}
 	if tm, err := e.GetTimer(context.Background(), q, "remind/2"); err != nil || tm != nil {
-		t.Fatalf("cancelled timer still there: %+v %v", tm, err)
+		t.Fatalf("canceled timer still there: %+v %v", tm, err)
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -426,4 +427,37 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 	if want := bundlePushes.Load() / int64(len(parts)); string(kv[0].Value) != fmt.Sprint(want) {
 		t.Fatalf("bundle counter %s, want %d", kv[0].Value, want)
 	}
+}
+
+// BenchmarkTransactionHandoff measures one pipeline bundle: a push, the ack of
+// a popped message and an idempotency marker, in one commit.
+func BenchmarkTransactionHandoff(b *testing.B) {
+	e := newEngine(b)
+	in, out, ns := queueName(b)+"-in", queueName(b)+"-out", queueName(b)
+	var txns []string
+	for i := 0; i < b.N; i++ {
+		txns = append(txns, fmt.Sprintf("in-%d", i))
+	}
+	for i := 0; i < len(txns); i += 1000 {
+		mustPush(b, e, items(in, "", txns[i:min(i+1000, len(txns))]...)...)
+	}
+	pop := mustPop(b, e, PopRequest{Queue: in, Group: "bench", SubscriptionMode: "all", Batch: b.N, LeaseSeconds: 600})
+	b.ResetTimer()
+	for i, m := range pop.Messages {
+		res, err := e.Transaction(context.Background(), TransactionRequest{
+			Ops: []TxOp{pushOp(0, out, "", "out-"+m.TransactionID, i), ackOp(1, m, "bench", pop.LeaseID)},
+			KV:  benchKV(ns, m.TransactionID),
+		})
+		if err != nil || !res.Success {
+			b.Fatalf("%v %+v", err, res)
+		}
+	}
+}
+
+// benchKV is the marker of BenchmarkTransactionHandoff; LANES_BENCH_NO_KV=1 leaves it out.
+func benchKV(ns, key string) []KVOp {
+	if os.Getenv("LANES_BENCH_NO_KV") != "" {
+		return nil
+	}
+	return []KVOp{{Op: KVPutIfAbsent, Namespace: ns, Key: key, Value: raw(true), TTLSeconds: 3600, Required: true}}
 }
