@@ -43,36 +43,44 @@ func (s *Spool) Run(ctx context.Context) {
 
 func (s *Spool) paused() bool { return s.opts.Paused != nil && s.opts.Paused() }
 
-// DrainOnce replays every finalized file oldest-first, finalizing the active
-// file first when nothing older is waiting. It stops at the first failure so
-// later items never overtake earlier ones of the same partition.
+// maxRounds bounds one DrainOnce: each round drains what arrived during the
+// previous one, so rounds shrink while the drain is faster than the appends.
+const maxRounds = 50
+
+// DrainOnce replays every finalized file oldest-first, then finalizes and
+// replays the active file, round after round, until the spool is empty (new
+// pushes go to the spool while it is not, so nothing overtakes an older
+// message of its partition). It stops at the first failure.
 func (s *Spool) DrainOnce(ctx context.Context) (int, error) {
 	if s.paused() {
 		return 0, nil
 	}
 	s.drainMu.Lock()
 	defer s.drainMu.Unlock()
-	files, err := s.finalFiles()
-	if err != nil {
-		return 0, err
-	}
-	if len(files) == 0 {
-		if err := s.finalizeActive(); err != nil {
-			return 0, err
-		}
-		if files, err = s.finalFiles(); err != nil {
-			return 0, err
-		}
-	}
 	total := 0
-	for _, name := range files {
-		n, err := s.drainFile(ctx, name)
-		total += n
+	for round := 0; round < maxRounds && !s.paused(); round++ {
+		files, err := s.finalFiles()
 		if err != nil {
 			return total, err
 		}
-	}
-	if len(files) > 0 {
+		if len(files) == 0 {
+			if err := s.finalizeActive(); err != nil {
+				return total, err
+			}
+			if files, err = s.finalFiles(); err != nil {
+				return total, err
+			}
+		}
+		if len(files) == 0 {
+			break
+		}
+		for _, name := range files {
+			n, err := s.drainFile(ctx, name)
+			total += n
+			if err != nil {
+				return total, err
+			}
+		}
 		s.dbHealthy.Store(true)
 	}
 	return total, nil
