@@ -93,6 +93,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	srv = api.NewServer(eng, api.Options{
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
 		Admission: admit, Spool: sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
+		TestFaults: cfg.TestFaults,
 	})
 	drainCtx, stopDrain := context.WithCancel(context.Background())
 	defer stopDrain()
@@ -102,6 +103,9 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	handler, err := srv.Handler()
 	if err != nil {
 		return err
+	}
+	if cfg.TestFaults {
+		log.Warn("test fault scripts are ON (LANES_TEST_FAULTS): /__test/faults can script any response; never run this in production")
 	}
 	if cfg.PprofAddr != "" {
 		go servePprof(cfg.PprofAddr, log)

@@ -43,6 +43,8 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// PushTimeout bounds a push's database work before it falls back to the spool (default 10s).
 	PushTimeout time.Duration
+	// TestFaults serves /__test/faults (test-only fault scripts, see faults.go). Off by default.
+	TestFaults bool
 }
 
 // Server implements gen.StrictServerInterface. Operations without a method of
@@ -125,6 +127,9 @@ func (s *Server) Handler() (http.Handler, error) {
 	h = s.authenticate(h)
 	h = s.observe(h, router)
 	h = s.recoverPanics(h)
+	if s.opts.TestFaults {
+		h = newFaultInjector().wrap(h)
+	}
 	return h, nil
 }
 

@@ -32,6 +32,7 @@ type Config struct {
 	SpoolDir                string
 	TimersInterval          time.Duration
 	KVSweepInterval         time.Duration
+	TestFaults              bool
 }
 
 // DefaultDatabaseURL is the local cluster `scripts/pg.sh start` runs.
@@ -159,6 +160,7 @@ var settings = []setting{
 	{"retention-interval-ms", "LANES_RETENTION_INTERVAL_MS", "5000", "period of the retention sweep", millisSetting(func(c *Config) *time.Duration { return &c.RetentionInterval })},
 	{"timers-interval-ms", "LANES_TIMERS_INTERVAL_MS", "250", "how often due timers are fired; 0 = this broker fires none", millisSetting(func(c *Config) *time.Duration { return &c.TimersInterval })},
 	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval })},
+	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
 	{"spool-dir", "LANES_SPOOL_DIR", defaultSpoolDir(), "directory of the disk spool used while PostgreSQL is unreachable", func(c *Config, v string) error { c.SpoolDir = v; return nil }},
 }
 

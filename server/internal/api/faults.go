@@ -1,0 +1,243 @@
+package api
+
+// Test-only fault scripts (LANES_TEST_FAULTS / --test-faults, off by default): the conformance
+// suite scripts the next responses of a route and reads how many attempts reached it, so SDK
+// retry behaviour is tested end to end. Never enable it in production.
+//
+// A script belongs to a run: only requests carrying the header X-Lanes-Test-Run: <run> are
+// matched, counted or faulted, so runs never see each other's scripts.
+//
+//	PUT    /__test/faults/{run}   {"rules":[{"method":"POST","path":"/api/v1/push",
+//	                                 "responses":[{"status":429,"headers":{"Retry-After":"1"},"times":2}]}]}
+//	GET    /__test/faults/{run}   {"rules":[{"method","path","attempts","faulted","retryCounts":["0","1",…]}]}
+//	DELETE /__test/faults/{run}
+//
+// A rule matches a method ("" = any) and a path (exact, or a prefix when it ends in "*").
+// Its responses are served in order, each `times` times (default 1); {"pass":true} lets the
+// request through (still counted). Once the script is used up the route behaves normally and
+// every further request is still counted. The first matching rule counts a request.
+
+import (
+	"encoding/json"
+	"net/http"
+	"strings"
+	"sync"
+	"time"
+)
+
+// FaultsRunHeader attributes a request to a fault-script run.
+const FaultsRunHeader = "X-Lanes-Test-Run"
+
+// faultsPrefix is the control route, outside /api/v1.
+const faultsPrefix = "/__test/faults/"
+
+// FaultResponse is one scripted answer.
+type FaultResponse struct {
+	Status  int               `json:"status,omitempty"`
+	Headers map[string]string `json:"headers,omitempty"`
+	// Body is written verbatim; absent = {"error":…,"code":…} for statuses ≥ 400, nothing otherwise.
+	Body    json.RawMessage `json:"body,omitempty"`
+	Code    string          `json:"code,omitempty"`
+	Times   int             `json:"times,omitempty"`
+	Pass    bool            `json:"pass,omitempty"`
+	DelayMs int             `json:"delayMs,omitempty"`
+}
+
+// FaultRule scripts one route of one run.
+type FaultRule struct {
+	Method    string          `json:"method,omitempty"`
+	Path      string          `json:"path"`
+	Responses []FaultResponse `json:"responses,omitempty"`
+}
+
+// FaultCount is what GET reports per rule.
+type FaultCount struct {
+	Method      string   `json:"method,omitempty"`
+	Path        string   `json:"path"`
+	Attempts    int      `json:"attempts"`
+	Faulted     int      `json:"faulted"`
+	RetryCounts []string `json:"retryCounts"`
+}
+
+type faultRuleState struct {
+	FaultRule
+	next    int // index into the expanded script
+	script  []FaultResponse
+	counted FaultCount
+}
+
+type faultInjector struct {
+	mu   sync.Mutex
+	runs map[string][]*faultRuleState
+}
+
+func newFaultInjector() *faultInjector {
+	return &faultInjector{runs: map[string][]*faultRuleState{}}
+}
+
+func (r FaultRule) matches(req *http.Request) bool {
+	if r.Method != "" && !strings.EqualFold(r.Method, req.Method) {
+		return false
+	}
+	if p, ok := strings.CutSuffix(r.Path, "*"); ok {
+		return strings.HasPrefix(req.URL.Path, p)
+	}
+	return req.URL.Path == r.Path
+}
+
+// wrap serves the control route and applies scripts in front of next.
+func (f *faultInjector) wrap(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if run, ok := strings.CutPrefix(r.URL.Path, faultsPrefix); ok {
+			f.control(w, r, run)
+			return
+		}
+		run := r.Header.Get(FaultsRunHeader)
+		if run == "" {
+			next.ServeHTTP(w, r)
+			return
+		}
+		resp, ok := f.take(run, r)
+		if !ok {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if resp.DelayMs > 0 {
+			select {
+			case <-time.After(time.Duration(resp.DelayMs) * time.Millisecond):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		writeFault(w, resp)
+	})
+}
+
+// take counts the request against the first matching rule and returns the scripted answer,
+// if any is left.
+func (f *faultInjector) take(run string, r *http.Request) (FaultResponse, bool) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	for _, st := range f.runs[run] {
+		if !st.matches(r) {
+			continue
+		}
+		st.counted.Attempts++
+		st.counted.RetryCounts = append(st.counted.RetryCounts, r.Header.Get("X-Retry-Count"))
+		if st.next >= len(st.script) {
+			return FaultResponse{}, false
+		}
+		resp := st.script[st.next]
+		st.next++
+		if resp.Pass {
+			return FaultResponse{}, false
+		}
+		st.counted.Faulted++
+		return resp, true
+	}
+	return FaultResponse{}, false
+}
+
+func writeFault(w http.ResponseWriter, resp FaultResponse) {
+	status := resp.Status
+	if status == 0 {
+		status = http.StatusServiceUnavailable
+	}
+	for k, v := range resp.Headers {
+		w.Header().Set(k, v)
+	}
+	body := []byte(resp.Body)
+	if len(body) == 0 && status >= 400 {
+		code := resp.Code
+		if code == "" {
+			code = defaultFaultCode(status)
+		}
+		body, _ = json.Marshal(map[string]string{"error": "injected by a test fault script", "code": code})
+	}
+	if len(body) > 0 && w.Header().Get("Content-Type") == "" {
+		w.Header().Set("Content-Type", "application/json")
+	}
+	w.WriteHeader(status)
+	if len(body) > 0 && status != http.StatusNoContent && status != http.StatusNotModified {
+		_, _ = w.Write(body)
+	}
+}
+
+func defaultFaultCode(status int) string {
+	switch status {
+	case http.StatusBadRequest:
+		return "bad_request"
+	case http.StatusUnauthorized:
+		return "unauthorized"
+	case http.StatusForbidden:
+		return "forbidden"
+	case http.StatusNotFound:
+		return "not_found"
+	case http.StatusRequestEntityTooLarge:
+		return "payload_too_large"
+	case http.StatusTooManyRequests:
+		return "rate_limited"
+	case http.StatusNotImplemented:
+		return "not_implemented"
+	case http.StatusServiceUnavailable:
+		return "unavailable"
+	default:
+		return "internal"
+	}
+}
+
+func (f *faultInjector) control(w http.ResponseWriter, r *http.Request, run string) {
+	if run == "" || strings.Contains(run, "/") {
+		writeError(w, http.StatusNotFound, CodeNoSuchRoute, "use "+faultsPrefix+"{run}")
+		return
+	}
+	switch r.Method {
+	case http.MethodPut, http.MethodPost:
+		var body struct {
+			Rules []FaultRule `json:"rules"`
+		}
+		if err := json.NewDecoder(r.Body).Decode(&body); err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, "fault script: "+err.Error())
+			return
+		}
+		states := make([]*faultRuleState, 0, len(body.Rules))
+		for _, rule := range body.Rules {
+			if rule.Path == "" {
+				writeError(w, http.StatusBadRequest, CodeBadRequest, "fault script: every rule needs a path")
+				return
+			}
+			st := &faultRuleState{FaultRule: rule, counted: FaultCount{Method: rule.Method, Path: rule.Path, RetryCounts: []string{}}}
+			for _, resp := range rule.Responses {
+				for range max(resp.Times, 1) {
+					st.script = append(st.script, resp)
+				}
+			}
+			states = append(states, st)
+		}
+		f.mu.Lock()
+		f.runs[run] = states
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	case http.MethodGet:
+		f.mu.Lock()
+		out := struct {
+			Rules []FaultCount `json:"rules"`
+		}{Rules: []FaultCount{}}
+		for _, st := range f.runs[run] {
+			c := st.counted
+			c.RetryCounts = append([]string(nil), c.RetryCounts...)
+			out.Rules = append(out.Rules, c)
+		}
+		f.mu.Unlock()
+		w.Header().Set("Content-Type", "application/json")
+		_ = json.NewEncoder(w).Encode(out)
+	case http.MethodDelete:
+		f.mu.Lock()
+		delete(f.runs, run)
+		f.mu.Unlock()
+		w.WriteHeader(http.StatusNoContent)
+	default:
+		w.Header().Set("Allow", "GET, PUT, POST, DELETE")
+		writeError(w, http.StatusMethodNotAllowed, CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+	}
+}
