@@ -1,0 +1,127 @@
+package api
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+)
+
+func countStored(t *testing.T, b *testBroker, queue string) int {
+	t.Helper()
+	var n int
+	if err := b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.txns t JOIN lanes.partitions p ON p.id = t.partition_id
+		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, queue).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+func TestMaintenanceModesAreSharedByEveryBroker(t *testing.T) {
+	a := newBrokerWith(t, testDSN, Options{}, t.TempDir())
+	b := newBrokerWith(t, testDSN, Options{}, t.TempDir())
+	t.Cleanup(func() {
+		a.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil)
+		a.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}, nil)
+	})
+	q := uniqueQueue(t)
+	push := func(br *resilientBroker, txn string) string {
+		var res []pushResult
+		status, _ := br.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": txn, "transactionId": txn}}}, &res)
+		if status != http.StatusCreated || len(res) != 1 {
+			t.Fatalf("push %s: %d %+v", txn, status, res)
+		}
+		return res[0].Status
+	}
+	// Both brokers have read the switch (off) once, so B's view is cached.
+	if push(a, "a0") != "queued" || push(b, "b0") != "queued" {
+		t.Fatal("pushes before maintenance must be queued")
+	}
+
+	var m struct {
+		Enabled bool `json:"enabled"`
+	}
+	if status, _ := a.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}, &m); status != 200 || !m.Enabled {
+		t.Fatalf("enable push maintenance: %d %+v", status, m)
+	}
+	if got := push(a, "a1"); got != "buffered" {
+		t.Fatalf("push during push maintenance on the switching broker: %s", got)
+	}
+	probes, probesQueued := 0, 0
+	waitFor(t, 3*time.Second, "the other broker to see push maintenance", func() bool {
+		probes++
+		if push(b, fmt.Sprintf("b-probe-%d", probes)) == "buffered" {
+			return true
+		}
+		probesQueued++ // B had not refreshed its view yet
+		return false
+	})
+	if status, _ := b.call(t, "GET", "/api/v1/system/maintenance", nil, &m); status != 200 || !m.Enabled {
+		t.Fatalf("GET on the other broker: %d %+v", status, m)
+	}
+	if n, err := a.Spool.DrainOnce(context.Background()); n != 0 || err != nil || a.Spool.Pending() != 1 {
+		t.Fatalf("the drain must pause during push maintenance: drained %d pending %d %v", n, a.Spool.Pending(), err)
+	}
+	if got := countStored(t, a.testBroker, q); got != 2+probesQueued {
+		t.Fatalf("stored %d during maintenance, want only the %d queued before", got, 2+probesQueued)
+	}
+
+	a.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, &m)
+	waitFor(t, 3*time.Second, "both spools to drain after maintenance", func() bool {
+		_, _ = a.Spool.DrainOnce(context.Background())
+		_, _ = b.Spool.DrainOnce(context.Background())
+		return a.Spool.Pending() == 0 && b.Spool.Pending() == 0
+	})
+	stored := countStored(t, a.testBroker, q)
+	if stored != 3+probes {
+		t.Fatalf("after the drain %d stored; want a0, b0, a1 and %d probes", stored, probes)
+	}
+
+	if status, _ := a.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": true}, &m); status != 200 || !m.Enabled {
+		t.Fatalf("enable pop maintenance: %d", status)
+	}
+	status, hdr := a.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, nil)
+	if status != http.StatusNoContent || hdr.Get("Content-Length") != "" {
+		t.Fatalf("pop during pop maintenance: %d %v", status, hdr)
+	}
+	waitFor(t, 3*time.Second, "the other broker to see pop maintenance", func() bool {
+		status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, nil)
+		return status == http.StatusNoContent
+	})
+	a.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}, nil)
+	var popped popBody
+	if status, _ := a.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=100&consumerGroup=after&subscriptionMode=all", nil, &popped); status != 200 || len(popped.Messages) != stored {
+		t.Fatalf("pop after maintenance: %d, %d messages of %d", status, len(popped.Messages), stored)
+	}
+
+	resp, err := http.Get(a.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var metrics map[string]any
+	if err := json.NewDecoder(resp.Body).Decode(&metrics); err != nil {
+		t.Fatal(err)
+	}
+	for _, k := range []string{"uptime", "requests", "messages", "database", "spool", "maintenance"} {
+		if metrics[k] == nil {
+			t.Errorf("/metrics lacks %q: %v", k, metrics)
+		}
+	}
+	prom, err := http.Get(a.URL + "/metrics/prometheus")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer prom.Body.Close()
+	var sb strings.Builder
+	_, _ = io.Copy(&sb, prom.Body)
+	for _, want := range []string{"lanes_spool_pending 0", "lanes_maintenance_pop 0", `lanes_push_items_total{status="buffered"}`, "lanes_db_pool_max_connections 10", "lanes_http_request_duration_seconds_bucket"} {
+		if !strings.Contains(sb.String(), want) {
+			t.Errorf("prometheus output lacks %q", want)
+		}
+	}
+}
