@@ -204,7 +204,8 @@ test-sdk-suites:
 
 # ---------------------------------------------------------------------------------------------
 
+# Starts its own durable PostgreSQL (scripts/pg.sh, port 54339) and broker (bin/lanes);
+# results in bench/results/latest. The full documented run: see docs/benchmarks.md.
 .PHONY: bench
-bench:
-	@if [[ -d bench/cmd/lanes-bench ]]; then go run ./bench/cmd/lanes-bench -short; \
-	else echo "bench: bench/cmd/lanes-bench does not exist yet; nothing to run"; fi
+bench: build
+	go run ./bench/cmd/lanes-bench -short

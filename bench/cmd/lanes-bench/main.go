@@ -50,6 +50,7 @@ type options struct {
 	sharedN      int
 	riverWorkers int
 	txnBacklog   int
+	analyze      bool
 }
 
 // harness holds what every scenario shares.
@@ -111,6 +112,7 @@ func main() {
 	flag.IntVar(&o.sharedN, "shared-n", 0, "messages of the Lanes-vs-River shared workload (default 100000, 20000 with -short)")
 	flag.IntVar(&o.riverWorkers, "river-workers", 200, "River MaxWorkers of the shared workload")
 	flag.IntVar(&o.txnBacklog, "txn-backlog", 0, "stage-A backlog of the pipeline handoff (default 10000, 2000 with -short)")
+	flag.BoolVar(&o.analyze, "analyze", true, "run ANALYZE in the broker's database before each scenario, as autovacuum would on a running system (fresh tables have no planner statistics; -analyze=false shows the cold-start plans)")
 	flag.Parse()
 	if o.duration == 0 {
 		o.duration = 10 * time.Second
@@ -252,6 +254,7 @@ func (h *harness) run() int {
 			return
 		}
 		logf("scenario %s (load %.2f)", name, loadAvg())
+		h.maybeAnalyze(ctx)
 		r, err := f()
 		if r.Scenario == "" {
 			r.Scenario, r.System = name, systemOf(name)
@@ -274,6 +277,7 @@ func (h *harness) run() int {
 	if o.scenarios["parts"] {
 		for _, n := range o.partitions {
 			logf("scenario parts-%d (load %.2f)", n, loadAvg())
+			h.maybeAnalyze(ctx)
 			r, err := h.partitionScenario(n)
 			if r.Scenario == "" {
 				r.Scenario, r.System, r.Partitions = fmt.Sprintf("parts-%d", n), "lanes", n
@@ -340,4 +344,13 @@ func printResult(r Result) {
 		fmt.Printf("  p50=%.2fms p99=%.2fms p999=%.2fms", l["p50"], l["p99"], l["p999"])
 	}
 	fmt.Println()
+}
+
+func (h *harness) maybeAnalyze(ctx context.Context) {
+	if !h.o.analyze {
+		return
+	}
+	if _, err := h.lanesPool.Exec(ctx, "ANALYZE"); err != nil {
+		logf("ANALYZE: %v", err)
+	}
 }

@@ -33,6 +33,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	var firstErr atomic.Value
 	producing := atomic.Bool{}
 	producing.Store(true)
+	pushersDone := atomic.Bool{} // set once no push is in flight any more
 	windowOpen := atomic.Bool{}
 	windowOpen.Store(true)
 	drainDeadline := atomic.Int64{}
@@ -64,7 +65,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 		go func() {
 			defer cwg.Done()
 			stop := func() bool {
-				return firstErr.Load() != nil || (!producing.Load() && received.Load() >= pushed.Load()) || time.Now().UnixNano() > drainDeadline.Load()
+				return firstErr.Load() != nil || (pushersDone.Load() && received.Load() >= pushed.Load()) || time.Now().UnixNano() > drainDeadline.Load()
 			}
 			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
 				keys := make([]string, len(ms))
@@ -93,6 +94,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	r.Seconds = secs
 	producing.Store(false)
 	pwg.Wait()
+	pushersDone.Store(true)
 	drainDeadline.Store(time.Now().Add(60 * time.Second).UnixNano())
 	cwg.Wait()
 	if err, _ := firstErr.Load().(error); err != nil {

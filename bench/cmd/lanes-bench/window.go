@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -66,6 +67,7 @@ type window struct {
 	profile    string
 	profDone   chan []string
 	profCancel context.CancelFunc
+	pgSampler  *activitySampler
 }
 
 func (h *harness) begin(db string, profileName string) *window {
@@ -85,6 +87,7 @@ func (h *harness) begin(db string, profileName string) *window {
 		w.profCancel = cancel
 		w.profDone = make(chan []string, 1)
 		go func() { w.profDone <- h.captureProfiles(ctx, profileName) }()
+		w.pgSampler = startActivitySampler(h.admin, db)
 	}
 	w.start = time.Now()
 	return w
@@ -108,6 +111,10 @@ func (w *window) end(r *Result) {
 	if w.profDone != nil {
 		r.Profiles = <-w.profDone
 		w.profCancel()
+		file := filepath.Join(w.h.o.out, "profiles", w.profile+"-pg.txt")
+		if err := os.WriteFile(file, []byte(w.pgSampler.finish()), 0o644); err == nil {
+			r.Profiles = append(r.Profiles, file)
+		}
 	}
 }
 
@@ -180,4 +187,72 @@ func newPool(ctx context.Context, url string, size int32) (*pgxpool.Pool, error)
 	}
 	cfg.MaxConns = size
 	return pgxpool.NewWithConfig(ctx, cfg)
+}
+
+// activitySampler is a poor man's PostgreSQL profiler: every 20 ms it samples
+// pg_stat_activity of one database and counts (query, wait event) of the
+// active backends, so the report can say where PostgreSQL's time goes.
+type activitySampler struct {
+	stop   chan struct{}
+	done   chan struct{}
+	counts map[string]int
+	total  int
+}
+
+func startActivitySampler(pool *pgxpool.Pool, db string) *activitySampler {
+	s := &activitySampler{stop: make(chan struct{}), done: make(chan struct{}), counts: map[string]int{}}
+	go func() {
+		defer close(s.done)
+		t := time.NewTicker(20 * time.Millisecond)
+		defer t.Stop()
+		for {
+			select {
+			case <-s.stop:
+				return
+			case <-t.C:
+			}
+			rows, err := pool.Query(context.Background(), `SELECT left(regexp_replace(query, '\s+', ' ', 'g'), 110),
+				coalesce(wait_event_type || ':' || wait_event, 'CPU')
+				FROM pg_stat_activity WHERE state = 'active' AND datname = $1 AND pid <> pg_backend_pid()`, db)
+			if err != nil {
+				continue
+			}
+			s.total++
+			for rows.Next() {
+				var q, wait string
+				if rows.Scan(&q, &wait) == nil {
+					s.counts[wait+"  "+q]++
+				}
+			}
+			rows.Close()
+		}
+	}()
+	return s
+}
+
+// finish stops sampling and renders the top entries (mean active backends each).
+func (s *activitySampler) finish() string {
+	close(s.stop)
+	<-s.done
+	type kv struct {
+		k string
+		n int
+	}
+	var all []kv
+	sum := 0
+	for k, n := range s.counts {
+		all = append(all, kv{k, n})
+		sum += n
+	}
+	sort.Slice(all, func(i, j int) bool { return all[i].n > all[j].n })
+	var b strings.Builder
+	fmt.Fprintf(&b, "pg_stat_activity samples: %d (every 20 ms); mean active backends %.2f\n", s.total, float64(sum)/float64(max(s.total, 1)))
+	b.WriteString("mean-active  wait-event  query\n")
+	for i, e := range all {
+		if i == 20 {
+			break
+		}
+		fmt.Fprintf(&b, "%10.2f  %s\n", float64(e.n)/float64(max(s.total, 1)), e.k)
+	}
+	return b.String()
 }
