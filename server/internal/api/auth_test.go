@@ -1,0 +1,162 @@
+package api
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/pem"
+	"net/http"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/lanesmq/lanes/server/internal/auth"
+)
+
+const testSecret = "jwt-test-secret-jwt-test-secret"
+
+func hsToken(t *testing.T, sub string, roles ...string) string {
+	t.Helper()
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{
+		"sub": sub, "roles": roles, "exp": time.Now().Add(time.Hour).Unix(), "iat": time.Now().Unix(),
+	}).SignedString([]byte(testSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+func newAuthBroker(t *testing.T) *resilientBroker {
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return newBrokerWith(t, testDSN, Options{Auth: v}, "")
+}
+
+func TestJWTRoleMatrixOverTheRoutes(t *testing.T) {
+	b := newAuthBroker(t)
+	q := uniqueQueue(t)
+	roles := []string{auth.RoleReadOnly, auth.RoleWriteOnly, auth.RoleReadWrite, auth.RoleAdmin}
+	tokens := map[string]string{}
+	for _, r := range roles {
+		tokens[r] = hsToken(t, "svc-"+r, r)
+	}
+	ro := []string{auth.RoleReadOnly, auth.RoleReadWrite, auth.RoleAdmin}
+	wo := []string{auth.RoleWriteOnly, auth.RoleReadWrite, auth.RoleAdmin}
+	rw := []string{auth.RoleReadWrite, auth.RoleAdmin}
+	admin := []string{auth.RoleAdmin}
+	push := `{"items":[{"queue":"` + q + `","payload":1}]}`
+	routes := []struct {
+		method, path, body string
+		allowed            []string
+	}{
+		{"POST", "/api/v1/push", push, wo},
+		{"GET", "/api/v1/pop/queue/" + q, "", rw},
+		{"GET", "/api/v1/pop/queue/" + q + "/partition/Default", "", rw},
+		{"GET", "/api/v1/pop?namespace=jwtns", "", rw},
+		{"POST", "/api/v1/ack", `{"transactionId":"x","partitionId":"00000000-0000-0000-0000-000000000000"}`, rw},
+		{"POST", "/api/v1/ack/batch", `{"acknowledgments":[]}`, rw},
+		{"POST", "/api/v1/transaction", `{"operations":[]}`, rw},
+		{"POST", "/api/v1/lease/nope/extend", `{"seconds":10}`, rw},
+		{"POST", "/api/v1/configure", `{"queue":"` + q + `"}`, rw},
+		{"GET", "/api/v1/resources/queues", "", ro},
+		{"GET", "/api/v1/resources/queues/" + q, "", ro},
+		{"GET", "/api/v1/resources/overview", "", ro},
+		{"GET", "/api/v1/messages", "", ro},
+		{"GET", "/api/v1/dlq", "", ro},
+		{"GET", "/api/v1/consumer-groups", "", ro},
+		{"GET", "/api/v1/status/buffers", "", ro},
+		{"GET", "/api/v1/system/maintenance", "", ro},
+		{"GET", "/status", "", ro},
+		{"DELETE", "/api/v1/consumer-groups/jwt-nobody", "", admin},
+		{"DELETE", "/api/v1/dlq?queue=" + q, "", admin},
+		{"DELETE", "/api/v1/resources/queues/jwt-nonexistent-queue", "", admin},
+		{"POST", "/api/v1/system/maintenance/pop", `{"enabled":false}`, admin},
+		{"GET", "/api/v1/not-a-route", "", rw},
+	}
+	for _, rt := range routes {
+		for _, role := range roles {
+			status, e, _ := b.callAs(t, tokens[role], rt.method, rt.path, rt.body)
+			want := slices.Contains(rt.allowed, role)
+			switch {
+			case status == http.StatusUnauthorized:
+				t.Errorf("%s %s as %s: 401 %+v with a valid token", rt.method, rt.path, role, e)
+			case want && status == http.StatusForbidden:
+				t.Errorf("%s %s as %s: 403, want allowed", rt.method, rt.path, role)
+			case !want && (status != http.StatusForbidden || e.Error != "Insufficient permissions" || e.Code != "forbidden"):
+				t.Errorf("%s %s as %s: %d %+v, want 403 Insufficient permissions", rt.method, rt.path, role, status, e)
+			}
+		}
+		status, e, hdr := b.callAs(t, "", rt.method, rt.path, rt.body)
+		if status != http.StatusUnauthorized || e.Error != "Authentication required" || e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") == "" {
+			t.Errorf("%s %s without a token: %d %+v", rt.method, rt.path, status, e)
+		}
+	}
+	for _, public := range []string{"/health", "/metrics", "/metrics/prometheus"} {
+		if status, _, _ := b.callAs(t, "", "GET", public, ""); status != http.StatusOK {
+			t.Errorf("public %s without a token: %d", public, status)
+		}
+	}
+}
+
+func TestJWTStampsTheTokenSubjectAsProducerSub(t *testing.T) {
+	b := newAuthBroker(t)
+	q := uniqueQueue(t)
+	body := `{"items":[{"queue":"` + q + `","payload":{"k":1},"producerSub":"spoofed"}]}`
+	if status, e, _ := b.callAs(t, hsToken(t, "producer-7", auth.RoleWriteOnly), "POST", "/api/v1/push", body); status != http.StatusCreated {
+		t.Fatalf("push: %d %+v", status, e)
+	}
+	req, _ := http.NewRequest("GET", b.URL+"/api/v1/pop/queue/"+q, nil)
+	req.Header.Set("Authorization", "Bearer "+hsToken(t, "consumer-1", auth.RoleReadWrite))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var popped struct {
+		Messages []struct {
+			ProducerSub *string `json:"producerSub"`
+		} `json:"messages"`
+	}
+	decodeJSON(t, resp, &popped)
+	if len(popped.Messages) != 1 || popped.Messages[0].ProducerSub == nil || *popped.Messages[0].ProducerSub != "producer-7" {
+		t.Fatalf("pop must echo the pushing token's sub: %+v", popped)
+	}
+}
+
+func TestJWTRejectsBadTokensWithTheFixedMessages(t *testing.T) {
+	b := newAuthBroker(t)
+	key, _ := rsa.GenerateKey(rand.Reader, 2048)
+	expired, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "x", "roles": []string{"admin"}, "exp": time.Now().Add(-time.Minute).Unix()}).SignedString([]byte(testSecret))
+	forged, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "x", "roles": []string{"admin"}}).SignedString([]byte("not-the-secret-not-the-secret"))
+	rsSigned, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"sub": "x", "roles": []string{"admin"}}).SignedString(key)
+	cases := map[string]string{
+		"Token has expired":           expired,
+		"Invalid token signature":     forged,
+		"Unsupported token algorithm": rsSigned,
+		"Bad token header":            "abc.def",
+	}
+	for want, tok := range cases {
+		status, e, _ := b.callAs(t, tok, "GET", "/api/v1/resources/queues", "")
+		if status != http.StatusUnauthorized || e.Error != want {
+			t.Errorf("want 401 %q, got %d %+v", want, status, e)
+		}
+	}
+	// An RS256 broker accepts RS256 tokens from its key.
+	der, _ := x509.MarshalPKIXPublicKey(&key.PublicKey)
+	v, err := auth.NewVerifier(auth.Config{PublicKey: string(pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: der})), Algorithm: "RS256"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	rs := newBrokerWith(t, testDSN, Options{Auth: v}, "")
+	if status, e, _ := rs.callAs(t, rsSigned, "GET", "/api/v1/resources/queues", ""); status != http.StatusOK {
+		t.Fatalf("RS256 token on an RS256 broker: %d %+v", status, e)
+	}
+	if status, e, _ := rs.callAs(t, hsToken(t, "x", "admin"), "GET", "/api/v1/resources/queues", ""); status != http.StatusUnauthorized || !strings.Contains(e.Error, "algorithm") {
+		t.Fatalf("HS256 token on an RS256 broker: %d %+v", status, e)
+	}
+}
