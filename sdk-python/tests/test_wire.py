@@ -246,9 +246,10 @@ def test_ack_bodies_and_results() -> None:
         return httpx.Response(
             200,
             json=[
-                {"index": i, "transactionId": it["transactionId"], "success": it["transactionId"] != "bad",
-                 "error": None if it["transactionId"] != "bad" else "unresolvable", "leaseReleased": True,
-                 "dlq": False, "noop": False}
+                {"index": i, "transactionId": it["transactionId"],
+                 "success": it["transactionId"] != "bad",
+                 "error": None if it["transactionId"] != "bad" else "unresolvable",
+                 "leaseReleased": True, "dlq": False, "noop": False}
                 for i, it in enumerate(items)
             ],
         )  # fmt: skip

@@ -1,0 +1,21 @@
+"""Runs every ```python block of README.md, in order, in one namespace, against the broker."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+README = Path(__file__).resolve().parent.parent / "README.md"
+
+
+def test_readme_snippets(broker_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("LANES_URL", broker_url)
+    blocks = re.findall(r"```python\n(.*?)```", README.read_text(), flags=re.S)
+    assert len(blocks) >= 6
+    ns: dict[str, object] = {"__name__": "readme"}
+    for i, code in enumerate(blocks):
+        exec(compile(code, f"README.md block {i}", "exec"), ns)
+    client = ns["client"]
+    client.close()  # type: ignore[attr-defined]
