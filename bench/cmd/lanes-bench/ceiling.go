@@ -9,13 +9,18 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // ceilingScenario measures PostgreSQL alone doing the durable write a push
 // group commit boils down to: one segment row (the frames of batch messages,
 // encoded as the broker encodes them) per transaction, through pgx with no
 // HTTP, from workers concurrent connections, each on its own partition id.
-func (h *harness) ceilingScenario(name string, workers, batch int) (Result, error) {
+//
+// With notify, each transaction also runs pg_notify as a push commit does, which
+// shows what NOTIFY's commit-time lock costs PostgreSQL alone.
+func (h *harness) ceilingScenario(name string, workers, batch int, notify bool) (Result, error) {
 	ctx := context.Background()
 	pool, err := newPool(ctx, h.ceilingURL, int32(workers))
 	if err != nil {
@@ -65,8 +70,19 @@ func (h *harness) ceilingScenario(name string, workers, batch int) (Result, erro
 			_, _ = rand.Read(pid[:])
 			for off := int64(0); runCtx.Err() == nil; off += int64(batch) {
 				t0 := time.Now()
-				if _, err := pool.Exec(ctx, `INSERT INTO segments (partition_id, base_offset, end_offset, created_at, frames) VALUES ($1, $2, $3, clock_timestamp(), $4)`,
-					pid, off, off+int64(batch)-1, frames); err != nil {
+				var err error
+				if notify {
+					b := &pgx.Batch{}
+					b.Queue("BEGIN")
+					b.Queue(`INSERT INTO segments (partition_id, base_offset, end_offset, created_at, frames) VALUES ($1, $2, $3, clock_timestamp(), $4)`, pid, off, off+int64(batch)-1, frames)
+					b.Queue(`SELECT pg_notify('lanes_bench', 'q')`)
+					b.Queue("COMMIT")
+					err = pool.SendBatch(ctx, b).Close()
+				} else {
+					_, err = pool.Exec(ctx, `INSERT INTO segments (partition_id, base_offset, end_offset, created_at, frames) VALUES ($1, $2, $3, clock_timestamp(), $4)`,
+						pid, off, off+int64(batch)-1, frames)
+				}
+				if err != nil {
 					firstErr.CompareAndSwap(nil, err)
 					return
 				}
@@ -76,8 +92,11 @@ func (h *harness) ceilingScenario(name string, workers, batch int) (Result, erro
 		}()
 	}
 	wg.Wait()
-	r := Result{Scenario: name, System: "postgres", Available: true, Seconds: time.Since(start).Seconds(),
-		Description: fmt.Sprintf("PostgreSQL alone: %d pgx connections, each committing one %d-message segment row (%d bytes) per transaction, no HTTP", workers, batch, len(frames))}
+	desc := fmt.Sprintf("PostgreSQL alone: %d pgx connections, each committing one %d-message segment row (%d bytes) per transaction, no HTTP", workers, batch, len(frames))
+	if notify {
+		desc += ", plus pg_notify in every transaction (as a push commit does)"
+	}
+	r := Result{Scenario: name, System: "postgres", Available: true, Seconds: time.Since(start).Seconds(), Description: desc}
 	w.end(&r)
 	if err, _ := firstErr.Load().(error); err != nil {
 		return r, err

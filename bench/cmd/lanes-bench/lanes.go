@@ -37,6 +37,7 @@ type pushResult struct {
 type popMessage struct {
 	TransactionID string          `json:"transactionId"`
 	PartitionID   string          `json:"partitionId"`
+	Partition     string          `json:"partition"`
 	Data          json.RawMessage `json:"data"`
 }
 
@@ -467,7 +468,7 @@ func (h *harness) txnScenario() (Result, error) {
 				body := map[string]any{
 					"operations": []map[string]any{
 						{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": pop.LeaseID, "status": "completed"},
-						{"type": "push", "items": []map[string]any{{"queue": qb, "partition": "p", "transactionId": m.PartitionID + "/" + m.TransactionID, "payload": m.Data}}},
+						{"type": "push", "items": []map[string]any{{"queue": qb, "partition": m.Partition, "transactionId": m.PartitionID + "/" + m.TransactionID, "payload": m.Data}}},
 					},
 					"requiredLeases": []string{pop.LeaseID},
 				}
@@ -487,7 +488,7 @@ func (h *harness) txnScenario() (Result, error) {
 	}
 	wg.Wait()
 	r := Result{Scenario: "txn", System: "lanes", Available: true, Messages: done.Load(), Seconds: time.Since(start).Seconds(),
-		Description: fmt.Sprintf("pipeline handoff for the window, %d workers: pop 1 from stage A (%d-message backlog), then one transaction acks it and pushes to stage B; lost = committed handoffs missing from stage B; latency = transaction round trip", workers, total)}
+		Description: fmt.Sprintf("pipeline handoff for the window, %d workers: pop 1 from stage A (%d-message backlog), then one transaction acks it and pushes its successor to the same-named partition of stage B; lost = committed handoffs missing from stage B; latency = transaction round trip", workers, total)}
 	w.end(&r)
 	if err, _ := firstErr.Load().(error); err != nil {
 		return r, err

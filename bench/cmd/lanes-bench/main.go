@@ -88,7 +88,7 @@ type Run struct {
 	Targets         []Target          `json:"targets"`
 }
 
-const allScenarios = "ceiling-b1,ceiling-b100,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
+const allScenarios = "ceiling-b1,ceiling-b100,ceiling-b1-notify,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
 
 func main() {
 	var o options
@@ -261,8 +261,9 @@ func (h *harness) run() int {
 		}
 		add(r, err)
 	}
-	step("ceiling-b100", func() (Result, error) { return h.ceilingScenario("ceiling-b100", 8, 100) })
-	step("ceiling-b1", func() (Result, error) { return h.ceilingScenario("ceiling-b1", 64, 1) })
+	step("ceiling-b100", func() (Result, error) { return h.ceilingScenario("ceiling-b100", 8, 100, false) })
+	step("ceiling-b1", func() (Result, error) { return h.ceilingScenario("ceiling-b1", 64, 1, false) })
+	step("ceiling-b1-notify", func() (Result, error) { return h.ceilingScenario("ceiling-b1-notify", 64, 1, true) })
 	step("push-b1", func() (Result, error) { return h.pushScenario("push-b1", 64, 1) })
 	step("push-b100", func() (Result, error) { return h.pushScenario("push-b100", 8, 100) })
 	per := 4000
