@@ -85,10 +85,17 @@ def _config(
 
 
 def _ack_pairs(
-    messages: Message | Sequence[Message], status: str, group: str | None, error: str | None
+    messages: Message | Sequence[Message],
+    status: str,
+    group: str | None,
+    error: str | None,
+    without_lease: bool = False,
 ) -> list[tuple[str, P.AckEntry]]:
     msgs = [messages] if isinstance(messages, Message) else list(messages)
-    return [(P.group_of(m, group), P.ack_entry(m, status, error)) for m in msgs]
+    out = [(P.group_of(m, group), P.ack_entry(m, status, error)) for m in msgs]
+    if without_lease:
+        out = [(g, dataclasses.replace(e, lease_id="")) for g, e in out]
+    return out
 
 
 # ---------------------------------------------------------------------------------------------
@@ -838,10 +845,12 @@ class Lanes:
         *,
         group: str | None = None,
         error: str | None = None,
+        without_lease: bool = False,
     ) -> list[AckResult]:
         """Ack (or nack) leased messages; raises :class:`AckError` (with ``results``) when any
-        item answered ``success: false``."""
-        pairs = _ack_pairs(messages, status, group, error)
+        item answered ``success: false``. ``without_lease`` sends no lease id (a lease-less ack
+        that works after expiry and skips the lease check)."""
+        pairs = _ack_pairs(messages, status, group, error, without_lease)
         if not pairs:
             return []
         res = self._ack_entries(pairs)
@@ -983,8 +992,9 @@ class AsyncLanes:
         *,
         group: str | None = None,
         error: str | None = None,
+        without_lease: bool = False,
     ) -> list[AckResult]:
-        pairs = _ack_pairs(messages, status, group, error)
+        pairs = _ack_pairs(messages, status, group, error, without_lease)
         if not pairs:
             return []
         res = await self._ack_entries(pairs)
