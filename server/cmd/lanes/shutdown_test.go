@@ -57,7 +57,7 @@ func TestSIGTERMFinishesInFlightWorkAndExitsZero(t *testing.T) {
 		resp, err := http.Get(base + "/health")
 		if err == nil {
 			resp.Body.Close()
-			if resp.StatusCode == 200 {
+			if resp.StatusCode == http.StatusOK {
 				break
 			}
 		}

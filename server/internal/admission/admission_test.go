@@ -66,8 +66,10 @@ func TestClientLimiterRefillsAtRate(t *testing.T) {
 	l := NewClientLimiter(10, 2)
 	now := time.Unix(1000, 0)
 	l.now = func() time.Time { return now }
-	if l.Allow("a") != nil || l.Allow("a") != nil {
-		t.Fatal("burst of 2 refused")
+	for i := range 2 {
+		if err := l.Allow("a"); err != nil {
+			t.Fatalf("burst of 2 refused at %d: %v", i, err)
+		}
 	}
 	err := l.Allow("a")
 	rej, ok := IsRejected(err)

@@ -220,7 +220,7 @@ func TestBodyOverTheCapIs413(t *testing.T) {
 		t.Fatalf("declared length over the cap: %d %+v", status, e)
 	}
 	// Chunked: no Content-Length, the cap is found while reading.
-	req, _ := http.NewRequest("POST", b.URL+"/api/v1/push", struct{ *strings.Reader }{strings.NewReader(big)})
+	req, _ := http.NewRequest(http.MethodPost, b.URL+"/api/v1/push", struct{ *strings.Reader }{strings.NewReader(big)})
 	req.ContentLength = -1
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

@@ -110,7 +110,7 @@ func TestJWTStampsTheTokenSubjectAsProducerSub(t *testing.T) {
 	if status, e, _ := b.callAs(t, hsToken(t, "producer-7", auth.RoleWriteOnly), "POST", "/api/v1/push", body); status != http.StatusCreated {
 		t.Fatalf("push: %d %+v", status, e)
 	}
-	req, _ := http.NewRequest("GET", b.URL+"/api/v1/pop/queue/"+q, nil)
+	req, _ := http.NewRequest(http.MethodGet, b.URL+"/api/v1/pop/queue/"+q, nil)
 	req.Header.Set("Authorization", "Bearer "+hsToken(t, "consumer-1", auth.RoleReadWrite))
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {

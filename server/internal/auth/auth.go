@@ -140,7 +140,7 @@ type Error struct{ Message string }
 
 func (e *Error) Error() string { return e.Message }
 
-var errUnsupportedAlg = errors.New(MsgUnsupportedAlg)
+var errUnsupportedAlg = errors.New("unsupported token algorithm")
 
 // Verify checks the Authorization header value ("Bearer <jwt>" or a bare token).
 func (v *Verifier) Verify(header string) (*Identity, *Error) {

@@ -270,14 +270,20 @@ func readRecords(path string) ([]record, error) {
 		if crc32.ChecksumIEEE(body) != sum {
 			break
 		}
-		var r record
-		if err := json.Unmarshal(body, &r); err != nil {
+		r, ok := decodeRecord(body)
+		if !ok {
 			break
 		}
 		out = append(out, r)
 		data = data[headerSize+int(n):]
 	}
 	return out, nil
+}
+
+func decodeRecord(body []byte) (record, bool) {
+	var r record
+	err := json.Unmarshal(body, &r)
+	return r, err == nil
 }
 
 func syncDir(dir string) error {
