@@ -61,10 +61,10 @@ func startPostgres(root string, port int, dir string, fast bool) (adminURL strin
 		env = append(env, "LANES_PG_FAST=0")
 	}
 	// A cluster left running with other settings keeps them: restart so lanes.conf is rewritten.
-	stop := exec.Command(filepath.Join(root, "scripts", "pg.sh"), "stop")
+	stop := exec.CommandContext(context.Background(), filepath.Join(root, "scripts", "pg.sh"), "stop")
 	stop.Env, stop.Stderr = env, os.Stderr
 	_ = stop.Run()
-	cmd := exec.Command(filepath.Join(root, "scripts", "pg.sh"), "start")
+	cmd := exec.CommandContext(context.Background(), filepath.Join(root, "scripts", "pg.sh"), "start")
 	cmd.Env, cmd.Stdout, cmd.Stderr = env, os.Stderr, os.Stderr
 	if err := cmd.Run(); err != nil {
 		return "", 0, fmt.Errorf("scripts/pg.sh start: %w", err)
@@ -131,7 +131,7 @@ func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir strin
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.Command(bin)
+	cmd := exec.CommandContext(context.Background(), bin)
 	cmd.Env = append(os.Environ(),
 		"LANES_DATABASE_URL="+dbURL,
 		"LANES_BIND_ADDR=127.0.0.1",
@@ -153,14 +153,15 @@ func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir strin
 	for time.Now().Before(deadline) {
 		select {
 		case err := <-exited:
-			logf.Close()
+			_ = logf.Close()
 			tail, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("broker exited during start (%v): %s", err, lastLines(string(tail), 20))
+			return nil, fmt.Errorf("broker exited during start (%w): %s", err, lastLines(string(tail), 20))
 		default:
 		}
-		resp, err := http.Get(b.url + "/health")
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, b.url+"/health", nil)
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
-			resp.Body.Close()
+			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
 				go func() { <-exited }()
 				return b, nil
@@ -363,12 +364,12 @@ func loadAvg() float64 {
 
 // gitDescribe is the commit the broker binary most likely came from, with a dirty marker.
 func gitDescribe(root string) string {
-	out, err := exec.Command("git", "-C", root, "rev-parse", "--short", "HEAD").Output()
+	out, err := exec.CommandContext(context.Background(), "git", "-C", root, "rev-parse", "--short", "HEAD").Output()
 	if err != nil {
 		return "unknown"
 	}
 	rev := strings.TrimSpace(string(out))
-	if st, err := exec.Command("git", "-C", root, "status", "--porcelain", "--", "server").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
+	if st, err := exec.CommandContext(context.Background(), "git", "-C", root, "status", "--porcelain", "--", "server").Output(); err == nil && len(strings.TrimSpace(string(st))) > 0 {
 		rev += " (server/ has uncommitted changes)"
 	}
 	return rev

@@ -431,7 +431,7 @@ func (h *harness) txnScenario() (Result, error) {
 		return Result{}, err
 	}
 	const partitions, workers = 8, 16
-	per := int(h.o.txnBacklog) / partitions
+	per := h.o.txnBacklog / partitions
 	if err := h.preload(ctx, qa, partitions, per); err != nil {
 		return Result{}, err
 	}

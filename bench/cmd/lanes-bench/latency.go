@@ -23,12 +23,6 @@ func (r *recorder) add(d time.Duration) {
 	r.mu.Unlock()
 }
 
-func (r *recorder) count() int {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return len(r.d)
-}
-
 // percentiles answers p50, p99, p999 and max in milliseconds (nearest rank).
 func (r *recorder) percentiles() map[string]float64 {
 	r.mu.Lock()
@@ -197,7 +191,9 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			stop := func() bool { return received.Load() >= int64(n) || firstErr.Load() != nil || time.Now().After(deadline) }
+			stop := func() bool {
+				return received.Load() >= int64(n) || firstErr.Load() != nil || time.Now().After(deadline)
+			}
 			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
 				keys := make([]string, len(ms))
 				for i, m := range ms {

@@ -12,7 +12,7 @@ type Target struct {
 	Goal   string  `json:"goal"`
 	Value  string  `json:"value"`
 	Met    bool    `json:"met"`
-	Known  bool    `json:"known"` // false when the run lacked a scenario it needs
+	Known  bool    `json:"known"`  // false when the run lacked a scenario it needs
 	Margin float64 `json:"margin"` // value / goal (or goal / value for upper bounds): ≥ 1 means met
 }
 
@@ -40,20 +40,20 @@ func applyRatios(rs []Result) {
 				r.RatioTo, r.Ratio = label, r.MsgPerSec/v
 			}
 		}
-		switch {
-		case r.Scenario == "push-b1":
+		switch r.Scenario {
+		case "push-b1":
 			if b1 != nil {
 				set(b1, "ceiling-b1", b1.MsgPerSec)
 			}
-		case r.Scenario == "txn":
+		case "txn":
 			if b1 != nil {
 				set(b1, "ceiling-b1", b1.TxPerSec)
 			}
-		case r.Scenario == "shared":
+		case "shared":
 			if river != nil {
 				set(river, "river", river.MsgPerSec)
 			}
-		case r.Scenario == "latency" || r.Scenario == "wake":
+		case "latency", "wake":
 		default:
 			if b100 != nil {
 				set(b100, "ceiling-b100", b100.MsgPerSec)

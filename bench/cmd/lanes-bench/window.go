@@ -164,7 +164,7 @@ func (h *harness) captureProfiles(ctx context.Context, name string) []string {
 				args = append(args, "-sample_index=alloc_space")
 			}
 			args = append(args, h.o.brokerBin, file)
-			out, err := exec.Command("go", args...).CombinedOutput()
+			out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput()
 			if err == nil {
 				_ = os.WriteFile(strings.TrimSuffix(file, ".pprof")+".txt", out, 0o644)
 			}
