@@ -1,0 +1,156 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"go.yaml.in/yaml/v3"
+)
+
+// caseFile is one YAML file of cases: one concern.
+type caseFile struct {
+	Cases []caseSpec `yaml:"cases"`
+}
+
+// caseSpec is one case as written in YAML.
+type caseSpec struct {
+	Name        string         `yaml:"name"`
+	Description string         `yaml:"description"`
+	Client      map[string]any `yaml:"client"`
+	Faults      []faultSpec    `yaml:"faults"`
+	Steps       []map[string]any
+	Requests    []requestSpec `yaml:"requests"`
+	// TimeoutSeconds bounds the whole case in one adapter (default 60).
+	TimeoutSeconds int `yaml:"timeoutSeconds"`
+}
+
+// faultSpec is a broker fault rule plus what its counters must read after the case.
+type faultSpec struct {
+	Method    string           `yaml:"method" json:"method,omitempty"`
+	Path      string           `yaml:"path" json:"path"`
+	Responses []map[string]any `yaml:"responses" json:"responses,omitempty"`
+	Expect    map[string]any   `yaml:"expect" json:"-"`
+}
+
+// requestSpec expects a request the SDK sent (recorded by the proxy), in order.
+type requestSpec struct {
+	Method string `yaml:"method"`
+	Path   string `yaml:"path"`
+	Query  string `yaml:"query"`
+}
+
+// step is one step as sent to an adapter.
+type step struct {
+	ID     string         `json:"id"`
+	Op     string         `json:"op"`
+	Args   map[string]any `json:"args"`
+	expect any
+}
+
+// testCase is a loaded case: ID is "<file stem>/<name>".
+type testCase struct {
+	ID    string
+	Spec  caseSpec
+	Steps []step
+}
+
+var stepKeys = map[string]bool{"id": true, "expect": true}
+
+func loadCases(dir string) ([]testCase, error) {
+	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(files)
+	var out []testCase
+	seen := map[string]bool{}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			return nil, err
+		}
+		var cf caseFile
+		dec := yaml.NewDecoder(strings.NewReader(string(b)))
+		dec.KnownFields(true)
+		if err := dec.Decode(&cf); err != nil {
+			return nil, fmt.Errorf("%s: %w", f, err)
+		}
+		stem := strings.TrimSuffix(filepath.Base(f), ".yaml")
+		for _, cs := range cf.Cases {
+			id := stem + "/" + cs.Name
+			if cs.Name == "" || seen[id] {
+				return nil, fmt.Errorf("%s: case name %q empty or repeated", f, cs.Name)
+			}
+			seen[id] = true
+			tc := testCase{ID: id, Spec: cs}
+			for i, raw := range cs.Steps {
+				st := step{ID: fmt.Sprintf("s%d", i+1)}
+				if v, ok := raw["id"].(string); ok {
+					st.ID = v
+				}
+				st.expect = normalize(raw["expect"])
+				for k, v := range raw {
+					if stepKeys[k] {
+						continue
+					}
+					if st.Op != "" {
+						return nil, fmt.Errorf("%s: case %s step %d names two operations (%s, %s)", f, cs.Name, i+1, st.Op, k)
+					}
+					st.Op = k
+					args, _ := normalize(v).(map[string]any)
+					if args == nil {
+						args = map[string]any{}
+					}
+					st.Args = args
+				}
+				if st.Op == "" {
+					return nil, fmt.Errorf("%s: case %s step %d has no operation", f, cs.Name, i+1)
+				}
+				tc.Steps = append(tc.Steps, st)
+			}
+			out = append(out, tc)
+		}
+	}
+	return out, nil
+}
+
+// normalize turns YAML-decoded values into what encoding/json would produce
+// (map[string]any, []any, float64), so expectations compare with adapter output.
+func normalize(v any) any {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return v
+	}
+	var out any
+	_ = json.Unmarshal(b, &out)
+	return out
+}
+
+// substitute replaces ${q} (the case run's queue name) and ${run} in every string of v.
+func substitute(v any, vars map[string]string) any {
+	switch t := v.(type) {
+	case string:
+		for k, val := range vars {
+			t = strings.ReplaceAll(t, "${"+k+"}", val)
+		}
+		return t
+	case map[string]any:
+		out := make(map[string]any, len(t))
+		for k, x := range t {
+			out[k] = substitute(x, vars)
+		}
+		return out
+	case []any:
+		out := make([]any, len(t))
+		for i, x := range t {
+			out[i] = substitute(x, vars)
+		}
+		return out
+	default:
+		return v
+	}
+}

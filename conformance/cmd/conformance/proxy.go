@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httputil"
+	"net/url"
+	"sync"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+)
+
+// runHeader attributes a request to a case run (the broker's fault scripts use it too).
+const runHeader = "X-Lanes-Test-Run"
+
+// recorded is one request an SDK sent, as the proxy saw it.
+type recorded struct {
+	Method, Path, Query string
+	Status              int
+}
+
+// validatingProxy sits between the adapters and the broker. It validates every response
+// against openapi.yaml (kin-openapi, undeclared statuses included) and records, per run, the
+// requests and any response that broke the spec.
+type validatingProxy struct {
+	router routers.Router
+	target *url.URL
+	srv    *http.Server
+	URL    string
+
+	mu         sync.Mutex
+	requests   map[string][]recorded
+	violations map[string][]string
+	unowned    []string // violations of requests without a run header
+}
+
+func newValidatingProxy(specPath, brokerURL string) (*validatingProxy, error) {
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromFile(specPath)
+	if err != nil {
+		return nil, fmt.Errorf("load %s: %w", specPath, err)
+	}
+	if err := doc.Validate(context.Background()); err != nil {
+		return nil, fmt.Errorf("%s is not a valid OpenAPI document: %w", specPath, err)
+	}
+	doc.Servers = nil
+	router, err := gorillamux.NewRouter(doc)
+	if err != nil {
+		return nil, err
+	}
+	target, err := url.Parse(brokerURL)
+	if err != nil {
+		return nil, err
+	}
+	p := &validatingProxy{router: router, target: target, requests: map[string][]recorded{}, violations: map[string][]string{}}
+	rp := &httputil.ReverseProxy{
+		Rewrite: func(r *httputil.ProxyRequest) {
+			r.SetURL(target)
+			r.Out.Host = target.Host
+		},
+		FlushInterval:  -1,
+		ModifyResponse: p.check,
+	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	p.URL = "http://" + ln.Addr().String()
+	p.srv = &http.Server{Handler: rp}
+	go func() { _ = p.srv.Serve(ln) }()
+	return p, nil
+}
+
+func (p *validatingProxy) Close() { _ = p.srv.Close() }
+
+// check validates one response; the body is buffered and handed on unchanged.
+func (p *validatingProxy) check(resp *http.Response) error {
+	req := resp.Request
+	run := req.Header.Get(runHeader)
+	body, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	resp.Body = io.NopCloser(bytes.NewReader(body))
+	p.mu.Lock()
+	if run != "" {
+		p.requests[run] = append(p.requests[run], recorded{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Status: resp.StatusCode})
+	}
+	p.mu.Unlock()
+	if err != nil {
+		p.violation(run, fmt.Sprintf("%s %s: reading the response: %v", req.Method, req.URL.Path, err))
+		return nil
+	}
+	// Match the route on the path the broker saw, without the proxy's host.
+	u := *req.URL
+	u.Scheme, u.Host = "", ""
+	rreq := req.Clone(context.Background())
+	rreq.URL = &u
+	rreq.Host = ""
+	route, params, err := p.router.FindRoute(rreq)
+	if err != nil {
+		p.violation(run, fmt.Sprintf("%s %s: not a route of openapi.yaml (%v)", req.Method, req.URL.Path, err))
+		return nil
+	}
+	in := &openapi3filter.ResponseValidationInput{
+		RequestValidationInput: &openapi3filter.RequestValidationInput{
+			Request: rreq, PathParams: params, Route: route,
+			Options: &openapi3filter.Options{AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+		},
+		Status:  resp.StatusCode,
+		Header:  resp.Header,
+		Body:    io.NopCloser(bytes.NewReader(body)),
+		Options: &openapi3filter.Options{IncludeResponseStatus: true, MultiError: true},
+	}
+	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
+		p.violation(run, fmt.Sprintf("%s %s → %d does not match openapi.yaml: %v (body %s)",
+			req.Method, req.URL.Path, resp.StatusCode, err, truncate(string(body), 300)))
+	}
+	return nil
+}
+
+func (p *validatingProxy) violation(run, msg string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if run == "" {
+		p.unowned = append(p.unowned, msg)
+		return
+	}
+	p.violations[run] = append(p.violations[run], msg)
+}
+
+// take returns and forgets what was recorded for a run.
+func (p *validatingProxy) take(run string) ([]recorded, []string) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	r, v := p.requests[run], p.violations[run]
+	delete(p.requests, run)
+	delete(p.violations, run)
+	return r, v
+}
+
+func truncate(s string, n int) string {
+	if len(s) > n {
+		return s[:n] + "…"
+	}
+	return s
+}
