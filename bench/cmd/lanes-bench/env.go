@@ -163,7 +163,6 @@ func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir strin
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
-				go func() { _ = <-exited }()
 				return b, nil
 			}
 		}
