@@ -32,6 +32,7 @@ type Config struct {
 	SpoolDir                string
 	TimersInterval          time.Duration
 	KVSweepInterval         time.Duration
+	PprofAddr               string
 	TestFaults              bool
 }
 
@@ -160,6 +161,7 @@ var settings = []setting{
 	{"retention-interval-ms", "LANES_RETENTION_INTERVAL_MS", "5000", "period of the retention sweep", millisSetting(func(c *Config) *time.Duration { return &c.RetentionInterval })},
 	{"timers-interval-ms", "LANES_TIMERS_INTERVAL_MS", "250", "how often due timers are fired; 0 = this broker fires none", millisSetting(func(c *Config) *time.Duration { return &c.TimersInterval })},
 	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval })},
+	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", func(c *Config, v string) error { c.PprofAddr = v; return nil }},
 	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
 	{"spool-dir", "LANES_SPOOL_DIR", defaultSpoolDir(), "directory of the disk spool used while PostgreSQL is unreachable", func(c *Config, v string) error { c.SpoolDir = v; return nil }},
 }
