@@ -26,7 +26,7 @@ func (s *Server) ListDlq(ctx context.Context, req gen.ListDlqRequestObject) (gen
 		limit = *p.Limit
 	}
 	if p.Offset != nil {
-		offset = int(*p.Offset)
+		offset = *p.Offset
 	}
 	rows, err := s.engine.ListDeadLetters(ctx, engine.DLQFilter{
 		Queue: deref(p.Queue), Group: deref(p.ConsumerGroup), Partition: deref(p.Partition),

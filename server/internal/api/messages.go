@@ -34,7 +34,7 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 		f.Limit = *p.Limit
 	}
 	if p.Offset != nil {
-		f.Offset = int(*p.Offset)
+		f.Offset = *p.Offset
 	}
 	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
 		return gen.ListMessages400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{

@@ -38,10 +38,10 @@ func (s *Server) queuePage(ctx context.Context, f engine.QueueListFilter) ([]gen
 func pageOf(limit *gen.Limit, offset *gen.Offset) (int, int) {
 	l, o := 100, 0
 	if limit != nil {
-		l = int(*limit)
+		l = *limit
 	}
 	if offset != nil {
-		o = int(*offset)
+		o = *offset
 	}
 	return l, o
 }
@@ -68,7 +68,7 @@ func (s *Server) GetOverview(ctx context.Context, _ gen.GetOverviewRequestObject
 		Tasks: &o.Tasks, Messages: wireCounts(o.Messages)}, nil
 }
 
-// ListNamespaces summarises every namespace.
+// ListNamespaces summarizes every namespace.
 func (s *Server) ListNamespaces(ctx context.Context, _ gen.ListNamespacesRequestObject) (gen.ListNamespacesResponseObject, error) {
 	list, err := s.engine.Namespaces(ctx)
 	if err != nil {
@@ -82,7 +82,7 @@ func (s *Server) ListNamespaces(ctx context.Context, _ gen.ListNamespacesRequest
 	return gen.ListNamespaces200JSONResponse{Namespaces: &out}, nil
 }
 
-// ListTasks summarises every task.
+// ListTasks summarizes every task.
 func (s *Server) ListTasks(ctx context.Context, _ gen.ListTasksRequestObject) (gen.ListTasksResponseObject, error) {
 	list, err := s.engine.Tasks(ctx)
 	if err != nil {

@@ -53,7 +53,7 @@ type MessageRecord struct {
 	TotalGroups    int // bus groups on the partition
 }
 
-// MessageListMode summarises how the listed partitions are consumed.
+// MessageListMode summarizes how the listed partitions are consumed.
 type MessageListMode struct {
 	HasQueueMode bool
 	BusGroups    int
@@ -357,7 +357,7 @@ func (e *Engine) GetMessage(ctx context.Context, partitionID uuid.UUID, transact
 	case err == nil:
 		frames, err := decodeFrames(blob, int(end-base+1))
 		if err != nil || int(offset-base) >= len(frames) {
-			return nil, fmt.Errorf("frame decode failed: %v", err)
+			return nil, fmt.Errorf("frame decode failed: %w", err)
 		}
 		idx := int(offset - base)
 		st, lease := v.status(offset, dl != nil && dl.Offset == offset)

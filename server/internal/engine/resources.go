@@ -121,12 +121,12 @@ type LabelSummary struct {
 	Messages   MessageCounts
 }
 
-// Namespaces summarises every non-empty namespace.
+// Namespaces summarizes every non-empty namespace.
 func (e *Engine) Namespaces(ctx context.Context) ([]LabelSummary, error) {
 	return e.labelSummaries(ctx, "namespace")
 }
 
-// Tasks summarises every non-empty task.
+// Tasks summarizes every non-empty task.
 func (e *Engine) Tasks(ctx context.Context) ([]LabelSummary, error) {
 	return e.labelSummaries(ctx, "task")
 }

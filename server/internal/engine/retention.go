@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"time"
@@ -107,7 +108,7 @@ func (e *Engine) acquireRetentionLease(ctx context.Context) (bool, error) {
 		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 		WHERE lanes.leader_leases.holder = EXCLUDED.holder OR lanes.leader_leases.expires_at < now()
 		RETURNING holder`, retentionLeaseName, e.retentionHolder(), retentionLeaseTTL.Seconds()).Scan(&holder)
-	if err == pgx.ErrNoRows {
+	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	return err == nil, err
@@ -211,7 +212,7 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
 			WHERE p.id = $1 FOR UPDATE OF p`, pid).
 			Scan(&logStart, &maxWait, &enabled, &retention, &completed, &dedup, &now)
-		if err == pgx.ErrNoRows {
+		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // deleted with its queue meanwhile
 		}
 		if err != nil {
