@@ -536,6 +536,7 @@ func (s *state) consume(raw json.RawMessage) (map[string]any, error) {
 	}
 	var mu sync.Mutex
 	handled := []any{}
+	byPartition := map[string][]any{}
 	onErrors := []any{}
 	failLeft := map[string]int{}
 	for _, f := range a.Handler.Fail {
@@ -551,6 +552,7 @@ func (s *state) consume(raw json.RawMessage) (map[string]any, error) {
 		key := canonical(m.Data)
 		mu.Lock()
 		handled = append(handled, json.RawMessage(m.Data))
+		byPartition[m.Partition] = append(byPartition[m.Partition], json.RawMessage(m.Data))
 		calls++
 		sleep := a.Handler.SleepMs
 		if calls == 1 && a.Handler.FirstSleepMs > 0 {
@@ -616,6 +618,7 @@ func (s *state) consume(raw json.RawMessage) (map[string]any, error) {
 	}
 	mu.Lock()
 	out["handled"] = handled
+	out["byPartition"] = byPartition
 	out["onError"] = onErrors
 	mu.Unlock()
 	return withErr(out, c.Err()), nil

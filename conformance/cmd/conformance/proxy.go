@@ -67,6 +67,13 @@ func newValidatingProxy(specPath, brokerURL string) (*validatingProxy, error) {
 		},
 		FlushInterval:  -1,
 		ModifyResponse: p.check,
+		// A long poll the SDK abandons (a stop, a timeout) is not a proxy failure worth logging.
+		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
+			if r.Context().Err() == nil {
+				p.violation(r.Header.Get(runHeader), fmt.Sprintf("%s %s: broker unreachable through the proxy: %v", r.Method, r.URL.Path, err))
+			}
+			w.WriteHeader(http.StatusBadGateway)
+		},
 	}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
