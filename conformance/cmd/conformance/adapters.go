@@ -40,6 +40,19 @@ var sdks = []sdk{
 		if err != nil {
 			return nil, fmt.Errorf("node not found on PATH")
 		}
+		// The adapter imports @lanesmq/lanes; link it to the sdk-js build as `npm install` of
+		// its file: dependency would.
+		mods := filepath.Join(repo, "conformance", "adapters", "js", "node_modules", "@lanesmq")
+		link := filepath.Join(mods, "lanes")
+		if _, err := os.Stat(filepath.Join(link, "package.json")); err != nil {
+			if err := os.MkdirAll(mods, 0o755); err != nil {
+				return nil, err
+			}
+			_ = os.Remove(link)
+			if err := os.Symlink(filepath.Join("..", "..", "..", "..", "..", "sdk-js"), link); err != nil {
+				return nil, fmt.Errorf("linking @lanesmq/lanes to sdk-js: %w", err)
+			}
+		}
 		return []string{node, filepath.Join(repo, "conformance", "adapters", "js", "adapter.mjs")}, nil
 	}},
 	{Name: "python", Prepare: func(repo, tmp string) ([]string, error) {

@@ -1,0 +1,346 @@
+// Conformance adapter for the TypeScript SDK: cases arrive as JSON Lines on stdin, each step
+// runs through the public API of @lanesmq/lanes (never raw HTTP), one result line per case goes
+// to stdout. Protocol: docs/conformance.md.
+import { createInterface } from "node:readline";
+import {
+  Lanes,
+  APIError,
+  APIConnectionError,
+  PushError,
+  AckError,
+  TransactionError,
+} from "@lanesmq/lanes";
+
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+
+function errKind(err) {
+  if (err instanceof PushError) return { kind: "push", message: err.message };
+  if (err instanceof AckError) return { kind: "ack", message: err.message };
+  if (err instanceof TransactionError) return { kind: "transaction", reason: err.reason ?? "", message: err.message };
+  if (err instanceof APIError) {
+    const kind = { 429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented" }[err.status] ?? "api";
+    return { kind, status: err.status, code: err.code, message: err.message };
+  }
+  if (err instanceof APIConnectionError) return { kind: "connection", message: err.message };
+  return { kind: "other", message: String(err?.stack ?? err) };
+}
+
+function newClient(c) {
+  const o = c.client ?? {};
+  const opts = { url: c.url, headers: c.headers ?? {} };
+  if (o.retryAttempts !== undefined) opts.retryAttempts = o.retryAttempts;
+  if (o.retryDelayMs !== undefined) opts.retryDelayMillis = o.retryDelayMs;
+  if (o.maxRetryDelayMs !== undefined) opts.maxRetryDelayMillis = o.maxRetryDelayMs;
+  if (o.max429Attempts !== undefined) opts.max429Attempts = o.max429Attempts;
+  if (o.maxRetryAfterMs !== undefined) opts.maxRetryAfterMillis = o.maxRetryAfterMs;
+  if (o.timeoutMs !== undefined) opts.timeoutMillis = o.timeoutMs;
+  if (o.popAutopilot !== undefined) opts.popAutopilot = o.popAutopilot;
+  // Environment read by the constructor (LANES_SDK_POP_AUTOPILOT) is set around it only.
+  const saved = {};
+  for (const [k, v] of Object.entries(o.env ?? {})) {
+    saved[k] = process.env[k];
+    process.env[k] = v;
+  }
+  try {
+    return new Lanes(opts);
+  } finally {
+    for (const [k, v] of Object.entries(saved)) {
+      if (v === undefined) delete process.env[k];
+      else process.env[k] = v;
+    }
+  }
+}
+
+function builder(client, a) {
+  let q = client.queue(a.queue);
+  if (a.partition !== undefined) q = q.partition(a.partition);
+  if (a.group) q = q.group(a.group);
+  if (a.subscriptionMode) q = q.subscriptionMode(a.subscriptionMode);
+  if (a.subscriptionFrom) q = q.subscriptionFrom(a.subscriptionFrom);
+  if (a.batch > 0) q = q.batch(a.batch);
+  if (a.partitions > 0) q = q.partitions(a.partitions);
+  if (a.autopilot !== undefined) q = q.autopilot(a.autopilot);
+  if (a.wait !== undefined) q = q.wait(a.wait);
+  if (a.timeoutMs !== undefined) q = q.timeoutMillis(a.timeoutMs);
+  if (a.leaseSeconds > 0) q = q.leaseSeconds(a.leaseSeconds);
+  if (a.serverAutoAck !== undefined) q = q.serverAutoAck(a.serverAutoAck);
+  return q;
+}
+
+const items = (list) =>
+  (list ?? []).map((it) => {
+    const out = { data: it.data === undefined ? null : it.data };
+    if (it.transactionId) out.transactionId = it.transactionId;
+    return out;
+  });
+
+function popSummary(pr) {
+  const leases = new Set(pr.messages.map((m) => m.leaseId).filter(Boolean));
+  return {
+    count: pr.messages.length,
+    data: pr.messages.map((m) => m.data),
+    partitions: pr.messages.map((m) => m.partition),
+    transactionIds: pr.messages.map((m) => m.transactionId),
+    leases: leases.size,
+    autopilot: pr.autopilot ? { partitions: pr.autopilot.partitions, batch: pr.autopilot.batch } : null,
+  };
+}
+
+class CaseState {
+  constructor(client) {
+    this.client = client;
+    this.saved = new Map();
+    this.marks = new Map();
+  }
+
+  messages(name, indices) {
+    const ms = this.saved.get(name);
+    if (!ms) throw new Error(`no saved messages ${name}`);
+    if (!indices) return ms;
+    return indices.map((i) => {
+      if (i < 0 || i >= ms.length) throw new Error(`saved messages ${name} have no index ${i}`);
+      return ms[i];
+    });
+  }
+
+  async step(op, a) {
+    const c = this.client;
+    switch (op) {
+      case "push": {
+        try {
+          const res = await builder(c, a).push(items(a.items));
+          return { items: res.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId })) };
+        } catch (err) {
+          const out = { error: errKind(err) };
+          if (err instanceof PushError) out.items = err.results.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId }));
+          return out;
+        }
+      }
+      case "pop": {
+        try {
+          const pr = await builder(c, a).popResult();
+          if (a.save) this.saved.set(a.save, pr.messages);
+          return popSummary(pr);
+        } catch (err) {
+          return { error: errKind(err) };
+        }
+      }
+      case "ack": {
+        const ms = this.messages(a.messages, a.indices);
+        const opts = {};
+        if (a.group) opts.group = a.group;
+        if (a.error) opts.error = a.error;
+        try {
+          const res = await c.ack(ms, a.status, opts);
+          return { success: res.map((r) => r.success) };
+        } catch (err) {
+          const out = { error: errKind(err) };
+          if (err instanceof AckError) out.success = err.results.map((r) => r.success);
+          return out;
+        }
+      }
+      case "renew": {
+        try {
+          const res = await c.renew(this.messages(a.messages), { seconds: a.seconds });
+          return { success: res.map((r) => r.success) };
+        } catch (err) {
+          return { error: errKind(err) };
+        }
+      }
+      case "transaction": {
+        let tb = c.transaction();
+        for (const o of a.ops ?? []) {
+          if (o.push) {
+            let tq = tb.queue(o.push.queue);
+            if (o.push.partition !== undefined) tq = tq.partition(o.push.partition);
+            tb = tq.push(items(o.push.items));
+          } else if (o.ack) {
+            const [m] = this.messages(o.ack.messages, [o.ack.index]);
+            tb = tb.ack(m, o.ack.status, o.ack.group ? { group: o.ack.group } : {});
+          } else {
+            throw new Error("transaction op needs push or ack");
+          }
+        }
+        try {
+          await tb.commit();
+          return { ok: true };
+        } catch (err) {
+          return { ok: false, error: errKind(err) };
+        }
+      }
+      case "configure": {
+        try {
+          await c.admin.configureQueue(a.queue, a.options ?? {});
+          return { ok: true };
+        } catch (err) {
+          return { ok: false, error: errKind(err) };
+        }
+      }
+      case "seek": {
+        let to;
+        if (a.toEnd) to = { toEnd: true };
+        else {
+          const t = this.marks.get(a.mark);
+          if (!t) throw new Error(`no mark ${a.mark}`);
+          to = { timestamp: t };
+        }
+        try {
+          if (a.partition !== undefined) await c.admin.seekConsumerGroupPartition(a.group, a.queue, a.partition, to);
+          else await c.admin.seekConsumerGroup(a.group, a.queue, to);
+          return { ok: true };
+        } catch (err) {
+          return { ok: false, error: errKind(err) };
+        }
+      }
+      case "mark":
+        this.marks.set(a.name, new Date());
+        return { ok: true };
+      case "sleep":
+        await sleep(a.ms ?? 0);
+        return {};
+      case "dlq": {
+        try {
+          const q = { queue: a.queue };
+          if (a.group) q.consumerGroup = a.group;
+          const list = await c.admin.listDlq(q);
+          const data = (list.messages ?? []).map((m) => m.data);
+          return { count: data.length, data };
+        } catch (err) {
+          return { error: errKind(err) };
+        }
+      }
+      case "consume":
+        return this.consume(a);
+      default:
+        return { unsupported: op };
+    }
+  }
+
+  async consume(a) {
+    let q = builder(this.client, a);
+    if (a.concurrency > 0) q = q.concurrency(a.concurrency);
+    if (a.limit > 0) q = q.limit(a.limit);
+    if (a.idleMs > 0) q = q.idleMillis(a.idleMs);
+    if (a.renewEveryMs > 0) q = q.renewLease(true, a.renewEveryMs);
+    if (a.autoAck !== undefined) q = q.autoAck(a.autoAck);
+    const h = a.handler ?? {};
+    const handled = [];
+    const byPartition = {};
+    const onError = [];
+    const failLeft = new Map();
+    for (const f of h.fail ?? []) {
+      const k = JSON.stringify(f.data);
+      failLeft.set(k, (failLeft.get(k) ?? 0) + Math.max(f.times ?? 1, 1));
+    }
+    let calls = 0;
+    q = q.onError((err) => onError.push(errKind(err)));
+    const consumer = q.consume(async (m, { signal }) => {
+      const key = JSON.stringify(m.data);
+      handled.push(m.data);
+      (byPartition[m.partition] ??= []).push(m.data);
+      calls++;
+      const ms = calls === 1 && h.firstSleepMs > 0 ? h.firstSleepMs : (h.sleepMs ?? 0);
+      const fail = (failLeft.get(key) ?? 0) > 0;
+      if (fail) failLeft.set(key, failLeft.get(key) - 1);
+      if (ms > 0) {
+        if (h.honourCancel) {
+          await new Promise((resolve, reject) => {
+            const t = setTimeout(resolve, ms);
+            const onAbort = () => {
+              clearTimeout(t);
+              reject(signal.reason ?? new Error("aborted"));
+            };
+            if (signal.aborted) onAbort();
+            else signal.addEventListener("abort", onAbort, { once: true });
+          });
+        } else {
+          await sleep(ms);
+        }
+      }
+      if (fail) throw new Error("handler failure (scripted)");
+    });
+    const out = {};
+    const maxMs = a.maxMs > 0 ? a.maxMs : 20_000;
+    let terminal = null;
+    const ended = consumer.closed.then(
+      () => "ended",
+      (err) => {
+        terminal = err;
+        return "ended";
+      },
+    );
+    if (a.stopAfterMs > 0) {
+      const first = await Promise.race([ended, sleep(a.stopAfterMs).then(() => "stop")]);
+      if (first === "stop") {
+        const t0 = Date.now();
+        try {
+          if (a.stop === "hard") await consumer.stopAndCancel({ timeoutMillis: maxMs });
+          else await consumer.stop({ timeoutMillis: maxMs });
+        } catch (err) {
+          out.stopError = errKind(err);
+        }
+        out.stopMs = Date.now() - t0;
+      }
+    }
+    let timer;
+    const r = await Promise.race([ended, new Promise((res) => (timer = setTimeout(() => res("timeout"), maxMs)))]);
+    clearTimeout(timer);
+    if (r === "timeout") {
+      out.timedOut = true;
+      await consumer.stopAndCancel({ timeoutMillis: 5000 }).catch(() => {});
+    }
+    out.handled = handled;
+    out.byPartition = byPartition;
+    out.onError = onError;
+    if (terminal) out.error = errKind(terminal);
+    return out;
+  }
+}
+
+async function runCase(c) {
+  const client = newClient(c);
+  const st = new CaseState(client);
+  const steps = [];
+  try {
+    for (const s of c.steps) {
+      const t0 = Date.now();
+      let result;
+      try {
+        result = (await st.step(s.op, s.args ?? {})) ?? {};
+      } catch (err) {
+        result = { adapterError: String(err?.stack ?? err) };
+      }
+      result.elapsedMs = Date.now() - t0;
+      steps.push({ id: s.id, result });
+    }
+  } finally {
+    await client.close({ timeoutMillis: 5000 }).catch(() => {});
+  }
+  return steps;
+}
+
+const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });
+// Cases run one at a time, in arrival order.
+let chain = Promise.resolve();
+rl.on("line", (line) => {
+  if (!line.trim()) return;
+  chain = chain.then(async () => {
+    let c;
+    try {
+      c = JSON.parse(line);
+    } catch (err) {
+      process.stdout.write(JSON.stringify({ error: `bad case line: ${err}` }) + "\n");
+      return;
+    }
+    let out;
+    try {
+      out = { case: c.case, steps: await runCase(c) };
+    } catch (err) {
+      out = { case: c.case, steps: [], error: String(err?.stack ?? err) };
+    }
+    process.stdout.write(JSON.stringify(out) + "\n");
+  });
+});
+rl.on("close", () => {
+  chain.then(() => process.exit(0));
+});
