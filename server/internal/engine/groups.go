@@ -53,7 +53,7 @@ func (g GroupSummary) State() string {
 	}
 }
 
-// cursorsSQL lists cursors with lag; $1 filters the group ('' = all).
+// cursorsSQL lists cursors with lag; $1 filters the group (empty = all).
 const cursorsSQL = `SELECT c.consumer_group, q.id, q.name, p.name, p.id,
 		CASE WHEN c.lease_expires_at > now() THEN c.lease_id::text ELSE '' END,
 		coalesce(c.lease_expires_at > now(), false), c.total_consumed, c.last_consumed_at,

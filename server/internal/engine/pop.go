@@ -228,7 +228,10 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 		}
 	}
 	var now time.Time
-	if err := tx.QueryRow(ctx, "SELECT now()").Scan(&now); err != nil {
+	// JIT off for this transaction: the claim's generic plan cannot see how
+	// selective the claim floor is, and its cost estimate on a queue with many
+	// partitions triggers ~100 ms of JIT compilation for a sub-millisecond query.
+	if err := tx.QueryRow(ctx, "SELECT now(), set_config('jit', 'off', true)").Scan(&now, nil); err != nil {
 		return nil, err
 	}
 	for _, q := range queues {
@@ -458,8 +461,12 @@ func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, queues []*
 					AND (q.window_buffer = 0 OR p.last_write_at <= now() - make_interval(secs => q.window_buffer)) AS claimable
 			FROM scope s
 			JOIN lanes.queues q ON q.id = s.qid
-			JOIN lanes.partitions p ON p.queue_id = s.qid AND `+scan+`
-			LEFT JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
+			-- LATERAL with OFFSET/LIMIT keeps both lookups as per-row index probes:
+			-- the planner cannot see how selective the floor is and would scan.
+			CROSS JOIN LATERAL (SELECT * FROM lanes.partitions p
+				WHERE p.queue_id = s.qid AND `+scan+` OFFSET 0) p
+			LEFT JOIN LATERAL (SELECT * FROM lanes.consumers c
+				WHERE c.partition_id = p.id AND c.consumer_group = $2 LIMIT 1) c ON true
 			CROSS JOIN LATERAL (SELECT CASE WHEN q.delayed_processing > 0 THEN
 					coalesce((SELECT sg.end_offset FROM lanes.segments sg
 						WHERE sg.partition_id = p.id AND sg.created_at <= now() - make_interval(secs => q.delayed_processing)
@@ -467,13 +474,15 @@ func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, queues []*
 				ELSE p.last_offset END AS visible_end) v
 			WHERE c.partition_id IS NULL OR p.last_offset > c.committed),
 		picked AS (
-			SELECT c.partition_id, c.committed
-			FROM cand JOIN lanes.consumers c ON c.partition_id = cand.pid AND c.consumer_group = $2
-			WHERE cand.claimable AND c.committed < cand.last_offset
-			  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-			ORDER BY cand.last_consumed_at NULLS FIRST, cand.pid
-			LIMIT $4
-			FOR UPDATE OF c SKIP LOCKED),
+			-- Candidates in serving order, each cursor locked by its own probe, so
+			-- the LIMIT stops locking at the width (a join here may scan the group).
+			SELECT l.partition_id, l.committed
+			FROM (SELECT * FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
+			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed FROM lanes.consumers c
+				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
+				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+				FOR UPDATE SKIP LOCKED) l
+			LIMIT $4),
 		floors AS (
 			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor
 			FROM scope s
