@@ -1,0 +1,359 @@
+"""Conformance adapter for the Python SDK (the blocking ``lanes.Lanes`` client).
+
+Cases arrive as JSON Lines on stdin; each step runs through the public API of ``lanes``
+(never raw HTTP); one result line per case goes to stdout. Protocol: docs/conformance.md.
+Run it with the sdk-python venv: ``sdk-python/.venv/bin/python adapter.py``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import threading
+import time
+import traceback
+from datetime import datetime, timezone
+from typing import Any
+
+import lanes
+from lanes import (
+    AckError,
+    APIConnectionError,
+    APIError,
+    ConsumerStopped,
+    Item,
+    PushError,
+    TransactionError,
+)
+
+
+def err_kind(err: BaseException) -> dict[str, Any]:
+    if isinstance(err, PushError):
+        return {"kind": "push", "message": str(err)}
+    if isinstance(err, AckError):
+        return {"kind": "ack", "message": str(err)}
+    if isinstance(err, TransactionError):
+        return {"kind": "transaction", "reason": getattr(err, "reason", "") or "", "message": str(err)}
+    if isinstance(err, APIError):
+        kind = {429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented"}.get(
+            err.status, "api"
+        )
+        return {"kind": kind, "status": err.status, "code": err.code, "message": err.message}
+    if isinstance(err, APIConnectionError):
+        return {"kind": "connection", "message": str(err)}
+    return {"kind": "other", "message": "".join(traceback.format_exception_only(type(err), err)).strip()}
+
+
+def new_client(c: dict[str, Any]) -> lanes.Lanes:
+    o = c.get("client") or {}
+    kw: dict[str, Any] = {"headers": c.get("headers") or {}}
+    if "retryAttempts" in o:
+        kw["retry_attempts"] = o["retryAttempts"]
+    if "retryDelayMs" in o:
+        kw["retry_delay"] = o["retryDelayMs"] / 1000
+    if "maxRetryDelayMs" in o:
+        kw["max_retry_delay"] = o["maxRetryDelayMs"] / 1000
+    if "max429Attempts" in o:
+        kw["max_429_attempts"] = o["max429Attempts"]
+    if "maxRetryAfterMs" in o:
+        kw["max_retry_after"] = o["maxRetryAfterMs"] / 1000
+    if "timeoutMs" in o:
+        kw["timeout"] = o["timeoutMs"] / 1000
+    if "popAutopilot" in o:
+        kw["pop_autopilot"] = o["popAutopilot"]
+    # Environment read by the constructor (LANES_SDK_POP_AUTOPILOT) is set around it only.
+    saved = {k: os.environ.get(k) for k in (o.get("env") or {})}
+    os.environ.update(o.get("env") or {})
+    try:
+        return lanes.Lanes(c["url"], **kw)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def builder(client: lanes.Lanes, a: dict[str, Any]) -> Any:
+    q = client.queue(a.get("queue"))
+    if "partition" in a:
+        q = q.partition(a["partition"])
+    if a.get("group"):
+        q = q.group(a["group"])
+    if a.get("subscriptionMode"):
+        q = q.subscription_mode(a["subscriptionMode"])
+    if a.get("subscriptionFrom"):
+        q = q.subscription_from(a["subscriptionFrom"])
+    if a.get("batch", 0) > 0:
+        q = q.batch(a["batch"])
+    if a.get("partitions", 0) > 0:
+        q = q.partitions(a["partitions"])
+    if "autopilot" in a:
+        q = q.autopilot(a["autopilot"])
+    if "wait" in a:
+        q = q.wait(a["wait"])
+    if "timeoutMs" in a:
+        q = q.timeout_millis(a["timeoutMs"])
+    if a.get("leaseSeconds", 0) > 0:
+        q = q.lease_seconds(a["leaseSeconds"])
+    if "serverAutoAck" in a:
+        q = q.server_auto_ack(a["serverAutoAck"])
+    return q
+
+
+def items(lst: list[dict[str, Any]] | None) -> list[Item]:
+    return [Item(data=it.get("data"), transaction_id=it.get("transactionId") or None) for it in lst or []]
+
+
+def push_items(res: Any) -> list[dict[str, Any]]:
+    return [{"status": r.status, "messageId": r.message_id, "transactionId": r.transaction_id} for r in res]
+
+
+def pop_summary(pr: Any) -> dict[str, Any]:
+    ms = pr.messages
+    echo = None
+    if pr.autopilot is not None:
+        echo = {"partitions": pr.autopilot.partitions, "batch": pr.autopilot.batch}
+    return {
+        "count": len(ms),
+        "data": [m.data for m in ms],
+        "partitions": [m.partition for m in ms],
+        "transactionIds": [m.transaction_id for m in ms],
+        "leases": len({m.lease_id for m in ms if m.lease_id}),
+        "autopilot": echo,
+    }
+
+
+def canonical(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+class CaseState:
+    def __init__(self, client: lanes.Lanes) -> None:
+        self.client = client
+        self.saved: dict[str, list[Any]] = {}
+        self.marks: dict[str, datetime] = {}
+
+    def messages(self, name: str, indices: list[int] | None = None) -> list[Any]:
+        if name not in self.saved:
+            raise ValueError(f"no saved messages {name!r}")
+        ms = self.saved[name]
+        if indices is None:
+            return ms
+        return [ms[i] for i in indices]
+
+    def step(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
+        c = self.client
+        if op == "push":
+            try:
+                return {"items": push_items(builder(c, a).push(items(a.get("items"))))}
+            except PushError as e:
+                return {"items": push_items(e.results), "error": err_kind(e)}
+            except Exception as e:
+                return {"error": err_kind(e)}
+        if op == "pop":
+            try:
+                pr = builder(c, a).pop_result()
+            except Exception as e:
+                return {"error": err_kind(e)}
+            if a.get("save"):
+                self.saved[a["save"]] = pr.messages
+            return pop_summary(pr)
+        if op == "ack":
+            ms = self.messages(a["messages"], a.get("indices"))
+            try:
+                res = c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
+                return {"success": [r.success for r in res]}
+            except AckError as e:
+                return {"success": [r.success for r in e.results], "error": err_kind(e)}
+            except Exception as e:
+                return {"error": err_kind(e)}
+        if op == "renew":
+            try:
+                res = c.renew(self.messages(a["messages"]), seconds=a.get("seconds", 60))
+                return {"success": [r.success for r in res]}
+            except Exception as e:
+                return {"error": err_kind(e)}
+        if op == "transaction":
+            tx = c.transaction()
+            for o in a.get("ops") or []:
+                if "push" in o:
+                    p = o["push"]
+                    tq = tx.queue(p["queue"])
+                    if "partition" in p:
+                        tq = tq.partition(p["partition"])
+                    tx = tq.push(items(p.get("items")))
+                elif "ack" in o:
+                    k = o["ack"]
+                    [m] = self.messages(k["messages"], [k["index"]])
+                    tx = tx.ack(m, k["status"], consumer_group=k.get("group") or None)
+                else:
+                    raise ValueError("transaction op needs push or ack")
+            try:
+                tx.commit()
+                return {"ok": True}
+            except Exception as e:
+                return {"ok": False, "error": err_kind(e)}
+        if op == "configure":
+            try:
+                c.admin.configure_queue(a["queue"], a.get("options") or {})
+                return {"ok": True}
+            except Exception as e:
+                return {"ok": False, "error": err_kind(e)}
+        if op == "seek":
+            kw: dict[str, Any] = {}
+            if a.get("toEnd"):
+                kw["to_end"] = True
+            else:
+                kw["timestamp"] = self.marks[a["mark"]]
+            try:
+                if "partition" in a:
+                    c.admin.seek_consumer_group_partition(a["group"], a["queue"], a["partition"], **kw)
+                else:
+                    c.admin.seek_consumer_group(a["group"], a["queue"], **kw)
+                return {"ok": True}
+            except Exception as e:
+                return {"ok": False, "error": err_kind(e)}
+        if op == "mark":
+            self.marks[a["name"]] = datetime.now(timezone.utc)
+            return {"ok": True}
+        if op == "sleep":
+            time.sleep(a.get("ms", 0) / 1000)
+            return {}
+        if op == "dlq":
+            try:
+                lst = c.admin.list_dlq(queue=a.get("queue"), consumer_group=a.get("group") or None)
+            except Exception as e:
+                return {"error": err_kind(e)}
+            data = [m.data for m in (lst.messages or [])]
+            return {"count": len(data), "data": data}
+        if op == "consume":
+            return self.consume(a)
+        return {"unsupported": op}
+
+    def consume(self, a: dict[str, Any]) -> dict[str, Any]:
+        q = builder(self.client, a)
+        if a.get("concurrency", 0) > 0:
+            q = q.concurrency(a["concurrency"])
+        if a.get("limit", 0) > 0:
+            q = q.limit(a["limit"])
+        if a.get("idleMs", 0) > 0:
+            q = q.idle_millis(a["idleMs"])
+        if a.get("renewEveryMs", 0) > 0:
+            q = q.renew_lease(True, a["renewEveryMs"])
+        if "autoAck" in a:
+            q = q.auto_ack(a["autoAck"])
+        h = a.get("handler") or {}
+        lock = threading.Lock()
+        handled: list[Any] = []
+        by_partition: dict[str, list[Any]] = {}
+        on_error: list[Any] = []
+        fail_left: dict[str, int] = {}
+        for f in h.get("fail") or []:
+            k = canonical(f.get("data"))
+            fail_left[k] = fail_left.get(k, 0) + max(f.get("times", 1), 1)
+        calls = [0]
+        holder: dict[str, Any] = {}
+
+        def report(err: BaseException) -> None:
+            with lock:
+                on_error.append(err_kind(err))
+
+        def handler(m: Any) -> None:
+            key = canonical(m.data)
+            with lock:
+                handled.append(m.data)
+                by_partition.setdefault(m.partition, []).append(m.data)
+                calls[0] += 1
+                ms = h["firstSleepMs"] if calls[0] == 1 and h.get("firstSleepMs", 0) > 0 else h.get("sleepMs", 0)
+                fail = fail_left.get(key, 0) > 0
+                if fail:
+                    fail_left[key] -= 1
+            if ms > 0:
+                if h.get("honourCancel"):
+                    while "consumer" not in holder:
+                        time.sleep(0.001)
+                    if holder["consumer"].cancel_event.wait(ms / 1000):
+                        raise ConsumerStopped("handler cancelled by a hard stop")
+                else:
+                    time.sleep(ms / 1000)
+            if fail:
+                raise RuntimeError("handler failure (scripted)")
+
+        q = q.on_error(report)
+        consumer = q.consume(handler)
+        holder["consumer"] = consumer
+        out: dict[str, Any] = {}
+        max_s = (a.get("maxMs") or 20000) / 1000
+        deadline = time.monotonic() + max_s
+        if a.get("stopAfterMs", 0) > 0:
+            stop_at = time.monotonic() + a["stopAfterMs"] / 1000
+            while not consumer.done and time.monotonic() < stop_at:
+                time.sleep(0.005)
+            if not consumer.done:
+                t0 = time.monotonic()
+                try:
+                    if a.get("stop") == "hard":
+                        consumer.stop_and_cancel(max_s)
+                    else:
+                        consumer.stop(max_s)
+                except Exception as e:
+                    out["stopError"] = err_kind(e)
+                out["stopMs"] = int((time.monotonic() - t0) * 1000)
+        while not consumer.done and time.monotonic() < deadline:
+            time.sleep(0.005)
+        if not consumer.done:
+            out["timedOut"] = True
+            try:
+                consumer.stop_and_cancel(5)
+            except Exception:
+                pass
+        with lock:
+            out["handled"] = list(handled)
+            out["byPartition"] = {k: list(v) for k, v in by_partition.items()}
+            out["onError"] = list(on_error)
+        if consumer.error is not None:
+            out["error"] = err_kind(consumer.error)
+        return out
+
+
+def run_case(c: dict[str, Any]) -> list[dict[str, Any]]:
+    client = new_client(c)
+    st = CaseState(client)
+    steps = []
+    try:
+        for s in c["steps"]:
+            t0 = time.monotonic()
+            try:
+                result = st.step(s["op"], s.get("args") or {}) or {}
+            except Exception:
+                result = {"adapterError": traceback.format_exc()}
+            result["elapsedMs"] = int((time.monotonic() - t0) * 1000)
+            steps.append({"id": s["id"], "result": result})
+    finally:
+        try:
+            client.close(5)
+        except Exception:
+            pass
+    return steps
+
+
+def main() -> None:
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        try:
+            c = json.loads(line)
+        except ValueError as e:
+            print(json.dumps({"error": f"bad case line: {e}"}), flush=True)
+            continue
+        try:
+            out: dict[str, Any] = {"case": c.get("case"), "steps": run_case(c)}
+        except Exception:
+            out = {"case": c.get("case"), "steps": [], "error": traceback.format_exc()}
+        print(json.dumps(out, default=str), flush=True)
+
+
+if __name__ == "__main__":
+    main()
