@@ -153,5 +153,5 @@ async def test_kv_and_timers(client: lanes.AsyncLanes, qname: str) -> None:
         await client.kv(qname).put("k", 1)
     assert (await client.kv(qname).get("k")).value == 1
     with skip_if_501("timer routes"):
-        r = await client.timers(qname).schedule("t", delay_millis=60_000, payload=b"raw")
+        r = await client.timers(qname).schedule("t", delay_millis=60_000, payload=b'"raw"')
     assert r.ok

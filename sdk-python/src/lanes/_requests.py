@@ -438,7 +438,10 @@ def kv_delete(ns: str, key: str) -> Req[models.KvResult]:
 
 
 def timer_payload(payload: Any) -> str:
-    """Timer payloads travel base64: bytes as they are, anything else as its JSON encoding."""
+    """Timer payloads travel as base64 of JSON text.
+
+    Bytes are sent as they are and must already be JSON; anything else is JSON-encoded.
+    """
     raw = payload if isinstance(payload, (bytes, bytearray)) else json.dumps(payload).encode()
     return base64.b64encode(bytes(raw)).decode()
 
