@@ -63,6 +63,8 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		return fmt.Errorf("LANES_DATABASE_URL: %w", err)
 	}
 	poolCfg.MaxConns = int32(cfg.PoolSize)
+	// The broker's statements are short and index-driven; JIT compilation only adds latency to them.
+	poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
