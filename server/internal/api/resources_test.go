@@ -120,6 +120,14 @@ func TestDeleteQueueRemovesEverythingAndIsIdempotent(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
 	b.deadLetter(t, q, "p", "d")
+	if code, _ := b.call(t, "POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{
+		{"op": "put", "ns": q, "key": "marker", "value": 1, "forever": true}}}, nil); code != 200 {
+		t.Fatalf("kv put: %d", code)
+	}
+	if code, _ := b.call(t, "POST", "/api/v1/timers", map[string]any{"operations": []map[string]any{
+		{"op": "schedule", "queue": q, "timerKey": "later", "delayMs": 3600000, "txn": "t1", "payload": "MQ=="}}}, nil); code != 200 {
+		t.Fatalf("timer schedule: %d", code)
+	}
 	var res struct {
 		Deleted bool    `json:"deleted"`
 		Queue   string  `json:"queue"`
@@ -131,11 +139,13 @@ func TestDeleteQueueRemovesEverythingAndIsIdempotent(t *testing.T) {
 	var n int
 	if err := b.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM lanes.queues WHERE name = $1)
 		+ (SELECT count(*) FROM lanes.dlq WHERE transaction_id = 'd' AND consumer_group = '__QUEUE_MODE__'
-			AND partition_id NOT IN (SELECT id FROM lanes.partitions))`, q).Scan(&n); err != nil {
+			AND partition_id NOT IN (SELECT id FROM lanes.partitions))
+		+ (SELECT count(*) FROM lanes.timers WHERE queue = $1)
+		+ (SELECT count(*) FROM lanes.kv WHERE namespace = $1)`, q).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
-		t.Fatalf("queue or its dead letters survived the delete")
+		t.Fatalf("queue, its dead letters, timers or KV namespace survived the delete")
 	}
 	if code, _ := b.call(t, "GET", "/api/v1/resources/queues/"+url.PathEscape(q), nil, nil); code != 404 {
 		t.Fatalf("deleted queue still answers %d", code)

@@ -203,8 +203,18 @@ func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
 					return err
 				}
 			}
+			// Timers target the queue by name, and a queue owns the KV namespace of
+			// the same name (the idempotency markers of its pipeline), so both go too.
+			timers, err := tx.Exec(ctx, `DELETE FROM lanes.timers WHERE queue = $1`, queue)
+			if err != nil {
+				return err
+			}
+			kv, err := tx.Exec(ctx, `DELETE FROM lanes.kv WHERE namespace = $1`, queue)
+			if err != nil {
+				return err
+			}
 			tag, err := tx.Exec(ctx, `DELETE FROM lanes.queues WHERE name = $1`, queue)
-			deleted = tag.RowsAffected() > 0
+			deleted = tag.RowsAffected() > 0 || timers.RowsAffected() > 0 || kv.RowsAffected() > 0
 			return err
 		})
 		if err == nil || !isRetryableTxError(err) {
