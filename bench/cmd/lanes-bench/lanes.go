@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -61,14 +62,58 @@ type httpError struct {
 
 func (e *httpError) Error() string { return e.msg }
 
+// do sends one request and decodes a 2xx answer into out. A 500 or 503 is
+// retried up to 3 times after a short pause, as the SDKs do (pushes carry
+// transaction ids, so a retried push deduplicates); every such answer is
+// counted and reported with the scenario, and the last one is returned.
 func (h *harness) do(ctx context.Context, method, path string, body any, out any) (int, error) {
-	var rd io.Reader
+	var buf []byte
 	if body != nil {
-		buf, err := json.Marshal(body)
-		if err != nil {
+		var err error
+		if buf, err = json.Marshal(body); err != nil {
 			return 0, err
 		}
-		rd = bytes.NewReader(buf)
+	}
+	for attempt := 0; ; attempt++ {
+		status, err := h.doOnce(ctx, method, path, buf, out)
+		var he *httpError
+		if attempt < 3 && errors.As(err, &he) && (he.status == http.StatusInternalServerError || he.status == http.StatusServiceUnavailable) {
+			h.serverErrors.Add(1)
+			h.noteServerError(he.msg)
+			time.Sleep(time.Duration(attempt+1) * 20 * time.Millisecond)
+			continue
+		}
+		if errors.As(err, &he) && he.status >= 500 {
+			h.serverErrors.Add(1)
+			h.noteServerError(he.msg)
+		}
+		return status, err
+	}
+}
+
+func (h *harness) noteServerError(msg string) {
+	h.errMu.Lock()
+	defer h.errMu.Unlock()
+	if h.errSamples == nil {
+		h.errSamples = map[string]int{}
+	}
+	// group by method, route and answer (the path's queue name and query vary)
+	method, rest, _ := strings.Cut(msg, " ")
+	path, answer, _ := strings.Cut(rest, ": ")
+	if i := strings.Index(path, "/queue/"); i >= 0 {
+		path = path[:i+len("/queue/")] + "…"
+	}
+	key := method + " " + path + ": " + answer
+	if len(key) > 300 {
+		key = key[:300]
+	}
+	h.errSamples[key]++
+}
+
+func (h *harness) doOnce(ctx context.Context, method, path string, body []byte, out any) (int, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
 	}
 	req, err := http.NewRequestWithContext(ctx, method, h.brokerURL+path, rd)
 	if err != nil {

@@ -25,6 +25,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -69,6 +71,10 @@ type harness struct {
 	ceilingURL string
 	riverDB    string
 	riverURL   string
+
+	serverErrors atomic.Int64
+	errMu        sync.Mutex
+	errSamples   map[string]int
 }
 
 // Run is the JSON document of one run.
@@ -85,7 +91,9 @@ type Run struct {
 	BrokerPeakRSSMB float64           `json:"brokerPeakRssMb"`
 	Seconds         float64           `json:"seconds"`
 	Results         []Result          `json:"results"`
-	Targets         []Target          `json:"targets"`
+	// ServerErrors counts 5xx answers by route and body over the whole run.
+	ServerErrors map[string]int `json:"serverErrors,omitempty"`
+	Targets      []Target       `json:"targets"`
 }
 
 const allScenarios = "ceiling-b1,ceiling-b100,ceiling-b1-notify,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
@@ -294,6 +302,9 @@ func (h *harness) run() int {
 		run.BrokerPeakRSSMB = float64(procStatusKB(h.broker.pid, "VmHWM")) / 1024
 	}
 	run.LoadAvgEnd = loadAvg()
+	h.errMu.Lock()
+	run.ServerErrors = h.errSamples
+	h.errMu.Unlock()
 	run.Seconds = time.Since(t0).Seconds()
 	applyRatios(run.Results)
 	run.Targets = evaluateTargets(&run)

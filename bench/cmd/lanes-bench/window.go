@@ -44,6 +44,8 @@ type Result struct {
 	PGCommitsPerSec    float64 `json:"pgCommitsPerSec"`
 	PGWriteXactsPerSec float64 `json:"pgWriteXactsPerSec"`
 	LoadAvg            float64 `json:"loadAvg1m"`
+	// ServerErrors counts 5xx answers during the window (retried up to 3 times each).
+	ServerErrors int64 `json:"serverErrors"`
 	// Ratio to the yardstick named in RatioTo.
 	RatioTo string  `json:"ratioTo,omitempty"`
 	Ratio   float64 `json:"ratio,omitempty"`
@@ -68,6 +70,7 @@ type window struct {
 	profDone   chan []string
 	profCancel context.CancelFunc
 	pgSampler  *activitySampler
+	errors0    int64
 }
 
 func (h *harness) begin(db string, profileName string) *window {
@@ -89,6 +92,7 @@ func (h *harness) begin(db string, profileName string) *window {
 		go func() { w.profDone <- h.captureProfiles(ctx, profileName) }()
 		w.pgSampler = startActivitySampler(h.admin, db)
 	}
+	w.errors0 = h.serverErrors.Load()
 	w.start = time.Now()
 	return w
 }
@@ -108,6 +112,7 @@ func (w *window) end(r *Result) {
 	r.PGCommitsPerSec = float64(c1-w.commits0) / secs
 	r.PGWriteXactsPerSec = float64(x1-w.xid0) / secs
 	r.LoadAvg = loadAvg()
+	r.ServerErrors = w.h.serverErrors.Load() - w.errors0
 	if w.profDone != nil {
 		r.Profiles = <-w.profDone
 		w.profCancel()
