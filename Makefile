@@ -1,7 +1,8 @@
 # Lanes — build, generate, lint and test everything from the repository root.
 #
 #   make run        local PostgreSQL (scripts/pg.sh) + broker on http://localhost:6632
-#   make test       every test suite (Go modules, then the JS and Python SDKs against one broker)
+#   make test       every test suite (Go modules, then the JS and Python SDKs against one broker, then conformance)
+#   make conformance  the cross-SDK conformance suite (own database and broker; docs/conformance.md)
 #   make generate   regenerate code from openapi.yaml (Go server + client, TypeScript, Python)
 #   make verify     regenerate, lint the spec, fail if generated code differs from what is committed
 #   make lint       golangci-lint, tsc + eslint, ruff + mypy
@@ -170,6 +171,7 @@ test: pg-test $(NPM_STAMP) $(VENV_STAMP)
 	export LANES_TEST_URL="$$(scripts/test-broker.sh url)"; \
 	$(MAKE) test-go || rc=1; \
 	$(MAKE) test-sdk-suites || rc=1; \
+	$(MAKE) conformance || rc=1; \
 	if [[ $$rc != 0 ]]; then echo "make test: FAILED" >&2; else echo "make test: all suites passed"; fi; \
 	exit $$rc
 
@@ -201,6 +203,19 @@ test-sdk-suites:
 	if [[ $$prc == 5 ]]; then echo "pytest: no tests collected (treated as success)"; prc=0; fi; \
 	[[ $$prc == 0 ]] || rc=1; \
 	exit $$rc
+
+# ---------------------------------------------------------------------------------------------
+# Conformance: every case of conformance/cases through the Go, TypeScript and Python adapters,
+# against a fresh database and the real broker with its test-only fault scripts on
+# (CONFORMANCE_FLAGS e.g. -sdk go -run 'retries/*' -v). Needs PostgreSQL (pg.sh), the sdk-js
+# build and the sdk-python venv, all prepared here.
+CONFORMANCE_FLAGS ?=
+.PHONY: conformance
+conformance: pg-test $(NPM_STAMP) $(VENV_STAMP)
+	@echo "--- conformance"
+	cd sdk-js && npm run --silent build
+	go build -o $(BIN)/lanes ./server/cmd/lanes
+	go run ./conformance/cmd/conformance -lanes $(BIN)/lanes $(CONFORMANCE_FLAGS)
 
 # ---------------------------------------------------------------------------------------------
 

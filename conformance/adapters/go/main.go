@@ -512,6 +512,7 @@ func (s *state) consume(raw json.RawMessage) (map[string]any, error) {
 		AutoAck      *bool       `json:"autoAck"`
 		Handler      handlerSpec `json:"handler"`
 		StopAfterMs  int         `json:"stopAfterMs"`
+		StopWhen     int         `json:"stopWhenHandled"`
 		Stop         string      `json:"stop"`
 		MaxMs        int         `json:"maxMs"`
 	}
@@ -583,12 +584,29 @@ func (s *state) consume(raw json.RawMessage) (map[string]any, error) {
 		return withErr(map[string]any{}, err), nil
 	}
 	out := map[string]any{}
+	started := time.Now()
 	maxWait := 20 * time.Second
 	if a.MaxMs > 0 {
 		maxWait = time.Duration(a.MaxMs) * time.Millisecond
 	}
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
+	if a.StopWhen > 0 {
+		// Stop relative to the handler's progress, not to the start (robust under load).
+		for {
+			mu.Lock()
+			n := len(handled)
+			mu.Unlock()
+			if n >= a.StopWhen || time.Since(started) > maxWait {
+				break
+			}
+			select {
+			case <-c.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		a.StopAfterMs = max(a.StopAfterMs, 1)
+	}
 	if a.StopAfterMs > 0 {
 		select {
 		case <-c.Done():

@@ -269,8 +269,17 @@ class CaseState {
         return "ended";
       },
     );
-    if (a.stopAfterMs > 0) {
-      const first = await Promise.race([ended, sleep(a.stopAfterMs).then(() => "stop")]);
+    let stopAfterMs = a.stopAfterMs ?? 0;
+    if (a.stopWhenHandled > 0) {
+      // Stop relative to the handler's progress, not to the start (robust under load).
+      const t0 = Date.now();
+      let done = false;
+      ended.then(() => (done = true));
+      while (!done && handled.length < a.stopWhenHandled && Date.now() - t0 < maxMs) await sleep(5);
+      stopAfterMs = Math.max(stopAfterMs, 1);
+    }
+    if (stopAfterMs > 0) {
+      const first = await Promise.race([ended, sleep(stopAfterMs).then(() => "stop")]);
       if (first === "stop") {
         const t0 = Date.now();
         try {

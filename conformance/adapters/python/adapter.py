@@ -287,8 +287,14 @@ class CaseState:
         out: dict[str, Any] = {}
         max_s = (a.get("maxMs") or 20000) / 1000
         deadline = time.monotonic() + max_s
-        if a.get("stopAfterMs", 0) > 0:
-            stop_at = time.monotonic() + a["stopAfterMs"] / 1000
+        stop_after = a.get("stopAfterMs", 0)
+        if a.get("stopWhenHandled", 0) > 0:
+            # Stop relative to the handler's progress, not to the start (robust under load).
+            while not consumer.done and len(handled) < a["stopWhenHandled"] and time.monotonic() < deadline:
+                time.sleep(0.005)
+            stop_after = max(stop_after, 1)
+        if stop_after > 0:
+            stop_at = time.monotonic() + stop_after / 1000
             while not consumer.done and time.monotonic() < stop_at:
                 time.sleep(0.005)
             if not consumer.done:
