@@ -8,6 +8,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PopRequest claims a batch for one consumer group.
@@ -200,16 +202,30 @@ type claim struct {
 
 func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, error) {
 	res := &PopResult{ConsumerGroup: req.Group}
-	tx, err := e.pool.Begin(ctx)
+	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = tx.Rollback(context.Background()) }()
+	defer conn.Release()
+	tx := &connTx{conn: conn}
+	defer tx.rollbackUnlessDone()
 
-	queues, err := loadPopQueues(ctx, tx, req)
-	if err != nil {
+	// Round trip 1: begin, the queues in scope with this group's subscription, now().
+	// JIT off for this transaction: the claim's generic plan cannot see how
+	// selective the claim floor is, and its cost estimate on a queue with many
+	// partitions triggers ~100 ms of JIT compilation for a sub-millisecond query.
+	var queues []*popQueue
+	var now time.Time
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	queuePopQueues(b, req, &queues)
+	b.Queue("SELECT now(), set_config('jit', 'off', true)").QueryRow(func(row pgx.Row) error {
+		return row.Scan(&now, nil)
+	})
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
+	tx.open = true
 	if len(queues) == 0 {
 		if req.Queue != "" {
 			// A pop names a queue into existence so a group can subscribe before the first push.
@@ -224,15 +240,8 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 			}
 		}
 		if len(queues) == 0 {
-			return res, nil
+			return res, tx.Commit(ctx)
 		}
-	}
-	var now time.Time
-	// JIT off for this transaction: the claim's generic plan cannot see how
-	// selective the claim floor is, and its cost estimate on a queue with many
-	// partitions triggers ~100 ms of JIT compilation for a sub-millisecond query.
-	if err := tx.QueryRow(ctx, "SELECT now(), set_config('jit', 'off', true)").Scan(&now, nil); err != nil {
-		return nil, err
 	}
 	for _, q := range queues {
 		if !q.registered {
@@ -255,6 +264,7 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 		}
 	}
 
+	// Round trip 2: the claim.
 	claims, ready, err := claimPartitions(ctx, tx, req, queues)
 	if err != nil {
 		return nil, err
@@ -307,7 +317,10 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 		fetchHi = append(fetchHi, c.to)
 		taken = append(taken, c)
 	}
-	if _, err := tx.Exec(ctx, `UPDATE lanes.consumers c SET
+	// Round trip 3: write the leases (or the autoAck commits), read the spans, commit.
+	segs := map[uuid.UUID][]segment{}
+	b = &pgx.Batch{}
+	b.Queue(`UPDATE lanes.consumers c SET
 			batch_end = x.hi,
 			committed = CASE WHEN x.lease > 0 THEN c.committed ELSE x.hi END,
 			lease_id = CASE WHEN x.lease > 0 THEN $4::uuid ELSE NULL END,
@@ -317,16 +330,17 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 			last_consumed_at = now()
 		FROM unnest($1::uuid[], $2::int8[], $3::int4[]) AS x(pid, hi, lease)
 		WHERE c.partition_id = x.pid AND c.consumer_group = $5`,
-		uuidArray(pids), his, leases, nullableUUID(leaseID), req.Group); err != nil {
+		uuidArray(pids), his, leases, nullableUUID(leaseID), req.Group)
+	if len(fetchPID) > 0 {
+		b.Queue(fetchSegmentsSQL, uuidArray(fetchPID), fetchLo, fetchHi).Query(func(rows pgx.Rows) error {
+			return scanSegments(rows, segs)
+		})
+	}
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
-	segs, err := fetchSegments(ctx, tx, fetchPID, fetchLo, fetchHi)
-	if err != nil {
-		return nil, err
-	}
-	if err := tx.Commit(ctx); err != nil {
-		return nil, err
-	}
+	tx.open = false
 	for _, c := range taken {
 		for _, s := range segs[c.partitionID] {
 			frames, err := decodeFrames(s.frames, int(s.end-s.base+1))
@@ -368,24 +382,21 @@ func nullableUUID(s string) any {
 	return s
 }
 
-func loadPopQueues(ctx context.Context, tx pgx.Tx, req *PopRequest) ([]*popQueue, error) {
+// popQueuesQuery selects the queues a pop covers with the group's stored subscription.
+func popQueuesQuery(req *PopRequest) (string, []any) {
 	const cols = `SELECT q.id, q.name, q.lease_time, q.partition_version,
 			cg.queue_id IS NOT NULL, coalesce(cg.subscription_mode, ''), coalesce(cg.subscription_timestamp, now()), coalesce(cg.seeded_version, -1),
 			coalesce(cg.claim_floor::text::int8, 0), coalesce(cg.claim_epoch, 0)
 		FROM lanes.queues q
 		LEFT JOIN lanes.consumer_groups cg ON cg.queue_id = q.id AND cg.consumer_group = $1 `
-	var rows pgx.Rows
-	var err error
 	if req.Queue != "" {
-		rows, err = tx.Query(ctx, cols+`WHERE q.name = $2`, req.Group, req.Queue)
-	} else {
-		rows, err = tx.Query(ctx, cols+`WHERE ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3) ORDER BY q.name`,
-			req.Group, req.Namespace, req.Task)
+		return cols + `WHERE q.name = $2`, []any{req.Group, req.Queue}
 	}
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+	return cols + `WHERE ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3) ORDER BY q.name`,
+		[]any{req.Group, req.Namespace, req.Task}
+}
+
+func scanPopQueues(rows pgx.Rows) ([]*popQueue, error) {
 	var out []*popQueue
 	for rows.Next() {
 		q := &popQueue{}
@@ -398,10 +409,30 @@ func loadPopQueues(ctx context.Context, tx pgx.Tx, req *PopRequest) ([]*popQueue
 	return out, rows.Err()
 }
 
+// queuePopQueues adds the queue lookup to a batch; the result lands in out.
+func queuePopQueues(b *pgx.Batch, req *PopRequest, out *[]*popQueue) {
+	sql, args := popQueuesQuery(req)
+	b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+		qs, err := scanPopQueues(rows)
+		*out = qs
+		return err
+	})
+}
+
+func loadPopQueues(ctx context.Context, tx dbtx, req *PopRequest) ([]*popQueue, error) {
+	sql, args := popQueuesQuery(req)
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	return scanPopQueues(rows)
+}
+
 // seedCursors creates the cursor rows a group lacks on q, each placed where the
 // group's stored subscription says: everything retained, or the first segment
 // written at or after the subscription instant.
-func seedCursors(ctx context.Context, tx pgx.Tx, group string, q *popQueue) error {
+func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error {
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
 		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
 		CROSS JOIN LATERAL (SELECT CASE
@@ -431,7 +462,7 @@ func seedCursors(ctx context.Context, tx pgx.Tx, group string, q *popQueue) erro
 // snapshot's xmin so a write not yet visible can never fall below it. It is
 // stored only if no seek or delete bumped claim_epoch meanwhile, and the row is
 // taken SKIP LOCKED so pops never queue behind each other for it.
-func claimPartitions(ctx context.Context, tx pgx.Tx, req *PopRequest, queues []*popQueue) ([]claim, int, error) {
+func claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*popQueue) ([]claim, int, error) {
 	ids := make([]uuid.UUID, len(queues))
 	floors := make([]int64, len(queues))
 	epochs := make([]int64, len(queues))
@@ -535,30 +566,66 @@ type segment struct {
 	frames    []byte
 }
 
-// fetchSegments reads the segments covering [lo, hi] of each partition, starting
-// from the segment that holds lo (found by an index probe, not a scan).
-func fetchSegments(ctx context.Context, tx pgx.Tx, pids []uuid.UUID, lo, hi []int64) (map[uuid.UUID][]segment, error) {
-	out := map[uuid.UUID][]segment{}
-	if len(pids) == 0 {
-		return out, nil
-	}
-	rows, err := tx.Query(ctx, `SELECT s.partition_id, s.base_offset, s.end_offset, s.created_at, s.frames
-		FROM unnest($1::uuid[], $2::int8[], $3::int8[]) WITH ORDINALITY AS x(pid, lo, hi, ord)
-		CROSS JOIN LATERAL (SELECT coalesce(max(base_offset), x.lo) AS b FROM lanes.segments
-			WHERE partition_id = x.pid AND base_offset <= x.lo) f
-		JOIN lanes.segments s ON s.partition_id = x.pid AND s.base_offset >= f.b AND s.base_offset <= x.hi
-		ORDER BY x.ord, s.base_offset`, uuidArray(pids), lo, hi)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
+// fetchSegmentsSQL reads the segments covering [lo, hi] of each partition,
+// starting from the segment that holds lo (found by an index probe, not a scan).
+const fetchSegmentsSQL = `SELECT s.partition_id, s.base_offset, s.end_offset, s.created_at, s.frames
+	FROM unnest($1::uuid[], $2::int8[], $3::int8[]) WITH ORDINALITY AS x(pid, lo, hi, ord)
+	CROSS JOIN LATERAL (SELECT coalesce(max(base_offset), x.lo) AS b FROM lanes.segments
+		WHERE partition_id = x.pid AND base_offset <= x.lo) f
+	JOIN lanes.segments s ON s.partition_id = x.pid AND s.base_offset >= f.b AND s.base_offset <= x.hi
+	ORDER BY x.ord, s.base_offset`
+
+func scanSegments(rows pgx.Rows, out map[uuid.UUID][]segment) error {
 	for rows.Next() {
 		var pid uuid.UUID
 		var s segment
 		if err := rows.Scan(&pid, &s.base, &s.end, &s.createdAt, &s.frames); err != nil {
-			return nil, err
+			return err
 		}
 		out[pid] = append(out[pid], s)
 	}
-	return out, rows.Err()
+	return rows.Err()
+}
+
+// connTx runs statements on a pooled connection inside a transaction that was
+// begun and is committed inside pipelined batches, so a pop pays three round
+// trips instead of one per statement.
+type connTx struct {
+	conn *pgxpool.Conn
+	open bool
+}
+
+func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	return t.conn.Exec(ctx, sql, args...)
+}
+
+func (t *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return t.conn.Query(ctx, sql, args...)
+}
+
+func (t *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return t.conn.QueryRow(ctx, sql, args...)
+}
+
+func (t *connTx) Commit(ctx context.Context) error {
+	_, err := t.conn.Exec(ctx, "COMMIT")
+	if err == nil {
+		t.open = false
+	}
+	return err
+}
+
+// rollbackUnlessDone ends a transaction left open by an error, so the
+// connection goes back to the pool idle (the pool would otherwise discard it).
+func (t *connTx) rollbackUnlessDone() {
+	if t.open || t.conn.Conn().PgConn().TxStatus() != 'I' {
+		_, _ = t.conn.Exec(context.Background(), "ROLLBACK")
+	}
+}
+
+// dbtx is what the pop helpers need from a transaction.
+type dbtx interface {
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
