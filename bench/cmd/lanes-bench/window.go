@@ -38,9 +38,11 @@ type Result struct {
 	Lost         int64              `json:"lost"`
 	Duplicated   int64              `json:"duplicated"`
 	// Resource use over the measured window.
-	BrokerCPUCores     float64 `json:"brokerCpuCores"`
-	BrokerPeakRSSMB    float64 `json:"brokerPeakRssMb"`
-	PGCPUCores         float64 `json:"pgCpuCores"`
+	BrokerCPUCores  float64 `json:"brokerCpuCores"`
+	BrokerPeakRSSMB float64 `json:"brokerPeakRssMb"`
+	PGCPUCores      float64 `json:"pgCpuCores"`
+	// HarnessCPUCores is this load generator's own CPU: it shares the machine.
+	HarnessCPUCores    float64 `json:"harnessCpuCores"`
 	PGCommitsPerSec    float64 `json:"pgCommitsPerSec"`
 	PGWriteXactsPerSec float64 `json:"pgWriteXactsPerSec"`
 	LoadAvg            float64 `json:"loadAvg1m"`
@@ -71,6 +73,7 @@ type window struct {
 	profCancel context.CancelFunc
 	pgSampler  *activitySampler
 	errors0    int64
+	selfT0     int64
 }
 
 func (h *harness) begin(db string, profileName string) *window {
@@ -93,6 +96,7 @@ func (h *harness) begin(db string, profileName string) *window {
 		w.pgSampler = startActivitySampler(h.admin, db)
 	}
 	w.errors0 = h.serverErrors.Load()
+	w.selfT0 = procTicks(os.Getpid())
 	w.start = time.Now()
 	return w
 }
@@ -108,6 +112,7 @@ func (w *window) end(r *Result) {
 		r.BrokerPeakRSSMB = float64(w.rss.finish()) / 1024
 	}
 	r.PGCPUCores = float64(treeTicks(w.h.pgPID)-w.pgT0) / clockTicks / secs
+	r.HarnessCPUCores = float64(procTicks(os.Getpid())-w.selfT0) / clockTicks / secs
 	c1, x1 := w.h.pgCounters(w.db)
 	r.PGCommitsPerSec = float64(c1-w.commits0) / secs
 	r.PGWriteXactsPerSec = float64(x1-w.xid0) / secs
