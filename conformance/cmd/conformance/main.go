@@ -180,8 +180,9 @@ func runSDK(repo, tmp string, s sdk, cases []testCase, proxy *validatingProxy, f
 	var mu sync.Mutex
 	argv, err := s.Prepare(repo, tmp)
 	if err != nil {
+		fmt.Printf("\n%s adapter unavailable: %v\n", s.Name, err)
 		for _, c := range cases {
-			out[c.ID] = &outcome{Problems: []string{"adapter unavailable: " + err.Error()}}
+			out[c.ID] = &outcome{Problems: []string{"the " + s.Name + " adapter is unavailable (reason printed above the table)"}}
 		}
 		return out
 	}
