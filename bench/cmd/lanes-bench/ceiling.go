@@ -57,7 +57,7 @@ func (h *harness) ceilingScenario(name string, workers, batch int, notify bool) 
 	runCtx, cancel := context.WithTimeout(ctx, h.o.duration)
 	defer cancel()
 	var txs atomic.Int64
-	var firstErr atomic.Value
+	var firstErr firstError
 	lat := &recorder{}
 	var wg sync.WaitGroup
 	w := h.begin(h.ceilingDB, "")
@@ -83,7 +83,7 @@ func (h *harness) ceilingScenario(name string, workers, batch int, notify bool) 
 						pid, off, off+int64(batch)-1, frames)
 				}
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 				lat.add(time.Since(t0))
@@ -98,7 +98,7 @@ func (h *harness) ceilingScenario(name string, workers, batch int, notify bool) 
 	}
 	r := Result{Scenario: name, System: "postgres", Available: true, Seconds: time.Since(start).Seconds(), Description: desc}
 	w.end(&r)
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	r.TxPerSec = float64(txs.Load()) / r.Seconds

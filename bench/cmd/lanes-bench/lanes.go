@@ -184,7 +184,7 @@ func (h *harness) pushScenario(name string, producers, batch int) (Result, error
 	runCtx, cancel := context.WithTimeout(ctx, h.o.duration)
 	defer cancel()
 	var sent atomic.Int64
-	var firstErr atomic.Value
+	var firstErr firstError
 	lat := &recorder{}
 	var wg sync.WaitGroup
 	w := h.begin(h.lanesDB, name)
@@ -203,7 +203,7 @@ func (h *harness) pushScenario(name string, producers, batch int) (Result, error
 				n, err := h.pushItems(ctx, items)
 				sent.Add(int64(n))
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 				lat.add(time.Since(t0))
@@ -214,7 +214,7 @@ func (h *harness) pushScenario(name string, producers, batch int) (Result, error
 	r := Result{Scenario: name, System: "lanes", Available: true, Messages: sent.Load(), Seconds: time.Since(start).Seconds(),
 		Description: fmt.Sprintf("%d producers × batch %d, one partition each, closed loop; latency = push request round trip", producers, batch)}
 	w.end(&r)
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	r.MsgPerSec = float64(r.Messages) / r.Seconds
@@ -243,7 +243,7 @@ func (h *harness) preload(ctx context.Context, q string, partitions, perPartitio
 	}
 	close(jobs)
 	var wg sync.WaitGroup
-	var firstErr atomic.Value
+	var firstErr firstError
 	for i := 0; i < 8; i++ {
 		wg.Add(1)
 		go func() {
@@ -256,14 +256,14 @@ func (h *harness) preload(ctx context.Context, q string, partitions, perPartitio
 					items[k] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("p%d-%d", p, off+k), Payload: benchPayload{Seq: int64(off + k), Body: payloadBody}}
 				}
 				if _, err := h.pushItems(ctx, items); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return err
 	}
 	return nil
@@ -365,7 +365,7 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 	}
 	deadline := time.Now().Add(10*h.o.duration + time.Minute)
 	var wg sync.WaitGroup
-	var firstErr atomic.Value
+	var firstErr firstError
 	tallies := make([]*tally, len(names))
 	counts := make([]atomic.Int64, len(names))
 	w := h.begin(h.lanesDB, name)
@@ -376,7 +376,7 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 			wg.Add(1)
 			go func(gi int, g string) {
 				defer wg.Done()
-				stop := func() bool { return counts[gi].Load() >= total || time.Now().After(deadline) || firstErr.Load() != nil }
+				stop := func() bool { return counts[gi].Load() >= total || time.Now().After(deadline) || firstErr.get() != nil }
 				err := h.consumeLoop(ctx, q, g, 100, stop, func(ms []popMessage) {
 					keys := make([]string, len(ms))
 					for i, m := range ms {
@@ -386,7 +386,7 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 					counts[gi].Add(int64(len(ms)))
 				})
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 				}
 			}(gi, g)
 		}
@@ -409,7 +409,7 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 		r.Duplicated += d
 	}
 	r.MsgPerSec = float64(r.Messages) / elapsed
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	return r, nil
@@ -482,7 +482,7 @@ func (h *harness) txnScenario() (Result, error) {
 	}
 	total := int64(partitions * per)
 	var done atomic.Int64
-	var firstErr atomic.Value
+	var firstErr firstError
 	seen := newTally(int(total))
 	lat := &recorder{}
 	var wg sync.WaitGroup
@@ -493,11 +493,11 @@ func (h *harness) txnScenario() (Result, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for done.Load() < total && time.Now().Before(deadline) && firstErr.Load() == nil {
+			for done.Load() < total && time.Now().Before(deadline) && firstErr.get() == nil {
 				var pop popResponse
 				status, err := h.do(ctx, http.MethodGet, "/api/v1/pop/queue/"+qa+"?batch=1&wait=true&timeout=200", nil, &pop)
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 				if status == http.StatusNoContent || len(pop.Messages) == 0 {
@@ -518,11 +518,11 @@ func (h *harness) txnScenario() (Result, error) {
 					"requiredLeases": []string{pop.LeaseID},
 				}
 				if _, err := h.do(ctx, http.MethodPost, "/api/v1/transaction", body, &res); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 				if !res.Success {
-					firstErr.CompareAndSwap(nil, fmt.Errorf("transaction rolled back: %s %s", res.Reason, res.Error))
+					firstErr.set(fmt.Errorf("transaction rolled back: %s %s", res.Reason, res.Error))
 					return
 				}
 				lat.add(time.Since(t0))
@@ -535,7 +535,7 @@ func (h *harness) txnScenario() (Result, error) {
 	r := Result{Scenario: "txn", System: "lanes", Available: true, Messages: done.Load(), Seconds: time.Since(start).Seconds(),
 		Description: fmt.Sprintf("pipeline handoff for the window, %d workers: pop 1 from stage A (%d-message backlog), then one transaction acks it and pushes its successor to the same-named partition of stage B; lost = committed handoffs missing from stage B; latency = transaction round trip", workers, total)}
 	w.end(&r)
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	r.TxPerSec = float64(r.Messages) / r.Seconds
@@ -554,4 +554,24 @@ func (h *harness) txnScenario() (Result, error) {
 		r.Duplicated += stored - r.Messages
 	}
 	return r, nil
+}
+
+// firstError keeps the first error any goroutine of a scenario reports.
+type firstError struct {
+	mu  sync.Mutex
+	err error
+}
+
+func (f *firstError) set(err error) {
+	f.mu.Lock()
+	if f.err == nil {
+		f.err = err
+	}
+	f.mu.Unlock()
+}
+
+func (f *firstError) get() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.err
 }

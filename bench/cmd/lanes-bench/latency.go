@@ -62,7 +62,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	seen := newTally(int(total))
 	var received atomic.Int64
 	var queued atomic.Int64
-	var firstErr atomic.Value
+	var firstErr firstError
 	var start time.Time
 	startSet := make(chan struct{})
 	producing := atomic.Bool{}
@@ -76,7 +76,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 		go func() {
 			defer cwg.Done()
 			stop := func() bool {
-				return firstErr.Load() != nil || (!producing.Load() && received.Load() >= queued.Load()) || time.Now().UnixNano() > consumeDeadline.Load()
+				return firstErr.get() != nil || (!producing.Load() && received.Load() >= queued.Load()) || time.Now().UnixNano() > consumeDeadline.Load()
 			}
 			err := h.consumeLoop(ctx, q, "", 100, stop, func(ms []popMessage) {
 				now := time.Now()
@@ -94,7 +94,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 				}
 			})
 			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.set(err)
 			}
 		}()
 	}
@@ -102,7 +102,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	var pwg sync.WaitGroup
 	start = time.Now()
 	close(startSet)
-	for seq := int64(0); seq < total && firstErr.Load() == nil; seq++ {
+	for seq := int64(0); seq < total && firstErr.get() == nil; seq++ {
 		due := start.Add(time.Duration(seq) * interval)
 		if d := time.Until(due); d > 0 {
 			time.Sleep(d)
@@ -114,7 +114,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 			defer func() { <-sem }()
 			n, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", seq%partitions), TransactionID: fmt.Sprintf("m%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}})
 			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.set(err)
 				return
 			}
 			queued.Add(int64(n))
@@ -134,7 +134,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	w.end(&r)
 	r.Seconds = sendSecs
 	r.MsgPerSec = float64(received.Load()) / sendSecs
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	r.Lost, r.Duplicated = seen.verdict(queued.Load())
@@ -157,7 +157,7 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 	seen := newTally(n)
 	var received atomic.Int64
 	var next atomic.Int64
-	var firstErr atomic.Value
+	var firstErr firstError
 	var pushEnd atomic.Int64
 	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
 	var wg sync.WaitGroup
@@ -168,7 +168,7 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 		pwg.Add(1)
 		go func(p int) {
 			defer pwg.Done()
-			for firstErr.Load() == nil {
+			for firstErr.get() == nil {
 				base := next.Add(batch) - batch
 				if base >= int64(n) {
 					return
@@ -180,7 +180,7 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("s%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}
 				}
 				if _, err := h.pushItems(ctx, items); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 			}
@@ -192,7 +192,7 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 		go func() {
 			defer wg.Done()
 			stop := func() bool {
-				return received.Load() >= int64(n) || firstErr.Load() != nil || time.Now().After(deadline)
+				return received.Load() >= int64(n) || firstErr.get() != nil || time.Now().After(deadline)
 			}
 			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
 				keys := make([]string, len(ms))
@@ -203,7 +203,7 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 				received.Add(int64(len(ms)))
 			})
 			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.set(err)
 			}
 		}()
 	}
@@ -215,7 +215,7 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 		Description: fmt.Sprintf("%d messages: 8 producers push batch 100 while 8 consumers pop batch 100 + ack; msg/s = messages / time until the last ack", n)}
 	w.end(&r)
 	r.Seconds = elapsed
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	r.Lost, r.Duplicated = seen.verdict(int64(n))

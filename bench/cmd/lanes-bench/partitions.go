@@ -30,7 +30,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	seen := newTally(1 << 16)
 	var pushed, received atomic.Int64
 	var inWindow atomic.Int64
-	var firstErr atomic.Value
+	var firstErr firstError
 	producing := atomic.Bool{}
 	producing.Store(true)
 	pushersDone := atomic.Bool{} // set once no push is in flight any more
@@ -46,7 +46,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 		go func(p int) {
 			defer pwg.Done()
 			items := make([]pushItem, batch)
-			for k := 0; producing.Load() && firstErr.Load() == nil; k++ {
+			for k := 0; producing.Load() && firstErr.get() == nil; k++ {
 				part := (p + k*producers) % busy
 				for i := range items {
 					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", part), TransactionID: fmt.Sprintf("b%d-%d-%d", p, k, i), Payload: benchPayload{Seq: int64(k), Body: payloadBody}}
@@ -54,7 +54,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 				c, err := h.pushItems(ctx, items)
 				pushed.Add(int64(c))
 				if err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 			}
@@ -65,7 +65,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 		go func() {
 			defer cwg.Done()
 			stop := func() bool {
-				return firstErr.Load() != nil || (pushersDone.Load() && received.Load() >= pushed.Load()) || time.Now().UnixNano() > drainDeadline.Load()
+				return firstErr.get() != nil || (pushersDone.Load() && received.Load() >= pushed.Load()) || time.Now().UnixNano() > drainDeadline.Load()
 			}
 			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
 				keys := make([]string, len(ms))
@@ -79,7 +79,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 				}
 			})
 			if err != nil {
-				firstErr.CompareAndSwap(nil, err)
+				firstErr.set(err)
 			}
 		}()
 	}
@@ -97,7 +97,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	pushersDone.Store(true)
 	drainDeadline.Store(time.Now().Add(60 * time.Second).UnixNano())
 	cwg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	r.Lost, r.Duplicated = seen.verdict(pushed.Load())
@@ -114,7 +114,7 @@ func (h *harness) createIdlePartitions(ctx context.Context, q string, n int) err
 	}
 	close(jobs)
 	var wg sync.WaitGroup
-	var firstErr atomic.Value
+	var firstErr firstError
 	for i := 0; i < 4; i++ {
 		wg.Add(1)
 		go func() {
@@ -126,14 +126,14 @@ func (h *harness) createIdlePartitions(ctx context.Context, q string, n int) err
 					items[j] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", base+j), TransactionID: "idle", Payload: benchPayload{Seq: -1}}
 				}
 				if _, err := h.pushItems(ctx, items); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 			}
 		}()
 	}
 	wg.Wait()
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return err
 	}
 	// consume them all (autoAck, no width cap)

@@ -79,7 +79,7 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 	}()
 	const producers, batch = 8, 100
 	var next atomic.Int64
-	var firstErr atomic.Value
+	var firstErr firstError
 	var pushEnd atomic.Int64
 	var pwg sync.WaitGroup
 	w := h.begin(h.riverDB, "")
@@ -88,7 +88,7 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 		pwg.Add(1)
 		go func() {
 			defer pwg.Done()
-			for firstErr.Load() == nil {
+			for firstErr.get() == nil {
 				base := next.Add(batch) - batch
 				if base >= int64(n) {
 					return
@@ -99,7 +99,7 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 					params[i] = river.InsertManyParams{Args: riverArgs{Seq: base + int64(i), Body: payloadBody}}
 				}
 				if _, err := client.InsertManyFast(ctx, params); err != nil {
-					firstErr.CompareAndSwap(nil, err)
+					firstErr.set(err)
 					return
 				}
 			}
@@ -108,9 +108,9 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 	go func() { pwg.Wait(); pushEnd.Store(time.Now().UnixNano()) }()
 	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
 	var completed int64
-	for time.Now().Before(deadline) && firstErr.Load() == nil {
+	for time.Now().Before(deadline) && firstErr.get() == nil {
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed); err != nil {
-			firstErr.CompareAndSwap(nil, err)
+			firstErr.set(err)
 			break
 		}
 		if completed >= int64(n) {
@@ -126,7 +126,7 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 			riverVersion, n, h.o.riverWorkers)}
 	w.end(&r)
 	r.Seconds = elapsed
-	if err, _ := firstErr.Load().(error); err != nil {
+	if err := firstErr.get(); err != nil {
 		return r, err
 	}
 	r.Lost, r.Duplicated = seen.verdict(int64(n))
