@@ -2,7 +2,6 @@
 package lanes
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -12,10 +11,11 @@ import (
 	"net/http"
 	"net/url"
 	"os"
-	"strconv"
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
 
 	"github.com/lanesmq/lanes/sdk-go/internal/gen"
 )
@@ -38,7 +38,7 @@ type config struct {
 	healthRetry time.Duration
 	now         func() time.Time
 	rand        func() float64
-	sleep       func(context.Context, time.Duration) error
+	sleep       func(context.Context, time.Duration) error // test hook; nil = retryablehttp's own timer
 }
 
 // WithURL sets one or several broker base URLs; with several, failed requests fail over to the
@@ -88,7 +88,8 @@ func WithMaxRetryAfter(d time.Duration) Option {
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithHTTPClient replaces the underlying *http.Client (transport, TLS, proxies). The retry
-// policy still wraps it. Prefer leaving its Timeout at 0: the SDK sets per-attempt timeouts.
+// policy still wraps it: its Transport, Jar and CheckRedirect are used for each attempt. Prefer
+// leaving its Timeout at 0: the SDK sets per-attempt timeouts.
 func WithHTTPClient(h *http.Client) Option { return func(c *config) { c.httpClient = h } }
 
 // WithHeader adds a header to every request.
@@ -100,7 +101,8 @@ func WithHeader(key, value string) Option {
 // LANES_SDK_POP_AUTOPILOT environment variable. A builder's Autopilot call still wins.
 func WithPopAutopilot(on bool) Option { return func(c *config) { c.autopilot = &on } }
 
-// withClock and withSleep are test hooks.
+// withClock is a test hook: a frozen clock, a fixed random source, and a sleep that replaces the
+// wait between attempts (the retry loop then waits 0).
 func withClock(now func() time.Time, rnd func() float64, sleep func(context.Context, time.Duration) error) Option {
 	return func(c *config) { c.now, c.rand, c.sleep = now, rnd, sleep }
 }
@@ -112,6 +114,8 @@ type Client struct {
 	bases     []*url.URL
 	gen       *gen.Client
 	log       *slog.Logger
+	hc        *http.Client // one attempt: the user's transport under the per-attempt timeout
+	rlog      retryablehttp.LeveledLogger
 	autopilot bool
 
 	mu        sync.Mutex
@@ -130,7 +134,6 @@ func New(opts ...Option) (*Client, error) {
 		healthRetry: 5 * time.Second,
 		now:         time.Now,
 		rand:        rand.Float64,
-		sleep:       sleepCtx,
 	}
 	for _, o := range opts {
 		o(&cfg)
@@ -148,6 +151,8 @@ func New(opts ...Option) (*Client, error) {
 		cfg.httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
 	c := &Client{cfg: cfg, log: cfg.logger, unhealthy: map[int]time.Time{}, buffers: map[string]*Buffer{}}
+	c.hc = attemptClient(cfg.httpClient, cfg.timeout)
+	c.rlog = slogLeveled{cfg.logger}
 	for _, raw := range cfg.urls {
 		u, err := url.Parse(strings.TrimRight(raw, "/"))
 		if err != nil || u.Scheme == "" || u.Host == "" {
@@ -193,199 +198,6 @@ func (c *Client) Health(ctx context.Context) (*Health, error) {
 		return nil, err
 	}
 	return &out, nil
-}
-
-// ---------------------------------------------------------------------------------------------
-// request context flags
-
-type reqFlagsKey struct{}
-
-type reqFlags struct {
-	longPoll bool
-	timeout  time.Duration
-	attempts *int // out: attempts made
-}
-
-func withFlags(ctx context.Context, f reqFlags) context.Context {
-	return context.WithValue(ctx, reqFlagsKey{}, f)
-}
-
-// ---------------------------------------------------------------------------------------------
-// transport: failover + the retry policy around the user's *http.Client
-
-type transport struct{ c *Client }
-
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b cancelBody) Close() error { err := b.ReadCloser.Close(); b.cancel(); return err }
-
-func (t *transport) Do(req *http.Request) (*http.Response, error) {
-	c := t.c
-	ctx := req.Context()
-	flags, _ := ctx.Value(reqFlagsKey{}).(reqFlags)
-	timeout := c.cfg.timeout
-	if flags.timeout > 0 {
-		timeout = flags.timeout
-	}
-	var body []byte
-	if req.Body != nil {
-		b, err := io.ReadAll(req.Body)
-		_ = req.Body.Close()
-		if err != nil {
-			return nil, err
-		}
-		body = b
-	}
-	var transient, limited int
-	tried := map[int]bool{}
-	idx := c.pickURL(-1, tried)
-	for attempt := 0; ; attempt++ {
-		r := req.Clone(ctx)
-		c.rebase(r.URL, idx)
-		r.Host = ""
-		if body != nil {
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r.GetBody = func() (io.ReadCloser, error) { return io.NopCloser(bytes.NewReader(body)), nil }
-			r.ContentLength = int64(len(body))
-		}
-		for k, vs := range c.cfg.headers {
-			r.Header[k] = append([]string(nil), vs...)
-		}
-		if c.cfg.token != "" {
-			r.Header.Set("Authorization", "Bearer "+c.cfg.token)
-		}
-		r.Header.Set("X-Retry-Count", strconv.Itoa(attempt))
-		actx, cancel := context.WithTimeout(ctx, timeout)
-		resp, err := c.cfg.httpClient.Do(r.WithContext(actx))
-		tried[idx] = true
-		if flags.attempts != nil {
-			*flags.attempts = attempt + 1
-		}
-		if err != nil {
-			cancel()
-			if ctx.Err() != nil {
-				return nil, context.Cause(ctx)
-			}
-		} else {
-			resp.Body = cancelBody{resp.Body, cancel}
-		}
-		in := retryInput{NetworkErr: err != nil, LongPoll: flags.longPoll, Transient: transient,
-			RateLimited: limited, Now: c.cfg.now(), Rand: c.cfg.rand(), Policy: c.cfg.policy}
-		if resp != nil {
-			in.Status, in.Header = resp.StatusCode, resp.Header
-		}
-		if err == nil && resp.StatusCode < 400 {
-			c.markHealthy(idx)
-			return resp, nil
-		}
-		d := decideRetry(in)
-		if !d.Retry {
-			if err != nil {
-				c.markUnhealthy(idx)
-				return nil, &ConnectionError{URL: c.bases[idx].String(), Err: err}
-			}
-			return resp, nil
-		}
-		next := idx
-		delay := d.Delay
-		if d.Kind == retryTransient {
-			transient++
-			c.markUnhealthy(idx)
-			next = c.pickURL(idx, tried)
-			if next != idx && !tried[next] && d.RetryAfter == 0 {
-				delay = 0
-			}
-		} else {
-			limited++
-		}
-		if dl, ok := ctx.Deadline(); ok && c.cfg.now().Add(delay).After(dl) {
-			c.log.Debug("lanes: not retrying, deadline before the retry", "reason", d.Reason, "delay", delay)
-			if err != nil {
-				return nil, &ConnectionError{URL: c.bases[idx].String(), Err: err}
-			}
-			return resp, nil
-		}
-		if resp != nil {
-			_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
-			_ = resp.Body.Close()
-		}
-		c.log.Debug("lanes: retrying", "reason", d.Reason, "attempt", attempt+1, "delay", delay,
-			"url", c.bases[idx].String(), "next", c.bases[next].String(), "method", req.Method, "path", req.URL.Path)
-		if err := c.cfg.sleep(ctx, delay); err != nil {
-			return nil, err
-		}
-		idx = next
-	}
-}
-
-func (c *Client) rebase(u *url.URL, idx int) {
-	if idx == 0 {
-		return
-	}
-	b0, b := c.bases[0], c.bases[idx]
-	u.Scheme, u.Host, u.User = b.Scheme, b.Host, b.User
-	u.Path = b.Path + strings.TrimPrefix(u.Path, b0.Path)
-	u.RawPath = ""
-}
-
-// pickURL returns the first healthy URL after `after` (in order, wrapping), preferring ones not
-// yet tried in this call; when all are unhealthy, the next one in order.
-func (c *Client) pickURL(after int, tried map[int]bool) int {
-	n := len(c.bases)
-	if n == 1 {
-		return 0
-	}
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	now := c.cfg.now()
-	start := after + 1
-	for pass := 0; pass < 2; pass++ {
-		for i := 0; i < n; i++ {
-			j := (start + i) % n
-			if pass == 0 && tried[j] {
-				continue
-			}
-			if until, bad := c.unhealthy[j]; !bad || now.After(until) {
-				return j
-			}
-		}
-	}
-	return (after + 1 + n) % n
-}
-
-func (c *Client) markUnhealthy(i int) {
-	if len(c.bases) == 1 {
-		return
-	}
-	c.mu.Lock()
-	c.unhealthy[i] = c.cfg.now().Add(c.cfg.healthRetry)
-	c.mu.Unlock()
-}
-
-func (c *Client) markHealthy(i int) {
-	if len(c.bases) == 1 {
-		return
-	}
-	c.mu.Lock()
-	delete(c.unhealthy, i)
-	c.mu.Unlock()
-}
-
-func sleepCtx(ctx context.Context, d time.Duration) error {
-	if d <= 0 {
-		return ctx.Err()
-	}
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-		return context.Cause(ctx)
-	case <-t.C:
-		return nil
-	}
 }
 
 // ---------------------------------------------------------------------------------------------

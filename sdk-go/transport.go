@@ -1,0 +1,359 @@
+package lanes
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"math"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/hashicorp/go-retryablehttp"
+)
+
+// The HTTP transport: hashicorp/go-retryablehttp drives the attempts of every call, and its hooks
+// defer to decideRetry (retry.go), the single source of the policy of docs/retries.md.
+//
+//   - CheckRetry feeds each attempt's outcome and this call's counters to decideRetry; the 429
+//     budget and the 5xx/408/network budget are counted apart, so RetryMax is only a backstop.
+//   - Backoff returns the delay decideRetry chose (hint or backoff+jitter, 0 on a failover to an
+//     untried broker); retryablehttp waits it in a select on the request context.
+//   - PrepareRetry moves the request to the next broker URL (failover) and bumps X-Retry-Count.
+//   - ErrorHandler turns a give-up without a response into *ConnectionError (or the context's
+//     cause); a give-up with a response returns that response, which decode makes an *APIError.
+//
+// Per-call state (attempt counters, long-poll flag, deadline, current URL) lives in a callState
+// carried in the request context; one retryablehttp.Client is assembled per call around it,
+// because retryablehttp's Backoff receives no request (its response is nil after a network
+// error) and so could not find the state otherwise. The *http.Client underneath, with its
+// connection pool, is shared by all calls.
+
+// ---------------------------------------------------------------------------------------------
+// request context flags (set by the builders)
+
+type reqFlagsKey struct{}
+
+type reqFlags struct {
+	longPoll bool
+	timeout  time.Duration
+	attempts *int // out: attempts made
+}
+
+func withFlags(ctx context.Context, f reqFlags) context.Context {
+	return context.WithValue(ctx, reqFlagsKey{}, f)
+}
+
+// ---------------------------------------------------------------------------------------------
+// per-call retry state
+
+type callStateKey struct{}
+
+type callState struct {
+	c        *Client
+	ctx      context.Context // the caller's context, carrying this state
+	method   string
+	path     string
+	flags    reqFlags
+	timeout  time.Duration // per attempt
+	deadline time.Time
+	hasDL    bool
+
+	idx, next   int          // broker URL of the current attempt / of the next one
+	tried       map[int]bool // URLs tried in this call
+	attempt     int          // 0-based index of the current attempt
+	transient   int          // 5xx/408/network retries made
+	rateLimited int          // 429 retries made
+	delay       time.Duration
+	sleepErr    error // from the test sleep hook
+}
+
+func callStateOf(ctx context.Context) *callState {
+	st, _ := ctx.Value(callStateKey{}).(*callState)
+	return st
+}
+
+// transport is the gen.HttpRequestDoer of the generated client: one Do is one logical call.
+type transport struct{ c *Client }
+
+func (t *transport) Do(req *http.Request) (*http.Response, error) {
+	c := t.c
+	flags, _ := req.Context().Value(reqFlagsKey{}).(reqFlags)
+	st := &callState{c: c, flags: flags, timeout: c.cfg.timeout, tried: map[int]bool{},
+		method: req.Method, path: req.URL.Path}
+	if flags.timeout > 0 {
+		st.timeout = flags.timeout
+	}
+	st.deadline, st.hasDL = req.Context().Deadline()
+	st.ctx = context.WithValue(req.Context(), callStateKey{}, st)
+	st.idx = c.pickURL(-1, st.tried)
+	st.next = st.idx
+
+	// Bodies are byte buffers, so every attempt (and every broker) gets the same bytes.
+	var body []byte
+	if req.Body != nil && req.Body != http.NoBody {
+		b, err := io.ReadAll(req.Body)
+		_ = req.Body.Close()
+		if err != nil {
+			return nil, err
+		}
+		body = b
+	}
+	r := req.Clone(st.ctx)
+	r.Body, r.GetBody, r.ContentLength = nil, nil, 0
+	c.rebase(r.URL, 0, st.idx)
+	r.Host = ""
+	for k, vs := range c.cfg.headers {
+		r.Header[k] = append([]string(nil), vs...)
+	}
+	if c.cfg.token != "" {
+		r.Header.Set("Authorization", "Bearer "+c.cfg.token)
+	}
+	r.Header.Set("X-Retry-Count", "0")
+	rr, err := retryablehttp.FromRequest(r)
+	if err != nil {
+		return nil, err
+	}
+	if len(body) > 0 {
+		if err := rr.SetBody(body); err != nil {
+			return nil, err
+		}
+	}
+	rc := &retryablehttp.Client{
+		HTTPClient:   c.hc,
+		Logger:       c.rlog,
+		RetryMax:     math.MaxInt32, // the budgets are decideRetry's
+		CheckRetry:   st.checkRetry,
+		Backoff:      st.backoff,
+		PrepareRetry: st.prepareRetry,
+		ErrorHandler: st.errorHandler,
+	}
+	return rc.Do(rr)
+}
+
+// checkRetry is retryablehttp's CheckRetry: decideRetry on this attempt's outcome.
+func (st *callState) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
+	c := st.c
+	st.tried[st.idx] = true
+	if st.flags.attempts != nil {
+		*st.flags.attempts = st.attempt + 1
+	}
+	if err == nil && resp.StatusCode < 400 {
+		c.markHealthy(st.idx)
+		return false, nil
+	}
+	if ctx.Err() != nil {
+		return false, context.Cause(ctx)
+	}
+	in := retryInput{NetworkErr: err != nil, LongPoll: st.flags.longPoll, Transient: st.transient,
+		RateLimited: st.rateLimited, Now: c.cfg.now(), Rand: c.cfg.rand(), Policy: c.cfg.policy}
+	if err == nil {
+		in.Status, in.Header = resp.StatusCode, resp.Header
+	}
+	d := decideRetry(in)
+	if !d.Retry {
+		if err != nil {
+			c.markUnhealthy(st.idx)
+		}
+		return false, nil
+	}
+	next, delay := st.idx, d.Delay
+	if d.Kind == retryTransient {
+		st.transient++
+		c.markUnhealthy(st.idx)
+		next = c.pickURL(st.idx, st.tried)
+		if next != st.idx && !st.tried[next] && d.RetryAfter == 0 {
+			delay = 0 // failover to a broker not yet tried in this call
+		}
+	} else {
+		st.rateLimited++
+	}
+	if st.hasDL && c.cfg.now().Add(delay).After(st.deadline) {
+		c.log.Debug("lanes: not retrying, deadline before the retry", "reason", d.Reason, "delay", delay)
+		return false, nil
+	}
+	st.next, st.delay = next, delay
+	c.log.Debug("lanes: retrying", "reason", d.Reason, "attempt", st.attempt+1, "delay", delay,
+		"url", c.bases[st.idx].String(), "next", c.bases[next].String(), "method", st.method, "path", st.path)
+	return true, nil
+}
+
+// backoff is retryablehttp's Backoff: the delay checkRetry decided. With the test sleep hook
+// the hook waits (and records) instead, and retryablehttp waits 0.
+func (st *callState) backoff(_, _ time.Duration, _ int, _ *http.Response) time.Duration {
+	if st.c.cfg.sleep != nil {
+		st.sleepErr = st.c.cfg.sleep(st.ctx, st.delay)
+		return 0
+	}
+	return st.delay
+}
+
+// prepareRetry is retryablehttp's PrepareRetry: fail over and count the attempt.
+func (st *callState) prepareRetry(req *http.Request) error {
+	if st.sleepErr != nil {
+		return st.sleepErr
+	}
+	if st.ctx.Err() != nil {
+		return context.Cause(st.ctx)
+	}
+	st.attempt++
+	u := *req.URL
+	st.c.rebase(&u, st.idx, st.next)
+	req.URL = &u
+	req.Host = ""
+	req.Header = req.Header.Clone()
+	req.Header.Set("X-Retry-Count", strconv.Itoa(st.attempt))
+	st.idx = st.next
+	return nil
+}
+
+// errorHandler is retryablehttp's ErrorHandler, called when it gives up on an error (a give-up on
+// a response status returns that response instead).
+func (st *callState) errorHandler(resp *http.Response, err error, _ int) (*http.Response, error) {
+	if resp != nil && resp.Body != nil {
+		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
+		_ = resp.Body.Close()
+	}
+	if st.ctx.Err() != nil {
+		return nil, context.Cause(st.ctx)
+	}
+	if st.sleepErr != nil {
+		return nil, st.sleepErr
+	}
+	return nil, &ConnectionError{URL: st.c.bases[st.idx].String(), Err: err}
+}
+
+// ---------------------------------------------------------------------------------------------
+// one attempt: the user's transport under the per-attempt timeout
+
+// attemptClient is the *http.Client retryablehttp calls once per attempt: the user's (or the
+// default) transport, jar and redirect policy, with the per-attempt timeout of the call applied
+// by attemptTransport. attemptTransport does not forward CloseIdleConnections, so retryablehttp's
+// give-up path (which closes idle connections) leaves the shared pool alone.
+func attemptClient(user *http.Client, timeout time.Duration) *http.Client {
+	rt := user.Transport
+	if rt == nil {
+		rt = http.DefaultTransport
+	}
+	return &http.Client{
+		Transport:     &attemptTransport{base: rt, timeout: timeout},
+		CheckRedirect: user.CheckRedirect,
+		Jar:           user.Jar,
+		Timeout:       user.Timeout,
+	}
+}
+
+type attemptTransport struct {
+	base    http.RoundTripper
+	timeout time.Duration
+}
+
+func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
+	timeout := t.timeout
+	if st := callStateOf(req.Context()); st != nil {
+		timeout = st.timeout
+	}
+	if timeout <= 0 {
+		return t.base.RoundTrip(req)
+	}
+	ctx, cancel := context.WithTimeout(req.Context(), timeout)
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil {
+		cancel()
+		return nil, err
+	}
+	resp.Body = cancelBody{resp.Body, cancel}
+	return resp, nil
+}
+
+// cancelBody releases the attempt's timeout context when the body is closed.
+type cancelBody struct {
+	io.ReadCloser
+	cancel context.CancelFunc
+}
+
+func (b cancelBody) Close() error { err := b.ReadCloser.Close(); b.cancel(); return err }
+
+// slogLeveled adapts the client's *slog.Logger to retryablehttp.LeveledLogger. retryablehttp's
+// own messages ("performing request", "request failed", "retrying request") all go to debug:
+// the SDK's retry decisions are logged by checkRetry, and an error that surfaces to the caller is
+// not also logged at a higher level (docs/retries.md §6).
+type slogLeveled struct{ l *slog.Logger }
+
+func (s slogLeveled) Error(msg string, kv ...any) { s.l.Debug("lanes: retryablehttp: "+msg, kv...) }
+func (s slogLeveled) Warn(msg string, kv ...any)  { s.l.Debug("lanes: retryablehttp: "+msg, kv...) }
+func (s slogLeveled) Info(msg string, kv ...any)  { s.l.Debug("lanes: retryablehttp: "+msg, kv...) }
+func (s slogLeveled) Debug(msg string, kv ...any) { s.l.Debug("lanes: retryablehttp: "+msg, kv...) }
+
+// ---------------------------------------------------------------------------------------------
+// broker URLs and health (docs/retries.md §4)
+
+// rebase moves u from broker URL `from` to broker URL `to` (scheme, host, user, path prefix).
+func (c *Client) rebase(u *url.URL, from, to int) {
+	if from == to {
+		return
+	}
+	bf, bt := c.bases[from], c.bases[to]
+	u.Scheme, u.Host, u.User = bt.Scheme, bt.Host, bt.User
+	u.Path = bt.Path + strings.TrimPrefix(u.Path, bf.Path)
+	u.RawPath = ""
+}
+
+// pickURL returns the first healthy URL after `after` (in order, wrapping), preferring ones not
+// yet tried in this call; when all are unhealthy, the next one in order.
+func (c *Client) pickURL(after int, tried map[int]bool) int {
+	n := len(c.bases)
+	if n == 1 {
+		return 0
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := c.cfg.now()
+	start := after + 1
+	for pass := 0; pass < 2; pass++ {
+		for i := 0; i < n; i++ {
+			j := (start + i) % n
+			if pass == 0 && tried[j] {
+				continue
+			}
+			if until, bad := c.unhealthy[j]; !bad || now.After(until) {
+				return j
+			}
+		}
+	}
+	return (after + 1 + n) % n
+}
+
+func (c *Client) markUnhealthy(i int) {
+	if len(c.bases) == 1 {
+		return
+	}
+	c.mu.Lock()
+	c.unhealthy[i] = c.cfg.now().Add(c.cfg.healthRetry)
+	c.mu.Unlock()
+}
+
+func (c *Client) markHealthy(i int) {
+	if len(c.bases) == 1 {
+		return
+	}
+	c.mu.Lock()
+	delete(c.unhealthy, i)
+	c.mu.Unlock()
+}
+
+func sleepCtx(ctx context.Context, d time.Duration) error {
+	if d <= 0 {
+		return ctx.Err()
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	case <-t.C:
+		return nil
+	}
+}

@@ -1,0 +1,159 @@
+package lanes
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"net/http"
+	"net/http/httptest"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestRetryRealWait runs the policy without the sleep hook: retryablehttp's own timer waits the
+// hint decideRetry chose.
+func TestRetryRealWait(t *testing.T) {
+	t.Parallel()
+	fb := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) {
+		if n <= 2 {
+			w.Header().Set("retry-after-ms", "40")
+			writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+			return
+		}
+		writeJSON(w, 201, pushOK)
+	}}
+	srv := httptest.NewServer(fb)
+	defer srv.Close()
+	c, err := New(WithURL(srv.URL))
+	require.NoError(t, err)
+	start := time.Now()
+	_, err = c.Queue("q").Push(context.Background(), Data(1))
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 80*time.Millisecond)
+	require.Equal(t, 3, fb.count())
+	require.Equal(t, "2", fb.reqs[2].Header.Get("X-Retry-Count"))
+	require.Equal(t, fb.bodies[0], fb.bodies[2])
+}
+
+// TestRetryWaitCanceled: a cancellation during the wait ends the call at once with the cause.
+func TestRetryWaitCanceled(t *testing.T) {
+	t.Parallel()
+	fb := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Retry-After", "30")
+		writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+	}}
+	srv := httptest.NewServer(fb)
+	defer srv.Close()
+	c, err := New(WithURL(srv.URL))
+	require.NoError(t, err)
+	cause := errors.New("shutting down")
+	ctx, cancel := context.WithCancelCause(context.Background())
+	time.AfterFunc(100*time.Millisecond, func() { cancel(cause) })
+	start := time.Now()
+	_, err = c.Queue("q").Wait(true).Pop(ctx)
+	require.ErrorIs(t, err, cause)
+	require.Less(t, time.Since(start), 5*time.Second)
+	require.Equal(t, 1, fb.count())
+}
+
+// TestFailoverHeadersAndBody: the retry on the second broker carries the same body and
+// X-Retry-Count 1; a 5xx on the second broker fails back to the first.
+func TestFailoverHeadersAndBody(t *testing.T) {
+	t.Parallel()
+	a := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			writeJSON(w, 503, `{"error":"x","code":"unavailable"}`)
+			return
+		}
+		writeJSON(w, 201, pushOK)
+	}}
+	b := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 502, `{"error":"x","code":"bad_gateway"}`)
+	}}
+	sa, sb := httptest.NewServer(a), httptest.NewServer(b)
+	defer sa.Close()
+	defer sb.Close()
+	sr := &sleepRec{}
+	c, err := New(WithURL(sa.URL, sb.URL), WithBearerToken("tok"), WithHeader("X-App", "t"),
+		withClock(time.Now, func() float64 { return 0 }, sr.sleep))
+	require.NoError(t, err)
+	_, err = c.Queue("q").Partition("p").Push(context.Background(), Item{Data: 1, TransactionID: "tx"})
+	require.NoError(t, err)
+	require.Equal(t, 2, a.count())
+	require.Equal(t, 1, b.count())
+	require.Equal(t, "1", b.reqs[0].Header.Get("X-Retry-Count"))
+	require.Equal(t, "2", a.reqs[1].Header.Get("X-Retry-Count"))
+	require.Equal(t, a.bodies[0], b.bodies[0])
+	require.Equal(t, a.bodies[0], a.bodies[1])
+	require.Equal(t, a.reqs[0].URL.Path, b.reqs[0].URL.Path)
+	for _, r := range []*http.Request{a.reqs[0], b.reqs[0], a.reqs[1]} {
+		require.Equal(t, "Bearer tok", r.Header.Get("Authorization"))
+		require.Equal(t, "t", r.Header.Get("X-App"))
+	}
+	// B untried → no wait; back to A (tried in this call) → computed backoff n=1
+	require.Equal(t, []time.Duration{0, time.Second}, sr.all())
+}
+
+// TestPerAttemptTimeout: an attempt that outlives WithTimeout is a network failure and retried.
+func TestPerAttemptTimeout(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		writeJSON(w, 201, pushOK)
+	}, WithTimeout(100*time.Millisecond))
+	_, err := c.Queue("q").Push(context.Background(), Data(1))
+	require.NoError(t, err)
+	require.Equal(t, 2, fb.count())
+}
+
+type recHandler struct {
+	mu   sync.Mutex
+	recs []slog.Record
+}
+
+func (h *recHandler) Enabled(context.Context, slog.Level) bool { return true }
+func (h *recHandler) Handle(_ context.Context, r slog.Record) error {
+	h.mu.Lock()
+	h.recs = append(h.recs, r)
+	h.mu.Unlock()
+	return nil
+}
+func (h *recHandler) WithAttrs([]slog.Attr) slog.Handler { return h }
+func (h *recHandler) WithGroup(string) slog.Handler      { return h }
+
+// TestRetryLogging: retry decisions at debug with their reason; retryablehttp's own messages
+// (including its "request failed" at error level) are routed to debug too.
+func TestRetryLogging(t *testing.T) {
+	t.Parallel()
+	h := &recHandler{}
+	dead := httptest.NewServer(http.NotFoundHandler())
+	u := dead.URL
+	dead.Close()
+	c, err := New(WithURL(u), WithRetryAttempts(1), WithLogger(slog.New(h)),
+		withClock(time.Now, func() float64 { return 0 }, (&sleepRec{}).sleep))
+	require.NoError(t, err)
+	_, err = c.Queue("q").Push(context.Background(), Data(1))
+	require.ErrorIs(t, err, ErrConnection)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	var buf bytes.Buffer
+	sawRetry := false
+	for _, r := range h.recs {
+		require.Equal(t, slog.LevelDebug, r.Level, r.Message)
+		buf.WriteString(r.Message + "\n")
+		if r.Message == "lanes: retrying" {
+			sawRetry = true
+		}
+	}
+	require.True(t, sawRetry, buf.String())
+}
