@@ -160,18 +160,18 @@ type item struct {
 }
 
 type queueArgs struct {
-	Queue            string `json:"queue"`
+	Queue            string  `json:"queue"`
 	Partition        *string `json:"partition"`
-	Group            string `json:"group"`
-	SubscriptionMode string `json:"subscriptionMode"`
-	SubscriptionFrom string `json:"subscriptionFrom"`
-	Batch            int    `json:"batch"`
-	Partitions       int    `json:"partitions"`
-	Autopilot        *bool  `json:"autopilot"`
-	Wait             *bool  `json:"wait"`
-	TimeoutMs        *int   `json:"timeoutMs"`
-	LeaseSeconds     int    `json:"leaseSeconds"`
-	ServerAutoAck    *bool  `json:"serverAutoAck"`
+	Group            string  `json:"group"`
+	SubscriptionMode string  `json:"subscriptionMode"`
+	SubscriptionFrom string  `json:"subscriptionFrom"`
+	Batch            int     `json:"batch"`
+	Partitions       int     `json:"partitions"`
+	Autopilot        *bool   `json:"autopilot"`
+	Wait             *bool   `json:"wait"`
+	TimeoutMs        *int    `json:"timeoutMs"`
+	LeaseSeconds     int     `json:"leaseSeconds"`
+	ServerAutoAck    *bool   `json:"serverAutoAck"`
 }
 
 func (s *state) builder(a queueArgs) lanes.QueueBuilder {
@@ -465,7 +465,7 @@ func popSummary(pr *lanes.PopResult) map[string]any {
 	data, parts, tids := []any{}, []any{}, []any{}
 	leases := map[string]bool{}
 	for _, m := range pr.Messages {
-		data = append(data, json.RawMessage(m.Data))
+		data = append(data, m.Data)
 		parts = append(parts, m.Partition)
 		tids = append(tids, m.TransactionID)
 		if m.LeaseID != "" {
@@ -552,8 +552,8 @@ func (s *state) consume(raw json.RawMessage) (map[string]any, error) {
 	c, err := q.Consume(context.Background(), func(ctx context.Context, m *lanes.Message) error {
 		key := canonical(m.Data)
 		mu.Lock()
-		handled = append(handled, json.RawMessage(m.Data))
-		byPartition[m.Partition] = append(byPartition[m.Partition], json.RawMessage(m.Data))
+		handled = append(handled, m.Data)
+		byPartition[m.Partition] = append(byPartition[m.Partition], m.Data)
 		calls++
 		sleep := a.Handler.SleepMs
 		if calls == 1 && a.Handler.FirstSleepMs > 0 {

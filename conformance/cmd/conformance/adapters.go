@@ -3,6 +3,7 @@ package main
 import (
 	"bufio"
 	"bytes"
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -24,10 +25,10 @@ type sdk struct {
 var sdks = []sdk{
 	{Name: "go", Prepare: func(repo, tmp string) ([]string, error) {
 		bin := filepath.Join(tmp, "adapter-go")
-		cmd := exec.Command("go", "build", "-o", bin, "./conformance/adapters/go")
+		cmd := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "./conformance/adapters/go")
 		cmd.Dir = repo
 		if out, err := cmd.CombinedOutput(); err != nil {
-			return nil, fmt.Errorf("go build ./conformance/adapters/go: %v\n%s", err, out)
+			return nil, fmt.Errorf("go build ./conformance/adapters/go: %w\n%s", err, out)
 		}
 		return []string{bin}, nil
 	}},
@@ -75,7 +76,7 @@ type adapterProc struct {
 }
 
 func startAdapter(argv []string, dir string) (*adapterProc, error) {
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := exec.CommandContext(context.Background(), argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = os.Environ()
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}

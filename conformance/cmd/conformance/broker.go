@@ -22,16 +22,17 @@ type broker struct {
 	db      string
 	repo    string
 	logPath string
-	exited  chan error
+	done    chan struct{} // closed when the process has exited
+	waitErr error
 }
 
 func pgsh(repo string, env []string, args ...string) (string, error) {
-	cmd := exec.Command(filepath.Join(repo, "scripts", "pg.sh"), args...)
+	cmd := exec.CommandContext(context.Background(), filepath.Join(repo, "scripts", "pg.sh"), args...)
 	cmd.Env = append(os.Environ(), env...)
 	var out, errb bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errb
 	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("scripts/pg.sh %s: %v: %s", strings.Join(args, " "), err, errb.String())
+		return "", fmt.Errorf("scripts/pg.sh %s: %w: %s", strings.Join(args, " "), err, errb.String())
 	}
 	return strings.TrimSpace(out.String()), nil
 }
@@ -62,7 +63,7 @@ func startBroker(repo, lanesBin, tmp string) (*broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	b.cmd = exec.Command(lanesBin)
+	b.cmd = exec.CommandContext(context.Background(), lanesBin)
 	b.cmd.Env = append(os.Environ(),
 		"LANES_DATABASE_URL="+dbURL,
 		"LANES_BIND_ADDR=127.0.0.1",
@@ -76,18 +77,18 @@ func startBroker(repo, lanesBin, tmp string) (*broker, error) {
 	if err := b.cmd.Start(); err != nil {
 		return nil, err
 	}
-	b.exited = make(chan error, 1)
-	exited := b.exited
-	go func() { exited <- b.cmd.Wait(); _ = logf.Close(); close(exited) }()
+	b.done = make(chan struct{})
+	go func() { b.waitErr = b.cmd.Wait(); _ = logf.Close(); close(b.done) }()
 	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		select {
-		case err := <-exited:
+		case <-b.done:
 			log, _ := os.ReadFile(b.logPath)
-			return nil, fmt.Errorf("lanes exited during startup (%v):\n%s", err, log)
+			return nil, fmt.Errorf("lanes exited during startup (%w):\n%s", b.waitErr, log)
 		default:
 		}
-		resp, err := http.Get(b.URL + "/health")
+		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, b.URL+"/health", nil)
+		resp, err := http.DefaultClient.Do(req)
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
@@ -105,9 +106,10 @@ func (b *broker) Stop() {
 	if b.cmd != nil && b.cmd.Process != nil {
 		_ = b.cmd.Process.Signal(syscall.SIGTERM)
 		select {
-		case <-b.exited:
+		case <-b.done:
 		case <-time.After(10 * time.Second):
 			_ = b.cmd.Process.Kill()
+			<-b.done
 		}
 	}
 	if b.db != "" {
@@ -116,7 +118,7 @@ func (b *broker) Stop() {
 }
 
 func freePort() (int, error) {
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return 0, err
 	}

@@ -99,10 +99,10 @@ func run() int {
 		bin := o.lanes
 		if bin == "" {
 			bin = filepath.Join(tmp, "lanes")
-			cmd := exec.Command("go", "build", "-o", bin, "./server/cmd/lanes")
+			cmd := exec.CommandContext(context.Background(), "go", "build", "-o", bin, "./server/cmd/lanes")
 			cmd.Dir = repo
 			if out, err := cmd.CombinedOutput(); err != nil {
-				return fatal(fmt.Errorf("go build ./server/cmd/lanes: %v\n%s", err, out))
+				return fatal(fmt.Errorf("go build ./server/cmd/lanes: %w\n%s", err, out))
 			}
 		}
 		b, err := startBroker(repo, bin, tmp)
@@ -326,9 +326,7 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 		}
 		if st.expect != nil {
 			exp := substitute(st.expect, vars)
-			for _, p := range m.match(st.ID+"("+st.Op+")", exp, r) {
-				res.Problems = append(res.Problems, p)
-			}
+			res.Problems = append(res.Problems, m.match(st.ID+"("+st.Op+")", exp, r)...)
 		}
 	}
 
@@ -342,9 +340,7 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 				if f.Expect == nil || i >= len(counts) {
 					continue
 				}
-				for _, p := range m.match(fmt.Sprintf("faults[%d] %s %s", i, f.Method, f.Path), normalize(f.Expect), counts[i]) {
-					res.Problems = append(res.Problems, p)
-				}
+				res.Problems = append(res.Problems, m.match(fmt.Sprintf("faults[%d] %s %s", i, f.Method, f.Path), normalize(f.Expect), counts[i])...)
 			}
 		}
 	}
@@ -450,7 +446,10 @@ func report(cases []testCase, chosen []sdk, results map[string]map[string]*outco
 	}
 	fmt.Println()
 	passed, failed, xfail := 0, 0, 0
-	type detail struct{ sdk, id, label string; problems []string }
+	type detail struct {
+		sdk, id, label string
+		problems       []string
+	}
 	var details []detail
 	perSDK := map[string][3]int{}
 	for _, c := range cases {

@@ -75,7 +75,7 @@ func newValidatingProxy(specPath, brokerURL string) (*validatingProxy, error) {
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}

@@ -2,7 +2,7 @@ package api
 
 // Test-only fault scripts (LANES_TEST_FAULTS / --test-faults, off by default): the conformance
 // suite scripts the next responses of a route and reads how many attempts reached it, so SDK
-// retry behaviour is tested end to end. Never enable it in production.
+// retry behavior is tested end to end. Never enable it in production.
 //
 // A script belongs to a run: only requests carrying the header X-Lanes-Test-Run: <run> are
 // matched, counted or faulted, so runs never see each other's scripts.
