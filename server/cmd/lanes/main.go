@@ -21,6 +21,7 @@ import (
 	"github.com/lanesmq/lanes/server/internal/api"
 	"github.com/lanesmq/lanes/server/internal/config"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/metrics"
 )
 
 // version is stamped by the build (-ldflags "-X main.version=…").
@@ -65,43 +66,52 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	poolCfg.MaxConns = int32(cfg.PoolSize)
 	// The broker's statements are short and index-driven; JIT compilation only adds latency to them.
 	poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
+	// Every statement of the broker has a server-side deadline too.
+	if cfg.StatementTimeout > 0 {
+		poolCfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
 	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	if cfg.ApplySchema {
-		if err := applySchemaWithRetry(ctx, pool, log); err != nil {
-			return err
-		}
-	}
 	verifier, err := newVerifier(cfg)
 	if err != nil {
 		return err
 	}
 	admit := newAdmission(cfg)
+	reg := metrics.New()
 	eng := engine.New(pool, engine.Config{
+		OnRetentionPass:         api.RetentionObserver(reg, log),
 		AdmitPopCheck:           admit.Pop.Acquire,
 		PushCommitters:          cfg.PushCommitters,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
 		PopAutopilot:            cfg.PopAutopilot,
 		Logger:                  log,
 	})
-	eng.StartRetention(cfg.RetentionInterval)
-	eng.StartTimers(cfg.TimersInterval)
-	eng.StartKVSweeper(cfg.KVSweepInterval)
+	schema := &schemaGate{}
 	var srv *api.Server
 	sp := openSpool(cfg, eng.Push, func() bool { return srv != nil && srv.PushMaintenance() }, log)
 	srv = api.NewServer(eng, api.Options{
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
 		Admission: admit, Spool: sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
-		TestFaults: cfg.TestFaults,
+		TestFaults: cfg.TestFaults, Metrics: reg, Limits: limitsOf(cfg), DBTimeout: cfg.RequestDBTimeout,
+		SchemaReady: schema.ready.Load,
 	})
 	drainCtx, stopDrain := context.WithCancel(context.Background())
 	defer stopDrain()
-	if sp != nil {
-		go sp.Run(drainCtx)
+	// The loops that need the schema start once it is applied; until then the
+	// broker serves (pushes spool, /health answers 503).
+	schema.start = func() {
+		eng.StartRetention(cfg.RetentionInterval)
+		eng.StartTimers(cfg.TimersInterval)
+		eng.StartKVSweeper(cfg.KVSweepInterval)
+		if sp != nil {
+			go sp.Run(drainCtx)
+		}
+		go srv.RunLagCollector(drainCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
 	}
+	schema.bringUp(ctx, drainCtx, pool, cfg, log)
 	handler, err := srv.Handler()
 	if err != nil {
 		return err
@@ -134,6 +144,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	go func() { time.Sleep(100 * time.Millisecond); eng.ReleaseParkedPops() }()
 	err = httpServer.Shutdown(shutdownCtx)
 	stopDrain()
+	schema.close()
 	if sp != nil {
 		_ = sp.Close()
 		if n := sp.Pending(); n > 0 {
@@ -146,23 +157,6 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	}
 	log.Info("stopped cleanly")
 	return nil
-}
-
-// applySchemaWithRetry waits for PostgreSQL at boot so a broker started next
-// to its database does not fail the race.
-func applySchemaWithRetry(ctx context.Context, pool *pgxpool.Pool, log *slog.Logger) error {
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		err := engine.ApplySchema(ctx, pool)
-		if err == nil {
-			return nil
-		}
-		if time.Now().After(deadline) || ctx.Err() != nil {
-			return fmt.Errorf("apply schema: %w", err)
-		}
-		log.Warn("database not ready; retrying", "err", err)
-		time.Sleep(time.Second)
-	}
 }
 
 // servePprof exposes profiles on a separate, opt-in listener.

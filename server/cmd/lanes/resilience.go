@@ -1,12 +1,20 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lanesmq/lanes/server/internal/admission"
+	"github.com/lanesmq/lanes/server/internal/api"
 	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/config"
+	"github.com/lanesmq/lanes/server/internal/engine"
 	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
@@ -57,4 +65,86 @@ func openSpool(cfg *config.Config, push spool.PushFunc, paused func() bool, log 
 		return nil
 	}
 	return sp
+}
+
+// limitsOf is the request caps of the configuration.
+func limitsOf(cfg *config.Config) api.Limits {
+	return api.Limits{
+		MaxPushItems: cfg.MaxPushItems, MaxAckItems: cfg.MaxAckItems,
+		MaxTxnOperations: cfg.MaxTxnOperations, MaxPopBatch: cfg.MaxPopBatch,
+	}
+}
+
+// schemaAttemptTimeout bounds one schema attempt (an unreachable host would
+// otherwise hang on the TCP connect).
+const schemaAttemptTimeout = 10 * time.Second
+
+// schemaGate applies the schema at boot without making the broker wait for
+// PostgreSQL: the first attempt runs before the listener opens; if it fails,
+// the broker serves anyway (ready stays false: pushes spool, /health is 503)
+// and a background loop retries with backoff until it succeeds, then runs
+// start (the loops that need the schema, the spool drain among them).
+type schemaGate struct {
+	ready  atomic.Bool
+	start  func()
+	mu     sync.Mutex
+	closed bool
+}
+
+func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) {
+	if !cfg.ApplySchema {
+		g.markReady()
+		return
+	}
+	attempt := func() error {
+		actx, cancel := context.WithTimeout(ctx, schemaAttemptTimeout)
+		defer cancel()
+		return engine.ApplySchema(actx, pool)
+	}
+	err := attempt()
+	if err == nil {
+		g.markReady()
+		return
+	}
+	log.Warn("database not ready; serving without it (pushes go to the disk spool, /health answers 503) and retrying the schema in the background", "err", err)
+	go func() {
+		wait := 250 * time.Millisecond
+		maxWait := max(cfg.SchemaRetryMax, 250*time.Millisecond)
+		for attempts := 1; ; attempts++ {
+			select {
+			case <-ctx.Done():
+				return
+			case <-bg.Done():
+				return
+			case <-time.After(wait):
+			}
+			err := attempt()
+			if err == nil {
+				log.Info("schema applied; database work resumes and the spool drains", "attempts", attempts+1)
+				g.markReady()
+				return
+			}
+			wait = min(wait*2, maxWait)
+			log.Warn("database still not ready; retrying", "err", err, "retryIn", wait)
+		}
+	}()
+}
+
+func (g *schemaGate) markReady() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed {
+		return
+	}
+	g.ready.Store(true)
+	if g.start != nil {
+		g.start()
+	}
+}
+
+// close stops a later markReady from starting anything (shutdown is under way).
+func (g *schemaGate) close() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.closed = true
 }

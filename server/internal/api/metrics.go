@@ -1,11 +1,17 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
+	"log/slog"
 	"net/http"
 	"runtime"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/metrics"
 )
 
 // registerGauges exposes, at scrape time, the numbers other parts own.
@@ -42,6 +48,7 @@ func (s *Server) registerGauges() {
 		m.Counter("lanes_spool_drained_total", "Spooled pushes replayed into PostgreSQL.", nil, func() float64 { return float64(sp.Drained()) })
 		m.Gauge("lanes_spool_db_healthy", "0 after a push was spooled or a drain failed; 1 after a drain succeeded.", nil, boolGauge(sp.DBHealthy))
 	}
+	m.Gauge("lanes_pop_parked", "Long-poll pops parked on this broker (no connection held).", nil, func() float64 { return float64(s.engine.ParkedPops()) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))
 	m.Gauge("lanes_maintenance_pop", "1 while pop maintenance answers every pop 204.", nil, boolGauge(s.maintenance.pop.Load))
 }
@@ -61,9 +68,17 @@ func (s *Server) serveJSONMetrics(w http.ResponseWriter, _ *http.Request) {
 	body := map[string]any{
 		"uptime":   uptime,
 		"requests": map[string]any{"total": s.metrics.RequestsTotal(), "rate": rate(s.metrics.RequestsTotal())},
-		"messages": map[string]any{"total": s.metrics.PushedTotal(), "rate": rate(s.metrics.PushedTotal())},
-		"memory":   map[string]any{"heapAlloc": mem.HeapAlloc, "sys": mem.Sys, "goroutines": runtime.NumGoroutine()},
-		"cpu":      map[string]any{"cores": runtime.NumCPU()},
+		"messages": map[string]any{
+			"total": s.metrics.PushedTotal(), "rate": rate(s.metrics.PushedTotal()),
+			"pushed": s.metrics.PushedTotal(), "popped": s.metrics.PoppedTotal(),
+			"acked": s.metrics.AckedTotal(), "deadLettered": s.metrics.DeadLetteredTotal(),
+			"leasesGivenBack": s.metrics.LeasesGivenBack(),
+		},
+		"retention":  s.metrics.Retention(),
+		"lag":        lagSummary(s.metrics.LagSnapshot()),
+		"parkedPops": s.engine.ParkedPops(),
+		"memory":     map[string]any{"heapAlloc": mem.HeapAlloc, "sys": mem.Sys, "goroutines": runtime.NumGoroutine()},
+		"cpu":        map[string]any{"cores": runtime.NumCPU()},
 		"maintenance": map[string]any{
 			"push": s.maintenance.push.Load(),
 			"pop":  s.maintenance.pop.Load(),
@@ -100,4 +115,82 @@ func (s *Server) serveJSONMetrics(w http.ResponseWriter, _ *http.Request) {
 	}
 	w.Header().Set("Content-Type", "application/json")
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// lagTop is how many of the largest backlogs the JSON metrics list.
+const lagTop = 10
+
+func lagSummary(l metrics.LagSnapshot) map[string]any {
+	var total int64
+	for _, x := range l.Samples {
+		total += x.Messages
+	}
+	top := l.Samples[:min(len(l.Samples), lagTop)]
+	if top == nil {
+		top = []metrics.LagSample{}
+	}
+	out := map[string]any{"series": len(l.Samples), "totalMessages": total, "top": top,
+		"refreshSeconds": l.RefreshSeconds, "refreshedAt": nil}
+	if !l.RefreshedAt.IsZero() {
+		out["refreshedAt"] = l.RefreshedAt.UTC().Format(time.RFC3339Nano)
+	}
+	if l.Err != "" {
+		out["lastError"] = l.Err
+	}
+	return out
+}
+
+// RunLagCollector recomputes the per-queue lag gauges every interval (at most
+// maxSeries of them, largest first) until ctx ends; scrapes read the last result.
+func (s *Server) RunLagCollector(ctx context.Context, interval time.Duration, maxSeries int) {
+	s.metrics.RunLagCollector(ctx, interval, s.lagFetch(maxSeries), func(err error) {
+		s.log.Debug("lag refresh failed; the gauges keep their last values", "err", err)
+	})
+}
+
+// RefreshLag recomputes the lag gauges once.
+func (s *Server) RefreshLag(ctx context.Context, maxSeries int) error {
+	return s.metrics.RefreshLag(ctx, s.lagFetch(maxSeries))
+}
+
+func (s *Server) lagFetch(maxSeries int) func(context.Context) ([]metrics.LagSample, error) {
+	if maxSeries <= 0 {
+		maxSeries = 1000
+	}
+	return func(ctx context.Context) ([]metrics.LagSample, error) {
+		if !s.schemaReady() {
+			return nil, errSchemaNotReady
+		}
+		timeout := s.opts.DBTimeout
+		if timeout <= 0 {
+			timeout = 30 * time.Second
+		}
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		lags, err := s.engine.QueueLags(ctx, maxSeries)
+		if err != nil {
+			return nil, err
+		}
+		out := make([]metrics.LagSample, len(lags))
+		for i, l := range lags {
+			out[i] = metrics.LagSample{Queue: l.Queue, Group: l.Group, Messages: l.Messages}
+		}
+		return out, nil
+	}
+}
+
+type schemaNotReadyError struct{}
+
+func (schemaNotReadyError) Error() string { return "schema not applied yet" }
+
+var errSchemaNotReady error = schemaNotReadyError{}
+
+// RetentionObserver returns the engine hook that feeds retention progress into m.
+func RetentionObserver(m *metrics.Metrics, log *slog.Logger) func(engine.RetentionStats, time.Duration, error) {
+	return func(st engine.RetentionStats, took time.Duration, err error) {
+		if err != nil && log != nil {
+			log.Debug("retention pass failed", "err", err)
+		}
+		m.ObserveRetention(st.Leader, st.Segments, st.Messages, st.TxnsPurged, took, err != nil)
+	}
 }

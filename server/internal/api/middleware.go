@@ -1,6 +1,7 @@
 package api
 
 import (
+	"errors"
 	"net"
 	"net/http"
 	"strconv"
@@ -200,6 +201,16 @@ func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request,
 	return func(w http.ResponseWriter, r *http.Request, err error) {
 		if _, ok := admission.IsRejected(err); ok {
 			writeRejected(w, err)
+			return
+		}
+		var limit *limitError
+		if errors.As(err, &limit) {
+			writeError(w, http.StatusBadRequest, CodeLimitExceeded, limit.msg)
+			return
+		}
+		if r.Context().Err() == nil && isDatabaseTimeout(err) {
+			s.log.Error("database work passed its deadline", "path", r.URL.Path, "err", err)
+			writeError(w, http.StatusInternalServerError, CodeDatabaseTimeout, "database timeout: "+err.Error())
 			return
 		}
 		fallback(w, r, err)

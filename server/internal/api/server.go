@@ -45,6 +45,13 @@ type Options struct {
 	PushTimeout time.Duration
 	// TestFaults serves /__test/faults (test-only fault scripts, see faults.go). Off by default.
 	TestFaults bool
+	// Limits caps items per request (see limits.go); zero fields take the defaults.
+	Limits Limits
+	// DBTimeout bounds a request's database work (a waiting pop gets its timeout on top; 0 = none).
+	DBTimeout time.Duration
+	// SchemaReady reports that the schema is applied (nil: always). Until then
+	// /health answers 503 and pushes go to the spool.
+	SchemaReady func() bool
 }
 
 // Server implements gen.StrictServerInterface. Operations without a method of
@@ -88,7 +95,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	}
 	spec.Servers = nil
 	responder := errorResponder{log: s.log}
-	strict := gen.NewStrictHandlerWithOptions(s, nil, gen.StrictHTTPServerOptions{
+	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,
 		ResponseErrorHandlerFunc: s.responseError(responder.responseError),
 	})

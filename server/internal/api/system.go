@@ -96,7 +96,10 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 		}
 	}
 	sp := s.opts.Spool
-	if sp != nil && (s.maintenance.pushEnabled() || sp.Pending() > 0) {
+	if sp != nil && (!s.schemaReady() || s.maintenance.pushEnabled() || sp.Pending() > 0) {
+		if !s.schemaReady() {
+			sp.MarkDBDown()
+		}
 		return s.spoolPush(items)
 	}
 	pushCtx, cancel := context.WithTimeout(ctx, s.opts.PushTimeout)

@@ -77,6 +77,16 @@ type Resilience struct {
 	RateLimitPerClient    float64
 	RateLimitBurst        int
 	PushTimeout           time.Duration
+	// Limits and database deadlines (see api.Limits).
+	MaxPushItems       int
+	MaxAckItems        int
+	MaxTxnOperations   int
+	MaxPopBatch        int
+	StatementTimeout   time.Duration
+	RequestDBTimeout   time.Duration
+	SchemaRetryMax     time.Duration
+	LagRefreshInterval time.Duration
+	LagMaxSeries       int
 	// JWT authentication (see internal/auth).
 	JWTEnabled   bool
 	JWTAlgorithm string
@@ -84,6 +94,21 @@ type Resilience struct {
 	JWTPublicKey string
 	JWTIssuer    string
 	JWTAudience  string
+}
+
+// positiveSetting parses an integer of at least 1 (and at most upper when upper > 0).
+func positiveSetting(dst func(*Config) *int, upper int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || (upper > 0 && n > upper) {
+			if upper > 0 {
+				return fmt.Errorf("not an integer in 1..%d: %q", upper, v)
+			}
+			return fmt.Errorf("not a positive integer: %q", v)
+		}
+		*dst(c) = n
+		return nil
+	}
 }
 
 func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
@@ -129,6 +154,15 @@ var settings = []setting{
 	}},
 	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst })},
 	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout })},
+	{"max-push-items", "LANES_MAX_PUSH_ITEMS", "10000", "items one push request may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxPushItems }, 0)},
+	{"max-ack-items", "LANES_MAX_ACK_ITEMS", "10000", "acknowledgments one ack batch may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxAckItems }, 0)},
+	{"max-txn-operations", "LANES_MAX_TXN_OPERATIONS", "10000", "operations (push items, acks, kv and timer ops) one transaction may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxTxnOperations }, 0)},
+	{"max-pop-batch", "LANES_MAX_POP_BATCH", "10000", "largest pop batch; more answers 400 (at most 10000, the spec's bound)", positiveSetting(func(c *Config) *int { return &c.MaxPopBatch }, 10000)},
+	{"db-statement-timeout-ms", "LANES_DB_STATEMENT_TIMEOUT_MS", "30000", "statement_timeout of every broker connection; 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.StatementTimeout })},
+	{"request-db-timeout-ms", "LANES_REQUEST_DB_TIMEOUT_MS", "30000", "deadline of a request's database work (a long poll gets its timeout on top); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.RequestDBTimeout })},
+	{"schema-retry-max-ms", "LANES_SCHEMA_RETRY_MAX_MS", "5000", "longest pause between schema attempts while PostgreSQL is unreachable at boot (the broker serves meanwhile)", millisSetting(func(c *Config) *time.Duration { return &c.SchemaRetryMax })},
+	{"lag-refresh-ms", "LANES_LAG_REFRESH_MS", "15000", "how often the per-queue lag gauges are recomputed; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.LagRefreshInterval })},
+	{"lag-max-series", "LANES_LAG_MAX_SERIES", "1000", "most (queue, group) lag series exported, largest lag first", positiveSetting(func(c *Config) *int { return &c.LagMaxSeries }, 0)},
 	{"jwt-enabled", "LANES_JWT_ENABLED", "false", "require bearer JWTs (roles read-only, write-only, read-write, admin)", boolSetting(func(c *Config) *bool { return &c.JWTEnabled })},
 	{"jwt-algorithm", "LANES_JWT_ALGORITHM", "auto", "accepted algorithm (HS256, RS256, EdDSA, …) or auto = all the keys allow", stringSetting(func(c *Config) *string { return &c.JWTAlgorithm })},
 	{"jwt-secret", "LANES_JWT_SECRET", "", "HMAC secret for HS256/384/512", stringSetting(func(c *Config) *string { return &c.JWTSecret })},

@@ -48,7 +48,9 @@ type Config struct {
 	// AdmitPopCheck, when set, is called before each database check of a pop
 	// (not while it is parked); it returns a release func or a rejection.
 	AdmitPopCheck func(ctx context.Context) (release func(), err error)
-	Logger        *slog.Logger
+	// OnRetentionPass, when set, is told about every retention pass (metrics).
+	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
+	Logger          *slog.Logger
 }
 
 func (c *Config) withDefaults() {

@@ -89,6 +89,9 @@ func (e *Engine) StartRetention(interval time.Duration) {
 			start := time.Now()
 			st, err := e.RetentionPass(ctx)
 			cancel()
+			if e.cfg.OnRetentionPass != nil {
+				e.cfg.OnRetentionPass(st, time.Since(start), err)
+			}
 			if err != nil && ctx.Err() == nil {
 				e.log.Warn("retention pass failed", "err", err)
 			} else if st.Segments > 0 || st.TxnsPurged > 0 {

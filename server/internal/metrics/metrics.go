@@ -4,8 +4,10 @@
 package metrics
 
 import (
+	"context"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -25,6 +27,49 @@ type Metrics struct {
 
 	requestsTotal atomic.Int64
 	pushedTotal   atomic.Int64
+
+	popped, acked, deadLettered, leasesGivenBack atomic.Int64
+	retention                                    retentionProgress
+
+	lag       *prometheus.GaugeVec
+	lagMu     sync.Mutex
+	lagLatest LagSnapshot
+}
+
+// retentionProgress accumulates the retention passes of this broker.
+type retentionProgress struct {
+	mu                               sync.Mutex
+	passes, errors, sweeps, segments int64
+	messages, txnsPurged             int64
+	lastDuration                     time.Duration
+	lastAt                           time.Time
+}
+
+// RetentionSnapshot is the retention progress for the JSON metrics.
+type RetentionSnapshot struct {
+	Passes          int64   `json:"passes"`
+	Sweeps          int64   `json:"sweeps"`
+	Errors          int64   `json:"errors"`
+	SegmentsDeleted int64   `json:"segmentsDeleted"`
+	MessagesDeleted int64   `json:"messagesDeleted"`
+	TxnsPurged      int64   `json:"txnsPurged"`
+	LastPassSeconds float64 `json:"lastPassSeconds"`
+	LastPassAt      *string `json:"lastPassAt"`
+}
+
+// LagSample is the backlog of one consumer group on one queue.
+type LagSample struct {
+	Queue    string `json:"queue"`
+	Group    string `json:"group"`
+	Messages int64  `json:"messages"`
+}
+
+// LagSnapshot is the last lag refresh.
+type LagSnapshot struct {
+	Samples        []LagSample
+	RefreshedAt    time.Time
+	RefreshSeconds float64
+	Err            string
 }
 
 // New builds a registry with the Go runtime and process collectors.
@@ -47,9 +92,150 @@ func New() *Metrics {
 			Help: "Pushed items by verdict: queued, duplicate, buffered, failed.",
 		}, []string{"status"}),
 	}
-	reg.MustRegister(m.requests, m.latency, m.pushItems,
+	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lanes_queue_lag_messages",
+		Help: "Messages past a consumer group's cursors on a queue (watermark arithmetic), refreshed by a background collector; largest LANES_LAG_MAX_SERIES only.",
+	}, []string{"queue", "group"})
+	reg.MustRegister(m.requests, m.latency, m.pushItems, m.lag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	count := func(name, help string, v *atomic.Int64) {
+		m.Counter(name, help, nil, func() float64 { return float64(v.Load()) })
+	}
+	count("lanes_messages_pushed_total", "Messages accepted by push (queued or buffered).", &m.pushedTotal)
+	count("lanes_messages_popped_total", "Messages delivered by pops (leased or auto-acked).", &m.popped)
+	count("lanes_messages_acked_total", "Acknowledgements executed (ack, ack batch, transaction), any status.", &m.acked)
+	count("lanes_messages_dead_lettered_total", "Messages moved to the dead-letter queue by acknowledgements.", &m.deadLettered)
+	count("lanes_pop_leases_given_back_total", "Claims released again because the client left before the answer.", &m.leasesGivenBack)
+	r := &m.retention
+	read := func(f func() float64) func() float64 {
+		return func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return f() }
+	}
+	m.Counter("lanes_retention_passes_total", "Retention passes run by this broker (swept or not).", nil, read(func() float64 { return float64(r.passes) }))
+	m.Counter("lanes_retention_sweeps_total", "Retention passes in which this broker held the sweeper lease.", nil, read(func() float64 { return float64(r.sweeps) }))
+	m.Counter("lanes_retention_errors_total", "Retention passes that failed.", nil, read(func() float64 { return float64(r.errors) }))
+	m.Counter("lanes_retention_segments_deleted_total", "Segments deleted by retention.", nil, read(func() float64 { return float64(r.segments) }))
+	m.Counter("lanes_retention_messages_deleted_total", "Messages in segments deleted by retention.", nil, read(func() float64 { return float64(r.messages) }))
+	m.Counter("lanes_retention_txns_purged_total", "Transaction-index rows purged by retention.", nil, read(func() float64 { return float64(r.txnsPurged) }))
+	m.Gauge("lanes_retention_last_pass_seconds", "Duration of the last retention pass.", nil, read(func() float64 { return r.lastDuration.Seconds() }))
+	m.Gauge("lanes_retention_last_pass_timestamp_seconds", "Unix time the last retention pass ended (0 = none yet).", nil, read(func() float64 {
+		if r.lastAt.IsZero() {
+			return 0
+		}
+		return float64(r.lastAt.UnixNano()) / 1e9
+	}))
+	lagRead := func(f func(LagSnapshot) float64) func() float64 {
+		return func() float64 { return f(m.LagSnapshot()) }
+	}
+	m.Gauge("lanes_queue_lag_refresh_seconds", "Duration of the last lag refresh.", nil, lagRead(func(l LagSnapshot) float64 { return l.RefreshSeconds }))
+	m.Gauge("lanes_queue_lag_refresh_timestamp_seconds", "Unix time of the last successful lag refresh (0 = none yet).", nil, lagRead(func(l LagSnapshot) float64 {
+		if l.RefreshedAt.IsZero() {
+			return 0
+		}
+		return float64(l.RefreshedAt.UnixNano()) / 1e9
+	}))
 	return m
+}
+
+// CountPopped records n delivered messages.
+func (m *Metrics) CountPopped(n int) { m.popped.Add(int64(n)) }
+
+// CountAcks records executed acknowledgements and those that dead-lettered.
+func (m *Metrics) CountAcks(acked, deadLettered int) {
+	m.acked.Add(int64(acked))
+	m.deadLettered.Add(int64(deadLettered))
+}
+
+// CountLeaseGivenBack records a claim released because its client left.
+func (m *Metrics) CountLeaseGivenBack() { m.leasesGivenBack.Add(1) }
+
+// PoppedTotal, AckedTotal, DeadLetteredTotal and LeasesGivenBack read the counters.
+func (m *Metrics) PoppedTotal() int64 { return m.popped.Load() }
+
+// AckedTotal counts executed acknowledgements.
+func (m *Metrics) AckedTotal() int64 { return m.acked.Load() }
+
+// DeadLetteredTotal counts messages moved to the DLQ by acknowledgements.
+func (m *Metrics) DeadLetteredTotal() int64 { return m.deadLettered.Load() }
+
+// LeasesGivenBack counts claims released because the client left.
+func (m *Metrics) LeasesGivenBack() int64 { return m.leasesGivenBack.Load() }
+
+// ObserveRetention records one retention pass.
+func (m *Metrics) ObserveRetention(leader bool, segments int, messages, txnsPurged int64, took time.Duration, failed bool) {
+	r := &m.retention
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.passes++
+	if leader {
+		r.sweeps++
+	}
+	if failed {
+		r.errors++
+	}
+	r.segments += int64(segments)
+	r.messages += messages
+	r.txnsPurged += txnsPurged
+	r.lastDuration = took
+	r.lastAt = time.Now()
+}
+
+// Retention reads the retention progress.
+func (m *Metrics) Retention() RetentionSnapshot {
+	r := &m.retention
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	out := RetentionSnapshot{Passes: r.passes, Sweeps: r.sweeps, Errors: r.errors, SegmentsDeleted: r.segments,
+		MessagesDeleted: r.messages, TxnsPurged: r.txnsPurged, LastPassSeconds: r.lastDuration.Seconds()}
+	if !r.lastAt.IsZero() {
+		at := r.lastAt.UTC().Format(time.RFC3339Nano)
+		out.LastPassAt = &at
+	}
+	return out
+}
+
+// RefreshLag runs fetch once and replaces every lag series with its answer
+// (series that disappeared are dropped). A failed fetch keeps the old series.
+func (m *Metrics) RefreshLag(ctx context.Context, fetch func(context.Context) ([]LagSample, error)) error {
+	start := time.Now()
+	samples, err := fetch(ctx)
+	m.lagMu.Lock()
+	defer m.lagMu.Unlock()
+	m.lagLatest.RefreshSeconds = time.Since(start).Seconds()
+	if err != nil {
+		m.lagLatest.Err = err.Error()
+		return err
+	}
+	m.lag.Reset()
+	for _, s := range samples {
+		m.lag.WithLabelValues(s.Queue, s.Group).Set(float64(s.Messages))
+	}
+	m.lagLatest = LagSnapshot{Samples: samples, RefreshedAt: time.Now(), RefreshSeconds: m.lagLatest.RefreshSeconds}
+	return nil
+}
+
+// RunLagCollector refreshes the lag series every interval until ctx ends, so
+// a scrape never pays for the aggregate.
+func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, fetch func(context.Context) ([]LagSample, error), onErr func(error)) {
+	if interval <= 0 {
+		return
+	}
+	for {
+		if err := m.RefreshLag(ctx, fetch); err != nil && ctx.Err() == nil && onErr != nil {
+			onErr(err)
+		}
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(interval):
+		}
+	}
+}
+
+// LagSnapshot returns the last lag refresh.
+func (m *Metrics) LagSnapshot() LagSnapshot {
+	m.lagMu.Lock()
+	defer m.lagMu.Unlock()
+	return m.lagLatest
 }
 
 // ObserveRequest records one finished request.

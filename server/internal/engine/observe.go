@@ -1,0 +1,50 @@
+package engine
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// ParkedPops counts the long polls parked on this engine right now.
+func (e *Engine) ParkedPops() int {
+	w := e.waiters
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.any)
+	for _, set := range w.byQueue {
+		n += len(set)
+	}
+	return n
+}
+
+// QueueLag is the backlog of one consumer group on one queue: messages past
+// its cursors, summed over the partitions it has cursors on.
+type QueueLag struct {
+	Queue    string
+	Group    string
+	Messages int64
+}
+
+// QueueLags computes every (queue, group) backlog from the watermarks
+// (last_offset − committed, floored at the retention start), largest first,
+// at most limit rows. One aggregate over the cursor rows; meant for a
+// periodic collector, not for every scrape.
+func (e *Engine) QueueLags(ctx context.Context, limit int) ([]QueueLag, error) {
+	rows, err := e.pool.Query(ctx, `SELECT q.name, c.consumer_group,
+			sum(greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0))::bigint AS lag
+		FROM lanes.consumers c
+		JOIN lanes.partitions p ON p.id = c.partition_id
+		JOIN lanes.queues q ON q.id = p.queue_id
+		GROUP BY q.name, c.consumer_group
+		ORDER BY lag DESC, q.name, c.consumer_group
+		LIMIT $1`, limit)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueLag, error) {
+		var l QueueLag
+		err := r.Scan(&l.Queue, &l.Group, &l.Messages)
+		return l, err
+	})
+}
