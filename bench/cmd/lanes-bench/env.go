@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"net/http"
 	"net/url"
 	"os"
@@ -127,6 +128,15 @@ func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir strin
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("broker binary %s: %w (run `make build`)", bin, err)
 	}
+	for _, addr := range []string{fmt.Sprintf("127.0.0.1:%d", port), pprofAddr} {
+		if addr == "" {
+			continue
+		}
+		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+			_ = c.Close()
+			return nil, fmt.Errorf("%s is taken (a broker left over from an earlier run?); stop it or pass -broker-port/-pprof-addr", addr)
+		}
+	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
@@ -141,7 +151,8 @@ func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir strin
 		"LANES_SPOOL_DIR="+spoolDir,
 	)
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	// Pdeathsig: the broker goes away with the harness even when the harness dies abruptly.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
 	if err := cmd.Start(); err != nil {
 		logf.Close()
 		return nil, err
@@ -163,6 +174,12 @@ func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir strin
 		if err == nil {
 			_ = resp.Body.Close()
 			if resp.StatusCode == http.StatusOK {
+				select {
+				case err := <-exited: // someone else answered on our port
+					_ = logf.Close()
+					return nil, fmt.Errorf("broker exited during start (%w)", err)
+				default:
+				}
 				return b, nil
 			}
 		}

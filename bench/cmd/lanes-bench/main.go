@@ -53,6 +53,7 @@ type options struct {
 	riverWorkers int
 	txnBacklog   int
 	analyze      bool
+	brokerRev    string
 }
 
 // harness holds what every scenario shares.
@@ -121,6 +122,7 @@ func main() {
 	flag.IntVar(&o.riverWorkers, "river-workers", 200, "River MaxWorkers of the shared workload")
 	flag.IntVar(&o.txnBacklog, "txn-backlog", 0, "stage-A backlog of the pipeline handoff (default 10000, 2000 with -short)")
 	flag.BoolVar(&o.analyze, "analyze", true, "run ANALYZE in the broker's database before each scenario, as autovacuum would on a running system (fresh tables have no planner statistics; -analyze=false shows the cold-start plans)")
+	flag.StringVar(&o.brokerRev, "broker-rev", "", "what the broker binary was built from, for the report (default: this checkout's HEAD and whether server/ is dirty)")
 	flag.Parse()
 	if o.duration == 0 {
 		o.duration = 10 * time.Second
@@ -188,7 +190,10 @@ func (h *harness) run() int {
 	ctx := context.Background()
 	o := h.o
 	run := Run{Started: time.Now(), Command: "go run ./bench/cmd/lanes-bench " + strings.Join(os.Args[1:], " "), Short: o.short,
-		Machine: machineInfo(), LoadAvgStart: loadAvg(), BrokerCommit: gitDescribe(h.root)}
+		Machine: machineInfo(), LoadAvgStart: loadAvg(), BrokerCommit: o.brokerRev}
+	if run.BrokerCommit == "" {
+		run.BrokerCommit = gitDescribe(h.root)
+	}
 	t0 := time.Now()
 
 	// PostgreSQL
