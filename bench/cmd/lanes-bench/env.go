@@ -132,7 +132,7 @@ func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir strin
 		if addr == "" {
 			continue
 		}
-		if c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond); err == nil {
+		if c, err := (&net.Dialer{Timeout: 200 * time.Millisecond}).DialContext(context.Background(), "tcp", addr); err == nil {
 			_ = c.Close()
 			return nil, fmt.Errorf("%s is taken (a broker left over from an earlier run?); stop it or pass -broker-port/-pprof-addr", addr)
 		}
