@@ -78,9 +78,7 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 		for i := range items {
 			results[i] = AckResult{Index: i, TransactionID: items[i].TransactionID}
 		}
-		ackErr = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			return ackInTx(ctx, tx, items, results)
-		})
+		ackErr = e.ackPipelined(ctx, items, results)
 		if ackErr == nil || !isRetryableTxError(ackErr) {
 			break
 		}
@@ -89,6 +87,44 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 		return nil, ackErr
 	}
 	return results, nil
+}
+
+// ackPipelined runs one ack request in two round trips: (begin, lock the
+// cursors, resolve the transaction ids) and (write the cursors, commit).
+// Filing a dead letter adds a read of the poison message's segment.
+func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []AckResult) error {
+	plan := planAcks(items, results)
+	if plan.empty() {
+		return nil
+	}
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	tx := &connTx{conn: conn}
+	defer tx.rollbackUnlessDone()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	plan.queueReads(b)
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	tx.open = true
+	dlqs := plan.apply(items, results)
+	if len(dlqs) > 0 {
+		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
+			return err
+		}
+	}
+	b = &pgx.Batch{}
+	plan.queueWrites(b)
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	tx.open = false
+	return nil
 }
 
 // ackRef is one ack item inside its group.
@@ -119,22 +155,63 @@ type consumerRow struct {
 // ackSummary tells a transaction bundle whether any ack was rejected.
 type ackSummary struct{ rejected bool }
 
-// ackInTx resolves and applies items inside tx; it locks consumer rows in
-// (partition_id, consumer_group) order. It fills results and reports whether
-// any item was rejected (used by transaction bundles to roll back).
-func ackInTx(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckResult) error {
-	_, err := applyAcks(ctx, tx, items, results)
-	return err
-}
+// applyAcks resolves and applies items inside a caller's transaction (a
+// bundle); it locks consumer rows in (partition_id, consumer_group) order. It
+// fills results and reports whether any item was rejected, so the bundle can
+// roll back.
 
 func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckResult) (ackSummary, error) {
-	var sum ackSummary
-	groups := map[ackGroupKey][]ackRef{}
+	plan := planAcks(items, results)
+	if plan.empty() {
+		return plan.sum, nil
+	}
+	b := &pgx.Batch{}
+	plan.queueReads(b)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return plan.sum, err
+	}
+	dlqs := plan.apply(items, results)
+	b = &pgx.Batch{}
+	plan.queueWrites(b)
+	if b.Len() > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return plan.sum, err
+		}
+	}
+	if len(dlqs) > 0 {
+		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
+			return plan.sum, err
+		}
+	}
+	return plan.sum, nil
+}
+
+type cursorKey struct {
+	p uuid.UUID
+	g string
+}
+
+// ackPlan is one ack request grouped by (partition, group, lease), with the
+// cursor rows and transaction-id offsets its reads fill in.
+type ackPlan struct {
+	sum     ackSummary
+	groups  map[ackGroupKey][]ackRef
+	keys    []ackGroupKey
+	lockP   []uuid.UUID
+	lockG   []string
+	resP    []uuid.UUID
+	resT    []string
+	rows    map[cursorKey]*consumerRow
+	offsets map[cursorKey]int64 // (partition, transaction id) -> offset
+}
+
+func planAcks(items []AckItem, results []AckResult) *ackPlan {
+	p := &ackPlan{groups: map[ackGroupKey][]ackRef{}, rows: map[cursorKey]*consumerRow{}, offsets: map[cursorKey]int64{}}
 	for i, it := range items {
 		pid, err := uuid.Parse(it.PartitionID)
 		if err != nil {
 			results[i].Error = fmt.Sprintf("invalid partitionId %q", it.PartitionID)
-			sum.rejected = true
+			p.sum.rejected = true
 			continue
 		}
 		g := it.Group
@@ -142,49 +219,40 @@ func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckRes
 			g = QueueModeGroup
 		}
 		k := ackGroupKey{pid, g, it.LeaseID}
-		groups[k] = append(groups[k], ackRef{index: i, status: NormalizeAckStatus(it.Status)})
+		p.groups[k] = append(p.groups[k], ackRef{index: i, status: NormalizeAckStatus(it.Status)})
 	}
-	if len(groups) == 0 {
-		return sum, nil
+	for k := range p.groups {
+		p.keys = append(p.keys, k)
 	}
-	keys := make([]ackGroupKey, 0, len(groups))
-	for k := range groups {
-		keys = append(keys, k)
-	}
-	sort.Slice(keys, func(i, j int) bool {
-		if c := compareUUID(keys[i].partition, keys[j].partition); c != 0 {
+	sort.Slice(p.keys, func(i, j int) bool {
+		a, b := p.keys[i], p.keys[j]
+		if c := compareUUID(a.partition, b.partition); c != 0 {
 			return c < 0
 		}
-		if keys[i].group != keys[j].group {
-			return keys[i].group < keys[j].group
+		if a.group != b.group {
+			return a.group < b.group
 		}
-		return keys[i].lease < keys[j].lease
+		return a.lease < b.lease
 	})
+	for i, k := range p.keys {
+		if i == 0 || k.partition != p.keys[i-1].partition || k.group != p.keys[i-1].group {
+			p.lockP = append(p.lockP, k.partition)
+			p.lockG = append(p.lockG, k.group)
+		}
+		for _, r := range p.groups[k] {
+			p.resP = append(p.resP, k.partition)
+			p.resT = append(p.resT, items[r.index].TransactionID)
+		}
+	}
+	return p
+}
 
-	// Lock every cursor row once, in key order, and resolve every transaction id.
-	var lockP []uuid.UUID
-	var lockG []string
-	for i, k := range keys {
-		if i > 0 && k.partition == keys[i-1].partition && k.group == keys[i-1].group {
-			continue
-		}
-		lockP = append(lockP, k.partition)
-		lockG = append(lockG, k.group)
-	}
-	var resP []uuid.UUID
-	var resT []string
-	for _, k := range keys {
-		for _, r := range groups[k] {
-			resP = append(resP, k.partition)
-			resT = append(resT, items[r.index].TransactionID)
-		}
-	}
-	type cg struct {
-		p uuid.UUID
-		g string
-	}
-	rowsByKey := map[cg]*consumerRow{}
-	rows, err := tx.Query(ctx, `SELECT c.partition_id, c.consumer_group, c.committed, c.batch_end,
+func (p *ackPlan) empty() bool { return len(p.keys) == 0 }
+
+// queueReads locks every cursor row once, in key order, and resolves every
+// transaction id; both go out in one round trip.
+func (p *ackPlan) queueReads(b *pgx.Batch) {
+	b.Queue(`SELECT c.partition_id, c.consumer_group, c.committed, c.batch_end,
 			coalesce(c.lease_id::text, ''), coalesce(c.lease_expires_at > now(), false), c.retry_count,
 			q.retry_limit, (q.dead_letter_queue OR q.dlq_after_max_retries), p.last_offset
 		FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS x(pid, g, ord)
@@ -192,62 +260,54 @@ func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckRes
 		JOIN lanes.partitions p ON p.id = c.partition_id
 		JOIN lanes.queues q ON q.id = p.queue_id
 		ORDER BY x.ord
-		FOR UPDATE OF c`, uuidArray(lockP), lockG)
-	if err != nil {
-		return sum, err
-	}
-	for rows.Next() {
-		var k cg
-		var r consumerRow
-		if err := rows.Scan(&k.p, &k.g, &r.committed, &r.batchEnd, &r.leaseID, &r.leaseLive, &r.retryCount,
-			&r.retryLimit, &r.dlqEnabled, &r.lastOffset); err != nil {
-			rows.Close()
-			return sum, err
+		FOR UPDATE OF c`, uuidArray(p.lockP), p.lockG).Query(func(rows pgx.Rows) error {
+		for rows.Next() {
+			var k cursorKey
+			var r consumerRow
+			if err := rows.Scan(&k.p, &k.g, &r.committed, &r.batchEnd, &r.leaseID, &r.leaseLive, &r.retryCount,
+				&r.retryLimit, &r.dlqEnabled, &r.lastOffset); err != nil {
+				return err
+			}
+			r.initialCommitted = r.committed
+			p.rows[k] = &r
 		}
-		r.initialCommitted = r.committed
-		rowsByKey[k] = &r
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return sum, err
-	}
-	offsets := map[cg]int64{} // (partition, transaction id) -> offset
-	rows, err = tx.Query(ctx, `SELECT t.partition_id, t.transaction_id, t.message_offset
+		return rows.Err()
+	})
+	b.Queue(`SELECT t.partition_id, t.transaction_id, t.message_offset
 		FROM unnest($1::uuid[], $2::text[]) AS x(pid, t)
-		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.t`, uuidArray(resP), resT)
-	if err != nil {
-		return sum, err
-	}
-	for rows.Next() {
-		var k cg
-		var off int64
-		if err := rows.Scan(&k.p, &k.g, &off); err != nil {
-			rows.Close()
-			return sum, err
-		}
-		offsets[k] = off
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return sum, err
-	}
+		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.t`, uuidArray(p.resP), p.resT).
+		Query(func(rows pgx.Rows) error {
+			for rows.Next() {
+				var k cursorKey
+				var off int64
+				if err := rows.Scan(&k.p, &k.g, &off); err != nil {
+					return err
+				}
+				p.offsets[k] = off
+			}
+			return rows.Err()
+		})
+}
 
+// apply runs the clamp rule for every group in memory and returns the dead
+// letters to file.
+func (p *ackPlan) apply(items []AckItem, results []AckResult) []dlqFiling {
 	var dlqs []dlqFiling
-	for _, k := range keys {
-		refs := groups[k]
-		row := rowsByKey[cg{k.partition, k.group}]
+	for _, k := range p.keys {
+		refs := p.groups[k]
+		row := p.rows[cursorKey{k.partition, k.group}]
 		if row == nil {
 			for _, r := range refs {
 				results[r.index].Error = errConsumerNotFound
 			}
-			sum.rejected = true
+			p.sum.rejected = true
 			continue
 		}
 		if k.lease != "" && (row.leaseID != k.lease || !row.leaseLive) {
 			for _, r := range refs {
 				results[r.index].Error = errInvalidLease
 			}
-			sum.rejected = true
+			p.sum.rejected = true
 			continue
 		}
 		// With a lease, resolution is bounded to the leased span; without, to the log.
@@ -256,55 +316,53 @@ func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckRes
 			upper = row.batchEnd
 		}
 		for i := range refs {
-			off, ok := offsets[cg{k.partition, items[refs[i].index].TransactionID}]
+			off, ok := p.offsets[cursorKey{k.partition, items[refs[i].index].TransactionID}]
 			refs[i].offset, refs[i].known = off, ok && off <= upper
 		}
 		f, rejected := commitGroup(row, k, refs, items, results)
 		if rejected {
-			sum.rejected = true
+			p.sum.rejected = true
 		}
 		if f != nil {
 			dlqs = append(dlqs, *f)
 		}
 	}
-	// One statement writes the final state of every cursor touched.
+	return dlqs
+}
+
+// queueWrites adds the one statement that writes the final state of every
+// cursor touched.
+func (p *ackPlan) queueWrites(b *pgx.Batch) {
 	var updP []uuid.UUID
 	var updG []string
 	var updC, updE, updD []int64
 	var updRelease []bool
 	var updRetry []int32
-	for i := range lockP {
-		row := rowsByKey[cg{lockP[i], lockG[i]}]
+	for i := range p.lockP {
+		row := p.rows[cursorKey{p.lockP[i], p.lockG[i]}]
 		if row == nil || !row.touched {
 			continue
 		}
-		updP = append(updP, lockP[i])
-		updG = append(updG, lockG[i])
+		updP = append(updP, p.lockP[i])
+		updG = append(updG, p.lockG[i])
 		updC = append(updC, row.committed)
 		updE = append(updE, row.batchEnd)
 		updRelease = append(updRelease, row.leaseID == "")
 		updRetry = append(updRetry, int32(row.retryCount))
 		updD = append(updD, max(row.committed-row.initialCommitted, 0))
 	}
-	if len(updP) > 0 {
-		if _, err := tx.Exec(ctx, `UPDATE lanes.consumers c SET committed = x.committed, batch_end = x.batch_end,
-				lease_id = CASE WHEN x.release THEN NULL ELSE c.lease_id END,
-				lease_expires_at = CASE WHEN x.release THEN NULL ELSE c.lease_expires_at END,
-				retry_count = x.retry, total_consumed = c.total_consumed + x.consumed,
-				last_consumed_at = CASE WHEN x.consumed > 0 THEN now() ELSE c.last_consumed_at END
-			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::int8[], $5::bool[], $6::int4[], $7::int8[])
-				AS x(pid, g, committed, batch_end, release, retry, consumed)
-			WHERE c.partition_id = x.pid AND c.consumer_group = x.g`,
-			uuidArray(updP), updG, updC, updE, updRelease, updRetry, updD); err != nil {
-			return sum, err
-		}
+	if len(updP) == 0 {
+		return
 	}
-	if len(dlqs) > 0 {
-		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
-			return sum, err
-		}
-	}
-	return sum, nil
+	b.Queue(`UPDATE lanes.consumers c SET committed = x.committed, batch_end = x.batch_end,
+			lease_id = CASE WHEN x.release THEN NULL ELSE c.lease_id END,
+			lease_expires_at = CASE WHEN x.release THEN NULL ELSE c.lease_expires_at END,
+			retry_count = x.retry, total_consumed = c.total_consumed + x.consumed,
+			last_consumed_at = CASE WHEN x.consumed > 0 THEN now() ELSE c.last_consumed_at END
+		FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::int8[], $5::bool[], $6::int4[], $7::int8[])
+			AS x(pid, g, committed, batch_end, release, retry, consumed)
+		WHERE c.partition_id = x.pid AND c.consumer_group = x.g`,
+		uuidArray(updP), updG, updC, updE, updRelease, updRetry, updD)
 }
 
 type dlqFiling struct {
@@ -418,7 +476,7 @@ func dlqReason(refs []ackRef, items []AckItem, poisonIndex int, _ int64) string 
 }
 
 // fileDeadLetters copies each poison message, payload included, into lanes.dlq.
-func fileDeadLetters(ctx context.Context, tx pgx.Tx, filings []dlqFiling) error {
+func fileDeadLetters(ctx context.Context, tx dbtx, filings []dlqFiling) error {
 	for _, f := range filings {
 		var base, end int64
 		var blob []byte
