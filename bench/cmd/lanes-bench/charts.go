@@ -5,6 +5,7 @@ import (
 	"image/color"
 	"math"
 	"path/filepath"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -103,8 +104,10 @@ func latencyChart(run *Run, path string) error {
 			}
 		}
 	}
-	if r := find(run.Results, "latency", "lanes"); r != nil {
-		add(fmt.Sprintf("e2e open loop %.0f/s", r.OfferedRate), "latency", false)
+	for _, r := range run.Results {
+		if strings.HasPrefix(r.Scenario, "latency") && r.Available {
+			add(fmt.Sprintf("e2e open loop %.0f/s", r.OfferedRate), r.Scenario, false)
+		}
 	}
 	add("wake-up (push sent)", "wake", false)
 	add("wake-up (push answered)", "wake", true)

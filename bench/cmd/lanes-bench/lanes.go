@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -56,8 +57,9 @@ type ackItem struct {
 
 // httpError is a non-2xx answer.
 type httpError struct {
-	status int
-	msg    string
+	status     int
+	msg        string
+	retryAfter time.Duration
 }
 
 func (e *httpError) Error() string { return e.msg }
@@ -77,6 +79,12 @@ func (h *harness) do(ctx context.Context, method, path string, body any, out any
 	for attempt := 0; ; attempt++ {
 		status, err := h.doOnce(ctx, method, path, buf, out)
 		var he *httpError
+		if attempt < 30 && errors.As(err, &he) && he.status == http.StatusTooManyRequests {
+			// backpressure: honour Retry-After and retry in place (the wait counts in the latencies)
+			h.throttled.Add(1)
+			time.Sleep(max(he.retryAfter, 50*time.Millisecond))
+			continue
+		}
 		if attempt < 3 && errors.As(err, &he) && (he.status == http.StatusInternalServerError || he.status == http.StatusServiceUnavailable) {
 			h.serverErrors.Add(1)
 			h.noteServerError(he.msg)
@@ -132,7 +140,11 @@ func (h *harness) doOnce(ctx context.Context, method, path string, body []byte, 
 		return resp.StatusCode, err
 	}
 	if resp.StatusCode >= 300 {
-		return resp.StatusCode, &httpError{resp.StatusCode, fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(raw))}
+		he := &httpError{status: resp.StatusCode, msg: fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(raw))}
+		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+			he.retryAfter = time.Duration(secs) * time.Second
+		}
+		return resp.StatusCode, he
 	}
 	if out != nil && len(raw) > 0 {
 		return resp.StatusCode, json.Unmarshal(raw, out)
@@ -153,6 +165,9 @@ func (h *harness) pushItems(ctx context.Context, items []pushItem) (int, error) 
 		switch r.Status {
 		case "queued":
 			n++
+		case "buffered": // on the broker's disk spool, delivered once drained
+			n++
+			h.buffered.Add(1)
 		default:
 			return n, fmt.Errorf("push item status %q %s", r.Status, r.Error)
 		}

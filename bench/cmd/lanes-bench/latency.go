@@ -47,7 +47,7 @@ func (r *recorder) percentiles() map[string]float64 {
 // should have been sent meanwhile (coordinated omission corrected). The first
 // half second is warm-up and not recorded.
 func (h *harness) latencyScenario(rate float64) (Result, error) {
-	q := h.queue("latency")
+	q := h.queue(fmt.Sprintf("latency%.0f", rate))
 	ctx := context.Background()
 	const partitions, consumers, maxInFlight = 8, 8, 1024
 	for p := 0; p < partitions; p++ {
@@ -70,7 +70,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	consumeDeadline := atomic.Int64{}
 	consumeDeadline.Store(time.Now().Add(time.Hour).UnixNano())
 	var cwg sync.WaitGroup
-	w := h.begin(h.lanesDB, "latency")
+	w := h.begin(h.lanesDB, fmt.Sprintf("latency%.0f", rate))
 	for c := 0; c < consumers; c++ {
 		cwg.Add(1)
 		go func() {
@@ -128,7 +128,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	consumeDeadline.Store(time.Now().Add(30 * time.Second).UnixNano())
 	producing.Store(false)
 	cwg.Wait()
-	r := Result{Scenario: "latency", System: "lanes", Available: true, Messages: received.Load(), Seconds: sendSecs, OfferedRate: rate,
+	r := Result{Scenario: fmt.Sprintf("latency-%.0f", rate), System: "lanes", Available: true, Messages: received.Load(), Seconds: sendSecs, OfferedRate: rate,
 		LatencyMs: e2e.percentiles(), AltLatencyMs: pushLat.percentiles(),
 		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = delivered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send; first 0.5 s not recorded", rate)}
 	w.end(&r)

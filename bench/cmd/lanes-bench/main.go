@@ -37,7 +37,7 @@ type options struct {
 	duration     time.Duration
 	scenarios    map[string]bool
 	partitions   []int
-	rate         float64
+	rates        []float64
 	url          string
 	pgURL        string
 	pgPort       int
@@ -74,6 +74,8 @@ type harness struct {
 	riverURL   string
 
 	serverErrors atomic.Int64
+	throttled    atomic.Int64
+	buffered     atomic.Int64
 	errMu        sync.Mutex
 	errSamples   map[string]int
 }
@@ -106,7 +108,8 @@ func main() {
 	flag.DurationVar(&o.duration, "duration", 0, "length of each timed window (default 10s, 3s with -short)")
 	flag.StringVar(&scenarios, "scenarios", allScenarios, "comma-separated scenarios")
 	flag.StringVar(&partitions, "partitions", "1,100,10000,100000", "partition counts of the partition-scale scenario")
-	flag.Float64Var(&o.rate, "rate", 1000, "offered rate (msg/s) of the open-loop latency scenario")
+	var rates string
+	flag.StringVar(&rates, "rate", "250,1000", "offered rates (msg/s) of the open-loop latency scenario, comma-separated")
 	flag.StringVar(&o.url, "url", "", "use this running broker instead of starting bin/lanes (no CPU/RSS/profiles then)")
 	flag.StringVar(&o.pgURL, "pg-url", "", "use this PostgreSQL (a superuser URL) instead of starting one with scripts/pg.sh")
 	flag.IntVar(&o.pgPort, "pg-port", 54339, "port of the harness's own PostgreSQL cluster")
@@ -157,6 +160,13 @@ func main() {
 			fatalf("bad -partitions entry %q", p)
 		}
 		o.partitions = append(o.partitions, n)
+	}
+	for _, r := range strings.Split(rates, ",") {
+		v, err := strconv.ParseFloat(strings.TrimSpace(r), 64)
+		if err != nil || v <= 0 {
+			fatalf("bad -rate entry %q", r)
+		}
+		o.rates = append(o.rates, v)
 	}
 	root, err := repoRoot()
 	if err != nil {
@@ -286,7 +296,9 @@ func (h *harness) run() int {
 	}
 	step("consume-queue", func() (Result, error) { return h.consumeScenario("consume-queue", 0, 8, 16, per) })
 	step("consume-fanout", func() (Result, error) { return h.consumeScenario("consume-fanout", 10, 2, 8, fan) })
-	step("latency", func() (Result, error) { return h.latencyScenario(o.rate) })
+	for _, rate := range o.rates {
+		step("latency", func() (Result, error) { return h.latencyScenario(rate) })
+	}
 	step("wake", h.wakeScenario)
 	if o.scenarios["parts"] {
 		for _, n := range o.partitions {

@@ -53,9 +53,9 @@ func applyRatios(rs []Result) {
 			if river != nil {
 				set(river, "river", river.MsgPerSec)
 			}
-		case "latency", "wake":
+		case "wake":
 		default:
-			if b100 != nil {
+			if b100 != nil && !strings.HasPrefix(r.Scenario, "latency") {
 				set(b100, "ceiling-b100", b100.MsgPerSec)
 			}
 		}
@@ -189,7 +189,7 @@ func markdown(run *Run) string {
 	fmt.Fprintf(&b, "PostgreSQL %s: fsync=%s, synchronous_commit=%s, full_page_writes=%s, shared_buffers=%s. Broker %s, %s. Machine: %s × %s, %s.\n\n",
 		pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"], pg["shared_buffers"], run.BrokerCommit, run.BrokerSettings,
 		run.Machine["cpus"], run.Machine["cpu"], run.Machine["memory"])
-	b.WriteString("| scenario | system | msg/s | vs | latency p50 / p99 / p999 ms | lost | dup | 5xx | broker CPU (cores) | broker peak RSS MB | PG CPU (cores) | harness CPU | PG commits/s | load |\n")
+	b.WriteString("| scenario | system | msg/s | vs | latency p50 / p99 / p999 ms | lost | dup | 5xx / 429 | broker CPU (cores) | broker peak RSS MB | PG CPU (cores) | harness CPU | PG commits/s | load |\n")
 	b.WriteString("| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range run.Results {
 		if !r.Available {
@@ -211,8 +211,8 @@ func markdown(run *Run) string {
 		if r.System == "lanes" && r.BrokerPeakRSSMB > 0 {
 			rss, bcpu = fmt.Sprintf("%.0f", r.BrokerPeakRSSMB), fmt.Sprintf("%.2f", r.BrokerCPUCores)
 		}
-		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %d | %s | %s | %.2f | %.2f | %.0f | %.2f |\n",
-			r.Scenario, r.System, rate, vs, lat, r.Lost, r.Duplicated, r.ServerErrors, bcpu, rss, r.PGCPUCores, r.HarnessCPUCores, r.PGCommitsPerSec, r.LoadAvg)
+		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %d / %d | %s | %s | %.2f | %.2f | %.0f | %.2f |\n",
+			r.Scenario, r.System, rate, vs, lat, r.Lost, r.Duplicated, r.ServerErrors, r.Throttled, bcpu, rss, r.PGCPUCores, r.HarnessCPUCores, r.PGCommitsPerSec, r.LoadAvg)
 	}
 	b.WriteString("\nTargets (issue 12):\n\n| target | goal | this run | met |\n| --- | --- | --- | --- |\n")
 	for _, t := range run.Targets {
@@ -247,6 +247,9 @@ func markdown(run *Run) string {
 		}
 		if r.PushedPerSec > 0 {
 			fmt.Fprintf(&b, " — pushed %.0f msg/s", r.PushedPerSec)
+		}
+		if r.Buffered > 0 {
+			fmt.Fprintf(&b, " — %d pushes answered buffered (spooled)", r.Buffered)
 		}
 		if r.Note != "" && r.Available {
 			fmt.Fprintf(&b, " — note: %s", r.Note)

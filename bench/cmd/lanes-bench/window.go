@@ -48,6 +48,9 @@ type Result struct {
 	LoadAvg            float64 `json:"loadAvg1m"`
 	// ServerErrors counts 5xx answers during the window (retried up to 3 times each).
 	ServerErrors int64 `json:"serverErrors"`
+	// Throttled counts 429 answers (retried after Retry-After); Buffered counts pushes answered "buffered" (spooled).
+	Throttled int64 `json:"throttled"`
+	Buffered  int64 `json:"buffered"`
 	// Ratio to the yardstick named in RatioTo.
 	RatioTo string  `json:"ratioTo,omitempty"`
 	Ratio   float64 `json:"ratio,omitempty"`
@@ -73,6 +76,8 @@ type window struct {
 	profCancel context.CancelFunc
 	pgSampler  *activitySampler
 	errors0    int64
+	throttled0 int64
+	buffered0  int64
 	selfT0     int64
 }
 
@@ -96,6 +101,7 @@ func (h *harness) begin(db string, profileName string) *window {
 		w.pgSampler = startActivitySampler(h.admin, db)
 	}
 	w.errors0 = h.serverErrors.Load()
+	w.throttled0, w.buffered0 = h.throttled.Load(), h.buffered.Load()
 	w.selfT0 = procTicks(os.Getpid())
 	w.start = time.Now()
 	return w
@@ -118,6 +124,8 @@ func (w *window) end(r *Result) {
 	r.PGWriteXactsPerSec = float64(x1-w.xid0) / secs
 	r.LoadAvg = loadAvg()
 	r.ServerErrors = w.h.serverErrors.Load() - w.errors0
+	r.Throttled = w.h.throttled.Load() - w.throttled0
+	r.Buffered = w.h.buffered.Load() - w.buffered0
 	if w.profDone != nil {
 		r.Profiles = <-w.profDone
 		w.profCancel()
