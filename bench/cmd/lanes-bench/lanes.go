@@ -80,7 +80,7 @@ func (h *harness) do(ctx context.Context, method, path string, body any, out any
 		status, err := h.doOnce(ctx, method, path, buf, out)
 		var he *httpError
 		if attempt < 30 && errors.As(err, &he) && he.status == http.StatusTooManyRequests {
-			// backpressure: honour Retry-After and retry in place (the wait counts in the latencies)
+			// backpressure: honor Retry-After and retry in place (the wait counts in the latencies)
 			h.throttled.Add(1)
 			time.Sleep(max(he.retryAfter, 50*time.Millisecond))
 			continue
