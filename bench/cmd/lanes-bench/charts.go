@@ -157,7 +157,7 @@ func partitionsChart(run *Run, path string) error {
 		}
 	}
 	p := plot.New()
-	p.Title.Text = "Throughput vs partitions (1% busy)"
+	p.Title.Text = "Throughput vs partitions (1% busy, at least 1), fsync on"
 	p.X.Label.Text = "partitions (log)"
 	p.Y.Label.Text = "messages per second"
 	p.Add(plotter.NewGrid())
@@ -166,17 +166,6 @@ func partitionsChart(run *Run, path string) error {
 		p.X.Tick.Marker = plot.LogTicks{Prec: -1}
 		if err := plotutil.AddLinePoints(p, "acked (pop+ack)", acked, "pushed", pushed); err != nil {
 			return err
-		}
-		if c := msgRate(run.Results, "ceiling-b100", "postgres"); c > 0 {
-			line := plotter.XYs{{X: acked[0].X, Y: c}, {X: acked[len(acked)-1].X, Y: c}}
-			l, err := plotter.NewLine(line)
-			if err != nil {
-				return err
-			}
-			l.Color = colCeiling
-			l.Dashes = []vg.Length{vg.Points(4), vg.Points(4)}
-			p.Add(l)
-			p.Legend.Add("PostgreSQL ceiling b100", l)
 		}
 	}
 	p.Y.Min = 0
