@@ -162,7 +162,8 @@ func TestAutopilotSizesOnlyTheKnobsLeftOut(t *testing.T) {
 	if plain := b.pop(t, "/api/v1/pop/queue/"+q+"?autoAck=true"); plain.Autopilot != nil || plain.PartitionsClaimed != 1 {
 		t.Fatalf("without autopilot: echo %+v, %d partitions", plain.Autopilot, plain.PartitionsClaimed)
 	}
-	// The pinned-partition route echoes width 1.
+	// The pinned-partition route echoes width 1 (fresh work there: the pops above may have drained it).
+	b.push(t, q, "p39", "f")
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"/partition/p39?autoAck=true&autopilot=true"); p.Autopilot == nil || p.Autopilot.Partitions != 1 {
 		t.Fatalf("pinned route echo: %+v", p.Autopilot)
 	}
