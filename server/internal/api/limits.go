@@ -258,9 +258,16 @@ func (s *Server) giveBack(pop *gen.PopResponse) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	if _, err := s.engine.Ack(ctx, items); err != nil {
+	results, err := s.engine.Ack(ctx, items)
+	if err != nil {
 		s.log.Warn("client left during a pop; giving the claim back failed (it frees at lease expiry)", "err", err)
 		return
+	}
+	for _, r := range results {
+		if !r.Success || !r.LeaseReleased {
+			s.log.Warn("client left during a pop; a claim could not be given back (it frees at lease expiry)", "transactionId", r.TransactionID, "err", r.Error)
+			return
+		}
 	}
 	s.metrics.CountLeaseGivenBack()
 	s.log.Info("client left during a pop; claim given back", "partitions", len(items), "messages", len(pop.Messages))

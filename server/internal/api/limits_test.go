@@ -221,10 +221,10 @@ func TestMessageRetentionAndLagMetrics(t *testing.T) {
 	}
 	got := scrape(t, b.URL)
 	want := map[string]float64{
-		"lanes_messages_pushed_total":        12,
-		"lanes_messages_popped_total":        5,
-		"lanes_messages_acked_total":         5,
-		"lanes_messages_dead_lettered_total": 1,
+		"lanes_messages_pushed_total":                                            12,
+		"lanes_messages_popped_total":                                            5,
+		"lanes_messages_acked_total":                                             5,
+		"lanes_messages_dead_lettered_total":                                     1,
 		fmt.Sprintf(`lanes_queue_lag_messages{group="%s",queue="%s"}`, group, q): 7,
 	}
 	for k, v := range want {

@@ -173,7 +173,7 @@ func (e *Engine) ReleaseParkedPops() {
 // slot counts as empty and keeps waiting, so parking never answers 429.
 func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first bool) (*PopResult, error) {
 	if e.cfg.AdmitPopCheck == nil {
-		return e.popOnce(ctx, req)
+		return e.claimOnce(ctx, req)
 	}
 	release, err := e.cfg.AdmitPopCheck(ctx)
 	if err != nil {
@@ -183,7 +183,24 @@ func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first boo
 		return &PopResult{}, nil
 	}
 	defer release()
-	return e.popOnce(ctx, req)
+	return e.claimOnce(ctx, req)
+}
+
+// claimOnce runs one pop check that a caller leaving cannot interrupt (its
+// deadline still applies): a cancel arriving during COMMIT would leave the
+// claim's outcome unknown, a lease written for nobody. The result reaches the
+// caller, who gives the claim back if its client is gone.
+func (e *Engine) claimOnce(ctx context.Context, req *PopRequest) (*PopResult, error) {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	claimCtx := context.WithoutCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		claimCtx, cancel = context.WithDeadline(claimCtx, deadline)
+		defer cancel()
+	}
+	return e.popOnce(claimCtx, req)
 }
 
 // NormalizePushItems applies the push defaults (partition, transaction id) and

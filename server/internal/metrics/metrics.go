@@ -240,9 +240,10 @@ func (m *Metrics) LagSnapshot() LagSnapshot {
 
 // ObserveRequest records one finished request.
 func (m *Metrics) ObserveRequest(route, method string, status int, took time.Duration) {
-	m.requestsTotal.Add(1)
 	m.requests.WithLabelValues(route, method, strconv.Itoa(status)).Inc()
 	m.latency.WithLabelValues(route, method).Observe(took.Seconds())
+	// Last, so a reader that sees the total also sees the labeled series.
+	m.requestsTotal.Add(1)
 }
 
 // CountPush records n items answered with status.
