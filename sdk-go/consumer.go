@@ -275,25 +275,12 @@ func (c *Consumer) worker() {
 			if c.fetchCtx.Err() != nil {
 				return
 			}
-			var ae *APIError
-			if errors.As(err, &ae) {
-				if ae.Terminal() {
-					c.report(err)
-					c.fail(err)
-					return
-				}
-				if ae.Status == 429 {
-					c.report(err)
-					d := ae.RetryAfter
-					if d <= 0 {
-						d = time.Second
-					}
-					_ = sleepCtx(c.fetchCtx, d)
-					continue
-				}
-			}
+			d, terminal := loopErrorDelay(err, errStreak)
 			c.report(err)
-			d := time.Duration(min(float64(time.Second)*float64(int(1)<<min(errStreak, 5)), float64(30*time.Second)))
+			if terminal {
+				c.fail(err)
+				return
+			}
 			errStreak++
 			_ = sleepCtx(c.fetchCtx, d)
 			continue
@@ -304,11 +291,7 @@ func (c *Consumer) worker() {
 		}
 		if len(pr.Messages) == 0 {
 			if !c.q.wait {
-				d := 100 * time.Millisecond
-				if lastWaitMs != nil && *lastWaitMs > 0 {
-					d = time.Duration(*lastWaitMs) * time.Millisecond
-				}
-				_ = sleepCtx(c.fetchCtx, d)
+				_ = sleepCtx(c.fetchCtx, emptyPollPause(lastWaitMs))
 			}
 			continue
 		}

@@ -74,6 +74,31 @@ func ExampleQueueBuilder_Consume() {
 	// done <nil>
 }
 
+// Messages: the pull iterator. A message is acked when the loop asks for the next one; leaving
+// the loop early releases the rest with `retry`.
+func ExampleQueueBuilder_Messages() {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second) // ends the iteration quietly
+	defer cancel()
+	client := exampleClient()
+	orders := exampleQueue("orders")
+	_, _ = client.Queue(orders).Partition("customer-42").Push(ctx,
+		lanes.Data(map[string]int{"orderId": 9137}), lanes.Data(map[string]int{"orderId": 9138}))
+
+	for m, err := range client.Queue(orders).Group("billing").SubscriptionMode("all").Limit(2).Messages(ctx) {
+		if err != nil {
+			panic(err) // terminal (403, 413, other 4xx): the iteration has ended
+		}
+		var order struct{ OrderID int }
+		if err := m.Decode(&order); err != nil {
+			break // releases this message and the rest of its pop with `retry`
+		}
+		fmt.Println("order", order.OrderID)
+	}
+	// Output:
+	// order 9137
+	// order 9138
+}
+
 // Stop: wire SIGTERM to a soft stop that finishes in-flight messages, escalating after 10 s.
 func ExampleConsumer_Stop() {
 	ctx := context.Background()

@@ -524,3 +524,48 @@ func TestITTimers(t *testing.T) {
 }
 
 func ptrTo[T any](v T) *T { return &v }
+
+// TestITMessagesIterator: the pull iterator acks what was handled when the next message is
+// requested, and leaving the loop releases the message in hand at once (no lease wait).
+func TestITMessagesIterator(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 4, "it")
+	q := b.c.Queue(b.queue).Group("g").SubscriptionMode("all").Batch(4).Wait(false).LeaseSeconds(120)
+	var errs []error
+	q = q.OnError(func(err error) { errs = append(errs, err) })
+	var seen []string
+	for m, err := range q.Messages(b.ctx) {
+		require.NoError(t, err)
+		seen = append(seen, m.TransactionID)
+		if len(seen) == 2 {
+			break // it-a-0 handled; it-a-1 in hand
+		}
+	}
+	require.Equal(t, []string{"it-a-0", "it-a-1"}, seen)
+	require.Empty(t, errs)
+
+	// released with retry: redelivered now from it-a-1, not after the 120 s lease
+	seen = nil
+	for m, err := range q.Limit(3).Messages(b.ctx) {
+		require.NoError(t, err)
+		seen = append(seen, m.TransactionID)
+	}
+	require.Equal(t, []string{"it-a-1", "it-a-2", "it-a-3"}, seen)
+	require.Empty(t, errs)
+	left, err := q.Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left, "all handled messages were acked completed")
+
+	// an empty long poll ends quietly when ctx is canceled, and IdleTimeout ends the iteration
+	ctx, cancel := context.WithTimeout(b.ctx, 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	for m, err := range q.Wait(true).Timeout(10 * time.Second).Messages(ctx) {
+		t.Fatalf("unexpected %v %v", m, err)
+	}
+	require.Less(t, time.Since(start), 5*time.Second)
+	for m, err := range q.IdleTimeout(50 * time.Millisecond).Messages(b.ctx) {
+		t.Fatalf("unexpected %v %v", m, err)
+	}
+}
