@@ -12,15 +12,15 @@
 #                        and created anew on every start
 #   LANES_TEST_BROKER_NOBUILD=1   use the existing bin/lanes without rebuilding
 # The local cluster comes from scripts/pg.sh (started here if needed; LANES_PG_* apply).
-# Files: .lanes/test-broker.pid, .lanes/test-broker.log
+# Files: .lanes/test-broker-<port>.pid, .lanes/test-broker-<port>.log (one broker per port)
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PORT="${LANES_TEST_PORT:-6633}"
 DB="${LANES_TEST_DB:-lanes_sdk_test}"
 STATE="$REPO/.lanes"
-PIDFILE="$STATE/test-broker.pid"
-LOGFILE="$STATE/test-broker.log"
+PIDFILE="$STATE/test-broker-$PORT.pid"
+LOGFILE="$STATE/test-broker-$PORT.log"
 BIN="$REPO/bin/lanes"
 HEALTH_TIMEOUT="${LANES_TEST_BROKER_TIMEOUT:-30}"
 
