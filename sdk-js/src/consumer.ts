@@ -351,12 +351,16 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     }
     const slices = groupByPartition(res.messages);
     const pos = slices.map(() => 0);
+    // The message the caller holds when it leaves the loop; with autoAck(false) it is theirs to ack.
+    let inHand: number | undefined;
     try {
       outer: for (let k = 0; k < slices.length; k++) {
         const slice = slices[k]!;
         for (let i = 0; i < slice.length; i++) {
           if (signal?.aborted) break outer;
+          inHand = k;
           yield slice[i]!;
+          inHand = undefined;
           pos[k] = i + 1;
         }
       }
@@ -364,8 +368,9 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       if (!s.serverAutoAck && res.leaseId) {
         const acks: PendingAck[] = [];
         slices.forEach((slice, k) => {
-          const p = pos[k]!;
+          let p = pos[k]!;
           if (s.autoAck) for (let i = 0; i < p; i++) acks.push({ target: slice[i]!, status: "completed" });
+          if (!s.autoAck && inHand === k) p += 1;
           if (p < slice.length) acks.push({ target: slice[p]!, status: "retry" });
         });
         if (acks.length > 0) {

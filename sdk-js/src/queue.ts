@@ -259,7 +259,7 @@ export class QueueBuilder<T = unknown> {
     return new Consumer(this.core, this, this.s, { kind: "batch", fn: handler as BatchHandler<unknown> }, opts);
   }
 
-  /** messages iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the current message and the rest of its pop with `retry`. Aborting `signal` ends the iteration. */
+  /** messages iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry` (the current message too, unless autoAck(false) made it the caller's to ack). Aborting `signal` ends the iteration. */
   messages(opts: { signal?: AbortSignal } = {}): AsyncIterableIterator<Message<T>> {
     return messageIterator<T>(this.core, this, this.s, opts.signal);
   }

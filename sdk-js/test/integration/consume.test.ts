@@ -172,6 +172,22 @@ describe("consume", () => {
     expect(rest.map((m) => m.data)).toEqual([2, 3, 4]);
   });
 
+  it("messages() with autoAck(false): the message in hand is the caller's; leaving releases only the rest", async () => {
+    const lanes = client();
+    const q = uniq("iterown");
+    await lanes.queue(q).push([1, 2, 3, 4].map((n) => ({ data: n })));
+    const got: number[] = [];
+    for await (const m of lanes.queue<number>(q).batch(4).autoAck(false).messages()) {
+      got.push(m.data);
+      await lanes.ack(m, "completed"); // the caller acks, e.g. inside a transaction
+      if (got.length === 2) break;
+    }
+    expect(got).toEqual([1, 2]);
+    // 2 was the caller's and stays acked; 3 and 4 come back at once
+    const rest = await lanes.queue<number>(q).batch(5).wait(false).pop();
+    expect(rest.map((m) => m.data)).toEqual([3, 4]);
+  });
+
   it("messages() ends when its signal aborts", async () => {
     const lanes = client();
     const q = uniq("iterabort");
