@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"fmt"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -10,6 +11,9 @@ import (
 // Ack acknowledges one message; the result is in the body, always 200.
 func (s *Server) Ack(ctx context.Context, req gen.AckRequestObject) (gen.AckResponseObject, error) {
 	b := req.Body
+	if msg := missingAckField(b.TransactionId, b.PartitionId, ""); msg != "" {
+		return gen.Ack400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{Error: msg, Code: CodeValidation}}, nil
+	}
 	res, err := s.engine.Ack(ctx, []engine.AckItem{{
 		TransactionID: b.TransactionId, PartitionID: b.PartitionId, Status: deref(b.Status),
 		Group: deref(b.ConsumerGroup), LeaseID: deref(b.LeaseId), Error: deref(b.Error),
@@ -22,6 +26,15 @@ func (s *Server) Ack(ctx context.Context, req gen.AckRequestObject) (gen.AckResp
 
 // AckBatch acknowledges many messages of one group; one result per item, in order.
 func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (gen.AckBatchResponseObject, error) {
+	if req.Body.Acknowledgments == nil {
+		return gen.AckBatch400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "bad body: acknowledgments is required and must be an array", Code: CodeValidation}}, nil
+	}
+	for i, a := range req.Body.Acknowledgments {
+		if msg := missingAckField(a.TransactionId, a.PartitionId, fmt.Sprintf("acknowledgments[%d].", i)); msg != "" {
+			return gen.AckBatch400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{Error: msg, Code: CodeValidation}}, nil
+		}
+	}
 	group := deref(req.Body.ConsumerGroup)
 	items := make([]engine.AckItem, len(req.Body.Acknowledgments))
 	for i, a := range req.Body.Acknowledgments {
@@ -39,6 +52,18 @@ func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (g
 		out[i] = ackResult(r)
 	}
 	return out, nil
+}
+
+// missingAckField names a required ack field left out (the schema validator
+// does not run on this hot route).
+func missingAckField(transactionID, partitionID, at string) string {
+	switch {
+	case transactionID == "":
+		return "bad body: " + at + "transactionId is required"
+	case partitionID == "":
+		return "bad body: " + at + "partitionId is required"
+	}
+	return ""
 }
 
 func ackResult(r engine.AckResult) gen.AckResult {

@@ -70,11 +70,12 @@ func (c *Config) withDefaults() {
 
 // Engine is the message plane. It is safe for concurrent use.
 type Engine struct {
-	pool    *pgxpool.Pool
-	cfg     Config
-	log     *slog.Logger
-	pusher  *pusher
-	waiters *waiters
+	pool     *pgxpool.Pool
+	cfg      Config
+	log      *slog.Logger
+	pusher   *pusher
+	notifier *notifier
+	waiters  *waiters
 	// autopilot sizes pops that leave batch or width to the broker.
 	autopilot *autopilot
 
@@ -90,9 +91,11 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	e.waiters = newWaiters()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
+	e.notifier = newNotifier(e)
 	e.pusher = newPusher(e)
-	e.wg.Add(1)
+	e.wg.Add(2)
 	go func() { defer e.wg.Done(); e.listenLoop() }()
+	go func() { defer e.wg.Done(); e.notifier.run(e.stop) }()
 	return e
 }
 

@@ -185,3 +185,61 @@ func isRetryableTxError(err error) bool {
 	}
 	return false
 }
+
+// notifier sends NOTIFY for committed writes from outside their transactions.
+// Names published while a NOTIFY is in flight are coalesced into the next one,
+// so a busy broker sends a few notifications per commit cycle, not one per push.
+type notifier struct {
+	e       *Engine
+	mu      sync.Mutex
+	pending map[string]bool
+	kick    chan struct{}
+}
+
+func newNotifier(e *Engine) *notifier {
+	return &notifier{e: e, pending: map[string]bool{}, kick: make(chan struct{}, 1)}
+}
+
+// publish queues the names of queues that received messages.
+func (n *notifier) publish(queues map[string]bool) {
+	if len(queues) == 0 {
+		return
+	}
+	n.mu.Lock()
+	for q := range queues {
+		n.pending[q] = true
+	}
+	n.mu.Unlock()
+	select {
+	case n.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (n *notifier) run(stop <-chan struct{}) {
+	for {
+		select {
+		case <-n.kick:
+			n.flush()
+		case <-stop:
+			n.flush()
+			return
+		}
+	}
+}
+
+func (n *notifier) flush() {
+	n.mu.Lock()
+	batch := n.pending
+	n.pending = map[string]bool{}
+	n.mu.Unlock()
+	if len(batch) == 0 {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	if _, err := n.e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, notifyPayload(batch)); err != nil {
+		// Other brokers' parked pops still find the messages at their next re-check.
+		n.e.log.Warn("notify other brokers failed", "err", err)
+	}
+}

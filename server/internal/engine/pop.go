@@ -433,6 +433,15 @@ func loadPopQueues(ctx context.Context, tx dbtx, req *PopRequest) ([]*popQueue, 
 // group's stored subscription says: everything retained, or the first segment
 // written at or after the subscription instant.
 func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error {
+	// The inserts' foreign-key checks lock the new cursors' partition rows; take
+	// those locks first, in id order, the order pushes lock partitions in, so a
+	// seeding pop and a push into the same new partitions cannot deadlock.
+	if _, err := tx.Exec(ctx, `SELECT p.id FROM lanes.partitions p
+		WHERE p.queue_id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumers c
+			WHERE c.partition_id = p.id AND c.consumer_group = $2)
+		ORDER BY p.id FOR KEY SHARE OF p`, q.id, group); err != nil {
+		return err
+	}
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
 		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
 		CROSS JOIN LATERAL (SELECT CASE

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/fnv"
 	"sort"
 	"strings"
 	"sync"
@@ -118,22 +119,36 @@ type pushRequest struct {
 }
 
 // pusher coalesces concurrent push requests: each committer takes whatever is
-// queued (up to a message cap) and commits it as one transaction.
+// queued for it (up to a message cap) and commits it as one transaction. A
+// request goes to the committer its first partition hashes to, so writes to one
+// partition gather in one commit instead of queueing on its row lock across
+// committers.
 type pusher struct {
 	e      *Engine
-	queue  chan *pushRequest
+	queues []chan *pushRequest
 	mu     sync.RWMutex
 	closed bool
 	wg     sync.WaitGroup
 }
 
 func newPusher(e *Engine) *pusher {
-	p := &pusher{e: e, queue: make(chan *pushRequest, 4096)}
+	p := &pusher{e: e}
 	for i := 0; i < e.cfg.PushCommitters; i++ {
+		q := make(chan *pushRequest, 1024)
+		p.queues = append(p.queues, q)
 		p.wg.Add(1)
-		go func() { defer p.wg.Done(); p.run() }()
+		go func() { defer p.wg.Done(); p.run(q) }()
 	}
 	return p
+}
+
+// committerFor picks the committer of a request by its first item's partition.
+func (p *pusher) committerFor(req *pushRequest) chan *pushRequest {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(req.items[0].Queue))
+	_, _ = h.Write([]byte{0})
+	_, _ = h.Write([]byte(req.items[0].Partition))
+	return p.queues[h.Sum32()%uint32(len(p.queues))]
 }
 
 var errEngineClosed = errors.New("engine is shutting down")
@@ -145,7 +160,7 @@ func (p *pusher) submit(ctx context.Context, req *pushRequest) error {
 		return errEngineClosed
 	}
 	select {
-	case p.queue <- req:
+	case p.committerFor(req) <- req:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
@@ -155,20 +170,22 @@ func (p *pusher) submit(ctx context.Context, req *pushRequest) error {
 func (p *pusher) close() {
 	p.mu.Lock()
 	p.closed = true
-	close(p.queue)
+	for _, q := range p.queues {
+		close(q)
+	}
 	p.mu.Unlock()
 	p.wg.Wait()
 }
 
-func (p *pusher) run() {
+func (p *pusher) run(queue chan *pushRequest) {
 	maxMsgs := p.e.cfg.PushMaxBatchMessages
-	for first := range p.queue {
+	for first := range queue {
 		batch := []*pushRequest{first}
 		n := len(first.items)
 	gather:
 		for n < maxMsgs {
 			select {
-			case r, ok := <-p.queue:
+			case r, ok := <-queue:
 				if !ok {
 					break gather
 				}
@@ -351,11 +368,15 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 		JOIN lanes.queues q ON q.name = x.q
 		JOIN lanes.partitions p ON p.queue_id = q.id AND p.name = x.p
 		ORDER BY p.id FOR UPDATE OF p`, pQueues, pNames)
+	// The txns lookup is a LATERAL probe on the full primary key so every plan,
+	// generic ones included, reads one index entry per item instead of the
+	// partition's whole transaction index.
 	b.Queue(`SELECT q.name, p.name, t.transaction_id, t.message_id
 		FROM unnest($1::text[], $2::text[], $3::text[]) AS x(q, p, txn)
 		JOIN lanes.queues q ON q.name = x.q
 		JOIN lanes.partitions p ON p.queue_id = q.id AND p.name = x.p
-		JOIN lanes.txns t ON t.partition_id = p.id AND t.transaction_id = x.txn
+		CROSS JOIN LATERAL (SELECT t.transaction_id, t.message_id, t.created_at FROM lanes.txns t
+			WHERE t.partition_id = p.id AND t.transaction_id = x.txn OFFSET 0) t
 		WHERE q.dedup_window_seconds > 0
 		  AND t.created_at > now() - make_interval(secs => q.dedup_window_seconds)`, probeQ, probeP, probeT)
 }
@@ -514,12 +535,15 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		uuidArray(txPID), txID, txOff, uuidArray(txMsg))
 	b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
 		FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, uuidArray(updPID), updLast)
-	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(w.touched))
 }
 
-// wake tells this broker's parked pops about the queues the committed write touched.
+// wake tells this broker's parked pops about the queues the committed write
+// touched, and other brokers through the notifier. NOTIFY is sent after the
+// commit, not inside it: a notifying commit takes a database-wide lock, which
+// would serialize every push commit behind the others.
 func (w *pushWrite) wake(e *Engine) {
 	for q := range w.touched {
 		e.waiters.wake(q)
 	}
+	e.notifier.publish(w.touched)
 }
