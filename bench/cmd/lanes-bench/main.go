@@ -250,7 +250,7 @@ func (h *harness) run() int {
 		defer b.stop()
 		defer os.RemoveAll(spool)
 		h.broker, h.brokerURL = b, b.url
-		run.BrokerSettings = "defaults (LANES_DB_POOL_SIZE=20, LANES_PUSH_COMMITTERS=4, LANES_POP_AUTOPILOT=on), LANES_LOG_LEVEL=warn"
+		run.BrokerSettings = "defaults (LANES_DB_POOL_SIZE=20, LANES_PUSH_COMMITTERS=2, LANES_POP_AUTOPILOT=on), LANES_LOG_LEVEL=warn"
 	}
 	if h.lanesPool, err = newPool(ctx, withDatabase(adminURL, h.lanesDB), 4); err != nil {
 		fatalf("%v", err)

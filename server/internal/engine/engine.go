@@ -55,7 +55,7 @@ type Config struct {
 
 func (c *Config) withDefaults() {
 	if c.PushCommitters <= 0 {
-		c.PushCommitters = 4
+		c.PushCommitters = 2
 	}
 	if c.PushMaxBatchMessages <= 0 {
 		c.PushMaxBatchMessages = 5000
