@@ -181,5 +181,11 @@ func TestMessagesAcksBeforeNextPopAndIdle(t *testing.T) {
 	for _, r := range fb.reqs {
 		paths = append(paths, r.URL.Path)
 	}
-	require.Equal(t, []string{"/api/v1/pop/queue/q", "/api/v1/ack/batch", "/api/v1/pop/queue/q"}, paths)
+	// The acks go out before the next pop; how many empty pops fit in the idle
+	// timeout depends on the scheduler, so only their kind is checked.
+	require.GreaterOrEqual(t, len(paths), 3)
+	require.Equal(t, []string{"/api/v1/pop/queue/q", "/api/v1/ack/batch"}, paths[:2])
+	for _, p := range paths[2:] {
+		require.Equal(t, "/api/v1/pop/queue/q", p)
+	}
 }
