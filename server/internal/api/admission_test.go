@@ -168,11 +168,11 @@ func TestParkedPopsNeverHoldAnAdmissionSlot(t *testing.T) {
 			results <- status
 		}()
 	}
-	time.Sleep(100 * time.Millisecond) // all parked; a budget of one slot
+	time.Sleep(300 * time.Millisecond) // all parked; a budget of one slot
 	for i := range 5 {
 		start := time.Now()
 		status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?consumerGroup=probe", nil, nil)
-		if status != http.StatusNoContent || time.Since(start) > 500*time.Millisecond {
+		if status != http.StatusNoContent || time.Since(start) > 900*time.Millisecond { // MaxWait is 1 s
 			t.Fatalf("probe pop %d with %d parked pops answered %d; parked pops must not take the slot", i, parked, status)
 		}
 	}

@@ -138,10 +138,10 @@ func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
 		t.Fatal(err)
 	}
 	queuedBefore := count("queued")
-	waitFor(t, 30*time.Second, "pushes stored directly again after the restart", func() bool { return count("queued") >= queuedBefore+100 })
+	waitFor(t, 90*time.Second, "pushes stored directly again after the restart", func() bool { return count("queued") >= queuedBefore+100 })
 	stop.Store(true)
 	wg.Wait()
-	waitFor(t, 30*time.Second, "the spool to drain", func() bool { return b.Spool.Pending() == 0 })
+	waitFor(t, 90*time.Second, "the spool to drain", func() bool { return b.Spool.Pending() == 0 })
 	if status, _ := b.call(t, "GET", "/api/v1/status/buffers", nil, &buffers); status != 200 || buffers.Pending != 0 || buffers.Failed != 0 || !buffers.DBHealthy {
 		t.Errorf("buffers after the drain: %d %+v", status, buffers)
 	}

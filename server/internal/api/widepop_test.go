@@ -195,20 +195,21 @@ func configure(t *testing.T, b *testBroker, q string, options map[string]any) {
 func TestDelayedProcessingDeliversOnlyOldEnoughMessages(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
-	configure(t, b, q, map[string]any{"delayedProcessing": 1})
-	b.push(t, q, "p", "early")
-	time.Sleep(700 * time.Millisecond)
-	b.push(t, q, "p", "late")
+	// A 3 s delay and steps of at least 0.5 s keep every check well clear of a boundary.
+	configure(t, b, q, map[string]any{"delayedProcessing": 3})
+	b.push(t, q, "p", "early") // t = 0
+	time.Sleep(1500 * time.Millisecond)
+	b.push(t, q, "p", "late") // t = 1.5
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?batch=10"); len(p.Messages) != 0 {
-		t.Fatalf("delivered before 1 s: %v", p.txns())
+		t.Fatalf("delivered before 3 s: %v", p.txns())
 	}
-	time.Sleep(400 * time.Millisecond) // early is now > 1 s old, late is not
+	time.Sleep(2000 * time.Millisecond) // t = 3.5: early is 3.5 s old, late 2 s
 	p := b.pop(t, "/api/v1/pop/queue/"+q+"?batch=10")
 	if !sameStrings(p.txns(), []string{"early"}) {
-		t.Fatalf("at ~1.1 s: %v, want [early]", p.txns())
+		t.Fatalf("at ~3.5 s: %v, want [early]", p.txns())
 	}
 	b.ackAll(t, p, "")
-	time.Sleep(700 * time.Millisecond)
+	time.Sleep(1500 * time.Millisecond) // t = 5: late is 3.5 s old
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?batch=10"); !sameStrings(p.txns(), []string{"late"}) {
 		t.Fatalf("late after its delay: %v", p.txns())
 	}
@@ -217,20 +218,21 @@ func TestDelayedProcessingDeliversOnlyOldEnoughMessages(t *testing.T) {
 func TestWindowBufferHoldsARecentlyWrittenPartition(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
-	configure(t, b, q, map[string]any{"windowBuffer": 1})
-	b.push(t, q, "quiet", "q1")
-	time.Sleep(600 * time.Millisecond)
-	b.push(t, q, "busy", "b1")
-	time.Sleep(300 * time.Millisecond)
-	b.push(t, q, "busy", "b2") // busy keeps being written: its window restarts
+	// A 3 s window and steps of at least 0.5 s keep every check well clear of a boundary.
+	configure(t, b, q, map[string]any{"windowBuffer": 3})
+	b.push(t, q, "quiet", "q1") // t = 0
+	time.Sleep(1500 * time.Millisecond)
+	b.push(t, q, "busy", "b1") // t = 1.5
+	time.Sleep(500 * time.Millisecond)
+	b.push(t, q, "busy", "b2") // t = 2.0: busy keeps being written, its window restarts
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?partitions=0&batch=10"); len(p.Messages) != 0 {
 		t.Fatalf("delivered inside the window: %v", p.txns())
 	}
-	time.Sleep(300 * time.Millisecond) // quiet last written ~1.2 s ago, busy ~0.3 s ago
+	time.Sleep(1500 * time.Millisecond) // t = 3.5: quiet last written 3.5 s ago, busy 1.5 s ago
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?partitions=0&batch=10"); !sameStrings(p.txns(), []string{"q1"}) {
 		t.Fatalf("after quiet's window: %v, want [q1]", p.txns())
 	}
-	time.Sleep(900 * time.Millisecond)
+	time.Sleep(2000 * time.Millisecond) // t = 5.5: busy last written 3.5 s ago
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?partitions=0&batch=10"); !sameStrings(p.txns(), []string{"b1", "b2"}) {
 		t.Fatalf("after busy's window: %v, want [b1 b2] together", p.txns())
 	}
