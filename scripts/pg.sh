@@ -217,8 +217,14 @@ cmd_start() {
   ensure_bindir
   prepare_dirs
   if is_running; then
+    # Durability follows this call (make run wants fsync on, make test may turn it off);
+    # the three settings are reloadable, so no restart is needed.
+    write_conf
+    as_owner "$BINDIR/pg_ctl" -D "$DATA" reload >/dev/null 2>&1 || true
     ensure_db
-    log "already running (pid $(postmaster_pid), port $(running_port))"
+    local running_mode=durable
+    [[ "$FAST" == 1 || "$FAST" == true ]] && running_mode="fast (fsync off)"
+    log "already running (pid $(postmaster_pid), port $(running_port), $running_mode)"
     return 0
   fi
   init_cluster
