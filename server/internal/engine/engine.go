@@ -75,7 +75,9 @@ type Engine struct {
 	log      *slog.Logger
 	pusher   *pusher
 	notifier *notifier
-	waiters  *waiters
+	// knownPartitions lets plain pushes skip provisioning partitions that exist.
+	knownPartitions partitionCache
+	waiters         *waiters
 	// autopilot sizes pops that leave batch or width to the broker.
 	autopilot *autopilot
 

@@ -204,10 +204,16 @@ func (p *pusher) run(queue chan *pushRequest) {
 
 func (p *pusher) commitWithRetry(batch []*pushRequest) error {
 	var err error
+	forceProvision := false
 	for attempt := 0; attempt < 3; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = p.e.commitPushes(ctx, batch)
+		err = p.e.commitPushes(ctx, batch, forceProvision)
 		cancel()
+		if errors.Is(err, errPartitionGone) && !forceProvision {
+			p.e.knownPartitions.clear()
+			forceProvision = true
+			continue
+		}
 		if err == nil || !isRetryableTxError(err) {
 			return err
 		}
@@ -221,7 +227,7 @@ type partitionKey struct{ queue, partition string }
 // two round trips: (begin, ensure queues and partitions, lock partition rows
 // in id order, probe dedup under the lock), then (insert segments and txns,
 // advance allocators, notify, commit).
-func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
+func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forceProvision bool) error {
 	var slots []pushSlot
 	for _, r := range batch {
 		for i := range r.items {
@@ -229,6 +235,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		}
 	}
 	w := newPushWrite(slots, false)
+	w.skipProvision = !forceProvision && e.knownPartitions.all(w.keys)
 
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -263,8 +270,47 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		return err
 	}
 	committed = true
+	e.knownPartitions.add(w.keys)
 	w.wake(e)
 	return nil
+}
+
+// partitionCache remembers partitions known to exist so a group commit can
+// skip the create-if-missing statements. A queue delete makes an entry stale;
+// the lock then finds fewer partitions and the push retries with provisioning.
+type partitionCache struct {
+	mu   sync.RWMutex
+	keys map[partitionKey]struct{}
+}
+
+const partitionCacheMax = 1 << 20
+
+func (c *partitionCache) all(keys []partitionKey) bool {
+	c.mu.RLock()
+	defer c.mu.RUnlock()
+	for _, k := range keys {
+		if _, ok := c.keys[k]; !ok {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *partitionCache) add(keys []partitionKey) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.keys == nil || len(c.keys)+len(keys) > partitionCacheMax {
+		c.keys = make(map[partitionKey]struct{}, len(keys))
+	}
+	for _, k := range keys {
+		c.keys[k] = struct{}{}
+	}
+}
+
+func (c *partitionCache) clear() {
+	c.mu.Lock()
+	c.keys = nil
+	c.mu.Unlock()
 }
 
 // pushSlot is one item of a push write and where its verdict goes.
@@ -305,7 +351,15 @@ type pushWrite struct {
 	parts     map[partitionKey]*pushPartition
 	seen      map[partitionKey]map[string]uuid.UUID
 	touched   map[string]bool
+	// skipProvision leaves out the create-if-missing statements: every
+	// partition of the write is known to exist (the plain push path's cache).
+	skipProvision bool
 }
+
+// errPartitionGone reports a partition that vanished (its queue was deleted)
+// between the cache saying it exists and the lock; the push retries with
+// provisioning.
+var errPartitionGone = errors.New("partition no longer exists")
 
 func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
 	w := &pushWrite{slots: slots, firstWins: firstWins, groups: map[partitionKey][]int{},
@@ -327,7 +381,8 @@ func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
 	return w
 }
 
-// queueLock queues four statements: two provisioning execs and two queries.
+// queueLock queues four statements: two provisioning execs (left out when
+// w.skipProvision says every partition is known to exist) and two queries.
 func (w *pushWrite) queueLock(b *pgx.Batch) {
 	queueNames := []string{}
 	namespaces := []string{}
@@ -352,17 +407,9 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 			probeT = append(probeT, w.slots[si].item.TransactionID)
 		}
 	}
-	b.Queue(`INSERT INTO lanes.queues (name, namespace, task)
-		SELECT n, ns, t FROM unnest($1::text[], $2::text[], $3::text[]) AS x(n, ns, t)
-		ON CONFLICT (name) DO NOTHING`, queueNames, namespaces, tasks)
-	b.Queue(`WITH created AS (
-			INSERT INTO lanes.partitions (queue_id, name)
-			SELECT q.id, x.p FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(q, p, ord)
-			JOIN lanes.queues q ON q.name = x.q ORDER BY x.ord
-			ON CONFLICT (queue_id, name) DO NOTHING
-			RETURNING queue_id)
-		UPDATE lanes.queues SET partition_version = partition_version + 1
-		WHERE id IN (SELECT queue_id FROM created)`, pQueues, pNames)
+	if !w.skipProvision {
+		w.queueProvision(b, queueNames, namespaces, tasks, pQueues, pNames)
+	}
 	b.Queue(`SELECT p.id, p.last_offset, q.name, p.name, q.dedup_window_seconds
 		FROM unnest($1::text[], $2::text[]) AS x(q, p)
 		JOIN lanes.queues q ON q.name = x.q
@@ -381,9 +428,25 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 		  AND t.created_at > now() - make_interval(secs => q.dedup_window_seconds)`, probeQ, probeP, probeT)
 }
 
+// queueProvision creates missing queue and partition rows (a new partition
+// bumps its queue's partition_version, so pops seed cursors for it).
+func (w *pushWrite) queueProvision(b *pgx.Batch, queueNames, namespaces, tasks, pQueues, pNames []string) {
+	b.Queue(`INSERT INTO lanes.queues (name, namespace, task)
+		SELECT n, ns, t FROM unnest($1::text[], $2::text[], $3::text[]) AS x(n, ns, t)
+		ON CONFLICT (name) DO NOTHING`, queueNames, namespaces, tasks)
+	b.Queue(`WITH created AS (
+			INSERT INTO lanes.partitions (queue_id, name)
+			SELECT q.id, x.p FROM unnest($1::text[], $2::text[]) WITH ORDINALITY AS x(q, p, ord)
+			JOIN lanes.queues q ON q.name = x.q ORDER BY x.ord
+			ON CONFLICT (queue_id, name) DO NOTHING
+			RETURNING queue_id)
+		UPDATE lanes.queues SET partition_version = partition_version + 1
+		WHERE id IN (SELECT queue_id FROM created)`, pQueues, pNames)
+}
+
 // readLock reads the answers of the statements queueLock queued.
 func (w *pushWrite) readLock(br pgx.BatchResults) error {
-	for i := 0; i < 2; i++ {
+	for i := 0; i < 2 && !w.skipProvision; i++ {
 		if _, err := br.Exec(); err != nil {
 			return err
 		}
@@ -429,7 +492,7 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 		return err
 	}
 	if len(w.parts) != len(w.keys) {
-		return fmt.Errorf("push: %d of %d partitions resolved", len(w.parts), len(w.keys))
+		return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
 	}
 	return nil
 }

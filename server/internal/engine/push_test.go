@@ -142,3 +142,20 @@ func TestPushRejectsBadItemsWithoutWriting(t *testing.T) {
 		t.Fatal("a rejected push created the queue")
 	}
 }
+
+func TestPushAfterTheQueueWasDeletedRecreatesIt(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	q := queueName(t)
+	mustPush(t, a, items(q, "p", "before")...) // a now knows the partition exists
+	if deleted, err := b.DeleteQueue(context.Background(), q); err != nil || !deleted {
+		t.Fatalf("delete through another broker: %v %v", deleted, err)
+	}
+	res := mustPush(t, a, items(q, "p", "after")...)
+	if res[0].Status != PushQueued {
+		t.Fatalf("push after the delete: %+v", res[0])
+	}
+	got := mustPop(t, a, PopRequest{Queue: q, Batch: 10})
+	if ids := txnIDs(got.Messages); len(ids) != 1 || ids[0] != "after" {
+		t.Fatalf("recreated queue holds %v", ids)
+	}
+}

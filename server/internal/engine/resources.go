@@ -221,6 +221,9 @@ func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
 			break
 		}
 	}
+	if deleted {
+		e.knownPartitions.clear()
+	}
 	return deleted, err
 }
 
