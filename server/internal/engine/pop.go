@@ -219,7 +219,19 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
 	queuePopQueues(b, req, &queues)
-	b.Queue("SELECT now(), set_config('jit', 'off', true)").QueryRow(func(row pgx.Row) error {
+	//
+	// A leased pop commits without waiting for the WAL flush: if the database
+	// crashes before the flush, the lease is lost and the batch redelivers
+	// sooner, which at-least-once allows. An autoAck pop moves the cursor, so
+	// it keeps the durable commit.
+	settings := "SELECT now(), set_config('jit', 'off', true)"
+	if !req.AutoAck {
+		settings = "SELECT now(), set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)"
+	}
+	b.Queue(settings).QueryRow(func(row pgx.Row) error {
+		if !req.AutoAck {
+			return row.Scan(&now, nil, nil)
+		}
 		return row.Scan(&now, nil)
 	})
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
@@ -243,7 +255,17 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 			return res, tx.Commit(ctx)
 		}
 	}
+	durable := req.AutoAck
 	for _, q := range queues {
+		if !durable && (!q.registered || q.seededVersion < q.partitionVersion) {
+			// A group's registration and its seeded cursors decide where it
+			// starts; they must survive a database crash, so this commit waits
+			// for the flush after all.
+			if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true)"); err != nil {
+				return nil, err
+			}
+			durable = true
+		}
 		if !q.registered {
 			mode, ts := subscriptionStart(req, now)
 			if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
