@@ -228,3 +228,25 @@ func uuidArray(ids []uuid.UUID) [][16]byte {
 	}
 	return out
 }
+
+// runEvery calls tick every interval on its own goroutine until the engine
+// closes, then onStop (if any). Ticks never overlap.
+func (e *Engine) runEvery(interval time.Duration, tick func(), onStop func()) {
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		ticker := time.NewTicker(interval)
+		defer ticker.Stop()
+		for {
+			select {
+			case <-e.stop:
+				if onStop != nil {
+					onStop()
+				}
+				return
+			case <-ticker.C:
+				tick()
+			}
+		}
+	}()
+}

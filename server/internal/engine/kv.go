@@ -780,24 +780,13 @@ func (e *Engine) StartKVSweeper(interval time.Duration) {
 	if interval <= 0 {
 		return
 	}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		for {
-			select {
-			case <-e.stop:
-				return
-			case <-ticker.C:
-			}
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			if n, err := e.SweepExpiredKV(ctx); err != nil {
-				e.log.Warn("kv sweep failed", "err", err)
-			} else if n > 0 {
-				e.log.Debug("kv sweep", "deleted", n)
-			}
-			cancel()
+	e.runEvery(interval, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		defer cancel()
+		if n, err := e.SweepExpiredKV(ctx); err != nil {
+			e.log.Warn("kv sweep failed", "err", err)
+		} else if n > 0 {
+			e.log.Debug("kv sweep", "deleted", n)
 		}
-	}()
+	}, nil)
 }

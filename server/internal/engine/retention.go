@@ -64,42 +64,32 @@ func (e *Engine) StartRetention(interval time.Duration) {
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
-		for {
+	e.runEvery(interval, func() {
+		ctx, cancel := context.WithCancel(context.Background())
+		go func() {
 			select {
 			case <-e.stop:
-				ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-				e.releaseRetentionLease(ctx)
 				cancel()
-				return
-			case <-ticker.C:
+			case <-ctx.Done():
 			}
-			ctx, cancel := context.WithCancel(context.Background())
-			go func() {
-				select {
-				case <-e.stop:
-					cancel()
-				case <-ctx.Done():
-				}
-			}()
-			start := time.Now()
-			st, err := e.RetentionPass(ctx)
-			cancel()
-			if e.cfg.OnRetentionPass != nil {
-				e.cfg.OnRetentionPass(st, time.Since(start), err)
-			}
-			if err != nil && ctx.Err() == nil {
-				e.log.Warn("retention pass failed", "err", err)
-			} else if st.Segments > 0 || st.TxnsPurged > 0 {
-				e.log.Info("retention pass", "partitions", st.Partitions, "segments", st.Segments,
-					"messages", st.Messages, "txnsPurged", st.TxnsPurged, "took", time.Since(start))
-			}
+		}()
+		start := time.Now()
+		st, err := e.RetentionPass(ctx)
+		cancel()
+		if e.cfg.OnRetentionPass != nil {
+			e.cfg.OnRetentionPass(st, time.Since(start), err)
 		}
-	}()
+		if err != nil && ctx.Err() == nil {
+			e.log.Warn("retention pass failed", "err", err)
+		} else if st.Segments > 0 || st.TxnsPurged > 0 {
+			e.log.Info("retention pass", "partitions", st.Partitions, "segments", st.Segments,
+				"messages", st.Messages, "txnsPurged", st.TxnsPurged, "took", time.Since(start))
+		}
+	}, func() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		defer cancel()
+		e.releaseRetentionLease(ctx)
+	})
 }
 
 // acquireRetentionLease takes or renews the sweeper lease; false means another

@@ -434,28 +434,17 @@ func (e *Engine) StartTimers(interval time.Duration) {
 	if interval <= 0 {
 		return
 	}
-	e.wg.Add(1)
-	go func() {
-		defer e.wg.Done()
-		ticker := time.NewTicker(interval)
-		defer ticker.Stop()
+	e.runEvery(interval, func() {
 		for {
-			select {
-			case <-e.stop:
-				return
-			case <-ticker.C:
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			n, err := e.FireDueTimers(ctx)
+			cancel()
+			if err != nil {
+				e.log.Warn("timer firing failed", "err", err)
 			}
-			for {
-				ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-				n, err := e.FireDueTimers(ctx)
-				cancel()
-				if err != nil {
-					e.log.Warn("timer firing failed", "err", err)
-				}
-				if err != nil || n < timerFireBatch {
-					break
-				}
+			if err != nil || n < timerFireBatch {
+				return
 			}
 		}
-	}()
+	}, nil)
 }
