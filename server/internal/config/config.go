@@ -197,7 +197,7 @@ var settings = []setting{
 	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval })},
 	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", func(c *Config, v string) error { c.PprofAddr = v; return nil }},
 	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
-	{"spool-dir", "LANES_SPOOL_DIR", defaultSpoolDir(), "directory of the disk spool used while PostgreSQL is unreachable", func(c *Config, v string) error { c.SpoolDir = v; return nil }},
+	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", func(c *Config, v string) error { c.SpoolDir = v; return nil }},
 }
 
 func defaultSpoolDir() string {
@@ -230,6 +230,10 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		if err := s.set(c, strings.TrimSpace(*values[i])); err != nil {
 			return nil, fmt.Errorf("%s (--%s): %w", s.env, s.flag, err)
 		}
+	}
+	if c.SpoolDir == "" {
+		// Two brokers on one host must not drain each other's spool.
+		c.SpoolDir = fmt.Sprintf("%s-%d", defaultSpoolDir(), c.Port)
 	}
 	return c, nil
 }
