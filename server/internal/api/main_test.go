@@ -24,26 +24,7 @@ import (
 var testDSN string
 
 func TestMain(m *testing.M) {
-	ctx := context.Background()
-	dsn, cleanup, err := testdb.NewDatabase(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testDSN = dsn
-	pool, err := pgxpool.New(ctx, dsn)
-	if err == nil {
-		err = engine.ApplySchema(ctx, pool)
-		pool.Close()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "schema:", err)
-		cleanup()
-		os.Exit(1)
-	}
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	os.Exit(testdb.Main(m, &testDSN, engine.ApplySchema))
 }
 
 // testBroker is a real broker: engine on PostgreSQL behind the real handler on a real listener.

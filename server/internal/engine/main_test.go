@@ -20,26 +20,7 @@ import (
 var testDSN string
 
 func TestMain(m *testing.M) {
-	ctx := context.Background()
-	dsn, cleanup, err := testdb.NewDatabase(ctx)
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	testDSN = dsn
-	pool, err := pgxpool.New(ctx, dsn)
-	if err == nil {
-		err = ApplySchema(ctx, pool)
-		pool.Close()
-	}
-	if err != nil {
-		fmt.Fprintln(os.Stderr, "schema:", err)
-		cleanup()
-		os.Exit(1)
-	}
-	code := m.Run()
-	cleanup()
-	os.Exit(code)
+	os.Exit(testdb.Main(m, &testDSN, ApplySchema))
 }
 
 // newEngine starts an engine (a "broker") on the shared test database.

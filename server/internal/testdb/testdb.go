@@ -66,3 +66,27 @@ func Pool(t testing.TB) *pgxpool.Pool {
 	t.Cleanup(func() { pool.Close(); cleanup() })
 	return pool
 }
+
+// Main runs a package's tests against one fresh database prepared by setup
+// (typically the schema) and returns the exit code for os.Exit. The database
+// is dropped afterwards; dsn receives its URL before the tests run.
+func Main(m *testing.M, dsn *string, setup func(ctx context.Context, pool *pgxpool.Pool) error) int {
+	ctx := context.Background()
+	url, cleanup, err := NewDatabase(ctx)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer cleanup()
+	*dsn = url
+	pool, err := pgxpool.New(ctx, url)
+	if err == nil {
+		err = setup(ctx, pool)
+		pool.Close()
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "test database setup:", err)
+		return 1
+	}
+	return m.Run()
+}
