@@ -235,7 +235,10 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forcePr
 		}
 	}
 	w := newPushWrite(slots, false)
-	w.skipProvision = !forceProvision && e.knownPartitions.all(w.keys)
+	if !forceProvision {
+		w.knownIDs = e.knownPartitions.lookup(w.keys)
+		w.skipProvision = w.knownIDs != nil
+	}
 
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -270,46 +273,51 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forcePr
 		return err
 	}
 	committed = true
-	e.knownPartitions.add(w.keys)
+	e.knownPartitions.add(w.parts)
 	w.wake(e)
 	return nil
 }
 
-// partitionCache remembers partitions known to exist so a group commit can
-// skip the create-if-missing statements. A queue delete makes an entry stale;
-// the lock then finds fewer partitions and the push retries with provisioning.
+// partitionCache remembers the ids of partitions known to exist, so a group
+// commit can skip the create-if-missing statements and lock and probe by
+// primary key. A queue delete makes an entry stale; the lock then finds fewer
+// partitions and the push retries with provisioning.
 type partitionCache struct {
-	mu   sync.RWMutex
-	keys map[partitionKey]struct{}
+	mu  sync.RWMutex
+	ids map[partitionKey]uuid.UUID
 }
 
 const partitionCacheMax = 1 << 20
 
-func (c *partitionCache) all(keys []partitionKey) bool {
+// lookup returns the ids of all keys, or nil when any is unknown.
+func (c *partitionCache) lookup(keys []partitionKey) map[partitionKey]uuid.UUID {
 	c.mu.RLock()
 	defer c.mu.RUnlock()
+	out := make(map[partitionKey]uuid.UUID, len(keys))
 	for _, k := range keys {
-		if _, ok := c.keys[k]; !ok {
-			return false
+		id, ok := c.ids[k]
+		if !ok {
+			return nil
 		}
+		out[k] = id
 	}
-	return true
+	return out
 }
 
-func (c *partitionCache) add(keys []partitionKey) {
+func (c *partitionCache) add(parts map[partitionKey]*pushPartition) {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if c.keys == nil || len(c.keys)+len(keys) > partitionCacheMax {
-		c.keys = make(map[partitionKey]struct{}, len(keys))
+	if c.ids == nil || len(c.ids)+len(parts) > partitionCacheMax {
+		c.ids = make(map[partitionKey]uuid.UUID, len(parts))
 	}
-	for _, k := range keys {
-		c.keys[k] = struct{}{}
+	for k, ps := range parts {
+		c.ids[k] = ps.id
 	}
 }
 
 func (c *partitionCache) clear() {
 	c.mu.Lock()
-	c.keys = nil
+	c.ids = nil
 	c.mu.Unlock()
 }
 
@@ -328,6 +336,7 @@ type pushPartition struct {
 	id         uuid.UUID
 	lastOffset int64
 	dedup      bool
+	window     int // dedup window in seconds
 }
 
 // pushWrite writes pushes inside a caller's transaction, split in phases so
@@ -354,6 +363,9 @@ type pushWrite struct {
 	// skipProvision leaves out the create-if-missing statements: every
 	// partition of the write is known to exist (the plain push path's cache).
 	skipProvision bool
+	// knownIDs, when set, holds every partition's id, so the lock and the
+	// dedup probe use primary keys (implies skipProvision).
+	knownIDs map[partitionKey]uuid.UUID
 }
 
 // errPartitionGone reports a partition that vanished (its queue was deleted)
@@ -407,6 +419,10 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 			probeT = append(probeT, w.slots[si].item.TransactionID)
 		}
 	}
+	if w.knownIDs != nil {
+		w.queueLockByID(b)
+		return
+	}
 	if !w.skipProvision {
 		w.queueProvision(b, queueNames, namespaces, tasks, pQueues, pNames)
 	}
@@ -426,6 +442,60 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 			WHERE t.partition_id = p.id AND t.transaction_id = x.txn OFFSET 0) t
 		WHERE q.dedup_window_seconds > 0
 		  AND t.created_at > now() - make_interval(secs => q.dedup_window_seconds)`, probeQ, probeP, probeT)
+}
+
+// queueLockByID is queueLock for partitions whose ids the broker already
+// knows: the lock and the dedup probe go straight to primary keys instead of
+// resolving names per item.
+func (w *pushWrite) queueLockByID(b *pgx.Batch) {
+	ids := make([]uuid.UUID, len(w.keys))
+	for i, k := range w.keys {
+		ids[i] = w.knownIDs[k]
+	}
+	var probePID []uuid.UUID
+	var probeT []string
+	for _, k := range w.keys {
+		for _, si := range w.groups[k] {
+			probePID = append(probePID, w.knownIDs[k])
+			probeT = append(probeT, w.slots[si].item.TransactionID)
+		}
+	}
+	b.Queue(`SELECT p.id, p.last_offset, q.name, p.name, q.dedup_window_seconds
+		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE p.id = ANY($1::uuid[])
+		ORDER BY p.id FOR UPDATE OF p`, uuidArray(ids))
+	// Runs after the lock in the same batch, so the probe sees every commit
+	// that held the lock before us. The window is applied in readLock.
+	b.Queue(`SELECT t.partition_id, t.transaction_id, t.message_id,
+			extract(epoch FROM now() - t.created_at)::float8
+		FROM unnest($1::uuid[], $2::text[]) AS x(pid, txn)
+		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.txn`, uuidArray(probePID), probeT)
+}
+
+// readProbeByID reads queueLockByID's probe, keeping hits inside each
+// partition's dedup window.
+func (w *pushWrite) readProbeByID(rows pgx.Rows) error {
+	keyOf := make(map[uuid.UUID]partitionKey, len(w.parts))
+	for k, ps := range w.parts {
+		keyOf[ps.id] = k
+	}
+	for rows.Next() {
+		var pid, mid uuid.UUID
+		var txn string
+		var age float64
+		if err := rows.Scan(&pid, &txn, &mid, &age); err != nil {
+			return err
+		}
+		k, ok := keyOf[pid]
+		if !ok || !w.parts[k].dedup || age >= float64(w.parts[k].window) {
+			continue
+		}
+		if w.seen[k] == nil {
+			w.seen[k] = map[string]uuid.UUID{}
+		}
+		w.seen[k][txn] = mid
+	}
+	return rows.Err()
 }
 
 // queueProvision creates missing queue and partition rows (a new partition
@@ -464,6 +534,7 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 			return err
 		}
 		ps.dedup = window > 0
+		ps.window = window
 		w.parts[k] = &ps
 	}
 	rows.Close()
@@ -473,6 +544,17 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 	rows, err = br.Query()
 	if err != nil {
 		return err
+	}
+	if w.knownIDs != nil {
+		err := w.readProbeByID(rows)
+		rows.Close()
+		if err != nil {
+			return err
+		}
+		if len(w.parts) != len(w.keys) {
+			return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
+		}
+		return nil
 	}
 	for rows.Next() {
 		var k partitionKey

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
+	"time"
 	"testing"
 
 	"github.com/google/uuid"
@@ -157,5 +158,25 @@ func TestPushAfterTheQueueWasDeletedRecreatesIt(t *testing.T) {
 	got := mustPop(t, a, PopRequest{Queue: q, Batch: 10})
 	if ids := txnIDs(got.Messages); len(ids) != 1 || ids[0] != "after" {
 		t.Fatalf("recreated queue holds %v", ids)
+	}
+}
+
+func TestDuplicateOutsideTheWindowIsANewMessage(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{"dedupWindowSeconds": json.RawMessage("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	first := mustPush(t, e, items(q, "p", "late-retry")...)
+	if again := mustPush(t, e, items(q, "p", "late-retry")...); again[0].Status != PushDuplicate || again[0].MessageID != first[0].MessageID {
+		t.Fatalf("inside the window: %+v", again[0])
+	}
+	time.Sleep(1200 * time.Millisecond)
+	later := mustPush(t, e, items(q, "p", "late-retry")...)
+	if later[0].Status != PushQueued || later[0].MessageID == first[0].MessageID {
+		t.Fatalf("after the window a retry writes a new message: %+v", later[0])
+	}
+	if dup := mustPush(t, e, items(q, "p", "late-retry")...); dup[0].Status != PushDuplicate || dup[0].MessageID != later[0].MessageID {
+		t.Fatalf("the new message is what later retries match: %+v", dup[0])
 	}
 }
