@@ -4,8 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"sync"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
 )
