@@ -92,10 +92,6 @@ generate: generate-go generate-js generate-python
 generate-go: check-spec $(OAPI_CODEGEN)
 	$(OAPI_CODEGEN) -config server/internal/api/gen/oapi-codegen.yaml "$(SPEC_ABS)"
 	$(OAPI_CODEGEN) -config sdk-go/internal/gen/oapi-codegen.yaml "$(SPEC_ABS)"
-	@if [[ -f server/internal/api/stubgen/main.go ]]; then \
-	  echo "stubgen: server/internal/api/gen/unimplemented.gen.go"; \
-	  go run ./server/internal/api/stubgen server/internal/api/gen/api.gen.go server/internal/api/gen/unimplemented.gen.go; \
-	fi
 
 generate-js: check-spec $(NPM_STAMP)
 	cd sdk-js && LANES_SPEC="$(SPEC_ABS)" npm run --silent generate

@@ -20,7 +20,7 @@ var (
 	ErrPayloadTooLarge = errors.New("lanes: payload too large")
 	// ErrNotFound matches a 404.
 	ErrNotFound = errors.New("lanes: not found")
-	// ErrNotImplemented matches a 501: the broker does not implement the route yet.
+	// ErrNotImplemented matches a 501 answer: a proxy, or a broker build without the route.
 	ErrNotImplemented = errors.New("lanes: not implemented by the broker")
 	// ErrConnection matches a *ConnectionError: no response after the retries.
 	ErrConnection = errors.New("lanes: connection failed")

@@ -134,7 +134,7 @@ func ExampleTransactionBuilder_Commit() {
 		Ack(msgs[0], lanes.AckCompleted, "invoicing").
 		Commit(ctx)
 	if err != nil {
-		// *lanes.TransactionError with Reason on rollback; ErrNotImplemented on brokers without the route
+		// *lanes.TransactionError with Reason on rollback
 		fmt.Println("not committed")
 		return
 	}

@@ -43,14 +43,6 @@ func setup(t *testing.T) bundle {
 	return bundle{c: c, queue: q, ctx: ctx}
 }
 
-// skipIfNotImplemented skips only when the broker answered 501 not_implemented.
-func skipIfNotImplemented(t *testing.T, err error, what string) {
-	t.Helper()
-	if errors.Is(err, lanes.ErrNotImplemented) {
-		t.Skipf("broker answers 501 not_implemented for %s; this test runs once the route lands", what)
-	}
-}
-
 func pushN(t *testing.T, b bundle, partition string, n int, prefix string) {
 	t.Helper()
 	items := make([]lanes.Item, n)
@@ -427,7 +419,6 @@ func TestITTransactionPipeline(t *testing.T) {
 		Queue(out).Partition("c-42").Push(lanes.Data(map[string]bool{"invoiced": true})).
 		Ack(msgs[0], lanes.AckCompleted, "invoicing").
 		Commit(b.ctx)
-	skipIfNotImplemented(t, err, "POST /api/v1/transaction")
 	require.NoError(t, err)
 	require.True(t, res.Success)
 	got, err := b.c.Queue(out).Wait(false).Pop(b.ctx)
@@ -454,13 +445,11 @@ func TestITSeekReplays(t *testing.T) {
 	_, err = b.c.Ack(b.ctx, msgs, lanes.AckCompleted)
 	require.NoError(t, err)
 	_, err = b.c.Admin().SeekConsumerGroup(b.ctx, "audit", b.queue, lanes.SeekToTime(time.Now().Add(-time.Hour)))
-	skipIfNotImplemented(t, err, "seek")
 	require.NoError(t, err)
 	again, err := b.c.Queue(b.queue).Group("audit").Batch(10).Wait(false).Pop(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, again, 2)
 	groups, err := b.c.Admin().ListConsumerGroups(b.ctx)
-	skipIfNotImplemented(t, err, "consumer-group listing")
 	require.NoError(t, err)
 	require.NotEmpty(t, groups)
 }
@@ -476,11 +465,9 @@ func TestITDeadLetter(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, acks[0].DLQ)
 	list, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue})
-	skipIfNotImplemented(t, err, "GET /api/v1/dlq")
 	require.NoError(t, err)
 	require.Len(t, list.Messages, 1)
 	_, err = b.c.Admin().ReplayDLQ(b.ctx, *list.Messages[0].Id, "", "")
-	skipIfNotImplemented(t, err, "DLQ replay")
 	require.NoError(t, err)
 	back, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
 	require.NoError(t, err)
@@ -492,7 +479,6 @@ func TestITMessages(t *testing.T) {
 	b := setup(t)
 	pushN(t, b, "a", 1, "msg")
 	list, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: b.queue})
-	skipIfNotImplemented(t, err, "GET /api/v1/messages")
 	require.NoError(t, err)
 	require.NotNil(t, list)
 }
@@ -502,7 +488,6 @@ func TestITKV(t *testing.T) {
 	b := setup(t)
 	kv := b.c.KV(b.queue)
 	_, err := kv.Put(b.ctx, "k1", map[string]int{"v": 1}, lanes.Forever)
-	skipIfNotImplemented(t, err, "KV")
 	require.NoError(t, err)
 	got, err := kv.Get(b.ctx, "k1")
 	require.NoError(t, err)
@@ -515,7 +500,6 @@ func TestITTimers(t *testing.T) {
 	b := setup(t)
 	tm := b.c.Timers(b.queue)
 	res, err := tm.Schedule(b.ctx, "t1", time.Hour, []byte(`{"x":1}`))
-	skipIfNotImplemented(t, err, "timers")
 	require.NoError(t, err)
 	require.True(t, res.Ok)
 	c, err := tm.Cancel(b.ctx, "t1")

@@ -53,7 +53,7 @@ function qs(q: Query | undefined): string | undefined {
 
 const e = encodeURIComponent;
 
-/** Admin is `lanes.admin`: management routes. Routes the broker has not built answer NotImplementedByBrokerError (501). */
+/** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). */
 export class Admin {
   /** @internal */
   constructor(private readonly core: Core) {}

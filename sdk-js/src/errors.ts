@@ -52,7 +52,7 @@ export class PayloadTooLargeError extends APIError {}
 export class RateLimitError extends APIError {}
 /** InternalServerError is a 5xx after the retries ran out. */
 export class InternalServerError extends APIError {}
-/** NotImplementedByBrokerError is a 501: this broker build does not have the route yet. */
+/** NotImplementedByBrokerError is a 501 answer: a proxy, or a broker build without the route. */
 export class NotImplementedByBrokerError extends APIError {}
 
 /** APIConnectionError means no response arrived (connect refused, reset, DNS, timeout) after the retries. */

@@ -5,12 +5,8 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
 
 import pytest
-
-import lanes
 
 
 @pytest.fixture
@@ -25,12 +21,3 @@ def broker_url() -> str:
 def qname(request: pytest.FixtureRequest) -> str:
     base = request.node.name.replace("[", "-").replace("]", "").replace("_", "-")[:40]
     return f"py-{base}-{uuid.uuid4().hex[:8]}"
-
-
-@contextmanager
-def skip_if_501(feature: str) -> Iterator[None]:
-    """Skip ONLY when the broker answers 501 not_implemented for this route."""
-    try:
-        yield
-    except lanes.NotImplementedByBrokerError:
-        pytest.skip(f"broker answers 501 not_implemented for {feature} (route not built yet)")

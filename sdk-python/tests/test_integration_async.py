@@ -8,7 +8,6 @@ from collections.abc import AsyncIterator
 import pytest
 
 import lanes
-from tests.conftest import skip_if_501
 
 
 @pytest.fixture
@@ -132,8 +131,7 @@ async def test_renew_and_buffer(client: lanes.AsyncLanes, qname: str, broker_url
 async def test_transaction(client: lanes.AsyncLanes, qname: str) -> None:
     await client.queue(qname).push([{"n": 1}])
     msg = (await client.queue(qname).wait(False).pop())[0]
-    with skip_if_501("POST /api/v1/transaction"):
-        res = await client.transaction().queue(qname + "-out").push([{"n": 2}]).ack(msg).commit()
+    res = await client.transaction().queue(qname + "-out").push([{"n": 2}]).ack(msg).commit()
     assert res.success
     assert [m.data for m in await drain(client.queue(qname + "-out"))] == [{"n": 2}]
 
@@ -142,16 +140,12 @@ async def test_admin(client: lanes.AsyncLanes, qname: str) -> None:
     assert (await client.queue(qname).configure({"retryLimit": 2})).configured
     assert (await client.admin.get_queue(qname)).name == qname
     await client.queue(qname).push(["x"])
-    with skip_if_501("consumer-group admin routes"):
-        await client.admin.seek_consumer_group("g", qname, to_end=True)
-    with skip_if_501("DLQ routes"):
-        assert (await client.admin.list_dlq(queue=qname)).messages == []
+    await client.admin.seek_consumer_group("g", qname, to_end=True)
+    assert (await client.admin.list_dlq(queue=qname)).messages == []
 
 
 async def test_kv_and_timers(client: lanes.AsyncLanes, qname: str) -> None:
-    with skip_if_501("KV routes"):
-        await client.kv(qname).put("k", 1)
+    await client.kv(qname).put("k", 1)
     assert (await client.kv(qname).get("k")).value == 1
-    with skip_if_501("timer routes"):
-        r = await client.timers(qname).schedule("t", delay_millis=60_000, payload=b'"raw"')
+    r = await client.timers(qname).schedule("t", delay_millis=60_000, payload=b'"raw"')
     assert r.ok

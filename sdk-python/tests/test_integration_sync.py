@@ -10,7 +10,6 @@ from typing import Any
 import pytest
 
 import lanes
-from tests.conftest import skip_if_501
 
 
 @pytest.fixture
@@ -187,14 +186,13 @@ def test_buffer_flushed_on_close(broker_url: str, qname: str) -> None:
 def test_transaction_pipeline(client: lanes.Lanes, qname: str) -> None:
     client.queue(qname).push([{"orderId": 9}])
     msg = client.queue(qname).group("invoicing").subscription_mode("all").wait(False).pop()[0]
-    with skip_if_501("POST /api/v1/transaction"):
-        res = (
-            client.transaction()
-            .queue(qname + "-out")
-            .push([{"data": {"orderId": 9, "invoiced": True}}])
-            .ack(msg, "completed")
-            .commit()
-        )
+    res = (
+        client.transaction()
+        .queue(qname + "-out")
+        .push([{"data": {"orderId": 9, "invoiced": True}}])
+        .ack(msg, "completed")
+        .commit()
+    )
     assert res.success
     out = drain(client.queue(qname + "-out"))
     assert out[0].data == {"orderId": 9, "invoiced": True}
@@ -210,28 +208,23 @@ def test_admin_groups_seek_dlq_messages(client: lanes.Lanes, qname: str) -> None
     client.queue(qname).push(["a", "b"])
     msgs = client.queue(qname).group("audit").subscription_mode("all").wait(False).pop()
     client.ack(msgs)
-    with skip_if_501("consumer-group admin routes"):
-        groups = client.admin.list_consumer_groups()
-        assert any(g.name == "audit" for g in groups)
-        client.admin.seek_consumer_group("audit", qname, timestamp="2000-01-01T00:00:00Z")
+    groups = client.admin.list_consumer_groups()
+    assert any(g.name == "audit" for g in groups)
+    client.admin.seek_consumer_group("audit", qname, timestamp="2000-01-01T00:00:00Z")
     again = client.queue(qname).group("audit").wait(False).pop()
     assert [m.data for m in again] == ["a", "b"]
     client.ack(again, "dlq", error="poison")
-    with skip_if_501("DLQ routes"):
-        dlq = client.admin.list_dlq(queue=qname, consumer_group="audit")
-        assert dlq.messages
-    with skip_if_501("message routes"):
-        lst = client.admin.list_messages(queue=qname)
-        assert lst.messages is not None
-    with skip_if_501("queue listing"):
-        assert client.admin.list_queues().queues is not None
-        client.admin.delete_consumer_group("audit")
+    dlq = client.admin.list_dlq(queue=qname, consumer_group="audit")
+    assert dlq.messages
+    lst = client.admin.list_messages(queue=qname)
+    assert lst.messages is not None
+    assert client.admin.list_queues().queues is not None
+    client.admin.delete_consumer_group("audit")
 
 
 def test_kv(client: lanes.Lanes, qname: str) -> None:
     kv = client.kv(qname)
-    with skip_if_501("KV routes"):
-        kv.put("k", {"v": 1})
+    kv.put("k", {"v": 1})
     got = kv.get("k")
     assert got.found and got.value == {"v": 1}
     kv.delete("k")
@@ -240,8 +233,7 @@ def test_kv(client: lanes.Lanes, qname: str) -> None:
 
 def test_timers(client: lanes.Lanes, qname: str) -> None:
     t = client.timers(qname)
-    with skip_if_501("timer routes"):
-        r = t.schedule("remind", delay_millis=60_000, payload={"x": 1})
+    r = t.schedule("remind", delay_millis=60_000, payload={"x": 1})
     assert r.ok and r.status == "scheduled"
     assert t.get("remind").found
     assert t.cancel("remind").status == "cancelled"

@@ -482,14 +482,6 @@ func (h *harness) wakeScenario() (Result, error) {
 func (h *harness) txnScenario() (Result, error) {
 	ctx := context.Background()
 	qa, qb := h.queue("txn-a"), h.queue("txn-b")
-	probe := map[string]any{"operations": []map[string]any{{"type": "push", "items": []map[string]any{{"queue": h.queue("txn-probe"), "payload": map[string]int{"n": 1}}}}}}
-	if status, err := h.do(ctx, http.MethodPost, "/api/v1/transaction", probe, nil); err != nil {
-		if status == http.StatusNotImplemented {
-			return Result{Scenario: "txn", System: "lanes", Available: false, Note: "not available: POST /api/v1/transaction answers 501 (not implemented yet in this build)",
-				Description: "pipeline handoff: pop 1 from stage A, then one transaction acks it and pushes to stage B"}, nil
-		}
-		return Result{}, err
-	}
 	const partitions, workers = 8, 16
 	per := h.o.txnBacklog / partitions
 	if err := h.preload(ctx, qa, partitions, per); err != nil {

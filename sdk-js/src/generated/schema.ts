@@ -964,10 +964,13 @@ export interface components {
             /** @description Human-readable message. */
             error: string;
             /** @description Stable snake_case error code; an open set, so clients must accept unknown codes.
-             *     Generic codes: `bad_request`, `unauthorized`, `forbidden`, `not_found`, `no_such_route`,
-             *     `payload_too_large`, `rate_limited`, `internal`, `unavailable`, `not_implemented`.
-             *     Route-specific codes include `kv_expiry_not_specified`, `kv_prefix_required`,
-             *     `kv_disabled`, `timers_bad_request`, `timer_horizon_exceeded`, `timers_disabled`.
+             *     Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
+             *     `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
+             *     `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+             *     `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+             *     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
+             *     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+             *     `timer_horizon_exceeded`.
              *      */
             code: string;
         };
@@ -2070,15 +2073,6 @@ export interface components {
         };
         /** @description Temporarily unavailable (database down, surface paused or disabled). */
         ServiceUnavailable: {
-            headers: {
-                [name: string]: unknown;
-            };
-            content: {
-                "application/json": components["schemas"]["Error"];
-            };
-        };
-        /** @description The route or option is not implemented by this build. */
-        NotImplemented: {
             headers: {
                 [name: string]: unknown;
             };

@@ -80,7 +80,7 @@ class NotFoundError(APIError):
 
 
 class NotImplementedByBrokerError(APIError):
-    """501: the broker does not have this route yet."""
+    """A 501 answer: a proxy, or a broker build without the route."""
 
 
 class APIConnectionError(LanesError):

@@ -15,16 +15,15 @@ import (
 
 // Stable error codes on the wire. Clients match on these, never on text.
 const (
-	CodeBadRequest     = "bad_request"
-	CodeInvalidJSON    = "invalid_json"
-	CodeValidation     = "validation_failed"
-	CodeNotFound       = "not_found"
-	CodeNoSuchRoute    = "no_such_route"
-	CodeNotImplemented = "not_implemented"
-	CodeTooLarge       = "payload_too_large"
-	CodeDatabase       = "database_unavailable"
-	CodeInternal       = "internal_error"
-	CodeMethod         = "method_not_allowed"
+	CodeBadRequest  = "bad_request"
+	CodeInvalidJSON = "invalid_json"
+	CodeValidation  = "validation_failed"
+	CodeNotFound    = "not_found"
+	CodeNoSuchRoute = "no_such_route"
+	CodeTooLarge    = "payload_too_large"
+	CodeDatabase    = "database_unavailable"
+	CodeInternal    = "internal_error"
+	CodeMethod      = "method_not_allowed"
 )
 
 // writeError writes the JSON error envelope {error, code}.
@@ -45,8 +44,6 @@ func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, er
 	var invalid *engine.InvalidInputError
 	var pgErr *pgconn.PgError
 	switch {
-	case errors.Is(err, gen.ErrNotImplemented):
-		writeError(w, http.StatusNotImplemented, CodeNotImplemented, r.Method+" "+r.URL.Path+" is not implemented yet")
 	case errors.As(err, &invalid):
 		writeError(w, http.StatusBadRequest, CodeBadRequest, invalid.Message)
 	case errors.Is(err, engine.ErrNotFound):

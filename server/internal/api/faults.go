@@ -177,12 +177,10 @@ func defaultFaultCode(status int) string {
 		return "payload_too_large"
 	case http.StatusTooManyRequests:
 		return "rate_limited"
-	case http.StatusNotImplemented:
-		return "not_implemented"
 	case http.StatusServiceUnavailable:
-		return "unavailable"
+		return "database_unavailable"
 	default:
-		return "internal"
+		return "internal_error"
 	}
 }
 

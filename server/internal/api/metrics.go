@@ -9,7 +9,10 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/common/expfmt"
 
+	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
 	"github.com/lanesmq/lanes/server/internal/metrics"
 )
@@ -53,9 +56,46 @@ func (s *Server) registerGauges() {
 	m.Gauge("lanes_maintenance_pop", "1 while pop maintenance answers every pop 204.", nil, boolGauge(s.maintenance.pop.Load))
 }
 
-// serveJSONMetrics answers GET /metrics: the reference's snapshot shape plus
-// admission, spool and maintenance sections.
-func (s *Server) serveJSONMetrics(w http.ResponseWriter, _ *http.Request) {
+// GetMetrics answers GET /metrics with the reference's JSON snapshot.
+func (s *Server) GetMetrics(context.Context, gen.GetMetricsRequestObject) (gen.GetMetricsResponseObject, error) {
+	return jsonMetrics(s.metricsSnapshot()), nil
+}
+
+// GetPrometheusMetrics answers GET /metrics/prometheus in the text exposition format.
+func (s *Server) GetPrometheusMetrics(context.Context, gen.GetPrometheusMetricsRequestObject) (gen.GetPrometheusMetricsResponseObject, error) {
+	families, err := s.metrics.Registry.Gather()
+	if err != nil {
+		return nil, err
+	}
+	return prometheusText(families), nil
+}
+
+// jsonMetrics is the /metrics body; the spec leaves it an open object.
+type jsonMetrics map[string]any
+
+func (m jsonMetrics) VisitGetMetricsResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	return json.NewEncoder(w).Encode(m)
+}
+
+// prometheusText is a gathered registry, written as Prometheus text.
+type prometheusText []*dto.MetricFamily
+
+func (p prometheusText) VisitGetPrometheusMetricsResponse(w http.ResponseWriter) error {
+	format := expfmt.NewFormat(expfmt.TypeTextPlain)
+	w.Header().Set("Content-Type", string(format))
+	enc := expfmt.NewEncoder(w, format)
+	for _, f := range p {
+		if err := enc.Encode(f); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// metricsSnapshot is the reference's snapshot shape plus admission, spool and
+// maintenance sections.
+func (s *Server) metricsSnapshot() map[string]any {
 	uptime := s.metrics.Uptime().Seconds()
 	rate := func(n int64) float64 {
 		if uptime <= 0 {
@@ -113,8 +153,7 @@ func (s *Server) serveJSONMetrics(w http.ResponseWriter, _ *http.Request) {
 			"dbHealthy": sp.DBHealthy(), "dir": sp.Dir(),
 		}
 	}
-	w.Header().Set("Content-Type", "application/json")
-	_ = json.NewEncoder(w).Encode(body)
+	return body
 }
 
 // lagTop is how many of the largest backlogs the JSON metrics list.

@@ -49,29 +49,18 @@ func (r *statusRecorder) Flush() {
 	}
 }
 
-// observe counts every request by route template and status, and serves the
-// two metrics endpoints itself so they stay outside auth and admission.
+// observe counts every request by route template and status.
 func (s *Server) observe(next http.Handler, router *mux.Router) http.Handler {
-	prom := s.metrics.Handler()
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
-		switch {
-		case r.Method == http.MethodGet && r.URL.Path == "/metrics/prometheus":
-			prom.ServeHTTP(rec, r)
-		case r.Method == http.MethodGet && r.URL.Path == "/metrics":
-			s.serveJSONMetrics(rec, r)
-		default:
-			next.ServeHTTP(rec, r)
-		}
+		next.ServeHTTP(rec, r)
 		route := "unmatched"
 		var match mux.RouteMatch
 		if router.Match(r, &match) && match.Route != nil {
 			if tpl, err := match.Route.GetPathTemplate(); err == nil {
 				route = tpl
 			}
-		} else if r.URL.Path == "/metrics" || r.URL.Path == "/metrics/prometheus" {
-			route = r.URL.Path
 		}
 		status := rec.status
 		if status == 0 {

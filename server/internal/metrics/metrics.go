@@ -5,7 +5,6 @@ package metrics
 
 import (
 	"context"
-	"net/http"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -13,7 +12,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 )
 
 // Metrics is one broker's registry. Create it with New.
@@ -262,11 +260,6 @@ func (m *Metrics) Gauge(name, help string, labels prometheus.Labels, f func() fl
 // Counter registers a counter read from f at every scrape (f must not decrease).
 func (m *Metrics) Counter(name, help string, labels prometheus.Labels, f func() float64) {
 	m.Registry.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: name, Help: help, ConstLabels: labels}, f))
-}
-
-// Handler serves the registry in the Prometheus text format.
-func (m *Metrics) Handler() http.Handler {
-	return promhttp.HandlerFor(m.Registry, promhttp.HandlerOpts{})
 }
 
 // Uptime is the time since New.
