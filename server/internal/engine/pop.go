@@ -8,8 +8,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // PopRequest claims a batch for one consumer group.
@@ -616,47 +614,4 @@ func scanSegments(rows pgx.Rows, out map[uuid.UUID][]segment) error {
 		out[pid] = append(out[pid], s)
 	}
 	return rows.Err()
-}
-
-// connTx runs statements on a pooled connection inside a transaction that was
-// begun and is committed inside pipelined batches, so a pop pays three round
-// trips instead of one per statement.
-type connTx struct {
-	conn *pgxpool.Conn
-	open bool
-}
-
-func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	return t.conn.Exec(ctx, sql, args...)
-}
-
-func (t *connTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
-	return t.conn.Query(ctx, sql, args...)
-}
-
-func (t *connTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
-	return t.conn.QueryRow(ctx, sql, args...)
-}
-
-func (t *connTx) Commit(ctx context.Context) error {
-	_, err := t.conn.Exec(ctx, "COMMIT")
-	if err == nil {
-		t.open = false
-	}
-	return err
-}
-
-// rollbackUnlessDone ends a transaction left open by an error, so the
-// connection goes back to the pool idle (the pool would otherwise discard it).
-func (t *connTx) rollbackUnlessDone() {
-	if t.open || t.conn.Conn().PgConn().TxStatus() != 'I' {
-		_, _ = t.conn.Exec(context.Background(), "ROLLBACK")
-	}
-}
-
-// dbtx is what the pop helpers need from a transaction.
-type dbtx interface {
-	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
-	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
-	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }

@@ -245,12 +245,8 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forcePr
 		return err
 	}
 	defer conn.Release()
-	committed := false
-	defer func() {
-		if !committed {
-			_, _ = conn.Exec(context.Background(), "ROLLBACK")
-		}
-	}()
+	tx := &connTx{conn: conn}
+	defer tx.rollbackUnlessDone()
 
 	b := &pgx.Batch{}
 	b.Queue("BEGIN")
@@ -266,13 +262,14 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forcePr
 	if err != nil {
 		return err
 	}
+	tx.open = true
 	b = &pgx.Batch{}
 	w.queueWrites(b)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
-	committed = true
+	tx.open = false
 	e.knownPartitions.add(w.parts)
 	w.wake(e)
 	return nil
