@@ -178,9 +178,9 @@ func defaultFaultCode(status int) string {
 	case http.StatusTooManyRequests:
 		return "rate_limited"
 	case http.StatusServiceUnavailable:
-		return "database_unavailable"
+		return "unavailable"
 	default:
-		return "internal_error"
+		return "internal"
 	}
 }
 
