@@ -168,7 +168,7 @@ func (e *Engine) replay(ctx context.Context, target ReplayTarget, selectRow stri
 		return nil, err
 	}
 	if res.Outcome == ReplayMoved {
-		e.waiters.wake(res.Queue)
+		e.waiters.wake(res.Queue, nil)
 	}
 	return res, nil
 }
@@ -202,7 +202,7 @@ func (e *Engine) replayInTx(ctx context.Context, tx pgx.Tx, target ReplayTarget,
 	}
 	res.TransactionID = "dlq:" + row.ID.String()
 	frame := &Frame{TransactionID: res.TransactionID, TraceID: row.TraceID, Payload: row.Payload}
-	queued, messageID, err := appendOne(ctx, tx, res.Queue, res.Partition, frame)
+	queued, messageID, err := appendOne(ctx, tx, e.brokerID, res.Queue, res.Partition, frame)
 	if err != nil {
 		return err
 	}
@@ -224,7 +224,7 @@ func (e *Engine) replayInTx(ctx context.Context, tx pgx.Tx, target ReplayTarget,
 // notify. queued is false for a duplicate (messageID is then the original's).
 // Kept apart from commitPushes on purpose: the group-commit path batches across
 // requests and is being reworked; this is its single-partition equivalent.
-func appendOne(ctx context.Context, tx pgx.Tx, queue, partition string, f *Frame) (queued bool, messageID uuid.UUID, err error) {
+func appendOne(ctx context.Context, tx pgx.Tx, sender, queue, partition string, f *Frame) (queued bool, messageID uuid.UUID, err error) {
 	ns, task := NamespaceTask(queue)
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.queues (name, namespace, task) VALUES ($1, $2, $3)
 		ON CONFLICT (name) DO NOTHING`, queue, ns, task); err != nil {
@@ -268,7 +268,7 @@ func appendOne(ctx context.Context, tx pgx.Tx, queue, partition string, f *Frame
 		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
 		pid, f.TransactionID, offset, f.MessageID)
 	b.Queue(`UPDATE lanes.partitions SET last_offset = $2, last_write_at = clock_timestamp() WHERE id = $1`, pid, offset)
-	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(map[string]bool{queue: true}))
+	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(sender, map[string]bool{queue: true}))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return false, uuid.Nil, err
 	}

@@ -78,6 +78,8 @@ type Engine struct {
 	// knownPartitions lets plain pushes skip provisioning partitions that exist.
 	knownPartitions partitionCache
 	waiters         *waiters
+	// brokerID tells this broker's own NOTIFY payloads from other brokers'.
+	brokerID string
 	// autopilot sizes pops that leave batch or width to the broker.
 	autopilot *autopilot
 
@@ -92,6 +94,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.withDefaults()
 	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	e.waiters = newWaiters()
+	e.brokerID = uuid.NewString()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.notifier = newNotifier(e)
 	e.pusher = newPusher(e)

@@ -19,8 +19,11 @@ const notifyChannel = "lanes_push"
 // wakeEverything is sent when the queue list does not fit a NOTIFY payload.
 const wakeEverything = "*"
 
-func notifyPayload(queues map[string]bool) string {
-	names := make([]string, 0, len(queues))
+// A payload is the sending broker's id line ("@" + id), then one queue name per
+// line; a broker skips its own notifications (it woke its pops already).
+// Brokers that predate the id line read it as a queue name nobody waits on.
+func notifyPayload(sender string, queues map[string]bool) string {
+	names := make([]string, 0, len(queues)+1)
 	size := 0
 	for q := range queues {
 		names = append(names, q)
@@ -30,88 +33,7 @@ func notifyPayload(queues map[string]bool) string {
 		return wakeEverything
 	}
 	sort.Strings(names)
-	return strings.Join(names, "\n")
-}
-
-// waiters holds the parked long-poll pops of this broker. A parked pop holds
-// a channel, never a database connection.
-type waiters struct {
-	mu      sync.Mutex
-	byQueue map[string]map[chan struct{}]struct{}
-	any     map[chan struct{}]struct{} // discovery pops: any push may concern them
-}
-
-func newWaiters() *waiters {
-	return &waiters{byQueue: map[string]map[chan struct{}]struct{}{}, any: map[chan struct{}]struct{}{}}
-}
-
-// register returns a channel closed by the next push to queue ("" = any queue).
-func (w *waiters) register(queue string) chan struct{} {
-	ch := make(chan struct{})
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if queue == "" {
-		w.any[ch] = struct{}{}
-		return ch
-	}
-	set := w.byQueue[queue]
-	if set == nil {
-		set = map[chan struct{}]struct{}{}
-		w.byQueue[queue] = set
-	}
-	set[ch] = struct{}{}
-	return ch
-}
-
-func (w *waiters) unregister(queue string, ch chan struct{}) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if queue == "" {
-		delete(w.any, ch)
-		return
-	}
-	if set := w.byQueue[queue]; set != nil {
-		delete(set, ch)
-		if len(set) == 0 {
-			delete(w.byQueue, queue)
-		}
-	}
-}
-
-func (w *waiters) wake(queue string) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	if queue == wakeEverything {
-		w.wakeAllLocked()
-		return
-	}
-	for ch := range w.byQueue[queue] {
-		close(ch)
-	}
-	delete(w.byQueue, queue)
-	for ch := range w.any {
-		close(ch)
-	}
-	w.any = map[chan struct{}]struct{}{}
-}
-
-func (w *waiters) wakeAll() {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	w.wakeAllLocked()
-}
-
-func (w *waiters) wakeAllLocked() {
-	for q, set := range w.byQueue {
-		for ch := range set {
-			close(ch)
-		}
-		delete(w.byQueue, q)
-	}
-	for ch := range w.any {
-		close(ch)
-	}
-	w.any = map[chan struct{}]struct{}{}
+	return "@" + sender + "\n" + strings.Join(names, "\n")
 }
 
 // listenLoop keeps a dedicated connection on LISTEN and turns notifications
@@ -171,9 +93,18 @@ func (e *Engine) listenOnce() error {
 }
 
 func (e *Engine) dispatchNotification(n *pgconn.Notification) {
-	for _, q := range strings.Split(n.Payload, "\n") {
+	lines := strings.Split(n.Payload, "\n")
+	if len(lines) > 0 && strings.HasPrefix(lines[0], "@") {
+		if lines[0][1:] == e.brokerID {
+			return
+		}
+		lines = lines[1:]
+	}
+	for _, q := range lines {
 		if q != "" {
-			e.waiters.wake(q)
+			// Another broker's commit: which partitions is not said, so every
+			// parked pop of the queue re-checks.
+			e.waiters.wake(q, nil)
 		}
 	}
 }
@@ -201,7 +132,7 @@ func newNotifier(e *Engine) *notifier {
 }
 
 // publish queues the names of queues that received messages.
-func (n *notifier) publish(queues map[string]bool) {
+func (n *notifier) publish(queues map[string][]string) {
 	if len(queues) == 0 {
 		return
 	}
@@ -238,7 +169,7 @@ func (n *notifier) flush() {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	if _, err := n.e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, notifyPayload(batch)); err != nil {
+	if _, err := n.e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, notifyPayload(n.e.brokerID, batch)); err != nil {
 		// Other brokers' parked pops still find the messages at their next re-check.
 		n.e.log.Warn("notify other brokers failed", "err", err)
 	}

@@ -8,14 +8,7 @@ import (
 
 // ParkedPops counts the long polls parked on this engine right now.
 func (e *Engine) ParkedPops() int {
-	w := e.waiters
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	n := len(w.any)
-	for _, set := range w.byQueue {
-		n += len(set)
-	}
-	return n
+	return e.waiters.count()
 }
 
 // QueueLag is the backlog of one consumer group on one queue: messages past

@@ -91,26 +91,30 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 	interval := popInitialRecheck
 	empties := 0
 	for check := 0; ; check++ {
-		var wake chan struct{}
+		var wt *waiter
 		if req.Wait {
 			// Registered before the check so a push between check and park is not missed.
-			wake = e.waiters.register(req.Queue)
+			wt = e.waiters.register(req.Queue, req.Group, req.Partition)
 		}
 		res, err := e.admittedPopOnce(ctx, &req, check == 0)
+		if err == nil && res != nil && req.Queue != "" && res.ReadyPartitions > res.PartitionsClaimed {
+			// Claimable partitions left behind: hand them to parked peers of the group.
+			e.waiters.wakeGroup(req.Queue, req.Group, res.ReadyPartitions-res.PartitionsClaimed)
+		}
 		if err != nil || len(res.Messages) > 0 || !req.Wait || e.stopParking.Load() {
-			if wake != nil {
-				e.waiters.unregister(req.Queue, wake)
+			if wt != nil {
+				e.waiters.unregister(wt)
 			}
 			return res, err
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {
-			e.waiters.unregister(req.Queue, wake)
+			e.waiters.unregister(wt)
 			return res, nil
 		}
 		timer := time.NewTimer(min(interval, remaining))
 		select {
-		case <-wake:
+		case <-wt.ch:
 			interval = popInitialRecheck
 			empties = 0
 		case <-timer.C:
@@ -120,15 +124,15 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			}
 		case <-ctx.Done():
 			timer.Stop()
-			e.waiters.unregister(req.Queue, wake)
+			e.waiters.unregister(wt)
 			return res, ctx.Err()
 		case <-e.stop:
 			timer.Stop()
-			e.waiters.unregister(req.Queue, wake)
+			e.waiters.unregister(wt)
 			return res, nil
 		}
 		timer.Stop()
-		e.waiters.unregister(req.Queue, wake)
+		e.waiters.unregister(wt)
 	}
 }
 

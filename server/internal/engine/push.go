@@ -356,7 +356,7 @@ type pushWrite struct {
 	keys      []partitionKey
 	parts     map[partitionKey]*pushPartition
 	seen      map[partitionKey]map[string]uuid.UUID
-	touched   map[string]bool
+	touched   map[string][]string // queue → partitions that received messages
 	// skipProvision leaves out the create-if-missing statements: every
 	// partition of the write is known to exist (the plain push path's cache).
 	skipProvision bool
@@ -372,7 +372,7 @@ var errPartitionGone = errors.New("partition no longer exists")
 
 func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
 	w := &pushWrite{slots: slots, firstWins: firstWins, groups: map[partitionKey][]int{},
-		parts: map[partitionKey]*pushPartition{}, seen: map[partitionKey]map[string]uuid.UUID{}, touched: map[string]bool{}}
+		parts: map[partitionKey]*pushPartition{}, seen: map[partitionKey]map[string]uuid.UUID{}, touched: map[string][]string{}}
 	for i := range slots {
 		k := partitionKey{slots[i].item.Queue, slots[i].item.Partition}
 		w.groups[k] = append(w.groups[k], i)
@@ -660,7 +660,7 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		segFrames = append(segFrames, blob)
 		updPID = append(updPID, ps.id)
 		updLast = append(updLast, next-1)
-		w.touched[k.queue] = true
+		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
 	}
 	if len(segPID) == 0 {
 		return
@@ -684,8 +684,8 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 // commit, not inside it: a notifying commit takes a database-wide lock, which
 // would serialize every push commit behind the others.
 func (w *pushWrite) wake(e *Engine) {
-	for q := range w.touched {
-		e.waiters.wake(q)
+	for q, parts := range w.touched {
+		e.waiters.wake(q, parts)
 	}
 	e.notifier.publish(w.touched)
 }

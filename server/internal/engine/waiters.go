@@ -1,0 +1,185 @@
+package engine
+
+import (
+	"container/list"
+	"sync"
+)
+
+// waiters holds the parked long-poll pops of this broker. A parked pop holds
+// a channel, never a database connection.
+//
+// A push wakes only as many parked pops per consumer group as it touched
+// partitions: a partition is claimed by one pop of a group at a time, so
+// waking every waiter of the queue would only make the rest run a claim that
+// finds nothing. A woken pop that sees more claimable partitions than it took
+// passes the wake on (wakeGroup). Pops pinned to a partition wake when that
+// partition is touched. Discovery pops, and wakes whose partitions are unknown
+// (other brokers' notifications, replays), wake everyone on the queue.
+type waiters struct {
+	mu      sync.Mutex
+	byQueue map[string]*list.List // of *waiter, oldest parked first
+	any     map[*waiter]struct{}  // discovery pops: any push may concern them
+}
+
+type waiter struct {
+	ch        chan struct{}
+	queue     string
+	group     string
+	partition string // pinned pops only
+	elem      *list.Element
+}
+
+func newWaiters() *waiters {
+	return &waiters{byQueue: map[string]*list.List{}, any: map[*waiter]struct{}{}}
+}
+
+// register parks a pop: its channel is closed by a wake that concerns it
+// (queue "" = a discovery pop, woken by any push).
+func (w *waiters) register(queue, group, partition string) *waiter {
+	wt := &waiter{ch: make(chan struct{}), queue: queue, group: group, partition: partition}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if queue == "" {
+		w.any[wt] = struct{}{}
+		return wt
+	}
+	l := w.byQueue[queue]
+	if l == nil {
+		l = list.New()
+		w.byQueue[queue] = l
+	}
+	wt.elem = l.PushBack(wt)
+	return wt
+}
+
+// unregister removes a waiter whether or not it was woken.
+func (w *waiters) unregister(wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.removeLocked(wt)
+}
+
+func (w *waiters) removeLocked(wt *waiter) {
+	if wt.queue == "" {
+		delete(w.any, wt)
+		return
+	}
+	if wt.elem == nil {
+		return // already woken
+	}
+	if l := w.byQueue[wt.queue]; l != nil {
+		l.Remove(wt.elem)
+		if l.Len() == 0 {
+			delete(w.byQueue, wt.queue)
+		}
+	}
+	wt.elem = nil
+}
+
+func (w *waiters) fireLocked(wt *waiter) {
+	w.removeLocked(wt)
+	close(wt.ch)
+}
+
+// wake reports a commit that added messages to partitions of queue. With the
+// partition names known, each group gets at most one wake per partition;
+// partitions == nil wakes every waiter of the queue.
+func (w *waiters) wake(queue string, partitions []string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if queue == wakeEverything {
+		w.wakeAllLocked()
+		return
+	}
+	w.wakeDiscoveryLocked()
+	l := w.byQueue[queue]
+	if l == nil {
+		return
+	}
+	var quota map[string]int
+	var touched map[string]bool
+	if partitions != nil {
+		quota = map[string]int{}
+		touched = make(map[string]bool, len(partitions))
+		for _, p := range partitions {
+			touched[p] = true
+		}
+	}
+	for e := l.Front(); e != nil; {
+		next := e.Next()
+		wt := e.Value.(*waiter)
+		switch {
+		case partitions == nil:
+			w.fireLocked(wt)
+		case wt.partition != "":
+			if touched[wt.partition] {
+				w.fireLocked(wt)
+			}
+		default:
+			used := quota[wt.group]
+			if used < len(partitions) {
+				quota[wt.group] = used + 1
+				w.fireLocked(wt)
+			}
+		}
+		e = next
+	}
+}
+
+// wakeGroup wakes up to n unpinned waiters of one group on queue: the claimable
+// partitions a pop saw but did not take.
+func (w *waiters) wakeGroup(queue, group string, n int) {
+	if n <= 0 {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.byQueue[queue]
+	if l == nil {
+		return
+	}
+	for e := l.Front(); e != nil && n > 0; {
+		next := e.Next()
+		if wt := e.Value.(*waiter); wt.group == group && wt.partition == "" {
+			w.fireLocked(wt)
+			n--
+		}
+		e = next
+	}
+}
+
+func (w *waiters) wakeDiscoveryLocked() {
+	for wt := range w.any {
+		close(wt.ch)
+	}
+	w.any = map[*waiter]struct{}{}
+}
+
+func (w *waiters) wakeAll() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.wakeAllLocked()
+}
+
+func (w *waiters) wakeAllLocked() {
+	for _, l := range w.byQueue {
+		for e := l.Front(); e != nil; e = e.Next() {
+			wt := e.Value.(*waiter)
+			wt.elem = nil
+			close(wt.ch)
+		}
+	}
+	w.byQueue = map[string]*list.List{}
+	w.wakeDiscoveryLocked()
+}
+
+// count is the number of parked pops.
+func (w *waiters) count() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(w.any)
+	for _, l := range w.byQueue {
+		n += l.Len()
+	}
+	return n
+}

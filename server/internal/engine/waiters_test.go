@@ -1,0 +1,73 @@
+package engine
+
+import "testing"
+
+func woken(wts ...*waiter) []bool {
+	out := make([]bool, len(wts))
+	for i, wt := range wts {
+		select {
+		case <-wt.ch:
+			out[i] = true
+		default:
+		}
+	}
+	return out
+}
+
+func TestWaitersWakeOnePerTouchedPartitionPerGroup(t *testing.T) {
+	w := newWaiters()
+	a1 := w.register("q", "A", "")
+	a2 := w.register("q", "A", "")
+	a3 := w.register("q", "A", "")
+	b1 := w.register("q", "B", "")
+	pinned := w.register("q", "A", "p9")
+	other := w.register("other", "A", "")
+	discovery := w.register("", "A", "")
+
+	w.wake("q", []string{"p1", "p2"})
+	got := woken(a1, a2, a3, b1, pinned, other, discovery)
+	want := []bool{true, true, false, true, false, false, true}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("after a push to p1,p2: woken = %v, want %v (a1 a2 a3 b1 pinned other discovery)", got, want)
+		}
+	}
+	if n := w.count(); n != 3 {
+		t.Fatalf("parked after wake = %d, want 3 (a3, pinned, other)", n)
+	}
+
+	w.wake("q", []string{"p9"})
+	if got := woken(a3, pinned); !got[0] || !got[1] {
+		t.Fatalf("a push to p9 must wake the pinned pop and one unpinned pop of A: %v", got)
+	}
+
+	w.wake("other", nil)
+	if !woken(other)[0] {
+		t.Fatal("a wake with unknown partitions must wake every waiter of the queue")
+	}
+	if n := w.count(); n != 0 {
+		t.Fatalf("parked = %d, want 0", n)
+	}
+}
+
+func TestWaitersWakeGroupPassesTheWakeOn(t *testing.T) {
+	w := newWaiters()
+	a1 := w.register("q", "A", "")
+	b1 := w.register("q", "B", "")
+	a2 := w.register("q", "A", "")
+	a3 := w.register("q", "A", "")
+	w.wakeGroup("q", "A", 2)
+	got := woken(a1, b1, a2, a3)
+	if !got[0] || got[1] || !got[2] || got[3] {
+		t.Fatalf("wakeGroup(A, 2) woke %v, want the two oldest waiters of A only", got)
+	}
+	w.unregister(a1) // unregistering a woken waiter is a no-op
+	w.unregister(a3)
+	if n := w.count(); n != 1 {
+		t.Fatalf("parked = %d, want 1 (b1)", n)
+	}
+	w.wakeAll()
+	if !woken(b1)[0] || w.count() != 0 {
+		t.Fatal("wakeAll must wake and forget everyone")
+	}
+}
