@@ -105,7 +105,7 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	tx := &connTx{conn: conn}
 	defer tx.rollbackUnlessDone()
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	beginHot(b)
 	plan.queueReads(b)
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return err

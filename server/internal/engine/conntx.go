@@ -44,6 +44,16 @@ func (t *connTx) rollbackUnlessDone() {
 	}
 }
 
+// beginHot opens a push, pop or ack transaction. Their statements are shaped
+// so that one generic plan serves every call (per-row index probes through
+// LATERAL and unnest), and PostgreSQL's default would otherwise re-plan them
+// per execution whenever it estimates a custom plan cheaper: planning the
+// claim statement costs ~1.2 ms against ~0.5 ms to run it.
+func beginHot(b *pgx.Batch) {
+	b.Queue("BEGIN")
+	b.Queue("SET LOCAL plan_cache_mode = force_generic_plan")
+}
+
 // dbtx is what the pop helpers need from a transaction.
 type dbtx interface {
 	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)

@@ -219,7 +219,7 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 	var queues []*popQueue
 	var now time.Time
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	beginHot(b)
 	queuePopQueues(b, req, &queues)
 	//
 	// A leased pop commits without waiting for the WAL flush: if the database
@@ -289,7 +289,7 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 	}
 
 	// Round trip 2: the claim.
-	claims, ready, err := claimPartitions(ctx, tx, req, queues)
+	claims, ready, err := e.claimPartitions(ctx, tx, req, queues)
 	if err != nil {
 		return nil, err
 	}
@@ -495,7 +495,7 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 // snapshot's xmin so a write not yet visible can never fall below it. It is
 // stored only if no seek or delete bumped claim_epoch meanwhile, and the row is
 // taken SKIP LOCKED so pops never queue behind each other for it.
-func claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*popQueue) ([]claim, int, error) {
+func (e *Engine) claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*popQueue) ([]claim, int, error) {
 	ids := make([]uuid.UUID, len(queues))
 	floors := make([]int64, len(queues))
 	epochs := make([]int64, len(queues))
@@ -518,25 +518,31 @@ func claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*po
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)),
 		cand AS MATERIALIZED (
 			SELECT p.id AS pid, p.queue_id AS qid, p.name AS pname, q.name AS qname, q.lease_time,
-				p.last_offset, p.log_start, p.last_write_xid, c.last_consumed_at, v.visible_end,
-				c.partition_id IS NOT NULL
-					AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-					AND v.visible_end > c.committed
+				p.last_offset, p.log_start, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end,
+				p.c_pid IS NOT NULL
+					AND (p.c_lease_expires_at IS NULL OR p.c_lease_expires_at <= now())
+					AND v.visible_end > p.c_committed
 					AND (q.window_buffer = 0 OR p.last_write_at <= now() - make_interval(secs => q.window_buffer)) AS claimable
 			FROM scope s
 			JOIN lanes.queues q ON q.id = s.qid
-			-- LATERAL with OFFSET/LIMIT keeps both lookups as per-row index probes:
-			-- the planner cannot see how selective the floor is and would scan.
-			CROSS JOIN LATERAL (SELECT * FROM lanes.partitions p
-				WHERE p.queue_id = s.qid AND `+scan+` OFFSET 0) p
-			LEFT JOIN LATERAL (SELECT * FROM lanes.consumers c
-				WHERE c.partition_id = p.id AND c.consumer_group = $2 LIMIT 1) c ON true
+			-- The partitions holding work for the group, oldest write first, at
+			-- most $7 of them (NULL: all). LATERAL with LIMIT keeps both lookups
+			-- per-row index probes in write order: the planner cannot see how
+			-- selective the floor is and would scan.
+			CROSS JOIN LATERAL (SELECT p.*, c.partition_id AS c_pid, c.committed AS c_committed,
+					c.lease_expires_at AS c_lease_expires_at, c.last_consumed_at AS c_last_consumed_at
+				FROM lanes.partitions p
+				LEFT JOIN LATERAL (SELECT * FROM lanes.consumers c
+					WHERE c.partition_id = p.id AND c.consumer_group = $2 LIMIT 1) c ON true
+				WHERE p.queue_id = s.qid AND `+scan+`
+				  AND (c.partition_id IS NULL OR p.last_offset > c.committed)
+				ORDER BY p.last_write_xid
+				LIMIT $7) p
 			CROSS JOIN LATERAL (SELECT CASE WHEN q.delayed_processing > 0 THEN
 					coalesce((SELECT sg.end_offset FROM lanes.segments sg
 						WHERE sg.partition_id = p.id AND sg.created_at <= now() - make_interval(secs => q.delayed_processing)
 						ORDER BY sg.base_offset DESC LIMIT 1), -1)
-				ELSE p.last_offset END AS visible_end) v
-			WHERE c.partition_id IS NULL OR p.last_offset > c.committed),
+				ELSE p.last_offset END AS visible_end) v),
 		picked AS (
 			-- Candidates in serving order, each cursor locked by its own probe, so
 			-- the LIMIT stops locking at the width (a join here may scan the group).
@@ -568,7 +574,7 @@ func claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*po
 		LEFT JOIN picked ON true
 		LEFT JOIN cand ON cand.pid = picked.partition_id
 		ORDER BY cand.last_consumed_at NULLS FIRST, cand.pid`,
-		ids, req.Group, req.Partition, limit, floors, epochs)
+		ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req))
 	if err != nil {
 		return nil, 0, err
 	}
@@ -591,6 +597,25 @@ func claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*po
 			committed: *committed, lastOffset: *lastOffset, from: *from, to: *visibleEnd})
 	}
 	return out, ready, rows.Err()
+}
+
+// claimWindowMin is the fewest partitions with work a claim looks at; see claimWindow.
+const claimWindowMin = 64
+
+// claimFullScanEvery makes every n-th claim look at every partition with work.
+const claimFullScanEvery = 32
+
+// claimWindow bounds how many partitions with work one claim considers, so a
+// claim costs the same on a queue with 1,000 busy partitions as on one with
+// 100: the oldest-written claimWindowMin (or twice the width asked),
+// served least recently first. Every claimFullScanEvery-th claim considers them
+// all, so a partition that is written so often it never ranks among the oldest
+// writes is still served in least-recently-served order. nil = no bound.
+func (e *Engine) claimWindow(req *PopRequest) any {
+	if req.Partition != "" || req.Partitions <= 0 || e.claims.Add(1)%claimFullScanEvery == 0 {
+		return nil
+	}
+	return max(claimWindowMin, 2*req.Partitions)
 }
 
 type segment struct {

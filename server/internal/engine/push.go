@@ -249,13 +249,15 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forcePr
 	defer tx.rollbackUnlessDone()
 
 	b := &pgx.Batch{}
-	b.Queue("BEGIN")
+	beginHot(b)
 	w.queueLock(b)
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
 		defer br.Close()
-		if _, err := br.Exec(); err != nil {
-			return err
+		for range 2 { // BEGIN, SET LOCAL
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
 		}
 		return w.readLock(br)
 	}()
