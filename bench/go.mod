@@ -3,6 +3,7 @@ module github.com/lanesmq/lanes/bench
 go 1.26.0
 
 require (
+	github.com/goccy/go-json v0.12.0
 	github.com/jackc/pgx/v5 v5.12.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2

@@ -358,6 +358,10 @@ type pushWrite struct {
 	keys      []partitionKey
 	parts     map[partitionKey]*pushPartition
 	seen      map[partitionKey]map[string]uuid.UUID
+	// stored holds every transaction id the by-id probe found in lanes.txns,
+	// inside the dedup window or not: those rows are overwritten, every other
+	// id is a plain insert (probed under the partition lock, so no conflict).
+	stored map[partitionKey]map[string]bool
 	touched   map[string][]string // queue → partitions that received messages
 	// skipProvision leaves out the create-if-missing statements: every
 	// partition of the write is known to exist (the plain push path's cache).
@@ -486,7 +490,17 @@ func (w *pushWrite) readProbeByID(rows pgx.Rows) error {
 			return err
 		}
 		k, ok := keyOf[pid]
-		if !ok || !w.parts[k].dedup || age >= float64(w.parts[k].window) {
+		if !ok {
+			continue
+		}
+		if w.stored == nil {
+			w.stored = map[partitionKey]map[string]bool{}
+		}
+		if w.stored[k] == nil {
+			w.stored[k] = map[string]bool{}
+		}
+		w.stored[k][txn] = true
+		if !w.parts[k].dedup || age >= float64(w.parts[k].window) {
 			continue
 		}
 		if w.seen[k] == nil {
@@ -671,14 +685,48 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		SELECT x.pid, x.b, x.e, clock_timestamp(), x.f
 		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
 		uuidArray(segPID), segBase, segEnd, segFrames)
-	b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
+	w.queueTxns(b, txPID, txID, txOff, txMsg)
+	b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
+		FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, uuidArray(updPID), updLast)
+}
+
+// queueTxns writes the transaction-id index rows. With the by-id probe every
+// id already stored is known, so new ids take a plain INSERT (cheaper than
+// INSERT … ON CONFLICT, which pays a speculative insertion per row) and only
+// stored ones are overwritten; without it every row is an upsert.
+func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, offsets []int64, msgs []uuid.UUID) {
+	const upsert = `INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
 		SELECT x.pid, x.t, x.o, x.m, now()
 		FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)
 		ON CONFLICT (partition_id, transaction_id) DO UPDATE
-		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
-		uuidArray(txPID), txID, txOff, uuidArray(txMsg))
-	b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
-		FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, uuidArray(updPID), updLast)
+		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`
+	if w.knownIDs == nil {
+		b.Queue(upsert, uuidArray(pids), txns, offsets, uuidArray(msgs))
+		return
+	}
+	keyOf := make(map[uuid.UUID]partitionKey, len(w.parts))
+	for k, ps := range w.parts {
+		keyOf[ps.id] = k
+	}
+	var newP, oldP, newM, oldM []uuid.UUID
+	var newT, oldT []string
+	var newO, oldO []int64
+	for i := range txns {
+		if w.stored[keyOf[pids[i]]][txns[i]] {
+			oldP, oldT, oldO, oldM = append(oldP, pids[i]), append(oldT, txns[i]), append(oldO, offsets[i]), append(oldM, msgs[i])
+			continue
+		}
+		newP, newT, newO, newM = append(newP, pids[i]), append(newT, txns[i]), append(newO, offsets[i]), append(newM, msgs[i])
+	}
+	if len(newT) > 0 {
+		b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
+			SELECT x.pid, x.t, x.o, x.m, now()
+			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)`,
+			uuidArray(newP), newT, newO, uuidArray(newM))
+	}
+	if len(oldT) > 0 {
+		b.Queue(upsert, uuidArray(oldP), oldT, oldO, uuidArray(oldM))
+	}
 }
 
 // wake tells this broker's parked pops about the queues the committed write
