@@ -504,9 +504,15 @@ func (e *Engine) claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, 
 		floors[i] = q.claimFloor
 		epochs[i] = q.claimEpoch
 	}
+	// Every claimed partition yields at least one message, so a pop never
+	// needs more partitions than its batch: an uncapped width stops there.
+	width := req.Partitions
+	if req.Batch > 0 && (width <= 0 || width > req.Batch) {
+		width = req.Batch
+	}
 	var limit any
-	if req.Partitions > 0 {
-		limit = req.Partitions
+	if width > 0 {
+		limit = width
 	}
 	// A pinned partition is found by name; the floor only serves wildcard scans.
 	scan := `p.last_write_xid >= s.floor`

@@ -361,8 +361,8 @@ type pushWrite struct {
 	// stored holds every transaction id the by-id probe found in lanes.txns,
 	// inside the dedup window or not: those rows are overwritten, every other
 	// id is a plain insert (probed under the partition lock, so no conflict).
-	stored map[partitionKey]map[string]bool
-	touched   map[string][]string // queue → partitions that received messages
+	stored  map[partitionKey]map[string]bool
+	touched map[string][]string // queue → partitions that received messages
 	// skipProvision leaves out the create-if-missing statements: every
 	// partition of the write is known to exist (the plain push path's cache).
 	skipProvision bool
