@@ -99,7 +99,7 @@ type Run struct {
 	Targets      []Target       `json:"targets"`
 }
 
-const allScenarios = "ceiling-b1,ceiling-b100,ceiling-b1-notify,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
+const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
 
 func main() {
 	var o options
@@ -286,6 +286,7 @@ func (h *harness) run() int {
 	}
 	step("ceiling-b100", func() (Result, error) { return h.ceilingScenario("ceiling-b100", 8, 100, false) })
 	step("ceiling-b1", func() (Result, error) { return h.ceilingScenario("ceiling-b1", 64, 1, false) })
+	step("ceiling-b1-serial", func() (Result, error) { return h.ceilingScenario("ceiling-b1-serial", 1, 1, false) })
 	step("ceiling-b1-notify", func() (Result, error) { return h.ceilingScenario("ceiling-b1-notify", 64, 1, true) })
 	step("push-b1", func() (Result, error) { return h.pushScenario("push-b1", 64, 1) })
 	step("push-b100", func() (Result, error) { return h.pushScenario("push-b100", 8, 100) })

@@ -79,6 +79,11 @@ func evaluateTargets(run *Run) []Target {
 	}
 	ratioTarget("push batch 100 vs ceiling", "push-b100", 0.35, "≥ 0.35 × ceiling-b100")
 	ratioTarget("push batch 1 × 64 vs one message per commit", "push-b1", 5, "≥ 5 × ceiling-b1")
+	// For reading the verdict: the same 64 producers against one writer that
+	// commits each message before the next (no concurrency to share fsyncs).
+	if serial, pb1 := find(rs, "ceiling-b1-serial", "postgres"), find(rs, "push-b1", "lanes"); serial != nil && pb1 != nil && serial.MsgPerSec > 0 {
+		ts[len(ts)-1].Value += fmt.Sprintf("; %.1f× ceiling-b1-serial (one connection, %.0f msg/s)", pb1.MsgPerSec/serial.MsgPerSec, serial.MsgPerSec)
+	}
 	ratioTarget("pop+ack vs push ceiling", "consume-queue", 0.3, "≥ 0.3 × ceiling-b100")
 
 	t := Target{Name: "parked long-poll wake-up p99", Goal: "< 10 ms"}

@@ -78,6 +78,8 @@ type Engine struct {
 	// knownPartitions lets plain pushes skip provisioning partitions that exist.
 	knownPartitions partitionCache
 	waiters         *waiters
+	// popPlans lets a repeat pop claim in its first round trip.
+	popPlans popPlanCache
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.
 	claims atomic.Uint64
 	// brokerID tells this broker's own NOTIFY payloads from other brokers'.

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/google/uuid"
@@ -192,6 +193,66 @@ type popQueue struct {
 	claimEpoch       int64
 }
 
+// earlyClaim is a claim sent in a pop's first round trip on a cached plan.
+type earlyClaim struct {
+	plan   popQueue
+	claims []claim
+	ready  int
+	err    error
+}
+
+// valid reports whether the fresh queue lookup confirms the cached plan: the
+// same queue row, the group registered and seeded to the queue's partition
+// version, and no seek or group delete (claim_epoch) since. A floor that
+// advanced meanwhile only made the early claim look at more partitions.
+func (c *earlyClaim) valid(fresh []*popQueue) bool {
+	if c.err != nil || len(fresh) != 1 {
+		return false
+	}
+	q := fresh[0]
+	return q.id == c.plan.id && q.registered && q.seededVersion >= q.partitionVersion && q.claimEpoch == c.plan.claimEpoch
+}
+
+// popPlanCache keeps, per (queue, group) of single-queue pops, the queue row
+// and group state the last pop read, for the next pop's early claim.
+type popPlanCache struct {
+	mu    sync.Mutex
+	plans map[popPlanKey]popQueue
+}
+
+type popPlanKey struct{ queue, group string }
+
+const popPlanCacheMax = 1 << 14
+
+func (c *popPlanCache) get(queue, group string) (popQueue, bool) {
+	if queue == "" {
+		return popQueue{}, false
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	q, ok := c.plans[popPlanKey{queue, group}]
+	return q, ok
+}
+
+// remember stores what a pop's lookup read when the group needs no
+// registration or seeding (the only state an early claim may run on).
+func (c *popPlanCache) remember(req *PopRequest, fresh []*popQueue) {
+	if req.Queue == "" {
+		return
+	}
+	key := popPlanKey{req.Queue, req.Group}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(fresh) != 1 || !fresh[0].registered || fresh[0].seededVersion < fresh[0].partitionVersion {
+		delete(c.plans, key)
+		return
+	}
+	if c.plans == nil || len(c.plans) >= popPlanCacheMax {
+		c.plans = map[popPlanKey]popQueue{}
+	}
+	c.plans[key] = *fresh[0]
+}
+
 type claim struct {
 	partitionID uuid.UUID
 	partition   string
@@ -236,10 +297,23 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 		}
 		return row.Scan(&now, nil)
 	})
+	// A group that popped this queue before (registered, cursors seeded) is
+	// claimed in this same round trip, with the queue row and claim floor the
+	// last pop saw; the claim is kept only if the fresh lookup agrees.
+	var early *earlyClaim
+	if cached, ok := e.popPlans.get(req.Queue, req.Group); ok {
+		early = &earlyClaim{plan: cached}
+		sql, args := e.claimQuery(req, []*popQueue{&early.plan})
+		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
+			early.claims, early.ready, early.err = scanClaims(rows)
+			return early.err
+		})
+	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	tx.open = true
+	e.popPlans.remember(req, queues)
 	if len(queues) == 0 {
 		if req.Queue != "" {
 			// A pop names a queue into existence so a group can subscribe before the first push.
@@ -288,9 +362,12 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 		}
 	}
 
-	// Round trip 2: the claim.
-	claims, ready, err := e.claimPartitions(ctx, tx, req, queues)
-	if err != nil {
+	// Round trip 2: the claim, unless the early one stands.
+	var claims []claim
+	var ready int
+	if early != nil && early.valid(queues) {
+		claims, ready = early.claims, early.ready
+	} else if claims, ready, err = e.claimPartitions(ctx, tx, req, queues); err != nil {
 		return nil, err
 	}
 	res.ReadyPartitions = ready
@@ -496,6 +573,17 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 // stored only if no seek or delete bumped claim_epoch meanwhile, and the row is
 // taken SKIP LOCKED so pops never queue behind each other for it.
 func (e *Engine) claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*popQueue) ([]claim, int, error) {
+	sql, args := e.claimQuery(req, queues)
+	rows, err := tx.Query(ctx, sql, args...)
+	if err != nil {
+		return nil, 0, err
+	}
+	defer rows.Close()
+	return scanClaims(rows)
+}
+
+// claimQuery is the claim statement of claimPartitions and its arguments.
+func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any) {
 	ids := make([]uuid.UUID, len(queues))
 	floors := make([]int64, len(queues))
 	epochs := make([]int64, len(queues))
@@ -519,7 +607,7 @@ func (e *Engine) claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, 
 	if req.Partition != "" {
 		scan = `p.name = $3`
 	}
-	rows, err := tx.Query(ctx, `WITH scope AS (
+	return `WITH scope AS (
 			SELECT s.qid, s.floor::text::xid8 AS floor, s.epoch
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)),
 		cand AS MATERIALIZED (
@@ -540,7 +628,7 @@ func (e *Engine) claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, 
 				FROM lanes.partitions p
 				LEFT JOIN LATERAL (SELECT * FROM lanes.consumers c
 					WHERE c.partition_id = p.id AND c.consumer_group = $2 LIMIT 1) c ON true
-				WHERE p.queue_id = s.qid AND `+scan+`
+				WHERE p.queue_id = s.qid AND ` + scan + `
 				  AND (c.partition_id IS NULL OR p.last_offset > c.committed)
 				ORDER BY p.last_write_xid
 				LIMIT $7) p
@@ -580,11 +668,11 @@ func (e *Engine) claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, 
 		LEFT JOIN picked ON true
 		LEFT JOIN cand ON cand.pid = picked.partition_id
 		ORDER BY cand.last_consumed_at NULLS FIRST, cand.pid`,
-		ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req))
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rows.Close()
+		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req)}
+}
+
+// scanClaims reads the claim statement's rows.
+func scanClaims(rows pgx.Rows) ([]claim, int, error) {
 	var out []claim
 	ready := 0
 	for rows.Next() {
