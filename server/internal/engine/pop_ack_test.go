@@ -351,3 +351,31 @@ func TestLongPollTimesOutEmpty(t *testing.T) {
 		t.Fatalf("timeout pop returned %d after %v", len(r.Messages), time.Since(start))
 	}
 }
+
+// A repeat pop claims in its first round trip on the plan the previous pop
+// saw; a seek in between must void that plan, so the sought-back messages are
+// delivered at once, not after the cached claim floor catches up.
+func TestRepeatPopAfterSeekSeesTheSeek(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "a", "b")...)
+	for _, want := range []string{"a", "b"} {
+		res := mustPop(t, e, PopRequest{Queue: q, Batch: 1, AutoAck: true})
+		if len(res.Messages) != 1 || res.Messages[0].TransactionID != want {
+			t.Fatalf("pop: got %+v, want %s", res.Messages, want)
+		}
+	}
+	for range 3 { // empty pops: the claim floor moves past the partition's last write
+		if res := mustPop(t, e, PopRequest{Queue: q, Batch: 1, AutoAck: true}); len(res.Messages) != 0 {
+			t.Fatalf("drained queue delivered %+v", res.Messages)
+		}
+	}
+	past := time.Now().Add(-time.Hour)
+	if _, err := e.Seek(context.Background(), SeekRequest{Queue: q, Timestamp: &past}); err != nil {
+		t.Fatal(err)
+	}
+	res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+	if len(res.Messages) != 2 || res.Messages[0].TransactionID != "a" {
+		t.Fatalf("after seeking back the next pop must redeliver a and b, got %+v", res.Messages)
+	}
+}
