@@ -124,7 +124,19 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 		return err
 	}
 	tx.open = false
+	plan.wakeReleased(e.waiters)
 	return nil
+}
+
+// wakeReleased hands each partition whose lease this ack released while it
+// still holds messages to one parked pop of the group: pushes wake parked
+// pops, and without this a backlog behind a lease would wait for a re-check.
+func (p *ackPlan) wakeReleased(w *waiters) {
+	for k, row := range p.rows {
+		if row.touched && row.initialLease != "" && row.leaseID == "" && row.lastOffset > row.committed {
+			w.wakeGroup(row.queue, k.g, 1)
+		}
+	}
 }
 
 // ackRef is one ack item inside its group.
@@ -149,6 +161,8 @@ type consumerRow struct {
 	dlqEnabled             bool
 	lastOffset             int64
 	initialCommitted       int64
+	initialLease           string
+	queue                  string
 	touched                bool
 }
 
@@ -254,7 +268,7 @@ func (p *ackPlan) empty() bool { return len(p.keys) == 0 }
 func (p *ackPlan) queueReads(b *pgx.Batch) {
 	b.Queue(`SELECT c.partition_id, c.consumer_group, c.committed, c.batch_end,
 			coalesce(c.lease_id::text, ''), coalesce(c.lease_expires_at > now(), false), c.retry_count,
-			q.retry_limit, (q.dead_letter_queue OR q.dlq_after_max_retries), p.last_offset
+			q.retry_limit, (q.dead_letter_queue OR q.dlq_after_max_retries), p.last_offset, q.name
 		FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS x(pid, g, ord)
 		JOIN lanes.consumers c ON c.partition_id = x.pid AND c.consumer_group = x.g
 		JOIN lanes.partitions p ON p.id = c.partition_id
@@ -265,10 +279,11 @@ func (p *ackPlan) queueReads(b *pgx.Batch) {
 			var k cursorKey
 			var r consumerRow
 			if err := rows.Scan(&k.p, &k.g, &r.committed, &r.batchEnd, &r.leaseID, &r.leaseLive, &r.retryCount,
-				&r.retryLimit, &r.dlqEnabled, &r.lastOffset); err != nil {
+				&r.retryLimit, &r.dlqEnabled, &r.lastOffset, &r.queue); err != nil {
 				return err
 			}
 			r.initialCommitted = r.committed
+			r.initialLease = r.leaseID
 			p.rows[k] = &r
 		}
 		return rows.Err()

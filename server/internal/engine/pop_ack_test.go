@@ -379,3 +379,42 @@ func TestRepeatPopAfterSeekSeesTheSeek(t *testing.T) {
 		t.Fatalf("after seeking back the next pop must redeliver a and b, got %+v", res.Messages)
 	}
 }
+
+// An ack that releases a lease on a partition that still holds messages wakes
+// a parked pop of the group at once, instead of leaving the backlog to its
+// next re-check (which backs off to a second).
+func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "first", "second")...)
+	held := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 60})
+	if len(held.Messages) != 1 {
+		t.Fatalf("pop: %+v", held.Messages)
+	}
+	type popped struct {
+		res *PopResult
+		err error
+		at  time.Time
+	}
+	done := make(chan popped, 1)
+	go func() {
+		res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+		done <- popped{res, err, time.Now()}
+	}()
+	// Parked long enough for its re-check interval to have backed off past 800 ms.
+	time.Sleep(1800 * time.Millisecond)
+	select {
+	case p := <-done:
+		t.Fatalf("the parked pop returned while the partition was leased: %+v %v", p.res, p.err)
+	default:
+	}
+	ackedAt := time.Now()
+	mustAck(t, e, AckItem{TransactionID: "first", PartitionID: held.PartitionID.String(), LeaseID: held.LeaseID})
+	p := <-done
+	if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "second" {
+		t.Fatalf("parked pop: %+v %v", p.res, p.err)
+	}
+	if waited := p.at.Sub(ackedAt); waited > 400*time.Millisecond {
+		t.Fatalf("the parked pop took %v after the ack; the ack should have woken it", waited)
+	}
+}
