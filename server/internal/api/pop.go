@@ -93,7 +93,7 @@ func (s *Server) PopQueue(ctx context.Context, req gen.PopQueueRequestObject) (g
 	if err != nil || res == nil {
 		return gen.PopQueue204Response{}, err
 	}
-	return gen.PopQueue200JSONResponse{PopOKJSONResponse: gen.PopOKJSONResponse(*res)}, nil
+	return popAnswer(*res), nil
 }
 
 // PopPartition claims from exactly one partition.
@@ -107,7 +107,7 @@ func (s *Server) PopPartition(ctx context.Context, req gen.PopPartitionRequestOb
 	if err != nil || res == nil {
 		return gen.PopPartition204Response{}, err
 	}
-	return gen.PopPartition200JSONResponse{PopOKJSONResponse: gen.PopOKJSONResponse(*res)}, nil
+	return popAnswer(*res), nil
 }
 
 // PopDiscover claims across every queue matching namespace and/or task.
@@ -121,5 +121,5 @@ func (s *Server) PopDiscover(ctx context.Context, req gen.PopDiscoverRequestObje
 	if err != nil || res == nil {
 		return gen.PopDiscover204Response{}, err
 	}
-	return gen.PopDiscover200JSONResponse{PopOKJSONResponse: gen.PopOKJSONResponse(*res)}, nil
+	return popAnswer(*res), nil
 }

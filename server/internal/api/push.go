@@ -26,7 +26,7 @@ func (s *Server) Push(ctx context.Context, req gen.PushRequestObject) (gen.PushR
 	if err != nil {
 		return nil, err
 	}
-	out := make(gen.Push201JSONResponse, len(results))
+	out := make(pushAnswer, len(results))
 	for i, r := range results {
 		out[i] = gen.PushResult{
 			Index:         r.Index,
