@@ -270,11 +270,11 @@ func (p *ackPlan) queueReads(b *pgx.Batch) {
 			coalesce(c.lease_id::text, ''), coalesce(c.lease_expires_at > now(), false), c.retry_count,
 			q.retry_limit, (q.dead_letter_queue OR q.dlq_after_max_retries), p.last_offset, q.name
 		FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS x(pid, g, ord)
-		JOIN lanes.consumers c ON c.partition_id = x.pid AND c.consumer_group = x.g
-		JOIN lanes.partitions p ON p.id = c.partition_id
-		JOIN lanes.queues q ON q.id = p.queue_id
-		ORDER BY x.ord
-		FOR UPDATE OF c`, uuidArray(p.lockP), p.lockG).Query(func(rows pgx.Rows) error {
+		CROSS JOIN LATERAL (SELECT * FROM lanes.consumers c
+			WHERE c.partition_id = x.pid AND c.consumer_group = x.g FOR UPDATE) c
+		CROSS JOIN LATERAL (SELECT p.last_offset, p.queue_id FROM lanes.partitions p WHERE p.id = x.pid OFFSET 0) p
+		CROSS JOIN LATERAL (SELECT * FROM lanes.queues q WHERE q.id = p.queue_id OFFSET 0) q
+		ORDER BY x.ord`, uuidArray(p.lockP), p.lockG).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k cursorKey
 			var r consumerRow
@@ -290,7 +290,8 @@ func (p *ackPlan) queueReads(b *pgx.Batch) {
 	})
 	b.Queue(`SELECT t.partition_id, t.transaction_id, t.message_offset
 		FROM unnest($1::uuid[], $2::text[]) AS x(pid, t)
-		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.t`, uuidArray(p.resP), p.resT).
+		CROSS JOIN LATERAL (SELECT t.partition_id, t.transaction_id, t.message_offset FROM lanes.txns t
+			WHERE t.partition_id = x.pid AND t.transaction_id = x.t OFFSET 0) t`, uuidArray(p.resP), p.resT).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var k cursorKey
@@ -374,9 +375,14 @@ func (p *ackPlan) queueWrites(b *pgx.Batch) {
 			lease_expires_at = CASE WHEN x.release THEN NULL ELSE c.lease_expires_at END,
 			retry_count = x.retry, total_consumed = c.total_consumed + x.consumed,
 			last_consumed_at = CASE WHEN x.consumed > 0 THEN now() ELSE c.last_consumed_at END
-		FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::int8[], $5::bool[], $6::int4[], $7::int8[])
-			AS x(pid, g, committed, batch_end, release, retry, consumed)
-		WHERE c.partition_id = x.pid AND c.consumer_group = x.g`,
+		FROM (SELECT x.*, k.ctid AS row_ctid
+			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::int8[], $5::bool[], $6::int4[], $7::int8[])
+				AS x(pid, g, committed, batch_end, release, retry, consumed)
+			-- the rows are locked by this transaction, so their ctid is stable;
+			-- a TID probe per row keeps the plan independent of statistics
+			CROSS JOIN LATERAL (SELECT ctid FROM lanes.consumers
+				WHERE partition_id = x.pid AND consumer_group = x.g OFFSET 0) k) x
+		WHERE c.ctid = x.row_ctid`,
 		uuidArray(updP), updG, updC, updE, updRelease, updRetry, updD)
 }
 

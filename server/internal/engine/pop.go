@@ -429,8 +429,11 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 			retry_count = CASE WHEN x.lease > 0 THEN c.retry_count ELSE 0 END,
 			total_consumed = c.total_consumed + CASE WHEN x.lease > 0 THEN 0 ELSE greatest(x.hi - c.committed, 0) END,
 			last_consumed_at = now()
-		FROM unnest($1::uuid[], $2::int8[], $3::int4[]) AS x(pid, hi, lease)
-		WHERE c.partition_id = x.pid AND c.consumer_group = $5`,
+		FROM (SELECT x.*, k.ctid AS row_ctid FROM unnest($1::uuid[], $2::int8[], $3::int4[]) AS x(pid, hi, lease)
+			-- the claim locked these rows: a TID probe each, whatever the statistics say
+			CROSS JOIN LATERAL (SELECT ctid FROM lanes.consumers
+				WHERE partition_id = x.pid AND consumer_group = $5 OFFSET 0) k) x
+		WHERE c.ctid = x.row_ctid`,
 		uuidArray(pids), his, leases, nullableUUID(leaseID), req.Group)
 	if len(fetchPID) > 0 {
 		b.Queue(fetchSegmentsSQL, uuidArray(fetchPID), fetchLo, fetchHi).Query(func(rows pgx.Rows) error {
@@ -640,7 +643,8 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 		picked AS (
 			-- Candidates in serving order, each cursor locked by its own probe, so
 			-- the LIMIT stops locking at the width (a join here may scan the group).
-			SELECT l.partition_id, l.committed
+			SELECT o.pid, o.pname, o.qname, o.lease_time, l.committed, o.last_offset, o.log_start,
+				o.visible_end, o.last_consumed_at
 			FROM (SELECT * FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
 			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed FROM lanes.consumers c
 				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
@@ -662,12 +666,11 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 				WHERE l.consumer_group = $2 AND l.queue_id = ANY($1) FOR UPDATE SKIP LOCKED)
 			RETURNING 1)
 		SELECT (SELECT count(*) FROM cand WHERE claimable)::int, (SELECT count(*) FROM advanced)::int,
-			cand.pid, cand.pname, cand.qname, cand.lease_time, picked.committed, cand.last_offset,
-			greatest(picked.committed + 1, cand.log_start), cand.visible_end
+			picked.pid, picked.pname, picked.qname, picked.lease_time, picked.committed, picked.last_offset,
+			greatest(picked.committed + 1, picked.log_start), picked.visible_end
 		FROM (SELECT 1) one
 		LEFT JOIN picked ON true
-		LEFT JOIN cand ON cand.pid = picked.partition_id
-		ORDER BY cand.last_consumed_at NULLS FIRST, cand.pid`,
+		ORDER BY picked.last_consumed_at NULLS FIRST, picked.pid`,
 		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req)}
 }
 
@@ -724,7 +727,9 @@ const fetchSegmentsSQL = `SELECT s.partition_id, s.base_offset, s.end_offset, s.
 	FROM unnest($1::uuid[], $2::int8[], $3::int8[]) WITH ORDINALITY AS x(pid, lo, hi, ord)
 	CROSS JOIN LATERAL (SELECT coalesce(max(base_offset), x.lo) AS b FROM lanes.segments
 		WHERE partition_id = x.pid AND base_offset <= x.lo) f
-	JOIN lanes.segments s ON s.partition_id = x.pid AND s.base_offset >= f.b AND s.base_offset <= x.hi
+	CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
+		WHERE s.partition_id = x.pid AND s.base_offset >= f.b AND s.base_offset <= x.hi
+		ORDER BY s.base_offset OFFSET 0) s
 	ORDER BY x.ord, s.base_offset`
 
 func scanSegments(rows pgx.Rows, out map[uuid.UUID][]segment) error {

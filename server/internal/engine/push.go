@@ -429,18 +429,22 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 	if !w.skipProvision {
 		w.queueProvision(b, queueNames, namespaces, tasks, pQueues, pNames)
 	}
+	// Ids are resolved name by name first (an InitPlan of per-row probes), then
+	// locked by primary key in id order.
 	b.Queue(`SELECT p.id, p.last_offset, q.name, p.name, q.dedup_window_seconds
-		FROM unnest($1::text[], $2::text[]) AS x(q, p)
-		JOIN lanes.queues q ON q.name = x.q
-		JOIN lanes.partitions p ON p.queue_id = q.id AND p.name = x.p
+		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE p.id = ANY(ARRAY(SELECT r.id FROM unnest($1::text[], $2::text[]) AS x(q, p)
+			CROSS JOIN LATERAL (SELECT p.id FROM lanes.queues q JOIN lanes.partitions p ON p.queue_id = q.id
+				WHERE q.name = x.q AND p.name = x.p OFFSET 0) r))
 		ORDER BY p.id FOR UPDATE OF p`, pQueues, pNames)
 	// The txns lookup is a LATERAL probe on the full primary key so every plan,
 	// generic ones included, reads one index entry per item instead of the
 	// partition's whole transaction index.
 	b.Queue(`SELECT q.name, p.name, t.transaction_id, t.message_id
 		FROM unnest($1::text[], $2::text[], $3::text[]) AS x(q, p, txn)
-		JOIN lanes.queues q ON q.name = x.q
-		JOIN lanes.partitions p ON p.queue_id = q.id AND p.name = x.p
+		CROSS JOIN LATERAL (SELECT q.id, q.name, q.dedup_window_seconds FROM lanes.queues q WHERE q.name = x.q OFFSET 0) q
+		CROSS JOIN LATERAL (SELECT p.id, p.name FROM lanes.partitions p
+			WHERE p.queue_id = q.id AND p.name = x.p OFFSET 0) p
 		CROSS JOIN LATERAL (SELECT t.transaction_id, t.message_id, t.created_at FROM lanes.txns t
 			WHERE t.partition_id = p.id AND t.transaction_id = x.txn OFFSET 0) t
 		WHERE q.dedup_window_seconds > 0
@@ -472,7 +476,8 @@ func (w *pushWrite) queueLockByID(b *pgx.Batch) {
 	b.Queue(`SELECT t.partition_id, t.transaction_id, t.message_id,
 			extract(epoch FROM now() - t.created_at)::float8
 		FROM unnest($1::uuid[], $2::text[]) AS x(pid, txn)
-		JOIN lanes.txns t ON t.partition_id = x.pid AND t.transaction_id = x.txn`, uuidArray(probePID), probeT)
+		CROSS JOIN LATERAL (SELECT t.partition_id, t.transaction_id, t.message_id, t.created_at FROM lanes.txns t
+			WHERE t.partition_id = x.pid AND t.transaction_id = x.txn OFFSET 0) t`, uuidArray(probePID), probeT)
 }
 
 // readProbeByID reads queueLockByID's probe, keeping hits inside each
@@ -686,8 +691,9 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
 		uuidArray(segPID), segBase, segEnd, segFrames)
 	w.queueTxns(b, txPID, txID, txOff, txMsg)
-	b.Queue(`UPDATE lanes.partitions p SET last_offset = x.l, last_write_at = clock_timestamp()
-		FROM unnest($1::uuid[], $2::int8[]) AS x(id, l) WHERE p.id = x.id`, uuidArray(updPID), updLast)
+	b.Queue(`UPDATE lanes.partitions p SET last_offset = ($2::int8[])[array_position($1::uuid[], p.id)],
+			last_write_at = clock_timestamp()
+		WHERE p.id = ANY($1::uuid[])`, uuidArray(updPID), updLast)
 }
 
 // queueTxns writes the transaction-id index rows. With the by-id probe every
