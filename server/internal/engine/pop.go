@@ -697,14 +697,15 @@ func scanClaims(rows pgx.Rows) ([]claim, int, error) {
 }
 
 // claimWindowMin is the fewest partitions with work a claim looks at; see claimWindow.
-const claimWindowMin = 64
+const claimWindowMin = 16
 
 // claimFullScanEvery makes every n-th claim look at every partition with work.
 const claimFullScanEvery = 32
 
 // claimWindow bounds how many partitions with work one claim considers, so a
 // claim costs the same on a queue with 1,000 busy partitions as on one with
-// 100: the oldest-written claimWindowMin (or twice the width asked),
+// 100: the oldest-written claimWindowMin (or four times the partitions it can
+// take: its width, at most its batch; the autopilot's widest for an autopilot pop),
 // served least recently first. Every claimFullScanEvery-th claim considers them
 // all, so a partition that is written so often it never ranks among the oldest
 // writes is still served in least-recently-served order. nil = no bound.
@@ -712,7 +713,16 @@ func (e *Engine) claimWindow(req *PopRequest) any {
 	if req.Partition != "" || req.Partitions <= 0 || e.claims.Add(1)%claimFullScanEvery == 0 {
 		return nil
 	}
-	return max(claimWindowMin, 2*req.Partitions)
+	window := 4 * req.Partitions
+	if req.AutoWidth {
+		// The autopilot widens from the ready count, so it must see as far as
+		// it may grow.
+		window = autopilotMaxWidth
+	}
+	if req.Batch > 0 {
+		window = min(window, 4*req.Batch) // a pop takes at most batch partitions
+	}
+	return max(claimWindowMin, window)
 }
 
 type segment struct {

@@ -145,13 +145,27 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 			slots[j] = pushSlot{item: &item, result: &pushResults[j]}
 		}
 		if len(slots) > 0 {
+			lock := func(w *pushWrite) error {
+				b := &pgx.Batch{}
+				w.queueLock(b)
+				br := tx.SendBatch(ctx, b)
+				err := w.readLock(br)
+				if cerr := br.Close(); err == nil {
+					err = cerr
+				}
+				return err
+			}
+			// Partitions the broker knows are locked and probed by id, as plain
+			// pushes do; one that vanished (queue deleted) sends the bundle
+			// down the provisioning path in the same transaction.
 			w = newPushWrite(slots, true)
-			b := &pgx.Batch{}
-			w.queueLock(b)
-			br := tx.SendBatch(ctx, b)
-			err := w.readLock(br)
-			if cerr := br.Close(); err == nil {
-				err = cerr
+			w.knownIDs = e.knownPartitions.lookup(w.keys)
+			w.skipProvision = w.knownIDs != nil
+			err := lock(w)
+			if errors.Is(err, errPartitionGone) {
+				e.knownPartitions.clear()
+				w = newPushWrite(slots, true)
+				err = lock(w)
 			}
 			if err != nil {
 				return err
@@ -162,7 +176,7 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 					it.TransactionID, it.Queue, it.Partition))
 				return errRollback
 			}
-			b = &pgx.Batch{}
+			b := &pgx.Batch{}
 			w.queueWrites(b)
 			if b.Len() > 0 {
 				if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -223,7 +237,8 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		}
 		return nil, err
 	}
-	if w != nil {
+	if w != nil && res.Success {
+		e.knownPartitions.add(w.parts)
 		w.wake(e)
 	}
 	return res, nil

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"math/rand/v2"
 	"os"
@@ -460,4 +461,37 @@ func benchKV(ns, key string) []KVOp {
 		return nil
 	}
 	return []KVOp{{Op: KVPutIfAbsent, Namespace: ns, Key: key, Value: raw(true), TTLSeconds: 3600, Required: true}}
+}
+
+// Bundles lock partitions the broker knows by id; when such a partition is
+// gone (its queue was deleted) the bundle recreates it in the same transaction,
+// and a duplicate inside the dedup window is still caught on the id path.
+func TestBundleToAPartitionWhoseQueueWasDeleted(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	q := queueName(t)
+	push := func(txn string) *TransactionResult {
+		t.Helper()
+		res, err := e.Transaction(ctx, TransactionRequest{Ops: []TxOp{{Push: &PushItem{Queue: q, Partition: "p", TransactionID: txn, Payload: json.RawMessage(`1`)}}}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return res
+	}
+	if res := push("first"); !res.Success {
+		t.Fatalf("first bundle: %+v", res)
+	}
+	if res := push("first"); res.Success || res.Reason != TxReasonDuplicate {
+		t.Fatalf("a repeated id through the known-partition path must roll back as duplicate: %+v", res)
+	}
+	if _, err := e.DeleteQueue(ctx, q); err != nil {
+		t.Fatal(err)
+	}
+	if res := push("after-delete"); !res.Success {
+		t.Fatalf("bundle after the queue was deleted: %+v", res)
+	}
+	got := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+	if len(got.Messages) != 1 || got.Messages[0].TransactionID != "after-delete" {
+		t.Fatalf("the recreated partition holds %+v", got.Messages)
+	}
 }
