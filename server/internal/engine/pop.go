@@ -125,15 +125,30 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			}
 		case <-ctx.Done():
 			timer.Stop()
-			e.waiters.unregister(wt)
+			e.leaveParked(wt, &req)
 			return res, ctx.Err()
 		case <-e.stop:
 			timer.Stop()
-			e.waiters.unregister(wt)
+			e.leaveParked(wt, &req)
 			return res, nil
 		}
 		timer.Stop()
 		e.waiters.unregister(wt)
+	}
+}
+
+// leaveParked unregisters a pop that gives up without checking again. If a
+// wake had already picked it, the wake goes to another parked pop of the
+// group: a push wakes only one pop per partition, and the caller that left
+// (a client gone, a broker stopping) would otherwise take it along.
+func (e *Engine) leaveParked(wt *waiter, req *PopRequest) {
+	e.waiters.unregister(wt)
+	select {
+	case <-wt.ch:
+		if req.Queue != "" {
+			e.waiters.wakeGroup(req.Queue, req.Group, 1)
+		}
+	default:
 	}
 }
 
