@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"sync"
 	"time"
@@ -278,7 +279,24 @@ type claim struct {
 	lastOffset  int64
 }
 
+// errStaleEarlyClaim ends a pop attempt whose early claim the fresh lookup
+// did not confirm; see popOnce.
+var errStaleEarlyClaim = errors.New("early claim on a stale plan")
+
+// popOnce runs one pop transaction. When the early claim turns out stale the
+// attempt is rolled back and the pop runs again without it: the early claim
+// took cursor and claim-floor locks before any registration or seeding, and
+// keeping them while seeding would invert the lock order other pops follow
+// (seed cursors, then the claim floor), which deadlocks.
 func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, error) {
+	res, err := e.popAttempt(ctx, req, true)
+	if errors.Is(err, errStaleEarlyClaim) {
+		return e.popAttempt(ctx, req, false)
+	}
+	return res, err
+}
+
+func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly bool) (*PopResult, error) {
 	res := &PopResult{ConsumerGroup: req.Group}
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -316,7 +334,7 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 	// claimed in this same round trip, with the queue row and claim floor the
 	// last pop saw; the claim is kept only if the fresh lookup agrees.
 	var early *earlyClaim
-	if cached, ok := e.popPlans.get(req.Queue, req.Group); ok {
+	if cached, ok := e.popPlans.get(req.Queue, req.Group); ok && allowEarly {
 		early = &earlyClaim{plan: cached}
 		sql, args := e.claimQuery(req, []*popQueue{&early.plan})
 		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
@@ -329,6 +347,9 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 	}
 	tx.open = true
 	e.popPlans.remember(req, queues)
+	if early != nil && !early.valid(queues) {
+		return nil, errStaleEarlyClaim // rolled back by the deferred rollbackUnlessDone
+	}
 	if len(queues) == 0 {
 		if req.Queue != "" {
 			// A pop names a queue into existence so a group can subscribe before the first push.
@@ -380,7 +401,7 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 	// Round trip 2: the claim, unless the early one stands.
 	var claims []claim
 	var ready int
-	if early != nil && early.valid(queues) {
+	if early != nil {
 		claims, ready = early.claims, early.ready
 	} else if claims, ready, err = e.claimPartitions(ctx, tx, req, queues); err != nil {
 		return nil, err

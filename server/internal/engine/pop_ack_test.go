@@ -418,3 +418,50 @@ func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 		t.Fatalf("the parked pop took %v after the ack; the ack should have woken it", waited)
 	}
 }
+
+// Pops of a registered group claim in their first round trip; when new
+// partitions appear meanwhile the early claim is stale and must not keep its
+// locks while the pop seeds cursors, or two pops seeding the same new
+// partitions deadlock (seen as 500s under load before the fix).
+func TestPopsSeedingNewPartitionsDoNotDeadlock(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	ctx := context.Background()
+	mustPush(t, e, items(q, "p-seed", "first")...)
+	before := deadlocks(t, e)
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 16)
+	for w := 0; w < 6; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				if _, err := e.Pop(ctx, PopRequest{Queue: q, Batch: 5, AutoAck: true}); err != nil {
+					errs <- err
+					return
+				}
+			}
+		}()
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for i := 0; time.Now().Before(deadline); i++ {
+		if _, err := e.Push(ctx, items(q, fmt.Sprintf("p%d", i), "m")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	close(stop)
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatalf("pop failed: %v", err)
+	}
+	if n := deadlocks(t, e) - before; n != 0 {
+		t.Fatalf("%d deadlocks while pops seeded new partitions", n)
+	}
+}
