@@ -408,8 +408,8 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 	return fired, nil
 }
 
-// writeInTx runs every phase of the write inside tx: two round trips.
-func (w *pushWrite) writeInTx(ctx context.Context, tx pgx.Tx) error {
+// lockInTx runs the lock phase (provision, lock, probe) inside tx: one round trip.
+func (w *pushWrite) lockInTx(ctx context.Context, tx pgx.Tx) error {
 	b := &pgx.Batch{}
 	w.queueLock(b)
 	br := tx.SendBatch(ctx, b)
@@ -417,10 +417,15 @@ func (w *pushWrite) writeInTx(ctx context.Context, tx pgx.Tx) error {
 	if cerr := br.Close(); err == nil {
 		err = cerr
 	}
-	if err != nil {
+	return err
+}
+
+// writeInTx runs every phase of the write inside tx: two round trips.
+func (w *pushWrite) writeInTx(ctx context.Context, tx pgx.Tx) error {
+	if err := w.lockInTx(ctx, tx); err != nil {
 		return err
 	}
-	b = &pgx.Batch{}
+	b := &pgx.Batch{}
 	w.queueWrites(b)
 	if b.Len() == 0 {
 		return nil

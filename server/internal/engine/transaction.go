@@ -145,27 +145,17 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 			slots[j] = pushSlot{item: &item, result: &pushResults[j]}
 		}
 		if len(slots) > 0 {
-			lock := func(w *pushWrite) error {
-				b := &pgx.Batch{}
-				w.queueLock(b)
-				br := tx.SendBatch(ctx, b)
-				err := w.readLock(br)
-				if cerr := br.Close(); err == nil {
-					err = cerr
-				}
-				return err
-			}
 			// Partitions the broker knows are locked and probed by id, as plain
 			// pushes do; one that vanished (queue deleted) sends the bundle
 			// down the provisioning path in the same transaction.
 			w = newPushWrite(slots, true)
 			w.knownIDs = e.knownPartitions.lookup(w.keys)
 			w.skipProvision = w.knownIDs != nil
-			err := lock(w)
+			err := w.lockInTx(ctx, tx)
 			if errors.Is(err, errPartitionGone) {
 				e.knownPartitions.clear()
 				w = newPushWrite(slots, true)
-				err = lock(w)
+				err = w.lockInTx(ctx, tx)
 			}
 			if err != nil {
 				return err
