@@ -89,6 +89,36 @@ class _Base:
             h["Content-Type"] = "application/json"
         return h
 
+    def _failed(self, method: str, path: str, st: CallState, exc: httpx.TransportError) -> Decision:
+        """The retry decision after a transport error; raises when it says stop."""
+        d = st.after(None, None)
+        if not d.retry:
+            raise APIConnectionError(
+                f"lanes: {method} {path}: {exc!r}", attempts=st.attempts
+            ) from exc
+        self._log(method, path, st, d, None)
+        return d
+
+    def _answered(
+        self, method: str, path: str, st: CallState, resp: httpx.Response
+    ) -> tuple[Response | None, Decision]:
+        """A 2xx as the call's Response, or the retry decision for any other status; raises when
+        the decision says stop."""
+        status = resp.status_code
+        d = st.after(status, resp.headers)
+        if 200 <= status < 300:
+            return Response(status, b"" if status == 204 else resp.content, st.attempts), d
+        if not d.retry:
+            raise api_error_from(
+                status,
+                resp.reason_phrase,
+                resp.content,
+                retry_after=d.retry_after,
+                attempts=st.attempts,
+            )
+        self._log(method, path, st, d, status)
+        return None, d
+
     def _log(self, method: str, path: str, st: CallState, d: Decision, status: int | None) -> None:
         if d.retry:
             self.cfg.logger.debug(
@@ -138,7 +168,6 @@ class SyncTransport(_Base):
         while True:
             if cancel is not None and cancel.is_set():
                 raise ConsumerStopped("lanes: stopped")
-            status: int | None = None
             try:
                 resp = self.http.request(
                     method,
@@ -148,25 +177,11 @@ class SyncTransport(_Base):
                     timeout=t,
                 )
             except httpx.TransportError as exc:
-                d = st.after(None, None)
-                if not d.retry:
-                    raise APIConnectionError(
-                        f"lanes: {method} {path}: {exc!r}", attempts=st.attempts
-                    ) from exc
+                d = self._failed(method, path, st, exc)
             else:
-                status = resp.status_code
-                d = st.after(status, resp.headers)
-                if 200 <= status < 300:
-                    return Response(status, b"" if status == 204 else resp.content, st.attempts)
-                if not d.retry:
-                    raise api_error_from(
-                        status,
-                        resp.reason_phrase,
-                        resp.content,
-                        retry_after=d.retry_after,
-                        attempts=st.attempts,
-                    )
-            self._log(method, path, st, d, status)
+                done, d = self._answered(method, path, st, resp)
+                if done is not None:
+                    return done
             if d.delay > 0:
                 if cancel is not None:
                     if cancel.wait(d.delay):
@@ -208,7 +223,6 @@ class AsyncTransport(_Base):
         st = self._state(long_poll, deadline)
         t = httpx.Timeout(timeout if timeout is not None else self.cfg.timeout)
         while True:
-            status: int | None = None
             try:
                 resp = await self.http.request(
                     method,
@@ -218,24 +232,10 @@ class AsyncTransport(_Base):
                     timeout=t,
                 )
             except httpx.TransportError as exc:
-                d = st.after(None, None)
-                if not d.retry:
-                    raise APIConnectionError(
-                        f"lanes: {method} {path}: {exc!r}", attempts=st.attempts
-                    ) from exc
+                d = self._failed(method, path, st, exc)
             else:
-                status = resp.status_code
-                d = st.after(status, resp.headers)
-                if 200 <= status < 300:
-                    return Response(status, b"" if status == 204 else resp.content, st.attempts)
-                if not d.retry:
-                    raise api_error_from(
-                        status,
-                        resp.reason_phrase,
-                        resp.content,
-                        retry_after=d.retry_after,
-                        attempts=st.attempts,
-                    )
-            self._log(method, path, st, d, status)
+                done, d = self._answered(method, path, st, resp)
+                if done is not None:
+                    return done
             if d.delay > 0:
                 await self._sleep(d.delay)

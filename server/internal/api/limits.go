@@ -187,19 +187,11 @@ func (s *Server) schemaReady() bool {
 }
 
 func popResponse(resp any) *gen.PopResponse {
-	var out gen.PopResponse
-	switch v := resp.(type) {
-	case popAnswer:
-		out = gen.PopResponse(v)
-	case gen.PopQueue200JSONResponse:
-		out = gen.PopResponse(v.PopOKJSONResponse)
-	case gen.PopPartition200JSONResponse:
-		out = gen.PopResponse(v.PopOKJSONResponse)
-	case gen.PopDiscover200JSONResponse:
-		out = gen.PopResponse(v.PopOKJSONResponse)
-	default:
+	a, ok := resp.(popAnswer)
+	if !ok {
 		return nil
 	}
+	out := gen.PopResponse(a)
 	return &out
 }
 

@@ -214,7 +214,6 @@ type earlyClaim struct {
 	plan   popQueue
 	claims []claim
 	ready  int
-	err    error
 }
 
 // valid reports whether the fresh queue lookup confirms the cached plan: the
@@ -222,7 +221,7 @@ type earlyClaim struct {
 // version, and no seek or group delete (claim_epoch) since. A floor that
 // advanced meanwhile only made the early claim look at more partitions.
 func (c *earlyClaim) valid(fresh []*popQueue) bool {
-	if c.err != nil || len(fresh) != 1 {
+	if len(fresh) != 1 {
 		return false
 	}
 	q := fresh[0]
@@ -307,9 +306,6 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 	defer tx.rollbackUnlessDone()
 
 	// Round trip 1: begin, the queues in scope with this group's subscription, now().
-	// JIT off for this transaction: the claim's generic plan cannot see how
-	// selective the claim floor is, and its cost estimate on a queue with many
-	// partitions triggers ~100 ms of JIT compilation for a sub-millisecond query.
 	var queues []*popQueue
 	var now time.Time
 	b := &pgx.Batch{}
@@ -320,15 +316,15 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 	// crashes before the flush, the lease is lost and the batch redelivers
 	// sooner, which at-least-once allows. An autoAck pop moves the cursor, so
 	// it keeps the durable commit.
-	settings := "SELECT now(), set_config('jit', 'off', true)"
+	settings := "SELECT now()"
 	if !req.AutoAck {
-		settings = "SELECT now(), set_config('jit', 'off', true), set_config('synchronous_commit', 'off', true)"
+		settings = "SELECT now(), set_config('synchronous_commit', 'off', true)"
 	}
 	b.Queue(settings).QueryRow(func(row pgx.Row) error {
 		if !req.AutoAck {
-			return row.Scan(&now, nil, nil)
+			return row.Scan(&now, nil)
 		}
-		return row.Scan(&now, nil)
+		return row.Scan(&now)
 	})
 	// A group that popped this queue before (registered, cursors seeded) is
 	// claimed in this same round trip, with the queue row and claim floor the
@@ -338,8 +334,9 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 		early = &earlyClaim{plan: cached}
 		sql, args := e.claimQuery(req, []*popQueue{&early.plan})
 		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			early.claims, early.ready, early.err = scanClaims(rows)
-			return early.err
+			var err error
+			early.claims, early.ready, err = scanClaims(rows)
+			return err
 		})
 	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {

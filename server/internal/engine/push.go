@@ -204,17 +204,11 @@ func (p *pusher) run(queue chan *pushRequest) {
 
 func (p *pusher) commitWithRetry(batch []*pushRequest) error {
 	var err error
-	forceProvision := false
 	for attempt := 0; attempt < 3; attempt++ {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		err = p.e.commitPushes(ctx, batch, forceProvision)
+		err = p.e.commitPushes(ctx, batch)
 		cancel()
-		if errors.Is(err, errPartitionGone) && !forceProvision {
-			p.e.knownPartitions.clear()
-			forceProvision = true
-			continue
-		}
-		if err == nil || !isRetryableTxError(err) {
+		if err == nil || !(isRetryableTxError(err) || p.e.forgetStalePartitions(err)) {
 			return err
 		}
 	}
@@ -227,18 +221,14 @@ type partitionKey struct{ queue, partition string }
 // two round trips: (begin, ensure queues and partitions, lock partition rows
 // in id order, probe dedup under the lock), then (insert segments and txns,
 // advance allocators, notify, commit).
-func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forceProvision bool) error {
+func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	var slots []pushSlot
 	for _, r := range batch {
 		for i := range r.items {
 			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i]})
 		}
 	}
-	w := newPushWrite(slots, false)
-	if !forceProvision {
-		w.knownIDs = e.knownPartitions.lookup(w.keys)
-		w.skipProvision = w.knownIDs != nil
-	}
+	w := e.newCachedPushWrite(slots, false)
 
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -277,10 +267,31 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest, forcePr
 	return nil
 }
 
+// newCachedPushWrite is newPushWrite for partitions the broker may know: when
+// the cache has every partition's id, the write skips provisioning and locks
+// and probes by primary key.
+func (e *Engine) newCachedPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
+	w := newPushWrite(slots, firstWins)
+	w.knownIDs = e.knownPartitions.lookup(w.keys)
+	w.skipProvision = w.knownIDs != nil
+	return w
+}
+
+// forgetStalePartitions reports whether err is a cached partition found gone;
+// it then empties the cache, so running the write again provisions.
+func (e *Engine) forgetStalePartitions(err error) bool {
+	if !errors.Is(err, errPartitionGone) {
+		return false
+	}
+	e.knownPartitions.clear()
+	return true
+}
+
 // partitionCache remembers the ids of partitions known to exist, so a group
 // commit can skip the create-if-missing statements and lock and probe by
 // primary key. A queue delete makes an entry stale; the lock then finds fewer
-// partitions and the push retries with provisioning.
+// partitions, the transaction rolls back and the write runs again with
+// provisioning (forgetStalePartitions).
 type partitionCache struct {
 	mu  sync.RWMutex
 	ids map[partitionKey]uuid.UUID
@@ -361,7 +372,7 @@ type pushWrite struct {
 	// stored holds every transaction id the by-id probe found in lanes.txns,
 	// inside the dedup window or not: those rows are overwritten, every other
 	// id is a plain insert (probed under the partition lock, so no conflict).
-	stored  map[partitionKey]map[string]bool
+	stored  map[uuid.UUID]map[string]bool
 	touched map[string][]string // queue → partitions that received messages
 	// skipProvision leaves out the create-if-missing statements: every
 	// partition of the write is known to exist (the plain push path's cache).
@@ -494,18 +505,15 @@ func (w *pushWrite) readProbeByID(rows pgx.Rows) error {
 		if err := rows.Scan(&pid, &txn, &mid, &age); err != nil {
 			return err
 		}
-		k, ok := keyOf[pid]
-		if !ok {
-			continue
-		}
 		if w.stored == nil {
-			w.stored = map[partitionKey]map[string]bool{}
+			w.stored = map[uuid.UUID]map[string]bool{}
 		}
-		if w.stored[k] == nil {
-			w.stored[k] = map[string]bool{}
+		if w.stored[pid] == nil {
+			w.stored[pid] = map[string]bool{}
 		}
-		w.stored[k][txn] = true
-		if !w.parts[k].dedup || age >= float64(w.parts[k].window) {
+		w.stored[pid][txn] = true
+		k, ok := keyOf[pid]
+		if !ok || !w.parts[k].dedup || age >= float64(w.parts[k].window) {
 			continue
 		}
 		if w.seen[k] == nil {
@@ -710,15 +718,11 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 		b.Queue(upsert, uuidArray(pids), txns, offsets, uuidArray(msgs))
 		return
 	}
-	keyOf := make(map[uuid.UUID]partitionKey, len(w.parts))
-	for k, ps := range w.parts {
-		keyOf[ps.id] = k
-	}
 	var newP, oldP, newM, oldM []uuid.UUID
 	var newT, oldT []string
 	var newO, oldO []int64
 	for i := range txns {
-		if w.stored[keyOf[pids[i]]][txns[i]] {
+		if w.stored[pids[i]][txns[i]] {
 			oldP, oldT, oldO, oldM = append(oldP, pids[i]), append(oldT, txns[i]), append(oldO, offsets[i]), append(oldM, msgs[i])
 			continue
 		}

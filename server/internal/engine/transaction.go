@@ -120,7 +120,7 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 	requiredLease := singleLease(req.RequiredLeases)
 
 	var w *pushWrite
-	err := e.retryTx(ctx, func(tx pgx.Tx) error {
+	bundle := func(tx pgx.Tx) error {
 		res.Success, res.Reason, res.Error, res.KVFailure = false, "", "", nil
 		res.Results = res.Results[:0]
 		var err error
@@ -145,19 +145,8 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 			slots[j] = pushSlot{item: &item, result: &pushResults[j]}
 		}
 		if len(slots) > 0 {
-			// Partitions the broker knows are locked and probed by id, as plain
-			// pushes do; one that vanished (queue deleted) sends the bundle
-			// down the provisioning path in the same transaction.
-			w = newPushWrite(slots, true)
-			w.knownIDs = e.knownPartitions.lookup(w.keys)
-			w.skipProvision = w.knownIDs != nil
-			err := w.lockInTx(ctx, tx)
-			if errors.Is(err, errPartitionGone) {
-				e.knownPartitions.clear()
-				w = newPushWrite(slots, true)
-				err = w.lockInTx(ctx, tx)
-			}
-			if err != nil {
+			w = e.newCachedPushWrite(slots, true)
+			if err := w.lockInTx(ctx, tx); err != nil {
 				return err
 			}
 			if si, dup := w.duplicateInLog(); dup {
@@ -213,7 +202,12 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		}
 		res.Success = true
 		return nil
-	})
+	}
+	err := e.retryTx(ctx, bundle)
+	if e.forgetStalePartitions(err) {
+		// A cached partition's queue was deleted: run again, provisioning.
+		err = e.retryTx(ctx, bundle)
+	}
 	switch {
 	case errors.Is(err, errRollback):
 		res.Results, res.KV, res.Timers = []TxOpResult{}, nil, nil
