@@ -208,7 +208,10 @@ func (p *pusher) commitWithRetry(batch []*pushRequest) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = p.e.commitPushes(ctx, batch)
 		cancel()
-		if err == nil || !(isRetryableTxError(err) || p.e.forgetStalePartitions(err)) {
+		if err == nil {
+			return nil
+		}
+		if !isRetryableTxError(err) && !p.e.forgetStalePartitions(err) {
 			return err
 		}
 	}
