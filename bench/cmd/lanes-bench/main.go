@@ -378,6 +378,13 @@ func printResult(r Result) {
 }
 
 func (h *harness) maybeAnalyze(ctx context.Context) {
+	h.maintain(ctx, "ANALYZE")
+}
+
+// maintain runs command (ANALYZE, or VACUUM after a bulk setup) on every
+// table of the broker's database that holds rows, as autovacuum would on a
+// running system.
+func (h *harness) maintain(ctx context.Context, command string) {
 	if !h.o.analyze {
 		return
 	}
@@ -397,8 +404,8 @@ func (h *harness) maybeAnalyze(ctx context.Context) {
 		return
 	}
 	for _, t := range tables {
-		if _, err := h.lanesPool.Exec(ctx, "ANALYZE "+t); err != nil {
-			logf("ANALYZE %s: %v", t, err)
+		if _, err := h.lanesPool.Exec(ctx, command+" "+t); err != nil {
+			logf("%s %s: %v", command, t, err)
 		}
 	}
 }

@@ -738,15 +738,20 @@ const claimFullScanEvery = 32
 // claimWindow bounds how many partitions with work one claim considers, so a
 // claim costs the same on a queue with 1,000 busy partitions as on one with
 // 100: the oldest-written claimWindowMin (or four times the partitions it can
-// take: its width, at most its batch; the autopilot's widest for an autopilot pop),
+// take: its width, at most its batch, which also bounds an uncapped width; the
+// autopilot's widest for an autopilot pop),
 // served least recently first. Every claimFullScanEvery-th claim considers them
 // all, so a partition that is written so often it never ranks among the oldest
 // writes is still served in least-recently-served order. nil = no bound.
 func (e *Engine) claimWindow(req *PopRequest) any {
-	if req.Partition != "" || req.Partitions <= 0 || e.claims.Add(1)%claimFullScanEvery == 0 {
+	if req.Partition != "" || e.claims.Add(1)%claimFullScanEvery == 0 {
 		return nil
 	}
-	window := 4 * req.Partitions
+	width := req.Partitions
+	if width <= 0 {
+		width = req.Batch // an uncapped width stops at the batch (see claimQuery)
+	}
+	window := 4 * width
 	if req.AutoWidth {
 		// The autopilot widens from the ready count, so it must see as far as
 		// it may grow.

@@ -248,6 +248,28 @@ func TestWidePopSharesBudgetAndLease(t *testing.T) {
 	}
 }
 
+// An uncapped width stops at the batch, and so does the claim's window of
+// partitions it considers: a pop still fills its batch from one-message
+// partitions, and the next pop takes the rest.
+func TestUncappedWidthFillsTheBatchFromManyPartitions(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	const partitions = 60
+	var all []PushItem
+	for p := 0; p < partitions; p++ {
+		all = append(all, items(q, fmt.Sprintf("p%02d", p), "only")...)
+	}
+	mustPush(t, e, all...)
+	first := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+	if len(first.Messages) != 10 || first.PartitionsClaimed != 10 {
+		t.Fatalf("batch 10 over %d one-message partitions: %d messages from %d partitions", partitions, len(first.Messages), first.PartitionsClaimed)
+	}
+	rest := mustPop(t, e, PopRequest{Queue: q, Batch: 100, AutoAck: true})
+	if len(rest.Messages) != partitions-10 {
+		t.Fatalf("batch 100 took %d of the remaining %d", len(rest.Messages), partitions-10)
+	}
+}
+
 func TestCompetingConsumersDeliverEveryMessageOnce(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
