@@ -5,7 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -17,6 +16,7 @@ import (
 	// The load generator shares the cores with the broker and PostgreSQL, so it
 	// encodes and decodes with the cheaper codec.
 	json "github.com/goccy/go-json"
+	"github.com/valyala/fasthttp"
 )
 
 // payloadBody pads every benchmark message to about 100 bytes of JSON.
@@ -121,38 +121,41 @@ func (h *harness) noteServerError(msg string) {
 	h.errSamples[key]++
 }
 
+// doOnce sends one request. The load generator speaks HTTP/1.1 through
+// fasthttp: it shares the 2 cores with the broker and PostgreSQL, and
+// net/http's client spent about twice the CPU per request (its read and write
+// loops are goroutines of their own), CPU the system under test then lacked.
 func (h *harness) doOnce(ctx context.Context, method, path string, body []byte, out any) (int, error) {
-	var rd io.Reader
+	req := fasthttp.AcquireRequest()
+	defer fasthttp.ReleaseRequest(req)
+	resp := fasthttp.AcquireResponse()
+	defer fasthttp.ReleaseResponse(resp)
+	req.Header.SetMethod(method)
+	req.SetRequestURI(h.brokerURL + path)
 	if body != nil {
-		rd = bytes.NewReader(body)
+		req.Header.SetContentType("application/json")
+		req.SetBodyRaw(body)
 	}
-	req, err := http.NewRequestWithContext(ctx, method, h.brokerURL+path, rd)
-	if err != nil {
+	deadline := time.Now().Add(2 * time.Minute)
+	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
+		deadline = d
+	}
+	if err := h.http.DoDeadline(req, resp, deadline); err != nil {
 		return 0, err
 	}
-	if body != nil {
-		req.Header.Set("Content-Type", "application/json")
-	}
-	resp, err := h.http.Do(req)
-	if err != nil {
-		return 0, err
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return resp.StatusCode, err
-	}
-	if resp.StatusCode >= 300 {
-		he := &httpError{status: resp.StatusCode, msg: fmt.Sprintf("%s %s: %d %s", method, path, resp.StatusCode, bytes.TrimSpace(raw))}
-		if secs, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && secs > 0 {
+	status, raw := resp.StatusCode(), resp.Body()
+	if status >= 300 {
+		he := &httpError{status: status, msg: fmt.Sprintf("%s %s: %d %s", method, path, status, bytes.TrimSpace(raw))}
+		if secs, err := strconv.Atoi(string(resp.Header.Peek("Retry-After"))); err == nil && secs > 0 {
 			he.retryAfter = time.Duration(secs) * time.Second
 		}
-		return resp.StatusCode, he
+		return status, he
 	}
 	if out != nil && len(raw) > 0 {
-		return resp.StatusCode, json.Unmarshal(raw, out)
+		// raw belongs to the pooled response: decode a copy, as out may keep raw JSON.
+		return status, json.Unmarshal(bytes.Clone(raw), out)
 	}
-	return resp.StatusCode, nil
+	return status, nil
 }
 
 func (h *harness) queue(name string) string { return fmt.Sprintf("bench-%s-%d", name, h.runID) }

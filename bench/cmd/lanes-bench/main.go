@@ -20,7 +20,6 @@ import (
 	"encoding/json"
 	"flag"
 	"fmt"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,6 +30,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/valyala/fasthttp"
 )
 
 type options struct {
@@ -61,7 +61,7 @@ type options struct {
 type harness struct {
 	o          options
 	root       string
-	http       *http.Client
+	http       *fasthttp.Client
 	runID      int64
 	broker     *broker
 	brokerURL  string
@@ -183,7 +183,7 @@ func main() {
 		fatalf("%v", err)
 	}
 	h := &harness{o: o, root: root, runID: time.Now().Unix(),
-		http: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 2048, MaxIdleConns: 2048, IdleConnTimeout: time.Minute}, Timeout: 2 * time.Minute}}
+		http: &fasthttp.Client{MaxConnsPerHost: 4096, MaxIdleConnDuration: time.Minute, NoDefaultUserAgentHeader: true}}
 	code := h.run()
 	os.Exit(code)
 }
