@@ -93,7 +93,7 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 // cursors, resolve the transaction ids) and (write the cursors, commit).
 // Filing a dead letter adds a read of the poison message's segment.
 func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []AckResult) error {
-	plan := planAcks(items, results)
+	plan := planAcks(items, results, e.leases)
 	if plan.empty() {
 		return nil
 	}
@@ -124,16 +124,21 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 		return err
 	}
 	tx.open = false
-	plan.wakeReleased(e.waiters)
+	plan.afterRelease(e.waiters, e.leases)
 	return nil
 }
 
-// wakeReleased hands each partition whose lease this ack released while it
-// still holds messages to one parked pop of the group: pushes wake parked
-// pops, and without this a backlog behind a lease would wait for a re-check.
-func (p *ackPlan) wakeReleased(w *waiters) {
+// afterRelease runs once the ack committed, for each cursor whose lease it
+// released: the lease's index entries for the partition go, and a partition
+// that still holds messages goes to one parked pop of the group (pushes wake
+// parked pops; without this a backlog behind a lease would wait for a re-check).
+func (p *ackPlan) afterRelease(w *waiters, leases *leaseIndex) {
 	for k, row := range p.rows {
-		if row.touched && row.initialLease != "" && row.leaseID == "" && row.lastOffset > row.committed {
+		if !row.touched || row.initialLease == "" || row.leaseID != "" {
+			continue
+		}
+		leases.forget(row.initialLease, k.p)
+		if row.lastOffset > row.committed {
 			w.wakeGroup(row.queue, k.g, 1)
 		}
 	}
@@ -174,8 +179,8 @@ type ackSummary struct{ rejected bool }
 // fills results and reports whether any item was rejected, so the bundle can
 // roll back.
 
-func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckResult) (ackSummary, error) {
-	plan := planAcks(items, results)
+func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckResult, leases *leaseIndex) (ackSummary, error) {
+	plan := planAcks(items, results, leases)
 	if plan.empty() {
 		return plan.sum, nil
 	}
@@ -219,7 +224,9 @@ type ackPlan struct {
 	offsets map[cursorKey]int64 // (partition, transaction id) -> offset
 }
 
-func planAcks(items []AckItem, results []AckResult) *ackPlan {
+// planAcks groups items; an item under a lease the index knows is resolved
+// here, every other one goes to the lanes.txns probe.
+func planAcks(items []AckItem, results []AckResult, leases *leaseIndex) *ackPlan {
 	p := &ackPlan{groups: map[ackGroupKey][]ackRef{}, rows: map[cursorKey]*consumerRow{}, offsets: map[cursorKey]int64{}}
 	for i, it := range items {
 		pid, err := uuid.Parse(it.PartitionID)
@@ -254,8 +261,15 @@ func planAcks(items []AckItem, results []AckResult) *ackPlan {
 			p.lockG = append(p.lockG, k.group)
 		}
 		for _, r := range p.groups[k] {
+			txn := items[r.index].TransactionID
+			if k.lease != "" {
+				if off, ok := leases.lookup(k.lease, k.partition, txn); ok {
+					p.offsets[cursorKey{k.partition, txn}] = off
+					continue
+				}
+			}
 			p.resP = append(p.resP, k.partition)
-			p.resT = append(p.resT, items[r.index].TransactionID)
+			p.resT = append(p.resT, txn)
 		}
 	}
 	return p
@@ -263,8 +277,8 @@ func planAcks(items []AckItem, results []AckResult) *ackPlan {
 
 func (p *ackPlan) empty() bool { return len(p.keys) == 0 }
 
-// queueReads locks every cursor row once, in key order, and resolves every
-// transaction id; both go out in one round trip.
+// queueReads locks every cursor row once, in key order, and resolves the
+// transaction ids the lease index did not; both go out in one round trip.
 func (p *ackPlan) queueReads(b *pgx.Batch) {
 	b.Queue(`SELECT c.partition_id, c.consumer_group, c.committed, c.batch_end,
 			coalesce(c.lease_id::text, ''), coalesce(c.lease_expires_at > now(), false), c.retry_count,
@@ -288,6 +302,9 @@ func (p *ackPlan) queueReads(b *pgx.Batch) {
 		}
 		return rows.Err()
 	})
+	if len(p.resP) == 0 {
+		return
+	}
 	b.Queue(`SELECT t.partition_id, t.transaction_id, t.message_offset
 		FROM unnest($1::uuid[], $2::text[]) AS x(pid, t)
 		CROSS JOIN LATERAL (SELECT t.partition_id, t.transaction_id, t.message_offset FROM lanes.txns t

@@ -80,6 +80,8 @@ type Engine struct {
 	waiters         *waiters
 	// popPlans lets a repeat pop claim in its first round trip.
 	popPlans popPlanCache
+	// leases resolves acks under leases this broker granted without lanes.txns.
+	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.
 	claims atomic.Uint64
 	// brokerID tells this broker's own NOTIFY payloads from other brokers'.
@@ -98,6 +100,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.withDefaults()
 	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	e.waiters = newWaiters()
+	e.leases = newLeaseIndex()
 	e.brokerID = uuid.NewString()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.notifier = newNotifier(e)

@@ -273,6 +273,7 @@ type claim struct {
 	partition   string
 	queue       string
 	leaseTime   int
+	dedupWindow int // seconds; 0 = deduplication off
 	from, to    int64
 	committed   int64
 	lastOffset  int64
@@ -412,6 +413,7 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 		leaseID = uuid.NewString()
 	}
 	budget := int64(req.Batch)
+	shortestLease := int32(0) // seconds, over the partitions leased
 	var pids []uuid.UUID
 	var his []int64
 	var leases []int32
@@ -441,6 +443,9 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 			}
 			if lease <= 0 {
 				lease = 60
+			}
+			if shortestLease == 0 || lease < shortestLease {
+				shortestLease = lease
 			}
 		}
 		pids = append(pids, c.partitionID)
@@ -508,8 +513,28 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 	}
 	if len(res.Messages) > 0 {
 		res.LeaseID = leaseID
+		e.leases.remember(leaseID, indexableFor(now, shortestLease, taken, segs), res.Messages)
 	}
 	return res, nil
+}
+
+// indexableFor is how long the lease index may answer for a lease: while the
+// lease runs and every delivered message is inside its queue's dedup window.
+// Inside the window a transaction id cannot be pushed to the partition again,
+// so lanes.txns maps it to the offset the lease delivered and the index
+// answers what the database would. Zero (not indexed) when a queue has
+// deduplication off.
+func indexableFor(now time.Time, leaseSeconds int32, taken []claim, segs map[uuid.UUID][]segment) time.Duration {
+	horizon := time.Duration(leaseSeconds) * time.Second
+	for _, c := range taken {
+		if c.dedupWindow <= 0 {
+			return 0
+		}
+		if held := segs[c.partitionID]; len(held) > 0 {
+			horizon = min(horizon, held[0].createdAt.Add(time.Duration(c.dedupWindow)*time.Second).Sub(now))
+		}
+	}
+	return horizon
 }
 
 func nullableUUID(s string) any {
@@ -647,7 +672,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 			SELECT s.qid, s.floor::text::xid8 AS floor, s.epoch
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)),
 		cand AS MATERIALIZED (
-			SELECT p.id AS pid, p.queue_id AS qid, p.name AS pname, q.name AS qname, q.lease_time,
+			SELECT p.id AS pid, p.queue_id AS qid, p.name AS pname, q.name AS qname, q.lease_time, q.dedup_window_seconds,
 				p.last_offset, p.log_start, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end,
 				p.c_pid IS NOT NULL
 					AND (p.c_lease_expires_at IS NULL OR p.c_lease_expires_at <= now())
@@ -676,7 +701,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 		picked AS (
 			-- Candidates in serving order, each cursor locked by its own probe, so
 			-- the LIMIT stops locking at the width (a join here may scan the group).
-			SELECT o.pid, o.pname, o.qname, o.lease_time, l.committed, o.last_offset, o.log_start,
+			SELECT o.pid, o.pname, o.qname, o.lease_time, o.dedup_window_seconds, l.committed, o.last_offset, o.log_start,
 				o.visible_end, o.last_consumed_at
 			FROM (SELECT * FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
 			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed FROM lanes.consumers c
@@ -699,7 +724,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 				WHERE l.consumer_group = $2 AND l.queue_id = ANY($1) FOR UPDATE SKIP LOCKED)
 			RETURNING 1)
 		SELECT (SELECT count(*) FROM cand WHERE claimable)::int, (SELECT count(*) FROM advanced)::int,
-			picked.pid, picked.pname, picked.qname, picked.lease_time, picked.committed, picked.last_offset,
+			picked.pid, picked.pname, picked.qname, picked.lease_time, picked.dedup_window_seconds, picked.committed, picked.last_offset,
 			greatest(picked.committed + 1, picked.log_start), picked.visible_end
 		FROM (SELECT 1) one
 		LEFT JOIN picked ON true
@@ -715,15 +740,15 @@ func scanClaims(rows pgx.Rows) ([]claim, int, error) {
 		var advanced int
 		var pid *uuid.UUID
 		var partition, queue *string
-		var leaseTime *int
+		var leaseTime, dedupWindow *int
 		var committed, lastOffset, from, visibleEnd *int64
-		if err := rows.Scan(&ready, &advanced, &pid, &partition, &queue, &leaseTime, &committed, &lastOffset, &from, &visibleEnd); err != nil {
+		if err := rows.Scan(&ready, &advanced, &pid, &partition, &queue, &leaseTime, &dedupWindow, &committed, &lastOffset, &from, &visibleEnd); err != nil {
 			return nil, 0, err
 		}
 		if pid == nil {
 			continue // nothing claimed: the row only carries the counts
 		}
-		out = append(out, claim{partitionID: *pid, partition: *partition, queue: *queue, leaseTime: *leaseTime,
+		out = append(out, claim{partitionID: *pid, partition: *partition, queue: *queue, leaseTime: *leaseTime, dedupWindow: *dedupWindow,
 			committed: *committed, lastOffset: *lastOffset, from: *from, to: *visibleEnd})
 	}
 	return out, ready, rows.Err()

@@ -176,7 +176,7 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 			ackResults[j] = AckResult{Index: req.Ops[acks[j]].Index, TransactionID: ackItems[j].TransactionID}
 		}
 		if len(ackItems) > 0 {
-			sum, err := applyAcks(ctx, tx, ackItems, ackResults)
+			sum, err := applyAcks(ctx, tx, ackItems, ackResults, e.leases)
 			if err != nil {
 				return err
 			}

@@ -1,0 +1,136 @@
+package engine
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/google/uuid"
+)
+
+func indexedMessages(partition uuid.UUID, from int64, txns ...string) []Message {
+	out := make([]Message, len(txns))
+	for i, txn := range txns {
+		out[i] = Message{PartitionID: partition, TransactionID: txn, Offset: from + int64(i)}
+	}
+	return out
+}
+
+func TestLeaseIndexResolvesWhatTheLeaseDelivered(t *testing.T) {
+	x := newLeaseIndex()
+	p1, p2 := uuid.New(), uuid.New()
+	x.remember("L", time.Minute, append(indexedMessages(p1, 10, "a", "b"), indexedMessages(p2, 0, "a")...))
+	for _, tc := range []struct {
+		partition uuid.UUID
+		txn       string
+		want      int64
+		ok        bool
+	}{{p1, "a", 10, true}, {p1, "b", 11, true}, {p2, "a", 0, true}, {p2, "b", 0, false}, {p1, "c", 0, false}} {
+		got, ok := x.lookup("L", tc.partition, tc.txn)
+		if ok != tc.ok || got != tc.want {
+			t.Errorf("lookup(%s, %s) = %d, %v; want %d, %v", tc.partition, tc.txn, got, ok, tc.want, tc.ok)
+		}
+	}
+	if _, ok := x.lookup("other", p1, "a"); ok {
+		t.Error("another lease resolved through L's entries")
+	}
+	x.forget("L", p1)
+	if _, ok := x.lookup("L", p1, "a"); ok {
+		t.Error("released partition still resolves")
+	}
+	if _, ok := x.lookup("L", p2, "a"); !ok || x.size != 1 {
+		t.Errorf("the lease's other partition went too (size %d)", x.size)
+	}
+	x.forget("L", p2)
+	if len(x.byLease) != 0 || x.size != 0 {
+		t.Errorf("fully released lease kept: %d leases, %d ids", len(x.byLease), x.size)
+	}
+}
+
+func TestLeaseIndexSkipsShortHorizonsAndExpires(t *testing.T) {
+	x := newLeaseIndex()
+	p := uuid.New()
+	x.remember("short", leaseIndexMargin, indexedMessages(p, 0, "a"))
+	if _, ok := x.lookup("short", p, "a"); ok {
+		t.Error("a horizon within the safety margin was indexed")
+	}
+	x.remember("L", time.Minute, indexedMessages(p, 0, "a"))
+	x.byLease["L"].until = time.Now().Add(-time.Millisecond)
+	if _, ok := x.lookup("L", p, "a"); ok {
+		t.Error("expired entry answered")
+	}
+	if len(x.byLease) != 0 || x.size != 0 {
+		t.Errorf("expired entry kept: %d leases, %d ids", len(x.byLease), x.size)
+	}
+}
+
+func TestLeaseIndexStopsAtItsBound(t *testing.T) {
+	x := newLeaseIndex()
+	p := uuid.New()
+	full := make([]string, leaseIndexMax)
+	for i := range full {
+		full[i] = fmt.Sprint(i)
+	}
+	x.remember("full", time.Minute, indexedMessages(p, 0, full...))
+	x.remember("more", time.Minute, indexedMessages(p, 0, "x"))
+	if _, ok := x.lookup("more", p, "x"); ok || x.size != leaseIndexMax {
+		t.Fatalf("index grew past its bound: %d ids", x.size)
+	}
+	x.byLease["full"].until = time.Now().Add(-time.Millisecond)
+	x.remember("after", time.Minute, indexedMessages(p, 0, "y"))
+	if _, ok := x.lookup("after", p, "y"); !ok || x.size != 1 {
+		t.Fatalf("expired entries were not swept to make room: %d ids", x.size)
+	}
+}
+
+// The granting broker resolves a leased ack from memory; another broker (a
+// second engine on the same database) resolves the same ack in lanes.txns.
+// Emptying lanes.txns after the pop tells the two paths apart.
+func TestLeasedAckResolvesOnTheGrantingBrokerWithoutTxnRows(t *testing.T) {
+	granting, other := newEngine(t), newEngine(t)
+	q := queueName(t)
+	pushN(t, granting, q, "p", 4)
+	b := mustPop(t, granting, PopRequest{Queue: q, Batch: 4})
+	if _, err := granting.pool.Exec(context.Background(), `DELETE FROM lanes.txns WHERE partition_id = $1`, b.PartitionID); err != nil {
+		t.Fatal(err)
+	}
+	viaOther := mustAck(t, other, ack(b.Messages[0], "completed"))
+	if viaOther[0].Success || viaOther[0].Error != errUnresolvable {
+		t.Fatalf("another broker has no index entry and must resolve in lanes.txns: %+v", viaOther[0])
+	}
+	res := mustAck(t, granting, ack(b.Messages[1], "completed"), ack(b.Messages[3], "completed"))
+	for _, r := range res {
+		if !r.Success {
+			t.Fatalf("granting broker's ack: %+v", r)
+		}
+	}
+	if !res[1].LeaseReleased {
+		t.Fatalf("acking through the batch end releases the lease: %+v", res[1])
+	}
+	if n := granting.leases.size; n != 0 {
+		t.Fatalf("released lease still indexed: %d ids", n)
+	}
+	if again := mustPop(t, granting, PopRequest{Queue: q, Batch: 4}); len(again.Messages) != 0 {
+		t.Fatalf("acked through offset 3, yet %v redelivered", txnIDs(again.Messages))
+	}
+}
+
+// With deduplication off a transaction id can reappear in the partition, so
+// lanes.txns may move on from the delivered offset: such leases are not indexed.
+func TestLeaseWithoutDeduplicationIsNotIndexed(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{"dedupWindowSeconds": json.RawMessage("0")}}); err != nil {
+		t.Fatal(err)
+	}
+	pushN(t, e, q, "p", 2)
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 2})
+	if _, ok := e.leases.lookup(b.LeaseID, b.PartitionID, "m0"); ok {
+		t.Fatal("lease on a queue without deduplication was indexed")
+	}
+	if res := mustAck(t, e, ack(b.Messages[1], "completed")); !res[0].Success {
+		t.Fatalf("ack through lanes.txns: %+v", res[0])
+	}
+}
