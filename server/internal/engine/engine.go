@@ -84,6 +84,9 @@ type Engine struct {
 	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.
 	claims atomic.Uint64
+	// unprobedPausedUntil (unix nanoseconds) holds pushes to probing lanes.txns
+	// first; see pushWrite.unprobed.
+	unprobedPausedUntil atomic.Int64
 	// brokerID tells this broker's own NOTIFY payloads from other brokers'.
 	brokerID string
 	// autopilot sizes pops that leave batch or width to the broker.

@@ -13,6 +13,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // PushItem is one message to store.
@@ -211,7 +212,7 @@ func (p *pusher) commitWithRetry(batch []*pushRequest) error {
 		if err == nil {
 			return nil
 		}
-		if !isRetryableTxError(err) && !p.e.forgetStalePartitions(err) {
+		if !isRetryableTxError(err) && !p.e.forgetStalePartitions(err) && !p.e.pauseUnprobedWrites(err) {
 			return err
 		}
 	}
@@ -232,6 +233,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		}
 	}
 	w := e.newCachedPushWrite(slots, false)
+	w.unprobed = w.knownIDs != nil && time.Now().UnixNano() > e.unprobedPausedUntil.Load()
 
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
@@ -278,6 +280,24 @@ func (e *Engine) newCachedPushWrite(slots []pushSlot, firstWins bool) *pushWrite
 	w.knownIDs = e.knownPartitions.lookup(w.keys)
 	w.skipProvision = w.knownIDs != nil
 	return w
+}
+
+// unprobedPause is how long pushes probe lanes.txns again after an unprobed
+// write met a stored transaction id.
+const unprobedPause = time.Second
+
+// pauseUnprobedWrites reports whether err is an unprobed push write meeting a
+// transaction id lanes.txns already holds (a duplicate, an id outside its dedup
+// window, or a queue with dedup off reusing one). Pushes then probe first for
+// unprobedPause, so running the write again gives the verdicts, and a workload
+// that repeats ids pays one wasted transaction per pause, not one per push.
+func (e *Engine) pauseUnprobedWrites(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "txns_pkey" {
+		return false
+	}
+	e.unprobedPausedUntil.Store(time.Now().Add(unprobedPause).UnixNano())
+	return true
 }
 
 // forgetStalePartitions reports whether err is a cached partition found gone;
@@ -383,6 +403,12 @@ type pushWrite struct {
 	// knownIDs, when set, holds every partition's id, so the lock and the
 	// dedup probe use primary keys (implies skipProvision).
 	knownIDs map[partitionKey]uuid.UUID
+	// unprobed (plain pushes with knownIDs only) leaves the lanes.txns probe
+	// out and bets that every transaction id is new: the rows go in by plain
+	// INSERT, and an id already stored fails the transaction on txns_pkey, to
+	// be run again probed (pauseUnprobedWrites). Nothing is written before the
+	// commit, so losing the bet costs time, never a verdict.
+	unprobed bool
 }
 
 // errPartitionGone reports a partition that vanished (its queue was deleted)
@@ -485,6 +511,9 @@ func (w *pushWrite) queueLockByID(b *pgx.Batch) {
 		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
 		WHERE p.id = ANY($1::uuid[])
 		ORDER BY p.id FOR UPDATE OF p`, uuidArray(ids))
+	if w.unprobed {
+		return
+	}
 	// Runs after the lock in the same batch, so the probe sees every commit
 	// that held the lock before us. The window is applied in readLock.
 	b.Queue(`SELECT t.partition_id, t.transaction_id, t.message_id,
@@ -569,6 +598,12 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 	rows.Close()
 	if err := rows.Err(); err != nil {
 		return err
+	}
+	if w.unprobed {
+		if len(w.parts) != len(w.keys) {
+			return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
+		}
+		return nil
 	}
 	rows, err = br.Query()
 	if err != nil {

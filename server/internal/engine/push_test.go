@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"reflect"
 	"sync"
 	"testing"
 	"time"
@@ -178,5 +179,58 @@ func TestDuplicateOutsideTheWindowIsANewMessage(t *testing.T) {
 	}
 	if dup := mustPush(t, e, items(q, "p", "late-retry")...); dup[0].Status != PushDuplicate || dup[0].MessageID != later[0].MessageID {
 		t.Fatalf("the new message is what later retries match: %+v", dup[0])
+	}
+}
+
+// A push to known partitions skips the dedup probe and bets every id is new;
+// an id already stored fails that bet on txns_pkey and the write runs again
+// probed. The verdicts are the probed path's, nothing is written twice, and
+// pushes go back to unprobed once the pause is over.
+func TestUnprobedPushFallsBackToTheProbeOnAStoredID(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	first := mustPush(t, e, items(q, "p", "a", "b")...) // provisions: probed
+	if e.unprobedPausedUntil.Load() != 0 {
+		t.Fatal("a provisioning push paused unprobed writes")
+	}
+	fresh := mustPush(t, e, items(q, "p", "c")...) // known partition, new id: unprobed, no conflict
+	if fresh[0].Status != PushQueued || e.unprobedPausedUntil.Load() != 0 {
+		t.Fatalf("unprobed push of a new id: %+v, paused %v", fresh[0], e.unprobedPausedUntil.Load() != 0)
+	}
+	mixed := mustPush(t, e, items(q, "p", "d", "b")...) // b is stored: the unprobed bet fails
+	if mixed[0].Status != PushQueued || mixed[1].Status != PushDuplicate || mixed[1].MessageID != first[1].MessageID {
+		t.Fatalf("after the fallback: %+v", mixed)
+	}
+	if time.Until(time.Unix(0, e.unprobedPausedUntil.Load())) <= 0 {
+		t.Fatal("a failed bet did not pause unprobed writes")
+	}
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+	if got := txnIDs(b.Messages); !reflect.DeepEqual(got, []string{"a", "b", "c", "d"}) {
+		t.Fatalf("log holds %v", got)
+	}
+	e.unprobedPausedUntil.Store(0)
+	if again := mustPush(t, e, items(q, "p", "e")...); again[0].Status != PushQueued || e.unprobedPausedUntil.Load() != 0 {
+		t.Fatalf("after the pause: %+v", again[0])
+	}
+}
+
+// With dedup off an id may come back: the unprobed write meets the stored row,
+// runs again probed, queues the copy and points the id at the newest offset.
+func TestUnprobedPushReusingAnIDWithDedupOff(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{"dedupWindowSeconds": json.RawMessage("0")}}); err != nil {
+		t.Fatal(err)
+	}
+	mustPush(t, e, items(q, "p", "same")...)
+	again := mustPush(t, e, items(q, "p", "same")...)
+	if again[0].Status != PushQueued {
+		t.Fatalf("dedup off queues the copy: %+v", again[0])
+	}
+	var offset int64
+	if err := e.pool.QueryRow(context.Background(), `SELECT t.message_offset FROM lanes.txns t
+		JOIN lanes.partitions p ON p.id = t.partition_id JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 AND t.transaction_id = 'same'`, q).Scan(&offset); err != nil || offset != 1 {
+		t.Fatalf("txns points at offset %d (%v), want the newest, 1", offset, err)
 	}
 }
