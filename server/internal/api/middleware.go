@@ -26,6 +26,28 @@ const (
 type statusRecorder struct {
 	http.ResponseWriter
 	status int
+	route  string // the matched route's template, set by recordRoute
+}
+
+// routeRecorder is what recordRoute finds when no middleware between observe
+// and the router wrapped the writer.
+type routeRecorder interface{ setRoute(string) }
+
+func (r *statusRecorder) setRoute(template string) { r.route = template }
+
+// recordRoute runs inside the router once a route matched and hands its
+// template to observe, which would otherwise match the request a second time.
+func recordRoute(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if rec, ok := w.(routeRecorder); ok {
+			if route := mux.CurrentRoute(r); route != nil {
+				if tpl, err := route.GetPathTemplate(); err == nil {
+					rec.setRoute(tpl)
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 func (r *statusRecorder) WriteHeader(code int) {
@@ -55,11 +77,15 @@ func (s *Server) observe(next http.Handler, router *mux.Router) http.Handler {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
 		next.ServeHTTP(rec, r)
-		route := "unmatched"
-		var match mux.RouteMatch
-		if router.Match(r, &match) && match.Route != nil {
-			if tpl, err := match.Route.GetPathTemplate(); err == nil {
-				route = tpl
+		route := rec.route
+		if route == "" {
+			// Not routed (404, 405, refused before routing) or the writer was wrapped.
+			route = "unmatched"
+			var match mux.RouteMatch
+			if router.Match(r, &match) && match.Route != nil {
+				if tpl, err := match.Route.GetPathTemplate(); err == nil {
+					route = tpl
+				}
 			}
 		}
 		status := rec.status

@@ -126,6 +126,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	lagging := gen.ServerInterfaceWrapper{Handler: strict, ErrorHandlerFunc: badParam}
 	router.HandleFunc("/api/v1/consumer-groups/lagging", lagging.ListLaggingConsumerGroups).Methods(http.MethodGet)
 	gen.HandlerWithOptions(strict, gen.GorillaServerOptions{BaseRouter: router, ErrorHandlerFunc: badParam})
+	router.Use(recordRoute)
 	var h http.Handler = router
 	h = validator(h)
 	h = s.admit(h)

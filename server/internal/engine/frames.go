@@ -33,6 +33,17 @@ func appendFrame(dst []byte, f *Frame) []byte {
 	return dst
 }
 
+// framesSize is the encoded size of the frames of slots[group...], give or
+// take the varint lengths, so a segment's blob is allocated once.
+func framesSize(slots []pushSlot, group []int) int {
+	n := 0
+	for _, si := range group {
+		it := slots[si].item
+		n += 16 + 4*binary.MaxVarintLen16 + len(it.TransactionID) + len(it.TraceID) + len(it.ProducerSub) + len(it.Payload)
+	}
+	return n
+}
+
 func appendBytes(dst, b []byte) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(b)))
 	return append(dst, b...)

@@ -1,11 +1,14 @@
 package engine
 
 import (
+	"bufio"
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
+	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -95,8 +98,25 @@ func normalizePushItem(it *PushItem, i int) error {
 	return nil
 }
 
+// messageIDRandom feeds message ids from crypto/rand 4 KiB at a time: a push
+// mints one id per message, and one read per id showed in profiles. Message
+// ids are identifiers, not secrets (lease ids keep reading crypto/rand directly).
+var messageIDRandom = &lockedReader{r: bufio.NewReaderSize(rand.Reader, 4096)}
+
+type lockedReader struct {
+	mu sync.Mutex
+	r  io.Reader
+}
+
+func (l *lockedReader) Read(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return io.ReadFull(l.r, p)
+}
+
+// newMessageID mints a UUIDv7: time-ordered, so ids sort as messages arrive.
 func newMessageID() uuid.UUID {
-	id, err := uuid.NewV7()
+	id, err := uuid.NewV7FromReader(messageIDRandom)
 	if err != nil {
 		return uuid.New()
 	}
@@ -360,9 +380,6 @@ type pushSlot struct {
 	result *PushResult
 	// messageID is preset by writers that promised an id in advance (timers); zero mints one.
 	messageID uuid.UUID
-	// inLog is set when the dedup probe found the transaction id already stored,
-	// as opposed to a repeat within this write.
-	inLog bool
 }
 
 type pushPartition struct {
@@ -673,26 +690,24 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 	var updLast []int64
 	for _, k := range w.keys {
 		ps := w.parts[k]
-		dups := w.seen[k]
-		if dups == nil {
-			dups = map[string]uuid.UUID{}
-		}
-		fromLog := make(map[string]bool, len(dups))
-		for txn := range dups {
-			fromLog[txn] = true
-		}
+		inLog := w.seen[k] // ids the probe found inside the dedup window
 		checkDups := ps.dedup || w.firstWins
-		txnRow := map[string]int{}
+		group := w.groups[k]
+		// written maps each id this write stores to its txns row, for repeats within the write
+		written := make(map[string]int, len(group))
 		next := ps.lastOffset + 1
-		var blob []byte
-		for _, si := range w.groups[k] {
+		blob := make([]byte, 0, framesSize(w.slots, group))
+		for _, si := range group {
 			slot := &w.slots[si]
 			it, res := slot.item, slot.result
+			row, repeat := written[it.TransactionID]
 			if checkDups {
-				if orig, dup := dups[it.TransactionID]; dup {
-					res.Status = PushDuplicate
-					res.MessageID = orig
-					slot.inLog = fromLog[it.TransactionID]
+				if orig, dup := inLog[it.TransactionID]; dup {
+					res.Status, res.MessageID = PushDuplicate, orig
+					continue
+				}
+				if repeat {
+					res.Status, res.MessageID = PushDuplicate, txMsg[row]
 					continue
 				}
 			}
@@ -701,16 +716,12 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 				id = newMessageID()
 			}
 			blob = appendFrame(blob, &Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
-			res.Status = PushQueued
-			res.MessageID = id
-			if checkDups {
-				dups[it.TransactionID] = id
-			}
-			if j, ok := txnRow[it.TransactionID]; ok {
+			res.Status, res.MessageID = PushQueued, id
+			if repeat {
 				// dedup off and the id repeats: the index points at the newest offset
-				txOff[j], txMsg[j] = next, id
+				txOff[row], txMsg[row] = next, id
 			} else {
-				txnRow[it.TransactionID] = len(txID)
+				written[it.TransactionID] = len(txID)
 				txPID = append(txPID, ps.id)
 				txID = append(txID, it.TransactionID)
 				txOff = append(txOff, next)

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"reflect"
@@ -232,5 +233,20 @@ func TestUnprobedPushReusingAnIDWithDedupOff(t *testing.T) {
 		JOIN lanes.partitions p ON p.id = t.partition_id JOIN lanes.queues q ON q.id = p.queue_id
 		WHERE q.name = $1 AND t.transaction_id = 'same'`, q).Scan(&offset); err != nil || offset != 1 {
 		t.Fatalf("txns points at offset %d (%v), want the newest, 1", offset, err)
+	}
+}
+
+func TestMessageIDsAreDistinctTimeOrderedV7(t *testing.T) {
+	seen := map[uuid.UUID]bool{}
+	var prev uuid.UUID
+	for i := 0; i < 20000; i++ {
+		id := newMessageID()
+		if id.Version() != 7 || seen[id] {
+			t.Fatalf("id %d: %s (version %d, repeated %v)", i, id, id.Version(), seen[id])
+		}
+		if i > 0 && bytes.Compare(id[:6], prev[:6]) < 0 {
+			t.Fatalf("id %s minted after %s carries an earlier time", id, prev)
+		}
+		seen[id], prev = true, id
 	}
 }
