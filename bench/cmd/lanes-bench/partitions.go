@@ -43,7 +43,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	producing := atomic.Bool{}
 	producing.Store(true)
 	pushersDone := atomic.Bool{} // set once no push is in flight any more
-	windowOpen := atomic.Bool{} // opens after the warm-up
+	windowOpen := atomic.Bool{}  // opens after the warm-up
 	drainDeadline := atomic.Int64{}
 	drainDeadline.Store(time.Now().Add(time.Hour).UnixNano())
 	var pwg, cwg sync.WaitGroup
