@@ -27,6 +27,9 @@ type PushItem struct {
 	TraceID       string
 	ProducerSub   string
 	Payload       json.RawMessage
+	// mintedID is the id minted for an item that came without a transaction
+	// id: it is both the transaction id and the stored message's id.
+	mintedID uuid.UUID
 }
 
 // PushStatus is the verdict for one pushed item.
@@ -92,8 +95,8 @@ func normalizePushItem(it *PushItem, i int) error {
 		return invalid(fmt.Sprintf("items[%d].payload", i), "items[%d].payload is required", i)
 	}
 	if it.TransactionID == "" {
-		id := newMessageID()
-		it.TransactionID = id.String()
+		it.mintedID = newMessageID()
+		it.TransactionID = it.mintedID.String()
 	}
 	return nil
 }
@@ -249,7 +252,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	var slots []pushSlot
 	for _, r := range batch {
 		for i := range r.items {
-			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i]})
+			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i], messageID: r.items[i].mintedID})
 		}
 	}
 	w := e.newCachedPushWrite(slots, false)

@@ -19,6 +19,14 @@ func TestPushCreatesQueueAndDefaultPartition(t *testing.T) {
 	if res[0].Status != PushQueued || res[0].MessageID == uuid.Nil || res[0].Queue != q || res[0].TransactionID == "" {
 		t.Fatalf("unexpected result %+v", res[0])
 	}
+	// Without a transaction id the broker uses the minted message id as one.
+	if res[0].TransactionID != res[0].MessageID.String() {
+		t.Fatalf("minted transaction id %s, message id %s", res[0].TransactionID, res[0].MessageID)
+	}
+	popped := mustPop(t, e, PopRequest{Queue: q, AutoAck: true})
+	if len(popped.Messages) != 1 || popped.Messages[0].ID != res[0].MessageID || popped.Messages[0].TransactionID != res[0].TransactionID {
+		t.Fatalf("stored message %+v, push answered %+v", popped.Messages, res[0])
+	}
 	var partition, ns, task string
 	err := e.pool.QueryRow(context.Background(), `SELECT p.name, q.namespace, q.task FROM lanes.partitions p
 		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&partition, &ns, &task)
