@@ -78,6 +78,16 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 		for i := range items {
 			results[i] = AckResult{Index: i, TransactionID: items[i].TransactionID}
 		}
+		if attempt == 0 {
+			done, err := e.ackInOneTrip(ctx, items, results)
+			if err != nil && !isRetryableTxError(err) {
+				return nil, err
+			}
+			if done {
+				e.hot.acksOneTrip.Add(1)
+				return results, nil
+			}
+		}
 		ackErr = e.ackPipelined(ctx, items, results)
 		if ackErr == nil || !isRetryableTxError(ackErr) {
 			break
@@ -86,7 +96,95 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 	if ackErr != nil {
 		return nil, ackErr
 	}
+	e.hot.acksGeneral.Add(1)
 	return results, nil
+}
+
+// ackInOneTrip commits, in one round trip, the common ack: every item
+// completes a message that one lease of this broker delivered from one
+// partition, all above the cursor (so the lease index resolves them and the
+// clamp rule comes down to "the cursor moves to the highest, the lease goes
+// when that is the batch end"). The UPDATE's WHERE clause checks in the
+// database what the answer then follows from: the lease is the cursor's and
+// live, the cursor is below every item, the batch end at or above the highest.
+// Anything else (another lease state, a nack, an id the index lacks) reports
+// done false and the ack runs the general way.
+func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []AckResult) (bool, error) {
+	first := items[0]
+	if first.LeaseID == "" {
+		return false, nil
+	}
+	partition, err := uuid.Parse(first.PartitionID)
+	if err != nil {
+		return false, nil
+	}
+	group := first.Group
+	if group == "" {
+		group = QueueModeGroup
+	}
+	txns := make([]string, len(items))
+	for i, it := range items {
+		if it.LeaseID != first.LeaseID || (it.Group != first.Group) || NormalizeAckStatus(it.Status) != AckCompleted {
+			return false, nil
+		}
+		if it.PartitionID != first.PartitionID {
+			if p, err := uuid.Parse(it.PartitionID); err != nil || p != partition {
+				return false, nil
+			}
+		}
+		txns[i] = it.TransactionID
+	}
+	queue, lo, hi, ok := e.leases.resolveAll(first.LeaseID, partition, txns)
+	if !ok {
+		return false, nil
+	}
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer conn.Release()
+	tx := &connTx{conn: conn, open: true}
+	defer tx.rollbackUnlessDone()
+	var released, matched bool
+	var lastOffset int64
+	b := &pgx.Batch{}
+	beginHot(b)
+	b.Queue(`UPDATE lanes.consumers c SET committed = $3,
+			lease_id = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_id END,
+			lease_expires_at = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
+			retry_count = CASE WHEN $3 >= c.batch_end THEN 0 ELSE c.retry_count END,
+			total_consumed = c.total_consumed + ($3 - c.committed),
+			last_consumed_at = now()
+		WHERE c.partition_id = $1 AND c.consumer_group = $2
+		  AND c.lease_id = $4::uuid AND c.lease_expires_at > now()
+		  AND c.committed < $5 AND c.batch_end >= $3
+		RETURNING c.lease_id IS NULL, (SELECT p.last_offset FROM lanes.partitions p WHERE p.id = c.partition_id)`,
+		partition, group, hi, first.LeaseID, lo).QueryRow(func(row pgx.Row) error {
+		err := row.Scan(&released, &lastOffset)
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil
+		}
+		matched = err == nil
+		return err
+	})
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		return false, err
+	}
+	tx.open = false
+	if !matched {
+		return false, nil
+	}
+	for i := range results {
+		results[i].Success, results[i].LeaseReleased = true, released
+	}
+	if released {
+		e.leases.forget(first.LeaseID, partition)
+		if lastOffset > hi {
+			e.waiters.wakeGroup(queue, group, 1)
+		}
+	}
+	return true, nil
 }
 
 // ackPipelined runs one ack request in two round trips: (begin, lock the

@@ -87,6 +87,7 @@ type Engine struct {
 	// unprobedPausedUntil (unix nanoseconds) holds pushes to probing lanes.txns
 	// first; see pushWrite.unprobed.
 	unprobedPausedUntil atomic.Int64
+	hot                 hotPathCounters
 	// brokerID tells this broker's own NOTIFY payloads from other brokers'.
 	brokerID string
 	// autopilot sizes pops that leave batch or width to the broker.

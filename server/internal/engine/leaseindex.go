@@ -24,10 +24,15 @@ type leaseIndex struct {
 }
 
 type leasedBatch struct {
-	until time.Time
-	// offsets by partition, then transaction id
-	offsets map[uuid.UUID]map[string]int64
-	size    int
+	until      time.Time
+	partitions map[uuid.UUID]*leasedPartition
+	size       int
+}
+
+// leasedPartition is what one lease delivered from one partition.
+type leasedPartition struct {
+	queue   string
+	offsets map[string]int64 // by transaction id
 }
 
 // leaseIndexMax bounds the transaction ids held (about 100 bytes each); past
@@ -47,14 +52,14 @@ func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Messa
 	if lease == "" || len(msgs) == 0 || validFor <= leaseIndexMargin {
 		return
 	}
-	b := &leasedBatch{until: time.Now().Add(validFor - leaseIndexMargin), offsets: map[uuid.UUID]map[string]int64{}, size: len(msgs)}
+	b := &leasedBatch{until: time.Now().Add(validFor - leaseIndexMargin), partitions: map[uuid.UUID]*leasedPartition{}, size: len(msgs)}
 	for _, m := range msgs {
-		byTxn := b.offsets[m.PartitionID]
-		if byTxn == nil {
-			byTxn = make(map[string]int64, len(msgs))
-			b.offsets[m.PartitionID] = byTxn
+		lp := b.partitions[m.PartitionID]
+		if lp == nil {
+			lp = &leasedPartition{queue: m.Queue, offsets: make(map[string]int64, len(msgs))}
+			b.partitions[m.PartitionID] = lp
 		}
-		byTxn[m.TransactionID] = m.Offset
+		lp.offsets[m.TransactionID] = m.Offset
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -72,16 +77,46 @@ func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Messa
 func (x *leaseIndex) lookup(lease string, partition uuid.UUID, txn string) (int64, bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
+	lp := x.partition(lease, partition)
+	if lp == nil {
+		return 0, false
+	}
+	off, ok := lp.offsets[txn]
+	return off, ok
+}
+
+// resolveAll returns the queue of partition and the lowest and highest offset
+// lease delivered txns at, or ok false when any of them is not indexed.
+func (x *leaseIndex) resolveAll(lease string, partition uuid.UUID, txns []string) (queue string, lo, hi int64, ok bool) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	lp := x.partition(lease, partition)
+	if lp == nil || len(txns) == 0 {
+		return "", 0, 0, false
+	}
+	lo, hi = int64(1<<63-1), int64(-1<<63)
+	for _, txn := range txns {
+		off, found := lp.offsets[txn]
+		if !found {
+			return "", 0, 0, false
+		}
+		lo, hi = min(lo, off), max(hi, off)
+	}
+	return lp.queue, lo, hi, true
+}
+
+// partition is lease's entry for partition, dropping the lease once it is past
+// its horizon. x.mu is held.
+func (x *leaseIndex) partition(lease string, partition uuid.UUID) *leasedPartition {
 	b := x.byLease[lease]
 	if b == nil {
-		return 0, false
+		return nil
 	}
 	if time.Now().After(b.until) {
 		x.drop(lease, b)
-		return 0, false
+		return nil
 	}
-	off, ok := b.offsets[partition][txn]
-	return off, ok
+	return b.partitions[partition]
 }
 
 // forget drops what lease delivered on partition, once an ack released it there.
@@ -92,11 +127,14 @@ func (x *leaseIndex) forget(lease string, partition uuid.UUID) {
 	if b == nil {
 		return
 	}
-	n := len(b.offsets[partition])
-	delete(b.offsets, partition)
-	b.size -= n
-	x.size -= n
-	if len(b.offsets) == 0 {
+	lp := b.partitions[partition]
+	if lp == nil {
+		return
+	}
+	delete(b.partitions, partition)
+	b.size -= len(lp.offsets)
+	x.size -= len(lp.offsets)
+	if len(b.partitions) == 0 {
 		x.drop(lease, b)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"reflect"
 	"testing"
 	"time"
 
@@ -132,5 +133,75 @@ func TestLeaseWithoutDeduplicationIsNotIndexed(t *testing.T) {
 	}
 	if res := mustAck(t, e, ack(b.Messages[1], "completed")); !res[0].Success {
 		t.Fatalf("ack through lanes.txns: %+v", res[0])
+	}
+}
+
+type cursorState struct {
+	committed, batchEnd, consumed int64
+	leased                        bool
+	retries                       int
+}
+
+func cursorOf(t *testing.T, e *Engine, partition uuid.UUID) cursorState {
+	t.Helper()
+	var c cursorState
+	if err := e.pool.QueryRow(context.Background(), `SELECT committed, batch_end, total_consumed, lease_id IS NOT NULL, retry_count
+		FROM lanes.consumers WHERE partition_id = $1 AND consumer_group = $2`, partition, QueueModeGroup).
+		Scan(&c.committed, &c.batchEnd, &c.consumed, &c.leased, &c.retries); err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// The one-round-trip ack (granting broker, all completed) leaves the cursor
+// and answers exactly as the general path does (another broker, which has no
+// index entry): a partial ack keeps the lease, acking through the batch end
+// releases it and resets the retry count.
+func TestOneTripAckMatchesTheGeneralPath(t *testing.T) {
+	granting, other := newEngine(t), newEngine(t)
+	fast, general := queueName(t), queueName(t)
+	pushN(t, granting, fast, "p", 10)
+	pushN(t, granting, general, "p", 10)
+	fb := mustPop(t, granting, PopRequest{Queue: fast, Batch: 10})
+	gb := mustPop(t, granting, PopRequest{Queue: general, Batch: 10})
+	granting.leases.forget(gb.LeaseID, gb.PartitionID) // the general path's lease is unknown to any index
+
+	partial := func(b *PopResult) []AckItem {
+		return []AckItem{ack(b.Messages[2], "completed"), ack(b.Messages[4], "completed")}
+	}
+	rf, rg := mustAck(t, granting, partial(fb)...), mustAck(t, other, partial(gb)...)
+	if !reflect.DeepEqual(rf, rg) {
+		t.Fatalf("partial ack answers differ:\n one trip %+v\n general  %+v", rf, rg)
+	}
+	if cf, cg := cursorOf(t, granting, fb.PartitionID), cursorOf(t, granting, gb.PartitionID); cf != cg || cf.committed != 4 || !cf.leased {
+		t.Fatalf("after the partial ack: one trip %+v, general %+v", cf, cg)
+	}
+	for _, pid := range []uuid.UUID{fb.PartitionID, gb.PartitionID} {
+		if _, err := granting.pool.Exec(context.Background(), `UPDATE lanes.consumers SET retry_count = 2 WHERE partition_id = $1`, pid); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rest := func(b *PopResult) []AckItem {
+		return []AckItem{ack(b.Messages[9], "completed"), ack(b.Messages[5], "completed")}
+	}
+	rf, rg = mustAck(t, granting, rest(fb)...), mustAck(t, other, rest(gb)...)
+	if !reflect.DeepEqual(rf, rg) || !rf[0].LeaseReleased {
+		t.Fatalf("final ack answers:\n one trip %+v\n general  %+v", rf, rg)
+	}
+	cf, cg := cursorOf(t, granting, fb.PartitionID), cursorOf(t, granting, gb.PartitionID)
+	if cf != cg || cf != (cursorState{committed: 9, batchEnd: 9, consumed: 10}) {
+		t.Fatalf("after the final ack: one trip %+v, general %+v", cf, cg)
+	}
+	if granting.leases.size != 0 {
+		t.Fatalf("released lease still indexed: %d ids", granting.leases.size)
+	}
+	if g, o := granting.HotPathStats(), other.HotPathStats(); g.AcksOneTrip != 2 || g.AcksGeneral != 0 || o.AcksOneTrip != 0 || o.AcksGeneral != 2 {
+		t.Fatalf("paths taken: granting %+v, other %+v", g, o)
+	}
+	// A repeat under the released lease: the one-trip guard refuses it and the
+	// general path answers, as it does on the other broker.
+	af, ag := mustAck(t, granting, ack(fb.Messages[9], "completed")), mustAck(t, other, ack(gb.Messages[9], "completed"))
+	if !reflect.DeepEqual(af, ag) || af[0].Error != errInvalidLease {
+		t.Fatalf("repeated ack:\n granting %+v\n other    %+v", af, ag)
 	}
 }

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"sync/atomic"
 
 	"github.com/jackc/pgx/v5"
 )
@@ -9,6 +10,26 @@ import (
 // ParkedPops counts the long polls parked on this engine right now.
 func (e *Engine) ParkedPops() int {
 	return e.waiters.count()
+}
+
+// HotPathStats counts how often this engine's fast paths held.
+type HotPathStats struct {
+	// AcksOneTrip and AcksGeneral count ack requests committed in one round
+	// trip (ackInOneTrip) and the general way.
+	AcksOneTrip, AcksGeneral uint64
+	// UnprobedPushConflicts counts unprobed push writes that met a stored
+	// transaction id and ran again probed (pauseUnprobedWrites).
+	UnprobedPushConflicts uint64
+}
+
+// HotPathStats reads the counters since the engine started.
+func (e *Engine) HotPathStats() HotPathStats {
+	return HotPathStats{AcksOneTrip: e.hot.acksOneTrip.Load(), AcksGeneral: e.hot.acksGeneral.Load(),
+		UnprobedPushConflicts: e.hot.unprobedConflicts.Load()}
+}
+
+type hotPathCounters struct {
+	acksOneTrip, acksGeneral, unprobedConflicts atomic.Uint64
 }
 
 // QueueLag is the backlog of one consumer group on one queue: messages past

@@ -320,6 +320,7 @@ func (e *Engine) pauseUnprobedWrites(err error) bool {
 		return false
 	}
 	e.unprobedPausedUntil.Store(time.Now().Add(unprobedPause).UnixNano())
+	e.hot.unprobedConflicts.Add(1)
 	return true
 }
 

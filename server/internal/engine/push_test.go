@@ -210,8 +210,8 @@ func TestUnprobedPushFallsBackToTheProbeOnAStoredID(t *testing.T) {
 	if mixed[0].Status != PushQueued || mixed[1].Status != PushDuplicate || mixed[1].MessageID != first[1].MessageID {
 		t.Fatalf("after the fallback: %+v", mixed)
 	}
-	if time.Until(time.Unix(0, e.unprobedPausedUntil.Load())) <= 0 {
-		t.Fatal("a failed bet did not pause unprobed writes")
+	if time.Until(time.Unix(0, e.unprobedPausedUntil.Load())) <= 0 || e.HotPathStats().UnprobedPushConflicts != 1 {
+		t.Fatalf("a failed bet did not pause unprobed writes (%+v)", e.HotPathStats())
 	}
 	b := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
 	if got := txnIDs(b.Messages); !reflect.DeepEqual(got, []string{"a", "b", "c", "d"}) {
