@@ -52,7 +52,7 @@ func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Messa
 	if lease == "" || len(msgs) == 0 || validFor <= leaseIndexMargin {
 		return
 	}
-	b := &leasedBatch{until: time.Now().Add(validFor - leaseIndexMargin), partitions: map[uuid.UUID]*leasedPartition{}, size: len(msgs)}
+	b := &leasedBatch{until: time.Now().Add(validFor - leaseIndexMargin), partitions: map[uuid.UUID]*leasedPartition{}}
 	for _, m := range msgs {
 		lp := b.partitions[m.PartitionID]
 		if lp == nil {
@@ -60,6 +60,9 @@ func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Messa
 			b.partitions[m.PartitionID] = lp
 		}
 		lp.offsets[m.TransactionID] = m.Offset
+	}
+	for _, lp := range b.partitions {
+		b.size += len(lp.offsets) // what forget and drop subtract
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
