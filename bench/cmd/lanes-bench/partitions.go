@@ -170,5 +170,16 @@ func (h *harness) createIdlePartitions(ctx context.Context, q string, n int) err
 	if drained < n {
 		return fmt.Errorf("drained %d of %d setup messages", drained, n)
 	}
+	// One more pop, which finds nothing, as a live consumer's next poll would:
+	// the last draining claim still saw work, so the group's claim floor stayed
+	// below every setup write, and the window's first claims would walk all n
+	// partitions (1.4 s each at 100,000) before one of them moved it.
+	var pop popResponse
+	if _, err := h.do(ctx, http.MethodGet, "/api/v1/pop/queue/"+q+"?batch=1&autoAck=true", nil, &pop); err != nil {
+		return err
+	}
+	if len(pop.Messages) != 0 {
+		return fmt.Errorf("setup queue still held %d messages after the drain", len(pop.Messages))
+	}
 	return nil
 }
