@@ -73,21 +73,23 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 	if len(items) == 0 {
 		return results, nil
 	}
-	var ackErr error
-	for attempt := 0; attempt < 3; attempt++ {
+	reset := func() {
 		for i := range items {
 			results[i] = AckResult{Index: i, TransactionID: items[i].TransactionID}
 		}
-		if attempt == 0 {
-			done, err := e.ackInOneTrip(ctx, items, results)
-			if err != nil && !isRetryableTxError(err) {
-				return nil, err
-			}
-			if done {
-				e.hot.acksOneTrip.Add(1)
-				return results, nil
-			}
-		}
+	}
+	reset()
+	done, err := e.ackInOneTrip(ctx, items, results)
+	if err != nil && !isRetryableTxError(err) {
+		return nil, err
+	}
+	if done {
+		e.hot.acksOneTrip.Add(1)
+		return results, nil
+	}
+	var ackErr error
+	for attempt := 0; attempt < 3; attempt++ {
+		reset()
 		ackErr = e.ackPipelined(ctx, items, results)
 		if ackErr == nil || !isRetryableTxError(ackErr) {
 			break

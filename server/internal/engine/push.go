@@ -600,53 +600,59 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 			return err
 		}
 	}
+	if err := readRows(br, w.readLockedPartitions); err != nil {
+		return err
+	}
+	switch {
+	case w.unprobed: // no probe was queued
+	case w.knownIDs != nil:
+		if err := readRows(br, w.readProbeByID); err != nil {
+			return err
+		}
+	default:
+		if err := readRows(br, w.readProbeByName); err != nil {
+			return err
+		}
+	}
+	if len(w.parts) != len(w.keys) {
+		return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
+	}
+	return nil
+}
+
+// readRows hands the next result of br to read and closes it.
+func readRows(br pgx.BatchResults, read func(pgx.Rows) error) error {
 	rows, err := br.Query()
 	if err != nil {
 		return err
 	}
+	defer rows.Close()
+	return read(rows)
+}
+
+// readLockedPartitions reads the lock statement: each partition's id, allocator
+// and dedup window.
+func (w *pushWrite) readLockedPartitions(rows pgx.Rows) error {
 	for rows.Next() {
 		var ps pushPartition
 		var k partitionKey
-		var window int
-		if err := rows.Scan(&ps.id, &ps.lastOffset, &k.queue, &k.partition, &window); err != nil {
-			rows.Close()
+		if err := rows.Scan(&ps.id, &ps.lastOffset, &k.queue, &k.partition, &ps.window); err != nil {
 			return err
 		}
-		ps.dedup = window > 0
-		ps.window = window
+		ps.dedup = ps.window > 0
 		w.parts[k] = &ps
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if w.unprobed {
-		if len(w.parts) != len(w.keys) {
-			return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
-		}
-		return nil
-	}
-	rows, err = br.Query()
-	if err != nil {
-		return err
-	}
-	if w.knownIDs != nil {
-		err := w.readProbeByID(rows)
-		rows.Close()
-		if err != nil {
-			return err
-		}
-		if len(w.parts) != len(w.keys) {
-			return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
-		}
-		return nil
-	}
+	return rows.Err()
+}
+
+// readProbeByName reads queueLock's by-name probe: hits are inside the dedup
+// window already (the statement applies it).
+func (w *pushWrite) readProbeByName(rows pgx.Rows) error {
 	for rows.Next() {
 		var k partitionKey
 		var txn string
 		var mid uuid.UUID
 		if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
-			rows.Close()
 			return err
 		}
 		if w.seen[k] == nil {
@@ -654,14 +660,7 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 		}
 		w.seen[k][txn] = mid
 	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	if len(w.parts) != len(w.keys) {
-		return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
-	}
-	return nil
+	return rows.Err()
 }
 
 // duplicateInLog reports the first slot whose transaction id the log already holds.
