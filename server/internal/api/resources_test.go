@@ -128,6 +128,16 @@ func TestDeleteQueueRemovesEverythingAndIsIdempotent(t *testing.T) {
 		{"op": "schedule", "queue": q, "timerKey": "later", "delayMs": 3600000, "txn": "t1", "payload": "MQ=="}}}, nil); code != 200 {
 		t.Fatalf("timer schedule: %d", code)
 	}
+	var partitions []string
+	if err := b.Pool.QueryRow(t.Context(), `SELECT array_agg(p.id::text) FROM lanes.partitions p
+		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&partitions); err != nil || len(partitions) == 0 {
+		t.Fatalf("partitions before the delete: %v %v", partitions, err)
+	}
+	var stored int
+	if err := b.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM lanes.segments WHERE partition_id::text = ANY($1))
+		+ (SELECT count(*) FROM lanes.txns WHERE partition_id::text = ANY($1))`, partitions).Scan(&stored); err != nil || stored < 2 {
+		t.Fatalf("segments and transaction index rows before the delete: %d %v", stored, err)
+	}
 	var res struct {
 		Deleted bool    `json:"deleted"`
 		Queue   string  `json:"queue"`
@@ -135,6 +145,17 @@ func TestDeleteQueueRemovesEverythingAndIsIdempotent(t *testing.T) {
 	}
 	if code, _ := b.call(t, "DELETE", "/api/v1/resources/queues/"+url.PathEscape(q), nil, &res); code != 200 || !res.Deleted || res.Queue != q {
 		t.Fatalf("delete: %d %+v", code, res)
+	}
+	// Segments and the transaction index have no foreign key to cascade from.
+	for _, table := range []string{"lanes.partitions", "lanes.segments", "lanes.txns", "lanes.partition_writes", "lanes.consumers"} {
+		column := "partition_id"
+		if table == "lanes.partitions" {
+			column = "id"
+		}
+		var left int
+		if err := b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM `+table+` WHERE `+column+`::text = ANY($1)`, partitions).Scan(&left); err != nil || left != 0 {
+			t.Fatalf("%s kept %d rows of the deleted queue's partitions (%v)", table, left, err)
+		}
 	}
 	var n int
 	if err := b.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM lanes.queues WHERE name = $1)

@@ -627,7 +627,7 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 // and advances each queue's claim floor in the same statement.
 //
 // Only partitions written at or after the group's claim floor are looked at
-// (index on (queue_id, last_write_xid)), so a queue with 100,000 idle
+// (lanes.partition_writes by (queue_id, last_write_xid)), so a queue with 100,000 idle
 // partitions costs what its busy ones cost. The new floor is the smallest
 // last_write_xid still holding work (or lacking a cursor), capped at the
 // snapshot's xmin so a write not yet visible can never fall below it. It is
@@ -663,17 +663,24 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 	if width > 0 {
 		limit = width
 	}
-	// A pinned partition is found by name; the floor only serves wildcard scans.
-	scan := `p.last_write_xid >= s.floor`
+	// A wildcard scan walks partition_writes in write order from the floor; it
+	// carries the partition's last_offset and last_write_at, so a candidate
+	// costs one cursor probe and only the picked partitions are read from
+	// lanes.partitions. A pinned partition is found by name and the floor plays
+	// no part.
+	scan := `lanes.partition_writes w`
+	filter := `w.queue_id = s.qid AND w.last_write_xid >= s.floor`
 	if req.Partition != "" {
-		scan = `p.name = $3`
+		scan = `lanes.partitions pn
+				JOIN lanes.partition_writes w ON w.partition_id = pn.id`
+		filter = `pn.queue_id = s.qid AND pn.name = $3`
 	}
 	return `WITH scope AS (
 			SELECT s.qid, s.floor::text::xid8 AS floor, s.epoch
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)),
 		cand AS MATERIALIZED (
-			SELECT p.id AS pid, p.queue_id AS qid, p.name AS pname, q.name AS qname, q.lease_time, q.dedup_window_seconds,
-				p.last_offset, p.log_start, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end,
+			SELECT p.id AS pid, p.queue_id AS qid, q.name AS qname, q.lease_time, q.dedup_window_seconds,
+				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end,
 				p.c_pid IS NOT NULL
 					AND (p.c_lease_expires_at IS NULL OR p.c_lease_expires_at <= now())
 					AND v.visible_end > p.c_committed
@@ -684,14 +691,15 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 			-- most $7 of them (NULL: all). LATERAL with LIMIT keeps both lookups
 			-- per-row index probes in write order: the planner cannot see how
 			-- selective the floor is and would scan.
-			CROSS JOIN LATERAL (SELECT p.*, c.partition_id AS c_pid, c.committed AS c_committed,
+			CROSS JOIN LATERAL (SELECT w.partition_id AS id, w.queue_id, w.last_offset, w.last_write_at, w.last_write_xid,
+					c.partition_id AS c_pid, c.committed AS c_committed,
 					c.lease_expires_at AS c_lease_expires_at, c.last_consumed_at AS c_last_consumed_at
-				FROM lanes.partitions p
+				FROM ` + scan + `
 				LEFT JOIN LATERAL (SELECT * FROM lanes.consumers c
-					WHERE c.partition_id = p.id AND c.consumer_group = $2 LIMIT 1) c ON true
-				WHERE p.queue_id = s.qid AND ` + scan + `
-				  AND (c.partition_id IS NULL OR p.last_offset > c.committed)
-				ORDER BY p.last_write_xid
+					WHERE c.partition_id = w.partition_id AND c.consumer_group = $2 LIMIT 1) c ON true
+				WHERE ` + filter + `
+				  AND (c.partition_id IS NULL OR w.last_offset > c.committed)
+				ORDER BY w.last_write_xid
 				LIMIT $7) p
 			CROSS JOIN LATERAL (SELECT CASE WHEN q.delayed_processing > 0 THEN
 					coalesce((SELECT sg.end_offset FROM lanes.segments sg
@@ -700,14 +708,16 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 				ELSE p.last_offset END AS visible_end) v),
 		picked AS (
 			-- Candidates in serving order, each cursor locked by its own probe, so
-			-- the LIMIT stops locking at the width (a join here may scan the group).
-			SELECT o.pid, o.pname, o.qname, o.lease_time, o.dedup_window_seconds, l.committed, o.last_offset, o.log_start,
+			-- the LIMIT stops locking at the width (a join here may scan the group);
+			-- the name and retention start are read for the locked ones only.
+			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.dedup_window_seconds, l.committed, o.last_offset, pp.log_start,
 				o.visible_end, o.last_consumed_at
 			FROM (SELECT * FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
 			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed FROM lanes.consumers c
 				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
 				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 				FOR UPDATE SKIP LOCKED) l
+			CROSS JOIN LATERAL (SELECT p.name, p.log_start FROM lanes.partitions p WHERE p.id = o.pid OFFSET 0) pp
 			LIMIT $4),
 		floors AS (
 			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor

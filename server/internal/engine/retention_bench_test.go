@@ -70,5 +70,5 @@ func TestRetentionPassOver100kPartitions(t *testing.T) {
 		t.Log(plan)
 	}
 	rows.Close()
-	_, _ = e.pool.Exec(ctx, `DELETE FROM lanes.queues WHERE name = $1`, q)
+	_, _ = e.DeleteQueue(ctx, q)
 }

@@ -1,0 +1,152 @@
+package engine
+
+import (
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
+)
+
+// A push moves last_offset and last_write_at on the partition row. While an
+// index covered a column a push writes (the last-write xid lived there once),
+// every push wrote a new row version with an entry in each of the table's
+// indexes; now the update must stay in place (HOT). Stats reach
+// pg_stat_user_tables when the backends that did the updates exit.
+func TestPushUpdatesThePartitionRowInPlace(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	cfg := pool.Config()
+	writerPool, err := pgxpool.NewWithConfig(ctx, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(writerPool, Config{})
+	q := queueName(t)
+	const pushes = 20
+	for i := 0; i < pushes; i++ {
+		mustPush(t, e, PushItem{Queue: q, Partition: "p", TransactionID: fmt.Sprint(i), Payload: raw(i)})
+	}
+	e.Close()
+	writerPool.Close()
+	var drifted int
+	if err := pool.QueryRow(ctx, `SELECT count(*) FROM lanes.partitions p JOIN lanes.partition_writes w ON w.partition_id = p.id
+		WHERE w.last_offset <> p.last_offset OR w.last_write_at IS DISTINCT FROM p.last_write_at OR w.last_offset <> $1`, pushes-1).Scan(&drifted); err != nil || drifted != 0 {
+		t.Fatalf("%d partition_writes rows disagree with their partition after %d pushes (%v)", drifted, pushes, err)
+	}
+
+	var updates, hot int64
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		if err := pool.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_user_tables
+			WHERE relid = 'lanes.partitions'::regclass`).Scan(&updates, &hot); err != nil {
+			t.Fatal(err)
+		}
+		if updates >= pushes || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	if updates < pushes {
+		t.Fatalf("statistics show %d partition updates after %d pushes", updates, pushes)
+	}
+	// A HOT update needs room on the row's page; fillfactor 70 leaves it, and a
+	// page is pruned before it fills, so all but a few stay in place.
+	if hot < updates-2 {
+		t.Fatalf("%d of %d partition updates were in place (HOT)", hot, updates)
+	}
+}
+
+// Databases created before lanes.partition_writes kept the last-write xid on
+// the partition row (indexed, stamped by a trigger) and a foreign key on
+// segments. Applying the schema moves the xids over, drops the old column,
+// trigger and key, and the backlog stays claimable.
+func TestSchemaUpgradeMovesLastWriteXidsToPartitionWrites(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{})
+	t.Cleanup(e.Close)
+	q := queueName(t)
+	mustPush(t, e, PushItem{Queue: q, Partition: "a", TransactionID: "a1", Payload: raw(1)},
+		PushItem{Queue: q, Partition: "b", TransactionID: "b1", Payload: raw(2)},
+		PushItem{Queue: q, Partition: "b", TransactionID: "b2", Payload: raw(3)})
+
+	var before map[string]string
+	readXids := func() map[string]string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT partition_id::text, last_write_xid::text || '/' || last_offset FROM lanes.partition_writes`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var id, xid string
+			if err := rows.Scan(&id, &xid); err != nil {
+				t.Fatal(err)
+			}
+			out[id] = xid
+		}
+		return out
+	}
+	before = readXids()
+	if len(before) != 2 {
+		t.Fatalf("partition_writes rows after pushing to two partitions: %v", before)
+	}
+	if _, err := pool.Exec(ctx, `
+		ALTER TABLE lanes.partitions ADD COLUMN last_write_xid xid8 NOT NULL DEFAULT '0';
+		UPDATE lanes.partitions p SET last_write_xid = w.last_write_xid FROM lanes.partition_writes w WHERE w.partition_id = p.id;
+		CREATE INDEX partitions_queue_write_xid_idx ON lanes.partitions (queue_id, last_write_xid);
+		CREATE FUNCTION lanes.stamp_partition_write() RETURNS trigger LANGUAGE plpgsql AS
+			$$ BEGIN NEW.last_write_xid := pg_current_xact_id(); RETURN NEW; END $$;
+		CREATE TRIGGER partitions_stamp_write BEFORE UPDATE OF last_offset ON lanes.partitions
+			FOR EACH ROW EXECUTE FUNCTION lanes.stamp_partition_write();
+		DROP TRIGGER partitions_track_insert ON lanes.partitions;
+		DELETE FROM lanes.partition_writes;
+		ALTER TABLE lanes.segments ADD CONSTRAINT segments_partition_id_fkey
+			FOREIGN KEY (partition_id) REFERENCES lanes.partitions (id) ON DELETE CASCADE`); err != nil {
+		t.Fatalf("rebuilding the old layout: %v", err)
+	}
+
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	after := readXids()
+	if len(after) != len(before) {
+		t.Fatalf("partition_writes after the upgrade: %v, before: %v", after, before)
+	}
+	for id, xid := range before {
+		if after[id] != xid {
+			t.Errorf("partition %s: last_write_xid/last_offset %s after the upgrade, %s before", id, after[id], xid)
+		}
+	}
+	var leftovers int
+	if err := pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM information_schema.columns WHERE table_schema = 'lanes' AND table_name = 'partitions' AND column_name = 'last_write_xid')
+		+ (SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'partitions_stamp_%')
+		+ (SELECT count(*) FROM pg_constraint WHERE conname = 'segments_partition_id_fkey')`).Scan(&leftovers); err != nil {
+		t.Fatal(err)
+	}
+	if leftovers != 0 {
+		t.Fatalf("%d pieces of the old layout survived the upgrade", leftovers)
+	}
+
+	upgraded := New(pool, Config{})
+	t.Cleanup(upgraded.Close)
+	got := mustPop(t, upgraded, PopRequest{Queue: q, Batch: 10, Partitions: 2, AutoAck: true})
+	if len(got.Messages) != 3 {
+		t.Fatalf("after the upgrade a pop found %d of 3 messages", len(got.Messages))
+	}
+	mustPush(t, upgraded, PushItem{Queue: q, Partition: "c", TransactionID: "c1", Payload: raw(4)})
+	if got := mustPop(t, upgraded, PopRequest{Queue: q, Batch: 10, AutoAck: true}); len(got.Messages) != 1 {
+		t.Fatalf("a partition created after the upgrade: pop found %d of 1 messages", len(got.Messages))
+	}
+}
