@@ -38,6 +38,7 @@ type pushOutcome struct {
 	retryAfter string
 	took       time.Duration
 	itemStatus string
+	messageID  string
 }
 
 func pushOne(t *testing.T, b *testBroker, queue, partition, txn string) pushOutcome {
@@ -54,6 +55,7 @@ func pushOne(t *testing.T, b *testBroker, queue, partition, txn string) pushOutc
 		var res []pushResult
 		decodeJSON(t, resp, &res)
 		out.itemStatus = res[0].Status
+		out.messageID = res[0].MessageID
 	} else {
 		var e errorBody
 		decodeJSON(t, resp, &e)

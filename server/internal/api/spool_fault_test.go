@@ -92,6 +92,7 @@ func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
 	var stop atomic.Bool
 	var mu sync.Mutex
 	pushed := map[string][]string{} // partition → transaction ids in push order
+	answered := map[string]string{} // transaction id → message id of the 201 answer
 	statuses := map[string]int{}
 	var wg sync.WaitGroup
 	for _, p := range partitions {
@@ -106,6 +107,7 @@ func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
 					statuses[o.itemStatus]++
 					if o.itemStatus == "queued" || o.itemStatus == "buffered" {
 						pushed[p] = append(pushed[p], txn)
+						answered[txn] = o.messageID
 					}
 				} else {
 					statuses[fmt.Sprintf("http %d %s", o.status, o.code)]++
@@ -148,7 +150,7 @@ func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
 
 	total := 0
 	for _, p := range partitions {
-		rows, err := b.Pool.Query(context.Background(), `SELECT t.transaction_id FROM lanes.txns t
+		rows, err := b.Pool.Query(context.Background(), `SELECT t.transaction_id, t.message_id::text FROM lanes.txns t
 			JOIN lanes.partitions p ON p.id = t.partition_id JOIN lanes.queues q ON q.id = p.queue_id
 			WHERE q.name = $1 AND p.name = $2 ORDER BY t.message_offset`, queue, p)
 		if err != nil {
@@ -156,11 +158,15 @@ func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
 		}
 		var stored []string
 		for rows.Next() {
-			var id string
-			if err := rows.Scan(&id); err != nil {
+			var id, messageID string
+			if err := rows.Scan(&id, &messageID); err != nil {
 				t.Fatal(err)
 			}
 			stored = append(stored, id)
+			// Buffered or not, the message keeps the id its answer gave.
+			if answered[id] != messageID {
+				t.Fatalf("%s was answered with message id %s and stored as %s", id, answered[id], messageID)
+			}
 		}
 		rows.Close()
 		want := pushed[p]

@@ -123,6 +123,13 @@ func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error)
 	if err := engine.NormalizePushItems(items); err != nil {
 		return nil, err
 	}
+	// The answer's message ids travel with the records, so the drain stores
+	// each message under the id this reply gives the client.
+	for i := range items {
+		if items[i].MessageID == uuid.Nil {
+			items[i].MessageID, _ = uuid.NewV7()
+		}
+	}
 	status, errText := engine.PushBuffered, ""
 	if err := s.opts.Spool.Append(items); err != nil {
 		s.log.Error("spool write failed; push answered failed", "items", len(items), "err", err)
@@ -130,10 +137,7 @@ func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error)
 	}
 	results := make([]engine.PushResult, len(items))
 	for i, it := range items {
-		// The stored message gets its id when the drain commits it; this one
-		// only answers the request. transactionId is the lasting identity.
-		id, _ := uuid.NewV7()
-		results[i] = engine.PushResult{Index: i, MessageID: id, TransactionID: it.TransactionID, Queue: it.Queue, Status: status, Error: errText}
+		results[i] = engine.PushResult{Index: i, MessageID: it.MessageID, TransactionID: it.TransactionID, Queue: it.Queue, Status: status, Error: errText}
 	}
 	s.metrics.CountPush(string(status), len(items))
 	return results, nil

@@ -27,9 +27,11 @@ type PushItem struct {
 	TraceID       string
 	ProducerSub   string
 	Payload       json.RawMessage
-	// mintedID is the id minted for an item that came without a transaction
-	// id: it is both the transaction id and the stored message's id.
-	mintedID uuid.UUID
+	// MessageID is the id the stored message gets; zero mints one when it is
+	// written. An item without a transaction id gets it at normalization, as
+	// its transaction id too. A writer that answered with an id before storing
+	// the message (the disk spool) sets it so the message keeps that id.
+	MessageID uuid.UUID
 }
 
 // PushStatus is the verdict for one pushed item.
@@ -95,8 +97,10 @@ func normalizePushItem(it *PushItem, i int) error {
 		return invalid(fmt.Sprintf("items[%d].payload", i), "items[%d].payload is required", i)
 	}
 	if it.TransactionID == "" {
-		it.mintedID = newMessageID()
-		it.TransactionID = it.mintedID.String()
+		if it.MessageID == uuid.Nil {
+			it.MessageID = newMessageID()
+		}
+		it.TransactionID = it.MessageID.String()
 	}
 	return nil
 }
@@ -252,7 +256,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	var slots []pushSlot
 	for _, r := range batch {
 		for i := range r.items {
-			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i], messageID: r.items[i].mintedID})
+			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i], messageID: r.items[i].MessageID})
 		}
 	}
 	w := e.newCachedPushWrite(slots, false)

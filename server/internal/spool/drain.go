@@ -11,6 +11,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -128,6 +129,9 @@ func (s *Spool) replay(ctx context.Context, recs []record) error {
 		items[i] = engine.PushItem{
 			Queue: r.Queue, Partition: r.Partition, TransactionID: r.TransactionID,
 			TraceID: r.TraceID, ProducerSub: r.ProducerSub, Payload: r.Payload,
+		}
+		if id, err := uuid.Parse(r.MessageID); err == nil {
+			items[i].MessageID = id
 		}
 	}
 	ctx, cancel := context.WithTimeout(ctx, s.opts.PushTimeout)

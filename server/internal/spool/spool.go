@@ -28,6 +28,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
@@ -42,12 +43,15 @@ const (
 
 // record is one spooled push item.
 type record struct {
-	Queue         string          `json:"queue"`
-	Partition     string          `json:"partition"`
-	TransactionID string          `json:"transactionId"`
-	TraceID       string          `json:"traceId,omitempty"`
-	ProducerSub   string          `json:"producerSub,omitempty"`
-	Payload       json.RawMessage `json:"payload"`
+	Queue         string `json:"queue"`
+	Partition     string `json:"partition"`
+	TransactionID string `json:"transactionId"`
+	// MessageID is the id the buffered answer promised (absent in records of
+	// brokers that did not keep it: the replay mints one).
+	MessageID   string          `json:"messageId,omitempty"`
+	TraceID     string          `json:"traceId,omitempty"`
+	ProducerSub string          `json:"producerSub,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
 }
 
 // PushFunc stores items; engine.Push in the broker.
@@ -168,7 +172,7 @@ func (s *Spool) Append(items []engine.PushItem) error {
 	var buf []byte
 	for _, it := range items {
 		body, err := json.Marshal(record{
-			Queue: it.Queue, Partition: it.Partition, TransactionID: it.TransactionID,
+			Queue: it.Queue, Partition: it.Partition, TransactionID: it.TransactionID, MessageID: messageID(it.MessageID),
 			TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload,
 		})
 		if err != nil {
@@ -323,4 +327,12 @@ func (s *Spool) Close() error {
 	err := s.active.Close()
 	s.active = nil
 	return err
+}
+
+// messageID is a record's form of a preset message id: empty when none is set.
+func messageID(id uuid.UUID) string {
+	if id == uuid.Nil {
+		return ""
+	}
+	return id.String()
 }

@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -110,6 +111,53 @@ func TestAppendSurvivesRestartAndDrainsOnceInOrder(t *testing.T) {
 	left, _ := filepath.Glob(filepath.Join(dir, "spool-*"))
 	if len(left) != 0 {
 		t.Fatalf("drained files left behind: %v", left)
+	}
+}
+
+// A buffered answer names a message id before anything is stored; the record
+// carries it and the drain stores the message under it, whether the item
+// named a transaction id or took the message id as one. A record without an
+// id (written by an older broker) gets one minted at the replay.
+func TestDrainStoresEachMessageUnderTheIDTheBufferedAnswerGave(t *testing.T) {
+	eng, pool := newEngine(t)
+	s, err := Open(Options{Dir: t.TempDir(), Push: eng.Push})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	named, _ := uuid.NewV7()
+	minted, _ := uuid.NewV7()
+	batch := []engine.PushItem{
+		{Queue: "spool-ids", Partition: "p", TransactionID: "named", MessageID: named, Payload: json.RawMessage(`1`)},
+		{Queue: "spool-ids", Partition: "p", TransactionID: minted.String(), MessageID: minted, Payload: json.RawMessage(`2`)},
+		{Queue: "spool-ids", Partition: "p", TransactionID: "unset", Payload: json.RawMessage(`3`)},
+	}
+	if err := s.Append(batch); err != nil {
+		t.Fatal(err)
+	}
+	if n, err := s.DrainOnce(context.Background()); err != nil || n != 3 {
+		t.Fatalf("drain: %d %v", n, err)
+	}
+	stored := map[string]uuid.UUID{}
+	rows, err := pool.Query(context.Background(), `SELECT t.transaction_id, t.message_id FROM lanes.txns t
+		JOIN lanes.partitions p ON p.id = t.partition_id JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = 'spool-ids'`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var txn string
+		var id uuid.UUID
+		if err := rows.Scan(&txn, &id); err != nil {
+			t.Fatal(err)
+		}
+		stored[txn] = id
+	}
+	rows.Close()
+	if stored["named"] != named || stored[minted.String()] != minted {
+		t.Fatalf("stored ids %v; the answers gave named=%s minted=%s", stored, named, minted)
+	}
+	if id, ok := stored["unset"]; !ok || id == uuid.Nil {
+		t.Fatalf("a record without a message id was stored as %v", stored)
 	}
 }
 
