@@ -29,6 +29,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
