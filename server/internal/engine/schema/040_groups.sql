@@ -3,12 +3,13 @@
 --
 -- partition_writes.last_write_xid is the id of the transaction that last
 -- advanced the partition's last_offset; every statement that moves last_offset
--- sets it, and copies last_offset and last_write_at there, in the same statement. A pop stores in consumer_groups.claim_floor
--- the smallest xid among this group's partitions that still hold work, never
--- above its snapshot's xmin: every partition below the floor was fully consumed
--- by the group when the floor was taken, and a later write gets a larger xid.
--- Anything that moves a cursor backwards (seek, group delete) resets the floor
--- and bumps claim_epoch so a floor computed before the move is never stored.
+-- sets it, and copies last_offset and last_write_at there, in the same
+-- statement. A pop stores in consumer_groups.claim_floor the smallest xid among
+-- this group's partitions that still hold work, never above its snapshot's
+-- xmin: every partition below the floor was fully consumed by the group when
+-- the floor was taken, and a later write gets a larger xid. Anything that moves
+-- a cursor backwards (seek, group delete) resets the floor and bumps
+-- claim_epoch so a floor computed before the move is never stored.
 --
 -- The xid lives in its own narrow table because it is indexed: kept on
 -- lanes.partitions, every push would rewrite the partition row with a new
