@@ -4,8 +4,10 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -168,6 +170,57 @@ func TestPushAfterTheQueueWasDeletedRecreatesIt(t *testing.T) {
 	got := mustPop(t, a, PopRequest{Queue: q, Batch: 10})
 	if ids := txnIDs(got.Messages); len(ids) != 1 || ids[0] != "after" {
 		t.Fatalf("recreated queue holds %v", ids)
+	}
+}
+
+// Segments and transaction-index rows have no foreign key to cascade from, so
+// a queue deleted while pushes keep writing to it must still take every row
+// of its partitions along: a push either commits before the delete locks its
+// partition (and its rows are deleted) or after it (into a recreated queue).
+func TestDeleteQueueUnderPushesLeavesNoRowsOfDeletedPartitions(t *testing.T) {
+	pusher, deleter := newEngine(t), newEngine(t)
+	q := queueName(t)
+	ctx := context.Background()
+	var stop atomic.Bool
+	var stored atomic.Int64
+	var wg sync.WaitGroup
+	for w := 0; w < 4; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := 0; !stop.Load(); i++ {
+				res, err := pusher.Push(ctx, items(q, fmt.Sprintf("p%d", w), fmt.Sprintf("w%d-%d", w, i))) // errors: the partition went mid-push
+				if err == nil && res[0].Status == PushQueued {
+					stored.Add(1)
+				}
+			}
+		}()
+	}
+	deletes := 0
+	for round := 0; round < 5; round++ {
+		time.Sleep(40 * time.Millisecond)
+		deleted, err := deleter.DeleteQueue(ctx, q)
+		if err != nil {
+			t.Fatalf("delete %d: %v", round, err)
+		}
+		if deleted {
+			deletes++
+		}
+	}
+	time.Sleep(40 * time.Millisecond)
+	stop.Store(true)
+	wg.Wait()
+	if deletes < 2 || stored.Load() == 0 {
+		t.Fatalf("%d deletes, %d pushes stored: the race did not run", deletes, stored.Load())
+	}
+	var orphans int
+	if err := deleter.pool.QueryRow(ctx, `SELECT
+		(SELECT count(*) FROM lanes.segments s WHERE NOT EXISTS (SELECT 1 FROM lanes.partitions p WHERE p.id = s.partition_id))
+		+ (SELECT count(*) FROM lanes.txns t WHERE NOT EXISTS (SELECT 1 FROM lanes.partitions p WHERE p.id = t.partition_id))`).Scan(&orphans); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 {
+		t.Fatalf("%d segment or transaction-index rows outlived their partitions (%d deletes, %d pushes)", orphans, deletes, stored.Load())
 	}
 }
 
