@@ -47,7 +47,7 @@ func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (g
 	if err != nil {
 		return nil, err
 	}
-	out := make(gen.AckBatch200JSONResponse, len(res))
+	out := make(ackBatchAnswer, len(res))
 	for i, r := range res {
 		out[i] = ackResult(r)
 	}

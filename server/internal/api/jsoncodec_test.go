@@ -46,4 +46,49 @@ func TestFastAnswersMatchEncodingJSON(t *testing.T) {
 	if rec.Code != 201 || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {
 		t.Fatalf("push answer differs:\n got %d %q\nwant %q", rec.Code, rec.Body.Bytes(), want.Bytes())
 	}
+
+	reason := "already committed: <&> \u2028"
+	dropped := true
+	acks := gen.AckBatch200JSONResponse{
+		{Index: 0, TransactionId: "a", Success: true, LeaseReleased: true},
+		{Index: 1, TransactionId: "b<c>", Success: false, Error: &reason, Dlq: true, Dropped: &dropped, Noop: true},
+	}
+	want.Reset()
+	if err := json.NewEncoder(&want).Encode(acks); err != nil {
+		t.Fatal(err)
+	}
+	rec = httptest.NewRecorder()
+	if err := ackBatchAnswer(acks).VisitAckBatchResponse(rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {
+		t.Fatalf("ack batch answer differs:\n got %d %q\nwant %q", rec.Code, rec.Body.Bytes(), want.Bytes())
+	}
+}
+
+// A 100-item ack answer, as a consume loop gets back for every batch.
+func hundredAckResults() gen.AckBatch200JSONResponse {
+	out := make(gen.AckBatch200JSONResponse, 100)
+	for i := range out {
+		out[i] = gen.AckResult{Index: i, TransactionId: "0192f1e2-7c3b-7d4e-8f90-123456789abc", Success: true, LeaseReleased: i == 99}
+	}
+	return out
+}
+
+func BenchmarkAckBatchAnswerEncodingJSON(b *testing.B) {
+	acks := hundredAckResults()
+	for b.Loop() {
+		if err := acks.VisitAckBatchResponse(httptest.NewRecorder()); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkAckBatchAnswerGoJSON(b *testing.B) {
+	acks := ackBatchAnswer(hundredAckResults())
+	for b.Loop() {
+		if err := acks.VisitAckBatchResponse(httptest.NewRecorder()); err != nil {
+			b.Fatal(err)
+		}
+	}
 }

@@ -208,7 +208,7 @@ func (s *Server) countAcks(resp any) {
 	switch v := resp.(type) {
 	case gen.Ack200JSONResponse:
 		add(v.Success, v.Dlq)
-	case gen.AckBatch200JSONResponse:
+	case ackBatchAnswer:
 		for _, r := range v {
 			add(r.Success, r.Dlq)
 		}
