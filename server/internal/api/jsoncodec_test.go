@@ -3,6 +3,7 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"net/http"
 	"net/http/httptest"
 	"testing"
 	"time"
@@ -21,31 +22,11 @@ func TestFastAnswersMatchEncodingJSON(t *testing.T) {
 		CreatedAt: time.Date(2026, 11, 30, 12, 0, 0, 123456789, time.UTC), PartitionId: lease, Partition: "p",
 		LeaseId: lease, ConsumerGroup: "g",
 	}}}
-	var want bytes.Buffer
-	if err := json.NewEncoder(&want).Encode(pop); err != nil {
-		t.Fatal(err)
-	}
-	rec := httptest.NewRecorder()
-	if err := popAnswer(pop).VisitPopQueueResponse(rec); err != nil {
-		t.Fatal(err)
-	}
-	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {
-		t.Fatalf("pop answer differs:\n got %d %q\nwant %q", rec.Code, rec.Body.Bytes(), want.Bytes())
-	}
+	sameAsEncodingJSON(t, "pop", pop, 200, popAnswer(pop).VisitPopQueueResponse)
 
 	msg := "bad"
 	push := []gen.PushResult{{Index: 0, MessageId: lease, TransactionId: "x", QueueName: "q", Status: "failed", Error: &msg}}
-	want.Reset()
-	if err := json.NewEncoder(&want).Encode(push); err != nil {
-		t.Fatal(err)
-	}
-	rec = httptest.NewRecorder()
-	if err := pushAnswer(push).VisitPushResponse(rec); err != nil {
-		t.Fatal(err)
-	}
-	if rec.Code != 201 || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {
-		t.Fatalf("push answer differs:\n got %d %q\nwant %q", rec.Code, rec.Body.Bytes(), want.Bytes())
-	}
+	sameAsEncodingJSON(t, "push", push, 201, pushAnswer(push).VisitPushResponse)
 
 	reason := "already committed: <&> \u2028"
 	dropped := true
@@ -53,16 +34,23 @@ func TestFastAnswersMatchEncodingJSON(t *testing.T) {
 		{Index: 0, TransactionId: "a", Success: true, LeaseReleased: true},
 		{Index: 1, TransactionId: "b<c>", Success: false, Error: &reason, Dlq: true, Dropped: &dropped, Noop: true},
 	}
-	want.Reset()
-	if err := json.NewEncoder(&want).Encode(acks); err != nil {
+	sameAsEncodingJSON(t, "ack batch", acks, 200, ackBatchAnswer(acks).VisitAckBatchResponse)
+}
+
+// sameAsEncodingJSON checks that visit writes status, a JSON content type and
+// the bytes encoding/json's Encoder gives for v.
+func sameAsEncodingJSON(t *testing.T, name string, v any, status int, visit func(http.ResponseWriter) error) {
+	t.Helper()
+	var want bytes.Buffer
+	if err := json.NewEncoder(&want).Encode(v); err != nil {
 		t.Fatal(err)
 	}
-	rec = httptest.NewRecorder()
-	if err := ackBatchAnswer(acks).VisitAckBatchResponse(rec); err != nil {
+	rec := httptest.NewRecorder()
+	if err := visit(rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Code != 200 || rec.Header().Get("Content-Type") != "application/json" || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {
-		t.Fatalf("ack batch answer differs:\n got %d %q\nwant %q", rec.Code, rec.Body.Bytes(), want.Bytes())
+	if rec.Code != status || rec.Header().Get("Content-Type") != "application/json" || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {
+		t.Fatalf("%s answer differs:\n got %d %q\nwant %q", name, rec.Code, rec.Body.Bytes(), want.Bytes())
 	}
 }
 
