@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"fmt"
 	"testing"
 	"time"
@@ -179,5 +180,27 @@ func TestSegmentFramesAreCompressedWithLZ4(t *testing.T) {
 	}
 	if method != "lz4" {
 		t.Fatalf("a 100-message segment is stored with compression %q, want lz4", method)
+	}
+}
+
+// Every broker applies the schema at boot. A boot must not queue for an
+// exclusive lock on lanes.segments, which every pop reads: a reader holding
+// the table (a long pop, another broker's scan) would stall it, and every
+// later pop behind it.
+func TestApplyingTheSchemaAgainTakesNoLockOnSegments(t *testing.T) {
+	e := newEngine(t)
+	ctx := t.Context()
+	reader, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = reader.Rollback(ctx) }()
+	if _, err := reader.Exec(ctx, `SELECT count(*) FROM lanes.segments`); err != nil {
+		t.Fatal(err)
+	}
+	applyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
+	defer cancel()
+	if err := ApplySchema(applyCtx, e.pool); err != nil {
+		t.Fatalf("applying the schema beside a reader of lanes.segments: %v", err)
 	}
 }

@@ -60,10 +60,19 @@ CREATE TABLE IF NOT EXISTS lanes.segments (
     frames       bytea NOT NULL,
     PRIMARY KEY (partition_id, base_offset)
 );
-ALTER TABLE lanes.segments DROP CONSTRAINT IF EXISTS segments_partition_id_fkey;
--- A 100-message segment is ~11 KB of frames, compressed inline; lz4 costs a
--- fraction of pglz's CPU on each push and pop. Checked first so a boot does not
--- take the table's exclusive lock; a server built without lz4 keeps pglz.
+-- Both blocks check first, so a boot takes no exclusive lock on the table every
+-- pop reads. The first drops the foreign key of databases created with it; the
+-- second compresses frames with lz4 (a 100-message segment is ~11 KB, stored
+-- compressed inline, and lz4 costs a fraction of pglz's CPU on each push and
+-- pop; a server built without lz4 keeps pglz).
+DO $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM pg_constraint WHERE conname = 'segments_partition_id_fkey'
+               AND conrelid = 'lanes.segments'::regclass) THEN
+        ALTER TABLE lanes.segments DROP CONSTRAINT segments_partition_id_fkey;
+    END IF;
+END
+$$;
 DO $$
 BEGIN
     IF (SELECT attcompression FROM pg_attribute
