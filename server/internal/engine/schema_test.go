@@ -113,7 +113,8 @@ func TestSchemaUpgradeMovesLastWriteXidsToPartitionWrites(t *testing.T) {
 		DROP TRIGGER partitions_track_insert ON lanes.partitions;
 		DELETE FROM lanes.partition_writes;
 		ALTER TABLE lanes.segments ADD CONSTRAINT segments_partition_id_fkey
-			FOREIGN KEY (partition_id) REFERENCES lanes.partitions (id) ON DELETE CASCADE`); err != nil {
+			FOREIGN KEY (partition_id) REFERENCES lanes.partitions (id) ON DELETE CASCADE;
+		DROP TABLE lanes.schema_applied`); err != nil {
 		t.Fatalf("rebuilding the old layout: %v", err)
 	}
 
@@ -183,24 +184,78 @@ func TestSegmentFramesAreCompressedWithLZ4(t *testing.T) {
 	}
 }
 
-// Every broker applies the schema at boot. A boot must not queue for an
-// exclusive lock on lanes.segments, which every pop reads: a reader holding
-// the table (a long pop, another broker's scan) would stall it, and every
-// later pop behind it.
-func TestApplyingTheSchemaAgainTakesNoLockOnSegments(t *testing.T) {
+// Every broker applies the schema at boot, and DDL waits for table locks even
+// when it changes nothing (CREATE INDEX IF NOT EXISTS needs a share lock, which
+// an open push or ack holds off, and every later writer then queues behind
+// it). A boot that finds its files' digest recorded applies nothing: it
+// completes beside open readers and writers of the hot tables.
+func TestApplyingTheSchemaAgainWaitsForNoTableLock(t *testing.T) {
 	e := newEngine(t)
 	ctx := t.Context()
-	reader, err := e.pool.Begin(ctx)
+	q := queueName(t)
+	mustPush(t, e, PushItem{Queue: q, TransactionID: "a", Payload: raw(1)})
+	popped := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	if len(popped.Messages) != 1 {
+		t.Fatalf("pop: %+v", popped)
+	}
+	open, err := e.pool.Begin(ctx)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer func() { _ = reader.Rollback(ctx) }()
-	if _, err := reader.Exec(ctx, `SELECT count(*) FROM lanes.segments`); err != nil {
+	defer func() { _ = open.Rollback(ctx) }()
+	if _, err := open.Exec(ctx, `SELECT count(*) FROM lanes.segments`); err != nil {
 		t.Fatal(err)
+	}
+	for _, write := range []string{
+		`UPDATE lanes.partitions SET last_write_at = last_write_at WHERE id = $1`,
+		`UPDATE lanes.partition_writes SET last_write_at = last_write_at WHERE partition_id = $1`,
+		`UPDATE lanes.consumers SET committed = committed WHERE partition_id = $1`,
+		`UPDATE lanes.txns SET created_at = created_at WHERE partition_id = $1`,
+		`UPDATE lanes.segments SET created_at = created_at WHERE partition_id = $1`,
+	} {
+		if _, err := open.Exec(ctx, write, popped.Messages[0].PartitionID); err != nil {
+			t.Fatalf("%s: %v", write, err)
+		}
 	}
 	applyCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := ApplySchema(applyCtx, e.pool); err != nil {
-		t.Fatalf("applying the schema beside a reader of lanes.segments: %v", err)
+		t.Fatalf("applying the schema beside open writers of the hot tables: %v", err)
+	}
+}
+
+// A recorded digest that differs from the files' (an upgrade) applies them
+// again; the same digest applies nothing, even what a file would restore.
+func TestSchemaIsReappliedOnlyWhenItsFilesChange(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	indexExists := func() bool {
+		t.Helper()
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx`); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if indexExists() {
+		t.Fatal("the schema was applied again although its files had not changed")
+	}
+	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'an older version'`); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if !indexExists() {
+		t.Fatal("a changed digest did not apply the schema files")
 	}
 }
