@@ -120,13 +120,10 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	if err != nil {
 		return false, nil
 	}
-	group := first.Group
-	if group == "" {
-		group = QueueModeGroup
-	}
+	group := ackGroup(first)
 	txns := make([]string, len(items))
 	for i, it := range items {
-		if it.LeaseID != first.LeaseID || (it.Group != first.Group) || NormalizeAckStatus(it.Status) != AckCompleted {
+		if it.LeaseID != first.LeaseID || it.Group != first.Group || NormalizeAckStatus(it.Status) != AckCompleted {
 			return false, nil
 		}
 		if it.PartitionID != first.PartitionID {
@@ -244,6 +241,14 @@ func (p *ackPlan) afterRelease(w *waiters, leases *leaseIndex) {
 	}
 }
 
+// ackGroup is the consumer group an ack item names, queue mode when none.
+func ackGroup(it AckItem) string {
+	if it.Group == "" {
+		return QueueModeGroup
+	}
+	return it.Group
+}
+
 // ackRef is one ack item inside its group.
 type ackRef struct {
 	index  int
@@ -335,11 +340,7 @@ func planAcks(items []AckItem, results []AckResult, leases *leaseIndex) *ackPlan
 			p.sum.rejected = true
 			continue
 		}
-		g := it.Group
-		if g == "" {
-			g = QueueModeGroup
-		}
-		k := ackGroupKey{pid, g, it.LeaseID}
+		k := ackGroupKey{pid, ackGroup(it), it.LeaseID}
 		p.groups[k] = append(p.groups[k], ackRef{index: i, status: NormalizeAckStatus(it.Status)})
 	}
 	for k := range p.groups {

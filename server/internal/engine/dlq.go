@@ -267,10 +267,7 @@ func appendOne(ctx context.Context, tx pgx.Tx, sender, queue, partition string, 
 		ON CONFLICT (partition_id, transaction_id) DO UPDATE
 		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
 		pid, f.TransactionID, offset, f.MessageID)
-	b.Queue(`WITH at AS (SELECT clock_timestamp() AS t),
-		tracked AS (UPDATE lanes.partition_writes SET last_write_xid = pg_current_xact_id(), last_offset = $2, last_write_at = at.t
-			FROM at WHERE partition_id = $1)
-		UPDATE lanes.partitions SET last_offset = $2, last_write_at = at.t FROM at WHERE id = $1`, pid, offset)
+	queueAdvance(b, []uuid.UUID{pid}, []int64{offset})
 	b.Queue(`SELECT pg_notify($1, $2)`, notifyChannel, notifyPayload(sender, map[string]bool{queue: true}))
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return false, uuid.Nil, err

@@ -755,13 +755,20 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
 		uuidArray(segPID), segBase, segEnd, segFrames)
 	w.queueTxns(b, txPID, txID, txOff, txMsg)
-	// Pops find written partitions by partition_writes (040_groups.sql).
+	queueAdvance(b, updPID, updLast)
+}
+
+// queueAdvance moves each partition's last_offset to its new value, with the
+// copy and last-write xid in lanes.partition_writes that pops find written
+// partitions by (040_groups.sql), in one statement. Every writer that appends
+// to a partition advances it through here.
+func queueAdvance(b *pgx.Batch, pids []uuid.UUID, lastOffsets []int64) {
 	b.Queue(`WITH at AS (SELECT clock_timestamp() AS t),
 		tracked AS (UPDATE lanes.partition_writes w SET last_write_xid = pg_current_xact_id(),
 				last_offset = ($2::int8[])[array_position($1::uuid[], w.partition_id)], last_write_at = at.t
 			FROM at WHERE w.partition_id = ANY($1::uuid[]))
 		UPDATE lanes.partitions p SET last_offset = ($2::int8[])[array_position($1::uuid[], p.id)], last_write_at = at.t
-		FROM at WHERE p.id = ANY($1::uuid[])`, uuidArray(updPID), updLast)
+		FROM at WHERE p.id = ANY($1::uuid[])`, uuidArray(pids), lastOffsets)
 }
 
 // queueTxns writes the transaction-id index rows. With the by-id probe every
