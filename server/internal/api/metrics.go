@@ -56,6 +56,10 @@ func (s *Server) registerGauges() {
 		prometheus.Labels{"path": "one_trip"}, func() float64 { return float64(s.engine.HotPathStats().AcksOneTrip) })
 	m.Counter("lanes_ack_requests_total", "Ack requests committed, by path: one_trip (every item completes a message of one lease this broker granted) or general.",
 		prometheus.Labels{"path": "general"}, func() float64 { return float64(s.engine.HotPathStats().AcksGeneral) })
+	m.Counter("lanes_push_commits_total", "Push group commits, by path: one_trip (every partition known, every transaction id new, one statement) or general.",
+		prometheus.Labels{"path": "one_trip"}, func() float64 { return float64(s.engine.HotPathStats().PushCommitsOneTrip) })
+	m.Counter("lanes_push_commits_total", "Push group commits, by path: one_trip (every partition known, every transaction id new, one statement) or general.",
+		prometheus.Labels{"path": "general"}, func() float64 { return float64(s.engine.HotPathStats().PushCommitsGeneral) })
 	m.Counter("lanes_push_unprobed_conflicts_total", "Push writes that skipped the dedup probe, met a stored transaction id and ran again probed.",
 		nil, func() float64 { return float64(s.engine.HotPathStats().UnprobedPushConflicts) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))

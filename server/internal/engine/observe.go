@@ -20,16 +20,21 @@ type HotPathStats struct {
 	// UnprobedPushConflicts counts unprobed push writes that met a stored
 	// transaction id and ran again probed (pauseUnprobedWrites).
 	UnprobedPushConflicts uint64
+	// PushCommitsOneTrip and PushCommitsGeneral count push group commits
+	// written in one round trip (pushOneTripSQL) and the general way.
+	PushCommitsOneTrip, PushCommitsGeneral uint64
 }
 
 // HotPathStats reads the counters since the engine started.
 func (e *Engine) HotPathStats() HotPathStats {
 	return HotPathStats{AcksOneTrip: e.hot.acksOneTrip.Load(), AcksGeneral: e.hot.acksGeneral.Load(),
-		UnprobedPushConflicts: e.hot.unprobedConflicts.Load()}
+		UnprobedPushConflicts: e.hot.unprobedConflicts.Load(),
+		PushCommitsOneTrip:    e.hot.pushOneTrip.Load(), PushCommitsGeneral: e.hot.pushGeneral.Load()}
 }
 
 type hotPathCounters struct {
 	acksOneTrip, acksGeneral, unprobedConflicts atomic.Uint64
+	pushOneTrip, pushGeneral                    atomic.Uint64
 }
 
 // QueueLag is the backlog of one consumer group on one queue: messages past

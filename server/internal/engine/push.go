@@ -2,6 +2,7 @@ package engine
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/json"
@@ -248,10 +249,11 @@ func (p *pusher) commitWithRetry(batch []*pushRequest) error {
 
 type partitionKey struct{ queue, partition string }
 
-// commitPushes writes every request of a group commit in one transaction and
-// two round trips: (begin, ensure queues and partitions, lock partition rows
-// in id order, probe dedup under the lock), then (insert segments and txns,
-// advance allocators, notify, commit).
+// commitPushes writes every request of a group commit in one transaction:
+// in one round trip when the write fits pushOneTripSQL, otherwise in two:
+// (begin, ensure queues and partitions, lock partition rows in id order, probe
+// dedup under the lock), then (insert segments and txns, advance allocators,
+// commit).
 func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	var slots []pushSlot
 	for _, r := range batch {
@@ -272,6 +274,17 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 
 	b := &pgx.Batch{}
 	beginHot(b)
+	if w.unprobed && w.fitsOneTrip() {
+		// One round trip: nothing in the write depends on what the lock reads.
+		w.queueOneTrip(b)
+		b.Queue("COMMIT")
+		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		e.hot.pushOneTrip.Add(1)
+		w.wake(e)
+		return nil
+	}
 	w.queueLock(b)
 	br := conn.SendBatch(ctx, b)
 	err = func() error {
@@ -294,6 +307,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		return err
 	}
 	tx.open = false
+	e.hot.pushGeneral.Add(1)
 	e.knownPartitions.add(w.parts)
 	w.wake(e)
 	return nil
@@ -331,7 +345,9 @@ func (e *Engine) pauseUnprobedWrites(err error) bool {
 // forgetStalePartitions reports whether err is a cached partition found gone;
 // it then empties the cache, so running the write again provisions.
 func (e *Engine) forgetStalePartitions(err error) bool {
-	if !errors.Is(err, errPartitionGone) {
+	var pgErr *pgconn.PgError
+	gone := errors.Is(err, errPartitionGone) || errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode
+	if !gone {
 		return false
 	}
 	e.knownPartitions.clear()
@@ -440,6 +456,10 @@ type pushWrite struct {
 // between the cache saying it exists and the lock; the push retries with
 // provisioning.
 var errPartitionGone = errors.New("partition no longer exists")
+
+// partitionGoneCode is the SQLSTATE lanes.expect_partitions raises: the
+// one-trip write's errPartitionGone.
+const partitionGoneCode = "LN001"
 
 func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
 	w := &pushWrite{slots: slots, firstWins: firstWins, groups: map[partitionKey][]int{},
@@ -758,10 +778,102 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 	queueAdvance(b, updPID, updLast)
 }
 
+// oneTripMaxPartitions bounds the partitions of a one-trip write: its
+// statement finds each message's partition row by scanning the rows it
+// advanced (hash and merge joins are off on hot paths), so a write that fans
+// out wider takes the two-trip path.
+const oneTripMaxPartitions = 64
+
+// fitsOneTrip reports whether the write can go as one statement: an unprobed
+// write (every partition id known, every transaction id bet new) whose ids
+// each appear once per partition, so every item is queued whatever the
+// queue's dedup window, and no verdict waits for a database answer.
+func (w *pushWrite) fitsOneTrip() bool {
+	if len(w.keys) > oneTripMaxPartitions {
+		return false
+	}
+	for _, k := range w.keys {
+		group := w.groups[k]
+		if len(group) == 1 {
+			continue
+		}
+		ids := make(map[string]struct{}, len(group))
+		for _, si := range group {
+			ids[w.slots[si].item.TransactionID] = struct{}{}
+		}
+		if len(ids) != len(group) {
+			return false
+		}
+	}
+	return true
+}
+
+// pushOneTripSQL is a whole unprobed write in one statement. The UPDATE locks
+// each partition row (in the order of $1, ascending ids as the two-trip lock
+// takes them) and moves last_offset by the partition's message count under
+// that lock, so the segments and txns rows take their offsets from what it
+// returns. A partition that is gone (its queue deleted after the broker cached
+// its id) fails the statement in lanes.expect_partitions, before COMMIT.
+const pushOneTripSQL = `WITH adv AS (
+		UPDATE lanes.partitions p SET last_offset = p.last_offset + x.n, last_write_at = clock_timestamp()
+		FROM unnest($1::uuid[], $2::int8[], $3::bytea[]) AS x(pid, n, f)
+		WHERE p.id = x.pid
+		RETURNING p.id, p.last_offset, x.n, x.f, p.last_write_at),
+	seg AS (
+		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+		SELECT a.id, a.last_offset - a.n + 1, a.last_offset, a.last_write_at, a.f FROM adv a),
+	txn AS (
+		INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
+		SELECT a.id, t.txn, a.last_offset - a.n + t.k, t.mid, now()
+		FROM unnest($4::uuid[], $5::text[], $6::int8[], $7::uuid[]) AS t(pid, txn, k, mid)
+		JOIN adv a ON a.id = t.pid),
+	tracked AS (
+		UPDATE lanes.partition_writes w SET last_write_xid = pg_current_xact_id(),
+			last_offset = a.last_offset, last_write_at = a.last_write_at
+		FROM adv a WHERE w.partition_id = a.id)
+	SELECT lanes.expect_partitions(cardinality($1::uuid[]), (SELECT count(*) FROM adv))`
+
+// queueOneTrip queues the write as pushOneTripSQL (see fitsOneTrip) and gives
+// every item its verdict: queued, under the id it was given or a new one.
+func (w *pushWrite) queueOneTrip(b *pgx.Batch) {
+	keys := append([]partitionKey(nil), w.keys...)
+	sort.Slice(keys, func(i, j int) bool {
+		a, b := w.knownIDs[keys[i]], w.knownIDs[keys[j]]
+		return bytes.Compare(a[:], b[:]) < 0
+	})
+	pids := make([]uuid.UUID, len(keys))
+	counts := make([]int64, len(keys))
+	frames := make([][]byte, len(keys))
+	var txPID, txMsg []uuid.UUID
+	var txID []string
+	var txPos []int64
+	for i, k := range keys {
+		id := w.knownIDs[k]
+		group := w.groups[k]
+		pids[i], counts[i] = id, int64(len(group))
+		blob := make([]byte, 0, framesSize(w.slots, group))
+		for pos, si := range group {
+			slot := &w.slots[si]
+			it, res := slot.item, slot.result
+			mid := slot.messageID
+			if mid == uuid.Nil {
+				mid = newMessageID()
+			}
+			blob = appendFrame(blob, &Frame{MessageID: mid, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
+			res.Status, res.MessageID = PushQueued, mid
+			txPID, txID, txPos, txMsg = append(txPID, id), append(txID, it.TransactionID), append(txPos, int64(pos+1)), append(txMsg, mid)
+		}
+		frames[i] = blob
+		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
+	}
+	b.Queue(pushOneTripSQL, uuidArray(pids), counts, frames, uuidArray(txPID), txID, txPos, uuidArray(txMsg))
+}
+
 // queueAdvance moves each partition's last_offset to its new value, with the
 // copy and last-write xid in lanes.partition_writes that pops find written
 // partitions by (040_groups.sql), in one statement. Every writer that appends
-// to a partition advances it through here.
+// to a partition advances it through here, but for pushOneTripSQL, which moves
+// the same columns of both rows in its own statement.
 func queueAdvance(b *pgx.Batch, pids []uuid.UUID, lastOffsets []int64) {
 	b.Queue(`WITH at AS (SELECT clock_timestamp() AS t),
 		tracked AS (UPDATE lanes.partition_writes w SET last_write_xid = pg_current_xact_id(),

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
 )
 
 func TestPushCreatesQueueAndDefaultPartition(t *testing.T) {
@@ -163,9 +164,15 @@ func TestPushAfterTheQueueWasDeletedRecreatesIt(t *testing.T) {
 	if deleted, err := b.DeleteQueue(context.Background(), q); err != nil || !deleted {
 		t.Fatalf("delete through another broker: %v %v", deleted, err)
 	}
+	before := a.HotPathStats()
 	res := mustPush(t, a, items(q, "p", "after")...)
 	if res[0].Status != PushQueued {
 		t.Fatalf("push after the delete: %+v", res[0])
+	}
+	// The one-trip write found its cached partition gone and committed nothing;
+	// the write ran again the general way, provisioning the queue.
+	if after := a.HotPathStats(); after.PushCommitsOneTrip != before.PushCommitsOneTrip || after.PushCommitsGeneral != before.PushCommitsGeneral+1 {
+		t.Fatalf("paths: before %+v, after %+v", before, after)
 	}
 	got := mustPop(t, a, PopRequest{Queue: q, Batch: 10})
 	if ids := txnIDs(got.Messages); len(ids) != 1 || ids[0] != "after" {
@@ -309,5 +316,112 @@ func TestMessageIDsAreDistinctTimeOrderedV7(t *testing.T) {
 			t.Fatalf("id %s minted after %s carries an earlier time", id, prev)
 		}
 		seen[id], prev = true, id
+	}
+}
+
+// Pushes to partitions the broker knows go as one statement that takes each
+// partition's offsets from its own UPDATE. From two brokers at once, every
+// partition's log must stay gapless and every txns row must point at the frame
+// holding its message.
+func TestOneTripPushesKeepEveryLogGaplessAcrossBrokers(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	q := queueName(t)
+	ctx := context.Background()
+	parts := []string{"p0", "p1", "p2"}
+	for _, e := range []*Engine{a, b} {
+		mustPush(t, e, PushItem{Queue: q, Partition: "p0", TransactionID: "warm-" + fmt.Sprint(e == a), Payload: raw(0)},
+			PushItem{Queue: q, Partition: "p1", TransactionID: "warm-" + fmt.Sprint(e == a), Payload: raw(0)},
+			PushItem{Queue: q, Partition: "p2", TransactionID: "warm-" + fmt.Sprint(e == a), Payload: raw(0)})
+	}
+	oneTripBefore := a.HotPathStats().PushCommitsOneTrip + b.HotPathStats().PushCommitsOneTrip
+	want := 2 * len(parts) // the warm-up pushes
+	for w := 0; w < 8; w++ {
+		for i := 0; i < 25; i++ {
+			want += 1 + (w+i)%len(parts)
+		}
+	}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func(e *Engine) {
+			defer wg.Done()
+			for i := 0; i < 25; i++ {
+				var batch []PushItem
+				for j, p := range parts[:1+(w+i)%len(parts)] {
+					batch = append(batch, PushItem{Queue: q, Partition: p, TransactionID: fmt.Sprintf("w%d-%d-%d", w, i, j), Payload: raw(i)})
+				}
+				if _, err := e.Push(ctx, batch); err != nil {
+					t.Error(err)
+					return
+				}
+			}
+		}([]*Engine{a, b}[w%2])
+	}
+	wg.Wait()
+	if oneTrip := a.HotPathStats().PushCommitsOneTrip + b.HotPathStats().PushCommitsOneTrip - oneTripBefore; oneTrip == 0 {
+		t.Fatal("no push went in one trip")
+	}
+	total := 0
+	for _, p := range parts {
+		var pid uuid.UUID
+		var last, tracked int64
+		if err := a.pool.QueryRow(ctx, `SELECT p.id, p.last_offset, w.last_offset FROM lanes.partitions p
+			JOIN lanes.queues qq ON qq.id = p.queue_id JOIN lanes.partition_writes w ON w.partition_id = p.id
+			WHERE qq.name = $1 AND p.name = $2`, q, p).Scan(&pid, &last, &tracked); err != nil {
+			t.Fatal(err)
+		}
+		if tracked != last {
+			t.Fatalf("%s: partition_writes says last offset %d, partitions %d", p, tracked, last)
+		}
+		type segmentRow struct {
+			Base, End int64
+			Frames    []byte
+		}
+		rows, _ := a.pool.Query(ctx, `SELECT base_offset, end_offset, frames FROM lanes.segments WHERE partition_id = $1 ORDER BY base_offset`, pid)
+		segs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[segmentRow])
+		if err != nil {
+			t.Fatal(err)
+		}
+		byOffset := map[int64]Frame{}
+		next := int64(0)
+		for _, sg := range segs {
+			if sg.Base != next {
+				t.Fatalf("%s: segment starts at %d, want %d", p, sg.Base, next)
+			}
+			frames, err := decodeFrames(sg.Frames, int(sg.End-sg.Base+1))
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, f := range frames {
+				byOffset[sg.Base+int64(i)] = f
+			}
+			next = sg.End + 1
+		}
+		if next != last+1 {
+			t.Fatalf("%s: segments end at %d, last_offset is %d", p, next-1, last)
+		}
+		type txnRow struct {
+			Txn       string
+			Offset    int64
+			MessageID uuid.UUID
+		}
+		rows, _ = a.pool.Query(ctx, `SELECT transaction_id, message_offset, message_id FROM lanes.txns WHERE partition_id = $1`, pid)
+		txns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[txnRow])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, tx := range txns {
+			if f, ok := byOffset[tx.Offset]; !ok || f.TransactionID != tx.Txn || f.MessageID != tx.MessageID {
+				t.Fatalf("%s: txns maps %s to offset %d, whose frame is %+v", p, tx.Txn, tx.Offset, f)
+			}
+		}
+		n := len(txns)
+		if n != len(byOffset) {
+			t.Fatalf("%s: %d txns rows for %d messages", p, n, len(byOffset))
+		}
+		total += n
+	}
+	if total != want {
+		t.Fatalf("%d messages stored, want %d", total, want)
 	}
 }

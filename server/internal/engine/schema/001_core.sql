@@ -94,6 +94,19 @@ CREATE TABLE IF NOT EXISTS lanes.txns (
     PRIMARY KEY (partition_id, transaction_id)
 );
 
+-- A one-statement push write (push.go, pushOneTripSQL) checks with this that
+-- it advanced every partition it names; the error rolls the write back, and
+-- the broker runs it again with the partitions provisioned.
+CREATE OR REPLACE FUNCTION lanes.expect_partitions(expected integer, advanced bigint) RETURNS boolean
+    LANGUAGE plpgsql AS $$
+BEGIN
+    IF advanced <> expected THEN
+        RAISE EXCEPTION 'push advanced % of % partitions: a partition no longer exists', advanced, expected
+            USING ERRCODE = 'LN001';
+    END IF;
+    RETURN true;
+END $$;
+
 -- One row per (partition, consumer group): the cursor, the leased span and the retry budget.
 CREATE TABLE IF NOT EXISTS lanes.consumers (
     partition_id     uuid NOT NULL REFERENCES lanes.partitions (id) ON DELETE CASCADE,
