@@ -738,12 +738,8 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 					continue
 				}
 			}
-			id := slot.messageID
-			if id == uuid.Nil {
-				id = newMessageID()
-			}
-			blob = appendFrame(blob, &Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
-			res.Status, res.MessageID = PushQueued, id
+			var id uuid.UUID
+			blob, id = appendQueued(blob, slot)
 			if repeat {
 				// dedup off and the id repeats: the index points at the newest offset
 				txOff[row], txMsg[row] = next, id
@@ -853,20 +849,27 @@ func (w *pushWrite) queueOneTrip(b *pgx.Batch) {
 		pids[i], counts[i] = id, int64(len(group))
 		blob := make([]byte, 0, framesSize(w.slots, group))
 		for pos, si := range group {
-			slot := &w.slots[si]
-			it, res := slot.item, slot.result
-			mid := slot.messageID
-			if mid == uuid.Nil {
-				mid = newMessageID()
-			}
-			blob = appendFrame(blob, &Frame{MessageID: mid, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
-			res.Status, res.MessageID = PushQueued, mid
-			txPID, txID, txPos, txMsg = append(txPID, id), append(txID, it.TransactionID), append(txPos, int64(pos+1)), append(txMsg, mid)
+			var mid uuid.UUID
+			blob, mid = appendQueued(blob, &w.slots[si])
+			txPID, txID, txPos, txMsg = append(txPID, id), append(txID, w.slots[si].item.TransactionID), append(txPos, int64(pos+1)), append(txMsg, mid)
 		}
 		frames[i] = blob
 		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
 	}
 	b.Queue(pushOneTripSQL, uuidArray(pids), counts, frames, uuidArray(txPID), txID, txPos, uuidArray(txMsg))
+}
+
+// appendQueued appends slot's message to a segment's frames under the id it
+// was given (or a new one) and gives the slot its verdict: queued.
+func appendQueued(blob []byte, slot *pushSlot) ([]byte, uuid.UUID) {
+	id := slot.messageID
+	if id == uuid.Nil {
+		id = newMessageID()
+	}
+	it := slot.item
+	blob = appendFrame(blob, &Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
+	slot.result.Status, slot.result.MessageID = PushQueued, id
+	return blob, id
 }
 
 // queueAdvance moves each partition's last_offset to its new value, with the

@@ -363,65 +363,75 @@ func TestOneTripPushesKeepEveryLogGaplessAcrossBrokers(t *testing.T) {
 	}
 	total := 0
 	for _, p := range parts {
-		var pid uuid.UUID
-		var last, tracked int64
-		if err := a.pool.QueryRow(ctx, `SELECT p.id, p.last_offset, w.last_offset FROM lanes.partitions p
-			JOIN lanes.queues qq ON qq.id = p.queue_id JOIN lanes.partition_writes w ON w.partition_id = p.id
-			WHERE qq.name = $1 AND p.name = $2`, q, p).Scan(&pid, &last, &tracked); err != nil {
-			t.Fatal(err)
-		}
-		if tracked != last {
-			t.Fatalf("%s: partition_writes says last offset %d, partitions %d", p, tracked, last)
-		}
-		type segmentRow struct {
-			Base, End int64
-			Frames    []byte
-		}
-		rows, _ := a.pool.Query(ctx, `SELECT base_offset, end_offset, frames FROM lanes.segments WHERE partition_id = $1 ORDER BY base_offset`, pid)
-		segs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[segmentRow])
-		if err != nil {
-			t.Fatal(err)
-		}
-		byOffset := map[int64]Frame{}
-		next := int64(0)
-		for _, sg := range segs {
-			if sg.Base != next {
-				t.Fatalf("%s: segment starts at %d, want %d", p, sg.Base, next)
-			}
-			frames, err := decodeFrames(sg.Frames, int(sg.End-sg.Base+1))
-			if err != nil {
-				t.Fatal(err)
-			}
-			for i, f := range frames {
-				byOffset[sg.Base+int64(i)] = f
-			}
-			next = sg.End + 1
-		}
-		if next != last+1 {
-			t.Fatalf("%s: segments end at %d, last_offset is %d", p, next-1, last)
-		}
-		type txnRow struct {
-			Txn       string
-			Offset    int64
-			MessageID uuid.UUID
-		}
-		rows, _ = a.pool.Query(ctx, `SELECT transaction_id, message_offset, message_id FROM lanes.txns WHERE partition_id = $1`, pid)
-		txns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[txnRow])
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, tx := range txns {
-			if f, ok := byOffset[tx.Offset]; !ok || f.TransactionID != tx.Txn || f.MessageID != tx.MessageID {
-				t.Fatalf("%s: txns maps %s to offset %d, whose frame is %+v", p, tx.Txn, tx.Offset, f)
-			}
-		}
-		n := len(txns)
-		if n != len(byOffset) {
-			t.Fatalf("%s: %d txns rows for %d messages", p, n, len(byOffset))
-		}
-		total += n
+		total += checkGaplessLog(t, a, q, p)
 	}
 	if total != want {
 		t.Fatalf("%d messages stored, want %d", total, want)
 	}
+}
+
+// checkGaplessLog fails t unless partition p of queue holds a gapless log
+// ending at its last_offset (its partition_writes copy included), with one
+// txns row per message pointing at the frame that holds it; it returns the
+// number of messages.
+func checkGaplessLog(t *testing.T, e *Engine, queue, p string) int {
+	t.Helper()
+	ctx := context.Background()
+	var pid uuid.UUID
+	var last, tracked int64
+	if err := e.pool.QueryRow(ctx, `SELECT p.id, p.last_offset, w.last_offset FROM lanes.partitions p
+		JOIN lanes.queues qq ON qq.id = p.queue_id JOIN lanes.partition_writes w ON w.partition_id = p.id
+		WHERE qq.name = $1 AND p.name = $2`, queue, p).Scan(&pid, &last, &tracked); err != nil {
+		t.Fatal(err)
+	}
+	if tracked != last {
+		t.Fatalf("%s: partition_writes says last offset %d, partitions %d", p, tracked, last)
+	}
+	type segmentRow struct {
+		Base, End int64
+		Frames    []byte
+	}
+	rows, _ := e.pool.Query(ctx, `SELECT base_offset, end_offset, frames FROM lanes.segments WHERE partition_id = $1 ORDER BY base_offset`, pid)
+	segs, err := pgx.CollectRows(rows, pgx.RowToStructByPos[segmentRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	byOffset := map[int64]Frame{}
+	next := int64(0)
+	for _, sg := range segs {
+		if sg.Base != next {
+			t.Fatalf("%s: segment starts at %d, want %d", p, sg.Base, next)
+		}
+		frames, err := decodeFrames(sg.Frames, int(sg.End-sg.Base+1))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, f := range frames {
+			byOffset[sg.Base+int64(i)] = f
+		}
+		next = sg.End + 1
+	}
+	if next != last+1 {
+		t.Fatalf("%s: segments end at %d, last_offset is %d", p, next-1, last)
+	}
+	type txnRow struct {
+		Txn       string
+		Offset    int64
+		MessageID uuid.UUID
+	}
+	rows, _ = e.pool.Query(ctx, `SELECT transaction_id, message_offset, message_id FROM lanes.txns WHERE partition_id = $1`, pid)
+	txns, err := pgx.CollectRows(rows, pgx.RowToStructByPos[txnRow])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tx := range txns {
+		if f, ok := byOffset[tx.Offset]; !ok || f.TransactionID != tx.Txn || f.MessageID != tx.MessageID {
+			t.Fatalf("%s: txns maps %s to offset %d, whose frame is %+v", p, tx.Txn, tx.Offset, f)
+		}
+	}
+	n := len(txns)
+	if n != len(byOffset) {
+		t.Fatalf("%s: %d txns rows for %d messages", p, n, len(byOffset))
+	}
+	return n
 }
