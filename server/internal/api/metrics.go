@@ -52,14 +52,15 @@ func (s *Server) registerGauges() {
 		m.Gauge("lanes_spool_db_healthy", "0 after a push was spooled or a drain failed; 1 after a drain succeeded.", nil, boolGauge(sp.DBHealthy))
 	}
 	m.Gauge("lanes_pop_parked", "Long-poll pops parked on this broker (no connection held).", nil, func() float64 { return float64(s.engine.ParkedPops()) })
-	m.Counter("lanes_ack_requests_total", "Ack requests committed, by path: one_trip (every item completes a message of one lease this broker granted) or general.",
-		prometheus.Labels{"path": "one_trip"}, func() float64 { return float64(s.engine.HotPathStats().AcksOneTrip) })
-	m.Counter("lanes_ack_requests_total", "Ack requests committed, by path: one_trip (every item completes a message of one lease this broker granted) or general.",
-		prometheus.Labels{"path": "general"}, func() float64 { return float64(s.engine.HotPathStats().AcksGeneral) })
-	m.Counter("lanes_push_commits_total", "Push group commits, by path: one_trip (every partition known, every transaction id new, one statement) or general.",
-		prometheus.Labels{"path": "one_trip"}, func() float64 { return float64(s.engine.HotPathStats().PushCommitsOneTrip) })
-	m.Counter("lanes_push_commits_total", "Push group commits, by path: one_trip (every partition known, every transaction id new, one statement) or general.",
-		prometheus.Labels{"path": "general"}, func() float64 { return float64(s.engine.HotPathStats().PushCommitsGeneral) })
+	byPath := func(name, help string, oneTrip, general func(engine.HotPathStats) uint64) {
+		for path, count := range map[string]func(engine.HotPathStats) uint64{"one_trip": oneTrip, "general": general} {
+			m.Counter(name, help, prometheus.Labels{"path": path}, func() float64 { return float64(count(s.engine.HotPathStats())) })
+		}
+	}
+	byPath("lanes_ack_requests_total", "Ack requests committed, by path: one_trip (every item completes a message of one lease this broker granted) or general.",
+		func(h engine.HotPathStats) uint64 { return h.AcksOneTrip }, func(h engine.HotPathStats) uint64 { return h.AcksGeneral })
+	byPath("lanes_push_commits_total", "Push group commits, by path: one_trip (every partition known, every transaction id new, one statement) or general.",
+		func(h engine.HotPathStats) uint64 { return h.PushCommitsOneTrip }, func(h engine.HotPathStats) uint64 { return h.PushCommitsGeneral })
 	m.Counter("lanes_push_unprobed_conflicts_total", "Push writes that skipped the dedup probe, met a stored transaction id and ran again probed.",
 		nil, func() float64 { return float64(s.engine.HotPathStats().UnprobedPushConflicts) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))

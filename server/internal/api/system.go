@@ -127,7 +127,7 @@ func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error)
 	// each message under the id this reply gives the client.
 	for i := range items {
 		if items[i].MessageID == uuid.Nil {
-			items[i].MessageID, _ = uuid.NewV7()
+			items[i].MessageID = engine.NewMessageID()
 		}
 	}
 	status, errText := engine.PushBuffered, ""

@@ -178,10 +178,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 		results[i].Success, results[i].LeaseReleased = true, released
 	}
 	if released {
-		e.leases.forget(first.LeaseID, partition)
-		if lastOffset > hi {
-			e.waiters.wakeGroup(queue, group, 1)
-		}
+		leaseReleased(e.waiters, e.leases, first.LeaseID, partition, queue, group, lastOffset > hi)
 	}
 	return true, nil
 }
@@ -225,19 +222,24 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	return nil
 }
 
-// afterRelease runs once the ack committed, for each cursor whose lease it
-// released: the lease's index entries for the partition go, and a partition
-// that still holds messages goes to one parked pop of the group (pushes wake
-// parked pops; without this a backlog behind a lease would wait for a re-check).
+// afterRelease runs leaseReleased once the ack committed, for each cursor
+// whose lease it released.
 func (p *ackPlan) afterRelease(w *waiters, leases *leaseIndex) {
 	for k, row := range p.rows {
 		if !row.touched || row.initialLease == "" || row.leaseID != "" {
 			continue
 		}
-		leases.forget(row.initialLease, k.p)
-		if row.lastOffset > row.committed {
-			w.wakeGroup(row.queue, k.g, 1)
-		}
+		leaseReleased(w, leases, row.initialLease, k.p, row.queue, k.g, row.lastOffset > row.committed)
+	}
+}
+
+// leaseReleased follows an ack that released lease on partition: its index
+// entries go, and a partition still holding messages (backlog) goes to one
+// parked pop of the group, since only pushes wake parked pops otherwise.
+func leaseReleased(w *waiters, leases *leaseIndex, lease string, partition uuid.UUID, queue, group string, backlog bool) {
+	leases.forget(lease, partition)
+	if backlog {
+		w.wakeGroup(queue, group, 1)
 	}
 }
 

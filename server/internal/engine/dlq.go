@@ -257,7 +257,7 @@ func appendOne(ctx context.Context, tx pgx.Tx, sender, queue, partition string, 
 			return false, uuid.Nil, err
 		}
 	}
-	f.MessageID = newMessageID()
+	f.MessageID = NewMessageID()
 	offset := lastOffset + 1
 	b := &pgx.Batch{}
 	b.Queue(`INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)

@@ -99,7 +99,7 @@ func normalizePushItem(it *PushItem, i int) error {
 	}
 	if it.TransactionID == "" {
 		if it.MessageID == uuid.Nil {
-			it.MessageID = newMessageID()
+			it.MessageID = NewMessageID()
 		}
 		it.TransactionID = it.MessageID.String()
 	}
@@ -122,8 +122,8 @@ func (l *lockedReader) Read(p []byte) (int, error) {
 	return io.ReadFull(l.r, p)
 }
 
-// newMessageID mints a UUIDv7: time-ordered, so ids sort as messages arrive.
-func newMessageID() uuid.UUID {
+// NewMessageID mints a UUIDv7: time-ordered, so ids sort as messages arrive.
+func NewMessageID() uuid.UUID {
 	id, err := uuid.NewV7FromReader(messageIDRandom)
 	if err != nil {
 		return uuid.New()
@@ -279,6 +279,10 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		w.queueOneTrip(b)
 		b.Queue("COMMIT")
 		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+			var pgErr *pgconn.PgError
+			if errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode {
+				return fmt.Errorf("push: %s: %w", pgErr.Message, errPartitionGone)
+			}
 			return err
 		}
 		e.hot.pushOneTrip.Add(1)
@@ -345,9 +349,7 @@ func (e *Engine) pauseUnprobedWrites(err error) bool {
 // forgetStalePartitions reports whether err is a cached partition found gone;
 // it then empties the cache, so running the write again provisions.
 func (e *Engine) forgetStalePartitions(err error) bool {
-	var pgErr *pgconn.PgError
-	gone := errors.Is(err, errPartitionGone) || errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode
-	if !gone {
+	if !errors.Is(err, errPartitionGone) {
 		return false
 	}
 	e.knownPartitions.clear()
@@ -457,8 +459,8 @@ type pushWrite struct {
 // provisioning.
 var errPartitionGone = errors.New("partition no longer exists")
 
-// partitionGoneCode is the SQLSTATE lanes.expect_partitions raises: the
-// one-trip write's errPartitionGone.
+// partitionGoneCode is the SQLSTATE lanes.expect_partitions raises; the
+// one-trip write reports it as errPartitionGone.
 const partitionGoneCode = "LN001"
 
 func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
@@ -864,7 +866,7 @@ func (w *pushWrite) queueOneTrip(b *pgx.Batch) {
 func appendQueued(blob []byte, slot *pushSlot) ([]byte, uuid.UUID) {
 	id := slot.messageID
 	if id == uuid.Nil {
-		id = newMessageID()
+		id = NewMessageID()
 	}
 	it := slot.item
 	blob = appendFrame(blob, &Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})

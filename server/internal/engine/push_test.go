@@ -308,7 +308,7 @@ func TestMessageIDsAreDistinctTimeOrderedV7(t *testing.T) {
 	seen := map[uuid.UUID]bool{}
 	var prev uuid.UUID
 	for i := 0; i < 20000; i++ {
-		id := newMessageID()
+		id := NewMessageID()
 		if id.Version() != 7 || seen[id] {
 			t.Fatalf("id %d: %s (version %d, repeated %v)", i, id, id.Version(), seen[id])
 		}

@@ -17,7 +17,7 @@ func TestRetentionPassOver100kPartitions(t *testing.T) {
 	ctx := context.Background()
 	q := queueName(t)
 	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 3600})
-	blob := appendFrame(nil, &Frame{MessageID: newMessageID(), TransactionID: "x", Payload: raw(map[string]int{"n": 1})})
+	blob := appendFrame(nil, &Frame{MessageID: NewMessageID(), TransactionID: "x", Payload: raw(map[string]int{"n": 1})})
 	const partitions, expired = 100_000, 100
 	start := time.Now()
 	if _, err := e.pool.Exec(ctx, `WITH p AS (

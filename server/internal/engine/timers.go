@@ -122,7 +122,7 @@ func validateTimerOps(ops []TimerOp, field string) error {
 			op.Partition = DefaultPartition
 		}
 		if op.TransactionID == "" {
-			op.TransactionID = newMessageID().String()
+			op.TransactionID = NewMessageID().String()
 		}
 	}
 	return nil
@@ -247,7 +247,7 @@ func applyTimers(ctx context.Context, tx pgx.Tx, ops []TimerOp) ([]TimerResult, 
 			s.createdAt = now
 		}
 		*s = timerState{exists: true, dirty: true, createdAt: s.createdAt, partition: op.Partition,
-			deliverAt: now.Add(op.Delay), txn: op.TransactionID, messageID: newMessageID(), payload: op.Payload}
+			deliverAt: now.Add(op.Delay), txn: op.TransactionID, messageID: NewMessageID(), payload: op.Payload}
 		deliverAt := s.deliverAt
 		res.TransactionID, res.MessageID, res.DeliverAt = s.txn, s.messageID, &deliverAt
 	}

@@ -81,7 +81,7 @@ type TransactionResult struct {
 // A duplicate push, a rejected ack, a lost required kv precondition or a timer
 // beyond the horizon rolls everything back; that is a result, not an error.
 func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*TransactionResult, error) {
-	res := &TransactionResult{ID: newMessageID().String()}
+	res := &TransactionResult{ID: NewMessageID().String()}
 	if len(req.Ops) == 0 && len(req.KV) == 0 && len(req.Timers) == 0 {
 		return nil, invalid("operations", "operations is empty and the bundle carries no kv or timers")
 	}
@@ -247,7 +247,7 @@ func normalizeTxPush(it *PushItem, index int) error {
 		it.Partition = DefaultPartition
 	}
 	if it.TransactionID == "" {
-		it.TransactionID = newMessageID().String()
+		it.TransactionID = NewMessageID().String()
 	}
 	return nil
 }

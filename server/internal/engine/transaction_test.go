@@ -311,7 +311,7 @@ func TestBundleWithoutRidersBehavesAsBefore(t *testing.T) {
 func TestBundleStoresTraceID(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
-	trace := newMessageID().String()
+	trace := NewMessageID().String()
 	mustTransaction(t, e, TransactionRequest{Ops: []TxOp{{Index: 0, Push: &PushItem{Queue: q, TraceID: trace, Payload: raw(1)}}}})
 	pop := mustPop(t, e, PopRequest{Queue: q})
 	if len(pop.Messages) != 1 || pop.Messages[0].TraceID != trace {
