@@ -81,7 +81,7 @@ type Engine struct {
 	// knownPartitions lets plain pushes skip provisioning partitions that exist.
 	knownPartitions partitionCache
 	waiters         *waiters
-	// popPlans lets a repeat pop claim in its first round trip.
+	// popPlans lets a repeat pop run in one round trip (popInOneTrip).
 	popPlans popPlanCache
 	// leases resolves acks under leases this broker granted without lanes.txns.
 	leases *leaseIndex

@@ -23,18 +23,23 @@ type HotPathStats struct {
 	// PushCommitsOneTrip and PushCommitsGeneral count push group commits
 	// written in one round trip (pushOneTripSQL) and the general way.
 	PushCommitsOneTrip, PushCommitsGeneral uint64
+	// PopsOneTrip and PopsGeneral count pop transactions committed in one
+	// round trip on a cached plan (popInOneTrip) and the general way.
+	PopsOneTrip, PopsGeneral uint64
 }
 
 // HotPathStats reads the counters since the engine started.
 func (e *Engine) HotPathStats() HotPathStats {
 	return HotPathStats{AcksOneTrip: e.hot.acksOneTrip.Load(), AcksGeneral: e.hot.acksGeneral.Load(),
 		UnprobedPushConflicts: e.hot.unprobedConflicts.Load(),
-		PushCommitsOneTrip:    e.hot.pushOneTrip.Load(), PushCommitsGeneral: e.hot.pushGeneral.Load()}
+		PushCommitsOneTrip:    e.hot.pushOneTrip.Load(), PushCommitsGeneral: e.hot.pushGeneral.Load(),
+		PopsOneTrip: e.hot.popsOneTrip.Load(), PopsGeneral: e.hot.popsGeneral.Load()}
 }
 
 type hotPathCounters struct {
 	acksOneTrip, acksGeneral, unprobedConflicts atomic.Uint64
 	pushOneTrip, pushGeneral                    atomic.Uint64
+	popsOneTrip, popsGeneral                    atomic.Uint64
 }
 
 // QueueLag is the backlog of one consumer group on one queue: messages past

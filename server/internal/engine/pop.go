@@ -10,6 +10,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // PopRequest claims a batch for one consumer group.
@@ -209,27 +210,8 @@ type popQueue struct {
 	claimEpoch       int64
 }
 
-// earlyClaim is a claim sent in a pop's first round trip on a cached plan.
-type earlyClaim struct {
-	plan   popQueue
-	claims []claim
-	ready  int
-}
-
-// valid reports whether the fresh queue lookup confirms the cached plan: the
-// same queue row, the group registered and seeded to the queue's partition
-// version, and no seek or group delete (claim_epoch) since. A floor that
-// advanced meanwhile only made the early claim look at more partitions.
-func (c *earlyClaim) valid(fresh []*popQueue) bool {
-	if len(fresh) != 1 {
-		return false
-	}
-	q := fresh[0]
-	return q.id == c.plan.id && q.registered && q.seededVersion >= q.partitionVersion && q.claimEpoch == c.plan.claimEpoch
-}
-
 // popPlanCache keeps, per (queue, group) of single-queue pops, the queue row
-// and group state the last pop read, for the next pop's early claim.
+// and group state the last pop read, for the next pop's one-trip claim.
 type popPlanCache struct {
 	mu    sync.Mutex
 	plans map[popPlanKey]popQueue
@@ -249,8 +231,9 @@ func (c *popPlanCache) get(queue, group string) (popQueue, bool) {
 	return q, ok
 }
 
-// remember stores what a pop's lookup read when the group needs no
-// registration or seeding (the only state an early claim may run on).
+// remember stores the queue row and group state a general pop committed on,
+// unless the pop covered several queues (the only state a one-trip claim may
+// run on is one queue's, with the group registered and seeded).
 func (c *popPlanCache) remember(req *PopRequest, fresh []*popQueue) {
 	if req.Queue == "" {
 		return
@@ -268,36 +251,106 @@ func (c *popPlanCache) remember(req *PopRequest, fresh []*popQueue) {
 	c.plans[key] = *fresh[0]
 }
 
+// advanceFloor keeps a cached plan's claim floor up with the database's, so
+// the next claim walks partition_writes from there (a lower floor is correct,
+// only slower). A plan of another claim epoch is left alone.
+func (c *popPlanCache) advanceFloor(queue, group string, epoch int64, floor *int64) {
+	if floor == nil {
+		return
+	}
+	key := popPlanKey{queue, group}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if q, ok := c.plans[key]; ok && q.claimEpoch == epoch && q.claimFloor < *floor {
+		q.claimFloor = *floor
+		c.plans[key] = q
+	}
+}
+
+// claim is one partition a pop's claim statement took: its span and lease.
 type claim struct {
 	partitionID uuid.UUID
 	partition   string
 	queue       string
-	leaseTime   int
 	dedupWindow int // seconds; 0 = deduplication off
 	from, to    int64
-	committed   int64
-	lastOffset  int64
+	lease       int32 // seconds; 0 for an autoAck pop
 }
 
-// errStaleEarlyClaim ends a pop attempt whose early claim the fresh lookup
-// did not confirm; see popOnce.
-var errStaleEarlyClaim = errors.New("early claim on a stale plan")
+// errStalePopPlan ends a one-trip pop whose cached plan the database no longer
+// confirms (lanes.expect_pop_plan, SQLSTATE stalePopPlanCode).
+var errStalePopPlan = errors.New("cached pop plan is stale")
 
-// popOnce runs one pop transaction. When the early claim turns out stale the
-// attempt is rolled back and the pop runs again without it: the early claim
-// took cursor and claim-floor locks before any registration or seeding, and
-// keeping them while seeding would invert the lock order other pops follow
-// (seed cursors, then the claim floor), which deadlocks.
+const stalePopPlanCode = "LN002"
+
+// asyncCommitSQL lets a leased pop commit without waiting for the WAL flush: if
+// the database crashes before the flush, the lease is lost and the batch
+// redelivers sooner, which at-least-once allows. An autoAck pop moves the
+// cursor, so it keeps the durable commit.
+const asyncCommitSQL = "SELECT set_config('synchronous_commit', 'off', true)"
+
+// popOnce runs one pop transaction: in one round trip on the plan the last pop
+// of this (queue, group) cached, else the general way. A stale plan is rolled
+// back before the general pop starts: its claim took cursor and claim-floor
+// locks before any registration or seeding, and keeping them while seeding
+// would invert the lock order other pops follow (seed cursors, then the claim
+// floor), which deadlocks.
 func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, error) {
-	res, err := e.popAttempt(ctx, req, true)
-	if errors.Is(err, errStaleEarlyClaim) {
-		return e.popAttempt(ctx, req, false)
+	if plan, ok := e.popPlans.get(req.Queue, req.Group); ok {
+		res, err := e.popInOneTrip(ctx, req, plan)
+		if !errors.Is(err, errStalePopPlan) {
+			if err == nil {
+				e.hot.popsOneTrip.Add(1)
+			}
+			return res, err
+		}
+	}
+	res, err := e.popGeneral(ctx, req)
+	if err == nil {
+		e.hot.popsGeneral.Add(1)
 	}
 	return res, err
 }
 
-func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly bool) (*PopResult, error) {
-	res := &PopResult{ConsumerGroup: req.Group}
+// popInOneTrip claims, leases (autoAck: consumes) and reads a batch with one
+// statement on the queue row and group state the last pop cached, and commits,
+// in one round trip. The statement first checks in the database that the plan
+// still holds (the group registered, seeded to the queue's partition version,
+// no seek or group delete since); otherwise it fails with errStalePopPlan.
+func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueue) (*PopResult, error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Release()
+	tx := &connTx{conn: conn, open: true}
+	defer tx.rollbackUnlessDone()
+	leaseID := newLeaseID(req)
+	var d delivery
+	b := &pgx.Batch{}
+	beginHot(b)
+	if !req.AutoAck {
+		b.Queue(asyncCommitSQL)
+	}
+	sql, args := e.claimQuery(req, []*popQueue{&plan}, leaseID, true)
+	b.Queue(sql, args...).Query(d.scan)
+	b.Queue("COMMIT")
+	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		var pgErr *pgconn.PgError
+		if errors.As(err, &pgErr) && pgErr.Code == stalePopPlanCode {
+			return nil, errStalePopPlan // rolled back by the deferred rollbackUnlessDone
+		}
+		return nil, err
+	}
+	tx.open = false
+	e.popPlans.advanceFloor(req.Queue, req.Group, plan.claimEpoch, d.floor)
+	return e.deliver(req, leaseID, &d)
+}
+
+// popGeneral runs a pop in two round trips: (begin, look up the queues in
+// scope with the group's subscription), then, after registering the group or
+// seeding cursors if it must, the claim statement and the commit.
+func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, error) {
 	conn, err := e.pool.Acquire(ctx)
 	if err != nil {
 		return nil, err
@@ -306,48 +359,19 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 	tx := &connTx{conn: conn}
 	defer tx.rollbackUnlessDone()
 
-	// Round trip 1: begin, the queues in scope with this group's subscription, now().
 	var queues []*popQueue
 	var now time.Time
 	b := &pgx.Batch{}
 	beginHot(b)
 	queuePopQueues(b, req, &queues)
-	//
-	// A leased pop commits without waiting for the WAL flush: if the database
-	// crashes before the flush, the lease is lost and the batch redelivers
-	// sooner, which at-least-once allows. An autoAck pop moves the cursor, so
-	// it keeps the durable commit.
-	settings := "SELECT now()"
+	b.Queue("SELECT now()").QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
 	if !req.AutoAck {
-		settings = "SELECT now(), set_config('synchronous_commit', 'off', true)"
-	}
-	b.Queue(settings).QueryRow(func(row pgx.Row) error {
-		if !req.AutoAck {
-			return row.Scan(&now, nil)
-		}
-		return row.Scan(&now)
-	})
-	// A group that popped this queue before (registered, cursors seeded) is
-	// claimed in this same round trip, with the queue row and claim floor the
-	// last pop saw; the claim is kept only if the fresh lookup agrees.
-	var early *earlyClaim
-	if cached, ok := e.popPlans.get(req.Queue, req.Group); ok && allowEarly {
-		early = &earlyClaim{plan: cached}
-		sql, args := e.claimQuery(req, []*popQueue{&early.plan})
-		b.Queue(sql, args...).Query(func(rows pgx.Rows) error {
-			var err error
-			early.claims, early.ready, err = scanClaims(rows)
-			return err
-		})
+		b.Queue(asyncCommitSQL)
 	}
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	tx.open = true
-	e.popPlans.remember(req, queues)
-	if early != nil && !early.valid(queues) {
-		return nil, errStaleEarlyClaim // rolled back by the deferred rollbackUnlessDone
-	}
 	if len(queues) == 0 {
 		if req.Queue != "" {
 			// A pop names a queue into existence so a group can subscribe before the first push.
@@ -362,7 +386,7 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 			}
 		}
 		if len(queues) == 0 {
-			return res, tx.Commit(ctx)
+			return &PopResult{ConsumerGroup: req.Group}, tx.Commit(ctx)
 		}
 	}
 	durable := req.AutoAck
@@ -393,98 +417,84 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 			if err := seedCursors(ctx, tx, req.Group, q); err != nil {
 				return nil, err
 			}
+			q.seededVersion = q.partitionVersion
 		}
+		q.registered = true
 	}
 
-	// Round trip 2: the claim, unless the early one stands.
-	var claims []claim
-	var ready int
-	if early != nil {
-		claims, ready = early.claims, early.ready
-	} else if claims, ready, err = e.claimPartitions(ctx, tx, req, queues); err != nil {
-		return nil, err
-	}
-	res.ReadyPartitions = ready
-	if len(claims) == 0 {
-		return res, tx.Commit(ctx)
-	}
-	leaseID := ""
-	if !req.AutoAck {
-		leaseID = uuid.NewString()
-	}
-	budget := int64(req.Batch)
-	shortestLease := int32(0) // seconds, over the partitions leased
-	var pids []uuid.UUID
-	var his []int64
-	var leases []int32
-	var fetchPID []uuid.UUID
-	var fetchLo, fetchHi []int64
-	taken := claims[:0]
-	for _, c := range claims {
-		if budget <= 0 {
-			break
-		}
-		if c.from > c.to {
-			// Every segment of the span is gone (retention): seal the cursor at the tail.
-			pids = append(pids, c.partitionID)
-			his = append(his, c.lastOffset)
-			leases = append(leases, 0)
-			continue
-		}
-		if n := c.to - c.from + 1; n > budget {
-			c.to = c.from + budget - 1
-		}
-		budget -= c.to - c.from + 1
-		lease := int32(0)
-		if !req.AutoAck {
-			lease = int32(c.leaseTime)
-			if req.LeaseSeconds > 0 {
-				lease = int32(req.LeaseSeconds)
-			}
-			if lease <= 0 {
-				lease = 60
-			}
-			if shortestLease == 0 || lease < shortestLease {
-				shortestLease = lease
-			}
-		}
-		pids = append(pids, c.partitionID)
-		his = append(his, c.to)
-		leases = append(leases, lease)
-		fetchPID = append(fetchPID, c.partitionID)
-		fetchLo = append(fetchLo, c.from)
-		fetchHi = append(fetchHi, c.to)
-		taken = append(taken, c)
-	}
-	// Round trip 3: write the leases (or the autoAck commits), read the spans, commit.
-	segs := map[uuid.UUID][]segment{}
+	leaseID := newLeaseID(req)
+	var d delivery
 	b = &pgx.Batch{}
-	b.Queue(`UPDATE lanes.consumers c SET
-			batch_end = x.hi,
-			committed = CASE WHEN x.lease > 0 THEN c.committed ELSE x.hi END,
-			lease_id = CASE WHEN x.lease > 0 THEN $4::uuid ELSE NULL END,
-			lease_expires_at = CASE WHEN x.lease > 0 THEN now() + make_interval(secs => x.lease) ELSE NULL END,
-			retry_count = CASE WHEN x.lease > 0 THEN c.retry_count ELSE 0 END,
-			total_consumed = c.total_consumed + CASE WHEN x.lease > 0 THEN 0 ELSE greatest(x.hi - c.committed, 0) END,
-			last_consumed_at = now()
-		FROM (SELECT x.*, k.ctid AS row_ctid FROM unnest($1::uuid[], $2::int8[], $3::int4[]) AS x(pid, hi, lease)
-			-- the claim locked these rows: a TID probe each, whatever the statistics say
-			CROSS JOIN LATERAL (SELECT ctid FROM lanes.consumers
-				WHERE partition_id = x.pid AND consumer_group = $5 OFFSET 0) k) x
-		WHERE c.ctid = x.row_ctid`,
-		uuidArray(pids), his, leases, nullableUUID(leaseID), req.Group)
-	if len(fetchPID) > 0 {
-		b.Queue(fetchSegmentsSQL, uuidArray(fetchPID), fetchLo, fetchHi).Query(func(rows pgx.Rows) error {
-			return scanSegments(rows, segs)
-		})
-	}
+	sql, args := e.claimQuery(req, queues, leaseID, false)
+	b.Queue(sql, args...).Query(d.scan)
 	b.Queue("COMMIT")
 	if err := conn.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	tx.open = false
-	for _, c := range taken {
-		for _, s := range segs[c.partitionID] {
+	// The next pop of this queue and group runs in one round trip on what this one saw.
+	e.popPlans.remember(req, queues)
+	if len(queues) == 1 {
+		e.popPlans.advanceFloor(req.Queue, req.Group, queues[0].claimEpoch, d.floor)
+	}
+	return e.deliver(req, leaseID, &d)
+}
+
+// newLeaseID mints the lease a pop writes; an autoAck pop leases nothing.
+func newLeaseID(req *PopRequest) string {
+	if req.AutoAck {
+		return ""
+	}
+	return uuid.NewString()
+}
+
+// delivery is what the claim statement returned: the counts, and each claimed
+// partition's span and lease with the segments covering it.
+type delivery struct {
+	ready int
+	floor *int64 // the group's claim floor on a single queue after the claim
+	now   time.Time
+	taken []claim
+	segs  map[uuid.UUID][]segment
+}
+
+// scan reads the claim statement's rows: one per segment delivered, one per
+// partition sealed or delivered nothing, or a single row carrying the counts.
+func (d *delivery) scan(rows pgx.Rows) error {
+	d.segs = map[uuid.UUID][]segment{}
+	for rows.Next() {
+		var pid *uuid.UUID
+		var partition, queue *string
+		var dedupWindow *int
+		var from, to, base, end *int64
+		var lease *int32
+		var sealed *bool
+		var createdAt *time.Time
+		var frames []byte
+		if err := rows.Scan(&d.ready, &d.floor, &d.now, &pid, &partition, &queue, &dedupWindow, &from, &to, &lease, &sealed,
+			&base, &end, &createdAt, &frames); err != nil {
+			return err
+		}
+		if pid == nil || *sealed {
+			continue // the counts only, or a cursor sealed at its tail (retention removed its span)
+		}
+		if n := len(d.taken); n == 0 || d.taken[n-1].partitionID != *pid {
+			d.taken = append(d.taken, claim{partitionID: *pid, partition: *partition, queue: *queue, dedupWindow: *dedupWindow,
+				from: *from, to: *to, lease: *lease})
+		}
+		if base != nil {
+			d.segs[*pid] = append(d.segs[*pid], segment{base: *base, end: *end, createdAt: *createdAt, frames: frames})
+		}
+	}
+	return rows.Err()
+}
+
+// deliver turns a committed claim into the pop's answer and indexes its lease.
+func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResult, error) {
+	res := &PopResult{ConsumerGroup: req.Group, ReadyPartitions: d.ready}
+	shortestLease := int32(0)
+	for _, c := range d.taken {
+		for _, s := range d.segs[c.partitionID] {
 			frames, err := decodeFrames(s.frames, int(s.end-s.base+1))
 			if err != nil {
 				return nil, fmt.Errorf("partition %s segment %d: %w", c.partitionID, s.base, err)
@@ -502,8 +512,11 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 				})
 			}
 		}
-		if held := segs[c.partitionID]; len(held) > 0 {
-			res.OldestWait = max(res.OldestWait, now.Sub(held[0].createdAt))
+		if held := d.segs[c.partitionID]; len(held) > 0 {
+			res.OldestWait = max(res.OldestWait, d.now.Sub(held[0].createdAt))
+		}
+		if c.lease > 0 && (shortestLease == 0 || c.lease < shortestLease) {
+			shortestLease = c.lease
 		}
 		res.PartitionsClaimed++
 		if res.PartitionsClaimed == 1 {
@@ -513,7 +526,7 @@ func (e *Engine) popAttempt(ctx context.Context, req *PopRequest, allowEarly boo
 	}
 	if len(res.Messages) > 0 {
 		res.LeaseID = leaseID
-		e.leases.remember(leaseID, indexableFor(now, shortestLease, taken, segs), res.Messages)
+		e.leases.remember(leaseID, indexableFor(d.now, shortestLease, d.taken, d.segs), res.Messages)
 	}
 	return res, nil
 }
@@ -621,10 +634,14 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 	return err
 }
 
-// claimPartitions locks up to the requested width of claimable cursor rows,
-// skipping rows another pop holds, least recently served first. It also
-// reports how many of the group's partitions were claimable (beyond the width),
-// and advances each queue's claim floor in the same statement.
+// claimQuery is the statement that claims, leases and reads a pop's batch.
+//
+// It locks up to the requested width of claimable cursor rows, skipping rows
+// another pop holds, least recently served first; splits the batch budget over
+// them in that order; writes the lease (autoAck: moves the cursor) on each; and
+// returns the segments covering each span. It also reports how many of the
+// group's partitions were claimable (beyond the width), and advances each
+// queue's claim floor.
 //
 // Only partitions written at or after the group's claim floor are looked at
 // (lanes.partition_writes by (queue_id, last_write_xid)), so a queue with 100,000 idle
@@ -633,18 +650,11 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 // snapshot's xmin so a write not yet visible can never fall below it. It is
 // stored only if no seek or delete bumped claim_epoch meanwhile, and the row is
 // taken SKIP LOCKED so pops never queue behind each other for it.
-func (e *Engine) claimPartitions(ctx context.Context, tx dbtx, req *PopRequest, queues []*popQueue) ([]claim, int, error) {
-	sql, args := e.claimQuery(req, queues)
-	rows, err := tx.Query(ctx, sql, args...)
-	if err != nil {
-		return nil, 0, err
-	}
-	defer rows.Close()
-	return scanClaims(rows)
-}
-
-// claimQuery is the claim statement of claimPartitions and its arguments.
-func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any) {
+//
+// guarded (a cached plan) makes the statement first check that the group is
+// still registered, seeded to the queue's partition version and at the plan's
+// claim epoch, and fail with stalePopPlanCode otherwise.
+func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string, guarded bool) (string, []any) {
 	ids := make([]uuid.UUID, len(queues))
 	floors := make([]int64, len(queues))
 	epochs := make([]int64, len(queues))
@@ -663,6 +673,20 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 	if width > 0 {
 		limit = width
 	}
+	// $9: -1 leases nothing (autoAck), 0 the queue's lease time (60 s if unset).
+	lease := int32(0)
+	if req.AutoAck {
+		lease = -1
+	} else if req.LeaseSeconds > 0 {
+		lease = int32(req.LeaseSeconds)
+	}
+	guard := ""
+	if guarded {
+		guard = `
+			WHERE lanes.expect_pop_plan(EXISTS (SELECT 1 FROM lanes.queues q
+				JOIN lanes.consumer_groups g ON g.queue_id = q.id AND g.consumer_group = $2
+				WHERE q.id = s.qid AND g.seeded_version >= q.partition_version AND g.claim_epoch = s.epoch))`
+	}
 	// A wildcard scan walks partition_writes in write order from the floor; it
 	// carries the partition's last_offset and last_write_at, so a candidate
 	// costs one cursor probe and only the picked partitions are read from
@@ -677,10 +701,10 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 	}
 	return `WITH scope AS (
 			SELECT s.qid, s.floor::text::xid8 AS floor, s.epoch
-			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)),
+			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)` + guard + `),
 		cand AS MATERIALIZED (
 			SELECT p.id AS pid, p.queue_id AS qid, q.name AS qname, q.lease_time, q.dedup_window_seconds,
-				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end,
+				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end, p.c_ctid,
 				p.c_pid IS NOT NULL
 					AND (p.c_lease_expires_at IS NULL OR p.c_lease_expires_at <= now())
 					AND v.visible_end > p.c_committed
@@ -692,10 +716,10 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 			-- per-row index probes in write order: the planner cannot see how
 			-- selective the floor is and would scan.
 			CROSS JOIN LATERAL (SELECT w.partition_id AS id, w.queue_id, w.last_offset, w.last_write_at, w.last_write_xid,
-					c.partition_id AS c_pid, c.committed AS c_committed,
+					c.partition_id AS c_pid, c.committed AS c_committed, c.version AS c_ctid,
 					c.lease_expires_at AS c_lease_expires_at, c.last_consumed_at AS c_last_consumed_at
 				FROM ` + scan + `
-				LEFT JOIN LATERAL (SELECT * FROM lanes.consumers c
+				LEFT JOIN LATERAL (SELECT *, c.ctid AS version FROM lanes.consumers c
 					WHERE c.partition_id = w.partition_id AND c.consumer_group = $2 LIMIT 1) c ON true
 				WHERE ` + filter + `
 				  AND (c.partition_id IS NULL OR w.last_offset > c.committed)
@@ -710,14 +734,19 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 			-- Candidates in serving order, each cursor locked by its own probe, so
 			-- the LIMIT stops locking at the width (a join here may scan the group);
 			-- the name and retention start are read for the locked ones only.
-			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.dedup_window_seconds, l.committed, o.last_offset, pp.log_start,
-				o.visible_end, o.last_consumed_at
+			-- A cursor another transaction changed after this statement's
+			-- snapshot is locked at its newest version (another ctid) and left
+			-- for the next pop: the lease write below probes the snapshot's
+			-- version by ctid, so every cursor it writes must be that version.
+			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.dedup_window_seconds, o.last_offset,
+				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.last_consumed_at, l.ctid AS row_ctid
 			FROM (SELECT * FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
-			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed FROM lanes.consumers c
+			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed, c.ctid FROM lanes.consumers c
 				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
 				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 				FOR UPDATE SKIP LOCKED) l
 			CROSS JOIN LATERAL (SELECT p.name, p.log_start FROM lanes.partitions p WHERE p.id = o.pid OFFSET 0) pp
+			WHERE l.ctid = o.c_ctid
 			LIMIT $4),
 		floors AS (
 			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor
@@ -732,36 +761,53 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue) (string, []any)
 			  AND g.claim_floor < f.floor AND g.claim_epoch = f.epoch
 			  AND g.queue_id IN (SELECT l.queue_id FROM lanes.consumer_groups l
 				WHERE l.consumer_group = $2 AND l.queue_id = ANY($1) FOR UPDATE SKIP LOCKED)
-			RETURNING 1)
-		SELECT (SELECT count(*) FROM cand WHERE claimable)::int, (SELECT count(*) FROM advanced)::int,
-			picked.pid, picked.pname, picked.qname, picked.lease_time, picked.dedup_window_seconds, picked.committed, picked.last_offset,
-			greatest(picked.committed + 1, picked.log_start), picked.visible_end
+			RETURNING g.claim_floor::text::int8 AS floor),
+		taken AS MATERIALIZED (
+			-- The batch budget ($8) split over the picked partitions in serving
+			-- order; a partition whose whole span retention removed is sealed at
+			-- its tail and takes none of it.
+			SELECT t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.last_consumed_at, t.sealed, t.row_ctid,
+				CASE WHEN t.sealed THEN t.last_offset
+					ELSE t.lo + least(t.visible_end - t.lo + 1, $8 - t.before) - 1 END AS hi,
+				CASE WHEN t.sealed OR $9::int4 < 0 THEN 0
+					WHEN $9::int4 > 0 THEN $9::int4
+					WHEN t.lease_time > 0 THEN t.lease_time ELSE 60 END AS lease
+			FROM (SELECT p.*, p.lo > p.visible_end AS sealed,
+					coalesce(sum(CASE WHEN p.lo > p.visible_end THEN 0 ELSE p.visible_end - p.lo + 1 END)
+						OVER (ORDER BY p.last_consumed_at NULLS FIRST, p.pid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::int8 AS before
+				FROM picked p) t
+			WHERE t.before < $8),
+		leased AS (
+			-- A TID probe each, whatever the statistics say (a key join may
+			-- scan the group's cursors under a plan cached while the table was small).
+			UPDATE lanes.consumers c SET
+				batch_end = t.hi,
+				committed = CASE WHEN t.lease > 0 THEN c.committed ELSE t.hi END,
+				lease_id = CASE WHEN t.lease > 0 THEN $10::uuid ELSE NULL END,
+				lease_expires_at = CASE WHEN t.lease > 0 THEN now() + make_interval(secs => t.lease) ELSE NULL END,
+				retry_count = CASE WHEN t.lease > 0 THEN c.retry_count ELSE 0 END,
+				total_consumed = c.total_consumed + CASE WHEN t.lease > 0 THEN 0 ELSE greatest(t.hi - c.committed, 0) END,
+				last_consumed_at = now()
+			FROM taken t
+			WHERE c.ctid = t.row_ctid AND c.partition_id = t.pid AND c.consumer_group = $2)
+		SELECT (SELECT count(*) FROM cand WHERE claimable)::int,
+			-- the floor this claim stored, else the one another claim did (this
+			-- statement's snapshot does not see its own update)
+			coalesce((SELECT max(a.floor) FROM advanced a),
+				(SELECT max(g.claim_floor::text::int8) FROM scope s
+					JOIN lanes.consumer_groups g ON g.queue_id = s.qid AND g.consumer_group = $2)),
+			now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, t.sealed,
+			sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 		FROM (SELECT 1) one
-		LEFT JOIN picked ON true
-		ORDER BY picked.last_consumed_at NULLS FIRST, picked.pid`,
-		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req)}
-}
-
-// scanClaims reads the claim statement's rows.
-func scanClaims(rows pgx.Rows) ([]claim, int, error) {
-	var out []claim
-	ready := 0
-	for rows.Next() {
-		var advanced int
-		var pid *uuid.UUID
-		var partition, queue *string
-		var leaseTime, dedupWindow *int
-		var committed, lastOffset, from, visibleEnd *int64
-		if err := rows.Scan(&ready, &advanced, &pid, &partition, &queue, &leaseTime, &dedupWindow, &committed, &lastOffset, &from, &visibleEnd); err != nil {
-			return nil, 0, err
-		}
-		if pid == nil {
-			continue // nothing claimed: the row only carries the counts
-		}
-		out = append(out, claim{partitionID: *pid, partition: *partition, queue: *queue, leaseTime: *leaseTime, dedupWindow: *dedupWindow,
-			committed: *committed, lastOffset: *lastOffset, from: *from, to: *visibleEnd})
-	}
-	return out, ready, rows.Err()
+		LEFT JOIN (taken t
+			-- the segments covering [lo, hi], from the one holding lo: index probes, not a scan
+			LEFT JOIN LATERAL (SELECT s.base_offset, s.end_offset, s.created_at, s.frames
+				FROM (SELECT coalesce(max(f.base_offset), t.lo) AS b FROM lanes.segments f
+					WHERE f.partition_id = t.pid AND f.base_offset <= t.lo) f
+				JOIN lanes.segments s ON s.partition_id = t.pid AND s.base_offset >= f.b AND s.base_offset <= t.hi
+				WHERE NOT t.sealed) sg ON true) ON true
+		ORDER BY t.last_consumed_at NULLS FIRST, t.pid, sg.base_offset`,
+		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID)}
 }
 
 // claimWindowMin is the fewest partitions with work a claim looks at; see claimWindow.
@@ -802,27 +848,4 @@ type segment struct {
 	base, end int64
 	createdAt time.Time
 	frames    []byte
-}
-
-// fetchSegmentsSQL reads the segments covering [lo, hi] of each partition,
-// starting from the segment that holds lo (found by an index probe, not a scan).
-const fetchSegmentsSQL = `SELECT s.partition_id, s.base_offset, s.end_offset, s.created_at, s.frames
-	FROM unnest($1::uuid[], $2::int8[], $3::int8[]) WITH ORDINALITY AS x(pid, lo, hi, ord)
-	CROSS JOIN LATERAL (SELECT coalesce(max(base_offset), x.lo) AS b FROM lanes.segments
-		WHERE partition_id = x.pid AND base_offset <= x.lo) f
-	CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
-		WHERE s.partition_id = x.pid AND s.base_offset >= f.b AND s.base_offset <= x.hi
-		ORDER BY s.base_offset OFFSET 0) s
-	ORDER BY x.ord, s.base_offset`
-
-func scanSegments(rows pgx.Rows, out map[uuid.UUID][]segment) error {
-	for rows.Next() {
-		var pid uuid.UUID
-		var s segment
-		if err := rows.Scan(&pid, &s.base, &s.end, &s.createdAt, &s.frames); err != nil {
-			return err
-		}
-		out[pid] = append(out[pid], s)
-	}
-	return rows.Err()
 }

@@ -5,9 +5,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 )
 
 // pushN pushes txn ids m0..m(n-1) to queue/partition, one push each.
@@ -336,6 +339,68 @@ func TestCompetingConsumersDeliverEveryMessageOnce(t *testing.T) {
 	}
 }
 
+// AutoAck pops from two brokers race on the same cursors: a cursor another
+// pop moved after a claim statement's snapshot must be left for a later pop,
+// never delivered from the stale position (a duplicate) nor written at it (a
+// cursor moved back).
+func TestCompetingAutoAckPopsAcrossBrokersDeliverEveryMessageOnce(t *testing.T) {
+	brokers := []*Engine{newEngine(t), newEngine(t)}
+	q := queueName(t)
+	const partitions, perPartition = 4, 60
+	for p := 0; p < partitions; p++ {
+		ids := make([]string, perPartition)
+		for i := range ids {
+			ids[i] = fmt.Sprintf("p%d-m%d", p, i)
+		}
+		mustPush(t, brokers[0], items(q, fmt.Sprintf("p%d", p), ids...)...)
+	}
+	var mu sync.Mutex
+	seen := map[string]int{}
+	var wg sync.WaitGroup
+	for w := 0; w < 8; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for empties := 0; empties < 3; {
+				b, err := brokers[w%2].Pop(context.Background(), PopRequest{Queue: q, Batch: 3, Partitions: 2, AutoAck: true})
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if len(b.Messages) == 0 {
+					empties++
+					time.Sleep(10 * time.Millisecond)
+					continue
+				}
+				empties = 0
+				mu.Lock()
+				for _, m := range b.Messages {
+					seen[m.TransactionID]++
+				}
+				mu.Unlock()
+			}
+		}()
+	}
+	wg.Wait()
+	for id, n := range seen {
+		if n != 1 {
+			t.Errorf("%s delivered %d times", id, n)
+		}
+	}
+	if len(seen) != partitions*perPartition {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), partitions*perPartition)
+	}
+	var committed int64
+	if err := brokers[0].pool.QueryRow(context.Background(), `SELECT sum(c.committed + 1) FROM lanes.consumers c
+		JOIN lanes.partitions p ON p.id = c.partition_id JOIN lanes.queues qu ON qu.id = p.queue_id
+		WHERE qu.name = $1`, q).Scan(&committed); err != nil {
+		t.Fatal(err)
+	}
+	if committed != partitions*perPartition {
+		t.Fatalf("cursors cover %d messages, want %d", committed, partitions*perPartition)
+	}
+}
+
 func TestLongPollWakesOnPushAcrossBrokers(t *testing.T) {
 	a, b := newEngine(t), newEngine(t)
 	q := queueName(t)
@@ -374,8 +439,8 @@ func TestLongPollTimesOutEmpty(t *testing.T) {
 	}
 }
 
-// A repeat pop claims in its first round trip on the plan the previous pop
-// saw; a seek in between must void that plan, so the sought-back messages are
+// A repeat pop claims in one round trip on the plan the previous pop saw; a
+// seek in between must void that plan, so the sought-back messages are
 // delivered at once, not after the cached claim floor catches up.
 func TestRepeatPopAfterSeekSeesTheSeek(t *testing.T) {
 	e := newEngine(t)
@@ -396,9 +461,125 @@ func TestRepeatPopAfterSeekSeesTheSeek(t *testing.T) {
 	if _, err := e.Seek(context.Background(), SeekRequest{Queue: q, Timestamp: &past}); err != nil {
 		t.Fatal(err)
 	}
+	before := e.HotPathStats()
 	res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
 	if len(res.Messages) != 2 || res.Messages[0].TransactionID != "a" {
 		t.Fatalf("after seeking back the next pop must redeliver a and b, got %+v", res.Messages)
+	}
+	if after := e.HotPathStats(); after.PopsOneTrip != before.PopsOneTrip || after.PopsGeneral != before.PopsGeneral+1 {
+		t.Fatalf("the pop after a seek must run the general way: before %+v, after %+v", before, after)
+	}
+}
+
+// popPaths counts pops by path since before.
+func popPaths(e *Engine, before HotPathStats) (oneTrip, general uint64) {
+	after := e.HotPathStats()
+	return after.PopsOneTrip - before.PopsOneTrip, after.PopsGeneral - before.PopsGeneral
+}
+
+// Repeat pops of a group run in one round trip on the plan the previous pop
+// cached, with the same answers the general way gives: the batch budget split
+// over partitions in serving order, one lease for all, the cursor rows written.
+// A plan a new partition or a deleted queue made stale falls back to the
+// general way, which seeds the new cursor or registers the group again.
+func TestRepeatPopsRunInOneTripAndFallBackOnStalePlans(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "a", "a0", "a1")...)
+	mustPush(t, e, items(q, "b", "b0", "b1")...)
+	before := e.HotPathStats()
+	first := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	if oneTrip, general := popPaths(e, before); oneTrip != 0 || general != 1 {
+		t.Fatalf("a group's first pop registers it the general way: one-trip %d, general %d", oneTrip, general)
+	}
+	mustAck(t, e, ack(first.Messages[0], "completed"))
+
+	before = e.HotPathStats()
+	wide := mustPop(t, e, PopRequest{Queue: q, Batch: 3, Partitions: 2, LeaseSeconds: 45})
+	if oneTrip, general := popPaths(e, before); oneTrip != 1 || general != 0 {
+		t.Fatalf("a repeat pop must take one round trip: one-trip %d, general %d", oneTrip, general)
+	}
+	if len(wide.Messages) != 3 || wide.PartitionsClaimed != 2 || wide.LeaseID == "" {
+		t.Fatalf("one-trip wide pop: messages %v, %d partitions, lease %q", txnIDs(wide.Messages), wide.PartitionsClaimed, wide.LeaseID)
+	}
+	remaining := map[string]bool{"a0": true, "a1": true, "b0": true, "b1": true}
+	for _, m := range append(first.Messages, wide.Messages...) {
+		if !remaining[m.TransactionID] {
+			t.Fatalf("%s delivered twice or never pushed (first %v, wide %v)", m.TransactionID, txnIDs(first.Messages), txnIDs(wide.Messages))
+		}
+		delete(remaining, m.TransactionID)
+	}
+	rows, err := e.pool.Query(context.Background(), `SELECT p.name, c.committed, c.batch_end, c.lease_id::text,
+			round(extract(epoch FROM c.lease_expires_at - now()))::int
+		FROM lanes.consumers c JOIN lanes.partitions p ON p.id = c.partition_id JOIN lanes.queues qu ON qu.id = p.queue_id
+		WHERE qu.name = $1 AND c.consumer_group = $2 ORDER BY p.name`, q, QueueModeGroup)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type cursor struct {
+		partition          string
+		committed, end     int64
+		lease              string
+		leaseSecondsRemain int
+	}
+	cursors, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cursor, error) {
+		var c cursor
+		return c, r.Scan(&c.partition, &c.committed, &c.end, &c.lease, &c.leaseSecondsRemain)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	spans := map[string][2]int64{}
+	for _, m := range wide.Messages {
+		s, ok := spans[m.Partition]
+		if !ok {
+			s = [2]int64{m.Offset, m.Offset}
+		}
+		spans[m.Partition] = [2]int64{min(s[0], m.Offset), max(s[1], m.Offset)}
+	}
+	for _, c := range cursors {
+		span := spans[c.partition]
+		if c.committed != span[0]-1 || c.end != span[1] || c.lease != wide.LeaseID || c.leaseSecondsRemain < 40 || c.leaseSecondsRemain > 45 {
+			t.Fatalf("cursor %+v does not hold the span %v under lease %s for 45 s", c, span, wide.LeaseID)
+		}
+	}
+	acks := make([]AckItem, len(wide.Messages))
+	for i, m := range wide.Messages {
+		acks[i] = ack(m, "completed")
+	}
+	mustAck(t, e, acks...)
+
+	if len(remaining) != 0 {
+		t.Fatalf("%v not delivered: the budget of 3 must cover the 1 + 2 messages left", remaining)
+	}
+
+	// A new partition bumps the queue's partition version: the plan is stale.
+	mustPush(t, e, items(q, "c", "c0")...)
+	before = e.HotPathStats()
+	var drained []string
+	for range 3 {
+		res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+		drained = append(drained, txnIDs(res.Messages)...)
+	}
+	if !slices.Equal(drained, []string{"c0"}) {
+		t.Fatalf("after a new partition the group must get c0, got %v", drained)
+	}
+	if oneTrip, general := popPaths(e, before); general != 1 || oneTrip != 2 {
+		t.Fatalf("stale plan: one general pop (seeding c) then one-trip pops, got one-trip %d, general %d", oneTrip, general)
+	}
+
+	// A queue deleted and named again by a push has another id: stale again.
+	if deleted, err := e.DeleteQueue(context.Background(), q); err != nil || !deleted {
+		t.Fatalf("delete queue: %v %v", deleted, err)
+	}
+	mustPush(t, e, items(q, "a", "again")...)
+	before = e.HotPathStats()
+	res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+	if ids := txnIDs(res.Messages); len(ids) != 1 || ids[0] != "again" {
+		t.Fatalf("the recreated queue's pop got %v", ids)
+	}
+	if oneTrip, general := popPaths(e, before); oneTrip != 0 || general != 1 {
+		t.Fatalf("a recreated queue voids the plan: one-trip %d, general %d", oneTrip, general)
 	}
 }
 
