@@ -682,10 +682,14 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 	}
 	guard := ""
 	if guarded {
+		// A LATERAL probe per queue: an EXISTS here is planned as a hashed
+		// subplan over every queue of the group.
 		guard = `
-			WHERE lanes.expect_pop_plan(EXISTS (SELECT 1 FROM lanes.queues q
-				JOIN lanes.consumer_groups g ON g.queue_id = q.id AND g.consumer_group = $2
-				WHERE q.id = s.qid AND g.seeded_version >= q.partition_version AND g.claim_epoch = s.epoch))`
+			LEFT JOIN LATERAL (SELECT true AS holds FROM lanes.consumer_groups g
+				JOIN lanes.queues q ON q.id = g.queue_id
+				WHERE g.consumer_group = $2 AND g.queue_id = s.qid
+				  AND g.seeded_version >= q.partition_version AND g.claim_epoch = s.epoch LIMIT 1) plan ON true
+			WHERE lanes.expect_pop_plan(plan.holds IS NOT NULL)`
 	}
 	// A wildcard scan walks partition_writes in write order from the floor; it
 	// carries the partition's last_offset and last_write_at, so a candidate
@@ -759,8 +763,11 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			FROM floors f
 			WHERE $3 = '' AND g.consumer_group = $2 AND g.queue_id = f.qid
 			  AND g.claim_floor < f.floor AND g.claim_epoch = f.epoch
-			  AND g.queue_id IN (SELECT l.queue_id FROM lanes.consumer_groups l
-				WHERE l.consumer_group = $2 AND l.queue_id = ANY($1) FOR UPDATE SKIP LOCKED)
+			  -- a probe per queue: "queue_id = ANY($1)" is planned as a filter
+			  -- over every queue of the group
+			  AND g.queue_id IN (SELECT l.queue_id FROM unnest($1::uuid[]) AS u(qid)
+				CROSS JOIN LATERAL (SELECT l.queue_id FROM lanes.consumer_groups l
+					WHERE l.consumer_group = $2 AND l.queue_id = u.qid FOR UPDATE SKIP LOCKED) l)
 			RETURNING g.claim_floor::text::int8 AS floor),
 		taken AS MATERIALIZED (
 			-- The batch budget ($8) split over the picked partitions in serving
@@ -800,11 +807,14 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 		FROM (SELECT 1) one
 		LEFT JOIN (taken t
-			-- the segments covering [lo, hi], from the one holding lo: index probes, not a scan
+			-- the segments covering [lo, hi], from the one holding lo: both
+			-- bounds index conditions of one probe (nested LATERALs), not a
+			-- scan from the partition's first segment
 			LEFT JOIN LATERAL (SELECT s.base_offset, s.end_offset, s.created_at, s.frames
 				FROM (SELECT coalesce(max(f.base_offset), t.lo) AS b FROM lanes.segments f
 					WHERE f.partition_id = t.pid AND f.base_offset <= t.lo) f
-				JOIN lanes.segments s ON s.partition_id = t.pid AND s.base_offset >= f.b AND s.base_offset <= t.hi
+				CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
+					WHERE s.partition_id = t.pid AND s.base_offset >= f.b AND s.base_offset <= t.hi OFFSET 0) s
 				WHERE NOT t.sealed) sg ON true) ON true
 		ORDER BY t.last_consumed_at NULLS FIRST, t.pid, sg.base_offset`,
 		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID)}
