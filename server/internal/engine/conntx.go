@@ -53,6 +53,10 @@ func (t *connTx) rollbackUnlessDone() {
 //   - sequential scans and hash and merge joins are ruled out: a plan built
 //     while a table is empty (or ANALYZEd empty) would otherwise scan it, and a
 //     generic plan stays cached on its connection while the table grows;
+//   - no bitmap scans: a bitmap scan returns its rows in page order, so the
+//     claim's walk of partition_writes in write order (an index range cut
+//     short by LIMIT) became "fetch every partition written since the floor,
+//     sort, keep 16" whenever the generic plan estimated the range small;
 //   - no memoize: every probe has a key of its own, so its cache only misses
 //     (on the claim it made each cursor probe ~10× slower at 100,000 partitions);
 //   - no JIT: a generic plan cannot see how selective the claim floor is, and
@@ -66,7 +70,7 @@ func beginHot(b *pgx.Batch) {
 const hotPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
 	set_config('enable_mergejoin', 'off', true), set_config('enable_memoize', 'off', true),
-	set_config('jit', 'off', true)`
+	set_config('enable_bitmapscan', 'off', true), set_config('jit', 'off', true)`
 
 // dbtx is what the pop helpers need from a transaction.
 type dbtx interface {

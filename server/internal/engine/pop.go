@@ -801,8 +801,9 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			-- the floor this claim stored, else the one another claim did (this
 			-- statement's snapshot does not see its own update)
 			coalesce((SELECT max(a.floor) FROM advanced a),
-				(SELECT max(g.claim_floor::text::int8) FROM scope s
-					JOIN lanes.consumer_groups g ON g.queue_id = s.qid AND g.consumer_group = $2)),
+				(SELECT max(g.floor) FROM scope s
+					CROSS JOIN LATERAL (SELECT g.claim_floor::text::int8 AS floor FROM lanes.consumer_groups g
+						WHERE g.consumer_group = $2 AND g.queue_id = s.qid LIMIT 1) g)),
 			now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, t.sealed,
 			sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 		FROM (SELECT 1) one
