@@ -71,3 +71,21 @@ func TestWaitersWakeGroupPassesTheWakeOn(t *testing.T) {
 		t.Fatal("wakeAll must wake and forget everyone")
 	}
 }
+
+func TestAPopHandsOnOnlyWhatItLeftBehind(t *testing.T) {
+	for _, c := range []struct {
+		claimed, ready, want int
+	}{
+		{claimed: 1, ready: 3, want: 2}, // took one of three: two peers may take the rest
+		{claimed: 2, ready: 2, want: 0}, // took all it saw
+		{claimed: 0, ready: 3, want: 0}, // took nothing: the rest was locked by pops in flight
+	} {
+		r := &PopResult{PartitionsClaimed: c.claimed, ReadyPartitions: c.ready}
+		if got := r.leftBehind(); got != c.want {
+			t.Errorf("claimed %d of %d ready: hands on %d, want %d", c.claimed, c.ready, got, c.want)
+		}
+	}
+	if (*PopResult)(nil).leftBehind() != 0 {
+		t.Error("a failed pop hands on nothing")
+	}
+}
