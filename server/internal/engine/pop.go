@@ -720,7 +720,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)` + guard + `),
 		cand AS MATERIALIZED (
 			SELECT p.id AS pid, p.queue_id AS qid, q.name AS qname, q.lease_time, q.dedup_window_seconds,
-				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end, p.c_ctid, p.c_committed,
+				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end, p.c_ctid,
 				p.c_pid IS NOT NULL
 					AND (p.c_lease_expires_at IS NULL OR p.c_lease_expires_at <= now())
 					AND v.visible_end > p.c_committed
@@ -750,25 +750,19 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			-- Candidates in serving order, each cursor locked by its own probe, so
 			-- the LIMIT stops locking at the width (a join here may scan the group);
 			-- the name and retention start are read for the locked ones only.
-			-- Only candidates the batch may reach are locked: those whose
-			-- predecessors hold fewer messages than the budget in the snapshot,
-			-- so a wide pop does not hold cursors it will not deliver from while
-			-- its peers skip them.
 			-- A cursor another transaction changed after this statement's
 			-- snapshot is locked at its newest version (another ctid) and left
 			-- for the next pop: the lease write below probes the snapshot's
 			-- version by ctid, so every cursor it writes must be that version.
 			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.dedup_window_seconds, o.last_offset,
 				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.last_consumed_at, l.ctid AS row_ctid
-			FROM (SELECT *, coalesce(sum(visible_end - c_committed) OVER (ORDER BY last_consumed_at NULLS FIRST, pid
-					ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::int8 AS ahead
-				FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
+			FROM (SELECT * FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
 			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed, c.ctid FROM lanes.consumers c
 				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
 				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 				FOR UPDATE SKIP LOCKED) l
 			CROSS JOIN LATERAL (SELECT p.name, p.log_start FROM lanes.partitions p WHERE p.id = o.pid OFFSET 0) pp
-			WHERE o.ahead < $8 AND l.ctid = o.c_ctid
+			WHERE l.ctid = o.c_ctid
 			LIMIT $4),
 		floors AS (
 			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor

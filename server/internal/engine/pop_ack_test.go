@@ -251,44 +251,6 @@ func TestWidePopSharesBudgetAndLease(t *testing.T) {
 	}
 }
 
-// A wide pop locks only the cursors its batch can reach: a partition past the
-// budget is left unlocked for the group's other consumers (a row lock leaves
-// the pop's transaction id in the cursor's xmax).
-func TestWidePopLocksOnlyTheCursorsItsBatchReaches(t *testing.T) {
-	e := newEngine(t)
-	q := queueName(t)
-	for p := 0; p < 3; p++ {
-		pushN(t, e, q, fmt.Sprintf("p%d", p), 4)
-	}
-	b := mustPop(t, e, PopRequest{Queue: q, Batch: 6, Partitions: 3})
-	if len(b.Messages) != 6 || b.PartitionsClaimed != 2 {
-		t.Fatalf("got %d messages from %d partitions", len(b.Messages), b.PartitionsClaimed)
-	}
-	rows, err := e.pool.Query(context.Background(), `SELECT c.lease_id IS NOT NULL, c.xmax::text <> '0'
-		FROM lanes.consumers c JOIN lanes.partitions p ON p.id = c.partition_id JOIN lanes.queues qu ON qu.id = p.queue_id
-		WHERE qu.name = $1`, q)
-	if err != nil {
-		t.Fatal(err)
-	}
-	type cursor struct{ leased, touched bool }
-	cursors, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (cursor, error) {
-		var c cursor
-		return c, r.Scan(&c.leased, &c.touched)
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	untouched := 0
-	for _, c := range cursors {
-		if !c.leased && !c.touched {
-			untouched++
-		}
-	}
-	if len(cursors) != 3 || untouched != 1 {
-		t.Fatalf("cursors %+v: the partition past the budget must be neither leased nor locked", cursors)
-	}
-}
-
 // An uncapped width stops at the batch, and so does the claim's window of
 // partitions it considers: a pop still fills its batch from one-message
 // partitions, and the next pop takes the rest.
