@@ -273,96 +273,33 @@ func TestUncappedWidthFillsTheBatchFromManyPartitions(t *testing.T) {
 	}
 }
 
-func TestCompetingConsumersDeliverEveryMessageOnce(t *testing.T) {
-	e := newEngine(t)
-	q := queueName(t)
-	const partitions, perPartition = 8, 25
+// pushPartitions fills partitions p0..p(n-1) of q with per messages each,
+// transaction ids "p<i>-m<j>".
+func pushPartitions(t *testing.T, e *Engine, q string, partitions, per int) {
+	t.Helper()
 	for p := 0; p < partitions; p++ {
-		ids := make([]string, perPartition)
+		ids := make([]string, per)
 		for i := range ids {
 			ids[i] = fmt.Sprintf("p%d-m%d", p, i)
 		}
 		mustPush(t, e, items(q, fmt.Sprintf("p%d", p), ids...)...)
 	}
-	var mu sync.Mutex
-	seen := map[string]int{}
-	holding := map[string]bool{}
-	var wg sync.WaitGroup
-	for w := 0; w < 6; w++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			empties := 0
-			for empties < 3 {
-				b, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 5})
-				if err != nil {
-					t.Error(err)
-					return
-				}
-				if len(b.Messages) == 0 {
-					empties++
-					time.Sleep(20 * time.Millisecond)
-					continue
-				}
-				empties = 0
-				mu.Lock()
-				if holding[b.Partition] {
-					t.Errorf("partition %s held by two consumers at once", b.Partition)
-				}
-				holding[b.Partition] = true
-				for _, m := range b.Messages {
-					seen[m.TransactionID]++
-				}
-				mu.Unlock()
-				acks := make([]AckItem, len(b.Messages))
-				for i, m := range b.Messages {
-					acks[i] = ack(m, "completed")
-				}
-				mu.Lock()
-				holding[b.Partition] = false
-				mu.Unlock()
-				if _, err := e.Ack(context.Background(), acks); err != nil {
-					t.Error(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if len(seen) != partitions*perPartition {
-		t.Fatalf("delivered %d distinct messages, want %d", len(seen), partitions*perPartition)
-	}
-	for id, n := range seen {
-		if n != 1 {
-			t.Fatalf("%s delivered %d times in a no-fault run", id, n)
-		}
-	}
 }
 
-// AutoAck pops from two brokers race on the same cursors: a cursor another
-// pop moved after a claim statement's snapshot must be left for a later pop,
-// never delivered from the stale position (a duplicate) nor written at it (a
-// cursor moved back).
-func TestCompetingAutoAckPopsAcrossBrokersDeliverEveryMessageOnce(t *testing.T) {
-	brokers := []*Engine{newEngine(t), newEngine(t)}
-	q := queueName(t)
-	const partitions, perPartition = 4, 60
-	for p := 0; p < partitions; p++ {
-		ids := make([]string, perPartition)
-		for i := range ids {
-			ids[i] = fmt.Sprintf("p%d-m%d", p, i)
-		}
-		mustPush(t, brokers[0], items(q, fmt.Sprintf("p%d", p), ids...)...)
-	}
+// drainConcurrently runs workers that pop until each has seen three empty pops
+// in a row, handing every non-empty batch to handle; it returns how often each
+// transaction id was delivered.
+func drainConcurrently(t *testing.T, workers int, pop func(worker int) (*PopResult, error), handle func(*PopResult) error) map[string]int {
+	t.Helper()
 	var mu sync.Mutex
 	seen := map[string]int{}
 	var wg sync.WaitGroup
-	for w := 0; w < 8; w++ {
+	for w := 0; w < workers; w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for empties := 0; empties < 3; {
-				b, err := brokers[w%2].Pop(context.Background(), PopRequest{Queue: q, Batch: 3, Partitions: 2, AutoAck: true})
+				b, err := pop(w)
 				if err != nil {
 					t.Error(err)
 					return
@@ -378,18 +315,72 @@ func TestCompetingAutoAckPopsAcrossBrokersDeliverEveryMessageOnce(t *testing.T) 
 					seen[m.TransactionID]++
 				}
 				mu.Unlock()
+				if err := handle(b); err != nil {
+					t.Error(err)
+					return
+				}
 			}
 		}()
 	}
 	wg.Wait()
+	return seen
+}
+
+// checkEachDeliveredOnce fails unless seen holds want distinct ids, each once.
+func checkEachDeliveredOnce(t *testing.T, seen map[string]int, want int) {
+	t.Helper()
 	for id, n := range seen {
 		if n != 1 {
-			t.Errorf("%s delivered %d times", id, n)
+			t.Errorf("%s delivered %d times in a no-fault run", id, n)
 		}
 	}
-	if len(seen) != partitions*perPartition {
-		t.Fatalf("delivered %d distinct messages, want %d", len(seen), partitions*perPartition)
+	if len(seen) != want {
+		t.Fatalf("delivered %d distinct messages, want %d", len(seen), want)
 	}
+}
+
+func TestCompetingConsumersDeliverEveryMessageOnce(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	const partitions, perPartition = 8, 25
+	pushPartitions(t, e, q, partitions, perPartition)
+	var mu sync.Mutex
+	holding := map[string]bool{}
+	seen := drainConcurrently(t, 6, func(int) (*PopResult, error) {
+		return e.Pop(context.Background(), PopRequest{Queue: q, Batch: 5})
+	}, func(b *PopResult) error {
+		mu.Lock()
+		if holding[b.Partition] {
+			t.Errorf("partition %s held by two consumers at once", b.Partition)
+		}
+		holding[b.Partition] = true
+		mu.Unlock()
+		acks := make([]AckItem, len(b.Messages))
+		for i, m := range b.Messages {
+			acks[i] = ack(m, "completed")
+		}
+		mu.Lock()
+		holding[b.Partition] = false
+		mu.Unlock()
+		_, err := e.Ack(context.Background(), acks)
+		return err
+	})
+	checkEachDeliveredOnce(t, seen, partitions*perPartition)
+}
+
+// AutoAck pops from two brokers race on the same cursors: a cursor another
+// pop moved after a claim statement's snapshot must be left for a later pop,
+// never delivered from the stale position (a duplicate) nor written at it (a
+// cursor moved back).
+func TestCompetingAutoAckPopsAcrossBrokersDeliverEveryMessageOnce(t *testing.T) {
+	brokers := []*Engine{newEngine(t), newEngine(t)}
+	q := queueName(t)
+	const partitions, perPartition = 4, 60
+	pushPartitions(t, brokers[0], q, partitions, perPartition)
+	seen := drainConcurrently(t, 8, func(w int) (*PopResult, error) {
+		return brokers[w%2].Pop(context.Background(), PopRequest{Queue: q, Batch: 3, Partitions: 2, AutoAck: true})
+	}, func(*PopResult) error { return nil })
+	checkEachDeliveredOnce(t, seen, partitions*perPartition)
 	var committed int64
 	if err := brokers[0].pool.QueryRow(context.Background(), `SELECT sum(c.committed + 1) FROM lanes.consumers c
 		JOIN lanes.partitions p ON p.id = c.partition_id JOIN lanes.queues qu ON qu.id = p.queue_id
