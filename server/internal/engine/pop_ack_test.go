@@ -613,9 +613,9 @@ func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 	}
 }
 
-// Pops of a registered group claim in their first round trip; when new
-// partitions appear meanwhile the early claim is stale and must not keep its
-// locks while the pop seeds cursors, or two pops seeding the same new
+// Pops of a registered group claim in one round trip on a cached plan; when
+// new partitions appear meanwhile the plan is stale and its claim must not keep
+// its locks while the pop seeds cursors, or two pops seeding the same new
 // partitions deadlock (seen as 500s under load before the fix).
 func TestPopsSeedingNewPartitionsDoNotDeadlock(t *testing.T) {
 	e := newEngine(t)
