@@ -137,13 +137,12 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	if !ok {
 		return false, nil
 	}
-	conn, err := e.pool.Acquire(ctx)
+	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
 		return false, err
 	}
-	defer conn.Release()
-	tx := &connTx{conn: conn, open: true}
-	defer tx.rollbackUnlessDone()
+	defer done()
+	tx.open = true // begun by the batch below, which commits it too
 	var released, matched bool
 	var lastOffset int64
 	b := &pgx.Batch{}
@@ -167,7 +166,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 		return err
 	})
 	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return false, err
 	}
 	tx.open = false
@@ -191,17 +190,15 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	if plan.empty() {
 		return nil
 	}
-	conn, err := e.pool.Acquire(ctx)
+	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
-	tx := &connTx{conn: conn}
-	defer tx.rollbackUnlessDone()
+	defer done()
 	b := &pgx.Batch{}
 	beginHot(b)
 	plan.queueReads(b)
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	tx.open = true
@@ -214,7 +211,7 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	b = &pgx.Batch{}
 	plan.queueWrites(b)
 	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	tx.open = false

@@ -16,6 +16,22 @@ type connTx struct {
 	open bool
 }
 
+// acquireTx takes a pooled connection for a transaction begun and committed
+// inside pipelined batches; done rolls back what an error left open and hands
+// the connection back.
+func (e *Engine) acquireTx(ctx context.Context) (tx *connTx, done func(), err error) {
+	conn, err := e.pool.Acquire(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	tx = &connTx{conn: conn}
+	return tx, func() { tx.rollbackUnlessDone(); conn.Release() }, nil
+}
+
+func (t *connTx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	return t.conn.SendBatch(ctx, b)
+}
+
 func (t *connTx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
 	return t.conn.Exec(ctx, sql, args...)
 }

@@ -211,8 +211,6 @@ func subscriptionStart(req *PopRequest, now time.Time) (mode string, ts time.Tim
 
 type popQueue struct {
 	id               uuid.UUID
-	name             string
-	leaseTime        int
 	partitionVersion int64
 	registered       bool
 	mode             string
@@ -243,24 +241,24 @@ func (c *popPlanCache) get(queue, group string) (popQueue, bool) {
 	return q, ok
 }
 
-// remember stores the queue row and group state a general pop committed on,
-// unless the pop covered several queues (the only state a one-trip claim may
-// run on is one queue's, with the group registered and seeded).
-func (c *popPlanCache) remember(req *PopRequest, fresh []*popQueue) {
+// remember stores the queue row and group state a general pop committed on
+// (the group registered and seeded by then), unless the pop covered several
+// queues: a one-trip claim runs on one queue's.
+func (c *popPlanCache) remember(req *PopRequest, committed []*popQueue) {
 	if req.Queue == "" {
 		return
 	}
 	key := popPlanKey{req.Queue, req.Group}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(fresh) != 1 || !fresh[0].registered || fresh[0].seededVersion < fresh[0].partitionVersion {
+	if len(committed) != 1 {
 		delete(c.plans, key)
 		return
 	}
 	if c.plans == nil || len(c.plans) >= popPlanCacheMax {
 		c.plans = map[popPlanKey]popQueue{}
 	}
-	c.plans[key] = *fresh[0]
+	c.plans[key] = *committed[0]
 }
 
 // advanceFloor keeps a cached plan's claim floor up with the database's, so
@@ -330,13 +328,12 @@ func (e *Engine) popOnce(ctx context.Context, req *PopRequest) (*PopResult, erro
 // still holds (the group registered, seeded to the queue's partition version,
 // no seek or group delete since); otherwise it fails with errStalePopPlan.
 func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueue) (*PopResult, error) {
-	conn, err := e.pool.Acquire(ctx)
+	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Release()
-	tx := &connTx{conn: conn, open: true}
-	defer tx.rollbackUnlessDone()
+	defer done()
+	tx.open = true // begun by the batch below, which commits it too
 	leaseID := newLeaseID(req)
 	var d delivery
 	b := &pgx.Batch{}
@@ -344,10 +341,8 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 	if !req.AutoAck {
 		b.Queue(asyncCommitSQL)
 	}
-	sql, args := e.claimQuery(req, []*popQueue{&plan}, leaseID, true)
-	b.Queue(sql, args...).Query(d.scan)
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	e.queueClaimAndCommit(b, req, []*popQueue{&plan}, leaseID, true, &d)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) && pgErr.Code == stalePopPlanCode {
 			return nil, errStalePopPlan // rolled back by the deferred rollbackUnlessDone
@@ -363,13 +358,11 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 // scope with the group's subscription), then, after registering the group or
 // seeding cursors if it must, the claim statement and the commit.
 func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, error) {
-	conn, err := e.pool.Acquire(ctx)
+	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
 		return nil, err
 	}
-	defer conn.Release()
-	tx := &connTx{conn: conn}
-	defer tx.rollbackUnlessDone()
+	defer done()
 
 	var queues []*popQueue
 	var now time.Time
@@ -380,7 +373,7 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 	if !req.AutoAck {
 		b.Queue(asyncCommitSQL)
 	}
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	tx.open = true
@@ -429,18 +422,14 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 			if err := seedCursors(ctx, tx, req.Group, q); err != nil {
 				return nil, err
 			}
-			q.seededVersion = q.partitionVersion
 		}
-		q.registered = true
 	}
 
 	leaseID := newLeaseID(req)
 	var d delivery
 	b = &pgx.Batch{}
-	sql, args := e.claimQuery(req, queues, leaseID, false)
-	b.Queue(sql, args...).Query(d.scan)
-	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	e.queueClaimAndCommit(b, req, queues, leaseID, false, &d)
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
 	tx.open = false
@@ -450,6 +439,14 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 		e.popPlans.advanceFloor(req.Queue, req.Group, queues[0].claimEpoch, d.floor)
 	}
 	return e.deliver(req, leaseID, &d)
+}
+
+// queueClaimAndCommit adds the claim statement (claimQuery) and the commit to
+// b; d receives the statement's rows.
+func (e *Engine) queueClaimAndCommit(b *pgx.Batch, req *PopRequest, queues []*popQueue, leaseID string, guarded bool, d *delivery) {
+	sql, args := e.claimQuery(req, queues, leaseID, guarded)
+	b.Queue(sql, args...).Query(d.scan)
+	b.Queue("COMMIT")
 }
 
 // newLeaseID mints the lease a pop writes; an autoAck pop leases nothing.
@@ -571,7 +568,7 @@ func nullableUUID(s string) any {
 
 // popQueuesQuery selects the queues a pop covers with the group's stored subscription.
 func popQueuesQuery(req *PopRequest) (string, []any) {
-	const cols = `SELECT q.id, q.name, q.lease_time, q.partition_version,
+	const cols = `SELECT q.id, q.partition_version,
 			cg.queue_id IS NOT NULL, coalesce(cg.subscription_mode, ''), coalesce(cg.subscription_timestamp, now()), coalesce(cg.seeded_version, -1),
 			coalesce(cg.claim_floor::text::int8, 0), coalesce(cg.claim_epoch, 0)
 		FROM lanes.queues q
@@ -587,7 +584,7 @@ func scanPopQueues(rows pgx.Rows) ([]*popQueue, error) {
 	var out []*popQueue
 	for rows.Next() {
 		q := &popQueue{}
-		if err := rows.Scan(&q.id, &q.name, &q.leaseTime, &q.partitionVersion, &q.registered, &q.mode, &q.subscriptionTS, &q.seededVersion,
+		if err := rows.Scan(&q.id, &q.partitionVersion, &q.registered, &q.mode, &q.subscriptionTS, &q.seededVersion,
 			&q.claimFloor, &q.claimEpoch); err != nil {
 			return nil, err
 		}

@@ -264,13 +264,11 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	w := e.newCachedPushWrite(slots, false)
 	w.unprobed = w.knownIDs != nil && time.Now().UnixNano() > e.unprobedPausedUntil.Load()
 
-	conn, err := e.pool.Acquire(ctx)
+	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
 		return err
 	}
-	defer conn.Release()
-	tx := &connTx{conn: conn}
-	defer tx.rollbackUnlessDone()
+	defer done()
 
 	b := &pgx.Batch{}
 	beginHot(b)
@@ -278,7 +276,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		// One round trip: nothing in the write depends on what the lock reads.
 		w.queueOneTrip(b)
 		b.Queue("COMMIT")
-		if err := conn.SendBatch(ctx, b).Close(); err != nil {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode {
 				return fmt.Errorf("push: %s: %w", pgErr.Message, errPartitionGone)
@@ -290,7 +288,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		return nil
 	}
 	w.queueLock(b)
-	br := conn.SendBatch(ctx, b)
+	br := tx.SendBatch(ctx, b)
 	err = func() error {
 		defer br.Close()
 		for range 2 { // BEGIN, SET LOCAL
@@ -307,7 +305,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	b = &pgx.Batch{}
 	w.queueWrites(b)
 	b.Queue("COMMIT")
-	if err := conn.SendBatch(ctx, b).Close(); err != nil {
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
 	}
 	tx.open = false
