@@ -278,37 +278,6 @@ type consumerRow struct {
 // ackSummary tells a transaction bundle whether any ack was rejected.
 type ackSummary struct{ rejected bool }
 
-// applyAcks resolves and applies items inside a caller's transaction (a
-// bundle); it locks consumer rows in (partition_id, consumer_group) order. It
-// fills results and reports whether any item was rejected, so the bundle can
-// roll back.
-
-func applyAcks(ctx context.Context, tx pgx.Tx, items []AckItem, results []AckResult, leases *leaseIndex) (ackSummary, error) {
-	plan := planAcks(items, results, leases)
-	if plan.empty() {
-		return plan.sum, nil
-	}
-	b := &pgx.Batch{}
-	plan.queueReads(b)
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		return plan.sum, err
-	}
-	dlqs := plan.apply(items, results)
-	b = &pgx.Batch{}
-	plan.queueWrites(b)
-	if b.Len() > 0 {
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
-			return plan.sum, err
-		}
-	}
-	if len(dlqs) > 0 {
-		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
-			return plan.sum, err
-		}
-	}
-	return plan.sum, nil
-}
-
 type cursorKey struct {
 	p uuid.UUID
 	g string
@@ -376,6 +345,41 @@ func planAcks(items []AckItem, results []AckResult, leases *leaseIndex) *ackPlan
 }
 
 func (p *ackPlan) empty() bool { return len(p.keys) == 0 }
+
+// withBundleLeases gives each bundle ack that names no lease the lease holding
+// its cursor (read under lock by queueReads), else the bundle's single
+// required lease, else none (a lease-less ack), and regroups the plan by
+// lease. Acks naming no lease were resolved through lanes.txns in the same
+// reads, so the regrouped plan needs no further round trip.
+func (p *ackPlan) withBundleLeases(items []AckItem, results []AckResult, required string, leases *leaseIndex) *ackPlan {
+	changed := false
+	for i := range items {
+		if items[i].LeaseID != "" {
+			continue
+		}
+		pid, err := uuid.Parse(items[i].PartitionID)
+		if err != nil {
+			continue
+		}
+		if row := p.rows[cursorKey{pid, ackGroup(items[i])}]; row != nil && row.leaseID != "" {
+			items[i].LeaseID = row.leaseID
+		} else {
+			items[i].LeaseID = required
+		}
+		changed = changed || items[i].LeaseID != ""
+	}
+	if !changed {
+		return p
+	}
+	regrouped := planAcks(items, results, leases)
+	regrouped.rows = p.rows
+	for k, off := range p.offsets {
+		if _, ok := regrouped.offsets[k]; !ok {
+			regrouped.offsets[k] = off
+		}
+	}
+	return regrouped
+}
 
 // queueReads locks every cursor row once, in key order, and resolves the
 // transaction ids the lease index did not; both go out in one round trip.

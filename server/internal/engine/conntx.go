@@ -94,3 +94,10 @@ type dbtx interface {
 	Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error)
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
+
+// batchTx is what the kv and timer riders need from a transaction: a
+// pipelined connTx (transaction bundles) or a pgx.Tx.
+type batchTx interface {
+	dbtx
+	SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults
+}

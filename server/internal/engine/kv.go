@@ -304,7 +304,7 @@ type kvState struct {
 // hash covers keys that do not exist yet, so two writers of the same absent
 // key serialize instead of both inserting. Ops are applied in order in memory,
 // so a read after a write in the same call sees the write.
-func applyKV(ctx context.Context, tx pgx.Tx, ops []KVOp) ([]KVResult, *KVPreconditionError, error) {
+func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPreconditionError, error) {
 	if len(ops) == 0 {
 		return nil, nil, nil
 	}
@@ -621,7 +621,7 @@ func compactJSON(v json.RawMessage) json.RawMessage {
 }
 
 // writeKVState writes every changed key in one round trip: one upsert, one delete.
-func writeKVState(ctx context.Context, tx pgx.Tx, state map[kvKey]*kvState) error {
+func writeKVState(ctx context.Context, tx batchTx, state map[kvKey]*kvState) error {
 	keys := make([]kvKey, 0, len(state))
 	for k, s := range state {
 		if s.dirty {

@@ -576,40 +576,58 @@ func TestRepeatPopsRunInOneTripAndFallBackOnStalePlans(t *testing.T) {
 
 // An ack that releases a lease on a partition that still holds messages wakes
 // a parked pop of the group at once, instead of leaving the backlog to its
-// next re-check (which backs off to a second).
+// next re-check (which backs off to a second): a plain ack, and an ack inside
+// a transaction bundle.
 func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
-	e := newEngine(t)
-	q := queueName(t)
-	mustPush(t, e, items(q, "p", "first", "second")...)
-	held := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 60})
-	if len(held.Messages) != 1 {
-		t.Fatalf("pop: %+v", held.Messages)
-	}
-	type popped struct {
-		res *PopResult
-		err error
-		at  time.Time
-	}
-	done := make(chan popped, 1)
-	go func() {
-		res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
-		done <- popped{res, err, time.Now()}
-	}()
-	// Parked long enough for its re-check interval to have backed off past 800 ms.
-	time.Sleep(1800 * time.Millisecond)
-	select {
-	case p := <-done:
-		t.Fatalf("the parked pop returned while the partition was leased: %+v %v", p.res, p.err)
-	default:
-	}
-	ackedAt := time.Now()
-	mustAck(t, e, AckItem{TransactionID: "first", PartitionID: held.PartitionID.String(), LeaseID: held.LeaseID})
-	p := <-done
-	if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "second" {
-		t.Fatalf("parked pop: %+v %v", p.res, p.err)
-	}
-	if waited := p.at.Sub(ackedAt); waited > 400*time.Millisecond {
-		t.Fatalf("the parked pop took %v after the ack; the ack should have woken it", waited)
+	for _, tc := range []struct {
+		name    string
+		release func(t *testing.T, e *Engine, held *PopResult)
+	}{
+		{"ack", func(t *testing.T, e *Engine, held *PopResult) {
+			mustAck(t, e, AckItem{TransactionID: "first", PartitionID: held.PartitionID.String(), LeaseID: held.LeaseID})
+		}},
+		{"transaction bundle", func(t *testing.T, e *Engine, held *PopResult) {
+			mustTransaction(t, e, TransactionRequest{Ops: []TxOp{
+				ackOp(0, held.Messages[0], "", held.LeaseID),
+				pushOp(1, queueName(t)+"-next", "p", "first-next", 1),
+			}})
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			e := newEngine(t)
+			q := queueName(t)
+			mustPush(t, e, items(q, "p", "first", "second")...)
+			held := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 60})
+			if len(held.Messages) != 1 {
+				t.Fatalf("pop: %+v", held.Messages)
+			}
+			type popped struct {
+				res *PopResult
+				err error
+				at  time.Time
+			}
+			done := make(chan popped, 1)
+			go func() {
+				res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+				done <- popped{res, err, time.Now()}
+			}()
+			// Parked long enough for its re-check interval to have backed off past 800 ms.
+			time.Sleep(1800 * time.Millisecond)
+			select {
+			case p := <-done:
+				t.Fatalf("the parked pop returned while the partition was leased: %+v %v", p.res, p.err)
+			default:
+			}
+			releasedAt := time.Now()
+			tc.release(t, e, held)
+			p := <-done
+			if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "second" {
+				t.Fatalf("parked pop: %+v %v", p.res, p.err)
+			}
+			if waited := p.at.Sub(releasedAt); waited > 400*time.Millisecond {
+				t.Fatalf("the parked pop took %v after the release; the release should have woken it", waited)
+			}
+		})
 	}
 }
 

@@ -423,7 +423,7 @@ type pushPartition struct {
 //	wake       → after commit, wake this broker's parked pops
 //
 // Lock order: a caller that also locks consumer rows (transaction bundles)
-// does so after queueWrites, never before queueLock.
+// does so after queueLock, never before it.
 type pushWrite struct {
 	slots []pushSlot
 	// firstWins makes a repeated transaction id within the write a duplicate

@@ -169,7 +169,7 @@ type timerState struct {
 // key in hash order, read the rows) then (upsert and delete what changed).
 // The firing loop never takes these advisory locks: it claims rows with SKIP
 // LOCKED, so a schedule racing a fire waits for it and then finds the row gone.
-func applyTimers(ctx context.Context, tx pgx.Tx, ops []TimerOp) ([]TimerResult, error) {
+func applyTimers(ctx context.Context, tx batchTx, ops []TimerOp) ([]TimerResult, error) {
 	if len(ops) == 0 {
 		return nil, nil
 	}
@@ -254,7 +254,7 @@ func applyTimers(ctx context.Context, tx pgx.Tx, ops []TimerOp) ([]TimerResult, 
 	return results, writeTimerState(ctx, tx, state, now)
 }
 
-func writeTimerState(ctx context.Context, tx pgx.Tx, state map[timerKey]*timerState, now time.Time) error {
+func writeTimerState(ctx context.Context, tx batchTx, state map[timerKey]*timerState, now time.Time) error {
 	keys := make([]timerKey, 0, len(state))
 	for k, s := range state {
 		if s.dirty {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"strings"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -73,11 +72,11 @@ type TransactionResult struct {
 //  2. timer keys   advisory locks (timerLockClass, hash) ascending, then the rows
 //  3. provision    missing queue and partition rows
 //  4. partitions   of every push, ascending by id, FOR UPDATE (as a plain push)
-//  5. pushes       segments, txns, last_offset
-//  6. consumers    of every ack, ascending (partition_id, consumer_group) (as a plain ack)
+//  5. consumers    of every ack, ascending (partition_id, consumer_group) (as a plain ack)
 //
-// A plain push takes only 3–5, an ack only 6, a pop only consumer rows with
-// SKIP LOCKED, the timer loop timer rows with SKIP LOCKED then 3–5.
+// and then writes segments, txns, last_offset and the cursors under those
+// locks. A plain push takes only 3–4, an ack only 5, a pop only consumer rows
+// with SKIP LOCKED, the timer loop timer rows with SKIP LOCKED then 3–4.
 // A duplicate push, a rejected ack, a lost required kv precondition or a timer
 // beyond the horizon rolls everything back; that is a result, not an error.
 func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*TransactionResult, error) {
@@ -117,96 +116,11 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		}
 		return nil, err
 	}
-	requiredLease := singleLease(req.RequiredLeases)
-
-	var w *pushWrite
-	bundle := func(tx pgx.Tx) error {
-		res.Success, res.Reason, res.Error, res.KVFailure = false, "", "", nil
-		res.Results = res.Results[:0]
-		var err error
-		var lost *KVPreconditionError
-		if res.KV, lost, err = applyKV(ctx, tx, req.KV); err != nil {
-			return err
-		}
-		if lost != nil {
-			res.KVFailure = lost
-			res.fail(TxReasonKVPrecondition, lost.Error())
-			return errRollback
-		}
-		if res.Timers, err = applyTimers(ctx, tx, req.Timers); err != nil {
-			return err
-		}
-
-		pushResults := make([]PushResult, len(pushes))
-		slots := make([]pushSlot, len(pushes))
-		for j, i := range pushes {
-			item := *req.Ops[i].Push
-			pushResults[j] = PushResult{Index: req.Ops[i].Index, TransactionID: item.TransactionID, Queue: item.Queue}
-			slots[j] = pushSlot{item: &item, result: &pushResults[j]}
-		}
-		if len(slots) > 0 {
-			w = e.newCachedPushWrite(slots, true)
-			if err := w.lockInTx(ctx, tx); err != nil {
-				return err
-			}
-			if si, dup := w.duplicateInLog(); dup {
-				it := slots[si].item
-				res.fail(TxReasonDuplicate, fmt.Sprintf("duplicate push: transactionId %q is already in %s/%s",
-					it.TransactionID, it.Queue, it.Partition))
-				return errRollback
-			}
-			b := &pgx.Batch{}
-			w.queueWrites(b)
-			if b.Len() > 0 {
-				if err := tx.SendBatch(ctx, b).Close(); err != nil {
-					return err
-				}
-			}
-		}
-
-		ackItems := make([]AckItem, len(acks))
-		for j, i := range acks {
-			ackItems[j] = *req.Ops[i].Ack
-		}
-		if err := resolveBundleLeases(ctx, tx, ackItems, requiredLease); err != nil {
-			return err
-		}
-		ackResults := make([]AckResult, len(ackItems))
-		for j := range ackItems {
-			ackResults[j] = AckResult{Index: req.Ops[acks[j]].Index, TransactionID: ackItems[j].TransactionID}
-		}
-		if len(ackItems) > 0 {
-			sum, err := applyAcks(ctx, tx, ackItems, ackResults, e.leases)
-			if err != nil {
-				return err
-			}
-			if sum.rejected {
-				res.fail(TxReasonAckRejected, firstAckError(ackResults))
-				return errRollback
-			}
-		}
-
-		// Results in request order: pushes and acks interleave as the operations did.
-		pi, ai := 0, 0
-		for i := range req.Ops {
-			if req.Ops[i].Push != nil {
-				r := pushResults[pi]
-				res.Results = append(res.Results, TxOpResult{Index: req.Ops[i].Index, Push: &r,
-					Duplicate: r.Status == PushDuplicate})
-				pi++
-			} else {
-				r := ackResults[ai]
-				res.Results = append(res.Results, TxOpResult{Index: req.Ops[i].Index, Ack: &r})
-				ai++
-			}
-		}
-		res.Success = true
-		return nil
-	}
-	err := e.retryTx(ctx, bundle)
+	run := &bundleRun{req: &req, pushes: pushes, acks: acks, requiredLease: singleLease(req.RequiredLeases), res: res}
+	err := run.withRetry(ctx, e)
 	if e.forgetStalePartitions(err) {
 		// A cached partition's queue was deleted: run again, provisioning.
-		err = e.retryTx(ctx, bundle)
+		err = run.withRetry(ctx, e)
 	}
 	switch {
 	case errors.Is(err, errRollback):
@@ -221,11 +135,180 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		}
 		return nil, err
 	}
-	if w != nil && res.Success {
-		e.knownPartitions.add(w.parts)
-		w.wake(e)
+	if run.write != nil {
+		e.knownPartitions.add(run.write.parts)
+		run.write.wake(e)
+	}
+	if run.ackPlan != nil {
+		run.ackPlan.afterRelease(e.waiters, e.leases)
 	}
 	return res, nil
+}
+
+// bundleRun is one bundle's work and what its last attempt wrote.
+type bundleRun struct {
+	req           *TransactionRequest
+	pushes, acks  []int // indexes into req.Ops
+	requiredLease string
+	res           *TransactionResult
+	write         *pushWrite // the committed attempt's push write
+	ackPlan       *ackPlan   // the committed attempt's acks
+}
+
+// withRetry runs attempts while they fail with a serialization failure or a
+// deadlock, three at most.
+func (r *bundleRun) withRetry(ctx context.Context, e *Engine) error {
+	var err error
+	for range 3 {
+		if err = r.attempt(ctx, e); err == nil || !isRetryableTxError(err) {
+			return err
+		}
+	}
+	return err
+}
+
+// attempt runs the bundle in one transaction. Pushes and acks take two round
+// trips: (begin, lock the push partitions and probe their dedup windows, lock
+// and read the ack cursors) and (write segments, txns and cursors, commit); kv
+// and timer riders come first, as the lock order has them, in round trips of
+// their own. A duplicate push, a rejected ack or a lost kv precondition
+// returns errRollback with the verdict in r.res.
+func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
+	res, req := r.res, r.req
+	res.Success, res.Reason, res.Error, res.KVFailure = false, "", "", nil
+	res.Results = res.Results[:0]
+	r.write, r.ackPlan = nil, nil
+
+	tx, done, err := e.acquireTx(ctx)
+	if err != nil {
+		return err
+	}
+	defer done()
+	b := &pgx.Batch{}
+	b.Queue("BEGIN")
+	if len(req.KV) > 0 || len(req.Timers) > 0 {
+		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+			return err
+		}
+		tx.open = true
+		var lost *KVPreconditionError
+		if res.KV, lost, err = applyKV(ctx, tx, req.KV); err != nil {
+			return err
+		}
+		if lost != nil {
+			res.KVFailure = lost
+			res.fail(TxReasonKVPrecondition, lost.Error())
+			return errRollback
+		}
+		if res.Timers, err = applyTimers(ctx, tx, req.Timers); err != nil {
+			return err
+		}
+		b = &pgx.Batch{}
+	}
+	leading := b.Len()
+	// Set after the riders: their statements are not written for these settings.
+	b.Queue(hotPlanSettings)
+	leading++
+
+	pushResults := make([]PushResult, len(r.pushes))
+	var w *pushWrite
+	if len(r.pushes) > 0 {
+		slots := make([]pushSlot, len(r.pushes))
+		for j, i := range r.pushes {
+			item := *req.Ops[i].Push
+			pushResults[j] = PushResult{Index: req.Ops[i].Index, TransactionID: item.TransactionID, Queue: item.Queue}
+			slots[j] = pushSlot{item: &item, result: &pushResults[j]}
+		}
+		w = e.newCachedPushWrite(slots, true)
+		w.queueLock(b)
+	}
+	ackItems := make([]AckItem, len(r.acks))
+	ackResults := make([]AckResult, len(r.acks))
+	for j, i := range r.acks {
+		ackItems[j] = *req.Ops[i].Ack
+		ackItems[j].Group = ackGroup(ackItems[j])
+		ackResults[j] = AckResult{Index: req.Ops[i].Index, TransactionID: ackItems[j].TransactionID}
+	}
+	var acks *ackPlan
+	if len(ackItems) > 0 {
+		// Cursors are locked after the push partitions, as the lock order has it.
+		acks = planAcks(ackItems, ackResults, e.leases)
+		if !acks.empty() {
+			acks.queueReads(b)
+		}
+	}
+	br := tx.SendBatch(ctx, b)
+	tx.open = true
+	err = func() error {
+		defer br.Close()
+		for range leading {
+			if _, err := br.Exec(); err != nil {
+				return err
+			}
+		}
+		if w != nil {
+			if err := w.readLock(br); err != nil {
+				return err
+			}
+		}
+		return br.Close() // runs the ack reads' callbacks
+	}()
+	if err != nil {
+		return err
+	}
+
+	if w != nil {
+		if si, dup := w.duplicateInLog(); dup {
+			it := w.slots[si].item
+			res.fail(TxReasonDuplicate, fmt.Sprintf("duplicate push: transactionId %q is already in %s/%s",
+				it.TransactionID, it.Queue, it.Partition))
+			return errRollback
+		}
+	}
+	var dlqs []dlqFiling
+	if acks != nil {
+		acks = acks.withBundleLeases(ackItems, ackResults, r.requiredLease, e.leases)
+		dlqs = acks.apply(ackItems, ackResults)
+		if acks.sum.rejected {
+			res.fail(TxReasonAckRejected, firstAckError(ackResults))
+			return errRollback
+		}
+	}
+	if len(dlqs) > 0 {
+		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
+			return err
+		}
+	}
+	b = &pgx.Batch{}
+	if w != nil {
+		w.queueWrites(b)
+	}
+	if acks != nil {
+		acks.queueWrites(b)
+	}
+	b.Queue("COMMIT")
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	tx.open = false
+
+	// Results in request order: pushes and acks interleave as the operations did.
+	pi, ai := 0, 0
+	for i := range req.Ops {
+		if req.Ops[i].Push != nil {
+			pr := pushResults[pi]
+			res.Results = append(res.Results, TxOpResult{Index: req.Ops[i].Index, Push: &pr,
+				Duplicate: pr.Status == PushDuplicate})
+			pi++
+		} else {
+			ar := ackResults[ai]
+			res.Results = append(res.Results, TxOpResult{Index: req.Ops[i].Index, Ack: &ar})
+			ai++
+		}
+	}
+	res.Success = true
+	r.write, r.ackPlan = w, acks
+	return nil
 }
 
 func (r *TransactionResult) fail(reason, msg string) *TransactionResult {
@@ -265,70 +348,6 @@ func singleLease(leases []string) string {
 		one = l
 	}
 	return one
-}
-
-// resolveBundleLeases fills the lease of acks that name none: the current
-// holder of the (partition, group) cursor, else the single distinct value of
-// requiredLeases, else none (lease-less). The check itself happens under the
-// cursor lock in applyAcks, so a lease that expired or moved meanwhile rejects.
-func resolveBundleLeases(ctx context.Context, tx pgx.Tx, items []AckItem, required string) error {
-	var pids []uuid.UUID
-	var groups []string
-	for i := range items {
-		if items[i].Group == "" {
-			items[i].Group = QueueModeGroup
-		}
-		if items[i].LeaseID != "" {
-			continue
-		}
-		if pid, err := uuid.Parse(items[i].PartitionID); err == nil {
-			pids = append(pids, pid)
-			groups = append(groups, items[i].Group)
-		}
-	}
-	if len(pids) == 0 {
-		return nil
-	}
-	type cg struct {
-		p uuid.UUID
-		g string
-	}
-	holders := map[cg]string{}
-	rows, err := tx.Query(ctx, `SELECT c.partition_id, c.consumer_group, c.lease_id::text
-		FROM unnest($1::uuid[], $2::text[]) AS x(pid, g)
-		JOIN lanes.consumers c ON c.partition_id = x.pid AND c.consumer_group = x.g
-		WHERE c.lease_id IS NOT NULL`, uuidArray(pids), groups)
-	if err != nil {
-		return err
-	}
-	for rows.Next() {
-		var k cg
-		var lease string
-		if err := rows.Scan(&k.p, &k.g, &lease); err != nil {
-			rows.Close()
-			return err
-		}
-		holders[k] = lease
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return err
-	}
-	for i := range items {
-		if items[i].LeaseID != "" {
-			continue
-		}
-		pid, err := uuid.Parse(items[i].PartitionID)
-		if err != nil {
-			continue
-		}
-		if h, ok := holders[cg{pid, items[i].Group}]; ok {
-			items[i].LeaseID = h
-		} else {
-			items[i].LeaseID = required
-		}
-	}
-	return nil
 }
 
 func firstAckError(results []AckResult) string {
