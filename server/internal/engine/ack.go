@@ -102,38 +102,89 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 	return results, nil
 }
 
-// ackInOneTrip commits, in one round trip, the common ack: every item
-// completes a message that one lease of this broker delivered from one
-// partition, all above the cursor (so the lease index resolves them and the
-// clamp rule comes down to "the cursor moves to the highest, the lease goes
-// when that is the batch end"). The UPDATE's WHERE clause checks in the
-// database what the answer then follows from: the lease is the cursor's and
-// live, the cursor is below every item, the batch end at or above the highest.
-// Anything else (another lease state, a nack, an id the index lacks) reports
-// done false and the ack runs the general way.
-func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []AckResult) (bool, error) {
+// indexedAck is an ack request every item of which completes a message that
+// one lease of this broker delivered from one partition: the lease index
+// resolves them to the span [lo, hi].
+type indexedAck struct {
+	partition    uuid.UUID
+	group, lease string
+	queue        string
+	lo, hi       int64
+}
+
+// resolveIndexedAck reports whether items form an indexedAck; an item naming
+// no lease takes defaultLease.
+func resolveIndexedAck(items []AckItem, leases *leaseIndex, defaultLease string) (indexedAck, bool) {
 	first := items[0]
-	if first.LeaseID == "" {
-		return false, nil
+	lease := first.LeaseID
+	if lease == "" {
+		lease = defaultLease
+	}
+	if lease == "" {
+		return indexedAck{}, false
 	}
 	partition, err := uuid.Parse(first.PartitionID)
 	if err != nil {
-		return false, nil
+		return indexedAck{}, false
 	}
 	group := ackGroup(first)
 	txns := make([]string, len(items))
 	for i, it := range items {
-		if it.LeaseID != first.LeaseID || it.Group != first.Group || NormalizeAckStatus(it.Status) != AckCompleted {
-			return false, nil
+		itemLease := it.LeaseID
+		if itemLease == "" {
+			itemLease = defaultLease
+		}
+		if itemLease != lease || ackGroup(it) != group || NormalizeAckStatus(it.Status) != AckCompleted {
+			return indexedAck{}, false
 		}
 		if it.PartitionID != first.PartitionID {
 			if p, err := uuid.Parse(it.PartitionID); err != nil || p != partition {
-				return false, nil
+				return indexedAck{}, false
 			}
 		}
 		txns[i] = it.TransactionID
 	}
-	queue, lo, hi, ok := e.leases.resolveAll(first.LeaseID, partition, txns)
+	queue, lo, hi, ok := leases.resolveAll(lease, partition, txns)
+	if !ok {
+		return indexedAck{}, false
+	}
+	return indexedAck{partition: partition, group: group, lease: lease, queue: queue, lo: lo, hi: hi}, true
+}
+
+// ackOneTripSQL commits an indexedAck: the clamp rule comes down to "the
+// cursor moves to hi ($3), the lease goes when that is the batch end". Its
+// WHERE clause checks in the database what that follows from: the lease ($4)
+// is the cursor's and live, the cursor is below lo ($5), the batch end at or
+// above hi. It returns one row when it moved the cursor, none otherwise.
+const ackOneTripSQL = `UPDATE lanes.consumers c SET committed = $3,
+		lease_id = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_id END,
+		lease_expires_at = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
+		retry_count = CASE WHEN $3 >= c.batch_end THEN 0 ELSE c.retry_count END,
+		total_consumed = c.total_consumed + ($3 - c.committed),
+		last_consumed_at = now()
+	WHERE c.partition_id = $1 AND c.consumer_group = $2
+	  AND c.lease_id = $4::uuid AND c.lease_expires_at > now()
+	  AND c.committed < $5 AND c.batch_end >= $3
+	RETURNING c.lease_id IS NULL AS released, (SELECT p.last_offset FROM lanes.partitions p WHERE p.id = c.partition_id) AS last_offset`
+
+func (a indexedAck) args() []any {
+	return []any{a.partition, a.group, a.hi, a.lease, a.lo}
+}
+
+// committed follows the commit of a: the lease's index entries go when it
+// released the lease, and a parked pop of the group wakes if the partition
+// still holds messages.
+func (a indexedAck) committed(e *Engine, released bool, lastOffset int64) {
+	if released {
+		leaseReleased(e.waiters, e.leases, a.lease, a.partition, a.queue, a.group, lastOffset > a.hi)
+	}
+}
+
+// ackInOneTrip commits, in one round trip, the common ack: an indexedAck
+// (ackOneTripSQL). Anything else (another lease state, a nack, an id the index
+// lacks) reports done false and the ack runs the general way.
+func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []AckResult) (bool, error) {
+	ack, ok := resolveIndexedAck(items, e.leases, "")
 	if !ok {
 		return false, nil
 	}
@@ -147,17 +198,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	var lastOffset int64
 	b := &pgx.Batch{}
 	beginHot(b)
-	b.Queue(`UPDATE lanes.consumers c SET committed = $3,
-			lease_id = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_id END,
-			lease_expires_at = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
-			retry_count = CASE WHEN $3 >= c.batch_end THEN 0 ELSE c.retry_count END,
-			total_consumed = c.total_consumed + ($3 - c.committed),
-			last_consumed_at = now()
-		WHERE c.partition_id = $1 AND c.consumer_group = $2
-		  AND c.lease_id = $4::uuid AND c.lease_expires_at > now()
-		  AND c.committed < $5 AND c.batch_end >= $3
-		RETURNING c.lease_id IS NULL, (SELECT p.last_offset FROM lanes.partitions p WHERE p.id = c.partition_id)`,
-		partition, group, hi, first.LeaseID, lo).QueryRow(func(row pgx.Row) error {
+	b.Queue(ackOneTripSQL, ack.args()...).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&released, &lastOffset)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil
@@ -176,9 +217,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	for i := range results {
 		results[i].Success, results[i].LeaseReleased = true, released
 	}
-	if released {
-		leaseReleased(e.waiters, e.leases, first.LeaseID, partition, queue, group, lastOffset > hi)
-	}
+	ack.committed(e, released, lastOffset)
 	return true, nil
 }
 

@@ -26,6 +26,9 @@ type HotPathStats struct {
 	// PopsOneTrip and PopsGeneral count pop transactions committed in one
 	// round trip on a cached plan (popInOneTrip) and the general way.
 	PopsOneTrip, PopsGeneral uint64
+	// BundlesOneTrip and BundlesGeneral count transaction bundles committed in
+	// one round trip (bundleRun.inOneTrip) and the general way.
+	BundlesOneTrip, BundlesGeneral uint64
 }
 
 // HotPathStats reads the counters since the engine started.
@@ -33,13 +36,15 @@ func (e *Engine) HotPathStats() HotPathStats {
 	return HotPathStats{AcksOneTrip: e.hot.acksOneTrip.Load(), AcksGeneral: e.hot.acksGeneral.Load(),
 		UnprobedPushConflicts: e.hot.unprobedConflicts.Load(),
 		PushCommitsOneTrip:    e.hot.pushOneTrip.Load(), PushCommitsGeneral: e.hot.pushGeneral.Load(),
-		PopsOneTrip: e.hot.popsOneTrip.Load(), PopsGeneral: e.hot.popsGeneral.Load()}
+		PopsOneTrip: e.hot.popsOneTrip.Load(), PopsGeneral: e.hot.popsGeneral.Load(),
+		BundlesOneTrip: e.hot.bundlesOneTrip.Load(), BundlesGeneral: e.hot.bundlesGeneral.Load()}
 }
 
 type hotPathCounters struct {
 	acksOneTrip, acksGeneral, unprobedConflicts atomic.Uint64
 	pushOneTrip, pushGeneral                    atomic.Uint64
 	popsOneTrip, popsGeneral                    atomic.Uint64
+	bundlesOneTrip, bundlesGeneral              atomic.Uint64
 }
 
 // QueueLag is the backlog of one consumer group on one queue: messages past

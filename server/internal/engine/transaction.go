@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -117,10 +118,13 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		return nil, err
 	}
 	run := &bundleRun{req: &req, pushes: pushes, acks: acks, requiredLease: singleLease(req.RequiredLeases), res: res}
-	err := run.withRetry(ctx, e)
-	if e.forgetStalePartitions(err) {
-		// A cached partition's queue was deleted: run again, provisioning.
+	oneTrip, err := run.inOneTrip(ctx, e)
+	if err == nil && !oneTrip {
 		err = run.withRetry(ctx, e)
+		if e.forgetStalePartitions(err) {
+			// A cached partition's queue was deleted: run again, provisioning.
+			err = run.withRetry(ctx, e)
+		}
 	}
 	switch {
 	case errors.Is(err, errRollback):
@@ -135,13 +139,12 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		}
 		return nil, err
 	}
-	if run.write != nil {
-		e.knownPartitions.add(run.write.parts)
-		run.write.wake(e)
+	if oneTrip {
+		e.hot.bundlesOneTrip.Add(1)
+	} else {
+		e.hot.bundlesGeneral.Add(1)
 	}
-	if run.ackPlan != nil {
-		run.ackPlan.afterRelease(e.waiters, e.leases)
-	}
+	run.committed(e)
 	return res, nil
 }
 
@@ -151,8 +154,137 @@ type bundleRun struct {
 	pushes, acks  []int // indexes into req.Ops
 	requiredLease string
 	res           *TransactionResult
-	write         *pushWrite // the committed attempt's push write
-	ackPlan       *ackPlan   // the committed attempt's acks
+	// committed wakes parked pops for what the committed attempt pushed and
+	// released, and updates the broker's caches.
+	committed func(e *Engine)
+}
+
+// ackLeaseMismatchCode is the SQLSTATE lanes.expect_ack raises when a bundle's
+// one-statement ack finds the cursor other than the lease index says.
+const ackLeaseMismatchCode = "LN003"
+
+// inOneTrip commits, in one round trip, the common bundle: pushes to
+// partitions this broker knows, each transaction id once per partition and bet
+// new (as an unprobed push write, pushOneTripSQL), and acks that complete
+// messages of one lease this broker granted, from one partition, all above the
+// cursor (an indexedAck, as a plain ack's ackInOneTrip). What the verdicts
+// follow from is checked in the database, and a failed check aborts the whole
+// transaction: a stored transaction id on txns_pkey, a partition gone in
+// lanes.expect_partitions, a cursor not as the lease index says in
+// lanes.expect_ack. Nothing is then committed and done is false: the bundle
+// runs the general way, which gives the verdict.
+func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err error) {
+	req := r.req
+	if len(req.KV) > 0 || len(req.Timers) > 0 {
+		return false, nil
+	}
+	var ack indexedAck
+	ackItems := make([]AckItem, len(r.acks))
+	for j, i := range r.acks {
+		ackItems[j] = *req.Ops[i].Ack
+	}
+	if len(ackItems) > 0 {
+		var ok bool
+		if ack, ok = resolveIndexedAck(ackItems, e.leases, r.requiredLease); !ok {
+			return false, nil
+		}
+	}
+	pushResults := make([]PushResult, len(r.pushes))
+	var w *pushWrite
+	if len(r.pushes) > 0 {
+		if time.Now().UnixNano() <= e.unprobedPausedUntil.Load() {
+			return false, nil
+		}
+		w = e.newCachedPushWrite(r.pushSlots(pushResults), true)
+		if w.knownIDs == nil || !w.fitsOneTrip() {
+			return false, nil
+		}
+		w.unprobed = true
+	}
+
+	tx, release, err := e.acquireTx(ctx)
+	if err != nil {
+		return false, err
+	}
+	defer release()
+	tx.open = true // begun by the batch below, which commits it too
+	b := &pgx.Batch{}
+	beginHot(b)
+	if w != nil {
+		w.queueOneTrip(b)
+	}
+	var released bool
+	var lastOffset int64
+	if len(ackItems) > 0 {
+		b.Queue(`WITH acked AS (`+ackOneTripSQL+`)
+			SELECT lanes.expect_ack(count(*) = 1), coalesce(bool_or(a.released), false), coalesce(max(a.last_offset), 0)
+			FROM acked a`, ack.args()...).QueryRow(func(row pgx.Row) error {
+			var matched bool
+			return row.Scan(&matched, &released, &lastOffset)
+		})
+	}
+	b.Queue("COMMIT")
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		var pgErr *pgconn.PgError
+		switch {
+		case errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode:
+			e.knownPartitions.clear()
+			return false, nil
+		case errors.As(err, &pgErr) && pgErr.Code == ackLeaseMismatchCode,
+			e.pauseUnprobedWrites(err), isRetryableTxError(err):
+			return false, nil
+		}
+		return false, err
+	}
+	tx.open = false
+
+	ackResults := make([]AckResult, len(ackItems))
+	for j, i := range r.acks {
+		ackResults[j] = AckResult{Index: req.Ops[i].Index, TransactionID: ackItems[j].TransactionID, Success: true, LeaseReleased: released}
+	}
+	r.collectResults(pushResults, ackResults)
+	r.committed = func(e *Engine) {
+		if w != nil {
+			w.wake(e)
+		}
+		if len(ackItems) > 0 {
+			ack.committed(e, released, lastOffset)
+		}
+	}
+	return true, nil
+}
+
+// pushSlots gives each push of the bundle its slot, with its verdict going to
+// results.
+func (r *bundleRun) pushSlots(results []PushResult) []pushSlot {
+	slots := make([]pushSlot, len(r.pushes))
+	for j, i := range r.pushes {
+		op := r.req.Ops[i]
+		item := *op.Push
+		results[j] = PushResult{Index: op.Index, TransactionID: item.TransactionID, Queue: item.Queue}
+		slots[j] = pushSlot{item: &item, result: &results[j]}
+	}
+	return slots
+}
+
+// collectResults reports a committed bundle: its results in request order,
+// pushes and acks interleaved as the operations were.
+func (r *bundleRun) collectResults(pushResults []PushResult, ackResults []AckResult) {
+	res := r.res
+	res.Results = res.Results[:0]
+	pi, ai := 0, 0
+	for _, op := range r.req.Ops {
+		if op.Push != nil {
+			pr := pushResults[pi]
+			res.Results = append(res.Results, TxOpResult{Index: op.Index, Push: &pr, Duplicate: pr.Status == PushDuplicate})
+			pi++
+		} else {
+			ar := ackResults[ai]
+			res.Results = append(res.Results, TxOpResult{Index: op.Index, Ack: &ar})
+			ai++
+		}
+	}
+	res.Success = true
 }
 
 // withRetry runs attempts while they fail with a serialization failure or a
@@ -177,7 +309,6 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	res, req := r.res, r.req
 	res.Success, res.Reason, res.Error, res.KVFailure = false, "", "", nil
 	res.Results = res.Results[:0]
-	r.write, r.ackPlan = nil, nil
 
 	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
@@ -213,13 +344,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	pushResults := make([]PushResult, len(r.pushes))
 	var w *pushWrite
 	if len(r.pushes) > 0 {
-		slots := make([]pushSlot, len(r.pushes))
-		for j, i := range r.pushes {
-			item := *req.Ops[i].Push
-			pushResults[j] = PushResult{Index: req.Ops[i].Index, TransactionID: item.TransactionID, Queue: item.Queue}
-			slots[j] = pushSlot{item: &item, result: &pushResults[j]}
-		}
-		w = e.newCachedPushWrite(slots, true)
+		w = e.newCachedPushWrite(r.pushSlots(pushResults), true)
 		w.queueLock(b)
 	}
 	ackItems := make([]AckItem, len(r.acks))
@@ -292,22 +417,16 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	}
 	tx.open = false
 
-	// Results in request order: pushes and acks interleave as the operations did.
-	pi, ai := 0, 0
-	for i := range req.Ops {
-		if req.Ops[i].Push != nil {
-			pr := pushResults[pi]
-			res.Results = append(res.Results, TxOpResult{Index: req.Ops[i].Index, Push: &pr,
-				Duplicate: pr.Status == PushDuplicate})
-			pi++
-		} else {
-			ar := ackResults[ai]
-			res.Results = append(res.Results, TxOpResult{Index: req.Ops[i].Index, Ack: &ar})
-			ai++
+	r.collectResults(pushResults, ackResults)
+	r.committed = func(e *Engine) {
+		if w != nil {
+			e.knownPartitions.add(w.parts)
+			w.wake(e)
+		}
+		if acks != nil {
+			acks.afterRelease(e.waiters, e.leases)
 		}
 	}
-	res.Success = true
-	r.write, r.ackPlan = w, acks
 	return nil
 }
 

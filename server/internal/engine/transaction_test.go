@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/google/uuid"
 )
 
 // messagesIn counts every message ever stored in queue (all partitions).
@@ -494,4 +496,95 @@ func TestBundleToAPartitionWhoseQueueWasDeleted(t *testing.T) {
 	if len(got.Messages) != 1 || got.Messages[0].TransactionID != "after-delete" {
 		t.Fatalf("the recreated partition holds %+v", got.Messages)
 	}
+}
+
+// A bundle of pushes to known partitions and acks of one lease this broker
+// granted commits in one round trip; when the database no longer agrees with
+// what the broker assumed (a stored transaction id, an expired lease, a
+// deleted queue) the one-statement attempt rolls back whole and the bundle
+// runs the general way, which gives the verdict.
+func TestBundlesRunInOneTripAndFallBackForVerdicts(t *testing.T) {
+	e := newEngine(t)
+	in, out := queueName(t)+"-in", queueName(t)+"-out"
+	mustPush(t, e, items(in, "p", "m1", "m2", "m3", "m4")...)
+	mustPush(t, e, items(out, "p", "already-there")...)
+	handoff := func(pop *PopResult, txn string) TransactionRequest {
+		return TransactionRequest{Ops: []TxOp{
+			ackOp(0, pop.Messages[0], "", pop.LeaseID),
+			pushOp(1, out, "p", txn, map[string]string{"from": pop.Messages[0].TransactionID}),
+		}}
+	}
+	// rolledBack checks that req rolls back with reason, through the general
+	// path after the one-statement attempt, leaving nothing behind.
+	rolledBack := func(t *testing.T, req TransactionRequest, reason string) {
+		t.Helper()
+		before, consumed, stats := messagesIn(t, e, out), consumedIn(t, e, in, QueueModeGroup), e.HotPathStats()
+		res := mustTransaction(t, e, req)
+		if res.Success || res.Reason != reason {
+			t.Fatalf("want rollback %q, got %+v", reason, res)
+		}
+		if messagesIn(t, e, out) != before || consumedIn(t, e, in, QueueModeGroup) != consumed {
+			t.Fatal("a rolled-back bundle left a push or a cursor move behind")
+		}
+		if after := e.HotPathStats(); after.BundlesOneTrip != stats.BundlesOneTrip {
+			t.Fatalf("a rolled-back bundle counted as committed: %+v", after)
+		}
+	}
+
+	t.Run("commits in one trip", func(t *testing.T) {
+		pop := mustPop(t, e, PopRequest{Queue: in, Batch: 1})
+		stats := e.HotPathStats()
+		res := mustTransaction(t, e, handoff(pop, "next-m1"))
+		if !res.Success || len(res.Results) != 2 || !res.Results[0].Ack.Success || !res.Results[0].Ack.LeaseReleased ||
+			res.Results[1].Push.Status != PushQueued || res.Results[1].Push.MessageID == uuid.Nil {
+			t.Fatalf("bundle: %+v", res)
+		}
+		if after := e.HotPathStats(); after.BundlesOneTrip != stats.BundlesOneTrip+1 || after.BundlesGeneral != stats.BundlesGeneral {
+			t.Fatalf("the bundle did not commit in one trip: %+v -> %+v", stats, after)
+		}
+		if consumedIn(t, e, in, QueueModeGroup) != 1 {
+			t.Fatal("the ack did not move the cursor")
+		}
+		got := mustPop(t, e, PopRequest{Queue: out, Group: "reader", SubscriptionMode: "all", Batch: 10, AutoAck: true})
+		if len(got.Messages) != 2 || got.Messages[1].TransactionID != "next-m1" || got.Messages[1].ID != res.Results[1].Push.MessageID {
+			t.Fatalf("the pushed message: %+v", got.Messages)
+		}
+	})
+	t.Run("stored transaction id", func(t *testing.T) {
+		pop := mustPop(t, e, PopRequest{Queue: in, Batch: 1})
+		rolledBack(t, handoff(pop, "already-there"), TxReasonDuplicate)
+		mustAck(t, e, AckItem{TransactionID: pop.Messages[0].TransactionID, PartitionID: pop.PartitionID.String(), Status: "retry", LeaseID: pop.LeaseID})
+	})
+	t.Run("expired lease", func(t *testing.T) {
+		pop := mustPop(t, e, PopRequest{Queue: in, Batch: 1, LeaseSeconds: 1})
+		time.Sleep(1100 * time.Millisecond)
+		rolledBack(t, handoff(pop, "after-expiry"), TxReasonAckRejected)
+	})
+	t.Run("message acked through another broker", func(t *testing.T) {
+		// This broker's lease index still resolves the message; the cursor moved.
+		pop := mustPop(t, e, PopRequest{Queue: in, Batch: 1})
+		m := pop.Messages[0]
+		if r := mustAck(t, newEngine(t), AckItem{TransactionID: m.TransactionID, PartitionID: m.PartitionID.String(), LeaseID: pop.LeaseID}); !r[0].Success {
+			t.Fatalf("ack through the other broker: %+v", r)
+		}
+		rolledBack(t, handoff(pop, "after-other-ack"), TxReasonAckRejected)
+	})
+	t.Run("queue deleted by another broker", func(t *testing.T) {
+		// This broker still has the partition's id cached.
+		if _, err := newEngine(t).DeleteQueue(context.Background(), out); err != nil {
+			t.Fatal(err)
+		}
+		pop := mustPop(t, e, PopRequest{Queue: in, Batch: 1})
+		stats := e.HotPathStats()
+		if res := mustTransaction(t, e, handoff(pop, "after-delete")); !res.Success {
+			t.Fatalf("bundle after the output queue was deleted: %+v", res)
+		}
+		if after := e.HotPathStats(); after.BundlesGeneral != stats.BundlesGeneral+1 {
+			t.Fatalf("the bundle to a deleted queue's partition must run the general way: %+v -> %+v", stats, after)
+		}
+		got := mustPop(t, e, PopRequest{Queue: out, Batch: 10, AutoAck: true})
+		if len(got.Messages) != 1 || got.Messages[0].TransactionID != "after-delete" {
+			t.Fatalf("the recreated partition holds %+v", got.Messages)
+		}
+	})
 }

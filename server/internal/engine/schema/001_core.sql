@@ -107,6 +107,18 @@ BEGIN
     RETURN true;
 END $$;
 
+-- A transaction bundle's one-statement ack (transaction.go, inOneTrip) checks
+-- with this that it moved the cursor; the error rolls the bundle back, and the
+-- broker runs it again the general way, which gives the verdict.
+CREATE OR REPLACE FUNCTION lanes.expect_ack(matched boolean) RETURNS boolean
+    LANGUAGE plpgsql AS $$
+BEGIN
+    IF NOT matched THEN
+        RAISE EXCEPTION 'the cursor is not as the lease index says' USING ERRCODE = 'LN003';
+    END IF;
+    RETURN true;
+END $$;
+
 -- One row per (partition, consumer group): the cursor, the leased span and the retry budget.
 CREATE TABLE IF NOT EXISTS lanes.consumers (
     partition_id     uuid NOT NULL REFERENCES lanes.partitions (id) ON DELETE CASCADE,
