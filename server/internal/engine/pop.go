@@ -773,10 +773,13 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			WHERE $3 = '' AND g.consumer_group = $2 AND g.queue_id = f.qid
 			  AND g.claim_floor < f.floor AND g.claim_epoch = f.epoch
 			  -- a probe per queue: "queue_id = ANY($1)" is planned as a filter
-			  -- over every queue of the group
-			  AND g.queue_id IN (SELECT l.queue_id FROM unnest($1::uuid[]) AS u(qid)
+			  -- over every queue of the group. Only a floor that moves is
+			  -- locked: a row lock takes a transaction id and writes WAL, so a
+			  -- claim that finds nothing to take stays read-only.
+			  AND g.queue_id IN (SELECT l.queue_id FROM floors u
 				CROSS JOIN LATERAL (SELECT l.queue_id FROM lanes.consumer_groups l
-					WHERE l.consumer_group = $2 AND l.queue_id = u.qid FOR UPDATE SKIP LOCKED) l)
+					WHERE $3 = '' AND l.consumer_group = $2 AND l.queue_id = u.qid
+					  AND l.claim_floor < u.floor AND l.claim_epoch = u.epoch FOR UPDATE SKIP LOCKED) l)
 			RETURNING g.claim_floor::text::int8 AS floor),
 		taken AS MATERIALIZED (
 			-- The batch budget ($8) split over the picked partitions in serving

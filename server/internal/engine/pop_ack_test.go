@@ -677,3 +677,58 @@ func TestPopsSeedingNewPartitionsDoNotDeadlock(t *testing.T) {
 		t.Fatalf("%d deadlocks while pops seeded new partitions", n)
 	}
 }
+
+// A claim that finds nothing to take writes nothing: no row lock on the
+// group's claim floor unless the floor moves, so it takes no transaction id,
+// writes no WAL and its commit waits for no flush. (Every empty claim took the
+// floor's row lock before: with more consumers than partitions, most claims
+// are empty.) The claim statement runs in a test transaction so that the check
+// is about it alone, whatever else the cluster runs meanwhile.
+func TestAClaimThatTakesNothingStaysReadOnly(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	ctx := context.Background()
+	mustPush(t, e, items(q, "p", "m1", "m2")...)
+	if held := mustPop(t, e, PopRequest{Queue: q, Batch: 1}); len(held.Messages) != 1 {
+		t.Fatalf("pop: %+v", held.Messages)
+	}
+	// The first empty claim may move the floor to the leased partition's write.
+	mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	for _, autoAck := range []bool{false, true} {
+		req := PopRequest{Queue: q, Batch: 1, AutoAck: autoAck}
+		if err := normalizePop(&req, e.cfg.DefaultSubscriptionMode); err != nil {
+			t.Fatal(err)
+		}
+		tx, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := tx.Exec(ctx, hotPlanSettings); err != nil { // the plans the broker runs
+			t.Fatal(err)
+		}
+		queues, err := loadPopQueues(ctx, tx, &req)
+		if err != nil || len(queues) != 1 {
+			t.Fatalf("queues %v: %v", queues, err)
+		}
+		sql, args := e.claimQuery(&req, queues, newLeaseID(&req), false)
+		rows, err := tx.Query(ctx, sql, args...)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var d delivery
+		if err := d.scan(rows); err != nil {
+			t.Fatal(err)
+		}
+		var assigned bool
+		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&assigned); err != nil {
+			t.Fatal(err)
+		}
+		_ = tx.Rollback(ctx)
+		if len(d.taken) != 0 {
+			t.Fatalf("autoAck %v: the claim took %+v from a leased partition", autoAck, d.taken)
+		}
+		if assigned {
+			t.Fatalf("autoAck %v: a claim that took nothing wrote (it took a transaction id)", autoAck)
+		}
+	}
+}
