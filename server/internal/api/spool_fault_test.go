@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -150,25 +151,24 @@ func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
 
 	total := 0
 	for _, p := range partitions {
-		rows, err := b.Pool.Query(context.Background(), `SELECT t.transaction_id, t.message_id::text FROM lanes.txns t
+		type storedMessage struct{ TransactionID, MessageID string }
+		rows, _ := b.Pool.Query(context.Background(), `SELECT t.transaction_id, t.message_id::text FROM lanes.txns t
 			JOIN lanes.partitions p ON p.id = t.partition_id JOIN lanes.queues q ON q.id = p.queue_id
 			WHERE q.name = $1 AND p.name = $2 ORDER BY t.message_offset`, queue, p)
+		// Collected before any check: failing with the rows open would leave
+		// the pool's Close in the cleanup waiting for them.
+		messages, err := pgx.CollectRows(rows, pgx.RowToStructByPos[storedMessage])
 		if err != nil {
 			t.Fatal(err)
 		}
 		var stored []string
-		for rows.Next() {
-			var id, messageID string
-			if err := rows.Scan(&id, &messageID); err != nil {
-				t.Fatal(err)
-			}
-			stored = append(stored, id)
+		for _, m := range messages {
+			stored = append(stored, m.TransactionID)
 			// Buffered or not, the message keeps the id its answer gave.
-			if answered[id] != messageID {
-				t.Fatalf("%s was answered with message id %s and stored as %s", id, answered[id], messageID)
+			if answered[m.TransactionID] != m.MessageID {
+				t.Fatalf("%s was answered with message id %s and stored as %s", m.TransactionID, answered[m.TransactionID], m.MessageID)
 			}
 		}
-		rows.Close()
 		want := pushed[p]
 		if len(stored) != len(want) {
 			t.Fatalf("partition %s: stored %d, acknowledged %d (lost or duplicated)", p, len(stored), len(want))

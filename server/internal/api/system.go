@@ -102,6 +102,17 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 		}
 		return s.spoolPush(items)
 	}
+	if sp != nil {
+		// Minted before the database attempt, so a push that goes to the spool
+		// after its commit landed unseen (the connection died before the
+		// answer) is answered with the id it was stored under; the replay then
+		// finds it by transaction id.
+		for i := range items {
+			if items[i].MessageID == uuid.Nil {
+				items[i].MessageID = engine.NewMessageID()
+			}
+		}
+	}
 	pushCtx, cancel := context.WithTimeout(ctx, s.opts.PushTimeout)
 	defer cancel()
 	results, err := s.engine.Push(pushCtx, items)
