@@ -703,6 +703,9 @@ func TestAClaimThatTakesNothingStaysReadOnly(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		// A failure below must not leave the transaction holding a pool
+		// connection: the engine's cleanup closes the pool.
+		defer func() { _ = tx.Rollback(ctx) }()
 		if _, err := tx.Exec(ctx, hotPlanSettings); err != nil { // the plans the broker runs
 			t.Fatal(err)
 		}

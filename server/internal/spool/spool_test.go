@@ -144,6 +144,7 @@ func TestDrainStoresEachMessageUnderTheIDTheBufferedAnswerGave(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	defer rows.Close() // a failure below must not leave the rows holding a pool connection
 	for rows.Next() {
 		var txn string
 		var id uuid.UUID
