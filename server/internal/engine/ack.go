@@ -385,6 +385,22 @@ func planAcks(items []AckItem, results []AckResult, leases *leaseIndex) *ackPlan
 
 func (p *ackPlan) empty() bool { return len(p.keys) == 0 }
 
+// includePushes lets a bundle's acks see the bundle's own pushes, as in the
+// reference's order (pushes, then acks): a transaction id the bundle pushes
+// resolves to the offset it now takes, and each pushed partition's log ends
+// where the pushes leave it. The cursors were read before the pushes were
+// written (both in the bundle's first round trip).
+func (p *ackPlan) includePushes(w *pushWrite) {
+	for k, off := range w.newOffsets {
+		p.offsets[k] = off
+	}
+	for k, row := range p.rows {
+		if last, ok := w.newLast[k.p]; ok && last > row.lastOffset {
+			row.lastOffset = last
+		}
+	}
+}
+
 // withBundleLeases gives each bundle ack that names no lease the lease holding
 // its cursor (read under lock by queueReads), else the bundle's single
 // required lease, else none (a lease-less ack), and regroups the plan by

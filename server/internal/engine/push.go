@@ -444,6 +444,12 @@ type pushWrite struct {
 	// knownIDs, when set, holds every partition's id, so the lock and the
 	// dedup probe use primary keys (implies skipProvision).
 	knownIDs map[partitionKey]uuid.UUID
+	// newOffsets and newLast are what queueWrites queued: the offset each
+	// stored transaction id takes (keyed as ackPlan.offsets is: partition,
+	// transaction id) and each written partition's new last offset. A bundle's
+	// acks resolve against them (ackPlan.includePushes).
+	newOffsets map[cursorKey]int64
+	newLast    map[uuid.UUID]int64
 	// unprobed (plain pushes with knownIDs only) leaves the lanes.txns probe
 	// out and bets that every transaction id is new: the rows go in by plain
 	// INSERT, and an id already stored fails the transaction on txns_pkey, to
@@ -762,6 +768,14 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		updPID = append(updPID, ps.id)
 		updLast = append(updLast, next-1)
 		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
+	}
+	w.newOffsets = make(map[cursorKey]int64, len(txID))
+	for i := range txID {
+		w.newOffsets[cursorKey{txPID[i], txID[i]}] = txOff[i]
+	}
+	w.newLast = make(map[uuid.UUID]int64, len(updPID))
+	for i := range updPID {
+		w.newLast[updPID[i]] = updLast[i]
 	}
 	if len(segPID) == 0 {
 		return

@@ -390,8 +390,15 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 			return errRollback
 		}
 	}
+	b = &pgx.Batch{}
+	if w != nil {
+		w.queueWrites(b)
+	}
 	var dlqs []dlqFiling
 	if acks != nil {
+		if w != nil {
+			acks.includePushes(w)
+		}
 		acks = acks.withBundleLeases(ackItems, ackResults, r.requiredLease, e.leases)
 		dlqs = acks.apply(ackItems, ackResults)
 		if acks.sum.rejected {
@@ -400,13 +407,17 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 		}
 	}
 	if len(dlqs) > 0 {
+		// Dead letters copy their message from the log, which includes the
+		// bundle's own pushes: those are written first.
+		if b.Len() > 0 {
+			if err := tx.SendBatch(ctx, b).Close(); err != nil {
+				return err
+			}
+			b = &pgx.Batch{}
+		}
 		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
 			return err
 		}
-	}
-	b = &pgx.Batch{}
-	if w != nil {
-		w.queueWrites(b)
 	}
 	if acks != nil {
 		acks.queueWrites(b)

@@ -588,3 +588,30 @@ func TestBundlesRunInOneTripAndFallBackForVerdicts(t *testing.T) {
 		}
 	})
 }
+
+// A bundle's acks see the bundle's own pushes, as in the reference's order
+// (pushes, then acks): a lease-less ack of a message the same bundle pushes
+// resolves and moves the cursor past it.
+func TestBundleAckSeesTheBundlesOwnPush(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "first")...)
+	first := mustPop(t, e, PopRequest{Queue: q, Batch: 1, AutoAck: true}) // registers the group, seeds the cursor
+	if len(first.Messages) != 1 {
+		t.Fatalf("pop: %+v", first.Messages)
+	}
+	own := Message{TransactionID: "pushed-and-acked", PartitionID: first.PartitionID}
+	res := mustTransaction(t, e, TransactionRequest{Ops: []TxOp{
+		pushOp(0, q, "p", own.TransactionID, 1),
+		ackOp(1, own, "", ""),
+	}})
+	if !res.Success || !res.Results[1].Ack.Success {
+		t.Fatalf("bundle: %+v (ack %+v)", res, res.Results)
+	}
+	if got := consumedIn(t, e, q, QueueModeGroup); got != 2 {
+		t.Fatalf("the cursor covers %d messages, want 2 (the bundle's own push acked)", got)
+	}
+	if left := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true}); len(left.Messages) != 0 {
+		t.Fatalf("the acked push was delivered again: %+v", left.Messages)
+	}
+}
