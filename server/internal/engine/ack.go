@@ -391,12 +391,15 @@ func (p *ackPlan) empty() bool { return len(p.keys) == 0 }
 // where the pushes leave it. The cursors were read before the pushes were
 // written (both in the bundle's first round trip).
 func (p *ackPlan) includePushes(w *pushWrite) {
-	for k, off := range w.newOffsets {
-		p.offsets[k] = off
+	q := w.queued
+	for i, txn := range q.txIDs {
+		p.offsets[cursorKey{q.txPartitions[i], txn}] = q.txOffsets[i]
 	}
-	for k, row := range p.rows {
-		if last, ok := w.newLast[k.p]; ok && last > row.lastOffset {
-			row.lastOffset = last
+	for i, pid := range q.partitions {
+		for k, row := range p.rows {
+			if k.p == pid && q.lastOffsets[i] > row.lastOffset {
+				row.lastOffset = q.lastOffsets[i]
+			}
 		}
 	}
 }

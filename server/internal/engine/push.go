@@ -444,12 +444,9 @@ type pushWrite struct {
 	// knownIDs, when set, holds every partition's id, so the lock and the
 	// dedup probe use primary keys (implies skipProvision).
 	knownIDs map[partitionKey]uuid.UUID
-	// newOffsets and newLast are what queueWrites queued: the offset each
-	// stored transaction id takes (keyed as ackPlan.offsets is: partition,
-	// transaction id) and each written partition's new last offset. A bundle's
-	// acks resolve against them (ackPlan.includePushes).
-	newOffsets map[cursorKey]int64
-	newLast    map[uuid.UUID]int64
+	// queued is what queueWrites queued, for a bundle's acks to resolve
+	// against (ackPlan.includePushes).
+	queued queuedWrites
 	// unprobed (plain pushes with knownIDs only) leaves the lanes.txns probe
 	// out and bets that every transaction id is new: the rows go in by plain
 	// INSERT, and an id already stored fails the transaction on txns_pkey, to
@@ -769,14 +766,7 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		updLast = append(updLast, next-1)
 		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
 	}
-	w.newOffsets = make(map[cursorKey]int64, len(txID))
-	for i := range txID {
-		w.newOffsets[cursorKey{txPID[i], txID[i]}] = txOff[i]
-	}
-	w.newLast = make(map[uuid.UUID]int64, len(updPID))
-	for i := range updPID {
-		w.newLast[updPID[i]] = updLast[i]
-	}
+	w.queued = queuedWrites{txPartitions: txPID, txIDs: txID, txOffsets: txOff, partitions: updPID, lastOffsets: updLast}
 	if len(segPID) == 0 {
 		return
 	}
@@ -786,6 +776,16 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		uuidArray(segPID), segBase, segEnd, segFrames)
 	w.queueTxns(b, txPID, txID, txOff, txMsg)
 	queueAdvance(b, updPID, updLast)
+}
+
+// queuedWrites is what a push write queued: each stored transaction id's
+// partition and offset, and each written partition's new last offset.
+type queuedWrites struct {
+	txPartitions []uuid.UUID
+	txIDs        []string
+	txOffsets    []int64
+	partitions   []uuid.UUID
+	lastOffsets  []int64
 }
 
 // oneTripMaxPartitions bounds the partitions of a one-trip write: its
