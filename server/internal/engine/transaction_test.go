@@ -325,6 +325,14 @@ func TestBundleStoresTraceID(t *testing.T) {
 // and ack on overlapping partitions in opposite orders, plain pushes and pops
 // together, and checks every call succeeds and the totals add up.
 func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
+	// With kv riders every bundle runs the general way; without, a bundle
+	// acking one leased message runs in one round trip unless the database
+	// disagrees, so both paths meet plain pushes and pops.
+	t.Run("with kv riders", func(t *testing.T) { runConcurrentBundles(t, true) })
+	t.Run("without riders", func(t *testing.T) { runConcurrentBundles(t, false) })
+}
+
+func runConcurrentBundles(t *testing.T, riders bool) {
 	e := newEngine(t)
 	qa, qb := queueName(t)+"-a", queueName(t)+"-b"
 	ns := queueName(t)
@@ -360,7 +368,11 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 				if id%2 == 1 {
 					src = qb
 				}
-				pop, err := e.Pop(ctx, PopRequest{Queue: src, Group: "mix", SubscriptionMode: "all", Batch: 3, Partitions: 2})
+				req := PopRequest{Queue: src, Group: "mix", SubscriptionMode: "all", Batch: 3, Partitions: 2}
+				if !riders {
+					req.Batch, req.Partitions = 1, 1 // one lease on one partition: the one-trip shape
+				}
+				pop, err := e.Pop(ctx, req)
 				if err != nil {
 					errs <- err
 					return
@@ -375,6 +387,9 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 					if j%2 == 1 {
 						q = qb
 					}
+					if !riders && i%4 == 0 {
+						p = fmt.Sprintf("%s-w%d-%d", p, id, i) // a partition the broker does not know yet: the general way
+					}
 					ops = append(ops, pushOp(len(ops), q, p, fmt.Sprintf("b-%d-%d-%d", id, i, j), j))
 				}
 				for _, m := range pop.Messages {
@@ -386,6 +401,9 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 				}
 				if id%2 == 1 {
 					kv[0], kv[1] = kv[1], kv[0]
+				}
+				if !riders {
+					kv = nil
 				}
 				res, err := e.Transaction(ctx, TransactionRequest{Ops: ops, KV: kv})
 				if err != nil {
@@ -422,6 +440,14 @@ func TestConcurrentBundlesPushesAndPopsDoNotDeadlock(t *testing.T) {
 	}
 	if got := consumedIn(t, e, qa, "mix") + consumedIn(t, e, qb, "mix"); got != acked.Load() {
 		t.Fatalf("cursors moved %d, acks committed %d", got, acked.Load())
+	}
+	if !riders {
+		stats := e.HotPathStats()
+		if stats.BundlesOneTrip == 0 || stats.BundlesGeneral == 0 {
+			t.Fatalf("both paths must run: %+v", stats)
+		}
+		t.Logf("bundles: %d in one trip, %d the general way", stats.BundlesOneTrip, stats.BundlesGeneral)
+		return
 	}
 	kv, _, err := e.KV(context.Background(), []KVOp{{Op: KVGet, Namespace: ns, Key: "bundles"}})
 	if err != nil {
