@@ -288,16 +288,24 @@ type claim struct {
 }
 
 // errStalePopPlan ends a one-trip pop whose cached plan the database no longer
-// confirms (lanes.expect_pop_plan, SQLSTATE stalePopPlanCode).
+// confirms (lanes.expect in the claim statement, SQLSTATE stalePopPlanCode).
 var errStalePopPlan = errors.New("cached pop plan is stale")
 
 const stalePopPlanCode = "LN002"
 
-// asyncCommitSQL lets a leased pop commit without waiting for the WAL flush: if
-// the database crashes before the flush, the lease is lost and the batch
-// redelivers sooner, which at-least-once allows. An autoAck pop moves the
-// cursor, so it keeps the durable commit.
-const asyncCommitSQL = "SELECT set_config('synchronous_commit', 'off', true)"
+// beginPop is beginHot for a pop. A leased pop also commits without waiting
+// for the WAL flush, set in the same statement: if the database crashes before
+// the flush, the lease is lost and the batch redelivers sooner, which
+// at-least-once allows. An autoAck pop moves the cursor, so it keeps the
+// durable commit.
+func beginPop(b *pgx.Batch, req *PopRequest) {
+	b.Queue("BEGIN")
+	if req.AutoAck {
+		b.Queue(hotPlanSettings)
+		return
+	}
+	b.Queue(hotPlanSettings + `, set_config('synchronous_commit', 'off', true)`)
+}
 
 // popOnce runs one pop transaction: in one round trip on the plan the last pop
 // of this (queue, group) cached, else the general way. A stale plan is rolled
@@ -337,10 +345,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 	leaseID := newLeaseID(req)
 	var d delivery
 	b := &pgx.Batch{}
-	beginHot(b)
-	if !req.AutoAck {
-		b.Queue(asyncCommitSQL)
-	}
+	beginPop(b, req)
 	e.queueClaimAndCommit(b, req, []*popQueue{&plan}, leaseID, true, &d)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		var pgErr *pgconn.PgError
@@ -367,12 +372,9 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 	var queues []*popQueue
 	var now time.Time
 	b := &pgx.Batch{}
-	beginHot(b)
+	beginPop(b, req)
 	queuePopQueues(b, req, &queues)
 	b.Queue("SELECT now()").QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
-	if !req.AutoAck {
-		b.Queue(asyncCommitSQL)
-	}
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -698,7 +700,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 				JOIN lanes.queues q ON q.id = g.queue_id
 				WHERE g.consumer_group = $2 AND g.queue_id = s.qid
 				  AND g.seeded_version >= q.partition_version AND g.claim_epoch = s.epoch LIMIT 1) plan ON true
-			WHERE lanes.expect_pop_plan(plan.holds IS NOT NULL)`
+			WHERE lanes.expect(plan.holds IS NOT NULL, '` + stalePopPlanCode + `', 'the cached pop plan is stale')`
 	}
 	// A wildcard scan walks partition_writes in write order from the floor; it
 	// carries the partition's last_offset and last_write_at, so a candidate

@@ -460,7 +460,7 @@ type pushWrite struct {
 // provisioning.
 var errPartitionGone = errors.New("partition no longer exists")
 
-// partitionGoneCode is the SQLSTATE lanes.expect_partitions raises; the
+// partitionGoneCode is the SQLSTATE pushOneTripSQL's lanes.expect raises; the
 // one-trip write reports it as errPartitionGone.
 const partitionGoneCode = "LN001"
 
@@ -823,7 +823,7 @@ func (w *pushWrite) fitsOneTrip() bool {
 // takes them) and moves last_offset by the partition's message count under
 // that lock, so the segments and txns rows take their offsets from what it
 // returns. A partition that is gone (its queue deleted after the broker cached
-// its id) fails the statement in lanes.expect_partitions, before COMMIT.
+// its id) fails the statement in lanes.expect, before COMMIT.
 const pushOneTripSQL = `WITH adv AS (
 		UPDATE lanes.partitions p SET last_offset = p.last_offset + x.n, last_write_at = clock_timestamp()
 		FROM unnest($1::uuid[], $2::int8[], $3::bytea[]) AS x(pid, n, f)
@@ -841,7 +841,8 @@ const pushOneTripSQL = `WITH adv AS (
 		UPDATE lanes.partition_writes w SET last_write_xid = pg_current_xact_id(),
 			last_offset = a.last_offset, last_write_at = a.last_write_at
 		FROM adv a WHERE w.partition_id = a.id)
-	SELECT lanes.expect_partitions(cardinality($1::uuid[]), (SELECT count(*) FROM adv))`
+	SELECT lanes.expect((SELECT count(*) FROM adv) = cardinality($1::uuid[]), '` + partitionGoneCode + `',
+		'the push advanced fewer partitions than it names: a partition no longer exists')`
 
 // queueOneTrip queues the write as pushOneTripSQL (see fitsOneTrip) and gives
 // every item its verdict: queued, under the id it was given or a new one.

@@ -159,8 +159,8 @@ type bundleRun struct {
 	committed func(e *Engine)
 }
 
-// ackLeaseMismatchCode is the SQLSTATE lanes.expect_ack raises when a bundle's
-// one-statement ack finds the cursor other than the lease index says.
+// ackLeaseMismatchCode is the SQLSTATE a bundle's one-statement ack raises
+// (lanes.expect) when it finds the cursor other than the lease index says.
 const ackLeaseMismatchCode = "LN003"
 
 // inOneTrip commits, in one round trip, the common bundle: pushes to
@@ -170,8 +170,8 @@ const ackLeaseMismatchCode = "LN003"
 // cursor (an indexedAck, as a plain ack's ackInOneTrip). What the verdicts
 // follow from is checked in the database, and a failed check aborts the whole
 // transaction: a stored transaction id on txns_pkey, a partition gone in
-// lanes.expect_partitions, a cursor not as the lease index says in
-// lanes.expect_ack. Nothing is then committed and done is false: the bundle
+// lanes.expect, a cursor not as the lease index says in lanes.expect. Nothing
+// is then committed and done is false: the bundle
 // runs the general way, which gives the verdict.
 func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err error) {
 	req := r.req
@@ -179,10 +179,7 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 		return false, nil
 	}
 	var ack indexedAck
-	ackItems := make([]AckItem, len(r.acks))
-	for j, i := range r.acks {
-		ackItems[j] = *req.Ops[i].Ack
-	}
+	ackItems, ackResults := r.ackItems()
 	if len(ackItems) > 0 {
 		var ok bool
 		if ack, ok = resolveIndexedAck(ackItems, e.leases, r.requiredLease); !ok {
@@ -217,7 +214,8 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 	var lastOffset int64
 	if len(ackItems) > 0 {
 		b.Queue(`WITH acked AS (`+ackOneTripSQL+`)
-			SELECT lanes.expect_ack(count(*) = 1), coalesce(bool_or(a.released), false), coalesce(max(a.last_offset), 0)
+			SELECT lanes.expect(count(*) = 1, '`+ackLeaseMismatchCode+`', 'the cursor is not as the lease index says'),
+				coalesce(bool_or(a.released), false), coalesce(max(a.last_offset), 0)
 			FROM acked a`, ack.args()...).QueryRow(func(row pgx.Row) error {
 			var matched bool
 			return row.Scan(&matched, &released, &lastOffset)
@@ -238,9 +236,8 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 	}
 	tx.open = false
 
-	ackResults := make([]AckResult, len(ackItems))
-	for j, i := range r.acks {
-		ackResults[j] = AckResult{Index: req.Ops[i].Index, TransactionID: ackItems[j].TransactionID, Success: true, LeaseReleased: released}
+	for j := range ackResults {
+		ackResults[j].Success, ackResults[j].LeaseReleased = true, released
 	}
 	r.collectResults(pushResults, ackResults)
 	r.committed = func(e *Engine) {
@@ -265,6 +262,20 @@ func (r *bundleRun) pushSlots(results []PushResult) []pushSlot {
 		slots[j] = pushSlot{item: &item, result: &results[j]}
 	}
 	return slots
+}
+
+// ackItems copies the bundle's acks (group defaulted to queue mode) and gives
+// each its result.
+func (r *bundleRun) ackItems() ([]AckItem, []AckResult) {
+	items := make([]AckItem, len(r.acks))
+	results := make([]AckResult, len(r.acks))
+	for j, i := range r.acks {
+		op := r.req.Ops[i]
+		items[j] = *op.Ack
+		items[j].Group = ackGroup(items[j])
+		results[j] = AckResult{Index: op.Index, TransactionID: items[j].TransactionID}
+	}
+	return items, results
 }
 
 // collectResults reports a committed bundle: its results in request order,
@@ -347,13 +358,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 		w = e.newCachedPushWrite(r.pushSlots(pushResults), true)
 		w.queueLock(b)
 	}
-	ackItems := make([]AckItem, len(r.acks))
-	ackResults := make([]AckResult, len(r.acks))
-	for j, i := range r.acks {
-		ackItems[j] = *req.Ops[i].Ack
-		ackItems[j].Group = ackGroup(ackItems[j])
-		ackResults[j] = AckResult{Index: req.Ops[i].Index, TransactionID: ackItems[j].TransactionID}
-	}
+	ackItems, ackResults := r.ackItems()
 	var acks *ackPlan
 	if len(ackItems) > 0 {
 		// Cursors are locked after the push partitions, as the lock order has it.

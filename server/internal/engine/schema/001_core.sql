@@ -94,27 +94,15 @@ CREATE TABLE IF NOT EXISTS lanes.txns (
     PRIMARY KEY (partition_id, transaction_id)
 );
 
--- A one-statement push write (push.go, pushOneTripSQL) checks with this that
--- it advanced every partition it names; the error rolls the write back, and
--- the broker runs it again with the partitions provisioned.
-CREATE OR REPLACE FUNCTION lanes.expect_partitions(expected integer, advanced bigint) RETURNS boolean
+-- The one-statement fast paths (push.go pushOneTripSQL, pop.go claimQuery on a
+-- cached plan, transaction.go inOneTrip) check with this, inside the
+-- statement, what the broker assumed: the error (SQLSTATE code) rolls the
+-- transaction back before COMMIT, and the broker runs the work the general way.
+CREATE OR REPLACE FUNCTION lanes.expect(holds boolean, code text, message text) RETURNS boolean
     LANGUAGE plpgsql AS $$
 BEGIN
-    IF advanced <> expected THEN
-        RAISE EXCEPTION 'push advanced % of % partitions: a partition no longer exists', advanced, expected
-            USING ERRCODE = 'LN001';
-    END IF;
-    RETURN true;
-END $$;
-
--- A transaction bundle's one-statement ack (transaction.go, inOneTrip) checks
--- with this that it moved the cursor; the error rolls the bundle back, and the
--- broker runs it again the general way, which gives the verdict.
-CREATE OR REPLACE FUNCTION lanes.expect_ack(matched boolean) RETURNS boolean
-    LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT matched THEN
-        RAISE EXCEPTION 'the cursor is not as the lease index says' USING ERRCODE = 'LN003';
+    IF NOT holds THEN
+        RAISE EXCEPTION USING ERRCODE = code, MESSAGE = message;
     END IF;
     RETURN true;
 END $$;

@@ -59,17 +59,3 @@ $$;
 ALTER TABLE lanes.consumer_groups ADD COLUMN IF NOT EXISTS claim_floor xid8 NOT NULL DEFAULT '0';
 ALTER TABLE lanes.consumer_groups ADD COLUMN IF NOT EXISTS claim_epoch bigint NOT NULL DEFAULT 0;
 CREATE INDEX IF NOT EXISTS consumer_groups_queue_idx ON lanes.consumer_groups (queue_id);
-
--- A pop on the queue row and group state its broker cached (pop.go,
--- popInOneTrip) checks with this, in the claim statement, that the group is
--- still registered, seeded to the queue's partition version and at the cached
--- claim epoch; the error rolls the pop back and the broker runs it the general
--- way.
-CREATE OR REPLACE FUNCTION lanes.expect_pop_plan(holds boolean) RETURNS boolean
-    LANGUAGE plpgsql AS $$
-BEGIN
-    IF NOT holds THEN
-        RAISE EXCEPTION 'the cached pop plan is stale' USING ERRCODE = 'LN002';
-    END IF;
-    RETURN true;
-END $$;
