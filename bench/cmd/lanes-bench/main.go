@@ -54,6 +54,7 @@ type options struct {
 	riverWorkers int
 	txnBacklog   int
 	analyze      bool
+	settle       bool
 	brokerRev    string
 }
 
@@ -125,6 +126,7 @@ func main() {
 	flag.IntVar(&o.sharedN, "shared-n", 0, "messages of the Lanes-vs-River shared workload (default 100000, 20000 with -short)")
 	flag.IntVar(&o.riverWorkers, "river-workers", 200, "River MaxWorkers of the shared workload")
 	flag.IntVar(&o.txnBacklog, "txn-backlog", 0, "stage-A backlog of the pipeline handoff (default 10000, 2000 with -short)")
+	flag.BoolVar(&o.settle, "settle", true, "run CHECKPOINT before each scenario, so the dirty buffers and WAL one scenario leaves are written out before the next one measures, not during it (-settle=false: each scenario inherits the previous one's writes)")
 	flag.BoolVar(&o.analyze, "analyze", true, "run ANALYZE in the broker's database before each scenario, as autovacuum would on a running system (fresh tables have no planner statistics; -analyze=false shows the cold-start plans)")
 	flag.StringVar(&o.brokerRev, "broker-rev", "", "what the broker binary was built from, for the report (default: this checkout's HEAD and whether server/ is dirty)")
 	flag.Parse()
@@ -278,7 +280,7 @@ func (h *harness) run() int {
 			return
 		}
 		logf("scenario %s (load %.2f)", name, loadAvg())
-		h.maybeAnalyze(ctx)
+		h.prepareScenario(ctx)
 		r, err := f()
 		if r.Scenario == "" {
 			r.Scenario, r.System = name, systemOf(name)
@@ -308,7 +310,7 @@ func (h *harness) run() int {
 	if o.scenarios["parts"] {
 		for _, n := range o.partitions {
 			logf("scenario parts-%d (load %.2f)", n, loadAvg())
-			h.maybeAnalyze(ctx)
+			h.prepareScenario(ctx)
 			r, err := h.partitionScenario(n)
 			if r.Scenario == "" {
 				r.Scenario, r.System, r.Partitions = fmt.Sprintf("parts-%d", n), "lanes", n
@@ -380,8 +382,21 @@ func printResult(r Result) {
 	fmt.Println()
 }
 
-func (h *harness) maybeAnalyze(ctx context.Context) {
+// prepareScenario runs before every scenario: ANALYZE (see maintain) and,
+// with -settle, a CHECKPOINT. Without it a checkpoint of what the previous
+// scenarios wrote (the ceilings write gigabytes of WAL in seconds) runs during
+// a later scenario and its writes and fsyncs queue with the commits measured.
+func (h *harness) prepareScenario(ctx context.Context) {
 	h.maintain(ctx, "ANALYZE")
+	if !h.o.settle {
+		return
+	}
+	t := time.Now()
+	if _, err := h.admin.Exec(ctx, "CHECKPOINT"); err != nil {
+		logf("CHECKPOINT: %v", err)
+		return
+	}
+	logf("CHECKPOINT took %.1f s", time.Since(t).Seconds())
 }
 
 // maintain runs command (ANALYZE, or VACUUM after a bulk setup) on every

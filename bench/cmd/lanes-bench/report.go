@@ -259,7 +259,11 @@ func markdown(run *Run) string {
 		if r.Note != "" && r.Available {
 			fmt.Fprintf(&b, " — note: %s", r.Note)
 		}
-		fmt.Fprintf(&b, " — PG write transactions/s (xid delta) %.0f\n", r.PGWriteXactsPerSec)
+		fmt.Fprintf(&b, " — PG write transactions/s (xid delta) %.0f", r.PGWriteXactsPerSec)
+		if r.Checkpoints > 0 || r.CheckpointBuffers > 0 {
+			fmt.Fprintf(&b, " — checkpoints during the window: %d started, %d buffers written", r.Checkpoints, r.CheckpointBuffers)
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }

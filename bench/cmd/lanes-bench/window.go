@@ -46,6 +46,11 @@ type Result struct {
 	PGCommitsPerSec    float64 `json:"pgCommitsPerSec"`
 	PGWriteXactsPerSec float64 `json:"pgWriteXactsPerSec"`
 	LoadAvg            float64 `json:"loadAvg1m"`
+	// Checkpoints started during the window (timed or requested) and the
+	// buffers checkpoints wrote: a checkpoint's writes and fsyncs share the
+	// disk with the commits measured.
+	Checkpoints       int64 `json:"checkpoints"`
+	CheckpointBuffers int64 `json:"checkpointBuffers"`
 	// ServerErrors counts 5xx answers during the window (retried up to 3 times each).
 	ServerErrors int64 `json:"serverErrors"`
 	// Throttled counts 429 answers (retried after Retry-After); Buffered counts pushes answered "buffered" (spooled).
@@ -70,6 +75,8 @@ type window struct {
 	pgT0       int64
 	commits0   int64
 	xid0       int64
+	ckpt0      int64
+	ckptBufs0  int64
 	rss        *rssSampler
 	profile    string
 	profDone   chan []string
@@ -87,6 +94,7 @@ func (h *harness) begin(db string, profileName string) *window {
 		w.brokerPID = h.broker.pid
 	}
 	w.commits0, w.xid0 = h.pgCounters(db)
+	w.ckpt0, w.ckptBufs0 = h.checkpointCounters()
 	w.brokerT0 = procTicks(w.brokerPID)
 	w.pgT0 = treeTicks(h.pgPID)
 	if w.brokerPID > 0 {
@@ -122,6 +130,8 @@ func (w *window) end(r *Result) {
 	c1, x1 := w.h.pgCounters(w.db)
 	r.PGCommitsPerSec = float64(c1-w.commits0) / secs
 	r.PGWriteXactsPerSec = float64(x1-w.xid0) / secs
+	k1, b1 := w.h.checkpointCounters()
+	r.Checkpoints, r.CheckpointBuffers = k1-w.ckpt0, b1-w.ckptBufs0
 	r.LoadAvg = loadAvg()
 	r.ServerErrors = w.h.serverErrors.Load() - w.errors0
 	r.Throttled = w.h.throttled.Load() - w.throttled0
@@ -141,6 +151,13 @@ func (h *harness) pgCounters(db string) (commits, xid int64) {
 	defer cancel()
 	_ = h.admin.QueryRow(ctx, "SELECT coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint", db).Scan(&commits, &xid)
 	return commits, xid
+}
+
+func (h *harness) checkpointCounters() (checkpoints, buffers int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = h.admin.QueryRow(ctx, "SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint FROM pg_stat_bgwriter").Scan(&checkpoints, &buffers)
+	return checkpoints, buffers
 }
 
 // captureProfiles fetches a CPU profile and a delta allocation profile of the
