@@ -95,19 +95,28 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 	empties := 0
 	for check := 0; ; check++ {
 		var wt *waiter
-		if req.Wait {
-			// Registered before the check so a push between check and park is not missed.
-			wt = e.waiters.register(req.Queue, req.Group, req.Partition)
+		if check == 0 && req.Wait && req.Timeout > popInitialRecheck && !e.stopParking.Load() {
+			// Parked peers of the group go first; this pop's first claim is
+			// its re-check or a wake (see registerBehindPeers).
+			wt = e.waiters.registerBehindPeers(req.Queue, req.Group, req.Partition)
 		}
-		res, err := e.admittedPopOnce(ctx, &req, check == 0)
-		if n := res.leftBehind(); err == nil && req.Queue != "" && n > 0 {
-			e.waiters.wakeGroup(req.Queue, req.Group, n)
-		}
-		if err != nil || len(res.Messages) > 0 || !req.Wait || e.stopParking.Load() {
-			if wt != nil {
-				e.waiters.unregister(wt)
+		res := &PopResult{}
+		if wt == nil {
+			if req.Wait {
+				// Registered before the check so a push between check and park is not missed.
+				wt = e.waiters.register(req.Queue, req.Group, req.Partition)
 			}
-			return res, err
+			var err error
+			res, err = e.admittedPopOnce(ctx, &req, check == 0)
+			if n := res.leftBehind(); err == nil && req.Queue != "" && n > 0 {
+				e.waiters.wakeGroup(req.Queue, req.Group, n)
+			}
+			if err != nil || len(res.Messages) > 0 || !req.Wait || e.stopParking.Load() {
+				if wt != nil {
+					e.waiters.unregister(wt)
+				}
+				return res, err
+			}
 		}
 		remaining := time.Until(deadline)
 		if remaining <= 0 {

@@ -735,3 +735,61 @@ func TestAClaimThatTakesNothingStaysReadOnly(t *testing.T) {
 		}
 	}
 }
+
+// A long-poll pop that arrives while a pop of its group is parked takes its
+// turn behind it: it runs no claim on arrival (with more consumers than
+// partitions that claim found nothing or raced the woken pop: 2.5 claims per
+// delivery in the pipeline-handoff benchmark), the next push goes to the pop
+// that parked first and the one after to the newcomer.
+func TestANewLongPollQueuesBehindAParkedPopOfItsGroup(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPop(t, e, PopRequest{Queue: q}) // creates the queue and registers the group
+	type popped struct {
+		res *PopResult
+		err error
+	}
+	park := func() chan popped {
+		done := make(chan popped, 1)
+		go func() {
+			res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+			done <- popped{res, err}
+		}()
+		return done
+	}
+	parked := func(n int) {
+		t.Helper()
+		for deadline := time.Now().Add(5 * time.Second); e.waiters.count() != n; time.Sleep(time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("parked pops: %d, want %d", e.waiters.count(), n)
+			}
+		}
+	}
+	first := park()
+	parked(1)
+	// The first pop re-checks at 0.1, 0.2, 0.3, 0.5, 0.9, 1.7 and 2.7 s: the
+	// newcomer arrives in the quiet gap, so any claim now would be its own.
+	time.Sleep(2 * time.Second)
+	before := e.HotPathStats()
+	second := park()
+	parked(2)
+	// A pop registers before its claim; give a claim on arrival time to show,
+	// short of the newcomer's own first re-check at 100 ms.
+	time.Sleep(40 * time.Millisecond)
+	if oneTrip, general := popPaths(e, before); oneTrip+general != 0 {
+		t.Fatalf("the newcomer ran %d claims on arrival; it should have parked behind the first pop", oneTrip+general)
+	}
+	mustPush(t, e, items(q, "p", "m1")...)
+	if p := <-first; p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "m1" {
+		t.Fatalf("first parked pop: %+v %v", p.res, p.err)
+	}
+	select {
+	case p := <-second:
+		t.Fatalf("the newcomer returned before a second push: %+v %v", p.res, p.err)
+	case <-time.After(50 * time.Millisecond):
+	}
+	mustPush(t, e, items(q, "p", "m2")...)
+	if p := <-second; p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "m2" {
+		t.Fatalf("second parked pop: %+v %v", p.res, p.err)
+	}
+}

@@ -19,7 +19,12 @@ type waiters struct {
 	mu      sync.Mutex
 	byQueue map[string]*list.List // of *waiter, oldest parked first
 	any     map[*waiter]struct{}  // discovery pops: any push may concern them
+	// parked counts the waiters not yet woken per (queue, group, pinned
+	// partition), for registerBehindPeers.
+	parked map[waitKey]int
 }
+
+type waitKey struct{ queue, group, partition string }
 
 type waiter struct {
 	ch        chan struct{}
@@ -30,15 +35,40 @@ type waiter struct {
 }
 
 func newWaiters() *waiters {
-	return &waiters{byQueue: map[string]*list.List{}, any: map[*waiter]struct{}{}}
+	return &waiters{byQueue: map[string]*list.List{}, any: map[*waiter]struct{}{}, parked: map[waitKey]int{}}
 }
 
 // register parks a pop: its channel is closed by a wake that concerns it
 // (queue "" = a discovery pop, woken by any push).
 func (w *waiters) register(queue, group, partition string) *waiter {
-	wt := &waiter{ch: make(chan struct{}), queue: queue, group: group, partition: partition}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	return w.registerLocked(queue, group, partition)
+}
+
+// registerBehindPeers parks a pop of a queue without claiming first when
+// pops of the same group (and partition pin) are parked here already, and
+// reports whether it did. Those peers found nothing claimable, and every
+// change since (a push, a lease released by an ack) woke one of them for
+// each partition it made claimable: a claim now would find nothing, or race
+// the woken peer for its partition. So the newcomer takes its turn behind
+// them and the oldest peer gets the next partition. What no wake announces
+// (a lease expiring, a delay ending) is found by the parked pops' re-checks,
+// as before.
+func (w *waiters) registerBehindPeers(queue, group, partition string) *waiter {
+	if queue == "" {
+		return nil
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if w.parked[waitKey{queue, group, partition}] == 0 {
+		return nil
+	}
+	return w.registerLocked(queue, group, partition)
+}
+
+func (w *waiters) registerLocked(queue, group, partition string) *waiter {
+	wt := &waiter{ch: make(chan struct{}), queue: queue, group: group, partition: partition}
 	if queue == "" {
 		w.any[wt] = struct{}{}
 		return wt
@@ -49,6 +79,7 @@ func (w *waiters) register(queue, group, partition string) *waiter {
 		w.byQueue[queue] = l
 	}
 	wt.elem = l.PushBack(wt)
+	w.parked[waitKey{queue, group, partition}]++
 	return wt
 }
 
@@ -74,6 +105,16 @@ func (w *waiters) removeLocked(wt *waiter) {
 		}
 	}
 	wt.elem = nil
+	w.unpark(wt)
+}
+
+func (w *waiters) unpark(wt *waiter) {
+	k := waitKey{wt.queue, wt.group, wt.partition}
+	if w.parked[k] <= 1 {
+		delete(w.parked, k)
+		return
+	}
+	w.parked[k]--
 }
 
 func (w *waiters) fireLocked(wt *waiter) {
@@ -170,6 +211,7 @@ func (w *waiters) wakeAllLocked() {
 		}
 	}
 	w.byQueue = map[string]*list.List{}
+	w.parked = map[waitKey]int{}
 	w.wakeDiscoveryLocked()
 }
 

@@ -89,3 +89,41 @@ func TestAPopHandsOnOnlyWhatItLeftBehind(t *testing.T) {
 		t.Error("a failed pop hands on nothing")
 	}
 }
+
+func TestWaitersQueueANewPopBehindParkedPeersOfItsGroup(t *testing.T) {
+	w := newWaiters()
+	if w.registerBehindPeers("q", "A", "") != nil {
+		t.Fatal("with nobody parked a pop must claim first, not park")
+	}
+	a1 := w.register("q", "A", "")
+	pinned := w.register("q", "B", "p1")
+	if w.registerBehindPeers("q", "B", "") != nil || w.registerBehindPeers("q", "C", "") != nil ||
+		w.registerBehindPeers("other", "A", "") != nil || w.registerBehindPeers("", "A", "") != nil {
+		t.Fatal("only parked pops of the same queue, group and pin are peers")
+	}
+	a2 := w.registerBehindPeers("q", "A", "")
+	if a2 == nil {
+		t.Fatal("a pop of a group with a parked pop must park behind it")
+	}
+	if w.registerBehindPeers("q", "B", "p1") == nil {
+		t.Fatal("a pinned pop parks behind parked pops pinned to the same partition")
+	}
+
+	w.wake("q", []string{"p2"})
+	if got := woken(a1, a2); !got[0] || got[1] {
+		t.Fatalf("a push to one partition must wake the oldest pop of A, the one that parked first: %v", got)
+	}
+	a3 := w.registerBehindPeers("q", "A", "")
+	if a3 == nil {
+		t.Fatal("a2 is still parked: the next pop of A parks behind it")
+	}
+	w.unregister(a2)
+	w.unregister(a3)
+	if w.registerBehindPeers("q", "A", "") != nil {
+		t.Fatal("once the group's pops left, a new pop claims first")
+	}
+	w.wakeAll()
+	if !woken(pinned)[0] || w.registerBehindPeers("q", "B", "p1") != nil {
+		t.Fatal("after wakeAll nobody is parked")
+	}
+}
