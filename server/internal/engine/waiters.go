@@ -22,6 +22,9 @@ type waiters struct {
 	// parked counts the waiters not yet woken per (queue, group, pinned
 	// partition), for registerBehindPeers.
 	parked map[waitKey]int
+	// claiming counts the claims of each (queue, group) running on this
+	// broker, for claimEnded.
+	claiming map[waitKey]int
 }
 
 type waitKey struct{ queue, group, partition string }
@@ -35,7 +38,30 @@ type waiter struct {
 }
 
 func newWaiters() *waiters {
-	return &waiters{byQueue: map[string]*list.List{}, any: map[*waiter]struct{}{}, parked: map[waitKey]int{}}
+	return &waiters{byQueue: map[string]*list.List{}, any: map[*waiter]struct{}{}, parked: map[waitKey]int{}, claiming: map[waitKey]int{}}
+}
+
+// claimStarted and claimEnded bracket a claim of a pop of queue; claimEnded
+// reports how many other claims of the group were still running: they will
+// take claimable partitions this claim saw, so it does not hand those on
+// (see leftBehind).
+func (w *waiters) claimStarted(queue, group string) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.claiming[waitKey{queue: queue, group: group}]++
+}
+
+func (w *waiters) claimEnded(queue, group string) (othersRunning int) {
+	k := waitKey{queue: queue, group: group}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	othersRunning = w.claiming[k] - 1
+	if othersRunning <= 0 {
+		delete(w.claiming, k)
+		return 0
+	}
+	w.claiming[k] = othersRunning
+	return othersRunning
 }
 
 // register parks a pop: its channel is closed by a wake that concerns it

@@ -74,19 +74,37 @@ func TestWaitersWakeGroupPassesTheWakeOn(t *testing.T) {
 
 func TestAPopHandsOnOnlyWhatItLeftBehind(t *testing.T) {
 	for _, c := range []struct {
-		claimed, ready, want int
+		claimed, ready, others, want int
 	}{
-		{claimed: 1, ready: 3, want: 2}, // took one of three: two peers may take the rest
-		{claimed: 2, ready: 2, want: 0}, // took all it saw
-		{claimed: 0, ready: 3, want: 0}, // took nothing: the rest was locked by pops in flight
+		{claimed: 1, ready: 3, want: 2},            // took one of three: two peers may take the rest
+		{claimed: 2, ready: 2, want: 0},            // took all it saw
+		{claimed: 0, ready: 3, want: 0},            // took nothing: the rest was locked by pops in flight
+		{claimed: 1, ready: 3, others: 1, want: 1}, // another claim running takes one of the two
+		{claimed: 1, ready: 2, others: 3, want: 0}, // more claims running than partitions left
 	} {
 		r := &PopResult{PartitionsClaimed: c.claimed, ReadyPartitions: c.ready}
-		if got := r.leftBehind(); got != c.want {
-			t.Errorf("claimed %d of %d ready: hands on %d, want %d", c.claimed, c.ready, got, c.want)
+		if got := r.leftBehind(c.others); got != c.want {
+			t.Errorf("claimed %d of %d ready, %d other claims running: hands on %d, want %d", c.claimed, c.ready, c.others, got, c.want)
 		}
 	}
-	if (*PopResult)(nil).leftBehind() != 0 {
+	if (*PopResult)(nil).leftBehind(0) != 0 {
 		t.Error("a failed pop hands on nothing")
+	}
+}
+
+func TestWaitersCountTheClaimsOfAGroupRunning(t *testing.T) {
+	w := newWaiters()
+	w.claimStarted("q", "A")
+	w.claimStarted("q", "A")
+	w.claimStarted("q", "B")
+	if n := w.claimEnded("q", "A"); n != 1 {
+		t.Fatalf("first of two claims of A ended: %d others running, want 1", n)
+	}
+	if n := w.claimEnded("q", "A"); n != 0 {
+		t.Fatalf("last claim of A ended: %d others running, want 0", n)
+	}
+	if n := w.claimEnded("q", "B"); n != 0 || len(w.claiming) != 0 {
+		t.Fatalf("claims of B: %d others, %d groups left counted", n, len(w.claiming))
 	}
 }
 
