@@ -94,6 +94,7 @@ type Run struct {
 	LoadAvgStart    float64           `json:"loadAvgStart"`
 	LoadAvgEnd      float64           `json:"loadAvgEnd"`
 	BrokerPeakRSSMB float64           `json:"brokerPeakRssMb"`
+	Hops            *HopProbe         `json:"hops,omitempty"`
 	Seconds         float64           `json:"seconds"`
 	Results         []Result          `json:"results"`
 	// ServerErrors counts 5xx answers by route and body over the whole run.
@@ -259,6 +260,11 @@ func (h *harness) run() int {
 		fatalf("%v", err)
 	}
 	defer h.lanesPool.Close()
+
+	logf("probing round trips (busy and idle)")
+	if run.Hops, err = h.probeHops(ctx); err != nil {
+		logf("hop probe: %v", err)
+	}
 
 	failed := false
 	add := func(r Result, err error) {

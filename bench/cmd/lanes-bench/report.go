@@ -194,6 +194,10 @@ func markdown(run *Run) string {
 	fmt.Fprintf(&b, "PostgreSQL %s: fsync=%s, synchronous_commit=%s, full_page_writes=%s, shared_buffers=%s. Broker %s, %s. Machine: %s × %s, %s.\n\n",
 		pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"], pg["shared_buffers"], run.BrokerCommit, run.BrokerSettings,
 		run.Machine["cpus"], run.Machine["cpu"], run.Machine["memory"])
+	if p := run.Hops; p != nil {
+		fmt.Fprintf(&b, "Round trips on this machine (p50, %d samples each; idle = 20 ms apart): HTTP `GET /status` %.2f ms back to back, %.2f ms idle (p99 %.2f); one-row durable commit %.2f ms back to back, %.2f ms idle (p99 %.2f).\n\n",
+			hopSamples, p.HTTPBusyP50Ms, p.HTTPIdleP50Ms, p.HTTPIdleP99Ms, p.CommitBusyP50Ms, p.CommitIdleP50Ms, p.CommitIdleP99Ms)
+	}
 	b.WriteString("| scenario | system | msg/s | vs | latency p50 / p99 / p999 ms | lost | dup | 5xx / 429 | broker CPU (cores) | broker peak RSS MB | PG CPU (cores) | harness CPU | PG commits/s | load |\n")
 	b.WriteString("| --- | --- | ---: | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |\n")
 	for _, r := range run.Results {
