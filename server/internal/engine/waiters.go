@@ -74,7 +74,7 @@ func (w *waiters) register(queue, group, partition string) *waiter {
 
 // registerBehindPeers parks a pop of a queue without claiming first when
 // pops of the same group (and partition pin) are parked here already, and
-// reports whether it did. Those peers found nothing claimable, and every
+// returns its waiter; nil when none are (the pop claims first). Those peers found nothing claimable, and every
 // change since (a push, a lease released by an ack) woke one of them for
 // each partition it made claimable: a claim now would find nothing, or race
 // the woken peer for its partition. So the newcomer takes its turn behind
