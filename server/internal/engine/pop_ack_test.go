@@ -793,3 +793,43 @@ func TestANewLongPollQueuesBehindAParkedPopOfItsGroup(t *testing.T) {
 		t.Fatalf("second parked pop: %+v %v", p.res, p.err)
 	}
 }
+
+// A seek makes messages claimable that no push announces (the cursor moves
+// back, a live lease is dropped): it wakes the parked pops of the queue.
+func TestSeekWakesAParkedPop(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "a", "b")...)
+	if res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true}); len(res.Messages) != 2 {
+		t.Fatalf("drain: %+v", res.Messages)
+	}
+	type popped struct {
+		res *PopResult
+		err error
+		at  time.Time
+	}
+	done := make(chan popped, 1)
+	go func() {
+		res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+		done <- popped{res, err, time.Now()}
+	}()
+	// Parked long enough for its re-check interval to have backed off past 800 ms.
+	time.Sleep(1800 * time.Millisecond)
+	select {
+	case p := <-done:
+		t.Fatalf("the parked pop returned from a drained queue: %+v %v", p.res, p.err)
+	default:
+	}
+	past := time.Now().Add(-time.Hour)
+	soughtAt := time.Now()
+	if _, err := e.Seek(context.Background(), SeekRequest{Queue: q, Timestamp: &past}); err != nil {
+		t.Fatal(err)
+	}
+	p := <-done
+	if p.err != nil || len(p.res.Messages) != 2 || p.res.Messages[0].TransactionID != "a" {
+		t.Fatalf("parked pop after the seek: %+v %v", p.res, p.err)
+	}
+	if waited := p.at.Sub(soughtAt); waited > 400*time.Millisecond {
+		t.Fatalf("the parked pop took %v after the seek; the seek should have woken it", waited)
+	}
+}

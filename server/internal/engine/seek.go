@@ -82,6 +82,11 @@ func (e *Engine) Seek(ctx context.Context, req SeekRequest) (SeekResult, error) 
 		}
 		return resetClaimFloor(ctx, tx, req.Group, req.Queue)
 	})
+	if err == nil {
+		// A cursor moved back or a lease was dropped: parked pops of the
+		// group may claim now, and no push will tell them.
+		e.waiters.wake(req.Queue, nil)
+	}
 	return out, err
 }
 
