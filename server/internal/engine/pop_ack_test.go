@@ -578,6 +578,33 @@ func TestRepeatPopsRunInOneTripAndFallBackOnStalePlans(t *testing.T) {
 // a parked pop of the group at once, instead of leaving the backlog to its
 // next re-check (which backs off to a second): a plain ack, and an ack inside
 // a transaction bundle.
+// poppedAt is what a pop started in the background returned, and when.
+type poppedAt struct {
+	res *PopResult
+	err error
+	at  time.Time
+}
+
+// parkPastBackoff starts a long-poll pop that finds nothing to claim and
+// returns once it has been parked long enough for its re-check interval to
+// have backed off past 800 ms, so a prompt answer afterwards comes from a
+// wake-up, not a re-check.
+func parkPastBackoff(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
+	t.Helper()
+	done := make(chan poppedAt, 1)
+	go func() {
+		res, err := e.Pop(context.Background(), req)
+		done <- poppedAt{res, err, time.Now()}
+	}()
+	time.Sleep(1800 * time.Millisecond)
+	select {
+	case p := <-done:
+		t.Fatalf("the pop returned instead of parking: %+v %v", p.res, p.err)
+	default:
+	}
+	return done
+}
+
 func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -601,23 +628,7 @@ func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 			if len(held.Messages) != 1 {
 				t.Fatalf("pop: %+v", held.Messages)
 			}
-			type popped struct {
-				res *PopResult
-				err error
-				at  time.Time
-			}
-			done := make(chan popped, 1)
-			go func() {
-				res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
-				done <- popped{res, err, time.Now()}
-			}()
-			// Parked long enough for its re-check interval to have backed off past 800 ms.
-			time.Sleep(1800 * time.Millisecond)
-			select {
-			case p := <-done:
-				t.Fatalf("the parked pop returned while the partition was leased: %+v %v", p.res, p.err)
-			default:
-			}
+			done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 			releasedAt := time.Now()
 			tc.release(t, e, held)
 			p := <-done
@@ -745,15 +756,11 @@ func TestANewLongPollQueuesBehindAParkedPopOfItsGroup(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
 	mustPop(t, e, PopRequest{Queue: q}) // creates the queue and registers the group
-	type popped struct {
-		res *PopResult
-		err error
-	}
-	park := func() chan popped {
-		done := make(chan popped, 1)
+	park := func() chan poppedAt {
+		done := make(chan poppedAt, 1)
 		go func() {
 			res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
-			done <- popped{res, err}
+			done <- poppedAt{res, err, time.Now()}
 		}()
 		return done
 	}
@@ -803,23 +810,7 @@ func TestSeekWakesAParkedPop(t *testing.T) {
 	if res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true}); len(res.Messages) != 2 {
 		t.Fatalf("drain: %+v", res.Messages)
 	}
-	type popped struct {
-		res *PopResult
-		err error
-		at  time.Time
-	}
-	done := make(chan popped, 1)
-	go func() {
-		res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
-		done <- popped{res, err, time.Now()}
-	}()
-	// Parked long enough for its re-check interval to have backed off past 800 ms.
-	time.Sleep(1800 * time.Millisecond)
-	select {
-	case p := <-done:
-		t.Fatalf("the parked pop returned from a drained queue: %+v %v", p.res, p.err)
-	default:
-	}
+	done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 	past := time.Now().Add(-time.Hour)
 	soughtAt := time.Now()
 	if _, err := e.Seek(context.Background(), SeekRequest{Queue: q, Timestamp: &past}); err != nil {
