@@ -802,9 +802,22 @@ func TestANewLongPollQueuesBehindAParkedPopOfItsGroup(t *testing.T) {
 }
 
 // A seek makes messages claimable that no push announces (the cursor moves
-// back, a live lease is dropped): it wakes the parked pops of the queue.
+// back, a live lease is dropped): it wakes the parked pops of the queue, on
+// the broker that ran it and on the others.
 func TestSeekWakesAParkedPop(t *testing.T) {
+	for _, across := range []bool{false, true} {
+		t.Run(map[bool]string{false: "same broker", true: "other broker"}[across], func(t *testing.T) {
+			testSeekWakesAParkedPop(t, across)
+		})
+	}
+}
+
+func testSeekWakesAParkedPop(t *testing.T, acrossBrokers bool) {
 	e := newEngine(t)
+	seeker := e
+	if acrossBrokers {
+		seeker = newEngine(t)
+	}
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "a", "b")...)
 	if res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true}); len(res.Messages) != 2 {
@@ -813,7 +826,7 @@ func TestSeekWakesAParkedPop(t *testing.T) {
 	done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 	past := time.Now().Add(-time.Hour)
 	soughtAt := time.Now()
-	if _, err := e.Seek(context.Background(), SeekRequest{Queue: q, Timestamp: &past}); err != nil {
+	if _, err := seeker.Seek(context.Background(), SeekRequest{Queue: q, Timestamp: &past}); err != nil {
 		t.Fatal(err)
 	}
 	p := <-done
