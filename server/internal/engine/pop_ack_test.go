@@ -750,16 +750,28 @@ func TestAClaimThatTakesNothingStaysReadOnly(t *testing.T) {
 // A long-poll pop that arrives while a pop of its group is parked takes its
 // turn behind it: it runs no claim on arrival (with more consumers than
 // partitions that claim found nothing or raced the woken pop: 2.5 claims per
-// delivery in the pipeline-handoff benchmark), the next push goes to the pop
-// that parked first and the one after to the newcomer.
+// delivery in the pipeline-handoff benchmark); its first claim is its own
+// re-check 100 ms later, or a wake. The claims of the newcomer are told apart
+// through the admission hook, which sees each claim's context.
 func TestANewLongPollQueuesBehindAParkedPopOfItsGroup(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
 	mustPop(t, e, PopRequest{Queue: q}) // creates the queue and registers the group
-	park := func() chan poppedAt {
+	type newcomerKey struct{}
+	firstClaim := make(chan time.Time, 1)
+	e.cfg.AdmitPopCheck = func(ctx context.Context) (func(), error) {
+		if ctx.Value(newcomerKey{}) != nil {
+			select {
+			case firstClaim <- time.Now():
+			default:
+			}
+		}
+		return func() {}, nil
+	}
+	park := func(ctx context.Context) chan poppedAt {
 		done := make(chan poppedAt, 1)
 		go func() {
-			res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+			res, err := e.Pop(ctx, PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 			done <- poppedAt{res, err, time.Now()}
 		}()
 		return done
@@ -772,32 +784,31 @@ func TestANewLongPollQueuesBehindAParkedPopOfItsGroup(t *testing.T) {
 			}
 		}
 	}
-	first := park()
+	first := park(context.Background())
 	parked(1)
-	// The first pop re-checks at 0.1, 0.2, 0.3, 0.5, 0.9, 1.7 and 2.7 s: the
-	// newcomer arrives in the quiet gap, so any claim now would be its own.
-	time.Sleep(2 * time.Second)
-	before := e.HotPathStats()
-	second := park()
+	arrived := time.Now()
+	second := park(context.WithValue(context.Background(), newcomerKey{}, true))
 	parked(2)
-	// A pop registers before its claim; give a claim on arrival time to show,
-	// short of the newcomer's own first re-check at 100 ms.
-	time.Sleep(40 * time.Millisecond)
-	if oneTrip, general := popPaths(e, before); oneTrip+general != 0 {
-		t.Fatalf("the newcomer ran %d claims on arrival; it should have parked behind the first pop", oneTrip+general)
+	select {
+	case at := <-firstClaim:
+		if since := at.Sub(arrived); since < 90*time.Millisecond {
+			t.Fatalf("the newcomer claimed %v after it arrived; it should have parked behind the first pop until its re-check", since)
+		}
+	case <-time.After(5 * time.Second):
+		t.Fatal("the newcomer never claimed")
 	}
 	mustPush(t, e, items(q, "p", "m1")...)
-	if p := <-first; p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "m1" {
-		t.Fatalf("first parked pop: %+v %v", p.res, p.err)
-	}
-	select {
-	case p := <-second:
-		t.Fatalf("the newcomer returned before a second push: %+v %v", p.res, p.err)
-	case <-time.After(50 * time.Millisecond):
-	}
 	mustPush(t, e, items(q, "p", "m2")...)
-	if p := <-second; p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "m2" {
-		t.Fatalf("second parked pop: %+v %v", p.res, p.err)
+	got := map[string]bool{}
+	for _, done := range []chan poppedAt{first, second} {
+		p := <-done
+		if p.err != nil || len(p.res.Messages) != 1 {
+			t.Fatalf("parked pop: %+v %v", p.res, p.err)
+		}
+		got[p.res.Messages[0].TransactionID] = true
+	}
+	if !got["m1"] || !got["m2"] {
+		t.Fatalf("the two parked pops got %v, want m1 and m2 one each", got)
 	}
 }
 
