@@ -87,14 +87,10 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 		e.hot.acksOneTrip.Add(1)
 		return results, nil
 	}
-	var ackErr error
-	for attempt := 0; attempt < 3; attempt++ {
+	ackErr := retryTransient(func() error {
 		reset()
-		ackErr = e.ackPipelined(ctx, items, results)
-		if ackErr == nil || !isRetryableTxError(ackErr) {
-			break
-		}
-	}
+		return e.ackPipelined(ctx, items, results)
+	})
 	if ackErr != nil {
 		return nil, ackErr
 	}

@@ -151,16 +151,12 @@ func (e *Engine) replay(ctx context.Context, target ReplayTarget, selectRow stri
 		return nil, invalid("partition", "partition must be a non-empty string")
 	}
 	var res *ReplayResult
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
+	err := retryTransient(func() error {
 		res = &ReplayResult{}
-		err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
+		return pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 			return e.replayInTx(ctx, tx, target, res, selectRow, args)
 		})
-		if err == nil || !isRetryableTxError(err) {
-			break
-		}
-	}
+	})
 	if errors.Is(err, errReplayRollback) {
 		return res, nil
 	}

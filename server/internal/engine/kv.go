@@ -275,14 +275,7 @@ var errRollback = errors.New("rollback requested")
 
 // retryTx runs fn in a transaction, retrying serialization failures and deadlocks.
 func (e *Engine) retryTx(ctx context.Context, fn func(pgx.Tx) error) error {
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		err = pgx.BeginFunc(ctx, e.pool, fn)
-		if err == nil || !isRetryableTxError(err) {
-			return err
-		}
-	}
-	return err
+	return retryTransient(func() error { return pgx.BeginFunc(ctx, e.pool, fn) })
 }
 
 type kvKey struct{ ns, key string }

@@ -109,6 +109,18 @@ func (e *Engine) dispatchNotification(n *pgconn.Notification) {
 	}
 }
 
+// retryTransient runs attempt up to three times while it fails with a
+// serialization failure or a deadlock, and returns its last error.
+func retryTransient(attempt func() error) error {
+	var err error
+	for range 3 {
+		if err = attempt(); err == nil || !isRetryableTxError(err) {
+			return err
+		}
+	}
+	return err
+}
+
 func isRetryableTxError(err error) bool {
 	var pgErr *pgconn.PgError
 	if errors.As(err, &pgErr) {

@@ -936,13 +936,19 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 	}
 }
 
-// wake tells this broker's parked pops about the queues the committed write
-// touched, and other brokers through the notifier. NOTIFY is sent after the
+// wake tells parked pops about the queues the committed write touched.
+func (w *pushWrite) wake(e *Engine) {
+	e.announce(w.touched)
+}
+
+// announce tells this broker's parked pops about committed changes that may
+// have made messages claimable (touched: queue → partitions, nil partitions
+// for any), and other brokers through the notifier. NOTIFY is sent after the
 // commit, not inside it: a notifying commit takes a database-wide lock, which
 // would serialize every push commit behind the others.
-func (w *pushWrite) wake(e *Engine) {
-	for q, parts := range w.touched {
+func (e *Engine) announce(touched map[string][]string) {
+	for q, parts := range touched {
 		e.waiters.wake(q, parts)
 	}
-	e.notifier.publish(w.touched)
+	e.notifier.publish(touched)
 }

@@ -186,53 +186,47 @@ func (e *Engine) QueueDepth(ctx context.Context, queue, group string) ([]Partiti
 // transaction index and dead letters. false when there was no such queue.
 func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
 	deleted := false
-	var err error
-	for attempt := 0; attempt < 3; attempt++ {
-		err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-			// Dead letters first: a replay locks its row before the partition, so
-			// taking them in the same order cannot deadlock with it.
-			if _, err := tx.Exec(ctx, `DELETE FROM lanes.dlq WHERE partition_id IN (SELECT p.id FROM lanes.partitions p
-				JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1)`, queue); err != nil {
-				return err
-			}
-			// The queue row locked stops new partitions (their key check shares
-			// it); deleting the partitions waits for the pushes holding them, so
-			// the per-partition rows read next include every committed write.
-			if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.queues WHERE name = $1 FOR UPDATE`, queue); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `DELETE FROM lanes.partitions p USING lanes.queues q
-				WHERE q.name = $1 AND p.queue_id = q.id RETURNING p.id`, queue)
-			if err != nil {
-				return err
-			}
-			gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-			if err != nil {
-				return err
-			}
-			for _, table := range []string{"lanes.segments", "lanes.txns", "lanes.txns_expiry"} {
-				if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE partition_id = ANY($1::uuid[])`, uuidArray(gone)); err != nil {
-					return err
-				}
-			}
-			// Timers target the queue by name, and a queue owns the KV namespace of
-			// the same name (the idempotency markers of its pipeline), so both go too.
-			timers, err := tx.Exec(ctx, `DELETE FROM lanes.timers WHERE queue = $1`, queue)
-			if err != nil {
-				return err
-			}
-			kv, err := tx.Exec(ctx, `DELETE FROM lanes.kv WHERE namespace = $1`, queue)
-			if err != nil {
-				return err
-			}
-			tag, err := tx.Exec(ctx, `DELETE FROM lanes.queues WHERE name = $1`, queue)
-			deleted = tag.RowsAffected() > 0 || timers.RowsAffected() > 0 || kv.RowsAffected() > 0
+	err := e.retryTx(ctx, func(tx pgx.Tx) error {
+		// Dead letters first: a replay locks its row before the partition, so
+		// taking them in the same order cannot deadlock with it.
+		if _, err := tx.Exec(ctx, `DELETE FROM lanes.dlq WHERE partition_id IN (SELECT p.id FROM lanes.partitions p
+			JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1)`, queue); err != nil {
 			return err
-		})
-		if err == nil || !isRetryableTxError(err) {
-			break
 		}
-	}
+		// The queue row locked stops new partitions (their key check shares
+		// it); deleting the partitions waits for the pushes holding them, so
+		// the per-partition rows read next include every committed write.
+		if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.queues WHERE name = $1 FOR UPDATE`, queue); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `DELETE FROM lanes.partitions p USING lanes.queues q
+			WHERE q.name = $1 AND p.queue_id = q.id RETURNING p.id`, queue)
+		if err != nil {
+			return err
+		}
+		gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		if err != nil {
+			return err
+		}
+		for _, table := range []string{"lanes.segments", "lanes.txns", "lanes.txns_expiry"} {
+			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE partition_id = ANY($1::uuid[])`, uuidArray(gone)); err != nil {
+				return err
+			}
+		}
+		// Timers target the queue by name, and a queue owns the KV namespace of
+		// the same name (the idempotency markers of its pipeline), so both go too.
+		timers, err := tx.Exec(ctx, `DELETE FROM lanes.timers WHERE queue = $1`, queue)
+		if err != nil {
+			return err
+		}
+		kv, err := tx.Exec(ctx, `DELETE FROM lanes.kv WHERE namespace = $1`, queue)
+		if err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM lanes.queues WHERE name = $1`, queue)
+		deleted = tag.RowsAffected() > 0 || timers.RowsAffected() > 0 || kv.RowsAffected() > 0
+		return err
+	})
 	if deleted {
 		e.knownPartitions.clear()
 	}

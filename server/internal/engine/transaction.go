@@ -120,10 +120,11 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 	run := &bundleRun{req: &req, pushes: pushes, acks: acks, requiredLease: singleLease(req.RequiredLeases), res: res}
 	oneTrip, err := run.inOneTrip(ctx, e)
 	if err == nil && !oneTrip {
-		err = run.withRetry(ctx, e)
+		attempt := func() error { return run.attempt(ctx, e) }
+		err = retryTransient(attempt)
 		if e.forgetStalePartitions(err) {
 			// A cached partition's queue was deleted: run again, provisioning.
-			err = run.withRetry(ctx, e)
+			err = retryTransient(attempt)
 		}
 	}
 	switch {
@@ -296,18 +297,6 @@ func (r *bundleRun) collectResults(pushResults []PushResult, ackResults []AckRes
 		}
 	}
 	res.Success = true
-}
-
-// withRetry runs attempts while they fail with a serialization failure or a
-// deadlock, three at most.
-func (r *bundleRun) withRetry(ctx context.Context, e *Engine) error {
-	var err error
-	for range 3 {
-		if err = r.attempt(ctx, e); err == nil || !isRetryableTxError(err) {
-			return err
-		}
-	}
-	return err
 }
 
 // attempt runs the bundle in one transaction. Pushes and acks take two round
