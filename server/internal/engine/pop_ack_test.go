@@ -848,3 +848,39 @@ func testSeekWakesAParkedPop(t *testing.T, acrossBrokers bool) {
 		t.Fatalf("the parked pop took %v after the seek; the seek should have woken it", waited)
 	}
 }
+
+// A dead letter replayed to its partition is a message no push announced: the
+// replay wakes the parked pops of the queue, on the broker that ran it and on
+// the others.
+func TestDeadLetterReplayWakesAParkedPop(t *testing.T) {
+	for _, acrossBrokers := range []bool{false, true} {
+		t.Run(map[bool]string{false: "same broker", true: "other broker"}[acrossBrokers], func(t *testing.T) {
+			e := newEngine(t)
+			replayer := e
+			if acrossBrokers {
+				replayer = newEngine(t)
+			}
+			q := queueName(t)
+			mustPush(t, e, items(q, "p", "poison")...)
+			held := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+			if len(held.Messages) != 1 {
+				t.Fatalf("pop: %+v", held.Messages)
+			}
+			if r := mustAck(t, e, ack(held.Messages[0], "dlq")); !r[0].DLQ {
+				t.Fatalf("dlq ack: %+v", r[0])
+			}
+			done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+			replayedAt := time.Now()
+			if _, err := replayer.RetryDeadLetter(context.Background(), held.Messages[0].PartitionID, "poison"); err != nil {
+				t.Fatal(err)
+			}
+			p := <-done
+			if p.err != nil || len(p.res.Messages) != 1 {
+				t.Fatalf("parked pop after the replay: %+v %v", p.res, p.err)
+			}
+			if waited := p.at.Sub(replayedAt); waited > 400*time.Millisecond {
+				t.Fatalf("the parked pop took %v after the replay; the replay should have woken it", waited)
+			}
+		})
+	}
+}
