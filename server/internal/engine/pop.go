@@ -128,7 +128,10 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			e.waiters.unregister(wt)
 			return res, nil
 		}
+		e.waiters.waitIdle(ctx, wt, &req)
 		timer := time.NewTimer(min(interval, remaining))
+		leaving := false
+		var leaveErr error
 		select {
 		case <-wt.ch:
 			interval = popInitialRecheck
@@ -139,16 +142,21 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 				interval = min(interval*2, popMaxRecheck)
 			}
 		case <-ctx.Done():
-			timer.Stop()
-			e.leaveParked(wt, &req)
-			return res, ctx.Err()
+			leaving, leaveErr = true, ctx.Err()
 		case <-e.stop:
-			timer.Stop()
-			e.leaveParked(wt, &req)
-			return res, nil
+			leaving = true
 		}
 		timer.Stop()
-		e.waiters.unregister(wt)
+		// A push may have claimed for this pop in its own round trip
+		// (pushHandOff); that batch is this pop's answer, even when its caller
+		// has left (the API layer then gives the lease back).
+		if handed := e.waiters.leaveHandedOff(wt); handed != nil && len(handed.Messages) > 0 {
+			return handed, nil
+		}
+		if leaving {
+			e.leaveParked(wt, &req)
+			return res, leaveErr
+		}
 	}
 }
 

@@ -275,8 +275,12 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	if w.unprobed && w.fitsOneTrip() {
 		// One round trip: nothing in the write depends on what the lock reads.
 		w.queueOneTrip(b)
-		b.Queue("COMMIT")
-		if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		ho := e.queueHandOff(b, b.Queue("COMMIT"), w.touched)
+		err := tx.SendBatch(ctx, b).Close()
+		if ho != nil {
+			err = ho.finish(e, err)
+		}
+		if err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode {
 				return fmt.Errorf("push: %s: %w", pgErr.Message, errPartitionGone)
@@ -284,7 +288,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 			return err
 		}
 		e.hot.pushOneTrip.Add(1)
-		w.wake(e)
+		w.wakeServed(e, ho)
 		return nil
 	}
 	w.queueLock(b)
@@ -304,14 +308,18 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	tx.open = true
 	b = &pgx.Batch{}
 	w.queueWrites(b)
-	b.Queue("COMMIT")
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	ho := e.queueHandOff(b, b.Queue("COMMIT"), w.touched)
+	err = tx.SendBatch(ctx, b).Close()
+	if ho != nil {
+		err = ho.finish(e, err)
+	}
+	if err != nil {
 		return err
 	}
 	tx.open = false
 	e.hot.pushGeneral.Add(1)
 	e.knownPartitions.add(w.parts)
-	w.wake(e)
+	w.wakeServed(e, ho)
 	return nil
 }
 
@@ -939,6 +947,23 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 // wake tells parked pops about the queues the committed write touched.
 func (w *pushWrite) wake(e *Engine) {
 	e.announce(w.touched)
+}
+
+// wakeServed is wake after ho (when not nil) claimed for a parked pop in the
+// write's round trip: that pop's group gets a wake less per partition it took.
+func (w *pushWrite) wakeServed(e *Engine, ho *pushHandOff) {
+	if ho == nil || ho.served == 0 {
+		w.wake(e)
+		return
+	}
+	for q, parts := range w.touched {
+		if q == ho.req.Queue {
+			e.waiters.wakeServed(q, parts, ho.req.Group, ho.served)
+		} else {
+			e.waiters.wake(q, parts)
+		}
+	}
+	e.notifier.publish(w.touched)
 }
 
 // announce tells this broker's parked pops about committed changes that may

@@ -2,6 +2,8 @@ package engine
 
 import (
 	"container/list"
+	"context"
+	"slices"
 	"sync"
 )
 
@@ -35,6 +37,16 @@ type waiter struct {
 	group     string
 	partition string // pinned pops only
 	elem      *list.Element
+	// idle is the pop's request while it waits with no claim of its own
+	// running: only then may a push claim for it (takeForHandOff), and only
+	// while its caller is still there (idleCtx).
+	idle    *PopRequest
+	idleCtx context.Context
+	// handedOff is set when a push took the pop to claim for it in the push's
+	// own round trip; handOff is that claim's answer (nil when the claim
+	// failed), set before ch is closed.
+	handedOff bool
+	handOff   *PopResult
 }
 
 func newWaiters() *waiters {
@@ -131,7 +143,68 @@ func (w *waiters) removeLocked(wt *waiter) {
 		}
 	}
 	wt.elem = nil
+	wt.idle, wt.idleCtx = nil, nil
 	w.unpark(wt)
+}
+
+// waitIdle marks a parked pop of a queue as waiting with no claim of its own
+// running, so a push may claim for it. A pop registers before its own check,
+// and a push claiming for it then would claim a second batch beside it.
+func (w *waiters) waitIdle(ctx context.Context, wt *waiter, req *PopRequest) {
+	if wt.queue == "" {
+		return
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if wt.elem != nil {
+		wt.idle, wt.idleCtx = req, ctx
+	}
+}
+
+// takeForHandOff removes and returns the oldest idle pop on queue that a
+// write to partitions may serve (unpinned, or pinned to one of them) and
+// whose group the caller can claim for in one trip (oneTrip), with a copy of
+// its request. Its channel stays open until the caller closes it with the
+// claim's answer (handOffDone); a wake no longer finds it.
+func (w *waiters) takeForHandOff(queue string, partitions []string, oneTrip func(group string) bool) (*waiter, PopRequest) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	l := w.byQueue[queue]
+	if l == nil {
+		return nil, PopRequest{}
+	}
+	for e := l.Front(); e != nil; e = e.Next() {
+		wt := e.Value.(*waiter)
+		if wt.idle == nil || wt.idleCtx.Err() != nil || (wt.partition != "" && !slices.Contains(partitions, wt.partition)) || !oneTrip(wt.group) {
+			continue
+		}
+		req := *wt.idle
+		w.removeLocked(wt)
+		wt.handedOff = true
+		return wt, req
+	}
+	return nil, PopRequest{}
+}
+
+// handOffDone gives a taken pop the answer of the claim made for it.
+func handOffDone(wt *waiter, res *PopResult) {
+	wt.handOff = res
+	close(wt.ch)
+}
+
+// leaveHandedOff unregisters a pop and, when a push took it to claim for it,
+// waits for that claim and returns its answer: the batch is this pop's
+// whatever made it stop waiting.
+func (w *waiters) leaveHandedOff(wt *waiter) *PopResult {
+	w.mu.Lock()
+	w.removeLocked(wt)
+	handed := wt.handedOff
+	w.mu.Unlock()
+	if !handed {
+		return nil
+	}
+	<-wt.ch
+	return wt.handOff
 }
 
 func (w *waiters) unpark(wt *waiter) {
@@ -152,6 +225,13 @@ func (w *waiters) fireLocked(wt *waiter) {
 // partition names known, each group gets at most one wake per partition;
 // partitions == nil wakes every waiter of the queue.
 func (w *waiters) wake(queue string, partitions []string) {
+	w.wakeServed(queue, partitions, "", 0)
+}
+
+// wakeServed is wake after a pop of group on queue was handed served of the
+// written partitions in the write's own round trip: the group gets that many
+// fewer wakes.
+func (w *waiters) wakeServed(queue string, partitions []string, group string, served int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if queue == wakeEverything {
@@ -166,7 +246,7 @@ func (w *waiters) wake(queue string, partitions []string) {
 	var quota map[string]int
 	var touched map[string]bool
 	if partitions != nil {
-		quota = map[string]int{}
+		quota = map[string]int{group: served}
 		touched = make(map[string]bool, len(partitions))
 		for _, p := range partitions {
 			touched[p] = true

@@ -1,6 +1,10 @@
 package engine
 
-import "testing"
+import (
+	"context"
+	"testing"
+	"time"
+)
 
 func woken(wts ...*waiter) []bool {
 	out := make([]bool, len(wts))
@@ -143,5 +147,62 @@ func TestWaitersQueueANewPopBehindParkedPeersOfItsGroup(t *testing.T) {
 	w.wakeAll()
 	if !woken(pinned)[0] || w.registerBehindPeers("q", "B", "p1") != nil {
 		t.Fatal("after wakeAll nobody is parked")
+	}
+}
+
+func TestWaitersHandOnlyIdlePopsToAPush(t *testing.T) {
+	w := newWaiters()
+	claiming := w.register("q", "A", "") // registered before its own check, still claiming
+	pinned := w.register("q", "A", "p9")
+	noPlan := w.register("q", "B", "")
+	gone := w.register("q", "A", "") // its caller left; it has not seen that yet
+	idle := w.register("q", "A", "")
+	left, leave := context.WithCancel(context.Background())
+	leave()
+	w.waitIdle(left, gone, &PopRequest{Queue: "q", Group: "A", Batch: 7})
+	for _, wt := range []*waiter{pinned, noPlan, idle} {
+		w.waitIdle(context.Background(), wt, &PopRequest{Queue: "q", Group: wt.group, Batch: 7})
+	}
+	planned := func(group string) bool { return group == "A" }
+
+	got, req := w.takeForHandOff("q", []string{"p1"}, planned)
+	if got != idle || req.Batch != 7 {
+		t.Fatalf("took %+v (request %+v), want the idle unpinned pop of the planned group", got, req)
+	}
+	if again, _ := w.takeForHandOff("q", []string{"p1"}, planned); again != nil {
+		t.Fatalf("a push to p1 must find no other pop to hand to, got %+v", again)
+	}
+	if got, _ := w.takeForHandOff("q", []string{"p9"}, planned); got != pinned {
+		t.Fatalf("a push to p9 must hand to the pop pinned to it, got %+v", got)
+	}
+
+	// A pop that stops waiting while a push claims for it gets that claim.
+	leaving := make(chan *PopResult, 1)
+	go func() { leaving <- w.leaveHandedOff(idle) }()
+	select {
+	case r := <-leaving:
+		t.Fatalf("leaving returned %+v before the claim ended", r)
+	case <-time.After(50 * time.Millisecond):
+	}
+	handOffDone(idle, &PopResult{Messages: []Message{{TransactionID: "m"}}})
+	if r := <-leaving; r == nil || len(r.Messages) != 1 {
+		t.Fatalf("leaving pop got %+v, want the handed batch", r)
+	}
+	if r := w.leaveHandedOff(claiming); r != nil {
+		t.Fatalf("a pop nobody claimed for got %+v on leaving", r)
+	}
+	if n := w.count(); n != 2 {
+		t.Fatalf("parked = %d, want 2 (the pop without a plan, the one whose caller left)", n)
+	}
+}
+
+func TestWaitersWakeServedSkipsThePartitionsAHandOffTook(t *testing.T) {
+	w := newWaiters()
+	a1 := w.register("q", "A", "")
+	a2 := w.register("q", "A", "")
+	b1 := w.register("q", "B", "")
+	w.wakeServed("q", []string{"p1", "p2"}, "A", 1)
+	if got := woken(a1, a2, b1); !got[0] || got[1] || !got[2] {
+		t.Fatalf("woken = %v, want [true false true]: A was served one of two partitions", got)
 	}
 }

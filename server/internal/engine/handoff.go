@@ -1,0 +1,85 @@
+package engine
+
+import (
+	"errors"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// pushHandOff is the claim of one parked pop run in a push's commit round
+// trip: its one-trip claim statement and commit are queued after the push's
+// COMMIT, so the pop gets the message without the two more hops between
+// broker and PostgreSQL its own claim after a wake would cost. The claim runs
+// only after the push committed (a failed statement skips the rest of the
+// pipeline), so nothing is delivered that is not stored.
+type pushHandOff struct {
+	wt      *waiter
+	req     PopRequest
+	plan    popQueue
+	leaseID string
+	d       delivery
+	// pushCommitted is set when the push's COMMIT answered: an error after it
+	// is the claim's, and the push stands.
+	pushCommitted bool
+	// served is how many partitions the claim took, for the push's wakes.
+	served int
+}
+
+// queueHandOff takes the oldest idle parked pop of a queue the write touched
+// whose group has a cached claim plan, and queues its claim after commit, the
+// push's COMMIT already queued in b. It returns nil when no pop qualifies.
+func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, touched map[string][]string) *pushHandOff {
+	for queue, parts := range touched {
+		var plan popQueue
+		wt, req := e.waiters.takeForHandOff(queue, parts, func(group string) bool {
+			var ok bool
+			plan, ok = e.popPlans.get(queue, group)
+			return ok
+		})
+		if wt == nil {
+			continue
+		}
+		ho := &pushHandOff{wt: wt, req: req, plan: plan, leaseID: newLeaseID(&req)}
+		commit.Exec(func(pgconn.CommandTag) error {
+			ho.pushCommitted = true
+			return nil
+		})
+		beginPop(b, &ho.req)
+		e.queueClaimAndCommit(b, &ho.req, []*popQueue{&ho.plan}, ho.leaseID, true, &ho.d)
+		e.waiters.claimStarted(req.Queue, req.Group)
+		return ho
+	}
+	return nil
+}
+
+// finish hands the claim's answer to the pop and returns the push's own
+// outcome from the batch's error. A claim that failed after the push
+// committed (a stale plan, a lost connection) leaves the pop to claim for
+// itself, as a woken pop does; the caller's connection cleanup rolls back
+// what it left open.
+func (ho *pushHandOff) finish(e *Engine, batchErr error) error {
+	e.waiters.claimEnded(ho.req.Queue, ho.req.Group)
+	if batchErr != nil {
+		handOffDone(ho.wt, nil)
+		if !ho.pushCommitted {
+			return batchErr
+		}
+		var pgErr *pgconn.PgError
+		if !errors.As(batchErr, &pgErr) || pgErr.Code != stalePopPlanCode {
+			e.log.Warn("claim for a parked pop after a push failed; the pop claims for itself", "err", batchErr)
+		}
+		return nil
+	}
+	e.popPlans.advanceFloor(ho.req.Queue, ho.req.Group, ho.plan.claimEpoch, ho.d.floor)
+	res, err := e.deliver(&ho.req, ho.leaseID, &ho.d)
+	if err != nil {
+		e.log.Warn("reading the claim for a parked pop failed", "err", err)
+		res = nil
+	} else {
+		ho.served = res.PartitionsClaimed
+		e.hot.pushHandOffs.Add(1)
+	}
+	handOffDone(ho.wt, res)
+	return nil
+}

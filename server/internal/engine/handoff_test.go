@@ -1,0 +1,121 @@
+package engine
+
+import (
+	"context"
+	"slices"
+	"testing"
+	"time"
+)
+
+// handOffs counts push hand-offs since before.
+func handOffs(e *Engine, before HotPathStats) uint64 {
+	return e.HotPathStats().PushHandOffs - before.PushHandOffs
+}
+
+// drainGroup registers group on q and pops until nothing is left, so the
+// broker holds the group's claim plan and the group's next pops park.
+func drainGroup(t *testing.T, e *Engine, q, group string) {
+	t.Helper()
+	for {
+		if res := mustPop(t, e, PopRequest{Queue: q, Group: group, Batch: 100, AutoAck: true, SubscriptionMode: "all"}); len(res.Messages) == 0 {
+			return
+		}
+	}
+}
+
+func stillParked(t *testing.T, done <-chan poppedAt, what string) {
+	t.Helper()
+	select {
+	case p := <-done:
+		t.Fatalf("%s returned: %+v %v", what, p.res, p.err)
+	case <-time.After(300 * time.Millisecond):
+	}
+}
+
+// A push claims for an idle parked pop in its own commit round trip: the pop
+// gets the message and its lease without a claim of its own, and a second
+// parked pop of the group is not woken for the partition the first one took.
+func TestAPushClaimsForAParkedPopInItsRoundTrip(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "seed")...)
+	drainGroup(t, e, q, "workers")
+
+	req := PopRequest{Queue: q, Group: "workers", Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60}
+	first := make(chan poppedAt, 1)
+	go func() {
+		res, err := e.Pop(context.Background(), req)
+		first <- poppedAt{res, err, time.Now()}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	second := parkPastBackoff(t, e, req)
+
+	before := e.HotPathStats()
+	mustPush(t, e, items(q, "p", "one")...)
+	p := <-first
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"one"}) || p.res.LeaseID == "" {
+		t.Fatalf("first parked pop: %+v %v", p.res, p.err)
+	}
+	if n := handOffs(e, before); n != 1 {
+		t.Fatalf("hand-offs = %d, want 1", n)
+	}
+	if oneTrip, general := popPaths(e, before); oneTrip+general != 0 {
+		t.Fatalf("the handed pop ran claims of its own: one-trip %d, general %d", oneTrip, general)
+	}
+	stillParked(t, second, "the second pop of the group, woken for a partition the first took,")
+
+	if r := mustAck(t, e, ack(p.res.Messages[0], "completed")); !r[0].Success {
+		t.Fatalf("ack under the handed lease: %+v", r[0])
+	}
+	mustPush(t, e, items(q, "p", "two")...)
+	p = <-second
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"two"}) {
+		t.Fatalf("second parked pop: %+v %v", p.res, p.err)
+	}
+	if n := handOffs(e, before); n != 2 {
+		t.Fatalf("hand-offs = %d, want 2", n)
+	}
+}
+
+// Every other group parked on the queue is still woken and claims for itself,
+// and a pop pinned to a partition is served only by writes to that partition.
+func TestAPushHandOffLeavesOtherGroupsAndPinsAlone(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, append(items(q, "a", "seed-a"), items(q, "b", "seed-b")...)...) // a new partition voids the plans
+	drainGroup(t, e, q, "one")
+	drainGroup(t, e, q, "two")
+
+	popOne := make(chan poppedAt, 1)
+	go func() {
+		res, err := e.Pop(context.Background(), PopRequest{Queue: q, Group: "one", Partition: "a", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+		popOne <- poppedAt{res, err, time.Now()}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	popTwo := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+
+	before := e.HotPathStats()
+	mustPush(t, e, items(q, "b", "to-b")...)
+	p := <-popTwo
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"to-b"}) {
+		t.Fatalf("group two: %+v %v", p.res, p.err)
+	}
+	if n := handOffs(e, before); n != 1 {
+		t.Fatalf("hand-offs = %d, want 1 (group two; group one is pinned to a)", n)
+	}
+	stillParked(t, popOne, "the pop pinned to a, after a push to b,")
+
+	popTwo = parkPastBackoff(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	before = e.HotPathStats()
+	mustPush(t, e, items(q, "a", "to-a")...)
+	for name, done := range map[string]<-chan poppedAt{"group one": popOne, "group two": popTwo} {
+		p := <-done
+		if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"to-a"}) {
+			t.Fatalf("%s: %+v %v", name, p.res, p.err)
+		}
+	}
+	oneTrip, general := popPaths(e, before)
+	if n := handOffs(e, before); n != 1 || oneTrip+general != 1 {
+		t.Fatalf("one group must be handed the message and the other woken to claim it: hand-offs %d, claims %d", n, oneTrip+general)
+	}
+}
