@@ -7,9 +7,9 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// pushHandOff is the claim of one parked pop run in a push's commit round
-// trip: its one-trip claim statement and commit are queued after the push's
-// COMMIT, so the pop gets the message without the two more hops between
+// pushHandOff is the claim of one parked pop run in the commit round trip of
+// a push (or of a transaction bundle that pushes): its one-trip claim
+// statement and commit are queued after the push's COMMIT, so the pop gets the message without the two more hops between
 // broker and PostgreSQL its own claim after a wake would cost. The claim runs
 // only after the push committed (a failed statement skips the rest of the
 // pipeline), so nothing is delivered that is not stored.
@@ -53,12 +53,25 @@ func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, touched map
 	return nil
 }
 
+// queueBundleHandOff queues a transaction bundle's COMMIT and, when the
+// bundle pushes (w not nil), the claim for a parked pop after it.
+func (e *Engine) queueBundleHandOff(b *pgx.Batch, w *pushWrite) *pushHandOff {
+	commit := b.Queue("COMMIT")
+	if w == nil {
+		return nil
+	}
+	return e.queueHandOff(b, commit, w.touched)
+}
+
 // finish hands the claim's answer to the pop and returns the push's own
-// outcome from the batch's error. A claim that failed after the push
+// outcome from the batch's error (batchErr itself when ho is nil). A claim that failed after the push
 // committed (a stale plan, a lost connection) leaves the pop to claim for
 // itself, as a woken pop does; the caller's connection cleanup rolls back
 // what it left open.
 func (ho *pushHandOff) finish(e *Engine, batchErr error) error {
+	if ho == nil {
+		return batchErr
+	}
 	e.waiters.claimEnded(ho.req.Queue, ho.req.Group)
 	if batchErr != nil {
 		handOffDone(ho.wt, nil)

@@ -119,3 +119,42 @@ func TestAPushHandOffLeavesOtherGroupsAndPinsAlone(t *testing.T) {
 		t.Fatalf("one group must be handed the message and the other woken to claim it: hand-offs %d, claims %d", n, oneTrip+general)
 	}
 }
+
+// A transaction bundle that pushes to the next stage of a pipeline claims for
+// that stage's parked pop in its own round trip, as a push does; both the
+// one-trip bundle (a lease this broker granted, known partitions) and the
+// general one (a key-value write rides along).
+func TestATransactionBundleClaimsForAParkedPopOfWhatItPushes(t *testing.T) {
+	e := newEngine(t)
+	in, out := queueName(t)+"-in", queueName(t)+"-out"
+	mustPush(t, e, items(in, "p", "a", "b")...)
+	mustPush(t, e, items(out, "p", "seed")...)
+	drainGroup(t, e, out, "next")
+
+	for i, withKV := range []bool{false, true} {
+		held := mustPop(t, e, PopRequest{Queue: in, Batch: 1})
+		if len(held.Messages) != 1 {
+			t.Fatalf("pop from the first stage: %+v", held.Messages)
+		}
+		done := parkPastBackoff(t, e, PopRequest{Queue: out, Group: "next", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+		before := e.HotPathStats()
+		req := TransactionRequest{Ops: []TxOp{
+			ackOp(0, held.Messages[0], "", held.LeaseID),
+			pushOp(1, out, "p", held.Messages[0].TransactionID+"-next", i),
+		}}
+		if withKV {
+			req.KV = []KVOp{{Op: KVPut, Namespace: out, Key: "count", Value: raw(i), Forever: true}}
+		}
+		if res := mustTransaction(t, e, req); !res.Success {
+			t.Fatalf("bundle %d: %+v", i, res)
+		}
+		p := <-done
+		if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{held.Messages[0].TransactionID + "-next"}) {
+			t.Fatalf("parked pop of the next stage after bundle %d: %+v %v", i, p.res, p.err)
+		}
+		oneTrip, general := popPaths(e, before)
+		if n := handOffs(e, before); n != 1 || oneTrip+general != 0 {
+			t.Fatalf("bundle %d (kv %v): hand-offs %d, claims of the pop's own %d; want 1 and 0", i, withKV, n, oneTrip+general)
+		}
+	}
+}

@@ -276,11 +276,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		// One round trip: nothing in the write depends on what the lock reads.
 		w.queueOneTrip(b)
 		ho := e.queueHandOff(b, b.Queue("COMMIT"), w.touched)
-		err := tx.SendBatch(ctx, b).Close()
-		if ho != nil {
-			err = ho.finish(e, err)
-		}
-		if err != nil {
+		if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode {
 				return fmt.Errorf("push: %s: %w", pgErr.Message, errPartitionGone)
@@ -309,11 +305,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	b = &pgx.Batch{}
 	w.queueWrites(b)
 	ho := e.queueHandOff(b, b.Queue("COMMIT"), w.touched)
-	err = tx.SendBatch(ctx, b).Close()
-	if ho != nil {
-		err = ho.finish(e, err)
-	}
-	if err != nil {
+	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 		return err
 	}
 	tx.open = false

@@ -222,8 +222,8 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 			return row.Scan(&matched, &released, &lastOffset)
 		})
 	}
-	b.Queue("COMMIT")
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	ho := e.queueBundleHandOff(b, w)
+	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 		var pgErr *pgconn.PgError
 		switch {
 		case errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode:
@@ -243,7 +243,7 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 	r.collectResults(pushResults, ackResults)
 	r.committed = func(e *Engine) {
 		if w != nil {
-			w.wake(e)
+			w.wakeServed(e, ho)
 		}
 		if len(ackItems) > 0 {
 			ack.committed(e, released, lastOffset)
@@ -416,8 +416,8 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	if acks != nil {
 		acks.queueWrites(b)
 	}
-	b.Queue("COMMIT")
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	ho := e.queueBundleHandOff(b, w)
+	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 		return err
 	}
 	tx.open = false
@@ -426,7 +426,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	r.committed = func(e *Engine) {
 		if w != nil {
 			e.knownPartitions.add(w.parts)
-			w.wake(e)
+			w.wakeServed(e, ho)
 		}
 		if acks != nil {
 			acks.afterRelease(e.waiters, e.leases)
