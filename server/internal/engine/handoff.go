@@ -22,8 +22,10 @@ type pushHandOff struct {
 	// pushCommitted is set when the push's COMMIT answered: an error after it
 	// is the claim's, and the push stands.
 	pushCommitted bool
-	// served is how many partitions the claim took, for the push's wakes.
-	served int
+	// groupWakes is how many parked pops of the handed pop's group the
+	// push still wakes: what the claim saw claimable and left (leftBehind),
+	// or -1 when the claim failed and the group is woken as usual.
+	groupWakes int
 }
 
 // queueHandOff takes the oldest idle parked pop of a queue the write touched
@@ -40,7 +42,7 @@ func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, touched map
 		if wt == nil {
 			continue
 		}
-		ho := &pushHandOff{wt: wt, req: req, plan: plan, leaseID: newLeaseID(&req)}
+		ho := &pushHandOff{wt: wt, req: req, plan: plan, leaseID: newLeaseID(&req), groupWakes: -1}
 		commit.Exec(func(pgconn.CommandTag) error {
 			ho.pushCommitted = true
 			return nil
@@ -64,15 +66,17 @@ func (e *Engine) queueBundleHandOff(b *pgx.Batch, w *pushWrite) *pushHandOff {
 }
 
 // finish hands the claim's answer to the pop and returns the push's own
-// outcome from the batch's error (batchErr itself when ho is nil). A claim that failed after the push
-// committed (a stale plan, a lost connection) leaves the pop to claim for
-// itself, as a woken pop does; the caller's connection cleanup rolls back
-// what it left open.
+// outcome from the batch's error (batchErr itself when ho is nil). A claim
+// that failed after the push committed (a stale plan, a lost connection)
+// leaves the pop to claim for itself, as a woken pop does; the caller's
+// connection cleanup rolls back what it left open. A claim that found
+// nothing (the partition leased to another pop of the group) sends the pop
+// back to waiting without a claim of its own: it would find the same.
 func (ho *pushHandOff) finish(e *Engine, batchErr error) error {
 	if ho == nil {
 		return batchErr
 	}
-	e.waiters.claimEnded(ho.req.Queue, ho.req.Group)
+	othersRunning := e.waiters.claimEnded(ho.req.Queue, ho.req.Group)
 	if batchErr != nil {
 		handOffDone(ho.wt, nil)
 		if !ho.pushCommitted {
@@ -90,7 +94,7 @@ func (ho *pushHandOff) finish(e *Engine, batchErr error) error {
 		e.log.Warn("reading the claim for a parked pop failed", "err", err)
 		res = nil
 	} else {
-		ho.served = res.PartitionsClaimed
+		ho.groupWakes = res.leftBehind(othersRunning)
 		e.hot.pushHandOffs.Add(1)
 	}
 	handOffDone(ho.wt, res)

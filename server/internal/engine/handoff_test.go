@@ -23,6 +23,19 @@ func drainGroup(t *testing.T, e *Engine, q, group string) {
 	}
 }
 
+// parkTwo parks two long-poll pops of req, the first 50 ms before the second,
+// both past their re-check backoff (see parkPastBackoff).
+func parkTwo(t *testing.T, e *Engine, req PopRequest) (first, second <-chan poppedAt) {
+	t.Helper()
+	firstDone := make(chan poppedAt, 1)
+	go func() {
+		res, err := e.Pop(context.Background(), req)
+		firstDone <- poppedAt{res, err, time.Now()}
+	}()
+	time.Sleep(50 * time.Millisecond)
+	return firstDone, parkPastBackoff(t, e, req)
+}
+
 func stillParked(t *testing.T, done <-chan poppedAt, what string) {
 	t.Helper()
 	select {
@@ -42,13 +55,7 @@ func TestAPushClaimsForAParkedPopInItsRoundTrip(t *testing.T) {
 	drainGroup(t, e, q, "workers")
 
 	req := PopRequest{Queue: q, Group: "workers", Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60}
-	first := make(chan poppedAt, 1)
-	go func() {
-		res, err := e.Pop(context.Background(), req)
-		first <- poppedAt{res, err, time.Now()}
-	}()
-	time.Sleep(50 * time.Millisecond)
-	second := parkPastBackoff(t, e, req)
+	first, second := parkTwo(t, e, req)
 
 	before := e.HotPathStats()
 	mustPush(t, e, items(q, "p", "one")...)
@@ -156,5 +163,49 @@ func TestATransactionBundleClaimsForAParkedPopOfWhatItPushes(t *testing.T) {
 		if n := handOffs(e, before); n != 1 || oneTrip+general != 0 {
 			t.Fatalf("bundle %d (kv %v): hand-offs %d, claims of the pop's own %d; want 1 and 0", i, withKV, n, oneTrip+general)
 		}
+	}
+}
+
+// With the group's only partition leased to another consumer, the push's claim
+// for the parked pop finds nothing; the pop goes back to waiting without a
+// claim of its own (it would find the same) and keeps its turn, no other pop
+// of the group is woken for it, and the ack that releases the lease wakes it.
+func TestAHandOffThatFindsTheLaneLeasedSendsThePopBackToWaiting(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "seed")...)
+	drainGroup(t, e, q, "workers")
+	mustPush(t, e, items(q, "p", "held")...)
+	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 1, LeaseSeconds: 60})
+	if len(held.Messages) != 1 {
+		t.Fatalf("pop: %+v", held.Messages)
+	}
+
+	req := PopRequest{Queue: q, Group: "workers", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true}
+	first, second := parkTwo(t, e, req)
+
+	before := e.HotPathStats()
+	mustPush(t, e, items(q, "p", "next")...)
+	stillParked(t, first, "the pop the push claimed nothing for")
+	stillParked(t, second, "the second parked pop")
+	oneTrip, general := popPaths(e, before)
+	if n := handOffs(e, before); n != 1 || oneTrip+general != 0 {
+		t.Fatalf("hand-offs %d, claims of the pops' own %d; want 1 and 0", n, oneTrip+general)
+	}
+
+	releasedAt := time.Now()
+	mustAck(t, e, AckItem{TransactionID: "held", PartitionID: held.PartitionID.String(), Group: "workers", LeaseID: held.LeaseID})
+	select {
+	case p := <-second:
+		t.Fatalf("the second parked pop answered before the one the push claimed nothing for: %+v", p.res)
+	case p := <-first:
+		if p.err != nil || !slices.Equal(txnIDs(p.res.Messages), []string{"next"}) {
+			t.Fatalf("first parked pop after the release: %+v %v", p.res, p.err)
+		}
+		if waited := p.at.Sub(releasedAt); waited > 400*time.Millisecond {
+			t.Fatalf("the parked pop took %v after the release", waited)
+		}
+	case <-time.After(2 * time.Second):
+		t.Fatal("no parked pop answered within 2 s of the release")
 	}
 }

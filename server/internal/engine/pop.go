@@ -93,9 +93,13 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 	deadline := time.Now().Add(req.Timeout)
 	interval := popInitialRecheck
 	empties := 0
+	handedNothing := false
 	for check := 0; ; check++ {
 		var wt *waiter
-		if check == 0 && req.Wait && req.Timeout > popInitialRecheck && !e.stopParking.Load() {
+		if handedNothing {
+			// A push's claim for this pop just found nothing: so would its own.
+			wt = e.waiters.registerFirst(req.Queue, req.Group, req.Partition)
+		} else if check == 0 && req.Wait && req.Timeout > popInitialRecheck && !e.stopParking.Load() {
 			// Parked peers of the group go first; this pop's first claim is
 			// its re-check or a wake (see registerBehindPeers).
 			wt = e.waiters.registerBehindPeers(req.Queue, req.Group, req.Partition)
@@ -130,17 +134,12 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 		}
 		e.waiters.waitIdle(ctx, wt, &req)
 		timer := time.NewTimer(min(interval, remaining))
-		leaving := false
+		woken, leaving := false, false
 		var leaveErr error
 		select {
 		case <-wt.ch:
-			interval = popInitialRecheck
-			empties = 0
+			woken = true
 		case <-timer.C:
-			empties++
-			if empties >= popBackoffAfter {
-				interval = min(interval*2, popMaxRecheck)
-			}
 		case <-ctx.Done():
 			leaving, leaveErr = true, ctx.Err()
 		case <-e.stop:
@@ -150,11 +149,24 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 		// A push may have claimed for this pop in its own round trip
 		// (pushHandOff); that batch is this pop's answer, even when its caller
 		// has left (the API layer then gives the lease back).
-		if handed := e.waiters.leaveHandedOff(wt); handed != nil && len(handed.Messages) > 0 {
+		handed := e.waiters.leaveHandedOff(wt)
+		if handed != nil && len(handed.Messages) > 0 {
 			return handed, nil
 		}
+		handedNothing = handed != nil
+		if woken && !handedNothing {
+			interval, empties = popInitialRecheck, 0
+		} else {
+			// A re-check, or a push's claim for this pop, found nothing.
+			empties++
+			if empties >= popBackoffAfter {
+				interval = min(interval*2, popMaxRecheck)
+			}
+		}
 		if leaving {
-			e.leaveParked(wt, &req)
+			if !handedNothing { // a hand-off that found nothing is no wake to pass on
+				e.leaveParked(wt, &req)
+			}
 			return res, leaveErr
 		}
 	}

@@ -942,15 +942,16 @@ func (w *pushWrite) wake(e *Engine) {
 }
 
 // wakeServed is wake after ho (when not nil) claimed for a parked pop in the
-// write's round trip: that pop's group gets a wake less per partition it took.
+// write's round trip: that claim saw what the write made claimable for the
+// pop's group, so the group is woken only for what it left.
 func (w *pushWrite) wakeServed(e *Engine, ho *pushHandOff) {
-	if ho == nil || ho.served == 0 {
+	if ho == nil || ho.groupWakes < 0 {
 		w.wake(e)
 		return
 	}
 	for q, parts := range w.touched {
 		if q == ho.req.Queue {
-			e.waiters.wakeServed(q, parts, ho.req.Group, ho.served)
+			e.waiters.wakeServed(q, parts, ho.req.Group, ho.groupWakes)
 		} else {
 			e.waiters.wake(q, parts)
 		}

@@ -105,6 +105,18 @@ func (w *waiters) registerBehindPeers(queue, group, partition string) *waiter {
 	return w.registerLocked(queue, group, partition)
 }
 
+// registerFirst parks a pop at the head of its queue's line: one a push took
+// from there and claimed nothing for keeps its turn.
+func (w *waiters) registerFirst(queue, group, partition string) *waiter {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	wt := w.registerLocked(queue, group, partition)
+	if wt.elem != nil {
+		w.byQueue[queue].MoveToFront(wt.elem)
+	}
+	return wt
+}
+
 func (w *waiters) registerLocked(queue, group, partition string) *waiter {
 	wt := &waiter{ch: make(chan struct{}), queue: queue, group: group, partition: partition}
 	if queue == "" {
@@ -225,13 +237,13 @@ func (w *waiters) fireLocked(wt *waiter) {
 // partition names known, each group gets at most one wake per partition;
 // partitions == nil wakes every waiter of the queue.
 func (w *waiters) wake(queue string, partitions []string) {
-	w.wakeServed(queue, partitions, "", 0)
+	w.wakeServed(queue, partitions, "", len(partitions))
 }
 
-// wakeServed is wake after a pop of group on queue was handed served of the
-// written partitions in the write's own round trip: the group gets that many
-// fewer wakes.
-func (w *waiters) wakeServed(queue string, partitions []string, group string, served int) {
+// wakeServed is wake after a claim for a pop of group on queue ran in the
+// write's own round trip (pushHandOff): that group gets at most groupWakes
+// wakes of unpinned pops, for the claimable partitions the claim left.
+func (w *waiters) wakeServed(queue string, partitions []string, group string, groupWakes int) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	if queue == wakeEverything {
@@ -246,7 +258,7 @@ func (w *waiters) wakeServed(queue string, partitions []string, group string, se
 	var quota map[string]int
 	var touched map[string]bool
 	if partitions != nil {
-		quota = map[string]int{group: served}
+		quota = map[string]int{group: len(partitions) - min(max(groupWakes, 0), len(partitions))}
 		touched = make(map[string]bool, len(partitions))
 		for _, p := range partitions {
 			touched[p] = true

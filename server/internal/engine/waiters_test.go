@@ -194,15 +194,27 @@ func TestWaitersHandOnlyIdlePopsToAPush(t *testing.T) {
 	if n := w.count(); n != 2 {
 		t.Fatalf("parked = %d, want 2 (the pop without a plan, the one whose caller left)", n)
 	}
+
+	// A pop the push claimed nothing for parks again at the head of the line.
+	again := w.registerFirst("q", "A", "")
+	w.wakeGroup("q", "A", 1)
+	if got := woken(again, gone); !got[0] || got[1] {
+		t.Fatalf("woken = %v: the pop parked again first must get the next wake of its group", got)
+	}
 }
 
-func TestWaitersWakeServedSkipsThePartitionsAHandOffTook(t *testing.T) {
+func TestWaitersWakeServedWakesTheHandedGroupOnlyForWhatItsClaimLeft(t *testing.T) {
 	w := newWaiters()
 	a1 := w.register("q", "A", "")
 	a2 := w.register("q", "A", "")
 	b1 := w.register("q", "B", "")
 	w.wakeServed("q", []string{"p1", "p2"}, "A", 1)
 	if got := woken(a1, a2, b1); !got[0] || got[1] || !got[2] {
-		t.Fatalf("woken = %v, want [true false true]: A was served one of two partitions", got)
+		t.Fatalf("woken = %v, want [true false true]: A's claim left one of two partitions", got)
+	}
+	a3 := w.register("q", "A", "")
+	w.wakeServed("q", []string{"p1"}, "A", 0)
+	if got := woken(a2, a3); got[0] || got[1] {
+		t.Fatalf("woken = %v: A's claim left nothing, so no pop of A is woken", got)
 	}
 }
