@@ -9,10 +9,11 @@ import (
 
 // pushHandOff is the claim of one parked pop run in the commit round trip of
 // a push (or of a transaction bundle that pushes): its one-trip claim
-// statement and commit are queued after the push's COMMIT, so the pop gets the message without the two more hops between
-// broker and PostgreSQL its own claim after a wake would cost. The claim runs
-// only after the push committed (a failed statement skips the rest of the
-// pipeline), so nothing is delivered that is not stored.
+// statement and commit are queued after the push's COMMIT, so the pop gets
+// the message without the two more hops between broker and PostgreSQL its
+// own claim after a wake would cost. The claim runs only after the push
+// committed (a failed statement skips the rest of the pipeline), so nothing
+// is delivered that is not stored.
 type pushHandOff struct {
 	wt      *waiter
 	req     PopRequest
