@@ -263,6 +263,12 @@ func markdown(run *Run) string {
 		if r.Note != "" && r.Available {
 			fmt.Fprintf(&b, " — note: %s", r.Note)
 		}
+		if r.PopClaims+r.PopHandOffs > 0 {
+			fmt.Fprintf(&b, " — pop claims %d own + %d handed by pushes", r.PopClaims, r.PopHandOffs)
+			if r.Messages > 0 && r.LatencyMs == nil {
+				fmt.Fprintf(&b, " (%.2f per 100 messages delivered)", float64(r.PopClaims+r.PopHandOffs)*100/float64(r.Messages))
+			}
+		}
 		fmt.Fprintf(&b, " — PG write transactions/s (xid delta) %.0f", r.PGWriteXactsPerSec)
 		if r.Checkpoints > 0 || r.CheckpointBuffers > 0 {
 			fmt.Fprintf(&b, " — checkpoints during the window: %d started, %d buffers written", r.Checkpoints, r.CheckpointBuffers)

@@ -51,6 +51,13 @@ type Result struct {
 	// disk with the commits measured.
 	Checkpoints       int64 `json:"checkpoints"`
 	CheckpointBuffers int64 `json:"checkpointBuffers"`
+	// PopClaims counts the claims the broker ran for pops during the window
+	// (lanes_pop_transactions_total: a pop's own, parked re-checks included)
+	// and PopHandOffs those a push ran for a parked pop in its own round trip
+	// (lanes_pop_hand_offs_total); claims per delivered batch show how many
+	// found nothing.
+	PopClaims   int64 `json:"popClaims"`
+	PopHandOffs int64 `json:"popHandOffs"`
 	// ServerErrors counts 5xx answers during the window (retried up to 3 times each).
 	ServerErrors int64 `json:"serverErrors"`
 	// Throttled counts 429 answers (retried after Retry-After); Buffered counts pushes answered "buffered" (spooled).
@@ -83,6 +90,8 @@ type window struct {
 	profCancel context.CancelFunc
 	pgSampler  *activitySampler
 	errors0    int64
+	claims0    int64
+	handOffs0  int64
 	throttled0 int64
 	buffered0  int64
 	selfT0     int64
@@ -109,6 +118,9 @@ func (h *harness) begin(db string, profileName string) *window {
 		w.pgSampler = startActivitySampler(h.admin, db)
 	}
 	w.errors0 = h.serverErrors.Load()
+	if db == h.lanesDB {
+		w.claims0, w.handOffs0 = h.popClaimCounters()
+	}
 	w.throttled0, w.buffered0 = h.throttled.Load(), h.buffered.Load()
 	w.selfT0 = procTicks(os.Getpid())
 	w.start = time.Now()
@@ -134,6 +146,10 @@ func (w *window) end(r *Result) {
 	r.Checkpoints, r.CheckpointBuffers = k1-w.ckpt0, b1-w.ckptBufs0
 	r.LoadAvg = loadAvg()
 	r.ServerErrors = w.h.serverErrors.Load() - w.errors0
+	if w.db == w.h.lanesDB {
+		claims, handOffs := w.h.popClaimCounters()
+		r.PopClaims, r.PopHandOffs = claims-w.claims0, handOffs-w.handOffs0
+	}
 	r.Throttled = w.h.throttled.Load() - w.throttled0
 	r.Buffered = w.h.buffered.Load() - w.buffered0
 	if w.profDone != nil {
@@ -151,6 +167,44 @@ func (h *harness) pgCounters(db string) (commits, xid int64) {
 	defer cancel()
 	_ = h.admin.QueryRow(ctx, "SELECT coalesce((SELECT xact_commit FROM pg_stat_database WHERE datname = $1), 0), pg_snapshot_xmax(pg_current_snapshot())::text::bigint", db).Scan(&commits, &xid)
 	return commits, xid
+}
+
+// popClaimCounters reads the broker's pop claim counters from its Prometheus
+// exposition: claims summed over both paths, and hand-offs. Zero when the
+// broker does not answer (the figures are then left out of the report).
+func (h *harness) popClaimCounters() (claims, handOffs int64) {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.brokerURL+"/metrics/prometheus", nil)
+	if err != nil {
+		return 0, 0
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return 0, 0
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, 0
+	}
+	for _, line := range strings.Split(string(body), "\n") {
+		name, value, ok := strings.Cut(line, " ")
+		if !ok || strings.HasPrefix(line, "#") {
+			continue
+		}
+		var v float64
+		if _, err := fmt.Sscan(value, &v); err != nil {
+			continue
+		}
+		switch {
+		case strings.HasPrefix(name, "lanes_pop_transactions_total{"):
+			claims += int64(v)
+		case name == "lanes_pop_hand_offs_total":
+			handOffs += int64(v)
+		}
+	}
+	return claims, handOffs
 }
 
 func (h *harness) checkpointCounters() (checkpoints, buffers int64) {
