@@ -92,6 +92,7 @@ type window struct {
 	errors0    int64
 	claims0    int64
 	handOffs0  int64
+	claimsOK   bool
 	throttled0 int64
 	buffered0  int64
 	selfT0     int64
@@ -119,7 +120,7 @@ func (h *harness) begin(db string, profileName string) *window {
 	}
 	w.errors0 = h.serverErrors.Load()
 	if db == h.lanesDB {
-		w.claims0, w.handOffs0 = h.popClaimCounters()
+		w.claims0, w.handOffs0, w.claimsOK = h.popClaimCounters()
 	}
 	w.throttled0, w.buffered0 = h.throttled.Load(), h.buffered.Load()
 	w.selfT0 = procTicks(os.Getpid())
@@ -146,8 +147,7 @@ func (w *window) end(r *Result) {
 	r.Checkpoints, r.CheckpointBuffers = k1-w.ckpt0, b1-w.ckptBufs0
 	r.LoadAvg = loadAvg()
 	r.ServerErrors = w.h.serverErrors.Load() - w.errors0
-	if w.db == w.h.lanesDB {
-		claims, handOffs := w.h.popClaimCounters()
+	if claims, handOffs, ok := w.h.popClaimCounters(); ok && w.claimsOK {
 		r.PopClaims, r.PopHandOffs = claims-w.claims0, handOffs-w.handOffs0
 	}
 	r.Throttled = w.h.throttled.Load() - w.throttled0
@@ -170,23 +170,23 @@ func (h *harness) pgCounters(db string) (commits, xid int64) {
 }
 
 // popClaimCounters reads the broker's pop claim counters from its Prometheus
-// exposition: claims summed over both paths, and hand-offs. Zero when the
-// broker does not answer (the figures are then left out of the report).
-func (h *harness) popClaimCounters() (claims, handOffs int64) {
+// exposition: claims summed over both paths, and hand-offs; ok is false when
+// the broker did not answer (a window then reports neither).
+func (h *harness) popClaimCounters() (claims, handOffs int64, ok bool) {
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, h.brokerURL+"/metrics/prometheus", nil)
 	if err != nil {
-		return 0, 0
+		return 0, 0, false
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		return 0, 0
+		return 0, 0, false
 	}
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return 0, 0
+	if err != nil || resp.StatusCode != http.StatusOK {
+		return 0, 0, false
 	}
 	for _, line := range strings.Split(string(body), "\n") {
 		name, value, ok := strings.Cut(line, " ")
@@ -204,7 +204,7 @@ func (h *harness) popClaimCounters() (claims, handOffs int64) {
 			handOffs += int64(v)
 		}
 	}
-	return claims, handOffs
+	return claims, handOffs, true
 }
 
 func (h *harness) checkpointCounters() (checkpoints, buffers int64) {
