@@ -29,11 +29,16 @@ type pushHandOff struct {
 	groupWakes int
 }
 
-// queueHandOff takes the oldest idle parked pop of a queue the write touched
-// whose group has a cached claim plan, and queues its claim after commit, the
-// push's COMMIT already queued in b. It returns nil when no pop qualifies.
-func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, touched map[string][]string) *pushHandOff {
-	for queue, parts := range touched {
+// queueCommit queues the COMMIT of a transaction that writes w (nil: one
+// that pushes nothing) and, after it, the claim for the oldest idle parked
+// pop of a queue w touched whose group has a cached claim plan. It returns
+// that hand-off, or nil when no pop qualifies.
+func (e *Engine) queueCommit(b *pgx.Batch, w *pushWrite) *pushHandOff {
+	commit := b.Queue("COMMIT")
+	if w == nil {
+		return nil
+	}
+	for queue, parts := range w.touched {
 		var plan popQueue
 		wt, req := e.waiters.takeForHandOff(queue, parts, func(group string) bool {
 			var ok bool
@@ -56,14 +61,14 @@ func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, touched map
 	return nil
 }
 
-// queueBundleHandOff queues a transaction bundle's COMMIT and, when the
-// bundle pushes (w not nil), the claim for a parked pop after it.
-func (e *Engine) queueBundleHandOff(b *pgx.Batch, w *pushWrite) *pushHandOff {
-	commit := b.Queue("COMMIT")
-	if w == nil {
-		return nil
+// wakes reports how many parked pops of group on queue a commit that ran ho
+// still wakes per its touched partitions: what ho's claim left, or all of
+// them (ok false) when ho is nil, failed, or served another queue.
+func (ho *pushHandOff) wakes(queue string) (group string, n int, ok bool) {
+	if ho == nil || ho.groupWakes < 0 || ho.req.Queue != queue {
+		return "", 0, false
 	}
-	return e.queueHandOff(b, commit, w.touched)
+	return ho.req.Group, ho.groupWakes, true
 }
 
 // finish hands the claim's answer to the pop and returns the push's own

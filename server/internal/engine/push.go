@@ -275,7 +275,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	if w.unprobed && w.fitsOneTrip() {
 		// One round trip: nothing in the write depends on what the lock reads.
 		w.queueOneTrip(b)
-		ho := e.queueHandOff(b, b.Queue("COMMIT"), w.touched)
+		ho := e.queueCommit(b, w)
 		if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode {
@@ -284,7 +284,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 			return err
 		}
 		e.hot.pushOneTrip.Add(1)
-		w.wakeServed(e, ho)
+		w.wake(e, ho)
 		return nil
 	}
 	w.queueLock(b)
@@ -304,14 +304,14 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	tx.open = true
 	b = &pgx.Batch{}
 	w.queueWrites(b)
-	ho := e.queueHandOff(b, b.Queue("COMMIT"), w.touched)
+	ho := e.queueCommit(b, w)
 	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 		return err
 	}
 	tx.open = false
 	e.hot.pushGeneral.Add(1)
 	e.knownPartitions.add(w.parts)
-	w.wakeServed(e, ho)
+	w.wake(e, ho)
 	return nil
 }
 
@@ -936,37 +936,27 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 	}
 }
 
-// wake tells parked pops about the queues the committed write touched.
-func (w *pushWrite) wake(e *Engine) {
-	e.announce(w.touched)
-}
-
-// wakeServed is wake after ho (when not nil) claimed for a parked pop in the
-// write's round trip: that claim saw what the write made claimable for the
-// pop's group, so the group is woken only for what it left.
-func (w *pushWrite) wakeServed(e *Engine, ho *pushHandOff) {
-	if ho == nil || ho.groupWakes < 0 {
-		w.wake(e)
-		return
-	}
-	for q, parts := range w.touched {
-		if q == ho.req.Queue {
-			e.waiters.wakeServed(q, parts, ho.req.Group, ho.groupWakes)
-		} else {
-			e.waiters.wake(q, parts)
-		}
-	}
-	e.notifier.publish(w.touched)
+// wake tells parked pops about the queues the committed write touched; ho
+// (when not nil) claimed for one of them in the write's round trip.
+func (w *pushWrite) wake(e *Engine, ho *pushHandOff) {
+	e.announce(w.touched, ho)
 }
 
 // announce tells this broker's parked pops about committed changes that may
 // have made messages claimable (touched: queue → partitions, nil partitions
-// for any), and other brokers through the notifier. NOTIFY is sent after the
-// commit, not inside it: a notifying commit takes a database-wide lock, which
-// would serialize every push commit behind the others.
-func (e *Engine) announce(touched map[string][]string) {
+// for any), and other brokers through the notifier. A claim the commit ran
+// for a parked pop (ho, nil for none) saw what the commit made claimable for
+// that pop's group, so the group is woken only for what the claim left.
+// NOTIFY is sent after the commit, not inside it: a notifying commit takes a
+// database-wide lock, which would serialize every push commit behind the
+// others.
+func (e *Engine) announce(touched map[string][]string, ho *pushHandOff) {
 	for q, parts := range touched {
-		e.waiters.wake(q, parts)
+		if group, n, ok := ho.wakes(q); ok {
+			e.waiters.wakeServed(q, parts, group, n)
+		} else {
+			e.waiters.wake(q, parts)
+		}
 	}
 	e.notifier.publish(touched)
 }

@@ -86,7 +86,7 @@ func (e *Engine) Seek(ctx context.Context, req SeekRequest) (SeekResult, error) 
 		// A cursor moved back or a lease was dropped: parked pops of the
 		// group may claim now, here and on other brokers, and no push will
 		// tell them.
-		e.announce(map[string][]string{req.Queue: nil})
+		e.announce(map[string][]string{req.Queue: nil}, nil)
 	}
 	return out, err
 }

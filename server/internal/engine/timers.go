@@ -404,7 +404,7 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	w.wake(e)
+	w.wake(e, nil)
 	return fired, nil
 }
 

@@ -222,7 +222,7 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 			return row.Scan(&matched, &released, &lastOffset)
 		})
 	}
-	ho := e.queueBundleHandOff(b, w)
+	ho := e.queueCommit(b, w)
 	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 		var pgErr *pgconn.PgError
 		switch {
@@ -243,7 +243,7 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 	r.collectResults(pushResults, ackResults)
 	r.committed = func(e *Engine) {
 		if w != nil {
-			w.wakeServed(e, ho)
+			w.wake(e, ho)
 		}
 		if len(ackItems) > 0 {
 			ack.committed(e, released, lastOffset)
@@ -416,7 +416,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	if acks != nil {
 		acks.queueWrites(b)
 	}
-	ho := e.queueBundleHandOff(b, w)
+	ho := e.queueCommit(b, w)
 	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 		return err
 	}
@@ -426,7 +426,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 	r.committed = func(e *Engine) {
 		if w != nil {
 			e.knownPartitions.add(w.parts)
-			w.wakeServed(e, ho)
+			w.wake(e, ho)
 		}
 		if acks != nil {
 			acks.afterRelease(e.waiters, e.leases)
