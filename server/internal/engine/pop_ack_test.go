@@ -585,17 +585,33 @@ type poppedAt struct {
 	at  time.Time
 }
 
+// popInBackground starts a pop; its answer, and when it came, arrive on the
+// channel.
+func popInBackground(e *Engine, req PopRequest) <-chan poppedAt {
+	done := make(chan poppedAt, 1)
+	go func() {
+		res, err := e.Pop(context.Background(), req)
+		done <- poppedAt{res, err, time.Now()}
+	}()
+	return done
+}
+
+// wokenBy fails t unless the parked pop answered within 400 ms of cause, which
+// happened at since: well inside its backed-off re-check interval.
+func wokenBy(t *testing.T, p poppedAt, cause string, since time.Time) {
+	t.Helper()
+	if waited := p.at.Sub(since); waited > 400*time.Millisecond {
+		t.Fatalf("the parked pop took %v after the %s; the %s should have woken it", waited, cause, cause)
+	}
+}
+
 // parkPastBackoff starts a long-poll pop that finds nothing to claim and
 // returns once it has been parked long enough for its re-check interval to
 // have backed off past 800 ms, so a prompt answer afterwards comes from a
 // wake-up, not a re-check.
 func parkPastBackoff(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
 	t.Helper()
-	done := make(chan poppedAt, 1)
-	go func() {
-		res, err := e.Pop(context.Background(), req)
-		done <- poppedAt{res, err, time.Now()}
-	}()
+	done := popInBackground(e, req)
 	time.Sleep(1800 * time.Millisecond)
 	select {
 	case p := <-done:
@@ -635,9 +651,7 @@ func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 			if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "second" {
 				t.Fatalf("parked pop: %+v %v", p.res, p.err)
 			}
-			if waited := p.at.Sub(releasedAt); waited > 400*time.Millisecond {
-				t.Fatalf("the parked pop took %v after the release; the release should have woken it", waited)
-			}
+			wokenBy(t, p, "release", releasedAt)
 		})
 	}
 }
@@ -844,9 +858,7 @@ func testSeekWakesAParkedPop(t *testing.T, acrossBrokers bool) {
 	if p.err != nil || len(p.res.Messages) != 2 || p.res.Messages[0].TransactionID != "a" {
 		t.Fatalf("parked pop after the seek: %+v %v", p.res, p.err)
 	}
-	if waited := p.at.Sub(soughtAt); waited > 400*time.Millisecond {
-		t.Fatalf("the parked pop took %v after the seek; the seek should have woken it", waited)
-	}
+	wokenBy(t, p, "seek", soughtAt)
 }
 
 // A dead letter replayed to its partition is a message no push announced: the
@@ -878,9 +890,7 @@ func TestDeadLetterReplayWakesAParkedPop(t *testing.T) {
 			if p.err != nil || len(p.res.Messages) != 1 {
 				t.Fatalf("parked pop after the replay: %+v %v", p.res, p.err)
 			}
-			if waited := p.at.Sub(replayedAt); waited > 400*time.Millisecond {
-				t.Fatalf("the parked pop took %v after the replay; the replay should have woken it", waited)
-			}
+			wokenBy(t, p, "replay", replayedAt)
 		})
 	}
 }
