@@ -1,8 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
+	"io"
 	"net/http"
+	"sync"
 
 	gojson "github.com/goccy/go-json"
 	"github.com/oapi-codegen/runtime"
@@ -18,6 +21,40 @@ type requestBodyCodec struct{}
 
 func (requestBodyCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
 func (requestBodyCodec) Unmarshal(data []byte, v any) error { return gojson.Unmarshal(data, v) }
+
+// MarshalWrite writes what Marshal returns, as the runtime does for a codec
+// that does not stream (no trailing newline).
+func (c requestBodyCodec) MarshalWrite(w io.Writer, v any) error {
+	data, err := c.Marshal(v)
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(data)
+	return err
+}
+
+// UnmarshalRead decodes a request body through a pooled buffer: the runtime
+// otherwise reads each body with io.ReadAll, whose doubling was an eighth of
+// the broker's allocations under batch pushes. The decoder copies every
+// string and raw payload out of its input, so the buffer can be reused.
+func (c requestBodyCodec) UnmarshalRead(r io.Reader, v any) error {
+	buf := bodyBuffers.Get().(*bytes.Buffer)
+	defer func() {
+		if buf.Cap() <= maxPooledBodyBuffer {
+			buf.Reset()
+			bodyBuffers.Put(buf)
+		}
+	}()
+	if _, err := buf.ReadFrom(r); err != nil {
+		return err
+	}
+	return c.Unmarshal(buf.Bytes(), v)
+}
+
+var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
+
+// maxPooledBodyBuffer keeps one large body from pinning its buffer in the pool.
+const maxPooledBodyBuffer = 1 << 20
 
 func init() {
 	runtime.SetJSONCodec(requestBodyCodec{})

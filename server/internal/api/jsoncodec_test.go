@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -78,5 +79,26 @@ func BenchmarkAckBatchAnswerGoJSON(b *testing.B) {
 		if err := acks.VisitAckBatchResponse(httptest.NewRecorder()); err != nil {
 			b.Fatal(err)
 		}
+	}
+}
+
+// Request bodies are decoded through a pooled buffer (UnmarshalRead); what a
+// body decoded to must not change when the buffer is reused for the next one.
+func TestDecodedBodyOutlivesItsPooledBuffer(t *testing.T) {
+	codec := requestBodyCodec{}
+	first := `{"items":[{"queue":"orders","partition":"p-1","transactionId":"tx-1","payload":{"n":1,"s":"abc"}}]}`
+	var got gen.PushRequest
+	if err := codec.UnmarshalRead(strings.NewReader(first), &got); err != nil {
+		t.Fatal(err)
+	}
+	// The next bodies take the pooled buffer and overwrite the bytes the first was read into.
+	for range 4 {
+		var other gen.PushRequest
+		next := strings.Repeat("x", len(first)) // not JSON: only the overwrite matters
+		_ = codec.UnmarshalRead(strings.NewReader(next), &other)
+	}
+	it := got.Items[0]
+	if it.Queue != "orders" || *it.Partition != "p-1" || *it.TransactionId != "tx-1" || string(it.Payload) != `{"n":1,"s":"abc"}` {
+		t.Fatalf("decoded body changed after its buffer was reused: %+v payload %s", it, it.Payload)
 	}
 }
