@@ -111,6 +111,7 @@ func latencyChart(run *Run, path string) error {
 	}
 	add("wake-up (push sent)", "wake", false)
 	add("wake-up (push answered)", "wake", true)
+	add("wake-up autoAck (push sent)", "wake-autoack", false)
 	add("push b1 round trip", "push-b1", false)
 	add("push b100 round trip", "push-b100", false)
 	add("txn round trip", "txn", false)

@@ -312,7 +312,13 @@ func (h *harness) run() int {
 	for _, rate := range o.rates {
 		step("latency", func() (Result, error) { return h.latencyScenario(rate) })
 	}
-	step("wake", h.wakeScenario)
+	if o.scenarios["wake"] {
+		logf("scenario wake (load %.2f)", loadAvg())
+		h.prepareScenario(ctx)
+		leased, autoAck, err := h.wakeScenarios()
+		add(leased, err)
+		add(autoAck, err)
+	}
 	if o.scenarios["parts"] {
 		for _, n := range o.partitions {
 			logf("scenario parts-%d (load %.2f)", n, loadAvg())

@@ -53,7 +53,7 @@ func applyRatios(rs []Result) {
 			if river != nil {
 				set(river, "river", river.MsgPerSec)
 			}
-		case "wake":
+		case "wake", "wake-autoack":
 		default:
 			if b100 != nil && !strings.HasPrefix(r.Scenario, "latency") {
 				set(b100, "ceiling-b100", b100.MsgPerSec)
@@ -91,6 +91,9 @@ func evaluateTargets(run *Run) []Target {
 		t.Known = true
 		p99 := r.LatencyMs["p99"]
 		t.Value = fmt.Sprintf("p99 %.2f ms push sent → delivered (%.2f ms push answered → delivered)", p99, r.AltLatencyMs["p99"])
+		if a := find(rs, "wake-autoack", "lanes"); a != nil && a.LatencyMs != nil {
+			t.Value += fmt.Sprintf("; autoAck pop %.2f ms", a.LatencyMs["p99"])
+		}
 		t.Margin = 10 / max(p99, 0.001)
 		t.Met = p99 < 10
 	} else {
@@ -208,7 +211,7 @@ func markdown(run *Run) string {
 		rate := fmt.Sprintf("%.0f", r.MsgPerSec)
 		if r.TxPerSec > 0 && r.System == "lanes" {
 			rate = fmt.Sprintf("%.0f tx/s", r.TxPerSec)
-		} else if r.Scenario == "wake" {
+		} else if strings.HasPrefix(r.Scenario, "wake") {
 			rate = "—"
 		}
 		vs := ""
