@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"sync"
 
 	gojson "github.com/goccy/go-json"
@@ -38,23 +39,29 @@ func (c requestBodyCodec) MarshalWrite(w io.Writer, v any) error {
 // the broker's allocations under batch pushes. The decoder copies every
 // string and raw payload out of its input, so the buffer can be reused.
 func (c requestBodyCodec) UnmarshalRead(r io.Reader, v any) error {
-	buf := bodyBuffers.Get().(*bytes.Buffer)
-	defer func() {
-		if buf.Cap() <= maxPooledBodyBuffer {
-			buf.Reset()
-			bodyBuffers.Put(buf)
-		}
-	}()
+	buf := takeBuffer()
+	defer giveBuffer(buf)
 	if _, err := buf.ReadFrom(r); err != nil {
 		return err
 	}
 	return c.Unmarshal(buf.Bytes(), v)
 }
 
+// bodyBuffers holds the buffers request bodies are decoded from and answers
+// encoded into.
 var bodyBuffers = sync.Pool{New: func() any { return new(bytes.Buffer) }}
 
 // maxPooledBodyBuffer keeps one large body from pinning its buffer in the pool.
 const maxPooledBodyBuffer = 1 << 20
+
+func takeBuffer() *bytes.Buffer { return bodyBuffers.Get().(*bytes.Buffer) }
+
+func giveBuffer(buf *bytes.Buffer) {
+	if buf.Cap() <= maxPooledBodyBuffer {
+		buf.Reset()
+		bodyBuffers.Put(buf)
+	}
+}
 
 func init() {
 	runtime.SetJSONCodec(requestBodyCodec{})
@@ -62,15 +69,19 @@ func init() {
 
 // writeJSON writes status and v as encoding/json's Encoder would (the same
 // bytes: HTML escaping, compacted raw payloads, trailing newline), encoded by
-// goccy/go-json in less than half the time on a 100-message pop.
+// goccy/go-json in less than half the time on a 100-message pop. The answer
+// is encoded into a pooled buffer and sent with its length: Marshal's copy
+// plus the newline's append allocated each answer twice over.
 func writeJSON(w http.ResponseWriter, status int, v any) error {
-	body, err := gojson.Marshal(v)
-	if err != nil {
+	buf := takeBuffer()
+	defer giveBuffer(buf)
+	if err := gojson.NewEncoder(buf).Encode(v); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
-	_, err = w.Write(append(body, '\n'))
+	_, err := w.Write(buf.Bytes())
 	return err
 }
 

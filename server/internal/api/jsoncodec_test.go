@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,7 +40,7 @@ func TestFastAnswersMatchEncodingJSON(t *testing.T) {
 }
 
 // sameAsEncodingJSON checks that visit writes status, a JSON content type and
-// the bytes encoding/json's Encoder gives for v.
+// the bytes encoding/json's Encoder gives for v, with their length.
 func sameAsEncodingJSON(t *testing.T, name string, v any, status int, visit func(http.ResponseWriter) error) {
 	t.Helper()
 	var want bytes.Buffer
@@ -50,7 +51,8 @@ func sameAsEncodingJSON(t *testing.T, name string, v any, status int, visit func
 	if err := visit(rec); err != nil {
 		t.Fatal(err)
 	}
-	if rec.Code != status || rec.Header().Get("Content-Type") != "application/json" || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) {
+	if rec.Code != status || rec.Header().Get("Content-Type") != "application/json" || !bytes.Equal(rec.Body.Bytes(), want.Bytes()) ||
+		rec.Header().Get("Content-Length") != strconv.Itoa(want.Len()) {
 		t.Fatalf("%s answer differs:\n got %d %q\nwant %q", name, rec.Code, rec.Body.Bytes(), want.Bytes())
 	}
 }
