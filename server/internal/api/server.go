@@ -229,8 +229,11 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 					fmt.Sprintf("request body exceeds the limit of %d bytes", s.opts.MaxBodyBytes))
 				return
 			}
-			// The body is parsed as JSON whatever the Content-Type says.
-			r.Header.Set("Content-Type", "application/json")
+			// The body is parsed as JSON whatever the Content-Type says (set
+			// only when it differs: Set allocates, on every request).
+			if r.Header.Get("Content-Type") != "application/json" {
+				r.Header.Set("Content-Type", "application/json")
+			}
 			r.Body = io.NopCloser(bytes.NewReader(body))
 			r = r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, body))
 		}
