@@ -501,7 +501,7 @@ func (h *harness) wakeScenarios() (leased, autoAck Result, err error) {
 			}
 		}
 	}
-	const timing = "latency = push sent → pop returned (includes the push's durable commit); alt = push answered → pop returned (0 when the pop returned first); rounds alternate with the other kind of pop"
+	const timing = "latency = push sent → pop returned (includes the push's durable commit); alt = push answered → pop returned (0 when the pop returned first); rounds alternate with the other kind of pop, and the CPU, commit and claim figures are both kinds' together"
 	leased = Result{Scenario: "wake", System: "lanes", Available: true, Messages: int64(perKind)}
 	w.end(&leased) // one window for both kinds: its CPU, commit and claim figures are the pair's
 	autoAck = leased
