@@ -267,7 +267,7 @@ func markdown(run *Run) string {
 			fmt.Fprintf(&b, " — note: %s", r.Note)
 		}
 		if r.PopClaims+r.PopHandOffs > 0 {
-			fmt.Fprintf(&b, " — pop claims %d own + %d handed by pushes", r.PopClaims, r.PopHandOffs)
+			fmt.Fprintf(&b, " — pop claims %d own + %d handed off (run in a push's or an ack's round trip)", r.PopClaims, r.PopHandOffs)
 			if r.Messages > 0 && r.LatencyMs == nil {
 				fmt.Fprintf(&b, " (%.2f per 100 messages delivered)", float64(r.PopClaims+r.PopHandOffs)*100/float64(r.Messages))
 			}

@@ -65,8 +65,8 @@ func (s *Server) registerGauges() {
 		func(h engine.HotPathStats) uint64 { return h.PopsOneTrip }, func(h engine.HotPathStats) uint64 { return h.PopsGeneral })
 	byPath("lanes_transaction_commits_total", "Transaction bundles committed, by path: one_trip (pushes to known partitions with new transaction ids, acks of one lease this broker granted, no kv or timers) or general.",
 		func(h engine.HotPathStats) uint64 { return h.BundlesOneTrip }, func(h engine.HotPathStats) uint64 { return h.BundlesGeneral })
-	m.Counter("lanes_pop_hand_offs_total", "Claims for a parked long-poll pop run in a push's commit round trip (not counted in lanes_pop_transactions_total).",
-		nil, func() float64 { return float64(s.engine.HotPathStats().PushHandOffs) })
+	m.Counter("lanes_pop_hand_offs_total", "Claims for a parked long-poll pop run in the commit round trip of a push or an ack (not counted in lanes_pop_transactions_total).",
+		nil, func() float64 { return float64(s.engine.HotPathStats().HandOffs) })
 	m.Counter("lanes_push_unprobed_conflicts_total", "Push writes that skipped the dedup probe, met a stored transaction id and ran again probed.",
 		nil, func() float64 { return float64(s.engine.HotPathStats().UnprobedPushConflicts) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))

@@ -102,10 +102,15 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 // one lease of this broker delivered from one partition: the lease index
 // resolves them to the span [lo, hi].
 type indexedAck struct {
-	partition    uuid.UUID
-	group, lease string
-	queue        string
-	lo, hi       int64
+	partition     uuid.UUID
+	partitionName string
+	group, lease  string
+	queue         string
+	lo, hi        int64
+	// endsFullBacklog: the ack ends a lease that took a full batch from this
+	// partition alone, so the ack claims the next one for a parked pop
+	// (queueAckCommit).
+	endsFullBacklog bool
 }
 
 // resolveIndexedAck reports whether items form an indexedAck; an item naming
@@ -140,11 +145,12 @@ func resolveIndexedAck(items []AckItem, leases *leaseIndex, defaultLease string)
 		}
 		txns[i] = it.TransactionID
 	}
-	queue, lo, hi, ok := leases.resolveAll(lease, partition, txns)
+	r, ok := leases.resolveAll(lease, partition, txns)
 	if !ok {
 		return indexedAck{}, false
 	}
-	return indexedAck{partition: partition, group: group, lease: lease, queue: queue, lo: lo, hi: hi}, true
+	return indexedAck{partition: partition, partitionName: r.partition, group: group, lease: lease, queue: r.queue,
+		lo: r.lo, hi: r.hi, endsFullBacklog: r.endsFullBacklog}, true
 }
 
 // ackOneTripSQL commits an indexedAck: the clamp rule comes down to "the
@@ -169,8 +175,16 @@ func (a indexedAck) args() []any {
 
 // committed follows the commit of a: the lease's index entries go when it
 // released the lease, and a parked pop of the group wakes if the partition
-// still holds messages.
-func (a indexedAck) committed(e *Engine, released bool, lastOffset int64) {
+// still holds messages, unless ho claimed for one in the ack's round trip:
+// then the group is woken only for what that claim left.
+func (a indexedAck) committed(e *Engine, released bool, lastOffset int64, ho *handOff) {
+	if g, n, ok := ho.wakes(a.queue); ok && g == a.group {
+		if released {
+			e.leases.forget(a.lease, a.partition)
+		}
+		e.waiters.wakeGroup(a.queue, a.group, n)
+		return
+	}
 	if released {
 		leaseReleased(e.waiters, e.leases, a.lease, a.partition, a.queue, a.group, lastOffset > a.hi)
 	}
@@ -202,18 +216,23 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 		matched = err == nil
 		return err
 	})
-	b.Queue("COMMIT")
-	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+	ho := e.queueAckCommit(b, ack)
+	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
 		return false, err
 	}
 	tx.open = false
 	if !matched {
+		// The general ack that follows wakes for its own release; what a
+		// hand-off claim left is woken here.
+		if g, n, ok := ho.wakes(ack.queue); ok {
+			e.waiters.wakeGroup(ack.queue, g, n)
+		}
 		return false, nil
 	}
 	for i := range results {
 		results[i].Success, results[i].LeaseReleased = true, released
 	}
-	ack.committed(e, released, lastOffset)
+	ack.committed(e, released, lastOffset, ho)
 	return true, nil
 }
 

@@ -6,9 +6,9 @@ import (
 	"time"
 )
 
-// handOffs counts push hand-offs since before.
+// handOffs counts hand-offs (by pushes and acks) since before.
 func handOffs(e *Engine, before HotPathStats) uint64 {
-	return e.HotPathStats().PushHandOffs - before.PushHandOffs
+	return e.HotPathStats().HandOffs - before.HandOffs
 }
 
 // drainGroup registers group on q and pops until nothing is left, so the
@@ -196,5 +196,51 @@ func TestAHandOffThatFindsTheLaneLeasedSendsThePopBackToWaiting(t *testing.T) {
 		wokenBy(t, p, "release", releasedAt)
 	case <-time.After(2 * time.Second):
 		t.Fatal("no parked pop answered within 2 s of the release")
+	}
+}
+
+// An ack that ends a lease which took a full batch from one partition claims
+// the next batch for a parked pop of the group in its own round trip: the pop
+// gets it without a claim of its own. A lease that took everything there was
+// hands nothing on: the parked pop stays parked and no claim runs.
+func TestAnAckEndingAFullBatchClaimsTheNextForAParkedPop(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "a", "b", "c", "d", "e")...)
+	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
+	if !slices.Equal(txnIDs(held.Messages), []string{"a", "b"}) {
+		t.Fatalf("first pop: %v", txnIDs(held.Messages))
+	}
+	req := PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60}
+	parked := parkPastBackoff(t, e, req)
+
+	before := e.HotPathStats()
+	r := mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
+	if !r[0].Success || !r[1].Success || !r[1].LeaseReleased {
+		t.Fatalf("ack: %+v", r)
+	}
+	p := <-parked
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) || p.res.LeaseID == "" {
+		t.Fatalf("parked pop: %+v %v", p.res, p.err)
+	}
+	if n := handOffs(e, before); n != 1 {
+		t.Fatalf("hand-offs = %d, want 1", n)
+	}
+	if oneTrip, general := popPaths(e, before); oneTrip+general != 0 {
+		t.Fatalf("the handed pop ran claims of its own: one-trip %d, general %d", oneTrip, general)
+	}
+
+	// "e" is the last message: a batch of 2 finds one, so its ack hands nothing on.
+	mustAck(t, e, ack(p.res.Messages[0], "completed"), ack(p.res.Messages[1], "completed"))
+	last := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60})
+	if !slices.Equal(txnIDs(last.Messages), []string{"e"}) {
+		t.Fatalf("last pop: %v", txnIDs(last.Messages))
+	}
+	parked = parkPastBackoff(t, e, req)
+	before = e.HotPathStats()
+	mustAck(t, e, ack(last.Messages[0], "completed"))
+	stillParked(t, parked, "a pop parked behind a lease that took all there was")
+	if n := handOffs(e, before); n != 0 {
+		t.Fatalf("hand-offs after acking a short batch = %d, want 0", n)
 	}
 }

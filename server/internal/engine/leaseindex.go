@@ -32,7 +32,13 @@ type leasedBatch struct {
 // leasedPartition is what one lease delivered from one partition.
 type leasedPartition struct {
 	queue   string
+	name    string
 	offsets map[string]int64 // by transaction id
+	end     int64            // the highest offset delivered
+	// backlog is set when the pop took a full batch from this partition alone:
+	// more is likely waiting, so the ack that ends the lease claims the next
+	// batch for a parked pop of the group (ackHandOff).
+	backlog bool
 }
 
 // leaseIndexMax bounds the transaction ids held (about 100 bytes each); past
@@ -47,8 +53,9 @@ func newLeaseIndex() *leaseIndex {
 	return &leaseIndex{byLease: map[string]*leasedBatch{}}
 }
 
-// remember indexes the messages one pop delivered under lease, for validFor.
-func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Message) {
+// remember indexes the messages one pop delivered under lease, for validFor;
+// full says the pop took the whole batch it asked for.
+func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Message, full bool) {
 	if lease == "" || len(msgs) == 0 || validFor <= leaseIndexMargin {
 		return
 	}
@@ -56,13 +63,15 @@ func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Messa
 	for _, m := range msgs {
 		lp := b.partitions[m.PartitionID]
 		if lp == nil {
-			lp = &leasedPartition{queue: m.Queue, offsets: make(map[string]int64, len(msgs))}
+			lp = &leasedPartition{queue: m.Queue, name: m.Partition, offsets: make(map[string]int64, len(msgs))}
 			b.partitions[m.PartitionID] = lp
 		}
 		lp.offsets[m.TransactionID] = m.Offset
+		lp.end = max(lp.end, m.Offset)
 	}
 	for _, lp := range b.partitions {
 		b.size += len(lp.offsets) // what forget and drop subtract
+		lp.backlog = full && len(b.partitions) == 1
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -88,24 +97,34 @@ func (x *leaseIndex) lookup(lease string, partition uuid.UUID, txn string) (int6
 	return off, ok
 }
 
-// resolveAll returns the queue of partition and the lowest and highest offset
-// lease delivered txns at, or ok false when any of them is not indexed.
-func (x *leaseIndex) resolveAll(lease string, partition uuid.UUID, txns []string) (queue string, lo, hi int64, ok bool) {
+// resolvedAck is what the index knows of an ack's items under one lease on
+// one partition: the span they cover, and whether acking it ends a lease
+// that took a full batch (see leasedPartition.backlog).
+type resolvedAck struct {
+	queue, partition string // the partition's name
+	lo, hi           int64
+	endsFullBacklog  bool
+}
+
+// resolveAll resolves txns under lease on partition, or reports ok false when
+// any of them is not indexed.
+func (x *leaseIndex) resolveAll(lease string, partition uuid.UUID, txns []string) (r resolvedAck, ok bool) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
 	lp := x.partition(lease, partition)
 	if lp == nil || len(txns) == 0 {
-		return "", 0, 0, false
+		return resolvedAck{}, false
 	}
-	lo, hi = int64(1<<63-1), int64(-1<<63)
+	r.lo, r.hi = int64(1<<63-1), int64(-1<<63)
 	for _, txn := range txns {
 		off, found := lp.offsets[txn]
 		if !found {
-			return "", 0, 0, false
+			return resolvedAck{}, false
 		}
-		lo, hi = min(lo, off), max(hi, off)
+		r.lo, r.hi = min(r.lo, off), max(r.hi, off)
 	}
-	return lp.queue, lo, hi, true
+	r.queue, r.partition, r.endsFullBacklog = lp.queue, lp.name, lp.backlog && r.hi == lp.end
+	return r, true
 }
 
 // partition is lease's entry for partition, dropping the lease once it is past

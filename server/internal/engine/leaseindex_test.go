@@ -22,7 +22,7 @@ func indexedMessages(partition uuid.UUID, from int64, txns ...string) []Message 
 func TestLeaseIndexResolvesWhatTheLeaseDelivered(t *testing.T) {
 	x := newLeaseIndex()
 	p1, p2 := uuid.New(), uuid.New()
-	x.remember("L", time.Minute, append(indexedMessages(p1, 10, "a", "b"), indexedMessages(p2, 0, "a")...))
+	x.remember("L", time.Minute, append(indexedMessages(p1, 10, "a", "b"), indexedMessages(p2, 0, "a")...), false)
 	for _, tc := range []struct {
 		partition uuid.UUID
 		txn       string
@@ -50,14 +50,41 @@ func TestLeaseIndexResolvesWhatTheLeaseDelivered(t *testing.T) {
 	}
 }
 
+// An ack ends a full backlog when it reaches the end of a lease that took a
+// full batch from one partition: only then does it claim for a parked pop.
+func TestLeaseIndexTellsWhenAnAckEndsAFullBatch(t *testing.T) {
+	x := newLeaseIndex()
+	p1, p2 := uuid.New(), uuid.New()
+	x.remember("full", time.Minute, indexedMessages(p1, 10, "a", "b", "c"), true)
+	x.remember("short", time.Minute, indexedMessages(p1, 20, "d"), false)
+	x.remember("wide", time.Minute, append(indexedMessages(p1, 30, "e"), indexedMessages(p2, 0, "f")...), true)
+	for _, tc := range []struct {
+		lease     string
+		partition uuid.UUID
+		txns      []string
+		want      bool
+	}{
+		{"full", p1, []string{"a", "b", "c"}, true},
+		{"full", p1, []string{"c"}, true},       // the rest acked before
+		{"full", p1, []string{"a", "b"}, false}, // "c" still leased
+		{"short", p1, []string{"d"}, false},     // the pop took all there was
+		{"wide", p1, []string{"e"}, false},      // one of several partitions
+	} {
+		r, ok := x.resolveAll(tc.lease, tc.partition, tc.txns)
+		if !ok || r.endsFullBacklog != tc.want {
+			t.Errorf("resolveAll(%s, %v) = %+v, %v; want endsFullBacklog %v", tc.lease, tc.txns, r, ok, tc.want)
+		}
+	}
+}
+
 func TestLeaseIndexSkipsShortHorizonsAndExpires(t *testing.T) {
 	x := newLeaseIndex()
 	p := uuid.New()
-	x.remember("short", leaseIndexMargin, indexedMessages(p, 0, "a"))
+	x.remember("short", leaseIndexMargin, indexedMessages(p, 0, "a"), false)
 	if _, ok := x.lookup("short", p, "a"); ok {
 		t.Error("a horizon within the safety margin was indexed")
 	}
-	x.remember("L", time.Minute, indexedMessages(p, 0, "a"))
+	x.remember("L", time.Minute, indexedMessages(p, 0, "a"), false)
 	x.byLease["L"].until = time.Now().Add(-time.Millisecond)
 	if _, ok := x.lookup("L", p, "a"); ok {
 		t.Error("expired entry answered")
@@ -74,13 +101,13 @@ func TestLeaseIndexStopsAtItsBound(t *testing.T) {
 	for i := range full {
 		full[i] = fmt.Sprint(i)
 	}
-	x.remember("full", time.Minute, indexedMessages(p, 0, full...))
-	x.remember("more", time.Minute, indexedMessages(p, 0, "x"))
+	x.remember("full", time.Minute, indexedMessages(p, 0, full...), false)
+	x.remember("more", time.Minute, indexedMessages(p, 0, "x"), false)
 	if _, ok := x.lookup("more", p, "x"); ok || x.size != leaseIndexMax {
 		t.Fatalf("index grew past its bound: %d ids", x.size)
 	}
 	x.byLease["full"].until = time.Now().Add(-time.Millisecond)
-	x.remember("after", time.Minute, indexedMessages(p, 0, "y"))
+	x.remember("after", time.Minute, indexedMessages(p, 0, "y"), false)
 	if _, ok := x.lookup("after", p, "y"); !ok || x.size != 1 {
 		t.Fatalf("expired entries were not swept to make room: %d ids", x.size)
 	}

@@ -29,9 +29,9 @@ type HotPathStats struct {
 	// BundlesOneTrip and BundlesGeneral count transaction bundles committed in
 	// one round trip (bundleRun.inOneTrip) and the general way.
 	BundlesOneTrip, BundlesGeneral uint64
-	// PushHandOffs counts claims for a parked pop run in a push's commit
-	// round trip (pushHandOff); they are not among the pop transactions.
-	PushHandOffs uint64
+	// HandOffs counts claims for a parked pop run in the commit round trip
+	// of a push or an ack (handOff); they are not among the pop transactions.
+	HandOffs uint64
 }
 
 // HotPathStats reads the counters since the engine started.
@@ -41,7 +41,7 @@ func (e *Engine) HotPathStats() HotPathStats {
 		PushCommitsOneTrip:    e.hot.pushOneTrip.Load(), PushCommitsGeneral: e.hot.pushGeneral.Load(),
 		PopsOneTrip: e.hot.popsOneTrip.Load(), PopsGeneral: e.hot.popsGeneral.Load(),
 		BundlesOneTrip: e.hot.bundlesOneTrip.Load(), BundlesGeneral: e.hot.bundlesGeneral.Load(),
-		PushHandOffs: e.hot.pushHandOffs.Load()}
+		HandOffs: e.hot.handOffs.Load()}
 }
 
 type hotPathCounters struct {
@@ -49,7 +49,7 @@ type hotPathCounters struct {
 	pushOneTrip, pushGeneral                    atomic.Uint64
 	popsOneTrip, popsGeneral                    atomic.Uint64
 	bundlesOneTrip, bundlesGeneral              atomic.Uint64
-	pushHandOffs                                atomic.Uint64
+	handOffs                                    atomic.Uint64
 }
 
 // QueueLag is the backlog of one consumer group on one queue: messages past

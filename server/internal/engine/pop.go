@@ -146,8 +146,8 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			leaving = true
 		}
 		timer.Stop()
-		// A push may have claimed for this pop in its own round trip
-		// (pushHandOff); that batch is this pop's answer, even when its caller
+		// A push or an ack may have claimed for this pop in its own round
+		// trip (handOff); that batch is this pop's answer, even when its caller
 		// has left (the API layer then gives the lease back).
 		handed := e.waiters.leaveHandedOff(wt)
 		if handed != nil && len(handed.Messages) > 0 {
@@ -584,7 +584,7 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResu
 	}
 	if len(res.Messages) > 0 {
 		res.LeaseID = leaseID
-		e.leases.remember(leaseID, indexableFor(d.now, shortestLease, d.taken, d.segs), res.Messages)
+		e.leases.remember(leaseID, indexableFor(d.now, shortestLease, d.taken, d.segs), res.Messages, req.Batch > 0 && len(res.Messages) >= req.Batch)
 	}
 	return res, nil
 }

@@ -938,7 +938,7 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 
 // wake tells parked pops about the queues the committed write touched; ho
 // (when not nil) claimed for one of them in the write's round trip.
-func (w *pushWrite) wake(e *Engine, ho *pushHandOff) {
+func (w *pushWrite) wake(e *Engine, ho *handOff) {
 	e.announce(w.touched, ho)
 }
 
@@ -950,7 +950,7 @@ func (w *pushWrite) wake(e *Engine, ho *pushHandOff) {
 // NOTIFY is sent after the commit, not inside it: a notifying commit takes a
 // database-wide lock, which would serialize every push commit behind the
 // others.
-func (e *Engine) announce(touched map[string][]string, ho *pushHandOff) {
+func (e *Engine) announce(touched map[string][]string, ho *handOff) {
 	for q, parts := range touched {
 		if group, n, ok := ho.wakes(q); ok {
 			e.waiters.wakeServed(q, parts, group, n)

@@ -246,7 +246,7 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 			w.wake(e, ho)
 		}
 		if len(ackItems) > 0 {
-			ack.committed(e, released, lastOffset)
+			ack.committed(e, released, lastOffset, nil) // the bundle's hand-off is its push's
 		}
 	}
 	return true, nil

@@ -241,7 +241,7 @@ func (w *waiters) wake(queue string, partitions []string) {
 }
 
 // wakeServed is wake after a claim for a pop of group on queue ran in the
-// write's own round trip (pushHandOff): that group gets at most groupWakes
+// write's own round trip (handOff): that group gets at most groupWakes
 // wakes of unpinned pops, for the claimable partitions the claim left.
 func (w *waiters) wakeServed(queue string, partitions []string, group string, groupWakes int) {
 	w.mu.Lock()
