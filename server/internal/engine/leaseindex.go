@@ -37,7 +37,7 @@ type leasedPartition struct {
 	end     int64            // the highest offset delivered
 	// backlog is set when the pop took a full batch from this partition alone:
 	// more is likely waiting, so the ack that ends the lease claims the next
-	// batch for a parked pop of the group (ackHandOff).
+	// batch for a parked pop of the group (queueAckCommit).
 	backlog bool
 }
 
