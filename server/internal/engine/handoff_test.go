@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"slices"
 	"testing"
 	"time"
@@ -242,5 +243,41 @@ func TestAnAckEndingAFullBatchClaimsTheNextForAParkedPop(t *testing.T) {
 	stillParked(t, parked, "a pop parked behind a lease that took all there was")
 	if n := handOffs(e, before); n != 0 {
 		t.Fatalf("hand-offs after acking a short batch = %d, want 0", n)
+	}
+}
+
+// A hand-off claim that fails after the ack committed (here a stale plan: the
+// queue's partition version moved under the cached one) leaves the ack
+// standing and the pop to claim for itself, as a woken pop does.
+func TestAnAckWhoseHandOffClaimFailsStillStandsAndThePopIsServed(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "a", "b", "c", "d")...)
+	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
+	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+	if _, err := e.pool.Exec(context.Background(), `UPDATE lanes.queues SET partition_version = partition_version + 1 WHERE name = $1`, q); err != nil {
+		t.Fatal(err)
+	}
+
+	before := e.HotPathStats()
+	ackedAt := time.Now()
+	r := mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
+	if !r[0].Success || !r[1].Success || !r[1].LeaseReleased {
+		t.Fatalf("ack: %+v", r)
+	}
+	p := <-parked
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) {
+		t.Fatalf("parked pop: %+v %v", p.res, p.err)
+	}
+	wokenBy(t, p, "ack", ackedAt)
+	if n := handOffs(e, before); n != 0 {
+		t.Fatalf("hand-offs = %d, want 0 (the claim failed)", n)
+	}
+	if oneTrip, general := popPaths(e, before); general == 0 {
+		t.Fatalf("the pop did not claim for itself the general way (one-trip %d, general %d)", oneTrip, general)
+	}
+	// The ack stood: the group's cursor is past "b", so nothing before "c" comes back.
+	if again := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 10, LeaseSeconds: 60}); len(again.Messages) != 0 {
+		t.Fatalf("after the ack and the handed batch: %v", txnIDs(again.Messages))
 	}
 }
