@@ -34,7 +34,7 @@ func appendFrame(dst []byte, f *Frame) []byte {
 }
 
 // framesSize is the encoded size of the frames of slots[group...], give or
-// take the varint lengths, so a segment's blob is allocated once.
+// take the varint lengths, so a write's frames are allocated once.
 func framesSize(slots []pushSlot, group []int) int {
 	n := 0
 	for _, si := range group {
@@ -42,6 +42,65 @@ func framesSize(slots []pushSlot, group []int) int {
 		n += 16 + 4*binary.MaxVarintLen16 + len(it.TransactionID) + len(it.TraceID) + len(it.ProducerSub) + len(it.Payload)
 	}
 	return n
+}
+
+// A segment is closed once it holds segmentMaxMessages messages or
+// segmentMaxBytes of frames, and the partition's next message of the same
+// write starts another. A claim reads whole segments, so this bounds what a
+// pop reads beyond its batch: a group commit that gathered 700 messages for
+// one partition into one segment made each 100-message pop of it read, send
+// and decode up to seven times what it delivered.
+const (
+	segmentMaxMessages = 100
+	segmentMaxBytes    = 32 << 10
+)
+
+// segmenter cuts the frames one write appends for a partition into segments.
+// The segments share one buffer; each is a full slice expression of it, so
+// appending to the buffer never changes a segment already cut.
+type segmenter struct {
+	buf    []byte
+	start  int // where the open segment begins in buf
+	count  int // messages in the open segment
+	first  int // the open segment's first message, counted in the write from 0
+	cut    []segmentCut
+	frames int // messages appended in all
+}
+
+// segmentCut is one segment of a write: its first message (counted in the
+// write from 0), its message count and its frames.
+type segmentCut struct {
+	first, count int
+	frames       []byte
+}
+
+func newSegmenter(capacity int) *segmenter {
+	return &segmenter{buf: make([]byte, 0, capacity)}
+}
+
+// add appends one message's frame, closing the open segment first if it is full.
+func (s *segmenter) add(f *Frame) {
+	if s.count > 0 && (s.count >= segmentMaxMessages || len(s.buf)-s.start >= segmentMaxBytes) {
+		s.close()
+	}
+	s.buf = appendFrame(s.buf, f)
+	s.count++
+	s.frames++
+}
+
+// close cuts the open segment, if it holds anything.
+func (s *segmenter) close() {
+	if s.count == 0 {
+		return
+	}
+	s.cut = append(s.cut, segmentCut{first: s.first, count: s.count, frames: s.buf[s.start:len(s.buf):len(s.buf)]})
+	s.start, s.first, s.count = len(s.buf), s.frames, 0
+}
+
+// segments closes the open segment and returns every segment of the write.
+func (s *segmenter) segments() []segmentCut {
+	s.close()
+	return s.cut
 }
 
 func appendBytes(dst, b []byte) []byte {
@@ -55,26 +114,65 @@ var errCorruptFrame = errors.New("corrupt segment frame")
 func decodeFrames(blob []byte, count int) ([]Frame, error) {
 	frames := make([]Frame, 0, count)
 	for len(blob) > 0 {
-		if len(blob) < 16 {
-			return nil, errCorruptFrame
+		f, rest, err := splitFrame(blob)
+		if err != nil {
+			return nil, err
 		}
-		var f Frame
-		copy(f.MessageID[:], blob[:16])
-		blob = blob[16:]
-		var fields [4][]byte
-		for i := range fields {
-			n, k := binary.Uvarint(blob)
-			if k <= 0 || uint64(len(blob)-k) < n {
-				return nil, errCorruptFrame
-			}
-			fields[i] = blob[k : k+int(n)]
-			blob = blob[k+int(n):]
-		}
-		f.TransactionID = string(fields[0])
-		f.TraceID = string(fields[1])
-		f.ProducerSub = string(fields[2])
-		f.Payload = fields[3]
-		frames = append(frames, f)
+		frames = append(frames, f.frame())
+		blob = rest
 	}
 	return frames, nil
+}
+
+// decodeSpan decodes the frames of the segment holding offsets base..end
+// that lie in [from, to]: the frames before from are skipped without copying
+// their strings and reading stops after to. A claim's first and last segments
+// usually hold more than its span. The payload slices alias blob.
+func decodeSpan(blob []byte, base, end, from, to int64) ([]Frame, error) {
+	frames := make([]Frame, 0, max(0, min(to, end)-max(from, base)+1))
+	for off := base; len(blob) > 0 && off <= to; off++ {
+		f, rest, err := splitFrame(blob)
+		if err != nil {
+			return nil, err
+		}
+		if off >= from {
+			frames = append(frames, f.frame())
+		}
+		blob = rest
+	}
+	return frames, nil
+}
+
+// rawFrame is one encoded frame split into its fields, which alias the segment.
+type rawFrame struct {
+	id     []byte
+	fields [4][]byte // transaction id, trace id, producer sub, payload
+}
+
+func (r *rawFrame) frame() Frame {
+	var f Frame
+	copy(f.MessageID[:], r.id)
+	f.TransactionID = string(r.fields[0])
+	f.TraceID = string(r.fields[1])
+	f.ProducerSub = string(r.fields[2])
+	f.Payload = r.fields[3]
+	return f
+}
+
+// splitFrame splits the first frame off blob.
+func splitFrame(blob []byte) (rawFrame, []byte, error) {
+	var r rawFrame
+	if len(blob) < 16 {
+		return r, nil, errCorruptFrame
+	}
+	r.id, blob = blob[:16], blob[16:]
+	for i := range r.fields {
+		n, k := binary.Uvarint(blob)
+		if k <= 0 || uint64(len(blob)-k) < n {
+			return r, nil, errCorruptFrame
+		}
+		r.fields[i] = blob[k : k+int(n)]
+		blob = blob[k+int(n):]
+	}
+	return r, blob, nil
 }

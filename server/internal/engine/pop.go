@@ -553,15 +553,13 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResu
 	shortestLease := int32(0)
 	for _, c := range d.taken {
 		for _, s := range d.segs[c.partitionID] {
-			frames, err := decodeFrames(s.frames, int(s.end-s.base+1))
+			frames, err := decodeSpan(s.frames, s.base, s.end, c.from, c.to)
 			if err != nil {
 				return nil, fmt.Errorf("partition %s segment %d: %w", c.partitionID, s.base, err)
 			}
+			first := max(s.base, c.from)
 			for i := range frames {
-				off := s.base + int64(i)
-				if off < c.from || off > c.to {
-					continue
-				}
+				off := first + int64(i)
 				f := &frames[i]
 				res.Messages = append(res.Messages, Message{
 					ID: f.MessageID, TransactionID: f.TransactionID, TraceID: f.TraceID, ProducerSub: f.ProducerSub,

@@ -726,7 +726,7 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		// written maps each id this write stores to its txns row, for repeats within the write
 		written := make(map[string]int, len(group))
 		next := ps.lastOffset + 1
-		blob := make([]byte, 0, framesSize(w.slots, group))
+		seg := newSegmenter(framesSize(w.slots, group))
 		for _, si := range group {
 			slot := &w.slots[si]
 			it, res := slot.item, slot.result
@@ -741,8 +741,7 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 					continue
 				}
 			}
-			var id uuid.UUID
-			blob, id = appendQueued(blob, slot)
+			id := appendQueued(seg, slot)
 			if repeat {
 				// dedup off and the id repeats: the index points at the newest offset
 				txOff[row], txMsg[row] = next, id
@@ -758,10 +757,12 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		if next == ps.lastOffset+1 {
 			continue
 		}
-		segPID = append(segPID, ps.id)
-		segBase = append(segBase, ps.lastOffset+1)
-		segEnd = append(segEnd, next-1)
-		segFrames = append(segFrames, blob)
+		for _, c := range seg.segments() {
+			segPID = append(segPID, ps.id)
+			segBase = append(segBase, ps.lastOffset+1+int64(c.first))
+			segEnd = append(segEnd, ps.lastOffset+int64(c.first+c.count))
+			segFrames = append(segFrames, c.frames)
+		}
 		updPID = append(updPID, ps.id)
 		updLast = append(updLast, next-1)
 		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
@@ -822,20 +823,24 @@ func (w *pushWrite) fitsOneTrip() bool {
 // each partition row (in the order of $1, ascending ids as the two-trip lock
 // takes them) and moves last_offset by the partition's message count under
 // that lock, so the segments and txns rows take their offsets from what it
-// returns. A partition that is gone (its queue deleted after the broker cached
-// its id) fails the statement in lanes.expect, before COMMIT.
+// returns: a segment ($3..$6) carries the position (from 1) of its first
+// message among the partition's, a txns row ($7..$10) that of its message. A
+// partition that is gone (its queue deleted after the broker cached its id)
+// fails the statement in lanes.expect, before COMMIT.
 const pushOneTripSQL = `WITH adv AS (
 		UPDATE lanes.partitions p SET last_offset = p.last_offset + x.n, last_write_at = clock_timestamp()
-		FROM unnest($1::uuid[], $2::int8[], $3::bytea[]) AS x(pid, n, f)
+		FROM unnest($1::uuid[], $2::int8[]) AS x(pid, n)
 		WHERE p.id = x.pid
-		RETURNING p.id, p.last_offset, x.n, x.f, p.last_write_at),
+		RETURNING p.id, p.last_offset, x.n, p.last_write_at),
 	seg AS (
 		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
-		SELECT a.id, a.last_offset - a.n + 1, a.last_offset, a.last_write_at, a.f FROM adv a),
+		SELECT a.id, a.last_offset - a.n + s.k, a.last_offset - a.n + s.k + s.c - 1, a.last_write_at, s.f
+		FROM unnest($3::uuid[], $4::int8[], $5::int8[], $6::bytea[]) AS s(pid, k, c, f)
+		JOIN adv a ON a.id = s.pid),
 	txn AS (
 		INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
 		SELECT a.id, t.txn, a.last_offset - a.n + t.k, t.mid, now()
-		FROM unnest($4::uuid[], $5::text[], $6::int8[], $7::uuid[]) AS t(pid, txn, k, mid)
+		FROM unnest($7::uuid[], $8::text[], $9::int8[], $10::uuid[]) AS t(pid, txn, k, mid)
 		JOIN adv a ON a.id = t.pid),
 	tracked AS (
 		UPDATE lanes.partition_writes w SET last_write_xid = pg_current_xact_id(),
@@ -854,7 +859,9 @@ func (w *pushWrite) queueOneTrip(b *pgx.Batch) {
 	})
 	pids := make([]uuid.UUID, len(keys))
 	counts := make([]int64, len(keys))
-	frames := make([][]byte, len(keys))
+	var segPID []uuid.UUID
+	var segFirst, segCount []int64
+	var segFrames [][]byte
 	var txPID, txMsg []uuid.UUID
 	var txID []string
 	var txPos []int64
@@ -862,29 +869,32 @@ func (w *pushWrite) queueOneTrip(b *pgx.Batch) {
 		id := w.knownIDs[k]
 		group := w.groups[k]
 		pids[i], counts[i] = id, int64(len(group))
-		blob := make([]byte, 0, framesSize(w.slots, group))
+		seg := newSegmenter(framesSize(w.slots, group))
 		for pos, si := range group {
-			var mid uuid.UUID
-			blob, mid = appendQueued(blob, &w.slots[si])
+			mid := appendQueued(seg, &w.slots[si])
 			txPID, txID, txPos, txMsg = append(txPID, id), append(txID, w.slots[si].item.TransactionID), append(txPos, int64(pos+1)), append(txMsg, mid)
 		}
-		frames[i] = blob
+		for _, c := range seg.segments() {
+			segPID, segFirst = append(segPID, id), append(segFirst, int64(c.first+1))
+			segCount, segFrames = append(segCount, int64(c.count)), append(segFrames, c.frames)
+		}
 		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
 	}
-	b.Queue(pushOneTripSQL, uuidArray(pids), counts, frames, uuidArray(txPID), txID, txPos, uuidArray(txMsg))
+	b.Queue(pushOneTripSQL, uuidArray(pids), counts, uuidArray(segPID), segFirst, segCount, segFrames,
+		uuidArray(txPID), txID, txPos, uuidArray(txMsg))
 }
 
-// appendQueued appends slot's message to a segment's frames under the id it
+// appendQueued appends slot's message to a write's segments under the id it
 // was given (or a new one) and gives the slot its verdict: queued.
-func appendQueued(blob []byte, slot *pushSlot) ([]byte, uuid.UUID) {
+func appendQueued(seg *segmenter, slot *pushSlot) uuid.UUID {
 	id := slot.messageID
 	if id == uuid.Nil {
 		id = NewMessageID()
 	}
 	it := slot.item
-	blob = appendFrame(blob, &Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
+	seg.add(&Frame{MessageID: id, TransactionID: it.TransactionID, TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload})
 	slot.result.Status, slot.result.MessageID = PushQueued, id
-	return blob, id
+	return id
 }
 
 // queueAdvance moves each partition's last_offset to its new value, with the

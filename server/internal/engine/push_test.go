@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"reflect"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -406,6 +407,9 @@ func checkGaplessLog(t *testing.T, e *Engine, queue, p string) int {
 		if err != nil {
 			t.Fatal(err)
 		}
+		if int64(len(frames)) != sg.End-sg.Base+1 {
+			t.Fatalf("%s: segment %d..%d holds %d frames", p, sg.Base, sg.End, len(frames))
+		}
 		for i, f := range frames {
 			byOffset[sg.Base+int64(i)] = f
 		}
@@ -434,4 +438,78 @@ func checkGaplessLog(t *testing.T, e *Engine, queue, p string) int {
 		t.Fatalf("%s: %d txns rows for %d messages", p, n, len(byOffset))
 	}
 	return n
+}
+
+// segmentSizes lists the message count of each segment of partition p of queue, in offset order.
+func segmentSizes(t *testing.T, e *Engine, queue, p string) []int {
+	t.Helper()
+	rows, err := e.pool.Query(context.Background(), `SELECT (s.end_offset - s.base_offset + 1)::int FROM lanes.segments s
+		JOIN lanes.partitions pp ON pp.id = s.partition_id JOIN lanes.queues q ON q.id = pp.queue_id
+		WHERE q.name = $1 AND pp.name = $2 ORDER BY s.base_offset`, queue, p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sizes, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	if err != nil {
+		t.Fatal(err)
+	}
+	return sizes
+}
+
+// A write cuts a partition's messages into segments of at most
+// segmentMaxMessages (or segmentMaxBytes), on the general path and the
+// one-trip path alike, and pops whose spans start and end inside segments get
+// exactly their offsets, in order.
+func TestAWriteCutsAPartitionsMessagesIntoBoundedSegments(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	ids := func(prefix string, n int) []string {
+		out := make([]string, n)
+		for i := range out {
+			out[i] = fmt.Sprintf("%s%03d", prefix, i)
+		}
+		return out
+	}
+	first, second := ids("a", 250), ids("b", 250)
+	before := e.HotPathStats()
+	mustPush(t, e, items(q, "p", first...)...) // a new partition: the general path
+	afterFirst := e.HotPathStats()
+	mustPush(t, e, items(q, "p", second...)...) // its id is cached now: one trip
+	afterSecond := e.HotPathStats()
+	if afterFirst.PushCommitsGeneral != before.PushCommitsGeneral+1 || afterSecond.PushCommitsOneTrip != afterFirst.PushCommitsOneTrip+1 {
+		t.Fatalf("paths: general %d → %d, one-trip %d → %d; want the first push general and the second one-trip",
+			before.PushCommitsGeneral, afterFirst.PushCommitsGeneral, afterFirst.PushCommitsOneTrip, afterSecond.PushCommitsOneTrip)
+	}
+	big := bytes.Repeat([]byte("y"), 12<<10)
+	var large []PushItem
+	for i := range 5 {
+		large = append(large, PushItem{Queue: q, Partition: "p", TransactionID: fmt.Sprintf("c%d", i), Payload: raw(map[string]string{"body": string(big)})})
+	}
+	mustPush(t, e, large...)
+	if got, want := segmentSizes(t, e, q, "p"), []int{100, 100, 50, 100, 100, 50, 3, 2}; !slices.Equal(got, want) {
+		t.Fatalf("segment sizes %v, want %v", got, want)
+	}
+	if n := checkGaplessLog(t, e, q, "p"); n != 505 {
+		t.Fatalf("log holds %d messages, want 505", n)
+	}
+
+	// Spans of 150 start and end inside segments.
+	all := append(append(append([]string{}, first...), second...), "c0", "c1", "c2", "c3", "c4")
+	for from := 0; from < len(all); from += 150 {
+		got := mustPop(t, e, PopRequest{Queue: q, Partition: "p", Group: "workers", Batch: 150, LeaseSeconds: 60, SubscriptionMode: "all"})
+		want := all[from:min(from+150, len(all))]
+		if !slices.Equal(txnIDs(got.Messages), want) {
+			t.Fatalf("pop from offset %d: %v, want %v", from, txnIDs(got.Messages), want)
+		}
+		for i, m := range got.Messages {
+			if m.Offset != int64(from+i) {
+				t.Fatalf("message %s at offset %d, want %d", m.TransactionID, m.Offset, from+i)
+			}
+		}
+		acks := make([]AckItem, len(got.Messages))
+		for i, m := range got.Messages {
+			acks[i] = ack(m, "completed")
+		}
+		mustAck(t, e, acks...)
+	}
 }
