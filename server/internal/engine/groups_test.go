@@ -191,3 +191,54 @@ func TestMeasurePopLatencyWithManyIdlePartitions(t *testing.T) {
 	p50, p99 = measure(100000, 30, true)
 	t.Logf("same, claim floor disabled:  p50 %v  p99 %v", p50, p99)
 }
+
+// A windowed claim takes the oldest-written claimable partition first when it
+// drains it in that claim, even if it was served more recently than the others:
+// it holds the group's claim floor. One with more work than the batch does not
+// jump the line, so a large backlog cannot crowd the others out.
+func TestAWindowedClaimFirstDrainsThePartitionHoldingTheFloor(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	serve := func(partition string) {
+		t.Helper()
+		if res := mustPop(t, e, PopRequest{Queue: q, Partition: partition, Group: "g", SubscriptionMode: "all", Batch: 10, AutoAck: true}); len(res.Messages) == 0 {
+			t.Fatalf("nothing to serve in %s", partition)
+		}
+	}
+	windowed := PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Partitions: 1, Batch: 2, AutoAck: true}
+	for _, c := range []struct {
+		name    string
+		oldWork []string
+		want    string
+	}{
+		{"drained in one claim: served first", []string{"o1"}, "o1"},
+		{"more than the batch: least recently served first", []string{"o2", "o3", "o4"}, "a"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			// a and b were served long ago, old just now.
+			mustPush(t, e, items(q, "a", "a-seed-"+c.name)...)
+			mustPush(t, e, items(q, "b", "b-seed-"+c.name)...)
+			serve("a")
+			serve("b")
+			mustPush(t, e, items(q, "old", "old-seed-"+c.name)...)
+			serve("old")
+			// old is written first, then a and b.
+			mustPush(t, e, items(q, "old", c.oldWork...)...)
+			mustPush(t, e, items(q, "a", "a-"+c.name)...)
+			mustPush(t, e, items(q, "b", "b-"+c.name)...)
+			got := mustPop(t, e, windowed)
+			if len(got.Messages) == 0 {
+				t.Fatal("the windowed pop found nothing")
+			}
+			first := got.Messages[0].TransactionID
+			if c.want == "a" {
+				if got.Partition != "a" {
+					t.Fatalf("served %s first (%s), want the least recently served a", got.Partition, first)
+				}
+			} else if first != c.want {
+				t.Fatalf("served %s first (%s), want %s", got.Partition, first, c.want)
+			}
+			drain(t, e, PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Batch: 100, AutoAck: true})
+		})
+	}
+}

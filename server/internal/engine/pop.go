@@ -693,7 +693,8 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 // claimQuery is the statement that claims, leases and reads a pop's batch.
 //
 // It locks up to the requested width of claimable cursor rows, skipping rows
-// another pop holds, least recently served first; splits the batch budget over
+// another pop holds, least recently served first (a windowed claim takes the
+// oldest-written candidate first when it drains it: see picked); splits the batch budget over
 // them in that order; writes the lease (autoAck: moves the cursor) on each; and
 // returns the segments covering each span. It also reports how many of the
 // group's partitions were claimable (beyond the width), and advances each
@@ -764,7 +765,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)` + guard + `),
 		cand AS MATERIALIZED (
 			SELECT p.id AS pid, p.queue_id AS qid, q.name AS qname, q.lease_time, q.dedup_window_seconds,
-				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end, p.c_ctid,
+				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end, p.c_ctid, p.c_committed,
 				p.c_pid IS NOT NULL
 					AND (p.c_lease_expires_at IS NULL OR p.c_lease_expires_at <= now())
 					AND v.visible_end > p.c_committed
@@ -799,8 +800,19 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			-- for the next pop: the lease write below probes the snapshot's
 			-- version by ctid, so every cursor it writes must be that version.
 			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.dedup_window_seconds, o.last_offset,
-				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.last_consumed_at, l.ctid AS row_ctid
-			FROM (SELECT * FROM cand WHERE claimable ORDER BY last_consumed_at NULLS FIRST, pid) o
+				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.serve_at AS last_consumed_at, l.ctid AS row_ctid
+			FROM (SELECT * FROM (
+					-- Least recently served first, except that a windowed
+					-- claim first takes the oldest-written claimable candidate
+					-- when this claim drains it: that partition holds the
+					-- claim floor, and while it waits each claim walks again
+					-- every partition drained behind it. Drained in one claim,
+					-- it cannot crowd the others out.
+					SELECT c.*, CASE WHEN $7::int8 IS NOT NULL AND c.last_write_xid = min(c.last_write_xid) OVER ()
+							AND c.visible_end - c.c_committed <= $8
+						THEN NULL ELSE c.last_consumed_at END AS serve_at
+					FROM cand c WHERE c.claimable) w
+				ORDER BY serve_at NULLS FIRST, pid) o
 			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed, c.ctid FROM lanes.consumers c
 				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
 				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
