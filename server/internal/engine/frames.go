@@ -47,9 +47,9 @@ func framesSize(slots []pushSlot, group []int) int {
 // A segment is closed once it holds segmentMaxMessages messages or
 // segmentMaxBytes of frames, and the partition's next message of the same
 // write starts another. A claim reads whole segments, so this bounds what a
-// pop reads beyond its batch: a group commit that gathered 700 messages for
+// pop reads beyond its batch: a group commit that gathered 800 messages for
 // one partition into one segment made each 100-message pop of it read, send
-// and decode up to seven times what it delivered.
+// and decode up to eight times what it delivered.
 const (
 	segmentMaxMessages = 100
 	segmentMaxBytes    = 32 << 10
@@ -62,7 +62,6 @@ type segmenter struct {
 	buf    []byte
 	start  int // where the open segment begins in buf
 	count  int // messages in the open segment
-	first  int // the open segment's first message, counted in the write from 0
 	cut    []segmentCut
 	frames int // messages appended in all
 }
@@ -93,8 +92,8 @@ func (s *segmenter) close() {
 	if s.count == 0 {
 		return
 	}
-	s.cut = append(s.cut, segmentCut{first: s.first, count: s.count, frames: s.buf[s.start:len(s.buf):len(s.buf)]})
-	s.start, s.first, s.count = len(s.buf), s.frames, 0
+	s.cut = append(s.cut, segmentCut{first: s.frames - s.count, count: s.count, frames: s.buf[s.start:len(s.buf):len(s.buf)]})
+	s.start, s.count = len(s.buf), 0
 }
 
 // segments closes the open segment and returns every segment of the write.

@@ -694,8 +694,8 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 //
 // It locks up to the requested width of claimable cursor rows, skipping rows
 // another pop holds, least recently served first (a windowed claim takes the
-// oldest-written candidate first when it drains it: see picked); splits the batch budget over
-// them in that order; writes the lease (autoAck: moves the cursor) on each; and
+// oldest-written candidate first when it drains it: see picked); splits the
+// batch budget over them in that order; writes the lease (autoAck: moves the cursor) on each; and
 // returns the segments covering each span. It also reports how many of the
 // group's partitions were claimable (beyond the width), and advances each
 // queue's claim floor.
