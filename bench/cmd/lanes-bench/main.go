@@ -185,10 +185,15 @@ func main() {
 	if err := os.MkdirAll(o.out, 0o755); err != nil {
 		fatalf("%v", err)
 	}
-	h := &harness{o: o, root: root, runID: time.Now().Unix(),
-		http: &fasthttp.Client{MaxConnsPerHost: 4096, MaxIdleConnDuration: time.Minute, NoDefaultUserAgentHeader: true}}
-	code := h.run()
+	code := newHarness(o, root).run()
 	os.Exit(code)
+}
+
+// newHarness is the harness run starts from: the options, the repository
+// root and the load generator's HTTP client; run fills in the rest.
+func newHarness(o options, root string) *harness {
+	return &harness{o: o, root: root, runID: time.Now().Unix(),
+		http: &fasthttp.Client{MaxConnsPerHost: 4096, MaxIdleConnDuration: time.Minute, NoDefaultUserAgentHeader: true}}
 }
 
 func fatalf(format string, args ...any) {

@@ -105,7 +105,8 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 			}
 		}()
 	}
-	go func() { pwg.Wait(); pushEnd.Store(time.Now().UnixNano()) }()
+	pushed := make(chan struct{}) // closed once pushEnd is stored
+	go func() { pwg.Wait(); pushEnd.Store(time.Now().UnixNano()); close(pushed) }()
 	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
 	var completed int64
 	for time.Now().Before(deadline) && firstErr.get() == nil {
@@ -118,7 +119,7 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	pwg.Wait()
+	<-pushed
 	elapsed := time.Since(start).Seconds()
 	r := Result{Scenario: "shared", System: "river", Available: true, Messages: completed, Seconds: elapsed,
 		MsgPerSec: float64(completed) / elapsed, PushedPerSec: float64(n) / (float64(pushEnd.Load()-start.UnixNano()) / 1e9),

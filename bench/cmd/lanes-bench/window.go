@@ -89,6 +89,7 @@ type window struct {
 	profDone   chan []string
 	profCancel context.CancelFunc
 	pgSampler  *activitySampler
+	pgPerf     *pgPerf
 	errors0    int64
 	claims0    int64
 	handOffs0  int64
@@ -117,6 +118,10 @@ func (h *harness) begin(db string, profileName string) *window {
 		w.profDone = make(chan []string, 1)
 		go func() { w.profDone <- h.captureProfiles(ctx, profileName) }()
 		w.pgSampler = startActivitySampler(h.admin, db)
+		dir := filepath.Join(h.o.out, "profiles")
+		if err := os.MkdirAll(dir, 0o755); err == nil {
+			w.pgPerf = startPGPerf(dir, profileName)
+		}
 	}
 	w.errors0 = h.serverErrors.Load()
 	if db == h.lanesDB {
@@ -158,6 +163,11 @@ func (w *window) end(r *Result) {
 		file := filepath.Join(w.h.o.out, "profiles", w.profile+"-pg.txt")
 		if err := os.WriteFile(file, []byte(w.pgSampler.finish()), 0o644); err == nil {
 			r.Profiles = append(r.Profiles, file)
+		}
+		if w.pgPerf != nil {
+			if file := w.pgPerf.finish(); file != "" {
+				r.Profiles = append(r.Profiles, file)
+			}
 		}
 	}
 }

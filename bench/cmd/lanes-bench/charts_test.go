@@ -1,0 +1,64 @@
+package main
+
+import (
+	"bytes"
+	"image/png"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+var pngMagic = []byte("\x89PNG\r\n\x1a\n")
+
+// checkCharts asserts dir holds the three charts as decodable PNG images.
+func checkCharts(t *testing.T, dir string) {
+	t.Helper()
+	for _, name := range []string{"throughput.png", "latency.png", "partitions.png"} {
+		raw, err := os.ReadFile(filepath.Join(dir, name))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if !bytes.HasPrefix(raw, pngMagic) {
+			t.Errorf("%s does not start with the PNG signature (%d bytes)", name, len(raw))
+			continue
+		}
+		img, err := png.Decode(bytes.NewReader(raw))
+		if err != nil {
+			t.Errorf("%s: %v", name, err)
+			continue
+		}
+		if b := img.Bounds(); b.Dx() < 100 || b.Dy() < 100 {
+			t.Errorf("%s is %dx%d, too small for a chart", name, b.Dx(), b.Dy())
+		}
+	}
+}
+
+func TestWriteChartsDrawsThreePNGs(t *testing.T) {
+	run := goodRun()
+	run.Results = append(run.Results,
+		Result{Scenario: "latency-250", System: "lanes", Available: true, OfferedRate: 250, LatencyMs: map[string]float64{"p50": 3, "p99": 9, "p999": 15}},
+		Result{Scenario: "push-b1", System: "lanes", Available: true, MsgPerSec: 6000, LatencyMs: map[string]float64{"p50": 4, "p99": 10, "p999": 12}},
+		Result{Scenario: "parts-100", System: "lanes", Available: true, Partitions: 100, MsgPerSec: 20000, PushedPerSec: 21000},
+	)
+	dir := t.TempDir()
+	if err := writeCharts(run, dir); err != nil {
+		t.Fatal(err)
+	}
+	checkCharts(t, dir)
+}
+
+func TestWriteChartsDrawsARunThatMeasuredNothing(t *testing.T) {
+	// a run of one scenario, or one whose scenarios all failed, still gets its charts
+	dir := t.TempDir()
+	if err := writeCharts(&Run{Results: []Result{{Scenario: "push-b1", System: "lanes", Available: false}}}, dir); err != nil {
+		t.Fatal(err)
+	}
+	checkCharts(t, dir)
+}
+
+func TestWriteChartsReportsAnUnwritableDirectory(t *testing.T) {
+	if err := writeCharts(goodRun(), filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Fatal("writeCharts into a missing directory returned no error")
+	}
+}

@@ -1,0 +1,148 @@
+package main
+
+import (
+	"context"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+// freePort asks the kernel for a free TCP port on 127.0.0.1.
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// startTestHarness wires a harness as run does, minus the hop probe and the
+// ceiling and River databases: a broker built from this checkout's server/,
+// started on a free port against a fresh database of the test cluster.
+func startTestHarness(t *testing.T, duration time.Duration) *harness {
+	t.Helper()
+	admin := testClusterURL(t)
+	ctx := t.Context()
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmp := t.TempDir()
+	bin := filepath.Join(tmp, "lanes")
+	build := exec.CommandContext(ctx, "go", "build", "-o", bin, "./server/cmd/lanes")
+	build.Dir = root
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./server/cmd/lanes: %v\n%s", err, out)
+	}
+
+	h := newHarness(options{short: true, duration: duration, out: tmp, analyze: true}, root)
+	h.lanesDB = freshDatabase(t, admin, "lanes_bench_t")
+	if err := recreateDatabase(ctx, admin, h.lanesDB); err != nil {
+		t.Fatal(err)
+	}
+	dbURL := withDatabase(admin, h.lanesDB)
+	logPath := filepath.Join(tmp, "broker.log")
+	b, err := startBroker(bin, dbURL, freePort(t), "", logPath, filepath.Join(tmp, "spool"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Cleanups run last-registered first: the broker stops before its database is dropped.
+	t.Cleanup(func() {
+		b.stop()
+		if t.Failed() {
+			if raw, err := os.ReadFile(logPath); err == nil {
+				t.Logf("broker log (tail):\n%s", lastLines(string(raw), 40))
+			}
+		}
+	})
+	h.broker, h.brokerURL = b, b.url
+	if h.admin, err = newPool(ctx, admin, 4); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.admin.Close)
+	if h.lanesPool, err = newPool(context.Background(), dbURL, 4); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.lanesPool.Close)
+	return h
+}
+
+// checkResult asserts what every Lanes scenario must show: traffic, nothing
+// lost or delivered twice, no 5xx and the window's resource figures.
+func checkResult(t *testing.T, r Result, err error, scenario string) {
+	t.Helper()
+	if err != nil {
+		t.Fatalf("%s: %v (result %+v)", scenario, err, r)
+	}
+	if r.Scenario != scenario || r.System != "lanes" || !r.Available {
+		t.Errorf("%s: scenario %q system %q available %v", scenario, r.Scenario, r.System, r.Available)
+	}
+	if r.Messages <= 0 || r.MsgPerSec <= 0 || r.Seconds <= 0 {
+		t.Errorf("%s: %d messages, %.0f msg/s in %.2f s; want traffic", scenario, r.Messages, r.MsgPerSec, r.Seconds)
+	}
+	if r.Lost != 0 || r.Duplicated != 0 {
+		t.Errorf("%s: lost %d duplicated %d, want 0 0", scenario, r.Lost, r.Duplicated)
+	}
+	if r.ServerErrors != 0 {
+		t.Errorf("%s: %d 5xx answers", scenario, r.ServerErrors)
+	}
+	// the window sampled the broker the harness started
+	if r.BrokerPeakRSSMB <= 0 {
+		t.Errorf("%s: broker peak RSS %.1f MB, want the sampled RSS", scenario, r.BrokerPeakRSSMB)
+	}
+	// xid delta, not pg_stat_database's commits: backends flush those at most
+	// once a second, so a sub-second window may not see its own commits yet
+	if r.PGWriteXactsPerSec <= 0 {
+		t.Errorf("%s: %.1f PostgreSQL write transactions/s", scenario, r.PGWriteXactsPerSec)
+	}
+	t.Logf("%s: %d messages, %.0f msg/s, latency %v, broker %.2f cores %.0f MB, %.0f write xacts/s",
+		scenario, r.Messages, r.MsgPerSec, r.LatencyMs, r.BrokerCPUCores, r.BrokerPeakRSSMB, r.PGWriteXactsPerSec)
+}
+
+func TestLanesScenariosAgainstARealBroker(t *testing.T) {
+	h := startTestHarness(t, time.Second)
+
+	t.Run("push-b100", func(t *testing.T) {
+		h.prepareScenario(t.Context())
+		r, err := h.pushScenario("push-b100", 2, 100)
+		checkResult(t, r, err, "push-b100")
+		// closed loop with batch 100: every counted push carried whole batches
+		if r.Messages%100 != 0 {
+			t.Errorf("%d messages pushed, not a multiple of the batch", r.Messages)
+		}
+		if r.LatencyMs == nil || r.LatencyMs["p50"] <= 0 {
+			t.Errorf("push round-trip latency %v", r.LatencyMs)
+		}
+	})
+	t.Run("consume-queue", func(t *testing.T) {
+		h.prepareScenario(t.Context())
+		r, err := h.consumeScenario("consume-queue", 0, 2, 2, 150)
+		checkResult(t, r, err, "consume-queue")
+		// queue mode delivers each message of the backlog once
+		if r.Messages != 300 {
+			t.Errorf("%d deliveries of a 300-message backlog", r.Messages)
+		}
+	})
+	t.Run("consume-fanout", func(t *testing.T) {
+		h.prepareScenario(t.Context())
+		r, err := h.consumeScenario("consume-fanout", 2, 1, 2, 50)
+		checkResult(t, r, err, "consume-fanout")
+		// each of the 2 groups gets the whole 100-message backlog
+		if r.Messages != 200 {
+			t.Errorf("%d deliveries of a 100-message backlog to 2 groups", r.Messages)
+		}
+	})
+
+	if n := h.serverErrors.Load(); n != 0 {
+		t.Errorf("%d 5xx answers over the run: %v", n, h.errSamples)
+	}
+	if !strings.HasPrefix(h.brokerURL, "http://127.0.0.1:") {
+		t.Errorf("broker URL %q", h.brokerURL)
+	}
+}
