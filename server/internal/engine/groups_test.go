@@ -242,3 +242,48 @@ func TestAWindowedClaimFirstDrainsThePartitionHoldingTheFloor(t *testing.T) {
 		})
 	}
 }
+
+// Claims of one group running together would all lock the least recently
+// served partition first; each starts past the ones the claims already running
+// take, wrapping round when they take them all.
+func TestAClaimStartsPastThePartitionsItsGroupsRunningClaimsTake(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	for _, p := range []string{"a", "b", "c"} {
+		mustPush(t, e, items(q, p, p+"-seed")...)
+		// served in the order a, b, c: a least recently
+		if res := mustPop(t, e, PopRequest{Queue: q, Partition: p, Group: "g", SubscriptionMode: "all", Batch: 10, AutoAck: true}); len(res.Messages) != 1 {
+			t.Fatalf("seeding %s delivered %d messages", p, len(res.Messages))
+		}
+	}
+	for _, p := range []string{"a", "b", "c"} {
+		// more than two claims' batches, so no partition drains in one claim
+		// (which would serve it first: see the floor test above)
+		mustPush(t, e, items(q, p, p+"-1", p+"-2", p+"-3", p+"-4", p+"-5")...)
+	}
+	running := 0
+	claimsRunning := func(n int) {
+		for ; running < n; running++ {
+			e.waiters.claimStarted(q, "g")
+		}
+		for ; running > n; running-- {
+			e.waiters.claimEnded(q, "g")
+		}
+	}
+	t.Cleanup(func() { claimsRunning(0) })
+	pop := PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Partitions: 1, Batch: 2, AutoAck: true}
+	for _, c := range []struct {
+		running int
+		want    string
+	}{
+		{1, "b"}, // a is the running claim's: take the next
+		{3, "a"}, // three ahead of three ready (a, c, b): round to the first
+		{0, "c"}, // none ahead: least recently served first
+	} {
+		claimsRunning(c.running)
+		got := mustPop(t, e, pop)
+		if got.Partition != c.want {
+			t.Fatalf("with %d claims running: claimed %q, want %q", c.running, got.Partition, c.want)
+		}
+	}
+}

@@ -76,6 +76,7 @@ func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue strin
 	if wt == nil {
 		return nil
 	}
+	req.claimsAhead = 0 // the partition released in this round trip is the one to take
 	ho := &handOff{wt: wt, req: req, plan: plan, leaseID: newLeaseID(&req), groupWakes: -1}
 	commit.Exec(func(pgconn.CommandTag) error {
 		ho.writeCommitted = true

@@ -34,6 +34,10 @@ type PopRequest struct {
 	// caller left out; an explicit knob is never touched.
 	AutoBatch bool
 	AutoWidth bool
+	// claimsAhead is how many claims of the group were running on this
+	// broker when this pop's claim started: they take the partitions served
+	// least recently, so this claim starts past them (see claimQuery).
+	claimsAhead int
 }
 
 // Message is one delivered message.
@@ -175,7 +179,7 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 // countedClaim runs one claim of a queue pop counted among the group's running
 // claims, and reports how many others were still running when it ended.
 func (e *Engine) countedClaim(ctx context.Context, req *PopRequest, first bool) (res *PopResult, othersRunning int, err error) {
-	e.waiters.claimStarted(req.Queue, req.Group)
+	req.claimsAhead = e.waiters.claimStarted(req.Queue, req.Group)
 	defer func() { othersRunning = e.waiters.claimEnded(req.Queue, req.Group) }()
 	res, err = e.admittedPopOnce(ctx, req, first)
 	return res, 0, err
@@ -694,7 +698,9 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 //
 // It locks up to the requested width of claimable cursor rows, skipping rows
 // another pop holds, least recently served first (a windowed claim takes the
-// oldest-written candidate first when it drains it: see picked); splits the
+// oldest-written candidate first when it drains it: see picked), starting
+// past the partitions the group's claims already running on this broker take
+// (PopRequest.claimsAhead times the width); splits the
 // batch budget over them in that order; writes the lease (autoAck: moves the cursor) on each; and
 // returns the segments covering each span. It also reports how many of the
 // group's partitions were claimable (beyond the width), and advances each
@@ -800,19 +806,29 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			-- for the next pop: the lease write below probes the snapshot's
 			-- version by ctid, so every cursor it writes must be that version.
 			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.dedup_window_seconds, o.last_offset,
-				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.serve_at AS last_consumed_at, l.ctid AS row_ctid
-			FROM (SELECT * FROM (
-					-- Least recently served first, except that a windowed
-					-- claim first takes the oldest-written claimable candidate
-					-- when this claim drains it: that partition holds the
-					-- claim floor, and while it waits each claim walks again
-					-- every partition drained behind it. Drained in one claim,
-					-- it cannot crowd the others out.
-					SELECT c.*, CASE WHEN $7::int8 IS NOT NULL AND c.last_write_xid = min(c.last_write_xid) OVER ()
-							AND c.visible_end - c.c_committed <= $8
-						THEN NULL ELSE c.last_consumed_at END AS serve_at
-					FROM cand c WHERE c.claimable) w
-				ORDER BY serve_at NULLS FIRST, pid) o
+				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.serve_key, l.ctid AS row_ctid
+			FROM (SELECT r.*,
+					-- Serving order starts $11 places in (wrapping round):
+					-- past the partitions the group's claims already running
+					-- take. Starting where they start, this claim would lock
+					-- their partitions after they commit, and each such lock
+					-- re-checks the row by starting the whole statement's plan
+					-- again (EvalPlanQual), to skip it.
+					((r.serve_rank - 1 - $11::int8) % r.ready + r.ready) % r.ready AS serve_key
+				FROM (SELECT w.*, row_number() OVER (ORDER BY w.serve_at NULLS FIRST, w.pid) AS serve_rank
+					FROM (
+						-- Least recently served first, except that a windowed
+						-- claim first takes the oldest-written claimable candidate
+						-- when this claim drains it: that partition holds the
+						-- claim floor, and while it waits each claim walks again
+						-- every partition drained behind it. Drained in one claim,
+						-- it cannot crowd the others out.
+						SELECT c.*, CASE WHEN $7::int8 IS NOT NULL AND c.last_write_xid = min(c.last_write_xid) OVER ()
+								AND c.visible_end - c.c_committed <= $8
+							THEN NULL ELSE c.last_consumed_at END AS serve_at,
+							count(*) OVER () AS ready
+						FROM cand c WHERE c.claimable) w) r
+				ORDER BY serve_key) o
 			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed, c.ctid FROM lanes.consumers c
 				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
 				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
@@ -844,7 +860,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			-- The batch budget ($8) split over the picked partitions in serving
 			-- order; a partition whose whole span retention removed is sealed at
 			-- its tail and takes none of it.
-			SELECT t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.last_consumed_at, t.sealed, t.row_ctid,
+			SELECT t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.serve_key, t.sealed, t.row_ctid,
 				CASE WHEN t.sealed THEN t.last_offset
 					ELSE t.lo + least(t.visible_end - t.lo + 1, $8 - t.before) - 1 END AS hi,
 				CASE WHEN t.sealed OR $9::int4 < 0 THEN 0
@@ -852,7 +868,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 					WHEN t.lease_time > 0 THEN t.lease_time ELSE 60 END AS lease
 			FROM (SELECT p.*, p.lo > p.visible_end AS sealed,
 					coalesce(sum(CASE WHEN p.lo > p.visible_end THEN 0 ELSE p.visible_end - p.lo + 1 END)
-						OVER (ORDER BY p.last_consumed_at NULLS FIRST, p.pid ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::int8 AS before
+						OVER (ORDER BY p.serve_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::int8 AS before
 				FROM picked p) t
 			WHERE t.before < $8),
 		leased AS (
@@ -888,8 +904,9 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 				CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
 					WHERE s.partition_id = t.pid AND s.base_offset >= f.b AND s.base_offset <= t.hi OFFSET 0) s
 				WHERE NOT t.sealed) sg ON true) ON true
-		ORDER BY t.last_consumed_at NULLS FIRST, t.pid, sg.base_offset`,
-		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID)}
+		ORDER BY t.serve_key, sg.base_offset`,
+		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID),
+			int64(req.claimsAhead) * int64(max(width, 1))}
 }
 
 // claimWindowMin is the fewest partitions with work a claim looks at; see claimWindow.

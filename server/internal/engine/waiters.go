@@ -57,10 +57,13 @@ func newWaiters() *waiters {
 // reports how many other claims of the group were still running: they will
 // take claimable partitions this claim saw, so it does not hand those on
 // (see leftBehind).
-func (w *waiters) claimStarted(queue, group string) {
+func (w *waiters) claimStarted(queue, group string) (othersRunning int) {
+	k := waitKey{queue: queue, group: group}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.claiming[waitKey{queue: queue, group: group}]++
+	othersRunning = w.claiming[k]
+	w.claiming[k]++
+	return othersRunning
 }
 
 func (w *waiters) claimEnded(queue, group string) (othersRunning int) {
