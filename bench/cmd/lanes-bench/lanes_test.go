@@ -15,50 +15,32 @@ import (
 	"github.com/valyala/fasthttp"
 )
 
-func TestTallyOfExactDeliveriesHasNeitherLostNorDuplicated(t *testing.T) {
-	tl := newTally(3)
-	tl.add("a", "b")
-	tl.add("c")
-	lost, dup := tl.verdict(3)
-	if lost != 0 || dup != 0 {
-		t.Fatalf("verdict = lost %d dup %d, want 0 0", lost, dup)
-	}
-}
-
-func TestTallyCountsAMissingDeliveryAsLost(t *testing.T) {
-	tl := newTally(4)
-	tl.add("a", "b", "c")
-	lost, dup := tl.verdict(4)
-	if lost != 1 || dup != 0 {
-		t.Fatalf("verdict = lost %d dup %d, want 1 0", lost, dup)
-	}
-}
-
-func TestTallyCountsEveryRepeatBeyondTheFirstAsDuplicated(t *testing.T) {
-	tl := newTally(2)
-	tl.add("a", "a", "a") // two extra deliveries of a
-	tl.add("b")
-	tl.add("b") // one extra of b
-	lost, dup := tl.verdict(2)
-	if lost != 0 || dup != 3 {
-		t.Fatalf("verdict = lost %d dup %d, want 0 3", lost, dup)
-	}
-}
-
-func TestTallyReportsLostAndDuplicatedTogether(t *testing.T) {
-	// A duplicate must not hide a loss: 3 deliveries of 3 expected keys, but one key twice.
-	tl := newTally(3)
-	tl.add("a", "a", "b")
-	lost, dup := tl.verdict(3)
-	if lost != 1 || dup != 1 {
-		t.Fatalf("verdict = lost %d dup %d, want 1 1", lost, dup)
-	}
-}
-
-func TestTallyOfNothingDeliveredLosesEverything(t *testing.T) {
-	lost, dup := newTally(0).verdict(5)
-	if lost != 5 || dup != 0 {
-		t.Fatalf("verdict = lost %d dup %d, want 5 0", lost, dup)
+// The verdict counts each expected key never delivered as lost and every
+// delivery of a key beyond its first as duplicated.
+func TestTallyVerdictCountsLostAndDuplicatedDeliveries(t *testing.T) {
+	for _, c := range []struct {
+		name      string
+		expected  int
+		adds      [][]string
+		lost, dup int64
+	}{
+		{"exact deliveries: neither", 3, [][]string{{"a", "b"}, {"c"}}, 0, 0},
+		{"a missing delivery is lost", 4, [][]string{{"a", "b", "c"}}, 1, 0},
+		// two extra deliveries of a, one of b
+		{"every repeat beyond the first is duplicated", 2, [][]string{{"a", "a", "a"}, {"b"}, {"b"}}, 0, 3},
+		// 3 deliveries of 3 expected keys, one key twice: a duplicate must not hide a loss
+		{"lost and duplicated together", 3, [][]string{{"a", "a", "b"}}, 1, 1},
+		{"nothing delivered loses everything", 5, nil, 5, 0},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			tl := newTally(len(c.adds))
+			for _, keys := range c.adds {
+				tl.add(keys...)
+			}
+			if lost, dup := tl.verdict(int64(c.expected)); lost != c.lost || dup != c.dup {
+				t.Fatalf("verdict = lost %d dup %d, want %d %d", lost, dup, c.lost, c.dup)
+			}
+		})
 	}
 }
 
