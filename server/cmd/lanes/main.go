@@ -101,6 +101,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		OnRetentionPass:         api.RetentionObserver(reg, log),
 		AdmitPopCheck:           admit.Pop.Acquire,
 		PushCommitters:          cfg.PushCommitters,
+		AckSyncCommit:           cfg.AckSyncCommit,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
 		PopAutopilot:            cfg.PopAutopilot,
 		Logger:                  log,

@@ -22,6 +22,7 @@ type Config struct {
 	PoolSize                int
 	MaxBodyBytes            int64
 	PushCommitters          int
+	AckSyncCommit           bool
 	DefaultSubscriptionMode string
 	PopAutopilot            string
 	ShutdownTimeout         time.Duration
@@ -172,6 +173,7 @@ var settings = []setting{
 	{"jwt-issuer", "LANES_JWT_ISSUER", "", "required iss claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTIssuer })},
 	{"jwt-audience", "LANES_JWT_AUDIENCE", "", "required aud claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTAudience })},
 	{"push-committers", "LANES_PUSH_COMMITTERS", "2", "concurrent group-commit transactions for pushes (fewer, larger commits cost PostgreSQL less per message)", intSetting(func(c *Config) *int { return &c.PushCommitters })},
+	{"ack-sync-commit", "LANES_ACK_SYNC_COMMIT", "false", "a plain ack waits for PostgreSQL's WAL flush before it answers; false: a database crash may undo the acks of its last fraction of a second, whose messages then redeliver (at-least-once), and a single lane turns over faster (transaction bundles, autoAck pops and dead-letter filings always wait)", boolSetting(func(c *Config) *bool { return &c.AckSyncCommit })},
 	{"default-subscription-mode", "LANES_DEFAULT_SUBSCRIPTION_MODE", "new", "where a named group starts on first contact: new or all", func(c *Config, v string) error {
 		if v != "new" && v != "all" {
 			return fmt.Errorf("must be new or all: %q", v)

@@ -207,7 +207,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	var released, matched bool
 	var lastOffset int64
 	b := &pgx.Batch{}
-	beginHot(b)
+	e.beginAck(b)
 	b.Queue(ackOneTripSQL, ack.args()...).QueryRow(func(row pgx.Row) error {
 		err := row.Scan(&released, &lastOffset)
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -236,6 +236,27 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 	return true, nil
 }
 
+// beginAck is beginHot for a plain ack (not a transaction bundle's). Unless
+// AckSyncCommit is set, the ack commits without waiting for the WAL flush,
+// set in the same statement: an ack is an offset commit, and if the database
+// crashes before the WAL writer flushes it (within three wal_writer_delay
+// periods, or at the next durable commit, whichever comes first), the cursor
+// is back where it was and the span redelivers, the same outcome as a lost
+// lease or an expired one, which at-least-once allows. What a durable commit
+// after it depends on is flushed with it: WAL is flushed in order. A broker
+// crash loses nothing here: the commit is PostgreSQL's, not the broker's.
+func (e *Engine) beginAck(b *pgx.Batch) {
+	if e.cfg.AckSyncCommit {
+		beginHot(b)
+		return
+	}
+	b.Queue("BEGIN")
+	b.Queue(hotPlanSettings + `, set_config('synchronous_commit', 'off', true)`)
+}
+
+// syncCommitOn makes the transaction's commit wait for the WAL flush again.
+const syncCommitOn = "SELECT set_config('synchronous_commit', 'on', true)"
+
 // ackPipelined runs one ack request in two round trips: (begin, lock the
 // cursors, resolve the transaction ids) and (write the cursors, commit).
 // Filing a dead letter adds a read of the poison message's segment.
@@ -250,7 +271,7 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	}
 	defer done()
 	b := &pgx.Batch{}
-	beginHot(b)
+	e.beginAck(b)
 	plan.queueReads(b)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return err
@@ -263,6 +284,11 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 		}
 	}
 	b = &pgx.Batch{}
+	if len(dlqs) > 0 && !e.cfg.AckSyncCommit {
+		// A dead letter is a stored copy of the message: its commit waits for
+		// the flush like a push's.
+		b.Queue(syncCommitOn)
+	}
 	plan.queueWrites(b)
 	b.Queue("COMMIT")
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {

@@ -48,6 +48,11 @@ type Config struct {
 	DefaultSubscriptionMode string
 	// PopAutopilot is "on" (default), "shadow" or "off"; see autopilot.go.
 	PopAutopilot string
+	// AckSyncCommit makes a plain ack wait for the WAL flush before it
+	// answers. Off (the default), a database crash may undo the last acks
+	// before the WAL writer flushed them; their messages then redeliver, which
+	// at-least-once allows (see beginAck).
+	AckSyncCommit bool
 	// AdmitPopCheck, when set, is called before each database check of a pop
 	// (not while it is parked); it returns a release func or a rejection.
 	AdmitPopCheck func(ctx context.Context) (release func(), err error)

@@ -26,16 +26,26 @@ func TestMain(m *testing.M) {
 // newEngine starts an engine (a "broker") on the shared test database.
 func newEngine(t testing.TB) *Engine {
 	t.Helper()
+	return newEngineWith(t, Config{}, nil)
+}
+
+// newEngineWith is newEngine with engine settings of its own and PostgreSQL
+// settings for its connections' sessions.
+func newEngineWith(t testing.TB, engineCfg Config, session map[string]string) *Engine {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testDSN)
 	if err != nil {
 		t.Fatal(err)
+	}
+	for k, v := range session {
+		cfg.ConnConfig.RuntimeParams[k] = v
 	}
 	cfg.MaxConns = 20
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := New(pool, Config{})
+	e := New(pool, engineCfg)
 	t.Cleanup(func() { e.Close(); pool.Close() })
 	return e
 }

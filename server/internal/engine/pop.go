@@ -453,7 +453,7 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 			// A group's registration and its seeded cursors decide where it
 			// starts; they must survive a database crash, so this commit waits
 			// for the flush after all.
-			if _, err := tx.Exec(ctx, "SELECT set_config('synchronous_commit', 'on', true)"); err != nil {
+			if _, err := tx.Exec(ctx, syncCommitOn); err != nil {
 				return nil, err
 			}
 			durable = true
