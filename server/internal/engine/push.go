@@ -354,50 +354,6 @@ func (e *Engine) forgetStalePartitions(err error) bool {
 	return true
 }
 
-// partitionCache remembers the ids of partitions known to exist, so a group
-// commit can skip the create-if-missing statements and lock and probe by
-// primary key. A queue delete makes an entry stale; the lock then finds fewer
-// partitions, the transaction rolls back and the write runs again with
-// provisioning (forgetStalePartitions).
-type partitionCache struct {
-	mu  sync.RWMutex
-	ids map[partitionKey]uuid.UUID
-}
-
-const partitionCacheMax = 1 << 20
-
-// lookup returns the ids of all keys, or nil when any is unknown.
-func (c *partitionCache) lookup(keys []partitionKey) map[partitionKey]uuid.UUID {
-	c.mu.RLock()
-	defer c.mu.RUnlock()
-	out := make(map[partitionKey]uuid.UUID, len(keys))
-	for _, k := range keys {
-		id, ok := c.ids[k]
-		if !ok {
-			return nil
-		}
-		out[k] = id
-	}
-	return out
-}
-
-func (c *partitionCache) add(parts map[partitionKey]*pushPartition) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if c.ids == nil || len(c.ids)+len(parts) > partitionCacheMax {
-		c.ids = make(map[partitionKey]uuid.UUID, len(parts))
-	}
-	for k, ps := range parts {
-		c.ids[k] = ps.id
-	}
-}
-
-func (c *partitionCache) clear() {
-	c.mu.Lock()
-	c.ids = nil
-	c.mu.Unlock()
-}
-
 // pushSlot is one item of a push write and where its verdict goes.
 type pushSlot struct {
 	item   *PushItem
