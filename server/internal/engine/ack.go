@@ -111,6 +111,9 @@ type indexedAck struct {
 	// partition alone, so the ack claims the next one for a parked pop
 	// (queueAckCommit).
 	endsFullBacklog bool
+	// onlyPartition: the claim that granted the lease saw no other partition
+	// of the group claimable, so the next batch may continue this partition.
+	onlyPartition bool
 }
 
 // resolveIndexedAck reports whether items form an indexedAck; an item naming
@@ -150,7 +153,7 @@ func resolveIndexedAck(items []AckItem, leases *leaseIndex, defaultLease string)
 		return indexedAck{}, false
 	}
 	return indexedAck{partition: partition, partitionName: r.partition, group: group, lease: lease, queue: r.queue,
-		lo: r.lo, hi: r.hi, endsFullBacklog: r.endsFullBacklog}, true
+		lo: r.lo, hi: r.hi, endsFullBacklog: r.endsFullBacklog, onlyPartition: r.onlyPartition}, true
 }
 
 // ackOneTripSQL commits an indexedAck: the clamp rule comes down to "the

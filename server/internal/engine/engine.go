@@ -92,6 +92,9 @@ type Engine struct {
 	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.
 	claims atomic.Uint64
+	// continuations counts the ack hand-offs that may continue a partition,
+	// to send every claimFullScanEvery-th one through the claim statement.
+	continuations atomic.Uint64
 	// unprobedPausedUntil (unix nanoseconds) holds pushes to probing lanes.txns
 	// first; see pushWrite.unprobed.
 	unprobedPausedUntil atomic.Int64

@@ -28,6 +28,9 @@ type handOff struct {
 	// write still wakes: what the claim saw claimable and left (leftBehind),
 	// or -1 when the claim failed and the group is woken as usual.
 	groupWakes int
+	// continued: the claim is continueLeaseSQL, not the serving order's walk;
+	// when it takes nothing the pop claims for itself.
+	continued bool
 }
 
 // queueCommit queues the COMMIT of a transaction that writes w (nil: one
@@ -40,7 +43,7 @@ func (e *Engine) queueCommit(b *pgx.Batch, w *pushWrite) *handOff {
 		return nil
 	}
 	for queue, parts := range w.touched {
-		if ho := e.queueHandOff(b, commit, queue, parts, ""); ho != nil {
+		if ho := e.queueHandOff(b, commit, queue, parts, "", nil); ho != nil {
 			return ho
 		}
 	}
@@ -57,13 +60,80 @@ func (e *Engine) queueAckCommit(b *pgx.Batch, a indexedAck) *handOff {
 	if !a.endsFullBacklog {
 		return nil
 	}
-	return e.queueHandOff(b, commit, a.queue, []string{a.partitionName}, a.group)
+	var cont *indexedAck
+	if a.onlyPartition {
+		cont = &a
+	}
+	return e.queueHandOff(b, commit, a.queue, []string{a.partitionName}, a.group, cont)
+}
+
+// continueLeaseSQL leases the next batch of one partition to a parked pop of
+// the group whose lease on it an ack just ended ($1 partition, $2 group, $3
+// batch, $4 lease seconds or 0 for the queue's, $5 lease id; $6 and $7 the
+// cached plan's queue and claim epoch, checked first), and reads the
+// segments covering it, in the rows the claim statement returns. It stands
+// in for that statement when the ended lease's claim saw no other partition
+// of the group claimable, so the serving order has nothing to choose: it
+// probes one cursor, one partition and one queue instead of starting a plan
+// of some ninety nodes, the consume path's largest cost in PostgreSQL. It
+// takes nothing (and the pop claims for itself) where that statement would
+// judge more than the cursor and the log: a queue with delayedProcessing or
+// windowBuffer. The cursor is locked SKIP LOCKED, as every pop's is; the
+// claim floor is left as it is (it only ever trails).
+const continueLeaseSQL = `WITH plan AS (
+		-- the cached plan's guard, as the claim statement checks it
+		SELECT lanes.expect(EXISTS (SELECT 1 FROM lanes.consumer_groups g
+			JOIN lanes.queues q ON q.id = g.queue_id
+			WHERE g.consumer_group = $2 AND g.queue_id = $6
+			  AND g.seeded_version >= q.partition_version AND g.claim_epoch = $7),
+			'` + stalePopPlanCode + `', 'the cached pop plan is stale') AS holds),
+	locked AS (
+		SELECT c.partition_id FROM lanes.consumers c
+		WHERE c.partition_id = $1 AND c.consumer_group = $2
+		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+		  AND (SELECT holds FROM plan)
+		FOR UPDATE SKIP LOCKED),
+	leased AS (
+		UPDATE lanes.consumers c SET
+			batch_end = least(x.last_offset, greatest(c.committed + 1, x.log_start) + $3::int8 - 1),
+			lease_id = $5::uuid,
+			lease_expires_at = now() + make_interval(secs => x.lease),
+			last_consumed_at = now()
+		FROM locked l, (SELECT p.name, p.log_start, p.last_offset, q.name AS qname, q.dedup_window_seconds,
+				q.delayed_processing, q.window_buffer,
+				CASE WHEN $4::int4 > 0 THEN $4::int4 WHEN q.lease_time > 0 THEN q.lease_time ELSE 60 END AS lease
+			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id WHERE p.id = $1) x
+		WHERE c.partition_id = l.partition_id AND c.consumer_group = $2
+		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
+		  AND x.delayed_processing = 0 AND x.window_buffer = 0
+		  AND greatest(c.committed + 1, x.log_start) <= x.last_offset
+		RETURNING greatest(c.committed + 1, x.log_start) AS lo, c.batch_end AS hi, x.name AS pname, x.qname,
+			x.dedup_window_seconds, x.lease)
+	SELECT 1, NULL::int8, now(), $1::uuid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, false,
+		sg.base_offset, sg.end_offset, sg.created_at, sg.frames
+	FROM leased t
+	LEFT JOIN LATERAL (SELECT s.base_offset, s.end_offset, s.created_at, s.frames
+		FROM (SELECT coalesce(max(f.base_offset), t.lo) AS b FROM lanes.segments f
+			WHERE f.partition_id = $1 AND f.base_offset <= t.lo) f
+		CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
+			WHERE s.partition_id = $1 AND s.base_offset >= f.b AND s.base_offset <= t.hi OFFSET 0) s) sg ON true
+	ORDER BY sg.base_offset`
+
+// continues reports whether the hand-off for req after the ack a may run
+// continueLeaseSQL: a leased pop with a batch of its own, of a's queue, that
+// may take a's partition. Every claimFullScanEvery-th such hand-off runs the
+// claim statement instead, so the serving order is consulted now and then
+// even while one partition keeps its lane busy.
+func (e *Engine) continues(a *indexedAck, req *PopRequest) bool {
+	return a != nil && !req.AutoAck && req.Batch > 0 && req.Queue == a.queue &&
+		(req.Partition == "" || req.Partition == a.partitionName) &&
+		e.continuations.Add(1)%claimFullScanEvery != 0
 }
 
 // queueHandOff takes the oldest idle parked pop of queue that a write to
 // partitions may serve (of group only, when group is set) and whose group has
 // a cached claim plan, and queues its claim after commit.
-func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue string, partitions []string, group string) *handOff {
+func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue string, partitions []string, group string, after *indexedAck) *handOff {
 	var plan popQueue
 	wt, req := e.waiters.takeForHandOff(queue, partitions, func(g string) bool {
 		if group != "" && g != group {
@@ -83,7 +153,14 @@ func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue strin
 		return nil
 	})
 	beginPop(b, &ho.req)
-	e.queueClaimAndCommit(b, &ho.req, []*popQueue{&ho.plan}, ho.leaseID, true, &ho.d)
+	if e.continues(after, &ho.req) {
+		ho.continued = true
+		b.Queue(continueLeaseSQL, after.partition, ho.req.Group, int64(ho.req.Batch), int32(ho.req.LeaseSeconds),
+			ho.leaseID, ho.plan.id, ho.plan.claimEpoch).Query(ho.d.scan)
+		b.Queue("COMMIT")
+	} else {
+		e.queueClaimAndCommit(b, &ho.req, []*popQueue{&ho.plan}, ho.leaseID, true, &ho.d)
+	}
 	e.waiters.claimStarted(req.Queue, req.Group)
 	return ho
 }
@@ -121,6 +198,10 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 		}
 		return nil
 	}
+	if ho.continued && len(ho.d.taken) == 0 {
+		handOffDone(ho.wt, nil) // the cursor was taken or the queue needs the claim statement
+		return nil
+	}
 	e.popPlans.advanceFloor(ho.req.Queue, ho.req.Group, ho.plan.claimEpoch, ho.d.floor)
 	res, err := e.deliver(&ho.req, ho.leaseID, &ho.d)
 	if err != nil {
@@ -129,6 +210,9 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 	} else {
 		ho.groupWakes = res.leftBehind(othersRunning)
 		e.hot.handOffs.Add(1)
+		if ho.continued {
+			e.hot.handOffsContinued.Add(1)
+		}
 	}
 	handOffDone(ho.wt, res)
 	return nil

@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"encoding/json"
 	"slices"
 	"testing"
 	"time"
@@ -279,5 +280,116 @@ func TestAnAckWhoseHandOffClaimFailsStillStandsAndThePopIsServed(t *testing.T) {
 	// The ack stood: the group's cursor is past "b", so nothing before "c" comes back.
 	if again := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 10, LeaseSeconds: 60}); len(again.Messages) != 0 {
 		t.Fatalf("after the ack and the handed batch: %v", txnIDs(again.Messages))
+	}
+}
+
+// continuedHandOffs counts the acks' hand-offs by continueLeaseSQL since before.
+func continuedHandOffs(e *Engine, before HotPathStats) uint64 {
+	return e.HotPathStats().HandOffsContinued - before.HandOffsContinued
+}
+
+// An ack that ends a full batch of the only partition of the group with work
+// leases the next batch of that partition to a parked pop without the claim
+// statement: the pop gets it in the ack's round trip under its own lease
+// time, and its ack works as any other.
+func TestAnAckEndingTheOnlyBusyPartitionsBatchContinuesItForAParkedPop(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "a", "b", "c", "d", "e")...)
+	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
+	if !slices.Equal(txnIDs(held.Messages), []string{"a", "b"}) {
+		t.Fatalf("first pop: %v", txnIDs(held.Messages))
+	}
+	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 30})
+
+	before := e.HotPathStats()
+	mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
+	p := <-parked
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) || p.res.LeaseID == "" {
+		t.Fatalf("parked pop: %+v %v", p.res, p.err)
+	}
+	if n := continuedHandOffs(e, before); n != 1 {
+		t.Fatalf("continued hand-offs = %d, want 1", n)
+	}
+	if oneTrip, general := popPaths(e, before); oneTrip+general != 0 {
+		t.Fatalf("the handed pop ran claims of its own: one-trip %d, general %d", oneTrip, general)
+	}
+	var committed, batchEnd int64
+	var leaseLeft time.Duration
+	if err := e.pool.QueryRow(context.Background(), `SELECT committed, batch_end, lease_expires_at - now()
+		FROM lanes.consumers WHERE partition_id = $1 AND consumer_group = 'workers' AND lease_id = $2::uuid`,
+		p.res.PartitionID, p.res.LeaseID).Scan(&committed, &batchEnd, &leaseLeft); err != nil {
+		t.Fatalf("the handed lease's cursor: %v", err)
+	}
+	if committed != 1 || batchEnd != 3 || leaseLeft < 25*time.Second || leaseLeft > 30*time.Second {
+		t.Fatalf("cursor committed %d, batch end %d, lease left %v; want 1, 3 and the pop's 30 s", committed, batchEnd, leaseLeft)
+	}
+	if r := mustAck(t, e, ack(p.res.Messages[0], "completed"), ack(p.res.Messages[1], "completed")); !r[1].Success || !r[1].LeaseReleased {
+		t.Fatalf("ack of the handed batch: %+v", r)
+	}
+	if last := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 10, LeaseSeconds: 60}); !slices.Equal(txnIDs(last.Messages), []string{"e"}) {
+		t.Fatalf("after the handed batch: %v", txnIDs(last.Messages))
+	}
+}
+
+// Only a lease whose claim saw no other partition of the group with work is
+// continued: there the serving order had nothing to choose. The first pop
+// here saw both partitions (its ack's hand-off runs the claim statement), the
+// second only the one the first left.
+func TestOnlyALeaseThatSawNoOtherBusyPartitionIsContinued(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, append(items(q, "p1", "a1", "b1", "c1", "d1"), items(q, "p2", "a2", "b2", "c2", "d2")...)...)
+	pop := PopRequest{Queue: q, Group: "workers", Batch: 2, Partitions: 1, LeaseSeconds: 60, SubscriptionMode: "all"}
+	first := mustPop(t, e, pop)
+	second := mustPop(t, e, pop)
+	if first.ReadyPartitions != 2 || second.ReadyPartitions != 1 || first.Partition == second.Partition {
+		t.Fatalf("pops took %s (ready %d) and %s (ready %d)", first.Partition, first.ReadyPartitions, second.Partition, second.ReadyPartitions)
+	}
+	parked := pop
+	parked.Wait, parked.Timeout = true, 10*time.Second
+	for i, held := range []*PopResult{first, second} {
+		waiting := parkPastBackoff(t, e, parked)
+		before := e.HotPathStats()
+		mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
+		p := <-waiting
+		if p.err != nil || p.res == nil || p.res.Partition != held.Partition || len(p.res.Messages) != 2 {
+			t.Fatalf("pop parked behind lease %d: %+v %v, want the next two of %s", i, p.res, p.err, held.Partition)
+		}
+		wantContinued := uint64(i) // the second lease's claim saw only its partition
+		if n, c := handOffs(e, before), continuedHandOffs(e, before); n != 1 || c != wantContinued {
+			t.Fatalf("ack of lease %d: hand-offs %d (continued %d), want 1 (continued %d)", i, n, c, wantContinued)
+		}
+	}
+}
+
+// A queue whose claims judge more than the cursor and the log (here
+// windowBuffer) is never continued: the continuation takes nothing and the
+// pop claims for itself, under the queue's rules.
+func TestAContinuationLeavesAWindowBufferedQueueToTheClaim(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{"windowBuffer": json.RawMessage("1")}}); err != nil {
+		t.Fatal(err)
+	}
+	mustPush(t, e, items(q, "p", "a", "b", "c", "d", "e")...)
+	time.Sleep(1100 * time.Millisecond) // past the window: claimable
+	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
+	if !slices.Equal(txnIDs(held.Messages), []string{"a", "b"}) {
+		t.Fatalf("first pop: %v", txnIDs(held.Messages))
+	}
+	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+
+	before := e.HotPathStats()
+	mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
+	p := <-parked
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) {
+		t.Fatalf("parked pop: %+v %v", p.res, p.err)
+	}
+	if n, c := handOffs(e, before), continuedHandOffs(e, before); n != 0 || c != 0 {
+		t.Fatalf("hand-offs = %d (continued %d), want none: the pop claims for itself", n, c)
+	}
+	if oneTrip, general := popPaths(e, before); oneTrip+general == 0 {
+		t.Fatal("the pop did not claim for itself")
 	}
 }

@@ -39,6 +39,10 @@ type leasedPartition struct {
 	// more is likely waiting, so the ack that ends the lease claims the next
 	// batch for a parked pop of the group (queueAckCommit).
 	backlog bool
+	// only is set when the claim that granted the lease saw no other partition
+	// of the group claimable: the next batch may then continue this lease's
+	// partition without the serving order's walk (continueLeaseSQL).
+	only bool
 }
 
 // leaseIndexMax bounds the transaction ids held (about 100 bytes each); past
@@ -54,8 +58,9 @@ func newLeaseIndex() *leaseIndex {
 }
 
 // remember indexes the messages one pop delivered under lease, for validFor;
-// full says the pop took the whole batch it asked for.
-func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Message, full bool) {
+// full says the pop took the whole batch it asked for, only that its claim saw
+// no other partition of the group claimable.
+func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Message, full, only bool) {
 	if lease == "" || len(msgs) == 0 || validFor <= leaseIndexMargin {
 		return
 	}
@@ -72,6 +77,7 @@ func (x *leaseIndex) remember(lease string, validFor time.Duration, msgs []Messa
 	for _, lp := range b.partitions {
 		b.size += len(lp.offsets) // what forget and drop subtract
 		lp.backlog = full && len(b.partitions) == 1
+		lp.only = only
 	}
 	x.mu.Lock()
 	defer x.mu.Unlock()
@@ -104,6 +110,8 @@ type resolvedAck struct {
 	queue, partition string // the partition's name
 	lo, hi           int64
 	endsFullBacklog  bool
+	// onlyPartition: the lease's claim saw no other partition claimable.
+	onlyPartition bool
 }
 
 // resolveAll resolves txns under lease on partition, or reports ok false when
@@ -124,6 +132,7 @@ func (x *leaseIndex) resolveAll(lease string, partition uuid.UUID, txns []string
 		r.lo, r.hi = min(r.lo, off), max(r.hi, off)
 	}
 	r.queue, r.partition, r.endsFullBacklog = lp.queue, lp.name, lp.backlog && r.hi == lp.end
+	r.onlyPartition = lp.only
 	return r, true
 }
 

@@ -22,7 +22,7 @@ func indexedMessages(partition uuid.UUID, from int64, txns ...string) []Message 
 func TestLeaseIndexResolvesWhatTheLeaseDelivered(t *testing.T) {
 	x := newLeaseIndex()
 	p1, p2 := uuid.New(), uuid.New()
-	x.remember("L", time.Minute, append(indexedMessages(p1, 10, "a", "b"), indexedMessages(p2, 0, "a")...), false)
+	x.remember("L", time.Minute, append(indexedMessages(p1, 10, "a", "b"), indexedMessages(p2, 0, "a")...), false, false)
 	for _, tc := range []struct {
 		partition uuid.UUID
 		txn       string
@@ -55,9 +55,9 @@ func TestLeaseIndexResolvesWhatTheLeaseDelivered(t *testing.T) {
 func TestLeaseIndexTellsWhenAnAckEndsAFullBatch(t *testing.T) {
 	x := newLeaseIndex()
 	p1, p2 := uuid.New(), uuid.New()
-	x.remember("full", time.Minute, indexedMessages(p1, 10, "a", "b", "c"), true)
-	x.remember("short", time.Minute, indexedMessages(p1, 20, "d"), false)
-	x.remember("wide", time.Minute, append(indexedMessages(p1, 30, "e"), indexedMessages(p2, 0, "f")...), true)
+	x.remember("full", time.Minute, indexedMessages(p1, 10, "a", "b", "c"), true, false)
+	x.remember("short", time.Minute, indexedMessages(p1, 20, "d"), false, false)
+	x.remember("wide", time.Minute, append(indexedMessages(p1, 30, "e"), indexedMessages(p2, 0, "f")...), true, false)
 	for _, tc := range []struct {
 		lease     string
 		partition uuid.UUID
@@ -80,11 +80,11 @@ func TestLeaseIndexTellsWhenAnAckEndsAFullBatch(t *testing.T) {
 func TestLeaseIndexSkipsShortHorizonsAndExpires(t *testing.T) {
 	x := newLeaseIndex()
 	p := uuid.New()
-	x.remember("short", leaseIndexMargin, indexedMessages(p, 0, "a"), false)
+	x.remember("short", leaseIndexMargin, indexedMessages(p, 0, "a"), false, false)
 	if _, ok := x.lookup("short", p, "a"); ok {
 		t.Error("a horizon within the safety margin was indexed")
 	}
-	x.remember("L", time.Minute, indexedMessages(p, 0, "a"), false)
+	x.remember("L", time.Minute, indexedMessages(p, 0, "a"), false, false)
 	x.byLease["L"].until = time.Now().Add(-time.Millisecond)
 	if _, ok := x.lookup("L", p, "a"); ok {
 		t.Error("expired entry answered")
@@ -101,13 +101,13 @@ func TestLeaseIndexStopsAtItsBound(t *testing.T) {
 	for i := range full {
 		full[i] = fmt.Sprint(i)
 	}
-	x.remember("full", time.Minute, indexedMessages(p, 0, full...), false)
-	x.remember("more", time.Minute, indexedMessages(p, 0, "x"), false)
+	x.remember("full", time.Minute, indexedMessages(p, 0, full...), false, false)
+	x.remember("more", time.Minute, indexedMessages(p, 0, "x"), false, false)
 	if _, ok := x.lookup("more", p, "x"); ok || x.size != leaseIndexMax {
 		t.Fatalf("index grew past its bound: %d ids", x.size)
 	}
 	x.byLease["full"].until = time.Now().Add(-time.Millisecond)
-	x.remember("after", time.Minute, indexedMessages(p, 0, "y"), false)
+	x.remember("after", time.Minute, indexedMessages(p, 0, "y"), false, false)
 	if _, ok := x.lookup("after", p, "y"); !ok || x.size != 1 {
 		t.Fatalf("expired entries were not swept to make room: %d ids", x.size)
 	}

@@ -32,6 +32,9 @@ type HotPathStats struct {
 	// HandOffs counts claims for a parked pop run in the commit round trip
 	// of a push or an ack (handOff); they are not among the pop transactions.
 	HandOffs uint64
+	// HandOffsContinued counts the hand-offs of acks that leased the next
+	// batch of the acked partition with continueLeaseSQL (among HandOffs).
+	HandOffsContinued uint64
 }
 
 // HotPathStats reads the counters since the engine started.
@@ -41,7 +44,7 @@ func (e *Engine) HotPathStats() HotPathStats {
 		PushCommitsOneTrip:    e.hot.pushOneTrip.Load(), PushCommitsGeneral: e.hot.pushGeneral.Load(),
 		PopsOneTrip: e.hot.popsOneTrip.Load(), PopsGeneral: e.hot.popsGeneral.Load(),
 		BundlesOneTrip: e.hot.bundlesOneTrip.Load(), BundlesGeneral: e.hot.bundlesGeneral.Load(),
-		HandOffs: e.hot.handOffs.Load()}
+		HandOffs: e.hot.handOffs.Load(), HandOffsContinued: e.hot.handOffsContinued.Load()}
 }
 
 type hotPathCounters struct {
@@ -49,7 +52,7 @@ type hotPathCounters struct {
 	pushOneTrip, pushGeneral                    atomic.Uint64
 	popsOneTrip, popsGeneral                    atomic.Uint64
 	bundlesOneTrip, bundlesGeneral              atomic.Uint64
-	handOffs                                    atomic.Uint64
+	handOffs, handOffsContinued                 atomic.Uint64
 }
 
 // QueueLag is the backlog of one consumer group on one queue: messages past

@@ -586,7 +586,8 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResu
 	}
 	if len(res.Messages) > 0 {
 		res.LeaseID = leaseID
-		e.leases.remember(leaseID, indexableFor(d.now, shortestLease, d.taken, d.segs), res.Messages, req.Batch > 0 && len(res.Messages) >= req.Batch)
+		e.leases.remember(leaseID, indexableFor(d.now, shortestLease, d.taken, d.segs), res.Messages,
+			req.Batch > 0 && len(res.Messages) >= req.Batch, d.ready <= 1)
 	}
 	return res, nil
 }
