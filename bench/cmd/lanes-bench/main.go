@@ -102,9 +102,15 @@ type Run struct {
 	Targets      []Target       `json:"targets"`
 }
 
-const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
+const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,http-floor,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
 
 func main() {
+	if addr := os.Getenv(httpFloorEnv); addr != "" {
+		if err := serveHTTPFloor(addr, os.Stdout); err != nil {
+			fatalf("http floor: %v", err)
+		}
+		return
+	}
 	var o options
 	var scenarios, partitions string
 	flag.BoolVar(&o.short, "short", false, "short run (3 s windows, smaller backlogs): what `make bench` runs")
@@ -302,6 +308,7 @@ func (h *harness) run() int {
 	step("ceiling-b1", func() (Result, error) { return h.ceilingScenario("ceiling-b1", 64, 1, false) })
 	step("ceiling-b1-serial", func() (Result, error) { return h.ceilingScenario("ceiling-b1-serial", 1, 1, false) })
 	step("ceiling-b1-notify", func() (Result, error) { return h.ceilingScenario("ceiling-b1-notify", 64, 1, true) })
+	step("http-floor", func() (Result, error) { return h.httpFloorScenario(64) })
 	step("push-b1", func() (Result, error) { return h.pushScenario("push-b1", 64, 1) })
 	step("push-b100", func() (Result, error) { return h.pushScenario("push-b100", 8, 100) })
 	// Backlogs that take several seconds to drain: at 4,000 per partition the
@@ -382,6 +389,8 @@ func systemOf(name string) string {
 		return "postgres"
 	case name == "shared-river":
 		return "river"
+	case name == "http-floor":
+		return "http"
 	}
 	return "lanes"
 }

@@ -16,6 +16,7 @@ func TestSystemOfNamesWhatAScenarioMeasures(t *testing.T) {
 		"push-b1":           "lanes",
 		"consume-fanout":    "lanes",
 		"txn":               "lanes",
+		"http-floor":        "http",
 	} {
 		if got := systemOf(name); got != want {
 			t.Errorf("systemOf(%q) = %q, want %q", name, got, want)
@@ -32,7 +33,7 @@ func TestEveryScenarioOfAllScenariosHasAKnownSystem(t *testing.T) {
 		}
 		seen[s] = true
 	}
-	for _, s := range []string{"ceiling-b1", "ceiling-b1-serial", "ceiling-b100", "ceiling-b1-notify", "push-b1", "push-b100",
+	for _, s := range []string{"ceiling-b1", "ceiling-b1-serial", "ceiling-b100", "ceiling-b1-notify", "http-floor", "push-b1", "push-b100",
 		"consume-queue", "consume-fanout", "latency", "wake", "parts", "txn", "shared-lanes", "shared-river"} {
 		if !seen[s] {
 			t.Errorf("allScenarios lacks %q, which run steps through", s)

@@ -84,6 +84,12 @@ func evaluateTargets(run *Run) []Target {
 	if serial, pb1 := find(rs, "ceiling-b1-serial", "postgres"), find(rs, "push-b1", "lanes"); serial != nil && pb1 != nil && serial.MsgPerSec > 0 {
 		ts[len(ts)-1].Value += fmt.Sprintf("; %.1f× ceiling-b1-serial (one connection, %.0f msg/s)", pb1.MsgPerSec/serial.MsgPerSec, serial.MsgPerSec)
 	}
+	// And against what HTTP alone passes here: a goal above it is out of reach
+	// for any broker behind Go's HTTP server on this machine.
+	if floor, b1 := find(rs, "http-floor", "http"), find(rs, "ceiling-b1", "postgres"); floor != nil && floor.Available && floor.MsgPerSec > 0 && b1 != nil {
+		ts[len(ts)-1].Value += fmt.Sprintf("; the goal, %.0f req/s, is %.2f× what a Go HTTP server that does nothing answers here (http-floor, %.0f req/s)",
+			5*b1.MsgPerSec, 5*b1.MsgPerSec/floor.MsgPerSec, floor.MsgPerSec)
+	}
 	ratioTarget("pop+ack vs push ceiling", "consume-queue", 0.3, "≥ 0.3 × ceiling-b100")
 
 	t := Target{Name: "parked long-poll wake-up p99", Goal: "< 10 ms"}
@@ -222,6 +228,9 @@ func markdown(run *Run) string {
 		rss, bcpu := "", ""
 		if r.System == "lanes" && r.BrokerPeakRSSMB > 0 {
 			rss, bcpu = fmt.Sprintf("%.0f", r.BrokerPeakRSSMB), fmt.Sprintf("%.2f", r.BrokerCPUCores)
+		}
+		if r.System == "http" {
+			bcpu = fmt.Sprintf("%.2f", r.BrokerCPUCores) // the floor's server
 		}
 		fmt.Fprintf(&b, "| %s | %s | %s | %s | %s | %d | %d | %d / %d | %s | %s | %.2f | %.2f | %.0f | %.2f |\n",
 			r.Scenario, r.System, rate, vs, lat, r.Lost, r.Duplicated, r.ServerErrors, r.Throttled, bcpu, rss, r.PGCPUCores, r.HarnessCPUCores, r.PGCommitsPerSec, r.LoadAvg)
