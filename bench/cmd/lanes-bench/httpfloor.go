@@ -120,7 +120,7 @@ func (h *harness) httpFloorScenario(producers int) (Result, error) {
 	r := Result{Scenario: "http-floor", System: "http", Available: true, Messages: answered.Load(), Seconds: secs,
 		MsgPerSec: float64(answered.Load()) / secs, LatencyMs: lat.percentiles(),
 		BrokerCPUCores:  float64(procTicks(cmd.Process.Pid)-serverT0) / clockTicks / secs,
-		HarnessCPUCores: float64(procTicks(os.Getpid())-selfT0) / clockTicks / secs,
+		HarnessCPUCores: float64(procTicks(os.Getpid())-selfT0) / clockTicks / secs, LoadAvg: loadAvg(),
 		Description: fmt.Sprintf("HTTP alone: %d closed-loop clients send push-b1's one-item push to a Go net/http server (a child process) "+
 			"that reads the body and answers a push-sized 201, nothing else; what no broker behind Go's HTTP server can pass on "+
 			"push-b1 here (broker CPU = that server's)", producers)}
