@@ -1,0 +1,237 @@
+package main
+
+import (
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+)
+
+// privatePostgres is a durable cluster of this test's own (scripts/pg.sh with
+// its own directory and port), so the test can crash it without touching the
+// shared test cluster.
+type privatePostgres struct {
+	t    *testing.T
+	env  []string
+	data string
+}
+
+func startPrivatePostgres(t *testing.T) *privatePostgres {
+	t.Helper()
+	base, err := os.MkdirTemp("", "lanes-pgcrash-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// As root the cluster runs as the postgres user, which must reach its directory.
+	if err := os.Chmod(base, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	pg := &privatePostgres{t: t, data: filepath.Join(base, "pg", "data"), env: append(os.Environ(),
+		"LANES_PG_DIR="+filepath.Join(base, "pg"), fmt.Sprintf("LANES_PG_PORT=%d", freePort(t)), "LANES_PG_FAST=0")}
+	t.Cleanup(func() {
+		_, _ = pg.script("stop")
+		_ = os.RemoveAll(base)
+	})
+	if out, err := pg.script("start"); err != nil {
+		t.Fatalf("pg.sh start: %v\n%s", err, out)
+	}
+	return pg
+}
+
+func (pg *privatePostgres) script(args ...string) (string, error) {
+	cmd := exec.Command("../../../scripts/pg.sh", args...)
+	cmd.Env = pg.env
+	out, err := cmd.CombinedOutput()
+	return string(out), err
+}
+
+func (pg *privatePostgres) url() string {
+	pg.t.Helper()
+	out, err := pg.script("url")
+	if err != nil {
+		pg.t.Fatalf("pg.sh url: %v\n%s", err, out)
+	}
+	return strings.TrimSpace(out)
+}
+
+// crash stops the cluster as a crash would: SIGQUIT to the postmaster is
+// pg_ctl's immediate mode, in which no process writes anything more, so WAL
+// not yet written (commits that did not wait for the flush) is gone and the
+// next start runs crash recovery.
+func (pg *privatePostgres) crash() {
+	pg.t.Helper()
+	raw, err := os.ReadFile(filepath.Join(pg.data, "postmaster.pid"))
+	if err != nil {
+		pg.t.Fatal(err)
+	}
+	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
+	if err != nil {
+		pg.t.Fatal(err)
+	}
+	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
+		pg.t.Fatal(err)
+	}
+	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
+		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
+		if err != nil || strings.Contains(string(status), "State:\tZ") {
+			return
+		}
+	}
+	pg.t.Fatalf("postmaster %d did not exit after SIGQUIT", pid)
+}
+
+// TestAPostgresCrashLosesNoStoredMessage crashes PostgreSQL while producers
+// push and consumers pop and ack, starts it again, and checks that every
+// message the broker answered queued or buffered is delivered afterwards or
+// was before: acks commit without waiting for the WAL flush, so a crash may
+// undo the last of them, and then their messages come again (at-least-once),
+// but a push is answered only once it is durable (or spooled).
+func TestAPostgresCrashLosesNoStoredMessage(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts and crashes a PostgreSQL cluster of its own")
+	}
+	pg := startPrivatePostgres(t)
+	b := startBroker(t, pg.url(), freePort(t), t.TempDir(), "LANES_PUSH_TIMEOUT_MS=2000", "LANES_LOG_LEVEL=warn")
+	b.waitHealth(t, http.StatusOK, 30*time.Second)
+
+	const queue, group = "pgcrash", "workers"
+	var mu sync.Mutex
+	stored := map[string]bool{}   // answered queued or buffered
+	delivered := map[string]int{} // deliveries by transaction id
+	acked, buffered := 0, 0
+	stop := make(chan struct{})
+	var producers, consumers sync.WaitGroup
+	for p := 0; p < 2; p++ {
+		producers.Add(1)
+		go func() {
+			defer producers.Done()
+			for seq := 0; ; seq++ {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				items := make([]map[string]any, 10)
+				for i := range items {
+					items[i] = map[string]any{"queue": queue, "partition": fmt.Sprintf("p%d", (seq+i)%4),
+						"transactionId": fmt.Sprintf("w%d-%d-%d", p, seq, i), "payload": seq}
+				}
+				var res []struct {
+					TransactionID string `json:"transaction_id"`
+					Status        string `json:"status"`
+				}
+				if status, err := b.do("POST", "/api/v1/push", map[string]any{"items": items}, &res); err != nil || status != http.StatusCreated {
+					time.Sleep(50 * time.Millisecond)
+					continue
+				}
+				mu.Lock()
+				for _, r := range res {
+					if r.Status == "queued" || r.Status == "buffered" {
+						stored[r.TransactionID] = true
+					}
+					if r.Status == "buffered" {
+						buffered++
+					}
+				}
+				mu.Unlock()
+				time.Sleep(10 * time.Millisecond)
+			}
+		}()
+	}
+	popPath := "/api/v1/pop/queue/" + queue + "?batch=20&wait=true&timeout=500&leaseSeconds=2&consumerGroup=" + group + "&subscriptionMode=all"
+	consume := func() {
+		var p popped
+		status, err := b.do("GET", popPath, nil, &p)
+		if err != nil || status != http.StatusOK {
+			if status != http.StatusNoContent {
+				time.Sleep(50 * time.Millisecond) // the database is down
+			}
+			return
+		}
+		acks := make([]map[string]any, len(p.Messages))
+		mu.Lock()
+		for i, m := range p.Messages {
+			delivered[m.TransactionID]++
+			acks[i] = map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": p.LeaseID, "status": "completed"}
+		}
+		mu.Unlock()
+		var results []struct {
+			Success bool `json:"success"`
+		}
+		if status, err := b.do("POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": acks, "consumerGroup": group}, &results); err == nil && status == http.StatusOK {
+			mu.Lock()
+			for _, r := range results {
+				if r.Success {
+					acked++
+				}
+			}
+			mu.Unlock()
+		}
+	}
+	for c := 0; c < 2; c++ {
+		consumers.Add(1)
+		go func() {
+			defer consumers.Done()
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				consume()
+			}
+		}()
+	}
+
+	time.Sleep(2 * time.Second)
+	mu.Lock()
+	ackedBeforeCrash := acked
+	mu.Unlock()
+	if ackedBeforeCrash == 0 {
+		t.Fatalf("nothing acked before the crash\n%s", b.logs.String())
+	}
+	pg.crash()
+	time.Sleep(time.Second) // pushes spool, pops and acks fail meanwhile
+	if out, err := pg.script("start"); err != nil {
+		t.Fatalf("pg.sh start after the crash: %v\n%s", err, out)
+	}
+	b.waitHealth(t, http.StatusOK, 30*time.Second)
+	time.Sleep(time.Second)
+	close(stop)
+	producers.Wait()
+	consumers.Wait()
+
+	// Drain: the spool replays, expired leases redeliver.
+	missing := func() []string {
+		mu.Lock()
+		defer mu.Unlock()
+		var out []string
+		for id := range stored {
+			if delivered[id] == 0 {
+				out = append(out, id)
+			}
+		}
+		return out
+	}
+	for deadline := time.Now().Add(60 * time.Second); len(missing()) > 0 && time.Now().Before(deadline); {
+		consume()
+	}
+	if m := missing(); len(m) > 0 {
+		t.Fatalf("%d of %d stored messages never delivered after the crash, e.g. %v\n%s", len(m), len(stored), m[:min(5, len(m))], b.logs.String())
+	}
+	redelivered := 0
+	for _, n := range delivered {
+		if n > 1 {
+			redelivered++
+		}
+	}
+	t.Logf("%d messages stored (%d of them spooled while the database was down), %d acked before the crash, %d acks in all; %d delivered more than once",
+		len(stored), buffered, ackedBeforeCrash, acked, redelivered)
+}
