@@ -283,6 +283,26 @@ func TestAnAckWhoseHandOffClaimFailsStillStandsAndThePopIsServed(t *testing.T) {
 	}
 }
 
+// ackWithAPopParked pops "a" and "b" of the five messages q's partition "p"
+// holds into a lease, parks a pop of the group (batch 2, lease parkedLease
+// seconds), acks the lease and returns what the parked pop got, which must be
+// "c" and "d", with the counters from before the ack.
+func ackWithAPopParked(t *testing.T, e *Engine, q string, parkedLease int) (poppedAt, HotPathStats) {
+	t.Helper()
+	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
+	if !slices.Equal(txnIDs(held.Messages), []string{"a", "b"}) {
+		t.Fatalf("first pop: %v", txnIDs(held.Messages))
+	}
+	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: parkedLease})
+	before := e.HotPathStats()
+	mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
+	p := <-parked
+	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) || p.res.LeaseID == "" {
+		t.Fatalf("parked pop: %+v %v", p.res, p.err)
+	}
+	return p, before
+}
+
 // continuedHandOffs counts the acks' hand-offs by continueLeaseSQL since before.
 func continuedHandOffs(e *Engine, before HotPathStats) uint64 {
 	return e.HotPathStats().HandOffsContinued - before.HandOffsContinued
@@ -296,18 +316,7 @@ func TestAnAckEndingTheOnlyBusyPartitionsBatchContinuesItForAParkedPop(t *testin
 	e := newEngine(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "a", "b", "c", "d", "e")...)
-	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
-	if !slices.Equal(txnIDs(held.Messages), []string{"a", "b"}) {
-		t.Fatalf("first pop: %v", txnIDs(held.Messages))
-	}
-	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 30})
-
-	before := e.HotPathStats()
-	mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
-	p := <-parked
-	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) || p.res.LeaseID == "" {
-		t.Fatalf("parked pop: %+v %v", p.res, p.err)
-	}
+	p, before := ackWithAPopParked(t, e, q, 30)
 	if n := continuedHandOffs(e, before); n != 1 {
 		t.Fatalf("continued hand-offs = %d, want 1", n)
 	}
@@ -374,18 +383,7 @@ func TestAContinuationLeavesAWindowBufferedQueueToTheClaim(t *testing.T) {
 	}
 	mustPush(t, e, items(q, "p", "a", "b", "c", "d", "e")...)
 	time.Sleep(1100 * time.Millisecond) // past the window: claimable
-	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
-	if !slices.Equal(txnIDs(held.Messages), []string{"a", "b"}) {
-		t.Fatalf("first pop: %v", txnIDs(held.Messages))
-	}
-	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
-
-	before := e.HotPathStats()
-	mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
-	p := <-parked
-	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) {
-		t.Fatalf("parked pop: %+v %v", p.res, p.err)
-	}
+	_, before := ackWithAPopParked(t, e, q, 60)
 	if n, c := handOffs(e, before), continuedHandOffs(e, before); n != 0 || c != 0 {
 		t.Fatalf("hand-offs = %d (continued %d), want none: the pop claims for itself", n, c)
 	}
