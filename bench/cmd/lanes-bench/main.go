@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"sort"
 	"strconv"
 	"strings"
 	"sync"
@@ -265,7 +266,7 @@ func (h *harness) run() int {
 		defer b.stop()
 		defer os.RemoveAll(spool)
 		h.broker, h.brokerURL = b, b.url
-		run.BrokerSettings = "defaults (LANES_DB_POOL_SIZE=20, LANES_PUSH_COMMITTERS=2, LANES_POP_AUTOPILOT=on), LANES_LOG_LEVEL=warn"
+		run.BrokerSettings = brokerSettings(os.Environ())
 	}
 	if h.lanesPool, err = newPool(ctx, withDatabase(adminURL, h.lanesDB), 4); err != nil {
 		fatalf("%v", err)
@@ -452,4 +453,26 @@ func (h *harness) maintain(ctx context.Context, command string) {
 			logf("%s %s: %v", command, t, err)
 		}
 	}
+}
+
+// harnessSetsForBroker are the broker settings startBroker sets itself.
+var harnessSetsForBroker = map[string]bool{"LANES_DATABASE_URL": true, "LANES_BIND_ADDR": true, "LANES_PORT": true,
+	"LANES_PPROF_ADDR": true, "LANES_LOG_LEVEL": true, "LANES_SPOOL_DIR": true}
+
+// brokerSettings describes the broker's settings for the report: its
+// defaults, and every LANES_* variable of env (the harness's environment,
+// which the broker inherits) that changes one.
+func brokerSettings(env []string) string {
+	var set []string
+	for _, kv := range env {
+		if k, _, _ := strings.Cut(kv, "="); strings.HasPrefix(k, "LANES_") && !harnessSetsForBroker[k] {
+			set = append(set, kv)
+		}
+	}
+	s := "defaults (LANES_DB_POOL_SIZE=20, LANES_PUSH_COMMITTERS=1, LANES_POP_AUTOPILOT=on), LANES_LOG_LEVEL=warn"
+	if len(set) > 0 {
+		sort.Strings(set)
+		s += "; set in the environment: " + strings.Join(set, ", ")
+	}
+	return s
 }

@@ -51,3 +51,13 @@ func TestNewHarnessKeepsItsOptionsAndHasAClient(t *testing.T) {
 		t.Errorf("MaxConnsPerHost = %d", h.http.MaxConnsPerHost)
 	}
 }
+
+func TestBrokerSettingsNameWhatTheEnvironmentChanges(t *testing.T) {
+	if got := brokerSettings([]string{"HOME=/root", "LANES_PORT=1", "LANES_LOG_LEVEL=debug"}); strings.Contains(got, "set in the environment") {
+		t.Errorf("settings the harness sets itself were reported: %q", got)
+	}
+	got := brokerSettings([]string{"LANES_PUSH_COMMITTERS=3", "PATH=/bin", "LANES_ACK_SYNC_COMMIT=true"})
+	if want := "; set in the environment: LANES_ACK_SYNC_COMMIT=true, LANES_PUSH_COMMITTERS=3"; !strings.HasSuffix(got, want) {
+		t.Errorf("brokerSettings = %q, want it to end %q", got, want)
+	}
+}

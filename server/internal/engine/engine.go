@@ -63,7 +63,7 @@ type Config struct {
 
 func (c *Config) withDefaults() {
 	if c.PushCommitters <= 0 {
-		c.PushCommitters = 2
+		c.PushCommitters = 1
 	}
 	if c.PushMaxBatchMessages <= 0 {
 		c.PushMaxBatchMessages = 5000
