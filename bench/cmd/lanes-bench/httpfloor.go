@@ -28,6 +28,19 @@ const httpFloorEnv = "LANES_BENCH_HTTP_FLOOR_ADDR"
 // floorAnswer is a push-b1 answer, byte for byte the size Lanes sends.
 var floorAnswer = []byte(`[{"index":0,"message_id":"01a23afe-c016-7e2b-a773-77328cbd7d65","transaction_id":"0-0-0","queueName":"bench-push-b1-1764748800","status":"queued"}]` + "\n")
 
+// serveHTTPFloorIfAsked serves the HTTP floor and reports true when this
+// process was started as the http-floor scenario's child (httpFloorEnv set).
+func serveHTTPFloorIfAsked() bool {
+	addr := os.Getenv(httpFloorEnv)
+	if addr == "" {
+		return false
+	}
+	if err := serveHTTPFloor(addr, os.Stdout); err != nil {
+		fatalf("http floor: %v", err)
+	}
+	return true
+}
+
 // serveHTTPFloor answers every request as a push that stored its one item,
 // after reading the body: Go's net/http server, as the broker uses, and
 // nothing else (no routing, validation, JSON or database).

@@ -10,10 +10,7 @@ import (
 // TestMain lets the test binary serve the HTTP floor when the scenario starts
 // it as its child, as the lanes-bench binary does.
 func TestMain(m *testing.M) {
-	if addr := os.Getenv(httpFloorEnv); addr != "" {
-		if err := serveHTTPFloor(addr, os.Stdout); err != nil {
-			os.Exit(1)
-		}
+	if serveHTTPFloorIfAsked() {
 		return
 	}
 	os.Exit(m.Run())

@@ -106,10 +106,7 @@ type Run struct {
 const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,http-floor,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
 
 func main() {
-	if addr := os.Getenv(httpFloorEnv); addr != "" {
-		if err := serveHTTPFloor(addr, os.Stdout); err != nil {
-			fatalf("http floor: %v", err)
-		}
+	if serveHTTPFloorIfAsked() {
 		return
 	}
 	var o options

@@ -4,7 +4,6 @@ import (
 	"fmt"
 	"net/http"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -14,69 +13,22 @@ import (
 	"time"
 )
 
-// privatePostgres is a durable cluster of this test's own (scripts/pg.sh with
-// its own directory and port), so the test can crash it without touching the
-// shared test cluster.
-type privatePostgres struct {
-	t    *testing.T
-	env  []string
-	data string
-}
-
-func startPrivatePostgres(t *testing.T) *privatePostgres {
-	t.Helper()
-	base, err := os.MkdirTemp("", "lanes-pgcrash-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	// As root the cluster runs as the postgres user, which must reach its directory.
-	if err := os.Chmod(base, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pg := &privatePostgres{t: t, data: filepath.Join(base, "pg", "data"), env: append(os.Environ(),
-		"LANES_PG_DIR="+filepath.Join(base, "pg"), fmt.Sprintf("LANES_PG_PORT=%d", freePort(t)), "LANES_PG_FAST=0")}
-	t.Cleanup(func() {
-		_, _ = pg.script("stop")
-		_ = os.RemoveAll(base)
-	})
-	if out, err := pg.script("start"); err != nil {
-		t.Fatalf("pg.sh start: %v\n%s", err, out)
-	}
-	return pg
-}
-
-func (pg *privatePostgres) script(args ...string) (string, error) {
-	cmd := exec.Command("../../../scripts/pg.sh", args...)
-	cmd.Env = pg.env
-	out, err := cmd.CombinedOutput()
-	return string(out), err
-}
-
-func (pg *privatePostgres) url() string {
-	pg.t.Helper()
-	out, err := pg.script("url")
-	if err != nil {
-		pg.t.Fatalf("pg.sh url: %v\n%s", err, out)
-	}
-	return strings.TrimSpace(out)
-}
-
 // crash stops the cluster as a crash would: SIGQUIT to the postmaster is
 // pg_ctl's immediate mode, in which no process writes anything more, so WAL
 // not yet written (commits that did not wait for the flush) is gone and the
 // next start runs crash recovery.
-func (pg *privatePostgres) crash() {
-	pg.t.Helper()
-	raw, err := os.ReadFile(filepath.Join(pg.data, "postmaster.pid"))
+func (c *privateCluster) crash(t *testing.T) {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(c.dir, "data", "postmaster.pid"))
 	if err != nil {
-		pg.t.Fatal(err)
+		t.Fatal(err)
 	}
 	pid, err := strconv.Atoi(strings.TrimSpace(strings.SplitN(string(raw), "\n", 2)[0]))
 	if err != nil {
-		pg.t.Fatal(err)
+		t.Fatal(err)
 	}
 	if err := syscall.Kill(pid, syscall.SIGQUIT); err != nil {
-		pg.t.Fatal(err)
+		t.Fatal(err)
 	}
 	for deadline := time.Now().Add(20 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
 		status, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
@@ -84,7 +36,7 @@ func (pg *privatePostgres) crash() {
 			return
 		}
 	}
-	pg.t.Fatalf("postmaster %d did not exit after SIGQUIT", pid)
+	t.Fatalf("postmaster %d did not exit after SIGQUIT", pid)
 }
 
 // TestAPostgresCrashLosesNoStoredMessage crashes PostgreSQL while producers
@@ -97,7 +49,10 @@ func TestAPostgresCrashLosesNoStoredMessage(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts and crashes a PostgreSQL cluster of its own")
 	}
-	pg := startPrivatePostgres(t)
+	pg := newPrivateCluster(t, false) // durable: a push is answered after its flush
+	if err := pg.run("start"); err != nil {
+		t.Fatal(err)
+	}
 	b := startBroker(t, pg.url(), freePort(t), t.TempDir(), "LANES_PUSH_TIMEOUT_MS=2000", "LANES_LOG_LEVEL=warn")
 	b.waitHealth(t, http.StatusOK, 30*time.Second)
 
@@ -197,10 +152,10 @@ func TestAPostgresCrashLosesNoStoredMessage(t *testing.T) {
 	if ackedBeforeCrash == 0 {
 		t.Fatalf("nothing acked before the crash\n%s", b.logs.String())
 	}
-	pg.crash()
+	pg.crash(t)
 	time.Sleep(time.Second) // pushes spool, pops and acks fail meanwhile
-	if out, err := pg.script("start"); err != nil {
-		t.Fatalf("pg.sh start after the crash: %v\n%s", err, out)
+	if err := pg.run("start"); err != nil {
+		t.Fatalf("after the crash: %v", err)
 	}
 	b.waitHealth(t, http.StatusOK, 30*time.Second)
 	time.Sleep(time.Second)

@@ -19,10 +19,13 @@ import (
 type privateCluster struct {
 	env  []string
 	sh   string
+	dir  string
 	port int
 }
 
-func newPrivateCluster(t *testing.T) *privateCluster {
+// newPrivateCluster describes the cluster; run("start") starts it. fast turns
+// fsync and synchronous_commit off (LANES_PG_FAST).
+func newPrivateCluster(t *testing.T, fast bool) *privateCluster {
 	t.Helper()
 	sh, err := filepath.Abs("../../../scripts/pg.sh")
 	if err != nil {
@@ -31,8 +34,12 @@ func newPrivateCluster(t *testing.T) *privateCluster {
 	port := freePort(t)
 	// Under /tmp: as root the cluster runs as the postgres user, which must reach it.
 	dir := fmt.Sprintf("/tmp/lanes-boot-pg-%d-%d", port, os.Getpid())
-	c := &privateCluster{sh: sh, port: port, env: append(os.Environ(),
-		fmt.Sprintf("LANES_PG_PORT=%d", port), "LANES_PG_DIR="+dir, "LANES_PG_FAST=1")}
+	pgFast := "LANES_PG_FAST=0"
+	if fast {
+		pgFast = "LANES_PG_FAST=1"
+	}
+	c := &privateCluster{sh: sh, dir: dir, port: port, env: append(os.Environ(),
+		fmt.Sprintf("LANES_PG_PORT=%d", port), "LANES_PG_DIR="+dir, pgFast)}
 	t.Cleanup(func() {
 		_ = c.run("stop")
 		_ = os.RemoveAll(dir)
@@ -60,7 +67,7 @@ func (c *privateCluster) url() string {
 // spool; once PostgreSQL starts the schema is applied in the background, the
 // spool drains, and every push is stored exactly once, in order per partition.
 func TestBrokerStartsWhilePostgresIsDown(t *testing.T) {
-	pg := newPrivateCluster(t)
+	pg := newPrivateCluster(t, true)
 	port := freePort(t)
 	b := startBroker(t, pg.url(), port, t.TempDir(), "LANES_SCHEMA_RETRY_MAX_MS=500")
 	bootStart := time.Now()

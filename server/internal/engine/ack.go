@@ -253,12 +253,8 @@ func (e *Engine) beginAck(b *pgx.Batch) {
 		beginHot(b)
 		return
 	}
-	b.Queue("BEGIN")
-	b.Queue(hotPlanSettings + `, set_config('synchronous_commit', 'off', true)`)
+	beginHotNoFlushWait(b)
 }
-
-// syncCommitOn makes the transaction's commit wait for the WAL flush again.
-const syncCommitOn = "SELECT set_config('synchronous_commit', 'on', true)"
 
 // ackPipelined runs one ack request in two round trips: (begin, lock the
 // cursors, resolve the transaction ids) and (write the cursors, commit).

@@ -83,6 +83,18 @@ func beginHot(b *pgx.Batch) {
 	b.Queue(hotPlanSettings)
 }
 
+// beginHotNoFlushWait is beginHot for a transaction whose commit need not wait
+// for the WAL flush (synchronous_commit off, set in the same statement): one a
+// database crash may undo because at-least-once allows it (a leased pop's,
+// a plain ack's).
+func beginHotNoFlushWait(b *pgx.Batch) {
+	b.Queue("BEGIN")
+	b.Queue(hotPlanSettings + `, set_config('synchronous_commit', 'off', true)`)
+}
+
+// syncCommitOn makes the transaction's commit wait for the WAL flush again.
+const syncCommitOn = "SELECT set_config('synchronous_commit', 'on', true)"
+
 const hotPlanSettings = `SELECT set_config('plan_cache_mode', 'force_generic_plan', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_hashjoin', 'off', true),
 	set_config('enable_mergejoin', 'off', true), set_config('enable_memoize', 'off', true),

@@ -107,16 +107,12 @@ const continueLeaseSQL = `WITH plan AS (
 		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 		  AND x.delayed_processing = 0 AND x.window_buffer = 0
 		  AND greatest(c.committed + 1, x.log_start) <= x.last_offset
-		RETURNING greatest(c.committed + 1, x.log_start) AS lo, c.batch_end AS hi, x.name AS pname, x.qname,
-			x.dedup_window_seconds, x.lease)
-	SELECT 1, NULL::int8, now(), $1::uuid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, false,
+		RETURNING c.partition_id AS pid, greatest(c.committed + 1, x.log_start) AS lo, c.batch_end AS hi,
+			x.name AS pname, x.qname, x.dedup_window_seconds, x.lease)
+	SELECT 1, NULL::int8, now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, false,
 		sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 	FROM leased t
-	LEFT JOIN LATERAL (SELECT s.base_offset, s.end_offset, s.created_at, s.frames
-		FROM (SELECT coalesce(max(f.base_offset), t.lo) AS b FROM lanes.segments f
-			WHERE f.partition_id = $1 AND f.base_offset <= t.lo) f
-		CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
-			WHERE s.partition_id = $1 AND s.base_offset >= f.b AND s.base_offset <= t.hi OFFSET 0) s) sg ON true
+	LEFT JOIN LATERAL (` + segmentsCoveringSpan + `) sg ON true
 	ORDER BY sg.base_offset`
 
 // continues reports whether the hand-off for req after the ack a may run

@@ -350,12 +350,11 @@ const stalePopPlanCode = "LN002"
 // at-least-once allows. An autoAck pop moves the cursor, so it keeps the
 // durable commit.
 func beginPop(b *pgx.Batch, req *PopRequest) {
-	b.Queue("BEGIN")
 	if req.AutoAck {
-		b.Queue(hotPlanSettings)
+		beginHot(b)
 		return
 	}
-	b.Queue(hotPlanSettings + `, set_config('synchronous_commit', 'off', true)`)
+	beginHotNoFlushWait(b)
 }
 
 // popOnce runs one pop transaction: in one round trip on the plan the last pop
@@ -896,19 +895,22 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 			sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 		FROM (SELECT 1) one
 		LEFT JOIN (taken t
-			-- the segments covering [lo, hi], from the one holding lo: both
-			-- bounds index conditions of one probe (nested LATERALs), not a
-			-- scan from the partition's first segment
-			LEFT JOIN LATERAL (SELECT s.base_offset, s.end_offset, s.created_at, s.frames
-				FROM (SELECT coalesce(max(f.base_offset), t.lo) AS b FROM lanes.segments f
-					WHERE f.partition_id = t.pid AND f.base_offset <= t.lo) f
-				CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
-					WHERE s.partition_id = t.pid AND s.base_offset >= f.b AND s.base_offset <= t.hi OFFSET 0) s
+			LEFT JOIN LATERAL (` + segmentsCoveringSpan + `
 				WHERE NOT t.sealed) sg ON true) ON true
 		ORDER BY t.serve_key, sg.base_offset`,
 		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID),
 			int64(req.claimsAhead) * int64(max(width, 1))}
 }
+
+// segmentsCoveringSpan selects the segments covering the span [t.lo, t.hi] of
+// partition t.pid, from the one holding lo: both bounds index conditions of
+// one probe (nested LATERALs), not a scan from the partition's first segment.
+// The claim statement and continueLeaseSQL read a lease's messages with it.
+const segmentsCoveringSpan = `SELECT s.base_offset, s.end_offset, s.created_at, s.frames
+	FROM (SELECT coalesce(max(f.base_offset), t.lo) AS b FROM lanes.segments f
+		WHERE f.partition_id = t.pid AND f.base_offset <= t.lo) f
+	CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
+		WHERE s.partition_id = t.pid AND s.base_offset >= f.b AND s.base_offset <= t.hi OFFSET 0) s`
 
 // claimWindowMin is the fewest partitions with work a claim looks at; see claimWindow.
 const claimWindowMin = 16
