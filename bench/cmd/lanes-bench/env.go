@@ -88,7 +88,10 @@ func withDatabase(u, db string) string {
 }
 
 // recreateDatabase drops and creates db so every run starts from empty tables.
-func recreateDatabase(ctx context.Context, adminURL, db string) error {
+// A non-empty locale creates it with that collation and character type, as a
+// cluster initialized with a system locale (en_US.UTF-8 on most installs)
+// would; the harness's own cluster has none.
+func recreateDatabase(ctx context.Context, adminURL, db, locale string) error {
 	conn, err := pgx.Connect(ctx, adminURL)
 	if err != nil {
 		return err
@@ -97,9 +100,15 @@ func recreateDatabase(ctx context.Context, adminURL, db string) error {
 	if _, err := conn.Exec(ctx, fmt.Sprintf("DROP DATABASE IF EXISTS %s WITH (FORCE)", pgx.Identifier{db}.Sanitize())); err != nil {
 		return err
 	}
-	_, err = conn.Exec(ctx, fmt.Sprintf("CREATE DATABASE %s", pgx.Identifier{db}.Sanitize()))
+	create := fmt.Sprintf("CREATE DATABASE %s", pgx.Identifier{db}.Sanitize())
+	if locale != "" {
+		create += fmt.Sprintf(" TEMPLATE template0 LC_COLLATE %[1]s LC_CTYPE %[1]s", quoteLiteral(locale))
+	}
+	_, err = conn.Exec(ctx, create)
 	return err
 }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // pgSettings reads the settings a reader of the results needs (durability first).
 func pgSettings(ctx context.Context, pool *pgxpool.Pool) map[string]string {

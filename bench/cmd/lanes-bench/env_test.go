@@ -161,7 +161,7 @@ func TestRecreateDatabaseStartsFromEmptyTables(t *testing.T) {
 	admin := testClusterURL(t)
 	ctx := t.Context()
 	db := freshDatabase(t, admin, "lanes_bench_t_recreate")
-	if err := recreateDatabase(ctx, admin, db); err != nil {
+	if err := recreateDatabase(ctx, admin, db, ""); err != nil {
 		t.Fatal(err)
 	}
 	conn, err := pgx.Connect(ctx, withDatabase(admin, db))
@@ -173,7 +173,7 @@ func TestRecreateDatabaseStartsFromEmptyTables(t *testing.T) {
 	}
 	// an open connection must not keep the old database alive (WITH (FORCE))
 	defer conn.Close(context.Background())
-	if err := recreateDatabase(ctx, admin, db); err != nil {
+	if err := recreateDatabase(ctx, admin, db, ""); err != nil {
 		t.Fatal(err)
 	}
 	conn2, err := pgx.Connect(ctx, withDatabase(admin, db))

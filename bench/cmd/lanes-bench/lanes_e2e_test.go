@@ -43,7 +43,7 @@ func startTestHarness(t *testing.T, duration time.Duration) *harness {
 
 	h := newHarness(options{short: true, duration: duration, out: tmp, analyze: true}, root)
 	h.lanesDB = freshDatabase(t, admin, "lanes_bench_t")
-	if err := recreateDatabase(ctx, admin, h.lanesDB); err != nil {
+	if err := recreateDatabase(ctx, admin, h.lanesDB, ""); err != nil {
 		t.Fatal(err)
 	}
 	dbURL := withDatabase(admin, h.lanesDB)

@@ -57,6 +57,7 @@ type options struct {
 	analyze      bool
 	settle       bool
 	brokerRev    string
+	dbLocale     string
 }
 
 // harness holds what every scenario shares.
@@ -133,6 +134,7 @@ func main() {
 	flag.IntVar(&o.txnBacklog, "txn-backlog", 0, "stage-A backlog of the pipeline handoff (default 10000, 2000 with -short)")
 	flag.BoolVar(&o.settle, "settle", true, "run CHECKPOINT before each scenario, so the dirty buffers and WAL one scenario leaves are written out before the next one measures, not during it (-settle=false: each scenario inherits the previous one's writes)")
 	flag.BoolVar(&o.analyze, "analyze", true, "run ANALYZE in the broker's database before each scenario, as autovacuum would on a running system (fresh tables have no planner statistics; -analyze=false shows the cold-start plans)")
+	flag.StringVar(&o.dbLocale, "db-locale", "", "create the run's databases with this collation and character type (e.g. en_US.UTF-8, the locale most installed clusters have; default: the cluster's, C for the harness's own)")
 	flag.StringVar(&o.brokerRev, "broker-rev", "", "what the broker binary was built from, for the report (default: this checkout's HEAD and whether server/ is dirty)")
 	flag.Parse()
 	if o.duration == 0 {
@@ -243,11 +245,15 @@ func (h *harness) run() int {
 		if o.url != "" && db == h.lanesDB {
 			continue // the external broker owns its database
 		}
-		if err := recreateDatabase(ctx, adminURL, db); err != nil {
+		if err := recreateDatabase(ctx, adminURL, db, o.dbLocale); err != nil {
 			fatalf("create database %s: %v", db, err)
 		}
 	}
 	h.ceilingURL, h.riverURL = withDatabase(adminURL, h.ceilingDB), withDatabase(adminURL, h.riverDB)
+	var collation string
+	if err := h.admin.QueryRow(ctx, "SELECT datcollate FROM pg_database WHERE datname = $1", h.lanesDB).Scan(&collation); err == nil {
+		run.PostgreSQL["database_collation"] = collation
+	}
 
 	// broker
 	if o.url != "" {

@@ -200,8 +200,12 @@ func markdown(run *Run) string {
 	fmt.Fprintf(&b, "Run of %s, `%s`, %.0f s; load average %.2f at start, %.2f at end.\n",
 		run.Started.Format("2006-01-02 15:04 MST"), run.Command, run.Seconds, run.LoadAvgStart, run.LoadAvgEnd)
 	pg := run.PostgreSQL
-	fmt.Fprintf(&b, "PostgreSQL %s: fsync=%s, synchronous_commit=%s, full_page_writes=%s, shared_buffers=%s. Broker %s, %s. Machine: %s × %s, %s.\n\n",
-		pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"], pg["shared_buffers"], run.BrokerCommit, run.BrokerSettings,
+	collation := ""
+	if c := pg["database_collation"]; c != "" {
+		collation = ", database collation " + c
+	}
+	fmt.Fprintf(&b, "PostgreSQL %s: fsync=%s, synchronous_commit=%s, full_page_writes=%s, shared_buffers=%s%s. Broker %s, %s. Machine: %s × %s, %s.\n\n",
+		pg["server_version"], pg["fsync"], pg["synchronous_commit"], pg["full_page_writes"], pg["shared_buffers"], collation, run.BrokerCommit, run.BrokerSettings,
 		run.Machine["cpus"], run.Machine["cpu"], run.Machine["memory"])
 	if p := run.Hops; p != nil {
 		fmt.Fprintf(&b, "Round trips on this machine (p50, %d samples each; idle = 20 ms apart): HTTP `GET /status` %.2f ms back to back, %.2f ms idle (p99 %.2f); one-row durable commit %.2f ms back to back, %.2f ms idle (p99 %.2f).\n\n",

@@ -259,3 +259,73 @@ func TestSchemaIsReappliedOnlyWhenItsFilesChange(t *testing.T) {
 		t.Fatal("a changed digest did not apply the schema files")
 	}
 }
+
+// Transaction ids compare byte by byte (COLLATE "C") in txns and dlq, and a
+// database whose columns still have the default collation gets them
+// converted: dedup probes and acks by transaction id work across the change.
+func TestTransactionIdColumnsAreConvertedToByteOrder(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	collations := func() map[string]string {
+		t.Helper()
+		rows, err := pool.Query(ctx, `SELECT c.relname, coll.collname FROM pg_attribute a
+			JOIN pg_class c ON c.oid = a.attrelid JOIN pg_collation coll ON coll.oid = a.attcollation
+			WHERE c.relnamespace = 'lanes'::regnamespace AND c.relname IN ('txns', 'dlq') AND a.attname = 'transaction_id'`)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer rows.Close()
+		out := map[string]string{}
+		for rows.Next() {
+			var table, collation string
+			if err := rows.Scan(&table, &collation); err != nil {
+				t.Fatal(err)
+			}
+			out[table] = collation
+		}
+		return out
+	}
+	if got := collations(); got["txns"] != "C" || got["dlq"] != "C" {
+		t.Fatalf("transaction_id collations of a new database: %v", got)
+	}
+
+	e := New(pool, Config{})
+	t.Cleanup(e.Close)
+	q := queueName(t)
+	mustPush(t, e, PushItem{Queue: q, Partition: "p", TransactionID: "Order-2", Payload: raw(1)},
+		PushItem{Queue: q, Partition: "p", TransactionID: "order-10", Payload: raw(2)})
+	if _, err := pool.Exec(ctx, `
+		ALTER TABLE lanes.txns ALTER COLUMN transaction_id TYPE text COLLATE "default";
+		ALTER TABLE lanes.dlq ALTER COLUMN transaction_id TYPE text COLLATE "default";
+		DROP TABLE lanes.schema_applied`); err != nil {
+		t.Fatalf("rebuilding the old columns: %v", err)
+	}
+	if got := collations(); got["txns"] != "default" || got["dlq"] != "default" {
+		t.Fatalf("transaction_id collations of the old layout: %v", got)
+	}
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	if got := collations(); got["txns"] != "C" || got["dlq"] != "C" {
+		t.Fatalf("transaction_id collations after the upgrade: %v", got)
+	}
+
+	upgraded := New(pool, Config{})
+	t.Cleanup(upgraded.Close)
+	again := mustPush(t, upgraded, PushItem{Queue: q, Partition: "p", TransactionID: "Order-2", Payload: raw(1)},
+		PushItem{Queue: q, Partition: "p", TransactionID: "order-2", Payload: raw(3)})
+	if again[0].Status != PushDuplicate || again[1].Status != PushQueued {
+		t.Fatalf("after the upgrade: Order-2 answered %s (want duplicate), order-2 answered %s (want queued)", again[0].Status, again[1].Status)
+	}
+	got := mustPop(t, upgraded, PopRequest{Queue: q, Batch: 10})
+	if ids := txnIDs(got.Messages); len(ids) != 3 {
+		t.Fatalf("pop after the upgrade: %v, want Order-2, order-10, order-2", ids)
+	}
+	acked := mustAck(t, upgraded, AckItem{TransactionID: "order-10", PartitionID: got.Messages[1].PartitionID.String(), Status: "completed", LeaseID: got.LeaseID})
+	if !acked[0].Success {
+		t.Fatalf("ack by transaction id after the upgrade: %+v", acked[0])
+	}
+}

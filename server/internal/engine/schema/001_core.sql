@@ -85,9 +85,11 @@ END
 $$;
 
 -- Transaction-id index: dedup probe and ack resolution (transactionId -> offset).
+-- Ids compare byte by byte (COLLATE "C", see 070_byte_order_ids.sql): only
+-- equality matters, and a locale's collation cost 1-2.5 us per insert.
 CREATE TABLE IF NOT EXISTS lanes.txns (
     partition_id   uuid NOT NULL,
-    transaction_id text NOT NULL,
+    transaction_id text COLLATE "C" NOT NULL,
     message_offset bigint NOT NULL,
     message_id     uuid NOT NULL,
     created_at     timestamptz NOT NULL,
@@ -141,7 +143,7 @@ CREATE TABLE IF NOT EXISTS lanes.dlq (
     consumer_group  text NOT NULL,
     message_offset  bigint NOT NULL,
     message_id      uuid NOT NULL,
-    transaction_id  text NOT NULL,
+    transaction_id  text COLLATE "C" NOT NULL,
     trace_id        text,
     payload         jsonb,
     error           text,
