@@ -510,7 +510,7 @@ func (p *ackPlan) queueReads(b *pgx.Batch) {
 	b.Queue(`SELECT t.partition_id, t.transaction_id, t.message_offset
 		FROM unnest($1::uuid[], $2::text[]) AS x(pid, t)
 		CROSS JOIN LATERAL (SELECT t.partition_id, t.transaction_id, t.message_offset FROM lanes.txns t
-			WHERE t.partition_id = x.pid AND t.transaction_id = x.t OFFSET 0) t`, uuidArray(p.resP), p.resT).
+			WHERE t.partition_id = x.pid AND t.transaction_id = x.t OFFSET 0) t`, uuidArray(p.resP), textArray(p.resT)).
 		Query(func(rows pgx.Rows) error {
 			for rows.Next() {
 				var k cursorKey

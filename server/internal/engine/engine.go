@@ -287,16 +287,6 @@ func NormalizePushItems(items []PushItem) error {
 	return nil
 }
 
-// uuidArray hands uuids to pgx as raw 16-byte values: uuid.UUID implements
-// driver.Valuer, which pgx would otherwise encode through text, one string per id.
-func uuidArray(ids []uuid.UUID) [][16]byte {
-	out := make([][16]byte, len(ids))
-	for i, id := range ids {
-		out[i] = id
-	}
-	return out
-}
-
 // runEvery calls tick every interval on its own goroutine until the engine
 // closes, then onStop (if any). Ticks never overlap.
 func (e *Engine) runEvery(interval time.Duration, tick func(), onStop func()) {

@@ -524,7 +524,7 @@ func (w *pushWrite) queueLockByID(b *pgx.Batch) {
 			extract(epoch FROM now() - t.created_at)::float8
 		FROM unnest($1::uuid[], $2::text[]) AS x(pid, txn)
 		CROSS JOIN LATERAL (SELECT t.partition_id, t.transaction_id, t.message_id, t.created_at FROM lanes.txns t
-			WHERE t.partition_id = x.pid AND t.transaction_id = x.txn OFFSET 0) t`, uuidArray(probePID), probeT)
+			WHERE t.partition_id = x.pid AND t.transaction_id = x.txn OFFSET 0) t`, uuidArray(probePID), textArray(probeT))
 }
 
 // readProbeByID reads queueLockByID's probe, keeping hits inside each
@@ -730,7 +730,7 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 	b.Queue(`INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
 		SELECT x.pid, x.b, x.e, clock_timestamp(), x.f
 		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $4::bytea[]) AS x(pid, b, e, f)`,
-		uuidArray(segPID), segBase, segEnd, segFrames)
+		uuidArray(segPID), int8Array(segBase), int8Array(segEnd), segFrames)
 	w.queueTxns(b, txPID, txID, txOff, txMsg)
 	queueAdvance(b, updPID, updLast)
 }
@@ -836,8 +836,8 @@ func (w *pushWrite) queueOneTrip(b *pgx.Batch) {
 		}
 		w.touched[k.queue] = append(w.touched[k.queue], k.partition)
 	}
-	b.Queue(pushOneTripSQL, uuidArray(pids), counts, uuidArray(segPID), segFirst, segCount, segFrames,
-		uuidArray(txPID), txID, txPos, uuidArray(txMsg))
+	b.Queue(pushOneTripSQL, uuidArray(pids), int8Array(counts), uuidArray(segPID), int8Array(segFirst), int8Array(segCount), segFrames,
+		uuidArray(txPID), textArray(txID), int8Array(txPos), uuidArray(txMsg))
 }
 
 // appendQueued appends slot's message to a write's segments under the id it
@@ -864,7 +864,7 @@ func queueAdvance(b *pgx.Batch, pids []uuid.UUID, lastOffsets []int64) {
 				last_offset = ($2::int8[])[array_position($1::uuid[], w.partition_id)], last_write_at = at.t
 			FROM at WHERE w.partition_id = ANY($1::uuid[]))
 		UPDATE lanes.partitions p SET last_offset = ($2::int8[])[array_position($1::uuid[], p.id)], last_write_at = at.t
-		FROM at WHERE p.id = ANY($1::uuid[])`, uuidArray(pids), lastOffsets)
+		FROM at WHERE p.id = ANY($1::uuid[])`, uuidArray(pids), int8Array(lastOffsets))
 }
 
 // queueTxns writes the transaction-id index rows. With the by-id probe every
@@ -878,7 +878,7 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 		ON CONFLICT (partition_id, transaction_id) DO UPDATE
 		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`
 	if w.knownIDs == nil {
-		b.Queue(upsert, uuidArray(pids), txns, offsets, uuidArray(msgs))
+		b.Queue(upsert, uuidArray(pids), textArray(txns), int8Array(offsets), uuidArray(msgs))
 		return
 	}
 	var newP, oldP, newM, oldM []uuid.UUID
@@ -895,10 +895,10 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 		b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
 			SELECT x.pid, x.t, x.o, x.m, now()
 			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)`,
-			uuidArray(newP), newT, newO, uuidArray(newM))
+			uuidArray(newP), textArray(newT), int8Array(newO), uuidArray(newM))
 	}
 	if len(oldT) > 0 {
-		b.Queue(upsert, uuidArray(oldP), oldT, oldO, uuidArray(oldM))
+		b.Queue(upsert, uuidArray(oldP), textArray(oldT), int8Array(oldO), uuidArray(oldM))
 	}
 }
 
