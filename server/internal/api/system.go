@@ -11,6 +11,7 @@ import (
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/metrics"
 	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
@@ -124,9 +125,7 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 	if err != nil {
 		return nil, err
 	}
-	for _, r := range results {
-		s.metrics.CountPush(string(r.Status), 1)
-	}
+	countPushVerdicts(s.metrics, results)
 	return results, nil
 }
 
@@ -194,4 +193,26 @@ func (s *Server) SetPopMaintenance(ctx context.Context, req gen.SetPopMaintenanc
 	}
 	s.log.Info("pop maintenance switched", "enabled", req.Body.Enabled)
 	return gen.SetPopMaintenance200JSONResponse{Enabled: req.Body.Enabled}, nil
+}
+
+// countPushVerdicts counts a push's items by verdict: the usual all-queued
+// push with one counter update, not a label lookup per item.
+func countPushVerdicts(m *metrics.Metrics, results []engine.PushResult) {
+	queued := 0
+	for _, r := range results {
+		if r.Status == engine.PushQueued {
+			queued++
+		}
+	}
+	if queued > 0 {
+		m.CountPush(string(engine.PushQueued), queued)
+	}
+	if queued == len(results) {
+		return
+	}
+	for _, r := range results {
+		if r.Status != engine.PushQueued {
+			m.CountPush(string(r.Status), 1)
+		}
+	}
 }

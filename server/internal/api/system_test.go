@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -122,6 +123,34 @@ func TestMaintenanceModesAreSharedByEveryBroker(t *testing.T) {
 	for _, want := range []string{"lanes_spool_pending 0", "lanes_maintenance_pop 0", `lanes_push_items_total{status="buffered"}`, "lanes_db_pool_max_connections 10", "lanes_http_request_duration_seconds_bucket", `lanes_ack_requests_total{path="one_trip"}`, `lanes_ack_requests_total{path="general"}`, "lanes_push_unprobed_conflicts_total 0", `lanes_push_commits_total{path="one_trip"}`, `lanes_push_commits_total{path="general"}`, `lanes_pop_transactions_total{path="one_trip"}`, `lanes_pop_transactions_total{path="general"}`, `lanes_transaction_commits_total{path="one_trip"}`, `lanes_transaction_commits_total{path="general"}`, "lanes_pop_hand_offs_total 0", "lanes_pop_hand_offs_continued_total 0"} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("prometheus output lacks %q", want)
+		}
+	}
+}
+
+// lanes_push_items_total counts every item of a push by its own verdict,
+// also when one push mixes them.
+func TestPushItemsAreCountedByVerdict(t *testing.T) {
+	b := newTestBroker(t)
+	q := "verdicts-" + strconv.FormatInt(time.Now().UnixNano(), 36)
+	before := scrape(t, b.URL)
+	b.push(t, q, "p", "a")
+	items := []map[string]any{
+		{"queue": q, "partition": "p", "transactionId": "b", "payload": 1},
+		{"queue": q, "partition": "p", "transactionId": "a", "payload": 1},
+		{"queue": q, "partition": "p", "transactionId": "c", "payload": 1},
+	}
+	var res []pushResult
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, &res); status != http.StatusCreated {
+		t.Fatalf("push: %d %+v", status, res)
+	}
+	if len(res) != 3 || res[0].Status != "queued" || res[1].Status != "duplicate" || res[2].Status != "queued" {
+		t.Fatalf("verdicts %+v, want queued, duplicate, queued", res)
+	}
+	after := scrape(t, b.URL)
+	for status, want := range map[string]float64{"queued": 3, "duplicate": 1} {
+		key := `lanes_push_items_total{status="` + status + `"}`
+		if got := after[key] - before[key]; got != want {
+			t.Errorf("%s rose by %v, want %v", key, got, want)
 		}
 	}
 }

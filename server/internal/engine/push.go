@@ -1,15 +1,12 @@
 package engine
 
 import (
-	"bufio"
 	"bytes"
 	"context"
-	"crypto/rand"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"sort"
 	"strings"
 	"sync"
@@ -104,31 +101,6 @@ func normalizePushItem(it *PushItem, i int) error {
 		it.TransactionID = it.MessageID.String()
 	}
 	return nil
-}
-
-// messageIDRandom feeds message ids from crypto/rand 4 KiB at a time: a push
-// mints one id per message, and one read per id showed in profiles. Message
-// ids are identifiers, not secrets (lease ids keep reading crypto/rand directly).
-var messageIDRandom = &lockedReader{r: bufio.NewReaderSize(rand.Reader, 4096)}
-
-type lockedReader struct {
-	mu sync.Mutex
-	r  io.Reader
-}
-
-func (l *lockedReader) Read(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return io.ReadFull(l.r, p)
-}
-
-// NewMessageID mints a UUIDv7: time-ordered, so ids sort as messages arrive.
-func NewMessageID() uuid.UUID {
-	id, err := uuid.NewV7FromReader(messageIDRandom)
-	if err != nil {
-		return uuid.New()
-	}
-	return id
 }
 
 // NamespaceTask derives the discovery labels of a queue from its dotted name:
