@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -892,5 +893,31 @@ func TestDeadLetterReplayWakesAParkedPop(t *testing.T) {
 			}
 			wokenBy(t, p, "replay", replayedAt)
 		})
+	}
+}
+
+// deliver sizes a pop's answer once: a span of 250 messages over three
+// segments comes back in a slice allocated for exactly 250.
+func TestDeliverSizesTheAnswerOnce(t *testing.T) {
+	e := &Engine{leases: newLeaseIndex()}
+	pid := uuid.New()
+	seg := newSegmenter(0)
+	for i := range 250 {
+		seg.add(&Frame{MessageID: NewMessageID(), TransactionID: fmt.Sprint(i), Payload: raw(i)})
+	}
+	d := &delivery{now: time.Now(), segs: map[uuid.UUID][]segment{}}
+	for _, c := range seg.segments() {
+		d.segs[pid] = append(d.segs[pid], segment{base: int64(c.first + 1), end: int64(c.first + c.count), createdAt: d.now, frames: c.frames})
+	}
+	d.taken = []claim{{partitionID: pid, partition: "p", queue: "q", from: 1, to: 250, lease: 30}}
+	res, err := e.deliver(&PopRequest{Queue: "q", Group: "g", Batch: 250}, "lease", d)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(d.segs[pid]) < 3 || len(res.Messages) != 250 || cap(res.Messages) != 250 {
+		t.Fatalf("%d segments delivered %d messages in a slice of capacity %d, want 250 in 250", len(d.segs[pid]), len(res.Messages), cap(res.Messages))
+	}
+	if res.Messages[0].Offset != 1 || res.Messages[249].Offset != 250 || res.Messages[249].TransactionID != "249" {
+		t.Fatalf("first/last delivered: %+v / %+v", res.Messages[0], res.Messages[249])
 	}
 }
