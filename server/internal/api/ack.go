@@ -31,6 +31,9 @@ func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (g
 			Error: "bad body: acknowledgments is required and must be an array", Code: CodeValidation}}, nil
 	}
 	for i, a := range req.Body.Acknowledgments {
+		if a.TransactionId != "" && a.PartitionId != "" {
+			continue
+		}
 		if msg := missingAckField(a.TransactionId, a.PartitionId, fmt.Sprintf("acknowledgments[%d].", i)); msg != "" {
 			return gen.AckBatch400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{Error: msg, Code: CodeValidation}}, nil
 		}
@@ -72,7 +75,8 @@ func ackResult(r engine.AckResult) gen.AckResult {
 		LeaseReleased: r.LeaseReleased, Dlq: r.DLQ, Noop: r.Noop,
 	}
 	if r.Dropped {
-		out.Dropped = &r.Dropped
+		dropped := true // not &r.Dropped, which moved every r to the heap
+		out.Dropped = &dropped
 	}
 	return out
 }

@@ -79,7 +79,9 @@ func optional(s string) *string {
 	if s == "" {
 		return nil
 	}
-	return &s
+	p := new(string) // not &s, which moved s to the heap on every call
+	*p = s
+	return p
 }
 
 // PopQueue claims from any partition of a queue.

@@ -751,6 +751,31 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 	} else if req.LeaseSeconds > 0 {
 		lease = int32(req.LeaseSeconds)
 	}
+	return claimSQLs[b2i(guarded)][b2i(req.Partition != "")],
+		[]any{uuidArray(ids), req.Group, req.Partition, limit, int8Array(floors), int8Array(epochs), e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID),
+			int64(req.claimsAhead) * int64(max(width, 1))}
+}
+
+// claimSQLs holds the claim statement's four texts, by guarded and pinned (a
+// pop of one named partition): built once, not on every pop (the text is
+// several kilobytes).
+var claimSQLs = func() (out [2][2]string) {
+	for _, guarded := range []bool{false, true} {
+		for _, pinned := range []bool{false, true} {
+			out[b2i(guarded)][b2i(pinned)] = buildClaimSQL(guarded, pinned)
+		}
+	}
+	return out
+}()
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func buildClaimSQL(guarded, pinned bool) string {
 	guard := ""
 	if guarded {
 		// A LATERAL probe per queue: an EXISTS here is planned as a hashed
@@ -769,7 +794,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 	// no part.
 	scan := `lanes.partition_writes w`
 	filter := `w.queue_id = s.qid AND w.last_write_xid >= s.floor`
-	if req.Partition != "" {
+	if pinned {
 		scan = `lanes.partitions pn
 				JOIN lanes.partition_writes w ON w.partition_id = pn.id`
 		filter = `pn.queue_id = s.qid AND pn.name = $3`
@@ -905,9 +930,7 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 		LEFT JOIN (taken t
 			LEFT JOIN LATERAL (` + segmentsCoveringSpan + `
 				WHERE NOT t.sealed) sg ON true) ON true
-		ORDER BY t.serve_key, sg.base_offset`,
-		[]any{ids, req.Group, req.Partition, limit, floors, epochs, e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID),
-			int64(req.claimsAhead) * int64(max(width, 1))}
+		ORDER BY t.serve_key, sg.base_offset`
 }
 
 // segmentsCoveringSpan selects the segments covering the span [t.lo, t.hi] of
