@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -37,6 +38,12 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 type errorResponder struct{ log *slog.Logger }
 
 func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err error) {
+	var tooLarge *http.MaxBytesError
+	if errors.As(err, &tooLarge) {
+		writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
+			fmt.Sprintf("request body exceeds the limit of %d bytes", tooLarge.Limit))
+		return
+	}
 	writeError(w, http.StatusBadRequest, CodeInvalidJSON, "bad body: "+err.Error())
 }
 
