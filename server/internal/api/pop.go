@@ -57,7 +57,12 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 	if a := res.Autopilot; a != nil {
 		out.Autopilot = &gen.PopAutopilot{Partitions: a.Partitions, Batch: a.Batch, WaitMs: &a.WaitMs}
 	}
+	// A batch holds runs of one partition: its id is formatted once per run.
+	partitionID, partitionIDText := res.PartitionID, out.PartitionId
 	for i, m := range res.Messages {
+		if m.PartitionID != partitionID {
+			partitionID, partitionIDText = m.PartitionID, m.PartitionID.String()
+		}
 		out.Messages[i] = gen.PopMessage{
 			Id:            m.ID.String(),
 			TransactionId: m.TransactionID,
@@ -65,7 +70,7 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 			ProducerSub:   optional(m.ProducerSub),
 			Data:          m.Data,
 			CreatedAt:     m.CreatedAt.UTC(),
-			PartitionId:   m.PartitionID.String(),
+			PartitionId:   partitionIDText,
 			Partition:     m.Partition,
 			LeaseId:       m.LeaseID,
 			ConsumerGroup: m.ConsumerGroup,

@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
@@ -30,6 +31,26 @@ func TestWidePopClaimsThreePartitionsUnderOneLease(t *testing.T) {
 	for _, p := range []string{"p1", "p2", "p3"} {
 		if !sameStrings(perPartition[p], []string{p + "-a", p + "-b", p + "-c"}) {
 			t.Fatalf("partition %s order: %v", p, perPartition[p])
+		}
+	}
+	// Every message names its own partition's id (one pop spans three).
+	stored := map[string]string{}
+	rows, err := b.Pool.Query(context.Background(), `SELECT p.name, p.id::text FROM lanes.partitions p
+		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name, id string
+		if err := rows.Scan(&name, &id); err != nil {
+			t.Fatal(err)
+		}
+		stored[name] = id
+	}
+	rows.Close()
+	for _, m := range pop.Messages {
+		if m.PartitionID != stored[m.Partition] {
+			t.Fatalf("message %s of partition %s names partitionId %s, the partition is %s", m.TransactionID, m.Partition, m.PartitionID, stored[m.Partition])
 		}
 	}
 	// Each claimed partition holds exactly one leased batch: nothing left to claim.
