@@ -11,7 +11,7 @@ import (
 // Ack acknowledges one message; the result is in the body, always 200.
 func (s *Server) Ack(ctx context.Context, req gen.AckRequestObject) (gen.AckResponseObject, error) {
 	b := req.Body
-	if msg := missingAckField(b.TransactionId, b.PartitionId, ""); msg != "" {
+	if msg := missingAckField(b.TransactionId, b.PartitionId, -1); msg != "" {
 		return gen.Ack400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{Error: msg, Code: CodeValidation}}, nil
 	}
 	res, err := s.engine.Ack(ctx, []engine.AckItem{{
@@ -31,10 +31,7 @@ func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (g
 			Error: "bad body: acknowledgments is required and must be an array", Code: CodeValidation}}, nil
 	}
 	for i, a := range req.Body.Acknowledgments {
-		if a.TransactionId != "" && a.PartitionId != "" {
-			continue
-		}
-		if msg := missingAckField(a.TransactionId, a.PartitionId, fmt.Sprintf("acknowledgments[%d].", i)); msg != "" {
+		if msg := missingAckField(a.TransactionId, a.PartitionId, i); msg != "" {
 			return gen.AckBatch400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{Error: msg, Code: CodeValidation}}, nil
 		}
 	}
@@ -57,16 +54,23 @@ func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (g
 	return out, nil
 }
 
-// missingAckField names a required ack field left out (the schema validator
-// does not run on this hot route).
-func missingAckField(transactionID, partitionID, at string) string {
+// missingAckField names a required ack field left out of the body, or of its
+// item-th acknowledgment (item >= 0); the schema validator does not run on
+// this hot route.
+func missingAckField(transactionID, partitionID string, item int) string {
+	var field string
 	switch {
 	case transactionID == "":
-		return "bad body: " + at + "transactionId is required"
+		field = "transactionId"
 	case partitionID == "":
-		return "bad body: " + at + "partitionId is required"
+		field = "partitionId"
+	default:
+		return ""
 	}
-	return ""
+	if item >= 0 {
+		field = fmt.Sprintf("acknowledgments[%d].%s", item, field)
+	}
+	return "bad body: " + field + " is required"
 }
 
 func ackResult(r engine.AckResult) gen.AckResult {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"log/slog"
 	"net/http"
 
@@ -40,8 +39,7 @@ type errorResponder struct{ log *slog.Logger }
 func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err error) {
 	var tooLarge *http.MaxBytesError
 	if errors.As(err, &tooLarge) {
-		writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
-			fmt.Sprintf("request body exceeds the limit of %d bytes", tooLarge.Limit))
+		writeBodyTooLarge(w, tooLarge.Limit)
 		return
 	}
 	writeError(w, http.StatusBadRequest, CodeInvalidJSON, "bad body: "+err.Error())

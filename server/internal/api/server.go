@@ -219,7 +219,11 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 				fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, s.opts.MaxBodyBytes))
 			return
 		}
-		if r.Body != nil && r.Body != http.NoBody && isHotPathBody(r) {
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if isHotPathBody(r) {
 			// Decoded straight from the connection into a pooled buffer
 			// (jsoncodec.go): neither the validator nor the handler reads
 			// these bodies again, and copying each one first was 9% of the
@@ -230,23 +234,25 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if r.Body != nil && r.Body != http.NoBody {
-			body, err := readBody(r.Body, r.ContentLength, s.opts.MaxBodyBytes)
-			if err != nil {
-				writeError(w, http.StatusBadRequest, CodeBadRequest, "reading body: "+err.Error())
-				return
-			}
-			if int64(len(body)) > s.opts.MaxBodyBytes {
-				writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
-					fmt.Sprintf("request body exceeds the limit of %d bytes", s.opts.MaxBodyBytes))
-				return
-			}
-			setJSONContentType(r)
-			r.Body = io.NopCloser(bytes.NewReader(body))
-			r = r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, body))
+		body, err := readBody(r.Body, r.ContentLength, s.opts.MaxBodyBytes)
+		if err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, "reading body: "+err.Error())
+			return
 		}
-		next.ServeHTTP(w, r)
+		if int64(len(body)) > s.opts.MaxBodyBytes {
+			writeBodyTooLarge(w, s.opts.MaxBodyBytes)
+			return
+		}
+		setJSONContentType(r)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, body)))
 	})
+}
+
+// writeBodyTooLarge answers a body found past the cap while it was read.
+func writeBodyTooLarge(w http.ResponseWriter, limit int64) {
+	writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
+		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
 }
 
 // setJSONContentType has the body parsed as JSON whatever the Content-Type

@@ -15,7 +15,7 @@ import (
 // allocation), 5% of the broker's CPU under batch pushes.
 func NewMessageID() uuid.UUID { return messageIDs.next() }
 
-var messageIDs = &messageIDSource{now: time.Now}
+var messageIDs = newMessageIDSource(time.Now)
 
 // messageIDSource lays ids out as google/uuid's v7 does (RFC 9562 method 3):
 // 48 bits of Unix milliseconds, the fraction of the millisecond in 12 bits
@@ -28,7 +28,13 @@ type messageIDSource struct {
 	now    func() time.Time
 	last   int64 // milliseconds<<12 | fraction of the last id
 	random [4096]byte
-	used   int
+	used   int // bytes of random already taken
+}
+
+func newMessageIDSource(now func() time.Time) *messageIDSource {
+	s := &messageIDSource{now: now}
+	s.used = len(s.random) // empty: the first id fills it
+	return s
 }
 
 func (s *messageIDSource) next() uuid.UUID {
@@ -41,7 +47,7 @@ func (s *messageIDSource) next() uuid.UUID {
 		stamp = s.last + 1
 	}
 	s.last = stamp
-	if s.used == 0 || s.used+8 > len(s.random) {
+	if s.used+8 > len(s.random) {
 		if _, err := rand.Read(s.random[:]); err != nil {
 			panic(err) // crypto/rand.Read does not fail on supported platforms
 		}

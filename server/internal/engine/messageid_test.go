@@ -36,7 +36,7 @@ func TestMessageIDsAreVersion7AndStrictlyIncreasing(t *testing.T) {
 // fraction counts on, into the next millisecond when it overflows.
 func TestMessageIDsIncreaseWhenTheClockDoesNot(t *testing.T) {
 	clock := time.UnixMilli(1_800_000_000_000)
-	s := &messageIDSource{now: func() time.Time { return clock }}
+	s := newMessageIDSource(func() time.Time { return clock })
 	first := s.next()
 	var prev = first
 	for i := range 5000 {
