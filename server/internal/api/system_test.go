@@ -154,3 +154,21 @@ func TestPushItemsAreCountedByVerdict(t *testing.T) {
 		}
 	}
 }
+
+// An ack batch item without a required field is named by its index, and the
+// whole batch is refused.
+func TestAckBatchNamesTheItemMissingAField(t *testing.T) {
+	b := newTestBroker(t)
+	var e errorBody
+	status, _ := b.call(t, "POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": []map[string]any{
+		{"transactionId": "a", "partitionId": "00000000-0000-0000-0000-000000000001", "status": "completed"},
+		{"transactionId": "b", "status": "completed"},
+	}}, &e)
+	if status != http.StatusBadRequest || e.Code != CodeValidation || e.Error != "bad body: acknowledgments[1].partitionId is required" {
+		t.Fatalf("ack batch with item 1 lacking partitionId: %d %+v", status, e)
+	}
+	status, _ = b.call(t, "POST", "/api/v1/ack", map[string]any{"partitionId": "00000000-0000-0000-0000-000000000001"}, &e)
+	if status != http.StatusBadRequest || e.Error != "bad body: transactionId is required" {
+		t.Fatalf("ack lacking transactionId: %d %+v", status, e)
+	}
+}
