@@ -315,14 +315,10 @@ func (h *harness) run() int {
 	step("http-floor", func() (Result, error) { return h.httpFloorScenario(64) })
 	step("push-b1", func() (Result, error) { return h.pushScenario("push-b1", 64, 1) })
 	step("push-b100", func() (Result, error) { return h.pushScenario("push-b100", 8, 100) })
-	// Backlogs that take several seconds to drain: at 4,000 per partition the
-	// queue drained in about 1.5 s, and the first pops (group registration,
-	// cursor seeding) weighed on the figure.
-	per := 16000
-	fan := 4000
-	if o.short {
-		per, fan = 1500, 300
-	}
+	// Backlogs sized to drain in about one window at 100k deliveries/s, so the
+	// figure spans as many seconds as the push windows' do: a fixed 256,000
+	// drained in 2.5 s, and the figure moved 83–108k between runs of one build.
+	per, fan := consumeBacklogs(o.duration)
 	step("consume-queue", func() (Result, error) { return h.consumeScenario("consume-queue", 0, 8, 16, per) })
 	step("consume-fanout", func() (Result, error) { return h.consumeScenario("consume-fanout", 10, 2, 8, fan) })
 	for _, rate := range o.rates {
@@ -456,6 +452,14 @@ func (h *harness) maintain(ctx context.Context, command string) {
 			logf("%s %s: %v", command, t, err)
 		}
 	}
+}
+
+// consumeBacklogs returns the messages per partition of consume-queue (16
+// partitions) and consume-fanout (8 partitions, 10 groups) that give about
+// window × 100,000 deliveries each.
+func consumeBacklogs(window time.Duration) (perPartition, fanPerPartition int) {
+	deliveries := 100_000 * window.Seconds()
+	return int(deliveries / 16), int(deliveries / (8 * 10))
 }
 
 // harnessSetsForBroker are the broker settings startBroker sets itself.
