@@ -1,11 +1,13 @@
 package engine
 
 import (
+	"bytes"
 	"context"
 	"fmt"
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lanesmq/lanes/server/internal/testdb"
@@ -327,5 +329,42 @@ func TestTransactionIdColumnsAreConvertedToByteOrder(t *testing.T) {
 	acked := mustAck(t, upgraded, AckItem{TransactionID: "order-10", PartitionID: got.Messages[1].PartitionID.String(), Status: "completed", LeaseID: got.LeaseID})
 	if !acked[0].Success {
 		t.Fatalf("ack by transaction id after the upgrade: %+v", acked[0])
+	}
+}
+
+// Partitions get UUIDv7 ids: partitions created later sort after earlier ones,
+// so a burst of new partitions shares index pages (080_time_ordered_partition_ids.sql).
+func TestPartitionIdsAreVersion7AndFollowCreationTime(t *testing.T) {
+	ctx := t.Context()
+	e := newEngine(t)
+	q := queueName(t)
+	var ids []uuid.UUID
+	for i := range 3 {
+		before := time.Now().UnixMilli()
+		name := fmt.Sprintf("p%d", i)
+		mustPush(t, e, PushItem{Queue: q, Partition: name, Payload: raw(i)})
+		after := time.Now().UnixMilli()
+		var id uuid.UUID
+		if err := e.pool.QueryRow(ctx, `SELECT p.id FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE q.name = $1 AND p.name = $2`, q, name).Scan(&id); err != nil {
+			t.Fatal(err)
+		}
+		if id.Version() != 7 || id.Variant() != uuid.RFC4122 {
+			t.Fatalf("partition %s: id %s is version %d variant %v, want 7 RFC4122", name, id, id.Version(), id.Variant())
+		}
+		var ms int64
+		for _, b := range id[:6] {
+			ms = ms<<8 | int64(b)
+		}
+		if ms < before || ms > after {
+			t.Fatalf("partition %s: id %s carries %d ms, want within [%d, %d]", name, id, ms, before, after)
+		}
+		ids = append(ids, id)
+		time.Sleep(2 * time.Millisecond)
+	}
+	for i := 1; i < len(ids); i++ {
+		if bytes.Compare(ids[i-1][:], ids[i][:]) >= 0 {
+			t.Fatalf("ids %v do not follow creation order", ids)
+		}
 	}
 }
