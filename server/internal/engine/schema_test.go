@@ -334,9 +334,17 @@ func TestTransactionIdColumnsAreConvertedToByteOrder(t *testing.T) {
 
 // Partitions get UUIDv7 ids: partitions created later sort after earlier ones,
 // so a burst of new partitions shares index pages (080_time_ordered_partition_ids.sql).
+// A database from before that file gets the new default at its next boot.
 func TestPartitionIdsAreVersion7AndFollowCreationTime(t *testing.T) {
 	ctx := t.Context()
 	e := newEngine(t)
+	if _, err := e.pool.Exec(ctx, `ALTER TABLE lanes.partitions ALTER COLUMN id SET DEFAULT gen_random_uuid();
+		DROP TABLE lanes.schema_applied`); err != nil {
+		t.Fatalf("restoring the old default: %v", err)
+	}
+	if err := ApplySchema(ctx, e.pool); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
 	q := queueName(t)
 	var ids []uuid.UUID
 	for i := range 3 {

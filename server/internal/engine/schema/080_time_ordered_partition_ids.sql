@@ -17,4 +17,17 @@ LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
         FROM 1 FOR 6), 52, 1), 53, 1), 'hex')::uuid
 $$;
 
-ALTER TABLE lanes.partitions ALTER COLUMN id SET DEFAULT lanes.uuid_v7();
+-- Only where the default differs: an ALTER of this hot table waits for every
+-- push holding a partition row, and holds pushes back while it waits.
+DO $$
+BEGIN
+    IF NOT EXISTS (
+        SELECT 1 FROM pg_attrdef d
+        JOIN pg_attribute a ON a.attrelid = d.adrelid AND a.attnum = d.adnum
+        WHERE d.adrelid = 'lanes.partitions'::regclass AND a.attname = 'id'
+          AND pg_get_expr(d.adbin, d.adrelid) = 'lanes.uuid_v7()'
+    ) THEN
+        ALTER TABLE lanes.partitions ALTER COLUMN id SET DEFAULT lanes.uuid_v7();
+    END IF;
+END
+$$;
