@@ -287,3 +287,51 @@ func TestAClaimStartsPastThePartitionsItsGroupsRunningClaimsTake(t *testing.T) {
 		}
 	}
 }
+
+// A claim stores the floor it computes only while the broker knows one the
+// database lacks; a pinned pop never stores, and a pop over several queues
+// (whose floors no plan remembers) always does.
+func TestAClaimStoresTheFloorOnlyWhileTheDatabaseTrailsIt(t *testing.T) {
+	wildcard := &PopRequest{Queue: "q"}
+	pinned := &PopRequest{Queue: "q", Partition: "p"}
+	for _, c := range []struct {
+		name   string
+		req    *PopRequest
+		queues []*popQueue
+		want   bool
+	}{
+		{"floor unchanged since it was stored", wildcard, []*popQueue{{claimFloor: 7, storedFloor: 7}}, false},
+		{"a claim computed a floor the database lacks", wildcard, []*popQueue{{claimFloor: 9, storedFloor: 7}}, true},
+		{"a pinned pop", pinned, []*popQueue{{claimFloor: 9, storedFloor: 7}}, false},
+		{"several queues", wildcard, []*popQueue{{claimFloor: 7, storedFloor: 7}, {claimFloor: 7, storedFloor: 7}}, true},
+	} {
+		if got := claimStoresFloor(c.req, c.queues); got != c.want {
+			t.Errorf("%s: claimStoresFloor = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// After a claim computes a floor ahead of the stored one, the plan remembers
+// both, so the next claim walks from the new floor and stores it.
+func TestAdvanceFloorRemembersTheComputedAndTheStoredFloor(t *testing.T) {
+	var c popPlanCache
+	c.plans = map[popPlanKey]popQueue{{"q", "g"}: {claimFloor: 5, storedFloor: 5, claimEpoch: 1}}
+	ptr := func(v int64) *int64 { return &v }
+	c.advanceFloor("q", "g", 1, &delivery{floor: ptr(5), computedFloor: ptr(8)})
+	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 8 || q.storedFloor != 5 {
+		t.Fatalf("after a claim that computed 8 and stored nothing: floor %d stored %d, want 8 5", q.claimFloor, q.storedFloor)
+	}
+	c.advanceFloor("q", "g", 1, &delivery{floor: ptr(8), computedFloor: ptr(8)})
+	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 8 || q.storedFloor != 8 {
+		t.Fatalf("after the claim that stored 8: floor %d stored %d, want 8 8", q.claimFloor, q.storedFloor)
+	}
+	c.advanceFloor("q", "g", 2, &delivery{floor: ptr(20), computedFloor: ptr(20)})
+	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 8 {
+		t.Fatalf("a claim of another epoch moved the plan's floor to %d", q.claimFloor)
+	}
+	// Another broker stored a higher floor: this plan follows it and has nothing to store.
+	c.advanceFloor("q", "g", 1, &delivery{floor: ptr(12), computedFloor: ptr(10)})
+	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 12 || q.storedFloor != 12 {
+		t.Fatalf("after another broker stored 12: floor %d stored %d, want 12 12", q.claimFloor, q.storedFloor)
+	}
+}

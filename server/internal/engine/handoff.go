@@ -109,7 +109,7 @@ const continueLeaseSQL = `WITH plan AS (
 		  AND greatest(c.committed + 1, x.log_start) <= x.last_offset
 		RETURNING c.partition_id AS pid, greatest(c.committed + 1, x.log_start) AS lo, c.batch_end AS hi,
 			x.name AS pname, x.qname, x.dedup_window_seconds, x.lease)
-	SELECT 1, NULL::int8, now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, false,
+	SELECT 1, NULL::int8, NULL::int8, now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, false,
 		sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 	FROM leased t
 	LEFT JOIN LATERAL (` + segmentsCoveringSpan + `) sg ON true
@@ -198,7 +198,7 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 		handOffDone(ho.wt, nil) // the cursor was taken or the queue needs the claim statement
 		return nil
 	}
-	e.popPlans.advanceFloor(ho.req.Queue, ho.req.Group, ho.plan.claimEpoch, ho.d.floor)
+	e.popPlans.advanceFloor(ho.req.Queue, ho.req.Group, ho.plan.claimEpoch, &ho.d)
 	res, err := e.deliver(&ho.req, ho.leaseID, &ho.d)
 	if err != nil {
 		e.log.Warn("reading the claim for a parked pop failed", "err", err)

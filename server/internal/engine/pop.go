@@ -268,7 +268,11 @@ type popQueue struct {
 	subscriptionTS   time.Time
 	seededVersion    int64
 	claimFloor       int64 // xid8 as int8; see schema/040_groups.sql
-	claimEpoch       int64
+	// storedFloor is the claim floor last known stored in the database. A
+	// claim stores the floor it computes only while claimFloor (the highest
+	// computed) is ahead of it: see claimStoresFloor.
+	storedFloor int64
+	claimEpoch  int64
 }
 
 // popPlanCache keeps, per (queue, group) of single-queue pops, the queue row
@@ -312,20 +316,30 @@ func (c *popPlanCache) remember(req *PopRequest, committed []*popQueue) {
 	c.plans[key] = *committed[0]
 }
 
-// advanceFloor keeps a cached plan's claim floor up with the database's, so
-// the next claim walks partition_writes from there (a lower floor is correct,
-// only slower). A plan of another claim epoch is left alone.
-func (c *popPlanCache) advanceFloor(queue, group string, epoch int64, floor *int64) {
-	if floor == nil {
+// advanceFloor keeps a cached plan's claim floor up with what the last claim
+// computed and the database holds, so the next claim walks partition_writes
+// from there (a lower floor is correct, only slower). A plan of another claim
+// epoch is left alone.
+func (c *popPlanCache) advanceFloor(queue, group string, epoch int64, d *delivery) {
+	if d.floor == nil && d.computedFloor == nil {
 		return
 	}
 	key := popPlanKey{queue, group}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if q, ok := c.plans[key]; ok && q.claimEpoch == epoch && q.claimFloor < *floor {
-		q.claimFloor = *floor
-		c.plans[key] = q
+	q, ok := c.plans[key]
+	if !ok || q.claimEpoch != epoch {
+		return
 	}
+	for _, f := range []*int64{d.floor, d.computedFloor} {
+		if f != nil && *f > q.claimFloor {
+			q.claimFloor = *f
+		}
+	}
+	if d.floor != nil && *d.floor > q.storedFloor {
+		q.storedFloor = *d.floor
+	}
+	c.plans[key] = q
 }
 
 // claim is one partition a pop's claim statement took: its span and lease.
@@ -405,7 +419,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 		return nil, err
 	}
 	tx.open = false
-	e.popPlans.advanceFloor(req.Queue, req.Group, plan.claimEpoch, d.floor)
+	e.popPlans.advanceFloor(req.Queue, req.Group, plan.claimEpoch, &d)
 	return e.deliver(req, leaseID, &d)
 }
 
@@ -469,6 +483,7 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion, &q.claimFloor, &q.claimEpoch); err != nil {
 				return nil, err
 			}
+			q.storedFloor = q.claimFloor
 		}
 		if q.seededVersion < q.partitionVersion {
 			if err := seedCursors(ctx, tx, req.Group, q); err != nil {
@@ -488,7 +503,7 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 	// The next pop of this queue and group runs in one round trip on what this one saw.
 	e.popPlans.remember(req, queues)
 	if len(queues) == 1 {
-		e.popPlans.advanceFloor(req.Queue, req.Group, queues[0].claimEpoch, d.floor)
+		e.popPlans.advanceFloor(req.Queue, req.Group, queues[0].claimEpoch, &d)
 	}
 	return e.deliver(req, leaseID, &d)
 }
@@ -513,10 +528,13 @@ func newLeaseID(req *PopRequest) string {
 // partition's span and lease with the segments covering it.
 type delivery struct {
 	ready int
-	floor *int64 // the group's claim floor on a single queue after the claim
-	now   time.Time
-	taken []claim
-	segs  map[uuid.UUID][]segment
+	floor *int64 // the group's claim floor stored on a single queue after the claim
+	// computedFloor is the floor the claim found (stored or not); nil for a
+	// pinned pop, whose candidates say nothing of the group's other partitions.
+	computedFloor *int64
+	now           time.Time
+	taken         []claim
+	segs          map[uuid.UUID][]segment
 }
 
 // scan reads the claim statement's rows: one per segment delivered, one per
@@ -532,7 +550,7 @@ func (d *delivery) scan(rows pgx.Rows) error {
 		var sealed *bool
 		var createdAt *time.Time
 		var frames []byte
-		if err := rows.Scan(&d.ready, &d.floor, &d.now, &pid, &partition, &queue, &dedupWindow, &from, &to, &lease, &sealed,
+		if err := rows.Scan(&d.ready, &d.floor, &d.computedFloor, &d.now, &pid, &partition, &queue, &dedupWindow, &from, &to, &lease, &sealed,
 			&base, &end, &createdAt, &frames); err != nil {
 			return err
 		}
@@ -647,6 +665,7 @@ func scanPopQueues(rows pgx.Rows) ([]*popQueue, error) {
 			&q.claimFloor, &q.claimEpoch); err != nil {
 			return nil, err
 		}
+		q.storedFloor = q.claimFloor
 		out = append(out, q)
 	}
 	return out, rows.Err()
@@ -711,16 +730,18 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 // (PopRequest.claimsAhead times the width); splits the
 // batch budget over them in that order; writes the lease (autoAck: moves the cursor) on each; and
 // returns the segments covering each span. It also reports how many of the
-// group's partitions were claimable (beyond the width), and advances each
-// queue's claim floor.
+// group's partitions were claimable (beyond the width), and the claim floor
+// it computed, which it also stores when the broker knows the database's to
+// trail (claimStoresFloor).
 //
 // Only partitions written at or after the group's claim floor are looked at
 // (lanes.partition_writes by (queue_id, last_write_xid)), so a queue with 100,000 idle
 // partitions costs what its busy ones cost. The new floor is the smallest
 // last_write_xid still holding work (or lacking a cursor), capped at the
-// snapshot's xmin so a write not yet visible can never fall below it. It is
-// stored only if no seek or delete bumped claim_epoch meanwhile, and the row is
-// taken SKIP LOCKED so pops never queue behind each other for it.
+// snapshot's xmin so a write not yet visible can never fall below it. A claim
+// that stores it does so only if no seek or delete bumped claim_epoch
+// meanwhile, and takes the row SKIP LOCKED so pops never queue behind each
+// other for it.
 //
 // guarded (a cached plan) makes the statement first check that the group is
 // still registered, seeded to the queue's partition version and at the plan's
@@ -751,18 +772,35 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 	} else if req.LeaseSeconds > 0 {
 		lease = int32(req.LeaseSeconds)
 	}
-	return claimSQLs[b2i(guarded)][b2i(req.Partition != "")],
+	return claimSQLs[b2i(guarded)][b2i(req.Partition != "")][b2i(claimStoresFloor(req, queues))],
 		[]any{uuidArray(ids), req.Group, req.Partition, limit, int8Array(floors), int8Array(epochs), e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID),
 			int64(req.claimsAhead) * int64(max(width, 1))}
 }
 
-// claimSQLs holds the claim statement's four texts, by guarded and pinned (a
-// pop of one named partition): built once, not on every pop (the text is
-// several kilobytes).
-var claimSQLs = func() (out [2][2]string) {
+// claimStoresFloor says whether a claim stores the claim floor it computes.
+// Storing takes a grouped floor per queue, a locking subquery and an UPDATE,
+// about a tenth of PostgreSQL's CPU in consume-queue when every claim ran
+// them, though while a backlog drains the floor does not move. So a single-queue claim stores only
+// while its plan knows a computed floor the database lacks: the floor trails
+// in the database by at most one claim, and this broker's own claims walk from
+// the computed one. A pinned pop never moves the floor; a pop over several
+// queues (no plan to remember floors in) always stores.
+func claimStoresFloor(req *PopRequest, queues []*popQueue) bool {
+	if req.Partition != "" {
+		return false
+	}
+	return len(queues) != 1 || queues[0].claimFloor > queues[0].storedFloor
+}
+
+// claimSQLs holds the claim statement's texts, by guarded, pinned (a pop of
+// one named partition) and storing the floor: built once, not on every pop
+// (the text is several kilobytes).
+var claimSQLs = func() (out [2][2][2]string) {
 	for _, guarded := range []bool{false, true} {
 		for _, pinned := range []bool{false, true} {
-			out[b2i(guarded)][b2i(pinned)] = buildClaimSQL(guarded, pinned)
+			for _, storesFloor := range []bool{false, true} {
+				out[b2i(guarded)][b2i(pinned)][b2i(storesFloor)] = buildClaimSQL(guarded, pinned, storesFloor && !pinned)
+			}
 		}
 	}
 	return out
@@ -775,7 +813,51 @@ func b2i(b bool) int {
 	return 0
 }
 
-func buildClaimSQL(guarded, pinned bool) string {
+func buildClaimSQL(guarded, pinned, storesFloor bool) string {
+	// The floor columns: the floor stored after the claim and the one it computed.
+	storedFloor := `(SELECT max(g.floor) FROM scope s
+					CROSS JOIN LATERAL (SELECT g.claim_floor::text::int8 AS floor FROM lanes.consumer_groups g
+						WHERE g.consumer_group = $2 AND g.queue_id = s.qid LIMIT 1) g)`
+	floorCTEs := `		floors AS (
+			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor
+			FROM scope s
+			CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) snap
+			LEFT JOIN cand ON cand.qid = s.qid
+			GROUP BY s.qid, s.epoch, snap.xmin),
+`
+	var floorColumns string
+	switch {
+	case pinned:
+		floorCTEs = ""
+		floorColumns = storedFloor + `, NULL::int8`
+	case !storesFloor:
+		// One queue (claimStoresFloor): floors' formula without its grouping,
+		// whose execution cost most of what leaving out the UPDATE saves.
+		floorCTEs = ""
+		floorColumns = storedFloor + `,
+			(SELECT least(min(c.last_write_xid), pg_snapshot_xmin(pg_current_snapshot()))::text::int8 FROM cand c WHERE $3 = '')`
+	default:
+		floorCTEs += `		advanced AS (
+			UPDATE lanes.consumer_groups g SET claim_floor = f.floor
+			FROM floors f
+			WHERE $3 = '' AND g.consumer_group = $2 AND g.queue_id = f.qid
+			  AND g.claim_floor < f.floor AND g.claim_epoch = f.epoch
+			  -- a probe per queue: "queue_id = ANY($1)" is planned as a filter
+			  -- over every queue of the group. Only a floor that moves is
+			  -- locked: a row lock takes a transaction id and writes WAL, so a
+			  -- claim that finds nothing to take stays read-only.
+			  AND g.queue_id IN (SELECT l.queue_id FROM floors u
+				CROSS JOIN LATERAL (SELECT l.queue_id FROM lanes.consumer_groups l
+					WHERE $3 = '' AND l.consumer_group = $2 AND l.queue_id = u.qid
+					  AND l.claim_floor < u.floor AND l.claim_epoch = u.epoch FOR UPDATE SKIP LOCKED) l)
+			RETURNING g.claim_floor::text::int8 AS floor),
+`
+		// the floor this claim stored, else the one another claim did (this
+		// statement's snapshot does not see its own update)
+		floorColumns = `coalesce((SELECT max(a.floor) FROM advanced a),
+				` + storedFloor + `),
+			(SELECT max(f.floor::text::int8) FROM floors f WHERE $3 = '')`
+	}
 	guard := ""
 	if guarded {
 		// A LATERAL probe per queue: an EXISTS here is planned as a hashed
@@ -869,27 +951,7 @@ func buildClaimSQL(guarded, pinned bool) string {
 			CROSS JOIN LATERAL (SELECT p.name, p.log_start FROM lanes.partitions p WHERE p.id = o.pid OFFSET 0) pp
 			WHERE l.ctid = o.c_ctid
 			LIMIT $4),
-		floors AS (
-			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor
-			FROM scope s
-			CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) snap
-			LEFT JOIN cand ON cand.qid = s.qid
-			GROUP BY s.qid, s.epoch, snap.xmin),
-		advanced AS (
-			UPDATE lanes.consumer_groups g SET claim_floor = f.floor
-			FROM floors f
-			WHERE $3 = '' AND g.consumer_group = $2 AND g.queue_id = f.qid
-			  AND g.claim_floor < f.floor AND g.claim_epoch = f.epoch
-			  -- a probe per queue: "queue_id = ANY($1)" is planned as a filter
-			  -- over every queue of the group. Only a floor that moves is
-			  -- locked: a row lock takes a transaction id and writes WAL, so a
-			  -- claim that finds nothing to take stays read-only.
-			  AND g.queue_id IN (SELECT l.queue_id FROM floors u
-				CROSS JOIN LATERAL (SELECT l.queue_id FROM lanes.consumer_groups l
-					WHERE $3 = '' AND l.consumer_group = $2 AND l.queue_id = u.qid
-					  AND l.claim_floor < u.floor AND l.claim_epoch = u.epoch FOR UPDATE SKIP LOCKED) l)
-			RETURNING g.claim_floor::text::int8 AS floor),
-		taken AS MATERIALIZED (
+` + floorCTEs + `		taken AS MATERIALIZED (
 			-- The batch budget ($8) split over the picked partitions in serving
 			-- order; a partition whose whole span retention removed is sealed at
 			-- its tail and takes none of it.
@@ -918,12 +980,7 @@ func buildClaimSQL(guarded, pinned bool) string {
 			FROM taken t
 			WHERE c.ctid = t.row_ctid AND c.partition_id = t.pid AND c.consumer_group = $2)
 		SELECT (SELECT count(*) FROM cand WHERE claimable)::int,
-			-- the floor this claim stored, else the one another claim did (this
-			-- statement's snapshot does not see its own update)
-			coalesce((SELECT max(a.floor) FROM advanced a),
-				(SELECT max(g.floor) FROM scope s
-					CROSS JOIN LATERAL (SELECT g.claim_floor::text::int8 AS floor FROM lanes.consumer_groups g
-						WHERE g.consumer_group = $2 AND g.queue_id = s.qid LIMIT 1) g)),
+			` + floorColumns + `,
 			now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, t.sealed,
 			sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 		FROM (SELECT 1) one
