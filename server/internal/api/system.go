@@ -202,17 +202,11 @@ func countPushVerdicts(m *metrics.Metrics, results []engine.PushResult) {
 	for _, r := range results {
 		if r.Status == engine.PushQueued {
 			queued++
+		} else {
+			m.CountPush(string(r.Status), 1)
 		}
 	}
 	if queued > 0 {
 		m.CountPush(string(engine.PushQueued), queued)
-	}
-	if queued == len(results) {
-		return
-	}
-	for _, r := range results {
-		if r.Status != engine.PushQueued {
-			m.CountPush(string(r.Status), 1)
-		}
 	}
 }

@@ -799,7 +799,7 @@ var claimSQLs = func() (out [2][2][2]string) {
 	for _, guarded := range []bool{false, true} {
 		for _, pinned := range []bool{false, true} {
 			for _, storesFloor := range []bool{false, true} {
-				out[b2i(guarded)][b2i(pinned)][b2i(storesFloor)] = buildClaimSQL(guarded, pinned, storesFloor && !pinned)
+				out[b2i(guarded)][b2i(pinned)][b2i(storesFloor)] = buildClaimSQL(guarded, pinned, storesFloor)
 			}
 		}
 	}
@@ -813,31 +813,32 @@ func b2i(b bool) int {
 	return 0
 }
 
+// buildClaimSQL writes the claim statement; a pinned pop never stores the
+// floor, whatever storesFloor says.
 func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 	// The floor columns: the floor stored after the claim and the one it computed.
 	storedFloor := `(SELECT max(g.floor) FROM scope s
 					CROSS JOIN LATERAL (SELECT g.claim_floor::text::int8 AS floor FROM lanes.consumer_groups g
 						WHERE g.consumer_group = $2 AND g.queue_id = s.qid LIMIT 1) g)`
-	floorCTEs := `		floors AS (
+	var floorCTEs, floorColumns string
+	switch {
+	case pinned:
+		floorColumns = storedFloor + `, NULL::int8`
+	case !storesFloor:
+		// One queue (claimStoresFloor): floors' formula below without its
+		// grouping, whose execution cost most of what leaving out the UPDATE
+		// saves. "$3 = ''" holds for every wildcard pop; it types $3, which
+		// this text does not otherwise use.
+		floorColumns = storedFloor + `,
+			(SELECT least(min(c.last_write_xid), pg_snapshot_xmin(pg_current_snapshot()))::text::int8 FROM cand c WHERE $3 = '')`
+	default:
+		floorCTEs = `		floors AS (
 			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor
 			FROM scope s
 			CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) snap
 			LEFT JOIN cand ON cand.qid = s.qid
 			GROUP BY s.qid, s.epoch, snap.xmin),
-`
-	var floorColumns string
-	switch {
-	case pinned:
-		floorCTEs = ""
-		floorColumns = storedFloor + `, NULL::int8`
-	case !storesFloor:
-		// One queue (claimStoresFloor): floors' formula without its grouping,
-		// whose execution cost most of what leaving out the UPDATE saves.
-		floorCTEs = ""
-		floorColumns = storedFloor + `,
-			(SELECT least(min(c.last_write_xid), pg_snapshot_xmin(pg_current_snapshot()))::text::int8 FROM cand c WHERE $3 = '')`
-	default:
-		floorCTEs += `		advanced AS (
+		advanced AS (
 			UPDATE lanes.consumer_groups g SET claim_floor = f.floor
 			FROM floors f
 			WHERE $3 = '' AND g.consumer_group = $2 AND g.queue_id = f.qid
@@ -856,7 +857,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 		// statement's snapshot does not see its own update)
 		floorColumns = `coalesce((SELECT max(a.floor) FROM advanced a),
 				` + storedFloor + `),
-			(SELECT max(f.floor::text::int8) FROM floors f WHERE $3 = '')`
+			(SELECT max(f.floor::text::int8) FROM floors f)`
 	}
 	guard := ""
 	if guarded {
