@@ -385,6 +385,7 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 	if err := h.preload(ctx, q, partitions, perPartition); err != nil {
 		return Result{}, err
 	}
+	h.settle(ctx)
 	total := int64(partitions * perPartition)
 	names := []string{""}
 	if groups > 0 {
@@ -532,6 +533,7 @@ func (h *harness) txnScenario() (Result, error) {
 	if err := h.preload(ctx, qa, partitions, per); err != nil {
 		return Result{}, err
 	}
+	h.settle(ctx)
 	total := int64(partitions * per)
 	var done atomic.Int64
 	var firstErr firstError

@@ -132,7 +132,7 @@ func main() {
 	flag.IntVar(&o.sharedN, "shared-n", 0, "messages of the Lanes-vs-River shared workload (default 100000, 20000 with -short)")
 	flag.IntVar(&o.riverWorkers, "river-workers", 200, "River MaxWorkers of the shared workload")
 	flag.IntVar(&o.txnBacklog, "txn-backlog", 0, "stage-A backlog of the pipeline handoff (default 10000, 2000 with -short)")
-	flag.BoolVar(&o.settle, "settle", true, "run CHECKPOINT before each scenario, so the dirty buffers and WAL one scenario leaves are written out before the next one measures, not during it (-settle=false: each scenario inherits the previous one's writes)")
+	flag.BoolVar(&o.settle, "settle", true, "run CHECKPOINT before each scenario and between a scenario's bulk setup and its window, so the dirty buffers and WAL that earlier work leaves are written out before a window measures, not during it (-settle=false: each window inherits the writes before it)")
 	flag.BoolVar(&o.analyze, "analyze", true, "run ANALYZE in the broker's database before each scenario, as autovacuum would on a running system (fresh tables have no planner statistics; -analyze=false shows the cold-start plans)")
 	flag.StringVar(&o.dbLocale, "db-locale", "", "create the run's databases with this collation and character type (e.g. en_US.UTF-8, the locale most installed clusters have; default: the cluster's, C for the harness's own)")
 	flag.StringVar(&o.brokerRev, "broker-rev", "", "what the broker binary was built from, for the report (default: this checkout's HEAD and whether server/ is dirty)")
@@ -409,11 +409,20 @@ func printResult(r Result) {
 }
 
 // prepareScenario runs before every scenario: ANALYZE (see maintain) and,
-// with -settle, a CHECKPOINT. Without it a checkpoint of what the previous
-// scenarios wrote (the ceilings write gigabytes of WAL in seconds) runs during
-// a later scenario and its writes and fsyncs queue with the commits measured.
+// with -settle, a CHECKPOINT (see settle).
 func (h *harness) prepareScenario(ctx context.Context) {
 	h.maintain(ctx, "ANALYZE")
+	h.settle(ctx)
+}
+
+// settle runs a CHECKPOINT with -settle: before every scenario, and again
+// between a scenario's bulk setup (a preloaded backlog, 100,000 idle
+// partitions) and its window. Without it a window inherits the writes before
+// it (the ceilings write gigabytes of WAL in seconds): the checkpoint of them,
+// the eviction of their dirty buffers and, once their WAL has used up the
+// recycled segments, the zero-filling of new ones run during the window and
+// queue with the commits it measures.
+func (h *harness) settle(ctx context.Context) {
 	if !h.o.settle {
 		return
 	}

@@ -33,6 +33,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	}
 	h.maintain(ctx, "VACUUM (ANALYZE)")
 	setup := time.Since(setupStart)
+	h.settle(ctx)
 
 	const producers, consumers, batch = 8, 8, 100
 	maxBacklog := int64(max(20000, busy*2*batch))
