@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"net/url"
 	"strconv"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -27,9 +26,6 @@ func (s *Server) KvBatch(ctx context.Context, req gen.KvBatchRequestObject) (gen
 
 // KvGet reads one key; the ETag is its quoted version.
 func (s *Server) KvGet(ctx context.Context, req gen.KvGetRequestObject) (gen.KvGetResponseObject, error) {
-	if err := unescapePathParams(&req.Ns, &req.Key); err != nil {
-		return gen.KvGet400JSONResponse{BadRequestJSONResponse: *err}, nil
-	}
 	results, _, err := s.engine.KV(ctx, []engine.KVOp{{Op: engine.KVGet, Namespace: req.Ns, Key: req.Key}})
 	if body, ok := codedBadRequest(err); ok {
 		return gen.KvGet400JSONResponse{BadRequestJSONResponse: body}, nil
@@ -51,9 +47,6 @@ var kvPathForbiddenFields = []string{"op", "ns", "namespace", "key"}
 
 // KvPut writes one key (upsert, or conditional with expect).
 func (s *Server) KvPut(ctx context.Context, req gen.KvPutRequestObject) (gen.KvPutResponseObject, error) {
-	if err := unescapePathParams(&req.Ns, &req.Key); err != nil {
-		return gen.KvPut400JSONResponse{BadRequestJSONResponse: *err}, nil
-	}
 	var fields map[string]json.RawMessage
 	if err := json.Unmarshal(rawBody(ctx), &fields); err == nil {
 		for _, f := range kvPathForbiddenFields {
@@ -81,9 +74,6 @@ func (s *Server) KvPut(ctx context.Context, req gen.KvPutRequestObject) (gen.KvP
 
 // KvDelete deletes one key; a miss is applied:false, reason absent.
 func (s *Server) KvDelete(ctx context.Context, req gen.KvDeleteRequestObject) (gen.KvDeleteResponseObject, error) {
-	if err := unescapePathParams(&req.Ns, &req.Key); err != nil {
-		return gen.KvDelete400JSONResponse{BadRequestJSONResponse: *err}, nil
-	}
 	results, _, err := s.engine.KV(ctx, []engine.KVOp{{Op: engine.KVDelete, Namespace: req.Ns, Key: req.Key}})
 	if body, ok := codedBadRequest(err); ok {
 		return gen.KvDelete400JSONResponse{BadRequestJSONResponse: body}, nil
@@ -133,19 +123,6 @@ func (s *Server) ListKvKeys(ctx context.Context, req gen.ListKvKeysRequestObject
 	}
 	bytes := page.Bytes
 	return gen.ListKvKeys200JSONResponse{Rows: rows, Truncated: page.Truncated, NextAfter: optional(page.NextAfter), Bytes: &bytes}, nil
-}
-
-// unescapePathParams decodes path parameters in place: the router matches the
-// encoded path so a key may hold an escaped '/', and hands them over encoded.
-func unescapePathParams(params ...*string) *gen.BadRequestJSONResponse {
-	for _, p := range params {
-		v, err := url.PathUnescape(*p)
-		if err != nil {
-			return &gen.BadRequestJSONResponse{Error: "bad escape in path parameter " + strconv.Quote(*p), Code: CodeBadRequest}
-		}
-		*p = v
-	}
-	return nil
 }
 
 // codedBadRequest turns an engine input error into the 400 body with its code.

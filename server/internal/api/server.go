@@ -99,7 +99,8 @@ func (s *Server) Handler() (http.Handler, error) {
 		ResponseErrorHandlerFunc: s.responseError(responder.responseError),
 	})
 	router := mux.NewRouter()
-	// Keys in /kv/{ns}/{key} may hold an escaped '/'.
+	// A path parameter may hold an escaped '/' (a KV key, a queue name):
+	// match the escaped path, then decodePathParams decodes the parameters.
 	router.UseEncodedPath()
 	router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNoSuchRoute, "Not Found")
@@ -126,9 +127,10 @@ func (s *Server) Handler() (http.Handler, error) {
 	lagging := gen.ServerInterfaceWrapper{Handler: strict, ErrorHandlerFunc: badParam}
 	router.HandleFunc("/api/v1/consumer-groups/lagging", lagging.ListLaggingConsumerGroups).Methods(http.MethodGet)
 	gen.HandlerWithOptions(strict, gen.GorillaServerOptions{BaseRouter: router, ErrorHandlerFunc: badParam})
-	router.Use(recordRoute)
+	router.Use(recordRoute, decodePathParams)
 	var h http.Handler = router
 	h = validator(h)
+	h = headAsGet(h)
 	h = s.admit(h)
 	h = s.limitBody(h)
 	h = s.authenticate(h)

@@ -36,9 +36,6 @@ func (s *Server) ScheduleTimers(ctx context.Context, req gen.ScheduleTimersReque
 
 // ListTimers pages through a queue's timers, or counts them with mode=count.
 func (s *Server) ListTimers(ctx context.Context, req gen.ListTimersRequestObject) (gen.ListTimersResponseObject, error) {
-	if err := unescapePathParams(&req.Queue); err != nil {
-		return gen.ListTimers400JSONResponse{BadRequestJSONResponse: *err}, nil
-	}
 	p := req.Params
 	if p.Mode != nil {
 		n, err := s.engine.CountTimers(ctx, req.Queue, deref(p.Prefix))
@@ -65,9 +62,6 @@ func (s *Server) ListTimers(ctx context.Context, req gen.ListTimersRequestObject
 
 // GetTimer reads one timer; a miss is 200 found:false.
 func (s *Server) GetTimer(ctx context.Context, req gen.GetTimerRequestObject) (gen.GetTimerResponseObject, error) {
-	if err := unescapePathParams(&req.Queue, &req.TimerKey); err != nil {
-		return gen.GetTimer400JSONResponse{BadRequestJSONResponse: *err}, nil
-	}
 	tm, err := s.engine.GetTimer(ctx, req.Queue, req.TimerKey)
 	if err != nil {
 		return nil, err
@@ -80,9 +74,6 @@ func (s *Server) GetTimer(ctx context.Context, req gen.GetTimerRequestObject) (g
 
 // CancelTimer cancels one timer (only one carrying ?txn= when given).
 func (s *Server) CancelTimer(ctx context.Context, req gen.CancelTimerRequestObject) (gen.CancelTimerResponseObject, error) {
-	if err := unescapePathParams(&req.Queue, &req.TimerKey); err != nil {
-		return gen.CancelTimer400JSONResponse{BadRequestJSONResponse: *err}, nil
-	}
 	res, err := s.engine.CancelTimer(ctx, req.Queue, req.TimerKey, deref(req.Params.Txn))
 	if body, ok := codedBadRequest(err); ok {
 		return gen.CancelTimer400JSONResponse{BadRequestJSONResponse: body}, nil
