@@ -11,6 +11,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/prometheus/common/expfmt"
+	"github.com/prometheus/procfs"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -136,7 +137,7 @@ func (s *Server) metricsSnapshot() map[string]any {
 		"retention":  s.metrics.Retention(),
 		"lag":        lagSummary(s.metrics.LagSnapshot()),
 		"parkedPops": s.engine.ParkedPops(),
-		"memory":     map[string]any{"heapAlloc": mem.HeapAlloc, "sys": mem.Sys, "goroutines": runtime.NumGoroutine()},
+		"memory":     memorySnapshot(&mem),
 		"cpu":        map[string]any{"cores": runtime.NumCPU()},
 		"maintenance": map[string]any{
 			"push": s.maintenance.push.Load(),
@@ -251,4 +252,17 @@ func RetentionObserver(m *metrics.Metrics, log *slog.Logger) func(engine.Retenti
 		}
 		m.ObserveRetention(st.Leader, st.Segments, st.Messages, st.TxnsPurged, took, err != nil)
 	}
+}
+
+// memorySnapshot is the reference's memory section: rss (resident bytes, the
+// figure an operator compares with a container limit; absent where /proc is
+// not) and the Go runtime's view beside it.
+func memorySnapshot(mem *runtime.MemStats) map[string]any {
+	out := map[string]any{"heapAlloc": mem.HeapAlloc, "sys": mem.Sys, "goroutines": runtime.NumGoroutine()}
+	if self, err := procfs.Self(); err == nil {
+		if st, err := self.Stat(); err == nil {
+			out["rss"] = st.ResidentMemory()
+		}
+	}
+	return out
 }

@@ -113,6 +113,9 @@ func TestMaintenanceModesAreSharedByEveryBroker(t *testing.T) {
 			t.Errorf("/metrics lacks %q: %v", k, metrics)
 		}
 	}
+	if mem, _ := metrics["memory"].(map[string]any); mem["rss"] == nil || mem["rss"].(float64) < 1<<20 {
+		t.Errorf("/metrics memory lacks a resident size: %v", metrics["memory"])
+	}
 	prom, err := http.Get(a.URL + "/metrics/prometheus")
 	if err != nil {
 		t.Fatal(err)
