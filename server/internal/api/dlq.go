@@ -16,7 +16,24 @@ const (
 	CodeGone            = "gone"
 	CodeDestinationGone = "destination_gone"
 	CodeInvalidID       = "invalid_id"
+	CodeMaintenance     = "maintenance"
 )
+
+// pushMaintenanceRefusal is the 503 body of a replay refused under push
+// maintenance: a replay writes a message and deletes a dead letter, and push
+// maintenance holds every write off the database.
+func pushMaintenanceRefusal(requestedID string) gen.DlqReplayError {
+	return gen.DlqReplayError{Error: "push maintenance is on; replay again once it is off", Code: CodeMaintenance,
+		Result: "maintenance", DlqId: optional(requestedID)}
+}
+
+// pushMaintenanceOn reads the switch from the database rather than the cached
+// view, which may be a second old: a replay is rare and must not write after
+// another broker switched maintenance on. A failed read keeps the cached view.
+func (s *Server) pushMaintenanceOn(ctx context.Context) bool {
+	_ = s.maintenance.refresh(ctx)
+	return s.maintenance.push.Load()
+}
 
 // ListDlq pages through dead letters, newest failure first.
 func (s *Server) ListDlq(ctx context.Context, req gen.ListDlqRequestObject) (gen.ListDlqResponseObject, error) {
@@ -76,6 +93,9 @@ func (s *Server) ReplayDlq(ctx context.Context, req gen.ReplayDlqRequestObject) 
 		return gen.ReplayDlq400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 			Error: "id must be a DLQ row id (UUID), got " + req.Id, Code: CodeInvalidID}}, nil
 	}
+	if s.pushMaintenanceOn(ctx) {
+		return gen.ReplayDlq503JSONResponse(pushMaintenanceRefusal(req.Id)), nil
+	}
 	var target engine.ReplayTarget
 	if req.Body != nil {
 		target = engine.ReplayTarget{Queue: req.Body.Queue, Partition: req.Body.Partition}
@@ -100,6 +120,9 @@ func (s *Server) RetryMessage(ctx context.Context, req gen.RetryMessageRequestOb
 	if err != nil {
 		return gen.RetryMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
+	}
+	if s.pushMaintenanceOn(ctx) {
+		return gen.RetryMessage503JSONResponse(pushMaintenanceRefusal("")), nil
 	}
 	res, err := s.engine.RetryDeadLetter(ctx, pid, req.TransactionId)
 	out, failure, err := replayAnswer(res, err, "")

@@ -179,3 +179,45 @@ func TestReplayToAnotherQueueCreatesIt(t *testing.T) {
 		t.Fatalf("replayed payload: %+v", popped.Messages)
 	}
 }
+
+// Push maintenance holds every write off the database, and a replay writes a
+// message and deletes a dead letter: both replay routes answer 503 and change nothing.
+func TestReplayAndRetryRefusedUnderPushMaintenance(t *testing.T) {
+	b := newTestBroker(t)
+	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil) })
+	q := uniqueQueue(t)
+	popped := b.deadLetter(t, q, "p", "m")
+	pid := popped.Messages[0].PartitionID
+	var before dlqList
+	b.call(t, "GET", "/api/v1/dlq?queue="+url.QueryEscape(q), nil, &before)
+	if before.Total != 1 {
+		t.Fatalf("fixture: %+v", before)
+	}
+	rowID := before.Messages[0].ID
+
+	if status, _ := b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}, nil); status != 200 {
+		t.Fatalf("enable push maintenance: %d", status)
+	}
+	for _, path := range []string{"/api/v1/dlq/" + rowID + "/replay", "/api/v1/messages/" + pid + "/m/retry"} {
+		var res replayBody
+		if status, _ := b.call(t, "POST", path, nil, &res); status != http.StatusServiceUnavailable ||
+			res.Result != "maintenance" || res.Code != "maintenance" || res.Success {
+			t.Fatalf("POST %s under push maintenance: %d %+v", path, status, res)
+		}
+	}
+	var during dlqList
+	b.call(t, "GET", "/api/v1/dlq?queue="+url.QueryEscape(q), nil, &during)
+	if during.Total != 1 || during.Messages[0].ID != rowID {
+		t.Fatalf("the dead letter must stay: %+v", during)
+	}
+	var queued popBody
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, &queued); status != http.StatusNoContent {
+		t.Fatalf("nothing may be pushed: %d %+v", status, queued.Messages)
+	}
+
+	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil)
+	var res replayBody
+	if status, _ := b.call(t, "POST", "/api/v1/messages/"+pid+"/m/retry", nil, &res); status != 200 || res.Result != "moved" {
+		t.Fatalf("retry after maintenance: %d %+v", status, res)
+	}
+}
