@@ -44,7 +44,7 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 		Messages: &map[string]any{"total": m.Total, "pending": m.Pending, "processing": m.Processing,
 			"completed": m.Completed, "deadLetter": m.DeadLetter, "failed": 0},
 		Leases:          &map[string]any{"active": leases.Active, "partitionsLocked": leases.PartitionsLocked},
-		DeadLetterQueue: &map[string]any{"total": m.DeadLetter},
+		DeadLetterQueue: &map[string]any{"total": o.DeadLetterRows},
 		Workers:         &[]map[string]any{}, Errors: &map[string]any{}, StatsAge: &statsAge,
 	}, nil
 }

@@ -13,25 +13,36 @@ import (
 // a partition retains last_offset − log_start + 1 messages; its reference cursor
 // (queue mode, else the slowest group) has completed those up to committed and
 // holds those up to batch_end under a live lease; the rest are pending.
-// DeadLetter counts dead-letter rows (they are also completed).
+// A retained message with a dead letter is dead_letter wherever it sits (one
+// status per message, as GET /api/v1/messages derives it), so the four buckets
+// partition Total.
 type MessageCounts struct {
 	Total, Pending, Processing, Completed, DeadLetter int64
 }
 
-// partitionCountsCTE yields one row of counts per partition.
+// partitionCountsCTE yields one row of counts per partition. dead counts the
+// retained offsets holding a dead letter (several groups may dead-letter one
+// message); dead_completed and dead_processing are those of them the completed
+// and processing ranges would otherwise count.
 const partitionCountsCTE = `WITH pc AS (
 	SELECT p.queue_id, p.id AS partition_id,
 		greatest(p.last_offset - p.log_start + 1, 0) AS total,
 		CASE WHEN ref.committed IS NULL THEN 0
-			ELSE greatest(least(ref.committed, p.last_offset) - p.log_start + 1, 0) END AS completed,
+			ELSE greatest(least(ref.committed, p.last_offset) - p.log_start + 1, 0) END - dl.dead_completed AS completed,
 		CASE WHEN ref.lease_expires_at > now()
 			THEN greatest(least(ref.batch_end, p.last_offset) - greatest(ref.committed, p.log_start - 1), 0)
-			ELSE 0 END AS processing,
-		(SELECT count(*) FROM lanes.dlq d WHERE d.partition_id = p.id) AS dead
+			ELSE 0 END - dl.dead_processing AS processing,
+		dl.dead
 	FROM lanes.partitions p
 	LEFT JOIN LATERAL (SELECT c.committed, c.batch_end, c.lease_expires_at FROM lanes.consumers c
 		WHERE c.partition_id = p.id
 		ORDER BY c.consumer_group = '` + QueueModeGroup + `' DESC, c.committed LIMIT 1) ref ON true
+	CROSS JOIN LATERAL (SELECT count(*) AS dead,
+			count(*) FILTER (WHERE d.message_offset <= ref.committed) AS dead_completed,
+			count(*) FILTER (WHERE ref.lease_expires_at > now()
+				AND d.message_offset > ref.committed AND d.message_offset <= ref.batch_end) AS dead_processing
+		FROM (SELECT DISTINCT message_offset FROM lanes.dlq
+			WHERE partition_id = p.id AND message_offset BETWEEN p.log_start AND p.last_offset) d) dl
 	WHERE p.queue_id IN (SELECT id FROM lanes.queues q WHERE ($1 = '' OR q.name = $1)
 		AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)))
 `
@@ -41,7 +52,7 @@ const countColumns = `coalesce(sum(pc.total), 0)::int8, coalesce(sum(pc.complete
 
 func scanCounts(total, completed, processing, dead int64) MessageCounts {
 	return MessageCounts{Total: total, Completed: completed, Processing: processing, DeadLetter: dead,
-		Pending: max(total-completed-processing, 0)}
+		Pending: max(total-completed-processing-dead, 0)}
 }
 
 // QueueSummary is one queue with its partition count and message counts.
@@ -92,10 +103,12 @@ func (e *Engine) ListQueues(ctx context.Context, f QueueListFilter) ([]QueueSumm
 	return out, total, err
 }
 
-// Overview is the system-wide summary.
+// Overview is the system-wide summary. DeadLetterRows counts the dead-letter
+// table itself: rows of every group, also of messages retention has deleted.
 type Overview struct {
 	Queues, Partitions, Namespaces, Tasks int
 	Messages                              MessageCounts
+	DeadLetterRows                        int64
 }
 
 // Overview counts queues, partitions, namespaces, tasks and messages of the
@@ -107,8 +120,10 @@ func (e *Engine) Overview(ctx context.Context, f QueueListFilter) (*Overview, er
 			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3))
 		SELECT (SELECT count(*) FROM fq)::int, (SELECT count(*) FROM pc)::int,
 			(SELECT count(DISTINCT namespace) FROM fq WHERE namespace <> '')::int,
-			(SELECT count(DISTINCT task) FROM fq WHERE task <> '')::int, `+countColumns+` FROM pc`, f.Queue, f.Namespace, f.Task).
-		Scan(&o.Queues, &o.Partitions, &o.Namespaces, &o.Tasks, &t, &c, &p, &d)
+			(SELECT count(DISTINCT task) FROM fq WHERE task <> '')::int,
+			(SELECT count(*) FROM lanes.dlq d WHERE d.partition_id IN (SELECT partition_id FROM pc))::int8,
+			`+countColumns+` FROM pc`, f.Queue, f.Namespace, f.Task).
+		Scan(&o.Queues, &o.Partitions, &o.Namespaces, &o.Tasks, &o.DeadLetterRows, &t, &c, &p, &d)
 	o.Messages = scanCounts(t, c, p, d)
 	return o, err
 }
