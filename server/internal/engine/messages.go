@@ -89,7 +89,11 @@ func (v *partitionView) status(offset int64, dead bool) (MessageStatus, *time.Ti
 func (v *partitionView) offsetRange(s MessageStatus) (lo, hi int64) {
 	lo, hi = v.logStart, v.lastOffset
 	switch s {
-	case StatusCompleted, StatusDeadLetter:
+	case StatusDeadLetter:
+		// A dead letter is dead wherever it sits: a bus group files it past the
+		// queue-mode cursor, and a deleted group leaves its dead letters behind.
+		return lo, hi
+	case StatusCompleted:
 		if !v.hasRef {
 			return 1, 0
 		}
