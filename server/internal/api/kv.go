@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"net/http"
 	"strconv"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -40,6 +41,31 @@ func (s *Server) KvGet(ctx context.Context, req gen.KvGetRequestObject) (gen.KvG
 		out.Headers.ETag = &etag
 	}
 	return out, nil
+}
+
+// refuseKVPathQueryString answers 400 to a KV path route carrying a query
+// string: the path routes take none, and ignoring one would turn
+// DELETE …?expect=5 into an unconditional delete (reference §1.14).
+func refuseKVPathQueryString(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
+	switch operationID {
+	case "KvGet", "KvPut", "KvDelete":
+	default:
+		return f
+	}
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		if r.URL.RawQuery == "" {
+			return f(ctx, w, r, request)
+		}
+		body := gen.BadRequestJSONResponse{Code: engine.CodeKVBadRequest,
+			Error: r.Method + " /api/v1/kv/{ns}/{key} takes no query string; conditional operations go through POST /api/v1/kv"}
+		switch operationID {
+		case "KvGet":
+			return gen.KvGet400JSONResponse{BadRequestJSONResponse: body}, nil
+		case "KvPut":
+			return gen.KvPut400JSONResponse{BadRequestJSONResponse: body}, nil
+		}
+		return gen.KvDelete400JSONResponse{BadRequestJSONResponse: body}, nil
+	}
 }
 
 // kvPathForbiddenFields may not appear in a path-route body: the path names the key.

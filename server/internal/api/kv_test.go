@@ -114,3 +114,29 @@ func TestKVBadInputOverHTTP(t *testing.T) {
 		t.Fatalf("a rejected request stored the key: %+v", got)
 	}
 }
+
+// The path routes take no query string: ignoring ?expect=5 would have made a
+// conditional delete unconditional. A refused request changes nothing.
+func TestKVPathRoutesRefuseQueryStrings(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{
+		{"op": "put", "ns": ns, "key": "k1", "value": map[string]any{"a": 1}, "forever": true}}}, nil)
+	for _, c := range []struct {
+		method, query string
+		body          any
+	}{
+		{"GET", "?x=1", nil},
+		{"DELETE", "?expect=5", nil},
+		{"PUT", "?expect=5", map[string]any{"value": 2, "forever": true}},
+	} {
+		var e errorBody
+		if status, _ := b.call(t, c.method, "/api/v1/kv/"+ns+"/k1"+c.query, c.body, &e); status != http.StatusBadRequest || e.Code != "kv_bad_request" {
+			t.Fatalf("%s %s: %d %+v", c.method, c.query, status, e)
+		}
+	}
+	var got map[string]any
+	if status, _ := b.call(t, "GET", "/api/v1/kv/"+ns+"/k1", nil, &got); status != http.StatusOK || got["found"] != true || got["version"] != float64(1) {
+		t.Fatalf("the key must be untouched: %d %+v", status, got)
+	}
+}

@@ -94,7 +94,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	}
 	spec.Servers = nil
 	responder := errorResponder{log: s.log}
-	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware}, gen.StrictHTTPServerOptions{
+	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware, refuseKVPathQueryString}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,
 		ResponseErrorHandlerFunc: s.responseError(responder.responseError),
 	})
