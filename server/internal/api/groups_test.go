@@ -313,10 +313,17 @@ func TestSeekPartitionAndErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
-			var e errorBody
+			var e struct {
+				errorBody
+				Success *bool `json:"success"`
+			}
 			status, _ := b.call(t, "POST", c.path, c.body, &e)
 			if status != c.status || e.Code == "" || (c.msg != "" && e.Error != c.msg) {
 				t.Fatalf("want %d %q, got %d %+v", c.status, c.msg, status, e)
+			}
+			// The reference's 404 carries success:false; clients read it.
+			if status == 404 && (e.Success == nil || *e.Success) {
+				t.Fatalf("404 body lacks success:false: %+v", e)
 			}
 		})
 	}
