@@ -142,10 +142,11 @@ func TestDeadLetterListingReplayAndPurge(t *testing.T) {
 
 	for _, c := range []struct{ path, code string }{
 		{"/api/v1/dlq?queue=", "queue_required"},
-		{"/api/v1/dlq", "validation_failed"},
+		{"/api/v1/dlq", "queue_required"}, // absent or empty: one condition, one code
+		{"/api/v1/dlq?consumerGroup=g", "queue_required"},
 	} {
 		var e errorBody
-		if status, _ := b.call(t, "DELETE", c.path, nil, &e); status != 400 || e.Code != c.code {
+		if status, _ := b.call(t, "DELETE", c.path, nil, &e); status != 400 || e.Code != c.code || e.Error != "queue is required" {
 			t.Fatalf("DELETE %s: %d %+v", c.path, status, e)
 		}
 	}

@@ -171,6 +171,10 @@ func validationError(ctx context.Context, err error, w http.ResponseWriter, r *h
 			return
 		}
 	}
+	if isDlqPurgeWithoutQueue(err, opts) {
+		writeError(w, http.StatusBadRequest, CodeQueueRequired, "queue is required")
+		return
+	}
 	status := opts.StatusCode
 	if status < 400 {
 		status = http.StatusBadRequest
@@ -184,6 +188,17 @@ func validationError(ctx context.Context, err error, w http.ResponseWriter, r *h
 		msg = describeRequestError(reqErr)
 	}
 	writeError(w, status, CodeValidation, msg)
+}
+
+// isDlqPurgeWithoutQueue reports a DELETE /api/v1/dlq without queue, which
+// answers the same queue_required as an empty queue: one condition, one code.
+// (The embedded spec spells operation ids capitalized.)
+func isDlqPurgeWithoutQueue(err error, opts middleware.ErrorHandlerOpts) bool {
+	var reqErr *openapi3filter.RequestError
+	return opts.MatchedRoute != nil && opts.MatchedRoute.Route != nil && opts.MatchedRoute.Route.Operation != nil &&
+		strings.EqualFold(opts.MatchedRoute.Route.Operation.OperationID, "purgeDlq") &&
+		errors.As(err, &reqErr) && reqErr.Parameter != nil && reqErr.Parameter.Name == "queue" &&
+		errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired)
 }
 
 type routeError struct{}
