@@ -159,8 +159,17 @@ func TestDeadLetterListingReplayAndPurge(t *testing.T) {
 		t.Fatalf("blank destination: %d %+v", status, blank)
 	}
 	var purged map[string]any
+	if status, _ := b.call(t, "DELETE", "/api/v1/dlq?queue="+url.QueryEscape(q)+"&consumerGroup=nobody", nil, &purged); status != http.StatusOK ||
+		purged["deleted"] != float64(0) || purged["consumerGroup"] != "nobody" {
+		t.Fatalf("purge of another group: %d %+v", status, purged)
+	}
+	purged = nil
 	if status, _ := b.call(t, "DELETE", "/api/v1/dlq?queue="+url.QueryEscape(q), nil, &purged); status != http.StatusOK || purged["deleted"] != float64(1) {
 		t.Fatalf("purge: %d %+v", status, purged)
+	}
+	// The reference body is {success, deleted, queue, consumerGroup}: null when no group was given.
+	if group, present := purged["consumerGroup"]; !present || group != nil || purged["queue"] != q || purged["success"] != true {
+		t.Fatalf("purge body: %+v", purged)
 	}
 }
 
