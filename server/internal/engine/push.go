@@ -84,6 +84,13 @@ func (e *Engine) Push(ctx context.Context, items []PushItem) ([]PushResult, erro
 	}
 }
 
+// normalizePushItem rejects an item the database could not store and fills
+// its defaults. A bad item fails the whole request with a 400 before any
+// database work: the reference answers bad input on push as a 400 for the
+// request, and per-item "failed" would tell the client to retry what can never
+// succeed. Checking here, not in the commit, also keeps a bad item from
+// failing the other requests coalesced into its group commit (and from
+// reaching the spool, whose drain would fail on it forever).
 func normalizePushItem(it *PushItem, i int) error {
 	if strings.TrimSpace(it.Queue) == "" {
 		return invalid(fmt.Sprintf("items[%d].queue", i), "items[%d].queue must be a non-empty string", i)
@@ -94,6 +101,9 @@ func normalizePushItem(it *PushItem, i int) error {
 	if len(it.Payload) == 0 {
 		return invalid(fmt.Sprintf("items[%d].payload", i), "items[%d].payload is required", i)
 	}
+	if err := checkPushText(it, fmt.Sprintf("items[%d]", i)); err != nil {
+		return err
+	}
 	if it.TransactionID == "" {
 		if it.MessageID == uuid.Nil {
 			it.MessageID = NewMessageID()
@@ -101,6 +111,23 @@ func normalizePushItem(it *PushItem, i int) error {
 		it.TransactionID = it.MessageID.String()
 	}
 	return nil
+}
+
+// checkPushText checks the fields of a push item PostgreSQL stores as text
+// (the queue's namespace and task are parts of its name). The trace id
+// travels in the frames, but a dead letter copies it into lanes.dlq.trace_id,
+// so it must be storable text too.
+func checkPushText(it *PushItem, at string) error {
+	if err := checkName(at+".queue", it.Queue); err != nil {
+		return err
+	}
+	if err := checkName(at+".partition", it.Partition); err != nil {
+		return err
+	}
+	if err := checkTransactionID(at+".transactionId", it.TransactionID); err != nil {
+		return err
+	}
+	return CheckStoredText(at+".traceId", it.TraceID, 0)
 }
 
 // NamespaceTask derives the discovery labels of a queue from its dotted name:
@@ -196,10 +223,26 @@ func (p *pusher) run(queue chan *pushRequest) {
 				break gather
 			}
 		}
-		err := p.commitWithRetry(batch)
+		p.commitBatch(batch)
+	}
+}
+
+// commitBatch commits a group of coalesced requests and answers each. Input
+// checks keep values the database rejects out of the commit; should one get
+// through anyway (a data error, SQLSTATE class 22 or 54, is caused by a value,
+// so by one member), each request is committed alone, so only the one that
+// carries it fails. Nothing of the failed commit was stored, so running the
+// members again is a plain retry for each.
+func (p *pusher) commitBatch(batch []*pushRequest) {
+	err := p.commitWithRetry(batch)
+	if err != nil && len(batch) > 1 && isDataError(err) {
 		for _, r := range batch {
-			r.done <- err
+			r.done <- p.commitWithRetry([]*pushRequest{r})
 		}
+		return
+	}
+	for _, r := range batch {
+		r.done <- err
 	}
 }
 

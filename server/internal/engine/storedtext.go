@@ -1,0 +1,71 @@
+package engine
+
+import (
+	"errors"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/jackc/pgx/v5/pgconn"
+)
+
+// Limits on identifiers PostgreSQL stores in B-tree indexed text columns. An
+// index entry holds at most ~2704 bytes (a third of a page), and a name that
+// fails the index fails the whole transaction it is written in: for a push,
+// every request coalesced into the same group commit. The limits keep every
+// composite key (kv (namespace, key), timers (queue, timer_key), txns
+// (partition_id, transaction_id)) well under that, with room to spare.
+const (
+	// MaxNameBytes bounds queue, partition, consumer group, namespace and task
+	// names (RabbitMQ allows 255 bytes, Kafka 249 characters).
+	MaxNameBytes = 512
+	// MaxTransactionIDBytes bounds transaction ids (dedup keys); UUIDs and
+	// usual idempotency keys are well under it.
+	MaxTransactionIDBytes = 1024
+)
+
+// CheckStoredText rejects a value PostgreSQL cannot store in a text column: a
+// NUL byte or invalid UTF-8 (the database encoding is UTF8), or more than
+// maxBytes bytes (0: no length limit). field names the input in the message.
+func CheckStoredText(field, value string, maxBytes int) error {
+	if msg := storedTextProblem(value, maxBytes); msg != "" {
+		return invalid(field, "%s %s", field, msg)
+	}
+	return nil
+}
+
+// storedTextProblem says what is wrong with value as stored text, or "".
+func storedTextProblem(value string, maxBytes int) string {
+	switch {
+	case maxBytes > 0 && len(value) > maxBytes:
+		return "is longer than " + strconv.Itoa(maxBytes) + " bytes"
+	case strings.IndexByte(value, 0) >= 0:
+		return "must not contain a NUL character (\\u0000)"
+	case !utf8.ValidString(value):
+		return "must be valid UTF-8"
+	}
+	return ""
+}
+
+// checkName is CheckStoredText for queue, partition, group, namespace and task names.
+func checkName(field, value string) error {
+	return CheckStoredText(field, value, MaxNameBytes)
+}
+
+// checkTransactionID is CheckStoredText for a transaction id.
+func checkTransactionID(field, value string) error {
+	return CheckStoredText(field, value, MaxTransactionIDBytes)
+}
+
+// isDataError reports a PostgreSQL error caused by a value in the statement
+// rather than by the database or the transaction: SQLSTATE class 22 (data
+// exception: invalid byte sequence, value out of range) or 54 (program limit
+// exceeded: index row too large).
+func isDataError(err error) bool {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
+		return false
+	}
+	class := pgErr.Code[:2]
+	return class == "22" || class == "54"
+}

@@ -1,0 +1,70 @@
+package engine
+
+import (
+	"errors"
+	"strings"
+	"testing"
+)
+
+func TestCheckStoredText(t *testing.T) {
+	cases := []struct {
+		value string
+		max   int
+		ok    bool
+	}{
+		{"orders", MaxNameBytes, true},
+		{"café", MaxNameBytes, true},
+		{strings.Repeat("x", MaxNameBytes), MaxNameBytes, true},
+		{strings.Repeat("x", MaxNameBytes+1), MaxNameBytes, false},
+		{"a\x00b", 0, false},
+		{"a\xffb", 0, false},
+		{strings.Repeat("x", 10000), 0, true},
+	}
+	for _, c := range cases {
+		err := CheckStoredText("f", c.value, c.max)
+		var bad *InvalidInputError
+		if (err == nil) != c.ok || (err != nil && !errors.As(err, &bad)) {
+			t.Errorf("CheckStoredText(%.20q, %d) = %v, want ok=%v", c.value, c.max, err, c.ok)
+		}
+	}
+}
+
+// A data error in a coalesced commit fails only the request that caused it:
+// the members are committed one by one. The bad request here skips the input
+// checks (Push would reject it) to stand for a value they do not catch.
+func TestGroupCommitDataErrorFailsOnlyItsRequest(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	newRequest := func(it PushItem) *pushRequest {
+		if err := normalizePushItem(&it, 0); err != nil && !strings.Contains(it.Queue, "\x00") {
+			t.Fatal(err)
+		}
+		if it.Partition == "" {
+			it.Partition = DefaultPartition
+		}
+		r := &pushRequest{items: []PushItem{it}, done: make(chan error, 1)}
+		r.results = []PushResult{{TransactionID: it.TransactionID, Queue: it.Queue}}
+		return r
+	}
+	good1 := newRequest(PushItem{Queue: q, Partition: "p1", TransactionID: "t1", Payload: raw(1)})
+	bad := newRequest(PushItem{Queue: q + "\x00", Partition: "p1", TransactionID: "t2", Payload: raw(1)})
+	good2 := newRequest(PushItem{Queue: q, Partition: "p2", TransactionID: "t3", Payload: raw(1)})
+	e.pusher.commitBatch([]*pushRequest{good1, bad, good2})
+	if err := <-good1.done; err != nil {
+		t.Fatalf("first innocent request: %v", err)
+	}
+	if err := <-good2.done; err != nil {
+		t.Fatalf("second innocent request: %v", err)
+	}
+	if err := <-bad.done; !isDataError(err) {
+		t.Fatalf("bad request: want its data error, got %v", err)
+	}
+	if good1.results[0].Status != PushQueued || good2.results[0].Status != PushQueued {
+		t.Fatalf("verdicts %+v %+v", good1.results[0], good2.results[0])
+	}
+	popped := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+	popped2 := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true})
+	if n := len(popped.Messages) + len(popped2.Messages); n != 2 {
+		t.Fatalf("stored %d messages, want 2", n)
+	}
+}
