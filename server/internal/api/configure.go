@@ -43,6 +43,10 @@ func (s *Server) Configure(ctx context.Context, req gen.ConfigureRequestObject) 
 		Queue: req.Body.Queue, Namespace: req.Body.Namespace, Task: req.Body.Task, Options: options, Merge: merge,
 	})
 	var bad *engine.InvalidInputError
+	if errors.As(err, &bad) && bad.Field == "queue" {
+		// The queue name is not an option: the generic code, not invalid_option.
+		return gen.Configure400JSONResponse{Error: bad.Message, Code: CodeBadRequest}, nil
+	}
 	if errors.As(err, &bad) {
 		return configureInvalid(bad.Field, bad.Message), nil
 	}

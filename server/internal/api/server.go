@@ -11,9 +11,11 @@ import (
 	"io"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"runtime/debug"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
@@ -131,6 +133,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	var h http.Handler = router
 	h = validator(h)
 	h = headAsGet(h)
+	h = rejectUnstorableURL(h)
 	h = s.admit(h)
 	h = s.limitBody(h)
 	h = s.authenticate(h)
@@ -226,6 +229,37 @@ func describeRequestError(e *openapi3filter.RequestError) string {
 		return where + ": " + e.Reason
 	}
 	return where + ": " + e.Err.Error()
+}
+
+// rejectUnstorableURL answers 400 for a path or query string that decodes to
+// a NUL byte or invalid UTF-8: every name and filter in a URL ends up as a
+// text parameter of a statement, and PostgreSQL refuses such text with an
+// error (a 500). Bodies are left to the handlers: payloads may hold \u0000.
+func rejectUnstorableURL(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := engine.CheckStoredText("path", r.URL.Path, 0); err != nil {
+			writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+			return
+		}
+		// Only an escape (or a raw non-ASCII byte) can decode to either; most
+		// query strings, a pop's included, skip the parse.
+		if raw := r.URL.RawQuery; strings.IndexByte(raw, '%') >= 0 || !utf8.ValidString(raw) {
+			query, _ := url.ParseQuery(raw) // a malformed query is the validator's to answer
+			for name, values := range query {
+				if err := engine.CheckStoredText("query parameter name", name, 0); err != nil {
+					writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+					return
+				}
+				for _, v := range values {
+					if err := engine.CheckStoredText("query parameter "+name, v, 0); err != nil {
+						writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+						return
+					}
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // limitBody answers 413 when a body passes the configured cap, before any handler runs.

@@ -102,3 +102,71 @@ func TestBadPushFailsOnlyItsSenderUnderConcurrency(t *testing.T) {
 		t.Fatalf("stored %d transaction ids, want %d", stored, rounds*innocents)
 	}
 }
+
+// Text PostgreSQL cannot store, anywhere a route takes a name, an id or a
+// filter, is a 400 with a code, never a 500, and creates nothing.
+func TestUnstorableTextOutsidePushIs400(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	long := strings.Repeat("x", 600)
+	nul := `\u0000`
+	cases := []struct {
+		name, method, path, body, code string
+	}{
+		{"ack: NUL transactionId", "POST", "/api/v1/ack", `{"transactionId":"t` + nul + `","partitionId":"0190a1b2-0000-7000-8000-000000000000"}`, CodeBadRequest},
+		{"ack: NUL consumerGroup", "POST", "/api/v1/ack", `{"transactionId":"t","partitionId":"0190a1b2-0000-7000-8000-000000000000","consumerGroup":"g` + nul + `"}`, CodeBadRequest},
+		{"ack batch: NUL transactionId", "POST", "/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":"t` + nul + `","partitionId":"0190a1b2-0000-7000-8000-000000000000"}]}`, CodeBadRequest},
+		{"ack batch: NUL consumerGroup", "POST", "/api/v1/ack/batch", `{"consumerGroup":"g` + nul + `","acknowledgments":[{"transactionId":"t","partitionId":"0190a1b2-0000-7000-8000-000000000000"}]}`, CodeBadRequest},
+		{"pop: NUL consumerGroup", "GET", "/api/v1/pop/queue/" + q + "?consumerGroup=g%00x", "", CodeBadRequest},
+		{"pop: NUL namespace", "GET", "/api/v1/pop?namespace=a%00", "", CodeBadRequest},
+		{"pop: NUL task", "GET", "/api/v1/pop?task=a%00", "", CodeBadRequest},
+		{"pop: NUL queue in the path", "GET", "/api/v1/pop/queue/" + q + "%00x", "", CodeBadRequest},
+		{"pop: NUL partition in the path", "GET", "/api/v1/pop/queue/" + q + "/partition/p%00", "", CodeBadRequest},
+		{"pop: invalid UTF-8 queue", "GET", "/api/v1/pop/queue/" + q + "%FF", "", CodeBadRequest},
+		{"pop: over-long consumerGroup", "GET", "/api/v1/pop/queue/" + q + "?consumerGroup=" + long, "", CodeBadRequest},
+		{"pop: over-long queue", "GET", "/api/v1/pop/queue/" + q + long, "", CodeBadRequest},
+		{"configure: NUL queue", "POST", "/api/v1/configure", `{"queue":"` + q + nul + `","options":{}}`, CodeBadRequest},
+		{"configure: over-long queue", "POST", "/api/v1/configure", `{"queue":"` + q + long + `","options":{}}`, CodeBadRequest},
+		{"transaction: NUL queue", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","queue":"` + q + nul + `","payload":1}]}`, CodeBadRequest},
+		{"transaction: NUL ack transactionId", "POST", "/api/v1/transaction", `{"operations":[{"type":"ack","transactionId":"t` + nul + `","partitionId":"0190a1b2-0000-7000-8000-000000000000"}]}`, CodeBadRequest},
+		{"messages: NUL queue filter", "GET", "/api/v1/messages?queue=a%00b", "", CodeBadRequest},
+		{"dlq: NUL queue filter", "GET", "/api/v1/dlq?queue=a%00b", "", CodeBadRequest},
+		{"kv: NUL namespace in the path", "GET", "/api/v1/kv/a%00b/k", "", CodeBadRequest},
+		{"kv: NUL key in the path", "PUT", "/api/v1/kv/" + q + "/k%00", `{"value":1,"forever":true}`, CodeBadRequest},
+		{"kv: NUL in a value", "PUT", "/api/v1/kv/" + q + "/k", `{"value":{"a":"x` + nul + `"},"forever":true}`, "kv_bad_request"},
+		{"kv batch: NUL namespace", "POST", "/api/v1/kv", `{"operations":[{"op":"get","ns":"a` + nul + `","key":"k"}]}`, "kv_bad_request"},
+		{"kv batch: NUL in a value", "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + q + `","key":"k","value":"` + nul + `","forever":true}]}`, "kv_bad_request"},
+		{"timers: NUL queue in the path", "GET", "/api/v1/timers/a%00b", "", CodeBadRequest},
+		{"timers: NUL queue", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + nul + `","timerKey":"k","delayMs":1000}]}`, "timers_bad_request"},
+		{"timers: over-long queue", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + long + `","timerKey":"k","delayMs":1000}]}`, "timers_bad_request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var body any
+			if c.body != "" {
+				body = c.body
+			}
+			var e errorBody
+			status, _ := b.call(t, c.method, c.path, body, &e)
+			if status != http.StatusBadRequest || e.Code != c.code || e.Error == "" {
+				t.Fatalf("want 400 %s, got %d %+v", c.code, status, e)
+			}
+		})
+	}
+	if n := b.countQueueRows(t, q); n != 0 {
+		t.Fatalf("rejected requests created %d queues", n)
+	}
+	var kv int
+	if err := b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.kv WHERE namespace = $1`, q).Scan(&kv); err != nil {
+		t.Fatal(err)
+	}
+	if kv != 0 {
+		t.Fatalf("rejected requests stored %d kv keys", kv)
+	}
+	// A \\u0000 that is text, not an escape, is an ordinary value.
+	var put map[string]any
+	status, _ := b.call(t, "PUT", "/api/v1/kv/"+q+"/k", `{"value":"a\\u0000b","forever":true}`, &put)
+	if status != http.StatusOK || put["applied"] != true {
+		t.Fatalf("a value with an escaped backslash: %d %+v", status, put)
+	}
+}

@@ -73,6 +73,11 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 	if len(items) == 0 {
 		return results, nil
 	}
+	for i := range items {
+		if err := checkAckText(&items[i], fmt.Sprintf("acknowledgments[%d]", i)); err != nil {
+			return nil, err
+		}
+	}
 	reset := func() {
 		for i := range items {
 			results[i] = AckResult{Index: i, TransactionID: items[i].TransactionID}
@@ -761,4 +766,20 @@ func compareUUID(a, b uuid.UUID) int {
 		}
 	}
 	return 0
+}
+
+// checkAckText rejects an ack whose strings PostgreSQL cannot take as text
+// parameters (a NUL byte or invalid UTF-8 fails the statement). Lengths are
+// not checked: an ack only looks ids up, and an id too long to be stored is
+// simply not found.
+func checkAckText(a *AckItem, at string) error {
+	for _, f := range [...]struct{ name, value string }{
+		{"transactionId", a.TransactionID}, {"partitionId", a.PartitionID}, {"status", a.Status},
+		{"consumerGroup", a.Group}, {"leaseId", a.LeaseID}, {"error", a.Error},
+	} {
+		if err := CheckStoredText(at+"."+f.name, f.value, 0); err != nil {
+			return err
+		}
+	}
+	return nil
 }

@@ -150,6 +150,16 @@ func (e *Engine) replay(ctx context.Context, target ReplayTarget, selectRow stri
 	if target.Partition != nil && strings.TrimSpace(*target.Partition) == "" {
 		return nil, invalid("partition", "partition must be a non-empty string")
 	}
+	if target.Queue != nil {
+		if err := checkName("queue", *target.Queue); err != nil {
+			return nil, err
+		}
+	}
+	if target.Partition != nil {
+		if err := checkName("partition", *target.Partition); err != nil {
+			return nil, err
+		}
+	}
 	var res *ReplayResult
 	err := retryTransient(func() error {
 		res = &ReplayResult{}

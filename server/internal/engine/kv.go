@@ -153,6 +153,15 @@ func validateKVOps(ops []KVOp, field string, inBundle bool) error {
 		if op.Namespace == "" {
 			return codedInvalid(CodeKVBadRequest, "%s.ns is required", at)
 		}
+		if err := checkCodedText(CodeKVBadRequest, at+".ns", op.Namespace, MaxNameBytes); err != nil {
+			return err
+		}
+		if err := checkCodedText(CodeKVBadRequest, at+".prefix", op.Prefix, kvMaxKeyBytes); err != nil {
+			return err
+		}
+		if err := checkCodedText(CodeKVBadRequest, at+".after", op.After, kvMaxKeyBytes); err != nil {
+			return err
+		}
 		switch op.Op {
 		case KVGet, KVPut, KVPutIfAbsent, KVDelete, KVIncr:
 			if err := checkKVKey(op.Key, at+".key"); err != nil {
@@ -197,6 +206,10 @@ func validateKVOps(ops []KVOp, field string, inBundle bool) error {
 			if !json.Valid(op.Value) {
 				return codedInvalid(CodeKVBadRequest, "%s.value is not JSON", at)
 			}
+			if jsonHasNULEscape(op.Value) {
+				// jsonb, where values are stored, has no NUL character.
+				return codedInvalid(CodeKVBadRequest, "%s.value must not contain a NUL character (\\u0000)", at)
+			}
 			if op.Op == KVPutIfAbsent {
 				zero := int64(0)
 				op.Expect = &zero
@@ -228,10 +241,7 @@ func checkKVKey(key, field string) error {
 	if key == "" {
 		return codedInvalid(CodeKVBadRequest, "%s must be a non-empty string", field)
 	}
-	if len(key) > kvMaxKeyBytes {
-		return codedInvalid(CodeKVBadRequest, "%s is longer than %d bytes", field, kvMaxKeyBytes)
-	}
-	return nil
+	return checkCodedText(CodeKVBadRequest, field, key, kvMaxKeyBytes)
 }
 
 // KV runs a batch of operations in one transaction. Results are index-aligned.
@@ -707,6 +717,11 @@ type KVListPage struct {
 func (e *Engine) KVList(ctx context.Context, req KVListRequest) (*KVListPage, error) {
 	if req.Namespace == "" {
 		return nil, codedInvalid(CodeKVBadRequest, "namespace is required")
+	}
+	for _, f := range [...]struct{ name, value string }{{"namespace", req.Namespace}, {"prefix", req.Prefix}, {"after", req.After}} {
+		if err := checkCodedText(CodeKVBadRequest, f.name, f.value, 0); err != nil {
+			return nil, err
+		}
 	}
 	if req.Limit <= 0 {
 		req.Limit = kvPrefixDefaultLimit

@@ -231,6 +231,13 @@ func normalizePop(req *PopRequest, defaultMode string) error {
 	if req.Queue == "" && req.Namespace == "" && req.Task == "" {
 		return invalid("namespace", "namespace or task is required")
 	}
+	// A pop creates the queue, partition and cursor rows it names.
+	for _, f := range [...]struct{ name, value string }{{"queue", req.Queue}, {"partition", req.Partition},
+		{"consumerGroup", req.Group}, {"namespace", req.Namespace}, {"task", req.Task}} {
+		if err := checkName(f.name, f.value); err != nil {
+			return err
+		}
+	}
 	switch req.SubscriptionMode {
 	case "":
 		req.SubscriptionMode = defaultMode

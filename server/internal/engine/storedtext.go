@@ -47,6 +47,15 @@ func storedTextProblem(value string, maxBytes int) string {
 	return ""
 }
 
+// checkCodedText is CheckStoredText for routes whose input errors carry their
+// own wire code (KV, timers).
+func checkCodedText(code, field, value string, maxBytes int) error {
+	if msg := storedTextProblem(value, maxBytes); msg != "" {
+		return codedInvalid(code, "%s %s", field, msg)
+	}
+	return nil
+}
+
 // checkName is CheckStoredText for queue, partition, group, namespace and task names.
 func checkName(field, value string) error {
 	return CheckStoredText(field, value, MaxNameBytes)
@@ -55,6 +64,23 @@ func checkName(field, value string) error {
 // checkTransactionID is CheckStoredText for a transaction id.
 func checkTransactionID(field, value string) error {
 	return CheckStoredText(field, value, MaxTransactionIDBytes)
+}
+
+// jsonHasNULEscape reports whether valid JSON holds the escape \u0000, which
+// jsonb rejects ("unsupported Unicode escape sequence"). In valid JSON a
+// backslash occurs only inside strings and always starts an escape, so a
+// scan that skips each escaped character cannot be misled by "\\u0000".
+func jsonHasNULEscape(doc []byte) bool {
+	for i := 0; i < len(doc); i++ {
+		if doc[i] != '\\' || i+1 >= len(doc) {
+			continue
+		}
+		if doc[i+1] == 'u' && i+6 <= len(doc) && string(doc[i+2:i+6]) == "0000" {
+			return true
+		}
+		i++ // the escaped character
+	}
+	return false
 }
 
 // isDataError reports a PostgreSQL error caused by a value in the statement

@@ -29,6 +29,24 @@ func TestCheckStoredText(t *testing.T) {
 	}
 }
 
+func TestJSONHasNULEscape(t *testing.T) {
+	for doc, want := range map[string]bool{
+		`"a\u0000b"`:           true,
+		`{"k\u0000":1}`:        true,
+		`"a\\u0000b"`:          false, // an escaped backslash, then text
+		`"a\\\u0000"`:          true,
+		`"\u00001"`:            true,
+		`"\u0001"`:             false,
+		`{"a":[1,"\u000a"]}`:   false,
+		`"ends with \\"`:       false,
+		`"\\\\u0000 and more"`: false,
+	} {
+		if got := jsonHasNULEscape([]byte(doc)); got != want {
+			t.Errorf("jsonHasNULEscape(%s) = %v, want %v", doc, got, want)
+		}
+	}
+}
+
 // A data error in a coalesced commit fails only the request that caused it:
 // the members are committed one by one. The bad request here skips the input
 // checks (Push would reject it) to stand for a value they do not catch.

@@ -94,6 +94,17 @@ func validateTimerOps(ops []TimerOp, field string) error {
 		if op.TimerKey == "" {
 			return codedInvalid(CodeTimersBadRequest, "%s.timerKey is required", at)
 		}
+		// A timer's queue, partition and transaction id become a push when it
+		// fires: one the push would reject would fail the firing loop forever.
+		for _, f := range [...]struct {
+			name, value string
+			max         int
+		}{{"queue", op.Queue, MaxNameBytes}, {"timerKey", op.TimerKey, MaxTransactionIDBytes},
+			{"partition", op.Partition, MaxNameBytes}, {"transactionId", op.TransactionID, MaxTransactionIDBytes}} {
+			if err := checkCodedText(CodeTimersBadRequest, at+"."+f.name, f.value, f.max); err != nil {
+				return err
+			}
+		}
 		switch op.Op {
 		case TimerCancel:
 			continue

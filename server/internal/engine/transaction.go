@@ -99,6 +99,9 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 				return nil, invalid(fmt.Sprintf("operations[%d]", op.Index),
 					"operations[%d]: an ack needs transactionId and partitionId", op.Index)
 			}
+			if err := checkAckText(op.Ack, fmt.Sprintf("operations[%d]", op.Index)); err != nil {
+				return nil, err
+			}
 			acks = append(acks, i)
 		default:
 			return nil, invalid(fmt.Sprintf("operations[%d]", op.Index), "operations[%d] is neither a push nor an ack", op.Index)
@@ -134,8 +137,13 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 	case err != nil:
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
-			e.log.Error("transaction bundle failed", "err", err)
 			res.Results, res.KV, res.Timers = []TxOpResult{}, nil, nil
+			if isDataError(err) {
+				// A value of the bundle the input checks let through: the
+				// sender's mistake, not the database's.
+				return res.fail(TxReasonBadRequest, "bad request: "+pgErr.Message), nil
+			}
+			e.log.Error("transaction bundle failed", "err", err)
 			return res.fail(TxReasonDBError, "database error: "+pgErr.Message), nil
 		}
 		return nil, err
@@ -452,6 +460,9 @@ func normalizeTxPush(it *PushItem, index int) error {
 	}
 	if it.Partition == "" {
 		it.Partition = DefaultPartition
+	}
+	if err := checkPushText(it, fmt.Sprintf("operations[%d]", index)); err != nil {
+		return err
 	}
 	if it.TransactionID == "" {
 		it.TransactionID = NewMessageID().String()
