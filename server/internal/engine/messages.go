@@ -133,6 +133,9 @@ func scanPartitionView(r pgx.CollectableRow) (*partitionView, error) {
 	return v, err
 }
 
+// maxListRows bounds a message listing's offset and page size.
+const maxListRows = 1 << 30
+
 // ListMessages lists retained messages newest first. Work is bounded by the page:
 // each partition contributes at most Offset+Limit segments, read newest first from
 // the primary key and restricted to the offsets the status filter allows.
@@ -141,6 +144,10 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 	if f.Limit <= 0 {
 		f.Limit = 200
 	}
+	// Bounded so Offset+Limit cannot wrap (a huge offset answered 500 "LIMIT
+	// must not be negative"); no retained window holds that many rows, so the
+	// page past them is empty, as on the other listings.
+	f.Offset, f.Limit = min(max(f.Offset, 0), maxListRows), min(f.Limit, maxListRows)
 	if f.To.IsZero() {
 		f.To = time.Now().Add(time.Minute)
 	}
@@ -196,7 +203,7 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 	need := f.Offset + f.Limit
 	if f.Status == StatusDeadLetter {
 		// Dead letters may sit anywhere in the committed range: read only their segments.
-		need = 1 << 30
+		need = maxListRows
 	}
 	segRows, err := e.pool.Query(ctx, `SELECT x.pid, x.lo, x.hi, s.base_offset, s.end_offset, s.created_at, s.frames
 		FROM unnest($1::uuid[], $2::int8[], $3::int8[]) AS x(pid, lo, hi)
