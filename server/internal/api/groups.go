@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"math"
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -49,7 +50,7 @@ func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLagg
 	if req.Params.MinLagSeconds != nil {
 		minLag = *req.Params.MinLagSeconds
 	}
-	cursors, err := s.engine.LaggingCursors(ctx, time.Duration(minLag)*time.Second)
+	cursors, err := s.engine.LaggingCursors(ctx, lagThreshold(minLag))
 	if err != nil {
 		return nil, err
 	}
@@ -147,4 +148,14 @@ func utcPtr(t *time.Time) *time.Time {
 	}
 	u := t.UTC()
 	return &u
+}
+
+// lagThreshold converts minLagSeconds to a duration. Past what a Duration
+// holds (about 292 years) the product wrapped negative and every row
+// qualified; such a "never" threshold is the largest Duration, which no lag reaches.
+func lagThreshold(seconds int) time.Duration {
+	if seconds > int(math.MaxInt64/int64(time.Second)) {
+		return time.Duration(math.MaxInt64)
+	}
+	return time.Duration(seconds) * time.Second
 }
