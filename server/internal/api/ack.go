@@ -15,7 +15,7 @@ func (s *Server) Ack(ctx context.Context, req gen.AckRequestObject) (gen.AckResp
 		return gen.Ack400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{Error: msg, Code: CodeValidation}}, nil
 	}
 	res, err := s.engine.Ack(ctx, []engine.AckItem{{
-		TransactionID: b.TransactionId, PartitionID: b.PartitionId, Status: deref(b.Status),
+		TransactionID: b.TransactionId, PartitionID: b.PartitionId, Status: ackStatus(b.Status),
 		Group: deref(b.ConsumerGroup), LeaseID: deref(b.LeaseId), Error: deref(b.Error),
 	}})
 	if err != nil {
@@ -39,7 +39,7 @@ func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (g
 	items := make([]engine.AckItem, len(req.Body.Acknowledgments))
 	for i, a := range req.Body.Acknowledgments {
 		items[i] = engine.AckItem{
-			TransactionID: a.TransactionId, PartitionID: a.PartitionId, Status: deref(a.Status),
+			TransactionID: a.TransactionId, PartitionID: a.PartitionId, Status: ackStatus(a.Status),
 			Group: group, LeaseID: deref(a.LeaseId), Error: deref(a.Error),
 		}
 	}
@@ -52,6 +52,20 @@ func (s *Server) AckBatch(ctx context.Context, req gen.AckBatchRequestObject) (g
 		out[i] = ackResult(r)
 	}
 	return out, nil
+}
+
+// ackStatus is the engine's status for a wire status. The engine reads "" as
+// absent (completed); a sent "" is not absent: the reference's normalisation
+// table makes it failed, so a client that maps "not OK" to an empty string
+// gets a redelivery, not a commit.
+func ackStatus(status *string) string {
+	switch {
+	case status == nil:
+		return ""
+	case *status == "":
+		return "failed"
+	}
+	return *status
 }
 
 // missingAckField names a required ack field left out of the body, or of its

@@ -58,6 +58,75 @@ func TestPushPopAckRoundTrip(t *testing.T) {
 	}
 }
 
+// pushAndPop pushes one message to a fresh queue and pops it under a lease.
+func (b *testBroker) pushAndPop(t *testing.T, q string) (transactionID, partitionID, leaseID string) {
+	t.Helper()
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1, "transactionId": q + "-m"}}}, nil)
+	var popped popBody
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q, nil, &popped); status != http.StatusOK || len(popped.Messages) != 1 {
+		t.Fatalf("pop: %d %+v", status, popped)
+	}
+	m := popped.Messages[0]
+	return m.TransactionID, m.PartitionID, popped.LeaseID
+}
+
+// queueModeCursor reads the queue-mode consumer row of a partition.
+func (b *testBroker) queueModeCursor(t *testing.T, partitionID string) (committed int64, retries int) {
+	t.Helper()
+	if err := b.Pool.QueryRow(t.Context(), `SELECT committed, retry_count FROM lanes.consumers
+		WHERE partition_id = $1 AND consumer_group = '__QUEUE_MODE__'`, partitionID).Scan(&committed, &retries); err != nil {
+		t.Fatal(err)
+	}
+	return committed, retries
+}
+
+// The reference's normalisation table: an absent or null status completes, a
+// sent "" fails (charges the retry budget and redelivers), on every ack route.
+func TestAckStatusEmptyFailsWhileAbsentOrNullCompletes(t *testing.T) {
+	b := newTestBroker(t)
+	routes := []struct {
+		name string
+		send func(t *testing.T, status, txn, partition, lease string)
+	}{
+		{"ack", func(t *testing.T, status, txn, partition, lease string) {
+			b.call(t, "POST", "/api/v1/ack", `{"transactionId":"`+txn+`","partitionId":"`+partition+`","leaseId":"`+lease+`"`+status+`}`, nil)
+		}},
+		{"ack batch", func(t *testing.T, status, txn, partition, lease string) {
+			b.call(t, "POST", "/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":"`+txn+`","partitionId":"`+partition+`","leaseId":"`+lease+`"`+status+`}]}`, nil)
+		}},
+		{"transaction", func(t *testing.T, status, txn, partition, lease string) {
+			var res txResultBody
+			b.call(t, "POST", "/api/v1/transaction", `{"operations":[{"type":"ack","transactionId":"`+txn+`","partitionId":"`+partition+`","leaseId":"`+lease+`"`+status+`}]}`, &res)
+			if !res.Success {
+				t.Fatalf("transaction: %+v", res)
+			}
+		}},
+	}
+	statuses := []struct {
+		name, field string
+		fails       bool
+	}{
+		{"empty string", `,"status":""`, true},
+		{"absent", ``, false},
+		{"null", `,"status":null`, false},
+	}
+	for _, r := range routes {
+		for _, st := range statuses {
+			t.Run(r.name+"/"+st.name, func(t *testing.T) {
+				txn, partition, lease := b.pushAndPop(t, uniqueQueue(t))
+				r.send(t, st.field, txn, partition, lease)
+				committed, retries := b.queueModeCursor(t, partition)
+				if st.fails && (committed != -1 || retries != 1) {
+					t.Fatalf("a sent \"\" must fail: committed=%d retry_count=%d", committed, retries)
+				}
+				if !st.fails && (committed != 0 || retries != 0) {
+					t.Fatalf("must complete: committed=%d retry_count=%d", committed, retries)
+				}
+			})
+		}
+	}
+}
+
 func TestBadInputIsRejectedWithACodeAndStoresNothing(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)

@@ -34,7 +34,7 @@ func (s *Server) Transaction(ctx context.Context, req gen.TransactionRequestObje
 				TraceID: deref(op.TraceId), Payload: payloadOrData(op.Payload, op.Data)}})
 		case "ack":
 			bundle.Ops = append(bundle.Ops, engine.TxOp{Index: i, Ack: &engine.AckItem{
-				TransactionID: deref(op.TransactionId), PartitionID: deref(op.PartitionId), Status: deref(op.Status),
+				TransactionID: deref(op.TransactionId), PartitionID: deref(op.PartitionId), Status: ackStatus(op.Status),
 				Group: deref(op.ConsumerGroup), LeaseID: deref(op.LeaseId), Error: deref(op.Error)}})
 		}
 	}
