@@ -2106,7 +2106,8 @@ type PopDiscoverParams struct {
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
 
-	// Timeout Long-poll timeout in milliseconds (only with `wait=true`).
+	// Timeout Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
+	// at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
 	Timeout *PopTimeout `form:"timeout,omitempty" json:"timeout,omitempty"`
 
 	// LeaseSeconds Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60.
@@ -2148,7 +2149,8 @@ type PopQueueParams struct {
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
 
-	// Timeout Long-poll timeout in milliseconds (only with `wait=true`).
+	// Timeout Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
+	// at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
 	Timeout *PopTimeout `form:"timeout,omitempty" json:"timeout,omitempty"`
 
 	// LeaseSeconds Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60.
@@ -2185,7 +2187,8 @@ type PopPartitionParams struct {
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
 
-	// Timeout Long-poll timeout in milliseconds (only with `wait=true`).
+	// Timeout Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
+	// at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
 	Timeout *PopTimeout `form:"timeout,omitempty" json:"timeout,omitempty"`
 
 	// LeaseSeconds Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60.

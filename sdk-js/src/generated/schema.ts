@@ -2131,7 +2131,9 @@ export interface components {
         PopAutopilot: boolean;
         /** @description Long poll until a message arrives or `timeout` passes. */
         PopWait: boolean;
-        /** @description Long-poll timeout in milliseconds (only with `wait=true`). */
+        /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
+         *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
+         *      */
         PopTimeout: number;
         /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
         PopLeaseSeconds: number;
@@ -2205,7 +2207,9 @@ export interface operations {
                 autopilot?: components["parameters"]["PopAutopilot"];
                 /** @description Long poll until a message arrives or `timeout` passes. */
                 wait?: components["parameters"]["PopWait"];
-                /** @description Long-poll timeout in milliseconds (only with `wait=true`). */
+                /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
+                 *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
+                 *      */
                 timeout?: components["parameters"]["PopTimeout"];
                 /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
@@ -2259,7 +2263,9 @@ export interface operations {
                 autopilot?: components["parameters"]["PopAutopilot"];
                 /** @description Long poll until a message arrives or `timeout` passes. */
                 wait?: components["parameters"]["PopWait"];
-                /** @description Long-poll timeout in milliseconds (only with `wait=true`). */
+                /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
+                 *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
+                 *      */
                 timeout?: components["parameters"]["PopTimeout"];
                 /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
@@ -2324,7 +2330,9 @@ export interface operations {
                 autopilot?: components["parameters"]["PopAutopilot"];
                 /** @description Long poll until a message arrives or `timeout` passes. */
                 wait?: components["parameters"]["PopWait"];
-                /** @description Long-poll timeout in milliseconds (only with `wait=true`). */
+                /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
+                 *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
+                 *      */
                 timeout?: components["parameters"]["PopTimeout"];
                 /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];

@@ -123,14 +123,7 @@ func (s *Server) requestDeadline(request any) time.Duration {
 		return 0
 	}
 	park := func(wait *bool, timeout *int) time.Duration {
-		if wait == nil || !*wait {
-			return budget
-		}
-		ms := 30000
-		if timeout != nil {
-			ms = *timeout
-		}
-		return budget + time.Duration(ms)*time.Millisecond
+		return budget + popParkTime(wait, timeout)
 	}
 	switch req := request.(type) {
 	case gen.PushRequestObject:

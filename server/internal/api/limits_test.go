@@ -133,6 +133,26 @@ func TestRequestDeadlineBoundsDatabaseWork(t *testing.T) {
 	t.Logf("blocked ack answered %d %s after %v (deadline 500ms)", status, e.Code, took.Round(time.Millisecond))
 }
 
+// wait=true&timeout=0 answers at once like wait=false: the engine read a zero
+// timeout as its 30 s default while the request deadline allowed the database
+// budget alone, so the pop parked past its deadline and answered 500.
+func TestPopWithWaitAndTimeoutZeroAnswersAtOnce(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{DBTimeout: 500 * time.Millisecond}, "")
+	q := uniqueQueue(t)
+	for _, path := range []string{
+		"/api/v1/pop/queue/" + q + "?wait=true&timeout=0",
+		"/api/v1/pop/queue/" + q + "/partition/Default?wait=true&timeout=0",
+		"/api/v1/pop?namespace=" + q + "&wait=true&timeout=0",
+	} {
+		start := time.Now()
+		var e errorBody
+		status, _ := b.call(t, "GET", path, nil, &e)
+		if took := time.Since(start); status != http.StatusNoContent || took > 400*time.Millisecond {
+			t.Fatalf("%s: %d %+v after %v; want a prompt 204", path, status, e, took)
+		}
+	}
+}
+
 func TestStatementTimeoutBoundsDatabaseWork(t *testing.T) {
 	// pgx sends unknown URL parameters as run-time parameters, as main.go does
 	// with RuntimeParams["statement_timeout"].

@@ -28,10 +28,8 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 		req.AutoBatch = p.batch == nil
 		req.AutoWidth = p.partitions == nil && req.Partition == ""
 	}
-	req.Wait = deref(p.wait)
-	if p.timeout != nil {
-		req.Timeout = time.Duration(*p.timeout) * time.Millisecond
-	}
+	req.Timeout = popParkTime(p.wait, p.timeout)
+	req.Wait = req.Timeout > 0
 	req.LeaseSeconds = deref(p.leaseSeconds)
 	req.AutoAck = deref(p.autoAck)
 	req.Group = deref(p.group)
@@ -77,6 +75,21 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 		}
 	}
 	return out, nil
+}
+
+// popParkTime is how long a pop may park waiting for a message: not at all
+// without wait=true, nor with an explicit timeout=0, which answers at once like
+// wait=false (the engine would read a zero timeout as its 30 s default); else
+// the timeout, 30 s when absent. The request deadline is built from the same
+// value (requestDeadline), so the park always ends before the deadline does.
+func popParkTime(wait *bool, timeoutMs *int) time.Duration {
+	switch {
+	case !deref(wait):
+		return 0
+	case timeoutMs == nil:
+		return engine.DefaultPopTimeout
+	}
+	return time.Duration(*timeoutMs) * time.Millisecond
 }
 
 // optional turns "" into a JSON null.

@@ -73,6 +73,9 @@ type PopResult struct {
 	Autopilot *AutopilotEcho
 }
 
+// DefaultPopTimeout is how long a waiting pop parks when it names no timeout.
+const DefaultPopTimeout = 30 * time.Second
+
 const (
 	popInitialRecheck = 100 * time.Millisecond
 	popMaxRecheck     = time.Second
@@ -246,7 +249,7 @@ func normalizePop(req *PopRequest, defaultMode string) error {
 		return invalid("subscriptionMode", "subscriptionMode must be \"new\" or \"all\", got %q", req.SubscriptionMode)
 	}
 	if req.Timeout <= 0 {
-		req.Timeout = 30 * time.Second
+		req.Timeout = DefaultPopTimeout
 	}
 	return nil
 }
