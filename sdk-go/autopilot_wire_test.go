@@ -97,3 +97,18 @@ func TestPopEchoAndPacing(t *testing.T) {
 	require.Equal(t, "q", r.Messages[0].Queue)
 	require.Equal(t, 1, fb.count())
 }
+
+// Timeout(0) makes the broker answer a waiting pop at once, so the loop paces its empty pops as
+// without wait instead of spinning on them.
+func TestEmptyPopsArePacedWhenTheTimeoutIsZero(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusNoContent)
+	})
+	ctx, cancel := context.WithTimeout(context.Background(), 350*time.Millisecond)
+	defer cancel()
+	for _, err := range c.Queue("q").Wait(true).Timeout(0).Messages(ctx) {
+		require.ErrorIs(t, err, context.DeadlineExceeded)
+	}
+	require.Less(t, fb.count(), 10, "empty pops with timeout 0 must pause between polls")
+}

@@ -290,7 +290,7 @@ func (c *Consumer) worker() {
 			lastWaitMs = pr.Autopilot.WaitMs
 		}
 		if len(pr.Messages) == 0 {
-			if !c.q.wait {
+			if !c.q.parks() {
 				_ = sleepCtx(c.fetchCtx, emptyPollPause(lastWaitMs))
 			}
 			continue

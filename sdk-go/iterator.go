@@ -91,7 +91,7 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 			if opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle {
 				return
 			}
-			if !q.wait {
+			if !q.parks() {
 				_ = sleepCtx(ctx, emptyPollPause(it.lastWait))
 			}
 			continue

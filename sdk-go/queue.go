@@ -83,8 +83,13 @@ func (q QueueBuilder) Autopilot(on bool) QueueBuilder { q.autopilot = &on; retur
 // Wait sets long polling (default true).
 func (q QueueBuilder) Wait(on bool) QueueBuilder { q.wait = on; return q }
 
-// Timeout sets the long-poll timeout (default 30 s; sent in milliseconds).
+// Timeout sets the long-poll timeout (default 30 s; sent in milliseconds). Under 1 ms sends 0,
+// which the broker answers at once, like Wait(false).
 func (q QueueBuilder) Timeout(d time.Duration) QueueBuilder { q.timeout = d; return q }
+
+// parks reports whether the broker holds this builder's pops until a message arrives: a timeout
+// of 0 ms answers at once, so a loop must then pause between empty pops as without wait.
+func (q QueueBuilder) parks() bool { return q.wait && q.timeout.Milliseconds() > 0 }
 
 // LeaseSeconds overrides the lease of popped batches.
 func (q QueueBuilder) LeaseSeconds(n int) QueueBuilder { q.leaseSeconds = n; return q }

@@ -42,6 +42,11 @@ export function isTransientLoopError(err: unknown): boolean {
   return err instanceof RateLimitError || err instanceof APIConnectionError || err instanceof InternalServerError;
 }
 
+/** parks says whether the broker holds a pop until a message arrives: timeout 0 answers at once, so a loop pauses between empty pops as without wait. */
+function parks(s: Pick<QueueState, "wait" | "timeoutMillis">): boolean {
+  return s.wait && s.timeoutMillis > 0;
+}
+
 function loopErrorDelay(err: unknown, consecutive: number): number {
   if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
   return Math.min(1000 * 2 ** consecutive, 30_000);
@@ -224,7 +229,7 @@ export class Consumer implements PromiseLike<void> {
       errors = 0;
       if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
       if (res.messages.length === 0) {
-        if (!this.s.wait) await this.pause(waitMs ?? 100);
+        if (!parks(this.s)) await this.pause(waitMs ?? 100);
         continue;
       }
       this.lastMessageAt = Date.now();
@@ -346,7 +351,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     errors = 0;
     if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
     if (res.messages.length === 0) {
-      if (!s.wait) await pause(waitMs ?? 100);
+      if (!parks(s)) await pause(waitMs ?? 100);
       continue;
     }
     const slices = groupByPartition(res.messages);

@@ -151,7 +151,7 @@ class Engine:
             if res.autopilot is not None:
                 last_echo = res.autopilot
             if not res.messages:
-                if not self.spec.wait:
+                if not self.spec.parks:
                     await self._pause(P.empty_poll_pause(res.autopilot or last_echo))
                 continue
             self._last_activity = time.monotonic()

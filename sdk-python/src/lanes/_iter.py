@@ -68,7 +68,7 @@ class _Core:
             return 0.0
         if self.idle_timeout and time.monotonic() - self.last_msg >= self.idle_timeout:
             raise StopIteration
-        return 0.0 if self.spec.wait else P.empty_poll_pause(res.autopilot or self.last_echo)
+        return 0.0 if self.spec.parks else P.empty_poll_pause(res.autopilot or self.last_echo)
 
     def close_entries(self) -> Entries:
         self.closed = True

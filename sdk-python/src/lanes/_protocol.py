@@ -153,6 +153,12 @@ class QueueSpec:
     soft_stop_timeout: float = 0.0
     report_handler_errors: bool = False
 
+    @property
+    def parks(self) -> bool:
+        """The broker holds a pop until a message arrives; timeout 0 answers at once, so a
+        loop pauses between empty pops as without wait."""
+        return self.wait and self.timeout_millis > 0
+
 
 def _b(v: bool) -> str:
     return "true" if v else "false"
