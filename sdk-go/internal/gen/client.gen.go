@@ -386,24 +386,6 @@ func (e TransactionResultReason) Valid() bool {
 	}
 }
 
-// Defines values for PopSubscriptionMode.
-const (
-	PopSubscriptionModeAll PopSubscriptionMode = "all"
-	PopSubscriptionModeNew PopSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopSubscriptionMode enum.
-func (e PopSubscriptionMode) Valid() bool {
-	switch e {
-	case PopSubscriptionModeAll:
-		return true
-	case PopSubscriptionModeNew:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ListMessagesParamsStatus.
 const (
 	ListMessagesParamsStatusCompleted  ListMessagesParamsStatus = "completed"
@@ -422,60 +404,6 @@ func (e ListMessagesParamsStatus) Valid() bool {
 	case ListMessagesParamsStatusPending:
 		return true
 	case ListMessagesParamsStatusProcessing:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for PopDiscoverParamsSubscriptionMode.
-const (
-	PopDiscoverParamsSubscriptionModeAll PopDiscoverParamsSubscriptionMode = "all"
-	PopDiscoverParamsSubscriptionModeNew PopDiscoverParamsSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopDiscoverParamsSubscriptionMode enum.
-func (e PopDiscoverParamsSubscriptionMode) Valid() bool {
-	switch e {
-	case PopDiscoverParamsSubscriptionModeAll:
-		return true
-	case PopDiscoverParamsSubscriptionModeNew:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for PopQueueParamsSubscriptionMode.
-const (
-	PopQueueParamsSubscriptionModeAll PopQueueParamsSubscriptionMode = "all"
-	PopQueueParamsSubscriptionModeNew PopQueueParamsSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopQueueParamsSubscriptionMode enum.
-func (e PopQueueParamsSubscriptionMode) Valid() bool {
-	switch e {
-	case PopQueueParamsSubscriptionModeAll:
-		return true
-	case PopQueueParamsSubscriptionModeNew:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for PopPartitionParamsSubscriptionMode.
-const (
-	PopPartitionParamsSubscriptionModeAll PopPartitionParamsSubscriptionMode = "all"
-	PopPartitionParamsSubscriptionModeNew PopPartitionParamsSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopPartitionParamsSubscriptionMode enum.
-func (e PopPartitionParamsSubscriptionMode) Valid() bool {
-	switch e {
-	case PopPartitionParamsSubscriptionModeAll:
-		return true
-	case PopPartitionParamsSubscriptionModeNew:
 		return true
 	default:
 		return false
@@ -1944,7 +1872,7 @@ type PopPartitions = int
 type PopSubscriptionFrom = string
 
 // PopSubscriptionMode defines model for PopSubscriptionMode.
-type PopSubscriptionMode string
+type PopSubscriptionMode = string
 
 // PopTimeout defines model for PopTimeout.
 type PopTimeout = int
@@ -2118,7 +2046,10 @@ type PopDiscoverParams struct {
 
 	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
 	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
-	SubscriptionMode *PopDiscoverParamsSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
+	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+	// which would replay a whole backlog on a typo).
+	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
 	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
@@ -2126,9 +2057,6 @@ type PopDiscoverParams struct {
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
-
-// PopDiscoverParamsSubscriptionMode defines parameters for PopDiscover.
-type PopDiscoverParamsSubscriptionMode string
 
 // PopQueueParams defines parameters for PopQueue.
 type PopQueueParams struct {
@@ -2161,7 +2089,10 @@ type PopQueueParams struct {
 
 	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
 	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
-	SubscriptionMode *PopQueueParamsSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
+	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+	// which would replay a whole backlog on a typo).
+	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
 	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
@@ -2169,9 +2100,6 @@ type PopQueueParams struct {
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
-
-// PopQueueParamsSubscriptionMode defines parameters for PopQueue.
-type PopQueueParamsSubscriptionMode string
 
 // PopPartitionParams defines parameters for PopPartition.
 type PopPartitionParams struct {
@@ -2199,7 +2127,10 @@ type PopPartitionParams struct {
 
 	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
 	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
-	SubscriptionMode *PopPartitionParamsSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
+	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+	// which would replay a whole backlog on a typo).
+	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
 	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
@@ -2207,9 +2138,6 @@ type PopPartitionParams struct {
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
-
-// PopPartitionParamsSubscriptionMode defines parameters for PopPartition.
-type PopPartitionParamsSubscriptionMode string
 
 // ListQueuesParams defines parameters for ListQueues.
 type ListQueuesParams struct {

@@ -2141,8 +2141,11 @@ export interface components {
         PopConsumerGroup: string;
         /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
          *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+         *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+         *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+         *     which would replay a whole backlog on a typo).
          *      */
-        PopSubscriptionMode: "new" | "all";
+        PopSubscriptionMode: string;
         /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */
         PopSubscriptionFrom: string;
         /** @description Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`. */
@@ -2217,6 +2220,9 @@ export interface operations {
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
                 /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
                  *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+                 *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+                 *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+                 *     which would replay a whole backlog on a typo).
                  *      */
                 subscriptionMode?: components["parameters"]["PopSubscriptionMode"];
                 /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */
@@ -2273,6 +2279,9 @@ export interface operations {
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
                 /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
                  *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+                 *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+                 *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+                 *     which would replay a whole backlog on a typo).
                  *      */
                 subscriptionMode?: components["parameters"]["PopSubscriptionMode"];
                 /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */
@@ -2340,6 +2349,9 @@ export interface operations {
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
                 /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
                  *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+                 *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+                 *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+                 *     which would replay a whole backlog on a typo).
                  *      */
                 subscriptionMode?: components["parameters"]["PopSubscriptionMode"];
                 /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */

@@ -218,7 +218,7 @@ func TestClaimCommittedAfterTheClientLeftIsGivenBack(t *testing.T) {
 	for _, group := range []*string{nil, ptr("given-back")} {
 		gone, cancel := context.WithCancel(context.Background())
 		req := httptest.NewRequest(http.MethodGet, "/api/v1/pop/queue/"+q, nil).WithContext(gone)
-		mode := gen.PopQueueParamsSubscriptionMode("all")
+		mode := "all"
 		popReq := gen.PopQueueRequestObject{Queue: q, Params: gen.PopQueueParams{ConsumerGroup: group, SubscriptionMode: &mode}}
 		handler := b.Server.strictMiddleware(func(ctx context.Context, _ http.ResponseWriter, _ *http.Request, request any) (any, error) {
 			resp, err := b.Server.PopQueue(context.Background(), request.(gen.PopQueueRequestObject))

@@ -1,7 +1,9 @@
 package api
 
 import (
+	"fmt"
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -124,6 +126,37 @@ func TestAckStatusEmptyFailsWhileAbsentOrNullCompletes(t *testing.T) {
 				}
 			})
 		}
+	}
+}
+
+// The reference clients spell "new" also new-only, new_only and newonly; the
+// mode is read in any letter case on every pop route.
+func TestPopSubscriptionModeAcceptsTheReferenceSpellings(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1}}}, nil)
+	cases := []struct {
+		mode      string
+		delivered bool
+	}{
+		{"new-only", false}, {"new_only", false}, {"newonly", false}, {"NEW", false}, {"New-Only", false},
+		{"ALL", true}, {"all", true},
+	}
+	for i, c := range cases {
+		for _, route := range []string{"/api/v1/pop/queue/" + q, "/api/v1/pop/queue/" + q + "/partition/Default"} {
+			var e errorBody
+			status, _ := b.call(t, "GET", fmt.Sprintf("%s?consumerGroup=g%d-%d&subscriptionMode=%s", route, i, len(route), c.mode), nil, &e)
+			if want := map[bool]int{false: http.StatusNoContent, true: http.StatusOK}[c.delivered]; status != want {
+				t.Fatalf("%s subscriptionMode=%s: %d %+v, want %d", route, c.mode, status, e, want)
+			}
+		}
+	}
+	if status, _ := b.call(t, "GET", "/api/v1/pop?namespace="+q+"&consumerGroup=g&subscriptionMode=new-only", nil, nil); status != http.StatusNoContent {
+		t.Fatalf("discovery subscriptionMode=new-only: %d", status)
+	}
+	var e errorBody
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?consumerGroup=g&subscriptionMode=from_beginning", nil, &e); status != http.StatusBadRequest || !strings.Contains(e.Error, "subscriptionMode") {
+		t.Fatalf("an unknown mode must be a 400 naming subscriptionMode: %d %+v", status, e)
 	}
 }
 

@@ -108,7 +108,7 @@ func (s *Server) PopQueue(ctx context.Context, req gen.PopQueueRequestObject) (g
 	res, err := s.pop(ctx, engine.PopRequest{Queue: req.Queue}, popParams{
 		batch: p.Batch, partitions: p.Partitions, timeout: p.Timeout, leaseSeconds: p.LeaseSeconds,
 		wait: p.Wait, autoAck: p.AutoAck, autopilot: p.Autopilot, group: p.ConsumerGroup,
-		mode: (*string)(p.SubscriptionMode), from: p.SubscriptionFrom,
+		mode: p.SubscriptionMode, from: p.SubscriptionFrom,
 	})
 	if err != nil || res == nil {
 		return gen.PopQueue204Response{}, err
@@ -122,7 +122,7 @@ func (s *Server) PopPartition(ctx context.Context, req gen.PopPartitionRequestOb
 	res, err := s.pop(ctx, engine.PopRequest{Queue: req.Queue, Partition: req.Partition}, popParams{
 		batch: p.Batch, timeout: p.Timeout, leaseSeconds: p.LeaseSeconds,
 		wait: p.Wait, autoAck: p.AutoAck, autopilot: p.Autopilot, group: p.ConsumerGroup,
-		mode: (*string)(p.SubscriptionMode), from: p.SubscriptionFrom,
+		mode: p.SubscriptionMode, from: p.SubscriptionFrom,
 	})
 	if err != nil || res == nil {
 		return gen.PopPartition204Response{}, err
@@ -136,7 +136,7 @@ func (s *Server) PopDiscover(ctx context.Context, req gen.PopDiscoverRequestObje
 	res, err := s.pop(ctx, engine.PopRequest{Namespace: deref(p.Namespace), Task: deref(p.Task)}, popParams{
 		batch: p.Batch, partitions: p.Partitions, timeout: p.Timeout, leaseSeconds: p.LeaseSeconds,
 		wait: p.Wait, autoAck: p.AutoAck, autopilot: p.Autopilot, group: p.ConsumerGroup,
-		mode: (*string)(p.SubscriptionMode), from: p.SubscriptionFrom,
+		mode: p.SubscriptionMode, from: p.SubscriptionFrom,
 	})
 	if err != nil || res == nil {
 		return gen.PopDiscover204Response{}, err

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"time"
 
@@ -241,17 +242,33 @@ func normalizePop(req *PopRequest, defaultMode string) error {
 			return err
 		}
 	}
-	switch req.SubscriptionMode {
-	case "":
+	if req.SubscriptionMode == "" {
 		req.SubscriptionMode = defaultMode
-	case "new", "all":
-	default:
-		return invalid("subscriptionMode", "subscriptionMode must be \"new\" or \"all\", got %q", req.SubscriptionMode)
+	} else if mode, ok := NormalizeSubscriptionMode(req.SubscriptionMode); ok {
+		req.SubscriptionMode = mode
+	} else {
+		return invalid("subscriptionMode", "subscriptionMode must be \"new\" (or new-only, new_only, newonly) or \"all\", got %q", req.SubscriptionMode)
 	}
 	if req.Timeout <= 0 {
 		req.Timeout = DefaultPopTimeout
 	}
 	return nil
+}
+
+// NormalizeSubscriptionMode maps a subscription mode to "new" or "all", in any
+// letter case. The reference clients spell "new" also new-only (the Go SDK's
+// SubscriptionModeNewOnly), new_only and newonly. Unlike the reference broker,
+// which reads any other word as "all", other words are refused (ok false): a
+// typo that silently replays a whole backlog to a new group cannot be undone
+// but by a seek, while a 400 on the first pop is seen at once.
+func NormalizeSubscriptionMode(mode string) (normalized string, ok bool) {
+	switch strings.ToLower(mode) {
+	case "new", "new-only", "new_only", "newonly":
+		return "new", true
+	case "all":
+		return "all", true
+	}
+	return "", false
 }
 
 // subscriptionStart is where a named group starts on its first contact.

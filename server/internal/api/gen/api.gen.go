@@ -392,24 +392,6 @@ func (e TransactionResultReason) Valid() bool {
 	}
 }
 
-// Defines values for PopSubscriptionMode.
-const (
-	PopSubscriptionModeAll PopSubscriptionMode = "all"
-	PopSubscriptionModeNew PopSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopSubscriptionMode enum.
-func (e PopSubscriptionMode) Valid() bool {
-	switch e {
-	case PopSubscriptionModeAll:
-		return true
-	case PopSubscriptionModeNew:
-		return true
-	default:
-		return false
-	}
-}
-
 // Defines values for ListMessagesParamsStatus.
 const (
 	ListMessagesParamsStatusCompleted  ListMessagesParamsStatus = "completed"
@@ -428,60 +410,6 @@ func (e ListMessagesParamsStatus) Valid() bool {
 	case ListMessagesParamsStatusPending:
 		return true
 	case ListMessagesParamsStatusProcessing:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for PopDiscoverParamsSubscriptionMode.
-const (
-	PopDiscoverParamsSubscriptionModeAll PopDiscoverParamsSubscriptionMode = "all"
-	PopDiscoverParamsSubscriptionModeNew PopDiscoverParamsSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopDiscoverParamsSubscriptionMode enum.
-func (e PopDiscoverParamsSubscriptionMode) Valid() bool {
-	switch e {
-	case PopDiscoverParamsSubscriptionModeAll:
-		return true
-	case PopDiscoverParamsSubscriptionModeNew:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for PopQueueParamsSubscriptionMode.
-const (
-	PopQueueParamsSubscriptionModeAll PopQueueParamsSubscriptionMode = "all"
-	PopQueueParamsSubscriptionModeNew PopQueueParamsSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopQueueParamsSubscriptionMode enum.
-func (e PopQueueParamsSubscriptionMode) Valid() bool {
-	switch e {
-	case PopQueueParamsSubscriptionModeAll:
-		return true
-	case PopQueueParamsSubscriptionModeNew:
-		return true
-	default:
-		return false
-	}
-}
-
-// Defines values for PopPartitionParamsSubscriptionMode.
-const (
-	PopPartitionParamsSubscriptionModeAll PopPartitionParamsSubscriptionMode = "all"
-	PopPartitionParamsSubscriptionModeNew PopPartitionParamsSubscriptionMode = "new"
-)
-
-// Valid indicates whether the value is a known member of the PopPartitionParamsSubscriptionMode enum.
-func (e PopPartitionParamsSubscriptionMode) Valid() bool {
-	switch e {
-	case PopPartitionParamsSubscriptionModeAll:
-		return true
-	case PopPartitionParamsSubscriptionModeNew:
 		return true
 	default:
 		return false
@@ -1950,7 +1878,7 @@ type PopPartitions = int
 type PopSubscriptionFrom = string
 
 // PopSubscriptionMode defines model for PopSubscriptionMode.
-type PopSubscriptionMode string
+type PopSubscriptionMode = string
 
 // PopTimeout defines model for PopTimeout.
 type PopTimeout = int
@@ -2124,7 +2052,10 @@ type PopDiscoverParams struct {
 
 	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
 	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
-	SubscriptionMode *PopDiscoverParamsSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
+	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+	// which would replay a whole backlog on a typo).
+	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
 	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
@@ -2132,9 +2063,6 @@ type PopDiscoverParams struct {
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
-
-// PopDiscoverParamsSubscriptionMode defines parameters for PopDiscover.
-type PopDiscoverParamsSubscriptionMode string
 
 // PopQueueParams defines parameters for PopQueue.
 type PopQueueParams struct {
@@ -2167,7 +2095,10 @@ type PopQueueParams struct {
 
 	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
 	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
-	SubscriptionMode *PopQueueParamsSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
+	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+	// which would replay a whole backlog on a typo).
+	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
 	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
@@ -2175,9 +2106,6 @@ type PopQueueParams struct {
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
-
-// PopQueueParamsSubscriptionMode defines parameters for PopQueue.
-type PopQueueParamsSubscriptionMode string
 
 // PopPartitionParams defines parameters for PopPartition.
 type PopPartitionParams struct {
@@ -2205,7 +2133,10 @@ type PopPartitionParams struct {
 
 	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
 	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
-	SubscriptionMode *PopPartitionParamsSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
+	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
+	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
+	// which would replay a whole backlog on a typo).
+	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
 	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
@@ -2213,9 +2144,6 @@ type PopPartitionParams struct {
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
-
-// PopPartitionParamsSubscriptionMode defines parameters for PopPartition.
-type PopPartitionParamsSubscriptionMode string
 
 // ListQueuesParams defines parameters for ListQueues.
 type ListQueuesParams struct {
@@ -11327,276 +11255,278 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3dchs5sj/4KgjuRjQVS0l0t8f//0jRF2rbPePxl2yrpyPO0KECq1JkDYtAGUCJYjsUca429tye3Uc4",
-	"TzZPsoEEUF8EikV9uO0eXdliVeEzM5GZyPzl50HMlzlnwJQcHH0ezIEmIPC/70GJ9cmFAqH/SkDGIs1V",
-	"ytngaPABYs4SSRQnK5oqMoULLoAI/UnKZgeD0UDGc1hS/ekyZemyWA6OxqOBWucwOBqkTMEMxOD6+no0",
-	"yKmgS1C2258FX/6cZv5uFRWK8Aui5kBUugSySlnCV7q/VL/wqQCxHowGjC51NxeCLxtDueBiSdXgaJBQ",
-	"Bfu6hUE5JqlEymYDPaK/CF7kp1TNN4fwlDNZLEGQmX6H6I7K3nP9Rdk5vjAYDQR8KlIByeBIiQLqo9ns",
-	"+FW6TNVmp6d0BkSmv0Foohl+V287gQtaZGpw9Gg8HlVb8MizBaPBG7oEmdMYQgtvfifTNU4YXw0NpXxh",
-	"0D3VtxcXEjxzfc9XSFdykeahPrj51jvf+mzH3tmeUqFS3duLxL/H5QskTcjwl19ePNsL7HFeNbXjTpd9",
-	"bBtCB4WVve/aN89PCsVP4oWPvpfLVCGDxYWQXJCU4V85z7+ThK8YUYIySWMc3ZCq/SWXap+zGPaOSZQB",
-	"lfAiiUgq9WeMRJPBZBCFdpLacXi38oJmEsotnHKeAWX1GeRpxj0kFOkliEgGCsdApoIvQCADkdU8jedw",
-	"CUKLkWhKVTyPDqNyJWWEX+jVBKlIBheK8EIdE8omDK7yLI1TRS5pVoCeITMtXYIQaZIAOyBn+LXMOZNg",
-	"FiCmQqQgSUTdiKODCetYDzMrzxaWKzAaXO3P+L79ploJszI/6UltrsoZVzQjS5BSS5NpkcxAkQsuzF7T",
-	"LBsROacCEkJjwaUkcUbTJSSkWpwD8queEZ1KYOqIfD8ejyaMCxLPuQSmxUNtuYePxuM9skIaKKf1I27N",
-	"ATnRTcRAllRpwT8ikutvhVlVPmFm8sTSQnjBcAebxw29srJuPO4h+0557mQ6iv1tIv/YTp/8SD4VUABZ",
-	"8gTIMDo/f/fL81+en79+++z5+Xk0IvpgBZWyGYltA3IvxAZxYwRbufeVZjJ7Bm+OF5+SpBDUyDBGpHm1",
-	"HDoXZEx+xM3COXwnLeOepUuIRgQyCeTJOHja1LvvfdLjyEu55hn3a7NxNXorSRBlUCotmdIsIwVLNOcx",
-	"qETOMYnGkZ4bgxlV6SWQH5GUYpq3CPfRiASp9l//9T/kyeNthDthAcolfQm3mqVvv1vL9qGYliulFSTf",
-	"CS2k2o85UzRWRKKilPOUqRGJGF/hulBGXnx4u/+/n4wfofYkFV3mx6RgORUS6DQDI9kkoXo6M8YFJCEi",
-	"kO0hbaXa+iRe8wQ2J/ErriPFMy+xGhZORRLOyIWeInFTXKVqTmhFLEckYrCKyNCu/Ag1CL01Ezal8SLj",
-	"sz29CBHNsuiAvGXZmkiARBLqTjo1p4okHPQ+KgJXqVRkDerYLYUmw4rnw1sr2xP1nm4DBqvBaABMM8w/",
-	"7F80ywYfR/7108zJC89594qz2X7Oswx3lRdKD3SZZllqGZ8MuZ4uLlmkFXZDzXs1WfaDFpYHyEE5FQtc",
-	"ggmjSjPbkVMACGVyBUISqog+8EckSxdgm8TTOiLD6Pvx48iwD+NqrgVgKgm9pGmmSWwvvG529P7l+sFK",
-	"cyfd8e8eyh7Pf6VpYNEILlrBVJoRWh6N+ry+BInEYoekF0VKkCFm0Auwqw7zTlPSdoXbEFxDC2x1jm9s",
-	"YT/szK9qvtvsoKlmuvZ3UTHPqFxsn5uichGalX62ZVJnPNTFc5bsYCYqfhMj8axSg0OGxGtLUXWNWZsU",
-	"BUs/FUByEJX8CpkYqt7NTrtwrV82miietj/R5L3Ra/VfWo4Cw//SXOu1qC0c/lPqkX+uNft/CrgYHA3+",
-	"j8PKU3BonsrD50Jwa8W3z/JMLyMkZMqTtWYlXHM8dylZplJqueDmQi5SyJIDrb8+yz69hzyja9P0XQ20",
-	"1axnxOYxuaBpBsmxUQn00J36bswCfIcXKuZLMKOWOOyfuZiiBXD/S/t3mqUJUXwBDCW6lvfOZsHFFDwD",
-	"u9CfCq7o4QVQVQggM6oAR/uCKRCMZne7xsERP6OKTrVOitak6RoXuhBmPG+4+pkXLLn/oWjzjCaJACn1",
-	"SoHkhYihdejjmE7pOuM0OeP8FRUzuP+h/aSpLdN9oSZirO6Ys4t0VuhtRR9Pqd6QJ4/J6/SnvQNr9L19",
-	"eWcjPOX5eys3fOM80WYxlQqVb3dmWkUdR/MBxGUawy+sPPO/wL7CMueCijRbk6LqmAwTR3sJX7ERkYW4",
-	"oDGQnBaaALggSSr1m4lZyTPOX1O2tnJS3v/ATxIUhpyhYit4psckqAKz38fGp0rohT4yI/TJ7qNTNnJW",
-	"nT432m7b/dJv6xuUffuw5uHFkf3CaKHmXKS/wRdgxdfmEBiRpTsrRgSuchRhXBCujapVKoGk7LISeQd4",
-	"9trGdd8n8QIdHrWjLRc8B6FSc+zReMH4KoNktnRe7lTBUm4b+Em8eKFgqanCnqxUCLrWf8e7OAzQxwKX",
-	"INZE91txcNtlsHesNYJ9fAm/NHaYFksCKBpirMgsQ5nDf1MrqdSDf2zMvDIs+PSfEKO/yM1yY9nAnQ0t",
-	"5c2IbT0iyVmPMY0G1j4POSoUJ7i/VEHNHsGP9jOQktB40aufujO226drVUMrvA4GnsakoqrwOCl+FgDE",
-	"vDYiki71/oglzVJpvC1UkugkXlhqPDDNRL3G39T0Nv13TSVy6xxaxNDWI+urFSCMIEvtRv9hgu+1LL0I",
-	"cUSkQhNdbwF59uodEUbf/xLUSYaMk3gO8WLvKyVUR6OQkFiPXAKTqUovIVsf2Vkd6mEfRloQZqAgiQ4j",
-	"WcQxSBkdRjRe4C98EU3Yv/7v/ybla8ckwhMqIvpnAQlk6SWIUjON51TMtK6PCjU6nY9JlGSfzAcJ0GQ/",
-	"A6VPN8ZXxxNG2do4DdAJqd8xKjkZYlOlJq5PRdOe9Sh8i/wl0UfQZq8k++QZ3jw1xHaBq0EbS2eJffOe",
-	"IBE8z8E3W/TopJKzUodbUUns+5pny9b1ZtS0JF83AR79da7PPGzYKNcQFwrPeb23esN68UvKErjycAqX",
-	"qfNw1y5taiMsHUGWzd8D/hNYDnyGgxX2PeMbTssjaHPijHOPAPwrFUsUDklh1CaoGAb3kKIPfgoZX9Wu",
-	"2vxdWC70jzllUonCEK0euVtiMqQkFzw2dg7TfaaSmIuxwB7uxh6VbmFcxN3MYXZwtMEkbm6Ogtr7NEJe",
-	"sMvs46KfiosLEB8CMvBZKhdE5pxnRItJOCZLLsD+Yqx3sqRrMgWSC9BSUE+lxYzTvwLN1Hztv4gzwskT",
-	"qqD7gITkhZyjzKLKCTLFSSJoyvyEmgNL9BJua3FFU7xc6m5txcXCGAIe32h9h1y35YxGtZmX7fi24Kkz",
-	"UUtvAs2ytxeDo3/0MgxGbeln1f3NBXijtS0rlp1NwPGhnwBbI/042lRTzMAJEt8xiWyrkYlysEJFfw2u",
-	"J+PXLu97ODMOjLKpoMq09F54ROhRiqG6ttg7InyZqqpHLY1UIRhutHlHHpBoCWIG0ebL2mJYQI6E7K4W",
-	"8F10HWJnnguGUS1sw7vu+IhkdAoZ2jNJKmOONk3Oc+lVTOyItplZ6H5+a9+9Hllvc4eXmgxjAVTPOb1w",
-	"nsQ97wjQhbwpyKhc7DKTFqOY8XUyQuhcr5w5m6M6yVZ07SR04Kypb9FdLXenLmoH1fugLvfO/8TXhdnX",
-	"RpyNR8Xlgs7AFw+GDwiwWcpgRCIJxtSNOumhe4Nru1SNe9QK9XF3IvVoJ3djYUdbbUmAWCoT6hlo1aCD",
-	"bJrW1sbEEvw+aV6ubx4GS1A0oYqa7hL/gYYze4N3DxsKlzkjtY2FF4Ig9s3tlOCFClgnlfLiuQKrL3ul",
-	"CjTn22PxFE0zPHeSBKdPs9PGAnbxQ6MpJMbBhqfqJayNLti8i+seVrkZmxuaUansu8mJCl459TNdT2Jt",
-	"x/n30sTJvaIzPz3k9SFucku6hFd0Vgsz2WxBcUUzNxX/K0ZzMKy/3X3VvabvnHzZlKsZbU2ktgx5gy96",
-	"Of8CW7nhC9w65A/FcknFevdBL+nVmdmBcPitTFmMUWaEZwlIRQpmmSchVhT61cIlLKfWX9zSiUwkhOAr",
-	"SYbaZnNGhNzzt8SspAg7OUyTcgsJyl9TNQ9SakMoeV0g+MQpPB8UUtlo8IrOZkarfQY08So+tcPFI72q",
-	"QI6nRum4Db9KTwDMTh+duaCdm49B8TyNm3yw+U7L3Y1c7iVEe8EtyRTmKUtGRBZLTXxaoarHDQ68sRkb",
-	"nGMOJtto0DtSnV4ta894/SSxb/gJtvtECgwJBc/OA/rAl2B8Weha2RhVndvNnD2RDFd5RhmtbA8XU+Nv",
-	"crsu1jp23eBHHYrts+zTq9Rr1Njt7y1Wn2Wf7O766Cyns5SVIrHzirJ609Gnz4HLZmpuLMZUkrzpxgsZ",
-	"wuWcGuNxnQSW53W1fbvqbnFdrrToR1s7VJLImOQnCtXaPuEpI/0Qr+YoW1tb3K8dGTEREBvlHKvtvQ6+",
-	"7LZxu0wLvlGxafAVVuiTq+uNkqs2DH57pU+GlK3J3z68fYNnGoZS22//KTk7eE9Xbj9rT/flIs33jUpP",
-	"s32MrQRh+nYe0BoZbBXEbk/7RhyNBmlY5pmoIgkmxM+EqfhtqVQ+Z7FY50H9v1spbJmLm88FT4oYxIdi",
-	"2msVwhYjevif8sLcP3tUz7a7socy+Sz7dFqIWX9La+v4g7L//daDKDz1mxhNPeV4K7ZqV09drxAru7qb",
-	"/IftEGCXkPEcSJ4V28Kqam0G/GoNcm3xBkhl5Xeli1S3kag2i1SL+OyYTDPKFnjd9Hg83us+UcPdGAPx",
-	"pl1cd+3ZLbwD2acAtybZp/d89R6W/BK6DDTfTc+mA8pO9GwLY24TMV0iQS8EJCdb9Yz31ZsmCtIuXcv7",
-	"ivOOjEc9IZQlKEstKx2TqLy+iSq1S6RKARvhmwvI1TGJZpzhG0QW8Vw/OCbRkmpWZ5TFYDogtV+IcVmX",
-	"/llc/tGg7G4wGug2B9oKLD+qXPMf78jRYtfFJyqe+y/0WhzML2xgy+Orq8M/XV3hoWqDxDdvUmKvC9zY",
-	"akQyuoDzmErrjSf67WNCGeE5MCJBYaZFnKV6o8mykIrQOIZcG70LxlcMv5AHE/YXYCDS2Px9RCJ7f59y",
-	"dm4WMBqVrv5zfeLrv6c0ObcXiPpPDL46h6sYINEfTFhU1KKj9CsXLuQzwhQLdX7BC5aYP841JZyjW0z/",
-	"oM0Anpzrl2iW8ZVtMTf6yLni/BwD//S72nTSv5pOBFVwjoMxf7twtvNakBu2VT5wEes4RxNreY4rGh2Q",
-	"93pA+zKHOL1wC0RSFmdFAtWSGB0HW0VePG9MzurHzR/Ne47K6uub4l/IIbrBxeU5xnit8Xs7EvPF4vI8",
-	"F3CRXjXaWVyet7ZGT1DI5q8TZn4+x/3hrNo5ExvQN6jkr8WSsn0BNEGi7H35724vkcR9/GRu0jy2o902",
-	"j3CKOWN49YS5OxHeU7hfvOeT8YIHPSS+C9Jobm74TBcFc396278EIf1Cuy1hTG+jana+JXl52R23p/9P",
-	"d/Pavbx86z7yuurqg6w13zk6/6lrROcuI3Na0ZZhuYb9Y9JmeDjQ0Z+r/5QzlbICbAwp2sILWPutAyML",
-	"npswzD6JLKPBAtbyLcvW/d7Oqgz3RoJ6PWmzO2dz20WYESLNVKutDFw12bXwflqYrhV4eOsn/bM+Im1O",
-	"nbnGDVkDDK5UGbS71ewQfLUT7fGV168nCqbVjaSH1oA91j/xr1N5V+x3GJXL3Bx98yVNUH6br2vjfcpz",
-	"J6fVxuKfSyVLNvb2LQPy8u+klCEH5DnqQTwnDHMKIyYjk0SCccwu2CSBHBgGKUY8jzZVpAALz0CdIlWT",
-	"f/3n/4eB4n0ZOoFM0c0GUxYLbIsutYVNFCc0ScjQBsO4BNqAzx+ucr1IG63mhRpZ7dk07sIl8VrCeZ+O",
-	"MfcYFbgy4+KYvCE/krgQQn9gDxrzzhTIGz2Mrjw/dIppTTQwprxQLy4wc1eNSDl3k7xvQs6l3y27gLV3",
-	"N7DJVrtm4rX29e6H9sXR+EbLrylb1782KYe9XfVNYRymIb50MAaBmWd+JJJmK7nDJalMXi3NSZzRZW4i",
-	"nbQ832vsn1ekL+lVB5UWeQ6CTLW2GbjPSlnH51rjtp+TYYSpDJDYI8rGDx9NzIwnA5u6ihAIzXjHuiCS",
-	"HWEygWiY+gXVDNFL7Hab/5ll1RIBM2BrpFV6dzBBMBZe+69+6oU3jHG2D8tcrTVpEfONd7iVoNyICSEZ",
-	"l0p/W/I0BrYZV85qzjODJqE1ygZSiFXwy6+CcYgqC0IbdHAz5nkqTrL0Eo4JXNFYZWvMUeIXJKoajQ4j",
-	"Kyyi7WSJHPLgRu/eBCPrrUvdCJW78qtv6OwD5D3/eX1ahHXj0JF1Uh5RuQShvuzZ9Gb7ARTmw7NCMEI9",
-	"zJgyfZoz40bZncXOHvjoC/HRyZdgGbPyfoZ5H/CLmt/1fnOn5x4b4CSnx1JRRkxbnVZ2KLXmwPWkB4hU",
-	"m0hO21npP8mc5jmw0D152P1s2eg28RkXLgd54wita2RGKgT4tUxV2OQBq0tu9GpDWLu1Qa3XoUi6cEpQ",
-	"f51wN9OS51usao+uQKXPSKpt72q+Jk7xQmgwVL7qPnCzqIPRgDqdx7mbRiW6Hfb8scMc9q7fiDR1IP1y",
-	"YwHv3nYeDYo8uW200IPM9MXsu2MYEdju4yK/5uXcNsVrv1TlK6/+4Y5xj1C7vegKCZcHOrwfOvx7i/7K",
-	"3FCDseTM8Ohe6LIPHdrIxw1oO//l8fkseHuc0dn5nBeNAM5y5TCU+dzFnJ7TW5CZiVU+z0IhoCbC9byK",
-	"cL1Vb+UV9Hm65Y76PBjhai/HQo/1UPR0zmVXBLUJj7ajuEF8NGYpP79SwJKg8SNDuj5+h+bMheBLwviq",
-	"hhZYgxoZG5+IIfGt3pytw/S70RtS0BMIZ0Q+lYjz9ty9HA6Ju3nmd5UMmvpjK/HhuR2wpcMvMeJ6M57d",
-	"pCJLQZuusDJW5foYc3eagaMCGKyMfn2zUdgGPPYsigVtNwxL9hkZEIA9s6CSANJAj+DcDtCZeqJuOZct",
-	"9xdus0eN+AczkdbC1g9kz177bKlX6SUwO/AWVd/gUpYvou1XzvZr32he14JGPAPCRO4eVz7uTW8X5vzq",
-	"d7wE1J6OM8dIi1trRQHZfN01ocJixPiR3GL9HIT0RbfYBG+/nE+AJq8wnd7/vMoj7kwJ9jw0CRrB52Vw",
-	"dB8xbadZpVR1xJr1v4D0EosPVmdrisVDmPO3FuYcUK+2hiHfpQjoiBW4XbCzWegH+gukLWjmvEML6O5i",
-	"y/GJSdcOZSS7fHqjydBsb1Pil4jZfsGLAexlQYc+0vdTHaR1S0B8c8xjTGXP0ssyZk0GFKxS5+ibHY2R",
-	"9jH0SuC8WVS+pYQ7SjGqtRaCb3NYDD2bwVS9u0gz6pq5H4RtWsgK28SvW/207jj3q4O6z3Aezt+v/vwN",
-	"HKcPp+XDadk+Lc1yn9QxWD3ZXnd7pgYPL3z6IXz42Gz1TTF3IegSXiSBOzUJn/oKt+rkc1dOFeRRzYYa",
-	"1Qw5Y7WdGxQ078XTFzkzRwN1xf5K5Xz389RlmW+cKuZg6Eivm1OJipBrwRNEgL9Uy+kgUaYY+j1fT0WK",
-	"rhXOwF/SwDNwJWxyeht4BPeHLM0LRDKayzlXZJhxLiFbE91WckxklT/mgL3GHs0tzovanKoB1KPxW6BU",
-	"SaYVRgZxB75Kznn2If0toA9awK46tHAful3Ckou1d7h13agzG4oq49hwimk1gh0+K3LV1HWd1PON+mZx",
-	"wF2jKVt0iBq9sDg2vupUMHs5MdBB1P+slB2IFr2J4O0liMsUVh5H81oqWO6v0qRyTpEhuvPVHBD2ThIM",
-	"D4rTDMSI/Ou//oc8GhNJeJZ4WOP2y7EV6WPXBTFitvdanTZQBFomW8gcc/dPd+BDK9FinkHuS/nZokWF",
-	"fX1txL5a9Tf31ceu8QQtCQRo8UqYyiu5VTnCq0AEI0rV+uYa6K3oz7uiDFYg1XafVTVrc9W4yxfIZp4V",
-	"9NJHZ+26CmMrW5dgg2U9OmAzOoOElGWpTI6BTH+DRqm7QppLkda57y8Mh4lOriCc+3IbA7dCfdJEzTu+",
-	"1Wffa893H4rZDKTCInOFBFdHVM+EwZXCeGUHdIm1ekzKA2XERDEj/uKoN6doxcQswkf/xvTH8WjOA39u",
-	"z78Xxoert5hW2JaWBb6TDsOJDG1hvum6dO+4pGXFZ6DmIPYeoEFuY4UhHLJZUWs4jcgliClV6fKurXf/",
-	"zZKDQLz8X3vhO+cwTrn+3JTatCEotrJm5G+tAzZhs/ToLQDMO1AdW6Zns5G//XpGIllMI8cU7m0biVCo",
-	"ucFf3RVLumaYbeAbx7iMNsOfqLngxWxOaD2N4Qbd7QCqPNQzRXxoU6Km5G67p7V1j/Z6oC4nHshltwBW",
-	"DjT3oS6q2pCXdX2juk3fDtZYLyezmbNaPwm3FKVp1DntLZA3S3O6cAgGO3La2zL2ABFjEaQe0/6sUD4m",
-	"Xg70dlLXc/yYaiOSMmK0UsJFYokgZQRoPK8ATXqHstaONy/2VlAg1HGXbQ3GdmXY3aXEi+RWTcqn5v2u",
-	"IJTNOqJbgHh890ClJZVTNS83mLMKN3gb7mkHzi/GzH8/Hkc9AliqsBXnaGkYAA1WDbHnqIlu1l5LL/cW",
-	"cu6/m+igmDMqtC7pAd2Jnpn/RHvHxME4l6U99QEc2PYH1/HWBJKyBAri2Nhk81KJIUPjYDZVah12CiRk",
-	"DgLu8IIiwEyWIvDpLjsfPK5P3Pj1bF19Vm7LBCPwii16Wjv/pFkhouxRL/dCfXad2c/A4fRoyl7AekRk",
-	"zG26q5EUluyPyVIvTlKPnuwLMF4RfYgrg+Ge5WnQkrj6Zz1GvdjHJPrHRyQGWl9IV99VP+x/sDgRsS3j",
-	"3rQWnk8gLrRf/R8tSi28TwDaoruIiCssoGDZq6CIw8Hpq9OTnxHFpUSUGjXQwb6T+DLNsv3fQHCivyLp",
-	"BSmYA6PpwCTzo3XXWW6nykEGzSeJSIy26TYorGMSTbEKByLVsJob4jupT0lbgWM0YVinAhKSUQXiuNwu",
-	"J7cYX2lhNDLFfQxwT+NyoY2R5brtRsaqsbN3szb4mdBYFTTL1iGDPlDcpEYRG73Wd2rUFbuJWkfAczi7",
-	"ta7bPy6+v2O+5e/s0i3laai4SQVdb5Rn69DcEs0SrJVS4hLro24NqiJlV+4d13I3YMaAnJ5Z1ap2nbgx",
-	"38bCdmx7IOxy97iM9IalFu7B/XpnVSvM8vhqV/QnVlsHO4jn3lUkomvT3lbz6Iep2arDEbwg21qO5UaV",
-	"T25WMOdsDuTRny3IpQuQK1E8o3LMEeoSkR5EZPqTZPj9I0xiNWVWcfb+q8GbgkBX90f9CSF4lRgM9qqs",
-	"S9MfWVIVz119uwssR94b7rxBA91xiAfkBSNYx4cseaIXu8iyiAiQoKRBScTjS3GSKukKBXVEqb8HBQxv",
-	"hULJQQb53Pmg8b6wqkyc2pJWxv9h6jzOqSRl+YHhmPxI+MXF3gGxJh8Zt6EStt8pVVHz70Lgq1URPLia",
-	"0wIvE0on+fDt+32tf6M/Jsk+YRr0a3r1HpRIQUbHZMrV3GQjkx+x+l1twHpUHadmvcye1iF+xSLzHetZ",
-	"1zNMRfpmCfhG8tXm+v3wZHyjJUQk1NNGmsDGTmPNRrSXyv2mLuUGd3tJ2bocHM+S223rxk74alwAiVr7",
-	"H91kb8AEmqecPa9SX1qZU+YV5/rHuQuQypTAkEWec2F1h1eUgdQqRW1jymT27YNpxAy3LZHcZZ1VZFDe",
-	"AOY8JxJxFhgnEb7ngDhqFDIek+ETEwysrbx9Z2gbYbW3+04t6ZWLaGkX+EfAPnsYGAwoiOcckpGBTmEX",
-	"XMTadBgjAJjFML2dOFjSq19pqvT6Bdns+WUaq7DUqooxo9AaEVvp0SIf4uixfuzdCLBlyk557gbtWcY0",
-	"y1K32ZRUd505mXNE2mCkYAmI/YsiywheXpJhDV9r/K///H+fjBFk6zbjzEXKhb24bwuHOMPLR/eKf5/b",
-	"3W/vUrgTqIMt9QOJFWYbh5VVMIKHWXQj3hS3PRJH1fHHBa7O3RBRNbCULf7KM1+pkZQtzImMwETG3HHX",
-	"6eX3FqNOHpPoHyf7/0H3fxvv//ngfP/j5/HoyePryN5uPR6P7ZHpCiJWwzcO8IN+eaKtYb+mV8GldfJE",
-	"Uz0yabTxeTQiTzS5//DoT/ooHPcY7ZPx4/897k+PYv1Mn5Zb2HQb/T8aj2+2ybV0kc0iMGmcqsplQuOF",
-	"JBZLGpUIT8at3f1mJd/aYbH7GJXKwsWoti3LzdQXoyeZMq/hvlEfT0ERWtOmDBKnXYVUEVuaGhPbp7xg",
-	"MdyGLYMKfUfhtzsy5PvesH+dEVnBhQtV8X2VXppAxkI6TCpbZ6ER/XuXwYy3cYPZaXhsyrZjqStKrLYi",
-	"X7GdHB55sOzdH9eX1RUg57uV9nsfd/A/1QO0NxHKbU28DciWnYJZ3zdKbrTEUCHnRJRYcVUll8oC1wZU",
-	"GcNgDJlVau8b21Wfg8BpzZuW7iuQjkuOL3CVECXZp6NJMR7/ECfZJ1uYCf+GqGe9lw8Ai1KU3Lzmy5yr",
-	"DCHLcxrGnSpJ8U0nxE14bQEWZ/w5CzTfUZJEk7mYgbqDgoYW4crfy4oK1oym3rb2nZX+tq97xd2/bIyr",
-	"fz3L339dQ8tTu3Ruq6gtoFA9/iMb5SJM1Q4ckQcgUtVHu+EFWrh7dRMq4GJinWuDKt1+DQo9ZVJRc9He",
-	"73xRbqk9XefGAQZE61KeeiCdtSPN8R3O3XhG5XzKqUgInc0EzKgCUzmTmnhg6yPcquZMi3gB6nXKChXK",
-	"oPA4UjeGixft0vvIgPdsTULaeIjRIR1ZZhtJH62Q+pNZ4AwzsZl5oXyVTEMFAAwm13vKZv4FMFhccpcm",
-	"vdteq9hqpEAYmStU3LUNFLwiErSlp9cTzeOCKV7E83rEnOxL8huRZb5BfOw5s5tKSgar7VLKi/TZKVl3",
-	"LO96RuXCr1+XOUe91GTdzk5acv2Du8tJu22SVc+DUm+cR+WkSsEyV4H24ypic/PYugn0gDHnd/kEujFn",
-	"Svxfj9+eSlXWROtrMvfM/92WVl/GPrbTdiQ8edzg+elaQUf85H9Ildx3GjiW4XoZQCNVV+yGKKXdEsxs",
-	"3McQpd55nSls9c5KTdXHeDfVprDFOyg4he048dguA4HFP4aRlshYls0BImMFPAc5He0RLkbWP7vkCfyI",
-	"SarRyFw2RuYv3z11UGe4x0pJRq7doFKSf+UaBYQ2aobTtS8jruFpdqicx+jXlMrptloVBuksasyUi9dx",
-	"BoFyPXWp50l7snAlqSQ0E0CTNSm/8IOcc4+KEuk1TIrMBX8IqH4wtRXIsPqtDFywJ8beMYliymLIIndH",
-	"UQcHd5+ZmpXVH+YTfz2UG9eFrULUt8Wi+4M+y/yx6Y0FdHiTsNYYwu//JlWyr2lYgJShnepbstYfRFQT",
-	"5Zs1IoQJfS5Y+qkAvILoaOmKbc19aiY/4v9xACYtT24Pw8TiIC4orxx7UKx1VPPfolbc8fHPF/4zuaM+",
-	"dChw14SYRwh9sQTKSoa2k8JIXlNtVGlGdenCqdQSJWUzkiof3yUNxktKzjP/LxH7Xct+39nuikF7gxfd",
-	"obM1gtpSuq08kEeYxiPSpeYGE+AR6XajA3JiqvamkkCKKXjMJCoPIzxK8GAjFxlVmLU3YRg4bqFHrGAu",
-	"uyGpkpBd7B2QE4b5fYUEzAGqJRroY7Oe3zeasMhMVj9p2FNYoNak+Oj/uuquJ2xtq82ZObhS0yaSeqd8",
-	"5pN44UrN4Ws2wquSka0w437BxQ+Jxx6wME1kQ6QjLWz2TDGlLKV41+VKBEd3jOAZ3vGLRlpFr20N5JuY",
-	"mVmuqeaW1tNQeueY1Hg7nG7SkbrppmcCrBQntig0aNVKKpq5zE7BM1vKbFqwJAMypfFit9D50FK0Nln1",
-	"SJLbPa/STTSv3xE3z9aHFLvbsue9FG4Kamtd1LN7dk/J6AKAmNdHRNIlEKaVnSyV5siikkQnsXP4H9ij",
-	"6HY59v6ZuMR7c5XrsoHQZNxGtVtS9bA/3QfG52Juz3AzJU8fy3ZRVJdO6h9BCwVNSzWtE8ULP+hZXaFp",
-	"1TPq1mSC+mr2qWOT0wwSQusxQETwld9YqO5DOxbSveOS0fHKxYrKobmhWaVM7m0p3+UfLj7eFWJhW2Jf",
-	"inXJnAcm6szm6ySiZZnVt2sqXtnEdq7tvNvbCUzCAWcYVBMutOJZ3czfOTG7LDh8q5rIFvIOp5c/KIue",
-	"hO971Atvmc7/oFTcNG9fH0mYmIH2WvT5Ovqy6fi75d2f3d9p/az7kO4XP1OTLUGP/+Jys/OXfyciTUCQ",
-	"4b/+63/Ik8eE5xJzAaKyemC0NyK2hqGJRdihimDHZcGodQPhOTowNT9eVA4FeezgTQ0OmlkoO4NUutqc",
-	"NzGvOkfqBP6rMh7Aj0UlG3oBBitjFoOWHKUKge6WD89eGmWhfz1L9CTJkFcS16D/xO/2JqdOfDuhGfy1",
-	"WFK273L90QrVhieJaSH9zGTC1F74lZ+NWtvG9NYvO70Ay7qalIGMh0AOOjnF3hyNTLv7NEtntm5r39Ka",
-	"gRsq3e/7QFFR/8xW8zUZRqaGaDQizhE6IpEtm4cus3SZ4m/oHdsL1D0P1DKdr+tOAb0/mn6tb8DpS1Oa",
-	"nFvQiFZ8IY0X5wI0naDLtDUJ57A+n3OR/sbZOVzFAAkkFQzIuXGuCpT+y1Ta1dbdTM8NUXkro1Y3h5tu",
-	"UBu7mYOouSqHDlmxJMK9W4mR8CYHMZKe1nAnMH8nQm+2rJAnMNPUvhQocb1dSNyWgDtvWbeedi8Shw5z",
-	"wW3kWkwzfzr3QwlOjxbllwRxo0CslXWoU5jgY8ZAfCfvp17sTuOzdeSrEfbJUmo7EFrYfvXSdqFbfYwv",
-	"jQuRqvUHTcg2hBCoAHFSGNgR89fP7vLrb7+eDTZWX7+rpRUy+RH5CT8hJvj5nyvlop7Je56BJENKJCiT",
-	"G0RJRpMExN4RifSJt89ZttZyGQuA278mzDzD31CkJ8uURQfkV63q/O3XM63mJKnE1EF34SJBYEV9zO80",
-	"IFCp1LKNmTsQ5FykKhxtxWpzpfLB9TV6Ey64R6/BrN9U1vOLalHuFhGBkVMu1UzAh3evDsiZZumExwWG",
-	"q6bSIvWyWQZE8kLEmjwnTIlCza0MAJtevEoFkJgzrYWrY5evCkyLVK7lFk0kSdXBhE3YW9aY7xwsfi4a",
-	"GHgfhTieEpXImKKhQYWJw8f7Y6pSrXKUGvy7AoCR1+8m7NHBFfnr2dkpOTl9MSKa7BayTJQlw7yK/5ck",
-	"qqL0TTRIPVJe/1K6R6LjCdOqjcll1awZ0XjB+CqDxORVRgbVWM0FWLf8vikbaataWiAJcmJloLkQt9lw",
-	"owmTnMRZihmamA1p4MFIwXQvzF7S4eI95ezSJBnKownbJ89xJR9fXR3+6eqKTHmy1huHSxl9nhjlbTI4",
-	"IpOBIXQFV5bSJ4MRmQxinkD9uVSaPs8lows4j6kE9/J1dKD7OyHR9+PHEUInMG461Puk7Y6nnClgat/U",
-	"F4qOSTyHeFGiuhdlaltOhd5VbDD6/uqqxHiz4uDI3mTixUtMhViT6mZR70TziflIP9JWx4SRhldUv5Vq",
-	"aiKK5/sZXEJWfYNDsCJ0P8+o1jE0VZpiDAZcjESPv/+zg8h8D0qs902kEBnasJc9aytojpcoJJEVeIbN",
-	"v8VsEkkYYKR0ngMV9dwSw+kqVVqKWsZ1RFyrKn80eHQwPhhb84vRPB0cDX44GB/8gDqXmqNYPKR5enj5",
-	"6JDGeEmfcxmEcDb8bbDUmyVQXyRlYrC5b90jNI65QIAjxcvNOCAOHPL78TiaMC0TKFlBlu1fcLGExAGS",
-	"HdlcG81538lq+Z2Q4YWK+RIOyHt7VmhVDo4mrJKo6A/UEtUsV6n+aU1lcBIvBmWZiJ94srY3xspWaEEj",
-	"2OBYHP7TqstGKdqmMlUXCkbaVoeZPU2FRYrF1f9+PL7bno2qdn3dPszemgVzh3EljmCJVvT1aPDYjMXX",
-	"RTnmw59oWYQZP3m0/ZNfGLUHKSTmox+2f/QzF9M0SQA13cePenxha1Kdcf4KbQj93fd/3v7dGeevKVuX",
-	"RUuuR4M/9VmJF1pHYjQzMbP4VY9RfgBxmcbwC6Nl1SLUV1yctKZMtzOYabIs1TVFZ1KrROir1h/VWPew",
-	"BL73M3CtVS3YslRiQluJPUYMdKI+ZDAOwngumgxub573UGoCjecTZmImUqk5lWeXCDKRQA4sAaay9UE7",
-	"qsO8SjGlRSEYiBauWh06ICcWmJEz0Gxc2m0OrtAVCECg4Dbjk/58j2Go98f8jUjce5AAvey2mijYcPds",
-	"ioamndzUVEabS/8gK75GWYHoRTXs46C0iLEoaCGg47jHVAVz0hrFP70gzoWvuR/VE60QlNhdDmQAobtS",
-	"BDTJMxpDdGR09wnjFp3QwngZ+F7ZhvMiv5Zx1EeTAcKBIRp142MjqBaQKz2aCavAwbCwCJajt+Bh/k4s",
-	"IpnR2TLJyRTMp6XGN2EOl0iAUTZJZDuPiDE0byqDnpYbcD9CqGz/d9JDav2HtJHnFxcQq/QSTUB8mRpA",
-	"9Eq03O1QLONtjuSFAVRBu2RkqFcrt7kBN27hwB58A3LsJvKoIVQM8+tVKCUFoaSMOrZipZIibeGCx/3+",
-	"rCzLOgMV8M1acLihhanCLtBt1eSXV6lUT5tl2b/EGdroMpz4tkFRTxsBpfJL0syt914vdSsiVjY3vbG7",
-	"XVt/mNHZzCamWxLY3NZX5p2N3c2poEtQ6N7+x2b+CELYmATijM4amILOK1JIg28sgSXkyfjY2pMXIIDF",
-	"QOCKLvMMTJTyD0/GpoRiqpv/VIBYDxxExmCZsld05kCdRjUqqkPpbHgxP34JEvUtXx8Std+VnFeq+Xua",
-	"KeWIVN6cr1zbuxuKt6RaUX6jnNaNqP8z/ntt0y1AQQhqTVZYzd9J61zB8Hrj8rQwQGUSVM5zImBfIvCT",
-	"msNyr7KcrFMF/U4UT7QNFSWolJjBPG3V0ujkwxOtOJnJWZcdxknUc63JEhRNqKIh7jKfv7ZvNdjLKmuh",
-	"y5Jbc1hv2W+WJqzM4HO86LBOqT84y1iIQNo6KDo5ZRRQA1CRJgtYG4eDoXZNG8cYJlSBg5aeBuvi3lQT",
-	"/gKqTb5fij4Q09xDGacg9s2UEnznm9IF/oJYczvtcUtc+PquXjnExcNy2tcft0vSQ5PYf/gZ/72NYC3R",
-	"1VrS0QrHPqLxXVWf6GYTHm19+V1ZbFy//CB5HyRvUPI2iPqWCkuLzQ4rTejwc/n/60MJ0HFd5Ar+W+Rk",
-	"gAXe/uox1ioHlSVO8U7QhL/UQZU2ObGBHPYl2W/Ly+WYrDS7H79OHZzq2vp07okLfRBtHv5D/Khvg/ce",
-	"jx9v/+INVz8jzsZdMCsuDm1yaL2e3V1yaTc7vuaX3tOwsjKquHd7P2g416KSaRN6WOdMTAxWfML6YZbV",
-	"kNHI0L64PxOUFRkVe/oUNuBbJEsvYcLsH6bGG3qaETgYQwLggLxl5S2mWnFzo2ROcZtWEz0ejyOfjVOC",
-	"330x0fFlJMGXdO62AQQfpMLtpAK9m1O7rvp1nMtgYzgammLJnabAluIWiK2qV4Whm1UFFMYVcdBsa1Cj",
-	"CWu5Kyx7mgJU5PlVKhHy3+ngCccmlvwSyLCQNQ1Bzana87GuAURruWRrU76N7XFPPBqEyPvSHBtCtPOw",
-	"rnn+wLyhq5E5ZTMgWMPPC0+ozyih+jJzmdfabcYaznr26h3emPALJzPI0EXsWlBSA4rf06o9LcQMnmWf",
-	"tnn53pUuGTLUJ6u7EK6O3Wgjiclnbzox1yT8utm5kfrUHsp70M9iLXxwvk0rKNRxuz5wuMP7tGufZZ9w",
-	"xcO8h4//XSxZM9kEaEJMznbd0a75IugyfNbM85YjwmAFsiwccaKiKnVt88ZpJ4rfRss70O7TO6bVUbhi",
-	"QtfI6wbIDo2/4isQZKoFKVY0tisd6uVC8GWjg36Ah583TqN8l14Vv4M+T+nM1HoK9YIpVn532aPxuFZg",
-	"45Evt2GrYmJifwf3LYsQ8dDrUas48t/i6q9TBDXP6sPPaXJ9aPD/txnb7rSO0iTCHDqSMsWrkxtjp1Y1",
-	"cL4RsekR7kwnSYVgdzxhtIy/qv2uT2FrcJuozKTm+RZ8hcF7+qSshbcfTFj0ePzYhaebwL+jyWDGGUZa",
-	"lTcueviMk4yzGVYeTKWSNw15MjUWeshet24GgAL5L9daesl+abKTDnFPyv2z7JOZ0hfyx9X6C6kPmu4Q",
-	"A6PMyfwjqO/lxGuRk+ObffbD7p81xIV5guxUExpkuiamGnZIcpgEY7+weF8wWQ+ZNinLVQa8Sz2iAloZ",
-	"nOSnQqYMpHQaozQgC6MJy7hUpJ6Wt4ffY3SA5Xqb439kU08xDQYz1SRn0QE503KIZS7h6oKLCauBBBj4",
-	"05TFwutme3l5nyHWtvXfyZguew/mWQSSjh+ipr+aqOn3BWvyWY17F5dt5j38zOT14ecFrFt3zm2iN+b6",
-	"4F6Jb8tVaGk+kmGTxUcW7PBoYqFMMaaaEaNV7H3txPkNEll5VbuAdZu+ApbtCW6GzSGUDXmN6O9WWh+Q",
-	"N5ygUWKx7TBpN47BoVm3CfMvoH4vqvy7Qf/hojkFdBLNgSYWv+D5GZ35CqBxBYlLIx8ROJgdkGgy+F+T",
-	"QXRs3U0VER90WrTXDwR+xwRuwoO81N2p4b/8OylrzAV0fCZv5yd8CeuRvW5Vc3czeazP4xiY2gcWY335",
-	"Q6PIGDxhAZhZn5B4TgWNXY17z+jMlHcyQWwRn7Z3Q4Kw9zGI3mAi7h3mheV8uMohVtHeAdkoP6UyVwv4",
-	"MLrgAi5BRBNWc8waRc5EVxRS4aWLTYHmiLDMEEmm3A5TxmoB64Bad1qoe1PqTgv1u6l0Yfn1q7Fs24dq",
-	"tPegzn01gui0CAiimhqHIQWHn20G6/WhwVoI22XP8bm7esnSS4edPIfMQKg7cHKiOFnSq6EDPTHwDSPC",
-	"+Ir8Xy4tYe/Y5PJPmJxzoYCZ6AaT36+tBSEgVlgJHb+HxHSHYOoO04GL5kOnKExYXVNwgAil2sdgBcnR",
-	"OLqp68YsBaKebXPeOGg0m3ZnQnopyXkeEKUOy/or8Ojg2M1cv5BPp9FjSAC91/tHs2/lRvbfSOyYnSPU",
-	"MGNN9uQ8bwqfeqkzr+Jv4UQkWc25hCZCM+LZATPxT2mWWUdseeuFV122+lACItUqjAHb8N9/va4yhL/8",
-	"Jdgd31FtuUp54/San9NMWQiuENhspQOFRsXkLYdzRuUiOJJndusc3FK1hb6xWODz+nhKPGNgiR4RVsPQ",
-	"J4H5Qw9JG6SIpgc0OTfeSy/m8ZbLv7KOXYWRqw+7f/0//00ekfnel70TLAczInAVZ4XUR3V9XHtf7W3h",
-	"99/IbaGVGKEbQydQ/i1uCz34CuVPXplfC5rXeufnBpxd7yQWeysmETZlnkpCk0SAlGRIs8ym6e4dkFea",
-	"+F3PJKZMG3xTsLeCyYSlLEkv0wQzY6vk9iVVGMaE2MyPx49vrCo+syklDrDm/q7D6h1t84kmD2FsId9k",
-	"rWZCdfb4aTvss3QlA0qqNHp/ozpLnhWyVXnigNhr6Dk0bBwBS7zJnK61GWGQ67zJfl+AzmwX4QS/1w4K",
-	"/IHCNpyDfvCqBkntFrN7WknSvqH4Z3Vxu5lq2E9KH2L6AToLfo/xjrZmdVhTwMVOtA8JDD+xCDgVV2qS",
-	"tuEhE1ab8MhCE7bqxERJ9unIID4m2Scbo1EioFZhJGX0AcaS6COjxDSeMMoSsgDIywCVm8eTKLH+EgfN",
-	"Q9zF1xJ3sdNpVePx3JRy9ceSpjLmJgGK54TGgkvZSGQwBnndQ05ZcsgFiRSVi4jAp4JmJtchvQRmIJnl",
-	"hA3hisbKaFZ7B+REoZdAlb77qsGRayqUx4Q+fLdUE2ZAZvH1aDLAm7AlzRGOzy3Jd7JZZtHxvi/nuT9i",
-	"5inP3XJt8x2Uhrdxjqp4TsBcXgSNa/fFbv4EbVL37gOLv9/OhD/luQlt6ffuaYUi0u+Dk0LxPM246vn+",
-	"rzTt++pZugRe9H0bfZMO86bfJ20Qmj7f1FNTXvMEbvDZz4Ivd1jdk3gRtJa3uC15/vallmjfG/nZInlr",
-	"S5XeQrzOyzib7ec8yzDHihcKozy1rFlSbeYzymLYwwt9RGt5CMO488uhSq6blFltV5TSBm9hrFwIum9z",
-	"npt02zr0hPc4eZrRdClJkSPkMSKyRpU9jpXOy9za72Q9bcioXPp0sPc+eHGLlYsnLE/jhSSreRrPG0l5",
-	"nMS6QzKkiiy5VDWpL6M9LO/L6zmGphJKwo1GNmHoSbYetDrWI0YDVkEoN/cHnPIbAmXslnz/IJQfhPKD",
-	"UP7GhDJKw83k5+3St0IkqQOS3EYmQy2wprKPLUC/E8h12YpBNljmw0bdmZIUtvxKorCkOjVA95zB3i3k",
-	"583RTm4DYHLnQvdBhj7I0AcZei8yNAQrsylJC9lRIOC0kPNGaQAEID02jgWE4DcldlziWqUq1lLYplzN",
-	"SwQYzibMYMMUWoD6CwxgM3UAUtujAZuIbdmRZlGBCasBXj6ygU+8mXfhLRpAVnOqMOZKS2p8xdykg7R+",
-	"EOv80Y+w6oirWtKS31UVp1FvWW7qDN9H6JJueqfYyUd3j0RrxnDDigO6h4c6A191iKWc++6+UaQ0hIwA",
-	"U/dLHi4uD7UoCUucl7DG2BvNuZVFnjIMhkYK0HJh5irvRoglFR1GDK6UKafkj3B6ealbvrdAZd3F7xap",
-	"bDoPXUWc4HrpNRV89UcMyLgresZYjpd/xyJrHVHDDWIuSVR2Ipq/vHxTvXivtFD2E4rMqQZiOEjzVcwL",
-	"pr56TPq73mdW35Ltu91zq7/MRu+wzd9eqQHvxpQbEdoffqk3HlbB3fkLqLfunXvcmrIPn4pjn31Te/Jh",
-	"LbVS7NbXSIsmMMbWzTFu9k7GeWde2dWj4Yvn3S3mdsvbrzBY8ysJu8RFCvG8WcF/i5DLT45YdqTAXYHC",
-	"7YW/PigbgTJyVGq+oxLBUNu9Lihzo/4CXAIzYW31Yt42CJMMI/s/B76AsXGutmy0t2vJhlvfsHy890DN",
-	"LXihARTvbwySu+3JrpNpIHjyXa00QEV5rsTZ8PtHqKCObD1iTUibN5d7TR+M9IZKftU0gt2EQyzf/U71",
-	"E36foMl6tYiby7zDBHJT5txLd6cmR6S6BsnrJW9KqHbjgxuuqAKxpGJBqEjVfAkqjUckngPN98LU9gxH",
-	"cLtLiy4EvRIA4Ee7Zli6bRidn7/75fkvz89fv332/Pw8CqZ/zH5XNMjaEnkFYq7mDzHFHexhaKs3d2hB",
-	"2a2SnuEb97jjuoOQNoedf3vGm7JrtmUbbLJah632waWz7SYsfhZ8uYMpwPu/i+zZ//VbGib3KWjM0nYZ",
-	"qiezmYAZVVXO4R+8hgqV8ymnIiHUzbxGw5ZYPQR8OC0uLixeTYiQf8JXSnK+t11t9OND4M85z2y9hG9q",
-	"b1K5ILIafL+N6etx+DcXM9+i/8NsWbcXxFhOLg3Nuaz+6GLMmEWGA/DOfhde8USy+rX4G7JMlxr/Ao1Z",
-	"0DbHfmVzOPvOr6wbAxhO61U5PRnVBvPky9Yrqy9T0Hr9Jk7WL6/RY76yJWF7Edz2onhJGb3Uh7VIo6Cl",
-	"++scGAFGpxm42I68kBifl6SXIJSpd6LmQJLq7BlG5qyHJDLuFXwuaMpITgsJfifLaSHnr2tjus+81Fo3",
-	"vgrUFotIm8TfXMlJ3J/a3uIs6hSBu2/SR21cQbvKk3cr7j4WYGMXvlwkwBYCeAOr+ub/YQ/BD7vQS6cE",
-	"6UwT9EkRnpc5EpRMLb7y48gvGXj+IBhuLxia0aU3kgubG/EgFv6gYqEntdSkgkqX1r73B6w5wE4uSKzb",
-	"zCQxn1T1q108K/7+EtaYhXWBl3n4E0orG0Wbm9jACbMKiE3P/QnW3KocuIqckeGfxySha7nnIFp+MK2d",
-	"2xfO4SoGSCCJDibs9qGqH+I5JEUGZ2Y97odLsPHfE8m9PoAHMPdvNjTVEaumbmn/X3GoZdAa49sfPIy/",
-	"Nb3T8EMjQtUToHpMIi1rfkRHRFQlUn7GH64jLKzgj1wtGe7urO17L2fUhqtUhcD1kbb2KyKRaMtuiNkK",
-	"tejd4NUcfrgbEEBkV9sAj0pTvAKhUYrlVHPuhaWEUJ/2eNjE08OGe8HkvcU+Ucrj/JEocPo5ls0Iwh3i",
-	"09/tKhKJLuRhqyKKzfJhmg81TraHpJ77iVe1OkVV53En6XX42ekenZFPbzAN5lPBFd2fZjxeQHLg8l0a",
-	"RSKW1JRmJ6kiNNMaxNooNJsi7CmKXKSnbQgh5lXDpqmt5YycE1MhUrAVZ1uAYSFcjyv2+zJPWH9w0/zD",
-	"1nS8K8K3C0UNFfgI/pY1M3xmuaPU+6UO74U/0rqvLMaDSL2XMhUdZHV3utaZO/v7FZ8IYKI78b0bKHr9",
-	"PKik5pbCY8YYHREaL2Tp5y7rD0aLS1vpy6xWRESaWAVYz++USzUT8OHdqwZ+3JHxkJnAV5fAyUUZC5tw",
-	"kNoqFjzLEJnOwFpvcvCENcHsN8uU3Syrvoaxd1+2bdXD72Xc1kcQPJ1wc0xMsltpPbBoD3E4eZZBYsAD",
-	"h62deCh/8fUIOLOLhJJpwZIMCFV8mcY0y+r1MOoywSiPc6BZV4hoMc3S+IBEfxr/UKsJmlBFp1jkQZKC",
-	"CaDxXA/pmBQSywQiD2JZwhECZGTpJei/vOfvX80Q7pENbA8e2jdPDDCB3Yd77vEXZpZ8TYblKiapjDlj",
-	"ECtINE/pjYW4EKlaD47+8bGJgmgXtva50LrDvhJpvhe6Ml2CEmncGbT02r5yrzi6pgsvgi4+IpLRXM65",
-	"OriNBziwdqcGCZ/YxSDDv314+2bbkh3mgi9BzaEIF244LV8hCq6w+AuXZRD1kioyPhgfPPZfCpXf9t4A",
-	"3cdhntG0tfQbxc5Ci5wy0h6yGWd91e+yw1gfIsaAM9W7D7ZtlBvcslwU7yZtDyp9ZUXPfdJ12YevnL8l",
-	"Oi0p8y932bYRYGFkBuOl7PYTfnNXPg+mQAWIk0KfEf/4qI1orI/mteZPyCvKQFrAuqr8Qs6FIk+e/PA9",
-	"uvoKkQ2OBp9x7eD66PDw85xLdX30Wb92PRgNLqlI9WmC2zQv1VbrjRxkPKYZ/oxXfKL1WPejn5j2m8/m",
-	"SuWDUenTs3/qf8zcP5Yr4uHwpIgrVP2Dmt+ukN40BcTkK1MrGjBSI1RhTfEp80ujQZ77apTEC8ZXGSQz",
-	"IDnP8wr6VpIhx0A8q2a30jh0V5jlsFfrg8YLXx+oM1gNAl1PddNgZKqlWhOhdKM6e6WmWmy2bOKfYs4u",
-	"0lnhLk/Kb93vEPpSqxFVFrvLeap3XwWd+0LNZA6xIlXZA98+lrgWvqosJeKwvZ6rPkuyT1uTVKqMwRGR",
-	"AAucgayBPDXXAr/cN18OvGUN9xFg2EX2ViUJL32DLwTiNVl/IoI/YrAELYMlnV5nXHoHLSPUNwaj34xK",
-	"xW5UHqo4NRPLlbgQ6/oyW1HjuTMomO6OyFWq4jnWsW7d28o6Bdub2+uP1/9/AAAA//8=",
+	"7L3dchs5sj/4KgjuRrQUS0l0t8f//0jRF2rbPePxl2yrpyPO0KECq5JkDYtAGUCJYjsUca429tye3Uc4",
+	"TzZPsoEEUF8EikV9uO0eXdliVeEzM5GZyPzl50HMlzlnwJQcHH8ezIEmIPC/70GJ9elUgdB/JSBjkeYq",
+	"5WxwPPgAMWeJJIqTFU0VmcCUCyBCf5Ky2eFgOJDxHJZUf7pMWbosloPj0XCg1jkMjgcpUzADMbi+vh4O",
+	"ciroEpTt9mfBlz+nmb9bRYUifErUHIhKl0BWKUv4SveX6hc+FSDWg+GA0aXuZir4sjGUKRdLqgbHg4Qq",
+	"ONAtDMoxSSVSNhvoEf1F8CI/o2q+OYSnnMliCYLM9DtEd1T2nusvys7xhcFwIOBTkQpIBsdKFFAfzWbH",
+	"r9JlqjY7PaMzIDL9DUITzfC7etsJTGmRqcHxo9FoWG3BI88WDAdv6BJkTmMILbz5nUzWOGF8NTSU8oVB",
+	"91TfTqcSPHN9z1dIV3KR5qE+uPnWO9/6bEfe2Z5RoVLd24vEv8flCyRNyN4vv7x4th/Y47xqasedLvvY",
+	"NoQOCit737Vvnp8Wip/GCx99L5epQgaLCyG5ICnDv3KefycJXzGiBGWSxji6PaoOllyqA85i2D8hUQZU",
+	"woskIqnUnzESjQfjQRTaSWrH4d3KKc0klFs44TwDyuozyNOMe0go0ksQkQwUjoFMBF+AQAYiq3kaz+ES",
+	"hBYj0YSqeB4dReVKygi/0KsJUpEMporwQp0QysYMrvIsjVNFLmlWgJ4hMy1dghBpkgA7JOf4tcw5k2AW",
+	"IKZCpCBJRN2Io8Mx61gPMyvPFpYrMBxcHcz4gf2mWgmzMj/pSW2uyjlXNCNLkFJLk0mRzECRKRdmr2mW",
+	"DYmcUwEJobHgUpI4o+kSElItziH5Vc+ITiQwdUy+H42GY8YFiedcAtPiobbce49Go32yQhoop/Ujbs0h",
+	"OdVNxECWVGnBPySS62+FWVU+ZmbyxNJCeMFwB5vHDb2ysm406iH7znjuZDqK/W0i/8ROn/xIPhVQAFny",
+	"BMhedHHx7pfnvzy/eP322fOLi2hI9MEKKmUzEtsG5H6IDeLGCLZy7yvNZPYM3hwvPiVJIaiRYYxI82o5",
+	"dC7IiPyIm4Vz+E5axj1PlxANCWQSyJNR8LSpd9/7pMeRl3LNM+7XZuNq9FaSIMqgVFoypVlGCpZozmNQ",
+	"iZwTEo0iPTcGM6rSSyA/IinFNG8R7qMhCVLtv/7rf8iTx9sId8wClEv6Em41S99+t5btQzEpV0orSL4T",
+	"Wkh1EHOmaKyIREUp5ylTQxIxvsJ1oYy8+PD24H8/GT1C7UkqusxPSMFyKiTQSQZGsklC9XRmjAtIQkQg",
+	"20PaSrX1SbzmCWxO4ldcR4pnXmI1LJyKJJyRqZ4icVNcpWpOaEUsxyRisIrInl35IWoQemvGbELjRcZn",
+	"+3oRIppl0SF5y7I1kQCJJNSddGpOFUk46H1UBK5Sqcga1IlbCk2GFc8fjtl7oPgjZWt92mgVKaYSTnAo",
+	"B5xl62iI/7/A/xPKEvzT/LVnTpopCBSFcZZqLfy7MZM5ZFnKZnKfLIEyM7FDcsrWhGtSq86f6PFotNGQ",
+	"pWQBNJEkVYRKM+nhmOHpR1a8yBIiIM/omlCymvMMiF0jvdCUqHXO98O0K9s76T2+BwxWXvX6jOda0PDC",
+	"c3a/4mx2kPMsQwrlhdLru0yzLLVCjOzp1TPbH2njw3Dmfk0u/6AF/yFKg5yKBW7nmFGlBcexU2YIZXIF",
+	"QhKqiFZehiRLF2CbRM0jInvR96PHkREFjKu5FuapJPSSpplml44lsqP3r8wP9mRyJxX+3UNx5fmvNA0s",
+	"GsFFK5hKM0LLY17rHpcgkfDtkPSiSAkyxNh6AXbVx95prthuPBjmaWi0rc7xjS2iBDvzq83vNjtoqsyu",
+	"/V3U5XMqF9vnpqhchGaln22Z1DkPdfGcJTuYvIrfxOA9r1T6kFH02lJUXfvX5lHB0k8FkBxEJYtD5pKq",
+	"d7PTLlzrl41WjZrDTzR5b3R0/Zc+E4Dhf2mudXTUfI7+KfXIP9ea/T8FTAfHg//jqPJ6HJmn8ui5ENx6",
+	"JNp6SaaXERIy4clasxKuOeoQlCxTKbVccHMh0xSy5FDr4s+yT+9RyJqm72qgrWY9IzaPyZSmGSQnRr3R",
+	"Q3emiDkv8B1eqJgvwYxa4rB/5mKC1sz9L+3faZYmRPEFMJToWt47+wsXU/AM7EJ/KriiR1OgqhBAZlQB",
+	"jvYFUyAYze52jYMjfkYVnWj9Gi1j0zUudCHMeN5w9TMvWHL/Q9GmJk0SAVLqlQLJCxFDS4HBMZ3RdcZp",
+	"cs75KypmcP9D+0lTW6b7Qq3KeBBizqbprNDbiv6qUlUjTx6T1+lP+4fWgH378s5GeMbz91Zu+MZ5qk18",
+	"KhUaEu7MtEYHjuYDiMs0hl9YeeZ/gX2FZc4FFWm2JkXVMdlLHO0lfMWGRBZiSmMgOS00AXBBklTqNxOz",
+	"kuecv6ZsbeWkvP+BnyYoDDlDJV3wTI9JUAVmv0+Mf5jQqT4yI/QvH6CDOXIWqj432i7og9IH7RuUffuo",
+	"5q3Gkf3CaKHmXKS/wRdgxdfmEBiSpTsrhgSuchRhXBitfZVKICm7rETeIZ69tnHd92m8QOdN7WjLBc9B",
+	"qNQcezReML7KIJktncc+VbCU2wZ+Gi9eKFhqqrAnKxWCrvXf8S7OD/QXwSWINdH9Vhzcdn/sn2iN4ABf",
+	"wi+NTanFkrZL9D6zIrMMZQ7/Ta2kUg/+sTHzj+UHfPJPiNH35Wa5sWzgzoaW8mbEth6R5KzHmIYD62sI",
+	"OV0UJ7i/VEHNHsGPDjKQktB40aufumO52z9tVUMrvA4HnsakoqrwOFx+FgDEvDYkki71/oglzVJpPEfa",
+	"cDyNF5YaD00zUa/xNzW9TV9kU4ncOocWMbT1yPpqBQgjyFK70X+Y4HstSy9CHBKp0N2ApvizV++IMPr+",
+	"l6BOssc4iecQL/a/UkJ1NAoJOlsOJDCZqvQSsvWxndWRHvZRpAVhBgqS6CiSRRyDlNFRROMF/sIX0Zj9",
+	"6//+b1K+dkIiPKEion8WkECWXoIoNdN4TsVM6/qoUKMD/YRESfbJfJAATQ6sG4jx1cmYUbY2TgN0qOp3",
+	"jEpO9rCpUhPXp6Jpz3oUvkX+kugjaLNXkn3yDG+eGmKb4mrQxtJZYt+880gEz3PwzRY9OqnkrNThVlQS",
+	"+77m2bJ1vRk1LcnXTYBHf53rMw8bNso1xIXCc17vrd6wXvySsgSuPJzCZeq89bULqNoIS0eQZfP3gP8E",
+	"lgOf4WCFfc/4udPyCNqcOOPcIwD/SsUShUNSGLUJKobBPaR4nzCBjK9q14b+LiwX+secMqlEYYhWj9wt",
+	"MdmjJBc8NnYO032mkphLvsAe7sYelW5h3N3dzGF2cLjBJG5ujoLa+zREXrDL7OOin4rpFMSHgAx8lsoF",
+	"kTnnGdFiEk7IkguwvxjrnSzpmkyA5AK0FNRTaTHj5K9AMzVf+y8VjXDyhF3oPiAheSHnKLOocoJMcZII",
+	"mjI/oebAEr2E21pc0RQvyrpbW3GxMIaAxzda3yHXbTmjYW3mZTu+LXjqTNTSm0Cz7O10cPyPXobBsC39",
+	"rLq/uQBvtLZlxbKzCTg+9BNga6Qfh5tqihk4QeI7IZFtNTIRG1ao6K/B9WT82uXdFWfGgVE2FVSZlt7L",
+	"mwg9SjFUVzD7x4QvU1X1qKWRKgTDjTbvyEMSLUHMINp8WVsMC8iRkIEVS723+C66DrGz2i5WMrYKQfGu",
+	"Oz4iGZ1AhvZMksqYo02T81x6FRM7om1mFrqf39p3r4fW29zhpSZ7sQCq55xOnSdx3zsCdCFvCjIqF7vM",
+	"pMUoZnydjBA61ytnzuaoTrMVXTsJHThr6lt0V8vdqYvaQfU+qMu98z/xdWH2tREz5FFxuaAz8MW24QMC",
+	"bJYyGJJIgjF1o0566N7g2i5V4x62wpbcnUg9csvdWNjRVlsSIJbKhHoGWjXoIJumtbUxsQS/T5qBApuH",
+	"wRIUTaiiprvEf6DhzN7g3cOGwmXOSG1j4YUgiANzOyV4oQLWSaW8eK7A6steqQLN+fZYPEXTDM+dJMHp",
+	"0+yssYBd/NBoColxsOGpeglrows27+K6h1VuxuaGZlQq+25yqoJXTv1M19NY23H+vTQxf6/ozE8PeX2I",
+	"m9ySLuEVndVCZjZbUFzRzE3F/4rRHAzrb3dfda/pOydfNuVqRlsTqS1D3uCLXs6/wFZu+AK3DvlDsVxS",
+	"sd590Et6dW52IBxKLFMWY8Qc4VkCUpGCWeZJiBWFfrVwCcuJ9Re3dCIT1SH4SpI9bbM5I0Lu+1tiVlKE",
+	"nRymSbmFBOWvqZoHKbUhlLwuEHziFJ4PCqlsOHhFZzOj1T4DmngVn9rh4pFeVczGU6N03IZfpSeYZ6eP",
+	"zl0A0s3HoHiexk0+2Hyn5e5GLvcSor3glmQC85QlQyKLpSY+rVDVYyAH3tiMDc4xB5NtNOgdqU6vlrVn",
+	"vH6S2Df8BNt9IgWGhIJn5wF94Eswvix0rWyMqs7tZs6eSIarPKOMVraHi6nxN7ldF2sdu27www7F9ln2",
+	"6VXqNWrs9vcWq8+yT3Z3fXSW01nKSpHYeUVZveno0+fAZTM1NxZjKknedOOFDOFyTo3xuE4Cy/O62r5d",
+	"dbe4Llda9KOtHSpJZEzyU4VqbZ/wlKF+iFdzlK2tLe7XjoyYCIiNco7V9l4HX3bbuF2mBd+o2DT4Civ0",
+	"ydX1RslVGwa/vdIne5Styd8+vH2DZxqGhdtv/yk5O3xPV24/a08P5CLND4xKT7MDjBMFYfp2HtAaGWwV",
+	"xG5P+0YcDQdpWOaZqCIJJsTPhKn4balUPmexWOdB/b9bKWyZi5vPBU+KGMSHYtJrFcIWI3r4n/LC3D97",
+	"VM+2u7KHMvks+3RWiFl/S2vr+IOy//3Wgyg89ZsYTT3leCu2aldPXa8QK7u6m/yH7RBgl5DxHEieFdvC",
+	"qmptBvxqDXJt8QZIZeV3pYtUt5GoNotUi/jshEwyyhZ43fR4NNrvPlHD3RgD8aZdXHft2S28A9mnALcm",
+	"2af3fPUelvwSugw0303PpgPKTvR8C2NuEzFdIkEvBCSnW/WM99WbJgrSLl3L+4rzjoxHPcFIcy1LLSud",
+	"kKi8vokqtUukSgEb4psLyNUJiWac4RtEFvFcPzgh0ZJqVmeUxWA6ILVfiHFZl/5ZXP7hoOxuMBzoNgfa",
+	"Ciw/qlzzH+/I0WLXxScqnvsv9FoczKc2sOXx1dXRn66u8FC1QeKbNymx1wVubDUiGV3ARUyl9cYT/fYJ",
+	"oYzwHBiRoDBrxAb8k2UhFaFxDLk2eheMrxh+IQ/H7C/AQKSx+fuYRPb+PuXswixgNCxd/Rf6xNd/T2hy",
+	"YS8Q9Z8YfHUBVzFAoj8Ys6ioRUfpV6Yu5BPzFbi6mPKCJeaPC00JF+gW0z9oM4AnF/olmmV8ZVvMjT5y",
+	"oTi/wMA//a42nfSvphNBFVzgYMzfLpztohbkhm2VD1zEOs7RxFpe4IpGh+S9HtCBzCFOp26BSMrirEig",
+	"WhKj42CryIsXjclZ/bj5o3nPUVl9fVP8CzlEN7i4vMAYrzV+b0divlhcXuQCpulVo53F5UVra/QEhWz+",
+	"Ombm5wvcH86qnTOxAX2DSv5aLCk7EEATJMrel//u9hJJ3MdP5ibNYzvabfMIp5gzhldPmIcU4T2F+8V7",
+	"PhkveNBD4rsgjebmhs90UTD3p7f9SxDSL7TbEsb0Nqxm51uSl5fdcXv6/3Q3r93Ly7fuI6+rrj7IWvOd",
+	"o/OfukZ07jIypxVtGZZr2D8mbYaHAx39uANPOVMpK8DGkKItvIC13zowsuC5CcPsk8gyHCxgLd+ybN3v",
+	"7azK1m8k29cTULvzT7ddhBkh0syq2srAVZNdC++nhclagYe3ftI/6yPS5geaa9yQNcDgSpVBu1vNDsFX",
+	"O9EeX3n9eqJgWt1IemgN2GP9E/86lXfFfodRuczN0Tdf0gTlt/m6Nt6nPHdyWm0s/rlUsmRjb98yIC//",
+	"TkoZckieox7Ec8IwPzJiMjJJJCb70AabJJADwyDFiOfRpooUYOEZqDOkavKv//z/MFC8L0MnkCm62WDK",
+	"YoFt0aW2sInihCYJ2bPBMC4ZOODzh6tcL9JGq3mhhlZ7No27cEm8lnDepxPMo0YFrsy4OCFvyI8kLoTQ",
+	"H9iDxrwzAfJGD6Mrzw+dYloTDYwpL9SLKWYhqyEp526ACEzIufS7ZRew9u4GNtlq10y81r7e/dC+OBrf",
+	"aPk1Zev61yblsLervimMwzTElw6SITDzzI+q0mwldxgrlcmrpTmJM7rMTaSTluf7jf3zivQlveqg0iLP",
+	"QZCJ1jYD91kp6/hca9z2c7IXYSoDJPaIsvHDx2Mz4/HApq4inEMz3rEuiGRHmEwgGqZ+QTVDJBa73eZ/",
+	"Zlm1RMAM2Bppld4dTBCMhdf+q5964Q1jnB3AMldrTVrEfOMdbiUoN2JCSMal0t+WPI2BbcaVY/KiY5ph",
+	"HksD9cQq+OVXwThElQVhGjq4GfM8FSdZegknBK5orLI15ijxKYmqRqOjyAqLaDtZIoc8uNG7N8HIeutS",
+	"N0LlrvzqGzr7AHnPf16fFWHdOHRknZZHVC5BqC97Nr3ZfgCF+fC8EIxQDzOmTJ/mzLhRdmex8wc++kJ8",
+	"dPolWMasvJ9h3gf8ouZ3vd/c6bknBgTK6bFUlBHTVqeVHUqtOXA96QEi1SaS03ZW+k8yp3kOLHRPHnY/",
+	"Wza6TXzG1OUgbxyhdY3MSIUAv5apCps8YHXJjV5tCGu3Nqj1OhRJU6cE9dcJdzMteb7FqvboClT6jKTa",
+	"9q7ma+IUL4Q5Q+Wr7gM3izoYDqjTeZy7aVgi9WHPHzvMYe/6DUlTB9IvNxbw7m3n4aDIk9tGCz3ITF/M",
+	"vjuGEc3nPi7ya17ObVO89ktVvvLqH+4Y9wi124uukHB5oMP7ocO/t+ivzA01GEvODI/uhS770KGNfNyA",
+	"6fNfHl/MgrfHGZ1dzHnRCOAsVw5DmS9czOkFvQWZmVjliywUAmoiXC+qCNdb9VZeQV+kW+6oL4IRrvZy",
+	"LPRYD0VP50J2RVCb8Gg7ihvER2OW8vMrBSwJGj8ypOvjd2jOTAVfEsZXNeTDGtTIyPhEDIlv9eZsHabf",
+	"jd6Qgp5AOCPyqURot+fu5XBI3M0zv6tk0NQfW4kPL+yALR1+iRHXm/HsJhVZCtp0hZWxKtcnmLvTDBwV",
+	"wGBl9OubjcI24LFnUSxou2GvZJ+hAQHYNwsqCSAN9AjO7QCdqSfqlnPZcn/hNnvYiH8wE2ktbP1A9uy1",
+	"z5Z6lV4CswNvUfUNLmX5Itp+5Wy/9o3mdS1oxDMgTOTuceXj3vR2Yc6vfsdLQO3pOHOMtLi1VhSQzddd",
+	"EyosRowfyS3Wz0FIX3SLTfD2y/kEaPIK0+n9z6s84s6UYM9Dk6ARfF4GR/cR03aaVUpVR6xZ/wtIL7H4",
+	"YHW2plg8hDl/a2HOAfVqaxjyXYqAjliB2wU7m4V+oL9A2oJmzju0gO4uthyfmHTtUEayy6c3mgzN9jcl",
+	"fon+7Re8GMBeFqfoI30/1UFatwTEN8c8wlT2LL0sY9ZkQMEqdY6+2dEYaR9DrwTOm0XlW0q4oxSjWmsh",
+	"+DaHxdCzGUzVu4s0o66Z+0HYJoWssE38utVP645zvzqo+wzn4fz96s/fwHH6cFo+nJbt09Is92kdg9WT",
+	"7XW3Z2rw8MKnH8KHj81W3xRzU0GX8CIJ3KlJ+NRXuFUnn7tyqiCPajbUsGbIGavtwqCgeS+evsiZORyo",
+	"K/ZXKue7n6cuy3zjVDEHQ0d63ZxKVIRcC54gAvylWk4HiTLB0O/5eiJSdK1w5ru08w9cCZuc3gYewf0h",
+	"S/MCkYzmcs4V2cs4l5CtiW4rOSGyyh9zwF4jj+YW50VtTtUA6tH4LVCqJNMKI4O4A18l5zz7kP4W0Act",
+	"YFcdWrgP3S5hycXaO9y6btSZDUWVcWw4xbQawQ6fFblq6rpO6vlGfbM44K7RlC06RI1eWBwbX3UqmL2c",
+	"GOgg6n9Wyg5Ei95E8PYSxGUKK4+jeS0VLA9WaVI5p8geuvPVHBD2ThIMD4rTDMSQ/Ou//oc8GhFJeJZ4",
+	"WOP2y7EV6WPXBTFitvdanTVQBFomW8gcc/dPd+BDK9FinkHuS/nZokWFfX1txL5aJTv31ceu8QQtCQRo",
+	"8UqYyiu5VTnCq0AEI0rV+uYa6K3oz7uiDFYg1XafVTVrc9W4yxfIZp4V9NJHZx2+CmMrW5dgg2VtPWAz",
+	"OoOElCW2TI6BTH+DRtm+QppLkda57y9yh4lOrrid+3IbA7dCfdJEzTu+1Wffa893H4rZDKTCgnmFBFcT",
+	"Vc+EwZXCeGUHdIm1ekzKA2XERDEj/uKwN6doxcQswkf/xvTH8WjOA39uz78XxoerHZlW2JaWBb6TDsOJ",
+	"7Nkig5N16d5xScuKz0DNQew/QIPcxgpDOGSzotZwGpJLEBOq0uVdW+/+myUHgXj5v/bDd85hnHL9uSkb",
+	"akNQbJXQyN9aB2zCZhnVWwCYd6A6tkzPZiN/+/WcRLKYRI4p3Ns2EqFQc4O/uiuWdM0w28A3jnEZbYY/",
+	"UXPBi9mc0Hoaww262wFUGYvSIT60KVFTcrfd09q6R/s9UJcTD+SyWwArB5r7UBdVbcjLur5R3aZvB2us",
+	"l5PZzFmtn4RbitI0arb2FsibZUZdOASDHTntbRl7gIixCFKPaX9WKJ8QLwd6O6nrOX5MtSFJGTFaKeEi",
+	"sUSQMgI0nleAJr1DWWvHmxd7KygQ6rjLtp5ku8rt7lLiRXKrJuVT835XEMpmTdQtQDy+e6DSksqpmpcb",
+	"zFmFG7wN97QD5xdj5r8fjaIeASxV2IpztDQMgAarhthz2EQ3a6+ll3sLOfffTXRQzDkVWpf0gO5Ez8x/",
+	"ov0T4mCcyzKl+gAObPuD63hrAklZAgVxbGyyeanEkD3jYDYVdx12CiRkDgLu8IIiwEyWIvDpLjsfPK5P",
+	"3fj1bF2tWW5LHiPwii16Wjv/pFkhouxRL/dDfXad2c/A4fRoyl7AekhkzG26q5EUluxPyFIvTlKPnuwL",
+	"MF4RfYgrg+Ge5WnQkrj6Zz1GvdgnJPrHRyQGWl9IV99VP+x/sDgRsS3j3rQWnk8gLrRf/R8tSi28TwDa",
+	"oruIiCssoGDZq6CIw8Hpq9OTnxHFpUSUGjbQwb6T+DLNsoPfQHCivyLplBTMgdF0YJL50brrLLdT5SCD",
+	"5pNEJEbbdBsU1gmJJliFA5FqWM0N8Z3Up6StwDEcM6xTAQnJqAJxUm6Xk1uMr7QwGpriPga4p3G50MbI",
+	"ct12I2PV2Nm7WRv8TGisCppl65BBHyhuUqOIjV7rOzXsit1ErSPgOZzdWtftHxff3zHf8nd26ZbyLFTc",
+	"pIKuN8qzdWhuiWYJ1kopcYn1UbcGVZGyK12Pa7kbMGNATs+salW7TtyYb2NhO7Y9EHa5e1xGesNSC/fg",
+	"fr2zqhVmeXy1K/oTq62DHcRz7yoS0bVpb6t59MPUbNXhCF6QbS3HcqPKJzcrmHM+B/Lozxbk0gXIlSie",
+	"UTlmW7RfDyIy/Umy9/0jTGI1ZVZx9v6rwZuCQFf3R/0JIXiVGAz2qqxL0x9ZUhXPXX27KZYj7w133qCB",
+	"7jjEQ/KCEazjQ5Y80YtdZFlEBEhQ0qAk4vGlOEmVdIWCOqLU34MChrdCoeQgg3zufNB4X1hVJk5tSSvj",
+	"/zB1HudUkrL8wN6I/Ej4dLp/SKzJR0ZtqITtd0pV1Py7EPhqVQQPrua0wMuE0km+9/b9gda/0R+TZJ8w",
+	"Dfo1vXoPSqQgoxMy4WpuspHJj1j9rjZgPaqOU7NeZk/rEL9ikfmO9azrGaYifbMEfCP5anP9fngyutES",
+	"IhLqWSNNYGOnsWYj2kvlflOXcoO7vaRsXQ6OZ8nttnVjJ3w1LoBErf2PbrI3YALNU86eV6kvrcwp84pz",
+	"/ePcBUhlSmDIIs+5sLrDK8pAapWitjFlMvv2wTRihtuWSO6yzioyKG8Ac54TiTgLjJMI33NAHDUKGY3I",
+	"3hMTDKytvANnaBthtb/7Ti3plYtoaRf4R8A+exgYDCiI5xySoYFOYVMuYm06jBAAzGKY3k4cLOnVrzRV",
+	"ev2CbPb8Mo1VWGpVxZhRaA2JrfRokQ9x9Fg/9m4E2DJlZzx3g/YsY5plqdtsSqq7zpzMOSJtMFKwBMTB",
+	"tMgygpeXZK+GrzX613/+v09GCLJ1m3HmIuXCXty3hUOc4eWje8W/z+3ut3cp3AnUwZb6gcQKs43DyioY",
+	"wcMsuhFvitseicPq+OMCV+duiKgaWMoWf+WZr9RIyhbmREZgImPuuOv08nuLUSdPSPSP04P/oAe/jQ7+",
+	"fHhx8PHzaPjk8XVkb7cej0b2yHQFEavhGwf4Yb880dawX9Or4NI6eaKpHpk02vg8GpInmtx/ePQnfRSO",
+	"eoz2yejx/x71p0exfqZPyy1suo3+H41GN9vkWrrIZhGYNE5V5TKh8UISiyWNSoQn49bufrOSb+2w2H2M",
+	"SmXhYlTbluVm6ovRk0yZ13DfqI+noAitaVMGidOuQqqILU2Nie0TXrAYbsOWQYW+o/DbHRnyfW/Yv86I",
+	"rODChar4vkovTSBjIR0mla2z0Ij+vctgxtu4wew0PDZl27HUFSVWW5Gv2E4OjzxY9u6P68vqCpDz3Ur7",
+	"vY87+J/qAdqbCOW2Jt4GZMtOwazvGyU3WmKokHMiSqy4qpJLZYFrA6qMYTCGzCq1943tqs9B4LTmTUv3",
+	"FUjHJccXuEqIkuzT8bgYjX6Ik+yTLcyEf0PUs97LB4BFKUpuXvNlzlWGkOU5DeNOlaT4phPiJry2AItz",
+	"/pwFmu8oSaLJXMxA3UFBQ4tw5e9lRQVrRlNvW/vOSn/b173i7l82xtW/nuXvv66h5aldOrdV1BZQqB7/",
+	"sY1yEaZqB47IAxCp6qPd8AIt3L26CRVwMbHOtUGVbr8GhZ4yqai5aO93vii31J6uc+MAA6J1KU89kM7a",
+	"keb4DuduPKNyPuFUJITOZgJmVIGpnElNPLD1EW5VcyZFvAD1OmWFCmVQeBypG8PFi3bpfWTAe7YmIW08",
+	"xOiQjiyzjaSPVkj96SxwhpnYzLxQvkqmoQIABpPrPWUz/wIYLC65S5Peba9VbDVSIIzMFSru2gYKXhEJ",
+	"2tLT64nmccEUL+J5PWJO9iX5jcgy3yA+9pzZTSUlg9V2KeVF+uyUrDuWdz2ncuHXr8uco15qsm5nJy25",
+	"/sHd5aTdNsmq50GpN86jclKlYJmrQPtxFbG5eWzdBHrAmPO7fALdmDMl/q/Hb0+lKmui9TWZe+b/bkur",
+	"L2Mf22k7Ep48bvD8ZK2gI37yP6RK7jsNHMtwvQygkaordkOU0m4JZjbuY4hS77zOFLZ6Z6Wm6mO8m2pT",
+	"2OIdFJzCdpx4bJeBwOIfe5GWyFiWzQEiYwU8Bzkd7RMuhtY/u+QJ/IhJqtHQXDZG5i/fPXVQZ7jHSklG",
+	"rt2gUpJ/5RoFhDZqhtO1LyOu4Wl2qJwn6NeUyum2WhUG6SxqzJSL13EGgXI9dannSXuycCWpJDQTQJM1",
+	"Kb/wg5xzj4oS6TVMiswFfwiofjC1Fche9VsZuGBPjP0TEsWUxZBF7o6iDg7uPjM1K6s/zCf+eig3rgtb",
+	"hahvi0X3B32W+WOTGwvo8CZhrTGE3/9NquRA07AAKUM71bdkrT+IqCbKN2tECBP6XLD0UwF4BdHR0hXb",
+	"mvvUTH7E/+MATFqe3B6GicVBXFBeOfagWOuo5r9Frbjj458v/GdyR33oUOCuCTGPEPpiCZSVDG0nhZG8",
+	"ptqo0ozq0oVTqSVKymYkVT6+SxqMl5ScZ/5fIva7lv2+s90Vg/YGL7pDZ2sEtaV0W3kgDzGNR6RLzQ0m",
+	"wCPS7UaH5NRU7U0lgRRT8JhJVN6L8CjBg41MM6owa2/MMHDcQo9YwVx2Q1IlIZvuH5JThvl9hQTMAaol",
+	"Guhjs57fNxyzyExWP2nYU1ig1qT46P+66q6nbG2rzZk5uFLTJpJ6p3zm03jhSs3hazbCq5KRrTDjfsHF",
+	"D4nHHrAwTWR7SEda2OybYkpZSvGuy5UIju4YwTO849NGWkWvbQ3km5iZWa6p5pbW01B655jUeDucbtKR",
+	"uummZwKsFCe2KDRo1UoqmrnMTsEzW8psUrAkAzKh8WK30PnQUrQ2WfVIkts9r9JNNK/fETfP1ocUu9uy",
+	"570Ubgpqa13Us3t2T8noAoCY14dE0iUQppWdLJXmyKKSRKexc/gf2qPodjn2/pm4xHtzleuygdBk3Ea1",
+	"W1L1sD/dB8bnYm7P3mZKnj6W7aKoLp3UP4IWCpqWalonihd+0LO6QtOqZ9StyQT11exTxyanGSSE1mOA",
+	"iOArv7FQ3Yd2LKR7xyWj45WLFZV75oZmlTK5v6V8l3+4+HhXiIVtiX0p1iVzHpioM5uvk4iWZVbfrql4",
+	"ZRPbubbzbm8nMAkHnGFQTbjQimd1M3/nxOyy4PCtaiJbyDucXv6gLHoSvu9RL7xlOv+DUnHTvH19JGFi",
+	"Btpr0efr6Mum4++Wd39+f6f1s+5Dul/8TE22BD3+i8vNzl/+nYg0AUH2/vVf/0OePCY8l5gLEJXVA6P9",
+	"IbE1DE0swg5VBDsuC4atGwjP0YGp+fGicijIEwdvanDQzELZGaTS1ea8iXnVOVIn8F+V8QB+LCrZ0Asw",
+	"WBmzGLTkKFUIdLd8ePbSKAv961miJ0mGvJK4Bv0nfrc3OXXi2wnN4K/FkrIDl+uPVqg2PElMC+lnJhOm",
+	"9sKv/GzU2jamt37Z6QVY1tWkDGQ8BHLQySn25mho2j2gWTqzdVv7ltYM3FDpft8Hior6Z7aar8leZGqI",
+	"RkPiHKFDEtmyeegyS5cp/obesf1A3fNALdP5uu4U0Puj6df6Bpy+NKHJhQWNaMUX0nhxIUDTCbpMW5Nw",
+	"DuuLORfpb5xdwFUMkEBSwYBcGOeqQOm/TKVdbd3N5MIQlbcyanVzuOkGtbGbOYiaq3LPISuWRLh/KzES",
+	"3uQgRtLTGu4E5u9E6M2WFfIEZpralwIlrrcLidsScOct69bT7kXi0GGm3EauxTTzp3M/lOD0aFF+SRA3",
+	"CsRaWYc6hQk+ZgzEd/J+6sXuND5bR74aYZ8spbYDoYXtVy9tF7rVx/jSuBCpWn/QhGxDCIEKEKeFgR0x",
+	"f/3sLr/+9uv5YGP19btaWiGTH5Of8BNigp//uVIu6pm85xlIskeJBGVygyjJaJKA2D8mkT7xDjjL1lou",
+	"YwFw+9eYmWf4G4r0ZJmy6JD8qlWdv/16rtWcJJWYOuguXCQIrKiP+Z0GBCqVWrYxcweCnItUhaOtWG2u",
+	"VD64vkZvwpR79BrM+k1lPb+oFuVuEREYOeNSzQR8ePfqkJxrlk54XGC4aiotUi+bZUAkL0SsyXPMlCjU",
+	"3MoAsOnFq1QAiTnTWrg6cfmqwLRI5Vpu0USSVB2O2Zi9ZY35zsHi56KBgfdRiOMpUYmMKRoaVJg4fLw/",
+	"pirVKkepwb8rABh5/W7MHh1ekb+en5+R07MXQ6LJbiHLRFmyl1fx/5JEVZS+iQapR8rrX0r3SHQyZlq1",
+	"MbmsmjUjGi8YX2WQmLzKyKAaq7kA65Y/MGUjbVVLCyRBTq0MNBfiNhtuOGaSkzhLMUMTsyENPBgpmO6F",
+	"2Us6XLynnF2aJEN5PGYH5Dmu5OOrq6M/XV2RCU/WeuNwKaPPY6O8jQfHZDwwhK7gylL6eDAk40HME6g/",
+	"l0rT54VkdAEXMZXgXr6ODnV/pyT6fvQ4QugExk2Hep+03fGUMwVMHZj6QtEJiecQL0pU96JMbcup0LuK",
+	"DUbfX12VGG9WHBzbm0y8eImpEGtS3SzqnWg+MR/pR9rqGDPS8Irqt1JNTUTx/CCDS8iqb3AIVoQe5BnV",
+	"OoamSlOMwYCLkejx9392EJnvQYn1gYkUIns27GXf2gqa4yUKSWQFnmHzbzGbRBIGGCmd50BFPbfEcLpK",
+	"lZailnEdEdeqyh8PHh2ODkfW/GI0TwfHgx8OR4c/oM6l5igWj2ieHl0+OqIxXtLnXAYhnA1/Gyz1ZgnU",
+	"F0mZGGzuW/cJjWMuEOBI8XIzDokDh/x+NIrGTMsESlaQZQdTLpaQOECyY5troznvO1ktvxMyvFAxX8Ih",
+	"eW/PCq3KwfGYVRIV/YFaoprlKtU/rakMTuPFoCwT8RNP1vbGWNkKLWgEGxyLo39addkoRdtUpupCwUjb",
+	"6jCzp6mwSLG4+t+PRnfbs1HVrq/bh9lbs2DuMK7EESzRir4eDh6bsfi6KMd89BMtizDjJ4+2f/ILo/Yg",
+	"hcR89MP2j37mYpImCaCm+/hRjy9sTapzzl+hDaG/+/7P27875/w1ZeuyaMn1cPCnPivxQutIjGYmZha/",
+	"6jHKDyAu0xh+YbSsWoT6iouT1pTpdgYzTZaluqboTGqVCH3V+qMa6x6VwPd+Bq61qgVblkpMaCuxx4iB",
+	"TtSHDMZBGM9Fk8HtzfM+Sk2g8XzMTMxEKjWn8uwSQSYSyIElwFS2PmxHdZhXKaa0KAQD0cJVq0OH5NQC",
+	"M3IGmo1Lu83BFboCAQgU3GZ80p/vMQz1/pi/EYl7DxKgl91WEwUb7p5N0dC0k5uaynBz6R9kxdcoKxC9",
+	"qIZ9HJQWMRYFLQR0HPeYqmBOWqP4p1PiXPia+1E90QpBid3lQAYQuitFQJM8ozFEx0Z3HzNu0QktjJeB",
+	"75VtOC/yaxlHfTweIBwYolE3PjaCagG50qMZswocDAuLYDl6Cx7m78QikhmdLZOcTMB8Wmp8Y+ZwiQQY",
+	"ZZNEtvOIGEPzpjLoabkB9yOEyvZ/Jz2k1n9IG3k+nUKs0ks0AfFlagDRK9Fyt0OxjLc5khcGUAXtkqGh",
+	"Xq3c5gbcuIUDe/gNyLGbyKOGUDHMr1ehlBSEkjLq2IqVSoq0hQse9wezsizrDFTAN2vB4fYsTBV2gW6r",
+	"Jr+8SqV62izL/iXO0EaX4cS3DYp62ggolV+SZm6993qpWxGxsrnpjd3t2vqjjM5mNjHdksDmtr4y72zs",
+	"bk4FXYJC9/Y/NvNHEMLGJBBndNbAFHRekUIafGMJLCFPRifWnpyCABYDgSu6zDMwUco/PBmZEoqpbv5T",
+	"AWI9cBAZg2XKXtGZA3Ua1qioDqWz4cX8+CVI1Ld8fUjUfldyXqnm72umlENSeXO+cm3vbijekmpF+Y1y",
+	"Wjei/s/477VNtwAFIag1WWE1fyetcwXD643L08IAlUlQOc+JgAOJwE9qDsv9ynKyThX0O1E80TZUlKBS",
+	"YgbztFVLo5MPT7XiZCZnXXYYJ1HPtSZLUDShioa4y3z+2r7VYC+rrIUuS27NYb1lv1masDKDz/Giwzql",
+	"/uAsYyECaeug6OSUYUANQEWaLGBtHA6G2jVtnGCYUAUOWnoarIt7U034C6g2+X4p+kBMcw9lnIE4MFNK",
+	"8J1vShf4C2LN7bTHLXHh67t65QgXD8tpX3/cLkmPTGL/0Wf89zaCtURXa0lHKxz7iMZ3VX2im014uPXl",
+	"d2Wxcf3yg+R9kLxBydsg6lsqLC02O6o0oaPP5f+vjyRAx3WRK/hvkZMBFnj7q8dYqxxUljjFO0ET/lIH",
+	"VdrkxAZy2Jdkvy0vl2Oy0ux+/Dp1cKpr69O5Jy70QbR5+A/xo74N3ns8erz9izdc/Yw4G3fBrLg4tMmh",
+	"9Xp2d8ml3ez4ml96T8PKyqji3u39oOFci0qmTei9OmdiYrDiY9YPs6yGjEb27IsHM0FZkVGxr09hA75F",
+	"svQSxsz+YWq8oacZgYMxJAAOyVtW3mKqFTc3SuYUt2k10ePRKPLZOCX43RcTHV9GEnxJ524bQPBBKtxO",
+	"KtC7ObXrql/HuQw2hqOhKZbcaQpsKW6B2Kp6VRi6WVVAYVwRB822BjUcs5a7wrKnKUBFnl+lEiH/nQ6e",
+	"cGxiyS+B7BWypiGoOVX7PtY1gGgtl2xtyrexPe6JR4MQeV+aY0OIdh7WNc8fmDd0NTKnbAYEa/h54Qn1",
+	"GSVUX2Yu81q7zVjDWc9evcMbEz51MoPsuYhdC0pqQPF7WrVnhZjBs+zTNi/fu9IlQ/b0yeouhKtjN9pI",
+	"YvLZm07MNQm/bnZupD61h/Ie9LNYCx+cb9MKCnXcrg8c7vA+7dpn2Sdc8TDv4eN/F0vWTDYBmhCTs113",
+	"tGu+CLoMnzXzvOWQMFiBLAtHnKqoSl3bvHHaieK30fIOtPv0jml1GK6Y0DXyugGyQ+Ov+AoEmWhBihWN",
+	"7UqHepkKvmx00A/w8PPGaZTv0qvid9DnGZ2ZWk+hXjDFyu8uezQa1QpsPPLlNmxVTEzs7+C+ZREiHno9",
+	"ahVH/ltc/XWKoOZZffQ5Ta6PDP7/NmPbndZRmkSYQ0dSpnh1cmPs1KoGzjckNj3CnekkqRDsTsaMlvFX",
+	"td/1KWwNbhOVmdQ834KvMHhPn5S18PbDMYsejx678HQT+Hc8Hsw4w0ir8sZFD59xknE2w8qDqVTypiFP",
+	"psZCD9nr1s0AUCD/5VpLL9kvTXbSIe5JuX+WfTJT+kL+uFp/IfVB0x1iYJQ5mX8E9b2ceC1ycnSzz37Y",
+	"/bOGuDBPkJ1qQoNM1sRUww5JDpNg7BcW7wsm6yHTJmW5yoB3qUdUQCuDk/xUyJSBlE5jlAZkYThmGZeK",
+	"1NPy9vF7jA6wXG9z/I9t6immwWCmmuQsOiTnWg6xzCVcTbkYsxpIgIE/TVksvG62l5f3GWJtW/+djOmy",
+	"92CeRSDp+CFq+quJmn5fsCaf1bh3cdlm3qPPTF4ffV7AunXn3CZ6Y64P7pX4tlyFluYj2Wuy+NCCHR6P",
+	"LZQpxlQzYrSK/a+dOL9BIiuvahewbtNXwLI9xc2wOYSyIa8R/d1K60PyhhM0Siy2HSbtxjE4NOs2Yf4F",
+	"1O9FlX836D9cNKeATqI50MTiFzw/pzNfATSuIHFp5EMCh7NDEo0H/2s8iE6su6ki4sNOi/b6gcDvmMBN",
+	"eJCXujs1/Jd/J2WNuYCOz+Tt/IQvYT20161q7m4mT/R5HANTB8BirC9/ZBQZgycsADPrExLPqaCxq3Hv",
+	"GZ2Z8k4miC3i0/ZuSBD2PgbRG0zEvcO8sJwPVznEKto/JBvlp1TmagEfRVMu4BJENGY1x6xR5Ex0RSEV",
+	"XrrYFGiOCMsMkWTK7TBlrBawDqh1Z4W6N6XurFC/m0oXll+/Gsu2fahG+w/q3FcjiM6KgCCqqXEYUnD0",
+	"2WawXh8ZrIWwXfYcn7urlyy9dNjJc8gMhLoDJyeKkyW92nOgJwa+YUgYX5H/y6Ul7J+YXP4xk3MuFDAT",
+	"3WDy+7W1IATECiuh4/eQmO4QTN1hOnDRfOgUhTGrawoOEKFU+xisIDkeRTd13ZilQNSzbc4bB41m0+5M",
+	"SC8lOc8DotRhWX8FHh0cu5nrF/LpNHoMCaD3ev9o9q3cyP4biR2zc4QaZqzJnpznTeFTL3XmVfwtnIgk",
+	"qzmX0ERoRjw7YCb+Kc0y64gtb73wqstWH0pApFqFMWAb/vuv11WG8Je/BLvjO6otVylvnF7zc5opC8EV",
+	"AputdKDQqJi85XDOqVwER/LMbp2DW6q20DcWC3xeH0+JZwws0SPCahj6JDB/6CFpgxTR9IAmF8Z76cU8",
+	"3nL5V9axqzBy9WH3r//nv8kjMt//sneC5WCGBK7irJD6qK6Pa/+rvS38/hu5LbQSI3Rj6ATKv8VtoQdf",
+	"ofzJK/NrQfNa7/zcgLPrncRib8UkwqbMU0lokgiQkuzRLLNpuvuH5JUmftcziSnTBt8E7K1gMmYpS9LL",
+	"NMHM2Cq5fUkVhjEhNvPj0eMbq4rPbEqJA6y5v+uwekfbfKLJQxhbyDdZq5lQnT1+2g77LF3JgJIqjd7f",
+	"qM6SZ4VsVZ44JPYaeg4NG0fAEm8yJ2ttRhjkOm+y3xegM9tFOMHvtYMCf6CwDeegH7yqQVK7xeyeVZK0",
+	"byj+eV3cbqYa9pPSR5h+gM6C32O8w61ZHdYUcLET7UMCw08sAk7FlZqkbXjImNUmPLTQhK06MVGSfTo2",
+	"iI9J9snGaJQIqFUYSRl9gLEk+sgoMY3HjLKELADyMkDl5vEkSqy/xEHzEHfxtcRd7HRa1Xg8N6Vc/bGk",
+	"qYy5SYDiOaGx4FI2EhmMQV73kFOWHHFBIkXlIiLwqaCZyXVIL4EZSGY5ZntwRWNlNKv9Q3Kq0EugSt99",
+	"1eDQNRXKY0IfvluqMTMgs/h6NB7gTdiS5gjH55bkO9kss+h435fz3B8x84znbrm2+Q5Kw9s4R1U8J2Au",
+	"L4LGtftiN3+CNql794HF329nwp/x3IS29Hv3rEIR6ffBaaF4nmZc9Xz/V5r2ffU8XQIv+r6NvkmHedPv",
+	"kzYITZ9v6qkpr3kCN/jsZ8GXO6zuabwIWstb3JY8f/tSS7Tvjfxskby1pUpvIV7nZZzNDnKeZZhjxQuF",
+	"UZ5a1iypNvMZZTHs44U+orU8hGHc+eVQJddNyqy2K0ppg7cwVi4E3bc5z026bR16wnucPM1oupSkyBHy",
+	"GBFZo8oex0rnZW7td7KeNmRULn062HsfvLjFysVjlqfxQpLVPI3njaQ8TmLdIdmjiiy5VDWpL6N9LO/L",
+	"6zmGphJKwo1GNmboSbYetDrWI0YDVkEoN/cHnPEbAmXslnz/IJQfhPKDUP7GhDJKw83k5+3St0IkqQOS",
+	"3EYmQy2wprKPLUC/E8h12YpBNljmw0bdmZIUtvxKorCkOjVA95zB/i3k583RTm4DYHLnQvdBhj7I0AcZ",
+	"ei8yNAQrsylJC9lRIOCskPNGaQAEID0xjgWE4DcldlziWqUq1lLYJlzNSwQYzsbMYMMUWoD6CwxgM3UA",
+	"UtujAZuIbdmRZlGBMasBXj6ygU+8mXfhLRpAVnOqMOZKS2p8xdykg7R+EOv80Y+w6oirWtKS31UVp2Fv",
+	"WW7qDN9H6JJueqfYyUd3j0RrxnDDigO6h4c6A191iKWc++6+UaQ0hIwAU/dLHi0uj7QoCUucl7DG2BvN",
+	"uZVFnjIMhkYK0HJh5irvRoglFR1FDK6UKafkj3B6ealbvrdAZd3F7xapbDoPXUWc4nrpNRV89UcMyLgr",
+	"esZYjpd/xyJrHVHDDWIuSVR2Ipq/vHxTvXivtFD2E4rMqQZiOEjzVcwLpr56TPq73mdW35Ltu91zq7/M",
+	"Ru+wzd9eqQHvxpQbEdoffqk3HlbB3fkLqLfunXvcmrIPn4pjn31Te/JhLbVS7NbXSIsmMMbWzTFu9k7G",
+	"eWde2dWj4Yvn3S3mdsvbrzBY8ysJu8RFCvG8WcF/i5DLT45YdqTAXYHC7YW/PigbgTJyWGq+wxLBUNu9",
+	"Lihzo/4CXAIzYW31Yt42CJPsRfZ/DnwBY+Ncbdlof9eSDbe+Yfl474GaW/BCAyje3xgkd9uTXSfTQPDk",
+	"u1ppgIryXImzve8foYI6tPWINSFt3lzuN30w0hsq+VXTCHYTDrF89zvVT/h9gibr1SJuLvOOEshNmXMv",
+	"3Z2ZHJHqGiSvl7wpodqND25vRRWIJRULQkWq5ktQaTwk8Rxovh+mtmc4gttdWnQh6JUAAD/aNcPSbXvR",
+	"xcW7X57/8vzi9dtnzy8uomD6x+x3RYOsLZFXIOZq/hBT3MEehrZ6c4cWlN0q6Tm+cY87rjsIaXPY+bdn",
+	"vCm7Zlu2wSarddhqH1w6227C4mfBlzuYArz/u8ie/V+/pWFyn4LGLG2XoXo6mwmYUVXlHP7Ba6hQOZ9w",
+	"KhJC3cxrNGyJ1UPAR5NiOrV4NSFC/glfKcn53na10Y8PgT/nPLP1Er6pvUnlgshq8P02pq/H4d9czHyL",
+	"/g+zZd1eEGM5uTQ057L6o4sxYxYZDsA7+114xRPJ6tfib8gyXWr8CzRmQdscB5XN4ew7v7JuDGA4q1fl",
+	"9GRUG8yTL1uvrL5MQev1mzhZv7xGj/nKloTtRXDbi+IlZfRSH9UijYKW7q9zYAQYnWTgYjvyQmJ8XpJe",
+	"glCm3omaA0mqs2cvMmc9JJFxr+BzQVNGclpI8DtZzgo5f10b033mpda68VWgtlhE2iT+5kpO4v7U9hZn",
+	"UacI3H2TPmrjCtpVnrxbcfexABu78OUiAbYQwBtY1Tf/D3sIftiFXjolSGeaoE+K8LzMkaBkYvGVH0d+",
+	"ycDzB8Fwe8HQjC69kVzY3IgHsfAHFQs9qaUmFVS6tPa9P2DNAXZyQWLdZiaJ+aSqX+3iWfH3l7DGLKwp",
+	"XubhTyitbBRtbmIDx8wqIDY99ydYc6ty4CpyRvb+PCIJXct9B9Hyg2ntwr5wAVcxQAJJdDhmtw9V/RDP",
+	"ISkyODfrcT9cgo3/nkju9QE8gLl/s6Gpjlg1dUv7/4pDLYPWGN/+4GH8remdhh8aEaqeANUTEmlZ8yM6",
+	"IqIqkfIz/nAdYWEFf+RqyXB3Z23fezmjNlylKgSuj7S1XxGJRFt2e5itUIveDV7N4Ye7AQFEdrUN8Kg0",
+	"xSsQGqVYTjTnTi0lhPq0x8Mmnh423Asm7y32iVIe549EgdPPsWxGEO4Qn/5uV5FIdCEPWxVRbJYP03yo",
+	"cbI9JPXcT7yq1SmqOo87Sa+jz0736Ix8eoNpMJ8KrujBJOPxApJDl+/SKBKxpKY0O0kVoZnWINZGodkU",
+	"YU9R5CI9bUMIMa8aNk1tLWfknJgKkYKtONsCDAvhelyx35d5wvqDm+YftqbjXRG+XShqqMBH8LesmeEz",
+	"yx2l3i91eC/8kdZ9ZTEeROq9lKnoIKu707XO3dnfr/hEABPdie/dQNHr50ElNbcUHjPG6JDQeCFLP3dZ",
+	"fzBaXNpKX2a1IiLSxCrAen5nXKqZgA/vXjXw446Nh8wEvroETi7KWNiEg9RWseBZhsh0BtZ6k4PHrAlm",
+	"v1mm7GZZ9TWMvfuybasefi/jtj6C4OmEm2Nikt1K64FF+4jDybMMEgMeuNfaiYfyF1+PgDO7SCiZFCzJ",
+	"gFDFl2lMs6xeD6MuE4zyOAeadYWIFpMsjQ9J9KfRD7WaoAlVdIJFHiQpmAAaz/WQTkghsUwg8iCWJRwi",
+	"QEaWXoL+y3v+/tUM4R7ZwPbgoX3zxAAT2H245x5/YWbJ12SvXMUklTFnDGIFieYpvbEQFyJV68HxPz42",
+	"URDtwtY+F1p3OFAizfdDV6ZLUCKNO4OWXttX7hVH13ThRdDFR0Qymss5V4e38QAH1u7MIOETuxhk728f",
+	"3r7ZtmRHueBLUHMowoUbzspXiIIrLP7CZRlEvaSKjA5Hh4/9l0Llt703QPdxlGc0bS39RrGz0CKnjLSH",
+	"bMZZX/W77DDWh4gx4Ez17sNtG+UGtywXxbtJ24NKX1nRc590XfbhK+dviU5LyvzLXbZtBFgYmcF4Kbv9",
+	"hN/clc+DCVAB4rTQZ8Q/PmojGuujea35U/KKMpAWsK4qv5BzociTJz98j66+QmSD48FnXDu4Pj46+jzn",
+	"Ul0ff9avXQ+Gg0sqUn2a4DbNS7XVeiMHGY9phj/jFZ9oPdb96Cem/eazuVL5YFj69Oyf+h8z94/ling4",
+	"PCniClX/sOa3K6Q3TQEx+crUigaM1BBVWFN8yvzSaJDnvhol8YLxVQbJDEjO87yCvpVkj2MgnlWzW2kc",
+	"uivMctiv9UHjha8P1BmsBoGup7ppMDTVUq2JULpRnb1SUy02WzbxTzFn03RWuMuT8lv3O4S+1GpElcXu",
+	"cp7q3VdB575QM5lDrEhV9sC3jyWuha8qS4k4bK/nqs+S7NPWJJUqY3BIJMACZyBrIE/NtcAvD8yXA29Z",
+	"wwMEGHaRvVVJwkvf4AuBeE3Wn4jgjxgsQctgSafXGZfeYcsI9Y3B6DfDUrEblocqTs3EciUuxLq+zFbU",
+	"eO4MCqa7I3KVqniOdaxb97ayTsH25vb64/X/HwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
