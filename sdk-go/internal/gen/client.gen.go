@@ -948,7 +948,8 @@ type LaggingConsumerGroup struct {
 
 // LeaseExtendRequest defines model for LeaseExtendRequest.
 type LeaseExtendRequest struct {
-	// Seconds Extension from now in seconds (default 60 when absent).
+	// Seconds Extension from now in seconds. Absent, null, not a number, or a body that is empty or
+	// not JSON = 60; below 1 = 1; above 31536000 (a year, the highest `leaseTime`) = 31536000.
 	Seconds *int `json:"seconds,omitempty"`
 }
 
@@ -2038,7 +2039,8 @@ type PopDiscoverParams struct {
 	// at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
 	Timeout *PopTimeout `form:"timeout,omitempty" json:"timeout,omitempty"`
 
-	// LeaseSeconds Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60.
+	// LeaseSeconds Lease duration in seconds; absent, 0 or negative = the queue's `leaseTime`, else 60. Values
+	// above 31536000 (a year, the highest `leaseTime`) are cut to it.
 	LeaseSeconds *PopLeaseSeconds `form:"leaseSeconds,omitempty" json:"leaseSeconds,omitempty"`
 
 	// ConsumerGroup Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers).
@@ -2081,7 +2083,8 @@ type PopQueueParams struct {
 	// at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
 	Timeout *PopTimeout `form:"timeout,omitempty" json:"timeout,omitempty"`
 
-	// LeaseSeconds Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60.
+	// LeaseSeconds Lease duration in seconds; absent, 0 or negative = the queue's `leaseTime`, else 60. Values
+	// above 31536000 (a year, the highest `leaseTime`) are cut to it.
 	LeaseSeconds *PopLeaseSeconds `form:"leaseSeconds,omitempty" json:"leaseSeconds,omitempty"`
 
 	// ConsumerGroup Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers).
@@ -2119,7 +2122,8 @@ type PopPartitionParams struct {
 	// at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
 	Timeout *PopTimeout `form:"timeout,omitempty" json:"timeout,omitempty"`
 
-	// LeaseSeconds Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60.
+	// LeaseSeconds Lease duration in seconds; absent, 0 or negative = the queue's `leaseTime`, else 60. Values
+	// above 31536000 (a year, the highest `leaseTime`) are cut to it.
 	LeaseSeconds *PopLeaseSeconds `form:"leaseSeconds,omitempty" json:"leaseSeconds,omitempty"`
 
 	// ConsumerGroup Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers).
@@ -2610,7 +2614,8 @@ type ClientInterface interface {
 	//
 	// Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 	// shortens and never resurrects an expired lease. An unknown or expired lease answers
-	// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+	// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+	// what is not a usable `seconds` means 60). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2621,7 +2626,8 @@ type ClientInterface interface {
 	//
 	// Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 	// shortens and never resurrects an expired lease. An unknown or expired lease answers
-	// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+	// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+	// what is not a usable `seconds` means 60). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3453,7 +3459,8 @@ func (c *Client) KvPut(ctx context.Context, ns string, key string, body KvPutJSO
 //
 // Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 // shortens and never resurrects an expired lease. An unknown or expired lease answers
-// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+// what is not a usable `seconds` means 60). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3474,7 +3481,8 @@ func (c *Client) ExtendLeaseWithBody(ctx context.Context, leaseId string, conten
 //
 // Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 // shortens and never resurrects an expired lease. An unknown or expired lease answers
-// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+// what is not a usable `seconds` means 60). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7546,7 +7554,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 	// shortens and never resurrects an expired lease. An unknown or expired lease answers
-	// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+	// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+	// what is not a usable `seconds` means 60). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7557,7 +7566,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 	// shortens and never resurrects an expired lease. An unknown or expired lease answers
-	// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+	// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+	// what is not a usable `seconds` means 60). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -12334,7 +12344,8 @@ func (c *ClientWithResponses) KvPutWithResponse(ctx context.Context, ns string, 
 //
 // Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 // shortens and never resurrects an expired lease. An unknown or expired lease answers
-// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+// what is not a usable `seconds` means 60). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12351,7 +12362,8 @@ func (c *ClientWithResponses) ExtendLeaseWithBodyWithResponse(ctx context.Contex
 //
 // Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
 // shortens and never resurrects an expired lease. An unknown or expired lease answers
-// `200` with `success:false, renewed:0`. Required role: read-write or admin.
+// `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+// what is not a usable `seconds` means 60). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -159,7 +159,8 @@ export interface paths {
          * Extend a lease
          * @description Extends every live lease held by `leaseId` to max(current expiry, now + seconds); never
          *     shortens and never resurrects an expired lease. An unknown or expired lease answers
-         *     `200` with `success:false, renewed:0`. Required role: read-write or admin.
+         *     `200` with `success:false, renewed:0`. Any body is accepted (see `LeaseExtendRequest`:
+         *     what is not a usable `seconds` means 60). Required role: read-write or admin.
          *
          */
         post: operations["extendLease"];
@@ -1124,8 +1125,10 @@ export interface components {
             dropped?: boolean;
         };
         LeaseExtendRequest: {
-            /** @description Extension from now in seconds (default 60 when absent). */
-            seconds?: number;
+            /** @description Extension from now in seconds. Absent, null, not a number, or a body that is empty or
+             *     not JSON = 60; below 1 = 1; above 31536000 (a year, the highest `leaseTime`) = 31536000.
+             *      */
+            seconds?: number | null;
         };
         LeaseExtendResult: {
             /** @description The lease id. */
@@ -2135,7 +2138,9 @@ export interface components {
          *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
          *      */
         PopTimeout: number;
-        /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
+        /** @description Lease duration in seconds; absent, 0 or negative = the queue's `leaseTime`, else 60. Values
+         *     above 31536000 (a year, the highest `leaseTime`) are cut to it.
+         *      */
         PopLeaseSeconds: number;
         /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
         PopConsumerGroup: string;
@@ -2214,7 +2219,9 @@ export interface operations {
                  *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
                  *      */
                 timeout?: components["parameters"]["PopTimeout"];
-                /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
+                /** @description Lease duration in seconds; absent, 0 or negative = the queue's `leaseTime`, else 60. Values
+                 *     above 31536000 (a year, the highest `leaseTime`) are cut to it.
+                 *      */
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
@@ -2273,7 +2280,9 @@ export interface operations {
                  *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
                  *      */
                 timeout?: components["parameters"]["PopTimeout"];
-                /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
+                /** @description Lease duration in seconds; absent, 0 or negative = the queue's `leaseTime`, else 60. Values
+                 *     above 31536000 (a year, the highest `leaseTime`) are cut to it.
+                 *      */
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
@@ -2343,7 +2352,9 @@ export interface operations {
                  *     at all: the pop answers at once, like `wait=false` (`204` when nothing is available).
                  *      */
                 timeout?: components["parameters"]["PopTimeout"];
-                /** @description Lease duration in seconds; absent or 0 = the queue's `leaseTime`, else 60. */
+                /** @description Lease duration in seconds; absent, 0 or negative = the queue's `leaseTime`, else 60. Values
+                 *     above 31536000 (a year, the highest `leaseTime`) are cut to it.
+                 *      */
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];

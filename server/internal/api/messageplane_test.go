@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"strings"
 	"testing"
+	"time"
 )
 
 type pushResult struct {
@@ -252,5 +253,72 @@ func TestLeaseExtendAnswersTheThreeExpiryKeys(t *testing.T) {
 		if ext[k] == nil || ext[k] != ext["expiresAt"] {
 			t.Fatalf("%s = %v", k, ext[k])
 		}
+	}
+}
+
+// Lease extension follows the reference: any body renews (what is not a usable
+// seconds means 60), below 1 is 1, and a huge value is cut to a year instead
+// of overflowing the lease column into a 500.
+func TestLeaseExtendDefaultsClampsAndCapsSeconds(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1}}}, nil)
+	var popped popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"?leaseSeconds=5", nil, &popped)
+	// In this order: a lease never shortens, so each expects at least the last expiry.
+	cases := []struct {
+		name, body string
+		atLeast    time.Duration
+	}{
+		{"zero is clamped to 1", `{"seconds":0}`, 0},
+		{"negative is clamped to 1", `{"seconds":-5}`, 0},
+		{"not JSON means 60", `garbage`, 55 * time.Second},
+		{"null means 60", `{"seconds":null}`, 55 * time.Second},
+		{"a string means 60", `{"seconds":"soon"}`, 55 * time.Second},
+		{"empty body means 60", ``, 55 * time.Second},
+		{"huge is cut to a year", `{"seconds":9223372036854775807}`, 364 * 24 * time.Hour},
+	}
+	for _, c := range cases {
+		var ext struct {
+			Success   bool       `json:"success"`
+			Renewed   int        `json:"renewed"`
+			ExpiresAt *time.Time `json:"expiresAt"`
+		}
+		status, _ := b.call(t, "POST", "/api/v1/lease/"+popped.LeaseID+"/extend", c.body, &ext)
+		if status != http.StatusOK || !ext.Success || ext.Renewed != 1 || ext.ExpiresAt == nil {
+			t.Fatalf("%s: %d %+v", c.name, status, ext)
+		}
+		if left := time.Until(*ext.ExpiresAt); left < c.atLeast || left > 366*24*time.Hour {
+			t.Fatalf("%s: lease expires in %v", c.name, left)
+		}
+	}
+}
+
+// A pop's leaseSeconds <= 0 means "not given" (the queue's leaseTime) as in
+// the reference, and a huge one is cut to a year.
+func TestPopLeaseSecondsNegativeIsAbsentAndHugeIsCapped(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"leaseTime": 120}}, nil)
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": "a", "payload": 1}, {"queue": q, "partition": "b", "payload": 2}}}, nil)
+	leaseLeft := func(leaseSeconds string) time.Duration {
+		t.Helper()
+		var popped popBody
+		if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?leaseSeconds="+leaseSeconds, nil, &popped); status != http.StatusOK {
+			t.Fatalf("leaseSeconds=%s: %d", leaseSeconds, status)
+		}
+		var left float64
+		if err := b.Pool.QueryRow(t.Context(), `SELECT extract(epoch FROM lease_expires_at - now()) FROM lanes.consumers WHERE lease_id = $1`,
+			popped.LeaseID).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		return time.Duration(left * float64(time.Second))
+	}
+	if left := leaseLeft("-5"); left < 110*time.Second || left > 121*time.Second {
+		t.Fatalf("leaseSeconds=-5 must take the queue's leaseTime (120 s); lease left %v", left)
+	}
+	if left := leaseLeft("99999999999"); left < 364*24*time.Hour || left > 366*24*time.Hour {
+		t.Fatalf("leaseSeconds=99999999999 must be cut to a year; lease left %v", left)
 	}
 }

@@ -72,7 +72,7 @@ type optionSpec struct {
 }
 
 var optionSpecs = map[string]optionSpec{
-	"leaseTime":                   {"int", 1, 31536000, func(o *QueueOptions, v any) { o.LeaseTime = v.(int) }},
+	"leaseTime":                   {"int", 1, MaxLeaseSeconds, func(o *QueueOptions, v any) { o.LeaseTime = v.(int) }},
 	"retryLimit":                  {"int", 0, 1000000, func(o *QueueOptions, v any) { o.RetryLimit = v.(int) }},
 	"deadLetterQueue":             {"bool", 0, 0, func(o *QueueOptions, v any) { o.DeadLetterQueue = v.(bool) }},
 	"dlqAfterMaxRetries":          {"bool", 0, 0, func(o *QueueOptions, v any) { o.DLQAfterMaxRetries = v.(bool) }},

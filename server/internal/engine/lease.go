@@ -7,6 +7,11 @@ import (
 	"github.com/google/uuid"
 )
 
+// MaxLeaseSeconds bounds every lease (a year, the highest leaseTime configure
+// accepts): a pop's leaseSeconds and a lease extension past it are cut to it,
+// where a huge value overflowed the lease column ("timestamp out of range").
+const MaxLeaseSeconds = 31536000
+
 // LeaseExtension reports a lease renewal.
 type LeaseExtension struct {
 	Renewed   int
@@ -14,12 +19,11 @@ type LeaseExtension struct {
 }
 
 // ExtendLease pushes the expiry of every live lease held under leaseID to at
-// least now+seconds. It never shortens a lease and never revives an expired one.
+// least now+seconds, seconds taken between 1 and MaxLeaseSeconds. It never
+// shortens a lease and never revives an expired one.
 func (e *Engine) ExtendLease(ctx context.Context, leaseID string, seconds int) (LeaseExtension, error) {
 	var out LeaseExtension
-	if seconds < 1 {
-		seconds = 1
-	}
+	seconds = min(max(seconds, 1), MaxLeaseSeconds)
 	if !isUUID(leaseID) {
 		return out, nil // not a lease this broker could have issued
 	}

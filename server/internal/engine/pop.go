@@ -25,7 +25,7 @@ type PopRequest struct {
 	Batch int
 	// Partitions caps how many partitions one call claims; <= 0 means no cap.
 	Partitions       int
-	LeaseSeconds     int
+	LeaseSeconds     int // <= 0: the queue's leaseTime; capped at MaxLeaseSeconds
 	AutoAck          bool
 	SubscriptionMode string // "new", "all" or empty for the broker default
 	SubscriptionFrom string // "now" or an RFC 3339 timestamp
@@ -252,6 +252,9 @@ func normalizePop(req *PopRequest, defaultMode string) error {
 	if req.Timeout <= 0 {
 		req.Timeout = DefaultPopTimeout
 	}
+	// The reference reads leaseSeconds <= 0 as absent; past the cap it
+	// overflowed the lease column.
+	req.LeaseSeconds = min(max(req.LeaseSeconds, 0), MaxLeaseSeconds)
 	return nil
 }
 

@@ -189,7 +189,7 @@ class ApiV1PopGetParametersQuery(BaseModel):
     autopilot: bool | None = None
     wait: bool = False
     timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
-    lease_seconds: Annotated[int | None, Field(alias="leaseSeconds", ge=0)] = None
+    lease_seconds: Annotated[int | None, Field(alias="leaseSeconds")] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
     subscription_mode: Annotated[str, Field(alias="subscriptionMode")] = "new"
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
@@ -205,7 +205,7 @@ class ApiV1PopQueueQueueGetParametersQuery(BaseModel):
     autopilot: bool | None = None
     wait: bool = False
     timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
-    lease_seconds: Annotated[int | None, Field(alias="leaseSeconds", ge=0)] = None
+    lease_seconds: Annotated[int | None, Field(alias="leaseSeconds")] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
     subscription_mode: Annotated[str, Field(alias="subscriptionMode")] = "new"
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
@@ -220,7 +220,7 @@ class ApiV1PopQueueQueuePartitionPartitionGetParametersQuery(BaseModel):
     autopilot: bool | None = None
     wait: bool = False
     timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
-    lease_seconds: Annotated[int | None, Field(alias="leaseSeconds", ge=0)] = None
+    lease_seconds: Annotated[int | None, Field(alias="leaseSeconds")] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
     subscription_mode: Annotated[str, Field(alias="subscriptionMode")] = "new"
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
@@ -893,9 +893,11 @@ class LeaseExtendRequest(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    seconds: Annotated[int | None, Field(ge=1)] = None
+    seconds: int | None = None
     """
-    Extension from now in seconds (default 60 when absent).
+    Extension from now in seconds. Absent, null, not a number, or a body that is empty or
+    not JSON = 60; below 1 = 1; above 31536000 (a year, the highest `leaseTime`) = 31536000.
+
     """
 
 
