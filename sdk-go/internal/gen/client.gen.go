@@ -1173,6 +1173,28 @@ type PopAutopilot struct {
 	WaitMs *int `json:"waitMs,omitempty"`
 }
 
+// PopDiscoverError Discovery pop error; keeps the reference's `success` and `messages` keys.
+type PopDiscoverError struct {
+	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
+	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
+	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
+	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
+	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `timer_horizon_exceeded`.
+	Code string `json:"code"`
+
+	// Error Human-readable message.
+	Error string `json:"error"`
+
+	// Messages Always empty.
+	Messages *[]interface{} `json:"messages,omitempty"`
+
+	// Success Always `false`.
+	Success *bool `json:"success,omitempty"`
+}
+
 // PopMessage defines model for PopMessage.
 type PopMessage struct {
 	// ConsumerGroup Group used.
@@ -1734,8 +1756,8 @@ type TransactionOperationResult struct {
 	// Duplicate Push — duplicate within this bundle (first wins).
 	Duplicate *bool `json:"duplicate,omitempty"`
 
-	// Error Ack — error, else null.
-	Error *string `json:"error,omitempty"`
+	// Error Ack — error, else null (always present; push results carry null too).
+	Error *string `json:"error"`
 
 	// Index Position in `operations`.
 	Index int `json:"index"`
@@ -9772,7 +9794,7 @@ type PopDiscoverResponse struct {
 	// JSON200 the response for an HTTP 200 `application/json` response
 	JSON200 *PopOK
 	// JSON400 the response for an HTTP 400 `application/json` response
-	JSON400 *BadRequest
+	JSON400 *PopDiscoverError
 	// JSON401 the response for an HTTP 401 `application/json` response
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
@@ -9793,7 +9815,7 @@ func (r PopDiscoverResponse) GetJSON200() *PopOK {
 }
 
 // GetJSON400 returns the response for an HTTP 400 `application/json` response
-func (r PopDiscoverResponse) GetJSON400() *BadRequest {
+func (r PopDiscoverResponse) GetJSON400() *PopDiscoverError {
 	return r.JSON400
 }
 
@@ -14527,7 +14549,7 @@ func ParsePopDiscoverResponse(rsp *http.Response) (*PopDiscoverResponse, error) 
 		break // No content-type
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 400:
-		var dest BadRequest
+		var dest PopDiscoverError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

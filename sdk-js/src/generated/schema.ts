@@ -975,6 +975,13 @@ export interface components {
              *      */
             code: string;
         };
+        /** @description Discovery pop error; keeps the reference's `success` and `messages` keys. */
+        PopDiscoverError: components["schemas"]["Error"] & {
+            /** @description Always `false`. */
+            success?: boolean;
+            /** @description Always empty. */
+            messages?: unknown[];
+        };
         /** @description Configure error; `invalid` names the rejected option when there is one. */
         ConfigureError: components["schemas"]["Error"] & {
             /** @description Name of the invalid option. */
@@ -1231,7 +1238,7 @@ export interface components {
             queueName?: string;
             /** @description Push — duplicate within this bundle (first wins). */
             duplicate?: boolean;
-            /** @description Ack — error, else null. */
+            /** @description Ack — error, else null (always present; push results carry null too). */
             error?: string | null;
             /** @description Ack — filed a dead-letter row. */
             dlq?: boolean;
@@ -2384,7 +2391,18 @@ export interface operations {
                 };
                 content?: never;
             };
-            400: components["responses"]["BadRequest"];
+            /** @description Neither `namespace` nor `task` given: the reference body
+             *     `{"success":false,"error":"namespace or task is required","messages":[]}` plus `code`.
+             *     Other bad input answers the plain error envelope.
+             *      */
+            400: {
+                headers: {
+                    [name: string]: unknown;
+                };
+                content: {
+                    "application/json": components["schemas"]["PopDiscoverError"];
+                };
+            };
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             429: components["responses"]["TooManyRequests"];

@@ -161,6 +161,19 @@ func TestPopSubscriptionModeAcceptsTheReferenceSpellings(t *testing.T) {
 	}
 }
 
+// A discovery pop without namespace or task keeps the reference's 400 body,
+// which clients may read, and adds our code.
+func TestPopDiscoverWithoutScopeKeepsTheReferenceBody(t *testing.T) {
+	b := newTestBroker(t)
+	var body map[string]any
+	status, _ := b.call(t, "GET", "/api/v1/pop?consumerGroup=g", nil, &body)
+	messages, isList := body["messages"].([]any)
+	if status != http.StatusBadRequest || body["success"] != false || body["error"] != "namespace or task is required" ||
+		!isList || len(messages) != 0 || body["code"] != CodeBadRequest {
+		t.Fatalf("%d %v", status, body)
+	}
+}
+
 func TestBadInputIsRejectedWithACodeAndStoresNothing(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)

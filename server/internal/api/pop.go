@@ -133,6 +133,12 @@ func (s *Server) PopPartition(ctx context.Context, req gen.PopPartitionRequestOb
 // PopDiscover claims across every queue matching namespace and/or task.
 func (s *Server) PopDiscover(ctx context.Context, req gen.PopDiscoverRequestObject) (gen.PopDiscoverResponseObject, error) {
 	p := req.Params
+	if deref(p.Namespace) == "" && deref(p.Task) == "" {
+		// The reference's body, which clients may read, plus our code.
+		success, messages := false, []any{}
+		return gen.PopDiscover400JSONResponse{Success: &success, Messages: &messages,
+			Error: "namespace or task is required", Code: CodeBadRequest}, nil
+	}
 	res, err := s.pop(ctx, engine.PopRequest{Namespace: deref(p.Namespace), Task: deref(p.Task)}, popParams{
 		batch: p.Batch, partitions: p.Partitions, timeout: p.Timeout, leaseSeconds: p.LeaseSeconds,
 		wait: p.Wait, autoAck: p.AutoAck, autopilot: p.Autopilot, group: p.ConsumerGroup,

@@ -32,6 +32,25 @@ type txResultBody struct {
 	Timers []map[string]any `json:"timers"`
 }
 
+// An ack result always carries "error", null when there is none (reference
+// §1.7): a client comparing it with null must not see it missing.
+func TestTransactionAckResultHasAnErrorKey(t *testing.T) {
+	b := newTestBroker(t)
+	txn, partition, lease := b.pushAndPop(t, uniqueQueue(t))
+	var res struct {
+		Success bool             `json:"success"`
+		Results []map[string]any `json:"results"`
+	}
+	b.call(t, "POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{
+		{"type": "ack", "transactionId": txn, "partitionId": partition, "leaseId": lease}}}, &res)
+	if !res.Success || len(res.Results) != 1 {
+		t.Fatalf("transaction: %+v", res)
+	}
+	if errValue, present := res.Results[0]["error"]; !present || errValue != nil {
+		t.Fatalf("ack result must carry error:null: %v", res.Results[0])
+	}
+}
+
 func TestTransactionPipelineOverHTTP(t *testing.T) {
 	b := newTestBroker(t)
 	orders, invoices, ns := uniqueQueue(t)+"-orders", uniqueQueue(t)+"-invoices", uniqueQueue(t)

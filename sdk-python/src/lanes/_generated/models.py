@@ -1177,6 +1177,24 @@ class PopAutopilot(BaseModel):
     """
 
 
+class PopDiscoverError(Error):
+    """
+    Discovery pop error; keeps the reference's `success` and `messages` keys.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    success: bool | None = None
+    """
+    Always `false`.
+    """
+    messages: list[Any] | None = None
+    """
+    Always empty.
+    """
+
+
 class PopMessage(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -1895,7 +1913,7 @@ class TransactionOperationResult(BaseModel):
     """
     error: str | None = None
     """
-    Ack — error, else null.
+    Ack — error, else null (always present; push results carry null too).
     """
     dlq: bool | None = None
     """
