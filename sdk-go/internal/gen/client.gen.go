@@ -522,7 +522,8 @@ type ConfigureError struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -683,7 +684,8 @@ type DlqMessage struct {
 
 // DlqPurgeResult defines model for DlqPurgeResult.
 type DlqPurgeResult struct {
-	ConsumerGroup *string `json:"consumerGroup,omitempty"`
+	// ConsumerGroup The group purged; null when none was given (every group's rows).
+	ConsumerGroup *string `json:"consumerGroup"`
 
 	// Deleted Rows deleted.
 	Deleted int    `json:"deleted"`
@@ -700,7 +702,8 @@ type DlqReplayError struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code                  string  `json:"code"`
 	ConsumerGroup         *string `json:"consumerGroup,omitempty"`
 	DlqId                 *string `json:"dlqId,omitempty"`
@@ -760,7 +763,8 @@ type Error struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -995,7 +999,8 @@ type MessageConsumerGroup struct {
 	Name           *string    `json:"name,omitempty"`
 }
 
-// MessageCounts Message counters.
+// MessageCounts Message counters: one status per retained message (a dead-lettered one counts only as
+// `deadLetter`), so the buckets add up to `total`.
 type MessageCounts struct {
 	Completed  *int `json:"completed,omitempty"`
 	DeadLetter *int `json:"deadLetter,omitempty"`
@@ -1117,7 +1122,8 @@ type NamespaceList struct {
 
 // NamespaceSummary defines model for NamespaceSummary.
 type NamespaceSummary struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts `json:"messages,omitempty"`
 	Namespace  *string        `json:"namespace,omitempty"`
 	Partitions *int           `json:"partitions,omitempty"`
@@ -1126,7 +1132,8 @@ type NamespaceSummary struct {
 
 // Overview System-wide counters (from the stats reconciler, ≤ 10 s old).
 type Overview struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts `json:"messages,omitempty"`
 	Namespaces *int           `json:"namespaces,omitempty"`
 	Partitions *int           `json:"partitions,omitempty"`
@@ -1153,7 +1160,8 @@ type PartitionStatus struct {
 	Failed       *int                    `json:"failed,omitempty"`
 	LastActivity *time.Time              `json:"lastActivity,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages      *MessageCounts          `json:"messages,omitempty"`
 	Name          *string                 `json:"name,omitempty"`
 	NewestMessage *map[string]interface{} `json:"newestMessage,omitempty"`
@@ -1182,7 +1190,8 @@ type PopDiscoverError struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -1329,7 +1338,8 @@ type QueueDetail struct {
 	// Id Queue id (UUID).
 	Id *string `json:"id,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages  *MessageCounts `json:"messages,omitempty"`
 	Name      *string        `json:"name,omitempty"`
 	Namespace *string        `json:"namespace,omitempty"`
@@ -1483,14 +1493,16 @@ type QueuePartition struct {
 	Id           *string    `json:"id,omitempty"`
 	LastActivity *time.Time `json:"lastActivity,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages *MessageCounts `json:"messages,omitempty"`
 	Name     *string        `json:"name,omitempty"`
 }
 
 // QueueStatus Live status of one queue (loosely typed).
 type QueueStatus struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts          `json:"messages,omitempty"`
 	Partitions *[]PartitionStatus      `json:"partitions,omitempty"`
 	Queue      *map[string]interface{} `json:"queue,omitempty"`
@@ -1509,7 +1521,8 @@ type QueueSummary struct {
 	// Id Queue id (UUID).
 	Id *string `json:"id,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages  *MessageCounts `json:"messages,omitempty"`
 	Name      *string        `json:"name,omitempty"`
 	Namespace *string        `json:"namespace,omitempty"`
@@ -1538,6 +1551,26 @@ type ReplayedAs struct {
 
 // ReplayedAsStatus defines model for ReplayedAs.Status.
 type ReplayedAsStatus string
+
+// SeekError Seek error; keeps the reference's `success` key.
+type SeekError struct {
+	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
+	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
+	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
+	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
+	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
+	Code string `json:"code"`
+
+	// Error Human-readable message.
+	Error string `json:"error"`
+
+	// Success Always `false`.
+	Success bool `json:"success"`
+}
 
 // SeekPartitionResult defines model for SeekPartitionResult.
 type SeekPartitionResult struct {
@@ -1607,7 +1640,8 @@ type TaskList struct {
 
 // TaskSummary defines model for TaskSummary.
 type TaskSummary struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts `json:"messages,omitempty"`
 	Partitions *int           `json:"partitions,omitempty"`
 	Queues     *int           `json:"queues,omitempty"`
@@ -1936,6 +1970,9 @@ type PayloadTooLarge = Error
 // PopOK defines model for PopOK.
 type PopOK = PopResponse
 
+// SeekNotFound Seek error; keeps the reference's `success` key.
+type SeekNotFound = SeekError
+
 // ServiceUnavailable Error envelope of every 4xx/5xx JSON answer.
 type ServiceUnavailable = Error
 
@@ -1965,7 +2002,7 @@ type DeleteConsumerGroupQueueParams struct {
 
 // PurgeDlqParams defines parameters for PurgeDlq.
 type PurgeDlqParams struct {
-	// Queue Queue name (`400 queue is required` when absent).
+	// Queue Queue name; absent or empty answers `400` with code `queue_required`.
 	Queue string `form:"queue" json:"queue"`
 
 	// ConsumerGroup Restrict to one consumer group.
@@ -2602,12 +2639,15 @@ type ClientInterface interface {
 
 	// KvDelete Delete a key
 	//
+	// Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
+	// client meant as a condition cannot delete silently.
+	//
 	// Corresponds with DELETE /api/v1/kv/{ns}/{key} (the `KvDelete` operationId).
 	KvDelete(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// KvGet Get a key
 	//
-	// A miss answers `200` with `found:false`. No query string is accepted.
+	// A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
 	//
 	// Corresponds with GET /api/v1/kv/{ns}/{key} (the `KvGet` operationId).
 	KvGet(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -2615,7 +2655,8 @@ type ClientInterface interface {
 	// KvPutWithBody Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// accepted (`400 kv_bad_request`).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2625,7 +2666,8 @@ type ClientInterface interface {
 	// KvPut Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// accepted (`400 kv_bad_request`).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3407,6 +3449,9 @@ func (c *Client) KvBatch(ctx context.Context, body KvBatchJSONRequestBody, reqEd
 
 // KvDelete Delete a key
 //
+// Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
+// client meant as a condition cannot delete silently.
+//
 // Corresponds with DELETE /api/v1/kv/{ns}/{key} (the `KvDelete` operationId).
 func (c *Client) KvDelete(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewKvDeleteRequest(c.Server, ns, key)
@@ -3422,7 +3467,7 @@ func (c *Client) KvDelete(ctx context.Context, ns string, key string, reqEditors
 
 // KvGet Get a key
 //
-// A miss answers `200` with `found:false`. No query string is accepted.
+// A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
 //
 // Corresponds with GET /api/v1/kv/{ns}/{key} (the `KvGet` operationId).
 func (c *Client) KvGet(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3440,7 +3485,8 @@ func (c *Client) KvGet(ctx context.Context, ns string, key string, reqEditors ..
 // KvPutWithBody Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// accepted (`400 kv_bad_request`).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3460,7 +3506,8 @@ func (c *Client) KvPutWithBody(ctx context.Context, ns string, key string, conte
 // KvPut Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// accepted (`400 kv_bad_request`).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7538,6 +7585,9 @@ type ClientWithResponsesInterface interface {
 
 	// KvDeleteWithResponse Delete a key
 	//
+	// Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
+	// client meant as a condition cannot delete silently.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with DELETE /api/v1/kv/{ns}/{key} (the `KvDelete` operationId).
@@ -7545,7 +7595,7 @@ type ClientWithResponsesInterface interface {
 
 	// KvGetWithResponse Get a key
 	//
-	// A miss answers `200` with `found:false`. No query string is accepted.
+	// A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -7555,7 +7605,8 @@ type ClientWithResponsesInterface interface {
 	// KvPutWithBodyWithResponse Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// accepted (`400 kv_bad_request`).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7565,7 +7616,8 @@ type ClientWithResponsesInterface interface {
 	// KvPutWithResponse Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// accepted (`400 kv_bad_request`).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8564,7 +8616,7 @@ type SeekPartitionResponse struct {
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	JSON404 *SeekNotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 }
@@ -8590,7 +8642,7 @@ func (r SeekPartitionResponse) GetJSON403() *Forbidden {
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r SeekPartitionResponse) GetJSON404() *NotFound {
+func (r SeekPartitionResponse) GetJSON404() *SeekNotFound {
 	return r.JSON404
 }
 
@@ -8640,7 +8692,7 @@ type SeekQueueResponse struct {
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
-	JSON404 *NotFound
+	JSON404 *SeekNotFound
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 }
@@ -8666,7 +8718,7 @@ func (r SeekQueueResponse) GetJSON403() *Forbidden {
 }
 
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
-func (r SeekQueueResponse) GetJSON404() *NotFound {
+func (r SeekQueueResponse) GetJSON404() *SeekNotFound {
 	return r.JSON404
 }
 
@@ -12304,6 +12356,9 @@ func (c *ClientWithResponses) KvBatchWithResponse(ctx context.Context, body KvBa
 
 // KvDeleteWithResponse Delete a key
 //
+// Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
+// client meant as a condition cannot delete silently.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with DELETE /api/v1/kv/{ns}/{key} (the `KvDelete` operationId).
@@ -12317,7 +12372,7 @@ func (c *ClientWithResponses) KvDeleteWithResponse(ctx context.Context, ns strin
 
 // KvGetWithResponse Get a key
 //
-// A miss answers `200` with `found:false`. No query string is accepted.
+// A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -12333,7 +12388,8 @@ func (c *ClientWithResponses) KvGetWithResponse(ctx context.Context, ns string, 
 // KvPutWithBodyWithResponse Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// accepted (`400 kv_bad_request`).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12349,7 +12405,8 @@ func (c *ClientWithResponses) KvPutWithBodyWithResponse(ctx context.Context, ns 
 // KvPutWithResponse Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// accepted (`400 kv_bad_request`).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13528,7 +13585,7 @@ func ParseSeekPartitionResponse(rsp *http.Response) (*SeekPartitionResponse, err
 		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+		var dest SeekNotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -13589,7 +13646,7 @@ func ParseSeekQueueResponse(rsp *http.Response) (*SeekQueueResponse, error) {
 		response.JSON403 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 404:
-		var dest NotFound
+		var dest SeekNotFound
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -645,18 +645,24 @@ export interface paths {
         };
         /**
          * Get a key
-         * @description A miss answers `200` with `found:false`. No query string is accepted.
+         * @description A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
          */
         get: operations["kvGet"];
         /**
          * Put a key
          * @description Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-         *     is required. The body must not carry `op`, `ns`, `namespace` or `key`.
+         *     is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+         *     accepted (`400 kv_bad_request`).
          *
          */
         put: operations["kvPut"];
         post?: never;
-        /** Delete a key */
+        /**
+         * Delete a key
+         * @description Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
+         *     client meant as a condition cannot delete silently.
+         *
+         */
         delete: operations["kvDelete"];
         options?: never;
         head?: never;
@@ -971,7 +977,8 @@ export interface components {
              *     `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
              *     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
              *     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-             *     `timer_horizon_exceeded`.
+             *     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+             *     maintenance: `503`, nothing changed).
              *      */
             code: string;
         };
@@ -981,6 +988,11 @@ export interface components {
             success?: boolean;
             /** @description Always empty. */
             messages?: unknown[];
+        };
+        /** @description Seek error; keeps the reference's `success` key. */
+        SeekError: components["schemas"]["Error"] & {
+            /** @description Always `false`. */
+            success: boolean;
         };
         /** @description Configure error; `invalid` names the rejected option when there is one. */
         ConfigureError: components["schemas"]["Error"] & {
@@ -1348,7 +1360,9 @@ export interface components {
             storage: string;
             options: components["schemas"]["QueueOptions"];
         };
-        /** @description Message counters. */
+        /** @description Message counters: one status per retained message (a dead-lettered one counts only as
+         *     `deadLetter`), so the buckets add up to `total`.
+         *      */
         MessageCounts: {
             total?: number;
             pending?: number;
@@ -1580,7 +1594,8 @@ export interface components {
             /** @description Rows deleted. */
             deleted: number;
             queue: string;
-            consumerGroup?: string | null;
+            /** @description The group purged; null when none was given (every group's rows). */
+            consumerGroup: string | null;
         };
         DlqReplayRequest: {
             /** @description Destination queue (default the original; blank → 400). */
@@ -2042,6 +2057,15 @@ export interface components {
             };
             content: {
                 "application/json": components["schemas"]["Error"];
+            };
+        };
+        /** @description The queue (or its partition) does not exist or has no partitions. */
+        SeekNotFound: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["SeekError"];
             };
         };
         /** @description The addressed resource does not exist. */
@@ -2938,7 +2962,7 @@ export interface operations {
     purgeDlq: {
         parameters: {
             query: {
-                /** @description Queue name (`400 queue is required` when absent). */
+                /** @description Queue name; absent or empty answers `400` with code `queue_required`. */
                 queue: string;
                 /** @description Restrict to one consumer group. */
                 consumerGroup?: string;
@@ -3197,7 +3221,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
+            404: components["responses"]["SeekNotFound"];
             500: components["responses"]["InternalError"];
         };
     };
@@ -3233,7 +3257,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
-            404: components["responses"]["NotFound"];
+            404: components["responses"]["SeekNotFound"];
             500: components["responses"]["InternalError"];
         };
     };

@@ -2,9 +2,7 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
-	"net/http"
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -17,7 +15,7 @@ func (s *Server) SeekQueue(ctx context.Context, req gen.SeekQueueRequestObject) 
 	seek.Group, seek.Queue = req.Group, req.Queue
 	res, err := s.engine.Seek(ctx, seek)
 	if errors.Is(err, engine.ErrNotFound) {
-		return seekNotFound{Error: err.Error(), Code: CodeNotFound}, nil
+		return gen.SeekQueue404JSONResponse{SeekNotFoundJSONResponse: seekNotFound(err)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -35,7 +33,7 @@ func (s *Server) SeekPartition(ctx context.Context, req gen.SeekPartitionRequest
 	seek.Group, seek.Queue, seek.Partition = req.Group, req.Queue, req.Partition
 	res, err := s.engine.Seek(ctx, seek)
 	if errors.Is(err, engine.ErrNotFound) {
-		return seekNotFound{Error: err.Error(), Code: CodeNotFound}, nil
+		return gen.SeekPartition404JSONResponse{SeekNotFoundJSONResponse: seekNotFound(err)}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -47,22 +45,9 @@ func (s *Server) SeekPartition(ctx context.Context, req gen.SeekPartitionRequest
 }
 
 // seekNotFound is the seek routes' 404: the error envelope plus success:false,
-// which the reference's clients read (§1.11). The generated 404 type is the
-// bare envelope, so this body is written here.
-type seekNotFound struct {
-	Success bool   `json:"success"`
-	Error   string `json:"error"`
-	Code    string `json:"code"`
-}
-
-func (r seekNotFound) VisitSeekQueueResponse(w http.ResponseWriter) error { return r.write(w) }
-
-func (r seekNotFound) VisitSeekPartitionResponse(w http.ResponseWriter) error { return r.write(w) }
-
-func (r seekNotFound) write(w http.ResponseWriter) error {
-	w.Header().Set("Content-Type", "application/json")
-	w.WriteHeader(http.StatusNotFound)
-	return json.NewEncoder(w).Encode(r)
+// which the reference's clients read (§1.11).
+func seekNotFound(err error) gen.SeekNotFoundJSONResponse {
+	return gen.SeekNotFoundJSONResponse{Success: false, Error: err.Error(), Code: CodeNotFound}
 }
 
 // seekRequest reads {toEnd} / {timestamp}; toEnd wins when both are given.

@@ -534,7 +534,10 @@ class DlqPurgeResult(BaseModel):
     Rows deleted.
     """
     queue: str
-    consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
+    consumer_group: Annotated[str | None, Field(alias="consumerGroup")]
+    """
+    The group purged; null when none was given (every group's rows).
+    """
 
 
 class DlqReplayError(BaseModel):
@@ -558,7 +561,8 @@ class DlqReplayError(BaseModel):
     `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-    `timer_horizon_exceeded`.
+    `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+    maintenance: `503`, nothing changed).
 
     """
     success: bool
@@ -629,7 +633,8 @@ class Error(BaseModel):
     `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-    `timer_horizon_exceeded`.
+    `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+    maintenance: `503`, nothing changed).
 
     """
 
@@ -961,7 +966,9 @@ class MessageConsumerGroup(BaseModel):
 
 class MessageCounts(BaseModel):
     """
-    Message counters.
+    Message counters: one status per retained message (a dead-lettered one counts only as
+    `deadLetter`), so the buckets add up to `total`.
+
     """
 
     model_config = ConfigDict(
@@ -1599,6 +1606,20 @@ class ReplayedAs(BaseModel):
     """
     queue_name: Annotated[str | None, Field(alias="queueName")] = None
     status: Literal["queued", "duplicate", "buffered", "failed"] | None = None
+
+
+class SeekError(Error):
+    """
+    Seek error; keeps the reference's `success` key.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    success: bool
+    """
+    Always `false`.
+    """
 
 
 class SeekPartitionResult(BaseModel):

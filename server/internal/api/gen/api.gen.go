@@ -528,7 +528,8 @@ type ConfigureError struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -689,7 +690,8 @@ type DlqMessage struct {
 
 // DlqPurgeResult defines model for DlqPurgeResult.
 type DlqPurgeResult struct {
-	ConsumerGroup *string `json:"consumerGroup,omitempty"`
+	// ConsumerGroup The group purged; null when none was given (every group's rows).
+	ConsumerGroup *string `json:"consumerGroup"`
 
 	// Deleted Rows deleted.
 	Deleted int    `json:"deleted"`
@@ -706,7 +708,8 @@ type DlqReplayError struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code                  string  `json:"code"`
 	ConsumerGroup         *string `json:"consumerGroup,omitempty"`
 	DlqId                 *string `json:"dlqId,omitempty"`
@@ -766,7 +769,8 @@ type Error struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -1001,7 +1005,8 @@ type MessageConsumerGroup struct {
 	Name           *string    `json:"name,omitempty"`
 }
 
-// MessageCounts Message counters.
+// MessageCounts Message counters: one status per retained message (a dead-lettered one counts only as
+// `deadLetter`), so the buckets add up to `total`.
 type MessageCounts struct {
 	Completed  *int `json:"completed,omitempty"`
 	DeadLetter *int `json:"deadLetter,omitempty"`
@@ -1123,7 +1128,8 @@ type NamespaceList struct {
 
 // NamespaceSummary defines model for NamespaceSummary.
 type NamespaceSummary struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts `json:"messages,omitempty"`
 	Namespace  *string        `json:"namespace,omitempty"`
 	Partitions *int           `json:"partitions,omitempty"`
@@ -1132,7 +1138,8 @@ type NamespaceSummary struct {
 
 // Overview System-wide counters (from the stats reconciler, ≤ 10 s old).
 type Overview struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts `json:"messages,omitempty"`
 	Namespaces *int           `json:"namespaces,omitempty"`
 	Partitions *int           `json:"partitions,omitempty"`
@@ -1159,7 +1166,8 @@ type PartitionStatus struct {
 	Failed       *int                    `json:"failed,omitempty"`
 	LastActivity *time.Time              `json:"lastActivity,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages      *MessageCounts          `json:"messages,omitempty"`
 	Name          *string                 `json:"name,omitempty"`
 	NewestMessage *map[string]interface{} `json:"newestMessage,omitempty"`
@@ -1188,7 +1196,8 @@ type PopDiscoverError struct {
 	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
-	// `timer_horizon_exceeded`.
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -1335,7 +1344,8 @@ type QueueDetail struct {
 	// Id Queue id (UUID).
 	Id *string `json:"id,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages  *MessageCounts `json:"messages,omitempty"`
 	Name      *string        `json:"name,omitempty"`
 	Namespace *string        `json:"namespace,omitempty"`
@@ -1489,14 +1499,16 @@ type QueuePartition struct {
 	Id           *string    `json:"id,omitempty"`
 	LastActivity *time.Time `json:"lastActivity,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages *MessageCounts `json:"messages,omitempty"`
 	Name     *string        `json:"name,omitempty"`
 }
 
 // QueueStatus Live status of one queue (loosely typed).
 type QueueStatus struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts          `json:"messages,omitempty"`
 	Partitions *[]PartitionStatus      `json:"partitions,omitempty"`
 	Queue      *map[string]interface{} `json:"queue,omitempty"`
@@ -1515,7 +1527,8 @@ type QueueSummary struct {
 	// Id Queue id (UUID).
 	Id *string `json:"id,omitempty"`
 
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages  *MessageCounts `json:"messages,omitempty"`
 	Name      *string        `json:"name,omitempty"`
 	Namespace *string        `json:"namespace,omitempty"`
@@ -1544,6 +1557,26 @@ type ReplayedAs struct {
 
 // ReplayedAsStatus defines model for ReplayedAs.Status.
 type ReplayedAsStatus string
+
+// SeekError Seek error; keeps the reference's `success` key.
+type SeekError struct {
+	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
+	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
+	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
+	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
+	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
+	// maintenance: `503`, nothing changed).
+	Code string `json:"code"`
+
+	// Error Human-readable message.
+	Error string `json:"error"`
+
+	// Success Always `false`.
+	Success bool `json:"success"`
+}
 
 // SeekPartitionResult defines model for SeekPartitionResult.
 type SeekPartitionResult struct {
@@ -1613,7 +1646,8 @@ type TaskList struct {
 
 // TaskSummary defines model for TaskSummary.
 type TaskSummary struct {
-	// Messages Message counters.
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
 	Messages   *MessageCounts `json:"messages,omitempty"`
 	Partitions *int           `json:"partitions,omitempty"`
 	Queues     *int           `json:"queues,omitempty"`
@@ -1942,6 +1976,9 @@ type PayloadTooLarge = Error
 // PopOK defines model for PopOK.
 type PopOK = PopResponse
 
+// SeekNotFound Seek error; keeps the reference's `success` key.
+type SeekNotFound = SeekError
+
 // ServiceUnavailable Error envelope of every 4xx/5xx JSON answer.
 type ServiceUnavailable = Error
 
@@ -1971,7 +2008,7 @@ type DeleteConsumerGroupQueueParams struct {
 
 // PurgeDlqParams defines parameters for PurgeDlq.
 type PurgeDlqParams struct {
-	// Queue Queue name (`400 queue is required` when absent).
+	// Queue Queue name; absent or empty answers `400` with code `queue_required`.
 	Queue string `form:"queue" json:"queue"`
 
 	// ConsumerGroup Restrict to one consumer group.
@@ -4915,6 +4952,8 @@ type PayloadTooLargeJSONResponse Error
 
 type PopOKJSONResponse PopResponse
 
+type SeekNotFoundJSONResponse SeekError
+
 type ServiceUnavailableJSONResponse Error
 
 type TooManyRequestsResponseHeaders struct {
@@ -5697,7 +5736,7 @@ func (response SeekPartition403JSONResponse) VisitSeekPartitionResponse(w http.R
 	return err
 }
 
-type SeekPartition404JSONResponse struct{ NotFoundJSONResponse }
+type SeekPartition404JSONResponse struct{ SeekNotFoundJSONResponse }
 
 func (response SeekPartition404JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
 
@@ -5791,7 +5830,7 @@ func (response SeekQueue403JSONResponse) VisitSeekQueueResponse(w http.ResponseW
 	return err
 }
 
-type SeekQueue404JSONResponse struct{ NotFoundJSONResponse }
+type SeekQueue404JSONResponse struct{ SeekNotFoundJSONResponse }
 
 func (response SeekQueue404JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
 
@@ -11281,283 +11320,287 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3dchs5sj/4KgjuRjQVS0l0t8f//0jRF2rbPePxl2yrpyPO0KECq1JkDYtAGUCJYjsUca429tye3Uc4",
-	"TzZPsoFMoD5IVJHUh9vu0ZUtVhU+MxOZicxffu7Fcp5LAcLo3tHn3hR4Agr/+x6MWp5cGFD2rwR0rNLc",
-	"pFL0jnofIJYi0cxItuCpYWO4kAqYsp+kYnLQG/R0PIU5t5/OU5HOi3nvaDjomWUOvaNeKgxMQPWur68H",
-	"vZwrPgfjuv1ZyfnPaRbu1nBlmLxgZgrMpHNgi1QkcmH7S+0LnwpQy96gJ/jcdnOh5LwxlAup5tz0jnoJ",
-	"N7BvW+iVY9JGpWLSsyP6i5JFfsrNdH0IT6XQxRwUm9h3mO2o7D23X5Sd4wu9QU/BpyJVkPSOjCqgPpr1",
-	"jl+l89Ssd3rKJ8B0+hu0TTTD7+ptJ3DBi8z0jh4Nh4NqCx4FtmDQe8PnoHMeQ9vC0+9svMQJ46ttQylf",
-	"6HVP9e3FhYbAXN/LBdKVnqV5Wx+Svg3Otz7bYXC2p1yZ1Pb2IgnvcfkCSxPW/+WXF8/2WvY4r5racafL",
-	"PjYNoYPCyt537VvmJ4WRJ/EsRN/zeWqQweJCaalYKvCvXObfaSYXghnFheYxjq7Pzf5carMvRQx7xyzK",
-	"gGt4kUQs1fYzwaJRb9SL2naSu3EEt/KCZxrKLRxLmQEX9RnkaSYDJBTZJYhYBgbHwMZKzkAhA7HFNI2n",
-	"cAnKipFozE08jQ6jciV1hF/Y1QRtWAYXhsnCHDMuRgKu8iyNU8MueVaAnaGgli5BqTRJQBywM/xa51Jo",
-	"oAWIuVIpaBZxP+LoYCQ61oNmFdjCcgUGvav9idx331QrQSvzk53U+qqcScMzNgetrTQZF8kEDLuQivaa",
-	"Z9mA6SlXkDAeK6k1izOeziFh1eIcsF/tjPhYgzBH7PvhcDASUrF4KjUIKx5qy91/NBzusQXSQDmtH3Fr",
-	"DtiJbSIGNufGCv4B09J+q2hV5UjQ5JmjhfYFwx1sHjf8ysm64XAL2Xcqcy/TUexvEvnHbvrsR/apgALY",
-	"XCbA+tH5+btfnv/y/Pz122fPz8+jAbMHK5hUTFjsGtB7bWwQN0awkXtfWSZzZ/D6ePEpSwrFSYYJpulV",
-	"P/QBGzKpmIAJN+klsB9x23A232nHwmfpHKIBg0wDezI8YH+3JK9Hgo/lJbAfHv3phyfD4ZD1OVsCVwNs",
-	"YZpOppZrai3sMa6sJDFWpKcd+5jVpxRYgJUtK+VjYP6viQBqdFuSMsqyVDty51nGCpFYDhZQia5jFg2j",
-	"lQWyJBnzfIUBHg1YK/X/67/+hz15vIkBRqKFA9i2DFDNcotl+1CMy5WyilbopFfa7MdSGB4bplHhymVq",
-	"iSYScoHrwgV78eHt/v9+MnyEWpg2fJ4fs0LkXGng4wxIQmrc/HQipIKkjfT16pA2Un99Eq9lAuuT+BXX",
-	"kePZmThNDaeimRTswk6R+SkuUjNlvCKWIxYJWESs71Z+gJqI3ZqRGPN4lsnJnl2EiGdZdMDeimzJNECi",
-	"GfcnpplywxIJdh8Ng6tUG7YEc+yXwpJhJTsORuI9cPyRi6U9tayqFXMNxziUfSmyZTTA/5/j/xkXCf5J",
-	"f/XpxLoAhSI1zlKrzX83EjqHLEvFRO+xOXBBEztgJ2LJpCW16hyLHg+Haw05SlbAE81Sw7imSQ9GAk9R",
-	"tpBFljAFecaXjLPFVGbA3BrZhebMLHO51067enUng2pAT8AiqKafytwKGVkEdIBXUkz2c5llSKGyMHZ9",
-	"52mWpU4Ysr5dPdr+yBoxxJl7Nfn+gz1ADlAa5FzNcDtHghsrOI68UsS40AtQmnHDrBI0YFk6A9ckajAR",
-	"60ffDx9HJAqENFN7KKSa8UueZpZdOpbIjT68Mj+4E86fePj3FgqwzH/lacuiMVy0Qpg0Y7xUF6wOcwka",
-	"Cd8NyS6K1qDbGNsuwK563TvLFZuNEGKehma80jm+sUGUYGdh9fvdegdN1du3v4vafcb1bPPcDNeztlnZ",
-	"ZxsmdSbbungukh1MZyNvYjifVaZBm3H12lFU3YqwZlYh0k8FsBxUJYvbzC5T72anXbi2L5N2jprDTzx5",
-	"T7q+/cueCSDwvzy3uj5qUIf/1Hbkn2vN/p8KLnpHvf/jsPKeHNJTffhcKek8G6t6SWaXERI2lsnSshKu",
-	"OeoQnM1Tra1c8HNhFylkyYHV6Z9ln96jkKWm72qgK80GRkyP2QVPM0iOSb2xQ/cmDZ0X+I4sTCznQKPW",
-	"OOyfpRqjVXT/S/t3nqUJM3IGAiW6lffejsPFVDIDt9CfCmn44QVwUyhgE24AR/tCGFCCZ3e7xq0jfsYN",
-	"H1s9HS1s6hoXulA0njfS/CwLkdz/UKzJypNEgdZ2pUDLQsWwosDgmE75MpM8OZPyFVcTuP+h/WSpLbN9",
-	"oVZFnohYiot0UthtRb9XqaqxJ4/Z6/SnvQNnCL99eWcjPJX5eyc3QuM8McxaDwYNCX9mOqMDR/MB1GUa",
-	"wy+iPPO/wL7CPJeKqzRbsqLqmPUTT3uJXIgB04W64DGwnBeWAKRiSartmwmt5JmUr7lYOjmp73/gJwkK",
-	"QylQSVcys2NS3ADt9zH5mRm/sEdmhH7qfXRUR97StefGqit7v/Rlhwbl3j6seb1xZL8IXpipVOlv8AVY",
-	"8TUdAgM292fFgMFVjiJMKtLaF6kGlorLSuQd4NnrGrd9n8QzdALVjrZcyRyUSenY4/FMyEUGyWTuPf+p",
-	"gbneNPCTePbCwNxShTtZuVJ8af+Od3GioN8JLkEtme234uBVN8resdUI9vEl/JJsSiuWrF1i91kUmWMo",
-	"OvzXtZJKPfjH2sw/lh/I8T8hRh+an+XasoE/G1aUNxLbdkRaii3GNOg5X0Ob88ZIhvvLDdTsEfxoPwOt",
-	"GY9nW/VTd1B3+7mdauiE10Ev0Jg23BQBh8vPCoDRawOm+dzuj5rzLNXkgbKG40k8c9R4QM1EW42/qemt",
-	"+zSbSuTGOawQw6oeWV+tFsJoZand6L+d4Ldalq0IccC0QXcDmuLPXr1jivT9L0GdrC8ki6cQz/a+UkL1",
-	"NAoJOlv2NQidmvQSsuWRm9WhHfZhZAVhBgaS6DDSRRyD1tFhxOMZ/iJn0Uj86//+b1a+dswiPKEiZn9W",
-	"kECWXoIqNdN4ytXE6vqoUKMj/phFSfaJPkiAJ/vODSTk4ngkuFiS0wDdsfYdUslZH5sqNXF7KlJ7zqPw",
-	"LfKXRh/BKnsl2afA8KYpEdsFrgZvLJ0j9vW7k0TJPIfQbNGjk2opSh1uwTVz71ueLVu3m1HTkkLdtPDo",
-	"r1N75mHDpFxDXBg85+3e2g3bil9SkcBVgFOkTr3Xv3aRVRth6QhybP4e8J+W5cBnOFjl3iM/d1oeQesT",
-	"F1IGBOBfuZqjcEgKUpugYhjcQ26sijOGTC5q14/hLhwXhsecCm1UQURrR+6XmPU5y5WMyc4Rts9UM7os",
-	"bNnD3dij0i3I3d3NHLSDgzUm8XPzFLS6TwPkBbfMIS76qbi4APWhRQY+S/WM6VzKjFkxCcdsLhW4X8h6",
-	"Z3O+ZGNguQIrBe1UVphx/FfgmZkuw5eTJJwC4Ru2D0hYXugpyixuvCAzkiWKpyJMqDmIxC7hphYXPMUL",
-	"t+7WFlLNyBAI+EbrO+S7LWc0qM28bCe0BU+9iVp6E3iWvb3oHf1jK8NgsCr9nLq/vgBvrLblxLK3CSQ+",
-	"DBPgykg/DtbVFBo4Q+I7ZpFrNaLIDydU7NfgeyK/dnl3JQU5MMqmWlWmefDyJkKPUgzVFczeEZPz1FQ9",
-	"WmlkCiVwo+kdfcCiOagJROsvW4thBjkSMohibvcW30XXIXZW28VKxlahLMF1x0cs42PI0J5JUh1LtGly",
-	"meugYuJGtMnMQvfzW/fu9cB5mzu81KwfK+B2zumF9yTuBUeALuR1Qcb1bJeZrDAKja+TEdrO9cqZsz6q",
-	"k2zBl15Ct5w19S26q+Xu1EXdoLY+qMu9Cz8JdUH72og9Cqi4UvEJhGLk8AEDMUkFDFikgUzdqJMeuje4",
-	"tkvVuAcr4U/+TqQeAeZvLNxoqy1pIZbKhHoGVjXoIJumtbU2sQS/T5qBAuuHwRwMT7jh1F0SPtBwZm/w",
-	"7mFN4aIz0tpYeCEIap9up5QsTIt1UikvgSuw+rJXqkBzvlssnuFphudOkuD0eXbaWMAufmg0hcTYW/NU",
-	"vYQl6YLNu7juYZWbsb6hGdfGvZucmNYrp+1M15PY2nHhvaTYwVd8EqaHvD7EdW5J5/CKT2qhN+stGGl4",
-	"5qcSfoU0B2L9ze6r7jV95+XLulzN+MpEasuQN/hiK+dfy1au+QI3DvlDMZ9ztdx90HN+dUY70B6SrFMR",
-	"Y+Qdk1kC2rBCOOZJmBOFYbVwDvOx8xev6EQU1aHkQrO+tdm8EaH3wi0JJynanRzUpN5AgvrX1ExbKbUh",
-	"lIIuEHziFZ4PBqls0HvFJxPSap8BT4KKT+1wCUivKmbjKSkdt+FXHQjm2emjMx+AdPMxGJmncZMP1t9Z",
-	"cXcjlwcJ0V1wazaGaSqSAdPF3BKfVajqsZS9YGzGGufQweQabfWOVKfXirVHXj/N3Bthgu0+kVqGhIJn",
-	"5wF9kHMgXxa6VtZGVed2mnMgkuEqz7jgle3hY2rCTW7WxVaOXT/4QYdi+yz79CoNGjVu+7cWq8+yT253",
-	"Q3SW80kqSpHYeUVZvenpM+TAFRMzJYsx1SxvuvHaDOFyTo3x+E5alud1tX276m5xXa6s0I+1drhmEZnk",
-	"JwbV2m3CUwb2IV7NcbF0tnhYOyIx0SI2yjlW23vd+rLfxs0yrfWNik1bXxGFPbm63ii5as3gd1f6rM/F",
-	"kv3tw9s3eKZheLn79p9aioP3fOH3s/Z0X8/SfJ9Uep7tY5woKOrbe0BrZLBREPs93TbiaNBL22UeRRVp",
-	"oBA/ClMJ21Kpfi5itcxb9f9upXDFXFx/rmRSxKA+FOOtVqHdYkQP/1NZ0P1zQPVcdVduoUw+yz6dFmqy",
-	"vaW1cfytsv/9xoOofeo3MZq2lOMrsVW7euq2CrFyq7vOf9gOA3EJmcyB5VmxKayq1maLX61Briu8Ado4",
-	"+V3pItVtJKrNKrUiPjtm44yLGV43PR4O97pP1PZuyEC8aRfXXXt2C+9A9qmFW5Ps03u5eA9zeQldBlro",
-	"pmfdAeUmeraBMTeJmC6RYBcCkpONesb76k2KgnRLt+J9xXlH5FFPMNLcylLHSscsKq9vokrtUqkxIAb4",
-	"5gxyc8yiiRT4BtNFPLUPjlk055bVBRcxUAes9gsjl3Xpn8XlH/TK7nqDnm2zZ63A8qPKNf/xjhwtbl1C",
-	"ouJ5+EJvhYPlhQtseXx1dfinqys8VF2Q+PpNShx0gZOtxrTgMziPuXbeeGbfPmZcMJmDYBoMZo24gH82",
-	"L7RhPI4ht0bvTMiFwC/0wUj8BQSoNKa/j1jk7u9TKc5pAaNB6eo/tye+/XvMk3N3gWj/xOCrc7iKARL7",
-	"wUhERS06yr5y4UM+MV9BmvMLWYiE/ji3lHCObjH7gzUDZHJuX+JZJheuxZz0kXMj5TkG/tl3relkf6VO",
-	"FDdwjoOhv30423ktyA3bKh/4iHWcI8VanuOKRgfsvR3Qvs4hTi/8ArFUxFmRQLUkpONgq8iL543JOf24",
-	"+SO956msvr4p/oUcYhucXZ5jjNcSv3cjoS9ml+e5gov0qtHO7PJ8ZWvsBJVu/joS9PM57o8U1c5RbMC2",
-	"QSV/LeZc7CvgCRLl1pf//vYSSTzET3STFrAd3bYFhFMshcCrJ8xDivCewv8SPJ/IC97qIQldkEZTuuGj",
-	"Lgrh/wy2fwlKh4X2qoSh3gbV7EJL8vKyO27P/p/v5rV7efnWfxR01dUHWWu+c3ThU5dE5y4j81rRhmH5",
-	"hsNjsmZ4e6BjGL/gqRQmFQW4GFK0hWewDFsHJAueUxjmNoksg94MlvqtyJbbvZ1VWf+NpP16Imt3Huum",
-	"izASIs2sqo0MXDXZtfBhWhgvDQR46yf7sz0iXX4gXeO2WQMCrkwZtLvR7FBysRPtyUXQr6cKYdWNZAut",
-	"AXusfxJep/KuOOwwKpe5OfrmS5agwjZf18aHlOdOTquNJTyXSpas7e1bAezl31kpQw7Yc9SDZM4E5kdG",
-	"QkeURELZhy7YJIEcBAYpRjKP1lWkFhaegDlFqmb/+s//DwPFt2XoBDLD1xtMRaywLT63FjYzkvEkYX0X",
-	"DOOTgVt8/nCV20VaazUvzMBpz9S4D5fEawnvfTpmQ/YjKXBlxsUxe8N+ZHGhlP3AHTT0zhjYGzuMrjw/",
-	"dIpZTbRlTHlhXlycuHzwcu4EaEAh5zrslp3BMrgb2ORKuzTxWvt299v2xdP4WsuvuVjWv6aUw61d9U1h",
-	"3E5Dcu6hHVpmnoXRWZqt5B6rpTJ5rTRnccbnOUU6WXm+19i/oEif86sOKi3yHBQbW22z5T4rFR2fW43b",
-	"fc76EaYyQOKOKBc/fDSiGY96LnUVYSGa8Y51QaQ7wmRaomHqF1QTRHRx203/o2W1EgEzYGukVXp3MEEw",
-	"VkH7r37qtW+YkGIf5rlZWtJi9E1wuJWgXIsJYZnUxn5b8jQGtpErh/KiY55hHksDPcUp+OVXrXGIJmuF",
-	"e+jgZszzNJJl6SUcM7jiscmWmKMkL1hUNRodRk5YRJvJEjnkwY3evQkk651LnYTKXfnV13T2HvJe+Lw+",
-	"Ldp147Yj66Q8onINynzZs+nN5gOonQ/PCiUYDzBjKuxpLsiNsjuLnT3w0Rfio5MvwTK08mGGed/iF6Xf",
-	"7X5Lr+ceE5iU12O5KiOmnU6rO5RaOnAD6QEqtSaS13YW9k825XkOou2evN397NjoNvEZFz4Hee0IrWtk",
-	"JBVa+LVMVVjnAadLrvXqQli7tUGr16FIuvBK0PY64W6mpcw3WNUBXYHrkJFU297FdMm84oVwaah81X3g",
-	"tKi9QY97nce7mwYl4h/2/LHDHA6u34A1dSD7cmMB7952HvSKPLlttNCDzAzF7PtjGNF87uMiv+bl3DTF",
-	"67BUlYug/uGP8YBQu73oahMuD3R4P3T49xX6K3NDCWPJm+HRvdDlNnToIh/X4P7Cl8fnk9bb44xPzqey",
-	"aARwliuHocznPub0nN+CzChW+TxrCwGlCNfzKsL1Vr2VV9Dn6YY76vPWCFd3Odb22A7FTudcd0VQU3i0",
-	"G8UN4qMxS/n5lQGRtBo/uk3Xx+/QnLlQcs6EXNQQFB1unxlg/scAtQ/OaOsdvAwC5GBqW6oZ+RWkGgn7",
-	"Jiq2P7Inw2OX5viI/cgeWTbZEVPxx/LlzjTfbmaoL1LYid+QwYEwPDpwuEZguef+5faAvJvnnVepqGk4",
-	"shMfnrsBOy74EiOuNxOgJa6y1O6egAXZtMtjpJxm2KoCAQvS7m82CtdAwJpGyrRWS79k3gFBEOzRgmoG",
-	"SANbhAZ3QN7U04TLuWy4PfGbPWhEX9BEVha2rg4E9jpkyb1KL0G4ga9Q9Q2uhOUs2nzh7b4OjeZ1LWQl",
-	"MCBMI9/iwsm/GeyCTs/tDrcWpavjxCNpcWudrOVkuO6aUOEQasI4crF9DkqHYmtcenn4lEmAJ68wmT/8",
-	"vMpi7kxIDjyk9JDW52Vo9jZi2k2zSujqiHTb/vozSCwhUJ+NCR4PQdbfWpB1i3K3MQj6LkVAR6TC7UKt",
-	"aaEf6K8lacIy5x3aX3cX2Y5PKFm8LR/aZ/OTJsOzvXWJX+rIYcGL4fNliY1tpO+nOkTshnD85piHmEif",
-	"pZdlxJxuUbBKnWPb3GyM849hq/TRm+UEOEq4owSnWmtt4HEeCWLLZjBR8C6SnLpmHoaAGxe6QlYJ61Y/",
-	"LTvO/eqg3mY4D+fvV3/+thynD6flw2m5elrScp/UEWADuWZ3e6a2Hl749EP74eNy5dfF3IXic3iRtNzo",
-	"afi0rXCrTj5/4VUBLtVsqEHNkCOr7Zww2ILXXl/kzBz0zJX4K9fT3c9Tn+O+dqrQwdCR3DflGhUh30Ig",
-	"hAF/qZbTA7KMMfB8uhyrFF0rUoSuDMMDN8qlxq/CnuD+sDm9wLTguZ5Kw/qZlBqyJbNtJcdMV9lrHlZs",
-	"GNDc4ryozakaQD0XYAUSK8mswigg7kB3yaXMPqS/teiDDi6sDmy8Dd3OYS7VMjjcum7UmYvFDTk2vGJa",
-	"jWCHz4rcNHVdL/VCo75ZFHLXaMoWPZ7HVkgga191KphbOTHQQbT9Wak78DS2JoK3l6AuU1gEHM1LbWC+",
-	"v0iTyjnF+niZYKaAoHuaYXBSnGagBuxf//U/7NGQaSazJMAat1+OjTgjuy4Iidmt1+q0gWGwYrK1mWP+",
-	"9usOfGglVs0zyEMJRxu0qHZf3ypeYK0en//qY9d4Wi0JhIcJSpjKK7lROcKLSIRCSs3y5hroregvuKIC",
-	"FqDNZp9VNWu66NzlC2SzwAoG6aOzmmCF8JUtS6jDskIgiAmfQMLKAl+U4aDT36BRfLDQdCmycu6HS/Vh",
-	"mpUv0ee/3MTAK4FGaWKmHd/as+914LsPxWQC2mDZv0KDr+xqZyLgymC0tIfZxEpBlHDBhb/rFNsAijSK",
-	"ltEifAxvzDMHRXhHQJp1Yg7i+uEs6qFQAW9F+52YAyyksk8td2CbIDif1cEXPQznDCD3wACuPtd3mpVo",
-	"1FQRzE8uckkStILb47A0x4E/r1LQVhgtvoZoWmGTuqF9pz0GF+u7YpPjZekg80nnRk7ATEHtPUC73MaO",
-	"RThrWlFneg7YJagxN+n8rv0f4bs5D2F5+b/22m/t23Hm7edUPtaFELlqsVG4tQ7Yi/VyurcAoO9A5Vwx",
-	"3puN/O3XM8ux48gzhX+bThVemCnh5+6KBV4zbdfwqWNcRofQwMxUyWIyZbyehnKD7nYAxcaigojvTSWG",
-	"Su52e1pb92hvC9TsJACZ7RfAyYHmPtRF1SpkaV1jq+IRNoNt1ssBrecc13WJDUWFGrV7txbI6+VmfUCJ",
-	"gB057W0ZvYGHDhYZwMPHCeVjFuTAYCfth6vHxBuwVDDS65lUiSOCVDDg8bQCpNk6FLl2vAWx01oFQh03",
-	"29UDXa12vLuUeJHcqkn9lN7vCuNZr2m7AUgpdJNW2qI5N9Nyg6WocJ834dZ24DRjzsP3w2G0RQhQFfjj",
-	"XVUNE6rBqm3sOWii062uZZB7Cz0N3+50UMwZV1YbD4AmRc/oP9HeMfMw3GWZWXsAt2z7g/N9YwJQWcIG",
-	"cYgcWECpxLA+ueipYrLHvoGETUHBHV7xtDCTowh8usvOtx7XJ378dra+VrB0JasROMcVra2df5pWiBl3",
-	"1Ou9tj67zuxn4HGWLGXPYDlgOpYuXZkkhSP7Yza3i5M4nWWsm3i6nQDxFdG3cWVruG55GqxIXPuzHaNd",
-	"7GMW/eMjEgOvL6Svz2sfbn+weBGxCTGBWmufT0tk7Xb1m6wodfBMLdAk3UVgfGEIA/OtCsJ4HKNtdXr2",
-	"M6LwlIhggwa623caX+ZZtv8bKMnsVyy9YIXwYEIdmHJhtPU6y+1U+YnQmJKIxWibboIyO2bRGKuoINKQ",
-	"qDlyvtP2lHQVVAYjgXVGIGEZN6COy+3yckvIhRVGAyrORNHajeuZVYwz3203slmNnYObtcbPjMem4Fm2",
-	"bDPoW4rT1Chirdf6Tg26ol9R62jxvU5uretun9ew/dXGise4S7fUp23FaarSA6Q8O5fwhnig1lo3Ja60",
-	"PeqWYCpSppJMQHHduwFrtsjpiVOtaheya/NtLGzHtrcEru4e2ZLesFTGPTiw76zqCC1PqPbI9sTq6pi3",
-	"4vF3Ffno2rS31Ty2c7qu1FFpvWLcWE7nRpVrblbw6GwK7NGfHUipDzEsUVijcszOxWoHEVF/mvW/f4Se",
-	"ViqTi7MPX67eFMS7uoHbnhBaL2Nbw+Uq65L6Y3Nu4qmvT3iB5eS3hqtv0EB3JOcBeyEY1mFic5nYxS6y",
-	"LGIKNBhNKJd4fBnJUqN9oaeOOP/3YEDgvVpbchch13sfNN64VpWlU1eSjPwfVKdzyjUry0f0h+xHJi8u",
-	"9g6YM/nYcBXqYvOtXJV38K4NPLcqYghXU17gdUzpJO+/fb9v9W/0xyTZJ0xjf82v3oNRKejomI2lmVI2",
-	"OfsRqxfWBmxH1XFq1sskWh3i11QkctGxnnU9Y4EvN0v415LnQuv3w5PhjZYQkWxPG4kWazuNNTfRXir3",
-	"m/ukJdztORfLcnAyS263rWs7EapRAixa2f/oJnsDFKqfSvG8Sh5ayT2jV7zrH+euQBsqYaKLPJfK6Q6v",
-	"uABtVYraxpRgBJsH04i6XrVEcp+3V5FBeYeay5xpxMkQ0iU4eiCVGoUMh6z/hMKprZW37w1tElZ7u+/U",
-	"nF/5mKAVDYsAF91hQBheEE8lJJTpCeJCqtiaDkMEcHMYtLcTB3N+9StPjV2/VjZ7fpnGpl1qVcW0UWgN",
-	"mKvU6ZArcfRY//duBNg8Facy94MOLGOaZanfbM6q2+KcTSUipQhWiATU/kWRZQyvf1m/ho82/Nd//r9P",
-	"hgiSdptx5iqVyoU+rAqHOMPLR/9KeJ9Xu9/cpfInUAdb2gcaKwQ3DiunYLQeZtGNeFPd9kgcVMefVLg6",
-	"d0NE1cBSMfurzEKlYlIxoxMZgaXI3PEBCeX3DmNQH7PoHyf7/8H3fxvu//ngfP/j5+HgyePryN1uPR4O",
-	"3ZHpC1pWwycH+MF2mbYrw37Nr1qX1ssTS/XIpNHa59GAPbHk7vO5txjtk+Hj/z3cnh7V8pk9LTew6Sb6",
-	"fzQc3myTawk360V80jg1lcuExzPNHBY4KhGBnGW3+81KzLXDYvcxGpO1FxPbtCw3U19IT6Iyve19oz6e",
-	"gmG8pk0RkqpbhdQwV1pcs34CY1mIGG7Dlq0KfUfhvjsy5Le9Yf86Y9paF66tCvOr9JJCQQvtMcVcnYxG",
-	"/PRdhoPexg3mphGwKVcdS11xdrUV+Yrt5PaRt5Yt/OP6srpCDEO30mHv4w7+p3qI+zrCvKtpuAa5s1M4",
-	"8PtGyZQVMVToKVMl1l9ViaeywK0BVcYwkCGzSN1942rV7lbgu+ZNS/cVSMclxxe4SoiS7NPRqBgOf4iT",
-	"7JMrrIV/Q7RlvZ4PALNSlNy8Zs9Umgwh53PejhtWkuKbToii9rUFmJ3J56Kl+Y6SMpbM1QTMHRSkdAhl",
-	"4V4WXIlmPPqmte+s1Lh53Svu/mVtXNvXI/3917VteWqXzqsq6grQqx3/kYtyUVR1BUcUAPg09dGueYFm",
-	"/l6dQgV8TKx3bXCDWFIVlH0qtOF00b7d+WL8Uge6zskBBszqUoF6Lp21P+n4bs9+ecb1dCy5ShifTBRM",
-	"uAGqfMopHtj5CDeqOeMinoF5nYrCtOWgBBypa8PFi3YdfETwRxvTuNYeYnRIR57eWtrMSlLCyaTlDKPY",
-	"zLwwoUq0bQUcCFPtPReT8AIQlprepcngttcq7pIUaEdWayvOuwr0vGAarKVn1xPN40IYWcTTesSc3pbk",
-	"1yLLQoP4uOXMbiopBSw2S6kgUmunZN2xPO8Z17Owfl1mbW2lJtt2dtKS6x/cXVbfbdPUtjwo7cYFVE5u",
-	"DMxz09J+XEVsrh9bNwFvIHN+l0+gG7WnxG8O+O25NmVazbYm85YZ1JuACcrYx9XEJw1PHjd4frw00BE/",
-	"+R/aJPedSI9l1F62oMmaK3FDlNluCUYb97GNUu+8Thi2emelwupjvJtqYdjiHRQMw3a8eFwt44HFW/qR",
-	"lchYVs8DWmMFQw8ZHu0xqQbOPzuXCfyIab7RgC4bI/ordE/dqjPcY6Urkms3qHQVXrlGAai1mu98Gcop",
-	"bHiaParqMfo1tfG6rVWFQXuLGnMN42WcQUu5pbrUC6Q9OcCXVDOeKeDJkpVfhEHqZUBFiewaJkXmgz8U",
-	"VD9QbQzWr34rAxfcibF3zKKYixiyyN9R1MHd/WdUc7T6gz4J17O5cV3fKkR9Uyx6OOizzB8b31hAt28S",
-	"1orD8gm/aZPsWxpWoHXbTm1bcjgcRFQT5es1PhSFPhci/VQAXkF0tHQlNuY+NZMf8f84AErL05vDMLG4",
-	"iw/KK8feKtbaZO1mteKOj385C5/JHfW92wJ3KcQ8QvCQOXBRMrSbFEbyUrVYYxnVJ1yn2kqUVExYakJ8",
-	"lzQYLyk5j/5fVlzwLYd9Z7srBqsbPOsOna0R1IbSe+WBPMA0HpXOLTdQgEdk240O2AlVXU41gxRT8ASl",
-	"evcjPErwYGMXGTeYtTcSGDjuwFucYC67YanRkF3sHbATgfl9hQbMAaolGthjs57fNxiJiCZrnzTsKSww",
-	"TCk+9r++Ou+JWLpqgTQHXyqcIql3ymc+iWe+VCC+5iK8Khm5Ema8XXDxQ+JxAG7NElkf6cgKmz0qhpWl",
-	"HO+6fInn6I4xUNt3/KKRVrHVtrbkm9DMHNdUc0vraShb55jUeLs93aQjddNPjwKsjGSuqDdY1UobnvnM",
-	"TiUzV4puXIgkAzbm8Wy30Pm2pVjZZLNFktzueZV+onn9jrh5tj6k2N2WPe+l8FarttZFPbtn95SMrgAY",
-	"vT5gms+BCavsZKmmI4trFp3E3uF/4I6i2+XYh2fiE+/pKtdnA6HJuIlqN6TqYX+2D4zPxdye/npKnj2W",
-	"3aKYLp00PIIVHDkr1axOFM/CsHF1hWalHlW3JtOqr2afOjY5zSBhvB4DxJRchI2F6j60YyH9Oz4ZHa9c",
-	"nKjs0w3NIhV6b0P5tfBw8XENYoH1OaVLu1pxx6STOZcFi7lSS3rRSLmFDmJZUc5TtDmXrsj4FqmBKVam",
-	"8z6cqDMfsJMM52Ve4K7JfGUTm/m+83ZwJzgKD71BuChSWdW1utu/c3bweXT4VjWRDQzSnqD+oG4GUsbv",
-	"UbO8JSDAg1py08x/e6hhagdafNHn6+jLJvTvlrl/dn/n/bPuY367CJyabGm9M5hdrnf+8u9MpQko1v/X",
-	"f/0Pe/KYyVxjNkFU1o+M9gbMVbGkaIYd6kh2XDcMVu4wAkcHJvfHs8oloY89xCxh0dFCuRmk5Yl7EwOt",
-	"c6Re4L8qIwrCaFa6oVlguDPmQVjJUSoh6LD58OwlqRvbVzRFX5Ru82viGmw/8bu9C6oT3054CH8t5lzs",
-	"e7QAtGOt6cpiXugwM1Gg24uw8rNWbZ2Md/uy1wuwsC8lHWSyDSahk1OcIjegdvd5lk5c5d5ti6u23HHZ",
-	"ft+3lJUNz2wxXbJ+RFVkowHzrtQBi1zhRHS6pfMUf0P/2l5L5fuWarbTZd2tYPfH0q/zLnh9acyTcwc7",
-	"sRKhyOPZuQJLJ+h0XZmEd3mfT6VKf5PiHK5igASSCkjknNyzCqX/PNVutW0343MiqmBt3Orucd2R6qI/",
-	"c1A1Z2ffo1uWRLh3KzHSvsmtKEtPa8gVBDCJ/nBdYVdgrqp7qaXI+WYhcVsC7ryn3XjavUg8vsyFdLFv",
-	"Mc/CCeEPRVgDWlRYEsSNEsFO1qFOQeHLQoD6Tt9PxeCdxkef1UZ4sF15y4YLYgUdsF5esC0uACNU40Kl",
-	"ZvnBErILQgSuQJ0UBFxCf/3sr8/+9utZb2317btWWiGTH7Gf8BNG4dP/XBgfN83eyww063OmwfgyohlP",
-	"ElB7RyyyJ96+FNnSymUsAe/+Ggl6hr+hSE/mqYgO2K9W1fnbr2dWzUlSjcmH/spGg7oEnyFKMFKptrJN",
-	"0C0Kci5SFY62YrWpMXnv+hq9CRcyoNdg3nCq6xlKtTh5h6kg2KnUZqLgw7tXB+zMsnQi4wIDXlPt0JLF",
-	"JAOmZaFiS54jYVRhpk4GgEtQXqQKWCyF1cLNsc94BWFFqrRyiyeapeZgJEbirWjMdwoOwxgNDLzRQiRQ",
-	"jUpkzNHQ4Ioi+fEGmpvUqhylBv+uABDs9buReHRwxf56dnbKTk5fDJglu5kuU21Zv+HNiao4f4onqcfa",
-	"219K90h0PBJWtaFsWMuaEY9nQi4ySCgzMyJkaTNV4Bz7+1S601UWdVAU7MTJQLpSd/l0g5HQksVZijme",
-	"mE9JAGOsELYX4a75cPGeSnFJaYr6aCT22XNcycdXV4d/urqiAreppqWMPo9IeRv1jtioR4Ru4MpR+qg3",
-	"YKNeLBOoP9fG0ue5FnwG5zHX4F++jg5sfycs+n74OELwBSGpQ7tP1u54KoUBYfapxlN0zOIpxLMSWb8o",
-	"k+NyruyuYoPR91dXJUqcEwdH7i4Ur27I61bdTdqdaD5xQMsDsjpGgjX8qvat1FITMzLfz+ASsuobHIIT",
-	"oft5xq2OYamSCmIQPBmLHn//Zw+y+R6MWu5TrBHru8CZPWcrWI7XKCSRFWSGzb/FfBTNBGCsdZ4DV/Xs",
-	"FOJ0kxorRR3jeiLu1cR179HB8GDozC/B87R31PvhYHjwA+pcZopi8ZDn6eHlo0Me4zV/LnUrCDTxN+HZ",
-	"N8vQvkjK1GK6sd1jPI6lQogkI8vNOGAeXvL74TAaiQussryALNu/kGoOiYc0O3LZOpbzGtjYTsjIwsRy",
-	"DgfsvTsrrCoHRyNRSVT0B1qJSstVqn9WU+mdxLNeWarjJ5ks3Z2zcVVy0AgmJIzDfzp1mZSiTSpTdSVB",
-	"0rY6zNxpqhzWLK7+98Ph3fZMqtr19eph9pYWzB/GlTiCOVrR14PeYxpLqItyzIc/8bIMN37yaPMnvwju",
-	"DlJI6KMfNn/0s1TjNEkANd3Hj7b4wtUFO5PyFdoQ9rvv/7z5uzMpX3OxLAvHXA96f9pmJV5YHUnwzKPT",
-	"9/60zbw+gLpMY/hF8LJyFOorPtLaUqbfGcxVmZfqmuETbVUi9FXbj2qse1gWHwgzcK1VK9iyVGNKXIle",
-	"xgh80R4yGElBnosmg7u76z2UmsDj6UhQ1EWqLafK7BJhKhLIQSQgTLY8WI0LoVc5JsUYhBOxwtWqQwfs",
-	"xEE7SgGWjUu7zQMe+iINCDW8yvhse77HQNb7Y/5GLO89SICt7LaaKFhz96yLhqad3NRUButL/yArvkZZ",
-	"gfhHNfTkVmkRY2HWQkHHcY/JDnTSkuKfXjDvwrfcj+qJVQhK9C8PU4DgXylCouQZjyE6It19JKTDN3RA",
-	"YAQArFcBwdivZST20aiHgGKIZ934mATVDHJjRzMSFbwYFnfhuoIfC3fiMM1IZ8u0ZGOgT0uNbyQ8spEC",
-	"UjZZ5DqPGBmaN5VBT8sNuB8hVLb/O+khtf7btJHnFxcQm/QSTUB8mROkeiVa7nYojvHWR/KCIFnQLhkQ",
-	"9VrlNid45BUk2YNvQI7dRB41hAoxv12FUlIwzsq4ZSdWKimyKlzwuN+flKVxJ2BafLMOXq7vgK6wC3Rb",
-	"NfnlVarN02Zp/C9xhja6bE+dW6Oop42QVP0laebWe2+XeiWmVjc3vbG7XVt/mPHJxKW2OxJY39ZX9M7a",
-	"7uZc8TkYdG//Yz0DBUFwKAU545MGKqH3ihSaEJI1iIQ9GR43yy0xuOLzPAOKc/7hyZDKWKa2+U8FqGXP",
-	"g2z05ql4xSceFmpQo6I6GM+aF/PjlyDR0PJtQ6Luu5LzSjV/zzKlHrDKm/OVa3t3Q/GOVCvKb5Q0uxH1",
-	"f8Z/r13CBhhoA2vTFdrzd9o5VzBAn1yeDkioTKPKZc4U7GuEjjJTmO9VlpNzqqDfieOJtqaitColNJin",
-	"K9U4OvnwxCpONDnnssM4iXq2NpuD4Qk3vI276PPX7q0Gezllre2y5NYctrXsp6VpV2bwOV50OKfUH5xl",
-	"HMggXzkoOjll0KIGoCLNZrAkhwNRu6WNYwwTquBFS0+Dc3Gvqwl/AbNKvl+KPhAVPUAZp6D2aUoJvvNN",
-	"6QJ/QbS6nfZ4RVyE+q5eOcTFw5Lm1x83S9JDggY4/Iz/3kawlvhsK9LRCcdtROO7qsLRzSY82Pjyu7Lg",
-	"u335QfI+SN5Wydsg6lsqLCtsdlhpQoefy/9fH2qAjuuiD3wOjGuPvQwww9tfO8Za7aGyzCzeCVL4Sx2W",
-	"aZ0TG9hjX5L9NrxcjslJs/vx69Thra6dT+eeuDAE8hbgP0Sg+jZ47/Hw8eYv3kjzMyJ13AWz4uLwJofW",
-	"K+LdJZd2s+NreRk8DSsro4p7d/eDxLkO18ya0P06Z2JqsZEjsR3qWQ1bjfXdi/sTxUWRcbVnT2GC72JZ",
-	"egkj4f6gKnHoaUboYQwJgAP2VpS3mGYh6UaJTnGXmBM9Hg6jkI1Twud9MdHxZSTBl3TurkIQPkiF20kF",
-	"fjendl316ziXwcVwNDTFkjupRJeRDsqtqniFoZtVDRUhDfPgbkswg5FYcVc49qQSVuz5VaqxaIDXwROJ",
-	"TczlJbB+oWsagplysxdiXYJUW3HJ1qZ8G9vjnni0FWTvS3NsGyZegHXp+QPztl2NTLmYAMMqgEGAQ3tG",
-	"KbMtM5eZsd1mLHHWs1fv8MZEXniZwfo+YtfBmhKs/pZW7WmhJvAs+7TJy/eudMmwvj1Z/YVwdexGa0lM",
-	"IXvTi7km4dfNzrXUp9WhvAf7LLbCB+fbtILaOl6tMNze4X3atc+yT7ji7byHj/9dLFmabAI8YZT1XXe0",
-	"W75odRk+a2aK6wETsABdlp44MVGVurZ+47QTxW+i5R1o9+kd0+qgveZC18jrBsgOjb+SC1BsbAUp1kR2",
-	"K93Wy4WS80YH20Emfl47jfJdejXyDvo85ROqFtXWC6ZYhd1lj4bDWomOR6Hcho2KCcX+9u5bFiFmYtCj",
-	"VnHkv8XVX6cIap7Vh5/T5PqQKghsMrb9aR2lSYQ5dCwVRlYnN8ZOLWrwfgPm0iP8mc6SCgPveCR4GX9V",
-	"+92ews7gpqjMpOb5VnKBwXv2pKyFtx+MRPR4+NiHp1Pg39GoN5ECI63KGxc7fCFZJsUEaxem2uibhjxR",
-	"lYYtZK9fNwKgQP7LrZZesl+a7KRD3JNy/yz7RFP6Qv64Wn9t6oOlO8TAKHMy/wjqeznxWuTk8Gaf/bD7",
-	"Zw1xQU+QnWpCg42XjOppt0kOSjAOC4v3hdD1kGlKWa4y4H3qEVewksHJfip0KkBrrzFqAlkYjEQmtWH1",
-	"tLw9/B6jAxzXuxz/I5d6imkwmKmmpYgO2JmVQyLzCVcXUo1EDSSAAFRTEaugm+3l5X2GWLvWfydjuuy9",
-	"Nc+iJen4IWr6q4mafl+IJp/VuHd2ucq8h5+Fvj78PIPlyp3zKtGTud67V+LbcBVamo+s32TxgYNLPBo5",
-	"MFSMqRaMtIq9r504v0EiK69qZ7Bcpa8Wy/YEN8PlEOqGvEb8eCetD9gbydAoceh4mLQbx+DxsFcJ8y9g",
-	"fi+q/Duh/0jVnAI6iabAE4df8PyMT0Il1KSBxKeRDxgcTA5YNOr9r1EvOnbupoqIDzot2usHAr9jAqfw",
-	"oCB1d2r4L//Oyip1LTq+0LfzE76E5cBdt5qpv5k8tudxDMLsg4ixQv0hKTKESKwAM+sTFk+54rGvkh8Y",
-	"HU15JxPElQFa9W5oUO4+BtEbKOLeY144zoerHGIT7R2wtQJWJvPVhA+jC6ngElQ0EjXHLClyFF1RaIOX",
-	"Li4FWiJGs0AkmXI7qBDWDJYtat1pYe5NqTstzO+m0rXLr1/Jsl09VKO9B3XuqxFEp0WLIKqpcRhScPjZ",
-	"ZbBeHxLWQrtd9hyf+6uXLL306MtTyAiE3cObMyPZnF/1PegJwTcMmJAL9n/5tIS9Y8rlHwk9lcqAoOgG",
-	"yu+31oJSEBuspY7fQ0LdIRy7x3SQqvnQKwojUdcUPCBCqfYJWEByNHTw6x7vwesLrK8BWISgZjRpt63R",
-	"0Ugsptx4oAXOCgQiYZH2Jc4pYuvJcO+mXiHqEPve5BfyqGsuo4+ihTnLZd4ipT3Q9lfgLFpf3Pt2FzV6",
-	"bJNt7y1p8Oxbuez9N5JotHOME5/XxFou86Zcq9dhC9oUDqlEs8VUamjCRyNUHggKrUqzzPl4yws1vEVz",
-	"pZESUKnVjgjHI3y19rpKPv7y92t3fP214ZbmjVeZfk4z49C92nBsK/WqbVRC33I4Z1zPWkfyzG2dR3Kq",
-	"tjA0FofKXh9PCZUMIiGQ6lxJe8jQH3ZI1tZFoD7gyTk5RoNwyhvuFcsiexX8rj1H//X//Dd7xKZ7X/a6",
-	"sRzMgMFVnBXaagH1ce19tReR338jF5FOYrRdRnqB8m9xERmAbih/Csr8Wjy+VWk/N5Dyts6PcRduGhFZ",
-	"plYzTBIFWrM+zzKXAbx3wF5Z4vc9s5gLqxOOwV04JiORiiS9TBNMuq3y5ufcYIQUwj4/Hj6ObqoqPnPZ",
-	"Kh4L5/5u2uodbXK3Jg8Rcm1uz1pBh+rsCdN2uzvUVyMoqZL0/kbpmDwr9EpZjAPmbrin0DCfFMzxknS8",
-	"tGYEgeIF8wi/AJ25LtpzB197lPEHClvzO4ZxsRoktVs48GklSbeN8j+ri9v1LMbtpPQhZjagH+L3GO9g",
-	"Y8KIMwV8WMbqIYGRLQ5cp+JKS9Iu8mQkahMeONTDlSI2UZJ9OiIwyST75MI/SnDVKkKlDGzAMBV7ZJRw",
-	"ySPBRcJmAHkZ+3LzUBWjll/ioHkI6fhaQjp2Oq1qPJ5TndlwmGqqY0m5VTJnPFZS60aOBBnkdec7F8mh",
-	"VCwyXM8iBp8KnlEaRXoJgtCe9Uj04YrHhjSrvQN2YtBLYMprgarBgW+qLUUKrwf8Uo0E4dfi69Goh5ds",
-	"c54j0p9fku90swak5/1QOvX2YJynMvfLtcl3UBre5Hc18ZQB3Yu0Gtf+i938Cdak3roPrEx/OxP+VOYU",
-	"NbPdu6cVQMl2H5wURuZpJs2W7//K021fPUvnIItt30bfpIfT2e6TVXybbb6pZ728lgnc4LOflZzvsLon",
-	"8azVWt7gtpT525dWon1P8nOF5J0tVXoL8aYwk2Kyn8ssw/QtWRgMILWyZs6tmS+4iGEPYwUQCOaukdVq",
-	"PNuKrfbGFaatCzlRSTiUa0crwEx2sCMRfR55pPeRK4M2qLCpRxVTY9SsZdWajBv1BqNSYo96R//4eB2R",
-	"mRDFMoHoYCTe4rjGPGGpyAtTxlxgNbGMp4IqvTEQl5DJHBGXH8IBOm/hqlOOcpOtlVVtk1XPnJRsdWbn",
-	"Mqe85jrGR/BwfZrxdK5ZkSO2NELfRpV3AovSl0nM3+l6fhYpoPasdBdseEOORaZHIk/jmWaLaRpPG9mP",
-	"ksW2Q9bnhs2lNrUzUEd7WIlZ1pM5qeRMIkk/HQn0qzt/Yh1UE8Muq2ifm3tHTuUNEUl2Qzl4OKIejqgv",
-	"c0Q9xGjdmVBGabieZb5Z+lbQL3Xkl9vIZKhFMFXeAlcJwQvkumzFaCaMPvDhCph56+rcJAar37sKrFLA",
-	"3i3k581hZW6DFHPnQvdBhj7I0AcZei8ytA2/Z12SFrqjEsNpoaeNGgyI9HpMbhasdUC1jHyGYKUq1nIF",
-	"x9JMS6gdKUaCQHgKK0DDlRywmTrSq+uRUD1iV9+lWb1hJGrIoo9chJlsJrgEqzOwxZQbDG6zkhpfobgC",
-	"0M4r5Fxh9hGWd/HlYVbkd1Uua7C1LKeCzvcRyGWb3ilI9dHdQ/7SGG5Y2sH28FDQ4auOZdXTUCQAipSG",
-	"kFFABdb04ezy0IqSdonzEpYYiWQ5t7LIU4FR50gBVi5MfInjCEG7osNIwJWhulXheK+Xl7ble4sIt138",
-	"biHh1HnbxcwJrpddUyUXf8TwlLuiZ4xsefl3rGbXEZ7dIOaSRHUndPzLyzfVi/dKC2U/bXFK1UCIgyxf",
-	"xbIQ5qsH/7/rfRb1Ldm821tu9ZfZ6B22+dur6RDcmHIj2vZHXtqNh0Xr7vwFzFv/zj1uTdlHSMVxz76p",
-	"Pfmw1FYp9utL0qKJQLJxc8jN3sk47+iVXT0aoejm3SKQN7z9CkNXv5IgVFykNp6nFfy3CED95IllRwrc",
-	"FZHdhT/Yg7IRNqQHpeY7KKEird3rQ1TXCl3AJQgK8qtXTXchqawfuf95lAu6AnR9RHu71sa49Q3Lx3sP",
-	"W90AzNoCl/6NYZ+verLrZNoSSvquVoOhojxfS67//SNUUAeu8LMlpPWby72mD0YHA0e/ahrBbtoDTt/9",
-	"ToUqfp8Q0npZjpvLvMMEcqonH6S7U8qYqa5B8nptoRITn3xw/QU3oOZczRhXqZnOwaTxgMVT4PleO7U9",
-	"wxHc7tKiC6qwRFr40a0Z1sjrR+fn7355/svz89dvnz0/P49ak2EmvyvsZm2JggIxN9OHCOsO9iDa2po7",
-	"rKDsVknP8I173HHbQZs2h51/e8abcWu2YRtc6l6HrfbBJ/ftJix+VnK+gykgt38X2XP7129pmNynoKGl",
-	"7TJUTyYTBRNuqgzMP3ixGq6nY8lVwrifeY2GHbEGCPhwXFxcOGCgNkL+CV8pyfnedrXRT6jUQS5l5gpT",
-	"fFN7k+oZ09Xgt9uYbT0O/+Zi5lv0f9CWdXtByHLySXneZfVHF2NkFhEH4J39LrwSiGQNa/E3ZJkuNf4F",
-	"GrNgbY79yubw9l1YWScDGE7r5U8D+eUUkP1lC8PVl6nVev0mTtYvr9Fj9rYjYXcRvOpFCZIyeqkPa5FG",
-	"rZbur1MQDAQfZ+BjO/JCY3xekl6CMlRYxkyBJdXZ04/orIckIvcKPlc8FSznhYawk+W00NPXtTHdZ5Zu",
-	"rZtQqW8H+mRN4m+utifuT21vcRZ1isDdp2RaF1ewWk4ruBV3HwuwtgtfLhJgAwG8gUV98/+wh+CHXeil",
-	"U4J0Jk2GpIjMyxwJzsYOyPpxFJYMMn8QDLcXDM3o0hvJhfWNeBALf1CxsCW11KSCSefOvg8HrHlkVKlY",
-	"bNvMNKNPqkLhPp4Vf38JS8zCusDLPPwJpZWLos0pNnAknALikpV/gqV0KgeuohSs/+chS/hS73nAmh+o",
-	"tXP3wjlcxQAJJNHBSNw+VPVDPIWkyOCM1uN+uAQb/z0h8+sDeEDN/2ZDUz2xWurW7v8VhzoGrTG++yHA",
-	"+BvTO4kfGhGqgQDVYxZZWfMjOiKiKpHyM/5wHWEFi3Dkaslwd2dt33vdqFXwTlMoXB/tiuwiLou17PqY",
-	"rVCL3m29msMPd4NFiNxqEwyrpiohCBRTzMeWcy8cJbT16Y6HdXRBbHgr0MC32CdKeZw/EgVOP8f6JK3g",
-	"j/j0d7uKRKJr87BVEcW0fJjmw8nJ9pDUcz/xqk6nqApq7iS9Dj973aMz8ukNpsF8KqTh++NMxjNIDny+",
-	"S6Max5xTDXyWGsYzq0EsSaFZF2FPUeQiPW3CS6FXiU1TVzQbOSfmSqXgSvuuwKe1oZxcid+Xedr1Bz/N",
-	"P2zxzLsifLdQnKggRPC3LE4SMss9pd4vdQQv/JHWQ/VHHkTqvdQD6SCru9O1zvzZv12VjxaEeC++d4OI",
-	"r58HldTcUOGNjNEB4/FMl37ustBjNLt0JdVotSKm0sQpwHZ+p1KbiYIP71410PSOyENGga8+gVOqMhY2",
-	"kaCtVaxkliFOH4F8r3PwSDSrBqzXg7tZVn0NcfC+bNuqh9/LuK2PoPV0ws2hmGS/0nZg0R6iksosg4Sg",
-	"FPsrO/FQZ+TrEXC0i4yzcSGSDBg3cp7GPMvqhUfqMoGUxynwrCtEtBhnaXzAoj8Nf6gVX0244WMseaFZ",
-	"IRTweGqHdMwKjfUYkQex/uMAATKy9BLsX8Hz9680hHtkA9dDgPbpCQETuH245x5/EbTkS9YvVzFJdSyF",
-	"gNhAYnnKbizEhUrNsnf0j49NTEi3sLXPldUd9o1K8722K9M5GJXGnUFLr90r94oqTF0E8YTxEdOC53oq",
-	"zcFtPMAta3dKdQGYWwzW/9uHt282LdlhruQczBSK9jIWp+UrzMAVVtmRugyinnPDhgfDg8fhS6Hy2603",
-	"wPZxiDhwzaVfqyrXtsipYKtDpnHWV/0uO4ztIUIGHJVJP9i0UX5w83JRgpu0Oaj0lRM990nXZR+BJfBE",
-	"ZyVl/uUu29YCLEhmCFnK7jDhN3flc28MXIE6KewZ8Y+P1ojGQnRBa/6EveICtAOsq4pR5FIZ9uTJD9+j",
-	"q69QWe+o9xnXDq6PDg8/T6U210ef7WvXvUHvkqvUnia4TdNSbXXeyF4mY57hz3jFp1Ye237sE2q/+Wxq",
-	"TN4blD4996f9h+b+sVyRAIcnRVzVGDio+e0KHUxTQEy+MrWiASM1QBWWqnzRL40GZR6q2BLPhFxkkEyA",
-	"5TLPKyBgzfoSA/Gcmr2SxmG7wiyHvVofPJ6F+kCdwWkQ6HqqmwYDKkvrTITSjertlZpqsd4yxT/FUlyk",
-	"k8JfnpTf+t+h7UurRlRZ7D7nqd59FXQeCjXTOcSGVUUgQvtY4lqEatSU+Mvueq76LMk+bUxSqTIGB0wD",
-	"zHAGugby1FwL/HKfvuwF60fuI9yyj+ytaj9ehgZfKMRrcv5EBH/EYAleBkt6vY5cegcrRmhoDKTfDErF",
-	"blAeqjg1iuVKfIh1fZmdqAncGRTCdsf0IjXxFAuGr9zb6joFu5vb64/X/38AAAD//w==",
+	"7L37bhtJ0i/4KgnuAk1hKYru9vickdBYqG33jMc32VZPA2doqFJVIbKGxcxyZpYotiHg+2ux37/f7iN8",
+	"TzZPcpARmXUhs4qkLm67R3/ZYlXlNSIyIjLiF597sZznUoAwunf4uTcFnoDC/74Ho5bHFwaU/SsBHas0",
+	"N6kUvcPeB4ilSDQzki14atg5XEgFTNlPUjEZ9gY9HU9hzu2n81Sk82LeOxwNemaZQ++wlwoDE1C96+vr",
+	"QS/nis/BuG5/VnL+c5qFuzVcGSYvmJkCM+kc2CIViVzY/lL7wqcC1LI36Ak+t91cKDlvDOVCqjk3vcNe",
+	"wg3s2xZ65Zi0UamY9OyI/qJkkZ9wM10fwlMpdDEHxSb2HWY7KnvP7Rdl5/hCb9BT8KlIFSS9Q6MKqI9m",
+	"veNX6Tw1652e8Akwnf4GbRPN8Lt62wlc8CIzvcNHo9Gg2oJHgS0Y9N7wOeicx9C28PQ7O1/ihPHVtqGU",
+	"L/S6p/r24kJDYK7v5QLpSs/SvK0PSd8G51uf7Sg42xOuTGp7e5GE97h8gaUJ6//yy4tney17nFdN7bjT",
+	"ZR+bhtBBYWXvu/Yt8+PCyON4FqLv+Tw1yGBxobRULBX4Vy7z7zSTC8GM4kLzGEfX52Z/LrXZlyKGvSMW",
+	"ZcA1vEgilmr7mWDRuDfuRW07yd04glt5wTMN5RaeS5kBF/UZ5GkmAyQU2SWIWAYGx8DOlZyBQgZii2ka",
+	"T+ESlBUj0Tk38TQ6iMqV1BF+YVcTtGEZXBgmC3PEuBgLuMqzNE4Nu+RZAXaGglq6BKXSJAExZKf4tc6l",
+	"0EALEHOlUtAs4n7E0XAsOtaDZhXYwnIFBr2r/Yncd99UK0Er85Od1PqqnErDMzYHra00OS+SCRh2IRXt",
+	"Nc+yAdNTriBhPFZSaxZnPJ1DwqrFGbJf7Yz4uQZhDtn3o9FgLKRi8VRqEFY81Ja7/2g02mMLpIFyWj/i",
+	"1gzZsW0iBjbnxgr+AdPSfqtoVeVY0OSZo4X2BcMdbB43/MrJutFoC9l3InMv01HsbxL5R2767Ef2qYAC",
+	"2FwmwPrR2dm7X57/8vzs9dtnz8/OogGzByuYVExY7BrQe21sEDdGsJF7X1kmc2fw+njxKUsKxUmGCabp",
+	"VT/0ARsxqZiACTfpJbAfcdtwNt9px8Kn6RyiAYNMA3syGrK/W5LXY8HP5SWwHx796Ycno9GI9TlbAlcD",
+	"bGGaTqaWa2ot7DGurCQxVqSnHfuY1acUWICVLSvlY2D+r4kAanRbkjLKslQ7cudZxgqRWA4WUImuIxaN",
+	"opUFsiQZ83yFAR4NWCv1/+s//5s9ebyJAcaihQPYtgxQzXKLZftQnJcrZRWt0EmvtNmPpTA8NkyjwpXL",
+	"1BJNJOQC14UL9uLD2/3/+WT0CLUwbfg8P2KFyLnSwM8zIAmpcfPTiZAKkjbS16tD2kj99Um8lgmsT+JX",
+	"XEeOZ2fiNDWcimZSsAs7ReanuEjNlPGKWA5ZJGARsb5b+QFqInZrxuKcx7NMTvbsIkQ8y6IheyuyJdMA",
+	"iWbcn5hmyg1LJNh9NAyuUm3YEsyRXwpLhpXsGI7Fe+D4IxdLe2pZVSvmGo5wKPtSZMtogP8/w/8zLhL8",
+	"k/7q04l1AQpFapylVpv/bix0DlmWioneY3PggiY2ZMdiyaQlteocix6PRmsNOUpWwBPNUsO4pkkPxgJP",
+	"UbaQRZYwBXnGl4yzxVRmwNwa2YXmzCxzuddOu3p1J4NqQE/AIqimn8jcChlZBHSAV1JM9nOZZUihsjB2",
+	"fedplqVOGLK+XT3a/sgaMcSZezX5/oM9QIYoDXKuZridY8GNFRyHXiliXOgFKM24YVYJGrAsnYFrEjWY",
+	"iPWj70ePIxIFQpqpPRRSzfglTzPLLh1L5EYfXpkf3AnnTzz8ewsFWOa/8rRl0RguWiFMmjFeqgtWh7kE",
+	"jYTvhmQXRWvQbYxtF2BXve6d5YrNRggxT0MzXukc39ggSrCzsPr9br2Dpurt299F7T7lerZ5bobrWdus",
+	"7LMNkzqVbV08F8kOprORNzGcTyvToM24eu0oqm5FWDOrEOmnAlgOqpLFbWaXqXez0y5c25dJO0fN4See",
+	"vCdd3/5lzwQQ+F+eW10fNaiDf2o78s+1Zv9PBRe9w97/cVB5Tw7oqT54rpR0no1VvSSzywgJO5fJ0rIS",
+	"rjnqEJzNU62tXPBzYRcpZMnQ6vTPsk/vUchS03c10JVmAyOmx+yCpxkkR6Te2KF7k4bOC3xHFiaWc6BR",
+	"axz2z1Kdo1V0/0v7d56lCTNyBgIlupX33o7DxVQyA7fQnwpp+MEFcFMoYBNuAEf7QhhQgmd3u8atI37G",
+	"DT+3ejpa2NQ1LnShaDxvpPlZFiK5/6FYk5UniQKt7UqBloWKYUWBwTGd8GUmeXIq5SuuJnD/Q/vJUltm",
+	"+0KtijwRsRQX6aSw24p+r1JVY08es9fpT3tDZwi/fXlnIzyR+XsnN0LjPDbMWg8GDQl/ZjqjA0fzAWB2",
+	"5ztqG+3cVTon+5bEjK6J1VXlVCo25Wh11Gx9Gra6TGP4RZSqyhcgR5jnUnGVZktWVB2zfuJZJpELMWC6",
+	"UBc8BpbzwtKtVCxJtX0zIQI4lfI1F0sn3vX9D/w4QRkuBdoWSmZ2TIobIDI9Ivc44xf2pI/Qvb6P/vXI",
+	"G+j2uFv1wO+XLvjQoNzbBzVnPY7sF8ELM5Uq/Q2+gAR5TWfXgM39ETdgcJWj5JWKjI1FqoGl4rKS1ENU",
+	"GVzjtu/jeIa+q9qJnCuZgzIpndY8ngm5yCCZzP2FRWpgrjcN/DievTAwt1ThFAKuFF/av+NdfD/oLoNL",
+	"UEtm+60Ez6r3Z+/IKjL7+BJ+Saaw5ThrTtl9FkXmGIp0lnVlqtJq/rE284/lB/L8nxCj68/Pcm3ZwB9p",
+	"KzonnTZ2RFqKLcY06DkXSZvPyUiG+8sN1Mwo/Gg/A60Zj2db9VP3q3e7551G62TusBdoTBtuioCf6GcF",
+	"wOi1AdN8bvdHzXmWanKcWXv3OJ45ahxSM9FW428qqOuu2Kbuu3EOK8Swqv7WV6uFMFpZajf6byf4rZZl",
+	"K0IcMG3QS4IehGev3jFFZsqXoE7WF5LFU4hne18poXoahQR9RPsahE5NegnZ8tDN6sAO+yCygjADA0l0",
+	"EOkijkHr6CDi8Qx/kbNoLP71//wXK187YhGeUBGzPytIIEsvQZUKdTzlamJNFLQD8P7giEVJ9ok+SIAn",
+	"+857JeTiaCy4WJKvA73I9h2yJFgfmyoNCHsqUnvOEfIt8pdG18YqeyXZp8DwpikR2wWuBm8snSP29Suf",
+	"RMk8h9Bs0RGVailK1XPBNXPvW54tW7ebUdOSQt208OivU3vmYcOkN0JcGDzn7d7aDduKX1KRwFWAU6RO",
+	"/WVF7f6tNsLSf+XY/D3gPy3Lgc9wsMq9R+75tDyC1icupAwIwL9yNUfhkBSkNkHFMLiHHNXnc8jkonZr",
+	"Gu7CcWF4zKnQRhVEtHbkfolZn7NcyZjMM2H7TDWjO86WPdyNPSrdgrz03cxBOzhYYxI/N09Bq/s0QF5w",
+	"yxziop+KiwtQH1pk4LNUz5jOpcyYFZNwxOZSgfuFnA5szpfsHFiuwEpBO5UVZjz/K/DMTJfhO1USToGo",
+	"E9sHJCwv9BRlFjdekBnJEsVTESbUHERil3BTiwue4j1hd2sLqWZkCARcuvUd8t2WMxrUZl62E9qCp96y",
+	"Lp0gPMveXvQO/7GVYTBYlX5O3V9fgDdW23Ji2dsEEh+GCXBlpB8H62oKDZwh8R2xyLUaUcCKEyr2a/A9",
+	"kTu+vHKTgvwuZVOtKtM8eOcUoSMshurmaO+QyXlqqh6tNDKFErjR9I4esmgOagLR+svWYphBjoQMopjb",
+	"vcV30eOJndV2sZKxVQROcN3xEcv4OWRozySpjiXaNLnMdVAxcSPaZGah1/yte/d64JzkHc511o8VcDvn",
+	"9MI7QPeCI0DP97og43q2y0xWGIXG18kIbed65YNaH9VxtuBLL6Fbzpr6Ft3Vcnfqom5QWx/U5d6Fn4S6",
+	"oH1thEwFVFyp+ARCoX34gIGYpAIGLNJApm7USQ/dG1zbpWrcg5WoLX+VUw9c8xctbrTVlrQQS2VCPQOr",
+	"GnSQTdPaWptYgt8nzfiG9cNgDoYn3HDqLgkfaDizN3hlsqZw0RlpbSy8xwS1T85CJQvTYp1Uykvg5q6+",
+	"7JUq0JzvFotneJrhuZMkOH2enTQWsIsfGk0hMfbWPFUvYUm6YPMKsXtY5Wasb2jGtXHvJsem9aZsO9P1",
+	"OLZ2XHgvKeTxFZ+E6SGvD3GdW9I5vOKTWsTQegtGGp75qYRfIc2BWH+z+6p7Td95+bIuVzO+MpHaMuQN",
+	"vtjK+deylWu+wI1D/lDM51wtdx/0nF+d0g60R1LrVMQYMMhkloA2rBCOeRLmRGFYLZzD/Nz5i1d0IgpG",
+	"UXKhWd/abN6I0HvhloSTFO1ODmpSbyBB/Wtqpq2U2hBKQRcIPvEKzweDVDboveKTCWm1z4AnQcWndrgE",
+	"pFcVavKUlI7b8KsOxCDt9NGpj5u6+RiMzNO4yQfr76y4u5HLg4To7uU1O4dpKpIB08XcEp9VqBrXQsGQ",
+	"kjXOoYPJNdrqHalOrxVrj7x+mrk3wgTbfSK1DAkFz84D+iDnQL4sdK2sjarO7TTnQADGVZ5xwSvbw4cC",
+	"hZvcrIutHLt+8IMOxfZZ9ulVGjRq3PZvLVafZZ/c7oboLOeTVJQisfNmtXrT02fIgSsmZkoWY6pZ3nTj",
+	"tRnC5Zwa4/GdtCzP62r7dtXd4rpcWaEfa+1wzSIyyY8NqrXbRNUM7EO8muNi6WzxsHZEYqJFbJRzrLb3",
+	"uvVlv42bZVrrGxWbtr4iCntydb1RctWawe8iEVifiyX724e3b/BMw6h49+0/tRTD93zh97P2dF/P0nyf",
+	"VHqe7WN4Kyjq23tAa2SwURD7Pd02UGrQS9tlHgVDaaDIRIquCdtSqX4uYrXMW/X/bqVwxVxcf65kUsSg",
+	"PhTnW61Cu8WIHv6nsqD754Dquequ3EKZfJZ9OinUZHtLa93hSldauW0lOULL2ItlQb7jSXoJgvXpwhff",
+	"/k7jsbTd3VDrYfJ+48nWvpY3scJWD4Zt7LL1mLNdXYFbhZ657VtncGyHgbiETObA8qzYFG5Wa7PFcdfg",
+	"hxXmA23cAVEpO9V1J+rlKrVnSHbEzjMuZnif9Xg02us+stu7ccE5N+ziumvPbuF+yD61iIMk+/ReLt7D",
+	"XF5ClwUYukpa93C5iZ5u4PxNMqxL5tiFgOR4oyLzvnqTokPd0q24d3HeEbnsE4zAt8LasdYRi8r7oajS",
+	"61RqDIgBvjmD3ByxaCIFvsF0EU/tgyMWzbllfcFFDNQBq/3CyCdeOoBx+Qe9srveoGfb7Fkzs/yo8v1/",
+	"vCNPjluXkKh4Hr4xXOFgeeEiZx5fXR386eoKT20XPL9+VRMHfexkDDIt+AzOYq6du5/Zt48YF0zmIJgG",
+	"g9k0LhGCzQttGI9jyK1VPRNyIfALPRyLv4AAlcb09yGLXIBAKsUZLWA0KO8SzqxKYf8+58mZu6G0f2J0",
+	"1xlcxQCJ/WAsoqIWfmVfufChsJjHIc3ZhSxEQn+cWUo4Q7+b/cHaGTI5sy/xLJML12JOCs+ZkfIMAyLt",
+	"u9Y2s79SJ4obOMPB0N8+Xu6sFkWHbZUPfCQ/zpFiUM9wRaMhe28HtK9ziNMLv0AsFXFWJFAtCSlR2Cry",
+	"4lljck4Bb/5I73kqq69vin8hh9gGZ5dnGES2xO/dSOiL2eVZruAivWq0M7s8W9kaO0Glm7+OBf18hvsj",
+	"RW3nVlix78JP3JGjyut1Clmg1DHLr2NR++6QRX8a/RANSjEQT7mYQOJiG7YNivlrMediXwFPkOa3Dl7w",
+	"t6/IQSF2pZvAgO3rqCIg+2IpBF6dYfpXhPcs/pfg8Ude/FYPT+iCN5rSDSV1UQj/Z7D9S1A6fCasCjDq",
+	"bVDNLrQkLy+74w7t//luXseXl2/9R0FXY32QteY7Rxc+1Eky7zIyr3RtGJZvODymV6k27YGaYdiIp1KY",
+	"VBTgYmDRlp/BMmzdkKh5TmGk2+QPDXozWOq3Iltu93ZWgS00sBLq+cPd6cObLvJIRjWT2TYycNVk18KH",
+	"aeF8aSDAWz/Zn+0J7NIy6Rq6zfgQcGXKoOONVo61h3ahPbkI+iVVIaw2k2yhlGCP9U/C61TedYcdXuUy",
+	"N0fffMkSVNhm7dr4kG7eyWm1sYTnUsmStb19K4C9/DsrZciQPUc1S+ZMYFpqJHREuTuU9OmCZRLIQWCQ",
+	"ZSTzaF0Da2HhCZgTpGr2r//4/zHQfVuGTiAzfL3BVMQK2+JzWQjME+dJwvoumMfnYLfcWcBVbhdprdW8",
+	"MAOnnFPjPtwTr1W89+yIjdiPpB+WyRBH7A37kcWFUvYDd9DQO+fA3thhdKVXolPPKrotY8oL8+Li2KXh",
+	"l3MnHAkKmddht/IMlsHdwCZX2qWJ19q3u9+2L57G11p+zcWy/jVlem591dAUxu00JOceUaNl5lkYFKfZ",
+	"Su4hciqL2kpzFmd8nlOklpXne439C4r0Ob/qoNIiz0Gxc6vMttzHpaLjc6vQu89ZP8JUDEjcEeXinw/H",
+	"NONxz2UMIxpHM16zLoh0R5hPSzRP/YJtgkA6brvpf7SsViJg4nGNtEpnEuZlxipoXtZPvfYNE1Lswzw3",
+	"S0tajL4JDrcSlGsxLSyT2thvS57GwDzyFFE6eswzzMNpgNY4+6H8qjWO0mStKBsd3IzptUayLL2EIwZX",
+	"PDbZElPD5AWLqkajg8gJi2gzWSKHPFwDdG8CyXp3JUBC5a7uBdZ09h7yXvi8PinadeO2I+u4PKJyDcp8",
+	"2bPpzeYDqJ0PTwslGA8wYyrsaS7IS7M7i50+8NEX4qPjL8EytPJhhnnf4nal3+1+S6/nHhGGl9djuSoj",
+	"vp1OqzuUWjpwA+kNKrUmktd2FvZPNuV5DqLtnr/du+3Y6DbxJRc+UXjtCK1rZCQVWvi1TLVY5wGnS671",
+	"6kJwu7VBq9ehSLrwStD2OuFupqXMN1jVAV2B65CRVNvexXTJvOKFKHWofNVd7LSovUGPe53Hu5sGJdAi",
+	"9vyxwxwOrt+ANXUg+3JjAe/edh70ijy5bbTTg8wM5Rz4YxhBlO4jEKHm5dw0xeuwVJWLoP7hj/GAULu9",
+	"6GoTLg90eD90+PcV+itzWwnaypvh0b3Q5TZ06CI311AWw3fTZ5PWy+mMT86msmgEoJYrh6HYZz5m9ozf",
+	"gswo1vosawthpQjdsypC91a9lTfcZ+mGK/Cz1ghdd/fW9tgOxU7nTHdFgFN4txvFDeK7Mcv6+ZUBkbQa",
+	"P7pN18fv0Jy5UHLOhFzUgCsdXKIZYJQO3qwxzmjrHaoP4hJhal6qGfkVpBoL+yYqtj+yJ6Mjl6b5iP3I",
+	"Hlk22RHK8sfy5c405W5mqC9S2InfkMGBMEI6cLhGPL/n/uX2gMKb581XqbRpODIVH565ATsu+BIjrjcT",
+	"oCWustTunoAF2bTLZnwX3csqELAg7f5mo3ANBKxppExrtfRL5h1QBNkeLahmgDSwRWhzB9JQPc25nMuG",
+	"2xO/2YNGcAdNZGVh6+pAYK9Dltyr9BKEG/gKVd/gSljOos0X3u7r0Ghe1yJiAgPCNPgtLpz8m8Eu6PTc",
+	"7nBrUbo6TjySFrfWyVpOhuuuCRUOYScM3xfb56D0IRIi7QGC9ykwPBWQlMES/Qa+AeJ6uM+toZ4tGddj",
+	"EdlXXuEb0Z7HwmXnRTwDo/FCqMiZkSzC2G0HoL26xi4tP3y6VR2En1fZ352J3IGHlFbT+rwMad/meHDL",
+	"WyXCdQTwbX/tGiTSEBjSxsSYh+D0by04vUWp3Bg8fpeipyNC4nYh6rTQD/TXkmximfMO7b67ywjAJ5Rk",
+	"35ZH7lEQSIPi2d66N7fUzcOCF6P0yooq20jfT3VE4A1pDM0xjxCAIEsvy0g93aLYlbrOtjntmB8Rw1Zp",
+	"tzfLpXCUcEeJYbXW2kD3PILGls1gguVdJId1zTwMnXde6AqRJqzT/bTsOPerg3qb4Tycv1/9+dtynD6c",
+	"lg+n5eppSct9XEfODeTo3e2Z2np44dMP7YePwxhYF3MXis/hRdJyk6jh07bCrTr5/EVbBVRVs6EGNUOO",
+	"rLYzshyD121f5Mwc9MyV+CvX093PU48NsHaq0MHQkRQ55RoVId9CIHQCf6mW0yf3nWPA+3R5rlJ06UgR",
+	"uqoMD9woBymwCheD+8Pm9ALTgud6Kg3rZ1JqyJbMtpUcMV0l5Xk4tlFAc4vzojanagD1HIQVKLEkswqj",
+	"gLgDFSeXMvuQ/taiDzqYtTog9DZ0O4e5VMvgcOu6UWeKGTfkUPGKaTWCHT4rctPUdb3UC436ZtHPXaMp",
+	"W/Q4KFshqKx91algbuXEQMfU9mel7sAh2ZoI3l6CukxhEXBwL7WB+f4iTSqnGOvjJYaZkmdMMwyKitMM",
+	"1ID96z//mz0aMc1klgRY4/bLsRGfZdcFITG79VqdNLAfVky2NnPM37rdgQ+txPh5Bnko0WmDFtXu61vF",
+	"WayVX/RffewaT6slgbA6QQlTeSU3Kkd4AYoQUqlZ3lwDvRX9BVdUwAK02eyzqmZNF6y7fIFsFljBIH10",
+	"Fo+skNGyZQkRWRaEBDHhE0hYWc+NMit0+hs0ak0Wmi5jVs79cGVGTO/yFRn9l5sYeCXAKU3MtONbe/a9",
+	"Dnz3oZhMQBus8lho8IV87UwEXBmM0vbwpFgYihI9uPB3rGIbIJZGjTpahI/hjXnmIBzvCIC0TsxBPESc",
+	"RT0EK+CtaL+Lc0CPVOWr5e5tE3TpszpopYcvnQHkHu/AlWP7TrMSxZsKwPnJRS45g1Zwe/ya5jjw51UK",
+	"2grbxpeMTStMVze077THLmN9V1v0fFk6yHwuvZETMFNQew+QOLexYxEGnFbUmZ4DdgnqnJt0ftf+j/Cd",
+	"oIf+vPwfe+3RAu34/PZzqhbsQpdcceAo3FoHmsd69eRbAPd3oJmuGO/NRv7266nl2PPIM4V/m04VXpgp",
+	"4Q7viqFeM23XcL1jXEYHPMHMVMliMmW8nv5yg+52ABPHGpKIi04VpUrudntaW/dobwu08SQANe4XwMmB",
+	"5j7URdUq1GtdY6viIDaD4dSrP63nOtd1iQ01pBqlmrcWyOvVhSugoh057W0ZNYKHDhZnwMPHCeUjFuTA",
+	"YCfth6vHEhywVDDS65lUiSOCVDDg8bTC2dk6BLp2vAUx51oFQh1v3JV/XS1uvbuUeJHcqkn9lN7vCh9a",
+	"L2G8AS8qdJNW2qI5N9Nyg6Wo8LI34f124FtjrsX3o1G0RehRFXDkXVUNE6rBqm3sOWii+q2uZZB7Cz0N",
+	"3+50UMwpV1YbD2BBRc/oP9HeEfPw5WVVYXsAt2z7g/N9Y+JRWfoH4ZUcSEGpxLA+ueipQLaH9IGETUHB",
+	"HV7xtDCTowh8usvOtx7Xx378dra+NLR0FcoRD8jVKK6df5pWiBl31Ou9tj67zuxn4OGjLGXPYDlgOpYu",
+	"TZokhSP7Iza3i5M4neVcN3GIO4H1K6Jv48rWMOHyNFiRuPZnO0a72Ecs+sdHJAZeX0hfjtk+3P5g8SJi",
+	"E1IDtdY+n5aI3u3qXllR6lCnWiBRuovn+IIaBuZbFdLx8Ezb6vTsZ0T/KYHOBg3Quu80vsyzbP83UJLZ",
+	"r1h6wQrhQYw6oPLCKPV1ltupYhaBTCURi9E23YTQdsSic6w+gwhHoubI+U7bU9JVnhmMBdZngYRl3IA6",
+	"KrfLyy0hF1YYDQghiqIUG9czq9BtvttuwLYaOwc3a42fGY9NwbNs2WbQtxT1qVHEWq/1nRp0Rd2i1tHi",
+	"e53cWtfdPp9i+6uNFY9xl26pT9qK+lQlG0h5di7hDfFArTWCSjxue9QtwVSkTKWsHH7pbvihLXJ64lSr",
+	"2oXs2nwbC9ux7S2Bq7tHtqQ3LDFyDw7sO6vWQssTqtmyPbG6svWtdQy6iqN0bdrbah7bOV1X6s+0XjFu",
+	"LEN0o4o/NysUdToF9ujPDnvVhxiW4LJROWbnYrWDiKg/zfrfP0JPK5UXxtmHL1dvCn5e3cBtTwitl7Gt",
+	"4XKVdUn9sTk38dTXdbxIMwNqa5j/Bg10R3IO2QvBsH4Vm8vELnaRZRFToDHEX/iyXEZitWpnbg3b4/zf",
+	"gwGB92ptSWWE+O990HjjWhUST10ptxq8M1bBLstu9EfsRyYvLvaGzJl8bLQKsbH5Vq7KO3jXhglcFX+E",
+	"qykv8DqmdJL3377ft/o3+mOS7BOmz7/mV+/BqBR0dMTOpZlSFjv7Eas+1gZsR9VxatbLS1od4tdUJHLR",
+	"sZ51PWOBL2PSR2UmV0l7ofX74cnoRkuIAL0njUSLtZ3GWqVoL5X7zX2yFO72nItlOTiZJbfb1rWdCNV2",
+	"ARat7H90k70BCtVPpXheJS2t5LzRK971j3NXoA2VftFFnkvldIdXXIC2KkVtY0oQhM2DaURdr1oiuc8X",
+	"rMigvEPNZc404nMI6RIrPYBLjUJGI9Z/QuHU1srb94Y2Cau93Xdqzq98TNCKhkVAj+4wIOwwiKcSEsow",
+	"BXEhVWxNhxECxzlo3duJgzm/+pWnxq5fK5s9v0xj0y61qiLkKLQGzFU4dYiZOHoErr0bATZPxYnM/aAD",
+	"y5hmWeo3m7PqtjhnU4kILYKgcvcviixjeP3L+jVcttG//uP/ezJCcLbbjDNXqVQu9GFVOMQZXj76V8L7",
+	"vNr95i6VP4E62NI+0FhZuXFYOQWj9TCLbsSb6rZH4qA6/qTC1bkbIqoGlorZX2UWKrGTihmdyAhoReaO",
+	"D0gov3fYhvqIRf843v9ffP+30f6fh2f7Hz+PBk8eX0fuduvxaOSOTF8ItBo+OcCH22X4rgz7Nb9qXVov",
+	"TyzVI5NGa59HA/bEkrvPI99itE9Gj//naHt6VMtn9rTcwKab6P/RaHSzTa4l3KwXP0rj1FQuEx7PNHMQ",
+	"56hEBHKl3e43K1jXDovdx2hM1l6EbdOy3Ex9IT2Jyhu39436eAqG8Zo2RQiubhVSw1xJds36CZzLQsRw",
+	"G7ZsVeg7Ch7ekSG/7Q371xnT1rpwbdWrX6WXZZK0wzJz5T8a8dN3GQ56GzeYm0bAplx1LHXF2dVW5Cu2",
+	"k9tH3lru8Y/ry+oKMQzdSoe9jzv4n+oh7uvI9q4W5BrUz07hwO8blWBWxFChp0yVGINVgaE6foGQZQwD",
+	"GTKL1N03rlY7bwXca960dF+BdFxyfIGrhCjJPh2Oi9HohzjJPrmCZPg3RFuWIfoAMLuj+M3bhV6GYg8+",
+	"bvYR2vFvG4iJoNpuzqX4vHn5pak0GcL757wdo61kvzedcFDt9AQwO5XPRUvzHdWBLGurCZg7KF7q0ODC",
+	"vSy4Es0Y/E301lnVc/O6VxLtl7VxbV+79vdf17blqV20r6rlK6C6dvyHLrJHUQEdHFEATNXURxtgIRdL",
+	"QOERPg7Yu3O4QdyuqmxAKrThFFyw3Zlq/FIHus7J6QfM6o+B2jmddWJJZWnP+HnG9fRccpUwPpkomHAD",
+	"VCWXUwy084tuVO0I3eZ1KgrTlncTcB6vDRcllQ4+Iqipjalraw8xIqYjN3EtVWglEeN40nJuUzxqXphQ",
+	"1eK2YhmEX/eei0l4AQi3Tu/SZHDba9WZSQq0o9i1FXJeBdVeMA3WurXriS6BQhhZxNN6lKDeluTXTrTQ",
+	"ID5uObObSkoBi81SKoiK2ylZdyzlfMr1LGxTlJlqW5kGtp2dLIP6B3eXyXjb1LwtD0q7cQE1mxsD89y0",
+	"tB9XUarrx9ZNACvIhbHLJ9CNVFRiZQfuKrg2pSq6rZtgy6zxTWAMZbznarKXhiePGzx/vjTQETP6v7RJ",
+	"7hs8ACvivWxB7jVX4oaIvt0SjDbuYxul3nlNNmz1zsqy1cd4N5XZsMU7KM6G7XjxuFoyBQvl9CMrkbFC",
+	"ogcPx2KUHp492mNSDZxPei4T+BFTm6MBXbBG9Ffobr5VZ7jHqmIk125QVSy8co1iWys1EiHjy1AeZcO7",
+	"7hFsj9CXq43Xba0qDNp7ETC/Ml7GGbSUtqpLvUCqlwO5STXjmQKeLFn5RbgggAyoKJFdw6TIfMCLguoH",
+	"qkPC+tVvZbCGOzH2jlgUcxFDFvl7mTqQvv+MysdWf9An4dpBNy7RXIXlb4q/Dwe6ljlz5zcW0O2bhHX5",
+	"sFTFb9ok+5aGFWjdtlPbVo8OB07VRPl6PRVF4d6FSD8VgNcuHS1diY35Xs2ET/w/DoBSEfXm0FMspOMD",
+	"Ecuxt4q1Nlm7Wa244+NfzsJnckfp9rZgZQqrjxAwZQ5clAztJoXRy1T411hG9UnmqbYSJRUTlpoQ3yUN",
+	"xktKzqP/l9UtfMthf+HuisHqBs+6w4VrBLWhzGF5IA8wdUmlc8sNFNQS2XajITumAtqpZpBi2qGg9PZ+",
+	"hEcJHmzsIuMGMxXHAoPlHWCNE8xlNyw1GrKLvSE7FpjTWGjAvKdacoU9Nus5jYOxiGiy9knDnsJa0ZTW",
+	"ZP/rCy0fi6WrzEhz8FXfwxi3nSmDx/HMl2XE11xUWyUjV0Krtwuofki2DkDMWSLrIx1ZYbNHhceylOP9",
+	"nq/WHd0x7mv7jl80Ukm22taWHBuameOaam5pPfVm67yaGm+3p9h0pKv66VFQmZHM1WcHq1ppwzOfzapk",
+	"5sr+nRciyYCd83i2W7pA21KsbLLZIjFw91xSP9G8fi/ePFsf0gpvy573UuSsVVvrop7dM5pKRlcAjF4f",
+	"MM3nwIRVdrJU05HFNYuOY+/wH7qj6Ha4AuGZeLABur72GVBoMm6i2g3pidif7QNjkjGfqb+ehmiPZbco",
+	"pksnDY9gBTvPSjWrE8WzMFReXaFZqf3Vrcm06qvZp45NTjNIWAM3nym5CBsL1R1wx0L6d3wCPl65OFHZ",
+	"pxuaRSr03oZSd+Hh4uMarATrc7qedXX5jkgncy4LFnOllvSikXILHcSyopynaHMuXUH3LdIhU6wC6H04",
+	"UWcOZCcZzstcyF0TGMsmNvN95+3gThAcHm6EsGCksqprFc9w5+zgcwfxrUHHRXuDQdqT8h/UzUCa/D1q",
+	"lrcEQXhQS26KdmAPNUxnQYsv+nwdfVkQg93QCk7v77x/1n3Mbxd1VJMtrXcGs8v1zl/+nak0AcX6//rP",
+	"/2ZPHjOZa8ygiMpandHegLmKoRTNsEPNzo7rhsHKHUbg6EBAg3hWuST0kYfVJfw9Wig3g7Q8cW9ioHWO",
+	"1Av8V2VEQRjBSzc0CwzxxtwPKzlKJQQdNh+evSR1Y/vqseiL0m1+TVyD7Sd+t3dBdeLbCQPir8Wci32P",
+	"kIB2rDVdWcwLHWYmCu57EVZ+1irbk/FuX/Z6ARZRpkSLTLZBQ3RyilPkBtTuPs/SiauSvG0h25Y7Ltvv",
+	"+5YSvuGZLaZL1o+oYm80YN6VOmCRK1KJTrd0nuJv6F8Ln1itlYOny7pbwe6PpV/nXfD60jlPzhzUxkpU",
+	"Jo9nZwosnaDTdWUS3uV9NpUq/U2KM7iKARJIKvCUM3LPKpT+81S71bbdnJ8RUQXrEFd3j+uOVBfxmoOq",
+	"OTv7HtGzJMK9W4mR9k1ujep8WkProMhO9IfrCq8D83PdSy0F5TcLidsScOc97cbT7kXiMXUupIt9i3kW",
+	"ToJ/KHgb0KLCkiBulGN2sg51CgrZFgLUd/p+qjPvND76rDbC4XalRBsuiBVExHopx7a4AIxQjQuVmuUH",
+	"S8guCBG4AnVcEFgL/fWzvz7726+nvbXVt+9aaYVMfsh+wk8YhYz/c2F8rDh7LzPQrM+ZBuNLtmY8SUDt",
+	"HbLInnj7UmRLK5ex3L77ayzoGf6GIj2ZpyIasl+tqvO3X0+tmpOkGhMu/ZWNBnUJPiuWoLNSbWWboFsU",
+	"5FykKhxtxWpTY/Le9TV6Ey5kQK/BXOlU17OyarkBDkdCsBOpzUTBh3evhuzUsnQi4wIDXlPtEKLFJAOm",
+	"ZaFiS55jYVRhpk4GgEvKXqQKWCyF1cLNkc/yBWFFqrRyiyeapWY4FmPxVjTmOwWH24wGBt5oIfqpRiUy",
+	"5mhocEXZC3gDzU1qVY5Sg39XAAj2+t1YPBpesb+enp6w45MXA2bJbqbL9GLWb3hzoiq3geJJ6vkF9pfS",
+	"PRIdjYVVbSgD2LJmxOOZkIsMEspGjQhN20wVOMf+PpVJdVVcHfwGO3YykK7UXQ7hYCy0ZHGWYl4r5pAS",
+	"qBorhO1FuGs+XLynUlxSaqY+HIt99hxX8vHV1cGfrq6omHCqaSmjz2NS3sa9QzbuEaEbuHKUPu4N2LgX",
+	"ywTqz7Wx9HmmBZ/BWcw1+Jevo6Ht75hF348eRwg4ISR1aPfJ2h1PpTAgzD7VtYqOWDyFeFZWEyjKhMCc",
+	"K7ur2GD0/dVViYznxMGhuwvFqxvyulV3k3Ynmk9cTsOArI6xYA2/qn0rtdTEjMz3M7iErPoGh+BE6H6e",
+	"catjWKqkIiAEycaix9//2QOLvgejlvsUa8T6LnBmz9kKluM1CklkBZlh828xB0czARhrnefAVT0jhzjd",
+	"pMZKUce4noh7NXHdezQcDUfO/BI8T3uHvR+Go+EPqHOZKYrFA56nB5ePDniM1/y51K3A18TfhOHfLPn7",
+	"IinTqenGdo/xOJYKYaGMLDdjyHw6y/ejUTQWF1jRegFZtn8h1RwSD+N26DJRLOc10lCckJGFieUchuy9",
+	"OyusKgeHY1FJVPQHWolKy1Wqf1ZT6R3Hs15ZnuQnmSzdnbNxlYHQCCb0j4N/OnWZlKJNKlN1JUHStjrM",
+	"3GmqHL4urv73o9Hd9kyq2vX16mH2lhbMH8aVOII5WtHXg95jGkuoi3LMBz/xsuQ5fvJo8ye/CO4OUkjo",
+	"ox82f/SzVOdpkgBquo8fbfGFq4V2KuUrtCHsd9//efN3p1K+5mJZFsu5HvT+tM1KvLA6kuCZz+jq/Wmb",
+	"eX0AdZnG8IvgZbUs1Fd8pLWlTL8zmKsyL9U1wyfaqkToq7Yf1Vj3oCy4EGbgWqtWsGWpxjTAErGNEeCk",
+	"PWQwkoI8F00Gd3fXeyg1gcfTsaCoi1RbTpXZJUJzJJCDSECYbDlcjQuhVzkmxRiEULHC1apDQ3bs4Cyl",
+	"AMvGpd3mQR59YQqEV15lfLY932Mg6/0xfyOW9x4kwFZ2W00UrLl71kVD005uaiqD9aV/kBVfo6xAzKca",
+	"YnSrtIixGG2hoOO4x2QHOmlJ8U8vmHfhW+5H9cQqBCXimYdmQMCzFGFg8ozHEB2S7j4W0mE6OvAzAj3W",
+	"qyBo7NcyEvtw3EMQNcTwbnxMgmoGubGjGYsKUg0L2nBdQa6FO3E4bqSzZVqyc6BPS41vLDyakwJSNlnk",
+	"Oo8YGZo3lUFPyw24HyFUtv876SG1/tu0kecXFxCb9BJNQHyZE4x8JVrudiiO8dZH8oJgaNAuGRD1WuU2",
+	"J0joFfTc4Tcgx24ijxpChZjfrkIpKRhnZdyyEyuVFFkVLnjc70/KcsATMC2+WQep13fgXtgFuq2a/PIq",
+	"1aZR0N95f+75DG102Z46t0ZRTxshqfpL0syt994u9UpMrW5uemN3u7b+IOOTiUttdySwvq2v6J213c25",
+	"4nMw6N7+x3oGCgL/UApyxicNJEbvFSk0oUJrEAl7MjpqIhswuOLzPAOKc/7hyYhKd6a2+U8FqGXPA4v0",
+	"5ql4xSceCmtQo6I6ANGaF/PjlyDR0PJtQ6Luu5LzSjV/zzKlHrDKm/OVa3t3Q/GOVCvKb5RxuxH1f8Z/",
+	"r13CBhhoA6jTFcL1d9o5VzBAn1yeDjypTKPKZc4U7GuEyzJTmO9VlpNzqqDfieOJtqaitColNJinKxVI",
+	"Ovnw2CpONDnnssM4iXq2NpuD4Qk3vI276PPX7q0Gezllre2y5NYctrXsp6VpV2bwOV50OKfUH5xlHLAi",
+	"XzkoOjll0KIGoCLNZrAkhwNRu6WNIwwTqiBVS0+Dc3Gvqwl/AbNKvl+KPhAJPkAZJ6D2aUoJvvNN6QJ/",
+	"QYS+nfZ4RVyE+q5eOcDFwzLu1x83S9IDggY4+Iz/3kawlph0K9LRCcdtROO7qqrTzSY82Pjyu7LIvX35",
+	"QfI+SN5Wydsg6lsqLCtsdlBpQgefy/9fH2iAjuuiD3wOjGuPNw0ww9tfO8ZavaWytC7eCVL4Sx2WaZ0T",
+	"G9hjX5L9NrxcjslJs/vx69Thra6dT+eeuDAE8hbgP0Sg+jZ47/Ho8TYOV5i9keZnROu4C4bFBeJNLq1X",
+	"ArxLTu1mydfyMngiVpZGFfvu7giJex22mTWj+3XuxPRiI8diO+SzGr4a67sX9yeKiyLjas+exAThxbL0",
+	"EsbC/UHV8dDbjJDLGBYAQ/ZWlDeZZiHpVolOcpecEz0ejaKQnVNC6H0x8fFlpMGXdPCuwhA+SIbbSwZ+",
+	"N6d3XQXsOJ/BxXI0NMaSQ6k8mZEO0q2q9oUhnFX9GCEN8yBvSzCDsVhxWzgWpfJd7PlVqrFggtfFE4lN",
+	"zOUlsH6ha5qCmXKzF2JfglZbcc3WpnwbG+Se+LQVbO9Lc20bNl6Afen5H4mB75R5n065mADDCohBoEN7",
+	"TimzLTOXGbLd5ixx1rNX7/DmRF54mcH6PnLXwZtSSYEtrduTQk3gWfZpk7fvXc01Q7kH9nAnBb6sRGpP",
+	"XYp7i7HwFY7vzNN41GaLetHXZIa6SbqWFrU6vPdgn8VWIOEaNC2kto5XKy63d3ifNu+z7BPuQjs/4uN/",
+	"FyuXJpsATxhlhNed8JZXWt2Jz5pZ5HrABCxAl6U4jk1UpbWt30btxAWbaHkH2n16x7Q6aK9B0TXyumGy",
+	"Q+Ov5AIUO7fCFWtEu5Vu6+VCyXmjg+3gFD+vnVD5Lr0aeQd9nvAJVc9q6wXTr8KutEejUa1kyaNQ3sNG",
+	"ZYXignv3LYsQTzHobas48t/iWrBTBDXP74PPaXJ9QBUVNhnh/gSP0iTC/DqWCiOr0xzjqhY16L8Bc6kT",
+	"/pxnSYWPdzQWvIzNqv1ujWJniFPEZlLziiu5wMA+e1LWQt+HYxE9Hj32oesUFHg47k2kwCis8jbGDl9I",
+	"lkkxwVqOqTb6puFQVLViC9nr143AKZD/cqu5l+yXJjvpEPek8D/LPtGUvpCvrtZfm/pg6Q7xMcp8zT+C",
+	"Sl9OvBZVObrZZz/s/llDXNATZKea0GDnS0b1xdskByUfh4XF+0Loejg1pTNX2fE+LYkrWMnuZD8VOhWg",
+	"tdcYNQEwDMYik9qwesreHn6PkQOO613+/6FLS8UUGcxi01JEQ3Zq5ZDIfDLWhVRjUQMQIHDVVMQq6H57",
+	"eXmf4deu9d/JwC57b83BaElIfoio/moiqt8XoslnNe6dXa4y78Fnoa8PPs9g2Xkf/Yso2Y1nQ/ZGMtQb",
+	"HbgZ5lzGMeQE3vl4NGKzy7Nann20N2Da6gfR/w1XOcTmx4jxsaBIN7w3w5BnvBWkXljMhZDGXxHrNKN0",
+	"jCBDknuhd6+MseEKtzRtWb8pfgYO5vFw7EBcMRZcMNJ49r52xvkGGaC8Yp7BcpX2W6zuY9yMyglUO0sQ",
+	"996dJDch/GGAXv8C5vci1r8TmJFUzZnhMKfAEwfH8PyUT0JV8KSdqMvOHDAYToYsGvf+x7gXVS41T9vD",
+	"TiP8+oHu75juKdopSPSdRsnLv7Oy0GCLWSL07VybL2E5cDfHZuovWY+sChGDMPsgyNd6QLoXASwrQKCA",
+	"hMVTrnhMJntwdDTlnawmV9Vo1SGjQblrJQSjoAQCf+w5gUAHWLQ3ZGv1uEzmC0IfRBdSwSWoaCxqV7uk",
+	"e1KwSKEN3h25jG6JkNMCgXHK7aC6XjNYBkXPWGySPcHT8qQw96a8nhTmd1Nd24Xer2TBrx7Q0d6D2vrV",
+	"SK+TokV61dRVDKk4+OyyeK8PCG+i3f58js/9tVOWXnoE6ilkBETvId6ZkWzOr/oe+IUgLAZMyAX7v3xq",
+	"xt4R4RmMhZ5KZUBQdAdhHFirSCmIDdbQx+8hoe4Qkt7jWkjVfOiVjrGoax0eFKJUIQUsIDkcOQh6j3lR",
+	"8b8GYBECu9Gk3bZGh2OxmHLjwSY4KxCMhUXal7anqLUno72ber+oQ+x7k//LI8+5rEaKmOYsl3mLaPdg",
+	"41+BU2x9ce/bLdbosU22vbekwbNv5aL730ii0c4xTnxeE2u5zJtyrV6LLmifOLQWzRZTqaEJoY1wgSAo",
+	"tCzNMufLLi8O8bbQlYdKQKVWpSIsk/AV4usqAfvL3yPe8TXfhtuoN17P+jnNjEM4a8PyrXSytlEJfcvh",
+	"nHI9ax3JM7d1Hs2q2sLQWBwyfX08JVw0iISAunMl7SFDf9ghWbsZwQqBJ2fkAA5CSm+4Py0LDVYQxPYc",
+	"/df/+1/sEZvufdlr1XIwAwZXcVZoqwXUx7X31V64fv+NXLg6idF26eoFyr/FhWsAvqL8KSjzazkJVqX9",
+	"3EAL3DpHyF0sakSlmVrNMEkUaM36PMtcFvTekL2yxO979i7Wc3Be1mQsUpGkl2mCiccVdsCcG4wOQ+jr",
+	"x6PH0U1VxWcuY8fjAd3fjWK9o02u2+QhOrDNhVoralGdPWHabnet+ooMJVWS3t8on5NnhV4pDTJk7iZ/",
+	"Cg3zScEcL4PPl9aMIGDAYC7lF6Az10V7/uRrj7T+QGFrzsowNliDpHYLhT6pJOm2WQ6ndXG7nsm5nZQ+",
+	"wMwO9EP8HuMdbEyYcaaADz9ZPSQwgscBDFVcaUnaRdiMRW3CA4f8uFLIJ0qyT4cEqJlkn1yYSwkwW0Xi",
+	"lAEcGI5jj4wSMnosuEjYDCAvY3xuHpJj1PJLHDQPoStfS+jKTqdVjcdzqrUbDsdNdSwpt0zmjMdKat3I",
+	"DyGDvO6x5yI5kIpFhutZxOBTwTNKIUkvQRDitR6LPlzx2JBmtTdkxwa9BKa8S6gaHPim2lLE8E7BL9VY",
+	"UMQ6vh6Ne3gzN+c5oh36JflON+tget4PpZRvD0h6InO/XJt8B6XhTX5XE08Z0GVKq3Htv9jNn2BN6q37",
+	"wOr8tzPhT2RO0UHbvXtSgbRs98FxYWSeZtJs+f6vPN321dN0DrLY9m30TXpIoe0+WcX42eabesbPa5nA",
+	"DT77Wcn5Dqt7HM9areUNbkuZv31pJdr3JD9XSN7ZUqW3EK8XMykm+7nMMkxdk4XBQFkra+bcmvmCixj2",
+	"8PIPwXDuGl2uxrOt+HJvXHHeupATlYRDuXa4Ak5lBzsW0eexR7sfu1Jwgwqfe1wxNUYHW1atybhxbzAu",
+	"Jfa4d/iPj9cRmQlRLBOIhmPxFsd1zhOWirwwZfwGVlTLeCqo2h0DcQmZzBF1+iGGoPMWrjrlKDfbWlnV",
+	"Nln1zEnJVmd2LnPK667jnAQP16cZT+eaFTniayP8b1R5J7Awf5nE/Z2u56aRAmrPSnfBhtfqWGh7LPI0",
+	"nmm2mKbxtJH5KVlsO2R9bthcalM7A3W0h9WoZT2RlcruJJL007FAv7rzJ9aBRTG8tIocurl35ETeEJVl",
+	"N6SHhyPq4Yj6MkfUQ2DXnQlllIbrGfabpW8Ff1NHv7mNTIZa2FPlLXDVILxArstWDIHC6AMfroBZx67W",
+	"T2Km6BqkqgpSwN4t5OfNoXVug5Zz50L3QYY+yNAHGXovMrQNv2hdkha6oxrFSaGnjToUiHZ7RG4WrPdA",
+	"9Zx8JmSlKtZyIs+lmZZQQ1KMBYEQFVaAhqtZYDN1tFvXIyGaxK7GTbOCxVjU0FUfuQgz2UzkCVaoYIsp",
+	"NxjcZiU1vkJxBaCdV8i5wuwjLHHjS+SsyO+qZNhga1lORa3vI5DLNr1TkOqju4c9pjHcsLyF7eGhqMVX",
+	"Hcuqp6FIABQpDSGjgIrM6YPZ5YEVJe0S5yUsMRLJcm5lkacCQ9WRAqxcmPgyzxGClkUHkYArQ7W7wvFe",
+	"Ly9ty/cWEW67+N1CwqnztouZY1wvu6ZKLv6I4Sl3Rc8Y2fLy71jRryM8u0HMJYnqTvj8l5dvqhfvlRbK",
+	"ftrilKqBEAdZvoplIcxXXwDhrvdZ1Ldk825vudVfZqN32OZvr65FcGPKjWjbH3lpNx4WrbvzFzBv/Tv3",
+	"uDVlHyEVxz37pvbkw1JbpdivL0mLJtLKxs0hN3sn47yjV3b1aISim3eLQN7w9isMXf1KglBxkdp4nlbw",
+	"3yIA9ZMnlh0pcFdUehf+YA/KRtiQHpSa76CEybR2rw9RXSv2AZcgKMivXjnehaSyfuT+59E86ArQ9RHt",
+	"7Vof5NY3LB/vPWx1AzBtC2T8N4b/vurJrpNpSyjpu1odioryfD29/vePUEEduOLXlpDWby73mj4YHQwc",
+	"/appBLtpDzh99zsV6/h9QkjrpUluLvMOEsippn6Q7k4oY6a6Bsnr9ZXKugDkg+svuAE152rGuErNdA4m",
+	"jQcsngLP99qp7RmO4HaXFl2QjCU8w49uzbBOYD86O3v3y/Nfnp+9fvvs+dlZ1JoMM/ld4UVrSxQUiLmZ",
+	"PkRYd7AH0dbW3GEFZbdKeopv3OOO2w7atDns/Nsz3oxbsw3b4FL3Omy1Dz65bzdh8bOS8x1MAbn9u8ie",
+	"279+S8PkPgUNLW2XoXo8mSiYcFNlYP7BC/ZwPT2XXCWM+5nXaNgRa4CAD86LiwuHJtRGyD/hKyU539uu",
+	"NvoJlXrIpcxcYY5vam9SPWO6Gvx2G7Otx+HfXMx8i/4P2rJuLwhZTj4pz7us/uhijMwi4gC8s9+FVwKR",
+	"rGEt/oYs06XGv0BjFqzNsV/ZHN6+CyvrZADDSb0EbCC/nAKyv2xxvPoytVqv38TJ+uU1eszediTsLoJX",
+	"vShBUkYv9UEt0qjV0v11CoKB4OcZ+NiOvNAYn5ekl6AMFdUxU2BJdfb0IzrrIYnIvYLPFU8Fy3mhIexk",
+	"OSn09HVtTPeZpVvrJlTu3IE+WZP4m6tvivtT21ucRZ0icPcpmdbFFayWEwtuxd3HAqztwpeLBNhAAG9g",
+	"Ud/8P+wh+GEXeumUIJ1JkyEpIvMyR4KzcwfY/TgKSwaZPwiG2wuGZnTpjeTC+kY8iIU/qFjYklpqUsGk",
+	"c2ffhwPWPJyqVCy2bWaa0SdVsXQfz4q/v4QlZmFd4GUe/oTSykXR5hQbOBZOAXHJyj/BUjqVA1dRCtb/",
+	"84glfKn3PGDND9TamXvhDK5igASSaDgWtw9V/RBPISkyOKX1uB8uwcZ/z9IA9QE8VAf4ZkNTPbFa6tbu",
+	"/xWHOgatMb77IcD4G9M7iR8aEaqBANUjFllZ8yM6IqIqkfIz/nAdYaWOcORqyXB3Z23fe32sVfBOUyhc",
+	"H+2KDCMui7Xs+pitUIvebb2aww93g0WI3GoTDKumaigIFFPMzy3nXjhKaOvTHQ/r6ILY8FaggW+xT5Ty",
+	"OH8kCpx+jnVYWsEf8envdhWJRNfmYasiimn5MM2Hk5PtIannfuJVnU5RFRPdSXodfPa6R2fk0xtMg/lU",
+	"SMP3zzMZzyAZ+nyXRmWPOV8iojJLDeOZ1SCWpNCsi7CnKHKRnjbhpdCrxKapKxqOnBNzpVJwZY1X4NPa",
+	"UE6uxO/LPO36g5/mH7ZI6F0RvlsoTlQQIvhbFjoJmeWeUu+XOoIX/kjroaIlDyL1XoqIdJDV3elap/7s",
+	"3640SAtCvBffu0HE18+DSmpuqGRHxuiA8XimSz93WdAyml260nG0WhFTaeIUYDu/E6nNRMGHd68aaHqH",
+	"5CGjwFefwClVGQubSNDWKlYyyxCnj0C+1zl4LJpVA9br3t0sq76GOHhftm3Vw+9l3NZH0Ho64eZQTLJf",
+	"aTuwaA9RSWWWQUJQiv2VnXioM/L1CDjaRcbZeSGSDBg3cp7GPMvqhUfqMoGUxynwrCtEtDjP0njIoj+N",
+	"fqgVmU244edY8kKzQijg8dQO6YgVGutOIg9incsBAmRk6SXYv4Ln719pCPfIBq6HAO3TEwImcPtwzz3+",
+	"ImjJl6xfrmKS6lgKAbGBxPKU3ViIC5WaZe/wHx+bmJBuYWufK6s77BuV5nttV6ZzMCqNO4OWXrtX7hVV",
+	"mLoI4gnjI6YFz/VUmuFtPMAta3dCdQGYWwzW/9uHt282LdlBruQczBSK9jIWJ+UrzMAVVtmRugyinnPD",
+	"RsPR8HH4Uqj8dusNsH0cIA5cc+nXStG1LXIq2OqQaZz1Vb/LDmN7iJABR+Xgh5s2yg9uXi5KcJM2B5W+",
+	"cqLnPum67COwBJ7orKTMv9xl21qABckMIUvZHSb85q587p0DV6COC3tG/OOjNaKxel3Qmj9mr7gA7QDr",
+	"qmIUuVSGPXnyw/fo6itU1jvsfca1g+vDg4PPU6nN9eFn+9p1b9C75Cq1pwlu07RUW503spfJmGf4M17x",
+	"qZXHth/7hNpvPpsak/cGpU/P/Wn/obl/LFckwOFJEVc1BoY1v12hg2kKiMlXplY0YKQGqMJSlS/6pdGg",
+	"zEMVW+KZkIsMkgmwXOZ5BQSsWV9iIJ5Ts1fSOGxXmOWwV+uDx7NQH6gzOA0CXU9102BA5XediVC6Ub29",
+	"UlMt1lum+KdYiot0UvjLk/Jb/zu0fWnViCqL3ec81buvgs5DoWY6h9iwqghEaB9LXItQjZoSf9ldz1Wf",
+	"JdmnjUkqVcbggGmAGc5A10CemmuBX+7Tl71g0cl9hFv2kb1VwcjL0OALhXhNzp+I4I8YLMHLYEmv15FL",
+	"b7hihIbGQPrNoFTsBuWhilOjWK7Eh1jXl9mJmsCdQSFsd0wvUhNPsTD6yr2trlOwu7m9/nj9vwMAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
