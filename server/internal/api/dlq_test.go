@@ -231,3 +231,38 @@ func TestReplayAndRetryRefusedUnderPushMaintenance(t *testing.T) {
 		t.Fatalf("retry after maintenance: %d %+v", status, res)
 	}
 }
+
+// JSON may escape a NUL character, which jsonb refuses: such a payload must be
+// dead-lettered, listed and replayed unchanged, not refused on every ack.
+func TestAPayloadHoldingANULEscapeIsDeadLetteredAndReplayed(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	payload := `{"s":"a\u0000b"}`
+	if status, _ := b.call(t, "POST", "/api/v1/push", `{"items":[{"queue":"`+q+`","transactionId":"nul","payload":`+payload+`}]}`, nil); status != http.StatusCreated {
+		t.Fatalf("push: %d", status)
+	}
+	var popped popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q, nil, &popped)
+	if len(popped.Messages) != 1 {
+		t.Fatalf("pop: %+v", popped)
+	}
+	var acked map[string]any
+	if status, _ := b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": "nul", "partitionId": popped.Messages[0].PartitionID,
+		"leaseId": popped.LeaseID, "status": "dlq", "error": "poison"}, &acked); status != http.StatusOK || acked["dlq"] != true {
+		t.Fatalf("ack dlq: %d %+v", status, acked)
+	}
+	var listed dlqList
+	b.call(t, "GET", "/api/v1/dlq?queue="+url.QueryEscape(q), nil, &listed)
+	if listed.Total != 1 || listed.Messages[0].Data.(map[string]any)["s"] != "a\x00b" {
+		t.Fatalf("listed: %+v", listed)
+	}
+	var replayed replayBody
+	if status, _ := b.call(t, "POST", "/api/v1/dlq/"+listed.Messages[0].ID+"/replay", nil, &replayed); status != http.StatusOK || !replayed.Success {
+		t.Fatalf("replay: %d %+v", status, replayed)
+	}
+	var again popBody
+	b.call(t, "GET", "/api/v1/pop/queue/"+q, nil, &again)
+	if len(again.Messages) != 1 || again.Messages[0].Data.(map[string]any)["s"] != "a\x00b" {
+		t.Fatalf("replayed message: %+v", again)
+	}
+}

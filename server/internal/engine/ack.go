@@ -744,11 +744,14 @@ func fileDeadLetters(ctx context.Context, tx dbtx, filings []dlqFiling) error {
 			continue
 		}
 		fr := frames[i]
-		payload := fr.Payload
+		var jsonbPayload, textPayload any = string(fr.Payload), nil
+		if jsonHasNULEscape(fr.Payload) {
+			jsonbPayload, textPayload = nil, string(fr.Payload)
+		}
 		if _, err := tx.Exec(ctx, `INSERT INTO lanes.dlq (partition_id, consumer_group, message_offset, message_id,
-				transaction_id, trace_id, payload, error, retry_count, created_at)
-			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8, $9, $10)`,
-			f.partition, f.group, f.offset, fr.MessageID, fr.TransactionID, fr.TraceID, string(payload), f.reason,
+				transaction_id, trace_id, payload, payload_text, error, retry_count, created_at)
+			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8::text, $9, $10, $11)`,
+			f.partition, f.group, f.offset, fr.MessageID, fr.TransactionID, fr.TraceID, jsonbPayload, textPayload, f.reason,
 			f.retryCount, createdAt); err != nil {
 			return err
 		}
