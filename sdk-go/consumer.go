@@ -38,6 +38,7 @@ func defaultConsumeOpts() consumeOpts {
 func (q QueueBuilder) Concurrency(n int) QueueBuilder { q.consume.concurrency = n; return q }
 
 // Limit stops the consumer after n messages were handed to the handler (all workers; 0 = none).
+// ConsumeBatch cuts a slice larger than what is left to it and releases the rest with `retry`.
 func (q QueueBuilder) Limit(n int) QueueBuilder { q.consume.limit = int64(max(n, 0)); return q }
 
 // IdleTimeout stops the consumer after d without any message (0 = never).
@@ -354,25 +355,33 @@ func (c *Consumer) process(pr *PopResult) {
 // stopping reports a requested stop (soft or hard) or a reached limit.
 func (c *Consumer) stopping() bool { return c.fetchCtx.Err() != nil }
 
-func (c *Consumer) take(n int) bool {
+// take reserves up to n messages of the Limit budget and returns how many may be handed to the
+// handler: n without a Limit, at most what is left of it with one, 0 when stopping.
+func (c *Consumer) take(n int) int {
 	if c.stopping() {
-		return false
+		return 0
 	}
-	if c.opts.limit > 0 {
-		if c.delivered.Add(int64(n)) > c.opts.limit {
-			c.delivered.Add(int64(-n))
-			return false
+	if c.opts.limit <= 0 {
+		c.delivered.Add(int64(n))
+		return n
+	}
+	for {
+		cur := c.delivered.Load()
+		room := c.opts.limit - cur
+		if room <= 0 {
+			return 0
 		}
-		return true
+		k := min(int64(n), room)
+		if c.delivered.CompareAndSwap(cur, cur+k) {
+			return int(k)
+		}
 	}
-	c.delivered.Add(int64(n))
-	return true
 }
 
 func (c *Consumer) runEach(ms []*Message) []ackEntry {
 	var out []ackEntry
 	for i, m := range ms {
-		if !c.take(1) {
+		if c.take(1) == 0 {
 			return append(out, ackEntry{msg: ms[i], status: AckRetry})
 		}
 		err := c.call(func(ctx context.Context) error { return c.h(ctx, m) })
@@ -391,15 +400,22 @@ func (c *Consumer) runEach(ms []*Message) []ackEntry {
 	return out
 }
 
+// runBatch hands the slice to the batch handler, cut to what is left of the Limit budget; the
+// messages cut off are released with `retry` (the first of them; the rest follow it).
 func (c *Consumer) runBatch(ms []*Message) []ackEntry {
-	if !c.take(len(ms)) {
+	k := c.take(len(ms))
+	if k == 0 {
 		return []ackEntry{{msg: ms[0], status: AckRetry}}
 	}
-	err := c.call(func(ctx context.Context) error { return c.bh(ctx, ms) })
+	handed := ms[:k]
+	err := c.call(func(ctx context.Context) error { return c.bh(ctx, handed) })
 	if err == nil {
-		out := make([]ackEntry, len(ms))
-		for i, m := range ms {
-			out[i] = ackEntry{msg: m, status: AckCompleted}
+		out := make([]ackEntry, 0, len(ms))
+		for _, m := range handed {
+			out = append(out, ackEntry{msg: m, status: AckCompleted})
+		}
+		if k < len(ms) {
+			out = append(out, ackEntry{msg: ms[k], status: AckRetry})
 		}
 		return out
 	}

@@ -370,6 +370,43 @@ func TestITConsumeBatch(t *testing.T) {
 	require.Equal(t, int32(4), got.Load())
 }
 
+// A slice larger than what is left of Limit is cut to the budget: the handler gets exactly n
+// messages, the rest is released with `retry` at once, and the consumer ends (it used to release
+// the whole slice and pop it again forever, never calling the handler).
+func TestITConsumeBatchLimitCutsSlice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 10, "cbl")
+	var calls, got atomic.Int32
+	var first []string
+	cons, err := b.c.Queue(b.queue).Batch(10).Wait(false).LeaseSeconds(120).Limit(5).
+		ConsumeBatch(b.ctx, func(ctx context.Context, ms []*lanes.Message) error {
+			if calls.Add(1) == 1 {
+				for _, m := range ms {
+					first = append(first, m.TransactionID)
+				}
+			}
+			got.Add(int32(len(ms)))
+			return nil
+		})
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-time.After(5 * time.Second):
+		require.NoError(t, cons.StopAndCancel(b.ctx))
+		t.Fatalf("Limit(5) with a 10-message slice did not end the consumer (handler calls %d)", calls.Load())
+	}
+	require.NoError(t, cons.Err())
+	require.Equal(t, int32(1), calls.Load())
+	require.Equal(t, int32(5), got.Load())
+	require.Equal(t, []string{"cbl-a-0", "cbl-a-1", "cbl-a-2", "cbl-a-3", "cbl-a-4"}, first)
+	// the other five were released with `retry` (no 120 s lease wait) and come next
+	rest, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rest, 5)
+	require.Equal(t, "cbl-a-5", rest[0].TransactionID)
+}
+
 func TestITBufferFlushOnClose(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -297,11 +297,16 @@ export class Consumer implements PromiseLike<void> {
             acks.push({ target: first, status: "retry" });
             continue;
           }
-          this.handed += slice.length;
+          // Hand at most what is left of `limit`; the first message cut off is released with `retry`.
+          const room = this.s.limit > 0 ? Math.min(slice.length, this.s.limit - this.handed) : slice.length;
+          const handed = slice.slice(0, room);
+          this.handed += handed.length;
           if (this.limitReached()) this.beginSoftStop();
-          const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(slice, ctx));
-          if (out.ok) for (const m of slice) acks.push({ target: m, status: "completed" });
-          else acks.push(out.cancelled ? { target: first, status: "retry" } : { target: first, status: "failed", error: errorText(out.err) });
+          const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(handed, ctx));
+          if (out.ok) {
+            for (const m of handed) acks.push({ target: m, status: "completed" });
+            if (room < slice.length) acks.push({ target: slice[room]!, status: "retry" });
+          } else acks.push(out.cancelled ? { target: first, status: "retry" } : { target: first, status: "failed", error: errorText(out.err) });
         }
       }
     } finally {

@@ -130,7 +130,7 @@ export class QueueBuilder<T = unknown> {
     if (!Number.isInteger(n) || n < 1 || n > 10_000) throw new LanesError(`concurrency: want 1..10000, got ${n}`);
     return this.with({ concurrency: n });
   }
-  /** limit stops the consumer after n messages handed to the handler (0 = no limit). */
+  /** limit stops the consumer after n messages handed to the handler (0 = no limit); a batch slice larger than what is left is cut to it and the rest released with `retry`. */
   limit(n: number): QueueBuilder<T> {
     return this.with({ limit: nonNegInt("limit", n) });
   }

@@ -76,6 +76,21 @@ async def test_nack_and_batch_handler(client: lanes.AsyncLanes, qname: str) -> N
     assert await drain(client.queue(qname)) == []
 
 
+async def test_batch_limit_cuts_slice(client: lanes.AsyncLanes, qname: str) -> None:
+    # limit(n) is "n messages handed to the handler": a larger slice is cut to n, the rest is
+    # released with `retry` at once (the same in Go and TypeScript).
+    await client.queue(qname).push(list(range(10)))
+    batches: list[list[int]] = []
+
+    async def handler(ms: list[lanes.Message]) -> None:
+        batches.append([m.data for m in ms])
+
+    c = client.queue(qname).batch(10).wait(False).lease_seconds(120).limit(5).consume_batch(handler)
+    await asyncio.wait_for(c.closed(), 10)
+    assert batches == [[0, 1, 2, 3, 4]]
+    assert [m.data for m in await drain(client.queue(qname))] == [5, 6, 7, 8, 9]
+
+
 async def test_hard_stop_cancels_and_releases(client: lanes.AsyncLanes, qname: str) -> None:
     await client.queue(qname).push(["x", "y"])
     started = asyncio.Event()

@@ -157,6 +157,26 @@ describe("consume", () => {
     expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
   });
 
+  it("consumeBatch with limit(n) hands exactly n of a larger slice and releases the rest with retry", async () => {
+    const lanes = client();
+    const q = uniq("batchlimit");
+    await lanes.queue(q).push(Array.from({ length: 10 }, (_, i) => ({ data: i })));
+    const slices: number[][] = [];
+    await lanes
+      .queue<number>(q)
+      .batch(10)
+      .wait(false)
+      .leaseSeconds(120)
+      .limit(5)
+      .consumeBatch((ms) => {
+        slices.push(ms.map((m) => m.data));
+      });
+    expect(slices).toEqual([[0, 1, 2, 3, 4]]);
+    // the other five were released with `retry` (no 120 s lease wait) and come next
+    const rest = await lanes.queue<number>(q).batch(10).wait(false).pop();
+    expect(rest.map((m) => m.data)).toEqual([5, 6, 7, 8, 9]);
+  });
+
   it("for await over messages(): handled ones are acked, leaving releases the rest", async () => {
     const lanes = client();
     const q = uniq("iter");
