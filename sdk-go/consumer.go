@@ -75,7 +75,8 @@ func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder {
 }
 
 // Consume starts the consume loop and returns at once (docs/consuming.md). Canceling ctx is a
-// hard stop.
+// hard stop: handler contexts end too, and a handler that returns that cancellation has its
+// message released with `retry` (no retry budget spent), as with StopAndCancel.
 func (q QueueBuilder) Consume(ctx context.Context, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("lanes: nil handler")
@@ -103,11 +104,12 @@ func (q QueueBuilder) Run(ctx context.Context, h Handler) error {
 
 // Consumer is a running consume loop.
 type Consumer struct {
-	q     QueueBuilder
-	h     Handler
-	bh    BatchHandler
-	opts  consumeOpts
-	ackCx context.Context
+	q      QueueBuilder
+	parent context.Context // the ctx given to Consume
+	h      Handler
+	bh     BatchHandler
+	opts   consumeOpts
+	ackCx  context.Context
 
 	fetchCtx    context.Context
 	stopFetch   context.CancelFunc
@@ -134,7 +136,7 @@ func (q QueueBuilder) start(ctx context.Context, h Handler, bh BatchHandler) (*C
 	if q.consume.renew && q.consume.renewEvery <= 0 {
 		return nil, errors.New("lanes: RenewLease needs a positive interval")
 	}
-	c := &Consumer{q: q, h: h, bh: bh, opts: q.consume, done: make(chan struct{})}
+	c := &Consumer{q: q, parent: ctx, h: h, bh: bh, opts: q.consume, done: make(chan struct{})}
 	c.workCtx, c.cancelWork = context.WithCancelCause(ctx)
 	c.fetchCtx, c.stopFetch = context.WithCancel(c.workCtx)
 	c.ackCx = context.WithoutCancel(ctx)
@@ -428,10 +430,24 @@ func (c *Consumer) runBatch(ms []*Message) []ackEntry {
 	return []ackEntry{{msg: ms[0], status: AckFailed, err: err.Error()}}
 }
 
-// stoppedByCancel: the handler failed because a hard stop canceled it; release, don't charge.
+// stoppedByCancel: the handler failed because a hard stop canceled it; release, don't charge. A
+// hard stop is StopAndCancel (or an escalated soft stop), whose cause is ErrConsumerStopped, or the
+// end of the ctx given to Consume, whose cause is that ctx's own (context.Canceled, a deadline, or
+// the cause given to its cancel function).
 func (c *Consumer) stoppedByCancel(err error) bool {
-	return c.workCtx.Err() != nil && errors.Is(context.Cause(c.workCtx), ErrConsumerStopped) &&
-		(errors.Is(err, context.Canceled) || errors.Is(err, ErrConsumerStopped))
+	if c.workCtx.Err() == nil {
+		return false
+	}
+	if errors.Is(err, ErrConsumerStopped) {
+		return true
+	}
+	if errors.Is(context.Cause(c.workCtx), ErrConsumerStopped) {
+		return errors.Is(err, context.Canceled)
+	}
+	if c.parent.Err() == nil {
+		return false
+	}
+	return errors.Is(err, c.parent.Err()) || errors.Is(err, context.Cause(c.parent))
 }
 
 func (c *Consumer) call(fn func(ctx context.Context) error) (err error) {

@@ -354,6 +354,55 @@ func TestITIdleTimeoutAndContextCancel(t *testing.T) {
 	require.ErrorIs(t, cons.Err(), context.Canceled)
 }
 
+// Canceling the ctx given to Consume is a hard stop like StopAndCancel: the handler that returns
+// the cancellation has its message released with `retry`, not nacked `failed` (which spent a
+// retry, here the only one: retryLimit 0 would have dead-lettered it).
+func TestITContextCancelReleasesInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.c.Queue(b.queue).Configure(b.ctx, lanes.QueueOptions{RetryLimit: ptrTo(0)})
+	require.NoError(t, err)
+	pushN(t, b, "a", 1, "ctxcancel")
+	shutdown := errors.New("shutting down")
+	for _, tc := range []struct {
+		name   string
+		cancel func(ctx context.Context) (context.Context, func())
+		err    error // Err(): the ctx's cause
+	}{
+		{"cancel", func(ctx context.Context) (context.Context, func()) { return context.WithCancel(ctx) }, context.Canceled},
+		{"cancel cause", func(ctx context.Context) (context.Context, func()) {
+			cctx, cancel := context.WithCancelCause(ctx)
+			return cctx, func() { cancel(shutdown) }
+		}, shutdown},
+	} {
+		ctx, cancel := tc.cancel(b.ctx)
+		started := make(chan struct{})
+		var once sync.Once
+		cons, err := b.c.Queue(b.queue).Wait(false).LeaseSeconds(120).
+			Consume(ctx, func(hctx context.Context, m *lanes.Message) error {
+				once.Do(func() { close(started) })
+				<-hctx.Done()
+				return hctx.Err()
+			})
+		require.NoError(t, err, tc.name)
+		select {
+		case <-started:
+		case <-time.After(10 * time.Second):
+			t.Fatalf("%s: handler not called", tc.name)
+		}
+		cancel()
+		<-cons.Done()
+		require.ErrorIs(t, cons.Err(), tc.err, tc.name)
+		// released with `retry`: redelivered at once and not dead-lettered
+		again, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+		require.NoError(t, err, tc.name)
+		require.Len(t, again, 1, tc.name)
+		require.Equal(t, "ctxcancel-a-0", again[0].TransactionID, tc.name)
+		_, err = b.c.Ack(b.ctx, again, lanes.AckRetry)
+		require.NoError(t, err, tc.name)
+	}
+}
+
 func TestITConsumeBatch(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
