@@ -1,5 +1,6 @@
 // TransactionBuilder: pushes, acks and the KV / timer riders committed in one PostgreSQL
-// transaction (`POST /api/v1/transaction`). Immutable like every builder.
+// transaction (`POST /api/v1/transaction`). Unlike the queue builders it accumulates state, as in
+// Go and Python: every step adds to the same bundle and returns it.
 import { LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItem, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
 import { kvWriteOp, timerScheduleOp, type KvExpiry, type TimerSchedule } from "./kv.js";
@@ -13,24 +14,29 @@ interface TxState {
   timers: TimerOperation[];
 }
 
-/** TransactionBuilder collects operations; `commit()` sends them as one bundle that commits entirely or not at all. */
+/**
+ * TransactionBuilder collects operations; `commit()` sends them as one bundle that commits entirely or not at all.
+ * Unlike the queue builders it is a mutable collector (as in Go and Python): every step adds to this builder and
+ * returns it, so a bundle may be built in one chain or step by step (`tx.ack(m); tx.queue(q).push([...]); await tx.commit()`).
+ */
 export class TransactionBuilder {
-  /** @internal */
-  constructor(
-    private readonly core: Core,
-    private readonly s: TxState = { operations: [], leases: [], kv: [], timers: [] },
-  ) {}
+  private readonly s: TxState = { operations: [], leases: [], kv: [], timers: [] };
 
-  private with(p: Partial<TxState>): TransactionBuilder {
-    return new TransactionBuilder(this.core, { ...this.s, ...p });
+  /** @internal */
+  constructor(private readonly core: Core) {}
+
+  private add(p: Partial<TxState>): TransactionBuilder {
+    if (p.operations) this.s.operations.push(...p.operations);
+    if (p.leases) this.s.leases.push(...p.leases);
+    if (p.kv) this.s.kv.push(...p.kv);
+    if (p.timers) this.s.timers.push(...p.timers);
+    return this;
   }
 
   /** queue starts a push into `name`: `.queue('invoices').partition('c-42').push([...])` returns the transaction builder. */
   queue(name: string): TransactionQueue {
     return new TransactionQueue(name, undefined, (queue, partition, items) =>
-      this.with({
-        operations: [...this.s.operations, { type: "push", items: items.map((it) => toWireItem(queue, partition, it)) }],
-      }),
+      this.add({ operations: [{ type: "push", items: items.map((it) => toWireItem(queue, partition, it)) }] }),
     );
   }
 
@@ -56,22 +62,22 @@ export class TransactionBuilder {
       if (opts.error !== undefined) op.error = opts.error;
       ops.push(op);
     }
-    return this.with({ operations: [...this.s.operations, ...ops], leases: [...this.s.leases, ...leases] });
+    return this.add({ operations: ops, leases });
   }
 
   /** kv adds KV operations to the bundle (`.kv.put(ns, key, value, {forever: true})`), applied first and atomically with the rest. */
   get kv(): TransactionKv {
-    return new TransactionKv((op) => this.with({ kv: [...this.s.kv, op] }));
+    return new TransactionKv((op) => this.add({ kv: [op] }));
   }
 
   /** timer schedules a timer in the bundle: it pushes `payload` to `queue` after `delayMillis` unless cancelled. */
   timer(queue: string, key: string, schedule: TimerSchedule): TransactionBuilder {
-    return this.with({ timers: [...this.s.timers, timerScheduleOp(queue, key, schedule)] });
+    return this.add({ timers: [timerScheduleOp(queue, key, schedule)] });
   }
 
   /** cancelTimer cancels a timer in the bundle. */
   cancelTimer(queue: string, key: string): TransactionBuilder {
-    return this.with({ timers: [...this.s.timers, { op: "cancel", queue, timerKey: key }] });
+    return this.add({ timers: [{ op: "cancel", queue, timerKey: key }] });
   }
 
   /** commit sends the bundle. It returns the broker's result when it committed and throws TransactionError (with `reason`) when it rolled back — nothing was committed then. An empty bundle throws without a request. */
@@ -103,7 +109,7 @@ export class TransactionQueue {
   partition(name: string): TransactionQueue {
     return new TransactionQueue(this.name, name, this.done);
   }
-  /** push adds the items (ids minted once, UUIDv7) and returns the transaction builder. */
+  /** push adds the items (ids minted once, UUIDv7) to the transaction and returns the transaction builder. */
   push<T>(items: PushItem<T>[]): TransactionBuilder {
     if (!Array.isArray(items) || items.length === 0) throw new LanesError("transaction push: want a non-empty array of items");
     return this.done(this.name, this.part, items);

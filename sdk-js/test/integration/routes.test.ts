@@ -22,6 +22,25 @@ describe("transactions", () => {
     expect(await lanes.queue(input).group("invoicing").wait(false).pop()).toEqual([]);
   });
 
+  it("a transaction built step by step keeps every step (it accumulates, as in Go and Python)", async () => {
+    const lanes = client();
+    const input = uniq("tx-steps-in");
+    const output = uniq("tx-steps-out");
+    await lanes.queue(input).push([{ data: 1 }]);
+    const [m] = await lanes.queue(input).wait(false).pop();
+    const tx = lanes.transaction();
+    tx.ack(m!, "completed");
+    for (const n of [10, 11]) tx.queue(output).push([{ data: n }]);
+    tx.kv.putIfAbsent(output, "seen", true, { ttlSeconds: 60 });
+    const res = await tx.commit();
+    expect(res.success).toBe(true);
+    expect(res.results.map((r) => r.type)).toEqual(["ack", "push", "push"]);
+    expect(res.kv?.map((r) => r.applied)).toEqual([true]);
+    const out = await lanes.queue<number>(output).batch(10).wait(false).pop();
+    expect(out.map((x) => x.data)).toEqual([10, 11]);
+    expect(await lanes.queue(input).wait(false).pop()).toEqual([]);
+  });
+
   it("a rejected bundle throws TransactionError with its reason", async () => {
     const lanes = client();
     const q = uniq("tx-dup");
