@@ -86,7 +86,7 @@ func ExampleQueueBuilder_Messages() {
 
 	for m, err := range client.Queue(orders).Group("billing").SubscriptionMode("all").Limit(2).Messages(ctx) {
 		if err != nil {
-			panic(err) // terminal (403, 413, other 4xx): the iteration has ended
+			panic(err) // terminal (403, 413, other 4xx, 501): the iteration has ended
 		}
 		var order struct{ OrderID int }
 		if err := m.Decode(&order); err != nil {

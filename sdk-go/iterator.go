@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"iter"
+	"net/http"
 	"time"
 )
 
@@ -12,7 +13,7 @@ import (
 //
 //	for m, err := range client.Queue("orders").Group("billing").Messages(ctx) {
 //		if err != nil {
-//			return err // terminal (403, 413, other 4xx): the iteration has ended
+//			return err // terminal (403, 413, other 4xx, 501): the iteration has ended
 //		}
 //		handle(m)
 //	}
@@ -183,12 +184,13 @@ func (it *msgIter) report(err error) {
 }
 
 // loopErrorDelay is how a consume loop or iterator reacts to a failed pop (docs/consuming.md §4):
-// terminal for 403, 413 and other 4xx; the server hint (or 1 s) after a 429 that outlived the
-// retry policy; else min(1 s × 2^streak, 30 s).
+// terminal for 403, 413, other 4xx and 501 (a proxy, or a broker build without the route: it
+// will not fix itself); the server hint (or 1 s) after a 429 that outlived the retry policy; else
+// min(1 s × 2^streak, 30 s).
 func loopErrorDelay(err error, streak int) (time.Duration, bool) {
 	var ae *APIError
 	if errors.As(err, &ae) {
-		if ae.Terminal() {
+		if ae.Terminal() || ae.Status == http.StatusNotImplemented {
 			return 0, true
 		}
 		if ae.Status == 429 {

@@ -259,6 +259,40 @@ func TestConsumerStopsOn403(t *testing.T) {
 	require.Len(t, reported, 1)
 }
 
+// A 501 on pop is terminal (consuming.md §4): the consumer and the iterator end with
+// ErrNotImplemented instead of backing off and popping again forever.
+func TestConsumerStopsOn501(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 501, `{"error":"not implemented","code":"not_implemented"}`)
+	})
+	var reported atomic.Int64
+	cons, err := c.Queue("q").OnError(func(error) { reported.Add(1) }).
+		Consume(context.Background(), func(context.Context, *Message) error { return nil })
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-time.After(5 * time.Second):
+		_ = cons.StopAndCancel(context.Background())
+		t.Fatalf("consumer did not stop on 501 (%d pops)", fb.count())
+	}
+	require.ErrorIs(t, cons.Err(), ErrNotImplemented)
+	require.Equal(t, 1, fb.count())
+	require.Equal(t, int64(1), reported.Load())
+
+	var last error
+	pops := 0
+	for _, err := range c.Queue("q").Messages(context.Background()) {
+		pops++
+		last = err
+		if pops > 3 {
+			break
+		}
+	}
+	require.Equal(t, 1, pops)
+	require.ErrorIs(t, last, ErrNotImplemented)
+}
+
 func TestConsumerRetriesAfter5xx(t *testing.T) {
 	t.Parallel()
 	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {

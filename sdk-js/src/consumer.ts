@@ -59,7 +59,7 @@ function errorText(err: unknown): string {
 
 /** Consumer is a running consume loop. `stop()` drains (soft), `stopAndCancel()` also aborts handler signals (hard), `closed` settles when every worker has exited and the final acks are sent (rejecting with a terminal error). A Consumer is also PromiseLike: `await q.consume(h)` waits for `closed`. */
 export class Consumer implements PromiseLike<void> {
-  /** closed resolves when the consumer has ended and its final acks are sent; it rejects with the terminal error (403, 413, other 4xx) that ended it. */
+  /** closed resolves when the consumer has ended and its final acks are sent; it rejects with the terminal error (403, 413, other 4xx, 501) that ended it. */
   readonly closed: Promise<void>;
   private stopping = false;
   private hard = false;

@@ -352,6 +352,24 @@ async def test_async_consumer_stops_on_403() -> None:
     assert len(seen) == 1
 
 
+def test_sync_consumer_stops_on_501() -> None:
+    # 501 is terminal (consuming.md §4), as in Go and TypeScript: no backoff-and-pop forever.
+    t, seen = capture(lambda r: httpx.Response(501, json={"error": "no", "code": "not_implemented"}))
+    cons = client(t).queue("q").consume(lambda m: None)
+    with pytest.raises(lanes.NotImplementedByBrokerError):
+        cons.closed(timeout=5)
+    assert len(seen) == 1 and cons.done
+
+
+async def test_async_consumer_stops_on_501() -> None:
+    t, seen = capture(lambda r: httpx.Response(501, json={"error": "no", "code": "not_implemented"}))
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    cons = c.queue("q").consume(lambda m: None)
+    with pytest.raises(lanes.NotImplementedByBrokerError):
+        await __import__("asyncio").wait_for(cons.closed(), 5)
+    assert len(seen) == 1
+
+
 async def test_async_empty_nowait_polls_paced_by_waitms() -> None:
     body = {"success": True, "queue": "q", "partition": "", "partitionId": "", "leaseId": "",
             "consumerGroup": "", "partitionsClaimed": 0, "messages": [],

@@ -163,6 +163,15 @@ describe("consume loop on the wire", () => {
     expect(errors[0]).toBeInstanceOf(PermissionDeniedError);
   });
 
+  it("a 501 stops the loop; closed rejects with NotImplementedByBrokerError (as in Go and Python)", async () => {
+    const s = (await fake()).otherwise(reply(501, { error: "not implemented", code: "not_implemented" }));
+    const errors: unknown[] = [];
+    const c = client(s.url).queue("q").onError((e) => errors.push(e)).consume(() => {});
+    await expect(c.closed).rejects.toBeInstanceOf(NotImplementedByBrokerError);
+    expect(s.seen).toHaveLength(1);
+    expect(errors).toHaveLength(1);
+  });
+
   it("429 budget spent on a non-waiting loop is transient: the loop sleeps Retry-After and goes on", async () => {
     const s = (await fake()).script(
       reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "20" }),

@@ -36,10 +36,12 @@ class Ops:
 
 
 def _transient(e: BaseException) -> bool:
+    """Errors the loop waits out (docs/consuming.md §4): network failures, 429 and 5xx except 501
+    (a proxy, or a broker build without the route: it will not fix itself, so it is terminal)."""
     if isinstance(e, APIConnectionError):
         return True
     if isinstance(e, APIError):
-        return e.status in (408, 429) or e.status >= 500
+        return e.status in (408, 429) or (e.status >= 500 and e.status != 501)
     return False
 
 
@@ -142,7 +144,7 @@ class Engine:
                     self._report(e)
                     await self._pause(P.loop_error_backoff(errors))
                     continue
-                # 403, 413 and every other 4xx: terminal for the whole consumer.
+                # 403, 413, every other 4xx and 501: terminal for the whole consumer.
                 if self.error is None:
                     self.error = e
                 self.request_stop()
@@ -245,7 +247,7 @@ class Engine:
 class AsyncConsumer:
     """A running asyncio consumer. ``await stop()`` is a soft stop, ``await stop_and_cancel()``
     also cancels the handlers (their messages are released with ``retry``), ``await closed()``
-    waits for the end and raises the terminal error (403, 413, other 4xx) if there was one."""
+    waits for the end and raises the terminal error (403, 413, other 4xx, 501) if there was one."""
 
     def __init__(self, engine: Engine) -> None:
         self._engine = engine
