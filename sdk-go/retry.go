@@ -82,9 +82,8 @@ func decideRetry(in retryInput) retryDecision {
 		d.Reason = "x-should-retry: false"
 		return d
 	case "true":
-		if in.Status != http.StatusTooManyRequests {
-			return transientDecision(in, d, hint, hasHint, "x-should-retry: true")
-		}
+		// Row 4 comes before row 5: a 429 carrying it is retried as a 5xx too (as in TS and Python).
+		return transientDecision(in, d, hint, hasHint, "x-should-retry: true")
 	}
 	switch in.Status {
 	case http.StatusTooManyRequests:

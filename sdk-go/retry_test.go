@@ -49,6 +49,8 @@ func TestDecideRetry(t *testing.T) {
 		{name: "network", in: retryInput{NetworkErr: true}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
 		{name: "network budget spent", in: retryInput{NetworkErr: true, Transient: 2}, retry: false},
 		{name: "409 plain", in: retryInput{Status: 409}, retry: false},
+		{name: "429 x-should-retry true → as a 5xx (row 4 before row 5)", in: retryInput{Status: 429, Header: h("x-should-retry", "true", "Retry-After", "0"), RateLimited: 0, Transient: 2}, retry: false},
+		{name: "429 x-should-retry true retried on the 5xx budget", in: retryInput{Status: 429, Header: h("x-should-retry", "true"), LongPoll: true}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
 		{name: "409 x-should-retry true", in: retryInput{Status: 409, Header: h("x-should-retry", "true")}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
 		{name: "400", in: retryInput{Status: 400}, retry: false},
 		{name: "404", in: retryInput{Status: 404}, retry: false},
