@@ -293,6 +293,27 @@ func TestConsumerStopsOn501(t *testing.T) {
 	require.ErrorIs(t, last, ErrNotImplemented)
 }
 
+// A 408 that outlived the retry policy ends the consumer like any other 4xx (consuming.md §4),
+// as in TS and Python.
+func TestConsumerStopsOn408AfterRetries(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 408, `{"error":"slow","code":"timeout"}`)
+	}, WithRetryAttempts(1))
+	cons, err := c.Queue("q").Consume(context.Background(), func(context.Context, *Message) error { return nil })
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-time.After(5 * time.Second):
+		_ = cons.StopAndCancel(context.Background())
+		t.Fatal("consumer did not stop on 408")
+	}
+	var ae *APIError
+	require.ErrorAs(t, cons.Err(), &ae)
+	require.Equal(t, 408, ae.Status)
+	require.Equal(t, 2, fb.count())
+}
+
 func TestConsumerRetriesAfter5xx(t *testing.T) {
 	t.Parallel()
 	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {

@@ -341,15 +341,33 @@ def test_sync_consumer_stops_on_403() -> None:
     with pytest.raises(lanes.PermissionDeniedError):
         cons.closed(timeout=5)
     assert len(seen) == 1 and cons.done
+    # the error that ended the loop also went to on_error (as in Go and TS)
+    assert len(errors) == 1 and isinstance(errors[0], lanes.PermissionDeniedError)
+
+
+def test_sync_consumer_stops_on_408_after_retries() -> None:
+    # A 408 is retried by the policy (retries.md row 6); once that gave up it is a 4xx like the
+    # others and ends the loop (consuming.md §4), as in Go and TS.
+    t, seen = capture(lambda r: httpx.Response(408, json={"error": "slow", "code": "timeout"}))
+    errors: list[BaseException] = []
+    cons = client(t, retry_attempts=1, retry_delay=0.01).queue("q").on_error(errors.append)
+    c = cons.consume(lambda m: None)
+    with pytest.raises(lanes.APIError) as ei:
+        c.closed(timeout=5)
+    assert ei.value.status == 408
+    assert len(seen) == 2 and c.done
+    assert len(errors) == 1
 
 
 async def test_async_consumer_stops_on_403() -> None:
     t, seen = capture(lambda r: httpx.Response(403, json={"error": "no", "code": "forbidden"}))
     c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
-    cons = c.queue("q").consume(lambda m: None)
+    errors: list[BaseException] = []
+    cons = c.queue("q").on_error(errors.append).consume(lambda m: None)
     with pytest.raises(lanes.PermissionDeniedError):
         await cons.closed()
     assert len(seen) == 1
+    assert len(errors) == 1 and isinstance(errors[0], lanes.PermissionDeniedError)
 
 
 def test_sync_consumer_stops_on_501() -> None:

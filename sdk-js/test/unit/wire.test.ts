@@ -172,6 +172,13 @@ describe("consume loop on the wire", () => {
     expect(errors).toHaveLength(1);
   });
 
+  it("a 408 that outlived the retries stops the loop like any other 4xx (as in Go and Python)", async () => {
+    const s = (await fake()).otherwise(reply(408, { error: "slow", code: "timeout" }));
+    const c = client(s.url, { retryAttempts: 1 }).queue("q").consume(() => {});
+    await expect(c.closed).rejects.toMatchObject({ status: 408 });
+    expect(s.seen).toHaveLength(2);
+  });
+
   it("429 budget spent on a non-waiting loop is transient: the loop sleeps Retry-After and goes on", async () => {
     const s = (await fake()).script(
       reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "20" }),

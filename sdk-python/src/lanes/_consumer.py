@@ -37,11 +37,12 @@ class Ops:
 
 def _transient(e: BaseException) -> bool:
     """Errors the loop waits out (docs/consuming.md §4): network failures, 429 and 5xx except 501
-    (a proxy, or a broker build without the route: it will not fix itself, so it is terminal)."""
+    (a proxy, or a broker build without the route: it will not fix itself, so it is terminal).
+    A 408 that outlived the retry policy is a 4xx like the others: terminal, as in Go and TS."""
     if isinstance(e, APIConnectionError):
         return True
     if isinstance(e, APIError):
-        return e.status in (408, 429) or (e.status >= 500 and e.status != 501)
+        return e.status == 429 or (e.status >= 500 and e.status != 501)
     return False
 
 
@@ -144,7 +145,9 @@ class Engine:
                     self._report(e)
                     await self._pause(P.loop_error_backoff(errors))
                     continue
-                # 403, 413, every other 4xx and 501: terminal for the whole consumer.
+                # 403, 413, every other 4xx and 501: terminal for the whole consumer; on_error
+                # hears of it too (as in Go and TS), then closed() raises it.
+                self._report(e)
                 if self.error is None:
                     self.error = e
                 self.request_stop()
