@@ -370,9 +370,12 @@ async def test_async_consumer_stops_on_403() -> None:
     assert len(errors) == 1 and isinstance(errors[0], lanes.PermissionDeniedError)
 
 
+NOT_IMPLEMENTED = {"error": "no", "code": "not_implemented"}
+
+
 def test_sync_consumer_stops_on_501() -> None:
     # 501 is terminal (consuming.md §4), as in Go and TypeScript: no backoff-and-pop forever.
-    t, seen = capture(lambda r: httpx.Response(501, json={"error": "no", "code": "not_implemented"}))
+    t, seen = capture(lambda r: httpx.Response(501, json=NOT_IMPLEMENTED))
     cons = client(t).queue("q").consume(lambda m: None)
     with pytest.raises(lanes.NotImplementedByBrokerError):
         cons.closed(timeout=5)
@@ -380,7 +383,7 @@ def test_sync_consumer_stops_on_501() -> None:
 
 
 async def test_async_consumer_stops_on_501() -> None:
-    t, seen = capture(lambda r: httpx.Response(501, json={"error": "no", "code": "not_implemented"}))
+    t, seen = capture(lambda r: httpx.Response(501, json=NOT_IMPLEMENTED))
     c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
     cons = c.queue("q").consume(lambda m: None)
     with pytest.raises(lanes.NotImplementedByBrokerError):
