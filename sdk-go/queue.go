@@ -64,7 +64,15 @@ func (q QueueBuilder) Partition(p string) QueueBuilder {
 // Group sets the consumer group (default: queue mode, competing consumers).
 func (q QueueBuilder) Group(g string) QueueBuilder { q.group = g; return q }
 
-// SubscriptionMode sets where a new group starts: "new" (default on the broker) or "all".
+// Subscription modes: where a consumer group starts on its first pop.
+const (
+	SubscriptionModeNew     = "new"      // skip the backlog (the broker's default)
+	SubscriptionModeNewOnly = "new-only" // the reference clients' spelling of SubscriptionModeNew
+	SubscriptionModeAll     = "all"      // read the backlog from the start
+)
+
+// SubscriptionMode sets where a new group starts: SubscriptionModeNew (default on
+// the broker) or SubscriptionModeAll; the broker also accepts "new-only".
 func (q QueueBuilder) SubscriptionMode(m string) QueueBuilder { q.subscriptionMode = m; return q }
 
 // SubscriptionFrom sets a new group's start: "now" or an ISO-8601 timestamp.

@@ -9,8 +9,11 @@ import type { Message, PopResult } from "./message.js";
 import { popQuery, type PopKnobs } from "./pop.js";
 import type { ConfigureResult, DeleteQueueResult, DlqList, PopResponse, QueueDepth, QueueOptions } from "./types.js";
 
-/** SubscriptionMode is where a named group starts on first contact: `new` (default) skips the backlog, `all` reads it. */
-export type SubscriptionMode = "new" | "all";
+/**
+ * SubscriptionMode is where a named group starts on first contact: `new` (default) skips the backlog, `all` reads it.
+ * `new-only` is the reference clients' spelling of `new`; the broker accepts both.
+ */
+export type SubscriptionMode = "new" | "new-only" | "all";
 
 /** QueueState is the builder's settings (internal; read through the builder methods). */
 export interface QueueState {

@@ -130,7 +130,7 @@ class _QueueBase(Generic[C]):
     def group(self: QB, group: str) -> QB:
         return self._with(group=group)
 
-    def subscription_mode(self: QB, mode: Literal["all", "new"]) -> QB:
+    def subscription_mode(self: QB, mode: Literal["all", "new", "new-only"]) -> QB:
         return self._with(subscription_mode=mode)
 
     def subscription_from(self: QB, value: str | datetime) -> QB:
