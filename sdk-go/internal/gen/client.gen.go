@@ -1990,13 +1990,13 @@ type ListLaggingConsumerGroupsParams struct {
 
 // DeleteConsumerGroupParams defines parameters for DeleteConsumerGroup.
 type DeleteConsumerGroupParams struct {
-	// DeleteMetadata Also delete the stored subscription metadata.
+	// DeleteMetadata Also delete the stored subscription metadata. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	DeleteMetadata *bool `form:"deleteMetadata,omitempty" json:"deleteMetadata,omitempty"`
 }
 
 // DeleteConsumerGroupQueueParams defines parameters for DeleteConsumerGroupQueue.
 type DeleteConsumerGroupQueueParams struct {
-	// DeleteMetadata Also delete the stored subscription metadata.
+	// DeleteMetadata Also delete the stored subscription metadata. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	DeleteMetadata *bool `form:"deleteMetadata,omitempty" json:"deleteMetadata,omitempty"`
 }
 
@@ -2267,7 +2267,7 @@ type ListQueueStatusParams struct {
 
 // GetQueueStatusParams defines parameters for GetQueueStatus.
 type GetQueueStatusParams struct {
-	// IncludePartitions Include per-partition detail.
+	// IncludePartitions Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	IncludePartitions *bool `form:"includePartitions,omitempty" json:"includePartitions,omitempty"`
 }
 

@@ -3100,7 +3100,7 @@ export interface operations {
     deleteConsumerGroup: {
         parameters: {
             query?: {
-                /** @description Also delete the stored subscription metadata. */
+                /** @description Also delete the stored subscription metadata. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does. */
                 deleteMetadata?: boolean;
             };
             header?: never;
@@ -3130,7 +3130,7 @@ export interface operations {
     deleteConsumerGroupQueue: {
         parameters: {
             query?: {
-                /** @description Also delete the stored subscription metadata. */
+                /** @description Also delete the stored subscription metadata. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does. */
                 deleteMetadata?: boolean;
             };
             header?: never;
@@ -3756,7 +3756,7 @@ export interface operations {
     getQueueStatus: {
         parameters: {
             query?: {
-                /** @description Include per-partition detail. */
+                /** @description Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does. */
                 includePartitions?: boolean;
             };
             header?: never;

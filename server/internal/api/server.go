@@ -132,6 +132,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	router.Use(recordRoute, decodePathParams)
 	var h http.Handler = router
 	h = validator(h)
+	h = normaliseBoolQuery(boolQueryRoutes(spec), h)
 	h = leaseExtendBody(h)
 	h = headAsGet(h)
 	h = rejectUnstorableURL(h)
