@@ -2053,10 +2053,10 @@ type ListMessagesParams struct {
 	// Status Derived message status.
 	Status *ListMessagesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
 
-	// From Lower bound on createdAt (default now − 1 h).
+	// From Lower bound on createdAt, inclusive (default now − 1 h, whatever `to` is).
 	From *time.Time `form:"from,omitempty" json:"from,omitempty"`
 
-	// To Upper bound on createdAt, exclusive (default now).
+	// To Upper bound on createdAt (default now), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00.
 	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
 
 	// Limit Page size.

@@ -2799,9 +2799,9 @@ export interface operations {
                 task?: components["parameters"]["TaskFilter"];
                 /** @description Derived message status. */
                 status?: "pending" | "processing" | "completed" | "dead_letter";
-                /** @description Lower bound on createdAt (default now − 1 h). */
+                /** @description Lower bound on createdAt, inclusive (default now − 1 h, whatever `to` is). */
                 from?: string;
-                /** @description Upper bound on createdAt, exclusive (default now). */
+                /** @description Upper bound on createdAt (default now), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00. */
                 to?: string;
                 /** @description Page size. */
                 limit?: number;

@@ -36,9 +36,12 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 	if p.Offset != nil {
 		f.Offset = *p.Offset
 	}
-	if !f.From.IsZero() && !f.To.IsZero() && !f.From.Before(f.To) {
-		return gen.ListMessages400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
-			Error: "from must be before to", Code: CodeBadRequest}}, nil
+	if p.From != nil && p.To != nil {
+		// The window ends at the minute after to's (engine.MessageWindow).
+		if _, end := engine.MessageWindow(f.From, f.To, time.Now()); !f.From.Before(end) {
+			return gen.ListMessages400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+				Error: "from must be before to", Code: CodeBadRequest}}, nil
+		}
 	}
 	records, mode, err := s.engine.ListMessages(ctx, f)
 	if err != nil {

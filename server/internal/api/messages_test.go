@@ -1,9 +1,11 @@
 package api
 
 import (
+	"context"
 	"net/url"
 	"reflect"
 	"testing"
+	"time"
 )
 
 type messageList struct {
@@ -169,5 +171,45 @@ func TestMessageStatusFilterAgreesWithListingOnHybridQueues(t *testing.T) {
 		if got := l.ids(); !reflect.DeepEqual(got, ids) {
 			t.Fatalf("status=%s lists %v; the unfiltered listing says %v", status, got, ids)
 		}
+	}
+}
+
+// The listing window follows the reference (http-api-v1.md §1.10): from
+// defaults to now − 1 h whatever to says, and to is truncated to the minute
+// and extended by one, exclusive.
+func TestMessageListingTimeWindow(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.push(t, q, "p", "w1", "w2", "w3")
+	minute := time.Now().UTC().Truncate(time.Minute).Add(-10 * time.Minute)
+	created := minute.Add(39 * time.Second)
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE lanes.segments SET created_at = $1
+		WHERE partition_id IN (SELECT p.id FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $2)`,
+		created, q); err != nil {
+		t.Fatal(err)
+	}
+	base := "/api/v1/messages?queue=" + url.QueryEscape(q)
+	at := func(t time.Time) string { return url.QueryEscape(t.Format(time.RFC3339)) }
+	for _, c := range []struct {
+		query string
+		want  int
+	}{
+		{"", 3},
+		{"&to=" + at(minute.Add(30*time.Second)), 3}, // created after to, within to's minute
+		{"&to=" + at(minute), 3},
+		{"&to=" + at(minute.Add(-time.Second)), 0}, // the window ends at the minute before
+		{"&to=2030-01-01T00:00:00Z", 3},            // from stays now − 1 h
+		{"&from=" + at(created), 3},
+		{"&from=" + at(created.Add(time.Second)), 0},
+		{"&from=" + at(minute.Add(40*time.Second)) + "&to=" + at(minute.Add(30*time.Second)), 0},
+	} {
+		var l messageList
+		if status, _ := b.call(t, "GET", base+c.query, nil, &l); status != 200 || l.Total != c.want {
+			t.Fatalf("%q: %d total %d, want %d", c.query, status, l.Total, c.want)
+		}
+	}
+	var e errorBody
+	if status, _ := b.call(t, "GET", base+"&from="+at(minute.Add(time.Minute))+"&to="+at(minute.Add(30*time.Second)), nil, &e); status != 400 {
+		t.Fatalf("from at the end of the window: %d %+v", status, e)
 	}
 }

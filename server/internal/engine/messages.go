@@ -31,6 +31,21 @@ type MessageFilter struct {
 	Limit, Offset                     int
 }
 
+// MessageWindow is the createdAt window [from, to) of a message listing, as
+// the reference reads its filters (http-api-v1.md §1.10): from defaults to an
+// hour before now, whatever to is; to defaults to now, and is truncated to the
+// minute and extended by one, so to=12:00:30 lists everything created before
+// 12:01:00. A zero time takes the default.
+func MessageWindow(from, to, now time.Time) (time.Time, time.Time) {
+	if from.IsZero() {
+		from = now.Add(-time.Hour)
+	}
+	if to.IsZero() {
+		to = now
+	}
+	return from, to.Truncate(time.Minute).Add(time.Minute)
+}
+
 // MessageRecord is one retained message with its derived status.
 type MessageRecord struct {
 	ID             uuid.UUID
@@ -148,12 +163,7 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 	// must not be negative"); no retained window holds that many rows, so the
 	// page past them is empty, as on the other listings.
 	f.Offset, f.Limit = min(max(f.Offset, 0), maxListRows), min(f.Limit, maxListRows)
-	if f.To.IsZero() {
-		f.To = time.Now().Add(time.Minute)
-	}
-	if f.From.IsZero() {
-		f.From = f.To.Add(-time.Hour)
-	}
+	f.From, f.To = MessageWindow(f.From, f.To, time.Now())
 	rows, err := e.pool.Query(ctx, partitionViewSelect+`
 		WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR p.name = $2)
 		  AND ($3 = '' OR q.namespace = $3) AND ($4 = '' OR q.task = $4)
