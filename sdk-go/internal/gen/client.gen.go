@@ -523,7 +523,10 @@ type ConfigureError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed).
+	// maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
+	// `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
+	// `timers_bad_request`, the code those handlers give their own `400`s (one code family
+	// per route, as in the reference), rather than `validation_failed`.
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -703,7 +706,10 @@ type DlqReplayError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed).
+	// maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
+	// `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
+	// `timers_bad_request`, the code those handlers give their own `400`s (one code family
+	// per route, as in the reference), rather than `validation_failed`.
 	Code                  string  `json:"code"`
 	ConsumerGroup         *string `json:"consumerGroup,omitempty"`
 	DlqId                 *string `json:"dlqId,omitempty"`
@@ -764,7 +770,10 @@ type Error struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed).
+	// maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
+	// `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
+	// `timers_bad_request`, the code those handlers give their own `400`s (one code family
+	// per route, as in the reference), rather than `validation_failed`.
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -1191,7 +1200,10 @@ type PopDiscoverError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed).
+	// maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
+	// `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
+	// `timers_bad_request`, the code those handlers give their own `400`s (one code family
+	// per route, as in the reference), rather than `validation_failed`.
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -1562,7 +1574,10 @@ type SeekError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed).
+	// maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
+	// `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
+	// `timers_bad_request`, the code those handlers give their own `400`s (one code family
+	// per route, as in the reference), rather than `validation_failed`.
 	Code string `json:"code"`
 
 	// Error Human-readable message.

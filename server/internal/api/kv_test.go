@@ -97,7 +97,12 @@ func TestKVBadInputOverHTTP(t *testing.T) {
 		{"no expiry", "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + ns + `","key":"k","value":1}]}`, "kv_expiry_not_specified"},
 		{"empty prefix", "POST", "/api/v1/kv", `{"operations":[{"op":"getPrefix","ns":"` + ns + `","prefix":""}]}`, "kv_prefix_required"},
 		{"missing key", "POST", "/api/v1/kv", `{"operations":[{"op":"get","ns":"` + ns + `"}]}`, "kv_bad_request"},
-		{"unknown op", "POST", "/api/v1/kv", `{"operations":[{"op":"scan","ns":"` + ns + `"}]}`, "validation_failed"},
+		// Refused by the spec: the route's family code all the same (reference §1.14).
+		{"unknown op", "POST", "/api/v1/kv", `{"operations":[{"op":"scan","ns":"` + ns + `"}]}`, "kv_bad_request"},
+		{"no operations", "POST", "/api/v1/kv", `{}`, "kv_bad_request"},
+		{"operations not a list", "POST", "/api/v1/kv", `{"operations":{}}`, "kv_bad_request"},
+		{"not JSON", "POST", "/api/v1/kv", `{"operations":`, "kv_bad_request"},
+		{"expect not a number", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"forever":true,"expect":"x"}`, "kv_bad_request"},
 		{"key in a path body", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"forever":true,"key":"other"}`, "kv_bad_request"},
 		{"path put without expiry", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1}`, "kv_expiry_not_specified"},
 	}
@@ -138,5 +143,41 @@ func TestKVPathRoutesRefuseQueryStrings(t *testing.T) {
 	var got map[string]any
 	if status, _ := b.call(t, "GET", "/api/v1/kv/"+ns+"/k1", nil, &got); status != http.StatusOK || got["found"] != true || got["version"] != float64(1) {
 		t.Fatalf("the key must be untouched: %d %+v", status, got)
+	}
+}
+
+// Every bad request on the timers routes answers timers_bad_request, whether
+// the spec or the handler refused it (reference §1.15); other routes keep
+// validation_failed.
+func TestTimersBadInputAnswersTheFamilyCode(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	op := func(extra string) string {
+		return `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":1000,"txn":"t"` + extra + `}]}`
+	}
+	for _, c := range []struct {
+		name, method, path, body, code string
+	}{
+		{"payload not base64", "POST", "/api/v1/timers", op(`,"payload":"not base64!!"`), "timers_bad_request"},
+		{"delayMs not a number", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":"soon"}]}`, "timers_bad_request"},
+		{"unknown op", "POST", "/api/v1/timers", `{"operations":[{"op":"fire","queue":"` + q + `","timerKey":"k"}]}`, "timers_bad_request"},
+		{"no operations", "POST", "/api/v1/timers", `{}`, "timers_bad_request"},
+		{"not JSON", "POST", "/api/v1/timers", `{"operations":[`, "timers_bad_request"},
+		{"server-owned field", "POST", "/api/v1/timers", op(`,"producerSub":"me"`), "timers_bad_request"},
+		{"list limit not a number", "GET", "/api/v1/timers/" + q + "?limit=abc", "", "timers_bad_request"},
+		{"list limit zero", "GET", "/api/v1/timers/" + q + "?limit=0", "", "timers_bad_request"},
+		{"list mode unknown", "GET", "/api/v1/timers/" + q + "?mode=sum", "", "timers_bad_request"},
+		{"another family keeps its code", "GET", "/api/v1/dlq?limit=abc", "", "validation_failed"},
+	} {
+		var e errorBody
+		if status, _ := b.call(t, c.method, c.path, c.body, &e); status != http.StatusBadRequest || e.Code != c.code {
+			t.Fatalf("%s: %d %+v, want 400 %s", c.name, status, e, c.code)
+		}
+	}
+	var list struct {
+		Rows []any `json:"rows"`
+	}
+	if status, _ := b.call(t, "GET", "/api/v1/timers/"+q, nil, &list); status != http.StatusOK || len(list.Rows) != 0 {
+		t.Fatalf("a refused request scheduled a timer: %d %+v", status, list)
 	}
 }

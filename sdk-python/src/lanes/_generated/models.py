@@ -562,7 +562,10 @@ class DlqReplayError(BaseModel):
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-    maintenance: `503`, nothing changed).
+    maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
+    `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
+    `timers_bad_request`, the code those handlers give their own `400`s (one code family
+    per route, as in the reference), rather than `validation_failed`.
 
     """
     success: bool
@@ -634,7 +637,10 @@ class Error(BaseModel):
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-    maintenance: `503`, nothing changed).
+    maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
+    `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
+    `timers_bad_request`, the code those handlers give their own `400`s (one code family
+    per route, as in the reference), rather than `validation_failed`.
 
     """
 
