@@ -592,15 +592,15 @@ type ConsumerGroupDeleteResult struct {
 // ConsumerGroupDetail Keyed by queue name.
 type ConsumerGroupDetail map[string]ConsumerGroupQueue
 
-// ConsumerGroupPartition defines model for ConsumerGroupPartition.
+// ConsumerGroupPartition One partition's cursor. `workerId` and `lastConsumedAt` are always present, `null` when there is none.
 type ConsumerGroupPartition struct {
-	LastConsumedAt *time.Time `json:"lastConsumedAt,omitempty"`
+	LastConsumedAt *time.Time `json:"lastConsumedAt"`
 	LeaseActive    *bool      `json:"leaseActive,omitempty"`
 	OffsetLag      *int       `json:"offsetLag,omitempty"`
 	Partition      *string    `json:"partition,omitempty"`
 	TimeLagSeconds *int       `json:"timeLagSeconds,omitempty"`
 	TotalConsumed  *int       `json:"totalConsumed,omitempty"`
-	WorkerId       *string    `json:"workerId,omitempty"`
+	WorkerId       *string    `json:"workerId"`
 }
 
 // ConsumerGroupQueue defines model for ConsumerGroupQueue.
@@ -662,7 +662,7 @@ type DlqList struct {
 	Total int `json:"total"`
 }
 
-// DlqMessage defines model for DlqMessage.
+// DlqMessage One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none.
 type DlqMessage struct {
 	ConsumerGroup *string `json:"consumerGroup,omitempty"`
 
@@ -671,7 +671,7 @@ type DlqMessage struct {
 
 	// Data Payload (any JSON).
 	Data         json.RawMessage `json:"data,omitempty"`
-	ErrorMessage *string         `json:"errorMessage,omitempty"`
+	ErrorMessage *string         `json:"errorMessage"`
 	FailedAt     *time.Time      `json:"failedAt,omitempty"`
 
 	// Id DLQ row id (use with replay).
@@ -679,7 +679,7 @@ type DlqMessage struct {
 	IsEncrypted   *bool   `json:"isEncrypted,omitempty"`
 	Partition     *string `json:"partition,omitempty"`
 	PartitionId   *string `json:"partitionId,omitempty"`
-	ProducerSub   *string `json:"producerSub,omitempty"`
+	ProducerSub   *string `json:"producerSub"`
 	Queue         *string `json:"queue,omitempty"`
 	RetryCount    *int    `json:"retryCount,omitempty"`
 	TransactionId *string `json:"transactionId,omitempty"`
@@ -902,9 +902,11 @@ type KvPutRequest struct {
 // KvResult Result of one KV op; which fields are present depends on `op`.
 type KvResult struct {
 	// Applied Writes — the write happened.
-	Applied   *bool      `json:"applied,omitempty"`
-	Error     *string    `json:"error,omitempty"`
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	Applied *bool   `json:"applied,omitempty"`
+	Error   *string `json:"error,omitempty"`
+
+	// ExpiresAt When the key expires; `null` for a `forever` key. Always present (`null` on results that carry no value).
+	ExpiresAt *time.Time `json:"expiresAt"`
 
 	// Found get — the key exists.
 	Found *bool   `json:"found,omitempty"`
@@ -1019,24 +1021,25 @@ type MessageCounts struct {
 	Total      *int `json:"total,omitempty"`
 }
 
-// MessageDetail defines model for MessageDetail.
+// MessageDetail One message with its per-group consumption. `traceId`, `producerSub`, `errorMessage` and
+// `leaseExpiresAt` (the queue-mode lease) are always present, `null` when there is none.
 type MessageDetail struct {
 	ConsumerGroups *[]MessageConsumerGroup `json:"consumerGroups,omitempty"`
 	CreatedAt      *time.Time              `json:"createdAt,omitempty"`
 
 	// Data Payload (any JSON).
 	Data           json.RawMessage `json:"data,omitempty"`
-	ErrorMessage   *string         `json:"errorMessage,omitempty"`
+	ErrorMessage   *string         `json:"errorMessage"`
 	Id             *string         `json:"id,omitempty"`
 	IsEncrypted    *bool           `json:"isEncrypted,omitempty"`
-	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
 	Namespace      *string         `json:"namespace,omitempty"`
 	Partition      *string         `json:"partition,omitempty"`
 	PartitionId    *string         `json:"partitionId,omitempty"`
 
 	// Payload Same as `data`.
 	Payload     json.RawMessage `json:"payload,omitempty"`
-	ProducerSub *string         `json:"producerSub,omitempty"`
+	ProducerSub *string         `json:"producerSub"`
 	Queue       *string         `json:"queue,omitempty"`
 
 	// QueueConfig Queue options (partial).
@@ -1050,7 +1053,7 @@ type MessageDetail struct {
 	RetryCount    *int    `json:"retryCount,omitempty"`
 	Status        *string `json:"status,omitempty"`
 	Task          *string `json:"task,omitempty"`
-	TraceId       *string `json:"traceId,omitempty"`
+	TraceId       *string `json:"traceId"`
 	TransactionId *string `json:"transactionId,omitempty"`
 }
 
@@ -1063,7 +1066,11 @@ type MessageList struct {
 	Total *int `json:"total,omitempty"`
 }
 
-// MessageListItem defines model for MessageListItem.
+// MessageListItem One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
+// `null` when there is none, as in the reference. The reference's `txnHash` (an xxh3-128 of
+// the transaction id, from its hash index) and `segment` (`{seq, frameIdx}`, a storage
+// position) are not sent: Lanes indexes transaction ids as text and has no such hash, and
+// a segment position would put offsets on the wire (decisions.md).
 type MessageListItem struct {
 	BusStatus *struct {
 		ConsumedBy  *int `json:"consumedBy,omitempty"`
@@ -1074,27 +1081,22 @@ type MessageListItem struct {
 	// Data Payload (any JSON).
 	Data           json.RawMessage `json:"data,omitempty"`
 	Id             *string         `json:"id,omitempty"`
-	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
 	Namespace      *string         `json:"namespace,omitempty"`
 	Partition      *string         `json:"partition,omitempty"`
 	PartitionId    *string         `json:"partitionId,omitempty"`
 
 	// Payload Same as `data`.
-	Payload          json.RawMessage `json:"payload,omitempty"`
-	PayloadAvailable *bool           `json:"payloadAvailable,omitempty"`
-	ProducerSub      *string         `json:"producerSub,omitempty"`
-	Queue            *string         `json:"queue,omitempty"`
-	QueuePath        *string         `json:"queuePath,omitempty"`
-	QueueStatus      *string         `json:"queueStatus,omitempty"`
-	Segment          *struct {
-		FrameIdx *int `json:"frameIdx,omitempty"`
-		Seq      *int `json:"seq,omitempty"`
-	} `json:"segment,omitempty"`
-	Status        *MessageListItemStatus `json:"status,omitempty"`
-	Task          *string                `json:"task,omitempty"`
-	TraceId       *string                `json:"traceId,omitempty"`
-	TransactionId *string                `json:"transactionId,omitempty"`
-	TxnHash       *string                `json:"txnHash,omitempty"`
+	Payload          json.RawMessage        `json:"payload,omitempty"`
+	PayloadAvailable *bool                  `json:"payloadAvailable,omitempty"`
+	ProducerSub      *string                `json:"producerSub"`
+	Queue            *string                `json:"queue,omitempty"`
+	QueuePath        *string                `json:"queuePath,omitempty"`
+	QueueStatus      *string                `json:"queueStatus,omitempty"`
+	Status           *MessageListItemStatus `json:"status,omitempty"`
+	Task             *string                `json:"task,omitempty"`
+	TraceId          *string                `json:"traceId"`
+	TransactionId    *string                `json:"transactionId,omitempty"`
 }
 
 // MessageListItemStatus defines model for MessageListItem.Status.
@@ -1671,14 +1673,18 @@ type Timer struct {
 	DeliverAt *time.Time `json:"deliverAt,omitempty"`
 	Encrypted *bool      `json:"encrypted,omitempty"`
 	Found     bool       `json:"found"`
-	LastError *string    `json:"lastError,omitempty"`
-	MessageId *string    `json:"messageId,omitempty"`
-	Partition *string    `json:"partition,omitempty"`
+
+	// LastError Always present; `null` until a fire attempt fails.
+	LastError *string `json:"lastError"`
+	MessageId *string `json:"messageId,omitempty"`
+	Partition *string `json:"partition,omitempty"`
 
 	// Payload Base64.
-	Payload     *[]byte    `json:"payload,omitempty"`
-	PayloadZstd *bool      `json:"payloadZstd,omitempty"`
-	ProducerSub *string    `json:"producerSub,omitempty"`
+	Payload     *[]byte `json:"payload,omitempty"`
+	PayloadZstd *bool   `json:"payloadZstd,omitempty"`
+
+	// ProducerSub Always present; `null` (Lanes records no producer subject for a timer).
+	ProducerSub *string    `json:"producerSub"`
 	Queue       *string    `json:"queue,omitempty"`
 	TimerKey    *string    `json:"timerKey,omitempty"`
 	Txn         *string    `json:"txn,omitempty"`

@@ -1478,10 +1478,15 @@ export interface components {
             /** @enum {string} */
             type?: "queue" | "bus" | "hybrid" | "none";
         };
+        /** @description One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
+         *     `null` when there is none, as in the reference. The reference's `txnHash` (an xxh3-128 of
+         *     the transaction id, from its hash index) and `segment` (`{seq, frameIdx}`, a storage
+         *     position) are not sent: Lanes indexes transaction ids as text and has no such hash, and
+         *     a segment position would put offsets on the wire (decisions.md).
+         *      */
         MessageListItem: {
             id?: string;
             transactionId?: string;
-            txnHash?: string;
             partitionId?: string;
             queuePath?: string;
             queue?: string;
@@ -1495,17 +1500,13 @@ export interface components {
                 consumedBy?: number;
                 totalGroups?: number;
             };
-            traceId?: string | null;
-            producerSub?: string | null;
+            traceId: string | null;
+            producerSub: string | null;
             payloadAvailable?: boolean;
-            segment?: {
-                seq?: number;
-                frameIdx?: number;
-            };
             /** Format: date-time */
             createdAt?: string;
             /** Format: date-time */
-            leaseExpiresAt?: string | null;
+            leaseExpiresAt: string | null;
             /** @description Payload (any JSON). */
             data?: ({
                 [key: string]: unknown;
@@ -1515,6 +1516,9 @@ export interface components {
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
         };
+        /** @description One message with its per-group consumption. `traceId`, `producerSub`, `errorMessage` and
+         *     `leaseExpiresAt` (the queue-mode lease) are always present, `null` when there is none.
+         *      */
         MessageDetail: {
             id?: string;
             transactionId?: string;
@@ -1526,8 +1530,8 @@ export interface components {
             payload?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            traceId?: string | null;
-            producerSub?: string | null;
+            traceId: string | null;
+            producerSub: string | null;
             /** Format: date-time */
             createdAt?: string;
             partitionId?: string;
@@ -1538,11 +1542,11 @@ export interface components {
             namespace?: string;
             task?: string;
             status?: string;
-            errorMessage?: string | null;
+            errorMessage: string | null;
             /** @description 0 for live messages. */
             retryCount?: number;
             /** Format: date-time */
-            leaseExpiresAt?: string | null;
+            leaseExpiresAt: string | null;
             consumerGroups?: components["schemas"]["MessageConsumerGroup"][];
             /** @description Queue options (partial). */
             queueConfig?: {
@@ -1568,6 +1572,7 @@ export interface components {
             /** @description Length of this page. */
             total: number;
         };
+        /** @description One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none. */
         DlqMessage: {
             /** @description DLQ row id (use with replay). */
             id?: string;
@@ -1576,13 +1581,13 @@ export interface components {
             queue?: string;
             partition?: string;
             consumerGroup?: string;
-            errorMessage?: string | null;
+            errorMessage: string | null;
             retryCount?: number;
             /** @description Payload (any JSON). */
             data?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            producerSub?: string | null;
+            producerSub: string | null;
             /**
              * Format: date-time
              * @description Same as `failedAt`.
@@ -1678,11 +1683,12 @@ export interface components {
             conflation?: boolean;
             partitions?: components["schemas"]["ConsumerGroupPartition"][];
         };
+        /** @description One partition's cursor. `workerId` and `lastConsumedAt` are always present, `null` when there is none. */
         ConsumerGroupPartition: {
             partition?: string;
-            workerId?: string | null;
+            workerId: string | null;
             /** Format: date-time */
-            lastConsumedAt?: string | null;
+            lastConsumedAt: string | null;
             totalConsumed?: number;
             offsetLag?: number;
             timeLagSeconds?: number;
@@ -1803,7 +1809,10 @@ export interface components {
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             version?: number | null;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description When the key expires; `null` for a `forever` key. Always present (`null` on results that carry no value).
+             */
             expiresAt?: string | null;
             /** Format: date-time */
             updatedAt?: string | null;
@@ -1931,8 +1940,10 @@ export interface components {
             payload?: string;
             payloadZstd?: boolean;
             encrypted?: boolean;
+            /** @description Always present; `null` (Lanes records no producer subject for a timer). */
             producerSub?: string | null;
             attempts?: number;
+            /** @description Always present; `null` until a fire attempt fails. */
             lastError?: string | null;
             claimed?: boolean;
             /** Format: date-time */

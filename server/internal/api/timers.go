@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"io"
+	"net/http"
 	"strings"
 	"time"
 
@@ -67,9 +69,20 @@ func (s *Server) GetTimer(ctx context.Context, req gen.GetTimerRequestObject) (g
 		return nil, err
 	}
 	if tm == nil {
-		return gen.GetTimer200JSONResponse{Found: false}, nil
+		return timerMiss{}, nil
 	}
 	return gen.GetTimer200JSONResponse(timerToWire(tm)), nil
+}
+
+// timerMiss answers a GET of no timer with the reference's {"found":false}
+// alone: gen.Timer always carries producerSub and lastError, null here.
+type timerMiss struct{}
+
+func (timerMiss) VisitGetTimerResponse(w http.ResponseWriter) error {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(http.StatusOK)
+	_, err := io.WriteString(w, `{"found":false}`+"\n")
+	return err
 }
 
 // CancelTimer cancels one timer (only one carrying ?txn= when given).

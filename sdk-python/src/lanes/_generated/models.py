@@ -384,12 +384,16 @@ class ConsumerGroupDeleteResult(BaseModel):
 
 
 class ConsumerGroupPartition(BaseModel):
+    """
+    One partition's cursor. `workerId` and `lastConsumedAt` are always present, `null` when there is none.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
     partition: str | None = None
-    worker_id: Annotated[str | None, Field(alias="workerId")] = None
-    last_consumed_at: Annotated[AwareDatetime | None, Field(alias="lastConsumedAt")] = None
+    worker_id: Annotated[str | None, Field(alias="workerId")]
+    last_consumed_at: Annotated[AwareDatetime | None, Field(alias="lastConsumedAt")]
     total_consumed: Annotated[int | None, Field(alias="totalConsumed")] = None
     offset_lag: Annotated[int | None, Field(alias="offsetLag")] = None
     time_lag_seconds: Annotated[int | None, Field(alias="timeLagSeconds")] = None
@@ -497,6 +501,10 @@ class DlqList(BaseModel):
 
 
 class DlqMessage(BaseModel):
+    """
+    One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -509,13 +517,13 @@ class DlqMessage(BaseModel):
     queue: str | None = None
     partition: str | None = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    error_message: Annotated[str | None, Field(alias="errorMessage")] = None
+    error_message: Annotated[str | None, Field(alias="errorMessage")]
     retry_count: Annotated[int | None, Field(alias="retryCount")] = None
     data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Payload (any JSON).
     """
-    producer_sub: Annotated[str | None, Field(alias="producerSub")] = None
+    producer_sub: Annotated[str | None, Field(alias="producerSub")]
     created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
     """
     Same as `failedAt`.
@@ -850,6 +858,9 @@ class KvResult(BaseModel):
     """
     version: int | None = None
     expires_at: Annotated[AwareDatetime | None, Field(alias="expiresAt")] = None
+    """
+    When the key expires; `null` for a `forever` key. Always present (`null` on results that carry no value).
+    """
     updated_at: Annotated[AwareDatetime | None, Field(alias="updatedAt")] = None
     rows: list[KvRow] | None = None
     """
@@ -989,6 +1000,12 @@ class MessageCounts(BaseModel):
 
 
 class MessageDetail(BaseModel):
+    """
+    One message with its per-group consumption. `traceId`, `producerSub`, `errorMessage` and
+    `leaseExpiresAt` (the queue-mode lease) are always present, `null` when there is none.
+
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -1002,8 +1019,8 @@ class MessageDetail(BaseModel):
     """
     Same as `data`.
     """
-    trace_id: Annotated[str | None, Field(alias="traceId")] = None
-    producer_sub: Annotated[str | None, Field(alias="producerSub")] = None
+    trace_id: Annotated[str | None, Field(alias="traceId")]
+    producer_sub: Annotated[str | None, Field(alias="producerSub")]
     created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
     partition_id: Annotated[str | None, Field(alias="partitionId")] = None
     partition: str | None = None
@@ -1013,12 +1030,12 @@ class MessageDetail(BaseModel):
     namespace: str | None = None
     task: str | None = None
     status: str | None = None
-    error_message: Annotated[str | None, Field(alias="errorMessage")] = None
+    error_message: Annotated[str | None, Field(alias="errorMessage")]
     retry_count: Annotated[int | None, Field(alias="retryCount")] = None
     """
     0 for live messages.
     """
-    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")] = None
+    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
     consumer_groups: Annotated[list[MessageConsumerGroup] | None, Field(alias="consumerGroups")] = (
         None
     )
@@ -1041,12 +1058,20 @@ class MessageList(BaseModel):
 
 
 class MessageListItem(BaseModel):
+    """
+    One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
+    `null` when there is none, as in the reference. The reference's `txnHash` (an xxh3-128 of
+    the transaction id, from its hash index) and `segment` (`{seq, frameIdx}`, a storage
+    position) are not sent: Lanes indexes transaction ids as text and has no such hash, and
+    a segment position would put offsets on the wire (decisions.md).
+
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
     id: str | None = None
     transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
-    txn_hash: Annotated[str | None, Field(alias="txnHash")] = None
     partition_id: Annotated[str | None, Field(alias="partitionId")] = None
     queue_path: Annotated[str | None, Field(alias="queuePath")] = None
     queue: str | None = None
@@ -1056,12 +1081,11 @@ class MessageListItem(BaseModel):
     status: Literal["pending", "processing", "completed", "dead_letter"] | None = None
     queue_status: Annotated[str | None, Field(alias="queueStatus")] = None
     bus_status: Annotated[BusStatus | None, Field(alias="busStatus")] = None
-    trace_id: Annotated[str | None, Field(alias="traceId")] = None
-    producer_sub: Annotated[str | None, Field(alias="producerSub")] = None
+    trace_id: Annotated[str | None, Field(alias="traceId")]
+    producer_sub: Annotated[str | None, Field(alias="producerSub")]
     payload_available: Annotated[bool | None, Field(alias="payloadAvailable")] = None
-    segment: Segment | None = None
     created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
-    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")] = None
+    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
     data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Payload (any JSON).
@@ -1673,14 +1697,6 @@ class SeekRequest(BaseModel):
     """
 
 
-class Segment(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    seq: int | None = None
-    frame_idx: Annotated[int | None, Field(alias="frameIdx")] = None
-
-
 class StatusOverview(BaseModel):
     """
     Dashboard aggregate over a time window (loosely typed).
@@ -1757,8 +1773,14 @@ class Timer(BaseModel):
     payload_zstd: Annotated[bool | None, Field(alias="payloadZstd")] = None
     encrypted: bool | None = None
     producer_sub: Annotated[str | None, Field(alias="producerSub")] = None
+    """
+    Always present; `null` (Lanes records no producer subject for a timer).
+    """
     attempts: int | None = None
     last_error: Annotated[str | None, Field(alias="lastError")] = None
+    """
+    Always present; `null` until a fire attempt fails.
+    """
     claimed: bool | None = None
     created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
     updated_at: Annotated[AwareDatetime | None, Field(alias="updatedAt")] = None

@@ -598,15 +598,15 @@ type ConsumerGroupDeleteResult struct {
 // ConsumerGroupDetail Keyed by queue name.
 type ConsumerGroupDetail map[string]ConsumerGroupQueue
 
-// ConsumerGroupPartition defines model for ConsumerGroupPartition.
+// ConsumerGroupPartition One partition's cursor. `workerId` and `lastConsumedAt` are always present, `null` when there is none.
 type ConsumerGroupPartition struct {
-	LastConsumedAt *time.Time `json:"lastConsumedAt,omitempty"`
+	LastConsumedAt *time.Time `json:"lastConsumedAt"`
 	LeaseActive    *bool      `json:"leaseActive,omitempty"`
 	OffsetLag      *int       `json:"offsetLag,omitempty"`
 	Partition      *string    `json:"partition,omitempty"`
 	TimeLagSeconds *int       `json:"timeLagSeconds,omitempty"`
 	TotalConsumed  *int       `json:"totalConsumed,omitempty"`
-	WorkerId       *string    `json:"workerId,omitempty"`
+	WorkerId       *string    `json:"workerId"`
 }
 
 // ConsumerGroupQueue defines model for ConsumerGroupQueue.
@@ -668,7 +668,7 @@ type DlqList struct {
 	Total int `json:"total"`
 }
 
-// DlqMessage defines model for DlqMessage.
+// DlqMessage One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none.
 type DlqMessage struct {
 	ConsumerGroup *string `json:"consumerGroup,omitempty"`
 
@@ -677,7 +677,7 @@ type DlqMessage struct {
 
 	// Data Payload (any JSON).
 	Data         json.RawMessage `json:"data,omitempty"`
-	ErrorMessage *string         `json:"errorMessage,omitempty"`
+	ErrorMessage *string         `json:"errorMessage"`
 	FailedAt     *time.Time      `json:"failedAt,omitempty"`
 
 	// Id DLQ row id (use with replay).
@@ -685,7 +685,7 @@ type DlqMessage struct {
 	IsEncrypted   *bool   `json:"isEncrypted,omitempty"`
 	Partition     *string `json:"partition,omitempty"`
 	PartitionId   *string `json:"partitionId,omitempty"`
-	ProducerSub   *string `json:"producerSub,omitempty"`
+	ProducerSub   *string `json:"producerSub"`
 	Queue         *string `json:"queue,omitempty"`
 	RetryCount    *int    `json:"retryCount,omitempty"`
 	TransactionId *string `json:"transactionId,omitempty"`
@@ -908,9 +908,11 @@ type KvPutRequest struct {
 // KvResult Result of one KV op; which fields are present depends on `op`.
 type KvResult struct {
 	// Applied Writes — the write happened.
-	Applied   *bool      `json:"applied,omitempty"`
-	Error     *string    `json:"error,omitempty"`
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	Applied *bool   `json:"applied,omitempty"`
+	Error   *string `json:"error,omitempty"`
+
+	// ExpiresAt When the key expires; `null` for a `forever` key. Always present (`null` on results that carry no value).
+	ExpiresAt *time.Time `json:"expiresAt"`
 
 	// Found get — the key exists.
 	Found *bool   `json:"found,omitempty"`
@@ -1025,24 +1027,25 @@ type MessageCounts struct {
 	Total      *int `json:"total,omitempty"`
 }
 
-// MessageDetail defines model for MessageDetail.
+// MessageDetail One message with its per-group consumption. `traceId`, `producerSub`, `errorMessage` and
+// `leaseExpiresAt` (the queue-mode lease) are always present, `null` when there is none.
 type MessageDetail struct {
 	ConsumerGroups *[]MessageConsumerGroup `json:"consumerGroups,omitempty"`
 	CreatedAt      *time.Time              `json:"createdAt,omitempty"`
 
 	// Data Payload (any JSON).
 	Data           json.RawMessage `json:"data,omitempty"`
-	ErrorMessage   *string         `json:"errorMessage,omitempty"`
+	ErrorMessage   *string         `json:"errorMessage"`
 	Id             *string         `json:"id,omitempty"`
 	IsEncrypted    *bool           `json:"isEncrypted,omitempty"`
-	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
 	Namespace      *string         `json:"namespace,omitempty"`
 	Partition      *string         `json:"partition,omitempty"`
 	PartitionId    *string         `json:"partitionId,omitempty"`
 
 	// Payload Same as `data`.
 	Payload     json.RawMessage `json:"payload,omitempty"`
-	ProducerSub *string         `json:"producerSub,omitempty"`
+	ProducerSub *string         `json:"producerSub"`
 	Queue       *string         `json:"queue,omitempty"`
 
 	// QueueConfig Queue options (partial).
@@ -1056,7 +1059,7 @@ type MessageDetail struct {
 	RetryCount    *int    `json:"retryCount,omitempty"`
 	Status        *string `json:"status,omitempty"`
 	Task          *string `json:"task,omitempty"`
-	TraceId       *string `json:"traceId,omitempty"`
+	TraceId       *string `json:"traceId"`
 	TransactionId *string `json:"transactionId,omitempty"`
 }
 
@@ -1069,7 +1072,11 @@ type MessageList struct {
 	Total *int `json:"total,omitempty"`
 }
 
-// MessageListItem defines model for MessageListItem.
+// MessageListItem One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
+// `null` when there is none, as in the reference. The reference's `txnHash` (an xxh3-128 of
+// the transaction id, from its hash index) and `segment` (`{seq, frameIdx}`, a storage
+// position) are not sent: Lanes indexes transaction ids as text and has no such hash, and
+// a segment position would put offsets on the wire (decisions.md).
 type MessageListItem struct {
 	BusStatus *struct {
 		ConsumedBy  *int `json:"consumedBy,omitempty"`
@@ -1080,27 +1087,22 @@ type MessageListItem struct {
 	// Data Payload (any JSON).
 	Data           json.RawMessage `json:"data,omitempty"`
 	Id             *string         `json:"id,omitempty"`
-	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt,omitempty"`
+	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
 	Namespace      *string         `json:"namespace,omitempty"`
 	Partition      *string         `json:"partition,omitempty"`
 	PartitionId    *string         `json:"partitionId,omitempty"`
 
 	// Payload Same as `data`.
-	Payload          json.RawMessage `json:"payload,omitempty"`
-	PayloadAvailable *bool           `json:"payloadAvailable,omitempty"`
-	ProducerSub      *string         `json:"producerSub,omitempty"`
-	Queue            *string         `json:"queue,omitempty"`
-	QueuePath        *string         `json:"queuePath,omitempty"`
-	QueueStatus      *string         `json:"queueStatus,omitempty"`
-	Segment          *struct {
-		FrameIdx *int `json:"frameIdx,omitempty"`
-		Seq      *int `json:"seq,omitempty"`
-	} `json:"segment,omitempty"`
-	Status        *MessageListItemStatus `json:"status,omitempty"`
-	Task          *string                `json:"task,omitempty"`
-	TraceId       *string                `json:"traceId,omitempty"`
-	TransactionId *string                `json:"transactionId,omitempty"`
-	TxnHash       *string                `json:"txnHash,omitempty"`
+	Payload          json.RawMessage        `json:"payload,omitempty"`
+	PayloadAvailable *bool                  `json:"payloadAvailable,omitempty"`
+	ProducerSub      *string                `json:"producerSub"`
+	Queue            *string                `json:"queue,omitempty"`
+	QueuePath        *string                `json:"queuePath,omitempty"`
+	QueueStatus      *string                `json:"queueStatus,omitempty"`
+	Status           *MessageListItemStatus `json:"status,omitempty"`
+	Task             *string                `json:"task,omitempty"`
+	TraceId          *string                `json:"traceId"`
+	TransactionId    *string                `json:"transactionId,omitempty"`
 }
 
 // MessageListItemStatus defines model for MessageListItem.Status.
@@ -1677,14 +1679,18 @@ type Timer struct {
 	DeliverAt *time.Time `json:"deliverAt,omitempty"`
 	Encrypted *bool      `json:"encrypted,omitempty"`
 	Found     bool       `json:"found"`
-	LastError *string    `json:"lastError,omitempty"`
-	MessageId *string    `json:"messageId,omitempty"`
-	Partition *string    `json:"partition,omitempty"`
+
+	// LastError Always present; `null` until a fire attempt fails.
+	LastError *string `json:"lastError"`
+	MessageId *string `json:"messageId,omitempty"`
+	Partition *string `json:"partition,omitempty"`
 
 	// Payload Base64.
-	Payload     *[]byte    `json:"payload,omitempty"`
-	PayloadZstd *bool      `json:"payloadZstd,omitempty"`
-	ProducerSub *string    `json:"producerSub,omitempty"`
+	Payload     *[]byte `json:"payload,omitempty"`
+	PayloadZstd *bool   `json:"payloadZstd,omitempty"`
+
+	// ProducerSub Always present; `null` (Lanes records no producer subject for a timer).
+	ProducerSub *string    `json:"producerSub"`
 	Queue       *string    `json:"queue,omitempty"`
 	TimerKey    *string    `json:"timerKey,omitempty"`
 	Txn         *string    `json:"txn,omitempty"`
@@ -11335,291 +11341,298 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rbhtJsj/4KgnuAk1iKYru9vj/HwmNhbrtnunxTbbV08C/aahSVSGyhsXMcmaWKI5h4Hxa7Pl6dh/h",
-	"YB9snmSREZl1IbOKpC5uu0efbLGq8h6Rcf3Fx14sF7kUIIzuHX3szYAnoPC/b8Go1cmlAWX/SkDHKs1N",
-	"KkXvqPcOYikSzYxkS54adgGXUgFT9pNUTEe9YU/HM1hw++kiFemiWPSOxsOeWeXQO+qlwsAUVO/Tp0/D",
-	"Xs4VX4Bx3f6k5OKnNAt3a7gyTF4yMwNm0gWwZSoSubT9pfaFDwWoVW/YE3xhu7lUctEYyqVUC256R72E",
-	"GziwLfTKMWmjUjHt2RH9RckiP+VmtjmEH6XQxQIUm9p3mO2o7D23X5Sd4wu9YU/BhyJVkPSOjCqgPprN",
-	"jl+ki9RsdnrKp8B0+k9om2iG39XbTuCSF5npHT0aj4fVFjwKbMGw94ovQOc8hraFp9/ZxQonjK+2DaV8",
-	"odc91deXlxoCc30rl3iu9DzN2/qQ9G1wvvXZjoOzPeXKpLa3n5PwHpcvsDRh/V9++fnpoGWP86qpPXe6",
-	"7GPbEDpOWNn7vn3L/KQw8iSeh873YpEaJLC4UFoqlgr8K5f5N5rJpWBGcaF5jKPrc3OwkNocSBHD4JhF",
-	"GXANPycRS7X9TLBo0pv0orad5G4cwa285JmGcgsvpMyAi/oM8jSTgSMU2SWIWAYGx8AulJyDQgJiy1ka",
-	"z+AKlGUj0QU38Sw6jMqV1BF+YVcTtGEZXBomC3PMuJgIuM6zNE4Nu+JZAXaGglq6AqXSJAExYmf4tc6l",
-	"0EALEHOlUtAs4n7E0WgiOtaDZhXYwnIFhr3rg6k8cN9UK0Er84Od1OaqnEnDM7YArS03uSiSKRh2KRXt",
-	"Nc+yIdMzriBhPFZSaxZnPF1AwqrFGbFf7Yz4hQZhjti34/FwIqRi8UxqEJY91Ja7/2g8HrAlnoFyWt/j",
-	"1ozYiW0iBrbgxjL+IdPSfqtoVeVE0OSZOwvtC4Y72Lxu+LXjdePxDrzvVOaepyPb38byj9302ffsQwEF",
-	"sIVMgPWj8/M3vzz75dn5y9dPn52fR0NmL1YwqZiy2DWgB21kEDdGsJV6X1gic3fw5njxKUsKxYmHCabp",
-	"VT/0IRszqZiAKTfpFbDvcdtwNt9oR8Jn6QKiIYNMA3syHrG/2yOvJ4JfyCtg3z3603dPxuMx63O2Aq6G",
-	"2MIsnc4s1dRaGDCuLCcxlqWnHfuY1acUWIC1LSv5Y2D+L+kA1M5teZSRl6XaHXeeZawQiaVgARXrOmbR",
-	"OFpbIHskY56vEcCjIWs9/f/6z/9mTx5vI4CJaKEAtisBVLPcYdneFRflSllBK3TTK20OYikMjw3TKHDl",
-	"MrWHJhJyievCBfv53euD//lk/AilMG34Ij9mhci50sAvMiAOqXHz06mQCpK2o6/Xh7T19Ncn8VImsDmJ",
-	"X3EdOd6diZPUcCqaScEu7RSZn+IyNTPGq8NyxCIBy4j13coPURKxWzMRFzyeZ3I6sIsQ8SyLRuy1yFZM",
-	"AySacX9jmhk3LJFg99EwuE61YSswx34p7DGseMdoIt4Cxx+5WNlby4paMddwjEM5kCJbRUP8/zn+n3GR",
-	"4J/0V59urEtQyFLjLLXS/DcToXPIslRM9YAtgAua2IidiBWT9qhV91j0eDzeaMidZAU80Sw1jGua9HAi",
-	"8BZlS1lkCVOQZ3zFOFvOZAbMrZFdaM7MKpeD9rOr13cyKAb0BCyDYvqpzC2TkUVABnghxfQgl1mGJ1QW",
-	"xq7vIs2y1DFD1rerR9sfWSWGKHNQ4+/f2QtkhNwg52qO2zkR3FjGceSFIsaFXoLSjBtmhaAhy9I5uCZR",
-	"golYP/p2/DgiViCkmdlLIdWMX/E0s+TSsURu9OGV+c7dcP7Gw793EIBl/itPWxaN4aIVwqQZ46W4YGWY",
-	"K9B48N2Q7KJoDbqNsO0C7CvXvbFUsV0JIeJpSMZrneMbW1gJdhYWv99sdtAUvX37+4jdZ1zPt8/NcD1v",
-	"m5V9tmVSZ7Kti2ci2UN1NvImivNZpRq0KVcv3YmqaxFWzSpE+qEAloOqeHGb2mXq3ey1C5/syySdo+Tw",
-	"A0/ekqxv/7J3Agj8L8+trI8S1OE/tB35x1qz/7uCy95R7387rKwnh/RUHz5TSjrLxrpcktllhIRdyGRl",
-	"SQnXHGUIzhap1pYv+LmwyxSyZGRl+qfZh7fIZKnpuxroWrOBEdNjdsnTDJJjEm/s0L1KQ/cFviMLE8sF",
-	"0Kg1DvsnqS5QK7r/pf07z9KEGTkHgRzd8nuvx+FiKpmBW+gPhTT88BK4KRSwKTeAo/1ZGFCCZ3e7xq0j",
-	"fsoNv7ByOmrY1DUudKFoPK+k+UkWIrn/oViVlSeJAq3tSoGWhYphTYDBMZ3yVSZ5ciblC66mcP9D+8Ge",
-	"tsz2hVIVWSJiKS7TaWG3Fe1epajGnjxmL9MfBiOnCL9+fmcjPJX5W8c3QuM8McxqDwYVCX9nOqUDR/MO",
-	"YH7nO2ob7dxVuif79ogZXWOr68KpVGzGUeuo6fo0bHWVxvCLKEWVz3AcYZFLxVWarVhRdcz6iSeZRC7F",
-	"kOlCXfIYWM4Le26lYkmq7ZsJHYAzKV9ysXLsXd//wE8S5OFSoG6hZGbHpLgBOqbHZB5n/NLe9BGa1w/Q",
-	"vh55Bd1ed+sW+IPSBB8alHv7sGasx5H9InhhZlKl/4TPwEFe0t01ZAt/xQ0ZXOfIeaUiZWOZamCpuKo4",
-	"9QhFBte47fsknqPtqnYj50rmoExKtzWP50IuM0imC++wSA0s9LaBn8Tznw0s7KlwAgFXiq/s3/E+th80",
-	"l8EVqBWz/VaMZ936Mzi2gswBvoRfkipsKc6qU3afRZE5giKZZVOYqqSa3zZm/r78QF78A2I0/flZbiwb",
-	"+CttTeak28aOSEuxw5iGPWciabM5Gclwf7mBmhqFHx1koDXj8Xynfup29W7zvJNoHc8d9QKNacNNEbAT",
-	"/aQAGL02ZJov7P6oBc9STYYzq++exHN3GkfUTLTT+JsC6qYptin7bp3D2mFYF3/rq9VyMFpJar/z337g",
-	"d1qWnQ7ikGmDVhK0IDx98YYpUlM+x+lkfSFZPIN4PvhCD6o/o5CgjehAg9CpSa8gWx25WR3aYR9GlhFm",
-	"YCCJDiNdxDFoHR1GPJ7jL3IeTcS//q//YuVrxyzCGypi9mcFCWTpFahSoI5nXE2tioJ6APoPjlmUZB/o",
-	"gwR4cuCsV0IujyeCixXZOtCKbN8hTYL1salSgbC3IrXnDCFfI31pNG2sk1eSfQgMb5bSYbvE1eCNpXOH",
-	"fdPlkyiZ5xCaLRqiUi1FKXouuWbufUuzZet2M2pSUqibFhr9dWbvPGyY5EaIC4P3vN1bu2E70UsqErgO",
-	"UIrUqXdW1PxvtRGW9itH5m8B/2lZDnyGg1XuPTLPp+UVtDlxIWWAAf6VqwUyh6QgsQkqgsE95Cg+X0Am",
-	"lzWvabgLR4XhMadCG1XQobUj90vM+pzlSsakngnbZ6oZ+Thb9nA/8qhkC7LSdxMH7eBwg0j83PwJWt+n",
-	"IdKCW+YQFf1QXF6CetfCA5+mes50LmXGLJuEY7aQCtwvZHRgC75iF8ByBZYL2qmsEePFX4FnZrYK+1SJ",
-	"OQWiTmwfkLC80DPkWdx4RmYkSxRPRfig5iASu4TbWlzyFP2E3a0tpZqTIhAw6dZ3yHdbzmhYm3nZTmgL",
-	"fvSadWkE4Vn2+rJ39NtOisFwnfs5cX9zAV5ZacuxZa8TSHwYPoBrI30/3BRTaOAMD98xi1yrEQWsOKZi",
-	"vwbfE5njS5ebFGR3KZtqFZkWQZ9ThIawGCrP0eCIyUVqqh4tNzKFErjR9I4esWgBagrR5stWY5hDjgcZ",
-	"RLGwe4vvosUTO6vtYsVjqwic4LrjI5bxC8hQn0lSHUvUaXKZ66Bg4ka0Tc1Cq/lr9+6noTOSdxjXWT9W",
-	"wO2c00tvAB0ER4CW701GxvV8n5msEQqNr5MQ2u71yga1OaqTbMlXnkO33DX1Lbqr5e6URd2gdr6oy70L",
-	"Pwl1QfvaCJkKiLhS8SmEQvvwAQMxTQUMWaSBVN2o8zx0b3Btl6pxD9eitrwrpx645h0tbrTVlrQclkqF",
-	"egpWNOg4Nk1ta2NiCX6fNOMbNi+DBRiecMOpuyR8oeHMXqHLZEPgojvS6ljoxwR1QMZCJQvTop1UwkvA",
-	"c1df9koUaM53h8UzPM3w3kkSnD7PThsL2EUPjabwMPY2LFXPYUWyYNOF2D2scjM2NzTj2rh3kxPT6inb",
-	"TXU9ia0eF95LCnl8wafh85DXh7hJLekCXvBpLWJoswUjDc/8VMKvkORApL/dfNW9pm88f9nkqxlfm0ht",
-	"GfIGXexk/GvZyg1b4NYhvysWC65W+w96wa/PaAfaI6l1KmIMGGQyS0AbVghHPAlzrDAsFi5gceHsxWsy",
-	"EQWjKLnUrG91Nq9E6EG4JeE4RbuRg5rUW46g/jU1s9aT2mBKQRMIPvECzzuDp2zYe8GnU5JqnwJPgoJP",
-	"7XIJcK8q1ORHEjpuQ686EIO010dnPm7q5mMwMk/jJh1svrNm7kYqDx5E55fX7AJmqUiGTBcLe/isQNVw",
-	"CwVDSjYohy4m12irdaS6vda0PbL6aebeCB/Y7hupZUjIePYe0Du5ALJloWllY1R1aqc5BwIwrvOMC17p",
-	"Hj4UKNzkdlls7dr1gx92CLZPsw8v0qBS47Z/Z7b6NPvgdjd0znI+TUXJEjs9q9Wb/nyGDLhiamakMaaa",
-	"5U0zXpsiXM6pMR7fScvyvKy2b1/ZLa7zlbXzY7UdrllEKvmJQbF2l6iaoX2IrjkuVk4XD0tHxCZa2EY5",
-	"x2p7P7W+7LdxO09rfaMi09ZXRGFvrq43SqraUPhdJALrc7Fif3v3+hXeaRgV7779h5Zi9JYv/X7Wnh7o",
-	"eZofkEjPswMMbwVFfXsLaO0YbGXEfk93DZQa9tJ2nkfBUBooMpGia8K6VKqfiVit8lb5v1soXFMXN58r",
-	"mRQxqHfFxU6r0K4xooX/R1mQ/zkgeq6bK3cQJp9mH04LNd1d09o0uJJLK7etJMeoGXu2LMh2PE2vQLA+",
-	"OXzx7W80Xku7+YZaL5O3W2+29rW8iRa2fjHsopdtxpztawrcKfTMbd8mgWM7DMQVZDIHlmfFtnCzWpst",
-	"hrsGPawRH2jjLohK2KncnSiXq9TeIdkxu8i4mKM/6/F4POi+stu7ccE5N+ziU9ee3cL8kH1oYQdJ9uGt",
-	"XL6FhbyCLg0w5EratHC5iZ5tofxtPKyL59iFgORkqyDztnqTokPd0q2Zd3HeEZnsE4zAt8zakdYxi0r/",
-	"UFTJdSo1BsQQ35xDbo5ZNJUC32C6iGf2wTGLFtySvuAiBuqA1X5hZBMvDcC4/MNe2V1v2LNt9qyaWX5U",
-	"2f7f35Elx61LiFU8C3sM1yhYXrrImcfX14d/ur7GW9sFz2+6auKgjZ2UQaYFn8N5zLUz9zP79jHjgskc",
-	"BNNgMJvGJUKwRaEN43EMudWq50IuBX6hRxPxFxCg0pj+PmKRCxBIpTinBYyGpS/h3IoU9u8Lnpw7D6X9",
-	"E6O7zuE6BkjsBxMRFbXwK/vKpQ+FxTwOac4vZSES+uPcnoRztLvZH6yeIZNz+xLPMrl0LeYk8JwbKc8x",
-	"INK+a3Uz+yt1oriBcxwM/e3j5c5rUXTYVvnAR/LjHCkG9RxXNBqxt3ZABzqHOL30C8RSEWdFAtWSkBCF",
-	"rSItnjcm5wTw5o/0nj9l9fVN8S+kENvg/Oocg8hW+L0bCX0xvzrPFVym14125lfna1tjJ6h089eJoJ/P",
-	"cX+kqO3cGin2XfiJu3JU6V6nkAVKHbP0OhG1745Y9Kfxd9GwZAPxjIspJIMROykTSy23tzNiCi4LDZiX",
-	"FB3yPD28enQ4v8IUn4mo/XL4r//4/6Iy12RzqpYh1dugmbtUoeaP2JRfhbXFcQG2CTAzkxrYjIsksz1a",
-	"Wcg+TBXmAGPCEObQuNcv+SLNVhORYwhDYWBo1Z3Sne9yigZDpjimHmE0b4DcKABk18ihvxYLLg4U8AQZ",
-	"w84RHt5FjWwmxNPIXRowEDjSCVwQsRQC/YuYIxehM8r/EpQRyNXRagYLecGjGblxqYtC+D+D7V+B0uGL",
-	"c53LU2/DanahJXl+1R2caf/P9zPNPr967T8K2mPrg6w13zm6sORD19c+I/OS6ZZh+YbDY3qRatMezRrG",
-	"1vhRCpOKAlygMBo85rAKq4DEj59RrO0uSVbD3hxW+rXIVru9nVWIFA1AiXqSdXeO9TZvJzHyZsbfVgKu",
-	"muxa+PBZuFgZCNDWD/ZnK6a43FXy1bdpaAKuTRmZvVUVtErjPmdPLoPGW1UIK/IlO0hu2GP9k/A6lQEB",
-	"YatguczN0TdfsgcqrNh3bXxIgemktNpYwnOpeMnG3r4WwJ7/nZU8ZMSeoSwqcyYwdzcSOqIEJ8qMdRFF",
-	"CeTgLlaZR5tiagsJT8Gc4qlm//qP/xezAXYl6AQywzcbTEWssC2+kIXAZHqeJKzvIp58onqLYweuc7tI",
-	"G63mhRk6DYYa9zGx6HvyJsZjNmbfkxBdZowcs1fsexYXStkP3EVD71wAe2WH0ZWDipZPqw20jCkvzM+X",
-	"Jw6roJw7gW1QXoEO297nsAruBja51i5NvNa+3f22ffFnfKPll1ys6l9TOuzO/pgmM24/Q3LhYUdaZp6F",
-	"kYOareQeR6gyO1huzuKML3IKZ7P8fNDYvyBLX/DrjlNa5FYMvLASf4vTMhUdn1utx33O+hHmq0DirigX",
-	"JH40oRlPei6tGiFLmkGtdUakO2KhWkKe6l7IKaINue2m/9GyWo6A2dm1o1Va3DB5NVZBHbx+67VvmJDi",
-	"ABa5Wdmjxeib4HArRrkR+MMyqY39tqRpjF4kcxrl7Mc8w2SlBrKPU7LKr1qDTU3WCkXSQc2Yg2wky9Ir",
-	"OGZwzWOTrTB/Tl6yqGo0Oowcs4i2H0ukkAdfSfcmEK93fhNiKnflPNmQ2XtIe+H7+rRol43brqyT8orK",
-	"NSjzee+mV9svoHY6PCuUYDxAjKmwt7kgU9b+JHb2QEefiY5OPgfJ0MqHCeZti22afrf7Lb2ce0xAZ16O",
-	"5aoMi3cyre4QaunCDeSAqNSqSF7aWdo/2YznOYi2YIh2F4Ajo9sE4Vz6bOqNK7QukRFXaKHXMh9lkwac",
-	"LLnRq4tT7pYGrVyHLOnSC0G7y4T7qZYy36JVB2QFrkNKUm17l7MV84IXQvmh8FX3Q9Ci9oY97mUeb24a",
-	"lmiU2PP7DnU4uH5D1pSB7MuNBbx73XnYK/LktiFhDzwzlJjhr2FEmrqPaI2alXPbFD+FuapcBuUPf40H",
-	"mNrtWVcbc3k4h/dzDv++dv7KBGDC//JqeHQv53KXc+jCWzegKMMO/PNpqwc/49PzmSwaUbrlymG8+rkP",
-	"LD7ntzhmFJB+nrXF+VIY83kVxnyr3sowgPN0S5zAeWsYs3NQtj22Q7HTOdddYfIUA+9GcYMgeExFf3Zt",
-	"QCStyo9uk/XxO1RnLpVcMCGXNXRPhylphhjKhO5HxhltvYM+QvAmzF9MNSO7glQTYd9EwfZ79mR87HJZ",
-	"H7Hv2SNLJnvifX5fvtyZy91NDPVFChvxGzw4EGtJFw7XCHr4zL/cHnV5c3CBKt84DYfv4sNzN2BHBZ9j",
-	"xPVmAmeJqyy1uydgSTrtqhkER85rBQKWJN3fbBSugYA2jSfTai39kniHFGY3oAXVDPAM7BD/3QHHVM8F",
-	"L+eyxXviN3vYiIChiawtbF0cCOx1SJN7kV6BcANfO9U3cAnLebTd4e2+Do3mZS1sKDAgxArYweHk3wx2",
-	"Qbfnbpdbi9DVceMRt7i1TNZyM3zqmlDhYIjCGIexfQ5KH+FBpD1AhEMFhqcCkjKipN8AgUDwE/e5VdSz",
-	"FeN6IiL7ygt8Ixp4wGB2UcRzMBodQkXOjGQRBri7UIr1NXbYBeHbreog/LxKke/Mdg88pNyj1udl3P8u",
-	"14Nb3ipbsCPKcXe3a/CQhhCjtmYPPUTwf20R/C1C5dYI+7tkPR0REreL46eFfjh/LRk5ljjvUO+7u7QJ",
-	"fEJIBG3J9h4qgiQong02rbmlbB5mvBjKWJad2YX7fqjDJm/J9WiOeYwoDVl6VUbq6RbBrpR1dk38xySS",
-	"GHbKTb5Zwok7CXeUPVdrrQ2Z0MOM7NgMZqHeRQZd18zD+IIXha5ge8Iy3Q+rjnu/uqh3Gc7D/fvF378t",
-	"1+nDbflwW67flrTcJ3V44UAi493eqa2XFz591375OCCGTTZ3qfgCfk5aPIkaPuzK3KqbzzvaKjSvmg41",
-	"rClypLWdk+YYdLd9ljtz2DPX4q9cz/a/Tz2AwsatQhdDR+bojGsUhHwLgdAJ/KVaTp8BeYEB77PVhUrR",
-	"pCNFyFUZHrhRDndhHVMH94ct6AWmBc/1TBrWz6TUkK2YbSs5ZrrKXPSYdeOA5BbnRW1O1QDqOQhreGtJ",
-	"ZgVGAXEHdFAuZfYu/WeLPOiw6Oqo2buc2wUspFoFh1uXjTrz8Lghg4oXTKsR7PFZkZumrOu5XmjUN4t+",
-	"7hpN2aIHi9kJZmbjq04BcycjBhqmdr8rdQdYy86H4PUVqKsUlgED90obWBws06QyirE+OjEwE8pwoxkG",
-	"RcVpBmrI/vWf/80ejZlmMksCpHH75dgKYrPvghCb3XmtThsAGWsqW5s65r1ud2BDK4GQnkIeSnTaIkW1",
-	"2/rWwShrNSr9V++7xtOqSSD2UJDDVFbJrcIROkARZys1q5tLoLc6f8EVFbAEbbbbrKpZk4N1ny+QzAIr",
-	"GDwfnRU2K/i4bFXiaJbJjSCmfAoJK4veUWaFTv8JjYKchSZnzNq9Hy5fieldvmyl/3IbAa8FOKWJmXV8",
-	"a+++l4Hv3hXTKWiDpTALDb7asZ2JgGuDUdoewxWrZ1GiBxfexyp2QatpFPKjRXgf3pinDufyjlBa64c5",
-	"CBqJs6iHYAWsFe2+OIeGSaXQWnxv2/Bdn9aRPT3G6xwg18380m80K6HOKfXVTy5yyRm0gruD/DTHgT+v",
-	"n6CdAIB8Xd20Ar51Q/tGe4A31ncFWC9WpYHMAw4YOQUzAzV4wA26jR6LWOm0ok71HLIrUBfcpIu7tn+E",
-	"fYIeH/XqfwzaowXaixjYz6mksgtdchWUo3BrHZAnmyWmb1HdoAPydU15bzbyt1/PLMVeRJ4o/Nt0q/DC",
-	"zAiceV+g+ZpquwF+HuMyOnQOZmZKFtMZ4/X0lxt0twfiOhbaRPB4KrtVUrfb09q6R4MdINmTAB67XwDH",
-	"B5r7UGdV63i4dYmtioPYjhhUL5G1metclyW2FNpq1LPemSFvlmCu0Jz2pLTXZdQIXjpYwQIvH8eUj1mQ",
-	"AoOdtF+uHnBxyFLBSK5nUiXuEKSCAY9nFRjRziHQtestCMzXyhDqoOyuRu56BfD9ucTPya2a1D/S+13h",
-	"Q5t1nreAaoU8aaUumnMzKzdYigpUfBsocgcIOOZafDseRzuEHlUBR95U1VChGqTaRp7DJvTh+loGqbfQ",
-	"s7B3p+PEnHFlpfEAYFb0lP4TDY6Zx3gvSy/bC7hl2x+M71sTj8r6SIhB5UAKSiGG9clET1XEPe4RJGwG",
-	"Cu7QxdNCTO5E4NN9dr71uj7x47ez9fWzpSvjjkAzrpBz7f7TtELMuKteD9r67Lqzn4LH2LInew6rIdOx",
-	"dGnSxCncsT9mC7s4iZNZLnQTrLmz+kB16NuosjVMuLwN1jiu/dmO0S72MYt+e4+HgdcXssQR+u19tPvF",
-	"4lnENqQGaq19Pi0RvbsVB7Os1GMF9W5QYchXHTGw2KnakMew2lWmZz8h+k+JBjdsIPt9o/FlnmUH/wQl",
-	"mf2KpZesEB7EqANPMAzlXye5vcqKERJXErEYddNtMHbHLLrAEj2IcCRqhpxvtL0lXXme4URgERtIWMYN",
-	"qONyuzzfEnJpmdGQYLQoSrHhnlnHt/PddqPa1cg5uFkb9Mx4bAqeZas2hb6l8lHtRGz0Wt+pYVfULUod",
-	"LbbX6a1l3d3zKXZ3baxZjLtkS33aVvmoqmtBwrMzCW+JB2otpFSClturbgWmOspU78uBvO4HstrCp6dO",
-	"tKo5ZDfm21jYjm1vCVzdP7IlvWEdlnswYN9ZSRtanlBhm90Pq6vt31rsoauCTNemva7msZvRda1IT6uL",
-	"cWutphuVRbpZNa2zGbBHf3YAtT7EsETgjcoxOxOrHURE/WnW//YRWlqpBjPOPuxcvSlCfOWB2/0gtDpj",
-	"W8PlKu2S+mMLbuKZL355mWYG1M61EBpnoDuSc8R+FgyLfLGFTOxiF1kWMQUaQ/yFr11mJJb0durWqD3O",
-	"/y0YEOhXa0sqo7II3gaNHteq2nrq6t3VMLCxVHhZm6Q/Zt8zeXk5GDGn8rHxOsTGdq9clXfwpg04uaqQ",
-	"CdczXqA7pjSS91+/PbDyN9pjkuwDps+/5NdvwagUdHTMLqSZURY7+x5LY9YGbEfVcWvWa3BaGeLXVCRy",
-	"2bGedTljiS9j0kelJldJe6H1++7J+EZLiCjGp41Ei42dxoKuqC+V+819shTu9oKLVTk4mSW329aNnQgV",
-	"wAEWre1/dJO9AQrVT6V4ViUtreW80Sve9I9zV6AN1cfRRZ5L5WSHF1yAtiJFbWNKEITtg2lEXa9rIrnP",
-	"F6yOQelDzWXONOJzCOkSKz2AS+2EjMes/4TCqa2Wd+AVbWJWg/13asGvfUzQmoRFQI/uMiDsMIhnEhLK",
-	"MAVxKVVsVYcxAsc5/OHbsYMFv/6Vp8auXyuZPbtKY9POtapK7ci0hsyVgXWImTh6RPe9Gwa2SMWpzP2g",
-	"A8uYZlnqN5uzylucs5lEhBZBeMIHl0WWMXT/sn4Nl238r//4f56MEZztNuPMVSqVC31YZw5xhs5H/0p4",
-	"n9e7396l8jdQB1naBxrLTzcuKydgtF5m0Y1oU932ShxW159UuDp3c4iqgaVi/leZheoQpWJONzICWpG6",
-	"4wMSyu8dtqE+ZtFvJwf/ix/8c3zw59H5wfuP4+GTx58i5916PB67K9NXS62GTwbw0W4ZvmvDfsmvW5fW",
-	"8xN76pFIo43PoyF7Yo+7zyPfYbRPxo//53j386hWT+1tuYVMt53/R+PxzTa5lnCzWSEqjVNTmUx4PNfM",
-	"4cCjEBHIlXa73yzzXbss9h+jMVl7pbpty3Iz8YXkJKoB3d43yuMpGMZr0hQhuLpVSA1zdes16ydwIQsR",
-	"w23IslWg76gKeUeK/K4e9i8zpq114dpKfL9Ir8okaYdl5mqkNOKn7zIc9DZmMDeNgE65bljqirOrrcgX",
-	"rCe3j7y1JuYf15bVFWIY8kqHrY972J/qIe6byPauYOYG1M9e4cBvG+Vy1thQoWdMlRiDVRWmOn6BkGUM",
-	"Aykyy9T5G9dLwrcC7jU9Ld0ukA4nx2dwJURJ9uFoUozH38VJ9sFVbcO/IdqxVtM7gPkdxW/eLvQyFHvw",
-	"fruN0I5/10BMBNV2cy7Z581rVM2kyRDeP+ftGG0l+b3qhINqP08A8zP5TLQ031FCyZK2moK5gwqvDg0u",
-	"3MuSK9GMwd923jpLn25f94qj/bIxrt0L/P7+69q2PDVH+7pYvgaqa8d/5CJ7FFUZwhEFwFRNfbQBEnKx",
-	"BBQe4eOAvTmHG8TtqsoGpEIbTsEFu92pxi91oOucu0JEVn4M1M7pLKZLIkt7xs9TrmcXkquE8elUwZQb",
-	"oFLCnGKgnV10q2hH6DYvU1GYtrybgPF4Y7jIqXTwEUFNbU1d23iIETEduYkbqUJriRgn05Z7m+JR88KE",
-	"Sju3Fcsg/Lq3XEzDC0C4dXqfJoPbXithTVygHcWurdr1Oqj2kmmw2q1dTzQJFMLIIp7VowT1rkd+40YL",
-	"DeL9jjO7KacUsNzOpYKouJ2cdc9612dcz8M6RZmptpNqYNvZSzOof3B3mYy3Tc3b8aK0GxcQs7kxsMhN",
-	"S/txFaW6eW3dBLCCTBj7fALdSEUlVnbAV8G1KUXRXc0EO2aNbwNjKOM915O9NDx53KD5i5WBjpjR/6VN",
-	"ct/gAVgw73kLcq+5FjdE9O3mYLRx79tO6p3XZMNW76wsW32Md1OZDVu8g+Js2I5nj+slU7BQTj+yHBnL",
-	"SHrwcKzY6eHZowGTauhs0guZwPeY2hwNycEa0V8h33yrzHCPVcWIr92gqlh45RrFttZqJELGV6E8yoZ1",
-	"3SPYHqMtVxsv21pRmOphlvmV8SrOoKW0VZ3rBVK9HMhNqhnPFPBkxcovwgUBZEBEiewaJkXmA14UVD9Q",
-	"HRLWr34rgzXcjTE4ZlHMRQxZ5P0ydSB9/xnV2K3+oE/CtYNuXMe6CsvfFn8fDnQtc+Yubsyg2zcJ6/Jh",
-	"qYp/apMc2DOsQOu2ndq1xHY4cKrGyjfrqSgK9y5E+qEAdLt0tHQttuZ7NRM+8f84AEpF1NtDT7GQjg9E",
-	"LMfeytbaeO12seKOr385D9/JHfXt24KVKaw+QsCUBXBRErSbFEYvU3VkYwnVJ5mn2nKUVExZakJ0lzQI",
-	"Lykpj/5fVrfwLYfthfsLBusbPO8OF64dqC1lDssLeYipSypdWGqgoJbIthuN2AlVGU81gxTTDgWlt/cj",
-	"vErwYmOXGTeYqTgRGCzvAGscYy67YanRkF0ORuxEYE4jljOOGskV9tqs5zQOJyKiydonDX0KC2pTWpP9",
-	"r69GfSJWrjIjzcGXxg9j3HamDJ7Ec1+WEV9zUW0Vj1wLrd4toPoh2ToAMWcPWR/PkWU2Ayo8lqUc/Xu+",
-	"pHl0x7iv7Tt+2Ugl2WlbW3JsaGaOaqq5pfXUm53zamq03Z5i05Gu6qdHQWVGMldVG6xopQ3PfDarkpkr",
-	"+3dRiCQDdsHj+X7pAm1LsbbJZofEwP1zSf1E87pfvHm3PqQV3pY876XIWau01nV69s9oKgldATB6fcg0",
-	"XwATVtjJUk1XFtcsOom9wX/krqLb4QqEZ+LBBsh97TOgUGXcdmq3pCdif7YPjEnGfKb+ZhqivZbdopgu",
-	"mTQ8gjXsPMvVrEwUz8NQeXWBZq32V7ck0yqvZh86NjnNIGEN3Hym5DKsLFQ+4I6F9O/4BHx0uThW2ScP",
-	"zTIVerCl1F14uPi4BivB+pzcs64u3zHJZM5kwWKu1IpeNFLuIINYUpSLFHXOlSvovkM6ZIpVAL0NJ+rM",
-	"gew8hosyF3LfBMayie103+kd3AuCw8ONEBaMVFZ0reIZ7pwcfO4gvjXscLQ3CKQ9Kf9B3Aykyd+jZHlL",
-	"EIQHseSmaAf2UsN0FtT4oo+fos8LYrAfWsHZ/d33T7uv+d2ijmq8pdVnML/a7Pz535lKE1Cs/6///G/2",
-	"5DGTucYMiqis1RkNhsxVDKVohj1qdna4G4ZrPozA1YGABvG8MknoYw+rS/h7tFBuBml5495EQescqWf4",
-	"L8qIgjCCl25IFhjijbkflnOUQggabN49fU7ixu7VY9EWpdvsmrgGu0/8bn1B9cO3FwbEX4sFFwceIQH1",
-	"WKu6spgXOkxMFNz3c1j42ahsT8q7fdnLBVhEmRItMtkGDdFJKU6QG1K7BzxLp65K8q6FbFt8XLbfty0l",
-	"fMMzW85WrB9Rxd5oyLwpdcgiV6QSjW7pIsXf0L4WvrFaKwfPVnWzgt0fe36ddcHLSxc8OXdQG2tRmTye",
-	"nyuw5wSNrmuT8Cbv85lU6T+lOIfrGCCBpAJPOSfzrELuv0i1W23bzcU5HapgHeLK97hpSHURrzmomrGz",
-	"7xE9y0M4uBUbad/k1qjOH2toHRTZifZwXeF1YH6ue6mloPx2JnHbA9zpp9162/2ceEydS+li32KehZPg",
-	"HwreBqSoMCeIG+WYHa9DmYJCtoUA9Y2+n+rMe42PPquNcLRbKdGGCWINEbFeyrEtLgAjVONCpWb1zh5k",
-	"F4QIXIE6KQishf76ybvP/vbrWW9j9e27llshkR+xH/ATRiHj/1gaHyvO3soMNOtzpsH4kq0ZTxJQgyMW",
-	"2RvvQIpsZfkyltt3f00EPcPfkKUni1REI/arFXX+9uuZFXOSVGPCpXfZaFBX4LNiCTor1Za3CfKiIOXi",
-	"qcLRVqQ2MybvffqE1oRLGZBrMFc61fWsrFpugMOREOxUajNV8O7NixE7sySdyLjAgNdUO4RoMc2AaVmo",
-	"2B7PiTCqMDPHA8AlZS9TBSyWwkrh5thn+YKwLFVavsUTzVIzmoiJeC0a852Bw21GBQM9Woh+qlGIjDkq",
-	"GlxR9gJ6oLlJrchRSvBvCgDBXr6ZiEeja/bXs7NTdnL685DZYzfXZXox6zesOVGV20DxJPX8AvtLaR6J",
-	"jifCijaUAWxJM+LxXMhlBgllo0aEpm1mCpxh/4DKpLoqrg5+g504HkgudZdDOJwILVmcpZjXijmkBKrG",
-	"CmF7Ec7Nh4v3oxRXlJqpjybigD3DlXx8fX34p+trKiacalrK6OOEhLdJ74hNenTQDVy7kz7pDdmkF8sE",
-	"6s+1sefzXAs+h/OYa/Avf4pGtr8TFn07fhwh4ISQ1KHdJ6t3/CiFAWEOqK5VdMziGcTzsppAUSYE5lzZ",
-	"XcUGo2+vr0tkPMcOjpwvFF03ZHWrfJN2J5pPXE7DkLSOiWANu6p9K7WniRmZH2RwBVn1DQ7BsdCDPONW",
-	"xrCnkoqAECQbix5/+2cPLPoWjFodUKwR67vAmYHTFSzFa2SSSAoyw+ZfYw6OZgIw1jrPgat6Rg5RukmN",
-	"5aKOcP0h7tXYde/RaDwaO/VL8DztHfW+G41H36HMZWbIFg95nh5ePTrkMbr5c6lbga+JvgnDv1ny9+ek",
-	"TKcmj+2A8TiWCmGhjCw3Y8R8Osu343E0EZdY0XoJWXZwKdUCEg/jduQyUSzlNdJQHJORhYnlAkbsrbsr",
-	"rCgHRxNRcVS0B1qOSstVin9WUumdxPNeWZ7kB5msnM/ZuMpAqAQT+sfhP5y4TELRNpGpckkQt60uM3eb",
-	"Koevi6v/7Xh8tz2TqPbp0/pl9poWzF/GFTuCBWrRn4a9xzSWUBflmA9/4GXJc/zk0fZPfhHcXaSQ0Eff",
-	"bf/oJ6ku0iQBlHQfP9rhC1cL7UzKF6hD2O++/fP2786kfMnFqiyW82nY+9MuK/GzlZEEz3xGV+9Pu8zr",
-	"HairNIZfBC+rZaG84iOt7cn0O4O5KotSXDN8qq1IhLZq+1GNdA/LggthAq61ahlblmpMAywR2xgBTtpL",
-	"BiMpyHLRJHDnux4g1wQezyaCoi5SbSlVZlcIzZFADiIBYbLVaD0uhF7lmBRjEELFMlcrDo3YiYOzlAIs",
-	"GZd6mwd59IUpEF55nfDZ7nSPgaz3R/yNWN574AA76W01VrBh7tlkDU09uSmpDDeX/oFXfIm8AjGfaojR",
-	"rdwixmK0hYKO6x6THeimJcE/vWTehG+pH8UTKxCUiGcemgEBz1KEgckzHkN0RLL7REiH6ejAzwj0WK+D",
-	"oLFfy0jso0kPQdQQw7vxMTGqOeTGjmYiKkg1LGjDdQW5Fu7E4biRzJZpyS6APi0lvonwaE4KSNhkkes8",
-	"YqRo3pQH/VhuwP0wobL930kOqfXfJo08u7yE2KRXqALiy5xg5CvWcrdDcYS3OZKfCYYG9ZIhnV4r3OYE",
-	"Cb2Gnjv6CvjYTfhRg6kQ8dtVKDkF46yMW3ZspeIi68wFr/uDaVkOeAqmxTbrIPX6DtwLu0CzVZNeXqTa",
-	"NAr6O+vPPd+hjS7bU+c2TtSPjZBU/TnPzK333i71Wkytbm56Y3e7tv4w49OpS213R2BzW1/QOxu7m3PF",
-	"F2DQvP3bZgYKAv9QCnLGpw0kRm8VKTShQmsQCXsyPm4iGzC45os8A4pz/u7JmEp3prb5DwWoVc8Di/QW",
-	"qXjBpx4Ka1g7RXUAog0r5vvPcURDy7fLEXXflZRXivkDS5R6yCprzhcu7d3NiXdHtTr5jTJuNzr9H/Hf",
-	"Ty5hAwy0AdTpCuH6G+2MKxigTyZPB55UplHlMmcKDjTCZZkZLAaV5uSMKmh34nijbYgorUIJDebHtQok",
-	"nXR4YgUnmpwz2WGcRD1bmy3A8IQbPmJUA8IXUzl0Xq8hix5Fh9HYJWWtQEeHkZARVTS3B3AwtPIcLYbz",
-	"lDAkUVYOzmqy3ArAnKwZzk6cSMrKCVE1DfulG12DrJ2Q2OakuTVl73zn0Ja0C1H4HB0szhj2BydVB+jI",
-	"1y6oTgodtogfKMCzOazI0EFUZs/GMYYnVVCupYXDmdY3xZO/gFknm891PhCBPnAyTkEd0JQSfOerkkH+",
-	"gsiAe+3xGpsK9V29coiLh+XjP73fzsEPCZLg8CP+exuGXmLhrXFlx5R3YclvqmpSN5vwcOvLb8ri+vbl",
-	"B47/wPG/OI7fIKZbCmhr5H1YSX6HH8v/fzrUAB3usXd8AfbMOnxtgDl6u+0Ya/WlylLC6AOlcJ86DNUm",
-	"B2hgrX1Ost/ycjkmx0Xvx45Vh/P65GxY90SFIVC7AP0h4tbXQXuPx493MTDD/JU0PyE6yV0QLC4Qb1Jp",
-	"vfLhXVJqN0m+lFfBm7jSrKpYf+cTJep1WG4gEtavUyemUxs5EbshvdXw5FjfvXgwVVwUGVcDKwEQZBnL",
-	"0iuYCPcHVQNE6zpCTGMYBIzYa1F6bs1SkheNJAiXjBQ9Ho+jkF5XQgZ+NvbxebjB5zRor8MuPnCG23MG",
-	"fje3d1307LifwcWuNCTVkkKpHJuRDsKuqm6GIatVvRwhDfOgdisww4lYM9M4EqVyZezZdaqxQITXARKJ",
-	"TSzkFbB+oWuSgplxMwiRL0HJrZmia1O+je5zT3TaCi74uam2DQswQL70/I9EwHdKvD/OuJgCw4qPQWBH",
-	"e08psysxlxnB3Wo0UdbTF2/QU4Qan7OG+khlB+dKJRR21KpPCzWFp9mHbdbNNzWTEOVa2MudBPiy8qq9",
-	"dSnOL8ZCXzi+c3/GozZd1LO+JjHUVdKNNLD14b0F+yy2DAnXoKkhtXW8XmG6vcP71HmfZh9wF9rpER//",
-	"u2i5NNkEeMIoA77udLC00mrGfNrMmtdDJmAJuiw9cmKiKo1v0/u2FxVsO8t7nN0f7/isDttrbnSNvK6Y",
-	"7NH4C7kExS4sc8Wa2G6l23q5VHLR6GA3+MiPGzdUvk+vRt5Bn6d8StXC2nrBdLOwKe3ReFwr0fIolOex",
-	"VVihOOjeffMixI8MWtsqivy3cIN2sqDm/X34MU0+HVIFiW1KuL/BozSJMJ+QpcLI6jbHOLJlDepwyFyq",
-	"iL/nWVLhAR5PBC9j0Wq/W6XYKeIUoZrUrPFKLjGQ0d6UtVD/0UREj8ePfag+BUEeTXpTKTDqrPQC2eEL",
-	"yTIppli7MtVG3zT8i6p07MB7/boRGAfSX24l95L80mQvGeKeBP6n2Qea0mey1dX6axMf7LlDPJAyP/WP",
-	"INKXE69FkY5v9tl3+3/WYBf0BMmpxjTYxYpRPfU2zkHJ1mFm8bYQuh4+TunbFRqAT8PiCtayWdkPhU4F",
-	"aO0lRk2AE8OJyKQ2rJ6iOMDvMVLCUb3DOzhyabiYEoRZe1qKaMTOLB8SmU8+u5RqImqACeTFSkWsgua3",
-	"51f3GW7uWv+dFOyy99ack5YE7IcI8i8mgvxtIZp0VqPe+dU68R5+FPrT4cc5rDr94L+Iktx4NmKvpHPf",
-	"0k2EOaboGkaw0sfjMZtfnddwBaLBkGkrH0T/J1znEJvvI8YngiL70G+GId7oFaReWMyFkMa7pnWaUfpJ",
-	"kCDJvNC7V8LY4sItVVvWb7KfoYO1PJo40FqMfReMJJ7Bl044XyEBlC7mOazWz36L1n2Cm1EZgWp3CeL8",
-	"u5vkJgd/FDivfwHzex3WvxN4k1TNmeEwZ8ATBz/x7IxPQ1X/pJ2oy0YdMhhNRyya9P7HpBdVJjV/tked",
-	"Svinh3N/x+eeoqyCh75TKXn+d1YWVmxRS4S+nWnzOayGznNsZt7JemxFiBiEOQBBttZDkr0IUFoBAiMk",
-	"LJ5xxWNS2YOjoynvpTW5Kk7rBhkNyrmVEHyDEib8tecYAl1g0WDENuqPmcwXwD6MLqWCK1DRRNRcuyR7",
-	"UrBIoQ36jlwGu0SIbYFAQOV2UB2zOayCrGcitvGe4G15Wph7E15PC/O7ia7tTO9X0uDXL+ho8CC2fjHc",
-	"67Ro4V41cRVDKg4/uqzlT4eEr9Gufz7D597tlKVXHnF7BhkB73tIe2YkW/Drvge6IciOIRNyyf4Pn4oy",
-	"OCb8honQM6kMCIruIEwHqxUpBbFVZwV9Dwl1hxD8HsdDquZDL3RMRF3q8CAYpQgpYAnJ0dhB7nuMj4r+",
-	"NQCLEMiOJu22NTqaiOWMGw+uwVmB4DMs0r6UP0WtPRkPbmr9og6x7232L4+057I4KVKbs1zmLazdg6t/",
-	"AUaxzcW9b7NYo8c23vbWHg2efS2O7n8jjkY7xzjReY2t5TJv8rV67b2gfuLQaTRbzqSGJmQ4wiOCoNCy",
-	"NMucLbt0HKK30JXDSkClVqQi7JawC/FllXD++f2Id+zm2+KNeuXlrJ/SzDhEtzbs4komaxuV0LcczhnX",
-	"89aRPHVb59G7qi0MjcUh8dfHU8Jjg0gImDxX0l4y9IcdktWbEZwReHJOBuAghPYW/2lZWHFIuFvaXrwl",
-	"+rK9Uv/1f/8Xe8RmQ2bvJrw+IyMjlurB5/W5liNtDG8wZGXxNR88usBKt4STgnRNdxfCueCjIYNrN1dM",
-	"dkhFMz8VqyB9/+jbo/H46LtxhHgtukR3KANOHTqWfe/R0Xj8xTqDv/1KnMGOm7U5hD2z+7dwBgegRMqf",
-	"gvdRLV/CitsfG8iNO+dNOaenRoSgmZVak0SB1qzPs8xlpA9G7IXlEhU9kPn3ApwFOJmIVCTpVZpgEniF",
-	"47DgBiPXEIb88fhxdFMx9qnLJvLYTPfn7ax3tM2snDxELraZd2sFRqp7MXy2282+vjpGeSqJrzdKGeVZ",
-	"odfKtIyYizKYQUO1U7BAR/XFyqo4BNIYzC/9DOfMddGeU/rSo94/nLANQ2oYp61xpPYL0z6tOOmuGRhn",
-	"dXa7md26G5c+xKwTtJH8HuMdbk3mcWqKD41ZvyQwusiBPVVUaY+0i/6ZiNqEhw6Fc62oUpRkH44I3DTJ",
-	"PrgQnBLst4oSKoNLMFTIXhklfPdEWNlvDpCX8Uc3DxcyavU5LpqHsJovJaxmr9uqRuM51T0OhwqnOpaU",
-	"9yZzxmMltW7krpCxoO5N4CI5lFbZ4noeMfhQ8IzSW9IrEIQ+rieiD9c8NiRZDUbsxKAFw5R+jqrBoW+q",
-	"LX0N/R1+qSaCounx9WjSQ6/hgueIPOmX5BvdrEnqaT+UZr87OOypzP1ybbNrlEYBsgmbeMaAHD2tir//",
-	"Yj9bh1X3d+7DLvMtzQunMqfIpd3ePa0Ac3b74KQwMk8zaXZ8/1ee7vrqWboAWez6NtpNPbzTbp+s4y3t",
-	"8k09G+mlTOAGn/2k5GKP1T2J563a8haTqsxfP7cc7Vvin2tH3ulSpSUTXZ+ZFNODXGYZptXJwmAQr+U1",
-	"C27VfMFFDAN0TCIw0V0j/dVothXr75UrlFxncqLicMjXjtaAwuxgJyL6OPGVByauLN+wwkqfVESNkcuW",
-	"VGs8btIbTkqOPekd/fb+U0RqQhTLBKLRRLzGcV3whKUiL0wZW4LV7TKeCqo8yEBcQSZzRAB/iG/o9BBW",
-	"txzljVstq9omK545LtlqaM9lTjnndeyX4OX6Y8bThWZFjljnCMUcVdaJSyUXVYL5N7qeN0cCqL0rnfMP",
-	"Xf5Y9Hwi8jSea7acpfGskZUqWWw7ZH1u2EJqU7sDdTTAyuCynmRLJZASSfLpRKDN3xkR6yCvGPpaRTXd",
-	"3DpyKm+IVLMfCsXDFfVwRX2eK+oh6OzOmDJyw83s/+3ct4LmqSPz3IYnQy0kq7IWuMocniHXeSuGZ2Fk",
-	"hA+lwIxoV3cpMTM0DVKFCylgcAv+eXPYn9sg+dw5033goQ889IGH3gsPbcNW2uSkhe6oDHJa6FmjJggi",
-	"Dx+TmQVrb1BtLZ+lWYmKtXzNC2lmpVdaiokggKTCMtBwZRFspo487HoktJXY1RtqVhOZiBrS7SMX/Sab",
-	"SUbBaiFV5IDl1PgKxTyAdlYhZwqzj7DckC9XtMa/q/Jtw515ORUYv48gM9v0XgG0j+4egprGcMNSI7aH",
-	"hwIjX3ScrZ6FIgGQpTSYjAIq+KcP51eHlpW0c5znsMIoKUu5lUaeCgyjxxNg+cLUl9yOEFAtOowEXBuq",
-	"oxaORXt+ZVu+t2h128XvFq5Onbc5Zk5wveyaKrn8I4an3NV5xsiW53/H6oodoeONw1weUd1ZyuD51avq",
-	"xXs9C2U/bXFK1UCIgixdxbIQ5osvRnHX+yzqW7J9t3fc6s+z0Xts89dXYyS4MeVGtO2PvLIbD8vW3fkL",
-	"mNf+nXvcmrKPkIjjnn1Ve/Jupa1Q7NeXuEUTBWbr5pCZvZNw3tAr+1o0QpHX+0VHb3n7BYaufiFBqLhI",
-	"bTRPK/hvEYD6wR+WPU/gvkj9LvzBXpSNsCE9LCXfYQnhafVeH6K6UXgFrkBQkF+9ir8LSWX9yP3PI42Q",
-	"C9D1EQ32rdVyaw/L+3sPW90CmtsCZ/+VYdOvW7Lrx7QllPRNrTZHdfJ8bcP+t49QQHUJEVhDedNzOWja",
-	"YHQwcPSLPiPYTXvA6ZvfqYDJ7xNCWi/XcnOed5hAbmatPpFTyuap3CB5vdZVWbOAbHD9JTegFlzNGVep",
-	"mS3ApPGQxTPg+aD9tD3FEdzOadEFF1lCR3zv1gxrNvaj8/M3vzz75dn5y9dPn52fR625QdPfFfq0tkRB",
-	"hpib2UOEdQd50NnamToso+wWSc/wjXvccdtBmzSHnX99yptxa7ZlG1xaYYeu9s4nHu7HLH5ScrGHKiB3",
-	"fxfJc/fXb6mY3CejoaXtUlRPplMFU26q7NA/eDEhrmcXkquEcT/z2hl2hzVwgA8vistLh3TUdpB/wFfK",
-	"43xvu9roJ1SGIpcyc0VDvqq9SfWc6Wrwu23MrhaHf3M28zXaP2jLuq0gpDn5pDxvsvqjszFSi4gC0Ge/",
-	"D60EIlnDUvwNSaZLjP8ZlVmwOsdBpXM4/e4LKxZIijec1ssAB/LaKRD88xYMrG9Pq9b8Vdzon1+TwKxx",
-	"RzrOAb1uvQmSEFrHD2sRTq0a9q8zEAwEv8jAx5Tkhca4wCS9AlUDiUiqO68fkYwBSURmHXyueCpYzgsN",
-	"YePOaaFnL2tjus/s4Fo3oZL3DgjLquJfXa1Z3J/a3uIs6icCd5+SeF08w3qJteBW3H0MwsYufL4IhC0H",
-	"4BUs65v/h7183+1zXjo5SGeyZoiLyLzMzeDswoGYP47CnEHmD4zh9oyhGdV6I76wuREPbOEPyhZ2PC01",
-	"rmDShbMrhAPlPMSsVCy2bWaa0SdV4XofR4u/P4cVZn9dohMRf0Ju5aJ3c4pJnAgngLgk6R9gJZ3Igaso",
-	"Bev/ecwSvtIDD5TzHbV27l44h+sYIIEkGk3E7UNk38UzSIoMzmg97odKsPHfs1xCfQAPFRO+2pBYf1jt",
-	"6dbu/xWFOgKtEb77IUD4W9NKiR4akbGBwNhjFlle8z0aQKIqgfMj/vApwuol4YjZkuDuTsu/95ph64Cm",
-	"plC4PtoVXkY8GKvZ9TFLohY13OoSxA/3g2OI3GoTNK2mCjEIUFMsLsjkQJvc1qe7HjYRF7HhnYAUX2Of",
-	"yOVx/ngocPo51qZpBcTEp7+bCxQPXZtlr4pkpuXD9CJOxr2HZKL7iZN1MkVVYHUv7nX40csenRFXrzD9",
-	"5kMhDT+4yGQ8h2Tk82wa1U4WfIUo0yw1jGdWgliRQLPJwn5ElovnaRtOC71KZJq6QupIOTFXKgVX6nkN",
-	"tq0NXeVa/L7E0y4/+Gn+YQun3tXBdwvF6RSEDvwti7+E1HJ/Uu/3dAQDDfCshwq5PLDUeyms0nGs7k7W",
-	"OvN3/27lUlpQ8z373g82v34fVFxzS3U/UkaHjMdzXdq5yyKf0fzK+XlotSKm0sQJwHZ+p1KbqYJ3b140",
-	"UPyOyEJGAbc+cVSqMgYX/TzsxKqnGeIDEvD5JgVPRLOSwmYtwJtl89eQDu9Lt616+L2U2/oIWm8n3ByK",
-	"hfYrje6+AaKhyiyDhCAc+2s78VB75cthcLSLjLOLQiQZMG7kIo15ltWLsdR5AgmPM+BZV2hqcZGl8YhF",
-	"fxp/Vyu8m3DDL7AMiGaFUMDjmR3SMSs01uJEGsTan0ME5sjSK7B/Be/fv9IQ7pEMXA+Bs09PCBDB7cM9",
-	"9/iLoCVfsX65ikmqYykExAYSS1N2YyEuVGpWvaPf3jexKN3C1j5XVnY4MCrNB20u0wUYlcadwVIv3Sv3",
-	"imZMXQRxjPER04LneibN6DYW4Ja1O6VaCcwtBuv/7d3rV9uW7DBXcgFmBkV7aY/T8hVm4BorD0ldBm8v",
-	"uGHj0Xj0OOwUKr/deQNsH4eIP9dc+o3yfG2LnAq2PmQaZ33V77LD2F4ipMBRifzRto3yg1uUixLcpO3B",
-	"rC8c67nPc132EVgCf+gsp8w/n7NtI8CCeIaQJe8OH/zmrnzsXQBXoE4Ke0f89t4q0VjRL6jNn7AXXIB2",
-	"QHlVOY5cKsOePPnuWzT1FSrrHfU+4trBp6PDw48zqc2no4/2tU+9Ye+Kq9TeJrhNs1JsddbIXiZjnuHP",
-	"6OJTa49tP/YJtd98NjMm7w1Lm5770/5Dc39frkiAwpMirmobjGp2u0IH0yMQC7BM6WjAVw1rNUjol0aD",
-	"Mg9VsYnnQi4zSKbAcpnnFQCxZn2JAYBOzF5LH7FdYXbFoNYHj+ehPlBmcBIEmp7qqsGQShI7FaE0o3p9",
-	"pSZabLZM8U+xFJfptPDOk/Jb/zu0fWnFiCp73uda1buvgt1DIW46h9iwqvhEaB9LPI1Q3Z4S99m556rP",
-	"kuzD1uSYKlNxyDTAHGega+BSzbXALw/oy16wEOcBwjz7iOKqiOZVaPCFQpwoZ09E0EkMluBlkKaX68ik",
-	"N1pTQkNjIPlmWAp2w/JSxalRLFfiQ7vry+xYTcBnUAjbHdPL1MQzLBa/5rfV9RPsPLef3n/6/wMAAP//",
+	"7L3rbhs5tj/6KoTOAVrCKcvKZfLfY6Nx4E7SM5ncnMQ9AXYrcNFVtFSjElkhWZY1gYH9aePsr/ucR9g4",
+	"D9ZP8gfXIusmVqnkSzrp8afEqgtZ5FqL6/pbXwaRWGaCM67V4ODLYM5ozCT89z3Tcn10rpk0f8VMRTLJ",
+	"dCL44GDwgUWCx4poQVY00eSMnQvJiDSPJHw2HgQDFc3ZkppHlwlPlvlycDAJBnqdscHBIOGazZgcXF1d",
+	"BYOMSrpk2g77sxTLn5PUP6ymUhNxTvScEZ0sGVklPBYrM15ibvicM7keBANOl2aYcymWtamcC7mkenAw",
+	"iKlme+YNg2JOSsuEzwZmRn+RIs+OqZ5vTuGp4CpfMklm5h5iBipGz8wTxeBwwyAYSPY5TySLBwda5qw6",
+	"m82BXyXLRG8OekxnjKjkn6ztQ1N4rvrumJ3TPNWDgweTSVBuwQPPFgSDN3TJVEYj1rbw+Ds5W8MHw61t",
+	"UyluGHR/6tvzc8U83/perICu1CLJ2sYQ+Kz3e6tfO/F+7TGVOjGjvYj9e1zcQJKYDH/55cWzUcseZ+Wr",
+	"dtzpYoxtU+igsGL0XccW2VGuxVG08NH3cploYLAol0pIknD4KxPZD4qIFSdaUq5oBLMbUr23FErvCR6x",
+	"0SEJU0YVexGHJFHmMU7C6WA6CNt2ktp5eLfynKaKFVt4JkTKKK9+QZakwkNCoVmCkKRMwxzImRQLJoGB",
+	"yGqeRHN2waQRI+EZ1dE83A+LlVQhPGFWkylNUnauicj1IaF8ytllliZRoskFTXNmvpDjmy6YlEkcMz4m",
+	"J/C0ygRXDBcgolImTJGQuhmH4ynvWA/8Ks8WFisQDC73ZmLPPlOuBK7MT+ajNlflRGiakiVTykiTszye",
+	"MU3OhcS9pmkaEDWnksWERlIoRaKUJksWk3JxxuSj+SJ6phjXB+ThZBJMuZAkmgvFuBEPleUePphMRmQF",
+	"NFB81o+wNWNyZF4RMbKk2gj+gChhnpW4qmLK8eOJpYX2BYMdrB839NLKusmkh+w7FpmT6SD2t4n8Q/v5",
+	"5EfyOWc5I0sRMzIMT0/f/fL8l+enr98+e356GgbEHKxMJ3xGIvsCNWpjg6g2g63c+8owmT2DN+cLV0mc",
+	"S4oyjBOFt7qpB2RChCSczahOLhj5EbYNvuYHZVn4JFmyMCAsVYw8mYzJ3w3JqymnZ+KCkUcP/vToyWQy",
+	"IUNK1ozKAN4wT2ZzwzWVN4wIlUaSaCPSk459TKuf5FmAxpYV8tHz/a+RACp0W5AyyLJEWXKnaUpyHhsO",
+	"5qwUXYcknISNBTIkGdGswQAPAtJK/b/91/+QJ4+3McCUt3AA6csA5Vf2WLYP+VmxUkbR8p30Uum9SHBN",
+	"I00UKFyZSAzRhFysYF0oJy8+vN37tyeTB6CFKU2X2SHJeUalYvQsZSghFWx+MuNCsriN9FVzSlupv/oR",
+	"r0XMNj/iI6wjhbMztpoafIoigpNz84nEfeIq0XNCS2I5ICFnq5AM7coHoImYrZnyMxotUjEbmUUIaZqG",
+	"Y/KWp2uiGIsVoe7E1HOqSSyY2UdN2GWiNFkzfeiWwpBhKTvGU/6eUfiR8rU5tYyqFVHFDmEqe4Kn6zCA",
+	"/5/C/wnlMfyJfw3xxDpnEkRqlCZGm/9hylXG0jThMzUiS0Y5ftiYHPE1EYbUynMsfDyZbLzIUrJkNFYk",
+	"0YQq/OhgyuEUJSuRpzGRLEvpmlCymouUEbtGZqEp0etMjNppVzV30qsGDDhbedX0Y5EZISNyjw7wSvDZ",
+	"XibSFChU5Nqs7zJJ08QKQzI0q4fbHxojBjlzVJHvj8wBMgZpkFG5gO2ccqqN4DhwShGhXK2YVIRqYpSg",
+	"gKTJgtlXggYTkmH4cPI4RFHAhZ6bQyFRhF7QJDXs0rFEdvb+lXlkTzh34sHfPRRgkX2kScuiEVi0nOsk",
+	"JbRQF4wOc8EUEL6dklkUpZhqY2yzALvqde8MV2w3QpB5appxY3C4Y4sogcH86ve7zQHqqrd7/y5q9wlV",
+	"i+3fpqlatH2Vubblo05E2xDPebyD6azFdQznk9I0aDOuXluKqloRxszKefI5ZyRjspTFbWaXrg6z0y5c",
+	"mZtROwfN4Scav0dd3/xlzgTG4b80M7o+aFD7/1Bm5l8qr/0/JTsfHAz+j/3Se7KPV9X+cymF9Ww09ZLU",
+	"LCOLyZmI14aVYM1Bh6BkmShl5IL7FnKesDQeG53+Wfr5PQhZfPVtTbTxWs+M8TI5p0nK4kNUb8zUnUmD",
+	"5wXcI3IdiSXDWSuY9s9CnoFVdPdL+3eaJjHRYsE4SHQj750dB4spRcrsQn/Ohab754zqXDIyo5rBbF9w",
+	"zSSn6e2uceuMn1FNz4yeDhY2Dg0LnUuczxuhfxY5j+9+KsZkpXEsmVJmpZgSuYxYQ4GBOR3TdSpofCLE",
+	"Kypn7O6n9pOhttSMBVoVeiIiwc+TWW62FfxehapGnjwmr5OfRmNrCL99eWszPBbZeys3fPM80sRYDxoM",
+	"CXdmWqMDZvOBscWt76h5aeeu4jk5NCSmVUWsNpVTIcmcgtVRsfVx2vIiidgvvFBVvgI5smUmJJVJuiZ5",
+	"OTAZxo5lYrHiAVG5PKcRIxnNDd0KSeJEmTtjJIATIV5TvrbiXd39xI9ikOGCg20hRWrmJKlmSKaH6B4n",
+	"9Nyc9CG41/fAvx46A90cd00P/F7hgvdNyt69X3HWw8x+4TTXcyGTf7KvIEFe49kVkKU74gLCLjOQvEKi",
+	"sbFKFCMJvygl9RhUBvtyM/ZRtADfVeVEzqTImNQJntY0WnCxSlk8W7qARaLZUm2b+FG0eKHZ0lCFVQio",
+	"lHRt/o528f2Au4xdMLkmZtxS8DS9P6NDo8jswU3wJJrChuOMOWX2meepZSjUWTaVqVKr+XXjyz8VD4iz",
+	"f7AIXH/uKzeWjbkjraFz4mljZqQE7zGnYGBdJG0+Jy0I7C/VrGJGwUN7KVOK0GjRa5yqX73bPW81Witz",
+	"xwPPy5SmOvf4iX6WjBG8LSCKLs3+yCVNE4WOM2PvHkULS41jfE3Ya/51BXXTFVvXfbd+Q4MYmupvdbVa",
+	"CKOVpXaj/3aC77UsvQgxIEqDlwQ8CM9evSMSzZSvQZ1kyAWJ5ixajL5RQnU0ymLwEe0pxlWikwuWrg/s",
+	"V+2bae+HRhCmTLM43A9VHkVMqXA/pNECfhGLcMp/+8//JsVthySEEyok5mfJYpYmF0wWCnU0p3JmTBSw",
+	"AyB+cEjCOP2MD8SMxnvWe8XF6nDKKV+jrwO8yOYetCTIEF5VGBDmVMT3WUfI98hfClwbTfaK08+e6c0T",
+	"JLZzWA1aWzpL7Jshn1iKLGO+rwVHVKIEL1TPFVXE3m94tni72YyKluQbpoVHP87NmQcvRr2RRbmGc97s",
+	"rdmwXvyS8JhdejhFqMQFKyrxt8oMC/+VZfP3DP5pWQ64BpOV9j50zyfFEbT54VwIjwD8K5VLEA5xjmoT",
+	"KxkG9pCC+nzGUrGqRE39Q1gu9M854UrLHInWzNwtMRlSkkkRoXnGzZiJIhjjbNnD3dij1C3QS9/NHLiD",
+	"wQaTuG9zFNTcpwB4wS6zj4t+ys/PmfzQIgOfJWpBVCZESoyYZIdkKSSzv6DTgSzpmpwxkklmpKD5lAYz",
+	"nv2V0VTP1/6YKgonT9aJGYPFJMvVHGQW1U6QaUFiSRPuJ9SM8dgs4bY3rmgCccLut62EXKAh4HHpVnfI",
+	"DVt8UVD58uI9vi146izrwglC0/Tt+eDg116GQdCUflbd31yAN0bbsmLZ2QQCLvoJsDHTT8GmmoITJ0B8",
+	"hyS0bw0xYcUKFfM0cyOhO74IuQmOfpfiVa0q09IbcwrBERaxMnI0OiBimehyRCONdC45bDTeo8YkXDI5",
+	"Y+HmzcZiWLAMCJnxfGn2Fu4FjycMVtnFUsaWGTjedYdLJKVnLAV7Jk5UJMCmyUSmvIqJndE2Mwu85m/t",
+	"vVeBdZJ3ONfJMJKMmm9Ozp0DdOSdAXi+NwUZVYtdvqTBKDi/TkZoO9dLH9TmrI7SFV07Cd1y1lS36LaW",
+	"u1MXtZPqfVAXe+e/4hsC97WWMuVRcYWkM+ZL7YMLhPFZwllAQsXQ1A076aF7gyu7VM47aGRtuVBONXHN",
+	"BVrsbMstaSGW0oR6xoxq0EE2dWtr48NieD6u5zdsHgZLpmlMNcXhYv+BBl/2BkImGwoXnpHGxoI4JpN7",
+	"6CyUItct1kmpvHgid9VlL1WB+vf2WDxNkxTOnTiGz6fpcW0Bu/ih9iogxsGGp+olW6MuWA8hdk+r2IzN",
+	"dXzLWekz/UE57Y+EeMq+iG2wPqVK23fGRzoE2U6RJa26EpDQMGXYOJY4nEtNTab+utYAXT+L+Sgy5qOf",
+	"hDDT8hWd+ckwq67MJpMmS/aKziqJSptv0ELT1H2K/xa3lObqbl6z4smguWJbSfGdk3+bcj+ljS+urFdW",
+	"49tezskWUtvwVV5tm/KHfLmkcr37pJf08gS3qj3TWyU8goRGItKYKU1ybpk7JlZU+9XWJVueWX92Q2fD",
+	"ZBkpVooMjU3pjBw18r+JW0nW7oTBV6ottKo+JnreStI1oel10cAVp5B90ECOweAVnc1Q637GaOxVzCqH",
+	"n0e6lqkwT1EpugljK0+O1E4Pnbi8ruvPQYssiep8sHlPwx0P4sBLiDZvQJEzNk94HBCVLw3xGYWvFrby",
+	"prxscA4enPalrd6b8nRtWKPolVTE3uEn2O4Ts2VKIHh2ntAHsWToawPXz8asqtyO3+xJELnMUsppaRu5",
+	"VCX/K7frig1p7CYfdCjez9LPrxKv0WW3v7dYfZZ+trvro7OMzhJeiMTOyG95p6NPn4OZz/QcLdpEkazu",
+	"Zmwz1Itvqs3HDdKyPK/bts+oIjGjsc0gHJMQbGF7v9VDMiniPGLyQ352YyVkuzIbVQVZg2CN+UcVCdFH",
+	"caRBz++TZhSYixCrpHxtnRN+dRHlUoucKha1pKer1psd3WwXoq13lHKh9Raem6Oy646CjTc8IDY1gwwp",
+	"X5O/fXj7Bg5RKBOwz/5DCT5+T1eOgCpX99QiyfbQxqHpHuT7MoljO5dwhe62Sn63p30zx4JB0i5kMTtM",
+	"MUzVxHQjv3GZqOc8kuus1SDqVlcb9vPm9ZJ3eq1CuwkNIY+nIseAvEcpbvpvuwVrbX/q82wRIse5nPU3",
+	"Ujd91RgNzMxb4kNwKrgTg6PbfZZcME6GGCuHu39QcGL2C6u1nnPvtx667at+HQO2eWb1MWk30/V29aL2",
+	"ytqz27cpCuA9hPELloqMkSzNt2XqVd7Z4vPM2k3gZ0xpe3aVelgZKQaTQSbmeEsPyVlK+QJCgY8nk1G3",
+	"NtE+jM1ruuYQV117dgPPTfq5RXDE6ef3YvWeLcUF67JifVG4Teeg/dCTLTJim7Trkk5mIVh8tFXHel/e",
+	"iYm1dukannH47hCjHTHoIUasW9Y6JGERWgtLlVMmWjMewJ0LlulDEs4EhzuIyqO5uXBIwiU1rM8pjxgO",
+	"QCq/EAwnFL5zWP5gUAw3CAbmnQNjARcPlWGTT7fkBLPr4hMVz/3B1gYHi3ObdPT48nL/T5eXcL7bugOf",
+	"WhZ7/auQRKc4XbDTiCobKSHm7kNCOREZ40QxDYVItoaELHOlCY0ilhmDf8HFisMTajzlf2GcySTCvw9I",
+	"aHMrEsFPcQHDoAjDnBrlw/x9RuNTG9w1f0Ji3Cm7jBiLzQNTHuaVzDVzy7nLIoYSGKFPz0XOY/zj1FDC",
+	"KbgszQ/GBBLxqbmJpqlY2TdmqBqdaiFOIZfU3GvMRvMrDiKpZqcwGfzbpRqeVhIQ4V3FBVcEAd+I6bun",
+	"sKLhmLw3E9pTGYuSc7dAJOFRmsesXBJUt+CtwIuntY+ztkH9R7zPUVl1fRP4CzjEvHBxcQr5d2t43s4E",
+	"n1hcnGaSnSeXtfcsLk4bW2M+UKr6r1OOP5/C/ghe2bkGKw5t5o49cmSRmYDZHlh1Z/h1yivPHZDwT5NH",
+	"YVCIgWhO+YzFozE5KmpyjbQ3X0QkO88Vg5KucJ9myf7Fg/3FBRg6U175Zf+3//j/w6JMZ/NTjUCqvgO/",
+	"3BpM9R/hVW4VGotjc5NjRvRcKEbmlMepGdHoQuZiIqF8GmqtoPzI3n5Ol0m6nvIMsj9yzQJjGBWZELYc",
+	"axQQSaFqCxKhPeyGuTN9k67+mi8p35OMxiAYeifHuOg+iBmfTMNIs8d3YVnHc0BEgnMIzUJ5YQhxPPeL",
+	"V0fAKFGrh86XQBDOMQKOQ+Tc/el9/wWTyn9wNqU8jhaUX+dbkpcX3Xmt5v90N6/xy4u37iGvq7g6ycrr",
+	"O2fn13zw+NplZk4z3TIt92L/nF4lSrcnAvthSZ4KrhOeM5tjDb6YBVv7jUWUx88xTblPfVowWLC1esvT",
+	"db+70xLMo4bFUa1P7y5P3xYoRkFeL5bcysDlK7sW3k8LZ2vNPLz1k/nZqCm27BfTHNosNM4udZHUvtUU",
+	"NEbjLrQnVl6/ssy5UfniHpobjFh9xL9ORS6F32FZLHN99vWbDEH5XQBdG+8zYDo5rTIX/7eUssTrVnz5",
+	"d1LIkDF5DrqoyAiHsueQqxBrw7Co2CZjxSxj9mAVWbippraw8IzpY6Bq8tt//H9QSNGXoWOWarr5woRH",
+	"Et5FlyLngENA45gMbbKYq/FviTmxy8ws0sZbs1wH1oLBl7t0YgiLOWfkIZmQH1GJLoptDskb8iOJcinN",
+	"A/agwXvOGHljptFVvgs+UmMNtMwpy/WL8yML81B8O+KUYEmG8ocFFmzt3Q14ZeO9+OGV95vdb9sXR+Mb",
+	"b35N+br6NFYS9w4V1YVxOw2JpUNsafny1A+6VH9L5iCYSreDkeYkSukyw0xAI89Htf3zivQlveyg0jwz",
+	"auCZ0fhb4qkJ73jcWD32cTIModSHxfaIsvn1B1P84unAuvkB7aWeD1wVRKojjawlW6waIJ0BUJPdbvwf",
+	"LquRCFDYXiGtwuMGdb+R9Nrg1VOvfcO44Htsmem1IS2Cz3inWwrKjZwpkgqlzbMFT0PiJ7rTEO4goinU",
+	"edVAkayRVTzVmqer01YUlw5uhvJtLUiaXLBDwi5ppNM1lB6KcxKWLw33Qysswu1kCRxyH1Xp3gSU9TbC",
+	"gkLltsIsGzr7AHjPf14f5+26cduRdVQcUZliUn/ds+nN9gOonQ9PcskJ9TBjws1pztGVtTuLndzz0Vfi",
+	"o6OvwTK48n6Ged/im8bfzX4Lp+ceIkac02OpLCoKrE6rOpRaPHA95TMyMSaS03ZW5k8yp1nGeFueRnsI",
+	"wLKRL6z+0cbt4dCz9x26oP454B8UtAwaGzmqJQCQob1XcGLtcyx4iKiUa8IF7uCoNVjfTYFmZ40+Bgez",
+	"NZ1BbNiy+I0DvaofooxqkR5FYdEmR1rNdmMZbcJ5t25qtEwQkOdOJeuvoe5m6Ipsi43v0Vyo8plsFWJb",
+	"zdfEqYGAyQhLXo2K4KIOggF1GphzfgUFrCiM/KnDOPeuX0DqGpm5ubaAt2/JB4M8i2+aO3cvwX0VNk4p",
+	"AMiwu8gyqfhct33ilV/Gi5VXG3JKhUfEVgXp9YilTbjc0+Hd0OHfG/RXVHIjkJtzCoR3Qpd96NDmAW9g",
+	"ivrTCU5nrfkEKZ2dzkVeS2cuVg7y2U9dBvYpvQGZYYr/adqWEI353qdlvveNRiuSEk6TLVkLp6353jZc",
+	"2nbZTMV8zqnqKjzA2gA7i+1lBZv7zKhizy8143GrKabaLA94DoyrcymWhItVBabVgoPqABKrIBhKKMGt",
+	"txhWgMIFelmiCHo5hJxycyeo2T+SJ5NDW5T8gPxIHhg22RG49cfi5s6i/G5mqC6SP6TQocxCjigeOFQB",
+	"euVzd3N4TQW0CyWiLBxP/HnOcPHUTthywdeYcfU1HlqiMk3M7nG2QpV/XU/Jw1C6ZJyt0Na43izsCzy2",
+	"PVCmsaGGBfMGmPQ3wgVVhAEN9EiU78DVqhb1F9+yJZbjNjuo5ePghzQWtqoOePbaZ1e+Si4YtxNvUPU1",
+	"AtRiEW4Pv9unfbN5XUli8kwIQB96hL/cnd4h8PTsd7i1KF0dJx5KixvrZC0nw1XXB+UWT8oPVhmZ60yq",
+	"AyBE3AOAqpRM04SzuMhvGdbQPADFxj6uCADOUjXlobnlFdwRjhzyMznLowXTCsJTeUa0ICFUAtjEjuYa",
+	"WxAK/+lWDuC/XmIddMIWeC5ikVbr9aJAos/xYJe3LPvcDD0WiCZGvQMUOyb3MP0YyQxRA0ioJY3YC8hE",
+	"qhY5BJ4yiCkP66RmoY9Br9gDPHe4PtqxQsK7TRVO6R/H9vKZD71sa6XYffHE91Y80aIXby1uuE3p2ZFy",
+	"crMSClzoe/prKYYyzHmLpuvtVazAFUTFaAN+cLAlqATSdOQpW3fmhf/sgNzQogVSnwPkcxXCe0uZTX3O",
+	"E/CGp8lFccSoFt20UNf6glBA/U7EehWs71zr415d39ygWQPUEAYdutwtlVtW3tYGtelwc3q+BsqWb6Pk",
+	"suvLHWDmpuLR1OzaVQyL8NDQKDyqw5S36g7elF/XTcj++YMiob7kf6VqHpqjilxezh/tPXj4b0ScTzng",
+	"uteAvQJ0LhilaU7VnECIZISztSX7IRmGXxT7bG6lS/YivrwKA0KJrVSf8swCs40K/FLsfPKKcshpj9kl",
+	"U41xlfkWzS41DGWBhaFmw0wjQA2MOtQA4oaw7SSyXBN0SSmHTrJKJKTdRImCEu9lPPLpWme5KtHD/BbJ",
+	"T+sOrbXU0foQ0b3q9c2rXi2a1L2idK8oNRUlXO6jKsq5p3z4dtWpVr0Frn5o1ztKlcQFcUvIv4p9HlSc",
+	"BOgROEWvhDeU+y0pM7tpLw7fZOM0QIHeUWc9pwp0V/cGT/oQ/FIutKsCPoOij/n6TCbgSBTcFyD3Kx9a",
+	"WliUJiQX7BxZ4g1EcZqpudBkmAqhWLom5l3xIVFl9a6DvJx4lO0oyyvfVE6gWofTgGuMU6PjcxZ1II9l",
+	"QqQfkn+2qPAWyrIKut/nMF2ypZBr73SrmmhnLSrV6MZztkQ5gx0eyzNdN0+ctPLN+noVAF2zKd7osJx6",
+	"oUBtPNWpzvfyO4E7tP8ZpzqwlHoTwdsLJi8StvKEVdZKs+XeKolLVywZgnYL1YCaakUgMTBKUiYD8tt/",
+	"/Q95MCGKiDT2sMbNl2MrxtSuC4ICuPdaHdfwaxpWdpsF7WK9t+C5LXDKnrHMV+y3Rftp9zA3sWwrLW7d",
+	"U5+65tNqAQA0mFfClL7wrUoNhN0BLy/R6+trjjeiP++KcrZiSm93M5ZfjWH9XZ4ANvOsoJc+Ohv0luiT",
+	"6bowhosCX8ZndMZiUvTMxOoilfyT1fr55gpDgI1z39/9FkocXddb9+Q2Bm6k1SWxnnc8a86+157nPuSz",
+	"GVMaOunmirlm6eZLuLGSueB7DgIamu9hsRPlLrLP+4BJ1fqA4iJ88m/MMwuTe0sgz1Vi9mLOwldUE/88",
+	"vqH2CLAF08VOii0R323w0M+qwMAOInrBWKbqDpcfFCk6JaCfxH1caAuUcAUrXLMTdA783KSgXnBZri13",
+	"UuJm26n9oApPytD2bz5bFz5NB7qhxYzpOZOje5Stm9if0GoBV9SajAG5YPKM6mR5234LfyTawStf/K9R",
+	"e45Kew8U8zh2ZLcJc7YBe+h/Wwfsz2aH+hs0R+lAjG4Y3fWX/O3jieHYs9AxhbsbTxWa6zliu+/ap6Ji",
+	"9G70TohgGS1CDdFzKfLZnNCqF/Qaw+3QsAGC1dB7Arv2Fdxt97Sy7uGoR0eH2NPOoTTNQQ40LfRSVDXh",
+	"tKsaW5l9sx01q9phb7Pev6pLbOnTV2uH31sgb3ZwLxHNduS0t0WuEhw60AAHDh8rlA+JlwO9g7Qfrg4P",
+	"NSAJtw5zImRsiSDhhNFoXgJy9U68rxxvXtzMVoFQ7elgW2zbruu1SewmJV7EN3qleor3dyWtbbaJ3wIs",
+	"5wt+FrZoRvW82GDBy54E2zDVO3oIQL3Rw8kk7JHwVqa5OVdVzYSqsWobewZ1ZNLmWnq5N1dzf/O5Doo5",
+	"odJo4x7QuPAZ/iccHRLXIqLo3G4O4JZtv3eaby2+K9qrAQ6bBeoolBgyRNc6xiUd9heLyZxJdouhmRZm",
+	"shQBV3fZ+dbj+sjN33yta78PYcVEIdiS7QNfOf8UrhDR9qhXo7Yxu87sZ8zhzBnKXrB1QFQkLFQASgpL",
+	"9odkaRYntjrLmapjqXc2LymJvo0rW5PTi9OgIXHNz2aOZrEPSfjrJyAGWl3IAkvr109h/4PFiYhtaCX4",
+	"tvbvackj79db0IhSh5c1uEaDMte0SLNlr2ZlDsetr05PfgYErAIRMaihW/6g4Gaapnv/ZFIQ8xRJzknO",
+	"HZBXB6amvxNIleV26kqIaHRxSCKwTbdBOR6S8Aw6fAHKF684cn5Q5pS03b2CKYceWCwmKdVMHhbb5eQW",
+	"FysjjAKEksNEgFp4ponx6IbtRnassLN3szb4mdBI5zRN120GfUvjtApFbIxa3amgK9cbtI4W3+vsxrpu",
+	"/yqe/qGNhse4S7dUx22N08q2OKg8W5fwlhSu1j5sRU8Bc9StmS5JGdsFWqDj3YCGW+T0zKpWlVDtxvfW",
+	"FrZj2126dMP5tHtGSnLNNk534MC+tY5YuDy+vlj9ifUdxudbe7F0NaDq2rS35Xf0c7o2eny1hhi3tnq7",
+	"Vle16zXjO5kz8uDPFqTZZYUWKNRhMWfrYjWTCHE8RYYPH4CnFVu4w9f7g6vXbeBQRuD6E0JrMLY1ObG0",
+	"LnE8sqQ6mrveuedJqpns3aqkRgPdybdj8oIT6BFIoIzB5htKBul0gPILx5cWkBZoza1xe3XJe6YZh7ha",
+	"Wykjdi1xPmiIuDqMUlCyoUqxggMPCYFF66DhhPxIxPn5aEysyUcmTZiZ7VG5strlXRt4eNlgl13OaQ7h",
+	"mMJJPnz7fs/o3+CPidPPANrwml6+Z1omTIWH5EzoOWInkB+hs25lwmZWHadmtYWv0SE+JjwWq471rOoZ",
+	"K7gZSo1KM7ksFfWt36Mnk2stISB5H9fKezZ2GvpBg71U7Dd1JXqw20vK18XkRBrfbFs3dsLXn4qRsLH/",
+	"4XX2hmF1RSL487JUrlFpibc41z98u2RKY/sqlWeZkFZ3wPzYNdOVjSmgN7ZPppYo37REMlelWpJBEUPN",
+	"REYUYNRwYXOSHYhRhUImEzJ8ghnwxsrbc4Y2CqvR7ju1pJcuJ6ihYSHYqT0MED+PRXPBYqxrZvxcyMiY",
+	"DhMAT7QY3DcTB0t6+ZEm2qxfK5s9v0gi3S61zNJUhFZAbBdpixoLsweE69sRYMuEH4vMTdqzjEmaJm6z",
+	"KSmjxRmZC0Ap4oipvXeepymB8C8ZVrAJJ7/9x//7ZAIAhTeZZyYTIW3qQ1M4RCkEH90t/n1uDr99SOlO",
+	"oA62NBcUdK+vHVZWwWg9zMJr8aa86ZEYlMefkLA6t0NE5cQSvvirSH1twhK+wBMZQN3Q3HEJCcXzFt9T",
+	"HZLw16O9f6d7/5zs/Xl8uvfpyyR48vgqtNGtx5OJPTJds+Vy+ugAH/erK29M+zW9bF1aJ08M1QOThhuP",
+	"hwF5YsjdoRf0mO2TyeN/m/SnR7l+Zk7LLWy6jf4fTCbX2+RKjdRmA7ckSnTpMqHRQhHbCwGUCE+Fvt39",
+	"StVywmeVw2L3OWqdtjeS3LYs11NfUE/CFvLtY4M+njBNaEWbQhRjuwqJNsRv1BxFhjE7EzmP2E3YslWh",
+	"rzWVvRNDvm+E/dvMaWtduA8t/shXyUVRmm/x/GyfoFr+9G2mg97EDWY/w2NTNh1LXXl2lRX5hu3k9pm3",
+	"tqz94/qyulIMfVFpv/dxB/9TNcV9s7uD7We7ATC1Uzrw+1rLqIYYytXcYkm66InrMFWiZnBR5DCUNX8e",
+	"Vu2AeaxHWrpDID1Kau4wlBDG6eeDaT6ZPIri9LPtcQh/s7Bnv7IPjC1uKX/zZqmXvtyDT9t9hGb+fRMx",
+	"AVjefnMhPq/fp20udAotLjLajgxYsN+bThCydnpibHEinvOW13e0ETOsLWdM30IDZotB6B9lRSWv5+Bv",
+	"o7fOzsTb172UaL9szKt//+3ff13blqcSaG+q5Q1gaTP/A5vZI7HTFszIAyisq7P1sJDNJcD0CJcH7Nw5",
+	"VANaXNk6I+FKU0wu6HemarfUnqEzaptxGf3R0z+qs9c1qiztFT/PqJqfCSpjQmczyWZUM+z0TTEH2vpF",
+	"t6p2iKn0OuG5bqu78TiPN6YLkkp5LyHA2dbStY2LkBHTUZu4USrUKMQ4mrWc25iPmuXa13m9rWEMoia+",
+	"p3zmXwBES1S7vNK77ZUO8ygF2rET25rRN4HlV0QxY92a9QSXQM61yKN5NUtQ9SX5jRPNN4lPPb/supKS",
+	"s9V2KeXFYu6UrDu2oz+hauG3KYpKtV6mgXnPTpZB9YHbq2S8aWlez4PSbJxHzaYaMM9b3h+VWaqbx9Z1",
+	"gCbQhbHLI6wbXKpAaPfEKqjSLX1M69jyBQ59znWSEmpOLUbsymBjlfF1EeQtWfQsU9+GzVCkkTZryBR7",
+	"8rgmSs7WmnWkov670nEvLIFe6zbEqJJkkZAY4SnKHVQOFGgh/qE95ejai9mOWwAvftkCea0v+TWhsLuF",
+	"MNLepzZmu/XWivDWW+uuWJ3j7TRYhDfeQo9FeI+T8M3OR9DvahiaQwW6wTrUfWi86/oahCMiZGDd6ksR",
+	"sx+hOjsMMEYc4l++9IJWtecOmwOiaL5Gc0D/ytV65jVanbKUrn2loLUAgYN+PgR3tNJOPQe5WIAfQYlo",
+	"tI5S1tKhriq4PdVqFl8nUYSmktF4TYon/J00hEfLCs0axnnqcnYkK3/AdkJkWP5W5JvYQ290SMKI8oil",
+	"oQstVTtQuMewVXb5Bz7ibwF27Xb0ZWXBthICf65uUfZ3du3DoH2ToL0mIG39U+l4z9CwZEq17VTfTvn+",
+	"3K+KKN9siyQxYz3nyeecQeSo402XfGvJWr1mFf4PE8BqSrU9exb6YblcymLurWKtTdZu14z6Bjp6qhpi",
+	"4T//28/Y1nxrrAwIAfNlySgvGNp+FCRgY5NzbRjV1cknykiUhM9Ion18F9cYLy44D/9ftIVxb/a7PHdX",
+	"DJobvOjOeK4Q1JZupcWBHED1lUyWhhswLyc07w3H5AgID9DzE6ic5FihPwzhKIGDjZynVEOx5ZRDvr/F",
+	"3LGCuRiGJFqx9Hw0JkccyjKhK3lYqw8BzMBKWWYw5SF+rLlSMwmhLz5WZhXoxWbGfG0brOI3kN/+87/J",
+	"YwfOv1MZ+lG0cN1V4TabmFfKyEZ2eL+c8Pt6cQ+6nSGyIdCRETYj7B+YJhRClKGV++Etow237/h5rRqm",
+	"17a2lAnhl1muKb8tqVYP9S4NqvB2e5VQR8Wt+zzMi9PQpCwxQv0QsCxp6gpypUht986znMcpI2c0WuxW",
+	"8dC2FI1N1j1qG3cvh3UfmlVD+/Wz9b4y8qbseSe9Clu1tS7q2b0oq2B0yRjB2wOi6JIRbpSdNFF4ZFFF",
+	"wqPIxSzG9ii6GTSC/0scXgJG4F0RF5iM26h2S4UljGfGgLRqKMkablZSmmPZLoru0kn9M2jA/xmpZnSi",
+	"aOFH+6uBG9ab5nVrMq36avq5Y5OTlMWk1nCCSLHyGwtlGLtjId09DkMAokZWVA4xyLRKuBpt6Vjpny5c",
+	"riBjkCFt+LmyMlVAuY6T5kYtxPW9WdsqOhNo5ul8OGFnGWcnGS6Lcs5dazCLV2zn+84A504oIg4xBeFs",
+	"hDSqawXu+rbZwZU/wl1BR65AjUHacQXu1U1Ppf8dapY3xHG4V0uuC9hgDjWoyAGLL/xyFX5dHIbdABdO",
+	"7u68f9Z9zPdLnKrIltaYweJic/CXfycyiZkkw9/+63/Ik8dEZAqKQMKiyW04CohttYsJGTs0u+0INwSN",
+	"GIbn6ABMhmhRuiTUoUMGRghBXCj7BUlx4l7HQOucqRP4r4qkCD8ImappFpClDuUrRnIUSgg4bD48e4nq",
+	"Rv+2y+CLUm1+TViD/h9+u7GgKvHtBGPx13xJ+Z4DeQA71piuJKK58jMT5ie+8Cs/4eLitNpJP0Tj3dzs",
+	"9ALohY61IqloQ7fo5BSryAX43j2aJjPb7LxvB+iWGJcZ931L72v/l63mazIMsdV1GBDnSg1IaLu7gtMt",
+	"WSbwG/jX/CdWa8vt+brqVjD7Y+jXehecvnRG41OLFtJILKXR4lQyQyfgdG18hHN5n86FTP4p+Cm7jBiL",
+	"WVziv5yie1aC9F8myq62GebsFInK28C7jD36WqBA0m7GZMXZOXSgpAURjm4kRto3uTUx9WkFcASTU8Ef",
+	"rkrIESgxtjf5bZUeQuKmBNwZp9162r2IHSzQubDpexFN/XX8952iPVqUXxJEtT7mVtaBToFZ55wz+YO6",
+	"m7bmO80PH6vMcNyvB2+jv0IN1LHaA7UtLwCSbKNcJnr9wRCyzaNkVDJ5lCPeDP71swuf/e3jyWBj9c29",
+	"RloBkx+Qn+ARglnv/1hpl+5O3ouUKTKkRDHteh2nNI6ZHB2Q0Jx4e4KnayOXVzLRzP415XgNfgORHi8T",
+	"Ho7JR6Pq/O3jiVFz4kRBzagL2SgmL5gr7EX0r0QZ2cYxigKcC1QFsy1Zba51Nri6Am/CufDoNdgOSVUL",
+	"yyrlDRYKg5NjofRMsg/vXo3JiWHpWEQ55OwmyoJc81nKiBK5jBj2dZK5nlsZwGxdOTREigQ3Wrg+dIXK",
+	"jBuRKozcorEiiR5P+ZS/5bXvhaZT5k1gYEBECwBcFSiREQVDg0oswIAINNWJUTkKDf5dzhgnr99N+YPx",
+	"JfnryckxOTp+ERBDdgtVVEiTYc2bE5blGZhPUi2RML8U7pHwcMqNaoNFzIY1QxotuFilLMaC2hABwfVc",
+	"MuvY38P+wrb9sUUQIUdWBirbjAvKIIMpV4JEaQKluVAGi7hwJOdmFG7DfLB4TwW/wOpSdTDle+Q5rOTj",
+	"y8v9P11eYhfuROFShl+mqLxNBwdkOkBC1+zSUvp0EJDpIBIxq15X2tDnqeJ0wU4jqpi7+Socm/GOSPhw",
+	"8jh0TbRgQLNPxu54KrhmXO9hI7TwkERzFi2Khgh5UdOYUWl2FV4YPry8LMD9rDg4sLFQCN2g162MTZqd",
+	"qF+xZRkBWh1TTmp+VXNXYqiJaJHtpeyCpeUzMAUrQveylBodw1Al9jFBVDkSPn74Z4eN+p5pud7DXCMy",
+	"tIkzI2srGI5XICSBFUQKr39re4dxBuniWcaorBYVIafrRBspahnXEfGgIq4HD8aT8cSaX5xmyeBg8Gg8",
+	"GT8CnUvPQSzu0yzZv3iwTyMI82dCtWJ3I39jG4J6r+wXcVERjhHbEaFRJCQgW2lRbMaYuIqch5NJOOWY",
+	"67diabp3LuSSxQ6J7sAW0xjOq1XSWCEjch2JJRuT9/asMKocO5jyUqKCP9BIVFyuQv0zmsrgKFoMig4r",
+	"P4l4bWPOhhxBC8kKAJP9f1h1GZWibSpTGZJAaVseZvY0lRYiGFb/4WRyuyOjqnZ11TzM3uKCucO4FEds",
+	"CVb0VTB4jHPxDVHMef8nGhefZx55sP2RXzi1BymL8aFH2x/6WcizJI4ZaLqPH/R4wrZhOxHiFdgQ5rmH",
+	"f97+3IkQrylfF/1+roLBn/qsxAujI3GauqK0wZ/6fNcHJi+SiP3CadGoC/QVlyxuKNPtDJTbLAt1TdOZ",
+	"MioR+KrNQxXW3S96RvgZuPJWI9jSREElYwE6RxAz0xwykEmBnos6g9vYNbZfZDSaTzlmXSTKcKpILwBd",
+	"JGYZ4zHjOl2Pm3kheCuFuh4NKDBGuBp1aEyOLCKn4MywcWG3OZxK11sDEKKbjE/68z0kst4d89dyee9A",
+	"AvSy2yqiYMPdsyka6nZyXVMJNpf+XlZ8i7ICYKsqoNet0iKCFsi5ZB3HPdRr4EmLin9yTpwL33A/qCdG",
+	"IShA2xy6BGC2JYBkk6U0YuEB6u5TLiwspcVvQ9xm1cRxIx+LTOyD6QBw4ACGvPYwCqoFy7TtxFqgwkFP",
+	"HqpK1Dj/IBaKDnW2VAlyxvDRQuOb8maHWxLawUOChuZ1ZdDTYgPuRggV7/+d9JDK+G3ayPPzcxbp5AJM",
+	"QLiZIhJ+KVpudyqW8TZn8gKRdMAuCZB6jXKbIap1AwB4/B3IsevIo5pQQeY3q1BICkJJkbdsxUopRZrC",
+	"BY77vVnRiXjGdItv1qICDi0+GQwBbqs6v7xKlH5aVSOs9+eOz9DakO3VfxsU9bSWkqq+Js3ceO/NUjdy",
+	"alV902u727X1+ymdzWx1viWBzW19hfds7G5GJV0yDe7tXzcrUAC7CKuoUzqrgUk6r0iuENhaMR6TJ5PD",
+	"OjgDYZd0maUM85wfPZlg99HEvP5zzuR64LBRBsuEv6Izh+YVVKioiqG04cX89DVI1Ld8fUjUPldwXqHm",
+	"jwxTqoCU3pxvXNu7HYq3pFpSfq0T3bWo/wv8e2ULNphmbRh7qgTp/kFZ5wok6KPL0+I/FWVUmciIZHsK",
+	"EL/0nC1HpeVknSrgd6Jwom2oKK1KCU7maaOJSicfHhnFCT/OuuwgT6JacE6WTNOYajom2MbC9YPZt1Gv",
+	"gIQPwv1wYouy1kyF+yEXITZTNwQ4Cow+h4thIyUEWJQUkzOWLDUKMEVvhvUTxwKrcnxcjdN+bWdXY2ur",
+	"JLYFaW7M2b3PHNySdiUKrkOAxTrD/uCsajEpaeOA6uTQoEX9wFLjBVujowO5zNDGIaQnlWi0hYfDutY3",
+	"1ZO/MN1km69FHwCi76GMYyb38JNiuOe70kH+AuCGO+1xQ0z5xi5v2YfFg871V5+2S/B9RFXY/wL/3kSg",
+	"F3B+DalshXIfkfyubIh1vQ8Ott78rujrb26+l/j3Ev+bk/g1ZrqhgtZg7/1S89v/Uvz/al8x1hEe+0CX",
+	"zNCshQhnbAHRbjPHSousohsyxEAx3aeKpLUpAWpwcV+T7bfcXMzJStG78WNVEcmurA/rjrjQh8vn4T8A",
+	"Dfs+eO/x5HEfBzNbvBH6Z0AnuQ2GhQWidS6tNm+8TU7tZsnX4sJ7EpeWVZnrb2OiyL0Wjo7xmAyr3Anl",
+	"1FpMeT+wugokHhnaG/dmkvI8pXJkNABEXSNpcsGm3P6BDQ3Buw4o2ZAGwcbkLS8it3olMIqGGoQtRgof",
+	"Tyahz64rUA+/mvj4OtLgazq0m8iR95Lh5pKB3s7pXVU9O85nZnNXappqwaHYUU4Li8JXNmiDlNWy5Q8X",
+	"mjhcvjXTwZQ33DSWRbHjGnl+mSjoceFsgFjAK5bigpFhriqagp5TPfKxL6LhNVzRlU++ie1zR3zaio/4",
+	"tbm2Dc7Qw754/Y/EwLfKvE/nlM8YgaaVXmxKc05J3ZeZi4rgbjMaOevZq3cQKQKLz3pDXaayRaTFLhA9",
+	"rerjXM7Ys/TzNu/mu4pLCGstzOGOCnzRPNacupjnF0GvMpjfqaPxsM0WdaKvzgxVk3SjDKw5vffMXIuM",
+	"QII1qFtIbQM3m2S3D3iXNu+z9DPsQjs/wuV/FSsXPzZmNCZYAV8NOhheaXVjPqtXzauAcLZiquiecqTD",
+	"soxvM/q2Exdso+UdaPfpLdNq0N42pGvmVcNkh5e/EismyZkRrtDW26502yjnUixrA/SDj/yycUJlu4yq",
+	"xS2MeUxn2PCsbRQoN/O70h5MJpUuMw98dR5blRXMgx7ctSwC/Eivt63kyH+JMGinCKqf3/tfkvhqH5tg",
+	"bDPC3QkeJnEI9YQk4VqUpznkka0qUIcBsaUi7pwncYkHeDjltMhFq/xujGJriGOGalzxxkuxgkRGc1JW",
+	"Uv3HUx4+njx2qfqYBHkwHcwEh6yzIgpkps8FSQWfQfvNRGl13fQvbDTSQ/a6dUMwDuC/zGjuBfsl8U46",
+	"xB0p/M/Sz/hJX8lXVxmvTX0wdAd4IEV96h9BpS8+vJJFOrneY492f6wmLvAKsFNFaJCzNcGW8G2SA4ut",
+	"/cLifc5VNX0cy7dLNABXhkUla1Szkp9ylXCmlNMYFQJOBFOeCqVJtURxBM9DpoTleot3cGDLcKEkCKr2",
+	"lODhmJwYOcRTV3x2LuSUVwATMIqV8Eh63W8vL+4y3dy+/XcysIvRW2tOWgqw7zPIv5kM8vc5r/NZhXsX",
+	"F03m3f/C1dX+lwVbd8bBf+EFu9F0TN4IG77FkwhqTCE0DGCljycTsrg4reAKhKOAKKMfhP83u8xYpH8M",
+	"CZ1yzOyDuBmkeENUEEchEeVcaBeaVkmK5SdehkT3wuBOGWNLCLcwbcmwLn4CC2t5MLWgtZD7zglqPKNv",
+	"nXG+QwYoQswLtm7SfovVfQSbUTqBKmcJ4Pzbk+Q6hD/20OtfmP69iPXvCN4kZP3LYJpzRmMLP/H8hM58",
+	"jQuF+VBbjRoQNp6NSTgd/K/pICxdao62x51G+NU93d8y3WOWlZfoO42Sl38nRW/IFrOEq5u5Nl+ydWAj",
+	"x3rugqyHRoWIGNd7jKOvdR91LwSUlgyAEWISzamkEZrs3tnhJ+9kNdlGVE2HjGLShpUAfAMLJtyxZwUC",
+	"HmDhaEw2Wqjp1PXw3g/PhWQXTIZTXgntou6JySK50hA7shXsAiC2OQABFduBrdgWbO0VPVO+TfZ4T8vj",
+	"XN+Z8nqc699NdW0Xeh/Rgm8e0OHoXm39ZqTXcd4ivSrqKqRU7H+xVctX+4iv0W5/PofrLuyUJhcOcXvO",
+	"UgTed5D2RAuypJdDB3SDkB0B4WJF/i9XijI6RPyGKVdzITXjmN2BmA7GKpKSRcac5fg8i3E4gOB3OB5C",
+	"1i86pWPKq1qHA8EoVEjOViw+mFjIfYfxUfK/YoyEAGSHH223NTyY8tWcageuQUkO4DMktN/kQKqeTEbX",
+	"9X7hgDD2Nv+XQ9qzVZyYqU1JJrIW0e7A1b8Bp9jm4t61W6w2Yptse29Ig6bfS6D7X0ii4c4RinxeEWuZ",
+	"yOpyrdo+0GufWHQaRVZzoVgdMhzgERnH1LIkTa0vuwgcQrTQtsOKmUyMSoXYLf4Q4uuy4PzrxxFvOcy3",
+	"JRr1xulZPyeptohubdjFpU7WNiuubjidE6oWrTN5ZrfOoXeVW+ibi0Xir86ngMdmPEZg8kwKc8jgH2ZK",
+	"xm4GcEZG41N0AHshtLfET4vekAHibilz8Bboy+ZI/e3/+W/ygMwDYs4mOD5DLUKSqNHXjbkWM61NbxSQ",
+	"ovmaSx5dQrNexEkBvsazC+Bc4FJA2KX9Vih2SHi9PhW6IP344OHBZHLwaBICXosq0B2KhFOLjmXue3Aw",
+	"mXyzweCH30kw2EqztoCwE3b/EsFgD5RI8ZP3PKrUSxh1+0sNubF33ZQNeipACJobrTWOJVOKDGma2or0",
+	"0Zi8MlKi5Ad0/54x6wGOpzzhcXKRxFAEXuI4LKmGzDWAIX88eRxeV419ZquJHDbT3UU7qwNtcyvH95mL",
+	"be7dSoOR8lz003a729d1xyioEuV6rZVRluaq0aZlTGyWwZzVTDvJlhCoPlsbEwdBGr31pV+BzuwQ7TWl",
+	"rx3q/T2FbThS/ThtNZLaLU37uJSkfSswTqridrO6tZ+U3oeqE/CR/B7zDbYW81gzxaXGNA8JyC6yYE8l",
+	"VxqSttk/U1754MCicDaaKoVx+vkAwU3j9LNNwSnAfsssoSK5BFKFzJFRwHdPudH9FoxlRf7R9dOFtFx/",
+	"jYPmPq3mW0mr2em0qvB4hn2P/anCiYoE1r2JjNBICqVqtSvoLKhGEyiP94UxtqhahIR9zmmK5S3JBeOI",
+	"Pq6mfMguaaRRsxqNyZEGD4Yu4hzlCwP3qrbyNYh3uKWacsymh9vD6QCihkuaAfKkW5IfVL0nqeN9X5l9",
+	"f3DYY5G55drm1yicAugT1tGcMAz0tBr+7ondfB3G3O89hlnmG7oXjkWGmUv97j0uAXP6PXCUa5ElqdA9",
+	"7/9Ik763niRLJvK+d4Pf1ME79XukibfU55lqNdJrEbNrPPazFMsdVvcoWrRay1tcqiJ7+9JItIcoPxsk",
+	"b22pwpMJoc9U8NleJtIUyupEriGJ18iaJTVmPqc8YiMITAIw0W0j/VV4thXr741tlFwVcryUcCDXDhpA",
+	"YWayUx5+mbrOA1Pbli8osdKnJVND5rJh1YqMmw6CaSGxp4ODXz9dhWgmhJGIWTie8rcwrzMak4RnuS5y",
+	"S6C7XUoTjp0HCeMXLBUZIIDf5zd0RgjLUw7rxo2VVW6TUc+slGx1tGciw5rzKvaL93B9mtJkqUieAdY5",
+	"QDGHpXfiXIplWWD+g6rWzaECas5KG/yDkD80PZ/yLIkWiqzmSTSvVaUKEpkByZBqshRKV85AFY6gM7io",
+	"FtliC6RYoH465eDzt07EKsgrpL6WWU3X944ci2si1eyGQnF/RN0fUV/niLpPOrs1oQzScLP6f7v0LaF5",
+	"qsg8N5HJrJKSVXoLbGcOJ5CrshXSsyAzwqVSQEW07bsU6zm4BrHDheBsdAP5eX3Yn5sg+dy60L2Xofcy",
+	"9F6G3okMbcNW2pSkueroDHKcq3mtJwggDx+imwV6b2BvLVelWaqKlXrNM6HnRVRa8ClHgKTcCFB/ZxF4",
+	"TRV52I6IaCuR7TdU7yYy5RWk2wc2+03Ui4y83ULKzAEjqeEWzHlgynqFrCvMXIJ2Q65dUUN+l+3bgt6y",
+	"HBuM30WSmXn1Tgm0D24fghrncM1WI2aE+wYj33SerZr7MgFApNSEjGTY8E/tLy72jShplzgv2RqypAzn",
+	"lhZ5wiGNHijAyIWZa7kdAqBauB9ydqmxj5o/F+3lhXnznWWrmyF+t3R1HLwtMHME62XWVIrVHzE95bbo",
+	"GTJbXv4duit2pI7XiLkgUdXZyuDlxZvyxjulhWKctjylciLIQYavIpFz/c03o7jtfebVLdm+2z23+uts",
+	"9A7b/P31GPFuTLERbfsjLszGs1Xr7vyF6bfunjvcmmIMn4pjr31Xe/JhrYxS7NYXpUUdBWbr5qCbvZNx",
+	"3uEtu3o0fJnXu2VHb7n7FaSufiNJqLBIbTyPK/gvkYD62RHLjhS4K1K/TX8wB2UtbUgFheYbFBCexu51",
+	"KaobjVfYBeOY5Fft4m9TUskwtP9zSCMYArRjhKNde7XcOMLy6c7TVreA5rbA2X9n2PRNT3aVTFtSSd9V",
+	"enOUlOd6Gw4fPgAF1RZEQA/lzcjlqO6DUd7E0W+aRmCY9oTTd79TA5PfJ4W02q7l+jJvP2aZnrfGRI6x",
+	"mqcMg2TVXldFzwL0wQ1XVDO5pHJBqEz0fMl0EgUkmjOajdqp7RnM4GZBiy64yAI64ke7ZtCzcRienr77",
+	"5fkvz09fv332/PQ0bK0Nmv2u0KeVJfIKxEzP7zOsO9gDaas3dxhB2a2SnsAdd7jjZoA2bQ4G//6MN23X",
+	"bMs22LLCDlvtgys83E1Y/CzFcgdTQPS/F9iz/+03NEzuUtDg0nYZqkezmWQzqsvq0D94MyGq5meCyphQ",
+	"9+UVGrbE6iHg/bP8/NwiHbUR8k9wS0HOd7artXF8bSgyIVLbNOS72ptELYgqJ99vY/p6HP7Fxcz36P/A",
+	"Lev2gqDl5IrynMvqjy7G0CxCDoCY/S684slk9Wvx12SZLjX+BRizzNgce6XNYe27b6xZIBre7LjaBthT",
+	"146J4F+3YWB1e1qt5u/iRP/6lgRUjVvWsQHopvfGy0LgHd+vZDi1Wtgf54wTxulZylxOSZYryAuMkwsm",
+	"KyARcXnmDUPUMVgcolsHrkuacJLRXDG/c+c4V/PXlTndZXVwZRhfy3sLhGVM8e+u1yzsT2Vv4SuqFAG7",
+	"j0W8Np+h2WLNuxW3n4OwsQtfLwNhCwG8Yavq5v9hD98Pu9BLpwTpLNb0SRGRFbUZlJxZEPPHoV8yiOxe",
+	"MNxcMNSzWq8lFzY34l4s/EHFQk9qqUgFnSytX8GfKOcgZoUkkXlnqgg+Ujaud3m08PtLtobqr3MIIsJP",
+	"IK1s9m6GOYlTbhUQWyT9E1sLq3LAKgpOhn+ekJiu1cgB5TzCt53aG07ZZcRYzOJwPOU3T5H9EM1ZnKfs",
+	"BNfjbrgEXv57tkuoTuC+Y8J3mxLriNVQt7L/LznUMmiF8e0PHsbfWlaK/FDLjPUkxh6S0MiaH8EBEpYF",
+	"nF/gh6sQupf4M2YLhrs9K//Oe4Y1AU11LmF9lG28DHgwxrIbQpVEJWu4NSQID+4GxxDa1UZoWoUdYgCg",
+	"Jl+eocsBN7ltTHs8bCIuwot7ASm+hTFBysP3A1HA52fQm6YVEBOu/m4hUCC6Ns9emcmMywflRRSde/fF",
+	"RHeTJ2t1irLB6k7Sa/+L0z06M67eQPnN51xouneWimjB4rGrs6l1O1nSNaBMk0QTmhoNYo0KzaYIewoi",
+	"F+hpG04L3opsmthG6sA5EZUyYbbVcwO2rQ1d5ZL/vszTrj+4z/zDNk69LcK3C0WRCnwEf8PmLz6z3FHq",
+	"3VKHN9EAaN3XyOVepN5JY5UOsro9XevEnf392qW0oOY78b0bbH71PCil5pbufmiMBoRGC1X4uYsmn+Hi",
+	"wsZ5cLVCIpPYKsDm+46F0jPJPrx7VUPxO0APGSbcusJRIYscXIjzkCNjnqaAD4jA55scPOX1TgqbvQCv",
+	"V81fQTq8K9u2HOH3Mm6rM2g9nWBzMBfarTSE+0aAhirSlMUI4Ths7MR975VvR8DhLhJKznIep4xQLZZJ",
+	"RNO02oylKhNQeZwzmnalpuZnaRKNSfinyaNK492YanoGbUAUyblkNJqbKR2SXEEvTuBB6P0ZADBHmlww",
+	"85f3/P0rTuEO2cCO4KF9vIKACHYf7njEXzgu+ZoMi1WMExUJzlmkWWx4ymwsi3KZ6PXg4NdPdSxKu7CV",
+	"x6XRHfa0TLJRW8h0ybRMos5kqdf2ljtFM8YhvDjGcIkoTjM1F3p8Ew9wy9odY68EYheDDP/24e2bbUu2",
+	"n0mxZHrO8vbWHsfFLUSzS+g8JFSRvL2kmkzGk/Fjf1CoeLb3Bpgx9gF/rr70G+352hY54aQ5ZZxnddVv",
+	"c8DIHCJowGGL/PG2jXKTWxaL4t2k7cmsr6zouUu6LsbwLIEjOiMps68XbNtIsECZwUUhu/2EX9+VL4Mz",
+	"RiWTR7k5I379ZIxo6OjnteaPyCvKmbJAeWU7jkxITZ48efQQXH25TAcHgy+wduzqYH//y1wofXXwxdx2",
+	"NQgGF1Qm5jSBbZoXaqv1Rg5SEdEUfoYQn2xcNuOYK/j++rW51tkgKHx69k/zD377p2JFPBwe51HZ22Bc",
+	"8dvlylseAViARUlHDb4qqPQgwV9qLxSZr4tNtOBilbJ4xkgmsqwEIFZkKCAB0KrZjfIRMxRUV4wqY9Bo",
+	"4RsDdAarQYDrqWoaBNiS2JoIhRvV2SsV1WLzzZj/FAl+nsxyFzwpnnW/s7YnjRpRVs+7Wqvq8GWyuy/F",
+	"TWUs0qRsPuHbxwJPw9e3p8B9tuG58rE4/by1OKasVAyIYmwBX6Aq4FL1tYAn9/DJgbcR5x7APLuM4rKJ",
+	"5oVv8rkEnCjrTwTQSUiWoEWSptPr0KU3bhihvjmgfhMUil1QHKrwaZjLFbvU7uoyW1HjiRnk3AxH1CrR",
+	"0RyaxTfitqpKwTZye/Xp6n8HAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
