@@ -1028,14 +1028,15 @@ type MessageDetail struct {
 	CreatedAt      *time.Time              `json:"createdAt,omitempty"`
 
 	// Data Payload (any JSON).
-	Data           json.RawMessage `json:"data,omitempty"`
-	ErrorMessage   *string         `json:"errorMessage"`
-	Id             *string         `json:"id,omitempty"`
-	IsEncrypted    *bool           `json:"isEncrypted,omitempty"`
-	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
-	Namespace      *string         `json:"namespace,omitempty"`
-	Partition      *string         `json:"partition,omitempty"`
-	PartitionId    *string         `json:"partitionId,omitempty"`
+	Data           json.RawMessage  `json:"data,omitempty"`
+	ErrorMessage   *string          `json:"errorMessage"`
+	Id             *string          `json:"id,omitempty"`
+	IsEncrypted    *bool            `json:"isEncrypted,omitempty"`
+	LeaseExpiresAt *time.Time       `json:"leaseExpiresAt"`
+	Mode           *MessageListMode `json:"mode,omitempty"`
+	Namespace      *string          `json:"namespace,omitempty"`
+	Partition      *string          `json:"partition,omitempty"`
+	PartitionId    *string          `json:"partitionId,omitempty"`
 
 	// Payload Same as `data`.
 	Payload     json.RawMessage `json:"payload,omitempty"`

@@ -1548,6 +1548,8 @@ export interface components {
             /** Format: date-time */
             leaseExpiresAt: string | null;
             consumerGroups?: components["schemas"]["MessageConsumerGroup"][];
+            /** @description How the message's partition is consumed (queue mode, named groups, both, or none yet). */
+            mode?: components["schemas"]["MessageListMode"];
             /** @description Queue options (partial). */
             queueConfig?: {
                 leaseTime?: number;

@@ -51,10 +51,8 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 	for i := range records {
 		items[i] = wireListItem(&records[i])
 	}
-	modeType := gen.MessageListModeType(mode.Type)
 	total := len(items)
-	return gen.ListMessages200JSONResponse{Messages: &items, Total: &total, Mode: &gen.MessageListMode{
-		HasQueueMode: &mode.HasQueueMode, BusGroupsCount: &mode.BusGroups, Type: &modeType}}, nil
+	return gen.ListMessages200JSONResponse{Messages: &items, Total: &total, Mode: wireMode(mode)}, nil
 }
 
 func wireListItem(r *engine.MessageRecord) gen.MessageListItem {
@@ -77,6 +75,11 @@ func wireListItem(r *engine.MessageRecord) gen.MessageListItem {
 		TotalGroups *int `json:"totalGroups,omitempty"`
 	}{ConsumedBy: &r.ConsumedBy, TotalGroups: &r.TotalGroups}
 	return item
+}
+
+func wireMode(m engine.MessageListMode) *gen.MessageListMode {
+	t := gen.MessageListModeType(m.Type)
+	return &gen.MessageListMode{HasQueueMode: &m.HasQueueMode, BusGroupsCount: &m.BusGroups, Type: &t}
 }
 
 // GetMessage answers one message with its per-group consumption.
@@ -113,7 +116,7 @@ func (s *Server) GetMessage(ctx context.Context, req gen.GetMessageRequestObject
 		ProducerSub: optional(d.ProducerSub), CreatedAt: &created, PartitionId: &partitionID, Partition: &d.Partition,
 		IsEncrypted: &encrypted, Queue: &d.Queue, QueuePath: &path, Namespace: &d.Namespace, Task: &d.Task,
 		Status: &status, ErrorMessage: optional(d.ErrorMessage), RetryCount: &d.RetryCount,
-		LeaseExpiresAt: queueModeLease, ConsumerGroups: &groups,
+		LeaseExpiresAt: queueModeLease, ConsumerGroups: &groups, Mode: wireMode(d.Mode),
 	}
 	out.QueueConfig = &struct {
 		LeaseTime  *int `json:"leaseTime,omitempty"`

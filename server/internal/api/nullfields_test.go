@@ -53,6 +53,10 @@ func TestInspectionBodiesSendNullFields(t *testing.T) {
 		t.Fatalf("detail: %d %+v", status, detail)
 	}
 	wantNull(t, "message detail", detail, "traceId", "producerSub", "errorMessage", "leaseExpiresAt")
+	// No group has popped partition p yet (the dead letter is on another one).
+	if mode, _ := detail["mode"].(map[string]any); mode["type"] != "none" || mode["hasQueueMode"] != false || mode["busGroupsCount"] != float64(0) {
+		t.Fatalf("message detail mode: %+v", detail["mode"])
+	}
 
 	var dlq struct {
 		Messages []map[string]any `json:"messages"`

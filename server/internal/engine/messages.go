@@ -181,17 +181,7 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 		mode.HasQueueMode = mode.HasQueueMode || v.hasQueueMode
 		busGroups = max(busGroups, len(v.busCommitted))
 	}
-	mode.BusGroups = busGroups
-	switch {
-	case mode.HasQueueMode && busGroups > 0:
-		mode.Type = "hybrid"
-	case mode.HasQueueMode:
-		mode.Type = "queue"
-	case busGroups > 0:
-		mode.Type = "bus"
-	default:
-		mode.Type = "none"
-	}
+	mode = consumptionMode(mode.HasQueueMode, busGroups)
 	byID := map[uuid.UUID]*partitionView{}
 	var pids []uuid.UUID
 	var los, his []int64
@@ -330,8 +320,26 @@ type MessageDetail struct {
 	ErrorMessage string
 	RetryCount   int
 	Groups       []GroupConsumption
+	Mode         MessageListMode // how the message's partition is consumed
 	LeaseTime    int
 	RetryLimit   int
+}
+
+// consumptionMode names how a queue or partition is consumed: by the queue-mode
+// group, by named (bus) groups, by both, or by none yet.
+func consumptionMode(hasQueueMode bool, busGroups int) MessageListMode {
+	m := MessageListMode{HasQueueMode: hasQueueMode, BusGroups: busGroups}
+	switch {
+	case hasQueueMode && busGroups > 0:
+		m.Type = "hybrid"
+	case hasQueueMode:
+		m.Type = "queue"
+	case busGroups > 0:
+		m.Type = "bus"
+	default:
+		m.Type = "none"
+	}
+	return m
 }
 
 // GetMessage resolves a message address: transaction index → offset → segment →
@@ -405,5 +413,6 @@ func (e *Engine) GetMessage(ctx context.Context, partitionID uuid.UUID, transact
 		err := r.Scan(&g.Group, &g.Consumed, &g.LeaseExpiresAt)
 		return g, err
 	})
+	d.Mode = consumptionMode(v.hasQueueMode, len(v.busCommitted))
 	return d, err
 }

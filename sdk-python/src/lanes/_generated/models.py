@@ -1039,6 +1039,10 @@ class MessageDetail(BaseModel):
     consumer_groups: Annotated[list[MessageConsumerGroup] | None, Field(alias="consumerGroups")] = (
         None
     )
+    mode: MessageListMode | None = None
+    """
+    How the message's partition is consumed (queue mode, named groups, both, or none yet).
+    """
     queue_config: Annotated[QueueConfig | None, Field(alias="queueConfig")] = None
     """
     Queue options (partial).
