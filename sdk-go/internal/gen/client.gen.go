@@ -510,7 +510,11 @@ type BufferStatus struct {
 
 	// Pending Spooled pushes waiting to drain.
 	Pending int `json:"pending"`
-	Worker  int `json:"worker"`
+
+	// SpoolAvailable False when this broker runs without a disk spool (its `LANES_SPOOL_DIR` could not be
+	// opened at boot): a push then fails while PostgreSQL is down or push maintenance is on.
+	SpoolAvailable bool `json:"spoolAvailable"`
+	Worker         int  `json:"worker"`
 }
 
 // ConfigureError Configure error; `invalid` names the rejected option when there is one.

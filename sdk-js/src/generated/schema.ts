@@ -2027,6 +2027,10 @@ export interface components {
         };
         /** @description Disk spool state; more spool fields may be present. */
         BufferStatus: {
+            /** @description False when this broker runs without a disk spool (its `LANES_SPOOL_DIR` could not be
+             *     opened at boot): a push then fails while PostgreSQL is down or push maintenance is on.
+             *      */
+            spoolAvailable: boolean;
             /** @description Spooled pushes waiting to drain. */
             pending: number;
             /** @description Spooled pushes that failed to drain. */

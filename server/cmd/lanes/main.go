@@ -127,6 +127,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 			go sp.Run(drainCtx)
 		}
 		go srv.RunLagCollector(drainCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
+		go srv.RunMaintenanceRefresh(drainCtx)
 	}
 	schema.bringUp(ctx, drainCtx, pool, cfg, log)
 	handler, err := srv.Handler()

@@ -55,6 +55,23 @@ func (m *maintenance) maybeRefresh() {
 	}()
 }
 
+// RunMaintenanceRefresh rereads the switches every half maintenanceRefresh
+// until ctx ends, so an idle broker's first request after another broker
+// turned maintenance on already sees it: the lazy refresh in maybeRefresh
+// answers that request from the stale cache while it reads.
+func (s *Server) RunMaintenanceRefresh(ctx context.Context) {
+	tick := time.NewTicker(maintenanceRefresh / 2)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			_ = s.maintenance.refresh(ctx)
+		}
+	}
+}
+
 func (m *maintenance) refresh(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -97,6 +114,14 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 		}
 	}
 	sp := s.opts.Spool
+	if sp == nil && s.maintenance.pushEnabled() {
+		// Push maintenance keeps writes off the database, and without a
+		// spool there is nowhere else to put them.
+		if err := engine.NormalizePushItems(items); err != nil {
+			return nil, err
+		}
+		return s.failedPushes(items, "push maintenance is on and this broker has no disk spool"), nil
+	}
 	if sp != nil && (!s.schemaReady() || s.maintenance.pushEnabled() || sp.Pending() > 0) {
 		if !s.schemaReady() {
 			sp.MarkDBDown()
@@ -153,6 +178,16 @@ func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error)
 	return results, nil
 }
 
+// failedPushes answers every item failed with reason, nothing stored.
+func (s *Server) failedPushes(items []engine.PushItem, reason string) []engine.PushResult {
+	results := make([]engine.PushResult, len(items))
+	for i, it := range items {
+		results[i] = engine.PushResult{Index: i, TransactionID: it.TransactionID, Queue: it.Queue, Status: engine.PushFailed, Error: reason}
+	}
+	s.metrics.CountPush(string(engine.PushFailed), len(items))
+	return results
+}
+
 // PushMaintenance reports whether push maintenance is on (the spool drain pauses).
 func (s *Server) PushMaintenance() bool { return s.maintenance.pushEnabled() }
 
@@ -160,6 +195,7 @@ func (s *Server) PushMaintenance() bool { return s.maintenance.pushEnabled() }
 func (s *Server) GetBufferStatus(ctx context.Context, _ gen.GetBufferStatusRequestObject) (gen.GetBufferStatusResponseObject, error) {
 	out := gen.GetBufferStatus200JSONResponse{DbHealthy: true}
 	if sp := s.opts.Spool; sp != nil {
+		out.SpoolAvailable = true
 		out.Pending, out.Failed, out.DbHealthy = int(sp.Pending()), int(sp.Failed()), sp.DBHealthy()
 	}
 	return out, nil

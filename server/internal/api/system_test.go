@@ -175,3 +175,52 @@ func TestAckBatchNamesTheItemMissingAField(t *testing.T) {
 		t.Fatalf("ack lacking transactionId: %d %+v", status, e)
 	}
 }
+
+// An idle broker must not answer its first push from a switch it read before
+// another broker turned push maintenance on: that push would reach the
+// database while an operator holds writes off it.
+func TestAnIdleBrokerSeesPushMaintenanceTurnedOnElsewhere(t *testing.T) {
+	a := newBrokerWith(t, testDSN, Options{}, t.TempDir())
+	b := newBrokerWith(t, testDSN, Options{}, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go b.Server.RunMaintenanceRefresh(ctx)
+	t.Cleanup(func() { a.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil) })
+	q := uniqueQueue(t)
+	push := func(txn string) string {
+		var res []pushResult
+		if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": txn, "transactionId": txn}}}, &res); status != http.StatusCreated || len(res) != 1 {
+			t.Fatalf("push %s: %d %+v", txn, status, res)
+		}
+		return res[0].Status
+	}
+	if got := push("before"); got != "queued" {
+		t.Fatalf("push before maintenance: %s", got)
+	}
+	a.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}, nil)
+	time.Sleep(2 * maintenanceRefresh) // b serves nothing meanwhile
+	if got := push("first-after"); got != "buffered" {
+		t.Fatalf("the idle broker's first push after maintenance went on: %s, want buffered", got)
+	}
+}
+
+// Without a disk spool, push maintenance has nowhere to put a push: it is
+// answered failed and nothing reaches the database.
+func TestPushMaintenanceWithoutASpoolStoresNothing(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{}, "")
+	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil) })
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}, nil)
+	var res []pushResult
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1, "transactionId": "m"}}}, &res); status != http.StatusCreated || len(res) != 1 || res[0].Status != "failed" {
+		t.Fatalf("push under maintenance without a spool: %d %+v", status, res)
+	}
+	var buffers map[string]any
+	if b.call(t, "GET", "/api/v1/status/buffers", nil, &buffers); buffers["spoolAvailable"] != false {
+		t.Fatalf("buffer status without a spool: %+v", buffers)
+	}
+	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil)
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q, nil, nil); status != http.StatusNoContent {
+		t.Fatalf("pop after maintenance: %d, want 204 (nothing stored)", status)
+	}
+}

@@ -300,6 +300,12 @@ class BufferStatus(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+    spool_available: Annotated[bool, Field(alias="spoolAvailable")]
+    """
+    False when this broker runs without a disk spool (its `LANES_SPOOL_DIR` could not be
+    opened at boot): a push then fails while PostgreSQL is down or push maintenance is on.
+
+    """
     pending: int
     """
     Spooled pushes waiting to drain.
