@@ -335,3 +335,39 @@ func TestPopLeaseSecondsNegativeIsAbsentAndHugeIsCapped(t *testing.T) {
 		t.Fatalf("leaseSeconds=99999999999 must be cut to a year; lease left %v", left)
 	}
 }
+
+// An ack retried after its answer was lost (docs/retries.md §5) finds the
+// batch completed and its lease released: a completed ack the cursor already
+// covers is a harmless duplicate (noop), while a nack of it stays an error.
+func TestARetriedAckOfACompletedBatchIsANoop(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.push(t, q, "p", "m1", "m2")
+	p := b.pop(t, "/api/v1/pop/queue/"+q+"?batch=2")
+	if len(p.Messages) != 2 {
+		t.Fatalf("pop: %+v", p)
+	}
+	acks := func(status string) []map[string]any {
+		out := make([]map[string]any, len(p.Messages))
+		for i, m := range p.Messages {
+			out[i] = map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": p.LeaseID, "status": status}
+		}
+		return out
+	}
+	for try := 1; try <= 2; try++ {
+		var out []map[string]any
+		b.call(t, "POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": acks("completed")}, &out)
+		for _, r := range out {
+			if r["success"] != true || (try == 2 && r["noop"] != true) {
+				t.Fatalf("try %d of the ack batch: %+v", try, out)
+			}
+		}
+	}
+	var one map[string]any
+	if b.call(t, "POST", "/api/v1/ack", acks("completed")[1], &one); one["success"] != true || one["noop"] != true {
+		t.Fatalf("single ack retried: %+v", one)
+	}
+	if b.call(t, "POST", "/api/v1/ack", acks("failed")[0], &one); one["success"] != false {
+		t.Fatalf("a nack of the completed batch with its released lease: %+v", one)
+	}
+}

@@ -281,6 +281,7 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 		return err
 	}
 	tx.open = true
+	plan.duplicateCompletedIsNoop = true
 	dlqs := plan.apply(items, results)
 	if len(dlqs) > 0 {
 		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
@@ -379,6 +380,11 @@ type ackPlan struct {
 	resT    []string
 	rows    map[cursorKey]*consumerRow
 	offsets map[cursorKey]int64 // (partition, transaction id) -> offset
+	// duplicateCompletedIsNoop answers a completed ack the cursor already
+	// covers as a noop even when its lease is gone (a retried ack request).
+	// A transaction leaves it off: its ack of a message someone else acked
+	// must roll back, or two pipeline workers both push a successor.
+	duplicateCompletedIsNoop bool
 }
 
 // planAcks groups items; an item under a lease the index knows is resolved
@@ -544,6 +550,15 @@ func (p *ackPlan) apply(items []AckItem, results []AckResult) []dlqFiling {
 			continue
 		}
 		if k.lease != "" && (row.leaseID != k.lease || !row.leaseLive) {
+			if p.duplicateCompletedIsNoop && p.allCompletedAtOrBelow(row.committed, k.partition, refs, items) {
+				// A retried ack of a batch that its first try completed (and
+				// so released): the cursor already covers it, so it is the
+				// harmless duplicate an ack retry must be, not a lease error.
+				for _, r := range refs {
+					results[r.index].Success, results[r.index].Noop = true, true
+				}
+				continue
+			}
 			for _, r := range refs {
 				results[r.index].Error = errInvalidLease
 			}
@@ -568,6 +583,18 @@ func (p *ackPlan) apply(items []AckItem, results []AckResult) []dlqFiling {
 		}
 	}
 	return dlqs
+}
+
+// allCompletedAtOrBelow reports whether every ack of refs is completed and
+// names a message at or below committed.
+func (p *ackPlan) allCompletedAtOrBelow(committed int64, partition uuid.UUID, refs []ackRef, items []AckItem) bool {
+	for _, r := range refs {
+		off, ok := p.offsets[cursorKey{partition, items[r.index].TransactionID}]
+		if r.status != AckCompleted || !ok || off > committed {
+			return false
+		}
+	}
+	return true
 }
 
 // queueWrites adds the one statement that writes the final state of every
