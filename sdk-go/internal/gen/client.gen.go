@@ -1398,7 +1398,8 @@ type QueueDetailOptions struct {
 	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
 	MaxWaitTimeSeconds *int `json:"maxWaitTimeSeconds,omitempty"`
 
-	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch (clamped to 0–60000). Default 0.
+	// MinPopWaitTime Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
+	// answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
 	MinPopWaitTime *int `json:"minPopWaitTime,omitempty"`
 
 	// Namespace Namespace label.
@@ -1473,7 +1474,8 @@ type QueueOptions struct {
 	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
 	MaxWaitTimeSeconds *int `json:"maxWaitTimeSeconds,omitempty"`
 
-	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch (clamped to 0–60000). Default 0.
+	// MinPopWaitTime Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
+	// answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
 	MinPopWaitTime *int `json:"minPopWaitTime,omitempty"`
 
 	// Priority Declared priority (echoed, not enforced). Default 0.

@@ -1323,7 +1323,9 @@ export interface components {
             completedRetentionSeconds?: number | null;
             /** @description Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0. */
             maxWaitTimeSeconds?: number | null;
-            /** @description Milliseconds a waiting pop holds an under-full batch (clamped to 0–60000). Default 0. */
+            /** @description Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
+             *     answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
+             *      */
             minPopWaitTime?: number | null;
             /** @description Encrypt payloads at rest (not supported by Lanes yet). Default false. */
             encryptionEnabled?: boolean | null;

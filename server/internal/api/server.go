@@ -83,6 +83,7 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 		opts.PushTimeout = 10 * time.Second
 	}
 	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: &maintenance{engine: e}}
+	e.PausePopsWhen(s.maintenance.popEnabled)
 	s.registerGauges()
 	return s
 }

@@ -224,3 +224,28 @@ func TestPushMaintenanceWithoutASpoolStoresNothing(t *testing.T) {
 		t.Fatalf("pop after maintenance: %d, want 204 (nothing stored)", status)
 	}
 }
+
+// A pop parked before pop maintenance went on must not be handed the messages
+// pushed during it: every pop answers 204 while pop maintenance is on.
+func TestPopMaintenanceHoldsPopsThatWereAlreadyParked(t *testing.T) {
+	b := newTestBroker(t)
+	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}, nil) })
+	for _, query := range []string{"wait=true&timeout=1500", "wait=true&timeout=1500&autoAck=true"} {
+		q := uniqueQueue(t)
+		parked := make(chan int, 1)
+		go func() {
+			status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?"+query, nil, nil)
+			parked <- status
+		}()
+		time.Sleep(300 * time.Millisecond) // the pop parks
+		b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": true}, nil)
+		b.push(t, q, "p", "during")
+		if status := <-parked; status != http.StatusNoContent {
+			t.Fatalf("a pop (%s) parked before pop maintenance answered %d, want 204", query, status)
+		}
+		b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}, nil)
+		if p := b.pop(t, "/api/v1/pop/queue/"+q); len(p.Messages) != 1 {
+			t.Fatalf("after pop maintenance: %+v, want the message pushed during it", p)
+		}
+	}
+}

@@ -106,6 +106,9 @@ type Engine struct {
 
 	closeOnce   sync.Once
 	stopParking atomic.Bool
+	// popsPaused, when set, reports pop maintenance: a paused engine claims
+	// nothing for a pop, parked ones included (see PausePopsWhen).
+	popsPaused func() bool
 	stop        chan struct{}
 	wg          sync.WaitGroup
 }
@@ -241,10 +244,22 @@ func (e *Engine) ReleaseParkedPops() {
 	e.waiters.wakeAll()
 }
 
+// PausePopsWhen makes every pop check, a parked pop's re-checks and the
+// claims a push or an ack runs for a parked pop find nothing while paused
+// reports true (pop maintenance). The HTTP layer answers a new pop 204 itself;
+// this holds the pops that were already parked when maintenance went on. Call
+// it before the engine serves.
+func (e *Engine) PausePopsWhen(paused func() bool) { e.popsPaused = paused }
+
+func (e *Engine) popsArePaused() bool { return e.popsPaused != nil && e.popsPaused() }
+
 // admittedPopOnce runs one pop check inside the admission budget. A
 // rejection fails the first check; a re-check of a parked pop that cannot get a
 // slot counts as empty and keeps waiting, so parking never answers 429.
 func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first bool) (*PopResult, error) {
+	if e.popsArePaused() {
+		return &PopResult{}, nil
+	}
 	if e.cfg.AdmitPopCheck == nil {
 		return e.claimOnce(ctx, req)
 	}

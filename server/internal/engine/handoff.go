@@ -130,6 +130,9 @@ func (e *Engine) continues(a *indexedAck, req *PopRequest) bool {
 // partitions may serve (of group only, when group is set) and whose group has
 // a cached claim plan, and queues its claim after commit.
 func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue string, partitions []string, group string, after *indexedAck) *handOff {
+	if e.popsArePaused() {
+		return nil
+	}
 	var plan popQueue
 	wt, req := e.waiters.takeForHandOff(queue, partitions, func(g string) bool {
 		if group != "" && g != group {

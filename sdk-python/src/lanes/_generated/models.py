@@ -1512,7 +1512,9 @@ class QueueOptions(BaseModel):
     """
     min_pop_wait_time: Annotated[int | None, Field(alias="minPopWaitTime", ge=0)] = None
     """
-    Milliseconds a waiting pop holds an under-full batch (clamped to 0–60000). Default 0.
+    Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
+    answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
+
     """
     encryption_enabled: Annotated[bool | None, Field(alias="encryptionEnabled")] = None
     """
