@@ -109,8 +109,8 @@ type Engine struct {
 	// popsPaused, when set, reports pop maintenance: a paused engine claims
 	// nothing for a pop, parked ones included (see PausePopsWhen).
 	popsPaused func() bool
-	stop        chan struct{}
-	wg          sync.WaitGroup
+	stop       chan struct{}
+	wg         sync.WaitGroup
 }
 
 // New starts an engine on pool. Call ApplySchema first (once per process).
