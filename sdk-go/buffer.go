@@ -123,19 +123,31 @@ func (b *Buffer) loop() {
 	}
 }
 
-// flushOnce sends up to MessageCount waiting items; on a retryable failure they stay at the front.
+// flushOnce sends the waiting items MessageCount at a time while a full batch
+// waits; on a retryable failure the failed items stay at the front.
 func (b *Buffer) flushOnce(ctx context.Context) error {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
+	for {
+		more, err := b.sendFront(ctx)
+		if err != nil || !more {
+			return err
+		}
+	}
+}
+
+// sendFront sends up to MessageCount items from the front; more reports that
+// a full batch is waiting after them. The caller holds flushMu.
+func (b *Buffer) sendFront(ctx context.Context) (more bool, err error) {
 	b.mu.Lock()
 	n := min(len(b.items), b.opts.MessageCount)
 	if n == 0 {
 		b.mu.Unlock()
-		return nil
+		return false, nil
 	}
 	batch := append([]pushItemWire(nil), b.items[:n]...)
 	b.mu.Unlock()
-	_, err := b.c.pushWire(ctx, batch)
+	_, err = b.c.pushWire(ctx, batch)
 	var pe *PushError
 	var ae *APIError
 	drop := err == nil || (errors.As(err, &ae) && ae.Terminal())
@@ -150,7 +162,7 @@ func (b *Buffer) flushOnce(ctx context.Context) error {
 		b.cond.Broadcast()
 		b.mu.Unlock()
 		b.report(err)
-		return err
+		return false, err
 	}
 	if drop {
 		b.mu.Lock()
@@ -158,7 +170,7 @@ func (b *Buffer) flushOnce(ctx context.Context) error {
 		if len(b.items) == 0 && b.timer != nil {
 			b.timer.Stop()
 		}
-		more := len(b.items) >= b.opts.MessageCount
+		more = len(b.items) >= b.opts.MessageCount
 		if len(b.items) > 0 && !more {
 			b.timer = time.AfterFunc(b.opts.FlushInterval, b.signal)
 		}
@@ -167,13 +179,10 @@ func (b *Buffer) flushOnce(ctx context.Context) error {
 		if err != nil {
 			b.report(err)
 		}
-		if more {
-			return b.flushOnce(ctx)
-		}
-		return nil
+		return more, nil
 	}
 	b.report(err)
-	return err
+	return false, err
 }
 
 func (b *Buffer) report(err error) {

@@ -481,6 +481,25 @@ func TestITBufferFlushOnCount(t *testing.T) {
 	require.Eventually(t, func() bool { return buf.Len() == 0 }, 5*time.Second, 20*time.Millisecond)
 }
 
+// A producer faster than a round trip leaves several full batches waiting:
+// the flusher sends them one after the other (it deadlocked on the second),
+// and Close sends the rest within its deadline.
+func TestITBufferSendsEveryFullBatchWaiting(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	buf := b.c.Queue(b.queue).Partition("buf").Buffer(lanes.BufferOptions{MessageCount: 50, FlushInterval: time.Hour})
+	for i := 0; i < 250; i++ {
+		require.NoError(t, buf.Push(b.ctx, lanes.Data(i)))
+	}
+	closeCtx, cancel := context.WithTimeout(b.ctx, 10*time.Second)
+	defer cancel()
+	require.NoError(t, b.c.Close(closeCtx))
+	require.Equal(t, 0, buf.Len())
+	msgs, err := b.c.Queue(b.queue).Batch(500).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 250)
+}
+
 func TestITConfigureAndGetQueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
