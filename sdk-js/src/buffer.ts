@@ -81,7 +81,14 @@ export class PushBuffer<T = unknown> {
   async close(deadline: number): Promise<number> {
     this.closing = true;
     const left = Math.max(0, deadline - Date.now());
-    await Promise.race([this.flush(), sleep(left)]);
+    // The deadline's timer is cleared once the flush wins, or it alone would
+    // keep Node running until the deadline.
+    const flushed = new AbortController();
+    try {
+      await Promise.race([this.flush(), sleep(left, flushed.signal).catch(() => undefined)]);
+    } finally {
+      flushed.abort();
+    }
     return this.items.length;
   }
 

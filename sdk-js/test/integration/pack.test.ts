@@ -38,6 +38,20 @@ console.log(JSON.stringify(got));
 `,
     );
     expect(run("node", ["main.mjs"], app).trim()).toBe('{"hello":"pack"}');
+    // close() sends what the buffer holds and lets the process exit at once, not at its
+    // 30 s deadline (a timer of the deadline outlived the flush).
+    writeFileSync(
+      join(app, "buffer.mjs"),
+      `import { Lanes } from "@lanesmq/lanes";
+const lanes = new Lanes({ url: ${JSON.stringify(url)} });
+const buf = lanes.queue(${JSON.stringify(q + "-buffer")}).buffer({ messageCount: 100, timeMillis: 60000 });
+await buf.push([{ data: 1 }]);
+await lanes.close();
+`,
+    );
+    const started = Date.now();
+    run("node", ["buffer.mjs"], app);
+    expect(Date.now() - started).toBeLessThan(10_000);
     // the declarations type-check a consumer
     writeFileSync(
       join(app, "check.ts"),
