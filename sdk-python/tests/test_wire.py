@@ -404,3 +404,55 @@ async def test_async_empty_nowait_polls_paced_by_waitms() -> None:
     n = len(seen)
     assert 2 <= n <= 4, n  # ~0.5 s / 200 ms, not a hot loop
     assert time.monotonic() - start < 2
+
+
+def _push_answer(body: dict[str, Any], failed: set[int]) -> httpx.Response:
+    return httpx.Response(
+        201,
+        json=[
+            {
+                "index": i,
+                "message_id": f"m{i}",
+                "transaction_id": it["transactionId"],
+                "queueName": it["queue"],
+                "status": "failed" if i in failed else "queued",
+                **({"error": "boom"} if i in failed else {}),
+            }
+            for i, it in enumerate(body["items"])
+        ],
+    )
+
+
+def test_buffer_resends_only_the_failed_items_under_their_ids() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        body = json.loads(req.content)
+        bodies.append(body)
+        return _push_answer(body, {1} if len(bodies) == 1 else set())
+
+    t, _ = capture(answer)
+    c = client(t)
+    buf = c.queue("q").buffer(message_count=3, time_millis=60_000, retry_delay_millis=1)
+    buf.push([{"n": 0}, {"n": 1}, {"n": 2}])
+    c.close(timeout=5)
+    first, second = bodies
+    assert [it["payload"] for it in second["items"]] == [{"n": 1}]
+    assert second["items"][0]["transactionId"] == first["items"][1]["transactionId"]
+
+
+def test_buffer_resends_a_batch_under_the_same_ids_after_a_lost_answer() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        body = json.loads(req.content)
+        bodies.append(body)
+        return httpx.Response(503) if len(bodies) == 1 else _push_answer(body, set())
+
+    t, _ = capture(answer)
+    c = client(t, retry_attempts=0)
+    buf = c.queue("q").buffer(message_count=2, time_millis=60_000, retry_delay_millis=1)
+    buf.push([{"n": 0}, {"n": 1}])
+    c.close(timeout=5)
+    ids = [[it["transactionId"] for it in b["items"]] for b in bodies]
+    assert len(ids) == 2 and ids[0] == ids[1]

@@ -13,7 +13,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from lanes._exceptions import APIError, LanesError, PushError
-from lanes._types import PushResult
+from lanes._protocol import normalize_item, uuid7
+from lanes._types import Item, PushResult
 
 
 @dataclass(frozen=True)
@@ -57,7 +58,10 @@ class _Core:
     def add(self, item: Any, now: float) -> None:
         if not self.items:
             self.first_at = now
-        self.items.append(item)
+        # The transaction id is minted once, here: a batch sent again after a
+        # lost answer then carries the same ids and the broker deduplicates it.
+        payload, tid, trace = normalize_item(item)
+        self.items.append(Item(data=payload, transaction_id=tid or uuid7(), trace_id=trace))
 
     def take(self) -> list[Any]:
         n = min(len(self.items), self.opts.message_count)
@@ -75,6 +79,10 @@ class _Core:
                 self.on_error(err)
         if _terminal(err):
             return False
+        if isinstance(err, PushError):
+            # The others were stored: only the failed items go back.
+            failed = {e.index for e in err.items}
+            batch = [it for i, it in enumerate(batch) if i in failed]
         self.items.extendleft(reversed(batch))
         self.first_at = now
         return True
