@@ -100,6 +100,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	eng := engine.New(pool, engine.Config{
 		OnRetentionPass:         api.RetentionObserver(reg, log),
 		AdmitPopCheck:           admit.Pop.Acquire,
+		AdmitPopRecheck:         admit.Pop.TryAcquire,
 		PushCommitters:          cfg.PushCommitters,
 		AckSyncCommit:           cfg.AckSyncCommit,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,

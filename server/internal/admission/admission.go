@@ -100,6 +100,22 @@ func (c *Class) Acquire(ctx context.Context) (release func(), err error) {
 	}
 }
 
+// TryAcquire takes a slot only if one is free now: it never queues, so it
+// never lengthens the waiting line that bounds the requests in front of it,
+// and a miss is not a rejection. A request queued in Acquire gets a freed slot
+// before any TryAcquire does (a buffered channel hands it to the blocked
+// sender). Parked pops re-check through it, so they are never the reason a
+// request is turned away.
+func (c *Class) TryAcquire() (release func(), ok bool) {
+	select {
+	case c.slots <- struct{}{}:
+		c.admitted.Add(1)
+		return c.releaser(), true
+	default:
+		return nil, false
+	}
+}
+
 func (c *Class) releaser() func() {
 	var once sync.Once
 	return func() { once.Do(func() { <-c.slots }) }

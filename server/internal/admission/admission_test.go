@@ -87,3 +87,46 @@ func TestClientLimiterRefillsAtRate(t *testing.T) {
 		t.Fatal("Retry-After rounds up to whole seconds, at least 1")
 	}
 }
+
+// A parked pop's re-check never queues and never counts as rejected, and a
+// request waiting in line gets a freed slot before a re-check can take it.
+func TestTryAcquireNeverQueuesAndYieldsToTheLine(t *testing.T) {
+	c := NewClass("pop", Limits{InFlight: 1, Waiting: 1, MaxWait: 2 * time.Second})
+	held, err := c.Acquire(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := c.TryAcquire(); ok {
+		t.Fatal("TryAcquire took a slot that is held")
+	}
+	if st := c.Stats(); st.Waiting != 0 || st.Rejected != 0 {
+		t.Fatalf("a missed TryAcquire queued or counted as rejected: %+v", st)
+	}
+	queued := make(chan func(), 1)
+	go func() {
+		rel, err := c.Acquire(context.Background())
+		if err != nil {
+			t.Error(err)
+		}
+		queued <- rel
+	}()
+	for deadline := time.Now().Add(time.Second); c.Stats().Waiting != 1; time.Sleep(time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the second Acquire never queued")
+		}
+	}
+	held()
+	if _, ok := c.TryAcquire(); ok {
+		t.Fatal("TryAcquire took the freed slot from the request waiting in line")
+	}
+	rel := <-queued
+	rel()
+	again, ok := c.TryAcquire()
+	if !ok {
+		t.Fatal("TryAcquire refused a free slot")
+	}
+	again()
+	if st := c.Stats(); st.Rejected != 0 {
+		t.Fatalf("rejections: %+v", st)
+	}
+}

@@ -39,6 +39,7 @@ func newBrokerWith(t testing.TB, dsn string, opts Options, spoolDir string) *res
 	ecfg := engine.Config{}
 	if opts.Admission != nil {
 		ecfg.AdmitPopCheck = opts.Admission.Pop.Acquire
+		ecfg.AdmitPopRecheck = opts.Admission.Pop.TryAcquire
 	}
 	eng := engine.New(pool, ecfg)
 	b := &resilientBroker{}

@@ -56,6 +56,11 @@ type Config struct {
 	// AdmitPopCheck, when set, is called before each database check of a pop
 	// (not while it is parked); it returns a release func or a rejection.
 	AdmitPopCheck func(ctx context.Context) (release func(), err error)
+	// AdmitPopRecheck, when set, admits a parked pop's re-check without
+	// queueing: a re-check that finds no free slot counts as empty and the pop
+	// keeps waiting, so parked pops never take the place of a request in the
+	// waiting line (nor count as rejected).
+	AdmitPopRecheck func() (release func(), ok bool)
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
 	Logger          *slog.Logger
@@ -259,6 +264,14 @@ func (e *Engine) popsArePaused() bool { return e.popsPaused != nil && e.popsPaus
 func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first bool) (*PopResult, error) {
 	if e.popsArePaused() {
 		return &PopResult{}, nil
+	}
+	if !first && req.Wait && e.cfg.AdmitPopRecheck != nil {
+		release, ok := e.cfg.AdmitPopRecheck()
+		if !ok {
+			return &PopResult{}, nil
+		}
+		defer release()
+		return e.claimOnce(ctx, req)
 	}
 	if e.cfg.AdmitPopCheck == nil {
 		return e.claimOnce(ctx, req)

@@ -7,6 +7,7 @@ import (
 	"reflect"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -919,5 +920,31 @@ func TestDeliverSizesTheAnswerOnce(t *testing.T) {
 	}
 	if res.Messages[0].Offset != 1 || res.Messages[249].Offset != 250 || res.Messages[249].TransactionID != "249" {
 		t.Fatalf("first/last delivered: %+v / %+v", res.Messages[0], res.Messages[249])
+	}
+}
+
+// A parked pop's re-checks go through the re-check admission (which never
+// queues); only the pop's first check goes through the queueing one.
+func TestAParkedPopRechecksWithoutQueueingForAdmission(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	var firstChecks, rechecks, missedRechecks atomic.Int32
+	e.cfg.AdmitPopCheck = func(context.Context) (func(), error) {
+		firstChecks.Add(1)
+		return func() {}, nil
+	}
+	e.cfg.AdmitPopRecheck = func() (func(), bool) {
+		if rechecks.Add(1)%2 == 0 {
+			missedRechecks.Add(1)
+			return nil, false // no free slot: counts as empty, the pop keeps waiting
+		}
+		return func() {}, true
+	}
+	res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 700 * time.Millisecond})
+	if err != nil || len(res.Messages) != 0 {
+		t.Fatalf("pop of an empty queue: %+v %v", res, err)
+	}
+	if firstChecks.Load() != 1 || rechecks.Load() < 2 || missedRechecks.Load() < 1 {
+		t.Fatalf("first checks %d (want 1), re-checks %d, missed %d", firstChecks.Load(), rechecks.Load(), missedRechecks.Load())
 	}
 }
