@@ -456,3 +456,40 @@ def test_buffer_resends_a_batch_under_the_same_ids_after_a_lost_answer() -> None
     c.close(timeout=5)
     ids = [[it["transactionId"] for it in b["items"]] for b in bodies]
     assert len(ids) == 2 and ids[0] == ids[1]
+
+
+_ONE_MESSAGE = {
+    "leaseId": "L",
+    "messages": [
+        {
+            "id": "m1",
+            "transactionId": "t1",
+            "data": 1,
+            "createdAt": "2026-01-01T00:00:00Z",
+            "partitionId": "pid",
+            "partition": "p",
+            "leaseId": "L",
+        }
+    ],
+}
+
+
+def test_iterator_waits_out_a_transient_pop_error_and_stops_on_a_terminal_one() -> None:
+    pops = 0
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        nonlocal pops
+        if req.url.path.startswith("/api/v1/ack"):
+            return httpx.Response(200, json=[{"index": 0, "success": True}])
+        pops += 1
+        return httpx.Response(503) if pops == 1 else httpx.Response(200, json=_ONE_MESSAGE)
+
+    t, _ = capture(answer)
+    c = client(t, retry_attempts=0)
+    with c.queue("q").wait(False).messages(limit=1) as it:
+        assert [m.data for m in it] == [1]  # the 503 was waited out, as in the consume loop
+    assert pops == 2
+
+    t, _ = capture(lambda r: httpx.Response(400, json={"error": "bad", "code": "bad_request"}))
+    with pytest.raises(lanes.APIError), client(t).queue("q").wait(False).messages() as it:
+        next(it)

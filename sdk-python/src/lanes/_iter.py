@@ -7,16 +7,34 @@ acks of one pop go out as one batch before the next pop. Leaving early (``break`
 
 from __future__ import annotations
 
+import logging
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from lanes import _protocol as P
-from lanes._exceptions import ConsumerStopped
+from lanes._consumer import _transient
+from lanes._exceptions import ConsumerStopped, RateLimitError
 from lanes._types import AckResult, AutopilotEcho, Message, PopResult
 
 Entries = list[tuple[str, P.AckEntry]]
+
+_log = logging.getLogger("lanes")
+
+
+def _waited_out(err: Exception, errors: int) -> float | None:
+    """The pause before the next pop after a pop error the iteration waits out, as the consume
+    loop does (docs/consuming.md §4: network failures, 429, 5xx but 501), or None when the error
+    ends the iteration (403, 413, other 4xx, 501)."""
+    if isinstance(err, RateLimitError):
+        pause = err.retry_after if err.retry_after is not None else 1.0
+    elif _transient(err):
+        pause = P.loop_error_backoff(errors)
+    else:
+        return None
+    _log.warning("lanes: messages: %s; popping again in %.1f s", err, pause)
+    return pause
 
 
 class _Core:
@@ -107,6 +125,7 @@ class MessageIterator:
         if c.closed:
             raise StopIteration
         c.finish_current()
+        errors = 0
         try:
             while True:
                 m = c.next_buffered()
@@ -115,7 +134,19 @@ class MessageIterator:
                 pending = c.take_pending()
                 if pending:
                     self._ack(pending)
-                pause = c.feed(self._pop())
+                try:
+                    res = self._pop()
+                except (StopIteration, ConsumerStopped):
+                    raise
+                except Exception as e:
+                    errors += 1
+                    wait = _waited_out(e, errors)
+                    if wait is None:
+                        raise
+                    self._sleep(wait)
+                    continue
+                errors = 0
+                pause = c.feed(res)
                 if pause:
                     self._sleep(pause)
         except StopIteration:
@@ -167,6 +198,7 @@ class AsyncMessageIterator:
         if c.closed:
             raise StopAsyncIteration
         c.finish_current()
+        errors = 0
         try:
             while True:
                 m = c.next_buffered()
@@ -175,7 +207,19 @@ class AsyncMessageIterator:
                 pending = c.take_pending()
                 if pending:
                     await self._ack(pending)
-                pause = c.feed(await self._pop())
+                try:
+                    res = await self._pop()
+                except (StopIteration, ConsumerStopped):
+                    raise
+                except Exception as e:
+                    errors += 1
+                    wait = _waited_out(e, errors)
+                    if wait is None:
+                        raise
+                    await self._sleep(wait)
+                    continue
+                errors = 0
+                pause = c.feed(res)
                 if pause:
                     await self._sleep(pause)
         except StopIteration:
