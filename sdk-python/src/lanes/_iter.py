@@ -23,20 +23,6 @@ Entries = list[tuple[str, P.AckEntry]]
 _log = logging.getLogger("lanes")
 
 
-def _waited_out(err: Exception, errors: int) -> float | None:
-    """The pause before the next pop after a pop error the iteration waits out, as the consume
-    loop does (docs/consuming.md §4: network failures, 429, 5xx but 501), or None when the error
-    ends the iteration (403, 413, other 4xx, 501)."""
-    if isinstance(err, RateLimitError):
-        pause = err.retry_after if err.retry_after is not None else 1.0
-    elif _transient(err):
-        pause = P.loop_error_backoff(errors)
-    else:
-        return None
-    _log.warning("lanes: messages: %s; popping again in %.1f s", err, pause)
-    return pause
-
-
 class _Core:
     def __init__(self, spec: P.QueueSpec, auto_ack: bool, limit: int, idle_timeout: float) -> None:
         self.spec = spec
@@ -50,6 +36,7 @@ class _Core:
         self.closed = False
         self.last_msg = time.monotonic()
         self.last_echo: AutopilotEcho | None = None
+        self.pop_errors = 0  # consecutive pop errors waited out
 
     def _entry(self, m: Message, status: str) -> tuple[str, P.AckEntry]:
         return (
@@ -76,8 +63,23 @@ class _Core:
         out, self.pending = self.pending, []
         return out
 
+    def pause_after(self, err: Exception) -> float:
+        """The pause before the next pop after a pop error the iteration waits out, as the
+        consume loop does (docs/consuming.md §4: network failures, 429, 5xx but 501); an error
+        that ends the iteration (403, 413, other 4xx, 501) is raised again."""
+        if isinstance(err, RateLimitError):
+            pause = err.retry_after if err.retry_after is not None else 1.0
+        elif _transient(err):
+            self.pop_errors += 1
+            pause = P.loop_error_backoff(self.pop_errors)
+        else:
+            raise err
+        _log.warning("lanes: messages: %s; popping again in %.1f s", err, pause)
+        return pause
+
     def feed(self, res: PopResult) -> float:
         """Take a pop's messages; return the pause before the next pop (0 = none)."""
+        self.pop_errors = 0
         if res.autopilot is not None:
             self.last_echo = res.autopilot
         if res.messages:
@@ -125,7 +127,6 @@ class MessageIterator:
         if c.closed:
             raise StopIteration
         c.finish_current()
-        errors = 0
         try:
             while True:
                 m = c.next_buffered()
@@ -136,16 +137,9 @@ class MessageIterator:
                     self._ack(pending)
                 try:
                     res = self._pop()
-                except (StopIteration, ConsumerStopped):
-                    raise
                 except Exception as e:
-                    errors += 1
-                    wait = _waited_out(e, errors)
-                    if wait is None:
-                        raise
-                    self._sleep(wait)
+                    self._sleep(c.pause_after(e))
                     continue
-                errors = 0
                 pause = c.feed(res)
                 if pause:
                     self._sleep(pause)
@@ -198,7 +192,6 @@ class AsyncMessageIterator:
         if c.closed:
             raise StopAsyncIteration
         c.finish_current()
-        errors = 0
         try:
             while True:
                 m = c.next_buffered()
@@ -209,16 +202,9 @@ class AsyncMessageIterator:
                     await self._ack(pending)
                 try:
                     res = await self._pop()
-                except (StopIteration, ConsumerStopped):
-                    raise
                 except Exception as e:
-                    errors += 1
-                    wait = _waited_out(e, errors)
-                    if wait is None:
-                        raise
-                    await self._sleep(wait)
+                    await self._sleep(c.pause_after(e))
                     continue
-                errors = 0
                 pause = c.feed(res)
                 if pause:
                     await self._sleep(pause)

@@ -265,23 +265,23 @@ func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first boo
 	if e.popsArePaused() {
 		return &PopResult{}, nil
 	}
-	if !first && req.Wait && e.cfg.AdmitPopRecheck != nil {
-		release, ok := e.cfg.AdmitPopRecheck()
+	release := func() {}
+	switch {
+	case !first && req.Wait && e.cfg.AdmitPopRecheck != nil:
+		r, ok := e.cfg.AdmitPopRecheck()
 		if !ok {
 			return &PopResult{}, nil
 		}
-		defer release()
-		return e.claimOnce(ctx, req)
-	}
-	if e.cfg.AdmitPopCheck == nil {
-		return e.claimOnce(ctx, req)
-	}
-	release, err := e.cfg.AdmitPopCheck(ctx)
-	if err != nil {
-		if first || !req.Wait {
-			return nil, err
+		release = r
+	case e.cfg.AdmitPopCheck != nil:
+		r, err := e.cfg.AdmitPopCheck(ctx)
+		if err != nil {
+			if first || !req.Wait {
+				return nil, err
+			}
+			return &PopResult{}, nil
 		}
-		return &PopResult{}, nil
+		release = r
 	}
 	defer release()
 	return e.claimOnce(ctx, req)
