@@ -1398,8 +1398,11 @@ type QueueDetailOptions struct {
 	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
 	MaxWaitTimeSeconds *int `json:"maxWaitTimeSeconds,omitempty"`
 
-	// MinPopWaitTime Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
-	// answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
+	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+	// Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+	// above 1: once the queue has a message, the pop answers when the batch is full, after this
+	// long, or at its own timeout, whichever comes first. The messages stay claimable by other
+	// consumers meanwhile.
 	MinPopWaitTime *int `json:"minPopWaitTime,omitempty"`
 
 	// Namespace Namespace label.
@@ -1474,8 +1477,11 @@ type QueueOptions struct {
 	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
 	MaxWaitTimeSeconds *int `json:"maxWaitTimeSeconds,omitempty"`
 
-	// MinPopWaitTime Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
-	// answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
+	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+	// Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+	// above 1: once the queue has a message, the pop answers when the batch is full, after this
+	// long, or at its own timeout, whichever comes first. The messages stay claimable by other
+	// consumers meanwhile.
 	MinPopWaitTime *int `json:"minPopWaitTime,omitempty"`
 
 	// Priority Declared priority (echoed, not enforced). Default 0.

@@ -1323,8 +1323,11 @@ export interface components {
             completedRetentionSeconds?: number | null;
             /** @description Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0. */
             maxWaitTimeSeconds?: number | null;
-            /** @description Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
-             *     answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
+            /** @description Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+             *     Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+             *     above 1: once the queue has a message, the pop answers when the batch is full, after this
+             *     long, or at its own timeout, whichever comes first. The messages stay claimable by other
+             *     consumers meanwhile.
              *      */
             minPopWaitTime?: number | null;
             /** @description Encrypt payloads at rest (not supported by Lanes yet). Default false. */

@@ -226,6 +226,7 @@ func (e *Engine) Configure(ctx context.Context, req ConfigureRequest) (*QueueCon
 	if err != nil {
 		return nil, fmt.Errorf("configure %q: %w", req.Queue, err)
 	}
+	e.holds.forget()
 	return out, nil
 }
 

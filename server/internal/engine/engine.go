@@ -93,6 +93,8 @@ type Engine struct {
 	waiters         *waiters
 	// popPlans lets a repeat pop run in one round trip (popInOneTrip).
 	popPlans popPlanCache
+	// holds knows the queues whose waiting pops hold an under-full batch.
+	holds popHolds
 	// leases resolves acks under leases this broker granted without lanes.txns.
 	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.

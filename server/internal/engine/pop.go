@@ -102,6 +102,8 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 	interval := popInitialRecheck
 	empties := 0
 	handedNothing := false
+	hold := e.popHoldFor(ctx, &req)
+	holdOver := hold <= 0
 	for check := 0; ; check++ {
 		var wt *waiter
 		if handedNothing {
@@ -114,6 +116,13 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 		}
 		res := &PopResult{}
 		if wt == nil {
+			if !holdOver {
+				until := time.Now().Add(hold)
+				if deadline.Before(until) {
+					until = deadline
+				}
+				holdOver = e.holdForFullerBatch(ctx, &req, until)
+			}
 			if req.Wait {
 				// Registered before the check so a push between check and park is not missed.
 				wt = e.waiters.register(req.Queue, req.Group, req.Partition)
@@ -140,7 +149,11 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			e.waiters.unregister(wt)
 			return res, nil
 		}
-		e.waiters.waitIdle(ctx, wt, &req)
+		if holdOver {
+			// Until then a push must not claim for this pop: it would hand
+			// over the under-full batch the hold is for.
+			e.waiters.waitIdle(ctx, wt, &req)
+		}
 		timer := time.NewTimer(min(interval, remaining))
 		woken, leaving := false, false
 		var leaveErr error

@@ -27,6 +27,10 @@ type waiters struct {
 	// claiming counts the claims of each (queue, group) running on this
 	// broker, for claimEnded.
 	claiming map[waitKey]int
+	// watching holds, per queue, the pops holding for a fuller batch
+	// (holdForFullerBatch): every wake of the queue fires them, and they
+	// take no wake from the parked pops.
+	watching map[string]map[*waiter]struct{}
 }
 
 type waitKey struct{ queue, group, partition string }
@@ -50,7 +54,8 @@ type waiter struct {
 }
 
 func newWaiters() *waiters {
-	return &waiters{byQueue: map[string]*list.List{}, any: map[*waiter]struct{}{}, parked: map[waitKey]int{}, claiming: map[waitKey]int{}}
+	return &waiters{byQueue: map[string]*list.List{}, any: map[*waiter]struct{}{}, parked: map[waitKey]int{}, claiming: map[waitKey]int{},
+		watching: map[string]map[*waiter]struct{}{}}
 }
 
 // claimStarted and claimEnded bracket a claim of a pop of queue; claimEnded
@@ -134,6 +139,40 @@ func (w *waiters) registerLocked(queue, group, partition string) *waiter {
 	wt.elem = l.PushBack(wt)
 	w.parked[waitKey{queue, group, partition}]++
 	return wt
+}
+
+// watch returns a waiter fired by the next wake of queue, whichever
+// partitions and group it is for; it parks no pop (see watching).
+func (w *waiters) watch(queue string) *waiter {
+	wt := &waiter{ch: make(chan struct{}), queue: queue}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	set := w.watching[queue]
+	if set == nil {
+		set = map[*waiter]struct{}{}
+		w.watching[queue] = set
+	}
+	set[wt] = struct{}{}
+	return wt
+}
+
+// unwatch removes a watching waiter whether or not it was fired.
+func (w *waiters) unwatch(wt *waiter) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	if set := w.watching[wt.queue]; set != nil {
+		delete(set, wt)
+		if len(set) == 0 {
+			delete(w.watching, wt.queue)
+		}
+	}
+}
+
+func (w *waiters) fireWatchingLocked(queue string) {
+	for wt := range w.watching[queue] {
+		close(wt.ch)
+	}
+	delete(w.watching, queue)
 }
 
 // unregister removes a waiter whether or not it was woken.
@@ -254,6 +293,7 @@ func (w *waiters) wakeServed(queue string, partitions []string, group string, gr
 		return
 	}
 	w.wakeDiscoveryLocked()
+	w.fireWatchingLocked(queue)
 	l := w.byQueue[queue]
 	if l == nil {
 		return
@@ -296,6 +336,7 @@ func (w *waiters) wakeGroup(queue, group string, n int) {
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
+	w.fireWatchingLocked(queue)
 	l := w.byQueue[queue]
 	if l == nil {
 		return
@@ -333,6 +374,9 @@ func (w *waiters) wakeAllLocked() {
 	}
 	w.byQueue = map[string]*list.List{}
 	w.parked = map[waitKey]int{}
+	for queue := range w.watching {
+		w.fireWatchingLocked(queue)
+	}
 	w.wakeDiscoveryLocked()
 }
 

@@ -1512,8 +1512,11 @@ class QueueOptions(BaseModel):
     """
     min_pop_wait_time: Annotated[int | None, Field(alias="minPopWaitTime", ge=0)] = None
     """
-    Milliseconds a waiting pop would hold an under-full batch (0–60000). Default 0. Stored and
-    answered; pops do not hold for it yet (docs/wire-compatibility.md, "Known gaps").
+    Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+    Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+    above 1: once the queue has a message, the pop answers when the batch is full, after this
+    long, or at its own timeout, whichever comes first. The messages stay claimable by other
+    consumers meanwhile.
 
     """
     encryption_enabled: Annotated[bool | None, Field(alias="encryptionEnabled")] = None
