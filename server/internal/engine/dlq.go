@@ -269,7 +269,7 @@ func appendOne(ctx context.Context, tx pgx.Tx, sender, queue, partition string, 
 	b.Queue(`INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
 		VALUES ($1, $2, $2, clock_timestamp(), $3)`, pid, offset, appendFrame(nil, f))
 	b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
-		VALUES ($1, $2, $3, $4, now())
+		VALUES ($1, $2, $3, $4, clock_timestamp())
 		ON CONFLICT (partition_id, transaction_id) DO UPDATE
 		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`,
 		pid, f.TransactionID, offset, f.MessageID)

@@ -797,7 +797,9 @@ func (w *pushWrite) fitsOneTrip() bool {
 // returns: a segment ($3..$6) carries the position (from 1) of its first
 // message among the partition's, a txns row ($7..$10) that of its message. A
 // partition that is gone (its queue deleted after the broker cached its id)
-// fails the statement in lanes.expect, before COMMIT.
+// fails the statement in lanes.expect, before COMMIT. A txns row is stamped
+// as it is produced, after the lock (see queueTxns): the UPDATE's
+// clock_timestamp() is taken before it waits for the row.
 const pushOneTripSQL = `WITH adv AS (
 		UPDATE lanes.partitions p SET last_offset = p.last_offset + x.n, last_write_at = clock_timestamp()
 		FROM unnest($1::uuid[], $2::int8[]) AS x(pid, n)
@@ -810,7 +812,7 @@ const pushOneTripSQL = `WITH adv AS (
 		JOIN adv a ON a.id = s.pid),
 	txn AS (
 		INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
-		SELECT a.id, t.txn, a.last_offset - a.n + t.k, t.mid, now()
+		SELECT a.id, t.txn, a.last_offset - a.n + t.k, t.mid, clock_timestamp()
 		FROM unnest($7::uuid[], $8::text[], $9::int8[], $10::uuid[]) AS t(pid, txn, k, mid)
 		JOIN adv a ON a.id = t.pid),
 	tracked AS (
@@ -882,14 +884,18 @@ func queueAdvance(b *pgx.Batch, pids []uuid.UUID, lastOffsets []int64) {
 		FROM at WHERE p.id = ANY($1::uuid[])`, uuidArray(pids), int8Array(lastOffsets))
 }
 
-// queueTxns writes the transaction-id index rows. With the by-id probe every
-// id already stored is known, so new ids take a plain INSERT (cheaper than
-// INSERT … ON CONFLICT, which pays a speculative insertion per row) and only
-// stored ones are overwritten; without it every row is an upsert.
+// queueTxns writes the transaction-id index rows, stamped when they are
+// written, after the partition lock, as the segment is: the dedup window
+// counts from when a message was stored, and a stamp from the transaction's
+// start (now()) would open it early by the time the write waited for the lock.
+// With the by-id probe every id already stored is known, so new ids take a
+// plain INSERT (cheaper than INSERT … ON CONFLICT, which pays a speculative
+// insertion per row) and only stored ones are overwritten; without it every
+// row is an upsert.
 func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, offsets []int64, msgs []uuid.UUID) {
 	const upsert = `INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
-		SELECT x.pid, x.t, x.o, x.m, now()
-		FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)
+		SELECT x.pid, x.t, x.o, x.m, c.at
+		FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m), (SELECT clock_timestamp() AS at) c
 		ON CONFLICT (partition_id, transaction_id) DO UPDATE
 		SET message_offset = EXCLUDED.message_offset, message_id = EXCLUDED.message_id, created_at = EXCLUDED.created_at`
 	if w.knownIDs == nil {
@@ -908,8 +914,8 @@ func (w *pushWrite) queueTxns(b *pgx.Batch, pids []uuid.UUID, txns []string, off
 	}
 	if len(newT) > 0 {
 		b.Queue(`INSERT INTO lanes.txns (partition_id, transaction_id, message_offset, message_id, created_at)
-			SELECT x.pid, x.t, x.o, x.m, now()
-			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m)`,
+			SELECT x.pid, x.t, x.o, x.m, c.at
+			FROM unnest($1::uuid[], $2::text[], $3::int8[], $4::uuid[]) AS x(pid, t, o, m), (SELECT clock_timestamp() AS at) c`,
 			uuidArray(newP), textArray(newT), int8Array(newO), uuidArray(newM))
 	}
 	if len(oldT) > 0 {

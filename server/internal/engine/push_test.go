@@ -513,3 +513,56 @@ func TestAWriteCutsAPartitionsMessagesIntoBoundedSegments(t *testing.T) {
 		mustAck(t, e, acks...)
 	}
 }
+
+// The dedup window counts from when the first copy was stored, not from when
+// its write began: a write that waited for the partition lock must not open
+// the window early by that wait (found under contention: copies stored 27 ms
+// inside a 2 s window).
+func TestDedupWindowCountsFromTheStoredCopy(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	q := queueName(t)
+	if _, err := e.Configure(ctx, ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{"dedupWindowSeconds": json.RawMessage("2")}}); err != nil {
+		t.Fatal(err)
+	}
+	mustPush(t, e, items(q, "p", "provision")...)
+	for _, oneTrip := range []bool{false, true} {
+		id := fmt.Sprintf("contended-%v", oneTrip)
+		if !oneTrip {
+			// Keeps the next push on the probed two-trip path.
+			e.unprobedPausedUntil.Store(time.Now().Add(time.Minute).UnixNano())
+		} else {
+			e.unprobedPausedUntil.Store(0)
+		}
+		// Hold the partition row so the first copy's write waits 1.5 s for it.
+		holder, err := e.pool.Begin(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := holder.Exec(ctx, `SELECT 1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE q.name = $1 AND p.name = 'p' FOR UPDATE OF p`, q); err != nil {
+			t.Fatal(err)
+		}
+		first := make(chan PushResult, 1)
+		go func() {
+			res, err := e.Push(ctx, items(q, "p", id))
+			if err != nil {
+				t.Error(err)
+			}
+			first <- res[0]
+		}()
+		time.Sleep(1500 * time.Millisecond)
+		if err := holder.Commit(ctx); err != nil {
+			t.Fatal(err)
+		}
+		stored := <-first
+		if stored.Status != PushQueued {
+			t.Fatalf("first copy: %+v", stored)
+		}
+		// 0.7 s after it was stored, 2.2 s after its write began: inside the window.
+		time.Sleep(700 * time.Millisecond)
+		if again := mustPush(t, e, items(q, "p", id)...); again[0].Status != PushDuplicate {
+			t.Fatalf("one trip %v: a copy 0.7 s after the stored one is %q, want duplicate", oneTrip, again[0].Status)
+		}
+	}
+}
