@@ -1,7 +1,8 @@
-// `npm pack` produces an installable package with type declarations: install the tarball into
-// a scratch project and run a produce/consume round trip with plain Node.
+// `npm pack` produces an installable package with type declarations (its prepack script builds
+// dist/): install the tarball into a scratch project and run a produce/consume round trip with
+// plain Node.
 import { execFileSync } from "node:child_process";
-import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from "node:fs";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -16,8 +17,12 @@ describe("npm pack", () => {
   it("installs into a scratch project and round-trips a message", () => {
     const url = brokerUrl();
     const run = (cmd: string, args: string[], cwd: string) => execFileSync(cmd, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
-    run("npm", ["run", "--silent", "build"], root);
-    const out = run("npm", ["pack", "--silent", "--pack-destination", scratch], root).trim().split("\n").pop()!;
+    // Pack a copy without dist/, as a fresh clone has it: the prepack script must build it.
+    const clone = join(scratch, "clone");
+    mkdirSync(clone);
+    for (const f of ["package.json", "tsconfig.json", "tsconfig.build.json", "README.md", "src"]) cpSync(join(root, f), join(clone, f), { recursive: true });
+    symlinkSync(join(root, "node_modules"), join(clone, "node_modules"));
+    const out = run("npm", ["pack", "--silent", "--pack-destination", scratch], clone).trim().split("\n").pop()!;
     const tarball = join(scratch, out);
     expect(existsSync(tarball)).toBe(true);
     const app = join(scratch, "app");
