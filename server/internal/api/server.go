@@ -286,7 +286,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > s.opts.MaxBodyBytes {
 			writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
-				fmt.Sprintf("request body is %d bytes; the limit is %d", r.ContentLength, s.opts.MaxBodyBytes))
+				fmt.Sprintf("request body is %d bytes; the limit is %d (LANES_MAX_BODY_BYTES)", r.ContentLength, s.opts.MaxBodyBytes))
 			return
 		}
 		if r.Body == nil || r.Body == http.NoBody {
@@ -319,10 +319,11 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-// writeBodyTooLarge answers a body found past the cap while it was read.
+// writeBodyTooLarge answers a body found past the cap while it was read. Like
+// the 400s of the other caps, it names the setting to raise.
 func writeBodyTooLarge(w http.ResponseWriter, limit int64) {
 	writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
-		fmt.Sprintf("request body exceeds the limit of %d bytes", limit))
+		fmt.Sprintf("request body exceeds the limit of %d bytes (LANES_MAX_BODY_BYTES)", limit))
 }
 
 // setJSONContentType has the body parsed as JSON whatever the Content-Type
