@@ -3,6 +3,7 @@ package lanes
 import (
 	"context"
 	"errors"
+	"net/http"
 	"sync"
 	"time"
 )
@@ -17,7 +18,8 @@ type BufferOptions struct {
 	MaxSize int
 	// RetryDelay is the pause before retrying a failed flush (default 250 ms).
 	RetryDelay time.Duration
-	// OnError receives flush errors; terminal ones (4xx other than 429) drop the batch.
+	// OnError receives flush errors. A 400, 403 or 413 drops the batch; any other failure keeps
+	// it at the front, retried every RetryDelay.
 	OnError func(error)
 }
 
@@ -149,8 +151,7 @@ func (b *Buffer) sendFront(ctx context.Context) (more bool, err error) {
 	b.mu.Unlock()
 	_, err = b.c.pushWire(ctx, batch)
 	var pe *PushError
-	var ae *APIError
-	drop := err == nil || (errors.As(err, &ae) && ae.Terminal())
+	drop := err == nil || dropsBatch(err)
 	if errors.As(err, &pe) {
 		// keep only the failed items (same transaction ids, so the retry deduplicates)
 		failed := make([]pushItemWire, 0, len(pe.Items))
@@ -183,6 +184,23 @@ func (b *Buffer) sendFront(ctx context.Context) (more bool, err error) {
 	}
 	b.report(err)
 	return false, err
+}
+
+// dropsBatch reports whether a failed flush is dropped instead of retried
+// (docs/sdk-design.md §2): only 400, 403 and 413, which the same bytes would
+// get again. It is narrower than APIError.Terminal, which stops consume loops:
+// a 401, 404 or 409 can pass once a token, a route or a conflict changes, and
+// a buffer that dropped on them would lose messages a later flush could store.
+func dropsBatch(err error) bool {
+	var ae *APIError
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Status {
+	case http.StatusBadRequest, http.StatusForbidden, http.StatusRequestEntityTooLarge:
+		return true
+	}
+	return false
 }
 
 func (b *Buffer) report(err error) {

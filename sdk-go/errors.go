@@ -69,8 +69,9 @@ func (e *APIError) Is(target error) bool {
 	return false
 }
 
-// Terminal reports whether the error must stop a consume loop or a buffer: 403 and 413 always,
-// and every other 4xx except 429 (docs/consuming.md §4).
+// Terminal reports whether the error must stop a consume loop: 403 and 413 always, and every
+// other 4xx except 429 (docs/consuming.md §4). A push buffer drops a batch on fewer statuses
+// (dropsBatch).
 func (e *APIError) Terminal() bool {
 	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusTooManyRequests
 }
