@@ -1,6 +1,6 @@
 # Lanes — build, generate, lint and test everything from the repository root.
 #
-#   make run        local PostgreSQL (scripts/pg.sh) + broker on http://localhost:6632
+#   make run        broker on http://localhost:6632 (PORT=…) over LANES_DATABASE_URL, else a local PostgreSQL (scripts/pg.sh)
 #   make test       every test suite (Go modules, then the JS and Python SDKs against one broker, then conformance)
 #   make conformance  the cross-SDK conformance suite (own database and broker; docs/conformance.md)
 #   make generate   regenerate code from openapi.yaml (Go server + client, TypeScript, Python)
@@ -148,10 +148,17 @@ lint-python: $(VENV_STAMP)
 build:
 	go build -o $(BIN)/lanes ./server/cmd/lanes
 
+# A LANES_DATABASE_URL you set wins (the local cluster is then not started); its URL is not
+# echoed, since it may hold a password.
 run: build
-	scripts/pg.sh start
-	@echo "Lanes broker: http://localhost:$(PORT)   (database: $$(scripts/pg.sh url))"
-	LANES_DATABASE_URL="$$(scripts/pg.sh url)" LANES_PORT=$(PORT) exec $(BIN)/lanes
+	@if [[ -n "$${LANES_DATABASE_URL:-}" ]]; then \
+	  echo "Lanes broker: http://localhost:$(PORT)   (database: LANES_DATABASE_URL)"; \
+	else \
+	  scripts/pg.sh start; \
+	  export LANES_DATABASE_URL="$$(scripts/pg.sh url)"; \
+	  echo "Lanes broker: http://localhost:$(PORT)   (database: $$LANES_DATABASE_URL)"; \
+	fi; \
+	LANES_PORT=$(PORT) exec $(BIN)/lanes
 
 # ---------------------------------------------------------------------------------------------
 # Test: THE one test command.
