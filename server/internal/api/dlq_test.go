@@ -1,9 +1,11 @@
 package api
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/url"
+	"strings"
 	"sync"
 	"testing"
 )
@@ -264,5 +266,28 @@ func TestAPayloadHoldingANULEscapeIsDeadLetteredAndReplayed(t *testing.T) {
 	b.call(t, "GET", "/api/v1/pop/queue/"+q, nil, &again)
 	if len(again.Messages) != 1 || again.Messages[0].Data.(map[string]any)["s"] != "a\x00b" {
 		t.Fatalf("replayed message: %+v", again)
+	}
+}
+
+// A replay or retry that fails on the database answers 500 with the replay
+// outcome fields its schema (DlqReplayError) requires, success:false and
+// result "failed", beside code and error: a generated client parses it instead
+// of failing on a missing field.
+func TestReplayAndRetryDatabaseFailureMatchesTheSpec(t *testing.T) {
+	// Nothing listens on port 1: every database call fails to connect.
+	b := newBrokerWith(t, "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1", Options{}, "")
+	for _, path := range []string{
+		"/api/v1/dlq/0190a0a0-0000-7000-8000-000000000000/replay",
+		"/api/v1/messages/0190a0a0-0000-7000-8000-000000000000/txn-1/retry",
+	} {
+		status, raw := b.specAnswer(t, "POST", path, "")
+		var res replayBody
+		if err := json.Unmarshal(raw, &res); err != nil {
+			t.Fatalf("POST %s: %s: %v", path, raw, err)
+		}
+		if status != http.StatusInternalServerError || res.Code != CodeDatabase || res.Success || res.Result != "failed" ||
+			!strings.Contains(string(raw), `"success":false`) {
+			t.Fatalf("POST %s with the database down: %d %s, want 500 database_unavailable with success:false, result failed", path, status, raw)
+		}
 	}
 }

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"log/slog"
 	"net/http"
+	"strings"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -33,6 +34,38 @@ func writeError(w http.ResponseWriter, status int, code, message string) {
 	_ = json.NewEncoder(w).Encode(gen.Error{Error: message, Code: code})
 }
 
+// writeErrorFor is writeError for a request's own failure (a handler's error, a
+// panic). DLQ replay and message retry declare their failure answers as
+// DlqReplayError, which requires success and result, so there the envelope
+// also says success:false and result:"failed": a generated client parses every
+// failure of those routes as the one type.
+func writeErrorFor(w http.ResponseWriter, r *http.Request, status int, code, message string) {
+	if !answersReplayOutcome(r) {
+		writeError(w, status, code, message)
+		return
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(gen.DlqReplayError{Error: message, Code: code, Success: false, Result: gen.DlqReplayErrorResultFailed})
+}
+
+// answersReplayOutcome reports the routes whose failures carry the replay
+// outcome fields: POST /api/v1/dlq/{id}/replay and
+// POST /api/v1/messages/{partitionId}/{transactionId}/retry.
+func answersReplayOutcome(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	p := r.URL.EscapedPath()
+	switch {
+	case strings.HasPrefix(p, "/api/v1/dlq/") && strings.HasSuffix(p, "/replay"):
+		return strings.Count(p, "/") == 5
+	case strings.HasPrefix(p, "/api/v1/messages/") && strings.HasSuffix(p, "/retry"):
+		return strings.Count(p, "/") == 6
+	}
+	return false
+}
+
 // errorResponder maps errors escaping a handler to status codes.
 type errorResponder struct{ log *slog.Logger }
 
@@ -50,22 +83,22 @@ func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, er
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &invalid):
-		writeError(w, http.StatusBadRequest, CodeBadRequest, invalid.Message)
+		writeErrorFor(w, r, http.StatusBadRequest, CodeBadRequest, invalid.Message)
 	case errors.Is(err, engine.ErrNotFound):
-		writeError(w, http.StatusNotFound, CodeNotFound, err.Error())
+		writeErrorFor(w, r, http.StatusNotFound, CodeNotFound, err.Error())
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads this.
 		w.WriteHeader(499)
 	case errors.As(err, &pgErr):
 		e.log.Error("database error", "path", r.URL.Path, "err", err)
-		writeError(w, http.StatusInternalServerError, CodeInternal, "database error: "+pgErr.Message)
+		writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "database error: "+pgErr.Message)
 	default:
 		e.log.Error("request failed", "path", r.URL.Path, "err", err)
 		if isConnectionError(err) {
-			writeError(w, http.StatusInternalServerError, CodeDatabase, "pool: database unavailable")
+			writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabase, "pool: database unavailable")
 			return
 		}
-		writeError(w, http.StatusInternalServerError, CodeInternal, err.Error())
+		writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
 }
 

@@ -264,7 +264,7 @@ func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request,
 		}
 		if r.Context().Err() == nil && isDatabaseTimeout(err) {
 			s.log.Error("database work passed its deadline", "path", r.URL.Path, "err", err)
-			writeError(w, http.StatusInternalServerError, CodeDatabaseTimeout, "database timeout: "+err.Error())
+			writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabaseTimeout, "database timeout: "+err.Error())
 			return
 		}
 		fallback(w, r, err)

@@ -366,7 +366,7 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 					panic(v)
 				}
 				s.log.Error("panic serving request", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-				writeError(w, http.StatusInternalServerError, CodeInternal, "internal error")
+				writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "internal error")
 			}
 		}()
 		next.ServeHTTP(w, r)
