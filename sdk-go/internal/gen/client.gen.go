@@ -1692,7 +1692,8 @@ type Timer struct {
 	MessageId *string `json:"messageId,omitempty"`
 	Partition *string `json:"partition,omitempty"`
 
-	// Payload Base64.
+	// Payload The payload the timer pushes: the base64 of a JSON value; `e30=` (`{}`) for a timer
+	// scheduled without one.
 	Payload     *[]byte `json:"payload,omitempty"`
 	PayloadZstd *bool   `json:"payloadZstd,omitempty"`
 
@@ -1727,7 +1728,7 @@ type TimerOperation struct {
 	// DelayMs Milliseconds from now; a past instant fires on the next cycle.
 	DelayMs *int `json:"delayMs,omitempty"`
 
-	// Encrypted The payload is already encrypted.
+	// Encrypted Must be `false` or absent; payload encryption is not supported (`400`).
 	Encrypted *bool `json:"encrypted,omitempty"`
 
 	// Op `schedule` and `reschedule` upsert (reschedule resets attempts); `cancel` deletes.
@@ -1736,10 +1737,12 @@ type TimerOperation struct {
 	// Partition Destination partition (default `Default`).
 	Partition *string `json:"partition,omitempty"`
 
-	// Payload Message payload, base64.
+	// Payload Message payload: the base64 of a JSON value (the JSON text's bytes, e.g. `eyJhIjoxfQ==`
+	// for `{"a":1}`); bytes that are not JSON answer `400 timers_bad_request`. Absent or
+	// empty means `{}`, stored and read back as `e30=`.
 	Payload *[]byte `json:"payload,omitempty"`
 
-	// PayloadZstd The payload bytes are zstd-compressed.
+	// PayloadZstd Must be `false` or absent; compressed timer payloads are not supported (`400`).
 	PayloadZstd *bool `json:"payloadZstd,omitempty"`
 
 	// Queue Destination queue.
@@ -1988,6 +1991,12 @@ type TransactionIdPath = string
 
 // BadRequest Error envelope of every 4xx/5xx JSON answer.
 type BadRequest = Error
+
+// DlqReplayFailed Error envelope plus the replay outcome fields.
+type DlqReplayFailed = DlqReplayError
+
+// DlqReplayMaintenance Error envelope plus the replay outcome fields.
+type DlqReplayMaintenance = DlqReplayError
 
 // Forbidden Error envelope of every 4xx/5xx JSON answer.
 type Forbidden = Error
@@ -3008,7 +3017,8 @@ type ClientInterface interface {
 
 	// GetHealth Readiness (database round-trip)
 	//
-	// Public. `503` when the database is unreachable; use for readiness, not liveness.
+	// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+	// readiness, not liveness (a broker without its database still spools pushes).
 	//
 	// Corresponds with GET /health (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4238,7 +4248,8 @@ func (c *Client) Transaction(ctx context.Context, body TransactionJSONRequestBod
 
 // GetHealth Readiness (database round-trip)
 //
-// Public. `503` when the database is unreachable; use for readiness, not liveness.
+// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+// readiness, not liveness (a broker without its database still spools pushes).
 //
 // Corresponds with GET /health (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8006,7 +8017,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetHealthWithResponse Readiness (database round-trip)
 	//
-	// Public. `503` when the database is unreachable; use for readiness, not liveness.
+	// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+	// readiness, not liveness (a broker without its database still spools pushes).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8039,7 +8051,7 @@ type ClientWithResponsesInterface interface {
 
 // AckResponse429Headers the declared response headers of an HTTP 429 response for Ack
 type AckResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type AckResponse struct {
@@ -8136,7 +8148,7 @@ func (r AckResponse) ContentType() string {
 
 // AckBatchResponse429Headers the declared response headers of an HTTP 429 response for AckBatch
 type AckBatchResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type AckBatchResponse struct {
@@ -8651,6 +8663,8 @@ type SeekPartitionResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *SeekNotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 }
@@ -8678,6 +8692,11 @@ func (r SeekPartitionResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r SeekPartitionResponse) GetJSON404() *SeekNotFound {
 	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r SeekPartitionResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -8727,6 +8746,8 @@ type SeekQueueResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *SeekNotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 }
@@ -8754,6 +8775,11 @@ func (r SeekQueueResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r SeekQueueResponse) GetJSON404() *SeekNotFound {
 	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r SeekQueueResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -8803,6 +8829,8 @@ type UpdateConsumerGroupSubscriptionResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *NotFound
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 }
@@ -8830,6 +8858,11 @@ func (r UpdateConsumerGroupSubscriptionResponse) GetJSON403() *Forbidden {
 // GetJSON404 returns the response for an HTTP 404 `application/json` response
 func (r UpdateConsumerGroupSubscriptionResponse) GetJSON404() *NotFound {
 	return r.JSON404
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r UpdateConsumerGroupSubscriptionResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -9017,10 +9050,12 @@ type ReplayDlqResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *DlqReplayError
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *DlqReplayError
+	JSON500 *DlqReplayFailed
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *DlqReplayError
+	JSON503 *DlqReplayMaintenance
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9048,13 +9083,18 @@ func (r ReplayDlqResponse) GetJSON404() *DlqReplayError {
 	return r.JSON404
 }
 
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ReplayDlqResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r ReplayDlqResponse) GetJSON500() *DlqReplayError {
+func (r ReplayDlqResponse) GetJSON500() *DlqReplayFailed {
 	return r.JSON500
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r ReplayDlqResponse) GetJSON503() *DlqReplayError {
+func (r ReplayDlqResponse) GetJSON503() *DlqReplayMaintenance {
 	return r.JSON503
 }
 
@@ -9089,7 +9129,7 @@ func (r ReplayDlqResponse) ContentType() string {
 
 // KvBatchResponse429Headers the declared response headers of an HTTP 429 response for KvBatch
 type KvBatchResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type KvBatchResponse struct {
@@ -9186,7 +9226,7 @@ func (r KvBatchResponse) ContentType() string {
 
 // KvDeleteResponse429Headers the declared response headers of an HTTP 429 response for KvDelete
 type KvDeleteResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type KvDeleteResponse struct {
@@ -9281,7 +9321,7 @@ type KvGetResponse200Headers struct {
 
 // KvGetResponse429Headers the declared response headers of an HTTP 429 response for KvGet
 type KvGetResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type KvGetResponse struct {
@@ -9373,7 +9413,7 @@ func (r KvGetResponse) ContentType() string {
 
 // KvPutResponse429Headers the declared response headers of an HTTP 429 response for KvPut
 type KvPutResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type KvPutResponse struct {
@@ -9470,7 +9510,7 @@ func (r KvPutResponse) ContentType() string {
 
 // ExtendLeaseResponse429Headers the declared response headers of an HTTP 429 response for ExtendLease
 type ExtendLeaseResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type ExtendLeaseResponse struct {
@@ -9799,10 +9839,12 @@ type RetryMessageResponse struct {
 	JSON403 *Forbidden
 	// JSON404 the response for an HTTP 404 `application/json` response
 	JSON404 *DlqReplayError
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
-	JSON500 *DlqReplayError
+	JSON500 *DlqReplayFailed
 	// JSON503 the response for an HTTP 503 `application/json` response
-	JSON503 *DlqReplayError
+	JSON503 *DlqReplayMaintenance
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9830,13 +9872,18 @@ func (r RetryMessageResponse) GetJSON404() *DlqReplayError {
 	return r.JSON404
 }
 
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r RetryMessageResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
-func (r RetryMessageResponse) GetJSON500() *DlqReplayError {
+func (r RetryMessageResponse) GetJSON500() *DlqReplayFailed {
 	return r.JSON500
 }
 
 // GetJSON503 returns the response for an HTTP 503 `application/json` response
-func (r RetryMessageResponse) GetJSON503() *DlqReplayError {
+func (r RetryMessageResponse) GetJSON503() *DlqReplayMaintenance {
 	return r.JSON503
 }
 
@@ -9871,7 +9918,7 @@ func (r RetryMessageResponse) ContentType() string {
 
 // PopDiscoverResponse429Headers the declared response headers of an HTTP 429 response for PopDiscover
 type PopDiscoverResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type PopDiscoverResponse struct {
@@ -9961,7 +10008,7 @@ func (r PopDiscoverResponse) ContentType() string {
 
 // PopQueueResponse429Headers the declared response headers of an HTTP 429 response for PopQueue
 type PopQueueResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type PopQueueResponse struct {
@@ -10051,7 +10098,7 @@ func (r PopQueueResponse) ContentType() string {
 
 // PopPartitionResponse429Headers the declared response headers of an HTTP 429 response for PopPartition
 type PopPartitionResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type PopPartitionResponse struct {
@@ -10141,7 +10188,7 @@ func (r PopPartitionResponse) ContentType() string {
 
 // PushResponse429Headers the declared response headers of an HTTP 429 response for Push
 type PushResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type PushResponse struct {
@@ -10247,6 +10294,8 @@ type ListKvKeysResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
@@ -10271,6 +10320,11 @@ func (r ListKvKeysResponse) GetJSON401() *Unauthorized {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r ListKvKeysResponse) GetJSON403() *Forbidden {
 	return r.JSON403
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r ListKvKeysResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11192,6 +11246,8 @@ type SetPushMaintenanceResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 }
@@ -11214,6 +11270,11 @@ func (r SetPushMaintenanceResponse) GetJSON401() *Unauthorized {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r SetPushMaintenanceResponse) GetJSON403() *Forbidden {
 	return r.JSON403
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r SetPushMaintenanceResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11323,6 +11384,8 @@ type SetPopMaintenanceResponse struct {
 	JSON401 *Unauthorized
 	// JSON403 the response for an HTTP 403 `application/json` response
 	JSON403 *Forbidden
+	// JSON413 the response for an HTTP 413 `application/json` response
+	JSON413 *PayloadTooLarge
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 }
@@ -11345,6 +11408,11 @@ func (r SetPopMaintenanceResponse) GetJSON401() *Unauthorized {
 // GetJSON403 returns the response for an HTTP 403 `application/json` response
 func (r SetPopMaintenanceResponse) GetJSON403() *Forbidden {
 	return r.JSON403
+}
+
+// GetJSON413 returns the response for an HTTP 413 `application/json` response
+func (r SetPopMaintenanceResponse) GetJSON413() *PayloadTooLarge {
+	return r.JSON413
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11383,7 +11451,7 @@ func (r SetPopMaintenanceResponse) ContentType() string {
 
 // ScheduleTimersResponse429Headers the declared response headers of an HTTP 429 response for ScheduleTimers
 type ScheduleTimersResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type ScheduleTimersResponse struct {
@@ -11480,7 +11548,7 @@ func (r ScheduleTimersResponse) ContentType() string {
 
 // ListTimersResponse429Headers the declared response headers of an HTTP 429 response for ListTimers
 type ListTimersResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type ListTimersResponse struct {
@@ -11646,7 +11714,7 @@ func (r CancelTimerResponse) ContentType() string {
 
 // GetTimerResponse429Headers the declared response headers of an HTTP 429 response for GetTimer
 type GetTimerResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type GetTimerResponse struct {
@@ -11736,7 +11804,7 @@ func (r GetTimerResponse) ContentType() string {
 
 // TransactionResponse429Headers the declared response headers of an HTTP 429 response for Transaction
 type TransactionResponse429Headers struct {
-	RetryAfter *int
+	RetryAfter int
 }
 
 type TransactionResponse struct {
@@ -13029,7 +13097,8 @@ func (c *ClientWithResponses) TransactionWithResponse(ctx context.Context, body 
 
 // GetHealthWithResponse Readiness (database round-trip)
 //
-// Public. `503` when the database is unreachable; use for readiness, not liveness.
+// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+// readiness, not liveness (a broker without its database still spools pushes).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13160,10 +13229,10 @@ func ParseAckResponse(rsp *http.Response) (*AckResponse, error) {
 		var headers AckResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -13248,10 +13317,10 @@ func ParseAckBatchResponse(rsp *http.Response) (*AckBatchResponse, error) {
 		var headers AckBatchResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -13625,6 +13694,13 @@ func ParseSeekPartitionResponse(rsp *http.Response) (*SeekPartitionResponse, err
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13686,6 +13762,13 @@ func ParseSeekQueueResponse(rsp *http.Response) (*SeekQueueResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13746,6 +13829,13 @@ func ParseUpdateConsumerGroupSubscriptionResponse(rsp *http.Response) (*UpdateCo
 			return nil, err
 		}
 		response.JSON404 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -13916,15 +14006,22 @@ func ParseReplayDlqResponse(rsp *http.Response) (*ReplayDlqResponse, error) {
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest DlqReplayError
+		var dest DlqReplayFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest DlqReplayError
+		var dest DlqReplayMaintenance
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -14012,10 +14109,10 @@ func ParseKvBatchResponse(rsp *http.Response) (*KvBatchResponse, error) {
 		var headers KvBatchResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14093,10 +14190,10 @@ func ParseKvDeleteResponse(rsp *http.Response) (*KvDeleteResponse, error) {
 		var headers KvDeleteResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14184,10 +14281,10 @@ func ParseKvGetResponse(rsp *http.Response) (*KvGetResponse, error) {
 		var headers KvGetResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14272,10 +14369,10 @@ func ParseKvPutResponse(rsp *http.Response) (*KvPutResponse, error) {
 		var headers KvPutResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14360,10 +14457,10 @@ func ParseExtendLeaseResponse(rsp *http.Response) (*ExtendLeaseResponse, error) 
 		var headers ExtendLeaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14596,15 +14693,22 @@ func ParseRetryMessageResponse(rsp *http.Response) (*RetryMessageResponse, error
 		}
 		response.JSON404 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
-		var dest DlqReplayError
+		var dest DlqReplayFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
 		response.JSON500 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 503:
-		var dest DlqReplayError
+		var dest DlqReplayMaintenance
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}
@@ -14688,10 +14792,10 @@ func ParsePopDiscoverResponse(rsp *http.Response) (*PopDiscoverResponse, error) 
 		var headers PopDiscoverResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14772,10 +14876,10 @@ func ParsePopQueueResponse(rsp *http.Response) (*PopQueueResponse, error) {
 		var headers PopQueueResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14856,10 +14960,10 @@ func ParsePopPartitionResponse(rsp *http.Response) (*PopPartitionResponse, error
 		var headers PopPartitionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14944,10 +15048,10 @@ func ParsePushResponse(rsp *http.Response) (*PushResponse, error) {
 		var headers PushResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -14996,6 +15100,13 @@ func ParseListKvKeysResponse(rsp *http.Response) (*ListKvKeysResponse, error) {
 			return nil, err
 		}
 		response.JSON403 = &dest
+
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
 
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
@@ -15732,6 +15843,13 @@ func ParseSetPushMaintenanceResponse(rsp *http.Response) (*SetPushMaintenanceRes
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15833,6 +15951,13 @@ func ParseSetPopMaintenanceResponse(rsp *http.Response) (*SetPopMaintenanceRespo
 		}
 		response.JSON403 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 413:
+		var dest PayloadTooLarge
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON413 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15922,10 +16047,10 @@ func ParseScheduleTimersResponse(rsp *http.Response) (*ScheduleTimersResponse, e
 		var headers ScheduleTimersResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -16003,10 +16128,10 @@ func ParseListTimersResponse(rsp *http.Response) (*ListTimersResponse, error) {
 		var headers ListTimersResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -16145,10 +16270,10 @@ func ParseGetTimerResponse(rsp *http.Response) (*GetTimerResponse, error) {
 		var headers GetTimerResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}
@@ -16233,10 +16358,10 @@ func ParseTransactionResponse(rsp *http.Response) (*TransactionResponse, error) 
 		var headers TransactionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
 			var value int
-			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
 				return nil, err
 			}
-			headers.RetryAfter = &value
+			headers.RetryAfter = value
 		}
 		response.Headers429 = &headers
 	}

@@ -787,7 +787,9 @@ export interface paths {
         };
         /**
          * Readiness (database round-trip)
-         * @description Public. `503` when the database is unreachable; use for readiness, not liveness.
+         * @description Public. `503` when the database is unreachable or the schema is not applied yet; use for
+         *     readiness, not liveness (a broker without its database still spools pushes).
+         *
          */
         get: operations["getHealth"];
         put?: never;
@@ -1901,14 +1903,17 @@ export interface components {
             txn?: string;
             /**
              * Format: byte
-             * @description Message payload, base64.
+             * @description Message payload: the base64 of a JSON value (the JSON text's bytes, e.g. `eyJhIjoxfQ==`
+             *     for `{"a":1}`); bytes that are not JSON answer `400 timers_bad_request`. Absent or
+             *     empty means `{}`, stored and read back as `e30=`.
+             *
              */
             payload?: string;
             /** @description Destination partition (default `Default`). */
             partition?: string;
-            /** @description The payload bytes are zstd-compressed. */
+            /** @description Must be `false` or absent; compressed timer payloads are not supported (`400`). */
             payloadZstd?: boolean;
-            /** @description The payload is already encrypted. */
+            /** @description Must be `false` or absent; payload encryption is not supported (`400`). */
             encrypted?: boolean;
         };
         TimerBatchRequest: {
@@ -1942,7 +1947,9 @@ export interface components {
             messageId?: string | null;
             /**
              * Format: byte
-             * @description Base64.
+             * @description The payload the timer pushes: the base64 of a JSON value; `e30=` (`{}`) for a timer
+             *     scheduled without one.
+             *
              */
             payload?: string;
             payloadZstd?: boolean;
@@ -2121,7 +2128,11 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Database or internal failure. */
+        /** @description Server-side failure; retry like any `5xx`. Codes: `database_unavailable` (PostgreSQL is
+         *     unreachable: a database outage answers this, not `503`), `database_timeout` (the
+         *     request's database work passed its deadline or `statement_timeout`), `internal_error`
+         *     (any other database or internal error).
+         *      */
         InternalError: {
             headers: {
                 [name: string]: unknown;
@@ -2130,7 +2141,10 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Temporarily unavailable (database down, surface paused or disabled). */
+        /** @description Reserved: the broker does not answer `503` on this route today (a database outage
+         *     answers `500 database_unavailable`). A proxy or load balancer in front of the broker may;
+         *     retry it like any `5xx` unless it carries `x-should-retry: false`.
+         *      */
         ServiceUnavailable: {
             headers: {
                 [name: string]: unknown;
@@ -2139,8 +2153,34 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Replay failed; the body carries the replay outcome fields. */
+        /** @description Nothing replayed: the dead letter is gone (`gone`, `result:"gone"`) or its destination
+         *     queue or partition is (`destination_gone`, `result:"failed"`). The body carries the
+         *     replay outcome fields.
+         *      */
         DlqReplayError: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["DlqReplayError"];
+            };
+        };
+        /** @description The replay failed on the server, with the `InternalError` codes (`database_unavailable`,
+         *     `database_timeout`, `internal_error`) and `success:false`, `result:"failed"`.
+         *      */
+        DlqReplayFailed: {
+            headers: {
+                [name: string]: unknown;
+            };
+            content: {
+                "application/json": components["schemas"]["DlqReplayError"];
+            };
+        };
+        /** @description Push maintenance is on (code `maintenance`, `result:"maintenance"`): a replay writes a
+         *     message, so nothing was replayed and the dead letter stays; replay again once push
+         *     maintenance is off.
+         *      */
+        DlqReplayMaintenance: {
             headers: {
                 [name: string]: unknown;
             };
@@ -2214,7 +2254,7 @@ export interface components {
     };
     requestBodies: never;
     headers: {
-        /** @description Seconds to wait before retrying. */
+        /** @description Seconds to wait before retrying; always sent with a `429`. */
         RetryAfter: number;
     };
     pathItems: never;
@@ -2941,8 +2981,9 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["DlqReplayError"];
-            500: components["responses"]["DlqReplayError"];
-            503: components["responses"]["DlqReplayError"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["DlqReplayFailed"];
+            503: components["responses"]["DlqReplayMaintenance"];
         };
     };
     listDlq: {
@@ -3042,8 +3083,9 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["DlqReplayError"];
-            500: components["responses"]["DlqReplayError"];
-            503: components["responses"]["DlqReplayError"];
+            413: components["responses"]["PayloadTooLarge"];
+            500: components["responses"]["DlqReplayFailed"];
+            503: components["responses"]["DlqReplayMaintenance"];
         };
     };
     listConsumerGroups: {
@@ -3213,6 +3255,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
         };
     };
@@ -3247,6 +3290,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["SeekNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
         };
     };
@@ -3283,6 +3327,7 @@ export interface operations {
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["SeekNotFound"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
         };
     };
@@ -3466,6 +3511,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
             503: components["responses"]["ServiceUnavailable"];
         };
@@ -3621,7 +3667,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
-            /** @description Unhealthy (database disconnected). */
+            /** @description Unhealthy (`database` says why, e.g. `disconnected`, `schema not applied`). */
             503: {
                 headers: {
                     [name: string]: unknown;
@@ -3880,6 +3926,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
         };
     };
@@ -3931,6 +3978,7 @@ export interface operations {
             400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
+            413: components["responses"]["PayloadTooLarge"];
             500: components["responses"]["InternalError"];
         };
     };

@@ -93,7 +93,7 @@ func (s *Server) ReplayDlq(ctx context.Context, req gen.ReplayDlqRequestObject) 
 			Error: "id must be a DLQ row id (UUID), got " + req.Id, Code: CodeInvalidID}}, nil
 	}
 	if s.pushMaintenanceOn(ctx) {
-		return gen.ReplayDlq503JSONResponse(pushMaintenanceRefusal(req.Id)), nil
+		return gen.ReplayDlq503JSONResponse{DlqReplayMaintenanceJSONResponse: gen.DlqReplayMaintenanceJSONResponse(pushMaintenanceRefusal(req.Id))}, nil
 	}
 	var target engine.ReplayTarget
 	if req.Body != nil {
@@ -121,7 +121,7 @@ func (s *Server) RetryMessage(ctx context.Context, req gen.RetryMessageRequestOb
 			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
 	}
 	if s.pushMaintenanceOn(ctx) {
-		return gen.RetryMessage503JSONResponse(pushMaintenanceRefusal("")), nil
+		return gen.RetryMessage503JSONResponse{DlqReplayMaintenanceJSONResponse: gen.DlqReplayMaintenanceJSONResponse(pushMaintenanceRefusal(""))}, nil
 	}
 	res, err := s.engine.RetryDeadLetter(ctx, pid, req.TransactionId)
 	out, failure, err := replayAnswer(res, err, "")

@@ -1783,7 +1783,9 @@ class Timer(BaseModel):
     message_id: Annotated[str | None, Field(alias="messageId")] = None
     payload: Base64Str | None = None
     """
-    Base64.
+    The payload the timer pushes: the base64 of a JSON value; `e30=` (`{}`) for a timer
+    scheduled without one.
+
     """
     payload_zstd: Annotated[bool | None, Field(alias="payloadZstd")] = None
     encrypted: bool | None = None
@@ -1855,7 +1857,10 @@ class TimerOperation(BaseModel):
     """
     payload: Base64Str | None = None
     """
-    Message payload, base64.
+    Message payload: the base64 of a JSON value (the JSON text's bytes, e.g. `eyJhIjoxfQ==`
+    for `{"a":1}`); bytes that are not JSON answer `400 timers_bad_request`. Absent or
+    empty means `{}`, stored and read back as `e30=`.
+
     """
     partition: str | None = None
     """
@@ -1863,11 +1868,11 @@ class TimerOperation(BaseModel):
     """
     payload_zstd: Annotated[bool | None, Field(alias="payloadZstd")] = None
     """
-    The payload bytes are zstd-compressed.
+    Must be `false` or absent; compressed timer payloads are not supported (`400`).
     """
     encrypted: bool | None = None
     """
-    The payload is already encrypted.
+    Must be `false` or absent; payload encryption is not supported (`400`).
     """
 
 

@@ -1698,7 +1698,8 @@ type Timer struct {
 	MessageId *string `json:"messageId,omitempty"`
 	Partition *string `json:"partition,omitempty"`
 
-	// Payload Base64.
+	// Payload The payload the timer pushes: the base64 of a JSON value; `e30=` (`{}`) for a timer
+	// scheduled without one.
 	Payload     *[]byte `json:"payload,omitempty"`
 	PayloadZstd *bool   `json:"payloadZstd,omitempty"`
 
@@ -1733,7 +1734,7 @@ type TimerOperation struct {
 	// DelayMs Milliseconds from now; a past instant fires on the next cycle.
 	DelayMs *int `json:"delayMs,omitempty"`
 
-	// Encrypted The payload is already encrypted.
+	// Encrypted Must be `false` or absent; payload encryption is not supported (`400`).
 	Encrypted *bool `json:"encrypted,omitempty"`
 
 	// Op `schedule` and `reschedule` upsert (reschedule resets attempts); `cancel` deletes.
@@ -1742,10 +1743,12 @@ type TimerOperation struct {
 	// Partition Destination partition (default `Default`).
 	Partition *string `json:"partition,omitempty"`
 
-	// Payload Message payload, base64.
+	// Payload Message payload: the base64 of a JSON value (the JSON text's bytes, e.g. `eyJhIjoxfQ==`
+	// for `{"a":1}`); bytes that are not JSON answer `400 timers_bad_request`. Absent or
+	// empty means `{}`, stored and read back as `e30=`.
 	Payload *[]byte `json:"payload,omitempty"`
 
-	// PayloadZstd The payload bytes are zstd-compressed.
+	// PayloadZstd Must be `false` or absent; compressed timer payloads are not supported (`400`).
 	PayloadZstd *bool `json:"payloadZstd,omitempty"`
 
 	// Queue Destination queue.
@@ -1994,6 +1997,12 @@ type TransactionIdPath = string
 
 // BadRequest Error envelope of every 4xx/5xx JSON answer.
 type BadRequest = Error
+
+// DlqReplayFailed Error envelope plus the replay outcome fields.
+type DlqReplayFailed = DlqReplayError
+
+// DlqReplayMaintenance Error envelope plus the replay outcome fields.
+type DlqReplayMaintenance = DlqReplayError
 
 // Forbidden Error envelope of every 4xx/5xx JSON answer.
 type Forbidden = Error
@@ -4976,6 +4985,10 @@ type BadRequestJSONResponse Error
 
 type DlqReplayErrorJSONResponse DlqReplayError
 
+type DlqReplayFailedJSONResponse DlqReplayError
+
+type DlqReplayMaintenanceJSONResponse DlqReplayError
+
 type ForbiddenJSONResponse Error
 
 type InternalErrorJSONResponse Error
@@ -4991,7 +5004,7 @@ type SeekNotFoundJSONResponse SeekError
 type ServiceUnavailableJSONResponse Error
 
 type TooManyRequestsResponseHeaders struct {
-	RetryAfter *int
+	RetryAfter int
 }
 type TooManyRequestsJSONResponse struct {
 	Body Error
@@ -5088,9 +5101,7 @@ func (response Ack429JSONResponse) VisitAckResponse(w http.ResponseWriter) error
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5211,9 +5222,7 @@ func (response AckBatch429JSONResponse) VisitAckBatchResponse(w http.ResponseWri
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -5784,6 +5793,20 @@ func (response SeekPartition404JSONResponse) VisitSeekPartitionResponse(w http.R
 	return err
 }
 
+type SeekPartition413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response SeekPartition413JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SeekPartition500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SeekPartition500JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
@@ -5878,6 +5901,20 @@ func (response SeekQueue404JSONResponse) VisitSeekQueueResponse(w http.ResponseW
 	return err
 }
 
+type SeekQueue413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response SeekQueue413JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SeekQueue500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SeekQueue500JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
@@ -5967,6 +6004,20 @@ func (response UpdateConsumerGroupSubscription404JSONResponse) VisitUpdateConsum
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateConsumerGroupSubscription413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response UpdateConsumerGroupSubscription413JSONResponse) VisitUpdateConsumerGroupSubscriptionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6220,7 +6271,21 @@ func (response ReplayDlq404JSONResponse) VisitReplayDlqResponse(w http.ResponseW
 	return err
 }
 
-type ReplayDlq500JSONResponse DlqReplayError
+type ReplayDlq413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ReplayDlq413JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplayDlq500JSONResponse struct{ DlqReplayFailedJSONResponse }
 
 func (response ReplayDlq500JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
 
@@ -6234,7 +6299,9 @@ func (response ReplayDlq500JSONResponse) VisitReplayDlqResponse(w http.ResponseW
 	return err
 }
 
-type ReplayDlq503JSONResponse DlqReplayError
+type ReplayDlq503JSONResponse struct {
+	DlqReplayMaintenanceJSONResponse
+}
 
 func (response ReplayDlq503JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
 
@@ -6335,9 +6402,7 @@ func (response KvBatch429JSONResponse) VisitKvBatchResponse(w http.ResponseWrite
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6445,9 +6510,7 @@ func (response KvDelete429JSONResponse) VisitKvDeleteResponse(w http.ResponseWri
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6565,9 +6628,7 @@ func (response KvGet429JSONResponse) VisitKvGetResponse(w http.ResponseWriter) e
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6690,9 +6751,7 @@ func (response KvPut429JSONResponse) VisitKvPutResponse(w http.ResponseWriter) e
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6814,9 +6873,7 @@ func (response ExtendLease429JSONResponse) VisitExtendLeaseResponse(w http.Respo
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7193,7 +7250,21 @@ func (response RetryMessage404JSONResponse) VisitRetryMessageResponse(w http.Res
 	return err
 }
 
-type RetryMessage500JSONResponse DlqReplayError
+type RetryMessage413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response RetryMessage413JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetryMessage500JSONResponse struct{ DlqReplayFailedJSONResponse }
 
 func (response RetryMessage500JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
 
@@ -7207,7 +7278,9 @@ func (response RetryMessage500JSONResponse) VisitRetryMessageResponse(w http.Res
 	return err
 }
 
-type RetryMessage503JSONResponse DlqReplayError
+type RetryMessage503JSONResponse struct {
+	DlqReplayMaintenanceJSONResponse
+}
 
 func (response RetryMessage503JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
 
@@ -7302,9 +7375,7 @@ func (response PopDiscover429JSONResponse) VisitPopDiscoverResponse(w http.Respo
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7420,9 +7491,7 @@ func (response PopQueue429JSONResponse) VisitPopQueueResponse(w http.ResponseWri
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7539,9 +7608,7 @@ func (response PopPartition429JSONResponse) VisitPopPartitionResponse(w http.Res
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7662,9 +7729,7 @@ func (response Push429JSONResponse) VisitPushResponse(w http.ResponseWriter) err
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7758,6 +7823,20 @@ func (response ListKvKeys403JSONResponse) VisitListKvKeysResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListKvKeys413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListKvKeys413JSONResponse) VisitListKvKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8808,6 +8887,20 @@ func (response SetPushMaintenance403JSONResponse) VisitSetPushMaintenanceRespons
 	return err
 }
 
+type SetPushMaintenance413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response SetPushMaintenance413JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SetPushMaintenance500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SetPushMaintenance500JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
@@ -8949,6 +9042,20 @@ func (response SetPopMaintenance403JSONResponse) VisitSetPopMaintenanceResponse(
 	return err
 }
 
+type SetPopMaintenance413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response SetPopMaintenance413JSONResponse) VisitSetPopMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SetPopMaintenance500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SetPopMaintenance500JSONResponse) VisitSetPopMaintenanceResponse(w http.ResponseWriter) error {
@@ -9050,9 +9157,7 @@ func (response ScheduleTimers429JSONResponse) VisitScheduleTimersResponse(w http
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9160,9 +9265,7 @@ func (response ListTimers429JSONResponse) VisitListTimersResponse(w http.Respons
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9364,9 +9467,7 @@ func (response GetTimer429JSONResponse) VisitGetTimerResponse(w http.ResponseWri
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9487,9 +9588,7 @@ func (response Transaction429JSONResponse) VisitTransactionResponse(w http.Respo
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
-	if response.Headers.RetryAfter != nil {
-		w.Header().Set("Retry-After", fmt.Sprint(*response.Headers.RetryAfter))
-	}
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
 	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11354,302 +11453,317 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rjhs5lj/4KoR2gZKwkUq57PZ/OhOFRZbt6nb7lr5UFzAlI4OKYErRCpFhkpFKtZHAfBrsfJ3dRxjs",
-	"g9WT/MFzyLiJEQrlxWVX5yc7FRcyyHMOz/V3Pg8iscoEZ1yrwdHnwYLRmEn47zum5ebkXDNp/oqZimSS",
-	"6UTwwdHgPYsEjxXRgqxposmMnQvJiDSPJHw+HgQDFS3YippHVwlPVvlqcDQJBnqTscHRIOGazZkcXF1d",
-	"BYOMSrpi2g77kxSrn5LUP6ymUhNxTvSCEZ2sGFknPBZrM15ibviUM7kZBANOV2aYcylWtamcC7mienA0",
-	"iKlmB+YNg2JOSsuEzwdmRn+RIs9OqV5sT+GJ4CpfMUnm5h5iBipGz8wTxeBwwyAYSPYpTySLB0da5qw6",
-	"m+2BXyarRG8PekrnjKjkn6ztQ1N4rvrumJ3TPNWDoweTSVBuwQPPFgSD13TFVEYj1rbw+DuZbeCD4da2",
-	"qRQ3DLo/9c35uWKeb30n1kBXaplkbWMIfNb7vdWvnXi/9pRKnZjRnsf+PS5uIElMhj///PzpqGWPs/JV",
-	"e+50McauKXRQWDH6vmOL7CTX4iRa+uh7tUo0MFiUSyUkSTj8lYnsO0XEmhMtKVc0gtkNqT5YCaUPBI/Y",
-	"6JiEKaOKPY9DkijzGCfhdDAdhG07Se08vFt5TlPFii2cCZEyyqtfkCWp8JBQaJYgJCnTMAcyk2LJJDAQ",
-	"WS+SaMEumDRiJJxRHS3Cw7BYSRXCE2Y1mdIkZeeaiFwfE8qnnF1maRIlmlzQNGfmCzm+6YJJmcQx42Py",
-	"AZ5WmeCK4QJEVMqEKRJSN+NwPOUd64Ff5dnCYgWCweXBXBzYZ8qVwJX50XzU9qp8EJqmZMWUMtJklsdz",
-	"psm5kLjXNE0DohZUspjQSAqlSJTSZMViUi7OmPxivojOFOP6iHw/mQRTLiSJFkIxbsRDZbmHDyaTEVkD",
-	"DRSf9QNszZicmFdEjKyoNoI/IEqYZyWuqphy/HhiaaF9wWAH68cNvbSybjLpIftOReZkOoj9XSL/2H4+",
-	"+YF8ylnOyErEjAzDs7O3Pz/7+dnZqzdPn52dhQExByvTCZ+TyL5AjdrYIKrNYCf3vjRMZs/g7fnCVRLn",
-	"kqIM40ThrW7qAZkQIQlnc6qTC0Z+gG2Dr/lOWRb+kKxYGBCWKkYeT8bk74bk1ZTTmbhg5OGDPz18PJlM",
-	"yJCSDaMygDcskvnCcE3lDSNCpZEk2oj0pGMf0+oneRagsWWFfPR8/yskgArdFqQMsixRltxpmpKcx4aD",
-	"OStF1zEJJ2FjgQxJRjRrMMCDgLRS/2//9T/k8aNdDDDlLRxA+jJA+ZU9lu19PitWyihavpNeKn0QCa5p",
-	"pIkChSsTiSGakIs1rAvl5Pn7Nwf/9njyALQwpekqOyY5z6hUjM5ShhJSweYncy4ki9tIXzWntJP6qx/x",
-	"SsRs+yN+gXWkcHbGVlODT1FEcHJuPpG4T1wnekFoSSxHJORsHZKhXfkANBGzNVM+o9EyFfORWYSQpmk4",
-	"Jm94uiGKsVgR6k5MvaCaxIKZfdSEXSZKkw3Tx24pDBmWsmM85e8YhR8p35hTy6haEVXsGKZyIHi6CQP4",
-	"/xn8n1Aew5/41xBPrHMmQaRGaWK0+e+mXGUsTRM+VyOyYpTjh43JCd8QYUitPMfCR5PJ1ossJUtGY0US",
-	"TajCjw6mHE5RshZ5GhPJspRuCCXrhUgZsWtkFpoSvcnEqJ12VXMnvWrAgLO1V00/FZkRMiL36AAvBZ8f",
-	"ZCJNgUJFrs36rpI0TawwJEOzerj9oTFikDNHFfn+0BwgY5AGGZVL2M4pp9oIjiOnFBHK1ZpJRagmRgkK",
-	"SJosmX0laDAhGYbfTx6FKAq40AtzKCSK0AuapIZdOpbIzt6/Mg/tCedOPPi7hwIssl9o0rJoBBYt5zpJ",
-	"CS3UBaPDXDAFhG+nZBZFKabaGNsswL563VvDFbuNEGSemmbcGBzu2CFKYDC/+v12e4C66u3ev4/a/YGq",
-	"5e5v01Qt277KXNvxUR9E2xDPeLyH6azFdQznD6Vp0GZcvbIUVbUijJmV8+RTzkjGZCmL28wuXR1mr124",
-	"Mjejdg6aw480foe6vvnLnAmMw39pZnR90KAO/6HMzD9XXvt/SnY+OBr8H4el9+QQr6rDZ1IK69lo6iWp",
-	"WUYWk5mIN4aVYM1Bh6BklShl5IL7FnKesDQeG53+afrpHQhZfPVtTbTxWs+M8TI5p0nK4mNUb8zUnUmD",
-	"5wXcI3IdiRXDWSuY9k9CzsAquvul/TtNk5hosWQcJLqR986Og8WUImV2oT/lQtPDc0Z1LhmZU81gts+5",
-	"ZpLT9HbXuHXGT6mmM6Ong4WNQ8NC5xLn81ron0TO47ufijFZaRxLppRZKaZELiPWUGBgTqd0kwoafxDi",
-	"JZVzdvdT+9FQW2rGAq0KPRGR4OfJPDfbCn6vQlUjjx+RV8mPo7E1hN+8uLUZnorsnZUbvnmeaGKsBw2G",
-	"hDszrdEBs3nP2PLWd9S8tHNX8ZwcGhLTqiJWm8qpkGRBweqo2Po4bXmRROxnXqgqX4Ac2SoTksok3ZC8",
-	"HJgMY8cysVjzgKhcntOIkYzmhm6FJHGizJ0xEsAHIV5RvrHiXd39xE9ikOGCg20hRWrmJKlmSKbH6B4n",
-	"9Nyc9CG41w/Avx46A90cd00P/EHhgvdNyt59WHHWw8x+5jTXCyGTf7IvIEFe4dkVkJU74gLCLjOQvEKi",
-	"sbFOFCMJvygl9RhUBvtyM/ZJtATfVeVEzqTImNQJntY0WnKxTlk8X7mARaLZSu2a+Em0fK7ZylCFVQio",
-	"lHRj/o728f2Au4xdMLkhZtxS8DS9P6Njo8gcwE3wJJrChuOMOWX2meepZSjUWbaVqVKr+XXryz8WD4jZ",
-	"P1gErj/3lVvLxtyR1tA58bQxM1KC95hTMLAukjafkxYE9pdqVjGj4KGDlClFaLTsNU7Vr97tnrcarZW5",
-	"44HnZUpTnXv8RD9JxgjeFhBFV2Z/5IqmiULHmbF3T6KlpcYxvibsNf+6grrtiq3rvju/oUEMTfW3ulot",
-	"hNHKUvvRfzvB91qWXoQYEKXBSwIehKcv3xKJZsqXoE4y5IJECxYtR18poToaZTH4iA4U4yrRyQVLN0f2",
-	"qw7NtA9DIwhTplkcHoYqjyKmVHgY0mgJv4hlOOW//ed/k+K2YxLCCRUS87NkMUuTCyYLhTpaUDk3JgrY",
-	"ARA/OCZhnH7CB2JG4wPrveJifTzllG/Q1wFeZHMPWhJkCK8qDAhzKuL7rCPkW+QvBa6NJnvF6SfP9BYJ",
-	"Ets5rAatLZ0l9u2QTyxFljHf14IjKlGCF6rnmipi7zc8W7zdbEZFS/IN08KjvyzMmQcvRr2RRbmGc97s",
-	"rdmwXvyS8JhdejhFqMQFKyrxt8oMC/+VZfN3DP5pWQ64BpOV9j50zyfFEbT94VwIjwD8K5UrEA5xjmoT",
-	"KxkG9pCC+jxjqVhXoqb+ISwX+ueccKVljkRrZu6WmAwpyaSI0DzjZsxEEYxxtuzhfuxR6hbope9mDtzB",
-	"YItJ3Lc5CmruUwC8YJfZx0U/5ufnTL5vkYFPE7UkKhMiJUZMsmOyEpLZX9DpQFZ0Q2aMZJIZKWg+pcGM",
-	"s78ymurFxh9TReHkyToxY7CYZLlagMyi2gkyLUgsacL9hJoxHpsl3PXGNU0gTtj9NvjUk6od1jxFDSeC",
-	"jxkI3bnvc64KEU4N97t1HBqjMHx58vrZ+7P3p2/evDx7+vxdSCLw6hsmn7EpFxnjhtI1mQmhR0eEwqwx",
-	"tG1WQZH1IkkZORVKzyV7//alIU9johm+gHtX1HwGpzyCYIPgKOW3d2At5BJtHY/XukqEbmWLTQsqm1u8",
-	"Z2vNfGT3xHkTCscPTdM354OjX3sZQ0FT4lsTZ3t/XhsN0x5Fzg4ScNHPdI2Zfgy2VTOcOAGGOyahfWuI",
-	"STpWkJqnmRvJkYcNMwqOvqbiVa1q4sobZwvB+RexMlo2OiJilehyRCOBdS45EDfeo8YkXDE5Z+H2zcZK",
-	"WrIMmJfxfGU2G+4FLy8MVtnF8lwps4686w6XSEpnLAUbLk5UJMCOy0SmvMqYndEu0xIiBW/svVeBDQx0",
-	"BBTIMJKMmm9Ozp3Td+SdAXj7t4U3Vct9vqTBOTi/TkZo02VKv9v2rE7SNd24U6nlfK1u0W0td6f+bSfV",
-	"Wzkp9s5/xTcE7mstTcyj1gtJ58yXzggXCOPzhLOAhIqheR920kP3Bld2qZx30MhUc+GrarKeCy7Z2ZZb",
-	"0kIspdn4lBl1qINs6hbm1ofF8Hxcz+nYPgBXTNOYaorDxf5DHL7sNYSJtpRM1AuMXQmxWyYP0EEqRa5b",
-	"LLJSYfNEK6vLXqo/9e/tsXiaJimcO3EMn0/T09oCdvFD7VVAjIMt79wLtkH9tx427Z5WsRnb6/iGs9JP",
-	"/J1yGi8J8dh9HtsEhZQqbd8Zn+gQZDtFlrQqWkBCw5Rh41jicC41tbf661qDkv28BCeRMZn9JITZpS/p",
-	"3E+GWXVltpk0WbGXdF5Jztp+gxaapu5T/Le4pTRX9/MUFk8GzRXbSYpvnfzblvspbXxxZb2yGt/2csi2",
-	"kNqWf/Zq15Tf56sVlZv9J72ilx9wq9qz21ViNFYjK0QaM6VJzi1zx8SKar+qvmKrmfXhN3Q2TBCSYq3I",
-	"0KjYzrBTI/+buJVk7Y4nfKXaQavql0QvWkm6JjS9bim44hSy9xrIMRi8pPM5quFPGY29ilnl8PNI1zL9",
-	"5wkqRTdhbOXJC9vroQ8ul+36c9AiS6I6H2zf0whBgDjwEqLNlVBkxhYJjwOi8pUhPqPw1UJ13jSfLc7B",
-	"g9O+tNVjVZ6uDQscPbGK2DtarNTOE7NlSiB49p7Qe7Fi6F8Ed9fWrKrcjt/sSYq5zFLKaWkbufQs/yt3",
-	"64oNaewmH3Qo3k/TTy8Tr9Flt7+3WH2afrK766OzjM4TXojEzmh3eaejT59Tnc/1Ai3aRJGs7lpts9yL",
-	"b6rNxw3Ssjyv2rbPqCIxo7HNmhyTEGxhe7/VQzIp4jxi8n0+u7ESsluZjaqCrEGwxvyjioTotDjRoOf3",
-	"Sa0KzEWIz1K+sc4Jv7qIcqlFThWLWtLTVevNjm52C9HWO0q50HoLz81R2XVHwcZbHhCbjkKGlG/I396/",
-	"eQ2HKJRG2Gf/oQQfv6NrR0CVqwdqmWQHaOPQ9ABynJnEsZ0bvEJ3OyW/29O+2XLBIGkXspgRpximp2KK",
-	"ld+4TNQzHslN1moQdaurDft5+3rJO71Wod2EhjDPE5FjEoJHKW76rLsFa21/6vNsESKnuZz3N1K3/fMY",
-	"Ac3MW+JjcCq4E4NjqGGeXDBOhpgfAHd/p+DE7BdKbD3n3u08dNtX/ToGbPPM6mPSbqco7utF7ZWpaLdv",
-	"WxTAewjjFywVGSNZmu/KTqy8s8XnmbWbwE+Z0vbsKvWwMjoOJoNMzPGWHpNZSvkSwp+PJpNRtzbRPozN",
-	"5brmEFdde3YDz036qUVwxOmnd2L9jq3EBeuyYn2Rx23noP3QDztkxC5p1yWdzEKw+GSnjvWuvBOTie3S",
-	"NTzj8N0hRnhi0EOMWLesdUzCIpwYliqnTLRmPIA7lyzTxyScCw53EJVHC3PhmISVcEq4HWDBcELhO4fl",
-	"DwbFcINgYN45MBZw8VAZR/l4S04wuy4+UfHMH2BucLA4t4lWjy4vD/90eQnnu6218Kllsde/ComDitMl",
-	"O4uospESYu4+JpQTkTFOFNNQfGXrZsgqV5rQKGKZMfiXXKw5PKHGU/4XxplMIvz7iIQ2nyQR/AwXMAyK",
-	"MMyZUT7M3zMan9mAtvkTkgHP2GXEWGwemPIwr2TrmVvOXeY0lP0IfXYuch7jH2eGEs7AZWl+MCaQiM/M",
-	"TTRNxdq+MUPV6EwLcQb5s+ZeYzaaX3EQSTU7g8ng3y698qySdAnvKi64wg/4RkxZPoMVDcfknZnQgcpY",
-	"lJy7BSIJj9I8ZuWSoLoFbwVePKt9nLUN6j/ifY7KquubwF/AIeaFy4szyDncwPN2JvjE8uIsk+w8uay9",
-	"Z3lx1tga84FS1X+dcvz5DPZH8MrONVhxaLOV7JEji2wMzHDBSkPDr1Neee6IhH+aPAyDQgxEC8rnLB6N",
-	"yUlRh2ykvfkiItl5rhiUsYWHNEsOLx4cLi/A0Jnyyi+Hv/3H/x8WpUnbn2oEUvUd+OXWYKr/CK9yq9BY",
-	"HJuPHTOiF0IxsqA8Ts2IRhcyFxMJJeNQXwYlV/b2c7pK0s2UZ5DxkmsWGMOoyP6wJWijgEgKlWqQ/O1h",
-	"t1okeWei2V/zFeUHktEYBEPvhCCX0QBixifTMPTs8V1Y1vEcEJHgHEKzUFIZQhzP/eLVETBK1Oqh8yVN",
-	"hAsMieMQOXd/et9/waTyH5xNKY+jBeXX+ZbkxUV3Lq/5P93Pa/zi4o17yOsqrk6y8vrO2fk1Hzy+9pmZ",
-	"00x3TMu92D+nl4nS7cnPfiiWJ4LrhOfM5pWDL2bJNn5jEeXxM0zN7lOTFwyWbKPe8HTT7+60BDCp4Y9U",
-	"a/K7S/J3BYpRkNcLRHcycPnKroX308Jso5mHt340Pxs1xZY6Y5pDm4XG2aUuEvl3moLGaNyH9sTa61eW",
-	"OTcqX9xDc4MRq4/416nIpfA7LItlrs++fpMhKL8LoGvjfQZMJ6dV5uL/llKWeN2KL/5OChkyJs9AFxUZ",
-	"4VDqHXIVYj0cFlLbBLSYZcwerCILt9XUFhaeM30KVE1++4//D4pH+jJ0zFJNt1+Y8EjCu+hK5BywF2gc",
-	"k6FNkHO4Bi0xJ3aZmUXaemuW68BaMPhyl0INYTHnjDwmE/IDKtFFgdExeU1+IFEupXnAHjR4z4yR12Ya",
-	"XSXL4CM11kDLnLJcPz8/sdAWxbcjNguWoSh/WGDJNt7dgFc23osfXnm/2f22fXE0vvXmV5Rvqk9j9XTv",
-	"UFFdGLfTkFg5lJqWL0/9QFP1t2QOdqp0OxhpTqKUrjLMfjTyfFTbP69IX9HLDirNM6MGzozG3xJPTXjH",
-	"48bqsY+TYQjlTSy2R5StKTia4hdPB9bNDwg39RzoqiBSHWlkLdli1QDpHMCp7Hbj/3BZjUSAYv4KaRUe",
-	"N6h1jqTXBq+eeu0bxgU/YKtMbwxpEXzGO91SUG7lTJFUKG2eLXjapnkaikWIh4imUNtWA4KyRlbxVGtu",
-	"sk5bkWs6uBlK1rUgaXLBjgm7pJFON1BuKc5JWL40PAytsAh3kyVwyH1UpXsTUNbbCAsKldsKs2zp7APg",
-	"Pf95fZq368ZtR9ZJcURlikn9Zc+m17sPoHY+/JBLTqiHGRNuTnOOrqz9WezDPR99IT46+RIsgyvvZ5h3",
-	"Lb5p/N3st3B67jHi4jk9lsqiisLqtKpDqcUD11MyJBNjIjltZ23+JAuaQUXBjuKjbe8HspEvrP6LjdvD",
-	"oWfvO3ZB/XPAfChoGTQ2clJLACBDe6/gxNrnWOQRUSk3hAvcwVFrsL6bAs3OGn0MDmZrOoPYsFAAWwd6",
-	"VT9EGdUiPYpiqm2OtJrt1jLahPNu3dRomSAgz51K1l9D3c/QFdkOG9+juVDlM9kqxLZebIhTAwGHEpa8",
-	"GhXBRR0EA+o0MOf8CgooVRj5Y4dx7l2/gNQ1MnNzbQFv35IPBnkW3zR37l6C+ypsnFIAMGl3kWVS8bnu",
-	"+sQrv4wXa6825JQKj4itCtLrEUubcLmnw7uhw7836K+oXkfwOucUCO+ELvvQoc0D3sJR9acTnM1b8wlS",
-	"Oj9biLyWzlysHOSzn7kM7DN6AzLDFP+ztC0hGvO9z8p87xuNViQlnCU7shbOWvO9bbi07bKZivmcM9VV",
-	"eIC1AXYWu8sKtveZUcWeXWrG41ZTTLVZHvAcGFfnUqwIF+sKNK0FRNUBJFZBMJRQgltvcbsAeQz0skQR",
-	"9HIIOeXmTlCzfyCPJ8e2EPsB+YE8MGyyJ1jtD8XNnUAE3cxQXSR/SKFDmYUcUTxwqALEzmfu5vCaCmgX",
-	"MkZZLJ/485zh4pmdsOWCLzHj6ms8tERlmpjd42yNKv+mnpKHoXTJOFujrXG9WdgXeGx7oExjQw0L5g0w",
-	"6W+EC6oIAxrokSjfgSVWBTIovmVHLMdtdlDLx8EPaSxsVR3w7LXPrnyZXDBuJ96g6msEqMUy3B1+t0/7",
-	"ZvOqksTkmRAAXfQIf7k7vUPg6dnvcGtRujpOPJQWN9bJWk6Gq64Pyi2Glh+gMzLXmVRHQIi4BwDPKZmm",
-	"CWdxkd8yrCGYAHKPfVwRANmlaspDc8tLuCMcObRrMsujJdMKwlN5RrQgIVQC2MSO5hpb4A3/6VYO4L9e",
-	"4jt0QjV4LmKRVuv1okCiz/Fgl7cs+9wOPRYoLka9A+Q+Jg8w/RjJDFEDSKgljdhzyESqFjkEnjKIKQ/r",
-	"pGbhnkGvOAAMe7g+2rNCwrtNFU7pH8f28pkPsW1npdh98cS3VjzRohfvLG64Lenp4C160OfLRGmoLtyd",
-	"qXKzygvcn3uybamhMjx9ixbv7RW6wBUE02jDi3BoJ6g70nTkqXZ3Von/yIGU0qJbVJ9z51MV7XxHdU59",
-	"zhNwoqfJRXEyqRaVttDy+mJXQNlPxHrVue9dIuReXd/coFk61JAhHSrgLVVpVt7Whkp6TXl040rNri93",
-	"2KLb+kpTIWzXTCwwREMR8WgcU96qcngzhV3jJfvnd4qE+pL/lapFaE44cnm5eHjw4Pt/I+J8ygECv4aB",
-	"FqBPwuhaC6oWBCIrI5ytrfQPyTD8rNgncytdsefx5VUYEEpsgfuUZxbDblRAvWKTmJeUQyp8zC6Zaoyr",
-	"zLdodqlhKIvBDKUeZhoBKm7UgQ0QN4TtvJHlmqAnSzlQk3UiIVsnShRUhq/ikU9Fm+WqBFrzGzI/bjqU",
-	"3VK160NE9xrbV6+xtShgt2md3itKfwxFCZe7BkToqTq+XXWqVW+Bq+/b9Y5SJXGx3xI6sGLWBxXfAjoS",
-	"ztCZ4Y0Af03KzH7ai4NF2ToNUKB3lGcvqALd1b3Bk3UEv5QL7YqHZ1ArstjMZAL+R8F9cXW/8qGlRVNp",
-	"InnBzpEV3kAUp5laCE2GqRCKpRti3hUfE1UW/Tp00IlH2Y6yvPJN5QSq5TsNlMc4NTo+Z1EHYFkmRPo+",
-	"+WeLCm9RP6v9Cfocpiu2EnLjnW5VE+0sYaUavX/OlihnsMdjeabr5omTVr5ZX69woGs2xRsdBFQv8Kit",
-	"pzrV+V7uKvCi9j/jVAcEU28ieHPB5EXC1p5ozEZptjpYJ3HpwSVD0G6hiFBTrQjkE0ZJymRAfvuv/yEP",
-	"JkQRkcYe1rj5cuyEptp3QVAA916r0xrsTcPKbrOgXYj4Fhy+BbzZU5b5agR3aD/tjukmJm6lG7B76mPX",
-	"fFotAEAU80qY0oW+U6mBaD3A7CV6cwPP3E3oz7uinK2Z0ru9k+VXYzbAPk8Am3lW0Esfnb2MS9DKdFMY",
-	"w0VdMONzOmcxKdqLYlGSSv7Jaq2Pc4WRw8a5728UDJWRrkGwe3IXAzey8ZJYLzqeNWffK89z7/P5nCkN",
-	"TYdzxVxfefMl3FjJXPADh5YNfQqxRopylxDA+2BQ1Vqm4iJ89G/MU4uue0vY0FVi9kLVwldU8wU9vqH2",
-	"wLHF4MWmky2B4l2o0k+reMIOWXrJWKbqDpfvFCmaSqCfxH1caOuacAUrXLMX4g783KSgXihbroN5UsJt",
-	"26l9pwpPytC2up5tCp+mw+rQYs70gsnRPTjXTexP6EqBK2pNxoBcMDmjOlndtt/CH8B2qMwX/2vUntrS",
-	"3i7GPI7N622ene1VH/rf1oEWtN3M/wZ9ZDqAphtGd/0lf/vlg+HYWeiYwt2NpwrN9QIh4fdt6VExerfa",
-	"TESwjBbYhuiFFPl8QWjVC3qN4fbobQExbmjTgQ0OC+62e1pZ93DUo/lF7Ol8UZrmIAeaFnopqpoo3FWN",
-	"rUza2Q22VW1GuA0TUNUldrQ0LPWO3Z3QSoG83ey+BELbk9PeFClOcOhAryA4fKxQPiZeDvQO0n64OhjV",
-	"gCTcOsyJkLElgoQTRqNFiePVO1+/crx54TZbBUK1FYTtRm4b1NcmsZ+UeB7f6JXqCd7fleu23VF/Bx6d",
-	"L/hZ2KIZ1YtigwUvWxnsgmLvaD0AZUrfTyZhjzy5MjvOuapqJlSNVdvYM6gDmjbX0su9uVr4+/R1UMwH",
-	"Ko027sGaC5/if8LRMXGdJYom9+YAbtn2e6f5zpq9ohMdwLdZfI9CiSFDdK1jXNJBhrGYLJhktxiaaWEm",
-	"SxFwdZ+dbz2uT9z8zdcmc+568EHMGDCabMv8yvmncIWItke9GrWN2XVmP2UOns5Q9pJtAqIiYREGUFJY",
-	"sj8mK7M4sdVZZqoOwd7Z86Qk+jaubM1pL06DhsQ1P5s5msU+JuGvH4EYaHUhCwiuXz+G/Q8WJyJ2gZzg",
-	"29q/pyX9vF8bRiNKHczW4Bq93FyvI81Wvfq6Ofi3vjo9+QmAswogxaAGivmdgptpmh78k0lBzFMkOSc5",
-	"d/hfHVCc/gYiVZbbq4EjgtjFIYnANt2FAHlMwhk0QwNwMF5x5HynKg28gimHdmEsJinVTB4X2+XkFhdr",
-	"I4wCRKDDRIBaeKYJDemG7QaErLCzd7O2+JnQSOc0TTdtBn1Lj7kKRWyNWt2poCtFHLSOFt/r/Ma6bv/i",
-	"n/6hjYbHuEu3VKdtPebKbjqoPFuX8I4UrtaWdUUrAnPUbZguSRk7K1p85P3wiVvk9NyqVpVQ7db31ha2",
-	"Y9tdlnXD+bR/Rkpyze5Pd+DAvrVGWrg8vnZa/Yn1LcbnW1u4dPWt6tq0N+V39HO6NlqDtYYYd3aIu1Yz",
-	"tuv18PuwYOTBny22s8sKLcCrw2LO1sVqJhHieIoMv38Anlbsdg9f7w+uXrfvQxmB608IrcHY1uTE0rrE",
-	"8ciK6mjh2gyfJ6lmsneHkxoNdCffjslzTqC1IIHqB5tvKBmk0wE4MBxfWkBaoDW3xu1FKe+YZhziam0V",
-	"kNjsxPmgIeLqoE1ByYbixgp8PCQEFh2HhhPyAxHn56MxsSYfmTTRaXZH5coimbdtmONlL2J2uaA5hGMK",
-	"J/nwzbsDo3+DPyZOPwHWwyt6+Y5pmTAVHpOZ0AuEXCA/QBPiyoTNrDpOzWq3Y6ND/JLwWKw71rOqZ6zh",
-	"ZqhQKs3kssLUt34PH0+utYQAAH5aqwra2mlonQ32UrHf1FX2wW6vKN8UkxNpfLNt3doJX1srRsLG/ofX",
-	"2RuGRRmJ4M/KCrtGgSbe4lz/8O2SKY1dr1SeZUJa3QHzYzdMVzamQOzYPZlaonzTEslccWtJBkUMNRMZ",
-	"UQBtw4XNSXbYRxUKmUzI8DFmwBsr78AZ2iisRvvv1IpeupyghoaFGKn2MEDYPRYtBIuxHJrxcyEjYzpM",
-	"AHPRQnffTBys6OUvNNFm/VrZ7NlFEul2qWWWpiK0AmIbbluwWZg9AGPfjgBbJfxUZG7SnmVM0jRxm01J",
-	"GS3OyEIAuBFHKO6D8zxNCYR/iRJYs5jSZAWwP4k5iIRkZDj57T/+38cTgDmc8nLe5AQAZsD8D80gP6D/",
-	"MRMZoMJSi5Vn2zZwURFK5liPRyhDKc5gyrFW/cEREa7pHD5qzgDq5G9QUK7zKxTkjB9i9gMK6Evw0ClP",
-	"BZ9jEb2Gs0ysObFY7gECPwFSWSRWTKH7CNPpC6GvNN3g4gBu9myDsKdTB48gFVkxyqERNFqZ++1pJhMh",
-	"bZpIU5BGKQRq3S1+nmiS1O4hpTutO0SYuaBIKBsHu1XGWg/+8FpyTN5UfQhKVUFIWJ3bYbhyYglf/lWk",
-	"vk5sCV+i9gK4eWgauuSN4nkLoaqOSfjrycG/04N/Tg7+PD47+Ph5Ejx+dBXaSOCjycSqF66fdTl9DBaM",
-	"+5XuN6b9il62Lq2TvUZCgEALtx4PA/LYyAIHENFjto8nj/5t0p8e5eap0Sx2iLRd9P9gMrneJlfqybZ7",
-	"5CVRokv3Eo2With2E6BweUAQ7O5XCsMTPq8crPvPUeu0vVfnrmW5nqqHOuWP4BVrHxtsl4RpQqtCHoCi",
-	"7Sok2hC/UQkVGcZsJnIesZuwZavxU+vbeydOj77ZCF9n/l/rwr1v8d2+TC4K9AMLmWjP9Fqu+W2mzt7E",
-	"ZWg/w2N/N51wXTmJlRX5in0K7TNv7Qr8x/X7daVj+iL4fk/tHr66ajnAdgMN2zJ4C8Nrr9Tpd7WuXA0x",
-	"lKuFhet0kSbXxKsEJuGiyPco6yM9rNqBpFmPSnWHi3qUH91h2CWM009H03wyeRjF6SfbRhL+ZmHPlnDv",
-	"GVveUq7rzdJUfXkaH3f7U838+yatAna//eZCfF6/Fd5C6BS6iGS0HXyxYL/XnThv7fTE2PKDeMZbXt/R",
-	"qc2wtpwzfQs9ri3Mo3+UNZW8Xq+wi946mz/vXvdSov28Na/+Lc5//3VtW55KUkJTLW9gd5v5H9ksKInN",
-	"zGBGHsxmXZ2th4Vs3gWmkricaef6ohp8CWV3koQrTTERo9+Zqt1Se4bOqO13ZvRHT4uuznbiqLK0V0c9",
-	"pWoxE1TGhM7nks2pZthMnWK+uPUh71TtELbqVcJz3Vaj5HG0b00XJJXyXkIMuZ1lflsXIXuoo45zq6yq",
-	"UbRyMm85tzF3N8u1r7l9W08eBKZ8R/ncvwAISKn2eaV32ytN/FEKtMNTtvX7b2L3r4lixro16wkugZxr",
-	"kUeLakal6kvyWyeabxIfe37ZdSUlZ+vdUsoLd90pWffs+P+BqqXfpiiq+nqZBuY9e1kG1Qdur+rzpmWM",
-	"PQ9Ks3EeNZtqgJVveX9UZvRuH1vXAeVAF8Y+j7Bu/K4CBN8T16FKt7SKrcP3F1D/OddJSqg5tRixK4O9",
-	"a8bXBem3ZNGzpH8XjkWRctust1Ps8aOaKJltNOtI2/13peNeuAu91m2IETjJIiExGlaUhqgcKNB2UYAO",
-	"oKNrL2Y7xgO8+EULqri+5NdEG+8Wwkh7H9uY7da7V8Jbb62BZXWOt9PDEt54C20s4T1OwjebS0FLsWFo",
-	"DhVouOsaG0BvY9c6IhwRIQPrVl+JmP0AlexhgPH0EP/ypWK0qj132H8RRfM1+i/6V67WlrDRTZaldOMr",
-	"m60FCBy69jG4o5V26jnIxQIoCsppo02UspYmgFXB7anss1hEiSI0lYzGG1I84W9WIjxaVmjWMM5Tl98k",
-	"WfkDdmwiw/K3IjfHHnqjYxJGlEcsDV1oqdrkwz2G3cjLP/ARf5e1a3f8L6swdpVb+POaixLJ2bUPg/ZN",
-	"gg6mgEr2T6XjA0PDkinVtlOf2hKDyhVoT4GuivLtzlMSs/tznnzKGUSOOt50yXeW99Xre+H/MAGsPFW7",
-	"M42h5ZjLOy3m3irW2mTtbs2ob6Cjp6ohlv7zv/2Mbc1NxyqKEPBxVozygqHtR0GyOvaR14ZRHaZAArkC",
-	"CZ+TRPv4Lq4xXlxwHv6/6Lzj3ux3ee6vGDQ3eNmdHV4hqB0NYYsDOYBKNZmsDDdgDlNo3huOyQkQHjQo",
-	"SKDKlCOawTCEowQONnKeUg2FqVMOtREWn8gK5mIYkmjF0vPRmJxwKGGFxu9hrZYG8BUrJazBlIf4seZK",
-	"zSQ0P9gqtgIg2syY22QO+w3kt//8b/LI9T/Yq2T/JFq6BrZwm01iLGVkI5O+X/78fW29BwnQENkQ6MgI",
-	"mxG2aEwTCiHK0Mr98JYBndt3/LxWOdRrW1tKqvDLLNeU35ZUK616l1FVeLu9oqqjOtl9HuYQaugDlxih",
-	"fgy4nzR1xctSpLZB6iznccrIjEbL/apD2paiscm6Rx3o/qXD7kOzami/frbeV5HelD3vpB1kq7bWRT37",
-	"F7AVjC4ZI3h7QBRdMcKNspMmCo8sqkh4ErmYxdgeRTeDkfB/icOWwAi8K3gDk3EX1e6oRoXxzBiQgg7l",
-	"a8PtqlNzLNtF0V06qX8GDahEI9WMThQt/ciINSDIel/Cbk2mVV9NP3VscpKymNR6ehAp1n5joQxjdyyk",
-	"u8fhLUDUyIrKIQaZ1glXox1NQf3ThcsVFBEypA0/V1amCijX1NPcqIW4vjdrV/VrAv1SnQ8n7Cx57STD",
-	"VVH6um+9avGK3XzfGeDcC3HFocsg9I+QRnWtQIPfNju4UlG4K+jIFagxSDsGw7266UFFuEPN8oaYF/dq",
-	"yXXBLcyhBtVLYPGFn6/CL4tZsR84xYe7O++fdh/z/RKnKrKlNWawvNge/MXfiUxiJsnwt//6H/L4ERGZ",
-	"goKZsOgjHI4CYrsZ2+KM/v2EO8INQSOG4Tk6AL8iWpYuCXXsUJQRbhEXyn5BUpy41zHQOmfqBP7LIinC",
-	"D9imapoFZKlDqY+RHIUSAg6b909foLrRv7M1+KJUm18T1qD/h99uLKhKfHtBfvw1X1F+4AAxwI41piuJ",
-	"aK78zIT5ic/9yk+4vDjLAFwYZW2Ixru52ekF0G4ea0VS0YYE0skpVpEL8L0HNE3mtp983ybbLTEuM+67",
-	"lvbi/i9bLzZkGGI38TAgzpUakNA20AWnW7JK4Dfwr/lPrNau5otN1a1g9sfQr/UuOH1pRuMzi6zSSCyl",
-	"0fJMMkMn4HRtfIRzeZ8thEz+KfgZu4wYi1lcYuWcoXtWgvRfJcquthlmdoZE5e2RXsYefe1iIGk3Y7Li",
-	"7Bw6ANeCCEc3EiPtm9yamPqkAs6CyangD1clPAuUY9ub/LZKDyFxUwLujNPuPO2exw5C6VzY9L2Ipn7M",
-	"g/tm3B4tyi8JolqreCvrQKfArHPOmfxO3U3n+L3mh49VZjju1+a40YuiBoBZbTPblhcASbZRLhO9eW8I",
-	"2eZRMiqZPMkRmwf/+smFz/72y4fB1uqbe420AiY/Ij/CIwSz3v+x1i7dnbwTKVNkSIli2rWTTmkcMzk6",
-	"IqE58Q4ETzdGLq9lopn9a8rxGvwGIj1eJTwck1+MqvO3Xz4YNSdOFNSMupCNYvKCuSJoREpLlJFtHKMo",
-	"wLlAVTDbktUWWmeDqyvwJpwLj16DraNUtbCsUt5gYUM4ORVKzyV7//blmHwwLB2LKIec3URZQHA+TxlR",
-	"IpcRwx5YMtcLKwOYrcGH5lGR4EYL18euqJtxI1KFkVs0ViTR4ymf8je89r3QoMu8CQwMiGhBmbMCJTKi",
-	"YGhQiQUYEIGmOjEqR6HBv80Z4+TV2yl/ML4kf/3w4ZScnD4PiCG7pSqqycmw5s0Jy/IMzCeplkiYXwr3",
-	"SHg85Ua1wTppw5ohjZZcrFMWY0FtiODpeiGZdewfYAtn22Haoq2QEysDlW1cBmWQwZQrQaI0gdJcKINF",
-	"DD2SczMKt2E+WLwngl9gdak6mvID8gxW8tHl5eGfLi+x0XmicCnDz1NU3qaDIzIdIKFrdmkpfToIyHQQ",
-	"iZhVrytt6PNMcbpkZxFVzN18FY7NeCck/H7yKHQNx2BAs0/G7ngiuGZcH2DTuPCYRAsWLYvmEXlR05hR",
-	"aXYVXhh+f3lZACFacXBkY6EQukGvWxmbNDtRv2LLMgK0Oqac1PyqriafEi2yg5RdsLR8BqZgRehBllKj",
-	"YxiqxJ4vWClPwkff/9nhyL5jWm4OMNeIDG3izMjaCobjFQhJYAWRwuvf2D5rHErlaZYxKqtFRcjpOtFG",
-	"ilrGdUQ8qIjrwYPxZDyx5henWTI4GjwcT8YPQefSCxCLhzRLDi8eHNIIwvyZUK0458jf2LKh3o78eVxU",
-	"hGPEdkRoFAkJKGBaFJsxJq4i5/vJJJxyzPVbszQ9OBdyxWKH2ndki2kM59UqaayQEbmOxIqNyTt7VhhV",
-	"jh1NeSlRwR9oJCouV6H+GU1lcBItB0U3mh9FvLExZ0OOoIVkBdjL4T+suoxK0S6VqQxJoLQtDzN7mkoL",
-	"pwyr//1kcrsjo6p2ddU8zN7ggrnDuBRHbAVW9FUweIRz8Q1RzPnwRxoXn2ceebD7kZ85tQcpi/Ghh7sf",
-	"+knIWRLHDDTdRw96PGFb1n0Q4iXYEOa57/+8+7kPQryifFP0RroKBn/qsxLPjY7EaeqK0gZ/6vNd75m8",
-	"SCL2M6dFUzPQV1yyuKFMtzNQbrMq1DVN58qoROCrNg9VWPew6K/hZ+DKW41gSxMFlYwFQB9BfFFzyEAm",
-	"BXou6gxuY9fYqpLRaDHlmHWRKMOpIr0AJJaYZYzHjOt0M27mheCtFOp6NCDmGOFq1KExObEoI4Izw8aF",
-	"3eYwPV0fEkDTbjI+6c/3kMh6d8xfy+W9AwnQy26riIItd8+2aKjbyXVNJdhe+ntZ8TXKCoD4qgCEt0qL",
-	"CNpF55J1HPdQr6EqyEDJOXEufMP9oJ4AvI8DuHPoEoBvlwCSTZbSiIVHqLtPubAQnhbrDjGuVRPzjvxS",
-	"ZGIfTQeAmQeQ7bWHUVAtWaZt19oCQQ/6F1FVIuz5B7GwfaizpUqQGcNHC41vypvdgEloBw8JGprXlUFP",
-	"ig24GyFUvP930kMq47dpI8/Oz1mkkwswAeFmil0DStFyu1OxjLc9k+eIpAN2SYDUa5TbDBHAG2DJ429A",
-	"jl1HHtWECjK/WYVCUhBKirxlK1ZKKdIULnDcH8yLrs1zplt8sxZBcWix3GAIcFvV+eVlovSTqhphvT93",
-	"fIbWhmyv/tuiqCe1lFT1JWnmxntvlrqRU6vqm17b3a6tP0zpfG6r8y0JbG/rS7xna3czKumKaXBv/7pd",
-	"gQLYRVhFndJ5DXjTeUVyhSDgivGYPJ4c18EZCLukqyxlmOf88PEEO7Um5vWfciY3A4eNMlgl/CWdOzSv",
-	"oEJFVQylLS/mxy9Bor7l60Oi9rmC8wo1f2SYUgWk9OZ85dre7VC8JdWS8mtd+65F/Z/h3ytbsME0a8PY",
-	"UyWg+XfKOlcgQR9dnhb/qSijykRGJDtQgPilF2w1Ki0n61RxWI8i3mypKK1KCU7mSaPhTCcfnhjFCT/O",
-	"uuwgT6JacE5WTNOYajom2PLD9c45tFGvgIQPwsNwYouyNkyFhyEXITaeNwQ4Cow+h4thIyUEWJQUk0MM",
-	"zBXlFL0Z1k8cC6zK8XE1TvuVnV2Nra2S2BakuTFn9z5zcEvalSi4DgEW6wz7g7OqxaSkjQOqk0ODFvUD",
-	"S42XbIOODuQyQxvHkJ5UQp0WHg7rWt9WT/7CdJNtvhR9QMMBD2WcMnmAnxTDPd+UDvIXADfca48bYso3",
-	"dnnLISwedPm/+rhbgh8iqsLhZ/j3JgK9gPNrSGUrlPuI5Ldl87DrfXCw82aL7Ghvvpf49xL/q5P4NWa6",
-	"oYLWYO/DUvM7/Fz8/+pQMdYRHntPV8zQrIVTZ2wJ0W4zx0o7saJzNMRAMd2niqS1LQFqcHFfku133FzM",
-	"yUrRu/FjVRHJrqwP64640IfL5+E/AA37Nnjv0eRRHwczW74W+idAJ7kNhoUFonUurTa6vE1O7WbJV+LC",
-	"exKXllWZ629josi9Fo6O8ZgMq9wJ5dRaTHk/sLoKJB4Z2hsP5pLyPKVyZDQARF0jaXLBptz+gc0fwbsO",
-	"KNmQBsHG5A0vIrd6LTCKhhqELUYKH00moc+uK1APv5j4+DLS4Es6tJvIkfeS4eaSgd7O6V1VPTvOZ2Zz",
-	"V2qaasGh2H1PC4vCVzazg5TVsj0SF5o4XL4N08GUN9w0lkWxOx15dpko6AfibIBYwCtW4oKRYa4qmoJe",
-	"UD3ysS+i4TVc0ZVPvontc0d82oqP+KW5tg3O0MO+eP2PxMC3yrxPFpTPGYEGn15sSnNOSd2XmYuK4G4z",
-	"Gjnr6cu3ECkCi896Q12mskWkxS4QPa3q01zO2dP00y7v5tuKSwhrLczhjgp80WjXnLqY5xdBXzeY35mj",
-	"8bDNFnWir84MVZN0qwysOb13zFyLjEDCdkI1C6lt4GZD8fYB79LmfZp+gl1o50e4/K9i5eLHxozGBCvg",
-	"q0EHwyutbsyn9ap5FRDO1kwV3VNOdFiW8W1H3/bigl20vAftPrllWg3a24Z0zbxqmOzx8pdizSSZGeEK",
-	"LdDtSreNci7FqjZAP/jIz1snVLbPqFrcwpindI7N4dpGgXIzvyvtwWRS6TLzwFfnsVNZwTzowV3LIsCP",
-	"9HrbSo78lwiDdoqg+vl9+DmJrw6xCcYuI9yd4GESh1BPSBKuRXmauzZxlb5OtlTEnfMkLvEAj6ecFrlo",
-	"ld+NUWwNccxQjSveeCnWkMhoTspKqv94ysNHk0cuVR+TII+mg7ngkHVWRIHM9LkgqeBzaFWaKK2um/6F",
-	"jUZ6yF63bgjGAfyXGc29YL8k3kuHuCOF/2n6CT/pC/nqKuO1qQ+G7gAPpKhP/SOo9MWHV7JIJ9d77OH+",
-	"j9XEBV4BdqoIDTLbEGyf3yY5sNjaLyze5VxV08exfLtEA3BlWFSyRjUr+TFXCWdKOY1RIeBEMOWpUJpU",
-	"SxRH8DxkSliut3gHR7YMF0qCoGpPCR5ic0qAAsYQ07mQU14BTMAoVsIj6XW/vbi4y3Rz+/bfycAuRm+t",
-	"OWkpwL7PIP9qMsjf5bzOZxXuXV40mffwM1dXh5+XbNMZB/+ZF+xG0zF5LWz4Fk8iqDGF0DCAlT6aTMjy",
-	"4qyCKxCOAqKMfhD+3+wyY5H+ISR0yjGzD+JmkOINUUEchUSUc6FdaFolKZafeBkS3QuDO2WMHSHcwrQl",
-	"w7r4CSys5dHUgtZC7jsnqPGMvnbG+QYZoAgxL9mmSfstVvcJbEbpBKqcJYDzb0+S6xD+2EOvf2H69yLW",
-	"vyN4k5D1L4NpLhiNLfzEsw907mtcKMyH2mrUgLDxfEzC6eB/TQdh6VJztD3uNMKv7un+lukes6y8RN9p",
-	"lLz4Oyl6Q7aYJVzdzLX5gm0CGznWCxdkPTYqRMS4PmAcfa2HqHshoLRkAIwQk2hBJY3QZPfODj95L6vJ",
-	"NqJqOmQUkzasBOAbWDDhjj0rEPAAC0djstVCTaeuh/dheC4ku2AynPJKaBd1T0wWyZWG2JGtYBcAsc0B",
-	"CKjYDmzFtmQbr+iZ8l2yx3tanub6zpTX01z/bqpru9D7BS345gEdju7V1q9Gep3mLdKroq5CSsXhZ1u1",
-	"fHWI+Brt9uczuO7CTmly4RC3FyxF4H0HaU+0ICt6OXRANwjZERAu1uT/cqUoo2PEb5hytRBSM47ZHYjp",
-	"YKwiKVlkzFmOz7MYhwMIfofjIWT9olM6pryqdTgQjEKF5GzN4qOJhdx3GB8l/yvGSAhAdvjRdlvDoylf",
-	"L6h24BqU5AA+Q0L7TQ6k6vFkdF3vFw4IY+/yfzmkPVvFiZnalGQiaxHtDlz9K3CKbS/uXbvFaiO2ybZ3",
-	"hjRo+q0Euv+FJBruHKHI5xWxlomsLteq7QO99olFp1FkvRCK1SHDAR6RcUwtS9LU+rKLwCFEC207rJjJ",
-	"xKhUiN3iDyG+KgvOv3wc8ZbDfDuiUa+dnvVTkmqL6NaGXVzqZG2z4uqG0/lA1bJ1Jk/t1jn0rnILfXOx",
-	"SPzV+RTw2IzHCEyeSWEOGfzDTMnYzQDOyGh8hg5gL4T2jvhp0RsyQNwtZQ7eAn3ZHKm//T//TR6QRUDM",
-	"2QTHZ6hFSBI1+rIx12KmtemNAlI0X3PJoyto1os4KcDXeHYBnAtcCgi7tN8KxQ4Jr9enQhekHx58fzSZ",
-	"HD2chIDXogp0hyLh1KJjmfseHE0mX20w+PtvJBhspVlbQNgJu3+JYLAHSqT4yXseVeoljLr9uYbc2Ltu",
-	"ygY9FSAELYzWGseSKUWGNE1tRfpoTF4aKVHyA7p/Z8x6gOMpT3icXCQxFIGXOA4rqiFzDWDIH00ehddV",
-	"Y5/aaiKHzXR30c7qQLvcyvF95mKbe7fSYKQ8F/203e72dd0xCqpEuV5rZZSluWq0aRkTm2WwYDXTTrIV",
-	"BKpnG2PiIEijt770C9CZHaK9pvSVQ72/p7AtR6ofp61GUvulaZ+WkrRvBcaHqrjdrm7tJ6UPoeoEfCS/",
-	"x3yDncU81kxxqTHNQwKyiyzYU8mVhqRt9s+UVz44sCicjaZKYZx+OkJw0zj9ZFNwCrDfMkuoSC6BVCFz",
-	"ZBTw3VNudL8lY1mRf3T9dCEtN1/ioLlPq/la0mr2Oq0qPJ5h32N/qnCiIoF1byIjNJJCqVrtCjoLqtEE",
-	"yuNDYYwtqpYhYZ9ymmJ5S3LBOKKPqykfsksaadSsRmNyosGDoYs4R/nCwL2qrXwN4h1uqaYcs+nh9nA6",
-	"gKjhimaAPOmW5DtV70nqeN9XZt8fHPZUZG65dvk1CqcA+oR1tCAMAz2thr97Yj9fhzH3e49hlvmG7oVT",
-	"kWHmUr97T0vAnH4PnORaZEkqdM/7f6FJ31s/JCsm8r53g9/UwTv1e6SJt9TnmWo10isRs2s89pMUqz1W",
-	"9yRatlrLO1yqInvzwki071F+Nkje2lKFJxNCn6ng84NMpCmU1YlcQxKvkTUrasx8TnnERhCYBGCi20b6",
-	"q/BsK9bfa9souSrkeCnhQK4dNYDCzGSnPPw8dZ0HprYtX1BipU9LpobMZcOqFRk3HQTTQmJPB0e/frwK",
-	"0UwIIxGzcDzlb2BeMxqThGe5LnJLoLtdShOOnQcJ4xcsFRkggN/nN3RGCMtTDuvGjZVVbpNRz6yUbHW0",
-	"ZyLDmvMq9ov3cH2S0mSlSJ4B1jlAMYeld+JcilVZYP6dqtbNoQJqzkob/IOQPzQ9n/IsiZaKrBdJtKhV",
-	"pQoSmQHJkGqyEkpXzkAVjqAzuKgW2WILpFigfjrl4PO3TsQqyCukvpZZTdf3jpyKayLV7IdCcX9E3R9R",
-	"X+aIuk86uzWhDNJwu/p/t/QtoXmqyDw3kcmskpJVegtsZw4nkKuyFdKzIDPCpVJARbTtuxTrBbgGscOF",
-	"4Gx0A/l5fdifmyD53LrQvZeh9zL0XobeiQxtw1balqS56ugMcpqrRa0nCCAPH6ObBXpvYG8tV6VZqoqV",
-	"es2Z0IsiKi34lCNAUm4EqL+zCLymijxsR0S0lcj2G6p3E5nyCtLtA5v9JupFRt5uIWXmgJHUcAvmPDBl",
-	"vULWFWYuQbsh166oIb/L9m1Bb1mODcbvIsnMvHqvBNoHtw9BjXO4ZqsRM8J9g5GvOs9WLXyZACBSakJG",
-	"Mmz4pw6XF4dGlLRLnBdsA1lShnNLizzhkEYPFGDkwty13A4BUC08DDm71NhHzZ+L9uLCvPnOstXNEL9b",
-	"ujoO3haYOYH1MmsqxfqPmJ5yW/QMmS0v/g7dFTtSx2vEXJCo6mxl8OLidXnjndJCMU5bnlI5EeQgw1eR",
-	"yLn+6ptR3PY+8+qW7N7tnlv9ZTZ6j23+9nqMeDem2Ii2/REXZuPZunV3/sL0G3fPHW5NMYZPxbHXvqk9",
-	"eb9RRil264vSoo4Cs3Nz0M3eyThv8ZZ9PRq+zOv9sqN33P0SUle/kiRUWKQ2nscV/JdIQP3kiGVPCtwX",
-	"qd+mP5iDspY2pIJC8w0KCE9j97oU1a3GK+yCcUzyq3bxtympZBja/zmkEQwB2jHC0b69Wm4cYfl452mr",
-	"O0BzW+DsvzFs+qYnu0qmLamkbyu9OUrKc70Nh98/AAXVFkRAD+XtyOWo7oNR3sTRr5pGYJj2hNO3v1MD",
-	"k98nhbTaruX6Mu8wZpletMZETrGapwyDZNVeV0XPAvTBDddUM7mickmoTPRixXQSBSRaMJqN2qntKczg",
-	"ZkGLLrjIAjriB7tm0LNxGJ6dvf352c/Pzl69efrs7CxsrQ2a/67Qp5Ul8grETC/uM6w72ANpqzd3GEHZ",
-	"rZJ+gDvucMfNAG3aHAz+7Rlv2q7Zjm2wZYUdttp7V3i4n7D4SYrVHqaA6H8vsGf/229omNyloMGl7TJU",
-	"T+ZzyeZUl9Whf/BmQlQtZoLKmFD35RUatsTqIeDDWX5+bpGO2gj5R7ilIOc729XaOL42FJkQqW0a8k3t",
-	"TaKWRJWT77cxfT0O/+Ji5lv0f+CWdXtB0HJyRXnOZfVHF2NoFiEHQMx+H17xZLL6tfhrskyXGv8cjFlm",
-	"bI6D0uaw9t1X1iwQDW92Wm0D7Klrx0TwL9swsLo9rVbzN3Gif3lLAqrGLevYAHTTe+NlIfCOH1YynFot",
-	"7F8WjBPG6SxlLqckyxXkBcbJBZMVkIi4PPOGIeoYLA7RrQPXJU04yWiumN+5c5qrxavKnO6yOrgyjK/l",
-	"vQXCMqb4N9drFvansrfwFVWKgN3HIl6bz9BssebditvPQdjahS+XgbCDAF6zdXXz/7CH7/t96KVTgnQW",
-	"a/qkiMiK2gxKZhbE/FHolwwiuxcMNxcM9azWa8mF7Y24Fwt/ULHQk1oqUkEnK+tX8CfKOYhZIUlk3pkq",
-	"go+UjetdHi38/oJtoPrrHIKI8BNIK5u9m2FO4pRbBcQWSf/INsKqHLCKgpPhnyckphs1ckA5D/FtZ/aG",
-	"M3YZMRazOBxP+c1TZN9HCxbnKfuA63E3XAIv/z3bJVQncN8x4ZtNiXXEaqhb2f+XHGoZtML49gcP4+8s",
-	"K0V+qGXGehJjj0loZM0P4AAJywLOz/DDVQjdS/wZswXD3Z6Vf+c9w5qApjqXsD7KNl4GPBhj2Q2hSqKS",
-	"NdwaEoQH94NjCO1qIzStwg4xAFCTr2bocsBNbhvTHg/biIvw4l5Aim9gTJDy8P1AFPD5GfSmaQXEhKu/",
-	"WwgUiK7Ns1dmMuPyQXkRRefefTHR3eTJWp2ibLC6l/Q6/Ox0j86Mq9dQfvMpF5oezFIRLVk8dnU2tW4n",
-	"K7oBlGmSaEJTo0FsUKHZFmFPQOQCPe3CacFbkU0T20gdOCeiUibMtnpuwLa1oatc8t+Xedr1B/eZf9jG",
-	"qbdF+HahKFKBj+Bv2PzFZ5Y7Sr1b6vAmGgCt+xq53IvUO2ms0kFWt6drfXBnf792KS2o+U587webXz0P",
-	"Sqm5o7sfGqMBodFSFX7uoslnuLywcR5crZDIJLYKsPm+U6H0XLL3b1/WUPyO0EOGCbeucFTIIgcX4jzk",
-	"xJinKeADIvD5NgdPeb2TwnYvwOtV81eQDu/Kti1H+L2M2+oMWk8n2BzMhXYrDeG+EaChijRlMUI4Dhs7",
-	"cd975esRcLiLhJJZzuOUEarFKolomlabsVRlAiqPC0bTrtTUfJYm0ZiEf5o8rDTejammM2gDokjOJaPR",
-	"wkzpmOQKenECD0LvzwCAOdLkgpm/vOfvX3EKd8gGdgQP7eMVBESw+3DHI/7Mcck3ZFisYpyoSHDOIs1i",
-	"w1NmY1mUy0RvBke/fqxjUdqFrTwuje5woGWSjdpCpiumZRJ1Jku9srfcKZoxDuHFMYZLRHGaqYXQ45t4",
-	"gFvW7hR7JRC7GGT4t/dvXu9assNMihXTC5a3t/Y4LW4hml1C5yGhiuTtFdVkMp6MH/mDQsWzvTfAjHEI",
-	"+HP1pd9qz9e2yAknzSnjPKurfpsDRuYQQQMOW+SPd22Um9yqWBTvJu1OZn1pRc9d0nUxhmcJHNEZSZl9",
-	"uWDbVoIFygwuCtntJ/z6rnwezBiVTJ7k5oz49aMxoqGjn9eaPyEvKWfKAuWV7TgyITV5/Pjh9+Dqy2U6",
-	"OBp8hrVjV0eHh58XQumro8/mtqtBMLigMjGnCWzTolBbrTdykIqIpvAzhPhk47IZx1zB99evLbTOBkHh",
-	"07N/mn/w2z8WK+Lh8DiPyt4G44rfLlfe8gjAAixKOmrwVUGlBwn+UnuhyHxdbKIlF+uUxXNGMpFlJQCx",
-	"IkMBCYBWzW6Uj5ihoLpiVBmDRkvfGKAzWA0CXE9V0yDAlsTWRCjcqM5eqagW22/G/KdI8PNknrvgSfGs",
-	"+521PWnUiLJ63tVaVYcvk919KW4qY5EmZfMJ3z4WeBq+vj0F7rMNz5WPxemnncUxZaViQBRjS/gCVQGX",
-	"qq8FPHmATw68jTgPAObZZRSXTTQvfJPPJeBEWX8igE5CsgQtkjSdXocuvXHDCPXNAfWboFDsguJQhU/D",
-	"XK7YpXZXl9mKGk/MIOdmOKLWiY4W0Cy+EbdVVQq2kdurj1f/OwAA//8=",
+	"7L3pbhvJlj/4KgHOACYxKYpeyv++EoyBynbd8vUm26proIuGMpQZJPMyGZGOiBTFawjoT43prz3zCI15",
+	"sHqSP+KciNwYmSS1eKmrT7aYWyznnDjr73zpRWKRCc64Vr2DL70ZozGT8N/3TMvV0UQzaf6KmYpkkulE",
+	"8N5B7wOLBI8V0YIsaaLJGZsIyYg0jyR8ekhouqQrRRTjmiwTPSOUhI8e/CUc9oKeZJ/zRLK4d6BlzoKe",
+	"imZsQc1HFglPFvmidzAKenqVsd5BL+GaTZnsXV5eBr2MSrpg2g7wFykWvySpf4CaSk3EhOgZIzpZMLJM",
+	"eCyW5vuJueFzzuSqF/Q4XZjPTKRY9KpDmQi5oLp30IupZnvmDb1iTErLhE97ZkR/lSLPjqmerQ/hqeAq",
+	"XzBJpuYeYj5UfD0zTxQfhxs6F2b9w6+SRaLXP3pMp4yo5J+sbaIpPFd9d8wmNE917+D+aBSUW3DfswVB",
+	"7w1dMJXRiLUtPP5OzlYwYbi1bSjFDb3uqb6dTBTzzPW9WAIFqnmStX1D4LPe+VZnO/LO9phKnZivvYj9",
+	"e1zcQJKY9H/77cWzQcseZ+Wrdtzp4hubhtBBYcXXd/22yI5yLY6iuY++F4tEA4NFuVRCkoTDX5nI7iki",
+	"lpxoSbmiEYyuT/XeQii9J3jEBockTBlV7EUckkSZxzgJx71xL2zbSWrH4d3KCU0VK7bwTIiUUV6dQZak",
+	"wkNCoVmCkKRMwxjImRRzJoGByHKWRDN2zqQRI+EZ1dEs3A+LlVQhPGFWkylNUjbRROT6kFA+5uwiS5Mo",
+	"0eScpjkzM+T4pnMmZRLHjA/JCTytMsEVwwWIqJQJUySkbsThcMw71gNn5dnCYgWC3sXeVOzZZ8qVwJX5",
+	"2UxqfVVOhKYpWTCljDQ5y+Mp02QiJO41TdOAqBmVLCY0kkIpEqU0WbCYlIszJB/NjOiZOQEOyIPRKBhz",
+	"IUk0E4pxIx4qy92/PxoNyBJooJjWE9iaITkyr4gYWVBtBH9AlDDPSlxVMeY4eWJpoX3BYAdri7WgF1bW",
+	"jUZbyL5jkTmZDmJ/k8g/tNMnT8jnnOWMLETMSD88PX332/Pfnp++fvvs+elpGBBzBDOd8CmJ7AvUoI0N",
+	"otoINnLvK8Nk9rReHy9cJXEuKcowThTe6oYekBERknA2pTo5Z+QJbBvM5p6yLHySLFgYEJYqRh6PhuTv",
+	"huTVmNMzcc7Iw/s/PXw8Go1In5IVozKAN8yS6cxwTeUNA0KlkSTaiPSkYx/T6pQ8C9DYskI+eub/Ggmg",
+	"QrcFKYMsS5Qld5qmJOex4WDOStF1SMJR2FggQ5IRzRoMcD8grdT/x3/9D3n8aBMDjHkLB5BtGaCc5RbL",
+	"9iE/K1bKKFq+k14qvRcJrmmkiQKFKxOJIZqQiyWsC+XkxYe3e//2eHQftDCl6SI7JDnPqFSMnqUMJaSC",
+	"zU+mXEgWt5G+ag5pI/VXJ/FaxGx9Eh9hHSmcnbHV1GAqighOJmaKxE3R6rHFMh6QkLNlSPp25QPQRMzW",
+	"jPkZjeapmA7MIoQ0TcMhecvTFVGMxYpQd2LqGdUkFszsoybsIlGarJg+dEthyLCUHcMxf88o/Ej5ypxa",
+	"RtWKqGKHMJQ9wdNVGMD/T+H/hPIY/sS/+nhiTZgEkRqlidH77425yliaJnyqBmTBKMeJDckRXxFhSK08",
+	"x8JHo9HaiywlS0ZjRRJNqMJJB2MOpyhZijyNiWRZSleEkuVMpIzYNTILTYleZWLQTruquZNeNaDH2dKr",
+	"ph+LzAgZkXt0gFeCT/cykaZAoSLXZn0XSZomVhiSvlk93P7QmDvImYOKfH9oDpAhSIOMyjls55hTbQTH",
+	"gVOKCOVqyaQiVBOjBAUkTebMvhI0mJD0wwejRyGKAi70zBwKiSL0nCapYZeOJbKj96/MQ3vCuRMP/t5C",
+	"ARbZR5q0LBqBRcu5TlJCC3XB6DDnTAHh2yGZRVGKqTbGNguwq173znDFZiMEmaemGTc+DndsECXwMb/6",
+	"/W79A3XV271/F7X7hKr55rlpquZtszLXNkzqRLR94jmPdzCdtbiK4XxSmgZtxtVrS1FVK8KYWTlPPueM",
+	"ZEyWsrjN7NLVz+y0C5fmZtTOQXP4mcbvUdc3f5kzgXH4L82Mrg8a1P4/lBn5l8pr/0/JJr2D3v+xX/pZ",
+	"9vGq2n8upbCejaZekpplZDE5E/HKsBKsOegQlCwSpYxccHMhk4Sl8dDo9M/Sz+9ByOKrb2qgjdd6RvzG",
+	"yioU8SxGoReb08oeU4kiU6M89UPzjzmlJFN5qg/GPfPDuBfCYZloRWKmdMJhoGOOHCwqe21e1Q8rN52u",
+	"vXFCk5TF5p1oZ8EyOvMKDmh7FolcR2LBcAmVEa7VVfwFXvMVlxFtQhgZTsEcjmYlFZPnTAZ4CJkfwhdc",
+	"M8lpCu8KSSRiBstCNT2jip3mvDg0zDlcXnBCOSBhYt9xyuAlA1QXVB5FTCkUvv5lbS7Ua2pexSmP2Fdc",
+	"reNczcii/LQhDMFJ36wFCSsXapOo/G4I5IBQt+RLmWijio65PcxA1XbH8JKqgrxhoZoUrjRdqcNCy5nS",
+	"hMM5T7JczYz6Xh/oZGJX8Rchz8AncPuC5e80TWKixZxxICWj7TgvBogSKVJmxcznXGi6P2FU55KRKdUM",
+	"REyN7m5/xB+A8PdUEjNgiVyyQ/Qzo/ZkFOHwp4uLcEieGhY4IH4WIP1jofRUsg/vXpFEjXnOJaPRzFw0",
+	"JOAeMhIB1BirqxkjMADtPPxp9DAcBGSdk0AdNiIFjod7qnzZUsg5Kj+xlWw0ThMO8ixUmmq2YFwXLxqs",
+	"8+SY92mhhZeDlMTdR+C+gaWlN0L/InIe3/7GGFFF41gymJxkSuQyYg1jBijmmK5SQeMTIV5ROWW3P7Sf",
+	"jbRPzbfAwkIJGgk+Saa5IXLwgRdmG3n8iLxOfh4MrVPs7csbG+GxyN5bHcI3ziNNUkaVBqeC05+tAwJG",
+	"84Gx+Y3vqHlp567iidu3h3GpYjUNVSHJjIIHouL3w2HL8yRiv5Xsd/t7/p7BEWkVD2uQFgNGbkYWxiM1",
+	"UUSKXDOiRUxXpL8mAcbciYDwp9GIeIXKYEiOSCbFBehohsjJGU2NhAdn+EQKXgSh7JAWdHVoRIURYIlu",
+	"yDCS85QpMKELX/DFnpoZ63kPnjkgeCpbdj8R4jXlK6uYqttf5qMYtE/BwSsiRWomLqlmyFRONNOJORBD",
+	"CCHuQQwxdK5Fo6g3o4x7RZjRNyh7934lIAkj+43TXM+ETP7JvoK8e41ad0AWTjkPCLvI4NQUEgX0MlGM",
+	"JPy8PGWHYOzYl5tvH0Vz8LpXbIlMioxJnaCdQaM5F8uUxdOFC8ommi3UpoEfRfMXmi0MVVhThkpJV+bv",
+	"aBevNTj62TkD+mSLUkw2/daDQ2OC7cFN8CQ68Qy7SUbBi8fz1LI/WlvrZmBpj/2+NvNPxQPi7B8sgqCF",
+	"m+XasjGnjjSsZVQZzIiU4FuMKehZ526bt1wLAvtLNas4gOChPWBeGs23+k41ItgdWLQSxJ4Qw57nZUaX",
+	"yD0e7l8kYwRvC4iiC7M/ckHTRKHLnyoSHkVzS41DfE241fjrpvV6EKlutW+cQ4MYmoZ7dbVaCKOVpXaj",
+	"/3aC32pZtiLEgCgN/l3wfT579Y5IdLB8DeokfS5INGPRfPCdEqqjURaDd3tPMa4SnZyzdHVgZ7Vvhr0f",
+	"GkGYMs3icN/ZreF+SKM5/CLm4Zj/8Z//TYrbDo0hqOUqJOZnyWKWJudMFsZQNKNyaqw9OLIh8nlIwjj9",
+	"jA8Y/X3PmntcLA+NkrBC8xDiX+Yea7j34VXobrCnIr7PunB/RP5S4JRtslecfvYMz2hYhtgmsBq0tnSW",
+	"2NeD1bEUWcZ8swUXeqIELxRlY4/b+w3PFm83mxEnyqxtPPB/poVHP85AJ1tSp+WyKNdwzpu9NRu2Fb8k",
+	"PGYXHk4RKnFh1krmQGWEhefdsvl7Bv+0LAdcs14JvA8Di0lxBK1PnAvhEYC/UrkA4RDnqDaxkmFgDyko",
+	"+2csFctKvof/E5YL/WNOuNIyR6I1I3dLbPTvTIoIjUluvpkogtkZLXu4G3uUugXGF7uZA3cwWGMSNzdH",
+	"Qc19CoAX7DL7uOjnfDJh8kOLDHyWqDlRmRApAd/AIVkIyewv6KE09gM5YySTzEhBM5UGM579ymiqZyt/",
+	"Nsik8Gg23CzmGywGVxXILKqdINOCxJIm3E+oGeOxWcJNb1zSBDIcut8GUz2qWo3NU9RwIkTHgNBd4DHn",
+	"qhDh1HC/W8e+MWHDV0dvnn84/XD89u2r02cv3ockgnikYfIzNuYiY9xQuiZnQmjwCJpRY1KOWQVFlrMk",
+	"ZaTmQiKxWHJwTHvdkCjl13dgKeQcbR1PvK1KhG5li00LKptbvGdtzXxk99T5PgqnHU3Tt5Pewe9bGUNB",
+	"U+JbE2d9f94YDdMeRc4OEnDRz3SNkX4K1lUzHDh6uQ5JaN8aYnqhFaTmaea+5MjDJkgIjn7L4lWtauLC",
+	"myEQgj83YmWcf3BAxCLR5ReNBNa55EDceI8aknDB5JSF6zcbK2nOMmBexvOF2Wy4F+JT8LHKLpbnSpkv",
+	"6V13uERSesZSsOHiREUC7LhMZMqrjNkRbTItIcb51t57GdiQZkcolPQjyaiZczJx4aqBdwQQp1wX3lTN",
+	"d5lJg3NwfJ2M0KbLlF7C9VEdYU4znkot52t1i25quTv1bzuorZWTYu/8V3yfwH2tJbh61Hoh6ZT5ErHh",
+	"AmF8mnAWkFAxNO/DTnro3uDKLpXjDho5ti7wXk0zdmFxO9pyS1qIpTQbnzGjDnWQTd3CXJtYDM/H9Wy0",
+	"9QNwwTSNqab4udh/iMPM3kCAe03JRL3AhQ0zJvfQnQvOTv/WlQqbJ8+iuuyl+lOf7xaLp2mSwrkTxzB9",
+	"mh7XFrCLH2qvAmLsrXnnXrIV6r/1hI/uYRWbsb6Obzkrvdr3lNN4SYjH7ovYplalVGn7zvhIhyDbbe2D",
+	"VdECEhqmDBvHEodzqam91V/Xmk6xnZfgKDIms5+EMC/+FZ36yTCrrsw6kyYL9opOK2ml62/QQtPUTcV/",
+	"i1tKc3U3T2HxZNBcsY2k+M7Jv3W5n9LGjCvrldX4diuHbAuprflnLzcN+UO+WFC52n3QC3pxglvVXsGj",
+	"EqOxGlkh0pgpTXJumTsmVlT7VfUFW5xZH35DZ8PURimWivSNiu0MOzXwv4lbSdbueMJXqg20qj4metZK",
+	"0jWh6XVLwRWnkH3QQI5B7xWdTlENf8Zo7FXMKoefR7qWiYtPUSm6DmMrT0brTg+duCzcq49BiyyJ6nyw",
+	"fk8jBAHiwEuINstLkTM2S3gcEJUvDPEZha8WWPQmKK5xDh6c9qWtHqvydG1Y4OiJVcTe0WKldp6YLUMC",
+	"wbPzgD6IBSvTT9ZHVeV2nLMnne8iSylmStUTS/2v3KwrNqSxG3zQoXg/Sz+/SrxGl93+rcXqs/Sz3V0f",
+	"nWV0apPCNsbmyzsdffqc6nyqZ2jRJopkdddqm+VezKk2HveRluV53bZ9RhWppBkNSQi2sL3f6iGZFHEe",
+	"MfkhP7u2ErJZmY2qgqxBsMb8o4qE6LQ40qDnb5MUGpiLEJ+lfGWdE351EeVSi5wqFrWkp8vWmx3dbBai",
+	"rXeUcqH1Fp6bo7LrjoKN1zwgNnmGQBbQ3z68fQOHKBR12Wf/oQQfvqdLR0CVq3tqnmR7aOPQdA+qM5jE",
+	"bzs3eIXuNkp+t6fb5vkGvaRdyGIur2KY04hZc37jMlHPeSRXWatB1K2uNuzn9esl72y1Cu0mNIR5nooc",
+	"kxA8SnHTZ90tWGv7Ux9nixA5zuV0eyN13T+PEdDMvCU+BKeCOzE4hhqmyTnjpI/5AXD3PQUn5nahxNZz",
+	"7v3GQ7d91a9iwDbPrG1M2vXk6l29qFulu9rtWxcF8B7C+DlLRcZIlubO/+lLZa6NuNXnmbWbwM/KBOtK",
+	"7nURHQeTQSbmeEsPyVlK+RzCn49Go0G3NtH+GZt5dsVPXHbt2TU8N+nnFsERp5/fi+V7thDnrMuK9UUe",
+	"152DdqInG2TEJmnXJZ0wefloo471vrwTyyDs0jU84zDvECM8mBJtxLplrUMSFuHEsFQ5ZaI14wHcOWeZ",
+	"PiRYDwCFjHk0MxcO68nb6wEWDCcUvnNY/qBXfK4XQElBL6jmepdxlE835ASz6+ITFc/9AeYGB4uJTbR6",
+	"dHGx/9PFBZzvNlfRp5bFXv8qVFEqTufsNKLKRkqgHuCQUE5ExjhRTEMuu634I4tcaUKjiGXG4J9zseRY",
+	"QTAc878yzmQS4d8HJLT5JIngp7iAWDkAP58a5cP8fUbjUxvQNn9CMuApu4gYi80DYx7mlWw9c8vEZb1D",
+	"waLQpxOR8xj/ODWUcAouS/ODMYFEfGpuomkqlvaNGapGp1qIU8j2Nfcas9H8ih+RVLNTGAz+fZ3qiCF5",
+	"bwa0pzIWJRO3QCThUZrHrFwSVLfgrcCLp7XJWdug/iPe56isur4J/IX1LWMezs9PIedwBc/bkeAT8/PT",
+	"TLJJclF7z/z8tLE1ZoJS1X8dc/z5FPZH8MrONVixb7OV7JEji2wMzHDBGum1eocDzLwNCjEQzSifshjy",
+	"Zx2CApS5ZCwikk1yxaCUI9ynWbJ/fn9/fg6GzphXftn/4z/+/7BI1F+fqhFI1XfgzK3BVP8RXuVWobE4",
+	"Nns8ZkTPhGJkRnmcmi8aXchcTCSAXUBlLBSL2tsndJGkqzHPIOMl1ywwhlGR/WGLZwcBkRSy+yFV3cNu",
+	"tUjyxkSzX/MF5XuS0RgEw9YJQS6jAcSMT6Zh6Nnju7Cs4zkgIsE5hGahGDyEOJ77xasjYJSo1UPnS5oI",
+	"ZxgSx0/k3P3pff85k8p/cDalPH4tKGfnW5KX5925vOb/dDev8cvzt+4hr6u4OsjK6ztH59d88PjaZWRO",
+	"M90wLPdi/5heJUq3Jz/74aaeCq4TnjObVw6+mDlb+Y1FlMfPMTV7m2rioDdnK/WWp6vt7k5L6KUaclIV",
+	"TaQbTGRToBgFeb20fSMDl6/sWng/LZytNPPw1s/mZ6OmWJAGTHNos9A4u9BFIv9GU9AYjbvQnlh6/coy",
+	"50bli7fQ3OCL1Uf861TkUvgdlsUy10dfv8kQlN8F0LXxPgOmk9MqY/HPpZQlXrfiy7+TQoYMyXPQRUVG",
+	"OIBUhFyFh2iDwfFkE9BiljF7sIosXFdTW1h4yvQxUDX54z/+Pyge2ZahY5Zquv7ChEcS3kUXIueAGkPj",
+	"mPRtgpxDZGmJObGLzCzS2luzXAfWgsGXuxRqCIs5Z+QhGZEnqEQX5VCH5A15QqJcSvOAPWjwnjNG3phh",
+	"dIEtgI/UWAMtY8py/WJyZEF5irkjqhSWoSh/WGDOVt7dgFc23osTr7zf7H7bvjgaX3vza8pX1acR92Hr",
+	"UFFdGLfTkFg4fK2Wmad+iLz6WzIHmFe6HYw0J1FKFxlmPxp5Pqjtn1ekL+hFB5XmmVEDz4zG3xJPTXjH",
+	"48bqsY+TfgjlTSy2R5StKTgY44zHPevmB2yueg50VRCpjjSylmyxaoB0CrB6drvxf7isRiIADEmFtAqP",
+	"G6A0RNJrg1dPvfYN44LvsUWmV4a0CD7jHW4pKNdypkgqlDbPFjxt0zwNxSI4TURTqG2rQdhZI6t4qjU3",
+	"WaetmFsd3AxgG1qQNDlnh4Rd0EinKygOFRMSli8N90MrLMLNZAkcchdV6d4ElPU2woJC5abCLGs6ew94",
+	"z39eH+ftunHbkXVUHFGZYlJ/3bPpzeYDqJ0PT3LJCfUwY8LNac7RlbU7i53c8dFX4qOjr8EyuPJ+hnnf",
+	"4pvG381+C6fnHiKip9NjqSyqKKxOqzqUWjxwPSVDCBnitB1AECEzmkFFwYbio3XvB7KRL6z+0cbt4dCz",
+	"9x26oP4E8DoKWgaNjRzVEgBI394rOLH2ORZ5RFTKFeECd3DQGqzvpkCzs0Yfg4PZms4gNixwwdqBXtUP",
+	"UUa1SI+imGqdI61mu7aMNuG8Wzc1WiYIyIlTybbXUHczdEW2wcb3aC5U+Uy2CrEtZyvi1EBA0IUlr0ZF",
+	"cFF7QY86Dcw5v4ICBBq+/KnDOPeuX0DqGpm5ubaAN2/JB708i6+bO3cnwX0VNk4pAIDH28gyqfhcN03x",
+	"0i/jxdKrDTmlwiNiq4L0asTSJlzu6PB26PDvDforqtcRdtM5BcJboctt6NDmAa8hQPvTCU6nrfkEKZ2e",
+	"zkReS2cuVg7y2U9dBvYpvQaZYYr/adqWEI353qdlvve1vlYkJZwmG7IWTlvzvW24tO2yGYqZzqnqKjzA",
+	"2gA7is1lBev7zKhizy8043GrKabaLA94DoyriRQLwsWyAqptoZx1AIlVCCpGCW69xVwDnELQyxJF0Msh",
+	"5JibO0HNfkIejw5tIfZ98oTcN2yyI8z2k+LmTiCCbmaoLpI/pNChzEKOKB44VAHW8HN3c3hFBbQLGaMs",
+	"lk/8ec5w8dQO2HLB1xhx9TUeWqIyTczucbZElX9VT8lziJucLdHWuNoo7As8tj1QprGh+gXzBpj0N8AF",
+	"VYQBDWyRKN+BfFYFMijmsiGW4zY7qOXj4EQaC1tVBzx77bMrXyXnjNuBN6j6CgFqMQ83h9/t077RNMA1",
+	"mwMCoIstwl/uTu8n8PTc7nBrUbo6TjyUFtfWyVpOhsuuCeUWQ8sPLRyZ60yqAyBE3AMAFpZM04SzuMhv",
+	"6dcQTAC5xz6uCMCDUzXmobnlFdwRDhxOPznLoznTCsJTeUa0ICFUAtjEjuYaW+AN/+lWfsB/vcR36IRq",
+	"8FzEIq3W60WBxDbHg13esuxzPfRYoLgY9Q5wBpncw/RjJDNEDSChljRiLyATqVrkEHjKIMY8rJOaBaoH",
+	"vWIPum/A9cGOFRLebapwyvZxbC+f+RDbNlaK3RVP/GjFEy168cbihpuSng7eYgv6fJUoDdWFmzNVrld5",
+	"gftzR7YtNVSGp2/Q4r25Qhe4gmAabXgRDu0EdUeaDjzV7s4q8R85kFJa9Lnb5tz5XO3TsKE6pz7mETjR",
+	"0+S8OJlUi0pbaHnbYldA2U/Etqpz37lEyL26vrlBs3SoIUM6VMAbqtKsvK0NlfSK8ujalZpdM3fYouv6",
+	"SlMhbNdMLDBEQxHxaBxj3qpyeDOFXcs4++c9RUJ9wX+lahaaE45cXMwe7t1/8G9ETMYcmnfUMNAC9EkY",
+	"XWtG1YxAZMVB/mOlf0j64RfFPptb6YK9iC8uw4BQYgvcxzyzGHaDAuoV21u9ohxS4WN2wVTju8rMRbML",
+	"DZ+yiNFQ6mGGEaDiRh3YAHGfsD2DslwT9GQpB2qyTCRk60SJgsrwRTzwqWhnuSqB1vyGzM+rDmW3VO22",
+	"IaI7je2719haFLCbtE7vFKU/h6KEy10DIvRUHd+sOtWqt8DVD+16R6mSuNhvCR1YMeuDim8BHQmn6Mzw",
+	"RoC/J2VmN+3FwaKsnQYo0DvKs2dUge7q3uDJOoJfyoV2xcNnUCsyW53JBPyPgvvi6n7lQ0uLptJE8oKd",
+	"Iwu8gShOMzUTmvRTIRRLV8S8Kz4kqiz6deigI4+yHWV5ZU7lAKrlOw2Uxzg1Oj5nUQdgWSZE+iH5Z4sK",
+	"b1E/q/0JtjlMF2wh5Mo73Kom2lnCSjV6/5wtUY5gh8fyTNfNEyetfKO+WuFA12iKNzoIqK3Ao9ae6lTn",
+	"t3JXgRd1+zNOdUAwbU0Eb8+ZPE/Y0hONWSnNFnvLJC49uKQP2i0UEWqqFYF8wihJmQzIH//1P+T+iCgi",
+	"0tjDGtdfjo3QVLsuCArgrdfquAZ707Cy2yxoFyK+AYdvAW/2jGW+GsEN2k+7Y7qJiVvpY+6e+tQ1nlYL",
+	"ABDFvBKmdKFvVGogWg8we4leXcMzdx36864oZ0um9GbvZDlrzAbY5QlgM88Keumjswt7CVqZrgpjuKgL",
+	"ZnxKpywmRWNkLEpSyT9ZrWl7rjBy2Dj3/S3OoTLStTZ3T25i4EY2XhLrWcez5ux77XnuQz6dMqWhXXqu",
+	"GDljEyERgo8bK5kLvufQsqHDKtZIUe4SAvg2GFS1Zs+4CJ/8G/PMouveEDZ0lZi9ULUwi2q+oMc31B44",
+	"thi8tguSP1C8CVX6WRVP2CFLzxnLVN3hck8VzRCtV8dNLrR1TbiCFa7ZCXEHfm5S0FYoW0/FYpFoLBip",
+	"d364pwpPSt826T9bFT5Nh9WhxZTpGZODO3Cu69if0JUCV9SajAE5Z/KM6mRx034LfwDboTKf/69Be2pL",
+	"e7sY83g47kHJGOTZGSF7FM1D/9s60ILKPjAN7N2r9JHpAJpuGN31l/zt44nh2LPQMYW7G08VmusZQsLv",
+	"2tKjYvSutZmIYBktsA3RMyny6YzQqhf0Cp/bobcFxLihTQe2Yyy42+5pZd3DwRbNL2JP54vSNAc50LTQ",
+	"S1HVROGuamxl0s5msK1q68R1mICqLrGhAWOpd2zuhFYKZNJvdn8qgdB25LS3RYoTHDrQKwgOHyuUD4mX",
+	"A70faT9cHYxqQBJuHeZEyNgSQcIJo9GsxPHaOl+/crx54TZbBUK1FcQkkUq7zpb1QewmJV7E13qleor3",
+	"d+W6lTeXrTg78eh8wc/CFs2onhUbLHjZymATFHtH6wEoU3owGoVb5MmV2XHOVVUzoWqs2saeQR3QtLmW",
+	"Xu7N1czfp6+DYk6oNNq4B2sufIb/CQeHxHWWENzSgDmAW7b9zmm+sWav6EQH8G0W36NQYmxD8RDjkg4y",
+	"jMVkxiS7wdBMCzNZioCru+x863F95MZvZptMuevBV+kH2wcrtHL+KVwhou1RrwZt3+w6s58xB09nKHvO",
+	"VgFRkbAIAygpLNkfkoVZnNjqLGeqDsHe2fOkJPo2rmzNaS9Og4bENT+bMZrFPiTh75+AGGh1IQsIrt8/",
+	"hdsfLE5EbAI5wbe1z6cl/Xy7NoxGlDqYrd4Verm5XkeaLbbq6+bg37bV6ckvAJxVACkGNVDMewpupmm6",
+	"908mBTFPkWRCoLc54H91QHH6G4hUWW6nBo4IYheHJALbdBMC5CEJz6AZGoCD8Yoj556qNPAKxhzahbGY",
+	"pFQzeVhsl5NbXCyNMAoQgQ4TAWrhmSY0pPtsNyBkhZ29m7XGz4RGOqdpumoz6Ft6zFUoYu2r1Z0KulLE",
+	"Qeto8b1Or63rbl/8s31oo+Ex7tIt1XFbj7mymw4qz9YlvCGFq7VlXdGKwBx1K6ZLUsbOihYfeTd84hY5",
+	"PbWqVSVUuzbf2sJ2bLvLsm44n3bPSEmu2P3pFhzYN9ZIC5fH105re2J9h/H51hYuXX2rujbtbTmP7Zyu",
+	"jdZgrSHGjR3irtSM7Wo9/E5mjNz/i8V2dlmhBXh1WIzZuljNIEL8niL9B/fB0zoYFivnD65ete9DGYHb",
+	"nhBag7GtyYmldYnfIwuqo5lrMzxJUs3k1h1OajTQnXw7JC84gdaCBKofbL6hZJBOB+DAcHxpAWmB1twa",
+	"thelvGeacYirtVVAYrMT54OGiKuDNgUlG4obK/DxkBBYdBzqj8gTIiaTwZBYk4+Mmug0m6NyZZHMuzbM",
+	"8bIXMbuY0RzCMYWTvP/2/Z7Rv8EfE6efAevhNb14z7RMmAoPyZnQM4RcIE+gCXFlwGZUHadmtdux0SE+",
+	"JjwWy471rOoZS7gZKpRKM7msMPWt38PHoystIQCAH9eqgtZ2Glpng71U7Dd1lX2w2wvKV8XgRBpfb1vX",
+	"dsLX1oqRsLH/4VX2hmFRRiL487LCrlGgibc41z/MXTKlseuVyrNMSKs7YH7siunKxhSIHZsHU0uUb1oi",
+	"mStuLcmgiKFmIiMKoG24sDnJDvuoQiGjEek/xgx4Y+XtOUMbhdVg951a0AuXE9TQsBAj1R4GCLvHoplg",
+	"MZZDMz4RMjKmwwgwFy109/XEwYJefKSJNuvXymbPz5NIt0stszQVoRUQ23Dbgs3C6AEY+2YE2CLhxyJz",
+	"g/YsY5KmidtsSspocUZmAsCNOEJx703yNCUQ/iVKYM1iSpMFwP4k5iASkpH+6I//+H8fjwDmcMzLcZMj",
+	"AJgB8z80H3mC/sdMZIAKSy1Wnm3bwEVFKJljPR6gDKU4gjHHWvX7B0S4pnP4qDkDqJO/QUG5zq9QkDNO",
+	"xOwHFNCX4KFjngo+xSJ6DWeZWHJisdwDBH4CpLJILJhC9xGm0xdCX2m6wsUB3OyzFcKejh08glRkwSiH",
+	"RtBoZe62p5lMhLRpIk1BGqUQqHW3+HmiSVKbPyndad0hwswFRULZONitMtZ68IdXkmPyuupDUKoKQsLq",
+	"3AzDlQNL+PxXkfo6sSV8jtoL4OahaeiSN4rnLYSqOiTh70d7/073/jna+8vwdO/Tl1Hw+NFlaCOBj0Yj",
+	"q164ftbl8DFYMNyudL8x7Nf0onVpnew1EgIEWrj2eBiQx0YWOICILUb7ePTo30bb06NcPTOaxQaRton+",
+	"749GV9vkSj3Zeo+8JEp06V6i0VwR224CFC4PCILd/UpheMKnlYN19zFqnbb36ty0LFdT9VCn/Bm8Yu3f",
+	"BtslYZrQqpAHoGi7Cok2xG9UQkX6MTsTOY/Yddiy1fip9e29FafHttkI32f+X+vCfWjx3b5Kzgv0AwuZ",
+	"aM/0Wq75TabOXsdlaKfhsb+bTriunMTKinzHPoX2kbd2Bf7z+v260jF9EXy/p3YHX121HGC9gYZtGbyG",
+	"4bVT6vT7WleuhhjK1czCdbpIk2viVQKTcFHke5T1kR5W7UDSrEelusNFW5Qf3WLYJYzTzwfjfDR6GMXp",
+	"Z9tGEv5m4ZYt4T4wNr+hXNfrpan68jQ+bfanmvFvm7QK2P12zoX4vHorvJnQKXQRyWg7+GLBfm86cd7a",
+	"6Ymx+Yl4zlte39GpzbC2nDJ9Az2uLcyj/ytLKnm9XmETvXU2f9687qVE+21tXNu3OP/269q2PJWkhKZa",
+	"3sDuNuM/sFlQEpuZwYg8mM26OloPC9m8C0wlcTnTzvVFNfgSyu4kCVeaYiLGdmeqdkvt+XRGbb8zoz96",
+	"WnR1thNHlaW9OuoZVbMzQWVM6HQq2ZRqhs3UKeaLWx/yRtUOYateJzzXbTVKHkf72nBBUinvJcSQ21jm",
+	"t3YRsoc66jjXyqoaRStH05ZzG3N3s1z7mtu39eRBYMr3lE/9C4CAlGqXV3q3vdLEH6VAOzxlW7//Jnb/",
+	"kihmrFuznuASyLkWeTSrZlSqbUl+7UTzDeLTljO7qqTkbLlZSnnhrjsl644d/0+omvttiqKqbyvTwLxn",
+	"J8ug+sDNVX1et4xxy4PSbJxHzaYaYOVb3h+VGb3rx9ZVQDnQhbHLI6wbv6sAwffEdajSLa1i6/D9BdR/",
+	"znWSEmpOLUbsymDvmuFVQfotWWxZ0r8Jx6JIufVUylhsD4CmMXuNtTPqwPr2FXv8CMMKZXrqIQnZw9ET",
+	"AKa5DAe21QE8PeaGYOM8taFakQOcKPrmi507W2nWkRz870rHW6E7bLU7fYzzSRYJiTG3ogBF5UDn1QkM",
+	"rrxl7UgS8OKXLdjl+oJfEdO8W9QjhX9qY+kb75EJb72xNpnVMd5Mp0x44w00y4T3uHOk2cIKGpf1Q3N0",
+	"QVtf1z4BOii7BhXhgAgZWOf9QsTsCdTLhwFG7UP8y5fw0apc3WKXRzwArtDl0b9yteaHjZ61LKUrX3Fu",
+	"LQzhMLwPwemttDMCQPoWcFRQtButopS1tBqsHg+Nr9kOTNZPACbHGUoUJyzLPASXg18mFvSh5XBLDzLh",
+	"0fhCJzFteE+y8gfsHkX65W9FnpA9gAeHJIwoj1gaujBXteGIeww7o5d/4CP+jm/txSDPmNLWp9pdEbKp",
+	"9MOfY21v6Dp6sK4O/tbsQt9TBLqkBoQNp0MSstXfZi/+IS4m7548CcccAmpfxj067h3cvwwHh3g3Rgwd",
+	"WFqlvzu0iyaeftMOJR6A37Hie8EoV8QcgI1qDRqTMyj8U/aYvNrhtzVRGp6VTCkWuwO8SH1xcHDbEefn",
+	"trysctPbM9CrZ9x64y+JxRU5Tz7nDAJ3HW+64BurK+vl1WvKy+ZEb+j45tJ+i7G3yvu2Q2izYrptnGlL",
+	"TU/M/YpRu/LRWhqA9BMCPJEhZkJTQ7wrFzCEWgFs46+NbHKQDgmkaiR8ShLtEzVxTdbEhbDB/xeNj9yb",
+	"/R7n3TWm5gbPu5PzKwS1oR9voakEUCgok4XhBkwhC817jXQAwoP+EAkU+XIEk+iHcMbCiU8mKdUgv8Yc",
+	"SlMsPJQ9sYrPkEQrlk4GQ3LEoYIY+u6HtVImgLesVBAHYx7iZM2VmkVufrBFhAU+txkxt7k0dg7kj//8",
+	"b/LItZ/YCTHhKJq7/sFwm80hLY+FRiHDduULd9AGHiBGQ2R9oCMjbAbYITNNKESIQyv4wxvG027f8Umt",
+	"cGurbW2paMOZWa4p55ZUC922rmKr8HZ7QVtHcbibHqZwamjDlxihfgiwqzR1teNSpLY/7VnO45TBwb9b",
+	"cU7bUjQ2WW9Rhrt75babaFbNrKifrXdFvNdlz1vpxtmqrXVRz+71gwWjS8YI3h4QRRdGr5QLmiYKjyyj",
+	"6x5FLmQ0tEfR9VA8/DNx0B6YAOE0b7ClN1HthmJg+J75BlQAQPVgf73o1xzLdlF0l07qH0EDqdJINaMT",
+	"RXM/MGUNh7PeFrJbk2nVV9PPHZucpMaIqWbOESmWfmOhzCLoWEh3j4O7gKCdFZV9jPEtE64GG3qy+ocL",
+	"lysgLqRPGw7ArMzUUK6nqrlRC3F1N9+m4uME2tU651bYWXHcSYaLovJ413Lh4hWb+b4zvrwT4I0D90Hk",
+	"JWOfRvMKMvtNs4Or1IW7go5UjRqDtENg3KmbHlCKW9Qsrwk5cqeWXBVbxBxqUDwGFh8EcL4qZMhu2CAn",
+	"t3feP+s+5rfLW6vIltZgyvx8/eMv/05kEjNJ+n/81/+Qx4+IyBTUK4VFG+dwEBDbTNrWxmzfzrkjDhM0",
+	"gjueowPgQ6J56ZJQhw7EGn2fuFB2Bklx4l7FQOscqRP4r4qcFD9enqppFlAkAJVWRnIUSgg4bD48e4nq",
+	"xvaNxdEd3ObXhDXYfuI3GySrEt9OiCu/5gvK9xweCdix4LOOaK78zITpoS/8yk84Pz/NANsZZW2Ixru5",
+	"2ekF0O0fHe+paANi6eQUq8gF+N49miZT285/2x7nLcE/8933Ld3d/TNbzlakH2Iz9zAgzpUakND2Lwan",
+	"W7JI4Dfwr/lPrNam8rNV1a1g9ofFhXfB6UuVCEUjr5dG81PJDJ2A07UxCefyPp0JmfxT8FN2ETEWs7iE",
+	"KjpF96wE6b9IlF1t85mzUyQqb4v6Mijr69YDOdMZkxVnZ9/h5xZEOLiWGGnf5Na84KcVbBwbXsHgToGO",
+	"A9Xw9ia/rbKFkLguAXcGsDeedi9ih2A1ETZ7MqKpH3Lirhe6R4vyS4Ko1qnfyjrQKTDpn3Mm76nbady/",
+	"0/jwscoIh9t1mW60Aqnhj1a7/LYlTECOc5TLRK8+GEK2aayMSiaPcoRGwr9+ceGzv3086a2tvrnXSCtg",
+	"8gPyMzxCsOjgH0vtqg3Ie5EyRfqUKKZdN++UxjGTgwMSmhNvT/B0ZeTyUiaa2b/GHK/BbyDS40XCwyH5",
+	"aFSdv308MWpOnCgo2XUhG8XkOXM16AhUlygj2zhGUYBzgapgtCWrzbTOepeX4E2YCI9eg527VLWur1Jd",
+	"YlFbODkWSk8l+/Du1ZCcGJaORZRDynSiLB47n6aMKJHLiGELMpnrmZUBzEIgQO+uSHCjhetDV1PPuBGp",
+	"QkJIW5FED8d8zN/y2nyhP1oRkoeIFlSZK1AiIwqGBpVY/7JnpBrViVE5Cg3+Xc4YJ6/fjfn94QX59eTk",
+	"mBwdvwiIIbu5Kor5Sb/mzQnL6hhMtKlWqJhfCvdIeDjmRrXBMnXDmiGN5lwsUxZjPXOI2PV6Jpl17O9h",
+	"B23b4NuC3ZAjKwOV7RsHVajBmCtBojSBymioQkYIQ5Jz8xVuw3yweE8FP8fiXnUw5nvkOazko4uL/Z8u",
+	"LrDPfKJwKcMvY1Texr0DMu4hoWt2YSl93AvIuBeJmFWvK23o81RxOmenEVXM3XwZDs33jkj4YPQodP3e",
+	"4INmn4zd8VRwzbjew5594SGJZiyaF7078qKkNKPS7Cq8MHxwcRGWOTAgDg5sLBRCN+h1K2OTZifqV2xV",
+	"TIBWx5iTml/VQSJQokW2l7JzlpbPwBCsCN3LUmp0DEOV2HKnSOl48BcH4/ueabnawyQs0rcZRQNrKxiO",
+	"VyAkgRVEapcsNpvoGvKUsIo/jUb2tRGg+Lg7TnNOXYsqANFDdjGXHZilWR8z0YQrzWiMoHqqjtr4YHQ/",
+	"dH2Y2cJtQQWer8RfwLA8wjXAqwaBebvZkvCn0cPw0Jhqtm/DciYUK2ezFBIKH5QRNwA2ROM04Y1pmreV",
+	"87MADkbWmuVE2J00mTMIdYQ/XVyEiOJgB1Z51cMQU9wEJ+H+jNFUz+Dl/WJAAJIYzcAqEZKg7oNiHE1h",
+	"7I0oOAB7YN0d/OJkI9ST2x1167woe7WTPu5W5adwcAhOZEAsJNSO02JSSLGAXk6oCCbc/MJd3Z95N07S",
+	"koq5T8QgtfWMxMKi1sE5Ua7Do9FPNcrBp0650KdWqISkb2ZgESgENx8CqOhCbx5YfsEvcVHRqAHGisF3",
+	"HtW+w8WpyqPZKVAhMs/zi4hZ8C9beQMyhzB+zlKRsYNyn+65HSxZMvwVLxWCBAhl3zbH2s8kLBzLlX14",
+	"BKIiNFJsP0upOV/NIN7aTpIcwEBoljEqq2WTeJjqRBtFxZ6N7pzoVTSi3v3haDiyHg5Os6R30Hs4HA0f",
+	"glmjZ6B57NMs2T+/v08jyKTJhGrt5IBHKDalMTver8RSC8wLTIoYEBpFQgLOoRaFvBsSV3P4ANgI84yX",
+	"LE33JkIuWOz48sCWC5rDrVYraM9xkWtDkIblUB0z1hI7GPNSaQGXu1FacLkKejDGQO8omveKfls/i3hl",
+	"0zqMxAdFPyvgrPb/YS1S5L1NVkkZ9UOFptQXrcIqLWA8rP6D0ehmv4zW0OVlU198iwvm9N3yxGcLcFRd",
+	"Br1HOBbfJ4ox7/9M42J65pH7mx/5jVOrq7IYH3q4+aFfhDxL4piBMfno/hZP2KacJ0K8AjPdPPfgL5uf",
+	"OxHiNeWrovvbZdD7aZuVeGHMEE5TV3bb+2mbeX1g8jyJ2G/lmYgmgSuHMZTpdgYKCheFRaTpVBmrA8JB",
+	"5qEK6+4XHYT8DFx5qxFUaaJAZhcQpAQRlI0eB8lK6BysM7hND8EDx0jfMcfEpkQZThXpOWBNxSxjPGZc",
+	"p6thM/UKb6VQuagBE8zoL+YIHJIjexwIzgwbF64Rh1rsTmzoF9BkfLI930MS/e0xf62O4BYkwFaukYoo",
+	"WPOorouGuiuqbgwE60t/Jyu+R1kBIIaVFgit0iKChvi5ZB3HPVSkqQr2WTIhLkpmuB/UEwAwcxCeDj8H",
+	"EDwTwOrKUhqx8AD1/TEXFqTYonkiir9qonqSj0UVyMG4B6ig0JSi9jAKqjnLtO3LXWCEQk46VSWGqP8j",
+	"FpgUzaJUCXLG8NHCqBrzZr9zEtqPhwR9OVeVQU+LDbgdIVS8/xvpIZXvt2kjzycTFunkHLwscDPFviil",
+	"aLnZoVjGWx/JC8QKA409QOo1ym2GPQ4acPDDH0COXUUe1YQKMr9ZhUJSEEqK0gArVkop0hQucNzvTYu+",
+	"9FOmW8IfFiO2b9Eq4RPgGa7zy6tE6adVNcI6WG/5DK19sr2+eY2intayvtXXpJlr771Z6kbauqpvem13",
+	"u7Z+P6XTqcUfsSSwvq2v8J613c2opAumIYL0+3r1G6CzIU5ESqc1aGHneMwVtjlQjMfk8eiwDj9D2AVd",
+	"ZCnDUoKHj0fYizoxr/+cM7nqOfSn3iLhr+jU4RUGFSqqosStBQo+fQ0S9S3fNiRqnys4r1DzB4YpVUBK",
+	"h+l3ru3dDMVbUi0pv9aX9ErU/wX+vbQ1UUyzNhRRVbZsuKesc0WVblKLcFeUcGYiI5LtKcA01DO2GJSW",
+	"k3WqODRbEa/WVJRWpQQH87TRUquTD4+M4oSTs15xSEWqQmqQBdM0ppoOCTY1ct3B9m1gOSDh/XA/HNlS",
+	"zxVT4X7IRUj6Rp01BDgIjD6Hi2GDkQRYlBSDw5rIBeUUvRnWrRwLLHzzcTUO+7UdXY2trZLYFge9Nmdv",
+	"febglrQrUXAdYpjWGfYnZ1WLuksbB1QnhwYt6gfCHMzZCh0dyGWGNg4hA7AMJhQeDhu9WldP/sp0k22+",
+	"Fn1ASxUPZRwzuYdTiuGeH0oH+SvAt+60xw0x5ft2ecs+LN4x1bPe5afNEnwfcWP2v8C/1xHoBWBpQypb",
+	"obyNSH5Xtke82oSDjTdb7Fp7853Ev5P4353ErzHTNRW0Bnvvl5rf/pfi/5f7irGO8NgHumCGZm3DCMbm",
+	"kFBixlhpmFj0xofooIVLqGAFrkuAGiDm12T7DTcXY7JS9Hb8WFXMxUvrw7olLvQhj3r4D2ARfwzeezR6",
+	"tI2Dmc3fCP0LICN9S58TLCytc3e1BfBNcng3K78W594TvLTIyjIcG0tFrnfpAjwm/SpXA9KBFmO+HYxn",
+	"BSyU9O2Ne1NJeZ5SOTCaA+JRkjQ5Z2Nu/0CgFfDKY76H0lSzIXnLi4ivXgqMvqHmYesEAf7EZw8WeLBf",
+	"Tex8HSnyNR3hTUzdO4ny7SQKvRltoarqdugDzObK1DTjgrOxn6kWFte0bA8KWehlwzkuNHFIpyumgzFv",
+	"uIUsa2O/T/L8IlHQYcnZHLGAVyzEOSP9XFU0Ez2jeuBje8QXbbi+K1O+jq11S/zdijj7tbm9DSDWw/Z4",
+	"/c/E+N8F0z+dUT5lBBMXfSjB5lyUelshUIADdJv7yJGQfimWaJlar60rWrDY4NiPZ0vr/ziXU/Ys/bzJ",
+	"C/uu4rqiDpPNGhqVDMt6bi6M79TxRthmMzuRWWeiqum8VhHaHN57Zq5FRpBhY7eaJdf24ajhUGv/4G3a",
+	"5s/Sz7AL7XwMl/9VrHGcbMxoTBAMoxocMbzS6m59VgfQUAHhbMlU0cfqSIdlRe96lHAnLthEyzvQ7tMb",
+	"ptWgvYFT18irhtAOL38llkySMyOUjQLkVrrtKxMpFrUPbAex+2XtZMt2+aoWN/DNYzrFNp1tX4HKU7/L",
+	"7/5oVOn3dd9X8rVRycF87d5tyyLA2PV6BUuO/JcI13aKoPr5vf8liS/3sSxik9HvTvAwiUNELE24FuVp",
+	"7hp2Vjrs2aoxd86TuIQGPRxzWuTMVX43Rrg1/DGTNq5EDaRYQsKlOSkrVT/DMa8UL4SYrHkw7k0Fh+y4",
+	"Ilplhs8FSQWfQtPoRGl11TQ1bPm0hex164a4PMB/mdH4C/ZL4p10iFsyFJ6ln3FKX8mnWPlem/pg6A6g",
+	"gYpS9T+DKVBMvMh2vVWDoPjcL9iwa9vs2uK512XpU0Pa4HXgxorMIWcrAiTdKngQtsEva97nXFWz5BEI",
+	"osQVcQWdVLJGXTz5OVcJZ0o5hVMhdE0w5qlQmlSLnQfwPCSEWKFhy8UObEE/FkuFiLdg69OgFA0jaRMh",
+	"x7wCvYLBuoRH0ustfHl+m1n19u3fyK4vvt5aWtMC5XCXKP/dJMq/z3mdzyrcOz9vMu/+F64u97/M2aoz",
+	"3P8bL9iNpkPyRtgoNR5kUK0OEXAHM07m5zUM9UFAlFEvwv+bXWQs0k9CQsccExghPAiZ7BD8xK+QiHIu",
+	"tIvAqyTFKhsvQ6J3onerjLEhUl1YxqRfFz+BBcg9GFv4a0jx5wQVpsH3zjg/IAMUkfQ5WzVpv8VoP4LN",
+	"qBZgF2cJtFKxJ8lVCH/oode/Mv2tiPXvCAMnZH1mMMwZo7EFsnl+Qqe+DrTCTNQW3bq+C+Pe/xr3wtIj",
+	"52h72GnDX97R/Q3TPSaTeYm+06Z5+XdSNPltsWq4up5n9CVbBTbQrWcuJnxoVIiIcb3HOLpq91H3Qmh6",
+	"yaB0PibRjEoaocXvHR1OeSejy3YUbPpzFJM2mgUwPlgX4o49KxDwAAsHQ7LWC1OnNnc+3A8nQrJzJsMx",
+	"r0SiLTYC5MTkSkPIymJhCADr5wApVmwH9tScs5VX9Iz5JtnjPS2Pc31ryutxrr+Z6tou9D6iA6B5QIeD",
+	"O7X1u5Fex3mL9Kqoq5ABsv/FFmdf7iNST7v9+Ryuu6hVmpw77P4ZS7GFh2uOQbQgC3rRd5BZCP4TEC6W",
+	"5P9yFTeDQ4SpGHM1E1IzjskoCF1hrCIpWWTMWY7Psxg/B808HCKQkPWLTukY86rW4eB0ChWSsyWLD0a2",
+	"eYdDCyr5XzFGQoDExEnbbQ0Pxnw5o9rB9FCSA4wVCe2cHNzd49Hgqs4z/CB8e5P7zGF22mJVTEinJBNZ",
+	"i2h3bRq+A5/a+uLetlet9sU22fbekAZNf5T4+r+QRMOdIxT5vCLWMpHV5Vq1D6zXPrE4V8pCONWaDwDQ",
+	"KuOYCZekqXWFF3FHCDbajoMxk4lRqRCixh+BfF3W1X/9MOQNRwk3BLPeOD3rlyTVFhuyDQW91MnaRsXV",
+	"NYdzQtW8dSTP7NY5rKtyC31jsT09quMpgPYZj7HFQSaFOWTwDzMkYzcDzCuj8Sk6gL1g/BvCr0WT3wAR",
+	"/JQ5eAscd3Ok/vH//De5T2YBMWcTHJ+hFiFJ1ODrhmyLkdaGNwhI0d/S5bouoOs6wsEAX+PZBag1cCkg",
+	"7MLOFWo6El4vw4V+ak/uPzgYjQ4ejkKApVEFiEWRH2tx9sx99w9Go+82lvzgB4klW2nWFk92wu5fIpbs",
+	"QUwpfvKeR5WyEKNuf6lhwG5dHmZjpgqAkGZGa41jyZQifZqmtvB+MCSvjJQo+QHdv2fMeoDjMU94nJwn",
+	"MdS6l3AViHgXY0ODR6NH4VXV2Ge2aMpBUN1esLT6oU1u5fjPljB5c4VSlVZF5bnop+12t6/rs1NQJcr1",
+	"WlO0LM1Vo+HT0CEszljNtJNsAXHus5UxcRDu1VtG+xXozH6ivXT2teufcUdha45UPxxdjaR2yw4/LiXp",
+	"tgUjJ1Vxu17Eu52U3ociGfCRfIvxBhtrj6yZ4jJrmocEJCdZTKuSKw1J2+ShMa9MOLDor432bGGcfj5A",
+	"mOQ4/WwzeArY8DLJqMhNgUwjc2QUjQDG3Oh+c8ayIn3p6tlGWq6+xkFzl5XzJ8nK2emwq4iIDHvO+xOV",
+	"ExUJrPITGaGRFErVKm7Q11ANRlAe7wtjq1E1Dwn7nNMUi3KSc8axDYIa8z67oJFGxWwwJEcaHCC6CJOU",
+	"Lwzcq9qK9SBc4hZszDGXH4GExz0IOi5ohujIdgHuqXpzZCc6fGAE20PoHovMLdcmt0jhU0CXso5mhGGc",
+	"qNVv4J7YzVVyQtV862+YZb6md+JYZJj4tN29xyWs0HYPHOVaZEkq9Jb3f6TJtreeIGr5lneD29WBYG33",
+	"SBOVaptnqjVUr0XMrvDYL1Isdljdo2jeamxvkIwie/vSyLUHKH4bJG9NscIRCpHTVPDpXibSlFjQeEgh",
+	"NrKmgr8+gLgmwDfdNB5ihWdbERHf2I7tVSHHSwkHcu2gAadmBjvm4Zexa4Eytv1Bg7Jpw7hkasibNqxa",
+	"kXHjXjAuJPa4d/D7p8sQrYwwEjHAs7+FcZ3RmCQ8y3WRmgJtNlOa8AZYu5Fad+kRnQHG8pTDKnljpJXb",
+	"ZLQ7KyVb/fSZyLDCvoqQ4z1cn6Y0WSiSZ4AID4DVYencgM4CRTn9PVWt2kP91ZyVNnZYdlMY8yyJ5oos",
+	"Z0k0q9XSChKZD5I+1WQhlK6cgSo0ZzDwXVkajL3YXI+CMYeQgfVBVqFwG10pru5cORZXxPPZDavj7oi6",
+	"O6K+zhF1l7N2Y0IZpOE6ZsFm6VsCGFXxi64jk1klo6t0NtgWQU4gV2UrZHdBYoXLxIB6bNsALtYz8Cxi",
+	"HxDB2eAa8vPq4EjXwTu6caF7J0PvZOidDL0VGdqGJLUuSXPV0T/lOFezWucUwGc+RDcLdCjBJn+uRrRU",
+	"FSvVotAYzAW1BR9zhIPKjQD191+B11Txme0XESMmsl2Z6j1XxvxovWeaqNcoeXuqlIkHRlJXuqwxZb1C",
+	"1hVmLkFTJtfUqSG/yz6Swday3Kz+7eSomVfvlH97/+aBunEMV2zIYr5w14blu07TVTNfIgGIlJqQkQw7",
+	"j6r9+fm+ESXtEuclW0GSleHc0iJPOGThAwUYuTB1vf9DgI8L90POLjQ2dPSnsr08N2++tWR384lvlu2O",
+	"H2+L6xzBepk1lWKp/qT88y35ABJqXv4d2sN2ZKzXmKAgbdXZKOLl+ZvyxluloeI7belR5UCQ8ww/RiLn",
+	"+rtv9XHT+8yrW7J5t7fc6q+z0Tts84/XwcW7McVGtO2PODcbz5atu/NXpt+6e25xa4pv+FQje+2H2pMP",
+	"K2WUabe+KC3q2DUbNwfd852M8w5v2dUT4kv43i0pe8PdryBj9jvJfYVFauN5XMF/ibzXz45YdqTAXfsg",
+	"2LQJ7NtdDeoEhcYcFIClxl52mbFrbW3YOeOYW1h0ZaPKZcKSfmj/5wBOMHRovxEOdu2Ec+3IzKdbz5bd",
+	"AC3c0izgB0P+b3rAq2TaksH6rtL5pKQ81zmy/+A+KKi2DgM6VK9HPAd1343y5qt+1zQCn2nPc333jdrD",
+	"fJvM1WoznKvLvP2YZXrWGks5xiKiMnySVTuJFR0h0HfXX1LN5ILKOaEy0bMF00kUkGjGaDZop7ZnMILr",
+	"BTu6QC4LxIonds2gI2Y/PD1999vz356fvn777PnpadhakjT9poCtlSXyCsRMz+4SuzvYA2lra+4wgrJb",
+	"JT2BO25xx80H2rQ5+PiPZ7xpu2YbtsFWM3bYah9cveNuwuIXKRY7mAJi+3uBPbe//ZqGyW0KGlzaLkP1",
+	"aDqVbEp1WZT6J2/VRNXsTFAZE+pmXqFhS6weAt4/yycTC7DURsg/wy0FOd/arta+42vWkQmR2tYqP9Te",
+	"JGpOVDn47TZmW4/Dv7iY+RH9H7hl3V4QtJxcLaBzWf3ZxRiaRcgBEOvfhVc8GbB+Lf6KLNOlxr8AY5YZ",
+	"m2OvtDmsffedtWJEw5sdV5sse8rpMYH867ZjrG5Pq9X8Q5zoX9+SgGJ1yzo2cN303nhZCLzj+5XMqFYL",
+	"++OMccI4PUuZy0XJcgX5hHFyzmQFmyIuz7x+iDoGi0N068B1SRNOMpor5nfuHOdqVq1Bu82i5Fqp2xrR",
+	"PbX4W8YU/+E6+cL+VPYWZlGlCNh9rB22eRDNRnTerbj53IW1Xfh6mQsbCOANW1Y3/y5lYa3X2w501il5",
+	"OotDfdJHZEUtCCVnFnP9UeiXKCK7EyjXFyj1LNoryZP1jbgTJ3fipCZOtqSyijTRycL6MfwJfQ5JV0gS",
+	"mXemiuAjZM5W9Xxf+P0lW0GV2gSClvATSDmbZZzhzMfcKjy2mPtnthJWxYHVF5z0/zIiMV2pgcMDeohv",
+	"O7U3nLKLiLGYxeFwzK+fyvshmrE4T9kJrsftcBe8/Ft2hagO4K4xxA+buuuI1VC3sv8vOdQyaIXx7Q8e",
+	"xt9Y/or8UMvg9STwHpLQyJon4HAJy0LTL/DDZQhNWvyZvQXD3ZxX4dY7qzVxW3UuYX2UbYcNsDfGkuxD",
+	"NUclu7k1BAkP7gYbEdrVRgRehY1wAIcnX5yhiwM3ue2b9nhYB5aEF2+FF/kWvglSHuYPRAHTz6AFTyvu",
+	"J1z9ZiFXILo2T2KZcY3LB2VQFJ2Jd0VPt5OXa3WKsg3tTtJr/4vTPTozvN5AmdDnXGi6d5aKaM7ioasH",
+	"qjV1WdAVgGmTRBOaGg1ihQrNugh7CiIX6GkTngzeimya2Pb2wDkRlTJhtpF2A52uDQXmgn9b5mnXH9w0",
+	"/7TtZW+K8O1CUaQCH8Ffs8eNz5x3lHq71OFNbABa9/WruROpt9I/poOsbk7XOnFn/3ZdYVqaAzjxvVt3",
+	"gOp5UErNDU0M0RgNCI3mqvCrF61Qw/m5jSvhaoVEJrFVgM38joXSU8k+vHtVAys8QM8aJvi6Alchi5xf",
+	"iCuRI2OepgCDiPju6xw85vWGEestD6+GOlABdLwt27b8wrcybqsjaD2dYHMw99qtNIQXBwD6KtKUxYhU",
+	"2W/sxF2Lme9HwOEuEkrOch6njFAtFklE07Tac6YqE1B5nDGadqXC5mdpEg1J+NPoYaU9cUw1PYNuJ4rk",
+	"XDIazQAzwbZRRvIr2rJgQyKyYvqQ5Mr2JDVcCk1QA7gpTc4ZR9xsCwgFzC9yDU6y4oMoJSAe6ASXtxPU",
+	"X5n+Fad2i+xlv+DhKbyCgBB2f2/5i79x3MoV6YdutUKiqLFAZyvXzi5OVCQ4Z5FmcRiQ0O5UZZuAqQ1l",
+	"sSiXiV71Dn7/VAfttPtG+sWmSKO87GmZZIO2GPGCaZlEndlhr+0tt4oajZ/w4kXDJaI4zdRM6OF1XNAt",
+	"a3eMPSmIXQzS/9uHt282Ldl+JsWC6RnL21uoHBe3EM0uoMOTUEW2+oJqMhqOho/80azi2a03wHxjH4D6",
+	"6ku/1gaxbZETTppDxnFWV/0mPxiZUwwtyAng2A43bZQb3KJYFO8mbc7efWUl223SdfENzxI4ojOiOvt6",
+	"UcK1jBKUGVwUstxP+PVd+dI7Y1QyeZSbQ+r3T8aKh86JXnfCEXlFOVPuACnanmRCavL48cMH4GvMZdo7",
+	"6H2BtWOXB/v7X2ZC6cuDL+a2y17QO6cyMccZbNOs0JutO7SXioim8DPEJmXjsvmOuYLvr1+baZ31gsKp",
+	"aP80/+DcPxUr4uHwOI/KHhLDiuMwV956EABNLGpYajhfQaXXC/5Se6HIfN2CojkXy5TFU0YykWUlUrMi",
+	"fQEZj1bPb9TLmE9BOcmg8g0azX3fAKXFqjDg+6raJgG2frY2SuHHdQZTRbdZfzMmfEWCT5Jp7qI3xbPu",
+	"d9b2pNFSSrgAV1xW/XyZ3e/L6VMZizQpm3z49rEAHvH1RyoAsm18sHwsTj9vrAYqSzMDohibwwxUBYWr",
+	"vhbw5B4+2fM2PN0DPGyXQl02Kz33DT6XoBxahyagc0KWBy2yUp1iiT7FYcMK9o0BFaGg0BuD4lCFqWHy",
+	"Wuxy2avLbEWNJ2iRc/M5opaJjmbQlL8ROFZVCrah48tPl/87AAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
