@@ -356,7 +356,9 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description Partition id (UUID). */
+                /** @description Partition id, as a message's `partitionId` gives it. One that is not a UUID answers
+                 *     `400 invalid_id`.
+                 *      */
                 partitionId: components["parameters"]["PartitionIdPath"];
                 /** @description Message transaction id (unique per partition). */
                 transactionId: components["parameters"]["TransactionIdPath"];
@@ -387,7 +389,9 @@ export interface paths {
             query?: never;
             header?: never;
             path: {
-                /** @description Partition id (UUID). */
+                /** @description Partition id, as a message's `partitionId` gives it. One that is not a UUID answers
+                 *     `400 invalid_id`.
+                 *      */
                 partitionId: components["parameters"]["PartitionIdPath"];
                 /** @description Message transaction id (unique per partition). */
                 transactionId: components["parameters"]["TransactionIdPath"];
@@ -2194,7 +2198,9 @@ export interface components {
         QueuePath: string;
         /** @description Partition name. */
         PartitionPath: string;
-        /** @description Partition id (UUID). */
+        /** @description Partition id, as a message's `partitionId` gives it. One that is not a UUID answers
+         *     `400 invalid_id`.
+         *      */
         PartitionIdPath: string;
         /** @description Message transaction id (unique per partition). */
         TransactionIdPath: string;
@@ -2899,7 +2905,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Partition id (UUID). */
+                /** @description Partition id, as a message's `partitionId` gives it. One that is not a UUID answers
+                 *     `400 invalid_id`.
+                 *      */
                 partitionId: components["parameters"]["PartitionIdPath"];
                 /** @description Message transaction id (unique per partition). */
                 transactionId: components["parameters"]["TransactionIdPath"];
@@ -2929,7 +2937,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Partition id (UUID). */
+                /** @description Partition id, as a message's `partitionId` gives it. One that is not a UUID answers
+                 *     `400 invalid_id`.
+                 *      */
                 partitionId: components["parameters"]["PartitionIdPath"];
                 /** @description Message transaction id (unique per partition). */
                 transactionId: components["parameters"]["TransactionIdPath"];
@@ -2959,7 +2969,9 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description Partition id (UUID). */
+                /** @description Partition id, as a message's `partitionId` gives it. One that is not a UUID answers
+                 *     `400 invalid_id`.
+                 *      */
                 partitionId: components["parameters"]["PartitionIdPath"];
                 /** @description Message transaction id (unique per partition). */
                 transactionId: components["parameters"]["TransactionIdPath"];
@@ -3059,7 +3071,7 @@ export interface operations {
             query?: never;
             header?: never;
             path: {
-                /** @description DLQ row id. */
+                /** @description DLQ row id (a dead letter's `id`). One that is not a UUID answers `400 invalid_id`. */
                 id: string;
             };
             cookie?: never;

@@ -127,6 +127,9 @@ func TestMessageListingDerivesStatusAndPaginates(t *testing.T) {
 	}{
 		{"GET", "/api/v1/messages/" + pid + "/never-pushed", 404, "message_not_found"},
 		{"GET", "/api/v1/messages/not-a-uuid/m0", 400, "invalid_id"},
+		{"DELETE", "/api/v1/messages/not-a-uuid/m0", 400, "invalid_id"},
+		{"POST", "/api/v1/messages/not-a-uuid/m0/retry", 400, "invalid_id"},
+		{"POST", "/api/v1/dlq/not-a-uuid/replay", 400, "invalid_id"},
 		{"DELETE", "/api/v1/messages/" + pid + "/m0", 404, "message_not_found"},
 		{"POST", "/api/v1/messages/" + pid + "/m0/retry", 404, "gone"},
 	} {
