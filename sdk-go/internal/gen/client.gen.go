@@ -1625,7 +1625,9 @@ type SeekQueueResult struct {
 	TargetTimestamp   *time.Time `json:"targetTimestamp,omitempty"`
 }
 
-// SeekRequest Exactly one of `toEnd:true` or `timestamp`.
+// SeekRequest `toEnd:true` or `timestamp` (`toEnd:true` wins when both are given). Neither (`{}`,
+// `{"toEnd":false}`) answers `400 bad_request` on the queue route; on the partition route
+// `{}` means `toEnd:true`.
 type SeekRequest struct {
 	// Timestamp Seek to the first segment created at or after this instant.
 	Timestamp *time.Time `json:"timestamp,omitempty"`
@@ -2564,7 +2566,8 @@ type ClientInterface interface {
 
 	// SeekPartitionWithBody Seek a group on one partition
 	//
-	// Same as queue seek for one partition; an empty body means `toEnd:true`.
+	// Same as queue seek for one partition, except that no body, or a body with neither field
+	// (`{}`), means `toEnd:true`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2573,7 +2576,8 @@ type ClientInterface interface {
 
 	// SeekPartition Seek a group on one partition
 	//
-	// Same as queue seek for one partition; an empty body means `toEnd:true`.
+	// Same as queue seek for one partition, except that no body, or a body with neither field
+	// (`{}`), means `toEnd:true`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3255,7 +3259,8 @@ func (c *Client) DeleteConsumerGroupQueue(ctx context.Context, group GroupPath, 
 
 // SeekPartitionWithBody Seek a group on one partition
 //
-// Same as queue seek for one partition; an empty body means `toEnd:true`.
+// Same as queue seek for one partition, except that no body, or a body with neither field
+// (`{}`), means `toEnd:true`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3274,7 +3279,8 @@ func (c *Client) SeekPartitionWithBody(ctx context.Context, group GroupPath, que
 
 // SeekPartition Seek a group on one partition
 //
-// Same as queue seek for one partition; an empty body means `toEnd:true`.
+// Same as queue seek for one partition, except that no body, or a body with neither field
+// (`{}`), means `toEnd:true`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7508,7 +7514,8 @@ type ClientWithResponsesInterface interface {
 
 	// SeekPartitionWithBodyWithResponse Seek a group on one partition
 	//
-	// Same as queue seek for one partition; an empty body means `toEnd:true`.
+	// Same as queue seek for one partition, except that no body, or a body with neither field
+	// (`{}`), means `toEnd:true`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7517,7 +7524,8 @@ type ClientWithResponsesInterface interface {
 
 	// SeekPartitionWithResponse Seek a group on one partition
 	//
-	// Same as queue seek for one partition; an empty body means `toEnd:true`.
+	// Same as queue seek for one partition, except that no body, or a body with neither field
+	// (`{}`), means `toEnd:true`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -12264,7 +12272,8 @@ func (c *ClientWithResponses) DeleteConsumerGroupQueueWithResponse(ctx context.C
 
 // SeekPartitionWithBodyWithResponse Seek a group on one partition
 //
-// Same as queue seek for one partition; an empty body means `toEnd:true`.
+// Same as queue seek for one partition, except that no body, or a body with neither field
+// (`{}`), means `toEnd:true`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12279,7 +12288,8 @@ func (c *ClientWithResponses) SeekPartitionWithBodyWithResponse(ctx context.Cont
 
 // SeekPartitionWithResponse Seek a group on one partition
 //
-// Same as queue seek for one partition; an empty body means `toEnd:true`.
+// Same as queue seek for one partition, except that no body, or a body with neither field
+// (`{}`), means `toEnd:true`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

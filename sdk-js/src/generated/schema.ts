@@ -603,7 +603,9 @@ export interface paths {
         put?: never;
         /**
          * Seek a group on one partition
-         * @description Same as queue seek for one partition; an empty body means `toEnd:true`.
+         * @description Same as queue seek for one partition, except that no body, or a body with neither field
+         *     (`{}`), means `toEnd:true`.
+         *
          */
         post: operations["seekPartition"];
         delete?: never;
@@ -1729,7 +1731,10 @@ export interface components {
             newTimestamp?: string;
             rowsUpdated?: number;
         };
-        /** @description Exactly one of `toEnd:true` or `timestamp`. */
+        /** @description `toEnd:true` or `timestamp` (`toEnd:true` wins when both are given). Neither (`{}`,
+         *     `{"toEnd":false}`) answers `400 bad_request` on the queue route; on the partition route
+         *     `{}` means `toEnd:true`.
+         *      */
         SeekRequest: {
             /**
              * Format: date-time

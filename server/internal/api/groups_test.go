@@ -298,6 +298,16 @@ func TestSeekPartitionAndErrors(t *testing.T) {
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup=g&partitions=0"); !sameStrings(p.txns(), []string{"t1"}) {
 		t.Fatalf("partition seek touched the other partition: %v", p.txns())
 	}
+	// So does {}, what a generated client sends for an empty SeekRequest.
+	b.push(t, q, "one", "o2")
+	res = nil
+	status, _ = b.call(t, "POST", "/api/v1/consumer-groups/g/queues/"+q+"/partitions/one/seek", map[string]any{}, &res)
+	if status != 200 || res["updated"] != true || res["seekToEnd"] != true || res["targetTimestamp"] != nil {
+		t.Fatalf("partition seek with {}: %d %+v", status, res)
+	}
+	if p := b.pop(t, "/api/v1/pop/queue/"+q+"/partition/one?consumerGroup=g"); len(p.txns()) != 0 {
+		t.Fatalf("partition seek with {} left %v before the end", p.txns())
+	}
 	cases := []struct {
 		name, path string
 		body       any
@@ -308,7 +318,7 @@ func TestSeekPartitionAndErrors(t *testing.T) {
 		{"unknown partition", "/api/v1/consumer-groups/g/queues/" + q + "/partitions/nope/seek", map[string]any{"toEnd": true}, 404, "Partition not found"},
 		{"neither field", seekPath("g", q), map[string]any{}, 400, "Must specify toEnd=true or a timestamp"},
 		{"toEnd false alone", seekPath("g", q), map[string]any{"toEnd": false}, 400, "Must specify toEnd=true or a timestamp"},
-		{"neither on the partition route", "/api/v1/consumer-groups/g/queues/" + q + "/partitions/one/seek", map[string]any{}, 400, "Must specify toEnd=true or a timestamp"},
+		{"toEnd false alone on the partition route", "/api/v1/consumer-groups/g/queues/" + q + "/partitions/one/seek", map[string]any{"toEnd": false}, 400, "Must specify toEnd=true or a timestamp"},
 		{"bad timestamp", seekPath("g", q), map[string]any{"timestamp": "yesterday"}, 400, ""},
 	}
 	for _, c := range cases {

@@ -50,10 +50,13 @@ func seekNotFound(err error) gen.SeekNotFoundJSONResponse {
 	return gen.SeekNotFoundJSONResponse{Success: false, Error: err.Error(), Code: CodeNotFound}
 }
 
-// seekRequest reads {toEnd} / {timestamp}; toEnd wins when both are given.
+// seekRequest reads {toEnd} / {timestamp}; toEnd wins when both are given. A
+// body with neither field ({}, what a generated client sends for an empty
+// SeekRequest) is read as no body: toEnd on the partition route, and the
+// engine's 400 on the queue route.
 func seekRequest(body *gen.SeekRequest, emptyMeansEnd bool) engine.SeekRequest {
 	var out engine.SeekRequest
-	if body == nil {
+	if body == nil || (body.ToEnd == nil && body.Timestamp == nil) {
 		out.ToEnd = emptyMeansEnd
 		return out
 	}

@@ -1696,7 +1696,10 @@ class SeekQueueResult(BaseModel):
 
 class SeekRequest(BaseModel):
     """
-    Exactly one of `toEnd:true` or `timestamp`.
+    `toEnd:true` or `timestamp` (`toEnd:true` wins when both are given). Neither (`{}`,
+    `{"toEnd":false}`) answers `400 bad_request` on the queue route; on the partition route
+    `{}` means `toEnd:true`.
+
     """
 
     model_config = ConfigDict(
