@@ -523,7 +523,10 @@ type ConfigureError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
+	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
+	// with `validation_failed`). Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -706,7 +709,10 @@ type DlqReplayError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
+	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
+	// with `validation_failed`). Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -770,7 +776,10 @@ type Error struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
+	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
+	// with `validation_failed`). Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -1203,7 +1212,10 @@ type PopDiscoverError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
+	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
+	// with `validation_failed`). Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -1585,7 +1597,10 @@ type SeekError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. Route-specific codes include `invalid_option`,
+	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
+	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
+	// with `validation_failed`). Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push

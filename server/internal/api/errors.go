@@ -7,7 +7,9 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
+	gojson "github.com/goccy/go-json"
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -75,7 +77,24 @@ func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err
 		writeBodyTooLarge(w, tooLarge.Limit)
 		return
 	}
-	writeError(w, http.StatusBadRequest, CodeInvalidJSON, "bad body: "+err.Error())
+	code := CodeInvalidJSON
+	if isWrongJSONType(err) {
+		code = CodeValidation
+	}
+	writeError(w, http.StatusBadRequest, code, "bad body: "+err.Error())
+}
+
+// isWrongJSONType reports a body that is valid JSON but holds a value of the
+// wrong type for its field (a number for a queue name, a string for the items
+// array, a date-time that does not parse). The routes whose bodies skip the
+// spec validator (push, ack, ack batch: isHotPathBody) meet it in the decoder;
+// it answers validation_failed, as the validator answers the same fault on
+// every other route, and only malformed JSON answers invalid_json.
+func isWrongJSONType(err error) bool {
+	var stdType *json.UnmarshalTypeError
+	var goccyType *gojson.UnmarshalTypeError
+	var badTime *time.ParseError
+	return errors.As(err, &stdType) || errors.As(err, &goccyType) || errors.As(err, &badTime)
 }
 
 func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, err error) {

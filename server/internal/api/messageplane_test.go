@@ -371,3 +371,34 @@ func TestARetriedAckOfACompletedBatchIsANoop(t *testing.T) {
 		t.Fatalf("a nack of the completed batch with its released lease: %+v", one)
 	}
 }
+
+// Valid JSON holding a value of the wrong type answers validation_failed on
+// push, ack and ack batch (whose bodies skip the spec validator) as on every
+// other route; only malformed JSON answers invalid_json.
+func TestAWrongJSONTypeIsValidationFailedOnEveryRoute(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	cases := []struct {
+		name, path, body, code string
+	}{
+		{"push queue a number", "/api/v1/push", `{"items":[{"queue":5,"payload":1}]}`, CodeValidation},
+		{"push items an object", "/api/v1/push", `{"items":{}}`, CodeValidation},
+		{"push malformed", "/api/v1/push", `{"items": [`, CodeInvalidJSON},
+		{"ack transactionId a number", "/api/v1/ack", `{"transactionId":5,"partitionId":"p"}`, CodeValidation},
+		{"ack malformed", "/api/v1/ack", `{"transactionId":`, CodeInvalidJSON},
+		{"ack batch acknowledgments an object", "/api/v1/ack/batch", `{"acknowledgments":{}}`, CodeValidation},
+		{"ack batch item a string", "/api/v1/ack/batch", `{"acknowledgments":["x"]}`, CodeValidation},
+		{"ack batch malformed", "/api/v1/ack/batch", `{"acknowledgments":[}`, CodeInvalidJSON},
+		{"configure queue a number (spec-validated)", "/api/v1/configure", `{"queue":5}`, CodeValidation},
+		{"configure malformed (spec-validated)", "/api/v1/configure", `{"queue":`, CodeValidation},
+		{"transaction operations a string (spec-validated)", "/api/v1/transaction", `{"operations":"` + q + `"}`, CodeValidation},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			if status, _ := b.call(t, "POST", c.path, c.body, &e); status != http.StatusBadRequest || e.Code != c.code {
+				t.Fatalf("want 400 %s, got %d %+v", c.code, status, e)
+			}
+		})
+	}
+}
