@@ -572,7 +572,7 @@ func TestITDeadLetter(t *testing.T) {
 	list, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue})
 	require.NoError(t, err)
 	require.Len(t, list.Messages, 1)
-	_, err = b.c.Admin().ReplayDLQ(b.ctx, *list.Messages[0].Id, "", "")
+	_, err = b.c.Admin().ReplayDLQ(b.ctx, list.Messages[0].Id, "", "")
 	require.NoError(t, err)
 	back, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
 	require.NoError(t, err)

@@ -17,6 +17,12 @@ type (
 	Health = gen.Health
 	// QueueOptions are a queue's options for Configure (nil fields are omitted).
 	QueueOptions = gen.QueueOptions
+	// QueueOptionsResult are a queue's effective options as configure answers
+	// them: every option present, none nil.
+	QueueOptionsResult = gen.QueueOptionsResult
+	// QueueDetailOptions are the effective options of GET
+	// /api/v1/resources/queues/{queue}: QueueOptionsResult plus namespace and task.
+	QueueDetailOptions = gen.QueueDetailOptions
 	// ConfigureResult is the answer of POST /api/v1/configure.
 	ConfigureResult = gen.ConfigureResult
 	// QueueDetail is the answer of GET /api/v1/resources/queues/{queue}.

@@ -83,6 +83,33 @@ func (e DlqReplayErrorResult) Valid() bool {
 	}
 }
 
+// Defines values for DlqReplayOutcomeResult.
+const (
+	DlqReplayOutcomeResultDuplicate   DlqReplayOutcomeResult = "duplicate"
+	DlqReplayOutcomeResultFailed      DlqReplayOutcomeResult = "failed"
+	DlqReplayOutcomeResultGone        DlqReplayOutcomeResult = "gone"
+	DlqReplayOutcomeResultMaintenance DlqReplayOutcomeResult = "maintenance"
+	DlqReplayOutcomeResultMoved       DlqReplayOutcomeResult = "moved"
+)
+
+// Valid indicates whether the value is a known member of the DlqReplayOutcomeResult enum.
+func (e DlqReplayOutcomeResult) Valid() bool {
+	switch e {
+	case DlqReplayOutcomeResultDuplicate:
+		return true
+	case DlqReplayOutcomeResultFailed:
+		return true
+	case DlqReplayOutcomeResultGone:
+		return true
+	case DlqReplayOutcomeResultMaintenance:
+		return true
+	case DlqReplayOutcomeResultMoved:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DlqReplayResultResult.
 const (
 	DlqReplayResultResultDuplicate   DlqReplayResultResult = "duplicate"
@@ -570,8 +597,10 @@ type ConfigureResult struct {
 	Configured bool   `json:"configured"`
 	Namespace  string `json:"namespace"`
 
-	// Options Queue options. In merge mode `null` resets an option to its default.
-	Options QueueOptions `json:"options"`
+	// Options A queue's effective options, as configure and the queue detail answer them: every
+	// option is present and none is `null` (unlike `QueueOptions`, whose `null` resets an
+	// option in merge mode).
+	Options QueueOptionsResult `json:"options"`
 
 	// PartitionId Always null.
 	PartitionId *string `json:"partitionId"`
@@ -588,8 +617,8 @@ type ConfigureResult struct {
 // ConsumerGroupDeleteResult defines model for ConsumerGroupDeleteResult.
 type ConsumerGroupDeleteResult struct {
 	ConsumerGroup     string `json:"consumerGroup"`
-	DeletedPartitions *int   `json:"deletedPartitions,omitempty"`
-	MetadataDeleted   *bool  `json:"metadataDeleted,omitempty"`
+	DeletedPartitions int    `json:"deletedPartitions"`
+	MetadataDeleted   bool   `json:"metadataDeleted"`
 
 	// QueueName Present on the per-queue route.
 	QueueName *string `json:"queueName,omitempty"`
@@ -602,42 +631,42 @@ type ConsumerGroupDetail map[string]ConsumerGroupQueue
 // ConsumerGroupPartition One partition's cursor. `workerId` and `lastConsumedAt` are always present, `null` when there is none.
 type ConsumerGroupPartition struct {
 	LastConsumedAt *time.Time `json:"lastConsumedAt"`
-	LeaseActive    *bool      `json:"leaseActive,omitempty"`
-	OffsetLag      *int       `json:"offsetLag,omitempty"`
-	Partition      *string    `json:"partition,omitempty"`
-	TimeLagSeconds *int       `json:"timeLagSeconds,omitempty"`
-	TotalConsumed  *int       `json:"totalConsumed,omitempty"`
+	LeaseActive    bool       `json:"leaseActive"`
+	OffsetLag      int        `json:"offsetLag"`
+	Partition      string     `json:"partition"`
+	TimeLagSeconds int        `json:"timeLagSeconds"`
+	TotalConsumed  int        `json:"totalConsumed"`
 	WorkerId       *string    `json:"workerId"`
 }
 
 // ConsumerGroupQueue defines model for ConsumerGroupQueue.
 type ConsumerGroupQueue struct {
-	Conflation *bool                     `json:"conflation,omitempty"`
-	Partitions *[]ConsumerGroupPartition `json:"partitions,omitempty"`
+	Conflation bool                     `json:"conflation"`
+	Partitions []ConsumerGroupPartition `json:"partitions"`
 }
 
 // ConsumerGroupSummary defines model for ConsumerGroupSummary.
 type ConsumerGroupSummary struct {
-	Conflation *bool `json:"conflation,omitempty"`
+	Conflation bool `json:"conflation"`
 
 	// MaxTimeLag Seconds since the oldest unconsumed segment.
-	MaxTimeLag *int `json:"maxTimeLag,omitempty"`
+	MaxTimeLag int `json:"maxTimeLag"`
 
 	// Members Cursor rows (not processes).
-	Members               *int                       `json:"members,omitempty"`
-	Name                  *string                    `json:"name,omitempty"`
-	PartitionCursors      *int                       `json:"partitionCursors,omitempty"`
-	PartitionsWithLag     *int                       `json:"partitionsWithLag,omitempty"`
-	QueueName             *string                    `json:"queueName,omitempty"`
-	State                 *ConsumerGroupSummaryState `json:"state,omitempty"`
-	Storage               *string                    `json:"storage,omitempty"`
-	SubscriptionCreatedAt *time.Time                 `json:"subscriptionCreatedAt,omitempty"`
-	SubscriptionMode      *string                    `json:"subscriptionMode,omitempty"`
-	SubscriptionTimestamp *time.Time                 `json:"subscriptionTimestamp,omitempty"`
-	Topics                *[]string                  `json:"topics,omitempty"`
+	Members               int                       `json:"members"`
+	Name                  string                    `json:"name"`
+	PartitionCursors      int                       `json:"partitionCursors"`
+	PartitionsWithLag     int                       `json:"partitionsWithLag"`
+	QueueName             string                    `json:"queueName"`
+	State                 ConsumerGroupSummaryState `json:"state"`
+	Storage               string                    `json:"storage"`
+	SubscriptionCreatedAt *time.Time                `json:"subscriptionCreatedAt,omitempty"`
+	SubscriptionMode      *string                   `json:"subscriptionMode,omitempty"`
+	SubscriptionTimestamp *time.Time                `json:"subscriptionTimestamp,omitempty"`
+	Topics                []string                  `json:"topics"`
 
 	// TotalLag Messages behind, summed over partitions.
-	TotalLag *int `json:"totalLag,omitempty"`
+	TotalLag int `json:"totalLag"`
 }
 
 // ConsumerGroupSummaryState defines model for ConsumerGroupSummary.State.
@@ -646,8 +675,8 @@ type ConsumerGroupSummaryState string
 // DeleteMessageResult defines model for DeleteMessageResult.
 type DeleteMessageResult struct {
 	// Deleted DLQ rows deleted.
-	Deleted *int  `json:"deleted,omitempty"`
-	Success *bool `json:"success,omitempty"`
+	Deleted int  `json:"deleted"`
+	Success bool `json:"success"`
 }
 
 // DeleteQueueResult defines model for DeleteQueueResult.
@@ -671,25 +700,25 @@ type DlqList struct {
 
 // DlqMessage One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none.
 type DlqMessage struct {
-	ConsumerGroup *string `json:"consumerGroup,omitempty"`
+	ConsumerGroup string `json:"consumerGroup"`
 
 	// CreatedAt Same as `failedAt`.
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Data Payload (any JSON).
-	Data         json.RawMessage `json:"data,omitempty"`
+	Data         json.RawMessage `json:"data"`
 	ErrorMessage *string         `json:"errorMessage"`
-	FailedAt     *time.Time      `json:"failedAt,omitempty"`
+	FailedAt     time.Time       `json:"failedAt"`
 
 	// Id DLQ row id (use with replay).
-	Id            *string `json:"id,omitempty"`
-	IsEncrypted   *bool   `json:"isEncrypted,omitempty"`
-	Partition     *string `json:"partition,omitempty"`
-	PartitionId   *string `json:"partitionId,omitempty"`
+	Id            string  `json:"id"`
+	IsEncrypted   bool    `json:"isEncrypted"`
+	Partition     string  `json:"partition"`
+	PartitionId   string  `json:"partitionId"`
 	ProducerSub   *string `json:"producerSub"`
-	Queue         *string `json:"queue,omitempty"`
-	RetryCount    *int    `json:"retryCount,omitempty"`
-	TransactionId *string `json:"transactionId,omitempty"`
+	Queue         string  `json:"queue"`
+	RetryCount    int     `json:"retryCount"`
+	TransactionId string  `json:"transactionId"`
 }
 
 // DlqPurgeResult defines model for DlqPurgeResult.
@@ -740,17 +769,8 @@ type DlqReplayError struct {
 // DlqReplayErrorResult `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
 type DlqReplayErrorResult string
 
-// DlqReplayRequest defines model for DlqReplayRequest.
-type DlqReplayRequest struct {
-	// Partition Destination partition (default the original; blank → 400).
-	Partition *string `json:"partition,omitempty"`
-
-	// Queue Destination queue (default the original; blank → 400).
-	Queue *string `json:"queue,omitempty"`
-}
-
-// DlqReplayResult defines model for DlqReplayResult.
-type DlqReplayResult struct {
+// DlqReplayOutcome The replay outcome fields; a failure (`DlqReplayError`) carries only `success` and `result` for sure.
+type DlqReplayOutcome struct {
 	ConsumerGroup         *string `json:"consumerGroup,omitempty"`
 	DlqId                 *string `json:"dlqId,omitempty"`
 	DlqRowRemoved         *bool   `json:"dlqRowRemoved,omitempty"`
@@ -761,6 +781,36 @@ type DlqReplayResult struct {
 
 	// ReplayedAs Push result of the replayed message (no offset on the wire).
 	ReplayedAs *ReplayedAs `json:"replayedAs,omitempty"`
+
+	// Result `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
+	Result  DlqReplayOutcomeResult `json:"result"`
+	Success bool                   `json:"success"`
+}
+
+// DlqReplayOutcomeResult `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
+type DlqReplayOutcomeResult string
+
+// DlqReplayRequest defines model for DlqReplayRequest.
+type DlqReplayRequest struct {
+	// Partition Destination partition (default the original; blank → 400).
+	Partition *string `json:"partition,omitempty"`
+
+	// Queue Destination queue (default the original; blank → 400).
+	Queue *string `json:"queue,omitempty"`
+}
+
+// DlqReplayResult A replay's answer (`moved` or `duplicate`); every field but `error` is present.
+type DlqReplayResult struct {
+	ConsumerGroup         string  `json:"consumerGroup"`
+	DlqId                 string  `json:"dlqId"`
+	DlqRowRemoved         *bool   `json:"dlqRowRemoved"`
+	Error                 *string `json:"error,omitempty"`
+	OriginalTransactionId string  `json:"originalTransactionId"`
+	Partition             string  `json:"partition"`
+	Queue                 string  `json:"queue"`
+
+	// ReplayedAs Push result of the replayed message (no offset on the wire).
+	ReplayedAs ReplayedAs `json:"replayedAs"`
 
 	// Result `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
 	Result  DlqReplayResultResult `json:"result"`
@@ -796,12 +846,12 @@ type Error struct {
 // Health defines model for Health.
 type Health struct {
 	// Database `connected` or `disconnected`.
-	Database string  `json:"database"`
-	Engine   *string `json:"engine,omitempty"`
+	Database string `json:"database"`
+	Engine   string `json:"engine"`
 
 	// Status `healthy` or `unhealthy`.
-	Status  string  `json:"status"`
-	Version *string `json:"version,omitempty"`
+	Status  string `json:"status"`
+	Version string `json:"version"`
 }
 
 // KvBatchRequest defines model for KvBatchRequest.
@@ -828,7 +878,7 @@ type KvListRequest struct {
 // KvListResult defines model for KvListResult.
 type KvListResult struct {
 	// Bytes Bytes of values returned.
-	Bytes     *int    `json:"bytes,omitempty"`
+	Bytes     int     `json:"bytes"`
 	NextAfter *string `json:"nextAfter,omitempty"`
 	Rows      []KvRow `json:"rows"`
 	Truncated bool    `json:"truncated"`
@@ -952,25 +1002,25 @@ type KvResultReason string
 type KvRow struct {
 	Expired   *bool      `json:"expired,omitempty"`
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-	Key       *string    `json:"key,omitempty"`
+	Key       string     `json:"key"`
 	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 
 	// Value Value (any JSON); absent with `keysOnly`.
 	Value   json.RawMessage `json:"value,omitempty"`
-	Version *int            `json:"version,omitempty"`
+	Version int             `json:"version"`
 }
 
 // LaggingConsumerGroup defines model for LaggingConsumerGroup.
 type LaggingConsumerGroup struct {
-	ConsumerGroup      *string    `json:"consumer_group,omitempty"`
-	LagHours           *float32   `json:"lag_hours,omitempty"`
+	ConsumerGroup      string     `json:"consumer_group"`
+	LagHours           float32    `json:"lag_hours"`
 	LastConsumedAt     *time.Time `json:"last_consumed_at,omitempty"`
-	OffsetLag          *int       `json:"offset_lag,omitempty"`
-	OldestUnconsumedAt *time.Time `json:"oldest_unconsumed_at,omitempty"`
-	PartitionId        *string    `json:"partition_id,omitempty"`
-	PartitionName      *string    `json:"partition_name,omitempty"`
-	QueueName          *string    `json:"queue_name,omitempty"`
-	TimeLagSeconds     *int       `json:"time_lag_seconds,omitempty"`
+	OffsetLag          int        `json:"offset_lag"`
+	OldestUnconsumedAt *time.Time `json:"oldest_unconsumed_at"`
+	PartitionId        string     `json:"partition_id"`
+	PartitionName      string     `json:"partition_name"`
+	QueueName          string     `json:"queue_name"`
+	TimeLagSeconds     int        `json:"time_lag_seconds"`
 	WorkerId           *string    `json:"worker_id,omitempty"`
 }
 
@@ -1004,7 +1054,7 @@ type LeaseExtendResult struct {
 
 // Liveness defines model for Liveness.
 type Liveness struct {
-	Engine *string `json:"engine,omitempty"`
+	Engine string `json:"engine"`
 
 	// Status `ok`.
 	Status string `json:"status"`
@@ -1017,67 +1067,67 @@ type Maintenance struct {
 
 // MessageConsumerGroup defines model for MessageConsumerGroup.
 type MessageConsumerGroup struct {
-	Consumed       *bool      `json:"consumed,omitempty"`
-	Group          *string    `json:"group,omitempty"`
+	Consumed       bool       `json:"consumed"`
+	Group          string     `json:"group"`
 	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
-	Name           *string    `json:"name,omitempty"`
+	Name           string     `json:"name"`
 }
 
 // MessageCounts Message counters: one status per retained message (a dead-lettered one counts only as
 // `deadLetter`), so the buckets add up to `total`.
 type MessageCounts struct {
-	Completed  *int `json:"completed,omitempty"`
-	DeadLetter *int `json:"deadLetter,omitempty"`
-	Failed     *int `json:"failed,omitempty"`
-	Pending    *int `json:"pending,omitempty"`
-	Processing *int `json:"processing,omitempty"`
-	Total      *int `json:"total,omitempty"`
+	Completed  int `json:"completed"`
+	DeadLetter int `json:"deadLetter"`
+	Failed     int `json:"failed"`
+	Pending    int `json:"pending"`
+	Processing int `json:"processing"`
+	Total      int `json:"total"`
 }
 
 // MessageDetail One message with its per-group consumption. `traceId`, `producerSub`, `errorMessage` and
 // `leaseExpiresAt` (the queue-mode lease) are always present, `null` when there is none.
 type MessageDetail struct {
-	ConsumerGroups *[]MessageConsumerGroup `json:"consumerGroups,omitempty"`
-	CreatedAt      *time.Time              `json:"createdAt,omitempty"`
+	ConsumerGroups []MessageConsumerGroup `json:"consumerGroups"`
+	CreatedAt      time.Time              `json:"createdAt"`
 
 	// Data Payload (any JSON).
-	Data           json.RawMessage  `json:"data,omitempty"`
-	ErrorMessage   *string          `json:"errorMessage"`
-	Id             *string          `json:"id,omitempty"`
-	IsEncrypted    *bool            `json:"isEncrypted,omitempty"`
-	LeaseExpiresAt *time.Time       `json:"leaseExpiresAt"`
-	Mode           *MessageListMode `json:"mode,omitempty"`
-	Namespace      *string          `json:"namespace,omitempty"`
-	Partition      *string          `json:"partition,omitempty"`
-	PartitionId    *string          `json:"partitionId,omitempty"`
+	Data           json.RawMessage `json:"data"`
+	ErrorMessage   *string         `json:"errorMessage"`
+	Id             string          `json:"id"`
+	IsEncrypted    bool            `json:"isEncrypted"`
+	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
+	Mode           MessageListMode `json:"mode"`
+	Namespace      string          `json:"namespace"`
+	Partition      string          `json:"partition"`
+	PartitionId    string          `json:"partitionId"`
 
 	// Payload Same as `data`.
-	Payload     json.RawMessage `json:"payload,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
 	ProducerSub *string         `json:"producerSub"`
-	Queue       *string         `json:"queue,omitempty"`
+	Queue       string          `json:"queue"`
 
 	// QueueConfig Queue options (partial).
-	QueueConfig *struct {
+	QueueConfig struct {
 		LeaseTime  *int `json:"leaseTime,omitempty"`
 		RetryLimit *int `json:"retryLimit,omitempty"`
-	} `json:"queueConfig,omitempty"`
-	QueuePath *string `json:"queuePath,omitempty"`
+	} `json:"queueConfig"`
+	QueuePath string `json:"queuePath"`
 
 	// RetryCount 0 for live messages.
-	RetryCount    *int    `json:"retryCount,omitempty"`
-	Status        *string `json:"status,omitempty"`
-	Task          *string `json:"task,omitempty"`
+	RetryCount    int     `json:"retryCount"`
+	Status        string  `json:"status"`
+	Task          string  `json:"task"`
 	TraceId       *string `json:"traceId"`
-	TransactionId *string `json:"transactionId,omitempty"`
+	TransactionId string  `json:"transactionId"`
 }
 
 // MessageList defines model for MessageList.
 type MessageList struct {
-	Messages *[]MessageListItem `json:"messages,omitempty"`
-	Mode     *MessageListMode   `json:"mode,omitempty"`
+	Messages []MessageListItem `json:"messages"`
+	Mode     MessageListMode   `json:"mode"`
 
 	// Total Length of this page.
-	Total *int `json:"total,omitempty"`
+	Total int `json:"total"`
 }
 
 // MessageListItem One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
@@ -1086,31 +1136,31 @@ type MessageList struct {
 // position) are not sent: Lanes indexes transaction ids as text and has no such hash, and
 // a segment position would put offsets on the wire (decisions.md).
 type MessageListItem struct {
-	BusStatus *struct {
+	BusStatus struct {
 		ConsumedBy  *int `json:"consumedBy,omitempty"`
 		TotalGroups *int `json:"totalGroups,omitempty"`
-	} `json:"busStatus,omitempty"`
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	} `json:"busStatus"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Data Payload (any JSON).
-	Data           json.RawMessage `json:"data,omitempty"`
-	Id             *string         `json:"id,omitempty"`
+	Data           json.RawMessage `json:"data"`
+	Id             string          `json:"id"`
 	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
-	Namespace      *string         `json:"namespace,omitempty"`
-	Partition      *string         `json:"partition,omitempty"`
-	PartitionId    *string         `json:"partitionId,omitempty"`
+	Namespace      string          `json:"namespace"`
+	Partition      string          `json:"partition"`
+	PartitionId    string          `json:"partitionId"`
 
 	// Payload Same as `data`.
-	Payload          json.RawMessage        `json:"payload,omitempty"`
-	PayloadAvailable *bool                  `json:"payloadAvailable,omitempty"`
-	ProducerSub      *string                `json:"producerSub"`
-	Queue            *string                `json:"queue,omitempty"`
-	QueuePath        *string                `json:"queuePath,omitempty"`
-	QueueStatus      *string                `json:"queueStatus,omitempty"`
-	Status           *MessageListItemStatus `json:"status,omitempty"`
-	Task             *string                `json:"task,omitempty"`
-	TraceId          *string                `json:"traceId"`
-	TransactionId    *string                `json:"transactionId,omitempty"`
+	Payload          json.RawMessage       `json:"payload"`
+	PayloadAvailable bool                  `json:"payloadAvailable"`
+	ProducerSub      *string               `json:"producerSub"`
+	Queue            string                `json:"queue"`
+	QueuePath        string                `json:"queuePath"`
+	QueueStatus      string                `json:"queueStatus"`
+	Status           MessageListItemStatus `json:"status"`
+	Task             string                `json:"task"`
+	TraceId          *string               `json:"traceId"`
+	TransactionId    string                `json:"transactionId"`
 }
 
 // MessageListItemStatus defines model for MessageListItem.Status.
@@ -1118,9 +1168,9 @@ type MessageListItemStatus string
 
 // MessageListMode defines model for MessageListMode.
 type MessageListMode struct {
-	BusGroupsCount *int                 `json:"busGroupsCount,omitempty"`
-	HasQueueMode   *bool                `json:"hasQueueMode,omitempty"`
-	Type           *MessageListModeType `json:"type,omitempty"`
+	BusGroupsCount int                 `json:"busGroupsCount"`
+	HasQueueMode   bool                `json:"hasQueueMode"`
+	Type           MessageListModeType `json:"type"`
 }
 
 // MessageListModeType defines model for MessageListMode.Type.
@@ -1128,48 +1178,48 @@ type MessageListModeType string
 
 // Metrics Process metrics snapshot (loosely typed; some fields may be 0).
 type Metrics struct {
-	Cpu      *map[string]interface{} `json:"cpu,omitempty"`
+	Cpu      map[string]interface{} `json:"cpu"`
 	Database *struct {
 		IdleConnections *int `json:"idleConnections,omitempty"`
 		PoolSize        *int `json:"poolSize,omitempty"`
 		WaitingRequests *int `json:"waitingRequests,omitempty"`
 	} `json:"database,omitempty"`
-	Memory   *map[string]interface{} `json:"memory,omitempty"`
-	Messages *RateCounter            `json:"messages,omitempty"`
-	Requests *RateCounter            `json:"requests,omitempty"`
-	Uptime   *float32                `json:"uptime,omitempty"`
+	Memory   map[string]interface{} `json:"memory"`
+	Messages RateCounter            `json:"messages"`
+	Requests RateCounter            `json:"requests"`
+	Uptime   float32                `json:"uptime"`
 }
 
 // NamespaceList defines model for NamespaceList.
 type NamespaceList struct {
-	Namespaces *[]NamespaceSummary `json:"namespaces,omitempty"`
+	Namespaces []NamespaceSummary `json:"namespaces"`
 }
 
 // NamespaceSummary defines model for NamespaceSummary.
 type NamespaceSummary struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts `json:"messages,omitempty"`
-	Namespace  *string        `json:"namespace,omitempty"`
-	Partitions *int           `json:"partitions,omitempty"`
-	Queues     *int           `json:"queues,omitempty"`
+	Messages   MessageCounts `json:"messages"`
+	Namespace  string        `json:"namespace"`
+	Partitions int           `json:"partitions"`
+	Queues     int           `json:"queues"`
 }
 
 // Overview System-wide counters (from the stats reconciler, ≤ 10 s old).
 type Overview struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts `json:"messages,omitempty"`
-	Namespaces *int           `json:"namespaces,omitempty"`
-	Partitions *int           `json:"partitions,omitempty"`
-	Queues     *int           `json:"queues,omitempty"`
-	Tasks      *int           `json:"tasks,omitempty"`
+	Messages   MessageCounts `json:"messages"`
+	Namespaces int           `json:"namespaces"`
+	Partitions int           `json:"partitions"`
+	Queues     int           `json:"queues"`
+	Tasks      int           `json:"tasks"`
 }
 
 // Pagination defines model for Pagination.
 type Pagination struct {
-	Limit  *int `json:"limit,omitempty"`
-	Offset *int `json:"offset,omitempty"`
+	Limit  int  `json:"limit"`
+	Offset int  `json:"offset"`
 	Total  *int `json:"total,omitempty"`
 }
 
@@ -1181,17 +1231,17 @@ type PartitionDepth struct {
 
 // PartitionStatus defines model for PartitionStatus.
 type PartitionStatus struct {
-	Cursor       *map[string]interface{} `json:"cursor,omitempty"`
-	Failed       *int                    `json:"failed,omitempty"`
-	LastActivity *time.Time              `json:"lastActivity,omitempty"`
+	Cursor       map[string]interface{} `json:"cursor"`
+	Failed       *int                   `json:"failed,omitempty"`
+	LastActivity *time.Time             `json:"lastActivity,omitempty"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages      *MessageCounts          `json:"messages,omitempty"`
-	Name          *string                 `json:"name,omitempty"`
+	Messages      MessageCounts           `json:"messages"`
+	Name          string                  `json:"name"`
 	NewestMessage *map[string]interface{} `json:"newestMessage,omitempty"`
 	OldestMessage *map[string]interface{} `json:"oldestMessage,omitempty"`
-	Stats         *map[string]interface{} `json:"stats,omitempty"`
+	Stats         map[string]interface{}  `json:"stats"`
 }
 
 // PopAutopilot Present only when the request engaged autopilot; the sizes the broker used.
@@ -1203,7 +1253,7 @@ type PopAutopilot struct {
 	Partitions int `json:"partitions"`
 
 	// WaitMs Suggested pause before the next non-waiting poll after an empty one.
-	WaitMs *int `json:"waitMs,omitempty"`
+	WaitMs int `json:"waitMs"`
 }
 
 // PopDiscoverError Discovery pop error; keeps the reference's `success` and `messages` keys.
@@ -1364,100 +1414,100 @@ type QueueDepth struct {
 
 // QueueDetail defines model for QueueDetail.
 type QueueDetail struct {
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Id Queue id (UUID).
-	Id *string `json:"id,omitempty"`
+	Id string `json:"id"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
 	Messages  *MessageCounts `json:"messages,omitempty"`
-	Name      *string        `json:"name,omitempty"`
-	Namespace *string        `json:"namespace,omitempty"`
+	Name      string         `json:"name"`
+	Namespace string         `json:"namespace"`
 
 	// Options The 19 queue options plus the `namespace` and `task` labels (21 keys).
-	Options    *QueueDetailOptions `json:"options,omitempty"`
-	Partitions *[]QueuePartition   `json:"partitions,omitempty"`
-	Task       *string             `json:"task,omitempty"`
+	Options    QueueDetailOptions `json:"options"`
+	Partitions []QueuePartition   `json:"partitions"`
+	Task       string             `json:"task"`
 }
 
 // QueueDetailOptions The 19 queue options plus the `namespace` and `task` labels (21 keys).
 type QueueDetailOptions struct {
 	// CompletedRetentionSeconds Delete segments older than this that every group has consumed (0 = off). Default 0.
-	CompletedRetentionSeconds *int `json:"completedRetentionSeconds,omitempty"`
+	CompletedRetentionSeconds int `json:"completedRetentionSeconds"`
 
 	// DeadLetterQueue Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true.
-	DeadLetterQueue *bool `json:"deadLetterQueue,omitempty"`
+	DeadLetterQueue bool `json:"deadLetterQueue"`
 
 	// DedupWindowSeconds Deduplication window per partition in seconds (0 = off). Default 3600.
-	DedupWindowSeconds *int `json:"dedupWindowSeconds,omitempty"`
+	DedupWindowSeconds int `json:"dedupWindowSeconds"`
 
 	// DelayedProcessing Deliver only segments at least this many seconds old. Default 0.
-	DelayedProcessing *int `json:"delayedProcessing,omitempty"`
+	DelayedProcessing int `json:"delayedProcessing"`
 
 	// DlqAfterMaxRetries See `deadLetterQueue`. Default true.
-	DlqAfterMaxRetries *bool `json:"dlqAfterMaxRetries,omitempty"`
+	DlqAfterMaxRetries bool `json:"dlqAfterMaxRetries"`
 
 	// EncryptionEnabled Encrypt payloads at rest (not supported by Lanes yet). Default false.
-	EncryptionEnabled *bool `json:"encryptionEnabled,omitempty"`
+	EncryptionEnabled bool `json:"encryptionEnabled"`
 
 	// LeaseTime Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues).
-	LeaseTime *int `json:"leaseTime,omitempty"`
+	LeaseTime int `json:"leaseTime"`
 
 	// MaxSize Maximum queue size (echoed, not enforced; 0 = unlimited). Default 0.
-	MaxSize *int `json:"maxSize,omitempty"`
+	MaxSize int `json:"maxSize"`
 
 	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
-	MaxWaitTimeSeconds *int `json:"maxWaitTimeSeconds,omitempty"`
+	MaxWaitTimeSeconds int `json:"maxWaitTimeSeconds"`
 
 	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
 	// Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
 	// above 1: once the queue has a message, the pop answers when the batch is full, after this
 	// long, or at its own timeout, whichever comes first. The messages stay claimable by other
 	// consumers meanwhile.
-	MinPopWaitTime *int `json:"minPopWaitTime,omitempty"`
+	MinPopWaitTime int `json:"minPopWaitTime"`
 
 	// Namespace Namespace label.
-	Namespace *string `json:"namespace,omitempty"`
+	Namespace string `json:"namespace"`
 
 	// Priority Declared priority (echoed, not enforced). Default 0.
-	Priority *int `json:"priority,omitempty"`
+	Priority int `json:"priority"`
 
 	// RetentionEnabled Enables `retentionSeconds` and `completedRetentionSeconds`. Default false.
-	RetentionEnabled *bool `json:"retentionEnabled,omitempty"`
+	RetentionEnabled bool `json:"retentionEnabled"`
 
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
-	RetentionSeconds *int `json:"retentionSeconds,omitempty"`
+	RetentionSeconds int `json:"retentionSeconds"`
 
 	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
-	RetentionSinkHold *string `json:"retentionSinkHold,omitempty"`
+	RetentionSinkHold string `json:"retentionSinkHold"`
 
 	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
-	RetentionSinkHoldMaxSeconds *int `json:"retentionSinkHoldMaxSeconds,omitempty"`
+	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
-	RetryDelay *int `json:"retryDelay,omitempty"`
+	RetryDelay int `json:"retryDelay"`
 
 	// RetryLimit Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
-	RetryLimit *int `json:"retryLimit,omitempty"`
+	RetryLimit int `json:"retryLimit"`
 
 	// Task Task label.
-	Task *string `json:"task,omitempty"`
+	Task string `json:"task"`
 
 	// Ttl Seconds (echoed, not enforced). Default 3600.
-	Ttl *int `json:"ttl,omitempty"`
+	Ttl int `json:"ttl"`
 
 	// WindowBuffer Seconds of quiet a partition needs before it delivers (debounce). Default 0.
-	WindowBuffer *int `json:"windowBuffer,omitempty"`
+	WindowBuffer int `json:"windowBuffer"`
 }
 
 // QueueList defines model for QueueList.
 type QueueList struct {
-	Pagination *Pagination     `json:"pagination,omitempty"`
-	Queues     *[]QueueSummary `json:"queues,omitempty"`
+	Pagination Pagination     `json:"pagination"`
+	Queues     []QueueSummary `json:"queues"`
 
 	// Total Number of queues matching the filters.
-	Total *int `json:"total,omitempty"`
+	Total int `json:"total"`
 }
 
 // QueueOptions Queue options. In merge mode `null` resets an option to its default.
@@ -1524,68 +1574,134 @@ type QueueOptions struct {
 	WindowBuffer *int `json:"windowBuffer,omitempty"`
 }
 
+// QueueOptionsResult A queue's effective options, as configure and the queue detail answer them: every
+// option is present and none is `null` (unlike `QueueOptions`, whose `null` resets an
+// option in merge mode).
+type QueueOptionsResult struct {
+	// CompletedRetentionSeconds Delete segments older than this that every group has consumed (0 = off). Default 0.
+	CompletedRetentionSeconds int `json:"completedRetentionSeconds"`
+
+	// DeadLetterQueue Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true.
+	DeadLetterQueue bool `json:"deadLetterQueue"`
+
+	// DedupWindowSeconds Deduplication window per partition in seconds (0 = off). Default 3600.
+	DedupWindowSeconds int `json:"dedupWindowSeconds"`
+
+	// DelayedProcessing Deliver only segments at least this many seconds old. Default 0.
+	DelayedProcessing int `json:"delayedProcessing"`
+
+	// DlqAfterMaxRetries See `deadLetterQueue`. Default true.
+	DlqAfterMaxRetries bool `json:"dlqAfterMaxRetries"`
+
+	// EncryptionEnabled Encrypt payloads at rest (not supported by Lanes yet). Default false.
+	EncryptionEnabled bool `json:"encryptionEnabled"`
+
+	// LeaseTime Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues).
+	LeaseTime int `json:"leaseTime"`
+
+	// MaxSize Maximum queue size (echoed, not enforced; 0 = unlimited). Default 0.
+	MaxSize int `json:"maxSize"`
+
+	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
+	MaxWaitTimeSeconds int `json:"maxWaitTimeSeconds"`
+
+	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+	// Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+	// above 1: once the queue has a message, the pop answers when the batch is full, after this
+	// long, or at its own timeout, whichever comes first. The messages stay claimable by other
+	// consumers meanwhile.
+	MinPopWaitTime int `json:"minPopWaitTime"`
+
+	// Priority Declared priority (echoed, not enforced). Default 0.
+	Priority int `json:"priority"`
+
+	// RetentionEnabled Enables `retentionSeconds` and `completedRetentionSeconds`. Default false.
+	RetentionEnabled bool `json:"retentionEnabled"`
+
+	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
+	RetentionSeconds int `json:"retentionSeconds"`
+
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
+	RetentionSinkHold string `json:"retentionSinkHold"`
+
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
+
+	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
+	RetryDelay int `json:"retryDelay"`
+
+	// RetryLimit Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+	RetryLimit int `json:"retryLimit"`
+
+	// Ttl Seconds (echoed, not enforced). Default 3600.
+	Ttl int `json:"ttl"`
+
+	// WindowBuffer Seconds of quiet a partition needs before it delivers (debounce). Default 0.
+	WindowBuffer int `json:"windowBuffer"`
+}
+
 // QueuePartition defines model for QueuePartition.
 type QueuePartition struct {
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Id Partition id (UUID).
-	Id           *string    `json:"id,omitempty"`
+	Id           string     `json:"id"`
 	LastActivity *time.Time `json:"lastActivity,omitempty"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
 	Messages *MessageCounts `json:"messages,omitempty"`
-	Name     *string        `json:"name,omitempty"`
+	Name     string         `json:"name"`
 }
 
 // QueueStatus Live status of one queue (loosely typed).
 type QueueStatus struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts          `json:"messages,omitempty"`
-	Partitions *[]PartitionStatus      `json:"partitions,omitempty"`
-	Queue      *map[string]interface{} `json:"queue,omitempty"`
+	Messages   MessageCounts          `json:"messages"`
+	Partitions *[]PartitionStatus     `json:"partitions,omitempty"`
+	Queue      map[string]interface{} `json:"queue"`
 }
 
 // QueueStatusList defines model for QueueStatusList.
 type QueueStatusList struct {
-	Pagination *Pagination     `json:"pagination,omitempty"`
-	Queues     *[]QueueSummary `json:"queues,omitempty"`
+	Pagination Pagination     `json:"pagination"`
+	Queues     []QueueSummary `json:"queues"`
 }
 
 // QueueSummary defines model for QueueSummary.
 type QueueSummary struct {
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Id Queue id (UUID).
-	Id *string `json:"id,omitempty"`
+	Id string `json:"id"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages  *MessageCounts `json:"messages,omitempty"`
-	Name      *string        `json:"name,omitempty"`
-	Namespace *string        `json:"namespace,omitempty"`
+	Messages  MessageCounts `json:"messages"`
+	Name      string        `json:"name"`
+	Namespace string        `json:"namespace"`
 
 	// Partitions Number of partitions.
-	Partitions *int    `json:"partitions,omitempty"`
-	Task       *string `json:"task,omitempty"`
+	Partitions int    `json:"partitions"`
+	Task       string `json:"task"`
 }
 
 // RateCounter defines model for RateCounter.
 type RateCounter struct {
-	Rate  *float32 `json:"rate,omitempty"`
-	Total *int     `json:"total,omitempty"`
+	Rate  float32 `json:"rate"`
+	Total int     `json:"total"`
 }
 
 // ReplayedAs Push result of the replayed message (no offset on the wire).
 type ReplayedAs struct {
-	Index     *int              `json:"index,omitempty"`
-	MessageId *string           `json:"message_id,omitempty"`
-	QueueName *string           `json:"queueName,omitempty"`
-	Status    *ReplayedAsStatus `json:"status,omitempty"`
+	Index     int              `json:"index"`
+	MessageId string           `json:"message_id"`
+	QueueName string           `json:"queueName"`
+	Status    ReplayedAsStatus `json:"status"`
 
 	// TransactionId `dlq:<dlq row id>`.
-	TransactionId *string `json:"transaction_id,omitempty"`
+	TransactionId string `json:"transaction_id"`
 }
 
 // ReplayedAsStatus defines model for ReplayedAs.Status.
@@ -1619,24 +1735,24 @@ type SeekError struct {
 
 // SeekPartitionResult defines model for SeekPartitionResult.
 type SeekPartitionResult struct {
-	ConsumerGroup   *string    `json:"consumerGroup,omitempty"`
+	ConsumerGroup   string     `json:"consumerGroup"`
 	HotlistRepaired *bool      `json:"hotlistRepaired,omitempty"`
-	PartitionName   *string    `json:"partitionName,omitempty"`
-	QueueName       *string    `json:"queueName,omitempty"`
-	SeekToEnd       *bool      `json:"seekToEnd,omitempty"`
-	Success         *bool      `json:"success,omitempty"`
+	PartitionName   string     `json:"partitionName"`
+	QueueName       string     `json:"queueName"`
+	SeekToEnd       bool       `json:"seekToEnd"`
+	Success         bool       `json:"success"`
 	TargetTimestamp *time.Time `json:"targetTimestamp,omitempty"`
-	Updated         *bool      `json:"updated,omitempty"`
+	Updated         bool       `json:"updated"`
 	Warning         *string    `json:"warning,omitempty"`
 }
 
 // SeekQueueResult defines model for SeekQueueResult.
 type SeekQueueResult struct {
-	ConsumerGroup     *string    `json:"consumerGroup,omitempty"`
-	PartitionsUpdated *int       `json:"partitionsUpdated,omitempty"`
-	QueueName         *string    `json:"queueName,omitempty"`
-	SeekToEnd         *bool      `json:"seekToEnd,omitempty"`
-	Success           *bool      `json:"success,omitempty"`
+	ConsumerGroup     string     `json:"consumerGroup"`
+	PartitionsUpdated int        `json:"partitionsUpdated"`
+	QueueName         string     `json:"queueName"`
+	SeekToEnd         bool       `json:"seekToEnd"`
+	Success           bool       `json:"success"`
 	TargetTimestamp   *time.Time `json:"targetTimestamp,omitempty"`
 }
 
@@ -1653,17 +1769,17 @@ type SeekRequest struct {
 
 // StatusOverview Dashboard aggregate over a time window (loosely typed).
 type StatusOverview struct {
-	BucketMinutes   *int                      `json:"bucketMinutes,omitempty"`
-	DeadLetterQueue *map[string]interface{}   `json:"deadLetterQueue,omitempty"`
-	Errors          *map[string]interface{}   `json:"errors,omitempty"`
-	Leases          *map[string]interface{}   `json:"leases,omitempty"`
-	Messages        *map[string]interface{}   `json:"messages,omitempty"`
-	PointCount      *int                      `json:"pointCount,omitempty"`
-	Queues          *map[string]interface{}   `json:"queues,omitempty"`
-	StatsAge        *float32                  `json:"statsAge,omitempty"`
-	Throughput      *[]map[string]interface{} `json:"throughput,omitempty"`
-	TimeRange       *map[string]interface{}   `json:"timeRange,omitempty"`
-	Workers         *[]map[string]interface{} `json:"workers,omitempty"`
+	BucketMinutes   int                      `json:"bucketMinutes"`
+	DeadLetterQueue map[string]interface{}   `json:"deadLetterQueue"`
+	Errors          map[string]interface{}   `json:"errors"`
+	Leases          map[string]interface{}   `json:"leases"`
+	Messages        map[string]interface{}   `json:"messages"`
+	PointCount      int                      `json:"pointCount"`
+	Queues          map[string]interface{}   `json:"queues"`
+	StatsAge        float32                  `json:"statsAge"`
+	Throughput      []map[string]interface{} `json:"throughput"`
+	TimeRange       map[string]interface{}   `json:"timeRange"`
+	Workers         []map[string]interface{} `json:"workers"`
 }
 
 // SubscriptionUpdateRequest defines model for SubscriptionUpdateRequest.
@@ -1674,25 +1790,25 @@ type SubscriptionUpdateRequest struct {
 
 // SubscriptionUpdateResult defines model for SubscriptionUpdateResult.
 type SubscriptionUpdateResult struct {
-	ConsumerGroup *string    `json:"consumerGroup,omitempty"`
-	NewTimestamp  *time.Time `json:"newTimestamp,omitempty"`
-	RowsUpdated   *int       `json:"rowsUpdated,omitempty"`
-	Success       *bool      `json:"success,omitempty"`
+	ConsumerGroup string    `json:"consumerGroup"`
+	NewTimestamp  time.Time `json:"newTimestamp"`
+	RowsUpdated   int       `json:"rowsUpdated"`
+	Success       bool      `json:"success"`
 }
 
 // TaskList defines model for TaskList.
 type TaskList struct {
-	Tasks *[]TaskSummary `json:"tasks,omitempty"`
+	Tasks []TaskSummary `json:"tasks"`
 }
 
 // TaskSummary defines model for TaskSummary.
 type TaskSummary struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts `json:"messages,omitempty"`
-	Partitions *int           `json:"partitions,omitempty"`
-	Queues     *int           `json:"queues,omitempty"`
-	Task       *string        `json:"task,omitempty"`
+	Messages   MessageCounts `json:"messages"`
+	Partitions int           `json:"partitions"`
+	Queues     int           `json:"queues"`
+	Task       string        `json:"task"`
 }
 
 // Timer defines model for Timer.
@@ -1780,11 +1896,11 @@ type TimerResult struct {
 	DeliverAt *time.Time `json:"deliverAt,omitempty"`
 	MessageId *string    `json:"messageId,omitempty"`
 	Ok        bool       `json:"ok"`
-	Queue     *string    `json:"queue,omitempty"`
+	Queue     string     `json:"queue"`
 
 	// Status `absent` may mean already delivered; `too_late` a broker is firing it.
 	Status   TimerResultStatus `json:"status"`
-	TimerKey *string           `json:"timerKey,omitempty"`
+	TimerKey string            `json:"timerKey"`
 	Txn      *string           `json:"txn,omitempty"`
 }
 
@@ -1858,7 +1974,7 @@ type TransactionOperationResult struct {
 	Success   bool    `json:"success"`
 
 	// TransactionId Transaction id of the pushed or acked message.
-	TransactionId *string                        `json:"transactionId,omitempty"`
+	TransactionId string                         `json:"transactionId"`
 	Type          TransactionOperationResultType `json:"type"`
 }
 

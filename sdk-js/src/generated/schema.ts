@@ -1076,7 +1076,7 @@ export interface components {
             /** @description Batch budget used. */
             batch: number;
             /** @description Suggested pause before the next non-waiting poll after an empty one. */
-            waitMs?: number;
+            waitMs: number;
         };
         PopMessage: {
             /** @description Message id (UUIDv7). */
@@ -1257,7 +1257,7 @@ export interface components {
             type: "push" | "ack";
             success: boolean;
             /** @description Transaction id of the pushed or acked message. */
-            transactionId?: string;
+            transactionId: string;
             /** @description Push — message id. */
             messageId?: string;
             /** @description Push — target queue. */
@@ -1265,7 +1265,7 @@ export interface components {
             /** @description Push — duplicate within this bundle (first wins). */
             duplicate?: boolean;
             /** @description Ack — error, else null (always present; push results carry null too). */
-            error?: string | null;
+            error: string | null;
             /** @description Ack — filed a dead-letter row. */
             dlq?: boolean;
         };
@@ -1358,12 +1358,61 @@ export interface components {
             /** @description Milliseconds (echoed, not enforced). Default 1000. */
             retryDelay?: number | null;
         };
+        /** @description A queue's effective options, as configure and the queue detail answer them: every
+         *     option is present and none is `null` (unlike `QueueOptions`, whose `null` resets an
+         *     option in merge mode).
+         *      */
+        QueueOptionsResult: {
+            /** @description Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues). */
+            leaseTime: number;
+            /** @description Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3. */
+            retryLimit: number;
+            /** @description Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true. */
+            deadLetterQueue: boolean;
+            /** @description See `deadLetterQueue`. Default true. */
+            dlqAfterMaxRetries: boolean;
+            /** @description Deliver only segments at least this many seconds old. Default 0. */
+            delayedProcessing: number;
+            /** @description Seconds of quiet a partition needs before it delivers (debounce). Default 0. */
+            windowBuffer: number;
+            /** @description Enables `retentionSeconds` and `completedRetentionSeconds`. Default false. */
+            retentionEnabled: boolean;
+            /** @description Delete segments older than this, consumed or not (0 = off). Default 0. */
+            retentionSeconds: number;
+            /** @description Delete segments older than this that every group has consumed (0 = off). Default 0. */
+            completedRetentionSeconds: number;
+            /** @description Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0. */
+            maxWaitTimeSeconds: number;
+            /** @description Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+             *     Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+             *     above 1: once the queue has a message, the pop answers when the batch is full, after this
+             *     long, or at its own timeout, whichever comes first. The messages stay claimable by other
+             *     consumers meanwhile.
+             *      */
+            minPopWaitTime: number;
+            /** @description Encrypt payloads at rest (not supported by Lanes yet). Default false. */
+            encryptionEnabled: boolean;
+            /** @description Deduplication window per partition in seconds (0 = off). Default 3600. */
+            dedupWindowSeconds: number;
+            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`. */
+            retentionSinkHold: string;
+            /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800. */
+            retentionSinkHoldMaxSeconds: number;
+            /** @description Declared priority (echoed, not enforced). Default 0. */
+            priority: number;
+            /** @description Seconds (echoed, not enforced). Default 3600. */
+            ttl: number;
+            /** @description Maximum queue size (echoed, not enforced; 0 = unlimited). Default 0. */
+            maxSize: number;
+            /** @description Milliseconds (echoed, not enforced). Default 1000. */
+            retryDelay: number;
+        };
         /** @description The 19 queue options plus the `namespace` and `task` labels (21 keys). */
-        QueueDetailOptions: components["schemas"]["QueueOptions"] & {
+        QueueDetailOptions: components["schemas"]["QueueOptionsResult"] & {
             /** @description Namespace label. */
-            namespace?: string;
+            namespace: string;
             /** @description Task label. */
-            task?: string;
+            task: string;
         };
         ConfigureResult: {
             /** @description Always `true`. */
@@ -1377,86 +1426,86 @@ export interface components {
             task: string;
             /** @description Storage engine, `segments`. */
             storage: string;
-            options: components["schemas"]["QueueOptions"];
+            options: components["schemas"]["QueueOptionsResult"];
         };
         /** @description Message counters: one status per retained message (a dead-lettered one counts only as
          *     `deadLetter`), so the buckets add up to `total`.
          *      */
         MessageCounts: {
-            total?: number;
-            pending?: number;
-            processing?: number;
-            completed?: number;
-            failed?: number;
-            deadLetter?: number;
+            total: number;
+            pending: number;
+            processing: number;
+            completed: number;
+            failed: number;
+            deadLetter: number;
         };
         QueueSummary: {
             /** @description Queue id (UUID). */
-            id?: string;
-            name?: string;
-            namespace?: string;
-            task?: string;
+            id: string;
+            name: string;
+            namespace: string;
+            task: string;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt: string;
             /** @description Number of partitions. */
-            partitions?: number;
-            messages?: components["schemas"]["MessageCounts"];
+            partitions: number;
+            messages: components["schemas"]["MessageCounts"];
         };
         QueueList: {
-            queues?: components["schemas"]["QueueSummary"][];
+            queues: components["schemas"]["QueueSummary"][];
             /** @description Number of queues matching the filters. */
-            total?: number;
-            pagination?: components["schemas"]["Pagination"];
+            total: number;
+            pagination: components["schemas"]["Pagination"];
         };
         Pagination: {
-            limit?: number;
-            offset?: number;
+            limit: number;
+            offset: number;
             total?: number;
         };
         /** @description System-wide counters (from the stats reconciler, ≤ 10 s old). */
         Overview: {
-            queues?: number;
-            partitions?: number;
-            namespaces?: number;
-            tasks?: number;
-            messages?: components["schemas"]["MessageCounts"];
+            queues: number;
+            partitions: number;
+            namespaces: number;
+            tasks: number;
+            messages: components["schemas"]["MessageCounts"];
         };
         NamespaceList: {
-            namespaces?: components["schemas"]["NamespaceSummary"][];
+            namespaces: components["schemas"]["NamespaceSummary"][];
         };
         NamespaceSummary: {
-            namespace?: string;
-            queues?: number;
-            partitions?: number;
-            messages?: components["schemas"]["MessageCounts"];
+            namespace: string;
+            queues: number;
+            partitions: number;
+            messages: components["schemas"]["MessageCounts"];
         };
         TaskList: {
-            tasks?: components["schemas"]["TaskSummary"][];
+            tasks: components["schemas"]["TaskSummary"][];
         };
         TaskSummary: {
-            task?: string;
-            queues?: number;
-            partitions?: number;
-            messages?: components["schemas"]["MessageCounts"];
+            task: string;
+            queues: number;
+            partitions: number;
+            messages: components["schemas"]["MessageCounts"];
         };
         QueueDetail: {
             /** @description Queue id (UUID). */
-            id?: string;
-            name?: string;
-            namespace?: string;
-            task?: string;
+            id: string;
+            name: string;
+            namespace: string;
+            task: string;
             /** Format: date-time */
-            createdAt?: string;
-            options?: components["schemas"]["QueueDetailOptions"];
-            partitions?: components["schemas"]["QueuePartition"][];
+            createdAt: string;
+            options: components["schemas"]["QueueDetailOptions"];
+            partitions: components["schemas"]["QueuePartition"][];
             messages?: components["schemas"]["MessageCounts"];
         };
         QueuePartition: {
             /** @description Partition id (UUID). */
-            id?: string;
-            name?: string;
+            id: string;
+            name: string;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt: string;
             /** Format: date-time */
             lastActivity?: string | null;
             messages?: components["schemas"]["MessageCounts"];
@@ -1483,16 +1532,16 @@ export interface components {
             pending: number;
         };
         MessageList: {
-            messages?: components["schemas"]["MessageListItem"][];
-            mode?: components["schemas"]["MessageListMode"];
+            messages: components["schemas"]["MessageListItem"][];
+            mode: components["schemas"]["MessageListMode"];
             /** @description Length of this page. */
-            total?: number;
+            total: number;
         };
         MessageListMode: {
-            hasQueueMode?: boolean;
-            busGroupsCount?: number;
+            hasQueueMode: boolean;
+            busGroupsCount: number;
             /** @enum {string} */
-            type?: "queue" | "bus" | "hybrid" | "none";
+            type: "queue" | "bus" | "hybrid" | "none";
         };
         /** @description One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
          *     `null` when there is none, as in the reference. The reference's `txnHash` (an xxh3-128 of
@@ -1501,34 +1550,34 @@ export interface components {
          *     a segment position would put offsets on the wire (decisions.md).
          *      */
         MessageListItem: {
-            id?: string;
-            transactionId?: string;
-            partitionId?: string;
-            queuePath?: string;
-            queue?: string;
-            partition?: string;
-            namespace?: string;
-            task?: string;
+            id: string;
+            transactionId: string;
+            partitionId: string;
+            queuePath: string;
+            queue: string;
+            partition: string;
+            namespace: string;
+            task: string;
             /** @enum {string} */
-            status?: "pending" | "processing" | "completed" | "dead_letter";
-            queueStatus?: string;
-            busStatus?: {
+            status: "pending" | "processing" | "completed" | "dead_letter";
+            queueStatus: string;
+            busStatus: {
                 consumedBy?: number;
                 totalGroups?: number;
             };
             traceId: string | null;
             producerSub: string | null;
-            payloadAvailable?: boolean;
+            payloadAvailable: boolean;
             /** Format: date-time */
-            createdAt?: string;
+            createdAt: string;
             /** Format: date-time */
             leaseExpiresAt: string | null;
             /** @description Payload (any JSON). */
-            data?: ({
+            data: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Same as `data`. */
-            payload?: ({
+            payload: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
         };
@@ -1536,53 +1585,53 @@ export interface components {
          *     `leaseExpiresAt` (the queue-mode lease) are always present, `null` when there is none.
          *      */
         MessageDetail: {
-            id?: string;
-            transactionId?: string;
+            id: string;
+            transactionId: string;
             /** @description Payload (any JSON). */
-            data?: ({
+            data: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Same as `data`. */
-            payload?: ({
+            payload: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             traceId: string | null;
             producerSub: string | null;
             /** Format: date-time */
-            createdAt?: string;
-            partitionId?: string;
-            partition?: string;
-            isEncrypted?: boolean;
-            queue?: string;
-            queuePath?: string;
-            namespace?: string;
-            task?: string;
-            status?: string;
+            createdAt: string;
+            partitionId: string;
+            partition: string;
+            isEncrypted: boolean;
+            queue: string;
+            queuePath: string;
+            namespace: string;
+            task: string;
+            status: string;
             errorMessage: string | null;
             /** @description 0 for live messages. */
-            retryCount?: number;
+            retryCount: number;
             /** Format: date-time */
             leaseExpiresAt: string | null;
-            consumerGroups?: components["schemas"]["MessageConsumerGroup"][];
+            consumerGroups: components["schemas"]["MessageConsumerGroup"][];
             /** @description How the message's partition is consumed (queue mode, named groups, both, or none yet). */
-            mode?: components["schemas"]["MessageListMode"];
+            mode: components["schemas"]["MessageListMode"];
             /** @description Queue options (partial). */
-            queueConfig?: {
+            queueConfig: {
                 leaseTime?: number;
                 retryLimit?: number;
             };
         };
         MessageConsumerGroup: {
-            name?: string;
-            group?: string;
-            consumed?: boolean;
+            name: string;
+            group: string;
+            consumed: boolean;
             /** Format: date-time */
             leaseExpiresAt?: string | null;
         };
         DeleteMessageResult: {
-            success?: boolean;
+            success: boolean;
             /** @description DLQ rows deleted. */
-            deleted?: number;
+            deleted: number;
         };
         DlqList: {
             messages: components["schemas"]["DlqMessage"][];
@@ -1593,16 +1642,16 @@ export interface components {
         /** @description One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none. */
         DlqMessage: {
             /** @description DLQ row id (use with replay). */
-            id?: string;
-            transactionId?: string;
-            partitionId?: string;
-            queue?: string;
-            partition?: string;
-            consumerGroup?: string;
+            id: string;
+            transactionId: string;
+            partitionId: string;
+            queue: string;
+            partition: string;
+            consumerGroup: string;
             errorMessage: string | null;
-            retryCount?: number;
+            retryCount: number;
             /** @description Payload (any JSON). */
-            data?: ({
+            data: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             producerSub: string | null;
@@ -1610,10 +1659,10 @@ export interface components {
              * Format: date-time
              * @description Same as `failedAt`.
              */
-            createdAt?: string;
+            createdAt: string;
             /** Format: date-time */
-            failedAt?: string;
-            isEncrypted?: boolean;
+            failedAt: string;
+            isEncrypted: boolean;
         };
         DlqPurgeResult: {
             success: boolean;
@@ -1629,7 +1678,18 @@ export interface components {
             /** @description Destination partition (default the original; blank → 400). */
             partition?: string;
         };
-        DlqReplayResult: {
+        /** @description A replay's answer (`moved` or `duplicate`); every field but `error` is present. */
+        DlqReplayResult: components["schemas"]["DlqReplayOutcome"] & {
+            queue: string;
+            partition: string;
+            consumerGroup: string;
+            dlqId: string;
+            originalTransactionId: string;
+            replayedAs: components["schemas"]["ReplayedAs"];
+            dlqRowRemoved: boolean | null;
+        };
+        /** @description The replay outcome fields; a failure (`DlqReplayError`) carries only `success` and `result` for sure. */
+        DlqReplayOutcome: {
             success: boolean;
             /**
              * @description `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
@@ -1647,49 +1707,49 @@ export interface components {
         };
         /** @description Push result of the replayed message (no offset on the wire). */
         ReplayedAs: {
-            index?: number;
-            message_id?: string;
+            index: number;
+            message_id: string;
             /** @description `dlq:<dlq row id>`. */
-            transaction_id?: string;
-            queueName?: string;
+            transaction_id: string;
+            queueName: string;
             /** @enum {string} */
-            status?: "queued" | "duplicate" | "buffered" | "failed";
+            status: "queued" | "duplicate" | "buffered" | "failed";
         };
         /** @description Error envelope plus the replay outcome fields. */
-        DlqReplayError: components["schemas"]["Error"] & components["schemas"]["DlqReplayResult"];
+        DlqReplayError: components["schemas"]["Error"] & components["schemas"]["DlqReplayOutcome"];
         ConsumerGroupSummary: {
-            name?: string;
-            topics?: string[];
-            queueName?: string;
+            name: string;
+            topics: string[];
+            queueName: string;
             /** @description Cursor rows (not processes). */
-            members?: number;
-            partitionCursors?: number;
-            partitionsWithLag?: number;
+            members: number;
+            partitionCursors: number;
+            partitionsWithLag: number;
             /** @description Messages behind, summed over partitions. */
-            totalLag?: number;
+            totalLag: number;
             /** @description Seconds since the oldest unconsumed segment. */
-            maxTimeLag?: number;
+            maxTimeLag: number;
             /** @enum {string} */
-            state?: "Stable" | "Lagging" | "Dead";
-            storage?: string;
+            state: "Stable" | "Lagging" | "Dead";
+            storage: string;
             subscriptionMode?: string | null;
             /** Format: date-time */
             subscriptionTimestamp?: string | null;
             /** Format: date-time */
             subscriptionCreatedAt?: string | null;
-            conflation?: boolean;
+            conflation: boolean;
         };
         LaggingConsumerGroup: {
-            consumer_group?: string;
-            queue_name?: string;
-            partition_name?: string;
-            partition_id?: string;
+            consumer_group: string;
+            queue_name: string;
+            partition_name: string;
+            partition_id: string;
             worker_id?: string | null;
-            offset_lag?: number;
-            time_lag_seconds?: number;
-            lag_hours?: number;
+            offset_lag: number;
+            time_lag_seconds: number;
+            lag_hours: number;
             /** Format: date-time */
-            oldest_unconsumed_at?: string | null;
+            oldest_unconsumed_at: string | null;
             /** Format: date-time */
             last_consumed_at?: string | null;
         };
@@ -1698,27 +1758,27 @@ export interface components {
             [key: string]: components["schemas"]["ConsumerGroupQueue"];
         };
         ConsumerGroupQueue: {
-            conflation?: boolean;
-            partitions?: components["schemas"]["ConsumerGroupPartition"][];
+            conflation: boolean;
+            partitions: components["schemas"]["ConsumerGroupPartition"][];
         };
         /** @description One partition's cursor. `workerId` and `lastConsumedAt` are always present, `null` when there is none. */
         ConsumerGroupPartition: {
-            partition?: string;
+            partition: string;
             workerId: string | null;
             /** Format: date-time */
             lastConsumedAt: string | null;
-            totalConsumed?: number;
-            offsetLag?: number;
-            timeLagSeconds?: number;
-            leaseActive?: boolean;
+            totalConsumed: number;
+            offsetLag: number;
+            timeLagSeconds: number;
+            leaseActive: boolean;
         };
         ConsumerGroupDeleteResult: {
             success: boolean;
             consumerGroup: string;
             /** @description Present on the per-queue route. */
             queueName?: string;
-            deletedPartitions?: number;
-            metadataDeleted?: boolean;
+            deletedPartitions: number;
+            metadataDeleted: boolean;
         };
         SubscriptionUpdateRequest: {
             /**
@@ -1728,11 +1788,11 @@ export interface components {
             subscriptionTimestamp: string;
         };
         SubscriptionUpdateResult: {
-            success?: boolean;
-            consumerGroup?: string;
+            success: boolean;
+            consumerGroup: string;
             /** Format: date-time */
-            newTimestamp?: string;
-            rowsUpdated?: number;
+            newTimestamp: string;
+            rowsUpdated: number;
         };
         /** @description `toEnd:true` or `timestamp` (`toEnd:true` wins when both are given). Neither (`{}`,
          *     `{"toEnd":false}`) answers `400 bad_request` on the queue route; on the partition route
@@ -1748,23 +1808,23 @@ export interface components {
             toEnd?: boolean;
         };
         SeekQueueResult: {
-            success?: boolean;
-            consumerGroup?: string;
-            queueName?: string;
-            seekToEnd?: boolean;
+            success: boolean;
+            consumerGroup: string;
+            queueName: string;
+            seekToEnd: boolean;
             /** Format: date-time */
             targetTimestamp?: string | null;
-            partitionsUpdated?: number;
+            partitionsUpdated: number;
         };
         SeekPartitionResult: {
-            success?: boolean;
-            consumerGroup?: string;
-            queueName?: string;
-            partitionName?: string;
-            seekToEnd?: boolean;
+            success: boolean;
+            consumerGroup: string;
+            queueName: string;
+            partitionName: string;
+            seekToEnd: boolean;
             /** Format: date-time */
             targetTimestamp?: string | null;
-            updated?: boolean;
+            updated: boolean;
             hotlistRepaired?: boolean;
             warning?: string;
         };
@@ -1847,12 +1907,12 @@ export interface components {
             error?: string;
         };
         KvRow: {
-            key?: string;
+            key: string;
             /** @description Value (any JSON); absent with `keysOnly`. */
             value?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            version?: number;
+            version: number;
             /** Format: date-time */
             expiresAt?: string | null;
             /** Format: date-time */
@@ -1897,7 +1957,7 @@ export interface components {
             truncated: boolean;
             nextAfter?: string | null;
             /** @description Bytes of values returned. */
-            bytes?: number;
+            bytes: number;
         };
         TimerOperation: {
             /**
@@ -1941,8 +2001,8 @@ export interface components {
              * @enum {string}
              */
             status: "scheduled" | "rescheduled" | "cancelled" | "absent" | "too_late";
-            queue?: string;
-            timerKey?: string;
+            queue: string;
+            timerKey: string;
             txn?: string;
             messageId?: string | null;
             /** Format: date-time */
@@ -1989,60 +2049,60 @@ export interface components {
             status: string;
             /** @description `connected` or `disconnected`. */
             database: string;
-            engine?: string;
-            version?: string;
+            engine: string;
+            version: string;
         };
         Liveness: {
             /** @description `ok`. */
             status: string;
-            engine?: string;
+            engine: string;
         };
         /** @description Process metrics snapshot (loosely typed; some fields may be 0). */
         Metrics: {
-            uptime?: number;
-            requests?: components["schemas"]["RateCounter"];
-            messages?: components["schemas"]["RateCounter"];
+            uptime: number;
+            requests: components["schemas"]["RateCounter"];
+            messages: components["schemas"]["RateCounter"];
             database?: {
                 poolSize?: number;
                 idleConnections?: number;
                 waitingRequests?: number;
             };
-            memory?: Record<string, never>;
-            cpu?: Record<string, never>;
+            memory: Record<string, never>;
+            cpu: Record<string, never>;
         };
         RateCounter: {
-            total?: number;
-            rate?: number;
+            total: number;
+            rate: number;
         };
         /** @description Dashboard aggregate over a time window (loosely typed). */
         StatusOverview: {
-            timeRange?: Record<string, never>;
-            bucketMinutes?: number;
-            pointCount?: number;
-            throughput?: Record<string, never>[];
-            queues?: Record<string, never>;
-            messages?: Record<string, never>;
-            leases?: Record<string, never>;
-            deadLetterQueue?: Record<string, never>;
-            workers?: Record<string, never>[];
-            errors?: Record<string, never>;
-            statsAge?: number;
+            timeRange: Record<string, never>;
+            bucketMinutes: number;
+            pointCount: number;
+            throughput: Record<string, never>[];
+            queues: Record<string, never>;
+            messages: Record<string, never>;
+            leases: Record<string, never>;
+            deadLetterQueue: Record<string, never>;
+            workers: Record<string, never>[];
+            errors: Record<string, never>;
+            statsAge: number;
         };
         QueueStatusList: {
-            queues?: components["schemas"]["QueueSummary"][];
-            pagination?: components["schemas"]["Pagination"];
+            queues: components["schemas"]["QueueSummary"][];
+            pagination: components["schemas"]["Pagination"];
         };
         /** @description Live status of one queue (loosely typed). */
         QueueStatus: {
-            queue?: Record<string, never>;
-            messages?: components["schemas"]["MessageCounts"];
+            queue: Record<string, never>;
+            messages: components["schemas"]["MessageCounts"];
             partitions?: components["schemas"]["PartitionStatus"][];
         };
         PartitionStatus: {
-            name?: string;
-            messages?: components["schemas"]["MessageCounts"];
-            stats?: Record<string, never>;
-            cursor?: Record<string, never>;
+            name: string;
+            messages: components["schemas"]["MessageCounts"];
+            stats: Record<string, never>;
+            cursor: Record<string, never>;
             /** Format: date-time */
             lastActivity?: string | null;
             oldestMessage?: Record<string, never> | null;

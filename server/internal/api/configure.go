@@ -68,8 +68,8 @@ func configureInvalid(field, message string) gen.Configure400JSONResponse {
 }
 
 // wireOptions converts engine options to the generated type, every key set.
-func wireOptions(o engine.QueueOptions) gen.QueueOptions {
-	var out gen.QueueOptions
+func wireOptions(o engine.QueueOptions) gen.QueueOptionsResult {
+	var out gen.QueueOptionsResult
 	b, _ := json.Marshal(o)
 	_ = json.Unmarshal(b, &out)
 	return out
@@ -92,16 +92,16 @@ func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (g
 	var opts gen.QueueDetailOptions
 	b, _ := json.Marshal(q.Options)
 	_ = json.Unmarshal(b, &opts)
-	opts.Namespace, opts.Task = &q.Namespace, &q.Task
+	opts.Namespace, opts.Task = q.Namespace, q.Task
 	id := q.ID.String()
 	detail := gen.GetQueue200JSONResponse{
-		Id: &id, Name: &q.Name, Namespace: &q.Namespace, Task: &q.Task, CreatedAt: &q.CreatedAt, Options: &opts,
+		Id: id, Name: q.Name, Namespace: q.Namespace, Task: q.Task, CreatedAt: q.CreatedAt, Options: opts,
 	}
 	list := make([]gen.QueuePartition, len(parts))
 	for i, p := range parts {
 		pid := p.ID.String()
-		list[i] = gen.QueuePartition{Id: &pid, Name: &parts[i].Name, CreatedAt: &parts[i].CreatedAt, LastActivity: parts[i].LastWriteAt}
+		list[i] = gen.QueuePartition{Id: pid, Name: parts[i].Name, CreatedAt: parts[i].CreatedAt, LastActivity: parts[i].LastWriteAt}
 	}
-	detail.Partitions = &list
+	detail.Partitions = list
 	return detail, nil
 }

@@ -53,7 +53,7 @@ func (s *Server) ListDlq(ctx context.Context, req gen.ListDlqRequestObject) (gen
 		return nil, err
 	}
 	out := gen.ListDlq200JSONResponse{Messages: make([]gen.DlqMessage, len(rows)), Total: len(rows),
-		Pagination: gen.Pagination{Limit: &limit, Offset: &offset}}
+		Pagination: gen.Pagination{Limit: limit, Offset: offset}}
 	for i := range rows {
 		out.Messages[i] = wireDeadLetter(&rows[i])
 	}
@@ -65,9 +65,9 @@ func wireDeadLetter(d *engine.DeadLetter) gen.DlqMessage {
 	failed := d.FailedAt.UTC()
 	encrypted := false
 	return gen.DlqMessage{
-		Id: &id, TransactionId: &d.TransactionID, PartitionId: &pid, Queue: &d.Queue, Partition: &d.Partition,
-		ConsumerGroup: &d.Group, ErrorMessage: optional(d.Error), RetryCount: &d.RetryCount, Data: d.Payload,
-		CreatedAt: &failed, FailedAt: &failed, IsEncrypted: &encrypted,
+		Id: id, TransactionId: d.TransactionID, PartitionId: pid, Queue: d.Queue, Partition: d.Partition,
+		ConsumerGroup: d.Group, ErrorMessage: optional(d.Error), RetryCount: d.RetryCount, Data: d.Payload,
+		CreatedAt: failed, FailedAt: failed, IsEncrypted: encrypted,
 	}
 }
 
@@ -169,10 +169,10 @@ func replayAnswer(res *engine.ReplayResult, err error, requestedID string) (gen.
 	moved := res.Outcome == engine.ReplayMoved
 	out := gen.DlqReplayResult{
 		Success: moved, Result: gen.DlqReplayResultResult(res.Outcome),
-		Queue: &res.Queue, Partition: &res.Partition, ConsumerGroup: &res.Row.Group, DlqId: &dlqID,
-		OriginalTransactionId: &res.Row.TransactionID, DlqRowRemoved: &moved,
-		ReplayedAs: &gen.ReplayedAs{Index: &index, MessageId: &messageID, TransactionId: &res.TransactionID,
-			QueueName: &res.Queue, Status: &status},
+		Queue: res.Queue, Partition: res.Partition, ConsumerGroup: res.Row.Group, DlqId: dlqID,
+		OriginalTransactionId: res.Row.TransactionID, DlqRowRemoved: &moved,
+		ReplayedAs: gen.ReplayedAs{Index: index, MessageId: messageID, TransactionId: res.TransactionID,
+			QueueName: res.Queue, Status: status},
 	}
 	if !moved {
 		msg := "the dedup window already holds " + res.TransactionID + "; nothing written, the dead letter stays"

@@ -25,20 +25,20 @@ func (s *Server) ListConsumerGroups(ctx context.Context, _ gen.ListConsumerGroup
 			mode = valuePtr(g.SubscriptionMode)
 		}
 		out = append(out, gen.ConsumerGroupSummary{
-			Name:                  valuePtr(g.Group),
-			Topics:                &[]string{g.Queue},
-			QueueName:             valuePtr(g.Queue),
-			Members:               valuePtr(g.Cursors),
-			PartitionCursors:      valuePtr(g.Cursors),
-			PartitionsWithLag:     valuePtr(g.PartitionsWithLag),
-			TotalLag:              valuePtr(int(g.TotalLag)),
-			MaxTimeLag:            valuePtr(int(g.MaxTimeLag / time.Second)),
-			State:                 valuePtr(gen.ConsumerGroupSummaryState(g.State())),
-			Storage:               valuePtr("segments"),
+			Name:                  g.Group,
+			Topics:                []string{g.Queue},
+			QueueName:             g.Queue,
+			Members:               g.Cursors,
+			PartitionCursors:      g.Cursors,
+			PartitionsWithLag:     g.PartitionsWithLag,
+			TotalLag:              int(g.TotalLag),
+			MaxTimeLag:            int(g.MaxTimeLag / time.Second),
+			State:                 gen.ConsumerGroupSummaryState(g.State()),
+			Storage:               "segments",
 			SubscriptionMode:      mode,
 			SubscriptionTimestamp: utcPtr(g.SubscriptionTimestamp),
 			SubscriptionCreatedAt: utcPtr(g.SubscriptionCreatedAt),
-			Conflation:            valuePtr(false),
+			Conflation:            false,
 		})
 	}
 	return out, nil
@@ -58,14 +58,14 @@ func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLagg
 	for _, c := range cursors {
 		seconds := int(c.TimeLag / time.Second)
 		out = append(out, gen.LaggingConsumerGroup{
-			ConsumerGroup:      valuePtr(c.Group),
-			QueueName:          valuePtr(c.Queue),
-			PartitionName:      valuePtr(c.Partition),
-			PartitionId:        valuePtr(c.PartitionID.String()),
+			ConsumerGroup:      c.Group,
+			QueueName:          c.Queue,
+			PartitionName:      c.Partition,
+			PartitionId:        c.PartitionID.String(),
 			WorkerId:           optional(c.LeaseID),
-			OffsetLag:          valuePtr(int(c.OffsetLag)),
-			TimeLagSeconds:     valuePtr(seconds),
-			LagHours:           valuePtr(float32(c.TimeLag.Hours())),
+			OffsetLag:          int(c.OffsetLag),
+			TimeLagSeconds:     seconds,
+			LagHours:           float32(c.TimeLag.Hours()),
 			OldestUnconsumedAt: utcPtr(c.OldestUnconsumed),
 			LastConsumedAt:     utcPtr(c.LastConsumedAt),
 		})
@@ -82,18 +82,18 @@ func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupR
 	partitions := map[string][]gen.ConsumerGroupPartition{}
 	for _, c := range cursors {
 		partitions[c.Queue] = append(partitions[c.Queue], gen.ConsumerGroupPartition{
-			Partition:      valuePtr(c.Partition),
+			Partition:      c.Partition,
 			WorkerId:       optional(c.LeaseID),
 			LastConsumedAt: utcPtr(c.LastConsumedAt),
-			TotalConsumed:  valuePtr(int(c.TotalConsumed)),
-			OffsetLag:      valuePtr(int(c.OffsetLag)),
-			TimeLagSeconds: valuePtr(int(c.TimeLag / time.Second)),
-			LeaseActive:    valuePtr(c.LeaseActive),
+			TotalConsumed:  int(c.TotalConsumed),
+			OffsetLag:      int(c.OffsetLag),
+			TimeLagSeconds: int(c.TimeLag / time.Second),
+			LeaseActive:    c.LeaseActive,
 		})
 	}
 	out := gen.GetConsumerGroup200JSONResponse{}
 	for queue, parts := range partitions {
-		out[queue] = gen.ConsumerGroupQueue{Conflation: valuePtr(false), Partitions: &parts}
+		out[queue] = gen.ConsumerGroupQueue{Conflation: false, Partitions: parts}
 	}
 	return out, nil
 }
@@ -109,7 +109,7 @@ func (s *Server) UpdateConsumerGroupSubscription(ctx context.Context, req gen.Up
 		return nil, err
 	}
 	return gen.UpdateConsumerGroupSubscription200JSONResponse{
-		Success: valuePtr(true), ConsumerGroup: valuePtr(req.Group), NewTimestamp: &ts, RowsUpdated: valuePtr(res.RowsUpdated),
+		Success: true, ConsumerGroup: req.Group, NewTimestamp: ts, RowsUpdated: res.RowsUpdated,
 	}, nil
 }
 
@@ -121,7 +121,7 @@ func (s *Server) DeleteConsumerGroup(ctx context.Context, req gen.DeleteConsumer
 	}
 	return gen.DeleteConsumerGroup200JSONResponse{
 		Success: true, ConsumerGroup: req.Group,
-		DeletedPartitions: valuePtr(res.DeletedPartitions), MetadataDeleted: valuePtr(res.MetadataDeleted),
+		DeletedPartitions: res.DeletedPartitions, MetadataDeleted: res.MetadataDeleted,
 	}, nil
 }
 
@@ -133,7 +133,7 @@ func (s *Server) DeleteConsumerGroupQueue(ctx context.Context, req gen.DeleteCon
 	}
 	return gen.DeleteConsumerGroupQueue200JSONResponse{
 		Success: true, ConsumerGroup: req.Group, QueueName: valuePtr(req.Queue),
-		DeletedPartitions: valuePtr(res.DeletedPartitions), MetadataDeleted: valuePtr(res.MetadataDeleted),
+		DeletedPartitions: res.DeletedPartitions, MetadataDeleted: res.MetadataDeleted,
 	}, nil
 }
 

@@ -148,7 +148,7 @@ func (s *Server) ListKvKeys(ctx context.Context, req gen.ListKvKeysRequestObject
 		rows[i].Expired = &expired
 	}
 	bytes := page.Bytes
-	return gen.ListKvKeys200JSONResponse{Rows: rows, Truncated: page.Truncated, NextAfter: optional(page.NextAfter), Bytes: &bytes}, nil
+	return gen.ListKvKeys200JSONResponse{Rows: rows, Truncated: page.Truncated, NextAfter: optional(page.NextAfter), Bytes: bytes}, nil
 }
 
 // codedBadRequest turns an engine input error into the 400 body with its code.
@@ -238,7 +238,7 @@ func kvResultToWire(r engine.KVResult) gen.KvResult {
 func kvRowToWire(r engine.KVRow) gen.KvRow {
 	version := int(r.Version)
 	updated := r.UpdatedAt
-	row := gen.KvRow{Key: &r.Key, Value: r.Value, Version: &version, ExpiresAt: r.ExpiresAt, UpdatedAt: &updated}
+	row := gen.KvRow{Key: r.Key, Value: r.Value, Version: version, ExpiresAt: r.ExpiresAt, UpdatedAt: &updated}
 	if row.UpdatedAt.IsZero() {
 		row.UpdatedAt = nil
 	}

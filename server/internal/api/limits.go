@@ -148,7 +148,7 @@ func (s *Server) strictMiddleware(f gen.StrictHandlerFunc, operationID string) g
 		if operationID == "GetHealth" && !s.schemaReady() {
 			engineLabel, version := engineName, s.opts.Version
 			return gen.GetHealth503JSONResponse{Status: "unhealthy", Database: "schema not applied",
-				Engine: &engineLabel, Version: &version}, nil
+				Engine: engineLabel, Version: version}, nil
 		}
 		if err := limits.check(request); err != nil {
 			return nil, err

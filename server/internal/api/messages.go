@@ -52,7 +52,7 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 		items[i] = wireListItem(&records[i])
 	}
 	total := len(items)
-	return gen.ListMessages200JSONResponse{Messages: &items, Total: &total, Mode: wireMode(mode)}, nil
+	return gen.ListMessages200JSONResponse{Messages: items, Total: total, Mode: wireMode(mode)}, nil
 }
 
 func wireListItem(r *engine.MessageRecord) gen.MessageListItem {
@@ -64,22 +64,22 @@ func wireListItem(r *engine.MessageRecord) gen.MessageListItem {
 	available := true
 	// No segment position: offsets never appear on the wire.
 	item := gen.MessageListItem{
-		Id: &id, TransactionId: &r.TransactionID, PartitionId: &pid, QueuePath: &path,
-		Queue: &r.Queue, Partition: &r.Partition, Namespace: &r.Namespace, Task: &r.Task, Status: &status,
-		QueueStatus: &queueStatus, TraceId: optional(r.TraceID), ProducerSub: optional(r.ProducerSub),
-		PayloadAvailable: &available, CreatedAt: &created, LeaseExpiresAt: r.LeaseExpiresAt,
+		Id: id, TransactionId: r.TransactionID, PartitionId: pid, QueuePath: path,
+		Queue: r.Queue, Partition: r.Partition, Namespace: r.Namespace, Task: r.Task, Status: status,
+		QueueStatus: queueStatus, TraceId: optional(r.TraceID), ProducerSub: optional(r.ProducerSub),
+		PayloadAvailable: available, CreatedAt: created, LeaseExpiresAt: r.LeaseExpiresAt,
 		Data: r.Payload, Payload: r.Payload,
 	}
-	item.BusStatus = &struct {
+	item.BusStatus = struct {
 		ConsumedBy  *int `json:"consumedBy,omitempty"`
 		TotalGroups *int `json:"totalGroups,omitempty"`
 	}{ConsumedBy: &r.ConsumedBy, TotalGroups: &r.TotalGroups}
 	return item
 }
 
-func wireMode(m engine.MessageListMode) *gen.MessageListMode {
+func wireMode(m engine.MessageListMode) gen.MessageListMode {
 	t := gen.MessageListModeType(m.Type)
-	return &gen.MessageListMode{HasQueueMode: &m.HasQueueMode, BusGroupsCount: &m.BusGroups, Type: &t}
+	return gen.MessageListMode{HasQueueMode: m.HasQueueMode, BusGroupsCount: m.BusGroups, Type: t}
 }
 
 // GetMessage answers one message with its per-group consumption.
@@ -106,19 +106,19 @@ func (s *Server) GetMessage(ctx context.Context, req gen.GetMessageRequestObject
 	var queueModeLease *time.Time
 	for i := range d.Groups {
 		g := &d.Groups[i]
-		groups[i] = gen.MessageConsumerGroup{Name: &g.Group, Group: &g.Group, Consumed: &g.Consumed, LeaseExpiresAt: g.LeaseExpiresAt}
+		groups[i] = gen.MessageConsumerGroup{Name: g.Group, Group: g.Group, Consumed: g.Consumed, LeaseExpiresAt: g.LeaseExpiresAt}
 		if g.Group == engine.QueueModeGroup {
 			queueModeLease = g.LeaseExpiresAt
 		}
 	}
 	out := gen.GetMessage200JSONResponse{
-		Id: &id, TransactionId: &d.TransactionID, Data: d.Payload, Payload: d.Payload, TraceId: optional(d.TraceID),
-		ProducerSub: optional(d.ProducerSub), CreatedAt: &created, PartitionId: &partitionID, Partition: &d.Partition,
-		IsEncrypted: &encrypted, Queue: &d.Queue, QueuePath: &path, Namespace: &d.Namespace, Task: &d.Task,
-		Status: &status, ErrorMessage: optional(d.ErrorMessage), RetryCount: &d.RetryCount,
-		LeaseExpiresAt: queueModeLease, ConsumerGroups: &groups, Mode: wireMode(d.Mode),
+		Id: id, TransactionId: d.TransactionID, Data: d.Payload, Payload: d.Payload, TraceId: optional(d.TraceID),
+		ProducerSub: optional(d.ProducerSub), CreatedAt: created, PartitionId: partitionID, Partition: d.Partition,
+		IsEncrypted: encrypted, Queue: d.Queue, QueuePath: path, Namespace: d.Namespace, Task: d.Task,
+		Status: status, ErrorMessage: optional(d.ErrorMessage), RetryCount: d.RetryCount,
+		LeaseExpiresAt: queueModeLease, ConsumerGroups: groups, Mode: wireMode(d.Mode),
 	}
-	out.QueueConfig = &struct {
+	out.QueueConfig = struct {
 		LeaseTime  *int `json:"leaseTime,omitempty"`
 		RetryLimit *int `json:"retryLimit,omitempty"`
 	}{LeaseTime: &d.LeaseTime, RetryLimit: &d.RetryLimit}
@@ -142,5 +142,5 @@ func (s *Server) DeleteMessage(ctx context.Context, req gen.DeleteMessageRequest
 		return nil, err
 	}
 	deleted, ok := int(n), true
-	return gen.DeleteMessage200JSONResponse{Success: &ok, Deleted: &deleted}, nil
+	return gen.DeleteMessage200JSONResponse{Success: ok, Deleted: deleted}, nil
 }

@@ -53,7 +53,7 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 		Messages:          make([]gen.PopMessage, len(res.Messages)),
 	}
 	if a := res.Autopilot; a != nil {
-		out.Autopilot = &gen.PopAutopilot{Partitions: a.Partitions, Batch: a.Batch, WaitMs: &a.WaitMs}
+		out.Autopilot = &gen.PopAutopilot{Partitions: a.Partitions, Batch: a.Batch, WaitMs: a.WaitMs}
 	}
 	// A batch holds runs of one partition: its id is formatted once per run.
 	partitionID, partitionIDText := res.PartitionID, out.PartitionId

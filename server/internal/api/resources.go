@@ -8,18 +8,18 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-func wireCounts(c engine.MessageCounts) *gen.MessageCounts {
+func wireCounts(c engine.MessageCounts) gen.MessageCounts {
 	total, pending, processing, completed, dead := int(c.Total), int(c.Pending), int(c.Processing), int(c.Completed), int(c.DeadLetter)
 	failed := 0
-	return &gen.MessageCounts{Total: &total, Pending: &pending, Processing: &processing, Completed: &completed,
-		DeadLetter: &dead, Failed: &failed}
+	return gen.MessageCounts{Total: total, Pending: pending, Processing: processing, Completed: completed,
+		DeadLetter: dead, Failed: failed}
 }
 
 func wireQueueSummary(q *engine.QueueSummary) gen.QueueSummary {
 	id := q.ID.String()
 	created := q.CreatedAt.UTC()
-	return gen.QueueSummary{Id: &id, Name: &q.Name, Namespace: &q.Namespace, Task: &q.Task, CreatedAt: &created,
-		Partitions: &q.Partitions, Messages: wireCounts(q.Messages)}
+	return gen.QueueSummary{Id: id, Name: q.Name, Namespace: q.Namespace, Task: q.Task, CreatedAt: created,
+		Partitions: q.Partitions, Messages: wireCounts(q.Messages)}
 }
 
 func (s *Server) queuePage(ctx context.Context, f engine.QueueListFilter) ([]gen.QueueSummary, gen.Pagination, error) {
@@ -32,7 +32,7 @@ func (s *Server) queuePage(ctx context.Context, f engine.QueueListFilter) ([]gen
 		out[i] = wireQueueSummary(&list[i])
 	}
 	limit, offset := f.Limit, f.Offset
-	return out, gen.Pagination{Limit: &limit, Offset: &offset, Total: &total}, nil
+	return out, gen.Pagination{Limit: limit, Offset: offset, Total: &total}, nil
 }
 
 func pageOf(limit *gen.Limit, offset *gen.Offset) (int, int) {
@@ -55,7 +55,7 @@ func (s *Server) ListQueues(ctx context.Context, req gen.ListQueuesRequestObject
 	if err != nil {
 		return nil, err
 	}
-	return gen.ListQueues200JSONResponse{Queues: &queues, Total: page.Total, Pagination: &page}, nil
+	return gen.ListQueues200JSONResponse{Queues: queues, Total: deref(page.Total), Pagination: page}, nil
 }
 
 // GetOverview answers system-wide counters.
@@ -64,8 +64,8 @@ func (s *Server) GetOverview(ctx context.Context, _ gen.GetOverviewRequestObject
 	if err != nil {
 		return nil, err
 	}
-	return gen.GetOverview200JSONResponse{Queues: &o.Queues, Partitions: &o.Partitions, Namespaces: &o.Namespaces,
-		Tasks: &o.Tasks, Messages: wireCounts(o.Messages)}, nil
+	return gen.GetOverview200JSONResponse{Queues: o.Queues, Partitions: o.Partitions, Namespaces: o.Namespaces,
+		Tasks: o.Tasks, Messages: wireCounts(o.Messages)}, nil
 }
 
 // ListNamespaces summarizes every namespace.
@@ -77,9 +77,9 @@ func (s *Server) ListNamespaces(ctx context.Context, _ gen.ListNamespacesRequest
 	out := make([]gen.NamespaceSummary, len(list))
 	for i := range list {
 		l := &list[i]
-		out[i] = gen.NamespaceSummary{Namespace: &l.Label, Queues: &l.Queues, Partitions: &l.Partitions, Messages: wireCounts(l.Messages)}
+		out[i] = gen.NamespaceSummary{Namespace: l.Label, Queues: l.Queues, Partitions: l.Partitions, Messages: wireCounts(l.Messages)}
 	}
-	return gen.ListNamespaces200JSONResponse{Namespaces: &out}, nil
+	return gen.ListNamespaces200JSONResponse{Namespaces: out}, nil
 }
 
 // ListTasks summarizes every task.
@@ -91,9 +91,9 @@ func (s *Server) ListTasks(ctx context.Context, _ gen.ListTasksRequestObject) (g
 	out := make([]gen.TaskSummary, len(list))
 	for i := range list {
 		l := &list[i]
-		out[i] = gen.TaskSummary{Task: &l.Label, Queues: &l.Queues, Partitions: &l.Partitions, Messages: wireCounts(l.Messages)}
+		out[i] = gen.TaskSummary{Task: l.Label, Queues: l.Queues, Partitions: l.Partitions, Messages: wireCounts(l.Messages)}
 	}
-	return gen.ListTasks200JSONResponse{Tasks: &out}, nil
+	return gen.ListTasks200JSONResponse{Tasks: out}, nil
 }
 
 // DeleteQueue removes a queue and everything in it; 200 even when there was none,

@@ -21,9 +21,9 @@ func (s *Server) SeekQueue(ctx context.Context, req gen.SeekQueueRequestObject) 
 		return nil, err
 	}
 	return gen.SeekQueue200JSONResponse{
-		Success: valuePtr(true), ConsumerGroup: valuePtr(req.Group), QueueName: valuePtr(req.Queue),
-		SeekToEnd: valuePtr(seek.ToEnd), TargetTimestamp: seekTarget(seek),
-		PartitionsUpdated: valuePtr(res.PartitionsUpdated),
+		Success: true, ConsumerGroup: req.Group, QueueName: req.Queue,
+		SeekToEnd: seek.ToEnd, TargetTimestamp: seekTarget(seek),
+		PartitionsUpdated: res.PartitionsUpdated,
 	}, nil
 }
 
@@ -39,8 +39,8 @@ func (s *Server) SeekPartition(ctx context.Context, req gen.SeekPartitionRequest
 		return nil, err
 	}
 	return gen.SeekPartition200JSONResponse{
-		Success: valuePtr(true), ConsumerGroup: valuePtr(req.Group), QueueName: valuePtr(req.Queue), PartitionName: valuePtr(req.Partition),
-		SeekToEnd: valuePtr(seek.ToEnd), TargetTimestamp: seekTarget(seek), Updated: valuePtr(res.PartitionsUpdated > 0),
+		Success: true, ConsumerGroup: req.Group, QueueName: req.Queue, PartitionName: req.Partition,
+		SeekToEnd: seek.ToEnd, TargetTimestamp: seekTarget(seek), Updated: res.PartitionsUpdated > 0,
 	}, nil
 }
 

@@ -78,3 +78,57 @@ func (b *testBroker) specAnswer(t testing.TB, method, path, body string) (int, [
 	}
 	return resp.StatusCode, raw
 }
+
+// TestAnswersMatchTheSpec reads the management and status answers as a client
+// generated from openapi.yaml does: every field the spec marks required must be
+// there (a queue that never had a write, a partition without messages and a
+// group without a lease included), with the types the spec gives.
+func TestAnswersMatchTheSpec(t *testing.T) {
+	b := newTestBroker(t)
+	q, idle, group := uniqueQueue(t), uniqueQueue(t), "spec-g"
+	if status, _ := b.specAnswer(t, "POST", "/api/v1/configure", `{"queue":"`+idle+`"}`); status != http.StatusOK {
+		t.Fatalf("configure %s: %d", idle, status)
+	}
+	popped := b.deadLetter(t, q, "p0", "m0")
+	pid := popped.Messages[0].PartitionID
+	b.push(t, q, "p1", "m1")
+	b.push(t, q, "p1", "m2")
+	b.pop(t, "/api/v1/pop/queue/"+q+"/partition/p1?consumerGroup="+group+"&subscriptionMode=all&batch=1")
+	var dlq dlqList
+	b.call(t, "GET", "/api/v1/dlq?queue="+q, nil, &dlq)
+	if len(dlq.Messages) != 1 {
+		t.Fatalf("fixture: %+v", dlq)
+	}
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/configure", `{"queue":"` + q + `","options":{"retryLimit":2}}`},
+		{"GET", "/api/v1/resources/queues", ""},
+		{"GET", "/api/v1/resources/queues/" + q, ""},
+		{"GET", "/api/v1/resources/queues/" + idle, ""},
+		{"GET", "/api/v1/resources/overview", ""},
+		{"GET", "/api/v1/resources/namespaces", ""},
+		{"GET", "/api/v1/resources/tasks", ""},
+		{"GET", "/api/v1/messages?queue=" + q, ""},
+		{"GET", "/api/v1/messages/" + pid + "/m0", ""},
+		{"GET", "/api/v1/dlq?queue=" + q, ""},
+		{"GET", "/api/v1/consumer-groups", ""},
+		{"GET", "/api/v1/consumer-groups/" + group, ""},
+		{"GET", "/api/v1/consumer-groups/lagging?minLagSeconds=0", ""},
+		{"POST", "/api/v1/consumer-groups/" + group + "/subscription", `{"subscriptionTimestamp":"2020-01-01T00:00:00Z"}`},
+		{"GET", "/api/v1/status", ""},
+		{"GET", "/api/v1/status/queues", ""},
+		{"GET", "/api/v1/status/queues/" + q + "?includePartitions=true", ""},
+		{"GET", "/api/v1/status/queues/" + idle + "?includePartitions=true", ""},
+		{"GET", "/health", ""},
+		{"GET", "/status", ""},
+		{"GET", "/metrics", ""},
+		{"POST", "/api/v1/consumer-groups/" + group + "/queues/" + q + "/partitions/p1/seek", `{"toEnd":true}`},
+		{"POST", "/api/v1/consumer-groups/" + group + "/queues/" + q + "/seek", `{"timestamp":"2020-01-01T00:00:00Z"}`},
+		{"POST", "/api/v1/dlq/" + dlq.Messages[0].ID + "/replay", ""},
+		{"DELETE", "/api/v1/consumer-groups/" + group + "/queues/" + q, ""},
+		{"DELETE", "/api/v1/consumer-groups/" + group, ""},
+	} {
+		if status, raw := b.specAnswer(t, c.method, c.path, c.body); status != http.StatusOK {
+			t.Errorf("%s %s: %d %s", c.method, c.path, status, raw)
+		}
+	}
+}

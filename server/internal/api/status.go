@@ -38,14 +38,14 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 	bucket, points := bucketMinutes(to.Sub(from)), 0
 	var statsAge float32
 	return gen.GetStatus200JSONResponse{
-		TimeRange:     &map[string]any{"from": from, "to": to},
-		BucketMinutes: &bucket, PointCount: &points, Throughput: &[]map[string]any{},
-		Queues: &map[string]any{"total": o.Queues, "partitions": o.Partitions, "namespaces": o.Namespaces, "tasks": o.Tasks},
-		Messages: &map[string]any{"total": m.Total, "pending": m.Pending, "processing": m.Processing,
+		TimeRange:     map[string]any{"from": from, "to": to},
+		BucketMinutes: bucket, PointCount: points, Throughput: []map[string]any{},
+		Queues: map[string]any{"total": o.Queues, "partitions": o.Partitions, "namespaces": o.Namespaces, "tasks": o.Tasks},
+		Messages: map[string]any{"total": m.Total, "pending": m.Pending, "processing": m.Processing,
 			"completed": m.Completed, "deadLetter": m.DeadLetter, "failed": 0},
-		Leases:          &map[string]any{"active": leases.Active, "partitionsLocked": leases.PartitionsLocked},
-		DeadLetterQueue: &map[string]any{"total": o.DeadLetterRows},
-		Workers:         &[]map[string]any{}, Errors: &map[string]any{}, StatsAge: &statsAge,
+		Leases:          map[string]any{"active": leases.Active, "partitionsLocked": leases.PartitionsLocked},
+		DeadLetterQueue: map[string]any{"total": o.DeadLetterRows},
+		Workers:         []map[string]any{}, Errors: map[string]any{}, StatsAge: statsAge,
 	}, nil
 }
 
@@ -73,7 +73,7 @@ func (s *Server) ListQueueStatus(ctx context.Context, req gen.ListQueueStatusReq
 	if err != nil {
 		return nil, err
 	}
-	return gen.ListQueueStatus200JSONResponse{Queues: &queues, Pagination: &page}, nil
+	return gen.ListQueueStatus200JSONResponse{Queues: queues, Pagination: page}, nil
 }
 
 // GetQueueStatus answers one queue's live state, per partition on request.
@@ -87,7 +87,7 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 		return nil, err
 	}
 	out := gen.GetQueueStatus200JSONResponse{
-		Queue: &map[string]any{"id": q.ID.String(), "name": q.Name, "namespace": q.Namespace, "task": q.Task,
+		Queue: map[string]any{"id": q.ID.String(), "name": q.Name, "namespace": q.Namespace, "task": q.Task,
 			"createdAt": q.CreatedAt.UTC(), "partitions": q.Partitions},
 		Messages: wireCounts(q.Messages),
 	}
@@ -96,9 +96,9 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 		for i := range parts {
 			ps := &parts[i]
 			list[i] = gen.PartitionStatus{
-				Name: &ps.Name, Messages: wireCounts(ps.Messages), LastActivity: ps.LastActivity,
-				Stats: &map[string]any{"id": ps.ID.String(), "consumerGroups": ps.Groups, "totalConsumed": ps.TotalConsumed},
-				Cursor: &map[string]any{"leaseActive": ps.LeaseActive, "leaseExpiresAt": ps.LeaseExpiresAt,
+				Name: ps.Name, Messages: wireCounts(ps.Messages), LastActivity: ps.LastActivity,
+				Stats: map[string]any{"id": ps.ID.String(), "consumerGroups": ps.Groups, "totalConsumed": ps.TotalConsumed},
+				Cursor: map[string]any{"leaseActive": ps.LeaseActive, "leaseExpiresAt": ps.LeaseExpiresAt,
 					"lastConsumedAt": ps.LastConsumedAt, "totalConsumed": ps.TotalConsumed},
 				OldestMessage: createdAtObject(ps.OldestCreatedAt), NewestMessage: createdAtObject(ps.NewestCreatedAt),
 			}

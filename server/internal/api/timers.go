@@ -144,7 +144,7 @@ func timerResultsToWire(results []engine.TimerResult) []gen.TimerResult {
 }
 
 func timerResultToWire(r engine.TimerResult) gen.TimerResult {
-	out := gen.TimerResult{Ok: r.OK, Status: gen.TimerResultStatus(r.Status), Queue: &r.Queue, TimerKey: &r.TimerKey,
+	out := gen.TimerResult{Ok: r.OK, Status: gen.TimerResultStatus(r.Status), Queue: r.Queue, TimerKey: r.TimerKey,
 		Txn: optional(r.TransactionID), DeliverAt: r.DeliverAt}
 	if r.MessageID != uuid.Nil {
 		id := r.MessageID.String()

@@ -85,7 +85,7 @@ func transactionResultToWire(res *engine.TransactionResult, withKV, withTimers b
 		if p := r.Push; p != nil {
 			id := p.MessageID.String()
 			item := gen.TransactionOperationResult{Index: r.Index, Type: "push", Success: true,
-				TransactionId: &p.TransactionID, MessageId: &id, QueueName: &p.Queue}
+				TransactionId: p.TransactionID, MessageId: &id, QueueName: &p.Queue}
 			if r.Duplicate {
 				dup := true
 				item.Duplicate = &dup
@@ -96,7 +96,7 @@ func transactionResultToWire(res *engine.TransactionResult, withKV, withTimers b
 		a := r.Ack
 		dlq := a.DLQ
 		out.Results = append(out.Results, gen.TransactionOperationResult{Index: r.Index, Type: "ack", Success: a.Success,
-			TransactionId: &a.TransactionID, Error: optional(a.Error), Dlq: &dlq})
+			TransactionId: a.TransactionID, Error: optional(a.Error), Dlq: &dlq})
 	}
 	if withKV {
 		kv := kvResultsToWire(res.KV)

@@ -372,7 +372,7 @@ class ConfigureResult(BaseModel):
     """
     Storage engine, `segments`.
     """
-    options: QueueOptions
+    options: QueueOptionsResult
 
 
 class ConsumerGroupDeleteResult(BaseModel):
@@ -385,8 +385,8 @@ class ConsumerGroupDeleteResult(BaseModel):
     """
     Present on the per-queue route.
     """
-    deleted_partitions: Annotated[int | None, Field(alias="deletedPartitions")] = None
-    metadata_deleted: Annotated[bool | None, Field(alias="metadataDeleted")] = None
+    deleted_partitions: Annotated[int, Field(alias="deletedPartitions")]
+    metadata_deleted: Annotated[bool, Field(alias="metadataDeleted")]
 
 
 class ConsumerGroupPartition(BaseModel):
@@ -397,21 +397,21 @@ class ConsumerGroupPartition(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    partition: str | None = None
+    partition: str
     worker_id: Annotated[str | None, Field(alias="workerId")]
     last_consumed_at: Annotated[AwareDatetime | None, Field(alias="lastConsumedAt")]
-    total_consumed: Annotated[int | None, Field(alias="totalConsumed")] = None
-    offset_lag: Annotated[int | None, Field(alias="offsetLag")] = None
-    time_lag_seconds: Annotated[int | None, Field(alias="timeLagSeconds")] = None
-    lease_active: Annotated[bool | None, Field(alias="leaseActive")] = None
+    total_consumed: Annotated[int, Field(alias="totalConsumed")]
+    offset_lag: Annotated[int, Field(alias="offsetLag")]
+    time_lag_seconds: Annotated[int, Field(alias="timeLagSeconds")]
+    lease_active: Annotated[bool, Field(alias="leaseActive")]
 
 
 class ConsumerGroupQueue(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    conflation: bool | None = None
-    partitions: list[ConsumerGroupPartition] | None = None
+    conflation: bool
+    partitions: list[ConsumerGroupPartition]
 
 
 class ConsumerGroupDetail(RootModel[dict[str, ConsumerGroupQueue]]):
@@ -426,25 +426,25 @@ class ConsumerGroupSummary(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    name: str | None = None
-    topics: list[str] | None = None
-    queue_name: Annotated[str | None, Field(alias="queueName")] = None
-    members: int | None = None
+    name: str
+    topics: list[str]
+    queue_name: Annotated[str, Field(alias="queueName")]
+    members: int
     """
     Cursor rows (not processes).
     """
-    partition_cursors: Annotated[int | None, Field(alias="partitionCursors")] = None
-    partitions_with_lag: Annotated[int | None, Field(alias="partitionsWithLag")] = None
-    total_lag: Annotated[int | None, Field(alias="totalLag")] = None
+    partition_cursors: Annotated[int, Field(alias="partitionCursors")]
+    partitions_with_lag: Annotated[int, Field(alias="partitionsWithLag")]
+    total_lag: Annotated[int, Field(alias="totalLag")]
     """
     Messages behind, summed over partitions.
     """
-    max_time_lag: Annotated[int | None, Field(alias="maxTimeLag")] = None
+    max_time_lag: Annotated[int, Field(alias="maxTimeLag")]
     """
     Seconds since the oldest unconsumed segment.
     """
-    state: Literal["Stable", "Lagging", "Dead"] | None = None
-    storage: str | None = None
+    state: Literal["Stable", "Lagging", "Dead"]
+    storage: str
     subscription_mode: Annotated[str | None, Field(alias="subscriptionMode")] = None
     subscription_timestamp: Annotated[
         AwareDatetime | None, Field(alias="subscriptionTimestamp")
@@ -452,7 +452,7 @@ class ConsumerGroupSummary(BaseModel):
     subscription_created_at: Annotated[
         AwareDatetime | None, Field(alias="subscriptionCreatedAt")
     ] = None
-    conflation: bool | None = None
+    conflation: bool
 
 
 class ApiV1ConsumerGroupsGetResponse(RootModel[list[ConsumerGroupSummary]]):
@@ -472,8 +472,8 @@ class DeleteMessageResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    success: bool | None = None
-    deleted: int | None = None
+    success: bool
+    deleted: int
     """
     DLQ rows deleted.
     """
@@ -514,28 +514,28 @@ class DlqMessage(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    id: str | None = None
+    id: str
     """
     DLQ row id (use with replay).
     """
-    transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
-    partition_id: Annotated[str | None, Field(alias="partitionId")] = None
-    queue: str | None = None
-    partition: str | None = None
-    consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
+    transaction_id: Annotated[str, Field(alias="transactionId")]
+    partition_id: Annotated[str, Field(alias="partitionId")]
+    queue: str
+    partition: str
+    consumer_group: Annotated[str, Field(alias="consumerGroup")]
     error_message: Annotated[str | None, Field(alias="errorMessage")]
-    retry_count: Annotated[int | None, Field(alias="retryCount")] = None
-    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
+    retry_count: Annotated[int, Field(alias="retryCount")]
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     Payload (any JSON).
     """
     producer_sub: Annotated[str | None, Field(alias="producerSub")]
-    created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
     """
     Same as `failedAt`.
     """
-    failed_at: Annotated[AwareDatetime | None, Field(alias="failedAt")] = None
-    is_encrypted: Annotated[bool | None, Field(alias="isEncrypted")] = None
+    failed_at: Annotated[AwareDatetime, Field(alias="failedAt")]
+    is_encrypted: Annotated[bool, Field(alias="isEncrypted")]
 
 
 class DlqPurgeResult(BaseModel):
@@ -556,7 +556,7 @@ class DlqPurgeResult(BaseModel):
 
 class DlqReplayError(BaseModel):
     """
-    Error envelope of every 4xx/5xx JSON answer.
+    The replay outcome fields; a failure (`DlqReplayError`) carries only `success` and `result` for sure.
     """
 
     model_config = ConfigDict(
@@ -599,21 +599,11 @@ class DlqReplayError(BaseModel):
     dlq_row_removed: Annotated[bool | None, Field(alias="dlqRowRemoved")] = None
 
 
-class DlqReplayRequest(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    queue: str | None = None
+class DlqReplayOutcome(BaseModel):
     """
-    Destination queue (default the original; blank → 400).
-    """
-    partition: str | None = None
-    """
-    Destination partition (default the original; blank → 400).
+    The replay outcome fields; a failure (`DlqReplayError`) carries only `success` and `result` for sure.
     """
 
-
-class DlqReplayResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -630,6 +620,37 @@ class DlqReplayResult(BaseModel):
     replayed_as: Annotated[ReplayedAs | None, Field(alias="replayedAs")] = None
     dlq_row_removed: Annotated[bool | None, Field(alias="dlqRowRemoved")] = None
     error: str | None = None
+
+
+class DlqReplayRequest(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    queue: str | None = None
+    """
+    Destination queue (default the original; blank → 400).
+    """
+    partition: str | None = None
+    """
+    Destination partition (default the original; blank → 400).
+    """
+
+
+class DlqReplayResult(DlqReplayOutcome):
+    """
+    A replay's answer (`moved` or `duplicate`); every field but `error` is present.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    queue: str
+    partition: str
+    consumer_group: Annotated[str, Field(alias="consumerGroup")]
+    dlq_id: Annotated[str, Field(alias="dlqId")]
+    original_transaction_id: Annotated[str, Field(alias="originalTransactionId")]
+    replayed_as: Annotated[ReplayedAs, Field(alias="replayedAs")]
+    dlq_row_removed: Annotated[bool | None, Field(alias="dlqRowRemoved")]
 
 
 class Error(BaseModel):
@@ -691,8 +712,8 @@ class Health(BaseModel):
     """
     `connected` or `disconnected`.
     """
-    engine: str | None = None
-    version: str | None = None
+    engine: str
+    version: str
 
 
 class KvBatchRequest(BaseModel):
@@ -731,7 +752,7 @@ class KvListResult(BaseModel):
     rows: list[KvRow]
     truncated: bool
     next_after: Annotated[str | None, Field(alias="nextAfter")] = None
-    bytes: int | None = None
+    bytes: int
     """
     Bytes of values returned.
     """
@@ -892,12 +913,12 @@ class KvRow(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    key: str | None = None
+    key: str
     value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
     Value (any JSON); absent with `keysOnly`.
     """
-    version: int | None = None
+    version: int
     expires_at: Annotated[AwareDatetime | None, Field(alias="expiresAt")] = None
     updated_at: Annotated[AwareDatetime | None, Field(alias="updatedAt")] = None
     expired: bool | None = None
@@ -907,15 +928,15 @@ class LaggingConsumerGroup(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    consumer_group: str | None = None
-    queue_name: str | None = None
-    partition_name: str | None = None
-    partition_id: str | None = None
+    consumer_group: str
+    queue_name: str
+    partition_name: str
+    partition_id: str
     worker_id: str | None = None
-    offset_lag: int | None = None
-    time_lag_seconds: int | None = None
-    lag_hours: float | None = None
-    oldest_unconsumed_at: AwareDatetime | None = None
+    offset_lag: int
+    time_lag_seconds: int
+    lag_hours: float
+    oldest_unconsumed_at: Annotated[AwareDatetime | None, Field(...)]
     last_consumed_at: AwareDatetime | None = None
 
 
@@ -973,7 +994,7 @@ class Liveness(BaseModel):
     """
     `ok`.
     """
-    engine: str | None = None
+    engine: str
 
 
 class Maintenance(BaseModel):
@@ -987,9 +1008,9 @@ class MessageConsumerGroup(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    name: str | None = None
-    group: str | None = None
-    consumed: bool | None = None
+    name: str
+    group: str
+    consumed: bool
     lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")] = None
 
 
@@ -1003,12 +1024,12 @@ class MessageCounts(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    total: int | None = None
-    pending: int | None = None
-    processing: int | None = None
-    completed: int | None = None
-    failed: int | None = None
-    dead_letter: Annotated[int | None, Field(alias="deadLetter")] = None
+    total: int
+    pending: int
+    processing: int
+    completed: int
+    failed: int
+    dead_letter: Annotated[int, Field(alias="deadLetter")]
 
 
 class MessageDetail(BaseModel):
@@ -1021,41 +1042,39 @@ class MessageDetail(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    id: str | None = None
-    transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
-    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
+    id: str
+    transaction_id: Annotated[str, Field(alias="transactionId")]
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     Payload (any JSON).
     """
-    payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
+    payload: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     Same as `data`.
     """
     trace_id: Annotated[str | None, Field(alias="traceId")]
     producer_sub: Annotated[str | None, Field(alias="producerSub")]
-    created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
-    partition_id: Annotated[str | None, Field(alias="partitionId")] = None
-    partition: str | None = None
-    is_encrypted: Annotated[bool | None, Field(alias="isEncrypted")] = None
-    queue: str | None = None
-    queue_path: Annotated[str | None, Field(alias="queuePath")] = None
-    namespace: str | None = None
-    task: str | None = None
-    status: str | None = None
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
+    partition_id: Annotated[str, Field(alias="partitionId")]
+    partition: str
+    is_encrypted: Annotated[bool, Field(alias="isEncrypted")]
+    queue: str
+    queue_path: Annotated[str, Field(alias="queuePath")]
+    namespace: str
+    task: str
+    status: str
     error_message: Annotated[str | None, Field(alias="errorMessage")]
-    retry_count: Annotated[int | None, Field(alias="retryCount")] = None
+    retry_count: Annotated[int, Field(alias="retryCount")]
     """
     0 for live messages.
     """
     lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
-    consumer_groups: Annotated[list[MessageConsumerGroup] | None, Field(alias="consumerGroups")] = (
-        None
-    )
-    mode: MessageListMode | None = None
+    consumer_groups: Annotated[list[MessageConsumerGroup], Field(alias="consumerGroups")]
+    mode: MessageListMode
     """
     How the message's partition is consumed (queue mode, named groups, both, or none yet).
     """
-    queue_config: Annotated[QueueConfig | None, Field(alias="queueConfig")] = None
+    queue_config: Annotated[QueueConfig, Field(alias="queueConfig")]
     """
     Queue options (partial).
     """
@@ -1065,9 +1084,9 @@ class MessageList(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    messages: list[MessageListItem] | None = None
-    mode: MessageListMode | None = None
-    total: int | None = None
+    messages: list[MessageListItem]
+    mode: MessageListMode
+    total: int
     """
     Length of this page.
     """
@@ -1086,27 +1105,27 @@ class MessageListItem(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    id: str | None = None
-    transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
-    partition_id: Annotated[str | None, Field(alias="partitionId")] = None
-    queue_path: Annotated[str | None, Field(alias="queuePath")] = None
-    queue: str | None = None
-    partition: str | None = None
-    namespace: str | None = None
-    task: str | None = None
-    status: Literal["pending", "processing", "completed", "dead_letter"] | None = None
-    queue_status: Annotated[str | None, Field(alias="queueStatus")] = None
-    bus_status: Annotated[BusStatus | None, Field(alias="busStatus")] = None
+    id: str
+    transaction_id: Annotated[str, Field(alias="transactionId")]
+    partition_id: Annotated[str, Field(alias="partitionId")]
+    queue_path: Annotated[str, Field(alias="queuePath")]
+    queue: str
+    partition: str
+    namespace: str
+    task: str
+    status: Literal["pending", "processing", "completed", "dead_letter"]
+    queue_status: Annotated[str, Field(alias="queueStatus")]
+    bus_status: Annotated[BusStatus, Field(alias="busStatus")]
     trace_id: Annotated[str | None, Field(alias="traceId")]
     producer_sub: Annotated[str | None, Field(alias="producerSub")]
-    payload_available: Annotated[bool | None, Field(alias="payloadAvailable")] = None
-    created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
+    payload_available: Annotated[bool, Field(alias="payloadAvailable")]
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
     lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
-    data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
+    data: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     Payload (any JSON).
     """
-    payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
+    payload: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
     Same as `data`.
     """
@@ -1116,9 +1135,9 @@ class MessageListMode(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    has_queue_mode: Annotated[bool | None, Field(alias="hasQueueMode")] = None
-    bus_groups_count: Annotated[int | None, Field(alias="busGroupsCount")] = None
-    type: Literal["queue", "bus", "hybrid", "none"] | None = None
+    has_queue_mode: Annotated[bool, Field(alias="hasQueueMode")]
+    bus_groups_count: Annotated[int, Field(alias="busGroupsCount")]
+    type: Literal["queue", "bus", "hybrid", "none"]
 
 
 class Metrics(BaseModel):
@@ -1129,12 +1148,12 @@ class Metrics(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    uptime: float | None = None
-    requests: RateCounter | None = None
-    messages: RateCounter | None = None
+    uptime: float
+    requests: RateCounter
+    messages: RateCounter
     database: Database | None = None
-    memory: dict[str, Any] | None = None
-    cpu: dict[str, Any] | None = None
+    memory: dict[str, Any]
+    cpu: dict[str, Any]
 
 
 class Namespace(BaseModel):
@@ -1149,17 +1168,17 @@ class NamespaceList(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    namespaces: list[NamespaceSummary] | None = None
+    namespaces: list[NamespaceSummary]
 
 
 class NamespaceSummary(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    namespace: str | None = None
-    queues: int | None = None
-    partitions: int | None = None
-    messages: MessageCounts | None = None
+    namespace: str
+    queues: int
+    partitions: int
+    messages: MessageCounts
 
 
 class Overview(BaseModel):
@@ -1170,19 +1189,19 @@ class Overview(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    queues: int | None = None
-    partitions: int | None = None
-    namespaces: int | None = None
-    tasks: int | None = None
-    messages: MessageCounts | None = None
+    queues: int
+    partitions: int
+    namespaces: int
+    tasks: int
+    messages: MessageCounts
 
 
 class Pagination(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: int | None = None
-    offset: int | None = None
+    limit: int
+    offset: int
     total: int | None = None
 
 
@@ -1198,10 +1217,10 @@ class PartitionStatus(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    name: str | None = None
-    messages: MessageCounts | None = None
-    stats: dict[str, Any] | None = None
-    cursor: dict[str, Any] | None = None
+    name: str
+    messages: MessageCounts
+    stats: dict[str, Any]
+    cursor: dict[str, Any]
     last_activity: Annotated[AwareDatetime | None, Field(alias="lastActivity")] = None
     oldest_message: Annotated[dict[str, Any] | None, Field(alias="oldestMessage")] = None
     newest_message: Annotated[dict[str, Any] | None, Field(alias="newestMessage")] = None
@@ -1224,7 +1243,7 @@ class PopAutopilot(BaseModel):
     """
     Batch budget used.
     """
-    wait_ms: Annotated[int | None, Field(alias="waitMs")] = None
+    wait_ms: Annotated[int, Field(alias="waitMs")]
     """
     Suggested pause before the next non-waiting poll after an empty one.
     """
@@ -1441,16 +1460,16 @@ class QueueDetail(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    id: str | None = None
+    id: str
     """
     Queue id (UUID).
     """
-    name: str | None = None
-    namespace: str | None = None
-    task: str | None = None
-    created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
-    options: QueueDetailOptions | None = None
-    partitions: list[QueuePartition] | None = None
+    name: str
+    namespace: str
+    task: str
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
+    options: QueueDetailOptions
+    partitions: list[QueuePartition]
     messages: MessageCounts | None = None
 
 
@@ -1458,12 +1477,12 @@ class QueueList(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    queues: list[QueueSummary] | None = None
-    total: int | None = None
+    queues: list[QueueSummary]
+    total: int
     """
     Number of queues matching the filters.
     """
-    pagination: Pagination | None = None
+    pagination: Pagination
 
 
 class QueueOptions(BaseModel):
@@ -1561,7 +1580,101 @@ class QueueOptions(BaseModel):
     """
 
 
-class QueueDetailOptions(QueueOptions):
+class QueueOptionsResult(BaseModel):
+    """
+    A queue's effective options, as configure and the queue detail answer them: every
+    option is present and none is `null` (unlike `QueueOptions`, whose `null` resets an
+    option in merge mode).
+
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    lease_time: Annotated[int, Field(alias="leaseTime", ge=0)]
+    """
+    Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues).
+    """
+    retry_limit: Annotated[int, Field(alias="retryLimit", ge=0)]
+    """
+    Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+    """
+    dead_letter_queue: Annotated[bool, Field(alias="deadLetterQueue")]
+    """
+    Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true.
+    """
+    dlq_after_max_retries: Annotated[bool, Field(alias="dlqAfterMaxRetries")]
+    """
+    See `deadLetterQueue`. Default true.
+    """
+    delayed_processing: Annotated[int, Field(alias="delayedProcessing", ge=0)]
+    """
+    Deliver only segments at least this many seconds old. Default 0.
+    """
+    window_buffer: Annotated[int, Field(alias="windowBuffer", ge=0)]
+    """
+    Seconds of quiet a partition needs before it delivers (debounce). Default 0.
+    """
+    retention_enabled: Annotated[bool, Field(alias="retentionEnabled")]
+    """
+    Enables `retentionSeconds` and `completedRetentionSeconds`. Default false.
+    """
+    retention_seconds: Annotated[int, Field(alias="retentionSeconds", ge=0)]
+    """
+    Delete segments older than this, consumed or not (0 = off). Default 0.
+    """
+    completed_retention_seconds: Annotated[int, Field(alias="completedRetentionSeconds", ge=0)]
+    """
+    Delete segments older than this that every group has consumed (0 = off). Default 0.
+    """
+    max_wait_time_seconds: Annotated[int, Field(alias="maxWaitTimeSeconds", ge=0)]
+    """
+    Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
+    """
+    min_pop_wait_time: Annotated[int, Field(alias="minPopWaitTime", ge=0)]
+    """
+    Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+    Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+    above 1: once the queue has a message, the pop answers when the batch is full, after this
+    long, or at its own timeout, whichever comes first. The messages stay claimable by other
+    consumers meanwhile.
+
+    """
+    encryption_enabled: Annotated[bool, Field(alias="encryptionEnabled")]
+    """
+    Encrypt payloads at rest (not supported by Lanes yet). Default false.
+    """
+    dedup_window_seconds: Annotated[int, Field(alias="dedupWindowSeconds", ge=0)]
+    """
+    Deduplication window per partition in seconds (0 = off). Default 3600.
+    """
+    retention_sink_hold: Annotated[str, Field(alias="retentionSinkHold")]
+    """
+    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
+    """
+    retention_sink_hold_max_seconds: Annotated[int, Field(alias="retentionSinkHoldMaxSeconds")]
+    """
+    Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+    """
+    priority: int
+    """
+    Declared priority (echoed, not enforced). Default 0.
+    """
+    ttl: Annotated[int, Field(ge=0)]
+    """
+    Seconds (echoed, not enforced). Default 3600.
+    """
+    max_size: Annotated[int, Field(alias="maxSize", ge=0)]
+    """
+    Maximum queue size (echoed, not enforced; 0 = unlimited). Default 0.
+    """
+    retry_delay: Annotated[int, Field(alias="retryDelay", ge=0)]
+    """
+    Milliseconds (echoed, not enforced). Default 1000.
+    """
+
+
+class QueueDetailOptions(QueueOptionsResult):
     """
     The 19 queue options plus the `namespace` and `task` labels (21 keys).
     """
@@ -1569,11 +1682,11 @@ class QueueDetailOptions(QueueOptions):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    namespace: str | None = None
+    namespace: str
     """
     Namespace label.
     """
-    task: str | None = None
+    task: str
     """
     Task label.
     """
@@ -1583,12 +1696,12 @@ class QueuePartition(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    id: str | None = None
+    id: str
     """
     Partition id (UUID).
     """
-    name: str | None = None
-    created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
+    name: str
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
     last_activity: Annotated[AwareDatetime | None, Field(alias="lastActivity")] = None
     messages: MessageCounts | None = None
 
@@ -1601,8 +1714,8 @@ class QueueStatus(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    queue: dict[str, Any] | None = None
-    messages: MessageCounts | None = None
+    queue: dict[str, Any]
+    messages: MessageCounts
     partitions: list[PartitionStatus] | None = None
 
 
@@ -1610,35 +1723,35 @@ class QueueStatusList(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    queues: list[QueueSummary] | None = None
-    pagination: Pagination | None = None
+    queues: list[QueueSummary]
+    pagination: Pagination
 
 
 class QueueSummary(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    id: str | None = None
+    id: str
     """
     Queue id (UUID).
     """
-    name: str | None = None
-    namespace: str | None = None
-    task: str | None = None
-    created_at: Annotated[AwareDatetime | None, Field(alias="createdAt")] = None
-    partitions: int | None = None
+    name: str
+    namespace: str
+    task: str
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
+    partitions: int
     """
     Number of partitions.
     """
-    messages: MessageCounts | None = None
+    messages: MessageCounts
 
 
 class RateCounter(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    total: int | None = None
-    rate: float | None = None
+    total: int
+    rate: float
 
 
 class ReplayedAs(BaseModel):
@@ -1649,14 +1762,14 @@ class ReplayedAs(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    index: int | None = None
-    message_id: str | None = None
-    transaction_id: str | None = None
+    index: int
+    message_id: str
+    transaction_id: str
     """
     `dlq:<dlq row id>`.
     """
-    queue_name: Annotated[str | None, Field(alias="queueName")] = None
-    status: Literal["queued", "duplicate", "buffered", "failed"] | None = None
+    queue_name: Annotated[str, Field(alias="queueName")]
+    status: Literal["queued", "duplicate", "buffered", "failed"]
 
 
 class SeekError(Error):
@@ -1677,13 +1790,13 @@ class SeekPartitionResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    success: bool | None = None
-    consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    queue_name: Annotated[str | None, Field(alias="queueName")] = None
-    partition_name: Annotated[str | None, Field(alias="partitionName")] = None
-    seek_to_end: Annotated[bool | None, Field(alias="seekToEnd")] = None
+    success: bool
+    consumer_group: Annotated[str, Field(alias="consumerGroup")]
+    queue_name: Annotated[str, Field(alias="queueName")]
+    partition_name: Annotated[str, Field(alias="partitionName")]
+    seek_to_end: Annotated[bool, Field(alias="seekToEnd")]
     target_timestamp: Annotated[AwareDatetime | None, Field(alias="targetTimestamp")] = None
-    updated: bool | None = None
+    updated: bool
     hotlist_repaired: Annotated[bool | None, Field(alias="hotlistRepaired")] = None
     warning: str | None = None
 
@@ -1692,12 +1805,12 @@ class SeekQueueResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    success: bool | None = None
-    consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    queue_name: Annotated[str | None, Field(alias="queueName")] = None
-    seek_to_end: Annotated[bool | None, Field(alias="seekToEnd")] = None
+    success: bool
+    consumer_group: Annotated[str, Field(alias="consumerGroup")]
+    queue_name: Annotated[str, Field(alias="queueName")]
+    seek_to_end: Annotated[bool, Field(alias="seekToEnd")]
     target_timestamp: Annotated[AwareDatetime | None, Field(alias="targetTimestamp")] = None
-    partitions_updated: Annotated[int | None, Field(alias="partitionsUpdated")] = None
+    partitions_updated: Annotated[int, Field(alias="partitionsUpdated")]
 
 
 class SeekRequest(BaseModel):
@@ -1729,17 +1842,17 @@ class StatusOverview(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    time_range: Annotated[dict[str, Any] | None, Field(alias="timeRange")] = None
-    bucket_minutes: Annotated[int | None, Field(alias="bucketMinutes")] = None
-    point_count: Annotated[int | None, Field(alias="pointCount")] = None
-    throughput: list[dict[str, Any]] | None = None
-    queues: dict[str, Any] | None = None
-    messages: dict[str, Any] | None = None
-    leases: dict[str, Any] | None = None
-    dead_letter_queue: Annotated[dict[str, Any] | None, Field(alias="deadLetterQueue")] = None
-    workers: list[dict[str, Any]] | None = None
-    errors: dict[str, Any] | None = None
-    stats_age: Annotated[float | None, Field(alias="statsAge")] = None
+    time_range: Annotated[dict[str, Any], Field(alias="timeRange")]
+    bucket_minutes: Annotated[int, Field(alias="bucketMinutes")]
+    point_count: Annotated[int, Field(alias="pointCount")]
+    throughput: list[dict[str, Any]]
+    queues: dict[str, Any]
+    messages: dict[str, Any]
+    leases: dict[str, Any]
+    dead_letter_queue: Annotated[dict[str, Any], Field(alias="deadLetterQueue")]
+    workers: list[dict[str, Any]]
+    errors: dict[str, Any]
+    stats_age: Annotated[float, Field(alias="statsAge")]
 
 
 class SubscriptionUpdateRequest(BaseModel):
@@ -1756,27 +1869,27 @@ class SubscriptionUpdateResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    success: bool | None = None
-    consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    new_timestamp: Annotated[AwareDatetime | None, Field(alias="newTimestamp")] = None
-    rows_updated: Annotated[int | None, Field(alias="rowsUpdated")] = None
+    success: bool
+    consumer_group: Annotated[str, Field(alias="consumerGroup")]
+    new_timestamp: Annotated[AwareDatetime, Field(alias="newTimestamp")]
+    rows_updated: Annotated[int, Field(alias="rowsUpdated")]
 
 
 class TaskList(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    tasks: list[TaskSummary] | None = None
+    tasks: list[TaskSummary]
 
 
 class TaskSummary(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    task: str | None = None
-    queues: int | None = None
-    partitions: int | None = None
-    messages: MessageCounts | None = None
+    task: str
+    queues: int
+    partitions: int
+    messages: MessageCounts
 
 
 class Timer(BaseModel):
@@ -1894,8 +2007,8 @@ class TimerResult(BaseModel):
     """
     `absent` may mean already delivered; `too_late` a broker is firing it.
     """
-    queue: str | None = None
-    timer_key: Annotated[str | None, Field(alias="timerKey")] = None
+    queue: str
+    timer_key: Annotated[str, Field(alias="timerKey")]
     txn: str | None = None
     message_id: Annotated[str | None, Field(alias="messageId")] = None
     deliver_at: Annotated[AwareDatetime | None, Field(alias="deliverAt")] = None
@@ -1973,7 +2086,7 @@ class TransactionOperationResult(BaseModel):
     """
     type: Literal["push", "ack"]
     success: bool
-    transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
+    transaction_id: Annotated[str, Field(alias="transactionId")]
     """
     Transaction id of the pushed or acked message.
     """
@@ -1989,7 +2102,7 @@ class TransactionOperationResult(BaseModel):
     """
     Push — duplicate within this bundle (first wins).
     """
-    error: str | None = None
+    error: Annotated[str | None, Field(...)]
     """
     Ack — error, else null (always present; push results carry null too).
     """

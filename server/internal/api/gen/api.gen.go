@@ -89,6 +89,33 @@ func (e DlqReplayErrorResult) Valid() bool {
 	}
 }
 
+// Defines values for DlqReplayOutcomeResult.
+const (
+	DlqReplayOutcomeResultDuplicate   DlqReplayOutcomeResult = "duplicate"
+	DlqReplayOutcomeResultFailed      DlqReplayOutcomeResult = "failed"
+	DlqReplayOutcomeResultGone        DlqReplayOutcomeResult = "gone"
+	DlqReplayOutcomeResultMaintenance DlqReplayOutcomeResult = "maintenance"
+	DlqReplayOutcomeResultMoved       DlqReplayOutcomeResult = "moved"
+)
+
+// Valid indicates whether the value is a known member of the DlqReplayOutcomeResult enum.
+func (e DlqReplayOutcomeResult) Valid() bool {
+	switch e {
+	case DlqReplayOutcomeResultDuplicate:
+		return true
+	case DlqReplayOutcomeResultFailed:
+		return true
+	case DlqReplayOutcomeResultGone:
+		return true
+	case DlqReplayOutcomeResultMaintenance:
+		return true
+	case DlqReplayOutcomeResultMoved:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for DlqReplayResultResult.
 const (
 	DlqReplayResultResultDuplicate   DlqReplayResultResult = "duplicate"
@@ -576,8 +603,10 @@ type ConfigureResult struct {
 	Configured bool   `json:"configured"`
 	Namespace  string `json:"namespace"`
 
-	// Options Queue options. In merge mode `null` resets an option to its default.
-	Options QueueOptions `json:"options"`
+	// Options A queue's effective options, as configure and the queue detail answer them: every
+	// option is present and none is `null` (unlike `QueueOptions`, whose `null` resets an
+	// option in merge mode).
+	Options QueueOptionsResult `json:"options"`
 
 	// PartitionId Always null.
 	PartitionId *string `json:"partitionId"`
@@ -594,8 +623,8 @@ type ConfigureResult struct {
 // ConsumerGroupDeleteResult defines model for ConsumerGroupDeleteResult.
 type ConsumerGroupDeleteResult struct {
 	ConsumerGroup     string `json:"consumerGroup"`
-	DeletedPartitions *int   `json:"deletedPartitions,omitempty"`
-	MetadataDeleted   *bool  `json:"metadataDeleted,omitempty"`
+	DeletedPartitions int    `json:"deletedPartitions"`
+	MetadataDeleted   bool   `json:"metadataDeleted"`
 
 	// QueueName Present on the per-queue route.
 	QueueName *string `json:"queueName,omitempty"`
@@ -608,42 +637,42 @@ type ConsumerGroupDetail map[string]ConsumerGroupQueue
 // ConsumerGroupPartition One partition's cursor. `workerId` and `lastConsumedAt` are always present, `null` when there is none.
 type ConsumerGroupPartition struct {
 	LastConsumedAt *time.Time `json:"lastConsumedAt"`
-	LeaseActive    *bool      `json:"leaseActive,omitempty"`
-	OffsetLag      *int       `json:"offsetLag,omitempty"`
-	Partition      *string    `json:"partition,omitempty"`
-	TimeLagSeconds *int       `json:"timeLagSeconds,omitempty"`
-	TotalConsumed  *int       `json:"totalConsumed,omitempty"`
+	LeaseActive    bool       `json:"leaseActive"`
+	OffsetLag      int        `json:"offsetLag"`
+	Partition      string     `json:"partition"`
+	TimeLagSeconds int        `json:"timeLagSeconds"`
+	TotalConsumed  int        `json:"totalConsumed"`
 	WorkerId       *string    `json:"workerId"`
 }
 
 // ConsumerGroupQueue defines model for ConsumerGroupQueue.
 type ConsumerGroupQueue struct {
-	Conflation *bool                     `json:"conflation,omitempty"`
-	Partitions *[]ConsumerGroupPartition `json:"partitions,omitempty"`
+	Conflation bool                     `json:"conflation"`
+	Partitions []ConsumerGroupPartition `json:"partitions"`
 }
 
 // ConsumerGroupSummary defines model for ConsumerGroupSummary.
 type ConsumerGroupSummary struct {
-	Conflation *bool `json:"conflation,omitempty"`
+	Conflation bool `json:"conflation"`
 
 	// MaxTimeLag Seconds since the oldest unconsumed segment.
-	MaxTimeLag *int `json:"maxTimeLag,omitempty"`
+	MaxTimeLag int `json:"maxTimeLag"`
 
 	// Members Cursor rows (not processes).
-	Members               *int                       `json:"members,omitempty"`
-	Name                  *string                    `json:"name,omitempty"`
-	PartitionCursors      *int                       `json:"partitionCursors,omitempty"`
-	PartitionsWithLag     *int                       `json:"partitionsWithLag,omitempty"`
-	QueueName             *string                    `json:"queueName,omitempty"`
-	State                 *ConsumerGroupSummaryState `json:"state,omitempty"`
-	Storage               *string                    `json:"storage,omitempty"`
-	SubscriptionCreatedAt *time.Time                 `json:"subscriptionCreatedAt,omitempty"`
-	SubscriptionMode      *string                    `json:"subscriptionMode,omitempty"`
-	SubscriptionTimestamp *time.Time                 `json:"subscriptionTimestamp,omitempty"`
-	Topics                *[]string                  `json:"topics,omitempty"`
+	Members               int                       `json:"members"`
+	Name                  string                    `json:"name"`
+	PartitionCursors      int                       `json:"partitionCursors"`
+	PartitionsWithLag     int                       `json:"partitionsWithLag"`
+	QueueName             string                    `json:"queueName"`
+	State                 ConsumerGroupSummaryState `json:"state"`
+	Storage               string                    `json:"storage"`
+	SubscriptionCreatedAt *time.Time                `json:"subscriptionCreatedAt,omitempty"`
+	SubscriptionMode      *string                   `json:"subscriptionMode,omitempty"`
+	SubscriptionTimestamp *time.Time                `json:"subscriptionTimestamp,omitempty"`
+	Topics                []string                  `json:"topics"`
 
 	// TotalLag Messages behind, summed over partitions.
-	TotalLag *int `json:"totalLag,omitempty"`
+	TotalLag int `json:"totalLag"`
 }
 
 // ConsumerGroupSummaryState defines model for ConsumerGroupSummary.State.
@@ -652,8 +681,8 @@ type ConsumerGroupSummaryState string
 // DeleteMessageResult defines model for DeleteMessageResult.
 type DeleteMessageResult struct {
 	// Deleted DLQ rows deleted.
-	Deleted *int  `json:"deleted,omitempty"`
-	Success *bool `json:"success,omitempty"`
+	Deleted int  `json:"deleted"`
+	Success bool `json:"success"`
 }
 
 // DeleteQueueResult defines model for DeleteQueueResult.
@@ -677,25 +706,25 @@ type DlqList struct {
 
 // DlqMessage One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none.
 type DlqMessage struct {
-	ConsumerGroup *string `json:"consumerGroup,omitempty"`
+	ConsumerGroup string `json:"consumerGroup"`
 
 	// CreatedAt Same as `failedAt`.
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Data Payload (any JSON).
-	Data         json.RawMessage `json:"data,omitempty"`
+	Data         json.RawMessage `json:"data"`
 	ErrorMessage *string         `json:"errorMessage"`
-	FailedAt     *time.Time      `json:"failedAt,omitempty"`
+	FailedAt     time.Time       `json:"failedAt"`
 
 	// Id DLQ row id (use with replay).
-	Id            *string `json:"id,omitempty"`
-	IsEncrypted   *bool   `json:"isEncrypted,omitempty"`
-	Partition     *string `json:"partition,omitempty"`
-	PartitionId   *string `json:"partitionId,omitempty"`
+	Id            string  `json:"id"`
+	IsEncrypted   bool    `json:"isEncrypted"`
+	Partition     string  `json:"partition"`
+	PartitionId   string  `json:"partitionId"`
 	ProducerSub   *string `json:"producerSub"`
-	Queue         *string `json:"queue,omitempty"`
-	RetryCount    *int    `json:"retryCount,omitempty"`
-	TransactionId *string `json:"transactionId,omitempty"`
+	Queue         string  `json:"queue"`
+	RetryCount    int     `json:"retryCount"`
+	TransactionId string  `json:"transactionId"`
 }
 
 // DlqPurgeResult defines model for DlqPurgeResult.
@@ -746,17 +775,8 @@ type DlqReplayError struct {
 // DlqReplayErrorResult `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
 type DlqReplayErrorResult string
 
-// DlqReplayRequest defines model for DlqReplayRequest.
-type DlqReplayRequest struct {
-	// Partition Destination partition (default the original; blank → 400).
-	Partition *string `json:"partition,omitempty"`
-
-	// Queue Destination queue (default the original; blank → 400).
-	Queue *string `json:"queue,omitempty"`
-}
-
-// DlqReplayResult defines model for DlqReplayResult.
-type DlqReplayResult struct {
+// DlqReplayOutcome The replay outcome fields; a failure (`DlqReplayError`) carries only `success` and `result` for sure.
+type DlqReplayOutcome struct {
 	ConsumerGroup         *string `json:"consumerGroup,omitempty"`
 	DlqId                 *string `json:"dlqId,omitempty"`
 	DlqRowRemoved         *bool   `json:"dlqRowRemoved,omitempty"`
@@ -767,6 +787,36 @@ type DlqReplayResult struct {
 
 	// ReplayedAs Push result of the replayed message (no offset on the wire).
 	ReplayedAs *ReplayedAs `json:"replayedAs,omitempty"`
+
+	// Result `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
+	Result  DlqReplayOutcomeResult `json:"result"`
+	Success bool                   `json:"success"`
+}
+
+// DlqReplayOutcomeResult `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
+type DlqReplayOutcomeResult string
+
+// DlqReplayRequest defines model for DlqReplayRequest.
+type DlqReplayRequest struct {
+	// Partition Destination partition (default the original; blank → 400).
+	Partition *string `json:"partition,omitempty"`
+
+	// Queue Destination queue (default the original; blank → 400).
+	Queue *string `json:"queue,omitempty"`
+}
+
+// DlqReplayResult A replay's answer (`moved` or `duplicate`); every field but `error` is present.
+type DlqReplayResult struct {
+	ConsumerGroup         string  `json:"consumerGroup"`
+	DlqId                 string  `json:"dlqId"`
+	DlqRowRemoved         *bool   `json:"dlqRowRemoved"`
+	Error                 *string `json:"error,omitempty"`
+	OriginalTransactionId string  `json:"originalTransactionId"`
+	Partition             string  `json:"partition"`
+	Queue                 string  `json:"queue"`
+
+	// ReplayedAs Push result of the replayed message (no offset on the wire).
+	ReplayedAs ReplayedAs `json:"replayedAs"`
 
 	// Result `moved` pushed and row deleted; `duplicate` nothing written, row kept; `gone` no such row; `maintenance` push maintenance on.
 	Result  DlqReplayResultResult `json:"result"`
@@ -802,12 +852,12 @@ type Error struct {
 // Health defines model for Health.
 type Health struct {
 	// Database `connected` or `disconnected`.
-	Database string  `json:"database"`
-	Engine   *string `json:"engine,omitempty"`
+	Database string `json:"database"`
+	Engine   string `json:"engine"`
 
 	// Status `healthy` or `unhealthy`.
-	Status  string  `json:"status"`
-	Version *string `json:"version,omitempty"`
+	Status  string `json:"status"`
+	Version string `json:"version"`
 }
 
 // KvBatchRequest defines model for KvBatchRequest.
@@ -834,7 +884,7 @@ type KvListRequest struct {
 // KvListResult defines model for KvListResult.
 type KvListResult struct {
 	// Bytes Bytes of values returned.
-	Bytes     *int    `json:"bytes,omitempty"`
+	Bytes     int     `json:"bytes"`
 	NextAfter *string `json:"nextAfter,omitempty"`
 	Rows      []KvRow `json:"rows"`
 	Truncated bool    `json:"truncated"`
@@ -958,25 +1008,25 @@ type KvResultReason string
 type KvRow struct {
 	Expired   *bool      `json:"expired,omitempty"`
 	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
-	Key       *string    `json:"key,omitempty"`
+	Key       string     `json:"key"`
 	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 
 	// Value Value (any JSON); absent with `keysOnly`.
 	Value   json.RawMessage `json:"value,omitempty"`
-	Version *int            `json:"version,omitempty"`
+	Version int             `json:"version"`
 }
 
 // LaggingConsumerGroup defines model for LaggingConsumerGroup.
 type LaggingConsumerGroup struct {
-	ConsumerGroup      *string    `json:"consumer_group,omitempty"`
-	LagHours           *float32   `json:"lag_hours,omitempty"`
+	ConsumerGroup      string     `json:"consumer_group"`
+	LagHours           float32    `json:"lag_hours"`
 	LastConsumedAt     *time.Time `json:"last_consumed_at,omitempty"`
-	OffsetLag          *int       `json:"offset_lag,omitempty"`
-	OldestUnconsumedAt *time.Time `json:"oldest_unconsumed_at,omitempty"`
-	PartitionId        *string    `json:"partition_id,omitempty"`
-	PartitionName      *string    `json:"partition_name,omitempty"`
-	QueueName          *string    `json:"queue_name,omitempty"`
-	TimeLagSeconds     *int       `json:"time_lag_seconds,omitempty"`
+	OffsetLag          int        `json:"offset_lag"`
+	OldestUnconsumedAt *time.Time `json:"oldest_unconsumed_at"`
+	PartitionId        string     `json:"partition_id"`
+	PartitionName      string     `json:"partition_name"`
+	QueueName          string     `json:"queue_name"`
+	TimeLagSeconds     int        `json:"time_lag_seconds"`
 	WorkerId           *string    `json:"worker_id,omitempty"`
 }
 
@@ -1010,7 +1060,7 @@ type LeaseExtendResult struct {
 
 // Liveness defines model for Liveness.
 type Liveness struct {
-	Engine *string `json:"engine,omitempty"`
+	Engine string `json:"engine"`
 
 	// Status `ok`.
 	Status string `json:"status"`
@@ -1023,67 +1073,67 @@ type Maintenance struct {
 
 // MessageConsumerGroup defines model for MessageConsumerGroup.
 type MessageConsumerGroup struct {
-	Consumed       *bool      `json:"consumed,omitempty"`
-	Group          *string    `json:"group,omitempty"`
+	Consumed       bool       `json:"consumed"`
+	Group          string     `json:"group"`
 	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
-	Name           *string    `json:"name,omitempty"`
+	Name           string     `json:"name"`
 }
 
 // MessageCounts Message counters: one status per retained message (a dead-lettered one counts only as
 // `deadLetter`), so the buckets add up to `total`.
 type MessageCounts struct {
-	Completed  *int `json:"completed,omitempty"`
-	DeadLetter *int `json:"deadLetter,omitempty"`
-	Failed     *int `json:"failed,omitempty"`
-	Pending    *int `json:"pending,omitempty"`
-	Processing *int `json:"processing,omitempty"`
-	Total      *int `json:"total,omitempty"`
+	Completed  int `json:"completed"`
+	DeadLetter int `json:"deadLetter"`
+	Failed     int `json:"failed"`
+	Pending    int `json:"pending"`
+	Processing int `json:"processing"`
+	Total      int `json:"total"`
 }
 
 // MessageDetail One message with its per-group consumption. `traceId`, `producerSub`, `errorMessage` and
 // `leaseExpiresAt` (the queue-mode lease) are always present, `null` when there is none.
 type MessageDetail struct {
-	ConsumerGroups *[]MessageConsumerGroup `json:"consumerGroups,omitempty"`
-	CreatedAt      *time.Time              `json:"createdAt,omitempty"`
+	ConsumerGroups []MessageConsumerGroup `json:"consumerGroups"`
+	CreatedAt      time.Time              `json:"createdAt"`
 
 	// Data Payload (any JSON).
-	Data           json.RawMessage  `json:"data,omitempty"`
-	ErrorMessage   *string          `json:"errorMessage"`
-	Id             *string          `json:"id,omitempty"`
-	IsEncrypted    *bool            `json:"isEncrypted,omitempty"`
-	LeaseExpiresAt *time.Time       `json:"leaseExpiresAt"`
-	Mode           *MessageListMode `json:"mode,omitempty"`
-	Namespace      *string          `json:"namespace,omitempty"`
-	Partition      *string          `json:"partition,omitempty"`
-	PartitionId    *string          `json:"partitionId,omitempty"`
+	Data           json.RawMessage `json:"data"`
+	ErrorMessage   *string         `json:"errorMessage"`
+	Id             string          `json:"id"`
+	IsEncrypted    bool            `json:"isEncrypted"`
+	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
+	Mode           MessageListMode `json:"mode"`
+	Namespace      string          `json:"namespace"`
+	Partition      string          `json:"partition"`
+	PartitionId    string          `json:"partitionId"`
 
 	// Payload Same as `data`.
-	Payload     json.RawMessage `json:"payload,omitempty"`
+	Payload     json.RawMessage `json:"payload"`
 	ProducerSub *string         `json:"producerSub"`
-	Queue       *string         `json:"queue,omitempty"`
+	Queue       string          `json:"queue"`
 
 	// QueueConfig Queue options (partial).
-	QueueConfig *struct {
+	QueueConfig struct {
 		LeaseTime  *int `json:"leaseTime,omitempty"`
 		RetryLimit *int `json:"retryLimit,omitempty"`
-	} `json:"queueConfig,omitempty"`
-	QueuePath *string `json:"queuePath,omitempty"`
+	} `json:"queueConfig"`
+	QueuePath string `json:"queuePath"`
 
 	// RetryCount 0 for live messages.
-	RetryCount    *int    `json:"retryCount,omitempty"`
-	Status        *string `json:"status,omitempty"`
-	Task          *string `json:"task,omitempty"`
+	RetryCount    int     `json:"retryCount"`
+	Status        string  `json:"status"`
+	Task          string  `json:"task"`
 	TraceId       *string `json:"traceId"`
-	TransactionId *string `json:"transactionId,omitempty"`
+	TransactionId string  `json:"transactionId"`
 }
 
 // MessageList defines model for MessageList.
 type MessageList struct {
-	Messages *[]MessageListItem `json:"messages,omitempty"`
-	Mode     *MessageListMode   `json:"mode,omitempty"`
+	Messages []MessageListItem `json:"messages"`
+	Mode     MessageListMode   `json:"mode"`
 
 	// Total Length of this page.
-	Total *int `json:"total,omitempty"`
+	Total int `json:"total"`
 }
 
 // MessageListItem One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
@@ -1092,31 +1142,31 @@ type MessageList struct {
 // position) are not sent: Lanes indexes transaction ids as text and has no such hash, and
 // a segment position would put offsets on the wire (decisions.md).
 type MessageListItem struct {
-	BusStatus *struct {
+	BusStatus struct {
 		ConsumedBy  *int `json:"consumedBy,omitempty"`
 		TotalGroups *int `json:"totalGroups,omitempty"`
-	} `json:"busStatus,omitempty"`
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	} `json:"busStatus"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Data Payload (any JSON).
-	Data           json.RawMessage `json:"data,omitempty"`
-	Id             *string         `json:"id,omitempty"`
+	Data           json.RawMessage `json:"data"`
+	Id             string          `json:"id"`
 	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
-	Namespace      *string         `json:"namespace,omitempty"`
-	Partition      *string         `json:"partition,omitempty"`
-	PartitionId    *string         `json:"partitionId,omitempty"`
+	Namespace      string          `json:"namespace"`
+	Partition      string          `json:"partition"`
+	PartitionId    string          `json:"partitionId"`
 
 	// Payload Same as `data`.
-	Payload          json.RawMessage        `json:"payload,omitempty"`
-	PayloadAvailable *bool                  `json:"payloadAvailable,omitempty"`
-	ProducerSub      *string                `json:"producerSub"`
-	Queue            *string                `json:"queue,omitempty"`
-	QueuePath        *string                `json:"queuePath,omitempty"`
-	QueueStatus      *string                `json:"queueStatus,omitempty"`
-	Status           *MessageListItemStatus `json:"status,omitempty"`
-	Task             *string                `json:"task,omitempty"`
-	TraceId          *string                `json:"traceId"`
-	TransactionId    *string                `json:"transactionId,omitempty"`
+	Payload          json.RawMessage       `json:"payload"`
+	PayloadAvailable bool                  `json:"payloadAvailable"`
+	ProducerSub      *string               `json:"producerSub"`
+	Queue            string                `json:"queue"`
+	QueuePath        string                `json:"queuePath"`
+	QueueStatus      string                `json:"queueStatus"`
+	Status           MessageListItemStatus `json:"status"`
+	Task             string                `json:"task"`
+	TraceId          *string               `json:"traceId"`
+	TransactionId    string                `json:"transactionId"`
 }
 
 // MessageListItemStatus defines model for MessageListItem.Status.
@@ -1124,9 +1174,9 @@ type MessageListItemStatus string
 
 // MessageListMode defines model for MessageListMode.
 type MessageListMode struct {
-	BusGroupsCount *int                 `json:"busGroupsCount,omitempty"`
-	HasQueueMode   *bool                `json:"hasQueueMode,omitempty"`
-	Type           *MessageListModeType `json:"type,omitempty"`
+	BusGroupsCount int                 `json:"busGroupsCount"`
+	HasQueueMode   bool                `json:"hasQueueMode"`
+	Type           MessageListModeType `json:"type"`
 }
 
 // MessageListModeType defines model for MessageListMode.Type.
@@ -1134,48 +1184,48 @@ type MessageListModeType string
 
 // Metrics Process metrics snapshot (loosely typed; some fields may be 0).
 type Metrics struct {
-	Cpu      *map[string]interface{} `json:"cpu,omitempty"`
+	Cpu      map[string]interface{} `json:"cpu"`
 	Database *struct {
 		IdleConnections *int `json:"idleConnections,omitempty"`
 		PoolSize        *int `json:"poolSize,omitempty"`
 		WaitingRequests *int `json:"waitingRequests,omitempty"`
 	} `json:"database,omitempty"`
-	Memory   *map[string]interface{} `json:"memory,omitempty"`
-	Messages *RateCounter            `json:"messages,omitempty"`
-	Requests *RateCounter            `json:"requests,omitempty"`
-	Uptime   *float32                `json:"uptime,omitempty"`
+	Memory   map[string]interface{} `json:"memory"`
+	Messages RateCounter            `json:"messages"`
+	Requests RateCounter            `json:"requests"`
+	Uptime   float32                `json:"uptime"`
 }
 
 // NamespaceList defines model for NamespaceList.
 type NamespaceList struct {
-	Namespaces *[]NamespaceSummary `json:"namespaces,omitempty"`
+	Namespaces []NamespaceSummary `json:"namespaces"`
 }
 
 // NamespaceSummary defines model for NamespaceSummary.
 type NamespaceSummary struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts `json:"messages,omitempty"`
-	Namespace  *string        `json:"namespace,omitempty"`
-	Partitions *int           `json:"partitions,omitempty"`
-	Queues     *int           `json:"queues,omitempty"`
+	Messages   MessageCounts `json:"messages"`
+	Namespace  string        `json:"namespace"`
+	Partitions int           `json:"partitions"`
+	Queues     int           `json:"queues"`
 }
 
 // Overview System-wide counters (from the stats reconciler, ≤ 10 s old).
 type Overview struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts `json:"messages,omitempty"`
-	Namespaces *int           `json:"namespaces,omitempty"`
-	Partitions *int           `json:"partitions,omitempty"`
-	Queues     *int           `json:"queues,omitempty"`
-	Tasks      *int           `json:"tasks,omitempty"`
+	Messages   MessageCounts `json:"messages"`
+	Namespaces int           `json:"namespaces"`
+	Partitions int           `json:"partitions"`
+	Queues     int           `json:"queues"`
+	Tasks      int           `json:"tasks"`
 }
 
 // Pagination defines model for Pagination.
 type Pagination struct {
-	Limit  *int `json:"limit,omitempty"`
-	Offset *int `json:"offset,omitempty"`
+	Limit  int  `json:"limit"`
+	Offset int  `json:"offset"`
 	Total  *int `json:"total,omitempty"`
 }
 
@@ -1187,17 +1237,17 @@ type PartitionDepth struct {
 
 // PartitionStatus defines model for PartitionStatus.
 type PartitionStatus struct {
-	Cursor       *map[string]interface{} `json:"cursor,omitempty"`
-	Failed       *int                    `json:"failed,omitempty"`
-	LastActivity *time.Time              `json:"lastActivity,omitempty"`
+	Cursor       map[string]interface{} `json:"cursor"`
+	Failed       *int                   `json:"failed,omitempty"`
+	LastActivity *time.Time             `json:"lastActivity,omitempty"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages      *MessageCounts          `json:"messages,omitempty"`
-	Name          *string                 `json:"name,omitempty"`
+	Messages      MessageCounts           `json:"messages"`
+	Name          string                  `json:"name"`
 	NewestMessage *map[string]interface{} `json:"newestMessage,omitempty"`
 	OldestMessage *map[string]interface{} `json:"oldestMessage,omitempty"`
-	Stats         *map[string]interface{} `json:"stats,omitempty"`
+	Stats         map[string]interface{}  `json:"stats"`
 }
 
 // PopAutopilot Present only when the request engaged autopilot; the sizes the broker used.
@@ -1209,7 +1259,7 @@ type PopAutopilot struct {
 	Partitions int `json:"partitions"`
 
 	// WaitMs Suggested pause before the next non-waiting poll after an empty one.
-	WaitMs *int `json:"waitMs,omitempty"`
+	WaitMs int `json:"waitMs"`
 }
 
 // PopDiscoverError Discovery pop error; keeps the reference's `success` and `messages` keys.
@@ -1370,100 +1420,100 @@ type QueueDepth struct {
 
 // QueueDetail defines model for QueueDetail.
 type QueueDetail struct {
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Id Queue id (UUID).
-	Id *string `json:"id,omitempty"`
+	Id string `json:"id"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
 	Messages  *MessageCounts `json:"messages,omitempty"`
-	Name      *string        `json:"name,omitempty"`
-	Namespace *string        `json:"namespace,omitempty"`
+	Name      string         `json:"name"`
+	Namespace string         `json:"namespace"`
 
 	// Options The 19 queue options plus the `namespace` and `task` labels (21 keys).
-	Options    *QueueDetailOptions `json:"options,omitempty"`
-	Partitions *[]QueuePartition   `json:"partitions,omitempty"`
-	Task       *string             `json:"task,omitempty"`
+	Options    QueueDetailOptions `json:"options"`
+	Partitions []QueuePartition   `json:"partitions"`
+	Task       string             `json:"task"`
 }
 
 // QueueDetailOptions The 19 queue options plus the `namespace` and `task` labels (21 keys).
 type QueueDetailOptions struct {
 	// CompletedRetentionSeconds Delete segments older than this that every group has consumed (0 = off). Default 0.
-	CompletedRetentionSeconds *int `json:"completedRetentionSeconds,omitempty"`
+	CompletedRetentionSeconds int `json:"completedRetentionSeconds"`
 
 	// DeadLetterQueue Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true.
-	DeadLetterQueue *bool `json:"deadLetterQueue,omitempty"`
+	DeadLetterQueue bool `json:"deadLetterQueue"`
 
 	// DedupWindowSeconds Deduplication window per partition in seconds (0 = off). Default 3600.
-	DedupWindowSeconds *int `json:"dedupWindowSeconds,omitempty"`
+	DedupWindowSeconds int `json:"dedupWindowSeconds"`
 
 	// DelayedProcessing Deliver only segments at least this many seconds old. Default 0.
-	DelayedProcessing *int `json:"delayedProcessing,omitempty"`
+	DelayedProcessing int `json:"delayedProcessing"`
 
 	// DlqAfterMaxRetries See `deadLetterQueue`. Default true.
-	DlqAfterMaxRetries *bool `json:"dlqAfterMaxRetries,omitempty"`
+	DlqAfterMaxRetries bool `json:"dlqAfterMaxRetries"`
 
 	// EncryptionEnabled Encrypt payloads at rest (not supported by Lanes yet). Default false.
-	EncryptionEnabled *bool `json:"encryptionEnabled,omitempty"`
+	EncryptionEnabled bool `json:"encryptionEnabled"`
 
 	// LeaseTime Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues).
-	LeaseTime *int `json:"leaseTime,omitempty"`
+	LeaseTime int `json:"leaseTime"`
 
 	// MaxSize Maximum queue size (echoed, not enforced; 0 = unlimited). Default 0.
-	MaxSize *int `json:"maxSize,omitempty"`
+	MaxSize int `json:"maxSize"`
 
 	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
-	MaxWaitTimeSeconds *int `json:"maxWaitTimeSeconds,omitempty"`
+	MaxWaitTimeSeconds int `json:"maxWaitTimeSeconds"`
 
 	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
 	// Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
 	// above 1: once the queue has a message, the pop answers when the batch is full, after this
 	// long, or at its own timeout, whichever comes first. The messages stay claimable by other
 	// consumers meanwhile.
-	MinPopWaitTime *int `json:"minPopWaitTime,omitempty"`
+	MinPopWaitTime int `json:"minPopWaitTime"`
 
 	// Namespace Namespace label.
-	Namespace *string `json:"namespace,omitempty"`
+	Namespace string `json:"namespace"`
 
 	// Priority Declared priority (echoed, not enforced). Default 0.
-	Priority *int `json:"priority,omitempty"`
+	Priority int `json:"priority"`
 
 	// RetentionEnabled Enables `retentionSeconds` and `completedRetentionSeconds`. Default false.
-	RetentionEnabled *bool `json:"retentionEnabled,omitempty"`
+	RetentionEnabled bool `json:"retentionEnabled"`
 
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
-	RetentionSeconds *int `json:"retentionSeconds,omitempty"`
+	RetentionSeconds int `json:"retentionSeconds"`
 
 	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
-	RetentionSinkHold *string `json:"retentionSinkHold,omitempty"`
+	RetentionSinkHold string `json:"retentionSinkHold"`
 
 	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
-	RetentionSinkHoldMaxSeconds *int `json:"retentionSinkHoldMaxSeconds,omitempty"`
+	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
-	RetryDelay *int `json:"retryDelay,omitempty"`
+	RetryDelay int `json:"retryDelay"`
 
 	// RetryLimit Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
-	RetryLimit *int `json:"retryLimit,omitempty"`
+	RetryLimit int `json:"retryLimit"`
 
 	// Task Task label.
-	Task *string `json:"task,omitempty"`
+	Task string `json:"task"`
 
 	// Ttl Seconds (echoed, not enforced). Default 3600.
-	Ttl *int `json:"ttl,omitempty"`
+	Ttl int `json:"ttl"`
 
 	// WindowBuffer Seconds of quiet a partition needs before it delivers (debounce). Default 0.
-	WindowBuffer *int `json:"windowBuffer,omitempty"`
+	WindowBuffer int `json:"windowBuffer"`
 }
 
 // QueueList defines model for QueueList.
 type QueueList struct {
-	Pagination *Pagination     `json:"pagination,omitempty"`
-	Queues     *[]QueueSummary `json:"queues,omitempty"`
+	Pagination Pagination     `json:"pagination"`
+	Queues     []QueueSummary `json:"queues"`
 
 	// Total Number of queues matching the filters.
-	Total *int `json:"total,omitempty"`
+	Total int `json:"total"`
 }
 
 // QueueOptions Queue options. In merge mode `null` resets an option to its default.
@@ -1530,68 +1580,134 @@ type QueueOptions struct {
 	WindowBuffer *int `json:"windowBuffer,omitempty"`
 }
 
+// QueueOptionsResult A queue's effective options, as configure and the queue detail answer them: every
+// option is present and none is `null` (unlike `QueueOptions`, whose `null` resets an
+// option in merge mode).
+type QueueOptionsResult struct {
+	// CompletedRetentionSeconds Delete segments older than this that every group has consumed (0 = off). Default 0.
+	CompletedRetentionSeconds int `json:"completedRetentionSeconds"`
+
+	// DeadLetterQueue Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true.
+	DeadLetterQueue bool `json:"deadLetterQueue"`
+
+	// DedupWindowSeconds Deduplication window per partition in seconds (0 = off). Default 3600.
+	DedupWindowSeconds int `json:"dedupWindowSeconds"`
+
+	// DelayedProcessing Deliver only segments at least this many seconds old. Default 0.
+	DelayedProcessing int `json:"delayedProcessing"`
+
+	// DlqAfterMaxRetries See `deadLetterQueue`. Default true.
+	DlqAfterMaxRetries bool `json:"dlqAfterMaxRetries"`
+
+	// EncryptionEnabled Encrypt payloads at rest (not supported by Lanes yet). Default false.
+	EncryptionEnabled bool `json:"encryptionEnabled"`
+
+	// LeaseTime Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues).
+	LeaseTime int `json:"leaseTime"`
+
+	// MaxSize Maximum queue size (echoed, not enforced; 0 = unlimited). Default 0.
+	MaxSize int `json:"maxSize"`
+
+	// MaxWaitTimeSeconds Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
+	MaxWaitTimeSeconds int `json:"maxWaitTimeSeconds"`
+
+	// MinPopWaitTime Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
+	// Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
+	// above 1: once the queue has a message, the pop answers when the batch is full, after this
+	// long, or at its own timeout, whichever comes first. The messages stay claimable by other
+	// consumers meanwhile.
+	MinPopWaitTime int `json:"minPopWaitTime"`
+
+	// Priority Declared priority (echoed, not enforced). Default 0.
+	Priority int `json:"priority"`
+
+	// RetentionEnabled Enables `retentionSeconds` and `completedRetentionSeconds`. Default false.
+	RetentionEnabled bool `json:"retentionEnabled"`
+
+	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
+	RetentionSeconds int `json:"retentionSeconds"`
+
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
+	RetentionSinkHold string `json:"retentionSinkHold"`
+
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
+
+	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
+	RetryDelay int `json:"retryDelay"`
+
+	// RetryLimit Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+	RetryLimit int `json:"retryLimit"`
+
+	// Ttl Seconds (echoed, not enforced). Default 3600.
+	Ttl int `json:"ttl"`
+
+	// WindowBuffer Seconds of quiet a partition needs before it delivers (debounce). Default 0.
+	WindowBuffer int `json:"windowBuffer"`
+}
+
 // QueuePartition defines model for QueuePartition.
 type QueuePartition struct {
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Id Partition id (UUID).
-	Id           *string    `json:"id,omitempty"`
+	Id           string     `json:"id"`
 	LastActivity *time.Time `json:"lastActivity,omitempty"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
 	Messages *MessageCounts `json:"messages,omitempty"`
-	Name     *string        `json:"name,omitempty"`
+	Name     string         `json:"name"`
 }
 
 // QueueStatus Live status of one queue (loosely typed).
 type QueueStatus struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts          `json:"messages,omitempty"`
-	Partitions *[]PartitionStatus      `json:"partitions,omitempty"`
-	Queue      *map[string]interface{} `json:"queue,omitempty"`
+	Messages   MessageCounts          `json:"messages"`
+	Partitions *[]PartitionStatus     `json:"partitions,omitempty"`
+	Queue      map[string]interface{} `json:"queue"`
 }
 
 // QueueStatusList defines model for QueueStatusList.
 type QueueStatusList struct {
-	Pagination *Pagination     `json:"pagination,omitempty"`
-	Queues     *[]QueueSummary `json:"queues,omitempty"`
+	Pagination Pagination     `json:"pagination"`
+	Queues     []QueueSummary `json:"queues"`
 }
 
 // QueueSummary defines model for QueueSummary.
 type QueueSummary struct {
-	CreatedAt *time.Time `json:"createdAt,omitempty"`
+	CreatedAt time.Time `json:"createdAt"`
 
 	// Id Queue id (UUID).
-	Id *string `json:"id,omitempty"`
+	Id string `json:"id"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages  *MessageCounts `json:"messages,omitempty"`
-	Name      *string        `json:"name,omitempty"`
-	Namespace *string        `json:"namespace,omitempty"`
+	Messages  MessageCounts `json:"messages"`
+	Name      string        `json:"name"`
+	Namespace string        `json:"namespace"`
 
 	// Partitions Number of partitions.
-	Partitions *int    `json:"partitions,omitempty"`
-	Task       *string `json:"task,omitempty"`
+	Partitions int    `json:"partitions"`
+	Task       string `json:"task"`
 }
 
 // RateCounter defines model for RateCounter.
 type RateCounter struct {
-	Rate  *float32 `json:"rate,omitempty"`
-	Total *int     `json:"total,omitempty"`
+	Rate  float32 `json:"rate"`
+	Total int     `json:"total"`
 }
 
 // ReplayedAs Push result of the replayed message (no offset on the wire).
 type ReplayedAs struct {
-	Index     *int              `json:"index,omitempty"`
-	MessageId *string           `json:"message_id,omitempty"`
-	QueueName *string           `json:"queueName,omitempty"`
-	Status    *ReplayedAsStatus `json:"status,omitempty"`
+	Index     int              `json:"index"`
+	MessageId string           `json:"message_id"`
+	QueueName string           `json:"queueName"`
+	Status    ReplayedAsStatus `json:"status"`
 
 	// TransactionId `dlq:<dlq row id>`.
-	TransactionId *string `json:"transaction_id,omitempty"`
+	TransactionId string `json:"transaction_id"`
 }
 
 // ReplayedAsStatus defines model for ReplayedAs.Status.
@@ -1625,24 +1741,24 @@ type SeekError struct {
 
 // SeekPartitionResult defines model for SeekPartitionResult.
 type SeekPartitionResult struct {
-	ConsumerGroup   *string    `json:"consumerGroup,omitempty"`
+	ConsumerGroup   string     `json:"consumerGroup"`
 	HotlistRepaired *bool      `json:"hotlistRepaired,omitempty"`
-	PartitionName   *string    `json:"partitionName,omitempty"`
-	QueueName       *string    `json:"queueName,omitempty"`
-	SeekToEnd       *bool      `json:"seekToEnd,omitempty"`
-	Success         *bool      `json:"success,omitempty"`
+	PartitionName   string     `json:"partitionName"`
+	QueueName       string     `json:"queueName"`
+	SeekToEnd       bool       `json:"seekToEnd"`
+	Success         bool       `json:"success"`
 	TargetTimestamp *time.Time `json:"targetTimestamp,omitempty"`
-	Updated         *bool      `json:"updated,omitempty"`
+	Updated         bool       `json:"updated"`
 	Warning         *string    `json:"warning,omitempty"`
 }
 
 // SeekQueueResult defines model for SeekQueueResult.
 type SeekQueueResult struct {
-	ConsumerGroup     *string    `json:"consumerGroup,omitempty"`
-	PartitionsUpdated *int       `json:"partitionsUpdated,omitempty"`
-	QueueName         *string    `json:"queueName,omitempty"`
-	SeekToEnd         *bool      `json:"seekToEnd,omitempty"`
-	Success           *bool      `json:"success,omitempty"`
+	ConsumerGroup     string     `json:"consumerGroup"`
+	PartitionsUpdated int        `json:"partitionsUpdated"`
+	QueueName         string     `json:"queueName"`
+	SeekToEnd         bool       `json:"seekToEnd"`
+	Success           bool       `json:"success"`
 	TargetTimestamp   *time.Time `json:"targetTimestamp,omitempty"`
 }
 
@@ -1659,17 +1775,17 @@ type SeekRequest struct {
 
 // StatusOverview Dashboard aggregate over a time window (loosely typed).
 type StatusOverview struct {
-	BucketMinutes   *int                      `json:"bucketMinutes,omitempty"`
-	DeadLetterQueue *map[string]interface{}   `json:"deadLetterQueue,omitempty"`
-	Errors          *map[string]interface{}   `json:"errors,omitempty"`
-	Leases          *map[string]interface{}   `json:"leases,omitempty"`
-	Messages        *map[string]interface{}   `json:"messages,omitempty"`
-	PointCount      *int                      `json:"pointCount,omitempty"`
-	Queues          *map[string]interface{}   `json:"queues,omitempty"`
-	StatsAge        *float32                  `json:"statsAge,omitempty"`
-	Throughput      *[]map[string]interface{} `json:"throughput,omitempty"`
-	TimeRange       *map[string]interface{}   `json:"timeRange,omitempty"`
-	Workers         *[]map[string]interface{} `json:"workers,omitempty"`
+	BucketMinutes   int                      `json:"bucketMinutes"`
+	DeadLetterQueue map[string]interface{}   `json:"deadLetterQueue"`
+	Errors          map[string]interface{}   `json:"errors"`
+	Leases          map[string]interface{}   `json:"leases"`
+	Messages        map[string]interface{}   `json:"messages"`
+	PointCount      int                      `json:"pointCount"`
+	Queues          map[string]interface{}   `json:"queues"`
+	StatsAge        float32                  `json:"statsAge"`
+	Throughput      []map[string]interface{} `json:"throughput"`
+	TimeRange       map[string]interface{}   `json:"timeRange"`
+	Workers         []map[string]interface{} `json:"workers"`
 }
 
 // SubscriptionUpdateRequest defines model for SubscriptionUpdateRequest.
@@ -1680,25 +1796,25 @@ type SubscriptionUpdateRequest struct {
 
 // SubscriptionUpdateResult defines model for SubscriptionUpdateResult.
 type SubscriptionUpdateResult struct {
-	ConsumerGroup *string    `json:"consumerGroup,omitempty"`
-	NewTimestamp  *time.Time `json:"newTimestamp,omitempty"`
-	RowsUpdated   *int       `json:"rowsUpdated,omitempty"`
-	Success       *bool      `json:"success,omitempty"`
+	ConsumerGroup string    `json:"consumerGroup"`
+	NewTimestamp  time.Time `json:"newTimestamp"`
+	RowsUpdated   int       `json:"rowsUpdated"`
+	Success       bool      `json:"success"`
 }
 
 // TaskList defines model for TaskList.
 type TaskList struct {
-	Tasks *[]TaskSummary `json:"tasks,omitempty"`
+	Tasks []TaskSummary `json:"tasks"`
 }
 
 // TaskSummary defines model for TaskSummary.
 type TaskSummary struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   *MessageCounts `json:"messages,omitempty"`
-	Partitions *int           `json:"partitions,omitempty"`
-	Queues     *int           `json:"queues,omitempty"`
-	Task       *string        `json:"task,omitempty"`
+	Messages   MessageCounts `json:"messages"`
+	Partitions int           `json:"partitions"`
+	Queues     int           `json:"queues"`
+	Task       string        `json:"task"`
 }
 
 // Timer defines model for Timer.
@@ -1786,11 +1902,11 @@ type TimerResult struct {
 	DeliverAt *time.Time `json:"deliverAt,omitempty"`
 	MessageId *string    `json:"messageId,omitempty"`
 	Ok        bool       `json:"ok"`
-	Queue     *string    `json:"queue,omitempty"`
+	Queue     string     `json:"queue"`
 
 	// Status `absent` may mean already delivered; `too_late` a broker is firing it.
 	Status   TimerResultStatus `json:"status"`
-	TimerKey *string           `json:"timerKey,omitempty"`
+	TimerKey string            `json:"timerKey"`
 	Txn      *string           `json:"txn,omitempty"`
 }
 
@@ -1864,7 +1980,7 @@ type TransactionOperationResult struct {
 	Success   bool    `json:"success"`
 
 	// TransactionId Transaction id of the pushed or acked message.
-	TransactionId *string                        `json:"transactionId,omitempty"`
+	TransactionId string                         `json:"transactionId"`
 	Type          TransactionOperationResultType `json:"type"`
 }
 
@@ -11470,322 +11586,335 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rbhs5tj/6KoTOAVrCKdtKJ53/HhvBgTtJz2Rycy49DexR4KKraImjElkhWZY1gYH9aePsr/ucR9g4",
-	"D9ZP8gfXIusmVknyJZ3u8afEqhsvay2u6299GSRykUvBhNGDwy+DGaMpU/Df98yo1fG5Ycr+lTKdKJ4b",
-	"LsXgcPCBJVKkmhhJlpQbcsbOpWJE2Ue4mB4Rmi3pShPNhCFLbmaEkvjR93+K9wfRQLHPBVcsHRwaVbBo",
-	"oJMZW1D7kQUXfFEsBofjaGBWORscDrgwbMrU4OrqKhrkVNEFM26APym5+Iln4QEaqgyR58TMGDF8wciS",
-	"i1Qu7fe5veFzwdRqEA0EXdjPnCu5GNSHci7VgprB4SClhu3ZNwzKMWmjuJgO7Ij+rGSRn1AzWx/CUyl0",
-	"sWCKTO09xH6o/Hpunyg/Djf0Lsz6h1/xBTfrHz2hU0Y0/yfrmmgGz9XfnbJzWmRmcPhgPI6qLXgQ2IJo",
-	"8IYumM5pwroWHn8nZyuYMNzaNZTyhkH/VN+en2sWmOt7uQQK1HOed31D4rPB+dZnOw7O9oQqw+3XXqTh",
-	"PS5vIDyNCNWEkgXTmk7Zd5rEefV4TKb8gmnCzT55KxgxM2oI10RIQyj5+ecXzwgVesmUnoj40XhMuLig",
-	"GU9PeRrvT0SYbmrv76WekpaLgqdrZBwNLvemcm993cvJbZp7D2mXQ9yRvE9kflwYeZzMQ4y1WHADnJ0U",
-	"SktFuIC/cpl/p4lcCmIUFZomMLohNXsLqc2eFAkbHZE4Y1QzuyVc28cEiSeDySDuIiHqxhGkoXOaaVau",
-	"6JmUGaOiPoOcZzJAu7FdgphkzMAYyJmSc6aAc8lyxpMZu2DKyq/4jJpkFh9UxKRjeMKuJtOGZOzcEFmY",
-	"I0LFRLDLPOMJN+SCZgUDCsM3XTCleJoysU8+wtM6l0IzXICEKsWZJjH1I64TXWA9cFaBLSxXwFGVe6Za",
-	"CVyZH+2k1lflozQ08xxEzop0ygw5lwr3mmZZRPSMKpYSmiipNUkyyhcsJdXi7JNf7IzomT16Dsn343E0",
-	"EVKRZCY1E1Yu1ZZ7+GA8HpEl0EA5rSewNfvk2L4iYWRBjT1xIqKlfVbhqsqJwMkTRwvdCwY72FisBb10",
-	"QnY83kLonsjcHyZw3mw6a47c9MkT8rlgBSMLmTIyjE9P3/38/Ofnp6/fPnt+ehpHxJ79zHAxJYl7gR51",
-	"sUHSGMFG7n1lmcypCevjhaskLRRF4SmIxlv90CMyJlIRwabU8AtGnsC2wWysZAUW/sgXLI4IyzQjj8f7",
-	"5G+W5PVE0DN5wcjDBz88fDwej8mQkhWjKoI3zPh0Zrmm9oYRocpKEmPPEt6zj1l9SoEFaG1ZKR8D83+N",
-	"BFCj25KUQZZx7cidZhkpRGo5WLBKdB2ReBy3FsiSZELzFgM8iEgn9f/6X/9DHj/axAAT0cEBZFsGqGa5",
-	"xbJ9KM7KlbIaXkjFUNrsJVIYmhiiQdPLJbdEEwu5hHWhgrz48Hbv3x6PH4D6pw1d5EekEDlVmtGzjKGE",
-	"1LD5fCqkYmkX6ev2kDZSf30Sr2XK1ifxC6wjhbMzdSoiTEUTKci5nSLxU3QKdLmMhyQWbBmToVv5CFQg",
-	"uzUTcUaTeSanI7sIMc2y2Oob2YpoxlKrnrgTE/SPVDLUQNgl14asmDnyS2HJsJId+xPxnlH4kYqVPbWs",
-	"jpdQzY5gKHtSZKs4gv+fwv8JFSn8iX8N8cQ6ZwpEapJxa3B8NxE6Z1nGxVSPyIJRgRPbJ8diRaQlteoc",
-	"s1rR2oscJStGU6tbWQ0MJh1NBJyiZCmLLCWK5RldEUqWM5kx4tbILjQlZpXLUTft6vZOBtWAgWDLoH1w",
-	"InMrZGQR0AFeSTHdy2WWAYXKwtj1XfAs404YkqFdPdz+2NpZyJmjmnx/aA+QfZAGOVVz2M6JoMYKjkOv",
-	"FHnVklBDrBIUkYzPmXslaDAxGcbfjx/FKAqENDN7KHBN6AXlmWWXniVyow+vzEN3wvkTD/7eQvOW+S+U",
-	"dywagUUrhOFZpXATq8NYFdsSvhuSXRStme5ibLsAu+p17yxXbLZ+kHkamnHr43DHBlECHwur3+/WP9BU",
-	"vf37d1G7P1I93zw3Q/W8a1b22oZJfZRdn3gu0h1sdiOvY7F/rEyDLqvutaOouhXBUzIsBP9cMJIzVcni",
-	"Ucfqm/pndtqFK3szauegOfxI0/eo69u/7JnABPyX5lbXBw3q4B/ajvxL7bX/p2Lng8PB/3FQOXgO8Ko+",
-	"eK6UdC6Vtl6S2WVkKTmT6cqyEqw56BCULLjWVi74uZBzzrJ03+r0z7LP70HI4qtva6Ct1wZG/MbJKhTx",
-	"LEWhl9rTyh1TXJOpVZ6Gsf3HnlKK6SIzh5OB/WEyiOGw5EaTlGnDBQx0IpCDZW2v7auGce2m07U3nlOe",
-	"sdS+E+0sWEZvXsEB7c4iWZhELhguobbCtb6KP8FrvuIyok0II8Mp2MPRrqRm6oKpCA8h+0P8QhimBM3g",
-	"XTFJZMpgWaihZ1Sz00KUh4Y9h6sLXihHJObuHacMXjJCdUEXScK0RuEbXtb2Qr2m9lWCioR9xdU6KfSM",
-	"LKpPW8KQggztWpC4dqExidrvlkAOCfVLvlTcWFV0ItxhBqq2P4aXVJfkDQvVpnBt6EoflVrOlHIB5zzJ",
-	"Cz2z6ntzoOfnbhV/kuoMfAJ3L1j+RjOeEiPnTAApWW3HezFAlCiZMSdmPhfS0INzRk2hGJlSw0DENOju",
-	"7kf8AQh/T/OUAUsUih2hgxu1J6sIxz9cXsb75KllgUMSZgEyPJHaTBX78O4V4XoiCqEYTWb2oiUB/5CV",
-	"CKDGOF3NGoERaOfxD+OH8Sgi65wE6rAVKXA8fKerly2lmqPykzrJRtOMC5BnsTbUsAUTpnzRaJ0nJ2JI",
-	"Sy28GqQi/j4C940cLb2R5idZiPTuN8aKKpqmisHkFNOyUAlrGTNAMSd0lUmafpTyFVVTdvdD+9FK+8x+",
-	"CywslKCJFOd8WlgiB+d7abaRx4/Ia/7jaN85xd6+vLURnsj8vdMhQuM8NiRjVBtwKnj92TkgYDQfGJvf",
-	"+o7al/buKp64Q3cYVypW21CViswoeCBqfj8ctrrgCfu5Yr+73/P3DI5Ip3g4g7QcMHIzsjAeqVwTJQvD",
-	"iJEpXZHhmgSYCC8C4h/GYxIUKqN9ckxyJS9BR7NETs5oZiU8OMPPlRRl9MsNaUFXR1ZUWAHGTUuGkUJk",
-	"TIMJXfqCL/f0zFrPe/DMIcFT2bH7RylfU7Fyiqm++2U+TkH7lAK8IkpmduKKGoZM5UUzPbcHYgyxyz0I",
-	"XsbetWgV9XZ4c6+Mb4YG5e4+qEVCYWQ/C1qYmVT8n+wryLvXqHVHZOGV84iwyxxOTalQQC+5Zj5khKfs",
-	"Phg77uX228fJHLzuNVsiVzJnynC0M2gyF3KZsXS68NFgbthCbxr4cTJ/YdjCUoUzZahSdGX/TnbxWoOj",
-	"n10woE+2qMRk2289OrIm2B7cBE+iE8+ym2IUvHiiyBz7o7W1bgZW9tjf12b+qXxAnv2DJRC08LNcWzbm",
-	"1ZGWtYwqgx2RlmKLMUUD59zt8pYbSWB/qWE1BxA8tAfMS5P5Vt+phw17I5pegrgTYn8QeJnVJYqAh/sn",
-	"xRjB2yKi6cLuj1rQjGt0+VNN4uNk7qhxH18TbzX+pmm9HkRqWu0b59AihrbhXl+tDsLoZKnd6L+b4Lda",
-	"lq0IMSLagH8XfJ/PXr0jCh0sX4M6yVBIksxYMh99o4TqaZSl4N3e00xobvgFy1aHblYHdtgHsRWEGTMs",
-	"jQ+83RofxDSZwy9yHk/Er//536S87cgagkatYmJ/VixlGb9gqjSGkhlVU2vtwZENkc8jEqfZZ3zA6u97",
-	"ztwTcnlklYQVmocQ/7L3OMN9CK9Cd4M7FfF9zoX7e+QvDU7ZNnul2efA8KyGZYntHFaDNpbOEft6sDpV",
-	"Ms9ZaLbgQudailJRtva4u9/ybPl2uxkp13Zt01H4Mx08+ssMdLIl9VouSwoD57zdW7thW/ELFym7DHCK",
-	"1NyHWWuZA7URlp53x+bvGfzTsRxwzXkl8D4MLPLyCFqfuJAyIAD/QtUChENaoNrEKoaBPaSg7J+xTC5r",
-	"+R7hTzguDI+ZC21UgURrR+6X2OrfuZIJGpPCfpNrgtkZHXu4G3tUugXGF/uZA3cwWmMSPzdPQe19ioAX",
-	"3DKHuOjH4vycqQ8dMvAZ13OicykzAr6BI7KQirlf0ENp7QdyxkiumJWCdiotZjz7C6OZma3C2SDnpUez",
-	"5Wax32ApuKpAZlHjBZmRJFWUizCh5kykdgk3vXFJOWQ49L8Npnpctxrbp6jlRIiOAaH7wGMhdCnCqeV+",
-	"v45Da8LGr47fPP9w+uHk7dtXp89evI9JAvFIy+RnbCJkzoSldEPOpDTgEbSjxqQcuwqaLGc8Y6ThQiKp",
-	"XApwTAfdkCjl13dgKdUcbZ1AvK1OhH5ly02LaptbvmdtzUJk99T7PkqnHc2yt+eDw79vZQxFbYnvTJz1",
-	"/XljNUx3FHk7SMLFMNO1RvopWlfNcODo5ToisXtrjHmNTpDap5n/kicPlyAhBfoty1d1qomLYIZADP7c",
-	"hFVx/tEhkQtuqi9aCWwKJYC48R69T+IFU1MWr99sraQ5y4F5mSgWdrPhXohPwcdqu1idK1WiZnDd4RLJ",
-	"6BnLwIZLuU4k2HG5zHVQGXMj2mRaQozzrbv3KnIhzZ5QKBkmilE7Z37uw1Wj4AggTrkuvKme7zKTFufg",
-	"+HoZoUuXqbyE66M6xmRqPJU6ztf6Ft3Wcvfq325QWysn5d6Fr4Q+gfvKUzL8+ecXz0Ydar1UdMpCGeBw",
-	"gTAx5YJFJNYMzfu4lx76N7i2S9W4o1Yirg+81/ObfVjcjbbakg5iqczGZ8yqQz1k07Qw1yaWwvNpMxtt",
-	"/QBcMENTaih+Lg0f4jCzNxDgXlMyUS/wYcOcqT1054KzM7x1lcIWyLOoL3ul/jTnu8XiGcozOHfSFKZP",
-	"s5PGAvbxQ+NVQIyDNe/cS7ZC/beZ8NE/rHIz1tfxrWCVV/s77TVeEuOx+yJ1qVUZ1ca9Mz02Mch2V3Th",
-	"VLSIxJYp49axJOBcamtvzdd1plNs5yU4TqzJHCYhTMh/RadhMszrK7POpHzBXtFpLa10/Q1GGpr5qYRv",
-	"8Utpr+7mKSyfjNortpEU33n5ty73M9qacW298gbfbuWQ7SC1Nf/s1aYhfygWC6pWuw96QS8/4lZ1lw5p",
-	"bjVWKytkljJtSCEcc6fEieqwqr5gizPnw2/pbJjaqORSk6FVsb1hp0fhNwknybodT/hKvYFW9S/czDpJ",
-	"uiE0g24puOIVsg8GyDEavKLTKarhzxhNg4pZ7fALSNcqcfEpKkU3YWwdyGjd6aGPPgv3+mMwMudJkw/W",
-	"72mFIEAcBAnRZXlpcsZmXKQR0cXCEp9V+BqBxWCC4hrn4MHpXtrpsapO15YFjp5YTdwdHVZq74nZMSQQ",
-	"PDsP6INcsCr9ZH1UdW7HOQfS+S7zjGKmVDOxNPzKzbpiSxr7wUc9ivez7PMrHjS63PZvLVafZZ/d7obo",
-	"LKdTlxS2MTZf3enpM+RUF1MzQ4uWa5I3Xatdlns5p8Z4/Ec6lud11/ZZVaSWZrRPYrCF3f1OD8mVTIuE",
-	"qQ/F2Y2VkM3KbFIXZC2CteYf1SRGp8WxAT1/m6TQyF6E+CwVK+ecCKuLKJc65FS5qBU9XXXe7OlmsxDt",
-	"vKOSC523iMIelX13lGy85gFxyTMEsoD++uHtGzhE66WC/9BS7L+nS09Atat7es7zPbRxaLYH1RlM4be9",
-	"G7xGdxslv9/TbfN8owHvFrKYy6sZ5jRi1lzYuOT6uUjUKu80iPrV1Zb9vH694p2tVqHbhIYwz1NZYBJC",
-	"QClu+6z7BWtjf5rj7BAiJ4Wabm+krvvnMQKa27ekR+BU8CeGwFDDlF8wQYaYHwB3f6fhxNwulNh5zr3f",
-	"eOh2r/p1DNj2mbWNSbueXL2rF3WrdFe3feuiAN5DmLhgmcwZybPC+z9DqcyNEXf6PPNuE/hZlWBdy70u",
-	"o+NgMihuj7fsiJxlVMwh/PloPB71axPdn3GZZ9f8xFXfnt3Ac5N97hAcafb5vVy+Zwt5wfqs2FDkcd05",
-	"6Cb6cYOM2CTt+qQTJi8fb9Sx3ld3YhmEW7qWZxzmHWOEB1OirVh3rHVE4jKcGFcqp+LGMBHBnXOWmyOC",
-	"9QBQyFgkM3vhqJm8vR5gwXBC6TuH5Y8G5ecGEZQUDKJ6rncVR/l0S04wty4hUfE8HGBucbA8d4lWjy4v",
-	"D364vITz3eUqhtSyNOhfhSpKLeicnSZUu0gJ1AMcESqIzJkgmhnIZXcVf2RRaENokrDcGvxzIZcCKwj2",
-	"J+LPTDDFE/z7kMQun4RLcYoLiJUDiItglQ/79xlNT11A2/4JyYCn7DJhLLUPTERc1LL17C3nPusdChal",
-	"OT2XhUjxj1NLCafgsrQ/WBNIpqf2JpplcunemKNqdGqkPIVsX3uvNRvtr/gRRQ07hcHg3zepjtgPLQUU",
-	"50F5SURyak0FV6uDVSY6ZwlR7LzQTEeYmYOb7GpJsazSBcyWSoopsbREuEiyIgUmaqw0fG4iLENEEJmX",
-	"Cv6B2nascqlDWiA9QRUiGWIKOSyq9gmxZS4j3DoRWOO4Ps3RPnlvH9yzE+Lnnjr8OKtRoq4JSwqC6LSx",
-	"s84wav6I93kWqxMXh7+wuGci4vnFKSRcruB5NxJ8Yn5xmit2zi8b75lfnLbo0u6u0s1fJwJ/PgXilKJG",
-	"ti05NHSpWu68VWUqCqb3YIH4WrHHIaYdR6UMTGZUTFkKycMePgJqfGrEQqQg8QHN+cHFg4P5BVh5E1H7",
-	"5eDX//j/47JKYX2qVhrX34Ezd9Zi80d4lV+F1uK41PmUETOTmpEZFWlmv2gVQXuRK0D6gLJgqJR1t5/T",
-	"Bc9WE5F7mgNcljL1xVUOjyKiKNAl5OkHKK8RRt+YZfeXYkHFnmI0Bam4dTaUT+cAGRsS6Bh3DzhunNwI",
-	"nI6JFALi0lAJH0MQ0/8SVJAwRNbpngxljMQzzAfATxTC/xl8/wVTOqw1tI84/FpUzS60JC8v+hOZ7f/p",
-	"bi7zlxdv/UNBP3l9kLXX944urPbh2b3LyLxavmFY/sXhMb3i2nRnfodBvp5KYbgomEuqB0fUnK3CljLK",
-	"4+eYl75NKXU0mLOVfiuy1XZ3ZxXgVQOvqg6l0o+ksilKjoK8Wde/kYGrV/YtfJgWzlaGBXjrR/uzPZsd",
-	"QgXmeHSZp4JdmrKKYaMdbC3mXWhPLoNOdVUIq++mW6it8MX6I+F1KhNJwt7acpmbo2/eZAkq7P/o2/iQ",
-	"9dbLabWxhOdSyZKgT/Xl30gpQ/bJc1DEZU4EIHTEQsdHaIDC8eSy71KWM3ewyjxe19E7WHjKzAlQNfn1",
-	"P/4/qJzZlqFTlhm6/kIuEgXvogtZCIDMoWlKhi470MPRdATc2GVuF2ntrXlhIme+4ct9/jjEBL0n9oiM",
-	"yRO0IMpasCPyhjwhSaGUfcAdNHjPGSNv7DD6kCbAQWxNoY4x5YV5cX7sEInKuSOkFtbg6HBMZM5Wwd2A",
-	"V7beixOvvd/ufte+eBpfe/NrKlb1pxH0Yus4WVMYd9OQXHhwsY6ZZ2FgwuZbcg9TWPlcrDQnSUYXOaZ+",
-	"Wnk+auxfUKQv6GUPlRa5VQPPrMbfEUzmoudxa/K5x8kwhtoulrojyhVUHE5wxpOBi3EAMFkzAbwuiHRP",
-	"Dl1Hqlw9OjwFMEO33fg/XFYrEQCDpUZapbsRICoSFXRA1E+97g0TUuyxRW5WlrQIPhMcbiUo1xLGSCa1",
-	"sc+WPO1yXMEGBWSexBqMUjXx+5yRVT7VmZhtsk7AsR5uBqQRI0nGL9gRYZc0MdkKKmPlOYmrl8YHsRMW",
-	"8WayBA65Dyn1bwLKehdeQqFyWzGmNZ19ALwXPq9Pim7duOvIOi6PqFwzZb7u2fRm8wHUzYcfCyUIDTAj",
-	"F/Y0F+jH253FPt7z0Vfio+OvwTK48mGGed/hmMff7X5Lr+ceIZyp12OpKktInE6re5RaPHAD9VKIl+K1",
-	"HYBPITOaQznFhsqrde8HslEop+AXl7QAh56778hnNJwDWElJy6CxkeNG9gMZunulIM4+RzdpQpVaESFx",
-	"B0edmQr9FGh31upjcDA70xnEhkNtWDvQ6/ohyqgO6VFWkq1zpNNs15bRZdv366ZWywQBee5Vsu011N0M",
-	"XZlvsPEDmgvVIZOtRmzL2Yp4NRBc4rDk9ZAQLuogGlCvgXnnV1RCb8OXP/UY58H1i0hTI7M3Nxbw9i35",
-	"aFDk6U0TB+8leKi8yCsFEIa5ixSbms910xSvwjJeLoPakFcqAiK2LkivRyxdwuWeDu+GDv/Wor+ydB/j",
-	"cd4pEN8JXW5Dhy4Jeg3+OpxLcTrtTKbI6PR0JotGLne5cpDMf+rTz0/pDcgM6xtOs65scEx2P62S3W/0",
-	"tTIj45RvSNk47Ux2d+HSrst2KHY6p7qv6gILI9woNtdUrO8zo5o9vzRMpJ2mmO6yPOA5MK7OlVwQIZc1",
-	"RHGHY20iyCqLXMcF3HoHONcIX6OXQ6qJKAPZT8jj8ZGrQn9AnpAHlk12xBh/Ut7ci8LQzwz1RQqHFHqU",
-	"WUiQxQOHagBafu5vjq+pgPbBglRIATyc5A0XT92AHRd8jRHXXxOgJaoybndPsCWq/KtmPqKHGxVsibbG",
-	"9UbhXhCw7YEyrQ01LJk3wozHES6oJgxoYIsqgR7YtzqKQzmXDbEcv9lRIxkJJ9Ja2Lo6ENjrkF35il8w",
-	"4QbeouprBKjlPN4cfndPh0bTQhZtDwhQPrYIf/k7g5/A03O7w61D6eo58VBa3Fgn6zgZrvomVDgAsTCu",
-	"cmKvM6UPgRBxDwBVWTFDuWBpmd8ybMC3AGyRe1wTwEaneiJie8sruCMe+SYF5KxI5sxoCE8VOTGSxFAG",
-	"4RI72mvsUEfCp1v1gfD1CtyiF6cicBEr1Dqvl9Uh2xwPbnmrmtf10GMJYWPVOwBZZGoPc6+RzBAygcRG",
-	"0YS9gEykeoVHFKgBmYi4SWoOpR/0ij1oPQLXRzuWhwS3qcYp28exg3wWgqvbWCZ3Xznye6sc6dCLN1Z2",
-	"3Jb09NgeW9DnK64NlFZuzlS5WdkJ7s892XYUkFmevkWL9/aqfOAKIol0gWV4qBfUHWk2CpT6e6skfORA",
-	"SmnZXXCbc+dzvUnFhtKk5pjH4ETP+EV5MukOlbbU8rYF7oCap4RtVeS/c32Uf3Vzc6N23VRLhvSogLdU",
-	"olp7Wxck6zXl0Y3LVPtm7oFV1/WVtkLYrZk4VIyWIhLQOCaiU+UIZgr7fnnuz+80ic2l+AvVs9iecOTy",
-	"cvZw78H3/0bk+URA55IGAFyEPgmra82onhGIrPh+BwhzEJNh/EWzz/ZWumAv0surOCKUuOr+icgdgN+o",
-	"xLnF3l6vqIBU+JRdMt36rrZzMezSwKccXDbUudhhRKi4UY+0QPwnXMOkvDAEPVnaI7osuYJsnYRrKItf",
-	"pKOQinZW6AplLmzI/LjqUXYr1W4bIrrX2L55ja1DAbtN6/ReUfpjKEq43A0UxkDJ9e2qU516C1z90K13",
-	"VCqJj/1WuIk1sz6q+RbQkXCKzoxgBPhbUmZ20148JszaaYACvac2fUY16K7+DYGsI/ilWmhfOX0GtSKz",
-	"1ZmCtsb2CA+salj5MMpBybRhzGDnyAJvIFrQXM+kIcNMSs2yFZTJpUdEVxXPHhp1HFC2k7yozakaQL18",
-	"pwVxmWZWxxcs6UFry6XMPvB/dqjwDvK03pxhm8N0wRZSrYLDrWuivfW71KD3z9sS1Qh2eKzITdM88dIq",
-	"NOrrFQ70jaZ8o8e/2go5a+2pXnV+K3cVeFG3P+N0D/7U1kTw9oKpC86WgWjMShu22FvytPLgkiFot1BE",
-	"aKjRBPIJE54xFZFf/+t/yIMx0URmaYA1br4cG3G5dl0QFMBbr9VJA/OnZWV3WdA+RHwLDt8S2+0Zy0M1",
-	"ghu0n27HdBsQuNbE3T/1qW88nRYAwKkFJUzlQt+o1EC0HjAGuVndwDN3E/oLrqhgS6bNZu9kNWvMBtjl",
-	"CWCzwAoG6aO3BX2F2JmtSmO4rAtmYkqnLCVlV2gsStL8n6zRsb7QGDlsnfvh/u4/YrU49nX3T25i4FY2",
-	"Hk/NrOdZe/a9Djz3oZhOmTbQK77QjJyxc6kQf1BYK1lIseehwqG9LNZIUeETAsQ2AFyNTte4CJ/CG/PM",
-	"QQvfEjB2nZiDOL0wi3q+YMA31B04dgDErgVUOFC8CVL7WR1M2cNqzxnLddPh8p0uO0E6r46fXOzqmnAF",
-	"a1yzE9wQ/NymoK0gxp7KxYIbLBhptr34TpeelKGeUYWQsH7cHqjEyCkzM6ZG98hkN7E/oSUHrqgzGSNy",
-	"wdQZNXxx236LcADbQ1Jf/K9Rd2pLd68c+3g8GUDJGOTZWSF7nMzj8Nt6oJKqJjgt4OHrNNHpQdluGd3N",
-	"l/z1l4+WY89izxT+bjxVaGFmiIe/az+TmtG71mMjgWV0qD7EzJQspjNC617Qa3xuh8YeEOOGHiXYi7Lk",
-	"brentXWPR1t0/kgDbT8q0xzkQNtCr0RVG4K8rrFVSTubkcbqfSPXYQLqusSG7pOV3rG5DVwlkMmw3fqq",
-	"QoHbkdPelilOcOhAoyQ4fJxQPiJBDgx+pPtw9RiyEeHCOcyJVKkjAi4Io8msAjHbOl+/drwFsUY7BUK9",
-	"D8Y5V9r4tp7NQewmJV6kN3qlfor39+W6VTdXfUh7wfhCwc/SFs2pmZUbLEXVx2ETDn1P3wUoU/p+PI63",
-	"yJOrsuO8q6phQjVYtYs9oyaaa3stg9xb6Fm4SWEPxXykymrjAaC9+Bn+Jx4dEd9WQwpHA/YA7tj2e6f5",
-	"xpq9sg0fYNc5fI9SiXHd1GOPpoV4aSwlM6bYLYZmOpjJUQRc3WXnO4/rYz9+O1s+Fb4BYa0Z7hCs0Nr5",
-	"p3GFiHFHvR51fbPvzH7GPDafpew5W0VEJ9IhDKCkcGR/RBZ2cVKns5zpJv58b8OXiui7uLIzp708DVoS",
-	"1/5sx2gX+4jEf/+ECGz1hSwhuP7+Kd7+YPEiYhPICb6tez4d6efb9aC0otTDbA2u0cjON3oybLFVUzsP",
-	"/7atTk9+AuCsEkUyaiCCfqfhZpple/9kShL7FOHnBBq7A/5XDw5puHtKneV26l6JIHZpTBKwTTfBXx6R",
-	"+Aw6wQE4mKg5cr7Tte5l0URArzSWkowapo7K7fJyS8ilFUYRItBhIkAjPNPGxfSf7UfDrLFzcLPW+JnQ",
-	"xBQ0y1ZdBn1Hg70aRax9tb5TUV+KOGgdHb7X6Y113e2Lf7YPbbQ8xn26pT7parBXtRJC5dm5hDekcHX2",
-	"6yv7MNijbsVMRcrYVtKBQ+8Gztwhp6dOtaqFatfm21jYnm33WdYt59PuGSn8mq2v7sCBfWtdxHB5Qr3E",
-	"tifWdxif7+xf09e0q2/T3lbz2M7p2uqL1hli3Nge71qd6K7XwPDjjJEHf3LA1j4rtETujssxOxerHUSM",
-	"39Nk+P0D8LSO9suVCwdXr9v0oorAbU8IncHYzuTEyrrE75EFNcnM91g+55lhauv2Lg0a6E++3ScvBIG+",
-	"igSqH1y+oWKQTgfIyHB8GQlpgc7c2u8uSnnPDBMQV+uqgMROL94HDRFXD20KSjYUN9aw8yEhsGy3NByT",
-	"J0Sen4/2iTP5yLiNTrM5KlcVybzrAlyvGjGzyxktIBxTOsmHb9/vWf0b/DFp9hmwHl7Ty/fMKM50fETO",
-	"pJkh5AJ5Ah2YawO2o+o5Neutnq0O8QsXqVz2rGddz1jCzVChVJnJVYVpaP0ePh5fawkB/fykURW0ttPQ",
-	"NxzspXK/qa/sg91eULEqByez9GbburYToZ5ejMSt/Y+vszcMizK4FM+rCrtWgSbe4l3/MHfFtMGWX7rI",
-	"c6mc7oD5sStmahtTInZsHkwjUb5tieS+uLUigzKGmsucaIC2EdLlJHvsoxqFjMdk+Bgz4K2Vt+cNbRRW",
-	"o913akEvfU5QS8NCjFR3GCDsHktmkqVYDs3EuVSJNR3GgLnocMtvJg4W9PIXyo1dv042e37BE9MttezS",
-	"1IRWRFy3cQ9SbkcPwNi3I8AWXJzI3A86sIw8y7jfbEqqaHFOZhLAjQRCce+dF1nmoNG1xJrFjPIFwP5w",
-	"exBJxchw/Ot//L+PxwBzOBHVuMkxAMyA+R/bjzxB/2Muc0CFpQ4rz/WsELImlOyxno48yDuMYCKwVv3B",
-	"IZG+4x4+as8A6uVvVFKu9yuU5IwTsfsBBfQVeOhEZFJMsYjewFkml4I4IPsIgZ8AqSyRC6bRfYTp9KXQ",
-	"14aucHEAN/tshbCnEw+PoDRZMCqgCzZambvtaa64VC5NpC1IkwwCtf6WME+0SWrzJ5U/rXtEmL2gSaxa",
-	"B7tTxjoP/vhackzdVH2IKlVBKlid22G4amBczP8is1AbOi7mqL0Abh6ahj55o3zeQajqIxL//Xjv3+ne",
-	"P8d7f9o/3fv0ZRw9fnQVu0jgo/HYqRe+mXc1fAwW7G9Xut8a9mt62bm0XvZaCQECLV57PI7IYysLPEDE",
-	"FqN9PH70b+Pt6VGtnlnNYoNI20T/D8bj621yrZ5svUEgT7ip3Es0mWviem2AwhUAQXC7XysM52JaO1h3",
-	"H6MxWXej0k3Lcj1VD3XKH8Er1v1tsF04M4TWhTwARbtV4MYSv1UJNRmm7EwWImE3YctO46fRtPhOnB7b",
-	"ZiN8m/l/nQv3ocN3+4pflOgHDjLRnemNXPPbTJ29icvQTSNgf7edcH05ibUV+YZ9Ct0j72yJ/Mf1+/Wl",
-	"Y4Yi+GFP7Q6+uno5wHoDDdcveQ3Da6fU6feNlmQtMVTomYPr9JEm38GsAiYRssz3qOojA6zag6TZjEr1",
-	"h4u2KD+6w7BLnGafDyfFePwwSbPProcm/M3iLfvhfWBsfku5rjdLUw3laXza7E+14982aRWw+92cS/F5",
-	"/T6AM2ky6CKS027wxZL93vTivHXTE2Pzj/K56Hh9T5s6y9pqyswtNPh2MI/hryypEs16hU301tv5evO6",
-	"VxLt57Vxbd/f/bdf167lqSUltNjd2AEfurQnhd3LYAgxGTYuLrlwjgLwzVLFsFHraJ+8YRyyIYfxlyvo",
-	"dfZlMoBHJx6pOB5VOQzW2Kn3//JSFRUiyBE58r9VmjD8bl99FYObQJP66ELl6aa+mAEOd2khmOniU7q9",
-	"Z44acHVUzVO40IZinsh2R77xlBD4dE5dOzar3gY6iPW2ekeNqrt46xnVszNJVUrodKrYlBqGje4pprM7",
-	"F/dGzRNRtV5zUZiuEqpAHGBtuCBIdfASQtxtrEJcuwjJTT1lpmtVX62amuNph1qBqcV5YRq65YaWQYib",
-	"+Z6KaXgBEC9T7/LK4LYXZ+Uuo5DqRs+s3fqxmwvesCXRzBrfdj3BY1EII4tkVk/41NuS/NqBGxrEpy1n",
-	"dl1BLthysxANonH3Cv7+1q1rM/pI9Txs8pRFh1tZLvY9Oxku9Qduryj1plWWW57jduMCVgA1gHrf8f6k",
-	"SjheP1WvgxmCHpZdHmH98GIlRn8g7ES16Wjj2+wuUHYiKIThGaH21GLErQy21tm/bg8BRxZbIg5sgtko",
-	"M4IDhTwOegSQc+xeY2mPPnShB80eP8KoR5U9e0Ri9nD8JEbdYuQ6McDTE2EJNi0yF0mWBaCdoipQ7tzZ",
-	"yrCe3OV/1ybdCnxiq90ZYhhSsUQqDAmW9TG6ADqvT2B07S3rBrqAF7/sgFY3l+KakOv9oh4p/FMXS996",
-	"C09466118ayP8XYaecIbb6GXJ7zHnyPtDlvQV20Y26MLug777g7Q3dr3z4hHRKrIxRYWMmVPoJw/jjCp",
-	"IMa/QvkoncrVHTahxAPgGk0owyvX6M3YaqnLMroK1Q43oiQeYvwIfPLaeCMApG+JlgU1xckqyVhHJ8T6",
-	"8dD6mmsQ5dwYYHKcoUTxwrJKk/AlAlXewxA6Ine0SJMBjS/2EtNFHxWrfsDmVmRY/VamMbkDeHRE4oSK",
-	"hGWxj8LV+6H4x7BrffUHPhJuSNddq/KMaeNcvv0FK5sqU8Ip4O6GvqMHy/7gb8MuzXeaQBPXiLD96T6J",
-	"2eqvsxf/kJfn7548iScC4n1fJgM6GRw+uIpHR3g3BjQ9llut9z7awYF22B7EHnDpsSDd2bvWuG4Wk9CU",
-	"nEFdonbH5PUOv62J0vKsYlqz1B/gZWaOR6vbjjg/d6WNVZvenSBfP+PW+5IprP0oBP9cMIgr9rzpUmws",
-	"/mxWf68pL5vz0KEhnc9KLsfeKe+7DqHNium2YbAtNT05DytG3cpHZ+UC0k8M6EmWmAnNLPGufDwTShmM",
-	"lKcZVDJQjzjBIZOEiynhJiRq0oasSUthg/8v+zL5N4cd4rtrTO0NnvfXDtQIakO74FJTiaCOUfGF5QbM",
-	"cIvte610AMKD9hXodROIdTGM4YyFE5+cZ9SA/JoIqJxx6FXuxCo/Q7jRLDsf7ZNjAQXOhWZQBFmrtAL0",
-	"zVqBczQRMU7WXmlY5PYHV+NYwofbEQuX6uPmQH79z/8mj3x3jJ0AHY6TuW9vDLe5FNfqWGjVWWxXXXGP",
-	"vBDAibRENgQ6ssJmhA08M04hgB07wR/fMtx3946fN+rKttrWjoI7nJnjmmpuvF6Ht3WRXY23u+vtemrX",
-	"/fQww9RAl0BuhfoRoMLSzJe2K5m59rlnhUgzBgf/brVDXUvR2mSzRZXw7oXlfqJ5PfGjebbe1xjflD3v",
-	"pFlop7bWRz27lzeWjK4YI3h7RDRdWL1SLWjGNR5ZVtc9TnxEa98dRTcDGQnPxCOPYH6G17zBlt5EtRtq",
-	"leF79htQoADFjcP1mmR7LLtFMX06aXgELSBNK9WsTpTMw7iZDZjQZtfKfk2mU1/NPvdsMs+sEVNP7CNK",
-	"LsPGQpXk0LOQ/h6PxgFBOycqhxjjW3KhRxtaxoaHC5drGDNkSFsOwLxKJNG+5au90Uh5fTffptpoDt10",
-	"vXMr7i2I7iXDRVkYvWs1c/mKzXzfG/7eCY/HYw8hMJS1T5N5DTj+ttnBFxLDXVFPJkmDQboROu7VzQBm",
-	"xh1qljdERLlXS64LfWIPNahtA4sPAjhfFdFkN+iSj3d33j/rP+a3S6uryZbOYMr8Yv3jL/9GFE+ZIsNf",
-	"/+t/yONHROYayqnisst0PIqI63XtSne27zbdE4eJWsGdwNEB6CbJvHJJ6COPsY2+T1woNwNenrjXMdB6",
-	"R+oF/qsyJyUM56cbmgXUMEAhmJUcpRICDpsPz16iurF933N0B3f5NWENtp/47QbJ6sS3EyDMX4oFFXse",
-	"LgXsWPBZJ7TQYWbC7NUXYeUnnl+c5gA9jbI2RuPd3uz1gpd/IzJHx3smu3BiejnFKXIRvnePZnwqWLpL",
-	"C/aO4J/97vuO5vPhmS1nKzKMsdd8HBHvSo1I7Norg9ONLzj8Bv618InV2fN+tqq7Fez+sLT0Lnh9qRah",
-	"aKUd02R+qpilE3C6tibhXd6nM6n4P6U4ZZcJYylLKySlU3TPKpD+C67datvPnJ0iUQU76FdB2VAzIUjp",
-	"zpmqOTuHHt63JMLRjcRI9yZ3pi0/rUH3uPAKBndK8B4o1nc3hW2VLYTETQm4N4C98bR7kXqArXPpsicT",
-	"moURMe5btQe0qLAkSAqlmDBOtXKyDnQKrEkQgqnv9OhO+rfvND58rDbC/e2aYLc6lTTgUetNiLsSJiAF",
-	"OykUN6sPlpBdGiujiqnjApGb8K+ffPjsr798HKytvr3XSitg8kPyIzxCsCbiH0vjiyHIe5kxTYaUaGZ8",
-	"s/GMpilTo0MS2xNvT4psZeXyUnHD3F8TgdfgNxDp6YKLeJ/8YlWdv/7y0ao5KddQUexDNpqpC+ZL5BFH",
-	"j2sr2wRGUYBzgapgtBWrzYzJB1dX4E04lwG9BhuL6XrZYa34xYHKCHIitZkq9uHdq33y0bJ0KpMCUqa5",
-	"dnDxYpoxomWhEoYd0lRhZk4GMIfQAK3FEimsFm6OfMk/E1akSgUhbU242Z+IiXgrGvOF9m1lSB4iWlAE",
-	"r0GJTCgYGlRhec6elWrUcKtylBr8u4IxQV6/m4gH+5fkLx8/npDjkxcRsWQ31yXWABk2vDlxVbyDiTb1",
-	"Ahr7S+keiY8mwqo2WEVvWTOmyVzIZcZSLLeOEVrfzBRzjv09bPDt+o87LB5y7GSgdm3toEg2mggtSZJx",
-	"KNyGImlEWCSFsF8RLswHi/dUigusPdaHE7FHnsNKPrq8PPjh8hLb4HONSxl/maDyNhkckskACd2wS0fp",
-	"k0FEJoNEpqx+XRtLn6da0Dk7Tahm/uareN9+75jE348fxb4dHXzQ7pO1O55KYZgwe9hSMD4iyYwl87K1",
-	"SFFWvOZU2V2FF8bfX17GVQ4MiINDFwuF0A163arYpN2J5hVXtBOh1TERpOFX9YgNlBiZ72XsgmXVMzAE",
-	"J0L38owKV6mAHYHKlI7v/+RRht8zo1Z7mIRFhi6jaORsBcvxGoQksILM3JKldhN9v6CqYuKH8di9NgGQ",
-	"IX/HaSGo76AFZRTILvayx9q062MnyoU2jKaI+aeboJLfjx/Evk00W/gtqKEHVvAQGJZHNAl41Siyb7db",
-	"Ev8wfhgfWVPNtZVYzqRm1WyWUkHhg7biBrCQaJpx0ZqmfVs1P4cvYWWtXU6sPMn4nEGoI/7h8jJGkAk3",
-	"sNqrHsaY4iYFiQ9mjGZmBi8flgMCDMdkBlaJVAR1HxTjaApj60YpAHcEywLhFy8bodzd7ahf50XVSp4M",
-	"cbdqP8WjI3AiA6AioW6cDjJDyQW0mkJFkAv7i/BlifbdOElHKvY+mYLUNjOSSgeqB+dEvdbmhwbl4FOn",
-	"QppTJ1RiMrQzcAAZUtgPAZJ1qTePHL/gl4SsadSAssXgO48a3xHyVBfJ7BSoEJnn+WXCHDaZq7wBmUOY",
-	"uGCZzNlhtU/f+R2sWDL+C14qBQkQyoHr3XWQK1g4Vmj38BhERWyl2EGeUXu+2kG8dY0uBWCV0DxnVNWr",
-	"OvEwNdxYRcWdjf6cGNQ0osGD/fH+2Hk4BM354HDwcH+8/xDMGjMDzeOA5vzg4sEBTSCTJpe6s9EEHqHY",
-	"M8fu+LAWSy0hOTApYkRokkgFMIxGlvJun/iSyO+BjTDPeMmybO9cqgVLPV8eumpGe7g1ShndOS4LYwnS",
-	"shyqY9ZaYocTUSkt4HK3SgsuV0kP1hgYHCfzQdkO7EeZrlxah5X4oOjnJdrWwT+cRYq8t8kqqaJ+qNBU",
-	"+qJTWJXDs4fV/348vt0vozV0ddXWF9/ignl9tzrx2QIcVVfR4BGOJfSJcswHP9K0nJ595MHmR34W1Omq",
-	"LMWHHm5+6CepzniaMjAmHz3Y4gnXM/SjlK/ATLfPff+nzc99lPI1FauyOd1VNPhhm5V4Yc0QQTNfFTz4",
-	"YZt5fWDqgifs5+pMRJPAl8NYyvQ7AwgMi9IiMnSqrdUB4SD7UI11D8oGR2EGrr3VCqqMa5DZJUIqQYBn",
-	"qJe0/IvOwSaDu/QQPHCs9J0ITGzi2nKqzC4ACitlORMpEyZb7bdTr/BWCpWLBiDLrP5ij8B9cuyOAymY",
-	"ZePSNeJBlf2JDe0M2oxPtud7SKK/O+Zv1BHcgQTYyjVSEwVrHtV10dB0RTWNgWh96e9lxbcoKwBjsdah",
-	"oVNaJNCvv1Cs57iHijRdK3jm58RHySz3g3oC+GoeYdTD+wDAKAcosTyjCYsPUd+fCOkwlB3YKDYZ0G3Q",
-	"UfJLWQVyOBkAaCn0zGg8jIJqznLj2oaXEKaQk051BXEa/ojDTUWzKNOSnDF8tDSqJqLdjp3E7uMxQV/O",
-	"dWXQ03ID7kYIle//jfSQ2ve7tJHn5+csMfwCvCxwM8W2LZVoud2hOMZbH8kLhDIDjT1C6rXKbY4tGFpo",
-	"9fu/Azl2HXnUECrI/HYVSklBKClLA5xYqaRIW7jAcb83LdvmT5npCH84CNuhA9OET4BnuMkvr7g2T+tq",
-	"hHOw3vEZ2vhkd33zGkU9bWR9669JMzfee7vUrbR13dz0xu72bf1BRqdTB4/iSGB9W1/hPWu7m1NFF8xA",
-	"BOnv69VvAB6HOBEZnTaQj73jsdDYhUEzkZLH46MmOg5hl3SRZwxLCR4+HmOrbG5f/7lgajXw4FSDBRev",
-	"6NTDKUY1KqqD2K0FCj59DRINLd82JOqeKzmvVPNHlil1RCqH6Teu7d0OxTtSrSi/0Tb1WtT/Bf69cjVR",
-	"zLAukFNddZT4Tjvniq7cpA6AryzhzGVOFNvTALloZmwxqiwn51TxYLsyXa2pKJ1KCQ7maavjVy8fHlvF",
-	"CSfnvOKQilSH1CALZmhKDd0n2HPJNy87cIHliMQP4oN47Eo9V0zHB7GQMRladdYS4Ciy+hwuhgtGEmBR",
-	"Ug4OayIXVFD0Zji3ciqx8C3E1Tjs1250DbZ2SmJXHPTGnL31mYNb0q1EwXWIYTpn2B+cVR0oMG0dUL0c",
-	"GnWoHwhzMGcrdHQgl1naOIIMwCqYUHo4XPRqXT35MzNttvla9AEdXwKUccLUHk4phXt+VzrInwFddqc9",
-	"bomp0LerWw5g8U6omQ2uPm2W4AeIG3PwBf69iUAv8VRbUtkJ5W1E8ruqe+P1JhxtvNlB67qb7yX+vcT/",
-	"5iR+g5luqKC12Pug0vwOvpT/vzrQjPWExz7QBbM06/pZMDaHhBI7xhpaOIPYIqZ8umQDbFWA4UJQ24Qr",
-	"l4YciYlAPKGoE0uwKTAa8J5fU0psuLkckxO6d+P2qiNIXjmX1x0xbQhHNcCugKL4+2DVR+NH2/ij2fyN",
-	"ND8BkNJv6aKChaVNYVBvaHybAqGf81/Li+CBXxlwVdWOC72ikPDZBSJtIpgCMIKRE7Ed6mcDCdXduDdV",
-	"VBQZVSOraCB8Jcn4BZsI9wfisoATH9NDtKGG7RNAd8BRmqXEYB0qKq6sENBSukTP11VOvo4U+Zp+8zZC",
-	"8L1E+e0kCr0d5aKuGfeoD8yl1jQU6ZKzsTurkQ4GtWp2CknrVfs8IQ3xwKgrZqKJaHmRHGtj91Ly/JJr",
-	"6BflTZRUwisW8oKRYaFrioxVWUYhtkc40panvDblm5hmd8TfnQC1X5vbu/BkA2yP1/9IjP9NMP3TGRVT",
-	"RjDPMQQqbM9FZbYVAiWWQL93ADkSsjXlEg1Z5+T1NQ6QEOr4dLSls+CkUFP2LPu8yWn7rubpoh7CzVUx",
-	"1sHPG4mSML5Tzxtxl4ntRWaTieqW9loBaXt475m9llhBhm3qGoZf14eTlv+t+4N3aco/yz7DLnTzMVz+",
-	"VzHecbIpoylB7Ix6LMXySqd39lkTb0NHRLAl02VXrmMTVwXA60HFnbhgEy3vQLtPb5lWo+52VH0jrxtC",
-	"O7z8lVwyRc6sULYKkF/prq+cK7lofGA7RN4vaydbvstXjbyFb57QKTYd7foKFKqGPYQPxuNa97IHoQqx",
-	"jUoOpncP7loWASRv0IlYceS/RHS3VwQ1z++DLzy9OsAqik1Gvz/BY57GCHDKhZHVae7bj9Y8gK7IzJ/z",
-	"JK2QRI8mgpYpdrXfrRHuDH9MvE1rQQYll5CfaU/KWpHQ/kTUah1izO08nAymUkAyXRncssMXkmRSTKEF",
-	"NtdGXzerDRtYbSF7/brxlAxpfXO+07CWI/RDgJvUFVJR8vPPL541m7O4HpSnvKaP5NZyKNmYp726SCk8",
-	"igLuXAc7qspTm/rD7Vslz7LPuH5fyYFZ+16XrmKJHGCLyjL6P4LdUU68zMS9U+uj/NxP2Ots28zf8rnX",
-	"VVlWS7ThdWD9Gg+RsxVBau6ScggpERZs7wuh6xn8CFJRYZ74YlOqWKtmn/xYaC6Y1l671QirE01EJrUh",
-	"9ULsETwPySpOQrlStkMHNoCFXDFiQbjaOSiTwyjfuVQTUYOFwUAiF4kKuiZfXtxlxr97+2/kRCi/3ln2",
-	"0wEzcZ/E/80k8b8vRJPPatw7v2gz78EXoa8OvszZqjcV4WdRshvN9skb6SLoeJBBJT1E5z0EOplfNPDd",
-	"RxHRVpeJ/292mbPEPIkJnQhMroRoJGTZQ2AWv0ISKuxR7bIDNM+wAijIkOgKGdwpY2yIopdmOBk2xU/k",
-	"wHsPJw6aG8oPBEHtbPStM87vkAHKKP+crdq03+EhOIbNqBeHl2cJtHlxJ8l1CH8/QK9/Zua3Ita/IUSd",
-	"VM2ZwTBnjKYOZOf5RzoNNe+VdqKuINj3hJgM/tdkEFfuP0/b+70Og6t7ur9lusdEtyDR9xpQL/9Gyv7I",
-	"HaaP0Ddzw75kq8hF1c3MB6CPrAqRMGH2mEC/8AHqXgibrxiU9ackmVFFE3QvBEeHU95+eJ+iget22HYe",
-	"aaZc6AwghrBmxR97TiDgAWbNyueXNDHOuS7PSWxM5vL644P4XCp2wVQ8EbWwt8NtkOkKkUzsCedwOiQ0",
-	"EhAAd1ZuB3YnnbNVUPRMxCbZEzwtTwpzZ8rrSWF+M9W1W+j9gt6G9gEdj+7V1m9Gep0UHdKrpq5CusnB",
-	"F1c4fnWAKELd9udzuO5DZBm/8H0FZizD9iK+cQcxkizo5dDDeSEwUUSEXJL/y1cDjY4QQmMi9EwqwwRm",
-	"viCshrWKlGKJNWcFPs9S/Bw0GvFoRVI1L3qlYyLqWoeH+ilVSMGWLD0cu8YiHsmo4n/NGIkBrhMn7bY1",
-	"PpyIZcPzVQDEFondnDwU3+Px6LqeOvwgfHuTr87jibpCWkyWpySXeYdo9y0kdhTvdyHc1hf3rr1qjS92",
-	"ybb3ljRo9nsJ5v8LSTTcOUKRz2tiLZd5U67Ve9QG7ROHwaUdvFSjMQKAwDKBaXc8y5zfvQxyQmTTdUNM",
-	"meJWpUL4nHC483VV8//1Y563HJLcEDl74/Wsn3hmHG5lF0J7pZN1jUroGw7nI9XzzpE8c1vncbiqLQyN",
-	"xfUbqY+nbALARIoRiVxJe8jgH3ZI1m4GCFpG01N0AAcbBWyI9ZYNiCNEF9T24C0x5u2R+uv/89/kAZlF",
-	"xJ5NcHzGRsaE69HXjQ+XI20MbxSRsvemT6xdQEd4hKoBvsazCxB14BLk4+Ncod6Ei2aJMPR6e/Lg+8Px",
-	"+PDhOAbIHF0CbJTJuA4D0N734HA8/mYD19//TgLXTpp1Ba+9sPuXCFwH0FzKn4LnUa1kxarbXxr4tFuX",
-	"rrkArQaQppnVWtNUMa3JkGaZAwUY7ZNXVkpU/IDu3zPmPMDpRHCR8gueQh1+BaWBaHwpNlt4NH4UX1eN",
-	"feYKujw81t0FS+sf2uRWTv9o2Zm3V8RVa6NUnYth2u52+/oeQCVVolxvNGzLs0K3mlHte/THGWuYdoot",
-	"IM59trImDkLRBkt8vwKduU90l/W+9r097ilszZEahsprkNRuqegnlSTdtjrlY13crhcYbyelD6AiB3wk",
-	"v8V4o42FTs5M8Wk87UMCMqEc3lbFlZakXabSRNQmHDlk2lbruDjNPh8ihHOafXbpQiWkeZXRVOamQFqT",
-	"PTLKJgUTYXW/OWN5mSt1/dQmo1Zf46C5z8r5g2Tl7HTY1UREjv3ww1nRXCcSSwplTmiipNaN8h70NdSD",
-	"EVSkB9LaalTPY8I+FzTDCiB+wQS2aNATMWSXNDGomI32ybEBB4gpwyTVCyP/qq7KQAiX+AWbCCwcQJDj",
-	"yQCCjguaI3KzW4DvdLNxsxcdIaCE7eF9T2Tul2uTW6T0KaBL2SQzwjBO1Ok38E/s5ir5SPV862/YZb6h",
-	"d+JE5pj4tN29JxXk0XYPHBdG5jyTZsv7f6F821s/IqL6lneD29UDdG33SBsxa5tn6gVbr2XKrvHYT0ou",
-	"dljd42TeaWxvkIwyf/vSyrXvUfy2SN6ZYqUjFCKnmRTTvVxmGXGA9pCvbGVNDRt+BHFNgJa6bazGGs92",
-	"ojW+cfAIdSEnKgkHcu2wBfVmBzsR8ZeJb88ycb1Lo6qhxKRiakjStqxak3GTQTQpJfZkcPj3T1cxWhlx",
-	"IlMAY3gL4zqjKeEiL0yZmgItQDPKRQtI3kqt+/SI3gBjdcphSb410qptstqdk5Kdfvpc5ljOX0fvCR6u",
-	"TzPKF5oUOaDVA5h2XDk3oOtBWbv/na6XCKL+as9KFzusOj1MRM6TuSbLGU9mjcJdSRL7QTKkhiykNrUz",
-	"UMf2DAa+q+qQMRve90+YCAgZOB9kHaa31THj+s6VE3lNrKHdgEHuj6j7I+rrHFH3OWu3JpRBGq4DJGyW",
-	"vhW4Uh1b6SYymdUyuipng2tf5AVyXbZCdhckVvhMDCj+ds3pUjMDzyL2KJGCjW4gP6+PxHQTcKVbF7r3",
-	"MvReht7L0DuRoV2wVeuStNA9vV1OCj1rdHUB7OgjdLNA9xRsQOgLUitVsVaaCk3LfFBbiolA7KnCCtBw",
-	"bxh4TR072n0RAWkS1zGq2Q9mIo7X+7nJZo1SsN9LlXhgJXWtAxzTzivkXGH2EjSM8g2nWvK76nEZbS3L",
-	"7erfTY6affVO+bcPbh9EHMdwzWYx9gv3LWK+6TRdPQslEoBIaQgZxbArqj6YXxxYUdItcV6yFSRZWc6t",
-	"LHIuIAsfKMDKhSlLfX0nNJg8iAW7NNhsMpzK9vLCvvnOkt3tJ36zbHf8eFdc5xjWy66pkkv9B+Wf35IP",
-	"IKHm5d+gdW1PxnqDCUrS1r1NLF5evKluvFMaKr/TlR5VDQQ5z/JjIgthvvk2JLe9z6K+JZt3e8ut/job",
-	"vcM2//66ywQ3ptyIrv2RF3bj2bJzd/7MzFt/zx1uTfmNkGrkrv2u9uTDSltl2q8vSosmUM7GzUH3fC/j",
-	"vMNbdvWEhBK+d0vK3nD3K8iY/UZyX2GRungeV/BfIu/1syeWHSlw1x4NLm0Ce4rXgzpRqTFHJTqqtZd9",
-	"Zuxayx12wQTmFpYd46j2mbBkGLv/eYATDB26b8SjXbv03Dgy8+nOs2U34Bh3NDL4nXUlaHvA62TakcH6",
-	"rtaVpaI839Vy+P0DUFBdHQZ0z16PeI6avhsdzFf9pmkEPtOd5/ruN2pd89tkrtYb9Vxf5h2kLDezzljK",
-	"CRYRVeGTvN7lrOxWgb674ZIaphZUzQlV3MwWzPAkIsmM0XzUTW3PYAQ3C3b0IWqWiBVP3JpBt85hfHr6",
-	"7ufnPz8/ff322fPT07izJGn6m6LD1pYoKBBzM7tP7O5hD6StrbnDCsp+lfQj3HGHO24/0KXNwcd/f8ab",
-	"cWu2YRtcNWOPrfbB1zvuJix+UnKxgykgt78X2HP7229omNyloMGl7TNUj6dTxabUVEWpf/A2UlTPziRV",
-	"KaF+5jUadsQaIOCDs+L83AEsdRHyj3BLSc53tquN74Q6g+RSZq6Py+9qb7ieE10NfruN2dbj8C8uZn6P",
-	"/g/csn4vCFpOvhbQu6z+6GIMzSLkAIj178IrgQzYsBZ/TZbpU+NfgDHLrM2xV9kczr77xtpEouHNTuoN",
-	"oAPl9JhA/nVbRda3p9Nq/l2c6F/fkoBidcc6LnDd9t4EWQi84we1zKhOC/uXGROECXqWMZ+Lkhca8glT",
-	"fsFUDZsirc68YYw6BktjdOvAdUW5IDktNAs7d04KPavXoN1lUXKj1G2N6J46/C1riv/uugzD/tT2FmZR",
-	"pwjYfawddnkQ7a53wa24/dyFtV34epkLGwjgDVvWN/8+ZWGtsdwOdNYreXqLQ0PSR+ZlLQglZw5z/VEc",
-	"ligyvxcoNxcozSzaa8mT9Y24Fyf34qQhTrakspo0MXzh/BjhhD6PpCsVSew7M03wETJnq2a+L/z+kq2g",
-	"Su0cgpbwE0g5l2Wc48wnwik8rpj7R7aSTsWB1ZeCDP80Jild6ZHHA3qIbzt1N5yyy4SxlKXx/kTcPJX3",
-	"QzJjaZGxj7ged8Nd8PLfsitEfQD3jSF+t6m7nlgtdWv3/4pDHYPWGN/9EGD8jeWvyA+NDN5AAu8Ria2s",
-	"eQIOl7gqNP0CP1zF0KQlnNlbMtzteRXuvI1bG7fVFArWR7ve2wB7Yy3JIVRz1LKbO0OQ8OBusBGxW21E",
-	"4NXYCAdweIrFGbo4cJO7vumOh3VgSXjxVniRb+GbIOVh/kAUMP0cWvB04n7C1d8s5ApE1+VJrDKucfmg",
-	"DIqiM/G+6Olu8nKdTlH1vN1Jeh188bpHb4bXGygT+lxIQ/fOMpnMWbrv64EaTV0WdAVg2oQbQjOrQaxQ",
-	"oVkXYU9B5AI9bcKTwVuRTbnrpQ+ck1ClOHNdu1vodF0oMJfit2Webv3BT/MP28v2tgjfLRRFKggR/A17",
-	"3ITMeU+pd0sdwcQGoPVQv5p7kXon/WN6yOr2dK2P/uzfritMR3MAL7536w5QPw8qqbmhiSEaoxGhyVyX",
-	"fvWy72o8v3BxJVytmCieOgXYzu9EajNV7MO7Vw2wwkP0rGGCry9wlarM+YW4Ejm25mkGMIiI777OwRPR",
-	"bBix3vLweqgDNUDHu7Jtqy/8VsZtfQSdpxNsDuZe+5WG8OIIQF9llrEUkSqHrZ24bzHz7Qg43EVCyVkh",
-	"0owRauSCJzTL6j1n6jIBlccZo1lfKmxxlvFkn8Q/jB/WeiGn1NAz6HaiSSEUo8kMMBNcz2Ykv7ItCzYk",
-	"IitmjkihXU9Sy6XQBDWCmzJ+wQTiZjtAKGB+WRhwkpUfRCkB8UAvuIKdoP7MzF9wanfIXu4LAZ7CKwgI",
-	"4fb3jr/4s8CtXJFh7FcrJppaC3S28u3sUq4TKQRLDEvjiMRup2rbBExtKYslheJmNTj8+6cmaKfbNzIs",
-	"N0VZ5WXPKJ6PumLEC2YUT3qzw167W+4UNRo/EcSLhktEC5rrmTT7N3FBd6zdCfakIG4xyPCvH96+2bRk",
-	"B7mSC2ZmrOhuoXJS3kIMu4QOT1KX2eoLash4f7z/KBzNKp/degPsNw4AqK+59GttELsWmQvSHjKOs77q",
-	"t/nBxJ5iaEGeA47t/qaN8oNblIsS3KTN2buvnGS7S7ouvxFYAk90VlTnXy9KuJZRgjJDyFKWhwm/uStf",
-	"BmeMKqaOC3tI/f2TteKhc2LQnXBMXlHBtD9AyrYnuVSGPH788HvwNRYqGxwOvsDasavDg4MvM6nN1eEX",
-	"e9vVIBpcUMXtcQbbNCv1ZucOHWQyoRn8DLFJ1bpsv2Ov4Pub12bG5IOodCq6P+0/OPdP5YoEODwtkqqH",
-	"xH7NcVjoYD0IgCaWNSwNnK+o1usFf2m8UOahbkHJXMhlxtIpI7nM8wqpWZOhhIxHp+e36mXsp6CcZFT7",
-	"Bk3moW+A0uJUGPB91W2TCFs/Oxul9ON6g6mm26y/GRO+EinO+bTw0ZvyWf8763rSaikVXIAvLqt/vsru",
-	"D+X06ZwlhlRNPkL7WAKPhPojlQDZLj5YPZZmnzdWA1WlmRHRjM1hBrqGwtVcC3hyD58cBBue7gEetk+h",
-	"rpqVXoQGXyhQDp1DE9A5IcuDllmpXrFEn+J+ywoOjQEVoajUG6PyUIWpYfJa6nPZ68vsRE0gaFEI+zmi",
-	"l9wkM2jK3woc6zoFu9Dx1aer/x0AAP//",
+	"7L17b+M41jf4VQjvAmVjlcTVXd3vMwkKi3RV9UxN3VKXngbecSNiJMbWWCZVJBXHUwgwf73Y599n34/w",
+	"YD9Yf5IFzyElSqZkO5e69OSvqlgSr4eH5/o7nwaJWBSCM67V4PDTYMZoyiT89x3TcnV8rpk0f6VMJTIr",
+	"dCb44HDwniWCp4poQZY00+SMnQvJiDSfZHx6RGi+pCtFFOOaLDM9I5TEj777U7w/iAaSfSwzydLBoZYl",
+	"iwYqmbEFNZ0sMp4tysXgcBwN9Kpgg8NBxjWbMjm4urqKBgWVdMG0HeDPUix+zvLwADWVmohzomeM6GzB",
+	"yDLjqVia/jPzwseSydUgGnC6MN2cS7EY+EM5F3JB9eBwkFLN9kwLg2pMSsuMTwdmRH+WoixOqJ6tD+GJ",
+	"4KpcMEmm5h1iOqp6L8wXVefwQu/CrHf8Mltker3TEzplRGX/ZF0TzeE7v+2UndMy14PDh+NxVG/Bw8AW",
+	"RIPXdMFUQRPWtfD4OzlbwYTh1a6hVC8M+qf65vxcscBc34klUKCaZ0VXHwK/Dc7Xn+04ONsTKnVmenue",
+	"hve4eoFkaUSoIpQsmFJ0yh4oEhf15zGZZhdMkUzvkzecET2jmmSKcKEJJb/88vwpoVwtmVQTHj8aj0nG",
+	"L2iepadZGu9PeJhuvPZ7qaei5bLM0jUyjgaXe1Oxt77u1eQ2zb2HtKsh7kjeJ6I4LrU4Tuahg7VYZBpO",
+	"dlJKJSTJOPxViOKBImLJiZaUK5rA6IZU7y2E0nuCJ2x0ROKcUcXMlmTKfMZJPBlMBnEXCVE7jiANndNc",
+	"sWpFz4TIGeX+DIosFwHajc0SxCRnGsZAzqSYMwknlyxnWTJjF0wa/hWfUZ3M4oOamFQMX5jVZEqTnJ1r",
+	"Ikp9RCifcHZZ5FmSaXJB85IBhWFLF0zKLE0Z3ycf4GtVCK4YLkBCpcyYIjF1I/aJLrAeOKvAFlYrYKnK",
+	"flOvBK7MT2ZS66vyQWiauxNEzsp0yjQ5FxL3muZ5RNSMSpYSmkihFElymi1YSurF2Se/mhnRM3P1HJLv",
+	"xuNowoUkyUwoxg1f8pZ7+HA8HpEl0EA1rcewNfvk2DSRMLKg2tw4EVHCfCtxVcWE4+SJpYXuBYMdbCzW",
+	"gl5aJjseb8F0T0ThLhO4bzbdNUd2+uQx+ViykpGFSBkZxqenb3959suz01dvnj47PY0jYu5+pjM+JYlt",
+	"QI26jkHSGMHG0/vSHDIrJqyPF56StJQUmScnCl91Q4/ImAhJOJtSnV0w8hi2DWZjOCsc4Q/ZgsURYbli",
+	"5MfxPvmbIXk14fRMXDDy/cMfvv9xPB6TISUrRmUELcyy6cycGq+FEaHScBJt7pKsZx9zf0qBBWhtWcUf",
+	"A/N/hQTg0W1FysDLMmXJneY5KXlqTjBnNes6IvE4bi2QIcmEFq0D8DAindT/+3/+N/nx0aYDMOEdJ4Bs",
+	"ewDqWW6xbO/Ls2qljIQXEjGk0nuJ4JommiiQ9AqRGaKJuVjCulBOnr9/s/cfP44fgvinNF0UR6TkBZWK",
+	"0bOcIYdUsPnZlAvJ0i7SV+0hbaR+fxKvRMrWJ/ErrCOFuzO1IiJMRRHBybmZInFTtAJ0tYyHJOZsGZOh",
+	"XfkIRCCzNRN+RpN5LqYjswgxzfPYyBv5iijGUiOe2BsT5I9UMJRA2GWmNFkxfeSWwpBhzTv2J/wdo/Aj",
+	"5StzaxkZL6GKHcFQ9gTPV3EE/z+F/xPKU/gT/xrijXXOJLDUJM+MwvFgwlXB8jzjUzUiC0Y5TmyfHPMV",
+	"EYbU6nvMSEVrDVlKloymRrYyEhhMOppwuEXJUpR5SiQrcroilCxnImfErpFZaEr0qhCjbtpV7Z0MigED",
+	"zpZB/eBEFIbJiDIgA7wUfLpXiDwHChWlNuu7yPI8s8yQDM3q4fbHRs/Ckzny+Pv35gLZB25QUDmH7Zxw",
+	"qg3jOHRCkRMtCdXECEERybM5s02CBBOTYfzd+FGMrIALPTOXQqYIvaBZbo5LzxLZ0YdX5nt7w7kbD/7e",
+	"QvIWxa8061g0AotWcp3ltcBNjAxjRGxD+HZIZlGUYqrrYJsF2FWue2tOxWbtBw9PQzJudQ5vbGAl0FlY",
+	"/H673kFT9Hbt7yJ2f6Bqvnlumqp516zMsw2T+iC6unjG0x10di2uo7F/qFWDLq3ulaUoX4vIUjIsefax",
+	"ZKRgsubFo47V1343O+3ClXkZpXOQHH6i6TuU9c1f5k5gHP5LCyPrgwR18A9lRv7Ja/b/lOx8cDj4Pw5q",
+	"A88BPlUHz6QU1qTSlktys4wsJWciXZmjBGsOMgQli0wpwxfcXMh5xvJ038j0T/OP74DJYtO3NdBWs4ER",
+	"v7a8Clk8S5Hppea2stdUpsjUCE/D2PxjbinJVJnrw8nA/DAZxHBZZlqRlCmdcRjohOMJFt5em6aGsffS",
+	"6VqL5zTLWWraRD0LltGpV3BB27tIlDoRC4ZLqAxz9VfxZ2jmMy4j6oQwMpyCuRzNSiomL5iM8BIyP8TP",
+	"uWaS0xzaikkiUgbLQjU9o4qdlry6NMw9XD9wTDkicWbbOGXQyAjFBVUmCVMKmW94WdsL9YqapjjlCfuM",
+	"q3VSqhlZ1F0bwhCcDM1akNh70JiE97shkENC3ZIvZaaNKDrh9jIDUdtdw0uqKvKGhWpTuNJ0pY4qKWdK",
+	"Mw73PClKNTPie3Og5+d2FX8W8gxsAnfPWP5G8ywlWswZB1Iy0o6zYgArkSJnls18LIWmB+eM6lIyMqWa",
+	"AYtp0N3dj/g9EP6eylIGR6KU7AgN3Cg9GUE4/uHyMt4nT8wROCThI0CGJ0LpqWTv374kmZrwkktGk5l5",
+	"aEjAfWQ4AogxVlYzSmAE0nn8w/j7eBSR9ZME4rBhKXA9PFB1Y0sh5yj8pJaz0TTPOPCzWGmq2YJxXTU0",
+	"Wj+TEz6klRReD1IS9x6B90aWll4L/bMoeXr3G2NYFU1TyWBykilRyoS1lBmgmBO6ygVNPwjxksopu/uh",
+	"/WS4fW76Ag0LOWgi+Hk2LQ2Rg/G9UtvIj4/Iq+yn0b41ir15cWsjPBHFOytDhMZ5rEnOqNJgVHDyszVA",
+	"wGjeMza/9R01jfbuKt64Q3sZ1yJWW1EVkswoWCA8ux8OW15kCfulPn53v+fvGFyRVvCwCmk1YDzNeITx",
+	"Ss0UkaLUjGiR0hUZrnGACXcsIP5hPCZBpjLaJ8ekkOISZDRD5OSM5obDgzH8XApeeb/skBZ0dWRYhWFg",
+	"mW7xMFLynClQoStb8OWemhnteQ++OSR4K9vj/kGIV5SvrGCq7n6Zj1OQPgUHq4gUuZm4pJrhoXKsmZ6b",
+	"CzEG3+UeOC9jZ1o0gnrbvblX+TdDg7JvH3ieUBjZL5yWeiZk9k/2GfjdK5S6I7JwwnlE2GUBt6aQyKCX",
+	"mWLOZYS37D4oO7Zx0/dxMgeru6dLFFIUTOoM9QyazLlY5iydLpw3ONNsoTYN/DiZP9dsYajCqjJUSroy",
+	"fye7WK3B0M8uGNAnW9Rssm23Hh0ZFWwPXoIv0YhnjptkFKx4vMzt8Udta10NrPWxv6/N/LfqA3H2D5aA",
+	"08LNcm3ZmBNHWtoyigxmRErwLcYUDaxxt8targWB/aWaeQYg+GgPDi9N5lv147sNez2ajoPYG2J/EGjM",
+	"yBJlwML9s2SM4GsRUXRh9kcuaJ4pNPlTReLjZG6pcR+bibcaf1O1XnciNbX2jXNoEUNbcfdXq4MwOo/U",
+	"bvTfTfBbLctWhBgRpcG+C7bPpy/fEokGls9BnWTIBUlmLJmPvlJCdTTKUrBu7ynGVaazC5avDu2sDsyw",
+	"D2LDCHOmWRofOL01PohpModfxDye8N//13+R6rUjowhquYqJ+VmylOXZBZOVMpTMqJwabQ+ubPB8HpE4",
+	"zT/iB0Z+37PqHhfLIyMkrFA9BP+Xeccq7kNoCs0N9lbE9qwJ91s8XwqMsu3jleYfA8MzEpYhtnNYDdpY",
+	"Okvs687qVIqiYKHZggk9U4JXgrLRx+375sxWrZvNSDNl1jYdhbvpOKO/zkAmW1In5bKk1HDPm701G7bV",
+	"ecl4yi4DJ0WozLlZvcgBb4SV5d0e83cM/ulYDnhmrRL4HjoWs+oKWp84FyLAAP9C5QKYQ1qi2MTqAwN7",
+	"SEHYP2O5WHrxHuEu7CkMjznjSssSidaM3C2xkb8LKRJUJrnpM1MEozM69nC341HLFuhf7D8cuIPR2iFx",
+	"c3MU1N6nCM6CXebQKfqpPD9n8n0HD3yaqTlRhRA5AdvAEVkIyewvaKE0+gM5Y6SQzHBBM5XWYTz7C6O5",
+	"nq3C0SDnlUWzZWYxfbAUTFXAs6h2jEwLkkqa8TChFoynZgk3tbikGUQ49LcGUz32tcb2LWpOInjHgNCd",
+	"47HkqmLh1Jx+t45Do8LGL49fP3t/+v7kzZuXp0+fv4tJAv5Ic8jP2ISLgnFD6ZqcCaHBImhGjUE5ZhUU",
+	"Wc6ynJGGCYmkYsnBMB00QyKXX9+BpZBz1HUC/jafCN3KVpsWeZtbtbO2ZiGye+JsH5XRjub5m/PB4d+3",
+	"UoaiNse3Ks76/rw2Eqa9ipweJOBh+NC1RvpbtC6a4cDRynVEYttqjHGNlpGar5nryZGHDZAQHO2WVVOd",
+	"YuIiGCEQgz03YbWff3RIxCLTdY+GA+tSciBufEftk3jB5JTF6y8bLWnOCji8jJcLs9nwLvinoDNvF+t7",
+	"pQ7UDK47PCI5PWM56HBpphIBelwhChUUxuyINqmW4ON8Y9+9iqxLs8cVSoaJZNTMOTt37qpRcATgp1xn",
+	"3lTNd5lJ6+Tg+HoPQpcsU1sJ10d1jMHUeCt13K/+Ft3GcttxbpLC7dC2FlGqHQw/CXWBu5ulZPjLL8+f",
+	"jjqEeyHplIXiwOEBYXyacRaRWDFU8uNequjfZm+v6nFHrXBc5373o5ydc9yOtt6YDpKplcenzAhFPcTT",
+	"1DPXJpbC92kzJm39GlwwTVOqKXaXhq9ymNlrcHOviZooHTjnYcHkHhp1weQZ3rpabAtEW/jLXgtB7VjE",
+	"9dmtT2WLJdY0y+GOSlNohuYnjWXuOzuNpoBkB2uWvBdshbJyMzikf1jVpNZX+w1ntQX8gXLSMYnxin6e",
+	"2jCsnCpt20yPdQz3gE3QsOJcRGJzdOPWFcbhDmtLes3mOkMvtrMoHCdGvQ4TGgbvv6TTMLEW/sqsH+Vs",
+	"wV7SqReCut6CFprmbirhV9xSmqe7WRWrL6P2ikWNsPjmIPxZr02iuWYbKfqtY7brV01OWwvnLXvRYBJb",
+	"2YA7KHbNJBxgpHYkjW43zux9uVhQudp9bgt6+QHXtDupSWVGljb8S+QpU5qU3DKclNjrI6xELNjizHoX",
+	"WtIkBl1KsVRkaIR/p3KqUbglbrlrt0kMm1QbTob6NdOzzgPUYORBgxk8caLiew3EHw1e0ukUFYSnjKZB",
+	"kdG7kAMcvw6pfILi2k3YiArE2u700QcXH3z9MWhRZEnzuKy/03KOwLkPEqKNP1PkjM0ynkZElQtDfEYU",
+	"bbg8o02qHNBRNTx/x2tqDRBViIK8ATeOkSMUX6zxTmHoKOOVbGfZadyrRZCWsQKN1orYNzoU+muIFWmP",
+	"qIBjBo6684jfiwWrQ3nWh+3zJ1yUQGjkZZFTjDprBumGm9wscbdWwQ0+6lFinuYfX2ZBBdYS7Nb3xdP8",
+	"o93+0Mko6NQG2G2Mc6jfdCcq5KDgUz1D60CmSNE0U3cdnWpOjfG4TjqW51XX9hlRzQvZ2icx2BXs+1ZO",
+	"K6RIy4TJ9+XZjYW0zSpB4rPeFsEaVZoqEqMB6FiDtrRNgG1kHoKvm/KVNfSExWnkpB2ctVrUmp6uOl92",
+	"dLOZ7Xe+UTOOzld4adhl3xvVMV6zJtlAJAIRVX99/+Y1XPt+2uU/lOD77+jSEZD3dE/Ns2IPNUWa70Gm",
+	"C5PYt3MpeHS38a5ye7ptzHQ0yLq5MMZFK4bxoRiBGFbRM/WMJ3JVdKqV/eJ8ywqx/rw+O1utQrchAlxm",
+	"T0SJAR0BpaFt/+9nrI39aY4TVjbq9YjVdgRfZWjrv96Q7QH0j7e35c1t6GBiJ6Wcbm9qWPe1oDe7MK2k",
+	"R2AacjcWR7fRNLtgnAwx1gPefqDgSt/OLdx5z77bKBV07/pN5IV6k5qr07G+rUD5XS3iW4Uuv8Hw8gAv",
+	"goYI4xcsFwUjRV46Y3YoLr0xZNdocNeD3x8R6oJnyTBuzj0eVbFmkOZUudHxMsSw6RjssKqU17ri0vxj",
+	"B7tI84/vxPIdW4gL1qfbh3y36+ZVmRkBIf+wgTNs4nF9PAnDv483Slbv6jcxkcSe4pZvAeYdo48Mg8oN",
+	"M7cEfUTiyiEb14KmzLRmPII356zQRwQzKiAVtExm5sFRM/x93UWFDpnK+wDLHw2q7gYRJGWAilFH9lee",
+	"qN9uyYBo16X3gHa6a4pui9zTOjfESxupAnvApmCJ5Yic5ZTPIXLj0Xg86hfeu7uxQbPX7OKqfwUc9WzH",
+	"o9a5T/Tpy57Zr/VkBv1G/Xc8rkvXlBoDaS/Vb5v9nceWfz9QLmR56HiEkD47GB3ZGE1g8OSs1FaVATiN",
+	"KjrgKho8C8e6tO4fcW7be3R5efDD5SWIx3YMIZafBp08kNCtOJ2z04Qq67SF1KQjQjkRBeNEMQ1pNTb5",
+	"mCxKpQlNElZoUvI5F0uOyUz7E/5nxpnMEvz7kMQ2tC0T/BQ5ESYxIUSLkd3N32c0PbWxNeZPiEs+ZZcJ",
+	"Y6n5YMLj0gscNq+cuwQcyJ0W+vRclDzFP04NSz0Fv4n5YcH0TKSn5iWa52JpWyxQszjVQpxC4oF5V1ww",
+	"aX7FTiTV7BQGg3/fJFFrP7QUkCcMmW4RKajRtG3aICa8qYIlRLLzUjEVYZAgbrJNa8cMb+u7X0rBp8RQ",
+	"K8l4kpcp3EaNlYbuJtzcLBEECQkJ/wDMBibc+eg6SE+QEE2GmM0Ci1oRehVWDa9OOKZbr09ztE/emQ/3",
+	"zISyc0cdbpz1KFFVgyWFg33a2FlrV2j+iO85luATVwZ/YZ7hhMfzi1OI/V7B93Yk+MX84rSQ7Dy7bLQz",
+	"vzht0aXZXamav044/nwKxCm4R7atC31oo0attCerqDiMNESsirW8s0PMgIgqYSKZUT5lKeQxOCQbSDf0",
+	"iIUITuIDWmQHFw8P5hcgF06498vB7//6/+IqYWp9qkas8dvAmVv5svkjNOVWobU4NosnZUTPhGJkRnma",
+	"mx6NHmMeZhJAhwChAJL27evndJHlqwkvHM0BRFQVhWdBDEYRkRToElKGApTXiOjZGPD7l3JB+Z5kNAWu",
+	"uHVgpossAx4bkowwBChg97R8IyBmJoJzCJGx10im6l+CAg/66Tv9EaHgtXiGoUnYRcndn8H2L5hU4Uu+",
+	"LStib1E9u2pwdSuhVXpx0Z9mYf5Pd/Ouvbh44z7a6FLzmu8dXVi7R7l4l5HVcSK9w3INh8f0MlO6Oy8l",
+	"DEH4RHCd8ZLZlB8w7c7ZKmx7Qhb9DLNmtgF6iAZztlJveL7a7u28huNroOn5QE/9OE+bYniQtzdRRzae",
+	"6brJvoUP08LZSrPAcfvJ/Gyua4ufgxFoXQYXzi51lWO10bIjxXIn2hPLoGNNltzIqukWKiH06H8S2XmH",
+	"16sKdwv7Qarlbs6i+ZIhrLBlsY8AQopa74nzxhKeS81Tgt6KF38jFS/ZJ89ARhcF4YAjFHMVH6GuCTeX",
+	"jRFOWcHsnSuKeF187zjKU6ZPgLrJ7//635Dft+3BTlmu6XqDGU8ktEUXouQA7EXTlAxtDLMDzepwvrPL",
+	"wizSWqtFqSNrIsHGXZYLxAc4H8cRGZPHqFxUGatH5DV5TJJSSvOBvT3wnTNGXpth9OHhgOvFaEkdYypK",
+	"/fz82OKmVXNH4D/MFFRhb+OcrYK7AU222sWJe+2b3e/aF0fjay2/onzlf43QPFv7zJtMuZuGxMJBIHbM",
+	"PA/DpzZbKRyYam1eMVydJDldFBigbvj6qLF/Qda+oJc9VFoWRkI8M8pAR2BJxns+N9qg/ZwMY8hAZam9",
+	"qmza1+EEZzwZWO8hwCc201R8RqR6In07Anr9SJEpQK7a7cb/4bIajgBIUR5pVYZ0ANJJZNDI599+3RvG",
+	"Bd9ji0KvDGkR/CY43JpRrgW0klwobb6tzrSNxAf1FPDDEqNLCtlEGbX6V/VVZ/qIzjthEXtOM+AhaUHy",
+	"7IIdEXZJE52vIH9fnJO4bjQ+iC2ziDeTJZyQe2dt/yYgr7eOW2Qqt+W9XZPdB3D2wvf1SdktI3ddWcfV",
+	"FVUoJvXnvZteb76Aus/hh1JyQgOHMePmNudo4tv9iH24P0ef6Rwdf44jgysfPjDvOpxf+LvZb+Hk3CME",
+	"XXZyLJVVopuVaVWPUIsXbiCrE1GdnLQDIE9kRgtI+tqQH7puGMFjFIrW+dWGA8GlZ987crFC5wCpVNEy",
+	"SGzkuBFXRIb2XcGJ1dPRgppQKVeEC9zBUWcMUD8Fmp018hhczFaFBrZhsWXWLnRfPkQe1cE9qnzX9RNp",
+	"Jdu1ZbQ5Qf2yqZEygUGeO5Fsewl1N4VXFBt0/YDkQlVIZfOIbTlbEScGgrUcltx3u+KiDqIBdRKYs2hF",
+	"VYEA6Pm3HiU9uH4RaUpk5uXGAt6+Rh8NyiK9aRDxPQcPJUE6oQA8NHcRvOaZYzdN8SrM48UyKA05oSLA",
+	"Yn1Gej1i6WIu93R4N3T4txb9VQAj6KpzRoH4TuhyQ5iwoYV+h4DNllhD8A8HRpxOOyMjcjo9nYmykfRR",
+	"LSvkGJ26PJVTegMaxASk07wrbQSzYk7rrJgb9VbFPJxmGyIzTjuzYqybteuxGYqZzqnqSwbDfC07it1S",
+	"vVqb1xjQ2gRaU26sd2Cs/r53rH2Q6hhV7NmlZjzt1BpVl5IE34EeeC7FgnCx9Eo02MIAOoLQzsiWsEFC",
+	"tAieDSc8GmSEnPDKHf+Y/Dg+srAeD8lj8tCc6B2LNjyuXu6Ftem9PxqLFPaC9MjdECWPdyNVgFz/zL0c",
+	"X1NW7sNZqqFXsnCmBzw8tQO2Z/JzjNhvJkBLVOaZ2T3OlqidrJpBwQ6/mbMlqkXXG4VtIGCGAMo06t6w",
+	"OngRhh2PcEEVYUADW+QS9eBo+rA41Vw2uJ/cZkeN2EScSGthfcklsNdBHpBdMG4H3qLqa7jZxTzeHERQ",
+	"uc1tD6FhtTCb2yMD/KQtXHfuzWAXeONvd+d2CIo9FzGyjRvLkR0XVjiHz10t1aB7511aBMcwsH1injOp",
+	"DoFwcc8A1l4yTTPO0iqqZ9jAzwLcOPu5jdqmasJj88pLeCMeuSox5KxM5kwr8LyVBdGCxJA7ZcNZ2lth",
+	"YZ/Cd3PdQfh5jS7UCxQUeIiJuJ3Pq5SyDWIgvhd52Dley5E3PR9Up55Uz17WsATrPtoKkczIwYCZy+Qe",
+	"pl8gmSACDom1pAl7DtFcfpJZFEhDm/C4Sd+26AqINHtQSQqej3bMUAtuunc8t3f8Bw93CH10Y27xffLa",
+	"t5a81qEjbEwuuy2W7aCatqDPl5nSkI++ObTnZplvuD/3ZNuRw2rO9C2aBm4v0RCeIDBUF+qRQ+5CyZXm",
+	"owAai9OJwhcYhOVWxWK3UYo++jWHNmRHNsc8Bm9Dnl1UN5PqEKgrGXNbBCbIkkzYVjgsO6douqbb2Zmt",
+	"1M0WD+nI3rTpl+5UNhMxm6mdfrqHz8HqfMJ6LzqApKy03UgAbV2rlmk16a1H4LilFH+vtS548Gsy07tK",
+	"87fL1J3g355SUCZri9Dd0pcFZ2oJWwGpasI7xapgRLkr8Wr/fKBIrC/5X6iaxeYWJ5eXs+/3Hn73H0Sc",
+	"TzgU22pglkZo9THy5IyqGQE3myvRg/g3MRnGnxT7aF6lC/Y8vbyKI0KJhQCZ8MJizo4qaHYsR/mSckiZ",
+	"SNklU61+lZmLZpcaurIVHiCx0AwjQuGUOgge4rqwNf6KUhO0pCkHP7bMJIRuJZkCvJRFOgqJoWelqoFR",
+	"wxriT6se9aAWX7dhr/dS6VcvlXYImbep9t8Lg38MYRCXuwEcHEC2uF2RsVM2g6fvu2WrWuxygQBbmCtS",
+	"RtPTvG2m+DoFtu0ktAC+hhWxQnm4fWKXv+CRd48ECKMpB7aExA3ChkM1W7u28ObpwSqZUQWKhGshECsH",
+	"v9QU4ZbgDKYxW51JWEMjawS2v7Uvje6i9gjXYkr8yWppAdTagKJAlmSBLxDFaaFmQpNhLoRi+QpyRdMj",
+	"omrQCQdVPg5oS0lReutQD8DPYWtBTqe5EZo5S3pwUwsh8vfZPzt0MAtB7hdL2kZSWLCFkKvgcH1pvDfn",
+	"nGo0BjtlsB7BDp+VhW7ql44Vt7bfvuf1EzXka5xPBJsQooLrZdf0TaRq0QFG3jBrZq29Xj1pKyMmWOq3",
+	"lwpUD5Sj2sJQ7bMz+1HULNBezSC0AG8umLzI2DLgW1wpzRZ7yyyt/QtkCJoEJPZqqhWBQN4ky5mMyO//",
+	"+d/k4ZgoIvI0cFJvvpAbwTF3XUq8ALZZ5fDKeiNzTW1Y7pMGEl7L8NNl1HERBTfzaLg4QNtWeHR2ck9Z",
+	"EUoM3iDKdvtl2gUJvOvYfdU7nk51DvAtgxy19iBtlFAh1AYweDO9uoEp+SYEHlxRzpZM6c3m9HrWGE6y",
+	"yxdwjgMrGHZaetwfP4zcHgT3TxTHpRZFlgvdhy2erypLSAUewPiUTllKqGsA0xNV9k9brMFW7CgVOuZb",
+	"shTVSaAQ+E8IKQHVk6ovN3GUVlxulupZz7dGNngV+O59OZ0ypVlKCloqRs7YuZCISszZpYZUJ1faBMrh",
+	"Y7Yk5S7ehm9j/WqwJ1yEakgdO/TU1kS4pYoe/ikIlhaA6fghxAFDYneAhq2cYGtXhgMyNmHjPPWrQLh6",
+	"IHPGCtU0uz1QbQwzN7nYpjriCnrHbSdsPfi5TUpb4Xk+EYtFpjGHrFmv64Gq7GlDNaMS8enduB0+mBZT",
+	"pmdMju5hQG9ihYBaYriiVvOLyAWTZ1Rni9u2XoUDP1wVjYv/MeoOIesu8mc+jycDyCKF0FvDbY+TeRxu",
+	"rQcora7e16qCcJ3qfz2FQVqml2Yjf/31gzmxZ7E7FO5tvF5oqWdYyGfXQmye6WOtOFgCy2jB9IieSVFO",
+	"Z4T6tvBrdLdDRTKI5oDialhEuzrddk+9dY9HW5QsC5lYagONs3Q07DTbucTq4LjNsJp+wet1BBFfqNhQ",
+	"NrsWQDbXr60ZMhm2a3bWkKc7nrQ3VSghXDpQ4REuH8uUj0jwBAY76b5cHcR8RDJu3SZEyNQSQcYJo8ms",
+	"hjDcOoXHu96CwN6dDMEv4HWeSaVdPfLmIHbjEs/TGzWpnuD7fTGl9ct1AfVe5NmQm7/SkguqZ9UGC14X",
+	"oNpUOqenYBRkLn43HsdbxKPWUaghU2jzqHYdz6gJnd5ey+DpLdUsXF25h2I+UGnE8gDMZvwU/xOPjoir",
+	"Bya4pQFzAXds+73rZGMab1U/GCBjLfRPJcSQITpYHPYeoiuylMyYZLfooOs4TJYi4OkuO995XR+78ZvZ",
+	"ZlPuKid7VfyHoI5695/CFSLaXvVq1NVn3539lDnITUPZc7aKiEqEBR1BTmHJ/ogszOKkVmY5U83yNL2V",
+	"6vo9EOZUduaOVLdBi+Oan80YzWIfkfjvvyFeo7+QFWDf33+Lt79YHIvYZMHF1rrn05HmsV3xbMNKHSjf",
+	"4BoVeF2FSs0WW1XjdWCR28r05OcmWmvUwAN+oOBlmud7/2RSEPMVyc5JyR1aYA8Kcbjgm3/kdiq7jZCX",
+	"aUwS0E03oU4fkfgMStgClCD3LDoPlFd2NZpwKPLKUpJTzeRRtV2Ob3GxNMwoQrxKDAdp+L7acNSu234Q",
+	"au84Bzdr7TwTmuiS5vmqS6HvqAzsUcRar836PnblQycBpI4Oo+30xrLu9il/2ztyWqbmPtlSnXRVBq7r",
+	"A6LwbG3JG4IVOwsNV2WazFW3YromZayHbSsh7FaJoINPu+wPz2G/Nt+NJdTstrt8gpbxafe4pOya1Trv",
+	"wPJ9a+VPcXm8mrPXINa3GFLQWQVv2zqj6HnH0xwIQ/C1aDfFXWjgTb0s29lwg/VhO720G4sFX6su7/4O",
+	"mJe2tS3gzz/MGHn4J4ul74Kuq9IYcdWkteuaZmMcjyLD7x6CeXe0X61v2H993bJWtUNye+rr9Hd3hs/W",
+	"Ki32RxZUJ3AFo/6caya3KTlXuT6rlKh6Mp0E6ZFiTxj8PnnOCRSsJpCHZKNiJYOgT8B5h+tVCwheterg",
+	"fney2TumGQeHYVcmNJZ9czZy8FU7oGZQAiDJ2StkA2GrVbXI4Zg8JuL8fLRPrEpKxm1Arc3uxjpP7G1X",
+	"OYgqQ4+wyxktwW9UGfGHb97tGf0A7EVp/hHgaV7Ry3dMy4yp+IicCT1DlBjymKRSFN6Azah6bnUvlCg1",
+	"Ms6vGU/Fsmc9fTloCS9D5mGtxteZ5qH1+/7H8bWWEGojnDSy/dZ2OrswB8Doc9V+U5fhC7u9oHxVDU7k",
+	"6c22dW0nQiVJGYlb+x9fZ28YJhdkgj+rE2xbidr4inNNwNwlUxorlqqyKIS0sg1Gca+Y9jamAhnaPJhG",
+	"ykpbUypckntNBpWztxAFUYDGxYWNnHdwbR6FjMdk+CPmohgtdM8ZApAzjXbfqQW9dMFdLQkQ4Z3tvYFI",
+	"oSyZCZYiLALj50ImRrUZA0ysrcJwM3awoJe/0kyb9es8Zs8uskR3cy2zNB7TinDJ06rkghk9wPzfDgNb",
+	"ZPxEFG7QgWXM8jxzm01J7dYuyEwAHhvHwgJ752We20IPSmAuck6zRVVIaiEkI8Px7//6f38cAzLrhNfj",
+	"JseAiQXmidh08hjto4UoANCaWnhPW1GHC48pGQkgHbmSFTCCCUfMioeHRLiCwfipuQOo479RRbnO7lGR",
+	"M07E7AcAadR4xxOeCz5FMA0Nd5lYcmLLckSIVQfgiolYMIXmLUz6qJi+0nSFiwNVAM5WiNQ8ccAhUpEF",
+	"o3w5y3Kbm7vbnhYyE9LGv7QZaZKDI9m9Ej4TbZLa3KV0t3UPCzMPFIll62K3clvnxR9fi4/Jm4oPUS0q",
+	"CAmrczsHrh5Yxud/EXmoJm3G5yi9ANQnqq4uyqT63qI+qyMS//1473/SvX+O9/60f7r326dx9OOjq9h6",
+	"Kh+Nx1a8sGVLvPVEZ8b+dhAerWG/opedS+t4r+EQwNDitc/jiPxoeIEDitlitD+OH/3HeHt6lKunRrLY",
+	"wNI20f/D8fh6m+xldq5XC86STNfmL5rMFbGVg0DgCoCh2N33AB8yPvUu1t3HqHXeXWd907JcT9RDmfIn",
+	"sNp19w1qTsY0oT6TB2x7uwqZNsRvREJFhik7EyVP2E2O5dUG5acLrvQYb5UHirDzcwal/51CBNl/CWR0",
+	"lpIBj6tvoRSUfFflSM/Y4hAv/Qm3elJdsAs+hfqcmXJq1dDIK3NGYn+Qsbl9hFrXvepGfRVt1Iv18TWo",
+	"X1+ruvUVqVdfgzp1p+rTF1WXvnb16MuqQ1+/+nOv7nz76s5nUG++uDrz1agv34q68nWrJ59ZHfka1Y/P",
+	"oG58RerFpnStSmhobM26OBuUnEIiXWuuAYYVYCFRj3QfvLvXrsuQ8BUUfkN8o/+QemwdaaWWZRrHp9NN",
+	"deJHI96J+3zbuPavMwWtx39dr0/n6r7vCBV6aTReC1Jpi3ZYmaWRA36bOaQ3iVCx0wh4XtsxHx25cy7m",
+	"ozcz1Fuxr9jb3J0Wu9kn3Jli/QeOVOnLJAzFnIclgVuPLtk+P9xHDlivLks1C2LX74qyCg0Fu29U42+x",
+	"1lLNbH0bF4fpaubXcLdcVNkQNYZUgLP0lJ5pxmz2B1NuAdFyh0GJcZp/PJyU4/H3SZp/JFIsSZbC3yz+",
+	"zBGJ7xmb31JG6c2SQUPZEFsEEJnxb5saCkUz7ZyrW6MrMHktBWltl2dC51DGt6DdVU+qE/y6t4ZCN10y",
+	"Nv8gnvGO5r01D0DMQIywEe6Upovi+uKKra8S7mVJJW/CCXRBlFc5Lu28FZ9WmwvmL0A9ji5Chpvl+hta",
+	"c9tf1ibcjiD9mjfsWuvur/P6QnStuJem0GJx2rR1aBOhJIEC/zCrmAwbD5cZt7YqMM9TyaC+Px/tk9cs",
+	"g/zIYfzpKo4mPP40GcCnE1fOLB7VWQ1Gfz+j6akN7K/C1VFmhayRI/dbrRzC76bpqxgsVYr4owu5UbS/",
+	"PwFuZBNFMPfFJXk7Yy/VYG2rKyxnXGmKmSPbiVTaEVeg6wJN/IwYNaUCwtwq+z4aoFDbDTTzlKrZmaAy",
+	"JXQ6lWxKNSPigklCMcHdej02KgeIT/8q46XugnsJuILWhgtMXwUfYXGJjQBOaw8h3akH1WsNoaYFz3E8",
+	"7RCzMNm4KHVDvN9QVxxr0ryjfBpeAKybo3Zpsi3WVe1HrV1prEVjAh56kZduaFc8ZPVww6x2zFusIFsp",
+	"zyqqQ/bTXUfHe/VD96l8zZZEMZYSmBMYBUuuRZnM/JRUte0RXGOvoUFsO7Pr3lWcLTffE8ESgr13W8/1",
+	"tPWt0hhas8/Qqnygah7WpCvQp60UYtPOtvowttw1mtvHGLsp9NUWyIyoPF4DWczsVUBnpBoKh3YMKqkT",
+	"tNfFmOsg7aJJdpdPWH/hgarMacDPS5V+Fs47bBZorYq5llxnOaHmTmfErgxWJ9+/bhlWuydb4nRuAqet",
+	"MqgDwCcWsBfwps1eIxSKOrS+QcV+fIRuyTrb+IjE7Pvx4xglr5EtZgtfT7ih8rTMbaiFKKEKEwpK1c6d",
+	"rTTryfX+n0qnW0G2brU7Q/TzS5YIiT74Ck9ElUDn/gRG196ybnhYaPhFR3VKfcmvWbWy/8gjhXceacDQ",
+	"6rw6zf/pboZWaPWN+24jj/V62DTG8CVoSyLvNr4qPap/cK7tzpG5G6kdElaAtSo2l1ocAdADFsg1f1Ql",
+	"iOMRETKyzsSFSNljAGaMI4zKifGvUH5Mp+i5W3ljVyp4+3XbufrvVdfK1RSytqPg6wqBrjXcpK704RE4",
+	"8ZR2KhJw3wpjHsDYklWSs7AttnE9tHqzNfatQQoUsjPkKI5Z1q4wB6lQBxYNjabZQOjx+JcIyJ+x45g2",
+	"fECy+oeyUExqMqx/q0L77AU8OiJxQnnC8ti52f2S0u4z8KR5f+AnQfNkD7bHU6a0dRD0A3xsQvIIp8zb",
+	"F/quHoRJgr81u9QPFDF3iYoI25/uk5it/jp7/g9xef728eN4wsHB/2kyoJPB4cOreHSEb2PEgquAAI3Z",
+	"cEywEgC7Vqe+scAV14R6mYjkZ60Bn67iFvgGTckZ4Dgpe01e7/LbmijNmZVMKZa6C7wKfXM1HrYjzo9d",
+	"cZX1pncDCvh3XEvKgEEBVkbJs48lg0CDnpYu+UawrCZa3prwstlKLgoPTKcaeye/77qENgum2zp7t5T0",
+	"xDwsGHULH51ID0g/McByG2ImNDfEu3IBEAD9oIU4zQH5gTqozgxCvTI+JZkOsZq0wWvSitng/6vS9q7l",
+	"sItkd4mpvcHriPAbd7qmscYttQ4EVgkvEUBByWxhDghGlcamXcMwgBah0i6aKTnihg5juHZBCCDnOdXA",
+	"0iYcwEcsUrq9xKpuSKYVy89H++SYA0ZcqRjgSHlgNVDGxsOIiyY8xvmbJw0t3PxgYaKqWoNmxNyG59k5",
+	"kN//13+RR66Q706YmMfJnPz+r//tAtGkDQOvb4oWVMV2ABX34JWBgiuGyIZAR4b/jGDZaZ5RCMqI7V0Q",
+	"33JtwO4dP29A82y1rR2YRTgze2rquWU+lNHWOEXe2e6GLOqB/3PTwyhvLQiEAFLNjqC8Es0dOqAUeW6R",
+	"jUue5gxkgd3gV7qWorXJegugtd2x+dxECz/iqXnd3sO03fR4NrDb7hx/rY96dkeIqg66ZIzg6xFRdGFE",
+	"TbmgeabwyjLi73HiXID79iq6GU5reCYOvBUDhpwwDur1JqrdAPcG/Zk+IM4R8KGG67Bu5lq2i6L7xNTw",
+	"CFqFXgxXM2JSMt9c16WzbktIkukUYfOPPZuc5Uav8YN/iRTLjkyoKhKmZyHdOw7QFLycllUO0Sm6zLjq",
+	"UFE2XD7w2IPpJUPasgkWdbSRgnyNFb6ohbi+5W8TvFzGSVzbu+JeTLleMlxU2HK7AsJVTWw+970hCDtB",
+	"Gjv4ZsTWNiprMvcqMN72cXCRT/CWX7q/DYOMVLTh4HSDn96LoQE40juUOG8INnsvrlwXVdZcdpB0AJog",
+	"+Ho+K1jsbqiwH+5ODnjaf/0HrU19vKXT7zK/WO/8xd+IzFImyfD3//xv8uMjIgoFqZDxlOkTyc6zy3gU",
+	"EQpphalNw9tWL3px0eOyiVp+oMCVAsCxybw2VagjV+cNzaS4UHYGdWb7dRS33pG6i+BlFdwTrpSgGhIH",
+	"5D9BUqfhHJVwAoac909foBjSDp9p31bNiBypukygsAbbT/x2/Wk+8e2EtfuXckH5nkOiBf0WzNsJLVX4",
+	"MGHo8/OwUBTPL04LqDeGvDZGpd687OSFF38jokAbfS66IHh7T4oV8CJsd4/m2ZQjmuuWh6LLT2j6fQeW",
+	"jW1ntpytyDBml5nSYIizVteIxBdMKvNaRGLIuAaH4apgHTeW7Oj219nKNzeY/WFpZXVwcpTnzGjFrNNk",
+	"fiqZoROwz7Ym4WympzMhs38KfsouE8ZSltYg1adoyZXA/ReZsqttujk7bYta/nwq/22oWjfkAxRMekbQ",
+	"oSuhVBHh6EZspHuTO2PVn3ioyNYTg36gChcZgC7sS2EdZgsmcVMC7vV1b7ztnqcOu/xc2DDUhOZhXFCQ",
+	"E+6lqG04QVJKybi2opXldSBTYEIL50w+ULcoYVkGsy2nqsaHn3kj3AZ3ab0UcEPlqpWx7tgKCI9PSpnp",
+	"1XtDyDYemFHJ5HGJoNj418/O0/bXXz8M1lbfvGu4FRzyQ/ITfEIwoeYfS+0yacg7kTNFhpQopjH9mJKc",
+	"pimTo0MSmxtvT/B8ZfjyUmaa2b8mHJ/Bb8DS00XG433yqxF1/vrrByPmpJmCHFnnylFMXjAHb4ElCjJl",
+	"eBtH7wqcXKAqGG191GZaF4OrK7AynIuAXIOV+5Wf0uxlTlnoXE5OhNJTyd6/fblPPpgjnYqkhNjzTNmS",
+	"fHyaM6JEKRNDnhOuZalnlgcwi5YCtfsTwY0Uro8cXAfjhqUKCd5vRTK9P+ET/oY35jtjtlAeKBjg6QJA",
+	"CwVCZEJB0aASc7v2DFejOjMiRyXBvy0Z4+TV2wl/uH9J/vLhwwk5PnkeEUN2c1XhhJBhw8oT15lQGJPj",
+	"p0KZXyqzSXw04Ua0QUQMczRjmsy5WOYsRaiFGMsX6plk1uC/xy414ylhl0UmVxZxmBxbHog+eJtgH024",
+	"EiTJMwBtAMAELF5BSm564db9B4v3RPALzJhWhxO+R57BSj66vDz44fKSnIl0ZTYOljL+NEHhbTI4JJMB",
+	"Erpml5bSJ4OITAaJSJn/XGlDn6eK0zk7Tahi7uWreN/0d0zi78aPYkAR4QI7RDQqEj8RXDOu914yPtWz",
+	"+IgkM5bMq3qyZZVNX1BpdhUajL+7vIzrcBlgB4fWRwouHbTG1T5LsxPNJzZTK0KtY8JJw97q0Fco0aLY",
+	"y9kFy+tvYAiWhe4VOeU25QOrUlfRH9/9yRVwese0XO1hvBYZ2uCjkdUVzIlXwCThKIjcLllqNtHVrK5T",
+	"T34Yj22zCeAjuzdOS05dJXLIR8HjYh67MiZmfcxEM640oymWU1DNeh3fjR/a5sGHbLfAK8xQQ72gBx+R",
+	"YaCpUWRaN1sS/zD+Pj4yqpot3YmAYtVslkJCBoky7AZgnGmaZ7w1TdNaPT+LFWN4rVlOTOEB9DLKVyT+",
+	"4fIyRsAYOzCvqe9jjIYTnMQHM0ZzPYPGh9WAoDxGMgOtREiCsg+ycVSFR7BMggNmEOaUwi+ONwK0gN1R",
+	"t84Lam40TnnCyBB3y/spHh2BcRlqVRBqx2nhb6RYQLlzFAQzbn7hLqfVtI2TtKRi3hMpcG09I6mw9Qrg",
+	"nvCTln5oUA5+dcqFPrVMBQDhUgd+I7jpCIqEVXLzyJ4X7IkLT6IGLHEG/Txq9MPFqSqT2SlQIR6eZ5cJ",
+	"swjsNoUJeA5h/ILlomCH9T49cDtYH8n4L/ioYiRAKAe2fvxBIWHhWKnsx2NgFbHhYgdFTs39agbxBpKA",
+	"FeGAO0SLglHppwTjZaozbQQVeze6e2LgSUSDh/vj/bG1cHBaZIPDwff74/3vQa3RM5A8DmiRHVw8PKAJ",
+	"BN0UQnXW8MQrFGvomh0fej7WCo4HgyVGhCaJkFDhQouK3+0Tlwf7HRwjDElesjzfOxdywVJ3Lg9tCqu5",
+	"3Br5q/YeF6U2BGmOHIpjRltihxNeCy1gijdCCy5XRQ9GGRgcJ/O6VPxPIl3ZcA/D8UHQLyoku4N/WI0U",
+	"z94mraT2BqJAU8uLVmCVtlQgrP534/Ht9oza0NVVW158gwvm5N36xmcLMFRdRYNHOJZQF9WYD36iaTU9",
+	"88nDzZ/8wqmVVVmKH32/+aOfhTzL0pSBMvno4RZfnKCi/kGIl6Cmm++++9Pm7z4I8YrylZ0VpKr8sM1K",
+	"PDdqCKe5SwUf/LDNvN4zeZEl7Jf6TkSVwKXbGMp0OwNoI4tKI9J0qozWAW4i85F3dA+qItLhA+y1ahhV",
+	"ning2VXxGYK1syDx1JxfNA42D7gNG8ELx3DfCceAp0yZkyryC4CxS1nBeMq4zlf77ZAsfJVCCqgGOEEj",
+	"v5grcJ8c2+tAcGaOcWUacfWq3I0NlSLbB59sf+5/spWm7+jwN1IO7oADbGUa8VjBmkV1nTU0TVFNZSBa",
+	"X/p7XvE18grAM/WyUTu5RQXZ23PdQ/Ka8jLHs3PivGTm9IN4AliJrjiKgw6D2igZwAYWOU1YXOP+2vJU",
+	"FqoX6zeqdr0U8muVMHI4GQCYL5QjbXyMjGrOCo1CVl19BfGEVY0QHO7EAgqjWpQrQc4YflopVRPu9AnJ",
+	"UJ8jse08JmjLuS4PelJtwN0woar9LySHeP13SSPPKjBpR40UK+LWrOV2h2IP3vpIniPMIUjsEVKvEW4L",
+	"rG7ZKgS4/w3wsevwowZTwcNvVsED9yZVbLllKzUXaTMXuO73QDLAmn5Md7g/LDz00ALhQhdgGW6el5eZ",
+	"0k98McIaWO/4Dm102Z1UvUZRTxrR4Opz0syN994sdSucXTU3vbG7fVt/kNPp1GLiWBJY39aX+M7a7hZU",
+	"0gXT4EH6+3qiHABTIuBGTqcNVHFneCwVFrhUjKfkx/FRExKJsEu6KHKGKQbf/zgeo5PNNP+xZHLl0MkO",
+	"B4uMv6TTGsWxpqJegMzfPgeJhpZvGxK131UnrxLzR+ZQqojUBtOvXNq7HYq3pFpTfgM54FrU/wn+vbLp",
+	"U0yzLoBjVRfrfKCscUXVZlILNlllexaiIJLtKYBz1TO2GNWakzWqOOBska7WRJROoQQH86QFY9F7Do+N",
+	"4ISTs1ZxCEXysUDIgmmaUk33CZazdnXhD6xjOSLxw/ggHtus0BVT8UHMRUyGRpw1BDiCOhO4GNYZSeCI",
+	"kmpwmD65oJyiNcOalVOBOXKhU43DfmVH1zjWVkjs8oPe+GRvfefglnQLUfAcfJjWGPYHP6oWEJy2Lqje",
+	"Exp1iB+IiDBnKzR04CkztHEEEYC1M6GycFjv1bp48mem28fmc9EHFNMNUMYJk3t+HZZvSgb5MyBX77TH",
+	"LTYV6rt+5QAW74Tq2eDqt80c/ADhZA4+wb83YegVdnCLK1umvA1LfltVzr/mhKONL1usafvyPce/5/hf",
+	"HcdvHKYbCmit431QS34Hn6r/Xx0oxnrcY+/pghmatbVnGJtDQIkZo1dpgIFvEUM+bbABlh1BdyGIbdym",
+	"UUOMxIQj9FDUCcrYZBgNTNfPySU2vFyNyTLduzF7+VCcV9bkdUeHNgSeGziuAEf5bRzVR+NH29ij2fy1",
+	"0D8D5tKXNFHBwtImMyg8wr9NhtB/8l+Ji+CFXytwddaOdb0ik3DRBTxtQsECYIIWE74dfGoDUta+uDeV",
+	"lJc5lSMjaCAqJcmzCzbh9g+EcAEjPoaHKE012yeA+oCj1EuBzjoUVGy6IQCrdLGezyucfB4u8jnt5m30",
+	"5nuO8uU4Cr0d4cKXjHvEB2ZDaxqCdHWySQmoR8Lit1YCCgat16UnudDEIbqumI4mvGVFskcbvtgnzy4z",
+	"BbXfnIqSCmhiIS4YGZbKE2SMyDIKHXvENG1Zyr0p30Q1u6Pz3Yms+7lPexcQbuDY4/M/0sH/Kg79kxnl",
+	"U0YwzjGEhmzuRam3ZQIVxkC/dQBPJERriiUqstbI63IcICDUntPRlsaCk1JO2dP84yaj7VvP0kUd2pvN",
+	"YvRR5BuBkjC+U3c24i4V27HM5iHyNe21BNL28N4x8ywxjAxLTjYUv66O2+jL3R3epSr/NP8Iu9B9juHx",
+	"v4vyjpNNGU0JYmr4vhRzVjqts0+bOBwqIpwtmaoq+h3ruE4AXncq7nQKNtHyDrT75JZpNequz9Y3cl8R",
+	"2qHxl2LJJDkzTNkIQG6lu3o5l2LR6GA78N5PazdbsUuvWtxCnyd0igWCu3rJbfXCgIXw4XjsVUZ8GMoQ",
+	"2yjkYHj34K55EaD3Bo2I9Yn8t/Du9rKg5v198ClLrw4wi2KT0u9u8DhLY8RCzbgW9W3uSgl7FkCbZObu",
+	"eZLWoKNHE06rEDvvd6OEW8UfA29Tz8kgxRLiM81N6SUJ7U+4l+sQY2zn4WQwFRyC6Srnlhk+FyQXfArl",
+	"5DOl1XWj2rD62Ra8161blpIh9TfngYK1HKEdAsykNpGKkl9+ef60WeXG1qc9zTx5pDCaQ3WMs7RXFqmY",
+	"R1li9bA1EKQ6PbUpP9y+VvI0/4jr95kMmF5/XbKKIXKAM6rS6P8Iekc18SoS9061j6q7n7FQ3raRv9V3",
+	"r+q0rBZrw+dw9L0zRM5WBKm5i8shpESYsb0rufIj+BGkosY8ccmmVLJWzj75qVQZZ0o56VYhrE404blQ",
+	"mviJ2CP4HoJVLIeyqWyHFmwAE7lixIKwuXOQJodevnMhJ9yDhUFHYsYTGTRNvri4y4h/2/oXMiJUvXem",
+	"/XTATNwH8X81QfzvSt48Z97pnV+0D+/BJ66uDj7N2ao3FOEXXh03mu+T18J60PEig0x68M47tHQyv2hA",
+	"wY8ioowsE//f7LJgiX4cEzrhGFwJ3kiIsgfHLPZCEsrNVW2jA1SWYwZQ8ECiKWRwpwdjgxe9UsPJsMl+",
+	"IgvqezixKN6QfsAJSmejr/3gfIMHoPLyz9mqTfsdFoJj2Aw/Oby6S6AijL1JrkP4+wF6/TPTX4pY/4YQ",
+	"dUI2ZwbDnDGaWpCdZx/oNFRlWpiJ2oRgVz5iMvgfk0Fcm/8cbe/3Ggyu7un+lukeA92CRN+rQL34G6lK",
+	"ZneoPlzdzAz7gq0i61XXM+eAPjIiRMK43mMc7cIHKHshnL5kkNafkmRGJU3QvBAcHU55++H9Fg1s2ci2",
+	"8UgxaV1nADGEOSvu2rMMAS8wo1Y+u6SJtsZ1cU5irXMb1x8fxOdCsgsm4wn33N4Wt0GkK0QyMTecxekQ",
+	"UGCAA9xZtR1Y5nXOVkHWM+GbeE/wtjwp9Z0Jryel/mKiazfT+xWtDe0LOh7di61fDfc6KTu4lyeuQrjJ",
+	"wSebOH51gChC3frnM3juXGR5duHqDcxYjmVHXEEPogVZ0Muhg/NCYKKIcLEk/5fLBhodIYTGhKuZkJpx",
+	"jHxBWA2jFUnJEqPOcvyepdgdFCBxaEVCNh86oWPCfanDQf1UIiRnS5Yejm3BEYdkVJ9/xRiJAa4TJ223",
+	"NT6c8GXD8lUCxBaJ7ZwcFN+P49F1LXXYIfS9yVbn8ERtIi0Gy1NSiKKDtbvSEjuy97tgbuuLe9dWtUaP",
+	"XbztnSENmn8rzvx/I46GO0connOPrRWiaPI1vwZuUD+xGFzKwks1CiYACCzjGHaX5bm1u1dOTvBs2sKJ",
+	"KZOZEakQPifs7nxV5/x/fp/nLbskN3jOXjs56+cs1xa3sguhvZbJukbF1Q2H84GqeedIntqtczhc9RaG",
+	"xlLV8KrHUxUHYDxFj0Qhhblk8A8zJKM3p7bg+CkagIMFBDb4eqtaxRGiCypz8VYY8+ZK/f3/+S/ykMwi",
+	"Yu4muD5jLWKSqdHn9Q9XI20MbxSRqkynC6xdQBF3hKqBc413FyDqwCOIx8e5Qr5JxpspwlAW7vHD7w7H",
+	"48PvxzFA5qgKYKMKxrUYgOa9h4fj8VfruP7uG3FcW27W5bx2zO7fwnEdQHOpq5iH7iMvZcWI258a+LRb",
+	"p65ZB60CkKaZkVrTVDKlyJDmuQUFGO2Tl4ZL1OcBzb9nzFqA0wnPeJpdZCnk4ddQGojGl2KxhUfjR/F1",
+	"xdinNqHLwWPdnbPU72iTWTn9o0Vn3l4Sl1deqb4Xw7TdbfZ1tYEqqkS+3ijkVuSlahWp2nfojzPWUO0k",
+	"W4Cf+2xlVByEog2m+H4GOrNddKf1vnK1Pe4pbM2QGobKa5DUbqHoJzUn3TY75YPPbtcTjLfj0geQkQM2",
+	"ki8x3mhjopNVU1wYT/uSgEgoi7dVn0pD0jZSacK9CUcWmbZVUi5O84+HCOGc5h9tuFAFaV5HNFWxKRDW",
+	"ZK6MqkjBhBvZb85YUcVKXT+0ScvV57ho7qNy/iBROTtddh6LKLB0fjgqOlOJwJRCURCaSKFUI70HbQ2+",
+	"M4Ly9EAYXY2qeUzYx5LmmAGUXTCOJRrUhA/ZJU00CmajfXKswQCiKzdJ3WDkmurKDAR3iVuwCcfEAQQ5",
+	"ngzA6bigBSI32wV4oJoFnR3rCAElbA/veyIKt1ybzCKVTQFNyjqZEYZ+ok67gftiN1PJB6rmW/dhlvmG",
+	"1okTUWDg03bvntSQR9t9cFxqUWS50Fu+/yvNtn31AyKqb/k2mF0dQNd2n7QRs7b5xk/YeiVSdo3PfpZi",
+	"scPqHifzTmV7A2cUxZsXhq99h+y3RfJWFasMoeA5zQWf7hUiz4kFtId4ZcNrPGz4Efg1AVrqtrEavTPb",
+	"idb42sIj+EyO1xwO+NphC+rNDHbC408TV55lYmuaRnVBiUl9qCFI2xxVj8dNBtGk4tiTweHff7uKUcuI",
+	"E5ECGMMbGNcZTUnGi1JXoSlQGjSnGW8ByRuudR8e0etgrG85TMk3Slq9TUa6s1yy005fiALT+X30nuDl",
+	"+iSn2UKRsgC0egDTjmvjBlQ9qHL3Hyg/RRDlV3NXWt9hXelhwossmSuynGXJrJG4K0hiOiRDqslCKO3d",
+	"gSo2dzCcuzoPGaPhXf2ECQeXgbVB+jC9rYoZ1zeunIhrYg3tBgxyf0XdX1Gf54q6j1m7NaYM3HAdIGEz",
+	"963BlXxspZvwZOZFdNXGBlu+yDFkn7dCdBcEVrhIDEj+tsXpUj0DyyLWKBGcjW7AP6+PxHQTcKVbZ7r3",
+	"PPSeh97z0DvhoV2wVeuctFQ9tV1OSjVrVHUB7OgjNLNA9RQsQOgSUmtR0UtNhaJlzqkt+IQj9lRpGGi4",
+	"Ngw042NH2x4RkCaxFaOa9WAm/Hi9npto5igF673UgQeGU3sV4JiyViFrCjOPoGCUKzjV4t91jctoa15u",
+	"Vv9uYtRM0zvF3z68fRBxHMM1i8WYHu5LxHzVYbpqFgokAJbSYDKSYVVUdTC/ODCspJvjvGArCLIyJ7fW",
+	"yDMOUfhAAYYvTFnq8juhwORBzNmlxmKT4VC2Fxem5TsLdjddfLFod+y8y69zDOtl1lSKpfqDnp8veQ4g",
+	"oObF36B0bU/EeuMQVKSteotYvLh4Xb94pzRU9dMVHlUPBE+eOY+JKLn+6suQ3PY+c39LNu/2llv9eTZ6",
+	"h23+9qrLBDem2oiu/REXZuPZsnN3/sz0G/fOHW5N1UdINLLPvqk9eb9SRph264vcogmUs3Fz0Dzfe3De",
+	"4iu7WkJCAd+7BWVvePslRMx+JbGvsEhdZx5X8N8i7vWjI5YdKXDXGg02bAJrivtOnaiSmKMKHdXoyy4y",
+	"dq3kDrtgHGMLq4pxVLlIWDKM7f8cwAm6Dm0f8WjXKj039sz8dufRshtwjDsKGXxjVQnaFnCfTDsiWN96",
+	"VVlqynNVLYffPQQB1eZhQPXsdY/nqGm7UcF41a+aRqCb7jjXt1+odM2XiVz1C/Vcn+cdpKzQs05fygkm",
+	"EdXuk8KvclZVq0Db3XBJNZMLKueEykzPFkxnSUSSGaPFqJvansIIbubs6EPUrBArHts1g2qdw/j09O0v",
+	"z355dvrqzdNnp6dxZ0rS9Iuiw3pLFGSIhZ7dB3b3HA+kra1Ph2GU/SLpB3jjDnfcdNAlzUHn357ypu2a",
+	"bdgGm83Yo6u9d/mOuzGLn6VY7KAKiO3fheO5/es3VEzuktHg0vYpqsfTqWRTquuk1D94GSmqZmeCypRQ",
+	"N3OPhi2xBgj44Kw8P7cAS12E/BO8UpHzne1qo59QZZBCiNzWcfmm9iZTc6LqwW+3MdtaHP7N2cy3aP/A",
+	"Leu3gqDm5HIBncnqj87GUC3CEwC+/l3OSiACNizFX/PI9Inxz0GZZUbn2Kt1DqvffWVlIlHxZid+AehA",
+	"Oj0GkH/eUpH+9nRqzd/Ejf75NQlIVrdHxzqu29ab4BEC6/iBFxnVqWH/OmOcME7PcuZiUYpSQTxhml0w",
+	"6WFTpPWdN4xRxmBpjGYdeC5pxklBS8XCxp2TUs38HLS7TEpupLqtEd0Ti79lVPFvrsow7I+3tzALnyJg",
+	"9zF32MZBtKveBbfi9mMX1nbh80UubCCA12zpb/59yMJaYbkd6KyX8/Qmh4a4jyiqXBBKzizm+qM4zFFE",
+	"cc9Qbs5QmlG01+In6xtxz07u2UmDnWxJZR430dnC2jHCAX0OSVdIkpg2c0XwEzJnq2a8L/z+gq0gS+0c",
+	"nJbwE3A5G2Vc4Mwn3Ao8Npn7J7YSVsSB1RecDP80JildqZHDA/oeWzu1L5yyy4SxlKXx/oTfPJT3fTJj",
+	"aZmzD7ged3O6oPEvWRXCH8B9YYhvNnTXEauhbmX/X59Qe0C9g29/CBz8jemveB4aEbyBAN4jEhte8xgM",
+	"LnGdaPoJfriKoUhLOLK3OnC3Z1W48zJubdxWXUpYH2VrbwPsjdEkh5DN4UU3d7og4cPdYCNiu9qIwKuw",
+	"EA7g8JSLMzRx4CZ39Wmvh3VgSWh4K7zIN9AncHmYPxAFTL+AEjyduJ/w9Iu5XIHouiyJdcQ1Lh+kQVE0",
+	"Jt4nPd1NXK6VKeqatztxr4NPTvbojfB6DWlCH0uh6d5ZLpI5S/ddPlCjqMuCrgBMm2Sa0NxIECsUaNZZ",
+	"2BNguUBPm/Bk8FU8ppmtpQ8nJ6FSZsxW7W6h03WhwFzyL3t4uuUHN80/bC3b2yJ8u1AUqSBE8DescRNS",
+	"5x2l3i11BAMbgNZD9WruWeqd1I/pIavbk7U+uLt/u6owHcUBHPverTqAfx/UXHNDEUNURiNCk7mq7OpV",
+	"3dV4fmH9SrhaMZFZagVgM78TofRUsvdvXzbACg/RsoYBvi7BVcgq5hf8SuTYqKc5wCAivvv6CZ7wZsGI",
+	"9ZKH10Md8AAd70q3rXv4UsqtP4LO2wk2B2Ov3UqDe3EEoK8iz1mKSJXD1k7cl5j5ehgc7iKh5Kzkac4I",
+	"1WKRJTTP/ZozPk9A4XHGaN4XClue5VmyT+Ifxt97tZBTqukZVDtRpOSS0WQGmAm2ZjOSX1WWBQsSkRXT",
+	"R6RUtiapOaVQBDWCl/LsgnHEzbaAUHD4RanBSFZ1iFwC/IGOcQUrQf2Z6b/g1O7weNkeAmcKnyAghN3f",
+	"O+7xF45buSLD2K1WTBQ1Guhs5crZpZlKBOcs0SyNIxLbnfK2CQ61oSyWlDLTq8Hh339rgnbafSPDalOk",
+	"EV72tMyKUZePeMG0zJLe6LBX9pU7RY3GLoJ40fCIKE4LNRN6/yYm6I61O8GaFMQuBhn+9f2b15uW7KCQ",
+	"YsH0jJXdJVROqleIZpdQ4UmoKlp9QTUZ74/3H4W9WdW3W2+A6eMAgPqaS79WBrFrkTNO2kPGcfqrfpsd",
+	"JuYWQw3yHHBs9zdtlBvcolqU4CZtjt59aTnbXdJ11UdgCRzRGVZdfD4v4VpECfIMLipeHib85q58Gpwx",
+	"Kpk8Ls0l9fffjBYPlROD5oRj8pJyptwFUpU9KYTU5Mcfv/8ObI2lzAeHg0+wduzq8ODg00wofXX4ybx2",
+	"NYgGF1Rm5jqDbZpVcrM1hw5ykdAcfgbfpGw9Nv2YJ9h+89lM62IQVUZF+6f5B+f+W7UigROelkldQ2Lf",
+	"MxyWKpgPAqCJVQ5LA+cr8mq94C+NBkURqhaUzLlY5iydMlKIoqiRmhUZCoh4tHJ+K1/GdAXpJCOvD5rM",
+	"Q32A0GJFGLB9+bpJhKWfrY5S2XGdwuTJNustY8BXIvh5Ni2d96b61v3Our40UkoNF+CSy/zu6+j+UEyf",
+	"KliiSV3kI7SPFfBIqD5SBZBt/YP1Z2n+cWM2UJ2aGRHF2BxmoDwUruZawJd7+OUgWPB0D/CwXQh1Xaz0",
+	"IjT4UoJwaA2agM4JUR60ikp1giXaFPdbWnBoDCgIRZXcGFWXKkwNg9dSF8vuL7NlNQGnRclNd0QtM53M",
+	"oCh/y3GsfAq2ruOr367+/wAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
