@@ -909,7 +909,7 @@ type KvOperation struct {
 	// Key get, put, putIfAbsent, delete, incr — the key.
 	Key *string `json:"key,omitempty"`
 
-	// Keys getMany — the keys.
+	// Keys getMany — the keys (at least one).
 	Keys *[]string `json:"keys,omitempty"`
 
 	// KeysOnly getPrefix — omit values.
@@ -1479,10 +1479,10 @@ type QueueDetailOptions struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds int `json:"retentionSeconds"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
 	RetentionSinkHold string `json:"retentionSinkHold"`
 
-	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
 	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
@@ -1555,10 +1555,10 @@ type QueueOptions struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds *int `json:"retentionSeconds,omitempty"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
 	RetentionSinkHold *string `json:"retentionSinkHold,omitempty"`
 
-	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
 	RetentionSinkHoldMaxSeconds *int `json:"retentionSinkHoldMaxSeconds,omitempty"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
@@ -1621,10 +1621,10 @@ type QueueOptionsResult struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds int `json:"retentionSeconds"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
 	RetentionSinkHold string `json:"retentionSinkHold"`
 
-	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
 	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.

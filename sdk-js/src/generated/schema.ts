@@ -1345,9 +1345,9 @@ export interface components {
             encryptionEnabled?: boolean | null;
             /** @description Deduplication window per partition in seconds (0 = off). Default 3600. */
             dedupWindowSeconds?: number | null;
-            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`. */
+            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. */
             retentionSinkHold?: string | null;
-            /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800. */
+            /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800. */
             retentionSinkHoldMaxSeconds?: number | null;
             /** @description Declared priority (echoed, not enforced). Default 0. */
             priority?: number | null;
@@ -1394,9 +1394,9 @@ export interface components {
             encryptionEnabled: boolean;
             /** @description Deduplication window per partition in seconds (0 = off). Default 3600. */
             dedupWindowSeconds: number;
-            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`. */
+            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. */
             retentionSinkHold: string;
-            /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800. */
+            /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800. */
             retentionSinkHoldMaxSeconds: number;
             /** @description Declared priority (echoed, not enforced). Default 0. */
             priority: number;
@@ -1836,7 +1836,7 @@ export interface components {
             ns: string;
             /** @description get, put, putIfAbsent, delete, incr — the key. */
             key?: string;
-            /** @description getMany — the keys. */
+            /** @description getMany — the keys (at least one). */
             keys?: string[];
             /** @description getPrefix — non-empty key prefix. */
             prefix?: string;

@@ -402,3 +402,30 @@ func TestAWrongJSONTypeIsValidationFailedOnEveryRoute(t *testing.T) {
 		})
 	}
 }
+
+// Bounds the spec states are enforced by its validator, with its code; KV's
+// family keeps kv_bad_request.
+func TestSpecBoundsAnswerTheValidatorsCode(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	cases := []struct {
+		name, path, body, code string
+	}{
+		{"minPopWaitTime above 60000", "/api/v1/configure", `{"queue":"` + q + `","options":{"minPopWaitTime":60001}}`, CodeValidation},
+		{"retentionSinkHoldMaxSeconds below 60", "/api/v1/configure", `{"queue":"` + q + `","options":{"retentionSinkHoldMaxSeconds":59}}`, CodeValidation},
+		{"retentionSinkHold off its pattern", "/api/v1/configure", `{"queue":"` + q + `","options":{"retentionSinkHold":"a b"}}`, CodeValidation},
+		{"getMany without keys", "/api/v1/kv", `{"operations":[{"op":"getMany","ns":"` + q + `","keys":[]}]}`, "kv_bad_request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			if status, _ := b.call(t, "POST", c.path, c.body, &e); status != http.StatusBadRequest || e.Code != c.code {
+				t.Fatalf("want 400 %s, got %d %+v", c.code, status, e)
+			}
+		})
+	}
+	var ok map[string]any
+	if status, _ := b.call(t, "POST", "/api/v1/configure", `{"queue":"`+q+`","options":{"minPopWaitTime":60000,"retentionSinkHoldMaxSeconds":60}}`, &ok); status != http.StatusOK {
+		t.Fatalf("the bounds themselves: %d %+v", status, ok)
+	}
+}

@@ -782,9 +782,9 @@ class KvOperation(BaseModel):
     """
     get, put, putIfAbsent, delete, incr — the key.
     """
-    keys: list[str] | None = None
+    keys: Annotated[list[str] | None, Field(min_length=1)] = None
     """
-    getMany — the keys.
+    getMany — the keys (at least one).
     """
     prefix: str | None = None
     """
@@ -1535,7 +1535,7 @@ class QueueOptions(BaseModel):
     """
     Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
     """
-    min_pop_wait_time: Annotated[int | None, Field(alias="minPopWaitTime", ge=0)] = None
+    min_pop_wait_time: Annotated[int | None, Field(alias="minPopWaitTime", ge=0, le=60000)] = None
     """
     Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
     Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
@@ -1552,15 +1552,17 @@ class QueueOptions(BaseModel):
     """
     Deduplication window per partition in seconds (0 = off). Default 3600.
     """
-    retention_sink_hold: Annotated[str | None, Field(alias="retentionSinkHold")] = None
-    """
-    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
-    """
-    retention_sink_hold_max_seconds: Annotated[
-        int | None, Field(alias="retentionSinkHoldMaxSeconds")
+    retention_sink_hold: Annotated[
+        str | None, Field(alias="retentionSinkHold", pattern="^[A-Za-z0-9._-]{0,64}$")
     ] = None
     """
-    Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
+    """
+    retention_sink_hold_max_seconds: Annotated[
+        int | None, Field(alias="retentionSinkHoldMaxSeconds", ge=60, le=31536000)
+    ] = None
+    """
+    Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
     """
     priority: int | None = None
     """
@@ -1631,7 +1633,7 @@ class QueueOptionsResult(BaseModel):
     """
     Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
     """
-    min_pop_wait_time: Annotated[int, Field(alias="minPopWaitTime", ge=0)]
+    min_pop_wait_time: Annotated[int, Field(alias="minPopWaitTime", ge=0, le=60000)]
     """
     Milliseconds a waiting pop holds an under-full batch so one claim carries more (0–60000).
     Default 0. Applies to `wait=true` pops of a whole queue (no partition named) with a batch
@@ -1648,13 +1650,17 @@ class QueueOptionsResult(BaseModel):
     """
     Deduplication window per partition in seconds (0 = off). Default 3600.
     """
-    retention_sink_hold: Annotated[str, Field(alias="retentionSinkHold")]
+    retention_sink_hold: Annotated[
+        str, Field(alias="retentionSinkHold", pattern="^[A-Za-z0-9._-]{0,64}$")
+    ]
     """
-    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else 400 with `invalid`. Default `""`.
+    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
     """
-    retention_sink_hold_max_seconds: Annotated[int, Field(alias="retentionSinkHoldMaxSeconds")]
+    retention_sink_hold_max_seconds: Annotated[
+        int, Field(alias="retentionSinkHoldMaxSeconds", ge=60, le=31536000)
+    ]
     """
-    Maximum hold for `retentionSinkHold`, 60–31536000, else 400 with `invalid`. Default 604800.
+    Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
     """
     priority: int
     """
