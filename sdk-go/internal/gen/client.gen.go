@@ -934,7 +934,7 @@ type KvOperation struct {
 	// Required A lost precondition fails the whole call or transaction (`kv_precondition`).
 	Required *bool `json:"required,omitempty"`
 
-	// TtlSeconds put, putIfAbsent, incr — time to live; exactly one of `ttlSeconds`/`forever`.
+	// TtlSeconds put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 
 	// Value put, putIfAbsent — any JSON value.
@@ -955,7 +955,7 @@ type KvPutRequest struct {
 	// Required Turn a lost precondition into an error.
 	Required *bool `json:"required,omitempty"`
 
-	// TtlSeconds Time to live; exactly one of `ttlSeconds`/`forever`.
+	// TtlSeconds Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 
 	// Value Any JSON value.
@@ -1884,7 +1884,9 @@ type TimerOperation struct {
 	// TimerKey Timer key, unique per queue.
 	TimerKey string `json:"timerKey"`
 
-	// Txn Transaction id of the message the timer pushes.
+	// Txn Transaction id of the message the timer pushes. The firing push is deduplicated like any
+	// other: a timer whose `txn` matches a message already in its partition inside the queue's
+	// dedup window fires as a duplicate, and its `messageId` is never delivered.
 	Txn *string `json:"txn,omitempty"`
 }
 

@@ -1850,7 +1850,7 @@ export interface components {
             value?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            /** @description put, putIfAbsent, incr — time to live; exactly one of `ttlSeconds`/`forever`. */
+            /** @description put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`. */
             ttlSeconds?: number;
             /** @description put, putIfAbsent, incr — never expires. */
             forever?: boolean;
@@ -1924,7 +1924,7 @@ export interface components {
             value: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            /** @description Time to live; exactly one of `ttlSeconds`/`forever`. */
+            /** @description Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`. */
             ttlSeconds?: number;
             /** @description Never expires. */
             forever?: boolean;
@@ -1971,7 +1971,10 @@ export interface components {
             timerKey: string;
             /** @description Milliseconds from now; a past instant fires on the next cycle. */
             delayMs?: number;
-            /** @description Transaction id of the message the timer pushes. */
+            /** @description Transaction id of the message the timer pushes. The firing push is deduplicated like any
+             *     other: a timer whose `txn` matches a message already in its partition inside the queue's
+             *     dedup window fires as a duplicate, and its `messageId` is never delivered.
+             *      */
             txn?: string;
             /**
              * Format: byte

@@ -181,3 +181,49 @@ func TestTimersBadInputAnswersTheFamilyCode(t *testing.T) {
 		t.Fatalf("a refused request scheduled a timer: %d %+v", status, list)
 	}
 }
+
+// Values past what a time sum holds are refused, not wrapped into the past:
+// a ttlSeconds of 10^10 used to answer applied:true with an expiry in 1759
+// (the key dead at once), and a delayMs of 10^13 fired a timer at once
+// instead of answering the horizon. Inside a transaction, the kv and timers
+// parts answer their family's code whether the spec or the handler refuses.
+func TestHugeDurationsAreRefusedNotWrapped(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	for _, c := range []struct {
+		name, path, body string
+		status           int
+		code             string
+	}{
+		{"kv ttlSeconds past 100 years", "/api/v1/kv",
+			`{"operations":[{"op":"put","ns":"` + q + `","key":"k","value":1,"ttlSeconds":10000000000}]}`, 400, "kv_bad_request"},
+		{"kv incr ttlSeconds in a transaction", "/api/v1/transaction",
+			`{"operations":[],"kv":[{"op":"incr","ns":"` + q + `","key":"n","delta":1,"ttlSeconds":9300000000}]}`, 400, "kv_bad_request"},
+		{"timer delayMs of 317 years", "/api/v1/timers",
+			`{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"t","delayMs":10000000000000}]}`, 403, "timer_horizon_exceeded"},
+		{"kv part missing ns in a transaction", "/api/v1/transaction",
+			`{"operations":[],"kv":[{"op":"put","key":"k","value":1,"forever":true}]}`, 400, "kv_bad_request"},
+		{"timers part missing queue in a transaction", "/api/v1/transaction",
+			`{"operations":[],"timers":[{"op":"schedule","timerKey":"x"}]}`, 400, "timers_bad_request"},
+		{"an operation keeps validation_failed", "/api/v1/transaction",
+			`{"operations":[{"queue":"` + q + `"}]}`, 400, "validation_failed"},
+	} {
+		var e errorBody
+		if status, _ := b.call(t, "POST", c.path, c.body, &e); status != c.status || e.Code != c.code {
+			t.Fatalf("%s: %d %+v, want %d %s", c.name, status, e, c.status, c.code)
+		}
+	}
+	var got struct {
+		Found bool `json:"found"`
+	}
+	if status, _ := b.call(t, "GET", "/api/v1/kv/"+q+"/k", nil, &got); status != http.StatusOK || got.Found {
+		t.Fatalf("a refused put wrote the key: %d %+v", status, got)
+	}
+	// The timer, had it been scheduled with a wrapped delay, would be due now.
+	var pop struct {
+		Messages []any `json:"messages"`
+	}
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?wait=false", nil, &pop); status == http.StatusOK && len(pop.Messages) > 0 {
+		t.Fatalf("a refused timer fired: %+v", pop)
+	}
+}

@@ -193,20 +193,33 @@ func validationError(ctx context.Context, err error, w http.ResponseWriter, r *h
 	if errors.As(err, &reqErr) {
 		msg = describeRequestError(reqErr)
 	}
-	writeError(w, status, validationCode(r.URL.Path, status), msg)
+	writeError(w, status, validationCode(r.URL.Path, status, err), msg)
 }
 
 // validationCode is the code of a request the spec refuses. The KV and timers
 // routes answer every bad request with their family's code, as the reference
 // does (http-api-v1.md §1.14, §1.15), whether the spec or the handler found
-// it; the other routes answer validation_failed.
-func validationCode(path string, status int) string {
+// it, and so do a transaction's kv and timers parts; the rest answers
+// validation_failed.
+func validationCode(path string, status int, err error) string {
 	if status == http.StatusBadRequest {
 		switch {
 		case path == "/api/v1/kv" || strings.HasPrefix(path, "/api/v1/kv/"):
 			return engine.CodeKVBadRequest
 		case path == "/api/v1/timers" || strings.HasPrefix(path, "/api/v1/timers/"):
 			return engine.CodeTimersBadRequest
+		case path == "/api/v1/transaction":
+			var schemaErr *openapi3.SchemaError
+			if errors.As(err, &schemaErr) {
+				if field := schemaErr.JSONPointer(); len(field) > 0 {
+					switch field[0] {
+					case "kv":
+						return engine.CodeKVBadRequest
+					case "timers":
+						return engine.CodeTimersBadRequest
+					}
+				}
+			}
 		}
 	}
 	return CodeValidation

@@ -125,11 +125,18 @@ func serverOwnedTimerField(body []byte, key string) string {
 	return ""
 }
 
+// delayFromMillis converts a wire delay without overflow: a delay past the
+// horizon stays past it (so it is refused), however large.
+func delayFromMillis(ms int) time.Duration {
+	limit := int(engine.TimerHorizon/time.Millisecond) + 1
+	return time.Duration(min(max(ms, -limit), limit)) * time.Millisecond
+}
+
 func timerOpsFromWire(ops []gen.TimerOperation) []engine.TimerOp {
 	out := make([]engine.TimerOp, len(ops))
 	for i, o := range ops {
 		out[i] = engine.TimerOp{Op: string(o.Op), Queue: o.Queue, TimerKey: o.TimerKey, Partition: deref(o.Partition),
-			TransactionID: deref(o.Txn), Delay: time.Duration(deref(o.DelayMs)) * time.Millisecond,
+			TransactionID: deref(o.Txn), Delay: delayFromMillis(deref(o.DelayMs)),
 			Payload: deref(o.Payload), PayloadZstd: deref(o.PayloadZstd), Encrypted: deref(o.Encrypted)}
 	}
 	return out

@@ -39,7 +39,12 @@ const (
 const (
 	kvPrefixDefaultLimit = 100
 	kvPrefixMaxLimit     = 1000
-	kvMaxReadBytes       = 4 << 20
+	// kvMaxReadBytes bounds the values one call reads; a page still carries
+	// its first row when that alone is larger, so a pager always moves on.
+	kvMaxReadBytes = 4 << 20
+	// KVMaxTTLSeconds (100 years) keeps an expiry inside what a time.Time sum
+	// holds; beyond it a key lives forever:true.
+	KVMaxTTLSeconds = 100 * 365 * 24 * 3600
 	// A transaction's kv rider is bounded so a bundle stays a few round trips.
 	kvBundleMaxOps  = 64
 	kvBundleMaxKeys = 256
@@ -197,6 +202,9 @@ func validateKVOps(ops []KVOp, field string, inBundle bool) error {
 			if (op.TTLSeconds > 0) == op.Forever {
 				return codedInvalid(CodeKVExpiryNotSpecified, "%s: exactly one of ttlSeconds (> 0) or forever:true is required", at)
 			}
+			if op.TTLSeconds > KVMaxTTLSeconds {
+				return codedInvalid(CodeKVBadRequest, "%s.ttlSeconds is at most %d (100 years); a key that should outlive that is forever:true", at, KVMaxTTLSeconds)
+			}
 		}
 		switch op.Op {
 		case KVPut, KVPutIfAbsent:
@@ -341,13 +349,16 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 				SELECT DISTINCT hashtext(length(ns)::text || ':' || ns || k) AS h
 				FROM unnest($2::text[], $3::text[]) AS x(ns, k) ORDER BY 1) s`, int32(kvLockClass), lockNS, lockKey)
 	}
-	b.Queue(`SELECT now()`)
+	// Expiry is judged, and new stamps taken, when the key locks are held: a
+	// write that waited for them must not see a key alive that expired while
+	// it waited (the transaction's now() is from before the wait).
+	b.Queue(`SELECT clock_timestamp()`)
 	lock := ""
 	if writes {
 		lock = " FOR UPDATE OF kv"
 	}
 	b.Queue(`SELECT kv.namespace, kv.key, kv.value, kv.version, kv.expires_at, kv.created_at, kv.updated_at,
-			kv.expires_at IS NOT NULL AND kv.expires_at <= now()
+			kv.expires_at IS NOT NULL AND kv.expires_at <= (SELECT clock_timestamp())
 		FROM unnest($1::text[], $2::text[]) AS x(ns, k)
 		JOIN lanes.kv ON kv.namespace = x.ns AND kv.key = x.k`+lock, readNS, readKey)
 	prefixOps := []int{}
@@ -358,7 +369,7 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 		prefixOps = append(prefixOps, i)
 		b.Queue(`SELECT key, CASE WHEN $5 THEN NULL ELSE value END, version, expires_at, updated_at FROM lanes.kv
 			WHERE namespace = $1 AND key >= $2 AND key < $2 || chr(1114111) AND starts_with(key, $2) AND key > $3
-			  AND (expires_at IS NULL OR expires_at > now())
+			  AND (expires_at IS NULL OR expires_at > (SELECT clock_timestamp()))
 			ORDER BY key LIMIT $4`, op.Namespace, op.Prefix, op.After, op.Limit+1, op.KeysOnly)
 	}
 	state := map[kvKey]*kvState{}
@@ -450,7 +461,7 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 					res.Missing = append(res.Missing, k)
 					continue
 				}
-				if budget < len(s.value) {
+				if budget < len(s.value) && len(res.Rows) > 0 {
 					res.Truncated = true
 					break
 				}
@@ -526,7 +537,7 @@ func applyPrefixPage(res *KVResult, op *KVOp, page []KVRow, state map[kvKey]*kvS
 		if op.KeysOnly {
 			r.Value = nil
 		}
-		if *budget < len(r.Value) {
+		if *budget < len(r.Value) && len(res.Rows) > 0 {
 			truncated = true
 			break
 		}
@@ -750,7 +761,7 @@ func (e *Engine) KVList(ctx context.Context, req KVListRequest) (*KVListPage, er
 		page.Truncated = true
 	}
 	for _, r := range list {
-		if page.Bytes+len(r.Value) > kvMaxReadBytes {
+		if page.Bytes+len(r.Value) > kvMaxReadBytes && len(page.Rows) > 0 {
 			page.Truncated = true
 			break
 		}

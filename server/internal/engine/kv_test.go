@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -240,5 +241,102 @@ func TestKVConcurrentPutIfAbsentHasOneWinner(t *testing.T) {
 	got := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "count"})
 	if winners != 1 || string(got[0].Value) != "12" {
 		t.Fatalf("winners %d, count %s", winners, got[0].Value)
+	}
+}
+
+// A value larger than a call's read budget still comes back, alone on its
+// page, so paging moves past it: before, getPrefix and KVList answered an
+// empty truncated page with no nextAfter at that key for ever, and getMany
+// neither rows nor missing.
+func TestKVPagesPassAValueLargerThanTheReadBudget(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	big := raw(strings.Repeat("x", kvMaxReadBytes+1))
+	mustKV(t, e,
+		KVOp{Op: KVPut, Namespace: ns, Key: "k/a", Value: raw(1), Forever: true},
+		KVOp{Op: KVPut, Namespace: ns, Key: "k/b", Value: big, Forever: true},
+		KVOp{Op: KVPut, Namespace: ns, Key: "k/c", Value: raw(3), Forever: true})
+	var seen []string
+	after := ""
+	for range 5 {
+		res := mustKV(t, e, KVOp{Op: KVGetPrefix, Namespace: ns, Prefix: "k/", After: after})[0]
+		for _, r := range res.Rows {
+			seen = append(seen, r.Key)
+		}
+		if !res.Truncated {
+			break
+		}
+		if res.NextAfter == "" || res.NextAfter == after {
+			t.Fatalf("getPrefix after %q: a truncated page with no way on (%+v keys %v)", after, res.NextAfter, seen)
+		}
+		after = res.NextAfter
+	}
+	if fmt.Sprint(seen) != "[k/a k/b k/c]" {
+		t.Fatalf("getPrefix pages gave %v", seen)
+	}
+	seen, after = nil, ""
+	for range 5 {
+		page, err := e.KVList(context.Background(), KVListRequest{Namespace: ns, After: after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range page.Rows {
+			seen = append(seen, r.Key)
+		}
+		if !page.Truncated {
+			break
+		}
+		if page.NextAfter == "" || page.NextAfter == after {
+			t.Fatalf("list after %q: a truncated page with no way on", after)
+		}
+		after = page.NextAfter
+	}
+	if fmt.Sprint(seen) != "[k/a k/b k/c]" {
+		t.Fatalf("list pages gave %v", seen)
+	}
+	many := mustKV(t, e, KVOp{Op: KVGetMany, Namespace: ns, Keys: []string{"k/b", "k/c"}})[0]
+	if len(many.Rows) == 0 || many.Rows[0].Key != "k/b" {
+		t.Fatalf("getMany of a big value first: %d rows, truncated %v", len(many.Rows), many.Truncated)
+	}
+}
+
+// A write that waited for its key's lock judges expiry when it holds it: a
+// key that expired meanwhile is absent to it, as it already was to readers
+// (before, the wait's start decided, and an expect:1 put revived the key as
+// version 2 after a GET had answered found:false).
+func TestKVWriteJudgesExpiryAfterItsLockWait(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	ns := queueName(t)
+	mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "k", Value: raw(1), TTLSeconds: 1})
+	holder, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	if _, err := holder.Exec(ctx, `SELECT pg_advisory_xact_lock($1::int4, hashtext(length($2::text)::text || ':' || $2 || $3))`,
+		int32(kvLockClass), ns, "k"); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan KVResult, 1)
+	go func() {
+		res, _, err := e.KV(ctx, []KVOp{{Op: KVPut, Namespace: ns, Key: "k", Value: raw(2), TTLSeconds: 60, Expect: i64(1)}})
+		if err != nil {
+			t.Error(err)
+			done <- KVResult{}
+			return
+		}
+		done <- res[0]
+	}()
+	time.Sleep(1500 * time.Millisecond) // the key expires while the put waits
+	if got := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "k"})[0]; got.Found {
+		t.Fatalf("the key should read as expired: %+v", got)
+	}
+	if err := holder.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	res := <-done
+	if res.Applied || res.Reason != "absent" {
+		t.Fatalf("expect:1 on a key that expired during the lock wait: applied %v reason %q, want absent", res.Applied, res.Reason)
 	}
 }

@@ -194,7 +194,7 @@ func applyTimers(ctx context.Context, tx batchTx, ops []TimerOp) ([]TimerResult,
 	b.Queue(`SELECT pg_advisory_xact_lock($1::int4, h) FROM (
 			SELECT DISTINCT hashtext(length(q)::text || ':' || q || k) AS h
 			FROM unnest($2::text[], $3::text[]) AS x(q, k) ORDER BY 1) s`, int32(timerLockClass), queues, keys)
-	b.Queue(`SELECT now()`)
+	b.Queue(`SELECT clock_timestamp()`) // after the locks: a schedule's delay counts from when it holds its key
 	b.Queue(`SELECT t.queue, t.timer_key, t.partition, t.deliver_at, t.transaction_id, t.message_id, t.payload,
 			t.attempts, t.created_at
 		FROM unnest($1::text[], $2::text[]) AS x(q, k)

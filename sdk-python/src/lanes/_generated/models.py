@@ -806,9 +806,9 @@ class KvOperation(BaseModel):
     """
     put, putIfAbsent — any JSON value.
     """
-    ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1)] = None
+    ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1, le=3153600000)] = None
     """
-    put, putIfAbsent, incr — time to live; exactly one of `ttlSeconds`/`forever`.
+    put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
     """
     forever: bool | None = None
     """
@@ -844,9 +844,9 @@ class KvPutRequest(BaseModel):
     """
     Any JSON value.
     """
-    ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1)] = None
+    ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1, le=3153600000)] = None
     """
-    Time to live; exactly one of `ttlSeconds`/`forever`.
+    Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
     """
     forever: bool | None = None
     """
@@ -1981,7 +1981,10 @@ class TimerOperation(BaseModel):
     """
     txn: str | None = None
     """
-    Transaction id of the message the timer pushes.
+    Transaction id of the message the timer pushes. The firing push is deduplicated like any
+    other: a timer whose `txn` matches a message already in its partition inside the queue's
+    dedup window fires as a duplicate, and its `messageId` is never delivered.
+
     """
     payload: Base64Str | None = None
     """
