@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -38,8 +39,8 @@ func pgsh(repo string, env []string, args ...string) (string, error) {
 }
 
 // startBroker creates a fresh database on the local cluster (scripts/pg.sh) and starts the
-// lanes binary on it with the test-only fault scripts on.
-func startBroker(repo, lanesBin, tmp string) (*broker, error) {
+// lanes binary on it with the test-only fault scripts on, on port (0 = a free one).
+func startBroker(repo, lanesBin, tmp string, port int) (*broker, error) {
 	if _, err := pgsh(repo, nil, "start"); err != nil {
 		return nil, err
 	}
@@ -54,9 +55,10 @@ func startBroker(repo, lanesBin, tmp string) (*broker, error) {
 	if err != nil {
 		return nil, err
 	}
-	port, err := freePort()
-	if err != nil {
-		return nil, err
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return nil, err
+		}
 	}
 	b := &broker{URL: fmt.Sprintf("http://127.0.0.1:%d", port), db: db, repo: repo, logPath: filepath.Join(tmp, "lanes.log")}
 	logf, err := os.Create(b.logPath)
@@ -115,6 +117,12 @@ func (b *broker) Stop() {
 	if b.db != "" {
 		_, _ = pgsh(b.repo, []string{"PGOPTIONS=-c client_min_messages=warning"}, "psql", "-d", "postgres", "-c", fmt.Sprintf(`drop database if exists "%s" with (force)`, b.db))
 	}
+}
+
+// envInt reads a port from the environment (0 when unset or not a number).
+func envInt(name string) int {
+	n, _ := strconv.Atoi(os.Getenv(name))
+	return n
 }
 
 func freePort() (int, error) {

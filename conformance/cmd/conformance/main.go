@@ -23,7 +23,7 @@ func main() {
 
 type options struct {
 	url, lanes, sdks, filter, casesDir, knownDir string
-	parallel                                     int
+	parallel, brokerPort, proxyPort              int
 	verbose                                      bool
 }
 
@@ -36,6 +36,8 @@ func run() int {
 	flag.StringVar(&o.casesDir, "cases", "", "case directory (default conformance/cases)")
 	flag.StringVar(&o.knownDir, "known-failing", "", "known-failing list directory (default conformance/known-failing)")
 	flag.IntVar(&o.parallel, "parallel", 4, "adapter processes per SDK")
+	flag.IntVar(&o.brokerPort, "broker-port", envInt("LANES_CONFORMANCE_BROKER_PORT"), "port of the broker the runner starts (default $LANES_CONFORMANCE_BROKER_PORT, else a free one)")
+	flag.IntVar(&o.proxyPort, "proxy-port", envInt("LANES_CONFORMANCE_PROXY_PORT"), "port of the validating proxy (default $LANES_CONFORMANCE_PROXY_PORT, else a free one)")
 	flag.BoolVar(&o.verbose, "v", false, "print every case as it finishes")
 	flag.Parse()
 
@@ -105,7 +107,7 @@ func run() int {
 				return fatal(fmt.Errorf("go build ./server/cmd/lanes: %w\n%s", err, out))
 			}
 		}
-		b, err := startBroker(repo, bin, tmp)
+		b, err := startBroker(repo, bin, tmp, o.brokerPort)
 		if err != nil {
 			return fatal(err)
 		}
@@ -113,7 +115,7 @@ func run() int {
 		brokerURL = b.URL
 		fmt.Printf("broker: %s (database %s, log %s)\n", b.URL, b.db, b.logPath)
 	}
-	proxy, err := newValidatingProxy(filepath.Join(repo, "openapi.yaml"), brokerURL)
+	proxy, err := newValidatingProxy(filepath.Join(repo, "openapi.yaml"), brokerURL, o.proxyPort)
 	if err != nil {
 		return fatal(err)
 	}

@@ -41,7 +41,7 @@ type validatingProxy struct {
 	unowned    []string // violations of requests without a run header
 }
 
-func newValidatingProxy(specPath, brokerURL string) (*validatingProxy, error) {
+func newValidatingProxy(specPath, brokerURL string, port int) (*validatingProxy, error) {
 	loader := openapi3.NewLoader()
 	doc, err := loader.LoadFromFile(specPath)
 	if err != nil {
@@ -75,7 +75,7 @@ func newValidatingProxy(specPath, brokerURL string) (*validatingProxy, error) {
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", fmt.Sprintf("127.0.0.1:%d", port))
 	if err != nil {
 		return nil, err
 	}
