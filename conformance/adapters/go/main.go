@@ -71,6 +71,7 @@ func main() {
 type state struct {
 	client *lanes.Client
 	saved  map[string][]*lanes.Message
+	dlq    map[string][]lanes.DLQMessage
 	marks  map[string]time.Time
 }
 
@@ -134,7 +135,7 @@ func runCase(c caseIn) ([]stepOut, error) {
 		defer cancel()
 		_ = client.Close(ctx)
 	}()
-	st := &state{client: client, saved: map[string][]*lanes.Message{}, marks: map[string]time.Time{}}
+	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, marks: map[string]time.Time{}}
 	steps := make([]stepOut, 0, len(c.Steps))
 	for _, s := range c.Steps {
 		start := time.Now()
@@ -346,6 +347,9 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 					Status   string `json:"status"`
 					Group    string `json:"group"`
 				} `json:"ack"`
+				KV          *lanes.KVOperation `json:"kv"`
+				Timer       *timerArgs         `json:"timer"`
+				CancelTimer *timerArgs         `json:"cancelTimer"`
 			} `json:"ops"`
 		}
 		if err := json.Unmarshal(in.Args, &a); err != nil {
@@ -366,12 +370,22 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 					return nil, err
 				}
 				tb.Ack(ms[0], lanes.AckStatus(op.Ack.Status), op.Ack.Group)
+			case op.KV != nil:
+				tb.KV(*op.KV)
+			case op.Timer != nil:
+				tb.Timer(lanes.TimerSchedule(op.Timer.Queue, op.Timer.Key, op.Timer.delay(), op.Timer.payload()))
+			case op.CancelTimer != nil:
+				tb.Timer(lanes.TimerCancel(op.CancelTimer.Queue, op.CancelTimer.Key))
 			default:
-				return nil, errors.New("transaction op needs push or ack")
+				return nil, errors.New("transaction op needs push, ack, kv, timer or cancelTimer")
 			}
 		}
-		_, err := tb.Commit(ctx)
-		return withErr(map[string]any{"ok": err == nil}, err), nil
+		res, err := tb.Commit(ctx)
+		out := map[string]any{"ok": err == nil}
+		if res != nil && len(res.KV) > 0 {
+			out["kv"] = wire(res.KV)
+		}
+		return withErr(out, err), nil
 
 	case "configure":
 		var a struct {
@@ -441,6 +455,7 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 		var a struct {
 			Queue string `json:"queue"`
 			Group string `json:"group"`
+			Save  string `json:"save"`
 		}
 		if err := json.Unmarshal(in.Args, &a); err != nil {
 			return nil, err
@@ -448,6 +463,9 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 		list, err := s.client.Admin().ListDLQ(ctx, lanes.DLQQuery{Queue: a.Queue, Group: a.Group})
 		if err != nil {
 			return withErr(map[string]any{}, err), nil
+		}
+		if a.Save != "" {
+			s.dlq[a.Save] = list.Messages
 		}
 		data := []any{}
 		for _, m := range list.Messages {
@@ -457,6 +475,12 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 
 	case "consume":
 		return s.consume(in.Args)
+	}
+	if out, ok, err := s.stateStep(ctx, in); ok {
+		return out, err
+	}
+	if out, ok, err := s.adminStep(ctx, in); ok {
+		return out, err
 	}
 	return map[string]any{"unsupported": in.Op}, nil
 }
@@ -666,7 +690,14 @@ func errKind(err error) map[string]any {
 	case errors.As(err, &ae):
 		return map[string]any{"kind": "ack", "message": err.Error()}
 	case errors.As(err, &te):
-		return map[string]any{"kind": "transaction", "reason": te.Reason, "message": err.Error()}
+		out := map[string]any{"kind": "transaction", "reason": te.Reason, "message": err.Error()}
+		if te.KVReason != "" {
+			out["kvReason"] = te.KVReason
+		}
+		if te.FailedIndex != nil {
+			out["failedIndex"] = *te.FailedIndex
+		}
+		return out
 	case errors.As(err, &api):
 		kind := map[int]string{429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented"}[api.Status]
 		if kind == "" {

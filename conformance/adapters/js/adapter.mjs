@@ -9,6 +9,7 @@ import {
   PushError,
   AckError,
   TransactionError,
+  LanesError,
 } from "@lanesmq/lanes";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -16,7 +17,12 @@ const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 function errKind(err) {
   if (err instanceof PushError) return { kind: "push", message: err.message };
   if (err instanceof AckError) return { kind: "ack", message: err.message };
-  if (err instanceof TransactionError) return { kind: "transaction", reason: err.reason ?? "", message: err.message };
+  if (err instanceof TransactionError) {
+    const out = { kind: "transaction", reason: err.reason ?? "", message: err.message };
+    if (err.result?.kvReason) out.kvReason = err.result.kvReason;
+    if (err.result?.failedIndex !== undefined && err.result?.failedIndex !== null) out.failedIndex = err.result.failedIndex;
+    return out;
+  }
   if (err instanceof APIError) {
     const kind = { 429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented" }[err.status] ?? "api";
     return { kind, status: err.status, code: err.code, message: err.message };
@@ -86,10 +92,111 @@ function popSummary(pr) {
   };
 }
 
+class AdapterError extends Error {}
+
+// expiry is the SDK's KvExpiry for a wire op (ttlSeconds, else forever).
+const expiry = (o) => (o.ttlSeconds > 0 ? { ttlSeconds: o.ttlSeconds } : { forever: true });
+
+// txKv adds one wire-shaped KV op to a transaction through the builder's kv methods.
+function txKv(tb, o) {
+  const opts = {};
+  if (o.expect !== undefined) opts.expect = o.expect;
+  if (o.required !== undefined) opts.required = o.required;
+  switch (o.op) {
+    case "put":
+      return tb.kv.put(o.ns, o.key, o.value ?? null, expiry(o), opts);
+    case "putIfAbsent":
+      return tb.kv.putIfAbsent(o.ns, o.key, o.value ?? null, expiry(o), opts);
+    case "delete":
+      return tb.kv.delete(o.ns, o.key, opts);
+    case "incr":
+      return tb.kv.incr(o.ns, o.key, o.delta ?? 1, expiry(o));
+    default:
+      throw new AdapterError(`transaction kv op ${o.op} is not mapped`);
+  }
+}
+
+const timerSchedule = (t) => ({ delayMillis: t.delayMs ?? 0, payload: t.data ?? null });
+
+// address is a message step's target: a saved message (messages + index) or raw ids.
+function address(st, a) {
+  if (!a.messages) return [a.partitionId, a.transactionId];
+  const [m] = st.messages(a.messages, [a.index ?? 0]);
+  return [m.partitionId, m.transactionId];
+}
+
+// groupNames keeps the names that start with prefix (other cases' groups share the broker), sorted.
+const groupNames = (names, prefix) => [...new Set(names)].filter((n) => n.startsWith(prefix ?? "")).sort();
+
+// stateSteps are the KV, timer, DLQ, message and consumer-group steps; each answers the SDK's
+// result (already wire-shaped in this SDK) and throws SDK errors to the caller.
+const stateSteps = {
+  async kvGet(c, a) {
+    return await c.kv(a.ns).get(a.key);
+  },
+  async kvPut(c, a) {
+    return await c.kv(a.ns).put(a.key, a.value ?? null, expiry(a));
+  },
+  async kvDelete(c, a) {
+    return await c.kv(a.ns).delete(a.key);
+  },
+  async kvBatch(c, a) {
+    return { results: await c.kv(a.ops?.[0]?.ns ?? "").batch(a.ops ?? []) };
+  },
+  async timerSchedule(c, a) {
+    return await c.timers(a.queue).schedule(a.key, timerSchedule(a));
+  },
+  async timerGet(c, a) {
+    return await c.timers(a.queue).get(a.key);
+  },
+  async timerCancel(c, a) {
+    return await c.timers(a.queue).cancel(a.key);
+  },
+  async timerList(c, a) {
+    const opts = {};
+    if (a.limit > 0) opts.limit = a.limit;
+    if (a.after) opts.after = a.after;
+    return await c.timers(a.queue).list(opts);
+  },
+  async dlqReplay(c, a) {
+    let id = a.id;
+    if (a.dlq) {
+      const d = this.dlq.get(a.dlq)?.[a.index ?? 0];
+      if (!d) throw new AdapterError(`no saved dead letter ${a.dlq}[${a.index}]`);
+      id = d.id;
+    }
+    return await c.admin.replayDlq(id);
+  },
+  async dlqPurge(c, a) {
+    return await c.admin.purgeDlq(a.queue, a.group || undefined);
+  },
+  async messageGet(c, a) {
+    return await c.admin.getMessage(...address(this, a));
+  },
+  async messageDelete(c, a) {
+    return await c.admin.deleteMessage(...address(this, a));
+  },
+  async messageRetry(c, a) {
+    return await c.admin.retryMessage(...address(this, a));
+  },
+  async groups(c, a) {
+    return { names: groupNames((await c.admin.listConsumerGroups()).map((g) => g.name), a.prefix) };
+  },
+  async groupDelete(c, a) {
+    const meta = a.deleteMetadata ?? true;
+    if (a.queue) return await c.admin.deleteConsumerGroupForQueue(a.group, a.queue, meta);
+    return await c.admin.deleteConsumerGroup(a.group, meta);
+  },
+  async lagging(c, a) {
+    return { names: groupNames((await c.admin.laggingConsumerGroups(a.minLagSeconds ?? 0)).map((g) => g.consumer_group), a.prefix) };
+  },
+};
+
 class CaseState {
   constructor(client) {
     this.client = client;
     this.saved = new Map();
+    this.dlq = new Map();
     this.marks = new Map();
   }
 
@@ -157,13 +264,21 @@ class CaseState {
           } else if (o.ack) {
             const [m] = this.messages(o.ack.messages, [o.ack.index]);
             tb = tb.ack(m, o.ack.status, o.ack.group ? { group: o.ack.group } : {});
+          } else if (o.kv) {
+            tb = txKv(tb, o.kv);
+          } else if (o.timer) {
+            tb = tb.timer(o.timer.queue, o.timer.key, timerSchedule(o.timer));
+          } else if (o.cancelTimer) {
+            tb = tb.cancelTimer(o.cancelTimer.queue, o.cancelTimer.key);
           } else {
-            throw new Error("transaction op needs push or ack");
+            throw new Error("transaction op needs push, ack, kv, timer or cancelTimer");
           }
         }
         try {
-          await tb.commit();
-          return { ok: true };
+          const res = await tb.commit();
+          const out = { ok: true };
+          if (res.kv?.length) out.kv = res.kv;
+          return out;
         } catch (err) {
           return { ok: false, error: errKind(err) };
         }
@@ -203,6 +318,7 @@ class CaseState {
           const q = { queue: a.queue };
           if (a.group) q.consumerGroup = a.group;
           const list = await c.admin.listDlq(q);
+          if (a.save) this.dlq.set(a.save, list.messages ?? []);
           const data = (list.messages ?? []).map((m) => m.data);
           return { count: data.length, data };
         } catch (err) {
@@ -212,6 +328,15 @@ class CaseState {
       case "consume":
         return this.consume(a);
       default:
+        if (op in stateSteps) {
+          try {
+            return await stateSteps[op].call(this, c, a);
+          } catch (err) {
+            // SDK errors are results; anything else is an adapter bug (adapterError).
+            if (!(err instanceof LanesError)) throw err;
+            return { error: errKind(err) };
+          }
+        }
         return { unsupported: op };
     }
   }

@@ -34,7 +34,12 @@ def err_kind(err: BaseException) -> dict[str, Any]:
     if isinstance(err, AckError):
         return {"kind": "ack", "message": str(err)}
     if isinstance(err, TransactionError):
-        return {"kind": "transaction", "reason": getattr(err, "reason", "") or "", "message": str(err)}
+        out: dict[str, Any] = {"kind": "transaction", "reason": getattr(err, "reason", "") or "", "message": str(err)}
+        if err.kv_reason:
+            out["kvReason"] = err.kv_reason
+        if err.failed_index is not None:
+            out["failedIndex"] = err.failed_index
+        return out
     if isinstance(err, APIError):
         kind = {429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented"}.get(
             err.status, "api"
@@ -125,6 +130,45 @@ def pop_summary(pr: Any) -> dict[str, Any]:
     }
 
 
+def wire(v: Any) -> Any:
+    """An SDK result (pydantic models, lists of them) in wire field names (openapi.yaml)."""
+    if isinstance(v, list):
+        return [wire(x) for x in v]
+    if hasattr(v, "model_dump"):
+        return v.model_dump(mode="json", by_alias=True, exclude_none=True)
+    return v
+
+
+def group_names(names: list[str], prefix: str) -> list[str]:
+    """The names that start with prefix (other cases' groups share the broker), sorted."""
+    return sorted({n for n in names if n.startswith(prefix)})
+
+
+def expiry_seconds(o: dict[str, Any]) -> int | None:
+    """ttlSeconds of a wire op; None (the SDK's forever) when it has none."""
+    return o.get("ttlSeconds") or None
+
+
+def tx_kv(tx: Any, o: dict[str, Any]) -> Any:
+    """Add one wire-shaped KV op to a transaction through the builder's kv_* methods."""
+    kw: dict[str, Any] = {}
+    if "expect" in o:
+        kw["expect"] = o["expect"]
+    if o["op"] == "put":
+        if "required" in o:
+            kw["required"] = o["required"]
+        return tx.kv_put(o["ns"], o["key"], o.get("value"), ttl_seconds=expiry_seconds(o), **kw)
+    if o["op"] == "putIfAbsent":
+        return tx.kv_put_if_absent(
+            o["ns"], o["key"], o.get("value"), ttl_seconds=expiry_seconds(o), required=o.get("required", False)
+        )
+    if o["op"] == "delete":
+        return tx.kv_delete(o["ns"], o["key"], **kw)
+    if o["op"] == "incr":
+        return tx.kv_incr(o["ns"], o["key"], o.get("delta", 1), ttl_seconds=expiry_seconds(o))
+    raise ValueError(f"transaction kv op {o['op']} is not mapped")
+
+
 def canonical(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True)
 
@@ -133,6 +177,7 @@ class CaseState:
     def __init__(self, client: lanes.Lanes) -> None:
         self.client = client
         self.saved: dict[str, list[Any]] = {}
+        self.dlq: dict[str, list[Any]] = {}
         self.marks: dict[str, datetime] = {}
 
     def messages(self, name: str, indices: list[int] | None = None) -> list[Any]:
@@ -188,11 +233,21 @@ class CaseState:
                     k = o["ack"]
                     [m] = self.messages(k["messages"], [k["index"]])
                     tx = tx.ack(m, k["status"], consumer_group=k.get("group") or None)
+                elif "kv" in o:
+                    tx = tx_kv(tx, o["kv"])
+                elif "timer" in o:
+                    t = o["timer"]
+                    tx = tx.timer_schedule(t["queue"], t["key"], delay_millis=t.get("delayMs", 0), payload=t.get("data"))
+                elif "cancelTimer" in o:
+                    tx = tx.timer_cancel(o["cancelTimer"]["queue"], o["cancelTimer"]["key"])
                 else:
-                    raise ValueError("transaction op needs push or ack")
+                    raise ValueError("transaction op needs push, ack, kv, timer or cancelTimer")
             try:
-                tx.commit()
-                return {"ok": True}
+                res = tx.commit()
+                out = {"ok": True}
+                if res.kv:
+                    out["kv"] = wire(res.kv)
+                return out
             except Exception as e:
                 return {"ok": False, "error": err_kind(e)}
         if op == "configure":
@@ -226,11 +281,85 @@ class CaseState:
                 lst = c.admin.list_dlq(queue=a.get("queue"), consumer_group=a.get("group") or None)
             except Exception as e:
                 return {"error": err_kind(e)}
+            if a.get("save"):
+                self.dlq[a["save"]] = list(lst.messages or [])
             data = [m.data for m in (lst.messages or [])]
             return {"count": len(data), "data": data}
         if op == "consume":
             return self.consume(a)
+        fn = getattr(self, "op_" + op, None)
+        if fn is not None:
+            try:
+                return fn(c, a)
+            except lanes.LanesError as e:
+                return {"error": err_kind(e)}
         return {"unsupported": op}
+
+    # KV, timer, DLQ, message and consumer-group steps: each answers the SDK's result in wire
+    # field names; SDK errors become the step's error, anything else is an adapter error.
+
+    def op_kvGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.kv(a["ns"]).get(a["key"]))
+
+    def op_kvPut(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds") or None))
+
+    def op_kvDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.kv(a["ns"]).delete(a["key"]))
+
+    def op_kvBatch(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        ops = a.get("ops") or []
+        ns = ops[0]["ns"] if ops else ""
+        return {"results": wire(c.kv(ns).batch(ops))}
+
+    def op_timerSchedule(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.timers(a["queue"]).schedule(a["key"], delay_millis=a.get("delayMs", 0), payload=a.get("data")))
+
+    def op_timerGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.timers(a["queue"]).get(a["key"]))
+
+    def op_timerCancel(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.timers(a["queue"]).cancel(a["key"]))
+
+    def op_timerList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.timers(a["queue"]).list(limit=a.get("limit") or None, after=a.get("after") or None))
+
+    def op_dlqReplay(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        dlq_id = a.get("id")
+        if a.get("dlq"):
+            dlq_id = self.dlq[a["dlq"]][a.get("index", 0)].id
+        return wire(c.admin.replay_dlq(dlq_id))
+
+    def op_dlqPurge(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.purge_dlq(a["queue"], a.get("group") or None))
+
+    def address(self, a: dict[str, Any]) -> tuple[str, str]:
+        if not a.get("messages"):
+            return a["partitionId"], a["transactionId"]
+        [m] = self.messages(a["messages"], [a.get("index", 0)])
+        return m.partition_id, m.transaction_id
+
+    def op_messageGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_message(*self.address(a)))
+
+    def op_messageDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.delete_message(*self.address(a)))
+
+    def op_messageRetry(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.retry_message(*self.address(a)))
+
+    def op_groups(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return {"names": group_names([g.name for g in c.admin.list_consumer_groups()], a.get("prefix", ""))}
+
+    def op_groupDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        meta = a.get("deleteMetadata", True)
+        if a.get("queue"):
+            return wire(c.admin.delete_consumer_group_for_queue(a["group"], a["queue"], meta))
+        return wire(c.admin.delete_consumer_group(a["group"], meta))
+
+    def op_lagging(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        rows = c.admin.lagging_consumer_groups(a.get("minLagSeconds", 0))
+        return {"names": group_names([r.consumer_group for r in rows], a.get("prefix", ""))}
 
     def consume(self, a: dict[str, Any]) -> dict[str, Any]:
         q = builder(self.client, a)
