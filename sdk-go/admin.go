@@ -46,6 +46,23 @@ func (a Admin) ConfigureQueue(ctx context.Context, queue string, opts QueueOptio
 	return call[ConfigureResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.Configure(ctx, body) })
 }
 
+// ConfigureQueueLabels configures a queue like ConfigureQueue and also sets its namespace and
+// task labels (empty = unset), which discovery pops (Client.Namespace(ns).Task(task)) select on.
+func (a Admin) ConfigureQueueLabels(ctx context.Context, queue, namespace, task string, opts QueueOptions, mode ConfigureMode) (*ConfigureResult, error) {
+	body := gen.ConfigureRequest{Queue: queue, Options: &opts}
+	if mode != "" {
+		m := gen.ConfigureRequestMode(mode)
+		body.Mode = &m
+	}
+	if namespace != "" {
+		body.Namespace = &namespace
+	}
+	if task != "" {
+		body.Task = &task
+	}
+	return call[ConfigureResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.Configure(ctx, body) })
+}
+
 // Configure configures this builder's queue (full replace of its options).
 func (q QueueBuilder) Configure(ctx context.Context, opts QueueOptions) (*ConfigureResult, error) {
 	return q.c.Admin().ConfigureQueue(ctx, q.queue, opts, ConfigureReplace)
