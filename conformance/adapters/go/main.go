@@ -162,6 +162,8 @@ type item struct {
 
 type queueArgs struct {
 	Queue            string  `json:"queue"`
+	Namespace        string  `json:"namespace"`
+	Task             string  `json:"task"`
 	Partition        *string `json:"partition"`
 	Group            string  `json:"group"`
 	SubscriptionMode string  `json:"subscriptionMode"`
@@ -177,6 +179,12 @@ type queueArgs struct {
 
 func (s *state) builder(a queueArgs) lanes.QueueBuilder {
 	q := s.client.Queue(a.Queue)
+	if a.Namespace != "" {
+		q = s.client.Namespace(a.Namespace)
+	}
+	if a.Task != "" {
+		q = q.Task(a.Task)
+	}
 	if a.Partition != nil {
 		q = q.Partition(*a.Partition)
 	}
@@ -389,8 +397,10 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 
 	case "configure":
 		var a struct {
-			Queue   string          `json:"queue"`
-			Options json.RawMessage `json:"options"`
+			Queue     string          `json:"queue"`
+			Namespace string          `json:"namespace"`
+			Task      string          `json:"task"`
+			Options   json.RawMessage `json:"options"`
 		}
 		if err := json.Unmarshal(in.Args, &a); err != nil {
 			return nil, err
@@ -401,7 +411,12 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 				return nil, err
 			}
 		}
-		_, err := s.client.Queue(a.Queue).Configure(ctx, opts)
+		var err error
+		if a.Namespace != "" || a.Task != "" {
+			_, err = s.client.Admin().ConfigureQueueLabels(ctx, a.Queue, a.Namespace, a.Task, opts, lanes.ConfigureReplace)
+		} else {
+			_, err = s.client.Queue(a.Queue).Configure(ctx, opts)
+		}
 		return withErr(map[string]any{"ok": err == nil}, err), nil
 
 	case "seek":

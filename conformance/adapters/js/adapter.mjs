@@ -59,6 +59,8 @@ function newClient(c) {
 
 function builder(client, a) {
   let q = client.queue(a.queue);
+  if (a.namespace) q = q.namespace(a.namespace);
+  if (a.task) q = q.task(a.task);
   if (a.partition !== undefined) q = q.partition(a.partition);
   if (a.group) q = q.group(a.group);
   if (a.subscriptionMode) q = q.subscriptionMode(a.subscriptionMode);
@@ -285,7 +287,10 @@ class CaseState {
       }
       case "configure": {
         try {
-          await c.admin.configureQueue(a.queue, a.options ?? {});
+          const labels = {};
+          if (a.namespace) labels.namespace = a.namespace;
+          if (a.task) labels.task = a.task;
+          await c.admin.configureQueue(a.queue, a.options ?? {}, labels);
           return { ok: true };
         } catch (err) {
           return { ok: false, error: errKind(err) };

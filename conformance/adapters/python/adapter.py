@@ -82,6 +82,10 @@ def new_client(c: dict[str, Any]) -> lanes.Lanes:
 
 def builder(client: lanes.Lanes, a: dict[str, Any]) -> Any:
     q = client.queue(a.get("queue"))
+    if a.get("namespace"):
+        q = q.namespace(a["namespace"])
+    if a.get("task"):
+        q = q.task(a["task"])
     if "partition" in a:
         q = q.partition(a["partition"])
     if a.get("group"):
@@ -252,7 +256,9 @@ class CaseState:
                 return {"ok": False, "error": err_kind(e)}
         if op == "configure":
             try:
-                c.admin.configure_queue(a["queue"], a.get("options") or {})
+                c.admin.configure_queue(
+                    a["queue"], a.get("options") or {}, namespace=a.get("namespace") or None, task=a.get("task") or None
+                )
                 return {"ok": True}
             except Exception as e:
                 return {"ok": False, "error": err_kind(e)}
