@@ -160,3 +160,36 @@ func TestJWTRejectsBadTokensWithTheFixedMessages(t *testing.T) {
 		t.Fatalf("HS256 token on an RS256 broker: %d %+v", status, e)
 	}
 }
+
+func TestJWTMissingIssuerOrAudienceAnswersAsAWrongOne(t *testing.T) {
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret), Issuer: "lanes-iss", Audience: "lanes-aud"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrokerWith(t, testDSN, Options{Auth: v}, "")
+	sign := func(claims jwt.MapClaims) string {
+		claims["sub"], claims["role"], claims["exp"] = "svc", auth.RoleAdmin, time.Now().Add(time.Hour).Unix()
+		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(testSecret))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tok
+	}
+	cases := []struct {
+		name, token, want string
+	}{
+		{"no iss", sign(jwt.MapClaims{"aud": "lanes-aud"}), "Invalid token issuer"},
+		{"wrong iss", sign(jwt.MapClaims{"iss": "other", "aud": "lanes-aud"}), "Invalid token issuer"},
+		{"no aud", sign(jwt.MapClaims{"iss": "lanes-iss"}), "Invalid token audience"},
+		{"wrong aud", sign(jwt.MapClaims{"iss": "lanes-iss", "aud": "other"}), "Invalid token audience"},
+	}
+	for _, c := range cases {
+		status, e, _ := b.callAs(t, c.token, "GET", "/api/v1/resources/queues", "")
+		if status != http.StatusUnauthorized || e.Error != c.want || e.Code != "unauthorized" {
+			t.Errorf("%s: want 401 %q, got %d %+v", c.name, c.want, status, e)
+		}
+	}
+	if status, e, _ := b.callAs(t, sign(jwt.MapClaims{"iss": "lanes-iss", "aud": "lanes-aud"}), "GET", "/api/v1/resources/queues", ""); status != http.StatusOK {
+		t.Fatalf("right iss and aud: %d %+v", status, e)
+	}
+}

@@ -154,7 +154,7 @@ func (v *Verifier) Verify(header string) (*Identity, *Error) {
 	claims := jwt.MapClaims{}
 	_, err := v.parser.ParseWithClaims(raw, claims, v.key)
 	if err != nil {
-		return nil, &Error{messageFor(err)}
+		return nil, &Error{v.messageFor(err, claims)}
 	}
 	id := &Identity{}
 	id.Subject, _ = claims["sub"].(string)
@@ -182,7 +182,12 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 	return v.pub, nil
 }
 
-func messageFor(err error) string {
+// messageFor picks the fixed 401 message for a parse or validation error.
+// golang-jwt reports a required iss or aud that is absent as a missing claim,
+// not as a bad issuer or audience; the claims (decoded once the signature
+// verified) tell which one it was, so a missing claim answers as a wrong one.
+func (v *Verifier) messageFor(err error, claims jwt.MapClaims) string {
+	missing := errors.Is(err, jwt.ErrTokenRequiredClaimMissing)
 	switch {
 	case errors.Is(err, errUnsupportedAlg):
 		return MsgUnsupportedAlg
@@ -196,13 +201,27 @@ func messageFor(err error) string {
 		return MsgNotYetValid
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
 		return MsgIssuedInFuture
-	case errors.Is(err, jwt.ErrTokenInvalidIssuer):
+	case errors.Is(err, jwt.ErrTokenInvalidIssuer), missing && v.cfg.Issuer != "" && lacks(claims.GetIssuer):
 		return MsgBadIssuer
-	case errors.Is(err, jwt.ErrTokenInvalidAudience):
+	case errors.Is(err, jwt.ErrTokenInvalidAudience), missing && v.cfg.Audience != "" && lacksAudience(claims):
 		return MsgBadAudience
 	default:
 		return MsgBadHeader
 	}
+}
+
+// lacks reports whether a string claim is absent or empty, as the validator
+// decides when it calls a required claim missing.
+func lacks(get func() (string, error)) bool {
+	s, err := get()
+	return err == nil && s == ""
+}
+
+// lacksAudience reports whether aud is absent, empty or [""], as the validator
+// decides when it calls a required aud missing.
+func lacksAudience(claims jwt.MapClaims) bool {
+	aud, err := claims.GetAudience()
+	return err == nil && (len(aud) == 0 || len(aud) == 1 && aud[0] == "")
 }
 
 type identityKey struct{}

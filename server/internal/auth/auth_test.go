@@ -100,6 +100,31 @@ func TestVerifyHS256RS256EdDSAAndTheFixedMessages(t *testing.T) {
 	if _, aerr := aud.Verify(sign(t, jwt.SigningMethodHS256, secret, with("aud", "elsewhere"))); aerr == nil || aerr.Message != MsgBadAudience {
 		t.Fatalf("audience: %v", aerr)
 	}
+	without := func(k string) jwt.MapClaims {
+		c := with("aud", "lanes")
+		delete(c, k)
+		return c
+	}
+	// A required iss or aud that is absent answers as a wrong one, not as a bad header.
+	both, _ := NewVerifier(Config{Secret: secret, Issuer: "lanes-test", Audience: "lanes"})
+	for _, c := range []struct {
+		name   string
+		claims jwt.MapClaims
+		want   string
+	}{
+		{"no iss", without("iss"), MsgBadIssuer},
+		{"empty iss", with("iss", ""), MsgBadIssuer},
+		{"no aud", without("aud"), MsgBadAudience},
+		{"empty aud list", with("aud", []string{}), MsgBadAudience},
+		{"neither", func() jwt.MapClaims { c := without("iss"); delete(c, "aud"); return c }(), MsgBadIssuer},
+	} {
+		if _, aerr := both.Verify(sign(t, jwt.SigningMethodHS256, secret, c.claims)); aerr == nil || aerr.Message != c.want {
+			t.Errorf("%s: want %q, got %v", c.name, c.want, aerr)
+		}
+	}
+	if _, aerr := both.Verify(sign(t, jwt.SigningMethodHS256, secret, without("nothing"))); aerr != nil {
+		t.Fatalf("iss and aud both right: %v", aerr)
+	}
 	if _, err := NewVerifier(Config{}); err == nil {
 		t.Fatal("a verifier without keys must not start")
 	}
