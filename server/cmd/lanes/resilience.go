@@ -49,6 +49,7 @@ func newVerifier(cfg *config.Config) (*auth.Verifier, error) {
 		PublicKey: cfg.JWTPublicKey,
 		Issuer:    cfg.JWTIssuer,
 		Audience:  cfg.JWTAudience,
+		Leeway:    cfg.JWTLeeway,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("LANES_JWT_*: %w", err)

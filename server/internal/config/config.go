@@ -99,6 +99,8 @@ type Resilience struct {
 	JWTPublicKey string
 	JWTIssuer    string
 	JWTAudience  string
+	// JWTLeeway is the clock skew tolerated on a token's exp, nbf and iat.
+	JWTLeeway time.Duration
 }
 
 // positiveSetting parses an integer of at least 1 (and at most upper when upper > 0).
@@ -174,6 +176,14 @@ var settings = []setting{
 	{"jwt-public-key", "LANES_JWT_PUBLIC_KEY", "", "PEM public key (RSA, ECDSA or Ed25519), inline or a file path", stringSetting(func(c *Config) *string { return &c.JWTPublicKey })},
 	{"jwt-issuer", "LANES_JWT_ISSUER", "", "required iss claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTIssuer })},
 	{"jwt-audience", "LANES_JWT_AUDIENCE", "", "required aud claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTAudience })},
+	{"jwt-leeway-seconds", "LANES_JWT_LEEWAY_SECONDS", "5", "clock skew tolerated on a token's exp, nbf and iat, in whole seconds; 0 = none", func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("not a non-negative integer of seconds: %q", v)
+		}
+		c.JWTLeeway = time.Duration(n) * time.Second
+		return nil
+	}},
 	{"push-committers", "LANES_PUSH_COMMITTERS", "1", "concurrent group-commit transactions for pushes: one gathers every push that arrives during a commit into the next (fewer, larger commits cost PostgreSQL less per message)", intSetting(func(c *Config) *int { return &c.PushCommitters })},
 	{"ack-sync-commit", "LANES_ACK_SYNC_COMMIT", "false", "a plain ack waits for PostgreSQL's WAL flush before it answers; false: a database crash may undo the acks of its last fraction of a second, whose messages then redeliver (at-least-once), and a single lane turns over faster (transaction bundles, autoAck pops and dead-letter filings always wait)", boolSetting(func(c *Config) *bool { return &c.AckSyncCommit })},
 	{"default-subscription-mode", "LANES_DEFAULT_SUBSCRIPTION_MODE", "new", "where a named group starts on first contact: new (also new-only, new_only, newonly) or all", func(c *Config, v string) error {

@@ -1,9 +1,12 @@
 package config
 
 import (
+	"errors"
+	"flag"
 	"io"
 	"strings"
 	"testing"
+	"time"
 )
 
 func env(vars map[string]string) func(string) string {
@@ -31,5 +34,29 @@ func TestBadSettingNamesItsVariable(t *testing.T) {
 	_, err := Load(nil, env(map[string]string{"LANES_PORT": "http"}), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "LANES_PORT") {
 		t.Fatalf("want an error naming LANES_PORT, got %v", err)
+	}
+}
+
+func TestJWTLeewayDefaultsToFiveSecondsAndIsListedByHelp(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JWTLeeway != 5*time.Second {
+		t.Fatalf("default leeway %v, want 5s", c.JWTLeeway)
+	}
+	c, err = Load([]string{"--jwt-leeway-seconds", "0"}, env(map[string]string{"LANES_JWT_LEEWAY_SECONDS": "30"}), io.Discard)
+	if err != nil || c.JWTLeeway != 0 {
+		t.Fatalf("the flag should win and 0 turn it off: %v %v", c, err)
+	}
+	if _, err := Load(nil, env(map[string]string{"LANES_JWT_LEEWAY_SECONDS": "-1"}), io.Discard); err == nil || !strings.Contains(err.Error(), "LANES_JWT_LEEWAY_SECONDS") {
+		t.Fatalf("a negative leeway must be refused naming its variable: %v", err)
+	}
+	var help strings.Builder
+	if _, err := Load([]string{"--help"}, env(nil), &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	if !strings.Contains(help.String(), "--jwt-leeway-seconds") || !strings.Contains(help.String(), "LANES_JWT_LEEWAY_SECONDS") {
+		t.Fatalf("--help does not list the leeway:\n%s", help.String())
 	}
 }
