@@ -5,6 +5,7 @@ import (
 	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
+	"fmt"
 	"net/http"
 	"slices"
 	"strings"
@@ -191,5 +192,64 @@ func TestJWTMissingIssuerOrAudienceAnswersAsAWrongOne(t *testing.T) {
 	}
 	if status, e, _ := b.callAs(t, sign(jwt.MapClaims{"iss": "lanes-iss", "aud": "lanes-aud"}), "GET", "/api/v1/resources/queues", ""); status != http.StatusOK {
 		t.Fatalf("right iss and aud: %d %+v", status, e)
+	}
+}
+
+// TestMadeUpMethodsAddNoMetricSeries sends requests with invented methods, as
+// an anonymous client could, and checks they are all counted under one
+// method="OTHER" series instead of one series per method.
+func TestMadeUpMethodsAddNoMetricSeries(t *testing.T) {
+	b := newAuthBroker(t)
+	send := func(method string) {
+		req, err := http.NewRequest(method, b.URL+"/api/v1/push", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusUnauthorized {
+			t.Fatalf("%s without a token: %d", method, resp.StatusCode)
+		}
+	}
+	series := func() map[string]float64 {
+		out := map[string]float64{}
+		for k, v := range scrape(t, b.URL) {
+			if strings.HasPrefix(k, "lanes_http_request") {
+				out[k] = v
+			}
+		}
+		return out
+	}
+	scrape(t, b.URL) // the scrape's own series exist from here on
+	send("MADEUP0")
+	before := series()
+	for i := 1; i <= 20; i++ {
+		send(fmt.Sprintf("MADEUP%d", i))
+	}
+	after := series()
+	if len(after) != len(before) {
+		var added []string
+		for k := range after {
+			if _, ok := before[k]; !ok {
+				added = append(added, k)
+			}
+		}
+		t.Fatalf("20 made-up methods added %d series: %v", len(added), added)
+	}
+	other := `lanes_http_requests_total{method="OTHER",route="unmatched",status="401"}`
+	for k := range after {
+		if strings.Contains(k, "MADEUP") {
+			t.Fatalf("a made-up method became a label value: %s", k)
+		}
+	}
+	if after[other] != 21 {
+		t.Fatalf("%s = %v, want 21", other, after[other])
+	}
+	send(http.MethodPatch) // a standard method keeps its own label
+	if _, ok := series()[`lanes_http_requests_total{method="PATCH",route="unmatched",status="401"}`]; !ok {
+		t.Fatal("PATCH must keep its own method label")
 	}
 }

@@ -131,8 +131,21 @@ func (s *Server) observe(next http.Handler, router *mux.Router) http.Handler {
 		if status == 0 {
 			status = http.StatusOK
 		}
-		s.metrics.ObserveRequest(route, r.Method, status, time.Since(start))
+		s.metrics.ObserveRequest(route, metricMethod(r.Method), status, time.Since(start))
 	})
+}
+
+// metricMethod is the method label of the request metrics: a standard method
+// as sent, any other "OTHER". Net/http accepts any token as a method, and every
+// label value is a series kept until restart, so an anonymous client making
+// methods up would otherwise grow the broker's memory and every scrape.
+func metricMethod(method string) string {
+	switch method {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut,
+		http.MethodPatch, http.MethodDelete, http.MethodOptions:
+		return method
+	}
+	return "OTHER"
 }
 
 // authenticate enforces bearer tokens and role levels when auth is on, and puts
