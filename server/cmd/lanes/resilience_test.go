@@ -1,7 +1,13 @@
 package main
 
 import (
+	"context"
+	"errors"
+	"fmt"
 	"io"
+	"os"
+	"os/exec"
+	"strings"
 	"testing"
 	"time"
 
@@ -55,5 +61,29 @@ func TestJWTLeewayToleratesClockSkewByDefault(t *testing.T) {
 	}
 	if _, aerr := byDefault.Verify("Bearer " + sign(jwt.MapClaims{"exp": now - 30})); aerr == nil || aerr.Message != auth.MsgExpired {
 		t.Errorf("a token expired 30 s ago must stay refused: %v", aerr)
+	}
+}
+
+// TestBrokerRefusesTestFaultsWithJWT starts the real binary with the test-only
+// fault scripts and JWT authentication both on: the scripts would bypass
+// authentication, so it must exit at once with an error naming both settings.
+func TestBrokerRefusesTestFaultsWithJWT(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, brokerBinary(t))
+	cmd.Env = append(os.Environ(), "LANES_TEST_FAULTS=true", "LANES_JWT_ENABLED=true",
+		"LANES_JWT_SECRET=faults-jwt-secret-faults-jwt-secret", "LANES_BIND_ADDR=127.0.0.1",
+		fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),
+		"LANES_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the broker kept running with LANES_TEST_FAULTS and JWT on:\n%s", out)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("want a non-zero exit, got %v:\n%s", err, out)
+	}
+	if !strings.Contains(string(out), "LANES_TEST_FAULTS") || !strings.Contains(string(out), "LANES_JWT_ENABLED") {
+		t.Fatalf("the error must name both settings:\n%s", out)
 	}
 }

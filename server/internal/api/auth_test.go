@@ -253,3 +253,19 @@ func TestMadeUpMethodsAddNoMetricSeries(t *testing.T) {
 		t.Fatal("PATCH must keep its own method label")
 	}
 }
+
+// TestHandlerRefusesFaultScriptsWithAuth: the fault injector wraps the whole
+// chain, authentication included, so a server with both must not build.
+func TestHandlerRefusesFaultScriptsWithAuth(t *testing.T) {
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	tb := newTestBroker(t)
+	if _, err := NewServer(tb.Engine, Options{Auth: v, TestFaults: true}).Handler(); err == nil {
+		t.Fatal("Handler built a fault injector outside JWT authentication")
+	}
+	if _, err := NewServer(tb.Engine, Options{TestFaults: true}).Handler(); err != nil {
+		t.Fatalf("fault scripts without auth: %v", err)
+	}
+}

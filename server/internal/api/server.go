@@ -45,7 +45,8 @@ type Options struct {
 	Metrics *metrics.Metrics
 	// PushTimeout bounds a push's database work before it falls back to the spool (default 10s).
 	PushTimeout time.Duration
-	// TestFaults serves /__test/faults (test-only fault scripts, see faults.go). Off by default.
+	// TestFaults serves /__test/faults (test-only fault scripts, see faults.go). Off by default;
+	// Handler refuses it together with Auth, since the scripts sit outside authentication.
 	TestFaults bool
 	// Limits caps items per request (see limits.go); zero fields take the defaults.
 	Limits Limits
@@ -91,6 +92,10 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 // Handler returns the complete HTTP handler: recovery, body limit, spec
 // validation, routing and the strict handlers.
 func (s *Server) Handler() (http.Handler, error) {
+	if s.opts.TestFaults && s.opts.Auth != nil {
+		// The injector wraps everything, authentication included.
+		return nil, errors.New("test fault scripts cannot run with JWT authentication: they bypass it")
+	}
 	spec, err := gen.GetSpec()
 	if err != nil {
 		return nil, fmt.Errorf("load embedded spec: %w", err)

@@ -257,6 +257,12 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 			return nil, fmt.Errorf("%s (--%s): %w", s.env, s.flag, err)
 		}
 	}
+	if c.TestFaults && c.JWTEnabled {
+		// The fault scripts sit outside authentication: with both on, anyone
+		// without a token could script the answers of authenticated routes.
+		return nil, fmt.Errorf("LANES_TEST_FAULTS (--test-faults) and LANES_JWT_ENABLED (--jwt-enabled) cannot both be on: " +
+			"the test-only fault scripts bypass authentication; turn LANES_TEST_FAULTS off")
+	}
 	if c.SpoolDir == "" {
 		// Two brokers on one host must not drain each other's spool.
 		c.SpoolDir = fmt.Sprintf("%s-%d", defaultSpoolDir(), c.Port)

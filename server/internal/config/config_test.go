@@ -60,3 +60,15 @@ func TestJWTLeewayDefaultsToFiveSecondsAndIsListedByHelp(t *testing.T) {
 		t.Fatalf("--help does not list the leeway:\n%s", help.String())
 	}
 }
+
+func TestTestFaultsAndJWTTogetherAreRefused(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{"LANES_TEST_FAULTS": "true", "LANES_JWT_ENABLED": "true", "LANES_JWT_SECRET": "s"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "LANES_TEST_FAULTS") || !strings.Contains(err.Error(), "LANES_JWT_ENABLED") {
+		t.Fatalf("want an error naming both settings, got %v", err)
+	}
+	for _, vars := range []map[string]string{{"LANES_TEST_FAULTS": "true"}, {"LANES_JWT_ENABLED": "true"}} {
+		if _, err := Load(nil, env(vars), io.Discard); err != nil {
+			t.Fatalf("%v alone must load: %v", vars, err)
+		}
+	}
+}
