@@ -1830,7 +1830,9 @@ type Timer struct {
 	Payload     *[]byte `json:"payload,omitempty"`
 	PayloadZstd *bool   `json:"payloadZstd,omitempty"`
 
-	// ProducerSub Always present; `null` (Lanes records no producer subject for a timer).
+	// ProducerSub Always present: the JWT `sub` of the token that scheduled (or last rescheduled) the
+	// timer, stamped on the message the timer pushes when it fires; `null` when auth is off,
+	// or for a timer scheduled before the broker recorded it.
 	ProducerSub *string    `json:"producerSub"`
 	Queue       *string    `json:"queue,omitempty"`
 	TimerKey    *string    `json:"timerKey,omitempty"`

@@ -2029,7 +2029,10 @@ export interface components {
             payload?: string;
             payloadZstd?: boolean;
             encrypted?: boolean;
-            /** @description Always present; `null` (Lanes records no producer subject for a timer). */
+            /** @description Always present: the JWT `sub` of the token that scheduled (or last rescheduled) the
+             *     timer, stamped on the message the timer pushes when it fires; `null` when auth is off,
+             *     or for a timer scheduled before the broker recorded it.
+             *      */
             producerSub?: string | null;
             attempts?: number;
             /** @description Always present; `null` until a fire attempt fails. */

@@ -4,8 +4,11 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
 	"encoding/pem"
 	"fmt"
+	"io"
+	"maps"
 	"net/http"
 	"slices"
 	"strings"
@@ -267,5 +270,87 @@ func TestHandlerRefusesFaultScriptsWithAuth(t *testing.T) {
 	}
 	if _, err := NewServer(tb.Engine, Options{TestFaults: true}).Handler(); err != nil {
 		t.Fatalf("fault scripts without auth: %v", err)
+	}
+}
+
+// TestJWTStampsTheSubjectOnTransactionPushesAndTimers: a push inside a
+// transaction bundle carries its token's sub like a plain push, and a timer
+// records the sub of the token that scheduled it (shown by the timer GET) and
+// stamps it on the message it pushes when it fires.
+func TestJWTStampsTheSubjectOnTransactionPushesAndTimers(t *testing.T) {
+	b := newAuthBroker(t)
+	q := uniqueQueue(t)
+	admin := hsToken(t, "admin-1", auth.RoleAdmin)
+	doAs := func(token, method, path, body string, out any) {
+		t.Helper()
+		req, err := http.NewRequest(method, b.URL+path, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+			raw, _ := io.ReadAll(resp.Body)
+			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+		}
+		if out != nil {
+			decodeJSON(t, resp, out)
+		}
+	}
+	timerPayload := func(n int) string { return base64.StdEncoding.EncodeToString(fmt.Appendf(nil, `{"n":%d}`, n)) }
+
+	var tx struct {
+		Success bool `json:"success"`
+	}
+	doAs(hsToken(t, "bob", auth.RoleReadWrite), "POST", "/api/v1/transaction", `{"operations":[
+		{"type":"push","items":[{"queue":"`+q+`","partition":"p","payload":{"n":1},"producerSub":"spoofed"}]},
+		{"type":"push","queue":"`+q+`","partition":"p","payload":{"n":2}}],
+		"timers":[{"op":"schedule","queue":"`+q+`","timerKey":"rider","partition":"p","delayMs":0,"payload":"`+timerPayload(3)+`"}]}`, &tx)
+	if !tx.Success {
+		t.Fatalf("transaction: %+v", tx)
+	}
+	doAs(hsToken(t, "dave", auth.RoleWriteOnly), "POST", "/api/v1/timers",
+		`{"operations":[{"op":"schedule","queue":"`+q+`","timerKey":"direct","partition":"p","delayMs":0,"payload":"`+timerPayload(4)+`"}]}`, nil)
+
+	for key, want := range map[string]string{"rider": "bob", "direct": "dave"} {
+		var tm struct {
+			Found       bool    `json:"found"`
+			ProducerSub *string `json:"producerSub"`
+		}
+		doAs(admin, "GET", "/api/v1/timers/"+q+"/"+key, "", &tm)
+		if !tm.Found || tm.ProducerSub == nil || *tm.ProducerSub != want {
+			t.Errorf("timer %s: producerSub %v, want %q", key, tm.ProducerSub, want)
+		}
+	}
+	for {
+		n, err := b.Engine.FireDueTimers(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			break
+		}
+	}
+	var popped struct {
+		Messages []struct {
+			Data        struct{ N int } `json:"data"`
+			ProducerSub *string         `json:"producerSub"`
+		} `json:"messages"`
+	}
+	doAs(admin, "GET", "/api/v1/pop/queue/"+q+"?batch=10&wait=false", "", &popped)
+	got := map[int]string{}
+	for _, m := range popped.Messages {
+		got[m.Data.N] = "<null>"
+		if m.ProducerSub != nil {
+			got[m.Data.N] = *m.ProducerSub
+		}
+	}
+	want := map[int]string{1: "bob", 2: "bob", 3: "bob", 4: "dave"}
+	if !maps.Equal(got, want) {
+		t.Fatalf("producerSub by message: got %v, want %v", got, want)
 	}
 }

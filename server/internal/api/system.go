@@ -108,9 +108,9 @@ func (m *maintenance) set(ctx context.Context, key string, enabled bool) error {
 // spooled pushes are still draining (so nothing overtakes them in a
 // partition), and when PostgreSQL cannot be reached.
 func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error) {
-	if id := auth.FromContext(ctx); id != nil {
+	if sub := producerSub(ctx); sub != "" {
 		for i := range items {
-			items[i].ProducerSub = id.Subject
+			items[i].ProducerSub = sub
 		}
 	}
 	sp := s.opts.Spool
@@ -152,6 +152,15 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 	}
 	countPushVerdicts(s.metrics, results)
 	return results, nil
+}
+
+// producerSub is the subject of the request's token, stamped on what it
+// pushes (plain pushes, transaction pushes, timers); "" when auth is off.
+func producerSub(ctx context.Context) string {
+	if id := auth.FromContext(ctx); id != nil {
+		return id.Subject
+	}
+	return ""
 }
 
 func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error) {

@@ -20,7 +20,7 @@ func (s *Server) ScheduleTimers(ctx context.Context, req gen.ScheduleTimersReque
 		return gen.ScheduleTimers400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 			Error: msg, Code: engine.CodeTimersBadRequest}}, nil
 	}
-	results, err := s.engine.ScheduleTimers(ctx, timerOpsFromWire(req.Body.Operations))
+	results, err := s.engine.ScheduleTimers(ctx, timerOpsFromWire(req.Body.Operations, producerSub(ctx)))
 	if body, ok := codedBadRequest(err); ok {
 		switch body.Code {
 		case engine.CodeTimerHorizonExceeded:
@@ -75,7 +75,7 @@ func (s *Server) GetTimer(ctx context.Context, req gen.GetTimerRequestObject) (g
 }
 
 // timerMiss answers a GET of no timer with the reference's {"found":false}
-// alone: gen.Timer always carries producerSub and lastError, null here.
+// alone: gen.Timer always carries producerSub and lastError (null when unset).
 type timerMiss struct{}
 
 func (timerMiss) VisitGetTimerResponse(w http.ResponseWriter) error {
@@ -132,11 +132,13 @@ func delayFromMillis(ms int) time.Duration {
 	return time.Duration(min(max(ms, -limit), limit)) * time.Millisecond
 }
 
-func timerOpsFromWire(ops []gen.TimerOperation) []engine.TimerOp {
+// timerOpsFromWire translates timer operations; sub is the scheduling token's
+// subject, stamped on the message each timer pushes when it fires.
+func timerOpsFromWire(ops []gen.TimerOperation, sub string) []engine.TimerOp {
 	out := make([]engine.TimerOp, len(ops))
 	for i, o := range ops {
 		out[i] = engine.TimerOp{Op: string(o.Op), Queue: o.Queue, TimerKey: o.TimerKey, Partition: deref(o.Partition),
-			TransactionID: deref(o.Txn), Delay: delayFromMillis(deref(o.DelayMs)),
+			TransactionID: deref(o.Txn), ProducerSub: sub, Delay: delayFromMillis(deref(o.DelayMs)),
 			Payload: deref(o.Payload), PayloadZstd: deref(o.PayloadZstd), Encrypted: deref(o.Encrypted)}
 	}
 	return out
@@ -166,5 +168,6 @@ func timerToWire(t *engine.Timer) gen.Timer {
 	notClaimed, plain := false, false
 	return gen.Timer{Found: true, Queue: &t.Queue, TimerKey: &t.TimerKey, Partition: &t.Partition, DeliverAt: &t.DeliverAt,
 		Txn: &t.TransactionID, MessageId: &id, Payload: &payload, PayloadZstd: &plain, Encrypted: &plain,
-		Attempts: &t.Attempts, LastError: optional(t.LastError), Claimed: &notClaimed, CreatedAt: &t.CreatedAt, UpdatedAt: &t.UpdatedAt}
+		Attempts: &t.Attempts, LastError: optional(t.LastError), Claimed: &notClaimed, CreatedAt: &t.CreatedAt, UpdatedAt: &t.UpdatedAt,
+		ProducerSub: optional(t.ProducerSub)}
 }

@@ -18,6 +18,7 @@ func (s *Server) Transaction(ctx context.Context, req gen.TransactionRequestObje
 			Error: msg, Code: engine.CodeTimersBadRequest}}, nil
 	}
 	var bundle engine.TransactionRequest
+	sub := producerSub(ctx)
 	for i, op := range b.Operations {
 		switch op.Type {
 		case "push":
@@ -25,13 +26,13 @@ func (s *Server) Transaction(ctx context.Context, req gen.TransactionRequestObje
 				for _, it := range *op.Items {
 					bundle.Ops = append(bundle.Ops, engine.TxOp{Index: i, Push: &engine.PushItem{
 						Queue: deref(it.Queue), Partition: deref(it.Partition), TransactionID: deref(it.TransactionId),
-						TraceID: deref(it.TraceId), Payload: payloadOrData(it.Payload, it.Data)}})
+						TraceID: deref(it.TraceId), ProducerSub: sub, Payload: payloadOrData(it.Payload, it.Data)}})
 				}
 				continue
 			}
 			bundle.Ops = append(bundle.Ops, engine.TxOp{Index: i, Push: &engine.PushItem{
 				Queue: deref(op.Queue), Partition: deref(op.Partition), TransactionID: deref(op.TransactionId),
-				TraceID: deref(op.TraceId), Payload: payloadOrData(op.Payload, op.Data)}})
+				TraceID: deref(op.TraceId), ProducerSub: sub, Payload: payloadOrData(op.Payload, op.Data)}})
 		case "ack":
 			bundle.Ops = append(bundle.Ops, engine.TxOp{Index: i, Ack: &engine.AckItem{
 				TransactionID: deref(op.TransactionId), PartitionID: deref(op.PartitionId), Status: ackStatus(op.Status),
@@ -45,7 +46,7 @@ func (s *Server) Transaction(ctx context.Context, req gen.TransactionRequestObje
 		bundle.KV = kvOpsFromWire(*b.Kv)
 	}
 	if b.Timers != nil {
-		bundle.Timers = timerOpsFromWire(*b.Timers)
+		bundle.Timers = timerOpsFromWire(*b.Timers, sub)
 	}
 	res, err := s.engine.Transaction(ctx, bundle)
 	if body, ok := codedBadRequest(err); ok {

@@ -376,3 +376,75 @@ func TestPartitionIdsAreVersion7AndFollowCreationTime(t *testing.T) {
 		}
 	}
 }
+
+// 100_timer_producer_sub.sql adds timers.producer_sub to a database from before
+// it, and on a database that has the column it takes no lock on lanes.timers
+// (the firing loop and every schedule write it). A timer scheduled with a
+// subject keeps it until it fires, and the fired message carries it.
+func TestTimerProducerSubColumnIsAddedOnceAndCarriedToTheFiredMessage(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE lanes.timers DROP COLUMN producer_sub; DROP TABLE lanes.schema_applied`); err != nil {
+		t.Fatalf("rebuilding the old layout: %v", err)
+	}
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+
+	files, _, err := schemaSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file string
+	for _, f := range files {
+		if f.name == "100_timer_producer_sub.sql" {
+			file = f.sql
+		}
+	}
+	if file == "" {
+		t.Fatal("100_timer_producer_sub.sql is not embedded")
+	}
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(ctx) }()
+	if _, err := open.Exec(ctx, `UPDATE lanes.timers SET attempts = attempts WHERE false`); err != nil {
+		t.Fatal(err)
+	}
+	applyCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(applyCtx, file); err != nil {
+		t.Fatalf("applying the file again beside an open writer of lanes.timers: %v", err)
+	}
+	_ = open.Rollback(ctx)
+
+	e := New(pool, Config{})
+	t.Cleanup(e.Close)
+	q := queueName(t)
+	if _, err := e.ScheduleTimers(ctx, []TimerOp{
+		{Op: TimerSchedule, Queue: q, TimerKey: "signed", ProducerSub: "scheduler-1", Payload: raw(1)},
+		{Op: TimerSchedule, Queue: q, TimerKey: "anonymous", Payload: raw(2)},
+	}); err != nil {
+		t.Fatal(err)
+	}
+	for key, want := range map[string]string{"signed": "scheduler-1", "anonymous": ""} {
+		tm, err := e.GetTimer(ctx, q, key)
+		if err != nil || tm == nil || tm.ProducerSub != want {
+			t.Fatalf("timer %s: %+v %v, want producerSub %q", key, tm, err, want)
+		}
+	}
+	if n, err := e.FireDueTimers(ctx); err != nil || n != 2 {
+		t.Fatalf("fire: %d %v", n, err)
+	}
+	got := map[string]string{}
+	for _, m := range mustPop(t, e, PopRequest{Queue: q, Batch: 10}).Messages {
+		got[string(m.Data)] = m.ProducerSub
+	}
+	if len(got) != 2 || got["1"] != "scheduler-1" || got["2"] != "" {
+		t.Fatalf("fired messages' producerSub by payload: %v", got)
+	}
+}

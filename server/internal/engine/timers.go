@@ -51,10 +51,13 @@ type TimerOp struct {
 	// TransactionID of the delivered message; minted when empty. On cancel,
 	// a non-empty value cancels only a timer carrying it.
 	TransactionID string
-	Delay         time.Duration
-	Payload       json.RawMessage
-	PayloadZstd   bool
-	Encrypted     bool
+	// ProducerSub is the scheduling token's subject, stamped on the fired
+	// message; set by the broker, never by a client ("" = none).
+	ProducerSub string
+	Delay       time.Duration
+	Payload     json.RawMessage
+	PayloadZstd bool
+	Encrypted   bool
 }
 
 // TimerResult reports one timer operation.
@@ -81,6 +84,8 @@ type Timer struct {
 	LastError     string
 	CreatedAt     time.Time
 	UpdatedAt     time.Time
+	// ProducerSub is the subject of the token that scheduled the timer ("" = none).
+	ProducerSub string
 }
 
 // validateTimerOps checks every op before any database work.
@@ -169,6 +174,7 @@ type timerState struct {
 	partition string
 	deliverAt time.Time
 	txn       string
+	sub       string
 	messageID uuid.UUID
 	payload   []byte
 	attempts  int
@@ -258,7 +264,7 @@ func applyTimers(ctx context.Context, tx batchTx, ops []TimerOp) ([]TimerResult,
 			s.createdAt = now
 		}
 		*s = timerState{exists: true, dirty: true, createdAt: s.createdAt, partition: op.Partition,
-			deliverAt: now.Add(op.Delay), txn: op.TransactionID, messageID: NewMessageID(), payload: op.Payload}
+			deliverAt: now.Add(op.Delay), txn: op.TransactionID, sub: op.ProducerSub, messageID: NewMessageID(), payload: op.Payload}
 		deliverAt := s.deliverAt
 		res.TransactionID, res.MessageID, res.DeliverAt = s.txn, s.messageID, &deliverAt
 	}
@@ -278,7 +284,7 @@ func writeTimerState(ctx context.Context, tx batchTx, state map[timerKey]*timerS
 		}
 		return keys[i].key < keys[j].key
 	})
-	var upQ, upK, upP, upTxn, delQ, delK []string
+	var upQ, upK, upP, upTxn, upSub, delQ, delK []string
 	var upAt, upCreated []time.Time
 	var upMsg []uuid.UUID
 	var upPayload [][]byte
@@ -290,19 +296,19 @@ func writeTimerState(ctx context.Context, tx batchTx, state map[timerKey]*timerS
 		}
 		upQ, upK, upP, upTxn = append(upQ, k.queue), append(upK, k.key), append(upP, s.partition), append(upTxn, s.txn)
 		upAt, upCreated = append(upAt, s.deliverAt), append(upCreated, s.createdAt)
-		upMsg, upPayload = append(upMsg, s.messageID), append(upPayload, s.payload)
+		upMsg, upPayload, upSub = append(upMsg, s.messageID), append(upPayload, s.payload), append(upSub, s.sub)
 	}
 	b := &pgx.Batch{}
 	if len(upQ) > 0 {
 		b.Queue(`INSERT INTO lanes.timers (queue, timer_key, partition, deliver_at, transaction_id, message_id, payload,
-				attempts, created_at, updated_at)
-			SELECT x.q, x.k, x.p, x.at, x.txn, x.m, x.pl, 0, x.cr, $9
+				attempts, created_at, updated_at, producer_sub)
+			SELECT x.q, x.k, x.p, x.at, x.txn, x.m, x.pl, 0, x.cr, $9, nullif(x.sub, '')
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::timestamptz[], $5::text[], $6::uuid[], $7::bytea[],
-				$8::timestamptz[]) AS x(q, k, p, at, txn, m, pl, cr)
+				$8::timestamptz[], $10::text[]) AS x(q, k, p, at, txn, m, pl, cr, sub)
 			ON CONFLICT (queue, timer_key) DO UPDATE SET partition = EXCLUDED.partition, deliver_at = EXCLUDED.deliver_at,
 				transaction_id = EXCLUDED.transaction_id, message_id = EXCLUDED.message_id, payload = EXCLUDED.payload,
-				attempts = 0, last_error = NULL, updated_at = EXCLUDED.updated_at`,
-			upQ, upK, upP, upAt, upTxn, uuidArray(upMsg), upPayload, upCreated, now)
+				attempts = 0, last_error = NULL, updated_at = EXCLUDED.updated_at, producer_sub = EXCLUDED.producer_sub`,
+			upQ, upK, upP, upAt, upTxn, uuidArray(upMsg), upPayload, upCreated, now, upSub)
 	}
 	if len(delQ) > 0 {
 		b.Queue(`DELETE FROM lanes.timers USING unnest($1::text[], $2::text[]) AS x(q, k)
@@ -350,7 +356,7 @@ func (e *Engine) CountTimers(ctx context.Context, queue, prefix string) (int64, 
 
 func (e *Engine) queryTimers(ctx context.Context, where string, args ...any) ([]Timer, error) {
 	rows, err := e.pool.Query(ctx, `SELECT queue, timer_key, partition, deliver_at, transaction_id, message_id, payload,
-			attempts, coalesce(last_error, ''), created_at, updated_at FROM lanes.timers `+where, args...)
+			attempts, coalesce(last_error, ''), created_at, updated_at, coalesce(producer_sub, '') FROM lanes.timers `+where, args...)
 	if err != nil {
 		return nil, err
 	}
@@ -358,7 +364,7 @@ func (e *Engine) queryTimers(ctx context.Context, where string, args ...any) ([]
 		var t Timer
 		var payload []byte
 		err := r.Scan(&t.Queue, &t.TimerKey, &t.Partition, &t.DeliverAt, &t.TransactionID, &t.MessageID, &payload,
-			&t.Attempts, &t.LastError, &t.CreatedAt, &t.UpdatedAt)
+			&t.Attempts, &t.LastError, &t.CreatedAt, &t.UpdatedAt, &t.ProducerSub)
 		t.Payload = payload
 		return t, err
 	})
@@ -375,7 +381,7 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 		rows, err := tx.Query(ctx, `DELETE FROM lanes.timers t WHERE (t.queue, t.timer_key) IN (
 				SELECT queue, timer_key FROM lanes.timers WHERE deliver_at <= now()
 				ORDER BY deliver_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-			RETURNING t.queue, t.partition, t.transaction_id, t.message_id, t.payload`, timerFireBatch)
+			RETURNING t.queue, t.partition, t.transaction_id, t.message_id, t.payload, coalesce(t.producer_sub, '')`, timerFireBatch)
 		if err != nil {
 			return err
 		}
@@ -385,7 +391,7 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 			var it PushItem
 			var id uuid.UUID
 			var payload []byte
-			if err := rows.Scan(&it.Queue, &it.Partition, &it.TransactionID, &id, &payload); err != nil {
+			if err := rows.Scan(&it.Queue, &it.Partition, &it.TransactionID, &id, &payload, &it.ProducerSub); err != nil {
 				rows.Close()
 				return err
 			}

@@ -1919,7 +1919,10 @@ class Timer(BaseModel):
     encrypted: bool | None = None
     producer_sub: Annotated[str | None, Field(alias="producerSub")] = None
     """
-    Always present; `null` (Lanes records no producer subject for a timer).
+    Always present: the JWT `sub` of the token that scheduled (or last rescheduled) the
+    timer, stamped on the message the timer pushes when it fires; `null` when auth is off,
+    or for a timer scheduled before the broker recorded it.
+
     """
     attempts: int | None = None
     last_error: Annotated[str | None, Field(alias="lastError")] = None
