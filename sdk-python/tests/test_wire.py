@@ -493,3 +493,15 @@ def test_iterator_waits_out_a_transient_pop_error_and_stops_on_a_terminal_one() 
     t, _ = capture(lambda r: httpx.Response(400, json={"error": "bad", "code": "bad_request"}))
     with pytest.raises(lanes.APIError), client(t).queue("q").wait(False).messages() as it:
         next(it)
+
+
+def test_printing_a_client_does_not_show_its_bearer_token() -> None:
+    token = "eyJ-secret-token-value"
+    t, seen = capture()
+    c = client(t, bearer_token=token)
+    ac = lanes.AsyncLanes("http://broker", bearer_token=token)
+    for shown in (repr(c._cfg), str(c._cfg), repr(vars(c)), repr(ac._cfg), repr(vars(ac))):
+        assert token not in shown
+    assert "bearer_token" not in repr(c._cfg)
+    assert c.queue("q").pop() == []
+    assert seen[0].headers["Authorization"] == f"Bearer {token}"

@@ -28,7 +28,9 @@ class Config:
     urls: list[str]
     settings: RetrySettings
     timeout: float = 30.0
-    bearer_token: str | None = None
+    # Left out of the repr: a logged client, or a traceback that captures locals, must not
+    # show the token.
+    bearer_token: str | None = field(default=None, repr=False)
     headers: dict[str, str] = field(default_factory=dict)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("lanes"))
     pop_autopilot: bool = True
