@@ -69,8 +69,15 @@ export class Transport {
   private readonly fetchImpl: typeof fetch;
   private readonly now: () => number;
   private readonly random: () => number;
+  private readonly opts: Omit<TransportOptions, "bearerToken">;
+  // A real private field, unlike TypeScript's `private`: util.inspect, console.log and
+  // JSON.stringify of a client never show the token.
+  readonly #bearerToken: string | undefined;
 
-  constructor(private readonly opts: TransportOptions) {
+  constructor(opts: TransportOptions) {
+    const { bearerToken, ...rest } = opts;
+    this.opts = rest;
+    this.#bearerToken = bearerToken;
     this.urls = opts.urls.map((u) => u.replace(/\/+$/, ""));
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.now = opts.now ?? Date.now;
@@ -108,7 +115,7 @@ export class Transport {
       attempts += 1;
       const full = `${url}${req.path}${req.query ? `?${req.query}` : ""}`;
       const headers: Record<string, string> = { accept: "application/json", ...this.opts.headers };
-      if (this.opts.bearerToken) headers.authorization = `Bearer ${this.opts.bearerToken}`;
+      if (this.#bearerToken) headers.authorization = `Bearer ${this.#bearerToken}`;
       if (payload !== undefined) headers["content-type"] = "application/json";
       headers["x-retry-count"] = String(retries429 + retries5xx);
 

@@ -1,5 +1,6 @@
 // Wire-level tests of the transport, the retry policy and the consume loop against a scripted
 // local HTTP server.
+import { inspect } from "node:util";
 import { afterEach, describe, expect, it } from "vitest";
 import {
   APIConnectionError,
@@ -240,5 +241,18 @@ describe("consume loop on the wire", () => {
     await c.stop();
     expect(s.seen.length).toBeGreaterThanOrEqual(2);
     expect(s.seen.length).toBeLessThanOrEqual(5);
+  });
+});
+
+describe("bearer token", () => {
+  it("is sent on every request but never shown by util.inspect or JSON.stringify of the client", async () => {
+    const token = "eyJ-secret-token-value";
+    const s = (await fake()).script(reply(201, pushed(1)));
+    const c = client(s.url, { bearerToken: token });
+    expect(inspect(c, { depth: Infinity, showHidden: true })).not.toContain(token);
+    expect(JSON.stringify(c)).not.toContain(token);
+    expect(String(c)).not.toContain(token);
+    await c.queue("q").push([{ data: 1 }]);
+    expect(s.seen[0]!.headers.authorization).toBe(`Bearer ${token}`);
   });
 });
