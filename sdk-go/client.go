@@ -28,7 +28,7 @@ type Option func(*config)
 
 type config struct {
 	urls        []string
-	token       string
+	token       secret
 	timeout     time.Duration
 	policy      retryPolicy
 	logger      *slog.Logger
@@ -55,8 +55,36 @@ func WithURL(urls ...string) Option {
 	}
 }
 
-// WithBearerToken sends Authorization: Bearer <token> on every request.
-func WithBearerToken(token string) Option { return func(c *config) { c.token = token } }
+// WithBearerToken sends Authorization: Bearer <token> on every request. Printing the Client
+// (fmt's %v, %+v or %#v, a log line) never shows the token.
+func WithBearerToken(token string) Option { return func(c *config) { c.token = newSecret(token) } }
+
+// secret is a credential that printing must not show. fmt prints an unexported field by
+// reflection, where it cannot call the field's methods, and shows a func found there only as its
+// address (under every verb), never what the func captured; so a printed Client or config shows
+// no token. Printed directly, a secret redacts itself.
+type secret func() string
+
+func newSecret(value string) secret { return func() string { return value } }
+
+const redacted = "[redacted]"
+
+// String redacts the secret.
+func (secret) String() string { return redacted }
+
+// GoString redacts the secret.
+func (secret) GoString() string { return redacted }
+
+// Format redacts the secret under every verb.
+func (secret) Format(f fmt.State, _ rune) { _, _ = io.WriteString(f, redacted) }
+
+// reveal is the secret's value, "" for none.
+func (s secret) reveal() string {
+	if s == nil {
+		return ""
+	}
+	return s()
+}
 
 // WithTimeout sets the per-attempt HTTP timeout (default 30 s). Long-poll pops use their
 // own pop timeout plus 5 s.

@@ -108,8 +108,8 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 	for k, vs := range c.cfg.headers {
 		r.Header[k] = append([]string(nil), vs...)
 	}
-	if c.cfg.token != "" {
-		r.Header.Set("Authorization", "Bearer "+c.cfg.token)
+	if token := c.cfg.token.reveal(); token != "" {
+		r.Header.Set("Authorization", "Bearer "+token)
 	}
 	r.Header.Set("X-Retry-Count", "0")
 	rr, err := retryablehttp.FromRequest(r)

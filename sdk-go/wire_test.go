@@ -3,9 +3,11 @@ package lanes
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"reflect"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -372,4 +374,21 @@ func TestTransactionRejectedReason(t *testing.T) {
 	require.Contains(t, fb.bodies[0], `"consumerGroup":"g"`)
 	_, err = c.Transaction().Commit(context.Background())
 	require.True(t, errors.Is(err, ErrEmptyTransaction))
+}
+
+func TestPrintingAClientDoesNotShowItsBearerToken(t *testing.T) {
+	t.Parallel()
+	const token = "eyJ-secret-token-value"
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 201, pushOK)
+	}, WithBearerToken(token))
+	for _, verb := range []string{"%v", "%+v", "%#v", "%s", "%q", "%x", "%d"} {
+		require.NotContains(t, fmt.Sprintf(verb, c), token, "fmt %s of *Client", verb)
+		require.NotContains(t, fmt.Sprintf(verb, reflect.ValueOf(c).Elem()), token, "fmt %s of Client", verb) // as *c, without copying its mutex
+		require.NotContains(t, fmt.Sprintf(verb, c.cfg), token, "fmt %s of the config", verb)
+		require.NotContains(t, fmt.Sprintf(verb, c.cfg.token), token, "fmt %s of the token", verb)
+	}
+	_, err := c.Queue("q").Push(context.Background(), Data(1))
+	require.NoError(t, err)
+	require.Equal(t, "Bearer "+token, fb.reqs[0].Header.Get("Authorization"))
 }
