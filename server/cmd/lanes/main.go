@@ -95,6 +95,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
+	warnShortJWTSecret(cfg, log)
 	admit := newAdmission(cfg)
 	reg := metrics.New()
 	eng := engine.New(pool, engine.Config{

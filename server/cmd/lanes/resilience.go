@@ -57,6 +57,20 @@ func newVerifier(cfg *config.Config) (*auth.Verifier, error) {
 	return v, nil
 }
 
+// minHMACSecretBytes is the shortest HMAC key RFC 7518 §3.2 allows for HS256
+// (the hash's output size; HS384 and HS512 ask for 48 and 64).
+const minHMACSecretBytes = 32
+
+// warnShortJWTSecret logs a warning, without refusing to start, when JWT auth
+// verifies HMAC tokens with a secret shorter than RFC 7518 allows: a short
+// secret can be brute-forced from any one token.
+func warnShortJWTSecret(cfg *config.Config, log *slog.Logger) {
+	if cfg.JWTEnabled && cfg.JWTSecret != "" && len(cfg.JWTSecret) < minHMACSecretBytes {
+		log.Warn("LANES_JWT_SECRET is shorter than 32 bytes, the minimum RFC 7518 sets for HS256 (48 for HS384, 64 for HS512): "+
+			"tokens signed with it can be forged by guessing it; use a longer random secret", "minBytes", minHMACSecretBytes)
+	}
+}
+
 // openSpool opens the disk spool; the broker runs without one (pushes fail
 // while the database is down) only if the directory cannot be used.
 func openSpool(cfg *config.Config, push spool.PushFunc, paused func() bool, log *slog.Logger) *spool.Spool {

@@ -1,10 +1,12 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"os/exec"
 	"strings"
@@ -85,5 +87,58 @@ func TestBrokerRefusesTestFaultsWithJWT(t *testing.T) {
 	}
 	if !strings.Contains(string(out), "LANES_TEST_FAULTS") || !strings.Contains(string(out), "LANES_JWT_ENABLED") {
 		t.Fatalf("the error must name both settings:\n%s", out)
+	}
+}
+
+func TestShortJWTSecretIsWarnedAboutNotRefused(t *testing.T) {
+	cases := []struct {
+		name string
+		env  map[string]string
+		warn bool
+	}{
+		{"31-byte secret", map[string]string{"LANES_JWT_ENABLED": "true", "LANES_JWT_SECRET": strings.Repeat("s", 31)}, true},
+		{"32-byte secret", map[string]string{"LANES_JWT_ENABLED": "true", "LANES_JWT_SECRET": strings.Repeat("s", 32)}, false},
+		{"auth off", map[string]string{"LANES_JWT_SECRET": "short"}, false},
+	}
+	for _, c := range cases {
+		cfg, err := config.Load(nil, func(k string) string { return c.env[k] }, io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if _, err := newVerifier(cfg); err != nil {
+			t.Fatalf("%s: a short secret must not be refused: %v", c.name, err)
+		}
+		var logs bytes.Buffer
+		warnShortJWTSecret(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+		warned := strings.Contains(logs.String(), "level=WARN") && strings.Contains(logs.String(), "LANES_JWT_SECRET is shorter than 32 bytes")
+		if warned != c.warn {
+			t.Errorf("%s: warned %v, want %v: %q", c.name, warned, c.warn, logs.String())
+		}
+		if strings.Contains(logs.String(), c.env["LANES_JWT_SECRET"]) {
+			t.Errorf("%s: the warning shows the secret: %q", c.name, logs.String())
+		}
+	}
+}
+
+// TestBrokerWarnsAtStartupAboutAShortJWTSecret starts the real binary (its
+// database unreachable, which it tolerates) with a short secret: it logs the
+// warning and keeps running.
+func TestBrokerWarnsAtStartupAboutAShortJWTSecret(t *testing.T) {
+	b := startBroker(t, "postgres://nobody@127.0.0.1:1/none?sslmode=disable", freePort(t), t.TempDir(),
+		"LANES_JWT_ENABLED=true", "LANES_JWT_SECRET=short-secret")
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(b.logs.String(), "LANES_JWT_SECRET is shorter than 32 bytes") {
+		select {
+		case <-b.done:
+			t.Fatalf("the broker exited:\n%s", b.logs.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about the short secret:\n%s", b.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if strings.Contains(b.logs.String(), "short-secret") {
+		t.Fatalf("the warning shows the secret:\n%s", b.logs.String())
 	}
 }
