@@ -47,6 +47,11 @@ function parks(s: Pick<QueueState, "wait" | "timeoutMillis">): boolean {
   return s.wait && s.timeoutMillis > 0;
 }
 
+/** emptyPollPause is the pause after an empty pop that did not park: the broker's `waitMs` advice from the last echo when it is above 0, else 100 ms. The broker echoes only on a 200, where `waitMs` is 0 (its advice is for empty pops), so 0 means "no advice", not "do not pause" (as in Go). */
+function emptyPollPause(waitMs: number | undefined): number {
+  return waitMs !== undefined && waitMs > 0 ? waitMs : 100;
+}
+
 function loopErrorDelay(err: unknown, consecutive: number): number {
   if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
   return Math.min(1000 * 2 ** consecutive, 30_000);
@@ -229,7 +234,7 @@ export class Consumer implements PromiseLike<void> {
       errors = 0;
       if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
       if (res.messages.length === 0) {
-        if (!parks(this.s)) await this.pause(waitMs ?? 100);
+        if (!parks(this.s)) await this.pause(emptyPollPause(waitMs));
         continue;
       }
       this.lastMessageAt = Date.now();
@@ -356,7 +361,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     errors = 0;
     if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
     if (res.messages.length === 0) {
-      if (!parks(s)) await pause(waitMs ?? 100);
+      if (!parks(s)) await pause(emptyPollPause(waitMs));
       continue;
     }
     const slices = groupByPartition(res.messages);

@@ -406,6 +406,72 @@ async def test_async_empty_nowait_polls_paced_by_waitms() -> None:
     assert time.monotonic() - start < 2
 
 
+def _drained_answer() -> Callable[[httpx.Request], httpx.Response]:
+    """One message with a ``waitMs: 0`` echo (the broker's echo on a 200), its ack, then 204s
+    without an echo: what a non-waiting loop sees once a queue is drained."""
+    msg: dict[str, Any] = {"id": "m1", "transactionId": "t1", "traceId": None, "data": {},
+                           "producerSub": None, "createdAt": "2026-01-01T00:00:00Z",
+                           "partitionId": "pid", "partition": "p", "leaseId": "L",
+                           "consumerGroup": "__QUEUE_MODE__"}  # fmt: skip
+    echo = {"partitions": 1, "batch": 100, "waitMs": 0}
+    body = {"success": True, "queue": "q", "partition": "p", "partitionId": "pid",
+            "leaseId": "L", "consumerGroup": "__QUEUE_MODE__", "partitionsClaimed": 1,
+            "messages": [msg], "autopilot": echo}  # fmt: skip
+    popped: list[int] = []
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        if req.url.path.startswith("/api/v1/ack"):
+            ack = {"transactionId": "t1", "success": True, "error": None, "leaseReleased": True,
+                   "dlq": False, "noop": False}  # fmt: skip
+            return httpx.Response(200, json=[ack] if req.url.path.endswith("batch") else ack)
+        popped.append(1)
+        return httpx.Response(200, json=body) if len(popped) == 1 else httpx.Response(204)
+
+    return answer
+
+
+def _pops(seen: list[httpx.Request]) -> int:
+    return sum(1 for r in seen if r.url.path.startswith("/api/v1/pop"))
+
+
+@pytest.mark.parametrize(
+    "knob", [lambda q: q.wait(False), lambda q: q.timeout_millis(0)], ids=["nowait", "timeout0"]
+)
+def test_sync_waitms_zero_is_no_advice(knob: Callable[[Any], Any]) -> None:
+    # waitMs 0 is "no advice": the loop pauses 100 ms between empty pops (consuming.md §3 step 2),
+    # as Go does, instead of polling hundreds of times a second.
+    t, seen = capture(_drained_answer())
+    cons = knob(client(t).queue("q")).consume(lambda m: None)
+    time.sleep(0.5)
+    cons.stop(timeout=2)
+    assert 3 <= _pops(seen) <= 8, _pops(seen)
+
+
+async def test_async_waitms_zero_is_no_advice() -> None:
+    t, seen = capture(_drained_answer())
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    cons = c.queue("q").wait(False).consume(lambda m: None)
+    await __import__("asyncio").sleep(0.5)
+    await cons.stop(timeout=2)
+    assert 3 <= _pops(seen) <= 8, _pops(seen)
+
+
+def test_sync_iterator_waitms_zero_is_no_advice() -> None:
+    t, seen = capture(_drained_answer())
+    got = [m.transaction_id for m in client(t).queue("q").wait(False).messages(idle_timeout=0.5)]
+    assert got == ["t1"]
+    assert 3 <= _pops(seen) <= 8, _pops(seen)
+
+
+async def test_async_iterator_waitms_zero_is_no_advice() -> None:
+    t, seen = capture(_drained_answer())
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    async with c.queue("q").timeout_millis(0).messages(idle_timeout=0.5) as it:
+        got = [m.transaction_id async for m in it]
+    assert got == ["t1"]
+    assert 3 <= _pops(seen) <= 8, _pops(seen)
+
+
 def _push_answer(body: dict[str, Any], failed: set[int]) -> httpx.Response:
     return httpx.Response(
         201,

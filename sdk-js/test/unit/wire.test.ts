@@ -244,6 +244,42 @@ describe("consume loop on the wire", () => {
   });
 });
 
+describe("empty-poll pause after a waitMs: 0 echo (docs/consuming.md §3 step 2)", () => {
+  // The broker echoes only on a 200, and there `waitMs` is 0; the 204s that follow carry no
+  // echo. 0 is "no advice": the loop pauses 100 ms, it does not poll in a tight loop.
+  const drained = async () =>
+    (await fake())
+      .script(
+        reply(200, { ...popBody([{ transactionId: "a" }]), autopilot: { partitions: 1, batch: 100, waitMs: 0 } }),
+        reply(200, { transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false }),
+      )
+      .otherwise(reply(204));
+  const pops = (s: FakeServer) => s.seen.filter((r) => r.url.startsWith("/api/v1/pop")).length;
+
+  it.each([
+    ["wait(false)", (q: ReturnType<ReturnType<typeof client>["queue"]>) => q.wait(false)],
+    ["timeoutMillis(0)", (q: ReturnType<ReturnType<typeof client>["queue"]>) => q.timeoutMillis(0)],
+  ])("consume with %s pauses 100 ms between empty pops", async (_name, knob) => {
+    const s = await drained();
+    const c = knob(client(s.url).queue("q")).consume(() => {});
+    await new Promise((r) => setTimeout(r, 500));
+    await c.stop();
+    expect(pops(s)).toBeGreaterThanOrEqual(3);
+    expect(pops(s)).toBeLessThanOrEqual(8);
+  });
+
+  it("the messages() iterator with wait(false) pauses 100 ms between empty pops", async () => {
+    const s = await drained();
+    const ctl = new AbortController();
+    setTimeout(() => ctl.abort(), 500);
+    const got: string[] = [];
+    for await (const m of client(s.url).queue("q").wait(false).messages({ signal: ctl.signal })) got.push(m.transactionId);
+    expect(got).toEqual(["a"]);
+    expect(pops(s)).toBeGreaterThanOrEqual(3);
+    expect(pops(s)).toBeLessThanOrEqual(8);
+  });
+});
+
 describe("bearer token", () => {
   it("is sent on every request but never shown by util.inspect or JSON.stringify of the client", async () => {
     const token = "eyJ-secret-token-value";

@@ -255,8 +255,10 @@ def parse_pop(body: Any, spec: QueueSpec) -> PopResult:
 
 
 def empty_poll_pause(echo: AutopilotEcho | None) -> float:
-    """Pause after an empty non-waiting poll: the broker's ``waitMs`` advice, else 100 ms."""
-    if echo is not None and echo.wait_ms is not None and echo.wait_ms >= 0:
+    """Pause after an empty non-waiting poll: the broker's ``waitMs`` advice when above 0, else
+    100 ms. The broker echoes only on a 200, where ``waitMs`` is 0, so 0 means "no advice", not
+    "do not pause" (as in Go and TS)."""
+    if echo is not None and echo.wait_ms is not None and echo.wait_ms > 0:
         return echo.wait_ms / 1000.0
     return EMPTY_POLL_PAUSE
 
