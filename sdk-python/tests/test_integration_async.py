@@ -131,6 +131,23 @@ async def test_messages_iterator(client: lanes.AsyncLanes, qname: str) -> None:
     assert await drain(client.queue(qname)) == []
 
 
+async def test_messages_iterator_takes_auto_ack_limit_and_idle_from_the_builder(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # As the sync test: the builder's auto_ack(False), limit() and idle_millis() apply.
+    await client.queue(qname).push([0, 1, 2, 3])
+    q = client.queue(qname).auto_ack(False).lease_seconds(1).timeout_millis(300)
+
+    async def take(it: lanes.AsyncMessageIterator) -> list[object]:
+        async with it:
+            return [m.data async for m in it]
+
+    got = await asyncio.wait_for(take(q.limit(3).idle_millis(500).messages()), 5)
+    assert got == [0, 1, 2]
+    await asyncio.sleep(1.5)  # nothing was acked; the leases end and the messages come back
+    assert [m.data for m in await drain(client.queue(qname))] == [0, 1, 2, 3]
+
+
 async def test_renew_and_buffer(client: lanes.AsyncLanes, qname: str, broker_url: str) -> None:
     await client.queue(qname).push(["r"])
     msgs = await client.queue(qname).wait(False).pop()

@@ -161,6 +161,48 @@ def test_messages_iterator(client: lanes.Lanes, qname: str) -> None:
     assert [m.data for m in drain(client.queue(qname))] == ["a", "b"]
 
 
+def _take(it: lanes.MessageIterator, deadline: float = 5.0) -> list[Any]:
+    """The iterator's messages; fails if the iteration has not ended after ``deadline`` s (one
+    that ignored its limit or idle setting would run forever)."""
+    got: list[Any] = []
+
+    def run() -> None:
+        with it:
+            got.extend(m.data for m in it)
+
+    th = threading.Thread(target=run, daemon=True)
+    th.start()
+    th.join(deadline)
+    assert not th.is_alive(), f"the iteration has not ended (got {got})"
+    return got
+
+
+def test_messages_iterator_takes_auto_ack_limit_and_idle_from_the_builder(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # auto_ack(False): nothing is acked, so the messages come back once their 1 s lease ends
+    # (with the builder's value dropped they were acked `completed`: lost to a caller who acks
+    # in a transaction); idle_millis(500) ends the iteration.
+    client.queue(qname).push([0, 1, 2])
+    q = client.queue(qname).auto_ack(False).lease_seconds(1).timeout_millis(300).idle_millis(500)
+    t0 = time.monotonic()
+    assert _take(q.messages()) == [0, 1, 2]
+    assert time.monotonic() - t0 < 4
+    time.sleep(1.5)
+    assert [m.data for m in drain(client.queue(qname))] == [0, 1, 2]
+    # limit(2): two messages, acked; the rest released at once
+    q2 = qname + "-limit"
+    client.queue(q2).push([3, 4, 5])
+    assert _take(client.queue(q2).limit(2).timeout_millis(300).messages()) == [3, 4]
+    assert [m.data for m in drain(client.queue(q2))] == [5]
+    # a keyword given to messages() overrides the builder
+    q3 = qname + "-kw"
+    client.queue(q3).push([6, 7])
+    q = client.queue(q3).auto_ack(False).limit(1).timeout_millis(300).idle_millis(60_000)
+    assert _take(q.messages(auto_ack=True, limit=0, idle_timeout=0.5)) == [6, 7]
+    assert drain(client.queue(q3)) == []
+
+
 def test_renew_and_configure(client: lanes.Lanes, qname: str) -> None:
     cfg = client.queue(qname).configure({"leaseTime": 120, "retryLimit": 5})
     assert cfg.configured

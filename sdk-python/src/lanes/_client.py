@@ -192,6 +192,18 @@ class _QueueBase(Generic[C]):
         b._on_error = fn
         return b
 
+    def _iter_core(
+        self, auto_ack: bool | None, limit: int | None, idle_timeout: float | None
+    ) -> _Core:
+        """The iterator's state: a keyword given to ``messages()`` wins over the builder."""
+        spec = self._spec
+        return _Core(
+            spec,
+            spec.auto_ack if auto_ack is None else auto_ack,
+            spec.limit if limit is None else limit,
+            spec.idle_millis / 1000.0 if idle_timeout is None else idle_timeout,
+        )
+
     def _queue_name(self) -> str:
         if not self._spec.queue:
             raise ValueError("lanes: this call needs a queue name")
@@ -218,13 +230,19 @@ class Queue(_QueueBase["Lanes"]):
         return self.pop_result().messages
 
     def messages(
-        self, *, auto_ack: bool = True, limit: int = 0, idle_timeout: float = 0.0
+        self,
+        *,
+        auto_ack: bool | None = None,
+        limit: int | None = None,
+        idle_timeout: float | None = None,
     ) -> MessageIterator:
-        """Pull iterator (see :mod:`lanes._iter` for the ack rules)."""
+        """Pull iterator (see :mod:`lanes._iter` for the ack rules). ``auto_ack``, ``limit`` and
+        ``idle_timeout`` (seconds) default to the builder's ``auto_ack()``, ``limit()`` and
+        ``idle_millis()``; a keyword given here overrides the builder."""
         P.validate_spec(self._spec)
         c = self._client
         return MessageIterator(
-            _Core(self._spec, auto_ack, limit, idle_timeout),
+            self._iter_core(auto_ack, limit, idle_timeout),
             self.pop_result,
             c._ack_entries,
         )
@@ -300,11 +318,17 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         return (await self.pop_result()).messages
 
     def messages(
-        self, *, auto_ack: bool = True, limit: int = 0, idle_timeout: float = 0.0
+        self,
+        *,
+        auto_ack: bool | None = None,
+        limit: int | None = None,
+        idle_timeout: float | None = None,
     ) -> AsyncMessageIterator:
+        """Async pull iterator; the keywords default to the builder's values, as in
+        :meth:`Queue.messages`."""
         P.validate_spec(self._spec)
         return AsyncMessageIterator(
-            _Core(self._spec, auto_ack, limit, idle_timeout),
+            self._iter_core(auto_ack, limit, idle_timeout),
             self.pop_result,
             self._client._ack_entries,
             asyncio.sleep,
