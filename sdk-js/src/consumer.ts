@@ -117,7 +117,7 @@ export class Consumer implements PromiseLike<void> {
     return this.waitEnd(opts);
   }
 
-  /** stopAndCancel is a hard stop: as stop, and every handler's signal aborts with ConsumerStoppedError; a handler that then throws is released with `retry` (no retry budget spent). */
+  /** stopAndCancel is a hard stop: as stop, and every handler's signal aborts with ConsumerStoppedError; a handler that then throws that cancellation (the signal's reason, or an AbortError) is released with `retry` (no retry budget spent), while any other error is nacked `failed` as usual. */
   stopAndCancel(opts: StopOptions = {}): Promise<void> {
     this.beginHardStop();
     return this.waitEnd(opts);
@@ -248,13 +248,22 @@ export class Consumer implements PromiseLike<void> {
     }
   }
 
+  /** stoppedByCancel: the handler failed because a hard stop aborted its signal (it threw the signal's reason, a ConsumerStoppedError, or the AbortError of an operation given the signal), so its message is released with `retry`, not charged. Any other failure, even during a hard stop, is the handler's own (docs/consuming.md §5). */
+  private stoppedByCancel(err: unknown): boolean {
+    const signal = this.handlerCtl.signal;
+    if (!signal.aborted) return false;
+    if (err === signal.reason || err instanceof ConsumerStoppedError) return true;
+    return err instanceof Error && err.name === "AbortError";
+  }
+
   private async runHandler(call: () => unknown): Promise<{ ok: true } | { ok: false; err: unknown; cancelled: boolean }> {
     try {
       await call();
       return { ok: true };
     } catch (err) {
-      if (this.s.reportHandlerErrors && !this.hard) this.report(err);
-      return { ok: false, err, cancelled: this.hard };
+      const cancelled = this.stoppedByCancel(err);
+      if (this.s.reportHandlerErrors && !cancelled) this.report(err);
+      return { ok: false, err, cancelled };
     }
   }
 

@@ -1,4 +1,5 @@
 // The consume loop and the message iterator against the real broker.
+import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
 import { AckError, ConsumerStoppedError, type Message } from "../../src/index.js";
 import { client, sleep, uniq } from "./helpers.js";
@@ -127,6 +128,55 @@ describe("consume", () => {
     await c.stopAndCancel({ timeoutMillis: 5000 });
     expect(reason).toBeInstanceOf(ConsumerStoppedError);
     // retryLimit 0: a `failed` would have dead-lettered it; `retry` redelivers it
+    const again = await lanes.queue(q).wait(false).pop();
+    expect(again.map((m) => m.data)).toEqual(["x"]);
+  });
+
+  it("hard stop: a handler's own failure is nacked `failed` and reported, not released as the cancellation", async () => {
+    const lanes = client();
+    const q = uniq("hardfail");
+    await lanes.admin.configureQueue(q, { retryLimit: 0 });
+    await lanes.queue(q).push([{ data: "poison" }]);
+    const errors: unknown[] = [];
+    let started!: () => void;
+    const first = new Promise<void>((r) => (started = r));
+    const c = lanes
+      .queue(q)
+      .reportHandlerErrors(true)
+      .onError((e) => errors.push(e))
+      .consume(async () => {
+        started();
+        await sleep(300); // ignores the signal
+        throw new Error("real failure");
+      });
+    await first;
+    await c.stopAndCancel({ timeoutMillis: 5000 });
+    expect(errors.map((e) => (e as Error).message)).toEqual(["real failure"]);
+    // retryLimit 0: the `failed` ack dead-letters it (a `retry` would have redelivered it)
+    expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
+    const page = await lanes.queue(q).dlq().limit(10).get();
+    expect(page.messages.map((d) => d.data)).toEqual(["poison"]);
+  });
+
+  it("hard stop: an AbortError from an operation given the handler's signal is the cancellation (`retry`)", async () => {
+    const lanes = client();
+    const q = uniq("hardabort");
+    await lanes.admin.configureQueue(q, { retryLimit: 0 });
+    await lanes.queue(q).push([{ data: "x" }]);
+    const errors: unknown[] = [];
+    let started!: () => void;
+    const first = new Promise<void>((r) => (started = r));
+    const c = lanes
+      .queue(q)
+      .reportHandlerErrors(true)
+      .onError((e) => errors.push(e))
+      .consume(async (_m, { signal }) => {
+        started();
+        await delay(10_000, undefined, { signal }); // rejects with an AbortError
+      });
+    await first;
+    await c.stopAndCancel({ timeoutMillis: 5000 });
+    expect(errors).toEqual([]);
     const again = await lanes.queue(q).wait(false).pop();
     expect(again.map((m) => m.data)).toEqual(["x"]);
   });
