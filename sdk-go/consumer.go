@@ -41,7 +41,10 @@ func (q QueueBuilder) Concurrency(n int) QueueBuilder { q.consume.concurrency = 
 // ConsumeBatch cuts a slice larger than what is left to it and releases the rest with `retry`.
 func (q QueueBuilder) Limit(n int) QueueBuilder { q.consume.limit = int64(max(n, 0)); return q }
 
-// IdleTimeout stops the consumer after d without any message (0 = never).
+// IdleTimeout stops the consumer (a soft stop, Err() nil) once it has been idle for d (0 =
+// never). A consumer is idle when no worker is handling a pop; idle time counts from the later
+// of the last pop that returned messages and the end of the last pop's handling, so a slow
+// handler working through a batch is never stopped by it (as in the TypeScript and Python SDKs).
 func (q QueueBuilder) IdleTimeout(d time.Duration) QueueBuilder { q.consume.idle = d; return q }
 
 // RenewLease extends the batch's lease every `every` while handlers run.
@@ -118,7 +121,8 @@ type Consumer struct {
 	done        chan struct{}
 	wg          sync.WaitGroup
 	delivered   atomic.Int64
-	lastMessage atomic.Int64
+	lastMessage atomic.Int64 // unix ns: the last pop with messages, or the end of handling one
+	busy        atomic.Int64 // workers handling a pop (handlers, then acks)
 
 	mu            sync.Mutex
 	err           error
@@ -248,7 +252,7 @@ func (c *Consumer) idleWatch() {
 		case <-c.fetchCtx.Done():
 			return
 		case <-t.C:
-			if time.Since(time.Unix(0, c.lastMessage.Load())) >= c.opts.idle {
+			if c.busy.Load() == 0 && time.Since(time.Unix(0, c.lastMessage.Load())) >= c.opts.idle {
 				c.q.c.log.Debug("lanes: consumer idle timeout", "queue", c.q.queue)
 				c.softStop()
 				return
@@ -298,8 +302,11 @@ func (c *Consumer) worker() {
 			}
 			continue
 		}
+		c.busy.Add(1)
 		c.lastMessage.Store(time.Now().UnixNano())
 		c.process(pr)
+		c.lastMessage.Store(time.Now().UnixNano())
+		c.busy.Add(-1)
 		if c.limitReached() {
 			c.softStop()
 			return

@@ -354,6 +354,35 @@ func TestITIdleTimeoutAndContextCancel(t *testing.T) {
 	require.ErrorIs(t, cons.Err(), context.Canceled)
 }
 
+// IdleTimeout does not stop a consumer whose handler is still working through a batch: idle
+// time counts from the end of the last handling, as in the TypeScript and Python SDKs. Here
+// one pop of 6 messages takes about 600 ms to handle, twice the idle timeout.
+func TestITIdleTimeoutWaitsForRunningHandlers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 6, "idlebusy")
+	var handled atomic.Int64
+	start := time.Now()
+	cons, err := b.c.Queue(b.queue).Batch(6).Wait(false).IdleTimeout(300*time.Millisecond).
+		Consume(b.ctx, func(context.Context, *lanes.Message) error {
+			time.Sleep(100 * time.Millisecond)
+			handled.Add(1)
+			return nil
+		})
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("idle timeout did not stop the consumer")
+	}
+	require.NoError(t, cons.Err())
+	require.Equal(t, int64(6), handled.Load(), "every message of the batch was handled")
+	require.GreaterOrEqual(t, time.Since(start), 900*time.Millisecond, "idle counted from the end of the handling")
+	left, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left, "all six were acked")
+}
+
 // Canceling the ctx given to Consume is a hard stop like StopAndCancel: the handler that returns
 // the cancellation has its message released with `retry`, not nacked `failed` (which spent a
 // retry, here the only one: retryLimit 0 would have dead-lettered it).

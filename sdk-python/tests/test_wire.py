@@ -4,6 +4,7 @@ empty non-waiting polls paced by ``waitMs``)."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from collections.abc import Callable
@@ -470,6 +471,52 @@ async def test_async_iterator_waitms_zero_is_no_advice() -> None:
         got = [m.transaction_id async for m in it]
     assert got == ["t1"]
     assert 3 <= _pops(seen) <= 8, _pops(seen)
+
+
+async def test_async_idle_timeout_waits_for_a_slow_ack() -> None:
+    # A worker handling a pop (its handlers, then its ack) keeps the consumer busy: the idle
+    # timeout (300 ms) counts from the end of that handling, not from the pop, so a 500 ms ack
+    # does not stop the consumer before the second message (as in Go and TS).
+    pops = 0
+    handled: list[Any] = []
+
+    def one(tid: str) -> dict[str, Any]:
+        m = {"id": tid, "transactionId": tid, "data": 1, "createdAt": "2026-01-01T00:00:00Z",
+             "partitionId": "pid", "partition": "p", "leaseId": "L" + tid}  # fmt: skip
+        return {"success": True, "queue": "q", "partition": "p", "partitionId": "pid",
+                "leaseId": "L" + tid, "consumerGroup": "__QUEUE_MODE__", "partitionsClaimed": 1,
+                "messages": [m]}  # fmt: skip
+
+    async def answer(req: httpx.Request) -> httpx.Response:
+        nonlocal pops
+        if req.url.path.startswith("/api/v1/ack"):
+            await asyncio.sleep(0.5)
+            tid = json.loads(req.content)["transactionId"]
+            return httpx.Response(200, json={"transactionId": tid, "success": True})
+        pops += 1
+        return httpx.Response(200, json=one(f"t{pops}")) if pops <= 2 else httpx.Response(204)
+
+    c = lanes.AsyncLanes(
+        "http://broker", http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    )
+    cons = c.queue("q").wait(False).idle_millis(300).consume(lambda m: handled.append(m.data))
+    await asyncio.wait_for(cons.closed(), 5)
+    assert handled == [1, 1] and pops >= 3
+
+
+def test_sync_iterator_idle_counts_from_the_end_of_handling() -> None:
+    # The caller holds the message for 0.8 s, longer than the 0.5 s idle timeout: the idle
+    # time starts when it asks for the next message, so the iteration goes on polling for
+    # about 0.5 s more instead of ending at the first empty pop (as in Go).
+    t, seen = capture(_drained_answer())
+    it = client(t).queue("q").wait(False).messages(idle_timeout=0.5)
+    with it:
+        assert next(it).transaction_id == "t1"
+        time.sleep(0.8)
+        asked = time.monotonic()
+        assert list(it) == []
+        assert time.monotonic() - asked >= 0.45
+    assert _pops(seen) >= 4, _pops(seen)
 
 
 def _push_answer(body: dict[str, Any], failed: set[int]) -> httpx.Response:

@@ -65,6 +65,7 @@ class Engine:
         self.hard = False
         self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
         self._handlers: set[asyncio.Future[Any]] = set()
+        self._busy = 0  # workers handling a pop (handlers, then acks)
         self._last_activity = time.monotonic()
         self._escalation: asyncio.TimerHandle | None = None
 
@@ -105,10 +106,12 @@ class Engine:
                 self._escalation.cancel()
 
     async def _idle_watch(self) -> None:
+        """Soft-stop once idle for ``idle_millis``: no worker handling a pop (handlers, then its
+        acks), counted from the later of the last pop with messages and the end of handling."""
         limit = self.spec.idle_millis / 1000.0
         while not self._stop.is_set():
             left = self._last_activity + limit - time.monotonic()
-            if left <= 0 and not self._handlers:
+            if left <= 0 and self._busy == 0:
                 self.request_stop()
                 return
             await self._pause(max(left, 0.05))
@@ -159,9 +162,13 @@ class Engine:
                 if not self.spec.parks:
                     await self._pause(P.empty_poll_pause(res.autopilot or last_echo))
                 continue
+            self._busy += 1
             self._last_activity = time.monotonic()
-            await self._handle(res)
-            self._last_activity = time.monotonic()
+            try:
+                await self._handle(res)
+            finally:
+                self._last_activity = time.monotonic()
+                self._busy -= 1
 
     async def _call(self, arg: Any) -> tuple[Status, str | None]:
         fut = asyncio.ensure_future(self.ops.invoke(arg))

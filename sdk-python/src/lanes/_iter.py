@@ -46,6 +46,8 @@ class _Core:
 
     def finish_current(self) -> None:
         m, self.current = self.current, None
+        if m is not None:
+            self.last_msg = time.monotonic()  # idle counts from the end of the handling, as in Go
         if m is not None and self.auto_ack and not m._acked and not self.spec.server_auto_ack:
             self.pending.append(self._entry(m, "completed"))
 
