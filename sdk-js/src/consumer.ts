@@ -343,10 +343,13 @@ export class Consumer implements PromiseLike<void> {
   }
 }
 
-/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). */
+/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). */
 export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
   let errors = 0;
   let waitMs: number | undefined;
+  let yielded = 0;
+  let lastMessageAt = Date.now();
+  const limitReached = () => s.limit > 0 && yielded >= s.limit;
   const pause = async (ms: number) => {
     try {
       await sleep(ms, signal);
@@ -354,7 +357,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       // aborted
     }
   };
-  while (!signal?.aborted) {
+  while (!signal?.aborted && !limitReached()) {
     let res: PopResult<T>;
     try {
       res = await source.popResult({ signal });
@@ -370,9 +373,11 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     errors = 0;
     if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
     if (res.messages.length === 0) {
+      if (s.idleMillis > 0 && Date.now() - lastMessageAt >= s.idleMillis) return;
       if (!parks(s)) await pause(emptyPollPause(waitMs));
       continue;
     }
+    lastMessageAt = Date.now();
     const slices = groupByPartition(res.messages);
     const pos = slices.map(() => 0);
     // The message the caller holds when it leaves the loop; with autoAck(false) it is theirs to ack.
@@ -381,13 +386,15 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       outer: for (let k = 0; k < slices.length; k++) {
         const slice = slices[k]!;
         for (let i = 0; i < slice.length; i++) {
-          if (signal?.aborted) break outer;
+          if (signal?.aborted || limitReached()) break outer;
           inHand = k;
+          yielded += 1;
           yield slice[i]!;
           inHand = undefined;
           pos[k] = i + 1;
         }
       }
+      lastMessageAt = Date.now();
     } finally {
       if (!s.serverAutoAck && res.leaseId) {
         const acks: PendingAck[] = [];

@@ -258,6 +258,37 @@ describe("consume", () => {
     expect(rest.map((m) => m.data)).toEqual([3, 4]);
   });
 
+  it("messages() ends after the builder's limit(n) and releases the rest of the pop with retry", async () => {
+    const lanes = client();
+    const q = uniq("iterlimit");
+    await lanes.queue(q).push([1, 2, 3, 4, 5].map((n) => ({ data: n })));
+    const guard = AbortSignal.timeout(5000); // an iteration that ignored the limit would run on
+    const got: number[] = [];
+    for await (const m of lanes.queue<number>(q).batch(5).leaseSeconds(120).timeoutMillis(300).limit(2).messages({ signal: guard })) got.push(m.data);
+    expect(guard.aborted).toBe(false);
+    expect(got).toEqual([1, 2]);
+    // 1 and 2 acked; 3 released with `retry` (no 120 s lease wait), 4 and 5 behind it
+    const rest = await lanes.queue<number>(q).batch(5).wait(false).pop();
+    expect(rest.map((m) => m.data)).toEqual([3, 4, 5]);
+  });
+
+  it("messages() ends after the builder's idleMillis without a message", async () => {
+    const lanes = client();
+    const q = uniq("iteridle");
+    await lanes.queue(q).push([{ data: 1 }]);
+    const guard = AbortSignal.timeout(5000);
+    const got: number[] = [];
+    const t0 = Date.now();
+    for await (const m of lanes.queue<number>(q).timeoutMillis(200).idleMillis(500).messages({ signal: guard })) {
+      got.push(m.data);
+      await sleep(700); // longer than idleMillis: the idle time starts when the next one is asked for
+    }
+    expect(guard.aborted).toBe(false);
+    expect(got).toEqual([1]);
+    expect(Date.now() - t0).toBeGreaterThanOrEqual(1100);
+    expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
+  });
+
   it("messages() ends when its signal aborts", async () => {
     const lanes = client();
     const q = uniq("iterabort");
