@@ -106,6 +106,33 @@ async def test_hard_stop_cancels_and_releases(client: lanes.AsyncLanes, qname: s
     assert [m.data for m in await drain(client.queue(qname))] == ["x", "y"]
 
 
+async def test_soft_stop_escalates_after_soft_stop_timeout_millis(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    await client.queue(qname).push(["x"])
+    started = asyncio.Event()
+
+    async def handler(m: lanes.Message) -> None:
+        started.set()
+        await asyncio.sleep(30)  # ignores the soft stop; the escalation cancels it
+
+    c = client.queue(qname).soft_stop_timeout_millis(200).consume(handler)
+    await asyncio.wait_for(started.wait(), 10)
+    t0 = asyncio.get_running_loop().time()
+    await c.stop(timeout=5)
+    assert asyncio.get_running_loop().time() - t0 < 2
+    assert c.done and c.error is None
+    assert [m.data for m in await drain(client.queue(qname))] == ["x"]  # released with retry
+
+
+def test_soft_stop_timeout_in_seconds_is_a_deprecated_alias(client: lanes.AsyncLanes) -> None:
+    with pytest.warns(DeprecationWarning, match="soft_stop_timeout_millis"):
+        q = client.queue("q").soft_stop_timeout(1.5)
+    assert q._spec.soft_stop_timeout_millis == 1500
+    with pytest.raises(ValueError):
+        client.queue("q").soft_stop_timeout_millis(-1)
+
+
 async def test_soft_stop_finishes_current(client: lanes.AsyncLanes, qname: str) -> None:
     await client.queue(qname).push([1, 2, 3])
     started = asyncio.Event()

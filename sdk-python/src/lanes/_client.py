@@ -8,6 +8,7 @@ import dataclasses
 import logging
 import os
 import threading
+import warnings
 from collections.abc import Callable, Mapping, Sequence
 from datetime import datetime
 from types import TracebackType
@@ -181,8 +182,21 @@ class _QueueBase(Generic[C]):
         """Client-side ack after the handler (default True); False leaves acking to you."""
         return self._with(auto_ack=on)
 
+    def soft_stop_timeout_millis(self: QB, ms: int) -> QB:
+        """Escalate a soft stop to a hard one after ``ms`` milliseconds (0 = never)."""
+        if ms < 0:
+            raise ValueError("lanes: soft_stop_timeout_millis must be >= 0")
+        return self._with(soft_stop_timeout_millis=int(ms))
+
     def soft_stop_timeout(self: QB, seconds: float) -> QB:
-        return self._with(soft_stop_timeout=seconds)
+        """Deprecated: use :meth:`soft_stop_timeout_millis` (builder knobs take milliseconds).
+        Still works, with ``seconds`` as before."""
+        warnings.warn(
+            "lanes: soft_stop_timeout(seconds) is deprecated; use soft_stop_timeout_millis(ms)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.soft_stop_timeout_millis(round(seconds * 1000))
 
     def report_handler_errors(self: QB, on: bool = True) -> QB:
         return self._with(report_handler_errors=on)

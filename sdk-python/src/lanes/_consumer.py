@@ -79,9 +79,10 @@ class Engine:
             if self.cancellable:
                 for f in list(self._handlers):
                     f.cancel()
-        elif first and not hard and self.spec.soft_stop_timeout > 0:
+        elif first and not hard and self.spec.soft_stop_timeout_millis > 0:
             loop = asyncio.get_running_loop()
-            self._escalation = loop.call_later(self.spec.soft_stop_timeout, self.request_stop, True)
+            after = self.spec.soft_stop_timeout_millis / 1000.0
+            self._escalation = loop.call_later(after, self.request_stop, True)
 
     def _report(self, e: BaseException) -> None:
         if self.on_error is not None:

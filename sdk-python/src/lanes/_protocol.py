@@ -150,7 +150,7 @@ class QueueSpec:
     renew_interval_millis: int = 0
     each: bool = True
     auto_ack: bool = True
-    soft_stop_timeout: float = 0.0
+    soft_stop_timeout_millis: int = 0
     report_handler_errors: bool = False
 
     @property
