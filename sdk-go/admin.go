@@ -332,6 +332,58 @@ func KVGet(ns, key string) KVOperation {
 	return KVOperation{Op: gen.KvOperationOp("get"), Ns: ns, Key: &key}
 }
 
+// KVGetMany builds a getMany op: the rows of the keys that exist, plus the ones Missing.
+func KVGetMany(ns string, keys ...string) KVOperation {
+	return KVOperation{Op: gen.KvOperationOp("getMany"), Ns: ns, Keys: &keys}
+}
+
+// KVPrefixOpts pages a getPrefix op. After continues after a key (a result's NextAfter), Limit
+// is the page size (0 = the broker's default of 100, clamped to 1000) and KeysOnly omits values.
+type KVPrefixOpts struct {
+	After    string
+	Limit    int
+	KeysOnly bool
+}
+
+// KVGetPrefix builds a getPrefix op: one page of the keys that start with prefix (non-empty), in
+// key order; Truncated and NextAfter tell whether and where to continue.
+func KVGetPrefix(ns, prefix string, opts KVPrefixOpts) KVOperation {
+	op := KVOperation{Op: gen.KvOperationOp("getPrefix"), Ns: ns, Prefix: &prefix}
+	if opts.After != "" {
+		op.After = &opts.After
+	}
+	if opts.Limit > 0 {
+		op.Limit = &opts.Limit
+	}
+	if opts.KeysOnly {
+		op.KeysOnly = ptr(true)
+	}
+	return op
+}
+
+// KVIncrOpts bounds an incr op. Min and Max are inclusive; nil = unbounded. An incr that would
+// leave the range is not applied (Applied false, Reason "limit") and the key keeps its value.
+type KVIncrOpts struct {
+	Min *int
+	Max *int
+}
+
+// KVIncr builds an incr op: adds delta (may be negative) to a numeric key, creating it at 0 with
+// ttl (Forever = no expiry; the TTL applies only when incr creates the key).
+func KVIncr(ns, key string, delta int, ttl time.Duration, opts KVIncrOpts) KVOperation {
+	op := KVOperation{Op: gen.KvOperationOp("incr"), Ns: ns, Key: &key, Delta: &delta, Min: opts.Min, Max: opts.Max}
+	setTTL(&op.TtlSeconds, &op.Forever, ttl)
+	return op
+}
+
+// KVPutExpect builds a conditional put op: expect 0 = the key must not exist, N = its current
+// version must be N. A lost condition is Applied false with Reason "exists" or "version".
+func KVPutExpect(ns, key string, value any, ttl time.Duration, expect int) KVOperation {
+	op := KVPut(ns, key, value, ttl)
+	op.Expect = &expect
+	return op
+}
+
 func setTTL(ttl **int, forever **bool, d time.Duration) {
 	if d == Forever || d <= 0 {
 		*forever = ptr(true)
@@ -351,6 +403,18 @@ func (k KV) Batch(ctx context.Context, ops ...KVOperation) ([]KVResult, error) {
 	return out.Results, nil
 }
 
+// one runs a single op through the batch route and returns its result.
+func (k KV) one(ctx context.Context, op KVOperation) (*KVResult, error) {
+	res, err := k.Batch(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 1 {
+		return nil, errUnexpected("kv", len(res))
+	}
+	return &res[0], nil
+}
+
 // Get reads one key.
 func (k KV) Get(ctx context.Context, key string) (*KVResult, error) {
 	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvGet(ctx, k.ns, key) })
@@ -365,6 +429,47 @@ func (k KV) Put(ctx context.Context, key string, value any, ttl time.Duration) (
 	body := gen.KvPutRequest{Value: b}
 	setTTL(&body.TtlSeconds, &body.Forever, ttl)
 	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvPut(ctx, k.ns, key, body) })
+}
+
+// PutExpect writes one key only if its version matches: expect 0 = the key must not exist, N =
+// its current version must be N (optimistic concurrency). A lost condition is not an error: the
+// result has Applied false, Reason "exists" or "version", and the current Value and Version.
+func (k KV) PutExpect(ctx context.Context, key string, value any, ttl time.Duration, expect int) (*KVResult, error) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	body := gen.KvPutRequest{Value: b, Expect: &expect}
+	setTTL(&body.TtlSeconds, &body.Forever, ttl)
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvPut(ctx, k.ns, key, body) })
+}
+
+// PutIfAbsent writes one key only when it does not exist (ttl Forever = no expiry). When it
+// exists, the result has Applied false, Reason "exists", and the current Value and Version.
+func (k KV) PutIfAbsent(ctx context.Context, key string, value any, ttl time.Duration) (*KVResult, error) {
+	if _, err := json.Marshal(value); err != nil {
+		return nil, err
+	}
+	return k.one(ctx, KVPutIfAbsent(k.ns, key, value, ttl, false))
+}
+
+// GetMany reads several keys in one call: Rows holds the keys that exist (with values and
+// versions), Missing the ones that do not.
+func (k KV) GetMany(ctx context.Context, keys ...string) (*KVResult, error) {
+	return k.one(ctx, KVGetMany(k.ns, keys...))
+}
+
+// GetPrefix reads one page of the keys that start with prefix (non-empty), in key order. When
+// Truncated is true, pass NextAfter as opts.After to read the next page.
+func (k KV) GetPrefix(ctx context.Context, prefix string, opts KVPrefixOpts) (*KVResult, error) {
+	return k.one(ctx, KVGetPrefix(k.ns, prefix, opts))
+}
+
+// Incr adds delta (may be negative) to a numeric key atomically and returns the new Value and
+// Version. A missing key starts at 0 and gets ttl (Forever = no expiry). With bounds in opts, an
+// incr that would leave [Min, Max] is not applied: Applied false, Reason "limit".
+func (k KV) Incr(ctx context.Context, key string, delta int, ttl time.Duration, opts KVIncrOpts) (*KVResult, error) {
+	return k.one(ctx, KVIncr(k.ns, key, delta, ttl, opts))
 }
 
 // Delete removes one key.

@@ -629,6 +629,103 @@ func TestITKV(t *testing.T) {
 	require.True(t, *got.Found)
 }
 
+// TestITKVHelpers: the named KV helpers (parity with sdk-js's Kv) against the broker.
+func TestITKVHelpers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+
+	// PutIfAbsent writes once; the second call reports the existing value.
+	first, err := kv.PutIfAbsent(b.ctx, "once", "a", lanes.Forever)
+	require.NoError(t, err)
+	require.True(t, *first.Applied)
+	again, err := kv.PutIfAbsent(b.ctx, "once", "b", time.Hour)
+	require.NoError(t, err)
+	require.False(t, *again.Applied)
+	require.Equal(t, lanes.KVReasonExists, *again.Reason)
+	require.JSONEq(t, `"a"`, string(again.Value))
+
+	// PutExpect: 0 = must not exist; N = version must be N.
+	created, err := kv.PutExpect(b.ctx, "cas", 1, lanes.Forever, 0)
+	require.NoError(t, err)
+	require.True(t, *created.Applied)
+	require.Equal(t, 1, *created.Version)
+	stale, err := kv.PutExpect(b.ctx, "cas", 2, lanes.Forever, 7)
+	require.NoError(t, err)
+	require.False(t, *stale.Applied)
+	require.Equal(t, lanes.KVReasonVersion, *stale.Reason)
+	moved, err := kv.PutExpect(b.ctx, "cas", 2, time.Hour, 1)
+	require.NoError(t, err)
+	require.True(t, *moved.Applied)
+	require.Equal(t, 2, *moved.Version)
+	require.NotNil(t, moved.ExpiresAt)
+
+	// Incr creates at 0, adds, and refuses to cross a bound.
+	n, err := kv.Incr(b.ctx, "count", 5, lanes.Forever, lanes.KVIncrOpts{})
+	require.NoError(t, err)
+	require.True(t, *n.Applied)
+	require.JSONEq(t, `5`, string(n.Value))
+	n, err = kv.Incr(b.ctx, "count", -2, lanes.Forever, lanes.KVIncrOpts{Min: ptrTo(0), Max: ptrTo(10)})
+	require.NoError(t, err)
+	require.True(t, *n.Applied)
+	require.JSONEq(t, `3`, string(n.Value))
+	n, err = kv.Incr(b.ctx, "count", 8, lanes.Forever, lanes.KVIncrOpts{Max: ptrTo(10)})
+	require.NoError(t, err)
+	require.False(t, *n.Applied)
+	require.Equal(t, lanes.KVReasonLimit, *n.Reason)
+	n, err = kv.Incr(b.ctx, "count", -4, lanes.Forever, lanes.KVIncrOpts{Min: ptrTo(0)})
+	require.NoError(t, err)
+	require.False(t, *n.Applied)
+	require.Equal(t, lanes.KVReasonLimit, *n.Reason)
+	got, err := kv.Get(b.ctx, "count")
+	require.NoError(t, err)
+	require.JSONEq(t, `3`, string(got.Value), "a refused incr leaves the value")
+
+	// GetMany: rows for the keys that exist, the rest missing.
+	many, err := kv.GetMany(b.ctx, "once", "cas", "nope")
+	require.NoError(t, err)
+	require.Len(t, *many.Rows, 2)
+	require.Equal(t, []string{"nope"}, *many.Missing)
+
+	// GetPrefix pages with Limit / NextAfter.
+	for i := range 5 {
+		_, err := kv.Put(b.ctx, fmt.Sprintf("user:%d", i), i, lanes.Forever)
+		require.NoError(t, err)
+	}
+	var keys []string
+	opts := lanes.KVPrefixOpts{Limit: 2}
+	for pages := 0; ; pages++ {
+		require.Less(t, pages, 5)
+		page, err := kv.GetPrefix(b.ctx, "user:", opts)
+		require.NoError(t, err)
+		for _, r := range *page.Rows {
+			keys = append(keys, r.Key)
+			require.NotEmpty(t, r.Value)
+		}
+		if page.Truncated == nil || !*page.Truncated {
+			break
+		}
+		opts.After = *page.NextAfter
+	}
+	require.Equal(t, []string{"user:0", "user:1", "user:2", "user:3", "user:4"}, keys)
+	only, err := kv.GetPrefix(b.ctx, "user:", lanes.KVPrefixOpts{KeysOnly: true, After: "user:3"})
+	require.NoError(t, err)
+	require.Len(t, *only.Rows, 1)
+	require.Equal(t, "user:4", (*only.Rows)[0].Key)
+	require.Empty(t, (*only.Rows)[0].Value)
+
+	// The op builders run in a batch too.
+	res, err := kv.Batch(b.ctx,
+		lanes.KVPutExpect(b.queue, "cas", 3, lanes.Forever, 2),
+		lanes.KVIncr(b.queue, "count", 1, lanes.Forever, lanes.KVIncrOpts{}),
+		lanes.KVGetMany(b.queue, "cas", "count"))
+	require.NoError(t, err)
+	require.Len(t, res, 3)
+	require.True(t, *res[0].Applied)
+	require.JSONEq(t, `4`, string(res[1].Value))
+	require.Len(t, *res[2].Rows, 2)
+}
+
 func TestITTimers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

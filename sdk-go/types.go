@@ -67,6 +67,10 @@ type (
 	KVOperation = gen.KvOperation
 	// KVResult is the result of one KV op.
 	KVResult = gen.KvResult
+	// KVResultReason says why a KV write was not applied (KVReasonExists, KVReasonVersion, …).
+	KVResultReason = gen.KvResultReason
+	// KVRow is one key of a getMany / getPrefix result or a List page.
+	KVRow = gen.KvRow
 	// TimerOperation is one timer op (timers route and transaction rider).
 	TimerOperation = gen.TimerOperation
 	// TimerResult is the result of one timer op.
@@ -77,6 +81,20 @@ type (
 	TimerList = gen.TimerList
 	// TransactionOperationResult is the result of one transaction operation.
 	TransactionOperationResult = gen.TransactionOperationResult
+)
+
+// Reasons a KV write was not applied (KVResult.Reason; also TransactionError.KVReason).
+const (
+	// KVReasonAbsent: delete or a conditional write found no key.
+	KVReasonAbsent = gen.KvResultReasonAbsent
+	// KVReasonExists: putIfAbsent, or expect 0, found the key.
+	KVReasonExists = gen.KvResultReasonExists
+	// KVReasonVersion: the key's version is not the expected one.
+	KVReasonVersion = gen.KvResultReasonVersion
+	// KVReasonLimit: incr would cross its Min or Max.
+	KVReasonLimit = gen.KvResultReasonLimit
+	// KVReasonType: incr found a value that is not an integer.
+	KVReasonType = gen.KvResultReasonType
 )
 
 // Push item statuses.
