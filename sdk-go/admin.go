@@ -472,6 +472,45 @@ func (k KV) Incr(ctx context.Context, key string, delta int, ttl time.Duration, 
 	return k.one(ctx, KVIncr(k.ns, key, delta, ttl, opts))
 }
 
+// KVListQuery selects a page of List: keys with Prefix (empty = all), after After (a page's
+// NextAfter), Limit rows (0 = the broker's default), KeysOnly to omit values, and
+// IncludeExpired to also return expired rows (marked Expired).
+type KVListQuery struct {
+	Prefix         string
+	After          string
+	Limit          int
+	KeysOnly       bool
+	IncludeExpired bool
+}
+
+// List pages through the namespace's keys in key order (POST /api/v1/resources/kv/list, the
+// console route). Unlike GetPrefix it takes an empty prefix and can include expired rows.
+func (k KV) List(ctx context.Context, q KVListQuery) (*KVListResult, error) {
+	body := gen.KvListRequest{Namespace: k.ns}
+	if q.Prefix != "" {
+		body.Prefix = &q.Prefix
+	}
+	if q.After != "" {
+		body.After = &q.After
+	}
+	if q.Limit > 0 {
+		body.Limit = &q.Limit
+	}
+	if q.KeysOnly {
+		body.KeysOnly = ptr(true)
+	}
+	if q.IncludeExpired {
+		body.IncludeExpired = ptr(true)
+	}
+	return call[KVListResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.ListKvKeys(ctx, body) })
+}
+
+// KVNamespaces lists the KV namespaces with their live key counts
+// (GET /api/v1/resources/kv/namespaces).
+func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
+	return call[KVNamespaceList](c, ctx, func() (*httpResp, error) { return c.gen.ListKvNamespaces(ctx) })
+}
+
 // Delete removes one key.
 func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
 	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvDelete(ctx, k.ns, key) })

@@ -726,6 +726,43 @@ func TestITKVHelpers(t *testing.T) {
 	require.Len(t, *res[2].Rows, 2)
 }
 
+// TestITKVList: namespace listing and the key listing route.
+func TestITKVList(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+	for _, k := range []string{"a:1", "a:2", "a:3", "b:1"} {
+		_, err := kv.Put(b.ctx, k, k, lanes.Forever)
+		require.NoError(t, err)
+	}
+	nss, err := b.c.KVNamespaces(b.ctx)
+	require.NoError(t, err)
+	found := false
+	for _, n := range nss.Namespaces {
+		if n.Namespace != nil && *n.Namespace == b.queue {
+			found = true
+			require.Equal(t, 4, *n.Keys)
+		}
+	}
+	require.True(t, found, "namespace %s listed", b.queue)
+
+	all, err := kv.List(b.ctx, lanes.KVListQuery{})
+	require.NoError(t, err)
+	require.Len(t, all.Rows, 4)
+	require.False(t, all.Truncated)
+
+	page, err := kv.List(b.ctx, lanes.KVListQuery{Prefix: "a:", Limit: 2, KeysOnly: true})
+	require.NoError(t, err)
+	require.Len(t, page.Rows, 2)
+	require.True(t, page.Truncated)
+	require.Empty(t, page.Rows[0].Value)
+	next, err := kv.List(b.ctx, lanes.KVListQuery{Prefix: "a:", After: *page.NextAfter})
+	require.NoError(t, err)
+	require.Len(t, next.Rows, 1)
+	require.Equal(t, "a:3", next.Rows[0].Key)
+	require.JSONEq(t, `"a:3"`, string(next.Rows[0].Value))
+}
+
 func TestITTimers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -71,6 +71,10 @@ type (
 	KVResultReason = gen.KvResultReason
 	// KVRow is one key of a getMany / getPrefix result or a List page.
 	KVRow = gen.KvRow
+	// KVListResult is a page of KV.List.
+	KVListResult = gen.KvListResult
+	// KVNamespaceList is the answer of Client.KVNamespaces.
+	KVNamespaceList = gen.KvNamespaceList
 	// TimerOperation is one timer op (timers route and transaction rider).
 	TimerOperation = gen.TimerOperation
 	// TimerResult is the result of one timer op.
