@@ -208,3 +208,22 @@ async def test_kv_and_timers(client: lanes.AsyncLanes, qname: str) -> None:
     assert (await client.kv(qname).get("k")).value == 1
     r = await client.timers(qname).schedule("t", delay_millis=60_000, payload=b'"raw"')
     assert r.ok
+
+
+async def test_kv_helpers(client: lanes.AsyncLanes, qname: str) -> None:
+    kv = client.kv(qname)
+    assert (await kv.put_if_absent("once", "a")).applied
+    lost = await kv.put_if_absent("once", "b")
+    assert not lost.applied and lost.reason == "exists"
+    assert (await kv.put("cas", 1, expect=0)).applied
+    assert (await kv.put("cas", 2, expect=5)).reason == "version"
+    assert (await kv.incr("n", 2, min=0, max=3)).value == 2
+    assert (await kv.incr("n", 2, max=3)).reason == "limit"
+    many = await kv.get_many(["once", "n", "x"])
+    assert many.missing == ["x"] and len(many.rows or []) == 2
+    page = await kv.get_prefix("n", limit=1)
+    assert [row.key for row in page.rows or []] == ["n"] and not page.truncated
+    listed = await kv.list(prefix="c")
+    assert [row.key for row in listed.rows] == ["cas"]
+    counts = {n.namespace: n.keys for n in (await client.kv_namespaces()).namespaces}
+    assert counts.get(qname) == 3

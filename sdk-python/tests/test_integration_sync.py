@@ -273,6 +273,74 @@ def test_kv(client: lanes.Lanes, qname: str) -> None:
     assert not kv.get("k").found
 
 
+def test_kv_helpers(client: lanes.Lanes, qname: str) -> None:
+    kv = client.kv(qname)
+    first = kv.put_if_absent("once", "a")
+    assert first.applied
+    again = kv.put_if_absent("once", "b", ttl_seconds=3600)
+    assert not again.applied and again.reason == "exists" and again.value == "a"
+
+    created = kv.put("cas", 1, expect=0)
+    assert created.applied and created.version == 1
+    stale = kv.put("cas", 2, expect=7)
+    assert not stale.applied and stale.reason == "version"
+    moved = kv.put("cas", 2, expect=1, ttl_seconds=3600)
+    assert moved.applied and moved.version == 2 and moved.expires_at is not None
+
+    assert kv.incr("count", 5).value == 5
+    assert kv.incr("count").value == 6
+    r = kv.incr("count", -3, min=0, max=10)
+    assert r.applied and r.value == 3
+    over = kv.incr("count", 8, max=10)
+    assert not over.applied and over.reason == "limit"
+    under = kv.incr("count", -4, min=0)
+    assert not under.applied and under.reason == "limit"
+    assert kv.get("count").value == 3
+
+    many = kv.get_many(["once", "cas", "nope"])
+    assert sorted(row.key for row in many.rows or []) == ["cas", "once"]
+    assert many.missing == ["nope"]
+    with pytest.raises(TypeError):
+        kv.get_many("once")
+
+    for i in range(5):
+        kv.put(f"user:{i}", i)
+    keys: list[str] = []
+    after: str | None = None
+    for _ in range(5):
+        page = kv.get_prefix("user:", after=after, limit=2)
+        keys += [row.key for row in page.rows or []]
+        if not page.truncated:
+            break
+        after = page.next_after
+    assert keys == [f"user:{i}" for i in range(5)]
+    only = kv.get_prefix("user:", after="user:3", keys_only=True)
+    assert [(row.key, row.value) for row in only.rows or []] == [("user:4", None)]
+
+    res = kv.batch(
+        [
+            lanes.kv_op("incr", qname, "count", delta=1, max=4),
+            lanes.kv_op("getPrefix", qname, prefix="c", keys_only=True),
+        ]
+    )
+    assert res[0].value == 4
+    assert [row.key for row in res[1].rows or []] == ["cas", "count"]
+
+
+def test_kv_list(client: lanes.Lanes, qname: str) -> None:
+    kv = client.kv(qname)
+    for k in ("a:1", "a:2", "a:3", "b:1"):
+        kv.put(k, k)
+    counts = {n.namespace: n.keys for n in client.kv_namespaces().namespaces}
+    assert counts.get(qname) == 4
+    assert [row.key for row in kv.list().rows] == ["a:1", "a:2", "a:3", "b:1"]
+    page = kv.list(prefix="a:", limit=2, keys_only=True)
+    assert page.truncated and [row.value for row in page.rows] == [None, None]
+    rest = kv.list(prefix="a:", after=page.next_after)
+    assert [(row.key, row.value) for row in rest.rows] == [("a:3", "a:3")]
+    assert not rest.truncated
+
+
 def test_timers(client: lanes.Lanes, qname: str) -> None:
     t = client.timers(qname)
     r = t.schedule("remind", delay_millis=60_000, payload={"x": 1})

@@ -14,6 +14,7 @@ from urllib.parse import quote, urlencode
 from pydantic import BaseModel
 
 from lanes import _protocol as P
+from lanes._exceptions import LanesError
 from lanes._generated import models
 from lanes._http import Response
 from lanes._types import PopResult, PushResult, RenewResult, TransactionResult
@@ -378,8 +379,19 @@ def kv_op(
     delta: int | None = None,
     keys: Sequence[str] | None = None,
     prefix: str | None = None,
+    after: str | None = None,
+    limit: int | None = None,
+    keys_only: bool | None = None,
+    min: int | None = None,
+    max: int | None = None,
 ) -> dict[str, Any]:
-    """One KV operation in wire form. Writes without ``ttl_seconds`` are ``forever``."""
+    """One KV operation in wire form. Writes without ``ttl_seconds`` are ``forever``.
+
+    ``keys`` is for ``getMany``; ``prefix``, ``after``, ``limit`` and ``keys_only`` for
+    ``getPrefix``; ``delta``, ``min`` and ``max`` (inclusive bounds) for ``incr``.
+    """
+    if isinstance(keys, str):
+        raise TypeError("kv: keys must be a sequence of keys, not one str")
     o: dict[str, Any] = {"op": op, "ns": ns}
     if key is not None:
         o["key"] = key
@@ -387,6 +399,16 @@ def kv_op(
         o["keys"] = list(keys)
     if prefix is not None:
         o["prefix"] = prefix
+    if after is not None:
+        o["after"] = after
+    if limit is not None:
+        o["limit"] = limit
+    if keys_only is not None:
+        o["keysOnly"] = keys_only
+    if min is not None:
+        o["min"] = min
+    if max is not None:
+        o["max"] = max
     if op in ("put", "putIfAbsent"):
         o["value"] = value
     if op in ("put", "putIfAbsent", "incr"):
@@ -410,6 +432,43 @@ def kv_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.KvResult]]:
         lambda r: models.KvBatchResult.model_validate(r.json()).results,
         body={"operations": [dict(o) for o in ops]},
     )
+
+
+def kv_one(op: Mapping[str, Any]) -> Req[models.KvResult]:
+    """One op through the batch route (the only route for getMany, getPrefix and incr)."""
+
+    def parse(r: Response) -> models.KvResult:
+        results = models.KvBatchResult.model_validate(r.json()).results
+        if len(results) != 1:
+            raise LanesError(f"kv: broker answered {len(results)} results for one op")
+        return results[0]
+
+    return Req("POST", "/api/v1/kv", parse, body={"operations": [dict(op)]})
+
+
+def kv_list(
+    ns: str,
+    prefix: str | None,
+    after: str | None,
+    limit: int | None,
+    keys_only: bool | None,
+    include_expired: bool | None,
+) -> Req[models.KvListResult]:
+    body: dict[str, Any] = {"namespace": ns}
+    for k, v in (
+        ("prefix", prefix),
+        ("after", after),
+        ("limit", limit),
+        ("keysOnly", keys_only),
+        ("includeExpired", include_expired),
+    ):
+        if v is not None:
+            body[k] = v
+    return Req("POST", "/api/v1/resources/kv/list", _model(models.KvListResult), body=body)
+
+
+def kv_namespaces() -> Req[models.KvNamespaceList]:
+    return Req("GET", "/api/v1/resources/kv/namespaces", _model(models.KvNamespaceList))
 
 
 def _kv_path(ns: str, key: str) -> str:
