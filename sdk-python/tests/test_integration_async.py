@@ -227,3 +227,13 @@ async def test_kv_helpers(client: lanes.AsyncLanes, qname: str) -> None:
     assert [row.key for row in listed.rows] == ["cas"]
     counts = {n.namespace: n.keys for n in (await client.kv_namespaces()).namespaces}
     assert counts.get(qname) == 3
+
+
+async def test_timers_reschedule_partition_prefix(client: lanes.AsyncLanes, qname: str) -> None:
+    t = client.timers(qname)
+    assert (await t.schedule("a:1", delay_millis=60_000, partition="p1")).ok
+    r = await t.reschedule("a:1", delay_millis=90_000, partition="p2")
+    assert r.ok and r.status == "rescheduled"
+    assert (await t.get("a:1")).partition == "p2"
+    await t.schedule("b:1", delay_millis=60_000)
+    assert [x.timer_key for x in (await t.list(prefix="a:")).rows or []] == ["a:1"]

@@ -341,6 +341,38 @@ def test_kv_list(client: lanes.Lanes, qname: str) -> None:
     assert not rest.truncated
 
 
+def test_timers_reschedule_partition_prefix(client: lanes.Lanes, qname: str) -> None:
+    t = client.timers(qname)
+    r = t.schedule("job:1", delay_millis=60_000, payload={"n": 1}, partition="p-7")
+    assert r.ok
+    got = t.get("job:1")
+    assert got.found and got.partition == "p-7"
+    r = t.reschedule(
+        "job:1", delay_millis=120_000, payload={"n": 2}, partition="p-8", transaction_id="fixed-1"
+    )
+    assert r.ok and r.status == "rescheduled" and r.txn == "fixed-1"
+    got = t.get("job:1")
+    assert got.partition == "p-8" and got.txn == "fixed-1"
+    t.schedule("job:2", delay_millis=60_000)
+    t.schedule("other", delay_millis=60_000)
+    jobs = t.list(prefix="job:")
+    assert [x.timer_key for x in jobs.rows or []] == ["job:1", "job:2"]
+    first = t.list(prefix="job:", limit=1)
+    assert first.truncated and [x.timer_key for x in first.rows or []] == ["job:1"]
+    nxt = t.list(prefix="job:", after=first.next_after)
+    assert [x.timer_key for x in nxt.rows or []] == ["job:2"]
+
+    # a rescheduled timer fires into its partition
+    t.reschedule("job:1", delay_millis=0, payload={"n": 3}, partition="p-9")
+    deadline = time.monotonic() + 20
+    msgs: list[lanes.Message] = []
+    while not msgs and time.monotonic() < deadline:
+        msgs = client.queue(qname).partition("p-9").wait(False).pop()
+        if not msgs:
+            time.sleep(0.2)
+    assert [(m.partition, m.data) for m in msgs] == [("p-9", {"n": 3})]
+
+
 def test_timers(client: lanes.Lanes, qname: str) -> None:
     t = client.timers(qname)
     r = t.schedule("remind", delay_millis=60_000, payload={"x": 1})

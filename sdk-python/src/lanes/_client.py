@@ -843,14 +843,25 @@ class AsyncKV:
 
 
 class Timers:
-    """``client.timers(queue)``: schedule a message for later delivery."""
+    """``client.timers(queue)``: schedule a message for later delivery.
+
+    ``partition`` is the destination partition (default ``Default``); ``transaction_id`` is the
+    pushed message's id (minted as a UUIDv7 when absent; a fixed one makes firing idempotent).
+    """
 
     def __init__(self, client: Lanes, queue: str) -> None:
         self._c, self.queue = client, queue
 
     def schedule(
-        self, key: str, *, delay_millis: int, payload: Any = None, partition: str | None = None
+        self,
+        key: str,
+        *,
+        delay_millis: int,
+        payload: Any = None,
+        partition: str | None = None,
+        transaction_id: str | None = None,
     ) -> models.TimerResult:
+        """Create or replace timer ``key``."""
         op = R.timer_op(
             "schedule",
             self.queue,
@@ -858,6 +869,28 @@ class Timers:
             delay_millis=delay_millis,
             payload=payload,
             partition=partition,
+            txn=transaction_id,
+        )
+        return self._c._call(R.timers_batch([op]))[0]
+
+    def reschedule(
+        self,
+        key: str,
+        *,
+        delay_millis: int,
+        payload: Any = None,
+        partition: str | None = None,
+        transaction_id: str | None = None,
+    ) -> models.TimerResult:
+        """Replace timer ``key`` (or create it) and reset its attempts."""
+        op = R.timer_op(
+            "reschedule",
+            self.queue,
+            key,
+            delay_millis=delay_millis,
+            payload=payload,
+            partition=partition,
+            txn=transaction_id,
         )
         return self._c._call(R.timers_batch([op]))[0]
 
@@ -867,16 +900,28 @@ class Timers:
     def get(self, key: str) -> models.Timer:
         return self._c._call(R.timer_get(self.queue, key))
 
-    def list(self, *, limit: int | None = None, after: str | None = None) -> models.TimerList:
-        return self._c._call(R.timer_list(self.queue, limit, after))
+    def list(
+        self, *, limit: int | None = None, after: str | None = None, prefix: str | None = None
+    ) -> models.TimerList:
+        """A page of the queue's timers in key order, only keys starting with ``prefix`` if
+        given. Continue with ``after=page.next_after``."""
+        return self._c._call(R.timer_list(self.queue, limit, after, prefix))
 
 
 class AsyncTimers:
+    """``client.timers(queue)`` on :class:`AsyncLanes`; the same methods as :class:`Timers`."""
+
     def __init__(self, client: AsyncLanes, queue: str) -> None:
         self._c, self.queue = client, queue
 
     async def schedule(
-        self, key: str, *, delay_millis: int, payload: Any = None, partition: str | None = None
+        self,
+        key: str,
+        *,
+        delay_millis: int,
+        payload: Any = None,
+        partition: str | None = None,
+        transaction_id: str | None = None,
     ) -> models.TimerResult:
         op = R.timer_op(
             "schedule",
@@ -885,6 +930,27 @@ class AsyncTimers:
             delay_millis=delay_millis,
             payload=payload,
             partition=partition,
+            txn=transaction_id,
+        )
+        return (await self._c._call(R.timers_batch([op])))[0]
+
+    async def reschedule(
+        self,
+        key: str,
+        *,
+        delay_millis: int,
+        payload: Any = None,
+        partition: str | None = None,
+        transaction_id: str | None = None,
+    ) -> models.TimerResult:
+        op = R.timer_op(
+            "reschedule",
+            self.queue,
+            key,
+            delay_millis=delay_millis,
+            payload=payload,
+            partition=partition,
+            txn=transaction_id,
         )
         return (await self._c._call(R.timers_batch([op])))[0]
 
@@ -894,8 +960,10 @@ class AsyncTimers:
     async def get(self, key: str) -> models.Timer:
         return await self._c._call(R.timer_get(self.queue, key))
 
-    async def list(self, *, limit: int | None = None, after: str | None = None) -> models.TimerList:
-        return await self._c._call(R.timer_list(self.queue, limit, after))
+    async def list(
+        self, *, limit: int | None = None, after: str | None = None, prefix: str | None = None
+    ) -> models.TimerList:
+        return await self._c._call(R.timer_list(self.queue, limit, after, prefix))
 
 
 # ---------------------------------------------------------------------------------------------

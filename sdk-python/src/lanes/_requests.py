@@ -540,10 +540,12 @@ def timer_get(queue: str, key: str) -> Req[models.Timer]:
     return Req("GET", f"/api/v1/timers/{_seg(queue)}/{_seg(key)}", _model(models.Timer))
 
 
-def timer_list(queue: str, limit: int | None, after: str | None) -> Req[models.TimerList]:
+def timer_list(
+    queue: str, limit: int | None, after: str | None, prefix: str | None = None
+) -> Req[models.TimerList]:
     return Req(
         "GET",
         f"/api/v1/timers/{_seg(queue)}",
         _model(models.TimerList),
-        query=_q(limit=limit, after=after),
+        query=_q(limit=limit, after=after, prefix=prefix),
     )
