@@ -519,19 +519,41 @@ func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
 // ---------------------------------------------------------------------------------------------
 // timers
 
-// Timers addresses the timers of one queue.
+// Timers addresses the timers of one queue. Like the queue builders it is an immutable value:
+// Partition returns a copy, so a base Timers can be shared across goroutines.
 type Timers struct {
-	c     *Client
-	queue string
+	c         *Client
+	queue     string
+	partition string
+}
+
+// Partition returns a copy of t whose Schedule and Reschedule push into partition p when the
+// timer fires (empty = the broker's default partition, "Default").
+func (t Timers) Partition(p string) Timers {
+	t.partition = p
+	return t
 }
 
 // Timers returns helpers for the timers of queue.
 func (c *Client) Timers(queue string) Timers { return Timers{c: c, queue: queue} }
 
-// TimerSchedule builds a schedule op: after delay, payload is pushed to queue under the key.
+// TimerSchedule builds a schedule op: after delay, payload (JSON bytes; nil = `{}`) is pushed to
+// queue under the key.
 func TimerSchedule(queue, key string, delay time.Duration, payload []byte) TimerOperation {
-	return TimerOperation{Op: gen.TimerOperationOp("schedule"), Queue: queue, TimerKey: key,
-		DelayMs: ptr(int(delay / time.Millisecond)), Payload: &payload}
+	op := TimerOperation{Op: gen.TimerOperationOp("schedule"), Queue: queue, TimerKey: key,
+		DelayMs: ptr(int(delay / time.Millisecond))}
+	if payload != nil {
+		op.Payload = &payload
+	}
+	return op
+}
+
+// TimerReschedule builds a reschedule op: like TimerSchedule, and it also resets the timer's
+// attempts. Set the op's Partition field to fire into a partition other than "Default".
+func TimerReschedule(queue, key string, delay time.Duration, payload []byte) TimerOperation {
+	op := TimerSchedule(queue, key, delay, payload)
+	op.Op = gen.TimerOperationOp("reschedule")
+	return op
 }
 
 // TimerCancel builds a cancel op.
@@ -539,9 +561,23 @@ func TimerCancel(queue, key string) TimerOperation {
 	return TimerOperation{Op: gen.TimerOperationOp("cancel"), Queue: queue, TimerKey: key}
 }
 
-// Schedule schedules (or reschedules) one timer.
+// Schedule schedules (or replaces) one timer: after delay, payload (JSON bytes) is pushed to
+// the queue, into the partition set with Partition.
 func (t Timers) Schedule(ctx context.Context, key string, delay time.Duration, payload []byte) (*TimerResult, error) {
-	return t.one(ctx, TimerSchedule(t.queue, key, delay, payload))
+	return t.one(ctx, t.inPartition(TimerSchedule(t.queue, key, delay, payload)))
+}
+
+// Reschedule replaces one timer (or creates it) and resets its attempts; Status is
+// "rescheduled" when the timer existed.
+func (t Timers) Reschedule(ctx context.Context, key string, delay time.Duration, payload []byte) (*TimerResult, error) {
+	return t.one(ctx, t.inPartition(TimerReschedule(t.queue, key, delay, payload)))
+}
+
+func (t Timers) inPartition(op TimerOperation) TimerOperation {
+	if t.partition != "" {
+		op.Partition = &t.partition
+	}
+	return op
 }
 
 func (t Timers) one(ctx context.Context, op TimerOperation) (*TimerResult, error) {
@@ -569,9 +605,18 @@ func (t Timers) Get(ctx context.Context, key string) (*Timer, error) {
 	return call[Timer](t.c, ctx, func() (*httpResp, error) { return t.c.gen.GetTimer(ctx, t.queue, key) })
 }
 
-// List lists the queue's timers.
+// List lists the queue's timers in key order: limit per page (0 = the broker's default), after
+// a key (a page's NextAfter; empty = from the start).
 func (t Timers) List(ctx context.Context, limit int, after string) (*TimerList, error) {
+	return t.ListPrefix(ctx, "", limit, after)
+}
+
+// ListPrefix lists the queue's timers whose key starts with prefix (empty = all), paged like List.
+func (t Timers) ListPrefix(ctx context.Context, prefix string, limit int, after string) (*TimerList, error) {
 	p := &gen.ListTimersParams{}
+	if prefix != "" {
+		p.Prefix = &prefix
+	}
 	if limit > 0 {
 		p.Limit = &limit
 	}

@@ -775,6 +775,55 @@ func TestITTimers(t *testing.T) {
 	require.NotNil(t, c)
 }
 
+// TestITTimersRescheduleAndPartition: Partition, Reschedule and ListPrefix (parity with sdk-js).
+func TestITTimersRescheduleAndPartition(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	tm := b.c.Timers(b.queue)
+	res, err := tm.Partition("p-7").Schedule(b.ctx, "job:1", time.Hour, []byte(`{"n":1}`))
+	require.NoError(t, err)
+	require.True(t, res.Ok)
+	got, err := tm.Get(b.ctx, "job:1")
+	require.NoError(t, err)
+	require.Equal(t, "p-7", *got.Partition)
+
+	res, err = tm.Partition("p-8").Reschedule(b.ctx, "job:1", 2*time.Hour, []byte(`{"n":2}`))
+	require.NoError(t, err)
+	require.True(t, res.Ok)
+	require.Equal(t, "rescheduled", string(res.Status))
+	got, err = tm.Get(b.ctx, "job:1")
+	require.NoError(t, err)
+	require.Equal(t, "p-8", *got.Partition)
+
+	_, err = tm.Schedule(b.ctx, "job:2", time.Hour, nil)
+	require.NoError(t, err)
+	_, err = tm.Schedule(b.ctx, "other", time.Hour, nil)
+	require.NoError(t, err)
+	first, err := tm.ListPrefix(b.ctx, "job:", 1, "")
+	require.NoError(t, err)
+	require.Len(t, *first.Rows, 1)
+	require.Equal(t, "job:1", *(*first.Rows)[0].TimerKey)
+	require.True(t, *first.Truncated)
+	next, err := tm.ListPrefix(b.ctx, "job:", 0, *first.NextAfter)
+	require.NoError(t, err)
+	require.Len(t, *next.Rows, 1)
+	require.Equal(t, "job:2", *(*next.Rows)[0].TimerKey)
+	all, err := tm.List(b.ctx, 0, "")
+	require.NoError(t, err)
+	require.Len(t, *all.Rows, 3)
+
+	// A rescheduled timer fires into its partition.
+	_, err = tm.Partition("p-9").Reschedule(b.ctx, "job:1", 0, []byte(`{"n":3}`))
+	require.NoError(t, err)
+	var msgs []*lanes.Message
+	require.Eventually(t, func() bool {
+		msgs, err = b.c.Queue(b.queue).Partition("p-9").Wait(false).Pop(b.ctx)
+		return err == nil && len(msgs) == 1
+	}, 20*time.Second, 200*time.Millisecond)
+	require.Equal(t, "p-9", msgs[0].Partition)
+	require.JSONEq(t, `{"n":3}`, string(msgs[0].Data))
+}
+
 func ptrTo[T any](v T) *T { return &v }
 
 // TestITMessagesIterator: the pull iterator acks what was handled when the next message is
