@@ -1,6 +1,7 @@
 """The consume loop (docs/consuming.md §3 to §5): one asyncio engine, run directly by
 :class:`AsyncConsumer` and on a private event loop thread by :class:`Consumer` (sync handlers run
-in a bounded thread pool there, blocking HTTP calls in helper threads)."""
+in a bounded thread pool there, a pop's messages per trip to the pool; blocking HTTP calls in
+helper threads)."""
 
 from __future__ import annotations
 
@@ -62,6 +63,9 @@ class Engine:
         self.cancellable = cancellable_handlers
         self.error: BaseException | None = None
         self.delivered = 0
+        # Guards the limit check and ``delivered`` when sync handlers run the per-message plan in
+        # pool threads (_each_blocking): with concurrency > 1 several threads count at once.
+        self._count_lock = threading.Lock()
         self.hard = False
         self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
         self._handlers: set[asyncio.Future[Any]] = set()
@@ -209,7 +213,11 @@ class Engine:
         if renew is not None and res.lease_id:
             ticker = asyncio.ensure_future(self._renewer(res.lease_id, renew[0], renew[1]))
         try:
-            for group in P.by_partition(res.messages):
+            groups = P.by_partition(res.messages)
+            if self.spec.each and isinstance(self.ops.invoke, SyncInvoke):
+                await self._each_in_pool(self.ops.invoke, groups, outcomes, unhandled)
+                groups = []  # all planned in the pool; the loop below is the async plan
+            for group in groups:
                 if self._stop.is_set() or self._limit_reached():
                     unhandled.append(group)
                     continue
@@ -249,6 +257,66 @@ class Engine:
                 await self.ops.ack(entries)
             except Exception as e:
                 self._report(e)
+
+    # -- sync handlers, one message at a time ---------------------------------------------------
+    #
+    # The loop in _handle hands each message to the handler pool and back (a thread round trip,
+    # about 100 µs per message: most of the sync consumer's cost with a fast handler). For
+    # blocking per-message handlers the same plan runs in the pool thread instead, one trip per
+    # pop. It comes back to the event loop wherever _handle acts between two handler calls — a
+    # handler error to report, the limit reached — so on_error and request_stop still run on the
+    # loop and in the same order; the stop flag is read before every message as before. The lease
+    # ticker keeps running on the loop meanwhile.
+
+    async def _each_in_pool(
+        self,
+        inv: SyncInvoke,
+        groups: list[list[Message]],
+        outcomes: list[P.Outcome],
+        unhandled: list[Sequence[Message]],
+    ) -> None:
+        start = 0
+        while start < len(groups):
+            fut = inv.run(self._each_blocking, inv.handler, groups, start, outcomes, unhandled)
+            await asyncio.wait({fut})
+            start, exc = fut.result()
+            if exc is not None:
+                self._report(exc)
+            if self._limit_reached():
+                self.request_stop()
+
+    def _each_blocking(
+        self,
+        handler: Callable[[Any], Any],
+        groups: list[list[Message]],
+        start: int,
+        outcomes: list[P.Outcome],
+        unhandled: list[Sequence[Message]],
+    ) -> tuple[int, BaseException | None]:
+        """In a pool thread: _handle's per-message plan from ``groups[start]`` on. Returns the
+        next group to run and the handler error to report, after a group that needs the loop."""
+        for gi in range(start, len(groups)):
+            group = groups[gi]
+            for i, m in enumerate(group):
+                with self._count_lock:
+                    if self._stop.is_set() or self._limit_reached():
+                        unhandled.append(group[i:])
+                        break
+                    self.delivered += 1
+                try:
+                    handler(m)
+                except (ConsumerStopped, asyncio.CancelledError):
+                    outcomes.append((m, "retry", None))
+                    break  # the rest redelivers after the release
+                except BaseException as exc:  # as the pool's futures did: any exception is the nack
+                    outcomes.append((m, "failed", f"{type(exc).__name__}: {exc}"))
+                    if self.spec.report_handler_errors:
+                        return gi + 1, exc
+                    break
+                outcomes.append((m, "completed", None))
+            if self._limit_reached():
+                return gi + 1, None
+        return len(groups), None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -435,11 +503,25 @@ def make_invoke_async(handler: Callable[[Any], Any]) -> Callable[[Any], Awaitabl
     return invoke
 
 
+class SyncInvoke:
+    """A blocking handler and the consumer's pool. Called, it runs the handler on one argument
+    in the pool; the engine also runs a pop's per-message plan there in one trip
+    (:meth:`Engine._each_in_pool`)."""
+
+    def __init__(
+        self, handler: Callable[[Any], Any], pool: concurrent.futures.ThreadPoolExecutor
+    ) -> None:
+        self.handler = handler
+        self.pool = pool
+
+    async def __call__(self, arg: Any) -> None:
+        await self.run(self.handler, arg)
+
+    def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
+        return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+
+
 def make_invoke_sync(
     handler: Callable[[Any], Any], pool: concurrent.futures.ThreadPoolExecutor
 ) -> Callable[[Any], Awaitable[None]]:
-    async def invoke(arg: Any) -> None:
-        loop = asyncio.get_running_loop()
-        await loop.run_in_executor(pool, handler, arg)
-
-    return invoke
+    return SyncInvoke(handler, pool)
