@@ -842,6 +842,31 @@ class AsyncKV:
         )
 
 
+def _timer_write(
+    op: Literal["schedule", "reschedule"],
+    queue: str,
+    key: str,
+    delay_millis: int,
+    payload: Any,
+    partition: str | None,
+    transaction_id: str | None,
+) -> Req[list[models.TimerResult]]:
+    """The request of a schedule or reschedule of one timer, shared by both clients."""
+    return R.timers_batch(
+        [
+            R.timer_op(
+                op,
+                queue,
+                key,
+                delay_millis=delay_millis,
+                payload=payload,
+                partition=partition,
+                txn=transaction_id,
+            )
+        ]
+    )
+
+
 class Timers:
     """``client.timers(queue)``: schedule a message for later delivery.
 
@@ -862,16 +887,10 @@ class Timers:
         transaction_id: str | None = None,
     ) -> models.TimerResult:
         """Create or replace timer ``key``."""
-        op = R.timer_op(
-            "schedule",
-            self.queue,
-            key,
-            delay_millis=delay_millis,
-            payload=payload,
-            partition=partition,
-            txn=transaction_id,
+        req = _timer_write(
+            "schedule", self.queue, key, delay_millis, payload, partition, transaction_id
         )
-        return self._c._call(R.timers_batch([op]))[0]
+        return self._c._call(req)[0]
 
     def reschedule(
         self,
@@ -883,16 +902,10 @@ class Timers:
         transaction_id: str | None = None,
     ) -> models.TimerResult:
         """Replace timer ``key`` (or create it) and reset its attempts."""
-        op = R.timer_op(
-            "reschedule",
-            self.queue,
-            key,
-            delay_millis=delay_millis,
-            payload=payload,
-            partition=partition,
-            txn=transaction_id,
+        req = _timer_write(
+            "reschedule", self.queue, key, delay_millis, payload, partition, transaction_id
         )
-        return self._c._call(R.timers_batch([op]))[0]
+        return self._c._call(req)[0]
 
     def cancel(self, key: str) -> models.TimerResult:
         return self._c._call(R.timers_batch([R.timer_op("cancel", self.queue, key)]))[0]
@@ -923,16 +936,10 @@ class AsyncTimers:
         partition: str | None = None,
         transaction_id: str | None = None,
     ) -> models.TimerResult:
-        op = R.timer_op(
-            "schedule",
-            self.queue,
-            key,
-            delay_millis=delay_millis,
-            payload=payload,
-            partition=partition,
-            txn=transaction_id,
+        req = _timer_write(
+            "schedule", self.queue, key, delay_millis, payload, partition, transaction_id
         )
-        return (await self._c._call(R.timers_batch([op])))[0]
+        return (await self._c._call(req))[0]
 
     async def reschedule(
         self,
@@ -943,16 +950,10 @@ class AsyncTimers:
         partition: str | None = None,
         transaction_id: str | None = None,
     ) -> models.TimerResult:
-        op = R.timer_op(
-            "reschedule",
-            self.queue,
-            key,
-            delay_millis=delay_millis,
-            payload=payload,
-            partition=partition,
-            txn=transaction_id,
+        req = _timer_write(
+            "reschedule", self.queue, key, delay_millis, payload, partition, transaction_id
         )
-        return (await self._c._call(R.timers_batch([op])))[0]
+        return (await self._c._call(req))[0]
 
     async def cancel(self, key: str) -> models.TimerResult:
         return (await self._c._call(R.timers_batch([R.timer_op("cancel", self.queue, key)])))[0]
