@@ -522,15 +522,24 @@ func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
 // Timers addresses the timers of one queue. Like the queue builders it is an immutable value:
 // Partition returns a copy, so a base Timers can be shared across goroutines.
 type Timers struct {
-	c         *Client
-	queue     string
-	partition string
+	c             *Client
+	queue         string
+	partition     string
+	transactionID string
 }
 
 // Partition returns a copy of t whose Schedule and Reschedule push into partition p when the
 // timer fires (empty = the broker's default partition, "Default").
 func (t Timers) Partition(p string) Timers {
 	t.partition = p
+	return t
+}
+
+// TransactionID returns a copy of t whose Schedule and Reschedule give the fired message this
+// transaction id (empty = one minted by the broker). A fixed id makes the firing idempotent: the
+// push deduplicates like any other.
+func (t Timers) TransactionID(id string) Timers {
+	t.transactionID = id
 	return t
 }
 
@@ -562,20 +571,24 @@ func TimerCancel(queue, key string) TimerOperation {
 }
 
 // Schedule schedules (or replaces) one timer: after delay, payload (JSON bytes) is pushed to
-// the queue, into the partition set with Partition.
+// the queue, into the partition set with Partition, under the id set with TransactionID.
 func (t Timers) Schedule(ctx context.Context, key string, delay time.Duration, payload []byte) (*TimerResult, error) {
-	return t.one(ctx, t.inPartition(TimerSchedule(t.queue, key, delay, payload)))
+	return t.one(ctx, t.targeted(TimerSchedule(t.queue, key, delay, payload)))
 }
 
 // Reschedule replaces one timer (or creates it) and resets its attempts; Status is
 // "rescheduled" when the timer existed.
 func (t Timers) Reschedule(ctx context.Context, key string, delay time.Duration, payload []byte) (*TimerResult, error) {
-	return t.one(ctx, t.inPartition(TimerReschedule(t.queue, key, delay, payload)))
+	return t.one(ctx, t.targeted(TimerReschedule(t.queue, key, delay, payload)))
 }
 
-func (t Timers) inPartition(op TimerOperation) TimerOperation {
+// targeted sets the fired message's partition and transaction id chosen on t.
+func (t Timers) targeted(op TimerOperation) TimerOperation {
 	if t.partition != "" {
 		op.Partition = &t.partition
+	}
+	if t.transactionID != "" {
+		op.Txn = &t.transactionID
 	}
 	return op
 }

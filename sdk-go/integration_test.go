@@ -822,6 +822,15 @@ func TestITTimersRescheduleAndPartition(t *testing.T) {
 	}, 20*time.Second, 200*time.Millisecond)
 	require.Equal(t, "p-9", msgs[0].Partition)
 	require.JSONEq(t, `{"n":3}`, string(msgs[0].Data))
+
+	// A fixed transaction id reaches the fired message.
+	_, err = tm.Partition("p-10").TransactionID("fired-once").Schedule(b.ctx, "job:3", 0, nil)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		msgs, err = b.c.Queue(b.queue).Partition("p-10").Wait(false).Pop(b.ctx)
+		return err == nil && len(msgs) == 1
+	}, 20*time.Second, 200*time.Millisecond)
+	require.Equal(t, "fired-once", msgs[0].TransactionID)
 }
 
 func ptrTo[T any](v T) *T { return &v }
