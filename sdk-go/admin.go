@@ -28,6 +28,15 @@ const (
 
 func ptr[T any](v T) *T { return &v }
 
+// ptrUnlessZero is ptr for an optional wire field: nil (omitted) for the zero value.
+func ptrUnlessZero[T comparable](v T) *T {
+	var zero T
+	if v == zero {
+		return nil
+	}
+	return &v
+}
+
 func call[T any](c *Client, ctx context.Context, do func() (*httpResp, error)) (*T, error) {
 	var out T
 	if _, err := c.result(ctx, &out)(do()); err != nil {
@@ -38,28 +47,15 @@ func call[T any](c *Client, ctx context.Context, do func() (*httpResp, error)) (
 
 // ConfigureQueue creates or configures a queue (POST /api/v1/configure).
 func (a Admin) ConfigureQueue(ctx context.Context, queue string, opts QueueOptions, mode ConfigureMode) (*ConfigureResult, error) {
-	body := gen.ConfigureRequest{Queue: queue, Options: &opts}
-	if mode != "" {
-		m := gen.ConfigureRequestMode(mode)
-		body.Mode = &m
-	}
-	return call[ConfigureResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.Configure(ctx, body) })
+	return a.ConfigureQueueLabels(ctx, queue, "", "", opts, mode)
 }
 
 // ConfigureQueueLabels configures a queue like ConfigureQueue and also sets its namespace and
 // task labels (empty = unset), which discovery pops (Client.Namespace(ns).Task(task)) select on.
 func (a Admin) ConfigureQueueLabels(ctx context.Context, queue, namespace, task string, opts QueueOptions, mode ConfigureMode) (*ConfigureResult, error) {
 	body := gen.ConfigureRequest{Queue: queue, Options: &opts}
-	if mode != "" {
-		m := gen.ConfigureRequestMode(mode)
-		body.Mode = &m
-	}
-	if namespace != "" {
-		body.Namespace = &namespace
-	}
-	if task != "" {
-		body.Task = &task
-	}
+	body.Mode = ptrUnlessZero(gen.ConfigureRequestMode(mode))
+	body.Namespace, body.Task = ptrUnlessZero(namespace), ptrUnlessZero(task)
 	return call[ConfigureResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.Configure(ctx, body) })
 }
 
@@ -348,17 +344,8 @@ type KVPrefixOpts struct {
 // KVGetPrefix builds a getPrefix op: one page of the keys that start with prefix (non-empty), in
 // key order; Truncated and NextAfter tell whether and where to continue.
 func KVGetPrefix(ns, prefix string, opts KVPrefixOpts) KVOperation {
-	op := KVOperation{Op: gen.KvOperationOp("getPrefix"), Ns: ns, Prefix: &prefix}
-	if opts.After != "" {
-		op.After = &opts.After
-	}
-	if opts.Limit > 0 {
-		op.Limit = &opts.Limit
-	}
-	if opts.KeysOnly {
-		op.KeysOnly = ptr(true)
-	}
-	return op
+	return KVOperation{Op: gen.KvOperationOp("getPrefix"), Ns: ns, Prefix: &prefix, After: ptrUnlessZero(opts.After),
+		Limit: ptrUnlessZero(max(opts.Limit, 0)), KeysOnly: ptrUnlessZero(opts.KeysOnly)}
 }
 
 // KVIncrOpts bounds an incr op. Min and Max are inclusive; nil = unbounded. An incr that would
@@ -486,22 +473,8 @@ type KVListQuery struct {
 // List pages through the namespace's keys in key order (POST /api/v1/resources/kv/list, the
 // console route). Unlike GetPrefix it takes an empty prefix and can include expired rows.
 func (k KV) List(ctx context.Context, q KVListQuery) (*KVListResult, error) {
-	body := gen.KvListRequest{Namespace: k.ns}
-	if q.Prefix != "" {
-		body.Prefix = &q.Prefix
-	}
-	if q.After != "" {
-		body.After = &q.After
-	}
-	if q.Limit > 0 {
-		body.Limit = &q.Limit
-	}
-	if q.KeysOnly {
-		body.KeysOnly = ptr(true)
-	}
-	if q.IncludeExpired {
-		body.IncludeExpired = ptr(true)
-	}
+	body := gen.KvListRequest{Namespace: k.ns, Prefix: ptrUnlessZero(q.Prefix), After: ptrUnlessZero(q.After),
+		Limit: ptrUnlessZero(max(q.Limit, 0)), KeysOnly: ptrUnlessZero(q.KeysOnly), IncludeExpired: ptrUnlessZero(q.IncludeExpired)}
 	return call[KVListResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.ListKvKeys(ctx, body) })
 }
 

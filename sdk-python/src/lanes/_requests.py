@@ -392,23 +392,21 @@ def kv_op(
     """
     if isinstance(keys, str):
         raise TypeError("kv: keys must be a sequence of keys, not one str")
+    optional = {
+        "key": key,
+        "keys": list(keys) if keys is not None else None,
+        "prefix": prefix,
+        "after": after,
+        "limit": limit,
+        "keysOnly": keys_only,
+        "min": min,
+        "max": max,
+        "delta": delta,
+        "expect": expect,
+        "required": required,
+    }
     o: dict[str, Any] = {"op": op, "ns": ns}
-    if key is not None:
-        o["key"] = key
-    if keys is not None:
-        o["keys"] = list(keys)
-    if prefix is not None:
-        o["prefix"] = prefix
-    if after is not None:
-        o["after"] = after
-    if limit is not None:
-        o["limit"] = limit
-    if keys_only is not None:
-        o["keysOnly"] = keys_only
-    if min is not None:
-        o["min"] = min
-    if max is not None:
-        o["max"] = max
+    o.update((k, v) for k, v in optional.items() if v is not None)
     if op in ("put", "putIfAbsent"):
         o["value"] = value
     if op in ("put", "putIfAbsent", "incr"):
@@ -416,12 +414,6 @@ def kv_op(
             o["ttlSeconds"] = int(ttl_seconds)
         else:
             o["forever"] = True
-    if delta is not None:
-        o["delta"] = delta
-    if expect is not None:
-        o["expect"] = expect
-    if required is not None:
-        o["required"] = required
     return o
 
 
