@@ -26,6 +26,10 @@ type caseSpec struct {
 	Requests    []requestSpec `yaml:"requests"`
 	// TimeoutSeconds bounds the whole case in one adapter (default 60).
 	TimeoutSeconds int `yaml:"timeoutSeconds"`
+	// Exclusive runs the case alone on the broker (no other case of any SDK meanwhile), for
+	// cases that switch broker-wide state (push or pop maintenance); the runner checks after it
+	// that the switches are off again.
+	Exclusive bool `yaml:"exclusive"`
 }
 
 // faultSpec is a broker fault rule plus what its counters must read after the case.

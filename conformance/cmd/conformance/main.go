@@ -130,19 +130,25 @@ func run() int {
 	results := map[string]map[string]*outcome{}
 	var mu sync.Mutex
 	var wg sync.WaitGroup
+	shared := &brokerWide{base: brokerURL}
 	for _, s := range chosen {
 		results[s.Name] = map[string]*outcome{}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			r := runSDK(repo, tmp, s, cases, proxy, faults, o)
+			r := runSDK(repo, tmp, s, cases, proxy, faults, shared, o)
 			mu.Lock()
 			results[s.Name] = r
 			mu.Unlock()
 		}()
 	}
 	wg.Wait()
-	return report(cases, chosen, results, known, proxy, time.Since(start), o.knownDir)
+	failed := report(cases, chosen, results, known, proxy, time.Since(start), o.knownDir)
+	if uncovered := reportCoverage(proxy.operations, chosen, results, o.filter != ""); uncovered > 0 {
+		fmt.Printf("%d operations reached by no case: add a case, or list the operation in notThroughSDKs (coverage.go) with the reason\n", uncovered)
+		failed = 1
+	}
+	return failed
 }
 
 func fatal(err error) int {
@@ -169,15 +175,16 @@ func findRepo() (string, error) {
 	}
 }
 
-// outcome is one (SDK, case) result.
+// outcome is one (SDK, case) result; Ops are the operationIds its requests reached.
 type outcome struct {
 	Passed   bool
 	Problems []string
 	Duration time.Duration
+	Ops      []string
 }
 
 // runSDK runs every case through o.parallel adapter processes of one SDK.
-func runSDK(repo, tmp string, s sdk, cases []testCase, proxy *validatingProxy, faults faultControl, o options) map[string]*outcome {
+func runSDK(repo, tmp string, s sdk, cases []testCase, proxy *validatingProxy, faults faultControl, shared *brokerWide, o options) map[string]*outcome {
 	out := map[string]*outcome{}
 	var mu sync.Mutex
 	argv, err := s.Prepare(repo, tmp)
@@ -213,7 +220,13 @@ func runSDK(repo, tmp string, s sdk, cases []testCase, proxy *validatingProxy, f
 					proc = p
 				}
 				proc.stderr.Reset()
+				release := shared.enter(c)
 				res, broken := runCase(s.Name, i, c, proc, proxy, faults)
+				if c.Spec.Exclusive {
+					res.Problems = append(res.Problems, shared.restore(context.Background())...)
+					res.Passed = len(res.Problems) == 0
+				}
+				release()
 				if broken {
 					proc.kill()
 					proc = nil
@@ -279,6 +292,9 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 	}
 	out, err := proc.run(in, timeout)
 	requests, violations := proxy.take(run)
+	for _, r := range requests {
+		res.Ops = append(res.Ops, r.Op)
+	}
 	if err != nil {
 		res.Problems = append(res.Problems, err.Error())
 		if tail := strings.TrimSpace(proc.stderr.String()); tail != "" && errors.Is(err, errAdapterTimeout) {

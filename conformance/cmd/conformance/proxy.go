@@ -20,10 +20,11 @@ import (
 // runHeader attributes a request to a case run (the broker's fault scripts use it too).
 const runHeader = "X-Lanes-Test-Run"
 
-// recorded is one request an SDK sent, as the proxy saw it.
+// recorded is one request an SDK sent, as the proxy saw it; Op is the operationId of
+// openapi.yaml it matched ("" when it matched none).
 type recorded struct {
-	Method, Path, Query string
-	Status              int
+	Method, Path, Query, Op string
+	Status                  int
 }
 
 // validatingProxy sits between the adapters and the broker. It validates every response
@@ -31,9 +32,11 @@ type recorded struct {
 // requests and any response that broke the spec.
 type validatingProxy struct {
 	router routers.Router
-	target *url.URL
-	srv    *http.Server
-	URL    string
+	// operations are every operationId of openapi.yaml, sorted.
+	operations []string
+	target     *url.URL
+	srv        *http.Server
+	URL        string
 
 	mu         sync.Mutex
 	requests   map[string][]recorded
@@ -59,7 +62,7 @@ func newValidatingProxy(specPath, brokerURL string, port int) (*validatingProxy,
 	if err != nil {
 		return nil, err
 	}
-	p := &validatingProxy{router: router, target: target, requests: map[string][]recorded{}, violations: map[string][]string{}}
+	p := &validatingProxy{router: router, operations: operationIDs(doc), target: target, requests: map[string][]recorded{}, violations: map[string][]string{}}
 	rp := &httputil.ReverseProxy{
 		Rewrite: func(r *httputil.ProxyRequest) {
 			r.SetURL(target)
@@ -94,24 +97,28 @@ func (p *validatingProxy) check(resp *http.Response) error {
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	p.mu.Lock()
-	if run != "" {
-		p.requests[run] = append(p.requests[run], recorded{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Status: resp.StatusCode})
-	}
-	p.mu.Unlock()
-	if err != nil {
-		p.violation(run, fmt.Sprintf("%s %s: reading the response: %v", req.Method, req.URL.Path, err))
-		return nil
-	}
 	// Match the route on the path the broker saw, without the proxy's host.
 	u := *req.URL
 	u.Scheme, u.Host = "", ""
 	rreq := req.Clone(context.Background())
 	rreq.URL = &u
 	rreq.Host = ""
-	route, params, err := p.router.FindRoute(rreq)
+	route, params, routeErr := p.router.FindRoute(rreq)
+	op := ""
+	if routeErr == nil && route.Operation != nil {
+		op = route.Operation.OperationID
+	}
+	p.mu.Lock()
+	if run != "" {
+		p.requests[run] = append(p.requests[run], recorded{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Op: op, Status: resp.StatusCode})
+	}
+	p.mu.Unlock()
 	if err != nil {
-		p.violation(run, fmt.Sprintf("%s %s: not a route of openapi.yaml (%v)", req.Method, req.URL.Path, err))
+		p.violation(run, fmt.Sprintf("%s %s: reading the response: %v", req.Method, req.URL.Path, err))
+		return nil
+	}
+	if routeErr != nil {
+		p.violation(run, fmt.Sprintf("%s %s: not a route of openapi.yaml (%v)", req.Method, req.URL.Path, routeErr))
 		return nil
 	}
 	in := &openapi3filter.ResponseValidationInput{
