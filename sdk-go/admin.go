@@ -74,15 +74,17 @@ func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error)
 	return call[QueueDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueue(ctx, queue) })
 }
 
-// ListQueues lists queues (limit 0 = broker default).
-func (a Admin) ListQueues(ctx context.Context, limit, offset int) (*QueueList, error) {
-	p := &gen.ListQueuesParams{}
-	if limit > 0 {
-		p.Limit = ptr(limit)
-	}
-	if offset > 0 {
-		p.Offset = ptr(offset)
-	}
+// QueueQuery filters ListQueues: by namespace and task labels (empty = any), paged by Limit
+// (0 = the broker's default) and Offset.
+type QueueQuery struct {
+	Namespace, Task string
+	Limit, Offset   int
+}
+
+// ListQueues lists queues by name.
+func (a Admin) ListQueues(ctx context.Context, q QueueQuery) (*QueueList, error) {
+	p := &gen.ListQueuesParams{Namespace: ptrUnlessZero(q.Namespace), Task: ptrUnlessZero(q.Task),
+		Limit: ptrUnlessZero(max(q.Limit, 0)), Offset: ptrUnlessZero(max(q.Offset, 0))}
 	return call[QueueList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueues(ctx, p) })
 }
 

@@ -35,6 +35,22 @@ type (
 	DeleteQueueResult = gen.DeleteQueueResult
 	// Overview is the answer of GET /api/v1/resources/overview.
 	Overview = gen.Overview
+	// NamespaceList is the answer of GET /api/v1/resources/namespaces.
+	NamespaceList = gen.NamespaceList
+	// TaskList is the answer of GET /api/v1/resources/tasks.
+	TaskList = gen.TaskList
+	// StatusOverview is the answer of GET /api/v1/status (the dashboard aggregate).
+	StatusOverview = gen.StatusOverview
+	// QueueStatusList is the answer of GET /api/v1/status/queues.
+	QueueStatusList = gen.QueueStatusList
+	// QueueStatus is the answer of GET /api/v1/status/queues/{queue}.
+	QueueStatus = gen.QueueStatus
+	// BufferStatus is the answer of GET /api/v1/status/buffers (the broker's disk spool).
+	BufferStatus = gen.BufferStatus
+	// Metrics is the answer of GET /metrics (the JSON snapshot).
+	Metrics = gen.Metrics
+	// Maintenance is the answer of the maintenance routes: whether the switch is on.
+	Maintenance = gen.Maintenance
 	// SeekQueueResult is the answer of a queue-wide seek.
 	SeekQueueResult = gen.SeekQueueResult
 	// SeekPartitionResult is the answer of a partition seek.

@@ -1,0 +1,95 @@
+//nolint:bodyclose // every response is handed to Client.decode (via Client.result), which closes the body.
+package lanes
+
+import (
+	"context"
+	"time"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
+)
+
+// Namespaces summarizes every namespace label: its queues, partitions and message counts.
+func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
+	return call[NamespaceList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListNamespaces(ctx) })
+}
+
+// Tasks summarizes every task label like Namespaces.
+func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
+	return call[TaskList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListTasks(ctx) })
+}
+
+// StatusQuery narrows Status and ListQueueStatus to a queue, namespace or task (empty = any) and
+// a time window (zero = the broker's default: the last hour). Limit and Offset page
+// ListQueueStatus (0 = the broker's default); Status ignores them.
+type StatusQuery struct {
+	Queue, Namespace, Task string
+	From, To               time.Time
+	Limit, Offset          int
+}
+
+// timeUnlessZero is ptrUnlessZero for an instant (time.Time is compared by value there, which a
+// zero time with a location would escape).
+func timeUnlessZero(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return ptr(t.UTC())
+}
+
+// Status is the dashboard aggregate (GET /api/v1/status): message counts, live leases and dead
+// letters of the queues q selects.
+func (a Admin) Status(ctx context.Context, q StatusQuery) (*StatusOverview, error) {
+	p := &gen.GetStatusParams{Queue: ptrUnlessZero(q.Queue), Namespace: ptrUnlessZero(q.Namespace),
+		Task: ptrUnlessZero(q.Task), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To)}
+	return call[StatusOverview](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetStatus(ctx, p) })
+}
+
+// ListQueueStatus lists the queues q selects with their message counts.
+func (a Admin) ListQueueStatus(ctx context.Context, q StatusQuery) (*QueueStatusList, error) {
+	p := &gen.ListQueueStatusParams{Queue: ptrUnlessZero(q.Queue), Namespace: ptrUnlessZero(q.Namespace),
+		Task: ptrUnlessZero(q.Task), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
+		Limit: ptrUnlessZero(max(q.Limit, 0)), Offset: ptrUnlessZero(max(q.Offset, 0))}
+	return call[QueueStatusList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueueStatus(ctx, p) })
+}
+
+// QueueStatus is the live state of one queue; includePartitions adds one entry per partition.
+// An unknown queue is an *APIError with status 404.
+func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions bool) (*QueueStatus, error) {
+	p := &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions)}
+	return call[QueueStatus](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueStatus(ctx, queue, p) })
+}
+
+// BufferStatus is the state of the broker's disk spool (pushes waiting to drain).
+func (a Admin) BufferStatus(ctx context.Context) (*BufferStatus, error) {
+	return call[BufferStatus](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetBufferStatus(ctx) })
+}
+
+// Metrics is the broker's JSON metrics snapshot (GET /metrics).
+func (a Admin) Metrics(ctx context.Context) (*Metrics, error) {
+	return call[Metrics](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetMetrics(ctx) })
+}
+
+// MaintenanceMode reads push maintenance: while on, every push goes to the broker's disk spool
+// (status buffered) and drains when it is turned off.
+func (a Admin) MaintenanceMode(ctx context.Context) (*Maintenance, error) {
+	return call[Maintenance](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetPushMaintenance(ctx) })
+}
+
+// SetMaintenanceMode turns push maintenance on or off for every broker on the database.
+func (a Admin) SetMaintenanceMode(ctx context.Context, enabled bool) (*Maintenance, error) {
+	return call[Maintenance](a.c, ctx, func() (*httpResp, error) {
+		return a.c.gen.SetPushMaintenance(ctx, gen.Maintenance{Enabled: enabled})
+	})
+}
+
+// PopMaintenanceMode reads pop maintenance: while on, every pop answers empty at once.
+func (a Admin) PopMaintenanceMode(ctx context.Context) (*Maintenance, error) {
+	return call[Maintenance](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetPopMaintenance(ctx) })
+}
+
+// SetPopMaintenanceMode turns pop maintenance on or off for every broker on the database.
+func (a Admin) SetPopMaintenanceMode(ctx context.Context, enabled bool) (*Maintenance, error) {
+	return call[Maintenance](a.c, ctx, func() (*httpResp, error) {
+		return a.c.gen.SetPopMaintenance(ctx, gen.Maintenance{Enabled: enabled})
+	})
+}
