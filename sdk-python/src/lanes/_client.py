@@ -447,11 +447,53 @@ class Admin:
     def get_tasks(self) -> models.TaskList:
         return self._c._call(R.tasks())
 
-    def get_status(self) -> models.StatusOverview:
-        return self._c._call(R.status())
+    def get_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+    ) -> models.StatusOverview:
+        """``GET /status``: counts, live leases and dead letters of the selected queues."""
+        return self._c._call(R.status(queue, namespace, task, from_, to))
+
+    def list_queue_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.QueueStatusList:
+        return self._c._call(R.list_queue_status(queue, namespace, task, limit, offset))
+
+    def get_queue_status(self, queue: str, include_partitions: bool = False) -> models.QueueStatus:
+        """Live state of one queue (404 ``NotFoundError`` when unknown)."""
+        return self._c._call(R.queue_status(queue, include_partitions))
+
+    def get_buffer_status(self) -> models.BufferStatus:
+        """The broker's disk spool: pushes waiting to drain."""
+        return self._c._call(R.buffer_status())
 
     def get_metrics(self) -> models.Metrics:
         return self._c._call(R.metrics())
+
+    def get_maintenance_mode(self) -> models.Maintenance:
+        """Push maintenance: while on, every push is spooled (``buffered``) until turned off."""
+        return self._c._call(R.maintenance("push"))
+
+    def set_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return self._c._call(R.set_maintenance("push", enabled))
+
+    def get_pop_maintenance_mode(self) -> models.Maintenance:
+        """Pop maintenance: while on, every pop answers empty at once."""
+        return self._c._call(R.maintenance("pop"))
+
+    def set_pop_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return self._c._call(R.set_maintenance("pop", enabled))
 
     def seek_consumer_group(
         self,
@@ -590,11 +632,55 @@ class AsyncAdmin:
     async def get_tasks(self) -> models.TaskList:
         return await self._c._call(R.tasks())
 
-    async def get_status(self) -> models.StatusOverview:
-        return await self._c._call(R.status())
+    async def get_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+    ) -> models.StatusOverview:
+        """``GET /status``: counts, live leases and dead letters of the selected queues."""
+        return await self._c._call(R.status(queue, namespace, task, from_, to))
+
+    async def list_queue_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.QueueStatusList:
+        return await self._c._call(R.list_queue_status(queue, namespace, task, limit, offset))
+
+    async def get_queue_status(
+        self, queue: str, include_partitions: bool = False
+    ) -> models.QueueStatus:
+        """Live state of one queue (404 ``NotFoundError`` when unknown)."""
+        return await self._c._call(R.queue_status(queue, include_partitions))
+
+    async def get_buffer_status(self) -> models.BufferStatus:
+        """The broker's disk spool: pushes waiting to drain."""
+        return await self._c._call(R.buffer_status())
 
     async def get_metrics(self) -> models.Metrics:
         return await self._c._call(R.metrics())
+
+    async def get_maintenance_mode(self) -> models.Maintenance:
+        """Push maintenance: while on, every push is spooled (``buffered``) until turned off."""
+        return await self._c._call(R.maintenance("push"))
+
+    async def set_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return await self._c._call(R.set_maintenance("push", enabled))
+
+    async def get_pop_maintenance_mode(self) -> models.Maintenance:
+        """Pop maintenance: while on, every pop answers empty at once."""
+        return await self._c._call(R.maintenance("pop"))
+
+    async def set_pop_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return await self._c._call(R.set_maintenance("pop", enabled))
 
     async def seek_consumer_group(
         self,

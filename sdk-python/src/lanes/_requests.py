@@ -189,12 +189,65 @@ def tasks() -> Req[models.TaskList]:
     return Req("GET", "/api/v1/resources/tasks", _model(models.TaskList))
 
 
-def status() -> Req[models.StatusOverview]:
-    return Req("GET", "/api/v1/status", _model(models.StatusOverview))
+def status(
+    queue: str | None,
+    namespace: str | None,
+    task: str | None,
+    from_: datetime | str | None,
+    to: datetime | str | None,
+) -> Req[models.StatusOverview]:
+    return Req(
+        "GET",
+        "/api/v1/status",
+        _model(models.StatusOverview),
+        query=_q(queue=queue, namespace=namespace, task=task, **{"from": from_}, to=to),
+    )
+
+
+def list_queue_status(
+    queue: str | None,
+    namespace: str | None,
+    task: str | None,
+    limit: int | None,
+    offset: int | None,
+) -> Req[models.QueueStatusList]:
+    return Req(
+        "GET",
+        "/api/v1/status/queues",
+        _model(models.QueueStatusList),
+        query=_q(queue=queue, namespace=namespace, task=task, limit=limit, offset=offset),
+    )
+
+
+def queue_status(queue: str, include_partitions: bool) -> Req[models.QueueStatus]:
+    return Req(
+        "GET",
+        f"/api/v1/status/queues/{_seg(queue)}",
+        _model(models.QueueStatus),
+        query=_q(includePartitions=include_partitions or None),
+    )
+
+
+def buffer_status() -> Req[models.BufferStatus]:
+    return Req("GET", "/api/v1/status/buffers", _model(models.BufferStatus))
 
 
 def metrics() -> Req[models.Metrics]:
     return Req("GET", "/metrics", _model(models.Metrics))
+
+
+# Push maintenance is /system/maintenance, pop maintenance /system/maintenance/pop.
+_MAINTENANCE_PATHS = {"push": "/api/v1/system/maintenance", "pop": "/api/v1/system/maintenance/pop"}
+
+
+def maintenance(scope: Literal["push", "pop"]) -> Req[models.Maintenance]:
+    return Req("GET", _MAINTENANCE_PATHS[scope], _model(models.Maintenance))
+
+
+def set_maintenance(scope: Literal["push", "pop"], enabled: bool) -> Req[models.Maintenance]:
+    return Req(
+        "POST", _MAINTENANCE_PATHS[scope], _model(models.Maintenance), body={"enabled": enabled}
+    )
 
 
 # --- consumer groups -------------------------------------------------------------------------
