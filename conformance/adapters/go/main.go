@@ -497,6 +497,9 @@ func (s *state) step(in stepIn) (map[string]any, error) {
 	if out, ok, err := s.adminStep(ctx, in); ok {
 		return out, err
 	}
+	if out, ok, err := s.resourceStep(ctx, in); ok {
+		return out, err
+	}
 	return map[string]any{"unsupported": in.Op}, nil
 }
 

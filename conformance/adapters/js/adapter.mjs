@@ -192,7 +192,89 @@ const stateSteps = {
   async lagging(c, a) {
     return { names: groupNames((await c.admin.laggingConsumerGroups(a.minLagSeconds ?? 0)).map((g) => g.consumer_group), a.prefix) };
   },
+  async queueGet(c, a) {
+    return await c.admin.getQueue(a.queue);
+  },
+  async queueDelete(c, a) {
+    return await c.admin.deleteQueue(a.queue);
+  },
+  async queues(c, a) {
+    return await c.admin.listQueues(pick(a, "namespace", "task", "limit", "offset"));
+  },
+  async depth(c, a) {
+    return await c.admin.getQueueDepth(a.queue, a.group || undefined);
+  },
+  async overview(c) {
+    return await c.admin.getOverview();
+  },
+  async namespaces(c, a) {
+    const r = await c.admin.getNamespaces();
+    return { ...r, namespaces: withPrefix(r.namespaces, "namespace", a.prefix) };
+  },
+  async tasks(c, a) {
+    const r = await c.admin.getTasks();
+    return { ...r, tasks: withPrefix(r.tasks, "task", a.prefix) };
+  },
+  async status(c, a) {
+    return await c.admin.getStatus(pick(a, "queue", "namespace", "task"));
+  },
+  async queueStatuses(c, a) {
+    return await c.admin.listQueueStatus(pick(a, "queue", "namespace", "task", "limit", "offset"));
+  },
+  async queueStatus(c, a) {
+    return await c.admin.getQueueStatus(a.queue, a.includePartitions ?? false);
+  },
+  async bufferStatus(c) {
+    return await c.admin.getBufferStatus();
+  },
+  async metrics(c) {
+    return await c.admin.getMetrics();
+  },
+  async health(c) {
+    return await c.health();
+  },
+  async maintenance(c, a) {
+    return await maintenanceCall(c, a.scope, "get");
+  },
+  async setMaintenance(c, a) {
+    return await maintenanceCall(c, a.scope, "set", a.enabled);
+  },
+  async messages(c, a) {
+    return await c.admin.listMessages(pick(a, "queue", "partition", "status", "limit", "offset"));
+  },
+  async group(c, a) {
+    return await c.admin.getConsumerGroup(a.group);
+  },
+  async subscription(c, a) {
+    const t = this.marks.get(a.mark);
+    if (!t) throw new AdapterError(`no mark ${a.mark}`);
+    return await c.admin.updateSubscription(a.group, t);
+  },
+  async kvList(c, a) {
+    return await c.kv(a.ns).list(pick(a, "prefix", "after", "limit", "keysOnly", "includeExpired"));
+  },
+  async kvNamespaces(c, a) {
+    const r = await c.kvNamespaces();
+    return { ...r, namespaces: withPrefix(r.namespaces, "namespace", a.prefix) };
+  },
 };
+
+// pick copies the named step arguments that are set (an unset knob keeps the SDK's default).
+const pick = (a, ...keys) => Object.fromEntries(keys.filter((k) => a[k] !== undefined && a[k] !== "").map((k) => [k, a[k]]));
+
+// withPrefix keeps the list entries whose field starts with prefix (other cases share the broker), sorted by it.
+const withPrefix = (list, field, prefix) =>
+  (list ?? []).filter((r) => String(r[field] ?? "").startsWith(prefix ?? "")).sort((x, y) => (x[field] < y[field] ? -1 : x[field] > y[field] ? 1 : 0));
+
+// maintenanceCall reads ("get") or sets the push or pop maintenance switch.
+async function maintenanceCall(c, scope, how, enabled) {
+  const calls = {
+    push: { get: () => c.admin.getMaintenanceMode(), set: () => c.admin.setMaintenanceMode(enabled) },
+    pop: { get: () => c.admin.getPopMaintenanceMode(), set: () => c.admin.setPopMaintenanceMode(enabled) },
+  };
+  if (!calls[scope]) throw new AdapterError(`maintenance scope ${scope}: want push or pop`);
+  return await calls[scope][how]();
+}
 
 class CaseState {
   constructor(client) {

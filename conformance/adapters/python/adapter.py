@@ -148,6 +148,25 @@ def group_names(names: list[str], prefix: str) -> list[str]:
     return sorted({n for n in names if n.startswith(prefix)})
 
 
+def pick(a: dict[str, Any], *keys: str) -> dict[str, Any]:
+    """The named step arguments that are set (an unset knob keeps the SDK's default)."""
+    return {k: a[k] for k in keys if a.get(k) not in (None, "")}
+
+
+def prefixed(result: dict[str, Any], key: str, field: str, prefix: str) -> dict[str, Any]:
+    """result with its list under key kept to the entries whose field starts with prefix
+    (other cases share the broker), sorted by that field."""
+    rows = [r for r in result.get(key) or [] if str(r.get(field, "")).startswith(prefix)]
+    return {**result, key: sorted(rows, key=lambda r: str(r.get(field, "")))}
+
+
+def maintenance_scope(a: dict[str, Any]) -> str:
+    scope = a.get("scope")
+    if scope not in ("push", "pop"):
+        raise ValueError(f"maintenance scope {scope!r}: want push or pop")
+    return str(scope)
+
+
 def expiry_seconds(o: dict[str, Any]) -> int | None:
     """ttlSeconds of a wire op; None (the SDK's forever) when it has none."""
     return o.get("ttlSeconds") or None
@@ -366,6 +385,76 @@ class CaseState:
     def op_lagging(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         rows = c.admin.lagging_consumer_groups(a.get("minLagSeconds", 0))
         return {"names": group_names([r.consumer_group for r in rows], a.get("prefix", ""))}
+
+    # Queue, listing, status, system, consumer-group detail and KV listing steps.
+
+    def op_queueGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_queue(a["queue"]))
+
+    def op_queueDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.delete_queue(a["queue"]))
+
+    def op_queues(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.list_queues(**pick(a, "namespace", "task", "limit", "offset")))
+
+    def op_depth(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
+
+    def op_overview(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_overview())
+
+    def op_namespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return prefixed(wire(c.admin.get_namespaces()), "namespaces", "namespace", a.get("prefix", ""))
+
+    def op_tasks(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return prefixed(wire(c.admin.get_tasks()), "tasks", "task", a.get("prefix", ""))
+
+    def op_status(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_status(**pick(a, "queue", "namespace", "task")))
+
+    def op_queueStatuses(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.list_queue_status(**pick(a, "queue", "namespace", "task", "limit", "offset")))
+
+    def op_queueStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
+
+    def op_bufferStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_buffer_status())
+
+    def op_metrics(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_metrics())
+
+    def op_health(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.health())
+
+    def op_maintenance(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        scope = maintenance_scope(a)
+        if scope == "push":
+            return wire(c.admin.get_maintenance_mode())
+        return wire(c.admin.get_pop_maintenance_mode())
+
+    def op_setMaintenance(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        scope = maintenance_scope(a)
+        if scope == "push":
+            return wire(c.admin.set_maintenance_mode(a["enabled"]))
+        return wire(c.admin.set_pop_maintenance_mode(a["enabled"]))
+
+    def op_messages(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.list_messages(**pick(a, "queue", "partition", "status", "limit", "offset")))
+
+    def op_group(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.get_consumer_group(a["group"]))
+
+    def op_subscription(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return wire(c.admin.update_subscription(a["group"], self.marks[a["mark"]]))
+
+    def op_kvList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        kw = pick(a, "prefix", "after", "limit")
+        kw.update(keys_only=a.get("keysOnly", False), include_expired=a.get("includeExpired", False))
+        return wire(c.kv(a["ns"]).list(**kw))
+
+    def op_kvNamespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return prefixed(wire(c.kv_namespaces()), "namespaces", "namespace", a.get("prefix", ""))
 
     def consume(self, a: dict[str, Any]) -> dict[str, Any]:
         q = builder(self.client, a)

@@ -134,7 +134,8 @@ func normalize(v any) any {
 	return out
 }
 
-// substitute replaces ${q} (the case run's queue name) and ${run} in every string of v.
+// substitute replaces ${q} (the case run's queue name) and ${run} in every string of v, map
+// keys included (a consumer group's detail is keyed by queue name).
 func substitute(v any, vars map[string]string) any {
 	switch t := v.(type) {
 	case string:
@@ -145,7 +146,7 @@ func substitute(v any, vars map[string]string) any {
 	case map[string]any:
 		out := make(map[string]any, len(t))
 		for k, x := range t {
-			out[k] = substitute(x, vars)
+			out[substitute(k, vars).(string)] = substitute(x, vars)
 		}
 		return out
 	case []any:

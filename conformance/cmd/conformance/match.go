@@ -18,6 +18,7 @@ import (
 //	$any true               anything, even absent
 //	$present true           anything but absent/null
 //	$same "step.path"       equal to a value of an earlier step's result (dot path; numbers index arrays)
+//	$gteSame {ref, plus}    a number at least an earlier step's value (ref, as $same) plus plus
 //	$ne v                   not equal
 //	$contains "s"           string contains s
 //	$oneOf [a, b]           equal to one of
@@ -136,6 +137,19 @@ func (m matcher) operator(path string, op map[string]any, act any) []string {
 				errs = append(errs, fail("$same %q: no such value", ref)...)
 			} else if !equal(want, act) {
 				errs = append(errs, fail("want the same as %s (%s), got %s", ref, show(want), show(act))...)
+			}
+		case "$gteSame":
+			spec, _ := arg.(map[string]any)
+			ref, _ := spec["ref"].(string)
+			plus, _ := spec["plus"].(float64)
+			base, ok := m.lookup(ref)
+			b, isNum := base.(float64)
+			a, actNum := act.(float64)
+			switch {
+			case !ok || !isNum:
+				errs = append(errs, fail("$gteSame %q: no such number", ref)...)
+			case !actNum || a < b+plus:
+				errs = append(errs, fail("want at least %s (%s) + %s, got %s", ref, show(base), show(plus), show(act))...)
 			}
 		case "$ne":
 			if equal(arg, act) {
