@@ -30,7 +30,24 @@ type consumeOpts struct {
 }
 
 func defaultConsumeOpts() consumeOpts {
-	return consumeOpts{concurrency: 1, autoAck: true}
+	return consumeOpts{concurrency: 1, autoAck: true, renew: true}
+}
+
+// defaultRenewEvery is the renewal interval when RenewLease names none and the builder sets no
+// LeaseSeconds: well inside the queues' default leases (300 s, 60 s for push-created queues).
+const defaultRenewEvery = 10 * time.Second
+
+// renewEvery is how often a running pop's lease is extended: the RenewLease interval if one was
+// given, else a third of the builder's LeaseSeconds (at most defaultRenewEvery), else
+// defaultRenewEvery. Each renewal extends the lease to max(2 × interval, 1 s) from now.
+func renewEvery(every time.Duration, leaseSeconds int) time.Duration {
+	if every > 0 {
+		return every
+	}
+	if leaseSeconds > 0 {
+		return min(time.Duration(leaseSeconds)*time.Second/3, defaultRenewEvery)
+	}
+	return defaultRenewEvery
 }
 
 // Concurrency sets the number of workers (default 1). Each worker holds its own lease, so
@@ -47,7 +64,9 @@ func (q QueueBuilder) Limit(n int) QueueBuilder { q.consume.limit = int64(max(n,
 // handler working through a batch is never stopped by it (as in the TypeScript and Python SDKs).
 func (q QueueBuilder) IdleTimeout(d time.Duration) QueueBuilder { q.consume.idle = d; return q }
 
-// RenewLease extends the batch's lease every `every` while handlers run.
+// RenewLease sets lease renewal, which is on by default: while handlers run, the pop's lease is
+// extended every `every` (0 = the default: a third of LeaseSeconds when set, at most 10 s, else
+// 10 s), so a handler slower than the lease keeps its messages. RenewLease(false, 0) turns it off.
 func (q QueueBuilder) RenewLease(on bool, every time.Duration) QueueBuilder {
 	q.consume.renew, q.consume.renewEvery = on, every
 	return q
@@ -136,9 +155,6 @@ func (q QueueBuilder) start(ctx context.Context, h Handler, bh BatchHandler) (*C
 	}
 	if q.consume.concurrency < 1 || q.consume.concurrency > 10000 {
 		return nil, fmt.Errorf("lanes: concurrency %d out of 1..10000", q.consume.concurrency)
-	}
-	if q.consume.renew && q.consume.renewEvery <= 0 {
-		return nil, errors.New("lanes: RenewLease needs a positive interval")
 	}
 	c := &Consumer{q: q, parent: ctx, h: h, bh: bh, opts: q.consume, done: make(chan struct{})}
 	c.workCtx, c.cancelWork = context.WithCancelCause(ctx)
@@ -471,14 +487,14 @@ func (c *Consumer) renewLoop(pr *PopResult) func() {
 	if lease == "" {
 		lease = pr.Messages[0].LeaseID
 	}
-	secs := int((2*c.opts.renewEvery + time.Second - 1) / time.Second)
-	secs = max(secs, 1)
+	every := renewEvery(c.opts.renewEvery, c.q.leaseSeconds)
+	secs := max(int((2*every+time.Second-1)/time.Second), 1)
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(c.opts.renewEvery)
+		t := time.NewTicker(every)
 		defer t.Stop()
 		for {
 			select {

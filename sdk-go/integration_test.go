@@ -273,6 +273,52 @@ func TestITRenewLeaseSlowHandler(t *testing.T) {
 	require.Empty(t, left, "acked under the renewed lease")
 }
 
+// TestITRenewLeaseByDefault: with no renewal option set, a handler slower than its 1 s lease
+// keeps the message (a second consumer gets nothing) and acks it; RenewLease(false, 0) turns the
+// renewal off, and then the second consumer does get it.
+func TestITRenewLeaseByDefault(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.c.Queue(b.queue).Wait(false).LeaseSeconds(1).Limit(1)
+	pushN(t, b, "a", 1, "default")
+	stolen, errs := runSlowHandler(t, b, q)
+	require.Zero(t, stolen, "a second consumer got the message under a running handler")
+	require.Empty(t, errs)
+	left, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left, "acked under the renewed lease")
+
+	pushN(t, b, "b", 1, "off")
+	stolen, _ = runSlowHandler(t, b, q.RenewLease(false, 0))
+	require.Equal(t, 1, stolen, "without renewal the 1 s lease expires under the handler")
+}
+
+// runSlowHandler consumes one message with a handler that outlives a 1 s lease and meanwhile lets
+// a second consumer pop; it returns how many messages that consumer got and the loop's errors.
+func runSlowHandler(t *testing.T, b bundle, q lanes.QueueBuilder) (int, []error) {
+	t.Helper()
+	var mu sync.Mutex
+	var errs []error
+	stolen := 0
+	cons, err := q.OnError(func(err error) { mu.Lock(); errs = append(errs, err); mu.Unlock() }).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			time.Sleep(1500 * time.Millisecond)
+			other, err := b.c.Queue(b.queue).Wait(false).Pop(ctx)
+			if err != nil {
+				return err
+			}
+			stolen = len(other)
+			time.Sleep(1000 * time.Millisecond)
+			return nil
+		})
+	require.NoError(t, err)
+	<-cons.Done()
+	require.NoError(t, cons.Err())
+	mu.Lock()
+	defer mu.Unlock()
+	return stolen, errs
+}
+
 func TestITSoftStopFinishesAndReleases(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -52,6 +52,16 @@ function emptyPollPause(waitMs: number | undefined): number {
   return waitMs !== undefined && waitMs > 0 ? waitMs : 100;
 }
 
+/** DEFAULT_RENEW_EVERY_MILLIS is the renewal interval when neither renewLease nor leaseSeconds names one: well inside the queues' default leases (300 s, 60 s for push-created queues). */
+const DEFAULT_RENEW_EVERY_MILLIS = 10_000;
+
+/** renewEveryMillis is how often a running pop's lease is extended: the renewLease interval if given, else a third of the builder's leaseSeconds (at most 10 s), else 10 s, as in Go and Python. */
+export function renewEveryMillis(everyMillis: number, leaseSeconds: number | undefined): number {
+  if (everyMillis > 0) return everyMillis;
+  if (leaseSeconds !== undefined && leaseSeconds > 0) return Math.min((leaseSeconds * 1000) / 3, DEFAULT_RENEW_EVERY_MILLIS);
+  return DEFAULT_RENEW_EVERY_MILLIS;
+}
+
 function loopErrorDelay(err: unknown, consecutive: number): number {
   if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
   return Math.min(1000 * 2 ** consecutive, 30_000);
@@ -271,8 +281,8 @@ export class Consumer implements PromiseLike<void> {
     const acks: PendingAck[] = [];
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
     let renewTimer: ReturnType<typeof setInterval> | undefined;
-    if (this.s.renewLeaseMillis > 0 && res.leaseId && !this.s.serverAutoAck) {
-      const every = this.s.renewLeaseMillis;
+    if (this.s.renewLease && res.leaseId && !this.s.serverAutoAck) {
+      const every = renewEveryMillis(this.s.renewLeaseMillis, this.s.leaseSeconds);
       const seconds = Math.ceil(Math.max(2 * every, 1000) / 1000);
       renewTimer = setInterval(() => {
         this.core.renew([res.leaseId], seconds).then(

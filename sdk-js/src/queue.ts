@@ -34,6 +34,8 @@ export interface QueueState {
   concurrency: number;
   limit: number;
   idleMillis: number;
+  renewLease: boolean;
+  /** renewLeaseMillis is the renewal interval; 0 = the default (renewEveryMillis in consumer.ts). */
   renewLeaseMillis: number;
   autoAck: boolean;
   onError?: ErrorHandler | undefined;
@@ -48,6 +50,7 @@ export const DEFAULT_QUEUE_STATE: QueueState = {
   concurrency: 1,
   limit: 0,
   idleMillis: 0,
+  renewLease: true,
   renewLeaseMillis: 0,
   autoAck: true,
   softStopTimeoutMillis: 0,
@@ -141,9 +144,9 @@ export class QueueBuilder<T = unknown> {
   idleMillis(ms: number): QueueBuilder<T> {
     return this.with({ idleMillis: nonNegInt("idleMillis", ms) });
   }
-  /** renewLease(true, every) extends the batch's lease every `every` ms while handlers run. */
-  renewLease(enabled: boolean, everyMillis = 10_000): QueueBuilder<T> {
-    return this.with({ renewLeaseMillis: enabled ? Math.max(1, everyMillis) : 0 });
+  /** renewLease sets lease renewal, which is on by default: while handlers run, the pop's lease is extended every `everyMillis` (omitted or 0 = a third of `leaseSeconds` when set, at most 10 s, else 10 s), so a handler slower than the lease keeps its messages. `renewLease(false)` turns it off. */
+  renewLease(enabled: boolean, everyMillis = 0): QueueBuilder<T> {
+    return this.with({ renewLease: enabled, renewLeaseMillis: nonNegInt("renewLease", everyMillis) });
   }
   /** each hands messages to the handler one at a time (the default for `consume`; kept for the reference API). */
   each(): QueueBuilder<T> {

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -163,6 +163,37 @@ def test_lease_renewal_keeps_slow_handler_lease(client: lanes.Lanes, qname: str)
     q.limit(1).consume(lambda m: time.sleep(2.5)).closed(timeout=20)
     assert errors == []  # the final ack found a live lease
     assert drain(client.queue(qname)) == []
+
+
+def _run_slow_handler(
+    client: lanes.Lanes, qname: str, renew: Callable[[lanes.Queue], lanes.Queue]
+) -> tuple[int, list[BaseException]]:
+    """Consume one message with a handler that outlives its 1 s lease while a second consumer
+    pops; return how many messages that consumer got and the loop's errors."""
+    stolen: list[int] = []
+    errors: list[BaseException] = []
+
+    def handler(m: lanes.Message) -> None:
+        time.sleep(1.5)
+        stolen.append(len(client.queue(qname).wait(False).pop()))
+        time.sleep(1.0)
+
+    q = renew(client.queue(qname).wait(False).lease_seconds(1).limit(1)).on_error(errors.append)
+    q.consume(handler).closed(timeout=20)
+    return stolen[0], errors
+
+
+def test_lease_renewed_by_default_and_renew_lease_false_turns_it_off(
+    client: lanes.Lanes, qname: str
+) -> None:
+    client.queue(qname).push(["slow"])
+    assert _run_slow_handler(client, qname, lambda q: q) == (0, [])
+    assert drain(client.queue(qname)) == []  # acked under the renewed lease
+    q2 = qname + "-off"
+    client.queue(q2).push(["slow"])
+    stolen, errors = _run_slow_handler(client, q2, lambda q: q.renew_lease(False))
+    assert stolen == 1  # without renewal the lease expired under the handler
+    assert isinstance(errors[0], lanes.AckError)
 
 
 def test_soft_stop_finishes_current_and_releases_rest(client: lanes.Lanes, qname: str) -> None:

@@ -1,7 +1,7 @@
 // The consume loop and the message iterator against the real broker.
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
-import { AckError, ConsumerStoppedError, type Message } from "../../src/index.js";
+import { AckError, ConsumerStoppedError, type Message, type QueueBuilder } from "../../src/index.js";
 import { client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
@@ -68,18 +68,35 @@ describe("consume", () => {
     expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
   });
 
-  it("the lease of a slow handler expires without renewal (control)", async () => {
+  it("renews the lease of a slow handler by default; renewLease(false) turns it off", async () => {
     const lanes = client();
-    const q = uniq("norenew");
+    // A handler slower than its 1 s lease lets a second consumer pop meanwhile; returns what that consumer got and the loop's errors.
+    const runSlow = async (q: string, renew: (b: QueueBuilder) => QueueBuilder = (b) => b) => {
+      const errors: unknown[] = [];
+      let stolen = -1;
+      await renew(lanes.queue(q))
+        .wait(false)
+        .leaseSeconds(1)
+        .limit(1)
+        .onError((e) => errors.push(e))
+        .consume(async () => {
+          await sleep(1500);
+          stolen = (await lanes.queue(q).wait(false).pop()).length;
+          await sleep(1000);
+        });
+      return { stolen, errors };
+    };
+    const q = uniq("defaultrenew");
     await lanes.queue(q).push([{ data: "slow" }]);
-    const errors: unknown[] = [];
-    await lanes
-      .queue(q)
-      .leaseSeconds(1)
-      .limit(1)
-      .onError((e) => errors.push(e))
-      .consume(() => sleep(2200));
-    expect(errors[0]).toBeInstanceOf(AckError);
+    const on = await runSlow(q);
+    expect(on).toEqual({ stolen: 0, errors: [] }); // acked under the renewed lease
+    expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
+
+    const q2 = uniq("norenew");
+    await lanes.queue(q2).push([{ data: "slow" }]);
+    const off = await runSlow(q2, (b) => b.renewLease(false));
+    expect(off.stolen).toBe(1); // the lease expired under the handler
+    expect(off.errors[0]).toBeInstanceOf(AckError);
   });
 
   it("soft stop finishes the current message, acks it and releases the rest with retry", async () => {

@@ -171,8 +171,14 @@ class _QueueBase(Generic[C]):
     def idle_millis(self: QB, ms: int) -> QB:
         return self._with(idle_millis=ms)
 
-    def renew_lease(self: QB, enabled: bool = True, interval_millis: int = 10_000) -> QB:
-        return self._with(renew_lease=enabled, renew_interval_millis=interval_millis)
+    def renew_lease(self: QB, enabled: bool = True, interval_millis: int = 0) -> QB:
+        """Lease renewal, on by default: while handlers run, the pop's lease is extended every
+        ``interval_millis`` (0 = a third of ``lease_seconds`` when set, at most 10 s, else 10 s),
+        so a handler slower than the lease keeps its messages. ``renew_lease(False)`` turns it
+        off."""
+        if interval_millis < 0:
+            raise ValueError("lanes: renew_lease interval_millis must be >= 0")
+        return self._with(renew_lease=enabled, renew_interval_millis=int(interval_millis))
 
     def each(self: QB) -> QB:
         """Handler per message (the default)."""

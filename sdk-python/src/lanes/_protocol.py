@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import math
 import os
 import secrets
 import time
@@ -146,8 +147,8 @@ class QueueSpec:
     concurrency: int = 1
     limit: int = 0
     idle_millis: int = 0
-    renew_lease: bool = False
-    renew_interval_millis: int = 0
+    renew_lease: bool = True
+    renew_interval_millis: int = 0  # 0 = the default of renew_every
     each: bool = True
     auto_ack: bool = True
     soft_stop_timeout_millis: int = 0
@@ -446,12 +447,23 @@ def batch_acks(
     return entries
 
 
+DEFAULT_RENEW_EVERY_MS = 10_000
+"""The renewal interval when neither ``renew_lease`` nor ``lease_seconds`` names one: well inside
+the queues' default leases (300 s, 60 s for push-created queues)."""
+
+
 def renew_every(spec: QueueSpec) -> tuple[float, int] | None:
-    """(interval seconds, lease seconds) of the renewal ticker, or None when off."""
-    if not spec.renew_lease or spec.renew_interval_millis <= 0:
+    """(interval seconds, lease seconds) of the renewal ticker, or None when off. The interval is
+    the one given to ``renew_lease``, else a third of ``lease_seconds`` (at most 10 s), else 10 s,
+    as in Go and TypeScript; each renewal extends the lease to max(2 x interval, 1 s)."""
+    if not spec.renew_lease:
         return None
-    every = spec.renew_interval_millis / 1000.0
-    return every, max(1, -(-int(2 * spec.renew_interval_millis) // 1000))
+    every_ms: float = float(DEFAULT_RENEW_EVERY_MS)
+    if spec.renew_interval_millis > 0:
+        every_ms = spec.renew_interval_millis
+    elif spec.lease_seconds:
+        every_ms = min(spec.lease_seconds * 1000 / 3, every_ms)
+    return every_ms / 1000.0, max(1, math.ceil(2 * every_ms / 1000))
 
 
 def loop_error_backoff(consecutive: int) -> float:
