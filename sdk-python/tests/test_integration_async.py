@@ -158,6 +158,24 @@ async def test_messages_iterator(client: lanes.AsyncLanes, qname: str) -> None:
     assert await drain(client.queue(qname)) == []
 
 
+async def test_messages_iterator_reports_a_failed_ack_to_on_error_and_goes_on(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # As the sync test: the lease of the message in hand ends and another consumer takes it; the
+    # refused ack goes to the builder's on_error and the iteration ends by idle, not by raising.
+    await client.queue(qname).push(["a"])
+    errors: list[BaseException] = []
+    got = []
+    q = client.queue(qname).lease_seconds(1).timeout_millis(300).on_error(errors.append)
+    async with q.messages(idle_timeout=0.5) as it:
+        async for m in it:
+            got.append(m.data)
+            await asyncio.sleep(1.5)
+            assert [t.data for t in await client.queue(qname).wait(False).pop()] == ["a"]
+    assert got == ["a"]
+    assert len(errors) == 1 and isinstance(errors[0], lanes.AckError)
+
+
 async def test_messages_iterator_takes_auto_ack_limit_and_idle_from_the_builder(
     client: lanes.AsyncLanes, qname: str
 ) -> None:

@@ -288,6 +288,26 @@ def test_messages_iterator_takes_auto_ack_limit_and_idle_from_the_builder(
     assert drain(client.queue(q3)) == []
 
 
+def test_messages_iterator_reports_a_failed_ack_to_on_error_and_goes_on(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # The message in hand outlives its 1 s lease and another consumer takes it: the iterator's
+    # ack is refused (AckError), which goes to on_error (the keyword here; the builder's
+    # .on_error() otherwise) instead of ending the iteration, as in Go and TypeScript.
+    client.queue(qname).push(["a"])
+    errors: list[BaseException] = []
+    got: list[Any] = []
+    q = client.queue(qname).lease_seconds(1).timeout_millis(300)
+    with q.messages(idle_timeout=0.5, on_error=errors.append) as it:
+        for m in it:
+            got.append(m.data)
+            time.sleep(1.5)
+            taken = client.queue(qname).wait(False).pop()
+            assert [t.data for t in taken] == ["a"]
+    assert got == ["a"]
+    assert len(errors) == 1 and isinstance(errors[0], lanes.AckError)
+
+
 def test_renew_and_configure(client: lanes.Lanes, qname: str) -> None:
     cfg = client.queue(qname).configure({"leaseTime": 120, "retryLimit": 5})
     assert cfg.configured

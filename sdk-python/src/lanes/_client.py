@@ -213,7 +213,11 @@ class _QueueBase(Generic[C]):
         return b
 
     def _iter_core(
-        self, auto_ack: bool | None, limit: int | None, idle_timeout: float | None
+        self,
+        auto_ack: bool | None,
+        limit: int | None,
+        idle_timeout: float | None,
+        on_error: ErrorCallback | None,
     ) -> _Core:
         """The iterator's state: a keyword given to ``messages()`` wins over the builder."""
         spec = self._spec
@@ -222,6 +226,7 @@ class _QueueBase(Generic[C]):
             spec.auto_ack if auto_ack is None else auto_ack,
             spec.limit if limit is None else limit,
             spec.idle_millis / 1000.0 if idle_timeout is None else idle_timeout,
+            self._on_error if on_error is None else on_error,
         )
 
     def _queue_name(self) -> str:
@@ -255,14 +260,17 @@ class Queue(_QueueBase["Lanes"]):
         auto_ack: bool | None = None,
         limit: int | None = None,
         idle_timeout: float | None = None,
+        on_error: ErrorCallback | None = None,
     ) -> MessageIterator:
-        """Pull iterator (see :mod:`lanes._iter` for the ack rules). ``auto_ack``, ``limit`` and
-        ``idle_timeout`` (seconds) default to the builder's ``auto_ack()``, ``limit()`` and
-        ``idle_millis()``; a keyword given here overrides the builder."""
+        """Pull iterator (see :mod:`lanes._iter` for the ack and error rules). ``auto_ack``,
+        ``limit``, ``idle_timeout`` (seconds) and ``on_error`` default to the builder's
+        ``auto_ack()``, ``limit()``, ``idle_millis()`` and ``on_error()``; a keyword given here
+        overrides the builder. ``on_error`` receives the errors the iteration waits out (failed
+        pops, failed acks); only an error that ends the iteration is raised."""
         P.validate_spec(self._spec)
         c = self._client
         return MessageIterator(
-            self._iter_core(auto_ack, limit, idle_timeout),
+            self._iter_core(auto_ack, limit, idle_timeout, on_error),
             self.pop_result,
             c._ack_entries,
         )
@@ -343,12 +351,13 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         auto_ack: bool | None = None,
         limit: int | None = None,
         idle_timeout: float | None = None,
+        on_error: ErrorCallback | None = None,
     ) -> AsyncMessageIterator:
         """Async pull iterator; the keywords default to the builder's values, as in
         :meth:`Queue.messages`."""
         P.validate_spec(self._spec)
         return AsyncMessageIterator(
-            self._iter_core(auto_ack, limit, idle_timeout),
+            self._iter_core(auto_ack, limit, idle_timeout, on_error),
             self.pop_result,
             self._client._ack_entries,
             asyncio.sleep,

@@ -3,10 +3,16 @@
 With ``auto_ack`` (default) a message is acked ``completed`` once you ask for the next one; the
 acks of one pop go out as one batch before the next pop. Leaving early (``break``, an exception,
 ``close()``) releases the message in hand (unless you acked it) and the rest of its batch with
-``retry``: redelivered without spending the retry budget."""
+``retry``: redelivered without spending the retry budget.
+
+Errors the iteration waits out (failed pops: network failures, 429, 5xx but 501) and failed acks
+(``AckError`` or the call's own error) go to ``on_error`` (the builder's ``.on_error()`` or the
+``on_error=`` keyword of ``messages()``), else to the ``lanes`` logger; only an error that ends the
+iteration is raised (403, 413, other 4xx, 501), as in Go and TypeScript."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import time
 from collections import deque
@@ -14,7 +20,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from lanes import _protocol as P
-from lanes._consumer import _transient
+from lanes._consumer import ErrorCallback, _transient
 from lanes._exceptions import ConsumerStopped, RateLimitError
 from lanes._types import AckResult, AutopilotEcho, Message, PopResult
 
@@ -24,8 +30,16 @@ _log = logging.getLogger("lanes")
 
 
 class _Core:
-    def __init__(self, spec: P.QueueSpec, auto_ack: bool, limit: int, idle_timeout: float) -> None:
+    def __init__(
+        self,
+        spec: P.QueueSpec,
+        auto_ack: bool,
+        limit: int,
+        idle_timeout: float,
+        on_error: ErrorCallback | None = None,
+    ) -> None:
         self.spec = spec
+        self.on_error = on_error
         self.auto_ack = auto_ack
         self.limit = limit
         self.idle_timeout = idle_timeout
@@ -76,8 +90,16 @@ class _Core:
             pause = P.loop_error_backoff(self.pop_errors)
         else:
             raise err
-        _log.warning("lanes: messages: %s; popping again in %.1f s", err, pause)
+        self.report(err, f"popping again in {pause:.1f} s")
         return pause
+
+    def report(self, err: BaseException, then: str) -> None:
+        """Pass an error the iteration goes on after to ``on_error``, else log it."""
+        if self.on_error is None:
+            _log.warning("lanes: messages: %s; %s", err, then)
+            return
+        with contextlib.suppress(Exception):  # a broken callback must not end the iteration
+            self.on_error(err)
 
     def feed(self, res: PopResult) -> float:
         """Take a pop's messages; return the pause before the next pop (0 = none)."""
@@ -119,7 +141,15 @@ class MessageIterator:
         ack: Callable[[Entries], list[AckResult]],
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._c, self._pop, self._ack, self._sleep = core, pop, ack, sleep
+        self._c, self._pop, self._ack_call, self._sleep = core, pop, ack, sleep
+
+    def _ack(self, entries: Entries) -> None:
+        """Send acks; a failure is reported, not raised (the messages redeliver after their
+        lease), as in the consume loop."""
+        try:
+            self._ack_call(entries)
+        except Exception as e:
+            self._c.report(e, "its messages redeliver after their lease")
 
     def __iter__(self) -> MessageIterator:
         return self
@@ -184,7 +214,13 @@ class AsyncMessageIterator:
         ack: Callable[[Entries], Awaitable[list[AckResult]]],
         sleep: Callable[[float], Awaitable[None]],
     ) -> None:
-        self._c, self._pop, self._ack, self._sleep = core, pop, ack, sleep
+        self._c, self._pop, self._ack_call, self._sleep = core, pop, ack, sleep
+
+    async def _ack(self, entries: Entries) -> None:
+        try:
+            await self._ack_call(entries)
+        except Exception as e:
+            self._c.report(e, "its messages redeliver after their lease")
 
     def __aiter__(self) -> AsyncMessageIterator:
         return self
