@@ -121,6 +121,16 @@ export class Consumer implements PromiseLike<void> {
     return this.stopping;
   }
 
+  /** done is true once the consumer has ended (every worker exited, final acks sent): the synchronous view of `closed` having settled, like Go's `Done()` and Python's `done`. */
+  get done(): boolean {
+    return this.ended;
+  }
+
+  /** error is the terminal error (403, 413, other 4xx, 501) that ended or is ending the consumer, the one `closed` rejects with; undefined after a requested stop, a limit or an idle end. Like Go's `Err()` and Python's `error`. */
+  get error(): unknown {
+    return this.terminal;
+  }
+
   /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry`. Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). */
   stop(opts: StopOptions = {}): Promise<void> {
     this.beginSoftStop();

@@ -1,7 +1,7 @@
 // The consume loop and the message iterator against the real broker.
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it } from "vitest";
-import { AckError, ConsumerStoppedError, type Message, type QueueBuilder } from "../../src/index.js";
+import { AckError, BadRequestError, ConsumerStoppedError, type Message, type QueueBuilder } from "../../src/index.js";
 import { client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
@@ -97,6 +97,21 @@ describe("consume", () => {
     const off = await runSlow(q2, (b) => b.renewLease(false));
     expect(off.stolen).toBe(1); // the lease expired under the handler
     expect(off.errors[0]).toBeInstanceOf(AckError);
+  });
+
+  it("done and error tell synchronously whether the consumer has ended and why", async () => {
+    const lanes = client();
+    const c = lanes.queue(uniq("state")).wait(false).consume(() => {});
+    expect([c.done, c.error]).toEqual([false, undefined]);
+    await c.stop();
+    expect([c.done, c.error]).toEqual([true, undefined]);
+
+    // A queue name over the broker's 512-byte limit is a 400: terminal for the loop.
+    const bad = lanes.queue("q".repeat(600)).wait(false).consume(() => {});
+    expect(bad.done).toBe(false);
+    await expect(bad.closed).rejects.toBeInstanceOf(BadRequestError);
+    expect(bad.done).toBe(true);
+    expect(bad.error).toBeInstanceOf(BadRequestError);
   });
 
   it("soft stop finishes the current message, acks it and releases the rest with retry", async () => {
