@@ -325,6 +325,15 @@ func KVDelete(ns, key string) KVOperation {
 	return KVOperation{Op: gen.KvOperationOp("delete"), Ns: ns, Key: &key}
 }
 
+// KVDeleteExpect builds a conditional delete op: the key is deleted only if its current version
+// is expect (>= 1; the broker answers 400 kv_bad_request otherwise). A lost condition is Applied
+// false with Reason "version" (or "absent" when the key does not exist).
+func KVDeleteExpect(ns, key string, expect int) KVOperation {
+	op := KVDelete(ns, key)
+	op.Expect = &expect
+	return op
+}
+
 // KVGet builds a get op.
 func KVGet(ns, key string) KVOperation {
 	return KVOperation{Op: gen.KvOperationOp("get"), Ns: ns, Key: &key}
@@ -489,6 +498,13 @@ func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
 // Delete removes one key.
 func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
 	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvDelete(ctx, k.ns, key) })
+}
+
+// DeleteExpect removes one key only if its current version is expect (>= 1), for optimistic
+// concurrency: read, decide, delete what was read. A lost condition is not an error: the result
+// has Applied false and Reason "version" (with the current Value and Version) or "absent".
+func (k KV) DeleteExpect(ctx context.Context, key string, expect int) (*KVResult, error) {
+	return k.one(ctx, KVDeleteExpect(k.ns, key, expect))
 }
 
 // ---------------------------------------------------------------------------------------------

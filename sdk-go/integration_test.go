@@ -772,6 +772,46 @@ func TestITKVHelpers(t *testing.T) {
 	require.Len(t, *res[2].Rows, 2)
 }
 
+// TestITKVDeleteExpect: a conditional delete applies only at the expected version, in a batch
+// too; an expect below 1 is refused by the broker with a stable code and deletes nothing.
+func TestITKVDeleteExpect(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+	_, err := kv.Put(b.ctx, "k", "v1", lanes.Forever)
+	require.NoError(t, err)
+	moved, err := kv.PutExpect(b.ctx, "k", "v2", lanes.Forever, 1)
+	require.NoError(t, err)
+	require.Equal(t, 2, *moved.Version)
+
+	stale, err := kv.DeleteExpect(b.ctx, "k", 1)
+	require.NoError(t, err)
+	require.False(t, *stale.Applied)
+	require.Equal(t, lanes.KVReasonVersion, *stale.Reason)
+	_, err = kv.DeleteExpect(b.ctx, "k", 0)
+	var ae *lanes.APIError
+	require.ErrorAs(t, err, &ae)
+	require.Equal(t, 400, ae.Status)
+	require.Equal(t, "kv_bad_request", ae.Code)
+	got, err := kv.Get(b.ctx, "k")
+	require.NoError(t, err)
+	require.True(t, *got.Found, "neither the stale nor the refused delete removed the key")
+
+	gone, err := kv.DeleteExpect(b.ctx, "k", 2)
+	require.NoError(t, err)
+	require.True(t, *gone.Applied)
+	got, err = kv.Get(b.ctx, "k")
+	require.NoError(t, err)
+	require.False(t, *got.Found)
+
+	_, err = kv.Put(b.ctx, "j", 1, lanes.Forever)
+	require.NoError(t, err)
+	res, err := kv.Batch(b.ctx, lanes.KVDeleteExpect(b.queue, "j", 5), lanes.KVDeleteExpect(b.queue, "j", 1))
+	require.NoError(t, err)
+	require.False(t, *res[0].Applied)
+	require.True(t, *res[1].Applied)
+}
+
 // TestITKVList: namespace listing and the key listing route.
 func TestITKVList(t *testing.T) {
 	t.Parallel()

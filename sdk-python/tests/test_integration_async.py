@@ -255,3 +255,12 @@ async def test_timers_reschedule_partition_prefix(client: lanes.AsyncLanes, qnam
     assert (await t.get("a:1")).partition == "p2"
     await t.schedule("b:1", delay_millis=60_000)
     assert [x.timer_key for x in (await t.list(prefix="a:")).rows or []] == ["a:1"]
+
+
+async def test_kv_conditional_delete(client: lanes.AsyncLanes, qname: str) -> None:
+    kv = client.kv(qname)
+    await kv.put("k", "v")
+    stale = await kv.delete("k", expect=2)
+    assert (stale.applied, stale.reason) == (False, "version")
+    assert (await kv.delete("k", expect=1)).applied
+    assert not (await kv.get("k")).found

@@ -432,6 +432,25 @@ def test_kv_helpers(client: lanes.Lanes, qname: str) -> None:
     assert [row.key for row in res[1].rows or []] == ["cas", "count"]
 
 
+def test_kv_conditional_delete(client: lanes.Lanes, qname: str) -> None:
+    kv = client.kv(qname)
+    kv.put("k", "v1")
+    assert kv.put("k", "v2", expect=1).version == 2
+    stale = kv.delete("k", expect=1)
+    assert (stale.applied, stale.reason) == (False, "version")
+    with pytest.raises(lanes.APIError) as bad:
+        kv.delete("k", expect=0)  # a version is >= 1
+    assert (bad.value.status, bad.value.code) == (400, "kv_bad_request")
+    assert kv.get("k").found  # neither the stale nor the refused delete removed it
+    assert kv.delete("k", expect=2).applied
+    assert not kv.get("k").found
+    kv.put("j", 1)
+    res = kv.batch(
+        [lanes.kv_op("delete", qname, "j", expect=5), lanes.kv_op("delete", qname, "j", expect=1)]
+    )
+    assert [r.applied for r in res] == [False, True]
+
+
 def test_kv_list(client: lanes.Lanes, qname: str) -> None:
     kv = client.kv(qname)
     for k in ("a:1", "a:2", "a:3", "b:1"):

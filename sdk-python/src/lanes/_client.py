@@ -854,8 +854,10 @@ class KV:
         op = R.kv_op("incr", self.ns, key, delta=delta, ttl_seconds=ttl_seconds, min=min, max=max)
         return self._c._call(R.kv_one(op))
 
-    def delete(self, key: str) -> models.KvResult:
-        return self._c._call(R.kv_delete(self.ns, key))
+    def delete(self, key: str, *, expect: int | None = None) -> models.KvResult:
+        """Delete the key; with ``expect=N`` (>= 1) only if its version is N (else
+        ``applied=False``, ``reason="version"`` or ``"absent"``)."""
+        return self._c._call(R.kv_delete(self.ns, key, expect))
 
     def batch(self, ops: Sequence[Mapping[str, Any]]) -> list[models.KvResult]:
         """Several ops (built with :func:`lanes.kv_op`) in one call."""
@@ -923,8 +925,8 @@ class AsyncKV:
         op = R.kv_op("incr", self.ns, key, delta=delta, ttl_seconds=ttl_seconds, min=min, max=max)
         return await self._c._call(R.kv_one(op))
 
-    async def delete(self, key: str) -> models.KvResult:
-        return await self._c._call(R.kv_delete(self.ns, key))
+    async def delete(self, key: str, *, expect: int | None = None) -> models.KvResult:
+        return await self._c._call(R.kv_delete(self.ns, key, expect))
 
     async def batch(self, ops: Sequence[Mapping[str, Any]]) -> list[models.KvResult]:
         return await self._c._call(R.kv_batch(ops))

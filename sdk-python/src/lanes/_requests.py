@@ -537,7 +537,11 @@ def kv_put(
     return Req("PUT", _kv_path(ns, key), _model(models.KvResult), body=body)
 
 
-def kv_delete(ns: str, key: str) -> Req[models.KvResult]:
+def kv_delete(ns: str, key: str, expect: int | None = None) -> Req[models.KvResult]:
+    """Unconditional delete on the key route; with ``expect`` (a version, >= 1) through the batch
+    route, the only one that takes the condition."""
+    if expect is not None:
+        return kv_one(kv_op("delete", ns, key, expect=expect))
     return Req("DELETE", _kv_path(ns, key), _model(models.KvResult))
 
 
