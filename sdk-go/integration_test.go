@@ -355,6 +355,27 @@ func TestITSoftStopFinishesAndReleases(t *testing.T) {
 	require.Equal(t, "soft-a-1", rest[0].TransactionID)
 }
 
+// TestITStopWithAPopInFlight: a consumer stopped while its long-poll pop is parked leaves nothing
+// leased: a message pushed after the stop goes to the next consumer at once, not after the 60 s
+// lease of a pop nobody handles.
+func TestITStopWithAPopInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	q := b.c.Queue(b.queue).LeaseSeconds(60)
+	cons, err := q.Timeout(10*time.Second).Consume(b.ctx, func(context.Context, *lanes.Message) error {
+		return errors.New("the stopped consumer must not handle anything")
+	})
+	require.NoError(t, err)
+	time.Sleep(300 * time.Millisecond) // the pop is parked on the broker
+	require.NoError(t, cons.Stop(b.ctx))
+	pushN(t, b, "a", 1, "late")
+	start := time.Now()
+	got, err := q.Timeout(5 * time.Second).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, got, 1)
+	require.Less(t, time.Since(start), 4*time.Second)
+}
+
 func TestITHardStopCancelsHandlers(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -264,3 +264,16 @@ async def test_kv_conditional_delete(client: lanes.AsyncLanes, qname: str) -> No
     assert (stale.applied, stale.reason) == (False, "version")
     assert (await kv.delete("k", expect=1)).applied
     assert not (await kv.get("k")).found
+
+
+async def test_stop_with_a_pop_in_flight_leaves_nothing_leased(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    handled: list[object] = []
+    c = client.queue(qname).lease_seconds(60).timeout_millis(3000).consume(handled.append)
+    await asyncio.sleep(0.3)  # the pop is parked on the broker
+    await c.stop(timeout=10)
+    await client.queue(qname).push(["late"])
+    got = await asyncio.wait_for(client.queue(qname).timeout_millis(5000).pop(), 4)
+    assert [m.data for m in got] == ["late"]  # not held for the 60 s lease of an abandoned pop
+    assert handled == []

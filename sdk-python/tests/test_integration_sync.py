@@ -215,6 +215,26 @@ def test_soft_stop_finishes_current_and_releases_rest(client: lanes.Lanes, qname
     client.ack(rest)
 
 
+def test_stop_with_a_pop_in_flight_leaves_nothing_leased(client: lanes.Lanes, qname: str) -> None:
+    # The stopped consumer's long-poll pop (parked on the broker in its helper thread) still gets
+    # a message pushed after the stop; it must release it at once, not hold it for the 60 s
+    # lease with nobody to handle it.
+    q = client.queue(qname).lease_seconds(60)
+    handled: list[Any] = []
+    c = q.timeout_millis(3000).consume(lambda m: handled.append(m.data))
+    time.sleep(0.3)  # the pop is parked on the broker
+    c.stop(timeout=10)
+    client.queue(qname).push(["late"])
+    t0 = time.monotonic()
+    got: list[Any] = []
+    while not got and time.monotonic() - t0 < 10:
+        got = q.wait(False).pop()
+        time.sleep(0.05)
+    assert [m.data for m in got] == ["late"]
+    assert time.monotonic() - t0 < 5  # the abandoned pop's answer came at most 3 s after the stop
+    assert handled == []
+
+
 def test_hard_stop_sets_cancel_event(client: lanes.Lanes, qname: str) -> None:
     client.queue(qname).push(["x"])
     started = threading.Event()

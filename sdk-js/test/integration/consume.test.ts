@@ -99,6 +99,25 @@ describe("consume", () => {
     expect(off.errors[0]).toBeInstanceOf(AckError);
   });
 
+  it("a stop with a pop in flight leaves nothing leased", async () => {
+    const lanes = client();
+    const q = uniq("inflight");
+    const handled: unknown[] = [];
+    const c = lanes
+      .queue(q)
+      .leaseSeconds(60)
+      .timeoutMillis(3000)
+      .consume((m) => void handled.push(m.data));
+    await sleep(300); // the pop is parked on the broker
+    await c.stop();
+    await lanes.queue(q).push([{ data: "late" }]);
+    const t0 = Date.now();
+    const got = await lanes.queue(q).leaseSeconds(60).timeoutMillis(5000).pop();
+    expect(got.map((m) => m.data)).toEqual(["late"]);
+    expect(Date.now() - t0).toBeLessThan(4000); // not the 60 s lease of an abandoned pop
+    expect(handled).toEqual([]);
+  });
+
   it("done and error tell synchronously whether the consumer has ended and why", async () => {
     const lanes = client();
     const c = lanes.queue(uniq("state")).wait(false).consume(() => {});

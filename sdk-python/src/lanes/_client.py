@@ -281,7 +281,7 @@ class Queue(_QueueBase["Lanes"]):
         return Engine(
             spec,
             Ops(
-                pop=lambda: in_thread(self.pop_result),
+                pop=lambda: in_thread(self.pop_result, on_abandoned=self._release),
                 ack=lambda entries: in_thread(c._ack_entries, entries),
                 renew=lambda lid, s: in_thread(c._renew_one, lid, s),
                 invoke=make_invoke_sync(handler, pool),
@@ -289,6 +289,19 @@ class Queue(_QueueBase["Lanes"]):
             self._on_error,
             cancellable_handlers=False,
         )
+
+    def _release(self, res: PopResult) -> None:
+        """Release with ``retry`` a pop that answered after its consumer stopped: its blocking
+        request could not be cancelled, and nobody will handle what it leased."""
+        entries = P.release_acks(res, self._spec)
+        if not entries:
+            return
+        try:
+            self._client._ack_entries(entries)
+        except Exception as e:
+            self._client._cfg.logger.warning(
+                "lanes: releasing a pop answered after the stop failed: %s", e
+            )
 
     def consume(self, handler: Callable[[Message], Any]) -> Consumer:
         """Start the consume loop (non-blocking) with a blocking per-message handler."""

@@ -134,7 +134,9 @@ class Engine:
             done, _ = await asyncio.wait({pop_t, stop_t}, return_when=asyncio.FIRST_COMPLETED)
             stop_t.cancel()
             if pop_t not in done:
-                # Stopping: abandon the long-poll; anything it leased redelivers after its lease.
+                # Stopping: abandon the long-poll. A cancelled request makes the broker give its
+                # claim back; a blocking one (the sync client) cannot be cancelled, so its
+                # answer is released by on_abandoned (see Queue._release).
                 pop_t.cancel()
                 with contextlib.suppress(BaseException):
                     await pop_t
@@ -384,11 +386,19 @@ class AsyncConsumer:
 # Sync consumer
 
 
-async def in_thread(fn: Callable[..., T], *args: Any) -> T:
+async def in_thread(
+    fn: Callable[..., T], *args: Any, on_abandoned: Callable[[T], None] | None = None
+) -> T:
     """Run a blocking call in a daemon thread; cancelling the await abandons it (a long poll
-    must never keep the interpreter from exiting)."""
+    must never keep the interpreter from exiting). A blocking call cannot be interrupted, so an
+    abandoned call still completes: ``on_abandoned`` then gets its result, in a helper thread
+    (a stopped consumer's pop releases what the broker leased to it meanwhile)."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[T] = loop.create_future()
+
+    def abandon(v: T) -> None:
+        if on_abandoned is not None:
+            on_abandoned(v)
 
     def settle(ok: bool, v: Any) -> None:
         if not fut.done():
@@ -396,6 +406,8 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
                 fut.set_result(v)
             else:
                 fut.set_exception(v)
+        elif ok and on_abandoned is not None:  # cancelled while this answer was on its way
+            threading.Thread(target=on_abandoned, args=(v,), name="lanes-io", daemon=True).start()
 
     def run() -> None:
         try:
@@ -403,9 +415,11 @@ async def in_thread(fn: Callable[..., T], *args: Any) -> T:
         except BaseException as e:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(settle, False, e)
-        else:
-            with contextlib.suppress(RuntimeError):
-                loop.call_soon_threadsafe(settle, True, r)
+            return
+        try:
+            loop.call_soon_threadsafe(settle, True, r)
+        except RuntimeError:  # the loop is closed: the consumer has ended
+            abandon(r)
 
     threading.Thread(target=run, name="lanes-io", daemon=True).start()
     return await fut

@@ -452,6 +452,14 @@ DEFAULT_RENEW_EVERY_MS = 10_000
 the queues' default leases (300 s, 60 s for push-created queues)."""
 
 
+def release_acks(res: PopResult, spec: QueueSpec) -> list[tuple[str, AckEntry]]:
+    """The ``retry`` acks that release every message of a pop nobody will handle (the first of
+    each partition; the rest follow it), or none when the pop holds no lease."""
+    if spec.server_auto_ack or not res.lease_id:
+        return []
+    return batch_acks([], by_partition(res.messages), auto_ack=True)
+
+
 def renew_every(spec: QueueSpec) -> tuple[float, int] | None:
     """(interval seconds, lease seconds) of the renewal ticker, or None when off. The interval is
     the one given to ``renew_lease``, else a third of ``lease_seconds`` (at most 10 s), else 10 s,

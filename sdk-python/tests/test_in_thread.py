@@ -1,0 +1,46 @@
+"""in_thread, which runs the sync consumer's blocking pops: a call abandoned by a stop still
+completes, and its result must reach ``on_abandoned`` (to be released), whether the event loop is
+still running or already closed."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+
+from lanes._consumer import in_thread
+
+
+def _abandon_then_answer(keep_loop_running: bool) -> list[str]:
+    answer = threading.Event()
+    got: list[str] = []
+    delivered = threading.Event()
+
+    def blocking_pop() -> str:
+        answer.wait(5)
+        return "leased"
+
+    def on_abandoned(v: str) -> None:
+        got.append(v)
+        delivered.set()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(in_thread(blocking_pop, on_abandoned=on_abandoned))
+        await asyncio.sleep(0.05)
+        task.cancel()  # the consumer stopped while its pop was in flight
+        await asyncio.gather(task, return_exceptions=True)
+        if keep_loop_running:
+            answer.set()
+            await asyncio.sleep(0.2)  # the answer arrives while the loop still runs
+
+    asyncio.run(main())
+    answer.set()  # else: the loop is closed when the answer arrives
+    assert delivered.wait(5)
+    return got
+
+
+def test_an_abandoned_call_hands_its_result_over_while_the_loop_runs() -> None:
+    assert _abandon_then_answer(keep_loop_running=True) == ["leased"]
+
+
+def test_an_abandoned_call_hands_its_result_over_after_the_loop_closed() -> None:
+    assert _abandon_then_answer(keep_loop_running=False) == ["leased"]
