@@ -711,10 +711,12 @@ type DlqMessage struct {
 	FailedAt     time.Time       `json:"failedAt"`
 
 	// Id DLQ row id (use with replay).
-	Id            string  `json:"id"`
-	IsEncrypted   bool    `json:"isEncrypted"`
-	Partition     string  `json:"partition"`
-	PartitionId   string  `json:"partitionId"`
+	Id          string `json:"id"`
+	IsEncrypted bool   `json:"isEncrypted"`
+	Partition   string `json:"partition"`
+	PartitionId string `json:"partitionId"`
+
+	// ProducerSub JWT `sub` of the token that pushed the message (`null` without auth). A replay or retry pushes the message under it again.
 	ProducerSub   *string `json:"producerSub"`
 	Queue         string  `json:"queue"`
 	RetryCount    int     `json:"retryCount"`

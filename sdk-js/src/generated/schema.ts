@@ -1654,6 +1654,7 @@ export interface components {
             data: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
+            /** @description JWT `sub` of the token that pushed the message (`null` without auth). A replay or retry pushes the message under it again. */
             producerSub: string | null;
             /**
              * Format: date-time

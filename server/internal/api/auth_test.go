@@ -7,7 +7,6 @@ import (
 	"encoding/base64"
 	"encoding/pem"
 	"fmt"
-	"io"
 	"maps"
 	"net/http"
 	"slices"
@@ -281,39 +280,19 @@ func TestJWTStampsTheSubjectOnTransactionPushesAndTimers(t *testing.T) {
 	b := newAuthBroker(t)
 	q := uniqueQueue(t)
 	admin := hsToken(t, "admin-1", auth.RoleAdmin)
-	doAs := func(token, method, path, body string, out any) {
-		t.Helper()
-		req, err := http.NewRequest(method, b.URL+path, strings.NewReader(body))
-		if err != nil {
-			t.Fatal(err)
-		}
-		req.Header.Set("Authorization", "Bearer "+token)
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer resp.Body.Close()
-		if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
-			raw, _ := io.ReadAll(resp.Body)
-			t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
-		}
-		if out != nil {
-			decodeJSON(t, resp, out)
-		}
-	}
 	timerPayload := func(n int) string { return base64.StdEncoding.EncodeToString(fmt.Appendf(nil, `{"n":%d}`, n)) }
 
 	var tx struct {
 		Success bool `json:"success"`
 	}
-	doAs(hsToken(t, "bob", auth.RoleReadWrite), "POST", "/api/v1/transaction", `{"operations":[
+	b.doAs(t, hsToken(t, "bob", auth.RoleReadWrite), "POST", "/api/v1/transaction", `{"operations":[
 		{"type":"push","items":[{"queue":"`+q+`","partition":"p","payload":{"n":1},"producerSub":"spoofed"}]},
 		{"type":"push","queue":"`+q+`","partition":"p","payload":{"n":2}}],
 		"timers":[{"op":"schedule","queue":"`+q+`","timerKey":"rider","partition":"p","delayMs":0,"payload":"`+timerPayload(3)+`"}]}`, &tx)
 	if !tx.Success {
 		t.Fatalf("transaction: %+v", tx)
 	}
-	doAs(hsToken(t, "dave", auth.RoleWriteOnly), "POST", "/api/v1/timers",
+	b.doAs(t, hsToken(t, "dave", auth.RoleWriteOnly), "POST", "/api/v1/timers",
 		`{"operations":[{"op":"schedule","queue":"`+q+`","timerKey":"direct","partition":"p","delayMs":0,"payload":"`+timerPayload(4)+`"}]}`, nil)
 
 	for key, want := range map[string]string{"rider": "bob", "direct": "dave"} {
@@ -321,7 +300,7 @@ func TestJWTStampsTheSubjectOnTransactionPushesAndTimers(t *testing.T) {
 			Found       bool    `json:"found"`
 			ProducerSub *string `json:"producerSub"`
 		}
-		doAs(admin, "GET", "/api/v1/timers/"+q+"/"+key, "", &tm)
+		b.doAs(t, admin, "GET", "/api/v1/timers/"+q+"/"+key, "", &tm)
 		if !tm.Found || tm.ProducerSub == nil || *tm.ProducerSub != want {
 			t.Errorf("timer %s: producerSub %v, want %q", key, tm.ProducerSub, want)
 		}
@@ -341,7 +320,7 @@ func TestJWTStampsTheSubjectOnTransactionPushesAndTimers(t *testing.T) {
 			ProducerSub *string         `json:"producerSub"`
 		} `json:"messages"`
 	}
-	doAs(admin, "GET", "/api/v1/pop/queue/"+q+"?batch=10&wait=false", "", &popped)
+	b.doAs(t, admin, "GET", "/api/v1/pop/queue/"+q+"?batch=10&wait=false", "", &popped)
 	got := map[int]string{}
 	for _, m := range popped.Messages {
 		got[m.Data.N] = "<null>"
@@ -353,4 +332,73 @@ func TestJWTStampsTheSubjectOnTransactionPushesAndTimers(t *testing.T) {
 	if !maps.Equal(got, want) {
 		t.Fatalf("producerSub by message: got %v, want %v", got, want)
 	}
+}
+
+// A dead letter keeps the subject of the token that pushed the message: the
+// listing and the message detail show it, and a replay (by an admin, whose
+// subject is not the producer's) and a retry push the message under it again.
+func TestJWTReplayedDeadLetterKeepsItsProducerSub(t *testing.T) {
+	b := newAuthBroker(t)
+	q := uniqueQueue(t)
+	producer := hsToken(t, "producer-9", auth.RoleWriteOnly)
+	worker := hsToken(t, "worker-3", auth.RoleReadWrite)
+	admin := hsToken(t, "admin-1", auth.RoleAdmin)
+	type popped struct {
+		LeaseID  string `json:"leaseId"`
+		Messages []struct {
+			TransactionID string  `json:"transactionId"`
+			PartitionID   string  `json:"partitionId"`
+			ProducerSub   *string `json:"producerSub"`
+		} `json:"messages"`
+	}
+	// popOne pops the single message of the queue as the worker and checks its producerSub.
+	popOne := func(stage string) popped {
+		t.Helper()
+		var p popped
+		b.doAs(t, worker, "GET", "/api/v1/pop/queue/"+q+"?wait=false", "", &p)
+		if len(p.Messages) != 1 || p.Messages[0].ProducerSub == nil || *p.Messages[0].ProducerSub != "producer-9" {
+			t.Fatalf("%s: pop must carry the original producer's sub: %+v", stage, p)
+		}
+		return p
+	}
+	// deadLetter pops the message and acks it into the dead-letter queue.
+	deadLetter := func(stage string) (txn, partitionID string) {
+		t.Helper()
+		p := popOne(stage)
+		m := p.Messages[0]
+		b.doAs(t, worker, "POST", "/api/v1/ack", fmt.Sprintf(`{"transactionId":%q,"partitionId":%q,"leaseId":%q,"status":"dlq","error":"poison"}`,
+			m.TransactionID, m.PartitionID, p.LeaseID), nil)
+		return m.TransactionID, m.PartitionID
+	}
+	// listed returns the queue's one dead letter, checking its producerSub.
+	listed := func(stage string) string {
+		t.Helper()
+		var list struct {
+			Messages []struct {
+				ID          string  `json:"id"`
+				ProducerSub *string `json:"producerSub"`
+			} `json:"messages"`
+		}
+		b.doAs(t, admin, "GET", "/api/v1/dlq?queue="+q, "", &list)
+		if len(list.Messages) != 1 || list.Messages[0].ProducerSub == nil || *list.Messages[0].ProducerSub != "producer-9" {
+			t.Fatalf("%s: the dead letter must show its producer's sub: %+v", stage, list)
+		}
+		return list.Messages[0].ID
+	}
+
+	b.doAs(t, producer, "POST", "/api/v1/push", `{"items":[{"queue":"`+q+`","transactionId":"poison-1","payload":{"n":1}}]}`, nil)
+	txn, pid := deadLetter("first delivery")
+	var detail struct {
+		Status      string  `json:"status"`
+		ProducerSub *string `json:"producerSub"`
+	}
+	b.doAs(t, admin, "GET", "/api/v1/messages/"+pid+"/"+txn, "", &detail)
+	if detail.ProducerSub == nil || *detail.ProducerSub != "producer-9" {
+		t.Fatalf("message detail of a dead letter: %+v", detail)
+	}
+	b.doAs(t, admin, "POST", "/api/v1/dlq/"+listed("after the first dead-lettering")+"/replay", "{}", nil)
+	txn, pid = deadLetter("after the replay")
+	listed("after the second dead-lettering")
+	b.doAs(t, admin, "POST", "/api/v1/messages/"+pid+"/"+txn+"/retry", "", nil)
+	popOne("after the retry")
 }

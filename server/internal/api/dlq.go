@@ -67,7 +67,7 @@ func wireDeadLetter(d *engine.DeadLetter) gen.DlqMessage {
 	return gen.DlqMessage{
 		Id: id, TransactionId: d.TransactionID, PartitionId: pid, Queue: d.Queue, Partition: d.Partition,
 		ConsumerGroup: d.Group, ErrorMessage: optional(d.Error), RetryCount: d.RetryCount, Data: d.Payload,
-		CreatedAt: failed, FailedAt: failed, IsEncrypted: encrypted,
+		ProducerSub: optional(d.ProducerSub), CreatedAt: failed, FailedAt: failed, IsEncrypted: encrypted,
 	}
 }
 

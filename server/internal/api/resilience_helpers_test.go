@@ -81,6 +81,29 @@ func (b *resilientBroker) runDrain(t testing.TB) {
 	t.Cleanup(func() { cancel(); <-done })
 }
 
+// doAs calls a route with a bearer token, fails the test unless it answers
+// 200 or 201, and decodes the answer into out (when not nil).
+func (b *testBroker) doAs(t testing.TB, token, method, path, body string, out any) {
+	t.Helper()
+	req, err := http.NewRequest(method, b.URL+path, strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	req.Header.Set("Authorization", "Bearer "+token)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusCreated {
+		raw, _ := io.ReadAll(resp.Body)
+		t.Fatalf("%s %s: %d %s", method, path, resp.StatusCode, raw)
+	}
+	if out != nil {
+		decodeJSON(t, resp, out)
+	}
+}
+
 // callAs is call with an Authorization header.
 func (b *testBroker) callAs(t testing.TB, token, method, path, body string) (int, errorBody, http.Header) {
 	t.Helper()

@@ -776,10 +776,10 @@ func fileDeadLetters(ctx context.Context, tx dbtx, filings []dlqFiling) error {
 			jsonbPayload, textPayload = nil, string(fr.Payload)
 		}
 		if _, err := tx.Exec(ctx, `INSERT INTO lanes.dlq (partition_id, consumer_group, message_offset, message_id,
-				transaction_id, trace_id, payload, payload_text, error, retry_count, created_at)
-			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8::text, $9, $10, $11)`,
+				transaction_id, trace_id, payload, payload_text, error, retry_count, created_at, producer_sub)
+			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8::text, $9, $10, $11, nullif($12, ''))`,
 			f.partition, f.group, f.offset, fr.MessageID, fr.TransactionID, fr.TraceID, jsonbPayload, textPayload, f.reason,
-			f.retryCount, createdAt); err != nil {
+			f.retryCount, createdAt, fr.ProducerSub); err != nil {
 			return err
 		}
 	}

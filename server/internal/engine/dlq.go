@@ -23,11 +23,14 @@ type DeadLetter struct {
 	MessageID     uuid.UUID
 	TransactionID string
 	TraceID       string
-	Payload       json.RawMessage
-	Error         string
-	RetryCount    int
-	CreatedAt     time.Time
-	FailedAt      time.Time
+	// ProducerSub is the JWT subject that pushed the message ("" without auth);
+	// a replay pushes the message under it again.
+	ProducerSub string
+	Payload     json.RawMessage
+	Error       string
+	RetryCount  int
+	CreatedAt   time.Time
+	FailedAt    time.Time
 }
 
 // DLQFilter selects dead letters; empty fields do not filter.
@@ -38,7 +41,7 @@ type DLQFilter struct {
 }
 
 const deadLetterColumns = `d.id, d.partition_id, coalesce(q.name, ''), coalesce(p.name, ''), d.consumer_group,
-	d.message_offset, d.message_id, d.transaction_id, coalesce(d.trace_id, ''), coalesce(d.payload::text, d.payload_text), coalesce(d.error, ''),
+	d.message_offset, d.message_id, d.transaction_id, coalesce(d.trace_id, ''), coalesce(d.producer_sub, ''), coalesce(d.payload::text, d.payload_text), coalesce(d.error, ''),
 	d.retry_count, d.created_at, d.failed_at`
 
 const deadLetterFrom = ` FROM lanes.dlq d
@@ -49,7 +52,7 @@ func scanDeadLetter(row pgx.Row) (DeadLetter, error) {
 	var d DeadLetter
 	var payload []byte
 	err := row.Scan(&d.ID, &d.PartitionID, &d.Queue, &d.Partition, &d.Group, &d.Offset, &d.MessageID,
-		&d.TransactionID, &d.TraceID, &payload, &d.Error, &d.RetryCount, &d.CreatedAt, &d.FailedAt)
+		&d.TransactionID, &d.TraceID, &d.ProducerSub, &payload, &d.Error, &d.RetryCount, &d.CreatedAt, &d.FailedAt)
 	if payload == nil {
 		payload = []byte("null")
 	}
@@ -207,7 +210,9 @@ func (e *Engine) replayInTx(ctx context.Context, tx pgx.Tx, target ReplayTarget,
 		res.Partition = DefaultPartition
 	}
 	res.TransactionID = "dlq:" + row.ID.String()
-	frame := &Frame{TransactionID: res.TransactionID, TraceID: row.TraceID, Payload: row.Payload}
+	// The replayed message keeps its producer's subject: producerSub says who
+	// produced it, and a replay moves the same message rather than producing one.
+	frame := &Frame{TransactionID: res.TransactionID, TraceID: row.TraceID, ProducerSub: row.ProducerSub, Payload: row.Payload}
 	queued, messageID, err := appendOne(ctx, tx, e.brokerID, res.Queue, res.Partition, frame)
 	if err != nil {
 		return err

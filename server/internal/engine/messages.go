@@ -393,7 +393,7 @@ func (e *Engine) GetMessage(ctx context.Context, partitionID uuid.UUID, transact
 		d.MessageRecord = v.record(&frames[idx], offset, base, idx, created, st, lease)
 	case errors.Is(err, pgx.ErrNoRows) && dl != nil:
 		d.MessageRecord = MessageRecord{
-			ID: dl.MessageID, TransactionID: dl.TransactionID, TraceID: dl.TraceID, Payload: dl.Payload,
+			ID: dl.MessageID, TransactionID: dl.TransactionID, TraceID: dl.TraceID, ProducerSub: dl.ProducerSub, Payload: dl.Payload,
 			CreatedAt: dl.CreatedAt, PartitionID: v.id, Partition: v.name, Queue: v.queue, Namespace: v.ns,
 			Task: v.task, Offset: dl.Offset, Status: StatusDeadLetter, TotalGroups: len(v.busCommitted),
 		}

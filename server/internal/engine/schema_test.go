@@ -394,33 +394,7 @@ func TestTimerProducerSubColumnIsAddedOnceAndCarriedToTheFiredMessage(t *testing
 		t.Fatalf("upgrade: %v", err)
 	}
 
-	files, _, err := schemaSources()
-	if err != nil {
-		t.Fatal(err)
-	}
-	var file string
-	for _, f := range files {
-		if f.name == "100_timer_producer_sub.sql" {
-			file = f.sql
-		}
-	}
-	if file == "" {
-		t.Fatal("100_timer_producer_sub.sql is not embedded")
-	}
-	open, err := pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = open.Rollback(ctx) }()
-	if _, err := open.Exec(ctx, `UPDATE lanes.timers SET attempts = attempts WHERE false`); err != nil {
-		t.Fatal(err)
-	}
-	applyCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
-	defer cancel()
-	if _, err := pool.Exec(applyCtx, file); err != nil {
-		t.Fatalf("applying the file again beside an open writer of lanes.timers: %v", err)
-	}
-	_ = open.Rollback(ctx)
+	reapplyBesideAWriter(t, pool, "100_timer_producer_sub.sql", `UPDATE lanes.timers SET attempts = attempts WHERE false`)
 
 	e := New(pool, Config{})
 	t.Cleanup(e.Close)
@@ -447,4 +421,60 @@ func TestTimerProducerSubColumnIsAddedOnceAndCarriedToTheFiredMessage(t *testing
 	if len(got) != 2 || got["1"] != "scheduler-1" || got["2"] != "" {
 		t.Fatalf("fired messages' producerSub by payload: %v", got)
 	}
+}
+
+// reapplyBesideAWriter applies the embedded schema file again while another
+// transaction holds a write lock taken by writer: a file that checks the
+// catalog before its ALTER must not wait for that lock.
+func reapplyBesideAWriter(t *testing.T, pool *pgxpool.Pool, name, writer string) {
+	t.Helper()
+	ctx := t.Context()
+	files, _, err := schemaSources()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var file string
+	for _, f := range files {
+		if f.name == name {
+			file = f.sql
+		}
+	}
+	if file == "" {
+		t.Fatalf("%s is not embedded", name)
+	}
+	open, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = open.Rollback(ctx) }()
+	if _, err := open.Exec(ctx, writer); err != nil {
+		t.Fatal(err)
+	}
+	applyCtx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	if _, err := pool.Exec(applyCtx, file); err != nil {
+		t.Fatalf("applying %s again beside an open writer (%s): %v", name, writer, err)
+	}
+}
+
+// 110_dead_letter_producer_sub.sql adds dlq.producer_sub to a database from
+// before it, and on a database that has it takes no lock on lanes.dlq.
+func TestDeadLetterProducerSubColumnIsAddedOnce(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE lanes.dlq DROP COLUMN producer_sub; DROP TABLE lanes.schema_applied`); err != nil {
+		t.Fatalf("rebuilding the old layout: %v", err)
+	}
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	var has bool
+	if err := pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_attribute WHERE attrelid = 'lanes.dlq'::regclass
+		AND attname = 'producer_sub' AND NOT attisdropped)`).Scan(&has); err != nil || !has {
+		t.Fatalf("lanes.dlq.producer_sub after the upgrade: %v %v", has, err)
+	}
+	reapplyBesideAWriter(t, pool, "110_dead_letter_producer_sub.sql", `UPDATE lanes.dlq SET retry_count = retry_count WHERE false`)
 }

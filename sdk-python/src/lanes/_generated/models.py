@@ -530,6 +530,9 @@ class DlqMessage(BaseModel):
     Payload (any JSON).
     """
     producer_sub: Annotated[str | None, Field(alias="producerSub")]
+    """
+    JWT `sub` of the token that pushed the message (`null` without auth). A replay or retry pushes the message under it again.
+    """
     created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
     """
     Same as `failedAt`.
