@@ -50,6 +50,8 @@ func newVerifier(cfg *config.Config) (*auth.Verifier, error) {
 		Issuer:    cfg.JWTIssuer,
 		Audience:  cfg.JWTAudience,
 		Leeway:    cfg.JWTLeeway,
+		// Without the requirement a token lacking exp never expires.
+		AllowNoExpiry: !cfg.JWTRequireExp,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("LANES_JWT_*: %w", err)

@@ -19,40 +19,61 @@ import (
 	"github.com/lanesmq/lanes/server/internal/config"
 )
 
+const testJWTSecret = "leeway-test-secret-leeway-test-secret"
+
+// signTestToken signs claims for an admin "svc" with testJWTSecret.
+func signTestToken(t *testing.T, claims jwt.MapClaims) string {
+	t.Helper()
+	claims["sub"], claims["role"] = "svc", auth.RoleAdmin
+	tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(testJWTSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tok
+}
+
+// brokerVerifier builds the verifier the broker builds from its settings (env),
+// with JWT on and testJWTSecret.
+func brokerVerifier(t *testing.T, env map[string]string) *auth.Verifier {
+	t.Helper()
+	env["LANES_JWT_ENABLED"], env["LANES_JWT_SECRET"] = "true", testJWTSecret
+	cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	v, err := newVerifier(cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return v
+}
+
+// TestJWTWithoutExpiryFollowsLanesJWTRequireExp: the broker's verifier refuses
+// a token without exp by default and accepts it with LANES_JWT_REQUIRE_EXP=false.
+func TestJWTWithoutExpiryFollowsLanesJWTRequireExp(t *testing.T) {
+	forever := signTestToken(t, jwt.MapClaims{"iat": time.Now().Unix()})
+	if _, aerr := brokerVerifier(t, map[string]string{}).Verify("Bearer " + forever); aerr == nil || aerr.Message != auth.MsgNoExpiry {
+		t.Errorf("a token without exp by default: %v, want %q", aerr, auth.MsgNoExpiry)
+	}
+	if _, aerr := brokerVerifier(t, map[string]string{"LANES_JWT_REQUIRE_EXP": "false"}).Verify("Bearer " + forever); aerr != nil {
+		t.Errorf("a token without exp with LANES_JWT_REQUIRE_EXP=false: %q", aerr.Message)
+	}
+}
+
 // TestJWTLeewayToleratesClockSkewByDefault builds the verifier the broker
 // builds from its settings: by default a token a second ahead of (iat) or
 // behind (exp) the broker's clock is accepted, and LANES_JWT_LEEWAY_SECONDS=0
 // turns the tolerance off.
 func TestJWTLeewayToleratesClockSkewByDefault(t *testing.T) {
-	const secret = "leeway-test-secret-leeway-test-secret"
 	now := time.Now().Unix()
-	sign := func(claims jwt.MapClaims) string {
-		claims["sub"], claims["role"] = "svc", auth.RoleAdmin
-		tok, err := jwt.NewWithClaims(jwt.SigningMethodHS256, claims).SignedString([]byte(secret))
-		if err != nil {
-			t.Fatal(err)
-		}
-		return tok
-	}
+	sign := func(claims jwt.MapClaims) string { return signTestToken(t, claims) }
 	skewed := map[string]string{
 		"iat 1 s ahead":               sign(jwt.MapClaims{"iat": now + 1, "exp": now + 3600}),
 		"exp 1 s past":                sign(jwt.MapClaims{"iat": now - 60, "exp": now - 1}),
 		"iat 1 s ahead, exp 1 s past": sign(jwt.MapClaims{"iat": now + 1, "exp": now - 1}),
 	}
-	verifier := func(env map[string]string) *auth.Verifier {
-		env["LANES_JWT_ENABLED"], env["LANES_JWT_SECRET"] = "true", secret
-		cfg, err := config.Load(nil, func(k string) string { return env[k] }, io.Discard)
-		if err != nil {
-			t.Fatal(err)
-		}
-		v, err := newVerifier(cfg)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	byDefault := verifier(map[string]string{})
-	strict := verifier(map[string]string{"LANES_JWT_LEEWAY_SECONDS": "0"})
+	byDefault := brokerVerifier(t, map[string]string{})
+	strict := brokerVerifier(t, map[string]string{"LANES_JWT_LEEWAY_SECONDS": "0"})
 	for name, tok := range skewed {
 		if _, aerr := byDefault.Verify("Bearer " + tok); aerr != nil {
 			t.Errorf("%s with the default leeway: refused with %q", name, aerr.Message)

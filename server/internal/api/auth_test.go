@@ -136,7 +136,7 @@ func TestJWTRejectsBadTokensWithTheFixedMessages(t *testing.T) {
 	key, _ := rsa.GenerateKey(rand.Reader, 2048)
 	expired, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "x", "roles": []string{"admin"}, "exp": time.Now().Add(-time.Minute).Unix()}).SignedString([]byte(testSecret))
 	forged, _ := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "x", "roles": []string{"admin"}}).SignedString([]byte("not-the-secret-not-the-secret"))
-	rsSigned, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"sub": "x", "roles": []string{"admin"}}).SignedString(key)
+	rsSigned, _ := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"sub": "x", "roles": []string{"admin"}, "exp": time.Now().Add(time.Hour).Unix()}).SignedString(key)
 	cases := map[string]string{
 		"Token has expired":           expired,
 		"Invalid token signature":     forged,
@@ -401,4 +401,27 @@ func TestJWTReplayedDeadLetterKeepsItsProducerSub(t *testing.T) {
 	listed("after the second dead-lettering")
 	b.doAs(t, admin, "POST", "/api/v1/messages/"+pid+"/"+txn+"/retry", "", nil)
 	popOne("after the retry")
+}
+
+// A token without exp would be valid for ever: the broker refuses it with a
+// 401 that says why, unless told to accept it (LANES_JWT_REQUIRE_EXP=false).
+func TestJWTWithoutExpiryIsRefusedUnlessAllowed(t *testing.T) {
+	noExp, err := jwt.NewWithClaims(jwt.SigningMethodHS256, jwt.MapClaims{"sub": "forever", "roles": []string{auth.RoleAdmin},
+		"iat": time.Now().Unix()}).SignedString([]byte(testSecret))
+	if err != nil {
+		t.Fatal(err)
+	}
+	strict := newAuthBroker(t)
+	status, e, hdr := strict.callAs(t, noExp, "GET", "/api/v1/resources/queues", "")
+	if status != http.StatusUnauthorized || e.Error != auth.MsgNoExpiry || e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") == "" {
+		t.Fatalf("token without exp: %d %+v, want 401 %q", status, e, auth.MsgNoExpiry)
+	}
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret), AllowNoExpiry: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	lenient := newBrokerWith(t, testDSN, Options{Auth: v}, "")
+	if status, e, _ := lenient.callAs(t, noExp, "GET", "/api/v1/resources/queues", ""); status != http.StatusOK {
+		t.Fatalf("token without exp on a broker that allows it: %d %+v", status, e)
+	}
 }

@@ -29,10 +29,13 @@ const (
 
 // The fixed 401 messages.
 const (
-	MsgAuthRequired   = "Authentication required"
-	MsgBadHeader      = "Bad token header"
-	MsgBadSignature   = "Invalid token signature"
-	MsgExpired        = "Token has expired"
+	MsgAuthRequired = "Authentication required"
+	MsgBadHeader    = "Bad token header"
+	MsgBadSignature = "Invalid token signature"
+	MsgExpired      = "Token has expired"
+	// MsgNoExpiry refuses a token without exp, which would be valid for ever
+	// (unless Config.AllowNoExpiry).
+	MsgNoExpiry       = "Token has no expiration time (exp claim required)"
 	MsgNotYetValid    = "Token not yet valid"
 	MsgIssuedInFuture = "Token issued in the future"
 	MsgBadIssuer      = "Invalid token issuer"
@@ -54,6 +57,9 @@ type Config struct {
 	Audience  string
 	// Leeway tolerates clock skew on exp, nbf and iat.
 	Leeway time.Duration
+	// AllowNoExpiry accepts tokens without an exp claim. Off by default: such
+	// a token never expires, so a leaked one works until the key is rotated.
+	AllowNoExpiry bool
 }
 
 // Verifier checks tokens. It is safe for concurrent use.
@@ -106,6 +112,9 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		return nil, fmt.Errorf("jwt algorithm %q does not match the configured key (usable: %s)", alg, strings.Join(usable, ", "))
 	}
 	opts := []jwt.ParserOption{jwt.WithIssuedAt(), jwt.WithLeeway(cfg.Leeway)}
+	if !cfg.AllowNoExpiry {
+		opts = append(opts, jwt.WithExpirationRequired())
+	}
 	if cfg.Issuer != "" {
 		opts = append(opts, jwt.WithIssuer(cfg.Issuer))
 	}
@@ -183,9 +192,9 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 }
 
 // messageFor picks the fixed 401 message for a parse or validation error.
-// golang-jwt reports a required iss or aud that is absent as a missing claim,
-// not as a bad issuer or audience; the claims (decoded once the signature
-// verified) tell which one it was, so a missing claim answers as a wrong one.
+// golang-jwt reports a required exp, iss or aud that is absent as a missing
+// claim; the claims (decoded once the signature verified) tell which one it
+// was, so a missing iss or aud answers as a wrong one and a missing exp says so.
 func (v *Verifier) messageFor(err error, claims jwt.MapClaims) string {
 	missing := errors.Is(err, jwt.ErrTokenRequiredClaimMissing)
 	switch {
@@ -201,6 +210,8 @@ func (v *Verifier) messageFor(err error, claims jwt.MapClaims) string {
 		return MsgNotYetValid
 	case errors.Is(err, jwt.ErrTokenUsedBeforeIssued):
 		return MsgIssuedInFuture
+	case missing && !v.cfg.AllowNoExpiry && lacksExpiry(claims):
+		return MsgNoExpiry
 	case errors.Is(err, jwt.ErrTokenInvalidIssuer), missing && v.cfg.Issuer != "" && lacks(claims.GetIssuer):
 		return MsgBadIssuer
 	case errors.Is(err, jwt.ErrTokenInvalidAudience), missing && v.cfg.Audience != "" && lacksAudience(claims):
@@ -215,6 +226,13 @@ func (v *Verifier) messageFor(err error, claims jwt.MapClaims) string {
 func lacks(get func() (string, error)) bool {
 	s, err := get()
 	return err == nil && s == ""
+}
+
+// lacksExpiry reports whether exp is absent, as the validator decides when it
+// calls a required exp missing.
+func lacksExpiry(claims jwt.MapClaims) bool {
+	exp, err := claims.GetExpirationTime()
+	return err == nil && exp == nil
 }
 
 // lacksAudience reports whether aud is absent, empty or [""], as the validator

@@ -125,6 +125,19 @@ func TestVerifyHS256RS256EdDSAAndTheFixedMessages(t *testing.T) {
 	if _, aerr := both.Verify(sign(t, jwt.SigningMethodHS256, secret, without("nothing"))); aerr != nil {
 		t.Fatalf("iss and aud both right: %v", aerr)
 	}
+	// A token without exp would be valid for ever: refused unless allowed.
+	noExp := with("exp", nil)
+	delete(noExp, "exp")
+	if _, aerr := hs.Verify(sign(t, jwt.SigningMethodHS256, secret, noExp)); aerr == nil || aerr.Message != MsgNoExpiry {
+		t.Fatalf("no exp: want %q, got %v", MsgNoExpiry, aerr)
+	}
+	lenient, _ := NewVerifier(Config{Secret: secret, Issuer: "lanes-test", AllowNoExpiry: true})
+	if _, aerr := lenient.Verify(sign(t, jwt.SigningMethodHS256, secret, noExp)); aerr != nil {
+		t.Fatalf("no exp with AllowNoExpiry: %v", aerr)
+	}
+	if _, aerr := lenient.Verify(sign(t, jwt.SigningMethodHS256, secret, with("exp", now.Add(-time.Hour).Unix()))); aerr == nil || aerr.Message != MsgExpired {
+		t.Fatalf("AllowNoExpiry still refuses an expired token: %v", aerr)
+	}
 	if _, err := NewVerifier(Config{}); err == nil {
 		t.Fatal("a verifier without keys must not start")
 	}

@@ -101,6 +101,8 @@ type Resilience struct {
 	JWTAudience  string
 	// JWTLeeway is the clock skew tolerated on a token's exp, nbf and iat.
 	JWTLeeway time.Duration
+	// JWTRequireExp refuses tokens without an exp claim (valid for ever otherwise).
+	JWTRequireExp bool
 }
 
 // positiveSetting parses an integer of at least 1 (and at most upper when upper > 0).
@@ -184,6 +186,7 @@ var settings = []setting{
 		c.JWTLeeway = time.Duration(n) * time.Second
 		return nil
 	}},
+	{"jwt-require-exp", "LANES_JWT_REQUIRE_EXP", "true", "refuse a token without an exp claim (401 \"Token has no expiration time\"): it would be valid for ever; false accepts it, as the reference broker does", boolSetting(func(c *Config) *bool { return &c.JWTRequireExp })},
 	{"push-committers", "LANES_PUSH_COMMITTERS", "1", "concurrent group-commit transactions for pushes: one gathers every push that arrives during a commit into the next (fewer, larger commits cost PostgreSQL less per message)", intSetting(func(c *Config) *int { return &c.PushCommitters })},
 	{"ack-sync-commit", "LANES_ACK_SYNC_COMMIT", "false", "a plain ack waits for PostgreSQL's WAL flush before it answers; false: a database crash may undo the acks of its last fraction of a second, whose messages then redeliver (at-least-once), and a single lane turns over faster (transaction bundles, autoAck pops and dead-letter filings always wait)", boolSetting(func(c *Config) *bool { return &c.AckSyncCommit })},
 	{"default-subscription-mode", "LANES_DEFAULT_SUBSCRIPTION_MODE", "new", "where a named group starts on first contact: new (also new-only, new_only, newonly) or all", func(c *Config, v string) error {

@@ -72,3 +72,24 @@ func TestTestFaultsAndJWTTogetherAreRefused(t *testing.T) {
 		}
 	}
 }
+
+func TestJWTRequireExpIsOnByDefaultAndListedByHelp(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || !c.JWTRequireExp {
+		t.Fatalf("tokens without exp must be refused by default: %v %v", c.JWTRequireExp, err)
+	}
+	c, err = Load(nil, env(map[string]string{"LANES_JWT_REQUIRE_EXP": "false"}), io.Discard)
+	if err != nil || c.JWTRequireExp {
+		t.Fatalf("LANES_JWT_REQUIRE_EXP=false: %v %v", c.JWTRequireExp, err)
+	}
+	if _, err := Load(nil, env(map[string]string{"LANES_JWT_REQUIRE_EXP": "maybe"}), io.Discard); err == nil || !strings.Contains(err.Error(), "LANES_JWT_REQUIRE_EXP") {
+		t.Fatalf("a non-boolean must be refused naming its variable: %v", err)
+	}
+	var help strings.Builder
+	if _, err := Load([]string{"--help"}, env(nil), &help); !errors.Is(err, flag.ErrHelp) {
+		t.Fatalf("--help: %v", err)
+	}
+	if !strings.Contains(help.String(), "--jwt-require-exp") || !strings.Contains(help.String(), "LANES_JWT_REQUIRE_EXP") {
+		t.Fatalf("--help does not list the exp requirement:\n%s", help.String())
+	}
+}
