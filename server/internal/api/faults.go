@@ -16,8 +16,12 @@ package api
 // Its responses are served in order, each `times` times (default 1); {"pass":true} lets the
 // request through (still counted). Once the script is used up the route behaves normally and
 // every further request is still counted. The first matching rule counts a request.
+// {"pass":true,"holdAnswerMs":N} also holds a pop's answer up to N ms (less if the client
+// leaves) after its claim and before it is sent: the window where a client that leaves must
+// get its claim given back.
 
 import (
+	"context"
 	"encoding/json"
 	"net/http"
 	"strings"
@@ -41,6 +45,8 @@ type FaultResponse struct {
 	Times   int             `json:"times,omitempty"`
 	Pass    bool            `json:"pass,omitempty"`
 	DelayMs int             `json:"delayMs,omitempty"`
+	// HoldAnswerMs, with Pass, holds a pop's answer between its claim and its sending.
+	HoldAnswerMs int `json:"holdAnswerMs,omitempty"`
 }
 
 // FaultRule scripts one route of one run.
@@ -99,6 +105,9 @@ func (f *faultInjector) wrap(next http.Handler) http.Handler {
 		}
 		resp, ok := f.take(run, r)
 		if !ok {
+			if resp.HoldAnswerMs > 0 {
+				r = r.WithContext(context.WithValue(r.Context(), holdAnswerKey{}, time.Duration(resp.HoldAnswerMs)*time.Millisecond))
+			}
 			next.ServeHTTP(w, r)
 			return
 		}
@@ -114,7 +123,7 @@ func (f *faultInjector) wrap(next http.Handler) http.Handler {
 }
 
 // take counts the request against the first matching rule and returns the scripted answer,
-// if any is left.
+// if any is left; ok is false when the request goes through (a pass is then returned too).
 func (f *faultInjector) take(run string, r *http.Request) (FaultResponse, bool) {
 	f.mu.Lock()
 	defer f.mu.Unlock()
@@ -130,12 +139,30 @@ func (f *faultInjector) take(run string, r *http.Request) (FaultResponse, bool) 
 		resp := st.script[st.next]
 		st.next++
 		if resp.Pass {
-			return FaultResponse{}, false
+			return resp, false
 		}
 		st.counted.Faulted++
 		return resp, true
 	}
 	return FaultResponse{}, false
+}
+
+// holdAnswerKey carries a pass's holdAnswerMs in the request context.
+type holdAnswerKey struct{}
+
+// holdAnswerForFaultScript waits out a fault script's holdAnswerMs, or until
+// the client leaves; without a script it returns at once.
+func holdAnswerForFaultScript(r *http.Request) {
+	hold, ok := r.Context().Value(holdAnswerKey{}).(time.Duration)
+	if !ok {
+		return
+	}
+	timer := time.NewTimer(hold)
+	defer timer.Stop()
+	select {
+	case <-timer.C:
+	case <-r.Context().Done():
+	}
 }
 
 func writeFault(w http.ResponseWriter, resp FaultResponse) {

@@ -75,9 +75,17 @@ func init() {
 func writeJSON(w http.ResponseWriter, status int, v any) error {
 	buf := takeBuffer()
 	defer giveBuffer(buf)
-	if err := gojson.NewEncoder(buf).Encode(v); err != nil {
+	if err := encodeJSON(buf, v); err != nil {
 		return err
 	}
+	return sendJSON(w, status, buf)
+}
+
+// encodeJSON is writeJSON's encoding step.
+func encodeJSON(buf *bytes.Buffer, v any) error { return gojson.NewEncoder(buf).Encode(v) }
+
+// sendJSON is writeJSON's sending step: the encoded answer with its length.
+func sendJSON(w http.ResponseWriter, status int, buf *bytes.Buffer) error {
 	w.Header().Set("Content-Type", "application/json")
 	w.Header().Set("Content-Length", strconv.Itoa(buf.Len()))
 	w.WriteHeader(status)
@@ -98,6 +106,26 @@ func (a popAnswer) VisitPopPartitionResponse(w http.ResponseWriter) error {
 
 func (a popAnswer) VisitPopDiscoverResponse(w http.ResponseWriter) error {
 	return writeJSON(w, http.StatusOK, gen.PopResponse(a))
+}
+
+// popDelivery is a pop's 200 answer on its way to a client that may leave
+// before it is sent: see Server.deliverPop.
+type popDelivery struct {
+	s   *Server
+	r   *http.Request
+	pop *gen.PopResponse
+}
+
+func (d popDelivery) VisitPopQueueResponse(w http.ResponseWriter) error {
+	return d.s.deliverPop(w, d.r, d.pop)
+}
+
+func (d popDelivery) VisitPopPartitionResponse(w http.ResponseWriter) error {
+	return d.s.deliverPop(w, d.r, d.pop)
+}
+
+func (d popDelivery) VisitPopDiscoverResponse(w http.ResponseWriter) error {
+	return d.s.deliverPop(w, d.r, d.pop)
 }
 
 // pushAnswer is the 201 answer of a push.

@@ -140,8 +140,9 @@ func (s *Server) requestDeadline(request any) time.Duration {
 
 // strictMiddleware runs around every generated operation: it enforces the
 // caps, puts a deadline on the database work, answers /health 503 until the
-// schema is applied, counts delivered and acknowledged messages, and gives a
-// claim back when its client left before the answer.
+// schema is applied, counts acknowledged messages, and hands a pop's answer to
+// deliverPop (which counts it), or gives the claim back at once when its
+// client already left.
 func (s *Server) strictMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
 	limits := s.opts.Limits.withDefaults()
 	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
@@ -167,8 +168,7 @@ func (s *Server) strictMiddleware(f gen.StrictHandlerFunc, operationID string) g
 				s.giveBack(pop)
 				return nil, r.Context().Err()
 			}
-			s.metrics.CountPopped(len(pop.Messages))
-			return resp, nil
+			return popDelivery{s: s, r: r, pop: pop}, nil
 		}
 		s.countAcks(resp)
 		return resp, nil
@@ -218,6 +218,39 @@ func (s *Server) countAcks(resp any) {
 		return
 	}
 	s.metrics.CountAcks(acked, dlq)
+}
+
+// deliverPop sends a pop's answer, or gives its claim back when the client
+// cannot have it: the client left before the answer went out (checked once it
+// is encoded, which takes milliseconds for a large batch), or sending it
+// failed. An answer sent into a socket whose client leaves a moment later is
+// indistinguishable from one a consumer received and then crashed on: its
+// lease frees at expiry.
+func (s *Server) deliverPop(w http.ResponseWriter, r *http.Request, pop *gen.PopResponse) error {
+	buf := takeBuffer()
+	defer giveBuffer(buf)
+	if err := encodeJSON(buf, pop); err != nil {
+		s.giveBack(pop)
+		return err
+	}
+	holdAnswerForFaultScript(r)
+	if r.Context().Err() != nil {
+		s.giveBack(pop)
+		return nil // nobody to answer
+	}
+	err := sendJSON(w, http.StatusOK, buf)
+	if err == nil {
+		err = http.NewResponseController(w).Flush()
+		if errors.Is(err, http.ErrNotSupported) {
+			err = nil // sent when the handler returns
+		}
+	}
+	if err != nil {
+		s.giveBack(pop)
+		return err
+	}
+	s.metrics.CountPopped(len(pop.Messages))
+	return nil
 }
 
 // giveBack releases a claim whose client left before the answer was written:

@@ -1,0 +1,143 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+	"testing"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
+)
+
+// execOn runs one statement on b's pool (for testdb.StallNextClaim).
+func execOn(b *testBroker) func(ctx context.Context, sql string) error {
+	return func(ctx context.Context, sql string) error {
+		_, err := b.Pool.Exec(ctx, sql)
+		return err
+	}
+}
+
+// pushThree pushes m0, m1 and m2 to partition p of q.
+func pushThree(t *testing.T, b *testBroker, q string) {
+	t.Helper()
+	items := make([]map[string]any, 3)
+	for i := range items {
+		items[i] = map[string]any{"queue": q, "partition": "p", "transactionId": fmt.Sprintf("m%d", i), "payload": i}
+	}
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, nil); status != http.StatusCreated {
+		t.Fatal("push")
+	}
+}
+
+// popAndLeave sends a pop whose client leaves after leaveAfter, and returns
+// when it left; the pop must not have been answered by then.
+func popAndLeave(t *testing.T, b *testBroker, path string, header http.Header, leaveAfter time.Duration) time.Time {
+	t.Helper()
+	ctx, leave := context.WithCancel(context.Background())
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL+path, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for k, v := range header {
+		req.Header[k] = v
+	}
+	answered := make(chan error, 1)
+	go func() {
+		resp, err := http.DefaultClient.Do(req)
+		if err == nil {
+			resp.Body.Close()
+			err = fmt.Errorf("answered %d before the client left", resp.StatusCode)
+		}
+		answered <- err
+	}()
+	time.Sleep(leaveAfter)
+	left := time.Now()
+	leave()
+	if err := <-answered; !errors.Is(err, context.Canceled) {
+		t.Fatalf("the client did not leave: %v", err)
+	}
+	return left
+}
+
+// expectGivenBack checks what a claim given back leaves: another pop of the
+// group gets m0, m1 and m2, each once, well before the 60 s lease would have
+// expired; the group's retry budget is not charged; once they are acked the
+// group has nothing left.
+func expectGivenBack(t *testing.T, b *resilientBroker, q, group, popPath string, left time.Time) time.Duration {
+	t.Helper()
+	var again popBody
+	waitFor(t, 10*time.Second, "the messages to be claimable again", func() bool {
+		b.call(t, "GET", popPath, nil, &again)
+		return len(again.Messages) > 0
+	})
+	took := time.Since(left)
+	if took > 5*time.Second {
+		t.Fatalf("the messages came back after %v: they waited for the lease instead of being given back", took)
+	}
+	seen := map[string]int{}
+	acks := make([]map[string]any, 0, len(again.Messages))
+	for _, m := range again.Messages {
+		seen[m.TransactionID]++
+		acks = append(acks, map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": again.LeaseID})
+	}
+	if len(again.Messages) != 3 || seen["m0"] != 1 || seen["m1"] != 1 || seen["m2"] != 1 {
+		t.Fatalf("want m0, m1 and m2 once each, got %v", seen)
+	}
+	var retryCount int
+	if err := b.Pool.QueryRow(context.Background(), `SELECT c.retry_count FROM lanes.consumers c
+		JOIN lanes.partitions p ON p.id = c.partition_id JOIN lanes.queues qu ON qu.id = p.queue_id
+		WHERE qu.name = $1 AND c.consumer_group = $2`, q, group).Scan(&retryCount); err != nil {
+		t.Fatal(err)
+	}
+	if retryCount != 0 {
+		t.Fatalf("giving the claim back charged the retry budget: retry_count %d", retryCount)
+	}
+	b.call(t, "POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": acks}, nil)
+	var rest popBody
+	if status, _ := b.call(t, "GET", popPath, nil, &rest); status != http.StatusNoContent {
+		t.Fatalf("after the acks the group has nothing left: %d %+v", status, rest)
+	}
+	if n := b.Server.metrics.LeasesGivenBack(); n != 1 {
+		t.Errorf("lanes_pop_leases_given_back_total = %d, want 1", n)
+	}
+	return took
+}
+
+// TestClientLeavingDuringTheClaimGetsTheClaimGivenBack: the client of a pop
+// leaves while the claim is in its database round trip (held there by a real
+// stall), before any answer exists. The claim still commits (a caller leaving
+// does not interrupt it, or its outcome would be unknown) and the broker gives
+// it back at once.
+func TestClientLeavingDuringTheClaimGetsTheClaimGivenBack(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{}, "")
+	q, group := uniqueQueue(t), fmt.Sprintf("leaver-%d", time.Now().UnixNano())
+	pushThree(t, b.testBroker, q)
+	popPath := "/api/v1/pop/queue/" + q + "?batch=10&subscriptionMode=all&consumerGroup=" + group
+	testdb.StallNextClaim(t, execOn(b.testBroker), group, 1500*time.Millisecond)
+	left := popAndLeave(t, b.testBroker, popPath, nil, 400*time.Millisecond)
+	took := expectGivenBack(t, b, q, group, popPath, left)
+	t.Logf("claim stalled 1.5 s in PostgreSQL, client left after 0.4 s: claimable again %v after it left (lease 60 s)", took.Round(time.Millisecond))
+}
+
+// TestClientLeavingBeforeTheAnswerIsSentGetsTheClaimGivenBack: the claim has
+// committed and the handler has returned its answer (its client still there),
+// but the client leaves before the answer is sent (a fault script holds it
+// there, as encoding a large batch or a busy machine would). The broker sends
+// nothing and gives the claim back at once.
+func TestClientLeavingBeforeTheAnswerIsSentGetsTheClaimGivenBack(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{TestFaults: true}, "")
+	q, group := uniqueQueue(t), "late-leaver"
+	pushThree(t, b.testBroker, q)
+	popPath := "/api/v1/pop/queue/" + q + "?batch=10&subscriptionMode=all&consumerGroup=" + group
+	run := fmt.Sprintf("hold-answer-%d", time.Now().UnixNano())
+	if status, _ := b.call(t, "PUT", faultsPrefix+run, map[string]any{"rules": []map[string]any{{
+		"method": "GET", "path": "/api/v1/pop/queue/*", "responses": []map[string]any{{"pass": true, "holdAnswerMs": 5000}},
+	}}}, nil); status != http.StatusNoContent {
+		t.Fatalf("fault script: %d", status)
+	}
+	left := popAndLeave(t, b.testBroker, popPath, http.Header{FaultsRunHeader: {run}}, 500*time.Millisecond)
+	took := expectGivenBack(t, b, q, group, popPath, left)
+	t.Logf("answer held after the claim, client left after 0.5 s: claimable again %v after it left (lease 60 s)", took.Round(time.Millisecond))
+}
