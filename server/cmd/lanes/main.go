@@ -143,7 +143,8 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		go servePprof(cfg.PprofAddr, log)
 	}
 	addr := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port))
-	httpServer := &http.Server{Addr: addr, Handler: handler, ReadHeaderTimeout: 10 * time.Second}
+	running := &inFlight{}
+	httpServer := &http.Server{Addr: addr, Handler: running.wrap(handler), ReadHeaderTimeout: 10 * time.Second}
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return err
@@ -163,6 +164,16 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	// Parked long polls are released first so they answer 204 instead of holding shutdown.
 	go func() { time.Sleep(100 * time.Millisecond); eng.ReleaseParkedPops() }()
 	err = httpServer.Shutdown(shutdownCtx)
+	if err != nil {
+		// Past the timeout, the remaining connections are cut: their requests
+		// see their clients gone, so a pop whose claim is still in flight gives
+		// it back. That needs the engine, so it closes after them.
+		log.Warn("shutdown timeout passed: closing the connections of the requests still running", "running", running.n.Load())
+		_ = httpServer.Close()
+		if !running.waitIdle(giveBackGrace) {
+			log.Warn("requests still running after the shutdown grace; their claims free at lease expiry", "running", running.n.Load())
+		}
+	}
 	stopDrain()
 	schema.close()
 	if sp != nil {

@@ -204,7 +204,7 @@ var settings = []setting{
 		c.PopAutopilot = v
 		return nil
 	}},
-	{"shutdown-timeout-ms", "LANES_SHUTDOWN_TIMEOUT_MS", "30000", "how long SIGTERM waits for in-flight requests", millisSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"shutdown-timeout-ms", "LANES_SHUTDOWN_TIMEOUT_MS", "30000", "how long SIGTERM waits for in-flight requests; then their connections are cut (a pop gives its claim back)", millisSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
 	{"log-level", "LANES_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error { c.LogLevel = v; return nil }},
 	{"log-format", "LANES_LOG_FORMAT", "text", "text or json", func(c *Config, v string) error { c.LogFormat = v; return nil }},
 	{"apply-schema", "LANES_APPLY_SCHEMA", "true", "apply the embedded schema at boot", func(c *Config, v string) error {
