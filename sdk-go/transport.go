@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"log/slog"
@@ -256,25 +257,28 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		timeout = st.timeout
 	}
 	if timeout <= 0 {
-		return t.base.RoundTrip(req)
+		return readWhole(t.base.RoundTrip(req))
 	}
 	ctx, cancel := context.WithTimeout(req.Context(), timeout)
-	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	defer cancel()
+	return readWhole(t.base.RoundTrip(req.WithContext(ctx)))
+}
+
+// readWhole reads the answer's body inside the attempt, so a body that stalls past the attempt's
+// timeout or breaks off fails the attempt like a lost answer and goes through the retry policy
+// (a push is resent with its ids and answers duplicate), as in the TS and Python SDKs.
+func readWhole(resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
-		cancel()
 		return nil, err
 	}
-	resp.Body = cancelBody{resp.Body, cancel}
+	b, err := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(b))
 	return resp, nil
 }
-
-// cancelBody releases the attempt's timeout context when the body is closed.
-type cancelBody struct {
-	io.ReadCloser
-	cancel context.CancelFunc
-}
-
-func (b cancelBody) Close() error { err := b.ReadCloser.Close(); b.cancel(); return err }
 
 // slogLeveled adapts the client's *slog.Logger to retryablehttp.LeveledLogger. retryablehttp's
 // own messages ("performing request", "request failed", "retrying request") all go to debug:

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
@@ -156,4 +157,29 @@ func TestRetryLogging(t *testing.T) {
 		}
 	}
 	require.True(t, sawRetry, buf.String())
+}
+
+// TestBodyStallRetried: an answer whose body stalls past the per-attempt timeout fails that
+// attempt like a lost answer, so the push is resent with the same ids.
+func TestBodyStallRetried(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusCreated)
+			_, _ = io.WriteString(w, `[{"index":0,`)
+			w.(http.Flusher).Flush()
+			select {
+			case <-r.Context().Done():
+			case <-time.After(5 * time.Second):
+			}
+			return
+		}
+		writeJSON(w, 201, pushOK)
+	}, WithTimeout(200*time.Millisecond))
+	res, err := c.Queue("q").Push(context.Background(), Item{Data: 1, TransactionID: "tx"})
+	require.NoError(t, err)
+	require.Len(t, res, 1)
+	require.Equal(t, 2, fb.count())
+	require.Equal(t, fb.bodies[0], fb.bodies[1])
 }
