@@ -163,7 +163,7 @@ func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
 	if t, err := http.ParseTime(v); err == nil {
 		d := t.Sub(now)
 		if d < 0 {
-			d = 0
+			return 0, false // a date in the past is a negative hint: none (docs/retries.md §3)
 		}
 		return d, true
 	}

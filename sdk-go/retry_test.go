@@ -59,6 +59,8 @@ func TestDecideRetry(t *testing.T) {
 		{name: "413 terminal", in: retryInput{Status: 413, Header: h("x-should-retry", "true")}, retry: false},
 		{name: "backoff cap", in: retryInput{Status: 429, RateLimited: 9}, retry: true, kind: retryRateLimited, delay: 8 * time.Second},
 		{name: "jitter", in: retryInput{Status: 503, Transient: 1, Rand: 0.5}, retry: true, kind: retryTransient, delay: 875 * time.Millisecond},
+		{name: "429 asctime date is GMT", in: retryInput{Status: 429, Header: h("Retry-After", now.Add(3*time.Second).Format(time.ANSIC))}, retry: true, kind: retryRateLimited, delay: 3 * time.Second, retryAfter: 3 * time.Second},
+		{name: "429 date in the past → no hint, backoff", in: retryInput{Status: 429, Header: h("Retry-After", now.Add(-time.Minute).Format(http.TimeFormat))}, retry: true, kind: retryRateLimited, delay: 500 * time.Millisecond},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
