@@ -392,8 +392,9 @@ func setTTL(ttl **int, forever **bool, d time.Duration) {
 
 // Batch runs KV ops (POST /api/v1/kv) and returns their results, index-aligned.
 func (k KV) Batch(ctx context.Context, ops ...KVOperation) ([]KVResult, error) {
+	sendCtx := withFlags(ctx, reqFlags{notIdempotent: !kvOpsIdempotent(ops)})
 	out, err := call[gen.KvBatchResult](k.c, ctx, func() (*httpResp, error) {
-		return k.c.gen.KvBatch(ctx, gen.KvBatchRequest{Operations: ops})
+		return k.c.gen.KvBatch(sendCtx, gen.KvBatchRequest{Operations: ops})
 	})
 	if err != nil {
 		return nil, err
@@ -439,7 +440,8 @@ func (k KV) PutExpect(ctx context.Context, key string, value any, ttl time.Durat
 	}
 	body := gen.KvPutRequest{Value: b, Expect: &expect}
 	setTTL(&body.TtlSeconds, &body.Forever, ttl)
-	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvPut(ctx, k.ns, key, body) })
+	sendCtx := withFlags(ctx, reqFlags{notIdempotent: true}) // a conditional write
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvPut(sendCtx, k.ns, key, body) })
 }
 
 // PutIfAbsent writes one key only when it does not exist (ttl Forever = no expiry). When it

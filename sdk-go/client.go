@@ -246,7 +246,11 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 				return 0, context.Cause(ctx)
 			}
 			var ce *ConnectionError
-			if errors.As(err, &ce) {
+			var unknown *OutcomeUnknownError
+			switch {
+			case errors.As(err, &unknown):
+				return 0, unknown
+			case errors.As(err, &ce):
 				return 0, ce
 			}
 			return 0, &ConnectionError{URL: c.bases[0].String(), Err: err}

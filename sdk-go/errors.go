@@ -24,6 +24,9 @@ var (
 	ErrNotImplemented = errors.New("lanes: not implemented by the broker")
 	// ErrConnection matches a *ConnectionError: no response after the retries.
 	ErrConnection = errors.New("lanes: connection failed")
+	// ErrOutcomeUnknown matches an *OutcomeUnknownError: a write that is not idempotent may or
+	// may not have been applied.
+	ErrOutcomeUnknown = errors.New("lanes: outcome unknown")
 	// ErrEmptyTransaction is returned by Commit on a bundle without operations or riders.
 	ErrEmptyTransaction = errors.New("lanes: transaction has no operations to commit")
 	// ErrConsumerStopped is the cause of a handler context canceled by a hard stop.
@@ -118,6 +121,29 @@ func (e *ConnectionError) Unwrap() error { return e.Err }
 
 // Is matches ErrConnection.
 func (e *ConnectionError) Is(target error) bool { return target == ErrConnection }
+
+// OutcomeUnknownError means a write that is not safe to repeat (a KV incr, putIfAbsent or
+// conditional write, a KV batch or transaction holding one and no push) failed after it was
+// sent: a timeout, a reset or a 408/5xx answer. The broker may have applied it, so the SDK did
+// not resend it; read the state to find out (docs/retries.md §5).
+type OutcomeUnknownError struct {
+	// Attempts is how many HTTP attempts the call made.
+	Attempts int
+	// Err is the failure of the last attempt: a *ConnectionError or an *APIError.
+	Err error
+}
+
+// Error implements error.
+func (e *OutcomeUnknownError) Error() string {
+	return "lanes: outcome unknown (not retried, the write is not idempotent): " + e.Err.Error()
+}
+
+// Unwrap returns the last attempt's failure, so errors.Is(err, ErrConnection) and
+// errors.As(err, &apiErr) still see it.
+func (e *OutcomeUnknownError) Unwrap() error { return e.Err }
+
+// Is matches ErrOutcomeUnknown.
+func (e *OutcomeUnknownError) Is(target error) bool { return target == ErrOutcomeUnknown }
 
 // ItemError describes one push item that the broker reported as failed.
 type ItemError struct {

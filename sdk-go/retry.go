@@ -40,15 +40,19 @@ const (
 // retryInput is everything the retry decision looks at: the outcome of one attempt, the
 // counters so far, a clock reading and a random number in [0, 1).
 type retryInput struct {
-	Status      int         // 0 when no response arrived
-	Header      http.Header // response headers (nil without a response)
-	NetworkErr  bool        // the attempt failed without a response
-	LongPoll    bool        // the request is a pop with wait=true
-	Transient   int         // transient retries already made in this call
-	RateLimited int         // 429 retries already made in this call
-	Now         time.Time
-	Rand        float64
-	Policy      retryPolicy
+	Status     int         // 0 when no response arrived
+	Header     http.Header // response headers (nil without a response)
+	NetworkErr bool        // the attempt failed without a response
+	NotSent    bool        // with NetworkErr: it failed before the request was sent (dial)
+	// NotIdempotent marks a write that a repeat could apply twice (KV incr, putIfAbsent, a
+	// conditional write, a transaction holding one and no push): see writeIsIdempotent.
+	NotIdempotent bool
+	LongPoll      bool // the request is a pop with wait=true
+	Transient     int  // transient retries already made in this call
+	RateLimited   int  // 429 retries already made in this call
+	Now           time.Time
+	Rand          float64
+	Policy        retryPolicy
 }
 
 // retryDecision is the verdict of decideRetry.
@@ -60,6 +64,9 @@ type retryDecision struct {
 	Reason   string // for the debug log
 	// RetryAfter is the server hint when one was present and valid (even when not retried).
 	RetryAfter time.Duration
+	// OutcomeUnknown is set when a write that is not idempotent failed after it was sent: it is
+	// not retried, and the caller cannot know whether the broker applied it.
+	OutcomeUnknown bool
 }
 
 // decideRetry is the one retry policy of docs/retries.md §2–§3 as a pure function of its input.
@@ -70,6 +77,9 @@ func decideRetry(in retryInput) retryDecision {
 		d.RetryAfter = hint
 	}
 	if in.NetworkErr {
+		if in.NotIdempotent && !in.NotSent {
+			return outcomeUnknown(d, "network error after the request was sent")
+		}
 		return transientDecision(in, d, hint, hasHint, "network error")
 	}
 	switch in.Status {
@@ -104,6 +114,9 @@ func decideRetry(in retryInput) retryDecision {
 		return d
 	case http.StatusRequestTimeout, http.StatusInternalServerError, http.StatusBadGateway,
 		http.StatusServiceUnavailable, http.StatusGatewayTimeout:
+		if in.NotIdempotent {
+			return outcomeUnknown(d, "status "+strconv.Itoa(in.Status))
+		}
 		return transientDecision(in, d, hint, hasHint, "status "+strconv.Itoa(in.Status))
 	}
 	d.Reason = "status " + strconv.Itoa(in.Status) + " not retried"
@@ -121,6 +134,13 @@ func transientDecision(in retryInput, d retryDecision, hint time.Duration, hasHi
 		d.Delay = backoff(in.Policy, in.Transient, in.Rand)
 	}
 	d.Retry, d.Kind, d.Failover, d.Reason = true, retryTransient, true, reason
+	return d
+}
+
+// outcomeUnknown stops a write that is not idempotent after a failure that may have followed its
+// commit; only 429, x-should-retry: true and a failed dial prove the broker did not apply it.
+func outcomeUnknown(d retryDecision, reason string) retryDecision {
+	d.OutcomeUnknown, d.Reason = true, reason+", outcome unknown, not idempotent"
 	return d
 }
 
@@ -172,4 +192,17 @@ func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
 
 func validSeconds(f float64) bool {
 	return !math.IsNaN(f) && !math.IsInf(f, 0) && f >= 0 && f < 1e9
+}
+
+// kvOpsIdempotent reports whether KV ops end in the same state however often they land, so a
+// request holding them may be resent after a lost answer: reads, and puts and deletes without
+// expect. An incr, a putIfAbsent or a conditional (expect) write may apply twice, or answer
+// "exists" / "version" for its own first landing (docs/retries.md §5).
+func kvOpsIdempotent(ops []KVOperation) bool {
+	for _, op := range ops {
+		if op.Op == "incr" || op.Op == "putIfAbsent" || op.Expect != nil {
+			return false
+		}
+	}
+	return true
 }

@@ -26,6 +26,7 @@ func TestDecideRetry(t *testing.T) {
 		kind       retryKind
 		delay      time.Duration
 		retryAfter time.Duration
+		unknown    bool
 	}{
 		{name: "429 Retry-After 1", in: retryInput{Status: 429, Header: h("Retry-After", "1")}, retry: true, kind: retryRateLimited, delay: time.Second, retryAfter: time.Second},
 		{name: "429 retry-after-ms wins", in: retryInput{Status: 429, Header: h("retry-after-ms", "250", "Retry-After", "9")}, retry: true, kind: retryRateLimited, delay: 250 * time.Millisecond, retryAfter: 250 * time.Millisecond},
@@ -61,6 +62,14 @@ func TestDecideRetry(t *testing.T) {
 		{name: "jitter", in: retryInput{Status: 503, Transient: 1, Rand: 0.5}, retry: true, kind: retryTransient, delay: 875 * time.Millisecond},
 		{name: "429 asctime date is GMT", in: retryInput{Status: 429, Header: h("Retry-After", now.Add(3*time.Second).Format(time.ANSIC))}, retry: true, kind: retryRateLimited, delay: 3 * time.Second, retryAfter: 3 * time.Second},
 		{name: "429 date in the past → no hint, backoff", in: retryInput{Status: 429, Header: h("Retry-After", now.Add(-time.Minute).Format(http.TimeFormat))}, retry: true, kind: retryRateLimited, delay: 500 * time.Millisecond},
+		{name: "not idempotent: network after send → outcome unknown", in: retryInput{NetworkErr: true, NotIdempotent: true}, retry: false, unknown: true},
+		{name: "not idempotent: failed dial retried", in: retryInput{NetworkErr: true, NotSent: true, NotIdempotent: true}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "not idempotent: 503 → outcome unknown", in: retryInput{Status: 503, NotIdempotent: true}, retry: false, unknown: true},
+		{name: "not idempotent: 500 → outcome unknown", in: retryInput{Status: 500, NotIdempotent: true}, retry: false, unknown: true},
+		{name: "not idempotent: 408 → outcome unknown", in: retryInput{Status: 408, NotIdempotent: true}, retry: false, unknown: true},
+		{name: "not idempotent: 429 retried in place", in: retryInput{Status: 429, Header: h("Retry-After", "1"), NotIdempotent: true}, retry: true, kind: retryRateLimited, delay: time.Second, retryAfter: time.Second},
+		{name: "not idempotent: x-should-retry true retried", in: retryInput{Status: 503, Header: h("x-should-retry", "true"), NotIdempotent: true}, retry: true, kind: retryTransient, delay: 500 * time.Millisecond},
+		{name: "not idempotent: 400 is a plain error", in: retryInput{Status: 400, NotIdempotent: true}, retry: false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -74,8 +83,20 @@ func TestDecideRetry(t *testing.T) {
 				require.Equal(t, tc.delay, d.Delay)
 			}
 			require.Equal(t, tc.retryAfter, d.RetryAfter)
+			require.Equal(t, tc.unknown, d.OutcomeUnknown, d.Reason)
 		})
 	}
+}
+
+func TestKVOpsIdempotent(t *testing.T) {
+	t.Parallel()
+	require.True(t, kvOpsIdempotent([]KVOperation{KVGet("n", "k"), KVPut("n", "k", 1, Forever), KVDelete("n", "k")}))
+	for _, op := range []KVOperation{KVIncr("n", "k", 1, Forever, KVIncrOpts{}), KVPutIfAbsent("n", "k", 1, Forever, false), KVPutExpect("n", "k", 1, Forever, 3)} {
+		require.False(t, kvOpsIdempotent([]KVOperation{KVGet("n", "a"), op}), op.Op)
+	}
+	del := KVDelete("n", "k")
+	del.Expect = ptr(2)
+	require.False(t, kvOpsIdempotent([]KVOperation{del}))
 }
 
 func TestBackoffJitterBounds(t *testing.T) {

@@ -97,6 +97,18 @@ func (tb *TransactionBuilder) Timer(ops ...TimerOperation) *TransactionBuilder {
 	return tb
 }
 
+// retrySafe reports whether the bundle may be resent after a lost answer: its KV rider is
+// idempotent, or it holds a push, whose transaction ids make a resend of a committed bundle roll
+// back as duplicate.
+func (tb *TransactionBuilder) retrySafe() bool {
+	for _, op := range tb.ops {
+		if op["type"] == "push" {
+			return true
+		}
+	}
+	return kvOpsIdempotent(tb.kv)
+}
+
 // Commit sends the bundle. It returns *TransactionError when the broker rolled it back
 // (success:false) and ErrEmptyTransaction when there is nothing to send.
 func (tb *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, error) {
@@ -120,7 +132,7 @@ func (tb *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, e
 		return nil, err
 	}
 	attempts := 0
-	ctx2 := withFlags(ctx, reqFlags{attempts: &attempts})
+	ctx2 := withFlags(ctx, reqFlags{attempts: &attempts, notIdempotent: !tb.retrySafe()})
 	var out TransactionResult
 	if _, err := tb.c.result(ctx, &out)(tb.c.gen.TransactionWithBody(ctx2, contentJSON, bytes.NewReader(body))); err != nil {
 		return nil, err

@@ -3,9 +3,11 @@ package lanes
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"log/slog"
 	"math"
+	"net"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -38,9 +40,10 @@ import (
 type reqFlagsKey struct{}
 
 type reqFlags struct {
-	longPoll bool
-	timeout  time.Duration
-	attempts *int // out: attempts made
+	longPoll      bool
+	notIdempotent bool // retried only when the broker certainly did not apply it
+	timeout       time.Duration
+	attempts      *int // out: attempts made
 }
 
 func withFlags(ctx context.Context, f reqFlags) context.Context {
@@ -69,7 +72,13 @@ type callState struct {
 	rateLimited int          // 429 retries made
 	delay       time.Duration
 	sleepErr    error // from the test sleep hook
+	unknown     bool  // a write that is not idempotent failed after it was sent
+	lastErr     error // the transport error of the last attempt
 }
+
+// errOutcomeUnknown makes retryablehttp hand a response it would return to errorHandler, which
+// wraps it in *OutcomeUnknownError.
+var errOutcomeUnknown = errors.New("lanes: outcome unknown")
 
 func callStateOf(ctx context.Context) *callState {
 	st, _ := ctx.Value(callStateKey{}).(*callState)
@@ -148,12 +157,20 @@ func (st *callState) checkRetry(ctx context.Context, resp *http.Response, err er
 	if ctx.Err() != nil {
 		return false, context.Cause(ctx)
 	}
-	in := retryInput{NetworkErr: err != nil, LongPoll: st.flags.longPoll, Transient: st.transient,
-		RateLimited: st.rateLimited, Now: c.cfg.now(), Rand: c.cfg.rand(), Policy: c.cfg.policy}
+	st.lastErr = err
+	in := retryInput{NetworkErr: err != nil, NotSent: failedBeforeSend(err), NotIdempotent: st.flags.notIdempotent,
+		LongPoll: st.flags.longPoll, Transient: st.transient, RateLimited: st.rateLimited,
+		Now: c.cfg.now(), Rand: c.cfg.rand(), Policy: c.cfg.policy}
 	if err == nil {
 		in.Status, in.Header = resp.StatusCode, resp.Header
 	}
 	d := decideRetry(in)
+	if d.OutcomeUnknown {
+		c.markUnhealthy(st.idx)
+		st.unknown = true
+		c.log.Debug("lanes: not retrying", "reason", d.Reason, "method", st.method, "path", st.path)
+		return false, errOutcomeUnknown
+	}
 	if !d.Retry {
 		if err != nil {
 			c.markUnhealthy(st.idx)
@@ -213,6 +230,9 @@ func (st *callState) prepareRetry(req *http.Request) error {
 // errorHandler is retryablehttp's ErrorHandler, called when it gives up on an error (a give-up on
 // a response status returns that response instead).
 func (st *callState) errorHandler(resp *http.Response, err error, _ int) (*http.Response, error) {
+	if st.unknown {
+		return nil, st.outcomeUnknownError(resp)
+	}
 	if resp != nil && resp.Body != nil {
 		_, _ = io.Copy(io.Discard, io.LimitReader(resp.Body, 1<<16))
 		_ = resp.Body.Close()
@@ -224,6 +244,25 @@ func (st *callState) errorHandler(resp *http.Response, err error, _ int) (*http.
 		return nil, st.sleepErr
 	}
 	return nil, &ConnectionError{URL: st.c.bases[st.idx].String(), Err: err}
+}
+
+// outcomeUnknownError wraps the failure of the last attempt, the answer's *APIError or the
+// transport's *ConnectionError, in *OutcomeUnknownError.
+func (st *callState) outcomeUnknownError(resp *http.Response) error {
+	var cause error = &ConnectionError{URL: st.c.bases[st.idx].String(), Err: st.lastErr}
+	if resp != nil {
+		b, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		cause = newAPIError(resp.StatusCode, resp.Header, b)
+	}
+	return &OutcomeUnknownError{Attempts: st.attempt + 1, Err: cause}
+}
+
+// failedBeforeSend reports a transport error that proves the request never left: the connection
+// could not be made (refused, DNS, unreachable).
+func failedBeforeSend(err error) bool {
+	var op *net.OpError
+	return errors.As(err, &op) && op.Op == "dial"
 }
 
 // ---------------------------------------------------------------------------------------------

@@ -183,3 +183,58 @@ func TestBodyStallRetried(t *testing.T) {
 	require.Equal(t, 2, fb.count())
 	require.Equal(t, fb.bodies[0], fb.bodies[1])
 }
+
+// TestNotIdempotentWriteNotRetried: a KV incr answered 503 (or cut off after it was sent) is not
+// resent; the error says the outcome is unknown and still unwraps to what happened.
+func TestNotIdempotentWriteNotRetried(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 503, `{"error":"x","code":"unavailable"}`)
+	})
+	_, err := c.KV("ns").Incr(context.Background(), "k", 1, Forever, KVIncrOpts{})
+	require.ErrorIs(t, err, ErrOutcomeUnknown)
+	var apiErr *APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, 503, apiErr.Status)
+	require.Equal(t, "unavailable", apiErr.Code)
+	require.Equal(t, 1, fb.count())
+
+	// A plain put is idempotent: retried as before.
+	_, err = c.KV("ns").Put(context.Background(), "k", 1, Forever)
+	require.NotErrorIs(t, err, ErrOutcomeUnknown)
+	require.Equal(t, 4, fb.count())
+
+	// A 429 proves nothing was applied: an incr is retried in place.
+	c2, fb2, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if n == 1 {
+			w.Header().Set("Retry-After", "1")
+			writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+			return
+		}
+		writeJSON(w, 200, `{"results":[{"index":0,"op":"incr","applied":true,"value":1,"version":1}]}`)
+	})
+	res, err := c2.KV("ns").Incr(context.Background(), "k", 1, Forever, KVIncrOpts{})
+	require.NoError(t, err)
+	require.True(t, *res.Applied)
+	require.Equal(t, 2, fb2.count())
+}
+
+// TestNotIdempotentWriteRetriedAfterRefusedDial: a connection that could not be made proves the
+// request never left, so even an incr fails over to the next broker.
+func TestNotIdempotentWriteRetriedAfterRefusedDial(t *testing.T) {
+	t.Parallel()
+	dead := httptest.NewServer(http.NotFoundHandler())
+	deadURL := dead.URL
+	dead.Close()
+	fb := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"results":[{"index":0,"op":"incr","applied":true,"value":1,"version":1}]}`)
+	}}
+	live := httptest.NewServer(fb)
+	defer live.Close()
+	c, err := New(WithURL(deadURL, live.URL), withClock(time.Now, func() float64 { return 0 }, (&sleepRec{}).sleep))
+	require.NoError(t, err)
+	res, err := c.KV("ns").Incr(context.Background(), "k", 1, Forever, KVIncrOpts{})
+	require.NoError(t, err)
+	require.True(t, *res.Applied)
+	require.Equal(t, 1, fb.count())
+}
