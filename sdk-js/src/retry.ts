@@ -64,6 +64,9 @@ export type RetryDecision =
   | { action: "stop"; reason: string; terminal?: boolean; retryAfterMs?: number | undefined };
 
 const NUMERIC = /^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$/;
+// The asctime form of an HTTP-date carries no zone; HTTP-dates are GMT (RFC 9110 §5.6.7), while
+// Date.parse would read it as local time.
+const ASCTIME = /^\s*[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\s*$/;
 
 /** parseRetryHint reads `retry-after-ms`, then `Retry-After` as seconds, then as an HTTP-date; it returns milliseconds or undefined (negative, NaN, infinite and unparseable hints count as none). */
 export function parseRetryHint(headers: HeaderSource | undefined, now: number): number | undefined {
@@ -79,7 +82,7 @@ export function parseRetryHint(headers: HeaderSource | undefined, now: number): 
     const v = Number(ra);
     return Number.isFinite(v) && v >= 0 ? v * 1000 : undefined;
   }
-  const at = Date.parse(ra);
+  const at = Date.parse(ASCTIME.test(ra) ? `${ra.trim()} GMT` : ra);
   if (!Number.isFinite(at)) return undefined;
   const delta = at - now;
   return delta >= 0 ? delta : undefined;

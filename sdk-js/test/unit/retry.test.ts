@@ -37,7 +37,25 @@ describe("retry hint parsing", () => {
   ])("%j → %s", (h, want) => {
     expect(parseRetryHint(headers(h), NOW)).toBe(want);
   });
+  it("a date in the past is no hint", () => {
+    expect(parseRetryHint(headers({ "retry-after": new Date(NOW - 60_000).toUTCString() }), NOW)).toBeUndefined();
+  });
+  it("the asctime form is GMT whatever the local zone", () => {
+    const tz = process.env.TZ;
+    process.env.TZ = "America/New_York";
+    try {
+      const [wd, , , , time] = new Date(NOW + 3000).toUTCString().split(" ");
+      const d = new Date(NOW + 3000);
+      const mon = d.toUTCString().split(" ")[2];
+      const asctime = `${wd!.slice(0, 3)} ${mon} ${String(d.getUTCDate()).padStart(2, " ")} ${time} ${d.getUTCFullYear()}`;
+      expect(parseRetryHint(headers({ "retry-after": asctime }), NOW)).toBe(3000);
+    } finally {
+      if (tz === undefined) delete process.env.TZ;
+      else process.env.TZ = tz;
+    }
+  });
 });
+
 
 describe("decideRetry (docs/retries.md §8)", () => {
   it("429 Retry-After: 1 retries in place after 1 s", () => {
