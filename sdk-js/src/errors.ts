@@ -71,6 +71,16 @@ export class APIConnectionError extends LanesError {
 /** APITimeoutError is an APIConnectionError whose last attempt timed out (`timeoutMillis`). */
 export class APITimeoutError extends APIConnectionError {}
 
+/** OutcomeUnknownError means a write that is not safe to repeat (a KV incr, putIfAbsent or conditional write; a KV batch or transaction holding one and no push) failed after it was sent — a timeout, a reset, a 408 or 5xx — so the broker may have applied it and the SDK did not resend it. `cause` is the last attempt's APIError or APIConnectionError; read the state to find out (docs/retries.md §5). */
+export class OutcomeUnknownError extends LanesError {
+  /** attempts is how many attempts the call made. */
+  readonly attempts: number;
+  constructor(cause: APIError | APIConnectionError, attempts: number) {
+    super(`outcome unknown (not retried, the write is not idempotent): ${cause.message}`, { cause });
+    this.attempts = attempts;
+  }
+}
+
 /** PushError is thrown by a push when at least one item came back `failed` (stored nowhere). `results` holds every item's verdict, in request order; retrying the same items is safe (same transaction ids). */
 export class PushError extends LanesError {
   /** results is the broker's verdict on every item of the push. */

@@ -10,7 +10,7 @@ export { PushBuffer, type BufferOptions } from "./buffer.js";
 export type { Message, PopResult, AckStatus } from "./message.js";
 export type { PushItem, PushResult, AckTarget, AckOptions, RenewResult } from "./internal/core.js";
 export type { Logger } from "./internal/log.js";
-export { decideRetry, parseRetryHint, backoff, DEFAULT_RETRY_POLICY, type RetryPolicy, type RetryInput, type RetryDecision, type HeaderSource } from "./retry.js";
+export { decideRetry, parseRetryHint, backoff, kvOpsIdempotent, DEFAULT_RETRY_POLICY, type RetryPolicy, type RetryInput, type RetryDecision, type HeaderSource, type KvOpLike } from "./retry.js";
 export { popQuery, autopilotFromEnv, type PopKnobs } from "./pop.js";
 export {
   LanesError,
@@ -26,6 +26,7 @@ export {
   NotImplementedByBrokerError,
   APIConnectionError,
   APITimeoutError,
+  OutcomeUnknownError,
   PushError,
   AckError,
   TransactionError,

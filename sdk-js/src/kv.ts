@@ -1,6 +1,7 @@
 // KV state (`/api/v1/kv`) and timers (`/api/v1/timers`) helpers.
 import { LanesError } from "./errors.js";
 import type { Core } from "./internal/core.js";
+import { kvOpsIdempotent } from "./retry.js";
 import type { KvListResult, KvNamespaceList, KvOperation, KvResult, Timer, TimerList, TimerOperation, TimerResult } from "./types.js";
 
 /** KvExpiry says how long a written key lives: `{ttlSeconds}` or `{forever: true}` (the broker requires exactly one). */
@@ -25,7 +26,7 @@ export class Kv {
 
   /** batch runs raw operations (each needs `ns`) in one call and returns index-aligned results. */
   async batch(operations: KvOperation[]): Promise<KvResult[]> {
-    const res = await this.core.transport.request<{ results: KvResult[] }>({ method: "POST", path: "/api/v1/kv", body: { operations } });
+    const res = await this.core.transport.request<{ results: KvResult[] }>({ method: "POST", path: "/api/v1/kv", body: { operations }, notIdempotent: !kvOpsIdempotent(operations) });
     return res.body.results;
   }
   private async one(op: KvOperation): Promise<KvResult> {

@@ -43,8 +43,12 @@ export interface RetryInput {
   status?: number | undefined;
   /** headers are the response headers, when a response arrived. */
   headers?: HeaderSource | undefined;
-  /** networkError is true when no response arrived (connect refused, reset, DNS, timeout). */
+  /** networkError is true when no response arrived (connect refused, reset, DNS, timeout, a body cut off). */
   networkError?: boolean | undefined;
+  /** notSent is true, with networkError, when the connection could not be made: the request never left. */
+  notSent?: boolean | undefined;
+  /** notIdempotent marks a write a repeat could apply twice (docs/retries.md §5, `kvOpsIdempotent`). */
+  notIdempotent?: boolean | undefined;
   /** cancelled is true when the caller's signal is aborted. */
   cancelled?: boolean | undefined;
   /** failoverAvailable is true when another healthy broker URL has not been tried in this call (its retry waits 0). */
@@ -61,7 +65,7 @@ export interface RetryInput {
 export type RetryDecision =
   | { action: "done" }
   | { action: "retry"; kind: "429" | "5xx"; delayMs: number; failover: boolean; reason: string }
-  | { action: "stop"; reason: string; terminal?: boolean; retryAfterMs?: number | undefined };
+  | { action: "stop"; reason: string; terminal?: boolean; retryAfterMs?: number | undefined; outcomeUnknown?: boolean };
 
 const NUMERIC = /^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$/;
 // The asctime form of an HTTP-date carries no zone; HTTP-dates are GMT (RFC 9110 §5.6.7), while
@@ -123,6 +127,10 @@ export function decideRetry(input: RetryInput): RetryDecision {
 
   if (input.networkError || (status !== undefined && RETRYABLE_STATUS.has(status)) || shouldRetry === "true") {
     const what = input.networkError ? "network" : `status=${status}`;
+    // Only 429, x-should-retry: true and a failed connect prove the broker did not apply it.
+    if (input.notIdempotent && shouldRetry !== "true" && !(input.networkError && input.notSent)) {
+      return { action: "stop", reason: `${what} after the request was sent; outcome unknown, not idempotent`, outcomeUnknown: true };
+    }
     if (input.retries5xx >= policy.retryAttempts) return { action: "stop", reason: `${what} retries spent (${policy.retryAttempts})` };
     const failover = input.failoverAvailable === true;
     const delayMs = failover ? 0 : hint !== undefined && hint <= policy.maxRetryAfterMillis ? hint : backoff(policy, input.retries5xx, input.random);
@@ -131,4 +139,15 @@ export function decideRetry(input: RetryInput): RetryDecision {
   }
 
   return { action: "stop", reason: `status=${status}` };
+}
+
+/** KvOpLike is the part of a KV operation that decides whether it is idempotent. */
+export interface KvOpLike {
+  op: string;
+  expect?: number | null | undefined;
+}
+
+/** kvOpsIdempotent reports whether KV ops end in the same state however often they land (reads, puts and deletes without `expect`), so a request holding them may be resent after a lost answer; an incr, a putIfAbsent or a conditional write may not (docs/retries.md §5). */
+export function kvOpsIdempotent(ops: readonly KvOpLike[]): boolean {
+  return ops.every((o) => o.op !== "incr" && o.op !== "putIfAbsent" && (o.expect === undefined || o.expect === null));
 }

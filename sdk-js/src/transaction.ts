@@ -5,6 +5,7 @@ import { LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItem, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
 import { kvWriteOp, timerScheduleOp, type KvExpiry, type TimerSchedule } from "./kv.js";
 import type { AckStatus } from "./message.js";
+import { kvOpsIdempotent } from "./retry.js";
 import type { KvOperation, TimerOperation, TransactionOperation, TransactionResult } from "./types.js";
 
 interface TxState {
@@ -91,7 +92,10 @@ export class TransactionBuilder {
     if (leases.length > 0) body.requiredLeases = leases;
     if (kv.length > 0) body.kv = kv;
     if (timers.length > 0) body.timers = timers;
-    const res = await this.core.transport.request<TransactionResult>({ method: "POST", path: "/api/v1/transaction", body, signal: opts.signal });
+    // A push's ids make the resend of a committed bundle roll back as duplicate; without one, a KV
+    // rider that is not idempotent could apply twice.
+    const notIdempotent = !operations.some((o) => o.type === "push") && !kvOpsIdempotent(kv);
+    const res = await this.core.transport.request<TransactionResult>({ method: "POST", path: "/api/v1/transaction", body, signal: opts.signal, notIdempotent });
     if (!res.body.success) throw new TransactionError(res.body, res.attempts);
     return res.body;
   }

@@ -1,6 +1,6 @@
 // The transport: global fetch, per-attempt timeout, failover between broker URLs, and the
 // retry loop around decideRetry (docs/retries.md). A 204 is returned without reading a body.
-import { APIConnectionError, APITimeoutError, errorForStatus } from "../errors.js";
+import { APIConnectionError, APITimeoutError, OutcomeUnknownError, errorForStatus, type APIError } from "../errors.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import type { Log } from "./log.js";
 
@@ -15,6 +15,8 @@ export interface Request {
   body?: unknown;
   /** longPoll marks a pop with wait=true: 429 retried without a bound. */
   longPoll?: boolean | undefined;
+  /** notIdempotent marks a write a repeat could apply twice: resent only when the broker certainly did not apply it. */
+  notIdempotent?: boolean | undefined;
   /** timeoutMillis overrides the per-attempt timeout. */
   timeoutMillis?: number | undefined;
   /** signal cancels the call (attempts and sleeps). */
@@ -168,6 +170,8 @@ export class Transport {
         status: res?.status,
         headers: res?.headers,
         networkError: res === undefined,
+        notSent: res === undefined && failedBeforeSend(netErr),
+        notIdempotent: req.notIdempotent === true,
         failoverAvailable: this.hasUntriedHealthy(tried),
         now,
         deadline: req.deadline,
@@ -185,14 +189,28 @@ export class Transport {
         continue;
       }
       // Give up: surface the error.
+      let err: APIError | APIConnectionError;
       if (!res) {
         const msg = `${req.method} ${req.path}: no response from ${url}: ${errMessage(netErr)}`;
         const E = netErr instanceof AttemptTimeout ? APITimeoutError : APIConnectionError;
-        throw new E(msg, { cause: netErr, attempts, url });
+        err = new E(msg, { cause: netErr, attempts, url });
+      } else {
+        err = buildAPIError(res, text, attempts, decision.action === "stop" ? decision.retryAfterMs : undefined, now);
       }
-      throw buildAPIError(res, text, attempts, decision.action === "stop" ? decision.retryAfterMs : undefined, now);
+      throw decision.action === "stop" && decision.outcomeUnknown ? new OutcomeUnknownError(err, attempts) : err;
     }
   }
+}
+
+// Codes of a connection that could not be made: the request never left, so even a write that is
+// not idempotent may be resent.
+const NOT_SENT_CODES = new Set(["ECONNREFUSED", "ENOTFOUND", "EAI_AGAIN", "EHOSTUNREACH", "ENETUNREACH", "UND_ERR_CONNECT_TIMEOUT"]);
+
+/** failedBeforeSend reports a fetch failure that happened while connecting. */
+function failedBeforeSend(err: unknown): boolean {
+  const cause = (err as { cause?: { code?: unknown; syscall?: unknown } } | undefined)?.cause;
+  if (!cause) return false;
+  return NOT_SENT_CODES.has(String(cause.code)) || cause.syscall === "connect" || cause.syscall === "getaddrinfo";
 }
 
 function errMessage(err: unknown): string {

@@ -1,6 +1,7 @@
 // docs/retries.md §8 as a table over the pure decision function, with a frozen clock.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_RETRY_POLICY, decideRetry, parseRetryHint, type RetryInput } from "../../src/index.js";
+import { DEFAULT_RETRY_POLICY, Lanes, OutcomeUnknownError, decideRetry, kvOpsIdempotent, parseRetryHint, type RetryInput } from "../../src/index.js";
+import { FakeServer, reply } from "./fakeserver.js";
 
 const NOW = Date.UTC(2026, 0, 15, 12, 0, 0);
 const headers = (h: Record<string, string>) => new Headers(h);
@@ -55,7 +56,6 @@ describe("retry hint parsing", () => {
     }
   });
 });
-
 
 describe("decideRetry (docs/retries.md §8)", () => {
   it("429 Retry-After: 1 retries in place after 1 s", () => {
@@ -127,5 +127,54 @@ describe("decideRetry (docs/retries.md §8)", () => {
   });
   it("2xx is done", () => {
     expect(decideRetry(base({ status: 204 }))).toEqual({ action: "done" });
+  });
+});
+
+describe("writes that are not idempotent (docs/retries.md §5)", () => {
+  it.each([
+    ["network failure after the send", { networkError: true }],
+    ["503", { status: 503 }],
+    ["500", { status: 500 }],
+    ["408", { status: 408 }],
+  ])("%s: stop, outcome unknown", (_name, over) => {
+    expect(decideRetry(base({ notIdempotent: true, ...over }))).toMatchObject({ action: "stop", outcomeUnknown: true });
+  });
+  it("a failed connect proves nothing was sent: retried", () => {
+    expect(decideRetry(base({ notIdempotent: true, networkError: true, notSent: true }))).toMatchObject({ action: "retry", kind: "5xx" });
+  });
+  it("429 and x-should-retry: true prove nothing was applied: retried", () => {
+    expect(decideRetry(base({ notIdempotent: true, status: 429 }))).toMatchObject({ action: "retry", kind: "429" });
+    expect(decideRetry(base({ notIdempotent: true, status: 503, headers: headers({ "x-should-retry": "true" }) }))).toMatchObject({ action: "retry" });
+  });
+  it("a 400 is a plain error", () => {
+    const d = decideRetry(base({ notIdempotent: true, status: 400 }));
+    expect(d).toMatchObject({ action: "stop" });
+    expect(d).not.toHaveProperty("outcomeUnknown");
+  });
+  it("kvOpsIdempotent: reads and plain puts/deletes yes; incr, putIfAbsent, expect no", () => {
+    expect(kvOpsIdempotent([{ op: "get" }, { op: "put" }, { op: "delete" }, { op: "getMany" }])).toBe(true);
+    for (const op of [{ op: "incr" }, { op: "putIfAbsent" }, { op: "put", expect: 0 }, { op: "delete", expect: 3 }]) {
+      expect(kvOpsIdempotent([{ op: "get" }, op])).toBe(false);
+    }
+  });
+});
+
+describe("transport: writes that are not idempotent", () => {
+  it("an incr fails over past a refused connect, and stops with OutcomeUnknownError on a 503", async () => {
+    const dead = await new FakeServer().start();
+    const deadUrl = dead.url;
+    await dead.close();
+    const live = await new FakeServer().start();
+    try {
+      live.script(reply(200, { results: [{ index: 0, op: "incr", applied: true, value: 1, version: 1 }] }), reply(503, { error: "x", code: "unavailable" }));
+      const lanes = new Lanes({ urls: [deadUrl, live.url], env: {}, retryDelayMillis: 1 });
+      expect(await lanes.kv("ns").incr("k", 1, { forever: true })).toMatchObject({ value: 1 });
+      const err = await lanes.kv("ns").incr("k", 1, { forever: true }).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(OutcomeUnknownError);
+      expect((err as OutcomeUnknownError).cause).toMatchObject({ status: 503, code: "unavailable" });
+      expect(live.seen).toHaveLength(2);
+    } finally {
+      await live.close();
+    }
   });
 });
