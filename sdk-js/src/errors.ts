@@ -13,12 +13,14 @@ export class LanesError extends Error {
   }
 }
 
-/** APIError is a non-2xx answer the retry policy gave up on. `code` is the body's stable snake_case code ("" when the body was not JSON). */
+/** APIError is a non-2xx answer the retry policy gave up on. `code` is the body's stable snake_case code ("" when the body was not JSON). `message` reads `"<status> <code>: <text>"` so a logged or uncaught error says what failed; `brokerMessage` is the text alone. */
 export class APIError extends LanesError {
   /** status is the HTTP status. */
   readonly status: number;
   /** code is the stable `code` of the `{"error","code"}` body, or "". */
   readonly code: string;
+  /** brokerMessage is the broker's human text alone (the body's `error`, else the status text): Go's `APIError.Message`, Python's `APIError.message`. */
+  readonly brokerMessage: string;
   /** retryAfter is the server's delay hint in milliseconds, when it sent one. */
   readonly retryAfter: number | undefined;
   /** body is the parsed JSON body, or the raw text when it was not JSON. */
@@ -30,6 +32,7 @@ export class APIError extends LanesError {
     super(`${init.status}${init.code ? ` ${init.code}` : ""}: ${init.message}`);
     this.status = init.status;
     this.code = init.code;
+    this.brokerMessage = init.message;
     this.retryAfter = init.retryAfter;
     this.body = init.body;
     this.attempts = init.attempts ?? 1;

@@ -1,6 +1,6 @@
 // docs/retries.md §8 as a table over the pure decision function, with a frozen clock.
 import { describe, expect, it } from "vitest";
-import { DEFAULT_RETRY_POLICY, Lanes, OutcomeUnknownError, decideRetry, kvOpsIdempotent, parseRetryHint, type RetryInput } from "../../src/index.js";
+import { APIError, DEFAULT_RETRY_POLICY, Lanes, OutcomeUnknownError, decideRetry, kvOpsIdempotent, parseRetryHint, type RetryInput } from "../../src/index.js";
 import { FakeServer, reply } from "./fakeserver.js";
 
 const NOW = Date.UTC(2026, 0, 15, 12, 0, 0);
@@ -175,6 +175,23 @@ describe("transport: writes that are not idempotent", () => {
       expect(live.seen).toHaveLength(2);
     } finally {
       await live.close();
+    }
+  });
+});
+
+describe("APIError text", () => {
+  it("brokerMessage holds the broker's text alone; message keeps status and code", async () => {
+    const s = await new FakeServer().start();
+    try {
+      s.script(reply(400, { error: "queue name too long", code: "bad_request" }), reply(404, "<html>nope</html>", { "content-type": "text/html" }));
+      const lanes = new Lanes({ url: s.url, env: {} });
+      const err = await lanes.kv("ns").get("k").catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(APIError);
+      expect(err).toMatchObject({ status: 400, code: "bad_request", brokerMessage: "queue name too long", message: "400 bad_request: queue name too long" });
+      const proxyErr = await lanes.kv("ns").get("k").catch((e: unknown) => e);
+      expect(proxyErr).toMatchObject({ status: 404, code: "", brokerMessage: "Not Found" });
+    } finally {
+      await s.close();
     }
   });
 });
