@@ -1,6 +1,7 @@
 // @lanesmq/lanes — the TypeScript client for Lanes, a partitioned message queue on PostgreSQL.
 // This file is the whole public surface; nothing else is importable.
 export { Lanes, type LanesOptions } from "./client.js";
+export { withDeadline } from "./deadline.js";
 export { QueueBuilder, DlqBuilder, type SubscriptionMode } from "./queue.js";
 export { Consumer, type Handler, type BatchHandler, type HandlerContext, type ErrorHandler, type ConsumeOptions, type StopOptions } from "./consumer.js";
 export { TransactionBuilder, TransactionQueue, TransactionKv } from "./transaction.js";

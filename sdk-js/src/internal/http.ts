@@ -1,6 +1,7 @@
 // The transport: global fetch, per-attempt timeout, failover between broker URLs, and the
 // retry loop around decideRetry (docs/retries.md). A 204 is returned without reading a body.
 import { APIConnectionError, APITimeoutError, OutcomeUnknownError, errorForStatus, type APIError } from "../errors.js";
+import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import type { Log } from "./log.js";
 
@@ -21,7 +22,7 @@ export interface Request {
   timeoutMillis?: number | undefined;
   /** signal cancels the call (attempts and sleeps). */
   signal?: AbortSignal | undefined;
-  /** deadline (epoch ms): never sleep past it. */
+  /** deadline (epoch ms): never sleep past it; the earlier of it and an enclosing withDeadline applies. */
   deadline?: number | undefined;
 }
 
@@ -105,6 +106,8 @@ export class Transport {
   /** request runs one logical call through the retry policy and returns the 2xx answer or throws. */
   async request<T>(req: Request): Promise<Response<T>> {
     const payload = req.body === undefined ? undefined : JSON.stringify(req.body);
+    const scoped = currentDeadline();
+    const deadline = scoped !== undefined && (req.deadline === undefined || scoped < req.deadline) ? scoped : req.deadline;
     const tried = new Set<string>();
     let retries429 = 0;
     let retries5xx = 0;
@@ -121,7 +124,9 @@ export class Transport {
       if (payload !== undefined) headers["content-type"] = "application/json";
       headers["x-retry-count"] = String(retries429 + retries5xx);
 
-      const timeoutMs = req.timeoutMillis ?? this.opts.timeoutMillis;
+      // The attempt ends at the deadline at the latest (at least 1 ms, so it still reports a timeout).
+      const perAttempt = req.timeoutMillis ?? this.opts.timeoutMillis;
+      const timeoutMs = deadline === undefined ? perAttempt : Math.max(1, Math.min(perAttempt, deadline - this.now()));
       const ctl = new AbortController();
       const timer = setTimeout(() => ctl.abort(new AttemptTimeout(`timeout after ${timeoutMs} ms`)), timeoutMs);
       const onAbort = () => ctl.abort(req.signal?.reason);
@@ -174,7 +179,7 @@ export class Transport {
         notIdempotent: req.notIdempotent === true,
         failoverAvailable: this.hasUntriedHealthy(tried),
         now,
-        deadline: req.deadline,
+        deadline,
         random: this.random(),
       });
       if (decision.action === "retry") {

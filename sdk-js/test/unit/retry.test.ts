@@ -1,6 +1,6 @@
 // docs/retries.md §8 as a table over the pure decision function, with a frozen clock.
 import { describe, expect, it } from "vitest";
-import { APIError, DEFAULT_RETRY_POLICY, Lanes, OutcomeUnknownError, decideRetry, kvOpsIdempotent, parseRetryHint, type RetryInput } from "../../src/index.js";
+import { APIError, APITimeoutError, DEFAULT_RETRY_POLICY, Lanes, OutcomeUnknownError, decideRetry, kvOpsIdempotent, parseRetryHint, withDeadline, type RetryInput } from "../../src/index.js";
 import { FakeServer, reply } from "./fakeserver.js";
 
 const NOW = Date.UTC(2026, 0, 15, 12, 0, 0);
@@ -190,6 +190,40 @@ describe("APIError text", () => {
       expect(err).toMatchObject({ status: 400, code: "bad_request", brokerMessage: "queue name too long", message: "400 bad_request: queue name too long" });
       const proxyErr = await lanes.kv("ns").get("k").catch((e: unknown) => e);
       expect(proxyErr).toMatchObject({ status: 404, code: "", brokerMessage: "Not Found" });
+    } finally {
+      await s.close();
+    }
+  });
+});
+
+describe("withDeadline (docs/retries.md §3)", () => {
+  it("a retry whose wait passes the deadline is not attempted: the last real error is thrown at once", async () => {
+    const s = await new FakeServer().start();
+    try {
+      s.script(reply(503, { error: "busy", code: "unavailable" }, { "retry-after": "1" }), reply(429, { error: "slow down", code: "rate_limited" }, { "retry-after": "5" }));
+      const q = new Lanes({ url: s.url, env: {} }).queue("q");
+      let start = Date.now();
+      const err = await withDeadline(100, () => q.push([1])).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(APIError);
+      expect(err).toMatchObject({ status: 503, code: "unavailable" });
+      expect(Date.now() - start).toBeLessThan(90);
+      start = Date.now();
+      await expect(withDeadline(1000, () => q.push([1]))).rejects.toMatchObject({ status: 429, retryAfter: 5000 });
+      expect(Date.now() - start).toBeLessThan(900);
+      expect(s.seen).toHaveLength(2);
+    } finally {
+      await s.close();
+    }
+  });
+  it("an attempt still running at the deadline ends there; the earlier of nested deadlines wins", async () => {
+    const s = await new FakeServer().start();
+    try {
+      s.otherwise(() => undefined); // never answers
+      const q = new Lanes({ url: s.url, env: {} }).queue("q");
+      const start = Date.now();
+      const err = await withDeadline(150, () => withDeadline(10_000, () => q.push([1]))).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(APITimeoutError);
+      expect(Date.now() - start).toBeLessThan(1000);
     } finally {
       await s.close();
     }
