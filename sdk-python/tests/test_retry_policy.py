@@ -4,6 +4,7 @@ async transports over httpx.MockTransport (no broker needed)."""
 from __future__ import annotations
 
 import email.utils
+import time
 from collections.abc import Callable
 
 import httpx
@@ -26,6 +27,19 @@ def test_hint_parsing() -> None:
     assert parse_hint({"retry-after": rfc850}, base) == pytest.approx(3.0)
     for bad in ("-1", "NaN", "soon", "inf"):
         assert parse_hint({"retry-after": bad}, NOW) is None
+    past = email.utils.formatdate(NOW - 60, usegmt=True)
+    assert parse_hint({"retry-after": past}, NOW) is None
+
+
+def test_asctime_hint_is_gmt_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    time.tzset()
+    try:
+        asctime = time.strftime("%a %b %e %H:%M:%S %Y", time.gmtime(NOW + 3))
+        assert parse_hint({"retry-after": asctime}, NOW) == pytest.approx(3.0)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
 
 
 @pytest.mark.parametrize(

@@ -7,6 +7,7 @@ sync and async transports both drive :class:`CallState`, so their behaviour cann
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import math
 from collections.abc import Callable, Mapping, Sequence
@@ -88,7 +89,12 @@ def parse_hint(headers: Mapping[str, str], now: float) -> float | None:
         return None
     if when is None:  # pragma: no cover - older Pythons returned None
         return None
-    return max(0.0, when.timestamp() - now)
+    if when.tzinfo is None:
+        # The asctime form carries no zone; HTTP-dates are GMT (RFC 9110 §5.6.7), while a naive
+        # datetime's timestamp() would read it as local time.
+        when = when.replace(tzinfo=datetime.timezone.utc)
+    # A date in the past is a negative hint: none, like every invalid hint.
+    return _finite_nonneg(when.timestamp() - now)
 
 
 def backoff(settings: RetrySettings, n: int, rand: float) -> float:
