@@ -11,7 +11,7 @@ import httpx
 import pytest
 
 import lanes
-from lanes._retry import RetrySettings, backoff, decide, parse_hint
+from lanes._retry import RetrySettings, backoff, decide, kv_ops_idempotent, parse_hint
 
 NOW = 1_800_000_000.0
 S = RetrySettings()
@@ -286,3 +286,71 @@ def test_204_is_never_parsed() -> None:
 
 
 NotUsed = Callable[[], None]
+
+
+# --- writes that are not idempotent (docs/retries.md §5) ----------------------------------------
+
+
+@pytest.mark.parametrize("status", [None, 408, 500, 503])
+def test_not_idempotent_ambiguous_failure_is_outcome_unknown(status: int | None) -> None:
+    d = decide(S, status=status, now=NOW, not_idempotent=True)
+    assert not d.retry and d.outcome_unknown
+
+
+def test_not_idempotent_retried_only_when_not_applied() -> None:
+    assert decide(S, status=None, now=NOW, not_idempotent=True, not_sent=True).retry
+    assert decide(S, status=429, now=NOW, not_idempotent=True).retry
+    should = {"x-should-retry": "true"}
+    assert decide(S, status=503, headers=should, now=NOW, not_idempotent=True).retry
+    d = decide(S, status=400, now=NOW, not_idempotent=True)
+    assert not d.retry and not d.outcome_unknown
+
+
+def test_kv_ops_idempotent() -> None:
+    assert kv_ops_idempotent([{"op": "get"}, {"op": "put"}, {"op": "delete"}])
+    for op in ({"op": "incr"}, {"op": "putIfAbsent"}, {"op": "put", "expect": 0}):
+        assert not kv_ops_idempotent([{"op": "get"}, op])
+
+
+KV_INCR_OK = httpx.Response(
+    200, json={"results": [{"index": 0, "op": "incr", "applied": True, "value": 1, "version": 1}]}
+)
+
+
+def failing(
+    exc: Exception, then: httpx.Response
+) -> tuple[httpx.MockTransport, list[httpx.Request]]:
+    seen: list[httpx.Request] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        seen.append(req)
+        if len(seen) == 1:
+            raise exc
+        return then
+
+    return httpx.MockTransport(handler), seen
+
+
+def test_sync_incr_retried_after_failed_connect_not_after_read_timeout() -> None:
+    t, seen = failing(httpx.ConnectError("refused"), KV_INCR_OK)
+    c = sync_client(t, [])
+    assert c.kv("ns").incr("k").value == 1
+    assert len(seen) == 2
+    t, seen = failing(httpx.ReadTimeout("slow"), KV_INCR_OK)
+    c = sync_client(t, [])
+    with pytest.raises(lanes.OutcomeUnknownError) as ei:
+        c.kv("ns").incr("k")
+    assert len(seen) == 1 and isinstance(ei.value.cause, lanes.APIConnectionError)
+    # a plain put is idempotent: retried
+    t, seen = failing(httpx.ReadTimeout("slow"), httpx.Response(200, json={"applied": True}))
+    sync_client(t, []).kv("ns").put("k", 1)
+    assert len(seen) == 2
+
+
+async def test_async_incr_503_is_outcome_unknown() -> None:
+    t, seen = scripted([httpx.Response(503, json={"error": "x", "code": "unavailable"})])
+    c = async_client(t, [])
+    with pytest.raises(lanes.OutcomeUnknownError) as ei:
+        await c.kv("ns").incr("k")
+    assert len(seen) == 1
+    assert isinstance(ei.value.cause, lanes.APIError) and ei.value.cause.status == 503

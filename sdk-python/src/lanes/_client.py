@@ -1139,6 +1139,7 @@ class Lanes:
             body=req.body,
             long_poll=req.long_poll,
             timeout=req.timeout,
+            not_idempotent=req.not_idempotent,
         )
         return req.parse(r)
 
@@ -1294,6 +1295,7 @@ class AsyncLanes:
             body=req.body,
             long_poll=req.long_poll,
             timeout=req.timeout,
+            not_idempotent=req.not_idempotent,
         )
         return req.parse(r)
 

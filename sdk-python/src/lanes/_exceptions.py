@@ -20,6 +20,7 @@ __all__ = [
     "LanesError",
     "NotFoundError",
     "NotImplementedByBrokerError",
+    "OutcomeUnknownError",
     "PayloadTooLargeError",
     "PermissionDeniedError",
     "PushError",
@@ -88,6 +89,21 @@ class APIConnectionError(LanesError):
 
     def __init__(self, message: str, *, attempts: int = 1) -> None:
         super().__init__(message)
+        self.attempts = attempts
+
+
+class OutcomeUnknownError(LanesError):
+    """A write that is not safe to repeat (a KV incr, put_if_absent or conditional write; a KV
+    batch or transaction holding one and no push) failed after it was sent: a timeout, a reset, a
+    408 or 5xx. The broker may have applied it, so the SDK did not resend it; read the state to
+    find out (docs/retries.md §5). ``cause`` (also ``__cause__``) is the last attempt's
+    :class:`APIError` or :class:`APIConnectionError`."""
+
+    def __init__(self, cause: APIError | APIConnectionError, *, attempts: int) -> None:
+        super().__init__(
+            f"lanes: outcome unknown (not retried, the write is not idempotent): {cause}"
+        )
+        self.cause = cause
         self.attempts = attempts
 
 

@@ -15,7 +15,12 @@ from typing import Any
 
 import httpx
 
-from lanes._exceptions import APIConnectionError, ConsumerStopped, api_error_from
+from lanes._exceptions import (
+    APIConnectionError,
+    ConsumerStopped,
+    OutcomeUnknownError,
+    api_error_from,
+)
 from lanes._retry import CallState, Decision, Endpoints, RetrySettings
 
 USER_AGENT = "lanes-mq-python/0.0.0"
@@ -74,7 +79,7 @@ class _Base:
         self.cfg = cfg
         self.endpoints = Endpoints(cfg.urls)
 
-    def _state(self, long_poll: bool, deadline: float | None) -> CallState:
+    def _state(self, long_poll: bool, deadline: float | None, not_idempotent: bool) -> CallState:
         return CallState(
             self.cfg.settings,
             self.endpoints,
@@ -82,6 +87,7 @@ class _Base:
             clock=self.cfg.clock,
             rng=self.cfg.rng,
             deadline=deadline,
+            not_idempotent=not_idempotent,
         )
 
     def _headers(self, st: CallState, has_body: bool) -> dict[str, str]:
@@ -93,11 +99,15 @@ class _Base:
 
     def _failed(self, method: str, path: str, st: CallState, exc: httpx.TransportError) -> Decision:
         """The retry decision after a transport error; raises when it says stop."""
-        d = st.after(None, None)
+        # A failed connect proves the request never left.
+        d = st.after(
+            None, None, not_sent=isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+        )
         if not d.retry:
-            raise APIConnectionError(
-                f"lanes: {method} {path}: {exc!r}", attempts=st.attempts
-            ) from exc
+            err = APIConnectionError(f"lanes: {method} {path}: {exc!r}", attempts=st.attempts)
+            if d.outcome_unknown:
+                raise OutcomeUnknownError(err, attempts=st.attempts) from err
+            raise err from exc
         self._log(method, path, st, d, None)
         return d
 
@@ -111,13 +121,16 @@ class _Base:
         if 200 <= status < 300:
             return Response(status, b"" if status == 204 else resp.content, st.attempts), d
         if not d.retry:
-            raise api_error_from(
+            err = api_error_from(
                 status,
                 resp.reason_phrase,
                 resp.content,
                 retry_after=d.retry_after,
                 attempts=st.attempts,
             )
+            if d.outcome_unknown:
+                raise OutcomeUnknownError(err, attempts=st.attempts) from err
+            raise err
         self._log(method, path, st, d, status)
         return None, d
 
@@ -162,10 +175,11 @@ class SyncTransport(_Base):
         long_poll: bool = False,
         timeout: float | None = None,
         deadline: float | None = None,
+        not_idempotent: bool = False,
         cancel: threading.Event | None = None,
     ) -> Response:
         data = _encode(body)
-        st = self._state(long_poll, deadline)
+        st = self._state(long_poll, deadline, not_idempotent)
         t = httpx.Timeout(timeout if timeout is not None else self.cfg.timeout)
         while True:
             if cancel is not None and cancel.is_set():
@@ -220,9 +234,10 @@ class AsyncTransport(_Base):
         long_poll: bool = False,
         timeout: float | None = None,
         deadline: float | None = None,
+        not_idempotent: bool = False,
     ) -> Response:
         data = _encode(body)
-        st = self._state(long_poll, deadline)
+        st = self._state(long_poll, deadline, not_idempotent)
         t = httpx.Timeout(timeout if timeout is not None else self.cfg.timeout)
         while True:
             try:

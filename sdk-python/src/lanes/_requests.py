@@ -17,6 +17,7 @@ from lanes import _protocol as P
 from lanes._exceptions import LanesError
 from lanes._generated import models
 from lanes._http import Response
+from lanes._retry import kv_ops_idempotent
 from lanes._types import PopResult, PushResult, RenewResult, TransactionResult
 
 T = TypeVar("T")
@@ -32,6 +33,8 @@ class Req(Generic[T]):
     body: Any = None
     long_poll: bool = False
     timeout: float | None = None
+    # A write a repeat could apply twice: resent only when the broker certainly did not apply it.
+    not_idempotent: bool = False
 
 
 def _seg(s: str) -> str:
@@ -118,11 +121,15 @@ def renew(lease_id: str, seconds: int) -> Req[RenewResult]:
 
 
 def transaction(body: dict[str, Any]) -> Req[TransactionResult]:
+    # A push's ids make the resend of a committed bundle roll back as duplicate; without one, a
+    # KV rider that is not idempotent could apply twice.
+    has_push = any(op.get("type") == "push" for op in body.get("operations", []))
     return Req(
         "POST",
         "/api/v1/transaction",
         lambda r: P.check_transaction(r.json(), r.attempts),
         body=body,
+        not_idempotent=not has_push and not kv_ops_idempotent(body.get("kv", [])),
     )
 
 
@@ -476,6 +483,7 @@ def kv_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.KvResult]]:
         "/api/v1/kv",
         lambda r: models.KvBatchResult.model_validate(r.json()).results,
         body={"operations": [dict(o) for o in ops]},
+        not_idempotent=not kv_ops_idempotent(ops),
     )
 
 
@@ -488,7 +496,13 @@ def kv_one(op: Mapping[str, Any]) -> Req[models.KvResult]:
             raise LanesError(f"kv: broker answered {len(results)} results for one op")
         return results[0]
 
-    return Req("POST", "/api/v1/kv", parse, body={"operations": [dict(op)]})
+    return Req(
+        "POST",
+        "/api/v1/kv",
+        parse,
+        body={"operations": [dict(op)]},
+        not_idempotent=not kv_ops_idempotent([op]),
+    )
 
 
 def kv_list(
@@ -534,7 +548,13 @@ def kv_put(
         body["forever"] = True
     if expect is not None:
         body["expect"] = expect
-    return Req("PUT", _kv_path(ns, key), _model(models.KvResult), body=body)
+    return Req(
+        "PUT",
+        _kv_path(ns, key),
+        _model(models.KvResult),
+        body=body,
+        not_idempotent=expect is not None,
+    )
 
 
 def kv_delete(ns: str, key: str, expect: int | None = None) -> Req[models.KvResult]:
@@ -582,6 +602,7 @@ def timers_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.TimerResul
         "/api/v1/timers",
         lambda r: models.TimerBatchResult.model_validate(r.json()).results,
         body={"operations": [dict(o) for o in ops]},
+        not_idempotent=not kv_ops_idempotent(ops),
     )
 
 

@@ -21,6 +21,7 @@ __all__ = [
     "RetrySettings",
     "backoff",
     "decide",
+    "kv_ops_idempotent",
     "parse_hint",
 ]
 
@@ -47,6 +48,8 @@ class Decision:
     ``retry`` False means stop: return the 2xx (``reason == "ok"``) or raise the error.
     ``budget`` names the counter a retry spends. ``retry_after`` is the valid server hint, kept
     for the error raised when the policy gives up. ``failover`` asks for the next broker URL.
+    ``outcome_unknown`` says a write that is not idempotent failed after it was sent: it is not
+    retried and the caller cannot know whether the broker applied it.
     """
 
     retry: bool
@@ -56,6 +59,7 @@ class Decision:
     retry_after: float | None = None
     failover: bool = False
     terminal: bool = False
+    outcome_unknown: bool = False
 
 
 def _finite_nonneg(v: float) -> float | None:
@@ -118,11 +122,15 @@ def decide(
     now: float = 0.0,
     rand: float = 0.0,
     deadline: float | None = None,
+    not_idempotent: bool = False,
+    not_sent: bool = False,
 ) -> Decision:
     """Decide after one attempt (docs/retries.md §2). ``status`` None = no response (network).
 
     ``deadline`` is an absolute time on the same clock as ``now``; a retry whose sleep would end
-    after it is not taken.
+    after it is not taken. ``not_idempotent`` marks a write a repeat could apply twice
+    (:func:`kv_ops_idempotent`); ``not_sent`` says a network failure happened while connecting,
+    so the request never left.
     """
     h = _lower(headers or {})
     if status is not None and 200 <= status < 300:
@@ -171,10 +179,17 @@ def decide(
             now,
             deadline,
         )
-    if status is None:
-        return transient("network error")
-    if status in RETRYABLE_STATUSES:
-        return transient(f"status={status}")
+    if status is None or status in RETRYABLE_STATUSES:
+        what = "network error" if status is None else f"status={status}"
+        # Only 429, x-should-retry: true and a failed connect prove the broker did not apply it.
+        if not_idempotent and not (status is None and not_sent):
+            return Decision(
+                retry=False,
+                reason=f"{what} after the request was sent; outcome unknown, not idempotent",
+                retry_after=hint,
+                outcome_unknown=True,
+            )
+        return transient(what)
     return Decision(retry=False, reason=f"status={status}", retry_after=hint)
 
 
@@ -220,8 +235,10 @@ class CallState:
         clock: Callable[[], float],
         rng: Callable[[], float],
         deadline: float | None = None,
+        not_idempotent: bool = False,
     ) -> None:
         self.settings = settings
+        self.not_idempotent = not_idempotent
         self.endpoints = endpoints
         self.long_poll = long_poll
         self.clock = clock
@@ -241,7 +258,9 @@ class CallState:
     def retry_count_header(self) -> str:
         return str(self.retries_429 + self.retries_transient)
 
-    def after(self, status: int | None, headers: Mapping[str, str] | None) -> Decision:
+    def after(
+        self, status: int | None, headers: Mapping[str, str] | None, *, not_sent: bool = False
+    ) -> Decision:
         """Decide after an attempt, and move to the next URL / spend the budget when retrying."""
         now = self.clock()
         d = decide(
@@ -254,6 +273,8 @@ class CallState:
             now=now,
             rand=self.rng(),
             deadline=self.deadline,
+            not_idempotent=self.not_idempotent,
+            not_sent=not_sent,
         )
         if status is None or (status is not None and status >= 500):
             self.endpoints.mark_unhealthy(self.url, now)
@@ -278,3 +299,10 @@ class CallState:
             self.url = nxt
             self.tried.add(nxt)
         return d
+
+
+def kv_ops_idempotent(ops: Sequence[Mapping[str, object]]) -> bool:
+    """Whether KV ops end in the same state however often they land, so a request holding them
+    may be resent after a lost answer: reads, and puts and deletes without ``expect``. An incr, a
+    putIfAbsent or a conditional write may apply twice (docs/retries.md §5)."""
+    return all(o.get("op") not in ("incr", "putIfAbsent") and o.get("expect") is None for o in ops)
