@@ -354,3 +354,50 @@ async def test_async_incr_503_is_outcome_unknown() -> None:
         await c.kv("ns").incr("k")
     assert len(seen) == 1
     assert isinstance(ei.value.cause, lanes.APIError) and ei.value.cause.status == 503
+
+
+# --- lanes.deadline (docs/retries.md §3) --------------------------------------------------------
+
+
+def test_sync_deadline_returns_the_last_real_error_at_once() -> None:
+    r503 = httpx.Response(
+        503, headers={"Retry-After": "1"}, json={"error": "busy", "code": "unavailable"}
+    )
+    t, seen = scripted([r503, r429("5")])
+    slept: list[float] = []
+    c = lanes.Lanes("http://broker", http_client=httpx.Client(transport=t), _sleep=slept.append)
+    with lanes.deadline(0.1), pytest.raises(lanes.APIError) as ei:
+        c.queue("q").push([1])
+    assert ei.value.status == 503 and len(seen) == 1 and slept == []
+    with lanes.deadline(1.0), pytest.raises(lanes.RateLimitError) as rl:
+        c.queue("q").push([1])
+    assert rl.value.retry_after == 5.0 and len(seen) == 2 and slept == []
+
+
+async def test_async_deadline_nested_earlier_wins() -> None:
+    t, seen = scripted([r429("5")])
+    slept: list[float] = []
+
+    async def sleep(d: float) -> None:
+        slept.append(d)
+
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t), _sleep=sleep)
+    with lanes.deadline(1.0), lanes.deadline(60.0), pytest.raises(lanes.RateLimitError):
+        await c.queue("q").push([1])
+    assert len(seen) == 1 and slept == []
+
+
+def test_deadline_cuts_the_attempt_timeout() -> None:
+    timeouts: list[object] = []
+
+    def handler(req: httpx.Request) -> httpx.Response:
+        timeouts.append(req.extensions["timeout"]["read"])
+        return PUSH_OK
+
+    c = lanes.Lanes(
+        "http://broker", http_client=httpx.Client(transport=httpx.MockTransport(handler))
+    )
+    with lanes.deadline(2.0):
+        c.queue("q").push([1])
+    c.queue("q").push([1])
+    assert 1.5 < timeouts[0] <= 2.0 and timeouts[1] == 30.0  # type: ignore[operator]

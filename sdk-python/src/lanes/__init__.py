@@ -20,6 +20,7 @@ from lanes._client import (
     Timers,
 )
 from lanes._consumer import AsyncConsumer, Consumer
+from lanes._deadline import deadline
 from lanes._exceptions import (
     AckError,
     APIConnectionError,
@@ -98,6 +99,7 @@ __all__ = [
     "Transaction",
     "TransactionError",
     "TransactionResult",
+    "deadline",
     "kv_op",
     "models",
     "uuid7",

@@ -15,6 +15,7 @@ from typing import Any
 
 import httpx
 
+from lanes._deadline import current_deadline
 from lanes._exceptions import (
     APIConnectionError,
     ConsumerStopped,
@@ -80,6 +81,9 @@ class _Base:
         self.endpoints = Endpoints(cfg.urls)
 
     def _state(self, long_poll: bool, deadline: float | None, not_idempotent: bool) -> CallState:
+        scoped = current_deadline()
+        if scoped is not None and (deadline is None or scoped < deadline):
+            deadline = scoped
         return CallState(
             self.cfg.settings,
             self.endpoints,
@@ -89,6 +93,13 @@ class _Base:
             deadline=deadline,
             not_idempotent=not_idempotent,
         )
+
+    def _timeout(self, st: CallState, timeout: float | None) -> httpx.Timeout:
+        """The attempt's timeout: the call's (else the client's), cut at the deadline."""
+        t = timeout if timeout is not None else self.cfg.timeout
+        if st.deadline is not None:
+            t = max(0.001, min(t, st.deadline - self.cfg.clock()))
+        return httpx.Timeout(t)
 
     def _headers(self, st: CallState, has_body: bool) -> dict[str, str]:
         h = self.cfg.base_headers()
@@ -180,7 +191,6 @@ class SyncTransport(_Base):
     ) -> Response:
         data = _encode(body)
         st = self._state(long_poll, deadline, not_idempotent)
-        t = httpx.Timeout(timeout if timeout is not None else self.cfg.timeout)
         while True:
             if cancel is not None and cancel.is_set():
                 raise ConsumerStopped("lanes: stopped")
@@ -190,7 +200,7 @@ class SyncTransport(_Base):
                     _url(st.url, path, query),
                     content=data,
                     headers=self._headers(st, data is not None),
-                    timeout=t,
+                    timeout=self._timeout(st, timeout),
                 )
             except httpx.TransportError as exc:
                 d = self._failed(method, path, st, exc)
@@ -238,7 +248,6 @@ class AsyncTransport(_Base):
     ) -> Response:
         data = _encode(body)
         st = self._state(long_poll, deadline, not_idempotent)
-        t = httpx.Timeout(timeout if timeout is not None else self.cfg.timeout)
         while True:
             try:
                 resp = await self.http.request(
@@ -246,7 +255,7 @@ class AsyncTransport(_Base):
                     _url(st.url, path, query),
                     content=data,
                     headers=self._headers(st, data is not None),
-                    timeout=t,
+                    timeout=self._timeout(st, timeout),
                 )
             except httpx.TransportError as exc:
                 d = self._failed(method, path, st, exc)
