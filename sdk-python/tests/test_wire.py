@@ -347,7 +347,7 @@ def test_sync_consumer_stops_on_403() -> None:
 
 
 def test_sync_consumer_stops_on_408_after_retries() -> None:
-    # A 408 is retried by the policy (retries.md row 6); once that gave up it is a 4xx like the
+    # A 408 is retried by the policy (retries.md §2 row 7); once that gave up it is a 4xx like the
     # others and ends the loop (consuming.md §4), as in Go and TS.
     t, seen = capture(lambda r: httpx.Response(408, json={"error": "slow", "code": "timeout"}))
     errors: list[BaseException] = []
