@@ -68,13 +68,14 @@ func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 }
 
 // Push enqueues items (transaction ids minted now). It blocks while MaxSize items wait, until
-// ctx ends.
+// ctx ends. An item that cannot be encoded fails the call (*InvalidItemError) before anything is
+// enqueued.
 func (b *Buffer) Push(ctx context.Context, items ...Item) error {
-	for _, it := range items {
-		w, err := encodeItem(b.queue, b.partition, it)
-		if err != nil {
-			return err
-		}
+	wire, err := encodeItems(b.queue, b.partition, items)
+	if err != nil {
+		return err
+	}
+	for _, w := range wire {
 		b.mu.Lock()
 		for len(b.items) >= b.opts.MaxSize {
 			if ctx.Err() != nil {

@@ -168,6 +168,22 @@ func (e *PushError) Error() string {
 	return fmt.Sprintf("lanes: %d push item(s) failed: %s", len(e.Items), strings.Join(parts, "; "))
 }
 
+// InvalidItemError means an item cannot be encoded (its Data does not marshal to JSON, or a
+// json.RawMessage is not valid JSON). Nothing of the call was sent or buffered.
+type InvalidItemError struct {
+	// Index is the item's position in the call.
+	Index int
+	Err   error
+}
+
+// Error implements error.
+func (e *InvalidItemError) Error() string {
+	return fmt.Sprintf("lanes: push item #%d cannot be encoded: %v", e.Index, e.Err)
+}
+
+// Unwrap returns the encoding error.
+func (e *InvalidItemError) Unwrap() error { return e.Err }
+
 // AckError is returned with the results when at least one ack item answered success:false.
 type AckError struct {
 	Items []AckResult

@@ -116,36 +116,38 @@ type pushItemWire struct {
 	TraceID       string          `json:"traceId,omitempty"`
 }
 
-func encodeItem(queue, partition string, it Item) (pushItemWire, error) {
-	var payload json.RawMessage
-	switch v := it.Data.(type) {
-	case json.RawMessage:
-		payload = v
-	case []byte:
-		if json.Valid(v) {
-			payload = v
-		} else {
-			b, err := json.Marshal(v)
-			if err != nil {
-				return pushItemWire{}, err
-			}
-			payload = b
-		}
-	default:
-		b, err := json.Marshal(v)
+// encodeItems shapes items for the wire; a bad item fails the whole call (InvalidItemError).
+func encodeItems(queue, partition string, items []Item) ([]pushItemWire, error) {
+	wire := make([]pushItemWire, 0, len(items))
+	for i, it := range items {
+		payload, err := encodePayload(it.Data)
 		if err != nil {
-			return pushItemWire{}, fmt.Errorf("lanes: encoding item data: %w", err)
+			return nil, &InvalidItemError{Index: i, Err: err}
 		}
-		payload = b
+		tid := it.TransactionID
+		if tid == "" {
+			tid = newUUIDv7()
+		}
+		wire = append(wire, pushItemWire{Queue: queue, Partition: partition, Payload: payload, TransactionID: tid, TraceID: it.TraceID})
 	}
-	if len(payload) == 0 {
-		payload = json.RawMessage("null")
+	return wire, nil
+}
+
+// encodePayload follows encoding/json, so a payload has one shape whatever its bytes: a
+// json.RawMessage is sent as it is (it must be valid JSON), and everything else is marshaled
+// ([]byte becomes a base64 string, which Message.Decode turns back into the same []byte).
+func encodePayload(data any) (json.RawMessage, error) {
+	raw, ok := data.(json.RawMessage)
+	if !ok {
+		return json.Marshal(data)
 	}
-	tid := it.TransactionID
-	if tid == "" {
-		tid = newUUIDv7()
+	if len(raw) == 0 {
+		return json.RawMessage("null"), nil
 	}
-	return pushItemWire{Queue: queue, Partition: partition, Payload: payload, TransactionID: tid, TraceID: it.TraceID}, nil
+	if !json.Valid(raw) {
+		return nil, fmt.Errorf("json.RawMessage is not valid JSON")
+	}
+	return raw, nil
 }
 
 func newUUIDv7() string {
@@ -165,13 +167,9 @@ func (q QueueBuilder) Push(ctx context.Context, items ...Item) ([]PushResult, er
 	if len(items) == 0 {
 		return []PushResult{}, nil
 	}
-	wire := make([]pushItemWire, 0, len(items))
-	for _, it := range items {
-		w, err := encodeItem(q.queue, q.partition, it)
-		if err != nil {
-			return nil, err
-		}
-		wire = append(wire, w)
+	wire, err := encodeItems(q.queue, q.partition, items)
+	if err != nil {
+		return nil, err
 	}
 	return q.c.pushWire(ctx, wire)
 }

@@ -41,13 +41,9 @@ func (t TxQueue) Partition(p string) TxQueue { t.partition = p; return t }
 
 // Push adds the items (ids minted now when absent) and returns the bundle.
 func (t TxQueue) Push(items ...Item) *TransactionBuilder {
-	wire := make([]pushItemWire, 0, len(items))
-	for _, it := range items {
-		w, err := encodeItem(t.queue, t.partition, it)
-		if err != nil && t.tb.err == nil {
-			t.tb.err = err
-		}
-		wire = append(wire, w)
+	wire, err := encodeItems(t.queue, t.partition, items)
+	if err != nil && t.tb.err == nil {
+		t.tb.err = err
 	}
 	if len(wire) > 0 {
 		t.tb.ops = append(t.tb.ops, map[string]any{"type": "push", "items": wire})

@@ -125,8 +125,10 @@ const (
 	StatusFailed    = "failed"
 )
 
-// Item is one message to push. Data is marshaled with encoding/json (a json.RawMessage is
-// sent verbatim). A missing TransactionID is minted as a UUIDv7 before the first attempt.
+// Item is one message to push. Data is marshaled with encoding/json: a json.RawMessage is sent
+// verbatim (and must be valid JSON), a []byte travels as a base64 string whatever its bytes, and
+// a value encoding/json refuses (a channel, NaN) fails the call with *InvalidItemError. A
+// missing TransactionID is minted as a UUIDv7 before the first attempt.
 type Item struct {
 	Data          any
 	TransactionID string

@@ -1,0 +1,57 @@
+package lanes_test
+
+import (
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+// A []byte payload has one shape whatever its bytes (encoding/json's base64), so every one
+// comes back through Decode as the same bytes; json.RawMessage is the way to send raw JSON.
+func TestITPushBytesRoundTrip(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	blobs := [][]byte{[]byte("42"), []byte("true"), []byte(`"hi"`), {0xff, 0x00, 0x10}, []byte("hello")}
+	items := make([]lanes.Item, 0, len(blobs)+1)
+	for _, blob := range blobs {
+		items = append(items, lanes.Data(blob))
+	}
+	items = append(items, lanes.Data(json.RawMessage(`{"orderId":42}`)))
+	_, err := b.c.Queue(b.queue).Push(b.ctx, items...)
+	require.NoError(t, err)
+
+	msgs, err := b.c.Queue(b.queue).Autopilot(false).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, len(items))
+	for i, blob := range blobs {
+		var back []byte
+		require.NoError(t, msgs[i].Decode(&back), "item %d stored as %s", i, msgs[i].Data)
+		require.Equal(t, blob, back)
+	}
+	require.JSONEq(t, `{"orderId":42}`, string(msgs[len(blobs)].Data))
+}
+
+// An item that cannot be encoded fails the call with *InvalidItemError naming it, and nothing
+// of the call is stored or buffered.
+func TestITPushRejectsUnencodableItem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, bad := range []any{json.RawMessage("{not json"), make(chan int)} {
+		_, err := b.c.Queue(b.queue).Push(b.ctx, lanes.Data(1), lanes.Data(bad))
+		var ie *lanes.InvalidItemError
+		require.ErrorAs(t, err, &ie)
+		require.Equal(t, 1, ie.Index)
+
+		buf := b.c.Queue(b.queue).Buffer(lanes.BufferOptions{FlushInterval: time.Hour})
+		require.ErrorAs(t, buf.Push(b.ctx, lanes.Data(1), lanes.Data(bad)), &ie)
+		require.Zero(t, buf.Len())
+	}
+	require.NoError(t, b.c.Close(b.ctx))
+	msgs, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+}
