@@ -18,8 +18,9 @@ type BufferOptions struct {
 	MaxSize int
 	// RetryDelay is the pause before retrying a failed flush (default 250 ms).
 	RetryDelay time.Duration
-	// OnError receives flush errors. A 400, 403 or 413 drops the batch; any other failure keeps
-	// it at the front, retried every RetryDelay.
+	// OnError receives flush errors. Items the broker refuses (each alone on 400 or 413, or
+	// the batch on 403) are dropped and arrive as a *DroppedError carrying them; any other
+	// failure keeps the items at the front, retried every RetryDelay.
 	OnError func(error)
 }
 
@@ -35,12 +36,17 @@ type Buffer struct {
 	cond    *sync.Cond
 	items   []pushItemWire
 	timer   *time.Timer
+	closed  bool
 	flushMu sync.Mutex
 	kick    chan struct{}
+
+	// ctx ends the background flusher; cancel is called once by shutdown.
+	ctx    context.Context
+	cancel context.CancelFunc
 }
 
 // Buffer returns the client's shared buffer for this queue and partition, creating it with opts
-// on first use.
+// on first use. After Client.Close it returns a closed buffer whose Push answers ErrClientClosed.
 func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 	if opts.MessageCount <= 0 {
 		opts.MessageCount = 100
@@ -62,6 +68,12 @@ func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 	}
 	b := &Buffer{c: q.c, queue: q.queue, partition: q.partition, opts: opts, kick: make(chan struct{}, 1)}
 	b.cond = sync.NewCond(&b.mu)
+	b.ctx, b.cancel = context.WithCancel(context.Background())
+	if q.c.closed {
+		b.closed = true
+		b.cancel()
+		return b
+	}
 	q.c.buffers[key] = b
 	go b.loop()
 	return b
@@ -69,7 +81,8 @@ func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 
 // Push enqueues items (transaction ids minted now). It blocks while MaxSize items wait, until
 // ctx ends. An item that cannot be encoded fails the call (*InvalidItemError) before anything is
-// enqueued.
+// enqueued, so it can never block the items behind it; after Client.Close it returns
+// ErrClientClosed.
 func (b *Buffer) Push(ctx context.Context, items ...Item) error {
 	wire, err := encodeItems(b.queue, b.partition, items)
 	if err != nil {
@@ -77,7 +90,7 @@ func (b *Buffer) Push(ctx context.Context, items ...Item) error {
 	}
 	for _, w := range wire {
 		b.mu.Lock()
-		for len(b.items) >= b.opts.MaxSize {
+		for len(b.items) >= b.opts.MaxSize && !b.closed {
 			if ctx.Err() != nil {
 				b.mu.Unlock()
 				return ctx.Err()
@@ -86,6 +99,10 @@ func (b *Buffer) Push(ctx context.Context, items ...Item) error {
 			b.signal()
 			b.cond.Wait()
 			stop()
+		}
+		if b.closed {
+			b.mu.Unlock()
+			return ErrClientClosed
 		}
 		b.items = append(b.items, w)
 		n := len(b.items)
@@ -115,15 +132,36 @@ func (b *Buffer) Len() int {
 }
 
 func (b *Buffer) loop() {
-	for range b.kick {
-		for {
-			err := b.flushOnce(context.Background())
-			if err == nil {
-				break
+	for {
+		select {
+		case <-b.ctx.Done():
+			return
+		case <-b.kick:
+		}
+		for b.flushOnce(b.ctx) != nil {
+			if sleepCtx(b.ctx, b.opts.RetryDelay) != nil {
+				return
 			}
-			time.Sleep(b.opts.RetryDelay)
 		}
 	}
+}
+
+// refuse makes later pushes answer ErrClientClosed and wakes the ones waiting for room.
+func (b *Buffer) refuse() {
+	b.mu.Lock()
+	b.closed = true
+	b.cond.Broadcast()
+	b.mu.Unlock()
+}
+
+// shutdown ends the background flusher; what is left can still be sent by Flush.
+func (b *Buffer) shutdown() {
+	b.cancel()
+	b.mu.Lock()
+	if b.timer != nil {
+		b.timer.Stop()
+	}
+	b.mu.Unlock()
 }
 
 // flushOnce sends the waiting items MessageCount at a time while a full batch
@@ -150,41 +188,63 @@ func (b *Buffer) sendFront(ctx context.Context) (more bool, err error) {
 	}
 	batch := append([]pushItemWire(nil), b.items[:n]...)
 	b.mu.Unlock()
-	_, err = b.c.pushWire(ctx, batch)
+	keep, err := b.send(ctx, batch)
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	b.items = append(keep, b.items[n:]...)
+	b.cond.Broadcast()
+	if err != nil {
+		return false, err
+	}
+	if len(b.items) == 0 && b.timer != nil {
+		b.timer.Stop()
+	}
+	more = len(b.items) >= b.opts.MessageCount
+	if len(b.items) > 0 && !more {
+		b.timer = time.AfterFunc(b.opts.FlushInterval, b.signal)
+	}
+	return more, nil
+}
+
+// send pushes batch and returns the items to keep at the front for a retry, with the retryable
+// error. The buffer built the batch, so a batch the broker refuses as a whole (413, or a 400
+// for several items) is halved until each refused item is alone; only those are dropped.
+func (b *Buffer) send(ctx context.Context, batch []pushItemWire) ([]pushItemWire, error) {
+	_, err := b.c.pushWire(ctx, batch)
 	var pe *PushError
-	drop := err == nil || dropsBatch(err)
-	if errors.As(err, &pe) {
+	switch {
+	case err == nil:
+		return nil, nil
+	case errors.As(err, &pe):
 		// keep only the failed items (same transaction ids, so the retry deduplicates)
 		failed := make([]pushItemWire, 0, len(pe.Items))
 		for _, it := range pe.Items {
 			failed = append(failed, batch[it.Index])
 		}
-		b.mu.Lock()
-		b.items = append(failed, b.items[n:]...)
-		b.cond.Broadcast()
-		b.mu.Unlock()
 		b.report(err)
-		return false, err
-	}
-	if drop {
-		b.mu.Lock()
-		b.items = b.items[n:]
-		if len(b.items) == 0 && b.timer != nil {
-			b.timer.Stop()
-		}
-		more = len(b.items) >= b.opts.MessageCount
-		if len(b.items) > 0 && !more {
-			b.timer = time.AfterFunc(b.opts.FlushInterval, b.signal)
-		}
-		b.cond.Broadcast()
-		b.mu.Unlock()
+		return failed, err
+	case len(batch) > 1 && splitsBatch(err):
+		half := len(batch) / 2
+		keep, err := b.send(ctx, batch[:half])
 		if err != nil {
-			b.report(err)
+			return append(append([]pushItemWire(nil), keep...), batch[half:]...), err
 		}
-		return more, nil
+		return b.send(ctx, batch[half:])
+	case dropsBatch(err):
+		b.drop(batch, err)
+		return nil, nil
 	}
-	b.report(err)
-	return false, err
+	if ctx.Err() == nil { // a flush cut short by its own deadline or by Close is no failure to report
+		b.report(err)
+	}
+	return batch, err
+}
+
+// splitsBatch reports whether a refused batch may hold items the broker would take alone: a
+// 413 (the body was too big) or a 400 (one item may be bad).
+func splitsBatch(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Status == http.StatusBadRequest || ae.Status == http.StatusRequestEntityTooLarge)
 }
 
 // dropsBatch reports whether a failed flush is dropped instead of retried
@@ -204,6 +264,20 @@ func dropsBatch(err error) bool {
 	return false
 }
 
+// drop gives up on batch: always logged (lost messages must not pass silently, so without
+// WithLogger this goes to slog.Default) and handed to OnError with the items.
+func (b *Buffer) drop(batch []pushItemWire, err error) {
+	items := make([]Item, len(batch))
+	for i, w := range batch {
+		items[i] = Item{Data: w.Payload, TransactionID: w.TransactionID, TraceID: w.TraceID}
+	}
+	b.c.dropLog.Error("lanes: push buffer dropped items the broker refuses", "queue", b.queue,
+		"partition", b.partition, "count", len(items), "firstTransactionId", items[0].TransactionID, "error", err)
+	if b.opts.OnError != nil {
+		b.opts.OnError(&DroppedError{Items: items, Err: err})
+	}
+}
+
 func (b *Buffer) report(err error) {
 	if b.opts.OnError != nil {
 		b.opts.OnError(err)
@@ -212,22 +286,24 @@ func (b *Buffer) report(err error) {
 	}
 }
 
-// Flush sends every waiting item, retrying failures every RetryDelay until ctx ends.
+// Flush sends every waiting item, retrying failures every RetryDelay until ctx ends; then it
+// returns *UnsentError (wrapping ctx.Err()) with the count still waiting.
 func (b *Buffer) Flush(ctx context.Context) error {
 	for b.Len() > 0 {
 		if err := b.flushOnce(ctx); err != nil {
 			if ctx.Err() != nil {
-				return ctx.Err()
+				return &UnsentError{Unsent: b.Len(), Err: ctx.Err()}
 			}
 			if err := sleepCtx(ctx, b.opts.RetryDelay); err != nil {
-				return err
+				return &UnsentError{Unsent: b.Len(), Err: err}
 			}
 		}
 	}
 	return nil
 }
 
-// FlushAll flushes every buffer of the client.
+// FlushAll flushes every buffer of the client at once, so a buffer that cannot be sent does not
+// use up the others' time. It returns *UnsentError with the total left when ctx ended first.
 func (c *Client) FlushAll(ctx context.Context) error {
 	c.mu.Lock()
 	bufs := make([]*Buffer, 0, len(c.buffers))
@@ -235,11 +311,22 @@ func (c *Client) FlushAll(ctx context.Context) error {
 		bufs = append(bufs, b)
 	}
 	c.mu.Unlock()
-	var errs []error
-	for _, b := range bufs {
-		if err := b.Flush(ctx); err != nil {
-			errs = append(errs, err)
+	errs := make([]error, len(bufs))
+	var wg sync.WaitGroup
+	for i, b := range bufs {
+		wg.Go(func() { errs[i] = b.Flush(ctx) })
+	}
+	wg.Wait()
+	total := &UnsentError{}
+	for _, err := range errs {
+		var ue *UnsentError
+		if errors.As(err, &ue) {
+			total.Unsent += ue.Unsent
+			total.Err = ue.Err
 		}
 	}
-	return errors.Join(errs...)
+	if total.Err != nil {
+		return total
+	}
+	return nil
 }

@@ -112,7 +112,9 @@ func WithMaxRetryAfter(d time.Duration) Option {
 	return func(c *config) { c.policy.MaxRetryAfter = d }
 }
 
-// WithLogger routes the client's logs (retry decisions at debug) to l. Default: discarded.
+// WithLogger routes the client's logs (retry decisions at debug) to l. Default: discarded,
+// except items a push buffer drops, which are logged to slog.Default() (pass a discarding
+// logger to silence them too).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithHTTPClient replaces the underlying *http.Client (transport, TLS, proxies). The retry
@@ -142,6 +144,7 @@ type Client struct {
 	bases     []*url.URL
 	gen       *gen.Client
 	log       *slog.Logger
+	dropLog   *slog.Logger // the user's logger, else slog.Default: dropped items are never silent
 	hc        *http.Client // one attempt: the user's transport under the per-attempt timeout
 	rlog      retryablehttp.LeveledLogger
 	autopilot bool
@@ -172,13 +175,15 @@ func New(opts ...Option) (*Client, error) {
 	if len(cfg.urls) == 0 {
 		cfg.urls = []string{DefaultURL}
 	}
+	dropLog := cfg.logger
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
+		dropLog = slog.Default()
 	}
 	if cfg.httpClient == nil {
 		cfg.httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	c := &Client{cfg: cfg, log: cfg.logger, unhealthy: map[int]time.Time{}, buffers: map[string]*Buffer{}}
+	c := &Client{cfg: cfg, log: cfg.logger, dropLog: dropLog, unhealthy: map[int]time.Time{}, buffers: map[string]*Buffer{}}
 	c.hc = attemptClient(cfg.httpClient, cfg.timeout)
 	c.rlog = slogLeveled{cfg.logger}
 	for _, raw := range cfg.urls {
@@ -209,12 +214,24 @@ func autopilotFromEnv(v string) bool {
 	return true
 }
 
-// Close flushes every client-side buffer (bounded by ctx) and marks the client closed.
-// It is idempotent.
+// Close marks the client closed, flushes every client-side buffer (bounded by ctx) and ends
+// their background flushers. From then on buffer pushes answer ErrClientClosed; direct calls
+// (Push, Pop, Ack, Admin) keep working, since Close releases nothing they use. When ctx ends
+// first it returns *UnsentError; the items stay buffered and Close may be called again.
 func (c *Client) Close(ctx context.Context) error {
 	c.mu.Lock()
 	c.closed = true
+	bufs := make([]*Buffer, 0, len(c.buffers))
+	for _, b := range c.buffers {
+		bufs = append(bufs, b)
+	}
 	c.mu.Unlock()
+	// The flushers stop first (a send they had in flight is kept and sent again, deduplicated
+	// by its transaction ids), so the flush below runs under ctx alone.
+	for _, b := range bufs {
+		b.refuse()
+		b.shutdown()
+	}
 	return c.FlushAll(ctx)
 }
 

@@ -168,6 +168,10 @@ func (e *PushError) Error() string {
 	return fmt.Sprintf("lanes: %d push item(s) failed: %s", len(e.Items), strings.Join(parts, "; "))
 }
 
+// ErrClientClosed is returned by a push into a buffer after Client.Close: a closed client
+// starts no new buffered work, since nothing would flush it. Direct calls keep working.
+var ErrClientClosed = errors.New("lanes: client is closed")
+
 // InvalidItemError means an item cannot be encoded (its Data does not marshal to JSON, or a
 // json.RawMessage is not valid JSON). Nothing of the call was sent or buffered.
 type InvalidItemError struct {
@@ -183,6 +187,40 @@ func (e *InvalidItemError) Error() string {
 
 // Unwrap returns the encoding error.
 func (e *InvalidItemError) Unwrap() error { return e.Err }
+
+// DroppedError is what a buffer's OnError receives when it gives up on items: the broker
+// refused each of them alone (400, 413) or refused the batch with 403. Items can be pushed
+// again once the cause is fixed (same transaction ids, so a retry deduplicates).
+type DroppedError struct {
+	Items []Item
+	// Err is the broker's answer (an *APIError).
+	Err error
+}
+
+// Error implements error.
+func (e *DroppedError) Error() string {
+	return fmt.Sprintf("lanes: buffer dropped %d item(s): %v", len(e.Items), e.Err)
+}
+
+// Unwrap returns the broker's answer.
+func (e *DroppedError) Unwrap() error { return e.Err }
+
+// UnsentError is returned by Buffer.Flush, Client.FlushAll and Client.Close when ctx ended
+// before every buffered item was sent. The items stay in their buffers: another Flush or Close
+// may still send them.
+type UnsentError struct {
+	Unsent int
+	// Err is the context's error.
+	Err error
+}
+
+// Error implements error.
+func (e *UnsentError) Error() string {
+	return fmt.Sprintf("lanes: %d buffered item(s) unsent: %v", e.Unsent, e.Err)
+}
+
+// Unwrap returns the context's error.
+func (e *UnsentError) Unwrap() error { return e.Err }
 
 // AckError is returned with the results when at least one ack item answered success:false.
 type AckError struct {

@@ -2,6 +2,9 @@ package lanes_test
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
+	"sync"
 	"testing"
 	"time"
 
@@ -54,4 +57,64 @@ func TestITPushRejectsUnencodableItem(t *testing.T) {
 	msgs, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, msgs)
+}
+
+// One item the broker refuses (a NUL in its transaction id makes the whole request a 400) costs
+// only that item: the buffer splits the batch, stores the other nine and hands the refused one
+// to OnError.
+func TestITBufferDropsOnlyTheRefusedItem(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var mu sync.Mutex
+	var dropped []lanes.Item
+	buf := b.c.Queue(b.queue).Buffer(lanes.BufferOptions{MessageCount: 10, FlushInterval: time.Hour,
+		OnError: func(err error) {
+			var de *lanes.DroppedError
+			if errors.As(err, &de) {
+				mu.Lock()
+				dropped = append(dropped, de.Items...)
+				mu.Unlock()
+			}
+		}})
+	for i := range 10 {
+		tid := fmt.Sprintf("ok-%d", i)
+		if i == 5 {
+			tid = "bad\x00id"
+		}
+		require.NoError(t, buf.Push(b.ctx, lanes.Item{Data: i, TransactionID: tid}))
+	}
+	require.NoError(t, buf.Flush(b.ctx))
+
+	msgs, err := b.c.Queue(b.queue).Autopilot(false).Batch(20).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 9)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Len(t, dropped, 1)
+	require.Equal(t, "bad\x00id", dropped[0].TransactionID)
+	require.JSONEq(t, "5", string(dropped[0].Data.(json.RawMessage)))
+}
+
+// After Close a client starts no buffered work: new and existing buffers refuse pushes with
+// ErrClientClosed; direct pushes still work.
+func TestITClosedClientRefusesBufferPushes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	buf := b.c.Queue(b.queue).Buffer(lanes.BufferOptions{FlushInterval: time.Hour})
+	require.NoError(t, buf.Push(b.ctx, lanes.Data(1)))
+	require.NoError(t, b.c.Close(b.ctx))
+
+	require.ErrorIs(t, buf.Push(b.ctx, lanes.Data(2)), lanes.ErrClientClosed)
+	other := b.c.Queue(b.queue).Partition("later").Buffer(lanes.BufferOptions{})
+	require.ErrorIs(t, other.Push(b.ctx, lanes.Data(3)), lanes.ErrClientClosed)
+	require.NoError(t, b.c.FlushAll(b.ctx))
+	require.NoError(t, b.c.Close(b.ctx), "idempotent")
+
+	_, err := b.c.Queue(b.queue).Push(b.ctx, lanes.Data(4))
+	require.NoError(t, err)
+	msgs, err := b.c.Queue(b.queue).Autopilot(false).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 2)
+	require.JSONEq(t, "1", string(msgs[0].Data))
+	require.JSONEq(t, "4", string(msgs[1].Data))
 }

@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -28,6 +29,7 @@ type fakeBroker struct {
 
 func (f *fakeBroker) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	b, _ := io.ReadAll(r.Body)
+	r.Body = io.NopCloser(bytes.NewReader(b)) // the handler may read it too
 	f.mu.Lock()
 	f.reqs = append(f.reqs, r)
 	f.bodies = append(f.bodies, string(b))
