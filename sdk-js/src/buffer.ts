@@ -1,7 +1,7 @@
 // The optional client-side push buffer: bounded, flushed on count or time and on close(),
 // failed flushes kept at the front and retried (never dropped, except terminal errors).
 import { APIError, PushError, isTerminal } from "./errors.js";
-import { toWireItem, type Core, type PushItem } from "./internal/core.js";
+import { toWireItems, type Core, type PushItem, type toWireItem } from "./internal/core.js";
 import { sleep } from "./internal/http.js";
 
 /** BufferOptions size a push buffer (defaults: 100 messages, 1000 ms, maxSize 4 × messageCount, retry every 250 ms). */
@@ -53,9 +53,9 @@ export class PushBuffer<T = unknown> {
     return this.items.length;
   }
 
-  /** push enqueues items (ids minted now, so a retried flush deduplicates); it waits while the buffer is full. */
+  /** push enqueues items (ids minted now, so a retried flush deduplicates); it waits while the buffer is full. An item that cannot be sent as given throws InvalidItemError before anything is enqueued. */
   async push(items: PushItem<T>[]): Promise<{ buffered: true; count: number }> {
-    const wire = items.map((it) => toWireItem(this.queue, this.partition, it));
+    const wire = toWireItems(this.queue, this.partition, items);
     while (this.items.length > 0 && this.items.length + wire.length > this.maxSize) {
       this.kick(true);
       await new Promise<void>((resolve) => this.spaceWaiters.push(resolve));

@@ -98,6 +98,33 @@ export class PushError extends LanesError {
   }
 }
 
+/** InvalidItemError is thrown by a push (direct, buffered or in a transaction) when an item cannot be sent as it is: its payload is not plain JSON (BigInt, NaN, Infinity, a function, a Map or Set, binary data, a cycle), its `transactionId` or `traceId` is not a string, or it has both `data` and `payload`. Nothing of the call was sent or buffered. */
+export class InvalidItemError extends LanesError {
+  /** index is the item's position in the call. */
+  readonly index: number;
+  constructor(index: number, reason: string) {
+    super(`push: item #${index} ${reason}`);
+    this.index = index;
+  }
+}
+
+/** ClientClosedError is thrown by `buffer()` and by a buffer's `push` after `lanes.close()`: nothing would flush what they add. Direct calls keep working. */
+export class ClientClosedError extends LanesError {
+  constructor(message = "client is closed") {
+    super(message);
+  }
+}
+
+/** UnsentError is thrown by `lanes.close()` when buffered messages could not be sent before its deadline. They stay buffered: another `close()` or the buffer's `flush()` may still send them. */
+export class UnsentError extends LanesError {
+  /** unsent is how many buffered messages were left. */
+  readonly unsent: number;
+  constructor(unsent: number) {
+    super(`close: ${unsent} buffered message(s) could not be sent before the deadline`);
+    this.unsent = unsent;
+  }
+}
+
 /** AckError is thrown by `ack` when at least one item answered `success:false`. `results` holds every item's answer. */
 export class AckError extends LanesError {
   /** results is the broker's answer for every acknowledged item, in request order. */

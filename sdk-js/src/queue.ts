@@ -4,7 +4,7 @@ import { LanesError } from "./errors.js";
 import type { PushBuffer, BufferOptions } from "./buffer.js";
 import { Consumer, type BatchHandler, type ConsumeOptions, type ErrorHandler, type Handler, messageIterator } from "./consumer.js";
 import type { Core, PushItem, PushResult } from "./internal/core.js";
-import { QUEUE_MODE, toWireItem } from "./internal/core.js";
+import { QUEUE_MODE, toWireItems } from "./internal/core.js";
 import type { Message, PopResult } from "./message.js";
 import { popQuery, type PopKnobs } from "./pop.js";
 import type { ConfigureResult, DeleteQueueResult, DlqList, PopResponse, QueueDepth, QueueOptions } from "./types.js";
@@ -183,7 +183,7 @@ export class QueueBuilder<T = unknown> {
     const queue = this.requireQueue("push");
     if (!Array.isArray(items)) throw new LanesError("push: want an array of items");
     return this.core.pushWire(
-      items.map((it) => toWireItem(queue, this.s.partition, it)),
+      toWireItems(queue, this.s.partition, items),
       opts.signal,
     );
   }

@@ -2,7 +2,7 @@
 // transaction (`POST /api/v1/transaction`). Unlike the queue builders it accumulates state, as in
 // Go and Python: every step adds to the same bundle and returns it.
 import { LanesError, TransactionError } from "./errors.js";
-import { normalizeAckStatus, toWireItem, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
+import { normalizeAckStatus, toWireItems, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
 import { kvWriteOp, timerScheduleOp, type KvExpiry, type TimerSchedule } from "./kv.js";
 import type { AckStatus } from "./message.js";
 import { kvOpsIdempotent } from "./retry.js";
@@ -37,7 +37,7 @@ export class TransactionBuilder {
   /** queue starts a push into `name`: `.queue('invoices').partition('c-42').push([...])` returns the transaction builder. */
   queue(name: string): TransactionQueue {
     return new TransactionQueue(name, undefined, (queue, partition, items) =>
-      this.add({ operations: [{ type: "push", items: items.map((it) => toWireItem(queue, partition, it)) }] }),
+      this.add({ operations: [{ type: "push", items: toWireItems(queue, partition, items) }] }),
     );
   }
 

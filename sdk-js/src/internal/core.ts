@@ -1,13 +1,14 @@
 // Core is what every builder shares: the transport, the log, the client defaults, and the
 // low-level calls (push, ack, renew) the builders and the consume loop are made of.
-import { AckError, LanesError, PushError } from "../errors.js";
+import { AckError, InvalidItemError, LanesError, PushError } from "../errors.js";
 import type { AckStatus, Message } from "../message.js";
 import type { AckItem, AckResult, LeaseExtendResult, PushResult as WirePushResult, WirePushItem } from "../types.js";
 import type { Transport } from "./http.js";
 import type { Log } from "./log.js";
+import { jsonProblem } from "./payload.js";
 import { uuidv7 } from "./uuid.js";
 
-/** PushItem is one item to push: `{data}` or `{payload}` with optional ids, or a bare JSON value. */
+/** PushItem is one item to push: an envelope `{data}` or `{payload}` with optional string ids (no other keys), or a bare JSON value (any other object is a bare value, stored whole). */
 export type PushItem<T = unknown> =
   | { data: T; transactionId?: string | undefined; traceId?: string | undefined }
   | { payload: T; transactionId?: string | undefined; traceId?: string | undefined }
@@ -59,17 +60,35 @@ export function normalizeAckStatus(status: AckStatus | boolean): AckStatus {
   return status;
 }
 
-/** toWireItem turns a push item into the wire's `{queue, partition, payload, transactionId}`, minting a UUIDv7 when the id is absent. */
-export function toWireItem(queue: string, partition: string | undefined, item: unknown): WirePushItem & { transactionId: string } {
+const ITEM_KEYS = new Set(["data", "payload", "transactionId", "traceId"]);
+
+/** isEnvelope: an object is a push item envelope when it has `data` or `payload` and no key but `data`, `payload`, `transactionId` and `traceId`; any other value (an event with a `data` field among others) is a bare payload, stored whole. */
+function isEnvelope(item: unknown): item is { data?: unknown; payload?: unknown; transactionId?: unknown; traceId?: unknown } {
+  if (item === null || typeof item !== "object" || Array.isArray(item)) return false;
+  const keys = Object.keys(item);
+  return (keys.includes("data") || keys.includes("payload")) && keys.every((k) => ITEM_KEYS.has(k));
+}
+
+/** optionalId reads an envelope's id: a string, or absent (undefined, null, ""). Anything else is an error, never replaced. */
+function optionalId(index: number, name: string, v: unknown): string | undefined {
+  if (v === undefined || v === null || v === "") return undefined;
+  if (typeof v !== "string") throw new InvalidItemError(index, `${name} must be a string, got ${typeof v} ${JSON.stringify(String(v))}`);
+  return v;
+}
+
+/** toWireItem turns push item number `index` into the wire's `{queue, partition, payload, transactionId}`, minting a UUIDv7 when the id is absent. It throws InvalidItemError for an item that would not be stored as given. */
+export function toWireItem(queue: string, partition: string | undefined, item: unknown, index = 0): WirePushItem & { transactionId: string } {
   let payload: unknown = item;
   let transactionId: string | undefined;
   let traceId: string | undefined;
-  if (item !== null && typeof item === "object" && !Array.isArray(item) && ("data" in item || "payload" in item)) {
-    const it = item as { data?: unknown; payload?: unknown; transactionId?: unknown; traceId?: unknown };
-    payload = "data" in it ? it.data : it.payload;
-    if (typeof it.transactionId === "string" && it.transactionId !== "") transactionId = it.transactionId;
-    if (typeof it.traceId === "string" && it.traceId !== "") traceId = it.traceId;
+  if (isEnvelope(item)) {
+    if ("data" in item && "payload" in item) throw new InvalidItemError(index, "has both data and payload (use one)");
+    payload = "data" in item ? item.data : item.payload;
+    transactionId = optionalId(index, "transactionId", item.transactionId);
+    traceId = optionalId(index, "traceId", item.traceId);
   }
+  const problem = jsonProblem(payload);
+  if (problem) throw new InvalidItemError(index, problem);
   const out: WirePushItem & { transactionId: string } = {
     queue,
     payload: (payload === undefined ? null : payload) as WirePushItem["payload"],
@@ -78,6 +97,11 @@ export function toWireItem(queue: string, partition: string | undefined, item: u
   if (partition !== undefined) out.partition = partition;
   if (traceId !== undefined) out.traceId = traceId;
   return out;
+}
+
+/** toWireItems shapes every item of a call, so one bad item fails the call before anything is sent or buffered. */
+export function toWireItems(queue: string, partition: string | undefined, items: unknown[]): (WirePushItem & { transactionId: string })[] {
+  return items.map((it, i) => toWireItem(queue, partition, it, i));
 }
 
 export interface CoreOptions {

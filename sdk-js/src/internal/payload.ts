@@ -1,0 +1,51 @@
+// What a push payload may hold: values JSON.stringify sends as they are. Everything it would
+// throw on, or silently change (NaN → null, a Map → {}, a Uint8Array → an object of indices),
+// is refused before sending, so a payload is stored exactly as given or not at all.
+
+/** jsonProblem returns why value is not plain JSON (with the path to the bad part), or undefined when it is. */
+export function jsonProblem(value: unknown): string | undefined {
+  return walk(value, "payload", new Set());
+}
+
+function walk(value: unknown, path: string, ancestors: Set<object>): string | undefined {
+  switch (typeof value) {
+    case "string":
+    case "boolean":
+      return undefined;
+    case "number":
+      return Number.isFinite(value) ? undefined : `${path} is ${value}, which JSON cannot hold`;
+    case "bigint":
+      return `${path} is a BigInt, which JSON cannot hold (send it as a string)`;
+    case "function":
+    case "symbol":
+      return `${path} is a ${typeof value}, which JSON cannot hold`;
+    case "undefined":
+      return undefined; // JSON.stringify leaves it out of objects, as everywhere in JS
+  }
+  if (value === null) return undefined;
+  const obj = value as object;
+  if (ArrayBuffer.isView(obj) || obj instanceof ArrayBuffer) {
+    return `${path} is binary data, which JSON cannot hold (send base64 or an array of numbers)`;
+  }
+  if (obj instanceof Map || obj instanceof Set) return `${path} is a ${obj.constructor.name}, which JSON would store as {}`;
+  const toJSON = (obj as { toJSON?: unknown }).toJSON;
+  if (typeof toJSON === "function") return walk((toJSON as () => unknown).call(obj), path, ancestors);
+  if (ancestors.has(obj)) return `${path} refers back to itself`;
+  ancestors.add(obj);
+  try {
+    if (Array.isArray(obj)) {
+      for (let i = 0; i < obj.length; i++) {
+        const p = walk(obj[i], `${path}[${i}]`, ancestors);
+        if (p) return p;
+      }
+      return undefined;
+    }
+    for (const [k, v] of Object.entries(obj)) {
+      const p = walk(v, `${path}.${k}`, ancestors);
+      if (p) return p;
+    }
+    return undefined;
+  } finally {
+    ancestors.delete(obj);
+  }
+}
