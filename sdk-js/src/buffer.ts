@@ -1,6 +1,7 @@
 // The optional client-side push buffer: bounded, flushed on count or time and on close(),
-// failed flushes kept at the front and retried (never dropped, except terminal errors).
-import { APIError, PushError, isTerminal } from "./errors.js";
+// failed flushes kept at the front and retried (never dropped, except items the broker
+// refuses on their own).
+import { APIError, ClientClosedError, PushError, UnsentError, isTerminal } from "./errors.js";
 import { toWireItems, type Core, type PushItem, type toWireItem } from "./internal/core.js";
 import { sleep } from "./internal/http.js";
 
@@ -14,7 +15,7 @@ export interface BufferOptions {
   maxSize?: number;
   /** retryDelayMillis is the pause before retrying a failed flush (default 250). */
   retryDelayMillis?: number;
-  /** onError receives flush errors; items dropped on a terminal error (400, 403, 413) are passed along. */
+  /** onError receives flush errors. Items the broker refuses (each alone on 400 or 413, or the batch on 403) are dropped and passed as `droppedItems` (wire items: `{queue, partition, payload, transactionId}`); otherwise `droppedItems` is empty and the items are retried. */
   onError?: (err: unknown, droppedItems: unknown[]) => void;
 }
 
@@ -31,6 +32,8 @@ export class PushBuffer<T = unknown> {
   private readonly maxSize: number;
   private readonly retryDelayMillis: number;
   private closing = false;
+  /** stopped ends the flusher after close() gave up; flush() starts it again. */
+  private stopped = false;
   private force = false;
   /** flushes counts completed flush requests. */
   flushes = 0;
@@ -53,10 +56,12 @@ export class PushBuffer<T = unknown> {
     return this.items.length;
   }
 
-  /** push enqueues items (ids minted now, so a retried flush deduplicates); it waits while the buffer is full. An item that cannot be sent as given throws InvalidItemError before anything is enqueued. */
+  /** push enqueues items (ids minted now, so a retried flush deduplicates); it waits while the buffer is full. An item that cannot be sent as given throws InvalidItemError before anything is enqueued; after `lanes.close()` it throws ClientClosedError. */
   async push(items: PushItem<T>[]): Promise<{ buffered: true; count: number }> {
     const wire = toWireItems(this.queue, this.partition, items);
-    while (this.items.length > 0 && this.items.length + wire.length > this.maxSize) {
+    for (;;) {
+      if (this.closing) throw new ClientClosedError(`buffer ${this.queue}/${this.partition ?? "Default"}: client is closed`);
+      if (this.items.length === 0 || this.items.length + wire.length <= this.maxSize) break;
       this.kick(true);
       await new Promise<void>((resolve) => this.spaceWaiters.push(resolve));
     }
@@ -69,26 +74,30 @@ export class PushBuffer<T = unknown> {
     return { buffered: true, count: wire.length };
   }
 
-  /** flush sends everything waiting now and resolves when it is sent (or dropped on a terminal error). */
+  /** flush sends everything waiting now and resolves when it is sent (or dropped because the broker refuses it). It rejects with UnsentError if `lanes.close()` gives up meanwhile. */
   async flush(): Promise<void> {
+    this.stopped = false;
     while (this.items.length > 0 || this.flushing) {
+      if (this.stopped) throw new UnsentError(this.items.length);
       this.kick(true);
       await this.flushing;
     }
   }
 
-  /** @internal */
+  /** @internal refuses new pushes, flushes until the deadline, then ends the flusher; returns how many items are left. */
   async close(deadline: number): Promise<number> {
     this.closing = true;
+    this.wake();
     const left = Math.max(0, deadline - Date.now());
     // The deadline's timer is cleared once the flush wins, or it alone would
     // keep Node running until the deadline.
     const flushed = new AbortController();
     try {
-      await Promise.race([this.flush(), sleep(left, flushed.signal).catch(() => undefined)]);
+      await Promise.race([this.flush().catch(() => undefined), sleep(left, flushed.signal).catch(() => undefined)]);
     } finally {
       flushed.abort();
     }
+    this.stopped = this.items.length > 0;
     return this.items.length;
   }
 
@@ -100,7 +109,7 @@ export class PushBuffer<T = unknown> {
     if (!this.flushing) {
       this.flushing = this.run().finally(() => {
         this.flushing = undefined;
-        if (this.items.length > 0 && !this.timer) {
+        if (this.items.length > 0 && !this.timer && !this.stopped) {
           this.timer = setTimeout(() => this.kick(true), this.items.length >= this.messageCount || this.closing ? 0 : this.timeMillis);
           this.timer.unref?.();
         }
@@ -115,35 +124,56 @@ export class PushBuffer<T = unknown> {
   }
 
   private async run(): Promise<void> {
-    while (this.items.length >= this.messageCount || (this.force && this.items.length > 0)) {
+    while (!this.stopped && (this.items.length >= this.messageCount || (this.force && this.items.length > 0))) {
       const chunk = this.items.slice(0, this.messageCount);
-      try {
-        await this.core.pushWire(chunk);
-        this.items.splice(0, chunk.length);
-        this.flushes += 1;
-      } catch (err) {
-        if (err instanceof PushError) {
-          // Keep only the failed items, at the front, and retry them.
-          const failed = new Set(err.failed.map((r) => r.index));
-          this.items.splice(0, chunk.length, ...chunk.filter((_, i) => failed.has(i)));
-          this.report(err, []);
-        } else if (isTerminal(err) || (err instanceof APIError && err.status === 400)) {
-          this.items.splice(0, chunk.length);
-          this.report(err, chunk);
-        } else {
-          this.report(err, []);
-        }
-        this.wake();
+      const sent = await this.send(chunk);
+      this.items.splice(0, chunk.length, ...sent.keep);
+      this.wake();
+      if (sent.failed) {
         await sleep(this.retryDelayMillis);
         continue;
       }
-      this.wake();
+      this.flushes += 1;
     }
     this.force = false;
   }
 
-  private report(err: unknown, dropped: unknown[]): void {
-    this.core.log.warn(`buffer ${this.queue}/${this.partition ?? "Default"}: flush failed: ${err instanceof Error ? err.message : String(err)}${dropped.length ? ` (${dropped.length} item(s) dropped)` : ""}`);
+  /** send pushes batch and returns the items to keep at the front for a retry. The buffer built the batch, so one the broker refuses as a whole (413, or a 400 for several items) is halved until each refused item is alone; only those are dropped. */
+  private async send(batch: WireItem[]): Promise<{ keep: WireItem[]; failed: boolean }> {
+    try {
+      await this.core.pushWire(batch);
+      return { keep: [], failed: false };
+    } catch (err) {
+      if (err instanceof PushError) {
+        // Keep only the failed items, at the front, and retry them.
+        const failed = new Set(err.failed.map((r) => r.index));
+        this.report(err, []);
+        return { keep: batch.filter((_, i) => failed.has(i)), failed: true };
+      }
+      const status = err instanceof APIError ? err.status : 0;
+      if (batch.length > 1 && (status === 400 || status === 413)) {
+        const half = Math.floor(batch.length / 2);
+        const first = await this.send(batch.slice(0, half));
+        if (first.failed) return { keep: [...first.keep, ...batch.slice(half)], failed: true };
+        return this.send(batch.slice(half));
+      }
+      if (isTerminal(err) || status === 400) {
+        this.report(err, batch);
+        return { keep: [], failed: false };
+      }
+      this.report(err, []);
+      return { keep: batch, failed: true };
+    }
+  }
+
+  private report(err: unknown, dropped: WireItem[]): void {
+    const what = `buffer ${this.queue}/${this.partition ?? "Default"}: flush failed: ${err instanceof Error ? err.message : String(err)}`;
+    if (dropped.length > 0) {
+      // Lost messages are never silent: without a logger this goes to the console.
+      this.core.log.lost(`${what} (${dropped.length} item(s) dropped)`, { transactionIds: dropped.map((d) => d.transactionId) });
+    } else {
+      this.core.log.warn(what);
+    }
     try {
       this.opts.onError?.(err, dropped);
     } catch {

@@ -2,7 +2,7 @@
 // the builders it hands out.
 import { Admin } from "./admin.js";
 import { PushBuffer, type BufferOptions } from "./buffer.js";
-import { LanesError } from "./errors.js";
+import { ClientClosedError, LanesError, UnsentError } from "./errors.js";
 import { Core, leaseIdsOf, type AckOptions, type AckTarget, type RenewResult } from "./internal/core.js";
 import { Transport } from "./internal/http.js";
 import { makeLog, type Logger } from "./internal/log.js";
@@ -145,7 +145,7 @@ export class Lanes {
 
   /** @internal shared buffer per (queue, partition) */
   buffer(queue: string, partition: string | undefined, opts: BufferOptions): PushBuffer {
-    if (this.closed) throw new LanesError("buffer: client is closed");
+    if (this.closed) throw new ClientClosedError("buffer: client is closed");
     const key = `${queue}/${partition ?? "Default"}`;
     let b = this.buffers.get(key);
     if (!b) {
@@ -171,13 +171,12 @@ export class Lanes {
     return { activeBuffers: this.buffers.size, totalBufferedMessages: total, flushesPerformed: flushes };
   }
 
-  /** close flushes the push buffers (bounded by `timeoutMillis`, default 30 s; unsent items are logged) and is idempotent. Consumers are stopped by their own `stop()`. */
+  /** close refuses new buffers and buffer pushes (ClientClosedError), then flushes the push buffers, all at once, bounded by `timeoutMillis` (default 30 s). It rejects with UnsentError (`.unsent`) when messages are left; they stay buffered and calling close() again tries again. Direct calls keep working: close releases nothing they use. Consumers are stopped by their own `stop()`. */
   async close(opts: { timeoutMillis?: number } = {}): Promise<void> {
-    if (this.closed) return;
     this.closed = true;
     const deadline = Date.now() + (opts.timeoutMillis ?? 30_000);
     const left = await Promise.all([...this.buffers.values()].map((b) => b.close(deadline)));
     const unsent = left.reduce((a, b) => a + b, 0);
-    if (unsent > 0) this.core.log.error(`close: ${unsent} buffered message(s) could not be sent before the deadline`);
+    if (unsent > 0) throw new UnsentError(unsent);
   }
 }

@@ -1,7 +1,7 @@
 // Push item encoding and the push buffer's lifecycle against a real broker: what an item may
 // be, what the buffer does with items the broker refuses, and what close() promises.
 import { describe, expect, it } from "vitest";
-import { InvalidItemError, Lanes } from "../../src/index.js";
+import { ClientClosedError, InvalidItemError, Lanes, UnsentError } from "../../src/index.js";
 import { client, uniq } from "./helpers.js";
 
 const popAll = async (lanes: Lanes, q: string) => (await lanes.queue(q).autopilot(false).batch(50).wait(false).pop()).map((m) => m.data);
@@ -46,5 +46,53 @@ describe("push items", () => {
     await expect(lanes.queue(q).push([loop])).rejects.toBeInstanceOf(InvalidItemError);
     await lanes.queue(q).push([{ data: { at: new Date(0), skipped: undefined } }]);
     expect(await popAll(lanes, q)).toEqual([{ at: "1970-01-01T00:00:00.000Z" }]);
+  });
+});
+
+describe("push buffer", () => {
+  it("refuses an unencodable item at push, so the items behind it are sent", async () => {
+    const lanes = client();
+    const q = uniq("poison");
+    const errors: unknown[] = [];
+    const b = lanes.queue(q).buffer({ messageCount: 5, timeMillis: 50, onError: (e) => errors.push(e) });
+    await expect(b.push([1, 2, 10n, 4])).rejects.toBeInstanceOf(InvalidItemError);
+    expect(b.size).toBe(0);
+    await b.push([1, 2, 4, 5, 6, 7]);
+    await lanes.close({ timeoutMillis: 5000 });
+    expect(await popAll(lanes, q)).toEqual([1, 2, 4, 5, 6, 7]);
+    expect(errors).toEqual([]);
+  });
+
+  it("drops only the item the broker refuses alone and hands it to onError", async () => {
+    const lanes = client({ logger: null });
+    const q = uniq("split");
+    const dropped: { transactionId: string }[] = [];
+    const b = lanes.queue(q).buffer({ messageCount: 10, timeMillis: 60_000, onError: (_e, items) => dropped.push(...(items as { transactionId: string }[])) });
+    await b.push(Array.from({ length: 10 }, (_, i) => ({ data: i, transactionId: i === 5 ? "bad\u0000id" : `ok-${i}` })));
+    await b.flush();
+    expect(await popAll(lanes, q)).toEqual([0, 1, 2, 3, 4, 6, 7, 8, 9]);
+    expect(dropped.map((d) => d.transactionId)).toEqual(["bad\u0000id"]);
+  });
+
+  it("after close() new buffers and buffer pushes are refused; direct pushes still work", async () => {
+    const lanes = client();
+    const q = uniq("closed");
+    const b = lanes.queue(q).buffer({ timeMillis: 60_000 });
+    await b.push([1]);
+    await lanes.close();
+    await expect(b.push([2])).rejects.toBeInstanceOf(ClientClosedError);
+    expect(() => lanes.queue(q).partition("later").buffer()).toThrow(ClientClosedError);
+    await lanes.queue(q).push([3]);
+    expect(await popAll(lanes, q)).toEqual([1, 3]);
+  });
+
+  it("close() rejects with UnsentError naming how many messages are left", async () => {
+    const lanes = new Lanes({ url: "http://127.0.0.1:9", retryAttempts: 0, env: {}, logger: null });
+    const b = lanes.queue(uniq("down")).buffer({ timeMillis: 60_000, retryDelayMillis: 20 });
+    await b.push([1, 2, 3, 4, 5]);
+    const err = await lanes.close({ timeoutMillis: 300 }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnsentError);
+    expect((err as UnsentError).unsent).toBe(5);
+    expect(b.size).toBe(5);
   });
 });

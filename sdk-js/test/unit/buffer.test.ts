@@ -1,0 +1,82 @@
+// The push buffer's batch policy against a scripted local server: splitting a refused batch and
+// making a drop visible.
+import { afterEach, describe, expect, it, vi } from "vitest";
+import { Lanes } from "../../src/index.js";
+import { FakeServer, reply, type Step } from "./fakeserver.js";
+
+const servers: FakeServer[] = [];
+afterEach(async () => {
+  vi.restoreAllMocks();
+  await Promise.all(servers.splice(0).map((s) => s.close()));
+});
+
+/** broker answers like the push route, with 413 for a body over `limit` bytes. */
+const broker =
+  (limit: number): Step =>
+  (req, res) => {
+    if (req.body.length > limit) return reply(413, { error: "body too large", code: "payload_too_large" })(req, res);
+    const items = (JSON.parse(req.body) as { items: { transactionId: string }[] }).items;
+    reply(201, items.map((it, i) => ({ index: i, message_id: `m-${it.transactionId}`, transaction_id: it.transactionId, queueName: "q", status: "queued" })))(req, res);
+  };
+const sentIds = (s: FakeServer, limit: number) =>
+  s.seen.filter((r) => r.body.length <= limit).flatMap((r) => (JSON.parse(r.body) as { items: { transactionId: string }[] }).items.map((it) => it.transactionId));
+
+describe("push buffer batches", () => {
+  it("halves a batch refused with 413 until only the item too big alone is dropped", async () => {
+    const limit = 3000;
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(broker(limit));
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    const dropped: { transactionId: string }[] = [];
+    const b = lanes.queue("q").buffer({ messageCount: 10, timeMillis: 60_000, onError: (_e, items) => dropped.push(...(items as { transactionId: string }[])) });
+    await b.push(Array.from({ length: 10 }, (_, i) => ({ data: (i === 7 ? "y" : "x").repeat(i === 7 ? 2 * limit : 500), transactionId: `tx-${i}` })));
+    await b.flush();
+    expect(sentIds(s, limit).sort()).toEqual(["tx-0", "tx-1", "tx-2", "tx-3", "tx-4", "tx-5", "tx-6", "tx-8", "tx-9"]);
+    expect(dropped.map((d) => d.transactionId)).toEqual(["tx-7"]);
+  });
+
+  it("a 403 drops the batch whole, without splitting", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(reply(403, { error: "no", code: "forbidden" }));
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    const dropped: unknown[] = [];
+    const b = lanes.queue("q").buffer({ timeMillis: 60_000, onError: (_e, items) => dropped.push(...items) });
+    await b.push([1, 2, 3]);
+    await b.flush();
+    expect(s.seen).toHaveLength(1);
+    expect(dropped).toHaveLength(3);
+  });
+
+  it("a drop is logged to the console when no logger is configured", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(reply(400, { error: "no", code: "bad_request" }));
+    const consoleError = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {} });
+    const b = lanes.queue("q").buffer({ timeMillis: 60_000 });
+    await b.push([{ data: 1, transactionId: "tx-lost" }]);
+    await b.flush();
+    expect(consoleError).toHaveBeenCalledTimes(1);
+    expect(String(consoleError.mock.calls[0]![0])).toMatch(/1 item\(s\) dropped/);
+    expect(consoleError.mock.calls[0]![1]).toEqual({ transactionIds: ["tx-lost"] });
+  });
+
+  it("after close() gives up, the buffer stops sending until close() or flush() is called again", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(reply(503, { error: "down", code: "unavailable" }));
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    const b = lanes.queue("q").buffer({ timeMillis: 60_000, retryDelayMillis: 10 });
+    await b.push([1, 2]);
+    await expect(lanes.close({ timeoutMillis: 200 })).rejects.toThrow(/2 buffered message/);
+    await new Promise((r) => setTimeout(r, 50));
+    const seen = s.seen.length;
+    await new Promise((r) => setTimeout(r, 200));
+    expect(s.seen.length).toBe(seen);
+    s.otherwise(broker(1_000_000));
+    await lanes.close({ timeoutMillis: 2000 });
+    expect(b.size).toBe(0);
+  });
+});
