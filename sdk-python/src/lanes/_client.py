@@ -239,10 +239,15 @@ class Queue(_QueueBase["Lanes"]):
     """Blocking queue builder from ``client.queue(name)``."""
 
     def push(self, items: Sequence[Any]) -> list[PushResult]:
-        """Push items (one request); raises :class:`PushError` when any item is ``failed``."""
+        """Push items (one request); raises :class:`PushError` when any item is ``failed`` and
+        :class:`InvalidItemError` (nothing sent) for an item that cannot be sent as given."""
+        items = P.item_list(items)
         if not items:
             return []
-        return self._client._call(R.push(self._queue_name(), self._spec.partition, items))
+        c = self._client
+        return P.warn_buffered(
+            c._call(R.push(self._queue_name(), self._spec.partition, items)), c._cfg.logger
+        )
 
     def pop_result(self) -> PopResult:
         """One pop with its autopilot echo; a 204 is an empty result."""
@@ -346,9 +351,13 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
     """Asyncio queue builder from ``client.queue(name)``."""
 
     async def push(self, items: Sequence[Any]) -> list[PushResult]:
+        items = P.item_list(items)
         if not items:
             return []
-        return await self._client._call(R.push(self._queue_name(), self._spec.partition, items))
+        c = self._client
+        return P.warn_buffered(
+            await c._call(R.push(self._queue_name(), self._spec.partition, items)), c._cfg.logger
+        )
 
     async def pop_result(self) -> PopResult:
         P.validate_spec(self._spec)

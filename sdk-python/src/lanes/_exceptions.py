@@ -8,14 +8,17 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lanes._types import AckResult, PushResult, TransactionResult
+    from lanes._types import AckResult, Item, PushResult, TransactionResult
 
 __all__ = [
     "APIConnectionError",
     "APIError",
     "AckError",
+    "ClientClosedError",
     "ConsumerStopped",
+    "DroppedError",
     "EmptyTransactionError",
+    "InvalidItemError",
     "ItemError",
     "LanesError",
     "NotFoundError",
@@ -26,6 +29,7 @@ __all__ = [
     "PushError",
     "RateLimitError",
     "TransactionError",
+    "UnsentError",
 ]
 
 
@@ -160,6 +164,45 @@ class PushError(LanesError):
         )
         self.items = list(items)
         self.results = list(results)
+
+
+class InvalidItemError(LanesError, TypeError):
+    """A push (direct, buffered or in a transaction) got something it cannot send as given: a
+    payload ``json`` cannot encode exactly (``bytes``, a ``datetime``, NaN or infinity, a lone
+    surrogate, a cycle), a ``transaction_id``/``trace_id`` that is not a ``str``, an item with
+    both ``data`` and ``payload``, or a ``str``/``bytes``/mapping instead of a list of items.
+    ``index`` is the item's position (None for the items argument). Nothing was sent or buffered.
+    """
+
+    def __init__(self, index: int | None, reason: str) -> None:
+        where = "items" if index is None else f"item #{index}"
+        super().__init__(f"lanes: push {where}: {reason}")
+        self.index = index
+
+
+class ClientClosedError(LanesError):
+    """The client was closed: its buffers take no new pushes, and the sync/async client's
+    HTTP pool is gone, so direct calls raise this too."""
+
+
+class UnsentError(LanesError, TimeoutError):
+    """``flush``/``flush_all``/``close`` ran out of time with ``unsent`` buffered items left."""
+
+    def __init__(self, unsent: int) -> None:
+        super().__init__(f"lanes: {unsent} buffered items unsent")
+        self.unsent = unsent
+
+
+class DroppedError(LanesError):
+    """What a buffer's ``on_error`` gets when it gives up on ``items`` (:class:`Item`, ids
+    kept): the broker refused each alone (400, 413) or the batch with 403. ``cause`` is the
+    broker's answer (an :class:`APIError`)."""
+
+    def __init__(self, items: Sequence[Item], cause: BaseException) -> None:
+        super().__init__(f"lanes: push buffer dropped {len(items)} item(s): {cause}")
+        self.items = list(items)
+        self.cause = cause
+        self.__cause__ = cause
 
 
 class AckError(LanesError):

@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import math
 import os
 import secrets
@@ -12,7 +14,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 from urllib.parse import quote, quote_plus
 
-from lanes._exceptions import AckError, ItemError, PushError, TransactionError
+from lanes._exceptions import AckError, InvalidItemError, ItemError, PushError, TransactionError
 from lanes._types import (
     ACK_STATUSES,
     QUEUE_MODE,
@@ -61,27 +63,70 @@ _ITEM_KEYS = frozenset(
 )
 
 
-def normalize_item(item: Any) -> tuple[Any, str | None, str | None]:
-    """(payload, transaction_id, trace_id) of one push item.
+def item_list(items: Any) -> list[Any]:
+    """The items of one push, from any iterable but a ``str``, ``bytes`` or mapping: those
+    would become one message per character, byte or key (the TypeScript SDK refuses them too)."""
+    if isinstance(items, (str, bytes, bytearray, Mapping)) or not isinstance(items, Iterable):
+        raise InvalidItemError(None, f"want a list of items, got {type(items).__name__}")
+    return list(items)
 
-    Accepts :class:`Item`, a dict carrying ``data`` or ``payload`` (plus optional
-    ``transaction_id``/``transactionId``/``trace_id``/``traceId``), or a bare JSON value.
+
+def _optional_id(index: int, name: str, v: Any) -> str | None:
+    """An id is a ``str`` or absent (None, ""); anything else is refused, never converted, so
+    the same item pushed from Python and TypeScript carries the same id."""
+    if v is None or v == "":
+        return None
+    if not isinstance(v, str):
+        raise InvalidItemError(index, f"{name} must be a str, got {type(v).__name__} {v!r}")
+    try:
+        v.encode()
+    except UnicodeEncodeError as e:
+        raise InvalidItemError(index, f"{name} is not valid UTF-8: {e}") from e
+    return v
+
+
+def _check_payload(index: int, payload: Any) -> None:
+    """Refuse a payload ``json`` cannot send exactly as the broker would store it."""
+    if isinstance(payload, (bytes, bytearray)):
+        raise InvalidItemError(index, "bytes are not JSON (decode text, or send base64)")
+    try:
+        json.dumps(payload, allow_nan=False, ensure_ascii=False).encode()
+    except (TypeError, ValueError, RecursionError) as e:  # UnicodeEncodeError is a ValueError
+        raise InvalidItemError(index, f"payload is not JSON: {e}") from e
+
+
+def normalize_item(item: Any, index: int = 0) -> tuple[Any, str | None, str | None]:
+    """(payload, transaction_id, trace_id) of push item number ``index``.
+
+    Accepts :class:`Item`, an envelope dict (``data`` or ``payload`` plus optional
+    ``transaction_id``/``transactionId``/``trace_id``/``traceId``, and no other key), or a bare
+    JSON value (any other dict is a bare value, stored whole). Raises :class:`InvalidItemError`
+    for an item that would not be stored as given.
     """
+    payload, tid, trace = item, None, None
     if isinstance(item, Item):
-        return item.data, item.transaction_id, item.trace_id
-    if isinstance(item, dict) and ("data" in item or "payload" in item) and set(item) <= _ITEM_KEYS:
+        payload, tid, trace = item.data, item.transaction_id, item.trace_id
+    elif (
+        isinstance(item, dict) and ("data" in item or "payload" in item) and set(item) <= _ITEM_KEYS
+    ):
+        if "data" in item and "payload" in item:
+            raise InvalidItemError(index, "has both data and payload (use one)")
         payload = item["payload"] if "payload" in item else item["data"]
         tid = item.get("transaction_id", item.get("transactionId"))
         trace = item.get("trace_id", item.get("traceId"))
-        return payload, (str(tid) if tid is not None else None), trace
-    return item, None, None
+    _check_payload(index, payload)
+    return (
+        payload,
+        _optional_id(index, "transaction_id", tid),
+        _optional_id(index, "trace_id", trace),
+    )
 
 
 def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> dict[str, Any]:
     """``POST /api/v1/push`` body; a missing transaction id is minted (UUIDv7) once, here."""
     wire: list[dict[str, Any]] = []
-    for it in items:
-        payload, tid, trace = normalize_item(it)
+    for i, it in enumerate(item_list(items)):
+        payload, tid, trace = normalize_item(it, i)
         w: dict[str, Any] = {"queue": queue}
         if partition:
             w["partition"] = partition
@@ -91,6 +136,20 @@ def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> dict[s
             w["traceId"] = trace
         wire.append(w)
     return {"items": wire}
+
+
+def warn_buffered(results: list[PushResult], logger: logging.Logger) -> list[PushResult]:
+    """Log items the broker put on its disk spool (docs/sdk-design.md §2): stored, not yet in
+    PostgreSQL."""
+    buffered = [r for r in results if r.status == "buffered"]
+    if buffered:
+        logger.warning(
+            "lanes: %d push item(s) buffered on the broker's disk spool (PostgreSQL "
+            "unreachable); they drain later (queue %s)",
+            len(buffered),
+            buffered[0].queue,
+        )
+    return results
 
 
 def parse_push_results(body: Any) -> list[PushResult]:
