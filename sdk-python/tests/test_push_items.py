@@ -6,6 +6,8 @@ from __future__ import annotations
 import datetime
 import json
 import logging
+import threading
+import time
 from typing import Any
 
 import httpx
@@ -84,3 +86,179 @@ def test_buffered_pushes_are_logged_at_warning(caplog: pytest.LogCaptureFixture)
     with caplog.at_level(logging.WARNING, logger="lanes"):
         c.queue("q").push([1, 2])
     assert any("2 push item(s) buffered" in r.getMessage() for r in caplog.records)
+
+
+# --- the buffer against a real broker --------------------------------------------------------
+
+
+def test_an_unencodable_item_is_refused_at_the_buffer_push(broker_url: str, qname: str) -> None:
+    c = lanes.Lanes(broker_url)
+    b = c.queue(qname).buffer(message_count=5, time_millis=50)
+    with pytest.raises(lanes.InvalidItemError):
+        b.push([1, 2, datetime.datetime(2020, 1, 1), 4])
+    assert len(b) == 0
+    b.push([1, 2, 4, 5, 6, 7])
+    c.close(timeout=5)
+    with lanes.Lanes(broker_url) as c2:
+        assert _pop_all(c2, qname) == [1, 2, 4, 5, 6, 7]
+
+
+def test_the_buffer_drops_only_the_item_the_broker_refuses_alone(
+    broker_url: str, qname: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    dropped: list[lanes.Item] = []
+
+    def on_error(e: BaseException) -> None:
+        assert isinstance(e, lanes.DroppedError) and isinstance(e.cause, lanes.APIError)
+        dropped.extend(e.items)
+
+    with lanes.Lanes(broker_url) as c:
+        b = c.queue(qname).buffer(message_count=10, time_millis=60_000, on_error=on_error)
+        b.push(
+            [{"data": i, "transaction_id": "bad\x00id" if i == 5 else f"ok-{i}"} for i in range(10)]
+        )
+        with caplog.at_level(logging.WARNING, logger="lanes"):
+            b.flush()
+        assert _pop_all(c, qname) == [0, 1, 2, 3, 4, 6, 7, 8, 9]
+    assert [d.transaction_id for d in dropped] == ["bad\x00id"]
+    assert [r.levelno for r in caplog.records if "dropped" in r.getMessage()] == [logging.ERROR]
+
+
+def test_close_flushes_every_buffer_then_raises_with_the_count(broker_url: str, qname: str) -> None:
+    def stuck(items: list[Any]) -> list[lanes.PushResult]:
+        raise lanes.APIConnectionError("down")
+
+    c = lanes.Lanes(broker_url)
+    # A buffer whose every flush fails, registered first so the old close() waited on it alone.
+    first = lanes._buffer.PushBuffer(stuck, lanes._buffer.BufferOptions(time_millis=60_000))
+    c._buffers[("stuck", None)] = first
+    first.push([1, 2])
+    healthy = c.queue(qname).buffer(message_count=1000, time_millis=3_600_000)
+    healthy.push([1, 2, 3])
+    with pytest.raises(lanes.UnsentError) as e:
+        c.flush_all(timeout=0.5)
+    assert e.value.unsent == 2
+    assert isinstance(e.value, TimeoutError)
+    with lanes.Lanes(broker_url) as c2:
+        assert _pop_all(c2, qname) == [1, 2, 3]
+    healthy.push([4])
+    with pytest.raises(lanes.UnsentError) as e:
+        c.close(timeout=0.5)
+    assert e.value.unsent == 2
+    with lanes.Lanes(broker_url) as c2:
+        assert _pop_all(c2, qname) == [4]
+
+
+def test_a_closed_client_refuses_buffers_and_calls(broker_url: str, qname: str) -> None:
+    c = lanes.Lanes(broker_url)
+    b = c.queue(qname).buffer(time_millis=60_000)
+    b.push([1])
+    c.close()
+    with pytest.raises(lanes.ClientClosedError):
+        b.push([2])
+    with pytest.raises(lanes.ClientClosedError):
+        c.queue(qname).partition("later").buffer()
+    with pytest.raises(lanes.ClientClosedError):
+        c.queue(qname).push([3])
+    with lanes.Lanes(broker_url) as c2:
+        assert _pop_all(c2, qname) == [1]
+
+
+async def test_a_closed_async_client_refuses_buffers_and_calls(broker_url: str, qname: str) -> None:
+    c = lanes.AsyncLanes(broker_url)
+    b = c.queue(qname).buffer(time_millis=60_000)
+    await b.push([1])
+    await c.aclose()
+    with pytest.raises(lanes.ClientClosedError):
+        await b.push([2])
+    with pytest.raises(lanes.ClientClosedError):
+        c.queue(qname).buffer()
+    with pytest.raises(lanes.ClientClosedError):
+        await c.queue(qname).push([3])
+    with lanes.Lanes(broker_url) as c2:
+        assert _pop_all(c2, qname) == [1]
+
+
+# --- batch policy (scripted transport) -------------------------------------------------------
+
+
+def _broker(limit: int, bodies: list[dict[str, Any]]) -> httpx.MockTransport:
+    """Answers like the push route, with 413 for a body over ``limit`` bytes."""
+    lock = threading.Lock()
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        if len(req.content) > limit:
+            return httpx.Response(413, json={"error": "too large", "code": "payload_too_large"})
+        body = json.loads(req.content)
+        with lock:
+            bodies.append(body)
+        rows = [
+            {"index": i, "message_id": "m", "transaction_id": it["transactionId"]}
+            | {"queueName": "q", "status": "queued"}
+            for i, it in enumerate(body["items"])
+        ]
+        return httpx.Response(201, json=rows)
+
+    return httpx.MockTransport(answer)
+
+
+def test_a_batch_refused_with_413_is_halved_until_only_the_big_item_is_dropped() -> None:
+    limit = 3000
+    stored: list[dict[str, Any]] = []
+    dropped: list[lanes.Item] = []
+
+    def on_error(e: BaseException) -> None:
+        assert isinstance(e, lanes.DroppedError)
+        assert isinstance(e.cause, lanes.PayloadTooLargeError)
+        dropped.extend(e.items)
+
+    t = _broker(limit, stored)
+    c = lanes.Lanes("http://broker", http_client=httpx.Client(transport=t), retry_attempts=0)
+    b = c.queue("q").buffer(message_count=10, time_millis=60_000, on_error=on_error)
+    big = "y" * (2 * limit)
+    b.push([{"data": big if i == 7 else "x" * 500, "transaction_id": f"tx-{i}"} for i in range(10)])
+    b.flush(timeout=5)
+    ids = sorted(it["transactionId"] for body in stored for it in body["items"])
+    assert ids == [f"tx-{i}" for i in range(10) if i != 7]
+    assert [d.transaction_id for d in dropped] == ["tx-7"]
+    c.close()
+
+
+def test_a_403_drops_the_batch_whole_without_splitting() -> None:
+    calls: list[int] = []
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        calls.append(1)
+        return httpx.Response(403, json={"error": "no", "code": "forbidden"})
+
+    got: list[lanes.DroppedError] = []
+    t = httpx.MockTransport(answer)
+    c = lanes.Lanes("http://broker", http_client=httpx.Client(transport=t), retry_attempts=0)
+    b = c.queue("q").buffer(time_millis=60_000, on_error=lambda e: got.append(e))  # type: ignore[arg-type]
+    b.push([1, 2, 3])
+    b.flush(timeout=5)
+    assert len(calls) == 1 and len(got) == 1 and len(got[0].items) == 3
+    c.close()
+
+
+async def test_async_flush_all_flushes_every_buffer_then_raises_with_the_count() -> None:
+    stored: list[dict[str, Any]] = []
+    t = _broker(1_000_000, stored)
+
+    async def stuck(items: list[Any]) -> list[lanes.PushResult]:
+        raise lanes.APIConnectionError("down")
+
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    first = lanes._buffer.AsyncPushBuffer(stuck, lanes._buffer.BufferOptions(time_millis=60_000))
+    c._buffers[("stuck", None)] = first
+    await first.push([1, 2])
+    healthy = c.queue("q").buffer(message_count=1000, time_millis=3_600_000)
+    await healthy.push([1, 2, 3])
+    started = time.monotonic()
+    with pytest.raises(lanes.UnsentError) as e:
+        await c.flush_all(timeout=0.5)
+    assert time.monotonic() - started < 2
+    assert e.value.unsent == 2
+    assert [it["payload"] for body in stored for it in body["items"]] == [1, 2, 3]
+    with pytest.raises(lanes.UnsentError):
+        await c.aclose(timeout=0.2)

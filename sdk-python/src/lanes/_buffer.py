@@ -1,10 +1,12 @@
 """Optional client-side push buffer (docs/sdk-design.md §2): bounded, flushed on count or time,
-a failed flush kept at the front and retried, flushed by ``close()``."""
+a failed flush kept at the front and retried, a batch the broker refuses split until only the
+items it refuses alone are dropped, flushed by ``close()``."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import logging
 import threading
 import time
 from collections import deque
@@ -12,8 +14,15 @@ from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lanes._exceptions import APIError, LanesError, PushError
-from lanes._protocol import normalize_item, uuid7
+from lanes._exceptions import (
+    APIError,
+    ClientClosedError,
+    DroppedError,
+    LanesError,
+    PushError,
+    UnsentError,
+)
+from lanes._protocol import item_list, normalize_item, uuid7
 from lanes._types import Item, PushResult
 
 
@@ -29,20 +38,46 @@ class BufferOptions:
         return self.max_size or 4 * self.message_count
 
 
-def _terminal(e: BaseException) -> bool:
-    """Errors after which resending the same batch cannot help: dropped and reported."""
-    if isinstance(e, PushError):
-        return False  # failed items are retried with the same transaction ids
-    return isinstance(e, APIError) and e.status in (400, 403, 413)
+def _status(e: BaseException) -> int:
+    return e.status if isinstance(e, APIError) and not isinstance(e, PushError) else 0
+
+
+def _splits(e: BaseException, n: int) -> bool:
+    """A batch the broker refused as a whole (413, or a 400 for several items) may hold items
+    it would take alone: the buffer built the batch, so it halves it."""
+    return n > 1 and _status(e) in (400, 413)
+
+
+def _drops(e: BaseException) -> bool:
+    """Errors after which resending the same items cannot help: dropped and reported."""
+    return _status(e) in (400, 403, 413)
+
+
+def _prepare(items: Sequence[Any]) -> list[Item]:
+    """Normalise every item of a push before any is enqueued, so an item that cannot be sent
+    fails the call (InvalidItemError) instead of blocking the buffer. The transaction id is
+    minted once, here: a batch sent again after a lost answer carries the same ids and the
+    broker deduplicates it."""
+    out: list[Item] = []
+    for i, it in enumerate(item_list(items)):
+        payload, tid, trace = normalize_item(it, i)
+        out.append(Item(data=payload, transaction_id=tid or uuid7(), trace_id=trace))
+    return out
 
 
 class _Core:
     def __init__(
-        self, opts: BufferOptions, on_error: Callable[[BaseException], None] | None
+        self,
+        opts: BufferOptions,
+        on_error: Callable[[BaseException], None] | None,
+        logger: logging.Logger,
+        name: str,
     ) -> None:
         self.opts = opts
         self.on_error = on_error
-        self.items: deque[Any] = deque()
+        self.log = logger
+        self.name = name
+        self.items: deque[Item] = deque()
         self.first_at: float | None = None
         self.flushes = 0
 
@@ -55,35 +90,54 @@ class _Core:
         assert self.first_at is not None
         return max(0.0, self.first_at + self.opts.time_millis / 1000.0 - now)
 
-    def add(self, item: Any, now: float) -> None:
+    def add(self, item: Item, now: float) -> None:
         if not self.items:
             self.first_at = now
-        # The transaction id is minted once, here: a batch sent again after a
-        # lost answer then carries the same ids and the broker deduplicates it.
-        payload, tid, trace = normalize_item(item)
-        self.items.append(Item(data=payload, transaction_id=tid or uuid7(), trace_id=trace))
+        self.items.append(item)
 
-    def take(self) -> list[Any]:
+    def take(self) -> list[Item]:
         n = min(len(self.items), self.opts.message_count)
         return [self.items.popleft() for _ in range(n)]
 
-    def done(self, batch: list[Any], err: BaseException | None, now: float) -> bool:
-        """Record a flush; True when the batch must be retried (kept at the front)."""
+    def settle(
+        self, batch: list[Item], err: BaseException
+    ) -> tuple[list[Item], BaseException | None]:
+        """A failed send that is not split: the items to keep for a retry and the retryable
+        error, or nothing when the items are dropped."""
+        if _drops(err):
+            # Lost messages are never silent: "lanes" warnings reach stderr by default.
+            self.log.error(
+                "lanes: push buffer %s dropped %d item(s) the broker refuses (first transaction "
+                "id %r): %s",
+                self.name,
+                len(batch),
+                batch[0].transaction_id,
+                err,
+            )
+            self.report(DroppedError(batch, err))
+            return [], None
+        if self.on_error is None:
+            self.log.warning("lanes: push buffer %s: flush failed: %s", self.name, err)
+        self.report(err)
+        if isinstance(err, PushError):
+            # The others were stored: only the failed items go back.
+            failed = {e.index for e in err.items}
+            return [it for i, it in enumerate(batch) if i in failed], err
+        return batch, err
+
+    def report(self, err: BaseException) -> None:
+        if self.on_error is not None:
+            with contextlib.suppress(Exception):
+                self.on_error(err)
+
+    def done(self, keep: list[Item], err: BaseException | None, now: float) -> bool:
+        """Record a flush; True when items went back to the front for a retry."""
+        self.items.extendleft(reversed(keep))
         if err is None:
             self.flushes += 1
             if not self.items:
                 self.first_at = None
             return False
-        if self.on_error is not None:
-            with contextlib.suppress(Exception):
-                self.on_error(err)
-        if _terminal(err):
-            return False
-        if isinstance(err, PushError):
-            # The others were stored: only the failed items go back.
-            failed = {e.index for e in err.items}
-            batch = [it for i, it in enumerate(batch) if i in failed]
-        self.items.extendleft(reversed(batch))
         self.first_at = now
         return True
 
@@ -96,12 +150,15 @@ class PushBuffer:
         send: Callable[[list[Any]], list[PushResult]],
         opts: BufferOptions,
         on_error: Callable[[BaseException], None] | None = None,
+        logger: logging.Logger | None = None,
+        name: str = "",
     ) -> None:
         self._send = send
-        self._core = _Core(opts, on_error)
+        self._core = _Core(opts, on_error, logger or logging.getLogger("lanes"), name)
         self._cv = threading.Condition()
         self._inflight = 0
-        self._closed = False
+        self._closed = False  # refuses pushes
+        self._stopped = False  # ends the flusher thread
         self._thread = threading.Thread(target=self._loop, name="lanes-buffer", daemon=True)
         self._thread.start()
 
@@ -110,16 +167,37 @@ class PushBuffer:
             return len(self._core.items) + self._inflight
 
     def push(self, items: Sequence[Any], timeout: float | None = None) -> None:
+        """Enqueue items; raises :class:`InvalidItemError` (nothing enqueued) for an item that
+        cannot be sent, :class:`ClientClosedError` after the client's ``close()``."""
+        entries = _prepare(items)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            for it in items:
-                while len(self._core.items) + self._inflight >= self._core.opts.bound:
+            for it in entries:
+                while (
+                    not self._closed
+                    and len(self._core.items) + self._inflight >= self._core.opts.bound
+                ):
                     left = None if deadline is None else deadline - time.monotonic()
-                    if self._closed or (left is not None and left <= 0):
+                    if left is not None and left <= 0:
                         raise LanesError("lanes: push buffer full")
                     self._cv.wait(left)
+                if self._closed:
+                    raise ClientClosedError("lanes: client is closed")
                 self._core.add(it, time.monotonic())
             self._cv.notify_all()
+
+    def _send_split(self, batch: list[Item]) -> tuple[list[Item], BaseException | None]:
+        try:
+            self._send(batch)
+            return [], None
+        except Exception as e:
+            if not _splits(e, len(batch)):
+                return self._core.settle(batch, e)
+        half = len(batch) // 2
+        keep, err = self._send_split(batch[:half])
+        if err is not None:
+            return keep + batch[half:], err
+        return self._send_split(batch[half:])
 
     def _flush_once(self) -> bool:
         with self._cv:
@@ -127,14 +205,10 @@ class PushBuffer:
             self._inflight += len(batch)
         if not batch:
             return False
-        err: BaseException | None = None
-        try:
-            self._send(batch)
-        except Exception as e:
-            err = e
+        keep, err = self._send_split(batch)
         with self._cv:
             self._inflight -= len(batch)
-            retry = self._core.done(batch, err, time.monotonic())
+            retry = self._core.done(keep, err, time.monotonic())
             self._cv.notify_all()
         return retry
 
@@ -142,37 +216,74 @@ class PushBuffer:
         while True:
             with self._cv:
                 while True:
-                    due = self._core.due(time.monotonic())
-                    if self._closed and due is None:
+                    if self._stopped:
                         return
+                    due = self._core.due(time.monotonic())
                     if due == 0.0 or (self._closed and due is not None):
                         break
                     self._cv.wait(due)
             if self._flush_once():
-                time.sleep(self._core.opts.retry_delay_millis / 1000.0)
+                with self._cv:
+                    self._cv.wait_for(
+                        lambda: self._stopped, self._core.opts.retry_delay_millis / 1000.0
+                    )
+
+    def kick(self) -> None:
+        """Make what waits due now."""
+        with self._cv:
+            if self._core.items:
+                self._core.first_at = 0.0
+            self._cv.notify_all()
 
     def flush(self, timeout: float | None = 30.0) -> None:
-        """Send everything waiting now (retrying failed batches until ``timeout``)."""
+        """Send everything waiting now (retrying failed batches until ``timeout``); raises
+        :class:`UnsentError` with the count left when time runs out."""
         deadline = None if timeout is None else time.monotonic() + timeout
+        self.kick()
         with self._cv:
-            self._core.first_at = 0.0  # make the time trigger due
-            self._cv.notify_all()
             while self._core.items or self._inflight:
                 left = None if deadline is None else deadline - time.monotonic()
-                if left is not None and left <= 0:
-                    raise TimeoutError(f"lanes: {len(self._core.items)} buffered items unsent")
+                if self._stopped or (left is not None and left <= 0):
+                    raise UnsentError(len(self._core.items) + self._inflight)
                 self._cv.wait(min(left, 0.05) if left is not None else 0.05)
                 if self._core.items:
                     self._core.first_at = 0.0
                     self._cv.notify_all()
 
+    def refuse(self) -> None:
+        """Later pushes raise ClientClosedError; pushes waiting for room are woken."""
+        with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+    def stop(self) -> None:
+        """End the flusher thread; what is left stays (and is counted by UnsentError)."""
+        with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
+
     def close(self, timeout: float | None = 30.0) -> None:
+        self.refuse()
         try:
             self.flush(timeout)
         finally:
-            with self._cv:
-                self._closed = True
-                self._cv.notify_all()
+            self.stop()
+
+
+def flush_every(buffers: Sequence[PushBuffer], timeout: float | None) -> None:
+    """Flush every buffer at once (each has its own thread), so one that cannot be sent does not
+    use up the others' time; then raise :class:`UnsentError` with the total left."""
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for b in buffers:
+        b.kick()
+    unsent = 0
+    for b in buffers:
+        try:
+            b.flush(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        except UnsentError as e:
+            unsent += e.unsent
+    if unsent:
+        raise UnsentError(unsent)
 
 
 class AsyncPushBuffer:
@@ -183,48 +294,62 @@ class AsyncPushBuffer:
         send: Callable[[list[Any]], Awaitable[list[PushResult]]],
         opts: BufferOptions,
         on_error: Callable[[BaseException], None] | None = None,
+        logger: logging.Logger | None = None,
+        name: str = "",
     ) -> None:
         self._send = send
-        self._core = _Core(opts, on_error)
+        self._core = _Core(opts, on_error, logger or logging.getLogger("lanes"), name)
         self._cv = asyncio.Condition()
         self._inflight = 0
-        self._closed = False
+        self._closed = False  # refuses pushes
+        self._stopped = False  # ends the flusher task
         self._task = asyncio.ensure_future(self._loop())
 
     def __len__(self) -> int:
         return len(self._core.items) + self._inflight
 
     async def push(self, items: Sequence[Any]) -> None:
+        """As :meth:`PushBuffer.push`."""
+        entries = _prepare(items)
         async with self._cv:
-            for it in items:
-                while len(self) >= self._core.opts.bound:
-                    if self._closed:
-                        raise LanesError("lanes: push buffer closed")
+            for it in entries:
+                while not self._closed and len(self) >= self._core.opts.bound:
                     await self._cv.wait()
+                if self._closed:
+                    raise ClientClosedError("lanes: client is closed")
                 self._core.add(it, time.monotonic())
             self._cv.notify_all()
+
+    async def _send_split(self, batch: list[Item]) -> tuple[list[Item], BaseException | None]:
+        try:
+            await self._send(batch)
+            return [], None
+        except Exception as e:
+            if not _splits(e, len(batch)):
+                return self._core.settle(batch, e)
+        half = len(batch) // 2
+        keep, err = await self._send_split(batch[:half])
+        if err is not None:
+            return keep + batch[half:], err
+        return await self._send_split(batch[half:])
 
     async def _loop(self) -> None:
         while True:
             async with self._cv:
                 while True:
-                    due = self._core.due(time.monotonic())
-                    if self._closed and due is None:
+                    if self._stopped:
                         return
+                    due = self._core.due(time.monotonic())
                     if due == 0.0 or (self._closed and due is not None):
                         break
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._cv.wait(), due)
                 batch = self._core.take()
                 self._inflight += len(batch)
-            err: BaseException | None = None
-            try:
-                await self._send(batch)
-            except Exception as e:
-                err = e
+            keep, err = await self._send_split(batch)
             async with self._cv:
                 self._inflight -= len(batch)
-                retry = self._core.done(batch, err, time.monotonic())
+                retry = self._core.done(keep, err, time.monotonic())
                 self._cv.notify_all()
             if retry:
                 await asyncio.sleep(self._core.opts.retry_delay_millis / 1000.0)
@@ -233,6 +358,8 @@ class AsyncPushBuffer:
         async def drain() -> None:
             async with self._cv:
                 while len(self):
+                    if self._stopped:
+                        raise UnsentError(len(self))
                     if self._core.items:
                         self._core.first_at = 0.0
                     self._cv.notify_all()
@@ -242,15 +369,34 @@ class AsyncPushBuffer:
         try:
             await asyncio.wait_for(drain(), timeout)
         except asyncio.TimeoutError:
-            raise TimeoutError(f"lanes: {len(self._core.items)} buffered items unsent") from None
+            raise UnsentError(len(self)) from None
+
+    async def refuse(self) -> None:
+        async with self._cv:
+            self._closed = True
+            self._cv.notify_all()
+
+    async def stop(self) -> None:
+        async with self._cv:
+            self._stopped = True
+            self._cv.notify_all()
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
+        await self.refuse()
         try:
             await self.flush(timeout)
         finally:
-            async with self._cv:
-                self._closed = True
-                self._cv.notify_all()
-            if not self._core.items:
-                with contextlib.suppress(BaseException):
-                    await asyncio.wait_for(self._task, 1.0)
+            await self.stop()
+
+
+async def aflush_every(buffers: Sequence[AsyncPushBuffer], timeout: float | None) -> None:
+    """Async twin of :func:`flush_every`: every buffer flushes concurrently under one timeout."""
+    outcomes = await asyncio.gather(*(b.flush(timeout) for b in buffers), return_exceptions=True)
+    unsent = 0
+    for o in outcomes:
+        if isinstance(o, UnsentError):
+            unsent += o.unsent
+        elif isinstance(o, BaseException):
+            raise o
+    if unsent:
+        raise UnsentError(unsent)

@@ -18,7 +18,7 @@ import httpx
 
 from lanes import _protocol as P
 from lanes import _requests as R
-from lanes._buffer import AsyncPushBuffer, BufferOptions, PushBuffer
+from lanes._buffer import AsyncPushBuffer, BufferOptions, PushBuffer, aflush_every, flush_every
 from lanes._consumer import (
     AsyncConsumer,
     Consumer,
@@ -28,6 +28,7 @@ from lanes._consumer import (
     make_invoke_async,
     make_invoke_sync,
 )
+from lanes._exceptions import ClientClosedError
 from lanes._generated import models
 from lanes._http import AsyncTransport, Config, SyncTransport
 from lanes._iter import AsyncMessageIterator, MessageIterator, _Core
@@ -1132,7 +1133,8 @@ class Lanes:
         self._consumers: set[Consumer] = set()
         self._buffers: dict[tuple[str, str | None], PushBuffer] = {}
         self._lock = threading.Lock()
-        self._closed = False
+        self._closed = False  # close() began: no new buffers or buffer pushes
+        self._gone = False  # close() ended: the HTTP pool is closed
         self.admin = Admin(self)
 
     @property
@@ -1141,6 +1143,8 @@ class Lanes:
         return self._cfg.pop_autopilot
 
     def _call(self, req: Req[T]) -> T:
+        if self._gone:
+            raise ClientClosedError("lanes: client is closed")
         r = self._t.request(
             req.method,
             req.path,
@@ -1222,32 +1226,46 @@ class Lanes:
         self, queue: str, partition: str | None, opts: BufferOptions, on_error: ErrorCallback | None
     ) -> PushBuffer:
         with self._lock:
+            if self._closed:
+                raise ClientClosedError("lanes: buffer: client is closed")
             key = (queue, partition)
             b = self._buffers.get(key)
             if b is None:
                 q = self.queue(queue)
                 if partition:
                     q = q.partition(partition)
-                b = PushBuffer(q.push, opts, on_error)
+                b = PushBuffer(
+                    q.push, opts, on_error, self._cfg.logger, f"{queue}/{partition or 'Default'}"
+                )
                 self._buffers[key] = b
             return b
 
     def flush_all(self, timeout: float | None = 30.0) -> None:
-        for b in list(self._buffers.values()):
-            b.flush(timeout)
+        """Flush every buffer at once; :class:`UnsentError` names the total left at ``timeout``."""
+        flush_every(list(self._buffers.values()), timeout)
 
     def close(self, timeout: float | None = 30.0) -> None:
-        """Soft-stop consumers started here, flush buffers, close the HTTP client. Idempotent."""
+        """Soft-stop consumers started here, flush buffers (all at once, raising
+        :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
+        Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent."""
         if self._closed:
             return
-        self._closed = True
+        with self._lock:
+            self._closed = True
         try:
             for c in list(self._consumers):
                 c.stop(timeout)
-            for b in list(self._buffers.values()):
-                b.close(timeout)
+            buffers = list(self._buffers.values())
+            for b in buffers:
+                b.refuse()
+            try:
+                flush_every(buffers, timeout)
+            finally:
+                for b in buffers:
+                    b.stop()
         finally:
             self._t.close()
+            self._gone = True
 
     def __enter__(self) -> Lanes:
         return self
@@ -1289,7 +1307,8 @@ class AsyncLanes:
         self._t = AsyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[AsyncConsumer] = set()
         self._buffers: dict[tuple[str, str | None], AsyncPushBuffer] = {}
-        self._closed = False
+        self._closed = False  # close() began: no new buffers or buffer pushes
+        self._gone = False  # close() ended: the HTTP pool is closed
         self.admin = AsyncAdmin(self)
 
     @property
@@ -1297,6 +1316,8 @@ class AsyncLanes:
         return self._cfg.pop_autopilot
 
     async def _call(self, req: Req[T]) -> T:
+        if self._gone:
+            raise ClientClosedError("lanes: client is closed")
         r = await self._t.request(
             req.method,
             req.path,
@@ -1369,31 +1390,43 @@ class AsyncLanes:
     def _buffer(
         self, queue: str, partition: str | None, opts: BufferOptions, on_error: ErrorCallback | None
     ) -> AsyncPushBuffer:
+        if self._closed:
+            raise ClientClosedError("lanes: buffer: client is closed")
         key = (queue, partition)
         b = self._buffers.get(key)
         if b is None:
             q = self.queue(queue)
             if partition:
                 q = q.partition(partition)
-            b = AsyncPushBuffer(q.push, opts, on_error)
+            b = AsyncPushBuffer(
+                q.push, opts, on_error, self._cfg.logger, f"{queue}/{partition or 'Default'}"
+            )
             self._buffers[key] = b
         return b
 
     async def flush_all(self, timeout: float | None = 30.0) -> None:
-        for b in list(self._buffers.values()):
-            await b.flush(timeout)
+        """As :meth:`Lanes.flush_all`."""
+        await aflush_every(list(self._buffers.values()), timeout)
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
+        """As :meth:`Lanes.close`."""
         if self._closed:
             return
         self._closed = True
         try:
             for c in list(self._consumers):
                 await c.stop(timeout)
-            for b in list(self._buffers.values()):
-                await b.aclose(timeout)
+            buffers = list(self._buffers.values())
+            for b in buffers:
+                await b.refuse()
+            try:
+                await aflush_every(buffers, timeout)
+            finally:
+                for b in buffers:
+                    await b.stop()
         finally:
             await self._t.aclose()
+            self._gone = True
 
     async def __aenter__(self) -> AsyncLanes:
         return self
