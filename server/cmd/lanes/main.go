@@ -115,7 +115,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
 		Admission: admit, Spool: sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
 		TestFaults: cfg.TestFaults, Metrics: reg, Limits: limitsOf(cfg), DBTimeout: cfg.RequestDBTimeout,
-		SchemaReady: schema.ready.Load,
+		BodyReadTimeout: cfg.BodyReadTimeout, SchemaReady: schema.ready.Load,
 	})
 	drainCtx, stopDrain := context.WithCancel(context.Background())
 	defer stopDrain()
@@ -144,7 +144,10 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	}
 	addr := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port))
 	running := &inFlight{}
-	httpServer := &http.Server{Addr: addr, Handler: running.wrap(handler), ReadHeaderTimeout: 10 * time.Second}
+	// Bodies get their own deadline (BodyReadTimeout, in limitBody): a server-wide
+	// ReadTimeout would also cut long-poll pops. IdleTimeout closes keep-alive
+	// connections nobody uses, past the 90 s clients such as Go's keep them.
+	httpServer := &http.Server{Addr: addr, Handler: running.wrap(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return err

@@ -24,9 +24,11 @@ const (
 	CodeNotFound    = "not_found"
 	CodeNoSuchRoute = "no_such_route"
 	CodeTooLarge    = "payload_too_large"
-	CodeDatabase    = "database_unavailable"
-	CodeInternal    = "internal_error"
-	CodeMethod      = "method_not_allowed"
+	// CodeRequestTimeout: the body did not arrive within LANES_BODY_READ_TIMEOUT_MS.
+	CodeRequestTimeout = "request_timeout"
+	CodeDatabase       = "database_unavailable"
+	CodeInternal       = "internal_error"
+	CodeMethod         = "method_not_allowed"
 )
 
 // writeError writes the JSON error envelope {error, code}.
@@ -72,11 +74,6 @@ func answersReplayOutcome(r *http.Request) bool {
 type errorResponder struct{ log *slog.Logger }
 
 func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err error) {
-	var tooLarge *http.MaxBytesError
-	if errors.As(err, &tooLarge) {
-		writeBodyTooLarge(w, tooLarge.Limit)
-		return
-	}
 	code := CodeInvalidJSON
 	if isWrongJSONType(err) {
 		code = CodeValidation

@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/url"
 	"runtime/debug"
@@ -52,6 +53,9 @@ type Options struct {
 	Limits Limits
 	// DBTimeout bounds a request's database work (a waiting pop gets its timeout on top; 0 = none).
 	DBTimeout time.Duration
+	// BodyReadTimeout bounds how long a request body may take to arrive; past
+	// it the request answers 408 and its connection closes (0 = none).
+	BodyReadTimeout time.Duration
 	// SchemaReady reports that the schema is applied (nil: always). Until then
 	// /health answers 503 and pushes go to the spool.
 	SchemaReady func() bool
@@ -154,7 +158,7 @@ func (s *Server) Handler() (http.Handler, error) {
 }
 
 // isHotPathBody exempts the push and ack bodies from schema validation (and so
-// from limitBody's copy, which only the validator and rawBody need): walking
+// from rawBody, which limitBody fills for the validator and handlers): walking
 // every item against the schema cost a third of the broker's CPU on push and a
 // fifth on ack. Their handlers enforce the same rules (required fields checked
 // in push.go and ack.go; field types by the JSON decoder, which answers 400).
@@ -299,7 +303,11 @@ func rejectUnstorableURL(next http.Handler) http.Handler {
 	})
 }
 
-// limitBody answers 413 when a body passes the configured cap, before any handler runs.
+// limitBody reads every request body whole, under the body read deadline
+// and the size cap, before admission and the handlers see it: a client that
+// stalls part-way through its body then holds a goroutine and the bytes it
+// sent, never an admission slot or a database connection. A body over the cap
+// answers 413, one that does not arrive in time 408.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > s.opts.MaxBodyBytes {
@@ -311,30 +319,69 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if isHotPathBody(r) {
-			// Decoded straight from the connection into a pooled buffer
-			// (jsoncodec.go): neither the validator nor the handler reads
-			// these bodies again, and copying each one first was 9% of the
-			// broker's allocations under pop + ack. A chunked body
-			// over the cap fails the decode with *http.MaxBytesError: 413.
-			r.Body = http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
-			setJSONContentType(r)
+		// Push and ack bodies are read into a pooled buffer: neither the
+		// validator nor the handler keeps them (the decoder copies what it
+		// keeps), and a fresh buffer per body was 9% of the broker's
+		// allocations under pop + ack. Other bodies stay in the request
+		// context for rawBody, so they get their own buffer.
+		hot := isHotPathBody(r)
+		buf := new(bytes.Buffer)
+		if hot {
+			buf = takeBuffer()
+			defer giveBuffer(buf)
+		}
+		if !s.receiveBody(w, r, buf) {
+			return
+		}
+		body := buf.Bytes()
+		setJSONContentType(r)
+		r.Body = io.NopCloser(bytes.NewReader(body))
+		if hot {
 			next.ServeHTTP(w, r)
 			return
 		}
-		body, err := readBody(r.Body, r.ContentLength, s.opts.MaxBodyBytes)
-		if err != nil {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, "reading body: "+err.Error())
-			return
-		}
-		if int64(len(body)) > s.opts.MaxBodyBytes {
-			writeBodyTooLarge(w, s.opts.MaxBodyBytes)
-			return
-		}
-		setJSONContentType(r)
-		r.Body = io.NopCloser(bytes.NewReader(body))
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), rawBodyKey{}, body)))
 	})
+}
+
+// bodyPrealloc bounds the buffer reserved from a declared Content-Length
+// before the bytes arrive, so a client that declares a large body and stalls
+// pins no more than what it sent; larger bodies grow the buffer as they come.
+const bodyPrealloc = 64 << 10
+
+// receiveBody reads r's body into buf, up to one byte past the cap, and
+// reports whether it did; if not, it has answered. The connection's read
+// deadline is BodyReadTimeout from now while it reads, and is left passed
+// after a timeout, so the connection closes once the 408 is written.
+func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
+	deadlines := http.NewResponseController(w)
+	if s.opts.BodyReadTimeout > 0 {
+		// Writers that cannot set deadlines (test recorders) read without one.
+		_ = deadlines.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
+	}
+	if r.ContentLength > 0 {
+		buf.Grow(int(min(r.ContentLength, bodyPrealloc)) + bytes.MinRead)
+	}
+	_, err := buf.ReadFrom(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	var netErr net.Error
+	switch {
+	case errors.As(err, &netErr) && netErr.Timeout():
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestTimeout, CodeRequestTimeout,
+			fmt.Sprintf("request body not received within %s (LANES_BODY_READ_TIMEOUT_MS)", s.opts.BodyReadTimeout))
+		return false
+	case err != nil:
+		writeError(w, http.StatusBadRequest, CodeBadRequest, "reading body: "+err.Error())
+		return false
+	}
+	if s.opts.BodyReadTimeout > 0 {
+		_ = deadlines.SetReadDeadline(time.Time{})
+	}
+	if int64(buf.Len()) > s.opts.MaxBodyBytes {
+		writeBodyTooLarge(w, s.opts.MaxBodyBytes)
+		return false
+	}
+	return true
 }
 
 // writeBodyTooLarge answers a body found past the cap while it was read. Like
@@ -350,21 +397,6 @@ func setJSONContentType(r *http.Request) {
 	if r.Header.Get("Content-Type") != "application/json" {
 		r.Header.Set("Content-Type", "application/json")
 	}
-}
-
-// readBody reads a body of declared length (-1: unknown, as with chunked
-// encoding) up to limit+1 bytes. A declared length is read into one buffer of
-// that size: io.ReadAll's doubling allocated 1.7 times a push body's size,
-// 9 % of the broker's allocations under batch pushes.
-func readBody(body io.Reader, length, limit int64) ([]byte, error) {
-	if length < 0 {
-		return io.ReadAll(io.LimitReader(body, limit+1))
-	}
-	buf := make([]byte, length)
-	if _, err := io.ReadFull(body, buf); err != nil {
-		return nil, err
-	}
-	return buf, nil
 }
 
 type rawBodyKey struct{}

@@ -82,6 +82,7 @@ type Resilience struct {
 	RateLimitPerClient    float64
 	RateLimitBurst        int
 	PushTimeout           time.Duration
+	BodyReadTimeout       time.Duration
 	// Limits and database deadlines (see api.Limits).
 	MaxPushItems       int
 	MaxAckItems        int
@@ -163,6 +164,7 @@ var settings = []setting{
 	}},
 	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst })},
 	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout })},
+	{"body-read-timeout-ms", "LANES_BODY_READ_TIMEOUT_MS", "30000", "how long a request body may take to arrive; past it 408 and the connection closes (a stalled client holds no admission slot meanwhile); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.BodyReadTimeout })},
 	{"max-push-items", "LANES_MAX_PUSH_ITEMS", "10000", "items one push request may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxPushItems }, 0)},
 	{"max-ack-items", "LANES_MAX_ACK_ITEMS", "10000", "acknowledgments one ack batch may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxAckItems }, 0)},
 	{"max-txn-operations", "LANES_MAX_TXN_OPERATIONS", "10000", "operations (push items, acks, kv and timer ops) one transaction may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxTxnOperations }, 0)},

@@ -574,7 +574,7 @@ class DlqReplayError(BaseModel):
     Stable snake_case error code; an open set, so clients must accept unknown codes.
     Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
     `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
-    `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+    `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
     push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
@@ -673,7 +673,7 @@ class Error(BaseModel):
     Stable snake_case error code; an open set, so clients must accept unknown codes.
     Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
     `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
-    `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+    `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
     push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON

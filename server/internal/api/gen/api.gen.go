@@ -555,7 +555,7 @@ type ConfigureError struct {
 	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
-	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
@@ -745,7 +745,7 @@ type DlqReplayError struct {
 	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
-	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
@@ -833,7 +833,7 @@ type Error struct {
 	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
-	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
@@ -1269,7 +1269,7 @@ type PopDiscoverError struct {
 	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
-	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
@@ -1720,7 +1720,7 @@ type SeekError struct {
 	// Code Stable snake_case error code; an open set, so clients must accept unknown codes.
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
-	// `payload_too_large`, `overloaded`, `rate_limited`, `database_unavailable`,
+	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
@@ -2157,6 +2157,9 @@ type PayloadTooLarge = Error
 
 // PopOK defines model for PopOK.
 type PopOK = PopResponse
+
+// RequestTimeout Error envelope of every 4xx/5xx JSON answer.
+type RequestTimeout = Error
 
 // SeekNotFound Seek error; keeps the reference's `success` key.
 type SeekNotFound = SeekError
@@ -5138,6 +5141,8 @@ type PayloadTooLargeJSONResponse Error
 
 type PopOKJSONResponse PopResponse
 
+type RequestTimeoutJSONResponse Error
+
 type SeekNotFoundJSONResponse SeekError
 
 type ServiceUnavailableJSONResponse Error
@@ -5213,6 +5218,20 @@ func (response Ack403JSONResponse) VisitAckResponse(w http.ResponseWriter) error
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Ack408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response Ack408JSONResponse) VisitAckResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5338,6 +5357,20 @@ func (response AckBatch403JSONResponse) VisitAckBatchResponse(w http.ResponseWri
 	return err
 }
 
+type AckBatch408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response AckBatch408JSONResponse) VisitAckBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type AckBatch413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response AckBatch413JSONResponse) VisitAckBatchResponse(w http.ResponseWriter) error {
@@ -5455,6 +5488,20 @@ func (response Configure403JSONResponse) VisitConfigureResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Configure408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response Configure408JSONResponse) VisitConfigureResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -5932,6 +5979,20 @@ func (response SeekPartition404JSONResponse) VisitSeekPartitionResponse(w http.R
 	return err
 }
 
+type SeekPartition408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response SeekPartition408JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SeekPartition413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response SeekPartition413JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
@@ -6040,6 +6101,20 @@ func (response SeekQueue404JSONResponse) VisitSeekQueueResponse(w http.ResponseW
 	return err
 }
 
+type SeekQueue408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response SeekQueue408JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SeekQueue413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response SeekQueue413JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
@@ -6143,6 +6218,20 @@ func (response UpdateConsumerGroupSubscription404JSONResponse) VisitUpdateConsum
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateConsumerGroupSubscription408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response UpdateConsumerGroupSubscription408JSONResponse) VisitUpdateConsumerGroupSubscriptionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6410,6 +6499,20 @@ func (response ReplayDlq404JSONResponse) VisitReplayDlqResponse(w http.ResponseW
 	return err
 }
 
+type ReplayDlq408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ReplayDlq408JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ReplayDlq413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response ReplayDlq413JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
@@ -6514,6 +6617,20 @@ func (response KvBatch403JSONResponse) VisitKvBatchResponse(w http.ResponseWrite
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KvBatch408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response KvBatch408JSONResponse) VisitKvBatchResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6867,6 +6984,20 @@ func (response KvPut403JSONResponse) VisitKvPutResponse(w http.ResponseWriter) e
 	return err
 }
 
+type KvPut408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response KvPut408JSONResponse) VisitKvPutResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type KvPut413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response KvPut413JSONResponse) VisitKvPutResponse(w http.ResponseWriter) error {
@@ -6985,6 +7116,20 @@ func (response ExtendLease403JSONResponse) VisitExtendLeaseResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ExtendLease408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ExtendLease408JSONResponse) VisitExtendLeaseResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7385,6 +7530,20 @@ func (response RetryMessage404JSONResponse) VisitRetryMessageResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type RetryMessage408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response RetryMessage408JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7845,6 +8004,20 @@ func (response Push403JSONResponse) VisitPushResponse(w http.ResponseWriter) err
 	return err
 }
 
+type Push408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response Push408JSONResponse) VisitPushResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type Push413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response Push413JSONResponse) VisitPushResponse(w http.ResponseWriter) error {
@@ -7962,6 +8135,20 @@ func (response ListKvKeys403JSONResponse) VisitListKvKeysResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListKvKeys408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListKvKeys408JSONResponse) VisitListKvKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9026,6 +9213,20 @@ func (response SetPushMaintenance403JSONResponse) VisitSetPushMaintenanceRespons
 	return err
 }
 
+type SetPushMaintenance408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response SetPushMaintenance408JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SetPushMaintenance413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response SetPushMaintenance413JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
@@ -9181,6 +9382,20 @@ func (response SetPopMaintenance403JSONResponse) VisitSetPopMaintenanceResponse(
 	return err
 }
 
+type SetPopMaintenance408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response SetPopMaintenance408JSONResponse) VisitSetPopMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SetPopMaintenance413JSONResponse struct{ PayloadTooLargeJSONResponse }
 
 func (response SetPopMaintenance413JSONResponse) VisitSetPopMaintenanceResponse(w http.ResponseWriter) error {
@@ -9269,6 +9484,20 @@ func (response ScheduleTimers403JSONResponse) VisitScheduleTimersResponse(w http
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ScheduleTimers408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ScheduleTimers408JSONResponse) VisitScheduleTimersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9700,6 +9929,20 @@ func (response Transaction403JSONResponse) VisitTransactionResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type Transaction408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response Transaction408JSONResponse) VisitTransactionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -11592,339 +11835,342 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rcttIti74KhmcE2EyBpLosstntxSOCZXt6nb7prJdXRGnWSOkgBSJJpgJZyZEsR2K2L9OzP67Zz/C",
-	"jnmwepKJXCsTSIAJkNTFdlXrly3ilpe1Vq7rtz4PErEoBGdcq8Hh58GM0ZRJ+O97puXq+Fwzaf5KmUpk",
-	"VuhM8MHh4ANLBE8V0YIsaabJGTsXkhFpHsn49IjQfElXiijGNVlmekYoiR9/96d4fxANJPtUZpKlg0Mt",
-	"SxYNVDJjC2o+ssh4tigXg8NxNNCrgg0OBxnXbMrk4OrqKhoUVNIF03aAP0qx+DHLwwPUVGoizomeMaKz",
-	"BSPLjKdiab6fmRs+lUyuBtGA04X5zLkUi4E/lHMhF1QPDgcp1WzPvGFQjUlpmfHpwIzoz1KUxQnVs/Uh",
-	"PBNclQsmydTcQ8yHqq8X5onq43BD78Ksf/h1tsj0+kdP6JQRlf2TdU00h+f8d6fsnJa5Hhw+HI+jegse",
-	"BrYgGrylC6YKmrCuhcffydkKJgy3dg2lumHQP9V35+eKBeb6XiyBAtU8K7q+IfDZ4Hz92Y6Dsz2hUmfm",
-	"ay/T8B5XN5AsjQhVhJIFU4pO2QNF4qJ+PCbT7IIpkul98o4zomdUk0wRLjSh5OefXz4nlKslk2rC48fj",
-	"Mcn4Bc2z9DRL4/0JD9ON9/5e6qlouSyzdI2Mo8Hl3lTsra97NblNc+8h7WqIO5L3iSiOSy2Ok3mIsRaL",
-	"TANnJ6VUQpKMw1+FKB4oIpacaEm5ogmMbkj13kIovSd4wkZHJM4ZVcxsSabMY5zEk8FkEHeRELXjCNLQ",
-	"Oc0Vq1b0TIicUe7PoMhyEaDd2CxBTHKmYQzkTIo5k8C5ZDnLkhm7YNLIr/iM6mQWH9TEpGJ4wqwmU5rk",
-	"7FwTUeojQvmEs8siz5JMkwualwwoDN90waTM0pTxffIRnlaF4IrhAiRUyowpElM3Yp/oAuuBswpsYbUC",
-	"lqrsM/VK4Mr8YCa1viofhaa54yByVqZTpsm5kLjXNM8jomZUspTQRAqlSJLTbMFSUi/OPvnFzIiemaPn",
-	"kHw3HkcTLiRJZkIxbuSSt9zDh+PxiCyBBqppPYWt2SfH5hUJIwuqzYkTESXMsxJXVUw4Tp5YWuheMNjB",
-	"xmIt6KUVsuPxFkL3RBTuMIHzZtNZc2SnT56STyUrGVmIlJFhfHr6088vfn5x+ubd8xenp3FEzNnPdMan",
-	"JLEvUKMuNkgaI9jIva8Nk1k1YX28cJWkpaQoPDlReKsbekTGREjC2ZTq7IKRp7BtMBsjWYGFP2YLFkeE",
-	"5YqRJ+N98jdD8mrC6Zm4YOTRw+8fPRmPx2RIyYpRGcEbZtl0ZrjGe8OIUGkkiTZnSdazj7k/pcACtLas",
-	"ko+B+b9BAvDotiJlkGWZsuRO85yUPDUczFktuo5IPI5bC2RIMqFFiwEeRqST+n/7j/8mTx5vYoAJ7+AA",
-	"si0D1LPcYtk+lGfVShkNL6RiSKX3EsE1TTRRoOkVIjNEE3OxhHWhnLz88G7v356MH4L6pzRdFEek5AWV",
-	"itGznKGEVLD52ZQLydIu0lftIW2kfn8Sb0TK1ifxC6wjhbMztSoiTEURwcm5mSJxU7QKdLWMhyTmbBmT",
-	"oV35CFQgszUTfkaTeS6mI7MIMc3z2Ogb+YooxlKjntgTE/SPVDDUQNhlpjRZMX3klsKQYS079if8PaPw",
-	"I+Urc2oZHS+hih3BUPYEz1dxBP8/hf8TylP4E/8a4ol1ziSI1CTPjMHxYMJVwfI841M1IgtGOU5snxzz",
-	"FRGG1OpzzGhFay+ylCwZTY1uZTQwmHQ04XCKkqUo85RIVuR0RShZzkTOiF0js9CU6FUhRt20q9o7GVQD",
-	"Bpwtg/bBiSiMkBFlQAd4Lfh0rxB5DhQqSm3Wd5HleWaFIRma1cPtj42dhZw58uT7I3OA7IM0KKicw3ZO",
-	"ONVGcBw6pciploRqYpSgiOTZnNlXggYTk2H83fhxjKKACz0zh0KmCL2gWW7YpWeJ7OjDK/PInnDuxIO/",
-	"t9C8RfELzToWjcCilVxnea1wE6PDGBXbEL4dklkUpZjqYmyzALvqdT8Zrths/SDzNDTj1sfhjg2iBD4W",
-	"Vr9/Wv9AU/V2799F7f5I1Xzz3DRV865ZmWsbJvVRdH3iBU93sNm1uI7F/rE2DbqsujeWonwrIkvJsOTZ",
-	"p5KRgslaFo86Vl/7n9lpF67Mzaidg+bwA03fo65v/jJnAuPwX1oYXR80qIN/KDPyz95r/4dk54PDwf9x",
-	"UDt4DvCqOnghpbAulbZekptlZCk5E+nKsBKsOegQlCwypYxccHMh5xnL032j0z/PP70HIYuvvq2Btl4b",
-	"GPFbK6tQxLMUhV5qTit7TGWKTI3yNIzNP+aUkkyVuT6cDMwPk0EMh2WmFUmZ0hmHgU44crDw9tq8ahh7",
-	"N52uvfGcZjlLzTvRzoJldOYVHND2LBKlTsSC4RIqI1z9VfwRXvMFlxFtQhgZTsEcjmYlFZMXTEZ4CJkf",
-	"4pdcM8lpDu+KSSJSBstCNT2jip2WvDo0zDlcX3BCOSJxZt9xyuAlI1QXVJkkTCkUvuFlbS/UG2pexSlP",
-	"2BdcrZNSzcii/rQhDMHJ0KwFib0LjUl4vxsCOSTULflSZtqoohNuDzNQtd0xvKSqIm9YqDaFK01X6qjS",
-	"cqY043DOk6JUM6O+Nwd6fm5X8Uchz8AncPeC5W80z1KixZxxICWj7TgvBogSKXJmxcynUmh6cM6oLiUj",
-	"U6oZiJgG3d39iD8A4e+pLGXAEqVkR+jgRu3JKMLx95eX8T55ZljgkIRZgAxPhNJTyT789JpkasJLLhlN",
-	"ZuaiIQH3kJEIoMZYXc0YgRFo5/H340fxKCLrnATqsBEpcDw8UPXLlkLOUflJrWSjaZ5xkGex0lSzBeO6",
-	"etFonScnfEgrLbwepCTuPgL3jSwtvRX6R1Hy9O43xogqmqaSweQkU6KUCWsZM0AxJ3SVC5p+FOI1lVN2",
-	"90P7wUj73HwLLCyUoIng59m0NEQOzvfKbCNPHpM32Q+jfesUe/fq1kZ4Ior3VocIjfNYk5xRpcGp4PRn",
-	"64CA0XxgbH7rO2pe2rureOIO7WFcq1htQ1VIMqPggfD8fjhseZEl7Oea/e5+z98zOCKt4mEN0mrAyM3I",
-	"wnikZopIUWpGtEjpigzXJMCEOxEQfz8ek6BQGe2TY1JIcQk6miFyckZzI+HBGX4uBa+iX3ZIC7o6MqLC",
-	"CLBMt2QYKXnOFJjQlS/4ck/NjPW8B88cEjyVLbt/FOIN5SurmKq7X+bjFLRPwcErIkVuJi6pZshUTjTT",
-	"c3MgxhC73IPgZexci0ZRb4c396r4ZmhQ9u4DLxIKI/uZ01LPhMz+yb6AvHuDWndEFk45jwi7LODUFBIF",
-	"9DJTzIWM8JTdB2PHvtx8+ziZg9fdsyUKKQomdYZ2Bk3mXCxzlk4XLhqcabZQmwZ+nMxfarYwVGFNGSol",
-	"XZm/k1281uDoZxcM6JMtajHZ9luPjowJtgc3wZPoxDPsJhkFLx4vc8v+aG2tm4G1Pfb3tZn/Wj0gzv7B",
-	"EghauFmuLRtz6kjLWkaVwYxICb7FmKKBde52ecu1ILC/VDPPAQQP7QHz0mS+1Xf8sGFvRNNJEHtC7A8C",
-	"LzO6RBnwcP8oGSN4W0QUXZj9kQuaZwpd/lSR+DiZW2rcx9fEW42/aVqvB5GaVvvGObSIoW24+6vVQRid",
-	"LLUb/XcT/FbLshUhRkRp8O+C7/P565+IRAfLl6BOMuSCJDOWzEffKKE6GmUpeLf3FOMq09kFy1eHdlYH",
-	"ZtgHsRGEOdMsjQ+c3RofxDSZwy9iHk/4b//7P0l125ExBLVcxcT8LFnK8uyCycoYSmZUTo21B0c2RD6P",
-	"SJzmn/ABo7/vWXOPi+WRURJWaB5C/MvcYw33IbwK3Q32VMT3WRfu75G/FDhl2+yV5p8CwzMaliG2c1gN",
-	"2lg6S+zrwepUiqJgodmCCz1TgleKsrHH7f2GZ6u3m81IM2XWNh2FP9PBo7/MQCdbUqflsqTUcM6bvTUb",
-	"thW/ZDxllwFOESpzYVYvc8AbYeV5t2z+nsE/HcsB16xXAu/DwGJWHUHrE+dCBATgX6hcgHBIS1SbWM0w",
-	"sIcUlP0zloull+8R/oTlwvCYM660LJFozcjdEhv9u5AiQWOSm29mimB2Rsce7sYetW6B8cV+5sAdjNaY",
-	"xM3NUVB7nyLgBbvMIS76oTw/Z/JDhwx8nqk5UYUQOQHfwBFZCMnsL+ihNPYDOWOkkMxIQTOVFjOe/YXR",
-	"XM9W4WyQ88qj2XKzmG+wFFxVILOodoJMC5JKmvEwoRaMp2YJN71xSTPIcOh/G0z12Lca26eo4USIjgGh",
-	"u8BjyVUlwqnhfreOQ2PCxq+P3774cPrh5N2716fPX76PSQLxSMPkZ2zCRcG4oXRNzoTQ4BE0o8akHLMK",
-	"iixnWc5Iw4VEUrHk4JgOuiFRyq/vwFLIOdo6gXibT4RuZatNi7zNrd6ztmYhsnvmfB+V047m+bvzweHf",
-	"tzKGorbEtybO+v68NRqmPYqcHSTgYpjpWiP9NVpXzXDg6OU6IrF9a4x5jVaQmqeZ+5IjD5sgITj6LatX",
-	"daqJi2CGQAz+3ITVcf7RIRGLTNdfNBJYl5IDceM9ap/ECyanLF6/2VhJc1YA8zJeLsxmw70Qn4KPebtY",
-	"nyt1omZw3eESyekZy8GGSzOVCLDjClGooDJmR7TJtIQY5zt771VkQ5o9oVAyTCSjZs7ZuQtXjYIjgDjl",
-	"uvCmar7LTFqcg+PrZYQuXab2Eq6P6hiTqfFU6jhf/S26jeW249ykhduhba2iVDsYvhL6BO5ulpLhzz+/",
-	"fD7qUO6FpFMWygOHC4TxacZZRGLF0MiPe6mif5u9varHHbXScV343c9ydsFxO9p6YzpIpjYenzOjFPUQ",
-	"T9POXJtYCs+nzZy09WNwwTRNqab4uTR8lMPM3kKYe03VRO3ABQ8LJvfQqQsuz/DW1WpbINvCX/ZaCWrn",
-	"Iq7Pbn0qWyyxplkOZ1SawmtoftJY5j7eabwKSHaw5sl7xVaoKzeTQ/qHVU1qfbXfcVZ7wB8opx2TGI/o",
-	"l6lNw8qp0vad6bGO4RywBRpWnYtIbFg3bh1hHM6wtqbXfF1n6sV2HoXjxJjXYULD5P3XdBom1sJfmXVW",
-	"zhbsNZ16Kajrb9BC09xNJXyLW0pzdTevYvVk1F6xqJEW3xyEP+u1STTXbCNF/+SE7fpRk9PWwnnLXjSE",
-	"xFY+4A6KXXMJBwSpHUnjsxtn9qFcLKhc7T63Bb38iGvaXdSkMqNLG/kl8pQpTUpuBU5K7PERNiIWbHFm",
-	"owstbRKTLqVYKjI0yr8zOdUo/CZupWu3SwxfqTZwhvol07NOBmoI8qDDDK44VfGDBuKPBq/pdIoGwnNG",
-	"06DK6B3IAYlfp1Q+Q3XtJmJEBXJtd3roo8sPvv4YtCiypMku6/e0giPA90FCtPlnipyxWcbTiKhyYYjP",
-	"qKKNkGe0yZQDOqqG5+94Ta0BogpRkDfgBhs5QvHVGo8LQ6yMR7KdZadzr1ZBWs4KdForYu/oMOivoVak",
-	"PaoCjhkk6s4j/iAWrE7lWR+2L59wUQKpkZdFTjHrrJmkG37lZo27tQpu8FGPEfM8//Q6CxqwlmC3Pi+e",
-	"55/s9oc4o6BTm2C3Mc+hvtNxVChAwad6ht6BTJGi6abuYp1qTo3xuI90LM+bru0zqpqXsrVPYvAr2Put",
-	"nlZIkZYJkx/KsxsraZtNgsQXvS2CNaY0VSRGB9CxBmtpmwTbyFyEWDflK+voCavTKEk7JGu1qDU9XXXe",
-	"7Ohms9jvvKMWHJ238NKIy747KjZe8ybZRCQCGVV//fDuLRz7ftnlP5Tg++/p0hGQd3VPzbNiDy1Fmu9B",
-	"pQuT+G0XUvDobuNZ5fZ025zpaJB1S2HMi1YM80MxAzFsomfqBU/kqug0K/vV+ZYXYv16zTvrg/3rLx9J",
-	"rAxXuexySEQEZzO4iVM/hkWGjs+cY7fUM8i4cbm70sbVKqd1/SwWa2Ua0zBv6BOBrzwTJeaWBOyXdiii",
-	"X8Y3SKW5ZLDJUW9wrnZp+NZL2xT3hmxlgS9pPOprUkSHPD0p5XR7r8d62AcD64V5S3oEXip3eHKMYE2z",
-	"C8bJENNO4O4HCrSL7SLUnUf++40KSveu30R1qTepuTod69vK2d/VOb9VFvU7zHQPiEV4EWH8guWiYKTI",
-	"S+dXD6XIN4bsXhrc9eDzR4S6PF4yjJtzj0dV2htUXFURfTyXMYM7BpewKuW1Tts0/9QhudL803uxfM8W",
-	"4oL1uRlCYeR1T6/MjK6Sf9wgGTaJ2z6ZhJnoxxuVvPf1nVjTYrm4FeaAecdODpsFN+eKJegjElex4bjW",
-	"eWWmNeMR3DlnhT4iWNwBVallMjMXjpqZ+OvRMowNVYEQWP5oUH1uEEF9CFg7dZFBFRT79ZZ8mXZdehm0",
-	"M3JUdDsHn9dlKl4FS5VjBO4NSyxH5CynfA5JJI/H41G/HdH9GZu/e81PXPWvgKOe7WTUuvSJPn9dnv1W",
-	"OTMYwuo/43FduqbUGEh7qX7dHHp1atYD5bKnh05GCOmLg9GRTRcFAU/OSm2tKkD2qBIVrqLBi3DaTev8",
-	"Eef2fY8vLw++v7wETd2OISTy02C8CWrLFadzdppQZePHUCV1RCgnomCcKKahwsfWQZNFqTShScIKTUo+",
-	"52LJsa5qf8L/zDiTWYJ/H5LYZtllgp+iJMJ6KkSLMWaE+fuMpqc2zcf8CSnSp+wyYSw1D0x4XHo5zOaW",
-	"c1cLBGXcQp+ei5Kn+MepEamnEMIxPyyYnon01NxE81ws7RsLNHJOtRCnUANh7hUXTJpf8SOSanYKg8G/",
-	"b1Izth9aCihZhqK7iBTUGP22ghFr71TBEiLZeamYijBfETfZVthjsbm1EZZS8Ckx1EoynuRlCqdRY6Xh",
-	"cxNuTpYI8pWEhH8A8QNr/3ygH6QnqM0mQyysgUWtCL3K8IZbJxwrv9enOdon782De2ZC2bmjDjfOepRo",
-	"NcKSAmOfNnbW2izNH/E+JxJ84srgLyx5nPB4fnEKaegreN6OBJ+YX5wWkp1nl433zC9OW3Rpdleq5q8T",
-	"jj+fAnEK7pFt60Af2gTWyihzNhgaZ2iJrZXAHWIxRlQpE8mM8ilLrYGHoDpQ+egRCxGcxAe0yA4uHh7M",
-	"L0AvnHDvl4Pf/v3/i6varfWpGrXGfwfO3OqXzR/hVW4VWotjC4pSRvRMKEZmlKe5+aKxY8zFTAL+EYAl",
-	"AH6Avf2cLrJ8NeGFozlAq6oSAi2ewigikgJdQvVSgPIayUUbc4//Ui4o35OMpiAVt84RdUluIGNDmhFm",
-	"IwVcsFZuBNTMRHAO2Tr2GMlU/UtQ4cGUgc7QSCiPLp5hlhR+ouTuz+D7L5hU4UO+rSvi16J6dtXg6reE",
-	"VunVRX/Fh/k/3S3Q9+rinXtoY3TPe33v6MLWPerFu4ysTlnpHZZ7cXhMrzOlu0tkwmiIzwTXGS+ZrT4C",
-	"L/OcrcJuMBTRL7CAZxvMiWgwZyv1juer7e7Oa2TABrCfjznVDzm1KZ0IZXsTAGUjT9ev7Fv4MC2crTQL",
-	"sNsP5mdzXFsoH0yG63K4cHapq3KvjZ4dKZY70Z5YBmN8suRGV023MAnhi/4jkZ13eL2qzLtwSKZa7uYs",
-	"mjcZwgp7FvsIIGSo9XKcN5bwXGqZEgycvPobqWTJPnkBOrooCAdIo5ir+AhtTTi5bLpyygpmz1xRxOvq",
-	"ewcrT5k+Aeomv/37f0Gp4baMnbJc0/UXZjyR8C66ECUHjDGapmRo06kdfldHHgC7LMwirb21KHVkXST4",
-	"cldwA6kKLtxyRMbkKRoXVfHsEXlLnpKklNI8YE8PvOeMkbdmGH3QPBAFMlZSx5iKUr88P7YQbtXcEYMQ",
-	"ixZVOPA5Z6vgbsArW+/FiXvvN7vftS+Oxtfe/Ibylf+0IkPq1UUjsEtnNH+R8Zd48eE62zcFdjd9iYVD",
-	"auxYlTyM8tp8S+EwX2vXi5H4JMnposA8eiPzR429DYr9Bb3soeCyMNrjmTEUOvJfMt7zuLEU7eNkGEOh",
-	"LEvtMWar0w4nOOPJwAY5AeWxWU3jCynVk5DckXfsJ7RMARnWkgL+D5fVSAsAtPLIrnKyA95PIoMOQP9k",
-	"7N4wLvgeWxR6ZciO4DPB4dZCdC3vluRCafNsxe+2YABMV4A5S4ydKWQTDNXaZtVTnVUuOu9Eb+zhdIBt",
-	"0oLk2YUxMTRZmGE+HI8Bg1EdEXZJE52vAHlAnJO4/k58EFvZAuK6RgyzQI6btRbgpPvYc/9m4Xlh49Ao",
-	"fG4rGL2m/w+AR8Nn/knZrWd3HXvH1TFXKCb1lz3f3m4+xLr59WMpOaEBps240Qg4ugl3Z8WP9/z2jfHb",
-	"8ZdgLVz5MGO97wi04e+GCITTqY8Qa9rpzFRW9X1Wf1Y9CjQe4IFiVgSzcpoVYFuRGS2g1m1DWey6EwbZ",
-	"LZSk9IvNgoJD1N535FKkzgFJqiJw0A7JcSOdqkrzEJxYnwB6axMq5YpwgTs46kx96qdAs7NGv4OD3prr",
-	"IF4spM6aguDroijLOqRMVea7zpFWiw5oq1AK1a8Hgw5sBOm5U/G2T2bdzbgWxQa/QkAToipkHnrEtpyt",
-	"iFMrwTMPS+6HeHFRB9GAOo3Oec+iqi8CfPnXHodAcP0i0tTwzM2NBbx970E0KIv0prnT9xI8VPvplAeI",
-	"Bt1Fzp7n+t00xauwjBfLoNbklI+AiPUF6fWIpUu43NPh3dDh31r0V+GqYFjQORniO6HLDdnRhhb6gw+2",
-	"SGStcUE4CeN02pmFkdPp6UyUjVqXalmhtOrUleec0hvQINZdneZd1TJYDHRaFwPd6GtVfsVptiEL5LSz",
-	"GMiGdLsum6GY6Zyqvho4LFOzo9itwq21eY0BrU2gNeXGegfG6u97x9oHqY5RxV5casbTTutSdRlT8BzY",
-	"i+dSLAgXS68zhe2HoCNII41s5x4kRAtc2gj4o4NHyAmvQv9PyZPxkUUzeUiekoeGo3fsVfG0urkXzaf3",
-	"/GgsUjji0qN3Q3EAno1UAWD/C3dzfE1duQ9eqkacycIFLnDx1A7Y8uSXGLH/mgAtUZlnZvc4W6J1smom",
-	"IDvYas6WaBZdbxT2BQF3BVCmMfeGFeNFmOI8wgVVhAENbFFC1QMf6qMBVXPZEOpymx018iBxIq2F9TWX",
-	"wF4HZUB2wbgdeIuqrxHSF/N4c8JCFaK3XwgNqwVV3R4ZwEZtESZ0dwY/gSf+dmduh6LYcxCj2LixHtlx",
-	"YIVLF93RUg26d96lBa4M4/kn5jqT6hAIF/cM0Pwl0zTjLK0rQBqwYQCXZx+3GeJUTXhsbnkNd8Qj1xyH",
-	"nJXJnGkFUb6yIFqQGErGbOpMeyss2lX4bK4/EL5egyr14iMFLmL9cef1qpJugxqI90UeZJD35sibno8l",
-	"VE+qZy9rNIb1eHAFxGb0YIAKZnIPSz2QTBD4h8Ra0oS9hMwxv7YuClTfTXjcpG/bawZUmj1ooAXXRzsW",
-	"5gU33WPP7ZMMgswdAl3dWFJ9X7P3e6vZ67ARNtbU3ZbIdghVW9Dn60xpKMPfnEZ0s4I/3J97su0o3TU8",
-	"fYuugVZ95U2BnhAPqwvsyQGWoeZK81EAhMbZROEDDFKAqx652xhFn/xWSxsqMZtjHkO0Ic8uqpNJdSjU",
-	"lY65LfAUVGQmbCv4mZ3LQd2r25WgrTLRlgzpqBS1pZ6OK5tFn80yUr+0xJdgde1ivRcd+FlW224Um7aO",
-	"VSu0mvTWo3DcErKB97YuVPRrCtO7Qjewy9SNa9CeUlAna6vQ3dqXxaRqKVsBrWrCO9WqYPa662xr/3yg",
-	"SKwv+V+omsXmFCeXl7NHew+/+zciziccqsAbUK0Ren2MPjmjakYgzOY6EyHsT0yG8WfFPplb6YK9TC+v",
-	"4ohQYpFPJrywULujCpEeu3C+phzKM1J2yVTru8rMRbNLDZ+yjS2giNEMI0LllDrkIeI+YVsbFqUm6ElT",
-	"DnVtmUlIBUsyBTAxi3QUUkPPSlXjwYYtxB9WPeZBrb5uI17vtdJvXivtUDJv0+y/Vwb/GMogLncDLzkA",
-	"6HG7KmOnbgZXP3TrVrXa5RIBtnBXpIymp3nbTfFtKmzbaWgBLA+rYoVqfvvULn/BI+8cCRBGUw9sKYkb",
-	"lA0H5rZ2bOHJ04OLMqMKDAn3hkBOHfxSU4RbgjOYxmx1JmENja4R2P7WvjQ+F7VHuJZT4k9WS4sb18ZR",
-	"BbIkC7yBKE4LNROaDHMhFMtXUJeaHhFVA1w4hPZxwFpKitJbh3oAfr1cC2k7zY3SzFnSAxdbCJF/yP7Z",
-	"YYNZ5HW/R9Q2msKCLYRcBYfra+O99e1UozPYGYP1CHZ4rCx00750ori1/fY+7ztRQ7/G+USwCSEquF4l",
-	"T99Eqjc6nMwbVuisva/XTtrKiQme+u21AtWDYKm2cFT74sw+FDX70lczCC3AuwsmLzK2DMQWV0qzxd4y",
-	"S+v4AhmCJQFFxJpqRSDhN8lyJiPy23/8N3k4JoqIPA1w6s0XciMm6K5LiQfANqscXllvZO5VG5b7pAEA",
-	"2HL8dDl1XEbBzSIaLg/Qvis8Oju556wIFSFvUGW74zLtPgzeceye6h1PpzkHsJ5BiVpHkDZqqJBqA9DD",
-	"mV7dwJV8EwIPrihnS6b0Znd6PWtMJ9nlCeDjwAqGg5ae9McHI7cHwf0TxXGpRZHlQvdBqueryhNSARUw",
-	"PqVTlhLqXoClkCr7p8Wls41KSoWB+ZYuRXUS6H/+A8JXQNOo6slNEqWVl5uletbzrNEN3gSe+1BOp0xp",
-	"lpKCloqRM3YuJIIxc3apoXTKdXQpRJ7bykzKXb4N38b71RBPuAjVkDp26LltBXFLjUx8Lgh2VIDp+CnE",
-	"AUdid4KGbRhhW3aGEzI24fA895tfuDYoc8YK1XS7PVBtvDQ3OUi7V669rcduO+H4wc9tUtoKxvSZWCwy",
-	"jTVpzTZlD1TlTxuqGZUIy+/GXWFCiinTMyZH9+inN/FCQAs1XFFr+UXkgskzqrPFbXuvwokfrnnIxf8c",
-	"daeQdfc2NI/HkwFUpULqrZG2x8k8Dr+tB5StblrYav5wnaaHPf1QdkNDdXfj8UJLPcP+Rbv2n/NcH2s9",
-	"0RJYRgvcR/RMinI6I9T3hV/jczs0YoNsDugph73DK+62e+qtezzaolNbyMVSO2icp6Php9kuJFYnx22G",
-	"8PT7fK+jlfhKxYZu4bUCsrltby2QybDdqrSGV92R095VqYRw6EBjSzh8rFA+IkEODH6k+3B1yPoRybgN",
-	"mxAhU0sEGSeMJrMaLnHrEh7veAvimXcKBL9v2XkmlXZt2JuD2E1KvExv9Er1DO/vyymtb677xvei3IbC",
-	"/JWVXFA9qzZY8Lrv1qaOQT19sqBy8bvxON4iH7XOQg25Qpus2sWeURMxvr2WQe4t1SzcVLqHYj5SadTy",
-	"AKRn/Bz/E4+OiGuDJrilAXMAd2z7fehkYxlv1TYZ4GktzFClxJAhBlgczh8iObKUzJhktxig62AmSxFw",
-	"dZed7zyuj934zWyzKXcNoyHBANDjyBDMUe/8U7hCRNujXo26vtl3Zj9nDt7TUPacrSKiEmFBTFBSWLI/",
-	"IguzOKnVWc5UsytPb4O+/giE4crO2pHqNGhJXPOzGaNZ7CMS//1XxIb0F7ICB/z7r/H2B4sTEZs8uPi2",
-	"7vl0lHls1zPciFIHADi4RuNh15hTs8VWTYgdMOW2Oj35sYkMGzWwhx8ouJnm+d4/mRTEPEWyc1Jyh0zY",
-	"g3gc7nPns9xO3cYRXjONSQK26SaE6yMSn0HnXoAt5J5H54Hyus1GEw69bVlKcqqZPKq2y8ktLpZGGEWI",
-	"jYnpII3YVxv62n22H/DaY+fgZq3xM6GJLmmer7oM+o6GyB5FrH212dbIrnyIE0Dr6HDaTm+s625f8rd9",
-	"IKflau7TLdVJV0Pkui0iKs/Wl7whWbGzv3LVncocdSuma1LGNuC268JuXQ865LSr/vAC9mvz3dg5zm67",
-	"qydoOZ92z0vKrtmk9A4837fW9RWXx2u1ew1i/QlTCjqb/23bXhUj78jNgTQE34p2U9yFBt7Vy7KdDzfY",
-	"FrczSruxR/K12hHv74Cvad+2BdT6xxkjD/9kcftd0nXVhiOuXmn9uua1MY5HkeF3D8G9O9qv1jccv75u",
-	"N686ILk99XXGuzvTZ2uTFr9HFlQncASj/ZxrJrfptFeFPquSqHoynQTpkWJPGvw+eckJ9OkmUIdks2Il",
-	"g6RPwJSH41ULSF615uB+d7HZe6YZh4BhVyU0drtzPnKIVTtQaDACoMjZa5oDaatVk8zhmDwl4vx8tE+s",
-	"SUrGbeCtzeHGuk7sp67WE1WFHmGXM1pC3Khy4g/fvd8z9gH4i9L8E8DTvKGX75mWGVPxETkTeoYoMeQp",
-	"SaUovAGbUfWc6l4qUWp0nF8ynoplz3r6etASbobKw9qMryvNQ+v36Mn4WksIfRhOGtV+azudXRgGMPZc",
-	"td8VECbs9oLyVTU4kac329a1nQh1YmUkbu1/fJ29YVhckAn+oi6wbRVq4y0uNAFzl0xpbNSqyqIQ0uo2",
-	"mMW9YtrbmApkaPNgGiUrbUupcEXuNRlUwd5CFEQBGhcXNnPeYbh5FDIek+ETrEUxVuiecwSgZBrtvlML",
-	"eumSu1oaIELF2XMDkUdZMhMsRVgExs+FTIxpMwZIWtvx4WbiYEEvf6GZNuvXyWYvLrJEd0stszSe0Ipw",
-	"ydOqvYMZPbQUuB0Btsj4iSjcoAPLmOV55jabkjqsXZCZADw2jk0M9s7LPLdNJZTAWuScZouqadVCSEaG",
-	"49/+/f8F4L7R/oTX4ybHgIkF7onYfOQp+kcLUQB4NrVwobZ7DxeeUDIaQDpy7TFgBBOOmBUPD4lwfZLx",
-	"UXMGUCd/o4pynd+jImeciNkPANKosZUnPBd8imAaGs4yseTEtgCJEKsOQBgTsWAK3VtY9FEJfaXpChcH",
-	"Og6crRAVeuKAQ6QiC0b5cpbltja3wj180oI83GqPC5kJafNh2oI1ySGw7G4J80ibxDZ/UrrTu0ekmQuK",
-	"xLJ10Fs9rlMRiK8l1+RN1YmoVh2EhNW5HQasB5bx+V9EHmrNm/E5ajMAEYqmrMs6qZ63iNPqiMR/P977",
-	"X3Tvn+O9P+2f7v36eRw9eXwV28hl/Hg8JoGeGdUcMMIRWtWCmoPOjOj/Dn3hf4TRgVvTe0MvO7fAyWwj",
-	"WUAQxmuPxxF5YmSIA5jZdlZPxo//zWonbQxRb8eebLtlcvXcqC0b5OUmZno4Hl+PYryy0fUOzFmS6dq3",
-	"RpO5IrYFEmhzAaQVS0oemkTGp96pvfsYtc67e9dvWpbr6ZGosP4ALsHub4MNlTFNqH+CAEi/XYVMG04y",
-	"+qYiw5SdiZIn7CY8frXBsurCQj3GI+uBIuz8nCU6u6isLSgtTKBctJQMBGZ9xKXgQXDtmvSMLQ5Ro5hw",
-	"a4TVncfgUWg0milnsw2NMjRnJPYHGZujTah1w65+qW//jXqBRL4F2+5bteW+IdvtW7DV7tQ2+6q22Ldu",
-	"e31dW+vbt63ubak/ni31BWynr24rfTO20e/KFvrXsH2+sK3zLdo2X8CW+YZsl02FZpVG0tiadV05qJaF",
-	"9MXWXAPSLyCPoh7TIagYrJ3FIc0uqFmHhFA/J3tnBNJKrSg12KczwHbi51HeSeB/24z8b7N4rifyXq9P",
-	"5+p+6Ehyem3MaQuvaduNWIWoUb1+m9WvN8mtsdMIxIzb2SodVX8uW6W3ptVbsW84Tt5d0Ls5mt1ZHP4H",
-	"zrHpq4EMZcuH1dRbz4vZvrLdxzxY78FLNQui7u+KDwsvCn4emnez9DgEglGqme3M4zJIpb29Burloqrj",
-	"qNGvApKlp2lOM9u0Pw10C3CZO0ynjNP80+GkHI8fJWn+iUixJFkKf7P4C+dSfmBsfku1sDcrYw3VcWyR",
-	"+mTGv21RK7QWtXOuTo2ulOq14qm1XZ4JnUOz44J292upOPhtb/eHbrpkbP5RvOAdr/fWPACOA9nNRrlT",
-	"mi6K66srtjNM+CtLKnkTCKELXL2qzmlX3Pi02lwwfwHqcXQRMpws19/QWtr+vDbhdu7rt7xh11p3f53X",
-	"F6Jrxb0Ci5aI0+Zdh7aES5JYu1nFZNi4uMy4dYSB759KRqbZBeOjffKWZVDZOYw/X8XRhMefJwN4dOIa",
-	"scWjuh7D2PhnND21JQlVoj3qrFDvcuR+q41D+N28+ioGN5gi/uhCMRrt709AGtkSF6zaceXpzpNMNbjy",
-	"6j7UGVeaYs3LdiqVdsQV+HSB8QNGjJlSQXhuhRsQDVCp7YbIeU7V7ExQmRI6nUo2pZoRccEkoViab0Mq",
-	"G40DRNZ/k/FSdwHVBOJMa8MFoa+Cl7AtxkboqbWLUKjVg0e2hq3TAhY5nnaoWVgmXZS6od5v6L6O3XTe",
-	"Uz4NLwB2/FG7vLKt1lXvj1q70liLxgQ83CWvUNKueMjr4YZZ7Zi3WEGxUp5VVIfip7sDkHfrx26ufMuW",
-	"RDGWEpgTeA5LrkWZzPxiWrUtC66J19Agtp3Zdc8qzpabz4lg88Pes63neNr6VGkMrfnN0Kp8pGoetqQr",
-	"uKqtDGLznm3tYXxz12huHx3tpqBdW2BKovF4DUw0s1cBm5FqaHnaMaikLi1fV2OugxGMLtldHmH9LROq",
-	"Bq2BIDJV+kW4YrLZWrZqQ1tyneWEmjOdEbsy2Kd9/7oNZO2ebIkwuglWt6r9DkC2WKhhQMo2e40gLurQ",
-	"Bh4Ve/IYY551nfQRidmj8dMYNa+RbcMLT0+4ofK0zG0ehyihfxQqStXOna0066lS/19Kp1uBzfbtDk5g",
-	"DQVFizkEVakm9UiHQqJOJFn148jcPuEwq4iAuHL10XVvmvaqoaaaaSCFuk9xE3Hl/DyacCH9ZfPG4mFh",
-	"WVQvyRIhU5aSTPd2g+unqG7cXRjBq462n/qSX7MdaL9EQgbslDgATtZ5spv/0938wPDWd+65jUeA94VN",
-	"Ywyf0bbX9G7jq+rO+gfn3t05MndgttPhCnCmxebMjSNA0MDOw+aPqrdzPCJCRjYLayFS9hQQL+MIM5Ji",
-	"/CtUeNSpGe/WN9r1YN5+3XZuq3zVtXI1haztKITiQmh2jSiu6yl5BDFGpZ0FhxLByQ9AuUtWSc7CruLG",
-	"6dX6Wqk0OWPOXwb24hkeR06W15E6h1VRJ1UNjSHcgD7yxKsIqMexE002VaIWkTEpC8WkJsP6tyqt0eoH",
-	"oyMSJ5QnLI9dSoHfq9s9BoE+7w98JOg97QFNec6UtvGLfuSUTRApYSwCe0PfyYj4U/C3Zpf6gSLmqFMR",
-	"YfvTfRKz1V9nL/8hLs9/evo0nnBIUvg8GdDJ4PDhVTw6wrvxdHKtJeBlNhUVnBggrtWp78twXUuhESlC",
-	"JFpnxeeruIVqQlNyBgBZyp7i1zubtyZKw7OSKcVSd1JWaX+uecZ2xPmpK6e03vRupAb/jGspQTAoACEp",
-	"efapZJAH0fOmS74RhawJQ7imJWAG1nkG+FfmJ8OmaZWAylIC6cOUryYckrEOKz3BphDrSx5jDSvzMsgI",
-	"zc3+rkjGsWGel7qqstTLPHugJhw+6NwyKJ0gHa0aRoTIMFpVWI8vseU+h5Qyq5SzFAmo/7gXhQe7VG1G",
-	"5wHWdapuNgS2Da5vqVmLeVgR7damOjFBkCFiAHA33FntVrWQRyTWQpzmgBFCnfqXKUcqmQ7JzrQhPNNK",
-	"euL/8atQsYxvDoekdlcB2xu83jtg407XTNM4dtch4yptLALQMJktDMdjinBs3mskYMVJ1i3MEWF2GIMe",
-	"AVoNOc+pBhk94QBTYzH17alcfcYQPcvPR/vkmAOaYKkYII55sEbQ8MhDE4wmPMb5mysNr4f5wQKKVV0p",
-	"zYi5zbW0cyC//e//JI9dy+ed0FOPkzn57d//y2URSpvTXx99LVCT7aBM7mFOA615DJENgY6M/BnBstM8",
-	"o5AEE9vDLb7lLpLdO37eAHHaals70K1wZpZr6rllPujV1ohWHm93g1v1AEW66WHKvhYuPZMdQSMumjsc",
-	"SSny3GJglzzNGSg3uwH1dC1Fa5P1FpB8u6M4uokWfoZZU3+4B/S7KXs2UP7uHKmvj3p2xxKrGF0yRvD2",
-	"iCi6MLqzXNA8U3hkGX3+OHEh1317FN0M0Tc8EwfziwlazroAf8Emqt0ADAjfM99A3XTOVmS4DgBojmW7",
-	"KLpP7w6PoNUSyEg1oyYl880dgDo7/IQ0mU4VNv/Us8lZbgw1P9maSLHsKGurMo96FtLd46BvIapsReUQ",
-	"g9DLjKsOm2vD4QOXPUBnMqQtD3lRZ3cpKL5Z4Y1aiNG1neObgAgzTuLagRf3og/2kuGiQiHcFTqwesVm",
-	"vu9N+dgJ/NoBfSMKu7HBk7nXq/O22cFlmsFdkRfyawNmIxVtYJxumNx7NTQAXHuHGucNYYnv1ZXr4g+b",
-	"ww6KPMAShNjaF4UV3g0/+OPd6QHP+4//oLepT7Z0BpLmF+sff/U3IrOUSTL87T/+mzx5TEShoK41njJ9",
-	"Itl5dhmPIkKhRjS1NZXb2kWvLnpiUFErsBU4UgBiOJnXrgp15DoCot8XF8rOoIYpuI7h1jtSdxC8rpKp",
-	"wj01VEPjgHozqNA1ksNzeJ6tyIfnr1ANaacrtU+rZgaUVF0+XViD7Sd+uwFCn/h2QmX+S7mgfM9hFoN9",
-	"C/76hJYqzEyYav4yrBTF84vTAjrToayN0ag3Nzt94dXfiCgw6JCLLrDmXk6xCl6E792jeTbliPu7JVN0",
-	"BT7Nd9+DZ2PbmS1nKzKM2WWmNDjirNc1IvEFk8rcFpEYyuchAroqWMeJJTs++8ts5bsbzP6wtPI6OD3K",
-	"i860agRoMj+VzNAJ+Gdbk3A+09OZkNk/BT9llwljKUtrOPNT9ORKkP6LTNnVNp85O22rWv58qoB0qK87",
-	"1F8UTHpO0KFrtlUR4ehGYqR7kztrA555+Nk2tISBrQpBG1BL7E1hG2YLIXFTAu4N3m887V6mDuX+XNi0",
-	"34TmYQRZ0BPutahtJEFSSsm4tqqVlXWgU2ABEedMPlC3qGFZAbOtpKrGh495I9wGIW69aXTD5KqNse5k",
-	"EShHSEqZ6dUHQ8g2/5pRyeRxifDp+NePLtL2118+DtZW39xrpBUw+SH5AR4hWMD0j6V2lUvkvciZIkNK",
-	"FNNY7k1JTtOUydEhic2Jtyd4vjJyeSkzzexfE47X4DcQ6eki4/E++cWoOn/95SNETzMFNckulKOYvGAO",
-	"qwSbWWTKyDaO0RXgXKAqGG3NajOti8HVFXgZzkVArwFEmkz5JeRepZoFWebkRCg9lezDT6/3yUfD0qlI",
-	"Ssj1z5Rt3sinOSNKlDIx5DnhWpZ6ZmUAs9A3y0wykghutHB95LBXGDciVUgI5yvMC5vwd7wx3xmzaWRg",
-	"YECkC9BJFCiRCQVDg0qspdszUo3qzKgclQb/U8kYJ29+mvCH+5fkLx8/npDjk5cRMWQ3VxXoCxk2vDxx",
-	"XXmGSUZ+6Zn5pXKbxEcTblQbhDcxrBnTZM7FMmcp4mTE2OhSzySzDv89dqkZTwm7LDK5stjU5NjKQEwq",
-	"sIAG0YQrQZI8A8QNQLvANiek5OYr3Ib/YPGeCX6BFerqcML3yAtYyceXlwffX16SM5GuzMbBUsafJ6i8",
-	"TQaHZDJAQtfs0lL6ZBCRySARKfOvK23o81RxOmenCVXM3XwV75vvHZP4u/HjGCBhuMAPIrQYiZ8JrhnX",
-	"e68Zn+pZfESSGUvmVefhskIvKKg0uwovjL+7vIzr/B8QB4c2RgohHfTG1TFLsxPNK7YyDvMA6ISThr/V",
-	"QelQokWxl7MLltfPwBCsCN0rcsptiQ32L6/SWb77k2v19Z5pudrDBDQytNlUI2srGI5XICSBFURulyw1",
-	"m+i6m9elPt+Px/a1CSBpuztOS05dz3qo/0F2MZddwxuzPmaiGVea0RQbb6hmZ5fvxg/t6yGGbLfAa+FR",
-	"4/ZgBB9hfuBVo8i83WxJ/P34UXxkTDXb5BVTO6rZLIWEih1lxA0AftM0z3hrmuZt9fws8I+RtWY5sWTK",
-	"5ZKQ+PvLyxhzT+zAvFc9ijG9T3ASH8wYzfUMXj6sBgSNVJIZWCUCM1YXFMU4msIjWCbBAQAKa3jhFycb",
-	"AcrB7qhb5wU1JxqnPGFkiLvl/RSPjsC5DF1NCLXjtFhGUiygMT4qghk3v3BXQ2zejZO0pGLuEylIbT0j",
-	"qbCdLeCc8IvEvm9QDj51yoU+tUIF0P1Sh1wkuPkQtJOr9OaR5Rf8EheeRu0yduLHhtW973BxqspkdgpU",
-	"iMzz4jJhFqvfloyBzCGMX7BcFOyw3qcHbgdrloz/gpcqQQKEcrBgWmaJOigkLBwrlX14DKIiNlLsoMip",
-	"OV/NIN5B0bXL+KFFwaj0S7Bt6k+mjaJiz0Z3Tgw8jWjwcH+8P7YeDk6LbHA4eLQ/3n+EwEAz0DwOaJEd",
-	"XDw8oAkk3RRCdXZ7xSMUuy2bHR96MdYKSwmTJUaEJomQ0AtFi0re7RNXd/wdsBEmYy9Znu+dC7lgqePL",
-	"Q1sybA63Rr2wPcdFqQ1BGpZDdcxYS+xwwmulBVzxRmnB5arowRgDg+NkPkBdjin9g0hXNt3DSHxQ9IsK",
-	"lvDgH9YiRd7bZJXU0UBUaGp90Sqs0jaVhNX/bjy+3S+jNXR11dYX3+GCOX23PvHZAhxVV9HgMY4l9Ilq",
-	"zAc/0LSannnk4eZHfubU6qosxYcebX7oRyHPsjRlYEw+frjFEydoqH8U4jWY6ea57/60+bmPQryhfGVn",
-	"BaVB32+zEi+NGcJp7krvB99vM68PTF5kCfu5PhPRJHDlTYYy3c4Ausuisog0nSpjdUCYyDzkse5B1W48",
-	"zMDeW42gyjMFMrtqU0SwyxoU+hr+Redgk8Ft2ggeOEb6TjgmPGXKcKrILwCTMGUF4ynjOl/tt1Oy8FYK",
-	"JbcasCGN/mKOwH1ybI8DwZlh48o14jqbuRMbeoq2GZ9sz/c/2J7kd8T8jRqKO5AAW7lGPFGw5lFdFw1N",
-	"V1TTGIjWl/5eVnyLsgLAab3q305pUeEv9xz3UCyovEr97Jy4KJnhflBPAPjStdFxUG3QRScDzMcipwmL",
-	"axBn28jM4i5jp0/V7qxDfqkqYA4nA0Bmhsa1jYdRUM1ZoVHJqvv0IDi0quGewx+x6NBoFuVKkDOGj1ZG",
-	"1YQ7e0IytOdIbD8eE/TlXFcGPas24G6EUPX+r6SHeN/v0kZeVMjgjhop9k6uRcvtDsUy3vpIXnLIcQSN",
-	"PULqNcptgX1QWy0j938Hcuw68qghVJD5zSp4SO2kyi23YqWWIm3hAsf9HmgG2P2R6Y7wh8X6HlpUY/gE",
-	"eIab/PI6U/qZr0ZYB+sdn6GNT3YXsa9R1LNGNrj6kjRz4703S91KZ1fNTW/sbt/WH+R0OrUYRJYE1rf1",
-	"Nd6ztrsFlXTBNESQ/r5e+QdAoAhwktNpAyLeOR5Lha1QFeMpeTI+akJQEXZJF0XOsMTg0ZPxGINs5vWf",
-	"SiZXDg3ucLDI+Gs6rVEzayrqBST99UuQaGj5tiFR+1zFeZWaPzJMqSJSO0y/cW3vdijekmpN+Q2khmtR",
-	"/2f498qWTzHNutCpVd3W9YGyzhVVu0ktuGdVvlqIgki2pwA+V8/YYlRbTtap4lDQRbpaU1E6lRIczLMW",
-	"bEgvHx4bxQknZ73ikIrkY6+QBdM0pZruE2x8DvU8JYsPbGA5IvHD+CAe2zLXFVPxQcxFTIZGnTUEOIKm",
-	"IbgYNhhJgEVJNTisB11QTtGbYd3KqcCy1xBX47Df2NE12NoqiV1x0Btz9tZnDm5JtxIF1yGGaZ1hf3BW",
-	"tWjutHVA9XJo1KF+gAJP5myFjg7kMkMbR5ABWAcTKg+HjV6tqyd/ZrrNNl+KPqDtcoAyTpjc85vq/K50",
-	"kD8DUvhOe9wSU6Fv17ccwOKdUD0bXP26WYIfIHzPwWf49yYCvcJqbkllK5S3EckOv+vaE4423myxve3N",
-	"9xL/XuJ/cxK/wUw3VNBa7H1Qa34Hn6v/Xx0oxnrCYx/oghmatY2EGJtDQokZo9fZgUFsEVM+bbIB9pDB",
-	"cCGobdyWUUOOxIQj1FPUCYLZFBgNDN0vKSU23FyNyQrdu3F7+dCnV9bldUdMGwIrDrArwH/+Plj18fjx",
-	"Nv5oNn8r9I8AIvU1XVSwsLQpDAqP8G9TIPRz/htxETzwawOurtqxoVcUEi67gKdN6F0ATNBiwreDq21A",
-	"+Nob96aS8jKncmQUDUQBJXl2wSbc/oGYNODEx/QQpalm+wRQHyxi21JgsA4VFa9nT6fo+bLKyZeRIl/S",
-	"b95Gy76XKF9PotDbUS58zbhHfWA2taahSFecTUqAcRIWL7dSUDBpve4jyoUmDkF3xXQ04S0vkmVteGKf",
-	"vLjMFDTycyZKKuAVC3HByLBUniJjVJZRiO0RQ7blKfemfBPT7I74uxPJ+EtzexfwcIDt8fofifG/CaZ/",
-	"NqN8ygjmOYbQp825KPW2QqDCGOj3DiBHQramWKIha528rsYBEkItn462dBaclHLKnuefNjltf/I8XdTB",
-	"19kqRh+1v5EoCeM7dbwRd5nYTmQ2mci3tNcKSNvDe8/MtcQIMuwf2jD8uj7cRrvu/uBdmvLP80+wC918",
-	"DJf/VYx3nGzKaEoQU8OPpRhe6fTOPm/icKiIcLZkquqgeKzjugB4Pai4ExdsouUdaPfZLdNq1N0Pr2/k",
-	"viG0w8tfiyWT5MwIZaMAuZXu+sq5FIvGB7ZDI/68drIVu3xVi1v45gmdYrfnrq/ktltkwEP4sNF79GGo",
-	"QmyjkoPp3YO7lkUARxx0ItYc+S8R3e0VQc3z++Bzll4dYBXFJqPfneBxlsYI7ppxLerT3PWF9jyAtsjM",
-	"nfMkrVFUjyacVil23u/GCLeGPybepl6QQYol5Geak9IrEtqfcK/WIcbczsPJYCo4JNNVwS0zfC5ILviU",
-	"SYLl29fNasNuc1vIXrduWUqG1N+cBwrWcoR+CHCT2kIqSn7++eXzZlehDBO3TjNPHymM5VCxcZb26iKV",
-	"8ChL7Na2BoJUl6c29Yfbt0qe559w/b6QA9P7XpeuYogc4IyqMvo/gt1RTbzKxL1T66P63I/YmHDbzN/q",
-	"uTd1WVZLtOF1YH2Ph8jZiiA1d0k5hJQIC7b3JVd+Bj+CVNSYJ67YlErWqtknP5Qq40wpp90qhNWJJjwX",
-	"ShO/EHsEz0OyipVQtpTt0IINYCFXjFgQtnYOyuQwyncu5IR7sDAYSMx4IoOuyVcXd5nxb9/+lZwI1dc7",
-	"y346YCbuk/i/mST+9yVv8pnHvfOLNvMefObq6uDznK16UxF+5hW70XyfvBU2go4HGVTSQ3Tewb+T+UUD",
-	"234UEWV0mfj/YpcFS/TTmNAJx+RKiEZqhC2vvkISys1RbbMDVJZjBVCQIdEVMrhTxtgQRa/McDJsip/I",
-	"gvoeTiyKN5QfcILa2ehbZ5zfIQNUUf45W7Vpv8NDcAyb4ReHV2cJtLixJ8l1CH8/QK9/ZvprEevfEKJO",
-	"yObMYJgzRlMLsvPiI52GunoLM1FbEOz6YUwG/3MyiGv3n6Pt/V6HwdU93d8y3WOiW5Doew2oV38jVYvy",
-	"DtOHq5u5YV+xVWSj6nrmAtBHRoVIGNd7jKNf+AB1L4TTlwzK+lOSzKikCboXgqPDKW8/vF+jgW3T2XYe",
-	"KSZt6AwghrBmxR17ViDgAWbMyheXNNHWuS7OSax1bvP644P4XEh2wWQ84V7Y2+I2iHSFSCbmhLM4HQIa",
-	"DHCAO6u2A9vqztkqKHomfJPsCZ6WJ6W+M+X1pNRfTXXtFnq/oLehfUDHo3u19ZuRXidlh/Ty1FVINzn4",
-	"bAvHrw4QRajb/nwB112ILM8uXL+BGcux7Yhr6EG0IAt6OXRwXghMFBEuluT/dNVAoyOE0JhwNRNSM46Z",
-	"LwirYawiKVlizFmOz7MUPwcNSBxakZDNi07pmHBf63BQP5UKydmSpYdj23DEIRnV/K8YIzHAdeKk7bbG",
-	"hxO+bHi+SoDYIrGdk4PiezIeXddThx+Eb2/y1Tk8UVtIi8nylBSi6BDtrrXEjuL9LoTb+uLetVet8cUu",
-	"2fbekAbNfy/B/H8hiYY7RyjyuSfWClE05Zrfczhon1gMLmXhpRoNEwAElnFMu8vy3PrdqyAnRDZtJ8iU",
-	"ycyoVAifEw53vqlr/r98zPOWQ5IbImdvnZ71Y5Zri1vZhdBe62Rdo+LqhsP5SNW8cyTP7dY5HK56C0Nj",
-	"qXp41eOpmgMwnmJEopDCHDL4hxmSsZtT2+D9FB3AwQYCG2K9VW/oCNEFlTl4K4x5c6T+9v/8J3lIZhEx",
-	"ZxMcn7EWMcnU6MvGh6uRNoY3ikjVd9Ql1i6gaT5C1QBf49kFiDpwCfLxca5Qb5LxZokwtIV7+vC7w/H4",
-	"8NE4BsgcVQFsVMm4FgPQ3PfwcDz+ZgPX3/1OAtdWmnUFr52w+5cIXAfQXOqu8aHzyCtZMer25wY+7dal",
-	"azZAqwCkaWa01jSVTCkypHluQQFG++S1kRI1P6D794xZD3A64RlPs4sshTr8GkoD0fhSbLbwePw4vq4a",
-	"+9wWdDl4rLsLlvof2uRWTv9o2Zm3V8TltVeqz8UwbXe7fV1voIoqUa43GrkVealaTar2HfrjjDVMO8kW",
-	"EOc+WxkTB6FogyW+X4DO7Ce6y3rfuN4e9xS25kgNQ+U1SGq3VPSTWpJuW53y0Re36wXG20npA6jIAR/J",
-	"1xhvtLHQyZopLo2nfUhAJpTF26q50pC0zVSacG/CkUWmbbWUi9P80yFCOKf5J5suVEGa1xlNVW4KpDWZ",
-	"I6NqUjDhRvebM1ZUuVLXT23ScvUlDpr7rJw/SFbOToedJyIKUXT6FJ5nKhFYUigKQhMplGqU99gu5V4w",
-	"gvL0QBhbjap5TNinkuZYAZRdMI4tGtSED9klTTQqZqN9cqzBAaKrMEn9wsi9qqsyEMIlbsEmHAsHEOR4",
-	"MoCg44IWiNxsF+CBajZ0dqIjBJSwPbzviSjccm1yi1Q+BXQp62RGGMaJOv0G7ondXCUfqZpv/Q2zzDf0",
-	"TpyIAhOftrv3pIY82u6B41KLIsuF3vL+X2i27a0fEVF9y7vB7eoAurZ7pI2Ytc0zfsHWG5Gyazz2oxSL",
-	"HVb3OJl3GtsbJKMo3r0ycu07FL8tkremWOUIhchpLvh0rxB5TiygPeQrG1njYcOPIK4J0FK3jdXo8Wwn",
-	"WuNbC4/gCzleSziQa4ctqDcz2AmPP09ce5aJ7Wka1Q0lJjVTQ5K2YVVPxk0G0aSS2JPB4d9/vYrRyogT",
-	"kQIYwzsY1xlNScaLUlepKdAaNKcZbwHJG6l1nx7RG2CsTzksyTdGWr1NRruzUrLTT1+IAsv5ffSe4OH6",
-	"LKfZQpGyALR6ANOOa+cGdD2oavcfKL9EEPVXc1ba2GHd6WHCiyyZK7KcZcmsUbgrSGI+SIZUk4VQ2jsD",
-	"VWzOYOC7ug4Zs+Fd/4QJh5CB9UH6ML2tjhnXd66ciGtiDe0GDHJ/RN0fUV/miLrPWbs1oQzScB0gYbP0",
-	"rcGVfGylm8hk5mV01c4G277ICWRftkJ2FyRWuEwMKP62zelSPQPPIvYoEZyNbiA/r4/EdBNwpVsXuvcy",
-	"9F6G3svQO5GhXbBV65K0VD29XU5KNWt0dQHs6CN0s0D3FGxA6ApSa1XRK02FpmUuqC34hCP2VGkEaLg3",
-	"DLzGx462X0RAmsR2jGr2g5nw4/V+bqJZoxTs91InHhhJ7XWAY8p6hawrzFyChlGu4VRLftc9LqOtZblZ",
-	"/bvJUTOv3in/9uHtg4jjGK7ZLMZ84b5FzDedpqtmoUQCECkNISMZdkVVB/OLAyNKuiXOK7aCJCvDubVF",
-	"nnHIwgcKMHJhylJX3wkNJg9izi41NpsMp7K9ujBvvrNkd/OJr5btjh/viuscw3qZNZViqf6g/PM1+QAS",
-	"al79DVrX9mSsN5igIm3V28Ti1cXb+sY7paHqO13pUfVAkPMMPyai5Pqbb0Ny2/vM/S3ZvNtbbvWX2egd",
-	"tvn3110muDHVRnTtj7gwG8+WnbvzZ6bfuXvucGuqb4RUI3vtd7UnH1bKKNNufVFaNIFyNm4Ouud7Gecn",
-	"vGVXT0go4Xu3pOwNd7+GjNlvJPcVFqmL53EF/yXyXj85YtmRAnft0WDTJrCnuB/UiSqNOarQUY297DJj",
-	"11rusAvGMbew6hhHlcuEJcPY/s8BnGDo0H4jHu3apefGkZlf7zxbdgOOcUcjg99ZV4K2B9wn044M1p+8",
-	"riw15bmulsPvHoKCauswoHv2esRz1PTdqGC+6jdNI/CZ7jzXn75S65qvk7nqN+q5vsw7SFmhZ52xlBMs",
-	"IqrDJ4Xf5azqVoG+u+GSaiYXVM4JlZmeLZjOkogkM0aLUTe1PYcR3CzY0YeoWSFWPLVrBt06h/Hp6U8/",
-	"v/j5xembd89fnJ7GnSVJ06+KDustUVAgFnp2n9jdwx5IW1tzhxGU/SrpR7jjDnfcfKBLm4OP//6MN23X",
-	"bMM22GrGHlvtg6t33E1Y/CjFYgdTQGx/L7Dn9rff0DC5S0GDS9tnqB5Pp5JNqa6LUv/gbaSomp0JKlNC",
-	"3cw9GrbEGiDgg7Py/NwCLHUR8g9wS0XOd7arje+EOoMUQuS2j8vvam8yNSeqHvx2G7Otx+FfXMz8Hv0f",
-	"uGX9XhC0nFwtoHNZ/dHFGJpFyAEQ69+FVwIZsGEt/pos06fGvwRjlhmbY6+2Oax99421iUTDm534DaAD",
-	"5fSYQP5lW0X629NpNf8uTvQvb0lAsbplHRu4bntvgiwE3vEDLzOq08L+ZcY4YZye5czlohSlgnzCNLtg",
-	"0sOmSOszbxijjsHSGN06cF3SjJOCloqFnTsnpZr5NWh3WZTcKHVbI7pnFn/LmOK/uy7DsD/e3sIsfIqA",
-	"3cfaYZsH0e56F9yK289dWNuFL5e5sIEA3rKlv/n3KQtrjeV2oLNeydNbHBqSPqKoakEoObOY64/jsEQR",
-	"xb1AublAaWbRXkuerG/EvTi5FycNcbIllXnSRGcL68cIJ/Q5JF0hSWLemSuCj5A5WzXzfeH3V2wFVWrn",
-	"ELSEn0DK2SzjAmc+4VbhscXcP7CVsCoOrL7gZPinMUnpSo0cHtAjfNupveGUXSaMpSyN9yf85qm8H5IZ",
-	"S8ucfcT1uBvugpd/za4Q/gDuG0P8blN3HbEa6lb2/zWHWgb1GN/+EGD8jeWvyA+NDN5AAu8RiY2seQoO",
-	"l7guNP0MP1zF0KQlnNlbMdzteRXuvI1bG7dVlxLWR9ne2wB7YyzJIVRzeNnNnSFIeHA32IjYrjYi8Cps",
-	"hAM4POXiDF0cuMld37THwzqwJLx4K7zId/BNkPIwfyAKmH4BLXg6cT/h6lcLuQLRdXkS64xrXD4og6Lo",
-	"TLwverqbvFyrU9Q9b3eSXgefne7Rm+H1FsqEPpVC072zXCRzlu67eqBGU5cFXQGYNsk0obnRIFao0KyL",
-	"sGcgcoGeNuHJ4K3IppntpQ+ck1ApM2a7drfQ6bpQYC7512Webv3BTfMP28v2tgjfLhRFKggR/A173ITM",
-	"eUepd0sdwcQGoPVQv5p7kXon/WN6yOr2dK2P7uzfritMR3MAJ7536w7gnwe11NzQxBCN0YjQZK4qv3rV",
-	"dzWeX9i4Eq5WTGSWWgXYzO9EKD2V7MNPrxtghYfoWcMEX1fgKmSV8wtxJXJszNMcYBAR332dgye82TBi",
-	"veXh9VAHPEDHu7Jt6y98LePWH0Hn6QSbg7nXbqUhvDgC0FeR5yxFpMphayfuW8x8OwIOd5FQclbyNGeE",
-	"arHIEprnfs8ZXyag8jhjNO9LhS3P8izZJ/H340deL+SUanoG3U4UKblkNJkBZoLt2YzkV7VlwYZEZMX0",
-	"ESmV7UlquBSaoEZwU55dMI642RYQCphflBqcZNUHUUpAPNAJrmAnqD8z/Rec2h2yl/1CgKfwCgJC2P29",
-	"4y/+zHErV2QYu9WKiaLGAp2tXDu7NFOJ4JwlmqVxRGK7U942AVMbymJJKTO9Ghz+/dcmaKfdNzKsNkUa",
-	"5WVPy6wYdcWIF0zLLOnNDntjb7lT1Gj8RBAvGi4RxWmhZkLv38QF3bF2J9iTgtjFIMO/fnj3dtOSHRRS",
-	"LJiesbK7hcpJdQvR7BI6PAlVZasvqCbj/fH+43A0q3p26w0w3zgAoL7m0q+1Qexa5IyT9pBxnP6q3+YH",
-	"E3OKoQV5Dji2+5s2yg1uUS1KcJM2Z+++tpLtLum6+kZgCRzRGVFdfLko4VpGCcoMLipZHib85q58Hpwx",
-	"Kpk8Ls0h9fdfjRUPnROD7oRj8ppyptwBUrU9KYTU5MmTR9+Br7GU+eBw8BnWjl0dHhx8ngmlrw4/m9uu",
-	"BtHggsrMHGewTbNKb7bu0EEuEprDzxCblK3L5jvmCr6/eW2mdTGIKqei/dP8g3P/tVqRAIenZVL3kNj3",
-	"HIelCtaDAGhiVcPSwPmKvF4v+EvjhaIIdQtK5lwsc5ZOGSlEUdRIzYoMBWQ8Wj2/VS9jPgXlJCPvGzSZ",
-	"h74BSotVYcD35dsmEbZ+tjZK5cd1BpOn26y/GRO+EsHPs2npojfVs+531vWk0VJquABXXOZ/vs7uD+X0",
-	"qYIlmtRNPkL7WAGPhPojVQDZNj5YP5bmnzZWA9WlmRFRjM1hBspD4WquBTy5h08Ogg1P9wAP26VQ181K",
-	"L0KDLyUoh9ahCeickOVBq6xUp1iiT3G/ZQWHxoCKUFTpjVF1qMLUMHktdbns/jJbURMIWpTcfI6oZaaT",
-	"GTTlbwWOlU/BNnR89evV/x8AAP//",
+	"7L39cts4ti/6KijdUxWpLm0rnXTOHrtSt9xJeiaTL3eSnq57Rn1NmIQljiiAAUDLmpSr9l+n7v533/MI",
+	"u+6D9ZOcwloACVIgJfkjnfT4r8Qiic+FhfX5W58HiVgUgjOu1eDw82DGaMok/Pc903J1fK6ZNH+lTCUy",
+	"K3Qm+OBw8IElgqeKaEGWNNPkjJ0LyYg0n2R8ekRovqQrRRTjmiwzPSOUxI+/+1O8P4gGkn0qM8nSwaGW",
+	"JYsGKpmxBTWdLDKeLcrF4HAcDfSqYIPDQcY1mzI5uLq6igYFlXTBtB3gj1Isfszy8AA1lZqIc6JnjOhs",
+	"wcgy46lYmv4z88KnksnVIBpwujDdnEuxGPhDORdyQfXgcJBSzfZMC4NqTErLjE8HZkR/lqIsTqierQ/h",
+	"meCqXDBJpuYdYjqqei/MF1Xn8ELvwqx3/DpbZHq90xM6ZURl/2RdE83hO7/tlJ3TMteDw4fjcVRvwcPA",
+	"FkSDt3TBVEET1rXw+Ds5W8GE4dWuoVQvDPqn+u78XLHAXN+LJVCgmmdFVx8Cvw3O15/tODjbEyp1Znp7",
+	"mYb3uHqBZGlEqCKULJhSdMoeKBIX9ecxmWYXTJFM75N3nBE9o5pkinChCSU///zyOaFcLZlUEx4/Ho9J",
+	"xi9onqWnWRrvT3iYbrz2e6mnouWyzNI1Mo4Gl3tTsbe+7tXkNs29h7SrIe5I3ieiOC61OE7moYO1WGQa",
+	"TnZSSiUkyTj8VYjigSJiyYmWlCuawOiGVO8thNJ7gidsdETinFHFzJZkynzGSTwZTAZxFwlRO44gDZ3T",
+	"XLFqRc+EyBnl/gyKLBcB2o3NEsQkZxrGQM6kmDMJJ5csZ1kyYxdMGv4Vn1GdzOKDmphUDF+Y1WRKk5yd",
+	"ayJKfUQon3B2WeRZkmlyQfOSAYVhSxdMyixNGd8nH+FrVQiuGC5AQqXMmCIxdSP2iS6wHjirwBZWK2Cp",
+	"yn5TrwSuzA9mUuur8lFomrsTRM7KdMo0ORcS95rmeUTUjEqWEppIoRRJcpotWErqxdknv5gZ0TNz9RyS",
+	"78bjaMKFJMlMKMYNX/KWe/hwPB6RJdBANa2nsDX75Ng0kTCyoNrcOBFRwnwrcVXFhOPkiaWF7gWDHWws",
+	"1oJeWiY7Hm/BdE9E4S4TuG823TVHdvrkKflUspKRhUgZGcanpz/9/OLnF6dv3j1/cXoaR8Tc/UxnfEoS",
+	"24AadR2DpDGCjaf3tTlkVkxYHy88JWkpKTJPThS+6oYekTERknA2pTq7YOQpbBvMxnBWOMIfswWLI8Jy",
+	"xciT8T75myF5NeH0TFww8ujh94+ejMdjMqRkxaiMoIVZNp2ZU+O1MCJUGk6izV2S9exj7k8psACtLav4",
+	"Y2D+b5AAPLqtSBl4WaYsudM8JyVPzQnmrGZdRyQex60FMiSZ0KJ1AB5GpJP6f/uP/yJPHm86ABPecQLI",
+	"tgegnuUWy/ahPKtWykh4IRFDKr2XCK5pookCSa8QmSGamIslrAvl5OWHd3v/9mT8EMQ/pemiOCIlL6hU",
+	"jJ7lDDmkgs3PplxIlnaRvmoPaSP1+5N4I1K2PolfYB0p3J2pFRFhKooITs7NFImbohWgq2U8JDFny5gM",
+	"7cpHIAKZrZnwM5rMczEdmUWIaZ7HRt7IV0QxlhrxxN6YIH+kgqEEwi4zpcmK6SO3FIYMa96xP+HvGYUf",
+	"KV+ZW8vIeAlV7AiGsid4vooj+P8p/J9QnsKf+NcQb6xzJoGlJnlmFI4HE64KlucZn6oRWTDKcWL75Jiv",
+	"iDCkVt9jRipaa8hSsmQ0NbKVkcBg0tGEwy1KlqLMUyJZkdMVoWQ5Ezkjdo3MQlOiV4UYddOuau9kUAwY",
+	"cLYM6gcnojBMRpQBGeC14NO9QuQ5UKgotVnfRZbnmWWGZGhWD7c/NnoWnsyRx98fmQtkH7hBQeUctnPC",
+	"qTaM49AJRU60JFQTIwRFJM/mzDYJEkxMhvF348cxsgIu9MxcCpki9IJmuTkuPUtkRx9emUf2hnM3Hvy9",
+	"heQtil9o1rFoBBat5DrLa4GbGBnGiNiG8O2QzKIoxVTXwTYLsKtc95M5FZu1Hzw8Dcm41Tm8sYGVQGdh",
+	"8fun9Q6aordrfxex+yNV881z01TNu2Zlnm2Y1EfR1cULnu6gs2txHY39Y60adGl1byxF+VpElpJhybNP",
+	"JSMFkzUvHnWsvva72WkXrszLKJ2D5PADTd+jrG/+MncC4/BfWhhZHySog38oM/LPXrP/TbLzweHg/zio",
+	"DTwH+FQdvJBSWJNKWy7JzTKylJyJdGWOEqw5yBCULDKlDF9wcyHnGcvTfSPTP88/vQcmi03f1kBbzQZG",
+	"/NbyKmTxLEWml5rbyl5TmSJTIzwNY/OPuaUkU2WuDycD88NkEMNlmWlFUqZ0xmGgE44nWHh7bZoaxt5L",
+	"p2stntMsZ6lpE/UsWEanXsEFbe8iUepELBguoTLM1V/FH6GZL7iMqBPCyHAK5nI0K6mYvGAywkvI/BC/",
+	"5JpJTnNoKyaJSBksC9X0jCp2WvLq0jD3cP3AMeWIxJlt45RBIyMUF1SZJEwpZL7hZW0v1BtqmuKUJ+wL",
+	"rtZJqWZkUXdtCENwMjRrQWLvQWMS3u+GQA4JdUu+lJk2ouiE28sMRG13DS+pqsgbFqpN4UrTlTqqpJwp",
+	"zTjc86Qo1cyI782Bnp/bVfxRyDOwCdw9Y/kbzbOUaDFnHEjJSDvOigGsRIqcWTbzqRSaHpwzqkvJyJRq",
+	"BiymQXd3P+IPQPh7KksZHIlSsiM0cKP0ZATh+PvLy3ifPDNH4JCEjwAZngilp5J9+Ok1ydSEl1wymszM",
+	"Q0MC7iPDEUCMsbKaUQIjkM7j78eP4lFE1k8SiMOGpcD18EDVjS2FnKPwk1rORtM848DPYqWpZgvGddXQ",
+	"aP1MTviQVlJ4PUhJ3HsE3htZWnor9I+i5Ondb4xhVTRNJYPJSaZEKRPWUmaAYk7oKhc0/SjEayqn7O6H",
+	"9oPh9rnpCzQs5KCJ4OfZtDREDsb3Sm0jTx6TN9kPo31rFHv36tZGeCKK91aGCI3zWJOcUaXBqODkZ2uA",
+	"gNFYgcNTXe5+T51BE67MNEvRNg5CPbAMa+RFle+BwveM5lcR94QP49fHb198OP3h3fP/+/T9i+Pnpx9f",
+	"vnnx7uePp28+xJGzVJBHY6JGRwTZte23Ogv75K3HeFOzRJSnE+5ZTpJcKLzPze5yBmKevfB9jbRSOM1Q",
+	"rY/Mt91qOgeDFSc0BeFKcKJyoYH9U6smo66uNM1zRRZZuocLxHK6MgQPf7FcsX3y3uNOljfh4fzA2PzW",
+	"D6hptHdDUYAaWtmqlpjbdgchyYyCQckz4+Kw5UWWsJ9rbnr3lPiegcRj5Ui7m9WAkTkjR0YJKVNEilIz",
+	"okVKV2S4xtDN9iJHj78fj0nwjhjtk2NSSHEJIrfhWeSM5ubCBt/GuRS8cmbaIS3o6shwfrPjmW5dSaTk",
+	"OVNgEalM+5d7aibKPN2Dbw4JClmWQD4K8YbylT326u6X+biid9OPFLmZuKSaIY90Ny09N/JNDIS9B77o",
+	"2FmKjd7V9lbvVe7q0KDs2weeYxtG9jOnpZ4Jmf2TfYHr6w0qURFZOF0rIuyyACFISLxvl5lizgOIQtM+",
+	"6K62cdP3cTIHJ4qnGhZSFEzqDNVGmsy5WOYsnS6ccz/TbKE2Dfw4mb/UbGGowmqmVEq6Mn8nuzghwG/D",
+	"LhjQJ1vUt17bDTE6Mhr1HrwEX6JN1hw3w0XNPvMyt8cfled1rb5Wr/++NvNfqw/E2T9YAj4oN8u1ZWNO",
+	"umwZP1ACNCNSgm8xpmhgbfVdzg8tCOwv1cyz58FHe3B4aTLfqh/fC9zroHYcxF74+4NAY0Y0LAMOix8l",
+	"YwRfi4iiC7M/ckHzTKEHhyoSHydzS4372Ey81fiblpJ1n2DTCLNxDi1iaNth/NXqIIzOI7Ub/XcT/FbL",
+	"shUhRkRpMNeDKfv565+IRHvZl6BOMuSCJDOWzEdfKaE6GmUpOCv2FOMq09kFy1eHdlYHZtgHsWGEOdMs",
+	"jQ+cGSI+iGkyh1/EPJ7w3/7nf5LqtSMjN2q5ion5WbKU5dkFk5Vum8yonBoZEq5scGQfkTjNP+EHRmLd",
+	"s9o7F8sjIySsUOgEd6Z5x9phhtCUlTbxVsT2rEX+WzxfCmzs7eOV5p8CwzMSliG2c1gN2lg6S+zrsQep",
+	"FEXBQrMFj0imBK/0HpDy8X1zZqvWzWakmTJrm47C3XSc0V9mIJMtqZNyWVJquOfN3poN2+q8ZDxll4GT",
+	"IlTmvOaeMuGNsHKk2GP+nsE/HcsBz6yRCd9DP3FWXUHrE+dCBBjgX6hcAHNISxSbWH1gYA8pCPtnLBdL",
+	"L3wn3IU9heExZ1xpWSLRmpG7JTbydyFFgrYBbvrMFMFgm4493O141LIFuov7DwfuYLR2SNzcHAW19ymC",
+	"s2CXOXSKfijPz5n80MEDn2dqTlQhRE7A1HNEFkbzxF/Q4Gz0B3LGSCGZ4YJmKq3DePYXRnM9W4WDe84r",
+	"A3XLamb6YClYHoFnUe0YmRYklTTjYUItGE/NEm5qcUkzCFjpbw2meuxrje1b1JxEcHYCoTutveSqYuHU",
+	"nH63jkOjwlrjwoeTd+9enz5/+T4mCbiXzSE/YxMuCsYNpWtyJoQGA68ZNcZYmVVQZDnLckYaFkGSiiUH",
+	"P0PQqoxcfn0HlkLOUdcJuE99InQrW21a5G1u1c7amoXI7pkzZVU2WJrn784Hh3/fShmK2hzfqjjr+/PW",
+	"SJj2KnJ6kICH4UPXGumv0bpohgNHo+URiW2rMYapWkZqvmauJ0ceNt5FcDRDV011iomLYMBHDOb5hNVh",
+	"G6NDIhaZrns0HFiXkgNx4ztqn8QLJqcsXn/ZaElzVsDhZbxcmM2Gd8HdCJ15u1jfK3XcbXDd4RHJ6RnL",
+	"QYdLM5UI0OMKUaigMGZHtEm1BJf1O/vuVWQ91D2ebTJMJKNmztm58z6OgiMAt/M686ZqvstMWicHx9d7",
+	"ELpkmdrouz6qY4yNx1up4371t+g2ltuOc5MUboe2tYhS7WD4SagL3N0sJcOff375fNQh3AtJpywU1g8P",
+	"COPTjLOIxIqhkh/3UkX/Nnt7VY87akVXu2gKP2jdxTrY0dYb00EytfL4nBmhqId4mnrm2sRS+D5thhiu",
+	"X4MLpmlKNcXu0vBVDjN7C1ELa6ImSgfOF1wwuYdGXTB5hreuFtsCwTP+stdCUDu0dH1261PZYok1zXK4",
+	"o9IUmqH5SWOZ+85Ooykg2cGaJe8VW6Gs3Iz16R9WNan11X7HWW0Bf6CcdExivKJfpjaqLqdK2zbTYx3D",
+	"PWDzbaw4F5HYHN24dYVxuMPakl6zuc5Imu0sCseJUa/DhIa5GK/pNEyshb8y60c5W7DXdOpFFK+3oIWm",
+	"uZtK+BW3lObpblbF6suovWJRI8uhOQh/1muTaK7ZRor+yTHb9asmp62F85a9aDCJrWzAHRS7ZhIOMFI7",
+	"kka3G2f2oVwsqFztPrcFvfyIa9qdo6YyI0sb/iXylClNSm4ZTkrs9RFWIhZscWa9Cy1pEmNopVgqMjTC",
+	"v1M51SjcErfctdskhk2qDSdD/ZLpWecBajDyoMEMnjhR8YMG4o8Gr+l0igrCc0bToMjoXcgBjl9HyD5D",
+	"ce0mbEQFQqd3+uijC/e+/hi0KLKkeVzW32k5R+DcBwnRhhMqcsZmGU8josqFIT4jijZcntEmVQ7oqBqe",
+	"v+M1tQaIKkRB3oAbx8gRii/WeKcwdJTxSraz7DTu1SJIy1iBRmtF7BsdCv01xIq0R1TAMQNH3XnEH8SC",
+	"eQECa8P2+RMuSiDS9bLIKQYRNmOuw01ulrhbq+AGH/UoMc/zT6+zoAJrCXbr++J5/sluf+hkFHRq4yU3",
+	"hq3Ub7oTFXJQ8KmeoXUgU6Romqm7jk41p8Z4XCcdy/Oma/uMqOZF4O2TGOwK9n0rpxVSpGXC5Ify7MZC",
+	"2maVIPFZb4tgjSpNFYnRAHSsQVvaJl46Mg/B1035yhp6wuI0ctIOzlotak1PV50vO7rZzPY736gZR+cr",
+	"vDTssu+N6hivWZNsXBmBALm/fnj3Fq59P4v2H0rw/fd06QjIe7qn5lmxh5oizfcgcYlJ7Nu5FDy623hX",
+	"uT3dNgQ+GmTdXBjD3BUGXNmA0rCKnqkXPJGrolOt7BfnW1aI9ef12Vkf7F9/+UhiZU6VSxaAuFIwNoOZ",
+	"OPV9WGTozpkz7JZ6BhE3LhRbWr9aZbSuv8Xcu0xjVO0NbSLQyzNRYmxJQH9puyL6eXyDVJpLBpsc9Trn",
+	"apOGr720VXFvyJYX+JzGo74mRXTw05NSTre3eqy7fdCxXphW0iOwUrnLk6MHa5pdME6GGHYCbz9QIF1s",
+	"56HuvPLfbxRQunf9JqJLvUnN1elY31YKxq7G+a2C4t9h4kKALUJDhPELlouCkSIvnV09lPHQGLJrNLjr",
+	"we+PCHVh2WQYN+cej6qwN0igqzz6eC9jQH4MJmFVymvdtmn+qYNzpfmn92L5ni3EBeszM4TcyOuWXpkZ",
+	"WSX/uIEzbGK3fTwJEwuONwp57+s3MUXJnuKWmwPmHTs+bBbc3CuWoI9IXPmG41rmlZnWjEfw5pwV+ohg",
+	"rg4kGZfJzDw4aiZWrHvL0DdUOUJg+aNB1d0ggnQf0HbqnJHKKfbrLdky7br0HtBOz1HRbRx8XmcdeQlJ",
+	"VYwRmDcssRyRs5zyOQSRPB6PR/16RHc3Nn73ml1c9a+Ao57teNQ694k+/75n9ms9mUEXVv8dj+vSNaXG",
+	"QNpL9etm16sTsx4oFz09dDxCSJ8djI5suCgweHJWaqtVAVBLFahwFQ1ehMNuWvePOLftPb68PPj+8hIk",
+	"dTuGEMtPg/4mgApQnM7ZaUKV9R9D5sARoZyIgnGiGEbs27R2siiVJjRJWKFJyedcLDmmye1P+J8ZZzJL",
+	"8O9DEtsou0zwU+REmB6H4D9GjTB/n9H01Ib5mD8hRPqUXSaMpeaDCY9LL4bZvHLuUrsgK1/o03NR8hT/",
+	"ODUs9RRcOOaHBdMzkZ6al2iei6VtsUAl51QLcQopLZjL1syViEgsLpg0L2K/kmp2CuPDv2+SFbgfWh1I",
+	"SoeEiogUVM+qHFXMrlQFS4hk56ViKsIQRtx3i6GAcAJWbVhKwafEEDDJeJKXKVxQjcWH7ibcXDYRhDAJ",
+	"Cf8ApgvmdfhQTkhikH1Phpg6Betc0X4V9A2vTjjm9q9Pc7RP3psP98yEsnNHMG6c9ShRkYQlhbN+2ths",
+	"q8Y0f8T3HJfw6S2DvzCpdcLj+cUpRKav4Hs7EvxifnFaSHaeXTbamV+ctkjV7K5UzV8nHH8+BXoV3KPk",
+	"1h0/tDGtlZ7m1DLU11A5W0tyPMT8jKiSL5IZ5VOWWp3Ppt7MGPGJhQhO4gNaZAcXDw/mFzHm/Hi/HPz2",
+	"7/9/XGXnrU/VSDp+GzhzK3I2f4Sm3Cq0FscmFaWM6JlQjMwoT3PTo1FtzMNMAsIVwGEAQoR9/Zwusnw1",
+	"4YWjOcAjq2IELWLGKCKSAl1CflqA8hrxRhvDkf9SLijfk4ymwCi3Dht1cW/AdkPCEgYoBayylm8EJE+b",
+	"ilXdLJmqfwnKQBhF0OktCYXWxTMMnMIuSu7+DLZ/waQK3/tt8RF7i+rZVYOrWwmt0quL/iQQ83+6m+/v",
+	"1cU799FGh5/XfO/owgo/isq7jKyOYukdlms4PKbXmdLdWTNhvMtnguuMl8wmJIHhec5WYcsYsugXmNOz",
+	"DapINJizlXrH89V2b+c19mMDutFHFesHFdsUYYS8vQlxs/FM1032LXyYFs5WmgWO2w/mZ3NdW7AmjI/r",
+	"ssFwdqmrDLCNxh4pljvRnlgG3X6y5EZ8TbfQEqFH/5PIzju8XlUwXthLUy13cxbNlwxhhY2NfQQQ0t16",
+	"T5w3lvBcap4S9KW8+hupeMk+eQFiuygIB9CqmKv4CNVPuLlsBHPKCmbvXFHE6xJ9x1GeMn0C1E1++/f/",
+	"BdmH2x7slOWarjeY8URCW3QhSg4ocjRNydBGWDuEto7QAHZZmEVaa7UodWStJti4y8GB6AXngTkiY/IU",
+	"9Y0qn/aIvCVPSVJKaT6wtwe+c8bIWzOMPvAlcAwZxaljTEWpX54fW5C+au6IMol5jCrsC52zVXA3oMlW",
+	"uzhxr32z+1374mh8reU3lK/8rxUZUi/zHaF7Oh38i4y/xIcP1499k2F305dYOCzOjlXJwzi+zVYKh+pb",
+	"W2MMxydJThcFhtYbnj9q7G2Q7S/oZQ8Fl4WRHs+MotAREpPxns+N8mg/J8MYcmdZaq8xm7B2OMEZTwbW",
+	"7wk4ns0EG59JqZ4Y5Y5QZD/GZQrYv5YU8H+4rIZbAGSZR3aV3R0QnRIZtAn6N2P3hnHB99ii0CtDdgS/",
+	"CQ63ZqJrobgkF0qbb6vzbnMIQHUFXIHE6JlCNuFurW5WfdWZ+KLzTnzOnpMOwFxakDy7MCqGJgszzIfj",
+	"MaBsqiPCLmmi8xVgS4hzEtf9xAex5S3ArmtMOAvVuVlqgZN0747u3yy8L6xrGpnPbfmn1+T/AZzR8J1/",
+	"UnbL2V3X3nF1zRWKSf1l77e3my+x7vP6sZSc0MChzbiRCDhaDnc/ih/vz9tXdt6Ov8TRwpUPH6z3Hb43",
+	"/N0QgXAy9RGiiTuZmcoq5c/Kz6pHgMYLPJDfinBlTrIC9DIyowWkv23IlF03wuBxC8Ut/WIDo+ASte8d",
+	"uaipc8AKqwgcpENy3IiwqiI/BCfWJoDW2oRKuSJc4A6OOqOh+inQ7KyR7+Cit+o6sBeLsrMmIPiyKPKy",
+	"Di5TZf6un0grRQekVciO6peDQQY2jPTciXjbx7fuplyLYoNdISAJURVSDz1iW85WxImVYJmHJfe9vrio",
+	"g2hAnUTnrGdRVfkCev61xyAQXL+INCU883JjAW/fehANyiK9aTj1PQcPpYM64QG8QXcRxueZfjdN8SrM",
+	"48UyKDU54SPAYn1Gej1i6WIu93R4N3T4txb9VVAr6BZ0Rob4TuhyQ8C0oYV+54PNG1krTRGOyziddgZm",
+	"5HR6OhNlI/2lWlbItjp1GTun9AY0iKlYp3lXAg3mB53W+UE36q0KuTjNNgSGnHbmB1mXbtdjMxQznVPV",
+	"lxaHmWt2FLslvbU2rzGgtQm0ptxY78BY/X3vWPsg1TGq2ItLzXjaqV2qLmUKvgN98VyKBeFi6dUesRUv",
+	"dASRpZGtzYSEaKFpGw5/NPAIOeGV6/8peTI+sgAnD8lT8tCc6B2rkTytXu4F+Om9PxqLFPa49MjdkC+A",
+	"dyNVUJLhhXs5vqas3Ic4VYPQZOGcF3h4agdsz+SXGLHfTICWqMwzs3ucLVE7WTVjkh0wOWdLVIuuNwrb",
+	"QMBcAZRp1L1hdfAijHoe4YIqwoAGtsiq6gGI9QGCqrlscHW5zY4aoZE4kdbC+pJLYK+DPCC7YNwOvEXV",
+	"13Dpi3m8OWChctHbHkLDaoGRt0cGSFJbuAndm8Eu8Mbf7s7tEBR7LmJkGzeWIzsurHA2o7taqkH3zru0",
+	"WJbhig2Jec6kOgTCxT2Deg2SaZpxltZJIQ0kMUDQs5/boHGqJjw2r7yGN+KRK39EzspkzrQCL19ZEC1I",
+	"DFlkNnSmvRUWACt8N9cdhJ/XOEu9kEmBh5iS3Pm8Sq7bIAbie5GHIuS1HHnT8+GF6kn17GUN0LDuD66w",
+	"2YwcDOjBTO5h9geSCWIBkVhLmrCXEDnmp9tFgYS8CY+b9G2rCYFIswcl0uD5aMdcveCme8dz+yCD4OEO",
+	"4bBuzLK+T+P71tL4OnSEjWl2t8WyHWjVFvT5OlMaMvM3hxHdLAcQ9+eebDuyec2ZvkXTQCvl8qbYTwiR",
+	"1YX/5DDMUHKl+SiAS+N0ovAFBiHAVRXkbZSiT34xrQ3Jmc0xj8HbkGcX1c2kOgTqSsbcFosKkjQTthUi",
+	"zc4Zoq7pdnJoK3O0xUM6kkdt9qc7lc080GZmqZ9t4nOwOp2x3osOSC0rbTfyT1vXqmVaTXrrEThuCezA",
+	"a60LKP2azPSuAA/sMnVDHbSnFJTJ2iJ0t/RlYapawlZAqprwTrEqGL3uahfbPx8oEutL/heqZrG5xcnl",
+	"5ezR3sPv/o2Ic6zX0azgFqHVx8iTM6pmBNxsrvYUIgHFZBh/VuyTeZUu2Mv08iqOCCUWDGXCC4u+O6pA",
+	"6rHO6mvKIT0jZZdMtfpVZi6aXWroyta6gLxGM4wIhVPqwIiI68IWryxKTdCSphwQ2zKTEAqWZAqQYxbp",
+	"KCSGnpWqhogNa4g/rHrUg1p83Ya93kulX71U2iFk3qbafy8M/jGEQVzuBoRyAOPjdkXGTtkMnn7olq1q",
+	"scsFAmxhrkgZTU/ztpni6xTYtpPQAvAeVsQKpQH3iV3+gkfePRIgjKYc2BISNwgbDt9t7drCm6cHKmVG",
+	"FSgSroVATB38UlOEW4IzmMZsdSZhDY2sEdj+1r40uovaI1yLKfEnq6WFkmtDqwJZkgW+QBSnhZoJTYa5",
+	"EIrlK8hLTY+IqjEvHGj7OKAtJUXprUM9AD9frgW+neZGaLbVy7qgB4XIP2T/7NDBLBi7XzZqG0lhwRZC",
+	"roLD9aXx3pR3qtEY7JTBegQ7fFYWuqlfOlbc2n77ntdP1JCvcT4RbEKICq6XydM3kapFB515wwydtfZ6",
+	"9aStjJhgqd9eKlA9oJZqC0O1z87sR43WvR0LLcC7CyYvMrYM+BZXSrPF3jJLa/8CGYImAUnEmmpFIOA3",
+	"yXImI/Lbf/wXeTgmiog8DZzUmy/kRpjQXZcSL4BtVjm8st7IXFMblvukgQnYMvx0GXVcRMHNPBouDtC2",
+	"FR6dndxzVoSSkDeIst1+mXZpBu86dl/1jqdTnQOkzyBHrT1IGyVUCLUBNOJMr25gSr4JgQdXlLMlU3qz",
+	"Ob2eNYaT7PIFnOPACoadlh73xw8jtwfB/RPFcalFkeVC96Gs56vKElIBFTA+pVOWEuoawFRIlf3TQtXZ",
+	"2iWlQsd8S5aiOglUuP8B4SugjlT15SaO0orLzVI96/nWyAZvAt99KKdTpjRLSUFLxfyyqJxdakidckVe",
+	"CpHnNjOTchdvw7exfjXYEy5CNaSOHXpuq0PcUm0T/xQEiyzAdPwQ4oAhsTtAw9aQsFU8wwEZm6B5nvv1",
+	"MFxllDljhWqa3R6oNoSamxyE3StXwNg7bjtB+8HPbVLaCtn0mVgsMo05ac3KZQ9UZU8bqhmViNTvxl3B",
+	"RIop0zMmR/eAqDexQkBVNVxRq/lF5ILJM6qzxW1br8KBH66eyMV/H3WHkHWXOzSfx5MBZKVC6K3htsfJ",
+	"PA631oPTVtcxbNWDuE4dxJ4SKbsBpLq38XqhpZ5hSaNdS9J5po+1MmkJLKPF8iN6JkU5nRHq28Kv0d0O",
+	"tdkgmgPKzGF1+Op02z311j0ebVG8LWRiqQ00ztLRsNNs5xKrg+M2o3r6ldzX0Up8oWJDPfhaANlcybdm",
+	"yGTYrl5aI67ueNLeVaGEcOlArUu4fCxTPiLBExjspPtydWD7Ecm4dZsQIVNLBBknjCazGkFx6xQe73oL",
+	"Qpx3MgS/lNl5JpV2hfabg9iNS7xMb9Skeobv98WU1i+71jcA34bc/JWWXFA9qzZY8LoU16YiQj2lsyBz",
+	"8bvxON4iHrWOQg2ZQptHtet4Rk0Q+fZaBk9vqWbhOtM9FPORSiOWB1A+4+f4n3h0RFxlNMEtDZgLuGPb",
+	"710nG9N4q0rKgFhrYYYqIYYM0cHicP4Q3JGlZMYku0UHXcdhshQBT3fZ+c7r+tiN38w2m3JXQxoCDAA9",
+	"jgxBHfXuP4UrRLS96tWoq8++O/s5c4ifhrLnbBURlQgLYoKcwpL9EVmYxUmtzHKmmoV6emv29XsgzKns",
+	"zB2pboMWxzU/mzGaxT4i8d9/RWxIfyErcMC//xpvf7E4FrHJgoutdc+nI81juzLihpU6AMDBNWoRu1qd",
+	"mi22qkvsgCm3lenJj02w2KgBR/xAwcs0z/f+yaQg5iuSnZOSO2TCHhDkcOk7/8jtVIAc4TXTmCSgm24C",
+	"vT4i8RkU8wXYQu5ZdB4orwBtNOFQ7palJKeayaNquxzf4mJpmFGE2JgYDtLwfbXRsF23/RjY3nEObtba",
+	"eSY00SXN81WXQt9RI9mjiLVem5WO7MqHTgJIHR1G2+mNZd3tU/62d+S0TM19sqU66aqRXFdKROHZ2pI3",
+	"BCt2llyuClaZq27FdE3KWBncFmLYrRBCB5922R+ew35tvhuLydltd/kELePT7nFJ2TXrlt6B5fvWCsHi",
+	"8njVd69BrD9hSEFnPcBtK66i5x1PcyAMwdei3RR3oYF39bJsZ8MNVsrt9NJuLJt8rQrF+zvga9rWtkBf",
+	"/zhj5OGfLJS/C7quKnPEVZPWrmuajXE8igy/ewjm3dF+tb5h//V1C3zVDsntqa/T390ZPlurtNgfWVCd",
+	"wBWM+nOumdym+F7l+qxSourJdBKkR4o9YfD75CUnULqbQB6SjYqVDII+AWYerlctIHjVqoP73clm75lm",
+	"HByGXZnQWADP2cjBV+1AoUEJgCRnr44OhK1WdTOHY/KUiPPz0T6xKikZt4G3Nrsb6zyxn7qqUVQZeoRd",
+	"zmgJfqPKiD98937P6AdgL0rzTwBP84ZevmdaZkzFR+RM6BmixJCnJJWi8AZsRtVzq3uhRKmRcX7JeCqW",
+	"Pevpy0FLeBkyD2s1vs40D63foyfjay0hlGY4aWT7re10dmEOgNHnqv2ugDBhtxeUr6rBiTy92bau7USo",
+	"OCsjcWv/4+vsDcPkgkzwF3WCbStRG19xrgmYu2RKY+1WVRaFkFa2wSjuFdPexlQgQ5sH00hZaWtKhUty",
+	"r8mgcvYWoiAK0Li4sJHzDsPNo5DxmAyfYC6K0UL3nCEAOdNo951a0EsX3NWSABEqzt4biDzKkplgKcIi",
+	"MH4uZGJUmzFA0tqKDzdjBwt6+QvNtFm/zmP24iJLdDfXMkvjMa0IlzytyjuY0UNJgdthYIuMn4jCDTqw",
+	"jFmeZ26zKand2gWZCcBj41jEYO+8zHNbVEIJzEXOabao6lgthGRkOP7t3/8/AO4b7U94PW5yDJhYYJ6I",
+	"TSdP0T5aiALAs6mFC7UFfbjwmJKRANKRK48BI5hwxKx4eEiEK52Mn5o7gDr+G1WU6+weFTnjRMx+AJBG",
+	"ja084bngUwTT0HCXiSUntgRIhFh1AMKYiAVTaN7CpI+K6StNV7g4UHHgbIWo0BMHHCIVWTDKl7Mst7m5",
+	"Fe7hkxbk4VZ7XMhMSBsP02asSQ6OZfdK+Iy0SWxzl9Ld3j0szTxQJJati97KcZ2CQHwtviZvKk5Etegg",
+	"JKzO7RzAemAZn/9F5KFqvRmfozQDEKGoyrqok+p7izitjkj89+O9/0H3/jne+9P+6d6vn8fRk8dXsfVc",
+	"xo/HYxKomVHNAT0coVUtqLnozIj+n1AP/y2MDtya3ht62bkFjmcbzgKMMF77PI7IE8NDHMDMtrN6Mn78",
+	"b1Y6aWOIejv2ZNstk6vnRmzZwC83HaaH4/H1KMZLG10vypwlma5tazSZK2KrIoE0F0BasaTkoUlkfOrd",
+	"2ruPUeu8u5z9pmW5nhyJAusPYBLs7ht0qIxpQv0bBED67Spk2pwkI28qMkzZmSh5wm5yxq82aFZdWKjH",
+	"eGU9UISdn7NEZxeVtgWphQmki5aSAcOsr7gULAiuXJOescUhShQTbpWwuhgZfAq1RzPldLahEYbmjMT+",
+	"IGNztQm1rtjVjfr636gXSORr0O2+Vl3uK9LdvgZd7U51s99VF/vada/fV9f6+nWre13qj6dLfQHd6XfX",
+	"lb4a3eib0oX+NXSfL6zrfI26zRfQZb4i3WVTolklkTS2Zl1WDoplIXmxNdcA9wvwo6hHdQgKBmt3cUiy",
+	"C0rWISbUf5K9OwJppRaUGsen08F24sdR3onjf9uI/K8zea7H816vT+fqfugIcnpt1GkLr2nLjViBqJG9",
+	"fpvZrzeJrbHTCPiM29EqHVl/LlqlN6fVW7Gv2E/endC72ZvdmRz+B46x6cuBDEXLh8XUW4+L2T6z3cc8",
+	"WK/BSzULou7vig8LDQW7h+LdLD0OgWCUamYr87gIUmlfr4F6uajyOGr0qwBn6Sma04w27Q8D3QJc5g7D",
+	"KeM0/3Q4KcfjR0mafyJSLEmWwt8s/sKxlB8Ym99SLuzN0lhDeRxbhD6Z8W+b1AqlRe2cq1ujK6R6LXlq",
+	"bZdnQudQ7Lig3fVaqhP8trf6QzddMjb/KF7wjua9NQ+A40B0sxHulKaL4vriiq0ME+5lSSVvAiF0gatX",
+	"2TntjBufVpsL5i9APY4uQoab5fobWnPbn9cm3I59/Zo37Frr7q/z+kJ0rbiXYNFicdq0dWhTuCSJtZtV",
+	"TIaNh8uMW0MY2P6pZGSaXTA+2idvWQaZncP481UcTXj8eTKATyeuEFs8qvMxjI5/RtNTm5JQBdqjzAr5",
+	"Lkfut1o5hN9N01cxmMEU8UcX8tFof38C3MimuGDWjktPd5ZkqsGUV9ehzrjSFHNethOptCOuQNcF+g8Y",
+	"MWpKBeG5FW5ANEChthsi5zlVszNBZUrodCrZlGpGxAWThGJqvnWpbFQOEFn/TcZL3QVUE/AzrQ0XmL4K",
+	"PsKyGBuhp9YeQqJWDx7ZGrZOC1jkeNohZmGadFHqhni/ofo6VtN5T/k0vABY8Uft0mRbrKvaj1q70liL",
+	"xgQ83CUvUdKueMjq4YZZ7Zi3WEG2Up5VVIfsp7sCkPfqx+5T+ZYtiWIsJTAnsByWXIsymfnJtGrbI7jG",
+	"XkOD2HZm172rOFtuvieCxQ9777ae62nrW6UxtGafoVX5SNU8rElXcFVbKcSmnW31YWy5azS3j452U9Cu",
+	"LTAlUXm8Biaa2auAzkg1lDztGFRSp5avizHXwQhGk+wun7D+kglVgdaAE5kq/SKcMdksLVuVoS25znJC",
+	"zZ3OiF0ZrNO+f90CsnZPtkQY3QSrW+V+ByBbLNQwIGWbvUYQF3VoHY+KPXmMPs86T/qIxOzR+GmMktfI",
+	"luGFryfcUHla5jaOQ5RQPwoFpWrnzlaa9WSp/w+l063AZvt2ByewhoKixRycqlSTeqRDIVEmkqz6cWRe",
+	"n3CYVUSAXbn86Lo2TXvVUFLNNJBCXae4ibhyfh5NuJD+snlj8bCwLKqXZImQKUtJpnurwfVTVDfuLozg",
+	"VUfZT33Jr1kOtJ8j4QHs5DgATtZ5s5v/093swNDqO/fdxivA62HTGMN3tK01vdv4qryz/sG5tjtH5i7M",
+	"djhcAca02Ny5cQQIGlh52PxR1XaOR0TIyEZhLUTKngLiZRxhRFKMf4USjzol493qRrsazNuv285lla+6",
+	"Vq6mkLUdBVdcCM2u4cV1NSWPwMeotNPgkCM4/gEod8kqyVnYVNy4vVq9lUqTM+bsZaAvnuF15Hh57alz",
+	"WBV1UNXQKMIN6COPvYqAeBw71mRDJWoWGZOyUExqMqx/q8IarXwwOiJxQnnC8tiFFPi1ut1n4Ojz/sBP",
+	"gtbTHtCU50xp67/oR07ZBJESxiKwL/TdjIg/BX9rdqkfKGKuOhURtj/dJzFb/XX28h/i8vynp0/jCYcg",
+	"hc+TAZ0MDh9exaMjfBtvJ1daAhqzoahgxAB2rU59W4arWgqFSBEi0RorPl/FLVQTmpIzAMhS9ha/3t28",
+	"NVGaMyuZUix1N2UV9ueKZ2xHnJ+6YkrrTe9GavDvuJYQBIMCEJKSZ59KBnEQPS1d8o0oZE0YwjUpASOw",
+	"zjPAvzI/mWOaVgGoLCUQPkz5asIhGOuwkhNsCLG+5DHmsDIvgozQ3OzvimQcC+Z5oasqS73IswdqwqFD",
+	"Z5ZB7gThaNUwIkSG0arCenyJJfc5hJRZoZylSED9170oPNilajM6L7CuW3WzIrCtc31LyVrMw4JotzTV",
+	"iQmCByIGAHdzOqvdqhbyiMRaiNMcMEKoE/8y5Ugl0yHemTaYZ1pxT/w/9goZy9hy2CW1uwjY3uD12gEb",
+	"d7o+NI1rdx0yrpLGIgANk9nCnHgMEY5Nu4YDVifJmoU5IswOY5AjQKoh5znVwKMnHGBqLKa+vZWrbgzR",
+	"s/x8tE+OOaAJlooB4pgHawQFjzw0wWjCY5y/edKwepgfLKBYVZXSjJjbWEs7B/Lb//xP8tiVfN4JPfU4",
+	"mZPf/v1/uShCaWP666uvBWqyHZTJPcxpoDSPIbIh0JHhPyNYdppnFIJgYnu5xbdcRbJ7x88bIE5bbWsH",
+	"uhXOzJ6aem6ZD3q1NaKVd7a7wa16gCLd9DBkXwsXnsmOoBAXzR2OpBR5bjGwS57mDISb3YB6upaitcl6",
+	"C0i+3VEc3UQLP8KsKT/cA/rd9Hg2UP7uHKmvj3p2xxKrDrpkjODrEVF0YWRnuaB5pvDKMvL8ceJcrvv2",
+	"KroZom94Jg7mFwO0nHYB9oJNVLsBGBD6M32gbDpnKzJcBwA017JdFN0nd4dH0CoJZLiaEZOS+eYKQJ0V",
+	"fkKSTKcIm3/q2eQsN4qaH2xNpFh2pLVVkUc9C+necdC34FW2rHKITuhlxlWHzrXh8oHHHqAzGdKWhbyo",
+	"o7sUJN+s8EUtxOjaxvFNQIQZJ3FtwIt70Qd7yXBRoRDuCh1YNbH53PeGfOwEfu2AvhGF3ejgydyr1Xnb",
+	"x8FFmsFbkefyawNmIxVtODjdMLn3YmgAuPYOJc4bwhLfiyvXxR82lx0keYAmCL61LworvBt+8Me7kwOe",
+	"91//QWtTH2/pdCTNL9Y7f/U3IrOUSTL87T/+izx5TEShIK81njJ9Itl5dhmPIkIhRzS1OZXb6kWvLnp8",
+	"UFHLsRW4UgBiOJnXpgp15CoCot0XF8rOoIYpuI7i1jtSdxG8roKpwjU1VEPigHwzyNA1nMMzeJ6tyIfn",
+	"r1AMaYcrtW+rZgSUVF02XViD7Sd+uw5Cn/h2QmX+S7mgfM9hFoN+C/b6hJYqfJgw1PxlWCiK5xenBVSm",
+	"Q14bo1JvXnbywqu/EVGg0yEXXWDNvSfFCngRtrtH82zKEfd3y0PR5fg0/b4Hy8a2M1vOVmQYs8tMaTDE",
+	"WatrROILJpV5LSIxpM+DB3RVsI4bS3Z0+8ts5ZsbzP6wtLI6ODnK8860cgRoMj+VzNAJ2Gdbk3A209OZ",
+	"kNk/BT9llwljKUtrOPNTtORK4P6LTNnVNt2cnbZFLX8+lUM6VNcd8i8KJj0j6NAV26qIcHQjNtK9yZ25",
+	"Ac88/GzrWkLHVoWgDagl9qWwDrMFk7gpAfc67zfedi9Th3J/LmzYb0LzMIIsyAn3UtQ2nCAppWRcW9HK",
+	"8jqQKTCBiHMmH6hblLAsg9mWU1Xjw8+8EW6DELdeNLqhctXKWHewCKQjJKXM9OqDIWQbf82oZPK4RPh0",
+	"/OtH52n76y8fB2urb9413AoO+SH5AT4hmMD0j6V2mUvkvciZIkNKFNOY7k1JTtOUydEhic2Ntyd4vjJ8",
+	"eSkzzexfE47P4Ddg6eki4/E++cWIOn/95SN4TzMFOcnOlaOYvGAOqwSLWWTK8DaO3hU4uUBVMNr6qM20",
+	"LgZXV2BlOBcBuQYQaTLlp5B7mWoWZJmTE6H0VLIPP73eJx/NkU5FUkKsf6Zs8UY+zRlRopSJIc8J17LU",
+	"M8sDmIW+WWaSkURwI4XrI4e9wrhhqUKCO19hXNiEv+ON+c6YDSMDBQM8XYBOokCITCgoGlRiLt2e4WpU",
+	"Z0bkqCT4n0rGOHnz04Q/3L8kf/n48YQcn7yMiCG7uapAX8iwYeWJ68wzDDLyU8/ML5XZJD6acCPaILyJ",
+	"OZoxTeZcLHOWIk5GjIUu9Uwya/DfY5ea8ZSwyyKTK4tNTY4tD8SgAgtoEE24EiTJM0DcALQLLHNCSm56",
+	"4db9B4v3TPALzFBXhxO+R17ASj6+vDz4/vKSnIl0ZTYOljL+PEHhbTI4JJMBErpml5bSJ4OITAaJSJn/",
+	"XGlDn6eK0zk7Tahi7uWreN/0d0zi78aPY4CE4QI7RGgxEj8TXDOu914zPtWz+IgkM5bMq8rDZYVeUFBp",
+	"dhUajL+7vIzr+B9gB4fWRwouHbTG1T5LsxPNJzYzDuMA6ISThr3VQelQokWxl7MLltffwBAsC90rcspt",
+	"ig3WL6/CWb77kyv19Z5pudrDADQytNFUI6srmBOvgEnCURC5XbLUbKKrbl6n+nw/HttmE0DSdm+clpy6",
+	"mvWQ/4PHxTx2BW/M+piJZlxpRlMsvKGalV2+Gz+0zYMP2W6BV8Kjxu1BDz7C/EBTo8i0brYk/n78KD4y",
+	"qpot8oqhHdVslkJCxo4y7AYAv2maZ7w1TdNaPT8L/GN4rVlOTJlysSQk/v7yMsbYEzswr6lHMYb3CU7i",
+	"gxmjuZ5B48NqQFBIJZmBViIwYnVBkY2jKjyCZRIcAKAwhxd+cbwRoBzsjrp1XlBzo3HKE0aGuFveT/Ho",
+	"CIzLUNWEUDtOi2UkxQIK46MgmHHzC3c5xKZtnKQlFfOeSIFr6xlJha1sAfeEnyT2fYNy8KtTLvSpZSqA",
+	"7pc65CLBTUdQTq6Sm0f2vGBPXHgStYvYiR+bo+71w8WpKpPZKVAhHp4XlwmzWP02ZQx4DmH8guWiYIf1",
+	"Pj1wO1gfyfgv+KhiJEAoBwumZZaog0LCwrFS2Y/HwCpiw8UOipya+9UM4h0kXbuIH1oUjEo/BduG/mTa",
+	"CCr2bnT3xMCTiAYP98f7Y2vh4LTIBoeDR/vj/UcIDDQDyeOAFtnBxcMDmkDQTSFUZ7VXvEKx2rLZ8aHn",
+	"Y62wlDBYYkRokggJtVC0qPjdPnF5x9/BMcJg7CXL871zIRcsdefy0KYMm8utkS9s73FRakOQ5sihOGa0",
+	"JXY44bXQAqZ4I7TgclX0YJSBwXEyH6Asx5T+QaQrG+5hOD4I+kUFS3jwD6uR4tnbpJXU3kAUaGp50Qqs",
+	"0haVhNX/bjy+3Z5RG7q6asuL73DBnLxb3/hsAYaqq2jwGMcS6qIa88EPNK2mZz55uPmTnzm1sipL8aNH",
+	"mz/6UcizLE0Zxy/+bfMXdlgfkRvDZw+36OgE9fuPQrwG7d58992fNn/3UYg3lK9sr5BR9P02C/jSaC+c",
+	"5i5jf/D9NsvxgcmLLGE/11cpahIuK8oQtNtQAIVZVIqUplNllBXwLpmPvBN/UFUpD597r1XD3/JMAauv",
+	"qhsRLM4G+cHm2KNNsckXbLQJ3lOGaU84xkllyhxwkV8AlGHKCsZTxnW+2m9HcuGrFDJ1NUBKGrHH3Jz7",
+	"5NjeIoIzc/ori4oriOYueihF2uYXZHt28YMtZX5HPKORenEHjGMri4rHQdYMsescpWnBauoQ0frS37OY",
+	"PxCLAShcL9e4k8lUaM89wgWkJioPFyA7J84nZ5gGCEMAs+mK9jhgOKjZkwHCZJHThMU1ZLQtm2ZRnrGu",
+	"qGrX8SG/VPk2h5MB4EBDmdzGx8jf5qzQKNLVVYEQilrV4NLhTiwWNSphuRLkjOGnlQo34U57kQy1RxLb",
+	"zmOClqPrsq5n1QbcDe+q2v+dpB6v/y7Z50WFQ+6okWKl5poj3e5Q7MFbH8lLDhGVoB9ESL1GlC6w6mqr",
+	"QOX+H5f9XYeNNXgR8gyzeB6cPKkC4C03qplPmyeBcLEHcgiWqGS6w0djAcmHFnoZugDzdfOYvc6UfuYL",
+	"LdYKfMc3dqPL7kz7NUJ81ghZV1+S1G6892apWzH3qrnpjd3t2/qDnE6nFijJksD6tr7Gd9Z2t6CSLpgG",
+	"N9ff19MTAa0UUVhyOm3g2DvraKmwXqtiPCVPxkdNnCzCLumiyBnmQTx6Mh6jJ9A0/6lkcuUg6w4Hi4y/",
+	"ptMa2rOmol7U1F+/BImGlm8bErXfVSevUipG5lCqiNRW3a9ctrwdirekWlN+A07iWtT/Gf69sjleTLMu",
+	"CG1V1559oKwFSNW2XItAWuXYFqIgku0pwPjVM7YY1Xqatfw4qHaRrtYkm05ZBgfzrIVt0nsOj428hZOz",
+	"pnuIl/IBYsiCaZpSTfcJVmeHpKOSxQfW+x2R+GF8EI9tLu6Kqfgg5iImQyMFGwIcQWUTXAzrMSVwREk1",
+	"OExaXVBO0eRibd+pwNzc0KnGYb+xo2scaytbdjlrb3yyt75zcEu6ZS94Do5Wa7H7gx9VCzlPWxdU7wmN",
+	"OsQPkPvJnK3QrIKnzNDGEYQp1h6Pyp5iXWzr4smfmW4fmy9FH1AbOkAZJ0zu+ZV/vikZ5M8AZ77THrfY",
+	"VKjv+pUDWLwTqmeDq183c/ADxBg6+Az/3oShV4DSLa5smfI2LNmBjF17wtHGly0AuX35nuPfc/yvjuM3",
+	"DtMNBbTW8T6oJb+Dz9X/rw4UYz0+vA90wQzN2mpHjM0h6sWM0Ss/wcABinGpNiICC92gTxPENm5zvSGQ",
+	"Y8IRjyrqROpsMowG0O+X5BIbXq7GZJnu3VjLfHzWK2spu6NDG0JUDhxXwCj9No7q4/HjbczYbP5W6B8B",
+	"6eobtGzBftAmDym883KbfKSfYbwRF0E5odb76owk61ZG3uIiJ3jahBUGMAgtJnw7KN4GPLF9cW8qKS9z",
+	"KkdGPkGEU5JnF2zC7R+ItwMuAwx9UZpqtk8A0cKi0S0FehRRvvHqEXVyrC8r03wZ5vMlrfRtJPB7RvTN",
+	"MSJ6O6KML4f3CCvMRhs1xPaKIZASkK2EhRCuxCGM469Lq3KhiQMVXjEdTXjLZmU5AnyxT15cZgpqGzqF",
+	"KBXQxEJcMDIslSc2GQFpFOIWCKvbsst7U76JInhHbKET3PlLM4kuLOYAt8DnfyR+8S3zimczyqeMYMRo",
+	"CMfb3MJSb8s7KrSGfhMGHmSIexVL1LatJdpli0BorT3eoy0tGielnLLn+adNluWfPHMcdUCANh/Ur3/Q",
+	"CDmF8Z26IxV32QEcp22ePd8csJaK2x7ee2aeJYb/YSXWhnba1XEbN7y7w7u0NzzPP8EudB9/ePyvYmHA",
+	"yaaMpgTRSXyHjzkrnSbk501EExURzpZMVbUoj3Vcp1Kvez53OgWbaHkH2n12y7QadVcW7Bu5r3bt0Phr",
+	"sWSSnBlebuQmt9JdvZxLsWh0sB2u8+e1C7HYpVctbqHPEzrFutldveS27mbAjPmwUcX1YSjXbqNshIHy",
+	"g7vmRQDsHLR01ifyX8IF3cuCmvf3wecsvTrAfJRNJgZ3g8dZGiNMbsa1qG9zV2HbM1PadD13z5O0xqM9",
+	"mnBahQ96vxuV35oZMBY59TwhUiwhZNXclF661f6Ee1kjMYa7Hk4GU8EhULDywJnhc0FywadMEkyEv27E",
+	"Htbt24L3unXLUjKk/uY8ULCWI7R6gC3XpqRR8vPPL5836zNlGJR2mnnySGEUjuoYZ2mvLFIxj7LEundr",
+	"cFJ1om9Tfrh9ZeZ5/gnX7wtZWb3+umQVQ+QADFUBEvwR1JVq4lWU8deotFSj/BErQ24bDF1996bOi2tx",
+	"RHwOHMM7euRsRfAQdDFHxPQI88P3JVd+LgSihNSgMy7bl0rWAk0gP5Qq40wpJxQrxDWKJjwXShM/E34E",
+	"30MgjmVsNpfw0KI9YCZdjGAcNnkR8hTRg3ku5IR7uDzoJM14IoP201cXd5k7YVv/nUwWVe+deVcdOB/3",
+	"6RDfejrE+5I3j6d36OcX7TN/8Jmrq4PPc7bqjc74mVenlOb75K2wQQV4bQICAgQsONh+Mr9o1CQYRUQZ",
+	"ySn+v9hlwRL9NCZ0wjHeFBy0GuHmq15IQrkRDGzAhMpyTMEKnmM0vAzu9DxtCCyolH4ybHKtyIIxH04s",
+	"+jokcnCCsuDoaz9v3+ABqAIf5mzVpv0Oe8QxbIaf1F9dQVCayF5A1yH8/QC9/pnp34tY/4bQgkI2ZwbD",
+	"nDGaWnCkFx/pNFSNXZiJ2kRuV8dkMvjvk0FcGxsdbe/3mieu7un+lukeY/+CRN+rrr36G6lKy3coWlzd",
+	"zOj7iq0iGzGgZ865fmQkj4Rxvcc4WqEPUGTDMgiSARxDSpIZlTRBY0ZwdDjl7Yf3azSw5VXbpirFpPXv",
+	"ATQUpvG4a88yBLzAjBL74pIm2pryxTmJtc5tqkN8EJ8LyS6YjCfcc+lbvA2RrhCBxtxwFl9FQGEIDjB1",
+	"1XZgOeQ5WwVZz4Rv4j3B2/Kk1Hcm856U+neTeLuZ3i9o22hf0PHoXtr91qXdk7KD6XlSLkTgHHy2Cf9X",
+	"Bwga1a3tvoDnzo+XZxeuvMSM5VhlxtVvIVqQBb0cOvQ2xKGKCBdL8n+6vKrRESKmTLiaCakZx2AgRFEx",
+	"OpiULDHKM8fvWYrdQb0ZB04lZPOhk1Um3BdWHLJTJXlytmTp4djWl3HAVTXbUIyRGNBZcdJ2W+PDCV82",
+	"zHMlIKqR2M7JIS8+GY+ua07EDqHvTQZFBx9rM5kx7YCSQhQdN4KrJLLjrXAXPHF9ce/a9NfosYslvjek",
+	"QfNvJlDhnhFuYIS44YQie/C4YSGKJjv0K1MHtSGL1KYsCFmjrAZABTOOAYxZnlufQuXABa+trReaMpkZ",
+	"AQ5BlsKu3Dc1VsOX9+fesrt1g1fwrZPqfsxybdFNu3D8awmwa1Rc3XA4H6mad47kud06h9ZWb2FoLFWl",
+	"t3o8VQkJxlP0thRSmLsJ/zBDMlo6ABUzmp6ilTpYZmKDH7uqIB4hBqUy93VVicDcxL/9v/9JHpJZRMyV",
+	"BrdurEVMMjX6sr7vaqSN4Y0iUlWndSHKi4yXmiEyEZxrvPIAQAkeQUIEzhUSfjLezNGG4oFPH353OB4f",
+	"PhrHgJCkKmCUKqzZIkWa9x4ejsdfrVP+u2/EKW+5WZdj3jG7fwmnfACFp/opeB95OUNGSv/cQDHeOnfQ",
+	"Op8VYHLNjLCbppIpRYY0zy0qw2ifvDZcoj4PaGw+Y9benE54xtPsIksBCKGGQEHMxhRLcjweP46vK/0+",
+	"txl1Dg3t7hzBfkebjNjpHy1g9fay6LwiXPW9GKbtbiOzqyBVUSXy9Ua5vyIvVauU2b7DCJ2xhkYo2QJ8",
+	"+GcroxkhYHEwx/oL0Jntojuv+o2rAHNPYWtm2zAyYoOkdovOP6k56bZ5Ph99drue4b0dlz6A3CYwrfwe",
+	"4402poxZNcWFKLUvCYjysjhp9ak0JG2jsCbcm3Bk8YtbhQfjNP90iEDfaf7JhkJVwPd1tFYVdwMhW+bK",
+	"qEpZTLiR/eaMFVUc2PXDtrRcfYmL5j7i6F874minO9LjLIUoOk0RzzOVCMzpFAWhiRRKNRKlbAl8z2NC",
+	"eXogjIpH1Twm7FNJc8ylyi4Yx/ofasKH7JImGuW50T451mA30ZUvp24wck11pWaCT8ct2IRjLgUiaE8G",
+	"4Bld0AJhwe0CPFDNauGO44QALrbHjj4RhVuuTdaUyhSBBmydzAhDZ1anucF9sZuF5SNV8637MMt8Q6PG",
+	"iSgwqGu7d09qqKrtPjgutSiyXOgt3/+FZtu+WjOCbd4GI68DVtvukzbS2Tbf+Klvb0TKrvHZj1Isdljd",
+	"42TeqaNv4IyiePfK8LXvkGu3SN5qcJX9FNy7ueDTvULkObHVEiCE2/Aar/DACJyvAAl229Cc3pntBOd8",
+	"a2EtfCbHaw4HfO2wBdFnBjvh8eeJq/0zsQVzo7payaQ+1BC3bo6qx+Mmg2hScezJ4PDvv17FqJzEiUgB",
+	"ROMdjOuMpiTjRamr+BmoO5vTjLeqFBiudR/D0evOrG85xEQwul29TUYotFyy07xfiALxFHzUpeDl+iyn",
+	"2UKRsoBSCAC5Htc2ESipUYEnPFB+1iSKveautJ7KuozIhBdZMldkOcuSWSMFWpDEdEiGVJOFUNq7A1Vs",
+	"7mA4d3VGNyYIuOIcEw6eBmu69FGZW+VYrm+TORHXxIjaDdDl/oq6v6K+zBV1H1h3a0wZuOE61MRm7luD",
+	"YvmYWDfhycwLO6ttFLY2lmPIPm+FEDQI43BxH5APbysfpnoGBkksgCM4G92Af14fQesmoFi3znTveeg9",
+	"D73noXfCQ7tww9Y5aal6KgCdlGrWqP0DmN9HaGaBGjtY3dLl6NaiopetCxXxnC9c8AlH8K/SMNBwBSFo",
+	"xsf8tj0itE9iy5E1qwZN+PF6sUDRzL8KVgWq4xUMp/bKCzJlrULWFGYeQTUyV82sxb/rAqrR1rzcrP7d",
+	"RMSZpncKEn54++DvOIZrlhQyPdwXEvojxhKrWShsAThRgzdJhpV61cH84sBwoG5G9YqtIKTLHPhakc84",
+	"ZBgA4Rh2MmWpS3mFoqcHMWeXGgughgPnXl2Ylu8skN908btF8mPnXV6kY1gvs6ZSLNX9sbspYtZtHR+I",
+	"+nn1N6jC3BON3zg71YlQvaVOXl28rV+8U9Kr+umK4aoHggfWHONElFx/9cVqbnufub8lm3d7y63+Mhu9",
+	"wzZ/ezWIghtTbUTX/ogLs/Fs2bk7f2b6nXvnDrem6iMkiNln39SefFgpI7q79UVu0UQq2rg56AzoPTg/",
+	"4Su72l1CUem7RY5vePs1hPV+JQG6sEhdZx5X8F8iOPeTI5YdKXDXSh42SAPL4/supKgStKMK1dZo5y58",
+	"d60wE7tgHAMgq3KEVLlwXTKM7f8cVAw6Km0f8WjXWk439gP9euchvRtgqzvKXXxjtSva9nafTDvCbH/y",
+	"avfUlOdKpg6/ewgCqk0WgULw6/7VUdNSpIJBtV81jUA33cG4P/1OBY5+n/Bav5zT9XneQcoKPev03Jxg",
+	"plPtrCn8WnhVTRO0FA6XVDO5oHJOqMz0bMF0lkQkmTFajLqp7TmM4GaulT5I0wrE46ldMygFO4xPT3/6",
+	"+cXPL07fvHv+4vQ07sybmv6u8LzeEgUZYqFn99HnPccDaWvr02EYZb9I+hHeuMMdNx10SXPQ+benvGm7",
+	"Zhu2waZc9uhqH1xS5m7M4kcpFjuoAmL7d+F4bv/6DRWTu2Q0uLR9iurxdCrZlOo6c/YPXmyMqtmZoDIl",
+	"1M3co2FLrAECPjgrz88t5lQXIf8Ar1TkfGe72ugnVAimECK3ZXu+qb3J1JyoevDbbcy2Fod/cTbzLdo/",
+	"cMv6rSCoObmERWey+qOzMVSL8ARAZMEuZyUQbxuW4q95ZPrE+JegzDKjc+zVOofV776yYqKoeLMTv0x4",
+	"IOcfw9W/bEFRf3s6teZv4kb/8poEZNTbo2P93W3rTfAIgXX8wIvD6tSwf5kxThinZzlzkS9FqSB6Mc0u",
+	"mPQANNL6zhvGKGOwNEazDjyXNOOkoKViYePOSalmfsbbXWZONxLr1ojumcUWM6r4N1eLGvbH21uYhU8R",
+	"sPuY4GzDJ9pFDoNbcfshD2u78OUCHjYQwFu29Df/PtLhtuoI7kCevQyrN4M1xLREUSWsUHJmQe8fx2FG",
+	"JIp7PnRzPtQM9b0WG1rfiHsudM+FboMLbUmcHhPS2cJaTcJRhw7KWEiSmDZzRfATMmerZiwz/P6KrSAD",
+	"7xxcpPATMEcbQV3gzCfcilc2Uf0HthJWoIJNE5wM/zQmKV2pkYNIeoStndoXTtllwljK0nh/wm8epvwh",
+	"mbG0zNlHXI+7OZTQ+O9ZzcMfwH1Bj3+1sGRH4+ZQKPv/+mDbc+3xC/tDgF9szAjGY9SITg4EJx+R2LCo",
+	"p2AViuvc28/ww1UMNXnCUcvVOb0908edF/trA+fqUsL6KFsPHgCEjLo7hAQXL3K7008KH+6GpBHb1UYI",
+	"ZIV1jwDRqFycoR0GN7mrT3urrEN0QsNbIW++gz7hcoD5A1HA9AuouNSJoApPfze/MBBdl7mzjibH5YPM",
+	"MIoWz/s8sLsJHraiSF0ZeSfudfDZiSy9YWhvIXPqUyk03TvLRTJn6b5LkWoU41nQFaCZk0wTmhvBY4Vy",
+	"0DoLewYsF+hpE8QOvorHNMNq7nhyEiplxmxJ+BbOXxcwziX/fQ9Pt9jhpvmHrXh8W4RvF4oiFYQI/oa1",
+	"iULGA0epd0sdwegLoPVQnaF7lnondX96yOr2ZK2P7u7frppPR3UGx753K8/g3wc119xQsxJ12IjQZK4q",
+	"439VnTeeX1jnF65WTGSWWgHYzO9EKD2V7MNPrxuwj4dox8MoZJfzK2QVmAzOL3JstNocACURKX/9BE94",
+	"s2LHeoXL6wExeNCYd6US1z38XjqxP4LO2wk2BwPE3UqDD3QE8Lkiz1mKmJ/D1k7clwb65vVm3HxCyVnJ",
+	"05wRqsUiS2ie+7WCfFaCMueM0bwvzLc8y7Nkn8Tfjx95hbZTqukZVKlRpOSS0WQG6BO2IDhSbVVOB+tP",
+	"kRXTR6RUtnKtOdxQKjeCl/LsgnEELrfQWsAzRKnBJFd1iMwFfJ2O3wULf/2Z6b/g1O7wVNoeAkcRnyC0",
+	"ht3fO+7xZ45buSLD2K1WTBQ1iuts5aoXpplKBOcs0SyNIxLbnfK2CXiBoSyWlDLTq8Hh339twp/afSPD",
+	"alOkkXn2tMyKUZf/e8G0zJLeyLc39pU7he3GLoKA3fCIKE4LNRN6/yYG7461O8GiIMQuBhn+9cO7t5uW",
+	"7KCQYsH0jJXdNWxOqleIZpdQmUuoKhJ/QTUZ74/3H4ddbtW3W2+A6eMAIA+bS79W9bJrkTNO2kPGcfqr",
+	"fpsdJubyQ8XzHBCB9zdtlBvcolqU4CZtjkx+bTnbXdJ11UdgCRzRGVZdfDlX5lq0DPIMLipeHib85q58",
+	"HpwxKpk8Ls0l9fdfjfIPhTKDVohj8ppyptwFUtWdKYTU5MmTR9+BibKU+eBw8BnWjl0dHhx8ngmlrw4/",
+	"m9euBtHggsrMXGewTbNK3LZW1EEuEprDz+BAla3Hph/zBNtvPptpXQyiyhZp/zT/4Nx/rVYkcMLTMqmL",
+	"eOx79sZSBXNdAH6yys9pIKZFXrEd/KXRoChC5ZqSORfLnKVTRgpRFDXmtSJDAdGcVj1o5QKZriBVZuT1",
+	"QZN5qA8QWqwIAyYzX6WJsNK3VW0q86/TszzZZr1lDGZLBD/PpqXzFVXfut9Z15dGSqmhEFzinN99nbkQ",
+	"ildUBUs0qaushPaxwmIJFaiqoMatN7L+LM0/bcx0qtNOI6IYm8MMlIdn1lwL+HIPvxwE69vuAbK4Cw+v",
+	"a9NehAZfShAOrR0UcE4hFIVWEbdOsERT5H5LeQ6NAQWhqJIbo+pShalhYF7q4vT9ZbasJuDrKLnpjqhl",
+	"ppOZoeq2m1r5FGwd1Ve/Xv3vAAAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1,0 +1,114 @@
+package api
+
+import (
+	"bufio"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/admission"
+)
+
+// stallBody opens a connection that sends a request's headers and the first
+// ten bytes of its body, then stalls.
+func stallBody(t *testing.T, brokerURL, path, body string) net.Conn {
+	t.Helper()
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, u.Host, len(body))
+	if _, err := io.WriteString(conn, head+body[:10]); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// twoSlotBudget is an admission controller whose every class has two slots
+// and a waiting line that gives up after half a second.
+func twoSlotBudget() *admission.Controller {
+	limits := admission.Limits{InFlight: 2, Waiting: 10, MaxWait: 500 * time.Millisecond}
+	return &admission.Controller{
+		Push: admission.NewClass("push", limits),
+		Pop:  admission.NewClass("pop", limits),
+		Ack:  admission.NewClass("ack", limits),
+	}
+}
+
+func TestStalledBodiesHoldNoAdmissionSlot(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{Admission: twoSlotBudget(), BodyReadTimeout: time.Minute}, "")
+	q := uniqueQueue(t)
+	txn, partition, lease := b.pushAndPop(t, q)
+	// Four times the ack and push budgets, stalled part-way through their bodies.
+	stalledAck := `{"transactionId":"t","partitionId":"00000000-0000-0000-0000-000000000000"}`
+	stalledPush := `{"items":[{"queue":"` + q + `","payload":1}]}`
+	for range 8 {
+		stallBody(t, b.URL, "/api/v1/ack", stalledAck)
+		stallBody(t, b.URL, "/api/v1/push", stalledPush)
+	}
+	time.Sleep(200 * time.Millisecond) // every stalled request is inside the broker
+
+	var acked map[string]any
+	status, _ := b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": txn, "partitionId": partition, "leaseId": lease}, &acked)
+	if status != http.StatusOK || acked["success"] != true {
+		t.Fatalf("ack behind 8 stalled ack bodies: %d %+v; want 200 (a stalled body must hold no ack slot)", status, acked)
+	}
+	var pushed []pushResult
+	status, _ = b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 2}}}, &pushed)
+	if status != http.StatusCreated || len(pushed) != 1 || pushed[0].Status != "queued" {
+		t.Fatalf("push behind 8 stalled push bodies: %d %+v; want 201 queued", status, pushed)
+	}
+	var e errorBody
+	status, _ = b.call(t, "POST", "/api/v1/lease/"+lease+"/extend", map[string]any{"seconds": 5}, &e)
+	if status == http.StatusTooManyRequests {
+		t.Fatalf("lease extend behind stalled ack bodies: %d %+v", status, e)
+	}
+}
+
+func TestABodyThatStallsPastTheDeadlineIs408AndClosesTheConnection(t *testing.T) {
+	const deadline = 700 * time.Millisecond
+	b := newBrokerWith(t, testDSN, Options{BodyReadTimeout: deadline}, "")
+	q := uniqueQueue(t)
+	for _, path := range []string{"/api/v1/push", "/api/v1/configure"} {
+		start := time.Now()
+		conn := stallBody(t, b.URL, path, `{"queue":"`+q+`","items":[{"queue":"`+q+`","payload":1}]}`)
+		_ = conn.SetReadDeadline(time.Now().Add(10 * deadline))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer to a stalled body within %s: %v", path, 10*deadline, err)
+		}
+		var e errorBody
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			t.Fatalf("%s: decode the answer: %v", path, err)
+		}
+		waited := time.Since(start)
+		if resp.StatusCode != http.StatusRequestTimeout || e.Code != CodeRequestTimeout || !strings.Contains(e.Error, "LANES_BODY_READ_TIMEOUT_MS") {
+			t.Fatalf("%s: stalled body answered %d %+v; want 408 request_timeout naming the setting", path, resp.StatusCode, e)
+		}
+		if waited < deadline || waited > 5*deadline {
+			t.Fatalf("%s: stalled body answered after %s; the deadline is %s", path, waited, deadline)
+		}
+		if !resp.Close {
+			t.Fatalf("%s: the 408 keeps the connection open; it must close it", path)
+		}
+	}
+	var n int
+	if err := b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.queues WHERE name = $1`, q).Scan(&n); err != nil || n != 0 {
+		t.Fatalf("a stalled body stored something: queue rows %d (%v)", n, err)
+	}
+	// A body that arrives in time is served as before, on the same broker.
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1}}}, nil); status != http.StatusCreated {
+		t.Fatalf("push after the stalled ones: %d", status)
+	}
+}
