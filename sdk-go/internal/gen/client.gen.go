@@ -2211,7 +2211,8 @@ type ListDlqParams struct {
 	// To Upper bound on failedAt.
 	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
 
-	// Limit Page size.
+	// Limit Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Offset Rows to skip.
@@ -2244,7 +2245,8 @@ type ListMessagesParams struct {
 	// To Upper bound on createdAt (default now), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00.
 	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
 
-	// Limit Page size.
+	// Limit Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Offset Rows to skip.
@@ -2395,7 +2397,8 @@ type ListQueuesParams struct {
 	// Task Filter by task.
 	Task *TaskFilter `form:"task,omitempty" json:"task,omitempty"`
 
-	// Limit Page size.
+	// Limit Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Offset Rows to skip.
@@ -2443,7 +2446,8 @@ type ListQueueStatusParams struct {
 	// Task Filter by task.
 	Task *TaskFilter `form:"task,omitempty" json:"task,omitempty"`
 
-	// Limit Page size.
+	// Limit Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// Offset Rows to skip.
@@ -2458,7 +2462,8 @@ type GetQueueStatusParams struct {
 
 // ListTimersParams defines parameters for ListTimers.
 type ListTimersParams struct {
-	// Limit Page size.
+	// Limit Page size, at most 1000. A larger value answers `400 timers_bad_request` (the code of
+	// every refused timers request) rather than a shorter page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
 	// After Return keys after this one (from `nextAfter`).

@@ -2304,7 +2304,9 @@ export interface components {
         FromFilter: string;
         /** @description End of the time window. */
         ToFilter: string;
-        /** @description Page size. */
+        /** @description Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+         *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
+         *      */
         Limit: number;
         /** @description Rows to skip. */
         Offset: number;
@@ -2770,7 +2772,9 @@ export interface operations {
                 namespace?: components["parameters"]["NamespaceFilter"];
                 /** @description Filter by task. */
                 task?: components["parameters"]["TaskFilter"];
-                /** @description Page size. */
+                /** @description Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+                 *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
+                 *      */
                 limit?: components["parameters"]["Limit"];
                 /** @description Rows to skip. */
                 offset?: components["parameters"]["Offset"];
@@ -2968,7 +2972,9 @@ export interface operations {
                 from?: string;
                 /** @description Upper bound on createdAt (default now), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00. */
                 to?: string;
-                /** @description Page size. */
+                /** @description Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+                 *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
+                 *      */
                 limit?: number;
                 /** @description Rows to skip. */
                 offset?: components["parameters"]["Offset"];
@@ -3106,7 +3112,9 @@ export interface operations {
                 from?: string;
                 /** @description Upper bound on failedAt. */
                 to?: string;
-                /** @description Page size. */
+                /** @description Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+                 *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
+                 *      */
                 limit?: number;
                 /** @description Rows to skip. */
                 offset?: components["parameters"]["Offset"];
@@ -3665,7 +3673,9 @@ export interface operations {
     listTimers: {
         parameters: {
             query?: {
-                /** @description Page size. */
+                /** @description Page size, at most 1000. A larger value answers `400 timers_bad_request` (the code of
+                 *     every refused timers request) rather than a shorter page.
+                 *      */
                 limit?: number;
                 /** @description Return keys after this one (from `nextAfter`). */
                 after?: string;
@@ -3913,7 +3923,9 @@ export interface operations {
                 namespace?: components["parameters"]["NamespaceFilter"];
                 /** @description Filter by task. */
                 task?: components["parameters"]["TaskFilter"];
-                /** @description Page size. */
+                /** @description Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
+                 *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
+                 *      */
                 limit?: components["parameters"]["Limit"];
                 /** @description Rows to skip. */
                 offset?: components["parameters"]["Offset"];

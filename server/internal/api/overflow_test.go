@@ -5,8 +5,9 @@ import (
 	"testing"
 )
 
-// Page parameters past int64 arithmetic are an empty page, not a 500.
-func TestMessageListingWithHugeOffsetOrLimitAnswersAPage(t *testing.T) {
+// An offset past int64 arithmetic (offset + limit) is an empty page, not a
+// 500. (A limit above 1000 is refused: TestListingLimitsAboveTheMaximumAre400.)
+func TestMessageListingWithHugeOffsetAnswersAPage(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
 	b.push(t, q, "p", "m1", "m2")
@@ -15,9 +16,9 @@ func TestMessageListingWithHugeOffsetOrLimitAnswersAPage(t *testing.T) {
 		rows  int
 	}{
 		{"offset=9223372036854775807", 0},
-		{"limit=9223372036854775807&offset=1", 1},
-		{"limit=9223372036854775807&offset=9223372036854775807", 0},
-		{"limit=9223372036854775807", 2},
+		{"limit=1000&offset=1", 1},
+		{"limit=1000&offset=9223372036854775807", 0},
+		{"limit=1000", 2},
 	} {
 		var list struct {
 			Messages []map[string]any `json:"messages"`

@@ -158,7 +158,7 @@ class ApiV1DlqGetParametersQuery(BaseModel):
     partition: str | None = None
     from_: Annotated[AwareDatetime | None, Field(alias="from")] = None
     to: AwareDatetime | None = None
-    limit: Annotated[int, Field(ge=1)] = 100
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -174,7 +174,7 @@ class ApiV1MessagesGetParametersQuery(BaseModel):
     status: Literal["pending", "processing", "completed", "dead_letter"] | None = None
     from_: Annotated[AwareDatetime | None, Field(alias="from")] = None
     to: AwareDatetime | None = None
-    limit: Annotated[int, Field(ge=1)] = 200
+    limit: Annotated[int, Field(ge=1, le=1000)] = 200
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -233,7 +233,7 @@ class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
     )
     namespace: str | None = None
     task: str | None = None
-    limit: Annotated[int, Field(ge=1)] = 100
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -264,7 +264,7 @@ class ApiV1StatusQueuesGetParametersQuery(BaseModel):
     queue: str | None = None
     namespace: str | None = None
     task: str | None = None
-    limit: Annotated[int, Field(ge=1)] = 100
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -279,7 +279,7 @@ class ApiV1TimersQueueGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1)] = 100
+    limit: Annotated[int, Field(ge=1, le=1000)] = 100
     after: str | None = None
     mode: Literal["count"] | None = None
     prefix: str | None = None
