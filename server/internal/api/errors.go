@@ -105,25 +105,15 @@ func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, er
 	case errors.Is(err, context.Canceled):
 		// The client went away; nobody reads this.
 		w.WriteHeader(499)
+	case engine.IsUnreachable(err) || errors.Is(err, context.DeadlineExceeded):
+		// A PostgreSQL restart or outage, never the request's fault.
+		e.log.Error("database unavailable", "path", r.URL.Path, "err", err)
+		writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabase, "pool: database unavailable")
 	case errors.As(err, &pgErr):
 		e.log.Error("database error", "path", r.URL.Path, "err", err)
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "database error: "+pgErr.Message)
 	default:
 		e.log.Error("request failed", "path", r.URL.Path, "err", err)
-		if isConnectionError(err) {
-			writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabase, "pool: database unavailable")
-			return
-		}
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
-}
-
-// isConnectionError reports failures that mean the database could not be reached.
-func isConnectionError(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return false
-	}
-	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr) || pgconn.SafeToRetry(err) || errors.Is(err, context.DeadlineExceeded)
 }

@@ -4,11 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
-	"net"
 	"os"
 	"path/filepath"
-	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -208,17 +205,5 @@ func IsUnavailable(err error) bool {
 	if errors.As(err, &pgErr) {
 		return isTransient(err)
 	}
-	var connErr *pgconn.ConnectError
-	return errors.As(err, &connErr) || pgconn.SafeToRetry(err) || pgconn.Timeout(err) ||
-		errors.Is(err, context.DeadlineExceeded) || isNetworkError(err)
-}
-
-func isNetworkError(err error) bool {
-	var netErr net.Error
-	if errors.As(err, &netErr) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, net.ErrClosed) {
-		return true
-	}
-	msg := err.Error()
-	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "connection refused") ||
-		strings.Contains(msg, "failed to connect")
+	return engine.IsUnreachable(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)
 }
