@@ -530,6 +530,9 @@ type AckResult struct {
 
 // BufferStatus Disk spool state; more spool fields may be present.
 type BufferStatus struct {
+	// DbHealthy False once the broker found PostgreSQL unreachable (a push went to the spool, a drain
+	// failed, or the broker booted without it); true again after a drain succeeded or the
+	// schema was applied.
 	DbHealthy bool `json:"dbHealthy"`
 
 	// Failed Spooled pushes that failed to drain.

@@ -2126,6 +2126,10 @@ export interface components {
             pending: number;
             /** @description Spooled pushes that failed to drain. */
             failed: number;
+            /** @description False once the broker found PostgreSQL unreachable (a push went to the spool, a drain
+             *     failed, or the broker booted without it); true again after a drain succeeded or the
+             *     schema was applied.
+             *      */
             dbHealthy: boolean;
             worker: number;
         };

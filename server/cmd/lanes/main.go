@@ -126,10 +126,17 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		eng.StartTimers(cfg.TimersInterval)
 		eng.StartKVSweeper(cfg.KVSweepInterval)
 		if sp != nil {
+			sp.MarkDBUp()
 			go sp.Run(drainCtx)
 		}
 		go srv.RunLagCollector(drainCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
 		go srv.RunMaintenanceRefresh(drainCtx)
+	}
+	// Until the database answers, the spool's dbHealthy (status/buffers, metrics) says it is down.
+	schema.unreachable = func() {
+		if sp != nil {
+			sp.MarkDBDown()
+		}
 	}
 	schema.bringUp(ctx, drainCtx, pool, cfg, log)
 	handler, err := srv.Handler()

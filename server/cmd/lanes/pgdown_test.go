@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"os"
 	"os/exec"
@@ -147,4 +148,67 @@ func TestBrokerStartsWhilePostgresIsDown(t *testing.T) {
 	t.Logf("load: broker booted with PostgreSQL down (listening, /health 503 after %v), %d pushes over %d partitions answered buffered; "+
 		"PostgreSQL start took %v; schema applied, spool drained %v after it was started; stored exactly once in order: %d; lost: 0",
 		listening.Round(time.Millisecond), partitions*perPartition, partitions, pgUp.Round(time.Millisecond), drained.Round(time.Millisecond), partitions*perPartition)
+}
+
+// TestBrokerBootedWithoutPostgresReportsTheDatabaseDown: before any push, a
+// broker booted while PostgreSQL is down says so — /health names the database
+// disconnected (not a schema that is merely unapplied), and dbHealthy is false
+// in /api/v1/status/buffers, /metrics and /metrics/prometheus — and says
+// healthy once PostgreSQL is back, still without a push.
+func TestBrokerBootedWithoutPostgresReportsTheDatabaseDown(t *testing.T) {
+	pg := newPrivateCluster(t, true)
+	b := startBroker(t, pg.url(), freePort(t), t.TempDir(), "LANES_SCHEMA_RETRY_MAX_MS=500")
+	b.waitHealth(t, http.StatusServiceUnavailable, 20*time.Second)
+	dbReport := func() (database string, buffersHealthy, metricsHealthy bool, prometheus string) {
+		t.Helper()
+		var health struct {
+			Database string `json:"database"`
+		}
+		var buffers struct {
+			DBHealthy bool `json:"dbHealthy"`
+		}
+		var metrics struct {
+			Spool struct {
+				DBHealthy bool `json:"dbHealthy"`
+			} `json:"spool"`
+		}
+		for path, out := range map[string]any{"/health": &health, "/api/v1/status/buffers": &buffers, "/metrics": &metrics} {
+			if _, err := b.do("GET", path, nil, out); err != nil {
+				t.Fatalf("GET %s: %v", path, err)
+			}
+		}
+		resp, err := http.Get(b.base + "/metrics/prometheus")
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		for line := range strings.Lines(string(raw)) {
+			if strings.HasPrefix(line, "lanes_spool_db_healthy ") {
+				prometheus = strings.TrimSpace(line)
+			}
+		}
+		return health.Database, buffers.DBHealthy, metrics.Spool.DBHealthy, prometheus
+	}
+	database, buffersHealthy, metricsHealthy, prometheus := dbReport()
+	if database != "disconnected" || buffersHealthy || metricsHealthy || prometheus != "lanes_spool_db_healthy 0" {
+		t.Fatalf("booted with PostgreSQL down, before any push: /health database %q, buffers dbHealthy %v, /metrics dbHealthy %v, %q; "+
+			"want disconnected, false, false, lanes_spool_db_healthy 0\n%s", database, buffersHealthy, metricsHealthy, prometheus, b.logs.String())
+	}
+	if err := pg.run("start"); err != nil {
+		t.Fatal(err)
+	}
+	b.waitHealth(t, http.StatusOK, 30*time.Second)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		database, buffersHealthy, metricsHealthy, prometheus = dbReport()
+		if database == "connected" && buffersHealthy && metricsHealthy && prometheus == "lanes_spool_db_healthy 1" {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("PostgreSQL back, schema applied: /health database %q, buffers dbHealthy %v, /metrics dbHealthy %v, %q; want all healthy",
+				database, buffersHealthy, metricsHealthy, prometheus)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }

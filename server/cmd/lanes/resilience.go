@@ -102,10 +102,12 @@ const schemaAttemptTimeout = 10 * time.Second
 // and a background loop retries with backoff until it succeeds, then runs
 // start (the loops that need the schema, the spool drain among them).
 type schemaGate struct {
-	ready  atomic.Bool
-	start  func()
-	mu     sync.Mutex
-	closed bool
+	ready atomic.Bool
+	start func()
+	// unreachable runs when the first attempt fails, before the listener opens.
+	unreachable func()
+	mu          sync.Mutex
+	closed      bool
 }
 
 func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) {
@@ -122,6 +124,9 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 	if err == nil {
 		g.markReady()
 		return
+	}
+	if g.unreachable != nil {
+		g.unreachable()
 	}
 	log.Warn("database not ready; serving without it (pushes go to the disk spool, /health answers 503) and retrying the schema in the background", "err", err)
 	go func() {

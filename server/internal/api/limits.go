@@ -139,18 +139,12 @@ func (s *Server) requestDeadline(request any) time.Duration {
 }
 
 // strictMiddleware runs around every generated operation: it enforces the
-// caps, puts a deadline on the database work, answers /health 503 until the
-// schema is applied, counts acknowledged messages, and hands a pop's answer to
-// deliverPop (which counts it), or gives the claim back at once when its
-// client already left.
+// caps, puts a deadline on the database work, counts acknowledged messages,
+// and hands a pop's answer to deliverPop (which counts it), or gives the claim
+// back at once when its client already left.
 func (s *Server) strictMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
 	limits := s.opts.Limits.withDefaults()
 	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
-		if operationID == "GetHealth" && !s.schemaReady() {
-			engineLabel, version := engineName, s.opts.Version
-			return gen.GetHealth503JSONResponse{Status: "unhealthy", Database: "schema not applied",
-				Engine: engineLabel, Version: version}, nil
-		}
 		if err := limits.check(request); err != nil {
 			return nil, err
 		}

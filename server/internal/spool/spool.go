@@ -309,11 +309,18 @@ func (s *Spool) Failed() int64 { return s.failed.Load() }
 // Drained is the number of items replayed since the process started.
 func (s *Spool) Drained() int64 { return s.drained.Load() }
 
-// DBHealthy is false after a push had to be spooled or a drain failed, true after a drain succeeded.
+// DBHealthy is false after a push had to be spooled, a drain failed or the
+// broker could not reach the database at boot; true after a drain succeeded
+// or the schema was applied.
 func (s *Spool) DBHealthy() bool { return s.dbHealthy.Load() }
 
-// MarkDBDown records that a push fell back to the spool.
+// MarkDBDown records that the database could not be reached (a push fell back
+// to the spool, or the schema could not be applied at boot).
 func (s *Spool) MarkDBDown() { s.dbHealthy.Store(false) }
+
+// MarkDBUp records that the database answered again (the schema was applied
+// after a boot without it).
+func (s *Spool) MarkDBUp() { s.dbHealthy.Store(true) }
 
 // Dir is where the spool lives.
 func (s *Spool) Dir() string { return s.opts.Dir }

@@ -315,6 +315,12 @@ class BufferStatus(BaseModel):
     Spooled pushes that failed to drain.
     """
     db_healthy: Annotated[bool, Field(alias="dbHealthy")]
+    """
+    False once the broker found PostgreSQL unreachable (a push went to the spool, a drain
+    failed, or the broker booted without it); true again after a drain succeeded or the
+    schema was applied.
+
+    """
     worker: int
 
 
