@@ -3042,6 +3042,10 @@ type ClientInterface interface {
 
 	// GetStatus Dashboard aggregate
 	//
+	// `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
+	// both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
+	// (`400 bad_request`).
+	//
 	// Corresponds with GET /api/v1/status (the `GetStatus` operationId).
 	GetStatus(ctx context.Context, params *GetStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
@@ -4104,6 +4108,10 @@ func (c *Client) ListTasks(ctx context.Context, reqEditors ...RequestEditorFn) (
 }
 
 // GetStatus Dashboard aggregate
+//
+// `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
+// both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
+// (`400 bad_request`).
 //
 // Corresponds with GET /api/v1/status (the `GetStatus` operationId).
 func (c *Client) GetStatus(ctx context.Context, params *GetStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8027,6 +8035,10 @@ type ClientWithResponsesInterface interface {
 	ListTasksWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTasksResponse, error)
 
 	// GetStatusWithResponse Dashboard aggregate
+	//
+	// `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
+	// both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
+	// (`400 bad_request`).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13126,6 +13138,10 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, reqEdit
 }
 
 // GetStatusWithResponse Dashboard aggregate
+//
+// `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
+// both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
+// (`400 bad_request`).
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -867,7 +867,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Dashboard aggregate */
+        /**
+         * Dashboard aggregate
+         * @description `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
+         *     both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
+         *     (`400 bad_request`).
+         *
+         */
         get: operations["getStatus"];
         put?: never;
         post?: never;

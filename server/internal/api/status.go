@@ -22,6 +22,11 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 	if p.From != nil {
 		from = p.From.UTC()
 	}
+	if outsideJSONYears(from) || outsideJSONYears(to) {
+		// The answer echoes both instants, and JSON dates hold four-digit years only.
+		return gen.GetStatus400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "from and to must fall within the years 0001 to 9999 (UTC); from defaults to an hour before to", Code: CodeBadRequest}}, nil
+	}
 	if !from.Before(to) {
 		return gen.GetStatus400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 			Error: "from must be before to", Code: CodeBadRequest}}, nil
@@ -48,6 +53,10 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 		Workers:         []map[string]any{}, Errors: map[string]any{}, StatsAge: statsAge,
 	}, nil
 }
+
+// outsideJSONYears reports an instant whose RFC 3339 form would not have a
+// four-digit year (time.Time refuses to marshal it).
+func outsideJSONYears(t time.Time) bool { return t.Year() < 1 || t.Year() > 9999 }
 
 // bucketMinutes picks the series resolution the reference dashboard uses for a window.
 func bucketMinutes(window time.Duration) int {
