@@ -584,7 +584,7 @@ type ConfigureRequest struct {
 	// Options Queue options. In merge mode `null` resets an option to its default.
 	Options *QueueOptions `json:"options,omitempty"`
 
-	// Queue Queue name (created if missing).
+	// Queue Queue name (created if missing); the rules of a push's `queue` apply (`400 bad_request`).
 	Queue string `json:"queue"`
 
 	// Task Task label for discovery pops.
@@ -1355,13 +1355,15 @@ type PopResponse struct {
 
 // PushItem defines model for PushItem.
 type PushItem struct {
-	// Partition Target partition (default `Default`); created on first push.
+	// Partition Target partition (default `Default`); created on first push. Same rules as `queue`.
 	Partition *string `json:"partition,omitempty"`
 
 	// Payload Any JSON value, stored and returned verbatim (`data` is not accepted here).
 	Payload json.RawMessage `json:"payload"`
 
-	// Queue Target queue; created on first push.
+	// Queue Target queue; created on first push. Names (queues, partitions, consumer groups) hold
+	// more than white space, at most 512 bytes of UTF-8 without NUL, and are never `.` or
+	// `..`, which URL clients drop from paths (`400 bad_request`).
 	Queue string `json:"queue"`
 
 	// TraceId Accepted and ignored on this route (only transactions store trace ids).

@@ -1024,9 +1024,12 @@ export interface components {
             items: components["schemas"]["PushItem"][];
         };
         PushItem: {
-            /** @description Target queue; created on first push. */
+            /** @description Target queue; created on first push. Names (queues, partitions, consumer groups) hold
+             *     more than white space, at most 512 bytes of UTF-8 without NUL, and are never `.` or
+             *     `..`, which URL clients drop from paths (`400 bad_request`).
+             *      */
             queue: string;
-            /** @description Target partition (default `Default`); created on first push. */
+            /** @description Target partition (default `Default`); created on first push. Same rules as `queue`. */
             partition?: string;
             /** @description Any JSON value, stored and returned verbatim (`data` is not accepted here). */
             payload: ({
@@ -1305,7 +1308,7 @@ export interface components {
             timers?: components["schemas"]["TimerResult"][];
         };
         ConfigureRequest: {
-            /** @description Queue name (created if missing). */
+            /** @description Queue name (created if missing); the rules of a push's `queue` apply (`400 bad_request`). */
             queue: string;
             /** @description Namespace label for discovery pops. */
             namespace?: string;

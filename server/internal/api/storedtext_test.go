@@ -18,6 +18,25 @@ func (b *testBroker) countQueueRows(t *testing.T, prefix string) int {
 	return n
 }
 
+// countRows runs a count(*) query.
+func (b *testBroker) countRows(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	if err := b.Pool.QueryRow(t.Context(), query, args...).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}
+
+// writtenUnder counts what requests may have written for queue (or KV
+// namespace) names starting with prefix: queues, timers, KV keys.
+func (b *testBroker) writtenUnder(t *testing.T, prefix string) int {
+	t.Helper()
+	return b.countRows(t, `SELECT (SELECT count(*) FROM lanes.queues WHERE starts_with(name, $1))
+		+ (SELECT count(*) FROM lanes.timers WHERE starts_with(queue, $1))
+		+ (SELECT count(*) FROM lanes.kv WHERE starts_with(namespace, $1))`, prefix)
+}
+
 func TestPushOfTextPostgreSQLCannotStoreIs400AndStoresNothing(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)

@@ -178,7 +178,7 @@ func (e *Engine) GetQueue(ctx context.Context, name string) (*QueueConfig, error
 // to its default (full replace); Merge keeps the stored value of omitted options.
 // Validation happens before anything is written.
 func (e *Engine) Configure(ctx context.Context, req ConfigureRequest) (*QueueConfig, error) {
-	if err := checkName("queue", req.Queue); err != nil {
+	if err := checkRequiredName("queue", req.Queue); err != nil {
 		return nil, err
 	}
 	if _, err := ApplyOptions(DefaultQueueOptions(), req.Options); err != nil {

@@ -147,19 +147,13 @@ func (e *Engine) RetryDeadLetter(ctx context.Context, partitionID uuid.UUID, tra
 }
 
 func (e *Engine) replay(ctx context.Context, target ReplayTarget, selectRow string, args ...any) (*ReplayResult, error) {
-	if target.Queue != nil && strings.TrimSpace(*target.Queue) == "" {
-		return nil, invalid("queue", "queue must be a non-empty string")
-	}
-	if target.Partition != nil && strings.TrimSpace(*target.Partition) == "" {
-		return nil, invalid("partition", "partition must be a non-empty string")
-	}
 	if target.Queue != nil {
-		if err := checkName("queue", *target.Queue); err != nil {
+		if err := checkRequiredName("queue", *target.Queue); err != nil {
 			return nil, err
 		}
 	}
 	if target.Partition != nil {
-		if err := checkName("partition", *target.Partition); err != nil {
+		if err := checkRequiredName("partition", *target.Partition); err != nil {
 			return nil, err
 		}
 	}

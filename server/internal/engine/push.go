@@ -92,9 +92,6 @@ func (e *Engine) Push(ctx context.Context, items []PushItem) ([]PushResult, erro
 // failing the other requests coalesced into its group commit (and from
 // reaching the spool, whose drain would fail on it forever).
 func normalizePushItem(it *PushItem, i int) error {
-	if strings.TrimSpace(it.Queue) == "" {
-		return invalid(fmt.Sprintf("items[%d].queue", i), "items[%d].queue must be a non-empty string", i)
-	}
 	if it.Partition == "" {
 		it.Partition = DefaultPartition
 	}
@@ -118,7 +115,7 @@ func normalizePushItem(it *PushItem, i int) error {
 // travels in the frames, but a dead letter copies it into lanes.dlq.trace_id,
 // so it must be storable text too.
 func checkPushText(it *PushItem, at string) error {
-	if err := checkName(at+".queue", it.Queue); err != nil {
+	if err := checkRequiredName(at+".queue", it.Queue); err != nil {
 		return err
 	}
 	if err := checkName(at+".partition", it.Partition); err != nil {

@@ -56,9 +56,33 @@ func checkCodedText(code, field, value string, maxBytes int) error {
 	return nil
 }
 
-// checkName is CheckStoredText for queue, partition, group, namespace and task names.
+// checkName is CheckStoredText for queue, partition, group, namespace and task
+// names, which also refuses "." and "..": names travel as URL path segments,
+// and URL clients (fetch, httpx, curl) remove such segments, so the queue or
+// group could never be addressed.
 func checkName(field, value string) error {
-	return CheckStoredText(field, value, MaxNameBytes)
+	if msg := nameProblem(value); msg != "" {
+		return invalid(field, "%s %s", field, msg)
+	}
+	return nil
+}
+
+// checkRequiredName is checkName for a name a request must give (the queue of
+// a push or a configure, a replay's target), which must hold more than white
+// space.
+func checkRequiredName(field, value string) error {
+	if strings.TrimSpace(value) == "" {
+		return invalid(field, "%s must be a non-empty string", field)
+	}
+	return checkName(field, value)
+}
+
+// nameProblem says what is wrong with value as a name, or "".
+func nameProblem(value string) string {
+	if value == "." || value == ".." {
+		return `must not be "." or "..": URL clients drop such path segments`
+	}
+	return storedTextProblem(value, MaxNameBytes)
 }
 
 // checkTransactionID is CheckStoredText for a transaction id.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"sort"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,7 +94,7 @@ func validateTimerOps(ops []TimerOp, field string) error {
 	for i := range ops {
 		op := &ops[i]
 		at := fmt.Sprintf("%s[%d]", field, i)
-		if op.Queue == "" {
+		if strings.TrimSpace(op.Queue) == "" {
 			return codedInvalid(CodeTimersBadRequest, "%s.queue is required", at)
 		}
 		if op.TimerKey == "" {
@@ -101,13 +102,12 @@ func validateTimerOps(ops []TimerOp, field string) error {
 		}
 		// A timer's queue, partition and transaction id become a push when it
 		// fires: one the push would reject would fail the firing loop forever.
-		for _, f := range [...]struct {
-			name, value string
-			max         int
-		}{{"queue", op.Queue, MaxNameBytes}, {"timerKey", op.TimerKey, MaxTransactionIDBytes},
-			{"partition", op.Partition, MaxNameBytes}, {"transactionId", op.TransactionID, MaxTransactionIDBytes}} {
-			if err := checkCodedText(CodeTimersBadRequest, at+"."+f.name, f.value, f.max); err != nil {
-				return err
+		for _, f := range [...]struct{ name, problem string }{
+			{"queue", nameProblem(op.Queue)}, {"partition", nameProblem(op.Partition)},
+			{"timerKey", storedTextProblem(op.TimerKey, MaxTransactionIDBytes)},
+			{"transactionId", storedTextProblem(op.TransactionID, MaxTransactionIDBytes)}} {
+			if f.problem != "" {
+				return codedInvalid(CodeTimersBadRequest, "%s.%s %s", at, f.name, f.problem)
 			}
 		}
 		switch op.Op {

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -452,9 +451,6 @@ func (r *TransactionResult) fail(reason, msg string) *TransactionResult {
 // normalizeTxPush applies the bundle's defaults: partition Default, payload
 // {} when missing, a minted transaction id.
 func normalizeTxPush(it *PushItem, index int) error {
-	if strings.TrimSpace(it.Queue) == "" {
-		return invalid(fmt.Sprintf("operations[%d].queue", index), "operations[%d]: a push needs a queue", index)
-	}
 	if len(it.Payload) == 0 {
 		it.Payload = json.RawMessage(`{}`)
 	}

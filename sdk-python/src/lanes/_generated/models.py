@@ -338,7 +338,7 @@ class ConfigureRequest(BaseModel):
     )
     queue: str
     """
-    Queue name (created if missing).
+    Queue name (created if missing); the rules of a push's `queue` apply (`400 bad_request`).
     """
     namespace: str | None = None
     """
@@ -1367,11 +1367,14 @@ class PushItem(BaseModel):
     )
     queue: str
     """
-    Target queue; created on first push.
+    Target queue; created on first push. Names (queues, partitions, consumer groups) hold
+    more than white space, at most 512 bytes of UTF-8 without NUL, and are never `.` or
+    `..`, which URL clients drop from paths (`400 bad_request`).
+
     """
     partition: str | None = None
     """
-    Target partition (default `Default`); created on first push.
+    Target partition (default `Default`); created on first push. Same rules as `queue`.
     """
     payload: dict[str, Any] | list[Any] | str | int | float | bool | None
     """

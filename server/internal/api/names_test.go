@@ -1,0 +1,58 @@
+package api
+
+import (
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// Configure created queues named "" and " ", which push refuses; and push
+// took "." and "..", which no URL client can address (they drop such path
+// segments). Every route that creates a queue or partition applies one rule.
+func TestNamesNoRouteCouldAddressAreRefusedEverywhere(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	cases := []struct {
+		name, method, path, body, code, about string
+	}{
+		{"configure empty queue", "POST", "/api/v1/configure", `{"queue":""}`, CodeBadRequest, "non-empty"},
+		{"configure blank queue", "POST", "/api/v1/configure", `{"queue":" "}`, CodeBadRequest, "non-empty"},
+		{"configure dot queue", "POST", "/api/v1/configure", `{"queue":"."}`, CodeBadRequest, `".."`},
+		{"push dot-dot queue", "POST", "/api/v1/push", `{"items":[{"queue":"..","payload":1}]}`, CodeBadRequest, `".."`},
+		{"push dot partition", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","partition":".","payload":1}]}`, CodeBadRequest, `".."`},
+		{"transaction dot-dot queue", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"..","payload":1}]}]}`, CodeBadRequest, `".."`},
+		{"transaction blank queue", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"  ","payload":1}]}]}`, CodeBadRequest, "non-empty"},
+		{"timer to a dot queue", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":".","timerKey":"` + q + `","delayMs":0}]}`, "timers_bad_request", `".."`},
+		{"timer to a blank queue", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":" ","timerKey":"` + q + `","delayMs":0}]}`, "timers_bad_request", "queue"},
+		{"timer to a dot-dot partition", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","partition":"..","timerKey":"k","delayMs":0}]}`, "timers_bad_request", `".."`},
+		{"pop with a dot-dot group", "GET", "/api/v1/pop/queue/" + q + "?consumerGroup=..&batch=1", "", CodeBadRequest, `".."`},
+	}
+	before := b.countRows(t, `SELECT count(*) FROM lanes.queues WHERE btrim(name) IN ('', '.', '..')`)
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			var body any
+			if c.body != "" {
+				body = c.body
+			}
+			status, _ := b.call(t, c.method, c.path, body, &e)
+			if status != http.StatusBadRequest || e.Code != c.code || !strings.Contains(e.Error, c.about) {
+				t.Fatalf("want 400 %s about %s, got %d %+v", c.code, c.about, status, e)
+			}
+		})
+	}
+	if n := b.countRows(t, `SELECT count(*) FROM lanes.queues WHERE btrim(name) IN ('', '.', '..')`); n != before {
+		t.Fatalf("refused requests created %d queues with such names", n-before)
+	}
+	if n := b.writtenUnder(t, q); n != 0 {
+		t.Fatalf("refused requests wrote %d rows", n)
+	}
+	if n := b.countRows(t, `SELECT count(*) FROM lanes.timers WHERE timer_key = $1`, q); n != 0 {
+		t.Fatalf("refused timers stored %d rows", n)
+	}
+	// Dots inside a name are ordinary.
+	var ok []pushResult
+	if status, _ := b.call(t, "POST", "/api/v1/push", `{"items":[{"queue":"`+q+`...","partition":".p.","payload":1}]}`, &ok); status != http.StatusCreated || ok[0].Status != "queued" {
+		t.Fatalf("push with dots inside names: %d %+v", status, ok)
+	}
+}
