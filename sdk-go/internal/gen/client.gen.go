@@ -555,8 +555,9 @@ type ConfigureError struct {
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-	// with `validation_failed`). Route-specific codes include `invalid_option`,
+	// body that is not one JSON value (malformed, or with more after its value);
+	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+	// Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -745,8 +746,9 @@ type DlqReplayError struct {
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-	// with `validation_failed`). Route-specific codes include `invalid_option`,
+	// body that is not one JSON value (malformed, or with more after its value);
+	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+	// Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -833,8 +835,9 @@ type Error struct {
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-	// with `validation_failed`). Route-specific codes include `invalid_option`,
+	// body that is not one JSON value (malformed, or with more after its value);
+	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+	// Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -1269,8 +1272,9 @@ type PopDiscoverError struct {
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-	// with `validation_failed`). Route-specific codes include `invalid_option`,
+	// body that is not one JSON value (malformed, or with more after its value);
+	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+	// Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -1722,8 +1726,9 @@ type SeekError struct {
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
 	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-	// push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-	// with `validation_failed`). Route-specific codes include `invalid_option`,
+	// body that is not one JSON value (malformed, or with more after its value);
+	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+	// Route-specific codes include `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -1880,7 +1885,7 @@ type TimerOperation struct {
 	Partition *string `json:"partition,omitempty"`
 
 	// Payload Message payload: the base64 of a JSON value (the JSON text's bytes, e.g. `eyJhIjoxfQ==`
-	// for `{"a":1}`); bytes that are not JSON answer `400 timers_bad_request`. Absent or
+	// for `{"a":1}`); bytes that are not JSON in UTF-8 answer `400 timers_bad_request`. Absent or
 	// empty means `{}`, stored and read back as `e30=`.
 	Payload *[]byte `json:"payload,omitempty"`
 

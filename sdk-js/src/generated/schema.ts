@@ -990,8 +990,9 @@ export interface components {
              *     `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
              *     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
              *     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-             *     push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-             *     with `validation_failed`). Route-specific codes include `invalid_option`,
+             *     body that is not one JSON value (malformed, or with more after its value);
+             *     `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+             *     Route-specific codes include `invalid_option`,
              *     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
              *     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
              *     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -1989,7 +1990,7 @@ export interface components {
             /**
              * Format: byte
              * @description Message payload: the base64 of a JSON value (the JSON text's bytes, e.g. `eyJhIjoxfQ==`
-             *     for `{"a":1}`); bytes that are not JSON answer `400 timers_bad_request`. Absent or
+             *     for `{"a":1}`); bytes that are not JSON in UTF-8 answer `400 timers_bad_request`. Absent or
              *     empty means `{}`, stored and read back as `e30=`.
              *
              */

@@ -75,7 +75,10 @@ type errorResponder struct{ log *slog.Logger }
 
 func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err error) {
 	code := CodeInvalidJSON
-	if isWrongJSONType(err) {
+	switch {
+	case errors.Is(err, errBodyNotUTF8):
+		code = CodeBadRequest
+	case isWrongJSONType(err):
 		code = CodeValidation
 	}
 	writeError(w, http.StatusBadRequest, code, "bad body: "+err.Error())

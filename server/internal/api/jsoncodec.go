@@ -3,11 +3,15 @@ package api
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
 	"io"
 	"net/http"
 	"strconv"
 	"sync"
+	"unicode/utf8"
 
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
 	gojson "github.com/goccy/go-json"
 	"github.com/oapi-codegen/runtime"
 
@@ -20,8 +24,63 @@ import (
 // with encoding/json; the hot ones (pop, push, ack batch) are below.
 type requestBodyCodec struct{}
 
-func (requestBodyCodec) Marshal(v any) ([]byte, error)      { return json.Marshal(v) }
-func (requestBodyCodec) Unmarshal(data []byte, v any) error { return gojson.Unmarshal(data, v) }
+func (requestBodyCodec) Marshal(v any) ([]byte, error) { return json.Marshal(v) }
+
+// Unmarshal refuses invalid UTF-8 first: the decoder would turn it into
+// U+FFFD in names and keep it verbatim in raw payloads, which then poison the
+// pop answers that carry them.
+func (requestBodyCodec) Unmarshal(data []byte, v any) error {
+	if !utf8.Valid(data) {
+		return errBodyNotUTF8
+	}
+	return gojson.Unmarshal(data, v)
+}
+
+// errBodyNotUTF8 is a request body that is not UTF-8 text (400 bad_request).
+var errBodyNotUTF8 = errors.New("request body is not valid UTF-8")
+
+// errBodyTrailingData is a request body with more after its JSON value.
+var errBodyTrailingData = errors.New("request body holds data after its JSON value")
+
+// decodeValidatedBody is the validator's JSON body decoder: one JSON value
+// in UTF-8 and nothing after it. kin-openapi's own decoder reads the first
+// value and ignores the rest, so {"enabled":true}{"enabled":false} switched
+// maintenance on, and it turns invalid UTF-8 into U+FFFD; the handlers bind
+// what the validator decoded.
+func decodeValidatedBody(body io.Reader, _ http.Header, _ *openapi3.SchemaRef, _ openapi3filter.EncodingFn) (any, error) {
+	data, err := io.ReadAll(body) // limitBody already holds the whole body in memory
+	if err != nil {
+		return nil, err
+	}
+	if !utf8.Valid(data) {
+		return nil, &openapi3filter.ParseError{Kind: openapi3filter.KindInvalidFormat, Cause: errBodyNotUTF8}
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	dec.UseNumber()
+	var value any
+	if err := dec.Decode(&value); err != nil {
+		return nil, &openapi3filter.ParseError{Kind: openapi3filter.KindInvalidFormat, Cause: err}
+	}
+	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
+		return nil, &openapi3filter.ParseError{Kind: openapi3filter.KindInvalidFormat, Cause: errBodyTrailingData}
+	}
+	return value, nil
+}
+
+// bodyFaultCode is the code of a body that is not one JSON value in UTF-8, or
+// "" for any other fault.
+func bodyFaultCode(err error) string {
+	var syntax *json.SyntaxError
+	var goccySyntax *gojson.SyntaxError
+	switch {
+	case errors.Is(err, errBodyNotUTF8):
+		return CodeBadRequest
+	case errors.Is(err, errBodyTrailingData), errors.Is(err, io.ErrUnexpectedEOF),
+		errors.As(err, &syntax), errors.As(err, &goccySyntax):
+		return CodeInvalidJSON
+	}
+	return ""
+}
 
 // MarshalWrite writes what Marshal returns, as the runtime does for a codec
 // that does not stream (no trailing newline).
@@ -65,6 +124,7 @@ func giveBuffer(buf *bytes.Buffer) {
 
 func init() {
 	runtime.SetJSONCodec(requestBodyCodec{})
+	openapi3filter.RegisterBodyDecoder("application/json", decodeValidatedBody)
 }
 
 // writeJSON writes status and v as encoding/json's Encoder would (the same

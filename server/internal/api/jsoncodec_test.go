@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	gojson "github.com/goccy/go-json"
+
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
@@ -102,5 +104,43 @@ func TestDecodedBodyOutlivesItsPooledBuffer(t *testing.T) {
 	it := got.Items[0]
 	if it.Queue != "orders" || *it.Partition != "p-1" || *it.TransactionId != "tx-1" || string(it.Payload) != `{"n":1,"s":"abc"}` {
 		t.Fatalf("decoded body changed after its buffer was reused: %+v payload %s", it, it.Payload)
+	}
+}
+
+// hundredItemPushBody is a push of 100 small orders, the batch the benchmarks push.
+func hundredItemPushBody() []byte {
+	var b strings.Builder
+	b.WriteString(`{"items":[`)
+	for i := range 100 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		b.WriteString(`{"queue":"orders","partition":"customer-` + strconv.Itoa(i%7) + `","transactionId":"0192f1e2-7c3b-7d4e-8f90-` +
+			strconv.Itoa(100000000000+i) + `","payload":{"orderId":` + strconv.Itoa(i) + `,"amount":12.5,"note":"deliver after 5pm, ring twice"}}`)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// The request codec checks UTF-8 before decoding: compare with the bare decoder.
+func BenchmarkPushBodyDecode(b *testing.B) {
+	body := hundredItemPushBody()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		var req gen.PushJSONRequestBody
+		if err := (requestBodyCodec{}).Unmarshal(body, &req); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+func BenchmarkPushBodyDecodeWithoutUTF8Check(b *testing.B) {
+	body := hundredItemPushBody()
+	b.SetBytes(int64(len(body)))
+	for b.Loop() {
+		var req gen.PushJSONRequestBody
+		if err := gojson.Unmarshal(body, &req); err != nil {
+			b.Fatal(err)
+		}
 	}
 }

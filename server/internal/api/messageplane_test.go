@@ -374,7 +374,7 @@ func TestARetriedAckOfACompletedBatchIsANoop(t *testing.T) {
 
 // Valid JSON holding a value of the wrong type answers validation_failed on
 // push, ack and ack batch (whose bodies skip the spec validator) as on every
-// other route; only malformed JSON answers invalid_json.
+// other route; malformed JSON answers invalid_json on every route.
 func TestAWrongJSONTypeIsValidationFailedOnEveryRoute(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
@@ -390,7 +390,7 @@ func TestAWrongJSONTypeIsValidationFailedOnEveryRoute(t *testing.T) {
 		{"ack batch item a string", "/api/v1/ack/batch", `{"acknowledgments":["x"]}`, CodeValidation},
 		{"ack batch malformed", "/api/v1/ack/batch", `{"acknowledgments":[}`, CodeInvalidJSON},
 		{"configure queue a number (spec-validated)", "/api/v1/configure", `{"queue":5}`, CodeValidation},
-		{"configure malformed (spec-validated)", "/api/v1/configure", `{"queue":`, CodeValidation},
+		{"configure malformed (spec-validated)", "/api/v1/configure", `{"queue":`, CodeInvalidJSON},
 		{"transaction operations a string (spec-validated)", "/api/v1/transaction", `{"operations":"` + q + `"}`, CodeValidation},
 	}
 	for _, c := range cases {

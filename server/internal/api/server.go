@@ -230,6 +230,9 @@ func validationCode(path string, status int, err error) string {
 				}
 			}
 		}
+		if code := bodyFaultCode(err); code != "" {
+			return code
+		}
 	}
 	return CodeValidation
 }
@@ -258,6 +261,11 @@ func describeRequestError(e *openapi3filter.RequestError) string {
 		if e.Parameter.In == "path" {
 			where = "path parameter " + e.Parameter.Name
 		}
+	}
+	var parseErr *openapi3filter.ParseError
+	if e.Parameter == nil && errors.As(e.Err, &parseErr) && parseErr.Cause != nil {
+		// decodeValidatedBody's finding: say what is wrong with the JSON.
+		return "bad body: " + parseErr.Cause.Error()
 	}
 	if errors.As(e.Err, &schemaErr) {
 		path := strings.Join(schemaErr.JSONPointer(), ".")

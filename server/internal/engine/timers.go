@@ -8,6 +8,7 @@ import (
 	"sort"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -131,8 +132,9 @@ func validateTimerOps(ops []TimerOp, field string) error {
 		}
 		if len(op.Payload) == 0 {
 			op.Payload = json.RawMessage(`{}`)
-		} else if !json.Valid(op.Payload) {
-			return codedInvalid(CodeTimersBadRequest, "%s.payload must be the base64 of a JSON value", at)
+		} else if !utf8.Valid(op.Payload) || !json.Valid(op.Payload) {
+			// The payload is served in pop answers as JSON text, which invalid UTF-8 would break.
+			return codedInvalid(CodeTimersBadRequest, "%s.payload must be the base64 of a JSON value in UTF-8", at)
 		}
 		if op.Partition == "" {
 			op.Partition = DefaultPartition

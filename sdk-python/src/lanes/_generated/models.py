@@ -583,8 +583,9 @@ class DlqReplayError(BaseModel):
     `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-    push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-    with `validation_failed`). Route-specific codes include `invalid_option`,
+    body that is not one JSON value (malformed, or with more after its value);
+    `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+    Route-specific codes include `invalid_option`,
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -682,8 +683,9 @@ class Error(BaseModel):
     `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
-    push, ack or ack batch body that is not JSON at all (other routes answer malformed JSON
-    with `validation_failed`). Route-specific codes include `invalid_option`,
+    body that is not one JSON value (malformed, or with more after its value);
+    `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
+    Route-specific codes include `invalid_option`,
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -2004,7 +2006,7 @@ class TimerOperation(BaseModel):
     payload: Base64Str | None = None
     """
     Message payload: the base64 of a JSON value (the JSON text's bytes, e.g. `eyJhIjoxfQ==`
-    for `{"a":1}`); bytes that are not JSON answer `400 timers_bad_request`. Absent or
+    for `{"a":1}`); bytes that are not JSON in UTF-8 answer `400 timers_bad_request`. Absent or
     empty means `{}`, stored and read back as `e30=`.
 
     """

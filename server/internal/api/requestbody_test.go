@@ -1,0 +1,87 @@
+package api
+
+import (
+	"encoding/base64"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// A body with a byte that is not UTF-8 was stored verbatim (a push payload,
+// which then made pop answers invalid JSON) or silently changed to U+FFFD (a
+// name, a KV value); every body route refuses it, and writes nothing.
+func TestBodyWithInvalidUTF8Is400AndWritesNothing(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	badTimerPayload := base64.StdEncoding.EncodeToString([]byte("{\"s\":\"x\xfey\"}"))
+	cases := []struct {
+		name, method, path, body, code string
+	}{
+		{"push payload", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","payload":{"s":"x` + "\xfe" + `y"}}]}`, CodeBadRequest},
+		{"push queue name", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + "\xff" + `","payload":1}]}`, CodeBadRequest},
+		{"ack", "POST", "/api/v1/ack", `{"transactionId":"t` + "\xff" + `","partitionId":"00000000-0000-0000-0000-000000000000","status":"completed"}`, CodeBadRequest},
+		{"transaction", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"` + q + `","payload":"` + "\xfe" + `"}]}]}`, CodeBadRequest},
+		{"configure", "POST", "/api/v1/configure", `{"queue":"` + q + "\xff" + `"}`, CodeBadRequest},
+		{"kv put", "PUT", "/api/v1/kv/" + q + "/k", `{"value":"a` + "\xff" + `","forever":true}`, "kv_bad_request"},
+		{"kv batch", "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + q + `","key":"k","value":"` + "\xff" + `","forever":true}]}`, "kv_bad_request"},
+		{"timer payload decoding to invalid UTF-8", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":0,"payload":"` + badTimerPayload + `"}]}`, "timers_bad_request"},
+		{"timer payload in a transaction", "POST", "/api/v1/transaction", `{"operations":[],"timers":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":0,"payload":"` + badTimerPayload + `"}]}`, "timers_bad_request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			status, _ := b.call(t, c.method, c.path, c.body, &e)
+			if status != http.StatusBadRequest || e.Code != c.code || !strings.Contains(e.Error, "UTF-8") {
+				t.Fatalf("want 400 %s about UTF-8, got %d %+v", c.code, status, e)
+			}
+		})
+	}
+	if n := b.writtenUnder(t, q); n != 0 {
+		t.Fatalf("refused requests wrote %d rows", n)
+	}
+}
+
+// Data after the JSON value was ignored on the schema-validated routes:
+// {"enabled":true}{"enabled":false} switched pop maintenance on.
+func TestBodyWithDataAfterItsJSONValueIs400AndChangesNothing(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}, nil) })
+	cases := []struct {
+		name, method, path, body, code string
+	}{
+		{"pop maintenance", "POST", "/api/v1/system/maintenance/pop", `{"enabled":true}{"enabled":false}`, CodeInvalidJSON},
+		{"push maintenance", "POST", "/api/v1/system/maintenance", `{"enabled":true}x`, CodeInvalidJSON},
+		{"configure", "POST", "/api/v1/configure", `{"queue":"` + q + `"}}x`, CodeInvalidJSON},
+		{"transaction", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"` + q + `","payload":1}]}]} []`, CodeInvalidJSON},
+		{"subscription", "POST", "/api/v1/consumer-groups/g-" + q + "/subscription", `{"subscriptionTimestamp":"2026-01-01T00:00:00Z"}1`, CodeInvalidJSON},
+		{"seek", "POST", "/api/v1/consumer-groups/g-" + q + "/queues/" + q + "/seek", `{"toEnd":true}{}`, CodeInvalidJSON},
+		{"kv put", "PUT", "/api/v1/kv/" + q + "/k", `{"value":1,"forever":true}garbage`, "kv_bad_request"},
+		{"kv batch", "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + q + `","key":"k","value":1,"forever":true}]}{}`, "kv_bad_request"},
+		{"timers", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":0}]}x`, "timers_bad_request"},
+		{"push", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","payload":1}]}x`, CodeInvalidJSON},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			status, _ := b.call(t, c.method, c.path, c.body, &e)
+			if status != http.StatusBadRequest || e.Code != c.code || !strings.Contains(e.Error, "after") {
+				t.Fatalf("want 400 %s about data after the value, got %d %+v", c.code, status, e)
+			}
+		})
+	}
+	var m struct {
+		Enabled bool `json:"enabled"`
+	}
+	for _, path := range []string{"/api/v1/system/maintenance/pop", "/api/v1/system/maintenance"} {
+		if status, _ := b.call(t, "GET", path, nil, &m); status != http.StatusOK || m.Enabled {
+			t.Fatalf("%s after refused switches: %d %+v", path, status, m)
+		}
+	}
+	if n := b.writtenUnder(t, q); n != 0 {
+		t.Fatalf("refused requests wrote %d rows", n)
+	}
+	if n := b.countRows(t, `SELECT count(*) FROM lanes.consumer_groups WHERE starts_with(consumer_group, $1)`, "g-"+q); n != 0 {
+		t.Fatalf("refused requests created %d consumer groups", n)
+	}
+}
