@@ -76,12 +76,36 @@ type errorResponder struct{ log *slog.Logger }
 func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err error) {
 	code := CodeInvalidJSON
 	switch {
+	case routeFamilyCode(r.URL.Path) != "":
+		code = routeFamilyCode(r.URL.Path)
 	case errors.Is(err, errBodyNotUTF8):
 		code = CodeBadRequest
+	case riderCode(r.URL.Path, topField(jsonTypeErrorField(err))) != "":
+		code = riderCode(r.URL.Path, topField(jsonTypeErrorField(err)))
 	case isWrongJSONType(err):
 		code = CodeValidation
 	}
 	writeError(w, http.StatusBadRequest, code, "bad body: "+err.Error())
+}
+
+// jsonTypeErrorField is the dotted path of the field a JSON type error is
+// about ("kv.0.delta"), or "".
+func jsonTypeErrorField(err error) string {
+	var stdType *json.UnmarshalTypeError
+	var goccyType *gojson.UnmarshalTypeError
+	switch {
+	case errors.As(err, &stdType):
+		return stdType.Field
+	case errors.As(err, &goccyType):
+		return goccyType.Field
+	}
+	return ""
+}
+
+// topField is the first element of a dotted field path.
+func topField(field string) string {
+	top, _, _ := strings.Cut(field, ".")
+	return top
 }
 
 // isWrongJSONType reports a body that is valid JSON but holds a value of the

@@ -85,3 +85,38 @@ func TestBodyWithDataAfterItsJSONValueIs400AndChangesNothing(t *testing.T) {
 		t.Fatalf("refused requests created %d consumer groups", n)
 	}
 }
+
+// KV and timers answer every 400 with their family's code, as the spec says;
+// a number past int64, a NUL in the path and invalid UTF-8 in the query
+// answered validation_failed or bad_request.
+func TestKVAndTimerFaultsAnswerTheFamilyCode(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	cases := []struct {
+		name, method, path, body, code string
+	}{
+		{"kv delta past int64", "POST", "/api/v1/kv", `{"operations":[{"op":"incr","ns":"` + q + `","key":"c","delta":99999999999999999999,"forever":true}]}`, "kv_bad_request"},
+		{"timer delayMs past int64", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":100000000000000000000}]}`, "timers_bad_request"},
+		{"timer payload not a string", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":1000,"payload":5}]}`, "timers_bad_request"},
+		{"transaction kv delta past int64", "POST", "/api/v1/transaction", `{"operations":[],"kv":[{"op":"incr","ns":"` + q + `","key":"c","delta":99999999999999999999,"forever":true}]}`, "kv_bad_request"},
+		{"transaction timer delayMs past int64", "POST", "/api/v1/transaction", `{"operations":[],"timers":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":100000000000000000000}]}`, "timers_bad_request"},
+		{"NUL in a kv path", "GET", "/api/v1/kv/" + q + "/a%00b", "", "kv_bad_request"},
+		{"invalid UTF-8 in a timers query", "GET", "/api/v1/timers/" + q + "?prefix=%FF", "", "timers_bad_request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			var body any
+			if c.body != "" {
+				body = c.body
+			}
+			status, _ := b.call(t, c.method, c.path, body, &e)
+			if status != http.StatusBadRequest || e.Code != c.code {
+				t.Fatalf("want 400 %s, got %d %+v", c.code, status, e)
+			}
+		})
+	}
+	if n := b.writtenUnder(t, q); n != 0 {
+		t.Fatalf("refused requests wrote %d rows", n)
+	}
+}

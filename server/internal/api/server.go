@@ -211,30 +211,60 @@ func validationError(ctx context.Context, err error, w http.ResponseWriter, r *h
 // it, and so do a transaction's kv and timers parts; the rest answers
 // validation_failed.
 func validationCode(path string, status int, err error) string {
-	if status == http.StatusBadRequest {
-		switch {
-		case path == "/api/v1/kv" || strings.HasPrefix(path, "/api/v1/kv/"):
-			return engine.CodeKVBadRequest
-		case path == "/api/v1/timers" || strings.HasPrefix(path, "/api/v1/timers/"):
-			return engine.CodeTimersBadRequest
-		case path == "/api/v1/transaction":
-			var schemaErr *openapi3.SchemaError
-			if errors.As(err, &schemaErr) {
-				if field := schemaErr.JSONPointer(); len(field) > 0 {
-					switch field[0] {
-					case "kv":
-						return engine.CodeKVBadRequest
-					case "timers":
-						return engine.CodeTimersBadRequest
-					}
-				}
+	if status != http.StatusBadRequest {
+		return CodeValidation
+	}
+	if family := routeFamilyCode(path); family != "" {
+		return family
+	}
+	if code := bodyFaultCode(err); code != "" {
+		return code
+	}
+	var schemaErr *openapi3.SchemaError
+	if errors.As(err, &schemaErr) {
+		if field := schemaErr.JSONPointer(); len(field) > 0 {
+			if code := riderCode(path, field[0]); code != "" {
+				return code
 			}
-		}
-		if code := bodyFaultCode(err); code != "" {
-			return code
 		}
 	}
 	return CodeValidation
+}
+
+// riderCode is the family code of a fault in a transaction's kv or timers
+// part, named by the first element of the faulty field's path, or "".
+func riderCode(path, topField string) string {
+	if path != "/api/v1/transaction" {
+		return ""
+	}
+	switch topField {
+	case "kv":
+		return engine.CodeKVBadRequest
+	case "timers":
+		return engine.CodeTimersBadRequest
+	}
+	return ""
+}
+
+// routeFamilyCode is the code every 400 of the KV and timers routes carries
+// (kv_bad_request, timers_bad_request), or "" on other routes.
+func routeFamilyCode(path string) string {
+	switch {
+	case path == "/api/v1/kv" || strings.HasPrefix(path, "/api/v1/kv/"):
+		return engine.CodeKVBadRequest
+	case path == "/api/v1/timers" || strings.HasPrefix(path, "/api/v1/timers/"):
+		return engine.CodeTimersBadRequest
+	}
+	return ""
+}
+
+// badRequestCode is the code of a 400 that is no specific code's: the
+// route's family code, else bad_request.
+func badRequestCode(path string) string {
+	if family := routeFamilyCode(path); family != "" {
+		return family
+	}
+	return CodeBadRequest
 }
 
 // isDlqPurgeWithoutQueue reports a DELETE /api/v1/dlq without queue, which
@@ -286,8 +316,9 @@ func describeRequestError(e *openapi3filter.RequestError) string {
 // error (a 500). Bodies are left to the handlers: payloads may hold \u0000.
 func rejectUnstorableURL(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := badRequestCode(r.URL.Path)
 		if err := engine.CheckStoredText("path", r.URL.Path, 0); err != nil {
-			writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+			writeError(w, http.StatusBadRequest, code, err.Error())
 			return
 		}
 		// Only an escape (or a raw non-ASCII byte) can decode to either; most
@@ -296,12 +327,12 @@ func rejectUnstorableURL(next http.Handler) http.Handler {
 			query, _ := url.ParseQuery(raw) // a malformed query is the validator's to answer
 			for name, values := range query {
 				if err := engine.CheckStoredText("query parameter name", name, 0); err != nil {
-					writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+					writeError(w, http.StatusBadRequest, code, err.Error())
 					return
 				}
 				for _, v := range values {
 					if err := engine.CheckStoredText("query parameter "+name, v, 0); err != nil {
-						writeError(w, http.StatusBadRequest, CodeBadRequest, err.Error())
+						writeError(w, http.StatusBadRequest, code, err.Error())
 						return
 					}
 				}

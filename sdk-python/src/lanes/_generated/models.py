@@ -589,10 +589,12 @@ class DlqReplayError(BaseModel):
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-    maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
-    `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
-    `timers_bad_request`, the code those handlers give their own `400`s (one code family
-    per route, as in the reference), rather than `validation_failed`.
+    maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+    without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
+    `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
+    reference): a body the spec refuses, a number past 64 bits, a path or query that is
+    not valid UTF-8, rather than `validation_failed`, `invalid_json` or `bad_request`. A
+    transaction's `kv` and `timers` parts answer the same codes.
 
     """
     success: bool
@@ -689,10 +691,12 @@ class Error(BaseModel):
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-    maintenance: `503`, nothing changed). A request the spec refuses on `/api/v1/kv` and
-    `/api/v1/kv/…` answers `kv_bad_request`, and on `/api/v1/timers` and `/api/v1/timers/…`
-    `timers_bad_request`, the code those handlers give their own `400`s (one code family
-    per route, as in the reference), rather than `validation_failed`.
+    maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+    without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
+    `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
+    reference): a body the spec refuses, a number past 64 bits, a path or query that is
+    not valid UTF-8, rather than `validation_failed`, `invalid_json` or `bad_request`. A
+    transaction's `kv` and `timers` parts answer the same codes.
 
     """
 
