@@ -161,7 +161,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	}
 	log.Info("lanes listening", "url", fmt.Sprintf("http://localhost:%d", cfg.Port), "version", version)
 	serveErr := make(chan error, 1)
-	go func() { serveErr <- httpServer.Serve(listener) }()
+	go func() { serveErr <- httpServer.Serve(api.JSONProtocolErrors(listener)) }()
 
 	select {
 	case err := <-serveErr:

@@ -45,7 +45,9 @@ func newTestBroker(t testing.TB) *testBroker {
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Listener = JSONProtocolErrors(srv.Listener)
+	srv.Start()
 	t.Cleanup(func() { srv.Close(); eng.Close(); pool.Close() })
 	return &testBroker{URL: srv.URL, Engine: eng, Pool: pool}
 }

@@ -102,6 +102,7 @@ func TestKVAndTimerFaultsAnswerTheFamilyCode(t *testing.T) {
 		{"transaction timer delayMs past int64", "POST", "/api/v1/transaction", `{"operations":[],"timers":[{"op":"schedule","queue":"` + q + `","timerKey":"k","delayMs":100000000000000000000}]}`, "timers_bad_request"},
 		{"NUL in a kv path", "GET", "/api/v1/kv/" + q + "/a%00b", "", "kv_bad_request"},
 		{"invalid UTF-8 in a timers query", "GET", "/api/v1/timers/" + q + "?prefix=%FF", "", "timers_bad_request"},
+		{"dot segment in a kv path", "GET", "/api/v1/kv/" + q + "/..", "", "kv_bad_request"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

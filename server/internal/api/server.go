@@ -14,6 +14,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"strconv"
 	"strings"
 	"time"
 	"unicode/utf8"
@@ -314,11 +315,18 @@ func describeRequestError(e *openapi3filter.RequestError) string {
 // a NUL byte or invalid UTF-8: every name and filter in a URL ends up as a
 // text parameter of a statement, and PostgreSQL refuses such text with an
 // error (a 500). Bodies are left to the handlers: payloads may hold \u0000.
+// It also answers 400 for a "." or ".." path segment, which the router would
+// otherwise clean away and answer with a redirect to another resource.
 func rejectUnstorableURL(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		code := badRequestCode(r.URL.Path)
 		if err := engine.CheckStoredText("path", r.URL.Path, 0); err != nil {
 			writeError(w, http.StatusBadRequest, code, err.Error())
+			return
+		}
+		if seg := dotSegment(r.URL.EscapedPath()); seg != "" {
+			writeError(w, http.StatusBadRequest, code, "path segment "+strconv.Quote(seg)+
+				` is not allowed: "." and ".." are never names, and URL clients drop them`)
 			return
 		}
 		// Only an escape (or a raw non-ASCII byte) can decode to either; most
@@ -340,6 +348,20 @@ func rejectUnstorableURL(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// dotSegment returns the first segment of an escaped path that is "." or ".."
+// once unescaped ("%2E" included, as URL clients read it), or "".
+func dotSegment(escapedPath string) string {
+	for seg := range strings.SplitSeq(escapedPath, "/") {
+		if len(seg) == 0 || len(seg) > len("%2E%2E") || seg[0] != '.' && seg[0] != '%' {
+			continue
+		}
+		if name, err := url.PathUnescape(seg); err == nil && (name == "." || name == "..") {
+			return seg
+		}
+	}
+	return ""
 }
 
 // limitBody reads every request body whole, under the body read deadline

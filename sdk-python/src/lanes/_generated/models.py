@@ -584,8 +584,9 @@ class DlqReplayError(BaseModel):
     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
     body that is not one JSON value (malformed, or with more after its value);
-    `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
-    Route-specific codes include `invalid_option`,
+    `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
+    `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
+    percent-escape such as `%zz`). Route-specific codes include `invalid_option`,
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
@@ -686,8 +687,9 @@ class Error(BaseModel):
     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
     body that is not one JSON value (malformed, or with more after its value);
-    `bad_request` is also the answer to a body, path or query that is not valid UTF-8.
-    Route-specific codes include `invalid_option`,
+    `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
+    `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
+    percent-escape such as `%zz`). Route-specific codes include `invalid_option`,
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push

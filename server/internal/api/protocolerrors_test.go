@@ -1,0 +1,59 @@
+package api
+
+import (
+	"bufio"
+	"encoding/json"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+)
+
+// rawRequest sends request text as is (Go's client would refuse a bad
+// escape) and reads the answer.
+func rawRequest(t *testing.T, baseURL, request string) (*http.Response, errorBody) {
+	t.Helper()
+	conn, err := net.Dial("tcp", strings.TrimPrefix(baseURL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	if _, err := conn.Write([]byte(request)); err != nil {
+		t.Fatal(err)
+	}
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var e errorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatalf("answer is not the JSON envelope: %v (status %d, Content-Type %q)", err, resp.StatusCode, resp.Header.Get("Content-Type"))
+	}
+	return resp, e
+}
+
+// A bad percent-escape got net/http's plain-text 400 (it answers before any
+// handler); a "." or ".." segment got a bodiless 301 to another resource.
+func TestUnparsableAndDotSegmentPathsAnswerTheJSONEnvelope(t *testing.T) {
+	b := newTestBroker(t)
+	cases := []struct{ name, request string }{
+		{"bad escape", "GET /api/v1/resources/queues/%zz HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"no Host header", "GET /api/v1/resources/queues HTTP/1.1\r\n\r\n"},
+		{"dot-dot segment", "DELETE /api/v1/consumer-groups/g1/queues/.. HTTP/1.1\r\nHost: x\r\n\r\n"},
+		{"escaped dot segment", "GET /api/v1/resources/queues/%2e HTTP/1.1\r\nHost: x\r\n\r\n"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			resp, e := rawRequest(t, b.URL, c.request)
+			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json" || e.Code != CodeBadRequest || e.Error == "" {
+				t.Fatalf("want a JSON 400 bad_request, got %d %q %+v", resp.StatusCode, resp.Header.Get("Content-Type"), e)
+			}
+		})
+	}
+	// The listener leaves every other answer alone.
+	resp, e := rawRequest(t, b.URL, "GET /api/v1/no-such-route HTTP/1.1\r\nHost: x\r\n\r\n")
+	if resp.StatusCode != http.StatusNotFound || e.Code != CodeNoSuchRoute {
+		t.Fatalf("unknown route: %d %+v", resp.StatusCode, e)
+	}
+}
