@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/goccy/go-json v0.12.0
 	github.com/jackc/pgx/v5 v5.12.0
+	github.com/lanesmq/lanes/server v0.0.0
 	github.com/riverqueue/river v0.51.2
 	github.com/riverqueue/river/riverdriver/riverpgxv5 v0.51.2
 	gonum.org/v1/plot v0.17.0
@@ -35,3 +36,5 @@ require (
 	golang.org/x/sync v0.24.0 // indirect
 	golang.org/x/text v0.43.0 // indirect
 )
+
+replace github.com/lanesmq/lanes/server => ../server

@@ -5,6 +5,7 @@ go 1.26.0
 require (
 	github.com/getkin/kin-openapi v0.153.0
 	github.com/lanesmq/lanes/sdk-go v0.0.0
+	github.com/lanesmq/lanes/server v0.0.0
 	go.yaml.in/yaml/v3 v3.0.5
 )
 
@@ -20,4 +21,7 @@ require (
 	golang.org/x/text v0.14.0 // indirect
 )
 
-replace github.com/lanesmq/lanes/sdk-go => ../sdk-go
+replace (
+	github.com/lanesmq/lanes/sdk-go => ../sdk-go
+	github.com/lanesmq/lanes/server => ../server
+)

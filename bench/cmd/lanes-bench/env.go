@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"net"
-	"net/http"
 	"net/url"
 	"os"
 	"os/exec"
@@ -15,11 +13,12 @@ import (
 	"strconv"
 	"strings"
 	"sync"
-	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/brokerproc"
 )
 
 // clockTicks is USER_HZ, the unit of utime/stime in /proc/<pid>/stat (100 on Linux).
@@ -128,88 +127,46 @@ type broker struct {
 	url       string
 	pprofAddr string
 	pid       int
-	cmd       *exec.Cmd
+	proc      *brokerproc.Process
 	log       *os.File
 }
 
-// startBroker runs the lanes binary against dbURL with a private port and pprof.
+// startBroker runs the lanes binary against dbURL with a private port (0 = a free one) and pprof.
 func startBroker(bin, dbURL string, port int, pprofAddr, logPath, spoolDir string) (*broker, error) {
 	if _, err := os.Stat(bin); err != nil {
 		return nil, fmt.Errorf("broker binary %s: %w (run `make build`)", bin, err)
-	}
-	for _, addr := range []string{fmt.Sprintf("127.0.0.1:%d", port), pprofAddr} {
-		if addr == "" {
-			continue
-		}
-		if c, err := (&net.Dialer{Timeout: 200 * time.Millisecond}).DialContext(context.Background(), "tcp", addr); err == nil {
-			_ = c.Close()
-			return nil, fmt.Errorf("%s is taken (a broker left over from an earlier run?); stop it or pass -broker-port/-pprof-addr", addr)
-		}
 	}
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return nil, err
 	}
-	cmd := exec.CommandContext(context.Background(), bin)
-	cmd.Env = append(os.Environ(),
-		"LANES_DATABASE_URL="+dbURL,
-		"LANES_BIND_ADDR=127.0.0.1",
-		fmt.Sprintf("LANES_PORT=%d", port),
-		"LANES_PPROF_ADDR="+pprofAddr,
-		"LANES_LOG_LEVEL=warn",
-		"LANES_SPOOL_DIR="+spoolDir,
-	)
-	cmd.Stdout, cmd.Stderr = logf, logf
-	// Pdeathsig: the broker goes away with the harness even when the harness dies abruptly.
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGTERM}
-	if err := cmd.Start(); err != nil {
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	proc, err := brokerproc.StartHealthy(ctx, brokerproc.Options{
+		Binary:      bin,
+		DatabaseURL: dbURL,
+		Port:        port,
+		SpoolDir:    spoolDir,
+		Env:         []string{"LANES_PPROF_ADDR=" + pprofAddr, "LANES_LOG_LEVEL=warn"},
+		OtherAddrs:  []string{pprofAddr},
+		Output:      logf,
+	})
+	if err != nil {
 		logf.Close()
+		if errors.Is(err, brokerproc.ErrAddrInUse) {
+			return nil, fmt.Errorf("%w; stop it or pass -broker-port/-pprof-addr", err)
+		}
 		return nil, err
 	}
-	b := &broker{url: fmt.Sprintf("http://127.0.0.1:%d", port), pprofAddr: pprofAddr, pid: cmd.Process.Pid, cmd: cmd, log: logf}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	deadline := time.Now().Add(60 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case err := <-exited:
-			_ = logf.Close()
-			tail, _ := os.ReadFile(logPath)
-			return nil, fmt.Errorf("broker exited during start (%w): %s", err, lastLines(string(tail), 20))
-		default:
-		}
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, b.url+"/health", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				select {
-				case err := <-exited: // someone else answered on our port
-					_ = logf.Close()
-					return nil, fmt.Errorf("broker exited during start (%w)", err)
-				default:
-				}
-				return b, nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	b.stop()
-	return nil, errors.New("broker did not answer /health within 60 s")
+	return &broker{url: proc.URL, pprofAddr: pprofAddr, pid: proc.Pid(), proc: proc, log: logf}, nil
 }
 
+// stop ends the broker (SIGTERM, then SIGKILL after 10 s).
 func (b *broker) stop() {
-	if b == nil || b.cmd == nil {
+	if b == nil || b.proc == nil {
 		return
 	}
-	_ = b.cmd.Process.Signal(syscall.SIGTERM)
-	for i := 0; i < 100; i++ {
-		if err := syscall.Kill(b.pid, 0); err != nil {
-			break
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	_ = b.cmd.Process.Kill()
+	b.proc.Stop(10 * time.Second)
 	b.log.Close()
 }
 

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -10,17 +9,6 @@ import (
 	"testing"
 	"time"
 )
-
-// freePort asks the kernel for a free TCP port on 127.0.0.1.
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
 
 // startTestHarness wires a harness as run does, minus the hop probe and the
 // ceiling and River databases: a broker built from this checkout's server/,
@@ -48,7 +36,7 @@ func startTestHarness(t *testing.T, duration time.Duration) *harness {
 	}
 	dbURL := withDatabase(admin, h.lanesDB)
 	logPath := filepath.Join(tmp, "broker.log")
-	b, err := startBroker(bin, dbURL, freePort(t), "", logPath, filepath.Join(tmp, "spool"))
+	b, err := startBroker(bin, dbURL, 0, "", logPath, filepath.Join(tmp, "spool"))
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -5,26 +5,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/lanesmq/lanes/server/brokerproc"
 )
 
 // broker is a lanes process on a database of its own, started by the runner.
 type broker struct {
-	URL     string
-	cmd     *exec.Cmd
+	*brokerproc.Process
 	db      string
 	repo    string
 	logPath string
-	done    chan struct{} // closed when the process has exited
-	waitErr error
+	log     *os.File
 }
 
 func pgsh(repo string, env []string, args ...string) (string, error) {
@@ -51,87 +49,49 @@ func startBroker(repo, lanesBin, tmp string, port int) (*broker, error) {
 	if _, err := pgsh(repo, nil, "psql", "-d", "postgres", "-c", fmt.Sprintf(`create database "%s"`, db)); err != nil {
 		return nil, err
 	}
+	b := &broker{db: db, repo: repo, logPath: filepath.Join(tmp, "lanes.log")}
 	dbURL, err := pgsh(repo, []string{"LANES_PG_DB=" + db}, "url")
 	if err != nil {
+		b.dropDatabase()
 		return nil, err
 	}
-	if port == 0 {
-		if port, err = freePort(); err != nil {
-			return nil, err
-		}
+	if b.log, err = os.Create(b.logPath); err != nil {
+		b.dropDatabase()
+		return nil, err
 	}
-	b := &broker{URL: fmt.Sprintf("http://127.0.0.1:%d", port), db: db, repo: repo, logPath: filepath.Join(tmp, "lanes.log")}
-	logf, err := os.Create(b.logPath)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	b.Process, err = brokerproc.StartHealthy(ctx, brokerproc.Options{
+		Binary:      lanesBin,
+		DatabaseURL: dbURL,
+		Port:        port,
+		SpoolDir:    filepath.Join(tmp, "spool"),
+		Env:         []string{"LANES_TEST_FAULTS=true", "LANES_LOG_LEVEL=warn"},
+		Output:      b.log,
+	})
 	if err != nil {
-		return nil, err
+		_ = b.log.Close()
+		b.dropDatabase()
+		return nil, fmt.Errorf("starting lanes: %w", err)
 	}
-	b.cmd = exec.CommandContext(context.Background(), lanesBin)
-	b.cmd.Env = append(os.Environ(),
-		"LANES_DATABASE_URL="+dbURL,
-		"LANES_BIND_ADDR=127.0.0.1",
-		fmt.Sprintf("LANES_PORT=%d", port),
-		"LANES_TEST_FAULTS=true",
-		"LANES_SPOOL_DIR="+filepath.Join(tmp, "spool"),
-		"LANES_LOG_LEVEL=warn",
-	)
-	b.cmd.Stdout, b.cmd.Stderr = logf, logf
-	b.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
-	if err := b.cmd.Start(); err != nil {
-		return nil, err
-	}
-	b.done = make(chan struct{})
-	go func() { b.waitErr = b.cmd.Wait(); _ = logf.Close(); close(b.done) }()
-	deadline := time.Now().Add(30 * time.Second)
-	for time.Now().Before(deadline) {
-		select {
-		case <-b.done:
-			log, _ := os.ReadFile(b.logPath)
-			return nil, fmt.Errorf("lanes exited during startup (%w):\n%s", b.waitErr, log)
-		default:
-		}
-		req, _ := http.NewRequestWithContext(context.Background(), http.MethodGet, b.URL+"/health", nil)
-		resp, err := http.DefaultClient.Do(req)
-		if err == nil {
-			_ = resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return b, nil
-			}
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	b.Stop()
-	return nil, fmt.Errorf("lanes did not answer GET /health within 30 s (log %s)", b.logPath)
+	return b, nil
 }
 
-// Stop ends the broker (SIGTERM, then SIGKILL) and drops its database.
+// Stop ends the broker (SIGTERM, then SIGKILL after 10 s) and drops its database.
 func (b *broker) Stop() {
-	if b.cmd != nil && b.cmd.Process != nil {
-		_ = b.cmd.Process.Signal(syscall.SIGTERM)
-		select {
-		case <-b.done:
-		case <-time.After(10 * time.Second):
-			_ = b.cmd.Process.Kill()
-			<-b.done
-		}
-	}
-	if b.db != "" {
-		_, _ = pgsh(b.repo, []string{"PGOPTIONS=-c client_min_messages=warning"}, "psql", "-d", "postgres", "-c", fmt.Sprintf(`drop database if exists "%s" with (force)`, b.db))
-	}
+	b.Process.Stop(10 * time.Second)
+	_ = b.log.Close()
+	b.dropDatabase()
+}
+
+func (b *broker) dropDatabase() {
+	_, _ = pgsh(b.repo, []string{"PGOPTIONS=-c client_min_messages=warning"}, "psql", "-d", "postgres", "-c", fmt.Sprintf(`drop database if exists "%s" with (force)`, b.db))
 }
 
 // envInt reads a port from the environment (0 when unset or not a number).
 func envInt(name string) int {
 	n, _ := strconv.Atoi(os.Getenv(name))
 	return n
-}
-
-func freePort() (int, error) {
-	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer func() { _ = ln.Close() }()
-	return ln.Addr().(*net.TCPAddr).Port, nil
 }
 
 // faultControl talks to the broker's test-only /__test/faults/{run} route (never through the

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,6 +18,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lanesmq/lanes/server/brokerproc"
 	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
@@ -50,66 +50,59 @@ func brokerBinary(t *testing.T) string {
 
 func freePort(t *testing.T) int {
 	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
+	port, err := brokerproc.FreePort()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
+	return port
 }
 
-// broker is one running broker process.
+// broker is one running broker process and everything it has written.
 type broker struct {
-	cmd  *exec.Cmd
-	base string
-	logs *strings.Builder
-	done chan struct{} // closed when the process exited
+	*brokerproc.Process
+	logs *logBuffer
 }
 
+// startBroker starts the broker on port; it is killed when the test ends.
 func startBroker(t *testing.T, dsn string, port int, spoolDir string, extraEnv ...string) *broker {
 	t.Helper()
-	cmd := exec.Command(brokerBinary(t))
-	cmd.Env = append(os.Environ(), "LANES_DATABASE_URL="+dsn, fmt.Sprintf("LANES_PORT=%d", port),
-		"LANES_BIND_ADDR=127.0.0.1", "LANES_SPOOL_DIR="+spoolDir)
-	cmd.Env = append(cmd.Env, extraEnv...)
-	b := &broker{cmd: cmd, base: fmt.Sprintf("http://127.0.0.1:%d", port), logs: &strings.Builder{}, done: make(chan struct{})}
-	cmd.Stderr = &lockedWriter{w: b.logs}
-	if err := cmd.Start(); err != nil {
+	logs := &logBuffer{}
+	p, err := brokerproc.Start(brokerproc.Options{
+		Binary: brokerBinary(t), DatabaseURL: dsn, Port: port, SpoolDir: spoolDir, Env: extraEnv, Output: logs,
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	go func() { _ = cmd.Wait(); close(b.done) }()
-	t.Cleanup(func() { _ = cmd.Process.Kill(); <-b.done })
-	return b
+	t.Cleanup(func() { p.Stop(0) })
+	return &broker{Process: p, logs: logs}
 }
 
-type lockedWriter struct {
+// logBuffer is a strings.Builder that the broker's output goroutine and the test can share.
+type logBuffer struct {
 	mu sync.Mutex
-	w  io.Writer
+	sb strings.Builder
 }
 
-func (l *lockedWriter) Write(p []byte) (int, error) {
+func (l *logBuffer) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	return l.w.Write(p)
+	return l.sb.Write(p)
+}
+
+func (l *logBuffer) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.sb.String()
 }
 
 // waitHealth waits until /health answers want.
 func (b *broker) waitHealth(t *testing.T, want int, timeout time.Duration) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
-	last := 0
-	for time.Now().Before(deadline) {
-		resp, err := http.Get(b.base + "/health")
-		if err == nil {
-			last = resp.StatusCode
-			resp.Body.Close()
-			if last == want {
-				return
-			}
-		}
-		time.Sleep(50 * time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	if err := b.WaitHealth(ctx, want); err != nil {
+		t.Fatalf("%v\nfull log:\n%s", err, b.logs.String())
 	}
-	t.Fatalf("/health never answered %d (last %d)\n%s", want, last, b.logs.String())
 }
 
 func (b *broker) do(method, path string, body any, out any) (int, error) {
@@ -120,7 +113,7 @@ func (b *broker) do(method, path string, body any, out any) (int, error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, method, b.base+path, rd)
+	req, err := http.NewRequestWithContext(ctx, method, b.URL+path, rd)
 	if err != nil {
 		return 0, err
 	}
@@ -268,10 +261,10 @@ func TestSIGKILLMidConsumeRedeliversEverythingUnacked(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	if err := b.cmd.Process.Signal(syscall.SIGKILL); err != nil {
+	if err := b.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	<-b.done
+	<-b.Done()
 	close(stopLoop)
 	<-loopDone
 	mu.Lock()

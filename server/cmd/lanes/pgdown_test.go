@@ -177,7 +177,7 @@ func TestBrokerBootedWithoutPostgresReportsTheDatabaseDown(t *testing.T) {
 				t.Fatalf("GET %s: %v", path, err)
 			}
 		}
-		resp, err := http.Get(b.base + "/metrics/prometheus")
+		resp, err := http.Get(b.URL + "/metrics/prometheus")
 		if err != nil {
 			t.Fatal(err)
 		}

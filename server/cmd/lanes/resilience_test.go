@@ -150,7 +150,7 @@ func TestBrokerWarnsAtStartupAboutAShortJWTSecret(t *testing.T) {
 	deadline := time.Now().Add(15 * time.Second)
 	for !strings.Contains(b.logs.String(), "LANES_JWT_SECRET is shorter than 32 bytes") {
 		select {
-		case <-b.done:
+		case <-b.Done():
 			t.Fatalf("the broker exited:\n%s", b.logs.String())
 		default:
 		}

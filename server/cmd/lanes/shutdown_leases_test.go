@@ -51,7 +51,7 @@ func TestSIGTERMLeavesNoLeaseWithoutAnAnswer(t *testing.T) {
 		err    error
 	}
 	pop := func(path string, out chan<- answer) {
-		resp, err := http.Get(b.base + path)
+		resp, err := http.Get(b.URL + path)
 		if err != nil {
 			out <- answer{err: err}
 			return
@@ -68,7 +68,7 @@ func TestSIGTERMLeavesNoLeaseWithoutAnAnswer(t *testing.T) {
 	}
 	time.Sleep(500 * time.Millisecond) // the claim is stalled, the other pops parked
 	stopped := time.Now()
-	if err := b.cmd.Process.Signal(syscall.SIGTERM); err != nil {
+	if err := b.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	for range 3 {
@@ -77,7 +77,7 @@ func TestSIGTERMLeavesNoLeaseWithoutAnAnswer(t *testing.T) {
 		}
 	}
 	select {
-	case <-b.done:
+	case <-b.Done():
 	case <-time.After(20 * time.Second):
 		t.Fatalf("the broker did not exit\n%s", b.logs.String())
 	}
