@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"sort"
 	"strings"
@@ -60,79 +59,20 @@ type resourceArgs struct {
 	IncludeExpired bool   `json:"includeExpired"`
 }
 
-// resourceStep runs the queue, listing, status, system, consumer-group detail and KV listing
-// steps; ok is false for any other op.
-func (s *state) resourceStep(ctx context.Context, in stepIn) (map[string]any, bool, error) {
-	var a resourceArgs
-	if err := json.Unmarshal(in.Args, &a); err != nil {
-		return nil, true, err
-	}
-	ad := s.client.Admin()
-	status := lanes.StatusQuery{Queue: a.Queue, Namespace: a.Namespace, Task: a.Task, Limit: a.Limit, Offset: a.Offset}
-	switch in.Op {
-	case "queueGet":
-		r, err := ad.GetQueue(ctx, a.Queue)
-		return wireResult(r, err), true, nil
-	case "queueDelete":
-		r, err := ad.DeleteQueue(ctx, a.Queue)
-		return wireResult(r, err), true, nil
-	case "queues":
-		r, err := ad.ListQueues(ctx, lanes.QueueQuery{Namespace: a.Namespace, Task: a.Task, Limit: a.Limit, Offset: a.Offset})
-		return wireResult(r, err), true, nil
-	case "depth":
-		r, err := ad.QueueDepth(ctx, a.Queue, a.Group)
-		return wireResult(r, err), true, nil
-	case "overview":
-		r, err := ad.Overview(ctx)
-		return wireResult(r, err), true, nil
-	case "namespaces":
-		r, err := ad.Namespaces(ctx)
-		return prefixed(r, err, "namespaces", "namespace", a.Prefix), true, nil
-	case "tasks":
-		r, err := ad.Tasks(ctx)
-		return prefixed(r, err, "tasks", "task", a.Prefix), true, nil
-	case "status":
-		r, err := ad.Status(ctx, status)
-		return wireResult(r, err), true, nil
-	case "queueStatuses":
-		r, err := ad.ListQueueStatus(ctx, status)
-		return wireResult(r, err), true, nil
-	case "queueStatus":
-		r, err := ad.QueueStatus(ctx, a.Queue, a.IncludePartitions)
-		return wireResult(r, err), true, nil
-	case "bufferStatus":
-		r, err := ad.BufferStatus(ctx)
-		return wireResult(r, err), true, nil
-	case "metrics":
-		r, err := ad.Metrics(ctx)
-		return wireResult(r, err), true, nil
-	case "health":
-		r, err := s.client.Health(ctx)
-		return wireResult(r, err), true, nil
-	case "maintenance", "setMaintenance":
-		r, err := s.maintenance(ctx, in.Op == "setMaintenance", a.Scope, a.Enabled)
-		return wireResult(r, err), true, nil
-	case "messages":
-		r, err := ad.ListMessages(ctx, lanes.MessageQuery{Queue: a.Queue, Partition: a.Partition, Status: a.Status, Limit: a.Limit, Offset: a.Offset})
-		return wireResult(r, err), true, nil
-	case "group":
-		r, err := ad.GetConsumerGroup(ctx, a.Group)
-		return wireResult(r, err), true, nil
-	case "subscription":
-		t, ok := s.marks[a.Mark]
-		if !ok {
-			return nil, true, fmt.Errorf("no mark %q", a.Mark)
-		}
-		r, err := ad.UpdateSubscription(ctx, a.Group, t)
-		return wireResult(r, err), true, nil
-	case "kvList":
-		r, err := s.client.KV(a.NS).List(ctx, lanes.KVListQuery{Prefix: a.Prefix, After: a.After, Limit: a.Limit, KeysOnly: a.KeysOnly, IncludeExpired: a.IncludeExpired})
-		return wireResult(r, err), true, nil
-	case "kvNamespaces":
-		r, err := s.client.KVNamespaces(ctx)
-		return prefixed(r, err, "namespaces", "namespace", a.Prefix), true, nil
-	}
-	return nil, false, nil
+// resource is a step over resourceArgs whose result is call's, in wire form.
+func resource(call func(ctx context.Context, a resourceArgs) (any, error)) stepFunc {
+	return decodeArgs(func(ctx context.Context, a resourceArgs) (map[string]any, error) {
+		return wireResult(call(ctx, a)), nil
+	})
+}
+
+// prefixedResource is a listing step filtered to the entries whose field starts with the
+// step's prefix (see prefixed).
+func prefixedResource(key, field string, call func(ctx context.Context) (any, error)) stepFunc {
+	return decodeArgs(func(ctx context.Context, a resourceArgs) (map[string]any, error) {
+		v, err := call(ctx)
+		return prefixed(v, err, key, field, a.Prefix), nil
+	})
 }
 
 // maintenance reads or sets the push or pop maintenance switch.
@@ -149,4 +89,13 @@ func (s *state) maintenance(ctx context.Context, set bool, scope string, enabled
 		return ad.PopMaintenanceMode(ctx)
 	}
 	return nil, fmt.Errorf("maintenance scope %q: want push or pop", scope)
+}
+
+// subscription moves a consumer group's subscription to a mark.
+func (s *state) subscription(ctx context.Context, a resourceArgs) (map[string]any, error) {
+	t, ok := s.marks[a.Mark]
+	if !ok {
+		return nil, fmt.Errorf("no mark %q", a.Mark)
+	}
+	return wireResult(s.client.Admin().UpdateSubscription(ctx, a.Group, t)), nil
 }

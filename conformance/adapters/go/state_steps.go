@@ -54,82 +54,65 @@ func (t timerArgs) payload() []byte {
 	return []byte(canonical(t.Data))
 }
 
-// stateStep runs the KV and timer steps; ok is false for any other op.
-func (s *state) stateStep(ctx context.Context, in stepIn) (map[string]any, bool, error) {
-	switch in.Op {
-	case "kvGet", "kvPut", "kvDelete":
-		var a struct {
-			NS         string          `json:"ns"`
-			Key        string          `json:"key"`
-			Value      json.RawMessage `json:"value"`
-			TTLSeconds int             `json:"ttlSeconds"`
-		}
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		kv := s.client.KV(a.NS)
-		var (
-			r   *lanes.KVResult
-			err error
-		)
-		switch in.Op {
-		case "kvGet":
-			r, err = kv.Get(ctx, a.Key)
-		case "kvPut":
-			ttl := lanes.Forever
-			if a.TTLSeconds > 0 {
-				ttl = time.Duration(a.TTLSeconds) * time.Second
-			}
-			var v any = json.RawMessage("null")
-			if len(a.Value) > 0 {
-				v = a.Value
-			}
-			r, err = kv.Put(ctx, a.Key, v, ttl)
-		default:
-			r, err = kv.Delete(ctx, a.Key)
-		}
-		return wireResult(r, err), true, nil
+// kvArgs are the arguments of kvGet, kvPut and kvDelete.
+type kvArgs struct {
+	NS         string          `json:"ns"`
+	Key        string          `json:"key"`
+	Value      json.RawMessage `json:"value"`
+	TTLSeconds int             `json:"ttlSeconds"`
+}
 
-	case "kvBatch":
-		var a struct {
-			Ops []lanes.KVOperation `json:"ops"`
-		}
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		ns := ""
-		if len(a.Ops) > 0 {
-			ns = a.Ops[0].Ns
-		}
-		res, err := s.client.KV(ns).Batch(ctx, a.Ops...)
-		out := map[string]any{}
-		if err == nil {
-			out["results"] = wire(res)
-		}
-		return withErr(out, err), true, nil
+func (s *state) kvGet(ctx context.Context, a kvArgs) (map[string]any, error) {
+	return wireResult(s.client.KV(a.NS).Get(ctx, a.Key)), nil
+}
 
-	case "timerSchedule", "timerGet", "timerCancel", "timerList":
-		var a timerArgs
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		t := s.client.Timers(a.Queue)
-		switch in.Op {
-		case "timerSchedule":
-			r, err := t.Schedule(ctx, a.Key, a.delay(), a.payload())
-			return wireResult(r, err), true, nil
-		case "timerGet":
-			r, err := t.Get(ctx, a.Key)
-			return wireResult(r, err), true, nil
-		case "timerCancel":
-			r, err := t.Cancel(ctx, a.Key)
-			return wireResult(r, err), true, nil
-		default:
-			r, err := t.List(ctx, a.Limit, a.After)
-			return wireResult(r, err), true, nil
-		}
+func (s *state) kvPut(ctx context.Context, a kvArgs) (map[string]any, error) {
+	ttl := lanes.Forever
+	if a.TTLSeconds > 0 {
+		ttl = time.Duration(a.TTLSeconds) * time.Second
 	}
-	return nil, false, nil
+	var v any = json.RawMessage("null")
+	if len(a.Value) > 0 {
+		v = a.Value
+	}
+	return wireResult(s.client.KV(a.NS).Put(ctx, a.Key, v, ttl)), nil
+}
+
+func (s *state) kvDelete(ctx context.Context, a kvArgs) (map[string]any, error) {
+	return wireResult(s.client.KV(a.NS).Delete(ctx, a.Key)), nil
+}
+
+type kvBatchArgs struct {
+	Ops []lanes.KVOperation `json:"ops"`
+}
+
+func (s *state) kvBatch(ctx context.Context, a kvBatchArgs) (map[string]any, error) {
+	ns := ""
+	if len(a.Ops) > 0 {
+		ns = a.Ops[0].Ns
+	}
+	res, err := s.client.KV(ns).Batch(ctx, a.Ops...)
+	out := map[string]any{}
+	if err == nil {
+		out["results"] = wire(res)
+	}
+	return withErr(out, err), nil
+}
+
+func (s *state) timerSchedule(ctx context.Context, a timerArgs) (map[string]any, error) {
+	return wireResult(s.client.Timers(a.Queue).Schedule(ctx, a.Key, a.delay(), a.payload())), nil
+}
+
+func (s *state) timerGet(ctx context.Context, a timerArgs) (map[string]any, error) {
+	return wireResult(s.client.Timers(a.Queue).Get(ctx, a.Key)), nil
+}
+
+func (s *state) timerCancel(ctx context.Context, a timerArgs) (map[string]any, error) {
+	return wireResult(s.client.Timers(a.Queue).Cancel(ctx, a.Key)), nil
+}
+
+func (s *state) timerList(ctx context.Context, a timerArgs) (map[string]any, error) {
+	return wireResult(s.client.Timers(a.Queue).List(ctx, a.Limit, a.After)), nil
 }
 
 // address is a message step's target: a saved message (messages + index) or raw ids.
@@ -164,117 +147,87 @@ func groupNames(names []string, prefix string) []any {
 	return out
 }
 
-// adminStep runs the DLQ, message and consumer-group steps; ok is false for any other op.
-func (s *state) adminStep(ctx context.Context, in stepIn) (map[string]any, bool, error) {
-	ad := s.client.Admin()
-	switch in.Op {
-	case "dlqReplay":
-		var a struct {
-			DLQ   string `json:"dlq"`
-			Index int    `json:"index"`
-			ID    string `json:"id"`
-		}
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		id := a.ID
-		if a.DLQ != "" {
-			list, ok := s.dlq[a.DLQ]
-			if !ok || a.Index < 0 || a.Index >= len(list) {
-				return nil, true, fmt.Errorf("no saved dead letter %s[%d]", a.DLQ, a.Index)
-			}
-			id = list[a.Index].Id
-		}
-		r, err := ad.ReplayDLQ(ctx, id, "", "")
-		return wireResult(r, err), true, nil
+type dlqReplayArgs struct {
+	DLQ   string `json:"dlq"`
+	Index int    `json:"index"`
+	ID    string `json:"id"`
+}
 
-	case "dlqPurge":
-		var a struct {
-			Queue string `json:"queue"`
-			Group string `json:"group"`
+func (s *state) dlqReplay(ctx context.Context, a dlqReplayArgs) (map[string]any, error) {
+	id := a.ID
+	if a.DLQ != "" {
+		list, ok := s.dlq[a.DLQ]
+		if !ok || a.Index < 0 || a.Index >= len(list) {
+			return nil, fmt.Errorf("no saved dead letter %s[%d]", a.DLQ, a.Index)
 		}
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		r, err := ad.PurgeDLQ(ctx, a.Queue, a.Group)
-		return wireResult(r, err), true, nil
+		id = list[a.Index].Id
+	}
+	return wireResult(s.client.Admin().ReplayDLQ(ctx, id, "", "")), nil
+}
 
-	case "messageGet", "messageDelete", "messageRetry":
-		var a address
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
+type dlqPurgeArgs struct {
+	Queue string `json:"queue"`
+	Group string `json:"group"`
+}
+
+func (s *state) dlqPurge(ctx context.Context, a dlqPurgeArgs) (map[string]any, error) {
+	return wireResult(s.client.Admin().PurgeDLQ(ctx, a.Queue, a.Group)), nil
+}
+
+// messageStep is messageGet, messageDelete or messageRetry: call on the addressed message.
+func messageStep[R any](s *state, call func(ctx context.Context, partitionID, transactionID string) (R, error)) stepFunc {
+	return decodeArgs(func(ctx context.Context, a address) (map[string]any, error) {
 		pid, tid, err := s.address(a)
 		if err != nil {
-			return nil, true, err
+			return nil, err
 		}
-		switch in.Op {
-		case "messageGet":
-			r, err := ad.GetMessage(ctx, pid, tid)
-			return wireResult(r, err), true, nil
-		case "messageDelete":
-			r, err := ad.DeleteMessage(ctx, pid, tid)
-			return wireResult(r, err), true, nil
-		default:
-			r, err := ad.RetryMessage(ctx, pid, tid)
-			return wireResult(r, err), true, nil
-		}
+		return wireResult(call(ctx, pid, tid)), nil
+	})
+}
 
-	case "groups":
-		var a struct {
-			Prefix string `json:"prefix"`
-		}
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		list, err := ad.ListConsumerGroups(ctx)
-		if err != nil {
-			return withErr(map[string]any{}, err), true, nil
-		}
-		names := make([]string, 0, len(list))
-		for _, g := range list {
-			names = append(names, g.Name)
-		}
-		return map[string]any{"names": groupNames(names, a.Prefix)}, true, nil
+type prefixArgs struct {
+	Prefix string `json:"prefix"`
+}
 
-	case "groupDelete":
-		var a struct {
-			Group          string `json:"group"`
-			Queue          string `json:"queue"`
-			DeleteMetadata *bool  `json:"deleteMetadata"`
-		}
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		meta := a.DeleteMetadata == nil || *a.DeleteMetadata
-		var (
-			r   *lanes.ConsumerGroupDeleteResult
-			err error
-		)
-		if a.Queue != "" {
-			r, err = ad.DeleteConsumerGroupForQueue(ctx, a.Group, a.Queue, meta)
-		} else {
-			r, err = ad.DeleteConsumerGroup(ctx, a.Group, meta)
-		}
-		return wireResult(r, err), true, nil
-
-	case "lagging":
-		var a struct {
-			MinLagSeconds int    `json:"minLagSeconds"`
-			Prefix        string `json:"prefix"`
-		}
-		if err := json.Unmarshal(in.Args, &a); err != nil {
-			return nil, true, err
-		}
-		list, err := ad.LaggingConsumerGroups(ctx, time.Duration(a.MinLagSeconds)*time.Second)
-		if err != nil {
-			return withErr(map[string]any{}, err), true, nil
-		}
-		names := make([]string, 0, len(list))
-		for _, g := range list {
-			names = append(names, g.ConsumerGroup)
-		}
-		return map[string]any{"names": groupNames(names, a.Prefix)}, true, nil
+func (s *state) groups(ctx context.Context, a prefixArgs) (map[string]any, error) {
+	list, err := s.client.Admin().ListConsumerGroups(ctx)
+	if err != nil {
+		return withErr(map[string]any{}, err), nil
 	}
-	return nil, false, nil
+	names := make([]string, 0, len(list))
+	for _, g := range list {
+		names = append(names, g.Name)
+	}
+	return map[string]any{"names": groupNames(names, a.Prefix)}, nil
+}
+
+type groupDeleteArgs struct {
+	Group          string `json:"group"`
+	Queue          string `json:"queue"`
+	DeleteMetadata *bool  `json:"deleteMetadata"`
+}
+
+func (s *state) groupDelete(ctx context.Context, a groupDeleteArgs) (map[string]any, error) {
+	meta := a.DeleteMetadata == nil || *a.DeleteMetadata
+	if a.Queue != "" {
+		return wireResult(s.client.Admin().DeleteConsumerGroupForQueue(ctx, a.Group, a.Queue, meta)), nil
+	}
+	return wireResult(s.client.Admin().DeleteConsumerGroup(ctx, a.Group, meta)), nil
+}
+
+type laggingArgs struct {
+	MinLagSeconds int    `json:"minLagSeconds"`
+	Prefix        string `json:"prefix"`
+}
+
+func (s *state) lagging(ctx context.Context, a laggingArgs) (map[string]any, error) {
+	list, err := s.client.Admin().LaggingConsumerGroups(ctx, time.Duration(a.MinLagSeconds)*time.Second)
+	if err != nil {
+		return withErr(map[string]any{}, err), nil
+	}
+	names := make([]string, 0, len(list))
+	for _, g := range list {
+		names = append(names, g.ConsumerGroup)
+	}
+	return map[string]any{"names": groupNames(names, a.Prefix)}, nil
 }

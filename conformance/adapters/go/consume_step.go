@@ -1,0 +1,168 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"sync"
+	"time"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+type handlerSpec struct {
+	SleepMs      int  `json:"sleepMs"`
+	FirstSleepMs int  `json:"firstSleepMs"`
+	HonourCancel bool `json:"honourCancel"`
+	Fail         []struct {
+		Data  json.RawMessage `json:"data"`
+		Times int             `json:"times"`
+	} `json:"fail"`
+}
+
+func canonical(raw json.RawMessage) string {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return string(raw)
+	}
+	b, _ := json.Marshal(v)
+	return string(b)
+}
+
+type consumeArgs struct {
+	queueArgs
+	Concurrency  int         `json:"concurrency"`
+	Limit        int         `json:"limit"`
+	IdleMs       int         `json:"idleMs"`
+	RenewEveryMs int         `json:"renewEveryMs"`
+	AutoAck      *bool       `json:"autoAck"`
+	Handler      handlerSpec `json:"handler"`
+	StopAfterMs  int         `json:"stopAfterMs"`
+	StopWhen     int         `json:"stopWhenHandled"`
+	Stop         string      `json:"stop"`
+	MaxMs        int         `json:"maxMs"`
+}
+
+func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, error) {
+	q := s.builder(a.queueArgs)
+	if a.Concurrency > 0 {
+		q = q.Concurrency(a.Concurrency)
+	}
+	if a.Limit > 0 {
+		q = q.Limit(a.Limit)
+	}
+	if a.IdleMs > 0 {
+		q = q.IdleTimeout(time.Duration(a.IdleMs) * time.Millisecond)
+	}
+	if a.RenewEveryMs > 0 {
+		q = q.RenewLease(true, time.Duration(a.RenewEveryMs)*time.Millisecond)
+	}
+	if a.AutoAck != nil {
+		q = q.AutoAck(*a.AutoAck)
+	}
+	var mu sync.Mutex
+	handled := []any{}
+	byPartition := map[string][]any{}
+	onErrors := []any{}
+	failLeft := map[string]int{}
+	for _, f := range a.Handler.Fail {
+		failLeft[canonical(f.Data)] += max(f.Times, 1)
+	}
+	calls := 0
+	q = q.OnError(func(err error) {
+		mu.Lock()
+		onErrors = append(onErrors, errKind(err))
+		mu.Unlock()
+	})
+	c, err := q.Consume(ctx, func(ctx context.Context, m *lanes.Message) error {
+		key := canonical(m.Data)
+		mu.Lock()
+		handled = append(handled, m.Data)
+		byPartition[m.Partition] = append(byPartition[m.Partition], m.Data)
+		calls++
+		sleep := a.Handler.SleepMs
+		if calls == 1 && a.Handler.FirstSleepMs > 0 {
+			sleep = a.Handler.FirstSleepMs
+		}
+		fail := failLeft[key] > 0
+		if fail {
+			failLeft[key]--
+		}
+		mu.Unlock()
+		if sleep > 0 {
+			if a.Handler.HonourCancel {
+				select {
+				case <-ctx.Done():
+					return ctx.Err()
+				case <-time.After(time.Duration(sleep) * time.Millisecond):
+				}
+			} else {
+				time.Sleep(time.Duration(sleep) * time.Millisecond)
+			}
+		}
+		if fail {
+			return errors.New("handler failure (scripted)")
+		}
+		return nil
+	})
+	if err != nil {
+		return withErr(map[string]any{}, err), nil
+	}
+	out := map[string]any{}
+	started := time.Now()
+	maxWait := 20 * time.Second
+	if a.MaxMs > 0 {
+		maxWait = time.Duration(a.MaxMs) * time.Millisecond
+	}
+	deadline := time.NewTimer(maxWait)
+	defer deadline.Stop()
+	if a.StopWhen > 0 {
+		// Stop relative to the handler's progress, not to the start (robust under load).
+		for {
+			mu.Lock()
+			n := len(handled)
+			mu.Unlock()
+			if n >= a.StopWhen || time.Since(started) > maxWait {
+				break
+			}
+			select {
+			case <-c.Done():
+			case <-time.After(5 * time.Millisecond):
+			}
+		}
+		a.StopAfterMs = max(a.StopAfterMs, 1)
+	}
+	if a.StopAfterMs > 0 {
+		select {
+		case <-c.Done():
+		case <-time.After(time.Duration(a.StopAfterMs) * time.Millisecond):
+			stopStart := time.Now()
+			sctx, cancel := context.WithTimeout(context.Background(), maxWait)
+			var serr error
+			if a.Stop == "hard" {
+				serr = c.StopAndCancel(sctx)
+			} else {
+				serr = c.Stop(sctx)
+			}
+			cancel()
+			out["stopMs"] = time.Since(stopStart).Milliseconds()
+			if serr != nil {
+				out["stopError"] = errKind(serr)
+			}
+		}
+	}
+	select {
+	case <-c.Done():
+	case <-deadline.C:
+		out["timedOut"] = true
+		sctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		_ = c.StopAndCancel(sctx)
+		cancel()
+	}
+	mu.Lock()
+	out["handled"] = handled
+	out["byPartition"] = byPartition
+	out["onError"] = onErrors
+	mu.Unlock()
+	return withErr(out, c.Err()), nil
+}
