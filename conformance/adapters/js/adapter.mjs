@@ -276,6 +276,137 @@ async function maintenanceCall(c, scope, how, enabled) {
   return await calls[scope][how]();
 }
 
+// successList is an ack's or a renewal's per-message success flags.
+const successList = (results) => results.map((r) => r.success);
+
+// queueSteps are the queue-plane steps; like stateSteps they run with this = the CaseState, but
+// they answer SDK errors themselves (with the partial results the SDK reports).
+const queueSteps = {
+  async push(c, a) {
+    try {
+      const res = await builder(c, a).push(items(a.items));
+      return { items: res.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId })) };
+    } catch (err) {
+      const out = { error: errKind(err) };
+      if (err instanceof PushError) out.items = err.results.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId }));
+      return out;
+    }
+  },
+  async pop(c, a) {
+    try {
+      const pr = await builder(c, a).popResult();
+      if (a.save) this.saved.set(a.save, pr.messages);
+      return popSummary(pr);
+    } catch (err) {
+      return { error: errKind(err) };
+    }
+  },
+  async ack(c, a) {
+    const ms = this.messages(a.messages, a.indices);
+    const opts = {};
+    if (a.group) opts.group = a.group;
+    if (a.error) opts.error = a.error;
+    try {
+      const res = await c.ack(ms, a.status, opts);
+      return { success: successList(res) };
+    } catch (err) {
+      const out = { error: errKind(err) };
+      if (err instanceof AckError) out.success = successList(err.results);
+      return out;
+    }
+  },
+  async renew(c, a) {
+    try {
+      const res = await c.renew(this.messages(a.messages), { seconds: a.seconds });
+      return { success: successList(res) };
+    } catch (err) {
+      return { error: errKind(err) };
+    }
+  },
+  async transaction(c, a) {
+    let tb = c.transaction();
+    for (const o of a.ops ?? []) {
+      if (o.push) {
+        let tq = tb.queue(o.push.queue);
+        if (o.push.partition !== undefined) tq = tq.partition(o.push.partition);
+        tb = tq.push(items(o.push.items));
+      } else if (o.ack) {
+        const [m] = this.messages(o.ack.messages, [o.ack.index]);
+        tb = tb.ack(m, o.ack.status, o.ack.group ? { group: o.ack.group } : {});
+      } else if (o.kv) {
+        tb = txKv(tb, o.kv);
+      } else if (o.timer) {
+        tb = tb.timer(o.timer.queue, o.timer.key, timerSchedule(o.timer));
+      } else if (o.cancelTimer) {
+        tb = tb.cancelTimer(o.cancelTimer.queue, o.cancelTimer.key);
+      } else {
+        throw new Error("transaction op needs push, ack, kv, timer or cancelTimer");
+      }
+    }
+    try {
+      const res = await tb.commit();
+      const out = { ok: true };
+      if (res.kv?.length) out.kv = res.kv;
+      return out;
+    } catch (err) {
+      return { ok: false, error: errKind(err) };
+    }
+  },
+  async configure(c, a) {
+    try {
+      const labels = {};
+      if (a.namespace) labels.namespace = a.namespace;
+      if (a.task) labels.task = a.task;
+      await c.admin.configureQueue(a.queue, a.options ?? {}, labels);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, error: errKind(err) };
+    }
+  },
+  async seek(c, a) {
+    let to;
+    if (a.toEnd) to = { toEnd: true };
+    else {
+      const t = this.marks.get(a.mark);
+      if (!t) throw new Error(`no mark ${a.mark}`);
+      to = { timestamp: t };
+    }
+    try {
+      if (a.partition !== undefined) await c.admin.seekConsumerGroupPartition(a.group, a.queue, a.partition, to);
+      else await c.admin.seekConsumerGroup(a.group, a.queue, to);
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, error: errKind(err) };
+    }
+  },
+  async mark(c, a) {
+    this.marks.set(a.name, new Date());
+    return { ok: true };
+  },
+  async sleep(c, a) {
+    await sleep(a.ms ?? 0);
+    return {};
+  },
+  async dlq(c, a) {
+    try {
+      const q = { queue: a.queue };
+      if (a.group) q.consumerGroup = a.group;
+      const list = await c.admin.listDlq(q);
+      if (a.save) this.dlq.set(a.save, list.messages ?? []);
+      const data = (list.messages ?? []).map((m) => m.data);
+      return { count: data.length, data };
+    } catch (err) {
+      return { error: errKind(err) };
+    }
+  },
+  async consume(c, a) {
+    return this.consume(a);
+  },
+};
+
+// steps is every op the adapter runs (docs/conformance.md); a missing op is reported as unsupported.
+const stepsByOp = { ...queueSteps, ...stateSteps };
+
 class CaseState {
   constructor(client) {
     this.client = client;
@@ -295,136 +426,13 @@ class CaseState {
   }
 
   async step(op, a) {
-    const c = this.client;
-    switch (op) {
-      case "push": {
-        try {
-          const res = await builder(c, a).push(items(a.items));
-          return { items: res.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId })) };
-        } catch (err) {
-          const out = { error: errKind(err) };
-          if (err instanceof PushError) out.items = err.results.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId }));
-          return out;
-        }
-      }
-      case "pop": {
-        try {
-          const pr = await builder(c, a).popResult();
-          if (a.save) this.saved.set(a.save, pr.messages);
-          return popSummary(pr);
-        } catch (err) {
-          return { error: errKind(err) };
-        }
-      }
-      case "ack": {
-        const ms = this.messages(a.messages, a.indices);
-        const opts = {};
-        if (a.group) opts.group = a.group;
-        if (a.error) opts.error = a.error;
-        try {
-          const res = await c.ack(ms, a.status, opts);
-          return { success: res.map((r) => r.success) };
-        } catch (err) {
-          const out = { error: errKind(err) };
-          if (err instanceof AckError) out.success = err.results.map((r) => r.success);
-          return out;
-        }
-      }
-      case "renew": {
-        try {
-          const res = await c.renew(this.messages(a.messages), { seconds: a.seconds });
-          return { success: res.map((r) => r.success) };
-        } catch (err) {
-          return { error: errKind(err) };
-        }
-      }
-      case "transaction": {
-        let tb = c.transaction();
-        for (const o of a.ops ?? []) {
-          if (o.push) {
-            let tq = tb.queue(o.push.queue);
-            if (o.push.partition !== undefined) tq = tq.partition(o.push.partition);
-            tb = tq.push(items(o.push.items));
-          } else if (o.ack) {
-            const [m] = this.messages(o.ack.messages, [o.ack.index]);
-            tb = tb.ack(m, o.ack.status, o.ack.group ? { group: o.ack.group } : {});
-          } else if (o.kv) {
-            tb = txKv(tb, o.kv);
-          } else if (o.timer) {
-            tb = tb.timer(o.timer.queue, o.timer.key, timerSchedule(o.timer));
-          } else if (o.cancelTimer) {
-            tb = tb.cancelTimer(o.cancelTimer.queue, o.cancelTimer.key);
-          } else {
-            throw new Error("transaction op needs push, ack, kv, timer or cancelTimer");
-          }
-        }
-        try {
-          const res = await tb.commit();
-          const out = { ok: true };
-          if (res.kv?.length) out.kv = res.kv;
-          return out;
-        } catch (err) {
-          return { ok: false, error: errKind(err) };
-        }
-      }
-      case "configure": {
-        try {
-          const labels = {};
-          if (a.namespace) labels.namespace = a.namespace;
-          if (a.task) labels.task = a.task;
-          await c.admin.configureQueue(a.queue, a.options ?? {}, labels);
-          return { ok: true };
-        } catch (err) {
-          return { ok: false, error: errKind(err) };
-        }
-      }
-      case "seek": {
-        let to;
-        if (a.toEnd) to = { toEnd: true };
-        else {
-          const t = this.marks.get(a.mark);
-          if (!t) throw new Error(`no mark ${a.mark}`);
-          to = { timestamp: t };
-        }
-        try {
-          if (a.partition !== undefined) await c.admin.seekConsumerGroupPartition(a.group, a.queue, a.partition, to);
-          else await c.admin.seekConsumerGroup(a.group, a.queue, to);
-          return { ok: true };
-        } catch (err) {
-          return { ok: false, error: errKind(err) };
-        }
-      }
-      case "mark":
-        this.marks.set(a.name, new Date());
-        return { ok: true };
-      case "sleep":
-        await sleep(a.ms ?? 0);
-        return {};
-      case "dlq": {
-        try {
-          const q = { queue: a.queue };
-          if (a.group) q.consumerGroup = a.group;
-          const list = await c.admin.listDlq(q);
-          if (a.save) this.dlq.set(a.save, list.messages ?? []);
-          const data = (list.messages ?? []).map((m) => m.data);
-          return { count: data.length, data };
-        } catch (err) {
-          return { error: errKind(err) };
-        }
-      }
-      case "consume":
-        return this.consume(a);
-      default:
-        if (op in stateSteps) {
-          try {
-            return await stateSteps[op].call(this, c, a);
-          } catch (err) {
-            // SDK errors are results; anything else is an adapter bug (adapterError).
-            if (!(err instanceof LanesError)) throw err;
-            return { error: errKind(err) };
-          }
-        }
-        return { unsupported: op };
+    if (!Object.hasOwn(stepsByOp, op)) return { unsupported: op };
+    try {
+      return await stepsByOp[op].call(this, this.client, a);
+    } catch (err) {
+      // SDK errors are results; anything else is an adapter bug (adapterError).
+      if (!(err instanceof LanesError)) throw err;
+      return { error: errKind(err) };
     }
   }
 

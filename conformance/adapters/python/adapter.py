@@ -192,6 +192,11 @@ def tx_kv(tx: Any, o: dict[str, Any]) -> Any:
     raise ValueError(f"transaction kv op {o['op']} is not mapped")
 
 
+def success_list(results: Any) -> list[bool]:
+    """An ack's or a renewal's per-message success flags."""
+    return [r.success for r in results]
+
+
 def canonical(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True)
 
@@ -212,113 +217,128 @@ class CaseState:
         return [ms[i] for i in indices]
 
     def step(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
-        c = self.client
-        if op == "push":
-            try:
-                return {"items": push_items(builder(c, a).push(items(a.get("items"))))}
-            except PushError as e:
-                return {"items": push_items(e.results), "error": err_kind(e)}
-            except Exception as e:
-                return {"error": err_kind(e)}
-        if op == "pop":
-            try:
-                pr = builder(c, a).pop_result()
-            except Exception as e:
-                return {"error": err_kind(e)}
-            if a.get("save"):
-                self.saved[a["save"]] = pr.messages
-            return pop_summary(pr)
-        if op == "ack":
-            ms = self.messages(a["messages"], a.get("indices"))
-            try:
-                res = c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
-                return {"success": [r.success for r in res]}
-            except AckError as e:
-                return {"success": [r.success for r in e.results], "error": err_kind(e)}
-            except Exception as e:
-                return {"error": err_kind(e)}
-        if op == "renew":
-            try:
-                res = c.renew(self.messages(a["messages"]), seconds=a.get("seconds", 60))
-                return {"success": [r.success for r in res]}
-            except Exception as e:
-                return {"error": err_kind(e)}
-        if op == "transaction":
-            tx = c.transaction()
-            for o in a.get("ops") or []:
-                if "push" in o:
-                    p = o["push"]
-                    tq = tx.queue(p["queue"])
-                    if "partition" in p:
-                        tq = tq.partition(p["partition"])
-                    tx = tq.push(items(p.get("items")))
-                elif "ack" in o:
-                    k = o["ack"]
-                    [m] = self.messages(k["messages"], [k["index"]])
-                    tx = tx.ack(m, k["status"], consumer_group=k.get("group") or None)
-                elif "kv" in o:
-                    tx = tx_kv(tx, o["kv"])
-                elif "timer" in o:
-                    t = o["timer"]
-                    tx = tx.timer_schedule(t["queue"], t["key"], delay_millis=t.get("delayMs", 0), payload=t.get("data"))
-                elif "cancelTimer" in o:
-                    tx = tx.timer_cancel(o["cancelTimer"]["queue"], o["cancelTimer"]["key"])
-                else:
-                    raise ValueError("transaction op needs push, ack, kv, timer or cancelTimer")
-            try:
-                res = tx.commit()
-                out = {"ok": True}
-                if res.kv:
-                    out["kv"] = wire(res.kv)
-                return out
-            except Exception as e:
-                return {"ok": False, "error": err_kind(e)}
-        if op == "configure":
-            try:
-                c.admin.configure_queue(
-                    a["queue"], a.get("options") or {}, namespace=a.get("namespace") or None, task=a.get("task") or None
-                )
-                return {"ok": True}
-            except Exception as e:
-                return {"ok": False, "error": err_kind(e)}
-        if op == "seek":
-            kw: dict[str, Any] = {}
-            if a.get("toEnd"):
-                kw["to_end"] = True
-            else:
-                kw["timestamp"] = self.marks[a["mark"]]
-            try:
-                if "partition" in a:
-                    c.admin.seek_consumer_group_partition(a["group"], a["queue"], a["partition"], **kw)
-                else:
-                    c.admin.seek_consumer_group(a["group"], a["queue"], **kw)
-                return {"ok": True}
-            except Exception as e:
-                return {"ok": False, "error": err_kind(e)}
-        if op == "mark":
-            self.marks[a["name"]] = datetime.now(timezone.utc)
-            return {"ok": True}
-        if op == "sleep":
-            time.sleep(a.get("ms", 0) / 1000)
-            return {}
-        if op == "dlq":
-            try:
-                lst = c.admin.list_dlq(queue=a.get("queue"), consumer_group=a.get("group") or None)
-            except Exception as e:
-                return {"error": err_kind(e)}
-            if a.get("save"):
-                self.dlq[a["save"]] = list(lst.messages or [])
-            data = [m.data for m in (lst.messages or [])]
-            return {"count": len(data), "data": data}
-        if op == "consume":
-            return self.consume(a)
+        """Run one step through its op_<name> method (every op of docs/conformance.md has one)."""
         fn = getattr(self, "op_" + op, None)
-        if fn is not None:
-            try:
-                return fn(c, a)
-            except lanes.LanesError as e:
-                return {"error": err_kind(e)}
-        return {"unsupported": op}
+        if fn is None:
+            return {"unsupported": op}
+        try:
+            result: dict[str, Any] = fn(self.client, a)
+            return result
+        except lanes.LanesError as e:
+            return {"error": err_kind(e)}
+
+    # Queue-plane steps: they answer SDK errors themselves, with the partial results the SDK
+    # reports.
+
+    def op_push(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        try:
+            return {"items": push_items(builder(c, a).push(items(a.get("items"))))}
+        except PushError as e:
+            return {"items": push_items(e.results), "error": err_kind(e)}
+        except Exception as e:
+            return {"error": err_kind(e)}
+
+    def op_pop(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        try:
+            pr = builder(c, a).pop_result()
+        except Exception as e:
+            return {"error": err_kind(e)}
+        if a.get("save"):
+            self.saved[a["save"]] = pr.messages
+        return pop_summary(pr)
+
+    def op_ack(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        ms = self.messages(a["messages"], a.get("indices"))
+        try:
+            res = c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
+            return {"success": success_list(res)}
+        except AckError as e:
+            return {"success": success_list(e.results), "error": err_kind(e)}
+        except Exception as e:
+            return {"error": err_kind(e)}
+
+    def op_renew(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        try:
+            res = c.renew(self.messages(a["messages"]), seconds=a.get("seconds", 60))
+            return {"success": success_list(res)}
+        except Exception as e:
+            return {"error": err_kind(e)}
+
+    def op_transaction(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        tx = c.transaction()
+        for o in a.get("ops") or []:
+            if "push" in o:
+                p = o["push"]
+                tq = tx.queue(p["queue"])
+                if "partition" in p:
+                    tq = tq.partition(p["partition"])
+                tx = tq.push(items(p.get("items")))
+            elif "ack" in o:
+                k = o["ack"]
+                [m] = self.messages(k["messages"], [k["index"]])
+                tx = tx.ack(m, k["status"], consumer_group=k.get("group") or None)
+            elif "kv" in o:
+                tx = tx_kv(tx, o["kv"])
+            elif "timer" in o:
+                t = o["timer"]
+                tx = tx.timer_schedule(t["queue"], t["key"], delay_millis=t.get("delayMs", 0), payload=t.get("data"))
+            elif "cancelTimer" in o:
+                tx = tx.timer_cancel(o["cancelTimer"]["queue"], o["cancelTimer"]["key"])
+            else:
+                raise ValueError("transaction op needs push, ack, kv, timer or cancelTimer")
+        try:
+            res = tx.commit()
+            out = {"ok": True}
+            if res.kv:
+                out["kv"] = wire(res.kv)
+            return out
+        except Exception as e:
+            return {"ok": False, "error": err_kind(e)}
+
+    def op_configure(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        try:
+            c.admin.configure_queue(
+                a["queue"], a.get("options") or {}, namespace=a.get("namespace") or None, task=a.get("task") or None
+            )
+            return {"ok": True}
+        except Exception as e:
+            return {"ok": False, "error": err_kind(e)}
+
+    def op_seek(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        kw: dict[str, Any] = {}
+        if a.get("toEnd"):
+            kw["to_end"] = True
+        else:
+            kw["timestamp"] = self.marks[a["mark"]]
+        try:
+            if "partition" in a:
+                c.admin.seek_consumer_group_partition(a["group"], a["queue"], a["partition"], **kw)
+            else:
+                c.admin.seek_consumer_group(a["group"], a["queue"], **kw)
+            return {"ok": True}
+        except Exception as e:
+            return {"ok": False, "error": err_kind(e)}
+
+    def op_mark(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        self.marks[a["name"]] = datetime.now(timezone.utc)
+        return {"ok": True}
+
+    def op_sleep(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        time.sleep(a.get("ms", 0) / 1000)
+        return {}
+
+    def op_dlq(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        try:
+            lst = c.admin.list_dlq(queue=a.get("queue"), consumer_group=a.get("group") or None)
+        except Exception as e:
+            return {"error": err_kind(e)}
+        if a.get("save"):
+            self.dlq[a["save"]] = list(lst.messages or [])
+        data = [m.data for m in (lst.messages or [])]
+        return {"count": len(data), "data": data}
+
+    def op_consume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return self.consume(a)
 
     # KV, timer, DLQ, message and consumer-group steps: each answers the SDK's result in wire
     # field names; SDK errors become the step's error, anything else is an adapter error.
