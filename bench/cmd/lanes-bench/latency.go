@@ -159,38 +159,27 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 	}
 	seen := newTally(n)
 	var received atomic.Int64
-	var next atomic.Int64
 	var firstErr firstError
 	var pushEnd atomic.Int64
 	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
 	var wg sync.WaitGroup
 	w := h.begin(h.lanesDB, "shared")
 	start := time.Now()
-	var pwg sync.WaitGroup
-	for p := 0; p < producers; p++ {
-		pwg.Add(1)
-		go func(p int) {
-			defer pwg.Done()
-			for firstErr.get() == nil {
-				base := next.Add(batch) - batch
-				if base >= int64(n) {
-					return
-				}
-				k := min(int64(batch), int64(n)-base)
-				items := make([]pushItem, k)
-				for i := range items {
-					seq := base + int64(i)
-					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("s%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}
-				}
-				if _, err := h.pushItems(ctx, items); err != nil {
-					firstErr.set(err)
-					return
-				}
-			}
-		}(p)
-	}
 	pushed := make(chan struct{}) // closed once pushEnd is stored
-	go func() { pwg.Wait(); pushEnd.Store(time.Now().UnixNano()); close(pushed) }()
+	go func() {
+		parallelBatches(producers, batchCount(n, batch), &firstErr, func(p, b int) error {
+			base, k := batchSpan(b, batch, n)
+			items := make([]pushItem, k)
+			for i := range items {
+				seq := int64(base + i)
+				items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("s%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}
+			}
+			_, err := h.pushItems(ctx, items)
+			return err
+		})
+		pushEnd.Store(time.Now().UnixNano())
+		close(pushed)
+	}()
 	for c := 0; c < consumers; c++ {
 		wg.Add(1)
 		go func() {

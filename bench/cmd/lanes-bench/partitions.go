@@ -125,32 +125,17 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 // message that is then consumed, so they exist, hold a log and have a cursor.
 func (h *harness) createIdlePartitions(ctx context.Context, q string, n int) error {
 	const perRequest = 1000
-	jobs := make(chan int, n/perRequest+1)
-	for base := 0; base < n; base += perRequest {
-		jobs <- base
-	}
-	close(jobs)
-	var wg sync.WaitGroup
-	var firstErr firstError
-	for i := 0; i < 4; i++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for base := range jobs {
-				k := min(perRequest, n-base)
-				items := make([]pushItem, k)
-				for j := range items {
-					items[j] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", base+j), TransactionID: "idle", Payload: benchPayload{Seq: -1}}
-				}
-				if _, err := h.pushItems(ctx, items); err != nil {
-					firstErr.set(err)
-					return
-				}
-			}
-		}()
-	}
-	wg.Wait()
-	if err := firstErr.get(); err != nil {
+	var errs firstError
+	parallelBatches(4, batchCount(n, perRequest), &errs, func(_, b int) error {
+		base, k := batchSpan(b, perRequest, n)
+		items := make([]pushItem, k)
+		for j := range items {
+			items[j] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", base+j), TransactionID: "idle", Payload: benchPayload{Seq: -1}}
+		}
+		_, err := h.pushItems(ctx, items)
+		return err
+	})
+	if err := errs.get(); err != nil {
 		return err
 	}
 	// consume them all (autoAck, no width cap)

@@ -6,7 +6,6 @@ import (
 	"io"
 	"log/slog"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -78,35 +77,24 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 		_ = client.Stop(stopCtx)
 	}()
 	const producers, batch = 8, 100
-	var next atomic.Int64
 	var firstErr firstError
 	var pushEnd atomic.Int64
-	var pwg sync.WaitGroup
 	w := h.begin(h.riverDB, "")
 	start := time.Now()
-	for p := 0; p < producers; p++ {
-		pwg.Add(1)
-		go func() {
-			defer pwg.Done()
-			for firstErr.get() == nil {
-				base := next.Add(batch) - batch
-				if base >= int64(n) {
-					return
-				}
-				k := min(int64(batch), int64(n)-base)
-				params := make([]river.InsertManyParams, k)
-				for i := range params {
-					params[i] = river.InsertManyParams{Args: riverArgs{Seq: base + int64(i), Body: payloadBody}}
-				}
-				if _, err := client.InsertManyFast(ctx, params); err != nil {
-					firstErr.set(err)
-					return
-				}
-			}
-		}()
-	}
 	pushed := make(chan struct{}) // closed once pushEnd is stored
-	go func() { pwg.Wait(); pushEnd.Store(time.Now().UnixNano()); close(pushed) }()
+	go func() {
+		parallelBatches(producers, batchCount(n, batch), &firstErr, func(_, b int) error {
+			base, k := batchSpan(b, batch, n)
+			params := make([]river.InsertManyParams, k)
+			for i := range params {
+				params[i] = river.InsertManyParams{Args: riverArgs{Seq: int64(base + i), Body: payloadBody}}
+			}
+			_, err := client.InsertManyFast(ctx, params)
+			return err
+		})
+		pushEnd.Store(time.Now().UnixNano())
+		close(pushed)
+	}()
 	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
 	var completed int64
 	for time.Now().Before(deadline) && firstErr.get() == nil {
