@@ -7,8 +7,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/jackc/pgx/v5/pgconn"
-
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
@@ -289,9 +287,8 @@ func (s *Server) giveBack(pop *gen.PopResponse) {
 
 // isDatabaseTimeout reports a deadline or statement_timeout on database work.
 func isDatabaseTimeout(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "57014" // query_canceled: statement_timeout
+	if engine.HasSQLState(err) {
+		return engine.IsStatementTimeout(err)
 	}
 	return errors.Is(err, context.DeadlineExceeded)
 }

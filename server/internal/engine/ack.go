@@ -85,7 +85,7 @@ func (e *Engine) Ack(ctx context.Context, items []AckItem) ([]AckResult, error) 
 	}
 	reset()
 	done, err := e.ackInOneTrip(ctx, items, results)
-	if err != nil && !isRetryableTxError(err) {
+	if err != nil && !IsRetryable(err) {
 		return nil, err
 	}
 	if done {

@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"errors"
-
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -191,8 +189,7 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 		if !ho.writeCommitted {
 			return batchErr
 		}
-		var pgErr *pgconn.PgError
-		if !errors.As(batchErr, &pgErr) || pgErr.Code != stalePopPlanCode {
+		if !hasSQLState(batchErr, stalePopPlanCode) {
 			e.log.Warn("claim for a parked pop after a write failed; the pop claims for itself", "err", batchErr)
 		}
 		return nil

@@ -114,19 +114,11 @@ func (e *Engine) dispatchNotification(n *pgconn.Notification) {
 func retryTransient(attempt func() error) error {
 	var err error
 	for range 3 {
-		if err = attempt(); err == nil || !isRetryableTxError(err) {
+		if err = attempt(); err == nil || !IsRetryable(err) {
 			return err
 		}
 	}
 	return err
-}
-
-func isRetryableTxError(err error) bool {
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
-		return pgErr.Code == "40001" || pgErr.Code == "40P01"
-	}
-	return false
 }
 
 // notifier sends NOTIFY for committed writes from outside their transactions.

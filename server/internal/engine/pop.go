@@ -11,7 +11,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // PopRequest claims a batch for one consumer group.
@@ -399,8 +398,6 @@ type claim struct {
 // confirms (lanes.expect in the claim statement, SQLSTATE stalePopPlanCode).
 var errStalePopPlan = errors.New("cached pop plan is stale")
 
-const stalePopPlanCode = "LN002"
-
 // beginPop is beginHot for a pop. A leased pop also commits without waiting
 // for the WAL flush, set in the same statement: if the database crashes before
 // the flush, the lease is lost and the batch redelivers sooner, which
@@ -455,8 +452,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 	beginPop(b, req)
 	e.queueClaimAndCommit(b, req, []*popQueue{&plan}, leaseID, true, &d)
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
-		var pgErr *pgconn.PgError
-		if errors.As(err, &pgErr) && pgErr.Code == stalePopPlanCode {
+		if hasSQLState(err, stalePopPlanCode) {
 			return nil, errStalePopPlan // rolled back by the deferred rollbackUnlessDone
 		}
 		return nil, err

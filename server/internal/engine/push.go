@@ -252,7 +252,7 @@ func (p *pusher) commitWithRetry(batch []*pushRequest) error {
 		if err == nil {
 			return nil
 		}
-		if !isRetryableTxError(err) && !p.e.forgetStalePartitions(err) && !p.e.pauseUnprobedWrites(err) {
+		if !IsRetryable(err) && !p.e.forgetStalePartitions(err) && !p.e.pauseUnprobedWrites(err) {
 			return err
 		}
 	}
@@ -347,8 +347,7 @@ const unprobedPause = time.Second
 // unprobedPause, so running the write again gives the verdicts, and a workload
 // that repeats ids pays one wasted transaction per pause, not one per push.
 func (e *Engine) pauseUnprobedWrites(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || pgErr.Code != "23505" || pgErr.ConstraintName != "txns_pkey" {
+	if !IsUniqueViolation(err, "txns_pkey") {
 		return false
 	}
 	e.unprobedPausedUntil.Store(time.Now().Add(unprobedPause).UnixNano())
@@ -427,10 +426,6 @@ type pushWrite struct {
 // between the cache saying it exists and the lock; the push retries with
 // provisioning.
 var errPartitionGone = errors.New("partition no longer exists")
-
-// partitionGoneCode is the SQLSTATE pushOneTripSQL's lanes.expect raises; the
-// one-trip write reports it as errPartitionGone.
-const partitionGoneCode = "LN001"
 
 func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
 	w := &pushWrite{slots: slots, firstWins: firstWins, groups: map[partitionKey][]int{},

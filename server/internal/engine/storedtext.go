@@ -1,12 +1,9 @@
 package engine
 
 import (
-	"errors"
 	"strconv"
 	"strings"
 	"unicode/utf8"
-
-	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // Limits on identifiers PostgreSQL stores in B-tree indexed text columns. An
@@ -105,17 +102,4 @@ func jsonHasNULEscape(doc []byte) bool {
 		i++ // the escaped character
 	}
 	return false
-}
-
-// isDataError reports a PostgreSQL error caused by a value in the statement
-// rather than by the database or the transaction: SQLSTATE class 22 (data
-// exception: invalid byte sequence, value out of range) or 54 (program limit
-// exceeded: index row too large).
-func isDataError(err error) bool {
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) || len(pgErr.Code) != 5 {
-		return false
-	}
-	class := pgErr.Code[:2]
-	return class == "22" || class == "54"
 }

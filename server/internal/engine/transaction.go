@@ -167,10 +167,6 @@ type bundleRun struct {
 	committed func(e *Engine)
 }
 
-// ackLeaseMismatchCode is the SQLSTATE a bundle's one-statement ack raises
-// (lanes.expect) when it finds the cursor other than the lease index says.
-const ackLeaseMismatchCode = "LN003"
-
 // inOneTrip commits, in one round trip, the common bundle: pushes to
 // partitions this broker knows, each transaction id once per partition and bet
 // new (as an unprobed push write, pushOneTripSQL), and acks that complete
@@ -231,13 +227,12 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 	}
 	ho := e.queueCommit(b, w)
 	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
-		var pgErr *pgconn.PgError
 		switch {
-		case errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode:
+		case hasSQLState(err, partitionGoneCode):
 			e.knownPartitions.clear()
 			return false, nil
-		case errors.As(err, &pgErr) && pgErr.Code == ackLeaseMismatchCode,
-			e.pauseUnprobedWrites(err), isRetryableTxError(err):
+		case hasSQLState(err, ackLeaseMismatchCode),
+			e.pauseUnprobedWrites(err), IsRetryable(err):
 			return false, nil
 		}
 		return false, err

@@ -165,9 +165,8 @@ func (s *Spool) quarantine(name string, remaining int, cause error) error {
 }
 
 // isTransient reports failures that mean "database not reachable now" rather
-// than "this data cannot be stored": no SQLSTATE at all, serialization and
-// deadlock failures, and classes 08 (connection), 53 (resources), 57 (operator
-// intervention), 58 (system).
+// than "this data cannot be stored": an error without a SQLSTATE, or one
+// engine.IsServerFault accepts.
 func isTransient(err error) bool {
 	var perm *permanentError
 	if errors.As(err, &perm) {
@@ -177,18 +176,7 @@ func isTransient(err error) bool {
 	if errors.As(err, &invalid) {
 		return false
 	}
-	var pgErr *pgconn.PgError
-	if !errors.As(err, &pgErr) {
-		return true
-	}
-	if pgErr.Code == "40001" || pgErr.Code == "40P01" {
-		return true
-	}
-	switch pgErr.Code[:2] {
-	case "08", "53", "57", "58":
-		return true
-	}
-	return false
+	return !engine.HasSQLState(err) || engine.IsServerFault(err)
 }
 
 // IsUnavailable reports whether err from a push means the database could not be
@@ -201,8 +189,7 @@ func IsUnavailable(err error) bool {
 	if errors.As(err, &invalid) || errors.Is(err, engine.ErrNotFound) {
 		return false
 	}
-	var pgErr *pgconn.PgError
-	if errors.As(err, &pgErr) {
+	if engine.HasSQLState(err) {
 		return isTransient(err)
 	}
 	return engine.IsUnreachable(err) || pgconn.Timeout(err) || errors.Is(err, context.DeadlineExceeded)

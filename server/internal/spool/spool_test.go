@@ -5,11 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"testing"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -231,5 +233,36 @@ func TestTransientFailureKeepsTheFileAndPaused(t *testing.T) {
 	down = false
 	if n, err := s.DrainOnce(context.Background()); n != 3 || err != nil || len(stored) != 3 || !s.DBHealthy() {
 		t.Fatalf("drain after recovery: %d %v stored %d", n, err, len(stored))
+	}
+}
+
+// TestTransientAndUnavailableFollowEngineClassifiers pins the spool's rules:
+// a server fault or an error without a SQLSTATE waits for the database, bad
+// data is a failure, and a hand-built error with a short code must not panic.
+func TestTransientAndUnavailableFollowEngineClassifiers(t *testing.T) {
+	cases := []struct {
+		name                 string
+		err                  error
+		transient, available bool
+	}{
+		{"disk full 53100", &pgconn.PgError{Code: "53100"}, true, true},
+		{"statement timeout 57014", &pgconn.PgError{Code: "57014"}, true, true},
+		{"deadlock 40P01", &pgconn.PgError{Code: "40P01"}, true, true},
+		{"admin shutdown 57P01", &pgconn.PgError{Code: "57P01"}, true, true},
+		{"bad byte 22021", &pgconn.PgError{Code: "22021"}, false, false},
+		{"unique violation 23505", &pgconn.PgError{Code: "23505"}, false, false},
+		{"empty code", &pgconn.PgError{}, true, false},
+		{"one-character code", &pgconn.PgError{Code: "5"}, false, false},
+		{"connection reset", fmt.Errorf("push: %w", io.ErrUnexpectedEOF), true, true},
+		{"bad input", &engine.InvalidInputError{Message: "x"}, false, false},
+		{"quarantine-worthy", &permanentError{msg: "x"}, false, false},
+	}
+	for _, c := range cases {
+		if got := isTransient(c.err); got != c.transient {
+			t.Errorf("%s: isTransient = %v, want %v", c.name, got, c.transient)
+		}
+		if got := IsUnavailable(c.err); got != c.available {
+			t.Errorf("%s: IsUnavailable = %v, want %v", c.name, got, c.available)
+		}
 	}
 }
