@@ -558,16 +558,17 @@ type ConfigureError struct {
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
 	// `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
-	// percent-escape such as `%zz`). Route-specific codes include `invalid_option`,
+	// percent-escape such as `%zz`). Route-specific codes: `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
-	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
+	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
 	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
 	// not valid UTF-8, rather than `validation_failed`, `invalid_json` or `bad_request`. A
-	// transaction's `kv` and `timers` parts answer the same codes.
+	// transaction's kv and timers parts answer the same codes.
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -752,16 +753,17 @@ type DlqReplayError struct {
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
 	// `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
-	// percent-escape such as `%zz`). Route-specific codes include `invalid_option`,
+	// percent-escape such as `%zz`). Route-specific codes: `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
-	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
+	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
 	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
 	// not valid UTF-8, rather than `validation_failed`, `invalid_json` or `bad_request`. A
-	// transaction's `kv` and `timers` parts answer the same codes.
+	// transaction's kv and timers parts answer the same codes.
 	Code                  string  `json:"code"`
 	ConsumerGroup         *string `json:"consumerGroup,omitempty"`
 	DlqId                 *string `json:"dlqId,omitempty"`
@@ -844,16 +846,17 @@ type Error struct {
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
 	// `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
-	// percent-escape such as `%zz`). Route-specific codes include `invalid_option`,
+	// percent-escape such as `%zz`). Route-specific codes: `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
-	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
+	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
 	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
 	// not valid UTF-8, rather than `validation_failed`, `invalid_json` or `bad_request`. A
-	// transaction's `kv` and `timers` parts answer the same codes.
+	// transaction's kv and timers parts answer the same codes.
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -1284,16 +1287,17 @@ type PopDiscoverError struct {
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
 	// `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
-	// percent-escape such as `%zz`). Route-specific codes include `invalid_option`,
+	// percent-escape such as `%zz`). Route-specific codes: `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
-	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
+	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
 	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
 	// not valid UTF-8, rather than `validation_failed`, `invalid_json` or `bad_request`. A
-	// transaction's `kv` and `timers` parts answer the same codes.
+	// transaction's kv and timers parts answer the same codes.
 	Code string `json:"code"`
 
 	// Error Human-readable message.
@@ -1741,16 +1745,17 @@ type SeekError struct {
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
 	// `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
-	// percent-escape such as `%zz`). Route-specific codes include `invalid_option`,
+	// percent-escape such as `%zz`). Route-specific codes: `invalid_option`,
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
-	// `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`, `timers_bad_request`,
+	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
+	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
 	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
 	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
 	// not valid UTF-8, rather than `validation_failed`, `invalid_json` or `bad_request`. A
-	// transaction's `kv` and `timers` parts answer the same codes.
+	// transaction's kv and timers parts answer the same codes.
 	Code string `json:"code"`
 
 	// Error Human-readable message.

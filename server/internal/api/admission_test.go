@@ -219,7 +219,7 @@ func TestBodyOverTheCapIs413(t *testing.T) {
 	var e errorBody
 	status, _ := b.call(t, "POST", "/api/v1/push", big, &e)
 	// The message names the setting to raise, as the 400s of the other caps do.
-	if status != http.StatusRequestEntityTooLarge || e.Code != CodeTooLarge || !strings.Contains(e.Error, "LANES_MAX_BODY_BYTES") {
+	if status != http.StatusRequestEntityTooLarge || e.Code != CodePayloadTooLarge || !strings.Contains(e.Error, "LANES_MAX_BODY_BYTES") {
 		t.Fatalf("declared length over the cap: %d %+v", status, e)
 	}
 	// Chunked: no Content-Length, the cap is found while reading.
@@ -231,7 +231,7 @@ func TestBodyOverTheCapIs413(t *testing.T) {
 	}
 	decodeJSON(t, resp, &e)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusRequestEntityTooLarge || e.Code != CodeTooLarge || !strings.Contains(e.Error, "LANES_MAX_BODY_BYTES") {
+	if resp.StatusCode != http.StatusRequestEntityTooLarge || e.Code != CodePayloadTooLarge || !strings.Contains(e.Error, "LANES_MAX_BODY_BYTES") {
 		t.Fatalf("chunked body over the cap: %d %+v", resp.StatusCode, e)
 	}
 	small := `{"items":[{"queue":"` + q + `","payload":"ok"}]}`

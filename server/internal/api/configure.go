@@ -60,7 +60,7 @@ func (s *Server) Configure(ctx context.Context, req gen.ConfigureRequestObject) 
 }
 
 func configureInvalid(field, message string) gen.Configure400JSONResponse {
-	out := gen.Configure400JSONResponse{Error: message, Code: "invalid_option"}
+	out := gen.Configure400JSONResponse{Error: message, Code: CodeInvalidOption}
 	if field != "" {
 		out.Invalid = &field
 	}
@@ -80,7 +80,7 @@ func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (g
 	q, err := s.engine.GetQueue(ctx, req.Queue)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueue404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
-			Error: "Queue not found", Code: "queue_not_found"}}, nil
+			Error: "Queue not found", Code: CodeQueueNotFound}}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -10,15 +10,6 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// Codes of the dead-letter routes.
-const (
-	CodeQueueRequired   = "queue_required"
-	CodeGone            = "gone"
-	CodeDestinationGone = "destination_gone"
-	CodeInvalidID       = "invalid_id"
-	CodeMaintenance     = "maintenance"
-)
-
 // pushMaintenanceRefusal is the 503 body of a replay refused under push
 // maintenance: a replay writes a message and deletes a dead letter, and push
 // maintenance holds every write off the database.

@@ -16,21 +16,6 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// Stable error codes on the wire. Clients match on these, never on text.
-const (
-	CodeBadRequest  = "bad_request"
-	CodeInvalidJSON = "invalid_json"
-	CodeValidation  = "validation_failed"
-	CodeNotFound    = "not_found"
-	CodeNoSuchRoute = "no_such_route"
-	CodeTooLarge    = "payload_too_large"
-	// CodeRequestTimeout: the body did not arrive within LANES_BODY_READ_TIMEOUT_MS.
-	CodeRequestTimeout = "request_timeout"
-	CodeDatabase       = "database_unavailable"
-	CodeInternal       = "internal_error"
-	CodeMethod         = "method_not_allowed"
-)
-
 // writeError writes the JSON error envelope {error, code}.
 func writeError(w http.ResponseWriter, status int, code, message string) {
 	w.Header().Set("Content-Type", "application/json")

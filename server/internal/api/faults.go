@@ -193,19 +193,19 @@ func writeFault(w http.ResponseWriter, resp FaultResponse) {
 func defaultFaultCode(status int) string {
 	switch status {
 	case http.StatusBadRequest:
-		return "bad_request"
+		return CodeBadRequest
 	case http.StatusUnauthorized:
-		return "unauthorized"
+		return CodeUnauthorized
 	case http.StatusForbidden:
-		return "forbidden"
+		return CodeForbidden
 	case http.StatusNotFound:
-		return "not_found"
+		return CodeNotFound
 	case http.StatusRequestEntityTooLarge:
-		return "payload_too_large"
+		return CodePayloadTooLarge
 	case http.StatusTooManyRequests:
-		return "rate_limited"
+		return CodeRateLimited
 	case http.StatusServiceUnavailable:
-		return "unavailable"
+		return "unavailable" // a scripted fault's own code, not one the broker sends
 	default:
 		return "internal"
 	}

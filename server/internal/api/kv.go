@@ -56,7 +56,7 @@ func refuseKVPathQueryString(f gen.StrictHandlerFunc, operationID string) gen.St
 		if r.URL.RawQuery == "" {
 			return f(ctx, w, r, request)
 		}
-		body := gen.BadRequestJSONResponse{Code: engine.CodeKVBadRequest,
+		body := gen.BadRequestJSONResponse{Code: CodeKVBadRequest,
 			Error: r.Method + " /api/v1/kv/{ns}/{key} takes no query string; conditional operations go through POST /api/v1/kv"}
 		switch operationID {
 		case "KvGet":
@@ -79,7 +79,7 @@ func (s *Server) KvPut(ctx context.Context, req gen.KvPutRequestObject) (gen.KvP
 			if _, ok := fields[f]; ok {
 				return gen.KvPut400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 					Error: "the body of PUT /api/v1/kv/{ns}/{key} must not carry " + strconv.Quote(f) + "; the path names the key",
-					Code:  engine.CodeKVBadRequest}}, nil
+					Code:  CodeKVBadRequest}}, nil
 			}
 		}
 	}

@@ -11,12 +11,6 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// CodeLimitExceeded answers a request that carries more than a configured cap.
-const CodeLimitExceeded = "limit_exceeded"
-
-// CodeDatabaseTimeout answers a request whose database work passed its deadline.
-const CodeDatabaseTimeout = "database_timeout"
-
 // Default caps (each a LANES_MAX_* setting).
 const (
 	DefaultMaxPushItems     = 10000

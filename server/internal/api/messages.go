@@ -11,9 +11,6 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// CodeMessageNotFound answers a message address with nothing behind it.
-const CodeMessageNotFound = "message_not_found"
-
 // ListMessages lists retained messages newest first with their derived status.
 func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestObject) (gen.ListMessagesResponseObject, error) {
 	p := req.Params

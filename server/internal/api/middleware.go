@@ -15,14 +15,6 @@ import (
 	"github.com/lanesmq/lanes/server/internal/auth"
 )
 
-// Error codes added by the resilience and security layers.
-const (
-	CodeUnauthorized = "unauthorized"
-	CodeForbidden    = "forbidden"
-	CodeRateLimited  = admission.ReasonRateLimited
-	CodeOverloaded   = admission.ReasonOverloaded
-)
-
 // statusRecorder remembers the status a handler wrote.
 type statusRecorder struct {
 	http.ResponseWriter

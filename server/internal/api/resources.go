@@ -117,7 +117,7 @@ func (s *Server) GetQueueDepth(ctx context.Context, req gen.GetQueueDepthRequest
 	parts, err := s.engine.QueueDepth(ctx, req.Queue, group)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueueDepth404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
-			Error: "Queue not found", Code: "queue_not_found"}}, nil
+			Error: "Queue not found", Code: CodeQueueNotFound}}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -240,9 +240,9 @@ func riderCode(path, topField string) string {
 	}
 	switch topField {
 	case "kv":
-		return engine.CodeKVBadRequest
+		return CodeKVBadRequest
 	case "timers":
-		return engine.CodeTimersBadRequest
+		return CodeTimersBadRequest
 	}
 	return ""
 }
@@ -252,9 +252,9 @@ func riderCode(path, topField string) string {
 func routeFamilyCode(path string) string {
 	switch {
 	case path == "/api/v1/kv" || strings.HasPrefix(path, "/api/v1/kv/"):
-		return engine.CodeKVBadRequest
+		return CodeKVBadRequest
 	case path == "/api/v1/timers" || strings.HasPrefix(path, "/api/v1/timers/"):
-		return engine.CodeTimersBadRequest
+		return CodeTimersBadRequest
 	}
 	return ""
 }
@@ -372,7 +372,7 @@ func dotSegment(escapedPath string) string {
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.ContentLength > s.opts.MaxBodyBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
+			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 				fmt.Sprintf("request body is %d bytes; the limit is %d (LANES_MAX_BODY_BYTES)", r.ContentLength, s.opts.MaxBodyBytes))
 			return
 		}
@@ -448,7 +448,7 @@ func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.
 // writeBodyTooLarge answers a body found past the cap while it was read. Like
 // the 400s of the other caps, it names the setting to raise.
 func writeBodyTooLarge(w http.ResponseWriter, limit int64) {
-	writeError(w, http.StatusRequestEntityTooLarge, CodeTooLarge,
+	writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 		fmt.Sprintf("request body exceeds the limit of %d bytes (LANES_MAX_BODY_BYTES)", limit))
 }
 

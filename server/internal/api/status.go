@@ -90,7 +90,7 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 	q, parts, err := s.engine.QueueStatus(ctx, req.Queue, deref(req.Params.IncludePartitions))
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueueStatus404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
-			Error: "Queue not found", Code: "queue_not_found"}}, nil
+			Error: "Queue not found", Code: CodeQueueNotFound}}, nil
 	}
 	if err != nil {
 		return nil, err

@@ -18,14 +18,14 @@ import (
 func (s *Server) ScheduleTimers(ctx context.Context, req gen.ScheduleTimersRequestObject) (gen.ScheduleTimersResponseObject, error) {
 	if msg := serverOwnedTimerField(rawBody(ctx), "operations"); msg != "" {
 		return gen.ScheduleTimers400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
-			Error: msg, Code: engine.CodeTimersBadRequest}}, nil
+			Error: msg, Code: CodeTimersBadRequest}}, nil
 	}
 	results, err := s.engine.ScheduleTimers(ctx, timerOpsFromWire(req.Body.Operations, producerSub(ctx)))
 	if body, ok := codedBadRequest(err); ok {
 		switch body.Code {
-		case engine.CodeTimerHorizonExceeded:
+		case CodeTimerHorizonExceeded:
 			return gen.ScheduleTimers403JSONResponse{ForbiddenJSONResponse: gen.ForbiddenJSONResponse(body)}, nil
-		case engine.CodePayloadTooLarge:
+		case CodePayloadTooLarge:
 			return gen.ScheduleTimers413JSONResponse{PayloadTooLargeJSONResponse: gen.PayloadTooLargeJSONResponse(body)}, nil
 		}
 		return gen.ScheduleTimers400JSONResponse{BadRequestJSONResponse: body}, nil

@@ -15,7 +15,7 @@ func (s *Server) Transaction(ctx context.Context, req gen.TransactionRequestObje
 	b := req.Body
 	if msg := serverOwnedTimerField(rawBody(ctx), "timers"); msg != "" {
 		return gen.Transaction400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
-			Error: msg, Code: engine.CodeTimersBadRequest}}, nil
+			Error: msg, Code: CodeTimersBadRequest}}, nil
 	}
 	var bundle engine.TransactionRequest
 	sub := producerSub(ctx)
