@@ -106,10 +106,9 @@ func (s *Server) ReplayDlq(ctx context.Context, req gen.ReplayDlqRequestObject) 
 
 // RetryMessage replays the newest dead letter at a message address.
 func (s *Server) RetryMessage(ctx context.Context, req gen.RetryMessageRequestObject) (gen.RetryMessageResponseObject, error) {
-	pid, err := uuid.Parse(req.PartitionId)
-	if err != nil {
-		return gen.RetryMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
-			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
+	pid, bad := parsePartitionID(req.PartitionId)
+	if bad != nil {
+		return gen.RetryMessage400JSONResponse{BadRequestJSONResponse: *bad}, nil
 	}
 	if s.pushMaintenanceOn(ctx) {
 		return gen.RetryMessage503JSONResponse{DlqReplayMaintenanceJSONResponse: gen.DlqReplayMaintenanceJSONResponse(pushMaintenanceRefusal(""))}, nil

@@ -52,7 +52,7 @@ func overLimit(what string, n, limit int, setting string) error {
 	return &limitError{msg: fmt.Sprintf("%s: %d exceeds the limit of %d per request (%s)", what, n, limit, setting)}
 }
 
-// checkLimits rejects a decoded request that carries more than a cap allows.
+// check rejects a decoded request that carries more than a cap allows.
 func (l Limits) check(request any) error {
 	popBatch := func(batch *int) error {
 		if batch != nil && *batch > l.MaxPopBatch {

@@ -79,17 +79,28 @@ func wireMode(m engine.MessageListMode) gen.MessageListMode {
 	return gen.MessageListMode{HasQueueMode: m.HasQueueMode, BusGroupsCount: m.BusGroups, Type: t}
 }
 
+// parsePartitionID reads the partition id of a message address; a malformed
+// one gets the 400 invalid_id body to answer.
+func parsePartitionID(raw string) (uuid.UUID, *gen.BadRequestJSONResponse) {
+	pid, err := uuid.Parse(raw)
+	if err != nil {
+		return uuid.UUID{}, &gen.BadRequestJSONResponse{Error: "partitionId must be a UUID, got " + raw, Code: CodeInvalidID}
+	}
+	return pid, nil
+}
+
+// messageNotFound answers a message address with nothing behind it.
+var messageNotFound = gen.NotFoundJSONResponse{Error: "Message not found", Code: CodeMessageNotFound}
+
 // GetMessage answers one message with its per-group consumption.
 func (s *Server) GetMessage(ctx context.Context, req gen.GetMessageRequestObject) (gen.GetMessageResponseObject, error) {
-	pid, err := uuid.Parse(req.PartitionId)
-	if err != nil {
-		return gen.GetMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
-			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
+	pid, bad := parsePartitionID(req.PartitionId)
+	if bad != nil {
+		return gen.GetMessage400JSONResponse{BadRequestJSONResponse: *bad}, nil
 	}
 	d, err := s.engine.GetMessage(ctx, pid, req.TransactionId)
 	if errors.Is(err, engine.ErrNotFound) {
-		return gen.GetMessage404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
-			Error: "Message not found", Code: CodeMessageNotFound}}, nil
+		return gen.GetMessage404JSONResponse{NotFoundJSONResponse: messageNotFound}, nil
 	}
 	if err != nil {
 		return nil, err
@@ -125,15 +136,13 @@ func (s *Server) GetMessage(ctx context.Context, req gen.GetMessageRequestObject
 // DeleteMessage deletes the dead letters at a message address; live messages
 // cannot be deleted one by one.
 func (s *Server) DeleteMessage(ctx context.Context, req gen.DeleteMessageRequestObject) (gen.DeleteMessageResponseObject, error) {
-	pid, err := uuid.Parse(req.PartitionId)
-	if err != nil {
-		return gen.DeleteMessage400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
-			Error: "partitionId must be a UUID, got " + req.PartitionId, Code: CodeInvalidID}}, nil
+	pid, bad := parsePartitionID(req.PartitionId)
+	if bad != nil {
+		return gen.DeleteMessage400JSONResponse{BadRequestJSONResponse: *bad}, nil
 	}
 	n, err := s.engine.DeleteDeadLetters(ctx, pid, req.TransactionId)
 	if errors.Is(err, engine.ErrNotFound) {
-		return gen.DeleteMessage404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
-			Error: "Message not found", Code: CodeMessageNotFound}}, nil
+		return gen.DeleteMessage404JSONResponse{NotFoundJSONResponse: messageNotFound}, nil
 	}
 	if err != nil {
 		return nil, err

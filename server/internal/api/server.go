@@ -177,8 +177,7 @@ func isHotPathBody(r *http.Request) bool {
 
 func validationError(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts middleware.ErrorHandlerOpts) {
 	if opts.MatchedRoute == nil {
-		var routeErr *routeError
-		if errors.As(err, &routeErr) || strings.Contains(err.Error(), "no matching operation") {
+		if strings.Contains(err.Error(), "no matching operation") {
 			writeError(w, http.StatusNotFound, CodeNoSuchRoute, "Not Found")
 			return
 		}
@@ -278,10 +277,6 @@ func isDlqPurgeWithoutQueue(err error, opts middleware.ErrorHandlerOpts) bool {
 		errors.As(err, &reqErr) && reqErr.Parameter != nil && reqErr.Parameter.Name == "queue" &&
 		errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired)
 }
-
-type routeError struct{}
-
-func (*routeError) Error() string { return "route" }
 
 // describeRequestError turns a validator error into one readable sentence.
 func describeRequestError(e *openapi3filter.RequestError) string {

@@ -1054,7 +1054,7 @@ const claimFullScanEvery = 32
 // served least recently first. Every claimFullScanEvery-th claim considers them
 // all, so a partition that is written so often it never ranks among the oldest
 // writes is still served in least-recently-served order. nil = no bound.
-func (e *Engine) claimWindow(req *PopRequest) any {
+func (e *Engine) claimWindow(req *PopRequest) *int64 {
 	if req.Partition != "" || e.claims.Add(1)%claimFullScanEvery == 0 {
 		return nil
 	}
@@ -1071,7 +1071,8 @@ func (e *Engine) claimWindow(req *PopRequest) any {
 	if req.Batch > 0 {
 		window = min(window, 4*req.Batch) // a pop takes at most batch partitions
 	}
-	return max(claimWindowMin, window)
+	bound := int64(max(claimWindowMin, window))
+	return &bound
 }
 
 type segment struct {
