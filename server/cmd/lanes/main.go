@@ -46,9 +46,7 @@ func main() {
 
 func newLogger(cfg *config.Config) *slog.Logger {
 	var level slog.Level
-	if err := level.UnmarshalText([]byte(cfg.LogLevel)); err != nil {
-		level = slog.LevelInfo
-	}
+	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // config admits only slog's four level names
 	opts := &slog.HandlerOptions{Level: level}
 	if cfg.LogFormat == "json" {
 		return slog.New(slog.NewJSONHandler(os.Stderr, opts))

@@ -41,36 +41,6 @@ type Config struct {
 	MemoryLimitMiB          int
 }
 
-// DefaultDatabaseURL is the local cluster `scripts/pg.sh start` runs.
-const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:54329/lanes?sslmode=disable"
-
-type setting struct {
-	flag, env, def, usage string
-	set                   func(c *Config, v string) error
-}
-
-func intSetting(dst func(*Config) *int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil {
-			return fmt.Errorf("not an integer: %q", v)
-		}
-		*dst(c) = n
-		return nil
-	}
-}
-
-func millisSetting(dst func(*Config) *time.Duration) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("not a non-negative integer of milliseconds: %q", v)
-		}
-		*dst(c) = time.Duration(n) * time.Millisecond
-		return nil
-	}
-}
-
 // Resilience holds the admission, limit and authentication settings.
 type Resilience struct {
 	// Admission control and limits (see internal/admission).
@@ -106,6 +76,36 @@ type Resilience struct {
 	JWTRequireExp bool
 }
 
+// DefaultDatabaseURL is the local cluster `scripts/pg.sh start` runs.
+const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:54329/lanes?sslmode=disable"
+
+type setting struct {
+	flag, env, def, usage string
+	set                   func(c *Config, v string) error
+}
+
+func intSetting(dst func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return fmt.Errorf("not an integer: %q", v)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
+func millisSetting(dst func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("not a non-negative integer of milliseconds: %q", v)
+		}
+		*dst(c) = time.Duration(n) * time.Millisecond
+		return nil
+	}
+}
+
 // positiveSetting parses an integer of at least 1 (and at most upper when upper > 0).
 func positiveSetting(dst func(*Config) *int, upper int) func(*Config, string) error {
 	return func(c *Config, v string) error {
@@ -132,36 +132,83 @@ func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
 	}
 }
 
-func stringSetting(dst func(*Config) *string) func(*Config, string) error {
-	return func(c *Config, v string) error { *dst(c) = v; return nil }
+// nonNegativeSetting parses an integer of at least 0.
+func nonNegativeSetting(dst func(*Config) *int) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("not a non-negative integer: %q", v)
+		}
+		*dst(c) = n
+		return nil
+	}
 }
 
-var settings = []setting{
-	{"database-url", "LANES_DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL", func(c *Config, v string) error { c.DatabaseURL = v; return nil }},
-	{"bind-addr", "LANES_BIND_ADDR", "0.0.0.0", "address to listen on", func(c *Config, v string) error { c.BindAddr = v; return nil }},
-	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port })},
-	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections", intSetting(func(c *Config) *int { return &c.PoolSize })},
-	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", func(c *Config, v string) error {
+// positiveInt64Setting parses an integer of at least 1 that may pass 32 bits.
+func positiveInt64Setting(dst func(*Config) *int64) func(*Config, string) error {
+	return func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n <= 0 {
 			return fmt.Errorf("not a positive integer: %q", v)
 		}
-		c.MaxBodyBytes = n
+		*dst(c) = n
 		return nil
-	}},
+	}
+}
+
+// nonNegativeFloatSetting parses a number of at least 0.
+func nonNegativeFloatSetting(dst func(*Config) *float64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || f < 0 {
+			return fmt.Errorf("not a non-negative number: %q", v)
+		}
+		*dst(c) = f
+		return nil
+	}
+}
+
+func secondsSetting(dst func(*Config) *time.Duration) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 0 {
+			return fmt.Errorf("not a non-negative integer of seconds: %q", v)
+		}
+		*dst(c) = time.Duration(n) * time.Second
+		return nil
+	}
+}
+
+func stringSetting(dst func(*Config) *string) func(*Config, string) error {
+	return func(c *Config, v string) error { *dst(c) = v; return nil }
+}
+
+// oneOfSetting accepts one of choices in any letter case and stores it as
+// written in choices, so a typo stops the broker instead of being ignored.
+func oneOfSetting(dst func(*Config) *string, choices ...string) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		for _, choice := range choices {
+			if strings.EqualFold(v, choice) {
+				*dst(c) = choice
+				return nil
+			}
+		}
+		return fmt.Errorf("must be %s or %s: %q", strings.Join(choices[:len(choices)-1], ", "), choices[len(choices)-1], v)
+	}
+}
+
+var settings = []setting{
+	{"database-url", "LANES_DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL", stringSetting(func(c *Config) *string { return &c.DatabaseURL })},
+	{"bind-addr", "LANES_BIND_ADDR", "0.0.0.0", "address to listen on", stringSetting(func(c *Config) *string { return &c.BindAddr })},
+	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port })},
+	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections", intSetting(func(c *Config) *int { return &c.PoolSize })},
+	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", positiveInt64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes })},
 	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight })},
 	{"admission-pop-inflight", "LANES_ADMISSION_POP_INFLIGHT", "0", "pop database checks at once (parked pops never count); 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionPopInFlight })},
 	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight })},
 	{"admission-max-waiting", "LANES_ADMISSION_MAX_WAITING", "2000", "requests per class that may queue for a slot; past it 429", intSetting(func(c *Config) *int { return &c.AdmissionMaxWaiting })},
 	{"admission-max-wait-ms", "LANES_ADMISSION_MAX_WAIT_MS", "2000", "longest a request queues for a slot before 429", millisSetting(func(c *Config) *time.Duration { return &c.AdmissionMaxWait })},
-	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests per second per client (token sub or address); 0 = off", func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 {
-			return fmt.Errorf("not a non-negative number: %q", v)
-		}
-		c.RateLimitPerClient = f
-		return nil
-	}},
+	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests per second per client (token sub or address); 0 = off", nonNegativeFloatSetting(func(c *Config) *float64 { return &c.RateLimitPerClient })},
 	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst })},
 	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout })},
 	{"body-read-timeout-ms", "LANES_BODY_READ_TIMEOUT_MS", "30000", "how long a request body may take to arrive; past it 408 and the connection closes (a stalled client holds no admission slot meanwhile); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.BodyReadTimeout })},
@@ -180,14 +227,7 @@ var settings = []setting{
 	{"jwt-public-key", "LANES_JWT_PUBLIC_KEY", "", "PEM public key (RSA, ECDSA or Ed25519), inline or a file path", stringSetting(func(c *Config) *string { return &c.JWTPublicKey })},
 	{"jwt-issuer", "LANES_JWT_ISSUER", "", "required iss claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTIssuer })},
 	{"jwt-audience", "LANES_JWT_AUDIENCE", "", "required aud claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTAudience })},
-	{"jwt-leeway-seconds", "LANES_JWT_LEEWAY_SECONDS", "5", "clock skew tolerated on a token's exp, nbf and iat, in whole seconds; 0 = none", func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("not a non-negative integer of seconds: %q", v)
-		}
-		c.JWTLeeway = time.Duration(n) * time.Second
-		return nil
-	}},
+	{"jwt-leeway-seconds", "LANES_JWT_LEEWAY_SECONDS", "5", "clock skew tolerated on a token's exp, nbf and iat, in whole seconds; 0 = none", secondsSetting(func(c *Config) *time.Duration { return &c.JWTLeeway })},
 	{"jwt-require-exp", "LANES_JWT_REQUIRE_EXP", "true", "refuse a token without an exp claim (401 \"Token has no expiration time\"): it would be valid for ever; false accepts it, as the reference broker does", boolSetting(func(c *Config) *bool { return &c.JWTRequireExp })},
 	{"push-committers", "LANES_PUSH_COMMITTERS", "1", "concurrent group-commit transactions for pushes: one gathers every push that arrives during a commit into the next (fewer, larger commits cost PostgreSQL less per message)", intSetting(func(c *Config) *int { return &c.PushCommitters })},
 	{"ack-sync-commit", "LANES_ACK_SYNC_COMMIT", "false", "a plain ack waits for PostgreSQL's WAL flush before it answers; false: a database crash may undo the acks of its last fraction of a second, whose messages then redeliver (at-least-once), and a single lane turns over faster (transaction bundles, autoAck pops and dead-letter filings always wait)", boolSetting(func(c *Config) *bool { return &c.AckSyncCommit })},
@@ -199,36 +239,19 @@ var settings = []setting{
 		c.DefaultSubscriptionMode = mode
 		return nil
 	}},
-	{"pop-autopilot", "LANES_POP_AUTOPILOT", "on", "pop autopilot: on, shadow or off", func(c *Config, v string) error {
-		if v != "on" && v != "shadow" && v != "off" {
-			return fmt.Errorf("must be on, shadow or off: %q", v)
-		}
-		c.PopAutopilot = v
-		return nil
-	}},
+	{"pop-autopilot", "LANES_POP_AUTOPILOT", "on", "pop autopilot: on, shadow or off", oneOfSetting(func(c *Config) *string { return &c.PopAutopilot }, "on", "shadow", "off")},
 	{"shutdown-timeout-ms", "LANES_SHUTDOWN_TIMEOUT_MS", "30000", "how long SIGTERM waits for in-flight requests; then their connections are cut (a pop gives its claim back)", millisSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
-	{"log-level", "LANES_LOG_LEVEL", "info", "debug, info, warn or error", func(c *Config, v string) error { c.LogLevel = v; return nil }},
-	{"log-format", "LANES_LOG_FORMAT", "text", "text or json", func(c *Config, v string) error { c.LogFormat = v; return nil }},
-	{"apply-schema", "LANES_APPLY_SCHEMA", "true", "apply the embedded schema at boot", func(c *Config, v string) error {
-		b, err := strconv.ParseBool(v)
-		c.ApplySchema = b
-		return err
-	}},
+	{"log-level", "LANES_LOG_LEVEL", "info", "debug, info, warn or error (any case)", oneOfSetting(func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error")},
+	{"log-format", "LANES_LOG_FORMAT", "text", "text or json (any case)", oneOfSetting(func(c *Config) *string { return &c.LogFormat }, "text", "json")},
+	{"apply-schema", "LANES_APPLY_SCHEMA", "true", "apply the embedded schema at boot", boolSetting(func(c *Config) *bool { return &c.ApplySchema })},
 	{"retention-interval-ms", "LANES_RETENTION_INTERVAL_MS", "5000", "period of the retention sweep", millisSetting(func(c *Config) *time.Duration { return &c.RetentionInterval })},
 	{"timers-interval-ms", "LANES_TIMERS_INTERVAL_MS", "250", "how often due timers are fired; 0 = this broker fires none", millisSetting(func(c *Config) *time.Duration { return &c.TimersInterval })},
 	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval })},
 	{"gc-percent", "LANES_GC_PERCENT", "300", "Go GC target (GOGC) unless GOGC is set: fewer collections of the small live heap a broker keeps; the memory limit below bounds what that lets the heap grow to", intSetting(func(c *Config) *int { return &c.GCPercent })},
-	{"memory-limit-mib", "LANES_MEMORY_LIMIT_MIB", "64", "soft memory limit of the Go runtime in MiB (GOMEMLIMIT) unless GOMEMLIMIT is set; past it the GC runs more often (at most half the CPU); 0 = none. Raise it for very large in-flight requests", func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("not a non-negative integer: %q", v)
-		}
-		c.MemoryLimitMiB = n
-		return nil
-	}},
-	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", func(c *Config, v string) error { c.PprofAddr = v; return nil }},
+	{"memory-limit-mib", "LANES_MEMORY_LIMIT_MIB", "64", "soft memory limit of the Go runtime in MiB (GOMEMLIMIT) unless GOMEMLIMIT is set; past it the GC runs more often (at most half the CPU); 0 = none. Raise it for very large in-flight requests", nonNegativeSetting(func(c *Config) *int { return &c.MemoryLimitMiB })},
+	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", stringSetting(func(c *Config) *string { return &c.PprofAddr })},
 	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
-	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", func(c *Config, v string) error { c.SpoolDir = v; return nil }},
+	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", stringSetting(func(c *Config) *string { return &c.SpoolDir })},
 }
 
 func defaultSpoolDir() string {

@@ -93,3 +93,29 @@ func TestJWTRequireExpIsOnByDefaultAndListedByHelp(t *testing.T) {
 		t.Fatalf("--help does not list the exp requirement:\n%s", help.String())
 	}
 }
+
+func TestLogSettingsRefuseTyposAndIgnoreCase(t *testing.T) {
+	c, err := Load([]string{"--log-level", "DEBUG"}, env(map[string]string{"LANES_LOG_FORMAT": "JSON"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.LogLevel != "debug" || c.LogFormat != "json" {
+		t.Fatalf("got level %q format %q, want debug and json", c.LogLevel, c.LogFormat)
+	}
+	for name, vars := range map[string]map[string]string{
+		"LANES_LOG_LEVEL":  {"LANES_LOG_LEVEL": "debg"},
+		"LANES_LOG_FORMAT": {"LANES_LOG_FORMAT": "jsn"},
+	} {
+		_, err := Load(nil, env(vars), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), name) || !strings.Contains(err.Error(), "must be") {
+			t.Errorf("%s=%s: want an error naming the variable and the choices, got %v", name, vars[name], err)
+		}
+	}
+}
+
+func TestApplySchemaRefusesANonBooleanNamingIt(t *testing.T) {
+	_, err := Load(nil, env(map[string]string{"LANES_APPLY_SCHEMA": "yes"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), `LANES_APPLY_SCHEMA (--apply-schema): not a boolean: "yes"`) {
+		t.Fatalf("want a clear error for LANES_APPLY_SCHEMA=yes, got %v", err)
+	}
+}
