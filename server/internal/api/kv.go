@@ -164,14 +164,6 @@ func codedBadRequest(err error) (gen.BadRequestJSONResponse, bool) {
 	return gen.BadRequestJSONResponse{}, false
 }
 
-func int64Ptr(p *int) *int64 {
-	if p == nil {
-		return nil
-	}
-	v := int64(*p)
-	return &v
-}
-
 func kvOpsFromWire(ops []gen.KvOperation) []engine.KVOp {
 	out := make([]engine.KVOp, len(ops))
 	for i, o := range ops {

@@ -1,18 +1,23 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/gorilla/mux"
 
 	"github.com/lanesmq/lanes/server/internal/admission"
+	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/auth"
+	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
 // statusRecorder remembers the status a handler wrote.
@@ -278,4 +283,167 @@ func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request,
 		}
 		fallback(w, r, err)
 	}
+}
+
+// requestDeadline is how long an operation's database work may take: none for
+// push (it has its own deadline, past which it spools), the long-poll timeout
+// on top of the budget for a waiting pop.
+func (s *Server) requestDeadline(request any) time.Duration {
+	budget := s.opts.DBTimeout
+	if budget <= 0 {
+		return 0
+	}
+	park := func(wait *bool, timeout *int) time.Duration {
+		return budget + popParkTime(wait, timeout)
+	}
+	switch req := request.(type) {
+	case gen.PushRequestObject:
+		return 0
+	case gen.PopQueueRequestObject:
+		return park(req.Params.Wait, req.Params.Timeout)
+	case gen.PopPartitionRequestObject:
+		return park(req.Params.Wait, req.Params.Timeout)
+	case gen.PopDiscoverRequestObject:
+		return park(req.Params.Wait, req.Params.Timeout)
+	}
+	return budget
+}
+
+// strictMiddleware runs around every generated operation: it enforces the
+// caps, puts a deadline on the database work, counts acknowledged messages,
+// and hands a pop's answer to deliverPop (which counts it), or gives the claim
+// back at once when its client already left.
+func (s *Server) strictMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
+	limits := s.opts.Limits.withDefaults()
+	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
+		if err := limits.check(request); err != nil {
+			return nil, err
+		}
+		if d := s.requestDeadline(request); d > 0 {
+			var cancel context.CancelFunc
+			ctx, cancel = context.WithTimeout(ctx, d)
+			defer cancel()
+		}
+		resp, err := f(ctx, w, r, request)
+		if err != nil {
+			return resp, err
+		}
+		if pop := popResponse(resp); pop != nil {
+			if r.Context().Err() != nil {
+				s.giveBack(pop)
+				return nil, r.Context().Err()
+			}
+			return popDelivery{s: s, r: r, pop: pop}, nil
+		}
+		s.countAcks(resp)
+		return resp, nil
+	}
+}
+
+func (s *Server) countAcks(resp any) {
+	acked, dlq := 0, 0
+	add := func(success, dead bool) {
+		if success {
+			acked++
+		}
+		if dead {
+			dlq++
+		}
+	}
+	switch v := resp.(type) {
+	case gen.Ack200JSONResponse:
+		add(v.Success, v.Dlq)
+	case ackBatchAnswer:
+		for _, r := range v {
+			add(r.Success, r.Dlq)
+		}
+	case gen.Transaction200JSONResponse:
+		if !v.Success {
+			return
+		}
+		for _, r := range v.Results {
+			if r.Type == "ack" {
+				add(r.Success, r.Dlq != nil && *r.Dlq)
+			}
+		}
+	default:
+		return
+	}
+	s.metrics.CountAcks(acked, dlq)
+}
+
+// isDatabaseTimeout reports a deadline or statement_timeout on database work.
+func isDatabaseTimeout(err error) bool {
+	if engine.HasSQLState(err) {
+		return engine.IsStatementTimeout(err)
+	}
+	return errors.Is(err, context.DeadlineExceeded)
+}
+
+// rejectUnstorableURL answers 400 for a path or query string that decodes to
+// a NUL byte or invalid UTF-8: every name and filter in a URL ends up as a
+// text parameter of a statement, and PostgreSQL refuses such text with an
+// error (a 500). Bodies are left to the handlers: payloads may hold \u0000.
+// It also answers 400 for a "." or ".." path segment, which the router would
+// otherwise clean away and answer with a redirect to another resource.
+func rejectUnstorableURL(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		code := badRequestCode(r.URL.Path)
+		if err := engine.CheckStoredText("path", r.URL.Path, 0); err != nil {
+			writeError(w, http.StatusBadRequest, code, err.Error())
+			return
+		}
+		if seg := dotSegment(r.URL.EscapedPath()); seg != "" {
+			writeError(w, http.StatusBadRequest, code, "path segment "+strconv.Quote(seg)+
+				` is not allowed: "." and ".." are never names, and URL clients drop them`)
+			return
+		}
+		// Only an escape (or a raw non-ASCII byte) can decode to either; most
+		// query strings, a pop's included, skip the parse.
+		if raw := r.URL.RawQuery; strings.IndexByte(raw, '%') >= 0 || !utf8.ValidString(raw) {
+			query, _ := url.ParseQuery(raw) // a malformed query is the validator's to answer
+			for name, values := range query {
+				if err := engine.CheckStoredText("query parameter name", name, 0); err != nil {
+					writeError(w, http.StatusBadRequest, code, err.Error())
+					return
+				}
+				for _, v := range values {
+					if err := engine.CheckStoredText("query parameter "+name, v, 0); err != nil {
+						writeError(w, http.StatusBadRequest, code, err.Error())
+						return
+					}
+				}
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// dotSegment returns the first segment of an escaped path that is "." or ".."
+// once unescaped ("%2E" included, as URL clients read it), or "".
+func dotSegment(escapedPath string) string {
+	for seg := range strings.SplitSeq(escapedPath, "/") {
+		if len(seg) == 0 || len(seg) > len("%2E%2E") || seg[0] != '.' && seg[0] != '%' {
+			continue
+		}
+		if name, err := url.PathUnescape(seg); err == nil && (name == "." || name == "..") {
+			return seg
+		}
+	}
+	return ""
+}
+
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			if v := recover(); v != nil {
+				if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+					panic(v)
+				}
+				s.log.Error("panic serving request", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+				writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "internal error")
+			}
+		}()
+		next.ServeHTTP(w, r)
+	})
 }

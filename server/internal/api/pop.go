@@ -92,16 +92,6 @@ func popParkTime(wait *bool, timeoutMs *int) time.Duration {
 	return time.Duration(*timeoutMs) * time.Millisecond
 }
 
-// optional turns "" into a JSON null.
-func optional(s string) *string {
-	if s == "" {
-		return nil
-	}
-	p := new(string) // not &s, which moved s to the heap on every call
-	*p = s
-	return p
-}
-
 // PopQueue claims from any partition of a queue.
 func (s *Server) PopQueue(ctx context.Context, req gen.PopQueueRequestObject) (gen.PopQueueResponseObject, error) {
 	p := req.Params

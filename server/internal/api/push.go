@@ -3,8 +3,13 @@ package api
 import (
 	"context"
 
+	"github.com/google/uuid"
+
 	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/metrics"
+	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
 // Push stores a list of items; every item carries its own verdict.
@@ -42,10 +47,112 @@ func (s *Server) Push(ctx context.Context, req gen.PushRequestObject) (gen.PushR
 	return out, nil
 }
 
-func deref[T any](p *T) T {
-	var zero T
-	if p == nil {
-		return zero
+// storePush is the push path behind the handler: the token subject is stamped
+// on every item; pushes go to the spool in push maintenance, while older
+// spooled pushes are still draining (so nothing overtakes them in a
+// partition), and when PostgreSQL cannot be reached.
+func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error) {
+	if sub := producerSub(ctx); sub != "" {
+		for i := range items {
+			items[i].ProducerSub = sub
+		}
 	}
-	return *p
+	sp := s.opts.Spool
+	if sp == nil && s.maintenance.pushEnabled() {
+		// Push maintenance keeps writes off the database, and without a
+		// spool there is nowhere else to put them.
+		if err := engine.NormalizePushItems(items); err != nil {
+			return nil, err
+		}
+		return s.failedPushes(items, "push maintenance is on and this broker has no disk spool"), nil
+	}
+	if sp != nil && (!s.schemaReady() || s.maintenance.pushEnabled() || sp.Pending() > 0) {
+		if !s.schemaReady() {
+			sp.MarkDBDown()
+		}
+		return s.spoolPush(items)
+	}
+	if sp != nil {
+		// Minted before the database attempt, so a push that goes to the spool
+		// after its commit landed unseen (the connection died before the
+		// answer) is answered with the id it was stored under; the replay then
+		// finds it by transaction id.
+		for i := range items {
+			if items[i].MessageID == uuid.Nil {
+				items[i].MessageID = engine.NewMessageID()
+			}
+		}
+	}
+	pushCtx, cancel := context.WithTimeout(ctx, s.opts.PushTimeout)
+	defer cancel()
+	results, err := s.engine.Push(pushCtx, items)
+	if err != nil && sp != nil && ctx.Err() == nil && spool.IsUnavailable(err) {
+		s.log.Warn("database unreachable; push goes to the disk spool", "items", len(items), "err", err)
+		sp.MarkDBDown()
+		return s.spoolPush(items)
+	}
+	if err != nil {
+		return nil, err
+	}
+	countPushVerdicts(s.metrics, results)
+	return results, nil
+}
+
+// producerSub is the subject of the request's token, stamped on what it
+// pushes (plain pushes, transaction pushes, timers); "" when auth is off.
+func producerSub(ctx context.Context) string {
+	if id := auth.FromContext(ctx); id != nil {
+		return id.Subject
+	}
+	return ""
+}
+
+func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error) {
+	if err := engine.NormalizePushItems(items); err != nil {
+		return nil, err
+	}
+	// The answer's message ids travel with the records, so the drain stores
+	// each message under the id this reply gives the client.
+	for i := range items {
+		if items[i].MessageID == uuid.Nil {
+			items[i].MessageID = engine.NewMessageID()
+		}
+	}
+	status, errText := engine.PushBuffered, ""
+	if err := s.opts.Spool.Append(items); err != nil {
+		s.log.Error("spool write failed; push answered failed", "items", len(items), "err", err)
+		status, errText = engine.PushFailed, err.Error()
+	}
+	results := make([]engine.PushResult, len(items))
+	for i, it := range items {
+		results[i] = engine.PushResult{Index: i, MessageID: it.MessageID, TransactionID: it.TransactionID, Queue: it.Queue, Status: status, Error: errText}
+	}
+	s.metrics.CountPush(string(status), len(items))
+	return results, nil
+}
+
+// failedPushes answers every item failed with reason, nothing stored.
+func (s *Server) failedPushes(items []engine.PushItem, reason string) []engine.PushResult {
+	results := make([]engine.PushResult, len(items))
+	for i, it := range items {
+		results[i] = engine.PushResult{Index: i, TransactionID: it.TransactionID, Queue: it.Queue, Status: engine.PushFailed, Error: reason}
+	}
+	s.metrics.CountPush(string(engine.PushFailed), len(items))
+	return results
+}
+
+// countPushVerdicts counts a push's items by verdict: the usual all-queued
+// push with one counter update, not a label lookup per item.
+func countPushVerdicts(m *metrics.Metrics, results []engine.PushResult) {
+	queued := 0
+	for _, r := range results {
+		if r.Status == engine.PushQueued {
+			queued++
+		} else {
+			m.CountPush(string(r.Status), 1)
+		}
+	}
+	if queued > 0 {
+		m.CountPush(string(engine.PushQueued), queued)
+	}
 }
