@@ -127,18 +127,6 @@ func (e *KVPreconditionError) Error() string {
 	return fmt.Sprintf("kv operation %d (key %q) lost its required precondition: %s", e.Index, e.Key, e.Reason)
 }
 
-// CodedInputError is a caller mistake with its own stable wire code.
-type CodedInputError struct {
-	Code    string
-	Message string
-}
-
-func (e *CodedInputError) Error() string { return e.Message }
-
-func codedInvalid(code, format string, args ...any) error {
-	return &CodedInputError{Code: code, Message: fmt.Sprintf(format, args...)}
-}
-
 // Wire codes of KV input errors.
 const (
 	CodeKVBadRequest         = "kv_bad_request"

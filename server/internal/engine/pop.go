@@ -1080,3 +1080,65 @@ type segment struct {
 	createdAt time.Time
 	frames    []byte
 }
+
+// ReleaseParkedPops ends every parked long poll now (each answers empty); used
+// at shutdown so parked requests do not hold the HTTP server open.
+func (e *Engine) ReleaseParkedPops() {
+	e.stopParking.Store(true)
+	e.waiters.wakeAll()
+}
+
+// PausePopsWhen makes every pop check, a parked pop's re-checks and the
+// claims a push or an ack runs for a parked pop find nothing while paused
+// reports true (pop maintenance). The HTTP layer answers a new pop 204 itself;
+// this holds the pops that were already parked when maintenance went on. Call
+// it before the engine serves.
+func (e *Engine) PausePopsWhen(paused func() bool) { e.popsPaused = paused }
+
+func (e *Engine) popsArePaused() bool { return e.popsPaused != nil && e.popsPaused() }
+
+// admittedPopOnce runs one pop check inside the admission budget. A
+// rejection fails the first check; a re-check of a parked pop that cannot get a
+// slot counts as empty and keeps waiting, so parking never answers 429.
+func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first bool) (*PopResult, error) {
+	if e.popsArePaused() {
+		return &PopResult{}, nil
+	}
+	release := func() {}
+	switch {
+	case !first && req.Wait && e.cfg.AdmitPopRecheck != nil:
+		r, ok := e.cfg.AdmitPopRecheck()
+		if !ok {
+			return &PopResult{}, nil
+		}
+		release = r
+	case e.cfg.AdmitPopCheck != nil:
+		r, err := e.cfg.AdmitPopCheck(ctx)
+		if err != nil {
+			if first || !req.Wait {
+				return nil, err
+			}
+			return &PopResult{}, nil
+		}
+		release = r
+	}
+	defer release()
+	return e.claimOnce(ctx, req)
+}
+
+// claimOnce runs one pop check that a caller leaving cannot interrupt (its
+// deadline still applies): a cancel arriving during COMMIT would leave the
+// claim's outcome unknown, a lease written for nobody. The result reaches the
+// caller, who gives the claim back if its client is gone.
+func (e *Engine) claimOnce(ctx context.Context, req *PopRequest) (*PopResult, error) {
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	claimCtx := context.WithoutCancel(ctx)
+	if deadline, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		claimCtx, cancel = context.WithDeadline(claimCtx, deadline)
+		defer cancel()
+	}
+	return e.popOnce(claimCtx, req)
+}

@@ -939,3 +939,14 @@ func (e *Engine) announce(touched map[string][]string, ho *handOff) {
 	}
 	e.notifier.publish(touched)
 }
+
+// NormalizePushItems applies the push defaults (partition, transaction id) and
+// checks what the push path checks, for callers that store items elsewhere first.
+func NormalizePushItems(items []PushItem) error {
+	for i := range items {
+		if err := normalizePushItem(&items[i], i); err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,33 @@
+package engine
+
+import (
+	"errors"
+	"fmt"
+)
+
+// ErrNotFound reports a missing queue, partition or lease.
+var ErrNotFound = errors.New("not found")
+
+// InvalidInputError is a caller mistake; Field names the offending input.
+type InvalidInputError struct {
+	Field   string
+	Message string
+}
+
+func (e *InvalidInputError) Error() string { return e.Message }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidInputError{Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// CodedInputError is a caller mistake with its own stable wire code.
+type CodedInputError struct {
+	Code    string
+	Message string
+}
+
+func (e *CodedInputError) Error() string { return e.Message }
+
+func codedInvalid(code, format string, args ...any) error {
+	return &CodedInputError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
