@@ -23,6 +23,7 @@ import (
 	"github.com/lanesmq/lanes/server/internal/config"
 	"github.com/lanesmq/lanes/server/internal/engine"
 	"github.com/lanesmq/lanes/server/internal/metrics"
+	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
 // version is stamped by the build (-ldflags "-X main.version=…").
@@ -73,71 +74,19 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 
-	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
-	if err != nil {
-		return fmt.Errorf("LANES_DATABASE_URL: %w", err)
-	}
-	poolCfg.MaxConns = int32(cfg.PoolSize)
-	// The broker's statements are short and index-driven; JIT compilation only adds latency to them.
-	poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
-	// Every statement of the broker has a server-side deadline too.
-	if cfg.StatementTimeout > 0 {
-		poolCfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
-	}
-	pool, err := pgxpool.NewWithConfig(ctx, poolCfg)
+	pool, err := openPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
-	verifier, err := newVerifier(cfg)
+	loopsCtx, stopLoops := context.WithCancel(context.Background())
+	defer stopLoops()
+	b, err := wire(cfg, log, pool, loopsCtx)
 	if err != nil {
 		return err
 	}
-	warnShortJWTSecret(cfg, log)
-	admit := newAdmission(cfg)
-	reg := metrics.New()
-	eng := engine.New(pool, engine.Config{
-		OnRetentionPass:         api.RetentionObserver(reg, log),
-		AdmitPopCheck:           admit.Pop.Acquire,
-		AdmitPopRecheck:         admit.Pop.TryAcquire,
-		PushCommitters:          cfg.PushCommitters,
-		AckSyncCommit:           cfg.AckSyncCommit,
-		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
-		PopAutopilot:            cfg.PopAutopilot,
-		Logger:                  log,
-	})
-	schema := &schemaGate{}
-	var srv *api.Server
-	sp := openSpool(cfg, eng.Push, func() bool { return srv != nil && srv.PushMaintenance() }, log)
-	srv = api.NewServer(eng, api.Options{
-		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
-		Admission: admit, Spool: sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
-		TestFaults: cfg.TestFaults, Metrics: reg, Limits: limitsOf(cfg), DBTimeout: cfg.RequestDBTimeout,
-		BodyReadTimeout: cfg.BodyReadTimeout, SchemaReady: schema.ready.Load,
-	})
-	drainCtx, stopDrain := context.WithCancel(context.Background())
-	defer stopDrain()
-	// The loops that need the schema start once it is applied; until then the
-	// broker serves (pushes spool, /health answers 503).
-	schema.start = func() {
-		eng.StartRetention(cfg.RetentionInterval)
-		eng.StartTimers(cfg.TimersInterval)
-		eng.StartKVSweeper(cfg.KVSweepInterval)
-		if sp != nil {
-			sp.MarkDBUp()
-			go sp.Run(drainCtx)
-		}
-		go srv.RunLagCollector(drainCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
-		go srv.RunMaintenanceRefresh(drainCtx)
-	}
-	// Until the database answers, the spool's dbHealthy (status/buffers, metrics) says it is down.
-	schema.unreachable = func() {
-		if sp != nil {
-			sp.MarkDBDown()
-		}
-	}
-	schema.bringUp(ctx, drainCtx, pool, cfg, log)
-	handler, err := srv.Handler()
+	b.schema.bringUp(ctx, loopsCtx, pool, cfg, log)
+	handler, err := b.srv.Handler()
 	if err != nil {
 		return err
 	}
@@ -153,6 +102,10 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	// ReadTimeout would also cut long-poll pops. IdleTimeout closes keep-alive
 	// connections nobody uses, past the 90 s clients such as Go's keep them.
 	httpServer := &http.Server{Addr: addr, Handler: running.wrap(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	// Parked long polls are released as shutdown begins (net/http runs this
+	// once the listeners are closed) so they answer 204 instead of holding it;
+	// pops that arrive later do not park.
+	httpServer.RegisterOnShutdown(b.eng.ReleaseParkedPops)
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
 		return err
@@ -166,12 +119,89 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		return err
 	case <-ctx.Done():
 	}
+	return b.shutdown(httpServer, running, stopLoops, cfg, log)
+}
+
+// openPool opens the PostgreSQL pool with the broker's session settings.
+func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
+	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("LANES_DATABASE_URL: %w", err)
+	}
+	poolCfg.MaxConns = int32(cfg.PoolSize)
+	// The broker's statements are short and index-driven; JIT compilation only adds latency to them.
+	poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
+	// Every statement of the broker has a server-side deadline too.
+	if cfg.StatementTimeout > 0 {
+		poolCfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
+	}
+	return pgxpool.NewWithConfig(ctx, poolCfg)
+}
+
+// brokerParts is the engine, spool and HTTP layer run starts and shutdown stops.
+type brokerParts struct {
+	eng    *engine.Engine
+	sp     *spool.Spool // nil without a spool
+	srv    *api.Server
+	schema *schemaGate
+}
+
+// wire builds the broker on pool. The loops that need the schema start on
+// loopsCtx once it is applied; until then the broker serves (pushes spool,
+// /health answers 503).
+func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx context.Context) (*brokerParts, error) {
+	verifier, err := newVerifier(cfg)
+	if err != nil {
+		return nil, err
+	}
+	warnShortJWTSecret(cfg, log)
+	admit := newAdmission(cfg)
+	reg := metrics.New()
+	eng := engine.New(pool, engine.Config{
+		OnRetentionPass:         api.RetentionObserver(reg, log),
+		AdmitPopCheck:           admit.Pop.Acquire,
+		AdmitPopRecheck:         admit.Pop.TryAcquire,
+		PushCommitters:          cfg.PushCommitters,
+		AckSyncCommit:           cfg.AckSyncCommit,
+		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
+		PopAutopilot:            cfg.PopAutopilot,
+		Logger:                  log,
+	})
+	b := &brokerParts{eng: eng, schema: &schemaGate{}}
+	b.sp = openSpool(cfg, eng.Push, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)
+	b.srv = api.NewServer(eng, api.Options{
+		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
+		Admission: admit, Spool: b.sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
+		TestFaults: cfg.TestFaults, Metrics: reg, Limits: limitsOf(cfg), DBTimeout: cfg.RequestDBTimeout,
+		BodyReadTimeout: cfg.BodyReadTimeout, SchemaReady: b.schema.ready.Load,
+	})
+	b.schema.start = func() {
+		eng.StartRetention(cfg.RetentionInterval)
+		eng.StartTimers(cfg.TimersInterval)
+		eng.StartKVSweeper(cfg.KVSweepInterval)
+		if b.sp != nil {
+			b.sp.MarkDBUp()
+			go b.sp.Run(loopsCtx)
+		}
+		go b.srv.RunLagCollector(loopsCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
+		go b.srv.RunMaintenanceRefresh(loopsCtx)
+	}
+	// Until the database answers, the spool's dbHealthy (status/buffers, metrics) says it is down.
+	b.schema.unreachable = func() {
+		if b.sp != nil {
+			b.sp.MarkDBDown()
+		}
+	}
+	return b, nil
+}
+
+// shutdown stops taking requests, waits up to cfg.ShutdownTimeout for the
+// running ones, then stops the loops (stopLoops), the spool and the engine.
+func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopLoops context.CancelFunc, cfg *config.Config, log *slog.Logger) error {
 	log.Info("shutting down: no new requests; finishing in-flight ones", "timeout", cfg.ShutdownTimeout)
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
-	// Parked long polls are released first so they answer 204 instead of holding shutdown.
-	go func() { time.Sleep(100 * time.Millisecond); eng.ReleaseParkedPops() }()
-	err = httpServer.Shutdown(shutdownCtx)
+	err := httpServer.Shutdown(shutdownCtx)
 	if err != nil {
 		// Past the timeout, the remaining connections are cut: their requests
 		// see their clients gone, so a pop whose claim is still in flight gives
@@ -182,15 +212,15 @@ func run(cfg *config.Config, log *slog.Logger) error {
 			log.Warn("requests still running after the shutdown grace; their claims free at lease expiry", "running", running.n.Load())
 		}
 	}
-	stopDrain()
-	schema.close()
-	if sp != nil {
-		_ = sp.Close()
-		if n := sp.Pending(); n > 0 {
-			log.Warn("spooled pushes not yet drained; they drain at the next start", "pending", n, "dir", sp.Dir())
+	stopLoops()
+	b.schema.close()
+	if b.sp != nil {
+		_ = b.sp.Close()
+		if n := b.sp.Pending(); n > 0 {
+			log.Warn("spooled pushes not yet drained; they drain at the next start", "pending", n, "dir", b.sp.Dir())
 		}
 	}
-	eng.Close()
+	b.eng.Close()
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}
@@ -203,7 +233,6 @@ func servePprof(addr string, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/heap", pprof.Index)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
 	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
 	log.Info("pprof listening", "addr", addr)
