@@ -501,7 +501,7 @@ func (p *ackPlan) queueReads(b *pgx.Batch) {
 			WHERE c.partition_id = x.pid AND c.consumer_group = x.g FOR UPDATE) c
 		CROSS JOIN LATERAL (SELECT p.last_offset, p.queue_id FROM lanes.partitions p WHERE p.id = x.pid OFFSET 0) p
 		CROSS JOIN LATERAL (SELECT * FROM lanes.queues q WHERE q.id = p.queue_id OFFSET 0) q
-		ORDER BY x.ord`, uuidArray(p.lockP), p.lockG).Query(func(rows pgx.Rows) error {
+		ORDER BY x.ord`, uuidArray(p.lockP), textArray(p.lockG)).Query(func(rows pgx.Rows) error {
 		for rows.Next() {
 			var k cursorKey
 			var r consumerRow
@@ -634,7 +634,7 @@ func (p *ackPlan) queueWrites(b *pgx.Batch) {
 			CROSS JOIN LATERAL (SELECT ctid FROM lanes.consumers
 				WHERE partition_id = x.pid AND consumer_group = x.g OFFSET 0) k) x
 		WHERE c.ctid = x.row_ctid`,
-		uuidArray(updP), updG, updC, updE, updRelease, updRetry, updD)
+		uuidArray(updP), textArray(updG), int8Array(updC), int8Array(updE), updRelease, updRetry, int8Array(updD))
 }
 
 type dlqFiling struct {
