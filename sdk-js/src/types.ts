@@ -5,12 +5,12 @@ import type { components, operations } from "./generated/schema.js";
 
 type Schemas = components["schemas"];
 
-/** PushResult is the broker's verdict on one pushed item (`queued`, `duplicate`, `buffered` or `failed`). */
-export type PushResult = Schemas["PushResult"];
+/** WirePushResult is the broker's verdict on one pushed item as `POST /api/v1/push` answers it (`queued`, `duplicate`, `buffered` or `failed`). */
+export type WirePushResult = Schemas["PushResult"];
 /** WirePushItem is one item of `POST /api/v1/push`. */
 export type WirePushItem = Schemas["PushItem"];
 /** PushStatus is the closed set of push item statuses. */
-export type PushStatus = PushResult["status"];
+export type PushStatus = WirePushResult["status"];
 /** PopResponse is the body of a `200` pop. */
 export type PopResponse = Schemas["PopResponse"];
 /** PopAutopilotEcho is the sizes the broker chose when a pop engaged autopilot. */

@@ -2,7 +2,7 @@
 // low-level calls (push, ack, renew) the builders and the consume loop are made of.
 import { AckError, InvalidItemError, LanesError, PushError } from "../errors.js";
 import type { AckStatus, Message } from "../message.js";
-import type { AckItem, AckResult, LeaseExtendResult, PushResult as WirePushResult, WirePushItem } from "../types.js";
+import type { AckItem, AckResult, LeaseExtendResult, WirePushItem, WirePushResult } from "../types.js";
 import type { Transport } from "./http.js";
 import type { Log } from "./log.js";
 import { jsonProblem } from "./payload.js";
