@@ -37,6 +37,19 @@ func ptrUnlessZero[T comparable](v T) *T {
 	return &v
 }
 
+// ptrIfPositive is ptrUnlessZero for a count or page size: nil (the broker's default) unless n > 0.
+func ptrIfPositive(n int) *int { return ptrUnlessZero(max(n, 0)) }
+
+// timeUnlessZero is ptrUnlessZero for an instant, sent in UTC: RFC 3339 offsets carry no seconds,
+// so a zone whose offset has them would shift the instant (and a zero time with a location
+// would escape ptrUnlessZero's comparison by value).
+func timeUnlessZero(t time.Time) *time.Time {
+	if t.IsZero() {
+		return nil
+	}
+	return ptr(t.UTC())
+}
+
 func call[T any](c *Client, ctx context.Context, do func() (*httpResp, error)) (*T, error) {
 	var out T
 	if _, err := c.result(ctx, &out)(do()); err != nil {
@@ -84,7 +97,7 @@ type QueueQuery struct {
 // ListQueues lists queues by name.
 func (a Admin) ListQueues(ctx context.Context, q QueueQuery) (*QueueList, error) {
 	p := &gen.ListQueuesParams{Namespace: ptrUnlessZero(q.Namespace), Task: ptrUnlessZero(q.Task),
-		Limit: ptrUnlessZero(max(q.Limit, 0)), Offset: ptrUnlessZero(max(q.Offset, 0))}
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
 	return call[QueueList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueues(ctx, p) })
 }
 
@@ -95,10 +108,7 @@ func (a Admin) DeleteQueue(ctx context.Context, queue string) (*DeleteQueueResul
 
 // QueueDepth returns pending counts (group "" = queue mode).
 func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth, error) {
-	p := &gen.GetQueueDepthParams{}
-	if group != "" {
-		p.Group = &group
-	}
+	p := &gen.GetQueueDepthParams{Group: ptrUnlessZero(group)}
 	return call[QueueDepth](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueDepth(ctx, queue, p) })
 }
 
@@ -198,49 +208,21 @@ type DLQQuery struct {
 
 // ListDLQ lists dead letters, newest first.
 func (a Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQList, error) {
-	p := &gen.ListDlqParams{}
-	if q.Queue != "" {
-		p.Queue = &q.Queue
-	}
-	if q.Group != "" {
-		p.ConsumerGroup = &q.Group
-	}
-	if q.Partition != "" {
-		p.Partition = &q.Partition
-	}
-	if !q.From.IsZero() {
-		p.From = &q.From
-	}
-	if !q.To.IsZero() {
-		p.To = &q.To
-	}
-	if q.Limit > 0 {
-		p.Limit = &q.Limit
-	}
-	if q.Offset > 0 {
-		p.Offset = &q.Offset
-	}
+	p := &gen.ListDlqParams{Queue: ptrUnlessZero(q.Queue), ConsumerGroup: ptrUnlessZero(q.Group),
+		Partition: ptrUnlessZero(q.Partition), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
 	return call[DLQList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListDlq(ctx, p) })
 }
 
 // PurgeDLQ deletes the dead letters of a queue (group "" = all groups).
 func (a Admin) PurgeDLQ(ctx context.Context, queue, group string) (*DLQPurgeResult, error) {
-	p := &gen.PurgeDlqParams{Queue: queue}
-	if group != "" {
-		p.ConsumerGroup = &group
-	}
+	p := &gen.PurgeDlqParams{Queue: queue, ConsumerGroup: ptrUnlessZero(group)}
 	return call[DLQPurgeResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.PurgeDlq(ctx, p) })
 }
 
 // ReplayDLQ moves one dead letter back to a queue (its own by default; queue/partition override).
 func (a Admin) ReplayDLQ(ctx context.Context, id, queue, partition string) (*DLQReplayResult, error) {
-	body := gen.DlqReplayRequest{}
-	if queue != "" {
-		body.Queue = &queue
-	}
-	if partition != "" {
-		body.Partition = &partition
-	}
+	body := gen.DlqReplayRequest{Queue: ptrUnlessZero(queue), Partition: ptrUnlessZero(partition)}
 	return call[DLQReplayResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ReplayDlq(ctx, id, body) })
 }
 
@@ -252,23 +234,8 @@ type MessageQuery struct {
 
 // ListMessages lists messages.
 func (a Admin) ListMessages(ctx context.Context, q MessageQuery) (*MessageList, error) {
-	p := &gen.ListMessagesParams{}
-	if q.Queue != "" {
-		p.Queue = &q.Queue
-	}
-	if q.Partition != "" {
-		p.Partition = &q.Partition
-	}
-	if q.Status != "" {
-		s := gen.ListMessagesParamsStatus(q.Status)
-		p.Status = &s
-	}
-	if q.Limit > 0 {
-		p.Limit = &q.Limit
-	}
-	if q.Offset > 0 {
-		p.Offset = &q.Offset
-	}
+	p := &gen.ListMessagesParams{Queue: ptrUnlessZero(q.Queue), Partition: ptrUnlessZero(q.Partition),
+		Status: ptrUnlessZero(gen.ListMessagesParamsStatus(q.Status)), Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
 	return call[MessageList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListMessages(ctx, p) })
 }
 
@@ -356,7 +323,7 @@ type KVPrefixOpts struct {
 // key order; Truncated and NextAfter tell whether and where to continue.
 func KVGetPrefix(ns, prefix string, opts KVPrefixOpts) KVOperation {
 	return KVOperation{Op: gen.KvOperationOp("getPrefix"), Ns: ns, Prefix: &prefix, After: ptrUnlessZero(opts.After),
-		Limit: ptrUnlessZero(max(opts.Limit, 0)), KeysOnly: ptrUnlessZero(opts.KeysOnly)}
+		Limit: ptrIfPositive(opts.Limit), KeysOnly: ptrUnlessZero(opts.KeysOnly)}
 }
 
 // KVIncrOpts bounds an incr op. Min and Max are inclusive; nil = unbounded. An incr that would
@@ -487,7 +454,7 @@ type KVListQuery struct {
 // console route). Unlike GetPrefix it takes an empty prefix and can include expired rows.
 func (k KV) List(ctx context.Context, q KVListQuery) (*KVListResult, error) {
 	body := gen.KvListRequest{Namespace: k.ns, Prefix: ptrUnlessZero(q.Prefix), After: ptrUnlessZero(q.After),
-		Limit: ptrUnlessZero(max(q.Limit, 0)), KeysOnly: ptrUnlessZero(q.KeysOnly), IncludeExpired: ptrUnlessZero(q.IncludeExpired)}
+		Limit: ptrIfPositive(q.Limit), KeysOnly: ptrUnlessZero(q.KeysOnly), IncludeExpired: ptrUnlessZero(q.IncludeExpired)}
 	return call[KVListResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.ListKvKeys(ctx, body) })
 }
 
@@ -577,12 +544,7 @@ func (t Timers) Reschedule(ctx context.Context, key string, delay time.Duration,
 
 // targeted sets the fired message's partition and transaction id chosen on t.
 func (t Timers) targeted(op TimerOperation) TimerOperation {
-	if t.partition != "" {
-		op.Partition = &t.partition
-	}
-	if t.transactionID != "" {
-		op.Txn = &t.transactionID
-	}
+	op.Partition, op.Txn = ptrUnlessZero(t.partition), ptrUnlessZero(t.transactionID)
 	return op
 }
 
@@ -619,15 +581,6 @@ func (t Timers) List(ctx context.Context, limit int, after string) (*TimerList, 
 
 // ListPrefix lists the queue's timers whose key starts with prefix (empty = all), paged like List.
 func (t Timers) ListPrefix(ctx context.Context, prefix string, limit int, after string) (*TimerList, error) {
-	p := &gen.ListTimersParams{}
-	if prefix != "" {
-		p.Prefix = &prefix
-	}
-	if limit > 0 {
-		p.Limit = &limit
-	}
-	if after != "" {
-		p.After = &after
-	}
+	p := &gen.ListTimersParams{Prefix: ptrUnlessZero(prefix), Limit: ptrIfPositive(limit), After: ptrUnlessZero(after)}
 	return call[TimerList](t.c, ctx, func() (*httpResp, error) { return t.c.gen.ListTimers(ctx, t.queue, p) })
 }

@@ -675,6 +675,37 @@ func TestITDeadLetter(t *testing.T) {
 	require.Len(t, back, 1)
 }
 
+// A DLQ time window given in a non-UTC zone filters like the same instants in UTC, even in a zone
+// whose offset has seconds (RFC 3339 offsets have none, so such a time must be sent in UTC).
+func TestITDeadLetterWindowInAnyZone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 1, "dlqzone")
+	msgs, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	_, err = b.c.Ack(b.ctx, msgs, lanes.AckDLQ, lanes.AckOpts{Error: "poison"})
+	require.NoError(t, err)
+	all, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue})
+	require.NoError(t, err)
+	require.Len(t, all.Messages, 1)
+	failedAt := all.Messages[0].FailedAt
+
+	east, west := time.FixedZone("UTC+5", 5*3600), time.FixedZone("UTC-5", -5*3600)
+	oddSeconds := time.FixedZone("LMT+0:00:45", 45) // like the local mean times of old tz rules
+	for _, zone := range []*time.Location{time.UTC, east, west, oddSeconds} {
+		before, after := failedAt.Add(-10*time.Second).In(zone), failedAt.Add(10*time.Second).In(zone)
+		inside, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue, From: before, To: after})
+		require.NoError(t, err, zone.String())
+		require.Len(t, inside.Messages, 1, "window around failedAt in %s", zone)
+		later, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue, From: after})
+		require.NoError(t, err, zone.String())
+		require.Empty(t, later.Messages, "from after failedAt in %s", zone)
+		earlier, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue, To: before})
+		require.NoError(t, err, zone.String())
+		require.Empty(t, earlier.Messages, "to before failedAt in %s", zone)
+	}
+}
+
 func TestITMessages(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -27,15 +27,6 @@ type StatusQuery struct {
 	Limit, Offset          int
 }
 
-// timeUnlessZero is ptrUnlessZero for an instant (time.Time is compared by value there, which a
-// zero time with a location would escape).
-func timeUnlessZero(t time.Time) *time.Time {
-	if t.IsZero() {
-		return nil
-	}
-	return ptr(t.UTC())
-}
-
 // Status is the dashboard aggregate (GET /api/v1/status): message counts, live leases and dead
 // letters of the queues q selects.
 func (a Admin) Status(ctx context.Context, q StatusQuery) (*StatusOverview, error) {
@@ -48,7 +39,7 @@ func (a Admin) Status(ctx context.Context, q StatusQuery) (*StatusOverview, erro
 func (a Admin) ListQueueStatus(ctx context.Context, q StatusQuery) (*QueueStatusList, error) {
 	p := &gen.ListQueueStatusParams{Queue: ptrUnlessZero(q.Queue), Namespace: ptrUnlessZero(q.Namespace),
 		Task: ptrUnlessZero(q.Task), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
-		Limit: ptrUnlessZero(max(q.Limit, 0)), Offset: ptrUnlessZero(max(q.Offset, 0))}
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
 	return call[QueueStatusList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueueStatus(ctx, p) })
 }
 
