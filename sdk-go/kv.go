@@ -1,0 +1,229 @@
+//nolint:bodyclose // every response is handed to Client.decode (via Client.result), which closes the body.
+package lanes
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
+)
+
+// Forever marks a KV write without expiry.
+const Forever time.Duration = -1
+
+// KV addresses one KV namespace.
+type KV struct {
+	c  *Client
+	ns string
+}
+
+// KV returns helpers for namespace ns.
+func (c *Client) KV(ns string) KV { return KV{c: c, ns: ns} }
+
+// KVPut builds a put op for batches and transaction riders (ttl Forever = no expiry).
+func KVPut(ns, key string, value any, ttl time.Duration) KVOperation {
+	b, _ := json.Marshal(value)
+	op := KVOperation{Op: gen.KvOperationOp("put"), Ns: ns, Key: &key, Value: b}
+	setTTL(&op.TtlSeconds, &op.Forever, ttl)
+	return op
+}
+
+// KVPutIfAbsent builds a putIfAbsent op; required escalates a lost race to a rollback.
+func KVPutIfAbsent(ns, key string, value any, ttl time.Duration, required bool) KVOperation {
+	op := KVPut(ns, key, value, ttl)
+	op.Op = gen.KvOperationOp("putIfAbsent")
+	if required {
+		op.Required = ptr(true)
+	}
+	return op
+}
+
+// KVDelete builds a delete op.
+func KVDelete(ns, key string) KVOperation {
+	return KVOperation{Op: gen.KvOperationOp("delete"), Ns: ns, Key: &key}
+}
+
+// KVDeleteExpect builds a conditional delete op: the key is deleted only if its current version
+// is expect (>= 1; the broker answers 400 kv_bad_request otherwise). A lost condition is Applied
+// false with Reason "version" (or "absent" when the key does not exist).
+func KVDeleteExpect(ns, key string, expect int) KVOperation {
+	op := KVDelete(ns, key)
+	op.Expect = &expect
+	return op
+}
+
+// KVGet builds a get op.
+func KVGet(ns, key string) KVOperation {
+	return KVOperation{Op: gen.KvOperationOp("get"), Ns: ns, Key: &key}
+}
+
+// KVGetMany builds a getMany op: the rows of the keys that exist, plus the ones Missing.
+func KVGetMany(ns string, keys ...string) KVOperation {
+	return KVOperation{Op: gen.KvOperationOp("getMany"), Ns: ns, Keys: &keys}
+}
+
+// KVPrefixOpts pages a getPrefix op. After continues after a key (a result's NextAfter), Limit
+// is the page size (0 = the broker's default of 100, clamped to 1000) and KeysOnly omits values.
+type KVPrefixOpts struct {
+	After    string
+	Limit    int
+	KeysOnly bool
+}
+
+// KVGetPrefix builds a getPrefix op: one page of the keys that start with prefix (non-empty), in
+// key order; Truncated and NextAfter tell whether and where to continue.
+func KVGetPrefix(ns, prefix string, opts KVPrefixOpts) KVOperation {
+	return KVOperation{Op: gen.KvOperationOp("getPrefix"), Ns: ns, Prefix: &prefix, After: ptrUnlessZero(opts.After),
+		Limit: ptrIfPositive(opts.Limit), KeysOnly: ptrUnlessZero(opts.KeysOnly)}
+}
+
+// KVIncrOpts bounds an incr op. Min and Max are inclusive; nil = unbounded. An incr that would
+// leave the range is not applied (Applied false, Reason "limit") and the key keeps its value.
+type KVIncrOpts struct {
+	Min *int
+	Max *int
+}
+
+// KVIncr builds an incr op: adds delta (may be negative) to a numeric key, creating it at 0 with
+// ttl (Forever = no expiry; the TTL applies only when incr creates the key).
+func KVIncr(ns, key string, delta int, ttl time.Duration, opts KVIncrOpts) KVOperation {
+	op := KVOperation{Op: gen.KvOperationOp("incr"), Ns: ns, Key: &key, Delta: &delta, Min: opts.Min, Max: opts.Max}
+	setTTL(&op.TtlSeconds, &op.Forever, ttl)
+	return op
+}
+
+// KVPutExpect builds a conditional put op: expect 0 = the key must not exist, N = its current
+// version must be N. A lost condition is Applied false with Reason "exists" or "version".
+func KVPutExpect(ns, key string, value any, ttl time.Duration, expect int) KVOperation {
+	op := KVPut(ns, key, value, ttl)
+	op.Expect = &expect
+	return op
+}
+
+func setTTL(ttl **int, forever **bool, d time.Duration) {
+	if d == Forever || d <= 0 {
+		*forever = ptr(true)
+		return
+	}
+	*ttl = ptr(max(int(d/time.Second), 1))
+}
+
+// Batch runs KV ops (POST /api/v1/kv) and returns their results, index-aligned.
+func (k KV) Batch(ctx context.Context, ops ...KVOperation) ([]KVResult, error) {
+	sendCtx := withFlags(ctx, reqFlags{notIdempotent: !kvOpsIdempotent(ops)})
+	out, err := call[gen.KvBatchResult](k.c, ctx, func() (*httpResp, error) {
+		return k.c.gen.KvBatch(sendCtx, gen.KvBatchRequest{Operations: ops})
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out.Results, nil
+}
+
+// one runs a single op through the batch route and returns its result.
+func (k KV) one(ctx context.Context, op KVOperation) (*KVResult, error) {
+	res, err := k.Batch(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	if len(res) != 1 {
+		return nil, errUnexpected("kv", len(res))
+	}
+	return &res[0], nil
+}
+
+// Get reads one key.
+func (k KV) Get(ctx context.Context, key string) (*KVResult, error) {
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvGet(ctx, k.ns, key) })
+}
+
+// Put writes one key (ttl Forever = no expiry).
+func (k KV) Put(ctx context.Context, key string, value any, ttl time.Duration) (*KVResult, error) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	body := gen.KvPutRequest{Value: b}
+	setTTL(&body.TtlSeconds, &body.Forever, ttl)
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvPut(ctx, k.ns, key, body) })
+}
+
+// PutExpect writes one key only if its version matches: expect 0 = the key must not exist, N =
+// its current version must be N (optimistic concurrency). A lost condition is not an error: the
+// result has Applied false, Reason "exists" or "version", and the current Value and Version.
+func (k KV) PutExpect(ctx context.Context, key string, value any, ttl time.Duration, expect int) (*KVResult, error) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return nil, err
+	}
+	body := gen.KvPutRequest{Value: b, Expect: &expect}
+	setTTL(&body.TtlSeconds, &body.Forever, ttl)
+	sendCtx := withFlags(ctx, reqFlags{notIdempotent: true}) // a conditional write
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvPut(sendCtx, k.ns, key, body) })
+}
+
+// PutIfAbsent writes one key only when it does not exist (ttl Forever = no expiry). When it
+// exists, the result has Applied false, Reason "exists", and the current Value and Version.
+func (k KV) PutIfAbsent(ctx context.Context, key string, value any, ttl time.Duration) (*KVResult, error) {
+	if _, err := json.Marshal(value); err != nil {
+		return nil, err
+	}
+	return k.one(ctx, KVPutIfAbsent(k.ns, key, value, ttl, false))
+}
+
+// GetMany reads several keys in one call: Rows holds the keys that exist (with values and
+// versions), Missing the ones that do not.
+func (k KV) GetMany(ctx context.Context, keys ...string) (*KVResult, error) {
+	return k.one(ctx, KVGetMany(k.ns, keys...))
+}
+
+// GetPrefix reads one page of the keys that start with prefix (non-empty), in key order. When
+// Truncated is true, pass NextAfter as opts.After to read the next page.
+func (k KV) GetPrefix(ctx context.Context, prefix string, opts KVPrefixOpts) (*KVResult, error) {
+	return k.one(ctx, KVGetPrefix(k.ns, prefix, opts))
+}
+
+// Incr adds delta (may be negative) to a numeric key atomically and returns the new Value and
+// Version. A missing key starts at 0 and gets ttl (Forever = no expiry). With bounds in opts, an
+// incr that would leave [Min, Max] is not applied: Applied false, Reason "limit".
+func (k KV) Incr(ctx context.Context, key string, delta int, ttl time.Duration, opts KVIncrOpts) (*KVResult, error) {
+	return k.one(ctx, KVIncr(k.ns, key, delta, ttl, opts))
+}
+
+// KVListQuery selects a page of List: keys with Prefix (empty = all), after After (a page's
+// NextAfter), Limit rows (0 = the broker's default), KeysOnly to omit values, and
+// IncludeExpired to also return expired rows (marked Expired).
+type KVListQuery struct {
+	Prefix         string
+	After          string
+	Limit          int
+	KeysOnly       bool
+	IncludeExpired bool
+}
+
+// List pages through the namespace's keys in key order (POST /api/v1/resources/kv/list, the
+// console route). Unlike GetPrefix it takes an empty prefix and can include expired rows.
+func (k KV) List(ctx context.Context, q KVListQuery) (*KVListResult, error) {
+	body := gen.KvListRequest{Namespace: k.ns, Prefix: ptrUnlessZero(q.Prefix), After: ptrUnlessZero(q.After),
+		Limit: ptrIfPositive(q.Limit), KeysOnly: ptrUnlessZero(q.KeysOnly), IncludeExpired: ptrUnlessZero(q.IncludeExpired)}
+	return call[KVListResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.ListKvKeys(ctx, body) })
+}
+
+// KVNamespaces lists the KV namespaces with their live key counts
+// (GET /api/v1/resources/kv/namespaces).
+func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
+	return call[KVNamespaceList](c, ctx, func() (*httpResp, error) { return c.gen.ListKvNamespaces(ctx) })
+}
+
+// Delete removes one key.
+func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
+	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvDelete(ctx, k.ns, key) })
+}
+
+// DeleteExpect removes one key only if its current version is expect (>= 1), for optimistic
+// concurrency: read, decide, delete what was read. A lost condition is not an error: the result
+// has Applied false and Reason "version" (with the current Value and Version) or "absent".
+func (k KV) DeleteExpect(ctx context.Context, key string, expect int) (*KVResult, error) {
+	return k.one(ctx, KVDeleteExpect(k.ns, key, expect))
+}
