@@ -1,8 +1,8 @@
-// KV state (`/api/v1/kv`) and timers (`/api/v1/timers`) helpers.
+// KV state helpers (`/api/v1/kv`).
 import { LanesError } from "./errors.js";
 import type { Core } from "./internal/core.js";
 import { kvOpsIdempotent } from "./retry.js";
-import type { KvListResult, KvNamespaceList, KvOperation, KvResult, Timer, TimerList, TimerOperation, TimerResult } from "./types.js";
+import type { KvListResult, KvNamespaceList, KvOperation, KvResult } from "./types.js";
 
 /** KvExpiry says how long a written key lives: `{ttlSeconds}` or `{forever: true}` (the broker requires exactly one). */
 export type KvExpiry = { ttlSeconds: number } | { forever: true };
@@ -71,62 +71,4 @@ export class Kv {
 /** listKvNamespaces lists KV namespaces with their key counts. */
 export async function listKvNamespaces(core: Core): Promise<KvNamespaceList> {
   return (await core.transport.request<KvNamespaceList>({ method: "GET", path: "/api/v1/resources/kv/namespaces" })).body;
-}
-
-/** TimerSchedule describes a timer: `payload` (any JSON) is pushed to the queue after `delayMillis`. */
-export interface TimerSchedule {
-  delayMillis: number;
-  payload?: unknown;
-  partition?: string;
-  /** transactionId of the pushed message (deterministic ids make firing idempotent). */
-  transactionId?: string;
-}
-
-/** timerScheduleOp builds a schedule operation; the payload travels as base64 of its JSON. */
-export function timerScheduleOp(queue: string, key: string, s: TimerSchedule, op: "schedule" | "reschedule" = "schedule"): TimerOperation {
-  const out: TimerOperation = { op, queue, timerKey: key, delayMs: Math.max(0, Math.round(s.delayMillis)) };
-  out.payload = Buffer.from(JSON.stringify(s.payload ?? null), "utf8").toString("base64");
-  if (s.partition !== undefined) out.partition = s.partition;
-  if (s.transactionId !== undefined) out.txn = s.transactionId;
-  return out;
-}
-
-/** Timers is the timers of one destination queue: `lanes.timers('reminders')`. */
-export class Timers {
-  /** @internal */
-  constructor(
-    private readonly core: Core,
-    readonly queue: string,
-  ) {}
-  /** batch runs raw timer operations and returns index-aligned results. */
-  async batch(operations: TimerOperation[]): Promise<TimerResult[]> {
-    return (await this.core.transport.request<{ results: TimerResult[] }>({ method: "POST", path: "/api/v1/timers", body: { operations } })).body.results;
-  }
-  private async one(op: TimerOperation): Promise<TimerResult> {
-    const [r] = await this.batch([op]);
-    if (!r) throw new LanesError("timers: broker answered no result");
-    return r;
-  }
-  /** schedule creates or replaces timer `key`. */
-  schedule(key: string, s: TimerSchedule): Promise<TimerResult> {
-    return this.one(timerScheduleOp(this.queue, key, s));
-  }
-  /** reschedule replaces timer `key` and resets its attempts. */
-  reschedule(key: string, s: TimerSchedule): Promise<TimerResult> {
-    return this.one(timerScheduleOp(this.queue, key, s, "reschedule"));
-  }
-  /** cancel deletes timer `key` (`absent` may mean it already fired). */
-  async cancel(key: string): Promise<TimerResult> {
-    return (await this.core.transport.request<TimerResult>({ method: "DELETE", path: `/api/v1/timers/${encodeURIComponent(this.queue)}/${encodeURIComponent(key)}` })).body;
-  }
-  /** get reads timer `key` (`found:false` when missing). */
-  async get(key: string): Promise<Timer> {
-    return (await this.core.transport.request<Timer>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}/${encodeURIComponent(key)}` })).body;
-  }
-  /** list pages through the queue's timers. */
-  async list(opts: { limit?: number; after?: string; prefix?: string } = {}): Promise<TimerList> {
-    const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(opts)) if (v !== undefined) q.set(k, String(v));
-    return (await this.core.transport.request<TimerList>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}`, query: q.toString() || undefined })).body;
-  }
 }

@@ -3,7 +3,8 @@
 // Go and Python: every step adds to the same bundle and returns it.
 import { LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItems, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
-import { kvWriteOp, timerScheduleOp, type KvExpiry, type TimerSchedule } from "./kv.js";
+import { kvWriteOp, type KvExpiry } from "./kv.js";
+import { timerScheduleOp, type TimerSchedule } from "./timers.js";
 import type { AckStatus } from "./message.js";
 import { kvOpsIdempotent } from "./retry.js";
 import type { KvOperation, TimerOperation, TransactionOperation, TransactionResult } from "./types.js";
