@@ -5,20 +5,9 @@ implementation of the wire rules (retries, pop autopilot, ack batching). Wire mo
 payloads are generated from ``openapi.yaml`` and exposed as ``lanes.models``.
 """
 
+from lanes._admin import Admin, AsyncAdmin
 from lanes._buffer import AsyncPushBuffer, PushBuffer
-from lanes._client import (
-    DEFAULT_URL,
-    KV,
-    Admin,
-    AsyncAdmin,
-    AsyncKV,
-    AsyncLanes,
-    AsyncQueue,
-    AsyncTimers,
-    Lanes,
-    Queue,
-    Timers,
-)
+from lanes._client import DEFAULT_URL, AsyncLanes, Lanes
 from lanes._consumer import AsyncConsumer, Consumer
 from lanes._deadline import deadline
 from lanes._exceptions import (
@@ -44,8 +33,11 @@ from lanes._exceptions import (
 )
 from lanes._generated import models
 from lanes._iter import AsyncMessageIterator, MessageIterator
+from lanes._kv import KV, AsyncKV
 from lanes._protocol import uuid7
+from lanes._queue import AsyncQueue, Queue
 from lanes._requests import kv_op
+from lanes._timers import AsyncTimers, Timers
 from lanes._tx import AsyncTransaction, Transaction
 from lanes._types import (
     AckResult,

@@ -1,0 +1,389 @@
+"""``client.admin``: queues, consumer groups, DLQ and messages, for ``Lanes`` and ``AsyncLanes``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Literal
+
+from lanes import _requests as R
+from lanes._generated import models
+
+if TYPE_CHECKING:
+    from lanes._client import AsyncLanes, Lanes
+
+
+class Admin:
+    """``client.admin``: queues, consumer groups, DLQ, messages (generated models)."""
+
+    def __init__(self, client: Lanes) -> None:
+        self._c = client
+
+    def configure_queue(
+        self,
+        queue: str,
+        options: models.QueueOptions | Mapping[str, Any] | None = None,
+        mode: Literal["merge", "replace"] | None = None,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+    ) -> models.ConfigureResult:
+        """``POST /configure``: a full replace unless ``mode="merge"``."""
+        return self._c._call(R.configure(queue, options, mode, namespace, task))
+
+    def get_queue(self, queue: str) -> models.QueueDetail:
+        return self._c._call(R.get_queue(queue))
+
+    def list_queues(
+        self,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.QueueList:
+        return self._c._call(R.list_queues(namespace, task, limit, offset))
+
+    def delete_queue(self, queue: str) -> models.DeleteQueueResult:
+        return self._c._call(R.delete_queue(queue))
+
+    def get_queue_depth(self, queue: str, group: str | None = None) -> models.QueueDepth:
+        return self._c._call(R.queue_depth(queue, group))
+
+    def get_overview(self) -> models.Overview:
+        return self._c._call(R.overview())
+
+    def get_namespaces(self) -> models.NamespaceList:
+        return self._c._call(R.namespaces())
+
+    def get_tasks(self) -> models.TaskList:
+        return self._c._call(R.tasks())
+
+    def get_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+    ) -> models.StatusOverview:
+        """``GET /status``: counts, live leases and dead letters of the selected queues."""
+        return self._c._call(R.status(queue, namespace, task, from_, to))
+
+    def list_queue_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.QueueStatusList:
+        return self._c._call(R.list_queue_status(queue, namespace, task, limit, offset))
+
+    def get_queue_status(self, queue: str, include_partitions: bool = False) -> models.QueueStatus:
+        """Live state of one queue (404 ``NotFoundError`` when unknown)."""
+        return self._c._call(R.queue_status(queue, include_partitions))
+
+    def get_buffer_status(self) -> models.BufferStatus:
+        """The broker's disk spool: pushes waiting to drain."""
+        return self._c._call(R.buffer_status())
+
+    def get_metrics(self) -> models.Metrics:
+        return self._c._call(R.metrics())
+
+    def get_maintenance_mode(self) -> models.Maintenance:
+        """Push maintenance: while on, every push is spooled (``buffered``) until turned off."""
+        return self._c._call(R.maintenance("push"))
+
+    def set_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return self._c._call(R.set_maintenance("push", enabled))
+
+    def get_pop_maintenance_mode(self) -> models.Maintenance:
+        """Pop maintenance: while on, every pop answers empty at once."""
+        return self._c._call(R.maintenance("pop"))
+
+    def set_pop_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return self._c._call(R.set_maintenance("pop", enabled))
+
+    def seek_consumer_group(
+        self,
+        group: str,
+        queue: str,
+        *,
+        to_end: bool = False,
+        timestamp: datetime | str | None = None,
+    ) -> models.SeekQueueResult:
+        """Move one group's cursor (releases its live lease, resets the retry budget)."""
+        return self._c._call(R.seek(group, queue, to_end, timestamp))
+
+    def seek_consumer_group_partition(
+        self,
+        group: str,
+        queue: str,
+        partition: str,
+        *,
+        to_end: bool = False,
+        timestamp: datetime | str | None = None,
+    ) -> models.SeekPartitionResult:
+        return self._c._call(R.seek_partition(group, queue, partition, to_end, timestamp))
+
+    def list_consumer_groups(self) -> list[models.ConsumerGroupSummary]:
+        return self._c._call(R.list_groups())
+
+    def get_consumer_group(self, group: str) -> models.ConsumerGroupDetail:
+        return self._c._call(R.get_group(group))
+
+    def lagging_consumer_groups(
+        self, min_lag_seconds: int = 60
+    ) -> list[models.LaggingConsumerGroup]:
+        return self._c._call(R.lagging_groups(min_lag_seconds))
+
+    def delete_consumer_group(
+        self, group: str, delete_metadata: bool = True
+    ) -> models.ConsumerGroupDeleteResult:
+        return self._c._call(R.delete_group(group, None, delete_metadata))
+
+    def delete_consumer_group_for_queue(
+        self, group: str, queue: str, delete_metadata: bool = True
+    ) -> models.ConsumerGroupDeleteResult:
+        return self._c._call(R.delete_group(group, queue, delete_metadata))
+
+    def update_subscription(
+        self, group: str, timestamp: datetime | str
+    ) -> models.SubscriptionUpdateResult:
+        return self._c._call(R.update_subscription(group, timestamp))
+
+    def list_dlq(
+        self,
+        *,
+        queue: str | None = None,
+        consumer_group: str | None = None,
+        partition: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.DlqList:
+        return self._c._call(R.list_dlq(queue, consumer_group, partition, limit, offset))
+
+    def purge_dlq(self, queue: str, consumer_group: str | None = None) -> models.DlqPurgeResult:
+        return self._c._call(R.purge_dlq(queue, consumer_group))
+
+    def replay_dlq(
+        self, dlq_id: str, *, queue: str | None = None, partition: str | None = None
+    ) -> models.DlqReplayResult:
+        return self._c._call(R.replay_dlq(dlq_id, queue, partition))
+
+    def list_messages(
+        self,
+        *,
+        queue: str | None = None,
+        partition: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.MessageList:
+        return self._c._call(
+            R.list_messages(queue, partition, namespace, task, status, limit, offset)
+        )
+
+    def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:
+        return self._c._call(R.get_message(partition_id, transaction_id))
+
+    def delete_message(self, partition_id: str, transaction_id: str) -> models.DeleteMessageResult:
+        return self._c._call(R.delete_message(partition_id, transaction_id))
+
+    def retry_message(self, partition_id: str, transaction_id: str) -> models.DlqReplayResult:
+        return self._c._call(R.retry_message(partition_id, transaction_id))
+
+
+class AsyncAdmin:
+    """Asyncio twin of :class:`Admin`."""
+
+    def __init__(self, client: AsyncLanes) -> None:
+        self._c = client
+
+    async def configure_queue(
+        self,
+        queue: str,
+        options: models.QueueOptions | Mapping[str, Any] | None = None,
+        mode: Literal["merge", "replace"] | None = None,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+    ) -> models.ConfigureResult:
+        return await self._c._call(R.configure(queue, options, mode, namespace, task))
+
+    async def get_queue(self, queue: str) -> models.QueueDetail:
+        return await self._c._call(R.get_queue(queue))
+
+    async def list_queues(
+        self,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.QueueList:
+        return await self._c._call(R.list_queues(namespace, task, limit, offset))
+
+    async def delete_queue(self, queue: str) -> models.DeleteQueueResult:
+        return await self._c._call(R.delete_queue(queue))
+
+    async def get_queue_depth(self, queue: str, group: str | None = None) -> models.QueueDepth:
+        return await self._c._call(R.queue_depth(queue, group))
+
+    async def get_overview(self) -> models.Overview:
+        return await self._c._call(R.overview())
+
+    async def get_namespaces(self) -> models.NamespaceList:
+        return await self._c._call(R.namespaces())
+
+    async def get_tasks(self) -> models.TaskList:
+        return await self._c._call(R.tasks())
+
+    async def get_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+    ) -> models.StatusOverview:
+        """``GET /status``: counts, live leases and dead letters of the selected queues."""
+        return await self._c._call(R.status(queue, namespace, task, from_, to))
+
+    async def list_queue_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.QueueStatusList:
+        return await self._c._call(R.list_queue_status(queue, namespace, task, limit, offset))
+
+    async def get_queue_status(
+        self, queue: str, include_partitions: bool = False
+    ) -> models.QueueStatus:
+        """Live state of one queue (404 ``NotFoundError`` when unknown)."""
+        return await self._c._call(R.queue_status(queue, include_partitions))
+
+    async def get_buffer_status(self) -> models.BufferStatus:
+        """The broker's disk spool: pushes waiting to drain."""
+        return await self._c._call(R.buffer_status())
+
+    async def get_metrics(self) -> models.Metrics:
+        return await self._c._call(R.metrics())
+
+    async def get_maintenance_mode(self) -> models.Maintenance:
+        """Push maintenance: while on, every push is spooled (``buffered``) until turned off."""
+        return await self._c._call(R.maintenance("push"))
+
+    async def set_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return await self._c._call(R.set_maintenance("push", enabled))
+
+    async def get_pop_maintenance_mode(self) -> models.Maintenance:
+        """Pop maintenance: while on, every pop answers empty at once."""
+        return await self._c._call(R.maintenance("pop"))
+
+    async def set_pop_maintenance_mode(self, enabled: bool) -> models.Maintenance:
+        return await self._c._call(R.set_maintenance("pop", enabled))
+
+    async def seek_consumer_group(
+        self,
+        group: str,
+        queue: str,
+        *,
+        to_end: bool = False,
+        timestamp: datetime | str | None = None,
+    ) -> models.SeekQueueResult:
+        return await self._c._call(R.seek(group, queue, to_end, timestamp))
+
+    async def seek_consumer_group_partition(
+        self,
+        group: str,
+        queue: str,
+        partition: str,
+        *,
+        to_end: bool = False,
+        timestamp: datetime | str | None = None,
+    ) -> models.SeekPartitionResult:
+        return await self._c._call(R.seek_partition(group, queue, partition, to_end, timestamp))
+
+    async def list_consumer_groups(self) -> list[models.ConsumerGroupSummary]:
+        return await self._c._call(R.list_groups())
+
+    async def get_consumer_group(self, group: str) -> models.ConsumerGroupDetail:
+        return await self._c._call(R.get_group(group))
+
+    async def lagging_consumer_groups(
+        self, min_lag_seconds: int = 60
+    ) -> list[models.LaggingConsumerGroup]:
+        return await self._c._call(R.lagging_groups(min_lag_seconds))
+
+    async def delete_consumer_group(
+        self, group: str, delete_metadata: bool = True
+    ) -> models.ConsumerGroupDeleteResult:
+        return await self._c._call(R.delete_group(group, None, delete_metadata))
+
+    async def delete_consumer_group_for_queue(
+        self, group: str, queue: str, delete_metadata: bool = True
+    ) -> models.ConsumerGroupDeleteResult:
+        return await self._c._call(R.delete_group(group, queue, delete_metadata))
+
+    async def update_subscription(
+        self, group: str, timestamp: datetime | str
+    ) -> models.SubscriptionUpdateResult:
+        return await self._c._call(R.update_subscription(group, timestamp))
+
+    async def list_dlq(
+        self,
+        *,
+        queue: str | None = None,
+        consumer_group: str | None = None,
+        partition: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.DlqList:
+        return await self._c._call(R.list_dlq(queue, consumer_group, partition, limit, offset))
+
+    async def purge_dlq(
+        self, queue: str, consumer_group: str | None = None
+    ) -> models.DlqPurgeResult:
+        return await self._c._call(R.purge_dlq(queue, consumer_group))
+
+    async def replay_dlq(
+        self, dlq_id: str, *, queue: str | None = None, partition: str | None = None
+    ) -> models.DlqReplayResult:
+        return await self._c._call(R.replay_dlq(dlq_id, queue, partition))
+
+    async def list_messages(
+        self,
+        *,
+        queue: str | None = None,
+        partition: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        status: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+    ) -> models.MessageList:
+        return await self._c._call(
+            R.list_messages(queue, partition, namespace, task, status, limit, offset)
+        )
+
+    async def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:
+        return await self._c._call(R.get_message(partition_id, transaction_id))
+
+    async def delete_message(
+        self, partition_id: str, transaction_id: str
+    ) -> models.DeleteMessageResult:
+        return await self._c._call(R.delete_message(partition_id, transaction_id))
+
+    async def retry_message(self, partition_id: str, transaction_id: str) -> models.DlqReplayResult:
+        return await self._c._call(R.retry_message(partition_id, transaction_id))

@@ -1,0 +1,366 @@
+"""Queue builders: ``client.queue(name)`` for ``Lanes`` and ``AsyncLanes`` (push, pop, messages,
+consume, buffer, configure)."""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import warnings
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
+
+from lanes import _protocol as P
+from lanes import _requests as R
+from lanes._buffer import AsyncPushBuffer, BufferOptions, PushBuffer
+from lanes._consumer import (
+    AsyncConsumer,
+    Consumer,
+    Engine,
+    ErrorCallback,
+    Ops,
+    in_thread,
+    make_invoke_async,
+    make_invoke_sync,
+)
+from lanes._generated import models
+from lanes._iter import AsyncMessageIterator, MessageIterator, _Core
+from lanes._types import Message, PopResult, PushResult
+
+if TYPE_CHECKING:
+    # Named only in the string base classes below (``_QueueBase["Lanes"]``), unseen by ruff.
+    from lanes._client import AsyncLanes, Lanes  # noqa: F401
+
+QB = TypeVar("QB", bound="_QueueBase[Any]")
+C = TypeVar("C")
+
+
+class _QueueBase(Generic[C]):
+    """Immutable builder: every setter returns a new builder, so a base can be shared."""
+
+    def __init__(self, client: C, spec: P.QueueSpec, on_error: ErrorCallback | None = None) -> None:
+        self._client = client
+        self._spec = spec
+        self._on_error = on_error
+
+    def _with(self: QB, **kw: Any) -> QB:
+        return type(self)(self._client, dataclasses.replace(self._spec, **kw), self._on_error)
+
+    @property
+    def spec(self) -> P.QueueSpec:
+        return self._spec
+
+    def partition(self: QB, name: str) -> QB:
+        """Target one partition (push target; pop uses the partition route)."""
+        return self._with(partition=name)
+
+    def namespace(self: QB, ns: str) -> QB:
+        return self._with(namespace=ns)
+
+    def task(self: QB, task: str) -> QB:
+        return self._with(task=task)
+
+    def group(self: QB, group: str) -> QB:
+        return self._with(group=group)
+
+    def subscription_mode(self: QB, mode: Literal["all", "new", "new-only"]) -> QB:
+        return self._with(subscription_mode=mode)
+
+    def subscription_from(self: QB, value: str | datetime) -> QB:
+        return self._with(subscription_from=R._iso(value) if isinstance(value, datetime) else value)
+
+    def batch(self: QB, n: int) -> QB:
+        """Messages per pop; 0 = unset (the broker sizes it under autopilot)."""
+        return self._with(batch=n or None)
+
+    def partitions(self: QB, n: int) -> QB:
+        """Partitions claimed per pop; 0 = unset (the broker sizes it under autopilot)."""
+        return self._with(partitions=n or None)
+
+    def autopilot(self: QB, on: bool) -> QB:
+        """``False`` restores batch 1 / width 1 exactly; ``True`` outranks the environment."""
+        return self._with(autopilot=on)
+
+    def wait(self: QB, on: bool) -> QB:
+        return self._with(wait=on)
+
+    def timeout_millis(self: QB, ms: int) -> QB:
+        return self._with(timeout_millis=int(ms))
+
+    def lease_seconds(self: QB, n: int) -> QB:
+        return self._with(lease_seconds=n)
+
+    def server_auto_ack(self: QB, on: bool) -> QB:
+        """The broker's at-most-once pop (wire ``autoAck``); the loop then never acks."""
+        return self._with(server_auto_ack=on)
+
+    def concurrency(self: QB, n: int) -> QB:
+        return self._with(concurrency=n)
+
+    def limit(self: QB, n: int) -> QB:
+        return self._with(limit=n)
+
+    def idle_millis(self: QB, ms: int) -> QB:
+        return self._with(idle_millis=ms)
+
+    def renew_lease(self: QB, enabled: bool = True, interval_millis: int = 0) -> QB:
+        """Lease renewal, on by default: while handlers run, the pop's lease is extended every
+        ``interval_millis`` (0 = a third of ``lease_seconds`` when set, at most 10 s, else 10 s),
+        so a handler slower than the lease keeps its messages. ``renew_lease(False)`` turns it
+        off."""
+        if interval_millis < 0:
+            raise ValueError("lanes: renew_lease interval_millis must be >= 0")
+        return self._with(renew_lease=enabled, renew_interval_millis=int(interval_millis))
+
+    def each(self: QB) -> QB:
+        """Handler per message (the default)."""
+        return self._with(each=True)
+
+    def auto_ack(self: QB, on: bool) -> QB:
+        """Client-side ack after the handler (default True); False leaves acking to you."""
+        return self._with(auto_ack=on)
+
+    def soft_stop_timeout_millis(self: QB, ms: int) -> QB:
+        """Escalate a soft stop to a hard one after ``ms`` milliseconds (0 = never)."""
+        if ms < 0:
+            raise ValueError("lanes: soft_stop_timeout_millis must be >= 0")
+        return self._with(soft_stop_timeout_millis=int(ms))
+
+    def soft_stop_timeout(self: QB, seconds: float) -> QB:
+        """Deprecated: use :meth:`soft_stop_timeout_millis` (builder knobs take milliseconds).
+        Still works, with ``seconds`` as before."""
+        warnings.warn(
+            "lanes: soft_stop_timeout(seconds) is deprecated; use soft_stop_timeout_millis(ms)",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.soft_stop_timeout_millis(round(seconds * 1000))
+
+    def report_handler_errors(self: QB, on: bool = True) -> QB:
+        return self._with(report_handler_errors=on)
+
+    def on_error(self: QB, fn: ErrorCallback) -> QB:
+        b = self._with()
+        b._on_error = fn
+        return b
+
+    def _iter_core(
+        self,
+        auto_ack: bool | None,
+        limit: int | None,
+        idle_timeout: float | None,
+        on_error: ErrorCallback | None,
+    ) -> _Core:
+        """The iterator's state: a keyword given to ``messages()`` wins over the builder."""
+        spec = self._spec
+        return _Core(
+            spec,
+            spec.auto_ack if auto_ack is None else auto_ack,
+            spec.limit if limit is None else limit,
+            spec.idle_millis / 1000.0 if idle_timeout is None else idle_timeout,
+            self._on_error if on_error is None else on_error,
+        )
+
+    def _queue_name(self) -> str:
+        if not self._spec.queue:
+            raise ValueError("lanes: this call needs a queue name")
+        return self._spec.queue
+
+
+class Queue(_QueueBase["Lanes"]):
+    """Blocking queue builder from ``client.queue(name)``."""
+
+    def push(self, items: Sequence[Any]) -> list[PushResult]:
+        """Push items (one request); raises :class:`PushError` when any item is ``failed`` and
+        :class:`InvalidItemError` (nothing sent) for an item that cannot be sent as given."""
+        items = P.item_list(items)
+        if not items:
+            return []
+        c = self._client
+        return P.warn_buffered(
+            c._call(R.push(self._queue_name(), self._spec.partition, items)), c._cfg.logger
+        )
+
+    def pop_result(self) -> PopResult:
+        """One pop with its autopilot echo; a 204 is an empty result."""
+        P.validate_spec(self._spec)
+        c = self._client
+        return c._call(R.pop(self._spec, c._cfg.pop_autopilot, c._cfg.timeout))
+
+    def pop(self) -> list[Message]:
+        """One pop; errors are raised (unlike the reference client)."""
+        return self.pop_result().messages
+
+    def messages(
+        self,
+        *,
+        auto_ack: bool | None = None,
+        limit: int | None = None,
+        idle_timeout: float | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> MessageIterator:
+        """Pull iterator (see :mod:`lanes._iter` for the ack and error rules). ``auto_ack``,
+        ``limit``, ``idle_timeout`` (seconds) and ``on_error`` default to the builder's
+        ``auto_ack()``, ``limit()``, ``idle_millis()`` and ``on_error()``; a keyword given here
+        overrides the builder. ``on_error`` receives the errors the iteration waits out (failed
+        pops, failed acks); only an error that ends the iteration is raised."""
+        P.validate_spec(self._spec)
+        c = self._client
+        return MessageIterator(
+            self._iter_core(auto_ack, limit, idle_timeout, on_error),
+            self.pop_result,
+            c._ack_entries,
+        )
+
+    def _engine(self, handler: Callable[[Any], Any], pool: Any) -> Engine:
+        c = self._client
+        spec = self._spec
+        return Engine(
+            spec,
+            Ops(
+                pop=lambda: in_thread(self.pop_result, on_abandoned=self._release),
+                ack=lambda entries: in_thread(c._ack_entries, entries),
+                renew=lambda lid, s: in_thread(c._renew_one, lid, s),
+                invoke=make_invoke_sync(handler, pool),
+            ),
+            self._on_error,
+            cancellable_handlers=False,
+        )
+
+    def _release(self, res: PopResult) -> None:
+        """Release with ``retry`` a pop that answered after its consumer stopped: its blocking
+        request could not be cancelled, and nobody will handle what it leased."""
+        entries = P.release_acks(res, self._spec)
+        if not entries:
+            return
+        try:
+            self._client._ack_entries(entries)
+        except Exception as e:
+            self._client._cfg.logger.warning(
+                "lanes: releasing a pop answered after the stop failed: %s", e
+            )
+
+    def consume(self, handler: Callable[[Message], Any]) -> Consumer:
+        """Start the consume loop (non-blocking) with a blocking per-message handler."""
+        P.validate_spec(self._spec)
+        cons = Consumer(lambda pool: self._engine(handler, pool), self._spec.concurrency)
+        self._client._consumers.add(cons)
+        return cons
+
+    def consume_batch(self, handler: Callable[[list[Message]], Any]) -> Consumer:
+        """As :meth:`consume`, the handler gets each partition's slice of a pop at once."""
+        return self._with(each=False).consume(handler)  # type: ignore[arg-type]
+
+    def run(self, handler: Callable[[Message], Any]) -> None:
+        """Blocking convenience: consume until the loop ends; raise its terminal error."""
+        self.consume(handler).closed()
+
+    def buffer(
+        self,
+        *,
+        message_count: int = 100,
+        time_millis: int = 1000,
+        max_size: int = 0,
+        retry_delay_millis: int = 250,
+        on_error: ErrorCallback | None = None,
+    ) -> PushBuffer:
+        """The client's bounded push buffer for this (queue, partition)."""
+        opts = BufferOptions(message_count, time_millis, max_size, retry_delay_millis)
+        return self._client._buffer(self._queue_name(), self._spec.partition, opts, on_error)
+
+    def configure(
+        self,
+        options: models.QueueOptions | Mapping[str, Any] | None = None,
+        mode: Literal["merge", "replace"] | None = None,
+    ) -> models.ConfigureResult:
+        return self._client.admin.configure_queue(self._queue_name(), options, mode)
+
+    def delete(self) -> models.DeleteQueueResult:
+        return self._client.admin.delete_queue(self._queue_name())
+
+
+class AsyncQueue(_QueueBase["AsyncLanes"]):
+    """Asyncio queue builder from ``client.queue(name)``."""
+
+    async def push(self, items: Sequence[Any]) -> list[PushResult]:
+        items = P.item_list(items)
+        if not items:
+            return []
+        c = self._client
+        return P.warn_buffered(
+            await c._call(R.push(self._queue_name(), self._spec.partition, items)), c._cfg.logger
+        )
+
+    async def pop_result(self) -> PopResult:
+        P.validate_spec(self._spec)
+        c = self._client
+        return await c._call(R.pop(self._spec, c._cfg.pop_autopilot, c._cfg.timeout))
+
+    async def pop(self) -> list[Message]:
+        return (await self.pop_result()).messages
+
+    def messages(
+        self,
+        *,
+        auto_ack: bool | None = None,
+        limit: int | None = None,
+        idle_timeout: float | None = None,
+        on_error: ErrorCallback | None = None,
+    ) -> AsyncMessageIterator:
+        """Async pull iterator; the keywords default to the builder's values, as in
+        :meth:`Queue.messages`."""
+        P.validate_spec(self._spec)
+        return AsyncMessageIterator(
+            self._iter_core(auto_ack, limit, idle_timeout, on_error),
+            self.pop_result,
+            self._client._ack_entries,
+            asyncio.sleep,
+        )
+
+    def consume(self, handler: Callable[[Message], Any]) -> AsyncConsumer:
+        """Start the consume loop as a task (non-blocking); the handler may be async or not
+        (a plain function runs on the event loop, so keep it short)."""
+        P.validate_spec(self._spec)
+        c = self._client
+        engine = Engine(
+            self._spec,
+            Ops(
+                pop=self.pop_result,
+                ack=c._ack_entries,
+                renew=c._renew_one,
+                invoke=make_invoke_async(handler),
+            ),
+            self._on_error,
+            cancellable_handlers=True,
+        )
+        cons = AsyncConsumer(engine)
+        c._consumers.add(cons)
+        return cons
+
+    def consume_batch(self, handler: Callable[[list[Message]], Any]) -> AsyncConsumer:
+        return self._with(each=False).consume(handler)  # type: ignore[arg-type]
+
+    async def run(self, handler: Callable[[Message], Any]) -> None:
+        await self.consume(handler).closed()
+
+    def buffer(
+        self,
+        *,
+        message_count: int = 100,
+        time_millis: int = 1000,
+        max_size: int = 0,
+        retry_delay_millis: int = 250,
+        on_error: ErrorCallback | None = None,
+    ) -> AsyncPushBuffer:
+        opts = BufferOptions(message_count, time_millis, max_size, retry_delay_millis)
+        return self._client._buffer(self._queue_name(), self._spec.partition, opts, on_error)
+
+    async def configure(
+        self,
+        options: models.QueueOptions | Mapping[str, Any] | None = None,
+        mode: Literal["merge", "replace"] | None = None,
+    ) -> models.ConfigureResult:
+        return await self._client.admin.configure_queue(self._queue_name(), options, mode)
+
+    async def delete(self) -> models.DeleteQueueResult:
+        return await self._client.admin.delete_queue(self._queue_name())
