@@ -2,11 +2,10 @@
 package lanes
 
 import (
-	"bytes"
 	"context"
-	"encoding/json"
 	"fmt"
-	"strings"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
 )
 
 // AckOpts refines Client.Ack.
@@ -17,15 +16,6 @@ type AckOpts struct {
 	Error string
 	// WithoutLease sends lease-less acks (no lease validation; works after expiry).
 	WithoutLease bool
-}
-
-type ackItemWire struct {
-	TransactionID string  `json:"transactionId"`
-	PartitionID   string  `json:"partitionId"`
-	Status        string  `json:"status"`
-	LeaseID       *string `json:"leaseId,omitempty"`
-	Error         *string `json:"error,omitempty"`
-	ConsumerGroup *string `json:"consumerGroup,omitempty"`
 }
 
 // ackEntry is one message with its own status (the consume loop mixes statuses).
@@ -62,82 +52,15 @@ func (c *Client) ackEntries(ctx context.Context, entries []ackEntry, o AckOpts) 
 			return nil, fmt.Errorf("lanes: ack needs messages with TransactionID and PartitionID")
 		}
 	}
-	groupOf := func(e ackEntry) string {
-		if o.Group != "" {
-			return o.Group
-		}
-		return e.msg.ConsumerGroup
-	}
-	wireOf := func(e ackEntry) ackItemWire {
-		w := ackItemWire{TransactionID: e.msg.TransactionID, PartitionID: e.msg.PartitionID, Status: string(e.status)}
-		if !o.WithoutLease && e.msg.LeaseID != "" {
-			l := e.msg.LeaseID
-			w.LeaseID = &l
-		}
-		if e.err != "" {
-			s := e.err
-			w.Error = &s
-		}
-		return w
-	}
-	results := make([]AckResult, len(entries))
+	var results []AckResult
+	var err error
 	if len(entries) == 1 {
-		w := wireOf(entries[0])
-		if g := groupOf(entries[0]); g != "" {
-			w.ConsumerGroup = &g
-		}
-		body, _ := json.Marshal(w)
-		var r json.RawMessage
-		resp, err := c.gen.AckWithBody(ctx, contentJSON, bytes.NewReader(body))
-		if _, err := c.decode(ctx, &r, resp, err); err != nil {
-			return nil, err
-		}
-		res, err := decodeAckResults(r)
-		if err != nil {
-			return nil, err
-		}
-		if len(res) != 1 {
-			return nil, fmt.Errorf("lanes: ack answered %d results for 1 item", len(res))
-		}
-		results[0] = res[0]
+		results, err = c.ackOne(ctx, entries[0], o)
 	} else {
-		// one batch call per group, preserving the caller's order in the results
-		order := []string{}
-		byGroup := map[string][]int{}
-		for i, e := range entries {
-			g := groupOf(e)
-			if _, ok := byGroup[g]; !ok {
-				order = append(order, g)
-			}
-			byGroup[g] = append(byGroup[g], i)
-		}
-		for _, g := range order {
-			idx := byGroup[g]
-			items := make([]ackItemWire, len(idx))
-			for k, i := range idx {
-				items[k] = wireOf(entries[i])
-			}
-			req := struct {
-				ConsumerGroup *string       `json:"consumerGroup,omitempty"`
-				Acks          []ackItemWire `json:"acknowledgments"`
-			}{Acks: items}
-			if g != "" {
-				gg := g
-				req.ConsumerGroup = &gg
-			}
-			body, _ := json.Marshal(req)
-			var res []AckResult
-			if _, err := c.result(ctx, &res)(c.gen.AckBatchWithBody(ctx, contentJSON, bytes.NewReader(body))); err != nil {
-				return nil, err
-			}
-			if len(res) != len(idx) {
-				return nil, fmt.Errorf("lanes: ack batch answered %d results for %d items", len(res), len(idx))
-			}
-			for k, i := range idx {
-				results[i] = res[k]
-				results[i].Index = i
-			}
-		}
+		results, err = c.ackBatchByGroup(ctx, entries, o)
+	}
+	if err != nil {
+		return nil, err
 	}
 	var bad []AckResult
 	for _, r := range results {
@@ -151,18 +74,68 @@ func (c *Client) ackEntries(ctx context.Context, entries []ackEntry, o AckOpts) 
 	return results, nil
 }
 
-// decodeAckResults accepts the single-ack answer as an array or as one object.
-func decodeAckResults(b json.RawMessage) ([]AckResult, error) {
-	t := strings.TrimSpace(string(b))
-	if strings.HasPrefix(t, "[") {
-		var out []AckResult
-		return out, json.Unmarshal(b, &out)
-	}
-	var one AckResult
-	if err := json.Unmarshal(b, &one); err != nil {
+// ackOne acknowledges one message (POST /api/v1/ack), which answers one result object.
+func (c *Client) ackOne(ctx context.Context, e ackEntry, o AckOpts) ([]AckResult, error) {
+	item := e.wire(o)
+	body := gen.AckRequest{TransactionId: item.TransactionId, PartitionId: item.PartitionId, Status: item.Status,
+		LeaseId: item.LeaseId, Error: item.Error, ConsumerGroup: ptrUnlessZero(o.groupOf(e.msg))}
+	var r AckResult
+	if _, err := c.result(ctx, &r)(c.gen.Ack(ctx, body)); err != nil {
 		return nil, err
 	}
-	return []AckResult{one}, nil
+	return []AckResult{r}, nil
+}
+
+// ackBatchByGroup sends one POST /api/v1/ack/batch per consumer group (the route takes one group
+// per call) and returns the results in the order of entries.
+func (c *Client) ackBatchByGroup(ctx context.Context, entries []ackEntry, o AckOpts) ([]AckResult, error) {
+	var groups []string
+	byGroup := map[string][]int{}
+	for i, e := range entries {
+		g := o.groupOf(e.msg)
+		if _, ok := byGroup[g]; !ok {
+			groups = append(groups, g)
+		}
+		byGroup[g] = append(byGroup[g], i)
+	}
+	results := make([]AckResult, len(entries))
+	for _, g := range groups {
+		idx := byGroup[g]
+		body := gen.AckBatchRequest{ConsumerGroup: ptrUnlessZero(g), Acknowledgments: make([]gen.AckItem, len(idx))}
+		for k, i := range idx {
+			body.Acknowledgments[k] = entries[i].wire(o)
+		}
+		var res []AckResult
+		if _, err := c.result(ctx, &res)(c.gen.AckBatch(ctx, body)); err != nil {
+			return nil, err
+		}
+		if len(res) != len(idx) {
+			return nil, fmt.Errorf("lanes: ack batch answered %d results for %d items", len(res), len(idx))
+		}
+		for k, i := range idx {
+			results[i] = res[k]
+			results[i].Index = i
+		}
+	}
+	return results, nil
+}
+
+// wire is the entry as one acknowledgement item; the group travels beside it.
+func (e ackEntry) wire(o AckOpts) gen.AckItem {
+	item := gen.AckItem{TransactionId: e.msg.TransactionID, PartitionId: e.msg.PartitionID,
+		Status: ptr(string(e.status)), Error: ptrUnlessZero(e.err)}
+	if !o.WithoutLease {
+		item.LeaseId = ptrUnlessZero(e.msg.LeaseID)
+	}
+	return item
+}
+
+// groupOf is the consumer group an ack of m names: the override, else the message's own.
+func (o AckOpts) groupOf(m *Message) string {
+	if o.Group != "" {
+		return o.Group
+	}
+	return m.ConsumerGroup
 }
 
 // Renew extends leases by seconds (0 = broker default 60). Lease ids are deduplicated; one
@@ -175,14 +148,9 @@ func (c *Client) Renew(ctx context.Context, seconds int, leaseIDs ...string) ([]
 			continue
 		}
 		seen[id] = true
-		var body []byte
-		if seconds > 0 {
-			body, _ = json.Marshal(map[string]int{"seconds": seconds})
-		} else {
-			body = []byte("{}")
-		}
+		body := gen.LeaseExtendRequest{Seconds: ptrIfPositive(seconds)}
 		var r RenewResult
-		if _, err := c.result(ctx, &r)(c.gen.ExtendLeaseWithBody(ctx, id, contentJSON, bytes.NewReader(body))); err != nil {
+		if _, err := c.result(ctx, &r)(c.gen.ExtendLease(ctx, id, body)); err != nil {
 			return out, err
 		}
 		if r.LeaseID == "" {

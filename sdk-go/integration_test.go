@@ -95,6 +95,49 @@ func TestITPushPopAck(t *testing.T) {
 	require.Empty(t, again)
 }
 
+// One Ack over messages of two consumer groups sends one batch per group and answers in the
+// caller's order; a lease-less ack and a failed ack with a reason go through the same calls.
+func TestITAckAcrossGroupsKeepsOrder(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 2, "groups")
+	popAll := func(group string) []*lanes.Message {
+		msgs, err := b.c.Queue(b.queue).Group(group).SubscriptionMode("all").Wait(false).Batch(10).Pop(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, msgs, 2, group)
+		return msgs
+	}
+	billing, audit := popAll("billing"), popAll("audit")
+	mixed := []*lanes.Message{billing[0], audit[0], billing[1], audit[1]}
+	acks, err := b.c.Ack(b.ctx, mixed, lanes.AckCompleted)
+	require.NoError(t, err)
+	require.Len(t, acks, len(mixed))
+	for i, a := range acks {
+		require.True(t, a.Success, "ack %d", i)
+		require.Equal(t, i, a.Index)
+		require.Equal(t, mixed[i].TransactionID, a.TransactionID)
+	}
+	for _, g := range []string{"billing", "audit"} {
+		left, err := b.c.Queue(b.queue).Group(g).Wait(false).Pop(b.ctx)
+		require.NoError(t, err)
+		require.Empty(t, left, g)
+	}
+
+	pushN(t, b, "a", 1, "leaseless")
+	one, err := b.c.Queue(b.queue).Group("billing").Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, one, 1)
+	acks, err = b.c.Ack(b.ctx, one, lanes.AckDLQ, lanes.AckOpts{WithoutLease: true, Error: "poison"})
+	require.NoError(t, err)
+	require.True(t, acks[0].Success)
+	require.True(t, acks[0].DLQ)
+	dead, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue, Group: "billing"})
+	require.NoError(t, err)
+	require.Len(t, dead.Messages, 1)
+	require.Equal(t, one[0].TransactionID, dead.Messages[0].TransactionId)
+	require.Equal(t, "poison", *dead.Messages[0].ErrorMessage)
+}
+
 func TestITPopWaitAndSingleAck(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
