@@ -155,6 +155,13 @@ export class TransactionError extends LanesError {
   }
 }
 
+/** EmptyTransactionError is thrown by `commit()` on a bundle with no operations, KV or timer riders; nothing is sent. */
+export class EmptyTransactionError extends LanesError {
+  constructor(message = "transaction has no operations to commit") {
+    super(message);
+  }
+}
+
 /** ConsumerStoppedError is the abort reason of handler signals on a hard stop, and what a closed message iterator reports. */
 export class ConsumerStoppedError extends LanesError {
   constructor(message = "consumer stopped") {

@@ -35,6 +35,7 @@ export {
   UnsentError,
   AckError,
   TransactionError,
+  EmptyTransactionError,
   ConsumerStoppedError,
 } from "./errors.js";
 export type * from "./types.js";

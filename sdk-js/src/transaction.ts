@@ -1,7 +1,7 @@
 // TransactionBuilder: pushes, acks and the KV / timer riders committed in one PostgreSQL
 // transaction (`POST /api/v1/transaction`). Unlike the queue builders it accumulates state, as in
 // Go and Python: every step adds to the same bundle and returns it.
-import { LanesError, TransactionError } from "./errors.js";
+import { EmptyTransactionError, LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItems, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
 import { kvWriteOp, type KvExpiry } from "./kv.js";
 import { timerScheduleOp, type TimerSchedule } from "./timers.js";
@@ -82,11 +82,11 @@ export class TransactionBuilder {
     return this.add({ timers: [{ op: "cancel", queue, timerKey: key }] });
   }
 
-  /** commit sends the bundle. It returns the broker's result when it committed and throws TransactionError (with `reason`) when it rolled back — nothing was committed then. An empty bundle throws without a request. */
+  /** commit sends the bundle. It returns the broker's result when it committed and throws TransactionError (with `reason`) when it rolled back — nothing was committed then. An empty bundle throws EmptyTransactionError without a request. */
   async commit(opts: { signal?: AbortSignal } = {}): Promise<TransactionResult> {
     const { operations, kv, timers } = this.s;
     if (operations.length === 0 && kv.length === 0 && timers.length === 0) {
-      throw new LanesError("transaction has no operations to commit");
+      throw new EmptyTransactionError();
     }
     const body: Record<string, unknown> = { operations };
     const leases = [...new Set(this.s.leases)];

@@ -244,7 +244,7 @@ def test_hard_stop_sets_cancel_event(client: lanes.Lanes, qname: str) -> None:
         started.set()
         while not box or not box[0].cancel_event.wait(0.05):
             pass
-        raise lanes.ConsumerStopped("cancelled")
+        raise lanes.ConsumerStoppedError("cancelled")
 
     c = client.queue(qname).consume(handler)
     box.append(c)

@@ -317,6 +317,12 @@ def test_transaction_body() -> None:
     assert len(seen) == 1
 
 
+def test_consumer_stopped_error_is_named_like_the_other_errors() -> None:
+    assert lanes.ConsumerStoppedError.__name__ == "ConsumerStoppedError"
+    assert issubclass(lanes.ConsumerStoppedError, lanes.LanesError)
+    assert lanes.ConsumerStopped is lanes.ConsumerStoppedError  # the old name still works
+
+
 def test_transaction_rollback_raises_reason() -> None:
     t, _ = capture(
         lambda r: httpx.Response(

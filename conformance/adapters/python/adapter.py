@@ -21,7 +21,7 @@ from lanes import (
     AckError,
     APIConnectionError,
     APIError,
-    ConsumerStopped,
+    ConsumerStoppedError,
     Item,
     PushError,
     TransactionError,
@@ -519,7 +519,7 @@ class CaseState:
                     while "consumer" not in holder:
                         time.sleep(0.001)
                     if holder["consumer"].cancel_event.wait(ms / 1000):
-                        raise ConsumerStopped("handler cancelled by a hard stop")
+                        raise ConsumerStoppedError("handler cancelled by a hard stop")
                 else:
                     time.sleep(ms / 1000)
             if fail:

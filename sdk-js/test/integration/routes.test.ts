@@ -1,6 +1,6 @@
 // Transactions, admin, DLQ, KV and timers against the real broker.
 import { describe, expect, it } from "vitest";
-import { TransactionError } from "../../src/index.js";
+import { EmptyTransactionError, LanesError, TransactionError } from "../../src/index.js";
 import { client, uniq } from "./helpers.js";
 
 describe("transactions", () => {
@@ -55,8 +55,11 @@ describe("transactions", () => {
     expect((err as TransactionError).reason).toBe("duplicate");
   });
 
-  it("an empty bundle throws without a request", async () => {
-    await expect(client().transaction().commit()).rejects.toThrow(/no operations/);
+  it("an empty bundle throws EmptyTransactionError", async () => {
+    const err = await client().transaction().commit().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(EmptyTransactionError);
+    expect(err).toBeInstanceOf(LanesError);
+    expect((err as Error).message).toMatch(/no operations/);
   });
 });
 

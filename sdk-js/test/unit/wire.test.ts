@@ -5,6 +5,7 @@ import { afterEach, describe, expect, it } from "vitest";
 import {
   APIConnectionError,
   BadRequestError,
+  EmptyTransactionError,
   InternalServerError,
   Lanes,
   NotImplementedByBrokerError,
@@ -277,6 +278,14 @@ describe("empty-poll pause after a waitMs: 0 echo (docs/consuming.md §3 step 2)
     expect(got).toEqual(["a"]);
     expect(pops(s)).toBeGreaterThanOrEqual(3);
     expect(pops(s)).toBeLessThanOrEqual(8);
+  });
+});
+
+describe("transaction", () => {
+  it("an empty bundle throws EmptyTransactionError and sends nothing", async () => {
+    const s = await fake();
+    await expect(client(s.url).transaction().commit()).rejects.toBeInstanceOf(EmptyTransactionError);
+    expect(s.seen).toHaveLength(0);
   });
 });
 

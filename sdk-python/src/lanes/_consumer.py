@@ -17,7 +17,7 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
-from lanes._exceptions import APIConnectionError, APIError, ConsumerStopped, RateLimitError
+from lanes._exceptions import APIConnectionError, APIError, ConsumerStoppedError, RateLimitError
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
 T = TypeVar("T")
@@ -143,7 +143,7 @@ class Engine:
                 break
             try:
                 res = pop_t.result()
-            except ConsumerStopped:
+            except ConsumerStoppedError:
                 break
             except RateLimitError as e:
                 self._report(e)
@@ -189,7 +189,7 @@ class Engine:
         exc = fut.exception()
         if exc is None:
             return "completed", None
-        if isinstance(exc, (ConsumerStopped, asyncio.CancelledError)):
+        if isinstance(exc, (ConsumerStoppedError, asyncio.CancelledError)):
             return "retry", None
         if self.spec.report_handler_errors:
             self._report(exc)
@@ -307,7 +307,7 @@ class Engine:
                     self.delivered += 1
                 try:
                     handler(m)
-                except (ConsumerStopped, asyncio.CancelledError):
+                except (ConsumerStoppedError, asyncio.CancelledError):
                     outcomes.append((m, "retry", None))
                     break  # the rest redelivers after the release
                 except BaseException as exc:  # as the pool's futures did: any exception is the nack

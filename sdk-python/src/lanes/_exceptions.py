@@ -16,6 +16,7 @@ __all__ = [
     "AckError",
     "ClientClosedError",
     "ConsumerStopped",
+    "ConsumerStoppedError",
     "DroppedError",
     "EmptyTransactionError",
     "InvalidItemError",
@@ -240,6 +241,10 @@ class EmptyTransactionError(LanesError):
     """``commit()`` on a bundle with nothing in it; no request is sent."""
 
 
-class ConsumerStopped(LanesError):
+class ConsumerStoppedError(LanesError):
     """The consumer was stopped; raised into nothing, used as a cancellation cause and by
     iterators used after ``close()``."""
+
+
+# The name before the Error suffix, kept so code written against it still works.
+ConsumerStopped = ConsumerStoppedError

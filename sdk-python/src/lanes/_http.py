@@ -18,7 +18,7 @@ import httpx
 from lanes._deadline import current_deadline
 from lanes._exceptions import (
     APIConnectionError,
-    ConsumerStopped,
+    ConsumerStoppedError,
     OutcomeUnknownError,
     api_error_from,
 )
@@ -193,7 +193,7 @@ class SyncTransport(_Base):
         st = self._state(long_poll, deadline, not_idempotent)
         while True:
             if cancel is not None and cancel.is_set():
-                raise ConsumerStopped("lanes: stopped")
+                raise ConsumerStoppedError("lanes: stopped")
             try:
                 resp = self.http.request(
                     method,
@@ -211,7 +211,7 @@ class SyncTransport(_Base):
             if d.delay > 0:
                 if cancel is not None:
                     if cancel.wait(d.delay):
-                        raise ConsumerStopped("lanes: stopped")
+                        raise ConsumerStoppedError("lanes: stopped")
                 else:
                     self._sleep(d.delay)
 

@@ -21,7 +21,7 @@ from types import TracebackType
 
 from lanes import _protocol as P
 from lanes._consumer import ErrorCallback, _transient
-from lanes._exceptions import ConsumerStopped, RateLimitError
+from lanes._exceptions import ConsumerStoppedError, RateLimitError
 from lanes._types import AckResult, AutopilotEcho, Message, PopResult
 
 Entries = list[tuple[str, P.AckEntry]]
@@ -266,4 +266,4 @@ class AsyncMessageIterator:
         await self.aclose()
 
 
-__all__ = ["AsyncMessageIterator", "ConsumerStopped", "MessageIterator"]
+__all__ = ["AsyncMessageIterator", "ConsumerStoppedError", "MessageIterator"]
