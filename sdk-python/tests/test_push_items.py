@@ -70,6 +70,31 @@ def test_a_payload_json_cannot_send_as_given_is_refused(
         assert _pop_all(c, qname) == []
 
 
+class _CountingDict(dict[str, Any]):
+    """A payload that counts how often ``json`` encodes it (the encoder reads a dict subclass
+    through ``items()``)."""
+
+    encodes = 0
+
+    def items(self) -> Any:
+        _CountingDict.encodes += 1
+        return super().items()
+
+
+def test_a_payload_is_encoded_once_per_push_direct_or_buffered(broker_url: str, qname: str) -> None:
+    with lanes.Lanes(broker_url) as c:
+        _CountingDict.encodes = 0
+        c.queue(qname).push([_CountingDict(n=1), {"data": _CountingDict(n=2), "trace_id": "t"}])
+        assert _CountingDict.encodes == 2, "each payload encoded once: the check's encoding is sent"
+
+        _CountingDict.encodes = 0
+        b = c.queue(qname).buffer(time_millis=60_000)
+        b.push([_CountingDict(n=3)])
+        b.flush(timeout=10)
+        assert _CountingDict.encodes == 1, "checked at buffer.push, the same bytes sent at flush"
+        assert _pop_all(c, qname) == [{"n": 1}, {"n": 2}, {"n": 3}]
+
+
 def test_buffered_pushes_are_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
     def answer(req: httpx.Request) -> httpx.Response:
         items = json.loads(req.content)["items"]

@@ -15,6 +15,7 @@ import pytest
 
 import lanes
 from lanes import _protocol as P
+from lanes._http import _encode
 
 Builder = Callable[[lanes.Queue], lanes.Queue]
 
@@ -160,6 +161,18 @@ async def test_async_pop_query_and_echo() -> None:
     assert seen[0].url.query.decode() == "autopilot=true&wait=true&timeout=30000&consumerGroup=g"
     assert res.autopilot == lanes.AutopilotEcho(3, 100, 40)
     assert res.messages[0].queue == "orders" and res.messages[0].data == {"x": 1}
+
+
+def test_push_body_is_byte_for_byte_the_encoding_of_its_items() -> None:
+    items = [
+        {"data": {"note": 'é\u2028"x"', "n": [1.5, None, True]}, "transaction_id": "t-1"},
+        lanes.Item(data="bare", transaction_id="t-2", trace_id="trace"),
+        7,
+    ]
+    for partition in ("customer-42", None):
+        checked = P.check_items(items)  # mints the third item's id once, for both encodings
+        body = P.push_body("orders", partition, checked)
+        assert body == _encode({"items": P.push_items("orders", partition, checked)})
 
 
 def test_push_body_items() -> None:

@@ -22,8 +22,8 @@ from lanes._exceptions import (
     PushError,
     UnsentError,
 )
-from lanes._protocol import item_list, normalize_item, uuid7
-from lanes._types import Item, PushResult
+from lanes._protocol import CheckedItem, check_items
+from lanes._types import PushResult
 
 
 @dataclass(frozen=True)
@@ -53,16 +53,12 @@ def _drops(e: BaseException) -> bool:
     return _status(e) in (400, 403, 413)
 
 
-def _prepare(items: Sequence[Any]) -> list[Item]:
-    """Normalise every item of a push before any is enqueued, so an item that cannot be sent
+def _prepare(items: Sequence[Any]) -> list[CheckedItem]:
+    """Check every item of a push before any is enqueued, so an item that cannot be sent
     fails the call (InvalidItemError) instead of blocking the buffer. The transaction id is
     minted once, here: a batch sent again after a lost answer carries the same ids and the
-    broker deduplicates it."""
-    out: list[Item] = []
-    for i, it in enumerate(item_list(items)):
-        payload, tid, trace = normalize_item(it, i)
-        out.append(Item(data=payload, transaction_id=tid or uuid7(), trace_id=trace))
-    return out
+    broker deduplicates it. The payload is encoded here too, and that encoding is what is sent."""
+    return check_items(items)
 
 
 class _Core:
@@ -77,7 +73,7 @@ class _Core:
         self.on_error = on_error
         self.log = logger
         self.name = name
-        self.items: deque[Item] = deque()
+        self.items: deque[CheckedItem] = deque()
         self.first_at: float | None = None
         self.flushes = 0
 
@@ -90,18 +86,18 @@ class _Core:
         assert self.first_at is not None
         return max(0.0, self.first_at + self.opts.time_millis / 1000.0 - now)
 
-    def add(self, item: Item, now: float) -> None:
+    def add(self, item: CheckedItem, now: float) -> None:
         if not self.items:
             self.first_at = now
         self.items.append(item)
 
-    def take(self) -> list[Item]:
+    def take(self) -> list[CheckedItem]:
         n = min(len(self.items), self.opts.message_count)
         return [self.items.popleft() for _ in range(n)]
 
     def settle(
-        self, batch: list[Item], err: BaseException
-    ) -> tuple[list[Item], BaseException | None]:
+        self, batch: list[CheckedItem], err: BaseException
+    ) -> tuple[list[CheckedItem], BaseException | None]:
         """A failed send that is not split: the items to keep for a retry and the retryable
         error, or nothing when the items are dropped."""
         if _drops(err):
@@ -114,7 +110,7 @@ class _Core:
                 batch[0].transaction_id,
                 err,
             )
-            self.report(DroppedError(batch, err))
+            self.report(DroppedError([c.as_item() for c in batch], err))
             return [], None
         if self.on_error is None:
             self.log.warning("lanes: push buffer %s: flush failed: %s", self.name, err)
@@ -130,7 +126,7 @@ class _Core:
             with contextlib.suppress(Exception):
                 self.on_error(err)
 
-    def done(self, keep: list[Item], err: BaseException | None, now: float) -> bool:
+    def done(self, keep: list[CheckedItem], err: BaseException | None, now: float) -> bool:
         """Record a flush; True when items went back to the front for a retry."""
         self.items.extendleft(reversed(keep))
         if err is None:
@@ -186,7 +182,9 @@ class PushBuffer:
                 self._core.add(it, time.monotonic())
             self._cv.notify_all()
 
-    def _send_split(self, batch: list[Item]) -> tuple[list[Item], BaseException | None]:
+    def _send_split(
+        self, batch: list[CheckedItem]
+    ) -> tuple[list[CheckedItem], BaseException | None]:
         try:
             self._send(batch)
             return [], None
@@ -320,7 +318,9 @@ class AsyncPushBuffer:
                 self._core.add(it, time.monotonic())
             self._cv.notify_all()
 
-    async def _send_split(self, batch: list[Item]) -> tuple[list[Item], BaseException | None]:
+    async def _send_split(
+        self, batch: list[CheckedItem]
+    ) -> tuple[list[CheckedItem], BaseException | None]:
         try:
             await self._send(batch)
             return [], None

@@ -68,6 +68,8 @@ class Response:
 def _encode(body: Any) -> bytes | None:
     if body is None:
         return None
+    if isinstance(body, bytes):  # already JSON (a push body built from checked items)
+        return body
     return _json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
 
 

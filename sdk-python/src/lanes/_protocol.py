@@ -11,7 +11,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, NamedTuple
 from urllib.parse import quote, quote_plus
 
 from lanes._exceptions import AckError, InvalidItemError, ItemError, PushError, TransactionError
@@ -85,57 +85,103 @@ def _optional_id(index: int, name: str, v: Any) -> str | None:
     return v
 
 
-def _check_payload(index: int, payload: Any) -> None:
-    """Refuse a payload ``json`` cannot send exactly as the broker would store it."""
+# One encoder for every item: json.dumps with options builds a new encoder per call.
+_ITEM_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+
+
+def _json_bytes(value: Any) -> bytes:
+    return _ITEM_ENCODER.encode(value).encode()
+
+
+def _payload_json(index: int, payload: Any) -> bytes:
+    """The payload's JSON, or :class:`InvalidItemError` for a payload ``json`` cannot send
+    exactly as the broker would store it."""
     if isinstance(payload, (bytes, bytearray)):
         raise InvalidItemError(index, "bytes are not JSON (decode text, or send base64)")
     try:
-        json.dumps(payload, allow_nan=False, ensure_ascii=False).encode()
+        return _json_bytes(payload)
     except (TypeError, ValueError, RecursionError) as e:  # UnicodeEncodeError is a ValueError
         raise InvalidItemError(index, f"payload is not JSON: {e}") from e
 
 
-def normalize_item(item: Any, index: int = 0) -> tuple[Any, str | None, str | None]:
-    """(payload, transaction_id, trace_id) of push item number ``index``.
+class CheckedItem(NamedTuple):
+    """A push item that passed the checks, as it will be stored. ``payload_json`` is the
+    encoding the check made, reused for the request body so no payload is encoded twice."""
+
+    payload: Any
+    payload_json: bytes
+    transaction_id: str
+    trace_id: str | None
+
+    def as_item(self) -> Item:
+        return Item(data=self.payload, transaction_id=self.transaction_id, trace_id=self.trace_id)
+
+
+def check_item(item: Any, index: int = 0) -> CheckedItem:
+    """Push item number ``index``, checked; a missing transaction id is minted (UUIDv7) once, here.
 
     Accepts :class:`Item`, an envelope dict (``data`` or ``payload`` plus optional
     ``transaction_id``/``transactionId``/``trace_id``/``traceId``, and no other key), or a bare
     JSON value (any other dict is a bare value, stored whole). Raises :class:`InvalidItemError`
     for an item that would not be stored as given.
     """
+    if isinstance(item, CheckedItem):
+        return item
     payload, tid, trace = item, None, None
     if isinstance(item, Item):
         payload, tid, trace = item.data, item.transaction_id, item.trace_id
     elif (
-        isinstance(item, dict) and ("data" in item or "payload" in item) and set(item) <= _ITEM_KEYS
+        isinstance(item, dict)
+        and ("data" in item or "payload" in item)
+        and _ITEM_KEYS.issuperset(item)
     ):
         if "data" in item and "payload" in item:
             raise InvalidItemError(index, "has both data and payload (use one)")
         payload = item["payload"] if "payload" in item else item["data"]
         tid = item.get("transaction_id", item.get("transactionId"))
         trace = item.get("trace_id", item.get("traceId"))
-    _check_payload(index, payload)
-    return (
+    payload_json = _payload_json(index, payload)
+    return CheckedItem(
         payload,
-        _optional_id(index, "transaction_id", tid),
+        payload_json,
+        _optional_id(index, "transaction_id", tid) or uuid7(),
         _optional_id(index, "trace_id", trace),
     )
 
 
-def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> dict[str, Any]:
-    """``POST /api/v1/push`` body; a missing transaction id is minted (UUIDv7) once, here."""
+def check_items(items: Iterable[Any]) -> list[CheckedItem]:
+    return [check_item(it, i) for i, it in enumerate(item_list(items))]
+
+
+def push_items(queue: str, partition: str | None, items: Iterable[Any]) -> list[dict[str, Any]]:
+    """The wire items of a push inside a transaction bundle (encoded with the whole bundle)."""
     wire: list[dict[str, Any]] = []
-    for i, it in enumerate(item_list(items)):
-        payload, tid, trace = normalize_item(it, i)
+    for c in check_items(items):
         w: dict[str, Any] = {"queue": queue}
         if partition:
             w["partition"] = partition
-        w["payload"] = payload
-        w["transactionId"] = tid or uuid7()
-        if trace:
-            w["traceId"] = trace
+        w["payload"] = c.payload
+        w["transactionId"] = c.transaction_id
+        if c.trace_id:
+            w["traceId"] = c.trace_id
         wire.append(w)
-    return {"items": wire}
+    return wire
+
+
+def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> bytes:
+    """``POST /api/v1/push`` body, the same JSON as ``{"items": push_items(...)}`` but built from
+    each item's checked encoding instead of encoding every payload a second time."""
+    head = b'{"queue":' + _json_bytes(queue)
+    if partition:
+        head += b',"partition":' + _json_bytes(partition)
+    head += b',"payload":'
+    parts = []
+    for c in check_items(items):
+        part = head + c.payload_json + b',"transactionId":' + _json_bytes(c.transaction_id)
+        if c.trace_id:
+            part += b',"traceId":' + _json_bytes(c.trace_id)
+        parts.append(part + b"}")
+    return b'{"items":[' + b",".join(parts) + b"]}"
 
 
 def warn_buffered(results: list[PushResult], logger: logging.Logger) -> list[PushResult]:

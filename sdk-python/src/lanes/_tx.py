@@ -27,7 +27,7 @@ class TxQueue(Generic[TB]):
         return TxQueue(self._tx, self._queue, name)
 
     def push(self, items: Sequence[Any]) -> TB:
-        wire = P.push_body(self._queue, self._partition, items)["items"]
+        wire = P.push_items(self._queue, self._partition, items)
         if wire:
             self._tx._ops.append({"type": "push", "items": wire})
         return self._tx
