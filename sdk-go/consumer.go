@@ -283,8 +283,7 @@ func (c *Consumer) limitReached() bool {
 
 func (c *Consumer) worker() {
 	defer c.wg.Done()
-	errStreak := 0
-	var lastWaitMs *int
+	p := poller{q: c.q, onError: c.report}
 	for {
 		if c.fetchCtx.Err() != nil {
 			return
@@ -293,30 +292,14 @@ func (c *Consumer) worker() {
 			c.softStop()
 			return
 		}
-		pr, err := c.q.PopResult(c.fetchCtx)
+		pr, err := p.next(c.fetchCtx, c.limitReached)
 		if err != nil {
-			if c.fetchCtx.Err() != nil {
-				return
-			}
-			d, terminal := loopErrorDelay(err, errStreak)
 			c.report(err)
-			if terminal {
-				c.fail(err)
-				return
-			}
-			errStreak++
-			_ = sleepCtx(c.fetchCtx, d)
-			continue
+			c.fail(err)
+			return
 		}
-		errStreak = 0
-		if pr.Autopilot != nil {
-			lastWaitMs = pr.Autopilot.WaitMs
-		}
-		if len(pr.Messages) == 0 {
-			if !c.q.parks() {
-				_ = sleepCtx(c.fetchCtx, emptyPollPause(lastWaitMs))
-			}
-			continue
+		if pr == nil {
+			continue // the checks above tell why
 		}
 		c.busy.Add(1)
 		c.lastMessage.Store(time.Now().UnixNano())

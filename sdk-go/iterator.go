@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"iter"
-	"net/http"
 	"time"
 )
 
@@ -45,14 +44,13 @@ type msgIter struct {
 	q      QueueBuilder
 	ackCtx context.Context
 
-	pop      *PopResult
-	slices   [][]*Message // the pop's messages by partition, in broker order
-	handled  []int        // per slice: messages handled (next one requested)
-	inHand   int          // slice of the message in the loop body, -1 = none
-	yielded  int64
-	pending  []ackEntry // completed acks not sent yet
-	lastMsg  time.Time
-	lastWait *int
+	pop     *PopResult
+	slices  [][]*Message // the pop's messages by partition, in broker order
+	handled []int        // per slice: messages handled (next one requested)
+	inHand  int          // slice of the message in the loop body, -1 = none
+	yielded int64
+	pending []ackEntry // completed acks not sent yet
+	lastMsg time.Time
 }
 
 func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
@@ -60,42 +58,20 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 	opts := q.consume
 	it.inHand = -1
 	it.lastMsg = time.Now()
-	streak := 0
+	p := poller{q: q, onError: it.report}
+	idle := func() bool { return opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle }
 	for {
 		it.flush()
-		if ctx.Err() != nil {
-			return
-		}
 		if opts.limit > 0 && it.yielded >= opts.limit {
 			return
 		}
-		pr, err := q.PopResult(ctx)
+		pr, err := p.next(ctx, idle)
 		if err != nil {
-			if ctx.Err() != nil {
-				return
-			}
-			d, terminal := loopErrorDelay(err, streak)
-			if terminal {
-				yield(nil, err)
-				return
-			}
-			it.report(err)
-			streak++
-			_ = sleepCtx(ctx, d)
-			continue
+			yield(nil, err)
+			return
 		}
-		streak = 0
-		if pr.Autopilot != nil {
-			it.lastWait = pr.Autopilot.WaitMs
-		}
-		if len(pr.Messages) == 0 {
-			if opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle {
-				return
-			}
-			if !q.parks() {
-				_ = sleepCtx(ctx, emptyPollPause(it.lastWait))
-			}
-			continue
+		if pr == nil {
+			return
 		}
 		it.lastMsg = time.Now()
 		it.take(pr)
@@ -181,33 +157,4 @@ func (it *msgIter) report(err error) {
 	if it.q.consume.onError != nil {
 		it.q.consume.onError(err)
 	}
-}
-
-// loopErrorDelay is how a consume loop or iterator reacts to a failed pop (docs/consuming.md §4):
-// terminal for 403, 413, other 4xx and 501 (a proxy, or a broker build without the route: it
-// will not fix itself); the server hint (or 1 s) after a 429 that outlived the retry policy; else
-// min(1 s × 2^streak, 30 s).
-func loopErrorDelay(err error, streak int) (time.Duration, bool) {
-	var ae *APIError
-	if errors.As(err, &ae) {
-		if ae.Terminal() || ae.Status == http.StatusNotImplemented {
-			return 0, true
-		}
-		if ae.Status == 429 {
-			if ae.RetryAfter > 0 {
-				return ae.RetryAfter, false
-			}
-			return time.Second, false
-		}
-	}
-	return min(time.Second<<min(streak, 5), 30*time.Second), false
-}
-
-// emptyPollPause is the pause after an empty non-waiting pop: the broker's waitMs advice from the
-// last echo, else 100 ms.
-func emptyPollPause(waitMs *int) time.Duration {
-	if waitMs != nil && *waitMs > 0 {
-		return time.Duration(*waitMs) * time.Millisecond
-	}
-	return 100 * time.Millisecond
 }
