@@ -1,8 +1,8 @@
-// The consume loop (docs/consuming.md §3–§5) and the message iterator built on the same pop.
-import { APIConnectionError, AckError, ConsumerStoppedError, InternalServerError, LanesError, RateLimitError, isTerminal } from "./errors.js";
+// The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
+import { AckError, ConsumerStoppedError, LanesError, isTerminal } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
-import { sleep } from "./internal/http.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
+import { Poller, type PopSource } from "./poller.js";
 import type { QueueState } from "./queue.js";
 
 /** HandlerContext is passed to every handler call; `signal` aborts (reason ConsumerStoppedError) on a hard stop. */
@@ -27,29 +27,10 @@ export interface StopOptions {
 
 type AnyHandler = { kind: "each"; fn: Handler<unknown> } | { kind: "batch"; fn: BatchHandler<unknown> };
 
-interface PopSource<T> {
-  popResult(opts: { signal?: AbortSignal }): Promise<PopResult<T>>;
-}
-
 interface PendingAck {
   target: AckTarget;
   status: AckStatus;
   error?: string | undefined;
-}
-
-/** isTransientLoopError: 429 (after the policy), network failures and 5xx keep a loop going; everything else ends it (docs/consuming.md §4). */
-export function isTransientLoopError(err: unknown): boolean {
-  return err instanceof RateLimitError || err instanceof APIConnectionError || err instanceof InternalServerError;
-}
-
-/** parks says whether the broker holds a pop until a message arrives: timeout 0 answers at once, so a loop pauses between empty pops as without wait. */
-function parks(s: Pick<QueueState, "wait" | "timeoutMillis">): boolean {
-  return s.wait && s.timeoutMillis > 0;
-}
-
-/** emptyPollPause is the pause after an empty pop that did not park: the broker's `waitMs` advice from the last echo when it is above 0, else 100 ms. The broker echoes only on a 200, where `waitMs` is 0 (its advice is for empty pops), so 0 means "no advice", not "do not pause" (as in Go). */
-function emptyPollPause(waitMs: number | undefined): number {
-  return waitMs !== undefined && waitMs > 0 ? waitMs : 100;
 }
 
 /** DEFAULT_RENEW_EVERY_MILLIS is the renewal interval when neither renewLease nor leaseSeconds names one: well inside the queues' default leases (300 s, 60 s for push-created queues). */
@@ -60,11 +41,6 @@ export function renewEveryMillis(everyMillis: number, leaseSeconds: number | und
   if (everyMillis > 0) return everyMillis;
   if (leaseSeconds !== undefined && leaseSeconds > 0) return Math.min((leaseSeconds * 1000) / 3, DEFAULT_RENEW_EVERY_MILLIS);
   return DEFAULT_RENEW_EVERY_MILLIS;
-}
-
-function loopErrorDelay(err: unknown, consecutive: number): number {
-  if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
-  return Math.min(1000 * 2 ** consecutive, 30_000);
 }
 
 function errorText(err: unknown): string {
@@ -221,42 +197,21 @@ export class Consumer implements PromiseLike<void> {
     this.beginSoftStop();
   }
 
-  private async pause(ms: number): Promise<void> {
-    try {
-      await sleep(ms, this.fetchCtl.signal);
-    } catch {
-      // stop requested
-    }
-  }
-
   private limitReached(): boolean {
     return this.s.limit > 0 && this.handed >= this.s.limit;
   }
 
   private async worker(): Promise<void> {
-    let errors = 0;
-    let waitMs: number | undefined;
+    const poller = new Poller(this.source, this.s, this.fetchCtl.signal, (err) => this.report(err));
     while (!this.stopping) {
-      let res: PopResult<unknown>;
+      let res: PopResult<unknown> | undefined;
       try {
-        res = await this.source.popResult({ signal: this.fetchCtl.signal });
+        res = await poller.next(() => this.stopping);
       } catch (err) {
-        if (this.stopping) break;
-        if (!isTransientLoopError(err)) {
-          this.fail(err);
-          break;
-        }
-        this.report(err);
-        await this.pause(loopErrorDelay(err, errors));
-        errors += 1;
-        continue;
+        this.fail(err);
+        break;
       }
-      errors = 0;
-      if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
-      if (res.messages.length === 0) {
-        if (!parks(this.s)) await this.pause(emptyPollPause(waitMs));
-        continue;
-      }
+      if (res === undefined) break;
       this.lastMessageAt = Date.now();
       this.inFlight += 1;
       try {
@@ -365,38 +320,17 @@ export class Consumer implements PromiseLike<void> {
 
 /** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). */
 export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
-  let errors = 0;
-  let waitMs: number | undefined;
   let yielded = 0;
   let lastMessageAt = Date.now();
   const limitReached = () => s.limit > 0 && yielded >= s.limit;
-  const pause = async (ms: number) => {
-    try {
-      await sleep(ms, signal);
-    } catch {
-      // aborted
-    }
-  };
+  const idle = () => s.idleMillis > 0 && Date.now() - lastMessageAt >= s.idleMillis;
+  const poller = new Poller(source, s, signal, (err) => {
+    if (s.onError) s.onError(err);
+    else core.log.warn(`messages: ${errorText(err)}`);
+  });
   while (!signal?.aborted && !limitReached()) {
-    let res: PopResult<T>;
-    try {
-      res = await source.popResult({ signal });
-    } catch (err) {
-      if (signal?.aborted) return;
-      if (!isTransientLoopError(err)) throw err;
-      if (s.onError) s.onError(err);
-      else core.log.warn(`messages: ${errorText(err)}`);
-      await pause(loopErrorDelay(err, errors));
-      errors += 1;
-      continue;
-    }
-    errors = 0;
-    if (res.autopilot?.waitMs !== undefined) waitMs = res.autopilot.waitMs;
-    if (res.messages.length === 0) {
-      if (s.idleMillis > 0 && Date.now() - lastMessageAt >= s.idleMillis) return;
-      if (!parks(s)) await pause(emptyPollPause(waitMs));
-      continue;
-    }
+    const res = await poller.next(() => signal?.aborted === true, idle);
+    if (res === undefined) return;
     lastMessageAt = Date.now();
     const slices = groupByPartition(res.messages);
     const pos = slices.map(() => 0);

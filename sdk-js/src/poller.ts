@@ -1,0 +1,75 @@
+// The pop loop shared by the consume loop and the message iterator (docs/consuming.md §3–§4).
+import { APIConnectionError, InternalServerError, RateLimitError } from "./errors.js";
+import { sleep } from "./internal/http.js";
+import type { PopResult } from "./message.js";
+import type { QueueState } from "./queue.js";
+
+/** PopSource is what a poller pops from (a queue builder). */
+export interface PopSource<T> {
+  popResult(opts: { signal?: AbortSignal }): Promise<PopResult<T>>;
+}
+
+/** isTransientLoopError: 429 (after the policy), network failures and 5xx keep a loop going; everything else ends it (docs/consuming.md §4). */
+export function isTransientLoopError(err: unknown): boolean {
+  return err instanceof RateLimitError || err instanceof APIConnectionError || err instanceof InternalServerError;
+}
+
+/** parks says whether the broker holds a pop until a message arrives: timeout 0 answers at once, so a loop pauses between empty pops as without wait. */
+function parks(s: Pick<QueueState, "wait" | "timeoutMillis">): boolean {
+  return s.wait && s.timeoutMillis > 0;
+}
+
+/** emptyPollPause is the pause after an empty pop that did not park: the broker's `waitMs` advice from the last echo when it is above 0, else 100 ms. The broker echoes only on a 200, where `waitMs` is 0 (its advice is for empty pops), so 0 means "no advice", not "do not pause" (as in Go). */
+function emptyPollPause(waitMs: number | undefined): number {
+  return waitMs !== undefined && waitMs > 0 ? waitMs : 100;
+}
+
+/** loopErrorDelay is the pause after a failed pop the loop waits out: the 429's hint (or 1 s), else 1 s doubling per consecutive failure up to 30 s. */
+function loopErrorDelay(err: unknown, consecutive: number): number {
+  if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
+  return Math.min(1000 * 2 ** consecutive, 30_000);
+}
+
+/** Poller pops until an answer holds messages: failed pops that the loop waits out go to `report` and are backed off, empty answers are paced unless the pop parks. */
+export class Poller<T> {
+  private errors = 0;
+  private waitMs: number | undefined;
+
+  constructor(
+    private readonly source: PopSource<T>,
+    private readonly s: QueueState,
+    private readonly signal: AbortSignal | undefined,
+    private readonly report: (err: unknown) => void,
+  ) {}
+
+  /** next resolves to the next pop with messages, or to undefined once `stopped()` is true or `stopOnEmpty()` is true after an empty answer; it rejects with the error that ends the loop (403, 413, other 4xx, 501). */
+  async next(stopped: () => boolean, stopOnEmpty?: () => boolean): Promise<PopResult<T> | undefined> {
+    while (!stopped()) {
+      let res: PopResult<T>;
+      try {
+        res = await this.source.popResult({ signal: this.signal });
+      } catch (err) {
+        if (stopped()) return undefined;
+        if (!isTransientLoopError(err)) throw err;
+        this.report(err);
+        await this.pause(loopErrorDelay(err, this.errors));
+        this.errors += 1;
+        continue;
+      }
+      this.errors = 0;
+      if (res.autopilot?.waitMs !== undefined) this.waitMs = res.autopilot.waitMs;
+      if (res.messages.length > 0) return res;
+      if (stopOnEmpty?.()) return undefined;
+      if (!parks(this.s)) await this.pause(emptyPollPause(this.waitMs));
+    }
+    return undefined;
+  }
+
+  private async pause(ms: number): Promise<void> {
+    try {
+      await sleep(ms, this.signal);
+    } catch {
+      // aborted: the loop is stopping
+    }
+  }
+}
