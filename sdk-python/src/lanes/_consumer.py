@@ -17,7 +17,8 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
-from lanes._exceptions import APIConnectionError, APIError, ConsumerStoppedError, RateLimitError
+from lanes._exceptions import ConsumerStoppedError
+from lanes._pacer import PollPacer
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
 T = TypeVar("T")
@@ -34,17 +35,6 @@ class Ops:
     renew: Callable[[str, int], Awaitable[RenewResult]]
     invoke: Callable[[Any], Awaitable[None]]
     """Run the user's handler on one message (or one partition slice in batch mode)."""
-
-
-def _transient(e: BaseException) -> bool:
-    """Errors the loop waits out (docs/consuming.md §4): network failures, 429 and 5xx except 501
-    (a proxy, or a broker build without the route: it will not fix itself, so it is terminal).
-    A 408 that outlived the retry policy is a 4xx like the others: terminal, as in Go and TS."""
-    if isinstance(e, APIConnectionError):
-        return True
-    if isinstance(e, APIError):
-        return e.status == 429 or (e.status >= 500 and e.status != 501)
-    return False
 
 
 class Engine:
@@ -126,8 +116,7 @@ class Engine:
 
     async def _worker(self) -> None:
         stop = self._stop
-        errors = 0
-        last_echo = None
+        pacer = PollPacer(self.spec.parks, lambda e, _pause: self._report(e))
         while not stop.is_set():
             pop_t = asyncio.ensure_future(self.ops.pop())
             stop_t = asyncio.ensure_future(stop.wait())
@@ -145,15 +134,10 @@ class Engine:
                 res = pop_t.result()
             except ConsumerStoppedError:
                 break
-            except RateLimitError as e:
-                self._report(e)
-                await self._pause(e.retry_after if e.retry_after is not None else 1.0)
-                continue
             except Exception as e:
-                if _transient(e):
-                    errors += 1
-                    self._report(e)
-                    await self._pause(P.loop_error_backoff(errors))
+                pause = pacer.after_error(e)
+                if pause is not None:
+                    await self._pause(pause)
                     continue
                 # 403, 413, every other 4xx and 501: terminal for the whole consumer; on_error
                 # hears of it too (as in Go and TS), then closed() raises it.
@@ -162,12 +146,10 @@ class Engine:
                     self.error = e
                 self.request_stop()
                 break
-            errors = 0
-            if res.autopilot is not None:
-                last_echo = res.autopilot
+            pause = pacer.after_answer(res)
             if not res.messages:
-                if not self.spec.parks:
-                    await self._pause(P.empty_poll_pause(res.autopilot or last_echo))
+                if pause:
+                    await self._pause(pause)
                 continue
             self._busy += 1
             self._last_activity = time.monotonic()

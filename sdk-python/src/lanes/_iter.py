@@ -20,9 +20,10 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 
 from lanes import _protocol as P
-from lanes._consumer import ErrorCallback, _transient
-from lanes._exceptions import ConsumerStoppedError, RateLimitError
-from lanes._types import AckResult, AutopilotEcho, Message, PopResult
+from lanes._consumer import ErrorCallback
+from lanes._exceptions import ConsumerStoppedError
+from lanes._pacer import PollPacer
+from lanes._types import AckResult, Message, PopResult
 
 Entries = list[tuple[str, P.AckEntry]]
 
@@ -49,8 +50,9 @@ class _Core:
         self.yielded = 0
         self.closed = False
         self.last_msg = time.monotonic()
-        self.last_echo: AutopilotEcho | None = None
-        self.pop_errors = 0  # consecutive pop errors waited out
+        self.pacer = PollPacer(
+            spec.parks, lambda e, pause: self.report(e, f"popping again in {pause:.1f} s")
+        )
 
     def _entry(self, m: Message, status: str) -> tuple[str, P.AckEntry]:
         return (
@@ -83,14 +85,9 @@ class _Core:
         """The pause before the next pop after a pop error the iteration waits out, as the
         consume loop does (docs/consuming.md §4: network failures, 429, 5xx but 501); an error
         that ends the iteration (403, 413, other 4xx, 501) is raised again."""
-        if isinstance(err, RateLimitError):
-            pause = err.retry_after if err.retry_after is not None else 1.0
-        elif _transient(err):
-            self.pop_errors += 1
-            pause = P.loop_error_backoff(self.pop_errors)
-        else:
+        pause = self.pacer.after_error(err)
+        if pause is None:
             raise err
-        self.report(err, f"popping again in {pause:.1f} s")
         return pause
 
     def report(self, err: BaseException, then: str) -> None:
@@ -103,16 +100,14 @@ class _Core:
 
     def feed(self, res: PopResult) -> float:
         """Take a pop's messages; return the pause before the next pop (0 = none)."""
-        self.pop_errors = 0
-        if res.autopilot is not None:
-            self.last_echo = res.autopilot
+        pause = self.pacer.after_answer(res)
         if res.messages:
             for g in P.by_partition(res.messages):
                 self.buf.extend(g)
-            return 0.0
+            return pause
         if self.idle_timeout and time.monotonic() - self.last_msg >= self.idle_timeout:
             raise StopIteration
-        return 0.0 if self.spec.parks else P.empty_poll_pause(res.autopilot or self.last_echo)
+        return pause
 
     def close_entries(self) -> Entries:
         self.closed = True
