@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import datetime
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -387,6 +388,20 @@ def test_admin_groups_seek_dlq_messages(client: lanes.Lanes, qname: str) -> None
     assert lst.messages is not None
     assert client.admin.list_queues().queues is not None
     client.admin.delete_consumer_group("audit")
+
+
+def test_a_time_window_in_any_zone_is_sent_as_its_utc_instant(client: lanes.Lanes) -> None:
+    start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
+    end = start + datetime.timedelta(hours=1)
+    for zone in (
+        datetime.timezone(datetime.timedelta(hours=5)),
+        datetime.timezone(datetime.timedelta(hours=-5)),
+        datetime.timezone(
+            datetime.timedelta(seconds=45)
+        ),  # like the local mean times of old tz rules
+    ):
+        status = client.admin.get_status(from_=start.astimezone(zone), to=end.astimezone(zone))
+        assert status.time_range == {"from": "2026-01-02T03:04:05Z", "to": "2026-01-02T04:04:05Z"}
 
 
 def test_kv(client: lanes.Lanes, qname: str) -> None:

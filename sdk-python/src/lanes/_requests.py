@@ -55,9 +55,11 @@ def _q(**kw: Any) -> str | None:
 
 
 def _iso(t: datetime) -> str:
+    """RFC 3339 in UTC (a naive datetime is taken as UTC). Converting matters: Python writes an
+    offset with seconds (``+00:00:45``), which RFC 3339 has no form for."""
     if t.tzinfo is None:
         t = t.replace(tzinfo=timezone.utc)
-    return t.isoformat().replace("+00:00", "Z")
+    return t.astimezone(timezone.utc).isoformat().replace("+00:00", "Z")
 
 
 def _model(cls: type[M]) -> Callable[[Response], M]:
