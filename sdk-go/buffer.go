@@ -19,8 +19,8 @@ type BufferOptions struct {
 	// RetryDelay is the pause before retrying a failed flush (default 250 ms).
 	RetryDelay time.Duration
 	// OnError receives flush errors. Items the broker refuses (each alone on 400 or 413, or
-	// the batch on 403) are dropped and arrive as a *DroppedError carrying them; any other
-	// failure keeps the items at the front, retried every RetryDelay.
+	// the batch on 403) are dropped and arrive as one *DroppedError per flush carrying all of
+	// them; any other failure keeps the items at the front, retried every RetryDelay.
 	OnError func(error)
 }
 
@@ -31,6 +31,8 @@ type Buffer struct {
 	queue     string
 	partition string
 	opts      BufferOptions
+	// invalid is why the queue or partition name can never be pushed to; Push answers it.
+	invalid error
 
 	mu      sync.Mutex
 	cond    *sync.Cond
@@ -47,6 +49,8 @@ type Buffer struct {
 
 // Buffer returns the client's shared buffer for this queue and partition, creating it with opts
 // on first use. After Client.Close it returns a closed buffer whose Push answers ErrClientClosed.
+// A queue or partition name the broker would refuse gives a buffer whose Push answers
+// *InvalidNameError, so it never fills with items that could only be dropped.
 func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 	if opts.MessageCount <= 0 {
 		opts.MessageCount = 100
@@ -59,6 +63,9 @@ func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 	}
 	if opts.RetryDelay <= 0 {
 		opts.RetryDelay = 250 * time.Millisecond
+	}
+	if err := checkPushNames(q.queue, q.partition); err != nil {
+		return &Buffer{c: q.c, queue: q.queue, partition: q.partition, opts: opts, invalid: err}
 	}
 	key := q.queue + "/" + q.partition
 	q.c.mu.Lock()
@@ -84,6 +91,9 @@ func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 // enqueued, so it can never block the items behind it; after Client.Close it returns
 // ErrClientClosed.
 func (b *Buffer) Push(ctx context.Context, items ...Item) error {
+	if b.invalid != nil {
+		return b.invalid
+	}
 	wire, err := encodeItems(b.queue, b.partition, items)
 	if err != nil {
 		return err
@@ -164,13 +174,33 @@ func (b *Buffer) shutdown() {
 	b.mu.Unlock()
 }
 
+// refused gathers the items one flush drops, so they are logged and reported once.
+type refused struct {
+	items []pushItemWire
+	// err is the broker's answer to the first dropped batch.
+	err error
+}
+
+func (r *refused) add(batch []pushItemWire, err error) {
+	if r.err == nil {
+		r.err = err
+	}
+	r.items = append(r.items, batch...)
+}
+
 // flushOnce sends the waiting items MessageCount at a time while a full batch
 // waits; on a retryable failure the failed items stay at the front.
 func (b *Buffer) flushOnce(ctx context.Context) error {
 	b.flushMu.Lock()
 	defer b.flushMu.Unlock()
+	var dropped refused
+	defer func() {
+		if len(dropped.items) > 0 {
+			b.drop(dropped.items, dropped.err)
+		}
+	}()
 	for {
-		more, err := b.sendFront(ctx)
+		more, err := b.sendFront(ctx, &dropped)
 		if err != nil || !more {
 			return err
 		}
@@ -179,7 +209,7 @@ func (b *Buffer) flushOnce(ctx context.Context) error {
 
 // sendFront sends up to MessageCount items from the front; more reports that
 // a full batch is waiting after them. The caller holds flushMu.
-func (b *Buffer) sendFront(ctx context.Context) (more bool, err error) {
+func (b *Buffer) sendFront(ctx context.Context, dropped *refused) (more bool, err error) {
 	b.mu.Lock()
 	n := min(len(b.items), b.opts.MessageCount)
 	if n == 0 {
@@ -188,7 +218,7 @@ func (b *Buffer) sendFront(ctx context.Context) (more bool, err error) {
 	}
 	batch := append([]pushItemWire(nil), b.items[:n]...)
 	b.mu.Unlock()
-	keep, err := b.send(ctx, batch)
+	keep, err := b.send(ctx, batch, dropped)
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	b.items = append(keep, b.items[n:]...)
@@ -208,8 +238,9 @@ func (b *Buffer) sendFront(ctx context.Context) (more bool, err error) {
 
 // send pushes batch and returns the items to keep at the front for a retry, with the retryable
 // error. The buffer built the batch, so a batch the broker refuses as a whole (413, or a 400
-// for several items) is halved until each refused item is alone; only those are dropped.
-func (b *Buffer) send(ctx context.Context, batch []pushItemWire) ([]pushItemWire, error) {
+// for several items) is halved until each refused item is alone; only those are dropped (added
+// to dropped).
+func (b *Buffer) send(ctx context.Context, batch []pushItemWire, dropped *refused) ([]pushItemWire, error) {
 	_, err := b.c.pushWire(ctx, batch)
 	var pe *PushError
 	switch {
@@ -225,13 +256,13 @@ func (b *Buffer) send(ctx context.Context, batch []pushItemWire) ([]pushItemWire
 		return failed, err
 	case len(batch) > 1 && splitsBatch(err):
 		half := len(batch) / 2
-		keep, err := b.send(ctx, batch[:half])
+		keep, err := b.send(ctx, batch[:half], dropped)
 		if err != nil {
 			return append(append([]pushItemWire(nil), keep...), batch[half:]...), err
 		}
-		return b.send(ctx, batch[half:])
+		return b.send(ctx, batch[half:], dropped)
 	case dropsBatch(err):
-		b.drop(batch, err)
+		dropped.add(batch, err)
 		return nil, nil
 	}
 	if ctx.Err() == nil { // a flush cut short by its own deadline or by Close is no failure to report
@@ -264,8 +295,8 @@ func dropsBatch(err error) bool {
 	return false
 }
 
-// drop gives up on batch: always logged (lost messages must not pass silently, so without
-// WithLogger this goes to slog.Default) and handed to OnError with the items.
+// drop gives up on the items of one flush: logged once (lost messages must not pass silently,
+// so without WithLogger this goes to slog.Default) and handed to OnError with the items.
 func (b *Buffer) drop(batch []pushItemWire, err error) {
 	items := make([]Item, len(batch))
 	for i, w := range batch {

@@ -227,3 +227,60 @@ func TestCloseWakesAPushWaitingForRoom(t *testing.T) {
 		t.Fatal("the waiting push was not woken by Close")
 	}
 }
+
+// A buffer for a name the broker refuses answers Push with *InvalidNameError and sends nothing:
+// it never fills with items that could only be dropped.
+func TestBufferRefusesNamesTheBrokerRefuses(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		answerPush(w, readBody(r))
+	}, WithRetryAttempts(0))
+	for _, tc := range []struct{ queue, partition, field string }{
+		{"", "", "queue"}, {"  ", "", "queue"}, {".", "", "queue"}, {"..", "", "queue"},
+		{"a\x00b", "", "queue"}, {strings.Repeat("q", 513), "", "queue"},
+		{"q", "..", "partition"}, {"q", strings.Repeat("p", 513), "partition"},
+	} {
+		qb := c.Queue(tc.queue)
+		if tc.partition != "" {
+			qb = qb.Partition(tc.partition)
+		}
+		buf := qb.Buffer(BufferOptions{FlushInterval: time.Hour})
+		var ne *InvalidNameError
+		require.ErrorAs(t, buf.Push(context.Background(), Data(1)), &ne, "%q/%q", tc.queue, tc.partition)
+		require.Equal(t, tc.field, ne.Field)
+		require.Zero(t, buf.Len())
+	}
+	ok := c.Queue(strings.Repeat("q", 512)).Partition("p").Buffer(BufferOptions{FlushInterval: time.Hour})
+	require.NoError(t, ok.Push(context.Background(), Data(1)))
+	require.NoError(t, ok.Flush(context.Background()))
+	require.Equal(t, 1, fb.count(), "only the valid buffer sent")
+}
+
+// Items a flush drops reach OnError as one *DroppedError and one log line, however many
+// halvings found them.
+func TestBufferReportsTheDropsOfAFlushOnce(t *testing.T) { //nolint:paralleltest // swaps slog.Default
+	rec := &recHandler{}
+	prev := slog.Default()
+	slog.SetDefault(slog.New(rec))
+	t.Cleanup(func() { slog.SetDefault(prev) })
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 400, `{"error":"no","code":"validation_failed"}`)
+	}, WithRetryAttempts(0))
+	var reported []error
+	// FlushInterval and the default MessageCount keep the background flush out of the way.
+	buf := c.Queue("q").Buffer(BufferOptions{FlushInterval: time.Hour,
+		OnError: func(err error) { reported = append(reported, err) }})
+	for i := range 8 {
+		require.NoError(t, buf.Push(context.Background(), Item{Data: i, TransactionID: "tx-" + strconv.Itoa(i)}))
+	}
+	require.NoError(t, buf.Flush(context.Background()))
+
+	require.Len(t, reported, 1)
+	var de *DroppedError
+	require.ErrorAs(t, reported[0], &de)
+	require.Len(t, de.Items, 8)
+	require.Equal(t, "tx-0", de.Items[0].TransactionID)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	require.Len(t, rec.recs, 1)
+}

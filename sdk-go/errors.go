@@ -189,11 +189,12 @@ func (e *InvalidItemError) Error() string {
 func (e *InvalidItemError) Unwrap() error { return e.Err }
 
 // DroppedError is what a buffer's OnError receives when it gives up on items: the broker
-// refused each of them alone (400, 413) or refused the batch with 403. Items can be pushed
-// again once the cause is fixed (same transaction ids, so a retry deduplicates).
+// refused each of them alone (400, 413) or refused the batch with 403. One flush reports all
+// its dropped items in one DroppedError. Items can be pushed again once the cause is fixed
+// (same transaction ids, so a retry deduplicates).
 type DroppedError struct {
 	Items []Item
-	// Err is the broker's answer (an *APIError).
+	// Err is the broker's answer to the first refused item (an *APIError).
 	Err error
 }
 
@@ -284,4 +285,19 @@ type HandlerPanicError struct {
 // Error implements error.
 func (e *HandlerPanicError) Error() string {
 	return fmt.Sprintf("lanes: handler panicked: %v", e.Value)
+}
+
+// InvalidNameError is what Buffer.Push answers when the buffer's queue or partition name is
+// one the broker refuses (empty, "." or "..", a NUL byte, invalid UTF-8, over 512 bytes):
+// nothing is buffered, since every item would only be dropped.
+type InvalidNameError struct {
+	// Field is "queue" or "partition".
+	Field  string
+	Name   string
+	Reason string
+}
+
+// Error implements error.
+func (e *InvalidNameError) Error() string {
+	return fmt.Sprintf("lanes: %s name %q %s", e.Field, e.Name, e.Reason)
 }

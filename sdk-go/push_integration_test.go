@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -117,4 +118,34 @@ func TestITClosedClientRefusesBufferPushes(t *testing.T) {
 	require.Len(t, msgs, 2)
 	require.JSONEq(t, "1", string(msgs[0].Data))
 	require.JSONEq(t, "4", string(msgs[1].Data))
+}
+
+// The buffer's name check is the broker's rule: every name a buffer refuses, the broker refuses
+// with 400 on a direct push, and the longest name the broker stores, a buffer sends.
+func TestITBufferNameRuleMatchesTheBroker(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	refused := []struct{ queue, partition string }{
+		{" ", ""}, {".", ""}, {"..", ""}, {"a\x00b", ""}, {strings.Repeat("q", 513), ""},
+		{b.queue, ".."}, {b.queue, strings.Repeat("p", 513)},
+	}
+	for _, tc := range refused {
+		qb := b.c.Queue(tc.queue)
+		if tc.partition != "" {
+			qb = qb.Partition(tc.partition)
+		}
+		_, err := qb.Push(b.ctx, lanes.Data(1))
+		var ae *lanes.APIError
+		require.ErrorAs(t, err, &ae, "%q/%q", tc.queue, tc.partition)
+		require.Equal(t, 400, ae.Status)
+		var ne *lanes.InvalidNameError
+		require.ErrorAs(t, qb.Buffer(lanes.BufferOptions{}).Push(b.ctx, lanes.Data(1)), &ne)
+	}
+	longest := b.queue + strings.Repeat("q", 512-len(b.queue))
+	buf := b.c.Queue(longest).Partition(strings.Repeat("p", 512)).Buffer(lanes.BufferOptions{FlushInterval: time.Hour})
+	require.NoError(t, buf.Push(b.ctx, lanes.Data(1)))
+	require.NoError(t, buf.Flush(b.ctx))
+	msgs, err := b.c.Queue(longest).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
 }

@@ -1,0 +1,43 @@
+package lanes
+
+import (
+	"strconv"
+	"strings"
+	"unicode/utf8"
+)
+
+// maxNameBytes is the broker's limit on queue and partition names.
+const maxNameBytes = 512
+
+// checkPushNames applies the broker's name rule to a push target, so a buffer can refuse a
+// name before it holds items the broker would refuse. An empty partition means "Default".
+func checkPushNames(queue, partition string) error {
+	if strings.TrimSpace(queue) == "" {
+		return &InvalidNameError{Field: "queue", Name: queue, Reason: "must be a non-empty string"}
+	}
+	if reason := nameProblem(queue); reason != "" {
+		return &InvalidNameError{Field: "queue", Name: queue, Reason: reason}
+	}
+	if partition == "" {
+		return nil
+	}
+	if reason := nameProblem(partition); reason != "" {
+		return &InvalidNameError{Field: "partition", Name: partition, Reason: reason}
+	}
+	return nil
+}
+
+// nameProblem says why the broker refuses value as a name, or "".
+func nameProblem(value string) string {
+	switch {
+	case value == "." || value == "..":
+		return `must not be "." or ".." (URL clients drop such path segments)`
+	case len(value) > maxNameBytes:
+		return "is longer than " + strconv.Itoa(maxNameBytes) + " bytes"
+	case strings.IndexByte(value, 0) >= 0:
+		return "must not contain a NUL character"
+	case !utf8.ValidString(value):
+		return "must be valid UTF-8"
+	}
+	return ""
+}
