@@ -2,6 +2,7 @@
 // failed flushes kept at the front and retried (never dropped, except items the broker
 // refuses on their own).
 import { APIError, ClientClosedError, PushError, UnsentError, isTerminal } from "./errors.js";
+import { checkPushNames } from "./names.js";
 import { toWireItems, type Core, type PushItem, type toWireItem } from "./internal/core.js";
 import { sleep } from "./internal/http.js";
 
@@ -15,11 +16,17 @@ export interface BufferOptions {
   maxSize?: number;
   /** retryDelayMillis is the pause before retrying a failed flush (default 250). */
   retryDelayMillis?: number;
-  /** onError receives flush errors. Items the broker refuses (each alone on 400 or 413, or the batch on 403) are dropped and passed as `droppedItems` (wire items: `{queue, partition, payload, transactionId}`); otherwise `droppedItems` is empty and the items are retried. */
+  /** onError receives flush errors. Items the broker refuses (each alone on 400 or 413, or the batch on 403) are dropped and passed as `droppedItems` (wire items: `{queue, partition, payload, transactionId}`), all those of one flush in one call with the broker's answer to the first; otherwise `droppedItems` is empty and the items are retried. */
   onError?: (err: unknown, droppedItems: unknown[]) => void;
 }
 
 type WireItem = ReturnType<typeof toWireItem>;
+
+/** Refused gathers the items one flush drops, so they are logged and reported once; `err` is the broker's answer to the first. */
+interface Refused {
+  err?: unknown;
+  items: WireItem[];
+}
 
 /** PushBuffer batches pushes to one (queue, partition). Buffered is not sent: `flush()` or `lanes.close()` sends what waits. */
 export class PushBuffer<T = unknown> {
@@ -38,13 +45,14 @@ export class PushBuffer<T = unknown> {
   /** flushes counts completed flush requests. */
   flushes = 0;
 
-  /** @internal */
+  /** @internal throws InvalidNameError for a name the broker refuses, so the buffer never fills with items it could only drop. */
   constructor(
     private readonly core: Core,
     readonly queue: string,
     readonly partition: string | undefined,
     private readonly opts: BufferOptions,
   ) {
+    checkPushNames(queue, partition);
     this.messageCount = Math.max(1, opts.messageCount ?? 100);
     this.timeMillis = Math.max(0, opts.timeMillis ?? 1000);
     this.maxSize = opts.maxSize && opts.maxSize > 0 ? opts.maxSize : 4 * this.messageCount;
@@ -124,22 +132,30 @@ export class PushBuffer<T = unknown> {
   }
 
   private async run(): Promise<void> {
+    let dropped: Refused = { items: [] };
     while (!this.stopped && (this.items.length >= this.messageCount || (this.force && this.items.length > 0))) {
       const chunk = this.items.slice(0, this.messageCount);
-      const sent = await this.send(chunk);
+      const sent = await this.send(chunk, dropped);
       this.items.splice(0, chunk.length, ...sent.keep);
       this.wake();
       if (sent.failed) {
+        this.reportDropped(dropped);
+        dropped = { items: [] };
         await sleep(this.retryDelayMillis);
         continue;
       }
       this.flushes += 1;
     }
+    this.reportDropped(dropped);
     this.force = false;
   }
 
-  /** send pushes batch and returns the items to keep at the front for a retry. The buffer built the batch, so one the broker refuses as a whole (413, or a 400 for several items) is halved until each refused item is alone; only those are dropped. */
-  private async send(batch: WireItem[]): Promise<{ keep: WireItem[]; failed: boolean }> {
+  private reportDropped(dropped: Refused): void {
+    if (dropped.items.length > 0) this.report(dropped.err, dropped.items);
+  }
+
+  /** send pushes batch and returns the items to keep at the front for a retry. The buffer built the batch, so one the broker refuses as a whole (413, or a 400 for several items) is halved until each refused item is alone; only those are dropped (added to `dropped`). */
+  private async send(batch: WireItem[], dropped: Refused): Promise<{ keep: WireItem[]; failed: boolean }> {
     try {
       await this.core.pushWire(batch);
       return { keep: [], failed: false };
@@ -153,12 +169,13 @@ export class PushBuffer<T = unknown> {
       const status = err instanceof APIError ? err.status : 0;
       if (batch.length > 1 && (status === 400 || status === 413)) {
         const half = Math.floor(batch.length / 2);
-        const first = await this.send(batch.slice(0, half));
+        const first = await this.send(batch.slice(0, half), dropped);
         if (first.failed) return { keep: [...first.keep, ...batch.slice(half)], failed: true };
-        return this.send(batch.slice(half));
+        return this.send(batch.slice(half), dropped);
       }
       if (isTerminal(err) || status === 400) {
-        this.report(err, batch);
+        dropped.err ??= err;
+        dropped.items.push(...batch);
         return { keep: [], failed: false };
       }
       this.report(err, []);

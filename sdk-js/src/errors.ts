@@ -108,6 +108,19 @@ export class InvalidItemError extends LanesError {
   }
 }
 
+/** InvalidNameError is thrown by `buffer()` for a queue or partition name the broker refuses (empty, "." or "..", a NUL character, a lone surrogate, over 512 bytes): such a buffer could only drop what it holds. */
+export class InvalidNameError extends LanesError {
+  /** field is "queue" or "partition". */
+  readonly field: string;
+  /** value is the refused name (`name` is the error class's). */
+  readonly value: string;
+  constructor(field: string, value: string, reason: string) {
+    super(`buffer: ${field} name ${JSON.stringify(value)} ${reason}`);
+    this.field = field;
+    this.value = value;
+  }
+}
+
 /** ClientClosedError is thrown by `buffer()` and by a buffer's `push` after `lanes.close()`: nothing would flush what they add. Direct calls keep working. */
 export class ClientClosedError extends LanesError {
   constructor(message = "client is closed") {

@@ -31,6 +31,7 @@ export {
   OutcomeUnknownError,
   PushError,
   InvalidItemError,
+  InvalidNameError,
   ClientClosedError,
   UnsentError,
   AckError,

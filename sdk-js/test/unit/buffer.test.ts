@@ -1,7 +1,7 @@
 // The push buffer's batch policy against a scripted local server: splitting a refused batch and
 // making a drop visible.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { Lanes } from "../../src/index.js";
+import { InvalidNameError, Lanes } from "../../src/index.js";
 import { FakeServer, reply, type Step } from "./fakeserver.js";
 
 const servers: FakeServer[] = [];
@@ -47,6 +47,52 @@ describe("push buffer batches", () => {
     await b.flush();
     expect(s.seen).toHaveLength(1);
     expect(dropped).toHaveLength(3);
+  });
+
+  it("reports the items one flush drops in one onError call and one log line", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(reply(400, { error: "no", code: "validation_failed" }));
+    const consoleError = vi.spyOn(console, "error").mockImplementation(() => undefined);
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {} });
+    const calls: unknown[][] = [];
+    const b = lanes.queue("q").buffer({ timeMillis: 60_000, onError: (_e, items) => calls.push(items) });
+    await b.push(Array.from({ length: 8 }, (_, i) => ({ data: i, transactionId: `tx-${i}` })));
+    await b.flush();
+    expect(calls).toHaveLength(1);
+    expect((calls[0] as { transactionId: string }[]).map((d) => d.transactionId)).toEqual(["tx-0", "tx-1", "tx-2", "tx-3", "tx-4", "tx-5", "tx-6", "tx-7"]);
+    expect(consoleError).toHaveBeenCalledTimes(1);
+  });
+
+  it("refuses a buffer for a name the broker refuses, before anything is buffered or sent", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(broker(1_000_000));
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    for (const [queue, partition, field] of [
+      ["  ", undefined, "queue"],
+      [".", undefined, "queue"],
+      ["..", undefined, "queue"],
+      ["a\u0000b", undefined, "queue"],
+      ["q".repeat(513), undefined, "queue"],
+      ["\uD800", undefined, "queue"],
+      ["q", "..", "partition"],
+      ["q", "é".repeat(257), "partition"],
+    ] as const) {
+      const qb = partition === undefined ? lanes.queue(queue) : lanes.queue(queue).partition(partition);
+      let caught: unknown;
+      try {
+        qb.buffer({ timeMillis: 60_000 });
+      } catch (err) {
+        caught = err;
+      }
+      expect(caught, `${queue}/${partition}`).toBeInstanceOf(InvalidNameError);
+      expect((caught as InvalidNameError).field).toBe(field);
+    }
+    const ok = lanes.queue("q".repeat(512)).partition("p").buffer({ timeMillis: 60_000 });
+    await ok.push([1]);
+    await ok.flush();
+    expect(s.seen).toHaveLength(1);
   });
 
   it("a drop is logged to the console when no logger is configured", async () => {

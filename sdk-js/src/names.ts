@@ -1,0 +1,26 @@
+// The broker's rule for queue and partition names, checked on the client where a bad name would
+// otherwise fill a buffer with items the broker can only refuse.
+import { InvalidNameError } from "./errors.js";
+
+/** MAX_NAME_BYTES is the broker's limit on a queue or partition name (UTF-8 bytes). */
+const MAX_NAME_BYTES = 512;
+
+/** LONE_SURROGATE matches a surrogate without its pair (in `u` mode a pair is one code point), which has no UTF-8 form. */
+const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
+
+/** nameProblem says why the broker refuses `value` as a name, or "". */
+function nameProblem(value: string): string {
+  if (value === "." || value === "..") return 'must not be "." or ".." (URL clients drop such path segments)';
+  if (Buffer.byteLength(value, "utf8") > MAX_NAME_BYTES) return `is longer than ${MAX_NAME_BYTES} bytes`;
+  if (value.includes("\u0000")) return "must not contain a NUL character";
+  if (LONE_SURROGATE.test(value)) return "must be valid UTF-8 (no lone surrogates)";
+  return "";
+}
+
+/** checkPushNames throws InvalidNameError for a queue or partition the broker refuses; an empty or absent partition means "Default". */
+export function checkPushNames(queue: string, partition: string | undefined): void {
+  const queueProblem = queue.trim() === "" ? "must be a non-empty string" : nameProblem(queue);
+  if (queueProblem) throw new InvalidNameError("queue", queue, queueProblem);
+  const partitionProblem = partition ? nameProblem(partition) : "";
+  if (partitionProblem) throw new InvalidNameError("partition", partition ?? "", partitionProblem);
+}
