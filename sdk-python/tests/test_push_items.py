@@ -287,3 +287,84 @@ async def test_async_flush_all_flushes_every_buffer_then_raises_with_the_count()
     assert [it["payload"] for body in stored for it in body["items"]] == [1, 2, 3]
     with pytest.raises(lanes.UnsentError):
         await c.aclose(timeout=0.2)
+
+
+def _refuse_all(req: httpx.Request) -> httpx.Response:
+    return httpx.Response(400, json={"error": "no", "code": "validation_failed"})
+
+
+def test_the_drops_of_one_flush_are_reported_once(caplog: pytest.LogCaptureFixture) -> None:
+    got: list[BaseException] = []
+    t = httpx.MockTransport(_refuse_all)
+    c = lanes.Lanes("http://broker", http_client=httpx.Client(transport=t), retry_attempts=0)
+    b = c.queue("q").buffer(time_millis=60_000, on_error=got.append)
+    b.push([{"data": i, "transaction_id": f"tx-{i}"} for i in range(8)])
+    with caplog.at_level(logging.WARNING, logger="lanes"):
+        b.flush(timeout=5)
+    assert len(got) == 1 and isinstance(got[0], lanes.DroppedError)
+    assert [d.transaction_id for d in got[0].items] == [f"tx-{i}" for i in range(8)]
+    assert len([r for r in caplog.records if "dropped" in r.getMessage()]) == 1
+    c.close()
+
+
+async def test_the_drops_of_one_async_flush_are_reported_once() -> None:
+    got: list[BaseException] = []
+    t = httpx.MockTransport(_refuse_all)
+    c = lanes.AsyncLanes(
+        "http://broker", http_client=httpx.AsyncClient(transport=t), retry_attempts=0
+    )
+    b = c.queue("q").buffer(time_millis=60_000, on_error=got.append)
+    await b.push([{"data": i, "transaction_id": f"tx-{i}"} for i in range(8)])
+    await b.flush(timeout=5)
+    assert len(got) == 1 and isinstance(got[0], lanes.DroppedError)
+    assert len(got[0].items) == 8
+    await c.aclose()
+
+
+_REFUSED_NAMES = [
+    ("  ", None, "queue"),
+    (".", None, "queue"),
+    ("..", None, "queue"),
+    ("a\x00b", None, "queue"),
+    ("q" * 513, None, "queue"),
+    ("\ud800", None, "queue"),
+    ("q", "..", "partition"),
+    ("q", "é" * 257, "partition"),
+]
+
+
+@pytest.mark.parametrize(("queue", "partition", "field"), _REFUSED_NAMES)
+def test_a_buffer_for_a_name_the_broker_refuses_is_refused(
+    queue: str, partition: str | None, field: str
+) -> None:
+    t = httpx.MockTransport(_refuse_all)
+    with lanes.Lanes("http://broker", http_client=httpx.Client(transport=t)) as c:
+        qb = c.queue(queue) if partition is None else c.queue(queue).partition(partition)
+        with pytest.raises(lanes.InvalidNameError) as caught:
+            qb.buffer()
+        assert caught.value.field == field
+        assert not c._buffers
+
+
+@pytest.mark.parametrize(("queue", "partition", "field"), _REFUSED_NAMES)
+async def test_an_async_buffer_for_a_name_the_broker_refuses_is_refused(
+    queue: str, partition: str | None, field: str
+) -> None:
+    t = httpx.MockTransport(_refuse_all)
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    qb = c.queue(queue) if partition is None else c.queue(queue).partition(partition)
+    with pytest.raises(lanes.InvalidNameError) as caught:
+        qb.buffer()
+    assert caught.value.field == field
+    await c.aclose()
+
+
+def test_the_longest_names_the_broker_takes_are_buffered_and_stored(
+    broker_url: str, qname: str
+) -> None:
+    longest = qname.ljust(512, "q")
+    with lanes.Lanes(broker_url) as c:
+        b = c.queue(longest).partition("p" * 512).buffer(time_millis=60_000)
+        b.push([1])
+        b.flush(timeout=5)
+        assert _pop_all(c, longest) == [1]

@@ -53,6 +53,20 @@ def _drops(e: BaseException) -> bool:
     return _status(e) in (400, 403, 413)
 
 
+@dataclass
+class _Refused:
+    """The items one flush drops, so they are logged and reported once; ``cause`` is the
+    broker's answer to the first."""
+
+    items: list[CheckedItem]
+    cause: BaseException | None = None
+
+    def add(self, batch: list[CheckedItem], err: BaseException) -> None:
+        if self.cause is None:
+            self.cause = err
+        self.items.extend(batch)
+
+
 def _prepare(items: Sequence[Any]) -> list[CheckedItem]:
     """Check every item of a push before any is enqueued, so an item that cannot be sent
     fails the call (InvalidItemError) instead of blocking the buffer. The transaction id is
@@ -96,21 +110,12 @@ class _Core:
         return [self.items.popleft() for _ in range(n)]
 
     def settle(
-        self, batch: list[CheckedItem], err: BaseException
+        self, batch: list[CheckedItem], err: BaseException, dropped: _Refused
     ) -> tuple[list[CheckedItem], BaseException | None]:
         """A failed send that is not split: the items to keep for a retry and the retryable
-        error, or nothing when the items are dropped."""
+        error, or nothing when the items are dropped (added to ``dropped``)."""
         if _drops(err):
-            # Lost messages are never silent: "lanes" warnings reach stderr by default.
-            self.log.error(
-                "lanes: push buffer %s dropped %d item(s) the broker refuses (first transaction "
-                "id %r): %s",
-                self.name,
-                len(batch),
-                batch[0].transaction_id,
-                err,
-            )
-            self.report(DroppedError([c.as_item() for c in batch], err))
+            dropped.add(batch, err)
             return [], None
         if self.on_error is None:
             self.log.warning("lanes: push buffer %s: flush failed: %s", self.name, err)
@@ -120,6 +125,21 @@ class _Core:
             failed = {e.index for e in err.items}
             return [it for i, it in enumerate(batch) if i in failed], err
         return batch, err
+
+    def drop(self, dropped: _Refused) -> None:
+        """Give up on the items one flush dropped: one log line, one DroppedError."""
+        if dropped.cause is None:
+            return
+        # Lost messages are never silent: "lanes" warnings reach stderr by default.
+        self.log.error(
+            "lanes: push buffer %s dropped %d item(s) the broker refuses (first transaction "
+            "id %r): %s",
+            self.name,
+            len(dropped.items),
+            dropped.items[0].transaction_id,
+            dropped.cause,
+        )
+        self.report(DroppedError([c.as_item() for c in dropped.items], dropped.cause))
 
     def report(self, err: BaseException) -> None:
         if self.on_error is not None:
@@ -183,19 +203,19 @@ class PushBuffer:
             self._cv.notify_all()
 
     def _send_split(
-        self, batch: list[CheckedItem]
+        self, batch: list[CheckedItem], dropped: _Refused
     ) -> tuple[list[CheckedItem], BaseException | None]:
         try:
             self._send(batch)
             return [], None
         except Exception as e:
             if not _splits(e, len(batch)):
-                return self._core.settle(batch, e)
+                return self._core.settle(batch, e, dropped)
         half = len(batch) // 2
-        keep, err = self._send_split(batch[:half])
+        keep, err = self._send_split(batch[:half], dropped)
         if err is not None:
             return keep + batch[half:], err
-        return self._send_split(batch[half:])
+        return self._send_split(batch[half:], dropped)
 
     def _flush_once(self) -> bool:
         with self._cv:
@@ -203,7 +223,9 @@ class PushBuffer:
             self._inflight += len(batch)
         if not batch:
             return False
-        keep, err = self._send_split(batch)
+        dropped = _Refused([])
+        keep, err = self._send_split(batch, dropped)
+        self._core.drop(dropped)
         with self._cv:
             self._inflight -= len(batch)
             retry = self._core.done(keep, err, time.monotonic())
@@ -319,19 +341,19 @@ class AsyncPushBuffer:
             self._cv.notify_all()
 
     async def _send_split(
-        self, batch: list[CheckedItem]
+        self, batch: list[CheckedItem], dropped: _Refused
     ) -> tuple[list[CheckedItem], BaseException | None]:
         try:
             await self._send(batch)
             return [], None
         except Exception as e:
             if not _splits(e, len(batch)):
-                return self._core.settle(batch, e)
+                return self._core.settle(batch, e, dropped)
         half = len(batch) // 2
-        keep, err = await self._send_split(batch[:half])
+        keep, err = await self._send_split(batch[:half], dropped)
         if err is not None:
             return keep + batch[half:], err
-        return await self._send_split(batch[half:])
+        return await self._send_split(batch[half:], dropped)
 
     async def _loop(self) -> None:
         while True:
@@ -346,7 +368,9 @@ class AsyncPushBuffer:
                         await asyncio.wait_for(self._cv.wait(), due)
                 batch = self._core.take()
                 self._inflight += len(batch)
-            keep, err = await self._send_split(batch)
+            dropped = _Refused([])
+            keep, err = await self._send_split(batch, dropped)
+            self._core.drop(dropped)
             async with self._cv:
                 self._inflight -= len(batch)
                 retry = self._core.done(keep, err, time.monotonic())

@@ -27,6 +27,7 @@ from lanes._exceptions import ClientClosedError
 from lanes._generated import models
 from lanes._http import AsyncTransport, Config, SyncTransport
 from lanes._kv import KV, AsyncKV
+from lanes._names import check_push_names
 from lanes._queue import AsyncQueue, Queue
 from lanes._requests import Req
 from lanes._retry import RetrySettings
@@ -229,6 +230,7 @@ class Lanes:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("lanes: buffer: client is closed")
+            check_push_names(queue, partition)
             key = (queue, partition)
             b = self._buffers.get(key)
             if b is None:
@@ -393,6 +395,7 @@ class AsyncLanes:
     ) -> AsyncPushBuffer:
         if self._closed:
             raise ClientClosedError("lanes: buffer: client is closed")
+        check_push_names(queue, partition)
         key = (queue, partition)
         b = self._buffers.get(key)
         if b is None:

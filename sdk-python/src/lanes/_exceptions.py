@@ -181,6 +181,17 @@ class InvalidItemError(LanesError, TypeError):
         self.index = index
 
 
+class InvalidNameError(LanesError, ValueError):
+    """``buffer()`` got a queue or partition name the broker refuses (empty, ``"."`` or
+    ``".."``, a NUL character, not encodable as UTF-8, over 512 bytes): such a buffer could only
+    drop what it holds. ``field`` is ``"queue"`` or ``"partition"``, ``value`` the name."""
+
+    def __init__(self, field: str, value: str, reason: str) -> None:
+        super().__init__(f"lanes: buffer: {field} name {value!r} {reason}")
+        self.field = field
+        self.value = value
+
+
 class ClientClosedError(LanesError):
     """The client was closed: its buffers take no new pushes, and the sync/async client's
     HTTP pool is gone, so direct calls raise this too."""
@@ -196,8 +207,9 @@ class UnsentError(LanesError, TimeoutError):
 
 class DroppedError(LanesError):
     """What a buffer's ``on_error`` gets when it gives up on ``items`` (:class:`Item`, ids
-    kept): the broker refused each alone (400, 413) or the batch with 403. ``cause`` is the
-    broker's answer (an :class:`APIError`)."""
+    kept): the broker refused each alone (400, 413) or the batch with 403. One flush reports
+    all its dropped items in one DroppedError; ``cause`` is the broker's answer to the first
+    (an :class:`APIError`)."""
 
     def __init__(self, items: Sequence[Item], cause: BaseException) -> None:
         super().__init__(f"lanes: push buffer dropped {len(items)} item(s): {cause}")

@@ -1,0 +1,33 @@
+"""The broker's rule for queue and partition names, checked on the client where a bad name would
+otherwise fill a buffer with items the broker can only refuse."""
+
+from __future__ import annotations
+
+from lanes._exceptions import InvalidNameError
+
+MAX_NAME_BYTES = 512  # the broker's limit on a queue or partition name
+
+
+def _name_problem(value: str) -> str:
+    """Why the broker refuses ``value`` as a name, or ""."""
+    if value in (".", ".."):
+        return 'must not be "." or ".." (URL clients drop such path segments)'
+    try:
+        size = len(value.encode("utf-8"))
+    except UnicodeEncodeError:
+        return "must be valid UTF-8 (no lone surrogates)"
+    if size > MAX_NAME_BYTES:
+        return f"is longer than {MAX_NAME_BYTES} bytes"
+    if "\0" in value:
+        return "must not contain a NUL character"
+    return ""
+
+
+def check_push_names(queue: str, partition: str | None) -> None:
+    """Raise :class:`InvalidNameError` for a push target the broker refuses; an empty or absent
+    partition means "Default"."""
+    problem = "must be a non-empty string" if not queue.strip() else _name_problem(queue)
+    if problem:
+        raise InvalidNameError("queue", queue, problem)
+    if partition and (problem := _name_problem(partition)):
+        raise InvalidNameError("partition", partition, problem)
