@@ -33,13 +33,21 @@ func defaultConsumeOpts() consumeOpts {
 	return consumeOpts{concurrency: 1, autoAck: true, renew: true}
 }
 
-// defaultRenewEvery is the renewal interval when RenewLease names none and the builder sets no
-// LeaseSeconds: well inside the queues' default leases (300 s, 60 s for push-created queues).
+// defaultRenewEvery is the longest renewal interval, and the one used when a renewal answer
+// names no expiry: well inside the queues' default leases (300 s, 60 s for push-created queues).
 const defaultRenewEvery = 10 * time.Second
 
+// renewUnknownLeaseAfter is when a pop whose lease length the consumer does not know is first
+// renewed: early enough for short leases (a queue's leaseTime may be 1 s). The broker never
+// shortens a lease, so the answer's expiry is the pop's own lease when that is longer.
+const renewUnknownLeaseAfter = time.Second
+
+// minRenewEvery bounds how often a learned lease is renewed.
+const minRenewEvery = 500 * time.Millisecond
+
 // renewEvery is how often a running pop's lease is extended: the RenewLease interval if one was
-// given, else a third of the builder's LeaseSeconds (at most defaultRenewEvery), else
-// defaultRenewEvery. Each renewal extends the lease to max(2 × interval, 1 s) from now.
+// given, else a third of the builder's LeaseSeconds (at most defaultRenewEvery), else 0: the
+// lease is unknown, and renewEveryForExpiry learns it from the first renewal.
 func renewEvery(every time.Duration, leaseSeconds int) time.Duration {
 	if every > 0 {
 		return every
@@ -47,7 +55,22 @@ func renewEvery(every time.Duration, leaseSeconds int) time.Duration {
 	if leaseSeconds > 0 {
 		return min(time.Duration(leaseSeconds)*time.Second/3, defaultRenewEvery)
 	}
-	return defaultRenewEvery
+	return 0
+}
+
+// renewEveryForExpiry is the renewal interval for a lease that expires at expiresAt and was
+// taken at poppedAt (when the pop's answer arrived, so the length is never overestimated): a
+// third of it, within [minRenewEvery, defaultRenewEvery]; defaultRenewEvery without an expiry.
+func renewEveryForExpiry(poppedAt time.Time, expiresAt *time.Time) time.Duration {
+	if expiresAt == nil {
+		return defaultRenewEvery
+	}
+	return min(max(expiresAt.Sub(poppedAt)/3, minRenewEvery), defaultRenewEvery)
+}
+
+// renewSeconds is how far one renewal extends the lease: max(2 × interval, 1 s), in seconds.
+func renewSeconds(every time.Duration) int {
+	return max(int((2*every+time.Second-1)/time.Second), 1)
 }
 
 // Concurrency sets the number of workers (default 1). Each worker holds its own lease, so
@@ -65,8 +88,9 @@ func (q QueueBuilder) Limit(n int) QueueBuilder { q.consume.limit = int64(max(n,
 func (q QueueBuilder) IdleTimeout(d time.Duration) QueueBuilder { q.consume.idle = d; return q }
 
 // RenewLease sets lease renewal, which is on by default: while handlers run, the pop's lease is
-// extended every `every` (0 = the default: a third of LeaseSeconds when set, at most 10 s, else
-// 10 s), so a handler slower than the lease keeps its messages. RenewLease(false, 0) turns it off.
+// extended every `every` (0 = the default: a third of LeaseSeconds when set, at most 10 s; else
+// 1 s after the pop, then a third of the lease the broker's answer shows, at most 10 s), so a
+// handler slower than the lease keeps its messages. RenewLease(false, 0) turns it off.
 func (q QueueBuilder) RenewLease(on bool, every time.Duration) QueueBuilder {
 	q.consume.renew, q.consume.renewEvery = on, every
 	return q
@@ -466,36 +490,43 @@ func (c *Consumer) call(fn func(ctx context.Context) error) (err error) {
 }
 
 func (c *Consumer) renewLoop(pr *PopResult) func() {
+	poppedAt := time.Now()
 	lease := pr.LeaseID
 	if lease == "" {
 		lease = pr.Messages[0].LeaseID
 	}
 	every := renewEvery(c.opts.renewEvery, c.q.leaseSeconds)
-	secs := max(int((2*every+time.Second-1)/time.Second), 1)
+	next := every
+	if every == 0 {
+		next = renewUnknownLeaseAfter
+	}
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
-		t := time.NewTicker(every)
+		t := time.NewTimer(next)
 		defer t.Stop()
 		for {
 			select {
 			case <-stop:
 				return
 			case <-t.C:
-				ctx, cancel := context.WithTimeout(c.ackCx, 10*time.Second)
-				res, err := c.q.c.Renew(ctx, secs, lease)
-				cancel()
-				if err != nil {
-					c.report(err)
-					continue
-				}
-				if len(res) == 1 && !res[0].Success {
-					c.report(fmt.Errorf("lanes: lease %s could not be renewed (expired or released)", lease))
-					return
-				}
 			}
+			ctx, cancel := context.WithTimeout(c.ackCx, 10*time.Second)
+			res, err := c.q.c.Renew(ctx, renewSeconds(next), lease)
+			cancel()
+			switch {
+			case err != nil:
+				c.report(err)
+			case len(res) == 1 && !res[0].Success:
+				c.report(fmt.Errorf("lanes: lease %s could not be renewed (expired or released)", lease))
+				return
+			case every == 0 && len(res) == 1:
+				every = renewEveryForExpiry(poppedAt, res[0].NewExpiresAt)
+				next = every
+			}
+			t.Reset(next)
 		}
 	}()
 	return func() { close(stop); wg.Wait() }

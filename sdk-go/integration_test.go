@@ -1060,3 +1060,45 @@ func TestITMessagesIterator(t *testing.T) {
 		t.Fatalf("unexpected %v %v", m, err)
 	}
 }
+
+// With no renewal options the consumer does not know the lease: it renews 1 s after the pop
+// and then at a third of the lease the broker's answer shows, so a 7 s handler on a queue whose
+// leaseTime is 3 s keeps its message: handled once, acked, never redelivered to another consumer.
+func TestITDefaultRenewalKeepsAShortLease(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.c.Queue(b.queue).Configure(b.ctx, lanes.QueueOptions{LeaseTime: ptrTo(3)})
+	require.NoError(t, err)
+	pushN(t, b, "a", 1, "lease")
+	var handled atomic.Int32
+	var loopErrs []error
+	var mu sync.Mutex
+	slow, err := b.c.Queue(b.queue).Limit(1).
+		OnError(func(err error) { mu.Lock(); loopErrs = append(loopErrs, err); mu.Unlock() }).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			handled.Add(1)
+			time.Sleep(7 * time.Second)
+			return nil
+		})
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond)
+	other, err := b.c.Queue(b.queue).Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+		handled.Add(1)
+		return nil
+	})
+	require.NoError(t, err)
+	select {
+	case <-slow.Done():
+	case <-b.ctx.Done():
+		t.Fatal("the slow consumer did not finish")
+	}
+	time.Sleep(time.Second) // time for a redelivery, were the message released
+	require.NoError(t, other.Stop(b.ctx))
+	require.Equal(t, int32(1), handled.Load(), "handled once: the lease never expired")
+	mu.Lock()
+	require.Empty(t, loopErrs)
+	mu.Unlock()
+	left, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, left, "acked")
+}
