@@ -33,14 +33,30 @@ interface PendingAck {
   error?: string | undefined;
 }
 
-/** DEFAULT_RENEW_EVERY_MILLIS is the renewal interval when neither renewLease nor leaseSeconds names one: well inside the queues' default leases (300 s, 60 s for push-created queues). */
+/** DEFAULT_RENEW_EVERY_MILLIS is the longest renewal interval, and the one used when a renewal answer names no expiry: well inside the queues' default leases (300 s, 60 s for push-created queues). */
 const DEFAULT_RENEW_EVERY_MILLIS = 10_000;
+/** RENEW_UNKNOWN_LEASE_AFTER_MILLIS is when a pop whose lease length the consumer does not know is first renewed: early enough for short leases. The broker never shortens a lease, so the answer's expiry is the pop's own lease when that is longer. */
+const RENEW_UNKNOWN_LEASE_AFTER_MILLIS = 1000;
+/** MIN_RENEW_EVERY_MILLIS bounds how often a learned lease is renewed. */
+const MIN_RENEW_EVERY_MILLIS = 500;
 
-/** renewEveryMillis is how often a running pop's lease is extended: the renewLease interval if given, else a third of the builder's leaseSeconds (at most 10 s), else 10 s, as in Go and Python. */
+/** renewEveryMillis is how often a running pop's lease is extended: the renewLease interval if given, else a third of the builder's leaseSeconds (at most 10 s), else 0: the lease is unknown and renewEveryForExpiry learns it from the first renewal, as in Go and Python. */
 export function renewEveryMillis(everyMillis: number, leaseSeconds: number | undefined): number {
   if (everyMillis > 0) return everyMillis;
   if (leaseSeconds !== undefined && leaseSeconds > 0) return Math.min((leaseSeconds * 1000) / 3, DEFAULT_RENEW_EVERY_MILLIS);
-  return DEFAULT_RENEW_EVERY_MILLIS;
+  return 0;
+}
+
+/** renewEveryForExpiry is the renewal interval for a lease expiring at `expiresAt`, taken at `poppedAt` (epoch ms, when the pop answer arrived, so the length is never overestimated): a third of it within 0.5–10 s; 10 s without an expiry. */
+export function renewEveryForExpiry(poppedAt: number, expiresAt: string | null): number {
+  if (expiresAt === null) return DEFAULT_RENEW_EVERY_MILLIS;
+  const third = (Date.parse(expiresAt) - poppedAt) / 3;
+  return Number.isNaN(third) ? DEFAULT_RENEW_EVERY_MILLIS : Math.min(Math.max(third, MIN_RENEW_EVERY_MILLIS), DEFAULT_RENEW_EVERY_MILLIS);
+}
+
+/** renewSeconds is how far one renewal extends the lease: max(2 × interval, 1 s), in whole seconds. */
+export function renewSeconds(everyMillis: number): number {
+  return Math.ceil(Math.max(2 * everyMillis, 1000) / 1000);
 }
 
 function errorText(err: unknown): string {
@@ -245,22 +261,7 @@ export class Consumer implements PromiseLike<void> {
   private async handlePop(res: PopResult<unknown>): Promise<void> {
     const acks: PendingAck[] = [];
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
-    let renewTimer: ReturnType<typeof setInterval> | undefined;
-    if (this.s.renewLease && res.leaseId && !this.s.serverAutoAck) {
-      const every = renewEveryMillis(this.s.renewLeaseMillis, this.s.leaseSeconds);
-      const seconds = Math.ceil(Math.max(2 * every, 1000) / 1000);
-      renewTimer = setInterval(() => {
-        this.core.renew([res.leaseId], seconds).then(
-          (r) => {
-            if (!r[0]?.success) {
-              clearInterval(renewTimer);
-              this.report(new LanesError(`lease ${res.leaseId}: renewal not applied (expired or released)`));
-            }
-          },
-          (err: unknown) => this.report(err),
-        );
-      }, every);
-    }
+    const stopRenewing = this.s.renewLease && res.leaseId && !this.s.serverAutoAck ? this.renewWhileHandling(res.leaseId) : () => undefined;
     const fn = this.handler.fn;
     try {
       for (const slice of groupByPartition(res.messages)) {
@@ -299,9 +300,41 @@ export class Consumer implements PromiseLike<void> {
         }
       }
     } finally {
-      clearInterval(renewTimer);
+      stopRenewing();
     }
     await this.sendAcks(res, acks);
+  }
+
+  /** renewWhileHandling extends a pop's lease until the returned function is called: every renewEveryMillis, or, when the lease is unknown, 1 s after the pop and then at a third of the lease the first answer shows. */
+  private renewWhileHandling(leaseId: string): () => void {
+    const poppedAt = Date.now();
+    let every = renewEveryMillis(this.s.renewLeaseMillis, this.s.leaseSeconds);
+    let timer: ReturnType<typeof setTimeout> | undefined;
+    let stopped = false;
+    const schedule = (next: number): void => {
+      if (stopped) return;
+      timer = setTimeout(() => {
+        this.core.renew([leaseId], renewSeconds(next)).then(
+          (r) => {
+            if (!r[0]?.success) {
+              this.report(new LanesError(`lease ${leaseId}: renewal not applied (expired or released)`));
+              return;
+            }
+            if (every === 0) every = renewEveryForExpiry(poppedAt, r[0].newExpiresAt);
+            schedule(every);
+          },
+          (err: unknown) => {
+            this.report(err);
+            schedule(next);
+          },
+        );
+      }, next);
+    };
+    schedule(every || RENEW_UNKNOWN_LEASE_AFTER_MILLIS);
+    return () => {
+      stopped = true;
+      clearTimeout(timer);
+    };
   }
 
   private async sendAcks(res: PopResult<unknown>, acks: PendingAck[]): Promise<void> {

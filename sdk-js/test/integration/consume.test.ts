@@ -99,6 +99,32 @@ describe("consume", () => {
     expect(off.errors[0]).toBeInstanceOf(AckError);
   });
 
+  it("with no renewal options keeps a 3 s lease under a 7 s handler: handled once, acked, not redelivered", async () => {
+    const lanes = client();
+    const q = uniq("shortlease");
+    await lanes.queue(q).config({ leaseTime: 3 }).create();
+    await lanes.queue(q).push([{ data: "slow" }]);
+    let handled = 0;
+    const errors: unknown[] = [];
+    const slow = lanes
+      .queue(q)
+      .limit(1)
+      .onError((e) => errors.push(e))
+      .consume(async () => {
+        handled += 1;
+        await sleep(7000);
+      });
+    await sleep(500);
+    const other = lanes.queue(q).consume(() => {
+      handled += 1;
+    });
+    await slow;
+    await sleep(1000); // time for a redelivery, were the message released
+    await other.stop();
+    expect({ handled, errors }).toEqual({ handled: 1, errors: [] });
+    expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
+  }, 20_000);
+
   it("a stop with a pop in flight leaves nothing leased", async () => {
     const lanes = client();
     const q = uniq("inflight");
