@@ -197,6 +197,31 @@ def test_lease_renewed_by_default_and_renew_lease_false_turns_it_off(
     assert isinstance(errors[0], lanes.AckError)
 
 
+def test_default_renewal_keeps_a_3_s_lease_under_a_7_s_handler(
+    client: lanes.Lanes, qname: str
+) -> None:
+    """No renewal options: the lease is learned from a renewal 1 s after the pop, so the message
+    is handled once, acked, and never redelivered to a second consumer."""
+    assert client.queue(qname).configure({"leaseTime": 3}).configured
+    client.queue(qname).push(["slow"])
+    handled: list[str] = []
+    errors: list[BaseException] = []
+    slow = client.queue(qname).limit(1).on_error(errors.append)
+
+    def handle_slowly(m: lanes.Message) -> None:
+        handled.append("slow")
+        time.sleep(7)
+
+    running = slow.consume(handle_slowly)
+    time.sleep(0.5)
+    other = client.queue(qname).consume(lambda m: handled.append("other"))
+    running.closed(timeout=20)
+    time.sleep(1)  # time for a redelivery, were the message released
+    other.stop(timeout=10)
+    assert (handled, errors) == (["slow"], [])
+    assert drain(client.queue(qname)) == []
+
+
 def test_soft_stop_finishes_current_and_releases_rest(client: lanes.Lanes, qname: str) -> None:
     client.queue(qname).push(list(range(5)))
     started = threading.Event()

@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, Literal, TypeVar
 
@@ -177,17 +178,23 @@ class Engine:
             self._report(exc)
         return "failed", f"{type(exc).__name__}: {exc}"
 
-    async def _renewer(self, lease_id: str, every: float, seconds: int) -> None:
+    async def _renewer(self, lease_id: str, every: float, popped_at: datetime) -> None:
+        """Extend the lease every ``every`` s; when that is 0 (the lease is unknown), first 1 s
+        after the pop, then at a third of the lease that renewal's answer shows."""
+        next_in = every or P.RENEW_UNKNOWN_LEASE_AFTER_S
         while True:
-            await asyncio.sleep(every)
+            await asyncio.sleep(next_in)
             try:
-                r = await self.ops.renew(lease_id, seconds)
+                r = await self.ops.renew(lease_id, P.renewal_extension(next_in))
             except Exception as e:
                 self._report(e)
                 continue
             if not r.success:
                 self._report(RuntimeError(f"lanes: lease {lease_id} was not renewed"))
                 return
+            if not every:
+                every = P.renew_every_for_expiry(popped_at, r.new_expires_at)
+            next_in = every
 
     async def _handle(self, res: PopResult) -> None:
         outcomes: list[P.Outcome] = []
@@ -195,7 +202,8 @@ class Engine:
         renew = P.renew_every(self.spec)
         ticker = None
         if renew is not None and res.lease_id:
-            ticker = asyncio.ensure_future(self._renewer(res.lease_id, renew[0], renew[1]))
+            popped_at = datetime.now(timezone.utc)
+            ticker = asyncio.ensure_future(self._renewer(res.lease_id, renew, popped_at))
         try:
             groups = P.by_partition(res.messages)
             if self.spec.each and isinstance(self.ops.invoke, SyncInvoke):

@@ -11,6 +11,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import datetime, timezone
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote, quote_plus
 
@@ -553,8 +554,16 @@ def batch_acks(
 
 
 DEFAULT_RENEW_EVERY_MS = 10_000
-"""The renewal interval when neither ``renew_lease`` nor ``lease_seconds`` names one: well inside
-the queues' default leases (300 s, 60 s for push-created queues)."""
+"""The longest renewal interval, and the one used when a renewal answer names no expiry: well
+inside the queues' default leases (300 s, 60 s for push-created queues)."""
+
+RENEW_UNKNOWN_LEASE_AFTER_S = 1.0
+"""When a pop whose lease length the consumer does not know is first renewed: early enough for
+short leases. The broker never shortens a lease, so the answer's expiry is the pop's own lease
+when that is longer."""
+
+MIN_RENEW_EVERY_S = 0.5
+"""The shortest interval a learned lease is renewed at."""
 
 
 def release_acks(res: PopResult, spec: QueueSpec) -> list[tuple[str, AckEntry]]:
@@ -565,18 +574,35 @@ def release_acks(res: PopResult, spec: QueueSpec) -> list[tuple[str, AckEntry]]:
     return batch_acks([], by_partition(res.messages), auto_ack=True)
 
 
-def renew_every(spec: QueueSpec) -> tuple[float, int] | None:
-    """(interval seconds, lease seconds) of the renewal ticker, or None when off. The interval is
-    the one given to ``renew_lease``, else a third of ``lease_seconds`` (at most 10 s), else 10 s,
-    as in Go and TypeScript; each renewal extends the lease to max(2 x interval, 1 s)."""
+def renew_every(spec: QueueSpec) -> float | None:
+    """Seconds between renewals of a running pop's lease, or None when renewal is off: the
+    interval given to ``renew_lease``, else a third of ``lease_seconds`` (at most 10 s), else 0:
+    the lease is unknown and :func:`renew_every_for_expiry` learns it from the first renewal, as
+    in Go and TypeScript."""
     if not spec.renew_lease:
         return None
-    every_ms: float = float(DEFAULT_RENEW_EVERY_MS)
     if spec.renew_interval_millis > 0:
-        every_ms = spec.renew_interval_millis
-    elif spec.lease_seconds:
-        every_ms = min(spec.lease_seconds * 1000 / 3, every_ms)
-    return every_ms / 1000.0, max(1, math.ceil(2 * every_ms / 1000))
+        return spec.renew_interval_millis / 1000.0
+    if spec.lease_seconds:
+        return min(spec.lease_seconds * 1000 / 3, DEFAULT_RENEW_EVERY_MS) / 1000.0
+    return 0.0
+
+
+def renew_every_for_expiry(popped_at: datetime, expires_at: datetime | None) -> float:
+    """The renewal interval for a lease expiring at ``expires_at``, taken at ``popped_at`` (when
+    the pop answer arrived, so the length is never overestimated): a third of it within
+    0.5-10 s; 10 s without an expiry."""
+    if expires_at is None:
+        return DEFAULT_RENEW_EVERY_MS / 1000.0
+    if expires_at.tzinfo is None:  # the broker writes UTC; a naive time could not be compared
+        expires_at = expires_at.replace(tzinfo=timezone.utc)
+    third = (expires_at - popped_at).total_seconds() / 3
+    return min(max(third, MIN_RENEW_EVERY_S), DEFAULT_RENEW_EVERY_MS / 1000.0)
+
+
+def renewal_extension(every: float) -> int:
+    """How far one renewal extends the lease: max(2 x interval, 1 s), in whole seconds."""
+    return max(1, math.ceil(2 * every))
 
 
 def loop_error_backoff(consecutive: int) -> float:
