@@ -29,6 +29,16 @@ func (l protocolErrorListener) Accept() (net.Conn, error) {
 
 type protocolErrorConn struct{ net.Conn }
 
+// CloseWrite passes on the half-close net/http sends before closing a
+// connection whose request body it left unread: without it, that close resets
+// the connection and the client may never read the answer (a 413).
+func (c protocolErrorConn) CloseWrite() error {
+	if hc, ok := c.Conn.(interface{ CloseWrite() error }); ok {
+		return hc.CloseWrite()
+	}
+	return nil
+}
+
 func (c protocolErrorConn) Write(b []byte) (int, error) {
 	answer, ok := jsonProtocolError(b)
 	if !ok {

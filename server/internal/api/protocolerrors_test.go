@@ -3,10 +3,14 @@ package api
 import (
 	"bufio"
 	"encoding/json"
+	"errors"
+	"io"
 	"net"
 	"net/http"
+	"os"
 	"strings"
 	"testing"
+	"time"
 )
 
 // rawRequest sends request text as is (Go's client would refuse a bad
@@ -55,5 +59,40 @@ func TestUnparsableAndDotSegmentPathsAnswerTheJSONEnvelope(t *testing.T) {
 	resp, e := rawRequest(t, b.URL, "GET /api/v1/no-such-route HTTP/1.1\r\nHost: x\r\n\r\n")
 	if resp.StatusCode != http.StatusNotFound || e.Code != CodeNoSuchRoute {
 		t.Fatalf("unknown route: %d %+v", resp.StatusCode, e)
+	}
+}
+
+// A body refused as too large while the client is still sending it: the
+// client reads the 413 and then a clean end of stream. The listener hid the
+// connection's CloseWrite, so net/http closed at once and the client got a
+// reset, often before it could read the answer.
+func TestATooLargeBodyStillArrivingGetsThe413AndACleanClose(t *testing.T) {
+	b := newTestBroker(t)
+	conn, err := net.Dial("tcp", strings.TrimPrefix(b.URL, "http://"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	head := "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100000000\r\n\r\n"
+	if _, err := conn.Write([]byte(head)); err != nil {
+		t.Fatal(err)
+	}
+	// Keep sending body bytes after the broker has answered, as a client
+	// streaming a large upload does.
+	chunk := make([]byte, 64<<10)
+	sendUntil := time.Now().Add(200 * time.Millisecond)
+	for time.Now().Before(sendUntil) {
+		_ = conn.SetWriteDeadline(time.Now().Add(50 * time.Millisecond))
+		if _, err := conn.Write(chunk); err != nil && !errors.Is(err, os.ErrDeadlineExceeded) {
+			break
+		}
+	}
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	answer, err := io.ReadAll(conn)
+	if err != nil {
+		t.Fatalf("reading the answer: %v after %q; want the 413 then a clean end of stream", err, answer)
+	}
+	if !strings.HasPrefix(string(answer), "HTTP/1.1 413 ") || !strings.Contains(string(answer), CodePayloadTooLarge) {
+		t.Fatalf("answer %q; want a 413 payload_too_large", answer)
 	}
 }
