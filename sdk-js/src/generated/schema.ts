@@ -2228,7 +2228,7 @@ export interface components {
                 "application/json": components["schemas"]["Error"];
             };
         };
-        /** @description Admission control or rate limit; retry after `Retry-After` seconds. */
+        /** @description Admission control, the body budget or rate limit; retry after `Retry-After` seconds. */
         TooManyRequests: {
             headers: {
                 "Retry-After": components["headers"]["RetryAfter"];

@@ -171,7 +171,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 	b.sp = openSpool(cfg, eng.Push, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)
 	b.srv = api.NewServer(eng, api.Options{
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
-		Admission: admit, Spool: b.sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
+		Admission: admit, BodyBudget: newBodyBudget(cfg), Spool: b.sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
 		TestFaults: cfg.TestFaults, Metrics: reg, Limits: limitsOf(cfg), DBTimeout: cfg.RequestDBTimeout,
 		BodyReadTimeout: cfg.BodyReadTimeout, SchemaReady: b.schema.ready.Load,
 	})

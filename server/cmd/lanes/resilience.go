@@ -38,6 +38,12 @@ func newAdmission(cfg *config.Config) *admission.Controller {
 	}
 }
 
+// newBodyBudget bounds the request body bytes held at once; a body waits for
+// room as long as a request waits for an admission slot.
+func newBodyBudget(cfg *config.Config) *admission.ByteBudget {
+	return admission.NewByteBudget(cfg.MaxInflightBodyBytes, cfg.AdmissionMaxWait)
+}
+
 // newVerifier returns nil when JWT auth is off.
 func newVerifier(cfg *config.Config) (*auth.Verifier, error) {
 	if !cfg.JWTEnabled {

@@ -29,6 +29,9 @@ func (e *RejectedError) Error() string {
 	if e.Reason == ReasonRateLimited {
 		return "rate limit exceeded; retry later"
 	}
+	if e.Class == BodyClass {
+		return "broker overloaded (request bodies in flight fill LANES_MAX_INFLIGHT_BODY_BYTES); retry later"
+	}
 	return "broker overloaded (" + e.Class + " admission queue full); retry later"
 }
 

@@ -130,3 +130,30 @@ func TestTryAcquireNeverQueuesAndYieldsToTheLine(t *testing.T) {
 		t.Fatalf("rejections: %+v", st)
 	}
 }
+
+func TestByteBudgetWakesAWaiterWhenRoomIsGivenBack(t *testing.T) {
+	b := NewByteBudget(100, time.Second)
+	ctx := context.Background()
+	if err := b.Reserve(ctx, 80); err != nil {
+		t.Fatal(err)
+	}
+	got := make(chan error, 1)
+	go func() { got <- b.Reserve(ctx, 50) }()
+	for b.Stats().Waiting != 1 {
+		time.Sleep(time.Millisecond)
+	}
+	start := time.Now()
+	b.Release(80)
+	if err := <-got; err != nil || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("waiter after the release: %v after %s; want room at once", err, time.Since(start))
+	}
+	if s := b.Stats(); s.Held != 50 || s.Waiting != 0 || s.Rejected != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	short := NewByteBudget(100, 50*time.Millisecond)
+	_ = short.Reserve(ctx, 100)
+	err := short.Reserve(ctx, 1)
+	if rej, ok := IsRejected(err); !ok || rej.Class != BodyClass || rej.Reason != ReasonOverloaded || rej.RetryAfter < time.Second {
+		t.Fatalf("no room within the wait: %v; want an overloaded body rejection", err)
+	}
+}

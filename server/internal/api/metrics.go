@@ -46,6 +46,12 @@ func (s *Server) registerGauges() {
 		}
 		m.Counter("lanes_admission_rate_limited_total", "Requests answered 429 by the per-client token bucket.", nil, func() float64 { return float64(a.Clients.Rejected()) })
 	}
+	if bb := s.opts.BodyBudget; bb != nil {
+		m.Gauge("lanes_body_bytes_budget", "Request body bytes that may be held at once (LANES_MAX_INFLIGHT_BODY_BYTES).", nil, func() float64 { return float64(bb.Stats().Budget) })
+		m.Gauge("lanes_body_bytes_inflight", "Request body bytes held now, from arrival to answer.", nil, func() float64 { return float64(bb.Stats().Held) })
+		m.Gauge("lanes_body_bytes_waiting", "Requests waiting for room in the body budget.", nil, func() float64 { return float64(bb.Stats().Waiting) })
+		m.Counter("lanes_body_bytes_rejected_total", "Requests answered 429 (overloaded) for want of room in the body budget.", nil, func() float64 { return float64(bb.Stats().Rejected) })
+	}
 	if sp := s.opts.Spool; sp != nil {
 		m.Gauge("lanes_spool_pending", "Spooled pushes waiting to drain.", nil, func() float64 { return float64(sp.Pending()) })
 		m.Gauge("lanes_spool_failed", "Spooled pushes quarantined in failed/.", nil, func() float64 { return float64(sp.Failed()) })
@@ -166,6 +172,9 @@ func (s *Server) metricsSnapshot() map[string]any {
 			db["waitingRequests"] = waiting
 		}
 		body["admission"] = map[string]any{"classes": classes, "rateLimited": a.Clients.Rejected()}
+	}
+	if bb := s.opts.BodyBudget; bb != nil {
+		body["bodyBytes"] = bb.Stats()
 	}
 	if sp := s.opts.Spool; sp != nil {
 		body["spool"] = map[string]any{

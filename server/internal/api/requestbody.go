@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/admission"
 )
 
 // limitBody reads every request body whole, under the body read deadline
@@ -26,6 +28,13 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
+		}
+		if budget := s.opts.BodyBudget; budget != nil {
+			release, ok := s.reserveBody(w, r, budget)
+			if !ok {
+				return
+			}
+			defer release() // after the pooled buffer is given back: it holds the bytes until then
 		}
 		// Push and ack bodies are read into a pooled buffer: neither the
 		// validator nor the handler keeps them (the decoder copies what it
@@ -52,6 +61,70 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
+// reserveBody takes the request's share of the body budget before any of its
+// bytes are read, and reports whether it did; if not, it has answered 429. A
+// declared length is taken whole, so a body once started always finishes
+// (taking room as bytes arrive would let many half-received bodies block each
+// other); a body of unknown length (chunked) takes room as it arrives.
+func (s *Server) reserveBody(w http.ResponseWriter, r *http.Request, budget *admission.ByteBudget) (release func(), ok bool) {
+	if r.ContentLength < 0 {
+		grown := &growingReservation{budget: budget, ctx: r.Context(), body: r.Body, limit: s.opts.MaxBodyBytes}
+		r.Body = grown
+		return grown.release, true
+	}
+	n := r.ContentLength
+	if err := budget.Reserve(r.Context(), n); err != nil {
+		writeBodyRejected(w, err)
+		return nil, false
+	}
+	return func() { budget.Release(n) }, true
+}
+
+// writeBodyRejected answers a body refused for want of budget room. Its bytes
+// were never read, so the connection closes rather than draining them.
+func writeBodyRejected(w http.ResponseWriter, err error) {
+	w.Header().Set("Connection", "close")
+	writeRejected(w, err)
+}
+
+// chunkedReserveStep is how much room a body of unknown length takes at a time.
+const chunkedReserveStep = 256 << 10
+
+// growingReservation reads a body of unknown length, taking budget room a
+// step ahead of the bytes it lets through, up to limit (past it the size cap
+// answers 413 anyway).
+type growingReservation struct {
+	budget *admission.ByteBudget
+	ctx    context.Context
+	body   io.ReadCloser
+	limit  int64
+	held   int64
+	read   int64
+}
+
+func (g *growingReservation) Read(p []byte) (int, error) {
+	if g.read == g.held && g.held < g.limit {
+		step := min(chunkedReserveStep, g.limit-g.held)
+		if err := g.budget.Reserve(g.ctx, step); err != nil {
+			return 0, err
+		}
+		g.held += step
+	}
+	if room := g.held - g.read; room > 0 && int64(len(p)) > room {
+		p = p[:room]
+	}
+	n, err := g.body.Read(p)
+	g.read += int64(n)
+	return n, err
+}
+
+func (g *growingReservation) Close() error { return g.body.Close() }
+
+func (g *growingReservation) release() {
+	g.budget.Release(g.held)
+	g.held = 0
+}
+
 // bodyPrealloc bounds the buffer reserved from a declared Content-Length
 // before the bytes arrive, so a client that declares a large body and stalls
 // pins no more than what it sent; larger bodies grow the buffer as they come.
@@ -71,6 +144,10 @@ func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.
 		buf.Grow(int(min(r.ContentLength, bodyPrealloc)) + bytes.MinRead)
 	}
 	_, err := buf.ReadFrom(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	if _, noRoom := admission.IsRejected(err); noRoom {
+		writeBodyRejected(w, err)
+		return false
+	}
 	var netErr net.Error
 	switch {
 	case errors.As(err, &netErr) && netErr.Timeout():

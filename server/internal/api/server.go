@@ -29,6 +29,10 @@ type Options struct {
 	Logger       *slog.Logger
 	// Admission bounds message-plane database work (nil: unbounded).
 	Admission *admission.Controller
+	// BodyBudget bounds the request body bytes held at once, from when a body
+	// starts to arrive until its request ends (nil: unbounded). It must hold
+	// at least MaxBodyBytes.
+	BodyBudget *admission.ByteBudget
 	// Spool takes pushes while PostgreSQL is unreachable (nil: no spool, pushes fail).
 	Spool *spool.Spool
 	// Auth verifies bearer tokens (nil: auth off).

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -23,6 +24,7 @@ type Config struct {
 	Port                    int
 	PoolSize                int
 	MaxBodyBytes            int64
+	MaxInflightBodyBytes    int64
 	PushCommitters          int
 	AckSyncCommit           bool
 	DefaultSubscriptionMode string
@@ -145,6 +147,17 @@ func nonNegativeSetting(dst func(*Config) *int) func(*Config, string) error {
 }
 
 // positiveInt64Setting parses an integer of at least 1 that may pass 32 bits.
+func nonNegativeInt64Setting(dst func(*Config) *int64) func(*Config, string) error {
+	return func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < 0 {
+			return fmt.Errorf("not a non-negative integer: %q", v)
+		}
+		*dst(c) = n
+		return nil
+	}
+}
+
 func positiveInt64Setting(dst func(*Config) *int64) func(*Config, string) error {
 	return func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
@@ -203,6 +216,7 @@ var settings = []setting{
 	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port })},
 	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections", intSetting(func(c *Config) *int { return &c.PoolSize })},
 	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", positiveInt64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes })},
+	{"max-inflight-body-bytes", "LANES_MAX_INFLIGHT_BODY_BYTES", "0", "request body bytes held at once, from arrival to answer; a body that finds no room waits up to LANES_ADMISSION_MAX_WAIT_MS, then 429 overloaded; at least LANES_MAX_BODY_BYTES; 0 = 4 × LANES_MAX_BODY_BYTES", nonNegativeInt64Setting(func(c *Config) *int64 { return &c.MaxInflightBodyBytes })},
 	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight })},
 	{"admission-pop-inflight", "LANES_ADMISSION_POP_INFLIGHT", "0", "pop database checks at once (parked pops never count); 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionPopInFlight })},
 	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight })},
@@ -254,6 +268,28 @@ var settings = []setting{
 	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", stringSetting(func(c *Config) *string { return &c.SpoolDir })},
 }
 
+// defaultBodyBudgetBodies is how many bodies of the largest size the default
+// body budget holds: 256 MiB with the default 64 MiB cap, room for dozens of
+// typical multi-MiB pushes at once while a flood of large ones waits instead
+// of growing the broker's memory without bound.
+const defaultBodyBudgetBodies = 4
+
+// sizeBodyBudget fills in the default body budget and refuses one smaller
+// than the largest body, which could then never be received.
+func (c *Config) sizeBodyBudget() error {
+	if c.MaxInflightBodyBytes == 0 {
+		c.MaxInflightBodyBytes = c.MaxBodyBytes * defaultBodyBudgetBodies
+		if c.MaxInflightBodyBytes/defaultBodyBudgetBodies != c.MaxBodyBytes {
+			c.MaxInflightBodyBytes = math.MaxInt64
+		}
+	}
+	if c.MaxInflightBodyBytes < c.MaxBodyBytes {
+		return fmt.Errorf("LANES_MAX_INFLIGHT_BODY_BYTES (--max-inflight-body-bytes) is %d, below LANES_MAX_BODY_BYTES (%d): a body of the largest accepted size could never be received; raise it or set 0 for 4 × LANES_MAX_BODY_BYTES",
+			c.MaxInflightBodyBytes, c.MaxBodyBytes)
+	}
+	return nil
+}
+
 func defaultSpoolDir() string {
 	return os.TempDir() + "/lanes-spool"
 }
@@ -290,6 +326,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		// without a token could script the answers of authenticated routes.
 		return nil, fmt.Errorf("LANES_TEST_FAULTS (--test-faults) and LANES_JWT_ENABLED (--jwt-enabled) cannot both be on: " +
 			"the test-only fault scripts bypass authentication; turn LANES_TEST_FAULTS off")
+	}
+	if err := c.sizeBodyBudget(); err != nil {
+		return nil, err
 	}
 	if c.SpoolDir == "" {
 		// Two brokers on one host must not drain each other's spool.

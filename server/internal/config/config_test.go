@@ -119,3 +119,18 @@ func TestApplySchemaRefusesANonBooleanNamingIt(t *testing.T) {
 		t.Fatalf("want a clear error for LANES_APPLY_SCHEMA=yes, got %v", err)
 	}
 }
+
+func TestBodyBudgetDefaultsToFourLargestBodiesAndHoldsAtLeastOne(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.MaxInflightBodyBytes != 4*c.MaxBodyBytes {
+		t.Fatalf("default body budget %d (max body %d), %v; want 4 × the max body", c.MaxInflightBodyBytes, c.MaxBodyBytes, err)
+	}
+	c, err = Load(nil, env(map[string]string{"LANES_MAX_BODY_BYTES": "1000", "LANES_MAX_INFLIGHT_BODY_BYTES": "1000"}), io.Discard)
+	if err != nil || c.MaxInflightBodyBytes != 1000 {
+		t.Fatalf("a budget of exactly one body: %+v, %v", c, err)
+	}
+	_, err = Load(nil, env(map[string]string{"LANES_MAX_BODY_BYTES": "1000", "LANES_MAX_INFLIGHT_BODY_BYTES": "999"}), io.Discard)
+	if err == nil || !strings.Contains(err.Error(), "LANES_MAX_INFLIGHT_BODY_BYTES") || !strings.Contains(err.Error(), "LANES_MAX_BODY_BYTES") {
+		t.Fatalf("a budget smaller than one body: %v; want a refusal naming both settings", err)
+	}
+}

@@ -1,0 +1,153 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/admission"
+)
+
+// pushOfSize is a one-item push body of exactly size bytes.
+func pushOfSize(queue string, size int) string {
+	head, tail := `{"items":[{"queue":"`+queue+`","payload":"`, `"}]}`
+	return head + strings.Repeat("x", size-len(head)-len(tail)) + tail
+}
+
+// postPush sends body; chunked sends it without a Content-Length. It only
+// reports errors, so that goroutines may call it.
+func postPush(brokerURL, body string, chunked bool) (*http.Response, errorBody, error) {
+	var rd io.Reader = strings.NewReader(body)
+	if chunked {
+		rd = io.MultiReader(rd) // a reader whose length net/http cannot see
+	}
+	req, err := http.NewRequest(http.MethodPost, brokerURL+"/api/v1/push", rd)
+	if err != nil {
+		return nil, errorBody{}, err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return nil, errorBody{}, err
+	}
+	defer resp.Body.Close()
+	var e errorBody
+	if resp.StatusCode >= 400 {
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			return nil, e, fmt.Errorf("%d answer is not the JSON envelope: %w", resp.StatusCode, err)
+		}
+	}
+	return resp, e, nil
+}
+
+func mustPostPush(t *testing.T, brokerURL, body string, chunked bool) (*http.Response, errorBody) {
+	t.Helper()
+	resp, e, err := postPush(brokerURL, body, chunked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return resp, e
+}
+
+func waitForHeld(t *testing.T, budget *admission.ByteBudget, want int64) {
+	t.Helper()
+	deadline := time.Now().Add(3 * time.Second)
+	for budget.Stats().Held != want {
+		if time.Now().After(deadline) {
+			t.Fatalf("body bytes held: %d; want %d", budget.Stats().Held, want)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// Bodies being received were bounded by nothing: 200 clients pushing 4 MiB
+// each held every byte at once. Now a body takes room in a broker-wide budget
+// before it is read and gives it back when its request ends; one that finds
+// no room waits, then answers 429 overloaded and closes the connection.
+func TestBodiesPastTheBodyBudgetWaitThenAnswer429(t *testing.T) {
+	const maxBody, budgetBytes, maxWait = 1 << 20, 2 << 20, 300 * time.Millisecond
+	budget := admission.NewByteBudget(budgetBytes, maxWait)
+	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: maxBody, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
+	q := uniqueQueue(t)
+
+	// Two clients declare bodies of the largest size and stall: they hold the whole budget.
+	stalled := stallBody(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody))
+	stallBody(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody))
+	waitForHeld(t, budget, budgetBytes)
+
+	for _, chunked := range []bool{false, true} {
+		start := time.Now()
+		resp, e := mustPostPush(t, b.URL, pushOfSize(q, 100<<10), chunked)
+		retry, _ := strconv.Atoi(resp.Header.Get("Retry-After"))
+		if resp.StatusCode != http.StatusTooManyRequests || e.Code != admission.ReasonOverloaded || retry < 1 || !resp.Close ||
+			!strings.Contains(e.Error, "LANES_MAX_INFLIGHT_BODY_BYTES") {
+			t.Fatalf("push (chunked %v) with the budget full: %d %+v Retry-After %q close %v; want 429 overloaded naming the setting, Retry-After, Connection: close",
+				chunked, resp.StatusCode, e, resp.Header.Get("Retry-After"), resp.Close)
+		}
+		if waited := time.Since(start); waited < maxWait {
+			t.Fatalf("push (chunked %v) refused after %s; it should wait %s for room first", chunked, waited, maxWait)
+		}
+	}
+	var metrics map[string]any
+	b.call(t, "GET", "/metrics", nil, &metrics)
+	if bodyBytes, _ := metrics["bodyBytes"].(map[string]any); bodyBytes["held"] != float64(budgetBytes) || bodyBytes["rejected"] != float64(2) {
+		t.Fatalf("metrics bodyBytes %+v; want held %d, rejected 2", metrics["bodyBytes"], budgetBytes)
+	}
+
+	// A stalled client that gives up gives its room back; pushes are served again.
+	_ = stalled.Close()
+	waitForHeld(t, budget, maxBody)
+	for _, chunked := range []bool{false, true} {
+		if resp, e := mustPostPush(t, b.URL, pushOfSize(q, 100<<10), chunked); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("push (chunked %v) with room in the budget: %d %+v", chunked, resp.StatusCode, e)
+		}
+	}
+
+	// Many large pushes at once, with a stalled body still holding half the
+	// budget: each is served or refused, and the bytes held never pass the budget.
+	var peak atomic.Int64
+	sampling := make(chan struct{})
+	var sampler sync.WaitGroup
+	sampler.Go(func() {
+		for {
+			peak.Store(max(peak.Load(), budget.Stats().Held))
+			select {
+			case <-sampling:
+				return
+			case <-time.After(100 * time.Microsecond):
+			}
+		}
+	})
+	var served, refused atomic.Int64
+	var pushes sync.WaitGroup
+	for range 12 {
+		pushes.Go(func() {
+			resp, e, err := postPush(b.URL, pushOfSize(q, 600<<10), false)
+			switch {
+			case err != nil:
+				t.Errorf("concurrent push: %v", err)
+			case resp.StatusCode == http.StatusCreated:
+				served.Add(1)
+			case resp.StatusCode == http.StatusTooManyRequests:
+				refused.Add(1)
+			default:
+				t.Errorf("concurrent push: %d %+v", resp.StatusCode, e)
+			}
+		})
+	}
+	pushes.Wait()
+	close(sampling)
+	sampler.Wait()
+	if peak.Load() > budgetBytes || served.Load() == 0 {
+		t.Fatalf("peak body bytes held %d (budget %d); served %d, refused %d", peak.Load(), budgetBytes, served.Load(), refused.Load())
+	}
+	t.Logf("12 concurrent 600 KiB pushes: %d served, %d refused; peak body bytes held %d of %d", served.Load(), refused.Load(), peak.Load(), budgetBytes)
+	waitForHeld(t, budget, maxBody) // only the stalled body is left
+}
