@@ -216,7 +216,7 @@ var settings = []setting{
 	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port })},
 	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections", intSetting(func(c *Config) *int { return &c.PoolSize })},
 	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", positiveInt64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes })},
-	{"max-inflight-body-bytes", "LANES_MAX_INFLIGHT_BODY_BYTES", "0", "request body bytes held at once, from arrival to answer; a body that finds no room waits up to LANES_ADMISSION_MAX_WAIT_MS, then 429 overloaded; at least LANES_MAX_BODY_BYTES; 0 = 4 × LANES_MAX_BODY_BYTES", nonNegativeInt64Setting(func(c *Config) *int64 { return &c.MaxInflightBodyBytes })},
+	{"max-inflight-body-bytes", "LANES_MAX_INFLIGHT_BODY_BYTES", "0", "request body bytes held at once, from arrival to answer; a body that finds no room waits up to LANES_ADMISSION_MAX_WAIT_MS, then 429 overloaded; at least LANES_MAX_BODY_BYTES; 0 = 2 × LANES_MAX_BODY_BYTES", nonNegativeInt64Setting(func(c *Config) *int64 { return &c.MaxInflightBodyBytes })},
 	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight })},
 	{"admission-pop-inflight", "LANES_ADMISSION_POP_INFLIGHT", "0", "pop database checks at once (parked pops never count); 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionPopInFlight })},
 	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight })},
@@ -269,10 +269,12 @@ var settings = []setting{
 }
 
 // defaultBodyBudgetBodies is how many bodies of the largest size the default
-// body budget holds: 256 MiB with the default 64 MiB cap, room for dozens of
-// typical multi-MiB pushes at once while a flood of large ones waits instead
-// of growing the broker's memory without bound.
-const defaultBodyBudgetBodies = 4
+// body budget holds: 128 MiB with the default 64 MiB cap, so one body of the
+// largest size never holds up all the others. A held push body costs about 7
+// times its size in resident memory while it is handled (decoded copies, the
+// rows, GC headroom): a flood of 4 MiB pushes peaked at 0.9 GB with 2 bodies'
+// worth, 1.5 GB with 4, and 4 served no more pushes per second than 2.
+const defaultBodyBudgetBodies = 2
 
 // sizeBodyBudget fills in the default body budget and refuses one smaller
 // than the largest body, which could then never be received.
@@ -284,7 +286,7 @@ func (c *Config) sizeBodyBudget() error {
 		}
 	}
 	if c.MaxInflightBodyBytes < c.MaxBodyBytes {
-		return fmt.Errorf("LANES_MAX_INFLIGHT_BODY_BYTES (--max-inflight-body-bytes) is %d, below LANES_MAX_BODY_BYTES (%d): a body of the largest accepted size could never be received; raise it or set 0 for 4 × LANES_MAX_BODY_BYTES",
+		return fmt.Errorf("LANES_MAX_INFLIGHT_BODY_BYTES (--max-inflight-body-bytes) is %d, below LANES_MAX_BODY_BYTES (%d): a body of the largest accepted size could never be received; raise it or set 0 for 2 × LANES_MAX_BODY_BYTES",
 			c.MaxInflightBodyBytes, c.MaxBodyBytes)
 	}
 	return nil

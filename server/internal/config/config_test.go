@@ -120,10 +120,10 @@ func TestApplySchemaRefusesANonBooleanNamingIt(t *testing.T) {
 	}
 }
 
-func TestBodyBudgetDefaultsToFourLargestBodiesAndHoldsAtLeastOne(t *testing.T) {
+func TestBodyBudgetDefaultsToTwoLargestBodiesAndHoldsAtLeastOne(t *testing.T) {
 	c, err := Load(nil, env(nil), io.Discard)
-	if err != nil || c.MaxInflightBodyBytes != 4*c.MaxBodyBytes {
-		t.Fatalf("default body budget %d (max body %d), %v; want 4 × the max body", c.MaxInflightBodyBytes, c.MaxBodyBytes, err)
+	if err != nil || c.MaxInflightBodyBytes != 2*c.MaxBodyBytes {
+		t.Fatalf("default body budget %d (max body %d), %v; want 2 × the max body", c.MaxInflightBodyBytes, c.MaxBodyBytes, err)
 	}
 	c, err = Load(nil, env(map[string]string{"LANES_MAX_BODY_BYTES": "1000", "LANES_MAX_INFLIGHT_BODY_BYTES": "1000"}), io.Discard)
 	if err != nil || c.MaxInflightBodyBytes != 1000 {
