@@ -1,7 +1,9 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
+	"net/url"
 	"testing"
 )
 
@@ -225,5 +227,64 @@ func TestHugeDurationsAreRefusedNotWrapped(t *testing.T) {
 	}
 	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?wait=false", nil, &pop); status == http.StatusOK && len(pop.Messages) > 0 {
 		t.Fatalf("a refused timer fired: %+v", pop)
+	}
+}
+
+// POST /api/v1/kv stored keys named "." or "..", which the key routes can
+// never address (URL clients drop such segments). Every write that stores a
+// key now refuses them; a key stored before can still be read and deleted
+// through the batch route.
+func TestKVWritesRefuseDotNamesAndOlderDotKeysStayReachable(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	op := func(op, ns, key, extra string) string {
+		return `{"op":"` + op + `","ns":"` + ns + `","key":"` + key + `"` + extra + `}`
+	}
+	const stored = `,"value":1,"forever":true`
+	var writes []struct{ name, method, path, body string }
+	for _, dot := range []string{".", ".."} {
+		writes = append(writes, []struct{ name, method, path, body string }{
+			{"batch put key " + dot, "POST", "/api/v1/kv", `{"operations":[` + op("put", ns, dot, stored) + `]}`},
+			{"batch putIfAbsent key " + dot, "POST", "/api/v1/kv", `{"operations":[` + op("putIfAbsent", ns, dot, stored) + `]}`},
+			{"batch incr key " + dot, "POST", "/api/v1/kv", `{"operations":[` + op("incr", ns, dot, `,"forever":true`) + `]}`},
+			{"batch put namespace " + dot, "POST", "/api/v1/kv", `{"operations":[` + op("put", dot, "k", stored) + `]}`},
+			{"transaction kv put key " + dot, "POST", "/api/v1/transaction", `{"operations":[],"kv":[` + op("put", ns, dot, stored) + `]}`},
+			{"transaction kv incr namespace " + dot, "POST", "/api/v1/transaction", `{"operations":[],"kv":[` + op("incr", dot, "k", `,"forever":true`) + `]}`},
+			{"key-route put key " + dot, "PUT", "/api/v1/kv/" + ns + "/" + url.PathEscape(dot), `{"value":1,"forever":true}`},
+		}...)
+	}
+	for _, c := range writes {
+		var e errorBody
+		if status, _ := b.call(t, c.method, c.path, c.body, &e); status != http.StatusBadRequest || e.Code != CodeKVBadRequest {
+			t.Fatalf("%s: %d %+v; want 400 kv_bad_request", c.name, status, e)
+		}
+	}
+	var rows int
+	if err := b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.kv WHERE namespace IN ($1, '.', '..') AND key IN ('.', '..', 'k')`, ns).Scan(&rows); err != nil || rows != 0 {
+		t.Fatalf("refused writes stored %d keys (%v)", rows, err)
+	}
+
+	// A key stored by an older broker: the batch route still reads and deletes it.
+	if _, err := b.Pool.Exec(t.Context(), `INSERT INTO lanes.kv (namespace, key, value, version) VALUES ($1, '..', '7', 1)`, ns); err != nil {
+		t.Fatal(err)
+	}
+	var read struct {
+		Results []struct {
+			Found *bool           `json:"found"`
+			Value json.RawMessage `json:"value"`
+		} `json:"results"`
+	}
+	if status, _ := b.call(t, "POST", "/api/v1/kv", `{"operations":[`+op("get", ns, "..", "")+`]}`, &read); status != http.StatusOK ||
+		len(read.Results) != 1 || read.Results[0].Found == nil || !*read.Results[0].Found || string(read.Results[0].Value) != "7" {
+		t.Fatalf("reading an older \"..\" key: %d %+v", status, read)
+	}
+	var deleted struct {
+		Results []struct {
+			Applied *bool `json:"applied"`
+		} `json:"results"`
+	}
+	if status, _ := b.call(t, "POST", "/api/v1/kv", `{"operations":[`+op("delete", ns, "..", "")+`]}`, &deleted); status != http.StatusOK ||
+		len(deleted.Results) != 1 || deleted.Results[0].Applied == nil || !*deleted.Results[0].Applied {
+		t.Fatalf("deleting an older \"..\" key: %d %+v", status, deleted)
 	}
 }

@@ -185,6 +185,9 @@ func validateKVOps(ops []KVOp, field string, inBundle bool) error {
 		default:
 			return codedInvalid(CodeKVBadRequest, "%s.op %q is not a KV operation", at, op.Op)
 		}
+		if err := checkStoredKVName(op, at); err != nil {
+			return err
+		}
 		switch op.Op {
 		case KVPut, KVPutIfAbsent, KVIncr:
 			if (op.TTLSeconds > 0) == op.Forever {
@@ -229,6 +232,24 @@ func validateKVOps(ops []KVOp, field string, inBundle bool) error {
 	}
 	if inBundle && (len(ops) > kvBundleMaxOps || keys > kvBundleMaxKeys) {
 		return codedInvalid(CodeKVTooManyOpsInBundle, "%s: a transaction carries at most %d KV operations and %d keys", field, kvBundleMaxOps, kvBundleMaxKeys)
+	}
+	return nil
+}
+
+// checkStoredKVName refuses "." and ".." as the namespace or key of an op
+// that stores a key: the key routes (/api/v1/kv/{ns}/{key}) could never
+// address it. Reads and deletes take them, so keys stored before this check
+// can still be read and removed through POST /api/v1/kv.
+func checkStoredKVName(op *KVOp, at string) error {
+	switch op.Op {
+	case KVPut, KVPutIfAbsent, KVIncr:
+	default:
+		return nil
+	}
+	for _, f := range [...]struct{ field, value string }{{at + ".ns", op.Namespace}, {at + ".key", op.Key}} {
+		if msg := dotNameProblem(f.value); msg != "" {
+			return codedInvalid(CodeKVBadRequest, "%s %s, so the key routes could not address the key", f.field, msg)
+		}
 	}
 	return nil
 }

@@ -76,10 +76,19 @@ func checkRequiredName(field, value string) error {
 
 // nameProblem says what is wrong with value as a name, or "".
 func nameProblem(value string) string {
+	if msg := dotNameProblem(value); msg != "" {
+		return msg
+	}
+	return storedTextProblem(value, MaxNameBytes)
+}
+
+// dotNameProblem refuses "." and "..", which no URL path segment can carry:
+// URL clients remove them before sending.
+func dotNameProblem(value string) string {
 	if value == "." || value == ".." {
 		return `must not be "." or "..": URL clients drop such path segments`
 	}
-	return storedTextProblem(value, MaxNameBytes)
+	return ""
 }
 
 // checkTransactionID is CheckStoredText for a transaction id.
