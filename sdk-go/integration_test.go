@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"regexp"
 	"strings"
@@ -1101,4 +1102,30 @@ func TestITDefaultRenewalKeepsAShortLease(t *testing.T) {
 	left, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, left, "acked")
+}
+
+// countingTransport counts the requests a client sends through it.
+type countingTransport struct{ requests atomic.Int64 }
+
+func (c *countingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	c.requests.Add(1)
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func TestITWithHTTPClientCarriesEveryCallAndKVGetReadsInABatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	via := &countingTransport{}
+	c, err := lanes.New(lanes.WithURL(os.Getenv("LANES_TEST_URL")), lanes.WithHTTPClient(&http.Client{Transport: via}))
+	require.NoError(t, err)
+	kv := c.KV(b.queue)
+	_, err = kv.Put(b.ctx, "k", map[string]any{"n": 7}, lanes.Forever)
+	require.NoError(t, err)
+	res, err := kv.Batch(b.ctx, lanes.KVGet(b.queue, "k"), lanes.KVGet(b.queue, "missing"))
+	require.NoError(t, err)
+	require.Len(t, res, 2)
+	require.True(t, *res[0].Found)
+	require.JSONEq(t, `{"n":7}`, string(res[0].Value))
+	require.False(t, *res[1].Found)
+	require.Equal(t, int64(2), via.requests.Load(), "the put and the batch both go through the given http.Client")
 }
