@@ -95,6 +95,16 @@ def test_a_payload_is_encoded_once_per_push_direct_or_buffered(broker_url: str, 
         assert _pop_all(c, qname) == [{"n": 1}, {"n": 2}, {"n": 3}]
 
 
+def test_a_payload_is_encoded_once_per_transaction_push(broker_url: str, qname: str) -> None:
+    with lanes.Lanes(broker_url) as c:
+        _CountingDict.encodes = 0
+        tx = c.transaction().queue(qname).push([_CountingDict(n=1)])
+        tx.queue(qname).push([{"data": _CountingDict(n=2), "trace_id": "t"}])
+        assert tx.commit().success
+        assert _CountingDict.encodes == 2, "each payload encoded once: the check's encoding is sent"
+        assert _pop_all(c, qname) == [{"n": 1}, {"n": 2}]
+
+
 def test_buffered_pushes_are_logged_at_warning(caplog: pytest.LogCaptureFixture) -> None:
     def answer(req: httpx.Request) -> httpx.Response:
         items = json.loads(req.content)["items"]

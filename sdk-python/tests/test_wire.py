@@ -15,6 +15,7 @@ import pytest
 
 import lanes
 from lanes import _protocol as P
+from lanes import _requests as R
 from lanes._http import _encode
 
 Builder = Callable[[lanes.Queue], lanes.Queue]
@@ -173,6 +174,26 @@ def test_push_body_is_byte_for_byte_the_encoding_of_its_items() -> None:
         checked = P.check_items(items)  # mints the third item's id once, for both encodings
         body = P.push_body("orders", partition, checked)
         assert body == _encode({"items": P.push_items("orders", partition, checked)})
+
+
+def test_transaction_body_is_the_json_of_its_operations_kv_and_timers() -> None:
+    with lanes.Lanes("http://127.0.0.1:1") as c:
+        tx = c.transaction()
+    tx.queue("orders").partition("c-42").push([lanes.Item(data={"n": "é"}, transaction_id="t-1")])
+    tx.queue("orders").push([])  # an empty push adds no operation
+    tx.kv_put("ns", "k", [1, None]).timer_schedule("orders", "tk", delay_millis=5)
+    assert json.loads(tx.body()) == {
+        "operations": [
+            {
+                "type": "push",
+                "items": P.push_items(
+                    "orders", "c-42", [lanes.Item(data={"n": "é"}, transaction_id="t-1")]
+                ),
+            }
+        ],
+        "kv": [R.kv_op("put", "ns", "k", value=[1, None])],
+        "timers": tx._timers,  # as collected: scheduling mints a txn id
+    }
 
 
 def test_push_body_items() -> None:

@@ -65,12 +65,17 @@ class Response:
         return _json.loads(self.content)
 
 
+def encode_json(value: Any) -> bytes:
+    """JSON as every request body is sent: compact, UTF-8."""
+    return _json.dumps(value, separators=(",", ":"), ensure_ascii=False).encode()
+
+
 def _encode(body: Any) -> bytes | None:
     if body is None:
         return None
-    if isinstance(body, bytes):  # already JSON (a push body built from checked items)
+    if isinstance(body, bytes):  # already JSON: a push or transaction body of checked items
         return body
-    return _json.dumps(body, separators=(",", ":"), ensure_ascii=False).encode()
+    return encode_json(body)
 
 
 def _url(base: str, path: str, query: str | None) -> str:

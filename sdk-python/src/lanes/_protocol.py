@@ -155,7 +155,7 @@ def check_items(items: Iterable[Any]) -> list[CheckedItem]:
 
 
 def push_items(queue: str, partition: str | None, items: Iterable[Any]) -> list[dict[str, Any]]:
-    """The wire items of a push inside a transaction bundle (encoded with the whole bundle)."""
+    """The wire items of a push as dicts: the reference the encoded items are tested against."""
     wire: list[dict[str, Any]] = []
     for c in check_items(items):
         w: dict[str, Any] = {"queue": queue}
@@ -169,9 +169,9 @@ def push_items(queue: str, partition: str | None, items: Iterable[Any]) -> list[
     return wire
 
 
-def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> bytes:
-    """``POST /api/v1/push`` body, the same JSON as ``{"items": push_items(...)}`` but built from
-    each item's checked encoding instead of encoding every payload a second time."""
+def encoded_push_items(queue: str, partition: str | None, items: Iterable[Any]) -> bytes:
+    """The JSON array ``push_items(...)`` encodes to, built from each item's checked encoding
+    instead of encoding every payload a second time; a push and a transaction push share it."""
     head = b'{"queue":' + _json_bytes(queue)
     if partition:
         head += b',"partition":' + _json_bytes(partition)
@@ -182,7 +182,21 @@ def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> bytes:
         if c.trace_id:
             part += b',"traceId":' + _json_bytes(c.trace_id)
         parts.append(part + b"}")
-    return b'{"items":[' + b",".join(parts) + b"]}"
+    return b"[" + b",".join(parts) + b"]"
+
+
+def push_body(queue: str, partition: str | None, items: Iterable[Any]) -> bytes:
+    """``POST /api/v1/push`` body: ``{"items": push_items(...)}`` with each payload encoded once."""
+    return b'{"items":' + encoded_push_items(queue, partition, items) + b"}"
+
+
+def push_operation(queue: str, partition: str | None, items: Iterable[Any]) -> bytes | None:
+    """A transaction's ``{"type":"push","items":[...]}`` operation with each payload encoded
+    once, or None when there are no items (an empty push adds nothing to the bundle)."""
+    encoded = encoded_push_items(queue, partition, items)
+    if encoded == b"[]":
+        return None
+    return b'{"type":"push","items":' + encoded + b"}"
 
 
 def warn_buffered(results: list[PushResult], logger: logging.Logger) -> list[PushResult]:

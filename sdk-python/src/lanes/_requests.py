@@ -122,16 +122,18 @@ def renew(lease_id: str, seconds: int) -> Req[RenewResult]:
     )
 
 
-def transaction(body: dict[str, Any]) -> Req[TransactionResult]:
+def transaction(
+    body: bytes, *, has_push: bool, kv: Sequence[Mapping[str, Any]]
+) -> Req[TransactionResult]:
+    """``body`` is the encoded bundle; ``has_push`` and ``kv`` decide whether a resend is safe."""
     # A push's ids make the resend of a committed bundle roll back as duplicate; without one, a
     # KV rider that is not idempotent could apply twice.
-    has_push = any(op.get("type") == "push" for op in body.get("operations", []))
     return Req(
         "POST",
         "/api/v1/transaction",
         lambda r: P.check_transaction(r.json(), r.attempts),
         body=body,
-        not_idempotent=not has_push and not kv_ops_idempotent(body.get("kv", [])),
+        not_idempotent=not has_push and not kv_ops_idempotent(kv),
     )
 
 

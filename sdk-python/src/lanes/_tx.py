@@ -1,5 +1,6 @@
 """Transaction bundles (docs/sdk-design.md §5): the body is built once here; ``Transaction`` and
-``AsyncTransaction`` only differ in ``commit``."""
+``AsyncTransaction`` only differ in ``commit``. Operations are kept encoded, so a pushed payload
+is encoded once, by the item check, like a direct push."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 from lanes import _protocol as P
 from lanes import _requests as R
 from lanes._exceptions import EmptyTransactionError
+from lanes._http import encode_json
 from lanes._types import AckStatus, Message, TransactionResult
 
 if TYPE_CHECKING:
@@ -27,9 +29,10 @@ class TxQueue(Generic[TB]):
         return TxQueue(self._tx, self._queue, name)
 
     def push(self, items: Sequence[Any]) -> TB:
-        wire = P.push_items(self._queue, self._partition, items)
-        if wire:
-            self._tx._ops.append({"type": "push", "items": wire})
+        op = P.push_operation(self._queue, self._partition, items)
+        if op is not None:
+            self._tx._ops.append(op)
+            self._tx._has_push = True
         return self._tx
 
 
@@ -37,7 +40,8 @@ class _TxBase:
     """Accumulates one bundle. Unlike queue builders, a transaction is a mutable collector."""
 
     def __init__(self) -> None:
-        self._ops: list[dict[str, Any]] = []
+        self._ops: list[bytes] = []  # each operation's JSON, in the order added
+        self._has_push = False
         self._leases: dict[str, None] = {}
         self._kv: list[dict[str, Any]] = []
         self._timers: list[dict[str, Any]] = []
@@ -69,7 +73,7 @@ class _TxBase:
                 self._leases.setdefault(e.lease_id, None)
             if error is not None:
                 op["error"] = error
-            self._ops.append(op)
+            self._ops.append(encode_json(op))
         return self
 
     def kv_put(
@@ -143,18 +147,23 @@ class _TxBase:
         self._timers.append(R.timer_op("cancel", queue, key))
         return self
 
-    def body(self) -> dict[str, Any]:
-        """The wire body (``kv`` and ``timers`` are top-level, only when non-empty)."""
+    def body(self) -> bytes:
+        """The encoded wire body (``requiredLeases``, ``kv`` and ``timers`` are top-level, only
+        when non-empty)."""
         if not (self._ops or self._kv or self._timers):
             raise EmptyTransactionError("lanes: transaction has no operations to commit")
-        b: dict[str, Any] = {"operations": list(self._ops)}
-        if self._leases:
-            b["requiredLeases"] = list(self._leases)
-        if self._kv:
-            b["kv"] = list(self._kv)
-        if self._timers:
-            b["timers"] = list(self._timers)
-        return b
+        body = b'{"operations":[' + b",".join(self._ops) + b"]"
+        for name, value in (
+            ("requiredLeases", list(self._leases)),
+            ("kv", self._kv),
+            ("timers", self._timers),
+        ):
+            if value:
+                body += b',"' + name.encode() + b'":' + encode_json(value)
+        return body + b"}"
+
+    def _request(self) -> R.Req[TransactionResult]:
+        return R.transaction(self.body(), has_push=self._has_push, kv=self._kv)
 
 
 class Transaction(_TxBase):
@@ -166,7 +175,7 @@ class Transaction(_TxBase):
 
     def commit(self) -> TransactionResult:
         """Send the bundle; raise :class:`TransactionError` (with ``reason``) on rollback."""
-        return self._client._call(R.transaction(self.body()))
+        return self._client._call(self._request())
 
 
 class AsyncTransaction(_TxBase):
@@ -177,4 +186,4 @@ class AsyncTransaction(_TxBase):
         self._client = client
 
     async def commit(self) -> TransactionResult:
-        return await self._client._call(R.transaction(self.body()))
+        return await self._client._call(self._request())
