@@ -274,22 +274,24 @@ def _msg(tid: str, pid: str = "p1", group: str = "g", lease: str = "L") -> lanes
     )  # fmt: skip
 
 
-def test_ack_bodies_and_results() -> None:
-    def answer(req: httpx.Request) -> httpx.Response:
-        b = json.loads(req.content)
-        items = b.get("acknowledgments", [b])
-        return httpx.Response(
-            200,
-            json=[
-                {"index": i, "transactionId": it["transactionId"],
-                 "success": it["transactionId"] != "bad",
-                 "error": None if it["transactionId"] != "bad" else "unresolvable",
-                 "leaseReleased": True, "dlq": False, "noop": False}
-                for i, it in enumerate(items)
-            ],
-        )  # fmt: skip
+def _ack_answer(req: httpx.Request, *, swap_shapes: bool = False) -> httpx.Response:
+    """The broker's ack answer: one object for /api/v1/ack, an array for the batch (or the
+    other way round with ``swap_shapes``)."""
+    b = json.loads(req.content)
+    items = b.get("acknowledgments", [b])
+    results = [
+        {"index": i, "transactionId": it["transactionId"],
+         "success": it["transactionId"] != "bad",
+         "error": None if it["transactionId"] != "bad" else "unresolvable",
+         "leaseReleased": True, "dlq": False, "noop": False}
+        for i, it in enumerate(items)
+    ]  # fmt: skip
+    one = req.url.path == "/api/v1/ack"
+    return httpx.Response(200, json=results[0] if one != swap_shapes else results)
 
-    t, seen = capture(answer)
+
+def test_ack_bodies_and_results() -> None:
+    t, seen = capture(_ack_answer)
     c = client(t)
     c.ack(_msg("a"), "failed", error="boom")
     assert seen[0].url.path == "/api/v1/ack"
@@ -308,6 +310,15 @@ def test_ack_bodies_and_results() -> None:
     assert len(ei.value.results) == 2 and ei.value.items[0].transaction_id == "bad"
     with pytest.raises(ValueError):
         c.ack(_msg("a"), "nack")  # type: ignore[arg-type]
+
+
+def test_an_ack_answer_is_read_only_in_its_documented_shape() -> None:
+    t, _ = capture(lambda req: _ack_answer(req, swap_shapes=True))
+    c = client(t)
+    with pytest.raises(ValueError, match=r"/api/v1/ack answered list, want one result object"):
+        c.ack(_msg("a"))
+    with pytest.raises(ValueError, match=r"/api/v1/ack/batch answered dict, want an array"):
+        c.ack([_msg("a"), _msg("b")])
 
 
 def test_transaction_body() -> None:

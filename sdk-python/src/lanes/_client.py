@@ -178,16 +178,9 @@ class Lanes:
         return Timers(self, queue)
 
     def _ack_entries(self, entries: list[tuple[str, P.AckEntry]]) -> list[AckResult]:
-        parts = []
-        for path, body, idx in P.ack_requests(entries):
-            parts.append(
-                (
-                    idx,
-                    self._call(
-                        Req("POST", path, lambda r: P.parse_ack_results(r.json()), body=body)
-                    ),
-                )
-            )
+        parts = [
+            (idx, self._call(R.ack(path, body))) for path, body, idx in P.ack_requests(entries)
+        ]
         return P.merge_ack_results(len(entries), parts)
 
     def ack(
@@ -352,12 +345,10 @@ class AsyncLanes:
         return AsyncTimers(self, queue)
 
     async def _ack_entries(self, entries: list[tuple[str, P.AckEntry]]) -> list[AckResult]:
-        parts = []
-        for path, body, idx in P.ack_requests(entries):
-            req: Req[list[AckResult]] = Req(
-                "POST", path, lambda r: P.parse_ack_results(r.json()), body=body
-            )
-            parts.append((idx, await self._call(req)))
+        parts = [
+            (idx, await self._call(R.ack(path, body)))
+            for path, body, idx in P.ack_requests(entries)
+        ]
         return P.merge_ack_results(len(entries), parts)
 
     async def ack(

@@ -417,6 +417,9 @@ def _wire_entry(e: AckEntry) -> dict[str, Any]:
     return w
 
 
+ACK_ONE_PATH = "/api/v1/ack"
+
+
 def ack_requests(
     entries: Sequence[tuple[str, AckEntry]],
 ) -> list[tuple[str, dict[str, Any], list[int]]]:
@@ -430,7 +433,7 @@ def ack_requests(
         if len(idx) == 1:
             body = _wire_entry(entries[idx[0]][1])
             body["consumerGroup"] = g
-            out.append(("/api/v1/ack", body, idx))
+            out.append((ACK_ONE_PATH, body, idx))
         else:
             out.append(
                 (
@@ -445,8 +448,14 @@ def ack_requests(
     return out
 
 
-def parse_ack_results(body: Any) -> list[AckResult]:
-    rows = body if isinstance(body, list) else [body] if isinstance(body, dict) else []
+def parse_ack_results(path: str, body: Any) -> list[AckResult]:
+    """The results of one ack request: ``POST /api/v1/ack`` answers one result object and
+    ``/api/v1/ack/batch`` an array (openapi.yaml); any other shape is a ``ValueError``."""
+    want_one = path == ACK_ONE_PATH
+    if not isinstance(body, dict if want_one else list):
+        want = "one result object" if want_one else "an array of results"
+        raise ValueError(f"lanes: {path} answered {type(body).__name__}, want {want}")
+    rows = [body] if want_one else body
     return [
         AckResult(
             index=int(r.get("index", i)),

@@ -18,7 +18,7 @@ from lanes._exceptions import LanesError
 from lanes._generated import models
 from lanes._http import Response
 from lanes._retry import kv_ops_idempotent
-from lanes._types import PopResult, PushResult, RenewResult, TransactionResult
+from lanes._types import AckResult, PopResult, PushResult, RenewResult, TransactionResult
 
 T = TypeVar("T")
 M = TypeVar("M", bound=BaseModel)
@@ -120,6 +120,11 @@ def renew(lease_id: str, seconds: int) -> Req[RenewResult]:
         lambda r: P.parse_renew(lease_id, r.json()),
         body={"seconds": seconds},
     )
+
+
+def ack(path: str, body: dict[str, Any]) -> Req[list[AckResult]]:
+    """One request of an ack (``P.ack_requests`` splits an ack into them)."""
+    return Req("POST", path, lambda r: P.parse_ack_results(path, r.json()), body=body)
 
 
 def transaction(
