@@ -62,9 +62,14 @@ export function normalizeAckStatus(status: AckStatus | boolean): AckStatus {
 
 const ITEM_KEYS = new Set(["data", "payload", "transactionId", "traceId"]);
 
+/** isObject: a JSON object (not null, not an array). */
+function isObject(v: unknown): v is Record<string, unknown> {
+  return v !== null && typeof v === "object" && !Array.isArray(v);
+}
+
 /** isEnvelope: an object is a push item envelope when it has `data` or `payload` and no key but `data`, `payload`, `transactionId` and `traceId`; any other value (an event with a `data` field among others) is a bare payload, stored whole. */
 function isEnvelope(item: unknown): item is { data?: unknown; payload?: unknown; transactionId?: unknown; traceId?: unknown } {
-  if (item === null || typeof item !== "object" || Array.isArray(item)) return false;
+  if (!isObject(item)) return false;
   const keys = Object.keys(item);
   return (keys.includes("data") || keys.includes("payload")) && keys.every((k) => ITEM_KEYS.has(k));
 }
@@ -176,6 +181,8 @@ export class Core {
         path: "/api/v1/ack",
         body: { ...wireItem(only), consumerGroup: groupOf(only.target) },
       });
+      // The spec's answer is one result object; any other shape is a broker fault, not a result.
+      if (!isObject(res.body)) throw new LanesError(`ack: /api/v1/ack answered ${Array.isArray(res.body) ? "an array" : typeof res.body}, want one result object`);
       return [res.body];
     }
     const byGroup = new Map<string, number[]>();

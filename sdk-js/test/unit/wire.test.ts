@@ -281,6 +281,22 @@ describe("empty-poll pause after a waitMs: 0 echo (docs/consuming.md §3 step 2)
   });
 });
 
+describe("ack answers", () => {
+  const target = { transactionId: "a", partitionId: "p1", leaseId: "L" };
+  const result = { index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false };
+
+  it("a single ack reads the one result object the spec documents", async () => {
+    const s = (await fake()).script(reply(200, result));
+    expect(await client(s.url).ack(target)).toEqual(result);
+    expect(s.seen[0]!.url).toBe("/api/v1/ack");
+  });
+
+  it("a single ack answered with an array is a LanesError, not a result", async () => {
+    const s = (await fake()).script(reply(200, [result]));
+    await expect(client(s.url).ack(target)).rejects.toThrow("ack: /api/v1/ack answered an array, want one result object");
+  });
+});
+
 describe("transaction", () => {
   it("an empty bundle throws EmptyTransactionError and sends nothing", async () => {
     const s = await fake();
