@@ -7,6 +7,7 @@ Run it with the sdk-python venv: ``sdk-python/.venv/bin/python adapter.py``.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import sys
@@ -34,20 +35,31 @@ def err_kind(err: BaseException) -> dict[str, Any]:
     if isinstance(err, AckError):
         return {"kind": "ack", "message": str(err)}
     if isinstance(err, TransactionError):
-        out: dict[str, Any] = {"kind": "transaction", "reason": getattr(err, "reason", "") or "", "message": str(err)}
+        out: dict[str, Any] = {
+            "kind": "transaction",
+            "reason": getattr(err, "reason", "") or "",
+            "message": str(err),
+        }
         if err.kv_reason:
             out["kvReason"] = err.kv_reason
         if err.failed_index is not None:
             out["failedIndex"] = err.failed_index
         return out
     if isinstance(err, APIError):
-        kind = {429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented"}.get(
-            err.status, "api"
-        )
+        kind = {
+            429: "rate_limited",
+            403: "forbidden",
+            413: "payload_too_large",
+            404: "not_found",
+            501: "not_implemented",
+        }.get(err.status, "api")
         return {"kind": kind, "status": err.status, "code": err.code, "message": err.message}
     if isinstance(err, APIConnectionError):
         return {"kind": "connection", "message": str(err)}
-    return {"kind": "other", "message": "".join(traceback.format_exception_only(type(err), err)).strip()}
+    return {
+        "kind": "other",
+        "message": "".join(traceback.format_exception_only(type(err), err)).strip(),
+    }
 
 
 def new_client(c: dict[str, Any]) -> lanes.Lanes:
@@ -112,11 +124,17 @@ def builder(client: lanes.Lanes, a: dict[str, Any]) -> Any:
 
 
 def items(lst: list[dict[str, Any]] | None) -> list[Item]:
-    return [Item(data=it.get("data"), transaction_id=it.get("transactionId") or None) for it in lst or []]
+    return [
+        Item(data=it.get("data"), transaction_id=it.get("transactionId") or None)
+        for it in lst or []
+    ]
 
 
 def push_items(res: Any) -> list[dict[str, Any]]:
-    return [{"status": r.status, "messageId": r.message_id, "transactionId": r.transaction_id} for r in res]
+    return [
+        {"status": r.status, "messageId": r.message_id, "transactionId": r.transaction_id}
+        for r in res
+    ]
 
 
 def pop_summary(pr: Any) -> dict[str, Any]:
@@ -183,7 +201,11 @@ def tx_kv(tx: Any, o: dict[str, Any]) -> Any:
         return tx.kv_put(o["ns"], o["key"], o.get("value"), ttl_seconds=expiry_seconds(o), **kw)
     if o["op"] == "putIfAbsent":
         return tx.kv_put_if_absent(
-            o["ns"], o["key"], o.get("value"), ttl_seconds=expiry_seconds(o), required=o.get("required", False)
+            o["ns"],
+            o["key"],
+            o.get("value"),
+            ttl_seconds=expiry_seconds(o),
+            required=o.get("required", False),
         )
     if o["op"] == "delete":
         return tx.kv_delete(o["ns"], o["key"], **kw)
@@ -281,7 +303,9 @@ class CaseState:
                 tx = tx_kv(tx, o["kv"])
             elif "timer" in o:
                 t = o["timer"]
-                tx = tx.timer_schedule(t["queue"], t["key"], delay_millis=t.get("delayMs", 0), payload=t.get("data"))
+                tx = tx.timer_schedule(
+                    t["queue"], t["key"], delay_millis=t.get("delayMs", 0), payload=t.get("data")
+                )
             elif "cancelTimer" in o:
                 tx = tx.timer_cancel(o["cancelTimer"]["queue"], o["cancelTimer"]["key"])
             else:
@@ -298,7 +322,10 @@ class CaseState:
     def op_configure(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         try:
             c.admin.configure_queue(
-                a["queue"], a.get("options") or {}, namespace=a.get("namespace") or None, task=a.get("task") or None
+                a["queue"],
+                a.get("options") or {},
+                namespace=a.get("namespace") or None,
+                task=a.get("task") or None,
             )
             return {"ok": True}
         except Exception as e:
@@ -347,7 +374,9 @@ class CaseState:
         return wire(c.kv(a["ns"]).get(a["key"]))
 
     def op_kvPut(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds") or None))
+        return wire(
+            c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds") or None)
+        )
 
     def op_kvDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire(c.kv(a["ns"]).delete(a["key"]))
@@ -358,7 +387,11 @@ class CaseState:
         return {"results": wire(c.kv(ns).batch(ops))}
 
     def op_timerSchedule(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.timers(a["queue"]).schedule(a["key"], delay_millis=a.get("delayMs", 0), payload=a.get("data")))
+        return wire(
+            c.timers(a["queue"]).schedule(
+                a["key"], delay_millis=a.get("delayMs", 0), payload=a.get("data")
+            )
+        )
 
     def op_timerGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire(c.timers(a["queue"]).get(a["key"]))
@@ -367,7 +400,9 @@ class CaseState:
         return wire(c.timers(a["queue"]).cancel(a["key"]))
 
     def op_timerList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.timers(a["queue"]).list(limit=a.get("limit") or None, after=a.get("after") or None))
+        return wire(
+            c.timers(a["queue"]).list(limit=a.get("limit") or None, after=a.get("after") or None)
+        )
 
     def op_dlqReplay(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         dlq_id = a.get("id")
@@ -394,7 +429,11 @@ class CaseState:
         return wire(c.admin.retry_message(*self.address(a)))
 
     def op_groups(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return {"names": group_names([g.name for g in c.admin.list_consumer_groups()], a.get("prefix", ""))}
+        return {
+            "names": group_names(
+                [g.name for g in c.admin.list_consumer_groups()], a.get("prefix", "")
+            )
+        }
 
     def op_groupDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         meta = a.get("deleteMetadata", True)
@@ -424,7 +463,9 @@ class CaseState:
         return wire(c.admin.get_overview())
 
     def op_namespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return prefixed(wire(c.admin.get_namespaces()), "namespaces", "namespace", a.get("prefix", ""))
+        return prefixed(
+            wire(c.admin.get_namespaces()), "namespaces", "namespace", a.get("prefix", "")
+        )
 
     def op_tasks(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return prefixed(wire(c.admin.get_tasks()), "tasks", "task", a.get("prefix", ""))
@@ -433,7 +474,9 @@ class CaseState:
         return wire(c.admin.get_status(**pick(a, "queue", "namespace", "task")))
 
     def op_queueStatuses(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.list_queue_status(**pick(a, "queue", "namespace", "task", "limit", "offset")))
+        return wire(
+            c.admin.list_queue_status(**pick(a, "queue", "namespace", "task", "limit", "offset"))
+        )
 
     def op_queueStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
@@ -460,7 +503,9 @@ class CaseState:
         return wire(c.admin.set_pop_maintenance_mode(a["enabled"]))
 
     def op_messages(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.list_messages(**pick(a, "queue", "partition", "status", "limit", "offset")))
+        return wire(
+            c.admin.list_messages(**pick(a, "queue", "partition", "status", "limit", "offset"))
+        )
 
     def op_group(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire(c.admin.get_consumer_group(a["group"]))
@@ -470,7 +515,9 @@ class CaseState:
 
     def op_kvList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         kw = pick(a, "prefix", "after", "limit")
-        kw.update(keys_only=a.get("keysOnly", False), include_expired=a.get("includeExpired", False))
+        kw.update(
+            keys_only=a.get("keysOnly", False), include_expired=a.get("includeExpired", False)
+        )
         return wire(c.kv(a["ns"]).list(**kw))
 
     def op_kvNamespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
@@ -510,7 +557,11 @@ class CaseState:
                 handled.append(m.data)
                 by_partition.setdefault(m.partition, []).append(m.data)
                 calls[0] += 1
-                ms = h["firstSleepMs"] if calls[0] == 1 and h.get("firstSleepMs", 0) > 0 else h.get("sleepMs", 0)
+                ms = (
+                    h["firstSleepMs"]
+                    if calls[0] == 1 and h.get("firstSleepMs", 0) > 0
+                    else h.get("sleepMs", 0)
+                )
                 fail = fail_left.get(key, 0) > 0
                 if fail:
                     fail_left[key] -= 1
@@ -534,7 +585,11 @@ class CaseState:
         stop_after = a.get("stopAfterMs", 0)
         if a.get("stopWhenHandled", 0) > 0:
             # Stop relative to the handler's progress, not to the start (robust under load).
-            while not consumer.done and len(handled) < a["stopWhenHandled"] and time.monotonic() < deadline:
+            while (
+                not consumer.done
+                and len(handled) < a["stopWhenHandled"]
+                and time.monotonic() < deadline
+            ):
                 time.sleep(0.005)
             stop_after = max(stop_after, 1)
         if stop_after > 0:
@@ -555,10 +610,8 @@ class CaseState:
             time.sleep(0.005)
         if not consumer.done:
             out["timedOut"] = True
-            try:
+            with contextlib.suppress(Exception):
                 consumer.stop_and_cancel(5)
-            except Exception:
-                pass
         with lock:
             out["handled"] = list(handled)
             out["byPartition"] = {k: list(v) for k, v in by_partition.items()}
@@ -582,10 +635,8 @@ def run_case(c: dict[str, Any]) -> list[dict[str, Any]]:
             result["elapsedMs"] = int((time.monotonic() - t0) * 1000)
             steps.append({"id": s["id"], "result": result})
     finally:
-        try:
+        with contextlib.suppress(Exception):
             client.close(5)
-        except Exception:
-            pass
     return steps
 
 
