@@ -135,11 +135,15 @@ lint-go: $(GOLANGCI_LINT)
 	done; \
 	exit $$rc
 
+# The conformance adapters are linted with their SDK's config, so CI keeps them clean too.
+# ESLint ignores files outside its config's folder unless run from theirs with --config.
 lint-js: $(NPM_STAMP)
 	cd sdk-js && npm run --silent typecheck && npm run --silent lint
+	cd conformance/adapters/js && $(REPO)/sdk-js/node_modules/.bin/eslint --config $(REPO)/sdk-js/eslint.config.js .
 
+# Ruff reads sdk-python/pyproject.toml for the adapter too (the config of the folder it runs in).
 lint-python: $(VENV_STAMP)
-	cd sdk-python && .venv/bin/ruff check . && .venv/bin/ruff format --check . && .venv/bin/mypy
+	cd sdk-python && .venv/bin/ruff check . ../conformance/adapters/python && .venv/bin/ruff format --check . ../conformance/adapters/python && .venv/bin/mypy
 
 # ---------------------------------------------------------------------------------------------
 # Build and run
