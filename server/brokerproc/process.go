@@ -51,7 +51,7 @@ type Process struct {
 	Port int
 
 	cmd     *exec.Cmd
-	tail    *tailBuffer
+	tail    *TailBuffer
 	done    chan struct{}
 	waitErr error
 }
@@ -77,7 +77,7 @@ func Start(o Options) (*Process, error) {
 			return nil, fmt.Errorf("%s is taken (a broker left over from an earlier run?): %w", a, ErrAddrInUse)
 		}
 	}
-	p := &Process{URL: "http://" + addr, Port: port, tail: &tailBuffer{max: 8 << 10}, done: make(chan struct{})}
+	p := &Process{URL: "http://" + addr, Port: port, tail: NewTailBuffer(8 << 10), done: make(chan struct{})}
 	var out io.Writer = p.tail
 	if o.Output != nil {
 		out = io.MultiWriter(o.Output, p.tail)
@@ -214,14 +214,18 @@ func accepting(addr string) bool {
 	return true
 }
 
-// tailBuffer keeps the last max bytes written to it.
-type tailBuffer struct {
+// TailBuffer keeps the last bytes written to it: the end of a child process's
+// output, for error messages. It is safe for concurrent use.
+type TailBuffer struct {
 	mu  sync.Mutex
 	max int
 	buf []byte
 }
 
-func (t *tailBuffer) Write(b []byte) (int, error) {
+// NewTailBuffer keeps the last limit bytes.
+func NewTailBuffer(limit int) *TailBuffer { return &TailBuffer{max: limit} }
+
+func (t *TailBuffer) Write(b []byte) (int, error) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	t.buf = append(t.buf, b...)
@@ -231,8 +235,16 @@ func (t *tailBuffer) Write(b []byte) (int, error) {
 	return len(b), nil
 }
 
-func (t *tailBuffer) String() string {
+// String returns what is kept, without trailing newlines.
+func (t *TailBuffer) String() string {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	return strings.TrimRight(string(t.buf), "\n")
+}
+
+// Reset forgets what was written.
+func (t *TailBuffer) Reset() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.buf = t.buf[:0]
 }

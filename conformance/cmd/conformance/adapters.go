@@ -11,9 +11,10 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sync"
 	"syscall"
 	"time"
+
+	"github.com/lanesmq/lanes/server/brokerproc"
 )
 
 // sdk is one language under test: how to prepare and start its adapter.
@@ -71,7 +72,7 @@ type adapterProc struct {
 	cmd    *exec.Cmd
 	stdin  io.WriteCloser
 	lines  chan []byte
-	stderr *tailBuffer
+	stderr *brokerproc.TailBuffer
 	dead   chan struct{}
 }
 
@@ -88,7 +89,7 @@ func startAdapter(argv []string, dir string) (*adapterProc, error) {
 	if err != nil {
 		return nil, err
 	}
-	p := &adapterProc{cmd: cmd, stdin: stdin, lines: make(chan []byte, 1), stderr: &tailBuffer{max: 8 << 10}, dead: make(chan struct{})}
+	p := &adapterProc{cmd: cmd, stdin: stdin, lines: make(chan []byte, 1), stderr: brokerproc.NewTailBuffer(8 << 10), dead: make(chan struct{})}
 	cmd.Stderr = p.stderr
 	if err := cmd.Start(); err != nil {
 		return nil, err
@@ -146,33 +147,4 @@ func (p *adapterProc) kill() {
 		_ = syscall.Kill(-p.cmd.Process.Pid, syscall.SIGKILL)
 	}
 	<-p.dead
-}
-
-// tailBuffer keeps the last max bytes written.
-type tailBuffer struct {
-	mu  sync.Mutex
-	max int
-	buf []byte
-}
-
-func (t *tailBuffer) Write(b []byte) (int, error) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = append(t.buf, b...)
-	if len(t.buf) > t.max {
-		t.buf = t.buf[len(t.buf)-t.max:]
-	}
-	return len(b), nil
-}
-
-func (t *tailBuffer) String() string {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	return string(t.buf)
-}
-
-func (t *tailBuffer) Reset() {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	t.buf = nil
 }
