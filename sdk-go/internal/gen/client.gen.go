@@ -530,9 +530,11 @@ type AckResult struct {
 
 // BufferStatus Disk spool state; more spool fields may be present.
 type BufferStatus struct {
-	// DbHealthy False once the broker found PostgreSQL unreachable (a push went to the spool, a drain
-	// failed, or the broker booted without it); true again after a drain succeeded or the
-	// schema was applied.
+	// DbHealthy With a spool: false once the broker found PostgreSQL unreachable (a push went to the
+	// spool, a drain failed, or the broker booted without it); true again after a drain
+	// succeeded or the schema was applied. Without one (`spoolAvailable:false`): whether the
+	// broker's own read of the database, made twice a second, succeeded within the last 3 s
+	// (false until the schema is applied).
 	DbHealthy bool `json:"dbHealthy"`
 
 	// Failed Spooled pushes that failed to drain.

@@ -2140,9 +2140,11 @@ export interface components {
             pending: number;
             /** @description Spooled pushes that failed to drain. */
             failed: number;
-            /** @description False once the broker found PostgreSQL unreachable (a push went to the spool, a drain
-             *     failed, or the broker booted without it); true again after a drain succeeded or the
-             *     schema was applied.
+            /** @description With a spool: false once the broker found PostgreSQL unreachable (a push went to the
+             *     spool, a drain failed, or the broker booted without it); true again after a drain
+             *     succeeded or the schema was applied. Without one (`spoolAvailable:false`): whether the
+             *     broker's own read of the database, made twice a second, succeeded within the last 3 s
+             *     (false until the schema is applied).
              *      */
             dbHealthy: boolean;
             worker: number;

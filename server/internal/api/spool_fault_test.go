@@ -74,17 +74,23 @@ func (pg *privatePG) url() string {
 	return strings.TrimSpace(string(out))
 }
 
-func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
-	pg := startPrivatePG(t)
+// urlWithSchema applies the schema, as a broker's boot does, and returns url().
+func (pg *privatePG) urlWithSchema() string {
 	dsn := pg.url()
 	pool, err := pgxpool.New(context.Background(), dsn)
 	if err != nil {
-		t.Fatal(err)
+		pg.t.Fatal(err)
 	}
+	defer pool.Close()
 	if err := engine.ApplySchema(context.Background(), pool); err != nil {
-		t.Fatal(err)
+		pg.t.Fatal(err)
 	}
-	pool.Close()
+	return dsn
+}
+
+func TestPostgresOutageSpoolsPushesAndDrainsExactlyOnceInOrder(t *testing.T) {
+	pg := startPrivatePG(t)
+	dsn := pg.urlWithSchema()
 	b := newBrokerWith(t, dsn, Options{PushTimeout: 3 * time.Second}, t.TempDir())
 	b.runDrain(t)
 

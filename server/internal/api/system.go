@@ -19,6 +19,11 @@ const (
 // maintenanceRefresh is how stale a broker's view of another broker's switch may be.
 const maintenanceRefresh = time.Second
 
+// databaseReadFresh is how recent the last successful read of the switches
+// must be for a broker without a spool to call the database healthy: the
+// refresh loop reads twice a second, and a loaded machine may delay a read.
+const databaseReadFresh = 3 * maintenanceRefresh
+
 // maintenance caches the two switches so the hot path reads memory; a read
 // older than maintenanceRefresh starts one background refresh and answers the
 // cached value meanwhile (kept as is while the database is down).
@@ -26,6 +31,7 @@ type maintenance struct {
 	engine     *engine.Engine
 	push, pop  atomic.Bool
 	loadedAt   atomic.Int64 // unix nanos of the last successful read
+	readFailed atomic.Bool  // the last read that ended failed
 	refreshing atomic.Bool
 	mu         sync.Mutex // serializes writes with refreshes
 }
@@ -62,19 +68,26 @@ func (s *Server) RunMaintenanceRefresh(ctx context.Context) {
 		case <-ctx.Done():
 			return
 		case <-tick.C:
-			_ = s.maintenance.refresh(ctx)
+			s.maintenance.refreshUnlessRunning(ctx)
 		}
 	}
+}
+
+// refreshUnlessRunning refreshes, or returns at once while another refresh
+// runs, so callers never queue behind a read of a stalled database.
+func (m *maintenance) refreshUnlessRunning(ctx context.Context) {
+	if !m.refreshing.CompareAndSwap(false, true) {
+		return
+	}
+	defer m.refreshing.Store(false)
+	_ = m.refresh(ctx)
 }
 
 func (m *maintenance) refresh(ctx context.Context) error {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	push, err := m.engine.SystemFlag(ctx, pushMaintenanceKey)
-	if err != nil {
-		return err
-	}
-	pop, err := m.engine.SystemFlag(ctx, popMaintenanceKey)
+	push, pop, err := m.read(ctx)
+	m.readFailed.Store(err != nil)
 	if err != nil {
 		return err
 	}
@@ -82,6 +95,29 @@ func (m *maintenance) refresh(ctx context.Context) error {
 	m.pop.Store(pop)
 	m.loadedAt.Store(time.Now().UnixNano())
 	return nil
+}
+
+func (m *maintenance) read(ctx context.Context) (push, pop bool, err error) {
+	if push, err = m.engine.SystemFlag(ctx, pushMaintenanceKey); err != nil {
+		return false, false, err
+	}
+	pop, err = m.engine.SystemFlag(ctx, popMaintenanceKey)
+	return push, pop, err
+}
+
+// databaseReachable is the database's health as the switches' reads see it:
+// the last one succeeded within databaseReadFresh. A fresh read costs the
+// caller nothing; a stale one is read again here (SystemFlag bounds it), to
+// the end even if the caller leaves, so a hang-up is not taken for an outage.
+func (m *maintenance) databaseReachable(ctx context.Context) bool {
+	if !m.readRecently() {
+		m.refreshUnlessRunning(context.WithoutCancel(ctx))
+	}
+	return m.readRecently()
+}
+
+func (m *maintenance) readRecently() bool {
+	return !m.readFailed.Load() && time.Since(time.Unix(0, m.loadedAt.Load())) < databaseReadFresh
 }
 
 func (m *maintenance) set(ctx context.Context, key string, enabled bool) error {
@@ -101,14 +137,14 @@ func (m *maintenance) set(ctx context.Context, key string, enabled bool) error {
 // PushMaintenance reports whether push maintenance is on (the spool drain pauses).
 func (s *Server) PushMaintenance() bool { return s.maintenance.pushEnabled() }
 
-// GetBufferStatus reports the disk spool.
+// GetBufferStatus reports the disk spool. Without one, dbHealthy comes from
+// the maintenance switches' periodic read, so it still follows the database.
 func (s *Server) GetBufferStatus(ctx context.Context, _ gen.GetBufferStatusRequestObject) (gen.GetBufferStatusResponseObject, error) {
-	out := gen.GetBufferStatus200JSONResponse{DbHealthy: true}
-	if sp := s.opts.Spool; sp != nil {
-		out.SpoolAvailable = true
-		out.Pending, out.Failed, out.DbHealthy = int(sp.Pending()), int(sp.Failed()), sp.DBHealthy()
+	sp := s.opts.Spool
+	if sp == nil {
+		return gen.GetBufferStatus200JSONResponse{DbHealthy: s.schemaReady() && s.maintenance.databaseReachable(ctx)}, nil
 	}
-	return out, nil
+	return gen.GetBufferStatus200JSONResponse{SpoolAvailable: true, Pending: int(sp.Pending()), Failed: int(sp.Failed()), DbHealthy: sp.DBHealthy()}, nil
 }
 
 // GetPushMaintenance answers the push maintenance switch as this broker sees it.

@@ -225,6 +225,37 @@ func TestPushMaintenanceWithoutASpoolStoresNothing(t *testing.T) {
 	}
 }
 
+// A broker without a disk spool still reports the database's health in
+// status/buffers: false while PostgreSQL is stopped, true again once it is back.
+func TestBufferStatusWithoutASpoolFollowsTheDatabase(t *testing.T) {
+	pg := startPrivatePG(t)
+	b := newBrokerWith(t, pg.urlWithSchema(), Options{}, "")
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go b.Server.RunMaintenanceRefresh(ctx) // as main.go starts it once the schema is applied
+	dbHealthy := func() bool {
+		var buffers struct {
+			SpoolAvailable bool `json:"spoolAvailable"`
+			DBHealthy      bool `json:"dbHealthy"`
+		}
+		if status, _ := b.call(t, "GET", "/api/v1/status/buffers", nil, &buffers); status != http.StatusOK || buffers.SpoolAvailable {
+			t.Fatalf("buffer status without a spool: %d %+v", status, buffers)
+		}
+		return buffers.DBHealthy
+	}
+	if !dbHealthy() {
+		t.Fatal("dbHealthy is false with PostgreSQL up")
+	}
+	if err := pg.run("stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "dbHealthy false with PostgreSQL stopped", func() bool { return !dbHealthy() })
+	if err := pg.run("start"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "dbHealthy true with PostgreSQL back", dbHealthy)
+}
+
 // A pop parked before pop maintenance went on must not be handed the messages
 // pushed during it: every pop answers 204 while pop maintenance is on.
 func TestPopMaintenanceHoldsPopsThatWereAlreadyParked(t *testing.T) {
