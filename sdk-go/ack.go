@@ -27,11 +27,17 @@ type ackEntry struct {
 
 // Ack acknowledges messages with one status: one message → POST /api/v1/ack, several →
 // POST /api/v1/ack/batch (one call per consumer group). It returns one result per message in
-// order and an *AckError when some answered success:false.
+// order and an *AckError when some answered success:false. opts is optional and takes at most
+// one AckOpts: a second is an error before any request, since two option structs have no
+// obvious merge (which Error wins, can WithoutLease be turned back off?).
 func (c *Client) Ack(ctx context.Context, msgs []*Message, status AckStatus, opts ...AckOpts) ([]AckResult, error) {
 	var o AckOpts
-	if len(opts) > 0 {
+	switch len(opts) {
+	case 0:
+	case 1:
 		o = opts[0]
+	default:
+		return nil, fmt.Errorf("lanes: Ack takes at most one AckOpts, got %d; put every option in one", len(opts))
 	}
 	if !status.valid() {
 		return nil, fmt.Errorf("lanes: unknown ack status %q", status)

@@ -349,6 +349,21 @@ func TestNo204Parse(t *testing.T) {
 	require.Empty(t, res.Messages)
 }
 
+// A second AckOpts is refused before any request, not silently dropped.
+func TestAckRefusesASecondAckOpts(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"transactionId":"t","success":true}`)
+	})
+	msgs := []*Message{{TransactionID: "t", PartitionID: "p", LeaseID: "l"}}
+	_, err := c.Ack(context.Background(), msgs, AckDLQ, AckOpts{Error: "poison"}, AckOpts{WithoutLease: true})
+	require.EqualError(t, err, "lanes: Ack takes at most one AckOpts, got 2; put every option in one")
+	require.Zero(t, fb.count(), "a refused ack must send nothing")
+	_, err = c.Ack(context.Background(), msgs, AckDLQ, AckOpts{Error: "poison", WithoutLease: true})
+	require.NoError(t, err)
+	require.Equal(t, 1, fb.count())
+}
+
 func TestPushFailedItemTypedError(t *testing.T) {
 	t.Parallel()
 	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
