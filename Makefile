@@ -141,9 +141,10 @@ lint-js: $(NPM_STAMP)
 	cd sdk-js && npm run --silent typecheck && npm run --silent lint
 	cd conformance/adapters/js && $(REPO)/sdk-js/node_modules/.bin/eslint --config $(REPO)/sdk-js/eslint.config.js .
 
-# Ruff reads sdk-python/pyproject.toml for the adapter too (the config of the folder it runs in).
+# Ruff and mypy read sdk-python/pyproject.toml for the adapter too (the config of the folder they
+# run in); mypy checks its configured files, then the adapter (files on its command line replace them).
 lint-python: $(VENV_STAMP)
-	cd sdk-python && .venv/bin/ruff check . ../conformance/adapters/python && .venv/bin/ruff format --check . ../conformance/adapters/python && .venv/bin/mypy
+	cd sdk-python && .venv/bin/ruff check . ../conformance/adapters/python && .venv/bin/ruff format --check . ../conformance/adapters/python && .venv/bin/mypy && .venv/bin/mypy ../conformance/adapters/python
 
 # ---------------------------------------------------------------------------------------------
 # Build and run

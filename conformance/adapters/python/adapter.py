@@ -161,6 +161,14 @@ def wire(v: Any) -> Any:
     return v
 
 
+def wire_result(v: Any) -> dict[str, Any]:
+    """A step's result: an SDK result in wire field names, which must be one JSON object."""
+    out = wire(v)
+    if not isinstance(out, dict):
+        raise TypeError(f"step result is a {type(out).__name__}, want a JSON object")
+    return out
+
+
 def group_names(names: list[str], prefix: str) -> list[str]:
     """The names that start with prefix (other cases' groups share the broker), sorted."""
     return sorted({n for n in names if n.startswith(prefix)})
@@ -371,15 +379,15 @@ class CaseState:
     # field names; SDK errors become the step's error, anything else is an adapter error.
 
     def op_kvGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.kv(a["ns"]).get(a["key"]))
+        return wire_result(c.kv(a["ns"]).get(a["key"]))
 
     def op_kvPut(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(
+        return wire_result(
             c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds") or None)
         )
 
     def op_kvDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.kv(a["ns"]).delete(a["key"]))
+        return wire_result(c.kv(a["ns"]).delete(a["key"]))
 
     def op_kvBatch(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         ops = a.get("ops") or []
@@ -387,31 +395,29 @@ class CaseState:
         return {"results": wire(c.kv(ns).batch(ops))}
 
     def op_timerSchedule(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(
+        return wire_result(
             c.timers(a["queue"]).schedule(
                 a["key"], delay_millis=a.get("delayMs", 0), payload=a.get("data")
             )
         )
 
     def op_timerGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.timers(a["queue"]).get(a["key"]))
+        return wire_result(c.timers(a["queue"]).get(a["key"]))
 
     def op_timerCancel(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.timers(a["queue"]).cancel(a["key"]))
+        return wire_result(c.timers(a["queue"]).cancel(a["key"]))
 
     def op_timerList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(
+        return wire_result(
             c.timers(a["queue"]).list(limit=a.get("limit") or None, after=a.get("after") or None)
         )
 
     def op_dlqReplay(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        dlq_id = a.get("id")
-        if a.get("dlq"):
-            dlq_id = self.dlq[a["dlq"]][a.get("index", 0)].id
-        return wire(c.admin.replay_dlq(dlq_id))
+        dlq_id = self.dlq[a["dlq"]][a.get("index", 0)].id if a.get("dlq") else a["id"]
+        return wire_result(c.admin.replay_dlq(dlq_id))
 
     def op_dlqPurge(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.purge_dlq(a["queue"], a.get("group") or None))
+        return wire_result(c.admin.purge_dlq(a["queue"], a.get("group") or None))
 
     def address(self, a: dict[str, Any]) -> tuple[str, str]:
         if not a.get("messages"):
@@ -420,13 +426,13 @@ class CaseState:
         return m.partition_id, m.transaction_id
 
     def op_messageGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_message(*self.address(a)))
+        return wire_result(c.admin.get_message(*self.address(a)))
 
     def op_messageDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.delete_message(*self.address(a)))
+        return wire_result(c.admin.delete_message(*self.address(a)))
 
     def op_messageRetry(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.retry_message(*self.address(a)))
+        return wire_result(c.admin.retry_message(*self.address(a)))
 
     def op_groups(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return {
@@ -438,8 +444,10 @@ class CaseState:
     def op_groupDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         meta = a.get("deleteMetadata", True)
         if a.get("queue"):
-            return wire(c.admin.delete_consumer_group_for_queue(a["group"], a["queue"], meta))
-        return wire(c.admin.delete_consumer_group(a["group"], meta))
+            return wire_result(
+                c.admin.delete_consumer_group_for_queue(a["group"], a["queue"], meta)
+            )
+        return wire_result(c.admin.delete_consumer_group(a["group"], meta))
 
     def op_lagging(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         rows = c.admin.lagging_consumer_groups(a.get("minLagSeconds", 0))
@@ -448,80 +456,82 @@ class CaseState:
     # Queue, listing, status, system, consumer-group detail and KV listing steps.
 
     def op_queueGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_queue(a["queue"]))
+        return wire_result(c.admin.get_queue(a["queue"]))
 
     def op_queueDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.delete_queue(a["queue"]))
+        return wire_result(c.admin.delete_queue(a["queue"]))
 
     def op_queues(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.list_queues(**pick(a, "namespace", "task", "limit", "offset")))
+        return wire_result(c.admin.list_queues(**pick(a, "namespace", "task", "limit", "offset")))
 
     def op_depth(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
+        return wire_result(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
 
     def op_overview(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_overview())
+        return wire_result(c.admin.get_overview())
 
     def op_namespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return prefixed(
-            wire(c.admin.get_namespaces()), "namespaces", "namespace", a.get("prefix", "")
+            wire_result(c.admin.get_namespaces()), "namespaces", "namespace", a.get("prefix", "")
         )
 
     def op_tasks(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return prefixed(wire(c.admin.get_tasks()), "tasks", "task", a.get("prefix", ""))
+        return prefixed(wire_result(c.admin.get_tasks()), "tasks", "task", a.get("prefix", ""))
 
     def op_status(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_status(**pick(a, "queue", "namespace", "task")))
+        return wire_result(c.admin.get_status(**pick(a, "queue", "namespace", "task")))
 
     def op_queueStatuses(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(
+        return wire_result(
             c.admin.list_queue_status(**pick(a, "queue", "namespace", "task", "limit", "offset"))
         )
 
     def op_queueStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
+        return wire_result(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
 
     def op_bufferStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_buffer_status())
+        return wire_result(c.admin.get_buffer_status())
 
     def op_metrics(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_metrics())
+        return wire_result(c.admin.get_metrics())
 
     def op_health(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.health())
+        return wire_result(c.health())
 
     def op_maintenance(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         scope = maintenance_scope(a)
         if scope == "push":
-            return wire(c.admin.get_maintenance_mode())
-        return wire(c.admin.get_pop_maintenance_mode())
+            return wire_result(c.admin.get_maintenance_mode())
+        return wire_result(c.admin.get_pop_maintenance_mode())
 
     def op_setMaintenance(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         scope = maintenance_scope(a)
         if scope == "push":
-            return wire(c.admin.set_maintenance_mode(a["enabled"]))
-        return wire(c.admin.set_pop_maintenance_mode(a["enabled"]))
+            return wire_result(c.admin.set_maintenance_mode(a["enabled"]))
+        return wire_result(c.admin.set_pop_maintenance_mode(a["enabled"]))
 
     def op_messages(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(
+        return wire_result(
             c.admin.list_messages(**pick(a, "queue", "partition", "status", "limit", "offset"))
         )
 
     def op_group(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.get_consumer_group(a["group"]))
+        return wire_result(c.admin.get_consumer_group(a["group"]))
 
     def op_subscription(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire(c.admin.update_subscription(a["group"], self.marks[a["mark"]]))
+        return wire_result(c.admin.update_subscription(a["group"], self.marks[a["mark"]]))
 
     def op_kvList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         kw = pick(a, "prefix", "after", "limit")
         kw.update(
             keys_only=a.get("keysOnly", False), include_expired=a.get("includeExpired", False)
         )
-        return wire(c.kv(a["ns"]).list(**kw))
+        return wire_result(c.kv(a["ns"]).list(**kw))
 
     def op_kvNamespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return prefixed(wire(c.kv_namespaces()), "namespaces", "namespace", a.get("prefix", ""))
+        return prefixed(
+            wire_result(c.kv_namespaces()), "namespaces", "namespace", a.get("prefix", "")
+        )
 
     def consume(self, a: dict[str, Any]) -> dict[str, Any]:
         q = builder(self.client, a)
