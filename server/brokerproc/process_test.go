@@ -9,13 +9,13 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/brokertest"
 )
 
 // helperEnv makes the test binary act as a harness that starts a broker, prints its pid and
@@ -29,11 +29,7 @@ func TestMain(m *testing.M) {
 	if bin := os.Getenv(helperEnv); bin != "" {
 		os.Exit(runHarnessHelper(bin))
 	}
-	code := m.Run()
-	if builtBin != "" {
-		_ = os.RemoveAll(filepath.Dir(builtBin))
-	}
-	os.Exit(code)
+	os.Exit(brokertest.Main(m))
 }
 
 func runHarnessHelper(bin string) int {
@@ -50,32 +46,6 @@ func runHarnessHelper(bin string) int {
 	return 0
 }
 
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// brokerBinary builds the real broker once per test binary run.
-func brokerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "brokerproc-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "lanes")
-		if out, err := exec.CommandContext(context.Background(), "go", "build", "-o", builtBin, "../cmd/lanes").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
-
 // unreachableDatabase points the broker at a port nothing listens on: it keeps serving and
 // /health answers 503 while it retries, so no PostgreSQL is needed.
 func unreachableDatabase(bin, spool string) Options {
@@ -88,7 +58,7 @@ func unreachableDatabase(bin, spool string) Options {
 }
 
 func TestStartRefusesAPortAnotherProcessAnswersOn(t *testing.T) {
-	bin := brokerBinary(t)
+	bin := brokertest.Binary(t)
 	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
@@ -112,7 +82,7 @@ func TestStartRefusesAPortAnotherProcessAnswersOn(t *testing.T) {
 }
 
 func TestStartHealthyReportsABrokerThatExitsWithItsOutput(t *testing.T) {
-	o := unreachableDatabase(brokerBinary(t), t.TempDir())
+	o := unreachableDatabase(brokertest.Binary(t), t.TempDir())
 	// The fault scripts would bypass authentication, so the broker refuses to start.
 	o.Env = append(o.Env, "LANES_TEST_FAULTS=true", "LANES_JWT_ENABLED=true", "LANES_JWT_SECRET=brokerproc-secret-brokerproc-secret")
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
@@ -128,7 +98,7 @@ func TestStartHealthyReportsABrokerThatExitsWithItsOutput(t *testing.T) {
 }
 
 func TestWaitHealthAnswersTheAskedStatus(t *testing.T) {
-	p, err := Start(unreachableDatabase(brokerBinary(t), t.TempDir()))
+	p, err := Start(unreachableDatabase(brokertest.Binary(t), t.TempDir()))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -145,7 +115,7 @@ func TestWaitHealthAnswersTheAskedStatus(t *testing.T) {
 }
 
 func TestBrokerDiesWithTheProcessThatStartedIt(t *testing.T) {
-	bin := brokerBinary(t)
+	bin := brokertest.Binary(t)
 	self, err := os.Executable()
 	if err != nil {
 		t.Fatal(err)

@@ -7,9 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"sync"
 	"syscall"
@@ -19,34 +16,9 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lanesmq/lanes/server/brokerproc"
+	"github.com/lanesmq/lanes/server/internal/brokertest"
 	"github.com/lanesmq/lanes/server/internal/testdb"
 )
-
-var (
-	buildOnce sync.Once
-	builtBin  string
-	buildErr  error
-)
-
-// brokerBinary builds the broker once per test binary run.
-func brokerBinary(t *testing.T) string {
-	t.Helper()
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "lanes-bin-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		builtBin = filepath.Join(dir, "lanes")
-		if out, err := exec.Command("go", "build", "-o", builtBin, ".").CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build: %w\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return builtBin
-}
 
 func freePort(t *testing.T) int {
 	t.Helper()
@@ -68,7 +40,7 @@ func startBroker(t *testing.T, dsn string, port int, spoolDir string, extraEnv .
 	t.Helper()
 	logs := &logBuffer{}
 	p, err := brokerproc.Start(brokerproc.Options{
-		Binary: brokerBinary(t), DatabaseURL: dsn, Port: port, SpoolDir: spoolDir, Env: extraEnv, Output: logs,
+		Binary: brokertest.Binary(t), DatabaseURL: dsn, Port: port, SpoolDir: spoolDir, Env: extraEnv, Output: logs,
 	})
 	if err != nil {
 		t.Fatal(err)

@@ -16,6 +16,7 @@ import (
 	"github.com/golang-jwt/jwt/v5"
 
 	"github.com/lanesmq/lanes/server/internal/auth"
+	"github.com/lanesmq/lanes/server/internal/brokertest"
 	"github.com/lanesmq/lanes/server/internal/config"
 )
 
@@ -93,7 +94,7 @@ func TestJWTLeewayToleratesClockSkewByDefault(t *testing.T) {
 func TestBrokerRefusesTestFaultsWithJWT(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, brokerBinary(t))
+	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
 	cmd.Env = append(os.Environ(), "LANES_TEST_FAULTS=true", "LANES_JWT_ENABLED=true",
 		"LANES_JWT_SECRET=faults-jwt-secret-faults-jwt-secret", "LANES_BIND_ADDR=127.0.0.1",
 		fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),

@@ -8,7 +8,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"path/filepath"
 	"strings"
 	"syscall"
 	"testing"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/lanesmq/lanes/server/internal/brokertest"
 	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
@@ -30,10 +30,7 @@ func TestSIGTERMFinishesInFlightWorkAndExitsZero(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(cleanup)
-	bin := filepath.Join(t.TempDir(), "lanes")
-	if out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput(); err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
-	}
+	bin := brokertest.Binary(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		t.Fatal(err)
