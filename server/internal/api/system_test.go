@@ -268,8 +268,11 @@ func TestPopMaintenanceHoldsPopsThatWereAlreadyParked(t *testing.T) {
 			status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?"+query, nil, nil)
 			parked <- status
 		}()
-		time.Sleep(300 * time.Millisecond) // the pop parks
+		waitFor(t, 5*time.Second, "the pop to park", func() bool { return b.Engine.ParkedPops() == 1 })
 		b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": true}, nil)
+		// A re-check that passed its maintenance test just before the switch may still claim
+		// (late, on a loaded machine); the push waits until none is running.
+		waitFor(t, 5*time.Second, "the pop's re-checks from before the switch to end", func() bool { return b.Engine.ClaimsRunning() == 0 })
 		b.push(t, q, "p", "during")
 		if status := <-parked; status != http.StatusNoContent {
 			t.Fatalf("a pop (%s) parked before pop maintenance answered %d, want 204", query, status)

@@ -12,6 +12,14 @@ func (e *Engine) ParkedPops() int {
 	return e.waiters.count()
 }
 
+// ClaimsRunning counts the queue pop checks running on this engine right now,
+// each from before its pop-maintenance test until its claim ends. Once it has
+// been 0 after pop maintenance went on, no check from before the switch can
+// still claim.
+func (e *Engine) ClaimsRunning() int {
+	return e.waiters.claimsRunning()
+}
+
 // HotPathStats counts how often this engine's fast paths held.
 type HotPathStats struct {
 	// AcksOneTrip and AcksGeneral count ack requests committed in one round

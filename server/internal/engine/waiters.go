@@ -84,6 +84,16 @@ func (w *waiters) claimEnded(queue, group string) (othersRunning int) {
 	return othersRunning
 }
 
+func (w *waiters) claimsRunning() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, running := range w.claiming {
+		n += running
+	}
+	return n
+}
+
 // register parks a pop: its channel is closed by a wake that concerns it
 // (queue "" = a discovery pop, woken by any push).
 func (w *waiters) register(queue, group, partition string) *waiter {
