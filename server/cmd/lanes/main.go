@@ -165,7 +165,9 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		AckSyncCommit:           cfg.AckSyncCommit,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
 		PopAutopilot:            cfg.PopAutopilot,
-		Logger:                  log,
+		// Twice the statement_timeout: PostgreSQL ends a slow claim first.
+		ClaimTimeout: 2 * cfg.StatementTimeout,
+		Logger:       log,
 	})
 	b := &brokerParts{eng: eng, schema: &schemaGate{}}
 	b.sp = openSpool(cfg, eng.Push, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)

@@ -141,3 +141,53 @@ func TestClientLeavingBeforeTheAnswerIsSentGetsTheClaimGivenBack(t *testing.T) {
 	took := expectGivenBack(t, b, q, group, popPath, left)
 	t.Logf("answer held after the claim, client left after 0.5 s: claimable again %v after it left (lease 60 s)", took.Round(time.Millisecond))
 }
+
+// TestClaimOutlivingItsRequestDeadlineReachesItsClient: the pop's database
+// deadline (300 ms) passes while its claim is held 1.5 s in PostgreSQL. The
+// claim is not cut short (a cancel during COMMIT leaves its outcome unknown,
+// and a claim that committed anyway stayed leased for nobody until the lease
+// expired): it runs to its end and its client, still there, gets the batch.
+func TestClaimOutlivingItsRequestDeadlineReachesItsClient(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{DBTimeout: 300 * time.Millisecond}, "")
+	q, group := uniqueQueue(t), fmt.Sprintf("late-claim-%d", time.Now().UnixNano())
+	pushThree(t, b.testBroker, q)
+	popPath := "/api/v1/pop/queue/" + q + "?batch=10&subscriptionMode=all&consumerGroup=" + group
+	testdb.StallNextClaimPastCancel(t, execOn(b.testBroker), group, 1500*time.Millisecond)
+	var first popBody
+	status, _ := b.call(t, "GET", popPath, nil, &first)
+	if status != http.StatusOK || len(first.Messages) != 3 {
+		var rest popBody
+		time.Sleep(1500 * time.Millisecond) // the stall is over: the claim committed or never will
+		restStatus, _ := b.call(t, "GET", popPath, nil, &rest)
+		t.Fatalf("the pop whose claim outlived its deadline answered %d with %d messages; "+
+			"a second pop then got %d with %d messages (the rest leased for nobody)", status, len(first.Messages), restStatus, len(rest.Messages))
+	}
+	acks := make([]map[string]any, 0, len(first.Messages))
+	for _, m := range first.Messages {
+		acks = append(acks, map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID, "leaseId": first.LeaseID})
+	}
+	b.call(t, "POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": acks}, nil)
+	if status, _ := b.call(t, "GET", popPath, nil, nil); status != http.StatusNoContent {
+		t.Fatalf("after the acks the group has nothing left: %d", status)
+	}
+}
+
+// TestClientLeavingAfterTheDeadlineDuringTheClaimGetsTheClaimGivenBack: the
+// pop's database deadline (300 ms) passes while its claim is held 1.5 s in
+// PostgreSQL, and its client gives up at 0.8 s. The claim commits for nobody;
+// the broker gives it back at once instead of leaving it leased.
+func TestClientLeavingAfterTheDeadlineDuringTheClaimGetsTheClaimGivenBack(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{DBTimeout: 300 * time.Millisecond}, "")
+	q, group := uniqueQueue(t), fmt.Sprintf("late-leaver-%d", time.Now().UnixNano())
+	pushThree(t, b.testBroker, q)
+	popPath := "/api/v1/pop/queue/" + q + "?batch=10&subscriptionMode=all&consumerGroup=" + group
+	testdb.StallNextClaimPastCancel(t, execOn(b.testBroker), group, 1500*time.Millisecond)
+	impatient := &http.Client{Timeout: 800 * time.Millisecond}
+	resp, err := impatient.Get(b.URL + popPath)
+	if err == nil {
+		resp.Body.Close()
+	}
+	left := time.Now()
+	took := expectGivenBack(t, b, q, group, popPath, left)
+	t.Logf("claim stalled 1.5 s, deadline 0.3 s, client left at 0.8 s: claimable again %v after it left (lease 60 s)", took.Round(time.Millisecond))
+}

@@ -287,7 +287,8 @@ func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request,
 
 // requestDeadline is how long an operation's database work may take: none for
 // push (it has its own deadline, past which it spools), the long-poll timeout
-// on top of the budget for a waiting pop.
+// on top of the budget for a waiting pop. A pop's claim that has started runs
+// past it to its end (engine.claimOnce): cut short, it may commit for nobody.
 func (s *Server) requestDeadline(request any) time.Duration {
 	budget := s.opts.DBTimeout
 	if budget <= 0 {

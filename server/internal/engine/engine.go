@@ -21,6 +21,9 @@ const QueueModeGroup = "__QUEUE_MODE__"
 // DefaultPartition is the partition a push lands in when it names none.
 const DefaultPartition = "Default"
 
+// defaultClaimTimeout is twice the broker's default statement_timeout.
+const defaultClaimTimeout = 60 * time.Second
+
 // Config tunes the engine. Zero values take the documented defaults.
 type Config struct {
 	// PushCommitters is the number of concurrent group-commit transactions.
@@ -44,6 +47,13 @@ type Config struct {
 	// keeps waiting, so parked pops never take the place of a request in the
 	// waiting line (nor count as rejected).
 	AdmitPopRecheck func() (release func(), ok bool)
+	// ClaimTimeout bounds a pop's claim (its transaction, COMMIT included),
+	// which its request's deadline does not (see claimOnce); default 60 s.
+	// Keep it above the connections' statement_timeout, so PostgreSQL ends a
+	// slow claim first and the claim is known to be rolled back: one cut
+	// short here may have committed, and its lease then holds its messages
+	// until it expires.
+	ClaimTimeout time.Duration
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
 	Logger          *slog.Logger
@@ -55,6 +65,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.PushMaxBatchMessages <= 0 {
 		c.PushMaxBatchMessages = 5000
+	}
+	if c.ClaimTimeout <= 0 {
+		c.ClaimTimeout = defaultClaimTimeout
 	}
 	if c.DefaultSubscriptionMode == "" {
 		c.DefaultSubscriptionMode = "new"

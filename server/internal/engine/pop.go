@@ -1126,19 +1126,19 @@ func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first boo
 	return e.claimOnce(ctx, req)
 }
 
-// claimOnce runs one pop check that a caller leaving cannot interrupt (its
-// deadline still applies): a cancel arriving during COMMIT would leave the
-// claim's outcome unknown, a lease written for nobody. The result reaches the
-// caller, who gives the claim back if its client is gone.
+// claimOnce runs one pop check that its request ending cannot interrupt:
+// neither its client leaving nor its deadline passing. Canceling a claim
+// makes pgx send PostgreSQL a cancel request and drop the connection; one
+// arriving after the claim statement finished (its COMMIT running, or its
+// answer on the way) leaves the claim committed, a lease written for nobody
+// that held its messages until it expired. So the claim runs to its end, bound
+// only by ClaimTimeout, and its result reaches the caller, which delivers it or,
+// when the client is gone, gives it back.
 func (e *Engine) claimOnce(ctx context.Context, req *PopRequest) (*PopResult, error) {
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	claimCtx := context.WithoutCancel(ctx)
-	if deadline, ok := ctx.Deadline(); ok {
-		var cancel context.CancelFunc
-		claimCtx, cancel = context.WithDeadline(claimCtx, deadline)
-		defer cancel()
-	}
+	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ClaimTimeout)
+	defer cancel()
 	return e.popOnce(claimCtx, req)
 }
