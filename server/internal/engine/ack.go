@@ -225,7 +225,7 @@ func (e *Engine) ackInOneTrip(ctx context.Context, items []AckItem, results []Ac
 		return err
 	})
 	ho := e.queueAckCommit(b, ack)
-	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
+	if err := ho.send(ctx, e, tx, b); err != nil {
 		return false, err
 	}
 	tx.open = false

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"context"
+
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
 )
@@ -170,6 +172,20 @@ func (ho *handOff) wakes(queue string) (group string, n int, ok bool) {
 		return "", 0, false
 	}
 	return ho.req.Group, ho.groupWakes, true
+}
+
+// send sends b, a write's batch ending with the claim ho runs for a parked
+// pop (none when ho is nil), and finishes ho. Such a batch runs to its end
+// whatever becomes of the write's request, as a pop's own claim does
+// (claimOnce): cut short, the claim may commit with its pop never told, a
+// lease held for nobody until it expires.
+func (ho *handOff) send(ctx context.Context, e *Engine, tx *connTx, b *pgx.Batch) error {
+	if ho != nil {
+		var cancel context.CancelFunc
+		ctx, cancel = e.claimContext(ctx)
+		defer cancel()
+	}
+	return ho.finish(e, tx.SendBatch(ctx, b).Close())
 }
 
 // finish hands the claim's answer to the pop and returns the write's own

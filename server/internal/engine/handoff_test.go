@@ -6,6 +6,8 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
 // handOffs counts hand-offs (by pushes and acks) since before.
@@ -389,5 +391,40 @@ func TestAContinuationLeavesAWindowBufferedQueueToTheClaim(t *testing.T) {
 	}
 	if oneTrip, general := popPaths(e, before); oneTrip+general == 0 {
 		t.Fatal("the pop did not claim for itself")
+	}
+}
+
+// An ack whose deadline passes while the claim it runs for a parked pop is
+// held in PostgreSQL still hands the pop that claim: cut short at its
+// deadline, the ack's batch committed anyway (the claim had run past the
+// cancel) and its lease held "c" and "d" for nobody until it expired.
+func TestAnAckPastItsDeadlineStillHandsItsClaimToTheParkedPop(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "a", "b", "c", "d")...)
+	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
+	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+	testdb.StallNextClaimPastCancel(t, func(ctx context.Context, sql string) error {
+		_, err := e.pool.Exec(ctx, sql)
+		return err
+	}, "workers", 1500*time.Millisecond)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	before := e.HotPathStats()
+	r, err := e.Ack(ctx, []AckItem{ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed")})
+	if err != nil || !r[0].Success || !r[1].Success {
+		t.Errorf("ack past its deadline: %+v %v", r, err)
+	}
+	select {
+	case p := <-parked:
+		if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) {
+			t.Fatalf("parked pop: %+v %v", p.res, p.err)
+		}
+	case <-time.After(3 * time.Second):
+		t.Fatal("the parked pop got nothing: the claim the ack ran for it holds its messages for nobody")
+	}
+	if n := handOffs(e, before); n != 1 {
+		t.Fatalf("hand-offs = %d, want 1", n)
 	}
 }

@@ -1138,7 +1138,14 @@ func (e *Engine) claimOnce(ctx context.Context, req *PopRequest) (*PopResult, er
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
 	}
-	claimCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ClaimTimeout)
+	claimCtx, cancel := e.claimContext(ctx)
 	defer cancel()
 	return e.popOnce(claimCtx, req)
+}
+
+// claimContext is what a claim runs under, a pop's own or one a write runs
+// for a parked pop: ctx's values, not its cancellation or deadline, and
+// ClaimTimeout from now.
+func (e *Engine) claimContext(ctx context.Context) (context.Context, context.CancelFunc) {
+	return context.WithTimeout(context.WithoutCancel(ctx), e.cfg.ClaimTimeout)
 }

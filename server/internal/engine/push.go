@@ -288,7 +288,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 		// One round trip: nothing in the write depends on what the lock reads.
 		w.queueOneTrip(b)
 		ho := e.queueCommit(b, w)
-		if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
+		if err := ho.send(ctx, e, tx, b); err != nil {
 			var pgErr *pgconn.PgError
 			if errors.As(err, &pgErr) && pgErr.Code == partitionGoneCode {
 				return fmt.Errorf("push: %s: %w", pgErr.Message, errPartitionGone)
@@ -317,7 +317,7 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	b = &pgx.Batch{}
 	w.queueWrites(b)
 	ho := e.queueCommit(b, w)
-	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
+	if err := ho.send(ctx, e, tx, b); err != nil {
 		return err
 	}
 	tx.open = false

@@ -226,7 +226,7 @@ func (r *bundleRun) inOneTrip(ctx context.Context, e *Engine) (done bool, err er
 		})
 	}
 	ho := e.queueCommit(b, w)
-	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
+	if err := ho.send(ctx, e, tx, b); err != nil {
 		switch {
 		case hasSQLState(err, partitionGoneCode):
 			e.knownPartitions.clear()
@@ -419,7 +419,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 		acks.queueWrites(b)
 	}
 	ho := e.queueCommit(b, w)
-	if err := ho.finish(e, tx.SendBatch(ctx, b).Close()); err != nil {
+	if err := ho.send(ctx, e, tx, b); err != nil {
 		return err
 	}
 	tx.open = false
