@@ -33,7 +33,7 @@ func setup(t *testing.T) bundle {
 	t.Helper()
 	url := os.Getenv("LANES_TEST_URL")
 	if url == "" {
-		t.Fatal("LANES_TEST_URL is not set: start a broker (cd /work/main && scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
+		t.Fatal("LANES_TEST_URL is not set: start a broker from the repository root (scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
 	}
 	c, err := lanes.New(lanes.WithURL(url))
 	require.NoError(t, err)
