@@ -429,3 +429,70 @@ func TestSpecBoundsAnswerTheValidatorsCode(t *testing.T) {
 		t.Fatalf("the bounds themselves: %d %+v", status, ok)
 	}
 }
+
+// An id that repeats in a partition, over HTTP. Re-sent after a one-second
+// dedup window, the leased ack of the copy a group's pop delivered completes
+// it (it answered unresolvable and redelivered forever). With dedup off, the
+// leased ack of x out of [x, y, x] commits the first x only, so y is still
+// delivered (it was skipped as if acked).
+func TestAckOfARepeatedTransactionIDNamesTheDeliveredCopy(t *testing.T) {
+	b := newTestBroker(t)
+	ackOne := func(t *testing.T, p popBody, i int, group string) map[string]any {
+		t.Helper()
+		var out map[string]any
+		body := map[string]any{"transactionId": p.Messages[i].TransactionID, "partitionId": p.Messages[i].PartitionID,
+			"leaseId": p.LeaseID}
+		if group != "" {
+			body["consumerGroup"] = group
+		}
+		if status, _ := b.call(t, "POST", "/api/v1/ack", body, &out); status != http.StatusOK {
+			t.Fatalf("ack: %d %+v", status, out)
+		}
+		return out
+	}
+	popN := func(t *testing.T, path string) popBody {
+		t.Helper()
+		var p popBody
+		if status, _ := b.call(t, "GET", path, nil, &p); status != http.StatusOK && status != http.StatusNoContent {
+			t.Fatalf("GET %s: %d", path, status)
+		}
+		return p
+	}
+	t.Run("re-sent after the dedup window", func(t *testing.T) {
+		q := uniqueQueue(t)
+		b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 1}}, nil)
+		send := func(payload string) {
+			b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+				{"queue": q, "partition": "p", "transactionId": "evt-1", "payload": payload}}}, nil)
+		}
+		send("first")
+		time.Sleep(1300 * time.Millisecond)
+		send("second")
+		path := "/api/v1/pop/queue/" + q + "?consumerGroup=g&subscriptionMode=all&batch=1"
+		p := popN(t, path)
+		if len(p.Messages) != 1 || p.Messages[0].Data != "first" {
+			t.Fatalf("first pop: %+v", p)
+		}
+		if out := ackOne(t, p, 0, "g"); out["success"] != true || out["leaseReleased"] != true {
+			t.Fatalf("ack of the delivered copy: %+v", out)
+		}
+		if next := popN(t, path); len(next.Messages) != 1 || next.Messages[0].Data != "second" {
+			t.Fatalf("after the ack the next pop delivers %+v, want the second copy", next)
+		}
+	})
+	t.Run("dedup off", func(t *testing.T) {
+		q := uniqueQueue(t)
+		b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 0}}, nil)
+		b.push(t, q, "p", "x", "y", "x")
+		p := popN(t, "/api/v1/pop/queue/"+q+"?batch=3")
+		if len(p.Messages) != 3 {
+			t.Fatalf("pop: %+v", p)
+		}
+		if out := ackOne(t, p, 0, ""); out["success"] != true || out["leaseReleased"] != false {
+			t.Fatalf("ack of the first x: %+v", out)
+		}
+		if committed, _ := b.queueModeCursor(t, p.Messages[0].PartitionID); committed != 0 {
+			t.Fatalf("the ack of the first x committed through offset %d, want 0", committed)
+		}
+	})
+}

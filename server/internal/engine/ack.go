@@ -263,7 +263,9 @@ func (e *Engine) beginAck(b *pgx.Batch) {
 
 // ackPipelined runs one ack request in two round trips: (begin, lock the
 // cursors, resolve the transaction ids) and (write the cursors, commit).
-// Filing a dead letter adds a read of the poison message's segment.
+// Filing a dead letter adds a read of the poison message's segment, and an id
+// neither the lease index nor lanes.txns places in a leased span a read of the
+// span (resolveSpans).
 func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []AckResult) error {
 	plan := planAcks(items, results, e.leases)
 	if plan.empty() {
@@ -281,6 +283,9 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 		return err
 	}
 	tx.open = true
+	if err := plan.resolveSpans(ctx, tx, items, e.leases); err != nil {
+		return err
+	}
 	plan.duplicateCompletedIsNoop = true
 	dlqs := plan.apply(items, results)
 	if len(dlqs) > 0 {
@@ -353,6 +358,7 @@ type consumerRow struct {
 	leaseLive              bool
 	retryCount, retryLimit int
 	dlqEnabled             bool
+	dedup                  bool // the queue's dedup window is on
 	lastOffset             int64
 	initialCommitted       int64
 	initialLease           string
@@ -380,6 +386,10 @@ type ackPlan struct {
 	resT    []string
 	rows    map[cursorKey]*consumerRow
 	offsets map[cursorKey]int64 // (partition, transaction id) -> offset
+	// spans holds, per cursor with a leased span, the offsets within
+	// (committed, batch_end] of each id its acks name, lowest first
+	// (resolveSpans); nil where lanes.txns alone resolves them.
+	spans map[cursorKey]map[string][]int64
 	// duplicateCompletedIsNoop answers a completed ack the cursor already
 	// covers as a noop even when its lease is gone (a retried ack request).
 	// A transaction leaves it off: its ack of a message someone else acked
@@ -422,8 +432,10 @@ func planAcks(items []AckItem, results []AckResult, leases *leaseIndex) *ackPlan
 		for _, r := range p.groups[k] {
 			txn := items[r.index].TransactionID
 			if k.lease != "" {
-				if off, ok := leases.lookup(k.lease, k.partition, txn); ok {
-					p.offsets[cursorKey{k.partition, txn}] = off
+				if offs, ok := leases.lookup(k.lease, k.partition, txn); ok {
+					// The newest copy, as lanes.txns would say; resolveSpans
+					// picks the copy an ack within the lease's span names.
+					p.offsets[cursorKey{k.partition, txn}] = offs[len(offs)-1]
 					continue
 				}
 			}
@@ -495,7 +507,7 @@ func (p *ackPlan) withBundleLeases(items []AckItem, results []AckResult, require
 func (p *ackPlan) queueReads(b *pgx.Batch) {
 	b.Queue(`SELECT c.partition_id, c.consumer_group, c.committed, c.batch_end,
 			coalesce(c.lease_id::text, ''), coalesce(c.lease_expires_at > now(), false), c.retry_count,
-			q.retry_limit, (q.dead_letter_queue OR q.dlq_after_max_retries), p.last_offset, q.name
+			q.retry_limit, (q.dead_letter_queue OR q.dlq_after_max_retries), q.dedup_window_seconds > 0, p.last_offset, q.name
 		FROM unnest($1::uuid[], $2::text[]) WITH ORDINALITY AS x(pid, g, ord)
 		CROSS JOIN LATERAL (SELECT * FROM lanes.consumers c
 			WHERE c.partition_id = x.pid AND c.consumer_group = x.g FOR UPDATE) c
@@ -506,7 +518,7 @@ func (p *ackPlan) queueReads(b *pgx.Batch) {
 			var k cursorKey
 			var r consumerRow
 			if err := rows.Scan(&k.p, &k.g, &r.committed, &r.batchEnd, &r.leaseID, &r.leaseLive, &r.retryCount,
-				&r.retryLimit, &r.dlqEnabled, &r.lastOffset, &r.queue); err != nil {
+				&r.retryLimit, &r.dlqEnabled, &r.dedup, &r.lastOffset, &r.queue); err != nil {
 				return err
 			}
 			r.initialCommitted = r.committed
@@ -570,10 +582,7 @@ func (p *ackPlan) apply(items []AckItem, results []AckResult) []dlqFiling {
 		if row.batchEnd > row.committed && (k.lease != "" || row.leaseLive) {
 			upper = row.batchEnd
 		}
-		for i := range refs {
-			off, ok := p.offsets[cursorKey{k.partition, items[refs[i].index].TransactionID}]
-			refs[i].offset, refs[i].known = off, ok && off <= upper
-		}
+		p.resolveRefs(k, refs, items, upper)
 		f, rejected := commitGroup(row, k, refs, items, results)
 		if rejected {
 			p.sum.rejected = true

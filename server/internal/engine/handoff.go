@@ -99,7 +99,7 @@ const continueLeaseSQL = `WITH plan AS (
 			lease_id = $5::uuid,
 			lease_expires_at = now() + make_interval(secs => x.lease),
 			last_consumed_at = now()
-		FROM locked l, (SELECT p.name, p.log_start, p.last_offset, q.name AS qname, q.dedup_window_seconds,
+		FROM locked l, (SELECT p.name, p.log_start, p.last_offset, q.name AS qname,
 				q.delayed_processing, q.window_buffer,
 				CASE WHEN $4::int4 > 0 THEN $4::int4 WHEN q.lease_time > 0 THEN q.lease_time ELSE 60 END AS lease
 			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id WHERE p.id = $1) x
@@ -108,8 +108,8 @@ const continueLeaseSQL = `WITH plan AS (
 		  AND x.delayed_processing = 0 AND x.window_buffer = 0
 		  AND greatest(c.committed + 1, x.log_start) <= x.last_offset
 		RETURNING c.partition_id AS pid, greatest(c.committed + 1, x.log_start) AS lo, c.batch_end AS hi,
-			x.name AS pname, x.qname, x.dedup_window_seconds, x.lease)
-	SELECT 1, NULL::int8, NULL::int8, now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, false,
+			x.name AS pname, x.qname, x.lease)
+	SELECT 1, NULL::int8, NULL::int8, now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, false,
 		sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 	FROM leased t
 	LEFT JOIN LATERAL (` + segmentsCoveringSpan + `) sg ON true

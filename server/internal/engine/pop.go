@@ -389,7 +389,6 @@ type claim struct {
 	partitionID uuid.UUID
 	partition   string
 	queue       string
-	dedupWindow int // seconds; 0 = deduplication off
 	from, to    int64
 	lease       int32 // seconds; 0 for an autoAck pop
 }
@@ -583,13 +582,12 @@ func (d *delivery) scan(rows pgx.Rows) error {
 	for rows.Next() {
 		var pid *uuid.UUID
 		var partition, queue *string
-		var dedupWindow *int
 		var from, to, base, end *int64
 		var lease *int32
 		var sealed *bool
 		var createdAt *time.Time
 		var frames []byte
-		if err := rows.Scan(&d.ready, &d.floor, &d.computedFloor, &d.now, &pid, &partition, &queue, &dedupWindow, &from, &to, &lease, &sealed,
+		if err := rows.Scan(&d.ready, &d.floor, &d.computedFloor, &d.now, &pid, &partition, &queue, &from, &to, &lease, &sealed,
 			&base, &end, &createdAt, &frames); err != nil {
 			return err
 		}
@@ -597,7 +595,7 @@ func (d *delivery) scan(rows pgx.Rows) error {
 			continue // the counts only, or a cursor sealed at its tail (retention removed its span)
 		}
 		if n := len(d.taken); n == 0 || d.taken[n-1].partitionID != *pid {
-			d.taken = append(d.taken, claim{partitionID: *pid, partition: *partition, queue: *queue, dedupWindow: *dedupWindow,
+			d.taken = append(d.taken, claim{partitionID: *pid, partition: *partition, queue: *queue,
 				from: *from, to: *to, lease: *lease})
 		}
 		if base != nil {
@@ -650,29 +648,12 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResu
 	}
 	if len(res.Messages) > 0 {
 		res.LeaseID = leaseID
-		e.leases.remember(leaseID, indexableFor(d.now, shortestLease, d.taken, d.segs), res.Messages,
+		// Indexed for as long as the lease runs: what it delivered is what its
+		// acks resolve against, whatever the queue's dedup window.
+		e.leases.remember(leaseID, time.Duration(shortestLease)*time.Second, res.Messages,
 			req.Batch > 0 && len(res.Messages) >= req.Batch, d.ready <= 1)
 	}
 	return res, nil
-}
-
-// indexableFor is how long the lease index may answer for a lease: while the
-// lease runs and every delivered message is inside its queue's dedup window.
-// Inside the window a transaction id cannot be pushed to the partition again,
-// so lanes.txns maps it to the offset the lease delivered and the index
-// answers what the database would. Zero (not indexed) when a queue has
-// deduplication off.
-func indexableFor(now time.Time, leaseSeconds int32, taken []claim, segs map[uuid.UUID][]segment) time.Duration {
-	horizon := time.Duration(leaseSeconds) * time.Second
-	for _, c := range taken {
-		if c.dedupWindow <= 0 {
-			return 0
-		}
-		if held := segs[c.partitionID]; len(held) > 0 {
-			horizon = min(horizon, held[0].createdAt.Add(time.Duration(c.dedupWindow)*time.Second).Sub(now))
-		}
-	}
-	return horizon
 }
 
 func nullableUUID(s string) any {
@@ -925,7 +906,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			SELECT s.qid, s.floor::text::xid8 AS floor, s.epoch
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)` + guard + `),
 		cand AS MATERIALIZED (
-			SELECT p.id AS pid, p.queue_id AS qid, q.name AS qname, q.lease_time, q.dedup_window_seconds,
+			SELECT p.id AS pid, p.queue_id AS qid, q.name AS qname, q.lease_time,
 				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end, p.c_ctid, p.c_committed,
 				p.c_pid IS NOT NULL
 					AND (p.c_lease_expires_at IS NULL OR p.c_lease_expires_at <= now())
@@ -960,7 +941,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			-- snapshot is locked at its newest version (another ctid) and left
 			-- for the next pop: the lease write below probes the snapshot's
 			-- version by ctid, so every cursor it writes must be that version.
-			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.dedup_window_seconds, o.last_offset,
+			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.last_offset,
 				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.serve_key, l.ctid AS row_ctid
 			FROM (SELECT r.*,
 					-- Serving order starts $11 places in (wrapping round):
@@ -995,7 +976,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			-- The batch budget ($8) split over the picked partitions in serving
 			-- order; a partition whose whole span retention removed is sealed at
 			-- its tail and takes none of it.
-			SELECT t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.serve_key, t.sealed, t.row_ctid,
+			SELECT t.pid, t.pname, t.qname, t.lo, t.serve_key, t.sealed, t.row_ctid,
 				CASE WHEN t.sealed THEN t.last_offset
 					ELSE t.lo + least(t.visible_end - t.lo + 1, $8 - t.before) - 1 END AS hi,
 				CASE WHEN t.sealed OR $9::int4 < 0 THEN 0
@@ -1021,7 +1002,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			WHERE c.ctid = t.row_ctid AND c.partition_id = t.pid AND c.consumer_group = $2)
 		SELECT (SELECT count(*) FROM cand WHERE claimable)::int,
 			` + floorColumns + `,
-			now(), t.pid, t.pname, t.qname, t.dedup_window_seconds, t.lo, t.hi, t.lease, t.sealed,
+			now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, t.sealed,
 			sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 		FROM (SELECT 1) one
 		LEFT JOIN (taken t

@@ -396,6 +396,9 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 			acks.includePushes(w)
 		}
 		acks = acks.withBundleLeases(ackItems, ackResults, r.requiredLease, e.leases)
+		if err := acks.resolveSpans(ctx, tx, ackItems, e.leases); err != nil {
+			return err
+		}
 		dlqs = acks.apply(ackItems, ackResults)
 		if acks.sum.rejected {
 			res.fail(TxReasonAckRejected, firstAckError(ackResults))
