@@ -222,3 +222,28 @@ func TestTimersOverHTTP(t *testing.T) {
 		t.Fatalf("list after fire and cancel: %+v", list)
 	}
 }
+
+// A bundle ack without leaseId after its lease expired has no lease
+// information left (the expired lease is no current holder): it commits
+// lease-less, as a plain lease-less ack does, instead of rolling back.
+func TestTransactionAckWithoutLeaseAfterExpiryCommits(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.push(t, q, "p", "in")
+	p := b.pop(t, "/api/v1/pop/queue/"+q+"?leaseSeconds=1")
+	if len(p.Messages) != 1 {
+		t.Fatalf("pop: %+v", p)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	var res map[string]any
+	b.call(t, "POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{
+		{"type": "push", "queue": q + "-out", "payload": 1},
+		{"type": "ack", "transactionId": "in", "partitionId": p.Messages[0].PartitionID},
+	}}, &res)
+	if res["success"] != true {
+		t.Fatalf("bundle acking without a lease after expiry: %+v", res)
+	}
+	if committed, _ := b.queueModeCursor(t, p.Messages[0].PartitionID); committed != 0 {
+		t.Fatalf("the cursor is at %d, want 0", committed)
+	}
+}

@@ -467,8 +467,8 @@ func (p *ackPlan) includePushes(w *pushWrite) {
 	}
 }
 
-// withBundleLeases gives each bundle ack that names no lease the lease holding
-// its cursor (read under lock by queueReads), else the bundle's single
+// withBundleLeases gives each bundle ack that names no lease the live lease
+// holding its cursor (read under lock by queueReads), else the bundle's single
 // required lease, else none (a lease-less ack), and regroups the plan by
 // lease. Acks naming no lease were resolved through lanes.txns in the same
 // reads, so the regrouped plan needs no further round trip.
@@ -482,7 +482,9 @@ func (p *ackPlan) withBundleLeases(items []AckItem, results []AckResult, require
 		if err != nil {
 			continue
 		}
-		if row := p.rows[cursorKey{pid, ackGroup(items[i])}]; row != nil && row.leaseID != "" {
+		// An expired lease is no current holder: adopting it would reject an
+		// ack that a plain lease-less ack of the same message commits.
+		if row := p.rows[cursorKey{pid, ackGroup(items[i])}]; row != nil && row.leaseID != "" && row.leaseLive {
 			items[i].LeaseID = row.leaseID
 		} else {
 			items[i].LeaseID = required

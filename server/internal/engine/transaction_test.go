@@ -641,3 +641,28 @@ func TestBundleAckSeesTheBundlesOwnPush(t *testing.T) {
 		t.Fatalf("the acked push was delivered again: %+v", left.Messages)
 	}
 }
+
+// A bundle ack naming no lease takes the cursor's current holder only while
+// that lease is live: after it expired there is no lease information left,
+// so the ack is lease-less and succeeds, as a plain lease-less ack does
+// (http-api-v1 §1.7), instead of being rejected for the expired lease.
+func TestBundleAckWithoutLeaseAfterExpiryIsLeaseless(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "in")...)
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 1})
+	if len(b.Messages) != 1 {
+		t.Fatalf("pop: %+v", b.Messages)
+	}
+	time.Sleep(1200 * time.Millisecond)
+	res := mustTransaction(t, e, TransactionRequest{Ops: []TxOp{
+		pushOp(0, q+"-out", "p", "out", 1),
+		ackOp(1, b.Messages[0], "", ""),
+	}})
+	if !res.Success || !res.Results[1].Ack.Success {
+		t.Fatalf("bundle acking without a lease after expiry: %+v", res)
+	}
+	if got := consumedIn(t, e, q, QueueModeGroup); got != 1 {
+		t.Fatalf("the cursor covers %d messages, want 1", got)
+	}
+}
