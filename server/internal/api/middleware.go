@@ -197,6 +197,17 @@ func isPopRequest(r *http.Request) bool {
 	return r.Method == http.MethodGet && (r.URL.Path == "/api/v1/pop" || strings.HasPrefix(r.URL.Path, "/api/v1/pop/"))
 }
 
+// popWaits reports whether a pop asks to long poll; a wait value that does
+// not parse counts as waiting so the handler answers it 400.
+func popWaits(r *http.Request) bool {
+	raw, present := r.URL.Query()["wait"]
+	if !present || len(raw) == 0 {
+		return false
+	}
+	wait, err := strconv.ParseBool(raw[0])
+	return err != nil || wait
+}
+
 func isMessagePlane(r *http.Request) bool {
 	if isPopRequest(r) {
 		return true
@@ -217,7 +228,9 @@ func (s *Server) admit(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		if isPopRequest(r) && s.maintenance.popEnabled() {
+		// A long poll under pop maintenance parks: the engine keeps its checks
+		// empty until its timeout, so idle consumers wait instead of spinning.
+		if isPopRequest(r) && s.maintenance.popEnabled() && !popWaits(r) {
 			w.WriteHeader(http.StatusNoContent)
 			return
 		}

@@ -283,3 +283,43 @@ func TestPopMaintenanceHoldsPopsThatWereAlreadyParked(t *testing.T) {
 		}
 	}
 }
+
+// Under pop maintenance a long poll parks until its timeout instead of
+// answering at once (idle consumers would spin), and a push while it waits
+// is not delivered; a pop that does not wait still answers at once.
+func TestPopMaintenanceParksLongPollsUntilTheirTimeout(t *testing.T) {
+	b := newTestBroker(t)
+	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}, nil) })
+	q := uniqueQueue(t)
+	if status, _ := b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": true}, nil); status != 200 {
+		t.Fatalf("enable pop maintenance: %d", status)
+	}
+
+	start := time.Now()
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, nil); status != http.StatusNoContent || time.Since(start) > 500*time.Millisecond {
+		t.Fatalf("non-waiting pop under pop maintenance: %d after %v, want 204 at once", status, time.Since(start))
+	}
+
+	type answer struct {
+		status  int
+		elapsed time.Duration
+	}
+	done := make(chan answer, 1)
+	start = time.Now()
+	go func() {
+		status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10&wait=true&timeout=1000", nil, nil)
+		done <- answer{status, time.Since(start)}
+	}()
+	waitFor(t, 900*time.Millisecond, "the long poll to park", func() bool { return b.Engine.ParkedPops() == 1 })
+	b.push(t, q, "p", q+"-during")
+	got := <-done
+	if got.status != http.StatusNoContent || got.elapsed < 800*time.Millisecond || got.elapsed > 5*time.Second {
+		t.Fatalf("long poll under pop maintenance: %d after %v, want 204 after about its 1 s timeout", got.status, got.elapsed)
+	}
+
+	b.call(t, "POST", "/api/v1/system/maintenance/pop", map[string]any{"enabled": false}, nil)
+	var popped popBody
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, &popped); status != http.StatusOK || len(popped.Messages) != 1 {
+		t.Fatalf("pop after maintenance: %d with %d messages, want the one pushed during it", status, len(popped.Messages))
+	}
+}

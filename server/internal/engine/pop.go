@@ -1071,9 +1071,9 @@ func (e *Engine) ReleaseParkedPops() {
 
 // PausePopsWhen makes every pop check, a parked pop's re-checks and the
 // claims a push or an ack runs for a parked pop find nothing while paused
-// reports true (pop maintenance). The HTTP layer answers a new pop 204 itself;
-// this holds the pops that were already parked when maintenance went on. Call
-// it before the engine serves.
+// reports true (pop maintenance). The HTTP layer answers a new non-waiting pop
+// 204 itself; this holds the long polls, parked before or during maintenance,
+// until their timeout. Call it before the engine serves.
 func (e *Engine) PausePopsWhen(paused func() bool) { e.popsPaused = paused }
 
 func (e *Engine) popsArePaused() bool { return e.popsPaused != nil && e.popsPaused() }
