@@ -160,7 +160,8 @@ func backoff(p retryPolicy, n int, rnd float64) time.Duration {
 }
 
 // parseRetryHint reads retry-after-ms, then Retry-After as (float) seconds, then as an
-// HTTP-date. Invalid, negative, NaN or infinite values count as absent.
+// HTTP-date. Zero, negative, NaN, infinite or invalid values count as absent: a hint of 0
+// would retry at once, hammering a broker that answered 429/503 (docs/retries.md §3).
 func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
 	if h == nil {
 		return 0, false
@@ -182,8 +183,8 @@ func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
 	}
 	if t, err := http.ParseTime(v); err == nil {
 		d := t.Sub(now)
-		if d < 0 {
-			return 0, false // a date in the past is a negative hint: none (docs/retries.md §3)
+		if d <= 0 {
+			return 0, false // a date now or in the past is a zero or negative hint: none
 		}
 		return d, true
 	}
@@ -191,7 +192,7 @@ func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
 }
 
 func validSeconds(f float64) bool {
-	return !math.IsNaN(f) && !math.IsInf(f, 0) && f >= 0 && f < 1e9
+	return !math.IsNaN(f) && !math.IsInf(f, 0) && f > 0 && f < 1e9
 }
 
 // kvOpsIdempotent reports whether KV ops end in the same state however often they land, so a
