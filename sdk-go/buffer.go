@@ -302,7 +302,7 @@ func (b *Buffer) drop(batch []pushItemWire, err error) {
 	for i, w := range batch {
 		items[i] = Item{Data: w.Payload, TransactionID: w.TransactionID, TraceID: w.TraceID}
 	}
-	b.c.dropLog.Error("lanes: push buffer dropped items the broker refuses", "queue", b.queue,
+	b.c.warnLog.Error("lanes: push buffer dropped items the broker refuses", "queue", b.queue,
 		"partition", b.partition, "count", len(items), "firstTransactionId", items[0].TransactionID, "error", err)
 	if b.opts.OnError != nil {
 		b.opts.OnError(&DroppedError{Items: items, Err: err})

@@ -113,8 +113,9 @@ func WithMaxRetryAfter(d time.Duration) Option {
 }
 
 // WithLogger routes the client's logs (retry decisions at debug) to l. Default: discarded,
-// except items a push buffer drops, which are logged to slog.Default() (pass a discarding
-// logger to silence them too).
+// except warnings that must not be silent, which go to slog.Default(): items a push buffer
+// drops, and consume loop and iterator errors when no OnError is set (pass a discarding logger
+// to silence them too).
 func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l } }
 
 // WithHTTPClient replaces the underlying *http.Client (transport, TLS, proxies). The retry
@@ -144,7 +145,7 @@ type Client struct {
 	bases     []*url.URL
 	gen       *gen.Client
 	log       *slog.Logger
-	dropLog   *slog.Logger // the user's logger, else slog.Default: dropped items are never silent
+	warnLog   *slog.Logger // the user's logger, else slog.Default: dropped items and loop errors are never silent
 	hc        *http.Client // one attempt: the user's transport under the per-attempt timeout
 	rlog      retryablehttp.LeveledLogger
 	autopilot bool
@@ -175,15 +176,15 @@ func New(opts ...Option) (*Client, error) {
 	if len(cfg.urls) == 0 {
 		cfg.urls = []string{DefaultURL}
 	}
-	dropLog := cfg.logger
+	warnLog := cfg.logger
 	if cfg.logger == nil {
 		cfg.logger = slog.New(slog.DiscardHandler)
-		dropLog = slog.Default()
+		warnLog = slog.Default()
 	}
 	if cfg.httpClient == nil {
 		cfg.httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
 	}
-	c := &Client{cfg: cfg, log: cfg.logger, dropLog: dropLog, unhealthy: map[int]time.Time{}, buffers: map[string]*Buffer{}}
+	c := &Client{cfg: cfg, log: cfg.logger, warnLog: warnLog, unhealthy: map[int]time.Time{}, buffers: map[string]*Buffer{}}
 	c.hc = attemptClient(cfg.httpClient, cfg.timeout)
 	c.rlog = slogLeveled{cfg.logger}
 	for _, raw := range cfg.urls {

@@ -33,46 +33,6 @@ func defaultConsumeOpts() consumeOpts {
 	return consumeOpts{concurrency: 1, autoAck: true, renew: true}
 }
 
-// defaultRenewEvery is the longest renewal interval, and the one used when a renewal answer
-// names no expiry: well inside the queues' default leases (300 s, 60 s for push-created queues).
-const defaultRenewEvery = 10 * time.Second
-
-// renewUnknownLeaseAfter is when a pop whose lease length the consumer does not know is first
-// renewed: early enough for short leases (a queue's leaseTime may be 1 s). The broker never
-// shortens a lease, so the answer's expiry is the pop's own lease when that is longer.
-const renewUnknownLeaseAfter = time.Second
-
-// minRenewEvery bounds how often a learned lease is renewed.
-const minRenewEvery = 500 * time.Millisecond
-
-// renewEvery is how often a running pop's lease is extended: the RenewLease interval if one was
-// given, else a third of the builder's LeaseSeconds (at most defaultRenewEvery), else 0: the
-// lease is unknown, and renewEveryForExpiry learns it from the first renewal.
-func renewEvery(every time.Duration, leaseSeconds int) time.Duration {
-	if every > 0 {
-		return every
-	}
-	if leaseSeconds > 0 {
-		return min(time.Duration(leaseSeconds)*time.Second/3, defaultRenewEvery)
-	}
-	return 0
-}
-
-// renewEveryForExpiry is the renewal interval for a lease that expires at expiresAt and was
-// taken at poppedAt (when the pop's answer arrived, so the length is never overestimated): a
-// third of it, within [minRenewEvery, defaultRenewEvery]; defaultRenewEvery without an expiry.
-func renewEveryForExpiry(poppedAt time.Time, expiresAt *time.Time) time.Duration {
-	if expiresAt == nil {
-		return defaultRenewEvery
-	}
-	return min(max(expiresAt.Sub(poppedAt)/3, minRenewEvery), defaultRenewEvery)
-}
-
-// renewSeconds is how far one renewal extends the lease: max(2 × interval, 1 s), in seconds.
-func renewSeconds(every time.Duration) int {
-	return max(int((2*every+time.Second-1)/time.Second), 1)
-}
-
 // Concurrency sets the number of workers (default 1). Each worker holds its own lease, so
 // order per partition holds with any concurrency.
 func (q QueueBuilder) Concurrency(n int) QueueBuilder { q.consume.concurrency = n; return q }
@@ -104,8 +64,10 @@ func (q QueueBuilder) Each() QueueBuilder { return q }
 // releases messages it did not hand to the handler; the handler acks (e.g. in a transaction).
 func (q QueueBuilder) AutoAck(on bool) QueueBuilder { q.consume.autoAck = on; return q }
 
-// OnError sets the callback for loop errors (failed pops, acks, renewals). It runs on the
-// worker goroutine and must not block for long.
+// OnError sets the callback for loop errors (failed pops, acks, renewals, messages dropped under
+// server auto-ack). Without it each is logged at warning level on the client's logger
+// (WithLogger; slog.Default() without one). It runs on the worker or lease-renewal goroutine,
+// so it may be called concurrently, and must not block for long.
 func (q QueueBuilder) OnError(fn func(error)) QueueBuilder { q.consume.onError = fn; return q }
 
 // SoftStopTimeout makes a soft stop escalate to a hard stop after d (0 = never).
@@ -278,12 +240,6 @@ func (c *Consumer) fail(err error) {
 	c.softStop()
 }
 
-func (c *Consumer) report(err error) {
-	if err != nil && c.opts.onError != nil {
-		c.opts.onError(err)
-	}
-}
-
 func (c *Consumer) idleWatch() {
 	t := time.NewTicker(min(c.opts.idle/4+time.Millisecond, 250*time.Millisecond))
 	defer t.Stop()
@@ -307,7 +263,10 @@ func (c *Consumer) limitReached() bool {
 
 func (c *Consumer) worker() {
 	defer c.wg.Done()
-	p := poller{q: c.q, onError: c.report}
+	p := poller{q: c.q}
+	if c.committedOnDelivery() && c.opts.limit > 0 {
+		p.batchLeft = func() int { return int(c.opts.limit - c.delivered.Load()) }
+	}
 	for {
 		if c.fetchCtx.Err() != nil {
 			return
@@ -318,7 +277,7 @@ func (c *Consumer) worker() {
 		}
 		pr, err := p.next(c.fetchCtx, c.limitReached)
 		if err != nil {
-			c.report(err)
+			c.q.reportLoopError("pop", err)
 			c.fail(err)
 			return
 		}
@@ -337,8 +296,15 @@ func (c *Consumer) worker() {
 	}
 }
 
+// committedOnDelivery: pops ask for server auto-ack, so the broker commits their messages on
+// delivery and nothing can release them.
+func (c *Consumer) committedOnDelivery() bool {
+	return c.q.serverAutoAck != nil && *c.q.serverAutoAck
+}
+
 // process hands one pop's messages to the handler partition by partition, then acks.
 func (c *Consumer) process(pr *PopResult) {
+	committed := c.committedOnDelivery()
 	var order []string
 	byPart := map[string][]*Message{}
 	for _, m := range pr.Messages {
@@ -347,21 +313,29 @@ func (c *Consumer) process(pr *PopResult) {
 		}
 		byPart[m.PartitionID] = append(byPart[m.PartitionID], m)
 	}
-	leased := pr.LeaseID != "" || (len(pr.Messages) > 0 && pr.Messages[0].LeaseID != "")
+	leased := !committed && popLeaseID(pr) != ""
 	stopRenew := func() {}
 	if leased && c.opts.renew {
-		stopRenew = c.renewLoop(pr)
+		stopRenew = renewLease(c.ackCx, c.q, pr)
 	}
 	var entries []ackEntry
+	handed := 0
 	for _, pid := range order {
 		ms := byPart[pid]
+		var es []ackEntry
+		var n int
 		if c.bh != nil {
-			entries = append(entries, c.runBatch(ms)...)
+			es, n = c.runBatch(ms, committed)
 		} else {
-			entries = append(entries, c.runEach(ms)...)
+			es, n = c.runEach(ms, committed)
 		}
+		entries = append(entries, es...)
+		handed += n
 	}
 	stopRenew()
+	if committed && handed < len(pr.Messages) {
+		c.q.reportLoopError("server auto-ack", &CommittedDropError{Count: len(pr.Messages) - handed})
+	}
 	if !leased || len(entries) == 0 {
 		return
 	}
@@ -380,7 +354,10 @@ func (c *Consumer) process(pr *PopResult) {
 	ctx, cancel := context.WithTimeout(c.ackCx, 30*time.Second)
 	defer cancel()
 	if _, err := c.q.c.ackEntries(ctx, entries, AckOpts{}); err != nil {
-		c.report(err)
+		c.q.reportLoopError("ack", err)
+		if ackEndsLoop(err) {
+			c.fail(err)
+		}
 	}
 }
 
@@ -410,11 +387,26 @@ func (c *Consumer) take(n int) int {
 	}
 }
 
-func (c *Consumer) runEach(ms []*Message) []ackEntry {
+// admit is take for n messages of a pop; under server auto-ack (committed) they are all handed,
+// even past Limit or after a soft stop, since nothing can release them; only a hard stop drops
+// them.
+func (c *Consumer) admit(n int, committed bool) int {
+	if !committed {
+		return c.take(n)
+	}
+	if c.workCtx.Err() != nil {
+		return 0
+	}
+	c.delivered.Add(int64(n))
+	return n
+}
+
+// runEach hands ms to the handler one by one; it returns their acks and how many were handed.
+func (c *Consumer) runEach(ms []*Message, committed bool) ([]ackEntry, int) {
 	var out []ackEntry
 	for i, m := range ms {
-		if c.take(1) == 0 {
-			return append(out, ackEntry{msg: ms[i], status: AckRetry})
+		if c.admit(1, committed) == 0 {
+			return append(out, ackEntry{msg: ms[i], status: AckRetry}), i
 		}
 		err := c.call(func(ctx context.Context) error { return c.h(ctx, m) })
 		if err == nil {
@@ -422,22 +414,23 @@ func (c *Consumer) runEach(ms []*Message) []ackEntry {
 			continue
 		}
 		if c.stoppedByCancel(err) {
-			return append(out, ackEntry{msg: m, status: AckRetry})
+			return append(out, ackEntry{msg: m, status: AckRetry}), i + 1
 		}
 		if c.opts.reportHandler {
-			c.report(err)
+			c.q.reportLoopError("handler", err)
 		}
-		return append(out, ackEntry{msg: m, status: AckFailed, err: err.Error()})
+		return append(out, ackEntry{msg: m, status: AckFailed, err: err.Error()}), i + 1
 	}
-	return out
+	return out, len(ms)
 }
 
 // runBatch hands the slice to the batch handler, cut to what is left of the Limit budget; the
-// messages cut off are released with `retry` (the first of them; the rest follow it).
-func (c *Consumer) runBatch(ms []*Message) []ackEntry {
-	k := c.take(len(ms))
+// messages cut off are released with `retry` (the first of them; the rest follow it). It
+// returns the acks and how many messages were handed.
+func (c *Consumer) runBatch(ms []*Message, committed bool) ([]ackEntry, int) {
+	k := c.admit(len(ms), committed)
 	if k == 0 {
-		return []ackEntry{{msg: ms[0], status: AckRetry}}
+		return []ackEntry{{msg: ms[0], status: AckRetry}}, 0
 	}
 	handed := ms[:k]
 	err := c.call(func(ctx context.Context) error { return c.bh(ctx, handed) })
@@ -449,15 +442,15 @@ func (c *Consumer) runBatch(ms []*Message) []ackEntry {
 		if k < len(ms) {
 			out = append(out, ackEntry{msg: ms[k], status: AckRetry})
 		}
-		return out
+		return out, k
 	}
 	if c.stoppedByCancel(err) {
-		return []ackEntry{{msg: ms[0], status: AckRetry}}
+		return []ackEntry{{msg: ms[0], status: AckRetry}}, k
 	}
 	if c.opts.reportHandler {
-		c.report(err)
+		c.q.reportLoopError("handler", err)
 	}
-	return []ackEntry{{msg: ms[0], status: AckFailed, err: err.Error()}}
+	return []ackEntry{{msg: ms[0], status: AckFailed, err: err.Error()}}, k
 }
 
 // stoppedByCancel: the handler failed because a hard stop canceled it; release, don't charge. A
@@ -487,47 +480,4 @@ func (c *Consumer) call(fn func(ctx context.Context) error) (err error) {
 		}
 	}()
 	return fn(c.workCtx)
-}
-
-func (c *Consumer) renewLoop(pr *PopResult) func() {
-	poppedAt := time.Now()
-	lease := pr.LeaseID
-	if lease == "" {
-		lease = pr.Messages[0].LeaseID
-	}
-	every := renewEvery(c.opts.renewEvery, c.q.leaseSeconds)
-	next := every
-	if every == 0 {
-		next = renewUnknownLeaseAfter
-	}
-	stop := make(chan struct{})
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		t := time.NewTimer(next)
-		defer t.Stop()
-		for {
-			select {
-			case <-stop:
-				return
-			case <-t.C:
-			}
-			ctx, cancel := context.WithTimeout(c.ackCx, 10*time.Second)
-			res, err := c.q.c.Renew(ctx, renewSeconds(next), lease)
-			cancel()
-			switch {
-			case err != nil:
-				c.report(err)
-			case len(res) == 1 && !res[0].Success:
-				c.report(fmt.Errorf("lanes: lease %s could not be renewed (expired or released)", lease))
-				return
-			case every == 0 && len(res) == 1:
-				every = renewEveryForExpiry(poppedAt, res[0].NewExpiresAt)
-				next = every
-			}
-			t.Reset(next)
-		}
-	}()
-	return func() { close(stop); wg.Wait() }
 }

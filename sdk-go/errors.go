@@ -206,6 +206,19 @@ func (e *DroppedError) Error() string {
 // Unwrap returns the broker's answer.
 func (e *DroppedError) Unwrap() error { return e.Err }
 
+// CommittedDropError is what OnError receives (or the warning log shows) when a consume loop or
+// iterator under ServerAutoAck(true) drops messages it popped without handing them over: a hard
+// stop, a canceled context, or an iterator left early. The broker committed them on delivery, so
+// they will not be redelivered.
+type CommittedDropError struct {
+	Count int
+}
+
+// Error implements error.
+func (e *CommittedDropError) Error() string {
+	return fmt.Sprintf("lanes: %d message(s) popped under server auto-ack dropped unhandled (already committed, not redelivered)", e.Count)
+}
+
 // UnsentError is returned by Buffer.Flush, Client.FlushAll and Client.Close when ctx ended
 // before every buffered item was sent. The items stay in their buffers: another Flush or Close
 // may still send them.

@@ -23,9 +23,14 @@ import (
 // message of each partition of the pop with `retry` (redelivered without spending the retry
 // budget; with AutoAck(false) the message in hand is yours to ack and is not released).
 // Canceling ctx ends the iteration quietly, after the same release. Limit and IdleTimeout end it
-// too; OnError receives transient errors (failed pops after the retry policy, failed acks), which
-// the iterator waits out as the loop does. An error is yielded only when it ends the iteration.
-// Concurrency, RenewLease and SoftStopTimeout do not apply.
+// too. The lease of each pop is renewed while its messages are in hand, as in the consume loop
+// (RenewLease; RenewLease(false, 0) turns it off). OnError (without it, a warning on the
+// client's logger) receives transient errors: failed pops after the retry policy, which the
+// iterator waits out as the loop does, failed acks (except 403, 413, other 4xx but 408, 409 and
+// 429, and 501, which end it) and failed renewals. An error is yielded only when it ends the
+// iteration. Under ServerAutoAck(true) each pop asks for no more than what is left of Limit, and
+// leaving early reports the popped messages never handed over (a *CommittedDropError: the broker
+// committed them). Concurrency and SoftStopTimeout do not apply.
 // Each range over the returned sequence runs its own pop loop.
 func (q QueueBuilder) Messages(ctx context.Context) iter.Seq2[*Message, error] {
 	return func(yield func(*Message, error) bool) {
@@ -34,7 +39,7 @@ func (q QueueBuilder) Messages(ctx context.Context) iter.Seq2[*Message, error] {
 			return
 		}
 		it := &msgIter{q: q, ackCtx: context.WithoutCancel(ctx)}
-		defer it.leave()
+		defer it.leave(yield)
 		it.run(ctx, yield)
 	}
 }
@@ -44,13 +49,14 @@ type msgIter struct {
 	q      QueueBuilder
 	ackCtx context.Context
 
-	pop     *PopResult
-	slices  [][]*Message // the pop's messages by partition, in broker order
-	handled []int        // per slice: messages handled (next one requested)
-	inHand  int          // slice of the message in the loop body, -1 = none
-	yielded int64
-	pending []ackEntry // completed acks not sent yet
-	lastMsg time.Time
+	pop       *PopResult
+	slices    [][]*Message // the pop's messages by partition, in broker order
+	handled   []int        // per slice: messages handled (next one requested)
+	inHand    int          // slice of the message in the loop body, -1 = none
+	yielded   int64
+	pending   []ackEntry // completed acks not sent yet
+	lastMsg   time.Time
+	stopRenew func() // ends the lease renewal of the current pop
 }
 
 func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
@@ -58,10 +64,16 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 	opts := q.consume
 	it.inHand = -1
 	it.lastMsg = time.Now()
-	p := poller{q: q, onError: it.report}
+	p := poller{q: q}
+	if it.committed() && opts.limit > 0 {
+		p.batchLeft = func() int { return int(opts.limit - it.yielded) }
+	}
 	idle := func() bool { return opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle }
 	for {
-		it.flush()
+		if err := it.flush(); err != nil {
+			yield(nil, err)
+			return
+		}
 		if opts.limit > 0 && it.yielded >= opts.limit {
 			return
 		}
@@ -93,7 +105,7 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 			}
 		}
 		it.lastMsg = time.Now()
-		it.pop = nil
+		it.endPop()
 	}
 }
 
@@ -111,50 +123,82 @@ func (it *msgIter) take(pr *PopResult) {
 		it.slices[k] = append(it.slices[k], m)
 	}
 	it.handled = make([]int, len(it.slices))
+	if it.leased() && it.q.consume.renew {
+		it.stopRenew = renewLease(it.ackCtx, it.q, pr)
+	}
 }
 
-// leased: the current pop holds a lease to ack against (not the at-most-once server autoAck).
-func (it *msgIter) leased() bool {
-	pr := it.pop
-	if pr == nil || (it.q.serverAutoAck != nil && *it.q.serverAutoAck) {
-		return false
+// endPop forgets the current pop once its messages are handled or released; its renewal stops
+// first, so it cannot race the acks about to be sent.
+func (it *msgIter) endPop() {
+	if it.stopRenew != nil {
+		it.stopRenew()
+		it.stopRenew = nil
 	}
-	return pr.LeaseID != "" || (len(pr.Messages) > 0 && pr.Messages[0].LeaseID != "")
+	it.pop = nil
+}
+
+// committed: pops ask for server auto-ack (at-most-once), so the broker commits their messages
+// on delivery: there is no lease to ack against or renew, and nothing to release.
+func (it *msgIter) committed() bool {
+	return it.q.serverAutoAck != nil && *it.q.serverAutoAck
+}
+
+// leased: the current pop holds a lease to ack against.
+func (it *msgIter) leased() bool {
+	return it.pop != nil && !it.committed() && popLeaseID(it.pop) != ""
 }
 
 // leave runs when the range ends for any reason: ack what was handled and release the rest of
-// the current pop with `retry`.
-func (it *msgIter) leave() {
-	if it.pop != nil && it.leased() {
+// the current pop with `retry` (under server auto-ack, report how many were dropped instead).
+// A failed ack that ends the iteration is yielded when the loop body can still take it (the
+// range ended on its own), else reported.
+func (it *msgIter) leave(yield func(*Message, error) bool) {
+	bodyLeft := it.inHand >= 0 // break, return or panic in the loop body
+	if it.pop != nil {
+		dropped := 0
 		for k, slice := range it.slices {
-			first := it.handled[k]
-			if k == it.inHand && !it.q.consume.autoAck {
-				first++ // the message in hand is the caller's to ack
+			next := it.handled[k] // the first message not handed over
+			release := next       // the first message the iterator gives back
+			if k == it.inHand {
+				next++ // handed over, and with AutoAck(false) the caller's to ack
+				if !it.q.consume.autoAck {
+					release++
+				}
 			}
-			if first < len(slice) {
-				it.pending = append(it.pending, ackEntry{msg: slice[first], status: AckRetry})
+			dropped += len(slice) - next
+			if it.leased() && release < len(slice) {
+				it.pending = append(it.pending, ackEntry{msg: slice[release], status: AckRetry})
 			}
 		}
+		if it.committed() && dropped > 0 {
+			it.q.reportLoopError("server auto-ack", &CommittedDropError{Count: dropped})
+		}
 	}
-	it.pop = nil
-	it.flush()
+	it.endPop()
+	if err := it.flush(); err != nil {
+		if bodyLeft {
+			it.q.reportLoopError("ack", err)
+			return
+		}
+		yield(nil, err)
+	}
 }
 
-func (it *msgIter) flush() {
+// flush sends the pending acks. A failure that ends the iteration (ackEndsLoop) is returned;
+// any other goes to OnError (or the warning log) and the iteration goes on.
+func (it *msgIter) flush() error {
 	if len(it.pending) == 0 {
-		return
+		return nil
 	}
 	entries := it.pending
 	it.pending = nil
 	ctx, cancel := context.WithTimeout(it.ackCtx, 30*time.Second)
 	defer cancel()
-	if _, err := it.q.c.ackEntries(ctx, entries, AckOpts{}); err != nil {
-		it.report(err)
+	_, err := it.q.c.ackEntries(ctx, entries, AckOpts{})
+	if err != nil && ackEndsLoop(err) {
+		return err
 	}
-}
-
-func (it *msgIter) report(err error) {
-	if it.q.consume.onError != nil {
-		it.q.consume.onError(err)
-	}
+	it.q.reportLoopError("ack", err)
+	return nil
 }

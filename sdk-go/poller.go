@@ -12,28 +12,43 @@ import (
 // and hands back only a pop with messages or the error that ends the loop.
 type poller struct {
 	q         QueueBuilder
-	onError   func(error) // hears of every failed pop that is waited out
-	errStreak int         // consecutive failed pops
-	lastWait  *int        // waitMs of the last autopilot echo
+	errStreak int  // consecutive failed pops
+	fastEmpty int  // consecutive long polls answered empty well before their timeout
+	lastWait  *int // waitMs of the last autopilot echo
+	// batchLeft, when set, caps each pop's batch at what it returns (what is left of Limit for
+	// pops under server auto-ack, whose messages are committed on delivery); at 0 or less, next
+	// returns (nil, nil) without popping.
+	batchLeft func() int
 }
 
 // next pops until an answer holds messages and returns it. It returns (nil, nil) once ctx ends,
-// or when stopOnEmpty (may be nil) is true after an empty answer, and (nil, err) for an error
-// that ends the loop (loopErrorDelay).
+// when stopOnEmpty (may be nil) is true after an empty answer, or when batchLeft leaves nothing,
+// and (nil, err) for an error
+// that ends the loop (endsLoop).
 func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult, error) {
 	for ctx.Err() == nil {
-		pr, err := p.q.PopResult(ctx)
+		q := p.q
+		if p.batchLeft != nil {
+			left := p.batchLeft()
+			if left <= 0 {
+				return nil, nil
+			}
+			if q.batch == 0 || q.batch > left {
+				q.batch = left
+			}
+		}
+		started := time.Now()
+		pr, err := q.PopResult(ctx)
 		if err != nil {
 			if ctx.Err() != nil {
 				return nil, nil //nolint:nilerr // a pop cut short by the end of ctx ends the loop quietly
 			}
-			d, terminal := loopErrorDelay(err, p.errStreak)
-			if terminal {
+			if endsLoop(err) {
 				return nil, err
 			}
-			p.onError(err)
+			p.q.reportLoopError("pop", err)
+			_ = sleepCtx(ctx, loopErrorDelay(err, p.errStreak))
 			p.errStreak++
-			_ = sleepCtx(ctx, d)
 			continue
 		}
 		p.errStreak = 0
@@ -41,43 +56,80 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 			p.lastWait = pr.Autopilot.WaitMs
 		}
 		if len(pr.Messages) > 0 {
+			p.fastEmpty = 0
 			return pr, nil
 		}
 		if stopOnEmpty != nil && stopOnEmpty() {
 			return nil, nil
 		}
-		if !p.q.parks() {
-			_ = sleepCtx(ctx, emptyPollPause(p.lastWait))
-		}
+		_ = sleepCtx(ctx, p.emptyPause(time.Since(started)))
 	}
 	return nil, nil
 }
 
-// loopErrorDelay is how a consume loop or iterator reacts to a failed pop (docs/consuming.md §4):
-// terminal for 403, 413, other 4xx and 501 (a proxy, or a broker build without the route: it
-// will not fix itself); the server hint (or 1 s) after a 429 that outlived the retry policy; else
-// min(1 s × 2^streak, 30 s).
-func loopErrorDelay(err error, streak int) (time.Duration, bool) {
-	var ae *APIError
-	if errors.As(err, &ae) {
-		if ae.Terminal() || ae.Status == http.StatusNotImplemented {
-			return 0, true
+// emptyPause is the pause after an empty answer that took elapsed: none after a long poll that
+// waited (the broker paced it); after a non-waiting pop, the broker's waitMs advice from the last
+// echo, else 100 ms; after a long poll answered in under a tenth of its timeout (a proxy or a
+// broker that does not park), 100 ms doubling on each such answer in a row, up to 2 s, so an
+// idle consumer does not spin.
+func (p *poller) emptyPause(elapsed time.Duration) time.Duration {
+	if !p.q.parks() {
+		if p.lastWait != nil && *p.lastWait > 0 {
+			return time.Duration(*p.lastWait) * time.Millisecond
 		}
-		if ae.Status == 429 {
-			if ae.RetryAfter > 0 {
-				return ae.RetryAfter, false
-			}
-			return time.Second, false
-		}
+		return 100 * time.Millisecond
 	}
-	return min(time.Second<<min(streak, 5), 30*time.Second), false
+	if elapsed >= p.q.timeout/10 {
+		p.fastEmpty = 0
+		return 0
+	}
+	pause := min(100*time.Millisecond<<min(p.fastEmpty, 5), 2*time.Second)
+	p.fastEmpty++
+	return pause
 }
 
-// emptyPollPause is the pause after an empty non-waiting pop: the broker's waitMs advice from the
-// last echo, else 100 ms.
-func emptyPollPause(waitMs *int) time.Duration {
-	if waitMs != nil && *waitMs > 0 {
-		return time.Duration(*waitMs) * time.Millisecond
+// endsLoop reports whether a failed pop ends the consume loop or iterator (docs/consuming.md
+// §4): 403, 413, other 4xx except 429, and 501 (a proxy, or a broker build without the route:
+// it will not fix itself).
+func endsLoop(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Terminal() || ae.Status == http.StatusNotImplemented)
+}
+
+// ackEndsLoop is endsLoop for a failed ack, except 408 and 409, which concern that ack alone
+// (it timed out, or its lease is gone): they go to OnError and the loop goes on.
+func ackEndsLoop(err error) bool {
+	var ae *APIError
+	if errors.As(err, &ae) && (ae.Status == http.StatusRequestTimeout || ae.Status == http.StatusConflict) {
+		return false
 	}
-	return 100 * time.Millisecond
+	return endsLoop(err)
+}
+
+// loopErrorDelay is how long a consume loop or iterator waits after a failed pop it goes on
+// from: the server hint (or 1 s) after a 429 that outlived the retry policy; else
+// min(1 s × 2^streak, 30 s).
+func loopErrorDelay(err error, streak int) time.Duration {
+	var ae *APIError
+	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
+		if ae.RetryAfter > 0 {
+			return ae.RetryAfter
+		}
+		return time.Second
+	}
+	return min(time.Second<<min(streak, 5), 30*time.Second)
+}
+
+// reportLoopError hands an error of a consume loop or iterator to OnError, else logs it at
+// warning level on the client's logger (slog.Default() without WithLogger), so no loop error is
+// silent. op names what failed: pop, ack, renew, handler, server auto-ack.
+func (q QueueBuilder) reportLoopError(op string, err error) {
+	if err == nil {
+		return
+	}
+	if q.consume.onError != nil {
+		q.consume.onError(err)
+		return
+	}
+	q.c.warnLog.Warn("lanes: consume error", "op", op, "queue", q.queue, "err", err)
 }

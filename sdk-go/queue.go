@@ -103,6 +103,11 @@ func (q QueueBuilder) parks() bool { return q.wait && q.timeout.Milliseconds() >
 func (q QueueBuilder) LeaseSeconds(n int) QueueBuilder { q.leaseSeconds = n; return q }
 
 // ServerAutoAck asks the broker to commit on delivery (wire autoAck, at-most-once, no lease).
+// A consume loop or iterator then caps each pop's batch at what is left of Limit and hands every
+// popped message over, even after a soft stop or past Limit (nothing can release them); a hard
+// stop, a canceled context or an iterator left early reports the ones it dropped as a
+// *CommittedDropError. With Concurrency above 1, workers popping at the same time each ask for
+// what is left, so the handler may see more than Limit rather than lose messages.
 func (q QueueBuilder) ServerAutoAck(on bool) QueueBuilder { q.serverAutoAck = &on; return q }
 
 // ---------------------------------------------------------------------------------------------

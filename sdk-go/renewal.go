@@ -1,0 +1,105 @@
+package lanes
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// defaultRenewEvery is the longest renewal interval, and the one used when a renewal answer
+// names no expiry: well inside the queues' default leases (300 s, 60 s for push-created queues).
+const defaultRenewEvery = 10 * time.Second
+
+// renewUnknownLeaseAfter is when a pop whose lease length the consumer does not know is first
+// renewed: early enough for short leases (a queue's leaseTime may be 1 s). The broker never
+// shortens a lease, so the answer's expiry is the pop's own lease when that is longer.
+const renewUnknownLeaseAfter = time.Second
+
+// minRenewEvery bounds how often a learned lease is renewed.
+const minRenewEvery = 500 * time.Millisecond
+
+// renewEvery is how often a running pop's lease is extended: the RenewLease interval if one was
+// given, else a third of the builder's LeaseSeconds (at most defaultRenewEvery), else 0: the
+// lease is unknown, and renewEveryForExpiry learns it from the first renewal.
+func renewEvery(every time.Duration, leaseSeconds int) time.Duration {
+	if every > 0 {
+		return every
+	}
+	if leaseSeconds > 0 {
+		return min(time.Duration(leaseSeconds)*time.Second/3, defaultRenewEvery)
+	}
+	return 0
+}
+
+// renewEveryForExpiry is the renewal interval for a lease that expires at expiresAt and was
+// taken at poppedAt (when the pop's answer arrived, so the length is never overestimated): a
+// third of it, within [minRenewEvery, defaultRenewEvery]; defaultRenewEvery without an expiry.
+func renewEveryForExpiry(poppedAt time.Time, expiresAt *time.Time) time.Duration {
+	if expiresAt == nil {
+		return defaultRenewEvery
+	}
+	return min(max(expiresAt.Sub(poppedAt)/3, minRenewEvery), defaultRenewEvery)
+}
+
+// renewSeconds is how far one renewal extends the lease: max(2 × interval, 1 s), in seconds.
+func renewSeconds(every time.Duration) int {
+	return max(int((2*every+time.Second-1)/time.Second), 1)
+}
+
+// popLeaseID is the lease a pop's messages are held under ("" under server auto-ack, which
+// commits on delivery and holds none).
+func popLeaseID(pr *PopResult) string {
+	if pr.LeaseID != "" {
+		return pr.LeaseID
+	}
+	if len(pr.Messages) > 0 {
+		return pr.Messages[0].LeaseID
+	}
+	return ""
+}
+
+// renewLease extends the lease of a pop while its messages are being handled (the consume loop
+// and the iterator alike): first after the RenewLease interval, else a third of LeaseSeconds,
+// else renewUnknownLeaseAfter, then every third of the lease the broker's answer shows. Failures
+// go to reportLoopError; a lease the broker says is gone ends the renewal. The returned function
+// stops it and waits for a renewal in flight.
+func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult) (stop func()) {
+	poppedAt := time.Now()
+	lease := popLeaseID(pr)
+	every := renewEvery(q.consume.renewEvery, q.leaseSeconds)
+	next := every
+	if every == 0 {
+		next = renewUnknownLeaseAfter
+	}
+	done := make(chan struct{})
+	var wg sync.WaitGroup
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		t := time.NewTimer(next)
+		defer t.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			ctx, cancel := context.WithTimeout(ackCtx, 10*time.Second)
+			res, err := q.c.Renew(ctx, renewSeconds(next), lease)
+			cancel()
+			switch {
+			case err != nil:
+				q.reportLoopError("renew", err)
+			case len(res) == 1 && !res[0].Success:
+				q.reportLoopError("renew", fmt.Errorf("lanes: lease %s could not be renewed (expired or released)", lease))
+				return
+			case every == 0 && len(res) == 1:
+				every = renewEveryForExpiry(poppedAt, res[0].NewExpiresAt)
+				next = every
+			}
+			t.Reset(next)
+		}
+	}()
+	return func() { close(done); wg.Wait() }
+}
