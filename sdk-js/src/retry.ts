@@ -72,24 +72,24 @@ const NUMERIC = /^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$/;
 // Date.parse would read it as local time.
 const ASCTIME = /^\s*[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\s*$/;
 
-/** parseRetryHint reads `retry-after-ms`, then `Retry-After` as seconds, then as an HTTP-date; it returns milliseconds or undefined (negative, NaN, infinite and unparseable hints count as none). */
+/** parseRetryHint reads `retry-after-ms`, then `Retry-After` as seconds, then as an HTTP-date; it returns milliseconds or undefined (0, negative, NaN, infinite and unparseable hints, and dates not in the future, count as none: retrying at once would hammer a broker that answered 429 or 5xx). */
 export function parseRetryHint(headers: HeaderSource | undefined, now: number): number | undefined {
   if (!headers) return undefined;
   const ms = headers.get("retry-after-ms");
   if (ms !== null && NUMERIC.test(ms)) {
     const v = Number(ms);
-    if (Number.isFinite(v) && v >= 0) return v;
+    if (Number.isFinite(v) && v > 0) return v;
   }
   const ra = headers.get("retry-after");
   if (ra === null) return undefined;
   if (NUMERIC.test(ra)) {
     const v = Number(ra);
-    return Number.isFinite(v) && v >= 0 ? v * 1000 : undefined;
+    return Number.isFinite(v) && v > 0 ? v * 1000 : undefined;
   }
   const at = Date.parse(ASCTIME.test(ra) ? `${ra.trim()} GMT` : ra);
   if (!Number.isFinite(at)) return undefined;
   const delta = at - now;
-  return delta >= 0 ? delta : undefined;
+  return delta > 0 ? delta : undefined;
 }
 
 /** backoff is `min(retryDelay × 2^n, maxRetryDelay) × (1 − 0.25 × random)`, n counting retries so far from 0. */

@@ -30,6 +30,9 @@ describe("retry hint parsing", () => {
     [{ "retry-after": new Date(NOW + 3000).toUTCString() }, 3000],
     [{ "retry-after": rfc850(NOW + 3000) }, 3000],
     [{ "retry-after": "-1" }, undefined],
+    [{ "retry-after": "0" }, undefined],
+    [{ "retry-after-ms": "0" }, undefined],
+    [{ "retry-after-ms": "0", "retry-after": "2" }, 2000],
     [{ "retry-after": "NaN" }, undefined],
     [{ "retry-after": "soon" }, undefined],
     [{ "retry-after": "Infinity" }, undefined],
@@ -68,7 +71,7 @@ describe("decideRetry (docs/retries.md §8)", () => {
   it("429 Retry-After: 1.5 → 1.5 s", () => {
     expect(decideRetry(base({ status: 429, headers: headers({ "retry-after": "1.5" }) }))).toMatchObject({ delayMs: 1500 });
   });
-  it.each(["-1", "NaN", "soon"])("429 Retry-After: %s → computed backoff", (v) => {
+  it.each(["0", "-1", "NaN", "soon"])("429 Retry-After: %s → computed backoff", (v) => {
     expect(decideRetry(base({ status: 429, headers: headers({ "retry-after": v }) }))).toMatchObject({ action: "retry", delayMs: 500 });
   });
   it("429 above the cap: no sleep, stop with retryAfter", () => {
