@@ -24,16 +24,27 @@ function emptyPollPause(waitMs: number | undefined): number {
   return waitMs !== undefined && waitMs > 0 ? waitMs : 100;
 }
 
+/** FAST_EMPTY_FIRST_PAUSE_MILLIS and FAST_EMPTY_MAX_PAUSE_MILLIS bound the pause after a waiting pop that answered empty at once (docs/consuming.md §3 step 2). */
+const FAST_EMPTY_FIRST_PAUSE_MILLIS = 100;
+const FAST_EMPTY_MAX_PAUSE_MILLIS = 2000;
+
+/** answeredFast: a waiting pop that came back empty within a tenth of its timeout did not park (a proxy, or a broker that answers long polls at once), so the loop must pace itself. */
+function answeredFast(s: Pick<QueueState, "timeoutMillis">, tookMillis: number): boolean {
+  return tookMillis < s.timeoutMillis / 10;
+}
+
 /** loopErrorDelay is the pause after a failed pop the loop waits out: the 429's hint (or 1 s), else 1 s doubling per consecutive failure up to 30 s. */
 function loopErrorDelay(err: unknown, consecutive: number): number {
   if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
   return Math.min(1000 * 2 ** consecutive, 30_000);
 }
 
-/** Poller pops until an answer holds messages: failed pops that the loop waits out go to `report` and are backed off, empty answers are paced unless the pop parks. */
+/** Poller pops until an answer holds messages: failed pops that the loop waits out go to `report` and are backed off, empty answers are paced unless the pop parks, and a waiting pop that answered empty at once is paced too (100 ms doubling to 2 s). */
 export class Poller<T> {
   private errors = 0;
   private waitMs: number | undefined;
+  /** fastEmpties counts consecutive waiting pops that answered empty at once. */
+  private fastEmpties = 0;
 
   constructor(
     private readonly source: PopSource<T>,
@@ -46,6 +57,7 @@ export class Poller<T> {
   async next(stopped: () => boolean, stopOnEmpty?: () => boolean): Promise<PopResult<T> | undefined> {
     while (!stopped()) {
       let res: PopResult<T>;
+      const startedAt = Date.now();
       try {
         res = await this.source.popResult({ signal: this.signal });
       } catch (err) {
@@ -58,9 +70,16 @@ export class Poller<T> {
       }
       this.errors = 0;
       if (res.autopilot?.waitMs !== undefined) this.waitMs = res.autopilot.waitMs;
-      if (res.messages.length > 0) return res;
+      if (res.messages.length > 0) {
+        this.fastEmpties = 0;
+        return res;
+      }
       if (stopOnEmpty?.()) return undefined;
       if (!parks(this.s)) await this.pause(emptyPollPause(this.waitMs));
+      else if (answeredFast(this.s, Date.now() - startedAt)) {
+        await this.pause(Math.min(FAST_EMPTY_FIRST_PAUSE_MILLIS * 2 ** this.fastEmpties, FAST_EMPTY_MAX_PAUSE_MILLIS));
+        this.fastEmpties += 1;
+      } else this.fastEmpties = 0;
     }
     return undefined;
   }

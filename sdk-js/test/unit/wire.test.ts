@@ -14,7 +14,7 @@ import {
   RateLimitError,
   type LanesOptions,
 } from "../../src/index.js";
-import { FakeServer, popBody, reply } from "./fakeserver.js";
+import { FakeServer, popBody, reply, type Step } from "./fakeserver.js";
 
 const servers: FakeServer[] = [];
 async function fake(): Promise<FakeServer> {
@@ -27,6 +27,12 @@ afterEach(async () => {
 });
 const client = (url: string | string[], o: LanesOptions = {}) =>
   new Lanes({ ...(Array.isArray(url) ? { urls: url } : { url }), retryDelayMillis: 10, env: {}, ...o });
+const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
+/** popGaps is the time between consecutive pops the server saw, in ms. */
+const popGaps = (s: FakeServer) => {
+  const at = s.seen.filter((r) => r.url.startsWith("/api/v1/pop")).map((r) => r.at);
+  return at.slice(1).map((t, i) => t - at[i]!);
+};
 const pushed = (n: number, status = "queued") => Array.from({ length: n }, (_, i) => ({ index: i, message_id: `m${i}`, transaction_id: `t${i}`, queueName: "q", status }));
 
 describe("retry policy on the wire", () => {
@@ -278,6 +284,87 @@ describe("empty-poll pause after a waitMs: 0 echo (docs/consuming.md §3 step 2)
     expect(got).toEqual(["a"]);
     expect(pops(s)).toBeGreaterThanOrEqual(3);
     expect(pops(s)).toBeLessThanOrEqual(8);
+  });
+});
+
+describe("a waiting pop answered empty at once (docs/consuming.md §3 step 2)", () => {
+  /** answerAfter answers 204 after `ms`, as a broker that parked the pop for that long. */
+  const answerAfter =
+    (ms: number): Step =>
+    (req, res) =>
+      void setTimeout(() => reply(204)(req, res), ms);
+
+  it("is paced 100 ms, doubling on each such answer (not popped again at once)", async () => {
+    const s = (await fake()).otherwise(reply(204));
+    const c = client(s.url).queue("q").consume(() => {});
+    await sleep(1200);
+    await c.stop();
+    // Pops at about 0, 100, 300, 700 ms; without pacing this is hundreds.
+    const gaps = popGaps(s);
+    expect(gaps.length).toBeGreaterThanOrEqual(2);
+    expect(gaps.length).toBeLessThanOrEqual(4);
+    gaps.forEach((gap, i) => expect(gap).toBeGreaterThanOrEqual(100 * 2 ** i - 15));
+  });
+
+  it("the pause tops out at 2 s", async () => {
+    const s = (await fake()).otherwise(reply(204));
+    const c = client(s.url).queue("q").consume(() => {});
+    await sleep(6500);
+    await c.stop();
+    // 100 + 200 + 400 + 800 + 1600 ms, then 2000 ms (not 3200).
+    const gaps = popGaps(s);
+    expect(gaps.length).toBe(6);
+    expect(gaps[5]).toBeGreaterThanOrEqual(1985);
+    expect(gaps[5]).toBeLessThan(2400);
+  });
+
+  it("a pop that waited, or one with messages, starts the pause again at 100 ms", async () => {
+    // timeout 1 s: an empty answer before 100 ms is fast, one after 300 ms waited.
+    const s = (await fake())
+      .script(reply(204), reply(204), reply(204), answerAfter(300), reply(204), reply(204), reply(200, popBody([{ transactionId: "t1" }])), reply(204))
+      .otherwise(answerAfter(1000));
+    const handled: string[] = [];
+    const c = client(s.url)
+      .queue("q")
+      .timeoutMillis(1000)
+      .serverAutoAck(true)
+      .consume((m) => void handled.push(m.transactionId));
+    await sleep(2500);
+    await c.stop();
+    expect(handled).toEqual(["t1"]);
+    const gaps = popGaps(s);
+    expect(gaps.length).toBeGreaterThanOrEqual(8);
+    // Fast answers paced 100, 200, 400 ms; the one that waited resets: popped again at once, then 100, 200 ms; the message resets.
+    expect(gaps.slice(0, 3).map((g, i) => g >= 100 * 2 ** i - 15)).toEqual([true, true, true]);
+    expect(gaps[3]).toBeLessThan(400);
+    expect(gaps[4]).toBeGreaterThanOrEqual(85);
+    expect(gaps[4]).toBeLessThan(190);
+    expect(gaps[5]).toBeGreaterThanOrEqual(185);
+    expect(gaps[6]).toBeLessThan(100);
+    expect(gaps[7]).toBeGreaterThanOrEqual(85);
+    expect(gaps[7]).toBeLessThan(190);
+  });
+
+  it("the messages() iterator is paced the same way", async () => {
+    const s = (await fake()).otherwise(reply(204));
+    const ctl = new AbortController();
+    setTimeout(() => ctl.abort(), 1200);
+    for await (const m of client(s.url).queue("q").messages({ signal: ctl.signal })) expect(m).toBeUndefined();
+    const gaps = popGaps(s);
+    expect(gaps.length).toBeGreaterThanOrEqual(2);
+    expect(gaps.length).toBeLessThanOrEqual(4);
+  });
+});
+
+describe("a 429 with Retry-After: 0 on a waiting pop (docs/retries.md §3)", () => {
+  it("waits the computed backoff, not 0", async () => {
+    const s = (await fake()).otherwise(reply(429, { error: "slow down", code: "rate_limited" }, { "retry-after": "0" }));
+    const c = client(s.url, { retryDelayMillis: 100 }).queue("q").consume(() => {});
+    await sleep(1000);
+    await c.stop();
+    // Backoff 100, 200, 400 ms (less up to 25 % jitter); with the 0 taken as a hint this is hundreds.
+    expect(popGaps(s).length).toBeGreaterThanOrEqual(2);
+    expect(popGaps(s).length).toBeLessThanOrEqual(5);
   });
 });
 
