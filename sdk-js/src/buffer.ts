@@ -187,7 +187,7 @@ export class PushBuffer<T = unknown> {
     const what = `buffer ${this.queue}/${this.partition ?? "Default"}: flush failed: ${err instanceof Error ? err.message : String(err)}`;
     if (dropped.length > 0) {
       // Lost messages are never silent: without a logger this goes to the console.
-      this.core.log.lost(`${what} (${dropped.length} item(s) dropped)`, { transactionIds: dropped.map((d) => d.transactionId) });
+      this.core.log.error(`${what} (${dropped.length} item(s) dropped)`, { transactionIds: dropped.map((d) => d.transactionId) });
     } else {
       this.core.log.warn(what);
     }

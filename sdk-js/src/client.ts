@@ -41,7 +41,7 @@ export interface LanesOptions {
   healthRetryAfterMillis?: number;
   /** popAutopilot is the default of every builder's `.autopilot()`; defaults to false when LANES_SDK_POP_AUTOPILOT is off/false/0/no/disabled, else true. Read once here. */
   popAutopilot?: boolean;
-  /** logger receives the SDK's log lines (console, pino, winston fit); silent by default, console when LANES_CLIENT_LOG=true. */
+  /** logger receives the SDK's log lines (console, pino, winston fit); by default warnings and errors go to the console (all levels when LANES_CLIENT_LOG=true); `null` silences everything. */
   logger?: Logger | null;
   /** fetch overrides the global fetch (the retry policy still wraps it). */
   fetch?: typeof fetch;

@@ -64,6 +64,79 @@ function errorText(err: unknown): string {
   return String(err);
 }
 
+/** LoopOp is what a consume loop or iterator was doing when an error came; it names the error's log line. */
+type LoopOp = "pop" | "ack" | "lease renewal" | "handler";
+
+/** Reporter takes a consume loop's or iterator's errors: `ends` marks the one that ends it. */
+type Reporter = (op: LoopOp, err: unknown, ends?: boolean) => void;
+
+/** reporterFor sends errors to the builder's onError, or, without one, logs one warning line naming the operation (docs/consuming.md §4). */
+function reporterFor(core: Core, s: QueueState, who: "consumer" | "messages"): Reporter {
+  return (op, err, ends = false) => {
+    if (!s.onError) {
+      core.log.warn(`${who}: ${op}: ${errorText(err)}${ends ? " (ending it)" : ""}`);
+      return;
+    }
+    try {
+      s.onError(err);
+    } catch (e) {
+      core.log.error(`${who}: onError threw: ${errorText(e)}`);
+    }
+  };
+}
+
+/** renewsLease: a pop's lease is renewed while its messages are held, unless renewLease(false) or serverAutoAck(true) (no lease). */
+function renewsLease(s: QueueState, res: PopResult<unknown>): boolean {
+  return s.renewLease && !!res.leaseId && !s.serverAutoAck;
+}
+
+/** renewWhileHeld extends a pop's lease until the returned function is called: every renewEveryMillis, or, when the lease is unknown, 1 s after the pop and then at a third of the lease the first answer shows. A failed renewal is reported; one the broker did not apply also ends the renewals. */
+function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Reporter): () => void {
+  const poppedAt = Date.now();
+  let every = renewEveryMillis(s.renewLeaseMillis, s.leaseSeconds);
+  let timer: ReturnType<typeof setTimeout> | undefined;
+  let stopped = false;
+  const schedule = (next: number): void => {
+    if (stopped) return;
+    timer = setTimeout(() => {
+      core.renew([leaseId], renewSeconds(next)).then(
+        (r) => {
+          if (stopped) return;
+          if (!r[0]?.success) {
+            report("lease renewal", new LanesError(`lease ${leaseId}: renewal not applied (expired or released)`));
+            return;
+          }
+          if (every === 0) every = renewEveryForExpiry(poppedAt, r[0].newExpiresAt);
+          schedule(every);
+        },
+        (err: unknown) => {
+          if (stopped) return;
+          report("lease renewal", err);
+          schedule(next);
+        },
+      );
+    }, next);
+  };
+  schedule(every || RENEW_UNKNOWN_LEASE_AFTER_MILLIS);
+  return () => {
+    stopped = true;
+    clearTimeout(timer);
+  };
+}
+
+/** ackPop sends a pop's acks; per-item failures and errors the consumer goes on after are reported, and the error that ends it (403, 413) is returned. */
+async function ackPop(core: Core, items: PendingAck[], group: string, report: Reporter): Promise<unknown> {
+  if (items.length === 0) return undefined;
+  try {
+    const results = await core.ackItems(items, group);
+    if (results.some((r) => !r.success)) report("ack", new AckError(results));
+  } catch (err) {
+    if (isTerminal(err)) return err;
+    report("ack", err);
+  }
+  return undefined;
+}
+
 /** Consumer is a running consume loop. `stop()` drains (soft), `stopAndCancel()` also aborts handler signals (hard), `closed` settles when every worker has exited and the final acks are sent (rejecting with a terminal error). A Consumer is also PromiseLike: `await q.consume(h)` waits for `closed`. */
 export class Consumer implements PromiseLike<void> {
   /** closed resolves when the consumer has ended and its final acks are sent; it rejects with the terminal error (403, 413, other 4xx, 501) that ended it. */
@@ -80,6 +153,7 @@ export class Consumer implements PromiseLike<void> {
   private idleTimer: ReturnType<typeof setTimeout> | undefined;
   private softStopTimer: ReturnType<typeof setTimeout> | undefined;
   private readonly onUserAbort = () => this.beginHardStop();
+  private readonly report: Reporter;
 
   /** @internal */
   constructor(
@@ -90,6 +164,7 @@ export class Consumer implements PromiseLike<void> {
     private readonly opts: ConsumeOptions,
   ) {
     if (typeof handler.fn !== "function") throw new LanesError("consume: handler must be a function");
+    this.report = reporterFor(core, s, "consumer");
     opts.signal?.addEventListener("abort", this.onUserAbort, { once: true });
     if (opts.signal?.aborted) this.beginHardStop();
     if (s.idleMillis > 0) this.armIdle(s.idleMillis);
@@ -194,22 +269,9 @@ export class Consumer implements PromiseLike<void> {
     }, ms);
   }
 
-  private report(err: unknown): void {
-    if (!this.s.onError) {
-      this.core.log.warn(`consumer: ${errorText(err)}`);
-      return;
-    }
-    try {
-      this.s.onError(err);
-    } catch (e) {
-      this.core.log.error(`consumer: onError threw: ${errorText(e)}`);
-    }
-  }
-
-  private fail(err: unknown): void {
+  private fail(op: LoopOp, err: unknown): void {
     if (this.terminal === undefined) this.terminal = err;
-    this.core.log.error(`consumer: stopping on ${errorText(err)}`);
-    if (this.s.onError) this.report(err);
+    this.report(op, err, true);
     this.beginSoftStop();
   }
 
@@ -218,13 +280,13 @@ export class Consumer implements PromiseLike<void> {
   }
 
   private async worker(): Promise<void> {
-    const poller = new Poller(this.source, this.s, this.fetchCtl.signal, (err) => this.report(err));
+    const poller = new Poller(this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err));
     while (!this.stopping) {
       let res: PopResult<unknown> | undefined;
       try {
         res = await poller.next(() => this.stopping);
       } catch (err) {
-        this.fail(err);
+        this.fail("pop", err);
         break;
       }
       if (res === undefined) break;
@@ -253,7 +315,7 @@ export class Consumer implements PromiseLike<void> {
       return { ok: true };
     } catch (err) {
       const cancelled = this.stoppedByCancel(err);
-      if (this.s.reportHandlerErrors && !cancelled) this.report(err);
+      if (this.s.reportHandlerErrors && !cancelled) this.report("handler", err);
       return { ok: false, err, cancelled };
     }
   }
@@ -261,7 +323,7 @@ export class Consumer implements PromiseLike<void> {
   private async handlePop(res: PopResult<unknown>): Promise<void> {
     const acks: PendingAck[] = [];
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
-    const stopRenewing = this.s.renewLease && res.leaseId && !this.s.serverAutoAck ? this.renewWhileHandling(res.leaseId) : () => undefined;
+    const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, this.report) : () => undefined;
     const fn = this.handler.fn;
     try {
       for (const slice of groupByPartition(res.messages)) {
@@ -302,65 +364,20 @@ export class Consumer implements PromiseLike<void> {
     } finally {
       stopRenewing();
     }
-    await this.sendAcks(res, acks);
-  }
-
-  /** renewWhileHandling extends a pop's lease until the returned function is called: every renewEveryMillis, or, when the lease is unknown, 1 s after the pop and then at a third of the lease the first answer shows. */
-  private renewWhileHandling(leaseId: string): () => void {
-    const poppedAt = Date.now();
-    let every = renewEveryMillis(this.s.renewLeaseMillis, this.s.leaseSeconds);
-    let timer: ReturnType<typeof setTimeout> | undefined;
-    let stopped = false;
-    const schedule = (next: number): void => {
-      if (stopped) return;
-      timer = setTimeout(() => {
-        this.core.renew([leaseId], renewSeconds(next)).then(
-          (r) => {
-            if (!r[0]?.success) {
-              this.report(new LanesError(`lease ${leaseId}: renewal not applied (expired or released)`));
-              return;
-            }
-            if (every === 0) every = renewEveryForExpiry(poppedAt, r[0].newExpiresAt);
-            schedule(every);
-          },
-          (err: unknown) => {
-            this.report(err);
-            schedule(next);
-          },
-        );
-      }, next);
-    };
-    schedule(every || RENEW_UNKNOWN_LEASE_AFTER_MILLIS);
-    return () => {
-      stopped = true;
-      clearTimeout(timer);
-    };
-  }
-
-  private async sendAcks(res: PopResult<unknown>, acks: PendingAck[]): Promise<void> {
     if (this.s.serverAutoAck || !res.leaseId) return;
-    const items = this.s.autoAck ? acks : acks.filter((a) => a.status === "retry");
-    if (items.length === 0) return;
-    try {
-      const results = await this.core.ackItems(items, res.consumerGroup);
-      if (results.some((r) => !r.success)) this.report(new AckError(results));
-    } catch (err) {
-      if (isTerminal(err)) this.fail(err);
-      else this.report(err);
-    }
+    const ending = await ackPop(this.core, this.s.autoAck ? acks : acks.filter((a) => a.status === "retry"), res.consumerGroup, this.report);
+    if (ending !== undefined) this.fail("ack", ending);
   }
 }
 
-/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). */
+/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). Errors the iteration goes on after go to onError, or a warning. */
 export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
   let yielded = 0;
   let lastMessageAt = Date.now();
   const limitReached = () => s.limit > 0 && yielded >= s.limit;
   const idle = () => s.idleMillis > 0 && Date.now() - lastMessageAt >= s.idleMillis;
-  const poller = new Poller(source, s, signal, (err) => {
-    if (s.onError) s.onError(err);
-    else core.log.warn(`messages: ${errorText(err)}`);
-  });
+  const report = reporterFor(core, s, "messages");
+  const poller = new Poller(source, s, signal, (err) => report("pop", err));
   while (!signal?.aborted && !limitReached()) {
     const res = await poller.next(() => signal?.aborted === true, idle);
     if (res === undefined) return;
@@ -393,11 +410,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
         });
         if (acks.length > 0) {
           const results = await core.ackItems(acks, res.consumerGroup);
-          if (results.some((r) => !r.success)) {
-            const e = new AckError(results);
-            if (s.onError) s.onError(e);
-            else core.log.warn(`messages: ${e.message}`);
-          }
+          if (results.some((r) => !r.success)) report("ack", new AckError(results));
         }
       }
     }

@@ -1,5 +1,6 @@
 // Logger plumbing: the client takes any object with console-like methods (console, pino,
-// winston all fit); missing methods are silent.
+// winston all fit); missing methods are silent. Without one, warnings and errors go to the
+// console (a consumer's errors with no onError must not vanish); `logger: null` silences all.
 
 /** Logger receives the SDK's log lines. `console` fits; so do pino and winston loggers. */
 export interface Logger {
@@ -15,13 +16,14 @@ export interface Log {
   info(message: string, details?: Record<string, unknown>): void;
   warn(message: string, details?: Record<string, unknown>): void;
   error(message: string, details?: Record<string, unknown>): void;
-  /** lost reports lost messages at error level; with no logger configured it goes to console (only `logger: null` silences it). */
-  lost(message: string, details?: Record<string, unknown>): void;
 }
 
+const CLIENT_LOG_ON = /^(1|true|yes|on|debug)$/i;
+
 export function makeLog(logger: Logger | undefined | null, env: Record<string, string | undefined>): Log {
-  const target: Logger | undefined =
-    logger ?? (/^(1|true|yes|on|debug)$/i.test(env.LANES_CLIENT_LOG?.trim() ?? "") ? console : undefined);
+  const target: Logger | undefined = logger ?? (CLIENT_LOG_ON.test(env.LANES_CLIENT_LOG?.trim() ?? "") ? console : undefined);
+  // Warnings and errors reach the console unless a logger was given or `logger: null` silenced them.
+  const warnTo = logger === null ? undefined : (target ?? console);
   const call = (level: keyof Logger, to: Logger | undefined = target) => (message: string, details?: Record<string, unknown>) => {
     const fn = to?.[level];
     if (!fn) return;
@@ -32,6 +34,5 @@ export function makeLog(logger: Logger | undefined | null, env: Record<string, s
       // A broken logger never breaks the client.
     }
   };
-  const lostTo = logger === null ? undefined : (target ?? console);
-  return { debug: call("debug"), info: call("info"), warn: call("warn"), error: call("error"), lost: call("error", lostTo) };
+  return { debug: call("debug"), info: call("info"), warn: call("warn", warnTo), error: call("error", warnTo) };
 }

@@ -1,7 +1,7 @@
 // Wire-level tests of the transport, the retry policy and the consume loop against a scripted
 // local HTTP server.
 import { inspect } from "node:util";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, vi } from "vitest";
 import {
   APIConnectionError,
   BadRequestError,
@@ -365,6 +365,54 @@ describe("a 429 with Retry-After: 0 on a waiting pop (docs/retries.md §3)", () 
     // Backoff 100, 200, 400 ms (less up to 25 % jitter); with the 0 taken as a hint this is hundreds.
     expect(popGaps(s).length).toBeGreaterThanOrEqual(2);
     expect(popGaps(s).length).toBeLessThanOrEqual(5);
+  });
+});
+
+describe("errors without onError are logged at warning level (docs/consuming.md §4)", () => {
+  const failure = reply(503, { error: "busy", code: "unavailable" });
+  const opts: LanesOptions = { retryAttempts: 0 };
+
+  it("by default one console.warn line per error, naming the operation", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      const s = (await fake()).script(reply(200, popBody([{ transactionId: "a" }])), failure, failure).otherwise(reply(204));
+      let handled = 0;
+      const c = client(s.url, opts).queue("q").consume(() => void (handled += 1));
+      await vi.waitFor(() => expect(warn).toHaveBeenCalledTimes(2));
+      await c.stop();
+      expect(handled).toBe(1);
+      expect(warn.mock.calls).toEqual([["lanes: consumer: ack: 503 unavailable: busy"], ["lanes: consumer: pop: 503 unavailable: busy"]]);
+
+      warn.mockClear();
+      const s2 = (await fake()).script(failure).otherwise(reply(204));
+      const ctl = new AbortController();
+      setTimeout(() => ctl.abort(), 300);
+      for await (const m of client(s2.url, opts).queue("q").messages({ signal: ctl.signal })) expect(m).toBeUndefined();
+      expect(warn.mock.calls).toEqual([["lanes: messages: pop: 503 unavailable: busy"]]);
+    } finally {
+      warn.mockRestore();
+    }
+  });
+
+  it("a logger given to the client gets them instead; logger: null silences them", async () => {
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      const lines: string[] = [];
+      const s = (await fake()).script(failure).otherwise(reply(204));
+      const c = client(s.url, { ...opts, logger: { warn: (m: string) => lines.push(m) } }).queue("q").consume(() => {});
+      await vi.waitFor(() => expect(lines).toHaveLength(1));
+      await c.stop();
+      expect(lines).toEqual(["lanes: consumer: pop: 503 unavailable: busy"]);
+
+      const s2 = (await fake()).script(failure).otherwise(reply(204));
+      const quiet = client(s2.url, { ...opts, logger: null }).queue("q").consume(() => {});
+      await vi.waitFor(() => expect(s2.seen).toHaveLength(1));
+      await sleep(50);
+      await quiet.stop();
+      expect(warn).not.toHaveBeenCalled();
+    } finally {
+      warn.mockRestore();
+    }
   });
 });
 
