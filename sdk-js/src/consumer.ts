@@ -1,5 +1,5 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
-import { AckError, ConsumerStoppedError, LanesError, isTerminal } from "./errors.js";
+import { AckError, ConsumerStoppedError, LanesError, endsConsumerOnAck } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
 import { Poller, type PopSource } from "./poller.js";
@@ -124,14 +124,14 @@ function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Repo
   };
 }
 
-/** ackPop sends a pop's acks; per-item failures and errors the consumer goes on after are reported, and the error that ends it (403, 413) is returned. */
+/** ackPop sends a pop's acks; per-item failures and errors the consumer goes on after are reported, and the error that ends it (endsConsumerOnAck) is returned. */
 async function ackPop(core: Core, items: PendingAck[], group: string, report: Reporter): Promise<unknown> {
   if (items.length === 0) return undefined;
   try {
     const results = await core.ackItems(items, group);
     if (results.some((r) => !r.success)) report("ack", new AckError(results));
   } catch (err) {
-    if (isTerminal(err)) return err;
+    if (endsConsumerOnAck(err)) return err;
     report("ack", err);
   }
   return undefined;
@@ -370,7 +370,7 @@ export class Consumer implements PromiseLike<void> {
   }
 }
 
-/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). Errors the iteration goes on after go to onError, or a warning. */
+/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). Only an error that ends the iteration is thrown (403, 413, other 4xx, 501, from a pop or an ack); the others go to onError, or a warning. */
 export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
   let yielded = 0;
   let lastMessageAt = Date.now();
@@ -408,10 +408,10 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
           if (!s.autoAck && inHand === k) p += 1;
           if (p < slice.length) acks.push({ target: slice[p]!, status: "retry" });
         });
-        if (acks.length > 0) {
-          const results = await core.ackItems(acks, res.consumerGroup);
-          if (results.some((r) => !r.success)) report("ack", new AckError(results));
-        }
+        const ending = await ackPop(core, acks, res.consumerGroup, report);
+        // An ack error that ends the iteration is raised even when the caller left early: the caller must learn of it.
+        // eslint-disable-next-line no-unsafe-finally
+        if (ending !== undefined) throw ending;
       }
     }
   }

@@ -206,7 +206,17 @@ export function errorForStatus(init: { status: number; code: string; message: st
   }
 }
 
-/** isTerminal reports whether an error must stop a consume loop (403, 413; docs/retries.md §2 row 2). */
+/** isTerminal reports a 403 or 413: the request will not succeed as it is (docs/retries.md §2 row 2). */
 export function isTerminal(err: unknown): boolean {
   return err instanceof PermissionDeniedError || err instanceof PayloadTooLargeError;
+}
+
+/** ACK_STATUSES_WAITED_OUT are the 4xx answers to an ack a consumer reports and goes on after: a timeout, a conflict (the lease moved on), a rate limit. */
+const ACK_STATUSES_WAITED_OUT = new Set([408, 409, 429]);
+
+/** endsConsumerOnAck reports whether an ack's error ends a consume loop or iterator, as the same answer to a pop would: 403, 413, any other 4xx but 408/409/429, and 501 (docs/consuming.md §4). Anything else is reported and the consumer goes on. */
+export function endsConsumerOnAck(err: unknown): boolean {
+  if (!(err instanceof APIError)) return false;
+  if (err.status === 501) return true;
+  return err.status >= 400 && err.status < 500 && !ACK_STATUSES_WAITED_OUT.has(err.status);
 }

@@ -8,6 +8,7 @@ import {
   EmptyTransactionError,
   InternalServerError,
   Lanes,
+  NotFoundError,
   NotImplementedByBrokerError,
   PermissionDeniedError,
   PushError,
@@ -365,6 +366,76 @@ describe("a 429 with Retry-After: 0 on a waiting pop (docs/retries.md §3)", () 
     // Backoff 100, 200, 400 ms (less up to 25 % jitter); with the 0 taken as a hint this is hundreds.
     expect(popGaps(s).length).toBeGreaterThanOrEqual(2);
     expect(popGaps(s).length).toBeLessThanOrEqual(5);
+  });
+});
+
+describe("ack errors in a consume loop or iterator (docs/consuming.md §4)", () => {
+  const onePop = () => reply(200, popBody([{ transactionId: "a" }]));
+  const failure = (status: number) => reply(status, { error: `status ${status}`, code: "x" });
+  /** dropConnection closes the connection without an answer: the ack call fails with APIConnectionError. */
+  const dropConnection = (): Step => (_req, res) => res.socket?.destroy();
+  // No retries, no 429 budget: each ack answer is final at once.
+  const opts: LanesOptions = { retryAttempts: 0, max429Attempts: 0 };
+
+  it.each([400, 401, 403, 404, 413, 422, 501])("an ack answered %i ends the loop with that error, as on a pop", async (status) => {
+    const s = (await fake()).script(onePop(), failure(status)).otherwise(reply(204));
+    const errors: unknown[] = [];
+    const c = client(s.url, opts).queue("q").onError((e) => errors.push(e)).consume(() => {});
+    await expect(c.closed).rejects.toMatchObject({ status });
+    expect(errors).toHaveLength(1);
+    expect(c.error).toBe(errors[0]);
+  });
+
+  it.each([408, 409, 429, 500, 503])("an ack answered %i is reported and the loop goes on", async (status) => {
+    const s = (await fake()).script(onePop(), failure(status), onePop(), reply(200, { index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false })).otherwise(reply(204));
+    const errors: unknown[] = [];
+    let handled = 0;
+    const c = client(s.url, opts)
+      .queue("q")
+      .onError((e) => errors.push(e))
+      .consume(() => void (handled += 1));
+    await vi.waitFor(() => expect(handled).toBe(2));
+    await c.stop();
+    await expect(c.closed).resolves.toBeUndefined();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ status });
+  });
+
+  it.each([
+    ["answered 503", failure(503), InternalServerError],
+    ["cut off", dropConnection(), APIConnectionError],
+  ] as const)("messages(): an ack %s goes to onError and the iteration goes on", async (_name, ackStep, want) => {
+    const released = reply(200, { index: 0, transactionId: "b", success: true, error: null, leaseReleased: true, dlq: false, noop: false });
+    const s = (await fake()).script(onePop(), ackStep, reply(200, popBody([{ transactionId: "b" }])), released).otherwise(reply(204));
+    const errors: unknown[] = [];
+    const got: string[] = [];
+    for await (const m of client(s.url, opts).queue("q").onError((e) => errors.push(e)).messages()) {
+      got.push(m.transactionId);
+      if (got.length === 2) break;
+    }
+    expect(got).toEqual(["a", "b"]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(want);
+  });
+
+  it("messages(): an ack answered 404 ends the iteration by throwing it", async () => {
+    const s = (await fake()).script(onePop(), failure(404)).otherwise(reply(204));
+    const errors: unknown[] = [];
+    const got: string[] = [];
+    const iterate = async () => {
+      for await (const m of client(s.url, opts).queue("q").onError((e) => errors.push(e)).messages()) got.push(m.transactionId);
+    };
+    await expect(iterate()).rejects.toBeInstanceOf(NotFoundError);
+    expect(got).toEqual(["a"]);
+    expect(errors).toEqual([]);
+  });
+
+  it("messages(): an ack answered 404 when the caller leaves early is thrown from the loop", async () => {
+    const s = (await fake()).script(onePop(), failure(404)).otherwise(reply(204));
+    const iterate = async () => {
+      for await (const m of client(s.url, opts).queue("q").batch(1).messages()) if (m) break;
+    };
+    await expect(iterate()).rejects.toBeInstanceOf(NotFoundError);
   });
 });
 
