@@ -370,7 +370,7 @@ export class Consumer implements PromiseLike<void> {
   }
 }
 
-/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). Only an error that ends the iteration is thrown (403, 413, other 4xx, 501, from a pop or an ack); the others go to onError, or a warning. */
+/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). A pop's lease is renewed while its messages are held, as in the loop. Only an error that ends the iteration is thrown (403, 413, other 4xx, 501, from a pop or an ack); the others go to onError, or a warning. */
 export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
   let yielded = 0;
   let lastMessageAt = Date.now();
@@ -382,6 +382,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     const res = await poller.next(() => signal?.aborted === true, idle);
     if (res === undefined) return;
     lastMessageAt = Date.now();
+    const stopRenewing = renewsLease(s, res) ? renewWhileHeld(core, s, res.leaseId, report) : () => undefined;
     const slices = groupByPartition(res.messages);
     const pos = slices.map(() => 0);
     // The message the caller holds when it leaves the loop; with autoAck(false) it is theirs to ack.
@@ -400,6 +401,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       }
       lastMessageAt = Date.now();
     } finally {
+      stopRenewing();
       if (!s.serverAutoAck && res.leaseId) {
         const acks: PendingAck[] = [];
         slices.forEach((slice, k) => {

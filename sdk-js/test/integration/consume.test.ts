@@ -376,3 +376,36 @@ describe("consume", () => {
     expect(got).toEqual([]);
   });
 });
+
+describe("messages() renews the lease like the loop", () => {
+  // A caller holding a message longer than its 1 s lease while a second consumer pops; returns what that consumer got and the iterator's errors.
+  const holdSlowly = async (q: string, renew: (b: QueueBuilder) => QueueBuilder = (b) => b) => {
+    const lanes = client();
+    const errors: unknown[] = [];
+    let stolen = -1;
+    for await (const m of renew(lanes.queue(q)).wait(false).leaseSeconds(1).limit(1).onError((e) => errors.push(e)).messages()) {
+      expect(m.data).toBe("slow");
+      await sleep(1500);
+      stolen = (await lanes.queue(q).wait(false).pop()).length;
+      await sleep(1000);
+    }
+    return { stolen, errors };
+  };
+
+  it("by default: the message held past its lease is not popped by another consumer, and is acked", async () => {
+    const lanes = client();
+    const q = uniq("iterrenew");
+    await lanes.queue(q).push([{ data: "slow" }]);
+    expect(await holdSlowly(q)).toEqual({ stolen: 0, errors: [] });
+    expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
+  });
+
+  it("renewLease(false) turns it off: the lease expires under the caller", async () => {
+    const lanes = client();
+    const q = uniq("iternorenew");
+    await lanes.queue(q).push([{ data: "slow" }]);
+    const off = await holdSlowly(q, (b) => b.renewLease(false));
+    expect(off.stolen).toBe(1);
+    expect(off.errors[0]).toBeInstanceOf(AckError);
+  });
+});
