@@ -1,8 +1,8 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
-import { AckError, ConsumerStoppedError, LanesError, endsConsumerOnAck } from "./errors.js";
+import { AckError, ConsumerStoppedError, LanesError, MessagesDroppedError, endsConsumerOnAck } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
-import { Poller, type PopSource } from "./poller.js";
+import { Poller, withBatchCap, type PopSource } from "./poller.js";
 import type { QueueState } from "./queue.js";
 
 /** HandlerContext is passed to every handler call; `signal` aborts (reason ConsumerStoppedError) on a hard stop. */
@@ -65,7 +65,7 @@ function errorText(err: unknown): string {
 }
 
 /** LoopOp is what a consume loop or iterator was doing when an error came; it names the error's log line. */
-type LoopOp = "pop" | "ack" | "lease renewal" | "handler";
+type LoopOp = "pop" | "ack" | "lease renewal" | "handler" | "stop";
 
 /** Reporter takes a consume loop's or iterator's errors: `ends` marks the one that ends it. */
 type Reporter = (op: LoopOp, err: unknown, ends?: boolean) => void;
@@ -148,6 +148,10 @@ export class Consumer implements PromiseLike<void> {
   private readonly fetchCtl = new AbortController();
   private readonly handlerCtl = new AbortController();
   private handed = 0;
+  /** claimed counts, under serverAutoAck(true) with a limit, the messages popped or being popped (a pop reserves its whole batch): the broker commits them in the pop, so no pop may take more than is left of the limit. */
+  private claimed = 0;
+  private popsReserving = 0;
+  private roomWaiters: (() => void)[] = [];
   private inFlight = 0;
   private lastMessageAt = Date.now();
   private idleTimer: ReturnType<typeof setTimeout> | undefined;
@@ -279,17 +283,59 @@ export class Consumer implements PromiseLike<void> {
     return this.s.limit > 0 && this.handed >= this.s.limit;
   }
 
+  /** stopsHanding: a stop or the limit ends the handing of a pop's messages, except that under serverAutoAck(true) a soft stop does not: those messages are committed and nothing can release them. */
+  private stopsHanding(): boolean {
+    return (this.s.serverAutoAck ? this.hard : this.stopping) || this.limitReached();
+  }
+
+  private capsBatch(): boolean {
+    return this.s.serverAutoAck === true && this.s.limit > 0;
+  }
+
+  private roomLeft(): number {
+    return this.s.limit - this.claimed;
+  }
+
+  /** cappedSource pops at most what is left of the limit, reserving it while the pop runs so concurrent workers never take more between them. */
+  private cappedSource(): PopSource<unknown> {
+    return withBatchCap(
+      this.source,
+      () => {
+        const room = this.roomLeft();
+        this.claimed += room;
+        this.popsReserving += 1;
+        return room;
+      },
+      (reserved, got) => {
+        this.claimed -= reserved - got;
+        this.popsReserving -= 1;
+        for (const wake of this.roomWaiters.splice(0)) wake();
+      },
+    );
+  }
+
+  /** waitForRoom resolves true once some of the limit is unclaimed, or false when all of it is (or the consumer stops): this worker is then done. */
+  private async waitForRoom(): Promise<boolean> {
+    while (this.roomLeft() <= 0) {
+      if (this.popsReserving === 0 || this.stopping) return false;
+      await new Promise<void>((wake) => this.roomWaiters.push(wake));
+    }
+    return true;
+  }
+
   private async worker(): Promise<void> {
-    const poller = new Poller(this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err));
+    const capped = this.capsBatch();
+    const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err));
     while (!this.stopping) {
+      if (capped && !(await this.waitForRoom())) break;
       let res: PopResult<unknown> | undefined;
       try {
-        res = await poller.next(() => this.stopping);
+        res = await poller.next(() => this.stopping || (capped && this.roomLeft() <= 0));
       } catch (err) {
         this.fail("pop", err);
         break;
       }
-      if (res === undefined) break;
+      if (res === undefined) continue; // stopping, or another worker's pop holds the rest of the limit
       this.lastMessageAt = Date.now();
       this.inFlight += 1;
       try {
@@ -322,15 +368,18 @@ export class Consumer implements PromiseLike<void> {
 
   private async handlePop(res: PopResult<unknown>): Promise<void> {
     const acks: PendingAck[] = [];
+    // Messages not handed because of a stop or the limit: released below, or, under serverAutoAck(true), lost.
+    let unhanded = 0;
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
     const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, this.report) : () => undefined;
     const fn = this.handler.fn;
     try {
       for (const slice of groupByPartition(res.messages)) {
         if (this.handler.kind === "each") {
-          for (const m of slice) {
-            if (this.stopping || this.limitReached()) {
+          for (const [i, m] of slice.entries()) {
+            if (this.stopsHanding()) {
               acks.push({ target: m, status: "retry" });
+              unhanded += slice.length - i;
               break;
             }
             this.handed += 1;
@@ -345,8 +394,9 @@ export class Consumer implements PromiseLike<void> {
           }
         } else {
           const first = slice[0]!;
-          if (this.stopping || this.limitReached()) {
+          if (this.stopsHanding()) {
             acks.push({ target: first, status: "retry" });
+            unhanded += slice.length;
             continue;
           }
           // Hand at most what is left of `limit`; the first message cut off is released with `retry`.
@@ -357,14 +407,21 @@ export class Consumer implements PromiseLike<void> {
           const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(handed, ctx));
           if (out.ok) {
             for (const m of handed) acks.push({ target: m, status: "completed" });
-            if (room < slice.length) acks.push({ target: slice[room]!, status: "retry" });
+            if (room < slice.length) {
+              acks.push({ target: slice[room]!, status: "retry" });
+              unhanded += slice.length - room;
+            }
           } else acks.push(out.cancelled ? { target: first, status: "retry" } : { target: first, status: "failed", error: errorText(out.err) });
         }
       }
     } finally {
       stopRenewing();
     }
-    if (this.s.serverAutoAck || !res.leaseId) return;
+    if (this.s.serverAutoAck) {
+      if (unhanded > 0) this.report("stop", new MessagesDroppedError(unhanded, "the consumer was stopped hard"));
+      return;
+    }
+    if (!res.leaseId) return;
     const ending = await ackPop(this.core, this.s.autoAck ? acks : acks.filter((a) => a.status === "retry"), res.consumerGroup, this.report);
     if (ending !== undefined) this.fail("ack", ending);
   }
@@ -377,7 +434,9 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
   const limitReached = () => s.limit > 0 && yielded >= s.limit;
   const idle = () => s.idleMillis > 0 && Date.now() - lastMessageAt >= s.idleMillis;
   const report = reporterFor(core, s, "messages");
-  const poller = new Poller(source, s, signal, (err) => report("pop", err));
+  // Under serverAutoAck(true) a pop commits its messages: it never takes more than is left of the limit.
+  const popFrom = s.serverAutoAck && s.limit > 0 ? withBatchCap(source, () => s.limit - yielded) : source;
+  const poller = new Poller(popFrom, s, signal, (err) => report("pop", err));
   while (!signal?.aborted && !limitReached()) {
     const res = await poller.next(() => signal?.aborted === true, idle);
     if (res === undefined) return;
@@ -387,6 +446,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     const pos = slices.map(() => 0);
     // The message the caller holds when it leaves the loop; with autoAck(false) it is theirs to ack.
     let inHand: number | undefined;
+    let handedOver = 0;
     try {
       outer: for (let k = 0; k < slices.length; k++) {
         const slice = slices[k]!;
@@ -394,6 +454,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
           if (signal?.aborted || limitReached()) break outer;
           inHand = k;
           yielded += 1;
+          handedOver += 1;
           yield slice[i]!;
           inHand = undefined;
           pos[k] = i + 1;
@@ -402,7 +463,10 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       lastMessageAt = Date.now();
     } finally {
       stopRenewing();
-      if (!s.serverAutoAck && res.leaseId) {
+      if (s.serverAutoAck) {
+        const dropped = res.messages.length - handedOver;
+        if (dropped > 0) report("stop", new MessagesDroppedError(dropped, "the iteration ended before they were handed over"));
+      } else if (res.leaseId) {
         const acks: PendingAck[] = [];
         slices.forEach((slice, k) => {
           let p = pos[k]!;

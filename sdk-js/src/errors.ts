@@ -175,6 +175,16 @@ export class EmptyTransactionError extends LanesError {
   }
 }
 
+/** MessagesDroppedError reports messages a `serverAutoAck(true)` pop took that were never handed over, because of a hard stop or an iterator left early. The broker committed them in the pop, so they will not be redelivered. */
+export class MessagesDroppedError extends LanesError {
+  /** count is how many popped messages were dropped unhandled. */
+  readonly count: number;
+  constructor(count: number, why: string) {
+    super(`${count} message(s) popped with serverAutoAck(true) dropped unhandled (${why}); the broker committed them in the pop and will not redeliver them`);
+    this.count = count;
+  }
+}
+
 /** ConsumerStoppedError is the abort reason of handler signals on a hard stop, and what a closed message iterator reports. */
 export class ConsumerStoppedError extends LanesError {
   constructor(message = "consumer stopped") {

@@ -6,7 +6,24 @@ import type { QueueState } from "./queue.js";
 
 /** PopSource is what a poller pops from (a queue builder). */
 export interface PopSource<T> {
-  popResult(opts: { signal?: AbortSignal }): Promise<PopResult<T>>;
+  popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined }): Promise<PopResult<T>>;
+}
+
+/** withBatchCap is `source` with every pop's batch capped at `reserve()`, which is called just before the pop; `settle(reserved, got)` then hears how many messages came (0 when the pop failed). */
+export function withBatchCap<T>(source: PopSource<T>, reserve: () => number, settle: (reserved: number, got: number) => void = () => undefined): PopSource<T> {
+  return {
+    async popResult(opts) {
+      const reserved = reserve();
+      let got = 0;
+      try {
+        const res = await source.popResult({ ...opts, maxBatch: reserved });
+        got = res.messages.length;
+        return res;
+      } finally {
+        settle(reserved, got);
+      }
+    },
+  };
 }
 
 /** isTransientLoopError: 429 (after the policy), network failures and 5xx keep a loop going; everything else ends it (docs/consuming.md §4). */

@@ -22,6 +22,8 @@ export interface PopKnobs {
   subscriptionMode?: string | undefined;
   subscriptionFrom?: string | undefined;
   serverAutoAck?: boolean | undefined;
+  /** maxBatch caps `batch` (the budget of the whole pop): a consumer under serverAutoAck(true) never pops more than what is left of its limit. */
+  maxBatch?: number | undefined;
   /** partitionRoute is true when the builder named a partition (`partitions` never sent). */
   partitionRoute: boolean;
   namespace?: string | undefined;
@@ -37,22 +39,24 @@ export function popQuery(k: PopKnobs, clientAutopilot: boolean): string {
   const partsSet = !k.partitionRoute && set(k.partitions);
   const parts: string[] = [];
   const add = (name: string, value: string | number | boolean) => parts.push(`${name}=${encodeURIComponent(String(value))}`);
+  const capped = (batch: number) => (set(k.maxBatch) ? Math.min(batch, k.maxBatch) : batch);
   const common = () => {
     add("wait", k.wait);
     add("timeout", Math.max(0, Math.round(k.timeoutMillis)));
     if (k.group) add("consumerGroup", k.group);
   };
   if (!on) {
-    add("batch", batchSet ? k.batch! : 1);
+    add("batch", capped(batchSet ? k.batch! : 1));
     common();
     if (partsSet && k.partitions! > 1) add("partitions", k.partitions!);
   } else if (batchSet && (k.partitionRoute || partsSet)) {
-    add("batch", k.batch!);
+    add("batch", capped(k.batch!));
     common();
     if (partsSet) add("partitions", k.partitions!);
   } else {
     add("autopilot", true);
-    if (batchSet) add("batch", k.batch!);
+    if (batchSet) add("batch", capped(k.batch!));
+    else if (set(k.maxBatch)) add("batch", k.maxBatch);
     common();
     if (partsSet) add("partitions", k.partitions!);
   }

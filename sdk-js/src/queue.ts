@@ -225,9 +225,10 @@ export class QueueBuilder<T = unknown> {
     };
   }
 
-  /** popResult makes one pop and returns the messages with the lease and the autopilot echo; an empty pop (204) is an empty list. Errors are thrown. */
-  async popResult(opts: { signal?: AbortSignal } = {}): Promise<PopResult<T>> {
+  /** popResult makes one pop and returns the messages with the lease and the autopilot echo; an empty pop (204) is an empty list. `maxBatch` caps the pop's batch. Errors are thrown. */
+  async popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined } = {}): Promise<PopResult<T>> {
     const { path, knobs } = this.popTarget();
+    knobs.maxBatch = opts.maxBatch;
     const res = await this.core.transport.request<PopResponse | undefined>({
       method: "GET",
       path,

@@ -1,7 +1,7 @@
 // The consume loop and the message iterator against the real broker.
 import { setTimeout as delay } from "node:timers/promises";
-import { describe, expect, it } from "vitest";
-import { AckError, BadRequestError, ConsumerStoppedError, type Message, type QueueBuilder } from "../../src/index.js";
+import { describe, expect, it, vi } from "vitest";
+import { AckError, BadRequestError, ConsumerStoppedError, MessagesDroppedError, type Message, type QueueBuilder } from "../../src/index.js";
 import { client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
@@ -407,5 +407,98 @@ describe("messages() renews the lease like the loop", () => {
     const off = await holdSlowly(q, (b) => b.renewLease(false));
     expect(off.stolen).toBe(1);
     expect(off.errors[0]).toBeInstanceOf(AckError);
+  });
+});
+
+describe("serverAutoAck(true): popped messages are committed", () => {
+  const push = async (q: string, n: number) => {
+    await client()
+      .queue(q)
+      .push(Array.from({ length: n }, (_, i) => ({ data: i })));
+  };
+  const left = async (q: string) => (await client().queue<number>(q).batch(20).wait(false).pop()).map((m) => m.data);
+
+  it.each([1, 4])("the loop (concurrency %i) never pops more than is left of limit(n)", async (concurrency) => {
+    const q = uniq("saalimit");
+    await push(q, 10);
+    const handled: number[] = [];
+    await client()
+      .queue<number>(q)
+      .serverAutoAck(true)
+      .batch(10)
+      .concurrency(concurrency)
+      .limit(3)
+      .consume((m) => void handled.push(m.data));
+    expect(handled).toEqual([0, 1, 2]);
+    expect(await left(q)).toEqual([3, 4, 5, 6, 7, 8, 9]);
+  });
+
+  it("the iterator never pops more than is left of limit(n)", async () => {
+    const q = uniq("saaiterlimit");
+    await push(q, 10);
+    const got: number[] = [];
+    for await (const m of client().queue<number>(q).serverAutoAck(true).batch(10).limit(3).messages()) got.push(m.data);
+    expect(got).toEqual([0, 1, 2]);
+    expect(await left(q)).toEqual([3, 4, 5, 6, 7, 8, 9]);
+  });
+
+  it("a soft stop still hands every message already popped to the handler", async () => {
+    const q = uniq("saasoft");
+    await push(q, 5);
+    const handled: number[] = [];
+    const errors: unknown[] = [];
+    const c = client()
+      .queue<number>(q)
+      .serverAutoAck(true)
+      .batch(5)
+      .onError((e) => errors.push(e))
+      .consume(async (m) => {
+        handled.push(m.data);
+        if (m.data === 0) void c.stop();
+        await sleep(20);
+      });
+    await c.closed;
+    expect(handled).toEqual([0, 1, 2, 3, 4]);
+    expect(errors).toEqual([]);
+  });
+
+  it("a hard stop reports how many popped messages it dropped", async () => {
+    const q = uniq("saahard");
+    await push(q, 5);
+    const handled: number[] = [];
+    const errors: unknown[] = [];
+    const c = client()
+      .queue<number>(q)
+      .serverAutoAck(true)
+      .batch(5)
+      .onError((e) => errors.push(e))
+      .consume((m) => {
+        handled.push(m.data);
+        if (m.data === 1) void c.stopAndCancel();
+      });
+    await c.closed;
+    expect(handled).toEqual([0, 1]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(MessagesDroppedError);
+    expect(errors[0]).toMatchObject({ count: 3 });
+    expect(await left(q)).toEqual([]); // committed in the pop: gone
+  });
+
+  it("an iterator left early reports how many popped messages it dropped; without onError as a warning", async () => {
+    const q = uniq("saaiterleave");
+    await push(q, 10);
+    const errors: unknown[] = [];
+    for await (const m of client().queue<number>(q).serverAutoAck(true).batch(5).onError((e) => errors.push(e)).messages()) if (m.data === 1) break;
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toMatchObject({ count: 3 });
+
+    const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
+    try {
+      for await (const m of client().queue<number>(q).serverAutoAck(true).batch(5).messages()) if (m.data === 5) break;
+      expect(warn).toHaveBeenCalledTimes(1);
+      expect(warn.mock.calls[0]![0]).toMatch(/^lanes: messages: stop: 4 message\(s\) popped with serverAutoAck\(true\) dropped unhandled/);
+    } finally {
+      warn.mockRestore();
+    }
   });
 });

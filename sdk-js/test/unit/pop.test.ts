@@ -67,6 +67,15 @@ describe("pop query assembly", () => {
     expect(c.popAutopilot).toBe(false);
     expect(new Lanes({ url: "http://127.0.0.1:1", env: {}, popAutopilot: false }).popAutopilot).toBe(false);
   });
+  it.each<[string, B, number, string]>([
+    ["defaults: batch sent with autopilot", (q) => q, 3, "autopilot=true&batch=3&wait=true&timeout=30000"],
+    ["a larger batch is cut", (q) => q.batch(10), 3, "autopilot=true&batch=3&wait=true&timeout=30000"],
+    ["a smaller batch stays", (q) => q.batch(2), 3, "autopilot=true&batch=2&wait=true&timeout=30000"],
+    ["autopilot off: 1 stays 1", (q) => q.autopilot(false), 3, "batch=1&wait=true&timeout=30000"],
+    ["both knobs", (q) => q.batch(10).partitions(4), 3, "batch=3&wait=true&timeout=30000&partitions=4"],
+  ])("maxBatch caps the batch: %s", (_name, b, maxBatch, want) => {
+    expect(popQuery({ ...b(lanes.queue("orders")).popTarget().knobs, maxBatch }, true)).toBe(want);
+  });
   it("builders are immutable", () => {
     const base = lanes.queue("orders");
     base.batch(5).group("x");
