@@ -25,8 +25,10 @@ def test_hint_parsing() -> None:
     rfc850 = "Friday, 15-Jan-27 08:00:03 GMT"
     base = email.utils.parsedate_to_datetime("Fri, 15 Jan 2027 08:00:00 GMT").timestamp()
     assert parse_hint({"retry-after": rfc850}, base) == pytest.approx(3.0)
-    for bad in ("-1", "NaN", "soon", "inf"):
+    for bad in ("0", "0.0", "-1", "NaN", "soon", "inf"):
         assert parse_hint({"retry-after": bad}, NOW) is None
+    assert parse_hint({"retry-after-ms": "0"}, NOW) is None
+    assert parse_hint({"retry-after": email.utils.formatdate(NOW, usegmt=True)}, NOW) is None
     past = email.utils.formatdate(NOW - 60, usegmt=True)
     assert parse_hint({"retry-after": past}, NOW) is None
 
@@ -49,6 +51,9 @@ def test_asctime_hint_is_gmt_whatever_the_local_zone(monkeypatch: pytest.MonkeyP
         (429, {"retry-after-ms": "250"}, {}, True, 0.25),
         (429, {"Retry-After": "1.5"}, {}, True, 1.5),
         (429, {"Retry-After": "-1"}, {}, True, 0.5),
+        (429, {"Retry-After": "0"}, {}, True, 0.5),
+        (429, {"retry-after-ms": "0"}, {"retries_429": 1}, True, 1.0),
+        (503, {"Retry-After": "0"}, {}, True, 0.5),
         (429, {"Retry-After": "NaN"}, {}, True, 0.5),
         (429, {"Retry-After": "soon"}, {}, True, 0.5),
         (429, {"Retry-After": "3600"}, {}, False, 0.0),

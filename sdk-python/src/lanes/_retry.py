@@ -62,19 +62,22 @@ class Decision:
     outcome_unknown: bool = False
 
 
-def _finite_nonneg(v: float) -> float | None:
-    if math.isnan(v) or math.isinf(v) or v < 0:
+def _positive_hint(v: float) -> float | None:
+    """A usable hint: finite and above 0. A 0 (or a date of now) is no hint, so the computed
+    backoff applies rather than an immediate retry (docs/retries.md §3)."""
+    if math.isnan(v) or math.isinf(v) or v <= 0:
         return None
     return v
 
 
 def parse_hint(headers: Mapping[str, str], now: float) -> float | None:
     """Server delay hint in seconds: ``retry-after-ms``, then ``Retry-After`` as seconds (float),
-    then as an HTTP-date relative to ``now``. Negative, NaN, infinite or unparseable → None."""
+    then as an HTTP-date relative to ``now``. Zero, negative, NaN, infinite or unparseable →
+    None."""
     ms = headers.get("retry-after-ms")
     if ms is not None:
         try:
-            v = _finite_nonneg(float(ms.strip()))
+            v = _positive_hint(float(ms.strip()))
         except ValueError:
             v = None
         if v is not None:
@@ -84,7 +87,7 @@ def parse_hint(headers: Mapping[str, str], now: float) -> float | None:
         return None
     ra = ra.strip()
     try:
-        return _finite_nonneg(float(ra))
+        return _positive_hint(float(ra))
     except ValueError:
         pass
     try:
@@ -97,8 +100,8 @@ def parse_hint(headers: Mapping[str, str], now: float) -> float | None:
         # The asctime form carries no zone; HTTP-dates are GMT (RFC 9110 §5.6.7), while a naive
         # datetime's timestamp() would read it as local time.
         when = when.replace(tzinfo=datetime.timezone.utc)
-    # A date in the past is a negative hint: none, like every invalid hint.
-    return _finite_nonneg(when.timestamp() - now)
+    # A date in the past (or now) is no hint, like every invalid one.
+    return _positive_hint(when.timestamp() - now)
 
 
 def backoff(settings: RetrySettings, n: int, rand: float) -> float:
