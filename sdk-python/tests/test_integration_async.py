@@ -166,7 +166,13 @@ async def test_messages_iterator_reports_a_failed_ack_to_on_error_and_goes_on(
     await client.queue(qname).push(["a"])
     errors: list[BaseException] = []
     got = []
-    q = client.queue(qname).lease_seconds(1).timeout_millis(300).on_error(errors.append)
+    q = (
+        client.queue(qname)
+        .lease_seconds(1)
+        .renew_lease(False)  # so the lease ends in the loop body
+        .timeout_millis(300)
+        .on_error(errors.append)
+    )
     async with q.messages(idle_timeout=0.5) as it:
         async for m in it:
             got.append(m.data)
@@ -277,3 +283,52 @@ async def test_stop_with_a_pop_in_flight_leaves_nothing_leased(
     got = await asyncio.wait_for(client.queue(qname).timeout_millis(5000).pop(), 4)
     assert [m.data for m in got] == ["late"]  # not held for the 60 s lease of an abandoned pop
     assert handled == []
+
+
+async def test_messages_iterator_renews_the_lease_while_a_slow_loop_body_runs(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # As the sync test: a 2 s lease outlived by a 3.5 s loop body.
+    await client.queue(qname).push(["slow"])
+    errors: list[BaseException] = []
+    q = client.queue(qname).lease_seconds(2).timeout_millis(300).on_error(errors.append)
+    async with q.messages(idle_timeout=0.5) as it:
+        async for m in it:
+            await asyncio.sleep(3.5)
+            assert await drain(client.queue(qname)) == [], "the lease ran out in the loop body"
+            assert m.data == "slow"
+    assert errors == []
+    assert await drain(client.queue(qname)) == []
+
+
+async def test_server_auto_ack_limit_caps_the_pop_and_a_hard_stop_reports_what_it_dropped(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    await client.queue(qname).push(list(range(10)))
+    errors: list[BaseException] = []
+    q = (
+        client.queue(qname)
+        .server_auto_ack(True)
+        .autopilot(False)
+        .batch(4)
+        .timeout_millis(300)
+        .on_error(errors.append)
+    )
+    seen: list[int] = []
+    await q.limit(3).run(lambda m: seen.append(m.data))
+    assert seen == [0, 1, 2]  # 3..9 still queued: the pop asked for 3, not 4
+    started = asyncio.Event()
+
+    async def stuck(m: lanes.Message) -> None:
+        seen.append(m.data)
+        started.set()
+        await asyncio.sleep(30)
+
+    cons = q.consume(stuck)
+    await asyncio.wait_for(started.wait(), 5)
+    await cons.stop_and_cancel(10)
+    assert seen == [0, 1, 2, 3]
+    dropped = [e for e in errors if isinstance(e, lanes.AutoAckDroppedError)]
+    assert [e.count for e in dropped] == [3]  # 4, 5, 6 were committed by the pop, never handled
+    assert [m.data for m in await drain(client.queue(qname))] == [7, 8, 9]
+

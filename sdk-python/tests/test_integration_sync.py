@@ -343,7 +343,7 @@ def test_messages_iterator_reports_a_failed_ack_to_on_error_and_goes_on(
     client.queue(qname).push(["a"])
     errors: list[BaseException] = []
     got: list[Any] = []
-    q = client.queue(qname).lease_seconds(1).timeout_millis(300)
+    q = client.queue(qname).lease_seconds(1).renew_lease(False).timeout_millis(300)
     with q.messages(idle_timeout=0.5, on_error=errors.append) as it:
         for m in it:
             got.append(m.data)
@@ -563,3 +563,48 @@ def test_timers(client: lanes.Lanes, qname: str) -> None:
     assert r.ok and r.status == "scheduled"
     assert t.get("remind").found
     assert t.cancel("remind").status == "cancelled"
+
+
+def test_messages_iterator_renews_the_lease_while_a_slow_loop_body_runs(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # A 2 s lease and a 3.5 s loop body: the iterator's renewal thread keeps the message leased
+    # (no other consumer gets it), and the ack after the body succeeds, as in the consume loop.
+    client.queue(qname).push(["slow"])
+    errors: list[BaseException] = []
+    q = client.queue(qname).lease_seconds(2).timeout_millis(300).on_error(errors.append)
+    with q.messages(idle_timeout=0.5) as it:
+        for m in it:
+            time.sleep(3.5)
+            assert drain(client.queue(qname)) == [], "the lease ran out in the loop body"
+            assert m.data == "slow"
+    assert errors == []
+    assert drain(client.queue(qname)) == []  # acked
+
+
+def test_server_auto_ack_pops_no_more_than_the_limit_and_a_soft_stop_hands_every_message_over(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # Under server auto-ack a popped message is committed: the pop asks for what is left of the
+    # limit only, so the rest stays in the queue for the next consumer.
+    client.queue(qname).push(list(range(10)))
+    q = client.queue(qname).server_auto_ack(True).autopilot(False).batch(10).timeout_millis(300)
+    seen: list[int] = []
+    q.limit(3).run(lambda m: seen.append(m.data))
+    assert seen == [0, 1, 2]
+    it = q.messages(limit=2)
+    assert _take(it) == [3, 4]
+    # A soft stop while the first of five committed messages is in the handler: all five are
+    # handed over (nothing could release them).
+    started = threading.Event()
+
+    def slow(m: lanes.Message) -> None:
+        started.set()
+        seen.append(m.data)
+        time.sleep(0.2)
+
+    cons = q.consume(slow)
+    assert started.wait(5)
+    cons.stop(10)
+    assert seen == [0, 1, 2, 5, 6, 7, 8, 9]
+    assert drain(client.queue(qname)) == []

@@ -18,12 +18,13 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
-from lanes._exceptions import ConsumerStoppedError
-from lanes._pacer import PollPacer
+from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
+from lanes._pacer import ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop
+from lanes._renewal import renew_lease_async
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
 T = TypeVar("T")
-ErrorCallback = Callable[[BaseException], None]
+__all__ = ["AsyncConsumer", "Consumer", "Engine", "ErrorCallback", "Ops", "in_thread"]
 Status = Literal["completed", "failed", "retry"]
 
 
@@ -31,7 +32,8 @@ Status = Literal["completed", "failed", "retry"]
 class Ops:
     """The I/O the engine needs, as coroutines (the sync client wraps its blocking calls)."""
 
-    pop: Callable[[], Awaitable[PopResult]]
+    pop: Callable[[P.QueueSpec], Awaitable[PopResult]]
+    """Pop with this spec (the builder's, or its batch capped under server auto-ack)."""
     ack: Callable[[list[tuple[str, P.AckEntry]]], Awaitable[list[AckResult]]]
     renew: Callable[[str, int], Awaitable[RenewResult]]
     invoke: Callable[[Any], Awaitable[None]]
@@ -45,12 +47,12 @@ class Engine:
         self,
         spec: P.QueueSpec,
         ops: Ops,
-        on_error: ErrorCallback | None,
+        report: ErrorReporter,
         cancellable_handlers: bool,
     ) -> None:
         self.spec = spec
         self.ops = ops
-        self.on_error = on_error
+        self.report = report
         self.cancellable = cancellable_handlers
         self.error: BaseException | None = None
         self.delivered = 0
@@ -63,6 +65,10 @@ class Engine:
         self._busy = 0  # workers handling a pop (handlers, then acks)
         self._last_activity = time.monotonic()
         self._escalation: asyncio.TimerHandle | None = None
+        # Under server auto-ack with a limit: messages popped so far, and the batch caps of the
+        # pops in flight, so that all workers together never pop more than the limit.
+        self._auto_acked = 0
+        self._auto_ack_reserved = 0
 
     # -- control (call on the engine's loop) --------------------------------------------------
 
@@ -79,10 +85,25 @@ class Engine:
             after = self.spec.soft_stop_timeout_millis / 1000.0
             self._escalation = loop.call_later(after, self.request_stop, True)
 
-    def _report(self, e: BaseException) -> None:
-        if self.on_error is not None:
-            with contextlib.suppress(Exception):  # a broken callback must not kill the loop
-                self.on_error(e)
+    def _fail(self, e: BaseException, op: str) -> None:
+        """End the whole consumer with a terminal error; on_error hears of it too (as in Go and
+        TS), then closed() raises it."""
+        self.report(e, op)
+        if self.error is None:
+            self.error = e
+        self.request_stop()
+
+    def _cut_short(self) -> bool:
+        """Whether to stop handing messages to the handler: on any stop, but under server
+        auto-ack only on a hard one (they are committed: nothing could release them)."""
+        return self.hard if self.spec.server_auto_ack else self._stop.is_set()
+
+    def _auto_ack_room(self) -> int | None:
+        """How many messages the next pop may take under server auto-ack with a limit (None:
+        no cap), counting the other workers' pops in flight."""
+        if not self.spec.server_auto_ack or self.spec.limit <= 0:
+            return None
+        return self.spec.limit - self._auto_acked - self._auto_ack_reserved
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):
@@ -117,12 +138,29 @@ class Engine:
 
     async def _worker(self) -> None:
         stop = self._stop
-        pacer = PollPacer(self.spec.parks, lambda e, _pause: self._report(e))
+        pacer = PollPacer(self.spec, lambda e, _pause: self.report(e, "pop"))
         while not stop.is_set():
-            pop_t = asyncio.ensure_future(self.ops.pop())
+            spec = self.spec
+            room = self._auto_ack_room()
+            if room is not None:
+                if room <= 0:
+                    if self._auto_ack_reserved == 0:
+                        break  # the limit is popped: the workers holding it hand it over
+                    await self._pause(0.05)  # another worker's pop may come back short
+                    continue
+                spec = P.auto_ack_pop_cap(spec, room)
+                self._auto_ack_reserved += room
+            pacer.popping()
+            pop_t = asyncio.ensure_future(self.ops.pop(spec))
             stop_t = asyncio.ensure_future(stop.wait())
-            done, _ = await asyncio.wait({pop_t, stop_t}, return_when=asyncio.FIRST_COMPLETED)
-            stop_t.cancel()
+            try:
+                done, _ = await asyncio.wait({pop_t, stop_t}, return_when=asyncio.FIRST_COMPLETED)
+            finally:
+                stop_t.cancel()
+                if room is not None:
+                    self._auto_ack_reserved -= room
+                    if pop_t.done() and not pop_t.cancelled() and pop_t.exception() is None:
+                        self._auto_acked += len(pop_t.result().messages)
             if pop_t not in done:
                 # Stopping: abandon the long-poll. A cancelled request makes the broker give its
                 # claim back; a blocking one (the sync client) cannot be cancelled, so its
@@ -140,12 +178,7 @@ class Engine:
                 if pause is not None:
                     await self._pause(pause)
                     continue
-                # 403, 413, every other 4xx and 501: terminal for the whole consumer; on_error
-                # hears of it too (as in Go and TS), then closed() raises it.
-                self._report(e)
-                if self.error is None:
-                    self.error = e
-                self.request_stop()
+                self._fail(e, "pop")  # 403, 413, every other 4xx and 501
                 break
             pause = pacer.after_answer(res)
             if not res.messages:
@@ -175,42 +208,27 @@ class Engine:
         if isinstance(exc, (ConsumerStoppedError, asyncio.CancelledError)):
             return "retry", None
         if self.spec.report_handler_errors:
-            self._report(exc)
+            self.report(exc, "handler")
         return "failed", f"{type(exc).__name__}: {exc}"
-
-    async def _renewer(self, lease_id: str, every: float, popped_at: datetime) -> None:
-        """Extend the lease every ``every`` s; when that is 0 (the lease is unknown), first 1 s
-        after the pop, then at a third of the lease that renewal's answer shows."""
-        next_in = every or P.RENEW_UNKNOWN_LEASE_AFTER_S
-        while True:
-            await asyncio.sleep(next_in)
-            try:
-                r = await self.ops.renew(lease_id, P.renewal_extension(next_in))
-            except Exception as e:
-                self._report(e)
-                continue
-            if not r.success:
-                self._report(RuntimeError(f"lanes: lease {lease_id} was not renewed"))
-                return
-            if not every:
-                every = P.renew_every_for_expiry(popped_at, r.new_expires_at)
-            next_in = every
 
     async def _handle(self, res: PopResult) -> None:
         outcomes: list[P.Outcome] = []
         unhandled: list[Sequence[Message]] = []
+        batches_handed = 0  # messages handed in batch mode (one outcome per failed slice)
         renew = P.renew_every(self.spec)
         ticker = None
         if renew is not None and res.lease_id:
-            popped_at = datetime.now(timezone.utc)
-            ticker = asyncio.ensure_future(self._renewer(res.lease_id, renew, popped_at))
+            schedule = P.RenewalSchedule(renew, datetime.now(timezone.utc))
+            ticker = asyncio.ensure_future(
+                renew_lease_async(res.lease_id, schedule, self.ops.renew, self.report)
+            )
         try:
             groups = P.by_partition(res.messages)
             if self.spec.each and isinstance(self.ops.invoke, SyncInvoke):
                 await self._each_in_pool(self.ops.invoke, groups, outcomes, unhandled)
                 groups = []  # all planned in the pool; the loop below is the async plan
             for group in groups:
-                if self._stop.is_set() or self._limit_reached():
+                if self._cut_short() or self._limit_reached():
                     unhandled.append(group)
                     continue
                 if not self.spec.each:
@@ -219,6 +237,7 @@ class Engine:
                         room = min(room, self.spec.limit - self.delivered)
                     handed, rest = group[:room], group[room:]
                     self.delivered += len(handed)
+                    batches_handed += len(handed)
                     st, err = await self._call(list(handed))
                     if st == "completed":
                         outcomes.extend((m, "completed", None) for m in handed)
@@ -228,7 +247,7 @@ class Engine:
                         outcomes.append((handed[0], st, err))
                 else:
                     for i, m in enumerate(group):
-                        if self._stop.is_set() or self._limit_reached():
+                        if self._cut_short() or self._limit_reached():
                             unhandled.append(group[i:])
                             break
                         self.delivered += 1
@@ -242,13 +261,21 @@ class Engine:
             if ticker is not None:
                 ticker.cancel()
         if self.spec.server_auto_ack:
+            # Committed at the pop, so nothing releases what a hard stop or a failure cut off.
+            dropped = len(res.messages) - (len(outcomes) if self.spec.each else batches_handed)
+            if dropped:
+                why = "hard stop" if self.hard else "after a handler failure in their partition"
+                self.report(AutoAckDroppedError(dropped, why), "handle")
             return
         entries = P.batch_acks(outcomes, unhandled, self.spec.auto_ack)
         if entries:
             try:
                 await self.ops.ack(entries)
             except Exception as e:
-                self._report(e)
+                if ack_error_ends_loop(e):
+                    self._fail(e, "ack")
+                else:
+                    self.report(e, "ack")
 
     # -- sync handlers, one message at a time ---------------------------------------------------
     #
@@ -273,7 +300,7 @@ class Engine:
             await asyncio.wait({fut})
             start, exc = fut.result()
             if exc is not None:
-                self._report(exc)
+                self.report(exc, "handler")
             if self._limit_reached():
                 self.request_stop()
 
@@ -291,7 +318,7 @@ class Engine:
             group = groups[gi]
             for i, m in enumerate(group):
                 with self._count_lock:
-                    if self._stop.is_set() or self._limit_reached():
+                    if self._cut_short() or self._limit_reached():
                         unhandled.append(group[i:])
                         break
                     self.delivered += 1

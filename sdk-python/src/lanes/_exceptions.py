@@ -14,6 +14,7 @@ __all__ = [
     "APIConnectionError",
     "APIError",
     "AckError",
+    "AutoAckDroppedError",
     "ClientClosedError",
     "ConsumerStopped",
     "ConsumerStoppedError",
@@ -216,6 +217,20 @@ class DroppedError(LanesError):
         self.items = list(items)
         self.cause = cause
         self.__cause__ = cause
+
+
+class AutoAckDroppedError(LanesError):
+    """What ``on_error`` gets (else a warning log) when ``count`` messages popped under server
+    auto-ack were never handed to the handler or the iterator's caller (a hard stop, a
+    cancelled consumer, an iterator left early): the broker committed them at the pop, so they
+    are not redelivered."""
+
+    def __init__(self, count: int, why: str) -> None:
+        super().__init__(
+            f"lanes: {count} message(s) popped under server auto-ack were dropped unhandled "
+            f"({why}); the broker committed them, so they are not redelivered"
+        )
+        self.count = count
 
 
 class AckError(LanesError):

@@ -5,29 +5,32 @@ acks of one pop go out as one batch before the next pop. Leaving early (``break`
 ``close()``) releases the message in hand (unless you acked it) and the rest of its batch with
 ``retry``: redelivered without spending the retry budget.
 
-Errors the iteration waits out (failed pops: network failures, 429, 5xx but 501) and failed acks
-(``AckError`` or the call's own error) go to ``on_error`` (the builder's ``.on_error()`` or the
-``on_error=`` keyword of ``messages()``), else to the ``lanes`` logger; only an error that ends the
-iteration is raised (403, 413, other 4xx, 501), as in Go and TypeScript."""
+The lease of each pop is renewed while its messages are in hand, as in the consume loop (on by
+default, off with ``renew_lease(False)``; the blocking iterator renews from a daemon thread, so a
+slow loop body keeps its lease), until they are all acked or released.
+
+Errors the iteration waits out (failed pops: network failures, 429, 5xx but 501; failed renewals;
+failed acks but those below) go to ``on_error`` (the builder's ``.on_error()`` or the ``on_error=``
+keyword of ``messages()``), else to the client's logger (``lanes``) as a warning; only an error
+that ends the iteration is raised: from a pop or an ack, 403, 413, other 4xx (an ack's 408, 409
+and 429 aside) and 501, as in Go and TypeScript."""
 
 from __future__ import annotations
 
-import contextlib
-import logging
+import asyncio
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 from types import TracebackType
 
 from lanes import _protocol as P
-from lanes._consumer import ErrorCallback
-from lanes._exceptions import ConsumerStoppedError
-from lanes._pacer import PollPacer
-from lanes._types import AckResult, Message, PopResult
+from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
+from lanes._pacer import ErrorReporter, PollPacer, ack_error_ends_loop
+from lanes._renewal import LeaseRenewalThread, renew_lease_async
+from lanes._types import AckResult, Message, PopResult, RenewResult
 
 Entries = list[tuple[str, P.AckEntry]]
-
-_log = logging.getLogger("lanes")
 
 
 class _Core:
@@ -37,10 +40,10 @@ class _Core:
         auto_ack: bool,
         limit: int,
         idle_timeout: float,
-        on_error: ErrorCallback | None = None,
+        report: ErrorReporter,
     ) -> None:
         self.spec = spec
-        self.on_error = on_error
+        self.report = report
         self.auto_ack = auto_ack
         self.limit = limit
         self.idle_timeout = idle_timeout
@@ -51,8 +54,9 @@ class _Core:
         self.closed = False
         self.last_msg = time.monotonic()
         self.pacer = PollPacer(
-            spec.parks, lambda e, pause: self.report(e, f"popping again in {pause:.1f} s")
+            spec, lambda e, pause: self.report(e, f"pop (popping again in {pause:.1f} s)")
         )
+        self.renew_every = P.renew_every(spec)
 
     def _entry(self, m: Message, status: str) -> tuple[str, P.AckEntry]:
         return (
@@ -66,6 +70,23 @@ class _Core:
             self.last_msg = time.monotonic()  # idle counts from the end of the handling, as in Go
         if m is not None and self.auto_ack and not m._acked and not self.spec.server_auto_ack:
             self.pending.append(self._entry(m, "completed"))
+            m._acked = True  # its ack goes out before the next pop: no more renewals for it
+
+    def pop_spec(self) -> P.QueueSpec:
+        """The next pop's spec: under server auto-ack, its batch capped at what is left of the
+        limit (a message committed beyond it could be handed to nobody)."""
+        if not self.spec.server_auto_ack or not self.limit:
+            return self.spec
+        return P.auto_ack_pop_cap(self.spec, self.limit - self.yielded)
+
+    def renewal(self, res: PopResult) -> tuple[P.RenewalSchedule, Callable[[], bool]] | None:
+        """How to renew a pop's lease while its messages are in hand (None: not at all), and
+        the check that says they are all acked or released."""
+        if self.renew_every is None or not res.lease_id or not res.messages:
+            return None
+        msgs = res.messages
+        schedule = P.RenewalSchedule(self.renew_every, datetime.now(timezone.utc))
+        return schedule, lambda: self.closed or all(m._acked for m in msgs)
 
     def next_buffered(self) -> Message | None:
         if self.limit and self.yielded >= self.limit:
@@ -81,6 +102,14 @@ class _Core:
         out, self.pending = self.pending, []
         return out
 
+    def check_ack_error(self, err: Exception) -> None:
+        """Raise an ack error that ends the iteration; report any other (its messages redeliver
+        after their lease)."""
+        if ack_error_ends_loop(err):
+            self.closed = True
+            raise err
+        self.report(err, "ack (its messages redeliver after their lease)")
+
     def pause_after(self, err: Exception) -> float:
         """The pause before the next pop after a pop error the iteration waits out, as the
         consume loop does (docs/consuming.md §4: network failures, 429, 5xx but 501); an error
@@ -89,14 +118,6 @@ class _Core:
         if pause is None:
             raise err
         return pause
-
-    def report(self, err: BaseException, then: str) -> None:
-        """Pass an error the iteration goes on after to ``on_error``, else log it."""
-        if self.on_error is None:
-            _log.warning("lanes: messages: %s; %s", err, then)
-            return
-        with contextlib.suppress(Exception):  # a broken callback must not end the iteration
-            self.on_error(err)
 
     def feed(self, res: PopResult) -> float:
         """Take a pop's messages; return the pause before the next pop (0 = none)."""
@@ -113,6 +134,8 @@ class _Core:
         self.closed = True
         out = self.take_pending()
         if self.spec.server_auto_ack:
+            if self.buf:
+                self.report(AutoAckDroppedError(len(self.buf), "iterator left early"), "close")
             self.buf.clear()
             self.current = None
             return out
@@ -132,19 +155,30 @@ class MessageIterator:
     def __init__(
         self,
         core: _Core,
-        pop: Callable[[], PopResult],
+        pop: Callable[[P.QueueSpec], PopResult],
         ack: Callable[[Entries], list[AckResult]],
+        renew: Callable[[str, int], RenewResult],
         sleep: Callable[[float], None] = time.sleep,
     ) -> None:
         self._c, self._pop, self._ack_call, self._sleep = core, pop, ack, sleep
+        self._renew_call = renew
+        self._renewals: list[LeaseRenewalThread] = []
 
     def _ack(self, entries: Entries) -> None:
-        """Send acks; a failure is reported, not raised (the messages redeliver after their
-        lease), as in the consume loop."""
         try:
             self._ack_call(entries)
         except Exception as e:
-            self._c.report(e, "its messages redeliver after their lease")
+            self._c.check_ack_error(e)
+
+    def _start_renewal(self, res: PopResult) -> None:
+        plan = self._c.renewal(res)
+        if plan is None:
+            return
+        self._renewals = [r for r in self._renewals if r.running]
+        schedule, settled = plan
+        self._renewals.append(
+            LeaseRenewalThread(res.lease_id, schedule, self._renew_call, self._c.report, settled)
+        )
 
     def __iter__(self) -> MessageIterator:
         return self
@@ -163,10 +197,12 @@ class MessageIterator:
                 if pending:
                     self._ack(pending)
                 try:
-                    res = self._pop()
+                    c.pacer.popping()
+                    res = self._pop(c.pop_spec())
                 except Exception as e:
                     self._sleep(c.pause_after(e))
                     continue
+                self._start_renewal(res)
                 pause = c.feed(res)
                 if pause:
                     self._sleep(pause)
@@ -175,10 +211,13 @@ class MessageIterator:
             raise
 
     def close(self) -> None:
-        """Send pending acks and release what was not handled (idempotent)."""
+        """Send pending acks and release what was not handled (idempotent); raises an ack error
+        that ends the iteration (403, 413, other 4xx but 408/409/429, 501)."""
         if self._c.closed:
             return
         entries = self._c.close_entries()
+        for r in self._renewals:
+            r.stop()
         if entries:
             self._ack(entries)
 
@@ -205,17 +244,31 @@ class AsyncMessageIterator:
     def __init__(
         self,
         core: _Core,
-        pop: Callable[[], Awaitable[PopResult]],
+        pop: Callable[[P.QueueSpec], Awaitable[PopResult]],
         ack: Callable[[Entries], Awaitable[list[AckResult]]],
+        renew: Callable[[str, int], Awaitable[RenewResult]],
         sleep: Callable[[float], Awaitable[None]],
     ) -> None:
         self._c, self._pop, self._ack_call, self._sleep = core, pop, ack, sleep
+        self._renew_call = renew
+        self._renewals: set[asyncio.Future[None]] = set()
 
     async def _ack(self, entries: Entries) -> None:
         try:
             await self._ack_call(entries)
         except Exception as e:
-            self._c.report(e, "its messages redeliver after their lease")
+            self._c.check_ack_error(e)
+
+    def _start_renewal(self, res: PopResult) -> None:
+        plan = self._c.renewal(res)
+        if plan is None:
+            return
+        schedule, settled = plan
+        task = asyncio.ensure_future(
+            renew_lease_async(res.lease_id, schedule, self._renew_call, self._c.report, settled)
+        )
+        self._renewals.add(task)
+        task.add_done_callback(self._renewals.discard)
 
     def __aiter__(self) -> AsyncMessageIterator:
         return self
@@ -234,10 +287,12 @@ class AsyncMessageIterator:
                 if pending:
                     await self._ack(pending)
                 try:
-                    res = await self._pop()
+                    c.pacer.popping()
+                    res = await self._pop(c.pop_spec())
                 except Exception as e:
                     await self._sleep(c.pause_after(e))
                     continue
+                self._start_renewal(res)
                 pause = c.feed(res)
                 if pause:
                     await self._sleep(pause)
@@ -246,9 +301,12 @@ class AsyncMessageIterator:
             raise StopAsyncIteration from None
 
     async def aclose(self) -> None:
+        """As :meth:`MessageIterator.close`."""
         if self._c.closed:
             return
         entries = self._c.close_entries()
+        for t in list(self._renewals):
+            t.cancel()
         if entries:
             await self._ack(entries)
 

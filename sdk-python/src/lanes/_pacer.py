@@ -1,14 +1,20 @@
-"""The pacing of a pop loop, shared by the consume engine (``_consumer``) and the message
-iterators (``_iter``), blocking and asyncio alike (docs/consuming.md §3 and §4): which failed pops
-are waited out and for how long, and the pause after an empty answer. The callers pop and wait."""
+"""The pacing and error policy of a pop loop, shared by the consume engine (``_consumer``) and the
+message iterators (``_iter``), blocking and asyncio alike (docs/consuming.md §3 and §4): which
+failed pops are waited out and for how long, the pause after an empty answer, which failed acks
+end the loop, and where the errors a loop goes on after are reported. The callers pop and wait."""
 
 from __future__ import annotations
 
+import contextlib
+import logging
+import time
 from collections.abc import Callable
 
 from lanes import _protocol as P
 from lanes._exceptions import APIConnectionError, APIError, RateLimitError
 from lanes._types import AutopilotEcho, PopResult
+
+ErrorCallback = Callable[[BaseException], None]
 
 
 def transient(e: BaseException) -> bool:
@@ -22,14 +28,54 @@ def transient(e: BaseException) -> bool:
     return False
 
 
-class PollPacer:
-    """One loop's pacing state: consecutive failed pops and the last autopilot echo."""
+def ack_error_ends_loop(e: BaseException) -> bool:
+    """A failed ack that ends the consumer or iterator, as the same answer to a pop would: 403,
+    413, any other 4xx but 408, 409 and 429, and 501. Anything else (network, 5xx, per-item
+    ``AckError``) is reported and the loop goes on; its messages redeliver after their lease."""
+    if not isinstance(e, APIError):
+        return False
+    return e.status == 501 or (400 <= e.status < 500 and e.status not in (408, 409, 429))
 
-    def __init__(self, parks: bool, report: Callable[[Exception, float], None]) -> None:
-        self.parks = parks
+
+class ErrorReporter:
+    """Where a loop's errors go: the ``on_error`` callback when set (a broken callback must not
+    end the loop), else one warning line on the client's logger (``lanes`` by default)."""
+
+    def __init__(self, on_error: ErrorCallback | None, logger: logging.Logger, loop: str) -> None:
+        self.on_error = on_error
+        self.logger = logger
+        self.loop = loop  # "consume" or "messages", named in the log line
+
+    def __call__(self, err: BaseException, op: str) -> None:
+        if self.on_error is None:
+            self.logger.warning("lanes: %s: %s: %s", self.loop, op, err)
+            return
+        with contextlib.suppress(Exception):
+            self.on_error(err)
+
+
+class PollPacer:
+    """One loop's pacing state: consecutive failed pops, consecutive fast-empty long polls and
+    the last autopilot echo. Call :meth:`popping` right before each pop."""
+
+    def __init__(
+        self,
+        spec: P.QueueSpec,
+        report: Callable[[Exception, float], None],
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.parks = spec.parks
+        # A long poll answering empty sooner than this did not park (docs/consuming.md §3 step 2).
+        self.fast_empty_under = spec.timeout_millis / 1000.0 / 10
         self.report = report  # hears of each failed pop waited out, with the pause before the next
+        self.clock = clock
         self.errors = 0  # consecutive failed pops waited out (429s aside)
+        self.fast_empties = 0  # consecutive long polls that answered empty without waiting
         self.last_echo: AutopilotEcho | None = None
+        self._pop_started = 0.0
+
+    def popping(self) -> None:
+        self._pop_started = self.clock()
 
     def after_error(self, err: Exception) -> float | None:
         """Seconds to wait before popping again after a failed pop (reported first): the 429's
@@ -47,10 +93,18 @@ class PollPacer:
 
     def after_answer(self, res: PopResult) -> float:
         """Seconds to wait before popping again after an answer: none when it holds messages or
-        the pop parks, else the broker's waitMs advice (or 100 ms)."""
+        a long poll waited, 100 ms doubling to 2 s while long polls answer empty in under a tenth
+        of their timeout, else (no long poll) the broker's waitMs advice (or 100 ms)."""
         self.errors = 0
         if res.autopilot is not None:
             self.last_echo = res.autopilot
-        if res.messages or self.parks:
+        if res.messages:
+            self.fast_empties = 0
             return 0.0
-        return P.empty_poll_pause(res.autopilot or self.last_echo)
+        if not self.parks:
+            return P.empty_poll_pause(res.autopilot or self.last_echo)
+        if self.clock() - self._pop_started >= self.fast_empty_under:
+            self.fast_empties = 0
+            return 0.0
+        self.fast_empties += 1
+        return P.fast_empty_pause(self.fast_empties)

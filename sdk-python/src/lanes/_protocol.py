@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
@@ -35,6 +36,7 @@ _OFF_VALUES = frozenset({"off", "false", "0", "no", "disabled"})
 DEFAULT_POP_TIMEOUT_MS = 30_000
 LONG_POLL_SLACK = 5.0
 EMPTY_POLL_PAUSE = 0.1
+FAST_EMPTY_PAUSE_MAX = 2.0
 
 
 def autopilot_from_env(environ: Mapping[str, str] | None = None) -> bool:
@@ -343,6 +345,21 @@ def pop_http_timeout(spec: QueueSpec, client_timeout: float) -> float:
     return client_timeout
 
 
+def fast_empty_pause(consecutive: int) -> float:
+    """Pause after the ``consecutive``-th long poll in a row that answered empty in under a tenth
+    of its timeout (a proxy or a broker that does not park): 100 ms doubling, at most 2 s."""
+    return min(EMPTY_POLL_PAUSE * 2.0 ** max(consecutive - 1, 0), FAST_EMPTY_PAUSE_MAX)
+
+
+def auto_ack_pop_cap(spec: QueueSpec, left: int) -> QueueSpec:
+    """The spec of a pop under server auto-ack with ``left`` messages to go before the loop's
+    limit: its batch capped at that, since messages it commits beyond the limit could never be
+    handed to anyone. Unchanged without server auto-ack."""
+    if not spec.server_auto_ack:
+        return spec
+    return dataclasses.replace(spec, batch=min(spec.batch or left, left))
+
+
 def validate_spec(spec: QueueSpec) -> None:
     if not spec.queue and not (spec.namespace or spec.task):
         raise ValueError("lanes: a queue name or a namespace/task is required")
@@ -626,6 +643,29 @@ def renew_every_for_expiry(popped_at: datetime, expires_at: datetime | None) -> 
 def renewal_extension(every: float) -> int:
     """How far one renewal extends the lease: max(2 x interval, 1 s), in whole seconds."""
     return max(1, math.ceil(2 * every))
+
+
+class RenewalSchedule:
+    """When a pop's lease is renewed and for how long, shared by the consume loop and the
+    iterators: every ``every`` s (:func:`renew_every`); when that is 0 (the lease is unknown),
+    first 1 s after the pop, then at a third of the lease the first renewal's answer shows."""
+
+    def __init__(self, every: float, popped_at: datetime) -> None:
+        self.every = every
+        self.popped_at = popped_at
+        self.next_in = every or RENEW_UNKNOWN_LEASE_AFTER_S
+
+    def extension(self) -> int:
+        return renewal_extension(self.next_in)
+
+    def after(self, r: RenewResult) -> bool:
+        """Take a renewal's answer; False when the lease was not renewed (renewal ends)."""
+        if not r.success:
+            return False
+        if not self.every:
+            self.every = renew_every_for_expiry(self.popped_at, r.new_expires_at)
+        self.next_in = self.every
+        return True
 
 
 def loop_error_backoff(consecutive: int) -> float:

@@ -17,14 +17,15 @@ from lanes._consumer import (
     AsyncConsumer,
     Consumer,
     Engine,
-    ErrorCallback,
     Ops,
     in_thread,
     make_invoke_async,
     make_invoke_sync,
 )
+from lanes._exceptions import AutoAckDroppedError
 from lanes._generated import models
 from lanes._iter import AsyncMessageIterator, MessageIterator, _Core
+from lanes._pacer import ErrorCallback, ErrorReporter
 from lanes._types import Message, PopResult, PushResult
 
 if TYPE_CHECKING:
@@ -158,8 +159,13 @@ class _QueueBase(Generic[C]):
             spec.auto_ack if auto_ack is None else auto_ack,
             spec.limit if limit is None else limit,
             spec.idle_millis / 1000.0 if idle_timeout is None else idle_timeout,
-            self._on_error if on_error is None else on_error,
+            self._reporter("messages", on_error),
         )
+
+    def _reporter(self, loop: str, on_error: ErrorCallback | None = None) -> ErrorReporter:
+        """Where a loop's errors go: ``on_error`` (else the builder's), else the client's logger."""
+        logger = self._client._cfg.logger  # type: ignore[attr-defined]
+        return ErrorReporter(self._on_error if on_error is None else on_error, logger, loop)
 
     def _queue_name(self) -> str:
         if not self._spec.queue:
@@ -184,8 +190,11 @@ class Queue(_QueueBase["Lanes"]):
     def pop_result(self) -> PopResult:
         """One pop with its autopilot echo; a 204 is an empty result."""
         P.validate_spec(self._spec)
+        return self._pop_with(self._spec)
+
+    def _pop_with(self, spec: P.QueueSpec) -> PopResult:
         c = self._client
-        return c._call(R.pop(self._spec, c._cfg.pop_autopilot, c._cfg.timeout))
+        return c._call(R.pop(spec, c._cfg.pop_autopilot, c._cfg.timeout))
 
     def pop(self) -> list[Message]:
         """One pop; errors are raised (unlike the reference client)."""
@@ -208,28 +217,34 @@ class Queue(_QueueBase["Lanes"]):
         c = self._client
         return MessageIterator(
             self._iter_core(auto_ack, limit, idle_timeout, on_error),
-            self.pop_result,
+            self._pop_with,
             c._ack_entries,
+            c._renew_one,
         )
 
     def _engine(self, handler: Callable[[Any], Any], pool: Any) -> Engine:
         c = self._client
-        spec = self._spec
+        report = self._reporter("consume")
         return Engine(
-            spec,
+            self._spec,
             Ops(
-                pop=lambda: in_thread(self.pop_result, on_abandoned=self._release),
+                pop=lambda spec: in_thread(
+                    self._pop_with, spec, on_abandoned=lambda res: self._release(res, report)
+                ),
                 ack=lambda entries: in_thread(c._ack_entries, entries),
                 renew=lambda lid, s: in_thread(c._renew_one, lid, s),
                 invoke=make_invoke_sync(handler, pool),
             ),
-            self._on_error,
+            report,
             cancellable_handlers=False,
         )
 
-    def _release(self, res: PopResult) -> None:
+    def _release(self, res: PopResult, report: ErrorReporter) -> None:
         """Release with ``retry`` a pop that answered after its consumer stopped: its blocking
-        request could not be cancelled, and nobody will handle what it leased."""
+        request could not be cancelled, and nobody will handle what it leased (under server
+        auto-ack, nothing can release them: report how many were dropped)."""
+        if self._spec.server_auto_ack and res.messages:
+            report(AutoAckDroppedError(len(res.messages), "popped after the stop"), "pop")
         entries = P.release_acks(res, self._spec)
         if not entries:
             return
@@ -237,7 +252,11 @@ class Queue(_QueueBase["Lanes"]):
             self._client._ack_entries(entries)
         except Exception as e:
             self._client._cfg.logger.warning(
-                "lanes: releasing a pop answered after the stop failed: %s", e
+                "lanes: releasing lease %s (%d messages) of a pop answered after its consumer "
+                "stopped failed: %s; they are redelivered when the lease expires",
+                res.lease_id,
+                len(res.messages),
+                e,
             )
 
     def consume(self, handler: Callable[[Message], Any]) -> Consumer:
@@ -293,8 +312,11 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
 
     async def pop_result(self) -> PopResult:
         P.validate_spec(self._spec)
+        return await self._pop_with(self._spec)
+
+    async def _pop_with(self, spec: P.QueueSpec) -> PopResult:
         c = self._client
-        return await c._call(R.pop(self._spec, c._cfg.pop_autopilot, c._cfg.timeout))
+        return await c._call(R.pop(spec, c._cfg.pop_autopilot, c._cfg.timeout))
 
     async def pop(self) -> list[Message]:
         return (await self.pop_result()).messages
@@ -310,10 +332,12 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         """Async pull iterator; the keywords default to the builder's values, as in
         :meth:`Queue.messages`."""
         P.validate_spec(self._spec)
+        c = self._client
         return AsyncMessageIterator(
             self._iter_core(auto_ack, limit, idle_timeout, on_error),
-            self.pop_result,
-            self._client._ack_entries,
+            self._pop_with,
+            c._ack_entries,
+            c._renew_one,
             asyncio.sleep,
         )
 
@@ -325,12 +349,12 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         engine = Engine(
             self._spec,
             Ops(
-                pop=self.pop_result,
+                pop=self._pop_with,
                 ack=c._ack_entries,
                 renew=c._renew_one,
                 invoke=make_invoke_async(handler),
             ),
-            self._on_error,
+            self._reporter("consume"),
             cancellable_handlers=True,
         )
         cons = AsyncConsumer(engine)

@@ -1,0 +1,252 @@
+"""The consume loop's and the iterators' pacing and error policy (docs/consuming.md §3 and §4)
+over httpx.MockTransport, a fake broker that answers what each test scripts: pops that answer
+empty at once although they asked to wait, acks refused with a given status, and where errors
+go without an ``on_error`` callback. The real broker's behaviour is in the integration tests."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+
+import httpx
+import pytest
+
+import lanes
+from lanes import _protocol as P
+from lanes._pacer import PollPacer
+from lanes._types import Message, PopResult
+
+QUEUE = "q"
+
+
+def a_message(i: int = 0) -> dict[str, object]:
+    return {
+        "id": f"m{i}",
+        "transactionId": f"t{i}",
+        "partitionId": "p",
+        "partition": "Default",
+        "leaseId": "lease-1",
+        "data": i,
+    }
+
+
+class FakeBroker:
+    """Pops answer one message the first time (when ``first_pop_has_a_message``), then 204 at
+    once; acks answer ``ack_status``. Counts the requests of each kind."""
+
+    def __init__(self, ack_status: int = 200, first_pop_has_a_message: bool = False) -> None:
+        self.ack_status = ack_status
+        self.message_left = first_pop_has_a_message
+        self.pops = 0
+        self.acks = 0
+
+    def __call__(self, req: httpx.Request) -> httpx.Response:
+        if req.url.path.startswith("/api/v1/pop"):
+            self.pops += 1
+            if self.message_left:
+                self.message_left = False
+                return httpx.Response(200, json={"messages": [a_message()], "leaseId": "lease-1"})
+            return httpx.Response(204)
+        if req.url.path.startswith("/api/v1/ack"):
+            self.acks += 1
+            if self.ack_status != 200:
+                return httpx.Response(self.ack_status, json={"error": "refused", "code": "x"})
+            return httpx.Response(200, json={"transactionId": "t0", "success": True})
+        if req.url.path.startswith("/api/v1/lease"):
+            return httpx.Response(200, json={"leaseId": "lease-1", "success": True, "renewed": 1})
+        return httpx.Response(404, json={"error": "no route", "code": "not_found"})
+
+
+def sync_client(broker: FakeBroker) -> lanes.Lanes:
+    return lanes.Lanes(
+        "http://broker", http_client=httpx.Client(transport=httpx.MockTransport(broker))
+    )
+
+
+def async_client(broker: FakeBroker) -> lanes.AsyncLanes:
+    return lanes.AsyncLanes(
+        "http://broker", http_client=httpx.AsyncClient(transport=httpx.MockTransport(broker))
+    )
+
+
+# --- D1: a long poll that answers empty at once is paced ------------------------------------
+
+
+def test_fast_empty_long_polls_back_off_from_100_ms_to_2_s_and_reset() -> None:
+    now = [0.0]
+    pacer = PollPacer(
+        P.QueueSpec(queue=QUEUE, timeout_millis=30_000), lambda e, p: None, lambda: now[0]
+    )
+    empty = PopResult(messages=[])
+
+    def answer(after: float, res: PopResult = empty) -> float:
+        pacer.popping()
+        now[0] += after
+        return pacer.after_answer(res)
+
+    assert [answer(0.01) for _ in range(7)] == [0.1, 0.2, 0.4, 0.8, 1.6, 2.0, 2.0]
+    assert answer(3.0) == 0.0  # waited a tenth of its 30 s timeout: a normal long poll
+    assert answer(2.9) == 0.1  # starts over
+    msg = Message.from_wire(a_message(), QUEUE)
+    assert answer(0.01, PopResult(messages=[msg])) == 0.0
+    assert answer(0.01) == 0.1  # a non-empty answer reset it too
+    no_wait = PollPacer(P.QueueSpec(queue=QUEUE, wait=False), lambda e, p: None, lambda: 0.0)
+    no_wait.popping()
+    assert no_wait.after_answer(empty) == P.EMPTY_POLL_PAUSE  # the non-waiting rule is unchanged
+
+
+def test_sync_consumer_paces_long_polls_that_answer_empty_at_once() -> None:
+    broker = FakeBroker()
+    with sync_client(broker) as c:
+        cons = c.queue(QUEUE).consume(lambda m: None)
+        time.sleep(1.0)
+        cons.stop(5)
+    # 100 + 200 + 400 ms of pauses fit in the second: 4 or 5 pops, not thousands.
+    assert 2 <= broker.pops <= 6, broker.pops
+
+
+async def test_async_consumer_and_iterator_pace_long_polls_that_answer_empty_at_once() -> None:
+    broker = FakeBroker()
+    async with async_client(broker) as c:
+        cons = c.queue(QUEUE).consume(lambda m: None)
+        await asyncio.sleep(1.0)
+        await cons.stop(5)
+        assert 2 <= broker.pops <= 6, broker.pops
+        broker.pops = 0
+        it = c.queue(QUEUE).messages()
+        with pytest.raises(asyncio.TimeoutError):
+            await asyncio.wait_for(it.__anext__(), 1.0)
+        assert 2 <= broker.pops <= 6, broker.pops
+
+
+def test_sync_iterator_paces_long_polls_that_answer_empty_at_once() -> None:
+    broker = FakeBroker()
+    with sync_client(broker) as c, c.queue(QUEUE).messages(idle_timeout=1.0) as it:
+        assert list(it) == []  # ends by idle after about a second
+    assert 2 <= broker.pops <= 6, broker.pops
+
+
+# --- D4: an ack refused for good ends the consumer; a transient failure does not -------------
+
+
+def run_sync_consumer(broker: FakeBroker, errors: list[BaseException]) -> lanes.Consumer:
+    c = sync_client(broker)
+    cons = c.queue(QUEUE).autopilot(False).on_error(errors.append).consume(lambda m: None)
+    deadline = time.monotonic() + 5
+    while broker.acks == 0 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.3)
+    return cons
+
+
+@pytest.mark.parametrize(
+    ("status", "error"),
+    [(403, lanes.PermissionDeniedError), (400, lanes.APIError), (501, lanes.APIError)],
+)
+def test_sync_consumer_ends_on_an_ack_refused_for_good(
+    status: int, error: type[lanes.APIError]
+) -> None:
+    broker = FakeBroker(ack_status=status, first_pop_has_a_message=True)
+    errors: list[BaseException] = []
+    cons = run_sync_consumer(broker, errors)
+    assert cons.done
+    with pytest.raises(error):
+        cons.closed(1)
+    assert isinstance(cons.error, error) and cons.error.status == status
+    assert errors == [cons.error]
+
+
+@pytest.mark.parametrize("status", [409, 503])
+def test_sync_consumer_goes_on_after_a_transient_ack_failure(status: int) -> None:
+    broker = FakeBroker(ack_status=status, first_pop_has_a_message=True)
+    errors: list[BaseException] = []
+    cons = run_sync_consumer(broker, errors)
+    assert not cons.done
+    cons.stop(5)
+    assert cons.error is None
+    assert [getattr(e, "status", None) for e in errors] == [status]
+
+
+async def test_async_consumer_ends_on_a_403_ack_and_goes_on_after_a_503() -> None:
+    for status, ends in ((403, True), (503, False)):
+        broker = FakeBroker(ack_status=status, first_pop_has_a_message=True)
+        errors: list[BaseException] = []
+        async with async_client(broker) as c:
+            cons = c.queue(QUEUE).on_error(errors.append).consume(lambda m: None)
+            await asyncio.sleep(0.5)
+            assert cons.done is ends, status
+            if ends:
+                with pytest.raises(lanes.PermissionDeniedError):
+                    await cons.closed()
+            else:
+                await cons.stop(5)
+        assert [getattr(e, "status", None) for e in errors] == [status]
+
+
+def test_sync_iterator_raises_a_403_ack_and_reports_a_503() -> None:
+    broker = FakeBroker(ack_status=403, first_pop_has_a_message=True)
+    with sync_client(broker) as c:
+        it = c.queue(QUEUE).messages(idle_timeout=1.0)  # idle bounds the test without the rule
+        assert next(it).data == 0
+        with pytest.raises(lanes.PermissionDeniedError):
+            next(it)  # acks the message in hand before popping again
+        with pytest.raises(StopIteration):
+            next(it)
+    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True)
+    errors: list[BaseException] = []
+    with sync_client(broker) as c:
+        it = c.queue(QUEUE).messages(on_error=errors.append, idle_timeout=0.3)
+        assert [m.data for m in it] == [0]
+    assert [getattr(e, "status", None) for e in errors] == [503]
+
+
+async def test_async_iterator_raises_a_403_ack_and_reports_a_503() -> None:
+    broker = FakeBroker(ack_status=403, first_pop_has_a_message=True)
+    async with async_client(broker) as c:
+        it = c.queue(QUEUE).messages(idle_timeout=1.0)
+        assert (await it.__anext__()).data == 0
+        with pytest.raises(lanes.PermissionDeniedError):
+            await it.__anext__()
+    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True)
+    errors: list[BaseException] = []
+    async with async_client(broker) as c:
+        it = c.queue(QUEUE).messages(on_error=errors.append, idle_timeout=0.3)
+        assert [m.data async for m in it] == [0]
+    assert [getattr(e, "status", None) for e in errors] == [503]
+
+
+# --- D5: without on_error, loop errors are warnings on the `lanes` logger --------------------
+
+
+def test_consume_loop_errors_are_logged_without_on_error(caplog: pytest.LogCaptureFixture) -> None:
+    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True)
+    with caplog.at_level(logging.WARNING, logger="lanes"), sync_client(broker) as c:
+        cons = c.queue(QUEUE).consume(lambda m: None)
+        deadline = time.monotonic() + 5
+        while broker.acks == 0 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        time.sleep(0.2)
+        cons.stop(5)
+    lines = [r.getMessage() for r in caplog.records if r.name == "lanes"]
+    assert any(line.startswith("lanes: consume: ack: ") and "503" in line for line in lines), lines
+
+
+async def test_async_consume_loop_errors_go_to_the_clients_logger() -> None:
+    seen: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            seen.append(record.getMessage())
+
+    logger = logging.getLogger("test-consume-policy")
+    logger.addHandler(Collect())
+    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True)
+    transport = httpx.MockTransport(broker)
+    async with lanes.AsyncLanes(
+        "http://broker", http_client=httpx.AsyncClient(transport=transport), logger=logger
+    ) as c:
+        cons = c.queue(QUEUE).consume(lambda m: None)
+        await asyncio.sleep(0.5)
+        await cons.stop(5)
+    assert [s for s in seen if s.startswith("lanes: consume: ack: ")], seen
