@@ -332,3 +332,13 @@ async def test_server_auto_ack_limit_caps_the_pop_and_a_hard_stop_reports_what_i
     assert [e.count for e in dropped] == [3]  # 4, 5, 6 were committed by the pop, never handled
     assert [m.data for m in await drain(client.queue(qname))] == [7, 8, 9]
 
+
+async def test_cancelling_run_stops_the_consumer(client: lanes.AsyncLanes, qname: str) -> None:
+    seen: list[object] = []
+    q = client.queue(qname).timeout_millis(1000)
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(q.run(lambda m: seen.append(m.data)), 0.5)
+    await client.queue(qname).push(["after"])
+    await asyncio.sleep(1.5)
+    assert seen == []  # no consumer left behind
+    assert [m.data for m in await drain(client.queue(qname))] == ["after"]

@@ -380,7 +380,9 @@ class AsyncConsumer:
         await self._wait(timeout)
 
     async def closed(self) -> None:
-        """Wait until the consumer ended; raise its terminal error if any."""
+        """Wait until the consumer ended; raise its terminal error if any. Cancelling this wait
+        does not stop the consumer (``stop()`` / ``stop_and_cancel()`` do; ``AsyncQueue.run``
+        calls ``stop_and_cancel()`` when it is cancelled)."""
         await asyncio.shield(self._task)
         if self._engine.error is not None:
             raise self._engine.error

@@ -365,7 +365,15 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         return self._with(each=False).consume(handler)  # type: ignore[arg-type]
 
     async def run(self, handler: Callable[[Message], Any]) -> None:
-        await self.consume(handler).closed()
+        """Consume until the loop ends; raise its terminal error. Cancelling this call (for
+        example ``asyncio.wait_for(q.run(h), 5)``) hard-stops the consumer (handlers cancelled,
+        their messages released with ``retry``) and waits for its end before re-raising."""
+        cons = self.consume(handler)
+        try:
+            await cons.closed()
+        except asyncio.CancelledError:
+            await cons.stop_and_cancel()
+            raise
 
     def buffer(
         self,
