@@ -608,3 +608,26 @@ def test_server_auto_ack_pops_no_more_than_the_limit_and_a_soft_stop_hands_every
     cons.stop(10)
     assert seen == [0, 1, 2, 5, 6, 7, 8, 9]
     assert drain(client.queue(qname)) == []
+
+
+def test_a_message_pushed_right_after_close_is_not_held_by_the_stopped_consumers_long_poll(
+    broker_url: str, qname: str
+) -> None:
+    # close() stops the consumer, whose blocking long poll cannot be interrupted and stays
+    # parked on the broker. A message pushed then is leased to that poll; the client keeps its
+    # HTTP pool open until the poll answers so it can release the message, then closes it.
+    closed = lanes.Lanes(broker_url)
+    with closed as c:
+        c.queue(qname).group("g").timeout_millis(5000).consume(lambda m: None)
+        time.sleep(0.5)
+    with lanes.Lanes(broker_url) as c2:
+        c2.queue(qname).push([42])
+        got = c2.queue(qname).group("g").autopilot(False).timeout_millis(3000).pop()
+        assert [m.data for m in got] == [42], "the message was held by the abandoned poll"
+        c2.ack(got)
+    deadline = time.monotonic() + 5
+    while not closed._t.http.is_closed and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert closed._t.http.is_closed
+    with pytest.raises(lanes.ClientClosedError):
+        closed.health()

@@ -22,6 +22,7 @@ from lanes._consumer import (
     AsyncConsumer,
     Consumer,
     ErrorCallback,
+    PopsInFlight,
 )
 from lanes._exceptions import ClientClosedError
 from lanes._generated import models
@@ -133,6 +134,7 @@ class Lanes:
         )  # fmt: skip
         self._t = SyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[Consumer] = set()
+        self._pops = PopsInFlight()
         self._buffers: dict[tuple[str, str | None], PushBuffer] = {}
         self._lock = threading.Lock()
         self._closed = False  # close() began: no new buffers or buffer pushes
@@ -144,8 +146,10 @@ class Lanes:
         """The client-wide autopilot setting resolved at construction."""
         return self._cfg.pop_autopilot
 
-    def _call(self, req: Req[T]) -> T:
-        if self._gone:
+    def _call(self, req: Req[T], *, after_close: bool = False) -> T:
+        """``after_close``: a stopped consumer's release, sent while close() keeps the HTTP
+        pool open for it."""
+        if self._gone and not after_close:
             raise ClientClosedError("lanes: client is closed")
         r = self._t.request(
             req.method,
@@ -177,9 +181,12 @@ class Lanes:
     def timers(self, queue: str) -> Timers:
         return Timers(self, queue)
 
-    def _ack_entries(self, entries: list[tuple[str, P.AckEntry]]) -> list[AckResult]:
+    def _ack_entries(
+        self, entries: list[tuple[str, P.AckEntry]], *, after_close: bool = False
+    ) -> list[AckResult]:
         parts = [
-            (idx, self._call(R.ack(path, body))) for path, body, idx in P.ack_requests(entries)
+            (idx, self._call(R.ack(path, body), after_close=after_close))
+            for path, body, idx in P.ack_requests(entries)
         ]
         return P.merge_ack_results(len(entries), parts)
 
@@ -243,7 +250,9 @@ class Lanes:
     def close(self, timeout: float | None = 30.0) -> None:
         """Soft-stop consumers started here, flush buffers (all at once, raising
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
-        Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent."""
+        Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
+        A stopped consumer's long poll cannot be interrupted: the HTTP pool stays open until it
+        answers (within its ``timeout_millis``) and releases what it leased, then closes."""
         if self._closed:
             return
         with self._lock:
@@ -260,8 +269,8 @@ class Lanes:
                 for b in buffers:
                     b.stop()
         finally:
-            self._t.close()
             self._gone = True
+            self._pops.when_idle(self._t.close)
 
     def __enter__(self) -> Lanes:
         return self

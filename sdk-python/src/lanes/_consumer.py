@@ -24,7 +24,15 @@ from lanes._renewal import renew_lease_async
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
 T = TypeVar("T")
-__all__ = ["AsyncConsumer", "Consumer", "Engine", "ErrorCallback", "Ops", "in_thread"]
+__all__ = [
+    "AsyncConsumer",
+    "Consumer",
+    "Engine",
+    "ErrorCallback",
+    "Ops",
+    "PopsInFlight",
+    "in_thread",
+]
 Status = Literal["completed", "failed", "retry"]
 
 
@@ -406,18 +414,30 @@ class AsyncConsumer:
 
 
 async def in_thread(
-    fn: Callable[..., T], *args: Any, on_abandoned: Callable[[T], None] | None = None
+    fn: Callable[..., T],
+    *args: Any,
+    on_abandoned: Callable[[T], None] | None = None,
+    on_finished: Callable[[], None] | None = None,
 ) -> T:
     """Run a blocking call in a daemon thread; cancelling the await abandons it (a long poll
     must never keep the interpreter from exiting). A blocking call cannot be interrupted, so an
     abandoned call still completes: ``on_abandoned`` then gets its result, in a helper thread
-    (a stopped consumer's pop releases what the broker leased to it meanwhile)."""
+    (a stopped consumer's pop releases what the broker leased to it meanwhile).
+    ``on_finished`` runs once when all is done: the answer handed over, or given to
+    ``on_abandoned`` and that returned, or the call failed."""
     loop = asyncio.get_running_loop()
     fut: asyncio.Future[T] = loop.create_future()
 
+    def finished() -> None:
+        if on_finished is not None:
+            on_finished()
+
     def abandon(v: T) -> None:
-        if on_abandoned is not None:
-            on_abandoned(v)
+        try:
+            if on_abandoned is not None:
+                on_abandoned(v)
+        finally:
+            finished()
 
     def settle(ok: bool, v: Any) -> None:
         if not fut.done():
@@ -425,15 +445,20 @@ async def in_thread(
                 fut.set_result(v)
             else:
                 fut.set_exception(v)
+            finished()
         elif ok and on_abandoned is not None:  # cancelled while this answer was on its way
-            threading.Thread(target=on_abandoned, args=(v,), name="lanes-io", daemon=True).start()
+            threading.Thread(target=abandon, args=(v,), name="lanes-io", daemon=True).start()
+        else:
+            finished()
 
     def run() -> None:
         try:
             r = fn(*args)
         except BaseException as e:
-            with contextlib.suppress(RuntimeError):
+            try:
                 loop.call_soon_threadsafe(settle, False, e)
+            except RuntimeError:  # the loop is closed: the consumer has ended
+                finished()
             return
         try:
             loop.call_soon_threadsafe(settle, True, r)
@@ -442,6 +467,42 @@ async def in_thread(
 
     threading.Thread(target=run, name="lanes-io", daemon=True).start()
     return await fut
+
+
+class PopsInFlight:
+    """The sync client's consumer pops still running in helper threads. A stopped consumer
+    abandons its blocking long poll, which may still lease a message pushed meanwhile and must
+    then release it; so ``Lanes.close()`` leaves the HTTP pool open until the last of them has
+    answered and released what it got (docs/consuming.md §5)."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._count = 0
+        self._on_idle: Callable[[], None] | None = None
+
+    def begin(self) -> None:
+        with self._lock:
+            self._count += 1
+
+    def end(self) -> None:
+        with self._lock:
+            self._count -= 1
+            run = self._on_idle if self._count == 0 else None
+            if run is not None:
+                self._on_idle = None
+        if run is not None:
+            run()
+
+    def when_idle(self, fn: Callable[[], None]) -> int:
+        """Run ``fn`` now if no pop is in flight, else when the last one ends; returns how many
+        are in flight."""
+        with self._lock:
+            n = self._count
+            if n:
+                self._on_idle = fn
+        if not n:
+            fn()
+        return n
 
 
 class Consumer:

@@ -228,15 +228,25 @@ class Queue(_QueueBase["Lanes"]):
         return Engine(
             self._spec,
             Ops(
-                pop=lambda spec: in_thread(
-                    self._pop_with, spec, on_abandoned=lambda res: self._release(res, report)
-                ),
+                pop=lambda spec: self._pop_in_thread(spec, report),
                 ack=lambda entries: in_thread(c._ack_entries, entries),
                 renew=lambda lid, s: in_thread(c._renew_one, lid, s),
                 invoke=make_invoke_sync(handler, pool),
             ),
             report,
             cancellable_handlers=False,
+        )
+
+    async def _pop_in_thread(self, spec: P.QueueSpec, report: ErrorReporter) -> PopResult:
+        """The consume loop's pop: blocking, in a helper thread the client's close() waits for
+        (see PopsInFlight); a pop abandoned by a stop releases what it got."""
+        pops = self._client._pops
+        pops.begin()
+        return await in_thread(
+            self._pop_with,
+            spec,
+            on_abandoned=lambda res: self._release(res, report),
+            on_finished=pops.end,
         )
 
     def _release(self, res: PopResult, report: ErrorReporter) -> None:
@@ -249,7 +259,7 @@ class Queue(_QueueBase["Lanes"]):
         if not entries:
             return
         try:
-            self._client._ack_entries(entries)
+            self._client._ack_entries(entries, after_close=True)
         except Exception as e:
             self._client._cfg.logger.warning(
                 "lanes: releasing lease %s (%d messages) of a pop answered after its consumer "
