@@ -631,3 +631,18 @@ def test_a_message_pushed_right_after_close_is_not_held_by_the_stopped_consumers
     assert closed._t.http.is_closed
     with pytest.raises(lanes.ClientClosedError):
         closed.health()
+
+
+def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # Renewing a lease whose messages were all acked would answer success:false, reported as an
+    # error: the renewal stops at the ack instead.
+    client.queue(qname).push(["a"])
+    errors: list[BaseException] = []
+    q = client.queue(qname).auto_ack(False).lease_seconds(2).timeout_millis(300)
+    with q.messages(idle_timeout=0.3, on_error=errors.append) as it:
+        for m in it:
+            client.ack(m)
+            time.sleep(1.5)  # two renewal ticks (every 2/3 s)
+    assert errors == []
