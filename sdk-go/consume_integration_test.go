@@ -138,7 +138,7 @@ func TestITServerAutoAckStops(t *testing.T) {
 		handled, errs := run(t, true)
 		require.Equal(t, 1, handled)
 		require.Len(t, errs, 1)
-		var drop *lanes.CommittedDropError
+		var drop *lanes.AutoAckDroppedError
 		require.ErrorAs(t, errs[0], &drop)
 		require.Equal(t, 4, drop.Count)
 	})
@@ -156,7 +156,7 @@ func TestITServerAutoAckIteratorLeftEarlyReportsDropped(t *testing.T) {
 	}
 	errs := log.all()
 	require.Len(t, errs, 1)
-	var drop *lanes.CommittedDropError
+	var drop *lanes.AutoAckDroppedError
 	require.True(t, errors.As(errs[0], &drop), "%v", errs[0])
 	require.Equal(t, 4, drop.Count)
 }

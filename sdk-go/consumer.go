@@ -334,7 +334,7 @@ func (c *Consumer) process(pr *PopResult) {
 	}
 	stopRenew()
 	if committed && handed < len(pr.Messages) {
-		c.q.reportLoopError("server auto-ack", &CommittedDropError{Count: len(pr.Messages) - handed})
+		c.q.reportLoopError("server auto-ack", &AutoAckDroppedError{Count: len(pr.Messages) - handed})
 	}
 	if !leased || len(entries) == 0 {
 		return

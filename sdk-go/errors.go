@@ -206,16 +206,16 @@ func (e *DroppedError) Error() string {
 // Unwrap returns the broker's answer.
 func (e *DroppedError) Unwrap() error { return e.Err }
 
-// CommittedDropError is what OnError receives (or the warning log shows) when a consume loop or
+// AutoAckDroppedError is what OnError receives (or the warning log shows) when a consume loop or
 // iterator under ServerAutoAck(true) drops messages it popped without handing them over: a hard
 // stop, a canceled context, or an iterator left early. The broker committed them on delivery, so
 // they will not be redelivered.
-type CommittedDropError struct {
+type AutoAckDroppedError struct {
 	Count int
 }
 
 // Error implements error.
-func (e *CommittedDropError) Error() string {
+func (e *AutoAckDroppedError) Error() string {
 	return fmt.Sprintf("lanes: %d message(s) popped under server auto-ack dropped unhandled (already committed, not redelivered)", e.Count)
 }
 

@@ -29,7 +29,7 @@ import (
 // iterator waits out as the loop does, failed acks (except 403, 413, other 4xx but 408, 409 and
 // 429, and 501, which end it) and failed renewals. An error is yielded only when it ends the
 // iteration. Under ServerAutoAck(true) each pop asks for no more than what is left of Limit, and
-// leaving early reports the popped messages never handed over (a *CommittedDropError: the broker
+// leaving early reports the popped messages never handed over (a *AutoAckDroppedError: the broker
 // committed them). Concurrency and SoftStopTimeout do not apply.
 // Each range over the returned sequence runs its own pop loop.
 func (q QueueBuilder) Messages(ctx context.Context) iter.Seq2[*Message, error] {
@@ -172,7 +172,7 @@ func (it *msgIter) leave(yield func(*Message, error) bool) {
 			}
 		}
 		if it.committed() && dropped > 0 {
-			it.q.reportLoopError("server auto-ack", &CommittedDropError{Count: dropped})
+			it.q.reportLoopError("server auto-ack", &AutoAckDroppedError{Count: dropped})
 		}
 	}
 	it.endPop()

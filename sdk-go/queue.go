@@ -106,7 +106,7 @@ func (q QueueBuilder) LeaseSeconds(n int) QueueBuilder { q.leaseSeconds = n; ret
 // A consume loop or iterator then caps each pop's batch at what is left of Limit and hands every
 // popped message over, even after a soft stop or past Limit (nothing can release them); a hard
 // stop, a canceled context or an iterator left early reports the ones it dropped as a
-// *CommittedDropError. With Concurrency above 1, workers popping at the same time each ask for
+// *AutoAckDroppedError. With Concurrency above 1, workers popping at the same time each ask for
 // what is left, so the handler may see more than Limit rather than lose messages.
 func (q QueueBuilder) ServerAutoAck(on bool) QueueBuilder { q.serverAutoAck = &on; return q }
 

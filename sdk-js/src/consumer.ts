@@ -1,5 +1,5 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
-import { AckError, ConsumerStoppedError, LanesError, MessagesDroppedError, endsConsumerOnAck } from "./errors.js";
+import { AckError, ConsumerStoppedError, LanesError, AutoAckDroppedError, endsConsumerOnAck } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
 import { Poller, withBatchCap, type PopSource } from "./poller.js";
@@ -418,7 +418,7 @@ export class Consumer implements PromiseLike<void> {
       stopRenewing();
     }
     if (this.s.serverAutoAck) {
-      if (unhanded > 0) this.report("stop", new MessagesDroppedError(unhanded, "the consumer was stopped hard"));
+      if (unhanded > 0) this.report("stop", new AutoAckDroppedError(unhanded, "the consumer was stopped hard"));
       return;
     }
     if (!res.leaseId) return;
@@ -465,7 +465,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       stopRenewing();
       if (s.serverAutoAck) {
         const dropped = res.messages.length - handedOver;
-        if (dropped > 0) report("stop", new MessagesDroppedError(dropped, "the iteration ended before they were handed over"));
+        if (dropped > 0) report("stop", new AutoAckDroppedError(dropped, "the iteration ended before they were handed over"));
       } else if (res.leaseId) {
         const acks: PendingAck[] = [];
         slices.forEach((slice, k) => {

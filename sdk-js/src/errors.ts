@@ -175,8 +175,8 @@ export class EmptyTransactionError extends LanesError {
   }
 }
 
-/** MessagesDroppedError reports messages a `serverAutoAck(true)` pop took that were never handed over, because of a hard stop or an iterator left early. The broker committed them in the pop, so they will not be redelivered. */
-export class MessagesDroppedError extends LanesError {
+/** AutoAckDroppedError reports messages a `serverAutoAck(true)` pop took that were never handed over, because of a hard stop or an iterator left early. The broker committed them in the pop, so they will not be redelivered. */
+export class AutoAckDroppedError extends LanesError {
   /** count is how many popped messages were dropped unhandled. */
   readonly count: number;
   constructor(count: number, why: string) {

@@ -38,7 +38,7 @@ export {
   TransactionError,
   EmptyTransactionError,
   ConsumerStoppedError,
-  MessagesDroppedError,
+  AutoAckDroppedError,
 } from "./errors.js";
 export type * from "./types.js";
 export type { components, operations, paths } from "./generated/schema.js";

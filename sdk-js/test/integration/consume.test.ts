@@ -1,7 +1,7 @@
 // The consume loop and the message iterator against the real broker.
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it, vi } from "vitest";
-import { AckError, BadRequestError, ConsumerStoppedError, MessagesDroppedError, type Message, type QueueBuilder } from "../../src/index.js";
+import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, type Message, type QueueBuilder } from "../../src/index.js";
 import { client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
@@ -479,7 +479,7 @@ describe("serverAutoAck(true): popped messages are committed", () => {
     await c.closed;
     expect(handled).toEqual([0, 1]);
     expect(errors).toHaveLength(1);
-    expect(errors[0]).toBeInstanceOf(MessagesDroppedError);
+    expect(errors[0]).toBeInstanceOf(AutoAckDroppedError);
     expect(errors[0]).toMatchObject({ count: 3 });
     expect(await left(q)).toEqual([]); // committed in the pop: gone
   });
