@@ -362,6 +362,17 @@ def test_transaction_body() -> None:
     assert len(seen) == 1
 
 
+def test_transaction_ack_names_its_group_as_client_ack_does() -> None:
+    t, seen = capture(
+        lambda r: httpx.Response(200, json={"transactionId": "x", "success": True, "results": []})
+    )
+    c = client(t)
+    c.transaction().ack(_msg("in1"), "completed", group="invoicing").commit()
+    assert json.loads(seen[0].content)["operations"][0]["consumerGroup"] == "invoicing"
+    with pytest.raises(ValueError, match="group or consumer_group"):
+        c.transaction().ack(_msg("in1"), group="a", consumer_group="b")
+
+
 def test_consumer_stopped_error_is_named_like_the_other_errors() -> None:
     assert lanes.ConsumerStoppedError.__name__ == "ConsumerStoppedError"
     assert issubclass(lanes.ConsumerStoppedError, lanes.LanesError)

@@ -54,10 +54,16 @@ class _TxBase:
         messages: Message | Sequence[Message],
         status: AckStatus = "completed",
         *,
-        consumer_group: str | None = None,
+        group: str | None = None,
         error: str | None = None,
+        consumer_group: str | None = None,
     ) -> TB:
-        """Ack leased messages in the bundle; their lease ids go to ``requiredLeases``."""
+        """Ack leased messages in the bundle; their lease ids go to ``requiredLeases``.
+        ``group`` names the consumer group as in ``client.ack``; ``consumer_group`` is accepted
+        as an alias (the wire's ``consumerGroup``), and giving both is an error."""
+        if group is not None and consumer_group is not None and group != consumer_group:
+            raise ValueError("lanes: ack takes group or consumer_group, not both")
+        group = group if group is not None else consumer_group
         msgs = [messages] if isinstance(messages, Message) else list(messages)
         for m in msgs:
             e = P.ack_entry(m, status, error)
@@ -66,7 +72,7 @@ class _TxBase:
                 "transactionId": e.transaction_id,
                 "partitionId": e.partition_id,
                 "status": e.status,
-                "consumerGroup": P.group_of(m, consumer_group),
+                "consumerGroup": P.group_of(m, group),
             }
             if e.lease_id:
                 op["leaseId"] = e.lease_id
