@@ -2324,8 +2324,10 @@ type PopDiscoverParams struct {
 	// ConsumerGroup Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers).
 	ConsumerGroup *PopConsumerGroup `form:"consumerGroup,omitempty" json:"consumerGroup,omitempty"`
 
-	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
-	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (skip the backlog)
+	// or `all`. Absent = the broker's `LANES_DEFAULT_SUBSCRIPTION_MODE`, `new` unless set, so
+	// there is no schema default (a client that filled one in would override the broker's).
+	// Only seeds a cursor that does not exist yet; ignored in queue mode.
 	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
 	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
 	// which would replay a whole backlog on a typo).
@@ -2368,8 +2370,10 @@ type PopQueueParams struct {
 	// ConsumerGroup Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers).
 	ConsumerGroup *PopConsumerGroup `form:"consumerGroup,omitempty" json:"consumerGroup,omitempty"`
 
-	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
-	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (skip the backlog)
+	// or `all`. Absent = the broker's `LANES_DEFAULT_SUBSCRIPTION_MODE`, `new` unless set, so
+	// there is no schema default (a client that filled one in would override the broker's).
+	// Only seeds a cursor that does not exist yet; ignored in queue mode.
 	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
 	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
 	// which would replay a whole backlog on a typo).
@@ -2407,8 +2411,10 @@ type PopPartitionParams struct {
 	// ConsumerGroup Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers).
 	ConsumerGroup *PopConsumerGroup `form:"consumerGroup,omitempty" json:"consumerGroup,omitempty"`
 
-	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (default, skip the
-	// backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+	// SubscriptionMode Where a named group starts on first contact with a partition: `new` (skip the backlog)
+	// or `all`. Absent = the broker's `LANES_DEFAULT_SUBSCRIPTION_MODE`, `new` unless set, so
+	// there is no schema default (a client that filled one in would override the broker's).
+	// Only seeds a cursor that does not exist yet; ignored in queue mode.
 	// Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
 	// spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
 	// which would replay a whole backlog on a typo).

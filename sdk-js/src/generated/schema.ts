@@ -2356,8 +2356,10 @@ export interface components {
         PopLeaseSeconds: number;
         /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
         PopConsumerGroup: string;
-        /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
-         *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+        /** @description Where a named group starts on first contact with a partition: `new` (skip the backlog)
+         *     or `all`. Absent = the broker's `LANES_DEFAULT_SUBSCRIPTION_MODE`, `new` unless set, so
+         *     there is no schema default (a client that filled one in would override the broker's).
+         *     Only seeds a cursor that does not exist yet; ignored in queue mode.
          *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
          *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
          *     which would replay a whole backlog on a typo).
@@ -2438,8 +2440,10 @@ export interface operations {
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
-                /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
-                 *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+                /** @description Where a named group starts on first contact with a partition: `new` (skip the backlog)
+                 *     or `all`. Absent = the broker's `LANES_DEFAULT_SUBSCRIPTION_MODE`, `new` unless set, so
+                 *     there is no schema default (a client that filled one in would override the broker's).
+                 *     Only seeds a cursor that does not exist yet; ignored in queue mode.
                  *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
                  *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
                  *     which would replay a whole backlog on a typo).
@@ -2499,8 +2503,10 @@ export interface operations {
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
-                /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
-                 *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+                /** @description Where a named group starts on first contact with a partition: `new` (skip the backlog)
+                 *     or `all`. Absent = the broker's `LANES_DEFAULT_SUBSCRIPTION_MODE`, `new` unless set, so
+                 *     there is no schema default (a client that filled one in would override the broker's).
+                 *     Only seeds a cursor that does not exist yet; ignored in queue mode.
                  *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
                  *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
                  *     which would replay a whole backlog on a typo).
@@ -2571,8 +2577,10 @@ export interface operations {
                 leaseSeconds?: components["parameters"]["PopLeaseSeconds"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`, competing consumers). */
                 consumerGroup?: components["parameters"]["PopConsumerGroup"];
-                /** @description Where a named group starts on first contact with a partition: `new` (default, skip the
-                 *     backlog) or `all`. Only seeds a cursor that does not exist yet; ignored in queue mode.
+                /** @description Where a named group starts on first contact with a partition: `new` (skip the backlog)
+                 *     or `all`. Absent = the broker's `LANES_DEFAULT_SUBSCRIPTION_MODE`, `new` unless set, so
+                 *     there is no schema default (a client that filled one in would override the broker's).
+                 *     Only seeds a cursor that does not exist yet; ignored in queue mode.
                  *     Read in any letter case; `new-only`, `new_only` and `newonly` (the reference clients'
                  *     spellings) mean `new`. Any other value is `400` (the reference broker reads it as `all`,
                  *     which would replay a whole backlog on a typo).

@@ -480,3 +480,17 @@ func TestGroupAdminListsLagAndDeleteReseeds(t *testing.T) {
 		}
 	}
 }
+
+// The broker's configured default mode applies when a pop leaves subscriptionMode out: the
+// spec declares no default that the request validator could write in over it.
+func TestBrokerDefaultSubscriptionModeAppliesWhenThePopOmitsIt(t *testing.T) {
+	b := newTestBrokerWith(t, engine.Config{DefaultSubscriptionMode: "all"})
+	q := uniqueQueue(t)
+	b.push(t, q, "p", "backlog")
+	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup=defaulted"); !sameStrings(p.txns(), []string{"backlog"}) {
+		t.Fatalf("broker default all: want the backlog, got %v", p.txns())
+	}
+	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup=explicit&subscriptionMode=new"); len(p.Messages) != 0 {
+		t.Fatalf("explicit new skips the backlog, got %v", p.txns())
+	}
+}

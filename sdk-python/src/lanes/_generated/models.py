@@ -191,7 +191,7 @@ class ApiV1PopGetParametersQuery(BaseModel):
     timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
     lease_seconds: Annotated[int | None, Field(alias="leaseSeconds")] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    subscription_mode: Annotated[str, Field(alias="subscriptionMode")] = "new"
+    subscription_mode: Annotated[str | None, Field(alias="subscriptionMode")] = None
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
     auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
@@ -207,7 +207,7 @@ class ApiV1PopQueueQueueGetParametersQuery(BaseModel):
     timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
     lease_seconds: Annotated[int | None, Field(alias="leaseSeconds")] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    subscription_mode: Annotated[str, Field(alias="subscriptionMode")] = "new"
+    subscription_mode: Annotated[str | None, Field(alias="subscriptionMode")] = None
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
     auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
@@ -222,7 +222,7 @@ class ApiV1PopQueueQueuePartitionPartitionGetParametersQuery(BaseModel):
     timeout: Annotated[int, Field(ge=0, le=300000)] = 30000
     lease_seconds: Annotated[int | None, Field(alias="leaseSeconds")] = None
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
-    subscription_mode: Annotated[str, Field(alias="subscriptionMode")] = "new"
+    subscription_mode: Annotated[str | None, Field(alias="subscriptionMode")] = None
     subscription_from: Annotated[str | None, Field(alias="subscriptionFrom")] = None
     auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
