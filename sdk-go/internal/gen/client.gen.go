@@ -2118,8 +2118,8 @@ type PartitionPath = string
 // PopAutoAck defines model for PopAutoAck.
 type PopAutoAck = bool
 
-// Autopilot defines model for PopAutopilot.
-type Autopilot = bool
+// PopAutopilotParam defines model for PopAutopilotParam.
+type PopAutopilotParam = bool
 
 // PopBatch defines model for PopBatch.
 type PopBatch = int
@@ -2308,7 +2308,7 @@ type PopDiscoverParams struct {
 
 	// Autopilot `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
 	// explicit value is never overridden. The response then carries `autopilot`.
-	Autopilot *Autopilot `form:"autopilot,omitempty" json:"autopilot,omitempty"`
+	Autopilot *PopAutopilotParam `form:"autopilot,omitempty" json:"autopilot,omitempty"`
 
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
@@ -2354,7 +2354,7 @@ type PopQueueParams struct {
 
 	// Autopilot `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
 	// explicit value is never overridden. The response then carries `autopilot`.
-	Autopilot *Autopilot `form:"autopilot,omitempty" json:"autopilot,omitempty"`
+	Autopilot *PopAutopilotParam `form:"autopilot,omitempty" json:"autopilot,omitempty"`
 
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
@@ -2395,7 +2395,7 @@ type PopPartitionParams struct {
 
 	// Autopilot `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
 	// explicit value is never overridden. The response then carries `autopilot`.
-	Autopilot *Autopilot `form:"autopilot,omitempty" json:"autopilot,omitempty"`
+	Autopilot *PopAutopilotParam `form:"autopilot,omitempty" json:"autopilot,omitempty"`
 
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`

@@ -2343,7 +2343,7 @@ export interface components {
         /** @description `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
          *     explicit value is never overridden. The response then carries `autopilot`.
          *      */
-        PopAutopilot: boolean;
+        PopAutopilotParam: boolean;
         /** @description Long poll until a message arrives or `timeout` passes. */
         PopWait: boolean;
         /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
@@ -2427,7 +2427,7 @@ export interface operations {
                 /** @description `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
                  *     explicit value is never overridden. The response then carries `autopilot`.
                  *      */
-                autopilot?: components["parameters"]["PopAutopilot"];
+                autopilot?: components["parameters"]["PopAutopilotParam"];
                 /** @description Long poll until a message arrives or `timeout` passes. */
                 wait?: components["parameters"]["PopWait"];
                 /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
@@ -2490,7 +2490,7 @@ export interface operations {
                 /** @description `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
                  *     explicit value is never overridden. The response then carries `autopilot`.
                  *      */
-                autopilot?: components["parameters"]["PopAutopilot"];
+                autopilot?: components["parameters"]["PopAutopilotParam"];
                 /** @description Long poll until a message arrives or `timeout` passes. */
                 wait?: components["parameters"]["PopWait"];
                 /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not
@@ -2564,7 +2564,7 @@ export interface operations {
                 /** @description `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
                  *     explicit value is never overridden. The response then carries `autopilot`.
                  *      */
-                autopilot?: components["parameters"]["PopAutopilot"];
+                autopilot?: components["parameters"]["PopAutopilotParam"];
                 /** @description Long poll until a message arrives or `timeout` passes. */
                 wait?: components["parameters"]["PopWait"];
                 /** @description Long-poll timeout in milliseconds (only with `wait=true`); absent = 30000. `0` parks not

@@ -2124,8 +2124,8 @@ type PartitionPath = string
 // PopAutoAck defines model for PopAutoAck.
 type PopAutoAck = bool
 
-// Autopilot defines model for PopAutopilot.
-type Autopilot = bool
+// PopAutopilotParam defines model for PopAutopilotParam.
+type PopAutopilotParam = bool
 
 // PopBatch defines model for PopBatch.
 type PopBatch = int
@@ -2314,7 +2314,7 @@ type PopDiscoverParams struct {
 
 	// Autopilot `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
 	// explicit value is never overridden. The response then carries `autopilot`.
-	Autopilot *Autopilot `form:"autopilot,omitempty" json:"autopilot,omitempty"`
+	Autopilot *PopAutopilotParam `form:"autopilot,omitempty" json:"autopilot,omitempty"`
 
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
@@ -2360,7 +2360,7 @@ type PopQueueParams struct {
 
 	// Autopilot `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
 	// explicit value is never overridden. The response then carries `autopilot`.
-	Autopilot *Autopilot `form:"autopilot,omitempty" json:"autopilot,omitempty"`
+	Autopilot *PopAutopilotParam `form:"autopilot,omitempty" json:"autopilot,omitempty"`
 
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
@@ -2401,7 +2401,7 @@ type PopPartitionParams struct {
 
 	// Autopilot `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
 	// explicit value is never overridden. The response then carries `autopilot`.
-	Autopilot *Autopilot `form:"autopilot,omitempty" json:"autopilot,omitempty"`
+	Autopilot *PopAutopilotParam `form:"autopilot,omitempty" json:"autopilot,omitempty"`
 
 	// Wait Long poll until a message arrives or `timeout` passes.
 	Wait *PopWait `form:"wait,omitempty" json:"wait,omitempty"`
@@ -5057,43 +5057,37 @@ func HandlerWithOptions(si ServerInterface, options GorillaServerOptions) http.H
 		ErrorHandlerFunc:   options.ErrorHandlerFunc,
 	}
 
+	r.HandleFunc(options.BaseURL+"/api/v1/push", wrapper.Push).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/pop/queue/{queue}", wrapper.PopQueue).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/pop/queue/{queue}/partition/{partition}", wrapper.PopPartition).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/pop", wrapper.PopDiscover).Methods(http.MethodGet)
+
 	r.HandleFunc(options.BaseURL+"/api/v1/ack", wrapper.Ack).Methods(http.MethodPost)
 
 	r.HandleFunc(options.BaseURL+"/api/v1/ack/batch", wrapper.AckBatch).Methods(http.MethodPost)
 
+	r.HandleFunc(options.BaseURL+"/api/v1/lease/{leaseId}/extend", wrapper.ExtendLease).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/transaction", wrapper.Transaction).Methods(http.MethodPost)
+
 	r.HandleFunc(options.BaseURL+"/api/v1/configure", wrapper.Configure).Methods(http.MethodPost)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups", wrapper.ListConsumerGroups).Methods(http.MethodGet)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues", wrapper.ListQueues).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}", wrapper.DeleteConsumerGroup).Methods(http.MethodDelete)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/overview", wrapper.GetOverview).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}", wrapper.GetConsumerGroup).Methods(http.MethodGet)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/namespaces", wrapper.ListNamespaces).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/queues/{queue}", wrapper.DeleteConsumerGroupQueue).Methods(http.MethodDelete)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/tasks", wrapper.ListTasks).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", wrapper.SeekPartition).Methods(http.MethodPost)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues/{queue}", wrapper.DeleteQueue).Methods(http.MethodDelete)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/queues/{queue}/seek", wrapper.SeekQueue).Methods(http.MethodPost)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues/{queue}", wrapper.GetQueue).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/subscription", wrapper.UpdateConsumerGroupSubscription).Methods(http.MethodPost)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/lagging", wrapper.ListLaggingConsumerGroups).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/dlq", wrapper.PurgeDlq).Methods(http.MethodDelete)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/dlq", wrapper.ListDlq).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/dlq/{id}/replay", wrapper.ReplayDlq).Methods(http.MethodPost)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/kv", wrapper.KvBatch).Methods(http.MethodPost)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/kv/{ns}/{key}", wrapper.KvDelete).Methods(http.MethodDelete)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/kv/{ns}/{key}", wrapper.KvGet).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/kv/{ns}/{key}", wrapper.KvPut).Methods(http.MethodPut)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/lease/{leaseId}/extend", wrapper.ExtendLease).Methods(http.MethodPost)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues/{queue}/depth", wrapper.GetQueueDepth).Methods(http.MethodGet)
 
 	r.HandleFunc(options.BaseURL+"/api/v1/messages", wrapper.ListMessages).Methods(http.MethodGet)
 
@@ -5103,47 +5097,39 @@ func HandlerWithOptions(si ServerInterface, options GorillaServerOptions) http.H
 
 	r.HandleFunc(options.BaseURL+"/api/v1/messages/{partitionId}/{transactionId}/retry", wrapper.RetryMessage).Methods(http.MethodPost)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/pop", wrapper.PopDiscover).Methods(http.MethodGet)
+	r.HandleFunc(options.BaseURL+"/api/v1/dlq", wrapper.PurgeDlq).Methods(http.MethodDelete)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/pop/queue/{queue}", wrapper.PopQueue).Methods(http.MethodGet)
+	r.HandleFunc(options.BaseURL+"/api/v1/dlq", wrapper.ListDlq).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/pop/queue/{queue}/partition/{partition}", wrapper.PopPartition).Methods(http.MethodGet)
+	r.HandleFunc(options.BaseURL+"/api/v1/dlq/{id}/replay", wrapper.ReplayDlq).Methods(http.MethodPost)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/push", wrapper.Push).Methods(http.MethodPost)
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups", wrapper.ListConsumerGroups).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/kv/list", wrapper.ListKvKeys).Methods(http.MethodPost)
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/lagging", wrapper.ListLaggingConsumerGroups).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}", wrapper.DeleteConsumerGroup).Methods(http.MethodDelete)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}", wrapper.GetConsumerGroup).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/queues/{queue}", wrapper.DeleteConsumerGroupQueue).Methods(http.MethodDelete)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/subscription", wrapper.UpdateConsumerGroupSubscription).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/queues/{queue}/seek", wrapper.SeekQueue).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/consumer-groups/{group}/queues/{queue}/partitions/{partition}/seek", wrapper.SeekPartition).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/kv", wrapper.KvBatch).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/kv/{ns}/{key}", wrapper.KvDelete).Methods(http.MethodDelete)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/kv/{ns}/{key}", wrapper.KvGet).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/kv/{ns}/{key}", wrapper.KvPut).Methods(http.MethodPut)
 
 	r.HandleFunc(options.BaseURL+"/api/v1/resources/kv/namespaces", wrapper.ListKvNamespaces).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/namespaces", wrapper.ListNamespaces).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/overview", wrapper.GetOverview).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues", wrapper.ListQueues).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues/{queue}", wrapper.DeleteQueue).Methods(http.MethodDelete)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues/{queue}", wrapper.GetQueue).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/queues/{queue}/depth", wrapper.GetQueueDepth).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/resources/tasks", wrapper.ListTasks).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/status", wrapper.GetStatus).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/status/buffers", wrapper.GetBufferStatus).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/status/queues", wrapper.ListQueueStatus).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/status/queues/{queue}", wrapper.GetQueueStatus).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance", wrapper.GetPushMaintenance).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance", wrapper.SetPushMaintenance).Methods(http.MethodPost)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance/pop", wrapper.GetPopMaintenance).Methods(http.MethodGet)
-
-	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance/pop", wrapper.SetPopMaintenance).Methods(http.MethodPost)
+	r.HandleFunc(options.BaseURL+"/api/v1/resources/kv/list", wrapper.ListKvKeys).Methods(http.MethodPost)
 
 	r.HandleFunc(options.BaseURL+"/api/v1/timers", wrapper.ScheduleTimers).Methods(http.MethodPost)
 
@@ -5153,15 +5139,29 @@ func HandlerWithOptions(si ServerInterface, options GorillaServerOptions) http.H
 
 	r.HandleFunc(options.BaseURL+"/api/v1/timers/{queue}/{timerKey}", wrapper.GetTimer).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/api/v1/transaction", wrapper.Transaction).Methods(http.MethodPost)
-
 	r.HandleFunc(options.BaseURL+"/health", wrapper.GetHealth).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/status", wrapper.GetLiveness).Methods(http.MethodGet)
 
 	r.HandleFunc(options.BaseURL+"/metrics", wrapper.GetMetrics).Methods(http.MethodGet)
 
 	r.HandleFunc(options.BaseURL+"/metrics/prometheus", wrapper.GetPrometheusMetrics).Methods(http.MethodGet)
 
-	r.HandleFunc(options.BaseURL+"/status", wrapper.GetLiveness).Methods(http.MethodGet)
+	r.HandleFunc(options.BaseURL+"/api/v1/status", wrapper.GetStatus).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/status/queues", wrapper.ListQueueStatus).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/status/queues/{queue}", wrapper.GetQueueStatus).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/status/buffers", wrapper.GetBufferStatus).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance", wrapper.GetPushMaintenance).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance", wrapper.SetPushMaintenance).Methods(http.MethodPost)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance/pop", wrapper.GetPopMaintenance).Methods(http.MethodGet)
+
+	r.HandleFunc(options.BaseURL+"/api/v1/system/maintenance/pop", wrapper.SetPopMaintenance).Methods(http.MethodPost)
 
 	return r
 }
@@ -11890,343 +11890,343 @@ var swaggerSpec = []string{
 	"homzeoFkaUSoIpQsmFJ0yh4oEhf15zGZZpdMkUwPyRvODEVokinChSaUvH//4pmjpTEHYso4kNN5lsbe",
 	"3jYJ3mt/I9lXh7Ass3Tt/EW9q4OpOFhf92py2+a+4UxWQ9zzXJ6K4qTU4iSZhzjCYpFpOABJKZWQJOPw",
 	"VyGKB4qIJSdaUq5oAqPrU31gTvCB4AkbHJM4Z1QxsyWZMp9xEo97417cRULUjiNIQxOaK1at6IUQOaPc",
-	"n0GR5SJAu7FZgpjkTMMYyIUUc8MEst8Y8gV2yaRhvPEF1cksPqyJScXwhVlNpjTJ2UQTUepjQvmYs6si",
-	"z5JMW/5kKAxbumRSZmnK+JCcwdeqEFwxXICESpkxRWLqRhx3M5TqndCxrVbAUpX9pl4JXJkfzKTWV+VM",
-	"aJq7E0QuynTKdMXsEprnEVEzKllKaCKFUiTJabZgKakXZ0h+MTOiF+bOPCLfjEbRmAtJkplQjBu+5C13",
-	"/+FoNCBLoIFqWt/D1gzJiWkiYWRBtbkqI6KE+Vbiqooxx8kTSwvdCwY72FisBs/dznRPReFuQbgot12S",
-	"x3b65HvyoWQlIwuRMtKPz89/fv/8/fPzV2+ePT8/jyNihBamzaWT2AbUoOsYJI0RbD29L80hs/LN+njh",
-	"KUlLSZF5cqLwVTf0iIyIkISzKdXZJSPfw7bBbAxnhSN8li1YHBGWK0aejIbk74bk1ZjTC3HJyKOH3z56",
-	"MhqNSJ+SFaMyghZm2XRmTo3XwoBQaTiJNndJtmEfc39KgQVobVnFHwPzf4UE4NFtRcrAyzJlyZ3mOSl5",
-	"ak4wZzXrOibxKG4tkCHJhBatA/AwIp3U//t//Bd58njbARjzjhNAdj0A9Sx3WLZ35UW1UkY0DYkYUumD",
-	"RHBNE00UiKiFyAzRxFwsYV0oJy/evTn4tyejhyC3Kk0XxTEpeUGlYvQiZ8ghFWx+NuVCsrSL9FV7SFup",
-	"35/EK5Gy9Un8AutI4e5MrWwLU1FEcDIxUyRuilbyr5bxiMScLWPSN5IP7ihN5rmYDoDVxTTP3fZpe3Jw",
-	"y83ReXny+vm782fPfzx5//Ls/N37H949ffvi9OzFm9fAF+LINl7ynCmjemiz72PevfHmhCV5ZjoDsWaS",
-	"5TlLgWAzbsVWe/+wxmAGwzF/w/MVUYylRnay1zm0kgqG4hG7ypQmK6aP3T6ZZmvGNhzzt4zCj5SvzJVq",
-	"BNCEKnYMUzkQPF/ZaZ3D/wnlKfyJf/XxOp0wCfwep6IejLkqWJ5nfKoGZMEox4UZkhO+IgLk+uqSNSLb",
-	"WkP2mElGUyP4GfEQtiYacxT9cWkkK3K6ItRK83YrDRVQoleFGHQfLNUms62EaTieKAMCyUvBpweFyHM4",
-	"LqLUZj0XWZ5nljOTvlktpMXYaKvIJgbeZfNoBDqSYU0FlXPYvjGn2nCxIyehVToT1cRIZBHJszmzTYI4",
-	"FZN+/M3ocYx8iQs9MzdUpgi9pFluzu6GJbGjD0trj+x1665f+HsHNUAUv9CsY9EILFrJdZbX0j8xApWR",
-	"981xtEMyi6IUU11cxizAvkLmz+YUbFfF8LA0xPRW5/DGFvKBzsK6wM/rHTT1ANf+PjrAGVXz7XPTVM27",
-	"ZmWebZnUmejq4jlP97B8aHEdu8dZrad0qZivLEX5Kk2Wkn7Jsw8lIwWYE+zFMOhYfe13s9cufDIvo6oA",
-	"YswPNH2Liof5y1xQjMN/aWEUDxDnDv+pzMg/es3+N8kmvaPe/3ZYm8kO8ak6fC6lsIaptpCUm2VkKbkQ",
-	"6cocJVhzEGgoWWRKGb7g5kImGcvToVEwnuUf3gJTxaZva6CtZgMjfm15FbJ0liLTS83tZK+lTJGpuRj7",
-	"sfnH3EqSqTLXR+Oe+WHciwdmeplWJGVKZxwGOuZ4goW316apfuy9dL7WIlqhTJuo9MEyOl1Pz9iY27tH",
-	"lDoRC4ZLqAxz9VfxR2jmMy4jKqgwMpyCuQzNSiomL5mM8BIyP8QvuGaS0xzaikkiUgbLQjW9oIqdl7y6",
-	"NMy9Wz9wTDkicWbbOGfQyADFA1UmCVMKmW94WdsL9YqapjjlCfuMq3VaqhlZ1F0bwhCc9M1akNh70JiE",
-	"97shkCNC3ZIvZaaNXDzm9jIDud9dw0uqKvKGhWpTuNJ0pY4rqWZKMw73PClKNTO6RHOgk4ldxR+FvAAD",
-	"xd0zlr/TPEuJFnPGgZSMtONMKsBKpMiZZTMfSqHp4YRRXUpGplQzYDENurv7Eb8Dwj9QRoI25FdKdoxu",
-	"ApSejOAbf3t1FQ/JU3MEjkj4CJD+qVB6Ktm7n1+STI15ySWjycw8NCTgPjIcAcQYK6sZjTQCaTz+dvQo",
-	"HkRk/SSB+GtYClwPD1Td2FLIOQo/qeVsNM0zDvwsVppqtmBcVw0N1s/kmPdpJXXXg5TEvUfgvYGlpddC",
-	"/yhKnt79xhhWRdNUMpicZEqUMmEt5QUo5pSuckHTMyFeUjlldz+0Hwy3t94KcECAEU3wSTYtDZGDY4D0",
-	"nRL35DF5lf0wGFoL3Zufbm2Ep6J4a2WI0DhPNMkZVRoURic/W2sIjMYKHJ7qcvd76qyrcGWmWYqGehDq",
-	"gWVYi3OlVsN7RtOriHvM+1bX/uHNs//r/O3zk2fnZy9ePX/z/uz81bs4qrTnRyOiBscE2bXttzoLQ/La",
-	"Y7ypWSLKU9DGnX6Z5ELhfW52lzMQ8+yF72uglYJphmo9jb4hWdM5WM84oSkIV4ITlQtQ/0lTw1ea5rki",
-	"iyw9wAViOV0Zgoe/WK7YkLz1uJPlTXg43zE2v/UDahrduKEoQPWtbFVLzG07g5BkRsHI4dmUcdjyMkvY",
-	"+5qb3j0lvmUg8Vg50u5mNWBkzsiRUULKFJGi1IxokdIV6a8xdLO91mP57WhEgnfEYEhOSCHFFYjchmeR",
-	"C5qbCxscLRMpeOUStkNa0NWx4fxmxzPdupKcJSnTtZ/h6kDNRJmnB/DNEUEhyxLImRCvKF/ZY6/ufplP",
-	"Kno3/UiRo60YDwo6IYQkkmqGTNNdvXRiBJ4YKP0AXPyxs2MbRawdBHBQRQGERmnfPvTiBWCo7zkt9UzI",
-	"7Df2Ge6zV6hVRWThlK+IsKsCpCIh8QJeZoo5/yRKUUNQZm3jpu+TZA4uHk9XLKQomNQZ6pE0mXOxzFk6",
-	"XbiYiUyzhdo28JNk/kKzhSETq6pSKenK/J3s4yIBrxK7ZECwbFFfg20nyeDYqNgH8BJ8iRZjc/4MWzX7",
-	"zMvc8gPUptfV/Frf/sfazH+tPhAX/2QJeMjcLNeWjTlxs2UNQZHQjEgJvsOYop71JHS5ZrRw4QzMM/DB",
-	"Rwdwmmky36kf30e90X3uWIqVAIa9QGNGViwD7pQfJWMEX4uIoguzP3JB80yhf4kqEp8kc0uNQ2wm3mn8",
-	"TdPJuseyaZXZOocWMbQNM/5qdRBG55Haj/67CX6nZdmJECOiNNjrwZb97OXPRKIB7XNQJ+lzQZIZS+aD",
-	"L5RQHY2yFLwVB4pxlenskuWrIzurQzPsw9gwwpxplsaHzi4RH8Y0mcMvYh6P+e//8z9J9dqxESS1XMXE",
-	"/CxZyvLskslK2U1mVE6NUAnXHNxwxyRO8w/4gRFhD6w6z8Xy2EgNK5RCwdlq3rGGmT40ZcVPvBWxPWui",
-	"/xrPlwKje/t4pfmHwPCMyGWIbQKrQRtLZ4l9PTIilaIoWGi24CLJlOCVIgRiP75vzmzVutmMNFNmbdNB",
-	"uJuOM/rLDIS0JXViL0tKDfe82VuzYTudl4yn7CpwUoTKnE/f0y68EVaeFXvM3zL4p2M54Jm1OuF76MXO",
-	"qitofeJciAAD/CuVC2AOaYliE6sPDOwhBTHvguVi6QUXhbuwpzA85owrLUskWjNyt8RGIC+kSNBYwE2f",
-	"mSIYCtSxh/sdj1q2QGf25sOBOxitHRI3N0dB7X2K4CzYZQ6doh/KyYTJdx088Fmm5kQVQuQEbD/HZGFU",
-	"UfwFLdBGoSAXjBSSGS5optI6jBd/ZTTXs1WAvNFZDs1ZxQLtj56+MjG6J/FMYZ4ZDDapVDOyBHVXoKEc",
-	"movMAZfUKEHA/cBE6DV7IYTZZcdlMz04JmZzrRUU1QXbxJjDMrMUBWuwbqNX3VAMSPYsHZJfbFvoM4BR",
-	"nDhNzZqmB0dkOWM2zpSNeWWTEEuOJgnLNZ22Z4T7lBG9zBKjm6PGEpF6PJ6BI6dKk0dEjXkflxIdnd5w",
-	"s2q0luWvE/GkciC0rJpmOiyF5YYrhGp3r2iByxTmGwXjqaHobS0uaQbRTZtba65qSKgxEwdnNPAdZ1Up",
-	"uar2mhpm7Mi6D2G7aPx5d/rmzcvzZy/exiQBd7/huRdszEXBuGE8GsgGDPBAdhCQZ1ZBkeUsyxlpWGxJ",
-	"anZVSHx3zerftQNLIeeoegbc2z5PcCtbbVrknbWqnbU1C3GBp87UWNnIaZ6/mfSO/rGTbhq1L2Crca7v",
-	"z2sj8Fsad2qpgIdhHtga6a/RuqSMA0ej8jGJbasxxjTbe818zVxPjjxsjIzg6CaomuqU2hfB6KAY3CcJ",
-	"iys5fXBExCLTdY/mQtSl5EDc+I4aknjB5JTF6y8bpXXOCuCljJcLs9nwLriDoTNvF+trvg7SDq47PCI5",
-	"vWA5qNRpphIBanUhChWUje2Itmn6EFLwxr77KbIRBBsiD0g/kYyaOWcT5x02DNhsVpkzZUgEz9gDRWJo",
-	"LgbWtSJ9CLm+oOm5FVca17EnrFIViEc+o2q+zxK0jhxObOMJ6pJJa2v++qhOMHUEpYsOOcnf29vYJzvO",
-	"bdqUHdrOoma19eEnoS6QLLKU9N+/f/Fs0KGkCUmnLJT1Ag8I49OMs4jEiqGxJt5IFZu32duretxRK4bf",
-	"hcn4qREuiMWOtt6YDpKpjQDPmBFuNxBP016wNrEUvk+bgazr9+eCaWpkC+wuDUeDw8xeQzjKmsqAUp5z",
-	"8hdMHqC1HmzZ4a2rxe9AVJS/7LUw2w5gXp/d+lR2WGJNsxwutzSFZmh+2ljmTWen0RSQbG/NIvsTW6HO",
-	"0wzi2jysalLrq/2Gs9q18UA5LYfEeLe/SG14pJH8bJvpiY7hArHpaFYsj0hsjm7cuvs4XH5tib3ZXGeI",
-	"1G6WoZNEZ5csTGiY8fOSTsPEWvgrs36UswV7Sade3Pp6C1pomruphF9xS2me7mcdrr6M2isWNXJpmoPw",
-	"Z702ieaabaXonx2zXb9qctpaOG/ZiwaT2MmW30Gxa6b9ACO1I2l0u3Vm78rFgsrV/nNb0KszXNPuFE6V",
-	"OR1T5ClTmpTcMpyU2OsjrH0s2OLCeolaYigGQ0uxVKRvtAZnOlCDcEvcctdu0yY2qbacDGWUzs4D1GDk",
-	"QcMnPHEy5jsNxB/1XtLpFDWLZ4ymQVnTu5ADHL8OdX6Kct5N2IgKBOjv9dGZSyq4/hi0KLKkeVzW32k5",
-	"ueDcBwnRxokqcsFmGerzC0N8RhRt+LKjbTog0FE1PH/Ha2oNEFWIgrwBN46RIxRfrPFOYego45VsZ9lp",
-	"pK1FkJbRCZ0Pitg3OiwB1xAr0g2iAo4ZOOreI34nFsyL/Fgbts+fcFECIcxXRU4xOrQZTB9ucrvE3VoF",
-	"N/hogxLzLP/wMgtqvpZgd74vnuUf7PaHTkZBpzYQdms8Uv2mO1EhRxOf6hmaFTKFOdbbj041p8Z4XCcd",
-	"y/Oqa/uMqOaFVg5JDAYJ+76V0wop0jJh8l15cWMhbbtKkPist0WwRgenisRoOTrRoC3tEggfmYcQs0D5",
-	"ylqIwuI0ctIOzlotak1PnzpfdnSzne13vlEzjs5XeGnY5aY3qmO8ZoayAYMEIh//9u7Na7j2/VztfyrB",
-	"h2/p0hGQ9/RAzbPiADVFmh9AehyT2LdzDXl0t/Wucnu6a25D1Mu6uTDmLyiMpLORwmEVPVPPeSJXRada",
-	"uVmcb1kh1p/XZ2d9sH/75YzEypwqlwUCAcNgpQb7cur7IknfnTNnES71DEKpXIy9tP7Rytpdf4sZnplG",
-	"R8ENbSLQy1NRYoxQQH9pu5Q28/gGqTSXDDY52uhkrU0avvbSVsW9IVte4HMaj/qaFNHBT09LOd3d6rHu",
-	"vsMAicK0kh6Dlcpdnhw9kdPsknHSx/AhePuBAulit0iDziv/7VYBpXvXbyK61JvUXJ2O9W3l1uxr1d8p",
-	"2+ENZqQE2CI0RBi/ZLkoGCny0hnkQ6ksjSG7RoO7Hvz+mFAXb0/6cXPu8aCKZ4TMyCoyA+9lzLSIwSSs",
-	"Snmt2zbNP3RwrjT/8FYs37KFuGSbzAyhcIB1S6/MjKySn23hDNvY7SaehBkjJ1uFvLf1m5h7Zk9xyz8C",
-	"844dHzYLbu4VS9DHJK58/HEt88pMa8YjeHPOCn1MMAkLMprLZGYeHDczZtbdbOhUqjwosPxRr+quF0Ee",
-	"F2g7dTJQ5U379ZZsmXZdNh7QTpdT0W0cfFank3mZZlWsGJg3LLEck4uc8jkEAz0ejQab9Yjubmxg9jW7",
-	"+LR5BRz17Maj1rlP9PGPPbNf6skMurA23/G4Ll1TagykvVS/bvfZOjHrgXJh8X3HI4T02cHg2Ib9AoMn",
-	"F6W2WhXAAVUBJ5+i3vNw+FTr/hET297jq6vDb6+uQFK3Ywix/DTob4LAE8XpnJ0nVFnHM6SEHBPKiSgY",
-	"d0gMDp+ALEqlCU0SVmhS8jkXS475j8Mx/wvjTGYJ/n1E4nVosqjyap8bNcL87fs/Iws7ds6uMCgEsidL",
-	"LxbdvDJxOXsAryD0OQTW4B/nhqWegwvH/LBgeibSc/MSzXOxtC0WqOScayHOIVcJkxSbSTARicUlk+ZF",
-	"7FdSzc5hfPj3TdI9h6HVgagWSACISEH1rEo+dtFALCGSTUrFVIShqLjvFqkDcSGs2rCUgk+JIWCS8SQv",
-	"U7igGosP3Y05JBz4yGBG4IR2scG+F5QvMJoTY6cwsijTCl8cHI95Yzeh/RzRW9z50KJzhvUAcGrvz348",
-	"+LcIvhjzeIhHajiM8UNr3cZkUAF5pBaZyqb4YWYDtptQjgEwBIBYICTugqZjXjCZMK4PmEpowfA+porE",
-	"//tvv8WDIXlr6OjArHs28ejarSIqurDlwIvOG8Ro1azmj/ie42L+ecjgL8ymNjQUSLGeX55DVsQK2rTD",
-	"wlbml+eFZJPsqtH2/PK8cbzG3Pw0Zdq9nPFzT4+yn8gsZbJ5NgwhS7XWGPx8DkdTcO/QtsSZvg3DrlRS",
-	"p4Giaop66Fqi7hHmGEWVKJXMKJ+ydDAkz4H3IfyJmJD4kBbZ4eXDw/mlFYPrHw5///f/Lx7zOmLKhv15",
-	"WwrhkO2lgnb8tnEJYkyEa/0KnQRXifTNaYJeJnSR5SuATgD+BMh9GPA25hV+C4Rk2SOJ46yPPCVo2SEF",
-	"VZA6eZFp+Dl4lMZ87Sz5wJA7cGc4cf5shuRkzD2CeaDI/BKPIEwdpLfqLoQJ0AWr7ofe7iH9fy0XlB9I",
-	"RlO4pHYOvXaxo3DlhQRVjCoLWMQtzw5I/Ta/sbrVM1X/EpQ/MYKj01MVCk+NZxjthl2U3P0ZbP+SSRWW",
-	"udqiO/YW1bOrBle3Elqlny43J1KZ/9P9/K4/Xb5xH211tnrNbxxd2NiCaso+I6sjiDYOyzUcHtPLTOnu",
-	"zLMwFO9TwXXGS3eXgtF/zlZhqyRe488xL24XqJ6oN2cr9Ybnq93ezmtY2mtitW6L7sJrp9FFb+uZrpvc",
-	"tPBhWrhYaRY4bj+Ynw17t3BsGNTYZf/i7EpXWZRbDW1SLPeiPbEMulxlyY3qkO6goUOP/ieRnXd4vaoI",
-	"yrCHrFru5iyaLxnCCht6NxFASG/eeOK8sYTnUvOUoB/rp7+Tipc4sUEUhAPyW8xVjJGaiPBgswBSVjAO",
-	"2WOxKOJ1barjKE+ZPgXqJr//+/+ClN5dD3bKck3XG8x4IqEtuhAlJgXQNDXiOGQpOAzGjrAMdlWYRVpr",
-	"tSh1ZC1W2LjLY4PIEef9OiYj8j3qelWS+jF5Tb4nSSml+cDeHvjOBSOvzTA2IZqBU84orR1jKkr9YnJi",
-	"YTiruSOOLOYCq7Afes5Wwd2AJlvt4sS99s3ud+2Lo/G1ll9RvvK/VqRPPTgJxMPqDK5YZPwFPny4fuyb",
-	"DLubvsTCoe12rEoehhhvtlI4wPHaEmY4PklyuigwH8Lw/EFjb4Nsf0GvNlBwWRSQqFLyDg67yPiGz43i",
-	"bj8n/djmfdhrzCZ9Ho1xxuOe9TkDUm8zSc1nUmpDYHlH/LgfXzQFdG9LCvg/XFbDLQAH0CO7yucBMGmJ",
-	"DNpj/Zuxe8O44AdsUeiVITuC3wSHWzPRtTBokgulzbfVebeJHzW2e0LzHPKDfEBrq2NWX3Umj+m8E4F3",
-	"w0kHtDstSJ5dNvHvAUdXHRN2RROdr8A8YRSzup/4MLa8Bdh1DbRowXi3Sy1wku5DATZvFt4XNiwAmc9t",
-	"xQasyf89OKPhO/+07Jazu669Cpa2LBST+vPeb6+3X2Ld5/WslJzQwKHNuJEIOFpt9z+KZ/fn7Qs7byef",
-	"42jhyocP1tsOvyf+bohAOJn62NYRsTIzlVXarJWf1QYBGi/wQBItYgA6yQogAcmMFpCzuCXbfN0Ig8ct",
-	"FDP2iw1Kg0vUvnfsItYmAMBXEThIh+SkEd1WRd0ITqxNwNmZpVwRLqxBvDMSbTMFmp018h1c9FZdB/Zi",
-	"oavWBARfFkVe1sFlquz59RNppeiAtAopbZvlYJCBDSOdOBFv99ji/ZRrUWyxKwQkIapC6qFHbMvZijix",
-	"ErwWsOS+xx0XtRf1qJPonPUsqkrdQM+/bjAIBNcvIk0Jz7zcWMDbtx5EvbJIbxrKfs/BQzm8TnhAx9kd",
-	"hFB6pt9tU/wU5vFiGZSanPARYLE+I70esXQxl3s6vBs6/HuL/iq4IsTRd0aG+E7ockuwuqGFzc4Hm7Oz",
-	"VnwmHBNzPu0Misnp9HwmykbqUbWskOl27rKlzukNaBDT4M7zruQlzM06r3OzbtRbFe5ynm0JyjnvzM2y",
-	"7uqux2YoZjrnalNKImYN2lHsl3DY2rzGgNYm0JpyY70DY/X3vWPtg1THqGLPrzTjaad2qbqUKfgO9MWJ",
-	"FAvCxdKrLuSKokQQ1RvZ6mtIiBbvuRGDgQYeIdGBCxrB9+TJ6NiCBD0k35OH5kTvWW/o++rljSBZG++P",
-	"xiKFPS4b5G7I1bAlDBXUNXnuXo6vKStvQm2rgZyycL4RPDy3A7Zn8nOM2G8mQEtU5pnZPc6WqJ2smvHg",
-	"Du2fsyWqRdcbhW0gYK7AIAMxIf3q4EUYcT7ABVWEAQ3skNG2AXXZB9mq5rLF1eU2O2qEpeJEWgvrSy6B",
-	"vQ7ygOyScTvwFlVfw6Uv5vH2gIXKRW97CA2rhfDfHhmgse3gJnRvBrvAG3+3O7dDUNxwESPbuLEc2XFh",
-	"hTNJ3dVSDXrjvEuLBxsug5KY50yqIyBc3DOM5GGaZpyldUJOA43PFqSCz23APlUQ3UXTl/BGPHAFzshF",
-	"mcyZVuDlKwuiBYkhg89WRWxvhQWRC9/NdQfh5zU41kacq8BDTAfvfF4lNm4RA/G9yIN+8lqOvOn5mFD1",
-	"pDbsZQ2Ose4PrvANjRwMkNxMHmDmDZIJAjiRWEuasBcQEuWnOkaBZMgxj5v0bUtygUhzAEUQ4flgzzzJ",
-	"4KZ7x3P3IIPg4Q5hGW/NcL9PofzaUig7dIStKY63xbId0tgO9PkyUxpQEbaHEd0s/xL3555sOzKpzZm+",
-	"RdNAK931prhbCE/Whb3lgOdQcqX5IIAJ5HSi8AUGMclVgfZdlKIPfoW6LYmxzTGPwNuQZ5fVzaQ6BOpK",
-	"xtwVBwwSZBO2ExrQ3tm5rul2Ym4ra7fFQzoSd23mrTuVzRzcZlavn+njc7A6lbTeiw44MyttN3J/W9eq",
-	"ZVpNetsgcNwS0ITXWlexgWsy07sCm7DL1A0z0Z5SUCZri9Dd0peFCGsJWwGpasw7xSov6r4umuqqk9s/",
-	"HygS6yv+V6pmsbnFydXV7NHBw2/+jYgJFsFplkWM0Opj5MkZVTMCbjZX0A3zVGLSjz8q9sG8ShfsRXr1",
-	"KY4IJRaIZswLi2A9qAo9YCXll5QzhS0y1epXmblodoVZMLaADOSwmGFEKJzSKlXGdWErwBalJmhJUw4E",
-	"b5lJCAVLMgWoPQuHrtsKqi1VDbMc1hB/WG1QD2rxdRf2ei+VfvFSaYeQeZtq/70w+OcQBnG5G7jXAXyV",
-	"2xUZO2UzePquW7aqxS4XCLCDuSJlND3P22aKL1Ng201CC0CrWBErlIK9SezyFzzy7pEAYTTlwJaQuEXY",
-	"cNh6a9cW3jwbYGpmVIEi4VoIxNTBLzVFuCW4gGnMVhcS1tDIGoHtb+1Lo7uoPcK1mBJ/slpaGL82rC2Q",
-	"JVngC0RxWqiZ0KSfC6FYvoKc4PSYqBpvxBU+GAW0paQovXWoB+Dny7UQ09PcCM22JGAX7KMQ+bvstw4d",
-	"zCLo+7XYdpEUFmwh5Co4XF8a3wg3QDUag50yWI9gj8/KQjf1S8eKW9tv3/P6iRryNc4ngk0IUcH1Mnk2",
-	"TaRq0cGW3jBDZ629jXrSTkZMsNTvLhWoDYCiagdDtc/O7EeN1r0dCy3Am0smLzO2DPgWV0qzxcEyS2v/",
-	"AumDJgGZs5pqRSDgN8lyJiPy+3/8F3k4IoqIPA2c1Jsv5FaI1n2XEi+AXVY5vLLeyFxTW5b7tIHH2DL8",
-	"dBl1XETBzTwaLg7QthUenZ3cM1aEkpC3iLLdfpl2PQ3vOnZfbRxPpzoHKKtBjlp7kLZKqBBqA0jQmV7d",
-	"wJR8EwIPrihnS6b0dnN6PWsMJ9nnCzjHgRUMOy097o8fRm4PgvsnipNSiyLLhd6EcJ+vKktIhZPB+JRO",
-	"WUqoawBTIVX2m4UJtAVnSoWO+ZYsRXUyC+TVmp9d9VL35TaO0q6klOrZhm+NbPAq8N27cjplSrOUFLRU",
-	"zK81zNmVhtQpV5mnEHnuCiNxF2/Dd7F+NdgTLkI1pI4demYrc9xSQRr/FAQLXMB0/BDigCGxO0DD1u+w",
-	"pXHDARnbYJGe+bVIXDmbOWOFaprdHqg2fJ2bHITdK1cV3Dtue8Eqws9tUtoJVfapWCwyjTlpzep/D1Rl",
-	"T+urGZVYJcGNu4LoFFOojTW4B6O9iRUCKhPiilrNLyKXTF5QnS1u23oVDvxwtVwu//ugO4Ssu2So+Twe",
-	"9yArFUJvDbc9SeYdlX42YOTVtUBbtTiuU0t0Q3ma/cBp3dt4vdBSz7AO1b5lHT3Tx1qpwQSW0eIoEj2T",
-	"opzOCPVt4dfobo/6hhDNAaUa01Qa3dqdbrun3rrHgx0KIIZMLLWBxlk6Gnaa3VxidXDcdkTVU1G8ZaoQ",
-	"PKTCU1+o2Ahq7gsg26th1wyZ9NsVgGu02z1P2psqlBAuHagXC5ePZcrHJHgCg510X66u0EFEMm7dJkTI",
-	"1BJBxgmjyaxGr9w5hce73oLw8p0Mwa8/N8mk0iTJabYAVukNYj8u8SK9UZPqKb6/Kaa0ftm1vgV0OOTm",
-	"r7TkgupZtcGC12XQthVw2lC2DDIXvxmN4h3iUeso1JAptHlUu45n1ATwb69l8PSWahau1b6BYs6oNGJ5",
-	"AGE1fob/iQfHxJWzE9zSgLmAhwQcAljRjlaF7Dqo4d6jsjW7typSDiDCFn2okm1IH/0uDhAR8TZZSmZM",
-	"slv023WcMUso8LSTIMCyR/pouIm8Yx2RpFH0XQ3ITOTpmC9QH6OcLGeZZgQsO3Xq+bcPvyEXDpcJAOsq",
-	"VPvX718iIB/4xiGbHgEhxzweDuPIJiO/f/uywilNpSiQTRgWoYLFFsOIdJ2yyInbBTOSbMpdkXmIngBI",
-	"P9IHXdu73BXuM9FWjlEdJR43CyTPmIOSNcd2zlYRUYmwCC3IBu3qH5OF2eLUCmQXqlkBamMxyM3uFcNy",
-	"OhNjqquudZ2Yn80YDckck/gfvyIoqL+QCBao4OHut6bjf9vM09ha93w6cljCoIQ/Wkx2TCmO4J6w0Ikd",
-	"iG2bi5W76rGaLXYqXO4QRXdVWMiPTRTiqIFz/UDByzTPD35jUhDzFckmWJUaYBc3oGuHayr6jKOj+GVH",
-	"rgR8ksYkAcV7G5r6MYkvoNo3YDJyz1z1QHklkaMxhwLMLCU51UweV9vluC8XS8NSI0QiRYbQcOy1YdZd",
-	"t5vB1b3jHNystfNMaKJLmuerLmtFRxF1jyLWem2W0LIrHzoJIFJ1WKSnNxbkd89n3N1L1bKjbxKc1WlX",
-	"1e66BCdqBtZQviUSs7MIeFUJzVzYK6ZrUiYXCOYKa7lfhY0OPu1SW7xohLX5bq1SaLfdJUu0LGv7B11l",
-	"1yyIewdm/VurMIzL49WDvgax/ozxEp2FJnct5YthBXiaAzEWvonATXEfGnhTL8tuBupgCeZOF/TWQt7X",
-	"Kn093AM81La2A6z/2YyRh9/ZGhEuorwq+RJXTVqjtWk2xvEo0v/mIdiuB8NqfcPO+etWjqu9rbtTX6cz",
-	"vzM2uNbXsT+yoDqBKxiNA7lmcpeqjpVft8r3qifTSZAeKW6I8R+SF5xAMXkCSVY25FcyiGiF+gVwvWoB",
-	"kblW1x12Z9K9ZZpx8IZ2pXljZUXnAABHvIPTBiUAMri9Ak0Qk1sVZO2PyPdETCaDIbH6Nhm1UcW2+1Lr",
-	"JLifu8qcVOmHhF3NaAlOscpD0X/z9sDoB2AMS/MPgL3zil69ZVpmTMXH5ELoGULgkO9Bj/IGbEa14Vb3",
-	"4qRSI+P8kvFULDespy8HLeFlSKusbRR1Gn1o/R49GV1rCaHmx2kjlXFtpzOjZoI+V+13hfIJu72gfFUN",
-	"TuTpzbZ1bSdCVX8ZiVv7H19nbxhmTmSCP6+zh1tZ6PiK87vA3CVTGosCq7IohLSyDYaor5j2NqZCUNo+",
-	"mEY+TltTKlwGf00GlSe7EAVRADXGhU0LcAB1HoWMRqT/BBNtjBZ64MwZyJkG++/Ugl65yLWWBIg4ePbe",
-	"QFhVlswESxHzgfGJkIlRbUaAt2tLidyMHSzo1S8002b9Oo/Z88ss0d1cyyyNx7QiXPK0qhtiRg8FHG6H",
-	"gS0yfioKN+jAMmZ5nrnNpqT22RdgRwLWDiUjDiZlnhNwwhMlMNE6p9miKpAGBqf+6Pd//38BlXAwHPN6",
-	"3OQEAL/APBGbTr5H428hCrBAUYuFaitFceExJSMBpANXdwVGMOYIyPHwiAhXkxs/NXcAdfw3qijX2T0q",
-	"csaJmP0AlJAaOHrMc8GniBSi4S4TS05sbRlr+wKbWCIWTKGRDjNaKqavNF3h4kA5hYsVQl6PHSqKVGTB",
-	"KF/OstwmHlegjk9aeI477XEhMyFtsE+bsSY5eM3dK+Ez0iax7V1Kd3tvYGnmgSKxbF30Vo7rFATia/E1",
-	"eVNxIqpFByFhdW7nANYDy/j8ryIPlYHO+BylGcA/RVXWhdRU31s4bXVM4n+cHPwPevDb6OC74fnBrx9H",
-	"0ZPHn2LrlgXL63q1kXoO6L4JrWpBzUVnRvR/h3r4b2Ho49b0XtGrzi1wPNtwFmCE8drncUSeGB7i0HN2",
-	"ndWT0eN/s9JJGyDV27Enu26ZXD0zYssWfrntMD0cja5HMV5O7Hq17yzJdG1bo8lcEVtuC6S5AIyMJSUP",
-	"KiPjU+/W3n+MWuchiWm3ZbmeHIkC6w9gEuzuG3SojGmo01PdIFCBwK5Cps1JMvKmIv2UXYiSJ+wmZ/zT",
-	"Fs2qC+j1BK+sB4qwyYQlOrustC3Im0wgF7aUDGv+VFdcChYEr+7P4gglijG3Slhd5Q4+haK2mXI6W98I",
-	"Q3NGYn+Q4NYRal2xqxv19b/BRpSUL0G3+1J1uS9Id/sSdLU71c3+UF3sS9e9/lhd68vXre51qT+fLvUZ",
-	"dKc/XFf6YnSjr0oX+tfQfT6zrvMl6jafQZf5gnSXbVl0lUTS2Jp1WTkoloXkxdZcA9wvwI+iDapDUDBY",
-	"u4tDkl1Qsg4xoc0n2bsjkFZqQalxfDodbKd+kOidOP53TTf4MjMDN3je6/XpXN13HUFOL406bbFDbS0V",
-	"KxA1UvNvM7X3JrE1dhoBn3E7WqUjpdFFq2xM2PVW7Av2k3dnK2/3Zndmvv+JY2w2JXiGUgHCYuqtx8Xs",
-	"nrbvAzqsFximmgVLCuwLfgsNBbuHUuksPQkhfJRqZssOuQhSaV+vUYi5qJJUamivAGfZUBGoGW26OQx0",
-	"B+ScOwynjNP8w9G4HI0eJWn+gUixJFkKf7P4M8dSvmNsfkuJvjfL0Q0lqewQ+mTGv2vGLtRNtXOubo2u",
-	"kOq1zLC1XZ4JnUMl54J2F6OpTvDrjaUtuumSsfmZeM47mvfWPID8A9HNRrhTmi6K64srtuxNuJcllbyJ",
-	"8tCFHF+lHrXTiXxabS6YvwD1OLoIGW6W629ozW3fr024Hfv6JW/YtdbdX+f1hehacS/BosXitGnryOan",
-	"SRJrN6uY9BsPlxm3hjCw/VPJyDS7ZHwwJK9ZBmmr/fjjpzga8/jjuAefjl2VuXhQ52O082XcTYIyK+S7",
-	"HLvfauUQfjdNf4rBDKaIP7qQj0b7+xPgRjbFBXOPXO69syRTDaa8ush2xpWmmPOym0ilHXEFui7Qf8CI",
-	"UVMqfNKdQBGiHgq13fg/z6iaXQgqU0KnU8mmVDMiLpkkFHEHrEtlq3KAZQNeZbzUXSg8AT/T2nCB6avg",
-	"I6z5sRVXa+0hpJttAFtbAw5qoaacTDvELMwBL0rdEO+3lJbHUkFvKZ+GFwDLGal9mmyLdVX7UWtXGmvR",
-	"mIAHKuVlgdoVD1k93DCrHfMWK8hWyouK6pD9dJc38l496z6Vr9mSKMZSAnMCy2HJtSiTmZ8prHY9gmvs",
-	"NTSIXWd23buKs+X2eyJY2XHj3bbhetr5VmkMrdlnaFXOqJqHNekKi2snhdi0s6s+jC13jeb2od9uiki2",
-	"A2AmKo/XAHwzexXQGamGeq4dg0rqvPl1MeY6AMhokt3nE7a5HkRVfTbgRKZKPw9nTDbr5lY1dkuus5xQ",
-	"c6czYlcGi9APr1sd1+7JjvCp2zCDqwz2AB6NxVEGGHCz14hQo46s41GxJ4/R51lnex+TmD0afR+j5DWw",
-	"NYbh6zE3VJ6WuY3jECUUx0JBqdq5i5VmG3Lt/4fS6U5Iupt2ByewBvGixRycqlSTeqR9IVEmkqz6cWBe",
-	"H3OYVUSAXbn86LrwTnvVUFLNNJBCXYS5CSczmURjLqS/bN5YPKAvC1kmWSJkylKS6Y2l7jZTVDeoMIzg",
-	"p46apvqKX7PW6WaOhAewk+MA8lrnzW7+T/ezA0Orb9x3W68Ar4dtYwzf0baQ9n7jq/LONg/Otd05Mndh",
-	"tsPhCjCmxebOjSOAB8GyyuaPqnB1PCBCRjYKayFS9j3AecYRRiTF+Fco8ahTMt6vKLYrML37uu1dM/pT",
-	"18rVFLK2o+CKC0H1Nby4rmDmMfgYlXYaHHIExz8Awi9ZJTkLm4obt1ert1JpcsGcvQz0xQu8jhwvrz11",
-	"DnGjDqoC4IgGrpPHXkVAPI4da7KhEjWLjElZKCY16de/VWGNVj4YHJM4oTxheexCCvxC5O4zcPR5f+An",
-	"QevpBkSYZ0xp67/YDAuzDegljEVgX9h0MyK4Fvyt2ZV+oBACJCJsOB2SmK3+NnvxT3E1+fn77+MxhyCF",
-	"j+MeHfeOHn6KB8cWMARuJ1c3AxrLuIUQsTGpYM0Avq3OfaOGq80KWCIIBGmtFh8/xS2QFpqSC4ABU/Y6",
-	"v94lvTN1msMrmVIsdVdmFf/nSoTsRqUfuoJL693vhmzwL7uWNASDAjSSkmcfSgYBERtauuJbsdaaYItr",
-	"4gKGYk0yQPkyP5nzmlaRqCwlEEdM+WrMISrrqBIYbCyxvuIxJrMyL5SM0Nzs78rQDZQF9GJYVZZ6IWgP",
-	"1JhDh84+g2wK4tKqYSBYjWkoruRSBPOB2DIrnbM0iECzdrF64FLVZnTeZF3X63aNYFcv+44itpiHJdJu",
-	"saoTHAQPRAww9eZ0VrtVLeQxibUQ5zmAhVAnB2bKkUqmQ0w0bXDRtGKj+H/sFVKXseWwb2p/WbC9wesV",
-	"ErbudH1oGvfvOjBeJZZFAI0ms4U58RgrHJt2DQesTpK1D3PE0e3HIFCAeEMmOdXArMcc8Gps5QB7PVfd",
-	"GKJn+WQwJCccMBNLxQBXzcM3grJOHmZiNOYxzt88aZg/zA8WNq2qvWlGzG3QpZ0D+f1//id57Apb74UR",
-	"e5LMye///r9amFXeHdhCN9kN0+QezDVQgMgQWR/oyPCfASw7zTMK0TCxvdziW66V2b3jkwaa007b2gFz",
-	"hTOzp6aeW+ajX+0MbeWd7W6Uqw1wmG56GLuvhYvTZMdQbozmDi1Tijy3SN8lT3MGws1+iD1dS9HaZL0D",
-	"8OD+WJVuooUfataUH+7xCW96PBughXcOPLiJevYHFasOumSM4OsRUXRhZGe5oHmm8Moy8vxJ4nyvQ3sV",
-	"3Qy3ODwTB2aMkVpOuwDDwTaq3YIQCP2ZPlA2nbMV6a8jAZpr2S6K3iR3h0fQKnxkuJoRk5L59jpHnXWM",
-	"QpJMpwibf9iwyVluFDU/6ppIsezIb6tCkDYspHvHAfyCe9myyj56o5cZVx0615bLBx57sNWkT1um8qIO",
-	"81KQhbPCF7UQg2tbybchEmacxLUlL94IQ7iRDBcVHOG+GIJVE9vP/cbYj70gvh2cOWLNGx08mXsVSW/7",
-	"OLiQM3gr8nx/bVhwpKItB6cbDPheDA3g8N6hxHlD8OV7ceW6cMrmsoNsD9AEwcn2WVGSh71rFTW4fTng",
-	"2ebrP2ht2sRbOj1K88v1zn/6O5FZyiTp//4f/0WePCaiUJDgGk+ZPpVskl3Fg4hQSBZNbXLlrnrRT5cb",
-	"nFFRy8MVuFIAaziZ16YKdezqHqLdFxfKzqDGK7iO4rZxpO4ieFlFVYUrh6iGxAGJZ5CqaziHZ/C8WJF3",
-	"z35CMaQdt9S+rZqhUFJ12XRhDXaf+O16Cn3i2wue+a/lgvIDB14M+i3Y6xNaqvBhwpjzF2GhKJ5fnhdQ",
-	"fw95bYxKvXnZyQs//Z2IAr0PuehCbd54UqyAF2G7BzTPphwBgHc8FF0eUNPvW7Bs7Dqz5WxF+jG7ypQG",
-	"Q5y1ukYkvmRSmdciEkMePbhCVwXruLFkR7e/zFa+ucHsD0srq4OTozzvTCtZgCbzc8kMnYB9tjUJZzM9",
-	"nwmZ/Sb4ObtKGEtZWuOan6MlVwL3X2TKrrbp5uK8LWr586k806Hq9ZCIUTDpGUH7rqRYRYSDG7GR7k3u",
-	"TBJ46gFpW9cSOrYqKG2AL7EvhXWYHZjETQl4oxd/6233InVw9xNh438TmoehZEFOuJeiduEESSkl49qK",
-	"VpbXgUyBmUScM/lA3aKEZRnMrpyqGh9+5o1wF6i49dLYDZWrVsa6o0YgLyEpZaZX7wwh20BsRiWTJyXi",
-	"qONfPzpP299+Oeutrb5513ArOORH5Af4hGAm0z+X2qUwkbciZ4r0KVFMY943JTlNUyYHRyQ2N96B4PnK",
-	"8OWlzDSzf405PoPfgKWni4zHQ/KLEXX+9ssZeE8zBcnJzpWjmLxkDrQEq1pkyvA2jt4VOLlAVTDa+qjN",
-	"tC56nz6BlWEiAnINQNNkys8l91LWLNoyJ6dC6alk735+OSRn5kinIikh6D9TtkQln+aMKFHKxJDnmGtZ",
-	"6pnlAcxi4CwzyUgiuJHC9bEDYWHcsFQhwZ2vMEBszN/wxnxnzMaTgYIBni6AKVEgRCYUFA0qManuwHA1",
-	"qjMjclQS/M8lY5y8+nnMHw6vyF/Pzk7JyemLiBiym6sK/YX0G1aeuE5Bw2gjPwfN/FKZTeLjMTeiDeKc",
-	"mKMZ02TOxTJnKQJmxFjOU88kswb/A3alGU8JuyoyubIg1eTE8kAMKrDIBtGYK1GVUgHYC6x3QkpueuHW",
-	"/QeL91TwS0xVV0djfkCew0o+vro6/PbqilyIdGU2DpYy/jhG4W3cOyLjHhK6ZleW0se9iIx7iUiZ/1xp",
-	"Q5/nitM5O0+oYu7lT/HQ9HdC4m9Gj2PAhuECO0SMMRI/FVwzrg9eMj7Vs/iYJDOWzKv6ymUFY1BQaXYV",
-	"Goy/ubqK60AgYAdH1kcKLh20xtU+S7MTzSc2Rc4WrRlz0rC3OkwdSrQoDnJ2yfL6GxiCZaEHRU65zbXB",
-	"Ku1VOMs337mCZm+ZlqsDjEQjfRtWNbC6gjnxCpgkHAWRD81gjPKMpG5hd1xRWFi8Vj+QlGLEJ5aGu4RD",
-	"kQvFMACUmK5s9feBB8kjUjPnjJNJnk1nmkyyPG9W7oDesXis3dnU0JorNV+nJn07GtmhJID87d44Lzm9",
-	"pBmwf8hXwlNtHrsCPWYbzRgzrjSjKRYKUc1KNN+MHtrmwdVtKcUrOVJPCgMNEJYImhpEpnVDOfG3o0fx",
-	"sbe4GIFSzWYpJGQYKbMqAFBO0zzjrWma1ur5WaAicyWYLcAULxfyQuJvr65iDJGxA/OaehRjOKLgJD6c",
-	"MZrrGTTerwYEhV+SGShPAiNsFxRvG9TYB7BMggNgFeYcwy+OhQP0hCU8t84Lai5eTnnCSB93y/spHhyD",
-	"DRyqsBBqx2mxl6RYECUWDOVVQzhScJfzbNrGSVpSMe+JFC4XPSOpsJU44Drzk9q+bVAOfnXOhT63vA/Q",
-	"CFOHtCS46Qhq+1Xi/cAea+yJC0/wd4FF8WPDkbx+uDhXZTI7ByrEM/78KmG2toBNcQPWSBi/ZLko2FG9",
-	"Tw/cDtacI/4rPqr4HRDK4YJpmSXqsJCwcKxU9uMRcLTYMNvDIqdGDDCDeANJ4i4wiRYFo9JPGbcRSpk2",
-	"8pS9wt111vMEt97D4Wg4soYYTousd9R7NBwNHyGQ0QwEpENaZIeXDw9pArFBhVCdpXfxpsfS12bH+54r",
-	"uC4w9hcE3KFJIiTUbtGiYstD4vKkv4FjhMHjS5bnBxMhFyx15/LIpjibO7iR32zFDVFqQ5DmyKHUaJQ6",
-	"djTmtWwFHgMjW+FyVfRgdJbeSTLvocjJlP5BpCsblWIuJtBHigpG8fCfVnHGs7dNeaqdlih31WKtlaul",
-	"rfAJq//NaHS7PaPS9ulTW6x9gwvmxPJaMGELsKd9inqPcSyhLqoxH/5A02p65pOH2z95z6kVqVmKHz3a",
-	"/tGPQl5kaco4fvFv27+wwzpDbgyfPdyho1M0Q5wJ8RKMEOa7b77b/t2ZEK8oX9leIQPq210W8IVRsjjN",
-	"HcJA79tdluMdk5dZwt7XVykqPC6LyxC021AAsVlU+p6mU2V0KnCCmY+8E39YlYwPn3uvVcPf8kwBq6+q",
-	"MREsJgf5zObYo+mzyRdsUAzeU4ZpjzmGc2XKHHCRXwL0YsoKxlPGdb4atgPO8FUKmcUaIDCNdGZuziE5",
-	"sbeI4Myc/srw4wq4uYse6sK2+QXZnV38YOvK3xHPaKSK3AHj2Mnw43GQNXvxOkdpGtqaqk60vvT3LOZP",
-	"xGIAutfLje5kMhU69QbhAlIplYdjkE2Icx0apgHCEMCCuiJDDsgOagxlgIhZ5DRhcQ1xbcu8WVRqrOaq",
-	"2nWHyC9VftDRuAe41VCzuPEx8rc5KzSKdHUVI4TOVjUYdrgTi52NOlyuBLlg+GmlaY65014kQyWXxLbz",
-	"mKCB67qs62m1AXfDu6r2/yCpx+u/S/Z5XuGmO2qkWDa75ki3OxR78NZH8oJD4CfoBxFSrxGlC6wS2yqo",
-	"Ofzzsr/rsLEGL0KeYRbPg78nVZy+5UY182nzJBAuDrAUMpTUZLrDlWQB1PsWKhq6ACt785i9zJR+6gst",
-	"1lh9xzd2o8tuZIA1QnzarAb9OUntxntvlrpdzrq56Y3d3bT1hzmdTi2wkyWB9W19ie+s7W5BJV0wDd64",
-	"f6ynUwK6KqLG5HTawN13RtxSYX1ZxXhKnoyOm7hehF3RRZEzTNd49GQ0Qoelaf5DyeTKQewd9RYZf0mn",
-	"NRRpTUUbUV5//RwkGlq+XUjUfledvEqpGJhDqSJSG5+/cNnydijekmpN+Q34i2tR/0f495NNRWOadUF+",
-	"q7pW7gNlLUCqtuVaxNQqJ7gQBZHsQAEmsZ6xxaDW06zlx0HLi3S1Jtl0yjI4mKctLJaN5/DEyFs4Oeth",
-	"gLAuH9CGLJimKdV0SLCaPORGlSw+tE76iMQP48N4ZHOHV0zFhzEXYGVfEUOAA6jEgothHbsEjiipBodJ",
-	"tgvKKZpcrO07FZhLHDrVOOxXdnSNY21lyy6f8o1P9s53Dm5Jt+wFz8EfbC12f/KjaiHyaeuC2nhCow7x",
-	"A+R+MmcrNKvgKTO0cQzRlLXHo7KnWE/gunjyF6bbx+Zz0QfUsg5QximTB36loq9KBvkLwK/vtcctNhXq",
-	"u37lEBbvlOpZ79Ov2zn4IWIiHX6Ef2/C0CsA7BZXtkx5F5bsQNGuPeFo68sWMN2+fM/x7zn+F8fxG4fp",
-	"hgJa63gf1pLf4cfq/58OFWMbfHjv6IIZmrXVmRibQ3COGaNXLoOBAxTDZ23gBhbmQZ8miG3cpqRDvMmY",
-	"I35W1Iks2mQYDWDiz8kltrxcjcky3buxlvl4sp+speyODm0IATpwXAFT9es4qo9Hj3cxY7P5a6F/BGSu",
-	"r9CyBftBmzyk8M7LbfKRzQzjlbgMygm13lcnTlm3MvIWFznB0yYMMmBWaDHmu0EHN+CU7YsHU0l5mVM5",
-	"MPIJIrKSPLtkY27/QFggcBlg6IvSVLMhAeANi563FOhRRPnGq5/UybE+r0zzeZjP57TSt5HL7xnRV8eI",
-	"6O2IMr4cvkFYYTbaqCG2VwyBlADAJSzkcSUOYbpBXQqWC00cCPKK6WjMWzYryxHgiyF5fpUpqMXoFKJU",
-	"QBMLcclIv1Se2GQEpEGIWyAMcMsu7035JorgHbGFTjDqz80kurCjA9wCn/+Z+MXXzCueziifMoIRoyHc",
-	"cXMLS70r76hAJTabMPAgQ9yrWKK2bS3RLqkFQmvt8R7saNE4LeWUPcs/bLMs/+yZ46jDK7Rpq369hkbI",
-	"KYzv3B2puMsO4Dht8+z55oC1jOH28N4y8ywx/A8rxza0066O2zjn3R3epb3hWf4BdqH7+MPjfxULA042",
-	"ZTQlCKLiO3zMWek0IT9rAq+oiHC2ZKqqnXmi4zrje93zudcp2EbLe9Du01um1ai7EuKmkftq1x6NvxRL",
-	"JsmF4eVGbnIr3dXLRIpFo4PdcKg/rl2IxT69anELfZ7SKdb5jozithDK1nclJwQyeqXNVmyUr1kvUUsk",
-	"BXsSFBKmY65mQmpwcE6ZLf8Mgf2mQaVZURgRLcZSajG5WCGoJ2ZBk6Uo85RoOmdV7hnWuTbfo8AWWo/c",
-	"VjQNGFwfQn1cVzL3YbNc7sNQLuNWoQ4j/Ht3zUQBQTtooq1Zyb+E73wj72wKHocfs/TTISbSbLONONEj",
-	"ztIYYYgzrkUthrhS5p591ZKkE1BIWuP9Ho85reIevd9Jppx9BIOoU8+FI8USYm3NFe+lsw3H3Et3iTFO",
-	"92jcmwoOEY6V69AMnwuSC25OFwINXDfUEAsk7nBpuHXLUtKn/uY8ULCWAzTXgBHapvxR8v79i2dNTpJh",
-	"NN155glShdGUqlOdpRuFqIrrlSUWGFyD66oTqZuCz+1rYc/yD7h+n8k87PXXJWQZIgfgrQrw4c+gZ1UT",
-	"r8Kjv0Rtqxrlj1iCc9co7uq7V3VCX4sj4nPgGN7Rg3s03cQcETMlzA/fllz5SRyIwlKD+rhsaipZC5SC",
-	"/FCqjDOlnDSvEDcqGvPcCBQ+0sAAvocIIsvYbBLkkUXTwBTAGMFObNYlJFii63Ui5Jh7uEfo3c14IoOG",
-	"358u7zLpw7b+B9laqt47E8Y6cFTu8zi+9jyOtyVvHk/v0M8v22f+8CNXnw4/ztlqY1jJe16dUpoPyWth",
-	"oyHw2gSECYi0cGURyPyyUfNhEBFlJKf4/2RXBUv097HRBDBQFjzLGuH8q15IQrkRDGykh8pyzB0LnmO0",
-	"GPXu9DxtiYiorBWk3+RakQW7PhpbdHvIQOEEZcHBl37evsIDUEVszNmqTfsdhpQT2AwfjaC6gqAGlL2A",
-	"rkP4wwC9/oXpP4pY/47QjUI2ZwbDnDGaWvCp52d0Gip7L8xEbQa6Kxgz7v33cS+uraSOtocb7Sqf7un+",
-	"lukegxaDRL9RXfvp76Sq4d+haHF1M2v1T2wV2VAHPXNRAcdG8kgY1weMo/n8EEU2LDMhGeBIpCSZUUkT",
-	"NGYER4dT3n14v0Y9W8e2bWNTTFrHJEBvYf6Ru/YsQ8ALzCixz69ooq0PQkxIrHVuczTiw3giJLtkMh5z",
-	"LxbBAoUA4kupNKi+Fr9GQOENDjCA1XZg3ek5WwVZz5hv4z3B2/K01Hcm856W+g+TeLuZ3i9o22hf0PHg",
-	"Xtr92qXd07KD6XlSLoQOHX60SAWfDhGUq1vbfQ7PnQMyzy5d+Y4Zy7GKj6uPQ7QgC3rVd+h4iPMVES6W",
-	"5P9wCWGDY4R6cZZvjlFMCP9idDApWWKUZ47fsxS7g3o+DvxLyOZDJ6uMuS+sOOSsSvLkbMnSo5Gt3+OA",
-	"wWq2oRgjMaDf4qTttsZHY75smOdKQKwjsZ2TQ7Z8Mhpc15yIHULf2wyKDp7XpmBjvgQlhSg6bgRXqWXP",
-	"W+EueOL64t616a/RYxdLfGtIg+ZfTYTFPSPcwghxwwlF9uBxw0IUTXbolwAPakMWCU9Z9LRG2RKAYmYc",
-	"Iy+zPLc+hcrzDO5mW5g1ZTIzAhyiQ4V90K9qkInP74i+ZT/xFq/gayfV/Zjl2qLHdtVJqCXArlFxdcPh",
-	"nFE17xzJM7t1Dmau3sLQWKpKevV4qhIdjKfobSmkMHcT/mGGZLR0AIJmND1HK3WwjMcWB3xVqj1CjE9l",
-	"7uuq0oO5iX//f/6TPCSziJgrDW7dWIuYZGrweZ321UgbwxtEpCoD7GKrFxkvNUNIJTjXeOUB8hM8gkwO",
-	"nCtkKmW8mVwOxRm/f/jN0Wh09GgUA7STqhBdqnhsi8Rp3nt4NBrdRxPcOJrgm68zmsCy4a6IAsel/yWi",
-	"CQK4R9VPwYvUy9Iy6sXHBrz1ztma1muuAAVtZqT0NJVMKdKneW5xMAZD8tKwt/ogo5X8gllDeTrmGU+z",
-	"yywF6IkadAZRMlOs1fJ49Di+rtj+zOYwOvy5u/Ng+x1ts76nf7YQ4dvLW/Sqs9UXepi2u63jrrRYRZV4",
-	"ITXqQBZ5qVo17oYOlXXGGqqsZAsIPrhYGZUOkayDWe2fgc5sF92Z7K9caaB7CluzN4exKBsktV8+xGnN",
-	"SXfNrDrz2e16Tv1uXPoQssnAJvRHjDfamqRn9SsXW9W+JCA8zSLT1afSkLQNHxtzb8KRRYxuVaSM0/zD",
-	"ESLAp/kHG8NVVUSow8yqgCGINTNXRlXjZMyN0DpnrKgC2K4fb6bl6nNcNPehUv/aoVJ73ZEeZylE0WlD",
-	"eZapRGAWrSgITaRQqpGahrYV39VDeXoojG5K1Twm7ENJEat/ml0yjsqRGvM+u6KJRnluMCQnGgw+unJC",
-	"1Q1GrqmuZFhwRrkFG3PMXkHM8nEPXLoLWiAQu12AB6pZRt5xnBCkyO5o3aeicMu1zQxU2VDQ8q6TGWHo",
-	"heu0k7gv9jMNnVE137kPs8w3tMacigKj0XZ797QGB9vtg5NSiyLLhd7x/V9otuurNSPY5W2wTjsou90+",
-	"aWPL7fKNn2z4SqTsGp/9KMVij9U9SeadOvoWziiKNz8ZvvYNcu0WyVsNrjL8gl86F3x6UIg8J7Y+BcSe",
-	"G17jlXoYgNcYQNhuGwzVO7OdcKivLZCIz+R4zeGArx21QBHNYMc8/jh2RaHGtpJyVJexGdeHGgLuzVH1",
-	"eNy4F40rjj3uHf3j108xKidxIlKALXkD47qgKcl4UerK5gQFiXOa8VZdCMO17oNPNvph61sOUSiMbldv",
-	"kxEKLZfs9EsUokAECx/nKni5Ps1ptlCkLKD4BIDcx7VNBIqYVHAVD5Sfp4pir7krrYu1Ltwy5kWWzJU1",
-	"IfpJ54IkpkPSd3bL+g5UsbmD4dzVOfSY2eDKoYw5uEiszdXHwW4VwLm+TeZUXBOVaz8Infsr6v6K+jxX",
-	"1H1E4K0xZeCG6+Ae27lvDUPmo5DdhCczL16utlHYommOIfu8FWLnIP7EBawAAoEtiZnqGRgkseSQ4Gxw",
-	"A/55fcyym8CQ3TrTveeh9zz0nofeCQ/tQmpb56Sl2lBz6bRUs0a1JUBZP0YzC1Q1wrKnLrm4FhW9NGOo",
-	"Qeic+IKPOcKtlYaBhms2QTM+yrrtEcGUElsArlmnacxP1sszimbiWLAOUx1oYTi1V9CRKWsVsqYw8wjq",
-	"v7n6cS3+XVfWjXbm5Wb17yaUzzS9V3Tzw9uH28cxXLOIk+nhvnTTnzEIWs1CYQvAiRq8STIs4awO55eH",
-	"hgN1M6qf2Api0cyBrxX5jENqBBBOBGEyqcvVhdK0hzFnVxrL1IYj/n66NC3fWQaC6eIPS0HAzru8SCew",
-	"XmZNpViq+2N3U4yy2zo+EPXz09+hPPeGNILG2alOhNpYXOany9f1i3dKelU/XTFc9UDwwJpjnIiS6y++",
-	"PNBt7zP3t2T7bu+41Z9no/fY5q+v6lNwY6qN6NofcWk2ni07d+cvTL9x79zh1lR9hAQx++yr2pN3K2VE",
-	"d7e+yC2aEEtbNwedARsPzs/4yr52l1A4/X4h71vefglRvl9IgC4sUteZxxX8lwjO/eCIZU8K3Ld2ig3S",
-	"MBdlI6RKRZWgHVU4wkY7d+G7a6Ww2CXjGABZFYCkyoXrkn5s/+cwbtBRafuIB/tWz7qxH+jXOw/p3QIU",
-	"3lFg5CurFtK2t/tk2hFm+7NXLammPFektv/NQxBQbZYLlN5f968OmpYiFQyq/aJpBLrpDsb9+Q8qKfXH",
-	"hNf6BbSuz/MOU1boWafn5hRTtGpnTeFXH6yqyKClsL+kmskFlXNCZaZnC6azJCLJjNFi0E1tz2AEN3Ot",
-	"bAKRrdBHvrdrBsV3+/H5+c/vn79/fv7qzbPn5+dxZ8LX9A8FRPaWKMgQCz27jz7fcDyQtnY+HYZRbhZJ",
-	"z+CNO9xx00GXNAedf33Km7ZrtmUbbK5oFzOCzEybTQehN1wsEcdvIsUCAk4pJzNRSpe8aL4Ykh+EnoHT",
-	"gyUzwVKScSww85byKYsjosSYg9cEcFcmNMcr1uZNrhiVioxGo4emg+++++470n9/9nQQ+V3DlxfM73fM",
-	"EXhlK+rKX5h+55Jk9+OBP0qx2EPDEbu/C1xn99dvqG/dJf/Epd2kf59Mp5JNqa4zmf/kVeuoml0IKlNC",
-	"3cy9o2nPYOBcHl6Uk4nFAOuypfwAr1TkfGe72ugnVFGoECK39Z++qr3J1JyoevC7bcyuhpR/cTbzNZp1",
-	"cMs2G3dQIXR5mM4S92dnY6jt4QmAgIl9zkogjDisnFzzyGzSTl6Ajs6MKnVQq1JWbf3CqtKiPYGd+vXm",
-	"A8gGGIX/eSvT+tvTaQz4Km70z68gAVCAPTrWjd82SgWPEBj9D73wsk5Z/ZcZ44RxepEzF9BTlAqCMtPs",
-	"kkkP0CSt77x+jDIGS2O0VsFzSTNOCloqFrZZnZZq5ify3WVCeCNfcI3onlqst4VI2VdX1Bz2x9tbmIVP",
-	"EbD7mLdto0La1TKDW3H7kRxru/D54ji2EMBrtvQ3/z6A47YKUu5BnhsZ1sbE3BDTEkWVh0PJhS1C8DgO",
-	"MyJR3POhm/OhZgTztdjQ+kbcc6F7LnQbXGhH4vSYkM4W1moSDqZ00NJCksS0mSuCn5A5WzVDtOH3n9gK",
-	"Egsn4PmFn4A52sDwAmc+5la8svn3P7CVsAIVbJrgpP/diKR0pQYO+ekRtnZuXzhnVwljKUvj4ZjfPPr6",
-	"XTJjaZmzM1yPuzmU0PgfWV3FH8B9gZV/tWhrR+PmUCj7//pg23Pt8Qv7Q4BfbE10xmPUCLoOxFwfk9iw",
-	"qO/BKhTXKcUf4YdPMdRICgdjV+f09kwf18J5xPVooNdjmh8UBhATCKORKyLZBGuD48LYdwdNUEjiY0J+",
-	"tpqQbXxlXUrYNkVglxCuyWjhfUgn8uLkO73S8OF+uCWxJQJEylZYHgvwo8rFBZqHcO26+rSX3TqSKzS8",
-	"E0DrG+gT7iyYP9AqTL+AwlydQLvw9A/zwsNZ6LLC1rH7uHyQh0fREHufdXc3odr2kNeVv/diqocfnSS1",
-	"MejvNeSpfSiFpgcXuUjmLB26hLRGzaYFXQHoPck0obmRh1Yonq1z1qdwEwA9bQM0wlfxmGYTOKl4chIq",
-	"ZQbBiNkaqmIXDNEV/2MPT7c05Kb5p63ofVuEbxeKIhWECP6GJaxCNg1HqXdLHcFYF6D1UDmqe5Z6J+Wh",
-	"NpDV7YmAZ+7u363oU0cRD8e+96vi4d8HNdfcUtoUVeuI0GSuKp9EVcQ5nl9anxyuVkxkllq53MzvVCg9",
-	"lezdzy8bIJtHaF7EmG+XYS1kFQYOPjlyYpTtHOA7saDC+gke82Zhl/VCqNeDvfCASO9KU697+KNUdX8E",
-	"nbcTbA6G47uVBtfsAMCKRZ6zFBFW+62duK8g9dWr87j5hJKLkqc5I1SLRZbQPPdLSvmsBGXOGaP5pqDq",
-	"8iLPkiGJvx098uqxp1TTCyhmpEjJJaPJDLA+bPEBpNqq6hKWKSMrpo9JqWyBY3O4oaJyBC/l2SXjCBNv",
-	"gcyAZ4hSg6Ww6hCZC7hgHb/rilT8K07tDk+l7SFwFPEJApnY/b3jHt9z3MoV6cdutWKiqFFcZytX5DLN",
-	"VCI4Z4lmaRyR2O6Ut03ACwxlsaSUmV71jv7xaxNs1u4b6VebIo3Mc6BlVgy63PILpmWWbAzIe2VfuVOQ",
-	"dOwiCI8Oj4jitFAzoYc3scN3rN0p1o4hdjFI/2/v3rzetmSHhRQLpmdsQ7jxafUK0ewKCrgJVeU9LKgm",
-	"o+Fo+DjsCay+3XkDTB+HADDZXPq14qhdi5xx0h4yjtNf9dvsMDGXHyqeWIBluG2j3OAW1aIEN2ktDnxt",
-	"fV9aznaXdF31EVgCR3SGVRefz8O6FsSDPIOLipeHCb+5Kx97F4xKJk9Kc0n941ej/EM91aAV4oS8pJwp",
-	"d4FU5YkKITV58uTRN2CiLGXeO+p9hLVjn44ODz/OhNKfjj6a1z71ot4llZm5zmCbZpW4bY2qvVwkNIef",
-	"wa8rW49NP+YJtt98NtO66EWVLdL+af7Buf9arUjghKdlUpdMGXr2xlIFM4sA7LPKhmrg00VeTSb8pdGg",
-	"KEJVvZI5F8ucpVNGClEUNcK4In0sTGTVg1bmlekKEpMGXh80mYf6AKHFijBgMvNVmggLwlvVpjL/Oj3L",
-	"k23WW8YYu0TwSTYtnQur+tb9zrq+NFJKDTzh0hT97us8kVAYpSpYokld0ya0jxXyTaiOWQXsbp2k9Wdp",
-	"/mFrXlmd5BsRxdgcZqA89LjmWsCXB/hlL1gG+QCdHzZqvS5hfBkafClBOLR2UECVhQgZWgUCO8ESTZHD",
-	"lvIcGgMKQlElN0bVpQpTw3jB1KUP+MtsWU3A11Fy0x1Ry0wnM0PVbe+58inY+s8//frp/w8AAP//",
+	"n0GR5UKfGoa7PpHYrENMcqZhIORCirnhBNlvDJkDu2TScN/4gupkFh/WFKVi+MIsKVOa5GyiiSj1MaF8",
+	"zNlVkWdJpi2TMmSGLV0yKbM0ZXxIzuBrVQiuGK5CQqXMmCIxdcOOu7lK9U7o7LaW4Qcz+PXZnwlNc3dc",
+	"yEWZTpmuOFtC8zwiakYlSwlNpFCKJDnNFiwl9SIMyS9m5PTCXJBH5JvRKBpzIUkyE4pxw4S8Ze0/HI0G",
+	"ZAkbXg3/e9iCITkxTSSMLKg292JElDDfSlw9MeY4SWI3vnthYKcai9JgsNs57Kko3JUHt+K2G/HYTp98",
+	"Tz6UrGRkIVJG+vH5+c/vn79/fv7qzbPn5+dxRIyEwrS5YRLbgBp00XzSGMHWo/rSnCgrzKyPF56StJQU",
+	"OSUnCl91Q4/IiAhJOJtSnV0y8j1sG8zGsFE4r2fZgsURYbli5MloSP5uSFuNOb0Ql4w8evjtoyej0Yj0",
+	"KVkxKiNoYZZNZ+Z0eC0MCJWGbWhzcWQb9jH3pxRYgNaWVcwwMP9XSAAe3VakDIwrU5bcaZ6TkqfmpHJW",
+	"86ljEo/i1gIZkkxo0ToADyPSSf2//8d/kSePtx2AMe84AWTXA1DPcodle1deVCtl5NCQPCGVPkgE1zTR",
+	"RIE8WojMEE3MxRLWhXLy4t2bg397MnoIQqrSdFEck5IXVCpGL3KGnFDB5mdTLiRLu0hftYe0lfr9SbwS",
+	"KVufxC+wjhQuytQKsjAVRQQnEzNF4qZoxfxqGY9IzNkyJn0j5uCO0mSei+kAWF1M89xtn7YnB7fcHJ2X",
+	"J6+fvzt/9vzHk/cvz87fvf/h3dO3L07PXrx5DXwhjmzjJc+ZMnqGNvs+5t0bb05YkmemM5BhJlmesxQI",
+	"NuNWRrX3DGsMZjAc8zc8XxHFWGoEJXt3QyupYCgLsatMabJi+tjtk2m2ZmzDMX/LKPxI+cpcnUbaTKhi",
+	"xzCVA8HzlZ3WOfyfUJ7Cn/hXH6/NCZPA73Eq6sGYq4LlecanakAWjHJcmCE54SsiQIivLlMjn601ZI+Z",
+	"ZDQ1Up6RBWFrojFHOR+XRrIipytCrehut9JQASV6VYhB98FSbTLbSpiG44kyIDm/FHx6UIg8h+MiSm3W",
+	"c5HleWY5M+mb1UJajI1qimxi4F02j0agEBnWVFA5h+0bc6oNFzty4lilIFFNjPgVkTybM9skyE4x6cff",
+	"jB7HyJe40DNzQ2WK0Eua5ebsblgSO/qwaPbIXrfu+oW/d5D5RfELzToWjcCilVxneS3qEyM4GeHeHEc7",
+	"JLMoSjHVxWXMAuwrUf5sTsF2vQsPS0Mmb3UOb2whH+gsLPj/vN5BU+h37e8j8J9RNd8+N03VvGtW5tmW",
+	"SZ2Jri6e83QPM4cW1zFynNVKSZc++cpSlK+/ZCnplzz7UDJSgO3AXgyDjtXXfjd77cIn8zKqBCDG/EDT",
+	"t6hgmL/MBcU4/JcWRsEAce7wn8qM/KPX7H+TbNI76v1vh7VN7BCfqsPnUgprhWoLSblZRpaSC5GuzFGC",
+	"NQeBhpJFppThC24uZJKxPB32PkW9Z/mHt8BUsenbGmir2cCIX1tehSydpcj0UnM72WspU2RqLsZ+bP4x",
+	"t5Jkqsz10bhnfhj34oGZXqYVSZnSGYeBjjmeYOHttWmqH3svna+1iCYn0yYqd7CMTqfTMzbm9u4RpU7E",
+	"guESKsNc/VX8EZr5jMuIiiiMDKdgLkOzkorJSyYjvITMD/ELrpnkNIe2YpKIlMGyUE0vqGLnJa8uDXPv",
+	"1g8cU45InNk2zhk0MkDxQJVJwpRC5hte1vZCvaKmKU55wj7jap2WakYWddeGMAQnfbMWJPYeNCbh/W4I",
+	"5IhQt+RLmWkjF4+5vcxA7nfX8JKqirxhodoUrjRdqeNKqpnSjMM9T4pSzYwu0RzoZGJX8UchL8AQcfeM",
+	"5e80z1KixZxxICUj7TjTCbASKXJm2cyHUmh6OGFUl5KRKdUMWEyD7u5+xO+A8A+UkaAN+ZWSHaNPAKUn",
+	"I/jG315dxUPy1ByBIxI+AqR/KpSeSvbu55ckU2NecsloMjMPDQm4jwxHADHGympGI41AGo+/HT2KBxFZ",
+	"P0kg/hqWAtfDA1U3thRyjsJPajkbTfOMAz+LlaaaLRjXVUOD9TM55n1aSd31ICVx7xF4b2Bp6bXQP4qS",
+	"p3e/MYZV0TSVDCYnmRKlTFhLeQGKOaWrXND0TIiXVE7Z3Q/tB8PtrWsCvA1gRBN8kk1LQ+TgBSB9p8Q9",
+	"eUxeZT8McKyiePPTrY3wVBRvrQwRGueJJjmjSoPC6ORnaw2B0ViBw1Nd7n5PnRUVrsw0S9EqD0I9sAxr",
+	"Xq7UanjPaHoVcY953+raP7x59n+dv31+8uz87MWr52/en52/ehdHlfb8aETU4Jggu7b9VmdhSF57jDc1",
+	"S0R5Ctq40y+TXCi8z83ucgZinr3wfQ20UjDNUK1b0TcYazoH6xknNAXhSnCicgHqP2lq+ErTPFdkkaUH",
+	"uEAspytD8PAXyxUbkrced7K8CQ/nO8bmt35ATaMbNxQFqL6VrWqJuW1nEJLMKBg5PJsyDlteZgl7X3PT",
+	"u6fEtwwkHitH2t2sBozMGTkySkiZIlKUmhEtUroi/TWGbrbXuie/HY1I8I4YDMkJKaS4ApHb8CxyQXNz",
+	"YYNXZSIFr/y/dkgLujo2nN/seKZbV5KzJGW69idcHaiZKPP0AL45IihkWQI5E+IV5St77NXdL/NJRe+m",
+	"HylytBXjQUEnhJBEUs2Qabqrl06MwBMDpR+APz92dmyjiLU9/geVyz80Svv2oRccAEN9z2mpZ0Jmv7HP",
+	"cJ+9Qq0qIgunfEWEXRUgFQmJF/AyU8w5I1GKGoIyaxs3fZ8kc3DxeLpiIUXBpM5Qj6TJnItlztLpwgVI",
+	"ZJot1LaBnyTzF5otDJlYVZVKSVfm72QfFwl4ldglA4Jli/oabDtJBsdGxT6Al+BLtBib82fYqtlnXuaW",
+	"H6A2va7m1/r2P9Zm/mv1gbj4J0u0mYqb5dqyMSdutqwhKBKaESnBdxhT1LOehC7XjBYudoF5Bj746ABO",
+	"M03mO/XjO6Q3+sodS7ESwLAXaMzIimXAnfKjZIzgaxFRdGH2Ry5onin0L1FF4pNkbqlxiM3EO42/aTpZ",
+	"91g2rTJb59AihrZhxl+tDsLoPFL70X83we+0LDsRYkSUBns92LKfvfyZSDSgfQ7qJH0uSDJjyXzwhRKq",
+	"o1GWgrfiQDGuMp1dsnx1ZGd1aIZ9GBtGmDPN0vjQ2SXiw5gmc/hFzOMx//1//iepXjs2gqSWq5iYnyVL",
+	"WZ5dMlkpu8mMyqkRKuGagxvumMRp/gE/MCLsgVXnuVgeG6lhhVIoOFvNO9Yw04emrPiJtyK2Z030X+P5",
+	"UmB0bx+vNP8QGJ4RuQyxTWA1aGPpLLG3zfZRL5WiKFhotuAiyZTglSIEYj++b85s1brZjDRTZm3TQbib",
+	"jjP6ywyEtCV1Yi9LSg33vNlbs2E7nZeMp+wqcFKEypxP39MuvBFWnhV7zN8y+KdjOeCZtTrhe+jFzqor",
+	"aH3iXIgAA/wrlQtgDmmJYhOrDwzsIQUx74LlYulFEoW7sKcwPOaMKy1LJFozcrfERiAvpEjQWMBNn5ki",
+	"GPLTsYf7HY9atkBn9ubDgTsYrR0SNzdHQe19iuAs2GUOnaIfysmEyXcdPPBZpuZEFULkBGw/x2RhVFH8",
+	"BS3QRqEgF4wUkhkuaKbSOowXf2U017NVgLzRWQ7NWcUC7Y+evjIxuifxTGGeGQw2qVQzsgR1V6ChHJqL",
+	"zAGX1ChBwP3AROg1eyGE2WXHZTM9OCZmc60VFNUF28SYwzKzFAVrsG6jV91QDEj2LB2SX2xb6DOAUZw4",
+	"Tc2apgdHZDljNqiUjXllkxBLjiYJyzWdtmeE+5QRvcwSo5ujxhKRejyegSOnSpNHRI15H5cSHZ3ecLNq",
+	"tJblrxPxpHIgtKyaZjosheWGK4Rqd69ogcsU5hsF46mh6G0tLmkG0U2bW2uuakioMRMHZzTwHWdVKbmq",
+	"9poaZuzIug8xumj8eXf65s3L82cv3sYkAXe/4bkXbMxFwbhhPBrIBgzwQHYQeGdWQZHlLMsZaVhsSWp2",
+	"VUh8d83q37UDSyHnqHoG3Ns+T3ArW21a5J21qp21NQtxgafO1FjZyGmev5n0jv6xk24atS9gq3Gu789r",
+	"I/BbGndqqYCHYR7YGumv0bqkjANHo/IxiW2rMQYw23vNfM1cT448bIyM4OgmqJrqlNoXweigGNwnCYsr",
+	"OX1wRMQi03WP5kLUpeRA3PiOGpJ4weSUxesvG6V1zgrgpYyXC7PZ8C64g6Ezbxfra76OyA6uOzwiOb1g",
+	"OajUaaYSAWp1IQoVlI3tiLZp+hBS8Ma++ymyEQQbIg9IP5GMmjlnE+cdNgzYbFaZM2VIBM/YA0ViaC4G",
+	"1rUifYivvqDpuRVXGtexJ6xSFQg+PqNqvs8StI4cTmzjCeqSSWtr/vqoTjBPBKWLDjnJ39vb2Cc7zm3a",
+	"lB3azqJmtfXhJ6EukCyylPTfv3/xbNChpAlJpyyU4gIPCOPTjLOIxIqhsSbeSBWbt9nbq3rcUStg34XJ",
+	"+HkQLojFjrbemA6SqY0Az5gRbjcQT9NesDaxFL5Pm4Gs6/fngmlqZAvsLg1FfduZvYZwlDWVAaU85+Qv",
+	"mDxAaz3YssNbV4vfgagof9lrYbYdwLw+u/Wp7LDEmmY5XG5pCs3Q/LSxzJvOTqMpINnemkX2J7ZCnacZ",
+	"xLV5WNWk1lf7DWe1a+OBcloOifFuf5Ha8Egj+dk20xMdwwVic8+sWB6R2BzduHX3cbj82hJ7s7nOEKnd",
+	"LEMnic4uWZjQML3nJZ2GibXwV2b9KGcL9pJOvbj19Ra00DR3Uwm/4pbSPN3POlx9GbVXLGokzjQH4c96",
+	"bRLNNdtK0T87Zrt+1eS0tXDeshcNJrGTLb+DYtdM+wFGakfS6HbrzN6ViwWVq/3ntqBXZ7im3fmaKnM6",
+	"pshTpjQpuWU4KbHXR1j7WLDFhfUStcRQDIaWYqlI32gNznSgBuGWuOWu3aZNbFJtORnKKJ2dB6jByIOG",
+	"T3jiZMx3Gog/6r2k0ylqFs8YTYOypnchBzh+Her8FOW8m7ARFQjQ3+ujM5dUcP0xaFFkSfO4rL/TcnLB",
+	"uQ8Soo0TVeSCzTLU5xeG+Iwo2vBlR9t0QKCjanj+jtfUGiCqEAV5A24cI0covljjncLQUcYr2c6y00hb",
+	"iyAtoxM6HxSxb3RYAq4hVqQbRAUcM3DUvUf8TiyYF/mxNmyfP+GiBEKYr4qcYnRoM5g+3OR2ibu1Cm7w",
+	"0QYl5ln+4WUW1Hwtwe58XzzLP9jtD52Mgk5tIOzWeKT6TXeiQo4mPtUzNCtkChOqtx+dak6N8bhOOpbn",
+	"Vdf2GVHNC60ckhgMEvZ9K6cVUqRlwuS78uLGQtp2lSDxWW+LYI0OThWJ0XJ0okFb2iUQPjIPIWaB8pW1",
+	"EIXFaeSkHZy1WtSanj51vuzoZjvb73yjZhydr/DSsMtNb1THeM0MZQMGCUQ+/u3dm9dw7fuJ2f9Ugg/f",
+	"0qUjIO/pgZpnxQFqijQ/gPQ4JrFv5xry6G7rXeX2dNfchqiXdXNhzF9QGElnI4XDKnqmnvNEropOtXKz",
+	"ON+yQqw/r8/O+mD/9ssZiZU5VS4LBAKGwUoN9uXU90WSvjtnziJc6hmEUrkYe2n9o5W1u/4WMzwzjY6C",
+	"G9pEoJenosQYoYD+0nYpbebxDVJpLhlscrTRyVqbNHztpa2Ke0O2vMDnNB71NSmig5+elnK6u9Vj3X2H",
+	"ARKFaSU9BiuVuzw5eiKn2SXjpI/hQ/D2AwXSxW6RBp1X/tutAkr3rt9EdKk3qbk6Hevbyq3Z16q/U7bD",
+	"G8xICbBFaIgwfslyUTBS5KUzyIdSWRpDdo0Gdz34/TGhLt6e9OPm3ONBFc8ImZFVZAbey5hpEYNJWJXy",
+	"Wrdtmn/o4Fxp/uGtWL5lC3HJNpkZQuEA65ZemRlZJT/bwhm2sdtNPAkzRk62Cnlv6zcx98ye4pZ/BOYd",
+	"Oz5sFtzcK5agj0lc+fjjWuaVmdaMR/DmnBX6mGASFmQ0l8nMPDhuZsysu9nQqVR5UGD5o17VXS+CPC7Q",
+	"dupkoMqb9ust2TLtumw8oJ0up6LbOPisTifzMs2qWDEwb1hiOSYXOeVzCAZ6PBoNNusR3d3YwOxrdvFp",
+	"8wo46tmNR61zn+jjH3tmv9STGXRhbb7jcV26ptQYSHupft3us3Vi1gPlwuL7jkcI6bODwbEN+wUGTy5K",
+	"bbUqwP6pAk4+Rb3n4fCp1v0jJra9x1dXh99eXYGkbscQYvlp0N8EgSeK0zk7T6iyjmdICTkmlBNRMO6Q",
+	"GBw+AVmUShOaJKzQpORzLpYc8x+HY/4XxpnMEvz7iMTrOGRR5dU+N2qE+dv3f0YWY+ycXWFQCGRPll4s",
+	"unll4nL2AF5B6HMIrME/zg1LPQcXjvlhwfRMpOfmJZrnYmlbLFDJOddCnEOuEiYpNpNgIhKLSybNi9iv",
+	"pJqdw/jw75ukew5DqwNRLZAAEJGC6lmVfOyigVhCJJuUiqkIQ1Fx3y1SB+JCWLVhKQWfEkPAJONJXqZw",
+	"QTUWH7obc0g48GHAjMAJ7WKDfS8oX2A0J8ZOYWRRphW+ODge88ZuQvs5ore486FF5wzrAeDU3p/9ePBv",
+	"EXwx5vEQj9RwGOOH1rqNyaAC8kgtApVN8cPMBmw3oRwDYAgAsUBI3AVNx7xgMmFcHzCV0ILhfUwVif/3",
+	"336LB0Py1tDRgVn3bOLRtVtFVHRhy4EXnTeI0apZzR/xPcfF/POQwV+YTW1oKJBiPb88h6yIFbRph4Wt",
+	"zC/PC8km2VWj7fnleeN4jbn5acq0eznj554eZT+RWcpk82wYQpZqrTH4+RyOpuDeoW2JM30bhl2ppE4D",
+	"RdUU9dC1RN0jzDGKKlEqmVE+ZelgSJ4D70P4EzEh8SEtssPLh4fzSysG1z8c/v7v/1885nXElA3787YU",
+	"wiHbSwXt+G3jEsSYCNf6FToJrhLpm9MEvUzoIstXAJ0A/Alg+jDgbcwr/BYIybJHEsdZH3lK0LJDCqog",
+	"dfIi0/Bz8CiN+dpZ8lEgd+DOcOL82QzJyZh7BPNAkfklHkGYOkhv1V0IE6ALVt0Pvd1D+v9aLig/kIym",
+	"cEntHHrtYkfhygsJqhhVFrCIW54dkPptfmN1q2eq/iUof2IER6enKhSeGs8w2g27KLn7M9j+JZMqLHO1",
+	"RXfsLapnVw2ubiW0Sj9dbk6kMv+n+/ldf7p84z7a6mz1mt84urCxBdWUfUZWRxBtHJZrODyml5nS3Zln",
+	"Ydzdp4LrjJfuLgWj/5ytwlZJvMafY17cLlA9UW/OVuoNz1e7vZ3XGLTXBGbdFt2F106ji97WM103uWnh",
+	"w7RwsdIscNx+MD8b9m7h2DCoscv+xdmVrrIotxrapFjuRXtiGXS5ypIb1SHdQUOHHv1PIjvv8HpVEZRh",
+	"D1m13M1ZNF8yhBU29G4igJDevPHEeWMJz6XmKUE/1k9/JxUvcWKDKAgH5LeYqxgjNRHhwWYBpKxgHLLH",
+	"YlHE69pUx1GeMn0K1E1+//f/BSm9ux7slOWarjeY8URCW3QhSkwKoGlqxHHIUnAYjB1hGeyqMIu01mpR",
+	"6sharLBxl8cGkSPO+3VMRuR71PWqJPVj8pp8T5JSSvOBvT3wnQtGXpthbEI0A6ecUVo7xlSU+sXkxMJw",
+	"VnNHvFjMBVZhP/ScrYK7AU222sWJe+2b3e/aF0fjay2/onzlf61In3pwEoiH1Rlcscj4C3z4cP3YNxl2",
+	"N32JhUPV7ViVPIwn3mylcOjitSXMcHyS5HRRYD6E4fmDxt4G2f6CXm2g4LIoIFGl5B0cdpHxDZ8bxd1+",
+	"Tvqxzfuw15hN+jwa44zHPetzBqTeZpKaz6TUhsDyjvhxP75oClDelhTwf7ishlsADqBHdpXPA2DSEhm0",
+	"x/o3Y/eGccEP2KLQK0N2BL8JDrdmomth0CQXSptvq/NuEz9qIPeE5jnkB/no1VbHrL7qTB7TeScC74aT",
+	"Dmh3WpA8u2yC3QOOrjom7IomOl+BecIoZnU/8WFseQuw6xpo0YLxbpda4CTdhwJs3iy8L2xYADKf24oN",
+	"WJP/e3BGw3f+adktZ3ddexUsbVkoJvXnvd9eb7/Eus/rWSk5oYFDm3EjEXC02u5/FM/uz9sXdt5OPsfR",
+	"wpUPH6y3HX5P/N0QgXAy9bEtGmJlZiqrtFkrP6sNAjRe4IEkWsQAdJIVQAKSGS0gZ3FLtvm6EQaPWyhm",
+	"7BcblAaXqH3v2EWsTQCAryJwkA7JSSO6rYq6EZxYm4CzM0u5IlxYg3hnJNpmCjQ7a+Q7uOitug7sxUJX",
+	"rQkIviyKvKyDy1TZ8+sn0krRAWkVUto2y8EgAxtGOnEi3u6xxfsp16LYYlcISEJUhdRDj9iWsxVxYiV4",
+	"LWDJfY87Lmov6lEn0TnrWVTVtYGef91gEAiuX0SaEp55ubGAt289iHplkd40lP2eg4dyeJ3wgI6zOwih",
+	"9Ey/26b4KczjxTIoNTnhI8BifUZ6PWLpYi73dHg3dPj3Fv1VcEWIo++MDPGd0OWWYHVDC5udDzZnZ634",
+	"TDgm5nzaGRST0+n5TJSN1KNqWSHT7dxlS53TG9AgpsGd513JS5ibdV7nZt2otyrc5TzbEpRz3pmbZd3V",
+	"XY/NUMx0ztWmlETMGrSj2C/hsLV5jQGtTaA15cZ6B8bq73vH2gepjlHFnl9pxtNO7VJ1KVPwHeiLEykW",
+	"hIulV13IFUWJIKo3sqXWkBAt3nMjBgMNPEKiAxc0gu/Jk9GxBQl6SL4nD82J3rPe0PfVyxtBsjbeH41F",
+	"CntcNsjdkKth6xUqqGvy3L0cX1NW3oTaVgM5ZeF8I3h4bgdsz+TnGLHfTICWqMwzs3ucLVE7WTXjwR3a",
+	"P2dLVIuuNwrbQMBcgUEGYkL61cGLMOJ8gAuqCAMa2CGjbQPqsg+yVc1li6vLbXbUCEvFibQW1pdcAnsd",
+	"5AHZJeN24C2qvoZLX8zj7QELlYve9hAaVgvhvz0yQGPbwU3o3gx2gTf+bnduh6C44SJGtnFjObLjwgpn",
+	"krqrpRr0xnmXFg82XAYlMc+ZVEdAuLhnGMnDNM04S+uEnAYany1IBZ/bgH2qILqLpi/hjXjgCpyRizKZ",
+	"M63Ay1cWRAsSQwafrX7Y3goLIhe+m+sOws9rcKyNOFeBh5gO3vm8SmzcIgbie5EH/eS1HHnT8zGh6klt",
+	"2MsaHGPdH1zhGxo5GCC5mTzAzBskEwRwIrGWNGEvICTKT3WMAsmQYx436duW5AKR5gCKIMLzwZ55ksFN",
+	"947n7kEGwcMdwjLemuF+n0L5taVQdugIW1Mcb4tlO6SxHejzZaY0oCJsDyO6Wf4l7s892XZkUpszfYum",
+	"gVa6601xtxCerAt7ywHPoeRK80EAE8jpROELDGKSq2rsuyhFH/wKdVsSY5tjHoG3Ic8uq5tJdQjUlYy5",
+	"Kw4YJMgmbCc0oL2zc13T7cTcVtZui4d0JO7azFt3Kps5uM2sXj/Tx+dgdSppvRcdcGZW2m7k/rauVcu0",
+	"mvS2QeC4JaAJr7WuYgPXZKZ3BTZhl6kbZqI9paBM1hahu6UvCxHWErYCUtWYd4pVXtR9XTTVVSG3fz5Q",
+	"JNZX/K9UzWJzi5Orq9mjg4ff/BsREyyC0yyLGKHVx8iTM6pmBNxsrqAb5qnEpB9/VOyDeZUu2Iv06lMc",
+	"EUosEM2YFxbBelAVesBKyi8pZwpbZKrVrzJz0ewKs2BsARnIYTHDiFA4pVWqjOvCVoAtSk3QkqYcCN4y",
+	"kxAKlmQKUHsWDl23FVRbqhpmOawh/rDaoB7U4usu7PVeKv3ipdIOIfM21f57YfDPIQzicjdwrwP4Krcr",
+	"MnbKZvD0XbdsVYtdLhBgB3NFymh6nrfNFF+mwLabhBaAVrEiVigFe5PY5S945N0jAcJoyoEtIXGLsOGw",
+	"9dauLbx5NsDUzKgCRcK1EIipg19qinBLcAHTmK0uJKyhkTUC29/al0Z3UXuEazEl/mS1tDB+bVhbIEuy",
+	"wBeI4rRQM6FJPxdCsXwFOcHpMVE13ogrfDAKaEtJUXrrUA/Az5drIaanuRGabUnALthHIfJ32W8dOphF",
+	"0Pdrse0iKSzYQshVcLi+NL4RboBqNAY7ZbAewR6flYVu6peOFbe2377n9RM15GucTwSbEKKC62XybJpI",
+	"1aKDLb1hhs5aexv1pJ2MmGCp310qUBsARdUOhmqfndmPGq17OxZagDeXTF5mbBnwLa6UZouDZZbW/gXS",
+	"B00CMmc11YpAwG+S5UxG5Pf/+C/ycEQUEXkaOKk3X8itEK37LiVeALuscnhlvZG5prYs92kDj7Fl+Oky",
+	"6riIgpt5NFwcoG0rPDo7uWesCCUhbxFlu/0y7Xoa3nXsvto4nk51DlBWgxy19iBtlVAh1AaQoDO9uoEp",
+	"+SYEHlxRzpZM6e3m9HrWGE6yzxdwjgMrGHZaetwfP4zcHgT3TxQnpRZFlgu9CeE+X1WWkAong/EpnbKU",
+	"UNcApkKq7DcLE2gLzpQKHfMtWYrqZBbIqzU/u+ql7sttHKVdSSnVsw3fGtngVeC7d+V0ypRmKSloqZhf",
+	"a5izKw2pU64yTyHy3BVG4i7ehu9i/WqwJ1yEakgdO/TMVua4pYI0/ikIFriA6fghxAFDYneAhq3fYUvj",
+	"hgMytsEiPfNrkbhyNnPGCtU0uz1Qbfg6NzkIu1euKrh33PaCVYSf26S0E6rsU7FYZBpz0prV/x6oyp7W",
+	"VzMqsUqCG3cF0SmmUBtrcA9GexMrBFQmxBW1ml9ELpm8oDpb3Lb1Khz44Wq5XP73QXcIWXfJUPN5PO5B",
+	"ViqE3hpue5LMOyr9bMDIq2uBtmpxXKeW6IbyNPuB07q38XqhpZ5hHap9yzp6po+1UoMJLKPFUSR6JkU5",
+	"nRHq28Kv0d0e9Q0hmgNKNaapNLq1O912T711jwc7FEAMmVhqA42zdDTsNLu5xOrguO2IqqeieMtUIXhI",
+	"hae+ULER1NwXQLZXw64ZMum3KwDXaLd7nrQ3VSghXDpQLxYuH8uUj0nwBAY76b5cXaGDiGTcuk2IkKkl",
+	"gowTRpNZjV65cwqPd70F4eU7GYJff26SSaVJktNsAazSG8R+XOJFeqMm1VN8f1NMaf2ya30L6HDIzV9p",
+	"yQXVs2qDBa/LoG0r4LShbBlkLn4zGsU7xKPWUaghU2jzqHYdz6gJ4N9ey+DpLdUsXKt9A8WcUWnE8gDC",
+	"avwM/xMPjokrZye4pQFzAQ8JOASwoh2tCtl1UMO9R2Vrdm9VpBxAhC36UCXbkD76XRwgIuJtspTMmGS3",
+	"6LfrOGOWUOBpJ0GAZY/00XATecc6Ikmj6LsakJnI0zFfoD5GOVnOMs0IWHbq1PNvH35DLhwuEwDWVaj2",
+	"r9+/REA+8I1DNj0CQo55PBzGkU1Gfv/2ZYVTmkpRIJswLEIFiy2GEek6ZZETtwtmJNmUuyLzED0BkH6k",
+	"D7q2d7kr3GeirRyjOko8bhZInjEHJWuO7ZytIqISYRFakA3a1T8mC7PFqRXILlSzAtTGYpCb3SuG5XQm",
+	"xlRXXes6MT+bMRqSOSbxP35FUFB/IREsUMHD3W9Nx/+2maexte75dOSwhEEJf7SY7JhSHME9YaETOxDb",
+	"Nhcrd9VjNVvsVLjcIYruqrCQH5soxFED5/qBgpdpnh/8xqQg5iuSTbAqNcAubkDXDtdU9BlHR/HLjlwJ",
+	"+CSNSQKK9zY09WMSX0C1b8Bk5J656oHySiJHYw4FmFlKcqqZPK62y3FfLpaGpUaIRIoMoeHYa8Osu243",
+	"g6t7xzm4WWvnmdBElzTPV13Wio4i6h5FrPXaLKFlVz50EkCk6rBIT28syO+ez7i7l6plR98kOKvTrqrd",
+	"dQlO1AysoXxLJGZnEfCqEpq5sFdM16RMLhDMFdZyvwobHXzapbZ40Qhr891apdBuu0uWaFnW9g+6yq5Z",
+	"EPcOzPq3VmEYl8erB30NYv0Z4yU6C03uWsoXwwrwNAdiLHwTgZviPjTwpl6W3QzUwRLMnS7orYW8r1X6",
+	"ergHeKhtbQdY/7MZIw+/szUiXER5VfIlrpq0RmvTbIzjUaT/zUOwXQ+G1fqGnfPXrRxXe1t3p75OZ35n",
+	"bHCtr2N/ZEF1AlcwGgdyzeQuVR0rv26V71VPppMgPVLcEOM/JC84gWLyBJKsbMivZBDRCvUL4HrVAiJz",
+	"ra477M6ke8s04+AN7UrzxsqKzgEAjngHpw1KAGRwewWaICa3KsjaH5HviZhMBkNi9W0yaqOKbfel1klw",
+	"P3eVOanSDwm7mtESnGKVh6L/5u2B0Q/AGJbmHwB75xW9esu0zJiKj8mF0DOEwCHfgx7lDdiMasOt7sVJ",
+	"pUbG+SXjqVhuWE9fDlrCy5BWWdso6jT60Po9ejK61hJCzY/TRirj2k5nRs0Efa7a7wrlE3Z7QfmqGpzI",
+	"05tt69pOhKr+MhK39j++zt4wzJzIBH9eZw+3stDxFed3gblLpjQWBVZlUQhpZRsMUV8x7W1MhaC0fTCN",
+	"fJy2plS4DP6aDCpPdiEKogBqjAubFuAA6jwKGY1I/wkm2hgt9MCZM5AzDfbfqQW9cpFrLQkQcfDsvYGw",
+	"qiyZCZYi5gPjEyETo9qMAG/XlhK5GTtY0KtfaKbN+nUes+eXWaK7uZZZGo9pRbjkaVU3xIweCjjcDgNb",
+	"ZPxUFG7QgWXM8jxzm01J7bMvwI4ErB1KRhxMyjwn4IQnSmCidU6zRVUgDQxO/dHv//7/AirhYDjm9bjJ",
+	"CQB+gXkiNp18j8bfQhRggaIWC9VWiuLCY0pGAkgHru4KjGDMEZDj4RERriY3fmruAOr4b1RRrrN7VOSM",
+	"EzH7ASghNXD0mOeCTxEpRMNdJpac2Noy1vYFNrFELJhCIx1mtFRMX2m6wsWBcgoXK4S8HjtUFKnIglG+",
+	"nGW5TTyuQB2ftPAcd9rjQmZC2mCfNmNNcvCau1fCZ6RNYtu7lO723sDSzANFYtm66K0c1ykIxNfia/Km",
+	"4kRUiw5CwurczgGsB5bx+V9FHioDnfE5SjOAf4qqrAupqb63cNrqmMT/ODn4H/Tgt9HBd8Pzg18/jqIn",
+	"jz/F1i0Lltf1aiP1HNB9E1rVgpqLzozo/w718N/C0Met6b2iV51b4Hi24SzACOO1z+OIPDE8xKHn7Dqr",
+	"J6PH/2alkzZAqrdjT3bdMrl6ZsSWLfxy22F6OBpdj2K8nNj1at9ZkunatkaTuSK23BZIcwEYGUtKHlRG",
+	"xqferb3/GLXOQxLTbstyPTkSBdYfwCTY3TfoUBnTUKenukGgAoFdhUybk2TkTUX6KbsQJU/YTc74py2a",
+	"VRfQ6wleWQ8UYZMJS3R2WWlbkDeZQC5sKRnW/KmuuBQsCF7dn8URShRjbpWwusodfApFbTPldLa+EYbm",
+	"jMT+IMGtI9S6Ylc36ut/g40oKV+Cbvel6nJfkO72Jehqd6qb/aG62Jeue/2xutaXr1vd61J/Pl3qM+hO",
+	"f7iu9MXoRl+VLvSvoft8Zl3nS9RtPoMu8wXpLtuy6CqJpLE167JyUCwLyYutuQa4X4AfRRtUh6BgsHYX",
+	"hyS7oGQdYkKbT7J3RyCt1IJS4/h0OthO/SDRO3H875pu8GVmBm7wvNfr07m67zqCnF4addpih9paKlYg",
+	"aqTm32Zq701ia+w0Aj7jdrRKR0qji1bZmLDrrdgX7Cfvzlbe7s3uzHz/E8fYbErwDKUChMXUW4+L2T1t",
+	"3wd0WC8wTDULlhTYF/wWGgp2D6XSWXoSQvgo1cyWHXIRpNK+XqMQc1ElqdTQXgHOsqEiUDPadHMY6A7I",
+	"OXcYThmn+YejcTkaPUrS/AORYkmyFP5m8WeOpXzH2PyWEn1vlqMbSlLZIfTJjH/XjF2om2rnXN0aXSHV",
+	"a5lha7s8EzqHSs4F7S5GU53g1xtLW3TTJWPzM/GcdzTvrXkA+Qeim41wpzRdFNcXV2zZm3AvSyp5E+Wh",
+	"Czm+Sj1qpxP5tNpcMH8B6nF0ETLcLNff0Jrbvl+bcDv29UvesGutu7/O6wvRteJegkWLxWnT1pHNT5Mk",
+	"1m5WMek3Hi4zbg1hYPunkpFpdsn4YEheswzSVvvxx09xNObxx3EPPh27KnPxoM7HaOfLuJsEZVbIdzl2",
+	"v9XKIfxumv4UgxlMEX90IR+N9vcnwI1sigvmHrnce2dJphpMeXWR7YwrTTHnZTeRSjviCnRdoP+AEaOm",
+	"VPikO4EiRD0Uarvxf55RNbsQVKaETqeSTalmRFwySSjiDliXylblAMsGvMp4qbtQeAJ+prXhAtNXwUdY",
+	"82MrrtbaQ0g32wC2tgYc1EJNOZl2iFmYA16UuiHebyktj6WC3lI+DS8AljNS+zTZFuuq9qPWrjTWojEB",
+	"D1TKywK1Kx6yerhhVjvmLVaQrZQXFdUh++kub+S9etZ9Kl+zJVGMpQTmBJbDkmtRJjM/U1jtegTX2Gto",
+	"ELvO7Lp3FWfL7fdEsLLjxrttw/W0863SGFqzz9CqnFE1D2vSFRbXTgqxaWdXfRhb7hrN7UO/3RSRbAfA",
+	"TFQerwH4ZvYqoDNSDfVcOwaV1Hnz62LMdQCQ0SS7zydscz2IqvpswIlMlX4ezphs1s2tauyWXGc5oeZO",
+	"Z8SuDBahH163Oq7dkx3hU7dhBlcZ7AE8GoujDDDgZq8RoUYdWcejYk8eo8+zzvY+JjF7NPo+RslrYGsM",
+	"w9djbqg8LXMbxyFKKI6FglK1cxcrzTbk2v8PpdOdkHQ37Q5OYA3iRYs5OFWpJvVI+0KiTCRZ9ePAvD7m",
+	"MKuIALty+dF14Z32qqGkmmkghboIcxNOZjKJxlxIf9m8sXhAXxayTLJEyJSlJNMbS91tpqhuUGEYwU8d",
+	"NU31Fb9mrdPNHAkPYCfHAeS1zpvd/J/uZweGVt+477ZeAV4P28YYvqNtIe39xlflnW0enGu7c2TuwmyH",
+	"wxVgTIvNnRtHAA+CZZXNH1Xh6nhAhIxsFNZCpOx7gPOMI4xIivGvUOJRp2S8X1FsV2B693Xbu2b0p66V",
+	"qylkbUfBFReC6mt4cV3BzGPwMSrtNDjkCI5/AIRfskpyFjYVN26vVm+l0uSCOXsZ6IsXeB05Xl576hzi",
+	"Rh1UBcARDVwnj72KgHgcO9ZkQyVqFhmTslBMatKvf6vCGq18MDgmcUJ5wvLYhRT4hcjdZ+Do8/7AT4LW",
+	"0w2IMM+Y0tZ/sRkWZhvQSxiLwL6w6WZEcC34W7Mr/UAhBEhE2HA6JDFb/W324p/iavLz99/HYw5BCh/H",
+	"PTruHT38FA+OLWAI3E6ubgY0lnELIWJjUsGaAXxbnftGDVebFbBEEAjSWi0+fopbIC00JRcAA6bsdX69",
+	"S3pn6jSHVzKlWOquzCr+z5UI2Y1KP3QFl9a73w3Z4F92LWkIBgVoJCXPPpQMAiI2tHTFt2KtNcEW18QF",
+	"DMWaZIDyZX4y5zWtIlFZSiCOmPLVmENU1lElMNhYYn3FY0xmZV4oGaG52d+VoRsoC+jFsKos9ULQHqgx",
+	"hw6dfQbZFMSlVcNAsBrTUFzJpQjmA7FlVjpnaRCBZu1i9cClqs3ovMm6rtftGsGuXvYdRWwxD0uk3WJV",
+	"JzgIHogYYOrN6ax2q1rIYxJrIc5zAAuhTg7MlCOVTIeYaNrgomnFRvH/2CukLmPLYd/U/rJge4PXKyRs",
+	"3en60DTu33VgvEosiwAaTWYLc+IxVjg27RoOWJ0kax/miKPbj0GgAPGGTHKqgVmPOeDV2MoB9nquujFE",
+	"z/LJYEhOOGAmlooBrpqHbwRlnTzMxGjMY5y/edIwf5gfLGxaVXvTjJjboEs7B/L7//xP8tgVtt4LI/Yk",
+	"mZPf//1/tTCrvDuwhW6yG6bJPZhroACRIbI+0JHhPwNYdppnFKJhYnu5xbdcK7N7xycNNKedtrUD5gpn",
+	"Zk9NPbfMR7/aGdrKO9vdKFcb4DDd9DB2XwsXp8mOodwYzR1aphR5bpG+S57mDISb/RB7upaitcl6B+DB",
+	"/bEq3UQLP9SsKT/c4xPe9Hg2QAvvHHhwE/XsDypWHXTJGMHXI6LowsjOckHzTOGVZeT5k8T5Xof2KroZ",
+	"bnF4Jg7MGCO1nHYBhoNtVLsFIRD6M32gbDpnK9JfRwI017JdFL1J7g6PoFX4yHA1IyYl8+11jjrrGIUk",
+	"mU4RNv+wYZOz3ChqftQ1kWLZkd9WhSBtWEj3jgP4BfeyZZV99EYvM646dK4tlw889mCrSZ+2TOVFHeal",
+	"IAtnhS9qIQbXtpJvQyTMOIlrS168EYZwIxkuKjjCfTEEqya2n/uNsR97QXw7OHPEmjc6eDL3KpLe9nFw",
+	"IWfwVuT5/tqw4EhFWw5ONxjwvRgawOG9Q4nzhuDL9+LKdeGUzWUH2R6gCYKT7bOiJA971ypqcPtywLPN",
+	"13/Q2rSJt3R6lOaX653/9Hcis5RJ0v/9P/6LPHlMRKEgwTWeMn0q2SS7igcRoZAsmtrkyl31op8uNzij",
+	"opaHK3ClANZwMq9NFerY1T1Euy8ulJ1BjVdwHcVt40jdRfCyiqoKVw5RDYkDEs8gVddwDs/gebEi7579",
+	"hGJIO26pfVs1Q6Gk6rLpwhrsPvHb9RT6xLcXPPNfywXlBw68GPRbsNcntFThw4Qx5y/CQlE8vzwvoP4e",
+	"8toYlXrzspMXfvo7EQV6H3LRhdq88aRYAS/Cdg9onk05AgDveCi6PKCm37dg2dh1ZsvZivRjdpUpDYY4",
+	"a3WNSHzJpDKvRSSGPHpwha4K1nFjyY5uf5mtfHOD2R+WVlYHJ0d53plWsgBN5ueSGToB+2xrEs5mej4T",
+	"MvtN8HN2lTCWsrTGNT9HS64E7r/IlF1t083FeVvU8udTeaZD1eshEaNg0jOC9l1JsYoIBzdiI92b3Jkk",
+	"8NQD0rauJXRsVVDaAF9iXwrrMDswiZsS8EYv/tbb7kXq4O4nwsb/JjQPQ8mCnHAvRe3CCZJSSsa1Fa0s",
+	"rwOZAjOJOGfygbpFCcsymF05VTU+/Mwb4S5QceulsRsqV62MdUeNQF5CUspMr94ZQraB2IxKJk9KxFHH",
+	"v350nra//XLWW1t9867hVnDIj8gP8AnBTKZ/LrVLYSJvRc4U6VOimMa8b0pymqZMDo5IbG68A8HzleHL",
+	"S5lpZv8ac3wGvwFLTxcZj4fkFyPq/O2XM/CeZgqSk50rRzF5yRxoCVa1yJThbRy9K3BygapgtPVRm2ld",
+	"9D59AivDRATkGoCmyZSfS+6lrFm0ZU5OhdJTyd79/HJIzsyRTkVSQtB/pmyJSj7NGVGilIkhzzHXstQz",
+	"ywOYxcBZZpKRRHAjhetjB8LCuGGpQoI7X2GA2Ji/4Y35zpiNJwMFAzxdAFOiQIhMKCgaVGJS3YHhalRn",
+	"RuSoJPifS8Y4efXzmD8cXpG/np2dkpPTFxExZDdXFfoL6TesPHGdgobRRn4OmvmlMpvEx2NuRBvEOTFH",
+	"M6bJnItlzlIEzIixnKeeSWYN/gfsSjOeEnZVZHJlQarJieWBGFRgkQ2iMVeiKqUCsBdY74SU3PTCrfsP",
+	"Fu+p4JeYqq6OxvyAPIeVfHx1dfjt1RW5EOnKbBwsZfxxjMLbuHdExj0kdM2uLKWPexEZ9xKRMv+50oY+",
+	"zxWnc3aeUMXcy5/ioenvhMTfjB7HgA3DBXaIGGMkfiq4ZlwfvGR8qmfxMUlmLJlX9ZXLCsagoNLsKjQY",
+	"f3N1FdeBQMAOjqyPFFw6aI2rfZZmJ5pPbIqcLVoz5qRhb3WYOpRoURzk7JLl9TcwBMtCD4qccptrg1Xa",
+	"q3CWb75zBc3eMi1XBxiJRvo2rGpgdQVz4hUwSTgKIh+awRjlGUndwu64orCweK1+ICnFiE8sDXcJhyIX",
+	"imEAKDFd2ervAw+SR6RmzhknkzybzjSZZHnerNwBvWPxWLuzqaE1V2q+Tk36djSyQ0kA+du9cV5yekkz",
+	"YP+Qr4Sn2jx2BXrMNpoxZlxpRlMsFKKalWi+GT20zYOr21KKV3KknhQGGiAsETQ1iEzrhnLib0eP4mNv",
+	"cTECpZrNUkjIMFJmVQCgnKZ5xlvTNK3V87NAReZKMFuAKV4u5IXE315dxRgiYwfmNfUoxnBEwUl8OGM0",
+	"1zNovF8NCAq/JDNQngRG2C4o3jaosQ9gmQQHwCrMOYZfHAsH6AlLeG6dF9RcvJzyhJE+7pb3Uzw4Bhs4",
+	"VGEh1I7TYi9JsSBKLBjKq4ZwpOAu59m0jZO0pGLeEylcLnpGUmErccB15ie1fdugHPzqnAt9bnkfoBGm",
+	"DmlJcNMR1ParxPuBPdbYExee4O8Ci+LHhiN5/XBxrspkdg5UiGf8+VXCbG0Bm+IGrJEwfslyUbCjep8e",
+	"uB2sOUf8V3xU8TsglMMF0zJL1GEhYeFYqezHI+BosWG2h0VOjRhgBvEGksRdYBItCkalnzJuI5QybeQp",
+	"e4W766znCW69h8PRcGQNMZwWWe+o92g4Gj5CIKMZCEiHtMgOLx8e0gRigwqhOkvv4k2Ppa/Njvc9V3Bd",
+	"YOwvCLhDk0RIqN2iRcWWh8TlSX8DxwiDx5cszw8mQi5Y6s7lkU1xNndwI7/Zihui1IYgzZFDqdEodexo",
+	"zGvZCjwGRrbC5arowegsvZNk3kORkyn9g0hXNirFXEygjxQVjOLhP63ijGdvm/JUOy1R7qrFWitXS1vh",
+	"E1b/m9HodntGpe3Tp7ZY+wYXzInltWDCFmBP+xT1HuNYQl1UYz78gabV9MwnD7d/8p5TK1KzFD96tP2j",
+	"H4W8yNKUcfzi37Z/YYd1htwYPnu4Q0enaIY4E+IlGCHMd998t/27MyFeUb6yvUIG1Le7LOALo2RxmjuE",
+	"gd63uyzHOyYvs4S9r69SVHhcFpchaLehAGKzqPQ9TafK6FTgBDMfeSf+sCoZHz73XquGv+WZAlZfVWMi",
+	"WEwO8pnNsUfTZ5Mv2KAYvKcM0x5zDOfKlDngIr8E6MWUFYynjOt8NWwHnOGrFDKLNUBgGunM3JxDcmJv",
+	"EcGZOf2V4ccVcHMXPdSFbfMLsju7+MHWlb8jntFIFbkDxrGT4cfjIGv24nWO0jS0NVWdaH3p71nMn4jF",
+	"AHSvlxvdyWQqdOoNwgWkUioPxyCbEOc6NEwDhCGABXVFhhyQHdQYygARs8hpwuIa4tqWebOo1FjNVbXr",
+	"DpFfqvygo3EPcKuhZnHjY+Rvc1ZoFOnqKkYIna1qMOxwJxY7G3W4XAlywfDTStMcc6e9SIZKLolt5zFB",
+	"A9d1WdfTagPuhndV7f9BUo/Xf5fs87zCTXfUSLFsds2Rbnco9uCtj+QFh8BP0A8ipF4jShdYJbZVUHP4",
+	"52V/12FjDV6EPMMsngd/T6o4fcuNaubT5kkgXBxgKWQoqcl0hyvJAqj3LVQ0dAFW9uYxe5kp/dQXWqyx",
+	"+o5v7EaX3cgAa4T4tFkN+nOS2o333ix1u5x1c9Mbu7tp6w9zOp1aYCdLAuvb+hLfWdvdgkq6YBq8cf9Y",
+	"T6cEdFVEjcnptIG774y4pcL6sorxlDwZHTdxvQi7oosiZ5iu8ejJaIQOS9P8h5LJlYPYO+otMv6STmso",
+	"0pqKNqK8/vo5SDS0fLuQqP2uOnmVUjEwh1JFpDY+f+Gy5e1QvCXVmvIb8BfXov6P8O8nm4rGNOuC/FZ1",
+	"rdwHylqAVG3LtYipVU5wIQoi2YECTGI9Y4tBradZy4+Dlhfpak2y6ZRlcDBPW1gsG8/hiZG3cHLWwwBh",
+	"XT6gDVkwTVOq6ZBgNXnIjSpZfGid9BGJH8aH8cjmDq+Yig9jLsDKviKGAAdQiQUXwzp2CRxRUg0Ok2wX",
+	"lFM0uVjbdyowlzh0qnHYr+zoGsfaypZdPuUbn+yd7xzckm7ZC56DP9ha7P7kR9VC5NPWBbXxhEYd4gfI",
+	"/WTOVmhWwVNmaOMYoilrj0dlT7GewHXx5C9Mt4/N56IPqGUdoIxTJg/8SkVflQzyF4Bf32uPW2wq1Hf9",
+	"yiEs3inVs96nX7dz8EPERDr8CP/ehKFXANgtrmyZ8i4s2YGiXXvC0daXLWC6ffme499z/C+O4zcO0w0F",
+	"tNbxPqwlv8OP1f8/HSrGNvjw3tEFMzRrqzMxNofgHDNGr1wGAwcohs/awA0szIM+TRDbuE1Jh3iTMUf8",
+	"rKgTWbTJMBrAxJ+TS2x5uRqTZbp3Yy3z8WQ/WUvZHR3aEAJ04LgCpurXcVQfjx7vYsZm89dC/wjIXF+h",
+	"ZQv2gzZ5SOGdl9vkI5sZxitxGZQTar2vTpyybmXkLS5ygqdNGGTArNBizHeDDm7AKdsXD6aS8jKncmDk",
+	"E0RkJXl2ycbc/oGwQOAywNAXpalmQwLAGxY9bynQo4jyjVc/qZNjfV6Z5vMwn89ppW8jl98zoq+OEdHb",
+	"EWV8OXyDsMJstFFDbK8YAikBgEtYyONKHMJ0g7oULBeaOBDkFdPRmLdsVpYjwBdD8vwqU1CL0SlEqYAm",
+	"FuKSkX6pPLHJCEiDELdAGOCWXd6b8k0UwTtiC51g1J+bSXRhRwe4BT7/M/GLr5lXPJ1RPmUEI0ZDuOPm",
+	"FpZ6V95RgUpsNmHgQYa4V7FEbdtaol1SC4TW2uM92NGicVrKKXuWf9hmWf7ZM8dRh1do01b9eg2NkFMY",
+	"37k7UnGXHcBx2ubZ880BaxnD7eG9ZeZZYvgfVo5taKddHbdxzrs7vEt7w7P8A+xC9/GHx/8qFgacbMpo",
+	"ShBExXf4mLPSaUJ+1gReURHhbMlUVTvzRMd1xve653OvU7CNlveg3ae3TKtRdyXETSP31a49Gn8plkyS",
+	"C8PLjdzkVrqrl4kUi0YHu+FQf1y7EIt9etXiFvo8pVOs8x0ZxW0hlK3vSk4IZPRKm63YKF+zXqKWSAr2",
+	"JCgkTMdczYTU4OCcMlv+GQL7TYNKs6IwIlqMpdRicrFCUE/MgiZLUeYp0XTOqtwzrHNtvkeBLbQeua1o",
+	"GjC4PoT6uK5k7sNmudyHoVzGrUIdRvj37pqJAoJ20ERbs5J/Cd/5Rt7ZFDwOP2bpp0NMpNlmG3GiR5yl",
+	"McIQZ1yLWgxxpcw9+6olSSegkLTG+z0ec1rFPXq/k0w5+wgGUaeeC0eKJcTamiveS2cbjrmX7hJjnO7R",
+	"uDcVHCIcK9ehGT4XJBfcnC4EGrhuqCEWSNzh0nDrlqWkT/3NeaBgLQdorgEjtE35o+T9+xfPmpwkw2i6",
+	"88wTpAqjKVWnOks3ClEV1ytLLDC4BtdVJ1I3BZ/b18Ke5R9w/T6Tedjrr0vIMkQOwFsV4MOfQc+qJl6F",
+	"R3+J2lY1yh+xBOeuUdzVd6/qhL4WR8TnwDG8owf3aLqJOSJmSpgfvi258pM4EIWlBvVx2dRUshYoBfmh",
+	"VBlnSjlpXiFuVDTmuREofKSBAXwPEUSWsdkkyCOLpoEpgDGCndisS0iwRNfrRMgx93CP0Lub8UQGDb8/",
+	"Xd5l0odt/Q+ytVS9dyaMdeCo3OdxfO15HG9L3jye3qGfX7bP/OFHrj4dfpyz1cawkve8OqU0H5LXwkZD",
+	"4LUJCBMQaeHKIpD5ZaPmwyAiykhO8f/JrgqW6O9jowlgoCx4ljXC+Ve9kIRyIxjYSA+V5Zg7FjzHaDHq",
+	"3el52hIRUVkrSL/JtSILdn00tuj2kIHCCcqCgy/9vH2FB6CK2JizVZv2OwwpJ7AZPhpBdQVBDSh7AV2H",
+	"8IcBev0L038Usf4doRuFbM4MhjljNLXgU8/P6DRU9l6YidoMdFcwZtz77+NeXFtJHW0PN9pVPt3T/S3T",
+	"PQYtBol+o7r2099JVcO/Q9Hi6mbW6p/YKrKhDnrmogKOjeSRMK4PGEfz+SGKbFhmQjLAkUhJMqOSJmjM",
+	"CI4Op7z78H6NeraObdvGppi0jkmA3sL8I3ftWYaAF5hRYp9f0URbH4SYkFjr3OZoxIfxREh2yWQ85l4s",
+	"ggUKAcSXUmlQfS1+jYDCGxxgAKvtwLrTc7YKsp4x38Z7grflaanvTOY9LfUfJvF2M71f0LbRvqDjwb20",
+	"+7VLu6dlB9PzpFwIHTr8aJEKPh0iKFe3tvscnjsHZJ5duvIdM5ZjFR9XH4doQRb0qu/Q8RDnKyJcLMn/",
+	"4RLCBscI9eIs3xyjmBD+xehgUrLEKM8cv2cpdgf1fBz4l5DNh05WGXNfWHHIWZXkydmSpUcjW7/HAYPV",
+	"bEMxRmJAv8VJ222Nj8Z82TDPlYBYR2I7J4ds+WQ0uK45ETuEvrcZFB08r03BxnwJSgpRdNwIrlLLnrfC",
+	"XfDE9cW9a9Nfo8culvjWkAbNv5oIi3tGuIUR4oYTiuzB44aFKJrs0C8BHtSGLBKesuhpjbIlAMXMOEZe",
+	"ZnlufQqV5xnczbYwa8pkZgQ4RIcK+6Bf1SATn98Rfct+4i1ewddOqvsxy7VFj+2qk1BLgF2j4uqGwzmj",
+	"at45kmd26xzMXL2FobFUlfTq8VQlOhhP0dtSSGHuJvzDDMlo6QAEzWh6jlbqYBmPLQ74qlR7hBifytzX",
+	"VaUHcxP//v/8J3lIZhExVxrcurEWMcnU4PM67auRNoY3iEhVBtjFVi8yXmqGkEpwrvHKA+QneASZHDhX",
+	"yFTKeDO5HIozfv/wm6PR6OjRKAZoJ1UhulTx2BaJ07z38Gg0uo8muHE0wTdfZzSBZcNdEQWOS/9LRBME",
+	"cI+qn4IXqZelZdSLjw14652zNa3XXAEK2sxI6WkqmVKkT/Pc4mAMhuSlYW/1QUYr+QWzhvJ0zDOeZpdZ",
+	"CtATNegMomSmWKvl8ehxfF2x/ZnNYXT4c3fnwfY72mZ9T/9sIcK3l7foVWerL/QwbXdbx11psYoq8UJq",
+	"1IEs8lK1atwNHSrrjDVUWckWEHxwsTIqHSJZB7PaPwOd2S66M9lfudJA9xS2Zm8OY1E2SGq/fIjTmpPu",
+	"mll15rPb9Zz63bj0IWSTgU3ojxhvtDVJz+pXLraqfUlAeJpFpqtPpSFpGz425t6EI4sY3apIGaf5hyNE",
+	"gE/zDzaGq6qIUIeZVQFDEGtmroyqxsmYG6F1zlhRBbBdP95My9XnuGjuQ6X+tUOl9rojPc5SiKLThvIs",
+	"U4nALFpREJpIoVQjNQ1tK76rh/L0UBjdlKp5TNiHkiJW/zS7ZByVIzXmfXZFE43y3GBITjQYfHTlhKob",
+	"jFxTXcmw4IxyCzbmmL2CmOXjHrh0F7RAIHa7AA9Us4y84zghSJHd0bpPReGWa5sZqLKhoOVdJzPC0AvX",
+	"aSdxX+xnGjqjar5zH2aZb2iNORUFRqPt9u5pDQ622wcnpRZFlgt9an7e8aNfaKZ3fLXmBru8DSZqh2e3",
+	"2ydtgLldvvEzDl+JlF3jsx+lWOyxxCfJvFNR38IeRfHmJ8PcvkHW3aJ7q8ZV1l9wTueCTw8KkefEFqmA",
+	"AHTDcLx6DwNwHQMS220jonoHtxMT9bVFE/E5Ha/ZHDC3oxYyohnsmMcfx64y1NiWU47qWjbj+mRD1L05",
+	"rx6jG/eiccW2x72jf/z6KUYNJU5ECtglb2BcFzQlGS9KXRmeoCpxTjPeKg5hWNd9BMpGZ2x91SEUhVHw",
+	"6m0ykqFllZ3OiUIUCGPhg10Fb9inOc0WipQFVKAApPu4NoxAJZMKs+KB8pNVUfY1F6b1s9bVW8a8yJK5",
+	"snZEP/NckMR0SPrOeFlfhCo2FzGcuzqRHtMbXE2UMQc/iTW8+mDYrSo41zfMnIprQnPth6Nzf0/d31Of",
+	"8Z66jw28Nc4MLHEd5mM7C64ByXw8spswZuZFztXWCls+zXFln8FCFB1EorjQFcAisMUxUz0D0yQWHxKc",
+	"DW7ARK+PXnYTQLJb57z3jPSekd4z0rtjpF3AbevstFQbSjCdlmrWKL4EoOvHaHWBIkdYBdXlGtdCo5d1",
+	"DCUJnU9f8DFH9LXScNFwCSdoxgddtz0itlJi68E1yzaN+cl6tUbRzCMLlmWq4y4Mu/bqOzJljUTWMmYe",
+	"QTk4V06uxcTrQrvRzgzdrP7dRPaZpvcKdn54++j7OIZr1nQyPdxXcvozxkSrWSiKAThRgzdJhhWd1eH8",
+	"8tBwoG5G9RNbQWiaOfC1Sp9xyJQAwokgaiZ1qbtQqfYw5uxKY9XacADgT5em5TtLSDBd/GEZCdh5l1Pp",
+	"BNbLrKkUS3V/7G4KWXZbxweCgH76O1Tr3pBV0Dg71YlQG2vN/HT5un7xTkmv6qcrpKseCB5Yc4wTUXL9",
+	"xVcLuu195v6WbN/tHbf682z0Htv89RWBCm5MtRFd+yMuzcazZefu/IXpN+6dO9yaqo+QIGaffVV78m6l",
+	"jOju1he5RRNxaevmoFtg48H5GV/Z1/gSiq7fLwJ+y9svIej3C4nXhUXqOvO4gv8SsbofHLHsSYH7llKx",
+	"MRvmomxEWKmoErSjClbYaOcumnetMha7ZBzjIat6kFS56F3Sj+3/HOQNuixtH/Fg32JaN/YI/XrnEb5b",
+	"cMM76o18ZcVD2kZ3n0w7om5/9oon1ZTnatb2v3kIAqpNeoFK/Oue1kHTUqSCMbZfNI1AN92xuT//QRWm",
+	"/phoW7+e1vV53mHKCj3rdN+cYsZW7bEp/GKEVVEZtBT2l1QzuaByTqjM9GzBdJZEJJkxWgy6qe0ZjOBm",
+	"/pVNmLIVGMn3ds2gFm8/Pj//+f3z98/PX7159vz8PO7M/5r+ofjI3hIFGWKhZ/fB6BuOB9LWzqfDMMrN",
+	"IukZvHGHO2466JLmoPOvT3nTds22bINNHe1iRpCoaZPrIAiHiyXC+k2kWED8KeVkJkrpchnNF0Pyg9Az",
+	"cHqwZCZYSjKO9WbeUj5lcUSUGHPwmgAMy4TmeMXaNMoVo1KR0Wj00HTw3XfffUf678+eDiK/a/jygvn9",
+	"jjnisGwFYfkL0+9czux+PPBHKRZ7aDhi93eB6+z++g31rbvkn7i0m/Tvk+lUsinVdWLzn7yIHVWzC0Fl",
+	"SqibuXc07RkMnMvDi3IysZBgXbaUH+CVipzvbFcb/YQKDBVC5LYc1Fe1N5maE1UPfreN2dWQ8i/OZr5G",
+	"sw5u2WbjDiqELi3TWeL+7GwMtT08ARAwsc9ZCQQUh5WTax6ZTdrJC9DRmVGlDmpVyqqtX1iRWrQnsFO/",
+	"/HwA6ADj8T9voVp/ezqNAV/Fjf75FSTADbBHx7rx20ap4BECo/+hF17WKav/MmOcME4vcuYCeopSQWRm",
+	"ml0y6eGbpPWd149RxmBpjNYqeC5pxklBS8XCNqvTUs38vL67zA9vpA+uEd1TC/22ECn76mqcw/54ewuz",
+	"8CkCdh/TuG1USLt4ZnArbj+SY20XPl8cxxYCeM2W/ubfB3DcVn3KPchzI8PamKcbYlqiqDJyKLmwNQke",
+	"x2FGJIp7PnRzPtSMYL4WG1rfiHsudM+FboML7UicHhPS2cJaTcLBlA5pWkiSmDZzRfATMmerZog2/P4T",
+	"W0GK4QQ8v/ATMEcbGF7gzMfcilc2Hf8HthJWoIJNE5z0vxuRlK7UwAFBPcLWzu0L5+wqYSxlaTwc85tH",
+	"X79LZiwtc3aG63E3hxIa/yOLrfgDuK+38q8Wbe1o3BwKZf9fH2x7rj1+YX8I8IutKc94jBpB14GY62MS",
+	"Gxb1PViF4jq5+CP88CmGkknhYOzqnN6e6eNasI+4Hg0we8z1gzoBYgJhNHJFJJtgqXBcGPvuoIkRSXyI",
+	"yM9WIrINt6xLCdumCOwSojcZLbwP6URenHynVxo+3A/GJLZEgMDZCqtlAZxUubhA8xCuXVef9rJbB3aF",
+	"hnfCa30DfcKdBfMHWoXpF1CnqxN3F57+YV54OAtdVtg6dh+XD/LwKBpi77Pu7iZU2x7yuhD4Xkz18KOT",
+	"pDYG/b2GPLUPpdD04CIXyZylQ5eQ1ijhtKArwMAnmSY0N/LQCsWzdc76FG4CoKdt+Eb4Kh7TbAInFU9O",
+	"QqXMIBgxWwNZ7EIluuJ/7OHplobcNP+0Bb5vi/DtQlGkghDB37CiVcim4Sj1bqkjGOsCtB6qTnXPUu+k",
+	"WtQGsro9EfDM3f271YDqqOnh2Pd+RT38+6DmmlsqnaJqHRGazFXlk6hqOsfzS+uTw9WKicxSK5eb+Z0K",
+	"paeSvfv5ZQNz8wjNixjz7TKshazCwMEnR06Msp0DmifWV1g/wWPerPOyXhf1etgXHi7pXWnqdQ9/lKru",
+	"j6DzdoLNwXB8t9Lgmh0AdrHIc5Yi4Gq/tRP3BaW+enUeN59QclHyNGeEarHIEprnfoUpn5WgzDljNN8U",
+	"VF1e5FkyJPG3o0deefaUanoBtY0UKblkNJkB1oetRYBUWxVhwqplZMX0MSmVrXdsDjcUWI7gpTy7ZBxR",
+	"4y2kGfAMUWqwFFYdInMBF6zjd12Rin/Fqd3hqbQ9BI4iPkEgE7u/d9zje45buSL92K1WTBQ1iuts5Wpe",
+	"pplKBOcs0SyNIxLbnfK2CXiBoSyWlDLTq97RP35tYs/afSP9alOkkXkOtMyKQZdbfsG0zJKNAXmv7Ct3",
+	"ipmOXQTR0uERUZwWaib08CZ2+I61O8VSMsQuBun/7d2b19uW7LCQYsH0jG0INz6tXiGaXUE9N6GqvIcF",
+	"1WQ0HA0fhz2B1bc7b4Dp4xCgJptLv1YrtWuRM07aQ8Zx+qt+mx0m5vJDxRPrsQy3bZQb3KJalOAmrcWB",
+	"r63vS8vZ7pKuqz4CS+CIzrDq4vN5WNeCeJBncFHx8jDhN3flY++CUcnkSWkuqX/8apR/KK8atEKckJeU",
+	"M+UukKpaUSGkJk+ePPoGTJSlzHtHvY+wduzT0eHhx5lQ+tPRR/Pap17Uu6QyM9cZbNOsEretUbWXi4Tm",
+	"8DP4dWXrsenHPMH2m89mWhe9qLJF2j/NPzj3X6sVCZzwtEzqCipDz95YqmBmEcB+VtlQDZC6yCvRhL80",
+	"GhRFqMhXMudimbN0ykghiqIGHFekj3WKrHrQyrwyXUFi0sDrgybzUB8gtFgRBkxmvkoTYX14q9pU5l+n",
+	"Z3myzXrLGGOXCD7JpqVzYVXfut9Z15dGSqmBJ1yaot99nScSCqNUBUs0qUvchPaxQr4JlTWrcN6tk7T+",
+	"LM0/bM0rq5N8I6IYm8MMlIce11wL+PIAv+wFqyIfoPPDRq3XFY0vQ4MvJQiH1g4K+LIQIUOrQGAnWKIp",
+	"cthSnkNjQEEoquTGqLpUYWoYL5i69AF/mS2rCfg6Sm66I2qZ6WRmqLrtPVc+BVv/+adfP/3/AQAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
