@@ -992,8 +992,9 @@ export interface components {
              *     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
              *     body that is not one JSON value (malformed, or with more after its value);
              *     `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
-             *     `.` or `..` path segment and to a request line or header that cannot be parsed (a bad
-             *     percent-escape such as `%zz`). Route-specific codes: `invalid_option`,
+             *     `.` or `..` path segment, to a query string that cannot be parsed (a bad percent-escape
+             *     such as `%zz`, or a `;`: refused rather than dropped with its filter) and to a request
+             *     line or header that cannot be parsed. Route-specific codes: `invalid_option`,
              *     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
              *     `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
              *     `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,

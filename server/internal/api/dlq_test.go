@@ -291,3 +291,36 @@ func TestReplayAndRetryDatabaseFailureMatchesTheSpec(t *testing.T) {
 		}
 	}
 }
+
+// A query pair that does not parse would be dropped by r.URL.Query(), and its filter with it:
+// the purge of one group's dead letters must not become a purge of every group's.
+func TestMalformedQueryIs400AndChangesNothing(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	b.push(t, q, "p", "poison")
+	for _, group := range []string{"g", "other"} {
+		popped := b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup="+group+"&subscriptionMode=all")
+		var acked map[string]any
+		b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": "poison", "partitionId": popped.Messages[0].PartitionID,
+			"leaseId": popped.LeaseID, "consumerGroup": group, "status": "dlq"}, &acked)
+		if acked["dlq"] != true {
+			t.Fatalf("ack dlq in %s: %+v", group, acked)
+		}
+	}
+	for _, c := range []struct{ method, path string }{
+		{"DELETE", "/api/v1/dlq?queue=" + q + "&consumerGroup=g%zz"},
+		{"DELETE", "/api/v1/dlq?queue=" + q + "&consumerGroup=g;x"},
+		{"GET", "/api/v1/messages?queue=%zz"},
+		{"GET", "/api/v1/dlq?queue=" + q + "&consumerGroup=%"},
+	} {
+		var e errorBody
+		if status, _ := b.call(t, c.method, c.path, nil, &e); status != http.StatusBadRequest || e.Code != CodeBadRequest ||
+			!strings.Contains(e.Error, "query string cannot be parsed") {
+			t.Errorf("%s %s: %d %+v", c.method, c.path, status, e)
+		}
+	}
+	var list dlqList
+	if status, _ := b.call(t, "GET", "/api/v1/dlq?queue="+q, nil, &list); status != http.StatusOK || list.Total != 2 {
+		t.Fatalf("dead letters after the refused purges: %d %+v", status, list)
+	}
+}

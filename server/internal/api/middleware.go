@@ -412,10 +412,18 @@ func rejectUnstorableURL(next http.Handler) http.Handler {
 				` is not allowed: "." and ".." are never names, and URL clients drop them`)
 			return
 		}
-		// Only an escape (or a raw non-ASCII byte) can decode to either; most
-		// query strings, a pop's included, skip the parse.
-		if raw := r.URL.RawQuery; strings.IndexByte(raw, '%') >= 0 || !utf8.ValidString(raw) {
-			query, _ := url.ParseQuery(raw) // a malformed query is the validator's to answer
+		// Only an escape (or a raw non-ASCII byte) can decode to either, and only
+		// an escape or a ';' can fail to parse; most query strings, a pop's
+		// included, skip the parse.
+		if raw := r.URL.RawQuery; strings.ContainsAny(raw, "%;") || !utf8.ValidString(raw) {
+			// r.URL.Query(), which the validator and handlers read, silently drops
+			// a pair that does not parse: its filter would vanish (a DLQ purge of
+			// one group would purge them all).
+			query, err := url.ParseQuery(raw)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, code, "query string cannot be parsed: "+err.Error())
+				return
+			}
 			for name, values := range query {
 				if err := engine.CheckStoredText("query parameter name", name, 0); err != nil {
 					writeError(w, http.StatusBadRequest, code, err.Error())
