@@ -8465,6 +8465,11 @@ func (r AckBatchResponse) ContentType() string {
 	return ""
 }
 
+// ConfigureResponse429Headers the declared response headers of an HTTP 429 response for Configure
+type ConfigureResponse429Headers struct {
+	RetryAfter int
+}
+
 type ConfigureResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8480,8 +8485,12 @@ type ConfigureResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ConfigureResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8512,6 +8521,11 @@ func (r ConfigureResponse) GetJSON408() *RequestTimeout {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r ConfigureResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ConfigureResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -8879,6 +8893,11 @@ func (r DeleteConsumerGroupQueueResponse) ContentType() string {
 	return ""
 }
 
+// SeekPartitionResponse429Headers the declared response headers of an HTTP 429 response for SeekPartition
+type SeekPartitionResponse429Headers struct {
+	RetryAfter int
+}
+
 type SeekPartitionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8896,8 +8915,12 @@ type SeekPartitionResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SeekPartitionResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -8935,6 +8958,11 @@ func (r SeekPartitionResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
 }
 
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r SeekPartitionResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r SeekPartitionResponse) GetJSON500() *InternalError {
 	return r.JSON500
@@ -8969,6 +8997,11 @@ func (r SeekPartitionResponse) ContentType() string {
 	return ""
 }
 
+// SeekQueueResponse429Headers the declared response headers of an HTTP 429 response for SeekQueue
+type SeekQueueResponse429Headers struct {
+	RetryAfter int
+}
+
 type SeekQueueResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -8986,8 +9019,12 @@ type SeekQueueResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SeekQueueResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9025,6 +9062,11 @@ func (r SeekQueueResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
 }
 
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r SeekQueueResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
+}
+
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
 func (r SeekQueueResponse) GetJSON500() *InternalError {
 	return r.JSON500
@@ -9059,6 +9101,11 @@ func (r SeekQueueResponse) ContentType() string {
 	return ""
 }
 
+// UpdateConsumerGroupSubscriptionResponse429Headers the declared response headers of an HTTP 429 response for UpdateConsumerGroupSubscription
+type UpdateConsumerGroupSubscriptionResponse429Headers struct {
+	RetryAfter int
+}
+
 type UpdateConsumerGroupSubscriptionResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9076,8 +9123,12 @@ type UpdateConsumerGroupSubscriptionResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *UpdateConsumerGroupSubscriptionResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9113,6 +9164,11 @@ func (r UpdateConsumerGroupSubscriptionResponse) GetJSON408() *RequestTimeout {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r UpdateConsumerGroupSubscriptionResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r UpdateConsumerGroupSubscriptionResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -9287,6 +9343,11 @@ func (r ListDlqResponse) ContentType() string {
 	return ""
 }
 
+// ReplayDlqResponse429Headers the declared response headers of an HTTP 429 response for ReplayDlq
+type ReplayDlqResponse429Headers struct {
+	RetryAfter int
+}
+
 type ReplayDlqResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -9304,10 +9365,14 @@ type ReplayDlqResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *DlqReplayFailed
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *DlqReplayMaintenance
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ReplayDlqResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -9343,6 +9408,11 @@ func (r ReplayDlqResponse) GetJSON408() *RequestTimeout {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r ReplayDlqResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ReplayDlqResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -10104,6 +10174,11 @@ func (r GetMessageResponse) ContentType() string {
 	return ""
 }
 
+// RetryMessageResponse429Headers the declared response headers of an HTTP 429 response for RetryMessage
+type RetryMessageResponse429Headers struct {
+	RetryAfter int
+}
+
 type RetryMessageResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10121,10 +10196,14 @@ type RetryMessageResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *DlqReplayFailed
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *DlqReplayMaintenance
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *RetryMessageResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10160,6 +10239,11 @@ func (r RetryMessageResponse) GetJSON408() *RequestTimeout {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r RetryMessageResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r RetryMessageResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -10575,6 +10659,11 @@ func (r PushResponse) ContentType() string {
 	return ""
 }
 
+// ListKvKeysResponse429Headers the declared response headers of an HTTP 429 response for ListKvKeys
+type ListKvKeysResponse429Headers struct {
+	RetryAfter int
+}
+
 type ListKvKeysResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -10590,10 +10679,14 @@ type ListKvKeysResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *ListKvKeysResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -10624,6 +10717,11 @@ func (r ListKvKeysResponse) GetJSON408() *RequestTimeout {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r ListKvKeysResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r ListKvKeysResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11534,6 +11632,11 @@ func (r GetPushMaintenanceResponse) ContentType() string {
 	return ""
 }
 
+// SetPushMaintenanceResponse429Headers the declared response headers of an HTTP 429 response for SetPushMaintenance
+type SetPushMaintenanceResponse429Headers struct {
+	RetryAfter int
+}
+
 type SetPushMaintenanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11549,8 +11652,12 @@ type SetPushMaintenanceResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SetPushMaintenanceResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11581,6 +11688,11 @@ func (r SetPushMaintenanceResponse) GetJSON408() *RequestTimeout {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r SetPushMaintenanceResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r SetPushMaintenanceResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -11679,6 +11791,11 @@ func (r GetPopMaintenanceResponse) ContentType() string {
 	return ""
 }
 
+// SetPopMaintenanceResponse429Headers the declared response headers of an HTTP 429 response for SetPopMaintenance
+type SetPopMaintenanceResponse429Headers struct {
+	RetryAfter int
+}
+
 type SetPopMaintenanceResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
@@ -11694,8 +11811,12 @@ type SetPopMaintenanceResponse struct {
 	JSON408 *RequestTimeout
 	// JSON413 the response for an HTTP 413 `application/json` response
 	JSON413 *PayloadTooLarge
+	// JSON429 the response for an HTTP 429 `application/json` response
+	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers429 the parsed response headers for an HTTP 429 response
+	Headers429 *SetPopMaintenanceResponse429Headers
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
@@ -11726,6 +11847,11 @@ func (r SetPopMaintenanceResponse) GetJSON408() *RequestTimeout {
 // GetJSON413 returns the response for an HTTP 413 `application/json` response
 func (r SetPopMaintenanceResponse) GetJSON413() *PayloadTooLarge {
 	return r.JSON413
+}
+
+// GetJSON429 returns the response for an HTTP 429 `application/json` response
+func (r SetPopMaintenanceResponse) GetJSON429() *TooManyRequests {
+	return r.JSON429
 }
 
 // GetJSON500 returns the response for an HTTP 500 `application/json` response
@@ -13731,6 +13857,13 @@ func ParseConfigureResponse(rsp *http.Response) (*ConfigureResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -13738,6 +13871,19 @@ func ParseConfigureResponse(rsp *http.Response) (*ConfigureResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ConfigureResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14062,6 +14208,13 @@ func ParseSeekPartitionResponse(rsp *http.Response) (*SeekPartitionResponse, err
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14069,6 +14222,19 @@ func ParseSeekPartitionResponse(rsp *http.Response) (*SeekPartitionResponse, err
 		}
 		response.JSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers SeekPartitionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14137,6 +14303,13 @@ func ParseSeekQueueResponse(rsp *http.Response) (*SeekQueueResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14144,6 +14317,19 @@ func ParseSeekQueueResponse(rsp *http.Response) (*SeekQueueResponse, error) {
 		}
 		response.JSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers SeekQueueResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14212,6 +14398,13 @@ func ParseUpdateConsumerGroupSubscriptionResponse(rsp *http.Response) (*UpdateCo
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14219,6 +14412,19 @@ func ParseUpdateConsumerGroupSubscriptionResponse(rsp *http.Response) (*UpdateCo
 		}
 		response.JSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers UpdateConsumerGroupSubscriptionResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -14395,6 +14601,13 @@ func ParseReplayDlqResponse(rsp *http.Response) (*ReplayDlqResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest DlqReplayFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -14409,6 +14622,19 @@ func ParseReplayDlqResponse(rsp *http.Response) (*ReplayDlqResponse, error) {
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ReplayDlqResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15110,6 +15336,13 @@ func ParseRetryMessageResponse(rsp *http.Response) (*RetryMessageResponse, error
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest DlqReplayFailed
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15124,6 +15357,19 @@ func ParseRetryMessageResponse(rsp *http.Response) (*RetryMessageResponse, error
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers RetryMessageResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -15532,6 +15778,13 @@ func ParseListKvKeysResponse(rsp *http.Response) (*ListKvKeysResponse, error) {
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -15546,6 +15799,19 @@ func ParseListKvKeysResponse(rsp *http.Response) (*ListKvKeysResponse, error) {
 		}
 		response.JSON503 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers ListKvKeysResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16281,6 +16547,13 @@ func ParseSetPushMaintenanceResponse(rsp *http.Response) (*SetPushMaintenanceRes
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16288,6 +16561,19 @@ func ParseSetPushMaintenanceResponse(rsp *http.Response) (*SetPushMaintenanceRes
 		}
 		response.JSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers SetPushMaintenanceResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil
@@ -16396,6 +16682,13 @@ func ParseSetPopMaintenanceResponse(rsp *http.Response) (*SetPopMaintenanceRespo
 		}
 		response.JSON413 = &dest
 
+	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 429:
+		var dest TooManyRequests
+		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
+			return nil, err
+		}
+		response.JSON429 = &dest
+
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 500:
 		var dest InternalError
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
@@ -16403,6 +16696,19 @@ func ParseSetPopMaintenanceResponse(rsp *http.Response) (*SetPopMaintenanceRespo
 		}
 		response.JSON500 = &dest
 
+	}
+
+	switch {
+	case rsp.StatusCode == 429:
+		var headers SetPopMaintenanceResponse429Headers
+		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "Retry-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.RetryAfter = value
+		}
+		response.Headers429 = &headers
 	}
 
 	return response, nil

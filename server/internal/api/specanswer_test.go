@@ -5,15 +5,19 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
 
+	"github.com/lanesmq/lanes/server/internal/admission"
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
@@ -130,5 +134,53 @@ func TestAnswersMatchTheSpec(t *testing.T) {
 		if status, raw := b.specAnswer(t, c.method, c.path, c.body); status != http.StatusOK {
 			t.Errorf("%s %s: %d %s", c.method, c.path, status, raw)
 		}
+	}
+}
+
+// specOperation is one method and path of openapi.yaml, its path parameters
+// filled in with a plain name.
+type specOperation struct {
+	id, method, path string
+	op               *openapi3.Operation
+}
+
+var pathParameter = regexp.MustCompile(`\{[^}]+\}`)
+
+func specOperations(t *testing.T) []specOperation {
+	t.Helper()
+	spec, err := gen.GetSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ops []specOperation
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			ops = append(ops, specOperation{id: op.OperationID, method: method, path: pathParameter.ReplaceAllString(path, "x"), op: op})
+		}
+	}
+	slices.SortFunc(ops, func(a, b specOperation) int { return strings.Compare(a.id, b.id) })
+	return ops
+}
+
+// Every operation that reads a body (it declares 413) can find the body
+// budget full and answer 429 overloaded, so it must declare 429.
+func TestEveryBodyReadingOperationDeclaresTheBodyBudget429(t *testing.T) {
+	const maxBody = 1 << 20
+	budget := admission.NewByteBudget(maxBody, 20*time.Millisecond)
+	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: maxBody, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
+	stallBody(t, b.URL, "/api/v1/push", pushOfSize(uniqueQueue(t), maxBody))
+	waitForHeld(t, budget, maxBody)
+	checked := 0
+	for _, o := range specOperations(t) {
+		if o.op.Responses.Status(http.StatusRequestEntityTooLarge) == nil {
+			continue
+		}
+		checked++
+		if status, raw := b.specAnswer(t, o.method, o.path, "{}"); status != http.StatusTooManyRequests {
+			t.Errorf("%s %s with the body budget full: %d %s; want 429", o.method, o.path, status, raw)
+		}
+	}
+	if checked < 10 {
+		t.Fatalf("only %d operations declare 413", checked)
 	}
 }

@@ -5568,6 +5568,21 @@ func (response Configure413JSONResponse) VisitConfigureResponse(w http.ResponseW
 	return err
 }
 
+type Configure429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response Configure429JSONResponse) VisitConfigureResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type Configure500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response Configure500JSONResponse) VisitConfigureResponse(w http.ResponseWriter) error {
@@ -6055,6 +6070,21 @@ func (response SeekPartition413JSONResponse) VisitSeekPartitionResponse(w http.R
 	return err
 }
 
+type SeekPartition429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response SeekPartition429JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SeekPartition500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SeekPartition500JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
@@ -6177,6 +6207,21 @@ func (response SeekQueue413JSONResponse) VisitSeekQueueResponse(w http.ResponseW
 	return err
 }
 
+type SeekQueue429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response SeekQueue429JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SeekQueue500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SeekQueue500JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
@@ -6294,6 +6339,21 @@ func (response UpdateConsumerGroupSubscription413JSONResponse) VisitUpdateConsum
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type UpdateConsumerGroupSubscription429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response UpdateConsumerGroupSubscription429JSONResponse) VisitUpdateConsumerGroupSubscriptionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6571,6 +6631,21 @@ func (response ReplayDlq413JSONResponse) VisitReplayDlqResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ReplayDlq429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ReplayDlq429JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7610,6 +7685,21 @@ func (response RetryMessage413JSONResponse) VisitRetryMessageResponse(w http.Res
 	return err
 }
 
+type RetryMessage429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response RetryMessage429JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type RetryMessage500JSONResponse struct{ DlqReplayFailedJSONResponse }
 
 func (response RetryMessage500JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
@@ -8211,6 +8301,21 @@ func (response ListKvKeys413JSONResponse) VisitListKvKeysResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListKvKeys429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListKvKeys429JSONResponse) VisitListKvKeysResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9289,6 +9394,21 @@ func (response SetPushMaintenance413JSONResponse) VisitSetPushMaintenanceRespons
 	return err
 }
 
+type SetPushMaintenance429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response SetPushMaintenance429JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type SetPushMaintenance500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response SetPushMaintenance500JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
@@ -9454,6 +9574,21 @@ func (response SetPopMaintenance413JSONResponse) VisitSetPopMaintenanceResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type SetPopMaintenance429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response SetPopMaintenance429JSONResponse) VisitSetPopMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -11883,356 +12018,356 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rkts4ti74KgjNmbAUw1TKZZfPrsyomMiyXd3u8iXLTnfFnFZNEklCElsUQANgKlUOR+xfJ2b/3XMe",
-	"Ycc8WD3JBNYCSJACdcmLy67OX3aKJK4LC+v6rY+9RCwKwRnXqnf0sTdjNGUS/vuWabk6mWgmzV8pU4nM",
-	"Cp0J3jvqvWOJ4KkiWpAlzTS5YBMhGZHmk4xPjwnNl3SliGJck2WmZ4SS+PE338XDXtST7EOZSZb2jrQs",
-	"WdRTyYwtqOlkkfFsUS56R6Oop1cF6x31Mq7ZlMnep0+fol5BJV0wbQf4oxSLH7M8PEBNpSZiQvSMEZ0t",
-	"GFlmPBVL039mXvhQMrnqRT1OF6abiRSLnj+UiZALqntHvZRqdmBa6FVjUlpmfNozI/qLFGVxSvVsfQhP",
-	"BVflgkkyNe8Q01HVe2G+qDqHFzYuzHrHL7NFptc7PaVTRlT2G4sI1WQhlCYPR6PRkJyQnMopk+SS5iUj",
-	"lKslk4rEj0cj81OWUtPC+YRmOUtjIqmeMUn0jHJCx1zNhNRMkoJOWUSWsywxO2r+kkRpVhQZn5JYTCaK",
-	"6ZhcrEimFYlzM8aYLEWZp0TTOSMTIWFHljORM/h+OOYdWwJfN/YkZRNa5rp39HA0inoLeoXEYiYY1bTz",
-	"MEA7Ue81XTBV0IR1UQz+bsbO3atdxFK90Nu8R29gPda7eiuWcHTUPCu6+sC1DE/fn+0oONtTKnVmenuR",
-	"homzeoFkaUSoIpQsmFJ0yh4oEhf15zGZZpdMkUwPyRvODEVokinChSaUvH//4pmjpTEHYso4kNN5lsbe",
-	"3jYJ3mt/I9lXh7Ass3Tt/EW9q4OpOFhf92py2+a+4UxWQ9zzXJ6K4qTU4iSZhzjCYpFpOABJKZWQJOPw",
-	"VyGKB4qIJSdaUq5oAqPrU31gTvCB4AkbHJM4Z1QxsyWZMp9xEo97417cRULUjiNIQxOaK1at6IUQOaPc",
-	"n0GR5UKfGoa7PpHYrENMcqZhIORCirnhBNlvDJkDu2TScN/4gupkFh/WFKVi+MIsKVOa5GyiiSj1MaF8",
-	"zNlVkWdJpi2TMmSGLV0yKbM0ZXxIzuBrVQiuGK5CQqXMmCIxdcOOu7lK9U7o7LaW4Qcz+PXZnwlNc3dc",
-	"yEWZTpmuOFtC8zwiakYlSwlNpFCKJDnNFiwl9SIMyS9m5PTCXJBH5JvRKBpzIUkyE4pxw4S8Ze0/HI0G",
-	"ZAkbXg3/e9iCITkxTSSMLKg292JElDDfSlw9MeY4SWI3vnthYKcai9JgsNs57Kko3JUHt+K2G/HYTp98",
-	"Tz6UrGRkIVJG+vH5+c/vn79/fv7qzbPn5+dxRIyEwrS5YRLbgBp00XzSGMHWo/rSnCgrzKyPF56StJQU",
-	"OSUnCl91Q4/IiAhJOJtSnV0y8j1sG8zGsFE4r2fZgsURYbli5MloSP5uSFuNOb0Ql4w8evjtoyej0Yj0",
-	"KVkxKiNoYZZNZ+Z0eC0MCJWGbWhzcWQb9jH3pxRYgNaWVcwwMP9XSAAe3VakDIwrU5bcaZ6TkqfmpHJW",
-	"86ljEo/i1gIZkkxo0ToADyPSSf2//8d/kSePtx2AMe84AWTXA1DPcodle1deVCtl5NCQPCGVPkgE1zTR",
-	"RIE8WojMEE3MxRLWhXLy4t2bg397MnoIQqrSdFEck5IXVCpGL3KGnFDB5mdTLiRLu0hftYe0lfr9SbwS",
-	"KVufxC+wjhQuytQKsjAVRQQnEzNF4qZoxfxqGY9IzNkyJn0j5uCO0mSei+kAWF1M89xtn7YnB7fcHJ2X",
-	"J6+fvzt/9vzHk/cvz87fvf/h3dO3L07PXrx5DXwhjmzjJc+ZMnqGNvs+5t0bb05YkmemM5BhJlmesxQI",
-	"NuNWRrX3DGsMZjAc8zc8XxHFWGoEJXt3QyupYCgLsatMabJi+tjtk2m2ZmzDMX/LKPxI+cpcnUbaTKhi",
-	"xzCVA8HzlZ3WOfyfUJ7Cn/hXH6/NCZPA73Eq6sGYq4LlecanakAWjHJcmCE54SsiQIivLlMjn601ZI+Z",
-	"ZDQ1Up6RBWFrojFHOR+XRrIipytCrehut9JQASV6VYhB98FSbTLbSpiG44kyIDm/FHx6UIg8h+MiSm3W",
-	"c5HleWY5M+mb1UJajI1qimxi4F02j0agEBnWVFA5h+0bc6oNFzty4lilIFFNjPgVkTybM9skyE4x6cff",
-	"jB7HyJe40DNzQ2WK0Eua5ebsblgSO/qwaPbIXrfu+oW/d5D5RfELzToWjcCilVxneS3qEyM4GeHeHEc7",
-	"JLMoSjHVxWXMAuwrUf5sTsF2vQsPS0Mmb3UOb2whH+gsLPj/vN5BU+h37e8j8J9RNd8+N03VvGtW5tmW",
-	"SZ2Jri6e83QPM4cW1zFynNVKSZc++cpSlK+/ZCnplzz7UDJSgO3AXgyDjtXXfjd77cIn8zKqBCDG/EDT",
-	"t6hgmL/MBcU4/JcWRsEAce7wn8qM/KPX7H+TbNI76v1vh7VN7BCfqsPnUgprhWoLSblZRpaSC5GuzFGC",
-	"NQeBhpJFppThC24uZJKxPB32PkW9Z/mHt8BUsenbGmir2cCIX1tehSydpcj0UnM72WspU2RqLsZ+bP4x",
-	"t5Jkqsz10bhnfhj34oGZXqYVSZnSGYeBjjmeYOHttWmqH3svna+1iCYn0yYqd7CMTqfTMzbm9u4RpU7E",
-	"guESKsNc/VX8EZr5jMuIiiiMDKdgLkOzkorJSyYjvITMD/ELrpnkNIe2YpKIlMGyUE0vqGLnJa8uDXPv",
-	"1g8cU45InNk2zhk0MkDxQJVJwpRC5hte1vZCvaKmKU55wj7jap2WakYWddeGMAQnfbMWJPYeNCbh/W4I",
-	"5IhQt+RLmWkjF4+5vcxA7nfX8JKqirxhodoUrjRdqeNKqpnSjMM9T4pSzYwu0RzoZGJX8UchL8AQcfeM",
-	"5e80z1KixZxxICUj7TjTCbASKXJm2cyHUmh6OGFUl5KRKdUMWEyD7u5+xO+A8A+UkaAN+ZWSHaNPAKUn",
-	"I/jG315dxUPy1ByBIxI+AqR/KpSeSvbu55ckU2NecsloMjMPDQm4jwxHADHGympGI41AGo+/HT2KBxFZ",
-	"P0kg/hqWAtfDA1U3thRyjsJPajkbTfOMAz+LlaaaLRjXVUOD9TM55n1aSd31ICVx7xF4b2Bp6bXQP4qS",
-	"p3e/MYZV0TSVDCYnmRKlTFhLeQGKOaWrXND0TIiXVE7Z3Q/tB8PtrWsCvA1gRBN8kk1LQ+TgBSB9p8Q9",
-	"eUxeZT8McKyiePPTrY3wVBRvrQwRGueJJjmjSoPC6ORnaw2B0ViBw1Nd7n5PnRUVrsw0S9EqD0I9sAxr",
-	"Xq7UanjPaHoVcY953+raP7x59n+dv31+8uz87MWr52/en52/ehdHlfb8aETU4Jggu7b9VmdhSF57jDc1",
-	"S0R5Ctq40y+TXCi8z83ucgZinr3wfQ20UjDNUK1b0TcYazoH6xknNAXhSnCicgHqP2lq+ErTPFdkkaUH",
-	"uEAspytD8PAXyxUbkrced7K8CQ/nO8bmt35ATaMbNxQFqL6VrWqJuW1nEJLMKBg5PJsyDlteZgl7X3PT",
-	"u6fEtwwkHitH2t2sBozMGTkySkiZIlKUmhEtUroi/TWGbrbXuie/HY1I8I4YDMkJKaS4ApHb8CxyQXNz",
-	"YYNXZSIFr/y/dkgLujo2nN/seKZbV5KzJGW69idcHaiZKPP0AL45IihkWQI5E+IV5St77NXdL/NJRe+m",
-	"HylytBXjQUEnhJBEUs2Qabqrl06MwBMDpR+APz92dmyjiLU9/geVyz80Svv2oRccAEN9z2mpZ0Jmv7HP",
-	"cJ+9Qq0qIgunfEWEXRUgFQmJF/AyU8w5I1GKGoIyaxs3fZ8kc3DxeLpiIUXBpM5Qj6TJnItlztLpwgVI",
-	"ZJot1LaBnyTzF5otDJlYVZVKSVfm72QfFwl4ldglA4Jli/oabDtJBsdGxT6Al+BLtBib82fYqtlnXuaW",
-	"H6A2va7m1/r2P9Zm/mv1gbj4J0u0mYqb5dqyMSdutqwhKBKaESnBdxhT1LOehC7XjBYudoF5Bj746ABO",
-	"M03mO/XjO6Q3+sodS7ESwLAXaMzIimXAnfKjZIzgaxFRdGH2Ry5onin0L1FF4pNkbqlxiM3EO42/aTpZ",
-	"91g2rTJb59AihrZhxl+tDsLoPFL70X83we+0LDsRYkSUBns92LKfvfyZSDSgfQ7qJH0uSDJjyXzwhRKq",
-	"o1GWgrfiQDGuMp1dsnx1ZGd1aIZ9GBtGmDPN0vjQ2SXiw5gmc/hFzOMx//1//iepXjs2gqSWq5iYnyVL",
-	"WZ5dMlkpu8mMyqkRKuGagxvumMRp/gE/MCLsgVXnuVgeG6lhhVIoOFvNO9Yw04emrPiJtyK2Z030X+P5",
-	"UmB0bx+vNP8QGJ4RuQyxTWA1aGPpLLG3zfZRL5WiKFhotuAiyZTglSIEYj++b85s1brZjDRTZm3TQbib",
-	"jjP6ywyEtCV1Yi9LSg33vNlbs2E7nZeMp+wqcFKEypxP39MuvBFWnhV7zN8y+KdjOeCZtTrhe+jFzqor",
-	"aH3iXIgAA/wrlQtgDmmJYhOrDwzsIQUx74LlYulFEoW7sKcwPOaMKy1LJFozcrfERiAvpEjQWMBNn5ki",
-	"GPLTsYf7HY9atkBn9ubDgTsYrR0SNzdHQe19iuAs2GUOnaIfysmEyXcdPPBZpuZEFULkBGw/x2RhVFH8",
-	"BS3QRqEgF4wUkhkuaKbSOowXf2U017NVgLzRWQ7NWcUC7Y+evjIxuifxTGGeGQw2qVQzsgR1V6ChHJqL",
-	"zAGX1ChBwP3AROg1eyGE2WXHZTM9OCZmc60VFNUF28SYwzKzFAVrsG6jV91QDEj2LB2SX2xb6DOAUZw4",
-	"Tc2apgdHZDljNqiUjXllkxBLjiYJyzWdtmeE+5QRvcwSo5ujxhKRejyegSOnSpNHRI15H5cSHZ3ecLNq",
-	"tJblrxPxpHIgtKyaZjosheWGK4Rqd69ogcsU5hsF46mh6G0tLmkG0U2bW2uuakioMRMHZzTwHWdVKbmq",
-	"9poaZuzIug8xumj8eXf65s3L82cv3sYkAXe/4bkXbMxFwbhhPBrIBgzwQHYQeGdWQZHlLMsZaVhsSWp2",
-	"VUh8d83q37UDSyHnqHoG3Ns+T3ArW21a5J21qp21NQtxgafO1FjZyGmev5n0jv6xk24atS9gq3Gu789r",
-	"I/BbGndqqYCHYR7YGumv0bqkjANHo/IxiW2rMQYw23vNfM1cT448bIyM4OgmqJrqlNoXweigGNwnCYsr",
-	"OX1wRMQi03WP5kLUpeRA3PiOGpJ4weSUxesvG6V1zgrgpYyXC7PZ8C64g6Ezbxfra76OyA6uOzwiOb1g",
-	"OajUaaYSAWp1IQoVlI3tiLZp+hBS8Ma++ymyEQQbIg9IP5GMmjlnE+cdNgzYbFaZM2VIBM/YA0ViaC4G",
-	"1rUifYivvqDpuRVXGtexJ6xSFQg+PqNqvs8StI4cTmzjCeqSSWtr/vqoTjBPBKWLDjnJ39vb2Cc7zm3a",
-	"lB3azqJmtfXhJ6EukCyylPTfv3/xbNChpAlJpyyU4gIPCOPTjLOIxIqhsSbeSBWbt9nbq3rcUStg34XJ",
-	"+HkQLojFjrbemA6SqY0Az5gRbjcQT9NesDaxFL5Pm4Gs6/fngmlqZAvsLg1FfduZvYZwlDWVAaU85+Qv",
-	"mDxAaz3YssNbV4vfgagof9lrYbYdwLw+u/Wp7LDEmmY5XG5pCs3Q/LSxzJvOTqMpINnemkX2J7ZCnacZ",
-	"xLV5WNWk1lf7DWe1a+OBcloOifFuf5Ha8Egj+dk20xMdwwVic8+sWB6R2BzduHX3cbj82hJ7s7nOEKnd",
-	"LEMnic4uWZjQML3nJZ2GibXwV2b9KGcL9pJOvbj19Ra00DR3Uwm/4pbSPN3POlx9GbVXLGokzjQH4c96",
-	"bRLNNdtK0T87Zrt+1eS0tXDeshcNJrGTLb+DYtdM+wFGakfS6HbrzN6ViwWVq/3ntqBXZ7im3fmaKnM6",
-	"pshTpjQpuWU4KbHXR1j7WLDFhfUStcRQDIaWYqlI32gNznSgBuGWuOWu3aZNbFJtORnKKJ2dB6jByIOG",
-	"T3jiZMx3Gog/6r2k0ylqFs8YTYOypnchBzh+Her8FOW8m7ARFQjQ3+ujM5dUcP0xaFFkSfO4rL/TcnLB",
-	"uQ8Soo0TVeSCzTLU5xeG+Iwo2vBlR9t0QKCjanj+jtfUGiCqEAV5A24cI0covljjncLQUcYr2c6y00hb",
-	"iyAtoxM6HxSxb3RYAq4hVqQbRAUcM3DUvUf8TiyYF/mxNmyfP+GiBEKYr4qcYnRoM5g+3OR2ibu1Cm7w",
-	"0QYl5ln+4WUW1Hwtwe58XzzLP9jtD52Mgk5tIOzWeKT6TXeiQo4mPtUzNCtkChOqtx+dak6N8bhOOpbn",
-	"Vdf2GVHNC60ckhgMEvZ9K6cVUqRlwuS78uLGQtp2lSDxWW+LYI0OThWJ0XJ0okFb2iUQPjIPIWaB8pW1",
-	"EIXFaeSkHZy1WtSanj51vuzoZjvb73yjZhydr/DSsMtNb1THeM0MZQMGCUQ+/u3dm9dw7fuJ2f9Ugg/f",
-	"0qUjIO/pgZpnxQFqijQ/gPQ4JrFv5xry6G7rXeX2dNfchqiXdXNhzF9QGElnI4XDKnqmnvNEropOtXKz",
-	"ON+yQqw/r8/O+mD/9ssZiZU5VS4LBAKGwUoN9uXU90WSvjtnziJc6hmEUrkYe2n9o5W1u/4WMzwzjY6C",
-	"G9pEoJenosQYoYD+0nYpbebxDVJpLhlscrTRyVqbNHztpa2Ke0O2vMDnNB71NSmig5+elnK6u9Vj3X2H",
-	"ARKFaSU9BiuVuzw5eiKn2SXjpI/hQ/D2AwXSxW6RBp1X/tutAkr3rt9EdKk3qbk6Hevbyq3Z16q/U7bD",
-	"G8xICbBFaIgwfslyUTBS5KUzyIdSWRpDdo0Gdz34/TGhLt6e9OPm3ONBFc8ImZFVZAbey5hpEYNJWJXy",
-	"Wrdtmn/o4Fxp/uGtWL5lC3HJNpkZQuEA65ZemRlZJT/bwhm2sdtNPAkzRk62Cnlv6zcx98ye4pZ/BOYd",
-	"Oz5sFtzcK5agj0lc+fjjWuaVmdaMR/DmnBX6mGASFmQ0l8nMPDhuZsysu9nQqVR5UGD5o17VXS+CPC7Q",
-	"dupkoMqb9ust2TLtumw8oJ0up6LbOPisTifzMs2qWDEwb1hiOSYXOeVzCAZ6PBoNNusR3d3YwOxrdvFp",
-	"8wo46tmNR61zn+jjH3tmv9STGXRhbb7jcV26ptQYSHupft3us3Vi1gPlwuL7jkcI6bODwbEN+wUGTy5K",
-	"bbUqwP6pAk4+Rb3n4fCp1v0jJra9x1dXh99eXYGkbscQYvlp0N8EgSeK0zk7T6iyjmdICTkmlBNRMO6Q",
-	"GBw+AVmUShOaJKzQpORzLpYc8x+HY/4XxpnMEvz7iMTrOGRR5dU+N2qE+dv3f0YWY+ycXWFQCGRPll4s",
-	"unll4nL2AF5B6HMIrME/zg1LPQcXjvlhwfRMpOfmJZrnYmlbLFDJOddCnEOuEiYpNpNgIhKLSybNi9iv",
-	"pJqdw/jw75ukew5DqwNRLZAAEJGC6lmVfOyigVhCJJuUiqkIQ1Fx3y1SB+JCWLVhKQWfEkPAJONJXqZw",
-	"QTUWH7obc0g48GHAjMAJ7WKDfS8oX2A0J8ZOYWRRphW+ODge88ZuQvs5ore486FF5wzrAeDU3p/9ePBv",
-	"EXwx5vEQj9RwGOOH1rqNz20byF+wqYRyjHkhgL0CUXAXNCUFkwnj+oCphBYM4qFmYD/433/7LbbZl/Fx",
-	"fGQXOm0g57mQSFgDM/EJZPFj7i4MxM59zF2mISZYhMc0JG8NoR6Yjc0m3sFx24SaNNAUMLvzBrVbPa75",
-	"I77n2KR/4DL4C9O1DZEGcrjnl+eQdrGCNu2wsJX55Xkh2SS7arQ9vzxvnN8xNz9NmXYvZ/zcU9TsJzJL",
-	"mWwePnNSpFprDH4+h7MvuMcVWvJS38Z5VzqvU3FR90VFdy0T+AiTmKJKVktmlE9ZOhiS58BcEV9FTEh8",
-	"SIvs8PLh4fzSytn1D4e///v/F495HZJl4wq9LYV4y/ZSQTt+27gEMWbatX6FToKrRPrmuEIvE7rI8hVg",
-	"MwADBBxAjKgb8wogBmK+7JnHcdY8hRI0HZGCKsjNvMg0/Bw8q2O+dlj9w7ID+4cj7c9mSE7G3COYB4rM",
-	"L/F0wdRBPKwuW5gAXbDqAurtnjPw13JB+YFkNIVbcOfYbhecCndqSBLGsLWAyd1eCgG1wiZQVmJDpupf",
-	"ggIuhoh0usJC8a/xDMPpsIuSuz+D7V8yqcJCXVs3wN6ienbV4OpWQqv00+XmTC3zf7qfY/enyzfuo63e",
-	"XK/5jaMLW3NQD9pnZHWI0sZhuYbDY3qZKd2d2hYG9n0quM546S5r8CrM2Sps9kQ54Tkm3u2CBRT15myl",
-	"3vB8tdvbeQ1ye03k123hY3jtNLrobT3TdZObFj5MCxcrzQLH7Qfzs2HvFu8Noya7DGycXekqTXOrJU+K",
-	"5V60J5ZBn64sudFN0h1MANCj/0lk5x1erypEM+yCq5a7OYvmS4awwpbkTQQQUsw3njhvLOG51Dwl6Cj7",
-	"6e+k4iVObBAF4QAtF3MVYygoQkjYNIOUFYxDelosinhdXes4ylOmT4G6ye///r8gZ3jXg52yXNP1BjOe",
-	"SGiLLkSJWQc0TY28D2kQDuSxI+6DXRVmkdZaLUodWZMYNu4S5SA0xbnXjsmIfI/KZJUFf0xek+9JUkpp",
-	"PrC3B75zwchrM4xNkGng9TNacceYilK/mJxYnM9q7ghIi8nGKuzonrNVcDegyVa7OHGvfbP7XfviaHyt",
-	"5VeUr/yvFelTD68CAbc6ozcWGX+BDx+uH/smw+6mL7FwsL0dq5KHAcubrRQOvrw2tRmOT5KcLgpMuDA8",
-	"f9DY2yDbX9CrDRRcFgVkwpS8g8MuMr7h81ws3eekH9vEEnuN2azSozHOeNyzTm2AAm5mwflMSm2IXO8I",
-	"UPcDmKaAFW5JAf+Hy2q4BQANemRXOVUAhy2RQYOvfzN2bxgX/IAtCr0yZEfwm+Bwaya6FmdNcqG0+bY6",
-	"7zazpEaKT2ieQwKSD49tdczqq87sNJ13QvxuOOkAp6cFybPLJpo+APWqY8KuaKLzFdg/jGJW9xMfxpa3",
-	"ALuukRwt2u92qQVO0n2swebNwvvCxh0g87mt4IM1+b8HZzR855+W3XJ217VX4d6WhWJSf9777fX2S6z7",
-	"vJ6VkhMaOLQZNxIBR7Pw/kfx7P68fWHn7eRzHC1c+fDBetvhWMXfDREIJ1Mf26okVmamssrLtfKz2iBA",
-	"4wUeyNJFkEEnWQHmIJnRApIit6Szrxth8LiFgtJ+sVFvcIna945dSNwEbcyOwEE6JCeN8LkqrEdwYm0C",
-	"zoIs5YpwYS3unaFumynQ7KyR7+Cit+o6sBeLjbUmIPiyKPKyDi5Tpeevn0grRQekVciZ2ywHgwxsGOnE",
-	"iXi7By/vp1yLYotdISAJURVSDz1iW85WxImV4BaBJfdd+riovahHnUTnrGdRVTgHev51g0EguH4RaUp4",
-	"5uXGAt6+9SDqlUV601j5ew4eShJ2wgN65u4gRtMz/W6b4qcwjxfLoNTkhI8Ai/UZ6fWIpYu53NPh3dDh",
-	"31v0V+EhIVC/MzLEd0KXW6LhDS1sdj7YpKC16jbhoJvzaWfUTU6n5zNRNnKbqmWFVLpzl451Tm9Ag5hn",
-	"d553ZUdh8td5nfx1o96qeJrzbEvUz3ln8pd1V3c9NkMx0zlXm3IeMS3RjmK/jMbW5jUGtDaB1pQb6x0Y",
-	"q7/vHWsfpDpGFXt+pRlPO7VL1aVMwXegL06kWBAull75Ild1JYKw4cjWckNCtCENjSAPNPAIiQ5c0Ai+",
-	"J09GxxaF6CH5njw0J3rPgkbfVy9vROHaeH80Finscdkgd0MyiC2IqKBwynP3cnxNWXkTLFyNFJWFE5rg",
-	"4bkdsD2Tn2PEfjMBWqIyz8zucbZE7WTVDDh35QQ4W6JadL1R2AYC5goMMhAT0q8OXoQh7QNcUEUY0MAO",
-	"KXMbYJ19FK9qLltcXW6zo0bcK06ktbC+5BLY6yAPyC4ZtwNvUfU1XPpiHm8PWKhc9LaH0LBaJQTaIwO4",
-	"tx3chO7NYBd44+9253YIihsuYmQbN5YjOy6scKqqu1qqQW+cd2kBZ8N1VhLznEl1BISLe4aRPEzTjLO0",
-	"zvhpwP3Zilfwuc0IoAqiu2j6Et6IB66CGrkokznTCrx8ZUG0IDGkCNryiu2tsCh14bu57iD8vEbf2gik",
-	"FXiI+eadz6vMyS1iIL4XedhSXsuRNz0fdKqe1Ia9rNE31v3BFYCiixAsmDzA1B4kE0SIIrGWNGEvICTK",
-	"z6WMAtmWYx436dvW/AKR5gCqLMLzwZ6JmMFN947n7kEGwcMdAkvemkJ/n6P5teVodugIW3Mob4tlOyiz",
-	"HejzZaY0wC5sDyO6WYIn7s892XakapszfYumgVY+7U2BvRD/rAvcyyHboeRK80EAdMjpROELDGKSq3Lv",
-	"uyhFH/wSeFsyb5tjHoG3Ic8uq5tJdQjUlYy5K9AYZOAmbCe4ob3Tf13T7czfVlpwi4d0ZAbb1F53KptJ",
-	"vs20YT+VyOdgda5qvRcdeGlW2m4kF7euVcu0mvS2QeC4JSQLr7WuagbXZKZ3hWZhl6kbx6I9paBM1hah",
-	"u6Uvi0HWErYCUtWYd4pVXtR9XZXVlTm3fz5QJNZX/K9UzWJzi5Orq9mjg4ff/BsRE6yy06y7GKHVx8iT",
-	"M6pmBNxsrmIcJsLEpB9/VOyDeZUu2Iv06lMcEUos0s2YFxYie1BVksBSzS8pZwpbZKrVrzJz0exKQ1e2",
-	"Qg1kzJhhRCicUpeLQ1wXtsRsUWqCljTlUPaWmYRQsCRTAAu0cPC9raDaUtU4zmEN8YfVBvWgFl93Ya/3",
-	"UukXL5V2CJm3qfbfC4N/DmEQl7sBrB0AcLldkbFTNoOn77plq1rscoEAO5grUkbT87xtpvgyBbbdJLQA",
-	"dosVsUI53pvELn/BI+8eCRBGUw5sCYlbhA0H3rd2beHNswEHZ0YVKBKuhUBMHfxSU4RbgguYxmx1IWEN",
-	"jawR2P7WvjS6i9ojXIsp8SerpcUJbOPmAlmSBb5AFKeFmglN+rkQiuUrSDpOj4mqAU1cZYVRQFtKitJb",
-	"h3oAfr5cC5I9zY3QbGsOduFKCpG/y37r0MEsRL9f7G0XSWHBFkKugsP1pfGNeAZUozHYKYP1CPb4rCx0",
-	"U790rLi1/fY9r5+oIV/jfCLYhBAVXC+TZ9NEqhYdLuoNM3TW2tuoJ+1kxARL/e5SgdqAWKp2MFT77Mx+",
-	"1Gjd27HQAry5ZPIyY8uAb3GlNFscLLO09i+QPmgSkDmrqVYEAn6TLGcyIr//x3+RhyOiiMjTwEm9+UJu",
-	"xYDddynxAthllcMr643MNbVluU8bgI8tw0+XUcdFFNzMo+HiAG1b4dHZyT1jRSgJeYso2+2XaRfs8K5j",
-	"99XG8XSqcwDjGuSotQdpq4QKoTYANZ3p1Q1MyTch8OCKcrZkSm83p9ezxnCSfb6AcxxYwbDT0uP++GHk",
-	"9iC4f6I4KbUoslzoTRD6+aqyhFSVfRmf0ilLCXUNYCqkyn6zOIS2ok2p0DHfkqWoTmaBvFrzsyuP6r7c",
-	"xlHapZpSPdvwrZENXgW+e1dOp0xplpKClor5xYw5u9KQOuVK/xQiz13lJe7ibfgu1q8Ge8JFqIbUsUPP",
-	"bOmPW6p445+CYAUNmI4fQhwwJHYHaNgCIbb2bjggYxvu0jO/2ImrlzNnrFBNs9sD1cbHc5ODsHvlyo57",
-	"x20v3Eb4uU1KO8HWPhWLRaYxJ61ZXvCBquxpfTWjEsswuHFXGKBiCsW3BvdotzexQkDpQ1xRq/lF5JLJ",
-	"C6qzxW1br8KBH65YzOV/H3SHkHXXJDWfx+MeZKVC6K3htifJvKOU0AYQvrrYaKvYx3WKlW6of7Mf+q17",
-	"G68XWuoZFrrat26kZ/pYq2WYwDJaoEaiZ1KU0xmhvi38Gt3tUUARojmgFmSaSqNbu9Nt99Rb93iwQ4XF",
-	"kImlNtA4S0fDTrObS6wOjtsO2XoqirdMFYKHVHjqCxUbUdN9AWR7ue2aIZN+u8RwDae750l7U4USwqUD",
-	"BWnh8rFM+ZgET2Cwk+7L1VVSiEjGrduECJlaIsg4YTSZ1fCYO6fweNdbEL++kyH4Be4mmVSaJDnNFsAq",
-	"vUHsxyVepDdqUj3F9zfFlNYvu9a3oBqH3PyVllxQPas2WPC6ztq2ClEb6qJB5uI3o1G8QzxqHYUaMoU2",
-	"j2rX8YyaFQLaaxk8vaWahYvBb6CYMyqNWB6AcI2f4X/iwTFx9fIEtzRgLuAhAYcAlsyjVaW8Dmq496hs",
-	"ze6tqqADSrFFH6pkG9JHv4tDXERAT5aSGZPsFv12HWfMEgo87SQIsOyRPhpuIu9YRyRpVJVXAzITeTrm",
-	"C9THKCfLWaYZActOnXr+7cNvyIXDZQLAugo2//X7lwjIB75xyKZHxMkxj4fDOLLJyO/fvqyAUFMpCmQT",
-	"hkWoYDXHMCJdpyxy4nbBjCSbclfFHqInANKP9EHX9i53hftMtJVjVEcNyc0CyTPmsGrNsZ2zVURUIixC",
-	"C7JBu/rHZGG2OLUC2YVqlpjaWG1ys3vFsJzOxJjqqmtdJ+ZnM0ZDMsck/seviDrqLySCBSp4uPut6fjf",
-	"NvM0ttY9n44cljAo4Y8W9B1TiiO4Jyx0Ygdi2+Zq6K48rWaLnSqjO0TRXRUW8mMT5jhqAGk/UPAyzfOD",
-	"35gUxHxFsgmWvQbYxQ3w3eGijT7j6Kiu2ZErAZ+kMUlA8d4G135M4gsoJw6YjNwzVz1QXs3laMyhwjNL",
-	"SU41k8fVdjnuy8XSsNQIkUiRITQce20cd9ftZvR27zgHN2vtPBOa6JLm+arLWtFRpd2jiLVemzW67MqH",
-	"TgKIVB0W6emNBfnd8xl391K17OibBGd12lUWvK7xiZqBNZRvicTsrDJelVozF/aK6ZqUyQWCucJa7lfC",
-	"o4NPu9QWLxphbb5byyDabXfJEi3L2v5BV9k1K+7egVn/1koY4/J4BaevQaw/Y7xEZyXLXWsFY1gBnuZA",
-	"jIVvInBT3IcG3tTLspuBOljjudMFvbVS+LVqaw/3AA+1re1QN+BsxsjD72wRChdRXtWUiasmrdHaNBvj",
-	"eBTpf/MQbNeDYbW+Yef8dUvT1d7W3amv05nfGRtc6+vYH1lQncwQvp1ZXPVdykZWft0q36ueTCdBeqS4",
-	"IcZ/SF5wAtXqCSRZ2ZBfySCiFQokwPWqBUTmWl132J1J95ZpxsEb2pXmjaUbnQMAHPEOThuUAMjg9ipA",
-	"QUxuVfG1PyLfEzGZDIbE6ttk1EYV2+5LrZPgfu6qo1KlHxJ2NaMlOMUqD0X/zdsDh5Efp/kHwN55Ra/e",
-	"Mi0zpuJjciH0DCFwyPegR3kDNqPacKt7cVKpkXF+yXgqlhvW05eDlvAypFXWNoo6jT60fo+ejK61hFBU",
-	"5LSRyri205lRM0Gfq/a7QvmE3V5QvqoGJ/L0Ztu6thOhssKMxK39j6+zNwwzJzLBn9fZw60sdHzF+V1g",
-	"7pIpjVWHVVkUQlrZBkPUV0x7G1MhKG0fTCMfp60pFS6DvyaDypNdiIIogBrjwqYFOIA6j0JGI9J/gok2",
-	"Rgs9cOYM5EyD/XdqQa9c5FpLAkQcPHtvIKwqS2aCpYj5wPhEyMSoNiPA27W1Sm7GDhb06heaabN+ncfs",
-	"+WWW6G6uZZbGY1oRLnlaFSYxo4cCDrfDwBYZPxWFG3RgGbM8z9xmU1L77AuwIwFrh5IRB5Myzwk44YkS",
-	"mGid02xRVWADg1N/9Pu//7+ASjgYjnk9bnICgF9gnohNJ9+j8bcQBVigqMVCtaWouPCYkpEA0oEr7AIj",
-	"GHME5Hh4RIQr+o2fmjuAOv4bVZTr7B4VOeNEzH4ASkgNHD3mueBTRArRcJeJJSe2eI21fYFNLBELptBI",
-	"hxktFdNXmq5wcaCcwsUKIa/HDhVFKrJglC9nWW4TjytQxyctPMed9riQmZA22KfNWJMcvObulfAZaZPY",
-	"9i6lu703sDTzQJFYti56K8d1CgLxtfiavKk4EdWig5CwOrdzAOuBZXz+V5GH6kxnfI7SDOCfoirrQmqq",
-	"7y2ctjom8T9ODv4HPfhtdPDd8Pzg14+j6MnjT7F1y4Lldb3aSD0HdN+EVrWg5qIzI/q/Qz38tzD0cWt6",
-	"r+hV5xY4nm04CzDCeO3zOCJPDA9x6Dm7zurJ6PG/WemkDZDq7diTXbdMrp4ZsWULv9x2mB6ORtejGC8n",
-	"dr2ceJZkurat0WSuiK3nBdJcAEbGkpIHlZHxqXdr7z9GrfOQxLTbslxPjkSB9QcwCXb3DTpUxjTU6alu",
-	"EKhAYFch0+YkGXlTkX7KLkTJE3aTM/5pi2bVBfR6glfWA0XYZMISnV1W2hbkTSaQC1tKhjV/qisuBQuC",
-	"V/dncYQSxZhbJawuowefQtXcTDmdrW+EoTkjsT9IcOsIta7Y1Y36+t9gI0rKl6Dbfam63Beku30Jutqd",
-	"6mZ/qC72petef6yu9eXrVve61J9Pl/oMutMfrit9MbrRV6UL/WvoPp9Z1/kSdZvPoMt8QbrLtiy6SiJp",
-	"bM26rBwUy0LyYmuuAe4X4EfRBtUhKBis3cUhyS4oWYeY0OaT7N0RSCu1oNQ4Pp0OtlM/SPROHP+7pht8",
-	"mZmBGzzv9fp0ru67jiCnl0adttihtpaKFYgaqfm3mdp7k9gaO42Az7gdrdKR0uiiVTYm7Hor9gX7ybuz",
-	"lbd7szsz3//EMTabEjxDqQBhMfXW42J2T9v3AR3WCwxTzYIlBfYFv4WGgt1DqXSWnoQQPko1s2WHXASp",
-	"tK/XKMRcVEkqNbRXgLNsqAjUjDbdHAa6A3LOHYZTxmn+4WhcjkaPkjT/QKRYkiyFv1n8mWMp3zE2v6VE",
-	"35vl6IaSVHYIfTLj3zVjF+qm2jlXt0ZXSPVaZtjaLs+EzqGSc0G7i9FUJ/j1xtIW3XTJ2PxMPOcdzXtr",
-	"HkD+gehmI9wpTRfF9cUVW/Ym3MuSSt5EeehCjq9Sj9rpRD6tNhfMX4B6HF2EDDfL9Te05rbv1ybcjn39",
-	"kjfsWuvur/P6QnStuJdg0WJx2rR1ZPPTJIm1m1VM+o2Hy4xbQxjY/qlkZJpdMj4Yktcsg7TVfvzxUxyN",
-	"efxx3INPx67KXDyo8zHa+TLuJkGZFfJdjt1vtXIIv5umP8VgBlPEH13IR6P9/QlwI5vigrlHLvfeWZKp",
-	"BlNeXWQ740pTzHnZTaTSjrgCXRfoP2DEqCkVPulOoAhRD4XabvyfZ1TNLgSVKaHTqWRTqhkRl0wSirgD",
-	"1qWyVTnAsgGvMl7qLhSegJ9pbbjA9FXwEdb82IqrtfYQ0s02gK2tAQe1UFNOph1iFuaAF6VuiPdbSstj",
-	"qaC3lE/DC4DljNQ+TbbFuqr9qLUrjbVoTMADlfKyQO2Kh6webpjVjnmLFWQr5UVFdch+ussbea+edZ/K",
-	"12xJFGMpgTmB5bDkWpTJzM8UVrsewTX2GhrErjO77l3F2XL7PRGs7LjxbttwPe18qzSG1uwztCpnVM3D",
-	"mnSFxbWTQmza2VUfxpa7RnP70G83RSTbATATlcdrAL6ZvQrojFRDPdeOQSV13vy6GHMdAGQ0ye7zCdtc",
-	"D6KqPhtwIlOln4czJpt1c6sauyXXWU6oudMZsSuDReiH162Oa/dkR/jUbZjBVQZ7AI/G4igDDLjZa0So",
-	"UUfW8ajYk8fo86yzvY9JzB6Nvo9R8hrYGsPw9ZgbKk/L3MZxiBKKY6GgVO3cxUqzDbn2/0PpdCck3U27",
-	"gxNYg3jRYg5OVapJPdK+kCgTSVb9ODCvjznMKiLArlx+dF14p71qKKlmGkihLsLchJOZTKIxF9JfNm8s",
-	"HtCXhSyTLBEyZSnJ9MZSd5spqhtUGEbwU0dNU33Fr1nrdDNHwgPYyXEAea3zZjf/p/vZgaHVN+67rVeA",
-	"18O2MYbvaFtIe7/xVXlnmwfn2u4cmbsw2+FwBRjTYnPnxhHAg2BZZfNHVbg6HhAhIxuFtRAp+x7gPOMI",
-	"I5Ji/CuUeNQpGe9XFNsVmN593fauGf2pa+VqClnbUXDFhaD6Gl5cVzDzGHyMSjsNDjmC4x8A4ZeskpyF",
-	"TcWN26vVW6k0uWDOXgb64gVeR46X1546h7hRB1UBcEQD18ljryIgHseONdlQiZpFxqQsFJOa9OvfqrBG",
-	"Kx8MjkmcUJ6wPHYhBX4hcvcZOPq8P/CToPV0AyLMM6a09V9shoXZBvQSxiKwL2y6GRFcC/7W7Eo/UAgB",
-	"EhE2nA5JzFZ/m734p7ia/Pz99/GYQ5DCx3GPjntHDz/Fg2MLGAK3k6ubAY1l3EKI2JhUsGYA31bnvlHD",
-	"1WYFLBEEgrRWi4+f4hZIC03JBcCAKXudX++S3pk6zeGVTCmWuiuziv9zJUJ2o9IPXcGl9e53Qzb4l11L",
-	"GoJBARpJybMPJYOAiA0tXfGtWGtNsMU1cQFDsSYZoHyZn8x5TatIVJYSiCOmfDXmEJV1VAkMNpZYX/EY",
-	"k1mZF0pGaG72d2XoBsoCejGsKku9ELQHasyhQ2efQTYFcWnVMBCsxjQUV3IpgvlAbJmVzlkaRKBZu1g9",
-	"cKlqMzpvsq7rdbtGsKuXfUcRW8zDEmm3WNUJDoIHIgaYenM6q92qFvKYxFqI8xzAQqiTAzPlSCXTISaa",
-	"NrhoWrFR/D/2CqnL2HLYN7W/LNje4PUKCVt3uj40jft3HRivEssigEaT2cKceIwVjk27hgNWJ8nahzni",
-	"6PZjEChAvCGTnGpg1mMOeDW2coC9nqtuDNGzfDIYkhMOmImlYoCr5uEbQVknDzMxGvMY52+eNMwf5gcL",
-	"m1bV3jQj5jbo0s6B/P4//5M8doWt98KIPUnm5Pd//18tzCrvDmyhm+yGaXIP5hooQGSIrA90ZPjPAJad",
-	"5hmFaJjYXm7xLdfK7N7xSQPNaadt7YC5wpnZU1PPLfPRr3aGtvLOdjfK1QY4TDc9jN3XwsVpsmMoN0Zz",
-	"h5YpRZ5bpO+SpzkD4WY/xJ6upWhtst4BeHB/rEo30cIPNWvKD/f4hDc9ng3QwjsHHtxEPfuDilUHXTJG",
-	"8PWIKLowsrNc0DxTeGUZef4kcb7Xob2KboZbHJ6JAzPGSC2nXYDhYBvVbkEIhP5MHyibztmK9NeRAM21",
-	"bBdFb5K7wyNoFT4yXM2IScl8e52jzjpGIUmmU4TNP2zY5Cw3ipofdU2kWHbkt1UhSBsW0r3jAH7BvWxZ",
-	"ZR+90cuMqw6da8vlA4892GrSpy1TeVGHeSnIwlnhi1qIwbWt5NsQCTNO4tqSF2+EIdxIhosKjnBfDMGq",
-	"ie3nfmPsx14Q3w7OHLHmjQ6ezL2KpLd9HFzIGbwVeb6/Niw4UtGWg9MNBnwvhgZweO9Q4rwh+PK9uHJd",
-	"OGVz2UG2B2iC4GT7rCjJw961ihrcvhzwbPP1H7Q2beItnR6l+eV65z/9ncgsZZL0f/+P/yJPHhNRKEhw",
-	"jadMn0o2ya7iQUQoJIumNrlyV73op8sNzqio5eEKXCmANZzMa1OFOnZ1D9HuiwtlZ1DjFVxHcds4UncR",
-	"vKyiqsKVQ1RD4oDEM0jVNZzDM3herMi7Zz+hGNKOW2rfVs1QKKm6bLqwBrtP/HY9hT7x7QXP/NdyQfmB",
-	"Ay8G/Rbs9QktVfgwYcz5i7BQFM8vzwuov4e8Nkal3rzs5IWf/k5Egd6HXHShNm88KVbAi7DdA5pnU44A",
-	"wDseii4PqOn3LVg2dp3ZcrYi/ZhdZUqDIc5aXSMSXzKpzGsRiSGPHlyhq4J13Fiyo9tfZivf3GD2h6WV",
-	"1cHJUZ53ppUsQJP5uWSGTsA+25qEs5mez4TMfhP8nF0ljKUsrXHNz9GSK4H7LzJlV9t0c3HeFrX8+VSe",
-	"6VD1ekjEKJj0jKB9V1KsIsLBjdhI9yZ3Jgk89YC0rWsJHVsVlDbAl9iXwjrMDkzipgS80Yu/9bZ7kTq4",
-	"+4mw8b8JzcNQsiAn3EtRu3CCpJSScW1FK8vrQKbATCLOmXygblHCsgxmV05VjQ8/80a4C1TcemnshspV",
-	"K2PdUSOQl5CUMtOrd4aQbSA2o5LJkxJx1PGvH52n7W+/nPXWVt+8a7gVHPIj8gN8QjCT6Z9L7VKYyFuR",
-	"M0X6lCimMe+bkpymKZODIxKbG+9A8Hxl+PJSZprZv8Ycn8FvwNLTRcbjIfnFiDp/++UMvKeZguRk58pR",
-	"TF4yB1qCVS0yZXgbR+8KnFygKhhtfdRmWhe9T5/AyjARAbkGoGky5eeSeylrFm2Zk1Oh9FSydz+/HJIz",
-	"c6RTkZQQ9J8pW6KST3NGlChlYshzzLUs9czyAGYxcJaZZCQR3Ejh+tiBsDBuWKqQ4M5XGCA25m94Y74z",
-	"ZuPJQMEATxfAlCgQIhMKigaVmFR3YLga1ZkROSoJ/ueSMU5e/TzmD4dX5K9nZ6fk5PRFRAzZzVWF/kL6",
-	"DStPXKegYbSRn4NmfqnMJvHxmBvRBnFOzNGMaTLnYpmzFAEzYiznqWeSWYP/AbvSjKeEXRWZXFmQanJi",
-	"eSAGFVhkg2jMlahKqQDsBdY7ISU3vXDr/oPFeyr4Jaaqq6MxPyDPYSUfX10dfnt1RS5EujIbB0sZfxyj",
-	"8DbuHZFxDwldsytL6eNeRMa9RKTMf660oc9zxemcnSdUMffyp3ho+jsh8TejxzFgw3CBHSLGGImfCq4Z",
-	"1wcvGZ/qWXxMkhlL5lV95bKCMSioNLsKDcbfXF3FdSAQsIMj6yMFlw5a42qfpdmJ5hObImeL1ow5adhb",
-	"HaYOJVoUBzm7ZHn9DQzBstCDIqfc5tpglfYqnOWb71xBs7dMy9UBRqKRvg2rGlhdwZx4BUwSjoLIh2Yw",
-	"RnlGUrewO64oLCxeqx9ISjHiE0vDXcKhyIViGABKTFe2+vvAg+QRqZlzxskkz6YzTSZZnjcrd0DvWDzW",
-	"7mxqaM2Vmq9Tk74djexQEkD+dm+cl5xe0gzYP+Qr4ak2j12BHrONZowZV5rRFAuFqGYlmm9GD23z4Oq2",
-	"lOKVHKknhYEGCEsETQ0i07qhnPjb0aP42FtcjECpZrMUEjKMlFkVACinaZ7x1jRNa/X8LFCRuRLMFmCK",
-	"lwt5IfG3V1cxhsjYgXlNPYoxHFFwEh/OGM31DBrvVwOCwi/JDJQngRG2C4q3DWrsA1gmwQGwCnOO4RfH",
-	"wgF6whKeW+cFNRcvpzxhpI+75f0UD47BBg5VWAi147TYS1IsiBILhvKqIRwpuMt5Nm3jJC2pmPdECpeL",
-	"npFU2EoccJ35SW3fNigHvzrnQp9b3gdohKlDWhLcdAS1/SrxfmCPNfbEhSf4u8Ci+LHhSF4/XJyrMpmd",
-	"AxXiGX9+lTBbW8CmuAFrJIxfslwU7KjepwduB2vOEf8VH1X8DgjlcMG0zBJ1WEhYOFYq+/EIOFpsmO1h",
-	"kVMjBphBvIEkcReYRIuCUemnjNsIpUwbecpe4e4663mCW+/hcDQcWUMMp0XWO+o9Go6GjxDIaAYC0iEt",
-	"ssPLh4c0gdigQqjO0rt402Ppa7Pjfc8VXBcY+wsC7tAkERJqt2hRseUhcXnS38AxwuDxJcvzg4mQC5a6",
-	"c3lkU5zNHdzIb7bihii1IUhz5FBqNEodOxrzWrYCj4GRrXC5KnowOkvvJJn3UORkSv8g0pWNSjEXE+gj",
-	"RQWjePhPqzjj2dumPNVOS5S7arHWytXSVviE1f9mNLrdnlFp+/SpLda+wQVzYnktmLAF2NM+Rb3HOJZQ",
-	"F9WYD3+gaTU988nD7Z+859SK1CzFjx5t/+hHIS+yNGUcv/i37V/YYZ0hN4bPHu7Q0SmaIc6EeAlGCPPd",
-	"N99t/+5MiFeUr2yvkAH17S4L+MIoWZzmDmGg9+0uy/GOycssYe/rqxQVHpfFZQjabSiA2CwqfU/TqTI6",
-	"FTjBzEfeiT+sSsaHz73XquFveaaA1VfVmAgWk4N8ZnPs0fTZ5As2KAbvKcO0xxzDuTJlDrjILwF6MWUF",
-	"4ynjOl8N2wFn+CqFzGINEJhGOjM355Cc2FtEcGZOf2X4cQXc3EUPdWHb/ILszi5+sHXl74hnNFJF7oBx",
-	"7GT48TjImr14naM0DW1NVSdaX/p7FvMnYjEA3evlRncymQqdeoNwAamUysMxyCbEuQ4N0wBhCGBBXZEh",
-	"B2QHNYYyQMQscpqwuIa4tmXeLCo1VnNV7bpD5JcqP+ho3APcaqhZ3PgY+ducFRpFurqKEUJnqxoMO9yJ",
-	"xc5GHS5Xglww/LTSNMfcaS+SoZJLYtt5TNDAdV3W9bTagLvhXVX7f5DU4/XfJfs8r3DTHTVSLJtdc6Tb",
-	"HYo9eOsjecEh8BP0gwip14jSBVaJbRXUHP552d912FiDFyHPMIvnwd+TKk7fcqOa+bR5EggXB1gKGUpq",
-	"Mt3hSrIA6n0LFQ1dgJW9ecxeZko/9YUWa6y+4xu70WU3MsAaIT5tVoP+nKR24703S90uZ93c9Mbubtr6",
-	"w5xOpxbYyZLA+ra+xHfWdregki6YBm/cP9bTKQFdFVFjcjpt4O47I26psL6sYjwlT0bHTVwvwq7oosgZ",
-	"pms8ejIaocPSNP+hZHLlIPaOeouMv6TTGoq0pqKNKK+/fg4SDS3fLiRqv6tOXqVUDMyhVBGpjc9fuGx5",
-	"OxRvSbWm/Ab8xbWo/yP8+8mmojHNuiC/VV0r94GyFiBV23ItYmqVE1yIgkh2oACTWM/YYlDradby46Dl",
-	"Rbpak2w6ZRkczNMWFsvGc3hi5C2cnPUwQFiXD2hDFkzTlGo6JFhNHnKjShYfWid9ROKH8WE8srnDK6bi",
-	"w5gLsLKviCHAAVRiwcWwjl0CR5RUg8Mk2wXlFE0u1vadCswlDp1qHPYrO7rGsbayZZdP+cYne+c7B7ek",
-	"W/aC5+APtha7P/lRtRD5tHVBbTyhUYf4AXI/mbMVmlXwlBnaOIZoytrjUdlTrCdwXTz5C9PtY/O56ANq",
-	"WQco45TJA79S0Vclg/wF4Nf32uMWmwr1Xb9yCIt3SvWs9+nX7Rz8EDGRDj/Cvzdh6BUAdosrW6a8C0t2",
-	"oGjXnnC09WULmG5fvuf49xz/i+P4jcN0QwGtdbwPa8nv8GP1/0+HirENPrx3dMEMzdrqTIzNITjHjNEr",
-	"l8HAAYrhszZwAwvzoE8TxDZuU9Ih3mTMET8r6kQWbTKMBjDx5+QSW16uxmSZ7t1Yy3w82U/WUnZHhzaE",
-	"AB04roCp+nUc1cejx7uYsdn8tdA/AjLXV2jZgv2gTR5SeOflNvnIZobxSlwG5YRa76sTp6xbGXmLi5zg",
-	"aRMGGTArtBjz3aCDG3DK9sWDqaS8zKkcGPkEEVlJnl2yMbd/ICwQuAww9EVpqtmQAPCGRc9bCvQoonzj",
-	"1U/q5FifV6b5PMznc1rp28jl94zoq2NE9HZEGV8O3yCsMBtt1BDbK4ZASgDgEhbyuBKHMN2gLgXLhSYO",
-	"BHnFdDTmLZuV5QjwxZA8v8oU1GJ0ClEqoImFuGSkXypPbDIC0iDELRAGuGWX96Z8E0XwjthCJxj152YS",
-	"XdjRAW6Bz/9M/OJr5hVPZ5RPGcGI0RDuuLmFpd6Vd1SgEptNGHiQIe5VLFHbtpZol9QCobX2eA92tGic",
-	"lnLKnuUftlmWf/bMcdThFdq0Vb9eQyPkFMZ37o5U3GUHcJy2efZ8c8BaxnB7eG+ZeZYY/oeVYxvaaVfH",
-	"bZzz7g7v0t7wLP8Au9B9/OHxv4qFASebMpoSBFHxHT7mrHSakJ81gVdURDhbMlXVzjzRcZ3xve753OsU",
-	"bKPlPWj36S3TatRdCXHTyH21a4/GX4olk+TC8HIjN7mV7uplIsWi0cFuONQf1y7EYp9etbiFPk/pFOt8",
-	"R0ZxWwhl67uSEwIZvdJmKzbK16yXqCWSgj0JCgnTMVczITU4OKfMln+GwH7ToNKsKIyIFmMptZhcrBDU",
-	"E7OgyVKUeUo0nbMq9wzrXJvvUWALrUduK5oGDK4PoT6uK5n7sFku92Eol3GrUIcR/r27ZqKAoB000das",
-	"5F/Cd76RdzYFj8OPWfrpEBNpttlGnOgRZ2mMMMQZ16IWQ1wpc8++aknSCSgkrfF+j8ecVnGP3u8kU84+",
-	"gkHUqefCkWIJsbbmivfS2YZj7qW7xBinezTuTQWHCMfKdWiGzwXJBTenC4EGrhtqiAUSd7g03LplKelT",
-	"f3MeKFjLAZprwAhtU/4oef/+xbMmJ8kwmu488wSpwmhK1anO0o1CVMX1yhILDK7BddWJ1E3B5/a1sGf5",
-	"B1y/z2Qe9vrrErIMkQPwVgX48GfQs6qJV+HRX6K2VY3yRyzBuWsUd/Xdqzqhr8UR8TlwDO/owT2abmKO",
-	"iJkS5odvS678JA5EYalBfVw2NZWsBUpBfihVxplSTppXiBsVjXluBAofaWAA30MEkWVsNgnyyKJpYApg",
-	"jGAnNusSEizR9ToRcsw93CP07mY8kUHD70+Xd5n0YVv/g2wtVe+dCWMdOCr3eRxfex7H25I3j6d36OeX",
-	"7TN/+JGrT4cf52y1MazkPa9OKc2H5LWw0RB4bQLCBERauLIIZH7ZqPkwiIgyklP8f7KrgiX6+9hoAhgo",
-	"C55ljXD+VS8kodwIBjbSQ2U55o4FzzFajHp3ep62RERU1grSb3KtyIJdH40tuj1koHCCsuDgSz9vX+EB",
-	"qCI25mzVpv0OQ8oJbIaPRlBdQVADyl5A1yH8YYBe/8L0H0Wsf0foRiGbM4NhzhhNLfjU8zM6DZW9F2ai",
-	"NgPdFYwZ9/77uBfXVlJH28ONdpVP93R/y3SPQYtBot+orv30d1LV8O9QtLi6mbX6J7aKbKiDnrmogGMj",
-	"eSSM6wPG0Xx+iCIblpmQDHAkUpLMqKQJGjOCo8Mp7z68X6OerWPbtrEpJq1jEqC3MP/IXXuWIeAFZpTY",
-	"51c00dYHISYk1jq3ORrxYTwRkl0yGY+5F4tggUIA8aVUGlRfi18joPAGBxjAajuw7vScrYKsZ8y38Z7g",
-	"bXla6juTeU9L/YdJvN1M7xe0bbQv6HhwL+1+7dLuadnB9DwpF0KHDj9apIJPhwjK1a3tPofnzgGZZ5eu",
-	"fMeM5VjFx9XHIVqQBb3qO3Q8xPmKCBdL8n+4hLDBMUK9OMs3xygmhH8xOpiULDHKM8fvWYrdQT0fB/4l",
-	"ZPOhk1XG3BdWHHJWJXlytmTp0cjW73HAYDXbUIyRGNBvcdJ2W+OjMV82zHMlINaR2M7JIVs+GQ2ua07E",
-	"DqHvbQZFB89rU7AxX4KSQhQdN4Kr1LLnrXAXPHF9ce/a9NfosYslvjWkQfOvJsLinhFuYYS44YQie/C4",
-	"YSGKJjv0S4AHtSGLhKcselqjbAlAMTOOkZdZnlufQuV5BnezLcyaMpkZAQ7RocI+6Fc1yMTnd0Tfsp94",
-	"i1fwtZPqfsxybdFju+ok1BJg16i4uuFwzqiad47kmd06BzNXb2FoLFUlvXo8VYkOxlP0thRSmLsJ/zBD",
-	"Mlo6AEEzmp6jlTpYxmOLA74q1R4hxqcy93VV6cHcxL//P/9JHpJZRMyVBrdurEVMMjX4vE77aqSN4Q0i",
-	"UpUBdrHVi4yXmiGkEpxrvPIA+QkeQSYHzhUylTLeTC6H4ozfP/zmaDQ6ejSKAdpJVYguVTy2ReI07z08",
-	"Go3uowluHE3wzdcZTWDZcFdEgePS/xLRBAHco+qn4EXqZWkZ9eJjA95652xN6zVXgII2M1J6mkqmFOnT",
-	"PLc4GIMheWnYW32Q0Up+wayhPB3zjKfZZZYC9EQNOoMomSnWank8ehxfV2x/ZnMYHf7c3Xmw/Y62Wd/T",
-	"P1uI8O3lLXrV2eoLPUzb3dZxV1qsokq8kBp1IIu8VK0ad0OHyjpjDVVWsgUEH1ysjEqHSNbBrPbPQGe2",
-	"i+5M9leuNNA9ha3Zm8NYlA2S2i8f4rTmpLtmVp357HY9p343Ln0I2WRgE/ojxhttTdKz+pWLrWpfEhCe",
-	"ZpHp6lNpSNqGj425N+HIIka3KlLGaf7hCBHg0/yDjeGqKiLUYWZVwBDEmpkro6pxMuZGaJ0zVlQBbNeP",
-	"N9Ny9TkumvtQqX/tUKm97kiPsxSi6LShPMtUIjCLVhSEJlIo1UhNQ9uK7+qhPD0URjelah4T9qGkiNU/",
-	"zS4ZR+VIjXmfXdFEozw3GJITDQYfXTmh6gYj11RXMiw4o9yCjTlmryBm+bgHLt0FLRCI3S7AA9UsI+84",
-	"TghSZHe07lNRuOXaZgaqbChoedfJjDD0wnXaSdwX+5mGzqia79yHWeYbWmNORYHRaLu9e1qDg+32wUmp",
-	"RZHlQp+an3f86Bea6R1frbnBLm+Didrh2e32SRtgbpdv/IzDVyJl1/jsRykWeyzxSTLvVNS3sEdRvPnJ",
-	"MLdvkHW36N6qcZX1F5zTueDTg0LkObFFKiAA3TAcr97DAFzHgMR224io3sHtxER9bdFEfE7HazYHzO2o",
-	"hYxoBjvm8cexqww1tuWUo7qWzbg+2RB1b86rx+jGvWhcse1x7+gfv36KUUOJE5ECdskbGNcFTUnGi1JX",
-	"hieoSpzTjLeKQxjWdR+BstEZW191CEVhFLx6m4xkaFllp3OiEAXCWPhgV8Eb9mlOs4UiZQEVKADpPq4N",
-	"I1DJpMKseKD8ZFWUfc2Faf2sdfWWMS+yZK6sHdHPPBckMR2SvjNe1hehis1FDOeuTqTH9AZXE2XMwU9i",
-	"Da8+GHarCs71DTOn4prQXPvh6NzfU/f31Ge8p+5jA2+NMwNLXIf52M6Ca0AyH4/sJoyZeZFztbXClk9z",
-	"XNlnsBBFB5EoLnQFsAhsccxUz8A0icWHBGeDGzDR66OX3QSQ7NY57z0jvWek94z07hhpF3DbOjst1YYS",
-	"TKelmjWKLwHo+jFaXaDIEVZBdbnGtdDoZR1DSULn0xd8zBF9rTRcNFzCCZrxQddtj4itlNh6cM2yTWN+",
-	"sl6tUTTzyIJlmeq4C8OuvfqOTFkjkbWMmUdQDs6Vk2sx8brQbrQzQzerfzeRfabpvYKdH94++j6O4Zo1",
-	"nUwP95Wc/owx0WoWimIATtTgTZJhRWd1OL88NByom1H9xFYQmmYOfK3SZxwyJYBwIoiaSV3qLlSqPYw5",
-	"u9JYtTYcAPjTpWn5zhISTBd/WEYCdt7lVDqB9TJrKsVS3R+7m0KW3dbxgSCgn/4O1bo3ZBU0zk51ItTG",
-	"WjM/Xb6uX7xT0qv66QrpqgeCB9Yc40SUXH/x1YJue5+5vyXbd3vHrf48G73HNn99RaCCG1NtRNf+iEuz",
-	"8WzZuTt/YfqNe+cOt6bqIySI2Wdf1Z68Wykjurv1RW7RRFzaujnoFth4cH7GV/Y1voSi6/eLgN/y9ksI",
-	"+v1C4nVhkbrOPK7gv0Ss7gdHLHtS4L6lVGzMhrkoGxFWKqoE7aiCFTbauYvmXauMxS4Zx3jIqh4kVS56",
-	"l/Rj+z8HeYMuS9tHPNi3mNaNPUK/3nmE7xbc8I56I19Z8ZC20d0n046o25+94kk15bmatf1vHoKAapNe",
-	"oBL/uqd10LQUqWCM7RdNI9BNd2zuz39Qhak/JtrWr6d1fZ53mLJCzzrdN6eYsVV7bAq/GGFVVAYthf0l",
-	"1UwuqJwTKjM9WzCdJRFJZowWg25qewYjuJl/ZROmbAVG8r1dM6jF24/Pz39+//z98/NXb549Pz+PO/O/",
-	"pn8oPrK3REGGWOjZfTD6huOBtLXz6TCMcrNIegZv3OGOmw66pDno/OtT3rRdsy3bYFNHu5gRJGra5DoI",
-	"wuFiibB+EykWEH9KOZmJUrpcRvPFkPwg9AycHiyZCZaSjGO9mbeUT1kcESXGHLwmAMMyoTlesTaNcsWo",
-	"VGQ0Gj00HXz33Xffkf77s6eDyO8avrxgfr9jjjgsW0FY/sL0O5czux8P/FGKxR4ajtj9XeA6u79+Q33r",
-	"LvknLu0m/ftkOpVsSnWd2PwnL2JH1exCUJkS6mbuHU17BgPn8vCinEwsJFiXLeUHeKUi5zvb1UY/oQJD",
-	"hRC5LQf1Ve1NpuZE1YPfbWN2NaT8i7OZr9Gsg1u22biDCqFLy3SWuD87G0NtD08ABEzsc1YCAcVh5eSa",
-	"R2aTdvICdHRmVKmDWpWyausXVqQW7Qns1C8/HwA6wHj8z1uo1t+eTmPAV3Gjf34FCXAD7NGxbvy2USp4",
-	"hMDof+iFl3XK6r/MGCeM04ucuYCeolQQmZlml0x6+CZpfef1Y5QxWBqjtQqeS5pxUtBSsbDN6rRUMz+v",
-	"7y7zwxvpg2tE99RCvy1Eyr66GuewP97ewix8ioDdxzRuGxXSLp4Z3Irbj+RY24XPF8exhQBes6W/+fcB",
-	"HLdVn3IP8tzIsDbm6YaYliiqjBxKLmxNgsdxmBGJ4p4P3ZwPNSOYr8WG1jfingvdc6Hb4EI7EqfHhHS2",
-	"sFaTcDClQ5oWkiSmzVwR/ITM2aoZog2//8RWkGI4Ac8v/ATM0QaGFzjzMbfilU3H/4GthBWoYNMEJ/3v",
-	"RiSlKzVwQFCPsLVz+8I5u0oYS1kaD8f85tHX75IZS8ucneF63M2hhMb/yGIr/gDu6638q0VbOxo3h0LZ",
-	"/9cH255rj1/YHwL8YmvKMx6jRtB1IOb6mMSGRX0PVqG4Ti7+CD98iqFkUjgYuzqnt2f6uBbsI65HA8we",
-	"c/2gToCYQBiNXBHJJlgqHBfGvjtoYkQSHyLys5WIbMMt61LCtikCu4ToTUYL70M6kRcn3+mVhg/3gzGJ",
-	"LREgcLbCalkAJ1UuLtA8hGvX1ae97NaBXaHhnfBa30CfcGfB/IFWYfoF1OnqxN2Fp3+YFx7OQpcVto7d",
-	"x+WDPDyKhtj7rLu7CdW2h7wuBL4XUz386CSpjUF/ryFP7UMpND24yEUyZ+nQJaQ1Sjgt6Aow8EmmCc2N",
-	"PLRC8Wydsz6FmwDoaRu+Eb6KxzSbwEnFk5NQKTMIRszWQBa7UImu+B97eLqlITfNP22B79sifLtQFKkg",
-	"RPA3rGgVsmk4Sr1b6gjGugCth6pT3bPUO6kWtYGsbk8EPHN3/241oDpqejj2vV9RD/8+qLnmlkqnqFpH",
-	"hCZzVfkkqprO8fzS+uRwtWIis9TK5WZ+p0LpqWTvfn7ZwNw8QvMixny7DGshqzBw8MmRE6Ns54DmifUV",
-	"1k/wmDfrvKzXRb0e9oWHS3pXmnrdwx+lqvsj6LydYHMwHN+tNLhmB4BdLPKcpQi42m/txH1Bqa9encfN",
-	"J5RclDzNGaFaLLKE5rlfYcpnJShzzhjNNwVVlxd5lgxJ/O3okVeePaWaXkBtI0VKLhlNZoD1YWsRINVW",
-	"RZiwahlZMX1MSmXrHZvDDQWWI3gpzy4ZR9R4C2kGPEOUGiyFVYfIXMAF6/hdV6TiX3Fqd3gqbQ+Bo4hP",
-	"EMjE7u8d9/ie41auSD92qxUTRY3iOlu5mpdpphLBOUs0S+OIxHanvG0CXmAoiyWlzPSqd/SPX5vYs3bf",
-	"SL/aFGlkngMts2LQ5ZZfMC2zZGNA3iv7yp1ipmMXQbR0eEQUp4WaCT28iR2+Y+1OsZQMsYtB+n979+b1",
-	"tiU7LKRYMD1jG8KNT6tXiGZXUM9NqCrvYUE1GQ1Hw8dhT2D17c4bYPo4BKjJ5tKv1UrtWuSMk/aQcZz+",
-	"qt9mh4m5/FDxxHosw20b5Qa3qBYluElrceBr6/vScra7pOuqj8ASOKIzrLr4fB7WtSAe5BlcVLw8TPjN",
-	"XfnYu2BUMnlSmkvqH78a5R/KqwatECfkJeVMuQukqlZUCKnJkyePvgETZSnz3lHvI6wd+3R0ePhxJpT+",
-	"dPTRvPapF/UuqczMdQbbNKvEbWtU7eUioTn8DH5d2Xps+jFPsP3ms5nWRS+qbJH2T/MPzv3XakUCJzwt",
-	"k7qCytCzN5YqmFkEsJ9VNlQDpC7ySjThL40GRREq8pXMuVjmLJ0yUoiiqAHHFeljnSKrHrQyr0xXkJg0",
-	"8PqgyTzUBwgtVoQBk5mv0kRYH96qNpX51+lZnmyz3jLG2CWCT7Jp6VxY1bfud9b1pZFSauAJl6bod1/n",
-	"iYTCKFXBEk3qEjehfayQb0JlzSqcd+skrT9L8w9b88rqJN+IKMbmMAPlocc11wK+PMAve8GqyAfo/LBR",
-	"63VF48vQ4EsJwqG1gwK+LETI0CoQ2AmWaIoctpTn0BhQEIoquTGqLlWYGsYLpi59wF9my2oCvo6Sm+6I",
-	"WmY6mRmqbnvPlU/B1n/+6ddP/38AAAD//w==",
+	"7L3rkts4ti74KgjNmbAUw1TKZZfP7syomMiyXd3u8iXLTnfFnFZNEklCElsUQANgKlUOR+xfJ2b/3XMe",
+	"Ycc8WD3JBNYCSJACdcmLy67KX3aKJK4LC+v6rY+9RCwKwRnXqnf0sTdjNGUS/vuWabk6mWgmzV8pU4nM",
+	"Cp0J3jvqvWOJ4KkiWpAlzTS5YBMhGZHmk4xPjwnNl3SliGJck2WmZ4SS+PE3f4mHvagn2YcykyztHWlZ",
+	"sqinkhlbUNPJIuPZolz0jkZRT68K1jvqZVyzKZO9T58+Rb2CSrpg2g7wBykWP2R5eICaSk3EhOgZIzpb",
+	"MLLMeCqWpv/MvPChZHLVi3qcLkw3EykWPX8oEyEXVPeOeinV7MC00KvGpLTM+LRnRvRXKcrilOrZ+hCe",
+	"Cq7KBZNkat4hpqOq98J8UXUOL2xcmPWOX2aLTK93ekqnjKjsVxYRqslCKE0ejkajITkhOZVTJsklzUtG",
+	"KFdLJhWJH49G5qcspaaF8wnNcpbGRFI9Y5LoGeWEjrmaCamZJAWdsogsZ1lidtT8JYnSrCgyPiWxmEwU",
+	"0zG5WJFMKxLnZowxWYoyT4mmc0YmQsKOLGciZ/D9cMw7tgS+buxJyia0zHXv6OFoFPUW9AqJxUwwqmnn",
+	"YYB2ot5rumCqoAnrohj83Yydu1e7iKV6obd5j97Aeqx39VYs4eioeVZ09YFrGZ6+P9tRcLanVOrM9PYi",
+	"DRNn9QLJ0ohQRShZMKXolD1QJC7qz2MyzS6ZIpkekjecGYrQJFOEC00oef/+xTNHS2MOxJRxIKfzLI29",
+	"vW0SvNf+RrKvDmFZZuna+Yt6VwdTcbC+7tXkts19w5mshrjnuTwVxUmpxUkyD3GExSLTcACSUiohScbh",
+	"r0IUDxQRS060pFzRBEbXp/rAnOADwRM2OCZxzqhiZksyZT7jJB73xr24i4SoHUeQhiY0V6xa0Qshcka5",
+	"P4Miy4U+NQx3fSKxWYeY5EzDQMiFFHPDCbJfGTIHdsmk4b7xBdXJLD6sKUrF8IVZUqY0ydlEE1HqY0L5",
+	"mLOrIs+STFsmZcgMW7pkUmZpyviQnMHXqhBcMVyFhEqZMUVi6oYdd3OV6p3Q2W0tw/dm8OuzPxOa5u64",
+	"kIsynTJdcbaE5nlE1IxKlhKaSKEUSXKaLVhK6kUYkp/NyOmFuSCPyDejUTTmQpJkJhTjhgl5y9p/OBoN",
+	"yBI2vBr+d7AFQ3JimkgYWVBt7sWIKGG+lbh6YsxxksRufPfCwE41FqXBYLdz2FNRuCsPbsVtN+KxnT75",
+	"jnwoWcnIQqSM9OPz85/eP3///PzVm2fPz8/jiBgJhWlzwyS2ATXoovmkMYKtR/WlOVFWmFkfLzwlaSkp",
+	"ckpOFL7qhh6RERGScDalOrtk5DvYNpiNYaNwXs+yBYsjwnLFyJPRkPzDkLYac3ohLhl59PDbR09GoxHp",
+	"U7JiVEbQwiybzszp8FoYECoN29Dm4sg27GPuTymwAK0tq5hhYP6vkAA8uq1IGRhXpiy50zwnJU/NSeWs",
+	"5lPHJB7FrQUyJJnQonUAHkakk/p/+4//Ik8ebzsAY95xAsiuB6Ce5Q7L9q68qFbKyKEheUIqfZAIrmmi",
+	"iQJ5tBCZIZqYiyWsC+Xkxbs3B//2ZPQQhFSl6aI4JiUvqFSMXuQMOaGCzc+mXEiWdpG+ag9pK/X7k3gl",
+	"UrY+iZ9hHSlclKkVZGEqighOJmaKxE3RivnVMh6RmLNlTPpGzMEdpck8F9MBsLqY5rnbPm1PDm65OTov",
+	"T14/f3f+7PkPJ+9fnp2/e//9u6dvX5yevXjzGvhCHNnGS54zZfQMbfZ9zLs33pywJM9MZyDDTLI8ZykQ",
+	"bMatjGrvGdYYzGA45m94viKKsdQISvbuhlZSwVAWYleZ0mTF9LHbJ9NszdiGY/6WUfiR8pW5Oo20mVDF",
+	"jmEqB4LnKzutc/g/oTyFP/GvPl6bEyaB3+NU1IMxVwXL84xP1YAsGOW4MENywldEgBBfXaZGPltryB4z",
+	"yWhqpDwjC8LWRGOOcj4ujWRFTleEWtHdbqWhAkr0qhCD7oOl2mS2lTANxxNlQHJ+Kfj0oBB5DsdFlNqs",
+	"5yLL88xyZtI3q4W0GBvVFNnEwLtsHo1AITKsqaByDts35lQbLnbkxLFKQaKaGPErInk2Z7ZJkJ1i0o+/",
+	"GT2OkS9xoWfmhsoUoZc0y83Z3bAkdvRh0eyRvW7d9Qt/7yDzi+JnmnUsGoFFK7nO8lrUJ0ZwMsK9OY52",
+	"SGZRlGKqi8uYBdhXovzJnILtehceloZM3uoc3thCPtBZWPD/ab2DptDv2t9H4D+jar59bpqqedeszLMt",
+	"kzoTXV085+keZg4trmPkOKuVki598pWlKF9/yVLSL3n2oWSkANuBvRgGHauv/W722oVP5mVUCUCM+Z6m",
+	"b1HBMH+ZC4px+C8tjIIB4tzhv5QZ+Uev2f8m2aR31PvfDmub2CE+VYfPpRTWCtUWknKzjCwlFyJdmaME",
+	"aw4CDSWLTCnDF9xcyCRjeTrsfYp6z/IPb4GpYtO3NdBWs4ERv7a8Clk6S5HppeZ2stdSpsjUXIz92Pxj",
+	"biXJVJnro3HP/DDuxQMzvUwrkjKlMw4DHXM8wcLba9NUP/ZeOl9rEU1Opk1U7mAZnU6nZ2zM7d0jSp2I",
+	"BcMlVIa5+qv4AzTzGZcRFVEYGU7BXIZmJRWTl0xGeAmZH+IXXDPJaQ5txSQRKYNloZpeUMXOS15dGube",
+	"rR84phyROLNtnDNoZIDigSqThCmFzDe8rO2FekVNU5zyhH3G1Tot1Yws6q4NYQhO+mYtSOw9aEzC+90Q",
+	"yBGhbsmXMtNGLh5ze5mB3O+u4SVVFXnDQrUpXGm6UseVVDOlGYd7nhSlmhldojnQycSu4g9CXoAh4u4Z",
+	"yz9onqVEiznjQEpG2nGmE2AlUuTMspkPpdD0cMKoLiUjU6oZsJgG3d39iN8B4R8oI0Eb8islO0afAEpP",
+	"RvCNv726iofkqTkCRyR8BEj/VCg9lezdTy9Jpsa85JLRZGYeGhJwHxmOAGKMldWMRhqBNB5/O3oUDyKy",
+	"fpJA/DUsBa6HB6pubCnkHIWf1HI2muYZB34WK001WzCuq4YG62dyzPu0krrrQUri3iPw3sDS0muhfxAl",
+	"T+9+YwyromkqGUxOMiVKmbCW8gIUc0pXuaDpmRAvqZyyux/a94bbW9cEeBvAiCb4JJuWhsjBC0D6Tol7",
+	"8pi8yr4f4FhF8ebHWxvhqSjeWhkiNM4TTXJGlQaF0cnP1hoCo7ECh6e63P2eOisqXJlplqJVHoR6YBnW",
+	"vFyp1fCe0fQq4h7zvtW1v3/z7P86f/v85Nn52YtXz9+8Pzt/9S6OKu350YiowTFBdm37rc7CkLz2GG9q",
+	"lojyFLRxp18muVB4n5vd5QzEPHvh+xpopWCaoVq3om8w1nQO1jNOaArCleBE5QLUf9LU8JWmea7IIksP",
+	"cIFYTleG4OEvlis2JG897mR5Ex7Od4zNb/2AmkY3bigKUH0rW9USc9vOICSZUTByeDZlHLa8zBL2vuam",
+	"d0+JbxlIPFaOtLtZDRiZM3JklJAyRaQoNSNapHRF+msM3WyvdU9+OxqR4B0xGJITUkhxBSK34Vnkgubm",
+	"wgavykQKXvl/7ZAWdHVsOL/Z8Uy3riRnScp07U+4OlAzUebpAXxzRFDIsgRyJsQrylf22Ku7X+aTit5N",
+	"P1LkaCvGg4JOCCGJpJoh03RXL50YgScGSj8Af37s7NhGEWt7/A8ql39olPbtQy84AIb6ntNSz4TMfmWf",
+	"4T57hVpVRBZO+YoIuypAKhISL+BlpphzRqIUNQRl1jZu+j5J5uDi8XTFQoqCSZ2hHkmTORfLnKXThQuQ",
+	"yDRbqG0DP0nmLzRbGDKxqiqVkq7M38k+LhLwKrFLBgTLFvU12HaSDI6Nin0AL8GXaDE258+wVbPPvMwt",
+	"P0Btel3Nr/Xtf67N/JfqA3HxL5ZoMxU3y7VlY07cbFlDUCQ0I1KC7zCmqGc9CV2uGS1c7ALzDHzw0QGc",
+	"ZprMd+rHd0hv9JU7lmIlgGEv0JiRFcuAO+UHyRjB1yKi6MLsj1zQPFPoX6KKxCfJ3FLjEJuJdxp/03Sy",
+	"7rFsWmW2zqFFDG3DjL9aHYTReaT2o/9ugt9pWXYixIgoDfZ6sGU/e/kTkWhA+xzUSfpckGTGkvngCyVU",
+	"R6MsBW/FgWJcZTq7ZPnqyM7q0Az7MDaMMGeapfGhs0vEhzFN5vCLmMdj/tv//E9SvXZsBEktVzExP0uW",
+	"sjy7ZLJSdpMZlVMjVMI1BzfcMYnT/AN+YETYA6vOc7E8NlLDCqVQcLaad6xhpg9NWfETb0Vsz5rov8bz",
+	"pcDo3j5eaf4hMDwjchlim8Bq0MbSWWJvm+2jXipFUbDQbMFFkinBK0UIxH5835zZqnWzGWmmzNqmg3A3",
+	"HWf05xkIaUvqxF6WlBruebO3ZsN2Oi8ZT9lV4KQIlTmfvqddeCOsPCv2mL9l8E/HcsAza3XC99CLnVVX",
+	"0PrEuRABBvg3KhfAHNISxSZWHxjYQwpi3gXLxdKLJAp3YU9heMwZV1qWSLRm5G6JjUBeSJGgsYCbPjNF",
+	"MOSnYw/3Ox61bIHO7M2HA3cwWjskbm6Ogtr7FMFZsMscOkXfl5MJk+86eOCzTM2JKoTICdh+jsnCqKL4",
+	"C1qgjUJBLhgpJDNc0EyldRgv/sZormerAHmjsxyas4oF2h89fWVidE/imcI8MxhsUqlmZAnqrkBDOTQX",
+	"mQMuqVGCgPuBidBr9kIIs8uOy2Z6cEzM5lorKKoLtokxh2VmKQrWYN1Gr7qhGJDsWTokP9u20GcAozhx",
+	"mpo1TQ+OyHLGbFApG/PKJiGWHE0Slms6bc8I9ykjepklRjdHjSUi9Xg8A0dOlSaPiBrzPi4lOjq94WbV",
+	"aC3LXyfiSeVAaFk1zXRYCssNVwjV7l7RApcpzDcKxlND0dtaXNIMops2t9Zc1ZBQYyYOzmjgO86qUnJV",
+	"7TU1zNiRdR9idNH48+70zZuX589evI1JAu5+w3Mv2JiLgnHDeDSQDRjggewg8M6sgiLLWZYz0rDYktTs",
+	"qpD47prVv2sHlkLOUfUMuLd9nuBWttq0yDtrVTtraxbiAk+dqbGykdM8fzPpHf1zJ900al/AVuNc35/X",
+	"RuC3NO7UUgEPwzywNdJfonVJGQeORuVjEttWYwxgtvea+Zq5nhx52BgZwdFNUDXVKbUvgtFBMbhPEhZX",
+	"cvrgiIhFpusezYWoS8mBuPEdNSTxgskpi9dfNkrrnBXASxkvF2az4V1wB0Nn3i7W13wdkR1cd3hEcnrB",
+	"clCp00wlAtTqQhQqKBvbEW3T9CGk4I1991NkIwg2RB6QfiIZNXPOJs47bBiw2awyZ8qQCJ6xB4rE0FwM",
+	"rGtF+hBffUHTcyuuNK5jT1ilKhB8fEbVfJ8laB05nNjGE9Qlk9bW/PVRnWCeCEoXHXKSv7e3sU92nNu0",
+	"KTu0nUXNauvDT0JdIFlkKem/f//i2aBDSROSTlkoxQUeEManGWcRiRVDY028kSo2b7O3V/W4o1bAvguT",
+	"8fMgXBCLHW29MR0kUxsBnjEj3G4gnqa9YG1iKXyfNgNZ1+/PBdPUyBbYXRqK+rYzew3hKGsqA0p5zslf",
+	"MHmA1nqwZYe3rha/A1FR/rLXwmw7gHl9dutT2WGJNc1yuNzSFJqh+WljmTednUZTQLK9NYvsj2yFOk8z",
+	"iGvzsKpJra/2G85q18YD5bQcEuPd/iK14ZFG8rNtpic6hgvE5p5ZsTwisTm6cevu43D5tSX2ZnOdIVK7",
+	"WYZOEp1dsjChYXrPSzoNE2vhr8z6Uc4W7CWdenHr6y1ooWnuphJ+xS2lebqfdbj6MmqvWNRInGkOwp/1",
+	"2iSaa7aVon9yzHb9qslpa+G8ZS8aTGInW34Hxa6Z9gOM1I6k0e3Wmb0rFwsqV/vPbUGvznBNu/M1VeZ0",
+	"TJGnTGlScstwUmKvj7D2sWCLC+slaomhGAwtxVKRvtEanOlADcItcctdu02b2KTacjKUUTo7D1CDkQcN",
+	"n/DEyZjvNBB/1HtJp1PULJ4xmgZlTe9CDnD8OtT5Kcp5N2EjKhCgv9dHZy6p4Ppj0KLIkuZxWX+n5eSC",
+	"cx8kRBsnqsgFm2Wozy8M8RlRtOHLjrbpgEBH1fD8Ha+pNUBUIQryBtw4Ro5QfLHGO4Who4xXsp1lp5G2",
+	"FkFaRid0Pihi3+iwBFxDrEg3iAo4ZuCoe4/4nVgwL/Jjbdg+f8JFCYQwXxU5xejQZjB9uMntEndrFdzg",
+	"ow1KzLP8w8ssqPlagt35vniWf7DbHzoZBZ3aQNit8Uj1m+5EhRxNfKpnaFbIFCZUbz861Zwa43GddCzP",
+	"q67tM6KaF1o5JDEYJOz7Vk4rpEjLhMl35cWNhbTtKkHis94WwRodnCoSo+XoRIO2tEsgfGQeQswC5Str",
+	"IQqL08hJOzhrtag1PX3qfNnRzXa23/lGzTg6X+GlYZeb3qiO8ZoZygYMEoh8/Pu7N6/h2vcTs/+lBB++",
+	"pUtHQN7TAzXPigPUFGl+AOlxTGLfzjXk0d3Wu8rt6a65DVEv6+bCmL+gMJLORgqHVfRMPeeJXBWdauVm",
+	"cb5lhVh/Xp+d9cH+/eczEitzqlwWCAQMg5Ua7Mup74skfXfOnEW41DMIpXIx9tL6Rytrd/0tZnhmGh0F",
+	"N7SJQC9PRYkxQgH9pe1S2szjG6TSXDLY5Gijk7U2afjaS1sV94ZseYHPaTzqa1JEBz89LeV0d6vHuvsO",
+	"AyQK00p6DFYqd3ly9EROs0vGSR/Dh+DtBwqki90iDTqv/LdbBZTuXb+J6FJvUnN1Ota3lVuzr1V/p2yH",
+	"N5iREmCL0BBh/JLlomCkyEtnkA+lsjSG7BoN7nrw+2NCXbw96cfNuceDKp4RMiOryAy8lzHTIgaTsCrl",
+	"tW7bNP/QwbnS/MNbsXzLFuKSbTIzhMIB1i29MjOySn62hTNsY7ebeBJmjJxsFfLe1m9i7pk9xS3/CMw7",
+	"dnzYLLi5VyxBH5O48vHHtcwrM60Zj+DNOSv0McEkLMhoLpOZeXDczJhZd7OhU6nyoMDyR72qu14EeVyg",
+	"7dTJQJU37ZdbsmXaddl4QDtdTkW3cfBZnU7mZZpVsWJg3rDEckwucsrnEAz0eDQabNYjuruxgdnX7OLT",
+	"5hVw1LMbj1rnPtHH3/fMfqknM+jC2nzH47p0TakxkPZS/bLdZ+vErAfKhcX3HY8Q0mcHg2Mb9gsMnlyU",
+	"2mpVgP1TBZx8inrPw+FTrftHTGx7j6+uDr+9ugJJ3Y4hxPLToL8JAk8Up3N2nlBlHc+QEnJMKCeiYNwh",
+	"MTh8ArIolSY0SVihScnnXCw55j8Ox/yvjDOZJfj3EYnXcciiyqt9btQI87fv/4wsxtg5u8KgEMieLL1Y",
+	"dPPKxOXsAbyC0OcQWIN/nBuWeg4uHPPDgumZSM/NSzTPxdK2WKCSc66FOIdcJUxSbCbBRCQWl0yaF7Ff",
+	"STU7h/Hh3zdJ9xyGVgeiWiABICIF1bMq+dhFA7GESDYpFVMRhqLivlukDsSFsGrDUgo+JYaAScaTvEzh",
+	"gmosPnQ35pBw4MOAGYET2sUG+15QvsBoToydwsiiTCt8cXA85o3dhPZzRG9x50OLzhnWA8CpvT/74eDf",
+	"IvhizOMhHqnhMMYPrXUbn9s2kL9gUwnlGPNCAHsFouAuaEoKJhPG9QFTCS0YxEPNwH7wv//6a2yzL+Pj",
+	"+MgudNpAznMhkbAGZuITyOLH3F0YiJ37mLtMQ0ywCI9pSN4aQj0wG5tNvIPjtgk1aaApYHbnDWq3elzz",
+	"R3zPsUn/wGXwF6ZrGyIN5HDPL88h7WIFbdphYSvzy/NCskl21Wh7fnneOL9jbn6aMu1ezvi5p6jZT2SW",
+	"Mtk8fOakSLXWGPx8DmdfcI8rtOSlvo3zrnRep+Ki7ouK7lom8BEmMUWVrJbMKJ+ydDAkz4G5Ir6KmJD4",
+	"kBbZ4eXDw/mllbPrHw5/+/f/Lx7zOiTLxhV6Wwrxlu2lgnb8tnEJYsy0a/0KnQRXifTNcYVeJnSR5SvA",
+	"ZgAGCDiAGFE35hVADMR82TOP46x5CiVoOiIFVZCbeZFp+Dl4Vsd87bD6h2UH9g9H2p/NkJyMuUcwDxSZ",
+	"X+LpgqmDeFhdtjABumDVBdTbPWfgb+WC8gPJaAq34M6x3S44Fe7UkCSMYWsBk7u9FAJqhU2grMSGTNW/",
+	"BAVcDBHpdIWF4l/jGYbTYRcld38G279kUoWFurZugL1F9eyqwdWthFbpx8vNmVrm/3Q/x+6Pl2/cR1u9",
+	"uV7zG0cXtuagHrTPyOoQpY3Dcg2Hx/QyU7o7tS0M7PtUcJ3x0l3W4FWYs1XY7IlywnNMvNsFCyjqzdlK",
+	"veH5are38xrk9prIr9vCx/DaaXTR23qm6yY3LXyYFi5WmgWO2/fmZ8PeLd4bRk12Gdg4u9JVmuZWS54U",
+	"y71oTyyDPl1ZcqObpDuYAKBH/5PIzju8XlWIZtgFVy13cxbNlwxhhS3JmwggpJhvPHHeWMJzqXlK0FH2",
+	"4z9IxUuc2CAKwgFaLuYqxlBQhJCwaQYpKxiH9LRYFPG6utZxlKdMnwJ1k9/+/X9BzvCuBztluabrDWY8",
+	"kdAWXYgSsw5omhp5H9IgHMhjR9wHuyrMIq21WpQ6siYxbNwlykFoinOvHZMR+Q6VySoL/pi8Jt+RpJTS",
+	"fGBvD3zngpHXZhibINPA62e04o4xFaV+MTmxOJ/V3BGQFpONVdjRPWer4G5Ak612ceJe+2b3u/bF0fha",
+	"y68oX/lfK9KnHl4FAm51Rm8sMv4CHz5cP/ZNht1NX2LhYHs7ViUPA5Y3WykcfHltajMcnyQ5XRSYcGF4",
+	"/qCxt0G2v6BXGyi4LArIhCl5B4ddZHzD57lYus9JP7aJJfYas1mlR2Oc8bhnndoABdzMgvOZlNoQud4R",
+	"oO4HME0BK9ySAv4Pl9VwCwAa9MiucqoADlsigwZf/2bs3jAu+AFbFHplyI7gN8Hh1kx0Lc6a5EJp8211",
+	"3m1mSY0Un9A8hwQkHx7b6pjVV53ZaTrvhPjdcNIBTk8LkmeXTTR9AOpVx4Rd0UTnK7B/GMWs7ic+jC1v",
+	"AXZdIzlatN/tUgucpPtYg82bhfeFjTtA5nNbwQdr8n8Pzmj4zj8tu+Xsrmuvwr0tC8Wk/rz32+vtl1j3",
+	"eT0rJSc0cGgzbiQCjmbh/Y/i2f15+8LO28nnOFq48uGD9bbDsYq/GyIQTqY+tlVJrMxMZZWXa+VntUGA",
+	"xgs8kKWLIINOsgLMQTKjBSRFbklnXzfC4HELBaX9bKPe4BK17x27kLgJ2pgdgYN0SE4a4XNVWI/gxNoE",
+	"nAVZyhXhwlrcO0PdNlOg2Vkj38FFb9V1YC8WG2tNQPBlUeRlHVymSs9fP5FWig5Iq5Azt1kOBhnYMNKJ",
+	"E/F2D17eT7kWxRa7QkASoiqkHnrEtpytiBMrwS0CS+679HFRe1GPOonOWc+iqnAO9PzLBoNAcP0i0pTw",
+	"zMuNBbx960HUK4v0prHy9xw8lCTshAf0zN1BjKZn+t02xU9hHi+WQanJCR8BFusz0usRSxdzuafDu6HD",
+	"f7Tor8JDQqB+Z2SI74Qut0TDG1rY7HywSUFr1W3CQTfn086om5xOz2eibOQ2VcsKqXTnLh3rnN6ABjHP",
+	"7jzvyo7C5K/zOvnrRr1V8TTn2Zaon/PO5C/rru56bIZipnOuNuU8YlqiHcV+GY2tzWsMaG0CrSk31jsw",
+	"Vn/fO9Y+SHWMKvb8SjOedmqXqkuZgu9AX5xIsSBcLL3yRa7qSgRhw5Gt5YaEaEMaGkEeaOAREh24oBF8",
+	"R56Mji0K0UPyHXloTvSeBY2+q17eiMK18f5oLFLY47JB7oZkEFsQUUHhlOfu5fiasvImWLgaKSoLJzTB",
+	"w3M7YHsmP8eI/WYCtERlnpnd42yJ2smqGXDuyglwtkS16HqjsA0EzBUYZCAmpF8dvAhD2ge4oIowoIEd",
+	"UuY2wDr7KF7VXLa4utxmR424V5xIa2F9ySWw10EekF0ybgfeoupruPTFPN4esFC56G0PoWG1Sgi0RwZw",
+	"bzu4Cd2bwS7wxt/tzu0QFDdcxMg2bixHdlxY4VRVd7VUg94479ICzobrrCTmOZPqCAgX9wwjeZimGWdp",
+	"nfHTgPuzFa/gc5sRQBVEd9H0JbwRD1wFNXJRJnOmFXj5yoJoQWJIEbTlFdtbYVHqwndz3UH4eY2+tRFI",
+	"K/AQ8807n1eZk1vEQHwv8rClvJYjb3o+6FQ9qQ17WaNvrPuDKwBFFyFYMHmAqT1IJogQRWItacJeQEiU",
+	"n0sZBbItxzxu0ret+QUizQFUWYTngz0TMYOb7h3P3YMMgoc7BJa8NYX+Pkfza8vR7NARtuZQ3hbLdlBm",
+	"O9Dny0xpgF3YHkZ0swRP3J97su1I1TZn+hZNA6182psCeyH+WRe4l0O2Q8mV5oMA6JDTicIXGMQkV+Xe",
+	"d1GKPvgl8LZk3jbHPAJvQ55dVjeT6hCoKxlzV6AxyMBN2E5wQ3un/7qm25m/rbTgFg/pyAy2qb3uVDaT",
+	"fJtpw34qkc/B6lzVei868NKstN1ILm5dq5ZpNeltg8BxS0gWXmtd1QyuyUzvCs3CLlM3jkV7SkGZrC1C",
+	"d0tfFoOsJWwFpKox7xSrvKj7uiqrK3Nu/3ygSKyv+N+omsXmFidXV7NHBw+/+TciJlhlp1l3MUKrj5En",
+	"Z1TNCLjZXMU4TISJST/+qNgH8ypdsBfp1ac4IpRYpJsxLyxE9qCqJIGlml9SzhS2yFSrX2XmotmVhq5s",
+	"hRrImDHDiFA4pS4Xh7gubInZotQELWnKoewtMwmhYEmmABZo4eB7W0G1papxnMMa4verDepBLb7uwl7v",
+	"pdIvXirtEDJvU+2/Fwb/GMIgLncDWDsA4HK7ImOnbAZP33XLVrXY5QIBdjBXpIym53nbTPFlCmy7SWgB",
+	"7BYrYoVyvDeJXf6CR949EiCMphzYEhK3CBsOvG/t2sKbZwMOzowqUCRcC4GYOvilpgi3BBcwjdnqQsIa",
+	"GlkjsP2tfWl0F7VHuBZT4k9WS4sT2MbNBbIkC3yBKE4LNROa9HMhFMtXkHScHhNVA5q4ygqjgLaUFKW3",
+	"DvUA/Hy5FiR7mhuh2dYc7MKVFCJ/l/3aoYNZiH6/2NsuksKCLYRcBYfrS+Mb8QyoRmOwUwbrEezxWVno",
+	"pn7pWHFr++17Xj9RQ77G+USwCSEquF4mz6aJVC06XNQbZuistbdRT9rJiAmW+t2lArUBsVTtYKj22Zn9",
+	"qNG6t2OhBXhzyeRlxpYB3+JKabY4WGZp7V8gfdAkIHNWU60IBPwmWc5kRH77j/8iD0dEEZGngZN684Xc",
+	"igG771LiBbDLKodX1huZa2rLcp82AB9bhp8uo46LKLiZR8PFAdq2wqOzk3vGilAS8hZRttsv0y7Y4V3H",
+	"7quN4+lU5wDGNchRaw/SVgkVQm0AajrTqxuYkm9C4MEV5WzJlN5uTq9njeEk+3wB5ziwgmGnpcf98cPI",
+	"7UFw/0RxUmpRZLnQmyD081VlCakq+zI+pVOWEuoawFRIlf1qcQhtRZtSoWO+JUtRncwCebXmZ1ce1X25",
+	"jaO0SzWlerbhWyMbvAp8966cTpnSLCUFLRXzixlzdqUhdcqV/ilEnrvKS9zF2/BdrF8N9oSLUA2pY4ee",
+	"2dIft1Txxj8FwQoaMB0/hDhgSOwO0LAFQmzt3XBAxjbcpWd+sRNXL2fOWKGaZrcHqo2P5yYHYffKlR33",
+	"jtteuI3wc5uUdoKtfSoWi0xjTlqzvOADVdnT+mpGJZZhcOOuMEDFFIpvDe7Rbm9ihYDSh7iiVvOLyCWT",
+	"F1Rni9u2XoUDP1yxmMv/PugOIeuuSWo+j8c9yEqF0FvDbU+SeUcpoQ0gfHWx0Vaxj+sUK91Q/2Y/9Fv3",
+	"Nl4vtNQzLHS1b91Iz/SxVsswgWW0QI1Ez6QopzNCfVv4Nbrbo4AiRHNALcg0lUa3dqfb7qm37vFghwqL",
+	"IRNLbaBxlo6GnWY3l1gdHLcdsvVUFG+ZKgQPqfDUFyo2oqb7Asj2cts1Qyb9donhGk53z5P2pgolhEsH",
+	"CtLC5WOZ8jEJnsBgJ92Xq6ukEJGMW7cJETK1RJBxwmgyq+Exd07h8a63IH59J0PwC9xNMqk0SXKaLYBV",
+	"eoPYj0u8SG/UpHqK72+KKa1fdq1vQTUOufkrLbmgelZtsOB1nbVtFaI21EWDzMVvRqN4h3jUOgo1ZApt",
+	"HtWu4xk1KwS01zJ4eks1CxeD30AxZ1QasTwA4Ro/w//Eg2Pi6uUJbmnAXMBDAg4BLJlHq0p5HdRw71HZ",
+	"mt1bVUEHlGKLPlTJNqSPfheHuIiAniwlMybZLfrtOs6YJRR42kkQYNkjfTTcRN6xjkjSqCqvBmQm8nTM",
+	"F6iPUU6Ws0wzApadOvX824ffkAuHywSAdRVs/uv3LxGQD3zjkE2PiJNjHg+HcWSTkd+/fVkBoaZSFMgm",
+	"DItQwWqOYUS6TlnkxO2CGUk25a6KPURPAKQf6YOu7V3uCveZaCvHqI4akpsFkmfMYdWaYztnq4ioRFiE",
+	"FmSDdvWPycJscWoFsgvVLDG1sdrkZveKYTmdiTHVVde6TszPZoyGZI5J/M9fEHXUX0gEC1TwcPdb0/G/",
+	"beZpbK17Ph05LGFQwh8s6DumFEdwT1joxA7Ets3V0F15Ws0WO1VGd4iiuyos5IcmzHHUANJ+oOBlmucH",
+	"vzIpiPmKZBMsew2wixvgu8NFG33G0VFdsyNXAj5JY5KA4r0Nrv2YxBdQThwwGblnrnqgvJrL0ZhDhWeW",
+	"kpxqJo+r7XLcl4ulYakRIpEiQ2g49to47q7bzejt3nEObtbaeSY00SXN81WXtaKjSrtHEWu9Nmt02ZUP",
+	"nQQQqTos0tMbC/K75zPu7qVq2dE3Cc7qtKsseF3jEzUDayjfEonZWWW8KrVmLuwV0zUpkwsEc4W13K+E",
+	"RwefdqktXjTC2ny3lkG02+6SJVqWtf2DrrJrVty9A7P+rZUwxuXxCk5fg1h/wniJzkqWu9YKxrACPM2B",
+	"GAvfROCmuA8NvKmXZTcDdbDGc6cLemul8GvV1h7uAR5qW9uhbsDZjJGHf7FFKFxEeVVTJq6atEZr02yM",
+	"41Gk/81DsF0PhtX6hp3z1y1NV3tbd6e+Tmd+Z2xwra9jf2RBdTJD+HZmcdV3KRtZ+XWrfK96Mp0E6ZHi",
+	"hhj/IXnBCVSrJ5BkZUN+JYOIViiQANerFhCZa3XdYXcm3VumGQdvaFeaN5ZudA4AcMQ7OG1QAiCD26sA",
+	"BTG5VcXX/oh8R8RkMhgSq2+TURtVbLsvtU6C+6mrjkqVfkjY1YyW4BSrPBT9N28PHEZ+nOYfAHvnFb16",
+	"y7TMmIqPyYXQM4TAId+BHuUN2Ixqw63uxUmlRsb5OeOpWG5YT18OWsLLkFZZ2yjqNPrQ+j16MrrWEkJR",
+	"kdNGKuPaTmdGzQR9rtrvCuUTdntB+aoanMjTm23r2k6EygozErf2P77O3jDMnMgEf15nD7ey0PEV53eB",
+	"uUumNFYdVmVRCGllGwxRXzHtbUyFoLR9MI18nLamVLgM/poMKk92IQqiAGqMC5sW4ADqPAoZjUj/CSba",
+	"GC30wJkzkDMN9t+pBb1ykWstCRBx8Oy9gbCqLJkJliLmA+MTIROj2owAb9fWKrkZO1jQq59pps36dR6z",
+	"55dZoru5llkaj2lFuORpVZjEjB4KONwOA1tk/FQUbtCBZczyPHObTUntsy/AjgSsHUpGHEzKPCfghCdK",
+	"YKJ1TrNFVYENDE790W///v8CKuFgOOb1uMkJAH6BeSI2nXyHxt9CFGCBohYL1Zai4sJjSkYCSAeusAuM",
+	"YMwRkOPhERGu6Dd+au4A6vhvVFGus3tU5IwTMfsBKCE1cPSY54JPESlEw10mlpzY4jXW9gU2sUQsmEIj",
+	"HWa0VExfabrCxYFyChcrhLweO1QUqciCUb6cZblNPK5AHZ+08Bx32uNCZkLaYJ82Y01y8Jq7V8JnpE1i",
+	"27uU7vbewNLMA0Vi2brorRzXKQjE1+Jr8qbiRFSLDkLC6tzOAawHlvH530QeqjOd8TlKM4B/iqqsC6mp",
+	"vrdw2uqYxP88Ofgf9ODX0cFfhucHv3wcRU8ef4qtWxYsr+vVRuo5oPsmtKoFNRedGdH/Herhv4Whj1vT",
+	"e0WvOrfA8WzDWYARxmufxxF5YniIQ8/ZdVZPRo//zUonbYBUb8ee7LplcvXMiC1b+OW2w/RwNLoexXg5",
+	"sevlxLMk07VtjSZzRWw9L5DmAjAylpQ8qIyMT71be/8xap2HJKbdluV6ciQKrN+DSbC7b9ChMqahTk91",
+	"g0AFArsKmTYnycibivRTdiFKnrCbnPFPWzSrLqDXE7yyHijCJhOW6Oyy0rYgbzKBXNhSMqz5U11xKVgQ",
+	"vLo/iyOUKMbcKmF1GT34FKrmZsrpbH0jDM0Zif1BgltHqHXFrm7U1/8GG1FSvgTd7kvV5b4g3e1L0NXu",
+	"VDf7XXWxL133+n11rS9ft7rXpf54utRn0J1+d13pi9GNvipd6M+h+3xmXedL1G0+gy7zBeku27LoKomk",
+	"sTXrsnJQLAvJi625BrhfgB9FG1SHoGCwdheHJLugZB1iQptPsndHIK3UglLj+HQ62E79INE7cfzvmm7w",
+	"ZWYGbvC81+vTubrvOoKcXhp12mKH2loqViBqpObfZmrvTWJr7DQCPuN2tEpHSqOLVtmYsOut2BfsJ+/O",
+	"Vt7uze7MfP8Dx9hsSvAMpQKExdRbj4vZPW3fB3RYLzBMNQuWFNgX/BYaCnYPpdJZehJC+CjVzJYdchGk",
+	"0r5eoxBzUSWp1NBeAc6yoSJQM9p0cxjoDsg5dxhOGaf5h6NxORo9StL8A5FiSbIU/mbxZ46lfMfY/JYS",
+	"fW+WoxtKUtkh9MmMf9eMXaibaudc3RpdIdVrmWFruzwTOodKzgXtLkZTneDXG0tbdNMlY/Mz8Zx3NO+t",
+	"eQD5B6KbjXCnNF0U1xdXbNmbcC9LKnkT5aELOb5KPWqnE/m02lwwfwHqcXQRMtws19/Qmtu+X5twO/b1",
+	"S96wa627v87rC9G14l6CRYvFadPWkc1PkyTWblYx6TceLjNuDWFg+6eSkWl2yfhgSF6zDNJW+/HHT3E0",
+	"5vHHcQ8+Hbsqc/Ggzsdo58u4mwRlVsh3OXa/1coh/G6a/hSDGUwRf3QhH4329yfAjWyKC+Yeudx7Z0mm",
+	"Gkx5dZHtjCtNMedlN5FKO+IKdF2g/4ARo6ZU+KQ7gSJEPRRqu/F/nlE1uxBUpoROp5JNqWZEXDJJKOIO",
+	"WJfKVuUAywa8ynipu1B4An6mteEC01fBR1jzYyuu1tpDSDfbALa2BhzUQk05mXaIWZgDXpS6Id5vKS2P",
+	"pYLeUj4NLwCWM1L7NNkW66r2o9auNNaiMQEPVMrLArUrHrJ6uGFWO+YtVpCtlBcV1SH76S5v5L161n0q",
+	"X7MlUYylBOYElsOSa1EmMz9TWO16BNfYa2gQu87suncVZ8vt90SwsuPGu23D9bTzrdIYWrPP0KqcUTUP",
+	"a9IVFtdOCrFpZ1d9GFvuGs3tQ7/dFJFsB8BMVB6vAfhm9iqgM1IN9Vw7BpXUefPrYsx1AJDRJLvPJ2xz",
+	"PYiq+mzAiUyVfh7OmGzWza1q7JZcZzmh5k5nxK4MFqEfXrc6rt2THeFTt2EGVxnsATwai6MMMOBmrxGh",
+	"Rh1Zx6NiTx6jz7PO9j4mMXs0+i5GyWtgawzD12NuqDwtcxvHIUoojoWCUrVzFyvNNuTa/w+l052QdDft",
+	"Dk5gDeJFizk4Vakm9Uj7QqJMJFn148C8PuYwq4gAu3L50XXhnfaqoaSaaSCFughzE05mMonGXEh/2byx",
+	"eEBfFrJMskTIlKUk0xtL3W2mqG5QYRjBjx01TfUVv2at080cCQ9gJ8cB5LXOm938n+5nB4ZW37jvtl4B",
+	"Xg/bxhi+o20h7f3GV+WdbR6ca7tzZO7CbIfDFWBMi82dG0cAD4Jllc0fVeHqeECEjGwU1kKk7DuA84wj",
+	"jEiK8a9Q4lGnZLxfUWxXYHr3ddu7ZvSnrpWrKWRtR8EVF4Lqa3hxXcHMY/AxKu00OOQIjn8AhF+ySnIW",
+	"NhU3bq9Wb6XS5II5exnoixd4HTleXnvqHOJGHVQFwBENXCePvYqAeBw71mRDJWoWGZOyUExq0q9/q8Ia",
+	"rXwwOCZxQnnC8tiFFPiFyN1n4Ojz/sBPgtbTDYgwz5jS1n+xGRZmG9BLGIvAvrDpZkRwLfhbsyv9QCEE",
+	"SETYcDokMVv9ffbiX+Jq8tN338VjDkEKH8c9Ou4dPfwUD44tYAjcTq5uBjSWcQshYmNSwZoBfFud+0YN",
+	"V5sVsEQQCNJaLT5+ilsgLTQlFwADpux1fr1LemfqNIdXMqVY6q7MKv7PlQjZjUo/dAWX1rvfDdngX3Yt",
+	"aQgGBWgkJc8+lAwCIja0dMW3Yq01wRbXxAUMxZpkgPJlfjLnNa0iUVlKII6Y8tWYQ1TWUSUw2FhifcVj",
+	"TGZlXigZobnZ35WhGygL6MWwqiz1QtAeqDGHDp19BtkUxKVVw0CwGtNQXMmlCOYDsWVWOmdpEIFm7WL1",
+	"wKWqzei8ybqu1+0awa5e9h1FbDEPS6TdYlUnOAgeiBhg6s3prHarWshjEmshznMAC6FODsyUI5VMh5ho",
+	"2uCiacVG8f/YK6QuY8th39T+smB7g9crJGzd6frQNO7fdWC8SiyLABpNZgtz4jFWODbtGg5YnSRrH+aI",
+	"o9uPQaAA8YZMcqqBWY854NXYygH2eq66MUTP8slgSE44YCaWigGumodvBGWdPMzEaMxjnL950jB/mB8s",
+	"bFpVe9OMmNugSzsH8tv//E/y2BW23gsj9iSZk9/+/X+1MKu8O7CFbrIbpsk9mGugAJEhsj7QkeE/A1h2",
+	"mmcUomFie7nFt1wrs3vHJw00p522tQPmCmdmT009t8xHv9oZ2so7290oVxvgMN30MHZfCxenyY6h3BjN",
+	"HVqmFHlukb5LnuYMhJv9EHu6lqK1yXoH4MH9sSrdRAs/1KwpP9zjE970eDZAC+8ceHAT9ewPKlYddMkY",
+	"wdcjoujCyM5yQfNM4ZVl5PmTxPleh/YquhlucXgmDswYI7WcdgGGg21UuwUhEPozfaBsOmcr0l9HAjTX",
+	"sl0UvUnuDo+gVfjIcDUjJiXz7XWOOusYhSSZThE2/7Bhk7PcKGp+1DWRYtmR31aFIG1YSPeOA/gF97Jl",
+	"lX30Ri8zrjp0ri2XDzz2YKtJn7ZM5UUd5qUgC2eFL2ohBte2km9DJMw4iWtLXrwRhnAjGS4qOMJ9MQSr",
+	"Jraf+42xH3tBfDs4c8SaNzp4Mvcqkt72cXAhZ/BW5Pn+2rDgSEVbDk43GPC9GBrA4b1DifOG4Mv34sp1",
+	"4ZTNZQfZHqAJgpPts6IkD3vXKmpw+3LAs83Xf9DatIm3dHqU5pfrnf/4DyKzlEnS/+0//os8eUxEoSDB",
+	"NZ4yfSrZJLuKBxGhkCya2uTKXfWiHy83OKOilocrcKUA1nAyr00V6tjVPUS7Ly6UnUGNV3AdxW3jSN1F",
+	"8LKKqgpXDlENiQMSzyBV13AOz+B5sSLvnv2IYkg7bql9WzVDoaTqsunCGuw+8dv1FPrEtxc889/KBeUH",
+	"DrwY9Fuw1ye0VOHDhDHnL8JCUTy/PC+g/h7y2hiVevOykxd+/AcRBXofctGF2rzxpFgBL8J2D2ieTTkC",
+	"AO94KLo8oKbft2DZ2HVmy9mK9GN2lSkNhjhrdY1IfMmkMq9FJIY8enCFrgrWcWPJjm5/nq18c4PZH5ZW",
+	"VgcnR3nemVayAE3m55IZOgH7bGsSzmZ6PhMy+1Xwc3aVMJaytMY1P0dLrgTuv8iUXW3TzcV5W9Ty51N5",
+	"pkPV6yERo2DSM4L2XUmxiggHN2Ij3ZvcmSTw1APStq4ldGxVUNoAX2JfCuswOzCJmxLwRi/+1tvuRerg",
+	"7ifCxv8mNA9DyYKccC9F7cIJklJKxrUVrSyvA5kCM4k4Z/KBukUJyzKYXTlVNT78zBvhLlBx66WxGypX",
+	"rYx1R41AXkJSykyv3hlCtoHYjEomT0rEUce/fnCetr//fNZbW33zruFWcMiPyPfwCcFMpn8ttUthIm9F",
+	"zhTpU6KYxrxvSnKapkwOjkhsbrwDwfOV4ctLmWlm/xpzfAa/AUtPFxmPh+RnI+r8/ecz8J5mCpKTnStH",
+	"MXnJHGgJVrXIlOFtHL0rcHKBqmC09VGbaV30Pn0CK8NEBOQagKbJlJ9L7qWsWbRlTk6F0lPJ3v30ckjO",
+	"zJFORVJC0H+mbIlKPs0ZUaKUiSHPMdey1DPLA5jFwFlmkpFEcCOF62MHwsK4YalCgjtfYYDYmL/hjfnO",
+	"mI0nAwUDPF0AU6JAiEwoKBpUYlLdgeFqVGdG5Kgk+J9Kxjh59dOYPxxekb+dnZ2Sk9MXETFkN1cV+gvp",
+	"N6w8cZ2ChtFGfg6a+aUym8THY25EG8Q5MUczpsmci2XOUgTMiLGcp55JZg3+B+xKM54SdlVkcmVBqsmJ",
+	"5YEYVGCRDaIxV6IqpQKwF1jvhJTc9MKt+w8W76ngl5iqro7G/IA8h5V8fHV1+O3VFbkQ6cpsHCxl/HGM",
+	"wtu4d0TGPSR0za4spY97ERn3EpEy/7nShj7PFadzdp5QxdzLn+Kh6e+ExN+MHseADcMFdogYYyR+Krhm",
+	"XB+8ZHyqZ/ExSWYsmVf1lcsKxqCg0uwqNBh/c3UV14FAwA6OrI8UXDpojat9lmYnmk9sipwtWjPmpGFv",
+	"dZg6lGhRHOTskuX1NzAEy0IPipxym2uDVdqrcJZv/uIKmr1lWq4OMBKN9G1Y1cDqCubEK2CScBREPjSD",
+	"McozkrqF3XFFYWHxWv1AUooRn1ga7hIORS4UwwBQYrqy1d8HHiSPSM2cM04meTadaTLJ8rxZuQN6x+Kx",
+	"dmdTQ2uu1HydmvTtaGSHkgDyt3vjvOT0kmbA/iFfCU+1eewK9JhtNGPMuNKMplgoRDUr0XwzemibB1e3",
+	"pRSv5Eg9KQw0QFgiaGoQmdYN5cTfjh7Fx97iYgRKNZulkJBhpMyqAEA5TfOMt6ZpWqvnZ4GKzJVgtgBT",
+	"vFzIC4m/vbqKMUTGDsxr6lGM4YiCk/hwxmiuZ9B4vxoQFH5JZqA8CYywXVC8bVBjH8AyCQ6AVZhzDL84",
+	"Fg7QE5bw3DovqLl4OeUJI33cLe+neHAMNnCowkKoHafFXpJiQZRYMJRXDeFIwV3Os2kbJ2lJxbwnUrhc",
+	"9IykwlbigOvMT2r7tkE5+NU5F/rc8j5AI0wd0pLgpiOo7VeJ9wN7rLEnLjzB3wUWxY8NR/L64eJclcns",
+	"HKgQz/jzq4TZ2gI2xQ1YI2H8kuWiYEf1Pj1wO1hzjvhv+Kjid0AohwumZZaow0LCwrFS2Y9HwNFiw2wP",
+	"i5waMcAM4g0kibvAJFoUjEo/ZdxGKGXayFP2CnfXWc8T3HoPh6PhyBpiOC2y3lHv0XA0fIRARjMQkA5p",
+	"kR1ePjykCcQGFUJ1lt7Fmx5LX5sd73uu4LrA2F8RcIcmiZBQu0WLii0PicuT/gaOEQaPL1meH0yEXLDU",
+	"ncsjm+Js7uBGfrMVN0SpDUGaI4dSo1Hq2NGY17IVeAyMbIXLVdGD0Vl6J8m8hyInU/p7ka5sVIq5mEAf",
+	"KSoYxcN/WcUZz9425al2WqLcVYu1Vq6WtsInrP43o9Ht9oxK26dPbbH2DS6YE8trwYQtwJ72Keo9xrGE",
+	"uqjGfPg9TavpmU8ebv/kPadWpGYpfvRo+0c/CHmRpSnj+MW/bf/CDusMuTF89nCHjk7RDHEmxEswQpjv",
+	"vvnL9u/OhHhF+cr2ChlQ3+6ygC+MksVp7hAGet/ushzvmLzMEva+vkpR4XFZXIag3YYCiM2i0vc0nSqj",
+	"U4ETzHzknfjDqmR8+Nx7rRr+lmcKWH1VjYlgMTnIZzbHHk2fTb5gg2LwnjJMe8wxnCtT5oCL/BKgF1NW",
+	"MJ4yrvPVsB1whq9SyCzWAIFppDNzcw7Jib1FBGfm9FeGH1fAzV30UBe2zS/I7uzie1tX/o54RiNV5A4Y",
+	"x06GH4+DrNmL1zlK09DWVHWi9aW/ZzF/IBYD0L1ebnQnk6nQqTcIF5BKqTwcg2xCnOvQMA0QhgAW1BUZ",
+	"ckB2UGMoA0TMIqcJi2uIa1vmzaJSYzVX1a47RH6u8oOOxj3ArYaaxY2Pkb/NWaFRpKurGCF0tqrBsMOd",
+	"WOxs1OFyJcgFw08rTXPMnfYiGSq5JLadxwQNXNdlXU+rDbgb3lW1/ztJPV7/XbLP8wo33VEjxbLZNUe6",
+	"3aHYg7c+khccAj9BP4iQeo0oXWCV2FZBzeE9+7sN9tfgYchrzKJ7sPmkiu+3XKxmWm1eBkLJAZZQhlKc",
+	"THe4oCzwet9CTEMXYJ1vHs+XmdJPfWHHGrnv+KZvdNmNKLBGwE+bVaQ/J4neeO/NUrfLYDc3vbG7m7b+",
+	"MKfTqQWEsiSwvq0v8Z213S2opAumwYv3z/U0TEBlRbSZnE4beP3O+FsqrEurGE/Jk9FxEw+MsCu6KHKG",
+	"aR6PnoxG6Og0zX8omVw5aL6j3iLjL+m0hjCtqWgjOuwvn4NEQ8u3C4na76qTVykjA3MoVURqo/UXLpPe",
+	"DsVbUq0pvwGbcS3q/wj/frIpbEyzLqhwVdfYfaCs5UjVNmCLtFrlEheiIJIdKMAy1jO2GNT6nbUYOUh6",
+	"ka7WJKJOGQgH87SF4bLxHJ4YOQ0nZz0TEA7mA+GQBdM0pZoOCVahh5yqksWH1rkfkfhhfBiPbM7xiqn4",
+	"MOYCrPMrYghwABVccDGsQ5jAESXV4DA5d0E5RVONtZmnAnOQQ6cah/3Kjq5xrK1M2uWLvvHJ3vnOwS3p",
+	"ltngOfiRraXvD35ULbQ+bV1QG09o1CF+gL5A5myF5hg8ZYY2jiEKs/aUVHYY60FcF0/+ynT72Hwu+oAa",
+	"2AHKOGXywK9w9FXJIH8F2Pa99rjFpkJ9168cwuKdUj3rffplOwc/RCylw4/w700YegWc3eLKlinvwpId",
+	"mNq1JxxtfdkCrduX7zn+Pcf/4jh+4zDdUEBrHe/DWvI7/Fj9/9OhYmyD7+8dXTBDs7aqE2NzCOoxY/TK",
+	"bDBwnGLYrQ34wII+6AsFsY3bVHaIUxlzxN2KOhFJmwyjAWj8ObnElperMVmmezdWNh+H9pO1sN3RoQ0h",
+	"RweOK2Cxfh1H9fHo8S7mbzZ/LfQPgOj1J7KIwT7SJu8pvHN2m/xnM6N5JS6D8kWtL9aJWtaNjTzJRWrw",
+	"tAm7DBgZWoz5blDFDfhm++LBVFJe5lQOjFyDCLAkzy7ZmNs/EIYIXBQYaqM01WxIAOjDovUtBXowUS7y",
+	"6jV1crrPKwt9Hqb1Ob0CbaT0ewb2p2Fg9HZEJ1/u3yAcMRsV1VATKkZCSgAKExaauRK/MC2iLlnLhSYO",
+	"rHnFdDTmLRuZ5STwxZA8v8oU1Ix0ClgqoImFuGSkXypPTDMC2SDEZRCuuOUH8KZ8E8XzjthJJ2j252Yu",
+	"XRjXAS6Dz/9IfObPyGOeziifMoIRsSFcdXPrS70rz6lAMzabWpABQFyvWKJVwFrMXdIOhA5btjDY0fJy",
+	"Wsope5Z/2GYB/8kzG1KHx2jTcv16FI2QWhjfuTuKcZe9wnHo5pn1zRZrGdHt4b1l5lli+CZWxm1o0V0d",
+	"t3Hcuzu8S7vIs/wD7EI324DHfxZLCE42ZTQlCBLjO6bMWek0dT9rAsuoiHC2ZKqqDXqi4zqjfd1Du9cp",
+	"2EbLe9Du01um1ai70uOmkftq3h6NvxRLJsmFuQOMvOVWuquXiRSLRge74Wx/XLtIi3161eIW+jylU6xj",
+	"HhlFcSGUrV9LTghkLEubjdkoz7NegpdICnYvKJRMx1zNhNTgiJ0yW94aEhdMg0qzojCiXYyl4mJysULQ",
+	"UszyJktR5inRdM6q3Dqs422+R0EvtB65rdgaMAw/hPq/riTww2Y54IehXM2twiBmMPTumokCQnjQlFyz",
+	"kj+Fj38j72wKHocfs/TTISYKbbPFONEjztIYYZYzrkUthrhS7Z4d2JKkE1BIWuMZH485reI6vd9Jppw9",
+	"BoPEU8/VJMUSYonNFe+l6w3H3EvniTEO+WjcmwoOEZyVi9MMnwuSC25OFwIpXDeUEgtA7nBpuHXLUtKn",
+	"/uY8ULCWAzQPgbHcpjRS8v79i2dNTpJhtOB55glShdGwqlOdpRuFqIrrlSUWUFyDI6sTxZuCz+1rb8/y",
+	"D7h+n8mM7fXXJWQZIgdgsQrQ4o+gn1UTr8K//0haWjW7H7A06a7R7dV3r+pExxYnxefAabwjC/dvuomp",
+	"IpZMmI++Lbnyk1sQnaYGO3JZ5lSyFlgH+b5UGWdKOS1AIZ5WNOa5EUR8BIYBfA8RUpYh2uTQI4sygqmR",
+	"MYLA2GxUSDxF1/JEyDH38KDQe53xRAYN1D9e3mUyjG39d7LtVL13JtJ14Mvc57d87fktb0vePJ7eoZ9f",
+	"ts/84UeuPh1+nLPVxrCZ97w6pTQfktfCRnvgdQvIGxBJ4spFkPlloxbGICLKSFzx/8muCpbo72KjQWAg",
+	"MHjONZY5qHohCeVGoLCRLCrLMacueI7R0tS70/O0JeKjsnKQfpNrRRYE/GhsUf8hM4cTlCEHX/p5+woP",
+	"QBWRMmerNu13GGBOYDN8lIbqCoLaWPYCug7hDwP0+lemfy9i/QdCWgrZnBkMc8ZoakG5np/R6foy/VQK",
+	"M1Gbme8K6Yx7/33ci2vrqqPt4UZ7zKd7ur9lusegzCDRb1TzfvwHIhAVNGEdChpXN7Ny/8hWkQ3J0DMX",
+	"vXBsJI+EcX3AOJrdD1Fkw/IbkgG+RkqSGZU0QSNIcHQ45d2H90vUs/V927Y5xaR1hAIkGeZXuWvPMgS8",
+	"wIzy+/yKJtr6LsSExFrnNgclPownQrJLJuMx92ImLIAKIOGUSoPKbHF9BBQk4QCPWG0H1uOes1WQ9Yz5",
+	"Nt4TvC1PS31nMu9pqX83ibeb6f2MNpH2BR0P7qXdr13aPS07mJ4n5UKI0+FHi+Dw6RDByrq13efw3Dku",
+	"8+zSlTWZsRyrG7m6QUQLsqBXfYcaiPhnEeFiSf4Pl/A2OEYIHGcx5xhthbA4RgeTkiVGeeb4PUuxO6hz",
+	"5EDRhGw+dLLKmPvCikMUqyRPzpYsPRrZukYOMK1mG4oxEgMqME7abmt8NObLhlmvBCQ/Ets5OcTPJ6PB",
+	"dc2Q2CH0vc0Q6WCLbWo65oNQUoii40ZwFWz2vBXugieuL+5dmwwbPXaxxLeGNGj+1UR03DPCLYwQN5xQ",
+	"ZA8eNyxE0WSHfmn0oDZkEQKVRZVrlHMBiGrGMUI0y3Pri6g81uCmtgVrUyYzI8AhalbYd/2qBt/4/A7s",
+	"W/Yvb/EmvnZS3Q9Zri2qblf9iFoC7BoVVzcczhlV886RPLNb5+D36i0MjaWqMFiPpypdwniKXppCCnM3",
+	"4R9mSEZLB4BsRtNztFIHy5tscdxXJewjxD5V5r6uKmCYm/i3/+c/yUMyi4i50uDWjbWISaYGn9fZX420",
+	"MbxBRKryyC4GfJHxUjOEmoJzjVceIGLBI8hUwblCJlbGm8nzULTyu4ffHI1GR49GMUBeqQrppoobtwil",
+	"5r2HR6PRfRTCjaMQvvk6oxAsG+6KRHBc+k8RhRDAg6p+Cl6kXhaaUS8+NmC/d85Gtd52BehwMyOlp6lk",
+	"SpE+zXOL8zEYkpeGvdUHGa3kF8waytMxz3iaXWYpQGvUYDyIHppiDZvHo8fxdcX2ZzZH0+Hy3Z3n2+9o",
+	"m/U9/aOFJN9eXqZXta6+0MO03W0ddyXXKqrEC6lRH7PIS9Wq/Td0aLUz1lBlJVtA0MLFyqh0iPAdzNr/",
+	"DHRmu+jO1H/lSibdU9iavTmM0dkgqf3yL05rTrprBtiZz27XMQN249KHkPUGNqHfY7zR1mRCq1+5mKz2",
+	"JQFhbRaxrz6VhqRt2NmYexOOLJJ2q1JnnOYfjhAZP80/2NivqlJEHZ5WBRpBjJq5MqraL2NuhNY5Y0UV",
+	"+Hb9ODUtV5/jorkPsboPsbpOiNVed6vHkQpRdNpenmUqEZglLApCEymUaqTQoU3GdxFRnh4Ko9NSNY8J",
+	"+1BSrH0wzS4ZR6VKjXmfXdFEoxw4GJITDYYiXTmv6gYj11RXsi84sdyCjTlmyyAG/LgHruAFLRDY3i7A",
+	"A9Usy+84VQhqZXf081NRuOXaZj6qbC9osdfJjDD03nXaV9wX+5mUzqia79yHWeYbWnFORYFRbLu9e1qD",
+	"pu32wUmpRZHlQp+an3f86Gea6R1frbnILm+Dadvh/O32SRt4b5dv/MzIVyJl1/jsBykWeyzxSTLvVPC3",
+	"sFVRvPnRMLdvkOW36N6qf5XVGJzaueDTg0LkObFFPyDg3TAcr37GAFzOgFB32wiz3sHtxJh9bVFWfE7H",
+	"azYHzO2ohRhpBjvm8cexq7Q1tuWpo7o20Lg+2RDlb86rx+jGvWhcse1x7+ifv3yKUbOJE5ECpssbGNcF",
+	"TUnGi1JXBiuo8pzTjLeKbRjWdR+5stGJW191CLVhFMN6m4xEaVllp1OjEAXCdPggYMEb9mlOs4UiZQEV",
+	"PaByQFwbVKAyTIXJ8UD5ybEoM5sL0/pn62o4Y15kyVxZ+6OfIS9IYjokfWf0rC9CFZuLGM5dnfCP6RSu",
+	"xsyYg3/FGmx9cPFWVaHrG3ROxTUhy/bDF7q/p+7vqc94T93HFN4aZwaWuA5Hsp0F10BtPk7bTRgz8yLu",
+	"aiuHLUfnuLLPYCH6DiJYXMgLYB/YYqOpnoFJE4s5Cc4GN2Ci10d1uwlQ261z3ntGes9I7xnp3THSLmC6",
+	"dXZaqg0lrU5LNWsUswIw+mO0ukDRKKwq63Kba6HRy3KGEo8uFkDwMUd0udJw0XBJLGjGB6O3PSIGVGLr",
+	"6zXLYI35yXr1S9HMPwuWuarjNQy79uplMmWNRNYyZh5BeT1Xnq/FxOvCxdHODN2s/t1EBJqm9wqSfnj7",
+	"VQlwDNeskWV6uK+M9UeMpVazUPQDcKIGb5IMK2Srw/nloeFA3YzqR7aCkDZz4GuVPuOQYQGEE0G0TepS",
+	"fqHy72HM2ZXGKsDhwMEfL03Ld5bIYLr43TIZsPMuZ9QJrJdZUymW6v7Yfe3HDoKOfvwHVE3fkMXQOHPV",
+	"SVIba/f8ePm6fvFOSbbqpyuErB4IHnRz/BNRcv3FV1+67X3m/pZs3+0dt/rzbPQe2/z1FdUKbky1EV37",
+	"Iy7NxrNl5+78lek37p073Jqqj5AAZ599VXvybqWMyO/WF7lFExlq6+agO2HjwfkJX9nXaBOK5t8v4n7L",
+	"2y8hyPgLiQ+GReo687iCf4rY4A+OWPakwH1L09hYD3NRNiK6VFQJ6FEFm2y0ehc9vFZpjF0yjvGXVV1O",
+	"qly0MOnH9n8OYgddnbaPeLBvcbIbe5J+ufOI4i146h31W76yYixtY71Pph1Rvj95xahqynO1g/vfPAQB",
+	"1SbZpIaQ1j20g6aFSQVjer9oGoFuumOBf/qdKnb9PtG9fn2y6/O8w5QVetbp9jnFDLHa01P4xR2rIj1o",
+	"YewvqWZyQeWcUJnp2YLpLIlIMmO0GHRT2zMYwc38Mpuwbyvwk+/smkFN5H58fv7T++fvn5+/evPs+fl5",
+	"3JlvNv1dcZy9JQoyxELP7oPfNxwPpK2dT4dhlJtF0jN44w533HTQJc1B51+f8qbtmm3ZBpuq2sWMIDHU",
+	"JvNB8A4XS4QRnEixgLhVyslMlNLlTpovhuR7oWfgLGHJTLCUZBzr8LylfMriiCgx5uBtAdiXCc3xirVp",
+	"mytGpSKj0eih6eAvf/nLX0j//dnTQeR3DV9eML/fMUfcl62gL39l+p3L0d2PB/4gxWIPDUfs/i5wnd1f",
+	"v6G+dZf8E5d2k/59Mp1KNqW6TqT+gxcFpGp2IahMCXUz946mPYOBc3l4UU4mFoKsy5byPbxSkfOd7Wqj",
+	"n1DhpUKI3JbJ+qr2JlNzourB77YxuxpS/uRs5ms06+CWbTbuoELo0kCdJe6PzsZQ28MTAIEW+5yVQCBy",
+	"WDm55pHZpJ28AB2dGVXqoFalrNr6hRX9RXsCO/XL+QeAFTCO//MW/vW3p9MY8FXc6J9fQQKcAnt0rPu/",
+	"bZQKHiEw+h96YWmdsvrPM8YJ4/QiZy4QqCgVRHSm2SWTHp5KWt95/RhlDJbGaK2C55JmnBS0VCxsszot",
+	"1czPB7zLfPRG2uEa0T21UHMLkbKvrmY87I+3tzALnyJg9zFt3EaTtIuKBrfi9iNA1nbh88V/bCGA12zp",
+	"b/594MfvXbdzD7LeyOg25gWHmJ0oqgwgSi5s7YTHcZiBieKef92cfzUjpq/FvtY34p573XOv35N77UjU",
+	"HvPS2cJaacJBnw5JW0iSmDZzRfATMmerZig5/P4jW0Eq5AQ8zfATMFUbwF7gio25FecsbMD3bCWsAAeb",
+	"LTjp/2VEUrpSAwd09QhbO7cvnLOrhLGUpfFwzG8eJf4umbG0zNkZrsfdHGZo/PcsJuMP4L6ezJ8tPNXR",
+	"uDkUyv6/Ptj2XHv8wv4Q4BdbU7PxGDWCwwOx4cckNizqO7BCxXUS9Ef44VMMJaHCQePVOb09U8u1YC1x",
+	"PRpg/ZiTCHUQxATCduSKSDbB0uu4MPbdQRMDk/gQmJ+tdGYbTlqXErZNEdglRKcyWn8f0p68eP5OLzh8",
+	"uB/cSmyJAIHBFVYDA7iscnGB5ihcu64+7WW3DlwLDe+ER/sG+oQ7C+YPtArTL6AOWSeuMDz93bz+cBa6",
+	"rL51jgEuH+QLUjT83mcH3k1ouD3kdYH0vZjq4UcnSW0MMnwN+XQfSqHpwUUukjlLhy5xrlGiakFXgPFP",
+	"Mk1obuShFYpn65z1KdwEQE/bcJjwVTym2QROKp6chEqZQfBjtgYi2YWedMV/38PTLQ25af5hC5/fFuHb",
+	"haJIBSGCv2HFrpAtxFHq3VJHMLYGaD1Ufeuepd5JNawNZHV7IuCZu/t3q3HVUbPEse/9ipb490HNNbdU",
+	"ckXVOiI0mavKB1LVuo7nl9YHiKsVE5mlVi438zsVSk8le/fTywam6BGaJTHG3GWCC1mFnYMPkJwYZTsH",
+	"tFKsH7F+gse8Wcdmve7r9TA6PNzVu9LU6x5+L1XdH0Hn7QSbg+H/bqXBFTwAbGaR5yxFQNl+ayfuC2Z9",
+	"9eo8bj6h5KLkac4I1WKRJTTP/QpaPitBmXPGaL4piLu8yLNkSOJvR4+8svUp1fQCajcpUnLJaDIDTBJb",
+	"awGptioyhVXZyIrpY1IqW8/ZHG4oIB3BS3l2yTii4lvoNeAZotRgKaw6ROYCLl/H77oiI/+GU7vDU2l7",
+	"CBxFfIKAK3Z/77jH9xy3ckX6sVutmChqFNfZytX0TDOVCM5ZolkaRyS2O+VtE/ACQ1ksKWWmV72jf/7S",
+	"xMi1+0b61aZII/McaJkVg64wgAXTMks2BgC+sq/cKSY8dhFEg4dHRHFaqJnQw5vY4TvW7hRL5RC7GKT/",
+	"93dvXm9bssNCigXTM7YhvPm0eoVodgX16oSq8iwWVJPRcDR8HPYgVt/uvAGmj0OAxGwu/Vot2K5Fzjhp",
+	"DxnH6a/6bXaYmMsPFU+sNzPctlFucItqUYKbtBZ3vra+Ly1nu0u6rvoILIEjOsOqi8/nmV0LGkKewUXF",
+	"y8OE39yVj70LRiWTJ6W5pP75i1H+oXxs0ApxQl5SzpS7QKpqTIWQmjx58ugbMFGWMu8d9T7C2rFPR4eH",
+	"H2dC6U9HH81rn3pR75LKzFxnsE2zSty2RtVeLhKaw8/gD5atx6Yf8wTbbz6baV30osoWaf80/+Dcf6lW",
+	"JHDC0zKpK8QMPXtjqYKZTABPWmVfNcD0Iq8EFf7SaFAUoSJmyZyLZc7SKSOFKIoaGF2RPtZhsupBK9PL",
+	"dAWJUAOvD5rMQ32A0GJFGDCZ+SpNhPXvrWpTmX+dnuXJNustY0xfIvgkm5bOhVV9635nXV8aKaUGunBp",
+	"kX73dV5KKGxTFSzRpC7hE9rHCqEnVLatwqO3TtL6szT/sDWPrU4qjohibA4zUB7KXXMt4MsD/LIXrPp8",
+	"gM4PGyVfV2y+DA2+lCAcWjso4OBCZA2tAo+dYImmyGFLeQ6NAQWhqJIbo+pShalhfGLq0hX8ZbasJuDr",
+	"KLnpjqhlppOZoeq291z5FGz9559++fT/BwAA//8=",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
