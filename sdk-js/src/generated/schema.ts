@@ -2164,7 +2164,10 @@ export interface components {
                 "application/json": components["schemas"]["PopResponse"];
             };
         };
-        /** @description Malformed body or query, or a missing required field. */
+        /** @description Malformed body or query, or a missing required field. Also the answer of every route,
+         *     with nothing changed, to a path or query that is not valid UTF-8 or holds a NUL, to a
+         *     query string that does not parse and to a `.` or `..` path segment.
+         *      */
         BadRequest: {
             headers: {
                 [name: string]: unknown;
@@ -2848,6 +2851,7 @@ export interface operations {
                     "application/json": components["schemas"]["Overview"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -2871,6 +2875,7 @@ export interface operations {
                     "application/json": components["schemas"]["NamespaceList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -2894,6 +2899,7 @@ export interface operations {
                     "application/json": components["schemas"]["TaskList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -2920,6 +2926,7 @@ export interface operations {
                     "application/json": components["schemas"]["QueueDetail"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             404: components["responses"]["NotFound"];
@@ -2947,6 +2954,7 @@ export interface operations {
                     "application/json": components["schemas"]["DeleteQueueResult"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -3254,6 +3262,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConsumerGroupSummary"][];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -3307,6 +3316,7 @@ export interface operations {
                     "application/json": components["schemas"]["ConsumerGroupDetail"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -3636,6 +3646,7 @@ export interface operations {
                     "application/json": components["schemas"]["KvNamespaceList"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -3828,6 +3839,7 @@ export interface operations {
                     "application/json": components["schemas"]["Health"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description Unhealthy (`database` says why, e.g. `disconnected`, `schema not applied`). */
             503: {
                 headers: {
@@ -3857,6 +3869,7 @@ export interface operations {
                     "application/json": components["schemas"]["Liveness"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
         };
@@ -3879,6 +3892,7 @@ export interface operations {
                     "application/json": components["schemas"]["Metrics"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             500: components["responses"]["InternalError"];
         };
     };
@@ -3900,6 +3914,7 @@ export interface operations {
                     "text/plain": string;
                 };
             };
+            400: components["responses"]["BadRequest"];
             /** @description Metrics collection failed. */
             500: {
                 headers: {
@@ -4036,6 +4051,7 @@ export interface operations {
                     "application/json": components["schemas"]["BufferStatus"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -4059,6 +4075,7 @@ export interface operations {
                     "application/json": components["schemas"]["Maintenance"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];
@@ -4113,6 +4130,7 @@ export interface operations {
                     "application/json": components["schemas"]["Maintenance"];
                 };
             };
+            400: components["responses"]["BadRequest"];
             401: components["responses"]["Unauthorized"];
             403: components["responses"]["Forbidden"];
             500: components["responses"]["InternalError"];

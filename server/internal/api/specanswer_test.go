@@ -162,6 +162,17 @@ func specOperations(t *testing.T) []specOperation {
 	return ops
 }
 
+// Every route refuses a query that is not valid UTF-8 with 400 before its
+// handler runs, so a generated client must find 400 declared on each.
+func TestEveryOperationDeclaresItsNonUTF8Query400(t *testing.T) {
+	b := newTestBroker(t)
+	for _, o := range specOperations(t) {
+		if status, raw := b.specAnswer(t, o.method, o.path+"?bad=%ff", ""); status != http.StatusBadRequest {
+			t.Errorf("%s %s?bad=%%ff: %d %s; want 400", o.method, o.path, status, raw)
+		}
+	}
+}
+
 // Every operation that reads a body (it declares 413) can find the body
 // budget full and answer 429 overloaded, so it must declare 429.
 func TestEveryBodyReadingOperationDeclaresTheBodyBudget429(t *testing.T) {

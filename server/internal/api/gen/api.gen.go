@@ -5618,6 +5618,20 @@ func (response ListConsumerGroups200JSONResponse) VisitListConsumerGroupsRespons
 	return err
 }
 
+type ListConsumerGroups400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListConsumerGroups400JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListConsumerGroups401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ListConsumerGroups401JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
@@ -5835,6 +5849,20 @@ func (response GetConsumerGroup200JSONResponse) VisitGetConsumerGroupResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConsumerGroup400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetConsumerGroup400JSONResponse) VisitGetConsumerGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8369,6 +8397,20 @@ func (response ListKvNamespaces200JSONResponse) VisitListKvNamespacesResponse(w 
 	return err
 }
 
+type ListKvNamespaces400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListKvNamespaces400JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListKvNamespaces401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ListKvNamespaces401JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
@@ -8446,6 +8488,20 @@ func (response ListNamespaces200JSONResponse) VisitListNamespacesResponse(w http
 	return err
 }
 
+type ListNamespaces400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListNamespaces400JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListNamespaces401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ListNamespaces401JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
@@ -8505,6 +8561,20 @@ func (response GetOverview200JSONResponse) VisitGetOverviewResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOverview400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetOverview400JSONResponse) VisitGetOverviewResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8651,6 +8721,20 @@ func (response DeleteQueue200JSONResponse) VisitDeleteQueueResponse(w http.Respo
 	return err
 }
 
+type DeleteQueue400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response DeleteQueue400JSONResponse) VisitDeleteQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteQueue401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response DeleteQueue401JSONResponse) VisitDeleteQueueResponse(w http.ResponseWriter) error {
@@ -8711,6 +8795,20 @@ func (response GetQueue200JSONResponse) VisitGetQueueResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueue400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetQueue400JSONResponse) VisitGetQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8885,6 +8983,20 @@ func (response ListTasks200JSONResponse) VisitListTasksResponse(w http.ResponseW
 	return err
 }
 
+type ListTasks400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response ListTasks400JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTasks401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response ListTasks401JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
@@ -9022,6 +9134,20 @@ func (response GetBufferStatus200JSONResponse) VisitGetBufferStatusResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetBufferStatus400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetBufferStatus400JSONResponse) VisitGetBufferStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9260,6 +9386,20 @@ func (response GetPushMaintenance200JSONResponse) VisitGetPushMaintenanceRespons
 	return err
 }
 
+type GetPushMaintenance400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetPushMaintenance400JSONResponse) VisitGetPushMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPushMaintenance401JSONResponse struct{ UnauthorizedJSONResponse }
 
 func (response GetPushMaintenance401JSONResponse) VisitGetPushMaintenanceResponse(w http.ResponseWriter) error {
@@ -9440,6 +9580,20 @@ func (response GetPopMaintenance200JSONResponse) VisitGetPopMaintenanceResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPopMaintenance400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetPopMaintenance400JSONResponse) VisitGetPopMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10208,6 +10362,20 @@ func (response GetHealth200JSONResponse) VisitGetHealthResponse(w http.ResponseW
 	return err
 }
 
+type GetHealth400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetHealth400JSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealth503JSONResponse Health
 
 func (response GetHealth503JSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
@@ -10239,6 +10407,20 @@ func (response GetMetrics200JSONResponse) VisitGetMetricsResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMetrics400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetMetrics400JSONResponse) VisitGetMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10275,6 +10457,20 @@ func (response GetPrometheusMetrics200TextResponse) VisitGetPrometheusMetricsRes
 	return err
 }
 
+type GetPrometheusMetrics400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetPrometheusMetrics400JSONResponse) VisitGetPrometheusMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetPrometheusMetrics500TextResponse string
 
 func (response GetPrometheusMetrics500TextResponse) VisitGetPrometheusMetricsResponse(w http.ResponseWriter) error {
@@ -10303,6 +10499,20 @@ func (response GetLiveness200JSONResponse) VisitGetLivenessResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(200)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLiveness400JSONResponse struct{ BadRequestJSONResponse }
+
+func (response GetLiveness400JSONResponse) VisitGetLivenessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(400)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -12018,356 +12228,357 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3rkts4ti74KgjNmbAUw1TKZZfP7syomMiyXd3u8iXLTnfFnFZNEklCElsUQANgKlUOR+xfJ2b/3XMe",
-	"Ycc8WD3JBNYCSJACdcmLy67KX3aKJK4LC+v6rY+9RCwKwRnXqnf0sTdjNGUS/vuWabk6mWgmzV8pU4nM",
-	"Cp0J3jvqvWOJ4KkiWpAlzTS5YBMhGZHmk4xPjwnNl3SliGJck2WmZ4SS+PE3f4mHvagn2YcykyztHWlZ",
-	"sqinkhlbUNPJIuPZolz0jkZRT68K1jvqZVyzKZO9T58+Rb2CSrpg2g7wBykWP2R5eICaSk3EhOgZIzpb",
-	"MLLMeCqWpv/MvPChZHLVi3qcLkw3EykWPX8oEyEXVPeOeinV7MC00KvGpLTM+LRnRvRXKcrilOrZ+hCe",
-	"Cq7KBZNkat4hpqOq98J8UXUOL2xcmPWOX2aLTK93ekqnjKjsVxYRqslCKE0ejkajITkhOZVTJsklzUtG",
-	"KFdLJhWJH49G5qcspaaF8wnNcpbGRFI9Y5LoGeWEjrmaCamZJAWdsogsZ1lidtT8JYnSrCgyPiWxmEwU",
-	"0zG5WJFMKxLnZowxWYoyT4mmc0YmQsKOLGciZ/D9cMw7tgS+buxJyia0zHXv6OFoFPUW9AqJxUwwqmnn",
-	"YYB2ot5rumCqoAnrohj83Yydu1e7iKV6obd5j97Aeqx39VYs4eioeVZ09YFrGZ6+P9tRcLanVOrM9PYi",
-	"DRNn9QLJ0ohQRShZMKXolD1QJC7qz2MyzS6ZIpkekjecGYrQJFOEC00oef/+xTNHS2MOxJRxIKfzLI29",
-	"vW0SvNf+RrKvDmFZZuna+Yt6VwdTcbC+7tXkts19w5mshrjnuTwVxUmpxUkyD3GExSLTcACSUiohScbh",
-	"r0IUDxQRS060pFzRBEbXp/rAnOADwRM2OCZxzqhiZksyZT7jJB73xr24i4SoHUeQhiY0V6xa0Qshcka5",
-	"P4Miy4U+NQx3fSKxWYeY5EzDQMiFFHPDCbJfGTIHdsmk4b7xBdXJLD6sKUrF8IVZUqY0ydlEE1HqY0L5",
-	"mLOrIs+STFsmZcgMW7pkUmZpyviQnMHXqhBcMVyFhEqZMUVi6oYdd3OV6p3Q2W0tw/dm8OuzPxOa5u64",
-	"kIsynTJdcbaE5nlE1IxKlhKaSKEUSXKaLVhK6kUYkp/NyOmFuSCPyDejUTTmQpJkJhTjhgl5y9p/OBoN",
-	"yBI2vBr+d7AFQ3JimkgYWVBt7sWIKGG+lbh6YsxxksRufPfCwE41FqXBYLdz2FNRuCsPbsVtN+KxnT75",
-	"jnwoWcnIQqSM9OPz85/eP3///PzVm2fPz8/jiBgJhWlzwyS2ATXoovmkMYKtR/WlOVFWmFkfLzwlaSkp",
-	"ckpOFL7qhh6RERGScDalOrtk5DvYNpiNYaNwXs+yBYsjwnLFyJPRkPzDkLYac3ohLhl59PDbR09GoxHp",
-	"U7JiVEbQwiybzszp8FoYECoN29Dm4sg27GPuTymwAK0tq5hhYP6vkAA8uq1IGRhXpiy50zwnJU/NSeWs",
-	"5lPHJB7FrQUyJJnQonUAHkakk/p/+4//Ik8ebzsAY95xAsiuB6Ce5Q7L9q68qFbKyKEheUIqfZAIrmmi",
-	"iQJ5tBCZIZqYiyWsC+Xkxbs3B//2ZPQQhFSl6aI4JiUvqFSMXuQMOaGCzc+mXEiWdpG+ag9pK/X7k3gl",
-	"UrY+iZ9hHSlclKkVZGEqighOJmaKxE3RivnVMh6RmLNlTPpGzMEdpck8F9MBsLqY5rnbPm1PDm65OTov",
-	"T14/f3f+7PkPJ+9fnp2/e//9u6dvX5yevXjzGvhCHNnGS54zZfQMbfZ9zLs33pywJM9MZyDDTLI8ZykQ",
-	"bMatjGrvGdYYzGA45m94viKKsdQISvbuhlZSwVAWYleZ0mTF9LHbJ9NszdiGY/6WUfiR8pW5Oo20mVDF",
-	"jmEqB4LnKzutc/g/oTyFP/GvPl6bEyaB3+NU1IMxVwXL84xP1YAsGOW4MENywldEgBBfXaZGPltryB4z",
-	"yWhqpDwjC8LWRGOOcj4ujWRFTleEWtHdbqWhAkr0qhCD7oOl2mS2lTANxxNlQHJ+Kfj0oBB5DsdFlNqs",
-	"5yLL88xyZtI3q4W0GBvVFNnEwLtsHo1AITKsqaByDts35lQbLnbkxLFKQaKaGPErInk2Z7ZJkJ1i0o+/",
-	"GT2OkS9xoWfmhsoUoZc0y83Z3bAkdvRh0eyRvW7d9Qt/7yDzi+JnmnUsGoFFK7nO8lrUJ0ZwMsK9OY52",
-	"SGZRlGKqi8uYBdhXovzJnILtehceloZM3uoc3thCPtBZWPD/ab2DptDv2t9H4D+jar59bpqqedeszLMt",
-	"kzoTXV085+keZg4trmPkOKuVki598pWlKF9/yVLSL3n2oWSkANuBvRgGHauv/W722oVP5mVUCUCM+Z6m",
-	"b1HBMH+ZC4px+C8tjIIB4tzhv5QZ+Uev2f8m2aR31PvfDmub2CE+VYfPpRTWCtUWknKzjCwlFyJdmaME",
-	"aw4CDSWLTCnDF9xcyCRjeTrsfYp6z/IPb4GpYtO3NdBWs4ERv7a8Clk6S5HppeZ2stdSpsjUXIz92Pxj",
-	"biXJVJnro3HP/DDuxQMzvUwrkjKlMw4DHXM8wcLba9NUP/ZeOl9rEU1Opk1U7mAZnU6nZ2zM7d0jSp2I",
-	"BcMlVIa5+qv4AzTzGZcRFVEYGU7BXIZmJRWTl0xGeAmZH+IXXDPJaQ5txSQRKYNloZpeUMXOS15dGube",
-	"rR84phyROLNtnDNoZIDigSqThCmFzDe8rO2FekVNU5zyhH3G1Tot1Yws6q4NYQhO+mYtSOw9aEzC+90Q",
-	"yBGhbsmXMtNGLh5ze5mB3O+u4SVVFXnDQrUpXGm6UseVVDOlGYd7nhSlmhldojnQycSu4g9CXoAh4u4Z",
-	"yz9onqVEiznjQEpG2nGmE2AlUuTMspkPpdD0cMKoLiUjU6oZsJgG3d39iN8B4R8oI0Eb8islO0afAEpP",
-	"RvCNv726iofkqTkCRyR8BEj/VCg9lezdTy9Jpsa85JLRZGYeGhJwHxmOAGKMldWMRhqBNB5/O3oUDyKy",
-	"fpJA/DUsBa6HB6pubCnkHIWf1HI2muYZB34WK001WzCuq4YG62dyzPu0krrrQUri3iPw3sDS0muhfxAl",
-	"T+9+YwyromkqGUxOMiVKmbCW8gIUc0pXuaDpmRAvqZyyux/a94bbW9cEeBvAiCb4JJuWhsjBC0D6Tol7",
-	"8pi8yr4f4FhF8ebHWxvhqSjeWhkiNM4TTXJGlQaF0cnP1hoCo7ECh6e63P2eOisqXJlplqJVHoR6YBnW",
-	"vFyp1fCe0fQq4h7zvtW1v3/z7P86f/v85Nn52YtXz9+8Pzt/9S6OKu350YiowTFBdm37rc7CkLz2GG9q",
-	"lojyFLRxp18muVB4n5vd5QzEPHvh+xpopWCaoVq3om8w1nQO1jNOaArCleBE5QLUf9LU8JWmea7IIksP",
-	"cIFYTleG4OEvlis2JG897mR5Ex7Od4zNb/2AmkY3bigKUH0rW9USc9vOICSZUTByeDZlHLa8zBL2vuam",
-	"d0+JbxlIPFaOtLtZDRiZM3JklJAyRaQoNSNapHRF+msM3WyvdU9+OxqR4B0xGJITUkhxBSK34Vnkgubm",
-	"wgavykQKXvl/7ZAWdHVsOL/Z8Uy3riRnScp07U+4OlAzUebpAXxzRFDIsgRyJsQrylf22Ku7X+aTit5N",
-	"P1LkaCvGg4JOCCGJpJoh03RXL50YgScGSj8Af37s7NhGEWt7/A8ql39olPbtQy84AIb6ntNSz4TMfmWf",
-	"4T57hVpVRBZO+YoIuypAKhISL+BlpphzRqIUNQRl1jZu+j5J5uDi8XTFQoqCSZ2hHkmTORfLnKXThQuQ",
-	"yDRbqG0DP0nmLzRbGDKxqiqVkq7M38k+LhLwKrFLBgTLFvU12HaSDI6Nin0AL8GXaDE258+wVbPPvMwt",
-	"P0Btel3Nr/Xtf67N/JfqA3HxL5ZoMxU3y7VlY07cbFlDUCQ0I1KC7zCmqGc9CV2uGS1c7ALzDHzw0QGc",
-	"ZprMd+rHd0hv9JU7lmIlgGEv0JiRFcuAO+UHyRjB1yKi6MLsj1zQPFPoX6KKxCfJ3FLjEJuJdxp/03Sy",
-	"7rFsWmW2zqFFDG3DjL9aHYTReaT2o/9ugt9pWXYixIgoDfZ6sGU/e/kTkWhA+xzUSfpckGTGkvngCyVU",
-	"R6MsBW/FgWJcZTq7ZPnqyM7q0Az7MDaMMGeapfGhs0vEhzFN5vCLmMdj/tv//E9SvXZsBEktVzExP0uW",
-	"sjy7ZLJSdpMZlVMjVMI1BzfcMYnT/AN+YETYA6vOc7E8NlLDCqVQcLaad6xhpg9NWfETb0Vsz5rov8bz",
-	"pcDo3j5eaf4hMDwjchlim8Bq0MbSWWJvm+2jXipFUbDQbMFFkinBK0UIxH5835zZqnWzGWmmzNqmg3A3",
-	"HWf05xkIaUvqxF6WlBruebO3ZsN2Oi8ZT9lV4KQIlTmfvqddeCOsPCv2mL9l8E/HcsAza3XC99CLnVVX",
-	"0PrEuRABBvg3KhfAHNISxSZWHxjYQwpi3gXLxdKLJAp3YU9heMwZV1qWSLRm5G6JjUBeSJGgsYCbPjNF",
-	"MOSnYw/3Ox61bIHO7M2HA3cwWjskbm6Ogtr7FMFZsMscOkXfl5MJk+86eOCzTM2JKoTICdh+jsnCqKL4",
-	"C1qgjUJBLhgpJDNc0EyldRgv/sZormerAHmjsxyas4oF2h89fWVidE/imcI8MxhsUqlmZAnqrkBDOTQX",
-	"mQMuqVGCgPuBidBr9kIIs8uOy2Z6cEzM5lorKKoLtokxh2VmKQrWYN1Gr7qhGJDsWTokP9u20GcAozhx",
-	"mpo1TQ+OyHLGbFApG/PKJiGWHE0Slms6bc8I9ykjepklRjdHjSUi9Xg8A0dOlSaPiBrzPi4lOjq94WbV",
-	"aC3LXyfiSeVAaFk1zXRYCssNVwjV7l7RApcpzDcKxlND0dtaXNIMops2t9Zc1ZBQYyYOzmjgO86qUnJV",
-	"7TU1zNiRdR9idNH48+70zZuX589evI1JAu5+w3Mv2JiLgnHDeDSQDRjggewg8M6sgiLLWZYz0rDYktTs",
-	"qpD47prVv2sHlkLOUfUMuLd9nuBWttq0yDtrVTtraxbiAk+dqbGykdM8fzPpHf1zJ900al/AVuNc35/X",
-	"RuC3NO7UUgEPwzywNdJfonVJGQeORuVjEttWYwxgtvea+Zq5nhx52BgZwdFNUDXVKbUvgtFBMbhPEhZX",
-	"cvrgiIhFpusezYWoS8mBuPEdNSTxgskpi9dfNkrrnBXASxkvF2az4V1wB0Nn3i7W13wdkR1cd3hEcnrB",
-	"clCp00wlAtTqQhQqKBvbEW3T9CGk4I1991NkIwg2RB6QfiIZNXPOJs47bBiw2awyZ8qQCJ6xB4rE0FwM",
-	"rGtF+hBffUHTcyuuNK5jT1ilKhB8fEbVfJ8laB05nNjGE9Qlk9bW/PVRnWCeCEoXHXKSv7e3sU92nNu0",
-	"KTu0nUXNauvDT0JdIFlkKem/f//i2aBDSROSTlkoxQUeEManGWcRiRVDY028kSo2b7O3V/W4o1bAvguT",
-	"8fMgXBCLHW29MR0kUxsBnjEj3G4gnqa9YG1iKXyfNgNZ1+/PBdPUyBbYXRqK+rYzew3hKGsqA0p5zslf",
-	"MHmA1nqwZYe3rha/A1FR/rLXwmw7gHl9dutT2WGJNc1yuNzSFJqh+WljmTednUZTQLK9NYvsj2yFOk8z",
-	"iGvzsKpJra/2G85q18YD5bQcEuPd/iK14ZFG8rNtpic6hgvE5p5ZsTwisTm6cevu43D5tSX2ZnOdIVK7",
-	"WYZOEp1dsjChYXrPSzoNE2vhr8z6Uc4W7CWdenHr6y1ooWnuphJ+xS2lebqfdbj6MmqvWNRInGkOwp/1",
-	"2iSaa7aVon9yzHb9qslpa+G8ZS8aTGInW34Hxa6Z9gOM1I6k0e3Wmb0rFwsqV/vPbUGvznBNu/M1VeZ0",
-	"TJGnTGlScstwUmKvj7D2sWCLC+slaomhGAwtxVKRvtEanOlADcItcctdu02b2KTacjKUUTo7D1CDkQcN",
-	"n/DEyZjvNBB/1HtJp1PULJ4xmgZlTe9CDnD8OtT5Kcp5N2EjKhCgv9dHZy6p4Ppj0KLIkuZxWX+n5eSC",
-	"cx8kRBsnqsgFm2Wozy8M8RlRtOHLjrbpgEBH1fD8Ha+pNUBUIQryBtw4Ro5QfLHGO4Who4xXsp1lp5G2",
-	"FkFaRid0Pihi3+iwBFxDrEg3iAo4ZuCoe4/4nVgwL/Jjbdg+f8JFCYQwXxU5xejQZjB9uMntEndrFdzg",
-	"ow1KzLP8w8ssqPlagt35vniWf7DbHzoZBZ3aQNit8Uj1m+5EhRxNfKpnaFbIFCZUbz861Zwa43GddCzP",
-	"q67tM6KaF1o5JDEYJOz7Vk4rpEjLhMl35cWNhbTtKkHis94WwRodnCoSo+XoRIO2tEsgfGQeQswC5Str",
-	"IQqL08hJOzhrtag1PX3qfNnRzXa23/lGzTg6X+GlYZeb3qiO8ZoZygYMEoh8/Pu7N6/h2vcTs/+lBB++",
-	"pUtHQN7TAzXPigPUFGl+AOlxTGLfzjXk0d3Wu8rt6a65DVEv6+bCmL+gMJLORgqHVfRMPeeJXBWdauVm",
-	"cb5lhVh/Xp+d9cH+/eczEitzqlwWCAQMg5Ua7Mup74skfXfOnEW41DMIpXIx9tL6Rytrd/0tZnhmGh0F",
-	"N7SJQC9PRYkxQgH9pe1S2szjG6TSXDLY5Gijk7U2afjaS1sV94ZseYHPaTzqa1JEBz89LeV0d6vHuvsO",
-	"AyQK00p6DFYqd3ly9EROs0vGSR/Dh+DtBwqki90iDTqv/LdbBZTuXb+J6FJvUnN1Ota3lVuzr1V/p2yH",
-	"N5iREmCL0BBh/JLlomCkyEtnkA+lsjSG7BoN7nrw+2NCXbw96cfNuceDKp4RMiOryAy8lzHTIgaTsCrl",
-	"tW7bNP/QwbnS/MNbsXzLFuKSbTIzhMIB1i29MjOySn62hTNsY7ebeBJmjJxsFfLe1m9i7pk9xS3/CMw7",
-	"dnzYLLi5VyxBH5O48vHHtcwrM60Zj+DNOSv0McEkLMhoLpOZeXDczJhZd7OhU6nyoMDyR72qu14EeVyg",
-	"7dTJQJU37ZdbsmXaddl4QDtdTkW3cfBZnU7mZZpVsWJg3rDEckwucsrnEAz0eDQabNYjuruxgdnX7OLT",
-	"5hVw1LMbj1rnPtHH3/fMfqknM+jC2nzH47p0TakxkPZS/bLdZ+vErAfKhcX3HY8Q0mcHg2Mb9gsMnlyU",
-	"2mpVgP1TBZx8inrPw+FTrftHTGx7j6+uDr+9ugJJ3Y4hxPLToL8JAk8Up3N2nlBlHc+QEnJMKCeiYNwh",
-	"MTh8ArIolSY0SVihScnnXCw55j8Ox/yvjDOZJfj3EYnXcciiyqt9btQI87fv/4wsxtg5u8KgEMieLL1Y",
-	"dPPKxOXsAbyC0OcQWIN/nBuWeg4uHPPDgumZSM/NSzTPxdK2WKCSc66FOIdcJUxSbCbBRCQWl0yaF7Ff",
-	"STU7h/Hh3zdJ9xyGVgeiWiABICIF1bMq+dhFA7GESDYpFVMRhqLivlukDsSFsGrDUgo+JYaAScaTvEzh",
-	"gmosPnQ35pBw4MOAGYET2sUG+15QvsBoToydwsiiTCt8cXA85o3dhPZzRG9x50OLzhnWA8CpvT/74eDf",
-	"IvhizOMhHqnhMMYPrXUbn9s2kL9gUwnlGPNCAHsFouAuaEoKJhPG9QFTCS0YxEPNwH7wv//6a2yzL+Pj",
-	"+MgudNpAznMhkbAGZuITyOLH3F0YiJ37mLtMQ0ywCI9pSN4aQj0wG5tNvIPjtgk1aaApYHbnDWq3elzz",
-	"R3zPsUn/wGXwF6ZrGyIN5HDPL88h7WIFbdphYSvzy/NCskl21Wh7fnneOL9jbn6aMu1ezvi5p6jZT2SW",
-	"Mtk8fOakSLXWGPx8DmdfcI8rtOSlvo3zrnRep+Ki7ouK7lom8BEmMUWVrJbMKJ+ydDAkz4G5Ir6KmJD4",
-	"kBbZ4eXDw/mllbPrHw5/+/f/Lx7zOiTLxhV6Wwrxlu2lgnb8tnEJYsy0a/0KnQRXifTNcYVeJnSR5SvA",
-	"ZgAGCDiAGFE35hVADMR82TOP46x5CiVoOiIFVZCbeZFp+Dl4Vsd87bD6h2UH9g9H2p/NkJyMuUcwDxSZ",
-	"X+LpgqmDeFhdtjABumDVBdTbPWfgb+WC8gPJaAq34M6x3S44Fe7UkCSMYWsBk7u9FAJqhU2grMSGTNW/",
-	"BAVcDBHpdIWF4l/jGYbTYRcld38G279kUoWFurZugL1F9eyqwdWthFbpx8vNmVrm/3Q/x+6Pl2/cR1u9",
-	"uV7zG0cXtuagHrTPyOoQpY3Dcg2Hx/QyU7o7tS0M7PtUcJ3x0l3W4FWYs1XY7IlywnNMvNsFCyjqzdlK",
-	"veH5are38xrk9prIr9vCx/DaaXTR23qm6yY3LXyYFi5WmgWO2/fmZ8PeLd4bRk12Gdg4u9JVmuZWS54U",
-	"y71oTyyDPl1ZcqObpDuYAKBH/5PIzju8XlWIZtgFVy13cxbNlwxhhS3JmwggpJhvPHHeWMJzqXlK0FH2",
-	"4z9IxUuc2CAKwgFaLuYqxlBQhJCwaQYpKxiH9LRYFPG6utZxlKdMnwJ1k9/+/X9BzvCuBztluabrDWY8",
-	"kdAWXYgSsw5omhp5H9IgHMhjR9wHuyrMIq21WpQ6siYxbNwlykFoinOvHZMR+Q6VySoL/pi8Jt+RpJTS",
-	"fGBvD3zngpHXZhibINPA62e04o4xFaV+MTmxOJ/V3BGQFpONVdjRPWer4G5Ak612ceJe+2b3u/bF0fha",
-	"y68oX/lfK9KnHl4FAm51Rm8sMv4CHz5cP/ZNht1NX2LhYHs7ViUPA5Y3WykcfHltajMcnyQ5XRSYcGF4",
-	"/qCxt0G2v6BXGyi4LArIhCl5B4ddZHzD57lYus9JP7aJJfYas1mlR2Oc8bhnndoABdzMgvOZlNoQud4R",
-	"oO4HME0BK9ySAv4Pl9VwCwAa9MiucqoADlsigwZf/2bs3jAu+AFbFHplyI7gN8Hh1kx0Lc6a5EJp8211",
-	"3m1mSY0Un9A8hwQkHx7b6pjVV53ZaTrvhPjdcNIBTk8LkmeXTTR9AOpVx4Rd0UTnK7B/GMWs7ic+jC1v",
-	"AXZdIzlatN/tUgucpPtYg82bhfeFjTtA5nNbwQdr8n8Pzmj4zj8tu+Xsrmuvwr0tC8Wk/rz32+vtl1j3",
-	"eT0rJSc0cGgzbiQCjmbh/Y/i2f15+8LO28nnOFq48uGD9bbDsYq/GyIQTqY+tlVJrMxMZZWXa+VntUGA",
-	"xgs8kKWLIINOsgLMQTKjBSRFbklnXzfC4HELBaX9bKPe4BK17x27kLgJ2pgdgYN0SE4a4XNVWI/gxNoE",
-	"nAVZyhXhwlrcO0PdNlOg2Vkj38FFb9V1YC8WG2tNQPBlUeRlHVymSs9fP5FWig5Iq5Azt1kOBhnYMNKJ",
-	"E/F2D17eT7kWxRa7QkASoiqkHnrEtpytiBMrwS0CS+679HFRe1GPOonOWc+iqnAO9PzLBoNAcP0i0pTw",
-	"zMuNBbx960HUK4v0prHy9xw8lCTshAf0zN1BjKZn+t02xU9hHi+WQanJCR8BFusz0usRSxdzuafDu6HD",
-	"f7Tor8JDQqB+Z2SI74Qut0TDG1rY7HywSUFr1W3CQTfn086om5xOz2eibOQ2VcsKqXTnLh3rnN6ABjHP",
-	"7jzvyo7C5K/zOvnrRr1V8TTn2Zaon/PO5C/rru56bIZipnOuNuU8YlqiHcV+GY2tzWsMaG0CrSk31jsw",
-	"Vn/fO9Y+SHWMKvb8SjOedmqXqkuZgu9AX5xIsSBcLL3yRa7qSgRhw5Gt5YaEaEMaGkEeaOAREh24oBF8",
-	"R56Mji0K0UPyHXloTvSeBY2+q17eiMK18f5oLFLY47JB7oZkEFsQUUHhlOfu5fiasvImWLgaKSoLJzTB",
-	"w3M7YHsmP8eI/WYCtERlnpnd42yJ2smqGXDuyglwtkS16HqjsA0EzBUYZCAmpF8dvAhD2ge4oIowoIEd",
-	"UuY2wDr7KF7VXLa4utxmR424V5xIa2F9ySWw10EekF0ybgfeoupruPTFPN4esFC56G0PoWG1Sgi0RwZw",
-	"bzu4Cd2bwS7wxt/tzu0QFDdcxMg2bixHdlxY4VRVd7VUg94479ICzobrrCTmOZPqCAgX9wwjeZimGWdp",
-	"nfHTgPuzFa/gc5sRQBVEd9H0JbwRD1wFNXJRJnOmFXj5yoJoQWJIEbTlFdtbYVHqwndz3UH4eY2+tRFI",
-	"K/AQ8807n1eZk1vEQHwv8rClvJYjb3o+6FQ9qQ17WaNvrPuDKwBFFyFYMHmAqT1IJogQRWItacJeQEiU",
-	"n0sZBbItxzxu0ret+QUizQFUWYTngz0TMYOb7h3P3YMMgoc7BJa8NYX+Pkfza8vR7NARtuZQ3hbLdlBm",
-	"O9Dny0xpgF3YHkZ0swRP3J97su1I1TZn+hZNA6182psCeyH+WRe4l0O2Q8mV5oMA6JDTicIXGMQkV+Xe",
-	"d1GKPvgl8LZk3jbHPAJvQ55dVjeT6hCoKxlzV6AxyMBN2E5wQ3un/7qm25m/rbTgFg/pyAy2qb3uVDaT",
-	"fJtpw34qkc/B6lzVei868NKstN1ILm5dq5ZpNeltg8BxS0gWXmtd1QyuyUzvCs3CLlM3jkV7SkGZrC1C",
-	"d0tfFoOsJWwFpKox7xSrvKj7uiqrK3Nu/3ygSKyv+N+omsXmFidXV7NHBw+/+TciJlhlp1l3MUKrj5En",
-	"Z1TNCLjZXMU4TISJST/+qNgH8ypdsBfp1ac4IpRYpJsxLyxE9qCqJIGlml9SzhS2yFSrX2XmotmVhq5s",
-	"hRrImDHDiFA4pS4Xh7gubInZotQELWnKoewtMwmhYEmmABZo4eB7W0G1papxnMMa4verDepBLb7uwl7v",
-	"pdIvXirtEDJvU+2/Fwb/GMIgLncDWDsA4HK7ImOnbAZP33XLVrXY5QIBdjBXpIym53nbTPFlCmy7SWgB",
-	"7BYrYoVyvDeJXf6CR949EiCMphzYEhK3CBsOvG/t2sKbZwMOzowqUCRcC4GYOvilpgi3BBcwjdnqQsIa",
-	"GlkjsP2tfWl0F7VHuBZT4k9WS4sT2MbNBbIkC3yBKE4LNROa9HMhFMtXkHScHhNVA5q4ygqjgLaUFKW3",
-	"DvUA/Hy5FiR7mhuh2dYc7MKVFCJ/l/3aoYNZiH6/2NsuksKCLYRcBYfrS+Mb8QyoRmOwUwbrEezxWVno",
-	"pn7pWHFr++17Xj9RQ77G+USwCSEquF4mz6aJVC06XNQbZuistbdRT9rJiAmW+t2lArUBsVTtYKj22Zn9",
-	"qNG6t2OhBXhzyeRlxpYB3+JKabY4WGZp7V8gfdAkIHNWU60IBPwmWc5kRH77j/8iD0dEEZGngZN684Xc",
-	"igG771LiBbDLKodX1huZa2rLcp82AB9bhp8uo46LKLiZR8PFAdq2wqOzk3vGilAS8hZRttsv0y7Y4V3H",
-	"7quN4+lU5wDGNchRaw/SVgkVQm0AajrTqxuYkm9C4MEV5WzJlN5uTq9njeEk+3wB5ziwgmGnpcf98cPI",
-	"7UFw/0RxUmpRZLnQmyD081VlCakq+zI+pVOWEuoawFRIlf1qcQhtRZtSoWO+JUtRncwCebXmZ1ce1X25",
-	"jaO0SzWlerbhWyMbvAp8966cTpnSLCUFLRXzixlzdqUhdcqV/ilEnrvKS9zF2/BdrF8N9oSLUA2pY4ee",
-	"2dIft1Txxj8FwQoaMB0/hDhgSOwO0LAFQmzt3XBAxjbcpWd+sRNXL2fOWKGaZrcHqo2P5yYHYffKlR33",
-	"jtteuI3wc5uUdoKtfSoWi0xjTlqzvOADVdnT+mpGJZZhcOOuMEDFFIpvDe7Rbm9ihYDSh7iiVvOLyCWT",
-	"F1Rni9u2XoUDP1yxmMv/PugOIeuuSWo+j8c9yEqF0FvDbU+SeUcpoQ0gfHWx0Vaxj+sUK91Q/2Y/9Fv3",
-	"Nl4vtNQzLHS1b91Iz/SxVsswgWW0QI1Ez6QopzNCfVv4Nbrbo4AiRHNALcg0lUa3dqfb7qm37vFghwqL",
-	"IRNLbaBxlo6GnWY3l1gdHLcdsvVUFG+ZKgQPqfDUFyo2oqb7Asj2cts1Qyb9donhGk53z5P2pgolhEsH",
-	"CtLC5WOZ8jEJnsBgJ92Xq6ukEJGMW7cJETK1RJBxwmgyq+Exd07h8a63IH59J0PwC9xNMqk0SXKaLYBV",
-	"eoPYj0u8SG/UpHqK72+KKa1fdq1vQTUOufkrLbmgelZtsOB1nbVtFaI21EWDzMVvRqN4h3jUOgo1ZApt",
-	"HtWu4xk1KwS01zJ4eks1CxeD30AxZ1QasTwA4Ro/w//Eg2Pi6uUJbmnAXMBDAg4BLJlHq0p5HdRw71HZ",
-	"mt1bVUEHlGKLPlTJNqSPfheHuIiAniwlMybZLfrtOs6YJRR42kkQYNkjfTTcRN6xjkjSqCqvBmQm8nTM",
-	"F6iPUU6Ws0wzApadOvX824ffkAuHywSAdRVs/uv3LxGQD3zjkE2PiJNjHg+HcWSTkd+/fVkBoaZSFMgm",
-	"DItQwWqOYUS6TlnkxO2CGUk25a6KPURPAKQf6YOu7V3uCveZaCvHqI4akpsFkmfMYdWaYztnq4ioRFiE",
-	"FmSDdvWPycJscWoFsgvVLDG1sdrkZveKYTmdiTHVVde6TszPZoyGZI5J/M9fEHXUX0gEC1TwcPdb0/G/",
-	"beZpbK17Ph05LGFQwh8s6DumFEdwT1joxA7Ets3V0F15Ws0WO1VGd4iiuyos5IcmzHHUANJ+oOBlmucH",
-	"vzIpiPmKZBMsew2wixvgu8NFG33G0VFdsyNXAj5JY5KA4r0Nrv2YxBdQThwwGblnrnqgvJrL0ZhDhWeW",
-	"kpxqJo+r7XLcl4ulYakRIpEiQ2g49to47q7bzejt3nEObtbaeSY00SXN81WXtaKjSrtHEWu9Nmt02ZUP",
-	"nQQQqTos0tMbC/K75zPu7qVq2dE3Cc7qtKsseF3jEzUDayjfEonZWWW8KrVmLuwV0zUpkwsEc4W13K+E",
-	"RwefdqktXjTC2ny3lkG02+6SJVqWtf2DrrJrVty9A7P+rZUwxuXxCk5fg1h/wniJzkqWu9YKxrACPM2B",
-	"GAvfROCmuA8NvKmXZTcDdbDGc6cLemul8GvV1h7uAR5qW9uhbsDZjJGHf7FFKFxEeVVTJq6atEZr02yM",
-	"41Gk/81DsF0PhtX6hp3z1y1NV3tbd6e+Tmd+Z2xwra9jf2RBdTJD+HZmcdV3KRtZ+XWrfK96Mp0E6ZHi",
-	"hhj/IXnBCVSrJ5BkZUN+JYOIViiQANerFhCZa3XdYXcm3VumGQdvaFeaN5ZudA4AcMQ7OG1QAiCD26sA",
-	"BTG5VcXX/oh8R8RkMhgSq2+TURtVbLsvtU6C+6mrjkqVfkjY1YyW4BSrPBT9N28PHEZ+nOYfAHvnFb16",
-	"y7TMmIqPyYXQM4TAId+BHuUN2Ixqw63uxUmlRsb5OeOpWG5YT18OWsLLkFZZ2yjqNPrQ+j16MrrWEkJR",
-	"kdNGKuPaTmdGzQR9rtrvCuUTdntB+aoanMjTm23r2k6EygozErf2P77O3jDMnMgEf15nD7ey0PEV53eB",
-	"uUumNFYdVmVRCGllGwxRXzHtbUyFoLR9MI18nLamVLgM/poMKk92IQqiAGqMC5sW4ADqPAoZjUj/CSba",
-	"GC30wJkzkDMN9t+pBb1ykWstCRBx8Oy9gbCqLJkJliLmA+MTIROj2owAb9fWKrkZO1jQq59pps36dR6z",
-	"55dZoru5llkaj2lFuORpVZjEjB4KONwOA1tk/FQUbtCBZczyPHObTUntsy/AjgSsHUpGHEzKPCfghCdK",
-	"YKJ1TrNFVYENDE790W///v8CKuFgOOb1uMkJAH6BeSI2nXyHxt9CFGCBohYL1Zai4sJjSkYCSAeusAuM",
-	"YMwRkOPhERGu6Dd+au4A6vhvVFGus3tU5IwTMfsBKCE1cPSY54JPESlEw10mlpzY4jXW9gU2sUQsmEIj",
-	"HWa0VExfabrCxYFyChcrhLweO1QUqciCUb6cZblNPK5AHZ+08Bx32uNCZkLaYJ82Y01y8Jq7V8JnpE1i",
-	"27uU7vbewNLMA0Vi2brorRzXKQjE1+Jr8qbiRFSLDkLC6tzOAawHlvH530QeqjOd8TlKM4B/iqqsC6mp",
-	"vrdw2uqYxP88Ofgf9ODX0cFfhucHv3wcRU8ef4qtWxYsr+vVRuo5oPsmtKoFNRedGdH/Herhv4Whj1vT",
-	"e0WvOrfA8WzDWYARxmufxxF5YniIQ8/ZdVZPRo//zUonbYBUb8ee7LplcvXMiC1b+OW2w/RwNLoexXg5",
-	"sevlxLMk07VtjSZzRWw9L5DmAjAylpQ8qIyMT71be/8xap2HJKbdluV6ciQKrN+DSbC7b9ChMqahTk91",
-	"g0AFArsKmTYnycibivRTdiFKnrCbnPFPWzSrLqDXE7yyHijCJhOW6Oyy0rYgbzKBXNhSMqz5U11xKVgQ",
-	"vLo/iyOUKMbcKmF1GT34FKrmZsrpbH0jDM0Zif1BgltHqHXFrm7U1/8GG1FSvgTd7kvV5b4g3e1L0NXu",
-	"VDf7XXWxL133+n11rS9ft7rXpf54utRn0J1+d13pi9GNvipd6M+h+3xmXedL1G0+gy7zBeku27LoKomk",
-	"sTXrsnJQLAvJi625BrhfgB9FG1SHoGCwdheHJLugZB1iQptPsndHIK3UglLj+HQ62E79INE7cfzvmm7w",
-	"ZWYGbvC81+vTubrvOoKcXhp12mKH2loqViBqpObfZmrvTWJr7DQCPuN2tEpHSqOLVtmYsOut2BfsJ+/O",
-	"Vt7uze7MfP8Dx9hsSvAMpQKExdRbj4vZPW3fB3RYLzBMNQuWFNgX/BYaCnYPpdJZehJC+CjVzJYdchGk",
-	"0r5eoxBzUSWp1NBeAc6yoSJQM9p0cxjoDsg5dxhOGaf5h6NxORo9StL8A5FiSbIU/mbxZ46lfMfY/JYS",
-	"fW+WoxtKUtkh9MmMf9eMXaibaudc3RpdIdVrmWFruzwTOodKzgXtLkZTneDXG0tbdNMlY/Mz8Zx3NO+t",
-	"eQD5B6KbjXCnNF0U1xdXbNmbcC9LKnkT5aELOb5KPWqnE/m02lwwfwHqcXQRMtws19/Qmtu+X5twO/b1",
-	"S96wa627v87rC9G14l6CRYvFadPWkc1PkyTWblYx6TceLjNuDWFg+6eSkWl2yfhgSF6zDNJW+/HHT3E0",
-	"5vHHcQ8+Hbsqc/Ggzsdo58u4mwRlVsh3OXa/1coh/G6a/hSDGUwRf3QhH4329yfAjWyKC+Yeudx7Z0mm",
-	"Gkx5dZHtjCtNMedlN5FKO+IKdF2g/4ARo6ZU+KQ7gSJEPRRqu/F/nlE1uxBUpoROp5JNqWZEXDJJKOIO",
-	"WJfKVuUAywa8ynipu1B4An6mteEC01fBR1jzYyuu1tpDSDfbALa2BhzUQk05mXaIWZgDXpS6Id5vKS2P",
-	"pYLeUj4NLwCWM1L7NNkW66r2o9auNNaiMQEPVMrLArUrHrJ6uGFWO+YtVpCtlBcV1SH76S5v5L161n0q",
-	"X7MlUYylBOYElsOSa1EmMz9TWO16BNfYa2gQu87suncVZ8vt90SwsuPGu23D9bTzrdIYWrPP0KqcUTUP",
-	"a9IVFtdOCrFpZ1d9GFvuGs3tQ7/dFJFsB8BMVB6vAfhm9iqgM1IN9Vw7BpXUefPrYsx1AJDRJLvPJ2xz",
-	"PYiq+mzAiUyVfh7OmGzWza1q7JZcZzmh5k5nxK4MFqEfXrc6rt2THeFTt2EGVxnsATwai6MMMOBmrxGh",
-	"Rh1Zx6NiTx6jz7PO9j4mMXs0+i5GyWtgawzD12NuqDwtcxvHIUoojoWCUrVzFyvNNuTa/w+l052QdDft",
-	"Dk5gDeJFizk4Vakm9Uj7QqJMJFn148C8PuYwq4gAu3L50XXhnfaqoaSaaSCFughzE05mMonGXEh/2byx",
-	"eEBfFrJMskTIlKUk0xtL3W2mqG5QYRjBjx01TfUVv2at080cCQ9gJ8cB5LXOm938n+5nB4ZW37jvtl4B",
-	"Xg/bxhi+o20h7f3GV+WdbR6ca7tzZO7CbIfDFWBMi82dG0cAD4Jllc0fVeHqeECEjGwU1kKk7DuA84wj",
-	"jEiK8a9Q4lGnZLxfUWxXYHr3ddu7ZvSnrpWrKWRtR8EVF4Lqa3hxXcHMY/AxKu00OOQIjn8AhF+ySnIW",
-	"NhU3bq9Wb6XS5II5exnoixd4HTleXnvqHOJGHVQFwBENXCePvYqAeBw71mRDJWoWGZOyUExq0q9/q8Ia",
-	"rXwwOCZxQnnC8tiFFPiFyN1n4Ojz/sBPgtbTDYgwz5jS1n+xGRZmG9BLGIvAvrDpZkRwLfhbsyv9QCEE",
-	"SETYcDokMVv9ffbiX+Jq8tN338VjDkEKH8c9Ou4dPfwUD44tYAjcTq5uBjSWcQshYmNSwZoBfFud+0YN",
-	"V5sVsEQQCNJaLT5+ilsgLTQlFwADpux1fr1LemfqNIdXMqVY6q7MKv7PlQjZjUo/dAWX1rvfDdngX3Yt",
-	"aQgGBWgkJc8+lAwCIja0dMW3Yq01wRbXxAUMxZpkgPJlfjLnNa0iUVlKII6Y8tWYQ1TWUSUw2FhifcVj",
-	"TGZlXigZobnZ35WhGygL6MWwqiz1QtAeqDGHDp19BtkUxKVVw0CwGtNQXMmlCOYDsWVWOmdpEIFm7WL1",
-	"wKWqzei8ybqu1+0awa5e9h1FbDEPS6TdYlUnOAgeiBhg6s3prHarWshjEmshznMAC6FODsyUI5VMh5ho",
-	"2uCiacVG8f/YK6QuY8th39T+smB7g9crJGzd6frQNO7fdWC8SiyLABpNZgtz4jFWODbtGg5YnSRrH+aI",
-	"o9uPQaAA8YZMcqqBWY854NXYygH2eq66MUTP8slgSE44YCaWigGumodvBGWdPMzEaMxjnL950jB/mB8s",
-	"bFpVe9OMmNugSzsH8tv//E/y2BW23gsj9iSZk9/+/X+1MKu8O7CFbrIbpsk9mGugAJEhsj7QkeE/A1h2",
-	"mmcUomFie7nFt1wrs3vHJw00p522tQPmCmdmT009t8xHv9oZ2so7290oVxvgMN30MHZfCxenyY6h3BjN",
-	"HVqmFHlukb5LnuYMhJv9EHu6lqK1yXoH4MH9sSrdRAs/1KwpP9zjE970eDZAC+8ceHAT9ewPKlYddMkY",
-	"wdcjoujCyM5yQfNM4ZVl5PmTxPleh/YquhlucXgmDswYI7WcdgGGg21UuwUhEPozfaBsOmcr0l9HAjTX",
-	"sl0UvUnuDo+gVfjIcDUjJiXz7XWOOusYhSSZThE2/7Bhk7PcKGp+1DWRYtmR31aFIG1YSPeOA/gF97Jl",
-	"lX30Ri8zrjp0ri2XDzz2YKtJn7ZM5UUd5qUgC2eFL2ohBte2km9DJMw4iWtLXrwRhnAjGS4qOMJ9MQSr",
-	"Jraf+42xH3tBfDs4c8SaNzp4Mvcqkt72cXAhZ/BW5Pn+2rDgSEVbDk43GPC9GBrA4b1DifOG4Mv34sp1",
-	"4ZTNZQfZHqAJgpPts6IkD3vXKmpw+3LAs83Xf9DatIm3dHqU5pfrnf/4DyKzlEnS/+0//os8eUxEoSDB",
-	"NZ4yfSrZJLuKBxGhkCya2uTKXfWiHy83OKOilocrcKUA1nAyr00V6tjVPUS7Ly6UnUGNV3AdxW3jSN1F",
-	"8LKKqgpXDlENiQMSzyBV13AOz+B5sSLvnv2IYkg7bql9WzVDoaTqsunCGuw+8dv1FPrEtxc889/KBeUH",
-	"DrwY9Fuw1ye0VOHDhDHnL8JCUTy/PC+g/h7y2hiVevOykxd+/AcRBXofctGF2rzxpFgBL8J2D2ieTTkC",
-	"AO94KLo8oKbft2DZ2HVmy9mK9GN2lSkNhjhrdY1IfMmkMq9FJIY8enCFrgrWcWPJjm5/nq18c4PZH5ZW",
-	"VgcnR3nemVayAE3m55IZOgH7bGsSzmZ6PhMy+1Xwc3aVMJaytMY1P0dLrgTuv8iUXW3TzcV5W9Ty51N5",
-	"pkPV6yERo2DSM4L2XUmxiggHN2Ij3ZvcmSTw1APStq4ldGxVUNoAX2JfCuswOzCJmxLwRi/+1tvuRerg",
-	"7ifCxv8mNA9DyYKccC9F7cIJklJKxrUVrSyvA5kCM4k4Z/KBukUJyzKYXTlVNT78zBvhLlBx66WxGypX",
-	"rYx1R41AXkJSykyv3hlCtoHYjEomT0rEUce/fnCetr//fNZbW33zruFWcMiPyPfwCcFMpn8ttUthIm9F",
-	"zhTpU6KYxrxvSnKapkwOjkhsbrwDwfOV4ctLmWlm/xpzfAa/AUtPFxmPh+RnI+r8/ecz8J5mCpKTnStH",
-	"MXnJHGgJVrXIlOFtHL0rcHKBqmC09VGbaV30Pn0CK8NEBOQagKbJlJ9L7qWsWbRlTk6F0lPJ3v30ckjO",
-	"zJFORVJC0H+mbIlKPs0ZUaKUiSHPMdey1DPLA5jFwFlmkpFEcCOF62MHwsK4YalCgjtfYYDYmL/hjfnO",
-	"mI0nAwUDPF0AU6JAiEwoKBpUYlLdgeFqVGdG5Kgk+J9Kxjh59dOYPxxekb+dnZ2Sk9MXETFkN1cV+gvp",
-	"N6w8cZ2ChtFGfg6a+aUym8THY25EG8Q5MUczpsmci2XOUgTMiLGcp55JZg3+B+xKM54SdlVkcmVBqsmJ",
-	"5YEYVGCRDaIxV6IqpQKwF1jvhJTc9MKt+w8W76ngl5iqro7G/IA8h5V8fHV1+O3VFbkQ6cpsHCxl/HGM",
-	"wtu4d0TGPSR0za4spY97ERn3EpEy/7nShj7PFadzdp5QxdzLn+Kh6e+ExN+MHseADcMFdogYYyR+Krhm",
-	"XB+8ZHyqZ/ExSWYsmVf1lcsKxqCg0uwqNBh/c3UV14FAwA6OrI8UXDpojat9lmYnmk9sipwtWjPmpGFv",
-	"dZg6lGhRHOTskuX1NzAEy0IPipxym2uDVdqrcJZv/uIKmr1lWq4OMBKN9G1Y1cDqCubEK2CScBREPjSD",
-	"McozkrqF3XFFYWHxWv1AUooRn1ga7hIORS4UwwBQYrqy1d8HHiSPSM2cM04meTadaTLJ8rxZuQN6x+Kx",
-	"dmdTQ2uu1HydmvTtaGSHkgDyt3vjvOT0kmbA/iFfCU+1eewK9JhtNGPMuNKMplgoRDUr0XwzemibB1e3",
-	"pRSv5Eg9KQw0QFgiaGoQmdYN5cTfjh7Fx97iYgRKNZulkJBhpMyqAEA5TfOMt6ZpWqvnZ4GKzJVgtgBT",
-	"vFzIC4m/vbqKMUTGDsxr6lGM4YiCk/hwxmiuZ9B4vxoQFH5JZqA8CYywXVC8bVBjH8AyCQ6AVZhzDL84",
-	"Fg7QE5bw3DovqLl4OeUJI33cLe+neHAMNnCowkKoHafFXpJiQZRYMJRXDeFIwV3Os2kbJ2lJxbwnUrhc",
-	"9IykwlbigOvMT2r7tkE5+NU5F/rc8j5AI0wd0pLgpiOo7VeJ9wN7rLEnLjzB3wUWxY8NR/L64eJclcns",
-	"HKgQz/jzq4TZ2gI2xQ1YI2H8kuWiYEf1Pj1wO1hzjvhv+Kjid0AohwumZZaow0LCwrFS2Y9HwNFiw2wP",
-	"i5waMcAM4g0kibvAJFoUjEo/ZdxGKGXayFP2CnfXWc8T3HoPh6PhyBpiOC2y3lHv0XA0fIRARjMQkA5p",
-	"kR1ePjykCcQGFUJ1lt7Fmx5LX5sd73uu4LrA2F8RcIcmiZBQu0WLii0PicuT/gaOEQaPL1meH0yEXLDU",
-	"ncsjm+Js7uBGfrMVN0SpDUGaI4dSo1Hq2NGY17IVeAyMbIXLVdGD0Vl6J8m8hyInU/p7ka5sVIq5mEAf",
-	"KSoYxcN/WcUZz9425al2WqLcVYu1Vq6WtsInrP43o9Ht9oxK26dPbbH2DS6YE8trwYQtwJ72Keo9xrGE",
-	"uqjGfPg9TavpmU8ebv/kPadWpGYpfvRo+0c/CHmRpSnj+MW/bf/CDusMuTF89nCHjk7RDHEmxEswQpjv",
-	"vvnL9u/OhHhF+cr2ChlQ3+6ygC+MksVp7hAGet/ushzvmLzMEva+vkpR4XFZXIag3YYCiM2i0vc0nSqj",
-	"U4ETzHzknfjDqmR8+Nx7rRr+lmcKWH1VjYlgMTnIZzbHHk2fTb5gg2LwnjJMe8wxnCtT5oCL/BKgF1NW",
-	"MJ4yrvPVsB1whq9SyCzWAIFppDNzcw7Jib1FBGfm9FeGH1fAzV30UBe2zS/I7uzie1tX/o54RiNV5A4Y",
-	"x06GH4+DrNmL1zlK09DWVHWi9aW/ZzF/IBYD0L1ebnQnk6nQqTcIF5BKqTwcg2xCnOvQMA0QhgAW1BUZ",
-	"ckB2UGMoA0TMIqcJi2uIa1vmzaJSYzVX1a47RH6u8oOOxj3ArYaaxY2Pkb/NWaFRpKurGCF0tqrBsMOd",
-	"WOxs1OFyJcgFw08rTXPMnfYiGSq5JLadxwQNXNdlXU+rDbgb3lW1/ztJPV7/XbLP8wo33VEjxbLZNUe6",
-	"3aHYg7c+khccAj9BP4iQeo0oXWCV2FZBzeE9+7sN9tfgYchrzKJ7sPmkiu+3XKxmWm1eBkLJAZZQhlKc",
-	"THe4oCzwet9CTEMXYJ1vHs+XmdJPfWHHGrnv+KZvdNmNKLBGwE+bVaQ/J4neeO/NUrfLYDc3vbG7m7b+",
-	"MKfTqQWEsiSwvq0v8Z213S2opAumwYv3z/U0TEBlRbSZnE4beP3O+FsqrEurGE/Jk9FxEw+MsCu6KHKG",
-	"aR6PnoxG6Og0zX8omVw5aL6j3iLjL+m0hjCtqWgjOuwvn4NEQ8u3C4na76qTVykjA3MoVURqo/UXLpPe",
-	"DsVbUq0pvwGbcS3q/wj/frIpbEyzLqhwVdfYfaCs5UjVNmCLtFrlEheiIJIdKMAy1jO2GNT6nbUYOUh6",
-	"ka7WJKJOGQgH87SF4bLxHJ4YOQ0nZz0TEA7mA+GQBdM0pZoOCVahh5yqksWH1rkfkfhhfBiPbM7xiqn4",
-	"MOYCrPMrYghwABVccDGsQ5jAESXV4DA5d0E5RVONtZmnAnOQQ6cah/3Kjq5xrK1M2uWLvvHJ3vnOwS3p",
-	"ltngOfiRraXvD35ULbQ+bV1QG09o1CF+gL5A5myF5hg8ZYY2jiEKs/aUVHYY60FcF0/+ynT72Hwu+oAa",
-	"2AHKOGXywK9w9FXJIH8F2Pa99rjFpkJ9168cwuKdUj3rffplOwc/RCylw4/w700YegWc3eLKlinvwpId",
-	"mNq1JxxtfdkCrduX7zn+Pcf/4jh+4zDdUEBrHe/DWvI7/Fj9/9OhYmyD7+8dXTBDs7aqE2NzCOoxY/TK",
-	"bDBwnGLYrQ34wII+6AsFsY3bVHaIUxlzxN2KOhFJmwyjAWj8ObnElperMVmmezdWNh+H9pO1sN3RoQ0h",
-	"RweOK2Cxfh1H9fHo8S7mbzZ/LfQPgOj1J7KIwT7SJu8pvHN2m/xnM6N5JS6D8kWtL9aJWtaNjTzJRWrw",
-	"tAm7DBgZWoz5blDFDfhm++LBVFJe5lQOjFyDCLAkzy7ZmNs/EIYIXBQYaqM01WxIAOjDovUtBXowUS7y",
-	"6jV1crrPKwt9Hqb1Ob0CbaT0ewb2p2Fg9HZEJ1/u3yAcMRsV1VATKkZCSgAKExaauRK/MC2iLlnLhSYO",
-	"rHnFdDTmLRuZ5STwxZA8v8oU1Ix0ClgqoImFuGSkXypPTDMC2SDEZRCuuOUH8KZ8E8XzjthJJ2j252Yu",
-	"XRjXAS6Dz/9IfObPyGOeziifMoIRsSFcdXPrS70rz6lAMzabWpABQFyvWKJVwFrMXdIOhA5btjDY0fJy",
-	"Wsope5Z/2GYB/8kzG1KHx2jTcv16FI2QWhjfuTuKcZe9wnHo5pn1zRZrGdHt4b1l5lli+CZWxm1o0V0d",
-	"t3Hcuzu8S7vIs/wD7EI324DHfxZLCE42ZTQlCBLjO6bMWek0dT9rAsuoiHC2ZKqqDXqi4zqjfd1Du9cp",
-	"2EbLe9Du01um1ai70uOmkftq3h6NvxRLJsmFuQOMvOVWuquXiRSLRge74Wx/XLtIi3161eIW+jylU6xj",
-	"HhlFcSGUrV9LTghkLEubjdkoz7NegpdICnYvKJRMx1zNhNTgiJ0yW94aEhdMg0qzojCiXYyl4mJysULQ",
-	"UszyJktR5inRdM6q3Dqs422+R0EvtB65rdgaMAw/hPq/riTww2Y54IehXM2twiBmMPTumokCQnjQlFyz",
-	"kj+Fj38j72wKHocfs/TTISYKbbPFONEjztIYYZYzrkUthrhS7Z4d2JKkE1BIWuMZH485reI6vd9Jppw9",
-	"BoPEU8/VJMUSYonNFe+l6w3H3EvniTEO+WjcmwoOEZyVi9MMnwuSC25OFwIpXDeUEgtA7nBpuHXLUtKn",
-	"/uY8ULCWAzQPgbHcpjRS8v79i2dNTpJhtOB55glShdGwqlOdpRuFqIrrlSUWUFyDI6sTxZuCz+1rb8/y",
-	"D7h+n8mM7fXXJWQZIgdgsQrQ4o+gn1UTr8K//0haWjW7H7A06a7R7dV3r+pExxYnxefAabwjC/dvuomp",
-	"IpZMmI++Lbnyk1sQnaYGO3JZ5lSyFlgH+b5UGWdKOS1AIZ5WNOa5EUR8BIYBfA8RUpYh2uTQI4sygqmR",
-	"MYLA2GxUSDxF1/JEyDH38KDQe53xRAYN1D9e3mUyjG39d7LtVL13JtJ14Mvc57d87fktb0vePJ7eoZ9f",
-	"ts/84UeuPh1+nLPVxrCZ97w6pTQfktfCRnvgdQvIGxBJ4spFkPlloxbGICLKSFzx/8muCpbo72KjQWAg",
-	"MHjONZY5qHohCeVGoLCRLCrLMacueI7R0tS70/O0JeKjsnKQfpNrRRYE/GhsUf8hM4cTlCEHX/p5+woP",
-	"QBWRMmerNu13GGBOYDN8lIbqCoLaWPYCug7hDwP0+lemfy9i/QdCWgrZnBkMc8ZoakG5np/R6foy/VQK",
-	"M1Gbme8K6Yx7/33ci2vrqqPt4UZ7zKd7ur9lusegzCDRb1TzfvwHIhAVNGEdChpXN7Ny/8hWkQ3J0DMX",
-	"vXBsJI+EcX3AOJrdD1Fkw/IbkgG+RkqSGZU0QSNIcHQ45d2H90vUs/V927Y5xaR1hAIkGeZXuWvPMgS8",
-	"wIzy+/yKJtr6LsSExFrnNgclPownQrJLJuMx92ImLIAKIOGUSoPKbHF9BBQk4QCPWG0H1uOes1WQ9Yz5",
-	"Nt4TvC1PS31nMu9pqX83ibeb6f2MNpH2BR0P7qXdr13aPS07mJ4n5UKI0+FHi+Dw6RDByrq13efw3Dku",
-	"8+zSlTWZsRyrG7m6QUQLsqBXfYcaiPhnEeFiSf4Pl/A2OEYIHGcx5xhthbA4RgeTkiVGeeb4PUuxO6hz",
-	"5EDRhGw+dLLKmPvCikMUqyRPzpYsPRrZukYOMK1mG4oxEgMqME7abmt8NObLhlmvBCQ/Ets5OcTPJ6PB",
-	"dc2Q2CH0vc0Q6WCLbWo65oNQUoii40ZwFWz2vBXugieuL+5dmwwbPXaxxLeGNGj+1UR03DPCLYwQN5xQ",
-	"ZA8eNyxE0WSHfmn0oDZkEQKVRZVrlHMBiGrGMUI0y3Pri6g81uCmtgVrUyYzI8AhalbYd/2qBt/4/A7s",
-	"W/Yvb/EmvnZS3Q9Zri2qblf9iFoC7BoVVzcczhlV886RPLNb5+D36i0MjaWqMFiPpypdwniKXppCCnM3",
-	"4R9mSEZLB4BsRtNztFIHy5tscdxXJewjxD5V5r6uKmCYm/i3/+c/yUMyi4i50uDWjbWISaYGn9fZX420",
-	"MbxBRKryyC4GfJHxUjOEmoJzjVceIGLBI8hUwblCJlbGm8nzULTyu4ffHI1GR49GMUBeqQrppoobtwil",
-	"5r2HR6PRfRTCjaMQvvk6oxAsG+6KRHBc+k8RhRDAg6p+Cl6kXhaaUS8+NmC/d85Gtd52BehwMyOlp6lk",
-	"SpE+zXOL8zEYkpeGvdUHGa3kF8waytMxz3iaXWYpQGvUYDyIHppiDZvHo8fxdcX2ZzZH0+Hy3Z3n2+9o",
-	"m/U9/aOFJN9eXqZXta6+0MO03W0ddyXXKqrEC6lRH7PIS9Wq/Td0aLUz1lBlJVtA0MLFyqh0iPAdzNr/",
-	"DHRmu+jO1H/lSibdU9iavTmM0dkgqf3yL05rTrprBtiZz27XMQN249KHkPUGNqHfY7zR1mRCq1+5mKz2",
-	"JQFhbRaxrz6VhqRt2NmYexOOLJJ2q1JnnOYfjhAZP80/2NivqlJEHZ5WBRpBjJq5MqraL2NuhNY5Y0UV",
-	"+Hb9ODUtV5/jorkPsboPsbpOiNVed6vHkQpRdNpenmUqEZglLApCEymUaqTQoU3GdxFRnh4Ko9NSNY8J",
-	"+1BSrH0wzS4ZR6VKjXmfXdFEoxw4GJITDYYiXTmv6gYj11RXsi84sdyCjTlmyyAG/LgHruAFLRDY3i7A",
-	"A9Usy+84VQhqZXf081NRuOXaZj6qbC9osdfJjDD03nXaV9wX+5mUzqia79yHWeYbWnFORYFRbLu9e1qD",
-	"pu32wUmpRZHlQp+an3f86Gea6R1frbnILm+Dadvh/O32SRt4b5dv/MzIVyJl1/jsBykWeyzxSTLvVPC3",
-	"sFVRvPnRMLdvkOW36N6qf5XVGJzaueDTg0LkObFFPyDg3TAcr37GAFzOgFB32wiz3sHtxJh9bVFWfE7H",
-	"azYHzO2ohRhpBjvm8cexq7Q1tuWpo7o20Lg+2RDlb86rx+jGvWhcse1x7+ifv3yKUbOJE5ECpssbGNcF",
-	"TUnGi1JXBiuo8pzTjLeKbRjWdR+5stGJW191CLVhFMN6m4xEaVllp1OjEAXCdPggYMEb9mlOs4UiZQEV",
-	"PaByQFwbVKAyTIXJ8UD5ybEoM5sL0/pn62o4Y15kyVxZ+6OfIS9IYjokfWf0rC9CFZuLGM5dnfCP6RSu",
-	"xsyYg3/FGmx9cPFWVaHrG3ROxTUhy/bDF7q/p+7vqc94T93HFN4aZwaWuA5Hsp0F10BtPk7bTRgz8yLu",
-	"aiuHLUfnuLLPYCH6DiJYXMgLYB/YYqOpnoFJE4s5Cc4GN2Ci10d1uwlQ261z3ntGes9I7xnp3THSLmC6",
-	"dXZaqg0lrU5LNWsUswIw+mO0ukDRKKwq63Kba6HRy3KGEo8uFkDwMUd0udJw0XBJLGjGB6O3PSIGVGLr",
-	"6zXLYI35yXr1S9HMPwuWuarjNQy79uplMmWNRNYyZh5BeT1Xnq/FxOvCxdHODN2s/t1EBJqm9wqSfnj7",
-	"VQlwDNeskWV6uK+M9UeMpVazUPQDcKIGb5IMK2Srw/nloeFA3YzqR7aCkDZz4GuVPuOQYQGEE0G0TepS",
-	"fqHy72HM2ZXGKsDhwMEfL03Ld5bIYLr43TIZsPMuZ9QJrJdZUymW6v7Yfe3HDoKOfvwHVE3fkMXQOHPV",
-	"SVIba/f8ePm6fvFOSbbqpyuErB4IHnRz/BNRcv3FV1+67X3m/pZs3+0dt/rzbPQe2/z1FdUKbky1EV37",
-	"Iy7NxrNl5+78lek37p073Jqqj5AAZ599VXvybqWMyO/WF7lFExlq6+agO2HjwfkJX9nXaBOK5t8v4n7L",
-	"2y8hyPgLiQ+GReo687iCf4rY4A+OWPakwH1L09hYD3NRNiK6VFQJ6FEFm2y0ehc9vFZpjF0yjvGXVV1O",
-	"qly0MOnH9n8OYgddnbaPeLBvcbIbe5J+ufOI4i146h31W76yYixtY71Pph1Rvj95xahqynO1g/vfPAQB",
-	"1SbZpIaQ1j20g6aFSQVjer9oGoFuumOBf/qdKnb9PtG9fn2y6/O8w5QVetbp9jnFDLHa01P4xR2rIj1o",
-	"YewvqWZyQeWcUJnp2YLpLIlIMmO0GHRT2zMYwc38Mpuwbyvwk+/smkFN5H58fv7T++fvn5+/evPs+fl5",
-	"3JlvNv1dcZy9JQoyxELP7oPfNxwPpK2dT4dhlJtF0jN44w533HTQJc1B51+f8qbtmm3ZBpuq2sWMIDHU",
-	"JvNB8A4XS4QRnEixgLhVyslMlNLlTpovhuR7oWfgLGHJTLCUZBzr8LylfMriiCgx5uBtAdiXCc3xirVp",
-	"mytGpSKj0eih6eAvf/nLX0j//dnTQeR3DV9eML/fMUfcl62gL39l+p3L0d2PB/4gxWIPDUfs/i5wnd1f",
-	"v6G+dZf8E5d2k/59Mp1KNqW6TqT+gxcFpGp2IahMCXUz946mPYOBc3l4UU4mFoKsy5byPbxSkfOd7Wqj",
-	"n1DhpUKI3JbJ+qr2JlNzourB77YxuxpS/uRs5ms06+CWbTbuoELo0kCdJe6PzsZQ28MTAIEW+5yVQCBy",
-	"WDm55pHZpJ28AB2dGVXqoFalrNr6hRX9RXsCO/XL+QeAFTCO//MW/vW3p9MY8FXc6J9fQQKcAnt0rPu/",
-	"bZQKHiEw+h96YWmdsvrPM8YJ4/QiZy4QqCgVRHSm2SWTHp5KWt95/RhlDJbGaK2C55JmnBS0VCxsszot",
-	"1czPB7zLfPRG2uEa0T21UHMLkbKvrmY87I+3tzALnyJg9zFt3EaTtIuKBrfi9iNA1nbh88V/bCGA12zp",
-	"b/594MfvXbdzD7LeyOg25gWHmJ0oqgwgSi5s7YTHcZiBieKef92cfzUjpq/FvtY34p573XOv35N77UjU",
-	"HvPS2cJaacJBnw5JW0iSmDZzRfATMmerZig5/P4jW0Eq5AQ8zfATMFUbwF7gio25FecsbMD3bCWsAAeb",
-	"LTjp/2VEUrpSAwd09QhbO7cvnLOrhLGUpfFwzG8eJf4umbG0zNkZrsfdHGZo/PcsJuMP4L6ezJ8tPNXR",
-	"uDkUyv6/Ptj2XHv8wv4Q4BdbU7PxGDWCwwOx4cckNizqO7BCxXUS9Ef44VMMJaHCQePVOb09U8u1YC1x",
-	"PRpg/ZiTCHUQxATCduSKSDbB0uu4MPbdQRMDk/gQmJ+tdGYbTlqXErZNEdglRKcyWn8f0p68eP5OLzh8",
-	"uB/cSmyJAIHBFVYDA7iscnGB5ihcu64+7WW3DlwLDe+ER/sG+oQ7C+YPtArTL6AOWSeuMDz93bz+cBa6",
-	"rL51jgEuH+QLUjT83mcH3k1ouD3kdYH0vZjq4UcnSW0MMnwN+XQfSqHpwUUukjlLhy5xrlGiakFXgPFP",
-	"Mk1obuShFYpn65z1KdwEQE/bcJjwVTym2QROKp6chEqZQfBjtgYi2YWedMV/38PTLQ25af5hC5/fFuHb",
-	"haJIBSGCv2HFrpAtxFHq3VJHMLYGaD1Ufeuepd5JNawNZHV7IuCZu/t3q3HVUbPEse/9ipb490HNNbdU",
-	"ckXVOiI0mavKB1LVuo7nl9YHiKsVE5mlVi438zsVSk8le/fTywam6BGaJTHG3GWCC1mFnYMPkJwYZTsH",
-	"tFKsH7F+gse8Wcdmve7r9TA6PNzVu9LU6x5+L1XdH0Hn7QSbg+H/bqXBFTwAbGaR5yxFQNl+ayfuC2Z9",
-	"9eo8bj6h5KLkac4I1WKRJTTP/QpaPitBmXPGaL4piLu8yLNkSOJvR4+8svUp1fQCajcpUnLJaDIDTBJb",
-	"awGptioyhVXZyIrpY1IqW8/ZHG4oIB3BS3l2yTii4lvoNeAZotRgKaw6ROYCLl/H77oiI/+GU7vDU2l7",
-	"CBxFfIKAK3Z/77jH9xy3ckX6sVutmChqFNfZytX0TDOVCM5ZolkaRyS2O+VtE/ACQ1ksKWWmV72jf/7S",
-	"xMi1+0b61aZII/McaJkVg64wgAXTMks2BgC+sq/cKSY8dhFEg4dHRHFaqJnQw5vY4TvW7hRL5RC7GKT/",
-	"93dvXm9bssNCigXTM7YhvPm0eoVodgX16oSq8iwWVJPRcDR8HPYgVt/uvAGmj0OAxGwu/Vot2K5Fzjhp",
-	"DxnH6a/6bXaYmMsPFU+sNzPctlFucItqUYKbtBZ3vra+Ly1nu0u6rvoILIEjOsOqi8/nmV0LGkKewUXF",
-	"y8OE39yVj70LRiWTJ6W5pP75i1H+oXxs0ApxQl5SzpS7QKpqTIWQmjx58ugbMFGWMu8d9T7C2rFPR4eH",
-	"H2dC6U9HH81rn3pR75LKzFxnsE2zSty2RtVeLhKaw8/gD5atx6Yf8wTbbz6baV30osoWaf80/+Dcf6lW",
-	"JHDC0zKpK8QMPXtjqYKZTABPWmVfNcD0Iq8EFf7SaFAUoSJmyZyLZc7SKSOFKIoaGF2RPtZhsupBK9PL",
-	"dAWJUAOvD5rMQ32A0GJFGDCZ+SpNhPXvrWpTmX+dnuXJNustY0xfIvgkm5bOhVV9635nXV8aKaUGunBp",
-	"kX73dV5KKGxTFSzRpC7hE9rHCqEnVLatwqO3TtL6szT/sDWPrU4qjohibA4zUB7KXXMt4MsD/LIXrPp8",
-	"gM4PGyVfV2y+DA2+lCAcWjso4OBCZA2tAo+dYImmyGFLeQ6NAQWhqJIbo+pShalhfGLq0hX8ZbasJuDr",
-	"KLnpjqhlppOZoeq291z5FGz9559++fT/BwAA//8=",
+	"7L17c9y2ti/4VVA9d8rdNVSrHTu+J1KlphTb2dvbL9mWk5q7OyNCJNTN3WyABkC1Oi5Vnb9uzfn3zP0I",
+	"p+aD5ZNMYS2ABNlgP/RwnER/2WqSeC4srOdvfe4lYl4IzrhWvYPPvSmjKZPw3/dMy+XRuWbS/JUylcis",
+	"0JngvYPeB5YIniqiBVnQTJMzdi4kI9J8kvHJIaH5gi4VUYxrssj0lFASP/7mu3jYi3qSfSozydLegZYl",
+	"i3oqmbI5NZ3MM57Ny3nvYBT19LJgvYNexjWbMNm7urqKegWVdM60HeCPUsx/zPLwADWVmohzoqeM6GzO",
+	"yCLjqViY/jPzwqeSyWUv6nE6N92cSzHv+UM5F3JOde+gl1LN9kwLvWpMSsuMT3pmRH+ToiyOqZ6uDuGp",
+	"4KqcM0km5h1iOqp6L8wXVefwwtqFWe34VTbP9Gqnx3TCiMp+ZRGhmsyF0uThaDQakiOSUzlhklzQvGSE",
+	"crVgUpH48WhkfspSalo4PadZztKYSKqnTBI9pZzQMVdTITWTpKATFpHFNEvMjpq/JFGaFUXGJyQW5+eK",
+	"6ZicLUmmFYlzM8aYLESZp0TTGSPnQsKOLKYiZ/D9cMw7tgS+buxJys5pmevewcPRKOrN6SUSi5lgVNPO",
+	"wwDtRL03dM5UQRPWRTH4uxk7d692EUv1Qm/9Hr2F9Vjt6r1YwNFRs6zo6gPXMjx9f7aj4GyPqdSZ6e1F",
+	"GibO6gWSpRGhilAyZ0rRCXugSFzUn8dkkl0wRTI9JG85MxShSaYIF5pQ8vHji2eOlsYciCnjQE6nWRp7",
+	"e9skeK/9tWRfHcKyzNKV8xf1LvcmYm913avJbZr7mjNZDXHHc3ksiqNSi6NkFuII83mm4QAkpVRCkozD",
+	"X4UoHigiFpxoSbmiCYyuT/WeOcF7gidscEjinFHFzJZkynzGSTzujXtxFwlRO44gDZ3TXLFqRc+EyBnl",
+	"/gyKLBf62DDc1YnEZh1ikjMNAyFnUswMJ8h+Zcgc2AWThvvGZ1Qn03i/pigVwxdmSZnSJGfnmohSHxLK",
+	"x5xdFnmWZNoyKUNm2NIFkzJLU8aH5AS+VoXgiuEqJFTKjCkSUzfsuJurVO+Ezm5rGX4wg1+d/YnQNHfH",
+	"hZyV6YTpirMlNM8joqZUspTQRAqlSJLTbM5SUi/CkPxsRk7PzAV5QL4ZjaIxF5IkU6EYN0zIW9b+w9Fo",
+	"QBaw4dXwv4ctGJIj00TCyJxqcy9GRAnzrcTVE2OOkyR247sXBnaqsSgNBruZwx6Lwl15cCtuuhEP7fTJ",
+	"9+RTyUpG5iJlpB+fnr77+Pzj89PXb589Pz2NI2IkFKbNDZPYBtSgi+aTxgg2HtVX5kRZYWZ1vPCUpKWk",
+	"yCk5UfiqG3pERkRIwtmE6uyCke9h22A2ho3CeT3J5iyOCMsVI09GQ/KTIW015vRMXDDy6OG3j56MRiPS",
+	"p2TJqIyghWk2mZrT4bUwIFQatqHNxZGt2cfcn1JgAVpbVjHDwPxfIwF4dFuRMjCuTFlyp3lOSp6ak8pZ",
+	"zacOSTyKWwtkSDKhResAPIxIJ/X/9h//RZ483nQAxrzjBJBtD0A9yy2W7UN5Vq2UkUND8oRUei8RXNNE",
+	"EwXyaCEyQzQxFwtYF8rJiw9v9/7tyeghCKlK03lxSEpeUKkYPcsZckIFm59NuJAs7SJ91R7SRur3J/Fa",
+	"pGx1Ej/DOlK4KFMryMJUFBGcnJspEjdFK+ZXy3hAYs4WMekbMQd3lCazXEwGwOpimudu+7Q9Objl5ui8",
+	"Onrz/MPps+c/Hn18dXL64eMPH56+f3F88uLtG+ALcWQbL3nOlNEztNn3Me/eeHPCkjwznYEMc57lOUuB",
+	"YDNuZVR7z7DGYAbDMX/L8yVRjKVGULJ3N7SSCoayELvMlCZLpg/dPplma8Y2HPP3jMKPlC/N1WmkzYQq",
+	"dghT2RM8X9ppncL/CeUp/Il/9fHaPGcS+D1ORT0Yc1WwPM/4RA3InFGOCzMkR3xJBAjx1WVq5LOVhuwx",
+	"k4ymRsozsiBsTTTmKOfj0khW5HRJqBXd7VYaKqBELwsx6D5Yqk1mGwnTcDxRBiTnV4JP9gqR53BcRKnN",
+	"es6zPM8sZyZ9s1pIi7FRTZFNDLzL5tEIFCLDmgoqZ7B9Y0614WIHThyrFCSqiRG/IpJnM2abBNkpJv34",
+	"m9HjGPkSF3pqbqhMEXpBs9yc3TVLYkcfFs0e2evWXb/w9xYyvyh+plnHohFYtJLrLK9FfWIEJyPcm+No",
+	"h2QWRSmmuriMWYBdJcp35hRs1rvwsDRk8lbn8MYG8oHOwoL/u9UOmkK/a38Xgf+EqtnmuWmqZl2zMs82",
+	"TOpEdHXxnKc7mDm0uI6R46RWSrr0ydeWonz9JUtJv+TZp5KRAmwH9mIYdKy+9rvZaReuzMuoEoAY8wNN",
+	"36OCYf4yFxTj8F9aGAUDxLn9fykz8s9es/9NsvPeQe9/269tYvv4VO0/l1JYK1RbSMrNMrKUnIl0aY4S",
+	"rDkINJTMM6UMX3BzIecZy9MhOcpRSrF8xmyh0XSWRIpSM8N7DQdzXCWZUj5haWRkP3PD6mnVT0MhB82b",
+	"fDz5ce/fzAtTkcOF9ebjK/x0zPEbXLjWDQYyB1w60Es8BBElHg5j7FGxyZxxEKCuot6z/NN7uBJwYW5r",
+	"mVvNBtb7jV0TvJBYiiw7NXervVQzRSbmWu/H5h9zp0qmylwfjHvmh3EvHpiZZVqRlCmdcRgorE3JzJOi",
+	"No4o0o+9l05XWkSDmWkTVVMgAqeR6ikbc3tzilInYs6QAFR7FX+EZr7gMqIaDSPDKZir3KykYvKCyQiv",
+	"UPND/IJrJjnNoa2YJCJlsCxU0zOq2GnJqyvPSA31A3elRCTObBunDBoZoHCjyiRhSuHVEV7W9kK9pqYp",
+	"TnnCvuBqHZdqSuZ114YwBCd9sxYk9h40JuH9bgjkgFC35AuZaSPVj7m9ikFrccd9QVVF3nggWxSuNF2q",
+	"w0omm9CMg5RCilJNjSbUHOj5uV3FH4U8AzPK3bPFn4AVaTFjHEjJyGrO8AOMUIqcWSb5qRSa7p8zqkvJ",
+	"yIRqNjSjbdDd3Y/4AxD+njLyvyG/UrJD9Gig7GfE9vjby8t4SJ6aI3BAwkeA9I+F0hPJPrx7RTI15iWX",
+	"jCZT89CQgPvIcAQQwqykafTpCDhx/O3oUTyIyOpJAuHdsBS43B6ourGFkDMU3VLL2WiaZxz4Waw01cww",
+	"76qhweqZHPM+rXSGepCSuPcIvDewtPRG6B9FydO73xjDqmiaSgaTk0yJUiaspXoBxRzTZS5oeiLEKyon",
+	"7O6H9oPh9taxAr4SMAEKfp5NSkPk4MMgfaeCPnlMXmc/DHCsonj78tZGeCyK91YCCo3zSJOcUaVB3XXS",
+	"v7XlwGisuOQpXne/p84GDFdmmqXoUwCVBFiGNY5XRgF4z+ipFXGPed9aCn54++z/On3//OjZ6cmL18/f",
+	"fjw5ff0hjird/9GIqMEhQXZt+63OwpC88RhvapaI8hRsCU47TnKh8D43u8sZCKn2wvf150o9NkO1TlHf",
+	"3K3pDGx/nNAUREPBicoFGC9I0z6hNM1zReZZuocLxHK6NAQPf7FcsSF573Eny5vwcH5gbHbrB9Q0unZD",
+	"UYDqW9mqlvfbVhIjmlIw0XgWcRy2vMgS9rHmpndPie8ZSDxWjrS7WQ3YiufAkVFCyhTK6ESLlC5Jf4Wh",
+	"m+21ztVvRyMSvCMGQ3JECikuQWEwPIuc0dxc2OATOpeCV95rO6Q5XR4azm92PNOtK8nZwTJde0Mu99RU",
+	"lHm6B98cEBSyLIGcCPGa8qU99urul/moonfTjxQ5WrrxoKALRUgiqWbINN3VS8+NwBMDpe9BNELsrPBG",
+	"jWzHK+xVAQuhUdq3973QBhjqR05LPRUy+5V9gfvsNeqEEZk71TEi7LIAqUhIvIAXmWLOlYpS1BBUcdu4",
+	"6fsomYGDytN0CykKJnWGWjBNZlwscpaC3gY/ZZrN1aaBHyWzF5rNDZlYRZtKSZfm72QXBw/4xFCrNf3W",
+	"12DbxTM4JAWTe/ASfIn2bnP+DFs1+8zL3PIDtAWsGilqa8E/V2b+S/WBOPsXS7SZipvlyrIxJ262bDko",
+	"EpoRKcG3GFPUs36QLseSFi7ygnnmSfhoD04zTWZb9eO709d6+h1LsRLAsBdozMiKZcAZ9KNkzBoOIqLo",
+	"3OyPnNM8U+gdo4rER8nMUuMQm4m3Gn/T8LPqb23alDbOoUUMbbOSv1odhNF5pHaj/26C32pZtiLEiCgN",
+	"3gawxD979Y5INP99CeokfS5IMmXJbPCVEqqjUZaCr2VPMa4ynV2wfHlgZ7Vvhr0fG0aYM83SeN/ZJeL9",
+	"mCYz+EXM4jH/7X/+J6leOzSCpJbLmJifJUtZnl0wWSm7yZTKCVrZXJDAIYnT/BN+YETYPavOc7E4NFLD",
+	"EqVQcBWbd6xhpg9NWfETb0VszzoY/ojnS4HLoH280vxTYHhG5DLEdg6rQRtLZ4m97XSIeqkURcFCswUH",
+	"T6YErxQhEPvxfXNmq9bNZqSZMmubDsLddJzRn6cgpC2oE3tZUmq4583emg3b6rxkPGWXgZMiVOYiEjzt",
+	"whth5Reyx/w9g386lgOeWasTvoc++Ky6glYnzoUIMMC/UzkH5pCWKDax+sDAHlIQ885YLhZeHFS4C3sK",
+	"w2POuNKyRKI1I3dLbATyQooEjQXc9JkpggFLHXu42/GoZQt0xa8/HLiD0cohcXNzFNTepwjOgl3m0Cn6",
+	"oTw/Z/JDBw98lqkZUYUQOQHbzyGZG1UUf0ELtFEoyBkjhWSGC5qptA7j2d8ZzfV0GSBvdPVDc1axQPuj",
+	"p6+cG92TeKYwzwwGm1SqKVmAuivQUA7NReaAS2qUIOB+YCL0mj0Twuyy47KZHhwSs7nWCorqgm1izGGZ",
+	"WYqCNVi3MSbAUAxI9iwdkp9tW+gzgFEcOU3NmqYHB2QxZTYklo15ZZMQC44mCcs1nbZnhPuUEb3IEqOb",
+	"o8YSkXo8noEjp0qTR0SNeR+XEt203nCzarSW5a8S8XnlQGhZNc10WArLDVcI1e5e0QKXKcw3CsZTQ9Gb",
+	"WlzQDGKz1rfWXNWQUGMmDq504DvOqlJyVe01NczYkXUfIozR+PPh+O3bV6fPXryPSQLBCobnnrExFwXj",
+	"hvFoIBswwAPZQdigWQVFFtMsZ6RhsSWp2VUh8d0Vq3/XDiyEnKHqGXDO+zzBrWy1aZF31qp2VtYsxAWe",
+	"OlNjZSOnef72vHfwz61006h9AVuNc3V/3hiB39K4U0sFPAzzwNZIf4lWJWUcOBqVD0lsW40x/Nrea+Zr",
+	"5npy5GEjfARHN0HVVKfUPg/GNsXgPklYXMnpgwMi5pmuezQXoi4lB+LGd9SQxHMmJyxefdkorTNWAC9l",
+	"vJybzYZ3wZkNnXm7WF/zdTx5cN3hEcnpGctBpU4zlQhQqwtRqKBsbEe0SdOHgIi39t2ryMY/rImbIP1E",
+	"MmrmnJ0737ZhwGazypwpQyJ4xh4oEkNzMbCuJelDdPgZTU+tuNK4jj1hlapA6PQJVbNdlqB15HBia09Q",
+	"l0xaW/NXR3WEWS4oXXTISf7e3sY+2XFu0qbs0LYWNautDz8JdYFkkaWk//Hji2eDDiVNSDphoQQdeEAY",
+	"n2ScRSS24QUqXksV67fZ26t63FEr3cAF+fhZHC4Ex4623pgOkqmNAM+YEW7XEE/TXrAysRS+T5thuKv3",
+	"55xpamQL7C4Nxazbmb2BYJoVlQGlPOfkL5jcQ2s92LLDW1eL34GYLn/Za2G2HX69OrvVqWyxxJpmOVxu",
+	"aQrN0Py4sczrzk6jKSDZ3opF9iVbos7TDEFbP6xqUqur/Zaz2rXxQDkth8R4t79IbXCnkfxsm+mRjuEC",
+	"sZlzViyPSGyObty6+zhcfm2JvdlcZ4DXdpaho0RnFyxMaJic9IpOwsRa+CuzepSzOXtFJ17U/WoLWmia",
+	"u6mEX3FLaZ7uZh2uvozaKxY10n6ag/BnvTKJ5pptpOh3jtmuXjU5bS2ct+xFg0lsZcvvoNgV036AkdqR",
+	"NLrdOLMP5XxO5XL3uc3p5QmuaXe2qcqcjinylClNSm4ZTlpFpwW1jzmbn1kvUUsMxVBuKRaK9CEIzpoO",
+	"1CDcErfctdu0iU2qDSdDGaWz8wA1GHnQ8AlPnIz5QQPxR71XdDJBzeIZo2lQ1vQu5ADHrwO1n6KcdxM2",
+	"ogLpBTt9dOJSIq4/Bi2KLGkel9V3Wk4uOPdBQrRRroqcsWmG+vzcEJ8RRRu+7GiTDgh0VA3P3/GaWgNE",
+	"FaIgb8CNY+QIxRdrvFMYOsp4JdtZdhppaxGkZXRC54Mi9o0OS8A1xIp0jaiAYwaOuvOIP4g58yI/Vobt",
+	"8ydclEAA9mWRU4wObaYChJvcLHG3VsENPlqjxDzLP73KgpqvJdit74tn+Se7/aGTUdCJDYTdGI9Uv+lO",
+	"VMjRxCd6imaFTGE6+OajU82pMR7XScfyvO7aPiOqeaGVQxKDQcK+b+W0Qoq0TJj8UJ7dWEjbrBIkPutt",
+	"EazRwakiMVqOjjRoS9uE8UfmIcQsUL60FqKwOI2ctIOzVota09NV58uObjaz/c43asbR+QovDbtc90Z1",
+	"jFfMUDZgkEDk4z8+vH0D176fVv4vJfjwPV04AvKe7qlZVuyhpkjzPUjuYxL7dq4hj+423lVuT7fNzIh6",
+	"WTcXxuwLhZF0NlI4rKJn6jlP5LLoVCvXi/MtK8Tq8/rsrA72Hz+fkFiZU+VyWCBgGKzUYF9OfV8k6btz",
+	"5izCpZ5CKJWLsZfWP1pZu+tvMT810+gouKFNBHp5KkqMEQroL22X0noe3yCV5pLBJkdrnay1ScPXXtqq",
+	"uDdkywt8TuNRX5MiOvjpcSkn21s9Vt13GCBRmFbSQ7BSucuToydykl0wTvoYPgRvP1AgXWwXadB55b/f",
+	"KKB07/pNRJd6k5qr07G+rdyaXa36W2U7vMWMlABbhIYI4xcsFwUjRV46g3wolaUxZNdocNeD3x8S6uLt",
+	"ST9uzj0eVPGMkNdZRWbgvYyZFjGYhFUpr3XbpvmnDs6V5p/ei8V7NhcXbJ2ZIRQOsGrplZmRVfKTDZxh",
+	"E7tdx5MwY+Roo5D3vn4TM+fsKW75R2DesePDZsHNvWIJ+pDElY8/rmVemWnNeARvzlihDwkmYUE+dplM",
+	"zYPDZsbMqpsNnUqVBwWWP+pV3fUiyOMCbadOBqq8ab/cki3TrsvaA9rpciq6jYPP6nQyL9OsihUD84Yl",
+	"lkNyllM+g2Cgx6PRYL0e0d2NDcy+ZhdX61fAUc92PGqV+0Sff98z+7WezKALa/0dj+vSNaXGQNpL9ctm",
+	"n60Tsx4oFxbfdzxCSJ8dDA5t2C8weHJWaqtVAXJRFXByFfWeh8OnWvdPlRz7+PJy/9vLS5DU7RhCLD8N",
+	"+psg8ERxOmOnCVXW8QwpIYeEciIKxh2OhENXIPNSaUKThBWalHzGxYJj/uNwzP/GOJNZgn8fkHgVRS2q",
+	"vNqnRo0wf/v+z8gipJ2ySwwKgezJ0otFN6+cu5w9AIcQ+hQCa/CPU8NST8GFY36YMz0V6al5iea5WNgW",
+	"C1RyTrUQp5CrhEmKzSSYiMTigknzIvYrqWanMD78+ybpnsPQ6kBUCyQARCspzRANxBIi2XmpmIpsZjPs",
+	"u8UZQVQLqzYspOATYgiYZDzJyxQuqMbiQ3djDgkHfs60ETihXWyw7wXlC4zmxNgpjCzKtMIXB4dj3thN",
+	"aL+V1Q2J1OEZBpO2XZZ2V+61TQBfTeJOKMeYF8zihii4M5qSgsmEcb3HVEILBvFQU7Af/O+//hrb7Mv4",
+	"MD6wC502cP9cSCSsgZn4OWAQDOoccTv3MXeZhphgER7TkLw3hLpnNjY79w6O2ybUpIGmgNmdNqjd6nHN",
+	"H/E9xyb9A5fBX5iubYg0kMM9uziFtIsltGmHha3MLk4Lyc6zy0bbs4vTxvkdc/PThGn3csZPPUXNfiKz",
+	"lMnm4TMnRaqVxuDnUzj7gntcoSUv9W2cd6XzOhUXdV9UdFcygQ8wiSlqgwoMhuQ5MFdEhxHnJN6nRbZ/",
+	"8XB/dmHl7PqH/d/+/f+LEZ0AQ7JsXKG3pRBv2V4qaMdvG5cgxky71q/QSXCVSN8cV+jlnM6zfAnIEoiZ",
+	"YOgaI+rGvIK3gZgve+ZxnDVPoQRNR6SgCnIzzzINPwfP6pivHFb/sGzB/uFI+7MZkqMx9wjmgSKzCzxd",
+	"MHUQD6vLFiZA56y6gHrb5wz8vZxTvicZTeEW3Dq22wWnwp0akoQxbC1gcreXQkCtsAmUldiQqfqXoICL",
+	"ISKdrrBQ/Gs8xXA67KLk7s9g+xdMqrBQ19YNsLeonl01uLqV0Cq9vFifqWX+T3dz7L68eOs+2ujN9Zpf",
+	"O7qwNQf1oF1GVocorR2Wazg8pleZ0t2pbWFY4qeC64yX7rIGr8KMLcNmT5QTnmPi3TZIRlFvxpbqLc+X",
+	"272d1xC918St3RQ+htdOo4vexjNdN7lu4cO0cLbULHDcfjA/G/Zu0eowarLLwMbZpa7SNDda8qRY7ER7",
+	"YhH06cqSG90k3cIEAD36n0R23uH1qkI0wy64armbs2i+ZAgrbEleRwAhxXztifPGEp5LzVOCjrKXP5GK",
+	"lzixQRSEAzBezFWMoaAIIWHTDFJWMA7pabEo4lV1reMoT5g+Buomv/37/4Kc4W0PdspyTVcbzHgioS06",
+	"FyVmHdA0NfI+pEE4iMqOuA92WZhFWmm1KHVkTWLYuEuUg9AU5147JCPyPSqTVRb8IXlDvidJKaX5wN4e",
+	"+M4ZI2/MMNYBvoHXz2jFHWMqSv3i/MiilFZzRzhdTDZWYUf3jC2DuwFNttrFiXvtm93v2hdH4ystv6Z8",
+	"6X+tSJ96eBUIF9YZvTHP+At8+HD12DcZdjd9ibkDHe5YlTwMt95spXDg67WpzXB8kuR0XmDCheH5g8be",
+	"Btn+nF6uoeCyKCATpuQdHHae8TWf52LhPif92CaW2GvMZpUejHHG4551agOQcTMLzmdSak3kekeAuh/A",
+	"NAGkc0sK+D9cVsMtACbRI7vKqQIocokMGnz9m7F7w7jge2xe6KUhO4LfBIdbM9GVOGuSC6XNt9V5t5kl",
+	"Nc59QvMcEpB8cG+rY1ZfdWan6bwToHjNSQcwQC1Inl00awEAzLA6JOySJjpfgv3DKGZ1P/F+bHkLsOsa",
+	"h9JiFW+WWuAk3ccarN8svC9s3AEyn9sKPliR/3twRsN3/nHZLWd3XXsVam9ZKCb1l73f3my+xLrP60kp",
+	"OaGBQ5txIxFwNAvvfhRP7s/bV3bejr7E0cKVDx+s9x2OVfzdEIFwMvWhraliZWYqq7xcKz+rNQI0XuCB",
+	"LF0EGXSSFWAOkiktIClyQzr7qhEGj1soKO1nG/UGl6h979CFxJ2jjdkROEiH5KgRPleF9QhOrE3AWZCl",
+	"XBIurMW9M9RtPQWanTXyHVz0Vl0H9mKxsVYEBF8WRV7WwWWq9PzVE2ml6IC0Cjlz6+VgkIENIz13It72",
+	"wcu7Kdei2GBXCEhCVIXUQ4/YFtMlcWIluEVgyX2XPi5qL+pRJ9E561lUlf2Bnn9ZYxAIrl9EmhKeebmx",
+	"gLdvPYh6ZZHeNFb+noOHkoSd8ICeuTuI0fRMv5umeBXm8WIRlJqc8BFgsT4jvR6xdDGXezq8Gzr8qUV/",
+	"FR4SlhlwRob4TuhyQzS8oYX1zgebFLRSmyccdHM66Yy6yenkdCrKRm5TtayQSnfq0rFO6Q1oEPPsTvOu",
+	"7ChM/jqtk79u1FsVT3OabYj6Oe1M/rLu6q7HZihmOqdqXc4jpiXaUeyW0djavMaAVibQmnJjvQNj9fe9",
+	"Y+2DVMeoYs8vNeNpp3apupQp+A70xXMp5oSLhVd8ydWMiSBsOLKV6JAQbUhDI8gDDTxCogMXNILvyZPR",
+	"oUUheki+Jw/Nid6xHNP31ctrUbjW3h+NRQp7XNbI3ZAMYss5Kij78ty9HF9TVl4HC1cjRWXhhCZ4eGoH",
+	"bM/klxix30yAlqjMM7N7nC1QO1k2A85dOQHOFqgWXW8UtoGAuQKDDMQ56VcHL8KQ9gEuqCIMaGCLlLk1",
+	"sM4+ilc1lw2uLrfZUSPuFSfSWlhfcgnsdZAHZBeM24G3qPoaLn0xizcHLFQuettDaFitEgLtkQHc2xZu",
+	"QvdmsAu88be7czsExTUXMbKNG8uRHRdWOFXVXS3VoNfOu7SAs+EqMYl5zqQ6AMLFPcNIHqZpxllaZ/w0",
+	"4P5svS743GYEUAXRXTR9BW/EA1f/jZyVyYxpBV6+siBakBhSBG1xyPZWWJS68N1cdxB+XqNvrQXSCjzE",
+	"fPPO51Xm5AYxEN+LPGwpr+XIm54POlVPas1e1ugbq/7gCkDRRQgWTO5hag+SCSJEkVhLmrAXEBLl51JG",
+	"gWzLMY+b9G0rloFIswc1IuH5YMdEzOCme8dz+yCD4OEOgSVvTKG/z9H8o+VodugIG3Mob4tlOyizLejz",
+	"VaY0wC5sDiO6WYIn7s892XakapszfYumgVY+7U2BvRD/rAvcyyHboeRK80EAdMjpROELDGKSq2L12yhF",
+	"n/wCfhsyb5tjHoG3Ic8uqptJdQjUlYy5LdAYZOAmbCu4oZ3Tf13T7czfVlpwi4d0ZAbb1F53KptJvs20",
+	"YT+VyOdgda5qvRcdeGlW2m4kF7euVcu0mvS2RuC4JSQLr7WuagbXZKZ3hWZhl6kbx6I9paBM1hahu6Uv",
+	"i0HWErYCUtWYd4pVXtR9XVPWFWm3fz5QJNaX/O9UTWNzi5PLy+mjvYff/BsR51hlp1k1MkKrj5Enp1RN",
+	"CbjZXMU4TISJST/+rNgn8yqdsxfp5VUcEUos0s2YFxYie1BVksBC068oZwpbZKrVrzJz0exSQ1e2Qg1k",
+	"zJhhRCicUpeLQ1wXtkBuUWqCljTlUPYWmYRQsCRTAAs0d/C9raDaUtU4zmEN8YflGvWgFl+3Ya/3UulX",
+	"L5V2CJm3qfbfC4N/DmEQl7sBrB0AcLldkbFTNoOnH7plq1rscoEAW5grUkbT07xtpvg6BbbtJLQAdosV",
+	"sUI53uvELn/BI+8eCRBGUw5sCYkbhA0H3rdybeHNswYHZ0oVKBKuhUBMHfxSU4RbgjOYxnR5JmENjawR",
+	"2P7WvjS6i9ojXIkp8SerpcUJbOPmAlmSOb5AFKeFmgpN+rkQiuVLSDpOD4mqAU1cZYVRQFtKitJbh3oA",
+	"fr5cC5I9zY3QbGsOduFKCpF/yH7t0MEsRL9f7G0bSWHO5kIug8P1pfG1eAZUozHYKYP1CHb4rCx0U790",
+	"rLi1/fY9r5+oIV/jfCLYhBAVXC+TZ91EqhYdLuoNM3RW2lurJ21lxARL/fZSgVqDWKq2MFT77Mx+1Gjd",
+	"27HQAry9YPIiY4uAb3GpNJvvLbK09i+QPmgSkDmrqVYEAn6TLGcyIr/9x3+RhyOiiMjTwEm9+UJuxIDd",
+	"dSnxAthmlcMr643MNbVhuY8bgI8tw0+XUcdFFNzMo+HiAG1b4dHZyT1jRSgJeYMo2+2XaRfs8K5j99Xa",
+	"8XSqcwDjGuSotQdpo4QKoTYANZ3p5Q1MyTch8OCKcrZgSm82p9ezxnCSXb6AcxxYwbDT0uP++GHk9iC4",
+	"f6I4KrUoslzodRD6+bKyhFSVfRmf0AlLCXUNYCqkyn61OIS2ok2p0DHfkqWoTqaBvFrzsyuP6r7cxFHa",
+	"pZpSPV3zrZENXge++1BOJkxplpKClor5xYw5u9SQOuVK/xQiz13lJe7ibfg21q8Ge8JFqIbUsUPPbOmP",
+	"W6p445+CYAUNmI4fQhwwJHYHaNgCIbb2bjggYxPu0jO/2ImrlzNjrFBNs9sD1cbHc5ODsHvlyo57x20n",
+	"3Eb4uU1KW8HWPhXzeaYxJ61ZXvCBquxpfTWlEsswuHFXGKBiAsW3BvdotzexQkDpQ1xRq/lF5ILJM6qz",
+	"+W1br8KBH65YzMV/H3SHkHXXJDWfx+MeZKVC6K3htkfJrKOU0BoQvrrYaKvYx3WKla6pf7Mb+q17G68X",
+	"WuopFrratW6kZ/pYqWWYwDJaoEaip1KUkymhvi38Gt3tUEARojmgFmSaSqNbu9Nt99Rb93iwRYXFkIml",
+	"NtA4S0fDTrOdS6wOjtsM2XosivdMFYKHVHjqCxVrUdN9AWRzue2aIZN+u8RwDae740l7W4USwqUDBWnh",
+	"8rFM+ZAET2Cwk+7L1VVSiEjGrduECJlaIsg4YTSZ1vCYW6fweNdbEL++kyH4Be7OM6k0SXKazYFVeoPY",
+	"jUu8SG/UpHqK76+LKa1fdq1vQDUOufkrLbmgelptsOB1nbVNFaLW1EWDzMVvRqN4i3jUOgo1ZAptHtWu",
+	"4xk1KwS01zJ4eks1DReDX0MxJ1QasTwA4Ro/w//Eg0Pi6uUJbmnAXMBDAg4BLJlHq0p5HdRw71HZmN1b",
+	"VUEHlGKLPlTJNqSPfheHuIiAniwlUybZLfrtOs6YJRR42kkQYNkjfTTcRN6xjkjSqCqvBmQq8nTM56iP",
+	"UU4W00wzApadOvX824ffkDOHywSAdRVs/puPrxCQD3zjkE2PiJNjHg+HcWSTkT++f1UBoaZSFMgmDItQ",
+	"wWqOYUS6TlnkyO2CGUk24a6KPURPAKQf6YOu7V3uCveZaCvHqI4akusFkmfMYdWaYztjy4ioRFiEFmSD",
+	"dvUPydxscWoFsjPVLDG1ttrkeveKYTmdiTHVVde6TszPZoyGZA5J/M9fEHXUX0gEC1TwcPtb0/G/TeZp",
+	"bK17Ph05LGFQwh8t6DumFEdwT1joxA7EtvXV0F15Ws3mW1VGd4ii2yos5McmzHHUANJ+oOBlmud7vzIp",
+	"iPmKZOdY9hpgF9fAd4eLNvqMo6O6ZkeuBHySxiQBxXsTXPshic+gnDhgMnLPXPVAeTWXozGHCs8sJTnV",
+	"TB5W2+W4LxcLw1IjRCJFhtBw7LVx3F2369HbveMc3KyV80xookua58sua0VHlXaPIlZ6bdbosisfOgkg",
+	"UnVYpCc3FuS3z2fc3kvVsqOvE5zVcVdZ8LrGJ2oG1lC+IRKzs8p4VWrNXNhLpmtSJmcI5gpruVsJjw4+",
+	"7VJbvGiElfluLINot90lS7Qsa7sHXWXXrLh7B2b9WythjMvjFZy+BrG+w3iJzkqW29YKxrACPM2BGAvf",
+	"ROCmuAsNvK2XZTsDdbDGc6cLemOl8GvV1h7uAB5qW9uibsDJlJGH39kiFC6ivKopE1dNWqO1aTbG8SjS",
+	"/+Yh2K4Hw2p9w87565amq72t21NfpzO/Mza41texPzKnOpkifDuzuOrblI2s/LpVvlc9mU6C9EhxTYz/",
+	"kLzgBKrVE0iysiG/kkFEKxRIgOtVC4jMtbrusDuT7j3TjIM3tCvNG0s3OgcAOOIdnDYoAZDB7VWAgpjc",
+	"quJrf0S+J+L8fDAkVt8mozaq2GZfap0E966rjkqVfkjY5ZSW4BSrPBT9t+/3HEZ+nOafAHvnNb18z7TM",
+	"mIoPyZnQU4TAId+DHuUN2Ixqza3uxUmlRsb5OeOpWKxZT18OWsDLkFZZ2yjqNPrQ+j16MrrWEkJRkeNG",
+	"KuPKTmdGzQR9rtrvCuUTdntO+bIanMjTm23ryk6EygozErf2P77O3jDMnMgEf15nD7ey0PEV53eBuUum",
+	"NFYdVmVRCGllGwxRXzLtbUyFoLR5MI18nLamVLgM/poMKk92IQqiAGqMC5sW4ADqPAoZjUj/CSbaGC10",
+	"z5kzkDMNdt+pOb10kWstCRBx8Oy9gbCqLJkKliLmA+PnQiZGtRkB3q6tVXIzdjCnlz/TTJv16zxmzy+y",
+	"RHdzLbM0HtOKcMnTqjCJGT0UcLgdBjbP+LEo3KADy5jleeY2m5LaZ1+AHQlYO5SM2Dsv85yAE54ogYnW",
+	"Oc3mVQU2MDj1R7/9+/8LqISD4ZjX4yZHAPgF5onYdPI9Gn8LUYAFilosVFuKiguPKRkJIB24wi4wgjFH",
+	"QI6HB0S4ot/4qbkDqOO/UUW5zu5RkTNOxOwHoITUwNFjngs+QaQQDXeZWHBii9dY2xfYxBIxZwqNdJjR",
+	"UjF9pekSFwfKKZwtEfJ67FBRpCJzRvlimuU28bgCdXzSwnPcao8LmQlpg33ajDXJwWvuXgmfkTaJbe5S",
+	"utt7DUszDxSJZeuit3JcpyAQX4uvyZuKE1EtOggJq3M7B7AeWMZnfxd5qM50xmcozQD+KaqyLqSm+t7C",
+	"aatDEv/zaO9/0L1fR3vfDU/3fvk8ip48voqtWxYsr6vVRuo5oPsmtKoFNRedGdH/Herhv4Whj1vTe00v",
+	"O7fA8WzDWYARxiufxxF5YniIQ8/ZdlZPRo//zUonbYBUb8eebLtlcvnMiC0b+OWmw/RwNLoexXg5savl",
+	"xLMk07VtjSYzRWw9L5DmAjAylpQ8qIyMT7xbe/cxap2HJKbtluV6ciQKrD+ASbC7b9ChMqahTk91g0AF",
+	"ArsKmTYnycibivRTdiZKnrCbnPGrDZpVF9DrEV5ZDxRh5+cs0dlFpW1B3mQCubClZFjzp7riUrAgeHV/",
+	"5gcoUYy5VcLqMnrwKVTNzZTT2fpGGJoxEvuDBLeOUKuKXd2or/8N1qKkfA263deqy31FutvXoKvdqW72",
+	"u+piX7vu9fvqWl+/bnWvS/35dKkvoDv97rrSV6Mb/aF0ob+G7vOFdZ2vUbf5ArrMV6S7bMqiqySSxtas",
+	"yspBsSwkL7bmGuB+AX4UrVEdgoLByl0ckuyCknWICa0/yd4dgbRSC0qN49PpYDv2g0TvxPG/bbrB15kZ",
+	"uMbzXq9P5+p+6AhyemXUaYsdamupWIGokZp/m6m9N4mtsdMI+Izb0SodKY0uWmVtwq63Yl+xn7w7W3mz",
+	"N7sz8/1PHGOzLsEzlAoQFlNvPS5m+7R9H9BhtcAw1SxYUmBX8FtoKNg9lEpn6VEI4aNUU1t2yEWQSvt6",
+	"jULMRZWkUkN7BTjLmopAzWjT9WGgWyDn3GE4ZZzmnw7G5Wj0KEnzT0SKBclS+JvFXziW8gNjs1tK9L1Z",
+	"jm4oSWWL0Ccz/m0zdqFuqp1zdWt0hVSvZIat7PJU6BwqORe0uxhNdYLfrC1t0U2XjM1OxHPe0by35gHk",
+	"H4huNsKd0nReXF9csWVvwr0sqORNlIcu5Pgq9aidTuTTanPB/AWox9FFyHCzXH9Da277cWXC7djXr3nD",
+	"rrXu/jqvLkTXinsJFi0Wp01bBzY/TZJYu1nFpN94uMi4NYSB7Z9KRibZBeODIXnDMkhb7cefr+JozOPP",
+	"4x58OnZV5uJBnY/RzpdxNwnKrJDvcuh+q5VD+N00fRWDGUwRf3QhH4329yfAjWyKC+Yeudx7Z0mmGkx5",
+	"dZHtjCtNMedlO5FKO+IKdF2g/4ARo6ZU+KRbgSJEPRRqu/F/nlE1PRNUpoROJpJNqGZEXDBJKOIOWJfK",
+	"RuUAywa8znipu1B4An6mleEC01fBR1jzYyOu1spDSDdbA7a2AhzUQk05mnSIWZgDXpS6Id5vKC2PpYLe",
+	"Uz4JLwCWM1K7NNkW66r2o9auNNaiMQEPVMrLArUrHrJ6uGFWO+YtVpCtlGcV1SH76S5v5L160n0q37AF",
+	"UYylBOYElsOSa1EmUz9TWG17BFfYa2gQ287suncVZ4vN90SwsuPau23N9bT1rdIYWrPP0KqcUDULa9IV",
+	"FtdWCrFpZ1t9GFvuGs3tQ7/dFJFsC8BMVB6vAfhm9iqgM1IN9Vw7BpXUefOrYsx1AJDRJLvLJ2x9PYiq",
+	"+mzAiUyVfh7OmGzWza1q7JZcZzmh5k5nxK4MFqEfXrc6rt2TLeFTN2EGVxnsATwai6MMMOBmrxGhRh1Y",
+	"x6NiTx6jz7PO9j4kMXs0+j5GyWtgawzD12NuqDwtcxvHIUoojoWCUrVzZ0vN1uTa/w+l062QdNftDk5g",
+	"BeJFixk4Vakm9Uj7QqJMJFn148C8PuYwq4gAu3L50XXhnfaqoaSaaSCFughzE07m/DwacyH9ZfPG4gF9",
+	"WcgyyRIhU5aSTK8tdbeeorpBhWEELztqmupLfs1ap+s5Eh7ATo4DyGudN7v5P93NDgytvnXfbbwCvB42",
+	"jTF8R9tC2ruNr8o7Wz8413bnyNyF2Q6HK8CYFps7N44AHgTLKps/qsLV8YAIGdkorLlI2fcA5xlHGJEU",
+	"41+hxKNOyXi3otiuwPT267ZzzeirrpWrKWRlR8EVF4Lqa3hxXcHMQ/AxKu00OOQIjn8AhF+yTHIWNhU3",
+	"bq9Wb6XS5Iw5exnoi2d4HTleXnvqHOJGHVQFwBENXCePvYqAeBw71mRDJWoWGZOyUExq0q9/q8IarXww",
+	"OCRxQnnC8tiFFPiFyN1n4Ojz/sBPgtbTNYgwz5jS1n+xHhZmE9BLGIvAvrDuZkRwLfhbs0v9QCEESETY",
+	"cDIkMVv+Y/riX+Ly/N3338djDkEKn8c9Ou4dPLyKB4cWMARuJ1c3AxrLuIUQsTGpYM0Avq1OfaOGq80K",
+	"WCIIBGmtFp+v4hZIC03JGcCAKXudX++S3po6zeGVTCmWuiuziv9zJUK2o9JPXcGl9e53Qzb4l11LGoJB",
+	"ARpJybNPJYOAiDUtXfKNWGtNsMUVcQFDsc4zQPkyP5nzmlaRqCwlEEdM+XLMISrroBIYbCyxvuQxJrMy",
+	"L5SM0Nzs79LQDZQF9GJYVZZ6IWgP1JhDh84+g2wK4tKqYSBYjWkoruRSBPOB2DIrnbM0iECzcrF64FLV",
+	"ZnTeZF3X62aNYFsv+5YitpiFJdJusaoTHAQPRAww9eZ0VrtVLeQhibUQpzmAhVAnB2bKkUqmQ0w0bXDR",
+	"tGKj+H/sFVKXseWwb2p3WbC9wasVEjbudH1oGvfvKjBeJZZFAI0ms7k58RgrHJt2DQesTpK1D3PE0e3H",
+	"IFCAeEPOc6qBWY854NXYygH2eq66MUTP8vPBkBxxwEwsFQNcNQ/fCMo6eZiJ0ZjHOH/zpGH+MD9Y2LSq",
+	"9qYZMbdBl3YO5Lf/+Z/ksStsvRNG7FEyI7/9+/9qYVZ5d2AL3WQ7TJN7MNdAASJDZH2gI8N/BrDsNM8o",
+	"RMPE9nKLb7lWZveOnzfQnLba1g6YK5yZPTX13DIf/WpraCvvbHejXK2Bw3TTw9h9LVycJjuEcmM0d2iZ",
+	"UuS5RfoueZozEG52Q+zpWorWJustgAd3x6p0Ey38ULOm/HCPT3jT49kALbxz4MF11LM7qFh10CVjBF+P",
+	"iKJzIzvLOc0zhVeWkeePEud7Hdqr6Ga4xeGZODBjjNRy2gUYDjZR7QaEQOjP9IGy6YwtSX8VCdBcy3ZR",
+	"9Dq5OzyCVuEjw9WMmJTMNtc56qxjFJJkOkXY/NOaTc5yo6j5UddEikVHflsVgrRmId07DuAX3MuWVfbR",
+	"G73IuOrQuTZcPvDYg60mfdoylRd1mJeCLJwlvqiFGFzbSr4JkTDjJK4tefFaGMK1ZDiv4Ah3xRCsmth8",
+	"7tfGfuwE8e3gzBFr3ujgycyrSHrbx8GFnMFbkef7a8OCIxVtODjdYMD3YmgAh/cOJc4bgi/fiyvXhVM2",
+	"lx1ke4AmCE62L4qSPOxdq6jB7csBz9Zf/0Fr0zre0ulRml2sdv7yJyKzlEnS/+0//os8eUxEoSDBNZ4w",
+	"fSzZeXYZDyJCIVk0tcmV2+pFLy/WOKOilocrcKUA1nAyq00V6tDVPUS7Ly6UnUGNV3AdxW3tSN1F8KqK",
+	"qgpXDlENiQMSzyBV13AOz+B5tiQfnr1EMaQdt9S+rZqhUFJ12XRhDbaf+O16Cn3i2wme+e/lnPI9B14M",
+	"+i3Y6xNaqvBhwpjzF2GhKJ5dnBZQfw95bYxKvXnZyQsvfyKiQO9DLrpQm9eeFCvgRdjuHs2zCUcA4C0P",
+	"RZcH1PT7Hiwb285sMV2SfswuM6XBEGetrhGJL5hU5rWIxJBHD67QZcE6bizZ0e3P06VvbjD7w9LK6uDk",
+	"KM8700oWoMnsVDJDJ2CfbU3C2UxPp0Jmvwp+yi4TxlKW1rjmp2jJlcD955myq226OTtti1r+fCrPdKh6",
+	"PSRiFEx6RtC+KylWEeHgRmyke5M7kwSeekDa1rWEjq0KShvgS+xLYR1mCyZxUwJe68XfeNu9SB3c/bmw",
+	"8b8JzcNQsiAn3EtR23CCpJSScW1FK8vrQKbATCLOmXygblHCsgxmW05VjQ8/80a4DVTcamnshspVK2Pd",
+	"USOQl5CUMtPLD4aQbSA2o5LJoxJx1PGvH52n7R8/n/RWVt+8a7gVHPID8gN8QjCT6V8L7VKYyHuRM0X6",
+	"lCimMe+bkpymKZODAxKbG29P8Hxp+PJCZprZv8Ycn8FvwNLTecbjIfnZiDr/+PkEvKeZguRk58pRTF4w",
+	"B1qCVS0yZXgbR+8KnFygKhhtfdSmWhe9qyuwMpyLgFwD0DSZ8nPJvZQ1i7bMybFQeiLZh3evhuTEHOlU",
+	"JCUE/WfKlqjkk5wRJUqZGPIccy1LPbU8gFkMnEUmGUkEN1K4PnQgLIwbliokuPMVBoiN+VvemO+U2Xgy",
+	"UDDA0wUwJQqEyISCokElJtXtGa5GdWZEjkqCf1cyxsnrd2P+cHhJ/n5yckyOjl9ExJDdTFXoL6TfsPLE",
+	"dQoaRhv5OWjml8psEh+OuRFtEOfEHM2YJjMuFjlLETAjxnKeeiqZNfjvsUvNeErYZZHJpQWpJkeWB2JQ",
+	"gUU2iMZciaqUCsBeYL0TUnLTC7fuP1i8p4JfYKq6OhjzPfIcVvLx5eX+t5eX5EykS7NxsJTx5zEKb+Pe",
+	"ARn3kNA1u7SUPu5FZNxLRMr850ob+jxVnM7YaUIVcy9fxUPT3xGJvxk9jgEbhgvsEDHGSPxUcM243nvF",
+	"+ERP40OSTFkyq+orlxWMQUGl2VVoMP7m8jKuA4GAHRxYHym4dNAaV/sszU40n9gUOVu0ZsxJw97qMHUo",
+	"0aLYy9kFy+tvYAiWhe4VOeU21wartFfhLN985wqavWdaLvcwEo30bVjVwOoK5sQrYJJwFEQ+NIMxyjOS",
+	"uoXdcUVhYfFa/UBSihGfWBruEg5FLhTDAFBiurLV3wceJI9IzZwzTs7zbDLV5DzL82blDugdi8fanU0N",
+	"rblS83Vq0rejkR1KAsjf7o3TktMLmgH7h3wlPNXmsSvQY7bRjDHjSjOaYqEQ1axE883ooW0eXN2WUryS",
+	"I/WkMNAAYYmgqUFkWjeUE387ehQfeouLESjVbBZCQoaRMqsCAOU0zTPemqZprZ6fBSoyV4LZAkzxciEv",
+	"JP728jLGEBk7MK+pRzGGIwpO4v0po7meQuP9akBQ+CWZgvIkMMJ2TvG2QY19AMskOABWYc4x/OJYOEBP",
+	"WMJz6zyn5uLllCeM9HG3vJ/iwSHYwKEKC6F2nBZ7SYo5UWLOUF41hCMFdznPpm2cpCUV855I4XLRU5IK",
+	"W4kDrjM/qe3bBuXgV6dc6FPL+wCNMHVIS4KbjqC2XyXeD+yxxp648AR/F1gUPzYcyeuHi1NVJtNToEI8",
+	"488vE2ZrC9gUN2CNhPELlouCHdT79MDtYM054r/jo4rfAaHsz5mWWaL2CwkLx0plPx4BR4sNs90vcmrE",
+	"ADOIt5Ak7gKTaFEwKv2UcRuhlGkjT9kr3F1nPU9w6z0cjoYja4jhtMh6B71Hw9HwEQIZTUFA2qdFtn/x",
+	"cJ8mEBtUCNVZehdveix9bXa877mC6wJjf0PAHZokQkLtFi0qtjwkLk/6GzhGGDy+YHm+dy7knKXuXB7Y",
+	"FGdzBzfym624IUptCNIcOZQajVLHDsa8lq3AY2BkK1yuih6MztI7SmY9FDmZ0j+IdGmjUszFBPpIUcEo",
+	"7v/LKs549jYpT7XTEuWuWqy1crW0FT5h9b8ZjW63Z1Tarq7aYu1bXDAnlteCCZuDPe0q6j3GsYS6qMa8",
+	"/wNNq+mZTx5u/uQjp1akZil+9GjzRz8KeZalKeP4xb9t/sIO6wS5MXz2cIuOjtEMcSLEKzBCmO+++W7z",
+	"dydCvKZ8aXuFDKhvt1nAF0bJ4jR3CAO9b7dZjg9MXmQJ+1hfpajwuCwuQ9BuQwHEZl7pe5pOlNGpwAlm",
+	"PvJO/H5VMj587r1WDX/LMwWsvqrGRLCYHOQzm2OPps8mX7BBMXhPGaY95hjOlSlzwEV+AdCLKSsYTxnX",
+	"+XLYDjjDVylkFmuAwDTSmbk5h+TI3iKCM3P6K8OPK+DmLnqoC9vmF2R7dvGDrSt/RzyjkSpyB4xjK8OP",
+	"x0FW7MWrHKVpaGuqOtHq0t+zmD8RiwHoXi83upPJVOjUa4QLSKVUHo5Bdk6c69AwDRCGABbUFRlyQHZQ",
+	"YygDRMwipwmLa4hrW+bNolJjNVfVrjtEfq7ygw7GPcCthprFjY+Rv81YoVGkq6sYIXS2qsGww51Y7GzU",
+	"4XIlyBnDTytNc8yd9iIZKrkktp3HBA1c12VdT6sNuBveVbX/O0k9Xv9dss/zCjfdUSPFstk1R7rdodiD",
+	"tzqSFxwCP0E/iJB6jShdYJXYVkHN4T37uw321+BhyGvMonuw+aSK77dcrGZabV4GQskellCGUpxMd7ig",
+	"LPB630JMQxdgnW8ez1eZ0k99Yccaue/4pm902Y0osELAT5tVpL/yS/3G5GJ2p105u0knDYJYRy37OZ1M",
+	"LIaUpZpVSniF76wQREElnTMNjr9/rmZuApArAtTkdNKA+Hf24lJhKVvFeEqejA6bEGKEXdJ5kTPMDHn0",
+	"ZDRC36hp/lPJ5NKh+R305hl/RSc16mlNeGsBZX/5ElQdWr5tqNp+Vx3WSn8ZmHOsIlLbuf8SFG9Jtab8",
+	"BtLGtaj/M/x7ZbPemGZd6OKqLsv7QFljk6rNxhactUo/LkRBJNtTAH+sp2w+qFVCa2RyKPYiXa4IUZ1i",
+	"Ew7maQv2Ze05PDKiHU7OOjMggszHziFzpmlKNR0SLFwPaVgli/dtPEBE4ofxfjyyacpLpuL9mAsw6C+J",
+	"IcABFH3BxbA+ZAJHlFSDw3zeOeUUrTvWzJ4KTFsOnWoc9ms7usaxtmJsl/v6xid762sKt6RbzIPn4Hq2",
+	"xsE/+VG1aPy0dUGtPaFRh8QCKgaZsSVacPCUGdo4hMDN2rlSmW6s03FVovkb0+1j86XoA8pmByjjmMk9",
+	"vyjSn50y/gbg8DuRRYuzhfquX9mH9T6metq7+mUz099HxKb9z/DvTe6ACp67xcgtH9+GizvItmtPONr4",
+	"soVzty/fXxL3l8RXd0k0DtMNZbrW8d6vhcX9z9X/r/YVY2s8jB/onBmatbWjGJtB6JAZo1fMg4F7FoN7",
+	"bVgJlg1CjytIetwmzEM0zJgjulfUiXvaZBgN2OQvySU2vFyNyTLdu7Hl+Wi3V9aOd0eHNoRPHTiugPj6",
+	"xziqj0ePtzGys9kboX8E3LC/kN0N9pE2eU/hnbPb5D/rGc1rcRGUL2oVs04Hs85y5EkuHoSnTXBnQOLQ",
+	"Ysy3A0RugETbF/cmkvIyp3Jg5BrEmSV5dsHG3P6BYEfgCMGAHqWpZkMCcCIWE3Ah0E+KcpFXFaqT031Z",
+	"WejLMK0v6Xto47HfM7C/DAOjtyM6+XL/GuGI2dirhppQMRJSAhyZsADQlfiFyRd1YVwuNHGQ0EumozFv",
+	"mdUsJ4EvhuT5ZaagMqVTwFIBTczFBSP9UnlimhHIBiEug6DILW+DN+WbKJ53xE46obm/NHPpQtIOcBl8",
+	"/mfiM39FHvN0SvmEEYy7DaG3m1tf6m15TgXNsd7UggwAoofFAq0C1sjuUoMgQNmyhcGWlpfjUk7Ys/zT",
+	"JqP5O8/SSB3qo03+9ateNAJ3YXyn7ijGXfYKx6GbZ9Y3W6zkXbeH956ZZ4nhm1h/t6FFd3XcRovv7vAu",
+	"7SLP8k+wC91sAx7/VSwhONmU0ZQgFI3vyzJnpdM6/qwJX6MiwtmCqaoC6ZGO67z5VafuTqdgEy3vQLtP",
+	"b5lWo+56kutG7qt5OzT+SiyYJGfmDjDyllvprl7OpZg3OtgOzfvzykVa7NKrFrfQ5zGdYLX0yCiKc6Fs",
+	"lVxyRCAvWtqcz0YRoNVCv0RSsHtBOWY65moqpAbf7YTZItqQHmEaVJoVhRHtYixIF5OzJUKjYi45WYgy",
+	"T4mmM1Zl8GG1cPM9Cnqh9chtXdiAYfghVBl2hYcfNosOPwxlhG4UBjFPonfXTBRwyIOm5JqV/CXCAtby",
+	"zqbgsf85S6/2MR1pky3GiR5xlsYI5pxxLWoxxBWE9+zAliSdgELSGjX5cMxpFT3q/U4y5ewxGIqeeq4m",
+	"KRYQsWyueC8pcDjmXtJQjNHOB+PeRHCIE628omb4XJBccHO6EK7hugGbWGZyi0vDrVuWkj71N+eBgrUc",
+	"oHkIjOU2cZKSjx9fPGtykgxjEk8zT5AqjIZVneosXStEVVyvLLFM4wroWZ2O3hR8bl97e5Z/wvX7QmZs",
+	"r78uIcsQOcCXVbAZfwb9rJp4FWT+Z9LSqtn9iAVQt42hr757XadTtjgpPgdO4x1ZuH/TdUwVEWvCfPR9",
+	"yZWfQoMYODWkkstlp5K1IEHID6XKOFPKaQEKUbuiMc+NIOLjPAzgewiqsgzRpqAeWCwTTMCMEWrG5rxC",
+	"eiu6ls+FHHMPdQq91xlPZNBA/fLiLlNubOu/k22n6r0zXa8DxeY+i+aPnkXzvuTN4+kd+tlF+8zvf+bq",
+	"av/zjC3Xhs185NUppfmQvBE22gOvW8D3gEgSV5SCzC4aFTcGEVFG4or/T3ZZsER/HxsNAmOHwXOusZhC",
+	"1QtJKDcChY1kUVmOmXvBc4yWpt6dnqcNER+VlYP0m1wrslDjB2NbWwDyfzhBGXLwtZ+3P+ABqCJSZmzZ",
+	"pv0OA8wRbIaPBVFdQVCBy15A1yH8YYBe/8b070WsPyFwppDNmcEwp4ymFvrr+QmdrC7Tu1KYidr8f1eu",
+	"Z9z77+NeXFtXHW0P19pjru7p/pbpHoMyg0S/Vs17+RPiHBU0YR0KGlc3s3K/ZMvIhmToqYteODSSR8K4",
+	"3mMcze77KLJhkQ/JAMUjJcmUSpqgESQ4Opzy9sP7JerZKsJt25xi0jpCAfgMs7jctWcZAl5gRvl9fkkT",
+	"bX0X4pzEWuc2bSXej8+FZBdMxmPuxUxYmBbA2ymVBpXZogcJKHvCAYSx2g6s+j1jyyDrGfNNvCd4Wx6X",
+	"+s5k3uNS/24SbzfT+xltIu0LOh7cS7t/dGn3uOxgep6UCyFO+58tTsTVPkKidWu7z+G5c1zm2YUrnjJl",
+	"OdZQctWJiBZkTi/7DpsQUdYiwsWC/B8uR25wiEA7zmLOMdoKwXeMDiYlS4zyzPF7lmJ3UE3JQa8J2Xzo",
+	"ZJUx94UVh1tWSZ6cLVh6MLLVkxwsW802FGMkBuxhnLTd1vhgzBcNs14JeIEktnNyuKJPRoPrmiGxQ+h7",
+	"kyHSgSPbBHhMIaGkEEXHjeDq5Ox4K9wFT1xd3Ls2GTZ67GKJ7w1p0PwPE9Fxzwg3MELccEKRPXjcsBBF",
+	"kx36BdiD2pDFIVQWu65RNAaAsBnHCNEsz60vovJYg5valsVNmcyMAIfYXGHf9esa4uPLO7Bv2b+8wZv4",
+	"xkl1P2a5tti9XVUqagmwa1Rc3XA4J1TNOkfyzG6dA/mrtzA0lqqOYT2eqkAK4yl6aQopzN2Ef5ghGS0d",
+	"YLgZTU/RSh0sorLBcV8Vyo8QYVWZ+7qqs2Fu4t/+n/8kD8k0IuZKg1s31iImmRp8WWd/NdLG8AYRqYow",
+	"uxjwecZLzRDQCs41XnmAuwWPIFMF5wqZWBlv5ttDaczvH35zMBodPBrFAKylKjydKm7c4qCa9x4ejEb3",
+	"UQg3jkL45o8ZhWDZcFckguPSf4kohADqVPVT8CL1stCMevG5AS6+dTaq9bYrwKCbGik9TSVTivRpnlto",
+	"kMGQvDLsrT7IaCU/Y9ZQno55xtPsIksBjaOG/EGM0hQr5TwePY6vK7Y/szmaDv3v7jzffkebrO/pny0k",
+	"+fbyMr3aePWFHqbtbuu4K+xWUSVeSI0qnEVeqlaFwaHDxJ2yhior2RyCFs6WRqVDHPFgov8XoDPbRXdy",
+	"/2tXmOmewlbszWEk0AZJ7ZZ/cVxz0m0zwE58druKGbAdl96HrDewCf0e4402JhNa/crFZLUvCQhrs7iA",
+	"9ak0JG3Dzsbcm3Bk8bpb9UDjNP90gPj7af7Jxn5V9Sjq8LQq0Ahi1MyVUVWYGXMjtM4YK6rAt+vHqWm5",
+	"/BIXzX2I1X2I1XVCrHa6Wz2OVIii0/byLFOJwCxhURCaSKFUI4UObTK+i4jydF8YnZaqWUzYp5JihYVJ",
+	"dsE4KlVqzPvskiYa5cDBkBxpMBTpynlVNxi5prqSfcGJ5RZszDFbBpHmxz1wBc9pgfD5dgEeqGbxf8ep",
+	"QlAr22OsH4vCLdcm81Fle0GLvU6mhKH3rtO+4r7YzaR0QtVs6z7MMt/QinMsCoxi2+7d4xpnbbsPjkot",
+	"iiwX+tj8vOVHP9NMb/lqzUW2eRtM2w4acLtP2lh923zjZ0a+Fim7xmc/SjHfYYmPklmngr+BrYri7UvD",
+	"3L5Blt+ie6v+VVZjcGrngk/2CpHnxJYWgYB3w3C8Kh0DcDkDqN1t49h6B7cTyfaNRVnxOR2v2Rwwt4MW",
+	"yKQZ7JjHn8euntfYFsGO6gpE4/pkQ5S/Oa8eoxv3onHFtse9g3/+chWjZhMnIgVMl7cwrjOakowXpa4M",
+	"VlBLOqcZb5X0MKzrPnJlrRO3vuoQasMohvU2GYnSsspOp0YhCoTp8EHAgjfs05xmc0XKAuqGQH2CuDao",
+	"QP2ZCpPjgfKTY1FmNhem9c/WNXfGvMiSmbL2Rz9DXpDEdEj6zuhZX4QqNhcxnLs64R/TKVwlmzEH/4o1",
+	"2PoQ5q3aRdc36ByLa0KW7YYvdH9P3d9TX/Ceuo8pvDXODCxxFY5kMwuugdp8nLabMGbmRdzVVg5b9M5x",
+	"ZZ/BQvQdRLC4kBfAPrAlTVM9BZMmlowSnA1uwESvj+p2E6C2W+e894z0npHeM9K7Y6RdwHSr7LRUawpn",
+	"HZdq2iiZBfj1h2h1gdJUWLvW5TbXQqOX5QyFJF0sgOBjjuhypeGi4cJb0IyPX297RAyoxFbxaxbbGvOj",
+	"1Rqbopl/FiymVcdrGHbtVeVkyhqJrGXMPIIifq4IYIuJ1+WRo60Zuln9u4kINE3vFCT98PYLGeAYrlmJ",
+	"y/RwX3/rzxhLraah6AfgRA3eJBnW4Vb7s4t9w4G6GdVLtoSQNnPga5U+45BhAYQTQbRN6lJ+ob7wfszZ",
+	"pcZaw+HAwZcXpuU7S2QwXfxumQzYeZcz6gjWy6ypFAt1f+z+6McOgo5e/gS12ddkMTTOXHWS1NpyPy8v",
+	"3tQv3inJVv10hZDVA8GDbo5/Ikqu/4xBZbdNGtzfxc0EsiV1fBna2IEy/hLhhcG9rPaua0vFhaEVtujc",
+	"0L8x/da9c4e7WfUREhPtsz/7Nn5YKqOLuC1BNtaErNq4n+jnWHs83+Eru1qTQmkGu6UCbHj7FUQ/fyWB",
+	"y7BIXZwFV/AvwVU+OWLZkQJ3rZljg1DMDd4INVNRpTlEFZ4z5WkV1rxSNY1dMI6BoVVZUqpcGDPpx/Z/",
+	"DvsHfbC2j3iwa6G1G7u4frnzUOcNQO9/2cIybceDT9kdEcvvvFpcNbG6asv9bx6CsG0ThlJDe6ve5kHT",
+	"WqaC8clfNVlBN91xze/+OAXLfp/gZr+i2/U5637KCj3t9HodY4Jc7egq/HKYVY0iNLD2F1QzOadyRqjM",
+	"9HTOdJZEJJkyWgy6CfQZjOBmbql10L8V9sv3ds2g8HQ/Pj199/H5x+enr98+e356Gnem201+Vxhrb4mC",
+	"bLfQ0/vjseZ4IG1tfToMb10v+J7AG3e446aDLpkROv9LiIzaLvOGnbPJvV38C1JpbfojhDtxsUDgxXMp",
+	"5hDpSzmZilK6bFPzxZD8IPQU3EssmQqWkoxj5aL3lE9YHBElxhz8UwCUc05zvMhtouuSUanIaDR6aDr4",
+	"7rvvviP9jydPB5HfNXx5xvx+xxyRcjbC5PyN6Q8uq3k3tvmjFPMdVC+x/bvAqLZ//YaK4F2yXFzadbaE",
+	"o8lEsgnVder5n1zapWp6JqhMCXUz946mPYOBc7l/Vp6fW9C2LrvQD/BKRc53tquNfkKlqgohcltY7M++",
+	"nZmaEVXPd7u93NYo9BfnTH9EExVu2XpDFWqqLtfWWRX/7EcF1VA8ARDNsstZCUR7h1Wgax6ZdTrQCzAe",
+	"MKOw7dUKm9Wnv7LKymjoYF5YdRC9ApMlvmx1ZX97Oq0Ufwgh4MurYQAGYY+OjbFoW8uCRwgcGPte7F+n",
+	"eP/zlHHCOD3LmYu2KkoFYbNpdsGkB1qT1ndeP0axhKUxmtHguaQZJwUtFQsb045LNfWTLu8y6b+R27lC",
+	"dE8tnt9cpOyvUMsfttQjB5i4T0RAMJjOb6N82sVeg7t3+5E5Kxv35eJyNtDMG7b4I9DLX6ee6g5kvZY3",
+	"rs3XDvFHUVSZWZSc2ZoWj+MwzxPFPcv7XVheM/j9Whxvde/uGd49w/s9Gd6WRO3xO53NrfkoHL/rQNGF",
+	"JIlpM1cEPyEztmxmBcDvL9kSslrPwTcPPwEftrkIBa7YmFuh0SJA/MCWwoqJsNmCk/53I5LSpRo4zLJH",
+	"2NqpfeGUXSaMpSyNh2N+84D/D8mUpWXOTnA97uYwQ+O/Z10gfwD3pYH+apHGjsbNoVD2//XBtufa4xf2",
+	"hwC/2Jhlj8eoEecfCPM/JLFhUd+DrSuu89k/ww9XMVT3Csf/V+f09gw610IoxfVo1F3A9FIoaSHOIdBJ",
+	"Lolk51hFHxfGvjtowpkSH830i1VBbSOD61LCtikCu4RAY4Iz0ocMNi81o9OjDx/uhpwTWyJAjHeFhd0A",
+	"+aycn6HRC9euq0972a1iEEPDW0ELv4U+4c6C+QOtwvQLKCnXCRENT3+3CAY4C1225TpdBJcPUj8pmpfv",
+	"Ez3vJmTfHvK61v1OTHX/s5Ok1oZlvoHUyE+l0HTvLBfJjKVDlwPZqDY2p0so10AyTWhu5KElimernPUp",
+	"3ARAT5sgtfBVPKbZOZxUPDkJlTKDcNFsBQ+0Cwjrkv++h6dbGnLT/NMGXd4W4duFokgFIYK/YfG1kPnE",
+	"UerdUkcwTghoPVRI7Z6l3klhszVkdXsi4Im7+7crV9ZRfsax793qz/j3Qc01NxTlRdU6IjSZqcrTUpUt",
+	"j2cX1tOIqxUTmaVWLjfzOxZKTyT78O5VAx72AC2ZGJXvkvqFrAL1wdNIjoyynQPwLJYCWT3BY94sSbRa",
+	"wvd6cCsehO5daep1D7+Xqu6PoPN2gs3BhAm30uBwHgDMtshzliI2cL+1E/e1z/7w6jxuPqHkrORpzgjV",
+	"Yp4lNM/9Ymg+K0GZc8povi4gvTzLs2RI4m9HjyxyO3hvqaZnUIZLkZJLRpMpwMvYshlItVW9MCywR5ZM",
+	"H5JS2dLc5nBDLfAIXsqzC8axwIFF0QOeIUoNlsKqQ2Qu4Fh2/K4rZPPvOLU7PJW2h8BRxCfXxs6xJHHH",
+	"g/zIcfeXpB+7BY6JokbXnS5dRdc0U4ngnCWapXFEYru53s4C+zDEyJJSZnrZO/jnL02EZLvVpF/tozRi",
+	"0p6WWTHoik+YMy2zZG0w42v7yp1WBMAugrUA4BFRnBZqKvT1d/t61v6O5T7G2krErh/p/+PD2zebVnm/",
+	"kGLO9JStie4+rl4hml1CgUOhqsyUOdVkNBwNH4ddm9W3W++Z6WMfMFSbu7VSPLhrXzJO2kPGcd5wo25z",
+	"jIm5lVEjxppGw0176+Yzr9YxuK8rkforW/LKsty7PD1VH4ElcHRq7pDiqxZAVsKskJlxUd1L4ePV3MjP",
+	"vTNGJZNHpblw//nLldlZJi/CFpUj8opyptxlWBUJK4TU5MmTR9+AubWUee+g9xmWm10d7O9/ngqlrw4+",
+	"m9euelHvgsrMXM2ws9NKdbAG4l4uEprDz+Dblq3Hph/zBNtvPptqXfSiyq5q/zT/4Nx/qVYkwEfSMqkL",
+	"Fw0922mpghlmgJpbZcU1MB4jrzIa/tJoUBSh2nrJjItFztIJI4UoihqvX5E+lgezqk4rA890BQlqA68P",
+	"msxCfYAAZsUxMP/56llEXv5ERGHVtMqU7XRGT05bbRmjIBPBz7NJ6dxx1bfud9b1pZG4avwVl+Hqd18n",
+	"/4QCXVXBEk3qylKhfayAo0LVBKsyCdbhW3+W5p825hfWKeURUYzNYAbKA19srgV8uYdf9oLFyPfQkWNT",
+	"EepC4hehwZcSBF1r0wV4ZggsolWothOS0aw6bBkCQmNACS2qZOCourphahjRmbqcEH+ZLasJ+G1Kbroj",
+	"apHpZGqouh0JoHwKtrEAV79c/f8BAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
