@@ -426,7 +426,7 @@ def test_a_time_window_in_any_zone_is_sent_as_its_utc_instant(client: lanes.Lane
         ),  # like the local mean times of old tz rules
     ):
         status = client.admin.get_status(from_=start.astimezone(zone), to=end.astimezone(zone))
-        assert status.time_range == {"from": "2026-01-02T03:04:05Z", "to": "2026-01-02T04:04:05Z"}
+        assert (status.time_range.from_, status.time_range.to) == (start, end)
 
 
 def test_kv(client: lanes.Lanes, qname: str) -> None:

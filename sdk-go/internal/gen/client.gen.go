@@ -528,6 +528,17 @@ type AckResult struct {
 	TransactionId string `json:"transactionId"`
 }
 
+// AdmissionClassStats defines model for AdmissionClassStats.
+type AdmissionClassStats struct {
+	Admitted   int    `json:"admitted"`
+	Budget     int    `json:"budget"`
+	Class      string `json:"class"`
+	InFlight   int    `json:"inFlight"`
+	MaxWaiting int    `json:"maxWaiting"`
+	Rejected   int    `json:"rejected"`
+	Waiting    int    `json:"waiting"`
+}
+
 // BufferStatus Disk spool state; more spool fields may be present.
 type BufferStatus struct {
 	// DbHealthy With a spool: false once the broker found PostgreSQL unreachable (a push went to the
@@ -1035,6 +1046,13 @@ type KvRow struct {
 	Version int             `json:"version"`
 }
 
+// LagSample defines model for LagSample.
+type LagSample struct {
+	Group    string `json:"group"`
+	Messages int    `json:"messages"`
+	Queue    string `json:"queue"`
+}
+
 // LaggingConsumerGroup defines model for LaggingConsumerGroup.
 type LaggingConsumerGroup struct {
 	ConsumerGroup      string     `json:"consumer_group"`
@@ -1201,18 +1219,136 @@ type MessageListMode struct {
 // MessageListModeType defines model for MessageListMode.Type.
 type MessageListModeType string
 
-// Metrics Process metrics snapshot (loosely typed; some fields may be 0).
+// Metrics Process metrics snapshot of this broker since it started. `database` is absent when the
+// broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them.
 type Metrics struct {
-	Cpu      map[string]interface{} `json:"cpu"`
-	Database *struct {
-		IdleConnections *int `json:"idleConnections,omitempty"`
-		PoolSize        *int `json:"poolSize,omitempty"`
-		WaitingRequests *int `json:"waitingRequests,omitempty"`
-	} `json:"database,omitempty"`
-	Memory   map[string]interface{} `json:"memory"`
-	Messages RateCounter            `json:"messages"`
-	Requests RateCounter            `json:"requests"`
-	Uptime   float32                `json:"uptime"`
+	Admission *MetricsAdmission `json:"admission,omitempty"`
+
+	// BodyBytes The request body budget (`LANES_MAX_INFLIGHT_BODY_BYTES`).
+	BodyBytes *MetricsBodyBytes `json:"bodyBytes,omitempty"`
+	Cpu       MetricsCpu        `json:"cpu"`
+	Database  *MetricsDatabase  `json:"database,omitempty"`
+
+	// Lag The last per-(queue, group) backlog refresh (`LANES_LAG_REFRESH_MS`).
+	Lag         MetricsLag         `json:"lag"`
+	Maintenance MetricsMaintenance `json:"maintenance"`
+	Memory      MetricsMemory      `json:"memory"`
+
+	// Messages Message counters; `total` and `rate` (per second of uptime) count pushes.
+	Messages MetricsMessages `json:"messages"`
+
+	// ParkedPops Long-poll pops parked on this broker now.
+	ParkedPops int              `json:"parkedPops"`
+	Requests   RateCounter      `json:"requests"`
+	Retention  MetricsRetention `json:"retention"`
+	Spool      *MetricsSpool    `json:"spool,omitempty"`
+
+	// Uptime Seconds since the broker started.
+	Uptime float64 `json:"uptime"`
+}
+
+// MetricsAdmission defines model for MetricsAdmission.
+type MetricsAdmission struct {
+	// Classes One entry per admission class (`push`, `pop`, `ack`).
+	Classes map[string]AdmissionClassStats `json:"classes"`
+
+	// RateLimited Requests answered 429 by the per-client rate limit.
+	RateLimited int `json:"rateLimited"`
+}
+
+// MetricsBodyBytes The request body budget (`LANES_MAX_INFLIGHT_BODY_BYTES`).
+type MetricsBodyBytes struct {
+	Budget   int `json:"budget"`
+	Held     int `json:"held"`
+	Rejected int `json:"rejected"`
+	Waiting  int `json:"waiting"`
+}
+
+// MetricsCpu defines model for MetricsCpu.
+type MetricsCpu struct {
+	Cores int `json:"cores"`
+}
+
+// MetricsDatabase defines model for MetricsDatabase.
+type MetricsDatabase struct {
+	Acquired int `json:"acquired"`
+
+	// EmptyAcquires Acquires that had to wait for a connection, since start.
+	EmptyAcquires   int `json:"emptyAcquires"`
+	IdleConnections int `json:"idleConnections"`
+	PoolSize        int `json:"poolSize"`
+
+	// WaitingRequests Requests queued for an admission slot (0 without admission control).
+	WaitingRequests int `json:"waitingRequests"`
+}
+
+// MetricsLag The last per-(queue, group) backlog refresh (`LANES_LAG_REFRESH_MS`).
+type MetricsLag struct {
+	// LastError Why the last refresh failed; absent when it succeeded.
+	LastError *string `json:"lastError,omitempty"`
+
+	// RefreshSeconds How long the last refresh took.
+	RefreshSeconds float64 `json:"refreshSeconds"`
+
+	// RefreshedAt `null` until a refresh has succeeded.
+	RefreshedAt *time.Time `json:"refreshedAt"`
+	Series      int        `json:"series"`
+
+	// Top The largest backlogs, at most 10.
+	Top           []LagSample `json:"top"`
+	TotalMessages int         `json:"totalMessages"`
+}
+
+// MetricsMaintenance defines model for MetricsMaintenance.
+type MetricsMaintenance struct {
+	Pop  bool `json:"pop"`
+	Push bool `json:"push"`
+}
+
+// MetricsMemory defines model for MetricsMemory.
+type MetricsMemory struct {
+	Goroutines int `json:"goroutines"`
+	HeapAlloc  int `json:"heapAlloc"`
+
+	// Rss Resident bytes; absent where the broker cannot read /proc.
+	Rss *int `json:"rss,omitempty"`
+	Sys int  `json:"sys"`
+}
+
+// MetricsMessages Message counters; `total` and `rate` (per second of uptime) count pushes.
+type MetricsMessages struct {
+	Acked        int `json:"acked"`
+	DeadLettered int `json:"deadLettered"`
+
+	// LeasesGivenBack Leases a pop gave back unused (its client went away).
+	LeasesGivenBack int     `json:"leasesGivenBack"`
+	Popped          int     `json:"popped"`
+	Pushed          int     `json:"pushed"`
+	Rate            float64 `json:"rate"`
+	Total           int     `json:"total"`
+}
+
+// MetricsRetention defines model for MetricsRetention.
+type MetricsRetention struct {
+	Errors int `json:"errors"`
+
+	// LastPassAt `null` until a pass has run.
+	LastPassAt      *time.Time `json:"lastPassAt"`
+	LastPassSeconds float64    `json:"lastPassSeconds"`
+	MessagesDeleted int        `json:"messagesDeleted"`
+	Passes          int        `json:"passes"`
+	SegmentsDeleted int        `json:"segmentsDeleted"`
+	Sweeps          int        `json:"sweeps"`
+	TxnsPurged      int        `json:"txnsPurged"`
+}
+
+// MetricsSpool defines model for MetricsSpool.
+type MetricsSpool struct {
+	DbHealthy bool   `json:"dbHealthy"`
+	Dir       string `json:"dir"`
+	Drained   int    `json:"drained"`
+	Failed    int    `json:"failed"`
+	Pending   int    `json:"pending"`
 }
 
 // NamespaceList defines model for NamespaceList.
@@ -1256,17 +1392,49 @@ type PartitionDepth struct {
 
 // PartitionStatus defines model for PartitionStatus.
 type PartitionStatus struct {
-	Cursor       map[string]interface{} `json:"cursor"`
-	Failed       *int                   `json:"failed,omitempty"`
-	LastActivity *time.Time             `json:"lastActivity,omitempty"`
+	// Cursor Every consumer group's cursor on the partition taken together: `leaseActive` when any holds
+	// a live lease, `leaseExpiresAt` the latest live lease's expiry, `lastConsumedAt` the latest
+	// consumption, `totalConsumed` the sum.
+	Cursor       PartitionStatusCursor `json:"cursor"`
+	Failed       *int                  `json:"failed,omitempty"`
+	LastActivity *time.Time            `json:"lastActivity,omitempty"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages      MessageCounts           `json:"messages"`
-	Name          string                  `json:"name"`
-	NewestMessage *map[string]interface{} `json:"newestMessage,omitempty"`
-	OldestMessage *map[string]interface{} `json:"oldestMessage,omitempty"`
-	Stats         map[string]interface{}  `json:"stats"`
+	Messages MessageCounts `json:"messages"`
+	Name     string        `json:"name"`
+
+	// NewestMessage The oldest or newest retained message; `null` when the partition holds none.
+	NewestMessage *PartitionStatusMessage `json:"newestMessage,omitempty"`
+
+	// OldestMessage The oldest or newest retained message; `null` when the partition holds none.
+	OldestMessage *PartitionStatusMessage `json:"oldestMessage,omitempty"`
+	Stats         PartitionStatusStats    `json:"stats"`
+}
+
+// PartitionStatusCursor Every consumer group's cursor on the partition taken together: `leaseActive` when any holds
+// a live lease, `leaseExpiresAt` the latest live lease's expiry, `lastConsumedAt` the latest
+// consumption, `totalConsumed` the sum.
+type PartitionStatusCursor struct {
+	LastConsumedAt *time.Time `json:"lastConsumedAt"`
+	LeaseActive    bool       `json:"leaseActive"`
+	LeaseExpiresAt *time.Time `json:"leaseExpiresAt"`
+	TotalConsumed  int        `json:"totalConsumed"`
+}
+
+// PartitionStatusMessage The oldest or newest retained message; `null` when the partition holds none.
+type PartitionStatusMessage struct {
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// PartitionStatusStats defines model for PartitionStatusStats.
+type PartitionStatusStats struct {
+	// ConsumerGroups Cursors on the partition, one per consumer group (queue mode included).
+	ConsumerGroups int `json:"consumerGroups"`
+
+	// Id Partition id (UUID).
+	Id            string `json:"id"`
+	TotalConsumed int    `json:"totalConsumed"`
 }
 
 // PopAutopilot Present only when the request engaged autopilot; the sizes the broker used.
@@ -1687,19 +1855,33 @@ type QueuePartition struct {
 	Name     string         `json:"name"`
 }
 
-// QueueStatus Live status of one queue (loosely typed).
+// QueueStatus Live status of one queue.
 type QueueStatus struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   MessageCounts          `json:"messages"`
-	Partitions *[]PartitionStatus     `json:"partitions,omitempty"`
-	Queue      map[string]interface{} `json:"queue"`
+	Messages   MessageCounts      `json:"messages"`
+	Partitions *[]PartitionStatus `json:"partitions,omitempty"`
+	Queue      QueueStatusQueue   `json:"queue"`
 }
 
 // QueueStatusList defines model for QueueStatusList.
 type QueueStatusList struct {
 	Pagination Pagination     `json:"pagination"`
 	Queues     []QueueSummary `json:"queues"`
+}
+
+// QueueStatusQueue defines model for QueueStatusQueue.
+type QueueStatusQueue struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Id Queue id (UUID).
+	Id        string `json:"id"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+
+	// Partitions Number of partitions.
+	Partitions int    `json:"partitions"`
+	Task       string `json:"task"`
 }
 
 // QueueSummary defines model for QueueSummary.
@@ -1722,7 +1904,7 @@ type QueueSummary struct {
 
 // RateCounter defines model for RateCounter.
 type RateCounter struct {
-	Rate  float32 `json:"rate"`
+	Rate  float64 `json:"rate"`
 	Total int     `json:"total"`
 }
 
@@ -1806,19 +1988,52 @@ type SeekRequest struct {
 	ToEnd *bool `json:"toEnd,omitempty"`
 }
 
-// StatusOverview Dashboard aggregate over a time window (loosely typed).
+// StatusDeadLetters defines model for StatusDeadLetters.
+type StatusDeadLetters struct {
+	Total int `json:"total"`
+}
+
+// StatusLeases defines model for StatusLeases.
+type StatusLeases struct {
+	// Active Live leases.
+	Active int `json:"active"`
+
+	// PartitionsLocked Partition cursors those leases hold.
+	PartitionsLocked int `json:"partitionsLocked"`
+}
+
+// StatusOverview Dashboard aggregate over a time window. This broker keeps no metrics history, so
+// `throughput` and `workers` are empty, `errors` is `{}` and `pointCount` is 0; their items
+// are left open.
 type StatusOverview struct {
-	BucketMinutes   int                      `json:"bucketMinutes"`
-	DeadLetterQueue map[string]interface{}   `json:"deadLetterQueue"`
-	Errors          map[string]interface{}   `json:"errors"`
-	Leases          map[string]interface{}   `json:"leases"`
-	Messages        map[string]interface{}   `json:"messages"`
-	PointCount      int                      `json:"pointCount"`
-	Queues          map[string]interface{}   `json:"queues"`
-	StatsAge        float32                  `json:"statsAge"`
-	Throughput      []map[string]interface{} `json:"throughput"`
-	TimeRange       map[string]interface{}   `json:"timeRange"`
-	Workers         []map[string]interface{} `json:"workers"`
+	BucketMinutes   int                    `json:"bucketMinutes"`
+	DeadLetterQueue StatusDeadLetters      `json:"deadLetterQueue"`
+	Errors          map[string]interface{} `json:"errors"`
+	Leases          StatusLeases           `json:"leases"`
+
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
+	Messages   MessageCounts            `json:"messages"`
+	PointCount int                      `json:"pointCount"`
+	Queues     StatusQueueTotals        `json:"queues"`
+	StatsAge   float32                  `json:"statsAge"`
+	Throughput []map[string]interface{} `json:"throughput"`
+	TimeRange  StatusTimeRange          `json:"timeRange"`
+	Workers    []map[string]interface{} `json:"workers"`
+}
+
+// StatusQueueTotals defines model for StatusQueueTotals.
+type StatusQueueTotals struct {
+	Namespaces int `json:"namespaces"`
+	Partitions int `json:"partitions"`
+	Tasks      int `json:"tasks"`
+	Total      int `json:"total"`
+}
+
+// StatusTimeRange defines model for StatusTimeRange.
+type StatusTimeRange struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 }
 
 // SubscriptionUpdateRequest defines model for SubscriptionUpdateRequest.

@@ -2079,58 +2079,239 @@ export interface components {
             status: string;
             engine: string;
         };
-        /** @description Process metrics snapshot (loosely typed; some fields may be 0). */
+        /** @description Process metrics snapshot of this broker since it started. `database` is absent when the
+         *     broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them.
+         *      */
         Metrics: {
+            /**
+             * Format: double
+             * @description Seconds since the broker started.
+             */
             uptime: number;
             requests: components["schemas"]["RateCounter"];
-            messages: components["schemas"]["RateCounter"];
-            database?: {
-                poolSize?: number;
-                idleConnections?: number;
-                waitingRequests?: number;
+            messages: components["schemas"]["MetricsMessages"];
+            retention: components["schemas"]["MetricsRetention"];
+            lag: components["schemas"]["MetricsLag"];
+            /** @description Long-poll pops parked on this broker now. */
+            parkedPops: number;
+            database?: components["schemas"]["MetricsDatabase"];
+            memory: components["schemas"]["MetricsMemory"];
+            cpu: components["schemas"]["MetricsCpu"];
+            maintenance: components["schemas"]["MetricsMaintenance"];
+            admission?: components["schemas"]["MetricsAdmission"];
+            bodyBytes?: components["schemas"]["MetricsBodyBytes"];
+            spool?: components["schemas"]["MetricsSpool"];
+        };
+        /** @description Message counters; `total` and `rate` (per second of uptime) count pushes. */
+        MetricsMessages: {
+            total: number;
+            /** Format: double */
+            rate: number;
+            pushed: number;
+            popped: number;
+            acked: number;
+            deadLettered: number;
+            /** @description Leases a pop gave back unused (its client went away). */
+            leasesGivenBack: number;
+        };
+        MetricsRetention: {
+            passes: number;
+            sweeps: number;
+            errors: number;
+            segmentsDeleted: number;
+            messagesDeleted: number;
+            txnsPurged: number;
+            /** Format: double */
+            lastPassSeconds: number;
+            /**
+             * Format: date-time
+             * @description `null` until a pass has run.
+             */
+            lastPassAt: string | null;
+        };
+        /** @description The last per-(queue, group) backlog refresh (`LANES_LAG_REFRESH_MS`). */
+        MetricsLag: {
+            series: number;
+            totalMessages: number;
+            /** @description The largest backlogs, at most 10. */
+            top: components["schemas"]["LagSample"][];
+            /**
+             * Format: double
+             * @description How long the last refresh took.
+             */
+            refreshSeconds: number;
+            /**
+             * Format: date-time
+             * @description `null` until a refresh has succeeded.
+             */
+            refreshedAt: string | null;
+            /** @description Why the last refresh failed; absent when it succeeded. */
+            lastError?: string;
+        };
+        LagSample: {
+            queue: string;
+            group: string;
+            messages: number;
+        };
+        MetricsDatabase: {
+            poolSize: number;
+            idleConnections: number;
+            acquired: number;
+            /** @description Acquires that had to wait for a connection, since start. */
+            emptyAcquires: number;
+            /** @description Requests queued for an admission slot (0 without admission control). */
+            waitingRequests: number;
+        };
+        MetricsMemory: {
+            heapAlloc: number;
+            sys: number;
+            goroutines: number;
+            /** @description Resident bytes; absent where the broker cannot read /proc. */
+            rss?: number;
+        };
+        MetricsCpu: {
+            cores: number;
+        };
+        MetricsMaintenance: {
+            push: boolean;
+            pop: boolean;
+        };
+        MetricsAdmission: {
+            /** @description One entry per admission class (`push`, `pop`, `ack`). */
+            classes: {
+                [key: string]: components["schemas"]["AdmissionClassStats"];
             };
-            memory: Record<string, never>;
-            cpu: Record<string, never>;
+            /** @description Requests answered 429 by the per-client rate limit. */
+            rateLimited: number;
+        };
+        AdmissionClassStats: {
+            class: string;
+            budget: number;
+            inFlight: number;
+            waiting: number;
+            maxWaiting: number;
+            admitted: number;
+            rejected: number;
+        };
+        /** @description The request body budget (`LANES_MAX_INFLIGHT_BODY_BYTES`). */
+        MetricsBodyBytes: {
+            budget: number;
+            held: number;
+            waiting: number;
+            rejected: number;
+        };
+        MetricsSpool: {
+            pending: number;
+            failed: number;
+            drained: number;
+            dbHealthy: boolean;
+            dir: string;
         };
         RateCounter: {
             total: number;
+            /** Format: double */
             rate: number;
         };
-        /** @description Dashboard aggregate over a time window (loosely typed). */
+        /** @description Dashboard aggregate over a time window. This broker keeps no metrics history, so
+         *     `throughput` and `workers` are empty, `errors` is `{}` and `pointCount` is 0; their items
+         *     are left open.
+         *      */
         StatusOverview: {
-            timeRange: Record<string, never>;
+            timeRange: components["schemas"]["StatusTimeRange"];
             bucketMinutes: number;
             pointCount: number;
-            throughput: Record<string, never>[];
-            queues: Record<string, never>;
-            messages: Record<string, never>;
-            leases: Record<string, never>;
-            deadLetterQueue: Record<string, never>;
-            workers: Record<string, never>[];
-            errors: Record<string, never>;
+            throughput: {
+                [key: string]: unknown;
+            }[];
+            queues: components["schemas"]["StatusQueueTotals"];
+            messages: components["schemas"]["MessageCounts"];
+            leases: components["schemas"]["StatusLeases"];
+            deadLetterQueue: components["schemas"]["StatusDeadLetters"];
+            workers: {
+                [key: string]: unknown;
+            }[];
+            errors: {
+                [key: string]: unknown;
+            };
             statsAge: number;
+        };
+        StatusTimeRange: {
+            /** Format: date-time */
+            from: string;
+            /** Format: date-time */
+            to: string;
+        };
+        StatusQueueTotals: {
+            total: number;
+            partitions: number;
+            namespaces: number;
+            tasks: number;
+        };
+        StatusLeases: {
+            /** @description Live leases. */
+            active: number;
+            /** @description Partition cursors those leases hold. */
+            partitionsLocked: number;
+        };
+        StatusDeadLetters: {
+            total: number;
         };
         QueueStatusList: {
             queues: components["schemas"]["QueueSummary"][];
             pagination: components["schemas"]["Pagination"];
         };
-        /** @description Live status of one queue (loosely typed). */
+        /** @description Live status of one queue. */
         QueueStatus: {
-            queue: Record<string, never>;
+            queue: components["schemas"]["QueueStatusQueue"];
             messages: components["schemas"]["MessageCounts"];
             partitions?: components["schemas"]["PartitionStatus"][];
+        };
+        QueueStatusQueue: {
+            /** @description Queue id (UUID). */
+            id: string;
+            name: string;
+            namespace: string;
+            task: string;
+            /** Format: date-time */
+            createdAt: string;
+            /** @description Number of partitions. */
+            partitions: number;
         };
         PartitionStatus: {
             name: string;
             messages: components["schemas"]["MessageCounts"];
-            stats: Record<string, never>;
-            cursor: Record<string, never>;
+            stats: components["schemas"]["PartitionStatusStats"];
+            cursor: components["schemas"]["PartitionStatusCursor"];
             /** Format: date-time */
             lastActivity?: string | null;
-            oldestMessage?: Record<string, never> | null;
-            newestMessage?: Record<string, never> | null;
+            oldestMessage?: components["schemas"]["PartitionStatusMessage"];
+            newestMessage?: components["schemas"]["PartitionStatusMessage"];
             failed?: number | null;
         };
+        PartitionStatusStats: {
+            /** @description Partition id (UUID). */
+            id: string;
+            /** @description Cursors on the partition, one per consumer group (queue mode included). */
+            consumerGroups: number;
+            totalConsumed: number;
+        };
+        /** @description Every consumer group's cursor on the partition taken together: `leaseActive` when any holds
+         *     a live lease, `leaseExpiresAt` the latest live lease's expiry, `lastConsumedAt` the latest
+         *     consumption, `totalConsumed` the sum.
+         *      */
+        PartitionStatusCursor: {
+            leaseActive: boolean;
+            /** Format: date-time */
+            leaseExpiresAt: string | null;
+            /** Format: date-time */
+            lastConsumedAt: string | null;
+            totalConsumed: number;
+        };
+        /** @description The oldest or newest retained message; `null` when the partition holds none. */
+        PartitionStatusMessage: {
+            /** Format: date-time */
+            createdAt: string;
+        } | null;
         /** @description Disk spool state; more spool fields may be present. */
         BufferStatus: {
             /** @description False when this broker runs without a disk spool (its `LANES_SPOOL_DIR` could not be

@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"encoding/json"
 	"log/slog"
 	"net/http"
 	"runtime"
@@ -84,7 +83,7 @@ func (s *Server) registerGauges() {
 
 // GetMetrics answers GET /metrics with the reference's JSON snapshot.
 func (s *Server) GetMetrics(context.Context, gen.GetMetricsRequestObject) (gen.GetMetricsResponseObject, error) {
-	return jsonMetrics(s.metricsSnapshot()), nil
+	return gen.GetMetrics200JSONResponse(s.metricsSnapshot()), nil
 }
 
 // GetPrometheusMetrics answers GET /metrics/prometheus in the text exposition format.
@@ -94,14 +93,6 @@ func (s *Server) GetPrometheusMetrics(context.Context, gen.GetPrometheusMetricsR
 		return nil, err
 	}
 	return prometheusText(families), nil
-}
-
-// jsonMetrics is the /metrics body; the spec leaves it an open object.
-type jsonMetrics map[string]any
-
-func (m jsonMetrics) VisitGetMetricsResponse(w http.ResponseWriter) error {
-	w.Header().Set("Content-Type", "application/json")
-	return json.NewEncoder(w).Encode(m)
 }
 
 // prometheusText is a gathered registry, written as Prometheus text.
@@ -121,7 +112,7 @@ func (p prometheusText) VisitGetPrometheusMetricsResponse(w http.ResponseWriter)
 
 // metricsSnapshot is the reference's snapshot shape plus admission, spool and
 // maintenance sections.
-func (s *Server) metricsSnapshot() map[string]any {
+func (s *Server) metricsSnapshot() gen.Metrics {
 	uptime := s.metrics.Uptime().Seconds()
 	rate := func(n int64) float64 {
 		if uptime <= 0 {
@@ -131,79 +122,77 @@ func (s *Server) metricsSnapshot() map[string]any {
 	}
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
-	body := map[string]any{
-		"uptime":   uptime,
-		"requests": map[string]any{"total": s.metrics.RequestsTotal(), "rate": rate(s.metrics.RequestsTotal())},
-		"messages": map[string]any{
-			"total": s.metrics.PushedTotal(), "rate": rate(s.metrics.PushedTotal()),
-			"pushed": s.metrics.PushedTotal(), "popped": s.metrics.PoppedTotal(),
-			"acked": s.metrics.AckedTotal(), "deadLettered": s.metrics.DeadLetteredTotal(),
-			"leasesGivenBack": s.metrics.LeasesGivenBack(),
+	pushed := s.metrics.PushedTotal()
+	body := gen.Metrics{
+		Uptime:   uptime,
+		Requests: gen.RateCounter{Total: int(s.metrics.RequestsTotal()), Rate: rate(s.metrics.RequestsTotal())},
+		Messages: gen.MetricsMessages{
+			Total: int(pushed), Rate: rate(pushed), Pushed: int(pushed), Popped: int(s.metrics.PoppedTotal()),
+			Acked: int(s.metrics.AckedTotal()), DeadLettered: int(s.metrics.DeadLetteredTotal()),
+			LeasesGivenBack: int(s.metrics.LeasesGivenBack()),
 		},
-		"retention":  s.metrics.Retention(),
-		"lag":        lagSummary(s.metrics.LagSnapshot()),
-		"parkedPops": s.engine.ParkedPops(),
-		"memory":     memorySnapshot(&mem),
-		"cpu":        map[string]any{"cores": runtime.NumCPU()},
-		"maintenance": map[string]any{
-			"push": s.maintenance.push.Load(),
-			"pop":  s.maintenance.pop.Load(),
-		},
+		Retention:   wireRetention(s.metrics.Retention()),
+		Lag:         lagSummary(s.metrics.LagSnapshot()),
+		ParkedPops:  s.engine.ParkedPops(),
+		Memory:      memorySnapshot(&mem),
+		Cpu:         gen.MetricsCpu{Cores: runtime.NumCPU()},
+		Maintenance: gen.MetricsMaintenance{Push: s.maintenance.push.Load(), Pop: s.maintenance.pop.Load()},
 	}
 	if pool := s.engine.Pool(); pool != nil {
 		st := pool.Stat()
-		body["database"] = map[string]any{
-			"poolSize":        st.MaxConns(),
-			"idleConnections": st.IdleConns(),
-			"acquired":        st.AcquiredConns(),
-			"emptyAcquires":   st.EmptyAcquireCount(),
-			"waitingRequests": 0,
-		}
+		body.Database = &gen.MetricsDatabase{PoolSize: int(st.MaxConns()), IdleConnections: int(st.IdleConns()),
+			Acquired: int(st.AcquiredConns()), EmptyAcquires: int(st.EmptyAcquireCount())}
 	}
 	if a := s.opts.Admission; a != nil {
-		classes := map[string]any{}
+		classes := map[string]gen.AdmissionClassStats{}
 		waiting := 0
 		for _, c := range a.Classes() {
 			st := c.Stats()
-			classes[c.Name()] = st
+			classes[c.Name()] = gen.AdmissionClassStats{Class: st.Class, Budget: st.Budget, InFlight: st.InFlight, Waiting: st.Waiting,
+				MaxWaiting: st.MaxQueue, Admitted: int(st.Admitted), Rejected: int(st.Rejected)}
 			waiting += st.Waiting
 		}
-		if db, ok := body["database"].(map[string]any); ok {
-			db["waitingRequests"] = waiting
+		if body.Database != nil {
+			body.Database.WaitingRequests = waiting
 		}
-		body["admission"] = map[string]any{"classes": classes, "rateLimited": a.Clients.Rejected()}
+		body.Admission = &gen.MetricsAdmission{Classes: classes, RateLimited: int(a.Clients.Rejected())}
 	}
 	if bb := s.opts.BodyBudget; bb != nil {
-		body["bodyBytes"] = bb.Stats()
+		st := bb.Stats()
+		body.BodyBytes = &gen.MetricsBodyBytes{Budget: int(st.Budget), Held: int(st.Held), Waiting: int(st.Waiting), Rejected: int(st.Rejected)}
 	}
 	if sp := s.opts.Spool; sp != nil {
-		body["spool"] = map[string]any{
-			"pending": sp.Pending(), "failed": sp.Failed(), "drained": sp.Drained(),
-			"dbHealthy": sp.DBHealthy(), "dir": sp.Dir(),
-		}
+		body.Spool = &gen.MetricsSpool{Pending: int(sp.Pending()), Failed: int(sp.Failed()), Drained: int(sp.Drained()),
+			DbHealthy: sp.DBHealthy(), Dir: sp.Dir()}
 	}
 	return body
+}
+
+func wireRetention(r metrics.RetentionSnapshot) gen.MetricsRetention {
+	return gen.MetricsRetention{Passes: int(r.Passes), Sweeps: int(r.Sweeps), Errors: int(r.Errors),
+		SegmentsDeleted: int(r.SegmentsDeleted), MessagesDeleted: int(r.MessagesDeleted), TxnsPurged: int(r.TxnsPurged),
+		LastPassSeconds: r.LastPassSeconds, LastPassAt: r.LastPassAt}
 }
 
 // lagTop is how many of the largest backlogs the JSON metrics list.
 const lagTop = 10
 
-func lagSummary(l metrics.LagSnapshot) map[string]any {
+func lagSummary(l metrics.LagSnapshot) gen.MetricsLag {
 	var total int64
-	for _, x := range l.Samples {
+	top := make([]gen.LagSample, 0, min(len(l.Samples), lagTop))
+	for i, x := range l.Samples {
 		total += x.Messages
+		if i < lagTop {
+			top = append(top, gen.LagSample{Queue: x.Queue, Group: x.Group, Messages: int(x.Messages)})
+		}
 	}
-	top := l.Samples[:min(len(l.Samples), lagTop)]
-	if top == nil {
-		top = []metrics.LagSample{}
-	}
-	out := map[string]any{"series": len(l.Samples), "totalMessages": total, "top": top,
-		"refreshSeconds": l.RefreshSeconds, "refreshedAt": nil}
+	out := gen.MetricsLag{Series: len(l.Samples), TotalMessages: int(total), Top: top, RefreshSeconds: l.RefreshSeconds}
 	if !l.RefreshedAt.IsZero() {
-		out["refreshedAt"] = l.RefreshedAt.UTC().Format(time.RFC3339Nano)
+		at := l.RefreshedAt.UTC()
+		out.RefreshedAt = &at
 	}
 	if l.Err != "" {
-		out["lastError"] = l.Err
+		out.LastError = &l.Err
 	}
 	return out
 }
@@ -266,11 +255,12 @@ func RetentionObserver(m *metrics.Metrics, log *slog.Logger) func(engine.Retenti
 // memorySnapshot is the reference's memory section: rss (resident bytes, the
 // figure an operator compares with a container limit; absent where /proc is
 // not) and the Go runtime's view beside it.
-func memorySnapshot(mem *runtime.MemStats) map[string]any {
-	out := map[string]any{"heapAlloc": mem.HeapAlloc, "sys": mem.Sys, "goroutines": runtime.NumGoroutine()}
+func memorySnapshot(mem *runtime.MemStats) gen.MetricsMemory {
+	out := gen.MetricsMemory{HeapAlloc: int(mem.HeapAlloc), Sys: int(mem.Sys), Goroutines: runtime.NumGoroutine()}
 	if self, err := procfs.Self(); err == nil {
 		if st, err := self.Stat(); err == nil {
-			out["rss"] = st.ResidentMemory()
+			rss := st.ResidentMemory()
+			out.Rss = &rss
 		}
 	}
 	return out

@@ -39,17 +39,15 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 	if err != nil {
 		return nil, err
 	}
-	m := o.Messages
 	bucket, points := bucketMinutes(to.Sub(from)), 0
 	var statsAge float32
 	return gen.GetStatus200JSONResponse{
-		TimeRange:     map[string]any{"from": from, "to": to},
+		TimeRange:     gen.StatusTimeRange{From: from, To: to},
 		BucketMinutes: bucket, PointCount: points, Throughput: []map[string]any{},
-		Queues: map[string]any{"total": o.Queues, "partitions": o.Partitions, "namespaces": o.Namespaces, "tasks": o.Tasks},
-		Messages: map[string]any{"total": m.Total, "pending": m.Pending, "processing": m.Processing,
-			"completed": m.Completed, "deadLetter": m.DeadLetter, "failed": 0},
-		Leases:          map[string]any{"active": leases.Active, "partitionsLocked": leases.PartitionsLocked},
-		DeadLetterQueue: map[string]any{"total": o.DeadLetterRows},
+		Queues:          gen.StatusQueueTotals{Total: o.Queues, Partitions: o.Partitions, Namespaces: o.Namespaces, Tasks: o.Tasks},
+		Messages:        wireCounts(o.Messages),
+		Leases:          gen.StatusLeases{Active: leases.Active, PartitionsLocked: leases.PartitionsLocked},
+		DeadLetterQueue: gen.StatusDeadLetters{Total: int(o.DeadLetterRows)},
 		Workers:         []map[string]any{}, Errors: map[string]any{}, StatsAge: statsAge,
 	}, nil
 }
@@ -96,8 +94,8 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 		return nil, err
 	}
 	out := gen.GetQueueStatus200JSONResponse{
-		Queue: map[string]any{"id": q.ID.String(), "name": q.Name, "namespace": q.Namespace, "task": q.Task,
-			"createdAt": q.CreatedAt.UTC(), "partitions": q.Partitions},
+		Queue: gen.QueueStatusQueue{Id: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
+			CreatedAt: q.CreatedAt.UTC(), Partitions: q.Partitions},
 		Messages: wireCounts(q.Messages),
 	}
 	if parts != nil {
@@ -106,9 +104,9 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 			ps := &parts[i]
 			list[i] = gen.PartitionStatus{
 				Name: ps.Name, Messages: wireCounts(ps.Messages), LastActivity: ps.LastActivity,
-				Stats: map[string]any{"id": ps.ID.String(), "consumerGroups": ps.Groups, "totalConsumed": ps.TotalConsumed},
-				Cursor: map[string]any{"leaseActive": ps.LeaseActive, "leaseExpiresAt": ps.LeaseExpiresAt,
-					"lastConsumedAt": ps.LastConsumedAt, "totalConsumed": ps.TotalConsumed},
+				Stats: gen.PartitionStatusStats{Id: ps.ID.String(), ConsumerGroups: ps.Groups, TotalConsumed: int(ps.TotalConsumed)},
+				Cursor: gen.PartitionStatusCursor{LeaseActive: ps.LeaseActive, LeaseExpiresAt: ps.LeaseExpiresAt,
+					LastConsumedAt: ps.LastConsumedAt, TotalConsumed: int(ps.TotalConsumed)},
 				OldestMessage: createdAtObject(ps.OldestCreatedAt), NewestMessage: createdAtObject(ps.NewestCreatedAt),
 			}
 		}
@@ -117,9 +115,9 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 	return out, nil
 }
 
-func createdAtObject(t *time.Time) *map[string]any {
+func createdAtObject(t *time.Time) *gen.PartitionStatusMessage {
 	if t == nil {
 		return nil
 	}
-	return &map[string]any{"createdAt": t.UTC()}
+	return &gen.PartitionStatusMessage{CreatedAt: t.UTC()}
 }

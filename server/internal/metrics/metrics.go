@@ -45,14 +45,14 @@ type retentionProgress struct {
 
 // RetentionSnapshot is the retention progress for the JSON metrics.
 type RetentionSnapshot struct {
-	Passes          int64   `json:"passes"`
-	Sweeps          int64   `json:"sweeps"`
-	Errors          int64   `json:"errors"`
-	SegmentsDeleted int64   `json:"segmentsDeleted"`
-	MessagesDeleted int64   `json:"messagesDeleted"`
-	TxnsPurged      int64   `json:"txnsPurged"`
-	LastPassSeconds float64 `json:"lastPassSeconds"`
-	LastPassAt      *string `json:"lastPassAt"`
+	Passes          int64
+	Sweeps          int64
+	Errors          int64
+	SegmentsDeleted int64
+	MessagesDeleted int64
+	TxnsPurged      int64
+	LastPassSeconds float64
+	LastPassAt      *time.Time
 }
 
 // LagSample is the backlog of one consumer group on one queue.
@@ -185,7 +185,7 @@ func (m *Metrics) Retention() RetentionSnapshot {
 	out := RetentionSnapshot{Passes: r.passes, Sweeps: r.sweeps, Errors: r.errors, SegmentsDeleted: r.segments,
 		MessagesDeleted: r.messages, TxnsPurged: r.txnsPurged, LastPassSeconds: r.lastDuration.Seconds()}
 	if !r.lastAt.IsZero() {
-		at := r.lastAt.UTC().Format(time.RFC3339Nano)
+		at := r.lastAt.UTC()
 		out.LastPassAt = &at
 	}
 	return out

@@ -116,6 +116,19 @@ class AckResult(BaseModel):
     """
 
 
+class AdmissionClassStats(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    class_: Annotated[str, Field(alias="class")]
+    budget: int
+    in_flight: Annotated[int, Field(alias="inFlight")]
+    waiting: int
+    max_waiting: Annotated[int, Field(alias="maxWaiting")]
+    admitted: int
+    rejected: int
+
+
 class ApiV1AckBatchPostResponse(RootModel[list[AckResult]]):
     root: list[AckResult]
 
@@ -465,15 +478,6 @@ class ConsumerGroupSummary(BaseModel):
 
 class ApiV1ConsumerGroupsGetResponse(RootModel[list[ConsumerGroupSummary]]):
     root: list[ConsumerGroupSummary]
-
-
-class Database(BaseModel):
-    model_config = ConfigDict(
-        populate_by_name=True,
-    )
-    pool_size: Annotated[int | None, Field(alias="poolSize")] = None
-    idle_connections: Annotated[int | None, Field(alias="idleConnections")] = None
-    waiting_requests: Annotated[int | None, Field(alias="waitingRequests")] = None
 
 
 class DeleteMessageResult(BaseModel):
@@ -947,6 +951,15 @@ class KvRow(BaseModel):
     expired: bool | None = None
 
 
+class LagSample(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    queue: str
+    group: str
+    messages: int
+
+
 class LaggingConsumerGroup(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -1165,18 +1178,182 @@ class MessageListMode(BaseModel):
 
 class Metrics(BaseModel):
     """
-    Process metrics snapshot (loosely typed; some fields may be 0).
+    Process metrics snapshot of this broker since it started. `database` is absent when the
+    broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them.
+
     """
 
     model_config = ConfigDict(
         populate_by_name=True,
     )
     uptime: float
+    """
+    Seconds since the broker started.
+    """
     requests: RateCounter
-    messages: RateCounter
-    database: Database | None = None
-    memory: dict[str, Any]
-    cpu: dict[str, Any]
+    messages: MetricsMessages
+    retention: MetricsRetention
+    lag: MetricsLag
+    parked_pops: Annotated[int, Field(alias="parkedPops")]
+    """
+    Long-poll pops parked on this broker now.
+    """
+    database: MetricsDatabase | None = None
+    memory: MetricsMemory
+    cpu: MetricsCpu
+    maintenance: MetricsMaintenance
+    admission: MetricsAdmission | None = None
+    body_bytes: Annotated[MetricsBodyBytes | None, Field(alias="bodyBytes")] = None
+    spool: MetricsSpool | None = None
+
+
+class MetricsAdmission(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    classes: dict[str, AdmissionClassStats]
+    """
+    One entry per admission class (`push`, `pop`, `ack`).
+    """
+    rate_limited: Annotated[int, Field(alias="rateLimited")]
+    """
+    Requests answered 429 by the per-client rate limit.
+    """
+
+
+class MetricsBodyBytes(BaseModel):
+    """
+    The request body budget (`LANES_MAX_INFLIGHT_BODY_BYTES`).
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    budget: int
+    held: int
+    waiting: int
+    rejected: int
+
+
+class MetricsCpu(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    cores: int
+
+
+class MetricsDatabase(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    pool_size: Annotated[int, Field(alias="poolSize")]
+    idle_connections: Annotated[int, Field(alias="idleConnections")]
+    acquired: int
+    empty_acquires: Annotated[int, Field(alias="emptyAcquires")]
+    """
+    Acquires that had to wait for a connection, since start.
+    """
+    waiting_requests: Annotated[int, Field(alias="waitingRequests")]
+    """
+    Requests queued for an admission slot (0 without admission control).
+    """
+
+
+class MetricsLag(BaseModel):
+    """
+    The last per-(queue, group) backlog refresh (`LANES_LAG_REFRESH_MS`).
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    series: int
+    total_messages: Annotated[int, Field(alias="totalMessages")]
+    top: list[LagSample]
+    """
+    The largest backlogs, at most 10.
+    """
+    refresh_seconds: Annotated[float, Field(alias="refreshSeconds")]
+    """
+    How long the last refresh took.
+    """
+    refreshed_at: Annotated[AwareDatetime | None, Field(alias="refreshedAt")]
+    """
+    `null` until a refresh has succeeded.
+    """
+    last_error: Annotated[str | None, Field(alias="lastError")] = None
+    """
+    Why the last refresh failed; absent when it succeeded.
+    """
+
+
+class MetricsMaintenance(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    push: bool
+    pop: bool
+
+
+class MetricsMemory(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    heap_alloc: Annotated[int, Field(alias="heapAlloc")]
+    sys: int
+    goroutines: int
+    rss: int | None = None
+    """
+    Resident bytes; absent where the broker cannot read /proc.
+    """
+
+
+class MetricsMessages(BaseModel):
+    """
+    Message counters; `total` and `rate` (per second of uptime) count pushes.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    total: int
+    rate: float
+    pushed: int
+    popped: int
+    acked: int
+    dead_lettered: Annotated[int, Field(alias="deadLettered")]
+    leases_given_back: Annotated[int, Field(alias="leasesGivenBack")]
+    """
+    Leases a pop gave back unused (its client went away).
+    """
+
+
+class MetricsRetention(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    passes: int
+    sweeps: int
+    errors: int
+    segments_deleted: Annotated[int, Field(alias="segmentsDeleted")]
+    messages_deleted: Annotated[int, Field(alias="messagesDeleted")]
+    txns_purged: Annotated[int, Field(alias="txnsPurged")]
+    last_pass_seconds: Annotated[float, Field(alias="lastPassSeconds")]
+    last_pass_at: Annotated[AwareDatetime | None, Field(alias="lastPassAt")]
+    """
+    `null` until a pass has run.
+    """
+
+
+class MetricsSpool(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    pending: int
+    failed: int
+    drained: int
+    db_healthy: Annotated[bool, Field(alias="dbHealthy")]
+    dir: str
 
 
 class Namespace(BaseModel):
@@ -1242,12 +1419,55 @@ class PartitionStatus(BaseModel):
     )
     name: str
     messages: MessageCounts
-    stats: dict[str, Any]
-    cursor: dict[str, Any]
+    stats: PartitionStatusStats
+    cursor: PartitionStatusCursor
     last_activity: Annotated[AwareDatetime | None, Field(alias="lastActivity")] = None
-    oldest_message: Annotated[dict[str, Any] | None, Field(alias="oldestMessage")] = None
-    newest_message: Annotated[dict[str, Any] | None, Field(alias="newestMessage")] = None
+    oldest_message: Annotated[PartitionStatusMessage | None, Field(alias="oldestMessage")] = None
+    newest_message: Annotated[PartitionStatusMessage | None, Field(alias="newestMessage")] = None
     failed: int | None = None
+
+
+class PartitionStatusCursor(BaseModel):
+    """
+    Every consumer group's cursor on the partition taken together: `leaseActive` when any holds
+    a live lease, `leaseExpiresAt` the latest live lease's expiry, `lastConsumedAt` the latest
+    consumption, `totalConsumed` the sum.
+
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    lease_active: Annotated[bool, Field(alias="leaseActive")]
+    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
+    last_consumed_at: Annotated[AwareDatetime | None, Field(alias="lastConsumedAt")]
+    total_consumed: Annotated[int, Field(alias="totalConsumed")]
+
+
+class PartitionStatusMessage(BaseModel):
+    """
+    The oldest or newest retained message; `null` when the partition holds none.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
+
+
+class PartitionStatusStats(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    id: str
+    """
+    Partition id (UUID).
+    """
+    consumer_groups: Annotated[int, Field(alias="consumerGroups")]
+    """
+    Cursors on the partition, one per consumer group (queue mode included).
+    """
+    total_consumed: Annotated[int, Field(alias="totalConsumed")]
 
 
 class PopAutopilot(BaseModel):
@@ -1740,13 +1960,13 @@ class QueuePartition(BaseModel):
 
 class QueueStatus(BaseModel):
     """
-    Live status of one queue (loosely typed).
+    Live status of one queue.
     """
 
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    queue: dict[str, Any]
+    queue: QueueStatusQueue
     messages: MessageCounts
     partitions: list[PartitionStatus] | None = None
 
@@ -1757,6 +1977,24 @@ class QueueStatusList(BaseModel):
     )
     queues: list[QueueSummary]
     pagination: Pagination
+
+
+class QueueStatusQueue(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    id: str
+    """
+    Queue id (UUID).
+    """
+    name: str
+    namespace: str
+    task: str
+    created_at: Annotated[AwareDatetime, Field(alias="createdAt")]
+    partitions: int
+    """
+    Number of partitions.
+    """
 
 
 class QueueSummary(BaseModel):
@@ -1866,25 +2104,67 @@ class SeekRequest(BaseModel):
     """
 
 
+class StatusDeadLetters(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    total: int
+
+
+class StatusLeases(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    active: int
+    """
+    Live leases.
+    """
+    partitions_locked: Annotated[int, Field(alias="partitionsLocked")]
+    """
+    Partition cursors those leases hold.
+    """
+
+
 class StatusOverview(BaseModel):
     """
-    Dashboard aggregate over a time window (loosely typed).
+    Dashboard aggregate over a time window. This broker keeps no metrics history, so
+    `throughput` and `workers` are empty, `errors` is `{}` and `pointCount` is 0; their items
+    are left open.
+
     """
 
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    time_range: Annotated[dict[str, Any], Field(alias="timeRange")]
+    time_range: Annotated[StatusTimeRange, Field(alias="timeRange")]
     bucket_minutes: Annotated[int, Field(alias="bucketMinutes")]
     point_count: Annotated[int, Field(alias="pointCount")]
     throughput: list[dict[str, Any]]
-    queues: dict[str, Any]
-    messages: dict[str, Any]
-    leases: dict[str, Any]
-    dead_letter_queue: Annotated[dict[str, Any], Field(alias="deadLetterQueue")]
+    queues: StatusQueueTotals
+    messages: MessageCounts
+    leases: StatusLeases
+    dead_letter_queue: Annotated[StatusDeadLetters, Field(alias="deadLetterQueue")]
     workers: list[dict[str, Any]]
     errors: dict[str, Any]
     stats_age: Annotated[float, Field(alias="statsAge")]
+
+
+class StatusQueueTotals(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    total: int
+    partitions: int
+    namespaces: int
+    tasks: int
+
+
+class StatusTimeRange(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    from_: Annotated[AwareDatetime, Field(alias="from")]
+    to: AwareDatetime
 
 
 class SubscriptionUpdateRequest(BaseModel):

@@ -534,6 +534,17 @@ type AckResult struct {
 	TransactionId string `json:"transactionId"`
 }
 
+// AdmissionClassStats defines model for AdmissionClassStats.
+type AdmissionClassStats struct {
+	Admitted   int    `json:"admitted"`
+	Budget     int    `json:"budget"`
+	Class      string `json:"class"`
+	InFlight   int    `json:"inFlight"`
+	MaxWaiting int    `json:"maxWaiting"`
+	Rejected   int    `json:"rejected"`
+	Waiting    int    `json:"waiting"`
+}
+
 // BufferStatus Disk spool state; more spool fields may be present.
 type BufferStatus struct {
 	// DbHealthy With a spool: false once the broker found PostgreSQL unreachable (a push went to the
@@ -1041,6 +1052,13 @@ type KvRow struct {
 	Version int             `json:"version"`
 }
 
+// LagSample defines model for LagSample.
+type LagSample struct {
+	Group    string `json:"group"`
+	Messages int    `json:"messages"`
+	Queue    string `json:"queue"`
+}
+
 // LaggingConsumerGroup defines model for LaggingConsumerGroup.
 type LaggingConsumerGroup struct {
 	ConsumerGroup      string     `json:"consumer_group"`
@@ -1207,18 +1225,136 @@ type MessageListMode struct {
 // MessageListModeType defines model for MessageListMode.Type.
 type MessageListModeType string
 
-// Metrics Process metrics snapshot (loosely typed; some fields may be 0).
+// Metrics Process metrics snapshot of this broker since it started. `database` is absent when the
+// broker has no pool; `admission`, `bodyBytes` and `spool` only when the broker runs them.
 type Metrics struct {
-	Cpu      map[string]interface{} `json:"cpu"`
-	Database *struct {
-		IdleConnections *int `json:"idleConnections,omitempty"`
-		PoolSize        *int `json:"poolSize,omitempty"`
-		WaitingRequests *int `json:"waitingRequests,omitempty"`
-	} `json:"database,omitempty"`
-	Memory   map[string]interface{} `json:"memory"`
-	Messages RateCounter            `json:"messages"`
-	Requests RateCounter            `json:"requests"`
-	Uptime   float32                `json:"uptime"`
+	Admission *MetricsAdmission `json:"admission,omitempty"`
+
+	// BodyBytes The request body budget (`LANES_MAX_INFLIGHT_BODY_BYTES`).
+	BodyBytes *MetricsBodyBytes `json:"bodyBytes,omitempty"`
+	Cpu       MetricsCpu        `json:"cpu"`
+	Database  *MetricsDatabase  `json:"database,omitempty"`
+
+	// Lag The last per-(queue, group) backlog refresh (`LANES_LAG_REFRESH_MS`).
+	Lag         MetricsLag         `json:"lag"`
+	Maintenance MetricsMaintenance `json:"maintenance"`
+	Memory      MetricsMemory      `json:"memory"`
+
+	// Messages Message counters; `total` and `rate` (per second of uptime) count pushes.
+	Messages MetricsMessages `json:"messages"`
+
+	// ParkedPops Long-poll pops parked on this broker now.
+	ParkedPops int              `json:"parkedPops"`
+	Requests   RateCounter      `json:"requests"`
+	Retention  MetricsRetention `json:"retention"`
+	Spool      *MetricsSpool    `json:"spool,omitempty"`
+
+	// Uptime Seconds since the broker started.
+	Uptime float64 `json:"uptime"`
+}
+
+// MetricsAdmission defines model for MetricsAdmission.
+type MetricsAdmission struct {
+	// Classes One entry per admission class (`push`, `pop`, `ack`).
+	Classes map[string]AdmissionClassStats `json:"classes"`
+
+	// RateLimited Requests answered 429 by the per-client rate limit.
+	RateLimited int `json:"rateLimited"`
+}
+
+// MetricsBodyBytes The request body budget (`LANES_MAX_INFLIGHT_BODY_BYTES`).
+type MetricsBodyBytes struct {
+	Budget   int `json:"budget"`
+	Held     int `json:"held"`
+	Rejected int `json:"rejected"`
+	Waiting  int `json:"waiting"`
+}
+
+// MetricsCpu defines model for MetricsCpu.
+type MetricsCpu struct {
+	Cores int `json:"cores"`
+}
+
+// MetricsDatabase defines model for MetricsDatabase.
+type MetricsDatabase struct {
+	Acquired int `json:"acquired"`
+
+	// EmptyAcquires Acquires that had to wait for a connection, since start.
+	EmptyAcquires   int `json:"emptyAcquires"`
+	IdleConnections int `json:"idleConnections"`
+	PoolSize        int `json:"poolSize"`
+
+	// WaitingRequests Requests queued for an admission slot (0 without admission control).
+	WaitingRequests int `json:"waitingRequests"`
+}
+
+// MetricsLag The last per-(queue, group) backlog refresh (`LANES_LAG_REFRESH_MS`).
+type MetricsLag struct {
+	// LastError Why the last refresh failed; absent when it succeeded.
+	LastError *string `json:"lastError,omitempty"`
+
+	// RefreshSeconds How long the last refresh took.
+	RefreshSeconds float64 `json:"refreshSeconds"`
+
+	// RefreshedAt `null` until a refresh has succeeded.
+	RefreshedAt *time.Time `json:"refreshedAt"`
+	Series      int        `json:"series"`
+
+	// Top The largest backlogs, at most 10.
+	Top           []LagSample `json:"top"`
+	TotalMessages int         `json:"totalMessages"`
+}
+
+// MetricsMaintenance defines model for MetricsMaintenance.
+type MetricsMaintenance struct {
+	Pop  bool `json:"pop"`
+	Push bool `json:"push"`
+}
+
+// MetricsMemory defines model for MetricsMemory.
+type MetricsMemory struct {
+	Goroutines int `json:"goroutines"`
+	HeapAlloc  int `json:"heapAlloc"`
+
+	// Rss Resident bytes; absent where the broker cannot read /proc.
+	Rss *int `json:"rss,omitempty"`
+	Sys int  `json:"sys"`
+}
+
+// MetricsMessages Message counters; `total` and `rate` (per second of uptime) count pushes.
+type MetricsMessages struct {
+	Acked        int `json:"acked"`
+	DeadLettered int `json:"deadLettered"`
+
+	// LeasesGivenBack Leases a pop gave back unused (its client went away).
+	LeasesGivenBack int     `json:"leasesGivenBack"`
+	Popped          int     `json:"popped"`
+	Pushed          int     `json:"pushed"`
+	Rate            float64 `json:"rate"`
+	Total           int     `json:"total"`
+}
+
+// MetricsRetention defines model for MetricsRetention.
+type MetricsRetention struct {
+	Errors int `json:"errors"`
+
+	// LastPassAt `null` until a pass has run.
+	LastPassAt      *time.Time `json:"lastPassAt"`
+	LastPassSeconds float64    `json:"lastPassSeconds"`
+	MessagesDeleted int        `json:"messagesDeleted"`
+	Passes          int        `json:"passes"`
+	SegmentsDeleted int        `json:"segmentsDeleted"`
+	Sweeps          int        `json:"sweeps"`
+	TxnsPurged      int        `json:"txnsPurged"`
+}
+
+// MetricsSpool defines model for MetricsSpool.
+type MetricsSpool struct {
+	DbHealthy bool   `json:"dbHealthy"`
+	Dir       string `json:"dir"`
+	Drained   int    `json:"drained"`
+	Failed    int    `json:"failed"`
+	Pending   int    `json:"pending"`
 }
 
 // NamespaceList defines model for NamespaceList.
@@ -1262,17 +1398,49 @@ type PartitionDepth struct {
 
 // PartitionStatus defines model for PartitionStatus.
 type PartitionStatus struct {
-	Cursor       map[string]interface{} `json:"cursor"`
-	Failed       *int                   `json:"failed,omitempty"`
-	LastActivity *time.Time             `json:"lastActivity,omitempty"`
+	// Cursor Every consumer group's cursor on the partition taken together: `leaseActive` when any holds
+	// a live lease, `leaseExpiresAt` the latest live lease's expiry, `lastConsumedAt` the latest
+	// consumption, `totalConsumed` the sum.
+	Cursor       PartitionStatusCursor `json:"cursor"`
+	Failed       *int                  `json:"failed,omitempty"`
+	LastActivity *time.Time            `json:"lastActivity,omitempty"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages      MessageCounts           `json:"messages"`
-	Name          string                  `json:"name"`
-	NewestMessage *map[string]interface{} `json:"newestMessage,omitempty"`
-	OldestMessage *map[string]interface{} `json:"oldestMessage,omitempty"`
-	Stats         map[string]interface{}  `json:"stats"`
+	Messages MessageCounts `json:"messages"`
+	Name     string        `json:"name"`
+
+	// NewestMessage The oldest or newest retained message; `null` when the partition holds none.
+	NewestMessage *PartitionStatusMessage `json:"newestMessage,omitempty"`
+
+	// OldestMessage The oldest or newest retained message; `null` when the partition holds none.
+	OldestMessage *PartitionStatusMessage `json:"oldestMessage,omitempty"`
+	Stats         PartitionStatusStats    `json:"stats"`
+}
+
+// PartitionStatusCursor Every consumer group's cursor on the partition taken together: `leaseActive` when any holds
+// a live lease, `leaseExpiresAt` the latest live lease's expiry, `lastConsumedAt` the latest
+// consumption, `totalConsumed` the sum.
+type PartitionStatusCursor struct {
+	LastConsumedAt *time.Time `json:"lastConsumedAt"`
+	LeaseActive    bool       `json:"leaseActive"`
+	LeaseExpiresAt *time.Time `json:"leaseExpiresAt"`
+	TotalConsumed  int        `json:"totalConsumed"`
+}
+
+// PartitionStatusMessage The oldest or newest retained message; `null` when the partition holds none.
+type PartitionStatusMessage struct {
+	CreatedAt time.Time `json:"createdAt"`
+}
+
+// PartitionStatusStats defines model for PartitionStatusStats.
+type PartitionStatusStats struct {
+	// ConsumerGroups Cursors on the partition, one per consumer group (queue mode included).
+	ConsumerGroups int `json:"consumerGroups"`
+
+	// Id Partition id (UUID).
+	Id            string `json:"id"`
+	TotalConsumed int    `json:"totalConsumed"`
 }
 
 // PopAutopilot Present only when the request engaged autopilot; the sizes the broker used.
@@ -1693,19 +1861,33 @@ type QueuePartition struct {
 	Name     string         `json:"name"`
 }
 
-// QueueStatus Live status of one queue (loosely typed).
+// QueueStatus Live status of one queue.
 type QueueStatus struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   MessageCounts          `json:"messages"`
-	Partitions *[]PartitionStatus     `json:"partitions,omitempty"`
-	Queue      map[string]interface{} `json:"queue"`
+	Messages   MessageCounts      `json:"messages"`
+	Partitions *[]PartitionStatus `json:"partitions,omitempty"`
+	Queue      QueueStatusQueue   `json:"queue"`
 }
 
 // QueueStatusList defines model for QueueStatusList.
 type QueueStatusList struct {
 	Pagination Pagination     `json:"pagination"`
 	Queues     []QueueSummary `json:"queues"`
+}
+
+// QueueStatusQueue defines model for QueueStatusQueue.
+type QueueStatusQueue struct {
+	CreatedAt time.Time `json:"createdAt"`
+
+	// Id Queue id (UUID).
+	Id        string `json:"id"`
+	Name      string `json:"name"`
+	Namespace string `json:"namespace"`
+
+	// Partitions Number of partitions.
+	Partitions int    `json:"partitions"`
+	Task       string `json:"task"`
 }
 
 // QueueSummary defines model for QueueSummary.
@@ -1728,7 +1910,7 @@ type QueueSummary struct {
 
 // RateCounter defines model for RateCounter.
 type RateCounter struct {
-	Rate  float32 `json:"rate"`
+	Rate  float64 `json:"rate"`
 	Total int     `json:"total"`
 }
 
@@ -1812,19 +1994,52 @@ type SeekRequest struct {
 	ToEnd *bool `json:"toEnd,omitempty"`
 }
 
-// StatusOverview Dashboard aggregate over a time window (loosely typed).
+// StatusDeadLetters defines model for StatusDeadLetters.
+type StatusDeadLetters struct {
+	Total int `json:"total"`
+}
+
+// StatusLeases defines model for StatusLeases.
+type StatusLeases struct {
+	// Active Live leases.
+	Active int `json:"active"`
+
+	// PartitionsLocked Partition cursors those leases hold.
+	PartitionsLocked int `json:"partitionsLocked"`
+}
+
+// StatusOverview Dashboard aggregate over a time window. This broker keeps no metrics history, so
+// `throughput` and `workers` are empty, `errors` is `{}` and `pointCount` is 0; their items
+// are left open.
 type StatusOverview struct {
-	BucketMinutes   int                      `json:"bucketMinutes"`
-	DeadLetterQueue map[string]interface{}   `json:"deadLetterQueue"`
-	Errors          map[string]interface{}   `json:"errors"`
-	Leases          map[string]interface{}   `json:"leases"`
-	Messages        map[string]interface{}   `json:"messages"`
-	PointCount      int                      `json:"pointCount"`
-	Queues          map[string]interface{}   `json:"queues"`
-	StatsAge        float32                  `json:"statsAge"`
-	Throughput      []map[string]interface{} `json:"throughput"`
-	TimeRange       map[string]interface{}   `json:"timeRange"`
-	Workers         []map[string]interface{} `json:"workers"`
+	BucketMinutes   int                    `json:"bucketMinutes"`
+	DeadLetterQueue StatusDeadLetters      `json:"deadLetterQueue"`
+	Errors          map[string]interface{} `json:"errors"`
+	Leases          StatusLeases           `json:"leases"`
+
+	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
+	// `deadLetter`), so the buckets add up to `total`.
+	Messages   MessageCounts            `json:"messages"`
+	PointCount int                      `json:"pointCount"`
+	Queues     StatusQueueTotals        `json:"queues"`
+	StatsAge   float32                  `json:"statsAge"`
+	Throughput []map[string]interface{} `json:"throughput"`
+	TimeRange  StatusTimeRange          `json:"timeRange"`
+	Workers    []map[string]interface{} `json:"workers"`
+}
+
+// StatusQueueTotals defines model for StatusQueueTotals.
+type StatusQueueTotals struct {
+	Namespaces int `json:"namespaces"`
+	Partitions int `json:"partitions"`
+	Tasks      int `json:"tasks"`
+	Total      int `json:"total"`
+}
+
+// StatusTimeRange defines model for StatusTimeRange.
+type StatusTimeRange struct {
+	From time.Time `json:"from"`
+	To   time.Time `json:"to"`
 }
 
 // SubscriptionUpdateRequest defines model for SubscriptionUpdateRequest.
@@ -12228,357 +12443,382 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L17c9y2ti/4VVA9d8rdNVSrHTu+J1KlphTb2dvbL9mWk5q7OyNCJNTN3WyABkC1Oi5Vnb9uzfn3zP0I",
-	"p+aD5ZNMYS2ABNlgP/RwnER/2WqSeC4srOdvfe4lYl4IzrhWvYPPvSmjKZPw3/dMy+XRuWbS/JUylcis",
-	"0JngvYPeB5YIniqiBVnQTJMzdi4kI9J8kvHJIaH5gi4VUYxrssj0lFASP/7mu3jYi3qSfSozydLegZYl",
-	"i3oqmbI5NZ3MM57Ny3nvYBT19LJgvYNexjWbMNm7urqKegWVdM60HeCPUsx/zPLwADWVmohzoqeM6GzO",
-	"yCLjqViY/jPzwqeSyWUv6nE6N92cSzHv+UM5F3JOde+gl1LN9kwLvWpMSsuMT3pmRH+ToiyOqZ6uDuGp",
-	"4KqcM0km5h1iOqp6L8wXVefwwtqFWe34VTbP9Gqnx3TCiMp+ZRGhmsyF0uThaDQakiOSUzlhklzQvGSE",
-	"crVgUpH48WhkfspSalo4PadZztKYSKqnTBI9pZzQMVdTITWTpKATFpHFNEvMjpq/JFGaFUXGJyQW5+eK",
-	"6ZicLUmmFYlzM8aYLESZp0TTGSPnQsKOLKYiZ/D9cMw7tgS+buxJys5pmevewcPRKOrN6SUSi5lgVNPO",
-	"wwDtRL03dM5UQRPWRTH4uxk7d692EUv1Qm/9Hr2F9Vjt6r1YwNFRs6zo6gPXMjx9f7aj4GyPqdSZ6e1F",
-	"GibO6gWSpRGhilAyZ0rRCXugSFzUn8dkkl0wRTI9JG85MxShSaYIF5pQ8vHji2eOlsYciCnjQE6nWRp7",
-	"e9skeK/9tWRfHcKyzNKV8xf1LvcmYm913avJbZr7mjNZDXHHc3ksiqNSi6NkFuII83mm4QAkpVRCkozD",
-	"X4UoHigiFpxoSbmiCYyuT/WeOcF7gidscEjinFHFzJZkynzGSTzujXtxFwlRO44gDZ3TXLFqRc+EyBnl",
-	"/gyKLBf62DDc1YnEZh1ikjMNAyFnUswMJ8h+Zcgc2AWThvvGZ1Qn03i/pigVwxdmSZnSJGfnmohSHxLK",
-	"x5xdFnmWZNoyKUNm2NIFkzJLU8aH5AS+VoXgiuEqJFTKjCkSUzfsuJurVO+Ezm5rGX4wg1+d/YnQNHfH",
-	"hZyV6YTpirMlNM8joqZUspTQRAqlSJLTbM5SUi/CkPxsRk7PzAV5QL4ZjaIxF5IkU6EYN0zIW9b+w9Fo",
-	"QBaw4dXwv4ctGJIj00TCyJxqcy9GRAnzrcTVE2OOkyR247sXBnaqsSgNBruZwx6Lwl15cCtuuhEP7fTJ",
-	"9+RTyUpG5iJlpB+fnr77+Pzj89PXb589Pz2NI2IkFKbNDZPYBtSgi+aTxgg2HtVX5kRZYWZ1vPCUpKWk",
-	"yCk5UfiqG3pERkRIwtmE6uyCke9h22A2ho3CeT3J5iyOCMsVI09GQ/KTIW015vRMXDDy6OG3j56MRiPS",
-	"p2TJqIyghWk2mZrT4bUwIFQatqHNxZGt2cfcn1JgAVpbVjHDwPxfIwF4dFuRMjCuTFlyp3lOSp6ak8pZ",
-	"zacOSTyKWwtkSDKhResAPIxIJ/X/9h//RZ483nQAxrzjBJBtD0A9yy2W7UN5Vq2UkUND8oRUei8RXNNE",
-	"EwXyaCEyQzQxFwtYF8rJiw9v9/7tyeghCKlK03lxSEpeUKkYPcsZckIFm59NuJAs7SJ91R7SRur3J/Fa",
-	"pGx1Ej/DOlK4KFMryMJUFBGcnJspEjdFK+ZXy3hAYs4WMekbMQd3lCazXEwGwOpimudu+7Q9Objl5ui8",
-	"Onrz/MPps+c/Hn18dXL64eMPH56+f3F88uLtG+ALcWQbL3nOlNEztNn3Me/eeHPCkjwznYEMc57lOUuB",
-	"YDNuZVR7z7DGYAbDMX/L8yVRjKVGULJ3N7SSCoayELvMlCZLpg/dPplma8Y2HPP3jMKPlC/N1WmkzYQq",
-	"dghT2RM8X9ppncL/CeUp/Il/9fHaPGcS+D1ORT0Yc1WwPM/4RA3InFGOCzMkR3xJBAjx1WVq5LOVhuwx",
-	"k4ymRsozsiBsTTTmKOfj0khW5HRJqBXd7VYaKqBELwsx6D5Yqk1mGwnTcDxRBiTnV4JP9gqR53BcRKnN",
-	"es6zPM8sZyZ9s1pIi7FRTZFNDLzL5tEIFCLDmgoqZ7B9Y0614WIHThyrFCSqiRG/IpJnM2abBNkpJv34",
-	"m9HjGPkSF3pqbqhMEXpBs9yc3TVLYkcfFs0e2evWXb/w9xYyvyh+plnHohFYtJLrLK9FfWIEJyPcm+No",
-	"h2QWRSmmuriMWYBdJcp35hRs1rvwsDRk8lbn8MYG8oHOwoL/u9UOmkK/a38Xgf+EqtnmuWmqZl2zMs82",
-	"TOpEdHXxnKc7mDm0uI6R46RWSrr0ydeWonz9JUtJv+TZp5KRAmwH9mIYdKy+9rvZaReuzMuoEoAY8wNN",
-	"36OCYf4yFxTj8F9aGAUDxLn9fykz8s9es/9NsvPeQe9/269tYvv4VO0/l1JYK1RbSMrNMrKUnIl0aY4S",
-	"rDkINJTMM6UMX3BzIecZy9MhOcpRSrF8xmyh0XSWRIpSM8N7DQdzXCWZUj5haWRkP3PD6mnVT0MhB82b",
-	"fDz5ce/fzAtTkcOF9ebjK/x0zPEbXLjWDQYyB1w60Es8BBElHg5j7FGxyZxxEKCuot6z/NN7uBJwYW5r",
-	"mVvNBtb7jV0TvJBYiiw7NXervVQzRSbmWu/H5h9zp0qmylwfjHvmh3EvHpiZZVqRlCmdcRgorE3JzJOi",
-	"No4o0o+9l05XWkSDmWkTVVMgAqeR6ikbc3tzilInYs6QAFR7FX+EZr7gMqIaDSPDKZir3KykYvKCyQiv",
-	"UPND/IJrJjnNoa2YJCJlsCxU0zOq2GnJqyvPSA31A3elRCTObBunDBoZoHCjyiRhSuHVEV7W9kK9pqYp",
-	"TnnCvuBqHZdqSuZ114YwBCd9sxYk9h40JuH9bgjkgFC35AuZaSPVj7m9ikFrccd9QVVF3nggWxSuNF2q",
-	"w0omm9CMg5RCilJNjSbUHOj5uV3FH4U8AzPK3bPFn4AVaTFjHEjJyGrO8AOMUIqcWSb5qRSa7p8zqkvJ",
-	"yIRqNjSjbdDd3Y/4AxD+njLyvyG/UrJD9Gig7GfE9vjby8t4SJ6aI3BAwkeA9I+F0hPJPrx7RTI15iWX",
-	"jCZT89CQgPvIcAQQwqykafTpCDhx/O3oUTyIyOpJAuHdsBS43B6ourGFkDMU3VLL2WiaZxz4Waw01cww",
-	"76qhweqZHPM+rXSGepCSuPcIvDewtPRG6B9FydO73xjDqmiaSgaTk0yJUiaspXoBxRzTZS5oeiLEKyon",
-	"7O6H9oPh9taxAr4SMAEKfp5NSkPk4MMgfaeCPnlMXmc/DHCsonj78tZGeCyK91YCCo3zSJOcUaVB3XXS",
-	"v7XlwGisuOQpXne/p84GDFdmmqXoUwCVBFiGNY5XRgF4z+ipFXGPed9aCn54++z/On3//OjZ6cmL18/f",
-	"fjw5ff0hjird/9GIqMEhQXZt+63OwpC88RhvapaI8hRsCU47TnKh8D43u8sZCKn2wvf150o9NkO1TlHf",
-	"3K3pDGx/nNAUREPBicoFGC9I0z6hNM1zReZZuocLxHK6NAQPf7FcsSF573Eny5vwcH5gbHbrB9Q0unZD",
-	"UYDqW9mqlvfbVhIjmlIw0XgWcRy2vMgS9rHmpndPie8ZSDxWjrS7WQ3YiufAkVFCyhTK6ESLlC5Jf4Wh",
-	"m+21ztVvRyMSvCMGQ3JECikuQWEwPIuc0dxc2OATOpeCV95rO6Q5XR4azm92PNOtK8nZwTJde0Mu99RU",
-	"lHm6B98cEBSyLIGcCPGa8qU99urul/moonfTjxQ5WrrxoKALRUgiqWbINN3VS8+NwBMDpe9BNELsrPBG",
-	"jWzHK+xVAQuhUdq3973QBhjqR05LPRUy+5V9gfvsNeqEEZk71TEi7LIAqUhIvIAXmWLOlYpS1BBUcdu4",
-	"6fsomYGDytN0CykKJnWGWjBNZlwscpaC3gY/ZZrN1aaBHyWzF5rNDZlYRZtKSZfm72QXBw/4xFCrNf3W",
-	"12DbxTM4JAWTe/ASfIn2bnP+DFs1+8zL3PIDtAWsGilqa8E/V2b+S/WBOPsXS7SZipvlyrIxJ262bDko",
-	"EpoRKcG3GFPUs36QLseSFi7ygnnmSfhoD04zTWZb9eO709d6+h1LsRLAsBdozMiKZcAZ9KNkzBoOIqLo",
-	"3OyPnNM8U+gdo4rER8nMUuMQm4m3Gn/T8LPqb23alDbOoUUMbbOSv1odhNF5pHaj/26C32pZtiLEiCgN",
-	"3gawxD979Y5INP99CeokfS5IMmXJbPCVEqqjUZaCr2VPMa4ynV2wfHlgZ7Vvhr0fG0aYM83SeN/ZJeL9",
-	"mCYz+EXM4jH/7X/+J6leOzSCpJbLmJifJUtZnl0wWSm7yZTKCVrZXJDAIYnT/BN+YETYPavOc7E4NFLD",
-	"EqVQcBWbd6xhpg9NWfETb0VszzoY/ojnS4HLoH280vxTYHhG5DLEdg6rQRtLZ4m97XSIeqkURcFCswUH",
-	"T6YErxQhEPvxfXNmq9bNZqSZMmubDsLddJzRn6cgpC2oE3tZUmq4583emg3b6rxkPGWXgZMiVOYiEjzt",
-	"whth5Reyx/w9g386lgOeWasTvoc++Ky6glYnzoUIMMC/UzkH5pCWKDax+sDAHlIQ885YLhZeHFS4C3sK",
-	"w2POuNKyRKI1I3dLbATyQooEjQXc9JkpggFLHXu42/GoZQt0xa8/HLiD0cohcXNzFNTepwjOgl3m0Cn6",
-	"oTw/Z/JDBw98lqkZUYUQOQHbzyGZG1UUf0ELtFEoyBkjhWSGC5qptA7j2d8ZzfV0GSBvdPVDc1axQPuj",
-	"p6+cG92TeKYwzwwGm1SqKVmAuivQUA7NReaAS2qUIOB+YCL0mj0Twuyy47KZHhwSs7nWCorqgm1izGGZ",
-	"WYqCNVi3MSbAUAxI9iwdkp9tW+gzgFEcOU3NmqYHB2QxZTYklo15ZZMQC44mCcs1nbZnhPuUEb3IEqOb",
-	"o8YSkXo8noEjp0qTR0SNeR+XEt203nCzarSW5a8S8XnlQGhZNc10WArLDVcI1e5e0QKXKcw3CsZTQ9Gb",
-	"WlzQDGKz1rfWXNWQUGMmDq504DvOqlJyVe01NczYkXUfIozR+PPh+O3bV6fPXryPSQLBCobnnrExFwXj",
-	"hvFoIBswwAPZQdigWQVFFtMsZ6RhsSWp2VUh8d0Vq3/XDiyEnKHqGXDO+zzBrWy1aZF31qp2VtYsxAWe",
-	"OlNjZSOnef72vHfwz61006h9AVuNc3V/3hiB39K4U0sFPAzzwNZIf4lWJWUcOBqVD0lsW40x/Nrea+Zr",
-	"5npy5GEjfARHN0HVVKfUPg/GNsXgPklYXMnpgwMi5pmuezQXoi4lB+LGd9SQxHMmJyxefdkorTNWAC9l",
-	"vJybzYZ3wZkNnXm7WF/zdTx5cN3hEcnpGctBpU4zlQhQqwtRqKBsbEe0SdOHgIi39t2ryMY/rImbIP1E",
-	"MmrmnJ0737ZhwGazypwpQyJ4xh4oEkNzMbCuJelDdPgZTU+tuNK4jj1hlapA6PQJVbNdlqB15HBia09Q",
-	"l0xaW/NXR3WEWS4oXXTISf7e3sY+2XFu0qbs0LYWNautDz8JdYFkkaWk//Hji2eDDiVNSDphoQQdeEAY",
-	"n2ScRSS24QUqXksV67fZ26t63FEr3cAF+fhZHC4Ex4623pgOkqmNAM+YEW7XEE/TXrAysRS+T5thuKv3",
-	"55xpamQL7C4Nxazbmb2BYJoVlQGlPOfkL5jcQ2s92LLDW1eL34GYLn/Za2G2HX69OrvVqWyxxJpmOVxu",
-	"aQrN0Py4sczrzk6jKSDZ3opF9iVbos7TDEFbP6xqUqur/Zaz2rXxQDkth8R4t79IbXCnkfxsm+mRjuEC",
-	"sZlzViyPSGyObty6+zhcfm2JvdlcZ4DXdpaho0RnFyxMaJic9IpOwsRa+CuzepSzOXtFJ17U/WoLWmia",
-	"u6mEX3FLaZ7uZh2uvozaKxY10n6ag/BnvTKJ5pptpOh3jtmuXjU5bS2ct+xFg0lsZcvvoNgV036AkdqR",
-	"NLrdOLMP5XxO5XL3uc3p5QmuaXe2qcqcjinylClNSm4ZTlpFpwW1jzmbn1kvUUsMxVBuKRaK9CEIzpoO",
-	"1CDcErfctdu0iU2qDSdDGaWz8wA1GHnQ8AlPnIz5QQPxR71XdDJBzeIZo2lQ1vQu5ADHrwO1n6KcdxM2",
-	"ogLpBTt9dOJSIq4/Bi2KLGkel9V3Wk4uOPdBQrRRroqcsWmG+vzcEJ8RRRu+7GiTDgh0VA3P3/GaWgNE",
-	"FaIgb8CNY+QIxRdrvFMYOsp4JdtZdhppaxGkZXRC54Mi9o0OS8A1xIp0jaiAYwaOuvOIP4g58yI/Vobt",
-	"8ydclEAA9mWRU4wObaYChJvcLHG3VsENPlqjxDzLP73KgpqvJdit74tn+Se7/aGTUdCJDYTdGI9Uv+lO",
-	"VMjRxCd6imaFTGE6+OajU82pMR7XScfyvO7aPiOqeaGVQxKDQcK+b+W0Qoq0TJj8UJ7dWEjbrBIkPutt",
-	"EazRwakiMVqOjjRoS9uE8UfmIcQsUL60FqKwOI2ctIOzVota09NV58uObjaz/c43asbR+QovDbtc90Z1",
-	"jFfMUDZgkEDk4z8+vH0D176fVv4vJfjwPV04AvKe7qlZVuyhpkjzPUjuYxL7dq4hj+423lVuT7fNzIh6",
-	"WTcXxuwLhZF0NlI4rKJn6jlP5LLoVCvXi/MtK8Tq8/rsrA72Hz+fkFiZU+VyWCBgGKzUYF9OfV8k6btz",
-	"5izCpZ5CKJWLsZfWP1pZu+tvMT810+gouKFNBHp5KkqMEQroL22X0noe3yCV5pLBJkdrnay1ScPXXtqq",
-	"uDdkywt8TuNRX5MiOvjpcSkn21s9Vt13GCBRmFbSQ7BSucuToydykl0wTvoYPgRvP1AgXWwXadB55b/f",
-	"KKB07/pNRJd6k5qr07G+rdyaXa36W2U7vMWMlABbhIYI4xcsFwUjRV46g3wolaUxZNdocNeD3x8S6uLt",
-	"ST9uzj0eVPGMkNdZRWbgvYyZFjGYhFUpr3XbpvmnDs6V5p/ei8V7NhcXbJ2ZIRQOsGrplZmRVfKTDZxh",
-	"E7tdx5MwY+Roo5D3vn4TM+fsKW75R2DesePDZsHNvWIJ+pDElY8/rmVemWnNeARvzlihDwkmYUE+dplM",
-	"zYPDZsbMqpsNnUqVBwWWP+pV3fUiyOMCbadOBqq8ab/cki3TrsvaA9rpciq6jYPP6nQyL9OsihUD84Yl",
-	"lkNyllM+g2Cgx6PRYL0e0d2NDcy+ZhdX61fAUc92PGqV+0Sff98z+7WezKALa/0dj+vSNaXGQNpL9ctm",
-	"n60Tsx4oFxbfdzxCSJ8dDA5t2C8weHJWaqtVAXJRFXByFfWeh8OnWvdPlRz7+PJy/9vLS5DU7RhCLD8N",
-	"+psg8ERxOmOnCVXW8QwpIYeEciIKxh2OhENXIPNSaUKThBWalHzGxYJj/uNwzP/GOJNZgn8fkHgVRS2q",
-	"vNqnRo0wf/v+z8gipJ2ySwwKgezJ0otFN6+cu5w9AIcQ+hQCa/CPU8NST8GFY36YMz0V6al5iea5WNgW",
-	"C1RyTrUQp5CrhEmKzSSYiMTigknzIvYrqWanMD78+ybpnsPQ6kBUCyQARCspzRANxBIi2XmpmIpsZjPs",
-	"u8UZQVQLqzYspOATYgiYZDzJyxQuqMbiQ3djDgkHfs60ETihXWyw7wXlC4zmxNgpjCzKtMIXB4dj3thN",
-	"aL+V1Q2J1OEZBpO2XZZ2V+61TQBfTeJOKMeYF8zihii4M5qSgsmEcb3HVEILBvFQU7Af/O+//hrb7Mv4",
-	"MD6wC502cP9cSCSsgZn4OWAQDOoccTv3MXeZhphgER7TkLw3hLpnNjY79w6O2ybUpIGmgNmdNqjd6nHN",
-	"H/E9xyb9A5fBX5iubYg0kMM9uziFtIsltGmHha3MLk4Lyc6zy0bbs4vTxvkdc/PThGn3csZPPUXNfiKz",
-	"lMnm4TMnRaqVxuDnUzj7gntcoSUv9W2cd6XzOhUXdV9UdFcygQ8wiSlqgwoMhuQ5MFdEhxHnJN6nRbZ/",
-	"8XB/dmHl7PqH/d/+/f+LEZ0AQ7JsXKG3pRBv2V4qaMdvG5cgxky71q/QSXCVSN8cV+jlnM6zfAnIEoiZ",
-	"YOgaI+rGvIK3gZgve+ZxnDVPoQRNR6SgCnIzzzINPwfP6pivHFb/sGzB/uFI+7MZkqMx9wjmgSKzCzxd",
-	"MHUQD6vLFiZA56y6gHrb5wz8vZxTvicZTeEW3Dq22wWnwp0akoQxbC1gcreXQkCtsAmUldiQqfqXoICL",
-	"ISKdrrBQ/Gs8xXA67KLk7s9g+xdMqrBQ19YNsLeonl01uLqV0Cq9vFifqWX+T3dz7L68eOs+2ujN9Zpf",
-	"O7qwNQf1oF1GVocorR2Wazg8pleZ0t2pbWFY4qeC64yX7rIGr8KMLcNmT5QTnmPi3TZIRlFvxpbqLc+X",
-	"272d1xC918St3RQ+htdOo4vexjNdN7lu4cO0cLbULHDcfjA/G/Zu0eowarLLwMbZpa7SNDda8qRY7ER7",
-	"YhH06cqSG90k3cIEAD36n0R23uH1qkI0wy64armbs2i+ZAgrbEleRwAhxXztifPGEp5LzVOCjrKXP5GK",
-	"lzixQRSEAzBezFWMoaAIIWHTDFJWMA7pabEo4lV1reMoT5g+Buomv/37/4Kc4W0PdspyTVcbzHgioS06",
-	"FyVmHdA0NfI+pEE4iMqOuA92WZhFWmm1KHVkTWLYuEuUg9AU5147JCPyPSqTVRb8IXlDvidJKaX5wN4e",
-	"+M4ZI2/MMNYBvoHXz2jFHWMqSv3i/MiilFZzRzhdTDZWYUf3jC2DuwFNttrFiXvtm93v2hdH4ystv6Z8",
-	"6X+tSJ96eBUIF9YZvTHP+At8+HD12DcZdjd9ibkDHe5YlTwMt95spXDg67WpzXB8kuR0XmDCheH5g8be",
-	"Btn+nF6uoeCyKCATpuQdHHae8TWf52LhPif92CaW2GvMZpUejHHG4551agOQcTMLzmdSak3kekeAuh/A",
-	"NAGkc0sK+D9cVsMtACbRI7vKqQIocokMGnz9m7F7w7jge2xe6KUhO4LfBIdbM9GVOGuSC6XNt9V5t5kl",
-	"Nc59QvMcEpB8cG+rY1ZfdWan6bwToHjNSQcwQC1Inl00awEAzLA6JOySJjpfgv3DKGZ1P/F+bHkLsOsa",
-	"h9JiFW+WWuAk3ccarN8svC9s3AEyn9sKPliR/3twRsN3/nHZLWd3XXsVam9ZKCb1l73f3my+xLrP60kp",
-	"OaGBQ5txIxFwNAvvfhRP7s/bV3bejr7E0cKVDx+s9x2OVfzdEIFwMvWhraliZWYqq7xcKz+rNQI0XuCB",
-	"LF0EGXSSFWAOkiktIClyQzr7qhEGj1soKO1nG/UGl6h979CFxJ2jjdkROEiH5KgRPleF9QhOrE3AWZCl",
-	"XBIurMW9M9RtPQWanTXyHVz0Vl0H9mKxsVYEBF8WRV7WwWWq9PzVE2ml6IC0Cjlz6+VgkIENIz13It72",
-	"wcu7Kdei2GBXCEhCVIXUQ4/YFtMlcWIluEVgyX2XPi5qL+pRJ9E561lUlf2Bnn9ZYxAIrl9EmhKeebmx",
-	"gLdvPYh6ZZHeNFb+noOHkoSd8ICeuTuI0fRMv5umeBXm8WIRlJqc8BFgsT4jvR6xdDGXezq8Gzr8qUV/",
-	"FR4SlhlwRob4TuhyQzS8oYX1zgebFLRSmyccdHM66Yy6yenkdCrKRm5TtayQSnfq0rFO6Q1oEPPsTvOu",
-	"7ChM/jqtk79u1FsVT3OabYj6Oe1M/rLu6q7HZihmOqdqXc4jpiXaUeyW0djavMaAVibQmnJjvQNj9fe9",
-	"Y+2DVMeoYs8vNeNpp3apupQp+A70xXMp5oSLhVd8ydWMiSBsOLKV6JAQbUhDI8gDDTxCogMXNILvyZPR",
-	"oUUheki+Jw/Nid6xHNP31ctrUbjW3h+NRQp7XNbI3ZAMYss5Kij78ty9HF9TVl4HC1cjRWXhhCZ4eGoH",
-	"bM/klxix30yAlqjMM7N7nC1QO1k2A85dOQHOFqgWXW8UtoGAuQKDDMQ56VcHL8KQ9gEuqCIMaGCLlLk1",
-	"sM4+ilc1lw2uLrfZUSPuFSfSWlhfcgnsdZAHZBeM24G3qPoaLn0xizcHLFQuettDaFitEgLtkQHc2xZu",
-	"QvdmsAu88be7czsExTUXMbKNG8uRHRdWOFXVXS3VoNfOu7SAs+EqMYl5zqQ6AMLFPcNIHqZpxllaZ/w0",
-	"4P5svS743GYEUAXRXTR9BW/EA1f/jZyVyYxpBV6+siBakBhSBG1xyPZWWJS68N1cdxB+XqNvrQXSCjzE",
-	"fPPO51Xm5AYxEN+LPGwpr+XIm54POlVPas1e1ugbq/7gCkDRRQgWTO5hag+SCSJEkVhLmrAXEBLl51JG",
-	"gWzLMY+b9G0rloFIswc1IuH5YMdEzOCme8dz+yCD4OEOgSVvTKG/z9H8o+VodugIG3Mob4tlOyizLejz",
-	"VaY0wC5sDiO6WYIn7s892XakapszfYumgVY+7U2BvRD/rAvcyyHboeRK80EAdMjpROELDGKSq2L12yhF",
-	"n/wCfhsyb5tjHoG3Ic8uqptJdQjUlYy5LdAYZOAmbCu4oZ3Tf13T7czfVlpwi4d0ZAbb1F53KptJvs20",
-	"YT+VyOdgda5qvRcdeGlW2m4kF7euVcu0mvS2RuC4JSQLr7WuagbXZKZ3hWZhl6kbx6I9paBM1hahu6Uv",
-	"i0HWErYCUtWYd4pVXtR9XVPWFWm3fz5QJNaX/O9UTWNzi5PLy+mjvYff/BsR51hlp1k1MkKrj5Enp1RN",
-	"CbjZXMU4TISJST/+rNgn8yqdsxfp5VUcEUos0s2YFxYie1BVksBC068oZwpbZKrVrzJz0exSQ1e2Qg1k",
-	"zJhhRCicUpeLQ1wXtkBuUWqCljTlUPYWmYRQsCRTAAs0d/C9raDaUtU4zmEN8YflGvWgFl+3Ya/3UulX",
-	"L5V2CJm3qfbfC4N/DmEQl7sBrB0AcLldkbFTNoOnH7plq1rscoEAW5grUkbT07xtpvg6BbbtJLQAdosV",
-	"sUI53uvELn/BI+8eCRBGUw5sCYkbhA0H3rdybeHNswYHZ0oVKBKuhUBMHfxSU4RbgjOYxnR5JmENjawR",
-	"2P7WvjS6i9ojXIkp8SerpcUJbOPmAlmSOb5AFKeFmgpN+rkQiuVLSDpOD4mqAU1cZYVRQFtKitJbh3oA",
-	"fr5cC5I9zY3QbGsOduFKCpF/yH7t0MEsRL9f7G0bSWHO5kIug8P1pfG1eAZUozHYKYP1CHb4rCx0U790",
-	"rLi1/fY9r5+oIV/jfCLYhBAVXC+TZ91EqhYdLuoNM3RW2lurJ21lxARL/fZSgVqDWKq2MFT77Mx+1Gjd",
-	"27HQAry9YPIiY4uAb3GpNJvvLbK09i+QPmgSkDmrqVYEAn6TLGcyIr/9x3+RhyOiiMjTwEm9+UJuxIDd",
-	"dSnxAthmlcMr643MNbVhuY8bgI8tw0+XUcdFFNzMo+HiAG1b4dHZyT1jRSgJeYMo2+2XaRfs8K5j99Xa",
-	"8XSqcwDjGuSotQdpo4QKoTYANZ3p5Q1MyTch8OCKcrZgSm82p9ezxnCSXb6AcxxYwbDT0uP++GHk9iC4",
-	"f6I4KrUoslzodRD6+bKyhFSVfRmf0AlLCXUNYCqkyn61OIS2ok2p0DHfkqWoTqaBvFrzsyuP6r7cxFHa",
-	"pZpSPV3zrZENXge++1BOJkxplpKClor5xYw5u9SQOuVK/xQiz13lJe7ibfg21q8Ge8JFqIbUsUPPbOmP",
-	"W6p445+CYAUNmI4fQhwwJHYHaNgCIbb2bjggYxPu0jO/2ImrlzNjrFBNs9sD1cbHc5ODsHvlyo57x20n",
-	"3Eb4uU1KW8HWPhXzeaYxJ61ZXvCBquxpfTWlEsswuHFXGKBiAsW3BvdotzexQkDpQ1xRq/lF5ILJM6qz",
-	"+W1br8KBH65YzMV/H3SHkHXXJDWfx+MeZKVC6K3htkfJrKOU0BoQvrrYaKvYx3WKla6pf7Mb+q17G68X",
-	"WuopFrratW6kZ/pYqWWYwDJaoEaip1KUkymhvi38Gt3tUEARojmgFmSaSqNbu9Nt99Rb93iwRYXFkIml",
-	"NtA4S0fDTrOdS6wOjtsM2XosivdMFYKHVHjqCxVrUdN9AWRzue2aIZN+u8RwDae740l7W4USwqUDBWnh",
-	"8rFM+ZAET2Cwk+7L1VVSiEjGrduECJlaIsg4YTSZ1vCYW6fweNdbEL++kyH4Be7OM6k0SXKazYFVeoPY",
-	"jUu8SG/UpHqK76+LKa1fdq1vQDUOufkrLbmgelptsOB1nbVNFaLW1EWDzMVvRqN4i3jUOgo1ZAptHtWu",
-	"4xk1KwS01zJ4eks1DReDX0MxJ1QasTwA4Ro/w//Eg0Pi6uUJbmnAXMBDAg4BLJlHq0p5HdRw71HZmN1b",
-	"VUEHlGKLPlTJNqSPfheHuIiAniwlUybZLfrtOs6YJRR42kkQYNkjfTTcRN6xjkjSqCqvBmQq8nTM56iP",
-	"UU4W00wzApadOvX824ffkDOHywSAdRVs/puPrxCQD3zjkE2PiJNjHg+HcWSTkT++f1UBoaZSFMgmDItQ",
-	"wWqOYUS6TlnkyO2CGUk24a6KPURPAKQf6YOu7V3uCveZaCvHqI4akusFkmfMYdWaYztjy4ioRFiEFmSD",
-	"dvUPydxscWoFsjPVLDG1ttrkeveKYTmdiTHVVde6TszPZoyGZA5J/M9fEHXUX0gEC1TwcPtb0/G/TeZp",
-	"bK17Ph05LGFQwh8t6DumFEdwT1joxA7EtvXV0F15Ws3mW1VGd4ii2yos5McmzHHUANJ+oOBlmud7vzIp",
-	"iPmKZOdY9hpgF9fAd4eLNvqMo6O6ZkeuBHySxiQBxXsTXPshic+gnDhgMnLPXPVAeTWXozGHCs8sJTnV",
-	"TB5W2+W4LxcLw1IjRCJFhtBw7LVx3F2369HbveMc3KyV80xookua58sua0VHlXaPIlZ6bdbosisfOgkg",
-	"UnVYpCc3FuS3z2fc3kvVsqOvE5zVcVdZ8LrGJ2oG1lC+IRKzs8p4VWrNXNhLpmtSJmcI5gpruVsJjw4+",
-	"7VJbvGiElfluLINot90lS7Qsa7sHXWXXrLh7B2b9WythjMvjFZy+BrG+w3iJzkqW29YKxrACPM2BGAvf",
-	"ROCmuAsNvK2XZTsDdbDGc6cLemOl8GvV1h7uAB5qW9uibsDJlJGH39kiFC6ivKopE1dNWqO1aTbG8SjS",
-	"/+Yh2K4Hw2p9w87565amq72t21NfpzO/Mza41texPzKnOpkifDuzuOrblI2s/LpVvlc9mU6C9EhxTYz/",
-	"kLzgBKrVE0iysiG/kkFEKxRIgOtVC4jMtbrusDuT7j3TjIM3tCvNG0s3OgcAOOIdnDYoAZDB7VWAgpjc",
-	"quJrf0S+J+L8fDAkVt8mozaq2GZfap0E966rjkqVfkjY5ZSW4BSrPBT9t+/3HEZ+nOafAHvnNb18z7TM",
-	"mIoPyZnQU4TAId+DHuUN2Ixqza3uxUmlRsb5OeOpWKxZT18OWsDLkFZZ2yjqNPrQ+j16MrrWEkJRkeNG",
-	"KuPKTmdGzQR9rtrvCuUTdntO+bIanMjTm23ryk6EygozErf2P77O3jDMnMgEf15nD7ey0PEV53eBuUum",
-	"NFYdVmVRCGllGwxRXzLtbUyFoLR5MI18nLamVLgM/poMKk92IQqiAGqMC5sW4ADqPAoZjUj/CSbaGC10",
-	"z5kzkDMNdt+pOb10kWstCRBx8Oy9gbCqLJkKliLmA+PnQiZGtRkB3q6tVXIzdjCnlz/TTJv16zxmzy+y",
-	"RHdzLbM0HtOKcMnTqjCJGT0UcLgdBjbP+LEo3KADy5jleeY2m5LaZ1+AHQlYO5SM2Dsv85yAE54ogYnW",
-	"Oc3mVQU2MDj1R7/9+/8LqISD4ZjX4yZHAPgF5onYdPI9Gn8LUYAFilosVFuKiguPKRkJIB24wi4wgjFH",
-	"QI6HB0S4ot/4qbkDqOO/UUW5zu5RkTNOxOwHoITUwNFjngs+QaQQDXeZWHBii9dY2xfYxBIxZwqNdJjR",
-	"UjF9pekSFwfKKZwtEfJ67FBRpCJzRvlimuU28bgCdXzSwnPcao8LmQlpg33ajDXJwWvuXgmfkTaJbe5S",
-	"utt7DUszDxSJZeuit3JcpyAQX4uvyZuKE1EtOggJq3M7B7AeWMZnfxd5qM50xmcozQD+KaqyLqSm+t7C",
-	"aatDEv/zaO9/0L1fR3vfDU/3fvk8ip48voqtWxYsr6vVRuo5oPsmtKoFNRedGdH/Herhv4Whj1vTe00v",
-	"O7fA8WzDWYARxiufxxF5YniIQ8/ZdlZPRo//zUonbYBUb8eebLtlcvnMiC0b+OWmw/RwNLoexXg5savl",
-	"xLMk07VtjSYzRWw9L5DmAjAylpQ8qIyMT7xbe/cxap2HJKbtluV6ciQKrD+ASbC7b9ChMqahTk91g0AF",
-	"ArsKmTYnycibivRTdiZKnrCbnPGrDZpVF9DrEV5ZDxRh5+cs0dlFpW1B3mQCubClZFjzp7riUrAgeHV/",
-	"5gcoUYy5VcLqMnrwKVTNzZTT2fpGGJoxEvuDBLeOUKuKXd2or/8N1qKkfA263deqy31FutvXoKvdqW72",
-	"u+piX7vu9fvqWl+/bnWvS/35dKkvoDv97rrSV6Mb/aF0ob+G7vOFdZ2vUbf5ArrMV6S7bMqiqySSxtas",
-	"yspBsSwkL7bmGuB+AX4UrVEdgoLByl0ckuyCknWICa0/yd4dgbRSC0qN49PpYDv2g0TvxPG/bbrB15kZ",
-	"uMbzXq9P5+p+6AhyemXUaYsdamupWIGokZp/m6m9N4mtsdMI+Izb0SodKY0uWmVtwq63Yl+xn7w7W3mz",
-	"N7sz8/1PHGOzLsEzlAoQFlNvPS5m+7R9H9BhtcAw1SxYUmBX8FtoKNg9lEpn6VEI4aNUU1t2yEWQSvt6",
-	"jULMRZWkUkN7BTjLmopAzWjT9WGgWyDn3GE4ZZzmnw7G5Wj0KEnzT0SKBclS+JvFXziW8gNjs1tK9L1Z",
-	"jm4oSWWL0Ccz/m0zdqFuqp1zdWt0hVSvZIat7PJU6BwqORe0uxhNdYLfrC1t0U2XjM1OxHPe0by35gHk",
-	"H4huNsKd0nReXF9csWVvwr0sqORNlIcu5Pgq9aidTuTTanPB/AWox9FFyHCzXH9Da277cWXC7djXr3nD",
-	"rrXu/jqvLkTXinsJFi0Wp01bBzY/TZJYu1nFpN94uMi4NYSB7Z9KRibZBeODIXnDMkhb7cefr+JozOPP",
-	"4x58OnZV5uJBnY/RzpdxNwnKrJDvcuh+q5VD+N00fRWDGUwRf3QhH4329yfAjWyKC+Yeudx7Z0mmGkx5",
-	"dZHtjCtNMedlO5FKO+IKdF2g/4ARo6ZU+KRbgSJEPRRqu/F/nlE1PRNUpoROJpJNqGZEXDBJKOIOWJfK",
-	"RuUAywa8znipu1B4An6mleEC01fBR1jzYyOu1spDSDdbA7a2AhzUQk05mnSIWZgDXpS6Id5vKC2PpYLe",
-	"Uz4JLwCWM1K7NNkW66r2o9auNNaiMQEPVMrLArUrHrJ6uGFWO+YtVpCtlGcV1SH76S5v5L160n0q37AF",
-	"UYylBOYElsOSa1EmUz9TWG17BFfYa2gQ287suncVZ4vN90SwsuPau23N9bT1rdIYWrPP0KqcUDULa9IV",
-	"FtdWCrFpZ1t9GFvuGs3tQ7/dFJFsC8BMVB6vAfhm9iqgM1IN9Vw7BpXUefOrYsx1AJDRJLvLJ2x9PYiq",
-	"+mzAiUyVfh7OmGzWza1q7JZcZzmh5k5nxK4MFqEfXrc6rt2TLeFTN2EGVxnsATwai6MMMOBmrxGhRh1Y",
-	"x6NiTx6jz7PO9j4kMXs0+j5GyWtgawzD12NuqDwtcxvHIUoojoWCUrVzZ0vN1uTa/w+l062QdNftDk5g",
-	"BeJFixk4Vakm9Uj7QqJMJFn148C8PuYwq4gAu3L50XXhnfaqoaSaaSCFughzE07m/DwacyH9ZfPG4gF9",
-	"WcgyyRIhU5aSTK8tdbeeorpBhWEELztqmupLfs1ap+s5Eh7ATo4DyGudN7v5P93NDgytvnXfbbwCvB42",
-	"jTF8R9tC2ruNr8o7Wz8413bnyNyF2Q6HK8CYFps7N44AHgTLKps/qsLV8YAIGdkorLlI2fcA5xlHGJEU",
-	"41+hxKNOyXi3otiuwPT267ZzzeirrpWrKWRlR8EVF4Lqa3hxXcHMQ/AxKu00OOQIjn8AhF+yTHIWNhU3",
-	"bq9Wb6XS5Iw5exnoi2d4HTleXnvqHOJGHVQFwBENXCePvYqAeBw71mRDJWoWGZOyUExq0q9/q8IarXww",
-	"OCRxQnnC8tiFFPiFyN1n4Ojz/sBPgtbTNYgwz5jS1n+xHhZmE9BLGIvAvrDuZkRwLfhbs0v9QCEESETY",
-	"cDIkMVv+Y/riX+Ly/N3338djDkEKn8c9Ou4dPLyKB4cWMARuJ1c3AxrLuIUQsTGpYM0Avq1OfaOGq80K",
-	"WCIIBGmtFp+v4hZIC03JGcCAKXudX++S3po6zeGVTCmWuiuziv9zJUK2o9JPXcGl9e53Qzb4l11LGoJB",
-	"ARpJybNPJYOAiDUtXfKNWGtNsMUVcQFDsc4zQPkyP5nzmlaRqCwlEEdM+XLMISrroBIYbCyxvuQxJrMy",
-	"L5SM0Nzs79LQDZQF9GJYVZZ6IWgP1JhDh84+g2wK4tKqYSBYjWkoruRSBPOB2DIrnbM0iECzcrF64FLV",
-	"ZnTeZF3X62aNYFsv+5YitpiFJdJusaoTHAQPRAww9eZ0VrtVLeQhibUQpzmAhVAnB2bKkUqmQ0w0bXDR",
-	"tGKj+H/sFVKXseWwb2p3WbC9wasVEjbudH1oGvfvKjBeJZZFAI0ms7k58RgrHJt2DQesTpK1D3PE0e3H",
-	"IFCAeEPOc6qBWY854NXYygH2eq66MUTP8vPBkBxxwEwsFQNcNQ/fCMo6eZiJ0ZjHOH/zpGH+MD9Y2LSq",
-	"9qYZMbdBl3YO5Lf/+Z/ksStsvRNG7FEyI7/9+/9qYVZ5d2AL3WQ7TJN7MNdAASJDZH2gI8N/BrDsNM8o",
-	"RMPE9nKLb7lWZveOnzfQnLba1g6YK5yZPTX13DIf/WpraCvvbHejXK2Bw3TTw9h9LVycJjuEcmM0d2iZ",
-	"UuS5RfoueZozEG52Q+zpWorWJustgAd3x6p0Ey38ULOm/HCPT3jT49kALbxz4MF11LM7qFh10CVjBF+P",
-	"iKJzIzvLOc0zhVeWkeePEud7Hdqr6Ga4xeGZODBjjNRy2gUYDjZR7QaEQOjP9IGy6YwtSX8VCdBcy3ZR",
-	"9Dq5OzyCVuEjw9WMmJTMNtc56qxjFJJkOkXY/NOaTc5yo6j5UddEikVHflsVgrRmId07DuAX3MuWVfbR",
-	"G73IuOrQuTZcPvDYg60mfdoylRd1mJeCLJwlvqiFGFzbSr4JkTDjJK4tefFaGMK1ZDiv4Ah3xRCsmth8",
-	"7tfGfuwE8e3gzBFr3ujgycyrSHrbx8GFnMFbkef7a8OCIxVtODjdYMD3YmgAh/cOJc4bgi/fiyvXhVM2",
-	"lx1ke4AmCE62L4qSPOxdq6jB7csBz9Zf/0Fr0zre0ulRml2sdv7yJyKzlEnS/+0//os8eUxEoSDBNZ4w",
-	"fSzZeXYZDyJCIVk0tcmV2+pFLy/WOKOilocrcKUA1nAyq00V6tDVPUS7Ly6UnUGNV3AdxW3tSN1F8KqK",
-	"qgpXDlENiQMSzyBV13AOz+B5tiQfnr1EMaQdt9S+rZqhUFJ12XRhDbaf+O16Cn3i2wme+e/lnPI9B14M",
-	"+i3Y6xNaqvBhwpjzF2GhKJ5dnBZQfw95bYxKvXnZyQsvfyKiQO9DLrpQm9eeFCvgRdjuHs2zCUcA4C0P",
-	"RZcH1PT7Hiwb285sMV2SfswuM6XBEGetrhGJL5hU5rWIxJBHD67QZcE6bizZ0e3P06VvbjD7w9LK6uDk",
-	"KM8700oWoMnsVDJDJ2CfbU3C2UxPp0Jmvwp+yi4TxlKW1rjmp2jJlcD955myq226OTtti1r+fCrPdKh6",
-	"PSRiFEx6RtC+KylWEeHgRmyke5M7kwSeekDa1rWEjq0KShvgS+xLYR1mCyZxUwJe68XfeNu9SB3c/bmw",
-	"8b8JzcNQsiAn3EtR23CCpJSScW1FK8vrQKbATCLOmXygblHCsgxmW05VjQ8/80a4DVTcamnshspVK2Pd",
-	"USOQl5CUMtPLD4aQbSA2o5LJoxJx1PGvH52n7R8/n/RWVt+8a7gVHPID8gN8QjCT6V8L7VKYyHuRM0X6",
-	"lCimMe+bkpymKZODAxKbG29P8Hxp+PJCZprZv8Ycn8FvwNLTecbjIfnZiDr/+PkEvKeZguRk58pRTF4w",
-	"B1qCVS0yZXgbR+8KnFygKhhtfdSmWhe9qyuwMpyLgFwD0DSZ8nPJvZQ1i7bMybFQeiLZh3evhuTEHOlU",
-	"JCUE/WfKlqjkk5wRJUqZGPIccy1LPbU8gFkMnEUmGUkEN1K4PnQgLIwbliokuPMVBoiN+VvemO+U2Xgy",
-	"UDDA0wUwJQqEyISCokElJtXtGa5GdWZEjkqCf1cyxsnrd2P+cHhJ/n5yckyOjl9ExJDdTFXoL6TfsPLE",
-	"dQoaRhv5OWjml8psEh+OuRFtEOfEHM2YJjMuFjlLETAjxnKeeiqZNfjvsUvNeErYZZHJpQWpJkeWB2JQ",
-	"gUU2iMZciaqUCsBeYL0TUnLTC7fuP1i8p4JfYKq6OhjzPfIcVvLx5eX+t5eX5EykS7NxsJTx5zEKb+Pe",
-	"ARn3kNA1u7SUPu5FZNxLRMr850ob+jxVnM7YaUIVcy9fxUPT3xGJvxk9jgEbhgvsEDHGSPxUcM243nvF",
-	"+ERP40OSTFkyq+orlxWMQUGl2VVoMP7m8jKuA4GAHRxYHym4dNAaV/sszU40n9gUOVu0ZsxJw97qMHUo",
-	"0aLYy9kFy+tvYAiWhe4VOeU21wartFfhLN985wqavWdaLvcwEo30bVjVwOoK5sQrYJJwFEQ+NIMxyjOS",
-	"uoXdcUVhYfFa/UBSihGfWBruEg5FLhTDAFBiurLV3wceJI9IzZwzTs7zbDLV5DzL82blDugdi8fanU0N",
-	"rblS83Vq0rejkR1KAsjf7o3TktMLmgH7h3wlPNXmsSvQY7bRjDHjSjOaYqEQ1axE883ooW0eXN2WUryS",
-	"I/WkMNAAYYmgqUFkWjeUE387ehQfeouLESjVbBZCQoaRMqsCAOU0zTPemqZprZ6fBSoyV4LZAkzxciEv",
-	"JP728jLGEBk7MK+pRzGGIwpO4v0po7meQuP9akBQ+CWZgvIkMMJ2TvG2QY19AMskOABWYc4x/OJYOEBP",
-	"WMJz6zyn5uLllCeM9HG3vJ/iwSHYwKEKC6F2nBZ7SYo5UWLOUF41hCMFdznPpm2cpCUV855I4XLRU5IK",
-	"W4kDrjM/qe3bBuXgV6dc6FPL+wCNMHVIS4KbjqC2XyXeD+yxxp648AR/F1gUPzYcyeuHi1NVJtNToEI8",
-	"488vE2ZrC9gUN2CNhPELlouCHdT79MDtYM054r/jo4rfAaHsz5mWWaL2CwkLx0plPx4BR4sNs90vcmrE",
-	"ADOIt5Ak7gKTaFEwKv2UcRuhlGkjT9kr3F1nPU9w6z0cjoYja4jhtMh6B71Hw9HwEQIZTUFA2qdFtn/x",
-	"cJ8mEBtUCNVZehdveix9bXa877mC6wJjf0PAHZokQkLtFi0qtjwkLk/6GzhGGDy+YHm+dy7knKXuXB7Y",
-	"FGdzBzfym624IUptCNIcOZQajVLHDsa8lq3AY2BkK1yuih6MztI7SmY9FDmZ0j+IdGmjUszFBPpIUcEo",
-	"7v/LKs549jYpT7XTEuWuWqy1crW0FT5h9b8ZjW63Z1Tarq7aYu1bXDAnlteCCZuDPe0q6j3GsYS6qMa8",
-	"/wNNq+mZTx5u/uQjp1akZil+9GjzRz8KeZalKeP4xb9t/sIO6wS5MXz2cIuOjtEMcSLEKzBCmO+++W7z",
-	"dydCvKZ8aXuFDKhvt1nAF0bJ4jR3CAO9b7dZjg9MXmQJ+1hfpajwuCwuQ9BuQwHEZl7pe5pOlNGpwAlm",
-	"PvJO/H5VMj587r1WDX/LMwWsvqrGRLCYHOQzm2OPps8mX7BBMXhPGaY95hjOlSlzwEV+AdCLKSsYTxnX",
-	"+XLYDjjDVylkFmuAwDTSmbk5h+TI3iKCM3P6K8OPK+DmLnqoC9vmF2R7dvGDrSt/RzyjkSpyB4xjK8OP",
-	"x0FW7MWrHKVpaGuqOtHq0t+zmD8RiwHoXi83upPJVOjUa4QLSKVUHo5Bdk6c69AwDRCGABbUFRlyQHZQ",
-	"YygDRMwipwmLa4hrW+bNolJjNVfVrjtEfq7ygw7GPcCthprFjY+Rv81YoVGkq6sYIXS2qsGww51Y7GzU",
-	"4XIlyBnDTytNc8yd9iIZKrkktp3HBA1c12VdT6sNuBveVbX/O0k9Xv9dss/zCjfdUSPFstk1R7rdodiD",
-	"tzqSFxwCP0E/iJB6jShdYJXYVkHN4T37uw321+BhyGvMonuw+aSK77dcrGZabV4GQskellCGUpxMd7ig",
-	"LPB630JMQxdgnW8ez1eZ0k99Yccaue/4pm902Y0osELAT5tVpL/yS/3G5GJ2p105u0knDYJYRy37OZ1M",
-	"LIaUpZpVSniF76wQREElnTMNjr9/rmZuApArAtTkdNKA+Hf24lJhKVvFeEqejA6bEGKEXdJ5kTPMDHn0",
-	"ZDRC36hp/lPJ5NKh+R305hl/RSc16mlNeGsBZX/5ElQdWr5tqNp+Vx3WSn8ZmHOsIlLbuf8SFG9Jtab8",
-	"BtLGtaj/M/x7ZbPemGZd6OKqLsv7QFljk6rNxhactUo/LkRBJNtTAH+sp2w+qFVCa2RyKPYiXa4IUZ1i",
-	"Ew7maQv2Ze05PDKiHU7OOjMggszHziFzpmlKNR0SLFwPaVgli/dtPEBE4ofxfjyyacpLpuL9mAsw6C+J",
-	"IcABFH3BxbA+ZAJHlFSDw3zeOeUUrTvWzJ4KTFsOnWoc9ms7usaxtmJsl/v6xid762sKt6RbzIPn4Hq2",
-	"xsE/+VG1aPy0dUGtPaFRh8QCKgaZsSVacPCUGdo4hMDN2rlSmW6s03FVovkb0+1j86XoA8pmByjjmMk9",
-	"vyjSn50y/gbg8DuRRYuzhfquX9mH9T6metq7+mUz099HxKb9z/DvTe6ACp67xcgtH9+GizvItmtPONr4",
-	"soVzty/fXxL3l8RXd0k0DtMNZbrW8d6vhcX9z9X/r/YVY2s8jB/onBmatbWjGJtB6JAZo1fMg4F7FoN7",
-	"bVgJlg1CjytIetwmzEM0zJgjulfUiXvaZBgN2OQvySU2vFyNyTLdu7Hl+Wi3V9aOd0eHNoRPHTiugPj6",
-	"xziqj0ePtzGys9kboX8E3LC/kN0N9pE2eU/hnbPb5D/rGc1rcRGUL2oVs04Hs85y5EkuHoSnTXBnQOLQ",
-	"Ysy3A0RugETbF/cmkvIyp3Jg5BrEmSV5dsHG3P6BYEfgCMGAHqWpZkMCcCIWE3Ah0E+KcpFXFaqT031Z",
-	"WejLMK0v6Xto47HfM7C/DAOjtyM6+XL/GuGI2dirhppQMRJSAhyZsADQlfiFyRd1YVwuNHGQ0EumozFv",
-	"mdUsJ4EvhuT5ZaagMqVTwFIBTczFBSP9UnlimhHIBiEug6DILW+DN+WbKJ53xE46obm/NHPpQtIOcBl8",
-	"/mfiM39FHvN0SvmEEYy7DaG3m1tf6m15TgXNsd7UggwAoofFAq0C1sjuUoMgQNmyhcGWlpfjUk7Ys/zT",
-	"JqP5O8/SSB3qo03+9ateNAJ3YXyn7ijGXfYKx6GbZ9Y3W6zkXbeH956ZZ4nhm1h/t6FFd3XcRovv7vAu",
-	"7SLP8k+wC91sAx7/VSwhONmU0ZQgFI3vyzJnpdM6/qwJX6MiwtmCqaoC6ZGO67z5VafuTqdgEy3vQLtP",
-	"b5lWo+56kutG7qt5OzT+SiyYJGfmDjDyllvprl7OpZg3OtgOzfvzykVa7NKrFrfQ5zGdYLX0yCiKc6Fs",
-	"lVxyRCAvWtqcz0YRoNVCv0RSsHtBOWY65moqpAbf7YTZItqQHmEaVJoVhRHtYixIF5OzJUKjYi45WYgy",
-	"T4mmM1Zl8GG1cPM9Cnqh9chtXdiAYfghVBl2hYcfNosOPwxlhG4UBjFPonfXTBRwyIOm5JqV/CXCAtby",
-	"zqbgsf85S6/2MR1pky3GiR5xlsYI5pxxLWoxxBWE9+zAliSdgELSGjX5cMxpFT3q/U4y5ewxGIqeeq4m",
-	"KRYQsWyueC8pcDjmXtJQjNHOB+PeRHCIE628omb4XJBccHO6EK7hugGbWGZyi0vDrVuWkj71N+eBgrUc",
-	"oHkIjOU2cZKSjx9fPGtykgxjEk8zT5AqjIZVneosXStEVVyvLLFM4wroWZ2O3hR8bl97e5Z/wvX7QmZs",
-	"r78uIcsQOcCXVbAZfwb9rJp4FWT+Z9LSqtn9iAVQt42hr757XadTtjgpPgdO4x1ZuH/TdUwVEWvCfPR9",
-	"yZWfQoMYODWkkstlp5K1IEHID6XKOFPKaQEKUbuiMc+NIOLjPAzgewiqsgzRpqAeWCwTTMCMEWrG5rxC",
-	"eiu6ls+FHHMPdQq91xlPZNBA/fLiLlNubOu/k22n6r0zXa8DxeY+i+aPnkXzvuTN4+kd+tlF+8zvf+bq",
-	"av/zjC3Xhs185NUppfmQvBE22gOvW8D3gEgSV5SCzC4aFTcGEVFG4or/T3ZZsER/HxsNAmOHwXOusZhC",
-	"1QtJKDcChY1kUVmOmXvBc4yWpt6dnqcNER+VlYP0m1wrslDjB2NbWwDyfzhBGXLwtZ+3P+ABqCJSZmzZ",
-	"pv0OA8wRbIaPBVFdQVCBy15A1yH8YYBe/8b070WsPyFwppDNmcEwp4ymFvrr+QmdrC7Tu1KYidr8f1eu",
-	"Z9z77+NeXFtXHW0P19pjru7p/pbpHoMyg0S/Vs17+RPiHBU0YR0KGlc3s3K/ZMvIhmToqYteODSSR8K4",
-	"3mMcze77KLJhkQ/JAMUjJcmUSpqgESQ4Opzy9sP7JerZKsJt25xi0jpCAfgMs7jctWcZAl5gRvl9fkkT",
-	"bX0X4pzEWuc2bSXej8+FZBdMxmPuxUxYmBbA2ymVBpXZogcJKHvCAYSx2g6s+j1jyyDrGfNNvCd4Wx6X",
-	"+s5k3uNS/24SbzfT+xltIu0LOh7cS7t/dGn3uOxgep6UCyFO+58tTsTVPkKidWu7z+G5c1zm2YUrnjJl",
-	"OdZQctWJiBZkTi/7DpsQUdYiwsWC/B8uR25wiEA7zmLOMdoKwXeMDiYlS4zyzPF7lmJ3UE3JQa8J2Xzo",
-	"ZJUx94UVh1tWSZ6cLVh6MLLVkxwsW802FGMkBuxhnLTd1vhgzBcNs14JeIEktnNyuKJPRoPrmiGxQ+h7",
-	"kyHSgSPbBHhMIaGkEEXHjeDq5Ox4K9wFT1xd3Ls2GTZ67GKJ7w1p0PwPE9Fxzwg3MELccEKRPXjcsBBF",
-	"kx36BdiD2pDFIVQWu65RNAaAsBnHCNEsz60vovJYg5valsVNmcyMAIfYXGHf9esa4uPLO7Bv2b+8wZv4",
-	"xkl1P2a5tti9XVUqagmwa1Rc3XA4J1TNOkfyzG6dA/mrtzA0lqqOYT2eqkAK4yl6aQopzN2Ef5ghGS0d",
-	"YLgZTU/RSh0sorLBcV8Vyo8QYVWZ+7qqs2Fu4t/+n/8kD8k0IuZKg1s31iImmRp8WWd/NdLG8AYRqYow",
-	"uxjwecZLzRDQCs41XnmAuwWPIFMF5wqZWBlv5ttDaczvH35zMBodPBrFAKylKjydKm7c4qCa9x4ejEb3",
-	"UQg3jkL45o8ZhWDZcFckguPSf4kohADqVPVT8CL1stCMevG5AS6+dTaq9bYrwKCbGik9TSVTivRpnlto",
-	"kMGQvDLsrT7IaCU/Y9ZQno55xtPsIksBjaOG/EGM0hQr5TwePY6vK7Y/szmaDv3v7jzffkebrO/pny0k",
-	"+fbyMr3aePWFHqbtbuu4K+xWUSVeSI0qnEVeqlaFwaHDxJ2yhior2RyCFs6WRqVDHPFgov8XoDPbRXdy",
-	"/2tXmOmewlbszWEk0AZJ7ZZ/cVxz0m0zwE58druKGbAdl96HrDewCf0e4402JhNa/crFZLUvCQhrs7iA",
-	"9ak0JG3Dzsbcm3Bk8bpb9UDjNP90gPj7af7Jxn5V9Sjq8LQq0Ahi1MyVUVWYGXMjtM4YK6rAt+vHqWm5",
-	"/BIXzX2I1X2I1XVCrHa6Wz2OVIii0/byLFOJwCxhURCaSKFUI4UObTK+i4jydF8YnZaqWUzYp5JihYVJ",
-	"dsE4KlVqzPvskiYa5cDBkBxpMBTpynlVNxi5prqSfcGJ5RZszDFbBpHmxz1wBc9pgfD5dgEeqGbxf8ep",
-	"QlAr22OsH4vCLdcm81Fle0GLvU6mhKH3rtO+4r7YzaR0QtVs6z7MMt/QinMsCoxi2+7d4xpnbbsPjkot",
-	"iiwX+tj8vOVHP9NMb/lqzUW2eRtM2w4acLtP2lh923zjZ0a+Fim7xmc/SjHfYYmPklmngr+BrYri7UvD",
-	"3L5Blt+ie6v+VVZjcGrngk/2CpHnxJYWgYB3w3C8Kh0DcDkDqN1t49h6B7cTyfaNRVnxOR2v2Rwwt4MW",
-	"yKQZ7JjHn8euntfYFsGO6gpE4/pkQ5S/Oa8eoxv3onHFtse9g3/+chWjZhMnIgVMl7cwrjOakowXpa4M",
-	"VlBLOqcZb5X0MKzrPnJlrRO3vuoQasMohvU2GYnSsspOp0YhCoTp8EHAgjfs05xmc0XKAuqGQH2CuDao",
-	"QP2ZCpPjgfKTY1FmNhem9c/WNXfGvMiSmbL2Rz9DXpDEdEj6zuhZX4QqNhcxnLs64R/TKVwlmzEH/4o1",
-	"2PoQ5q3aRdc36ByLa0KW7YYvdH9P3d9TX/Ceuo8pvDXODCxxFY5kMwuugdp8nLabMGbmRdzVVg5b9M5x",
-	"ZZ/BQvQdRLC4kBfAPrAlTVM9BZMmlowSnA1uwESvj+p2E6C2W+e894z0npHeM9K7Y6RdwHSr7LRUawpn",
-	"HZdq2iiZBfj1h2h1gdJUWLvW5TbXQqOX5QyFJF0sgOBjjuhypeGi4cJb0IyPX297RAyoxFbxaxbbGvOj",
-	"1Rqbopl/FiymVcdrGHbtVeVkyhqJrGXMPIIifq4IYIuJ1+WRo60Zuln9u4kINE3vFCT98PYLGeAYrlmJ",
-	"y/RwX3/rzxhLraah6AfgRA3eJBnW4Vb7s4t9w4G6GdVLtoSQNnPga5U+45BhAYQTQbRN6lJ+ob7wfszZ",
-	"pcZaw+HAwZcXpuU7S2QwXfxumQzYeZcz6gjWy6ypFAt1f+z+6McOgo5e/gS12ddkMTTOXHWS1NpyPy8v",
-	"3tQv3inJVv10hZDVA8GDbo5/Ikqu/4xBZbdNGtzfxc0EsiV1fBna2IEy/hLhhcG9rPaua0vFhaEVtujc",
-	"0L8x/da9c4e7WfUREhPtsz/7Nn5YKqOLuC1BNtaErNq4n+jnWHs83+Eru1qTQmkGu6UCbHj7FUQ/fyWB",
-	"y7BIXZwFV/AvwVU+OWLZkQJ3rZljg1DMDd4INVNRpTlEFZ4z5WkV1rxSNY1dMI6BoVVZUqpcGDPpx/Z/",
-	"DvsHfbC2j3iwa6G1G7u4frnzUOcNQO9/2cIybceDT9kdEcvvvFpcNbG6asv9bx6CsG0ThlJDe6ve5kHT",
-	"WqaC8clfNVlBN91xze/+OAXLfp/gZr+i2/U5637KCj3t9HodY4Jc7egq/HKYVY0iNLD2F1QzOadyRqjM",
-	"9HTOdJZEJJkyWgy6CfQZjOBmbql10L8V9sv3ds2g8HQ/Pj199/H5x+enr98+e356Gnem201+Vxhrb4mC",
-	"bLfQ0/vjseZ4IG1tfToMb10v+J7AG3e446aDLpkROv9LiIzaLvOGnbPJvV38C1JpbfojhDtxsUDgxXMp",
-	"5hDpSzmZilK6bFPzxZD8IPQU3EssmQqWkoxj5aL3lE9YHBElxhz8UwCUc05zvMhtouuSUanIaDR6aDr4",
-	"7rvvviP9jydPB5HfNXx5xvx+xxyRcjbC5PyN6Q8uq3k3tvmjFPMdVC+x/bvAqLZ//YaK4F2yXFzadbaE",
-	"o8lEsgnVder5n1zapWp6JqhMCXUz946mPYOBc7l/Vp6fW9C2LrvQD/BKRc53tquNfkKlqgohcltY7M++",
-	"nZmaEVXPd7u93NYo9BfnTH9EExVu2XpDFWqqLtfWWRX/7EcF1VA8ARDNsstZCUR7h1Wgax6ZdTrQCzAe",
-	"MKOw7dUKm9Wnv7LKymjoYF5YdRC9ApMlvmx1ZX97Oq0Ufwgh4MurYQAGYY+OjbFoW8uCRwgcGPte7F+n",
-	"eP/zlHHCOD3LmYu2KkoFYbNpdsGkB1qT1ndeP0axhKUxmtHguaQZJwUtFQsb045LNfWTLu8y6b+R27lC",
-	"dE8tnt9cpOyvUMsfttQjB5i4T0RAMJjOb6N82sVeg7t3+5E5Kxv35eJyNtDMG7b4I9DLX6ee6g5kvZY3",
-	"rs3XDvFHUVSZWZSc2ZoWj+MwzxPFPcv7XVheM/j9Whxvde/uGd49w/s9Gd6WRO3xO53NrfkoHL/rQNGF",
-	"JIlpM1cEPyEztmxmBcDvL9kSslrPwTcPPwEftrkIBa7YmFuh0SJA/MCWwoqJsNmCk/53I5LSpRo4zLJH",
-	"2NqpfeGUXSaMpSyNh2N+84D/D8mUpWXOTnA97uYwQ+O/Z10gfwD3pYH+apHGjsbNoVD2//XBtufa4xf2",
-	"hwC/2Jhlj8eoEecfCPM/JLFhUd+DrSuu89k/ww9XMVT3Csf/V+f09gw610IoxfVo1F3A9FIoaSHOIdBJ",
-	"Lolk51hFHxfGvjtowpkSH830i1VBbSOD61LCtikCu4RAY4Iz0ocMNi81o9OjDx/uhpwTWyJAjHeFhd0A",
-	"+aycn6HRC9euq0972a1iEEPDW0ELv4U+4c6C+QOtwvQLKCnXCRENT3+3CAY4C1225TpdBJcPUj8pmpfv",
-	"Ez3vJmTfHvK61v1OTHX/s5Ok1oZlvoHUyE+l0HTvLBfJjKVDlwPZqDY2p0so10AyTWhu5KElimernPUp",
-	"3ARAT5sgtfBVPKbZOZxUPDkJlTKDcNFsBQ+0Cwjrkv++h6dbGnLT/NMGXd4W4duFokgFIYK/YfG1kPnE",
-	"UerdUkcwTghoPVRI7Z6l3klhszVkdXsi4Im7+7crV9ZRfsax793qz/j3Qc01NxTlRdU6IjSZqcrTUpUt",
-	"j2cX1tOIqxUTmaVWLjfzOxZKTyT78O5VAx72AC2ZGJXvkvqFrAL1wdNIjoyynQPwLJYCWT3BY94sSbRa",
-	"wvd6cCsehO5daep1D7+Xqu6PoPN2gs3BhAm30uBwHgDMtshzliI2cL+1E/e1z/7w6jxuPqHkrORpzgjV",
-	"Yp4lNM/9Ymg+K0GZc8povi4gvTzLs2RI4m9HjyxyO3hvqaZnUIZLkZJLRpMpwMvYshlItVW9MCywR5ZM",
-	"H5JS2dLc5nBDLfAIXsqzC8axwIFF0QOeIUoNlsKqQ2Qu4Fh2/K4rZPPvOLU7PJW2h8BRxCfXxs6xJHHH",
-	"g/zIcfeXpB+7BY6JokbXnS5dRdc0U4ngnCWapXFEYru53s4C+zDEyJJSZnrZO/jnL02EZLvVpF/tozRi",
-	"0p6WWTHoik+YMy2zZG0w42v7yp1WBMAugrUA4BFRnBZqKvT1d/t61v6O5T7G2krErh/p/+PD2zebVnm/",
-	"kGLO9JStie4+rl4hml1CgUOhqsyUOdVkNBwNH4ddm9W3W++Z6WMfMFSbu7VSPLhrXzJO2kPGcd5wo25z",
-	"jIm5lVEjxppGw0176+Yzr9YxuK8rkforW/LKsty7PD1VH4ElcHRq7pDiqxZAVsKskJlxUd1L4ePV3MjP",
-	"vTNGJZNHpblw//nLldlZJi/CFpUj8opyptxlWBUJK4TU5MmTR9+AubWUee+g9xmWm10d7O9/ngqlrw4+",
-	"m9euelHvgsrMXM2ws9NKdbAG4l4uEprDz+Dblq3Hph/zBNtvPptqXfSiyq5q/zT/4Nx/qVYkwEfSMqkL",
-	"Fw0922mpghlmgJpbZcU1MB4jrzIa/tJoUBSh2nrJjItFztIJI4UoihqvX5E+lgezqk4rA890BQlqA68P",
-	"msxCfYAAZsUxMP/56llEXv5ERGHVtMqU7XRGT05bbRmjIBPBz7NJ6dxx1bfud9b1pZG4avwVl+Hqd18n",
-	"/4QCXVXBEk3qylKhfayAo0LVBKsyCdbhW3+W5p825hfWKeURUYzNYAbKA19srgV8uYdf9oLFyPfQkWNT",
-	"EepC4hehwZcSBF1r0wV4ZggsolWothOS0aw6bBkCQmNACS2qZOCourphahjRmbqcEH+ZLasJ+G1Kbroj",
-	"apHpZGqouh0JoHwKtrEAV79c/f8BAAD//w==",
+	"7L1vc9vG0i/4Vaa4d8tkLSTRiZP7RKrUlmI7iU/8R7Hlk733MCuMgCGJQ3AGnhmIYlyqel7d2vv22fsR",
+	"ntoPdj7J1nTPAANwAFL/HCfRK1sEMH+7e7p7un/9cZCIZSE441oNDj8O5oymTMJ/3zIt18dTzaT5K2Uq",
+	"kVmhM8EHh4N3LBE8VUQLsqKZJudsKiQj0nyS8dkRofmKrhVRjGuyyvScUBI/+eKbeH8QDST7UGaSpYND",
+	"LUsWDVQyZ0tqOllmPFuWy8HhOBrodcEGh4OMazZjcnB1dRUNCirpkmk7wO+lWH6f5eEBaio1EVOi54zo",
+	"bMnIKuOpWJn+M/PCh5LJ9SAacLo03UylWA78oUyFXFI9OBykVLM908KgGpPSMuOzgRnRD1KUxQnV880h",
+	"PBVclUsmycy8Q0xHVe+F+aLqHF7oXZjNjl9my0xvdnpCZ4yo7DcWEarJUihNHo/H431yTHIqZ0ySC5qX",
+	"jFCuVkwqEj8Zj81PWUpNC2dTmuUsjYmkes4k0XPKCZ1wNRdSM0kKOmMRWc2zxOyo+UsSpVlRZHxGYjGd",
+	"KqZjcr4mmVYkzs0YY7ISZZ4STReMTIWEHVnNRc7g+/0J79gS+LqxJymb0jLXg8PH43E0WNJLJBYzwaim",
+	"nccB2okGr+mSqYImrIti8Hczdu5e7SKW6oVB/x69gfXY7OqtWAHrqEVWdPWBaxmevj/bcXC2J1TqzPT2",
+	"Ig0TZ/UCydKIUEUoWTKl6Iw9UiQu6s9jMssumCKZ3idvODMUoUmmCBeaUPL+/YtnjpYmHIgp40BOZ1ka",
+	"e3vbJHiv/V6yr5iwLLN0g/+iweXeTOxtrns1uW1z7+HJaojX5MsTURyXWhwni5BEWC4zDQyQlFIJSTIO",
+	"fxWieKSIWHGiJeWKJjC6IdV7hoP3BE/Y6IjEOaOKmS3JlPmMk3gymAziLhKidhxBGprSXLFqRc+FyBnl",
+	"/gyKLBf6xAjczYnEZh1ikjMNAyHnUiyMJMh+Yygc2AWTRvrG51Qn8/igpigVwxdmSZnSJGdTTUSpjwjl",
+	"E84uizxLMm2FlCEzbOmCSZmlKeP75BS+VoXgiuEqJFTKjCkSUzfsuFuqVO+EeLe1DN+ZwW/O/lRomjt2",
+	"IedlOmO6kmwJzfOIqDmVLCU0kUIpkuQ0W7KU1IuwT34xI6fn5oA8JF+Mx9GEC0mSuVCMGyHkLevw8Xg8",
+	"IivY8Gr438IW7JNj00TCyJJqcy5GRAnzrcTVExOOkyR247sXBnaqsSgNAbtdwp6Iwh15cCpuOxGP7PTJ",
+	"t+RDyUpGliJlZBifnf38/vn752ev3jx7fnYWR8RoKEybEyaxDahRF80njRFsZdWXhqOsMrM5XnhK0lJS",
+	"lJScKHzVDT0iYyIk4WxGdXbByLewbTAbI0aBX0+zJYsjwnLFyNfjffJ3Q9pqwum5uGDky8dfffn1eDwm",
+	"Q0rWjMoIWphns7nhDq+FEaHSiA1tDo6sZx9zf0qBBWhtWSUMA/N/hQTg0W1FyiC4MmXJneY5KXlqOJWz",
+	"Wk4dkXgctxbIkGRCixYDPI5IJ/X/63/+J/n6yTYGmPAODiC7MkA9yx2W7V15Xq2U0UND+oRUei8RXNNE",
+	"EwX6aCEyQzQxFytYF8rJi3dv9v7t6/FjUFKVpsviiJS8oFIxep4zlIQKNj+bcSFZ2kX6qj2krdTvT+KV",
+	"SNnmJH6BdaRwUKZWkYWpKCI4mZopEjdFq+ZXy3hIYs5WMRkaNQd3lCaLXMxGIOpimudu+7TlHNxywzov",
+	"j18/f3f27Pn3x+9fnp69e//du6dvX5ycvnjzGuRCHNnGS54zZewMbfZ9wrs33nBYkmemM9BhplmesxQI",
+	"NuNWR7XnDGsMZrQ/4W94viaKsdQoSvbshlZSwVAXYpeZ0mTN9JHbJ9NsLdj2J/wto/Aj5WtzdBptM6GK",
+	"HcFU9gTP13ZaZ/B/QnkKf+JfQzw2p0yCvMepqEcTrgqW5xmfqRFZMspxYfbJMV8TAUp8dZga/WyjIctm",
+	"ktHUaHlGF4StiSYc9XxcGsmKnK4Jtaq73UpDBZTodSFG3Yyl2mS2lTCNxBNlQHN+KfhsrxB5DuwiSm3W",
+	"c5nleWYlMxma1UJajI1pimJi5B02X47BIDKiqaByAds34VQbKXbo1LHKQKKaGPUrInm2YLZJ0J1iMoy/",
+	"GD+JUS5xoefmhMoUoRc0yw3v9iyJHX1YNfvSHrfu+IW/d9D5RfELzToWjcCilVxnea3qE6M4GeXesKMd",
+	"klkUpZjqkjJmAa6rUf5suGC73YXM0tDJW53DG1vIBzoLK/4/b3bQVPpd+9dR+E+pWmyfm6Zq0TUr82zL",
+	"pE5FVxfPeXoNN4cWN3FynNZGSZc9+cpSlG+/ZCkZljz7UDJSgO/AHgyjjtXXfjfX2oUr8zKaBKDGfEfT",
+	"t2hgmL/MAcU4/JcWxsAAde7gn8qM/KPX7H+RbDo4HPxvB7VP7ACfqoPnUgrrhWorSblZRpaSc5GuDSvB",
+	"moNCQ8kyU8rIBTcXMs1Ynu6T4xy1FCtnzBYaS2dNpCg1M7LXSDAnVZI55TOWRkb3Myesnlf9NAxysLzJ",
+	"+9Pv9/7NvDAXORxYr9+/xE8nHL/BhWudYKBzwKEDvcT7oKLE+/sx9qjYbMk4KFBX0eBZ/uEtHAm4MHe1",
+	"zK1mA+v92q4JHkgsRZGdmrPVHqqZIjNzrA9j8485UyVTZa4PJwPzw2QQj8zMMq1IypTOOAwU1qZk5klR",
+	"O0cUGcbeS2cbLaLDzLSJpikQgbNI9ZxNuD05RakTsWRIAKq9it9DM59wGdGMhpHhFMxRblZSMXnBZIRH",
+	"qPkhfsE1k5zm0FZMEpEyWBaq6TlV7Kzk1ZFntIb6gTtSIhJnto0zBo2MULlRZZIwpfDoCC9re6FeUdMU",
+	"pzxhn3C1Tko1J8u6a0MYgpOhWQsSew8ak/B+NwRySKhb8pXMtNHqJ9wexWC1OHZfUVWRNzJki8KVpmt1",
+	"VOlkM5px0FJIUaq5sYSaA51O7Sp+L+Q5uFHuXyz+HUSRFgvGgZSMruYcPyAIpciZFZIfSqHpwZRRXUpG",
+	"ZlSzfTPaBt3d/4jfAeHvKaP/G/IrJTvCGw3U/YzaHn91eRnvk6eGBQ5JmAXI8EQoPZPs3c8vSaYmvOSS",
+	"0WRuHhoScB8ZiQBKmNU0jT0dgSSOvxp/GY8isslJoLwbkQKH2yNVN7YScoGqW2olG03zjIM8i5Wmmhnh",
+	"XTU02uTJCR/SymaoBymJe4/AeyNLS6+F/l6UPL3/jTGiiqapZDA5yZQoZcJaphdQzAld54Kmp0K8pHLG",
+	"7n9o3xlpby9W4K4EXICCT7NZaYgc7jDI0JmgXz8hr7LvRjhWUbz56c5GeCKKt1YDCo3zWJOcUaXB3HXa",
+	"v/XlwGisuuQZXve/p84HDEdmmqV4pwAmCYgM6xyvnALwnrFTK+Ke8KH1FHz35tl/O3v7/PjZ2emLV8/f",
+	"vD89e/Uujirb/8sxUaMjguLa9lvxwj557Qne1CwR5Sn4Epx1nORC4XludpczUFLtge/bz5V5bIZqL0V9",
+	"d7emC/D9cUJTUA0FJyoX4LwgTf+E0jTPFVlm6R4uEMvp2hA8/MVyxfbJW086WdmEzPmOscWdM6hptHdD",
+	"UYEaWt2q1vfbXhKjmlJw0XgecRy2vMgS9r6WpvdPiW8ZaDxWj7S7WQ3YqucgkVFDyhTq6ESLlK7JcEOg",
+	"m+21l6tfjcckeEaM9skxKaS4BIPByCxyTnNzYMOd0FQKXt1e2yEt6frISH6z45luHUnOD5bp+jbkck/N",
+	"RZmne/DNIUElyxLIqRCvKF9btlf3v8zHFb2bfqTI0dONjIJXKEISSTVDoemOXjo1Ck8MlL4H0Qix88Ib",
+	"M7Idr7BXBSyERmnfPvBCG2Co7zkt9VzI7Df2Cc6zV2gTRmTpTMeIsMsCtCIh8QBeZYq5q1TUovbBFLeN",
+	"m76PkwVcUHmWbiFFwaTO0AqmyYKLVc5SsNvgp0yzpdo28ONk8UKzpSETa2hTKena/J1c54IH7sTQqjX9",
+	"1sdg+4pndEQKJvfgJfgS/d2G/4xYNfvMy9zKA/QFbDopam/BPzZm/mv1gTj/J0u0mYqb5cayMadutnw5",
+	"qBKaESnBdxhTNLD3IF0XS1q4yAvmuSfhoz3gZposdurHv07vvel3IsVqAPuDQGNGVywDl0HfS8as4yAi",
+	"ii7N/sglzTOFt2NUkfg4WVhq3Mdm4p3G33T8bN63Nn1KW+fQIoa2W8lfrQ7C6GSp69F/N8HvtCw7EWJE",
+	"lIbbBvDEP3v5M5Ho/vsU1EmGXJBkzpLF6DMlVEejLIW7lj3FuMp0dsHy9aGd1YEZ9kFsBGHONEvjA+eX",
+	"iA9imizgF7GIJ/xf/+M/SPXakVEktVzHxPwsWcry7ILJythN5lTO0MvmggSOSJzmH/ADo8LuWXOei9WR",
+	"0RrWqIXCVbF5xzpmhtCUVT/xVMT27AXDH5G/FFwZtNkrzT8EhmdULkNsU1gN2lg6S+ztS4dokEpRFCw0",
+	"W7jgyZTglSEEaj++b3i2at1sRpops7bpKNxNB4/+MgclbUWd2suSUsM5b/bWbNhO/JLxlF0GOEWozEUk",
+	"eNaFN8LqXsiy+VsG/3QsBzyzXid8D+/gs+oI2pw4FyIgAH+kcgnCIS1RbWI1w8AeUlDzzlkuVl4cVLgL",
+	"y4XhMWdcaVki0ZqRuyU2CnkhRYLOAm76zBTBgKWOPbwee9S6BV7F9zMH7mC0wSRubo6C2vsUAS/YZQ5y",
+	"kdOnn+ZUqXeaooLX0gDTZaY1bvsmZaAQCT9LTKuBqxZDk9/n2Wze8d2SXv5CM23eDT6XzEyga0Sr7k9b",
+	"64rjq+bgDatupTGaqF4MbxShlf2unE6ZfNdxujzL1IKoQoicgFftiCyNkY+/oG/fmGrknJFCMnO+GCJp",
+	"ibnzHxnN9XwdEBwYRAHNWZMNPbueJTg1Vj3xnIyegxHIv1RzsgJHgsArCGguMqJTUmNewrkCzlev2XMh",
+	"DP+48yvToyNi2Mb6l9EQs01MOBAwS9FkgXsDjLYwvAg2E0v3yS+2LbyNgVEcOxvYOv1Hh2Q1ZzbYmE14",
+	"5e0RK47OHnseOTvamE0pI3qVJcysFNiCEanH47mOcqo0+ZKoCR/iUuIFuDfcrBqtPUw3xcO0uppp+YvN",
+	"dFgKyw2HM9XuxNYClykskQvGU0vlvS1aOt7SWnNVQ+qimTgEKYBEd/6qkqtqr6k55hxZDyF2G91q707e",
+	"vHl59uzF25gkEAZiTrNzNuGiYNyIdA1kA1cbQHYQkGlWQZHVPMsZafjCSWp2VUh8d+M+pWsHVkIu0Kjf",
+	"IhXcylabFnm8VrWzsWYhKfDUOXGr2wea52+mg8N/7GT1R21RbG35zf15bUwpS+PO4BfwMHy6tEb6a7Rp",
+	"g+DA0V1/RGLbaoyB7VZjQAFoe3LkYWOnBMcLmKqpTntoGYwai+FiKmFxZQGNDolA6Wt7NKqGLiUH4sZ3",
+	"1D6Jl0zOWLz5MpWMLFgBspTxcmk2G94FYQ6debtYH1Z1pH5w3eERyek5y8FZkWYqEeCwKEShglaHHdE2",
+	"HwqEmryx715FNrKkJyKFDBPJqJlzNnVRA0YAm80qc6YMiSCPPVIkhuZiEF1rMoS4+3OanllFsKHoeGYA",
+	"VYGg9FOqFtdZghbL4cR6OahL26/vSTZHdYz5Q6i3dWig/t7exT7ZcW6zU+3Qdlbiq60PPwl1gWSRpWT4",
+	"/v2LZ6MO81dIOmOh1Cd4QBifZZxFJLaBGyrupYr+bfb2qh531ErkcOFTfn6MC26yo603poNkavfKM2bM",
+	"hh7iaXpiNiaWwvdpM8A5oLEyTY1ugd2loWwAO7PXEKa0YYyhlufCJwom9/AeBG4JwltXGzaBaDl/2Wsz",
+	"oR3Yvjm7zanssMSaZjlaCik0Q/OTxjL38U6jKSDZwYav+ye2RmuyGdzXP6xqUpur/Yaz+tLokXL2I4nx",
+	"bH+R2rBZo/nZNtNjHcMBYnMSrVoekdiwbtw6+zgcfm2NvdlcZ+jcbj6340RnFyxMaJj29ZJ2mE+FvzKb",
+	"rJwt2Us68/IZNlvQQtPcTaXDCrNLaZ5ez+9efRm1VyxqJFQ1B+HPemMSzTXbStE/O2G7edTktLVw3rIX",
+	"DSGx0y1JB8VuXJoEBKkdSaPbrTN7Vy6XVK6vP7clvTzFNe3O41WZszFFnjKlScmtwEmruL+g9bFky3N7",
+	"/9ZSQzFIXoqVIkMIL7ROGTUKt8StdO12GmOTagtnKGN0djJQQ5AHXcrwxOmY7zQQfzR4SWcztCyeMZoG",
+	"dU3vQA5I/DoE/inqebcRIyqQuHGtj05dssnNx6BFkSVNdtl8p3V9CHwfJEQbP6zIOZtnaM8vDfEZVbQR",
+	"JRBtswGBjqrh+TteU2uAqEIU5A24wUaOUHy1xuPCECvjkWxn2en+rlWQltMJr3UUsW90eAJuoFakPaoC",
+	"jhkk6rVH/E4smRdTszFsXz7hogRC2y+LnGLcbTPJItzkdo27tQpu8FGPEfMs//AyC1q+lmB3Pi+e5R/s",
+	"9oc4o6AzG2K8NdKrftNxVOgKj8/0HN0KmcJE++2sU82pMR7XScfyvOraPqOqeUGr+yQGh4R93+pphRRp",
+	"mTD5rjy/tZK23SRIfNHbIlhjg1NFYvQcHWuwlnZJkIjMQ4gGoXxtPURhdRolaYdkrRa1pqerzpcd3WwX",
+	"+51v1IKj8xVeGnHZ90bFxhtuKBuKSSCm9G/v3ryGY99P2P+nEnz/LV05AvKe7qlFVuyhpUjzPUibZBL7",
+	"dpduHt1tPavcnu6a8xINsm4pjHktCmMUbQx22ETP1HOeyHXRaVb2q/MtL8Tm85p3Ngf7t19OSawMV7ns",
+	"IAjFBi81+JdT/5aXDB2fOY9wqecQpOayF6S9ea683fW3mPmbabwouKVPBHp5KkreccG0cVnXL+MbpNJc",
+	"MtjkqPf6unZp+NZL2xT3hmxlgS9pPOprUkSHPD0p5Wx3r8fmxSiGnhSmlfQIvFTu8OR4xzvLLhgnQwzM",
+	"grcfKdAudovh6Dzy325VULp3/TaqS71JzdXpWN9W1tJ1vfo75ZG8wVyfgFiEhgjjFywXBSNFXjqHfChJ",
+	"qDFk12hw14PfHxHqMhnIMG7OPR5VkaKQMVvFvOC5jDksMbiEVSlvdNqm+YcOyZXmH96K1Vu2FBesz80Q",
+	"CrTY9PTKzOgq+ekWybBN3PbJJMzFOd6q5L2t38ScRMvFrfsRmHfs5LBZcHOuWII+InEVPRHXOq/MtGY8",
+	"gjcXrNBHBNPbINO9TObmwVEzF2nzmg0vlaobFFj+aFB1N4ggQw6snTrNqrpN+/WOfJl2XXoZtPPKqeh2",
+	"Dj6rE/W8HL4qCg/cG5ZYjsh5TvkCwqyejMejfjuiuxsb8n7DLq76V8BRz24yalP6RB9/X579XDkzeIXV",
+	"f8bjunRNqTGQ9lL9uv3O1qlZj5RLOBg6GSGkLw5GRzagGgQ8OS+1taoAE6oKOLmKBs/DgWmt86dKO35y",
+	"eXnw1eUlaOp2DCGRnwbvmyDwRHG6YGcJVfbiGZJtjgjlRBSMO4QOh1tBlqXShCYJKzQp+YKLFcfM0v0J",
+	"/4FxJrME/z4k8SY+XVTdap8ZM8L87d9/RhZ77oxdYlAI5KWWXpS/eWXqsiEBdkPoMwiswT/OjEg9gysc",
+	"88OS6blIz8xLNM/FyrZYoJFzpoU4gywwTP9sphdFJBYXTJoXsV9JNTuD8eHft0mk3Q+tDkS1QGpFtJEs",
+	"DtFALCGSTUvFVGRzxmHfLYIL4oVYs2ElBZ8RQ8Ak40lepnBANRYfuptwSOXws9GNwgntYoNDL91BYJws",
+	"xk5hZFGmFb44Oprwxm5C+618eUhRD88wmA7v8t+7stptav1menxCOca8YH48xBee05QUTCaM6z2mElow",
+	"iIeag//gf//tt9jmtcZH8aFd6LSBqOiCTWENzMSngO4wqrPv7dwn3OVwYupKeEz75K0h1D2zsdnUYxy3",
+	"TWhJA02BsDtrULu145o/4ntOTPoMl8FfmAhviDSQHb+4OIOEljW0aYeFrSwuzgrJptllo+3FxVmDfyfc",
+	"/DRj2r2c8TPPULOfyCxlssl8hlOk2mgMfj4D3hfckwotfWloI+grm9eZuGj7oqG7kWN9iOlhURuuYbRP",
+	"noNwRdwdMSXxAS2yg4vHB4sLq2fXPxz869//vxhxHzAky8YVelsKkaztpYJ2/LZxCWLMYWz9Cp0EV4kM",
+	"DbtCL1O6zPI1YHYgGoWha4yom/AKOAhivizP4zhrmUIJuo5IQRVkvZ5nGn4O8uqEbzCrzyw7iH9gaX82",
+	"++R4wj2CeaTI4gK5C6YO6mF12MIE6JJVB9Bg92yMH8sl5XuS0RROwZ2j5l3YL5ypIU0Yw9YCLnd7KATM",
+	"CpuaWqkNmap/CSq4GCLSeRUWin+N5xhOh12U3P0ZbP+CSRVW6tq2AfYW1bOrBle3Elqlny76c+DM/+n1",
+	"LnZ/unjjPtp6m+s13zu6sDcH7aDrjKwOUeodlms4PKaXmdLdSYNhwOenguuMl+6whluFBVuH3Z6oJzzH",
+	"lMZdMKKiwYKt1Ruer3d7O6/Bj2+ICLwtfAyPnUYXg608XTfZt/BhWjhfaxZgt+/Mz0a8WxxAjJrscrBx",
+	"dqmrBNitnjwpVteiPbEK3unKkhvbJN3BBQA9+p9Edt7h9apCNMNXcNVyN2fRfMkQVtiT3EcAIcO8l+O8",
+	"sYTnUsuU4EXZT38nlSxxaoMoCAfIwZirGENBEZzDphmkrGAcEv9iUcSb5loHK8+YPgHqJv/69/8F2di7",
+	"MnbKck03G8x4IqEtuhQlZh3QNDX6PqRBOPDPjrgPdlmYRdpotSh1ZF1i2LhLQYTQFHe9dkTG5Fs0Jit8",
+	"gSPymnxLklJK84E9PfCdc0Zem2H0QenBrZ+xijvGVJT6xfTY4r9Wc0egYkzjVuGL7gVbB3cDmmy1ixP3",
+	"2je737UvjsY3Wn5F+dr/WpEh9ZBAEIitM3pjmfEX+PDxJts3BXY3fYmlg3PuWJU8DGTfbKVwsPa1q81I",
+	"fJLkdFlgwoWR+aPG3gbF/pJe9lBwWRSQCVPyDgm7zHjP57lYuc/JMLaJJfYYs/m6hxOc8WRgL7UBIrqZ",
+	"X+gLKdUTud4RoO4HMGFylCUF/B8uq5EWAEDpkV11qQL5VIkMOnz9k7F7w7jge2xZ6LUhO4LfBIdbC9GN",
+	"OGuSC6XNtxW/28ySuoJAQvMcEpB82HRrY1Zfdeb96bwT+rmH0wFmUQuSZxfNKgsA4KyOCLukic7X4P8w",
+	"hlndT3wQW9kC4rpG+LQo0Nu1FuCkh1iD/s3C88LGHaDwuavggw39fwA8Gj7zT8puPbvr2KvwkMtCMak/",
+	"7fn2evsh1s2vp6XkhAaYNuNGI+DoFr4+K54+8Ntnxm/Hn4K1cOXDjPW242IVfzdEIJxOfWSr1Vidmcoq",
+	"L9fqz6pHgcYDPJCli/CNTrMCNEcypwUkRW4BCth0wiC7hYLSfrFRb3CI2veOXEjcFH3MjsBBOyTHjfC5",
+	"KqxHcGJ9As6DLOWacGE97p2hbv0UaHbW6Hdw0FtzHcSLRR3bUBB8XRRlWYeUqYAPNjnSatEBbRVy5vr1",
+	"YNCBjSCdOhVv9+Dl6xnXotjiVwhoQlSFzEOP2FbzNXFqJVyLwJL7V/q4qINoQJ1G57xnUVVQCXr+tcch",
+	"EFy/iDQ1PPNyYwHv3nsQDcoivW2s/IMEDyUJO+UBb+buIUbTc/1um+JVWMaLVVBrcspHQMT6gvRmxNIl",
+	"XB7o8H7o8O8t+quQprCAg3MyxPdCl1ui4Q0t9F8+vKSzd3RZ5IGEs1lnhI2fOLB7iGRHyIqrHFg12jHM",
+	"WcZnG8WZwrFBZ91Dz+nsbC7KRgpWtfuQ8XfmssbO6C1YBdMBz/KuJC7MUTurc9Ru1VsV9nOWbQlOOuvM",
+	"UbO36l2PzVDMdM5UX2omZk/aUVwv8bK1eY0BbUygNeXGegfG6u97x9oHqY5RxZ5fasbTTiNYddl88B2Y",
+	"tVMploSLlVd9yxUNiiC6ObKlCJEQbeRFIxYF/VBC4j0zGC7fkq/HRxaG6jH5ljw2guea9bi+rV7uhWHr",
+	"PeYaixS+GOoxDyBnxdbzVFD357l7Ob6hSt+HC1hDhWXhvCt4eGYHbHnyU4zYbyZAS1Tmmdk9zlZoRK2b",
+	"cfGungRnK7TebjYK20DAq4KxEGJKhhXjRRh5P8IFVYQBDeyQ2deD6+3DuFVz2XIj5zY7aoTn4kRaC+sr",
+	"WIG9DsqA7IJxO/AWVd8g8kAs4u1xFVUkge0hNKxWDYn2yADvb4fbTPdmsAs8kHc7czv02Z6DGMXGrdXd",
+	"jgMrnFHrjpZq0L3zLi3icLhMUGKeM6kOgXBxzzDgiGmacZbWiUkNvEdbsA0+t4kLVEEQGk1fwhvxyBUA",
+	"JOdlsmBawWVkWRAtSAyZjLY6aHsrLExh+GyuOwg/r0HCevG+Ag8xLb7zeZXguUVbxfciDwLLaznypudj",
+	"Y9WT6tnLGiRk89q6QtB0gYwFk3uYgYRkgkBWJNaSJuwFRG75KZ9RICl0wuMmfduSdaDS7EGRUHg+uma+",
+	"aHDTPfbcPRYiyNwhtOytmf4PqaR/tFTSDhtha6rnXYlsh7i2A32+zJQGdIjt0U63y0PF/Xkg246McsPT",
+	"d+jBaKX93hZ/DGHaujDIHAAfaq40HwWwkZxN1IX4quX6pQvy2MUo+uBXcNySINwc8xguRfLsojqZVIdC",
+	"XemYu+KhQaJwwnZCRbp2lrJrup2g3MpebsmQjgRmm4HsuLKZi9zMbvYznnwJVqfU1nvRAetmte1GDnTr",
+	"WLVCq0lvPQrHHQFueK11lbO4oTC9L9ANu0zdcBvtKQV1srYK3a19Wai0lrIV0KomvFOt8pID6qLCrkq/",
+	"/fORIrG+5D9SNY/NKU4uL+df7j3+4t+ImGKZpWbZ0Ai9PkafnFM1J3Ab6EoGYr5OTIbxR8U+mFfpkr1I",
+	"L6/iiFBiAXkmvLAY6aOqlAhWGn9JOVPYIlOtfpWZi2aXGrqyJYogsccMI0LllLqUIeK6sBWSi1IT9KQp",
+	"Bwa4yiRErCWZAvSipUMZbsX+lqqGmw5biN+te8yDWn3dRbw+aKWfvVbaoWTepdn/oAz+OZRBXO4G/ncA",
+	"Z+ZuVcZO3QyevuvWrWq1y8Ur7OCuSBlNz/K2m+LzVNh209ACEDNWxQqlovepXf6CR945EiCMph7YUhK3",
+	"KBsOY3Dj2MKTpweuZ04VGBKuhUDoH/xSU4RbgnOYxnx9LmENja4R2P7WvjS6i9oj3Ah98SerpYUzbMP7",
+	"AlmSJb5AFKeFmgtdqXkWTx8RNDOo2yg1S/frvG5MYLb32laBcoUOqkKIQuRHJK6qQkJGu0jXkP9jFTVA",
+	"rY/R6+naacD56zlbhvSLqtXtui5MsqotAlVC3Ch2/Pi76n2jaxTljp89LUqnabjsxh2+euZex9vpHb96",
+	"SdGV0rwG2OFD/+IAwU8FIrLu8i2+3IoA2OlD+zqevguWnogiQKkvBZ/tFSLPAbmd4KtVzUpLJ7xRL6lh",
+	"pteVIHtxNKhG735l3TOudyett9X7rnTFjh9CbQwMxdFZCAVpE8rWcaZlyMbFnihRJraO9pY4sX15qxP5",
+	"9lo9eaS+xv5U5IFc0CS3HhF07DNryxjIqVKOpa+P1x0qGbQB2G0sSMYB6Y1Jr0ot9E2GcVGqOdiRojD/",
+	"0GTRSK+opyOpZi8R5CIUqIvraTOwWUqefPENFp1CCHVbCbeuB7qDJe2Wp9l3z1J/54u2LfWJbY1SV2/4",
+	"1fH/dfbi9fcvX/zw4ykWH/7uv50+fxcH/GN9ZZbmLE/vt1BSVSAJuvKLI/UWQfKkcsAmlUztUqMJ3utp",
+	"/Zkn7NulS+ssg0DK4LLQ62N8JXQpbp9gAMicQnqYmbcNma4rOEdWWoCICMvFLM3Z0+qDLvBpIfJ32W+s",
+	"d7P8Wrsd3AC6T4rDbJeIJsNxjc7YLqY72oE9qkFuTiqqF7y9upvD79nQILTzqSvEZPh6CFOsoh/OabLI",
+	"xYxINpVMzSv2enn8w9nb59+/ff7ux7NXQa4yLT7vLr5XVX9yLeOl51FDDzPamisb1ZGcBh93pqb8KFYk",
+	"F7bGY6M7LcRipxOn6iQMS2v9bli3ilbNG62xMfQb4ogzmbHOQgFF117KGYhF3Dvl5+TsHBBeh052wYS/",
+	"6omTbMd84DTaH+IcNnaxueI91NwbJlI0Avx9W7tU8x2CR+C1CJrpG0KlYbbCS4UUpc541+bNGS2O81wk",
+	"HYeLCkohlaWGNyAl3+cU2dCnLPoQ1GY7MFZ7xxXLepetqweKX0T+1HoXpqaO/hCTIxf1YYEtAVVxaJQb",
+	"DCc0hhzqeSP8xkLcBtKBksX28JCuNzDO64fsgvHvaLLoqLqrCDXaO5nRCwYMRkoO6FFQlM0qRVDaj66a",
+	"qMON08hVPg08A8jJDqqwxQ92kFnXjUqRCC5pe6+GGNk1bS3g5mr1UMJb3wIJVPLu4BAjrU+oUjsI3cJo",
+	"vkbiypLfIqzSdugdJjsstLM2NqsTNWpfOLMgwIa2+FNvA2rFWNF1DlxyBZjE6S4F+JwGbluM3B5sDmRz",
+	"bo2+NhessWc9BPHOWZU9RTcD9YKzcHYeVF7sWrcbRn3tULXQ9tqsX2jGGJr4zXBS+o7nqkVXdeaW+Ccb",
+	"7fVe7+4UewUBhrtfZvTlW+xyUPleWPtRo/UtORhvLpi8yNgq4LdYK82We6ssrc8sMoQLUMAlM2Y6gXTq",
+	"JMuZjMi//ud/ksdjoojI04BifPuF3Fph57pLiX7rXVY5vLLeyFxTW5b7pFFOo2U5dMWiuESI2wViuixL",
+	"21Z4dHZyz1gRgnjbcgO3u2DxbhHcV73j6byFhiI52yuTNJrByjpNMbn18g1kPBT7yvT6FlFyt2GC4Kpz",
+	"tmJKe5GC11gJr+4Lps/cuhnl6n1f43Pr8AsHd3teTWw7cpu+A8E8rcijlXkBMFYuGqiqNYANVwUTK6Bu",
+	"TaFChZhBOehDG5mCld9s6AnlazIXeaomnGKcF7wTbUaxoEWujaFav/dI2QSQaLNCYP3BhHuxy5E1H9yr",
+	"+KIqgxctn6xM4F1FAmytBhhKF7EDC9x2bhT9a7a/Ayl1VhM6rWvTCUmQGzdCnY7a4d8edQHZVJWD2ivT",
+	"knfXDZFpez6r73eYckft/s3Y9FCBPbXBRhFkSBj7tsl4BF1vBALoHZTzqMvpGbgIrVayvy7tdUkKbnc3",
+	"IgZ3IBxRHJdaFFkudF9VVv+y1Hn0GZ/RGUsJdQ0gup7KfrOlbayrw5jeAYc+1ck8ANVofnb3BO7LbWpU",
+	"u/p/quc9365opl8FvntXzmZMaZaSgpaKkXM2FdZpw9mlBjQuV00ebghtMX/uciP5LpGKDZ0MF6EaUscO",
+	"PbPVpO+oiPqy0+tjcU9gOr4TMuBd7E6mszWnAVQj7kie2wbl/8yvn+1KsC+MMdwMkXyk2iVX3OQAyQVr",
+	"v5yIwhOI1yoFBD+3SWmnSmhPxXKZaYQ5syDwdmiPVBX7OFRzKrGyrxt3VVbKHuCjhwJqt4kYMweeXVEb",
+	"pRORCybPqc6Wdx1pGPagOjl/8V9H3em+oUThlzZJmAzjyQCADgHNwUjb49Z9cUfYYdfR06of3RmWeLOj",
+	"63oF1dzbVjMt9Zxk5jiOCMsV270+vBem1qIA88AM2db+IXouRTmbE+rHLd+gu2ak20anXkQ0Zt7RZEFo",
+	"mkqmVMXddk+9dY9H27Nzg+FwdTCdi0prxNTtlr5QJzJvrwJ2Ioq3TBWCB6+efaWi17zyFZCraHeBTIbx",
+	"2dnP75+/f3726s2z52dncV2h7Zqc9qZK+4ZDx5zvWM+lVohDHBjsZLntSkVFJOM2xJ0ImVoiyDhhNJnX",
+	"GujOl4De8RYsidopEF7T+myaZlJpkuQ0W4Ko9AZxPSnxIr1Vk+opvt+X/1+/7FrfUigvlJJVuQYLqufV",
+	"BgtOUqd6BAe6Ve0x8gLaib8Yj+MdsANqxIBQ2GqTVbvYM2oWnW2vZZB7SzV32S87lwY7pdKo5YGqYPEz",
+	"/E88OiJW1JhFQBowB/A+geBtWeYMEkSwNErcQQ0P0e9bASMjyNJxhe8soH2l25Ahxsi7Ij5YI4qlZM4k",
+	"u8Mciw4es4QCTzsJAq4zrEGtIo+to5bRrUbgd5jwJdpjlJPVPNOMgDu7jpz46vEXeO1upATUQKlifV6/",
+	"f4k1XiCPCQBasYjRhMf7+3Fk8S3fv31Z1dZKpShQTBgRocgwfjIeE78+yqijyEmnLnLsdsGMJJtxIb3Y",
+	"UqgSQ4Zga3uHu8J9JtrqMarDYdCvkDxjrvyZYdsFW0dEJcKCfjc8H0dkabY4tQrZOdZCi3aE0uoLhTci",
+	"pxPEqDrqWseJ+dmM0ZDMEYn/8SvGgfsLidGPCh7ufmo6+bftTg5b655PB95QOKjqe1tHFFEqIzgnbDWe",
+	"jiIgFsGzpYq7nDl71Jox1umDsMIdwOu2SNWuBgv5vlk5L2rUZnyk4GWa53u/MSmI+YpkU1JyV8mnpyLk",
+	"a7rcIjjCB3AXrg1G/cUkAcN7WwXQIxKfl9Mpk1Dmx08CeKSMCrAgEFYdTbi9RAavtjyqtstJXy4gtCfC",
+	"4lYoEBpJGO3SoK7b/oKgHjsHN2uDnwlNdEnzfN3lrWiTNVBWgyI2evV3qlr5ECeAStVxDTe7tSK/O/bc",
+	"7lfzrcvDPsVZndRXhR0WsULLwN4ObsmaL7qacwYCHNhrpmtSdjHdsJbXqwq9BfLQyxzbmG9jYXu23QHb",
+	"3NL7H3ajoLbe73G4h3vK3nAIC+ewrTtved7YL25GrD9jbptTy0OxnuHsvZDfwF5VBvLhfBeBm+J1aOBN",
+	"vSy7OajhW/tVVZOrM+6mp4QHyek5y8N6kV2Z9jGjFp0f9cSsQGs7lKI9nTPy+Btb19ihf1RlyuOqSeu0",
+	"Ns3GOB5Fhl88Bt/1aL9a33BEUtEIz+iXdtWbjRCT3amvM4KpE8ehttexP7KkOplnNswbS3WqHe5LqmCW",
+	"CpurnkwnQXqk2IPHsk9ecLJkcmbv8+y1p2SAPgA1d/FKXQCKgrV197tRz6ooys5Yd4zScxcAEH3kKjSC",
+	"EQDJFuh8wvvGOVXOGkrJcEy+JWI6He0Ta2+TcbtQxfbgkDpK9Oeu0twVVBxhl3NawqVYdUMxfPN2z5Vd",
+	"jdP8A8C5v6KXb5mWGVPxETkXeo6o6uRbsKO8AZtR9ZzqfjCh0XF+yXgqVj3r6etBK3gZrm1rH0UNeRpa",
+	"vy+/Ht9oCaFO9UkDdm5jpzNjZoI9V+13VTgKdntJ+boanMjT223rxk6E0vsYiVv7H99kbxii3GSCP6+R",
+	"HltxK/iKu3eBuUumNBkCjkhZFEJa3QbhRNZMextTgfJvH0wDO6ltKRUObbUmgzquQRREQfUKLmzwi6t5",
+	"4lHIeEyGXyMokrFC95w7AyXT6Po7taSXLs+ppQFiaRV7bmClLpbMBUsRn5fxqZCJMW3GUMLNlr++nThY",
+	"0stfaKbN+nWy2fOLLNHdUsssjSe0IlzytAqQMKOHmsB3I8CWGT8RhRt0YBmzPM/cZlNS39kXNn6FcqxC",
+	"vDct85zAJTxRAkExc5otobJHZs4sIRkZjv/17/8vFLoZ7U94PW5yDDUkwD0Rm06+RecvJA6LqekZymvh",
+	"bg658ISS0QDSkasVDiOYcARPfnxIhEu+xU/NGUCd/I0qynV+jzqLHSZi9gMQnetahBOeCz5DVGcNZ5lY",
+	"cWLroVvfF/jEErFkCp10iD5UCX2l6RoXByr0nq+xiqKL8jLjWDLKV/MstyCRVZ2gr1slgnba40JmQtro",
+	"xbZgTXK4NXevhHmkTWLbu6wSkXtEmnmgSCxbB73V4zoVgfhGck3eVp2IatVBSFidu2HAemAZX/wo8sBS",
+	"mSeozUBJLTRlXUhN9b2t0KiOSPyP473/Tvd+G+99s3+29+vHcfT1k6vYXsuC53WzgHU9B7y+CYakUXPQ",
+	"mRH936Ee/ks4YbE1vVf0snMLnMw2kgUEYbzxeRyRr40McUjnu87q6/GTf7PaSbvmlrdjX++6ZXL9zKgt",
+	"W+TlNmZ6PB7fjGI8/MI2TL3R4DJd+9ZoslCE5rlYGTZnMgT5bUnJgzXO+Mw7ta8/Rq3zbkCEbctyMz0S",
+	"FdbvwCXY3TfYUBnTkEVVnSBQ1NauQqYNJxl9U5Fhys5FyRN2Gx6/2mJZddUOO8Yj65EibDplEOLqrC3A",
+	"uEsAt7CUDMvIV0dcCh4Er5T88hA1igm3RlhW1+Myn3JzWGfK2WxDowwtGIn9QcK1jlCbhl3dqG//jXoR",
+	"rT8H2+5zteU+I9vtc7DV7tU2+11tsc/d9vp9ba3P37Z6sKX+fLbUJ7Cdfndb6bOxjf5QttBfw/b5xLbO",
+	"52jbfAJb5jOyXXbJrjt1iHPV1mzqykG1LKQvtuYakH4BeRT1mA5BxWDjLA5pdkHNOiSE+jnZOyOQVmpF",
+	"qcE+nRdsJ36Q6L1c/O+abvB5pjr33Lz3pzX+3AT/baWEGHPa1nmy5bmrSKk7wi+4TSyNHXbgjriKTtl+",
+	"0QxtIIN2Ba/0ghZ4rXzG1+bdiA3bL7f9Jfo9w25uGD3Tl7oZCvIPK6B3HvGyS5xLJ+7KnzjY6fPfri0C",
+	"wcfa3di4+0brCg6IFaBhHIeAsks1JxKcqy64V9rX62J+XFT5Q3WFjACITU/9/2YgcH+E7g4A9PcY6Rqn",
+	"+YfDSTkef5mk+QcixYpkKfzN4k8c5vqOscUd5WDfLn06lD+0Q1SaGf+uydQLtt53c64O+K5o942kvY1d",
+	"ngudZ0q/ZQXtLj1f8fTr3grR3XTJ2OJUPOcdzXtrHgDQh8Bzo3crTZfFzTVJW+Q+3MuKSt5EHeoqwFpl",
+	"hbUzvXxabS6YvwD1OLoIGc6am29oLX/fb0y4HZb8OW/YjdbdX+fNhehacS/3pSXitGnr0KYOShJrN6uY",
+	"DBsPVxm3Pkq4lqGSkVl2wfhon7xmGWQUD+OPV3E04fHHyQA+nQwOQZhcxaM6VaadyuROEnSSQirS0Sa2",
+	"EPxumr6KwUOpiD+60PWZ9vcnII1s9hGmhTlYBOfkp4BSU7teScaVppiOtJuSpR1xBbou8GrHQg67Ml87",
+	"4VVEA9TBn1UehQD0zPX0hV87O0FI0xC6t0M2ChiJCP25DTvlpXBgrF22d2LxcTTco9oy23ORpztE7lKH",
+	"cLTRYfdkuxH+nlE1PxdUpoTOZpLNqGZEXDBJKIJsoItmn5x6dRrwkOOiqjsyz5QWch0RJSY8tkgARamt",
+	"T3ol5IJJhdXbAAXFldZVkHYGhA9vQh4kaJXwYAzQN5mETCw14eb7nE01EQXj4WJlyYLpVxkvdRfaX+Bq",
+	"t0/T2KTIq8jDbu1Ln93Yi7wiue09WvK8jWVSL+Y2TMTtw4G1OjUspSqIt+OZf/x4Gn21/w2r/lpLtREN",
+	"ny3ZW8pnO+7XafW60Q6Q/O5qMG05U3UVtcivsQONZfFQOr0Mc0seIY+qm4IPWeu2oJvr/U3bArx6fUTN",
+	"TtTMG5QF34Kn2T3DU58smvObSrHc3W2gxQ3R1KAb+D44yvK8Eraox3Rm6irv1dPu4/01WxHFWEqAtuB2",
+	"qORalMncR4NQu57lG3paaBC7zuymSi9nq+0K5+aVmlj1K8k9eu7O6mljaM0+Q6tyStUi7B6t2GUnL6dp",
+	"Z1cnZzeP+K3cHabxbaF2dyhgh36pGyAZm70KuKOo1kbt6BhUUmOjbNpDNylIitdu1/mE9ddnn4qyy5jr",
+	"KTVy3KiTW8FPOuT4aSYZsSsDFUjU9qzgaHC5J5YZfLN2BlC1JzuWM9xWw7NCKQlgjtm6plCW1+y1rYdw",
+	"aINLFPv6Cca11IgeRyRmX46/jdGEG9k6O/D1hBsqT8vcxuqJUgPcIGiW1c6drzXrwVP570qnO1W27Nsd",
+	"nMAGjJcWgDo7p5rUIx0K6eq5VD+OsG4fzCoiIK4cBkYVIbOxalWhGUMKqolPWkGGTafRhAvpL5s3Fg/M",
+	"0RX7Y4mQKUtJpnEdb0RR3UU+YQQ/sXX44WWYqKzX5saYqciAnRIH0DU7T3bzf3q9uz9o9Y37busR4PWw",
+	"bYzhMxpd49ccX5Vb3D8413bnyNyB2Q55LsArH5szN44AAoonZhfNH5xdaogxiEdEyMhG2i5Fyr4FnPo4",
+	"wqjTGP8KJZd22kVV2ztJMzO8661b0L5xk+vQVsIrV1PIZkUJltN1CI61EakDODxcrI6wkoh2riCUCE5+",
+	"AExrsk5yFvZ8NE6vVm+l0uScOcc7OJ7O8ThysryOxnCoSnXgLIADNbD7PPEaqgEVO9HkKuqw+oeyUExq",
+	"Mqx/q0LXrX4wOiJxQnnC8tiFje17wCPuMwjm8P7AT4LXMD2oX8+Y0vZSuh/6axuYVxhvxr7QdzIigCL8",
+	"rdmlfqQQ5ikibH+2T2K2/tv8xT/F5fTnb7+NJxwC0T5OBnQyOHx8FY+OLCgUnE6ujj00lnELE2XzDsAt",
+	"CnJbnfne0X1yjGWchJxwBPu17s+PV3ELiIumWHKIKnuc3+yQ3pk6DfNKphRL3ZFZxXi7kv27UemHrgSC",
+	"eve7YXn8w66lDcGgAHGq5NmHElG1e1q65FvxNJuAuhvqAobbTjNAcjQ/GX5Nq2wDlhLIFaF8PeECUfKd",
+	"wmDzRfQljxGwgHnhwoTmZn/Xhm4yrRp5CipLvTDjR2rCoUOX1oBiCmKPq2EgIJlpKK70UgRsg/hhq52z",
+	"NIgytnGwegCC1WZ0nmRdx+t2i2DXSKodVWyxCGuk3WpVJwAUMoTZNuTOareqhYQiZuIsB0Ao6vTATDlS",
+	"wfqobSGaNqRoWolR/D/2Co4VbDl8yX19XbC9wZsVy7fudM00jfN3E/y0UssigL+U2dJwPOaDxKZdIwEr",
+	"TrIXTRyx0ocxKBSg3pBpTjUI6wkHTLJpxvK0Op6rbgzRs3w62ifHHHBxS8UAO9PDsIPyuB4ubjThMc7f",
+	"PGm4P2JXuQK/As+jGTG3gfV2DuRf/+M/yJPxOJzm1Qs7e5wsyL/+/X9tFAOozsAWgtVuuFUPgN2bMQoQ",
+	"ADMEOjLyZwTLTvOMQsRjbA+3+O4QLDuQ+tyOTxuIfTttaweUIc7Mck09t8xHONwZvtDj7W4kwx7IYzc9",
+	"zM/SwsXiM6NgK01zh4gsRZ7bag4lT3Osp3g9VLaupWhtst4BXPb6eMRuooUfTtzUHx4waG/Lng1g2nsH",
+	"l+2jnusDR1aMLhkj+HpEFF0a3VkuaZ4pPLKMPn+cuCCOfXsU3Q6bPjwTB1iPQaDOugDHwTaq3YICC/2Z",
+	"PlA3XbA1GW6ivZpj2S6K7tO7wyOAH+rIQFuht1l+tMudbp7uqsl0qrD5h55NznJjqPmZNUSKVUcOcxXL",
+	"2LOQ7h0H4g5xKlZUDjGsZZVx1WFzbTl84LFXmoAMactVXtTxogoyLdf4ohZidGMv+TbU2YyTuPbkxb1Q",
+	"s71kuKwgZ6+LE1s1sZ3ve4PIrlXGwZWswHoixgZPFnVc7p2zg4tdhbci7+6vXfoBqWgL43QDvj+ooQGs",
+	"9XvUOG8JsP+grtwUMt8cdpDRB5YgXLJ9UiT8/cGNCtfcvR7wrP/4D3qb+mRL543S4mKz85/+TmSWMkmG",
+	"//qf/0m+fkJEoQDEIJ4xfSLZNLuMRxGhAAiQ2gT6Xe2iny56LqOi1g1X4EgBPPlkUbsq1BE4lM5tPKBd",
+	"KDuDGpPmJoZb70jdQVBHf4arQ6mGxgHJxQDHYCSH5/A8X5N3z35CNaQaZ8dp1Qxmk6rLpwtrsPvE7/am",
+	"0Ce+a0Hw/1guKd9zAPVg34K/PqGlCjMTJq+8CCtF8eLirIDC0ihrYzTqzctOX/jp70QUePuQiy5k/l5O",
+	"sQpehO3u0TybcQR535Epum5ATb9vwbOx68xW8zUZxuwyUxoccdbrGpH4gkllXotIDFgpcBW6LljHiSU7",
+	"uv1lvvbdDWZ/WFp5HZwe5d3OtLKOaLI4k8zQCfhnW5NwPtOzuZDZb4KfscuEsZSlde2KM/TkSpD+y0zZ",
+	"1YYq8mdtVcufT3UzvelgtRldBZOeE3ToykZWRDi6lRjp3uTObKOnXrEEe7WEF1tVuQSAqLIvhW2YHYTE",
+	"bQm49xZ/62n3InUlTabCJhIkNA/DhYOe8KBF7SIJklJKxrVVraysA50CUxI5Z/KRukMNywqYXSVVNT78",
+	"zBvhLnCgbddEy+SqjbHuqBFIcEpKmen1O0PINvKfUcnkcYm1MvCv791N299+OR1srL5510grYPJD8h18",
+	"QjAl8p8r7XIhyVuRM0WGlCimEduDkpymKZOjQxKbE29P8Hxt5PJKZprZvyYcn8FvINLTZcbjffKLUXX+",
+	"9ssp3J5mCgAo3FWOYvKCOWAqrFyUKS/bATgXqApGW7PaXOticHUFXoapCOg1AD+WKR8vxMt9tYj6nJwI",
+	"pWeSvfv5pU35SEVSQvZQpmwZYj7LGVGilIkhzwnXstRzKwOYxTlbZZKRRHCjhesjB7TFuBGpQsJ1vsIA",
+	"sQl/wxvznTMbTwYGBtx0ARSVAiUyoWBoUInZuXtGqlGdGZWj0uB/Lhnj5NXPE/54/5L8eHp6Qo5PXkTE",
+	"kN1CVQhfZNjw8sR1LitGG/nJrOaXym0SH024UW0Qy8qwZkyTBRernKUIihRjyWY9l8w6/PfYpWY8tRXe",
+	"bSECcmxlIAYVWPSaaMKVqMplAbQR1rQiJTe9cHv9B4v3VPALhCNRhxO+R7Cq/ZPLy4OvLi/JuUjXZuNg",
+	"KeOPE1TeJoNDMhkgoWt2aSl9MojIZJCIlPnPlTb0eaY4XbCzhCrmXr6K901/xyT+YvwkBvwvLrBDxJEk",
+	"8VPBNeN67yXjMz2Pj0gyZ8kCqQjBNmz0YEGl2VVoMP7i8jKuA4FAHBzaO1K40kFvXH1naXai+cTm2trC",
+	"ZBNOGv5Wh5tGiRbFXs4uWF5/A0OwInSvyCm3SXsKrJUqnOWLb1zRyrdMy/UeRqKRoQ2rGllbwXC8AiEJ",
+	"rCDyfTMYYzwjqVtoNVf4Gxav1Q/kYhn1iaXhLoEpcqEYBoAS0xVnMNWRB7smUjPnjJNpns3mmkyzPG9W",
+	"Z4LesUC43dnU0FpKNT03NlGV4/jVeGyHkkB1B/fGWcnpBc1A/EPiI3K1eeyKsJltNGPMuNKMplgMSjWr",
+	"jX0xfmybh6tuSyleWal6UhhogNBz0NQoMq0byom/Gn8ZH3mLixEo1WxWQkKqojKrAkUoaJpnvDVN01o9",
+	"PwtGZ44EswWYK+pCXkj81eVljCEydmBeU1/GGI4oOIkP5ozmeg6ND6sBQXGvZA7Gk8AI2yXF0wYt9hEs",
+	"k+AASojgBfCLE+EAL2QJz63zkpqDl1OeMDLE3fJ+ikdH4AOHSluE2nFafD0plkSJJUN91RCOFNyBJ5i2",
+	"cZKWVMx7IoXDRc9JKmy1JTjO/OzYrxqUg1+dcaHPrOwDxNnUoekJbjqC+q2Vej+ybI09ceEp/i6wKH5i",
+	"JJLXDxdnqkzmZ0CFyOPPLxNm68fYXFkQjYTxC5aLgh3W+/TI7WAtOeIf8VEl74BQDmw65EEhYeFYqezH",
+	"Y0xzNML2oMipUQPMIN4A2oQLTKJFwaj0sSdshFKmjT5lj3B3nA08xW3weH+8P7aOGE6LbHA4+HJ/vP8l",
+	"gtXNQUE6oEV2cPH4gCYQG1QI1VleHU96zFE1Oz70roLrIpI/IKgaTRIhoT6XFpVY3icOcOELYCMMHl+x",
+	"PN+bCrlkqePLQ4uVYM7gBlCCVTdEqQ1BGpZDrdEYdexwwmvdCm4MjG6Fy1XRg7FZBsfJYoAqJ1P6O5Gu",
+	"bVSKOZjAHikqqNyDf1rDGXlvm/FUX1qi3lWrtVavlraKM6z+F+Px3faMRtvVVVutfYML5tTyWjFhS/Cn",
+	"XUWDJziWUBfVmA++o2k1PfPJ4+2fvOfUqtQsxY++3P7R90KeZ2nKOH7xb9u/sMM6RWkMnz3eoaMTdEOc",
+	"CvESnBDmuy++2f7dqRCvKF/bXiED6qtdFvCFMbI4zR1UyeCrXZbjHZMXWcLe10cpGjwui8sQtNtQACpb",
+	"VvaepjOF+eGLwa/mI4/jD0BX7eZ7r1Uj3/JMgaivKu4RLBgKwAiG7dH12ZQLNigGzykjtCccw7kyZRhc",
+	"5BcAr5uygvGUcZ2v99sBZ/gqBYgCDTDHRjszJ+c+ObaniODMcH/l+HFFOt1BD7W/2/KC7C4uIE/i/mRG",
+	"I1XkHgTHTo4fT4Js+Is3JUrT0dY0daLNpX8QMX8iEQPw7F6OeqeQqSoQ9CgXkEqpPECUbErc1aERGqAM",
+	"AfSzKyTnwEqhjlwGqMdFThMW12UMbClPW3kAK3ardm058kuVH3Q4GUBtAqhL3/gY5duCFRpVurpSHZZH",
+	"UHXBg3Antj4C2nC5EuSc4aeVpTnhznqRDI1cEtvOY4IOrpuKrqfVBtyP7Kra/520Hq//Lt3neVUbw1Ej",
+	"dORLpLsdimW8zZG84BD4CfZBhNRrVOkCK4G3iibvP4i/uxB/DRmGssYsulcahVTx/VaK1UKrLctAKdnD",
+	"MvlQbpnpjisoW1xjaMsIQBfgnW+y58tM6ae+smOd3Pd80je67EYU2CDgp42IfPWZH+q3JhezO60sBNWk",
+	"kwZB9FHLQU5nMwtGZ6lmkxJe4jsbBFFQSZcMga/+sZm5CWDdiMuU01mjjIvzF5cKy5UrxlPyNQIo1ViE",
+	"hF3SZZEzzAz58uvxGO9GTfMfSibXDij0cLDM+Es6q5Gta8LrBQ3/9VNQdWj5dqFq+13FrJX9MjJ8rCJS",
+	"+7n/EhRvSbWm/AbSxo2o/yP8e2Wz3phmXRUkVF16/ZGqANEqt7GtSFKlHxeiIJLtKYC413O2HNUmoXUy",
+	"uUolIl1vKFGdahMO5mkL9qWXD4+NaoeTs5cZEEHmY+eQJdM0pZruk+MkYYWGNKySxQc2HiAi8eP4IB7b",
+	"NOU1U/FBzAU49NfEEOAICnvhYtg7ZAIsSqrBYT7vknKK3h3rZk8Fpi2HuBqH/cqOrsHWVo3tur6+NWfv",
+	"fEzhlnSrefAcrp6tc/BPzqq24gptHVC9HBp1aCxgYpAFW6MHB7nM0MYRovBVlyuV68ZeOm5qND8w3Wab",
+	"T0UfmmZ5iDJOmNzzC9/92SnjBygAci2yaEm2UN/1Kwew3idUzwdXv24X+geI2HTwEf69zRlQl2BoCnIr",
+	"x3eR4g4678YTjra+bEt22JcfDomHQ+KzOyQazHRLna7F3ge1snjwsfr/1YFirOeG8R1dMkOztj4gYwsI",
+	"HTJj9Ao2MbiexeBeG1aCpeHwxhU0PW4T5iEaZsIR3SvqBFBuCowG/vqnlBJbXq7GZIXu/fjyfNjsK+vH",
+	"uyemDQHdB9gVoKP/GKz6ZPxkFyc7W7wW+nvADfsL+d1gH2lT9hQen92l/OkXNK/ERVC/qE3MOh3MXpaj",
+	"THLxIDxtosQDEocWE74bsnoDbd6+uDeTlJc5lSOj11jY7zy7YBNu/0CwI7gIwYAepalm+wTgRCwm4Erg",
+	"PSnqRV7lv05J92l1oU8jtD7l3UO7sMODAPvLCDB6N6qTr/f3KEfMxl41zIRKkJAS4MiEBYCu1C9MvqiL",
+	"n3OhiYOEXjMdTXjLrWYlCXyxT55fZgqqDzsDLBXQxFJcMDIslaemGYVsFJIyCIrcum3wpnwbw/OexEkn",
+	"NPenFi5dSNoBKYPP/0xy5q8oY57OKZ8xgnG3IfR2c+pLvavMqaA5+l0tKAAgelis0CtgnewuNQgClK1Y",
+	"GO3oeTkp5Yw9yz9sc5r/7HkaqUN9tMm/fvmcRuAujO/MsWLc5a9wErrJs77bYiPvuj28t8w8S4zcxBrr",
+	"DSu6q+M2Wnx3h/fpF3mWf4Bd6BYb8Piv4gnByaaMpiS3JVtqRjK80ukdf9aEr1ER4WzFVFVl+ljHdd78",
+	"5qXutbhgGy1fg3af3jGtRt11i/pG7pt512j8pVgxSc7NGWD0LbfSXb3Yeht1B7uheX/cOEiL6/SqxR30",
+	"eUJnjKjsNxYZQ3EplK2ETo4J5EVLm/PZqCa2WcydSAp+Lyi5TydczYXUcHc7YxFZzbNkDukRpkGlWVEY",
+	"1S7GypYxOV8jNCrmkpOVKPOUaLpgVQbfam7EvfkeFb3QeuS29nfAMfwYKsm74vKPm4XlH4cyQrcqg5gn",
+	"MbhvIQo45EFXci1K/hJhAb2ys6l4HHzM0qsDTEfa5otxqkecpTGCOWdci1oNgcjPFff9wJYknYJC0ho1",
+	"+WjCaRU96v1OMuX8MRiKnnpXTVKsIGLZHPFeUuD+hHtJQzFGOx9OBjPBIU60uhU1w+eC5IIb7kK4hpsG",
+	"bGK92h0ODbduWUqG1N+cRwrWcoTuIXCW28RJSt6/f/GsKUkyjEk8yzxFqjAWVsXVWdqrRFVSryyx3usG",
+	"6Fmdjt5UfO7eenuWf8D1+0RubK+/LiXLEDnAl1WwGX8G+6yaeBVk/mey0qrZfY+VlHeNoa++e1WnU7Yk",
+	"KT4HSeOxLJy/aZ9QRcSasBx9W3Llp9AgBk4NqeRy2alkLUgQ8l2pMs6UclaAQtSuaMJzo4j4OA8j+B6C",
+	"qqxAtCmohxbLBBMwY4SasTmvkN6KV8tTISfcQ53C2+uMJzLooP7p4j5Tbmzrv5Nvp+q9M12vA8XmIYvm",
+	"j55F87bkTfb0mH5x0eb5g49cXR18XLB1b9jMe15xKc33yWthoz3wuAV8D4gkcUUpyOKiUXFjFBFlNK74",
+	"/2SXBUv0t7GxIDB2GG7ONRZTqHohCeVGobCRLCrLMXMvyMfoaRrcKz9tifiovBxk2JRakYUaP5zY2gKQ",
+	"/8MJ6pCjz53f/oAMUEWkLNi6TfsdDphj2AwfC6I6gqAClz2AbkL4+wF6/YHp34tY/47AmUI2ZwbDnDOa",
+	"Wuiv56d0trlMP5fCTNTm/7tyPZPBf50M4tq76mh7v9cfc/VA93dM9xiUGST6XjPvp7+TqvZth4HG1e28",
+	"3D+xdWRDMvTcRS8cGc0jYVzvMY5u9wNU2bDIh2SA4pGSZE4lTdAJEhwdTnn34f0aDWyN6LZvTjFpL0IB",
+	"+AyzuNyxZwUCHmDG+H1+SRNt7y7ElMRa5zZtJT6Ip0KyCybjCfdiJixMC+DtlEqDyWzRgwSUPeEAwlht",
+	"B1SGihdsHRQ9E75N9gRPy5NS35vOe1Lq303j7RZ6v6BPpH1Ax6MHbfePru2elB1Cz9NyIcTp4KPFibg6",
+	"QEi0bmv3OTx3F5d5duGKp8xZjjWUXHUiogVZ0suhwyZElLWIcLEi/4fLkRsdIdCO85hzjLZC8B1jg0nJ",
+	"EmM8c/yepdgdVFNy0GtCNh86XWXCfWXF4ZZVmidnK5Yejm31JAfLVosNxRiJAXsYJ223NT6c8FXDrVcC",
+	"XiCJ7ZwcrujX49FN3ZDYIfS9zRHpwJFtAjymkFBSiKLjRHB1cq55KtyHTNxc3Pt2GTZ67BKJbw1p0PwP",
+	"E9HxIAi3CELccEJRPHjSsBBFUxz6BdiD1pDFIVQWu65RNAaAsBnHCNEsz+1dRHVjDdfUtixuymRmFDjE",
+	"5grfXb+qIT4+/QX2Hd8vb7lNfO20uu+zXFvs3q4qFbUG2DUqrm45nFOqFp0jeWa3zoH81VsYGktVx7Ae",
+	"T1UghfEUb2kKKczZhH+YIRkrHWC4GU3P0EsdLKKy5eK+KpQfIcKqMud1VWfDnMT/+n/+gzwm84iYIw1O",
+	"3ViLmGRq9Gkv+6uRNoY3ikhVhNnFgC8zXmqGgFbA13jkAe4WPIJMFZwrZGJlvJlvD6Uxv338xeF4fPjl",
+	"OAZgLVXh6VRx4xYH1bz3+HA8fohCuHUUwhd/zCgEK4a7IhGclP5LRCEEUKeqn4IHqZeFZsyLjw1w8Z2z",
+	"Ue1tuwIMurnR0tNUMqXIkOa5hQYZ7ZOXRrzVjIxe8nNmHeXphGc8zS6yFNA4asgfxChNsVLOk/GT+KZq",
+	"+zObo+nQ/+7v5tvvaJv3Pf2zhSTfXV6mVxuvPtDDtN3tHXeF3SqqxAOpUYWzyEvVqjC47zBx56xhykq2",
+	"hKCF87Ux6RBHPJjo/wnozHbRndz/yhVmeqCwDX9zGAm0QVLXy784qSXprhlgp7643cQM2E1KH0DWG/iE",
+	"fo/xRluTCa195WKy2ocEhLVZXMCaKw1J27CzCfcmHFm87lY90DjNPxwi/n6af7CxX1U9ijo8rQo0ghg1",
+	"c2RUFWYm3CitC8aKKvDt5nFqWq4/xUHzEGL1EGJ1kxCra52tnkQqRNHpe3mWqURglrAoCE2kUKqRQoc+",
+	"Gf+KiPL0QBiblqpFTNiHkmKFhVl2wTgaVWrCh+ySJhr1wNE+OdbgKNLV5VXdYOSa6kr2hUsst2ATjtky",
+	"iDQ/GcBV8JIWCJ9vF+CRahb/d5IqBLWyO8b6iSjccm1zH1W+F/TY62ROGN7edfpX3BfXcymdUrXYuQ+z",
+	"zLf04pyIAqPYdnv3pMZZ2+2D41KLIsuFPjE/7/jRLzTTO75aS5Fd3gbXtoMG3O2TNlbfLt/4mZGvRMpu",
+	"8Nn3UiyvscTHyaLTwN8iVkXx5icj3L5Akd+ie2v+VV5juNTOBZ/tFSLPiS0tAgHvRuB4VTpGcOUMoHZ3",
+	"jWPrMW4nku1ri7LiSzpeizkQboctkEkz2AmPP05cPa+JLYId1RWIJjVnQ5S/4VdP0E0G0aQS25PB4T9+",
+	"vYrRsokTkQKmyxsY1zlNScaLUlcOK6glndOMt0p6GNH1ELnSe4lbH3UItWEMw3qbjEZpRWXnpUYhCoTp",
+	"8EHAgifs05xmS0XKAuqGQH2CuHaoQP2ZCpPjkfKTY1FnNgemvZ+ta+5MeJElC2X9j36GvCCJ6ZAMndOz",
+	"PghVbA5i4Ls64R/TKVwlmwmH+xXrsPUhzFu1i27u0DkRN4Qsux6+0MM59XBOfcJz6iGm8M4kM4jETTiS",
+	"7SK4BmrzcdpuI5iZF3FXezls0TsnlX0BC9F3EMHiQl4A+8CWNE31HFyaWDJKcDa6hRC9OarbbYDa7lzy",
+	"PgjSB0H6IEjvT5B2AdNtitNS9RTOOinVvFEyC/Drj9DrAqWpsHaty22ulUYvyxkKSbpYAMEnHNHlSiNF",
+	"w4W3oBkfv972iBhQia3i1yy2NeHHmzU2RTP/LFhMq47XMOLaq8rJlHUSWc+YeQRF/FwRwJYQr8sjRzsL",
+	"dLP69xMRaJq+VpD047svZIBjuGElLtPDQ/2tP2MstZqHoh9AEjVkk2RYh1sdLC4OjATqFlQ/sTWEtBmG",
+	"r036jEOGBRBOBNE2qUv5hfrCBzFnlxprDYcDB3+6MC3fWyKD6eJ3y2TAzrsuo45hvcyaSrFSD2z3R2c7",
+	"CDr66e9Qm70ni6HBcxUnqd5yPz9dvK5fvFeSrfrpCiGrB4KMbtg/ESXXf8agsrsmDe7v4nYC2ZE6Pg1t",
+	"XIMy/hLhhcG9rPaua0vFhaEVturc0B+YfuPeucfdrPoIqYn22Z99G9+tlbFF3JagGGtCVm3dT7zn6GXP",
+	"n/GV63qTQmkG10sF2PL2S4h+/kwCl2GRuiQLruBfQqp8cMRyTQq8bs0cG4RiTvBGqJmKKsshqvCcKU+r",
+	"sOaNqmnsgnEMDK3KklLlwpjJMLb/c9g/eAdr+4hH1y20dusrrl/vPdR5C9D7X7awTPviwafsjojln71a",
+	"XDWxumrLwy8eg7JtE4ZSQ3ubt82jprdMBeOTP2uygm6645p//uMULPt9gpv9im43l6wHKSv0vPPW6wQT",
+	"5OqLrsIvh1nVKEIH63BFNZNLKheEykzPl0xnSUSSOaPFqJtAn8EIbnct1Qf9W2G/fGvXDApPD+Ozs5/f",
+	"P3///OzVm2fPz87iznS72e8KY+0tUVDsFnr+wB497IG0tTN3GNnar/iewhv3uOOmgy6dETr/S6iM2i7z",
+	"lp2zyb1d8gtSaW36I4Q7cbFC4MWpFEuI9KWczEUpXbap+WKffCf0HK6XWDIXLCUZx8pFbymfsTgiSkw4",
+	"3E8BUM6U5niQ20TXNaNSkfF4/Nh08M0333xDhu9Pn44iv2v48pz5/U44IuVshcn5gel3Lqv5emLzeymW",
+	"1zC9xO7vgqDa/fVbGoL3KXJxaft8CcezmWQzquvU8z+5tkvV/FxQmRLqZu6xpuXBAF8enJfTqQVt6/IL",
+	"fQevVOR8b7va6CdUqqoQIreFxf7s25mpBVH1fHfby12dQn9xyfRHdFHhlvU7qtBSdbm2zqv4Z2cVNEOR",
+	"AyCa5Tq8Eoj2DptAN2SZPhvoBTgPmDHY9mqDzdrTn1llZXR0MC+sOohegckSn7a6sr89nV6KP4QS8OnN",
+	"MACDsKxjYyza3rIgC8EFxoEX+9ep3v8yZ5wwTs9z5qKtilJB2GyaXTDpgdak9Zk3jFEtYWmMbjR4LmnG",
+	"SUFLxcLOtJNSzf2ky/tM+m/kdm4Q3VOL57cUKfsr1PKHLfXIASbuExEQDKbz2yifdrHX4O7dfWTOxsZ9",
+	"uricLTTzmq3+CPTy16mneg2y7pWNvfnaIfkoiiozi5JzW9PiSRyWeaJ4EHm/i8hrBr/fSOJt7t2DwHsQ",
+	"eL+nwNuRqD15p7OldR+F43cdKLqQJDFt5orgJ2TB1s2sAPj9J7aGrNYp3M3DTyCHbS5CgSs24VZptAgQ",
+	"37G1sGoibLbgZPjNmKR0rUYOs+xLbO3MvnDGLhPGUpbG+xN++4D/d8mcpWXOTnE97oeZofHfsy6QP4CH",
+	"0kB/tUhjR+OGKZT9f83Ylq89eWF/CMiLrVn2yEaNOP9AmP8RiY2I+hZ8XXGdz/4RfriKobpXOP6/4tO7",
+	"c+jcCKEU16NRdwHTS6GkhZhCoJNcE8mmWEUfF8a+O2rCmRIfzfSTVUFtI4PrUsK2KQK7hEBjgjMyhAw2",
+	"LzWj80YfPrweck5siQAx3hUWdgPks3J5jk4vXLuuPu1ht4lBDA3vBC38BvqEMwvmD7QK0y+gpFwnRDQ8",
+	"/d0iGIAXunzLdboILh+kflJ0Lz8ket5PyL5l8rrW/bWE6sFHp0n1hmW+htTID6XQdO88F8mCpfsuB7JR",
+	"bWxJ11CugWSa0NzoQ2tUzzYl61M4CYCetkFq4avIptkUOBU5J6FSZhAumm3ggXYBYV3y35d5urUhN80/",
+	"bdDlXRG+XSiKVBAi+FsWXwu5Txyl3i91BOOEgNZDhdQeROq9FDbrIau7UwFP3dm/W7myjvIzTnxfr/6M",
+	"fx7UUnNLUV40rSNCk4WqblqqsuXx4sLeNOJqxURmqdXLzfxOhNIzyd79/LIBD3uInkyMyndJ/UJWgfpw",
+	"00iOjbGdA/AslgLZ5OAJb5Yk2izhezO4FQ9C974s9bqH38tU90fQeTrB5mDChFtpuHAeAcy2yHOWIjbw",
+	"sLUTD7XP/vDmPG4+oeS85GnOCNVimSU0z/1iaL4oQZ1zzmjeF5BenudZsk/ir8ZfWuR2uL2lmp5DGS5F",
+	"Si4ZTeYAL2PLZiDVVvXCsMAeWTN9REplS3Mb5oZa4BG8lGcXjGOBA4uiBzJDlBo8hVWHKFzgYtnJu66Q",
+	"zR9xavfIlbaHACvikxtj51iSuOdBvue4+2syjN0Cx0RRY+vO166ia5qpRHDOEs3SOCKx3VxvZ0F8GGJk",
+	"SSkzvR4c/uPXJkKy3WoyrPZRGjVpT8usGHXFJyyZllnSG8z4yr5yrxUBsItgLQB4RBSnhZoLffPdvpm3",
+	"v2O5T7C2ErHrR4Z/e/fm9bZVPiikWDI9Zz3R3SfVK0SzSyhwKFSVmbKkmoz3x/tPwleb1bc775np4wAw",
+	"VJu7tVE8uGtfMk7aQ8Zx3nKj7nKMiTmV0SLGmkb72/bWzWdZrWNwXzci9Te25KUVuffJPVUfgSVwdGrO",
+	"kOKzVkA2wqxQmHFRnUth9mpu5MfBOaOSyePSHLj/+PXK7CyTF2GPyjF5STlT7jCsioQVQmry9ddffgHu",
+	"1lLmg8PBR1hudnV4cPBxLpS+OvxoXrsaRIMLKjNzNMPOzivTwTqIB7lIaA4/w922bD02/Zgn2H7z2Vzr",
+	"YhBVflX7p/kH5/5rtSIBOZKWSV24aN/znZYqmGEGqLlVVlwD4zHyKqPhL40GRRGqrZcsuFjlLJ0xUoii",
+	"qPH6FRlieTBr6rQy8ExXkKA28vqgySLUByhgVh0D959vnkXkp78TUVgzrXJlO5vR09M2W8YoyETwaTYr",
+	"3XVc9a37nXV9aTSuGn/FZbj63dfJP6FAV1WwRJO6slRoHyvgqFA1wapMgr3wrT9L8w9b8wvrlPKIKMYW",
+	"MAPlgS821wK+3MMvB8Fi5Ht4kWNTEepC4hehwZcSFF3r0wV4ZggsolWotlOS0a2633IEhMaAGlpU6cBR",
+	"dXTD1DCiM3U5If4yW1ETuLcpuemOqFWmk7mh6nYkgPIp2MYCXP169f8HAAD//w==",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
