@@ -850,14 +850,13 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 		// saves. "$3 = ''" holds for every wildcard pop; it types $3, which
 		// this text does not otherwise use.
 		floorColumns = storedFloor + `,
-			(SELECT least(min(c.last_write_xid), pg_snapshot_xmin(pg_current_snapshot()))::text::int8 FROM cand c WHERE $3 = '')`
+			(SELECT least(min(o.last_write_xid), pg_snapshot_xmin(pg_current_snapshot()))::text::int8 FROM oldest o WHERE $3 = '')`
 	default:
 		floorCTEs = `		floors AS (
-			SELECT s.qid, s.epoch, least(coalesce(min(cand.last_write_xid), snap.xmin), snap.xmin) AS floor
+			SELECT s.qid, s.epoch, least(coalesce(o.last_write_xid, snap.xmin), snap.xmin) AS floor
 			FROM scope s
 			CROSS JOIN (SELECT pg_snapshot_xmin(pg_current_snapshot()) AS xmin) snap
-			LEFT JOIN cand ON cand.qid = s.qid
-			GROUP BY s.qid, s.epoch, snap.xmin),
+			LEFT JOIN oldest o ON o.qid = s.qid),
 		advanced AS (
 			UPDATE lanes.consumer_groups g SET claim_floor = f.floor
 			FROM floors f
@@ -902,10 +901,14 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 				JOIN lanes.partition_writes w ON w.partition_id = pn.id`
 		filter = `pn.queue_id = s.qid AND pn.name = $3`
 	}
+	oldestCTE := ""
+	if !pinned {
+		oldestCTE = oldestWithWorkCTE
+	}
 	return `WITH scope AS (
 			SELECT s.qid, s.floor::text::xid8 AS floor, s.epoch
 			FROM unnest($1::uuid[], $5::int8[], $6::int8[]) AS s(qid, floor, epoch)` + guard + `),
-		cand AS MATERIALIZED (
+` + oldestCTE + `		cand AS MATERIALIZED (
 			SELECT p.id AS pid, p.queue_id AS qid, q.name AS qname, q.lease_time,
 				p.last_offset, p.last_write_xid, p.c_last_consumed_at AS last_consumed_at, v.visible_end, p.c_ctid, p.c_committed,
 				p.c_pid IS NOT NULL
@@ -914,10 +917,13 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 					AND (q.window_buffer = 0 OR p.last_write_at <= now() - make_interval(secs => q.window_buffer)) AS claimable
 			FROM scope s
 			JOIN lanes.queues q ON q.id = s.qid
-			-- The partitions holding work for the group, oldest write first, at
-			-- most $7 of them (NULL: all). LATERAL with LIMIT keeps both lookups
-			-- per-row index probes in write order: the planner cannot see how
-			-- selective the floor is and would scan.
+			-- The partitions holding work for the group and under no live
+			-- lease, oldest write first, at most $7 of them (NULL: all).
+			-- Leased ones are skipped before the LIMIT, or 16 leased
+			-- partitions fill the window and hide the free ones behind them.
+			-- LATERAL with LIMIT keeps both lookups per-row index probes in
+			-- write order: the planner cannot see how selective the floor is
+			-- and would scan.
 			CROSS JOIN LATERAL (SELECT w.partition_id AS id, w.queue_id, w.last_offset, w.last_write_at, w.last_write_xid,
 					c.partition_id AS c_pid, c.committed AS c_committed, c.version AS c_ctid,
 					c.lease_expires_at AS c_lease_expires_at, c.last_consumed_at AS c_last_consumed_at
@@ -926,6 +932,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 					WHERE c.partition_id = w.partition_id AND c.consumer_group = $2 LIMIT 1) c ON true
 				WHERE ` + filter + `
 				  AND (c.partition_id IS NULL OR w.last_offset > c.committed)
+				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 				ORDER BY w.last_write_xid
 				LIMIT $7) p
 			CROSS JOIN LATERAL (SELECT CASE WHEN q.delayed_processing > 0 THEN
@@ -956,7 +963,8 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 						-- Least recently served first, except that a windowed
 						-- claim first takes the oldest-written claimable candidate
 						-- when this claim drains it: that partition holds the
-						-- claim floor, and while it waits each claim walks again
+						-- claim floor (unless a leased one is older), and while
+						-- it waits each claim walks again
 						-- every partition drained behind it. Drained in one claim,
 						-- it cannot crowd the others out.
 						SELECT c.*, CASE WHEN $7::int8 IS NOT NULL AND c.last_write_xid = min(c.last_write_xid) OVER ()
@@ -1011,6 +1019,24 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 		ORDER BY t.serve_key, sg.base_offset`
 }
 
+// oldestWithWorkCTE finds, per queue, the oldest write of a partition holding
+// work for the group, leased or not: the claim floor. It cannot come from cand,
+// which skips leased partitions; a floor past a leased partition would lose
+// that partition to the group when its lease expires. One index probe that
+// stops at the first partition with work, so it costs a windowed claim far
+// less than walking every leased partition in cand would, and a claim that
+// took nothing needs no second, unwindowed statement.
+const oldestWithWorkCTE = `		oldest AS (
+			SELECT s.qid, o.last_write_xid FROM scope s
+			LEFT JOIN LATERAL (SELECT w.last_write_xid FROM lanes.partition_writes w
+				LEFT JOIN LATERAL (SELECT c.partition_id, c.committed FROM lanes.consumers c
+					WHERE c.partition_id = w.partition_id AND c.consumer_group = $2 LIMIT 1) c ON true
+				WHERE w.queue_id = s.qid AND w.last_write_xid >= s.floor
+				  AND (c.partition_id IS NULL OR w.last_offset > c.committed)
+				ORDER BY w.last_write_xid
+				LIMIT 1) o ON true),
+`
+
 // segmentsCoveringSpan selects the segments covering the span [t.lo, t.hi] of
 // partition t.pid, from the one holding lo: both bounds index conditions of
 // one probe (nested LATERALs), not a scan from the partition's first segment.
@@ -1027,7 +1053,8 @@ const claimWindowMin = 16
 // claimFullScanEvery makes every n-th claim look at every partition with work.
 const claimFullScanEvery = 32
 
-// claimWindow bounds how many partitions with work one claim considers, so a
+// claimWindow bounds how many partitions with work and no live lease one
+// claim considers (leased ones do not use it up), so a
 // claim costs the same on a queue with 1,000 busy partitions as on one with
 // 100: the oldest-written claimWindowMin (or four times the partitions it can
 // take: its width, at most its batch, which also bounds an uncapped width; the
