@@ -339,17 +339,18 @@ func (w *waiters) wakeServed(queue string, partitions []string, group string, gr
 }
 
 // wakeGroup wakes up to n unpinned waiters of one group on queue: the claimable
-// partitions a pop saw but did not take.
-func (w *waiters) wakeGroup(queue, group string, n int) {
+// partitions a pop saw but did not take. It returns how many of the n it found
+// no waiter for.
+func (w *waiters) wakeGroup(queue, group string, n int) int {
 	if n <= 0 {
-		return
+		return 0
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.fireWatchingLocked(queue)
 	l := w.byQueue[queue]
 	if l == nil {
-		return
+		return n
 	}
 	for e := l.Front(); e != nil && n > 0; {
 		next := e.Next()
@@ -359,6 +360,7 @@ func (w *waiters) wakeGroup(queue, group string, n int) {
 		}
 		e = next
 	}
+	return n
 }
 
 func (w *waiters) wakeDiscoveryLocked() {
