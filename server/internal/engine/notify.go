@@ -37,19 +37,30 @@ func notifyPayload(sender string, queues map[string]bool) string {
 	return "@" + sender + "\n" + strings.Join(names, "\n")
 }
 
+// listenReconnectFirst and listenReconnectMax bound the listener's backoff.
+const (
+	listenReconnectFirst = 100 * time.Millisecond
+	listenReconnectMax   = 5 * time.Second
+)
+
 // listenLoop keeps a dedicated connection on LISTEN and turns notifications
-// from any broker into local wake-ups. It reconnects with backoff.
+// from any broker into local wake-ups. It reconnects with backoff, which
+// starts over once LISTEN works again: a connection lost now and then must
+// not leave later reconnects waiting seconds.
 func (e *Engine) listenLoop() {
-	backoff := 100 * time.Millisecond
+	backoff := listenReconnectFirst
 	for {
 		select {
 		case <-e.stop:
 			return
 		default:
 		}
-		err := e.listenOnce()
+		listened, err := e.listenOnce()
 		if err == nil || errors.Is(err, context.Canceled) {
 			return
+		}
+		if listened {
+			backoff = listenReconnectFirst
 		}
 		e.log.Warn("notification listener lost its connection; parked pops fall back to polling", "err", err)
 		// A missed notification only delays a wake-up until the pop's next re-check.
@@ -59,13 +70,13 @@ func (e *Engine) listenLoop() {
 			return
 		case <-time.After(backoff):
 		}
-		if backoff < 5*time.Second {
-			backoff *= 2
-		}
+		backoff = min(2*backoff, listenReconnectMax)
 	}
 }
 
-func (e *Engine) listenOnce() error {
+// listenOnce listens until its connection fails; listened says whether LISTEN
+// succeeded first.
+func (e *Engine) listenOnce() (listened bool, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -78,16 +89,16 @@ func (e *Engine) listenOnce() error {
 	connCfg := e.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, connCfg)
 	if err != nil {
-		return err
+		return false, err
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		return err
+		return false, err
 	}
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {
-			return err
+			return true, err
 		}
 		e.dispatchNotification(n)
 	}

@@ -1,0 +1,46 @@
+package engine
+
+import (
+	"context"
+	"testing"
+	"time"
+)
+
+// listenerPID waits for e's notification listener to be on LISTEN from a
+// backend other than previous, and returns that backend's pid.
+func listenerPID(t *testing.T, e *Engine, previous int32) int32 {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for time.Now().Before(deadline) {
+		var pid int32
+		err := e.pool.QueryRow(context.Background(), `SELECT coalesce(max(pid), 0) FROM pg_stat_activity
+			WHERE datname = current_database() AND query = 'LISTEN `+notifyChannel+`' AND pid <> $1`, previous).Scan(&pid)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if pid != 0 {
+			return pid
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	t.Fatalf("no listener other than backend %d", previous)
+	return 0
+}
+
+// Each reconnect of the listener that gets back on LISTEN starts its backoff
+// over: the fifth lost connection in a row is back within about the first
+// delay, not after 1.6 s of doubling.
+func TestListenerBackoffStartsOverAfterAReconnect(t *testing.T) {
+	e := newEngine(t)
+	pid := listenerPID(t, e, 0)
+	for i := 0; i < 5; i++ {
+		lost := time.Now()
+		if _, err := e.pool.Exec(context.Background(), `SELECT pg_terminate_backend($1)`, pid); err != nil {
+			t.Fatal(err)
+		}
+		pid = listenerPID(t, e, pid)
+		if back := time.Since(lost); back > listenReconnectFirst+400*time.Millisecond {
+			t.Fatalf("reconnect %d took %v", i+1, back)
+		}
+	}
+}
