@@ -194,7 +194,7 @@ func (a indexedAck) committed(e *Engine, released bool, lastOffset int64, ho *ha
 		return
 	}
 	if released {
-		leaseReleased(e, a.lease, a.partition, a.queue, a.group, lastOffset > a.hi)
+		leaseReleased(e.waiters, e.leases, a.lease, a.partition, a.queue, a.group, lastOffset > a.hi)
 	}
 }
 
@@ -305,30 +305,28 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 		return err
 	}
 	tx.open = false
-	plan.afterRelease(e)
+	plan.afterRelease(e.waiters, e.leases)
 	return nil
 }
 
 // afterRelease runs leaseReleased once the ack committed, for each cursor
 // whose lease it released.
-func (p *ackPlan) afterRelease(e *Engine) {
+func (p *ackPlan) afterRelease(w *waiters, leases *leaseIndex) {
 	for k, row := range p.rows {
 		if !row.touched || row.initialLease == "" || row.leaseID != "" {
 			continue
 		}
-		leaseReleased(e, row.initialLease, k.p, row.queue, k.g, row.lastOffset > row.committed)
+		leaseReleased(w, leases, row.initialLease, k.p, row.queue, k.g, row.lastOffset > row.committed)
 	}
 }
 
 // leaseReleased follows an ack that released lease on partition: its index
 // entries go, and a partition still holding messages (backlog) goes to one
-// parked pop of the group, since only pushes wake parked pops otherwise. With
-// none parked here, other brokers are told (as a push tells them), or their
-// parked pops would find the partition only at their next re-check.
-func leaseReleased(e *Engine, lease string, partition uuid.UUID, queue, group string, backlog bool) {
-	e.leases.forget(lease, partition)
-	if backlog && e.waiters.wakeGroup(queue, group, 1) > 0 {
-		e.notifier.publish(map[string][]string{queue: nil})
+// parked pop of the group, since only pushes wake parked pops otherwise.
+func leaseReleased(w *waiters, leases *leaseIndex, lease string, partition uuid.UUID, queue, group string, backlog bool) {
+	leases.forget(lease, partition)
+	if backlog {
+		w.wakeGroup(queue, group, 1)
 	}
 }
 

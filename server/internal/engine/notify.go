@@ -12,9 +12,8 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 )
 
-// notifyChannel carries the names of queues that received messages or had a
-// lease released with messages left, so parked pops on every broker sharing
-// the database wake up.
+// notifyChannel carries the names of queues that received messages, so parked
+// pops on every broker sharing the database wake up.
 const notifyChannel = "lanes_push"
 
 // wakeEverything is sent when the queue list does not fit a NOTIFY payload.
@@ -147,8 +146,7 @@ func newNotifier(e *Engine) *notifier {
 	return &notifier{e: e, pending: map[string]bool{}, kick: make(chan struct{}, 1)}
 }
 
-// publish queues the names of queues that received messages or where an ack
-// made a partition claimable (see leaseReleased).
+// publish queues the names of queues that received messages.
 func (n *notifier) publish(queues map[string][]string) {
 	if len(queues) == 0 {
 		return

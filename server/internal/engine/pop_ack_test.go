@@ -658,47 +658,6 @@ func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 	}
 }
 
-// An ack on one broker that releases a lease with messages left wakes a pop
-// parked on another broker at once (a NOTIFY, as a push sends), not at the
-// parked pop's next re-check.
-func TestAckReleasingABacklogWakesAPopParkedOnAnotherBroker(t *testing.T) {
-	for _, tc := range []struct {
-		name, next string // next: what the parked pop is handed
-		release    func(t *testing.T, e *Engine, held *PopResult)
-	}{
-		{"completed", "second", func(t *testing.T, e *Engine, held *PopResult) {
-			mustAck(t, e, ack(held.Messages[0], "completed"))
-		}},
-		{"retry", "first", func(t *testing.T, e *Engine, held *PopResult) {
-			mustAck(t, e, ack(held.Messages[0], "retry"))
-		}},
-		{"transaction bundle", "second", func(t *testing.T, e *Engine, held *PopResult) {
-			mustTransaction(t, e, TransactionRequest{Ops: []TxOp{
-				ackOp(0, held.Messages[0], "", held.LeaseID),
-				pushOp(1, queueName(t)+"-next", "p", "first-next", 1),
-			}})
-		}},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			parkedOn, acker := newEngine(t), newEngine(t)
-			q := queueName(t)
-			mustPush(t, acker, items(q, "p", "first", "second")...)
-			held := mustPop(t, acker, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 60})
-			if len(held.Messages) != 1 {
-				t.Fatalf("pop: %+v", held.Messages)
-			}
-			done := parkPastBackoff(t, parkedOn, PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
-			releasedAt := time.Now()
-			tc.release(t, acker, held)
-			p := <-done
-			if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != tc.next {
-				t.Fatalf("parked pop: %+v %v", p.res, p.err)
-			}
-			wokenBy(t, p, "release on the other broker", releasedAt)
-		})
-	}
-}
-
 // Pops of a registered group claim in one round trip on a cached plan; when
 // new partitions appear meanwhile the plan is stale and its claim must not keep
 // its locks while the pop seeds cursors, or two pops seeding the same new

@@ -434,7 +434,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 			w.wake(e, ho)
 		}
 		if acks != nil {
-			acks.afterRelease(e)
+			acks.afterRelease(e.waiters, e.leases)
 		}
 	}
 	return nil

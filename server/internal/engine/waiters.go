@@ -339,18 +339,17 @@ func (w *waiters) wakeServed(queue string, partitions []string, group string, gr
 }
 
 // wakeGroup wakes up to n unpinned waiters of one group on queue: the claimable
-// partitions a pop saw but did not take. It returns how many of the n it found
-// no waiter for.
-func (w *waiters) wakeGroup(queue, group string, n int) int {
+// partitions a pop saw but did not take.
+func (w *waiters) wakeGroup(queue, group string, n int) {
 	if n <= 0 {
-		return 0
+		return
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.fireWatchingLocked(queue)
 	l := w.byQueue[queue]
 	if l == nil {
-		return n
+		return
 	}
 	for e := l.Front(); e != nil && n > 0; {
 		next := e.Next()
@@ -360,7 +359,6 @@ func (w *waiters) wakeGroup(queue, group string, n int) int {
 		}
 		e = next
 	}
-	return n
 }
 
 func (w *waiters) wakeDiscoveryLocked() {
