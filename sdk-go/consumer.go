@@ -264,7 +264,7 @@ func (c *Consumer) limitReached() bool {
 func (c *Consumer) worker() {
 	defer c.wg.Done()
 	p := poller{q: c.q}
-	if c.committedOnDelivery() && c.opts.limit > 0 {
+	if c.q.committedOnDelivery() && c.opts.limit > 0 {
 		p.batchLeft = func() int { return int(c.opts.limit - c.delivered.Load()) }
 	}
 	for {
@@ -296,15 +296,9 @@ func (c *Consumer) worker() {
 	}
 }
 
-// committedOnDelivery: pops ask for server auto-ack, so the broker commits their messages on
-// delivery and nothing can release them.
-func (c *Consumer) committedOnDelivery() bool {
-	return c.q.serverAutoAck != nil && *c.q.serverAutoAck
-}
-
 // process hands one pop's messages to the handler partition by partition, then acks.
 func (c *Consumer) process(pr *PopResult) {
-	committed := c.committedOnDelivery()
+	committed := c.q.committedOnDelivery()
 	var order []string
 	byPart := map[string][]*Message{}
 	for _, m := range pr.Messages {

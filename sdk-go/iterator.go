@@ -65,7 +65,7 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 	it.inHand = -1
 	it.lastMsg = time.Now()
 	p := poller{q: q}
-	if it.committed() && opts.limit > 0 {
+	if it.q.committedOnDelivery() && opts.limit > 0 {
 		p.batchLeft = func() int { return int(opts.limit - it.yielded) }
 	}
 	idle := func() bool { return opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle }
@@ -138,15 +138,9 @@ func (it *msgIter) endPop() {
 	it.pop = nil
 }
 
-// committed: pops ask for server auto-ack (at-most-once), so the broker commits their messages
-// on delivery: there is no lease to ack against or renew, and nothing to release.
-func (it *msgIter) committed() bool {
-	return it.q.serverAutoAck != nil && *it.q.serverAutoAck
-}
-
 // leased: the current pop holds a lease to ack against.
 func (it *msgIter) leased() bool {
-	return it.pop != nil && !it.committed() && popLeaseID(it.pop) != ""
+	return it.pop != nil && !it.q.committedOnDelivery() && popLeaseID(it.pop) != ""
 }
 
 // leave runs when the range ends for any reason: ack what was handled and release the rest of
@@ -171,7 +165,7 @@ func (it *msgIter) leave(yield func(*Message, error) bool) {
 				it.pending = append(it.pending, ackEntry{msg: slice[release], status: AckRetry})
 			}
 		}
-		if it.committed() && dropped > 0 {
+		if it.q.committedOnDelivery() && dropped > 0 {
 			it.q.reportLoopError("server auto-ack", &AutoAckDroppedError{Count: dropped})
 		}
 	}

@@ -110,6 +110,12 @@ func (q QueueBuilder) LeaseSeconds(n int) QueueBuilder { q.leaseSeconds = n; ret
 // what is left, so the handler may see more than Limit rather than lose messages.
 func (q QueueBuilder) ServerAutoAck(on bool) QueueBuilder { q.serverAutoAck = &on; return q }
 
+// committedOnDelivery: pops ask for server auto-ack (at-most-once), so the broker commits their
+// messages on delivery: there is no lease to ack against or renew, and nothing to release.
+func (q QueueBuilder) committedOnDelivery() bool {
+	return q.serverAutoAck != nil && *q.serverAutoAck
+}
+
 // ---------------------------------------------------------------------------------------------
 // push
 

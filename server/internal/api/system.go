@@ -50,10 +50,7 @@ func (m *maintenance) maybeRefresh() {
 	if time.Since(time.Unix(0, m.loadedAt.Load())) < maintenanceRefresh || !m.refreshing.CompareAndSwap(false, true) {
 		return
 	}
-	go func() {
-		defer m.refreshing.Store(false)
-		_ = m.refresh(context.Background())
-	}()
+	go m.refreshClaimed(context.Background())
 }
 
 // RunMaintenanceRefresh rereads the switches every half maintenanceRefresh
@@ -76,9 +73,13 @@ func (s *Server) RunMaintenanceRefresh(ctx context.Context) {
 // refreshUnlessRunning refreshes, or returns at once while another refresh
 // runs, so callers never queue behind a read of a stalled database.
 func (m *maintenance) refreshUnlessRunning(ctx context.Context) {
-	if !m.refreshing.CompareAndSwap(false, true) {
-		return
+	if m.refreshing.CompareAndSwap(false, true) {
+		m.refreshClaimed(ctx)
 	}
+}
+
+// refreshClaimed is the one refresh running, its claim on m.refreshing taken by the caller.
+func (m *maintenance) refreshClaimed(ctx context.Context) {
 	defer m.refreshing.Store(false)
 	_ = m.refresh(ctx)
 }
