@@ -2914,7 +2914,9 @@ type ClientInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. Required role: read-write or admin.
+	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -2926,7 +2928,9 @@ type ClientInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. Required role: read-write or admin.
+	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3541,7 +3545,9 @@ func (c *Client) AckBatch(ctx context.Context, body AckBatchJSONRequestBody, req
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. Required role: read-write or admin.
+// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+// key in `invalid`, and nothing is written. Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3563,7 +3569,9 @@ func (c *Client) ConfigureWithBody(ctx context.Context, contentType string, body
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. Required role: read-write or admin.
+// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+// key in `invalid`, and nothing is written. Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -7860,7 +7868,9 @@ type ClientWithResponsesInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. Required role: read-write or admin.
+	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -7872,7 +7882,9 @@ type ClientWithResponsesInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. Required role: read-write or admin.
+	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -12930,7 +12942,9 @@ func (c *ClientWithResponses) AckBatchWithResponse(ctx context.Context, body Ack
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. Required role: read-write or admin.
+// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+// key in `invalid`, and nothing is written. Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -12948,7 +12962,9 @@ func (c *ClientWithResponses) ConfigureWithBodyWithResponse(ctx context.Context,
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. Required role: read-write or admin.
+// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
+// key in `invalid`, and nothing is written. Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -26,8 +26,31 @@ func (s *Server) Configure(ctx context.Context, req gen.ConfigureRequestObject) 
 	}
 	options := body.Options
 	if options == nil {
-		// Options may also be given at the top level when there is no options object.
-		options = top
+		// Options may also be given at the top level when there is no options object;
+		// the body's own fields are not options there.
+		options = make(map[string]json.RawMessage, len(top))
+		for k, v := range top {
+			if !configureBodyFields[k] {
+				options[k] = v
+			}
+		}
+	}
+	// The reference's option table lists namespace and task among the options:
+	// inside options they set the labels, unless the body's own fields do.
+	namespace, task := req.Body.Namespace, req.Body.Task
+	for key, label := range map[string]**string{"namespace": &namespace, "task": &task} {
+		value, ok := options[key]
+		if !ok {
+			continue
+		}
+		delete(options, key)
+		var v *string
+		if err := json.Unmarshal(value, &v); err != nil {
+			return configureInvalid(key, key+" must be a string"), nil
+		}
+		if *label == nil {
+			*label = v
+		}
 	}
 	merge := false
 	if req.Body.Mode != nil {
@@ -40,7 +63,7 @@ func (s *Server) Configure(ctx context.Context, req gen.ConfigureRequestObject) 
 		}
 	}
 	q, err := s.engine.Configure(ctx, engine.ConfigureRequest{
-		Queue: req.Body.Queue, Namespace: req.Body.Namespace, Task: req.Body.Task, Options: options, Merge: merge,
+		Queue: req.Body.Queue, Namespace: namespace, Task: task, Options: options, Merge: merge,
 	})
 	var bad *engine.InvalidInputError
 	if errors.As(err, &bad) && bad.Field == "queue" {
@@ -58,6 +81,9 @@ func (s *Server) Configure(ctx context.Context, req gen.ConfigureRequestObject) 
 		Namespace: q.Namespace, Task: q.Task, Storage: "segments", Options: wireOptions(q.Options),
 	}, nil
 }
+
+// configureBodyFields are ConfigureRequest's fields other than the options.
+var configureBodyFields = map[string]bool{"queue": true, "namespace": true, "task": true, "mode": true, "options": true}
 
 func configureInvalid(field, message string) gen.Configure400JSONResponse {
 	out := gen.Configure400JSONResponse{Error: message, Code: CodeInvalidOption}

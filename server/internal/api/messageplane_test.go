@@ -496,3 +496,47 @@ func TestAckOfARepeatedTransactionIDNamesTheDeliveredCopy(t *testing.T) {
 		}
 	})
 }
+
+// A misspelt option is refused, in either form of the body: under the default
+// replace it would otherwise reset the option it meant to set, silently.
+func TestConfigureRefusesUnknownOptions(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	var out struct {
+		Options map[string]any `json:"options"`
+	}
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 10}}, &out)
+	for name, body := range map[string]map[string]any{
+		"options object": {"queue": q, "options": map[string]any{"dedupWindowSecs": 0, "retryLimit": 2}},
+		"top level":      {"queue": q, "mode": "replace", "dedupWindowSecs": 0},
+	} {
+		var bad struct {
+			Code    string `json:"code"`
+			Invalid string `json:"invalid"`
+		}
+		status, _ := b.call(t, "POST", "/api/v1/configure", body, &bad)
+		if status != 400 || bad.Code != "invalid_option" || bad.Invalid != "dedupWindowSecs" {
+			t.Fatalf("%s: %d %+v", name, status, bad)
+		}
+	}
+	var detail struct {
+		Options map[string]any `json:"options"`
+	}
+	b.call(t, "GET", "/api/v1/resources/queues/"+q, nil, &detail)
+	if detail.Options["dedupWindowSeconds"] != float64(10) || detail.Options["retryLimit"] != float64(3) {
+		t.Fatalf("a refused configure changed the queue: %+v", detail.Options)
+	}
+	status, _ := b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "namespace": "n", "task": "t", "retryLimit": 4}, &out)
+	if status != 200 || out.Options["retryLimit"] != float64(4) {
+		t.Fatalf("top-level options beside the body's own fields: %d %+v", status, out.Options)
+	}
+	// namespace and task are options in the reference's table too.
+	var labelled struct {
+		Namespace string `json:"namespace"`
+		Task      string `json:"task"`
+	}
+	status, _ = b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"namespace": "n2", "task": "t2"}}, &labelled)
+	if status != 200 || labelled.Namespace != "n2" || labelled.Task != "t2" {
+		t.Fatalf("namespace and task inside options: %d %+v", status, labelled)
+	}
+}

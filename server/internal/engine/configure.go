@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -93,15 +95,19 @@ var optionSpecs = map[string]optionSpec{
 	"retryDelay":                  {"int", 0, 86400000, func(o *QueueOptions, v any) { o.RetryDelay = v.(int) }},
 }
 
-// ApplyOptions validates raw options and applies them over base. Unknown keys are
-// ignored (additions elsewhere stay compatible); a bad value names its option.
+// ApplyOptions validates raw options and applies them over base; a bad value
+// or an unknown key names its option. An unknown key is refused, not ignored:
+// configure replaces by default, so a misspelt option (dedupWindowSecs) would
+// otherwise silently reset the option it meant to set.
 func ApplyOptions(base QueueOptions, raw map[string]json.RawMessage) (QueueOptions, error) {
 	defaults := DefaultQueueOptions()
 	out := base
-	for name, value := range raw {
+	// In key order, so that of several bad options the same one is named every time.
+	for _, name := range slices.Sorted(maps.Keys(raw)) {
+		value := raw[name]
 		spec, ok := optionSpecs[name]
 		if !ok {
-			continue
+			return out, invalid(name, "unknown queue option %q", name)
 		}
 		if string(value) == "null" {
 			spec.apply(&out, defaultValue(defaults, name))
