@@ -8,6 +8,7 @@ import (
 	"os"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -22,6 +23,9 @@ type answerDropper struct {
 	mu     sync.Mutex
 	drops  int
 	seen   int
+	// beforeDrop, when set, runs before a dropped answer's connection is closed: the test waits
+	// there for the write's effect (a timer firing) to happen before the client retries.
+	beforeDrop func()
 }
 
 func (p *answerDropper) dropNext(n int) { p.mu.Lock(); p.drops, p.seen = n, 0; p.mu.Unlock() }
@@ -51,6 +55,9 @@ func (p *answerDropper) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 	p.mu.Unlock()
 	if drop {
+		if p.beforeDrop != nil {
+			p.beforeDrop()
+		}
 		conn, _, err := w.(http.Hijacker).Hijack()
 		if err == nil {
 			_ = conn.Close()
@@ -117,4 +124,47 @@ func TestITLostAnswerOnWritesThatAreNotIdempotent(t *testing.T) {
 	require.Equal(t, lanes.ReasonDuplicate, txErr.Reason)
 	require.Equal(t, 2, txErr.Attempts)
 	require.Equal(t, "1", value("bundle-counter"))
+}
+
+// TestITLostAnswerTimerScheduleFiresOnce: a timer schedule (direct, and as a transaction rider)
+// whose answer is lost is resent with the transaction id minted when the op was built, so the
+// fired pushes deduplicate and the queue gets one message per timer.
+func TestITLostAnswerTimerScheduleFiresOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	fired := func(key string) func() {
+		return func() {
+			require.Eventually(t, func() bool {
+				got, err := b.c.Timers(b.queue).Get(b.ctx, key)
+				return err == nil && !got.Found
+			}, 20*time.Second, 50*time.Millisecond, "the %s timer fires", key)
+		}
+	}
+	proxy := &answerDropper{broker: os.Getenv("LANES_TEST_URL")}
+	srv := httptest.NewServer(proxy)
+	defer srv.Close()
+	c, err := lanes.New(lanes.WithURL(srv.URL), lanes.WithRetryDelay(1))
+	require.NoError(t, err)
+
+	// The answer is lost after the timer fired: the resend schedules it again.
+	proxy.beforeDrop = fired("direct")
+	proxy.dropNext(1)
+	_, err = c.Timers(b.queue).Partition("direct").Schedule(b.ctx, "direct", 0, []byte(`{"n":1}`))
+	require.NoError(t, err)
+	require.Equal(t, 2, proxy.attempts())
+
+	proxy.beforeDrop = fired("rider")
+	proxy.dropNext(1)
+	rider := lanes.TimerSchedule(b.queue, "rider", 0, []byte(`{"n":2}`))
+	rider.Partition = ptrTo("rider")
+	_, err = c.Transaction().Timer(rider).Commit(b.ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, proxy.attempts())
+
+	for _, partition := range []string{"direct", "rider"} {
+		fired(partition)()
+		msgs, err := b.c.Queue(b.queue).Partition(partition).Batch(10).Wait(false).Pop(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1, "the %s timer fired once", partition)
+	}
 }

@@ -25,8 +25,8 @@ func (t Timers) Partition(p string) Timers {
 }
 
 // TransactionID returns a copy of t whose Schedule and Reschedule give the fired message this
-// transaction id (empty = one minted by the broker). A fixed id makes the firing idempotent: the
-// push deduplicates like any other.
+// transaction id (empty = one minted by the SDK for each call, reused by its retries). A fixed id
+// makes the firing idempotent across calls too: the push deduplicates like any other.
 func (t Timers) TransactionID(id string) Timers {
 	t.transactionID = id
 	return t
@@ -36,10 +36,11 @@ func (t Timers) TransactionID(id string) Timers {
 func (c *Client) Timers(queue string) Timers { return Timers{c: c, queue: queue} }
 
 // TimerSchedule builds a schedule op: after delay, payload (JSON bytes; nil = `{}`) is pushed to
-// queue under the key.
+// queue under the key. The fired message's transaction id (Txn) is minted here, once, so a resend
+// after a lost answer carries the same id and the timer fires once; set Txn to choose it.
 func TimerSchedule(queue, key string, delay time.Duration, payload []byte) TimerOperation {
 	op := TimerOperation{Op: gen.TimerOperationOp("schedule"), Queue: queue, TimerKey: key,
-		DelayMs: ptr(int(delay / time.Millisecond))}
+		DelayMs: ptr(int(delay / time.Millisecond)), Txn: ptr(newUUIDv7())}
 	if payload != nil {
 		op.Payload = &payload
 	}
@@ -71,9 +72,13 @@ func (t Timers) Reschedule(ctx context.Context, key string, delay time.Duration,
 	return t.one(ctx, t.targeted(TimerReschedule(t.queue, key, delay, payload)))
 }
 
-// targeted sets the fired message's partition and transaction id chosen on t.
+// targeted sets the fired message's partition and the transaction id chosen on t (else the op
+// keeps the one TimerSchedule minted).
 func (t Timers) targeted(op TimerOperation) TimerOperation {
-	op.Partition, op.Txn = ptrUnlessZero(t.partition), ptrUnlessZero(t.transactionID)
+	op.Partition = ptrUnlessZero(t.partition)
+	if t.transactionID != "" {
+		op.Txn = &t.transactionID
+	}
 	return op
 }
 
