@@ -14,7 +14,7 @@ type BufferOptions struct {
 	MessageCount int
 	// FlushInterval flushes this long after the first waiting item (default 1 s).
 	FlushInterval time.Duration
-	// MaxSize bounds waiting items; Push blocks while it is reached (default 4 × MessageCount).
+	// MaxSize bounds waiting items; Push blocks until its whole call fits (default 4 × MessageCount).
 	MaxSize int
 	// RetryDelay is the pause before retrying a failed flush (default 250 ms).
 	RetryDelay time.Duration
@@ -86,43 +86,43 @@ func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 	return b
 }
 
-// Push enqueues items (transaction ids minted now). It blocks while MaxSize items wait, until
-// ctx ends. An item that cannot be encoded fails the call (*InvalidItemError) before anything is
-// enqueued, so it can never block the items behind it; after Client.Close it returns
-// ErrClientClosed.
+// Push enqueues items (transaction ids minted now), all or nothing: it waits until the whole
+// call fits under MaxSize (a call larger than MaxSize waits for an empty buffer), then queues it
+// in one step. When ctx ends first, or the client closes, nothing of the call is queued, so the
+// caller may push the same items again without duplicates. An item that cannot be encoded fails
+// the call (*InvalidItemError) before anything is enqueued, so it can never block the items
+// behind it; after Client.Close it returns ErrClientClosed.
 func (b *Buffer) Push(ctx context.Context, items ...Item) error {
 	if b.invalid != nil {
 		return b.invalid
 	}
 	wire, err := encodeItems(b.queue, b.partition, items)
-	if err != nil {
+	if err != nil || len(wire) == 0 {
 		return err
 	}
-	for _, w := range wire {
-		b.mu.Lock()
-		for len(b.items) >= b.opts.MaxSize && !b.closed {
-			if ctx.Err() != nil {
-				b.mu.Unlock()
-				return ctx.Err()
-			}
-			stop := context.AfterFunc(ctx, func() { b.mu.Lock(); b.cond.Broadcast(); b.mu.Unlock() })
-			b.signal()
-			b.cond.Wait()
-			stop()
-		}
-		if b.closed {
+	b.mu.Lock()
+	for len(b.items) > 0 && len(b.items)+len(wire) > b.opts.MaxSize && !b.closed {
+		if ctx.Err() != nil {
 			b.mu.Unlock()
-			return ErrClientClosed
+			return ctx.Err()
 		}
-		b.items = append(b.items, w)
-		n := len(b.items)
-		if n == 1 {
-			b.timer = time.AfterFunc(b.opts.FlushInterval, b.signal)
-		}
+		stop := context.AfterFunc(ctx, func() { b.mu.Lock(); b.cond.Broadcast(); b.mu.Unlock() })
+		b.signal()
+		b.cond.Wait()
+		stop()
+	}
+	if b.closed {
 		b.mu.Unlock()
-		if n >= b.opts.MessageCount {
-			b.signal()
-		}
+		return ErrClientClosed
+	}
+	if len(b.items) == 0 {
+		b.timer = time.AfterFunc(b.opts.FlushInterval, b.signal)
+	}
+	b.items = append(b.items, wire...)
+	n := len(b.items)
+	b.mu.Unlock()
+	if n >= b.opts.MessageCount {
+		b.signal()
 	}
 	return nil
 }

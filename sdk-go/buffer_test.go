@@ -284,3 +284,51 @@ func TestBufferReportsTheDropsOfAFlushOnce(t *testing.T) { //nolint:paralleltest
 	defer rec.mu.Unlock()
 	require.Len(t, rec.recs, 1)
 }
+
+// A push is all or nothing: one that cannot get room for all its items before ctx ends queues
+// none of them, so pushing the same items again stores each once; a call larger than MaxSize
+// waits for an empty buffer and then goes in whole.
+func TestBufferPushIsAllOrNothing(t *testing.T) {
+	t.Parallel()
+	var mu sync.Mutex
+	down := true
+	var stored []string
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		body := readBody(r)
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			writeJSON(w, 503, `{"error":"down","code":"unavailable"}`)
+			return
+		}
+		var req struct {
+			Items []pushItemWire `json:"items"`
+		}
+		_ = json.Unmarshal([]byte(body), &req) // answerPush refuses a body that does not parse
+		for _, it := range req.Items {
+			stored = append(stored, string(it.Payload))
+		}
+		answerPush(w, body)
+	}, WithRetryAttempts(0))
+	buf := c.Queue("q").Buffer(BufferOptions{MessageCount: 100, MaxSize: 4, FlushInterval: time.Hour,
+		RetryDelay: 10 * time.Millisecond, OnError: func(error) {}})
+	require.NoError(t, buf.Push(context.Background(), Data(1), Data(2), Data(3)))
+
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	require.ErrorIs(t, buf.Push(ctx, Data(4), Data(5)), context.DeadlineExceeded)
+	require.Equal(t, 3, buf.Len(), "nothing of the timed-out call was queued")
+
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	require.NoError(t, buf.Push(context.Background(), Data(4), Data(5)))
+	// Larger than MaxSize: queued whole once the buffer is empty.
+	require.NoError(t, buf.Push(context.Background(), Data(6), Data(7), Data(8), Data(9), Data(10)))
+	flushCtx, cancelFlush := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelFlush()
+	require.NoError(t, buf.Flush(flushCtx))
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"1", "2", "3", "4", "5", "6", "7", "8", "9", "10"}, stored)
+}
