@@ -188,6 +188,24 @@ func (e *InvalidItemError) Error() string {
 // Unwrap returns the encoding error.
 func (e *InvalidItemError) Unwrap() error { return e.Err }
 
+// InvalidKVValueError means a KV value cannot be encoded to JSON (a NaN, a channel, a func...).
+// Nothing was sent: KV.Put and its siblings return it, and so do KV.Batch and Commit for an op
+// built by KVPut, KVPutIfAbsent or KVPutExpect.
+type InvalidKVValueError struct {
+	// Index is the op's position in the batch or the transaction's kv rider (0 for a single put).
+	Index int
+	Key   string
+	Err   error
+}
+
+// Error implements error.
+func (e *InvalidKVValueError) Error() string {
+	return fmt.Sprintf("lanes: kv[%d] value of key %q cannot be encoded: %v", e.Index, e.Key, e.Err)
+}
+
+// Unwrap returns the encoding error.
+func (e *InvalidKVValueError) Unwrap() error { return e.Err }
+
 // DroppedError is what a buffer's OnError receives when it gives up on items: the broker
 // refused each of them alone (400, 413) or refused the batch with 403. One flush reports all
 // its dropped items in one DroppedError. Items can be pushed again once the cause is fixed

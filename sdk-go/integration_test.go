@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"net/http"
 	"os"
 	"regexp"
@@ -866,6 +867,46 @@ func TestITKVHelpers(t *testing.T) {
 	require.True(t, *res[0].Applied)
 	require.JSONEq(t, `4`, string(res[1].Value))
 	require.Len(t, *res[2].Rows, 2)
+}
+
+// TestITKVValueThatCannotBeEncodedSendsNothing: a KVPut, KVPutIfAbsent or KVPutExpect whose value
+// json.Marshal refuses makes KV.Batch and Commit return *InvalidKVValueError naming the op,
+// before any request, so neither the rider nor the bundle's push is stored.
+func TestITKVValueThatCannotBeEncodedSendsNothing(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	via := &countingTransport{}
+	c, err := lanes.New(lanes.WithURL(os.Getenv("LANES_TEST_URL")), lanes.WithHTTPClient(&http.Client{Transport: via}))
+	require.NoError(t, err)
+	for _, bad := range []lanes.KVOperation{
+		lanes.KVPut(b.queue, "nan", math.NaN(), lanes.Forever),
+		lanes.KVPutIfAbsent(b.queue, "chan", make(chan int), lanes.Forever, false),
+		lanes.KVPutExpect(b.queue, "inf", math.Inf(1), lanes.Forever, 0),
+	} {
+		_, err := c.KV(b.queue).Batch(b.ctx, lanes.KVGet(b.queue, "k"), bad)
+		var ve *lanes.InvalidKVValueError
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, 1, ve.Index)
+		require.Equal(t, *bad.Key, ve.Key)
+		require.Contains(t, err.Error(), "json: unsupported")
+
+		_, err = c.Transaction().Queue(b.queue).Push(lanes.Data(1)).
+			KV(lanes.KVPut(b.queue, "ok", 1, lanes.Forever)).KV(bad).Commit(b.ctx)
+		require.ErrorAs(t, err, &ve)
+		require.Equal(t, 1, ve.Index)
+	}
+	_, err = c.KV(b.queue).PutIfAbsent(b.ctx, "direct", math.NaN(), lanes.Forever)
+	var ve *lanes.InvalidKVValueError
+	require.ErrorAs(t, err, &ve)
+	require.Equal(t, "direct", ve.Key)
+	require.Zero(t, via.requests.Load(), "nothing was sent")
+
+	msgs, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, msgs)
+	got, err := b.c.KV(b.queue).GetMany(b.ctx, "ok", "nan", "chan", "inf", "direct")
+	require.NoError(t, err)
+	require.Empty(t, *got.Rows)
 }
 
 // TestITKVDeleteExpect: a conditional delete applies only at the expected version, in a batch

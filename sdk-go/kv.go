@@ -4,6 +4,8 @@ package lanes
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/lanesmq/lanes/sdk-go/internal/gen"
@@ -21,15 +23,49 @@ type KV struct {
 // KV returns helpers for namespace ns.
 func (c *Client) KV(ns string) KV { return KV{c: c, ns: ns} }
 
-// KVPut builds a put op for batches and transaction riders (ttl Forever = no expiry).
+// KVPut builds a put op for batches and transaction riders (ttl Forever = no expiry). A value
+// that cannot be encoded to JSON is carried in the op: KV.Batch and Commit then return
+// *InvalidKVValueError before sending anything.
 func KVPut(ns, key string, value any, ttl time.Duration) KVOperation {
-	b, _ := json.Marshal(value)
+	b, err := json.Marshal(value)
+	if err != nil {
+		b = json.RawMessage(unencodableValue + err.Error())
+	}
 	op := KVOperation{Op: gen.KvOperationOp("put"), Ns: ns, Key: &key, Value: b}
 	setTTL(&op.TtlSeconds, &op.Forever, ttl)
 	return op
 }
 
-// KVPutIfAbsent builds a putIfAbsent op; required escalates a lost race to a rollback.
+// unencodableValue starts the Value of a builder op whose value json.Marshal refused, followed
+// by the error's text. It is not JSON, so such an op can never reach the broker.
+const unencodableValue = "\x00lanes: unencodable value: "
+
+// encodeKVValue marshals a KV value, naming the key when it cannot.
+func encodeKVValue(key string, value any) (json.RawMessage, error) {
+	b, err := json.Marshal(value)
+	if err != nil {
+		return nil, &InvalidKVValueError{Key: key, Err: err}
+	}
+	return b, nil
+}
+
+// checkKVValues returns the error a builder carried for a value it could not encode; first is
+// the index of ops[0] in the request.
+func checkKVValues(ops []KVOperation, first int) error {
+	for i, op := range ops {
+		if msg, ok := strings.CutPrefix(string(op.Value), unencodableValue); ok {
+			key := ""
+			if op.Key != nil {
+				key = *op.Key
+			}
+			return &InvalidKVValueError{Index: first + i, Key: key, Err: errors.New(msg)}
+		}
+	}
+	return nil
+}
+
+// KVPutIfAbsent builds a putIfAbsent op; required escalates a lost race to a rollback. A value
+// that cannot be encoded is carried in the op, as with KVPut.
 func KVPutIfAbsent(ns, key string, value any, ttl time.Duration, required bool) KVOperation {
 	op := KVPut(ns, key, value, ttl)
 	op.Op = gen.KvOperationOp("putIfAbsent")
@@ -94,7 +130,8 @@ func KVIncr(ns, key string, delta int, ttl time.Duration, opts KVIncrOpts) KVOpe
 }
 
 // KVPutExpect builds a conditional put op: expect 0 = the key must not exist, N = its current
-// version must be N. A lost condition is Applied false with Reason "exists" or "version".
+// version must be N. A lost condition is Applied false with Reason "exists" or "version". A value
+// that cannot be encoded is carried in the op, as with KVPut.
 func KVPutExpect(ns, key string, value any, ttl time.Duration, expect int) KVOperation {
 	op := KVPut(ns, key, value, ttl)
 	op.Expect = &expect
@@ -111,6 +148,9 @@ func setTTL(ttl **int, forever **bool, d time.Duration) {
 
 // Batch runs KV ops (POST /api/v1/kv) and returns their results, index-aligned.
 func (k KV) Batch(ctx context.Context, ops ...KVOperation) ([]KVResult, error) {
+	if err := checkKVValues(ops, 0); err != nil {
+		return nil, err
+	}
 	sendCtx := withFlags(ctx, reqFlags{notIdempotent: !kvOpsIdempotent(ops)})
 	out, err := call[gen.KvBatchResult](k.c, ctx, func() (*httpResp, error) {
 		return k.c.gen.KvBatch(sendCtx, gen.KvBatchRequest{Operations: ops})
@@ -140,7 +180,7 @@ func (k KV) Get(ctx context.Context, key string) (*KVResult, error) {
 
 // Put writes one key (ttl Forever = no expiry).
 func (k KV) Put(ctx context.Context, key string, value any, ttl time.Duration) (*KVResult, error) {
-	b, err := json.Marshal(value)
+	b, err := encodeKVValue(key, value)
 	if err != nil {
 		return nil, err
 	}
@@ -153,7 +193,7 @@ func (k KV) Put(ctx context.Context, key string, value any, ttl time.Duration) (
 // its current version must be N (optimistic concurrency). A lost condition is not an error: the
 // result has Applied false, Reason "exists" or "version", and the current Value and Version.
 func (k KV) PutExpect(ctx context.Context, key string, value any, ttl time.Duration, expect int) (*KVResult, error) {
-	b, err := json.Marshal(value)
+	b, err := encodeKVValue(key, value)
 	if err != nil {
 		return nil, err
 	}
@@ -166,9 +206,6 @@ func (k KV) PutExpect(ctx context.Context, key string, value any, ttl time.Durat
 // PutIfAbsent writes one key only when it does not exist (ttl Forever = no expiry). When it
 // exists, the result has Applied false, Reason "exists", and the current Value and Version.
 func (k KV) PutIfAbsent(ctx context.Context, key string, value any, ttl time.Duration) (*KVResult, error) {
-	if _, err := json.Marshal(value); err != nil {
-		return nil, err
-	}
 	return k.one(ctx, KVPutIfAbsent(k.ns, key, value, ttl, false))
 }
 

@@ -81,8 +81,12 @@ func (tb *TransactionBuilder) Ack(m *Message, status AckStatus, group string) *T
 	return tb
 }
 
-// KV adds KV operations to the bundle's `kv` rider (applied first, same commit).
+// KV adds KV operations to the bundle's `kv` rider (applied first, same commit). A put whose value
+// could not be encoded makes Commit return *InvalidKVValueError without sending.
 func (tb *TransactionBuilder) KV(ops ...KVOperation) *TransactionBuilder {
+	if err := checkKVValues(ops, len(tb.kv)); err != nil && tb.err == nil {
+		tb.err = err
+	}
 	tb.kv = append(tb.kv, ops...)
 	return tb
 }
