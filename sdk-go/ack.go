@@ -116,7 +116,7 @@ func (c *Client) ackBatchByGroup(ctx context.Context, entries []ackEntry, o AckO
 			return nil, err
 		}
 		if len(res) != len(idx) {
-			return nil, fmt.Errorf("lanes: ack batch answered %d results for %d items", len(res), len(idx))
+			return nil, errResultCount("ack batch", len(res), len(idx), "items")
 		}
 		for k, i := range idx {
 			results[i] = res[k]

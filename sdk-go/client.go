@@ -286,7 +286,8 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 		}
 		if out != nil && len(b) > 0 {
 			if err := jsonUnmarshal(b, out); err != nil {
-				return resp.StatusCode, fmt.Errorf("lanes: decoding %s %s: %w", resp.Request.Method, resp.Request.URL.Path, err)
+				return resp.StatusCode, &UnexpectedAnswerError{Status: resp.StatusCode, Body: b, Err: err,
+					Message: fmt.Sprintf("%s %s: cannot decode the answer", resp.Request.Method, resp.Request.URL.Path)}
 			}
 		}
 		return resp.StatusCode, nil

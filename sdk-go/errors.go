@@ -188,6 +188,33 @@ func (e *InvalidItemError) Error() string {
 // Unwrap returns the encoding error.
 func (e *InvalidItemError) Unwrap() error { return e.Err }
 
+// UnexpectedAnswerError means the broker answered 2xx with a body the SDK cannot use: not the
+// JSON the route answers, or a result count that does not match the request (a proxy or a
+// broker of another version in the way). The request may have been applied: a push resent with
+// the same transaction ids deduplicates, so it is safe to push the items again; it is not a
+// PushError, since no item is known to have failed.
+type UnexpectedAnswerError struct {
+	// Status is the HTTP status of an answer that could not be decoded (0 for a count mismatch).
+	Status int
+	// Message says what did not match.
+	Message string
+	// Body is the raw answer when it could not be decoded.
+	Body []byte
+	// Err is the decoding error, if any.
+	Err error
+}
+
+// Error implements error.
+func (e *UnexpectedAnswerError) Error() string {
+	if e.Err != nil {
+		return fmt.Sprintf("lanes: unexpected answer: %s: %v", e.Message, e.Err)
+	}
+	return "lanes: unexpected answer: " + e.Message
+}
+
+// Unwrap returns the decoding error.
+func (e *UnexpectedAnswerError) Unwrap() error { return e.Err }
+
 // InvalidKVValueError means a KV value cannot be encoded to JSON (a NaN, a channel, a func...).
 // Nothing was sent: KV.Put and its siblings return it, and so do KV.Batch and Commit for an op
 // built by KVPut, KVPutIfAbsent or KVPutExpect.

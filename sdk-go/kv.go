@@ -168,7 +168,7 @@ func (k KV) one(ctx context.Context, op KVOperation) (*KVResult, error) {
 		return nil, err
 	}
 	if len(res) != 1 {
-		return nil, errUnexpected("kv", len(res))
+		return nil, errResultCount("kv", len(res), 1, "operations")
 	}
 	return &res[0], nil
 }

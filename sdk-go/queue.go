@@ -196,6 +196,9 @@ func (c *Client) pushWire(ctx context.Context, wire []pushItemWire) ([]PushResul
 	if _, err := c.result(ctx, &out)(c.gen.PushWithBody(ctx, contentJSON, bytes.NewReader(body))); err != nil {
 		return nil, err
 	}
+	if len(out) != len(wire) {
+		return nil, errResultCount("push", len(out), len(wire), "items")
+	}
 	var failed []ItemError
 	for i, r := range out {
 		switch r.Status {

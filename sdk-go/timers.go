@@ -90,7 +90,7 @@ func (t Timers) one(ctx context.Context, op TimerOperation) (*TimerResult, error
 		return nil, err
 	}
 	if len(out.Results) != 1 {
-		return nil, errUnexpected("timers", len(out.Results))
+		return nil, errResultCount("timers", len(out.Results), 1, "operations")
 	}
 	return &out.Results[0], nil
 }

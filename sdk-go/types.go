@@ -244,6 +244,8 @@ type TransactionResult struct {
 
 type httpResp = http.Response
 
-func errUnexpected(what string, n int) error {
-	return fmt.Errorf("lanes: %s answered %d results for 1 operation", what, n)
+// errResultCount is the answer whose result count does not match the request: what is the
+// route, want the number of items or operations sent.
+func errResultCount(what string, got, want int, unit string) error {
+	return &UnexpectedAnswerError{Message: fmt.Sprintf("%s: broker answered %d results for %d %s", what, got, want, unit)}
 }

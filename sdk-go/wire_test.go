@@ -409,3 +409,27 @@ func TestPrintingAClientDoesNotShowItsBearerToken(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, "Bearer "+token, fb.reqs[0].Header.Get("Authorization"))
 }
+
+// A 2xx push answer that does not match the request is an *UnexpectedAnswerError, not a success
+// and not a PushError: the push may have committed. Too few results, and a body that is not JSON.
+func TestPushAnswerThatDoesNotMatchIsUnexpected(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name, body, message string
+	}{
+		{"short", `[]`, "lanes: unexpected answer: push: broker answered 0 results for 1 items"},
+		{"garbage", `<html>ok</html>`, "lanes: unexpected answer: POST /api/v1/push: cannot decode the answer"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) { writeJSON(w, 201, tc.body) })
+			res, err := c.Queue("q").Push(context.Background(), Item{Data: 1, TransactionID: "t1"})
+			require.Nil(t, res)
+			var ue *UnexpectedAnswerError
+			require.ErrorAs(t, err, &ue)
+			require.Contains(t, err.Error(), tc.message)
+			var pe *PushError
+			require.False(t, errors.As(err, &pe), "no item is known to have failed")
+		})
+	}
+}
