@@ -869,6 +869,35 @@ func TestITKVHelpers(t *testing.T) {
 	require.Len(t, *res[2].Rows, 2)
 }
 
+// TestITKVPutIfAbsentInATransaction: not required (the wire default, as in the other SDKs), an
+// existing key leaves the put unapplied and the bundle commits; required, it rolls back.
+func TestITKVPutIfAbsentInATransaction(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.c.KV(b.queue).Put(b.ctx, "k", "first", lanes.Forever)
+	require.NoError(t, err)
+
+	res, err := b.c.Transaction().Queue(b.queue).Push(lanes.Data(1)).
+		KV(lanes.KVPutIfAbsent(b.queue, "k", "second", lanes.Forever, false)).Commit(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, res.KV, 1)
+	require.False(t, *res.KV[0].Applied)
+
+	_, err = b.c.Transaction().Queue(b.queue).Push(lanes.Data(2)).
+		KV(lanes.KVPutIfAbsent(b.queue, "k", "third", lanes.Forever, true)).Commit(b.ctx)
+	var txErr *lanes.TransactionError
+	require.ErrorAs(t, err, &txErr)
+	require.Equal(t, lanes.ReasonKVPrecondition, txErr.Reason)
+
+	got, err := b.c.KV(b.queue).Get(b.ctx, "k")
+	require.NoError(t, err)
+	require.JSONEq(t, `"first"`, string(got.Value))
+	msgs, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1, "only the bundle that committed pushed")
+	require.JSONEq(t, "1", string(msgs[0].Data))
+}
+
 // TestITKVValueThatCannotBeEncodedSendsNothing: a KVPut, KVPutIfAbsent or KVPutExpect whose value
 // json.Marshal refuses makes KV.Batch and Commit return *InvalidKVValueError naming the op,
 // before any request, so neither the rider nor the bundle's push is stored.

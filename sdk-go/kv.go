@@ -64,8 +64,10 @@ func checkKVValues(ops []KVOperation, first int) error {
 	return nil
 }
 
-// KVPutIfAbsent builds a putIfAbsent op; required escalates a lost race to a rollback. A value
-// that cannot be encoded is carried in the op, as with KVPut.
+// KVPutIfAbsent builds a putIfAbsent op. With required false (the wire default, as in the other
+// SDKs) an existing key leaves the put unapplied and a transaction still commits; required true
+// rolls the transaction back (kv_precondition) instead. A value that cannot be encoded is carried
+// in the op, as with KVPut.
 func KVPutIfAbsent(ns, key string, value any, ttl time.Duration, required bool) KVOperation {
 	op := KVPut(ns, key, value, ttl)
 	op.Op = gen.KvOperationOp("putIfAbsent")
