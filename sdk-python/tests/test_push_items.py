@@ -123,6 +123,30 @@ def test_buffered_pushes_are_logged_at_warning(caplog: pytest.LogCaptureFixture)
     assert any("2 push item(s) buffered" in r.getMessage() for r in caplog.records)
 
 
+def test_buffered_items_are_logged_even_when_another_item_failed(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    def answer(req: httpx.Request) -> httpx.Response:
+        a, b = json.loads(req.content)["items"]
+        return httpx.Response(
+            201,
+            json=[
+                {"index": 0, "message_id": "m0", "transaction_id": a["transactionId"]}
+                | {"queueName": "q", "status": "buffered"},
+                {"index": 1, "message_id": "", "transaction_id": b["transactionId"]}
+                | {"queueName": "q", "status": "failed", "error": "boom"},
+            ],
+        )
+
+    c = lanes.Lanes(
+        "http://broker", http_client=httpx.Client(transport=httpx.MockTransport(answer))
+    )
+    with caplog.at_level(logging.WARNING, logger="lanes"), pytest.raises(lanes.PushError) as e:
+        c.queue("q").push([1, 2])
+    assert [it.index for it in e.value.items] == [1]
+    assert any("1 push item(s) buffered" in r.getMessage() for r in caplog.records)
+
+
 # --- the buffer against a real broker --------------------------------------------------------
 
 

@@ -184,9 +184,9 @@ class Queue(_QueueBase["Lanes"]):
         if not items:
             return []
         c = self._client
-        return P.warn_buffered(
-            c._call(R.push(self._queue_name(), self._spec.partition, items)), c._cfg.logger
-        )
+        results = c._call(R.push(self._queue_name(), self._spec.partition, items))
+        # Logged first: a failed item raises, and the buffered ones are stored all the same.
+        return P.check_push_results(P.warn_buffered(results, c._cfg.logger))
 
     def pop_result(self) -> PopResult:
         """One pop with its autopilot echo; a 204 is an empty result."""
@@ -317,9 +317,9 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         if not items:
             return []
         c = self._client
-        return P.warn_buffered(
-            await c._call(R.push(self._queue_name(), self._spec.partition, items)), c._cfg.logger
-        )
+        results = await c._call(R.push(self._queue_name(), self._spec.partition, items))
+        # Logged first: a failed item raises, and the buffered ones are stored all the same.
+        return P.check_push_results(P.warn_buffered(results, c._cfg.logger))
 
     async def pop_result(self) -> PopResult:
         P.validate_spec(self._spec)
