@@ -147,6 +147,41 @@ def test_buffered_items_are_logged_even_when_another_item_failed(
     assert any("1 push item(s) buffered" in r.getMessage() for r in caplog.records)
 
 
+@pytest.mark.parametrize(
+    ("status", "content", "error"),
+    [
+        (201, b"[]", "broker answered 0 results for 2 items"),
+        (201, b'[{"index":0,"status":"queued"}]', "broker answered 1 results for 2 items"),
+        (201, b'{"items":[]}', "broker answered 0 results for 2 items"),
+        (200, b"<html>proxy</html>", "broker answered 200 with a body that is not JSON"),
+    ],
+)
+def test_a_push_answer_that_does_not_match_the_items_raises_a_lanes_error(
+    status: int, content: bytes, error: str
+) -> None:
+    def answer(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(status, content=content)
+
+    c = lanes.Lanes(
+        "http://broker", http_client=httpx.Client(transport=httpx.MockTransport(answer))
+    )
+    with pytest.raises(lanes.LanesError, match=error) as e:
+        c.queue("q").push([1, 2])
+    assert not isinstance(e.value, lanes.PushError), "not a failed item: the push may be stored"
+
+
+async def test_an_async_push_answer_that_does_not_match_the_items_raises_a_lanes_error() -> None:
+    def answer(req: httpx.Request) -> httpx.Response:
+        return httpx.Response(201, json=[])
+
+    c = lanes.AsyncLanes(
+        "http://broker", http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer))
+    )
+    with pytest.raises(lanes.LanesError, match="broker answered 0 results for 1 items"):
+        await c.queue("q").push([1])
+    await c.aclose()
+
+
 # --- the buffer against a real broker --------------------------------------------------------
 
 

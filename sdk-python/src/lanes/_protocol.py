@@ -16,7 +16,14 @@ from datetime import datetime, timezone
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote, quote_plus
 
-from lanes._exceptions import AckError, InvalidItemError, ItemError, PushError, TransactionError
+from lanes._exceptions import (
+    AckError,
+    InvalidItemError,
+    ItemError,
+    LanesError,
+    PushError,
+    TransactionError,
+)
 from lanes._types import (
     ACK_STATUSES,
     QUEUE_MODE,
@@ -215,9 +222,11 @@ def warn_buffered(results: list[PushResult], logger: logging.Logger) -> list[Pus
     return results
 
 
-def parse_push_results(body: Any) -> list[PushResult]:
+def parse_push_results(body: Any, sent: int) -> list[PushResult]:
+    """The results of a push of ``sent`` items; an answer without one result per item raises
+    :class:`LanesError` (not a failed item: the broker answered 2xx, so the push may be stored)."""
     rows = body if isinstance(body, list) else []
-    return [
+    results = [
         PushResult(
             index=int(r.get("index", i)),
             message_id=str(r.get("message_id", "")),
@@ -229,6 +238,9 @@ def parse_push_results(body: Any) -> list[PushResult]:
         for i, r in enumerate(rows)
         if isinstance(r, dict)
     ]
+    if len(results) != sent:
+        raise LanesError(f"lanes: push: broker answered {len(results)} results for {sent} items")
+    return results
 
 
 def check_push_results(results: list[PushResult]) -> list[PushResult]:

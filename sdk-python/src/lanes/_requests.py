@@ -92,7 +92,14 @@ def health() -> Req[models.Health]:
 
 def push(queue: str, partition: str | None, items: Sequence[Any]) -> Req[list[PushResult]]:
     def parse(r: Response) -> list[PushResult]:
-        return P.parse_push_results(r.json())
+        try:
+            body = r.json()
+        except ValueError:
+            # Not a failed item: the broker answered 2xx, so the push may be stored.
+            raise LanesError(
+                f"lanes: push: broker answered {r.status} with a body that is not JSON"
+            ) from None
+        return P.parse_push_results(body, len(items))
 
     return Req("POST", "/api/v1/push", parse, body=P.push_body(queue, partition, items))
 
