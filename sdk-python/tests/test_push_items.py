@@ -3,6 +3,7 @@ for what is stored, over httpx.MockTransport for the buffer's batch policy."""
 
 from __future__ import annotations
 
+import asyncio
 import datetime
 import json
 import logging
@@ -294,6 +295,84 @@ def _broker(limit: int, bodies: list[dict[str, Any]]) -> httpx.MockTransport:
         return httpx.Response(201, json=rows)
 
     return httpx.MockTransport(answer)
+
+
+def _ignore(err: BaseException) -> None:
+    pass
+
+
+def _down_until(healthy: threading.Event, stored: list[Any]) -> httpx.MockTransport:
+    """A broker that answers 503 until ``healthy`` is set, then stores every payload."""
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        if not healthy.is_set():
+            return httpx.Response(503, json={"error": "down", "code": "unavailable"})
+        items = json.loads(req.content)["items"]
+        stored.extend(it["payload"] for it in items)
+        rows = [
+            {"index": i, "message_id": "m", "transaction_id": it["transactionId"]}
+            | {"queueName": "q", "status": "queued"}
+            for i, it in enumerate(items)
+        ]
+        return httpx.Response(201, json=rows)
+
+    return httpx.MockTransport(answer)
+
+
+def test_a_buffer_push_that_does_not_fit_in_time_queues_none_of_its_items() -> None:
+    healthy = threading.Event()
+    stored: list[Any] = []
+    c = lanes.Lanes(
+        "http://broker",
+        http_client=httpx.Client(transport=_down_until(healthy, stored)),
+        retry_attempts=0,
+    )
+    b = c.queue("q").buffer(
+        message_count=100, time_millis=50, max_size=4, retry_delay_millis=20, on_error=_ignore
+    )
+    b.push([1, 2, 3])
+    with pytest.raises(lanes.LanesError, match="push buffer full"):
+        b.push([4, 5], timeout=0.2)
+    assert len(b) == 3, "nothing of the timed-out push is queued"
+    healthy.set()
+    b.push([4, 5])  # the caller's retry of the whole call
+    c.close(timeout=5)
+    assert stored == [1, 2, 3, 4, 5]
+
+
+async def test_a_cancelled_async_buffer_push_queues_none_of_its_items() -> None:
+    healthy = threading.Event()
+    stored: list[Any] = []
+    c = lanes.AsyncLanes(
+        "http://broker",
+        http_client=httpx.AsyncClient(transport=_down_until(healthy, stored)),
+        retry_attempts=0,
+    )
+    b = c.queue("q").buffer(
+        message_count=100, time_millis=50, max_size=4, retry_delay_millis=20, on_error=_ignore
+    )
+    await b.push([1, 2, 3])
+    with pytest.raises(asyncio.TimeoutError):
+        await asyncio.wait_for(b.push([4, 5]), 0.2)
+    assert len(b) == 3, "nothing of the cancelled push is queued"
+    healthy.set()
+    await b.push([4, 5])
+    await c.aclose(timeout=5)
+    assert stored == [1, 2, 3, 4, 5]
+
+
+def test_a_buffer_push_larger_than_max_size_is_taken_whole_into_an_empty_buffer() -> None:
+    healthy = threading.Event()
+    stored: list[Any] = []
+    healthy.set()
+    c = lanes.Lanes(
+        "http://broker", http_client=httpx.Client(transport=_down_until(healthy, stored))
+    )
+    b = c.queue("q").buffer(message_count=100, time_millis=60_000, max_size=2)
+    b.push([1, 2, 3], timeout=0.2)
+    assert len(b) == 3
+    c.close(timeout=5)
+    assert stored == [1, 2, 3]
 
 
 def test_a_batch_refused_with_413_is_halved_until_only_the_big_item_is_dropped() -> None:

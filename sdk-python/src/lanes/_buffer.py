@@ -100,10 +100,16 @@ class _Core:
         assert self.first_at is not None
         return max(0.0, self.first_at + self.opts.time_millis / 1000.0 - now)
 
-    def add(self, item: CheckedItem, now: float) -> None:
-        if not self.items:
+    def fits(self, n: int, inflight: int) -> bool:
+        """Whether a push of ``n`` items may be queued whole now: it fits under the bound, or
+        nothing waits (a push larger than the bound is taken alone rather than never)."""
+        waiting = len(self.items) + inflight
+        return waiting == 0 or waiting + n <= self.opts.bound
+
+    def add(self, items: list[CheckedItem], now: float) -> None:
+        if items and not self.items:
             self.first_at = now
-        self.items.append(item)
+        self.items.extend(items)
 
     def take(self) -> list[CheckedItem]:
         n = min(len(self.items), self.opts.message_count)
@@ -159,7 +165,9 @@ class _Core:
 
 
 class PushBuffer:
-    """Blocking buffer for one (queue, partition). ``push`` blocks while ``max_size`` items wait."""
+    """Blocking buffer for one (queue, partition). ``push`` is all or nothing: it waits until
+    all its items fit under ``max_size`` and queues them in one step; on a timeout or
+    ``close()`` none of them is queued, so the caller can retry the whole call."""
 
     def __init__(
         self,
@@ -183,23 +191,20 @@ class PushBuffer:
             return len(self._core.items) + self._inflight
 
     def push(self, items: Sequence[Any], timeout: float | None = None) -> None:
-        """Enqueue items; raises :class:`InvalidItemError` (nothing enqueued) for an item that
-        cannot be sent, :class:`ClientClosedError` after the client's ``close()``."""
+        """Enqueue all items or none. Nothing is enqueued when it raises:
+        :class:`InvalidItemError` for an item that cannot be sent, :class:`LanesError` when the
+        items do not fit within ``timeout``, :class:`ClientClosedError` after ``close()``."""
         entries = _prepare(items)
         deadline = None if timeout is None else time.monotonic() + timeout
         with self._cv:
-            for it in entries:
-                while (
-                    not self._closed
-                    and len(self._core.items) + self._inflight >= self._core.opts.bound
-                ):
-                    left = None if deadline is None else deadline - time.monotonic()
-                    if left is not None and left <= 0:
-                        raise LanesError("lanes: push buffer full")
-                    self._cv.wait(left)
-                if self._closed:
-                    raise ClientClosedError("lanes: client is closed")
-                self._core.add(it, time.monotonic())
+            while not self._closed and not self._core.fits(len(entries), self._inflight):
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise LanesError("lanes: push buffer full")
+                self._cv.wait(left)
+            if self._closed:
+                raise ClientClosedError("lanes: client is closed")
+            self._core.add(entries, time.monotonic())
             self._cv.notify_all()
 
     def _send_split(
@@ -329,15 +334,14 @@ class AsyncPushBuffer:
         return len(self._core.items) + self._inflight
 
     async def push(self, items: Sequence[Any]) -> None:
-        """As :meth:`PushBuffer.push`."""
+        """As :meth:`PushBuffer.push`: all or nothing (a cancelled push queues nothing)."""
         entries = _prepare(items)
         async with self._cv:
-            for it in entries:
-                while not self._closed and len(self) >= self._core.opts.bound:
-                    await self._cv.wait()
-                if self._closed:
-                    raise ClientClosedError("lanes: client is closed")
-                self._core.add(it, time.monotonic())
+            while not self._closed and not self._core.fits(len(entries), self._inflight):
+                await self._cv.wait()
+            if self._closed:
+                raise ClientClosedError("lanes: client is closed")
+            self._core.add(entries, time.monotonic())
             self._cv.notify_all()
 
     async def _send_split(
