@@ -397,6 +397,28 @@ def test_transaction_pipeline(client: lanes.Lanes, qname: str) -> None:
     assert ei.value.reason == "duplicate"
 
 
+def test_a_transaction_put_if_absent_on_a_present_key_commits_unless_required(
+    client: lanes.Lanes, qname: str
+) -> None:
+    client.kv(qname).put("order-7", "first")
+    res = (
+        client.transaction()
+        .queue(qname)
+        .push([{"n": 1}])
+        .kv_put_if_absent(qname, "order-7", "second")
+        .commit()
+    )
+    assert res.success, "the wire default: the put is not applied, the bundle commits"
+    assert client.kv(qname).get("order-7").value == "first"
+    assert [m.data for m in drain(client.queue(qname))] == [{"n": 1}]
+    with pytest.raises(lanes.TransactionError) as ei:
+        client.transaction().queue(qname).push([{"n": 2}]).kv_put_if_absent(
+            qname, "order-7", "third", required=True
+        ).commit()
+    assert ei.value.reason == "kv_precondition"
+    assert drain(client.queue(qname)) == []
+
+
 def test_admin_groups_seek_dlq_messages(client: lanes.Lanes, qname: str) -> None:
     client.queue(qname).push(["a", "b"])
     msgs = client.queue(qname).group("audit").subscription_mode("all").wait(False).pop()

@@ -113,12 +113,20 @@ class _TxBase:
         value: Any,
         *,
         ttl_seconds: int | None = None,
-        required: bool = True,
+        required: bool = False,
     ) -> TB:
-        """An idempotency gate: with ``required`` (default) a present key rolls the bundle back
-        with ``reason == "kv_precondition"``."""
+        """Write a key that is absent. By default (the wire's) a present key is left as it is
+        and the bundle commits; ``required=True`` makes it an idempotency gate: a present key
+        rolls the bundle back with ``reason == "kv_precondition"``."""
         self._kv.append(
-            R.kv_op("putIfAbsent", ns, key, value=value, ttl_seconds=ttl_seconds, required=required)
+            R.kv_op(
+                "putIfAbsent",
+                ns,
+                key,
+                value=value,
+                ttl_seconds=ttl_seconds,
+                required=required or None,
+            )
         )
         return self
 
