@@ -587,6 +587,18 @@ def test_timers(client: lanes.Lanes, qname: str) -> None:
     assert t.cancel("remind").status == "cancelled"
 
 
+def test_a_timer_without_a_payload_fires_an_empty_object_and_none_fires_null(
+    client: lanes.Lanes, qname: str
+) -> None:
+    t = client.timers(qname)
+    t.schedule("bare", delay_millis=60_000)
+    t.reschedule("bare-again", delay_millis=60_000)
+    client.transaction().timer_schedule(qname, "bare-in-tx", delay_millis=60_000).commit()
+    t.schedule("null", delay_millis=60_000, payload=None)
+    fired = {k: t.get(k).payload for k in ("bare", "bare-again", "bare-in-tx", "null")}
+    assert fired == {"bare": "{}", "bare-again": "{}", "bare-in-tx": "{}", "null": "null"}
+
+
 def test_messages_iterator_renews_the_lease_while_a_slow_loop_body_runs(
     client: lanes.Lanes, qname: str
 ) -> None:

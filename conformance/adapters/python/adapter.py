@@ -198,6 +198,11 @@ def expiry_seconds(o: dict[str, Any]) -> int | None:
     return o.get("ttlSeconds") or None
 
 
+def timer_payload(o: dict[str, Any]) -> dict[str, Any]:
+    """A case's timer ``data`` as the payload keyword; absent, the SDK sends no payload."""
+    return {"payload": o["data"]} if "data" in o else {}
+
+
 def tx_kv(tx: Any, o: dict[str, Any]) -> Any:
     """Add one wire-shaped KV op to a transaction through the builder's kv_* methods."""
     kw: dict[str, Any] = {}
@@ -312,7 +317,7 @@ class CaseState:
             elif "timer" in o:
                 t = o["timer"]
                 tx = tx.timer_schedule(
-                    t["queue"], t["key"], delay_millis=t.get("delayMs", 0), payload=t.get("data")
+                    t["queue"], t["key"], delay_millis=t.get("delayMs", 0), **timer_payload(t)
                 )
             elif "cancelTimer" in o:
                 tx = tx.timer_cancel(o["cancelTimer"]["queue"], o["cancelTimer"]["key"])
@@ -397,7 +402,7 @@ class CaseState:
     def op_timerSchedule(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(
             c.timers(a["queue"]).schedule(
-                a["key"], delay_millis=a.get("delayMs", 0), payload=a.get("data")
+                a["key"], delay_millis=a.get("delayMs", 0), **timer_payload(a)
             )
         )
 

@@ -4,6 +4,7 @@ parse the 2xx). The sync and async clients only execute them, so both build iden
 from __future__ import annotations
 
 import base64
+import enum
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -581,6 +582,15 @@ def kv_delete(ns: str, key: str, expect: int | None = None) -> Req[models.KvResu
     return Req("DELETE", _kv_path(ns, key), _model(models.KvResult))
 
 
+class _NoPayload(enum.Enum):
+    NO_PAYLOAD = "NO_PAYLOAD"
+
+
+# A timer scheduled without a payload omits the field, so the broker fires ``{}``; an explicit
+# None is sent as JSON null.
+NO_PAYLOAD = _NoPayload.NO_PAYLOAD
+
+
 def timer_payload(payload: Any) -> str:
     """Timer payloads travel as base64 of JSON text.
 
@@ -596,14 +606,15 @@ def timer_op(
     key: str,
     *,
     delay_millis: int | None = None,
-    payload: Any = None,
+    payload: Any = NO_PAYLOAD,
     partition: str | None = None,
     txn: str | None = None,
 ) -> dict[str, Any]:
     o: dict[str, Any] = {"op": op, "queue": queue, "timerKey": key}
     if op != "cancel":
         o["delayMs"] = int(delay_millis or 0)
-        o["payload"] = timer_payload(payload)
+        if payload is not NO_PAYLOAD:
+            o["payload"] = timer_payload(payload)
         o["txn"] = txn or P.uuid7()
     elif txn is not None:
         o["txn"] = txn

@@ -42,6 +42,7 @@ class Timers:
 
     ``partition`` is the destination partition (default ``Default``); ``transaction_id`` is the
     pushed message's id (minted as a UUIDv7 when absent; a fixed one makes firing idempotent).
+    Without ``payload`` the timer fires ``{}``; ``payload=None`` fires JSON null.
     """
 
     def __init__(self, client: Lanes, queue: str) -> None:
@@ -52,7 +53,7 @@ class Timers:
         key: str,
         *,
         delay_millis: int,
-        payload: Any = None,
+        payload: Any = R.NO_PAYLOAD,
         partition: str | None = None,
         transaction_id: str | None = None,
     ) -> models.TimerResult:
@@ -67,7 +68,7 @@ class Timers:
         key: str,
         *,
         delay_millis: int,
-        payload: Any = None,
+        payload: Any = R.NO_PAYLOAD,
         partition: str | None = None,
         transaction_id: str | None = None,
     ) -> models.TimerResult:
@@ -102,7 +103,7 @@ class AsyncTimers:
         key: str,
         *,
         delay_millis: int,
-        payload: Any = None,
+        payload: Any = R.NO_PAYLOAD,
         partition: str | None = None,
         transaction_id: str | None = None,
     ) -> models.TimerResult:
@@ -116,7 +117,7 @@ class AsyncTimers:
         key: str,
         *,
         delay_millis: int,
-        payload: Any = None,
+        payload: Any = R.NO_PAYLOAD,
         partition: str | None = None,
         transaction_id: str | None = None,
     ) -> models.TimerResult:

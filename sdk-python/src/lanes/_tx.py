@@ -146,7 +146,7 @@ class _TxBase:
         key: str,
         *,
         delay_millis: int,
-        payload: Any = None,
+        payload: Any = R.NO_PAYLOAD,
         partition: str | None = None,
         op: Literal["schedule", "reschedule"] = "schedule",
     ) -> TB:
