@@ -7,6 +7,9 @@ import asyncio
 import datetime
 import json
 import logging
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from typing import Any
@@ -373,6 +376,52 @@ def test_a_buffer_push_larger_than_max_size_is_taken_whole_into_an_empty_buffer(
     assert len(b) == 3
     c.close(timeout=5)
     assert stored == [1, 2, 3]
+
+
+def _run_script(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=True,
+    )
+
+
+def test_a_program_that_ends_without_close_still_flushes_its_buffer(
+    broker_url: str, qname: str
+) -> None:
+    ran = _run_script(
+        f"""
+        import lanes
+        closed = lanes.Lanes({broker_url!r})
+        closed.queue({qname!r} + "-closed").buffer(time_millis=60_000).push([0])
+        closed.close()
+        lanes.Lanes({broker_url!r}).queue({qname!r}).buffer(time_millis=60_000).push([1, 2])
+        """
+    )
+    assert "unsent" not in ran.stderr
+    with lanes.Lanes(broker_url) as c:
+        assert _pop_all(c, qname) == [1, 2]
+
+
+def test_an_async_program_that_ends_without_aclose_logs_what_it_lost(
+    broker_url: str, qname: str
+) -> None:
+    ran = _run_script(
+        f"""
+        import asyncio, lanes
+        async def main():
+            closed = lanes.AsyncLanes({broker_url!r})
+            await closed.queue({qname!r}).buffer(time_millis=60_000).push([0])
+            await closed.aclose()
+            c = lanes.AsyncLanes({broker_url!r})
+            await c.queue({qname!r}).buffer(time_millis=60_000).push([1, 2])
+        asyncio.run(main())
+        """
+    )
+    assert "lanes: 2 buffered push item(s) unsent at exit" in ran.stderr
+    assert ran.stderr.count("unsent at exit") == 1, "the closed client logs nothing"
 
 
 def test_a_batch_refused_with_413_is_halved_until_only_the_big_item_is_dropped() -> None:

@@ -4,6 +4,7 @@ hand out live beside them: ``_queue``, ``_admin``, ``_kv`` and ``_timers``."""
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import logging
 import os
@@ -24,7 +25,7 @@ from lanes._consumer import (
     ErrorCallback,
     PopsInFlight,
 )
-from lanes._exceptions import ClientClosedError
+from lanes._exceptions import ClientClosedError, UnsentError
 from lanes._generated import models
 from lanes._http import AsyncTransport, Config, SyncTransport
 from lanes._kv import KV, AsyncKV
@@ -39,6 +40,17 @@ from lanes._types import AckResult, AckStatus, Message, RenewResult
 T = TypeVar("T")
 
 DEFAULT_URL = "http://localhost:6632"
+
+# How long the exit hook of a client never closed may spend flushing its buffers.
+EXIT_FLUSH_TIMEOUT = 5.0
+
+
+def _log_unsent_at_exit(logger: logging.Logger, unsent: int) -> None:
+    logger.error(
+        "lanes: %d buffered push item(s) unsent at exit and lost: close() the client "
+        "(await aclose() for AsyncLanes) before the program ends",
+        unsent,
+    )
 
 
 def _config(
@@ -240,8 +252,18 @@ class Lanes:
                 b = PushBuffer(
                     q.push, opts, on_error, self._cfg.logger, f"{queue}/{partition or 'Default'}"
                 )
+                if not self._buffers:
+                    atexit.register(self._flush_at_exit)
                 self._buffers[key] = b
             return b
+
+    def _flush_at_exit(self) -> None:
+        """The safety net for a program that ends without close(): the flusher threads are
+        daemons, so what is buffered would be lost. Flushed briefly; what is left is logged."""
+        try:
+            flush_every(list(self._buffers.values()), EXIT_FLUSH_TIMEOUT)
+        except UnsentError as e:
+            _log_unsent_at_exit(self._cfg.logger, e.unsent)
 
     def flush_all(self, timeout: float | None = 30.0) -> None:
         """Flush every buffer at once; :class:`UnsentError` names the total left at ``timeout``."""
@@ -257,6 +279,7 @@ class Lanes:
             return
         with self._lock:
             self._closed = True
+        atexit.unregister(self._flush_at_exit)
         try:
             for c in list(self._consumers):
                 c.stop(timeout)
@@ -405,8 +428,17 @@ class AsyncLanes:
             b = AsyncPushBuffer(
                 q.push, opts, on_error, self._cfg.logger, f"{queue}/{partition or 'Default'}"
             )
+            if not self._buffers:
+                atexit.register(self._report_unsent_at_exit)
             self._buffers[key] = b
         return b
+
+    def _report_unsent_at_exit(self) -> None:
+        """A program that ends without aclose() loses what is buffered: no coroutine can run
+        at exit to flush it, so the loss is logged."""
+        unsent = sum(len(b) for b in self._buffers.values())
+        if unsent:
+            _log_unsent_at_exit(self._cfg.logger, unsent)
 
     async def flush_all(self, timeout: float | None = 30.0) -> None:
         """As :meth:`Lanes.flush_all`."""
@@ -417,6 +449,7 @@ class AsyncLanes:
         if self._closed:
             return
         self._closed = True
+        atexit.unregister(self._report_unsent_at_exit)
         try:
             for c in list(self._consumers):
                 await c.stop(timeout)
