@@ -84,17 +84,30 @@ export class OutcomeUnknownError extends LanesError {
   }
 }
 
+/** ItemError describes one pushed item the broker reported as failed (Go's `ItemError`, Python's `ItemError`). */
+export interface ItemError {
+  /** index is the item's position in the push. */
+  index: number;
+  transactionId: string;
+  status: string;
+  /** message is the broker's reason ("" when it gave none). */
+  message: string;
+}
+
 /** PushError is thrown by a push when at least one item came back `failed` (stored nowhere). `results` holds every item's verdict, in request order; retrying the same items is safe (same transaction ids). */
 export class PushError extends LanesError {
   /** results is the broker's verdict on every item of the push. */
   readonly results: PushResult[];
   /** failed is the subset of results whose status is `failed`. */
   readonly failed: PushResult[];
+  /** items describes the failed items in the shape the Go and Python SDKs use. */
+  readonly items: ItemError[];
   constructor(results: PushResult[]) {
     const failed = results.filter((r) => r.status === "failed");
     super(`push: ${failed.length} of ${results.length} item(s) failed${failed[0]?.error ? `: ${failed[0].error}` : ""}`);
     this.results = results;
     this.failed = failed;
+    this.items = failed.map((r) => ({ index: r.index, transactionId: r.transactionId, status: r.status, message: r.error ?? "" }));
   }
 }
 

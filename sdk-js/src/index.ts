@@ -30,6 +30,7 @@ export {
   APITimeoutError,
   OutcomeUnknownError,
   PushError,
+  type ItemError,
   InvalidItemError,
   InvalidNameError,
   ClientClosedError,

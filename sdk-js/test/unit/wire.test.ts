@@ -140,6 +140,7 @@ describe("retry policy on the wire", () => {
     expect(err).toBeInstanceOf(PushError);
     expect(err.results.map((r) => r.status)).toEqual(["queued", "failed"]);
     expect(err.failed[0]?.error).toBe("disk");
+    expect(err.items).toEqual([{ index: 1, transactionId: "t1", status: "failed", message: "disk" }]);
   });
 
   it("sends the bearer token and wire field names", async () => {
