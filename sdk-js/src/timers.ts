@@ -1,6 +1,7 @@
 // Timers helpers (`/api/v1/timers`).
 import { LanesError } from "./errors.js";
 import type { Core } from "./internal/core.js";
+import { uuidv7 } from "./internal/uuid.js";
 import type { Timer, TimerList, TimerOperation, TimerResult } from "./types.js";
 
 /** TimerSchedule describes a timer: `payload` (any JSON) is pushed to the queue after `delayMillis`. */
@@ -8,16 +9,16 @@ export interface TimerSchedule {
   delayMillis: number;
   payload?: unknown;
   partition?: string;
-  /** transactionId of the pushed message (deterministic ids make firing idempotent). */
+  /** transactionId of the pushed message; without one a UUIDv7 is minted when the operation is built, so a resend after a lost answer fires once. */
   transactionId?: string;
 }
 
-/** timerScheduleOp builds a schedule operation; the payload travels as base64 of its JSON. */
+/** timerScheduleOp builds a schedule operation; the payload travels as base64 of its JSON. The `txn` is fixed here, before the first attempt: a resend that got a new one would fire the timer twice. */
 export function timerScheduleOp(queue: string, key: string, s: TimerSchedule, op: "schedule" | "reschedule" = "schedule"): TimerOperation {
   const out: TimerOperation = { op, queue, timerKey: key, delayMs: Math.max(0, Math.round(s.delayMillis)) };
   out.payload = Buffer.from(JSON.stringify(s.payload ?? null), "utf8").toString("base64");
   if (s.partition !== undefined) out.partition = s.partition;
-  if (s.transactionId !== undefined) out.txn = s.transactionId;
+  out.txn = s.transactionId || uuidv7();
   return out;
 }
 

@@ -1,11 +1,12 @@
 // A write whose answer is lost after the broker committed it (docs/retries.md §5), through a
 // small in-test proxy in front of the real broker: incr, putIfAbsent and a KV-only transaction
-// are not resent and fail with OutcomeUnknownError; a plain put and a bundle with a push are.
+// are not resent and fail with OutcomeUnknownError; a plain put and a bundle with a push are; a
+// resent timer schedule fires once.
 import { createServer, type Server } from "node:http";
 import type { AddressInfo } from "node:net";
 import { afterAll, beforeAll, describe, expect, it } from "vitest";
 import { Lanes, OutcomeUnknownError, TransactionError } from "../../src/index.js";
-import { brokerUrl, client, uniq } from "./helpers.js";
+import { brokerUrl, client, sleep, uniq } from "./helpers.js";
 
 /** AnswerDropper forwards to the broker; for the next `drops` requests it waits for the whole answer (the write committed), then closes the client's connection without a byte. */
 class AnswerDropper {
@@ -97,5 +98,40 @@ describe("a lost answer on a write", () => {
     expect(err).toBeInstanceOf(TransactionError);
     expect(err).toMatchObject({ reason: "duplicate", attempts: 2 });
     expect((await direct.get("bundle-counter")).value).toBe(1);
+  });
+});
+
+describe("a lost answer on a timer schedule", () => {
+  const proxy = new AnswerDropper(brokerUrl());
+  // The resend waits longer than a firing cycle (250 ms), so the first schedule has fired by then.
+  let viaProxy: Lanes;
+  beforeAll(async () => {
+    await proxy.start();
+    viaProxy = new Lanes({ url: proxy.url, env: {}, retryDelayMillis: 1000 });
+  });
+  afterAll(() => proxy.close());
+
+  /** firedMessages waits until timer `key` of `queue` is gone (every firing done), then pops what it pushed. */
+  async function firedMessages(queue: string, key: string): Promise<string[]> {
+    const lanes = client();
+    for (let i = 0; i < 50 && (await lanes.timers(queue).get(key)).found; i++) await sleep(100);
+    await sleep(300);
+    return (await lanes.queue(queue).batch(10).wait(false).pop()).map((m) => m.transactionId);
+  }
+
+  it("fires once when scheduled directly", async () => {
+    const q = uniq("timer-lost");
+    proxy.dropNext(1);
+    const res = await viaProxy.timers(q).schedule("k", { delayMillis: 0, payload: { a: 1 } });
+    expect(proxy.seen).toBe(2);
+    expect(await firedMessages(q, "k")).toEqual([res.txn]);
+  });
+
+  it("fires once when scheduled as a transaction rider", async () => {
+    const q = uniq("txtimer-lost");
+    proxy.dropNext(1);
+    await viaProxy.transaction().timer(q, "k", { delayMillis: 0, payload: { a: 1 } }).commit();
+    expect(proxy.seen).toBe(2);
+    expect(await firedMessages(q, "k")).toHaveLength(1);
   });
 });
