@@ -4,7 +4,7 @@ import type { Core } from "./internal/core.js";
 import { uuidv7 } from "./internal/uuid.js";
 import type { Timer, TimerList, TimerOperation, TimerResult } from "./types.js";
 
-/** TimerSchedule describes a timer: `payload` (any JSON) is pushed to the queue after `delayMillis`. */
+/** TimerSchedule describes a timer: `payload` (any JSON; `{}` when left out) is pushed to the queue after `delayMillis`. */
 export interface TimerSchedule {
   delayMillis: number;
   payload?: unknown;
@@ -16,7 +16,8 @@ export interface TimerSchedule {
 /** timerScheduleOp builds a schedule operation; the payload travels as base64 of its JSON. The `txn` is fixed here, before the first attempt: a resend that got a new one would fire the timer twice. */
 export function timerScheduleOp(queue: string, key: string, s: TimerSchedule, op: "schedule" | "reschedule" = "schedule"): TimerOperation {
   const out: TimerOperation = { op, queue, timerKey: key, delayMs: Math.max(0, Math.round(s.delayMillis)) };
-  out.payload = Buffer.from(JSON.stringify(s.payload ?? null), "utf8").toString("base64");
+  // Without a payload the field is left out and the broker fires `{}`, as Go does; an explicit null is sent.
+  if (s.payload !== undefined) out.payload = Buffer.from(JSON.stringify(s.payload), "utf8").toString("base64");
   if (s.partition !== undefined) out.partition = s.partition;
   out.txn = s.transactionId || uuidv7();
   return out;

@@ -141,4 +141,14 @@ describe("kv and timers", () => {
     expect((await t.get("reminder-1")).found).toBe(true);
     expect((await t.cancel("reminder-1")).status).toBe("cancelled");
   });
+
+  it("a timer without a payload fires {}, one with an explicit null fires null", async () => {
+    const lanes = client();
+    const q = uniq("timer-payload");
+    await lanes.timers(q).schedule("none", { delayMillis: 0, partition: "none" });
+    await lanes.timers(q).schedule("null", { delayMillis: 0, partition: "null", payload: null });
+    const data = async (partition: string) => (await lanes.queue(q).partition(partition).timeoutMillis(5000).pop())[0]?.data;
+    expect(await data("none")).toEqual({});
+    expect(await data("null")).toBeNull();
+  });
 });
