@@ -121,6 +121,9 @@ export class InvalidItemError extends LanesError {
   }
 }
 
+/** InvalidValueError is thrown before any request by a KV put or putIfAbsent (direct or in a transaction) whose value, or a timer schedule whose payload, is not plain JSON (the payloads InvalidItemError refuses for a push). */
+export class InvalidValueError extends LanesError {}
+
 /** InvalidNameError is thrown by `buffer()` for a queue or partition name the broker refuses (empty, "." or "..", a NUL character, a lone surrogate, over 512 bytes): such a buffer could only drop what it holds. */
 export class InvalidNameError extends LanesError {
   /** field is "queue" or "partition". */

@@ -32,6 +32,7 @@ export {
   PushError,
   type ItemError,
   InvalidItemError,
+  InvalidValueError,
   InvalidNameError,
   ClientClosedError,
   UnsentError,

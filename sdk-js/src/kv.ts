@@ -1,15 +1,18 @@
 // KV state helpers (`/api/v1/kv`).
-import { LanesError } from "./errors.js";
+import { InvalidValueError, LanesError } from "./errors.js";
 import type { Core } from "./internal/core.js";
+import { jsonProblem } from "./internal/payload.js";
 import { kvOpsIdempotent } from "./retry.js";
 import type { KvListResult, KvNamespaceList, KvOperation, KvResult } from "./types.js";
 
 /** KvExpiry says how long a written key lives: `{ttlSeconds}` or `{forever: true}` (the broker requires exactly one). */
 export type KvExpiry = { ttlSeconds: number } | { forever: true };
 
-/** kvWriteOp builds a put / putIfAbsent operation. */
+/** kvWriteOp builds a put / putIfAbsent operation; it throws InvalidValueError for a value JSON cannot hold as given. */
 export function kvWriteOp(op: "put" | "putIfAbsent", ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean }): KvOperation {
   if (!expiry || (!("forever" in expiry) && !(expiry.ttlSeconds > 0))) throw new LanesError("kv: give {ttlSeconds: n > 0} or {forever: true}");
+  const problem = jsonProblem(value, "value");
+  if (problem) throw new InvalidValueError(`kv ${op} ${JSON.stringify(key)}: ${problem}`);
   const out: KvOperation = { op, ns, key, value: value as KvOperation["value"], ...("forever" in expiry ? { forever: true } : { ttlSeconds: expiry.ttlSeconds }) };
   if (opts.expect !== undefined) out.expect = opts.expect;
   if (opts.required !== undefined) out.required = opts.required;
@@ -47,11 +50,11 @@ export class Kv {
     return this.one({ op: "getPrefix", ns: this.namespace, prefix, ...opts });
   }
   /** put writes a key (`expect` 0 = must not exist, N = version must be N). */
-  put(key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean } = {}): Promise<KvResult> {
+  async put(key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean } = {}): Promise<KvResult> {
     return this.one(kvWriteOp("put", this.namespace, key, value, expiry, opts));
   }
   /** putIfAbsent writes a key only when it does not exist. */
-  putIfAbsent(key: string, value: unknown, expiry: KvExpiry): Promise<KvResult> {
+  async putIfAbsent(key: string, value: unknown, expiry: KvExpiry): Promise<KvResult> {
     return this.one(kvWriteOp("putIfAbsent", this.namespace, key, value, expiry, {}));
   }
   /** delete removes a key. */

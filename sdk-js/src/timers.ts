@@ -1,6 +1,7 @@
 // Timers helpers (`/api/v1/timers`).
-import { LanesError } from "./errors.js";
+import { InvalidValueError, LanesError } from "./errors.js";
 import type { Core } from "./internal/core.js";
+import { jsonProblem } from "./internal/payload.js";
 import { uuidv7 } from "./internal/uuid.js";
 import type { Timer, TimerList, TimerOperation, TimerResult } from "./types.js";
 
@@ -13,8 +14,10 @@ export interface TimerSchedule {
   transactionId?: string;
 }
 
-/** timerScheduleOp builds a schedule operation; the payload travels as base64 of its JSON. The `txn` is fixed here, before the first attempt: a resend that got a new one would fire the timer twice. */
+/** timerScheduleOp builds a schedule operation (InvalidValueError for a payload JSON cannot hold as given); the payload travels as base64 of its JSON. The `txn` is fixed here, before the first attempt: a resend that got a new one would fire the timer twice. */
 export function timerScheduleOp(queue: string, key: string, s: TimerSchedule, op: "schedule" | "reschedule" = "schedule"): TimerOperation {
+  const problem = jsonProblem(s.payload);
+  if (problem) throw new InvalidValueError(`timer ${op} ${JSON.stringify(key)}: ${problem}`);
   const out: TimerOperation = { op, queue, timerKey: key, delayMs: Math.max(0, Math.round(s.delayMillis)) };
   // Without a payload the field is left out and the broker fires `{}`, as Go does; an explicit null is sent.
   if (s.payload !== undefined) out.payload = Buffer.from(JSON.stringify(s.payload), "utf8").toString("base64");
@@ -40,11 +43,11 @@ export class Timers {
     return r;
   }
   /** schedule creates or replaces timer `key`. */
-  schedule(key: string, s: TimerSchedule): Promise<TimerResult> {
+  async schedule(key: string, s: TimerSchedule): Promise<TimerResult> {
     return this.one(timerScheduleOp(this.queue, key, s));
   }
   /** reschedule replaces timer `key` and resets its attempts. */
-  reschedule(key: string, s: TimerSchedule): Promise<TimerResult> {
+  async reschedule(key: string, s: TimerSchedule): Promise<TimerResult> {
     return this.one(timerScheduleOp(this.queue, key, s, "reschedule"));
   }
   /** cancel deletes timer `key` (`absent` may mean it already fired). */

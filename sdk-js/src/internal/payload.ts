@@ -1,10 +1,11 @@
-// What a push payload may hold: values JSON.stringify sends as they are. Everything it would
-// throw on, or silently change (NaN → null, a Map → {}, a Uint8Array → an object of indices),
-// is refused before sending, so a payload is stored exactly as given or not at all.
+// What a push payload, a KV value or a timer payload may hold: values JSON.stringify sends as
+// they are. Everything it would throw on, or silently change (NaN → null, a Map → {}, a
+// Uint8Array → an object of indices), is refused before sending, so a value is stored exactly as
+// given or not at all.
 
-/** jsonProblem returns why value is not plain JSON (with the path to the bad part), or undefined when it is. */
-export function jsonProblem(value: unknown): string | undefined {
-  return walk(value, "payload", new Set());
+/** jsonProblem returns why value is not plain JSON (with the path to the bad part, starting at `name`), or undefined when it is. */
+export function jsonProblem(value: unknown, name = "payload"): string | undefined {
+  return walk(value, name, new Set());
 }
 
 function walk(value: unknown, path: string, ancestors: Set<object>): string | undefined {

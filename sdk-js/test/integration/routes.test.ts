@@ -1,6 +1,6 @@
 // Transactions, admin, DLQ, KV and timers against the real broker.
 import { describe, expect, it } from "vitest";
-import { EmptyTransactionError, LanesError, TransactionError } from "../../src/index.js";
+import { EmptyTransactionError, InvalidValueError, LanesError, TransactionError } from "../../src/index.js";
 import { client, uniq } from "./helpers.js";
 
 describe("transactions", () => {
@@ -140,6 +140,22 @@ describe("kv and timers", () => {
     expect(res.status).toBe("scheduled");
     expect((await t.get("reminder-1")).found).toBe(true);
     expect((await t.cancel("reminder-1")).status).toBe("cancelled");
+  });
+
+  it("refuses KV values and timer payloads JSON cannot hold as given, before any request", async () => {
+    const lanes = client();
+    const ns = uniq("kv-json");
+    const kv = lanes.kv(ns);
+    for (const bad of [NaN, Infinity, { n: 10n }, new Map([["a", 1]]), new Uint8Array([1, 2])]) {
+      await expect(kv.put("k", bad, { forever: true })).rejects.toBeInstanceOf(InvalidValueError);
+      await expect(kv.putIfAbsent("k", { nested: [bad] }, { forever: true })).rejects.toBeInstanceOf(InvalidValueError);
+      expect(() => lanes.transaction().kv.put(ns, "k", bad, { forever: true })).toThrow(InvalidValueError);
+    }
+    expect((await kv.get("k")).found).toBe(false);
+    const q = uniq("timer-json");
+    await expect(lanes.timers(q).schedule("t", { delayMillis: 0, payload: { at: Infinity } })).rejects.toBeInstanceOf(InvalidValueError);
+    expect(() => lanes.transaction().timer(q, "t", { delayMillis: 0, payload: new Set([1]) })).toThrow(InvalidValueError);
+    expect((await lanes.timers(q).get("t")).found).toBe(false);
   });
 
   it("a timer without a payload fires {}, one with an explicit null fires null", async () => {
