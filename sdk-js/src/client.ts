@@ -49,11 +49,12 @@ export interface LanesOptions {
   env?: Record<string, string | undefined>;
 }
 
-/** Lanes is the client: `new Lanes({ url })`, then `lanes.queue('orders')…`. It installs no signal handlers; call `close()` to flush push buffers. */
+/** Lanes is the client: `new Lanes({ url })`, then `lanes.queue('orders')…`. It installs no signal handlers; call `close()` to flush push buffers. A client with a push buffer also flushes it on the process's `beforeExit` (bounded like `close()`) as a safety net, until `close()` runs. */
 export class Lanes {
   private readonly core: Core;
   private readonly buffers = new Map<string, PushBuffer>();
   private closed = false;
+  private exitHookSet = false;
   private adminApi: Admin | undefined;
 
   constructor(options: LanesOptions | string | string[] = {}) {
@@ -152,9 +153,25 @@ export class Lanes {
     if (!b) {
       b = new PushBuffer(this.core, queue, partition, opts);
       this.buffers.set(key, b);
+      if (!this.exitHookSet) {
+        this.exitHookSet = true;
+        process.on("beforeExit", this.flushBeforeExit);
+      }
     }
     return b;
   }
+
+  /**
+   * flushBeforeExit is the safety net for a script that ends without close(): Node emits
+   * beforeExit once the event loop is empty (the flush timers do not hold it), and the close's
+   * own requests keep the process alive until they end.
+   */
+  private readonly flushBeforeExit = (): void => {
+    const waiting = this.bufferStats().totalBufferedMessages;
+    if (waiting === 0) return;
+    this.core.log.warn(`exit: flushing ${waiting} buffered message(s); await lanes.close() before the process ends`);
+    this.close().catch((err: unknown) => this.core.log.error(`exit: ${err instanceof Error ? err.message : String(err)}`));
+  };
 
   /** flushAll sends everything waiting in the push buffers. */
   async flushAll(): Promise<void> {
@@ -175,6 +192,7 @@ export class Lanes {
   /** close refuses new buffers and buffer pushes (ClientClosedError), then flushes the push buffers, all at once, bounded by `timeoutMillis` (default 30 s). It rejects with UnsentError (`.unsent`) when messages are left; they stay buffered and calling close() again tries again. Direct calls keep working: close releases nothing they use. Consumers are stopped by their own `stop()`. */
   async close(opts: { timeoutMillis?: number } = {}): Promise<void> {
     this.closed = true;
+    process.off("beforeExit", this.flushBeforeExit);
     const deadline = Date.now() + (opts.timeoutMillis ?? 30_000);
     const left = await Promise.all([...this.buffers.values()].map((b) => b.close(deadline)));
     const unsent = left.reduce((a, b) => a + b, 0);

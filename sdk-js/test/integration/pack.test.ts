@@ -7,14 +7,14 @@ import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
 import { afterAll, describe, expect, it } from "vitest";
-import { brokerUrl, uniq } from "./helpers.js";
+import { brokerUrl, client, uniq } from "./helpers.js";
 
 const root = resolve(dirname(fileURLToPath(import.meta.url)), "../..");
 const scratch = mkdtempSync(join(tmpdir(), "lanes-pack-"));
 afterAll(() => rmSync(scratch, { recursive: true, force: true }));
 
 describe("npm pack", () => {
-  it("installs into a scratch project and round-trips a message", () => {
+  it("installs into a scratch project and round-trips a message", async () => {
     const url = brokerUrl();
     const run = (cmd: string, args: string[], cwd: string) => execFileSync(cmd, args, { cwd, encoding: "utf8", stdio: ["ignore", "pipe", "pipe"] });
     // Pack a copy without dist/, as a fresh clone has it: the prepack script must build it.
@@ -57,6 +57,17 @@ await lanes.close();
     const started = Date.now();
     run("node", ["buffer.mjs"], app);
     expect(Date.now() - started).toBeLessThan(10_000);
+    // A script that ends without close() still sends what its buffer holds (the beforeExit hook).
+    writeFileSync(
+      join(app, "exit.mjs"),
+      `import { Lanes } from "@lanesmq/lanes";
+const lanes = new Lanes({ url: ${JSON.stringify(url)}, logger: null });
+await lanes.queue(${JSON.stringify(q + "-exit")}).buffer({ messageCount: 100, timeMillis: 60000 }).push([1, 2, 3, 4, 5]);
+`,
+    );
+    run("node", ["exit.mjs"], app);
+    const exited = await client().queue(q + "-exit").batch(10).wait(false).pop();
+    expect(exited.map((m) => m.data)).toEqual([1, 2, 3, 4, 5]);
     // the declarations type-check a consumer
     writeFileSync(
       join(app, "check.ts"),
