@@ -129,7 +129,7 @@ export class TransactionKv {
   put(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean } = {}): TransactionBuilder {
     return this.add(kvWriteOp("put", ns, key, value, expiry, opts));
   }
-  /** putIfAbsent writes a key only when it does not exist. */
+  /** putIfAbsent writes a key only when it does not exist; an existing key leaves the put unapplied and the bundle commits, unless `required` (see `once`). */
   putIfAbsent(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { required?: boolean } = {}): TransactionBuilder {
     return this.add(kvWriteOp("putIfAbsent", ns, key, value, expiry, opts));
   }

@@ -120,6 +120,21 @@ describe("admin", () => {
   });
 });
 
+describe("putIfAbsent in a transaction", () => {
+  it("commits the bundle with the put unapplied when the key exists; once() rolls it back", async () => {
+    const lanes = client();
+    const ns = uniq("tx-pia");
+    const q = uniq("tx-pia-q");
+    await lanes.kv(ns).put("k", "first", { forever: true });
+    const res = await lanes.transaction().queue(q).push([1]).kv.putIfAbsent(ns, "k", "second", { forever: true }).commit();
+    expect(res.kv?.[0]).toMatchObject({ applied: false, reason: "exists" });
+    expect((await lanes.kv(ns).get("k")).value).toBe("first");
+    const err = await lanes.transaction().queue(q).push([2]).kv.once(ns, "k", { forever: true }).commit().catch((e: unknown) => e);
+    expect(err).toMatchObject({ reason: "kv_precondition" });
+    expect((await lanes.queue(q).batch(10).wait(false).pop()).map((m) => m.data)).toEqual([1]);
+  });
+});
+
 describe("kv and timers", () => {
   it("put, get, incr, delete", async () => {
     const lanes = client();
