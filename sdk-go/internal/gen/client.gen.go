@@ -2914,7 +2914,7 @@ type ClientInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// when there is no `options` object. A key that is not a queue option (a misspelled one,
 	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
@@ -2928,7 +2928,7 @@ type ClientInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// when there is no `options` object. A key that is not a queue option (a misspelled one,
 	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
@@ -3545,7 +3545,7 @@ func (c *Client) AckBatch(ctx context.Context, body AckBatchJSONRequestBody, req
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// when there is no `options` object. A key that is not a queue option (a misspelled one,
 // which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 // key in `invalid`, and nothing is written. Required role: read-write or admin.
 //
@@ -3569,7 +3569,7 @@ func (c *Client) ConfigureWithBody(ctx context.Context, contentType string, body
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// when there is no `options` object. A key that is not a queue option (a misspelled one,
 // which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 // key in `invalid`, and nothing is written. Required role: read-write or admin.
 //
@@ -7868,7 +7868,7 @@ type ClientWithResponsesInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// when there is no `options` object. A key that is not a queue option (a misspelled one,
 	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
@@ -7882,7 +7882,7 @@ type ClientWithResponsesInterface interface {
 	// Creates the queue if missing and sets its options. Default mode is `replace`: every
 	// omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 	// an option sent as `null` returns to its default. Options may also be sent top-level
-	// when there is no `options` object. A key that is not a queue option (a misspelt one,
+	// when there is no `options` object. A key that is not a queue option (a misspelled one,
 	// which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 	// key in `invalid`, and nothing is written. Required role: read-write or admin.
 	//
@@ -12942,7 +12942,7 @@ func (c *ClientWithResponses) AckBatchWithResponse(ctx context.Context, body Ack
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// when there is no `options` object. A key that is not a queue option (a misspelled one,
 // which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 // key in `invalid`, and nothing is written. Required role: read-write or admin.
 //
@@ -12962,7 +12962,7 @@ func (c *ClientWithResponses) ConfigureWithBodyWithResponse(ctx context.Context,
 // Creates the queue if missing and sets its options. Default mode is `replace`: every
 // omitted option returns to its default. With `mode:"merge"` omitted options are kept and
 // an option sent as `null` returns to its default. Options may also be sent top-level
-// when there is no `options` object. A key that is not a queue option (a misspelt one,
+// when there is no `options` object. A key that is not a queue option (a misspelled one,
 // which `replace` would otherwise silently reset) answers `400 invalid_option` with the
 // key in `invalid`, and nothing is written. Required role: read-write or admin.
 //

@@ -207,7 +207,7 @@ export interface paths {
          * @description Creates the queue if missing and sets its options. Default mode is `replace`: every
          *     omitted option returns to its default. With `mode:"merge"` omitted options are kept and
          *     an option sent as `null` returns to its default. Options may also be sent top-level
-         *     when there is no `options` object. A key that is not a queue option (a misspelt one,
+         *     when there is no `options` object. A key that is not a queue option (a misspelled one,
          *     which `replace` would otherwise silently reset) answers `400 invalid_option` with the
          *     key in `invalid`, and nothing is written. Required role: read-write or admin.
          *

@@ -497,7 +497,7 @@ func TestAckOfARepeatedTransactionIDNamesTheDeliveredCopy(t *testing.T) {
 	})
 }
 
-// A misspelt option is refused, in either form of the body: under the default
+// A misspelled option is refused, in either form of the body: under the default
 // replace it would otherwise reset the option it meant to set, silently.
 func TestConfigureRefusesUnknownOptions(t *testing.T) {
 	b := newTestBroker(t)
@@ -531,12 +531,12 @@ func TestConfigureRefusesUnknownOptions(t *testing.T) {
 		t.Fatalf("top-level options beside the body's own fields: %d %+v", status, out.Options)
 	}
 	// namespace and task are options in the reference's table too.
-	var labelled struct {
+	var labeled struct {
 		Namespace string `json:"namespace"`
 		Task      string `json:"task"`
 	}
-	status, _ = b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"namespace": "n2", "task": "t2"}}, &labelled)
-	if status != 200 || labelled.Namespace != "n2" || labelled.Task != "t2" {
-		t.Fatalf("namespace and task inside options: %d %+v", status, labelled)
+	status, _ = b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"namespace": "n2", "task": "t2"}}, &labeled)
+	if status != 200 || labeled.Namespace != "n2" || labeled.Task != "t2" {
+		t.Fatalf("namespace and task inside options: %d %+v", status, labeled)
 	}
 }

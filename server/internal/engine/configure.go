@@ -97,7 +97,7 @@ var optionSpecs = map[string]optionSpec{
 
 // ApplyOptions validates raw options and applies them over base; a bad value
 // or an unknown key names its option. An unknown key is refused, not ignored:
-// configure replaces by default, so a misspelt option (dedupWindowSecs) would
+// configure replaces by default, so a misspelled option (dedupWindowSecs) would
 // otherwise silently reset the option it meant to set.
 func ApplyOptions(base QueueOptions, raw map[string]json.RawMessage) (QueueOptions, error) {
 	defaults := DefaultQueueOptions()
