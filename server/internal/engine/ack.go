@@ -64,6 +64,7 @@ const (
 	errInvalidLease     = "invalid or expired lease"
 	errConsumerNotFound = "consumer not found"
 	errRetriesExhausted = "Retries exhausted"
+	errDeletedBeforeDLQ = "message deleted by retention before it could be dead-lettered"
 )
 
 // Ack applies acknowledgements in one transaction. Items are grouped by
@@ -289,7 +290,7 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	plan.duplicateCompletedIsNoop = true
 	dlqs := plan.apply(items, results)
 	if len(dlqs) > 0 {
-		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
+		if err := fileDeadLetters(ctx, tx, dlqs, results); err != nil {
 			return err
 		}
 	}
@@ -649,11 +650,14 @@ func (p *ackPlan) queueWrites(b *pgx.Batch) {
 }
 
 type dlqFiling struct {
-	partition  uuid.UUID
-	group      string
-	offset     int64
-	reason     string
-	retryCount int
+	// resultIndex is the poison ack's result, which fileDeadLetters tells
+	// whether a dead letter was filed.
+	resultIndex int
+	partition   uuid.UUID
+	group       string
+	offset      int64
+	reason      string
+	retryCount  int
 }
 
 // commitGroup applies the clamp rule to one (partition, group) and mutates row
@@ -735,8 +739,8 @@ func commitGroup(row *consumerRow, k ackGroupKey, refs []ackRef, items []AckItem
 		row.retryCount = 0
 		release()
 		if nackStatus == AckDLQ || row.dlqEnabled {
-			filing = &dlqFiling{partition: k.partition, group: k.group, offset: lowNack, reason: reason, retryCount: retries}
-			results[nackIndex].DLQ = true
+			filing = &dlqFiling{resultIndex: nackIndex, partition: k.partition, group: k.group, offset: lowNack,
+				reason: reason, retryCount: retries}
 		} else {
 			results[nackIndex].Dropped = true
 		}
@@ -758,43 +762,60 @@ func dlqReason(refs []ackRef, items []AckItem, poisonIndex int, _ int64) string 
 	return errRetriesExhausted
 }
 
-// fileDeadLetters copies each poison message, payload included, into lanes.dlq.
-func fileDeadLetters(ctx context.Context, tx dbtx, filings []dlqFiling) error {
+// fileDeadLetters copies each poison message, payload included, into lanes.dlq,
+// and reports on each filing's ack result whether it did: dlq true when the
+// letter was filed, an error when retention had deleted the message first
+// (the ack still succeeds: the cursor moves past it either way).
+func fileDeadLetters(ctx context.Context, tx dbtx, filings []dlqFiling, results []AckResult) error {
 	for _, f := range filings {
-		var base, end int64
-		var blob []byte
-		var createdAt any
-		err := tx.QueryRow(ctx, `SELECT base_offset, end_offset, created_at, frames FROM lanes.segments
-			WHERE partition_id = $1 AND base_offset <= $2 ORDER BY base_offset DESC LIMIT 1`, f.partition, f.offset).
-			Scan(&base, &end, &createdAt, &blob)
-		if err != nil {
-			if errors.Is(err, pgx.ErrNoRows) {
-				continue // deleted by retention meanwhile: nothing left to file
-			}
-			return err
-		}
-		frames, err := decodeFrames(blob, int(end-base+1))
+		filed, err := fileDeadLetter(ctx, tx, f)
 		if err != nil {
 			return err
 		}
-		i := int(f.offset - base)
-		if i < 0 || i >= len(frames) {
-			continue
-		}
-		fr := frames[i]
-		var jsonbPayload, textPayload any = string(fr.Payload), nil
-		if jsonHasNULEscape(fr.Payload) {
-			jsonbPayload, textPayload = nil, string(fr.Payload)
-		}
-		if _, err := tx.Exec(ctx, `INSERT INTO lanes.dlq (partition_id, consumer_group, message_offset, message_id,
-				transaction_id, trace_id, payload, payload_text, error, retry_count, created_at, producer_sub)
-			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8::text, $9, $10, $11, nullif($12, ''))`,
-			f.partition, f.group, f.offset, fr.MessageID, fr.TransactionID, fr.TraceID, jsonbPayload, textPayload, f.reason,
-			f.retryCount, createdAt, fr.ProducerSub); err != nil {
-			return err
+		if filed {
+			results[f.resultIndex].DLQ = true
+		} else {
+			results[f.resultIndex].Error = errDeletedBeforeDLQ
 		}
 	}
 	return nil
+}
+
+// fileDeadLetter files one poison message; false means retention deleted it.
+func fileDeadLetter(ctx context.Context, tx dbtx, f dlqFiling) (bool, error) {
+	var base, end int64
+	var blob []byte
+	var createdAt any
+	err := tx.QueryRow(ctx, `SELECT base_offset, end_offset, created_at, frames FROM lanes.segments
+		WHERE partition_id = $1 AND base_offset <= $2 ORDER BY base_offset DESC LIMIT 1`, f.partition, f.offset).
+		Scan(&base, &end, &createdAt, &blob)
+	if errors.Is(err, pgx.ErrNoRows) {
+		return false, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	frames, err := decodeFrames(blob, int(end-base+1))
+	if err != nil {
+		return false, err
+	}
+	i := int(f.offset - base)
+	if i < 0 || i >= len(frames) {
+		return false, nil // its segment went; this one ends before it
+	}
+	fr := frames[i]
+	var jsonbPayload, textPayload any = string(fr.Payload), nil
+	if jsonHasNULEscape(fr.Payload) {
+		jsonbPayload, textPayload = nil, string(fr.Payload)
+	}
+	if _, err := tx.Exec(ctx, `INSERT INTO lanes.dlq (partition_id, consumer_group, message_offset, message_id,
+				transaction_id, trace_id, payload, payload_text, error, retry_count, created_at, producer_sub)
+			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8::text, $9, $10, $11, nullif($12, ''))`,
+		f.partition, f.group, f.offset, fr.MessageID, fr.TransactionID, fr.TraceID, jsonbPayload, textPayload, f.reason,
+		f.retryCount, createdAt, fr.ProducerSub); err != nil {
+		return false, err
+	}
+	return true, nil
 }
 
 func compareUUID(a, b uuid.UUID) int {

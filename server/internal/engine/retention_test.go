@@ -288,3 +288,48 @@ func TestStartRetentionSweepsInTheBackground(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// A dlq ack of a leased message that retention deleted moves the cursor but
+// files nothing, so it must not answer dlq:true; the same through a bundle.
+func TestDeadLetteringADeletedMessageSaysNothingWasFiled(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	pushSegments(t, e, q, "by-ack", "gone-ack")
+	pushSegments(t, e, q, "by-bundle", "gone-bundle")
+	byAck := mustPop(t, e, PopRequest{Queue: q, Partition: "by-ack", Batch: 1, LeaseSeconds: 60})
+	byBundle := mustPop(t, e, PopRequest{Queue: q, Partition: "by-bundle", Batch: 1, LeaseSeconds: 60})
+	if len(byAck.Messages) != 1 || len(byBundle.Messages) != 1 {
+		t.Fatalf("leased %d and %d messages, want 1 and 1", len(byAck.Messages), len(byBundle.Messages))
+	}
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e)
+
+	r := mustAck(t, e, ack(byAck.Messages[0], "dlq"))[0]
+	if !r.Success || r.DLQ || r.Error != errDeletedBeforeDLQ {
+		t.Fatalf("dlq ack of a deleted message: %+v, want success, dlq false and %q", r, errDeletedBeforeDLQ)
+	}
+	nack := ack(byBundle.Messages[0], "dlq")
+	bundle := mustTransaction(t, e, TransactionRequest{Ops: []TxOp{{Index: 0, Ack: &nack}}})
+	if !bundle.Success || bundle.Results[0].Ack.DLQ || bundle.Results[0].Ack.Error != errDeletedBeforeDLQ {
+		t.Fatalf("bundle dlq ack of a deleted message: %+v %+v", bundle, bundle.Results[0].Ack)
+	}
+	var dead int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.dlq
+		WHERE transaction_id IN ('gone-ack', 'gone-bundle')`).Scan(&dead); err != nil {
+		t.Fatal(err)
+	}
+	if dead != 0 {
+		t.Fatalf("%d dead letters filed for deleted messages", dead)
+	}
+	for _, p := range []string{"by-ack", "by-bundle"} {
+		var committed int64
+		if err := e.pool.QueryRow(context.Background(), `SELECT committed FROM lanes.consumers WHERE partition_id = $1`,
+			partitionOf(t, e, q, p).id).Scan(&committed); err != nil {
+			t.Fatal(err)
+		}
+		if committed != 0 {
+			t.Fatalf("partition %s: the ack must still move the cursor past the message, committed=%d", p, committed)
+		}
+	}
+}

@@ -414,7 +414,7 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 			}
 			b = &pgx.Batch{}
 		}
-		if err := fileDeadLetters(ctx, tx, dlqs); err != nil {
+		if err := fileDeadLetters(ctx, tx, dlqs, ackResults); err != nil {
 			return err
 		}
 	}
