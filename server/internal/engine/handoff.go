@@ -95,6 +95,8 @@ const continueLeaseSQL = `WITH plan AS (
 		FOR UPDATE SKIP LOCKED),
 	leased AS (
 		UPDATE lanes.consumers c SET
+			-- up to the log start, as the claim statement moves it
+			committed = greatest(c.committed, x.log_start - 1),
 			batch_end = least(x.last_offset, greatest(c.committed + 1, x.log_start) + $3::int8 - 1),
 			lease_id = $5::uuid,
 			lease_expires_at = now() + make_interval(secs => x.lease),

@@ -1000,11 +1000,14 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			-- scan the group's cursors under a plan cached while the table was small).
 			UPDATE lanes.consumers c SET
 				batch_end = t.hi,
-				committed = CASE WHEN t.lease > 0 THEN c.committed ELSE t.hi END,
+				-- A cursor below the log start moves up to it: what retention
+				-- deleted before delivery was never consumed, and the ack counts
+				-- total_consumed from here.
+				committed = CASE WHEN t.lease > 0 THEN t.lo - 1 ELSE t.hi END,
 				lease_id = CASE WHEN t.lease > 0 THEN $10::uuid ELSE NULL END,
 				lease_expires_at = CASE WHEN t.lease > 0 THEN now() + make_interval(secs => t.lease) ELSE NULL END,
 				retry_count = CASE WHEN t.lease > 0 THEN c.retry_count ELSE 0 END,
-				total_consumed = c.total_consumed + CASE WHEN t.lease > 0 THEN 0 ELSE greatest(t.hi - c.committed, 0) END,
+				total_consumed = c.total_consumed + CASE WHEN t.lease > 0 THEN 0 ELSE greatest(t.hi - t.lo + 1, 0) END,
 				last_consumed_at = now()
 			FROM taken t
 			WHERE c.ctid = t.row_ctid AND c.partition_id = t.pid AND c.consumer_group = $2)

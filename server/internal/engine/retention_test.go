@@ -333,3 +333,55 @@ func TestDeadLetteringADeletedMessageSaysNothingWasFiled(t *testing.T) {
 		}
 	}
 }
+
+// totalConsumed counts what was delivered: messages retention deleted before a
+// group reached them are skipped, not consumed, on the autoAck claim (sealed
+// or not) and on a leased claim and its ack alike.
+func TestMessagesDeletedBeforeDeliveryAreNotCountedAsConsumed(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	pushSegments(t, e, q, "p", "m0", "m1", "m2", "m3", "m4")
+	pop := func(group string, autoAck bool) *PopResult {
+		return mustPop(t, e, PopRequest{Queue: q, Group: group, SubscriptionMode: "all", Batch: 1, AutoAck: autoAck})
+	}
+	consumed := func(group string) int64 {
+		t.Helper()
+		cursors, err := e.GroupCursors(context.Background(), group)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range cursors {
+			if c.Queue == q {
+				return c.TotalConsumed
+			}
+		}
+		t.Fatalf("group %s has no cursor on %s", group, q)
+		return 0
+	}
+	pop("auto", true)
+	mustAck(t, e, ack(pop("leased", false).Messages[0], "completed"))
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e) // m0..m4 go; each group consumed m0 only
+
+	if got := pop("auto", true); len(got.Messages) != 0 {
+		t.Fatalf("deleted data delivered: %v", txnIDs(got.Messages))
+	}
+	if n := consumed("auto"); n != 1 {
+		t.Fatalf("autoAck group: totalConsumed %d after a pop that found only deleted data, want 1", n)
+	}
+	pushSegments(t, e, q, "p", "fresh")
+	if got := txnIDs(pop("auto", true).Messages); !reflect.DeepEqual(got, []string{"fresh"}) {
+		t.Fatalf("autoAck pop after retention: %v", got)
+	}
+	leased := pop("leased", false)
+	if got := txnIDs(leased.Messages); !reflect.DeepEqual(got, []string{"fresh"}) {
+		t.Fatalf("leased pop after retention: %v", got)
+	}
+	mustAck(t, e, ack(leased.Messages[0], "completed"))
+	for _, g := range []string{"auto", "leased"} {
+		if n := consumed(g); n != 2 {
+			t.Fatalf("group %s: totalConsumed %d, want 2 (m0 and fresh)", g, n)
+		}
+	}
+}
