@@ -21,6 +21,11 @@ import (
 //
 // Deletion is a prefix of the log, so log_start stays one number.
 //
+// A queue with a retentionSinkHold keeps every segment, whatever the rule, until it
+// is older than retentionSinkHoldMaxSeconds: the hold names a sink that must commit
+// a segment before it goes, Lanes has no sinks, so no commit ever releases it early
+// and only the hold's maximum does.
+//
 // Finding work: partitions.oldest_segment_at is a lower bound on the partition's
 // oldest segment, indexed with queue_id. A pass asks, per queue with a rule, for the
 // partitions whose bound is older than the queue's shortest window: an index range
@@ -171,7 +176,10 @@ func (e *Engine) retentionCandidates(ctx context.Context) ([]uuid.UUID, error) {
 		CROSS JOIN LATERAL (SELECT LEAST(
 				NULLIF(q.max_wait_time_seconds, 0),
 				CASE WHEN q.retention_enabled THEN NULLIF(q.retention_seconds, 0) END,
-				CASE WHEN q.retention_enabled THEN NULLIF(q.completed_retention_seconds, 0) END) AS secs) w
+				CASE WHEN q.retention_enabled THEN NULLIF(q.completed_retention_seconds, 0) END) AS secs) r
+		-- a sink hold keeps the head at least that long (see the comment at the top)
+		CROSS JOIN LATERAL (SELECT CASE WHEN q.retention_sink_hold = '' OR r.secs IS NULL THEN r.secs
+				ELSE GREATEST(r.secs, q.retention_sink_hold_max_seconds) END AS secs) w
 		-- LATERAL with ORDER BY … LIMIT keeps the planner on the (queue_id, oldest_segment_at)
 		-- index range per queue; a plain join hash-joins over every partition.
 		CROSS JOIN LATERAL (SELECT p.id FROM lanes.partitions p
@@ -196,15 +204,16 @@ type headSegment struct {
 func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int, messages int64, more bool, err error) {
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var logStart int64
-		var maxWait, retention, completed, dedup int
+		var maxWait, retention, completed, dedup, held int // held: the sink hold's seconds, 0 without one
 		var enabled bool
 		var now time.Time
 		// The partition row lock orders this step with pushes (allocator) and other steps.
 		err := tx.QueryRow(ctx, `SELECT p.log_start, q.max_wait_time_seconds, q.retention_enabled,
-				q.retention_seconds, q.completed_retention_seconds, q.dedup_window_seconds, now()
+				q.retention_seconds, q.completed_retention_seconds, q.dedup_window_seconds,
+				CASE WHEN q.retention_sink_hold <> '' THEN q.retention_sink_hold_max_seconds ELSE 0 END, now()
 			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
 			WHERE p.id = $1 FOR UPDATE OF p`, pid).
-			Scan(&logStart, &maxWait, &enabled, &retention, &completed, &dedup, &now)
+			Scan(&logStart, &maxWait, &enabled, &retention, &completed, &dedup, &held, &now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // deleted with its queue meanwhile
 		}
@@ -242,6 +251,8 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 		expired := func(s headSegment) bool {
 			age := now.Sub(s.createdAt)
 			switch {
+			case held > 0 && age <= time.Duration(held)*time.Second:
+				return false
 			case maxWait > 0 && age > time.Duration(maxWait)*time.Second:
 				return true
 			case enabled && retention > 0 && age > time.Duration(retention)*time.Second:

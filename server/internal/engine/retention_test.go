@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"reflect"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -383,5 +384,42 @@ func TestMessagesDeletedBeforeDeliveryAreNotCountedAsConsumed(t *testing.T) {
 		if n := consumed(g); n != 2 {
 			t.Fatalf("group %s: totalConsumed %d, want 2 (m0 and fresh)", g, n)
 		}
+	}
+}
+
+// Lanes has no sinks, so a retentionSinkHold is never released by a commit:
+// every rule waits for retentionSinkHoldMaxSeconds, maxWaitTimeSeconds included.
+func TestASinkHoldKeepsSegmentsForItsMaximum(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1, "maxWaitTimeSeconds": 1,
+		"retentionSinkHold": "archive", "retentionSinkHoldMaxSeconds": 60})
+	pushSegments(t, e, q, "p", "held-0", "held-1")
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e)
+	ps := partitionOf(t, e, q, "p")
+	if ps.segments != 2 || ps.logStart != 0 {
+		t.Fatalf("the hold must keep segments younger than its maximum: %+v", ps)
+	}
+	candidates, err := e.retentionCandidates(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if slices.Contains(candidates, ps.id) {
+		t.Fatalf("a held partition is no candidate before the hold's maximum: passes would step it for nothing")
+	}
+	// held-0 passes the hold's maximum, as if two minutes had gone by.
+	ctx := context.Background()
+	if _, err := e.pool.Exec(ctx, `UPDATE lanes.segments SET created_at = created_at - interval '2 minutes'
+		WHERE partition_id = $1 AND base_offset = 0`, ps.id); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `UPDATE lanes.partitions SET oldest_segment_at = oldest_segment_at - interval '2 minutes'
+		WHERE id = $1`, ps.id); err != nil {
+		t.Fatal(err)
+	}
+	sweep(t, e)
+	if ps := partitionOf(t, e, q, "p"); ps.segments != 1 || ps.logStart != 1 {
+		t.Fatalf("past the hold's maximum the segment goes, the younger one stays: %+v", ps)
 	}
 }
