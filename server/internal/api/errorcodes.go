@@ -40,7 +40,8 @@ const (
 	CodeInvalidID       = "invalid_id"
 	CodeGone            = "gone"
 	CodeDestinationGone = "destination_gone"
-	// CodeMaintenance: a DLQ replay or message retry under push maintenance.
+	// CodeMaintenance: a DLQ replay, message retry or transaction bundle with
+	// pushes under push maintenance.
 	CodeMaintenance = "maintenance"
 
 	CodeKVBadRequest             = engine.CodeKVBadRequest

@@ -84,6 +84,7 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 	}
 	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: &maintenance{engine: e}}
 	e.PausePopsWhen(s.maintenance.popEnabled)
+	e.PausePushesWhen(s.maintenance.pushEnabled)
 	s.registerGauges()
 	return s
 }

@@ -3,6 +3,9 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"net/http"
+	"strconv"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -49,6 +52,9 @@ func (s *Server) Transaction(ctx context.Context, req gen.TransactionRequestObje
 		bundle.Timers = timerOpsFromWire(*b.Timers, sub)
 	}
 	res, err := s.engine.Transaction(ctx, bundle)
+	if errors.Is(err, engine.ErrPushesPaused) {
+		return transactionRefusedForMaintenance{}, nil
+	}
 	if body, ok := codedBadRequest(err); ok {
 		return gen.Transaction400JSONResponse{BadRequestJSONResponse: body}, nil
 	}
@@ -56,6 +62,22 @@ func (s *Server) Transaction(ctx context.Context, req gen.TransactionRequestObje
 		return nil, err
 	}
 	return gen.Transaction200JSONResponse(transactionResultToWire(res, b.Kv != nil, b.Timers != nil)), nil
+}
+
+// maintenanceRetryAfterSeconds is the Retry-After of a bundle refused under
+// push maintenance: how long maintenance lasts is unknown, so it paces an
+// SDK's few retries over several seconds and stays under its 60 s cap.
+const maintenanceRetryAfterSeconds = 5
+
+// transactionRefusedForMaintenance is the 503 of a bundle with pushes under
+// push maintenance (engine.ErrPushesPaused): code maintenance, as a DLQ replay
+// refused then, plus a Retry-After the spec's shared 503 has no field for.
+type transactionRefusedForMaintenance struct{}
+
+func (transactionRefusedForMaintenance) VisitTransactionResponse(w http.ResponseWriter) error {
+	w.Header().Set("Retry-After", strconv.Itoa(maintenanceRetryAfterSeconds))
+	return gen.Transaction503JSONResponse{ServiceUnavailableJSONResponse: gen.ServiceUnavailableJSONResponse{
+		Error: engine.ErrPushesPaused.Error(), Code: CodeMaintenance}}.VisitTransactionResponse(w)
 }
 
 // payloadOrData prefers payload, falls back to its alias data; missing stays

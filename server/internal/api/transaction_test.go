@@ -247,3 +247,40 @@ func TestTransactionAckWithoutLeaseAfterExpiryCommits(t *testing.T) {
 		t.Fatalf("the cursor is at %d, want 0", committed)
 	}
 }
+
+// Under push maintenance a bundle carrying pushes answers 503 maintenance with
+// Retry-After and changes nothing; a bundle of acks alone still commits, and
+// the broker's timers wait for the end of maintenance.
+func TestPushMaintenanceRefusesBundlesWithPushesAndHoldsTimers(t *testing.T) {
+	b := newTestBroker(t)
+	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil) })
+	q := uniqueQueue(t)
+	txn, partition, lease := b.pushAndPop(t, q)
+	b.call(t, "POST", "/api/v1/timers", map[string]any{"operations": []map[string]any{
+		{"op": "schedule", "queue": q, "timerKey": "due", "delayMs": 0, "payload": base64.StdEncoding.EncodeToString([]byte(`{"n":1}`))}}}, nil)
+	if status, _ := b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}, nil); status != http.StatusOK {
+		t.Fatalf("enable push maintenance: %d", status)
+	}
+	ackOp := map[string]any{"type": "ack", "transactionId": txn, "partitionId": partition, "leaseId": lease}
+	var refused errorBody
+	status, hdr := b.call(t, "POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{
+		{"type": "push", "queue": q, "transactionId": "output", "payload": 1}, ackOp}}, &refused)
+	if status != http.StatusServiceUnavailable || refused.Code != CodeMaintenance || hdr.Get("Retry-After") == "" {
+		t.Fatalf("bundle with a push under push maintenance: %d %+v Retry-After %q", status, refused, hdr.Get("Retry-After"))
+	}
+	if n, err := b.Engine.FireDueTimers(t.Context()); err != nil || n != 0 {
+		t.Fatalf("fired %d timers (err %v) under push maintenance", n, err)
+	}
+	var acked txResultBody
+	if status, _ := b.call(t, "POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{ackOp}}, &acked); status != http.StatusOK || !acked.Success {
+		t.Fatalf("a bundle without pushes must commit under push maintenance: %d %+v", status, acked)
+	}
+	if n := b.countRows(t, `SELECT count(*) FROM lanes.txns WHERE transaction_id = 'output'`); n != 0 {
+		t.Fatalf("the refused bundle stored its push")
+	}
+
+	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil)
+	if n, err := b.Engine.FireDueTimers(t.Context()); err != nil || n < 1 {
+		t.Fatalf("timers must fire once maintenance ends: %d %v", n, err)
+	}
+}

@@ -112,8 +112,11 @@ type Engine struct {
 	// popsPaused, when set, reports pop maintenance: a paused engine claims
 	// nothing for a pop, parked ones included (see PausePopsWhen).
 	popsPaused func() bool
-	stop       chan struct{}
-	wg         sync.WaitGroup
+	// pushesPaused, when set, reports push maintenance: the engine's own
+	// pushes wait (see PausePushesWhen).
+	pushesPaused func() bool
+	stop         chan struct{}
+	wg           sync.WaitGroup
 }
 
 // New starts an engine on pool. Call ApplySchema first (once per process).

@@ -8,6 +8,11 @@ import (
 // ErrNotFound reports a missing queue, partition or lease.
 var ErrNotFound = errors.New("not found")
 
+// ErrPushesPaused refuses a transaction bundle that carries pushes while push
+// maintenance is on: a push alone goes to the spool, but a bundle cannot be
+// spooled without coming apart from its acks and riders.
+var ErrPushesPaused = errors.New("push maintenance is on; send the bundle again once it is off")
+
 // InvalidInputError is a caller mistake; Field names the offending input.
 type InvalidInputError struct {
 	Field   string

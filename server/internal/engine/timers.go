@@ -372,11 +372,22 @@ func (e *Engine) queryTimers(ctx context.Context, where string, args ...any) ([]
 	})
 }
 
+// PausePushesWhen makes the pushes the engine makes itself wait while paused
+// reports true (push maintenance): due timers fire once it reports false, and
+// a transaction bundle carrying pushes answers ErrPushesPaused.
+func (e *Engine) PausePushesWhen(paused func() bool) { e.pushesPaused = paused }
+
+func (e *Engine) pushesArePaused() bool { return e.pushesPaused != nil && e.pushesPaused() }
+
 // FireDueTimers delivers up to one batch of due timers in one transaction:
 // the rows are claimed with SKIP LOCKED and deleted, and their frames pushed,
 // before the commit, so each timer fires exactly once across every broker.
-// It returns how many timers fired.
+// It returns how many timers fired; none while pushes are paused, since a
+// timer firing is a push the broker makes.
 func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
+	if e.pushesArePaused() {
+		return 0, nil
+	}
 	fired := 0
 	var w *pushWrite
 	err := e.retryTx(ctx, func(tx pgx.Tx) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -171,5 +172,45 @@ func TestTimerRidesABundleAndRollsBackWithIt(t *testing.T) {
 	}
 	if messagesIn(t, e, q) != 2 {
 		t.Fatalf("the fired timer's message: %d stored", messagesIn(t, e, q))
+	}
+}
+
+// A timer firing is a push the broker makes: under push maintenance due timers
+// wait, and fire once it ends. A bundle carrying pushes is refused then (it
+// cannot go to the spool whole); one without pushes commits.
+func TestPushMaintenanceHoldsTimersAndBundlesWithPushes(t *testing.T) {
+	e := newEngine(t)
+	var paused atomic.Bool
+	e.PausePushesWhen(paused.Load)
+	q := queueName(t)
+	mustPush(t, e, items(q, "", "input")...)
+	mustTimers(t, e, TimerOp{Op: TimerSchedule, Queue: q, TimerKey: "due", Delay: 0})
+	input := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 60}).Messages[0]
+	paused.Store(true)
+
+	if n, err := e.FireDueTimers(context.Background()); err != nil || n != 0 {
+		t.Fatalf("fired %d timers (err %v) under push maintenance", n, err)
+	}
+	if tm, err := e.GetTimer(context.Background(), q, "due"); err != nil || tm == nil {
+		t.Fatalf("the due timer must wait for the end of maintenance: %v %v", tm, err)
+	}
+	withPush := TransactionRequest{Ops: []TxOp{pushOp(0, q, "", "output", 1), ackOp(1, input, "", input.LeaseID)}}
+	if res, err := e.Transaction(context.Background(), withPush); !errors.Is(err, ErrPushesPaused) {
+		t.Fatalf("a bundle with pushes under push maintenance: %+v %v, want ErrPushesPaused", res, err)
+	}
+	if n := messagesIn(t, e, q); n != 1 {
+		t.Fatalf("%d messages stored, want only the input", n)
+	}
+	ackOnly := mustTransaction(t, e, TransactionRequest{Ops: []TxOp{ackOp(0, input, "", input.LeaseID)}})
+	if !ackOnly.Success {
+		t.Fatalf("a bundle without pushes must commit under push maintenance: %+v", ackOnly)
+	}
+
+	paused.Store(false)
+	if n, err := e.FireDueTimers(context.Background()); err != nil || n < 1 {
+		t.Fatalf("fire after maintenance: %d %v", n, err)
+	}
+	if n := messagesIn(t, e, q); n != 2 {
+		t.Fatalf("the timer's message once maintenance ended: %d stored, want 2", n)
 	}
 }

@@ -119,6 +119,9 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		}
 		return nil, err
 	}
+	if len(pushes) > 0 && e.pushesArePaused() {
+		return nil, ErrPushesPaused
+	}
 	run := &bundleRun{req: &req, pushes: pushes, acks: acks, requiredLease: singleLease(req.RequiredLeases), res: res}
 	oneTrip, err := run.inOneTrip(ctx, e)
 	if err == nil && !oneTrip {
