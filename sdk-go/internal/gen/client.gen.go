@@ -503,7 +503,7 @@ type AckRequest struct {
 
 // AckResult defines model for AckResult.
 type AckResult struct {
-	// Dlq This ack filed a dead-letter row.
+	// Dlq This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it).
 	Dlq bool `json:"dlq"`
 
 	// Dropped The poison message was dropped (dead-lettering disabled).
@@ -576,8 +576,8 @@ type ConfigureError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
 	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+	// bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -657,8 +657,10 @@ type ConsumerGroupPartition struct {
 	OffsetLag      int        `json:"offsetLag"`
 	Partition      string     `json:"partition"`
 	TimeLagSeconds int        `json:"timeLagSeconds"`
-	TotalConsumed  int        `json:"totalConsumed"`
-	WorkerId       *string    `json:"workerId"`
+
+	// TotalConsumed Messages the group consumed on this partition (delivered by an `autoAck` pop, or acked); messages retention deleted before the group reached them are skipped, not counted.
+	TotalConsumed int     `json:"totalConsumed"`
+	WorkerId      *string `json:"workerId"`
 }
 
 // ConsumerGroupQueue defines model for ConsumerGroupQueue.
@@ -772,8 +774,8 @@ type DlqReplayError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
 	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+	// bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -866,8 +868,8 @@ type Error struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
 	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+	// bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -1465,8 +1467,8 @@ type PopDiscoverError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
 	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+	// bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -1680,7 +1682,7 @@ type QueueDetailOptions struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds int `json:"retentionSeconds"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
 	RetentionSinkHold string `json:"retentionSinkHold"`
 
 	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
@@ -1756,7 +1758,7 @@ type QueueOptions struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds *int `json:"retentionSeconds,omitempty"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
 	RetentionSinkHold *string `json:"retentionSinkHold,omitempty"`
 
 	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
@@ -1822,7 +1824,7 @@ type QueueOptionsResult struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds int `json:"retentionSeconds"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
 	RetentionSinkHold string `json:"retentionSinkHold"`
 
 	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
@@ -1938,8 +1940,8 @@ type SeekError struct {
 	// `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
 	// `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
 	// `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-	// maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+	// `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+	// bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
 	// without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
 	// `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
 	// reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -2212,7 +2214,7 @@ type TransactionOperationType string
 
 // TransactionOperationResult defines model for TransactionOperationResult.
 type TransactionOperationResult struct {
-	// Dlq Ack — filed a dead-letter row.
+	// Dlq Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds).
 	Dlq *bool `json:"dlq,omitempty"`
 
 	// Duplicate Push — duplicate within this bundle (first wins).
@@ -3412,7 +3414,10 @@ type ClientInterface interface {
 	//
 	// Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 	// transaction: everything commits or nothing does. A rollback still answers `200` with
-	// `success:false` and a `reason`. Required role: read-write or admin.
+	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+	// pushes commits as usual. Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3423,7 +3428,10 @@ type ClientInterface interface {
 	//
 	// Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 	// transaction: everything commits or nothing does. A rollback still answers `200` with
-	// `success:false` and a `reason`. Required role: read-write or admin.
+	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+	// pushes commits as usual. Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4633,7 +4641,10 @@ func (c *Client) GetTimer(ctx context.Context, queue QueuePath, timerKey string,
 //
 // Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 // transaction: everything commits or nothing does. A rollback still answers `200` with
-// `success:false` and a `reason`. Required role: read-write or admin.
+// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+// pushes commits as usual. Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4654,7 +4665,10 @@ func (c *Client) TransactionWithBody(ctx context.Context, contentType string, bo
 //
 // Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 // transaction: everything commits or nothing does. A rollback still answers `200` with
-// `success:false` and a `reason`. Required role: read-write or admin.
+// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+// pushes commits as usual. Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8432,7 +8446,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 	// transaction: everything commits or nothing does. A rollback still answers `200` with
-	// `success:false` and a `reason`. Required role: read-write or admin.
+	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+	// pushes commits as usual. Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8443,7 +8460,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 	// transaction: everything commits or nothing does. A rollback still answers `200` with
-	// `success:false` and a `reason`. Required role: read-write or admin.
+	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+	// pushes commits as usual. Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13860,7 +13880,10 @@ func (c *ClientWithResponses) GetTimerWithResponse(ctx context.Context, queue Qu
 //
 // Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 // transaction: everything commits or nothing does. A rollback still answers `200` with
-// `success:false` and a `reason`. Required role: read-write or admin.
+// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+// pushes commits as usual. Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13877,7 +13900,10 @@ func (c *ClientWithResponses) TransactionWithBodyWithResponse(ctx context.Contex
 //
 // Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
 // transaction: everything commits or nothing does. A rollback still answers `200` with
-// `success:false` and a `reason`. Required role: read-write or admin.
+// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+// pushes commits as usual. Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -183,7 +183,10 @@ export interface paths {
          * Commit a bundle atomically
          * @description Runs pushes, acks and the optional `kv` and `timers` riders in one PostgreSQL
          *     transaction: everything commits or nothing does. A rollback still answers `200` with
-         *     `success:false` and a `reason`. Required role: read-write or admin.
+         *     `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
+         *     `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
+         *     bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
+         *     pushes commits as usual. Required role: read-write or admin.
          *
          */
         post: operations["transaction"];
@@ -1000,8 +1003,8 @@ export interface components {
              *     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
              *     `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
              *     `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-             *     `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-             *     maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+             *     `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+             *     bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
              *     without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
              *     `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
              *     reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -1167,7 +1170,7 @@ export interface components {
             error: string | null;
             /** @description The lease was released by this ack. */
             leaseReleased: boolean;
-            /** @description This ack filed a dead-letter row. */
+            /** @description This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it). */
             dlq: boolean;
             /** @description Harmless duplicate completed ack at or below the cursor. */
             noop: boolean;
@@ -1283,7 +1286,7 @@ export interface components {
             duplicate?: boolean;
             /** @description Ack — error, else null (always present; push results carry null too). */
             error: string | null;
-            /** @description Ack — filed a dead-letter row. */
+            /** @description Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds). */
             dlq?: boolean;
         };
         TransactionResult: {
@@ -1362,7 +1365,7 @@ export interface components {
             encryptionEnabled?: boolean | null;
             /** @description Deduplication window per partition in seconds (0 = off). Default 3600. */
             dedupWindowSeconds?: number | null;
-            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. */
+            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`. */
             retentionSinkHold?: string | null;
             /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800. */
             retentionSinkHoldMaxSeconds?: number | null;
@@ -1411,7 +1414,7 @@ export interface components {
             encryptionEnabled: boolean;
             /** @description Deduplication window per partition in seconds (0 = off). Default 3600. */
             dedupWindowSeconds: number;
-            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. */
+            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`. */
             retentionSinkHold: string;
             /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800. */
             retentionSinkHoldMaxSeconds: number;
@@ -1785,6 +1788,7 @@ export interface components {
             workerId: string | null;
             /** Format: date-time */
             lastConsumedAt: string | null;
+            /** @description Messages the group consumed on this partition (delivered by an `autoAck` pop, or acked); messages retention deleted before the group reached them are skipped, not counted. */
             totalConsumed: number;
             offsetLag: number;
             timeLagSeconds: number;
@@ -2441,7 +2445,8 @@ export interface components {
             };
         };
         /** @description Reserved: the broker does not answer `503` on this route today (a database outage
-         *     answers `500 database_unavailable`). A proxy or load balancer in front of the broker may;
+         *     answers `500 database_unavailable`), except `POST /api/v1/transaction`, whose bundle with
+         *     pushes answers `503 maintenance` with `Retry-After` under push maintenance. A proxy or load balancer in front of the broker may;
          *     retry it like any `5xx` unless it carries `x-should-retry: false`.
          *      */
         ServiceUnavailable: {

@@ -104,7 +104,7 @@ class AckResult(BaseModel):
     """
     dlq: bool
     """
-    This ack filed a dead-letter row.
+    This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it).
     """
     noop: bool
     """
@@ -422,6 +422,9 @@ class ConsumerGroupPartition(BaseModel):
     worker_id: Annotated[str | None, Field(alias="workerId")]
     last_consumed_at: Annotated[AwareDatetime | None, Field(alias="lastConsumedAt")]
     total_consumed: Annotated[int, Field(alias="totalConsumed")]
+    """
+    Messages the group consumed on this partition (delivered by an `autoAck` pop, or acked); messages retention deleted before the group reached them are skipped, not counted.
+    """
     offset_lag: Annotated[int, Field(alias="offsetLag")]
     time_lag_seconds: Annotated[int, Field(alias="timeLagSeconds")]
     lease_active: Annotated[bool, Field(alias="leaseActive")]
@@ -597,8 +600,8 @@ class DlqReplayError(BaseModel):
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
     `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-    `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-    maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+    `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+    bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
     without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
     `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
     reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -702,8 +705,8 @@ class Error(BaseModel):
     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
     `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
     `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,
-    `timer_horizon_exceeded`, `maintenance` (a DLQ replay or message retry under push
-    maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
+    `timer_horizon_exceeded`, `maintenance` (a DLQ replay, message retry or transaction
+    bundle with pushes under push maintenance: `503`, nothing changed). Every `400` of `/api/v1/kv` and `/api/v1/kv/…`
     without a more specific code is `kv_bad_request`, and of `/api/v1/timers` and
     `/api/v1/timers/…` `timers_bad_request` (one code family per route, as in the
     reference): a body the spec refuses, a number past 64 bits, a path or query that is
@@ -1802,7 +1805,7 @@ class QueueOptions(BaseModel):
         str | None, Field(alias="retentionSinkHold", pattern="^[A-Za-z0-9._-]{0,64}$")
     ] = None
     """
-    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
+    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
     """
     retention_sink_hold_max_seconds: Annotated[
         int | None, Field(alias="retentionSinkHoldMaxSeconds", ge=60, le=31536000)
@@ -1900,7 +1903,7 @@ class QueueOptionsResult(BaseModel):
         str, Field(alias="retentionSinkHold", pattern="^[A-Za-z0-9._-]{0,64}$")
     ]
     """
-    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`.
+    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
     """
     retention_sink_hold_max_seconds: Annotated[
         int, Field(alias="retentionSinkHoldMaxSeconds", ge=60, le=31536000)
@@ -2426,7 +2429,7 @@ class TransactionOperationResult(BaseModel):
     """
     dlq: bool | None = None
     """
-    Ack — filed a dead-letter row.
+    Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds).
     """
 
 
