@@ -705,10 +705,10 @@ type DeleteMessageResult struct {
 
 // DeleteQueueResult defines model for DeleteQueueResult.
 type DeleteQueueResult struct {
-	// Deleted Something was deleted.
+	// Deleted A queue was deleted.
 	Deleted bool `json:"deleted"`
 
-	// Message Explanation when nothing was deleted.
+	// Message Explanation when there was no queue to delete.
 	Message *string `json:"message,omitempty"`
 	Queue   string  `json:"queue"`
 }
@@ -3276,8 +3276,11 @@ type ClientInterface interface {
 
 	// DeleteQueue Delete a queue
 	//
-	// Deletes the queue with its partitions, messages, cursors and DLQ rows. Answers `200`
-	// even when nothing was deleted (`deleted:false` plus `message`). Required role: admin.
+	// Deletes the queue with its partitions, messages, cursors and DLQ rows, and the timers
+	// scheduled for it (timers are addressed by queue name). KV namespaces are independent of
+	// queues and are left alone, even one named like the queue. Answers `200` even when no
+	// queue existed (`deleted:false` plus `message`; timers scheduled for that name still go).
+	// Required role: admin.
 	//
 	// Corresponds with DELETE /api/v1/resources/queues/{queue} (the `DeleteQueue` operationId).
 	DeleteQueue(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4313,8 +4316,11 @@ func (c *Client) ListQueues(ctx context.Context, params *ListQueuesParams, reqEd
 
 // DeleteQueue Delete a queue
 //
-// Deletes the queue with its partitions, messages, cursors and DLQ rows. Answers `200`
-// even when nothing was deleted (`deleted:false` plus `message`). Required role: admin.
+// Deletes the queue with its partitions, messages, cursors and DLQ rows, and the timers
+// scheduled for it (timers are addressed by queue name). KV namespaces are independent of
+// queues and are left alone, even one named like the queue. Answers `200` even when no
+// queue existed (`deleted:false` plus `message`; timers scheduled for that name still go).
+// Required role: admin.
 //
 // Corresponds with DELETE /api/v1/resources/queues/{queue} (the `DeleteQueue` operationId).
 func (c *Client) DeleteQueue(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8282,8 +8288,11 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteQueueWithResponse Delete a queue
 	//
-	// Deletes the queue with its partitions, messages, cursors and DLQ rows. Answers `200`
-	// even when nothing was deleted (`deleted:false` plus `message`). Required role: admin.
+	// Deletes the queue with its partitions, messages, cursors and DLQ rows, and the timers
+	// scheduled for it (timers are addressed by queue name). KV namespaces are independent of
+	// queues and are left alone, even one named like the queue. Answers `200` even when no
+	// queue existed (`deleted:false` plus `message`; timers scheduled for that name still go).
+	// Required role: admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13602,8 +13611,11 @@ func (c *ClientWithResponses) ListQueuesWithResponse(ctx context.Context, params
 
 // DeleteQueueWithResponse Delete a queue
 //
-// Deletes the queue with its partitions, messages, cursors and DLQ rows. Answers `200`
-// even when nothing was deleted (`deleted:false` plus `message`). Required role: admin.
+// Deletes the queue with its partitions, messages, cursors and DLQ rows, and the timers
+// scheduled for it (timers are addressed by queue name). KV namespaces are independent of
+// queues and are left alone, even one named like the queue. Answers `200` even when no
+// queue existed (`deleted:false` plus `message`; timers scheduled for that name still go).
+// Required role: admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -306,8 +306,11 @@ export interface paths {
         post?: never;
         /**
          * Delete a queue
-         * @description Deletes the queue with its partitions, messages, cursors and DLQ rows. Answers `200`
-         *     even when nothing was deleted (`deleted:false` plus `message`). Required role: admin.
+         * @description Deletes the queue with its partitions, messages, cursors and DLQ rows, and the timers
+         *     scheduled for it (timers are addressed by queue name). KV namespaces are independent of
+         *     queues and are left alone, even one named like the queue. Answers `200` even when no
+         *     queue existed (`deleted:false` plus `message`; timers scheduled for that name still go).
+         *     Required role: admin.
          *
          */
         delete: operations["deleteQueue"];
@@ -1531,10 +1534,10 @@ export interface components {
             messages?: components["schemas"]["MessageCounts"];
         };
         DeleteQueueResult: {
-            /** @description Something was deleted. */
+            /** @description A queue was deleted. */
             deleted: boolean;
             queue: string;
-            /** @description Explanation when nothing was deleted. */
+            /** @description Explanation when there was no queue to delete. */
             message?: string;
         };
         QueueDepth: {

@@ -163,19 +163,48 @@ func TestDeleteQueueRemovesEverythingAndIsIdempotent(t *testing.T) {
 	if err := b.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM lanes.queues WHERE name = $1)
 		+ (SELECT count(*) FROM lanes.dlq WHERE transaction_id = 'd' AND consumer_group = '__QUEUE_MODE__'
 			AND partition_id NOT IN (SELECT id FROM lanes.partitions))
-		+ (SELECT count(*) FROM lanes.timers WHERE queue = $1)
-		+ (SELECT count(*) FROM lanes.kv WHERE namespace = $1)`, q).Scan(&n); err != nil {
+		+ (SELECT count(*) FROM lanes.timers WHERE queue = $1)`, q).Scan(&n); err != nil {
 		t.Fatal(err)
 	}
 	if n != 0 {
-		t.Fatalf("queue, its dead letters, timers or KV namespace survived the delete")
+		t.Fatalf("queue, its dead letters or timers survived the delete")
 	}
+	// A KV namespace is not the queue's, even when it has the queue's name.
+	b.wantKVKey(t, q, "marker")
 	if code, _ := b.call(t, "GET", "/api/v1/resources/queues/"+url.PathEscape(q), nil, nil); code != 404 {
 		t.Fatalf("deleted queue still answers %d", code)
 	}
 	res.Message = nil
 	if code, _ := b.call(t, "DELETE", "/api/v1/resources/queues/"+url.PathEscape(q), nil, &res); code != 200 || res.Deleted || res.Message == nil {
 		t.Fatalf("second delete: %d %+v", code, res)
+	}
+}
+
+func TestDeleteQueueOfAKVNamespaceNamedLikeItDeletesNothing(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	if code, _ := b.call(t, "POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{
+		{"op": "put", "ns": ns, "key": "invoice-seq", "value": 41, "forever": true}}}, nil); code != 200 {
+		t.Fatalf("kv put: %d", code)
+	}
+	var res struct {
+		Deleted bool    `json:"deleted"`
+		Message *string `json:"message"`
+	}
+	if code, _ := b.call(t, "DELETE", "/api/v1/resources/queues/"+url.PathEscape(ns), nil, &res); code != 200 || res.Deleted || res.Message == nil {
+		t.Fatalf("delete of a queue that does not exist: %d %+v, want deleted:false with a message", code, res)
+	}
+	b.wantKVKey(t, ns, "invoice-seq")
+}
+
+// wantKVKey fails unless the KV key is live.
+func (b *testBroker) wantKVKey(t *testing.T, ns, key string) {
+	t.Helper()
+	var got struct {
+		Found bool `json:"found"`
+	}
+	if code, _ := b.call(t, "GET", "/api/v1/kv/"+url.PathEscape(ns)+"/"+url.PathEscape(key), nil, &got); code != 200 || !got.Found {
+		t.Fatalf("KV key %s/%s: %d found=%v, want it kept", ns, key, code, got.Found)
 	}
 }
 

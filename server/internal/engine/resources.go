@@ -198,7 +198,8 @@ func (e *Engine) QueueDepth(ctx context.Context, queue, group string) ([]Partiti
 }
 
 // DeleteQueue removes a queue with its partitions, segments, cursors, subscriptions,
-// transaction index and dead letters. false when there was no such queue.
+// transaction index, dead letters and timers. false when there was no queue row
+// (timers scheduled for a queue that was never created still go).
 func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
 	deleted := false
 	err := e.retryTx(ctx, func(tx pgx.Tx) error {
@@ -228,18 +229,14 @@ func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
 				return err
 			}
 		}
-		// Timers target the queue by name, and a queue owns the KV namespace of
-		// the same name (the idempotency markers of its pipeline), so both go too.
-		timers, err := tx.Exec(ctx, `DELETE FROM lanes.timers WHERE queue = $1`, queue)
-		if err != nil {
-			return err
-		}
-		kv, err := tx.Exec(ctx, `DELETE FROM lanes.kv WHERE namespace = $1`, queue)
-		if err != nil {
+		// Timers are addressed by queue name, so they go with the queue. KV
+		// namespaces are independent of queues: a namespace named like the
+		// queue is not the queue's and stays.
+		if _, err := tx.Exec(ctx, `DELETE FROM lanes.timers WHERE queue = $1`, queue); err != nil {
 			return err
 		}
 		tag, err := tx.Exec(ctx, `DELETE FROM lanes.queues WHERE name = $1`, queue)
-		deleted = tag.RowsAffected() > 0 || timers.RowsAffected() > 0 || kv.RowsAffected() > 0
+		deleted = tag.RowsAffected() > 0
 		return err
 	})
 	if deleted {

@@ -500,12 +500,12 @@ class DeleteQueueResult(BaseModel):
     )
     deleted: bool
     """
-    Something was deleted.
+    A queue was deleted.
     """
     queue: str
     message: str | None = None
     """
-    Explanation when nothing was deleted.
+    Explanation when there was no queue to delete.
     """
 
 
