@@ -939,6 +939,9 @@ type KvOperation struct {
 	Delta *int `json:"delta,omitempty"`
 
 	// Expect put, delete — absent = unconditional; 0 = must not exist; N = current version must be N.
+	// An expired key's version keeps counting while its row exists, but a deleted key (or an
+	// expired one the sweeper removed) starts again at 1, so a stale N can match a re-created
+	// key (ABA): for locks use a TTL and an owner token in the value (docs/model.md, KV state).
 	Expect *int `json:"expect,omitempty"`
 
 	// Forever put, putIfAbsent, incr — never expires.
@@ -984,7 +987,8 @@ type KvOperationOp string
 
 // KvPutRequest defines model for KvPutRequest.
 type KvPutRequest struct {
-	// Expect Absent = upsert; 0 = must not exist; N = current version must be N.
+	// Expect Absent = upsert; 0 = must not exist; N = current version must be N. A deleted key
+	// starts again at version 1, so a stale N can match a re-created key (see `KvOperation.expect`).
 	Expect *int `json:"expect,omitempty"`
 
 	// Forever Never expires.

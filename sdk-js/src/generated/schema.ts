@@ -1879,7 +1879,11 @@ export interface components {
             ttlSeconds?: number;
             /** @description put, putIfAbsent, incr — never expires. */
             forever?: boolean;
-            /** @description put, delete — absent = unconditional; 0 = must not exist; N = current version must be N. */
+            /** @description put, delete — absent = unconditional; 0 = must not exist; N = current version must be N.
+             *     An expired key's version keeps counting while its row exists, but a deleted key (or an
+             *     expired one the sweeper removed) starts again at 1, so a stale N can match a re-created
+             *     key (ABA): for locks use a TTL and an owner token in the value (docs/model.md, KV state).
+             *      */
             expect?: number;
             /** @description A lost precondition fails the whole call or transaction (`kv_precondition`). */
             required?: boolean;
@@ -1953,7 +1957,9 @@ export interface components {
             ttlSeconds?: number;
             /** @description Never expires. */
             forever?: boolean;
-            /** @description Absent = upsert; 0 = must not exist; N = current version must be N. */
+            /** @description Absent = upsert; 0 = must not exist; N = current version must be N. A deleted key
+             *     starts again at version 1, so a stale N can match a re-created key (see `KvOperation.expect`).
+             *      */
             expect?: number;
             /** @description Turn a lost precondition into an error. */
             required?: boolean;

@@ -407,10 +407,13 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 				rows.Close()
 				return err
 			}
-			// An expired row is absent for reads and writes alike.
+			// An expired row is absent for reads and writes alike, but its
+			// version stays the base of the next write: restarting at 1 would
+			// let a compare-and-set holding a version from before the expiry
+			// overwrite the key's new owner.
 			s.exists = !expired
 			if expired {
-				s.value, s.version = nil, 0
+				s.value = nil
 			}
 			state[k] = &s
 		}
@@ -488,7 +491,10 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 				fillKVResult(res, s)
 			}
 			if reason != "" && op.Required && lost == nil {
-				lost = &KVPreconditionError{Index: i, Key: op.Key, Reason: reason, Value: s.value, Version: s.version}
+				lost = &KVPreconditionError{Index: i, Key: op.Key, Reason: reason}
+				if s.exists {
+					lost.Value, lost.Version = s.value, s.version
+				}
 			}
 		}
 	}
@@ -608,7 +614,6 @@ func applyKVWrite(op *KVOp, s *kvState, now time.Time) string {
 		s.value = json.RawMessage(strconv.FormatInt(next, 10))
 	}
 	if !s.exists {
-		s.version = 0
 		s.createdAt = now
 	}
 	s.exists, s.dirty = true, true
@@ -684,8 +689,7 @@ func writeKVState(ctx context.Context, tx batchTx, state map[kvKey]*kvState) err
 			FROM unnest($1::text[], $2::text[], $3::text[], $4::int8[], $5::timestamptz[], $6::timestamptz[], $7::timestamptz[])
 				AS x(ns, k, v, ver, exp, cr, up)
 			ON CONFLICT (namespace, key) DO UPDATE SET value = EXCLUDED.value, version = EXCLUDED.version,
-				expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at,
-				created_at = CASE WHEN EXCLUDED.version = 1 THEN EXCLUDED.created_at ELSE kv.created_at END`,
+				expires_at = EXCLUDED.expires_at, updated_at = EXCLUDED.updated_at, created_at = EXCLUDED.created_at`,
 			upNS, upKey, upValue, upVersion, upExpires, upCreated, upUpdated)
 	}
 	if len(delNS) > 0 {

@@ -127,8 +127,8 @@ func TestKVExpiredKeysAreInvisibleAndSwept(t *testing.T) {
 	if res[0].Found || len(res[1].Rows) != 0 {
 		t.Fatalf("an expired key is invisible: %+v", res[:2])
 	}
-	if !res[2].Applied || string(res[2].Value) != "1" || res[2].Version != 1 || res[2].ExpiresAt != nil {
-		t.Fatalf("incr counts an expired key as 0: %+v", res[2])
+	if !res[2].Applied || string(res[2].Value) != "1" || res[2].Version != 2 || res[2].ExpiresAt != nil {
+		t.Fatalf("incr counts an expired key as 0 and its version on from the expired row's: %+v", res[2])
 	}
 	mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "gone", Value: raw(1), TTLSeconds: 1})
 	time.Sleep(1100 * time.Millisecond)
@@ -142,6 +142,30 @@ func TestKVExpiredKeysAreInvisibleAndSwept(t *testing.T) {
 	page, err = e.KVList(context.Background(), KVListRequest{Namespace: ns, IncludeExpired: true})
 	if err != nil || len(page.Rows) != 2 {
 		t.Fatalf("after sweep: %+v %v", page, err)
+	}
+}
+
+// The TTL-lock race: A's lock expires, B takes it, and A's renewal still
+// holds the version it saw. Versions restarting at 1 after the expiry made
+// that stale compare-and-set overwrite B.
+func TestKVVersionKeepsCountingAcrossExpiry(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	first := mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "lock", Value: raw("A"), TTLSeconds: 1})[0]
+	if !first.Applied || first.Version != 1 {
+		t.Fatalf("A takes the lock: %+v", first)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	taken := mustKV(t, e, KVOp{Op: KVPutIfAbsent, Namespace: ns, Key: "lock", Value: raw("B"), TTLSeconds: 60})[0]
+	if !taken.Applied || taken.Version != 2 {
+		t.Fatalf("B takes the expired lock: %+v, want applied at version 2", taken)
+	}
+	renew := mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "lock", Value: raw("A-renew"), TTLSeconds: 60, Expect: i64(first.Version)})[0]
+	if renew.Applied || renew.Reason != KVReasonVersion {
+		t.Fatalf("A's stale renewal: %+v, want applied:false reason version", renew)
+	}
+	if got := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "lock"})[0]; string(got.Value) != `"B"` || got.Version != 2 {
+		t.Fatalf("the lock: %+v, want B's value at version 2", got)
 	}
 }
 

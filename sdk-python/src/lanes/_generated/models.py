@@ -847,6 +847,10 @@ class KvOperation(BaseModel):
     expect: Annotated[int | None, Field(ge=0)] = None
     """
     put, delete — absent = unconditional; 0 = must not exist; N = current version must be N.
+    An expired key's version keeps counting while its row exists, but a deleted key (or an
+    expired one the sweeper removed) starts again at 1, so a stale N can match a re-created
+    key (ABA): for locks use a TTL and an owner token in the value (docs/model.md, KV state).
+
     """
     required: bool | None = None
     """
@@ -884,7 +888,9 @@ class KvPutRequest(BaseModel):
     """
     expect: Annotated[int | None, Field(ge=0)] = None
     """
-    Absent = upsert; 0 = must not exist; N = current version must be N.
+    Absent = upsert; 0 = must not exist; N = current version must be N. A deleted key
+    starts again at version 1, so a stale N can match a re-created key (see `KvOperation.expect`).
+
     """
     required: bool | None = None
     """
