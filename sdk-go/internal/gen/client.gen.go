@@ -137,6 +137,48 @@ func (e DlqReplayResultResult) Valid() bool {
 	}
 }
 
+// Defines values for KvBatchResultKvReason.
+const (
+	KvBatchResultKvReasonAbsent  KvBatchResultKvReason = "absent"
+	KvBatchResultKvReasonExists  KvBatchResultKvReason = "exists"
+	KvBatchResultKvReasonLimit   KvBatchResultKvReason = "limit"
+	KvBatchResultKvReasonType    KvBatchResultKvReason = "type"
+	KvBatchResultKvReasonVersion KvBatchResultKvReason = "version"
+)
+
+// Valid indicates whether the value is a known member of the KvBatchResultKvReason enum.
+func (e KvBatchResultKvReason) Valid() bool {
+	switch e {
+	case KvBatchResultKvReasonAbsent:
+		return true
+	case KvBatchResultKvReasonExists:
+		return true
+	case KvBatchResultKvReasonLimit:
+		return true
+	case KvBatchResultKvReasonType:
+		return true
+	case KvBatchResultKvReasonVersion:
+		return true
+	default:
+		return false
+	}
+}
+
+// Defines values for KvBatchResultReason.
+const (
+	KvBatchResultReasonKvPrecondition KvBatchResultReason = "kv_precondition"
+)
+
+// Valid indicates whether the value is a known member of the KvBatchResultReason enum.
+func (e KvBatchResultReason) Valid() bool {
+	switch e {
+	case KvBatchResultReasonKvPrecondition:
+		return true
+	default:
+		return false
+	}
+}
+
 // Defines values for KvOperationOp.
 const (
 	Delete      KvOperationOp = "delete"
@@ -899,8 +941,33 @@ type KvBatchRequest struct {
 
 // KvBatchResult defines model for KvBatchResult.
 type KvBatchResult struct {
+	// Error Human-readable failure cause.
+	Error *string `json:"error,omitempty"`
+
+	// FailedIndex `kv_precondition` — index of the op that lost.
+	FailedIndex *int `json:"failedIndex,omitempty"`
+
+	// KvReason `kv_precondition` — why it lost (also that op's `reason`).
+	KvReason *KvBatchResultKvReason `json:"kvReason,omitempty"`
+
+	// Reason Why the call failed.
+	Reason *KvBatchResultReason `json:"reason,omitempty"`
+
+	// Results One result per operation. On a failed call the failing op is `applied:false` with its
+	// `reason` (and the committed winner's `value` and `version`, if any); every other result
+	// has only `index`, `op`, `key` or `prefix`, `applied:false` for writes, and an `error`
+	// saying it was rolled back.
 	Results []KvResult `json:"results"`
+
+	// Success Committed; `false` means an op with `required:true` lost and nothing was written.
+	Success bool `json:"success"`
 }
+
+// KvBatchResultKvReason `kv_precondition` — why it lost (also that op's `reason`).
+type KvBatchResultKvReason string
+
+// KvBatchResultReason Why the call failed.
+type KvBatchResultReason string
 
 // KvListRequest defines model for KvListRequest.
 type KvListRequest struct {
@@ -1007,8 +1074,10 @@ type KvPutRequest struct {
 // KvResult Result of one KV op; which fields are present depends on `op`.
 type KvResult struct {
 	// Applied Writes — the write happened.
-	Applied *bool   `json:"applied,omitempty"`
-	Error   *string `json:"error,omitempty"`
+	Applied *bool `json:"applied,omitempty"`
+
+	// Error Why the op did not apply when that is not a `reason`, e.g. the call rolled back.
+	Error *string `json:"error,omitempty"`
 
 	// ExpiresAt When the key expires; `null` for a `forever` key. Always present (`null` on results that carry no value).
 	ExpiresAt *time.Time `json:"expiresAt"`
@@ -3077,9 +3146,12 @@ type ClientInterface interface {
 
 	// KvBatchWithBody Run KV operations
 	//
-	// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-	// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-	// `getPrefix` and `incr`.
+	// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+	// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+	// `required:true` that loses its precondition fails the whole call, still `200`:
+	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+	// written, the failing op's result carries its `reason`, and every other result is
+	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3088,9 +3160,12 @@ type ClientInterface interface {
 
 	// KvBatch Run KV operations
 	//
-	// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-	// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-	// `getPrefix` and `incr`.
+	// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+	// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+	// `required:true` that loses its precondition fails the whole call, still `200`:
+	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+	// written, the failing op's result carries its `reason`, and every other result is
+	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3887,9 +3962,12 @@ func (c *Client) ReplayDlq(ctx context.Context, id string, body ReplayDlqJSONReq
 
 // KvBatchWithBody Run KV operations
 //
-// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-// `getPrefix` and `incr`.
+// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+// `required:true` that loses its precondition fails the whole call, still `200`:
+// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+// written, the failing op's result carries its `reason`, and every other result is
+// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3908,9 +3986,12 @@ func (c *Client) KvBatchWithBody(ctx context.Context, contentType string, body i
 
 // KvBatch Run KV operations
 //
-// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-// `getPrefix` and `incr`.
+// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+// `required:true` that loses its precondition fails the whole call, still `200`:
+// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+// written, the failing op's result carries its `reason`, and every other result is
+// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8063,9 +8144,12 @@ type ClientWithResponsesInterface interface {
 
 	// KvBatchWithBodyWithResponse Run KV operations
 	//
-	// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-	// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-	// `getPrefix` and `incr`.
+	// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+	// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+	// `required:true` that loses its precondition fails the whole call, still `200`:
+	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+	// written, the failing op's result carries its `reason`, and every other result is
+	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8074,9 +8158,12 @@ type ClientWithResponsesInterface interface {
 
 	// KvBatchWithResponse Run KV operations
 	//
-	// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-	// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-	// `getPrefix` and `incr`.
+	// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+	// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+	// `required:true` that loses its precondition fails the whole call, still `200`:
+	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+	// written, the failing op's result carries its `reason`, and every other result is
+	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13248,9 +13335,12 @@ func (c *ClientWithResponses) ReplayDlqWithResponse(ctx context.Context, id stri
 
 // KvBatchWithBodyWithResponse Run KV operations
 //
-// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-// `getPrefix` and `incr`.
+// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+// `required:true` that loses its precondition fails the whole call, still `200`:
+// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+// written, the failing op's result carries its `reason`, and every other result is
+// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13265,9 +13355,12 @@ func (c *ClientWithResponses) KvBatchWithBodyWithResponse(ctx context.Context, c
 
 // KvBatchWithResponse Run KV operations
 //
-// Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-// lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-// `getPrefix` and `incr`.
+// Runs KV operations in one transaction; results are index-aligned. Business outcomes
+// (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+// `required:true` that loses its precondition fails the whole call, still `200`:
+// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+// written, the failing op's result carries its `reason`, and every other result is
+// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -633,9 +633,12 @@ export interface paths {
         put?: never;
         /**
          * Run KV operations
-         * @description Runs independent KV operations; results are index-aligned. Business outcomes (miss,
-         *     lost precondition) are `200` with `applied:false` and a `reason`. The only route for
-         *     `getPrefix` and `incr`.
+         * @description Runs KV operations in one transaction; results are index-aligned. Business outcomes
+         *     (miss, lost precondition) are `200` with `applied:false` and a `reason`. An op with
+         *     `required:true` that loses its precondition fails the whole call, still `200`:
+         *     `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
+         *     written, the failing op's result carries its `reason`, and every other result is
+         *     marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
          *
          */
         post: operations["kvBatch"];
@@ -1898,6 +1901,27 @@ export interface components {
             operations: components["schemas"]["KvOperation"][];
         };
         KvBatchResult: {
+            /** @description Committed; `false` means an op with `required:true` lost and nothing was written. */
+            success: boolean;
+            /**
+             * @description Why the call failed.
+             * @enum {string}
+             */
+            reason?: "kv_precondition";
+            /** @description Human-readable failure cause. */
+            error?: string;
+            /** @description `kv_precondition` — index of the op that lost. */
+            failedIndex?: number;
+            /**
+             * @description `kv_precondition` — why it lost (also that op's `reason`).
+             * @enum {string}
+             */
+            kvReason?: "exists" | "absent" | "version" | "limit" | "type";
+            /** @description One result per operation. On a failed call the failing op is `applied:false` with its
+             *     `reason` (and the committed winner's `value` and `version`, if any); every other result
+             *     has only `index`, `op`, `key` or `prefix`, `applied:false` for writes, and an `error`
+             *     saying it was rolled back.
+             *      */
             results: components["schemas"]["KvResult"][];
         };
         /** @description Result of one KV op; which fields are present depends on `op`. */
@@ -1933,6 +1957,7 @@ export interface components {
             truncated?: boolean;
             nextAfter?: string | null;
             prefix?: string;
+            /** @description Why the op did not apply when that is not a `reason`, e.g. the call rolled back. */
             error?: string;
         };
         KvRow: {

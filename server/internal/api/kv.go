@@ -11,18 +11,25 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// KvBatch runs independent KV operations in one transaction; a lost `required`
-// precondition rolls the whole call back (the results say so per op).
+// KvBatch runs KV operations in one transaction; a lost `required`
+// precondition fails the whole call (kv_precondition), still 200 as the
+// transaction route answers its rollbacks.
 func (s *Server) KvBatch(ctx context.Context, req gen.KvBatchRequestObject) (gen.KvBatchResponseObject, error) {
 	ops := kvOpsFromWire(req.Body.Operations)
-	results, _, err := s.engine.KV(ctx, ops)
+	results, lost, err := s.engine.KV(ctx, ops)
 	if body, ok := codedBadRequest(err); ok {
 		return gen.KvBatch400JSONResponse{BadRequestJSONResponse: body}, nil
 	}
 	if err != nil {
 		return nil, err
 	}
-	return gen.KvBatch200JSONResponse{Results: kvResultsToWire(results)}, nil
+	out := gen.KvBatch200JSONResponse{Success: lost == nil, Results: kvResultsToWire(results)}
+	if lost != nil {
+		reason, kvReason := gen.KvBatchResultReasonKvPrecondition, gen.KvBatchResultKvReason(lost.Reason)
+		index, message := lost.Index, lost.Error()
+		out.Reason, out.KvReason, out.FailedIndex, out.Error = &reason, &kvReason, &index, &message
+	}
+	return out, nil
 }
 
 // KvGet reads one key; the ETag is its quoted version.
@@ -190,6 +197,20 @@ func kvResultsToWire(results []engine.KVResult) []gen.KvResult {
 func kvResultToWire(r engine.KVResult) gen.KvResult {
 	index, op := r.Index, r.Op
 	out := gen.KvResult{Index: &index, Op: &op}
+	if r.RolledBack {
+		out.Error = &r.Error
+		switch {
+		case r.Op == engine.KVGetPrefix:
+			out.Prefix = &r.Prefix
+		case r.Op != engine.KVGetMany:
+			out.Key = &r.Key
+		}
+		if engine.KVIsWrite(r.Op) {
+			applied := false
+			out.Applied = &applied
+		}
+		return out
+	}
 	withValue := func() {
 		if r.Version > 0 {
 			version := int(r.Version)

@@ -11,6 +11,7 @@ func TestKVRoutesOverHTTP(t *testing.T) {
 	b := newTestBroker(t)
 	ns := uniqueQueue(t)
 	var batch struct {
+		Success *bool            `json:"success"`
 		Results []map[string]any `json:"results"`
 	}
 	status, _ := b.call(t, "POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{
@@ -27,6 +28,9 @@ func TestKVRoutesOverHTTP(t *testing.T) {
 	}
 	if rows, _ := r[4]["rows"].([]any); len(rows) != 1 || r[4]["truncated"] != false {
 		t.Fatalf("getPrefix: %+v", r[4])
+	}
+	if batch.Success == nil || !*batch.Success {
+		t.Fatalf("a committed call answers success:true, got %v", batch.Success)
 	}
 
 	var got map[string]any
@@ -286,5 +290,55 @@ func TestKVWritesRefuseDotNamesAndOlderDotKeysStayReachable(t *testing.T) {
 	if status, _ := b.call(t, "POST", "/api/v1/kv", `{"operations":[`+op("delete", ns, "..", "")+`]}`, &deleted); status != http.StatusOK ||
 		len(deleted.Results) != 1 || deleted.Results[0].Applied == nil || !*deleted.Results[0].Applied {
 		t.Fatalf("deleting an older \"..\" key: %d %+v", status, deleted)
+	}
+}
+
+// A required op that loses fails the whole call (reference §1.14): nothing
+// is written, and no result shows what the rolled-back call read or wrote.
+func TestKVRequiredLossFailsTheWholeBatch(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	if code, _ := b.call(t, "PUT", "/api/v1/kv/"+ns+"/taken", map[string]any{"value": "winner", "forever": true}, nil); code != http.StatusOK {
+		t.Fatalf("put winner: %d", code)
+	}
+	var batch struct {
+		Success     *bool            `json:"success"`
+		Reason      string           `json:"reason"`
+		FailedIndex *int             `json:"failedIndex"`
+		KvReason    string           `json:"kvReason"`
+		Error       string           `json:"error"`
+		Results     []map[string]any `json:"results"`
+	}
+	status, _ := b.call(t, "POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{
+		{"op": "put", "ns": ns, "key": "side", "value": 1, "forever": true},
+		{"op": "get", "ns": ns, "key": "side"},
+		{"op": "getMany", "ns": ns, "keys": []string{"side", "taken"}},
+		{"op": "getPrefix", "ns": ns, "prefix": "s"},
+		{"op": "putIfAbsent", "ns": ns, "key": "taken", "value": "loser", "forever": true, "required": true},
+		{"op": "incr", "ns": ns, "key": "after", "forever": true},
+	}}, &batch)
+	if status != http.StatusOK || batch.Success == nil || *batch.Success || batch.Reason != "kv_precondition" ||
+		batch.FailedIndex == nil || *batch.FailedIndex != 4 || batch.KvReason != "exists" || batch.Error == "" || len(batch.Results) != 6 {
+		t.Fatalf("call: %d %+v", status, batch)
+	}
+	r := batch.Results
+	if r[4]["applied"] != false || r[4]["reason"] != "exists" || r[4]["value"] != "winner" || r[4]["version"] != float64(1) {
+		t.Fatalf("the failing op carries its reason and the committed winner: %+v", r[4])
+	}
+	for _, i := range []int{0, 1, 2, 3, 5} {
+		res := r[i]
+		if res["error"] == nil || res["index"] != float64(i) || res["found"] != nil || res["rows"] != nil ||
+			res["value"] != nil || res["version"] != nil || res["updatedAt"] != nil {
+			t.Fatalf("result %d of the rolled-back call: %+v, want only a rolled-back error", i, res)
+		}
+		if (i == 0 || i == 5) && res["applied"] != false {
+			t.Fatalf("write %d of the rolled-back call: %+v, want applied:false", i, res)
+		}
+	}
+	var got map[string]any
+	for _, key := range []string{"side", "after"} {
+		if b.call(t, "GET", "/api/v1/kv/"+ns+"/"+key, nil, &got); got["found"] != false {
+			t.Fatalf("%s was committed by a failed call: %+v", key, got)
+		}
 	}
 }

@@ -102,10 +102,14 @@ type KVResult struct {
 	NextAfter string
 	Prefix    string
 	Error     string
+	// RolledBack: another op of the call lost a required precondition, so
+	// nothing this op read or wrote stands; only Index, Op, Key, Prefix and
+	// Error are set.
+	RolledBack bool
 }
 
-// kvIsWrite reports whether op writes.
-func kvIsWrite(op string) bool {
+// KVIsWrite reports whether op writes.
+func KVIsWrite(op string) bool {
 	switch op {
 	case KVPut, KVPutIfAbsent, KVDelete, KVIncr:
 		return true
@@ -114,7 +118,8 @@ func kvIsWrite(op string) bool {
 }
 
 // KVPreconditionError reports a `required` operation whose precondition lost;
-// nothing of the call was committed. Value and Version are the winner's.
+// nothing of the call was committed. Value and Version are the committed
+// winner's (empty when the key is absent or the winner is this call's own write).
 type KVPreconditionError struct {
 	Index   int
 	Key     string
@@ -262,8 +267,8 @@ func checkKVKey(key, field string) error {
 }
 
 // KV runs a batch of operations in one transaction. Results are index-aligned.
-// When a `required` op loses, nothing is written: the results still describe
-// every op (writes after the rollback say so in Error) and the precondition
+// When a `required` op loses, nothing is written: the failing op's result
+// says why, every other result is marked RolledBack, and the precondition
 // error is returned beside them.
 func (e *Engine) KV(ctx context.Context, ops []KVOp) ([]KVResult, *KVPreconditionError, error) {
 	if err := validateKVOps(ops, "operations", false); err != nil {
@@ -283,18 +288,32 @@ func (e *Engine) KV(ctx context.Context, ops []KVOp) ([]KVResult, *KVPreconditio
 		return nil
 	})
 	if errors.Is(err, errRollback) {
-		for i := range results {
-			if kvIsWrite(results[i].Op) && results[i].Applied {
-				results[i].Applied = false
-				results[i].Error = fmt.Sprintf("rolled back: operation %d lost a required precondition", lost.Index)
-			}
-		}
+		markRolledBack(results, lost)
 		return results, lost, nil
 	}
 	if err != nil {
 		return nil, nil, err
 	}
 	return results, nil, nil
+}
+
+// markRolledBack rewrites the results of a call that lost's op rolled back:
+// nothing of it committed, so no result may show a value, version or
+// found:true the call itself produced. The failing op keeps its reason and,
+// when it lost to a committed key, that key's value and version.
+func markRolledBack(results []KVResult, lost *KVPreconditionError) {
+	note := fmt.Sprintf("rolled back: operation %d lost a required precondition", lost.Index)
+	for i := range results {
+		r := &results[i]
+		if i == lost.Index {
+			r.Applied, r.Error = false, lost.Error()
+			if lost.Version == 0 {
+				r.Value, r.Version, r.ExpiresAt, r.UpdatedAt = nil, 0, nil, nil
+			}
+			continue
+		}
+		*r = KVResult{Index: r.Index, Op: r.Op, Key: r.Key, Prefix: r.Prefix, Error: note, RolledBack: true}
+	}
 }
 
 // errRollback makes retryTx roll back without reporting a failure.
@@ -341,7 +360,7 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 		}
 		for _, k := range keys {
 			kk := kvKey{op.Namespace, k}
-			if kvIsWrite(op.Op) {
+			if KVIsWrite(op.Op) {
 				writes = true
 				lockNS, lockKey = append(lockNS, kk.ns), append(lockKey, kk.key)
 			}
@@ -492,7 +511,7 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 			}
 			if reason != "" && op.Required && lost == nil {
 				lost = &KVPreconditionError{Index: i, Key: op.Key, Reason: reason}
-				if s.exists {
+				if s.exists && !s.dirty { // a winner this call wrote never commits
 					lost.Value, lost.Version = s.value, s.version
 				}
 			}

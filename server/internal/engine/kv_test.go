@@ -83,8 +83,21 @@ func TestKVRequiredRollsBackTheWholeCall(t *testing.T) {
 	if err != nil || lost == nil || lost.Index != 1 || lost.Reason != KVReasonExists || string(lost.Value) != `"winner"` {
 		t.Fatalf("lost: %+v %v", lost, err)
 	}
-	if res[0].Applied || res[0].Error == "" {
-		t.Fatalf("the earlier write reports the rollback: %+v", res[0])
+	if res[0].Applied || !res[0].RolledBack || res[0].Error == "" || res[0].Version != 0 || res[0].Value != nil {
+		t.Fatalf("the earlier write reports the rollback and nothing it wrote: %+v", res[0])
+	}
+	if res[1].RolledBack || res[1].Reason != KVReasonExists || string(res[1].Value) != `"winner"` || res[1].Version != 1 {
+		t.Fatalf("the failing op carries its reason and the committed winner: %+v", res[1])
+	}
+	// Lost to the call's own earlier write: that winner never commits, so
+	// neither the error nor the result may show it.
+	res, lost, err = e.KV(context.Background(), []KVOp{
+		{Op: KVPut, Namespace: ns, Key: "fresh", Value: raw("mine"), Forever: true},
+		{Op: KVPutIfAbsent, Namespace: ns, Key: "fresh", Value: raw("again"), Forever: true, Required: true},
+	})
+	if err != nil || lost == nil || lost.Reason != KVReasonExists || lost.Value != nil || lost.Version != 0 ||
+		res[1].Value != nil || res[1].Version != 0 || res[1].UpdatedAt != nil {
+		t.Fatalf("lost to its own write: %+v %+v %v", lost, res[1], err)
 	}
 	if got := mustKV(t, e, KVOp{Op: KVGet, Namespace: ns, Key: "side"}); got[0].Found {
 		t.Fatal("a write of a failed call was committed")

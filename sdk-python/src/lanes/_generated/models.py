@@ -757,7 +757,36 @@ class KvBatchResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+    success: bool
+    """
+    Committed; `false` means an op with `required:true` lost and nothing was written.
+    """
+    reason: Literal["kv_precondition"] | None = None
+    """
+    Why the call failed.
+    """
+    error: str | None = None
+    """
+    Human-readable failure cause.
+    """
+    failed_index: Annotated[int | None, Field(alias="failedIndex")] = None
+    """
+    `kv_precondition` — index of the op that lost.
+    """
+    kv_reason: Annotated[
+        Literal["exists", "absent", "version", "limit", "type"] | None, Field(alias="kvReason")
+    ] = None
+    """
+    `kv_precondition` — why it lost (also that op's `reason`).
+    """
     results: list[KvResult]
+    """
+    One result per operation. On a failed call the failing op is `applied:false` with its
+    `reason` (and the committed winner's `value` and `version`, if any); every other result
+    has only `index`, `op`, `key` or `prefix`, `applied:false` for writes, and an `error`
+    saying it was rolled back.
+
+    """
 
 
 class KvListRequest(BaseModel):
@@ -943,6 +972,9 @@ class KvResult(BaseModel):
     next_after: Annotated[str | None, Field(alias="nextAfter")] = None
     prefix: str | None = None
     error: str | None = None
+    """
+    Why the op did not apply when that is not a `reason`, e.g. the call rolled back.
+    """
 
 
 class KvRow(BaseModel):
