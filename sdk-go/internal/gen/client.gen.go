@@ -711,7 +711,8 @@ type ConsumerGroupQueue struct {
 	Partitions []ConsumerGroupPartition `json:"partitions"`
 }
 
-// ConsumerGroupSummary defines model for ConsumerGroupSummary.
+// ConsumerGroupSummary One (group, queue). The subscription fields are always present, `null` for a group that
+// has none (one created by a seek).
 type ConsumerGroupSummary struct {
 	Conflation bool `json:"conflation"`
 
@@ -726,9 +727,9 @@ type ConsumerGroupSummary struct {
 	QueueName             string                    `json:"queueName"`
 	State                 ConsumerGroupSummaryState `json:"state"`
 	Storage               string                    `json:"storage"`
-	SubscriptionCreatedAt *time.Time                `json:"subscriptionCreatedAt,omitempty"`
-	SubscriptionMode      *string                   `json:"subscriptionMode,omitempty"`
-	SubscriptionTimestamp *time.Time                `json:"subscriptionTimestamp,omitempty"`
+	SubscriptionCreatedAt *time.Time                `json:"subscriptionCreatedAt"`
+	SubscriptionMode      *string                   `json:"subscriptionMode"`
+	SubscriptionTimestamp *time.Time                `json:"subscriptionTimestamp"`
 	Topics                []string                  `json:"topics"`
 
 	// TotalLag Messages behind, summed over partitions.
@@ -1109,10 +1110,10 @@ type KvResult struct {
 // KvResultReason Writes — why `applied` is false.
 type KvResultReason string
 
-// KvRow defines model for KvRow.
+// KvRow One stored key. `expiresAt` is always present, `null` for a `forever` key.
 type KvRow struct {
 	Expired   *bool      `json:"expired,omitempty"`
-	ExpiresAt *time.Time `json:"expiresAt,omitempty"`
+	ExpiresAt *time.Time `json:"expiresAt"`
 	Key       string     `json:"key"`
 	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 
@@ -1128,18 +1129,18 @@ type LagSample struct {
 	Queue    string `json:"queue"`
 }
 
-// LaggingConsumerGroup defines model for LaggingConsumerGroup.
+// LaggingConsumerGroup One lagging partition of a group. `worker_id` and `last_consumed_at` are always present, `null` when there is none.
 type LaggingConsumerGroup struct {
 	ConsumerGroup      string     `json:"consumer_group"`
 	LagHours           float32    `json:"lag_hours"`
-	LastConsumedAt     *time.Time `json:"last_consumed_at,omitempty"`
+	LastConsumedAt     *time.Time `json:"last_consumed_at"`
 	OffsetLag          int        `json:"offset_lag"`
 	OldestUnconsumedAt *time.Time `json:"oldest_unconsumed_at"`
 	PartitionId        string     `json:"partition_id"`
 	PartitionName      string     `json:"partition_name"`
 	QueueName          string     `json:"queue_name"`
 	TimeLagSeconds     int        `json:"time_lag_seconds"`
-	WorkerId           *string    `json:"worker_id,omitempty"`
+	WorkerId           *string    `json:"worker_id"`
 }
 
 // LeaseExtendRequest defines model for LeaseExtendRequest.
@@ -2029,7 +2030,7 @@ type SeekError struct {
 	Success bool `json:"success"`
 }
 
-// SeekPartitionResult defines model for SeekPartitionResult.
+// SeekPartitionResult `targetTimestamp` is always present, `null` on a seek to the end.
 type SeekPartitionResult struct {
 	ConsumerGroup   string     `json:"consumerGroup"`
 	HotlistRepaired *bool      `json:"hotlistRepaired,omitempty"`
@@ -2037,19 +2038,19 @@ type SeekPartitionResult struct {
 	QueueName       string     `json:"queueName"`
 	SeekToEnd       bool       `json:"seekToEnd"`
 	Success         bool       `json:"success"`
-	TargetTimestamp *time.Time `json:"targetTimestamp,omitempty"`
+	TargetTimestamp *time.Time `json:"targetTimestamp"`
 	Updated         bool       `json:"updated"`
 	Warning         *string    `json:"warning,omitempty"`
 }
 
-// SeekQueueResult defines model for SeekQueueResult.
+// SeekQueueResult `targetTimestamp` is always present, `null` on a seek to the end.
 type SeekQueueResult struct {
 	ConsumerGroup     string     `json:"consumerGroup"`
 	PartitionsUpdated int        `json:"partitionsUpdated"`
 	QueueName         string     `json:"queueName"`
 	SeekToEnd         bool       `json:"seekToEnd"`
 	Success           bool       `json:"success"`
-	TargetTimestamp   *time.Time `json:"targetTimestamp,omitempty"`
+	TargetTimestamp   *time.Time `json:"targetTimestamp"`
 }
 
 // SeekRequest `toEnd:true` or `timestamp` (`toEnd:true` wins when both are given). Neither (`{}`,

@@ -1744,6 +1744,9 @@ export interface components {
         };
         /** @description Error envelope plus the replay outcome fields. */
         DlqReplayError: components["schemas"]["Error"] & components["schemas"]["DlqReplayOutcome"];
+        /** @description One (group, queue). The subscription fields are always present, `null` for a group that
+         *     has none (one created by a seek).
+         *      */
         ConsumerGroupSummary: {
             name: string;
             topics: string[];
@@ -1759,26 +1762,27 @@ export interface components {
             /** @enum {string} */
             state: "Stable" | "Lagging" | "Dead";
             storage: string;
-            subscriptionMode?: string | null;
+            subscriptionMode: string | null;
             /** Format: date-time */
-            subscriptionTimestamp?: string | null;
+            subscriptionTimestamp: string | null;
             /** Format: date-time */
-            subscriptionCreatedAt?: string | null;
+            subscriptionCreatedAt: string | null;
             conflation: boolean;
         };
+        /** @description One lagging partition of a group. `worker_id` and `last_consumed_at` are always present, `null` when there is none. */
         LaggingConsumerGroup: {
             consumer_group: string;
             queue_name: string;
             partition_name: string;
             partition_id: string;
-            worker_id?: string | null;
+            worker_id: string | null;
             offset_lag: number;
             time_lag_seconds: number;
             lag_hours: number;
             /** Format: date-time */
             oldest_unconsumed_at: string | null;
             /** Format: date-time */
-            last_consumed_at?: string | null;
+            last_consumed_at: string | null;
         };
         /** @description Keyed by queue name. */
         ConsumerGroupDetail: {
@@ -1835,15 +1839,17 @@ export interface components {
             /** @description Seek past the last message. */
             toEnd?: boolean;
         };
+        /** @description `targetTimestamp` is always present, `null` on a seek to the end. */
         SeekQueueResult: {
             success: boolean;
             consumerGroup: string;
             queueName: string;
             seekToEnd: boolean;
             /** Format: date-time */
-            targetTimestamp?: string | null;
+            targetTimestamp: string | null;
             partitionsUpdated: number;
         };
+        /** @description `targetTimestamp` is always present, `null` on a seek to the end. */
         SeekPartitionResult: {
             success: boolean;
             consumerGroup: string;
@@ -1851,7 +1857,7 @@ export interface components {
             partitionName: string;
             seekToEnd: boolean;
             /** Format: date-time */
-            targetTimestamp?: string | null;
+            targetTimestamp: string | null;
             updated: boolean;
             hotlistRepaired?: boolean;
             warning?: string;
@@ -1960,6 +1966,7 @@ export interface components {
             /** @description Why the op did not apply when that is not a `reason`, e.g. the call rolled back. */
             error?: string;
         };
+        /** @description One stored key. `expiresAt` is always present, `null` for a `forever` key. */
         KvRow: {
             key: string;
             /** @description Value (any JSON); absent with `keysOnly`. */
@@ -1968,7 +1975,7 @@ export interface components {
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             version: number;
             /** Format: date-time */
-            expiresAt?: string | null;
+            expiresAt: string | null;
             /** Format: date-time */
             updatedAt?: string | null;
             expired?: boolean;

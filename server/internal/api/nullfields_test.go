@@ -96,6 +96,26 @@ func TestInspectionBodiesSendNullFields(t *testing.T) {
 		t.Fatalf("kv batch get: %+v", batch)
 	}
 	wantNull(t, "kv batch get of a forever key", batch.Results[0], "expiresAt")
+	var rows struct {
+		Results []struct {
+			Rows []map[string]any `json:"rows"`
+		} `json:"results"`
+	}
+	b.call(t, "POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{
+		{"op": "getMany", "ns": q, "keys": []string{"k"}}, {"op": "getPrefix", "ns": q, "prefix": "k"}}}, &rows)
+	if len(rows.Results) != 2 || len(rows.Results[0].Rows) != 1 || len(rows.Results[1].Rows) != 1 {
+		t.Fatalf("kv getMany/getPrefix: %+v", rows)
+	}
+	wantNull(t, "kv getMany row of a forever key", rows.Results[0].Rows[0], "expiresAt")
+	wantNull(t, "kv getPrefix row of a forever key", rows.Results[1].Rows[0], "expiresAt")
+	var listed struct {
+		Rows []map[string]any `json:"rows"`
+	}
+	b.call(t, "POST", "/api/v1/resources/kv/list", map[string]any{"namespace": q}, &listed)
+	if len(listed.Rows) != 1 {
+		t.Fatalf("kv list: %+v", listed)
+	}
+	wantNull(t, "kv list row of a forever key", listed.Rows[0], "expiresAt")
 
 	b.call(t, "POST", "/api/v1/timers", map[string]any{"operations": []map[string]any{
 		{"op": "schedule", "queue": q, "timerKey": "later", "delayMs": 3600000, "txn": "t1", "payload": "MQ=="}}}, nil)
@@ -115,4 +135,52 @@ func TestInspectionBodiesSendNullFields(t *testing.T) {
 	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(raw)) != `{"found":false}` {
 		t.Fatalf("timer miss: %d %s", resp.StatusCode, raw)
 	}
+}
+
+// A seek to the end has no target instant, a group a seek created has no
+// subscription, and a lagging cursor nobody leased has no worker: each is
+// sent as null (http-api-v1.md §1.11).
+func TestGroupAndSeekBodiesSendNullFields(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	group := q + "-sought"
+	b.push(t, q, "p", "m1")
+
+	var seek map[string]any
+	if status, _ := b.call(t, "POST", seekPath(group, q), map[string]any{"toEnd": true}, &seek); status != http.StatusOK || seek["success"] != true {
+		t.Fatalf("queue seek: %d %+v", status, seek)
+	}
+	wantNull(t, "queue seek to the end", seek, "targetTimestamp")
+	seek = nil
+	if status, _ := b.call(t, "POST", "/api/v1/consumer-groups/"+group+"/queues/"+q+"/partitions/p/seek", map[string]any{"toEnd": true}, &seek); status != http.StatusOK || seek["success"] != true {
+		t.Fatalf("partition seek: %d %+v", status, seek)
+	}
+	wantNull(t, "partition seek to the end", seek, "targetTimestamp")
+
+	var groups []map[string]any
+	b.call(t, "GET", "/api/v1/consumer-groups", nil, &groups)
+	var summary map[string]any
+	for _, g := range groups {
+		if g["name"] == group && g["queueName"] == q {
+			summary = g
+		}
+	}
+	if summary == nil {
+		t.Fatalf("group %s not listed: %+v", group, groups)
+	}
+	wantNull(t, "group created by a seek", summary, "subscriptionMode", "subscriptionTimestamp", "subscriptionCreatedAt")
+
+	b.push(t, q, "p", "m2") // one message behind the sought cursor
+	var lagging []map[string]any
+	b.call(t, "GET", "/api/v1/consumer-groups/lagging?minLagSeconds=0", nil, &lagging)
+	var row map[string]any
+	for _, l := range lagging {
+		if l["consumer_group"] == group {
+			row = l
+		}
+	}
+	if row == nil {
+		t.Fatalf("group %s not lagging: %+v", group, lagging)
+	}
+	wantNull(t, "lagging cursor nobody leased", row, "worker_id", "last_consumed_at")
 }

@@ -447,6 +447,12 @@ class ConsumerGroupDetail(RootModel[dict[str, ConsumerGroupQueue]]):
 
 
 class ConsumerGroupSummary(BaseModel):
+    """
+    One (group, queue). The subscription fields are always present, `null` for a group that
+    has none (one created by a seek).
+
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -469,13 +475,9 @@ class ConsumerGroupSummary(BaseModel):
     """
     state: Literal["Stable", "Lagging", "Dead"]
     storage: str
-    subscription_mode: Annotated[str | None, Field(alias="subscriptionMode")] = None
-    subscription_timestamp: Annotated[
-        AwareDatetime | None, Field(alias="subscriptionTimestamp")
-    ] = None
-    subscription_created_at: Annotated[
-        AwareDatetime | None, Field(alias="subscriptionCreatedAt")
-    ] = None
+    subscription_mode: Annotated[str | None, Field(alias="subscriptionMode")]
+    subscription_timestamp: Annotated[AwareDatetime | None, Field(alias="subscriptionTimestamp")]
+    subscription_created_at: Annotated[AwareDatetime | None, Field(alias="subscriptionCreatedAt")]
     conflation: bool
 
 
@@ -978,6 +980,10 @@ class KvResult(BaseModel):
 
 
 class KvRow(BaseModel):
+    """
+    One stored key. `expiresAt` is always present, `null` for a `forever` key.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -987,7 +993,7 @@ class KvRow(BaseModel):
     Value (any JSON); absent with `keysOnly`.
     """
     version: int
-    expires_at: Annotated[AwareDatetime | None, Field(alias="expiresAt")] = None
+    expires_at: Annotated[AwareDatetime | None, Field(alias="expiresAt")]
     updated_at: Annotated[AwareDatetime | None, Field(alias="updatedAt")] = None
     expired: bool | None = None
 
@@ -1002,6 +1008,10 @@ class LagSample(BaseModel):
 
 
 class LaggingConsumerGroup(BaseModel):
+    """
+    One lagging partition of a group. `worker_id` and `last_consumed_at` are always present, `null` when there is none.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -1009,12 +1019,12 @@ class LaggingConsumerGroup(BaseModel):
     queue_name: str
     partition_name: str
     partition_id: str
-    worker_id: str | None = None
+    worker_id: Annotated[str | None, Field(...)]
     offset_lag: int
     time_lag_seconds: int
     lag_hours: float
     oldest_unconsumed_at: Annotated[AwareDatetime | None, Field(...)]
-    last_consumed_at: AwareDatetime | None = None
+    last_consumed_at: Annotated[AwareDatetime | None, Field(...)]
 
 
 class ApiV1ConsumerGroupsLaggingGetResponse(RootModel[list[LaggingConsumerGroup]]):
@@ -2098,6 +2108,10 @@ class SeekError(Error):
 
 
 class SeekPartitionResult(BaseModel):
+    """
+    `targetTimestamp` is always present, `null` on a seek to the end.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -2106,13 +2120,17 @@ class SeekPartitionResult(BaseModel):
     queue_name: Annotated[str, Field(alias="queueName")]
     partition_name: Annotated[str, Field(alias="partitionName")]
     seek_to_end: Annotated[bool, Field(alias="seekToEnd")]
-    target_timestamp: Annotated[AwareDatetime | None, Field(alias="targetTimestamp")] = None
+    target_timestamp: Annotated[AwareDatetime | None, Field(alias="targetTimestamp")]
     updated: bool
     hotlist_repaired: Annotated[bool | None, Field(alias="hotlistRepaired")] = None
     warning: str | None = None
 
 
 class SeekQueueResult(BaseModel):
+    """
+    `targetTimestamp` is always present, `null` on a seek to the end.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -2120,7 +2138,7 @@ class SeekQueueResult(BaseModel):
     consumer_group: Annotated[str, Field(alias="consumerGroup")]
     queue_name: Annotated[str, Field(alias="queueName")]
     seek_to_end: Annotated[bool, Field(alias="seekToEnd")]
-    target_timestamp: Annotated[AwareDatetime | None, Field(alias="targetTimestamp")] = None
+    target_timestamp: Annotated[AwareDatetime | None, Field(alias="targetTimestamp")]
     partitions_updated: Annotated[int, Field(alias="partitionsUpdated")]
 
 
