@@ -3071,7 +3071,8 @@ type ClientInterface interface {
 	//
 	// Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
-	// leases and resets retry state. One of the two is required, else `400`.
+	// leases and resets retry state. One of the two is required: no body, `{}` or
+	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3082,7 +3083,8 @@ type ClientInterface interface {
 	//
 	// Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
-	// leases and resets retry state. One of the two is required, else `400`.
+	// leases and resets retry state. One of the two is required: no body, `{}` or
+	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3807,7 +3809,8 @@ func (c *Client) SeekPartition(ctx context.Context, group GroupPath, queue Queue
 //
 // Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 // the first segment created at or after `timestamp` (segment-granular). Releases live
-// leases and resets retry state. One of the two is required, else `400`.
+// leases and resets retry state. One of the two is required: no body, `{}` or
+// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3828,7 +3831,8 @@ func (c *Client) SeekQueueWithBody(ctx context.Context, group GroupPath, queue Q
 //
 // Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 // the first segment created at or after `timestamp` (segment-granular). Releases live
-// leases and resets retry state. One of the two is required, else `400`.
+// leases and resets retry state. One of the two is required: no body, `{}` or
+// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8065,7 +8069,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
-	// leases and resets retry state. One of the two is required, else `400`.
+	// leases and resets retry state. One of the two is required: no body, `{}` or
+	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8076,7 +8081,8 @@ type ClientWithResponsesInterface interface {
 	//
 	// Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
-	// leases and resets retry state. One of the two is required, else `400`.
+	// leases and resets retry state. One of the two is required: no body, `{}` or
+	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -13208,7 +13214,8 @@ func (c *ClientWithResponses) SeekPartitionWithResponse(ctx context.Context, gro
 //
 // Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 // the first segment created at or after `timestamp` (segment-granular). Releases live
-// leases and resets retry state. One of the two is required, else `400`.
+// leases and resets retry state. One of the two is required: no body, `{}` or
+// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13225,7 +13232,8 @@ func (c *ClientWithResponses) SeekQueueWithBodyWithResponse(ctx context.Context,
 //
 // Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
 // the first segment created at or after `timestamp` (segment-granular). Releases live
-// leases and resets retry state. One of the two is required, else `400`.
+// leases and resets retry state. One of the two is required: no body, `{}` or
+// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

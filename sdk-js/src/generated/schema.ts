@@ -590,7 +590,8 @@ export interface paths {
          * Seek a group on a queue
          * @description Moves the group's cursor on every partition of the queue to the end (`toEnd:true`) or to
          *     the first segment created at or after `timestamp` (segment-granular). Releases live
-         *     leases and resets retry state. One of the two is required, else `400`.
+         *     leases and resets retry state. One of the two is required: no body, `{}` or
+         *     `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
          *
          */
         post: operations["seekQueue"];
@@ -3660,7 +3661,7 @@ export interface operations {
             };
             cookie?: never;
         };
-        requestBody: {
+        requestBody?: {
             content: {
                 "application/json": components["schemas"]["SeekRequest"];
             };

@@ -316,6 +316,7 @@ func TestSeekPartitionAndErrors(t *testing.T) {
 	}{
 		{"unknown queue", seekPath("g", q+"-nope"), map[string]any{"toEnd": true}, 404, "Queue not found or has no partitions"},
 		{"unknown partition", "/api/v1/consumer-groups/g/queues/" + q + "/partitions/nope/seek", map[string]any{"toEnd": true}, 404, "Partition not found"},
+		{"no body", seekPath("g", q), nil, 400, "Must specify toEnd=true or a timestamp"},
 		{"neither field", seekPath("g", q), map[string]any{}, 400, "Must specify toEnd=true or a timestamp"},
 		{"toEnd false alone", seekPath("g", q), map[string]any{"toEnd": false}, 400, "Must specify toEnd=true or a timestamp"},
 		{"toEnd false alone on the partition route", "/api/v1/consumer-groups/g/queues/" + q + "/partitions/one/seek", map[string]any{"toEnd": false}, 400, "Must specify toEnd=true or a timestamp"},
@@ -330,6 +331,9 @@ func TestSeekPartitionAndErrors(t *testing.T) {
 			status, _ := b.call(t, "POST", c.path, c.body, &e)
 			if status != c.status || e.Code == "" || (c.msg != "" && e.Error != c.msg) {
 				t.Fatalf("want %d %q, got %d %+v", c.status, c.msg, status, e)
+			}
+			if c.msg == "Must specify toEnd=true or a timestamp" && e.Code != CodeBadRequest {
+				t.Fatalf("want code %s, got %+v", CodeBadRequest, e)
 			}
 			// The reference's 404 carries success:false; clients read it.
 			if status == 404 && (e.Success == nil || *e.Success) {
