@@ -960,8 +960,9 @@ type KvBatchResult struct {
 	// saying it was rolled back.
 	Results []KvResult `json:"results"`
 
-	// Success Committed; `false` means an op with `required:true` lost and nothing was written.
-	Success bool `json:"success"`
+	// Success Committed; `false` means an op with `required:true` lost and nothing was written. Lanes
+	// always sends it; not required, so clients still read brokers that do not.
+	Success *bool `json:"success,omitempty"`
 }
 
 // KvBatchResultKvReason `kv_precondition` — why it lost (also that op's `reason`).

@@ -1908,8 +1908,10 @@ export interface components {
             operations: components["schemas"]["KvOperation"][];
         };
         KvBatchResult: {
-            /** @description Committed; `false` means an op with `required:true` lost and nothing was written. */
-            success: boolean;
+            /** @description Committed; `false` means an op with `required:true` lost and nothing was written. Lanes
+             *     always sends it; not required, so clients still read brokers that do not.
+             *      */
+            success?: boolean;
             /**
              * @description Why the call failed.
              * @enum {string}

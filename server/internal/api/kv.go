@@ -23,7 +23,7 @@ func (s *Server) KvBatch(ctx context.Context, req gen.KvBatchRequestObject) (gen
 	if err != nil {
 		return nil, err
 	}
-	out := gen.KvBatch200JSONResponse{Success: lost == nil, Results: kvResultsToWire(results)}
+	out := gen.KvBatch200JSONResponse{Success: valuePtr(lost == nil), Results: kvResultsToWire(results)}
 	if lost != nil {
 		reason, kvReason := gen.KvBatchResultReasonKvPrecondition, gen.KvBatchResultKvReason(lost.Reason)
 		index, message := lost.Index, lost.Error()

@@ -759,9 +759,11 @@ class KvBatchResult(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    success: bool
+    success: bool | None = None
     """
-    Committed; `false` means an op with `required:true` lost and nothing was written.
+    Committed; `false` means an op with `required:true` lost and nothing was written. Lanes
+    always sends it; not required, so clients still read brokers that do not.
+
     """
     reason: Literal["kv_precondition"] | None = None
     """
