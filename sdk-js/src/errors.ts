@@ -84,6 +84,26 @@ export class OutcomeUnknownError extends LanesError {
   }
 }
 
+/** UnexpectedAnswerError is thrown when the broker answered 2xx with a body the SDK cannot use: not JSON, or another number of results than the request had items or operations (a proxy or a broker of another version in the way). The request may have been applied, so it is not a PushError: a push sent again with the same transaction ids deduplicates. */
+export class UnexpectedAnswerError extends LanesError {
+  /** status is the HTTP status of an answer that is not JSON (0 for a count mismatch). */
+  readonly status: number;
+  /** body is the raw text of an answer that is not JSON, else the decoded answer. */
+  readonly body: unknown;
+  constructor(message: string, init: { status?: number; body?: unknown; cause?: unknown } = {}) {
+    super(message, init.cause === undefined ? undefined : { cause: init.cause });
+    this.status = init.status ?? 0;
+    this.body = init.body;
+  }
+}
+
+/** resultsOf returns `list` when it holds `want` results; any other answer is an UnexpectedAnswerError ("push: broker answered 0 results for 1 items"). */
+export function resultsOf<T>(what: string, list: unknown, want: number, unit: string, body: unknown): T[] {
+  const got = Array.isArray(list) ? (list as T[]) : [];
+  if (got.length !== want) throw new UnexpectedAnswerError(`${what}: broker answered ${got.length} results for ${want} ${unit}`, { body });
+  return got;
+}
+
 /** ItemError describes one pushed item the broker reported as failed (Go's `ItemError`, Python's `ItemError`). */
 export interface ItemError {
   /** index is the item's position in the push. */

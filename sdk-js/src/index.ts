@@ -29,6 +29,7 @@ export {
   APIConnectionError,
   APITimeoutError,
   OutcomeUnknownError,
+  UnexpectedAnswerError,
   PushError,
   type ItemError,
   InvalidItemError,

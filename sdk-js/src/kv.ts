@@ -1,5 +1,5 @@
 // KV state helpers (`/api/v1/kv`).
-import { InvalidValueError, LanesError } from "./errors.js";
+import { InvalidValueError, LanesError, resultsOf } from "./errors.js";
 import type { Core } from "./internal/core.js";
 import { jsonProblem } from "./internal/payload.js";
 import { kvOpsIdempotent } from "./retry.js";
@@ -29,13 +29,12 @@ export class Kv {
 
   /** batch runs raw operations (each needs `ns`) in one call and returns index-aligned results. */
   async batch(operations: KvOperation[]): Promise<KvResult[]> {
-    const res = await this.core.transport.request<{ results: KvResult[] }>({ method: "POST", path: "/api/v1/kv", body: { operations }, notIdempotent: !kvOpsIdempotent(operations) });
-    return res.body.results;
+    const res = await this.core.transport.request<{ results: KvResult[] } | undefined>({ method: "POST", path: "/api/v1/kv", body: { operations }, notIdempotent: !kvOpsIdempotent(operations) });
+    return resultsOf<KvResult>("kv", res.body?.results, operations.length, "operations", res.body);
   }
   private async one(op: KvOperation): Promise<KvResult> {
     const [r] = await this.batch([op]);
-    if (!r) throw new LanesError("kv: broker answered no result");
-    return r;
+    return r!;
   }
   /** get reads a key (`found`, `value`, `version`). */
   get(key: string): Promise<KvResult> {

@@ -1,5 +1,5 @@
 // Timers helpers (`/api/v1/timers`).
-import { InvalidValueError, LanesError } from "./errors.js";
+import { InvalidValueError, resultsOf } from "./errors.js";
 import type { Core } from "./internal/core.js";
 import { jsonProblem } from "./internal/payload.js";
 import { uuidv7 } from "./internal/uuid.js";
@@ -35,12 +35,12 @@ export class Timers {
   ) {}
   /** batch runs raw timer operations and returns index-aligned results. */
   async batch(operations: TimerOperation[]): Promise<TimerResult[]> {
-    return (await this.core.transport.request<{ results: TimerResult[] }>({ method: "POST", path: "/api/v1/timers", body: { operations } })).body.results;
+    const res = await this.core.transport.request<{ results: TimerResult[] } | undefined>({ method: "POST", path: "/api/v1/timers", body: { operations } });
+    return resultsOf<TimerResult>("timers", res.body?.results, operations.length, "operations", res.body);
   }
   private async one(op: TimerOperation): Promise<TimerResult> {
     const [r] = await this.batch([op]);
-    if (!r) throw new LanesError("timers: broker answered no result");
-    return r;
+    return r!;
   }
   /** schedule creates or replaces timer `key`. */
   async schedule(key: string, s: TimerSchedule): Promise<TimerResult> {

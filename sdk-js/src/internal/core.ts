@@ -1,6 +1,6 @@
 // Core is what every builder shares: the transport, the log, the client defaults, and the
 // low-level calls (push, ack, renew) the builders and the consume loop are made of.
-import { AckError, InvalidItemError, LanesError, PushError } from "../errors.js";
+import { AckError, InvalidItemError, LanesError, PushError, UnexpectedAnswerError, resultsOf } from "../errors.js";
 import type { AckStatus, Message } from "../message.js";
 import type { AckItem, AckResult, LeaseExtendResult, WirePushItem, WirePushResult } from "../types.js";
 import type { Transport } from "./http.js";
@@ -133,15 +133,12 @@ export class Core {
   async pushWire(items: ReturnType<typeof toWireItem>[], signal?: AbortSignal): Promise<PushResult[]> {
     if (items.length === 0) return [];
     const res = await this.transport.request<WirePushResult[]>({ method: "POST", path: "/api/v1/push", body: { items }, signal });
-    const wire = Array.isArray(res.body) ? res.body : [];
+    const wire = resultsOf<WirePushResult>("push", res.body, items.length, "items", res.body);
     const results: PushResult[] = wire.map((r) => {
       const out: PushResult = { index: r.index, messageId: r.message_id, transactionId: r.transaction_id, queue: r.queueName, status: r.status };
       if (r.error !== undefined) out.error = r.error;
       return out;
     });
-    if (results.length !== items.length) {
-      throw new LanesError(`push: broker answered ${results.length} results for ${items.length} items`);
-    }
     const buffered = results.filter((r) => r.status === "buffered");
     if (buffered.length > 0) {
       this.log.warn(`push: ${buffered.length} item(s) buffered on the broker's disk spool (PostgreSQL unreachable); they drain later`, { queue: buffered[0]?.queue });
@@ -182,7 +179,7 @@ export class Core {
         body: { ...wireItem(only), consumerGroup: groupOf(only.target) },
       });
       // The spec's answer is one result object; any other shape is a broker fault, not a result.
-      if (!isObject(res.body)) throw new LanesError(`ack: /api/v1/ack answered ${Array.isArray(res.body) ? "an array" : typeof res.body}, want one result object`);
+      if (!isObject(res.body)) throw new UnexpectedAnswerError(`ack: /api/v1/ack answered ${Array.isArray(res.body) ? "an array" : typeof res.body}, want one result object`, { body: res.body });
       return [res.body];
     }
     const byGroup = new Map<string, number[]>();
@@ -199,8 +196,7 @@ export class Core {
         path: "/api/v1/ack/batch",
         body: { consumerGroup: g, acknowledgments: idxs.map((i) => wireItem(items[i]!)) },
       });
-      const body = Array.isArray(res.body) ? res.body : [];
-      if (body.length !== idxs.length) throw new LanesError(`ack: broker answered ${body.length} results for ${idxs.length} items`);
+      const body = resultsOf<AckResult>("ack", res.body, idxs.length, "items", res.body);
       idxs.forEach((orig, k) => {
         out[orig] = { ...body[k]!, index: orig };
       });

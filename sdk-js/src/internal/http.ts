@@ -1,6 +1,6 @@
 // The transport: global fetch, per-attempt timeout, failover between broker URLs, and the
 // retry loop around decideRetry (docs/retries.md). A 204 is returned without reading a body.
-import { APIConnectionError, APITimeoutError, OutcomeUnknownError, errorForStatus, type APIError } from "../errors.js";
+import { APIConnectionError, APITimeoutError, OutcomeUnknownError, UnexpectedAnswerError, errorForStatus, type APIError } from "../errors.js";
 import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import type { Log } from "./log.js";
@@ -26,7 +26,7 @@ export interface Request {
   deadline?: number | undefined;
 }
 
-/** Response is a 2xx answer; `body` is undefined for 204 and empty bodies. */
+/** Response is a 2xx answer; `body` is undefined for 204 and empty bodies. A body that is not JSON throws UnexpectedAnswerError. */
 export interface Response<T> {
   status: number;
   body: T;
@@ -156,8 +156,9 @@ export class Transport {
         if (res.status !== 204 && text) {
           try {
             body = JSON.parse(text);
-          } catch {
-            body = text;
+          } catch (err) {
+            // A proxy's page or a broker of another version: the request may have been applied.
+            throw new UnexpectedAnswerError(`${req.method} ${req.path}: cannot decode the answer: ${errMessage(err)}`, { status: res.status, body: text, cause: err });
           }
         }
         return { status: res.status, body: body as T, headers: res.headers, attempts };

@@ -1,7 +1,7 @@
 // The push buffer's batch policy against a scripted local server: splitting a refused batch and
 // making a drop visible.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InvalidNameError, Lanes } from "../../src/index.js";
+import { InvalidNameError, Lanes, UnexpectedAnswerError } from "../../src/index.js";
 import { FakeServer, reply, type Step } from "./fakeserver.js";
 
 const servers: FakeServer[] = [];
@@ -34,6 +34,22 @@ describe("push buffer batches", () => {
     await b.flush();
     expect(sentIds(s, limit).sort()).toEqual(["tx-0", "tx-1", "tx-2", "tx-3", "tx-4", "tx-5", "tx-6", "tx-8", "tx-9"]);
     expect(dropped.map((d) => d.transactionId)).toEqual(["tx-7"]);
+  });
+
+  it("a flush answered 201 [] is retried under the same transaction ids, not dropped", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.script(reply(201, [])).otherwise(broker(Infinity));
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    const errors: unknown[] = [];
+    const dropped: unknown[] = [];
+    const b = lanes.queue("q").buffer({ timeMillis: 60_000, retryDelayMillis: 10, onError: (e, items) => (errors.push(e), dropped.push(...items)) });
+    await b.push([{ data: 1, transactionId: "tx-1" }]);
+    await b.flush();
+    expect(sentIds(s, Infinity)).toEqual(["tx-1", "tx-1"]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(UnexpectedAnswerError);
+    expect(dropped).toEqual([]);
   });
 
   it("a 403 drops the batch whole, without splitting", async () => {

@@ -13,6 +13,7 @@ import {
   PermissionDeniedError,
   PushError,
   RateLimitError,
+  UnexpectedAnswerError,
   type LanesOptions,
 } from "../../src/index.js";
 import { FakeServer, popBody, reply, type Step } from "./fakeserver.js";
@@ -498,9 +499,63 @@ describe("ack answers", () => {
     expect(s.seen[0]!.url).toBe("/api/v1/ack");
   });
 
-  it("a single ack answered with an array is a LanesError, not a result", async () => {
+  it("a single ack answered with an array is an UnexpectedAnswerError, not a result", async () => {
     const s = (await fake()).script(reply(200, [result]));
-    await expect(client(s.url).ack(target)).rejects.toThrow("ack: /api/v1/ack answered an array, want one result object");
+    await expect(client(s.url).ack(target)).rejects.toMatchObject({ constructor: UnexpectedAnswerError, message: "ack: /api/v1/ack answered an array, want one result object", status: 0, body: [result] });
+  });
+});
+
+describe("a 2xx answer the SDK cannot use is an UnexpectedAnswerError (as Go's *UnexpectedAnswerError)", () => {
+  const html = "<html><body>Welcome to the proxy</body></html>";
+
+  it("a push answered 201 [] for one item: status 0, the answer as body, not a PushError", async () => {
+    const s = (await fake()).script(reply(201, []));
+    const err: unknown = await client(s.url).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnexpectedAnswerError);
+    expect(err).not.toBeInstanceOf(PushError);
+    expect(err).toMatchObject({ message: "push: broker answered 0 results for 1 items", status: 0, body: [] });
+  });
+
+  it("a push answered 200 with an HTML page: its status and text, sent once", async () => {
+    const s = (await fake()).script(reply(200, html, { "content-type": "text/html" }));
+    const err: unknown = await client(s.url).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(UnexpectedAnswerError);
+    expect(err).toMatchObject({ status: 200, body: html });
+    expect((err as Error).message).toMatch(/^POST \/api\/v1\/push: cannot decode the answer: /);
+    expect(s.seen).toHaveLength(1);
+  });
+
+  it("an ack of two messages answered with one result", async () => {
+    const one = { index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false };
+    const s = (await fake()).script(reply(200, [one]));
+    const targets = [
+      { transactionId: "a", partitionId: "p1", leaseId: "L" },
+      { transactionId: "b", partitionId: "p1", leaseId: "L" },
+    ];
+    await expect(client(s.url).ack(targets)).rejects.toMatchObject({ constructor: UnexpectedAnswerError, message: "ack: broker answered 1 results for 2 items", status: 0, body: [one] });
+  });
+
+  it("a KV get and a timer schedule answered with no result", async () => {
+    const s = (await fake()).script(reply(200, { results: [] }), reply(200, {}));
+    const c = client(s.url);
+    await expect(c.kv("ns").get("k")).rejects.toMatchObject({ constructor: UnexpectedAnswerError, message: "kv: broker answered 0 results for 1 operations", status: 0 });
+    await expect(c.timers("q").schedule("k", { delayMillis: 1000 })).rejects.toMatchObject({ constructor: UnexpectedAnswerError, message: "timers: broker answered 0 results for 1 operations", body: {} });
+  });
+
+  it("a consume loop whose ack is answered with an HTML page reports it and goes on", async () => {
+    const released = { index: 0, transactionId: "b", success: true, error: null, leaseReleased: true, dlq: false, noop: false };
+    const s = (await fake()).script(reply(200, popBody([{ transactionId: "a" }])), reply(200, html), reply(200, popBody([{ transactionId: "b" }])), reply(200, released)).otherwise(reply(204));
+    const errors: unknown[] = [];
+    const handled: string[] = [];
+    const c = client(s.url, { retryAttempts: 0 })
+      .queue("q")
+      .onError((e) => errors.push(e))
+      .consume((m) => void handled.push(m.transactionId));
+    await vi.waitFor(() => expect(handled).toEqual(["a", "b"]));
+    await c.stop();
+    await expect(c.closed).resolves.toBeUndefined();
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(UnexpectedAnswerError);
   });
 });
 
