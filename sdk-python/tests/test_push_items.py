@@ -152,16 +152,28 @@ def test_buffered_items_are_logged_even_when_another_item_failed(
 
 
 @pytest.mark.parametrize(
-    ("status", "content", "error"),
+    ("status", "content", "error", "want_status", "want_body"),
     [
-        (201, b"[]", "broker answered 0 results for 2 items"),
-        (201, b'[{"index":0,"status":"queued"}]', "broker answered 1 results for 2 items"),
-        (201, b'{"items":[]}', "broker answered 0 results for 2 items"),
-        (200, b"<html>proxy</html>", "broker answered 200 with a body that is not JSON"),
+        (201, b"[]", "^lanes: push: broker answered 0 results for 2 items$", 0, []),
+        (
+            201,
+            b'[{"index":0,"status":"queued"}]',
+            "^lanes: push: broker answered 1 results for 2 items$",
+            0,
+            [{"index": 0, "status": "queued"}],
+        ),
+        (201, b'{"items":[]}', "broker answered 0 results for 2 items", 0, {"items": []}),
+        (
+            200,
+            b"<html>proxy</html>",
+            "^lanes: POST /api/v1/push: cannot decode the answer: ",
+            200,
+            b"<html>proxy</html>",
+        ),
     ],
 )
-def test_a_push_answer_that_does_not_match_the_items_raises_a_lanes_error(
-    status: int, content: bytes, error: str
+def test_a_push_answer_that_does_not_match_the_items_raises_unexpected_answer_error(
+    status: int, content: bytes, error: str, want_status: int, want_body: Any
 ) -> None:
     def answer(req: httpx.Request) -> httpx.Response:
         return httpx.Response(status, content=content)
@@ -169,19 +181,20 @@ def test_a_push_answer_that_does_not_match_the_items_raises_a_lanes_error(
     c = lanes.Lanes(
         "http://broker", http_client=httpx.Client(transport=httpx.MockTransport(answer))
     )
-    with pytest.raises(lanes.LanesError, match=error) as e:
+    with pytest.raises(lanes.UnexpectedAnswerError, match=error) as e:
         c.queue("q").push([1, 2])
     assert not isinstance(e.value, lanes.PushError), "not a failed item: the push may be stored"
+    assert (e.value.status, e.value.body) == (want_status, want_body)
 
 
-async def test_an_async_push_answer_that_does_not_match_the_items_raises_a_lanes_error() -> None:
+async def test_an_async_push_answer_with_another_count_raises_unexpected_answer_error() -> None:
     def answer(req: httpx.Request) -> httpx.Response:
         return httpx.Response(201, json=[])
 
     c = lanes.AsyncLanes(
         "http://broker", http_client=httpx.AsyncClient(transport=httpx.MockTransport(answer))
     )
-    with pytest.raises(lanes.LanesError, match="broker answered 0 results for 1 items"):
+    with pytest.raises(lanes.UnexpectedAnswerError, match="broker answered 0 results for 1 items"):
         await c.queue("q").push([1])
     await c.aclose()
 

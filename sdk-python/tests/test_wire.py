@@ -315,10 +315,75 @@ def test_ack_bodies_and_results() -> None:
 def test_an_ack_answer_is_read_only_in_its_documented_shape() -> None:
     t, _ = capture(lambda req: _ack_answer(req, swap_shapes=True))
     c = client(t)
-    with pytest.raises(ValueError, match=r"/api/v1/ack answered list, want one result object"):
+    with pytest.raises(
+        lanes.UnexpectedAnswerError, match=r"/api/v1/ack answered list, want one result object"
+    ):
         c.ack(_msg("a"))
-    with pytest.raises(ValueError, match=r"/api/v1/ack/batch answered dict, want an array"):
+    with pytest.raises(
+        lanes.UnexpectedAnswerError, match=r"/api/v1/ack/batch answered dict, want an array"
+    ):
         c.ack([_msg("a"), _msg("b")])
+
+
+_ONE_ACK_RESULT = {"index": 0, "transactionId": "a", "success": True}
+
+
+def test_an_ack_answered_with_another_count_raises_unexpected_answer_error() -> None:
+    t, _ = capture(lambda r: httpx.Response(200, json=[_ONE_ACK_RESULT]))
+    with pytest.raises(lanes.UnexpectedAnswerError) as ei:
+        client(t).ack([_msg("a"), _msg("b")])
+    assert str(ei.value) == "lanes: ack: broker answered 1 results for 2 items"
+    assert (ei.value.status, ei.value.body) == (0, [_ONE_ACK_RESULT])
+
+
+def test_a_2xx_html_page_raises_unexpected_answer_error_with_status_and_body() -> None:
+    page = b"<html><body>Welcome to the proxy</body></html>"
+    t, seen = capture(lambda r: httpx.Response(200, content=page))
+    c = client(t)
+    for call in (lambda: c.ack(_msg("a")), lambda: c.kv("ns").get("k"), c.health):
+        with pytest.raises(lanes.UnexpectedAnswerError, match="cannot decode the answer") as ei:
+            call()
+        assert (ei.value.status, ei.value.body) == (200, page)
+    assert len(seen) == 3  # not retried: the request may have been applied
+
+
+def test_kv_and_timers_answered_with_no_result_raise_unexpected_answer_error() -> None:
+    t, _ = capture(lambda r: httpx.Response(200, json={"results": []}))
+    c = client(t)
+    with pytest.raises(lanes.UnexpectedAnswerError) as ei:
+        c.kv("ns").incr("k")
+    assert str(ei.value) == "lanes: kv: broker answered 0 results for 1 operations"
+    assert (ei.value.status, ei.value.body) == (0, {"results": []})
+    with pytest.raises(
+        lanes.UnexpectedAnswerError, match="timers: broker answered 0 results for 1 operations"
+    ):
+        c.timers("q").schedule("k", delay_millis=1000)
+
+
+def test_a_consumer_reports_an_ack_answered_with_another_count_and_goes_on() -> None:
+    two = {"leaseId": "L", "messages": [
+        {**_ONE_MESSAGE["messages"][0], "id": tid, "transactionId": tid}  # type: ignore[dict-item]
+        for tid in ("t1", "t2")
+    ]}  # fmt: skip
+    pops = 0
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        nonlocal pops
+        if req.url.path == "/api/v1/ack/batch":
+            return httpx.Response(200, json=[_ONE_ACK_RESULT])  # one result for two acks
+        if req.url.path == "/api/v1/ack":
+            return httpx.Response(200, json=_ONE_ACK_RESULT)
+        pops += 1
+        return httpx.Response(200, json=two if pops == 1 else _ONE_MESSAGE)
+
+    t, _ = capture(answer)
+    errors: list[BaseException] = []
+    handled: list[str] = []
+    q = client(t, retry_attempts=0).queue("q").batch(2).wait(False).limit(3)
+    cons = q.on_error(errors.append).consume(lambda m: handled.append(m.transaction_id))
+    cons.closed(timeout=5)
+    assert handled == ["t1", "t2", "t1"]
+    assert [type(e) for e in errors] == [lanes.UnexpectedAnswerError]
 
 
 def test_transaction_body() -> None:
@@ -631,6 +696,27 @@ def test_buffer_resends_a_batch_under_the_same_ids_after_a_lost_answer() -> None
     c.close(timeout=5)
     ids = [[it["transactionId"] for it in b["items"]] for b in bodies]
     assert len(ids) == 2 and ids[0] == ids[1]
+
+
+def test_buffer_resends_a_batch_under_the_same_ids_after_an_unexpected_answer() -> None:
+    bodies: list[dict[str, Any]] = []
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        body = json.loads(req.content)
+        bodies.append(body)
+        return httpx.Response(201, json=[]) if len(bodies) == 1 else _push_answer(body, set())
+
+    t, _ = capture(answer)
+    c = client(t)
+    errors: list[BaseException] = []
+    buf = c.queue("q").buffer(
+        message_count=1, time_millis=60_000, retry_delay_millis=1, on_error=errors.append
+    )
+    buf.push([{"n": 0}])
+    c.close(timeout=5)
+    ids = [[it["transactionId"] for it in b["items"]] for b in bodies]
+    assert len(ids) == 2 and ids[0] == ids[1]
+    assert [type(e) for e in errors] == [lanes.UnexpectedAnswerError]
 
 
 _ONE_MESSAGE = {

@@ -32,6 +32,7 @@ from lanes._exceptions import (
     PushError,
     RateLimitError,
     TransactionError,
+    UnexpectedAnswerError,
     UnsentError,
 )
 from lanes._generated import models
@@ -104,6 +105,7 @@ __all__ = [
     "Transaction",
     "TransactionError",
     "TransactionResult",
+    "UnexpectedAnswerError",
     "UnsentError",
     "deadline",
     "kv_op",

@@ -172,7 +172,7 @@ class Lanes:
             timeout=req.timeout,
             not_idempotent=req.not_idempotent,
         )
-        return req.parse(r)
+        return req.answer(r)
 
     def queue(self, name: str | None = None) -> Queue:
         return Queue(self, P.QueueSpec(queue=name))
@@ -355,7 +355,7 @@ class AsyncLanes:
             timeout=req.timeout,
             not_idempotent=req.not_idempotent,
         )
-        return req.parse(r)
+        return req.answer(r)
 
     def queue(self, name: str | None = None) -> AsyncQueue:
         return AsyncQueue(self, P.QueueSpec(queue=name))

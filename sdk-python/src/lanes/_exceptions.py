@@ -31,6 +31,7 @@ __all__ = [
     "PushError",
     "RateLimitError",
     "TransactionError",
+    "UnexpectedAnswerError",
     "UnsentError",
 ]
 
@@ -111,6 +112,22 @@ class OutcomeUnknownError(LanesError):
         )
         self.cause = cause
         self.attempts = attempts
+
+
+class UnexpectedAnswerError(LanesError):
+    """The broker answered 2xx with a body the SDK cannot use: not JSON (or not the route's
+    shape), or another number of results than the request had items or operations (a proxy or a
+    broker of another version in the way). The request may have been applied, so it is not a
+    :class:`PushError`: pushing the same items again (same transaction ids) deduplicates.
+
+    ``status`` is the HTTP status of an answer that cannot be decoded (0 for a count mismatch);
+    ``body`` is the raw bytes of an answer that cannot be decoded, else the decoded answer.
+    """
+
+    def __init__(self, message: str, *, status: int = 0, body: Any = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.body = body
 
 
 _BY_STATUS: dict[int, type[APIError]] = {

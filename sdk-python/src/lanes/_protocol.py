@@ -20,9 +20,9 @@ from lanes._exceptions import (
     AckError,
     InvalidItemError,
     ItemError,
-    LanesError,
     PushError,
     TransactionError,
+    UnexpectedAnswerError,
 )
 from lanes._types import (
     ACK_STATUSES,
@@ -222,9 +222,18 @@ def warn_buffered(results: list[PushResult], logger: logging.Logger) -> list[Pus
     return results
 
 
+def check_result_count(what: str, got: int, want: int, unit: str, body: Any) -> None:
+    """Raise :class:`UnexpectedAnswerError` when a 2xx answer holds ``got`` results for ``want``
+    items or operations sent (not a failed item: the request may have been applied)."""
+    if got != want:
+        raise UnexpectedAnswerError(
+            f"lanes: {what}: broker answered {got} results for {want} {unit}", body=body
+        )
+
+
 def parse_push_results(body: Any, sent: int) -> list[PushResult]:
     """The results of a push of ``sent`` items; an answer without one result per item raises
-    :class:`LanesError` (not a failed item: the broker answered 2xx, so the push may be stored)."""
+    :class:`UnexpectedAnswerError`."""
     rows = body if isinstance(body, list) else []
     results = [
         PushResult(
@@ -238,8 +247,7 @@ def parse_push_results(body: Any, sent: int) -> list[PushResult]:
         for i, r in enumerate(rows)
         if isinstance(r, dict)
     ]
-    if len(results) != sent:
-        raise LanesError(f"lanes: push: broker answered {len(results)} results for {sent} items")
+    check_result_count("push", len(results), sent, "items", body)
     return results
 
 
@@ -477,15 +485,18 @@ def ack_requests(
     return out
 
 
-def parse_ack_results(path: str, body: Any) -> list[AckResult]:
-    """The results of one ack request: ``POST /api/v1/ack`` answers one result object and
-    ``/api/v1/ack/batch`` an array (openapi.yaml); any other shape is a ``ValueError``."""
+def parse_ack_results(path: str, body: Any, sent: int) -> list[AckResult]:
+    """The results of one ack request of ``sent`` items: ``POST /api/v1/ack`` answers one result
+    object and ``/api/v1/ack/batch`` an array (openapi.yaml); any other shape or count is an
+    :class:`UnexpectedAnswerError`."""
     want_one = path == ACK_ONE_PATH
     if not isinstance(body, dict if want_one else list):
         want = "one result object" if want_one else "an array of results"
-        raise ValueError(f"lanes: {path} answered {type(body).__name__}, want {want}")
+        raise UnexpectedAnswerError(
+            f"lanes: ack: {path} answered {type(body).__name__}, want {want}", body=body
+        )
     rows = [body] if want_one else body
-    return [
+    results = [
         AckResult(
             index=int(r.get("index", i)),
             transaction_id=str(r.get("transactionId", "")),
@@ -499,6 +510,8 @@ def parse_ack_results(path: str, body: Any) -> list[AckResult]:
         for i, r in enumerate(rows)
         if isinstance(r, dict)
     ]
+    check_result_count("ack", len(results), sent, "items", body)
+    return results
 
 
 def merge_ack_results(
@@ -508,8 +521,6 @@ def merge_ack_results(
     item answered ``success: false``."""
     out: list[AckResult | None] = [None] * n
     for idx, results in parts:
-        if len(results) != len(idx):
-            raise ValueError(f"lanes: ack answered {len(results)} results for {len(idx)} items")
         for i, r in zip(idx, results, strict=True):
             out[i] = AckResult(
                 index=i,

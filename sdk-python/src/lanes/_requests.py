@@ -15,7 +15,7 @@ from urllib.parse import quote, urlencode
 from pydantic import BaseModel
 
 from lanes import _protocol as P
-from lanes._exceptions import LanesError
+from lanes._exceptions import LanesError, UnexpectedAnswerError
 from lanes._generated import models
 from lanes._http import Response
 from lanes._retry import kv_ops_idempotent
@@ -36,6 +36,20 @@ class Req(Generic[T]):
     timeout: float | None = None
     # A write a repeat could apply twice: resent only when the broker certainly did not apply it.
     not_idempotent: bool = False
+
+    def answer(self, r: Response) -> T:
+        """The parsed 2xx answer; a body that is not JSON, or not the route's shape, raises
+        :class:`UnexpectedAnswerError` (the request may have been applied)."""
+        try:
+            return self.parse(r)
+        except ValueError as e:  # JSON, UTF-8 and pydantic validation errors are ValueErrors
+            if isinstance(e, LanesError):
+                raise
+            raise UnexpectedAnswerError(
+                f"lanes: {self.method} {self.path}: cannot decode the answer: {e}",
+                status=r.status,
+                body=r.content,
+            ) from e
 
 
 def _seg(s: str) -> str:
@@ -93,14 +107,7 @@ def health() -> Req[models.Health]:
 
 def push(queue: str, partition: str | None, items: Sequence[Any]) -> Req[list[PushResult]]:
     def parse(r: Response) -> list[PushResult]:
-        try:
-            body = r.json()
-        except ValueError:
-            # Not a failed item: the broker answered 2xx, so the push may be stored.
-            raise LanesError(
-                f"lanes: push: broker answered {r.status} with a body that is not JSON"
-            ) from None
-        return P.parse_push_results(body, len(items))
+        return P.parse_push_results(r.json(), len(items))
 
     return Req("POST", "/api/v1/push", parse, body=P.push_body(queue, partition, items))
 
@@ -132,7 +139,8 @@ def renew(lease_id: str, seconds: int) -> Req[RenewResult]:
 
 def ack(path: str, body: dict[str, Any]) -> Req[list[AckResult]]:
     """One request of an ack (``P.ack_requests`` splits an ack into them)."""
-    return Req("POST", path, lambda r: P.parse_ack_results(path, r.json()), body=body)
+    sent = len(body.get("acknowledgments", [body]))
+    return Req("POST", path, lambda r: P.parse_ack_results(path, r.json(), sent), body=body)
 
 
 def transaction(
@@ -494,11 +502,25 @@ def kv_op(
     return o
 
 
+def _batch_results(
+    what: str, cls: type[models.KvBatchResult] | type[models.TimerBatchResult], sent: int
+) -> Callable[[Response], Any]:
+    """The parse of a batch route answering ``{"results": [...]}``, one result per operation."""
+
+    def parse(r: Response) -> Any:
+        body = r.json()
+        results = cls.model_validate(body).results
+        P.check_result_count(what, len(results), sent, "operations", body)
+        return results
+
+    return parse
+
+
 def kv_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.KvResult]]:
     return Req(
         "POST",
         "/api/v1/kv",
-        lambda r: models.KvBatchResult.model_validate(r.json()).results,
+        _batch_results("kv", models.KvBatchResult, len(ops)),
         body={"operations": [dict(o) for o in ops]},
         not_idempotent=not kv_ops_idempotent(ops),
     )
@@ -506,19 +528,13 @@ def kv_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.KvResult]]:
 
 def kv_one(op: Mapping[str, Any]) -> Req[models.KvResult]:
     """One op through the batch route (the only route for getMany, getPrefix and incr)."""
-
-    def parse(r: Response) -> models.KvResult:
-        results = models.KvBatchResult.model_validate(r.json()).results
-        if len(results) != 1:
-            raise LanesError(f"kv: broker answered {len(results)} results for one op")
-        return results[0]
-
+    batch = kv_batch([op])
     return Req(
-        "POST",
-        "/api/v1/kv",
-        parse,
-        body={"operations": [dict(op)]},
-        not_idempotent=not kv_ops_idempotent([op]),
+        batch.method,
+        batch.path,
+        lambda r: batch.parse(r)[0],
+        body=batch.body,
+        not_idempotent=batch.not_idempotent,
     )
 
 
@@ -627,7 +643,7 @@ def timers_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.TimerResul
     return Req(
         "POST",
         "/api/v1/timers",
-        lambda r: models.TimerBatchResult.model_validate(r.json()).results,
+        _batch_results("timers", models.TimerBatchResult, len(ops)),
         body={"operations": [dict(o) for o in ops]},
         not_idempotent=not kv_ops_idempotent(ops),
     )
