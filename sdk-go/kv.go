@@ -148,7 +148,8 @@ func setTTL(ttl **int, forever **bool, d time.Duration) {
 	*ttl = ptr(max(int(d/time.Second), 1))
 }
 
-// Batch runs KV ops (POST /api/v1/kv) and returns their results, index-aligned.
+// Batch runs KV ops (POST /api/v1/kv) and returns their results, index-aligned; an answer with
+// another number of results is an *UnexpectedAnswerError.
 func (k KV) Batch(ctx context.Context, ops ...KVOperation) ([]KVResult, error) {
 	if err := checkKVValues(ops, 0); err != nil {
 		return nil, err
@@ -160,6 +161,9 @@ func (k KV) Batch(ctx context.Context, ops ...KVOperation) ([]KVResult, error) {
 	if err != nil {
 		return nil, err
 	}
+	if len(out.Results) != len(ops) {
+		return nil, errResultCount("kv", len(out.Results), len(ops), "operations")
+	}
 	return out.Results, nil
 }
 
@@ -168,9 +172,6 @@ func (k KV) one(ctx context.Context, op KVOperation) (*KVResult, error) {
 	res, err := k.Batch(ctx, op)
 	if err != nil {
 		return nil, err
-	}
-	if len(res) != 1 {
-		return nil, errResultCount("kv", len(res), 1, "operations")
 	}
 	return &res[0], nil
 }

@@ -410,6 +410,21 @@ func TestPrintingAClientDoesNotShowItsBearerToken(t *testing.T) {
 	require.Equal(t, "Bearer "+token, fb.reqs[0].Header.Get("Authorization"))
 }
 
+// A KV batch answered with another number of results than ops is an *UnexpectedAnswerError, as in
+// TS and Python, rather than results the caller would misalign.
+func TestKVBatchAnswerWithAnotherCountIsUnexpected(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"results":[{"op":"get","ns":"ns","key":"a","found":false}]}`)
+	})
+	res, err := c.KV("ns").Batch(context.Background(), KVGet("ns", "a"), KVGet("ns", "b"))
+	require.Nil(t, res)
+	var ue *UnexpectedAnswerError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, "lanes: unexpected answer: kv: broker answered 1 results for 2 operations", err.Error())
+	require.Zero(t, ue.Status)
+}
+
 // A 2xx push answer that does not match the request is an *UnexpectedAnswerError, not a success
 // and not a PushError: the push may have committed. Too few results, and a body that is not JSON.
 func TestPushAnswerThatDoesNotMatchIsUnexpected(t *testing.T) {
