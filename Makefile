@@ -25,6 +25,7 @@ BIN := $(REPO)/bin
 GO_MODULES = $(or $(patsubst $(REPO)/%,%,$(shell go list -m -f '{{.Dir}}' 2>/dev/null)),server sdk-go conformance)
 GO_TEST_TIMEOUT ?= 15m
 GO_TEST_FLAGS ?=
+BENCH_FLAGS ?=
 PORT ?= 6632
 
 PYTHON ?= python3
@@ -240,6 +241,8 @@ conformance: pg-test $(NPM_STAMP) $(VENV_STAMP)
 
 # Starts its own durable PostgreSQL (scripts/pg.sh, port 54339) and broker (bin/lanes);
 # results in bench/results/latest. The full documented run: see docs/benchmarks.md.
+# BENCH_FLAGS reaches the harness, e.g. BENCH_FLAGS='-pg-port 55531 -pg-dir /tmp/pg-x
+# -broker-port 7231 -pprof-addr 127.0.0.1:7232' to run beside another harness.
 .PHONY: bench
 bench: build
-	go run ./bench/cmd/lanes-bench -short
+	go run ./bench/cmd/lanes-bench -short $(BENCH_FLAGS)

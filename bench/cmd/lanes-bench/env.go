@@ -13,6 +13,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -355,4 +356,32 @@ func gitDescribe(root string) string {
 		rev += " (server/ has uncommitted changes)"
 	}
 	return rev
+}
+
+// clusterLockName is the lock file a harness holds in its -pg-dir for the
+// whole run: a second harness on the same directory would restart the
+// cluster under the first one's windows.
+const clusterLockName = "lanes-bench.lock"
+
+// lockClusterDir takes dir's exclusive lock (flock, released when the
+// process exits) or says which harness holds it.
+func lockClusterDir(dir string) (*os.File, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	path := filepath.Join(dir, clusterLockName)
+	f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+	if err != nil {
+		return nil, err
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		holder, _ := os.ReadFile(path)
+		f.Close()
+		return nil, fmt.Errorf("another lanes-bench (pid %s) is using the cluster in %s (it holds %s): wait for it to finish, or give this run its own -pg-dir and -pg-port",
+			strings.TrimSpace(string(holder)), dir, path)
+	}
+	if err := f.Truncate(0); err == nil {
+		_, _ = f.WriteAt([]byte(strconv.Itoa(os.Getpid())+"\n"), 0)
+	}
+	return f, nil
 }

@@ -189,3 +189,26 @@ func TestRecreateDatabaseStartsFromEmptyTables(t *testing.T) {
 		t.Fatal("the table of the dropped database survived recreateDatabase")
 	}
 }
+
+// A second harness on the same -pg-dir is refused while the first holds it,
+// and may run once the first is done.
+func TestLockClusterDirRefusesASecondHarness(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "pg")
+	first, err := lockClusterDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = lockClusterDir(dir)
+	if err == nil {
+		t.Fatal("a second lock on the same -pg-dir was granted")
+	}
+	if want := fmt.Sprintf("another lanes-bench (pid %d) is using the cluster in %s", os.Getpid(), dir); !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %q does not say %q", err, want)
+	}
+	first.Close()
+	again, err := lockClusterDir(dir)
+	if err != nil {
+		t.Fatalf("lock after the first harness ended: %v", err)
+	}
+	again.Close()
+}

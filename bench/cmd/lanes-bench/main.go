@@ -223,7 +223,12 @@ func (h *harness) run() int {
 
 	// PostgreSQL
 	adminURL := o.pgURL
-	if adminURL == "" {
+	if adminURL == "" { // with -pg-url the cluster is someone else's: never stopped or restarted
+		lock, err := lockClusterDir(o.pgDir)
+		if err != nil {
+			fatalf("%v", err)
+		}
+		defer lock.Close()
 		logf("starting PostgreSQL (scripts/pg.sh, port %d, dir %s, fsync %v)", o.pgPort, o.pgDir, !o.pgFast)
 		u, pid, err := startPostgres(h.root, o.pgPort, o.pgDir, o.pgFast)
 		if err != nil {
