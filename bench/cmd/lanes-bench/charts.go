@@ -11,6 +11,7 @@ import (
 	"gonum.org/v1/plot/plotter"
 	"gonum.org/v1/plot/plotutil"
 	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
 )
 
 var (
@@ -37,19 +38,53 @@ func msgRate(rs []Result, scenario, system string) float64 {
 	return 0
 }
 
-// throughputChart: Lanes per scenario beside its PostgreSQL ceiling and River.
-func throughputChart(run *Run, path string) error {
-	rs := run.Results
-	type row struct {
-		label                 string
-		lanes, ceiling, river float64
+// slantLabels turns the category labels so long ones do not run into each other.
+func slantLabels(p *plot.Plot) {
+	p.X.Tick.Label.Rotation = math.Pi / 8
+	p.X.Tick.Label.XAlign = draw.XRight
+	p.X.Tick.Label.YAlign = draw.YCenter
+}
+
+// roomForLegend raises the y axis above the tallest bar or point so the
+// legend, drawn in the top corner, sits above them rather than over them.
+func roomForLegend(p *plot.Plot, tallest float64) {
+	p.Y.Min = 0
+	if tallest > 0 {
+		p.Y.Max = tallest * 1.35
 	}
-	rows := []row{
+}
+
+// throughputRow is one group of bars of the throughput chart.
+type throughputRow struct {
+	label                 string
+	lanes, ceiling, river float64
+}
+
+// throughputRows are the throughput chart's groups: the scenarios that ran
+// and succeeded, since a failed one is no 0 msg/s.
+func throughputRows(rs []Result) []throughputRow {
+	all := []throughputRow{
 		{"push b1×64", msgRate(rs, "push-b1", "lanes"), msgRate(rs, "ceiling-b1", "postgres"), 0},
 		{"push b100×8", msgRate(rs, "push-b100", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
 		{"pop+ack queue", msgRate(rs, "consume-queue", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
-		{"pop+ack 10 groups", msgRate(rs, "consume-fanout", "lanes"), msgRate(rs, "ceiling-b100", "postgres"), 0},
+		{"pop+ack 10 groups", msgRate(rs, "consume-fanout", "lanes"), 0, 0},
 		{"produce+consume", msgRate(rs, "shared", "lanes"), 0, msgRate(rs, "shared", "river")},
+	}
+	var rows []throughputRow
+	for _, r := range all {
+		if r.lanes > 0 {
+			rows = append(rows, r)
+		}
+	}
+	return rows
+}
+
+// throughputChart: Lanes per scenario beside its PostgreSQL ceiling and River.
+func throughputChart(run *Run, path string) error {
+	rows := throughputRows(run.Results)
+	tallest := 0.0
+	for _, r := range rows {
+		tallest = max(tallest, r.lanes, r.ceiling, r.river)
 	}
 	p := plot.New()
 	p.Title.Text = "Throughput (msg/s), fsync on"
@@ -60,6 +95,9 @@ func throughputChart(run *Run, path string) error {
 	for _, r := range rows {
 		lanes, ceiling, river = append(lanes, r.lanes), append(ceiling, r.ceiling), append(river, r.river)
 		names = append(names, r.label)
+	}
+	if len(rows) == 0 {
+		lanes, ceiling, river = plotter.Values{0}, plotter.Values{0}, plotter.Values{0}
 	}
 	bl, err := plotter.NewBarChart(lanes, w)
 	if err != nil {
@@ -81,8 +119,11 @@ func throughputChart(run *Run, path string) error {
 	p.Legend.Add("PostgreSQL ceiling (pgx, no HTTP)", bc)
 	p.Legend.Add("River", br)
 	p.Legend.Top = true
-	p.NominalX(names...)
-	p.Y.Min = 0
+	if len(names) > 0 {
+		p.NominalX(names...)
+		slantLabels(p)
+	}
+	roomForLegend(p, tallest)
 	return p.Save(9*vg.Inch, 4.5*vg.Inch, path)
 }
 
@@ -123,10 +164,12 @@ func latencyChart(run *Run, path string) error {
 	for _, r := range rows {
 		names = append(names, r.label)
 	}
+	tallest := 0.0
 	for i, q := range []string{"p50", "p99", "p999"} {
 		var v plotter.Values
 		for _, r := range rows {
 			v = append(v, math.Max(r.lat[q], 0))
+			tallest = max(tallest, r.lat[q])
 		}
 		if len(v) == 0 {
 			v = append(v, 0)
@@ -143,18 +186,21 @@ func latencyChart(run *Run, path string) error {
 	p.Legend.Top = true
 	if len(names) > 0 {
 		p.NominalX(names...)
+		slantLabels(p)
 	}
-	p.Y.Min = 0
-	return p.Save(10*vg.Inch, 4.5*vg.Inch, path)
+	roomForLegend(p, tallest)
+	return p.Save(10*vg.Inch, 5*vg.Inch, path)
 }
 
 // partitionsChart: acked and pushed msg/s against the partition count (log x).
 func partitionsChart(run *Run, path string) error {
 	var acked, pushed plotter.XYs
+	tallest := 0.0
 	for _, r := range run.Results {
 		if r.Partitions > 0 && r.Available && r.System == "lanes" {
 			acked = append(acked, plotter.XY{X: float64(r.Partitions), Y: r.MsgPerSec})
 			pushed = append(pushed, plotter.XY{X: float64(r.Partitions), Y: r.PushedPerSec})
+			tallest = max(tallest, r.MsgPerSec, r.PushedPerSec)
 		}
 	}
 	p := plot.New()
@@ -169,7 +215,7 @@ func partitionsChart(run *Run, path string) error {
 			return err
 		}
 	}
-	p.Y.Min = 0
+	roomForLegend(p, tallest)
 	p.Legend.Top = true
 	p.Legend.Left = true
 	return p.Save(7*vg.Inch, 4.5*vg.Inch, path)

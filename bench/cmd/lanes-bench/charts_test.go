@@ -5,6 +5,7 @@ import (
 	"image/png"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
 )
 
@@ -60,5 +61,24 @@ func TestWriteChartsDrawsARunThatMeasuredNothing(t *testing.T) {
 func TestWriteChartsReportsAnUnwritableDirectory(t *testing.T) {
 	if err := writeCharts(goodRun(), filepath.Join(t.TempDir(), "missing")); err == nil {
 		t.Fatal("writeCharts into a missing directory returned no error")
+	}
+}
+
+// A failed scenario has no bar: drawn as 0 msg/s it would read as measured.
+func TestThroughputRowsLeaveOutFailedScenarios(t *testing.T) {
+	rs := append(yardsticks(),
+		Result{Scenario: "push-b100", System: "lanes", Available: true, MsgPerSec: 40000},
+		Result{Scenario: "consume-queue", System: "lanes", Available: false, Note: "error: drain deadline"},
+		Result{Scenario: "consume-fanout", System: "lanes", Available: true, MsgPerSec: 90000},
+	)
+	var labels []string
+	for _, r := range throughputRows(rs) {
+		labels = append(labels, r.label)
+		if r.label == "pop+ack 10 groups" && r.ceiling != 0 {
+			t.Errorf("fan-out is drawn beside ceiling-b100, which is no yardstick for it")
+		}
+	}
+	if got := strings.Join(labels, ","); got != "push b100×8,pop+ack 10 groups" {
+		t.Fatalf("throughput chart groups %q", got)
 	}
 }
