@@ -13,6 +13,7 @@ import (
 	// The load generator shares the cores with the broker and PostgreSQL, so it
 	// encodes and decodes with the cheaper codec.
 	json "github.com/goccy/go-json"
+	"github.com/jackc/pgx/v5"
 	"github.com/valyala/fasthttp"
 )
 
@@ -178,12 +179,31 @@ func (h *harness) pushItems(ctx context.Context, items []pushItem) (int, error) 
 	return n, nil
 }
 
-// storedMessages counts the messages the log holds for queue (straight from PostgreSQL),
-// the check behind "lost" and "duplicated" of push scenarios.
-func (h *harness) storedMessages(ctx context.Context, queue string) (int64, error) {
-	var n int64
-	err := h.lanesPool.QueryRow(ctx, `SELECT coalesce(sum(s.end_offset - s.base_offset + 1), 0)::bigint
+// tallyStored adds the transaction id of every message the log of queue holds
+// (straight from PostgreSQL) to t as arrived, the check behind "lost" and
+// "duplicated" of the push scenarios. The transaction index holds an id once
+// per partition, so storedTwice counts the messages the segments hold beyond
+// the index's rows: a message stored twice under one id.
+func (h *harness) tallyStored(ctx context.Context, queue string, t *tally) (storedTwice int64, err error) {
+	rows, err := h.lanesPool.Query(ctx, `SELECT t.transaction_id
+		FROM lanes.txns t JOIN lanes.partitions p ON p.id = t.partition_id JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE q.name = $1`, queue)
+	if err != nil {
+		return 0, err
+	}
+	var indexed int64
+	var id string
+	_, err = pgx.ForEachRow(rows, []any{&id}, func() error {
+		t.add(id)
+		indexed++
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	var stored int64
+	err = h.lanesPool.QueryRow(ctx, `SELECT coalesce(sum(s.end_offset - s.base_offset + 1), 0)::bigint
 		FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id JOIN lanes.queues q ON q.id = p.queue_id
-		WHERE q.name = $1`, queue).Scan(&n)
-	return n, err
+		WHERE q.name = $1`, queue).Scan(&stored)
+	return max(stored-indexed, 0), err
 }

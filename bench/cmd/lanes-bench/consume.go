@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"hash/maphash"
 	"net/http"
 	"net/url"
 	"sync"
@@ -11,7 +10,19 @@ import (
 	"time"
 )
 
-// preload fills partitions × perPartition messages (transaction ids "p<i>-<n>") with 8 pushers.
+// preloadID is the transaction id of message n of partition p of a preload.
+func preloadID(p, n int) string { return fmt.Sprintf("p%d-%d", p, n) }
+
+// expectPreload records a preload's messages in t.
+func expectPreload(t *tally, partitions, perPartition int) {
+	for p := range partitions {
+		for n := range perPartition {
+			t.expect(preloadID(p, n))
+		}
+	}
+}
+
+// preload fills partitions × perPartition messages (transaction ids preloadID) with 8 pushers.
 func (h *harness) preload(ctx context.Context, q string, partitions, perPartition int) error {
 	const batch = 100
 	perPartitionBatches := batchCount(perPartition, batch)
@@ -21,7 +32,7 @@ func (h *harness) preload(ctx context.Context, q string, partitions, perPartitio
 		off, n := batchSpan(b%perPartitionBatches, batch, perPartition)
 		items := make([]pushItem, n)
 		for k := range items {
-			items[k] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("p%d-%d", p, off+k), Payload: benchPayload{Seq: int64(off + k), Body: payloadBody}}
+			items[k] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: preloadID(p, off+k), Payload: benchPayload{Seq: int64(off + k), Body: payloadBody}}
 		}
 		_, err := h.pushItems(ctx, items)
 		return err
@@ -29,45 +40,56 @@ func (h *harness) preload(ctx context.Context, q string, partitions, perPartitio
 	return errs.get()
 }
 
-// tally counts deliveries per key to find the lost and the duplicated. It
-// keeps a 128-bit hash of each key, not the key: a map without pointers is not
-// walked by the garbage collector, and a quarter million string keys made
-// marking and map inserts a quarter of the harness's CPU in consume-queue,
-// CPU the broker and PostgreSQL share on this machine. Two of a million
-// distinct keys share a hash with probability about 10⁻²⁷.
-type tally struct {
-	mu    sync.Mutex
-	seeds [2]maphash.Seed
-	seen  map[[2]uint64]uint32
+// consumedBatch is one pop's delivery after its ack: Acked holds the messages
+// whose ack took effect, Redelivered counts those whose ack did not because
+// their lease had expired and the message went (or goes) to another consumer.
+type consumedBatch struct {
+	Acked       []popMessage
+	Redelivered int
+	PoppedAt    time.Time // the pop answered
+	AckedAt     time.Time // the ack answered (committed)
 }
 
-func newTally(n int) *tally {
-	return &tally{seeds: [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}, seen: make(map[[2]uint64]uint32, n)}
+// ackResult is the part of an ack answer the tally reads.
+type ackResult struct {
+	Success bool    `json:"success"`
+	Noop    bool    `json:"noop"`
+	Error   *string `json:"error"`
 }
 
-func (t *tally) add(keys ...string) {
-	t.mu.Lock()
-	for _, k := range keys {
-		t.seen[[2]uint64{maphash.String(t.seeds[0], k), maphash.String(t.seeds[1], k)}]++
+// errInvalidLease is the broker's rejection of an ack whose lease expired.
+const errInvalidLease = "invalid or expired lease"
+
+// sortAcks splits a popped batch by its ack results: an ack took effect when
+// it succeeded and was not a noop; a noop (the cursor had passed it: another
+// consumer acked it after the lease expired) or an expired-lease rejection is
+// a redelivery, which at-least-once delivery allows; any other rejection is
+// an error.
+func sortAcks(ms []popMessage, res []ackResult) (acked []popMessage, redelivered int, err error) {
+	if len(res) != len(ms) {
+		return nil, 0, fmt.Errorf("ack answered %d results for %d messages", len(res), len(ms))
 	}
-	t.mu.Unlock()
-}
-
-// verdict compares the deliveries with the expected number of distinct keys.
-func (t *tally) verdict(expected int64) (lost, dup int64) {
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	for _, n := range t.seen {
-		if n > 1 {
-			dup += int64(n - 1)
+	acked = make([]popMessage, 0, len(ms))
+	for i, r := range res {
+		switch {
+		case r.Success && !r.Noop:
+			acked = append(acked, ms[i])
+		case r.Noop, r.Error != nil && *r.Error == errInvalidLease:
+			redelivered++
+		default:
+			msg := "unknown"
+			if r.Error != nil {
+				msg = *r.Error
+			}
+			return nil, 0, fmt.Errorf("ack rejected: %s", msg)
 		}
 	}
-	return expected - int64(len(t.seen)), dup
+	return acked, redelivered, nil
 }
 
 // consumeLoop pops batch-sized leases from q (group "" = queue mode) and acks
-// each batch until stop says so; every delivered message goes to onMsg.
-func (h *harness) consumeLoop(ctx context.Context, q, group string, batch int, stop func() bool, onMsgs func([]popMessage)) error {
+// each batch until stop says so; every acked batch goes to onBatch.
+func (h *harness) consumeLoop(ctx context.Context, q, group string, batch int, stop func() bool, onBatch func(consumedBatch)) error {
 	params := url.Values{"batch": {fmt.Sprint(batch)}, "wait": {"true"}, "timeout": {"200"}}
 	if group != "" {
 		params.Set("consumerGroup", group)
@@ -83,6 +105,7 @@ func (h *harness) consumeLoop(ctx context.Context, q, group string, batch int, s
 		if err != nil {
 			return err
 		}
+		popped := time.Now()
 		if status == http.StatusNoContent || len(pop.Messages) == 0 {
 			continue
 		}
@@ -94,25 +117,23 @@ func (h *harness) consumeLoop(ctx context.Context, q, group string, batch int, s
 		if group != "" {
 			body["consumerGroup"] = group
 		}
-		var res []struct {
-			Success bool    `json:"success"`
-			Error   *string `json:"error"`
-		}
+		var res []ackResult
 		if _, err := h.do(ctx, http.MethodPost, "/api/v1/ack/batch", body, &res); err != nil {
 			return err
 		}
-		for _, r := range res {
-			if !r.Success {
-				msg := "unknown"
-				if r.Error != nil {
-					msg = *r.Error
-				}
-				return fmt.Errorf("ack rejected: %s", msg)
-			}
+		b := consumedBatch{PoppedAt: popped, AckedAt: time.Now()}
+		if b.Acked, b.Redelivered, err = sortAcks(pop.Messages, res); err != nil {
+			return err
 		}
-		onMsgs(pop.Messages)
+		onBatch(b)
 	}
 	return nil
+}
+
+// drainDeadlineError is the error of a scenario whose consumers gave up
+// before every message arrived: its rate would be measured on the timeout.
+func drainDeadlineError(after time.Duration, arrived, expected int64) error {
+	return fmt.Errorf("drain deadline (%s) expired with %d of %d messages done", after.Round(time.Second), arrived, expected)
 }
 
 // consumeScenario preloads a backlog and drains it with consumers per group
@@ -132,8 +153,10 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 			names = append(names, fmt.Sprintf("g%d", g))
 		}
 	}
-	deadline := time.Now().Add(10*h.o.duration + time.Minute)
+	drainFor := 10*h.o.duration + time.Minute
+	deadline := time.Now().Add(drainFor)
 	var wg sync.WaitGroup
+	var redelivered atomic.Int64
 	var firstErr firstError
 	tallies := make([]*tally, len(names))
 	counts := make([]atomic.Int64, len(names))
@@ -141,18 +164,16 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 	start := time.Now()
 	for gi, g := range names {
 		tallies[gi] = newTally(int(total))
+		expectPreload(tallies[gi], partitions, perPartition)
 		for c := 0; c < consumersPerGroup; c++ {
 			wg.Add(1)
 			go func(gi int, g string) {
 				defer wg.Done()
 				stop := func() bool { return counts[gi].Load() >= total || time.Now().After(deadline) || firstErr.get() != nil }
-				err := h.consumeLoop(ctx, q, g, 100, stop, func(ms []popMessage) {
-					keys := make([]string, len(ms))
-					for i, m := range ms {
-						keys[i] = m.PartitionID + "/" + m.TransactionID
-					}
-					tallies[gi].add(keys...)
-					counts[gi].Add(int64(len(ms)))
+				err := h.consumeLoop(ctx, q, g, 100, stop, func(b consumedBatch) {
+					tallies[gi].add(transactionIDs(b.Acked)...)
+					counts[gi].Add(int64(len(b.Acked)))
+					redelivered.Add(int64(b.Redelivered))
 				})
 				if err != nil {
 					firstErr.set(err)
@@ -171,15 +192,30 @@ func (h *harness) consumeScenario(name string, groups, consumersPerGroup, partit
 	r := Result{Scenario: name, System: "lanes", Available: true, Seconds: elapsed,
 		Description: fmt.Sprintf("drain a %d-message backlog (%d partitions × %d), pop batch 100 + ack batch, %s; msg/s counts deliveries", total, partitions, perPartition, mode)}
 	w.end(&r)
+	var v verdict
 	for gi := range names {
 		r.Messages += counts[gi].Load()
-		l, d := tallies[gi].verdict(total)
-		r.Lost += l
-		r.Duplicated += d
+		gv := tallies[gi].verdict()
+		v.Lost, v.Unexpected, v.Duplicated = v.Lost+gv.Lost, v.Unexpected+gv.Unexpected, v.Duplicated+gv.Duplicated
 	}
-	r.MsgPerSec = float64(r.Messages) / elapsed
+	r.setVerdict(v)
+	r.Redelivered = redelivered.Load()
 	if err := firstErr.get(); err != nil {
 		return r, err
 	}
+	if want := total * int64(len(names)); r.Messages < want {
+		return r, drainDeadlineError(drainFor, r.Messages, want)
+	}
+	r.MsgPerSec = float64(r.Messages) / elapsed
 	return r, nil
+}
+
+// transactionIDs are the tally keys of ms: every scenario's ids are unique
+// within its queue.
+func transactionIDs(ms []popMessage) []string {
+	keys := make([]string, len(ms))
+	for i, m := range ms {
+		keys[i] = m.TransactionID
+	}
+	return keys
 }

@@ -1,55 +1,53 @@
 package main
 
 import (
-	"fmt"
-	"sync"
+	"strings"
 	"testing"
+	"time"
 )
 
-// The verdict counts each expected key never delivered as lost and every
-// delivery of a key beyond its first as duplicated.
-func TestTallyVerdictCountsLostAndDuplicatedDeliveries(t *testing.T) {
-	for _, c := range []struct {
-		name      string
-		expected  int
-		adds      [][]string
-		lost, dup int64
-	}{
-		{"exact deliveries: neither", 3, [][]string{{"a", "b"}, {"c"}}, 0, 0},
-		{"a missing delivery is lost", 4, [][]string{{"a", "b", "c"}}, 1, 0},
-		// two extra deliveries of a, one of b
-		{"every repeat beyond the first is duplicated", 2, [][]string{{"a", "a", "a"}, {"b"}, {"b"}}, 0, 3},
-		// 3 deliveries of 3 expected keys, one key twice: a duplicate must not hide a loss
-		{"lost and duplicated together", 3, [][]string{{"a", "a", "b"}}, 1, 1},
-		{"nothing delivered loses everything", 5, nil, 5, 0},
-	} {
-		t.Run(c.name, func(t *testing.T) {
-			tl := newTally(len(c.adds))
-			for _, keys := range c.adds {
-				tl.add(keys...)
-			}
-			if lost, dup := tl.verdict(int64(c.expected)); lost != c.lost || dup != c.dup {
-				t.Fatalf("verdict = lost %d dup %d, want %d %d", lost, dup, c.lost, c.dup)
-			}
-		})
+func popped(ids ...string) []popMessage {
+	ms := make([]popMessage, len(ids))
+	for i, id := range ids {
+		ms[i] = popMessage{TransactionID: id}
+	}
+	return ms
+}
+
+func errText(s string) *string { return &s }
+
+// A delivery counts once its ack took effect; a noop ack or an expired lease
+// is a redelivery after lease expiry, which at-least-once delivery allows.
+func TestSortAcksCountsOnlyAcksThatTookEffect(t *testing.T) {
+	ms := popped("a", "b", "c", "d")
+	res := []ackResult{
+		{Success: true},
+		{Success: true, Noop: true},                       // another consumer acked it after the lease expired
+		{Success: false, Error: errText(errInvalidLease)}, // the lease expired and the message went elsewhere
+		{Success: true},
+	}
+	acked, redelivered, err := sortAcks(ms, res)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(transactionIDs(acked), ","); got != "a,d" || redelivered != 2 {
+		t.Fatalf("acked %s, redelivered %d; want a,d and 2", got, redelivered)
 	}
 }
 
-func TestTallyIsSafeForConcurrentConsumers(t *testing.T) {
-	// consumers of a scenario add from many goroutines at once (run with -race to see a data race)
-	tl := newTally(800)
-	var wg sync.WaitGroup
-	for g := range 8 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range 100 {
-				tl.add(fmt.Sprintf("%d/%d", g, i))
-			}
-		}()
+func TestSortAcksFailsOnAnyOtherRejection(t *testing.T) {
+	_, _, err := sortAcks(popped("a"), []ackResult{{Success: false, Error: errText("message not found")}})
+	if err == nil || !strings.Contains(err.Error(), "message not found") {
+		t.Fatalf("err = %v, want the rejection", err)
 	}
-	wg.Wait()
-	if lost, dup := tl.verdict(800); lost != 0 || dup != 0 {
-		t.Fatalf("verdict = lost %d dup %d, want 0 0", lost, dup)
+	if _, _, err := sortAcks(popped("a", "b"), []ackResult{{Success: true}}); err == nil {
+		t.Fatal("an answer with fewer results than messages passed")
+	}
+}
+
+func TestDrainDeadlineErrorSaysHowFarTheDrainGot(t *testing.T) {
+	err := drainDeadlineError(30*time.Second, 990, 1000)
+	if got := err.Error(); got != "drain deadline (30s) expired with 990 of 1000 messages done" {
+		t.Fatalf("error %q", got)
 	}
 }

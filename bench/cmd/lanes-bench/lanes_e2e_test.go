@@ -74,8 +74,8 @@ func checkResult(t *testing.T, r Result, err error, scenario string) {
 	if r.Messages <= 0 || r.MsgPerSec <= 0 || r.Seconds <= 0 {
 		t.Errorf("%s: %d messages, %.0f msg/s in %.2f s; want traffic", scenario, r.Messages, r.MsgPerSec, r.Seconds)
 	}
-	if r.Lost != 0 || r.Duplicated != 0 {
-		t.Errorf("%s: lost %d duplicated %d, want 0 0", scenario, r.Lost, r.Duplicated)
+	if !r.LossChecked || r.Lost != 0 || r.Unexpected != 0 || r.Duplicated != 0 {
+		t.Errorf("%s: loss checked %v, lost %d never pushed %d duplicated %d, want checked and 0 0 0", scenario, r.LossChecked, r.Lost, r.Unexpected, r.Duplicated)
 	}
 	if r.ServerErrors != 0 {
 		t.Errorf("%s: %d 5xx answers", scenario, r.ServerErrors)
@@ -124,6 +124,40 @@ func TestLanesScenariosAgainstARealBroker(t *testing.T) {
 		// each of the 2 groups gets the whole 100-message backlog
 		if r.Messages != 200 {
 			t.Errorf("%d deliveries of a 100-message backlog to 2 groups", r.Messages)
+		}
+	})
+	t.Run("latency", func(t *testing.T) {
+		h.prepareScenario(t.Context())
+		r, err := h.latencyScenario(400)
+		checkResult(t, r, err, "latency-400")
+		// the percentiles run to the pop's answer; the ack's commit comes after it
+		d, a := r.LatencyMs, r.AckLatencyMs
+		if d == nil || a == nil {
+			t.Fatalf("delivery latency %v, to the ack %v", d, a)
+		}
+		if d["p50"] > a["p50"] || d["p99"] > a["p99"] {
+			t.Errorf("delivery latency %v above the latency to the ack's commit %v", d, a)
+		}
+	})
+	// The push scenarios compare the ids accepted with the ids the log holds:
+	// a loss and a message nobody pushed both show, and cannot cancel out.
+	t.Run("stored ids", func(t *testing.T) {
+		q := h.queue("stored-ids")
+		var items []pushItem
+		for _, id := range []string{"a", "b", "c"} {
+			items = append(items, pushItem{Queue: q, Partition: "p", TransactionID: id, Payload: benchPayload{Body: payloadBody}})
+		}
+		if _, err := h.pushItems(t.Context(), items); err != nil {
+			t.Fatal(err)
+		}
+		tl := newTally(3)
+		tl.expect("a", "b", "x") // x accepted and missing, c stored though never accepted
+		storedTwice, err := h.tallyStored(t.Context(), q, tl)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v := tl.verdict(); v != (verdict{Lost: 1, Unexpected: 1}) || storedTwice != 0 {
+			t.Fatalf("verdict %+v, stored twice %d; want 1 lost, 1 never pushed, 0", v, storedTwice)
 		}
 	})
 

@@ -61,9 +61,9 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	interval := time.Duration(float64(time.Second) / rate)
 	total := int64(h.o.duration / interval)
 	warm := int64(rate / 2)
-	e2e, pushLat := &recorder{}, &recorder{}
+	delivered, toAck, pushLat := &recorder{}, &recorder{}, &recorder{}
 	seen := newTally(int(total))
-	var received atomic.Int64
+	var received, redelivered atomic.Int64
 	var queued atomic.Int64
 	var firstErr firstError
 	var start time.Time
@@ -81,10 +81,10 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 			stop := func() bool {
 				return firstErr.get() != nil || (!producing.Load() && received.Load() >= queued.Load()) || time.Now().UnixNano() > consumeDeadline.Load()
 			}
-			err := h.consumeLoop(ctx, q, "", 100, stop, func(ms []popMessage) {
-				now := time.Now()
+			err := h.consumeLoop(ctx, q, "", 100, stop, func(b consumedBatch) {
 				<-startSet
-				for _, m := range ms {
+				redelivered.Add(int64(b.Redelivered))
+				for _, m := range b.Acked {
 					var p benchPayload
 					if json.Unmarshal(m.Data, &p) != nil || p.Seq < 0 {
 						continue
@@ -92,7 +92,9 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 					seen.add(m.TransactionID)
 					received.Add(1)
 					if p.Seq >= warm {
-						e2e.add(now.Sub(start.Add(time.Duration(p.Seq) * interval)))
+						due := start.Add(time.Duration(p.Seq) * interval)
+						delivered.add(b.PoppedAt.Sub(due))
+						toAck.add(b.AckedAt.Sub(due))
 					}
 				}
 			})
@@ -115,11 +117,13 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 		go func(seq int64, due time.Time) {
 			defer pwg.Done()
 			defer func() { <-sem }()
-			n, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", seq%partitions), TransactionID: fmt.Sprintf("m%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}})
+			id := fmt.Sprintf("m%d", seq)
+			n, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", seq%partitions), TransactionID: id, Payload: benchPayload{Seq: seq, Body: payloadBody}}})
 			if err != nil {
 				firstErr.set(err)
 				return
 			}
+			seen.expect(id)
 			queued.Add(int64(n))
 			if seq >= warm {
 				pushLat.add(time.Since(due))
@@ -128,19 +132,24 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	}
 	pwg.Wait()
 	sendSecs := time.Since(start).Seconds()
-	consumeDeadline.Store(time.Now().Add(30 * time.Second).UnixNano())
+	const drainFor = 30 * time.Second
+	consumeDeadline.Store(time.Now().Add(drainFor).UnixNano())
 	producing.Store(false)
 	cwg.Wait()
 	r := Result{Scenario: fmt.Sprintf("latency-%.0f", rate), System: "lanes", Available: true, Messages: received.Load(), Seconds: sendSecs, OfferedRate: rate,
-		LatencyMs: e2e.percentiles(), AltLatencyMs: pushLat.percentiles(),
-		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = delivered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send; first 0.5 s not recorded", rate)}
+		LatencyMs: delivered.percentiles(), AltLatencyMs: pushLat.percentiles(), AckLatencyMs: toAck.percentiles(),
+		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = pop answered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send, to ack = ack committed − scheduled send; first 0.5 s not recorded", rate)}
 	w.end(&r)
 	r.Seconds = sendSecs
 	r.MsgPerSec = float64(received.Load()) / sendSecs
 	if err := firstErr.get(); err != nil {
 		return r, err
 	}
-	r.Lost, r.Duplicated = seen.verdict(queued.Load())
+	r.setVerdict(seen.verdict())
+	r.Redelivered = redelivered.Load()
+	if received.Load() < queued.Load() {
+		return r, drainDeadlineError(drainFor, received.Load(), queued.Load())
+	}
 	if unsent := total - queued.Load(); unsent > 0 {
 		r.Note = fmt.Sprintf("%d of %d scheduled messages were not accepted", unsent, total)
 	}
@@ -158,10 +167,14 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 		return Result{}, err
 	}
 	seen := newTally(n)
-	var received atomic.Int64
+	for i := range n {
+		seen.expect(sharedID(i))
+	}
+	var received, redelivered atomic.Int64
 	var firstErr firstError
 	var pushEnd atomic.Int64
-	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
+	drainFor := 10*h.o.duration + 2*time.Minute
+	deadline := time.Now().Add(drainFor)
 	var wg sync.WaitGroup
 	w := h.begin(h.lanesDB, "shared")
 	start := time.Now()
@@ -172,7 +185,7 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 			items := make([]pushItem, k)
 			for i := range items {
 				seq := int64(base + i)
-				items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("s%d", seq), Payload: benchPayload{Seq: seq, Body: payloadBody}}
+				items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: sharedID(int(seq)), Payload: benchPayload{Seq: seq, Body: payloadBody}}
 			}
 			_, err := h.pushItems(ctx, items)
 			return err
@@ -187,13 +200,10 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 			stop := func() bool {
 				return received.Load() >= int64(n) || firstErr.get() != nil || time.Now().After(deadline)
 			}
-			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
-				keys := make([]string, len(ms))
-				for i, m := range ms {
-					keys[i] = m.TransactionID
-				}
-				seen.add(keys...)
-				received.Add(int64(len(ms)))
+			err := h.consumeLoop(ctx, q, "", batch, stop, func(b consumedBatch) {
+				seen.add(transactionIDs(b.Acked)...)
+				received.Add(int64(len(b.Acked)))
+				redelivered.Add(int64(b.Redelivered))
 			})
 			if err != nil {
 				firstErr.set(err)
@@ -211,6 +221,13 @@ func (h *harness) sharedLanes(n int) (Result, error) {
 	if err := firstErr.get(); err != nil {
 		return r, err
 	}
-	r.Lost, r.Duplicated = seen.verdict(int64(n))
+	r.setVerdict(seen.verdict())
+	r.Redelivered = redelivered.Load()
+	if r.Messages < int64(n) {
+		return r, drainDeadlineError(drainFor, r.Messages, int64(n))
+	}
 	return r, nil
 }
+
+// sharedID is the transaction id of message i of the shared workload.
+func sharedID(i int) string { return fmt.Sprintf("s%d", i) }

@@ -290,12 +290,7 @@ func (h *harness) run() int {
 	add := func(r Result, err error) {
 		if err != nil {
 			failed = true
-			r.Available = false
-			if r.Note == "" {
-				r.Note = "error: " + err.Error()
-			} else {
-				r.Note += "; error: " + err.Error()
-			}
+			r.fail(err)
 			logf("%s (%s) FAILED: %v", r.Scenario, r.System, err)
 		}
 		run.Results = append(run.Results, r)
@@ -382,10 +377,38 @@ func (h *harness) run() int {
 	fmt.Println()
 	fmt.Println(md)
 	logf("done in %.0f s; results in %s", run.Seconds, o.out)
+	if lossy := lossFailures(run.Results); len(lossy) > 0 {
+		logf("FAILED: messages lost: %s", strings.Join(lossy, "; "))
+		failed = true
+	}
 	if failed {
 		return 1
 	}
 	return 0
+}
+
+// fail marks r as failed by err: its rates are not available, as a figure
+// measured on a timeout or half a window would mislead.
+func (r *Result) fail(err error) {
+	r.Available = false
+	r.MsgPerSec, r.TxPerSec, r.PushedPerSec = 0, 0, 0
+	if r.Note == "" {
+		r.Note = "error: " + err.Error()
+	} else {
+		r.Note += "; error: " + err.Error()
+	}
+}
+
+// lossFailures names every result that lost a message or delivered one that
+// was never pushed: either fails the run.
+func lossFailures(rs []Result) []string {
+	var out []string
+	for _, r := range rs {
+		if r.LossChecked && (r.Lost > 0 || r.Unexpected > 0) {
+			out = append(out, fmt.Sprintf("%s (%s): %d lost, %d never pushed", r.Scenario, r.System, r.Lost, r.Unexpected))
+		}
+	}
+	return out
 }
 
 func systemOf(name string) string {
@@ -405,8 +428,8 @@ func printResult(r Result) {
 		fmt.Printf("%-15s %-8s %s\n", r.Scenario, r.System, r.Note)
 		return
 	}
-	fmt.Printf("%-15s %-8s %10.0f msg/s  (%d in %.1fs)  lost=%d dup=%d  broker %.2f cores %.0f MB  pg %.2f cores %.0f commits/s",
-		r.Scenario, r.System, r.MsgPerSec, r.Messages, r.Seconds, r.Lost, r.Duplicated, r.BrokerCPUCores, r.BrokerPeakRSSMB, r.PGCPUCores, r.PGCommitsPerSec)
+	fmt.Printf("%-15s %-8s %10.0f msg/s  (%d in %.1fs)  lost=%s dup=%s redelivered=%d  broker %.2f cores %.0f MB  pg %s cores %.0f write tx/s",
+		r.Scenario, r.System, r.MsgPerSec, r.Messages, r.Seconds, fmtLost(r), fmtChecked(r, r.Duplicated), r.Redelivered, r.BrokerCPUCores, r.BrokerPeakRSSMB, fmtPGCPU(r), r.PGWriteXactsPerSec)
 	if l := r.LatencyMs; l != nil {
 		fmt.Printf("  p50=%.2fms p99=%.2fms p999=%.2fms", l["p50"], l["p99"], l["p999"])
 	}

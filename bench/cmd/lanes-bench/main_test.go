@@ -3,6 +3,7 @@ package main
 import (
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSystemOfNamesWhatAScenarioMeasures(t *testing.T) {
@@ -59,5 +60,37 @@ func TestBrokerSettingsNameWhatTheEnvironmentChanges(t *testing.T) {
 	got := brokerSettings([]string{"LANES_PUSH_COMMITTERS=3", "PATH=/bin", "LANES_ACK_SYNC_COMMIT=true"})
 	if want := "; set in the environment: LANES_ACK_SYNC_COMMIT=true, LANES_PUSH_COMMITTERS=3"; !strings.HasSuffix(got, want) {
 		t.Errorf("brokerSettings = %q, want it to end %q", got, want)
+	}
+}
+
+// Any lost message, or one that arrived though never pushed, fails the run
+// and names its scenario; duplicates and redeliveries are reported, and a
+// scenario that kept no tally has no loss to judge.
+func TestLossFailuresNameEveryScenarioThatLostAMessage(t *testing.T) {
+	rs := []Result{
+		{Scenario: "push-b100", System: "lanes", LossChecked: true},
+		{Scenario: "consume-queue", System: "lanes", LossChecked: true, Lost: 1, Redelivered: 40},
+		{Scenario: "latency-250", System: "lanes", LossChecked: true, Unexpected: 2},
+		{Scenario: "txn", System: "lanes", LossChecked: true, Duplicated: 3},
+		{Scenario: "shared", System: "river", LossChecked: true, Lost: 5},
+		{Scenario: "ceiling-b1", System: "postgres", Lost: 7}, // no tally: nothing to judge
+	}
+	got := strings.Join(lossFailures(rs), "; ")
+	want := "consume-queue (lanes): 1 lost, 0 never pushed; latency-250 (lanes): 0 lost, 2 never pushed; shared (river): 5 lost, 0 never pushed"
+	if got != want {
+		t.Fatalf("lossFailures\n got %q\nwant %q", got, want)
+	}
+}
+
+// A failed scenario's rates are not available: a figure measured on a drain
+// timeout must not read as a throughput.
+func TestFailLeavesNoRate(t *testing.T) {
+	r := Result{Scenario: "consume-queue", System: "lanes", Available: true, Messages: 900, MsgPerSec: 12, TxPerSec: 3, PushedPerSec: 4, Note: "n"}
+	r.fail(drainDeadlineError(time.Minute, 900, 1000))
+	if r.Available || r.MsgPerSec != 0 || r.TxPerSec != 0 || r.PushedPerSec != 0 {
+		t.Fatalf("failed result keeps a rate: %+v", r)
+	}
+	if r.Note != "n; error: drain deadline (1m0s) expired with 900 of 1000 messages done" {
+		t.Fatalf("note %q", r.Note)
 	}
 }

@@ -38,7 +38,8 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	const producers, consumers, batch = 8, 8, 100
 	maxBacklog := int64(max(20000, busy*2*batch))
 	seen := newTally(1 << 16)
-	var pushed, received atomic.Int64
+	var pushed, received, redelivered atomic.Int64
+	batchesAccepted := make([]atomic.Int64, producers) // producer p's batches 0..n-1 were all queued
 	var inWindow atomic.Int64
 	var firstErr firstError
 	producing := atomic.Bool{}
@@ -59,7 +60,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 				}
 				part := (p + k*producers) % busy
 				for i := range items {
-					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", part), TransactionID: fmt.Sprintf("b%d-%d-%d", p, k, i), Payload: benchPayload{Seq: int64(k), Body: payloadBody}}
+					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", part), TransactionID: partsID(p, k, i), Payload: benchPayload{Seq: int64(k), Body: payloadBody}}
 				}
 				c, err := h.pushItems(ctx, items)
 				pushed.Add(int64(c))
@@ -67,6 +68,7 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 					firstErr.set(err)
 					return
 				}
+				batchesAccepted[p].Add(1)
 			}
 		}(p)
 	}
@@ -77,15 +79,12 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 			stop := func() bool {
 				return firstErr.get() != nil || (pushersDone.Load() && received.Load() >= pushed.Load()) || time.Now().UnixNano() > drainDeadline.Load()
 			}
-			err := h.consumeLoop(ctx, q, "", batch, stop, func(ms []popMessage) {
-				keys := make([]string, len(ms))
-				for i, m := range ms {
-					keys[i] = m.TransactionID
-				}
-				seen.add(keys...)
-				received.Add(int64(len(ms)))
+			err := h.consumeLoop(ctx, q, "", batch, stop, func(b consumedBatch) {
+				seen.add(transactionIDs(b.Acked)...)
+				received.Add(int64(len(b.Acked)))
+				redelivered.Add(int64(b.Redelivered))
 				if windowOpen.Load() {
-					inWindow.Add(int64(len(ms)))
+					inWindow.Add(int64(len(b.Acked)))
 				}
 			})
 			if err != nil {
@@ -112,14 +111,29 @@ func (h *harness) partitionScenario(n int) (Result, error) {
 	producing.Store(false)
 	pwg.Wait()
 	pushersDone.Store(true)
-	drainDeadline.Store(time.Now().Add(60 * time.Second).UnixNano())
+	const drainFor = 60 * time.Second
+	drainDeadline.Store(time.Now().Add(drainFor).UnixNano())
 	cwg.Wait()
+	for p := range producers {
+		for k := range int(batchesAccepted[p].Load()) {
+			for i := range batch {
+				seen.expect(partsID(p, k, i))
+			}
+		}
+	}
+	r.setVerdict(seen.verdict())
+	r.Redelivered = redelivered.Load()
 	if err := firstErr.get(); err != nil {
 		return r, err
 	}
-	r.Lost, r.Duplicated = seen.verdict(pushed.Load())
+	if received.Load() < pushed.Load() {
+		return r, drainDeadlineError(drainFor, received.Load(), pushed.Load())
+	}
 	return r, nil
 }
+
+// partsID is the transaction id of item i of producer p's k-th push.
+func partsID(p, k, i int) string { return fmt.Sprintf("b%d-%d-%d", p, k, i) }
 
 // createIdlePartitions gives queue q partitions p0..p(n-1), each with one
 // message that is then consumed, so they exist, hold a log and have a cursor.

@@ -15,13 +15,14 @@ func (h *harness) pushScenario(name string, producers, batch int) (Result, error
 	ctx := context.Background()
 	// create the queue and partitions outside the window
 	for p := 0; p < producers; p++ {
-		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("warm-%d", p), Payload: benchPayload{Body: payloadBody}}}); err != nil {
+		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: pushWarmID(p), Payload: benchPayload{Body: payloadBody}}}); err != nil {
 			return Result{}, err
 		}
 	}
 	runCtx, cancel := context.WithTimeout(ctx, h.o.duration)
 	defer cancel()
 	var sent atomic.Int64
+	requestsAccepted := make([]atomic.Int64, producers) // producer p's requests 0..n-1 were all queued
 	var firstErr firstError
 	lat := &recorder{}
 	var wg sync.WaitGroup
@@ -34,7 +35,7 @@ func (h *harness) pushScenario(name string, producers, batch int) (Result, error
 			items := make([]pushItem, batch)
 			for seq := 0; runCtx.Err() == nil; seq++ {
 				for i := range items {
-					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: fmt.Sprintf("%d-%d-%d", p, seq, i),
+					items[i] = pushItem{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: pushID(p, seq, i),
 						Payload: benchPayload{Seq: int64(seq*batch + i), Body: payloadBody}}
 				}
 				t0 := time.Now()
@@ -45,6 +46,7 @@ func (h *harness) pushScenario(name string, producers, batch int) (Result, error
 					return
 				}
 				lat.add(time.Since(t0))
+				requestsAccepted[p].Add(1)
 			}
 		}(p)
 	}
@@ -57,15 +59,26 @@ func (h *harness) pushScenario(name string, producers, batch int) (Result, error
 	}
 	r.MsgPerSec = float64(r.Messages) / r.Seconds
 	r.LatencyMs = lat.percentiles()
-	stored, err := h.storedMessages(ctx, q)
+	t := newTally(int(r.Messages) + producers)
+	for p := range producers {
+		t.expect(pushWarmID(p))
+		for seq := range int(requestsAccepted[p].Load()) {
+			for i := range batch {
+				t.expect(pushID(p, seq, i))
+			}
+		}
+	}
+	storedTwice, err := h.tallyStored(ctx, q, t)
 	if err != nil {
 		return r, err
 	}
-	stored -= int64(producers) // the warm-up messages
-	if stored < r.Messages {
-		r.Lost = r.Messages - stored
-	} else {
-		r.Duplicated = stored - r.Messages
-	}
+	v := t.verdict()
+	v.Duplicated += storedTwice
+	r.setVerdict(v)
 	return r, nil
 }
+
+// pushWarmID and pushID are the transaction ids of a push scenario: the
+// message that creates producer p's partition, and item i of its seq-th push.
+func pushWarmID(p int) string     { return fmt.Sprintf("warm-%d", p) }
+func pushID(p, seq, i int) string { return fmt.Sprintf("%d-%d-%d", p, seq, i) }

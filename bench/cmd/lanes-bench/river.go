@@ -56,6 +56,9 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 		return Result{}, fmt.Errorf("rivermigrate: %w", err)
 	}
 	seen := newTally(n)
+	for i := range n {
+		seen.expect(strconv.Itoa(i))
+	}
 	workers := river.NewWorkers()
 	river.AddWorker(workers, &riverWorker{seen: seen})
 	client, err := river.NewClient(driver, &river.Config{
@@ -95,7 +98,8 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 		pushEnd.Store(time.Now().UnixNano())
 		close(pushed)
 	}()
-	deadline := time.Now().Add(10*h.o.duration + 2*time.Minute)
+	drainFor := 10*h.o.duration + 2*time.Minute
+	deadline := time.Now().Add(drainFor)
 	var completed int64
 	for time.Now().Before(deadline) && firstErr.get() == nil {
 		if err := pool.QueryRow(ctx, "SELECT count(*) FROM river_job WHERE state = 'completed'").Scan(&completed); err != nil {
@@ -118,7 +122,10 @@ func (h *harness) sharedRiver(n int) (Result, error) {
 	if err := firstErr.get(); err != nil {
 		return r, err
 	}
-	r.Lost, r.Duplicated = seen.verdict(int64(n))
+	r.setVerdict(seen.verdict())
+	if completed < int64(n) {
+		return r, drainDeadlineError(drainFor, completed, int64(n))
+	}
 	return r, nil
 }
 

@@ -48,12 +48,16 @@ func (h *harness) wakeScenarios() (leased, autoAck Result, err error) {
 		}()
 		time.Sleep(30 * time.Millisecond) // let the pop park
 		t0 := time.Now()
-		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: "p", TransactionID: fmt.Sprintf("w%d", i), Payload: i}}); err != nil {
+		id := fmt.Sprintf("w%d", i)
+		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: "p", TransactionID: id, Payload: i}}); err != nil {
 			return leased, autoAck, err
 		}
 		acked := time.Now()
 		delivered, pop := <-got, <-popped
 		if err := <-errc; err != nil {
+			return leased, autoAck, err
+		}
+		if err := wokeWith(pop, id); err != nil {
 			return leased, autoAck, err
 		}
 		fromSend[auto].add(delivered.Sub(t0))
@@ -83,4 +87,17 @@ func (h *harness) wakeScenarios() (leased, autoAck Result, err error) {
 	autoAck.LatencyMs, autoAck.AltLatencyMs = fromSend[true].percentiles(), fromAck[true].percentiles()
 	autoAck.Description = "one parked long-poll pop per round with autoAck=true (the claim commits durably before the pop answers); " + timing
 	return leased, autoAck, nil
+}
+
+// wokeWith checks a woken pop delivered the message the round pushed and
+// nothing else: an older message would time a wake-up that never happened.
+func wokeWith(pop popResponse, id string) error {
+	if len(pop.Messages) != 1 || pop.Messages[0].TransactionID != id {
+		got := make([]string, len(pop.Messages))
+		for i, m := range pop.Messages {
+			got[i] = m.TransactionID
+		}
+		return fmt.Errorf("woken pop delivered %v, want the round's message %s", got, id)
+	}
+	return nil
 }

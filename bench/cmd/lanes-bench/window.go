@@ -31,16 +31,31 @@ type Result struct {
 	PushedPerSec float64 `json:"pushedPerSec,omitempty"`
 	// TxPerSec is set where the unit of work is a transaction (pipeline handoff, ceilings).
 	TxPerSec float64 `json:"txPerSec,omitempty"`
-	// LatencyMs holds p50/p99/p999/max; AltLatencyMs a second view (see the description).
+	// LatencyMs holds p50/p99/p999/max; AltLatencyMs a second view (see the
+	// description); AckLatencyMs, of the open-loop scenario, runs to the
+	// commit of the delivery's ack.
 	LatencyMs    map[string]float64 `json:"latencyMs,omitempty"`
 	AltLatencyMs map[string]float64 `json:"altLatencyMs,omitempty"`
+	AckLatencyMs map[string]float64 `json:"ackLatencyMs,omitempty"`
 	OfferedRate  float64            `json:"offeredRate,omitempty"`
-	Lost         int64              `json:"lost"`
-	Duplicated   int64              `json:"duplicated"`
+	// LossChecked says the scenario compared what was accepted with what
+	// arrived; Lost, Unexpected and Duplicated mean nothing without it.
+	LossChecked bool `json:"lossChecked"`
+	// Lost: accepted, never arrived. Unexpected: arrived, never pushed.
+	// Duplicated: a message whose ack took effect twice (or stored twice).
+	Lost       int64 `json:"lost"`
+	Unexpected int64 `json:"unexpected"`
+	Duplicated int64 `json:"duplicated"`
+	// Redelivered counts deliveries whose ack was a noop or refused for an
+	// expired lease: the message went to another consumer after its lease
+	// expired, as at-least-once delivery allows.
+	Redelivered int64 `json:"redelivered"`
 	// Resource use over the measured window.
 	BrokerCPUCores  float64 `json:"brokerCpuCores"`
 	BrokerPeakRSSMB float64 `json:"brokerPeakRssMb"`
 	PGCPUCores      float64 `json:"pgCpuCores"`
+	// PGCPUKnown is false when the postmaster's pid is unknown (-pg-url).
+	PGCPUKnown bool `json:"pgCpuKnown"`
 	// HarnessCPUCores is this load generator's own CPU: it shares the machine.
 	HarnessCPUCores    float64 `json:"harnessCpuCores"`
 	PGCommitsPerSec    float64 `json:"pgCommitsPerSec"`
@@ -143,7 +158,9 @@ func (w *window) end(r *Result) {
 		r.BrokerCPUCores = float64(procTicks(w.brokerPID)-w.brokerT0) / clockTicks / secs
 		r.BrokerPeakRSSMB = float64(w.rss.finish()) / 1024
 	}
-	r.PGCPUCores = float64(treeTicks(w.h.pgPID)-w.pgT0) / clockTicks / secs
+	if w.h.pgPID > 0 {
+		r.PGCPUCores, r.PGCPUKnown = float64(treeTicks(w.h.pgPID)-w.pgT0)/clockTicks/secs, true
+	}
 	r.HarnessCPUCores = float64(procTicks(os.Getpid())-w.selfT0) / clockTicks / secs
 	c1, x1 := w.h.pgCounters(w.db)
 	r.PGCommitsPerSec = float64(c1-w.commits0) / secs
