@@ -982,11 +982,11 @@ type KvListRequest struct {
 	Prefix         *string `json:"prefix,omitempty"`
 }
 
-// KvListResult defines model for KvListResult.
+// KvListResult `nextAfter` is always present, `null` unless the page is `truncated`.
 type KvListResult struct {
 	// Bytes Bytes of values returned.
 	Bytes     int     `json:"bytes"`
-	NextAfter *string `json:"nextAfter,omitempty"`
+	NextAfter *string `json:"nextAfter"`
 	Rows      []KvRow `json:"rows"`
 	Truncated bool    `json:"truncated"`
 }
@@ -1111,12 +1111,12 @@ type KvResult struct {
 // KvResultReason Writes — why `applied` is false.
 type KvResultReason string
 
-// KvRow One stored key. `expiresAt` is always present, `null` for a `forever` key.
+// KvRow One stored key. `expiresAt` is always present, `null` for a `forever` key; `updatedAt` is always present.
 type KvRow struct {
 	Expired   *bool      `json:"expired,omitempty"`
 	ExpiresAt *time.Time `json:"expiresAt"`
 	Key       string     `json:"key"`
-	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
+	UpdatedAt *time.Time `json:"updatedAt"`
 
 	// Value Value (any JSON); absent with `keysOnly`.
 	Value   json.RawMessage `json:"value,omitempty"`
@@ -1185,11 +1185,11 @@ type Maintenance struct {
 	Enabled bool `json:"enabled"`
 }
 
-// MessageConsumerGroup defines model for MessageConsumerGroup.
+// MessageConsumerGroup One group's view of the message. `leaseExpiresAt` is always present, `null` when the group holds no live lease on it.
 type MessageConsumerGroup struct {
 	Consumed       bool       `json:"consumed"`
 	Group          string     `json:"group"`
-	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
+	LeaseExpiresAt *time.Time `json:"leaseExpiresAt"`
 	Name           string     `json:"name"`
 }
 
@@ -1467,14 +1467,16 @@ type PartitionDepth struct {
 	Pending   int    `json:"pending"`
 }
 
-// PartitionStatus defines model for PartitionStatus.
+// PartitionStatus One partition's live state. `lastActivity` (`null` before the first write), `oldestMessage`
+// and `newestMessage` (`null` when no message is retained) are always present; `failed` is
+// always `null`, as the reference sends it.
 type PartitionStatus struct {
 	// Cursor Every consumer group's cursor on the partition taken together: `leaseActive` when any holds
 	// a live lease, `leaseExpiresAt` the latest live lease's expiry, `lastConsumedAt` the latest
 	// consumption, `totalConsumed` the sum.
 	Cursor       PartitionStatusCursor `json:"cursor"`
-	Failed       *int                  `json:"failed,omitempty"`
-	LastActivity *time.Time            `json:"lastActivity,omitempty"`
+	Failed       *int                  `json:"failed"`
+	LastActivity *time.Time            `json:"lastActivity"`
 
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
@@ -1482,10 +1484,10 @@ type PartitionStatus struct {
 	Name     string        `json:"name"`
 
 	// NewestMessage The oldest or newest retained message; `null` when the partition holds none.
-	NewestMessage *PartitionStatusMessage `json:"newestMessage,omitempty"`
+	NewestMessage *PartitionStatusMessage `json:"newestMessage"`
 
 	// OldestMessage The oldest or newest retained message; `null` when the partition holds none.
-	OldestMessage *PartitionStatusMessage `json:"oldestMessage,omitempty"`
+	OldestMessage *PartitionStatusMessage `json:"oldestMessage"`
 	Stats         PartitionStatusStats    `json:"stats"`
 }
 
@@ -2183,8 +2185,10 @@ type TimerBatchResult struct {
 
 // TimerList A page (`rows`, `truncated`, `nextAfter`) or, with `mode=count`, only `count`.
 type TimerList struct {
-	Count     *int     `json:"count,omitempty"`
-	NextAfter *string  `json:"nextAfter,omitempty"`
+	Count *int `json:"count,omitempty"`
+
+	// NextAfter Always present on a page, `null` unless the page is `truncated`.
+	NextAfter *string  `json:"nextAfter"`
 	Rows      *[]Timer `json:"rows,omitempty"`
 	Truncated *bool    `json:"truncated,omitempty"`
 }
@@ -2226,17 +2230,18 @@ type TimerOperation struct {
 // TimerOperationOp `schedule` and `reschedule` upsert (reschedule resets attempts); `cancel` deletes.
 type TimerOperationOp string
 
-// TimerResult defines model for TimerResult.
+// TimerResult One timer op's outcome. `txn`, `messageId` and `deliverAt` are always present, `null` when
+// the op left no timer to describe (e.g. `absent`).
 type TimerResult struct {
-	DeliverAt *time.Time `json:"deliverAt,omitempty"`
-	MessageId *string    `json:"messageId,omitempty"`
+	DeliverAt *time.Time `json:"deliverAt"`
+	MessageId *string    `json:"messageId"`
 	Ok        bool       `json:"ok"`
 	Queue     string     `json:"queue"`
 
 	// Status `absent` may mean already delivered; `too_late` a broker is firing it.
 	Status   TimerResultStatus `json:"status"`
 	TimerKey string            `json:"timerKey"`
-	Txn      *string           `json:"txn,omitempty"`
+	Txn      *string           `json:"txn"`
 }
 
 // TimerResultStatus `absent` may mean already delivered; `too_late` a broker is firing it.

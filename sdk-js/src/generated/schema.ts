@@ -1648,12 +1648,13 @@ export interface components {
                 retryLimit?: number;
             };
         };
+        /** @description One group's view of the message. `leaseExpiresAt` is always present, `null` when the group holds no live lease on it. */
         MessageConsumerGroup: {
             name: string;
             group: string;
             consumed: boolean;
             /** Format: date-time */
-            leaseExpiresAt?: string | null;
+            leaseExpiresAt: string | null;
         };
         DeleteMessageResult: {
             success: boolean;
@@ -1969,7 +1970,7 @@ export interface components {
             /** @description Why the op did not apply when that is not a `reason`, e.g. the call rolled back. */
             error?: string;
         };
-        /** @description One stored key. `expiresAt` is always present, `null` for a `forever` key. */
+        /** @description One stored key. `expiresAt` is always present, `null` for a `forever` key; `updatedAt` is always present. */
         KvRow: {
             key: string;
             /** @description Value (any JSON); absent with `keysOnly`. */
@@ -1980,7 +1981,7 @@ export interface components {
             /** Format: date-time */
             expiresAt: string | null;
             /** Format: date-time */
-            updatedAt?: string | null;
+            updatedAt: string | null;
             expired?: boolean;
         };
         KvPutRequest: {
@@ -2018,10 +2019,11 @@ export interface components {
             /** @default false */
             includeExpired: boolean;
         };
+        /** @description `nextAfter` is always present, `null` unless the page is `truncated`. */
         KvListResult: {
             rows: components["schemas"]["KvRow"][];
             truncated: boolean;
-            nextAfter?: string | null;
+            nextAfter: string | null;
             /** @description Bytes of values returned. */
             bytes: number;
         };
@@ -2063,6 +2065,9 @@ export interface components {
         TimerBatchResult: {
             results: components["schemas"]["TimerResult"][];
         };
+        /** @description One timer op's outcome. `txn`, `messageId` and `deliverAt` are always present, `null` when
+         *     the op left no timer to describe (e.g. `absent`).
+         *      */
         TimerResult: {
             ok: boolean;
             /**
@@ -2072,10 +2077,10 @@ export interface components {
             status: "scheduled" | "rescheduled" | "cancelled" | "absent" | "too_late";
             queue: string;
             timerKey: string;
-            txn?: string;
-            messageId?: string | null;
+            txn: string | null;
+            messageId: string | null;
             /** Format: date-time */
-            deliverAt?: string | null;
+            deliverAt: string | null;
         };
         Timer: {
             found: boolean;
@@ -2113,6 +2118,7 @@ export interface components {
         TimerList: {
             rows?: components["schemas"]["Timer"][];
             truncated?: boolean;
+            /** @description Always present on a page, `null` unless the page is `truncated`. */
             nextAfter?: string | null;
             count?: number;
         };
@@ -2327,16 +2333,20 @@ export interface components {
             /** @description Number of partitions. */
             partitions: number;
         };
+        /** @description One partition's live state. `lastActivity` (`null` before the first write), `oldestMessage`
+         *     and `newestMessage` (`null` when no message is retained) are always present; `failed` is
+         *     always `null`, as the reference sends it.
+         *      */
         PartitionStatus: {
             name: string;
             messages: components["schemas"]["MessageCounts"];
             stats: components["schemas"]["PartitionStatusStats"];
             cursor: components["schemas"]["PartitionStatusCursor"];
             /** Format: date-time */
-            lastActivity?: string | null;
-            oldestMessage?: components["schemas"]["PartitionStatusMessage"];
-            newestMessage?: components["schemas"]["PartitionStatusMessage"];
-            failed?: number | null;
+            lastActivity: string | null;
+            oldestMessage: components["schemas"]["PartitionStatusMessage"];
+            newestMessage: components["schemas"]["PartitionStatusMessage"];
+            failed: number | null;
         };
         PartitionStatusStats: {
             /** @description Partition id (UUID). */

@@ -19,8 +19,18 @@ func wantNull(t *testing.T, what string, obj map[string]any, keys ...string) {
 	}
 }
 
+// wantNonNull fails unless obj has each key with a value other than null.
+func wantNonNull(t *testing.T, what string, obj map[string]any, keys ...string) {
+	t.Helper()
+	for _, k := range keys {
+		if v, ok := obj[k]; !ok || v == nil {
+			t.Fatalf("%s: %q should be present and not null, got %v (present %v) in %+v", what, k, v, ok, obj)
+		}
+	}
+}
+
 // Inspection bodies carry their null fields as null (http-api-v1.md §1.10,
-// §1.11, §1.14, §1.15), so that a client checking `=== null` or decoding
+// §1.11, §1.12, §1.14, §1.15), so that a client checking `=== null` or decoding
 // strictly reads what it would read from the reference.
 func TestInspectionBodiesSendNullFields(t *testing.T) {
 	b := newTestBroker(t)
@@ -80,6 +90,30 @@ func TestInspectionBodiesSendNullFields(t *testing.T) {
 	for _, part := range groupDetail[q].Partitions {
 		wantNull(t, "group partition", part, "workerId")
 	}
+	// The same group, seen from the message: consumed, holding no lease.
+	detail = nil
+	b.call(t, "GET", "/api/v1/messages/"+pid+"/m1", nil, &detail)
+	consumers, _ := detail["consumerGroups"].([]any)
+	if len(consumers) != 1 {
+		t.Fatalf("message detail consumer groups: %+v", detail["consumerGroups"])
+	}
+	consumer, _ := consumers[0].(map[string]any)
+	if consumer["name"] != group || consumer["consumed"] != true {
+		t.Fatalf("message detail consumer group: %+v", consumer)
+	}
+	wantNull(t, "message detail consumer group without a lease", consumer, "leaseExpiresAt")
+
+	var status struct {
+		Partitions []map[string]any `json:"partitions"`
+	}
+	b.call(t, "GET", "/api/v1/status/queues/"+url.PathEscape(q)+"?includePartitions=true", nil, &status)
+	if len(status.Partitions) != 2 {
+		t.Fatalf("queue status partitions: %+v", status)
+	}
+	for _, part := range status.Partitions {
+		wantNull(t, "queue status partition", part, "failed")
+		wantNonNull(t, "queue status partition holding a message", part, "lastActivity", "oldestMessage", "newestMessage")
+	}
 
 	b.call(t, "PUT", "/api/v1/kv/"+url.PathEscape(q)+"/k", map[string]any{"value": 1, "forever": true}, nil)
 	var kv map[string]any
@@ -108,17 +142,46 @@ func TestInspectionBodiesSendNullFields(t *testing.T) {
 	}
 	wantNull(t, "kv getMany row of a forever key", rows.Results[0].Rows[0], "expiresAt")
 	wantNull(t, "kv getPrefix row of a forever key", rows.Results[1].Rows[0], "expiresAt")
-	var listed struct {
-		Rows []map[string]any `json:"rows"`
-	}
+	wantNonNull(t, "kv getMany row", rows.Results[0].Rows[0], "updatedAt")
+	wantNonNull(t, "kv getPrefix row", rows.Results[1].Rows[0], "updatedAt")
+	var listed map[string]any
 	b.call(t, "POST", "/api/v1/resources/kv/list", map[string]any{"namespace": q}, &listed)
-	if len(listed.Rows) != 1 {
+	listedRows, _ := listed["rows"].([]any)
+	if len(listedRows) != 1 {
 		t.Fatalf("kv list: %+v", listed)
 	}
-	wantNull(t, "kv list row of a forever key", listed.Rows[0], "expiresAt")
+	listedRow, _ := listedRows[0].(map[string]any)
+	wantNull(t, "kv list row of a forever key", listedRow, "expiresAt")
+	wantNonNull(t, "kv list row", listedRow, "updatedAt")
+	wantNull(t, "kv list page that is not truncated", listed, "nextAfter")
 
+	var scheduled struct {
+		Results []map[string]any `json:"results"`
+	}
 	b.call(t, "POST", "/api/v1/timers", map[string]any{"operations": []map[string]any{
-		{"op": "schedule", "queue": q, "timerKey": "later", "delayMs": 3600000, "txn": "t1", "payload": "MQ=="}}}, nil)
+		{"op": "schedule", "queue": q, "timerKey": "later", "delayMs": 3600000, "txn": "t1", "payload": "MQ=="},
+		{"op": "cancel", "queue": q, "timerKey": "never"}}}, &scheduled)
+	if len(scheduled.Results) != 2 || scheduled.Results[0]["status"] != "scheduled" || scheduled.Results[1]["status"] != "absent" {
+		t.Fatalf("timer schedule and cancel: %+v", scheduled)
+	}
+	wantNonNull(t, "scheduled timer result", scheduled.Results[0], "txn", "messageId", "deliverAt")
+	wantNull(t, "cancel of no timer", scheduled.Results[1], "txn", "messageId", "deliverAt")
+	var cancelAnswer map[string]any
+	b.call(t, "DELETE", "/api/v1/timers/"+url.PathEscape(q)+"/never", nil, &cancelAnswer)
+	if cancelAnswer["status"] != "absent" {
+		t.Fatalf("timer cancel route: %+v", cancelAnswer)
+	}
+	wantNull(t, "cancel route of no timer", cancelAnswer, "txn", "messageId", "deliverAt")
+	var timers map[string]any
+	b.call(t, "GET", "/api/v1/timers/"+url.PathEscape(q), nil, &timers)
+	if rows, _ := timers["rows"].([]any); len(rows) != 1 || timers["truncated"] != false {
+		t.Fatalf("timer list: %+v", timers)
+	}
+	wantNull(t, "timer page that is not truncated", timers, "nextAfter")
+	// The count answer stays the reference's bare {"count":N}.
+	if raw := b.rawGet(t, "/api/v1/timers/"+url.PathEscape(q)+"?mode=count"); raw != `{"count":1}` {
+		t.Fatalf("timer count: %s", raw)
+	}
 	var timer map[string]any
 	b.call(t, "GET", "/api/v1/timers/"+url.PathEscape(q)+"/later", nil, &timer)
 	if timer["found"] != true {
@@ -126,15 +189,24 @@ func TestInspectionBodiesSendNullFields(t *testing.T) {
 	}
 	wantNull(t, "timer", timer, "producerSub", "lastError")
 	// A miss stays the reference's bare {"found":false}.
-	resp, err := http.Get(b.URL + "/api/v1/timers/" + url.PathEscape(q) + "/never")
+	if raw := b.rawGet(t, "/api/v1/timers/"+url.PathEscape(q)+"/never"); raw != `{"found":false}` {
+		t.Fatalf("timer miss: %s", raw)
+	}
+}
+
+// rawGet answers the trimmed body of a GET that must answer 200.
+func (b *testBroker) rawGet(t *testing.T, path string) string {
+	t.Helper()
+	resp, err := http.Get(b.URL + path)
 	if err != nil {
 		t.Fatal(err)
 	}
 	raw, _ := io.ReadAll(resp.Body)
 	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK || strings.TrimSpace(string(raw)) != `{"found":false}` {
-		t.Fatalf("timer miss: %d %s", resp.StatusCode, raw)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, raw)
 	}
+	return strings.TrimSpace(string(raw))
 }
 
 // A seek to the end has no target instant, a group a seek created has no

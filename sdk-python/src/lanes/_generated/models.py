@@ -809,12 +809,16 @@ class KvListRequest(BaseModel):
 
 
 class KvListResult(BaseModel):
+    """
+    `nextAfter` is always present, `null` unless the page is `truncated`.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
     rows: list[KvRow]
     truncated: bool
-    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    next_after: Annotated[str | None, Field(alias="nextAfter")]
     bytes: int
     """
     Bytes of values returned.
@@ -983,7 +987,7 @@ class KvResult(BaseModel):
 
 class KvRow(BaseModel):
     """
-    One stored key. `expiresAt` is always present, `null` for a `forever` key.
+    One stored key. `expiresAt` is always present, `null` for a `forever` key; `updatedAt` is always present.
     """
 
     model_config = ConfigDict(
@@ -996,7 +1000,7 @@ class KvRow(BaseModel):
     """
     version: int
     expires_at: Annotated[AwareDatetime | None, Field(alias="expiresAt")]
-    updated_at: Annotated[AwareDatetime | None, Field(alias="updatedAt")] = None
+    updated_at: Annotated[AwareDatetime | None, Field(alias="updatedAt")]
     expired: bool | None = None
 
 
@@ -1094,13 +1098,17 @@ class Maintenance(BaseModel):
 
 
 class MessageConsumerGroup(BaseModel):
+    """
+    One group's view of the message. `leaseExpiresAt` is always present, `null` when the group holds no live lease on it.
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
     name: str
     group: str
     consumed: bool
-    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")] = None
+    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
 
 
 class MessageCounts(BaseModel):
@@ -1467,6 +1475,13 @@ class PartitionDepth(BaseModel):
 
 
 class PartitionStatus(BaseModel):
+    """
+    One partition's live state. `lastActivity` (`null` before the first write), `oldestMessage`
+    and `newestMessage` (`null` when no message is retained) are always present; `failed` is
+    always `null`, as the reference sends it.
+
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -1474,10 +1489,10 @@ class PartitionStatus(BaseModel):
     messages: MessageCounts
     stats: PartitionStatusStats
     cursor: PartitionStatusCursor
-    last_activity: Annotated[AwareDatetime | None, Field(alias="lastActivity")] = None
-    oldest_message: Annotated[PartitionStatusMessage | None, Field(alias="oldestMessage")] = None
-    newest_message: Annotated[PartitionStatusMessage | None, Field(alias="newestMessage")] = None
-    failed: int | None = None
+    last_activity: Annotated[AwareDatetime | None, Field(alias="lastActivity")]
+    oldest_message: Annotated[PartitionStatusMessage | None, Field(alias="oldestMessage")]
+    newest_message: Annotated[PartitionStatusMessage | None, Field(alias="newestMessage")]
+    failed: Annotated[int | None, Field(...)]
 
 
 class PartitionStatusCursor(BaseModel):
@@ -2326,6 +2341,9 @@ class TimerList(BaseModel):
     rows: list[Timer] | None = None
     truncated: bool | None = None
     next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    Always present on a page, `null` unless the page is `truncated`.
+    """
     count: int | None = None
 
 
@@ -2378,6 +2396,12 @@ class TimerOperation(BaseModel):
 
 
 class TimerResult(BaseModel):
+    """
+    One timer op's outcome. `txn`, `messageId` and `deliverAt` are always present, `null` when
+    the op left no timer to describe (e.g. `absent`).
+
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
@@ -2388,9 +2412,9 @@ class TimerResult(BaseModel):
     """
     queue: str
     timer_key: Annotated[str, Field(alias="timerKey")]
-    txn: str | None = None
-    message_id: Annotated[str | None, Field(alias="messageId")] = None
-    deliver_at: Annotated[AwareDatetime | None, Field(alias="deliverAt")] = None
+    txn: Annotated[str | None, Field(...)]
+    message_id: Annotated[str | None, Field(alias="messageId")]
+    deliver_at: Annotated[AwareDatetime | None, Field(alias="deliverAt")]
 
 
 class TransactionOperation(BaseModel):
