@@ -1090,10 +1090,12 @@ type KvResult struct {
 	Key   *string `json:"key,omitempty"`
 
 	// Missing getMany — keys not found.
-	Missing   *[]string `json:"missing,omitempty"`
-	NextAfter *string   `json:"nextAfter,omitempty"`
-	Op        *string   `json:"op,omitempty"`
-	Prefix    *string   `json:"prefix,omitempty"`
+	Missing *[]string `json:"missing,omitempty"`
+
+	// NextAfter getPrefix — the `after` of the next page; present only when `truncated` (docs/wire-compatibility.md, known gaps).
+	NextAfter *string `json:"nextAfter,omitempty"`
+	Op        *string `json:"op,omitempty"`
+	Prefix    *string `json:"prefix,omitempty"`
 
 	// Reason Writes — why `applied` is false.
 	Reason *KvResultReason `json:"reason,omitempty"`

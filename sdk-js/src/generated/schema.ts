@@ -1965,6 +1965,7 @@ export interface components {
             /** @description getMany — keys not found. */
             missing?: string[];
             truncated?: boolean;
+            /** @description getPrefix — the `after` of the next page; present only when `truncated` (docs/wire-compatibility.md, known gaps). */
             nextAfter?: string | null;
             prefix?: string;
             /** @description Why the op did not apply when that is not a `reason`, e.g. the call rolled back. */

@@ -978,6 +978,9 @@ class KvResult(BaseModel):
     """
     truncated: bool | None = None
     next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    getPrefix — the `after` of the next page; present only when `truncated` (docs/wire-compatibility.md, known gaps).
+    """
     prefix: str | None = None
     error: str | None = None
     """
