@@ -79,10 +79,19 @@ func warnShortJWTSecret(cfg *config.Config, log *slog.Logger) {
 	}
 }
 
+// spoolMinBatchBytes is the least a drain batch may carry in bytes, whatever
+// LANES_MAX_BODY_BYTES says.
+const spoolMinBatchBytes = 4 << 20
+
 // openSpool opens the disk spool; the broker runs without one (pushes fail
 // while the database is down) only if the directory cannot be used.
 func openSpool(cfg *config.Config, push spool.PushFunc, paused func() bool, log *slog.Logger) *spool.Spool {
-	sp, err := spool.Open(spool.Options{Dir: cfg.SpoolDir, Push: push, Paused: paused, Logger: log})
+	sp, err := spool.Open(spool.Options{
+		Dir: cfg.SpoolDir, Push: push, Paused: paused, Logger: log,
+		// A batch fits one push body of the largest accepted size.
+		MaxBatchBytes: max(cfg.MaxBodyBytes, spoolMinBatchBytes),
+		ReplayTimeout: cfg.SpoolReplayTimeout, MaxBytes: cfg.SpoolMaxBytes,
+	})
 	if err != nil {
 		log.Error("disk spool unavailable: pushes will fail while PostgreSQL is down", "dir", cfg.SpoolDir, "err", err)
 		return nil

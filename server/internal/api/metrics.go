@@ -53,6 +53,7 @@ func (s *Server) registerGauges() {
 	}
 	if sp := s.opts.Spool; sp != nil {
 		m.Gauge("lanes_spool_pending", "Spooled pushes waiting to drain.", nil, func() float64 { return float64(sp.Pending()) })
+		m.Gauge("lanes_spool_bytes", "Bytes of the spool files waiting to drain (LANES_SPOOL_MAX_BYTES bounds them).", nil, func() float64 { return float64(sp.Bytes()) })
 		m.Gauge("lanes_spool_failed", "Spooled pushes quarantined in failed/.", nil, func() float64 { return float64(sp.Failed()) })
 		m.Counter("lanes_spool_drained_total", "Spooled pushes replayed into PostgreSQL.", nil, func() float64 { return float64(sp.Drained()) })
 		m.Gauge("lanes_spool_db_healthy", "0 after a push was spooled or a drain failed; 1 after a drain succeeded.", nil, boolGauge(sp.DBHealthy))

@@ -123,7 +123,7 @@ func TestMaintenanceModesAreSharedByEveryBroker(t *testing.T) {
 	defer prom.Body.Close()
 	var sb strings.Builder
 	_, _ = io.Copy(&sb, prom.Body)
-	for _, want := range []string{"lanes_spool_pending 0", "lanes_maintenance_pop 0", `lanes_push_items_total{status="buffered"}`, "lanes_db_pool_max_connections 10", "lanes_http_request_duration_seconds_bucket", `lanes_ack_requests_total{path="one_trip"}`, `lanes_ack_requests_total{path="general"}`, "lanes_push_unprobed_conflicts_total 0", `lanes_push_commits_total{path="one_trip"}`, `lanes_push_commits_total{path="general"}`, `lanes_pop_transactions_total{path="one_trip"}`, `lanes_pop_transactions_total{path="general"}`, `lanes_transaction_commits_total{path="one_trip"}`, `lanes_transaction_commits_total{path="general"}`, "lanes_pop_hand_offs_total 0", "lanes_pop_hand_offs_continued_total 0"} {
+	for _, want := range []string{"lanes_spool_pending 0", "lanes_spool_bytes 0", "lanes_maintenance_pop 0", `lanes_push_items_total{status="buffered"}`, "lanes_db_pool_max_connections 10", "lanes_http_request_duration_seconds_bucket", `lanes_ack_requests_total{path="one_trip"}`, `lanes_ack_requests_total{path="general"}`, "lanes_push_unprobed_conflicts_total 0", `lanes_push_commits_total{path="one_trip"}`, `lanes_push_commits_total{path="general"}`, `lanes_pop_transactions_total{path="one_trip"}`, `lanes_pop_transactions_total{path="general"}`, `lanes_transaction_commits_total{path="one_trip"}`, `lanes_transaction_commits_total{path="general"}`, "lanes_pop_hand_offs_total 0", "lanes_pop_hand_offs_continued_total 0"} {
 		if !strings.Contains(sb.String(), want) {
 			t.Errorf("prometheus output lacks %q", want)
 		}

@@ -35,6 +35,8 @@ type Config struct {
 	ApplySchema             bool
 	RetentionInterval       time.Duration
 	SpoolDir                string
+	SpoolMaxBytes           int64
+	SpoolReplayTimeout      time.Duration
 	TimersInterval          time.Duration
 	KVSweepInterval         time.Duration
 	PprofAddr               string
@@ -266,6 +268,8 @@ var settings = []setting{
 	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", stringSetting(func(c *Config) *string { return &c.PprofAddr })},
 	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
 	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", stringSetting(func(c *Config) *string { return &c.SpoolDir })},
+	{"spool-max-bytes", "LANES_SPOOL_MAX_BYTES", "1073741824", "bytes the disk spool may hold waiting to drain; past it a push that would be buffered answers failed; 0 = unbounded", nonNegativeInt64Setting(func(c *Config) *int64 { return &c.SpoolMaxBytes })},
+	{"spool-replay-timeout-ms", "LANES_SPOOL_REPLAY_TIMEOUT_MS", "10000", "deadline of one spool drain batch; a batch past it halves and retries at once, a single item past it waits for the next drain attempt; 0 = none (statement_timeout still applies)", millisSetting(func(c *Config) *time.Duration { return &c.SpoolReplayTimeout })},
 }
 
 // defaultBodyBudgetBodies is how many bodies of the largest size the default

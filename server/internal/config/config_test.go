@@ -30,6 +30,25 @@ func TestSpoolDirIsPerBrokerUnlessSet(t *testing.T) {
 	}
 }
 
+func TestSpoolLimitsDefaultToOneGiBAndTenSecondsAndRefuseNegatives(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.SpoolMaxBytes != 1<<30 || c.SpoolReplayTimeout != 10*time.Second {
+		t.Fatalf("defaults: max bytes %d, replay timeout %v", c.SpoolMaxBytes, c.SpoolReplayTimeout)
+	}
+	c, err = Load(nil, env(map[string]string{"LANES_SPOOL_MAX_BYTES": "0", "LANES_SPOOL_REPLAY_TIMEOUT_MS": "2500"}), io.Discard)
+	if err != nil || c.SpoolMaxBytes != 0 || c.SpoolReplayTimeout != 2500*time.Millisecond {
+		t.Fatalf("unbounded and 2.5 s: max bytes %d, replay timeout %v, err %v", c.SpoolMaxBytes, c.SpoolReplayTimeout, err)
+	}
+	for _, name := range []string{"LANES_SPOOL_MAX_BYTES", "LANES_SPOOL_REPLAY_TIMEOUT_MS"} {
+		if _, err := Load(nil, env(map[string]string{name: "-1"}), io.Discard); err == nil || !strings.Contains(err.Error(), name) {
+			t.Fatalf("%s=-1: want an error naming it, got %v", name, err)
+		}
+	}
+}
+
 func TestBadSettingNamesItsVariable(t *testing.T) {
 	_, err := Load(nil, env(map[string]string{"LANES_PORT": "http"}), io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "LANES_PORT") {

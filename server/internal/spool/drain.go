@@ -84,43 +84,121 @@ func (s *Spool) DrainOnce(ctx context.Context) (int, error) {
 	return total, nil
 }
 
+// drainFile streams a file from where the last attempt stopped, replaying
+// batches capped by MaxBatch and MaxBatchBytes. A replay that times out is
+// the batch's size, not an outage: the batch halves and retries at once; a
+// batch of one that still times out waits for the next attempt.
 func (s *Spool) drainFile(ctx context.Context, name string) (int, error) {
 	path := filepath.Join(s.opts.Dir, name)
-	recs, err := readRecords(path)
+	pos := s.progress[name]
+	reader, err := openRecords(path, pos.offset)
 	if err != nil {
 		return 0, fmt.Errorf("spool: read %s: %w", name, err)
 	}
-	done := s.progress[name]
+	defer reader.Close()
+	limit := s.opts.MaxBatch
+	var batch []sizedRecord // read, not yet stored
 	drained := 0
-	for done < len(recs) {
-		end := min(done+s.opts.MaxBatch, len(recs))
-		if err := s.replay(ctx, recs[done:end]); err != nil {
-			s.progress[name] = done
-			s.dbHealthy.Store(false)
-			if isTransient(err) {
-				return drained, err
-			}
-			s.failures[name]++
-			if s.failures[name] < s.opts.MaxFileFailures {
-				return drained, fmt.Errorf("spool: %s (failure %d of %d): %w", name, s.failures[name], s.opts.MaxFileFailures, err)
-			}
-			return drained, s.quarantine(name, len(recs)-done, err)
+	for {
+		batch = s.fillBatch(reader, batch, limit)
+		if len(batch) == 0 {
+			break
 		}
-		n := end - done
-		done = end
+		n := s.batchLen(batch, limit)
+		err := s.replay(ctx, batch[:n])
+		if err != nil && replayTimedOut(ctx, err) && n > 1 {
+			limit = n / 2
+			s.log.Warn("spool replay timed out; retrying with a smaller batch", "file", name, "items", n, "bytes", batchBytes(batch[:n]), "nextItems", limit, "err", err)
+			continue
+		}
+		if err != nil {
+			s.progress[name] = pos
+			return drained, s.replayFailed(ctx, name, pos, batch[:n], err)
+		}
+		pos.done += n
+		pos.offset += batchBytes(batch[:n])
 		drained += n
 		s.pending.Add(-int64(n))
 		s.drained.Add(int64(n))
+		batch = batch[n:]
+	}
+	s.mu.Lock()
+	counted := s.fileRecords[name]
+	delete(s.fileRecords, name)
+	s.mu.Unlock()
+	if unread := counted - pos.done; unread > 0 {
+		// The count read headers only; a corrupt body ended the file sooner.
+		s.log.Error("spool file ended at a corrupt record; the records after it are dropped", "file", name, "dropped", unread)
+		s.pending.Add(-int64(unread))
 	}
 	delete(s.progress, name)
 	delete(s.failures, name)
 	if err := os.Remove(path); err != nil {
 		return drained, fmt.Errorf("spool: remove drained %s: %w", name, err)
 	}
+	s.bytes.Add(-reader.size)
 	return drained, syncDir(s.opts.Dir)
 }
 
-func (s *Spool) replay(ctx context.Context, recs []record) error {
+// fillBatch tops batch up from reader to limit records or MaxBatchBytes,
+// whichever comes first.
+func (s *Spool) fillBatch(reader *recordReader, batch []sizedRecord, limit int) []sizedRecord {
+	for len(batch) < limit && batchBytes(batch) < s.opts.MaxBatchBytes {
+		rec, ok := reader.next()
+		if !ok {
+			break
+		}
+		batch = append(batch, rec)
+	}
+	return batch
+}
+
+// batchLen is how many leading records of batch one replay takes: at most
+// limit and MaxBatchBytes, and at least one.
+func (s *Spool) batchLen(batch []sizedRecord, limit int) int {
+	n, size := 0, int64(0)
+	for n < len(batch) && n < limit && (n == 0 || size+batch[n].size <= s.opts.MaxBatchBytes) {
+		size += batch[n].size
+		n++
+	}
+	return n
+}
+
+func batchBytes(batch []sizedRecord) int64 {
+	var n int64
+	for _, r := range batch {
+		n += r.size
+	}
+	return n
+}
+
+// replayFailed sorts a failed replay of batch: the database unreachable (wait
+// for it), a record too slow to store alone (log it, wait), or data it
+// refuses (count the failure; quarantine the file after MaxFileFailures).
+func (s *Spool) replayFailed(ctx context.Context, name string, pos filePosition, batch []sizedRecord, err error) error {
+	s.dbHealthy.Store(false)
+	if replayTimedOut(ctx, err) {
+		s.log.Error("spool replay of a single record timed out; retrying after a pause", "file", name, "bytes", batch[0].size,
+			"queue", batch[0].Queue, "transactionId", batch[0].TransactionID, "err", err)
+		return err
+	}
+	if isTransient(err) {
+		return err
+	}
+	s.failures[name]++
+	if s.failures[name] < s.opts.MaxFileFailures {
+		return fmt.Errorf("spool: %s (failure %d of %d): %w", name, s.failures[name], s.opts.MaxFileFailures, err)
+	}
+	return s.quarantine(name, pos, err)
+}
+
+// replayTimedOut reports a replay that ran out of time (statement_timeout or
+// its own deadline) while the drain itself goes on.
+func replayTimedOut(ctx context.Context, err error) bool {
+	return ctx.Err() == nil && (engine.IsStatementTimeout(err) || errors.Is(err, context.DeadlineExceeded) || pgconn.Timeout(err))
+}
+
+func (s *Spool) replay(ctx context.Context, recs []sizedRecord) error {
 	items := make([]engine.PushItem, len(recs))
 	for i, r := range recs {
 		items[i] = engine.PushItem{
@@ -131,8 +209,11 @@ func (s *Spool) replay(ctx context.Context, recs []record) error {
 			items[i].MessageID = id
 		}
 	}
-	ctx, cancel := context.WithTimeout(ctx, s.opts.PushTimeout)
-	defer cancel()
+	if s.opts.ReplayTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, s.opts.ReplayTimeout)
+		defer cancel()
+	}
 	results, err := s.opts.Push(ctx, items)
 	if err != nil {
 		return err
@@ -150,13 +231,22 @@ type permanentError struct{ msg string }
 func (e *permanentError) Error() string { return e.msg }
 
 // quarantine moves a file that keeps failing to failed/, keeping its records.
-func (s *Spool) quarantine(name string, remaining int, cause error) error {
+func (s *Spool) quarantine(name string, pos filePosition, cause error) error {
 	delete(s.progress, name)
 	delete(s.failures, name)
-	to := filepath.Join(s.opts.Dir, failedSubdir, name)
-	if err := os.Rename(filepath.Join(s.opts.Dir, name), to); err != nil {
+	from, to := filepath.Join(s.opts.Dir, name), filepath.Join(s.opts.Dir, failedSubdir, name)
+	info, err := os.Stat(from)
+	if err == nil {
+		err = os.Rename(from, to)
+	}
+	if err != nil {
 		return fmt.Errorf("spool: quarantine %s: %w", name, err)
 	}
+	s.mu.Lock()
+	remaining := s.fileRecords[name] - pos.done
+	delete(s.fileRecords, name)
+	s.mu.Unlock()
+	s.bytes.Add(-info.Size())
 	s.pending.Add(-int64(remaining))
 	s.failed.Add(int64(remaining))
 	s.log.Error("spool file quarantined after repeated failures; its pushes need attention",

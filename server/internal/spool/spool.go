@@ -4,19 +4,18 @@
 //
 // Layout under Dir: the active file `spool-<seq>.tmp` takes appends; it is
 // finalized to `spool-<seq>.buf` before a drain reads it. seq is zero-padded and
-// grows, so lexical order is append order. Each record is
-// u32le length, u32le CRC-32 (IEEE) of the body, then the JSON body; a torn
-// tail (crash mid-append, never acknowledged) fails its check and ends the file.
-// A file that fails permanently is moved to `failed/`, never deleted.
+// grows, so lexical order is append order. The active file is finalized once
+// it holds RotateBytes, so finished files drain while appends go on. Each
+// record is u32le length, u32le CRC-32 (IEEE) of the body, then the JSON body
+// (record.go); a torn tail (crash mid-append, never acknowledged) fails its
+// check and ends the file. A file that fails permanently is moved to
+// `failed/`, never deleted.
 package spool
 
 import (
 	"context"
-	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
-	"hash/crc32"
 	"io"
 	"log/slog"
 	"os"
@@ -28,8 +27,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"github.com/google/uuid"
-
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
@@ -37,23 +34,10 @@ const (
 	activeExt    = ".tmp"
 	finalExt     = ".buf"
 	failedSubdir = "failed"
-	headerSize   = 8
-	// maxRecordBytes guards against reading a corrupt length as a huge allocation.
-	maxRecordBytes = 1 << 30
 )
 
-// record is one spooled push item.
-type record struct {
-	Queue         string `json:"queue"`
-	Partition     string `json:"partition"`
-	TransactionID string `json:"transactionId"`
-	// MessageID is the id the buffered answer promised (absent in records of
-	// brokers that did not keep it: the replay mints one).
-	MessageID   string          `json:"messageId,omitempty"`
-	TraceID     string          `json:"traceId,omitempty"`
-	ProducerSub string          `json:"producerSub,omitempty"`
-	Payload     json.RawMessage `json:"payload"`
-}
+// ErrFull is the error of an append that would take the spool past MaxBytes.
+var ErrFull = errors.New("spool: full")
 
 // PushFunc stores items; engine.Push in the broker.
 type PushFunc func(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error)
@@ -69,11 +53,24 @@ type Options struct {
 	Interval time.Duration
 	// MaxBatch is the most items replayed per push call (default 500).
 	MaxBatch int
+	// MaxBatchBytes is the most record bytes replayed per push call (default
+	// 4 MiB); a batch holds at least one record whatever its size.
+	MaxBatchBytes int64
 	// MaxFileFailures is how many permanent failures in a row quarantine a file (default 5).
 	MaxFileFailures int
-	// PushTimeout bounds each replay push (default 10s).
-	PushTimeout time.Duration
+	// ReplayTimeout bounds each replay push; 0 = none (statement_timeout still applies).
+	ReplayTimeout time.Duration
+	// RotateBytes is the size at which the active file is finalized (default 64 MiB).
+	RotateBytes int64
+	// MaxBytes bounds the bytes of the files waiting to drain: an append past
+	// it fails with ErrFull; 0 = unbounded.
+	MaxBytes int64
 }
+
+const (
+	defaultMaxBatchBytes = 4 << 20
+	defaultRotateBytes   = 64 << 20
+)
 
 // Spool is safe for concurrent use.
 type Spool struct {
@@ -87,14 +84,25 @@ type Spool struct {
 	activeCount int
 	seq         int64
 
+	// fileRecords is the record count of each finalized file, guarded by mu.
+	fileRecords map[string]int
+
 	drainMu  sync.Mutex // one drain at a time
-	progress map[string]int
+	progress map[string]filePosition
 	failures map[string]int
 
 	pending   atomic.Int64
+	bytes     atomic.Int64 // of the files waiting to drain, the active one included
 	failed    atomic.Int64
 	drained   atomic.Int64
 	dbHealthy atomic.Bool
+}
+
+// filePosition is how far a drain got in a file: the records stored and the
+// offset of the first one not stored.
+type filePosition struct {
+	done   int
+	offset int64
 }
 
 // Open creates Dir (and Dir/failed), finalizes files a previous process left
@@ -115,13 +123,19 @@ func Open(opts Options) (*Spool, error) {
 	if opts.MaxFileFailures <= 0 {
 		opts.MaxFileFailures = 5
 	}
-	if opts.PushTimeout <= 0 {
-		opts.PushTimeout = 10 * time.Second
+	if opts.MaxBatchBytes <= 0 {
+		opts.MaxBatchBytes = defaultMaxBatchBytes
+	}
+	if opts.RotateBytes <= 0 {
+		opts.RotateBytes = defaultRotateBytes
 	}
 	if err := os.MkdirAll(filepath.Join(opts.Dir, failedSubdir), 0o750); err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
 	}
-	s := &Spool{opts: opts, log: opts.Logger, progress: map[string]int{}, failures: map[string]int{}}
+	s := &Spool{
+		opts: opts, log: opts.Logger, fileRecords: map[string]int{},
+		progress: map[string]filePosition{}, failures: map[string]int{},
+	}
 	s.dbHealthy.Store(true)
 	entries, err := os.ReadDir(opts.Dir)
 	if err != nil {
@@ -144,16 +158,21 @@ func Open(opts Options) (*Spool, error) {
 		return nil, err
 	}
 	for _, f := range files {
-		recs, _ := readRecords(filepath.Join(opts.Dir, f))
-		s.pending.Add(int64(len(recs)))
+		n, size, err := countRecords(filepath.Join(opts.Dir, f))
+		if err != nil {
+			return nil, fmt.Errorf("spool: count %s: %w", f, err)
+		}
+		s.fileRecords[f] = n
+		s.pending.Add(int64(n))
+		s.bytes.Add(size)
 	}
 	failedFiles, _ := os.ReadDir(filepath.Join(opts.Dir, failedSubdir))
 	for _, f := range failedFiles {
-		recs, _ := readRecords(filepath.Join(opts.Dir, failedSubdir, f.Name()))
-		s.failed.Add(int64(len(recs)))
+		n, _, _ := countRecords(filepath.Join(opts.Dir, failedSubdir, f.Name()))
+		s.failed.Add(int64(n))
 	}
 	if n := s.pending.Load(); n > 0 {
-		s.log.Warn("spool holds pushes from before the restart; draining", "pending", n, "dir", opts.Dir)
+		s.log.Warn("spool holds pushes from before the restart; draining", "pending", n, "bytes", s.bytes.Load(), "dir", opts.Dir)
 	}
 	return s, syncDir(opts.Dir)
 }
@@ -168,25 +187,18 @@ func parseSeq(name string) (int64, bool) {
 }
 
 // Append writes items to the active file and fsyncs it; when it returns nil
-// the items survive a crash of the broker or the host.
+// the items survive a crash of the broker or the host. Past MaxBytes it
+// stores nothing and returns ErrFull.
 func (s *Spool) Append(items []engine.PushItem) error {
-	var buf []byte
-	for _, it := range items {
-		body, err := json.Marshal(record{
-			Queue: it.Queue, Partition: it.Partition, TransactionID: it.TransactionID, MessageID: messageID(it.MessageID),
-			TraceID: it.TraceID, ProducerSub: it.ProducerSub, Payload: it.Payload,
-		})
-		if err != nil {
-			return fmt.Errorf("spool: encode: %w", err)
-		}
-		var hdr [headerSize]byte
-		binary.LittleEndian.PutUint32(hdr[0:4], uint32(len(body)))
-		binary.LittleEndian.PutUint32(hdr[4:8], crc32.ChecksumIEEE(body))
-		buf = append(buf, hdr[:]...)
-		buf = append(buf, body...)
+	buf, err := encodeRecords(items)
+	if err != nil {
+		return err
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if used := s.bytes.Load(); s.opts.MaxBytes > 0 && used+int64(len(buf)) > s.opts.MaxBytes {
+		return fmt.Errorf("%w: %d bytes waiting to drain, %d more would pass LANES_SPOOL_MAX_BYTES (%d)", ErrFull, used, len(buf), s.opts.MaxBytes)
+	}
 	if s.active == nil {
 		if err := s.openActive(); err != nil {
 			return err
@@ -206,6 +218,13 @@ func (s *Spool) Append(items []engine.PushItem) error {
 	s.activeSize += int64(len(buf))
 	s.activeCount += len(items)
 	s.pending.Add(int64(len(items)))
+	s.bytes.Add(int64(len(buf)))
+	if s.activeSize >= s.opts.RotateBytes {
+		// The items are durable already: a failed rotation only delays it.
+		if err := s.finalizeActiveLocked(); err != nil {
+			s.log.Error("spool file rotation failed", "file", s.activeName, "err", err)
+		}
+	}
 	return nil
 }
 
@@ -229,6 +248,10 @@ func (s *Spool) openActive() error {
 func (s *Spool) finalizeActive() error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	return s.finalizeActiveLocked()
+}
+
+func (s *Spool) finalizeActiveLocked() error {
 	if s.active == nil || s.activeCount == 0 {
 		return nil
 	}
@@ -240,6 +263,7 @@ func (s *Spool) finalizeActive() error {
 	if err := os.Rename(filepath.Join(s.opts.Dir, s.activeName), filepath.Join(s.opts.Dir, final)); err != nil {
 		return fmt.Errorf("spool: finalize: %w", err)
 	}
+	s.fileRecords[final] = s.activeCount
 	return syncDir(s.opts.Dir)
 }
 
@@ -258,39 +282,6 @@ func (s *Spool) finalFiles() ([]string, error) {
 	return out, nil
 }
 
-// readRecords decodes a file up to its first torn or corrupt record.
-func readRecords(path string) ([]record, error) {
-	data, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var out []record
-	for len(data) >= headerSize {
-		n := binary.LittleEndian.Uint32(data[0:4])
-		sum := binary.LittleEndian.Uint32(data[4:8])
-		if n > maxRecordBytes || int(n) > len(data)-headerSize {
-			break
-		}
-		body := data[headerSize : headerSize+int(n)]
-		if crc32.ChecksumIEEE(body) != sum {
-			break
-		}
-		r, ok := decodeRecord(body)
-		if !ok {
-			break
-		}
-		out = append(out, r)
-		data = data[headerSize+int(n):]
-	}
-	return out, nil
-}
-
-func decodeRecord(body []byte) (record, bool) {
-	var r record
-	err := json.Unmarshal(body, &r)
-	return r, err == nil
-}
-
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {
@@ -305,6 +296,9 @@ func (s *Spool) Pending() int64 { return s.pending.Load() }
 
 // Failed is the number of items in quarantined files.
 func (s *Spool) Failed() int64 { return s.failed.Load() }
+
+// Bytes is the size of the files waiting to drain, the active one included.
+func (s *Spool) Bytes() int64 { return s.bytes.Load() }
 
 // Drained is the number of items replayed since the process started.
 func (s *Spool) Drained() int64 { return s.drained.Load() }
@@ -335,12 +329,4 @@ func (s *Spool) Close() error {
 	err := s.active.Close()
 	s.active = nil
 	return err
-}
-
-// messageID is a record's form of a preset message id: empty when none is set.
-func messageID(id uuid.UUID) string {
-	if id == uuid.Nil {
-		return ""
-	}
-	return id.String()
 }

@@ -2,9 +2,11 @@ package spool
 
 import (
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io"
 	"os"
 	"path/filepath"
@@ -36,6 +38,21 @@ func items(queue, partition string, from, to int) []engine.PushItem {
 			Queue: queue, Partition: partition, TransactionID: fmt.Sprintf("tx-%04d", i),
 			Payload: json.RawMessage(fmt.Sprintf(`{"n":%d}`, i)),
 		})
+	}
+	return out
+}
+
+// readAll reads every record of a spool file.
+func readAll(t *testing.T, path string) []sizedRecord {
+	t.Helper()
+	r, err := openRecords(path, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	var out []sizedRecord
+	for rec, ok := r.next(); ok; rec, ok = r.next() {
+		out = append(out, rec)
 	}
 	return out
 }
@@ -190,8 +207,7 @@ func TestPermanentFailureQuarantinesTheFile(t *testing.T) {
 	if len(quarantined) != 1 {
 		t.Fatalf("quarantined files: %v", quarantined)
 	}
-	recs, _ := readRecords(quarantined[0])
-	if len(recs) != 4 {
+	if recs := readAll(t, quarantined[0]); len(recs) != 4 {
 		t.Fatalf("quarantined file keeps %d records, want 4", len(recs))
 	}
 	// A restarted broker still counts the quarantined items.
@@ -264,5 +280,113 @@ func TestTransientAndUnavailableFollowEngineClassifiers(t *testing.T) {
 		if got := IsUnavailable(c.err); got != c.available {
 			t.Errorf("%s: IsUnavailable = %v, want %v", c.name, got, c.available)
 		}
+	}
+}
+
+// The active file is finalized at RotateBytes, so finished files can drain
+// while appends go on; a restart counts every file from its headers.
+func TestActiveFileRotatesAtItsSizeAndRestartCountsEveryFile(t *testing.T) {
+	eng, pool := newEngine(t)
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Push: eng.Push, RotateBytes: 20 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i < 10; i++ {
+		if err := s.Append(bigItems("spool-rotate", i, i+1, 8<<10)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	finished, _ := filepath.Glob(filepath.Join(dir, "spool-*.buf"))
+	if len(finished) != 3 {
+		t.Fatalf("finished files %v, want 3 of three 8 KiB records each", finished)
+	}
+	size := s.Bytes()
+	_ = s.Close()
+	s, err = Open(Options{Dir: dir, Push: eng.Push})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s.Pending() != 10 || s.Bytes() != size {
+		t.Fatalf("after restart pending %d bytes %d, want 10 and %d", s.Pending(), s.Bytes(), size)
+	}
+	if n, err := s.DrainOnce(context.Background()); err != nil || n != 10 || s.Bytes() != 0 {
+		t.Fatalf("drain: %d %v bytes %d", n, err, s.Bytes())
+	}
+	if got := storedOrder(t, pool, "spool-rotate"); len(got) != 10 || got[9] != "tx-0009" {
+		t.Fatalf("stored %v", got)
+	}
+}
+
+// Past MaxBytes an append stores nothing and says the spool is full; once
+// the drain frees room, appends go in again.
+func TestAppendPastMaxBytesFailsAndChangesNothing(t *testing.T) {
+	eng, _ := newEngine(t)
+	dir := t.TempDir()
+	s, err := Open(Options{Dir: dir, Push: eng.Push, MaxBytes: 30 << 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if err := s.Append(bigItems("spool-full", 0, 2, 10<<10)); err != nil {
+		t.Fatal(err)
+	}
+	used := s.Bytes()
+	err = s.Append(bigItems("spool-full", 2, 4, 10<<10))
+	if !errors.Is(err, ErrFull) {
+		t.Fatalf("append past the limit: %v, want ErrFull", err)
+	}
+	info, _ := os.Stat(filepath.Join(dir, s.activeName))
+	if s.Pending() != 2 || s.Bytes() != used || info.Size() != used {
+		t.Fatalf("a refused append changed the spool: pending %d bytes %d file %d, want 2 and %d", s.Pending(), s.Bytes(), info.Size(), used)
+	}
+	if _, err := s.DrainOnce(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Append(bigItems("spool-full", 2, 4, 10<<10)); err != nil {
+		t.Fatalf("append after the drain: %v", err)
+	}
+}
+
+// A file an older broker left (records without message ids) still counts and
+// drains; a record whose body is corrupt ends the file as a torn tail does,
+// and the count taken from the headers settles so nothing stays pending.
+func TestOlderFileWithACorruptRecordDrainsAndSettlesPending(t *testing.T) {
+	eng, pool := newEngine(t)
+	dir := t.TempDir()
+	var file []byte
+	for i, body := range []string{
+		`{"queue":"spool-old","partition":"p","transactionId":"old-1","payload":{"n":1}}`,
+		`{"queue":"spool-old","partition":"p","transactionId":"old-2","payload":{"n":2}}`,
+		`{"queue":"spool-old","partition":"p","transactionId":"old-3","payload":{"n":3}}`,
+	} {
+		var hdr [headerSize]byte
+		binary.LittleEndian.PutUint32(hdr[0:4], uint32(len(body)))
+		sum := crc32.ChecksumIEEE([]byte(body))
+		if i == 1 {
+			sum++ // bit rot in the second record
+		}
+		binary.LittleEndian.PutUint32(hdr[4:8], sum)
+		file = append(append(file, hdr[:]...), body...)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "spool-0000000000000007.tmp"), file, 0o640); err != nil {
+		t.Fatal(err)
+	}
+	s, err := Open(Options{Dir: dir, Push: eng.Push})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	if s.Pending() != 3 {
+		t.Fatalf("pending %d, want the 3 records the headers show", s.Pending())
+	}
+	if n, err := s.DrainOnce(context.Background()); err != nil || n != 1 || s.Pending() != 0 || s.Bytes() != 0 {
+		t.Fatalf("drain: %d %v pending %d bytes %d", n, err, s.Pending(), s.Bytes())
+	}
+	if got := storedOrder(t, pool, "spool-old"); fmt.Sprint(got) != "[old-1]" {
+		t.Fatalf("stored %v, want [old-1]", got)
+	}
+	if err := s.Append(items("spool-old", "p", 0, 1)); err != nil || s.activeName != "spool-0000000000000008.tmp" {
+		t.Fatalf("next file %s (%v), want the sequence to go on after the old file", s.activeName, err)
 	}
 }
