@@ -56,7 +56,8 @@ func (m *maintenance) maybeRefresh() {
 // RunMaintenanceRefresh rereads the switches every half maintenanceRefresh
 // until ctx ends, so an idle broker's first request after another broker
 // turned maintenance on already sees it: the lazy refresh in maybeRefresh
-// answers that request from the stale cache while it reads.
+// answers that request from the stale cache while it reads. A read that
+// succeeds also wakes a spool drain waiting for the database.
 func (s *Server) RunMaintenanceRefresh(ctx context.Context) {
 	tick := time.NewTicker(maintenanceRefresh / 2)
 	defer tick.Stop()
@@ -66,6 +67,10 @@ func (s *Server) RunMaintenanceRefresh(ctx context.Context) {
 			return
 		case <-tick.C:
 			s.maintenance.refreshUnlessRunning(ctx)
+			if sp := s.opts.Spool; sp != nil && s.maintenance.readRecently() {
+				// The database answers again: a drain backing off starts now.
+				sp.DatabaseAnswered()
+			}
 		}
 	}
 }

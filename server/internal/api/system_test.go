@@ -3,13 +3,18 @@ package api
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
 func countStored(t *testing.T, b *testBroker, queue string) int {
@@ -321,5 +326,46 @@ func TestPopMaintenanceParksLongPollsUntilTheirTimeout(t *testing.T) {
 	var popped popBody
 	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, &popped); status != http.StatusOK || len(popped.Messages) != 1 {
 		t.Fatalf("pop after maintenance: %d with %d messages, want the one pushed during it", status, len(popped.Messages))
+	}
+}
+
+// The switches' periodic read is the broker's sign that the database answers
+// again: a spool drain backing off after failed replays starts with it rather
+// than sleeping out its backoff.
+func TestMaintenanceReadWakesASpoolDrainWaitingForTheDatabase(t *testing.T) {
+	var down atomic.Bool
+	down.Store(true)
+	var eng *engine.Engine
+	push := func(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error) {
+		if down.Load() {
+			return nil, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+		}
+		return eng.Push(ctx, items)
+	}
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), Push: push, Interval: time.Second})
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := newBrokerWith(t, testDSN, Options{Spool: sp}, "")
+	eng = b.Server.engine
+	if err := sp.Append([]engine.PushItem{{Queue: "wake-drain", Partition: "p", TransactionID: "w1", Payload: json.RawMessage(`1`)}}); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go sp.Run(ctx)
+	go b.Server.RunMaintenanceRefresh(ctx)
+	// The attempt at 1 s fails; the next waits 2 s, until 3 s.
+	time.Sleep(1200 * time.Millisecond)
+	down.Store(false)
+	back := time.Now()
+	for sp.Pending() > 0 && time.Since(back) < 3*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if took := time.Since(back); sp.Pending() != 0 || took > time.Second {
+		t.Fatalf("pending %d %v after the database answered; want the next switch read (every 0.5 s) to start the drain", sp.Pending(), took)
+	}
+	if n := countStored(t, b.testBroker, "wake-drain"); n != 1 {
+		t.Fatalf("stored %d, want 1", n)
 	}
 }

@@ -17,14 +17,20 @@ import (
 const maxBackoff = 5 * time.Second
 
 // Run drains in the background until ctx ends: every Interval while something
-// is pending, backing off to 5 s while the database keeps failing.
+// is pending, backing off to 5 s while the database keeps failing, and at
+// once when DatabaseAnswered says it is back.
 func (s *Spool) Run(ctx context.Context) {
 	wait := s.opts.Interval
+	timer := time.NewTimer(wait)
+	defer timer.Stop()
 	for {
+		timer.Reset(wait)
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(wait):
+		case <-timer.C:
+		case <-s.kick:
+			wait = s.opts.Interval
 		}
 		if s.Pending() == 0 || s.paused() {
 			wait = s.opts.Interval
@@ -36,6 +42,18 @@ func (s *Spool) Run(ctx context.Context) {
 			continue
 		}
 		wait = s.opts.Interval
+	}
+}
+
+// DatabaseAnswered tells the drain that a database call succeeded: a drain
+// backing off because the database could not be reached runs at once, so
+// recovery takes the drain's time, not the backoff's.
+func (s *Spool) DatabaseAnswered() {
+	if s.waitingForDB.CompareAndSwap(true, false) {
+		select {
+		case s.kick <- struct{}{}:
+		default:
+		}
 	}
 }
 
@@ -122,6 +140,7 @@ func (s *Spool) drainFile(ctx context.Context, name string) (int, error) {
 		s.drained.Add(int64(n))
 		batch = batch[n:]
 	}
+	s.waitingForDB.Store(false)
 	s.mu.Lock()
 	counted := s.fileRecords[name]
 	delete(s.fileRecords, name)
@@ -183,6 +202,7 @@ func (s *Spool) replayFailed(ctx context.Context, name string, pos filePosition,
 		return err
 	}
 	if isTransient(err) {
+		s.waitingForDB.Store(true)
 		return err
 	}
 	s.failures[name]++

@@ -3,10 +3,12 @@ package spool
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgconn"
 
@@ -133,5 +135,46 @@ func TestBatchesAreCappedByBytes(t *testing.T) {
 	}
 	if got := storedOrder(t, pool, "spool-bytes"); len(got) != 13 {
 		t.Fatalf("stored %d, want 13", len(got))
+	}
+}
+
+// When the database answers again, a drain backing off after failed
+// attempts starts at once instead of sleeping out its backoff.
+func TestDatabaseAnsweredWakesABackedOffDrain(t *testing.T) {
+	eng, pool := newEngine(t)
+	var mu sync.Mutex
+	down := true
+	push := func(ctx context.Context, it []engine.PushItem) ([]engine.PushResult, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if down {
+			return nil, errors.New("dial tcp 127.0.0.1:5432: connect: connection refused")
+		}
+		return eng.Push(ctx, it)
+	}
+	s, err := Open(Options{Dir: t.TempDir(), Push: push, Interval: 500 * time.Millisecond})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = s.Close() })
+	_ = s.Append(items("spool-wake", "p", 0, 5))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	go s.Run(ctx)
+	// Attempts at 0.5 s and 1.5 s fail; the next waits 2 s, until 3.5 s.
+	time.Sleep(1700 * time.Millisecond)
+	mu.Lock()
+	down = false
+	mu.Unlock()
+	s.DatabaseAnswered()
+	woke := time.Now()
+	for s.Pending() > 0 && time.Since(woke) < 3*time.Second {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if took := time.Since(woke); s.Pending() != 0 || took > 500*time.Millisecond {
+		t.Fatalf("drained %d left after %v; want the drain to start when the database answers", s.Pending(), took)
+	}
+	if got := storedOrder(t, pool, "spool-wake"); len(got) != 5 {
+		t.Fatalf("stored %d, want 5", len(got))
 	}
 }

@@ -96,6 +96,10 @@ type Spool struct {
 	failed    atomic.Int64
 	drained   atomic.Int64
 	dbHealthy atomic.Bool
+	// waitingForDB is set while the drain backs off because the database
+	// could not be reached; DatabaseAnswered then kicks it.
+	waitingForDB atomic.Bool
+	kick         chan struct{}
 }
 
 // filePosition is how far a drain got in a file: the records stored and the
@@ -134,7 +138,7 @@ func Open(opts Options) (*Spool, error) {
 	}
 	s := &Spool{
 		opts: opts, log: opts.Logger, fileRecords: map[string]int{},
-		progress: map[string]filePosition{}, failures: map[string]int{},
+		progress: map[string]filePosition{}, failures: map[string]int{}, kick: make(chan struct{}, 1),
 	}
 	s.dbHealthy.Store(true)
 	entries, err := os.ReadDir(opts.Dir)
