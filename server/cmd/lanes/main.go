@@ -170,7 +170,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		Logger:       log,
 	})
 	b := &brokerParts{eng: eng, schema: &schemaGate{}}
-	b.sp = openSpool(cfg, eng.Push, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)
+	b.sp = openSpool(cfg, eng.ReplayPush, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)
 	b.srv = api.NewServer(eng, api.Options{
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
 		Admission: admit, BodyBudget: newBodyBudget(cfg), Spool: b.sp, Auth: verifier, PushTimeout: cfg.PushTimeout,

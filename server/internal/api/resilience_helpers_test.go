@@ -44,7 +44,7 @@ func newBrokerWith(t testing.TB, dsn string, opts Options, spoolDir string) *res
 	eng := engine.New(pool, ecfg)
 	b := &resilientBroker{}
 	if spoolDir != "" {
-		sp, err := spool.Open(spool.Options{Dir: spoolDir, Push: eng.Push, Paused: func() bool { return b.Server.PushMaintenance() }})
+		sp, err := spool.Open(spool.Options{Dir: spoolDir, Push: eng.ReplayPush, Paused: func() bool { return b.Server.PushMaintenance() }})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -55,6 +55,21 @@ type PushResult struct {
 // Push stores items. Concurrent calls are coalesced into one PostgreSQL
 // transaction (group commit); a returned error means nothing was stored.
 func (e *Engine) Push(ctx context.Context, items []PushItem) ([]PushResult, error) {
+	return e.push(ctx, items, false)
+}
+
+// ReplayPush is Push for items that were answered before they were stored,
+// under the MessageID each carries (the disk spool's drain). An item whose
+// partition already maps its transaction id to that same message id is
+// answered duplicate whatever the queue's dedup window: its first attempt
+// committed (after its deadline, or before a crash cut the drain short), and
+// storing it again would deliver it twice. Items without a MessageID are
+// plain pushes.
+func (e *Engine) ReplayPush(ctx context.Context, items []PushItem) ([]PushResult, error) {
+	return e.push(ctx, items, true)
+}
+
+func (e *Engine) push(ctx context.Context, items []PushItem, replay bool) ([]PushResult, error) {
 	if len(items) == 0 {
 		return []PushResult{}, nil
 	}
@@ -63,7 +78,7 @@ func (e *Engine) Push(ctx context.Context, items []PushItem) ([]PushResult, erro
 			return nil, err
 		}
 	}
-	req := &pushRequest{items: items, done: make(chan error, 1)}
+	req := &pushRequest{items: items, replay: replay, done: make(chan error, 1)}
 	req.results = make([]PushResult, len(items))
 	for i := range items {
 		req.results[i] = PushResult{Index: i, TransactionID: items[i].TransactionID, Queue: items[i].Queue}
@@ -140,7 +155,9 @@ func NamespaceTask(queue string) (string, string) {
 type pushRequest struct {
 	items   []PushItem
 	results []PushResult
-	done    chan error
+	// replay marks a ReplayPush: its items are probed by identity.
+	replay bool
+	done   chan error
 }
 
 // pusher coalesces concurrent push requests: each committer takes whatever is
@@ -270,11 +287,13 @@ func (e *Engine) commitPushes(ctx context.Context, batch []*pushRequest) error {
 	var slots []pushSlot
 	for _, r := range batch {
 		for i := range r.items {
-			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i], messageID: r.items[i].MessageID})
+			slots = append(slots, pushSlot{item: &r.items[i], result: &r.results[i], messageID: r.items[i].MessageID,
+				replay: r.replay && r.items[i].MessageID != uuid.Nil})
 		}
 	}
 	w := e.newCachedPushWrite(slots, false)
-	w.unprobed = w.knownIDs != nil && time.Now().UnixNano() > e.unprobedPausedUntil.Load()
+	// A replay needs the identity probe, so it never bets its ids are new.
+	w.unprobed = w.knownIDs != nil && !w.replays && time.Now().UnixNano() > e.unprobedPausedUntil.Load()
 
 	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
@@ -369,8 +388,12 @@ func (e *Engine) forgetStalePartitions(err error) bool {
 type pushSlot struct {
 	item   *PushItem
 	result *PushResult
-	// messageID is preset by writers that promised an id in advance (timers); zero mints one.
+	// messageID is preset by writers that promised an id in advance (timers,
+	// the spool); zero mints one.
 	messageID uuid.UUID
+	// replay (ReplayPush, with a messageID) makes the item a duplicate when
+	// lanes.txns maps its transaction id to messageID already.
+	replay bool
 }
 
 type pushPartition struct {
@@ -420,6 +443,10 @@ type pushWrite struct {
 	// be run again probed (pauseUnprobedWrites). Nothing is written before the
 	// commit, so losing the bet costs time, never a verdict.
 	unprobed bool
+	// replays says some slot is a replay; replayed holds, per partition, the
+	// transaction ids whose txns row carries the replayed slot's message id.
+	replays  bool
+	replayed map[partitionKey]map[string]uuid.UUID
 }
 
 // errPartitionGone reports a partition that vanished (its queue was deleted)
@@ -433,6 +460,7 @@ func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
 	for i := range slots {
 		k := partitionKey{slots[i].item.Queue, slots[i].item.Partition}
 		w.groups[k] = append(w.groups[k], i)
+		w.replays = w.replays || slots[i].replay
 	}
 	w.keys = make([]partitionKey, 0, len(w.groups))
 	for k := range w.groups {
@@ -448,7 +476,8 @@ func newPushWrite(slots []pushSlot, firstWins bool) *pushWrite {
 }
 
 // queueLock queues four statements: two provisioning execs (left out when
-// w.skipProvision says every partition is known to exist) and two queries.
+// w.skipProvision says every partition is known to exist) and two queries,
+// then the replay probe when the write holds replays.
 func (w *pushWrite) queueLock(b *pgx.Batch) {
 	queueNames := []string{}
 	namespaces := []string{}
@@ -475,6 +504,7 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 	}
 	if w.knownIDs != nil {
 		w.queueLockByID(b)
+		w.queueReplayProbe(b)
 		return
 	}
 	if !w.skipProvision {
@@ -500,6 +530,50 @@ func (w *pushWrite) queueLock(b *pgx.Batch) {
 			WHERE t.partition_id = p.id AND t.transaction_id = x.txn OFFSET 0) t
 		WHERE q.dedup_window_seconds > 0
 		  AND t.created_at > now() - make_interval(secs => q.dedup_window_seconds)`, probeQ, probeP, probeT)
+	w.queueReplayProbe(b)
+}
+
+// queueReplayProbe queues, for a write holding replays, the lookup of each
+// replayed item's (partition, transaction id) in lanes.txns by primary key,
+// kept when the row carries the item's message id. It runs after the lock, so
+// it sees a first attempt that committed while this write waited.
+func (w *pushWrite) queueReplayProbe(b *pgx.Batch) {
+	if !w.replays {
+		return
+	}
+	var probeQ, probeP, probeT []string
+	var probeM []uuid.UUID
+	for _, s := range w.slots {
+		if s.replay {
+			probeQ, probeP = append(probeQ, s.item.Queue), append(probeP, s.item.Partition)
+			probeT, probeM = append(probeT, s.item.TransactionID), append(probeM, s.messageID)
+		}
+	}
+	b.Queue(`SELECT x.q, x.p, x.txn, x.mid
+		FROM unnest($1::text[], $2::text[], $3::text[], $4::uuid[]) AS x(q, p, txn, mid)
+		CROSS JOIN LATERAL (SELECT q.id FROM lanes.queues q WHERE q.name = x.q OFFSET 0) q
+		CROSS JOIN LATERAL (SELECT p.id FROM lanes.partitions p WHERE p.queue_id = q.id AND p.name = x.p OFFSET 0) p
+		CROSS JOIN LATERAL (SELECT 1 FROM lanes.txns t
+			WHERE t.partition_id = p.id AND t.transaction_id = x.txn AND t.message_id = x.mid OFFSET 0) t`,
+		textArray(probeQ), textArray(probeP), textArray(probeT), uuidArray(probeM))
+}
+
+// readReplayProbe reads queueReplayProbe's answer.
+func (w *pushWrite) readReplayProbe(rows pgx.Rows) error {
+	w.replayed = map[partitionKey]map[string]uuid.UUID{}
+	for rows.Next() {
+		var k partitionKey
+		var txn string
+		var mid uuid.UUID
+		if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
+			return err
+		}
+		if w.replayed[k] == nil {
+			w.replayed[k] = map[string]uuid.UUID{}
+		}
+		w.replayed[k][txn] = mid
+	}
+	return rows.Err()
 }
 
 // queueLockByID is queueLock for partitions whose ids the broker already
@@ -604,6 +678,11 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 			return err
 		}
 	}
+	if w.replays {
+		if err := readRows(br, w.readReplayProbe); err != nil {
+			return err
+		}
+	}
 	if len(w.parts) != len(w.keys) {
 		return fmt.Errorf("push: %d of %d partitions resolved: %w", len(w.parts), len(w.keys), errPartitionGone)
 	}
@@ -693,6 +772,11 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 		for _, si := range group {
 			slot := &w.slots[si]
 			it, res := slot.item, slot.result
+			if slot.replay && w.replayed[k][it.TransactionID] == slot.messageID {
+				// stored by an earlier attempt of this very item
+				res.Status, res.MessageID = PushDuplicate, slot.messageID
+				continue
+			}
 			row, repeat := written[it.TransactionID]
 			if checkDups {
 				if orig, dup := inLog[it.TransactionID]; dup {

@@ -39,7 +39,8 @@ const (
 // ErrFull is the error of an append that would take the spool past MaxBytes.
 var ErrFull = errors.New("spool: full")
 
-// PushFunc stores items; engine.Push in the broker.
+// PushFunc stores items; engine.ReplayPush in the broker, which keeps one
+// copy of a record replayed again.
 type PushFunc func(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error)
 
 // Options configures a spool.
