@@ -136,6 +136,12 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 					e.waiters.wakeGroup(req.Queue, req.Group, n)
 				}
 			}
+			if err != nil && check > 0 && req.Wait && IsUnreachable(err) {
+				// A pop that has parked rides out an outage as an empty
+				// re-check, so its consumer waits instead of spinning on
+				// 500s; a pop arriving during one reports it at once.
+				res, err = &PopResult{}, nil
+			}
 			if err != nil || len(res.Messages) > 0 || !req.Wait || e.stopParking.Load() {
 				if wt != nil {
 					e.waiters.unregister(wt)
