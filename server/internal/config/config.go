@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -85,158 +86,181 @@ const DefaultDatabaseURL = "postgres://postgres@127.0.0.1:54329/lanes?sslmode=di
 
 type setting struct {
 	flag, env, def, usage string
-	set                   func(c *Config, v string) error
+	set                   parser
 }
 
-func intSetting(dst func(*Config) *int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
+// parser turns a setting's text into its Config field; accepts says what it
+// takes (for --help and the settings table in docs/operations.md).
+type parser struct {
+	accepts string
+	parse   func(c *Config, v string) error
+}
+
+// unbounded is the upper bound of an integer setting without one.
+const unbounded = math.MaxInt64
+
+// maxDurationMillis bounds every duration setting (one day) so none overflows
+// time.Duration or hides a typo of a few zeros.
+const maxDurationMillis = 24 * 60 * 60 * 1000
+
+// rangeText describes lo..hi, or "≥ lo" without an upper bound.
+func rangeText(lo, hi int64) string {
+	if hi == unbounded {
+		return fmt.Sprintf("≥ %d", lo)
+	}
+	return fmt.Sprintf("%d..%d", lo, hi)
+}
+
+// parseInt64In parses a whole number in lo..hi.
+func parseInt64In(v string, lo, hi int64) (int64, error) {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil || n < lo || n > hi {
+		return 0, fmt.Errorf("not an integer in %s: %q", rangeText(lo, hi), v)
+	}
+	return n, nil
+}
+
+func intSetting(dst func(*Config) *int, lo, hi int64) parser {
+	return parser{accepts: "integer " + rangeText(lo, hi), parse: func(c *Config, v string) error {
+		n, err := parseInt64In(v, lo, hi)
 		if err != nil {
-			return fmt.Errorf("not an integer: %q", v)
+			return err
+		}
+		*dst(c) = int(n)
+		return nil
+	}}
+}
+
+func int64Setting(dst func(*Config) *int64, lo, hi int64) parser {
+	return parser{accepts: "bytes " + rangeText(lo, hi), parse: func(c *Config, v string) error {
+		n, err := parseInt64In(v, lo, hi)
+		if err != nil {
+			return err
 		}
 		*dst(c) = n
 		return nil
-	}
+	}}
 }
 
-func millisSetting(dst func(*Config) *time.Duration) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("not a non-negative integer of milliseconds: %q", v)
+// durationSetting parses a whole number of unit in lo..hi units.
+func durationSetting(dst func(*Config) *time.Duration, unit time.Duration, unitName string, lo, hi int64) parser {
+	return parser{accepts: unitName + " " + rangeText(lo, hi), parse: func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n < lo || n > hi {
+			return fmt.Errorf("not a whole number of %s in %s: %q", unitName, rangeText(lo, hi), v)
 		}
-		*dst(c) = time.Duration(n) * time.Millisecond
+		*dst(c) = time.Duration(n) * unit
 		return nil
-	}
+	}}
 }
 
-// positiveSetting parses an integer of at least 1 (and at most upper when upper > 0).
-func positiveSetting(dst func(*Config) *int, upper int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 1 || (upper > 0 && n > upper) {
-			if upper > 0 {
-				return fmt.Errorf("not an integer in 1..%d: %q", upper, v)
-			}
-			return fmt.Errorf("not a positive integer: %q", v)
+func millisSetting(dst func(*Config) *time.Duration, lo int64) parser {
+	return durationSetting(dst, time.Millisecond, "milliseconds", lo, maxDurationMillis)
+}
+
+func secondsSetting(dst func(*Config) *time.Duration) parser {
+	return durationSetting(dst, time.Second, "seconds", 0, maxDurationMillis/1000)
+}
+
+// floatSetting parses a finite number in lo..hi (NaN and Inf are refused).
+func floatSetting(dst func(*Config) *float64, lo, hi float64) parser {
+	return parser{accepts: fmt.Sprintf("number %g..%g", lo, hi), parse: func(c *Config, v string) error {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || math.IsNaN(f) || f < lo || f > hi {
+			return fmt.Errorf("not a number in %g..%g: %q", lo, hi, v)
 		}
-		*dst(c) = n
+		*dst(c) = f
 		return nil
-	}
+	}}
 }
 
-func boolSetting(dst func(*Config) *bool) func(*Config, string) error {
-	return func(c *Config, v string) error {
+func boolSetting(dst func(*Config) *bool) parser {
+	return parser{accepts: "true or false", parse: func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return fmt.Errorf("not a boolean: %q", v)
 		}
 		*dst(c) = b
 		return nil
-	}
+	}}
 }
 
-// nonNegativeSetting parses an integer of at least 0.
-func nonNegativeSetting(dst func(*Config) *int) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("not a non-negative integer: %q", v)
-		}
-		*dst(c) = n
-		return nil
-	}
-}
-
-// positiveInt64Setting parses an integer of at least 1 that may pass 32 bits.
-func nonNegativeInt64Setting(dst func(*Config) *int64) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n < 0 {
-			return fmt.Errorf("not a non-negative integer: %q", v)
-		}
-		*dst(c) = n
-		return nil
-	}
-}
-
-func positiveInt64Setting(dst func(*Config) *int64) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("not a positive integer: %q", v)
-		}
-		*dst(c) = n
-		return nil
-	}
-}
-
-// nonNegativeFloatSetting parses a number of at least 0.
-func nonNegativeFloatSetting(dst func(*Config) *float64) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || f < 0 {
-			return fmt.Errorf("not a non-negative number: %q", v)
-		}
-		*dst(c) = f
-		return nil
-	}
-}
-
-func secondsSetting(dst func(*Config) *time.Duration) func(*Config, string) error {
-	return func(c *Config, v string) error {
-		n, err := strconv.Atoi(v)
-		if err != nil || n < 0 {
-			return fmt.Errorf("not a non-negative integer of seconds: %q", v)
-		}
-		*dst(c) = time.Duration(n) * time.Second
-		return nil
-	}
-}
-
-func stringSetting(dst func(*Config) *string) func(*Config, string) error {
-	return func(c *Config, v string) error { *dst(c) = v; return nil }
+func stringSetting(dst func(*Config) *string) parser {
+	return parser{accepts: "text", parse: func(c *Config, v string) error { *dst(c) = v; return nil }}
 }
 
 // oneOfSetting accepts one of choices in any letter case and stores it as
 // written in choices, so a typo stops the broker instead of being ignored.
-func oneOfSetting(dst func(*Config) *string, choices ...string) func(*Config, string) error {
-	return func(c *Config, v string) error {
+func oneOfSetting(dst func(*Config) *string, choices ...string) parser {
+	listed := strings.Join(choices[:len(choices)-1], ", ") + " or " + choices[len(choices)-1]
+	return parser{accepts: listed, parse: func(c *Config, v string) error {
 		for _, choice := range choices {
 			if strings.EqualFold(v, choice) {
 				*dst(c) = choice
 				return nil
 			}
 		}
-		return fmt.Errorf("must be %s or %s: %q", strings.Join(choices[:len(choices)-1], ", "), choices[len(choices)-1], v)
+		return fmt.Errorf("must be %s: %q", listed, v)
+	}}
+}
+
+// bindAddrSetting takes an IP address or a host name, so a typo stops the
+// broker before it does any database work.
+func bindAddrSetting(dst func(*Config) *string) parser {
+	return parser{accepts: "IP address or host name", parse: func(c *Config, v string) error {
+		if net.ParseIP(v) == nil && !isHostName(v) {
+			return fmt.Errorf("not an IP address or host name: %q", v)
+		}
+		*dst(c) = v
+		return nil
+	}}
+}
+
+func notHostNameChar(r rune) bool {
+	return r != '-' && (r < '0' || r > '9') && (r < 'a' || r > 'z') && (r < 'A' || r > 'Z')
+}
+
+// isHostName reports whether v is a syntactically valid DNS host name.
+func isHostName(v string) bool {
+	if v == "" || len(v) > 253 {
+		return false
 	}
+	for _, label := range strings.Split(v, ".") {
+		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
+			return false
+		}
+		if strings.IndexFunc(label, notHostNameChar) >= 0 {
+			return false
+		}
+	}
+	return true
 }
 
 var settings = []setting{
 	{"database-url", "LANES_DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL", stringSetting(func(c *Config) *string { return &c.DatabaseURL })},
-	{"bind-addr", "LANES_BIND_ADDR", "0.0.0.0", "address to listen on", stringSetting(func(c *Config) *string { return &c.BindAddr })},
-	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port })},
-	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections", intSetting(func(c *Config) *int { return &c.PoolSize })},
-	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", positiveInt64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes })},
-	{"max-inflight-body-bytes", "LANES_MAX_INFLIGHT_BODY_BYTES", "0", "request body bytes held at once, from arrival to answer; a body that finds no room waits up to LANES_ADMISSION_MAX_WAIT_MS, then 429 overloaded; at least LANES_MAX_BODY_BYTES; 0 = 2 × LANES_MAX_BODY_BYTES", nonNegativeInt64Setting(func(c *Config) *int64 { return &c.MaxInflightBodyBytes })},
-	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight })},
-	{"admission-pop-inflight", "LANES_ADMISSION_POP_INFLIGHT", "0", "pop database checks at once (parked pops never count); 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionPopInFlight })},
-	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight })},
-	{"admission-max-waiting", "LANES_ADMISSION_MAX_WAITING", "2000", "requests per class that may queue for a slot; past it 429", intSetting(func(c *Config) *int { return &c.AdmissionMaxWaiting })},
-	{"admission-max-wait-ms", "LANES_ADMISSION_MAX_WAIT_MS", "2000", "longest a request queues for a slot before 429", millisSetting(func(c *Config) *time.Duration { return &c.AdmissionMaxWait })},
-	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests per second per client (token sub or address); 0 = off", nonNegativeFloatSetting(func(c *Config) *float64 { return &c.RateLimitPerClient })},
-	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst })},
-	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout })},
-	{"body-read-timeout-ms", "LANES_BODY_READ_TIMEOUT_MS", "30000", "how long a request body may take to arrive; past it 408 and the connection closes (a stalled client holds no admission slot meanwhile); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.BodyReadTimeout })},
-	{"max-push-items", "LANES_MAX_PUSH_ITEMS", "10000", "items one push request may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxPushItems }, 0)},
-	{"max-ack-items", "LANES_MAX_ACK_ITEMS", "10000", "acknowledgments one ack batch may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxAckItems }, 0)},
-	{"max-txn-operations", "LANES_MAX_TXN_OPERATIONS", "10000", "operations (push items, acks, kv and timer ops) one transaction may carry; more answers 400", positiveSetting(func(c *Config) *int { return &c.MaxTxnOperations }, 0)},
-	{"max-pop-batch", "LANES_MAX_POP_BATCH", "10000", "largest pop batch; more answers 400 (at most 10000, the spec's bound)", positiveSetting(func(c *Config) *int { return &c.MaxPopBatch }, 10000)},
-	{"db-statement-timeout-ms", "LANES_DB_STATEMENT_TIMEOUT_MS", "30000", "statement_timeout of every broker connection (a pop's claim may take twice that, 60 s when none); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.StatementTimeout })},
-	{"request-db-timeout-ms", "LANES_REQUEST_DB_TIMEOUT_MS", "30000", "deadline of a request's database work (a long poll gets its timeout on top); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.RequestDBTimeout })},
-	{"schema-retry-max-ms", "LANES_SCHEMA_RETRY_MAX_MS", "5000", "longest pause between schema attempts while PostgreSQL is unreachable at boot (the broker serves meanwhile)", millisSetting(func(c *Config) *time.Duration { return &c.SchemaRetryMax })},
-	{"lag-refresh-ms", "LANES_LAG_REFRESH_MS", "15000", "how often the per-queue lag gauges are recomputed; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.LagRefreshInterval })},
-	{"lag-max-series", "LANES_LAG_MAX_SERIES", "1000", "most (queue, group) lag series exported, largest lag first", positiveSetting(func(c *Config) *int { return &c.LagMaxSeries }, 0)},
+	{"bind-addr", "LANES_BIND_ADDR", "0.0.0.0", "address to listen on", bindAddrSetting(func(c *Config) *string { return &c.BindAddr })},
+	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port }, 1, 65535)},
+	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections", intSetting(func(c *Config) *int { return &c.PoolSize }, 1, 10000)},
+	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", int64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes }, 1, unbounded)},
+	{"max-inflight-body-bytes", "LANES_MAX_INFLIGHT_BODY_BYTES", "0", "request body bytes held at once, from arrival to answer; a body that finds no room waits up to LANES_ADMISSION_MAX_WAIT_MS, then 429 overloaded; at least LANES_MAX_BODY_BYTES; 0 = 2 × LANES_MAX_BODY_BYTES", int64Setting(func(c *Config) *int64 { return &c.MaxInflightBodyBytes }, 0, unbounded)},
+	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight }, 1, unbounded)},
+	{"admission-pop-inflight", "LANES_ADMISSION_POP_INFLIGHT", "0", "pop database checks at once (parked pops never count); 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionPopInFlight }, 0, unbounded)},
+	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight }, 0, unbounded)},
+	{"admission-max-waiting", "LANES_ADMISSION_MAX_WAITING", "2000", "requests per class that may queue for a slot; past it 429", intSetting(func(c *Config) *int { return &c.AdmissionMaxWaiting }, 0, unbounded)},
+	{"admission-max-wait-ms", "LANES_ADMISSION_MAX_WAIT_MS", "2000", "longest a request queues for a slot before 429", millisSetting(func(c *Config) *time.Duration { return &c.AdmissionMaxWait }, 1)},
+	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests per second per client (token sub or address); 0 = off", floatSetting(func(c *Config) *float64 { return &c.RateLimitPerClient }, 0, 1e6)},
+	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst }, 0, unbounded)},
+	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout }, 0)},
+	{"body-read-timeout-ms", "LANES_BODY_READ_TIMEOUT_MS", "30000", "how long a request body may take to arrive; past it 408 and the connection closes (a stalled client holds no admission slot meanwhile); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.BodyReadTimeout }, 0)},
+	{"max-push-items", "LANES_MAX_PUSH_ITEMS", "10000", "items one push request may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxPushItems }, 1, unbounded)},
+	{"max-ack-items", "LANES_MAX_ACK_ITEMS", "10000", "acknowledgments one ack batch may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxAckItems }, 1, unbounded)},
+	{"max-txn-operations", "LANES_MAX_TXN_OPERATIONS", "10000", "operations (push items, acks, kv and timer ops) one transaction may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxTxnOperations }, 1, unbounded)},
+	{"max-pop-batch", "LANES_MAX_POP_BATCH", "10000", "largest pop batch; more answers 400 (at most 10000, the spec's bound)", intSetting(func(c *Config) *int { return &c.MaxPopBatch }, 1, 10000)},
+	{"db-statement-timeout-ms", "LANES_DB_STATEMENT_TIMEOUT_MS", "30000", "statement_timeout of every broker connection (a pop's claim may take twice that, 60 s when none); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.StatementTimeout }, 0)},
+	{"request-db-timeout-ms", "LANES_REQUEST_DB_TIMEOUT_MS", "30000", "deadline of a request's database work (a long poll gets its timeout on top); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.RequestDBTimeout }, 0)},
+	{"schema-retry-max-ms", "LANES_SCHEMA_RETRY_MAX_MS", "5000", "longest pause between schema attempts while PostgreSQL is unreachable at boot (the broker serves meanwhile)", millisSetting(func(c *Config) *time.Duration { return &c.SchemaRetryMax }, 0)},
+	{"lag-refresh-ms", "LANES_LAG_REFRESH_MS", "15000", "how often the per-queue lag gauges are recomputed; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.LagRefreshInterval }, 0)},
+	{"lag-max-series", "LANES_LAG_MAX_SERIES", "1000", "most (queue, group) lag series exported, largest lag first", intSetting(func(c *Config) *int { return &c.LagMaxSeries }, 1, unbounded)},
 	{"jwt-enabled", "LANES_JWT_ENABLED", "false", "require bearer JWTs (roles read-only, write-only, read-write, admin)", boolSetting(func(c *Config) *bool { return &c.JWTEnabled })},
 	{"jwt-algorithm", "LANES_JWT_ALGORITHM", "auto", "accepted algorithm (HS256, RS256, EdDSA, …) or auto = all the keys allow", stringSetting(func(c *Config) *string { return &c.JWTAlgorithm })},
 	{"jwt-secret", "LANES_JWT_SECRET", "", "HMAC secret for HS256/384/512", stringSetting(func(c *Config) *string { return &c.JWTSecret })},
@@ -245,31 +269,31 @@ var settings = []setting{
 	{"jwt-audience", "LANES_JWT_AUDIENCE", "", "required aud claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTAudience })},
 	{"jwt-leeway-seconds", "LANES_JWT_LEEWAY_SECONDS", "5", "clock skew tolerated on a token's exp, nbf and iat, in whole seconds; 0 = none", secondsSetting(func(c *Config) *time.Duration { return &c.JWTLeeway })},
 	{"jwt-require-exp", "LANES_JWT_REQUIRE_EXP", "true", "refuse a token without an exp claim (401 \"Token has no expiration time\"): it would be valid for ever; false accepts it, as the reference broker does", boolSetting(func(c *Config) *bool { return &c.JWTRequireExp })},
-	{"push-committers", "LANES_PUSH_COMMITTERS", "1", "concurrent group-commit transactions for pushes: one gathers every push that arrives during a commit into the next (fewer, larger commits cost PostgreSQL less per message)", intSetting(func(c *Config) *int { return &c.PushCommitters })},
+	{"push-committers", "LANES_PUSH_COMMITTERS", "1", "concurrent group-commit transactions for pushes: one gathers every push that arrives during a commit into the next (fewer, larger commits cost PostgreSQL less per message)", intSetting(func(c *Config) *int { return &c.PushCommitters }, 1, 10000)},
 	{"ack-sync-commit", "LANES_ACK_SYNC_COMMIT", "false", "a plain ack waits for PostgreSQL's WAL flush before it answers; false: a database crash may undo the acks of its last fraction of a second, whose messages then redeliver (at-least-once), and a single lane turns over faster (transaction bundles, autoAck pops and dead-letter filings always wait)", boolSetting(func(c *Config) *bool { return &c.AckSyncCommit })},
-	{"default-subscription-mode", "LANES_DEFAULT_SUBSCRIPTION_MODE", "new", "where a named group starts on first contact: new (also new-only, new_only, newonly) or all", func(c *Config, v string) error {
+	{"default-subscription-mode", "LANES_DEFAULT_SUBSCRIPTION_MODE", "new", "where a named group starts on first contact: new (also new-only, new_only, newonly) or all", parser{accepts: "new or all", parse: func(c *Config, v string) error {
 		mode, ok := engine.NormalizeSubscriptionMode(v)
 		if !ok {
 			return fmt.Errorf("must be new or all: %q", v)
 		}
 		c.DefaultSubscriptionMode = mode
 		return nil
-	}},
+	}}},
 	{"pop-autopilot", "LANES_POP_AUTOPILOT", "on", "pop autopilot: on, shadow or off", oneOfSetting(func(c *Config) *string { return &c.PopAutopilot }, "on", "shadow", "off")},
-	{"shutdown-timeout-ms", "LANES_SHUTDOWN_TIMEOUT_MS", "30000", "how long SIGTERM waits for in-flight requests; then their connections are cut (a pop gives its claim back)", millisSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout })},
+	{"shutdown-timeout-ms", "LANES_SHUTDOWN_TIMEOUT_MS", "30000", "how long SIGTERM waits for in-flight requests; then their connections are cut (a pop gives its claim back)", millisSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, 0)},
 	{"log-level", "LANES_LOG_LEVEL", "info", "debug, info, warn or error (any case)", oneOfSetting(func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error")},
 	{"log-format", "LANES_LOG_FORMAT", "text", "text or json (any case)", oneOfSetting(func(c *Config) *string { return &c.LogFormat }, "text", "json")},
 	{"apply-schema", "LANES_APPLY_SCHEMA", "true", "apply the embedded schema at boot", boolSetting(func(c *Config) *bool { return &c.ApplySchema })},
-	{"retention-interval-ms", "LANES_RETENTION_INTERVAL_MS", "5000", "period of the retention sweep", millisSetting(func(c *Config) *time.Duration { return &c.RetentionInterval })},
-	{"timers-interval-ms", "LANES_TIMERS_INTERVAL_MS", "250", "how often due timers are fired; 0 = this broker fires none", millisSetting(func(c *Config) *time.Duration { return &c.TimersInterval })},
-	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval })},
-	{"gc-percent", "LANES_GC_PERCENT", "300", "Go GC target (GOGC) unless GOGC is set: fewer collections of the small live heap a broker keeps; the memory limit below bounds what that lets the heap grow to", intSetting(func(c *Config) *int { return &c.GCPercent })},
-	{"memory-limit-mib", "LANES_MEMORY_LIMIT_MIB", "64", "soft memory limit of the Go runtime in MiB (GOMEMLIMIT) unless GOMEMLIMIT is set; past it the GC runs more often (at most half the CPU); 0 = none. Raise it for very large in-flight requests", nonNegativeSetting(func(c *Config) *int { return &c.MemoryLimitMiB })},
+	{"retention-interval-ms", "LANES_RETENTION_INTERVAL_MS", "5000", "period of the retention sweep", millisSetting(func(c *Config) *time.Duration { return &c.RetentionInterval }, 1)},
+	{"timers-interval-ms", "LANES_TIMERS_INTERVAL_MS", "250", "how often due timers are fired; 0 = this broker fires none", millisSetting(func(c *Config) *time.Duration { return &c.TimersInterval }, 0)},
+	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval }, 0)},
+	{"gc-percent", "LANES_GC_PERCENT", "300", "Go GC target (GOGC) unless GOGC is set: fewer collections of the small live heap a broker keeps; the memory limit below bounds what that lets the heap grow to", intSetting(func(c *Config) *int { return &c.GCPercent }, -1, unbounded)},
+	{"memory-limit-mib", "LANES_MEMORY_LIMIT_MIB", "64", "soft memory limit of the Go runtime in MiB (GOMEMLIMIT) unless GOMEMLIMIT is set; past it the GC runs more often (at most half the CPU); 0 = none. Raise it for very large in-flight requests", intSetting(func(c *Config) *int { return &c.MemoryLimitMiB }, 0, 1<<30)},
 	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", stringSetting(func(c *Config) *string { return &c.PprofAddr })},
 	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
 	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", stringSetting(func(c *Config) *string { return &c.SpoolDir })},
-	{"spool-max-bytes", "LANES_SPOOL_MAX_BYTES", "1073741824", "bytes the disk spool may hold waiting to drain; past it a push that would be buffered answers failed; 0 = unbounded", nonNegativeInt64Setting(func(c *Config) *int64 { return &c.SpoolMaxBytes })},
-	{"spool-replay-timeout-ms", "LANES_SPOOL_REPLAY_TIMEOUT_MS", "10000", "deadline of one spool drain batch; a batch past it halves and retries at once, a single item past it waits for the next drain attempt; 0 = none (statement_timeout still applies)", millisSetting(func(c *Config) *time.Duration { return &c.SpoolReplayTimeout })},
+	{"spool-max-bytes", "LANES_SPOOL_MAX_BYTES", "1073741824", "bytes the disk spool may hold waiting to drain; past it a push that would be buffered answers failed; 0 = unbounded", int64Setting(func(c *Config) *int64 { return &c.SpoolMaxBytes }, 0, unbounded)},
+	{"spool-replay-timeout-ms", "LANES_SPOOL_REPLAY_TIMEOUT_MS", "10000", "deadline of one spool drain batch; a batch past it halves and retries at once, a single item past it waits for the next drain attempt; 0 = none (statement_timeout still applies)", millisSetting(func(c *Config) *time.Duration { return &c.SpoolReplayTimeout }, 0)},
 }
 
 // defaultBodyBudgetBodies is how many bodies of the largest size the default
@@ -316,14 +340,14 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "lanes: a partitioned message queue on PostgreSQL\n\nUsage: lanes [flags]\n\nEvery flag can be set by its environment variable; a flag wins.\n\n")
 		for _, s := range settings {
-			fmt.Fprintf(stderr, "  --%-28s %-34s %s (default %q)\n", s.flag, s.env, s.usage, s.def)
+			fmt.Fprintf(stderr, "  --%-28s %-34s %s (%s; default %q)\n", s.flag, s.env, s.usage, s.set.accepts, s.def)
 		}
 	}
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
 	for i, s := range settings {
-		if err := s.set(c, strings.TrimSpace(*values[i])); err != nil {
+		if err := s.set.parse(c, strings.TrimSpace(*values[i])); err != nil {
 			return nil, fmt.Errorf("%s (--%s): %w", s.env, s.flag, err)
 		}
 	}
