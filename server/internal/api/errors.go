@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // writeError writes the JSON error envelope {error, code}.
@@ -56,7 +57,12 @@ func answersReplayOutcome(r *http.Request) bool {
 }
 
 // errorResponder maps errors escaping a handler to status codes.
-type errorResponder struct{ log *slog.Logger }
+type errorResponder struct {
+	log *slog.Logger
+	// unavailable logs requests failing for want of the database: the first
+	// at once, then once a minute with the count, so an outage does not flood.
+	unavailable *failurelog.Reporter
+}
 
 func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err error) {
 	code := CodeInvalidJSON
@@ -119,7 +125,7 @@ func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, er
 		w.WriteHeader(499)
 	case engine.IsUnreachable(err) || errors.Is(err, context.DeadlineExceeded):
 		// A PostgreSQL restart or outage, never the request's fault.
-		e.log.Error("database unavailable", "path", r.URL.Path, "err", err)
+		e.unavailable.Failed(err, "path", r.URL.Path)
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabase, "pool: database unavailable")
 	case errors.As(err, &pgErr):
 		e.log.Error("database error", "path", r.URL.Path, "err", err)

@@ -82,7 +82,7 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 	if opts.PushTimeout <= 0 {
 		opts.PushTimeout = 10 * time.Second
 	}
-	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: &maintenance{engine: e}}
+	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: newMaintenance(e, opts.Logger)}
 	e.PausePopsWhen(s.maintenance.popEnabled)
 	e.PausePushesWhen(s.maintenance.pushEnabled)
 	s.registerGauges()
@@ -101,7 +101,7 @@ func (s *Server) Handler() (http.Handler, error) {
 		return nil, fmt.Errorf("load embedded spec: %w", err)
 	}
 	spec.Servers = nil
-	responder := errorResponder{log: s.log}
+	responder := errorResponder{log: s.log, unavailable: s.maintenance.requestFailures}
 	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware, refuseKVPathQueryString}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,
 		ResponseErrorHandlerFunc: s.responseError(responder.responseError),

@@ -2,12 +2,14 @@ package api
 
 import (
 	"context"
+	"log/slog"
 	"sync"
 	"sync/atomic"
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // Keys of the maintenance switches in lanes.system_state.
@@ -34,6 +36,18 @@ type maintenance struct {
 	readFailed atomic.Bool  // the last read that ended failed
 	refreshing atomic.Bool
 	mu         sync.Mutex // serializes writes with refreshes
+	// readFailures logs the switches' reads failing (the database is
+	// unreachable) and its return; requestFailures logs requests failing for
+	// want of it, and starts over when a read succeeds again.
+	readFailures, requestFailures *failurelog.Reporter
+}
+
+func newMaintenance(e *engine.Engine, log *slog.Logger) *maintenance {
+	return &maintenance{
+		engine:          e,
+		readFailures:    failurelog.New(log, slog.LevelWarn, "database unreachable", "database reachable again"),
+		requestFailures: failurelog.New(log, slog.LevelError, "database unavailable", ""),
+	}
 }
 
 func (m *maintenance) pushEnabled() bool {
@@ -95,8 +109,13 @@ func (m *maintenance) refresh(ctx context.Context) error {
 	push, pop, err := m.read(ctx)
 	m.readFailed.Store(err != nil)
 	if err != nil {
+		if ctx.Err() == nil {
+			m.readFailures.Failed(err)
+		}
 		return err
 	}
+	m.readFailures.Succeeded()
+	m.requestFailures.Succeeded()
 	m.push.Store(push)
 	m.pop.Store(pop)
 	m.loadedAt.Store(time.Now().UnixNano())

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"math"
 	"sort"
 	"strconv"
@@ -13,6 +14,8 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // KV operation names, as on the wire.
@@ -831,12 +834,17 @@ func (e *Engine) StartKVSweeper(interval time.Duration) {
 	if interval <= 0 {
 		return
 	}
+	failures := failurelog.New(e.log, slog.LevelWarn, "kv sweep failed", "")
 	e.runEvery(interval, func() {
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		if n, err := e.SweepExpiredKV(ctx); err != nil {
-			e.log.Warn("kv sweep failed", "err", err)
-		} else if n > 0 {
+		n, err := e.SweepExpiredKV(ctx)
+		if err != nil {
+			failures.Failed(err)
+			return
+		}
+		failures.Succeeded()
+		if n > 0 {
 			e.log.Debug("kv sweep", "deleted", n)
 		}
 	}, nil)

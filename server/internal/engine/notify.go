@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sort"
 	"strings"
 	"sync"
@@ -10,6 +11,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // notifyChannel carries the names of queues that received messages, so parked
@@ -48,6 +51,7 @@ const (
 // not leave later reconnects waiting seconds.
 func (e *Engine) listenLoop() {
 	backoff := listenReconnectFirst
+	failures := failurelog.New(e.log, slog.LevelWarn, "notification listener lost its connection; parked pops fall back to polling", "")
 	for {
 		select {
 		case <-e.stop:
@@ -60,8 +64,9 @@ func (e *Engine) listenLoop() {
 		}
 		if listened {
 			backoff = listenReconnectFirst
+			failures.Succeeded()
 		}
-		e.log.Warn("notification listener lost its connection; parked pops fall back to polling", "err", err)
+		failures.Failed(err)
 		// A missed notification only delays a wake-up until the pop's next re-check.
 		e.waiters.wakeAll()
 		select {

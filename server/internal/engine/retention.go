@@ -4,11 +4,14 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // Retention deletes whole segments from the head of a partition's log and
@@ -69,6 +72,7 @@ func (e *Engine) StartRetention(interval time.Duration) {
 	if interval <= 0 {
 		interval = 5 * time.Second
 	}
+	failures := failurelog.New(e.log, slog.LevelWarn, "retention pass failed", "")
 	e.runEvery(interval, func() {
 		ctx, cancel := context.WithCancel(context.Background())
 		go func() {
@@ -80,13 +84,20 @@ func (e *Engine) StartRetention(interval time.Duration) {
 		}()
 		start := time.Now()
 		st, err := e.RetentionPass(ctx)
+		// Read before cancel(), which would make every pass look stopped.
+		stopping := ctx.Err() != nil
 		cancel()
 		if e.cfg.OnRetentionPass != nil {
 			e.cfg.OnRetentionPass(st, time.Since(start), err)
 		}
-		if err != nil && ctx.Err() == nil {
-			e.log.Warn("retention pass failed", "err", err)
-		} else if st.Segments > 0 || st.TxnsPurged > 0 {
+		if err != nil {
+			if !stopping {
+				failures.Failed(err)
+			}
+			return
+		}
+		failures.Succeeded()
+		if st.Segments > 0 || st.TxnsPurged > 0 {
 			e.log.Info("retention pass", "partitions", st.Partitions, "segments", st.Segments,
 				"messages", st.Messages, "txnsPurged", st.TxnsPurged, "took", time.Since(start))
 		}

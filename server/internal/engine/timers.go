@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"sort"
 	"strings"
 	"time"
@@ -12,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // Timer operation names and result statuses, as on the wire.
@@ -469,13 +472,16 @@ func (e *Engine) StartTimers(interval time.Duration) {
 	if interval <= 0 {
 		return
 	}
+	failures := failurelog.New(e.log, slog.LevelWarn, "timer firing failed", "")
 	e.runEvery(interval, func() {
 		for {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			n, err := e.FireDueTimers(ctx)
 			cancel()
 			if err != nil {
-				e.log.Warn("timer firing failed", "err", err)
+				failures.Failed(err)
+			} else {
+				failures.Succeeded()
 			}
 			if err != nil || n < timerFireBatch {
 				return

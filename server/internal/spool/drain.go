@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"time"
@@ -12,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 const maxBackoff = 5 * time.Second
@@ -23,6 +25,9 @@ func (s *Spool) Run(ctx context.Context) {
 	wait := s.opts.Interval
 	timer := time.NewTimer(wait)
 	defer timer.Stop()
+	failures := failurelog.New(s.log, slog.LevelWarn, "spool drain failed; will retry", "")
+	var drainingSince time.Time // zero while the spool is empty
+	drained := 0
 	for {
 		timer.Reset(wait)
 		select {
@@ -36,12 +41,23 @@ func (s *Spool) Run(ctx context.Context) {
 			wait = s.opts.Interval
 			continue
 		}
-		if _, err := s.DrainOnce(ctx); err != nil {
+		if drainingSince.IsZero() {
+			drainingSince, drained = time.Now(), 0
+		}
+		n, err := s.DrainOnce(ctx)
+		drained += n
+		if err != nil {
 			wait = min(wait*2, maxBackoff)
-			s.log.Warn("spool drain failed; will retry", "err", err, "pending", s.Pending(), "retryIn", wait)
+			failures.Failed(err, "pending", s.Pending(), "retryIn", wait)
 			continue
 		}
+		failures.Succeeded()
 		wait = s.opts.Interval
+		if s.Pending() == 0 {
+			took := time.Since(drainingSince)
+			s.log.Info(fmt.Sprintf("spool drained %d pushes in %s", drained, took.Round(time.Millisecond)), "pushes", drained, "took", took)
+			drainingSince = time.Time{}
+		}
 	}
 }
 

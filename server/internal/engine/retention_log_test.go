@@ -1,0 +1,49 @@
+package engine
+
+import (
+	"bytes"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// lockedBuffer collects log lines written from background loops.
+type lockedBuffer struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (b *lockedBuffer) Write(p []byte) (int, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.Write(p)
+}
+
+func (b *lockedBuffer) String() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.buf.String()
+}
+
+// TestFailingRetentionPassLogsAWarningOnce: a pass PostgreSQL refuses (here a
+// read-only session, so the sweeper lease cannot be written) logs at WARN,
+// and passes failing again within the minute add no lines.
+func TestFailingRetentionPassLogsAWarningOnce(t *testing.T) {
+	var out lockedBuffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEngineWith(t, Config{Logger: log}, map[string]string{"default_transaction_read_only": "on"})
+	e.StartRetention(20 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for !strings.Contains(out.String(), "level=WARN msg=\"retention pass failed\"") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no WARN for failing retention passes; log:\n%s", out.String())
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	time.Sleep(200 * time.Millisecond) // several more failing passes
+	if n := strings.Count(out.String(), "msg=\"retention pass failed\""); n != 1 {
+		t.Fatalf("want one line for a minute of failures, got %d:\n%s", n, out.String())
+	}
+}
