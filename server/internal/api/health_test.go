@@ -1,8 +1,10 @@
 package api
 
 import (
+	"context"
 	"net/http"
 	"testing"
+	"time"
 )
 
 // /health names why the broker is not ready: a database that does not answer
@@ -25,6 +27,33 @@ func TestHealthNamesWhyTheBrokerIsNotReady(t *testing.T) {
 		if status, _ := b.call(t, "GET", "/health", nil, &health); status != http.StatusServiceUnavailable ||
 			health.Status != "unhealthy" || health.Database != c.database {
 			t.Errorf("%s: /health %d %+v; want 503 unhealthy, database %q", c.name, status, health, c.database)
+		}
+	}
+}
+
+// TestHealthStaysConnectedWhileThePoolIsBusy: every pool connection held by
+// work (here: acquired and kept) leaves /health answering 200 at once, since
+// it pings on its own connection; it reads "disconnected" only when that ping fails.
+func TestHealthStaysConnectedWhileThePoolIsBusy(t *testing.T) {
+	b := newBrokerWith(t, testDSN+"&pool_max_conns=2", Options{}, "")
+	for range 2 {
+		conn, err := b.Pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(conn.Release)
+	}
+	if stat := b.Pool.Stat(); stat.AcquiredConns() != stat.MaxConns() {
+		t.Fatalf("the pool should be exhausted: %d of %d acquired", stat.AcquiredConns(), stat.MaxConns())
+	}
+	for range 3 {
+		start := time.Now()
+		var health struct {
+			Database string `json:"database"`
+		}
+		status, _ := b.call(t, "GET", "/health", nil, &health)
+		if status != http.StatusOK || health.Database != "connected" || time.Since(start) > time.Second {
+			t.Fatalf("/health with the pool busy: %d %+v after %v; want 200 connected at once", status, health, time.Since(start))
 		}
 	}
 }

@@ -31,7 +31,9 @@ func newBrokerWith(t testing.TB, dsn string, opts Options, spoolDir string) *res
 	if err != nil {
 		t.Fatal(err)
 	}
-	cfg.MaxConns = 10
+	if !strings.Contains(dsn, "pool_max_conns=") {
+		cfg.MaxConns = 10
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -102,6 +102,8 @@ type Engine struct {
 	// first; see pushWrite.unprobed.
 	unprobedPausedUntil atomic.Int64
 	hot                 hotPathCounters
+	// health is /health's own connection (see Ping).
+	health *healthConn
 	// brokerID tells this broker's own NOTIFY payloads from other brokers'.
 	brokerID string
 	// autopilot sizes pops that leave batch or width to the broker.
@@ -124,6 +126,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.withDefaults()
 	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	e.waiters = newWaiters()
+	e.health = newHealthConn()
 	e.leases = newLeaseIndex()
 	e.brokerID = uuid.NewString()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
@@ -145,15 +148,8 @@ func (e *Engine) Close() {
 		close(e.stop)
 		e.waiters.wakeAll()
 		e.wg.Wait()
+		e.health.close()
 	})
-}
-
-// Ping does one database round trip.
-func (e *Engine) Ping(ctx context.Context) error {
-	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-	defer cancel()
-	var one int
-	return e.pool.QueryRow(ctx, "SELECT 1").Scan(&one)
 }
 
 // runEvery calls tick every interval on its own goroutine until the engine
