@@ -583,11 +583,11 @@ type AdmissionClassStats struct {
 
 // BufferStatus Disk spool state; more spool fields may be present.
 type BufferStatus struct {
-	// DbHealthy With a spool: false once the broker found PostgreSQL unreachable (a push went to the
-	// spool, a drain failed, or the broker booted without it); true again after a drain
-	// succeeded or the schema was applied. Without one (`spoolAvailable:false`): whether the
-	// broker's own read of the database, made twice a second, succeeded within the last 3 s
-	// (false until the schema is applied).
+	// DbHealthy Whether the broker's own read of the database, made twice a second, succeeded within
+	// the last 3 s (false until the schema is applied), so an idle broker reports an outage
+	// too. With a spool it is also false once the broker found PostgreSQL unreachable (a
+	// push went to the spool, a drain failed, or the broker booted without it) until a drain
+	// succeeds or the schema is applied.
 	DbHealthy bool `json:"dbHealthy"`
 
 	// Failed Spooled pushes that failed to drain.
@@ -3534,7 +3534,9 @@ type ClientInterface interface {
 	// GetHealth Readiness (database round-trip)
 	//
 	// Public. `503` when the database is unreachable or the schema is not applied yet; use for
-	// readiness, not liveness (a broker without its database still spools pushes).
+	// readiness, not liveness (a broker without its database still spools pushes). The round
+	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
+	// with requests does not make the broker unhealthy.
 	//
 	// Corresponds with GET /health (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4792,7 +4794,9 @@ func (c *Client) Transaction(ctx context.Context, body TransactionJSONRequestBod
 // GetHealth Readiness (database round-trip)
 //
 // Public. `503` when the database is unreachable or the schema is not applied yet; use for
-// readiness, not liveness (a broker without its database still spools pushes).
+// readiness, not liveness (a broker without its database still spools pushes). The round
+// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
+// with requests does not make the broker unhealthy.
 //
 // Corresponds with GET /health (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8588,7 +8592,9 @@ type ClientWithResponsesInterface interface {
 	// GetHealthWithResponse Readiness (database round-trip)
 	//
 	// Public. `503` when the database is unreachable or the schema is not applied yet; use for
-	// readiness, not liveness (a broker without its database still spools pushes).
+	// readiness, not liveness (a broker without its database still spools pushes). The round
+	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
+	// with requests does not make the broker unhealthy.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -14045,7 +14051,9 @@ func (c *ClientWithResponses) TransactionWithResponse(ctx context.Context, body 
 // GetHealthWithResponse Readiness (database round-trip)
 //
 // Public. `503` when the database is unreachable or the schema is not applied yet; use for
-// readiness, not liveness (a broker without its database still spools pushes).
+// readiness, not liveness (a broker without its database still spools pushes). The round
+// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
+// with requests does not make the broker unhealthy.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -806,7 +806,9 @@ export interface paths {
         /**
          * Readiness (database round-trip)
          * @description Public. `503` when the database is unreachable or the schema is not applied yet; use for
-         *     readiness, not liveness (a broker without its database still spools pushes).
+         *     readiness, not liveness (a broker without its database still spools pushes). The round
+         *     trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
+         *     with requests does not make the broker unhealthy.
          *
          */
         get: operations["getHealth"];
@@ -2383,11 +2385,11 @@ export interface components {
             pending: number;
             /** @description Spooled pushes that failed to drain. */
             failed: number;
-            /** @description With a spool: false once the broker found PostgreSQL unreachable (a push went to the
-             *     spool, a drain failed, or the broker booted without it); true again after a drain
-             *     succeeded or the schema was applied. Without one (`spoolAvailable:false`): whether the
-             *     broker's own read of the database, made twice a second, succeeded within the last 3 s
-             *     (false until the schema is applied).
+            /** @description Whether the broker's own read of the database, made twice a second, succeeded within
+             *     the last 3 s (false until the schema is applied), so an idle broker reports an outage
+             *     too. With a spool it is also false once the broker found PostgreSQL unreachable (a
+             *     push went to the spool, a drain failed, or the broker booted without it) until a drain
+             *     succeeds or the schema is applied.
              *      */
             dbHealthy: boolean;
             worker: number;

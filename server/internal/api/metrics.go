@@ -56,7 +56,7 @@ func (s *Server) registerGauges() {
 		m.Gauge("lanes_spool_bytes", "Bytes of the spool files waiting to drain (LANES_SPOOL_MAX_BYTES bounds them).", nil, func() float64 { return float64(sp.Bytes()) })
 		m.Gauge("lanes_spool_failed", "Spooled pushes quarantined in failed/.", nil, func() float64 { return float64(sp.Failed()) })
 		m.Counter("lanes_spool_drained_total", "Spooled pushes replayed into PostgreSQL.", nil, func() float64 { return float64(sp.Drained()) })
-		m.Gauge("lanes_spool_db_healthy", "0 after a push was spooled or a drain failed; 1 after a drain succeeded.", nil, boolGauge(sp.DBHealthy))
+		m.Gauge("lanes_spool_db_healthy", "1 while the broker's periodic database read succeeds and no spooled push or failed drain has found the database down since; 0 otherwise.", nil, boolGauge(func() bool { return s.databaseHealthy(context.Background()) }))
 	}
 	m.Gauge("lanes_pop_parked", "Long-poll pops parked on this broker (no connection held).", nil, func() float64 { return float64(s.engine.ParkedPops()) })
 	byPath := func(name, help string, oneTrip, general func(engine.HotPathStats) uint64) {

@@ -162,14 +162,23 @@ func (m *maintenance) set(ctx context.Context, key string, enabled bool) error {
 // PushMaintenance reports whether push maintenance is on (the spool drain pauses).
 func (s *Server) PushMaintenance() bool { return s.maintenance.pushEnabled() }
 
-// GetBufferStatus reports the disk spool. Without one, dbHealthy comes from
-// the maintenance switches' periodic read, so it still follows the database.
+// GetBufferStatus reports the disk spool and dbHealthy (see databaseHealthy).
 func (s *Server) GetBufferStatus(ctx context.Context, _ gen.GetBufferStatusRequestObject) (gen.GetBufferStatusResponseObject, error) {
 	sp := s.opts.Spool
 	if sp == nil {
-		return gen.GetBufferStatus200JSONResponse{DbHealthy: s.schemaReady() && s.maintenance.databaseReachable(ctx)}, nil
+		return gen.GetBufferStatus200JSONResponse{DbHealthy: s.databaseHealthy(ctx)}, nil
 	}
-	return gen.GetBufferStatus200JSONResponse{SpoolAvailable: true, Pending: int(sp.Pending()), Failed: int(sp.Failed()), DbHealthy: sp.DBHealthy()}, nil
+	return gen.GetBufferStatus200JSONResponse{SpoolAvailable: true, Pending: int(sp.Pending()), Failed: int(sp.Failed()), DbHealthy: s.databaseHealthy(ctx)}, nil
+}
+
+// databaseHealthy is dbHealthy and lanes_spool_db_healthy: the maintenance
+// switches' periodic read succeeded lately, so an idle broker sees an outage
+// too, and the spool (if any) has not found the database down since.
+func (s *Server) databaseHealthy(ctx context.Context) bool {
+	if sp := s.opts.Spool; sp != nil && !sp.DBHealthy() {
+		return false
+	}
+	return s.schemaReady() && s.maintenance.databaseReachable(ctx)
 }
 
 // GetPushMaintenance answers the push maintenance switch as this broker sees it.

@@ -261,6 +261,41 @@ func TestBufferStatusWithoutASpoolFollowsTheDatabase(t *testing.T) {
 	waitFor(t, 30*time.Second, "dbHealthy true with PostgreSQL back", dbHealthy)
 }
 
+// An idle broker with a spool (no push spooled, no drain run) reports the
+// outage too: dbHealthy and lanes_spool_db_healthy follow the periodic read.
+func TestBufferStatusWithASpoolFollowsTheDatabaseWhileIdle(t *testing.T) {
+	pg := startPrivatePG(t)
+	b := newBrokerWith(t, pg.urlWithSchema(), Options{}, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go b.Server.RunMaintenanceRefresh(ctx) // as main.go starts it once the schema is applied
+	dbHealthy := func() bool {
+		var buffers struct {
+			SpoolAvailable bool `json:"spoolAvailable"`
+			DBHealthy      bool `json:"dbHealthy"`
+		}
+		if status, _ := b.call(t, "GET", "/api/v1/status/buffers", nil, &buffers); status != http.StatusOK || !buffers.SpoolAvailable {
+			t.Fatalf("buffer status with a spool: %d %+v", status, buffers)
+		}
+		gauge := scrape(t, b.URL)["lanes_spool_db_healthy"]
+		if (gauge == 1) != buffers.DBHealthy {
+			t.Fatalf("dbHealthy %v but lanes_spool_db_healthy %v", buffers.DBHealthy, gauge)
+		}
+		return buffers.DBHealthy
+	}
+	if !dbHealthy() {
+		t.Fatal("dbHealthy is false with PostgreSQL up")
+	}
+	if err := pg.run("stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "dbHealthy false with PostgreSQL stopped", func() bool { return !dbHealthy() })
+	if err := pg.run("start"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "dbHealthy true with PostgreSQL back", dbHealthy)
+}
+
 // A pop parked before pop maintenance went on must not be handed the messages
 // pushed during it: every pop answers 204 while pop maintenance is on.
 func TestPopMaintenanceHoldsPopsThatWereAlreadyParked(t *testing.T) {

@@ -329,11 +329,11 @@ class BufferStatus(BaseModel):
     """
     db_healthy: Annotated[bool, Field(alias="dbHealthy")]
     """
-    With a spool: false once the broker found PostgreSQL unreachable (a push went to the
-    spool, a drain failed, or the broker booted without it); true again after a drain
-    succeeded or the schema was applied. Without one (`spoolAvailable:false`): whether the
-    broker's own read of the database, made twice a second, succeeded within the last 3 s
-    (false until the schema is applied).
+    Whether the broker's own read of the database, made twice a second, succeeded within
+    the last 3 s (false until the schema is applied), so an idle broker reports an outage
+    too. With a spool it is also false once the broker found PostgreSQL unreachable (a
+    push went to the spool, a drain failed, or the broker booted without it) until a drain
+    succeeds or the schema is applied.
 
     """
     worker: int
