@@ -71,8 +71,19 @@ func tuneGC(cfg *config.Config) {
 
 func run(cfg *config.Config, log *slog.Logger) error {
 	tuneGC(cfg)
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	// The first signal starts the shutdown; a second one hurries it (see shutdown).
+	signals := make(chan os.Signal, 2)
+	signal.Notify(signals, syscall.SIGTERM, syscall.SIGINT)
+	defer signal.Stop(signals)
+	ctx, stop := context.WithCancel(context.Background())
 	defer stop()
+	go func() {
+		select {
+		case <-signals:
+			stop()
+		case <-ctx.Done():
+		}
+	}()
 
 	pool, err := openPool(ctx, cfg)
 	if err != nil {
@@ -119,7 +130,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		return err
 	case <-ctx.Done():
 	}
-	return b.shutdown(httpServer, running, stopLoops, cfg, log)
+	return b.shutdown(httpServer, running, stopLoops, signals, cfg, log)
 }
 
 // openPool opens the PostgreSQL pool with the broker's session settings.
@@ -198,17 +209,27 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 }
 
 // shutdown stops taking requests, waits up to cfg.ShutdownTimeout for the
-// running ones, then stops the loops (stopLoops), the spool and the engine.
-func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopLoops context.CancelFunc, cfg *config.Config, log *slog.Logger) error {
-	log.Info("shutting down: no new requests; finishing in-flight ones", "timeout", cfg.ShutdownTimeout)
+// running ones (or until another signal arrives on hurry), then stops the
+// loops (stopLoops), the spool and the engine. The worst case is the timeout
+// plus giveBackGrace.
+func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopLoops context.CancelFunc, hurry <-chan os.Signal, cfg *config.Config, log *slog.Logger) error {
+	log.Info("shutting down: no new requests; finishing in-flight ones (a second signal cuts them)", "timeout", cfg.ShutdownTimeout, "running", running.n.Load())
 	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
 	defer cancel()
+	go func() {
+		select {
+		case sig := <-hurry:
+			log.Warn("second signal: not waiting for the in-flight requests any longer", "signal", sig.String())
+			cancel()
+		case <-shutdownCtx.Done():
+		}
+	}()
 	err := httpServer.Shutdown(shutdownCtx)
 	if err != nil {
 		// Past the timeout, the remaining connections are cut: their requests
 		// see their clients gone, so a pop whose claim is still in flight gives
 		// it back. That needs the engine, so it closes after them.
-		log.Warn("shutdown timeout passed: closing the connections of the requests still running", "running", running.n.Load())
+		log.Warn("closing the connections of the requests still running", "running", running.n.Load())
 		_ = httpServer.Close()
 		if !running.waitIdle(giveBackGrace) {
 			log.Warn("requests still running after the shutdown grace; their claims free at lease expiry", "running", running.n.Load())

@@ -280,7 +280,7 @@ var settings = []setting{
 		return nil
 	}}},
 	{"pop-autopilot", "LANES_POP_AUTOPILOT", "on", "pop autopilot: on, shadow or off", oneOfSetting(func(c *Config) *string { return &c.PopAutopilot }, "on", "shadow", "off")},
-	{"shutdown-timeout-ms", "LANES_SHUTDOWN_TIMEOUT_MS", "30000", "how long SIGTERM waits for in-flight requests; then their connections are cut (a pop gives its claim back)", millisSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, 0)},
+	{"shutdown-timeout-ms", "LANES_SHUTDOWN_TIMEOUT_MS", "25000", "how long SIGTERM waits for in-flight requests; then (or at a second signal) their connections are cut and a pop gives its claim back within 5 s more: keep the orchestrator's grace period above timeout + 5 s", millisSetting(func(c *Config) *time.Duration { return &c.ShutdownTimeout }, 0)},
 	{"log-level", "LANES_LOG_LEVEL", "info", "debug, info, warn or error (any case)", oneOfSetting(func(c *Config) *string { return &c.LogLevel }, "debug", "info", "warn", "error")},
 	{"log-format", "LANES_LOG_FORMAT", "text", "text or json (any case)", oneOfSetting(func(c *Config) *string { return &c.LogFormat }, "text", "json")},
 	{"apply-schema", "LANES_APPLY_SCHEMA", "true", "apply the embedded schema at boot", boolSetting(func(c *Config) *bool { return &c.ApplySchema })},

@@ -153,3 +153,12 @@ func TestBodyBudgetDefaultsToTwoLargestBodiesAndHoldsAtLeastOne(t *testing.T) {
 		t.Fatalf("a budget smaller than one body: %v; want a refusal naming both settings", err)
 	}
 }
+
+// The default shutdown timeout plus the 5 s give-back fits Kubernetes'
+// default 30 s grace period.
+func TestShutdownTimeoutDefaultsTo25Seconds(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.ShutdownTimeout != 25*time.Second {
+		t.Fatalf("default shutdown timeout %v, %v; want 25s", c.ShutdownTimeout, err)
+	}
+}
