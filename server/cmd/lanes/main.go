@@ -6,6 +6,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -38,21 +39,29 @@ func main() {
 		fmt.Fprintln(os.Stderr, "lanes:", err)
 		os.Exit(2)
 	}
-	log := newLogger(cfg)
+	log := newLogger(cfg, os.Stderr)
 	if err := run(cfg, log); err != nil {
 		log.Error("lanes stopped", "err", err)
 		os.Exit(1)
 	}
 }
 
-func newLogger(cfg *config.Config) *slog.Logger {
+func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
 	_ = level.UnmarshalText([]byte(cfg.LogLevel)) // config admits only slog's four level names
-	opts := &slog.HandlerOptions{Level: level}
+	opts := &slog.HandlerOptions{Level: level, ReplaceAttr: durationAsText}
 	if cfg.LogFormat == "json" {
-		return slog.New(slog.NewJSONHandler(os.Stderr, opts))
+		return slog.New(slog.NewJSONHandler(w, opts))
 	}
-	return slog.New(slog.NewTextHandler(os.Stderr, opts))
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// durationAsText logs a time.Duration as "200ms" rather than JSON's nanoseconds.
+func durationAsText(_ []string, a slog.Attr) slog.Attr {
+	if a.Value.Kind() == slog.KindDuration {
+		a.Value = slog.StringValue(a.Value.Duration().String())
+	}
+	return a
 }
 
 // tuneGC applies the broker's GC defaults where the standard GOGC and
@@ -121,7 +130,10 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	log.Info("lanes listening", "url", fmt.Sprintf("http://localhost:%d", cfg.Port), "version", version)
+	// The bound port with the configured address (0.0.0.0 rather than Go's [::]).
+	listenURL := "http://" + net.JoinHostPort(cfg.BindAddr, strconv.Itoa(listener.Addr().(*net.TCPAddr).Port))
+	log.Info("configuration", append(cfg.LogAttrs(), "listenURL", listenURL, "schema", b.schema.outcome, "version", version)...)
+	log.Info("lanes listening", "url", listenURL, "version", version)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(api.JSONProtocolErrors(listener)) }()
 

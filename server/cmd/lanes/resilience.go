@@ -118,7 +118,10 @@ const schemaAttemptTimeout = 10 * time.Second
 // start (the loops that need the schema, the spool drain among them).
 type schemaGate struct {
 	ready atomic.Bool
-	start func()
+	// outcome is what the boot attempt did: applied, unchanged, skipped
+	// (LANES_APPLY_SCHEMA=false) or retrying (the database did not answer).
+	outcome string
+	start   func()
 	// unreachable runs when the first attempt fails, before the listener opens.
 	unreachable func()
 	mu          sync.Mutex
@@ -127,19 +130,25 @@ type schemaGate struct {
 
 func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) {
 	if !cfg.ApplySchema {
+		g.outcome = "skipped"
 		g.markReady()
 		return
 	}
-	attempt := func() error {
+	attempt := func() (changed bool, err error) {
 		actx, cancel := context.WithTimeout(ctx, schemaAttemptTimeout)
 		defer cancel()
-		return engine.ApplySchema(actx, pool)
+		return engine.ApplySchemaChanged(actx, pool)
 	}
-	err := attempt()
+	changed, err := attempt()
 	if err == nil {
+		g.outcome = "unchanged"
+		if changed {
+			g.outcome = "applied"
+		}
 		g.markReady()
 		return
 	}
+	g.outcome = "retrying"
 	if g.unreachable != nil {
 		g.unreachable()
 	}
@@ -155,7 +164,7 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 				return
 			case <-time.After(wait):
 			}
-			err := attempt()
+			_, err := attempt()
 			if err == nil {
 				log.Info("schema applied; database work resumes and the spool drains", "attempts", attempts+1)
 				g.markReady()

@@ -44,6 +44,9 @@ type Config struct {
 	TestFaults              bool
 	GCPercent               int
 	MemoryLimitMiB          int
+
+	// values holds every setting's text as loaded, by variable name (see LogAttrs).
+	values map[string]string
 }
 
 // Resilience holds the admission, limit and authentication settings.
@@ -329,13 +332,13 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	c := &Config{}
 	fs := flag.NewFlagSet("lanes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
-	values := make([]*string, len(settings))
+	texts := make([]*string, len(settings))
 	for i, s := range settings {
 		def := s.def
 		if v := getenv(s.env); v != "" {
 			def = v
 		}
-		values[i] = fs.String(s.flag, def, s.usage)
+		texts[i] = fs.String(s.flag, def, s.usage)
 	}
 	fs.Usage = func() {
 		fmt.Fprintf(stderr, "lanes: a partitioned message queue on PostgreSQL\n\nUsage: lanes [flags]\n\nEvery flag can be set by its environment variable; a flag wins.\n\n")
@@ -346,10 +349,13 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	c.values = make(map[string]string, len(settings))
 	for i, s := range settings {
-		if err := s.set.parse(c, strings.TrimSpace(*values[i])); err != nil {
+		v := strings.TrimSpace(*texts[i])
+		if err := s.set.parse(c, v); err != nil {
 			return nil, fmt.Errorf("%s (--%s): %w", s.env, s.flag, err)
 		}
+		c.values[s.env] = v
 	}
 	if c.TestFaults && c.JWTEnabled {
 		// The fault scripts sit outside authentication: with both on, anyone

@@ -30,45 +30,52 @@ const schemaLockKey = 7781200100
 // under load would stall pushes and pops behind them. So the digest of the
 // files applied is stored, and a boot that finds the same one applies nothing.
 func ApplySchema(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := ApplySchemaChanged(ctx, pool)
+	return err
+}
+
+// ApplySchemaChanged is ApplySchema; changed says whether the schema was
+// (re)applied rather than found up to date.
+func ApplySchemaChanged(ctx context.Context, pool *pgxpool.Pool) (changed bool, err error) {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire: %w", err)
+		return false, fmt.Errorf("acquire: %w", err)
 	}
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(schemaLockKey)); err != nil {
-		return fmt.Errorf("schema lock: %w", err)
+		return false, fmt.Errorf("schema lock: %w", err)
 	}
 	defer func() {
 		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(schemaLockKey))
 	}()
 	files, digest, err := schemaSources()
 	if err != nil {
-		return err
+		return false, err
 	}
 	var recorded bool
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('lanes.schema_applied') IS NOT NULL`).Scan(&recorded); err != nil {
-		return fmt.Errorf("schema digest: %w", err)
+		return false, fmt.Errorf("schema digest: %w", err)
 	}
 	if recorded {
 		var applied string
 		err := conn.QueryRow(ctx, `SELECT digest FROM lanes.schema_applied WHERE id = 1`).Scan(&applied)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return fmt.Errorf("schema digest: %w", err)
+			return false, fmt.Errorf("schema digest: %w", err)
 		}
 		if applied == digest {
-			return nil
+			return false, nil
 		}
 	}
 	for _, f := range files {
 		if _, err := conn.Exec(ctx, f.sql); err != nil {
-			return fmt.Errorf("apply schema %s: %w", f.name, err)
+			return false, fmt.Errorf("apply schema %s: %w", f.name, err)
 		}
 	}
 	if _, err := conn.Exec(ctx, `INSERT INTO lanes.schema_applied (id, digest, applied_at) VALUES (1, $1, now())
 		ON CONFLICT (id) DO UPDATE SET digest = EXCLUDED.digest, applied_at = EXCLUDED.applied_at`, digest); err != nil {
-		return fmt.Errorf("record schema digest: %w", err)
+		return false, fmt.Errorf("record schema digest: %w", err)
 	}
-	return nil
+	return true, nil
 }
 
 type schemaFile struct{ name, sql string }

@@ -1,0 +1,56 @@
+package config
+
+import (
+	"fmt"
+	"io"
+	"strings"
+	"testing"
+)
+
+// TestLogAttrsListEverySettingWithoutSecrets: the boot "configuration" line
+// names every setting, hides the database password and JWT keys, and shows
+// derived defaults as they take effect.
+func TestLogAttrsListEverySettingWithoutSecrets(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{
+		"LANES_DATABASE_URL":   "postgres://lanes:hunter2@db:5432/lanes?sslmode=disable",
+		"LANES_JWT_ENABLED":    "true",
+		"LANES_JWT_SECRET":     "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t",
+		"LANES_PORT":           "7001",
+		"LANES_MAX_BODY_BYTES": "1000",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	attrs := c.LogAttrs()
+	got := map[string]string{}
+	for i := 0; i+1 < len(attrs); i += 2 {
+		got[attrs[i].(string)] = fmt.Sprint(attrs[i+1])
+	}
+	for _, s := range settings {
+		if _, ok := got[s.flag]; !ok {
+			t.Errorf("setting %s missing from the configuration line", s.flag)
+		}
+	}
+	line := fmt.Sprint(attrs...)
+	if strings.Contains(line, "hunter2") || strings.Contains(line, "s3cr3t") {
+		t.Fatalf("a secret is logged: %s", line)
+	}
+	want := map[string]string{
+		"database-url":            "postgres://lanes:xxxxx@db:5432/lanes?sslmode=disable",
+		"jwt-secret":              "set",
+		"jwt-public-key":          "",
+		"port":                    "7001",
+		"max-inflight-body-bytes": "2000",
+	}
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %q, want %q", k, got[k], v)
+		}
+	}
+	if !strings.HasSuffix(got["spool-dir"], "lanes-spool-7001") {
+		t.Errorf("spool-dir %q is not the effective directory", got["spool-dir"])
+	}
+	if red := redactDatabaseURL("host=db user=lanes password='p w' dbname=lanes"); strings.Contains(red, "p w") {
+		t.Errorf("key=value password not hidden: %s", red)
+	}
+}
