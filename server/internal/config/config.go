@@ -167,10 +167,11 @@ func secondsSetting(dst func(*Config) *time.Duration) parser {
 
 // floatSetting parses a finite number in lo..hi (NaN and Inf are refused).
 func floatSetting(dst func(*Config) *float64, lo, hi float64) parser {
-	return parser{accepts: fmt.Sprintf("number %g..%g", lo, hi), parse: func(c *Config, v string) error {
+	bounds := strconv.FormatFloat(lo, 'f', -1, 64) + ".." + strconv.FormatFloat(hi, 'f', -1, 64)
+	return parser{accepts: "number " + bounds, parse: func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(f) || f < lo || f > hi {
-			return fmt.Errorf("not a number in %g..%g: %q", lo, hi, v)
+			return fmt.Errorf("not a number in %s: %q", bounds, v)
 		}
 		*dst(c) = f
 		return nil
@@ -253,7 +254,7 @@ var settings = []setting{
 	{"admission-max-wait-ms", "LANES_ADMISSION_MAX_WAIT_MS", "2000", "longest a request queues for a slot before 429", millisSetting(func(c *Config) *time.Duration { return &c.AdmissionMaxWait }, 1)},
 	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests per second per client (token sub or address); 0 = off", floatSetting(func(c *Config) *float64 { return &c.RateLimitPerClient }, 0, 1e6)},
 	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst }, 0, unbounded)},
-	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout }, 0)},
+	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout }, 1)},
 	{"body-read-timeout-ms", "LANES_BODY_READ_TIMEOUT_MS", "30000", "how long a request body may take to arrive; past it 408 and the connection closes (a stalled client holds no admission slot meanwhile); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.BodyReadTimeout }, 0)},
 	{"max-push-items", "LANES_MAX_PUSH_ITEMS", "10000", "items one push request may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxPushItems }, 1, unbounded)},
 	{"max-ack-items", "LANES_MAX_ACK_ITEMS", "10000", "acknowledgments one ack batch may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxAckItems }, 1, unbounded)},
@@ -261,7 +262,7 @@ var settings = []setting{
 	{"max-pop-batch", "LANES_MAX_POP_BATCH", "10000", "largest pop batch; more answers 400 (at most 10000, the spec's bound)", intSetting(func(c *Config) *int { return &c.MaxPopBatch }, 1, 10000)},
 	{"db-statement-timeout-ms", "LANES_DB_STATEMENT_TIMEOUT_MS", "30000", "statement_timeout of every broker connection (a pop's claim may take twice that, 60 s when none); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.StatementTimeout }, 0)},
 	{"request-db-timeout-ms", "LANES_REQUEST_DB_TIMEOUT_MS", "30000", "deadline of a request's database work (a long poll gets its timeout on top); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.RequestDBTimeout }, 0)},
-	{"schema-retry-max-ms", "LANES_SCHEMA_RETRY_MAX_MS", "5000", "longest pause between schema attempts while PostgreSQL is unreachable at boot (the broker serves meanwhile)", millisSetting(func(c *Config) *time.Duration { return &c.SchemaRetryMax }, 0)},
+	{"schema-retry-max-ms", "LANES_SCHEMA_RETRY_MAX_MS", "5000", "longest pause between schema attempts while PostgreSQL is unreachable at boot (the broker serves meanwhile)", millisSetting(func(c *Config) *time.Duration { return &c.SchemaRetryMax }, 250)},
 	{"lag-refresh-ms", "LANES_LAG_REFRESH_MS", "15000", "how often the per-queue lag gauges are recomputed; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.LagRefreshInterval }, 0)},
 	{"lag-max-series", "LANES_LAG_MAX_SERIES", "1000", "most (queue, group) lag series exported, largest lag first", intSetting(func(c *Config) *int { return &c.LagMaxSeries }, 1, unbounded)},
 	{"jwt-enabled", "LANES_JWT_ENABLED", "false", "require bearer JWTs (roles read-only, write-only, read-write, admin)", boolSetting(func(c *Config) *bool { return &c.JWTEnabled })},
