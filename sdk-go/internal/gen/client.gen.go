@@ -1313,7 +1313,7 @@ type Metrics struct {
 	Maintenance MetricsMaintenance `json:"maintenance"`
 	Memory      MetricsMemory      `json:"memory"`
 
-	// Messages Message counters; `total` and `rate` (per second of uptime) count pushes.
+	// Messages Message counters; `total` and `rate` (per second of uptime) count stored messages.
 	Messages MetricsMessages `json:"messages"`
 
 	// ParkedPops Long-poll pops parked on this broker now.
@@ -1394,17 +1394,19 @@ type MetricsMemory struct {
 	Sys int  `json:"sys"`
 }
 
-// MetricsMessages Message counters; `total` and `rate` (per second of uptime) count pushes.
+// MetricsMessages Message counters; `total` and `rate` (per second of uptime) count stored messages.
 type MetricsMessages struct {
 	Acked        int `json:"acked"`
 	DeadLettered int `json:"deadLettered"`
 
 	// LeasesGivenBack Leases a pop gave back unused (its client went away).
-	LeasesGivenBack int     `json:"leasesGivenBack"`
-	Popped          int     `json:"popped"`
-	Pushed          int     `json:"pushed"`
-	Rate            float64 `json:"rate"`
-	Total           int     `json:"total"`
+	LeasesGivenBack int `json:"leasesGivenBack"`
+	Popped          int `json:"popped"`
+
+	// Pushed Messages this broker stored, counted when their commit lands, from every source: push, transaction bundle, timer fire, dead-letter replay and spool drain (a buffered push counts when the drain stores it).
+	Pushed int     `json:"pushed"`
+	Rate   float64 `json:"rate"`
+	Total  int     `json:"total"`
 }
 
 // MetricsRetention defines model for MetricsRetention.

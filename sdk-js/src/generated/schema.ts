@@ -2161,11 +2161,12 @@ export interface components {
             bodyBytes?: components["schemas"]["MetricsBodyBytes"];
             spool?: components["schemas"]["MetricsSpool"];
         };
-        /** @description Message counters; `total` and `rate` (per second of uptime) count pushes. */
+        /** @description Message counters; `total` and `rate` (per second of uptime) count stored messages. */
         MetricsMessages: {
             total: number;
             /** Format: double */
             rate: number;
+            /** @description Messages this broker stored, counted when their commit lands, from every source: push, transaction bundle, timer fire, dead-letter replay and spool drain (a buffered push counts when the drain stores it). */
             pushed: number;
             popped: number;
             acked: number;

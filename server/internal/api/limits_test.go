@@ -241,7 +241,7 @@ func TestMessageRetentionAndLagMetrics(t *testing.T) {
 	}
 	got := scrape(t, b.URL)
 	want := map[string]float64{
-		"lanes_messages_pushed_total":                                            12,
+		`lanes_messages_pushed_total{source="push"}`:                             12,
 		"lanes_messages_popped_total":                                            5,
 		"lanes_messages_acked_total":                                             5,
 		"lanes_messages_dead_lettered_total":                                     1,

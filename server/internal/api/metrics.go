@@ -58,6 +58,10 @@ func (s *Server) registerGauges() {
 		m.Counter("lanes_spool_drained_total", "Spooled pushes replayed into PostgreSQL.", nil, func() float64 { return float64(sp.Drained()) })
 		m.Gauge("lanes_spool_db_healthy", "1 while the broker's periodic database read succeeds and no spooled push or failed drain has found the database down since; 0 otherwise.", nil, boolGauge(func() bool { return s.databaseHealthy(context.Background()) }))
 	}
+	for _, source := range engine.StoredSources {
+		m.Counter("lanes_messages_pushed_total", "Messages stored, counted at their commit, by source: push, transaction, timer, replay (dead letters) or spool (drain).",
+			prometheus.Labels{"source": source.String()}, func() float64 { return float64(s.engine.StoredMessages(source)) })
+	}
 	m.Gauge("lanes_pop_parked", "Long-poll pops parked on this broker (no connection held).", nil, func() float64 { return float64(s.engine.ParkedPops()) })
 	byPath := func(name, help string, oneTrip, general func(engine.HotPathStats) uint64) {
 		for path, count := range map[string]func(engine.HotPathStats) uint64{"one_trip": oneTrip, "general": general} {
@@ -80,6 +84,15 @@ func (s *Server) registerGauges() {
 		nil, func() float64 { return float64(s.engine.HotPathStats().UnprobedPushConflicts) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))
 	m.Gauge("lanes_maintenance_pop", "1 while pop maintenance answers every pop 204.", nil, boolGauge(s.maintenance.pop.Load))
+}
+
+// storedMessages counts the messages this broker stored, every source.
+func (s *Server) storedMessages() int64 {
+	var n int64
+	for _, source := range engine.StoredSources {
+		n += s.engine.StoredMessages(source)
+	}
+	return n
 }
 
 // GetMetrics answers GET /metrics with the reference's JSON snapshot.
@@ -123,7 +136,7 @@ func (s *Server) metricsSnapshot() gen.Metrics {
 	}
 	var mem runtime.MemStats
 	runtime.ReadMemStats(&mem)
-	pushed := s.metrics.PushedTotal()
+	pushed := s.storedMessages()
 	body := gen.Metrics{
 		Uptime:   uptime,
 		Requests: gen.RateCounter{Total: int(s.metrics.RequestsTotal()), Rate: rate(s.metrics.RequestsTotal())},

@@ -171,6 +171,7 @@ func (e *Engine) replay(ctx context.Context, target ReplayTarget, selectRow stri
 		return nil, err
 	}
 	if res.Outcome == ReplayMoved {
+		e.countStored(StoredByReplay, 1)
 		e.waiters.wake(res.Queue, nil)
 	}
 	return res, nil

@@ -91,6 +91,8 @@ type Engine struct {
 	popPlans popPlanCache
 	// holds knows the queues whose waiting pops hold an under-full batch.
 	holds popHolds
+	// stored counts the messages each source committed (StoredMessages).
+	stored storedCounters
 	// leases resolves acks under leases this broker granted without lanes.txns.
 	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.

@@ -251,13 +251,26 @@ func (p *pusher) commitBatch(batch []*pushRequest) {
 	err := p.commitWithRetry(batch)
 	if err != nil && len(batch) > 1 && isDataError(err) {
 		for _, r := range batch {
-			r.done <- p.commitWithRetry([]*pushRequest{r})
+			r.finish(p.e, p.commitWithRetry([]*pushRequest{r}))
 		}
 		return
 	}
 	for _, r := range batch {
-		r.done <- err
+		r.finish(p.e, err)
 	}
+}
+
+// finish counts what a committed request stored, here and not in its caller,
+// which may have left before the answer, and answers it.
+func (r *pushRequest) finish(e *Engine, err error) {
+	if err == nil {
+		source := StoredByPush
+		if r.replay {
+			source = StoredBySpool
+		}
+		e.countStoredResults(source, r.results)
+	}
+	r.done <- err
 }
 
 func (p *pusher) commitWithRetry(batch []*pushRequest) error {

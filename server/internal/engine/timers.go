@@ -393,6 +393,7 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 	}
 	fired := 0
 	var w *pushWrite
+	var firedResults []PushResult
 	err := e.retryTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `DELETE FROM lanes.timers t WHERE (t.queue, t.timer_key) IN (
 				SELECT queue, timer_key FROM lanes.timers WHERE deliver_at <= now()
@@ -428,7 +429,7 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 		for i := range items {
 			slots[i] = pushSlot{item: &items[i], result: &results[i], messageID: ids[i]}
 		}
-		w = newPushWrite(slots, false)
+		w, firedResults = newPushWrite(slots, false), results
 		return w.writeInTx(ctx, tx)
 	})
 	if errors.Is(err, errRollback) {
@@ -437,6 +438,7 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 	if err != nil {
 		return 0, err
 	}
+	e.countStoredResults(StoredByTimer, firedResults)
 	w.wake(e, nil)
 	return fired, nil
 }

@@ -156,6 +156,11 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 		e.hot.bundlesGeneral.Add(1)
 	}
 	run.committed(e)
+	for _, r := range res.Results {
+		if r.Push != nil && r.Push.Status == PushQueued {
+			e.countStored(StoredByTransaction, 1)
+		}
+	}
 	return res, nil
 }
 

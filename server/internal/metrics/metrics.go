@@ -24,7 +24,6 @@ type Metrics struct {
 	pushItems *prometheus.CounterVec
 
 	requestsTotal atomic.Int64
-	pushedTotal   atomic.Int64
 
 	popped, acked, deadLettered, leasesGivenBack atomic.Int64
 	retention                                    retentionProgress
@@ -99,7 +98,6 @@ func New() *Metrics {
 	count := func(name, help string, v *atomic.Int64) {
 		m.Counter(name, help, nil, func() float64 { return float64(v.Load()) })
 	}
-	count("lanes_messages_pushed_total", "Messages accepted by push (queued or buffered).", &m.pushedTotal)
 	count("lanes_messages_popped_total", "Messages delivered by pops (leased or auto-acked).", &m.popped)
 	count("lanes_messages_acked_total", "Acknowledgements executed (ack, ack batch, transaction), any status.", &m.acked)
 	count("lanes_messages_dead_lettered_total", "Messages moved to the dead-letter queue by acknowledgements.", &m.deadLettered)
@@ -246,9 +244,6 @@ func (m *Metrics) ObserveRequest(route, method string, status int, took time.Dur
 
 // CountPush records n items answered with status.
 func (m *Metrics) CountPush(status string, n int) {
-	if status == "queued" || status == "buffered" {
-		m.pushedTotal.Add(int64(n))
-	}
 	m.pushItems.WithLabelValues(status).Add(float64(n))
 }
 
@@ -267,6 +262,3 @@ func (m *Metrics) Uptime() time.Duration { return time.Since(m.started) }
 
 // RequestsTotal counts every observed request.
 func (m *Metrics) RequestsTotal() int64 { return m.requestsTotal.Load() }
-
-// PushedTotal counts items accepted (queued or buffered).
-func (m *Metrics) PushedTotal() int64 { return m.pushedTotal.Load() }

@@ -1374,7 +1374,7 @@ class MetricsMemory(BaseModel):
 
 class MetricsMessages(BaseModel):
     """
-    Message counters; `total` and `rate` (per second of uptime) count pushes.
+    Message counters; `total` and `rate` (per second of uptime) count stored messages.
     """
 
     model_config = ConfigDict(
@@ -1383,6 +1383,9 @@ class MetricsMessages(BaseModel):
     total: int
     rate: float
     pushed: int
+    """
+    Messages this broker stored, counted when their commit lands, from every source: push, transaction bundle, timer fire, dead-letter replay and spool drain (a buffered push counts when the drain stores it).
+    """
     popped: int
     acked: int
     dead_lettered: Annotated[int, Field(alias="deadLettered")]
