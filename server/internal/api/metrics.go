@@ -224,13 +224,13 @@ func (s *Server) RefreshLag(ctx context.Context, maxSeries int) error {
 	return s.metrics.RefreshLag(ctx, s.lagFetch(maxSeries))
 }
 
-func (s *Server) lagFetch(maxSeries int) func(context.Context) ([]metrics.LagSample, error) {
+func (s *Server) lagFetch(maxSeries int) func(context.Context) (metrics.Backlog, error) {
 	if maxSeries <= 0 {
 		maxSeries = 1000
 	}
-	return func(ctx context.Context) ([]metrics.LagSample, error) {
+	return func(ctx context.Context) (metrics.Backlog, error) {
 		if !s.schemaReady() {
-			return nil, errSchemaNotReady
+			return metrics.Backlog{}, errSchemaNotReady
 		}
 		timeout := s.opts.DBTimeout
 		if timeout <= 0 {
@@ -238,16 +238,25 @@ func (s *Server) lagFetch(maxSeries int) func(context.Context) ([]metrics.LagSam
 		}
 		ctx, cancel := context.WithTimeout(ctx, timeout)
 		defer cancel()
-		lags, err := s.engine.QueueLags(ctx, maxSeries)
+		b, err := s.engine.Backlog(ctx, maxSeries)
 		if err != nil {
-			return nil, err
+			return metrics.Backlog{}, err
 		}
-		out := make([]metrics.LagSample, len(lags))
-		for i, l := range lags {
-			out[i] = metrics.LagSample{Queue: l.Queue, Group: l.Group, Messages: l.Messages}
+		out := metrics.Backlog{Lags: make([]metrics.LagSample, len(b.Lags)),
+			Pending: perQueueSamples(b.Pending), DeadLetters: perQueueSamples(b.DeadLetters)}
+		for i, l := range b.Lags {
+			out.Lags[i] = metrics.LagSample{Queue: l.Queue, Group: l.Group, Messages: l.Messages}
 		}
 		return out, nil
 	}
+}
+
+func perQueueSamples(counts []engine.QueueCount) []metrics.QueueSample {
+	out := make([]metrics.QueueSample, len(counts))
+	for i, c := range counts {
+		out[i] = metrics.QueueSample{Queue: c.Queue, Messages: c.Messages}
+	}
+	return out
 }
 
 type schemaNotReadyError struct{}

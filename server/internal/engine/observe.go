@@ -63,33 +63,111 @@ type hotPathCounters struct {
 	handOffs, handOffsContinued                 atomic.Uint64
 }
 
-// QueueLag is the backlog of one consumer group on one queue: messages past
-// its cursors, summed over the partitions it has cursors on.
+// QueueLag is the backlog of one consumer group on one queue.
 type QueueLag struct {
 	Queue    string
 	Group    string
 	Messages int64
 }
 
-// QueueLags computes every (queue, group) backlog from the watermarks
-// (last_offset − committed, floored at the retention start), largest first,
-// at most limit rows. One aggregate over the cursor rows; meant for a
-// periodic collector, not for every scrape.
-func (e *Engine) QueueLags(ctx context.Context, limit int) ([]QueueLag, error) {
-	rows, err := e.pool.Query(ctx, `SELECT q.name, c.consumer_group,
-			sum(greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0))::bigint AS lag
+// QueueCount is a per-queue figure (pending messages, dead letters).
+type QueueCount struct {
+	Queue    string
+	Messages int64
+}
+
+// Backlog is what the periodic collector exports, each list largest first.
+type Backlog struct {
+	// Lags: per (queue, group), messages past the group's cursors on every
+	// partition of the queue; a partition without a cursor counts from where
+	// the group's first pop there would seed it (seedCursorSQL).
+	Lags []QueueLag
+	// Pending: per queue, messages past the queue-mode cursors (all retained
+	// messages of partitions without one: group-less pops start at the start).
+	Pending []QueueCount
+	// DeadLetters: per queue, dead-letter rows.
+	DeadLetters []QueueCount
+}
+
+// backlogLagSQL sums, per (queue, group), last_offset − cursor floored at the
+// retention start, over every partition of the queue: the cursor rows, plus
+// the partitions a group has no cursor on yet, counted from where its next pop
+// would seed them. Only a group seeded below its queue's partition_version can
+// lack cursors (seedCursors covers every partition of the version it stores,
+// the claim's plan relies on the same), so the anti-join runs for those alone
+// and a 100k-partition queue whose groups are seeded costs the cursor scan.
+var backlogLagSQL = `WITH per_partition AS (
+		SELECT p.queue_id, c.consumer_group, greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0) AS lag
 		FROM lanes.consumers c
 		JOIN lanes.partitions p ON p.id = c.partition_id
-		JOIN lanes.queues q ON q.id = p.queue_id
-		GROUP BY q.name, c.consumer_group
-		ORDER BY lag DESC, q.name, c.consumer_group
-		LIMIT $1`, limit)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueLag, error) {
-		var l QueueLag
-		err := r.Scan(&l.Queue, &l.Group, &l.Messages)
-		return l, err
+		UNION ALL
+		SELECT p.queue_id, g.consumer_group,
+			greatest(p.last_offset - greatest(` + seedCursorSQL("g.subscription_mode", "g.subscription_timestamp") + `, p.log_start - 1), 0)
+		FROM lanes.consumer_groups g
+		JOIN lanes.queues gq ON gq.id = g.queue_id AND g.seeded_version < gq.partition_version
+		JOIN lanes.partitions p ON p.queue_id = g.queue_id
+		-- OFFSET 0 keeps this a per-partition index probe: flattened into an
+		-- anti-join it hashed every cursor even with no unseeded group.
+		LEFT JOIN LATERAL (SELECT 1 AS found FROM lanes.consumers c
+			WHERE c.partition_id = p.id AND c.consumer_group = g.consumer_group OFFSET 0) cur ON true
+		WHERE cur.found IS NULL),
+	per_group AS (
+		SELECT queue_id, consumer_group, sum(lag)::bigint AS lag FROM per_partition GROUP BY queue_id, consumer_group)
+	SELECT q.name, x.consumer_group, x.lag
+	FROM per_group x
+	JOIN lanes.queues q ON q.id = x.queue_id
+	ORDER BY x.lag DESC, q.name, x.consumer_group
+	LIMIT $1`
+
+const backlogPendingSQL = `SELECT q.name,
+		sum(greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0))::bigint AS pending
+	FROM lanes.partitions p
+	JOIN lanes.queues q ON q.id = p.queue_id
+	LEFT JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = '` + QueueModeGroup + `'
+	GROUP BY q.name
+	ORDER BY pending DESC, q.name
+	LIMIT $1`
+
+const backlogDeadLettersSQL = `SELECT q.name, count(*) AS n
+	FROM lanes.dlq d
+	JOIN lanes.partitions p ON p.id = d.partition_id
+	JOIN lanes.queues q ON q.id = p.queue_id
+	GROUP BY q.name
+	ORDER BY n DESC, q.name
+	LIMIT $1`
+
+// Backlog computes the lag, pending and dead-letter figures from the
+// watermarks in one read-only transaction, at most limit rows each. Aggregates over every
+// partition: meant for a periodic collector, not for every scrape.
+func (e *Engine) Backlog(ctx context.Context, limit int) (Backlog, error) {
+	var out Backlog
+	b := &pgx.Batch{}
+	// The planner's estimate of the seed lookups starts JIT compilation,
+	// which cost more than the whole aggregate on 100k partitions.
+	b.Queue("SET LOCAL jit = off")
+	b.Queue(backlogLagSQL, limit).Query(func(rows pgx.Rows) (err error) {
+		out.Lags, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueLag, error) {
+			var l QueueLag
+			return l, r.Scan(&l.Queue, &l.Group, &l.Messages)
+		})
+		return err
 	})
+	perQueue := func(into *[]QueueCount) func(pgx.Rows) error {
+		return func(rows pgx.Rows) (err error) {
+			*into, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueCount, error) {
+				var c QueueCount
+				return c, r.Scan(&c.Queue, &c.Messages)
+			})
+			return err
+		}
+	}
+	b.Queue(backlogPendingSQL, limit).Query(perQueue(&out.Pending))
+	b.Queue(backlogDeadLettersSQL, limit).Query(perQueue(&out.DeadLetters))
+	err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
+		return tx.SendBatch(ctx, b).Close()
+	})
+	if err != nil {
+		return Backlog{}, err
+	}
+	return out, nil
 }

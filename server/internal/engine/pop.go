@@ -732,12 +732,7 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
 		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
-		CROSS JOIN LATERAL (SELECT CASE
-			WHEN $3 = 'all' THEN p.log_start - 1
-			WHEN p.last_write_at IS NULL OR p.last_write_at < $4 THEN p.last_offset
-			ELSE coalesce((SELECT min(sg.base_offset) - 1 FROM lanes.segments sg
-				WHERE sg.partition_id = p.id AND sg.created_at >= $4), p.last_offset)
-			END AS seed) s
+		CROSS JOIN LATERAL (SELECT `+seedCursorSQL("$3::text", "$4::timestamptz")+` AS seed) s
 		WHERE p.queue_id = $1
 		ON CONFLICT DO NOTHING`, q.id, group, q.mode, q.subscriptionTS); err != nil {
 		return err
@@ -745,6 +740,19 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 	_, err := tx.Exec(ctx, `UPDATE lanes.consumer_groups SET seeded_version = $3
 		WHERE consumer_group = $1 AND queue_id = $2 AND seeded_version < $3`, group, q.id, q.partitionVersion)
 	return err
+}
+
+// seedCursorSQL is where a group's new cursor on partition p starts, given its
+// subscription's mode and instant (SQL expressions): before everything retained
+// for mode all, else before the first segment written at or after the instant.
+// Seeding and the lag gauge share it, so the gauge counts what pops deliver.
+func seedCursorSQL(mode, since string) string {
+	return `CASE
+			WHEN ` + mode + ` = 'all' THEN p.log_start - 1
+			WHEN p.last_write_at IS NULL OR p.last_write_at < ` + since + ` THEN p.last_offset
+			ELSE coalesce((SELECT min(sg.base_offset) - 1 FROM lanes.segments sg
+				WHERE sg.partition_id = p.id AND sg.created_at >= ` + since + `), p.last_offset)
+			END`
 }
 
 // claimQuery is the statement that claims, leases and reads a pop's batch.

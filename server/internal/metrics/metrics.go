@@ -29,6 +29,8 @@ type Metrics struct {
 	retention                                    retentionProgress
 
 	lag       *prometheus.GaugeVec
+	pending   *prometheus.GaugeVec
+	dlq       *prometheus.GaugeVec
 	lagMu     sync.Mutex
 	lagLatest LagSnapshot
 }
@@ -59,6 +61,19 @@ type LagSample struct {
 	Queue    string `json:"queue"`
 	Group    string `json:"group"`
 	Messages int64  `json:"messages"`
+}
+
+// QueueSample is a per-queue backlog figure.
+type QueueSample struct {
+	Queue    string
+	Messages int64
+}
+
+// Backlog is one answer of the backlog fetch.
+type Backlog struct {
+	Lags        []LagSample
+	Pending     []QueueSample
+	DeadLetters []QueueSample
 }
 
 // LagSnapshot is the last lag refresh.
@@ -93,7 +108,15 @@ func New() *Metrics {
 		Name: "lanes_queue_lag_messages",
 		Help: "Messages past a consumer group's cursors on a queue (watermark arithmetic), refreshed by a background collector; largest LANES_LAG_MAX_SERIES only.",
 	}, []string{"queue", "group"})
-	reg.MustRegister(m.requests, m.latency, m.pushItems, m.lag,
+	m.pending = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lanes_queue_pending_messages",
+		Help: "Messages of a queue not yet completed in queue mode (all retained messages when no group-less pop ran yet), refreshed with the lag; largest LANES_LAG_MAX_SERIES only.",
+	}, []string{"queue"})
+	m.dlq = prometheus.NewGaugeVec(prometheus.GaugeOpts{
+		Name: "lanes_dlq_messages",
+		Help: "Dead-letter rows of a queue, refreshed with the lag; largest LANES_LAG_MAX_SERIES only.",
+	}, []string{"queue"})
+	reg.MustRegister(m.requests, m.latency, m.pushItems, m.lag, m.pending, m.dlq,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	count := func(name, help string, v *atomic.Int64) {
 		m.Counter(name, help, nil, func() float64 { return float64(v.Load()) })
@@ -189,11 +212,12 @@ func (m *Metrics) Retention() RetentionSnapshot {
 	return out
 }
 
-// RefreshLag runs fetch once and replaces every lag series with its answer
-// (series that disappeared are dropped). A failed fetch keeps the old series.
-func (m *Metrics) RefreshLag(ctx context.Context, fetch func(context.Context) ([]LagSample, error)) error {
+// RefreshLag runs fetch once and replaces every lag, pending and dead-letter
+// series with its answer (series that disappeared are dropped). A failed fetch
+// keeps the old series.
+func (m *Metrics) RefreshLag(ctx context.Context, fetch func(context.Context) (Backlog, error)) error {
 	start := time.Now()
-	samples, err := fetch(ctx)
+	backlog, err := fetch(ctx)
 	m.lagMu.Lock()
 	defer m.lagMu.Unlock()
 	m.lagLatest.RefreshSeconds = time.Since(start).Seconds()
@@ -202,16 +226,25 @@ func (m *Metrics) RefreshLag(ctx context.Context, fetch func(context.Context) ([
 		return err
 	}
 	m.lag.Reset()
-	for _, s := range samples {
+	for _, s := range backlog.Lags {
 		m.lag.WithLabelValues(s.Queue, s.Group).Set(float64(s.Messages))
 	}
-	m.lagLatest = LagSnapshot{Samples: samples, RefreshedAt: time.Now(), RefreshSeconds: m.lagLatest.RefreshSeconds}
+	setPerQueue(m.pending, backlog.Pending)
+	setPerQueue(m.dlq, backlog.DeadLetters)
+	m.lagLatest = LagSnapshot{Samples: backlog.Lags, RefreshedAt: time.Now(), RefreshSeconds: m.lagLatest.RefreshSeconds}
 	return nil
 }
 
-// RunLagCollector refreshes the lag series every interval until ctx ends, so
-// a scrape never pays for the aggregate.
-func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, fetch func(context.Context) ([]LagSample, error), onErr func(error)) {
+func setPerQueue(g *prometheus.GaugeVec, samples []QueueSample) {
+	g.Reset()
+	for _, s := range samples {
+		g.WithLabelValues(s.Queue).Set(float64(s.Messages))
+	}
+}
+
+// RunLagCollector refreshes the backlog series every interval until ctx ends,
+// so a scrape never pays for the aggregates.
+func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, fetch func(context.Context) (Backlog, error), onErr func(error)) {
 	if interval <= 0 {
 		return
 	}
