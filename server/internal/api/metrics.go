@@ -62,6 +62,7 @@ func (s *Server) registerGauges() {
 		m.Counter("lanes_messages_pushed_total", "Messages stored, counted at their commit, by source: push, transaction, timer, replay (dead letters) or spool (drain).",
 			prometheus.Labels{"source": source.String()}, func() float64 { return float64(s.engine.StoredMessages(source)) })
 	}
+	s.engine.ObservePopClaims(m.ObservePopClaim)
 	m.Gauge("lanes_pop_parked", "Long-poll pops parked on this broker (no connection held).", nil, func() float64 { return float64(s.engine.ParkedPops()) })
 	byPath := func(name, help string, oneTrip, general func(engine.HotPathStats) uint64) {
 		for path, count := range map[string]func(engine.HotPathStats) uint64{"one_trip": oneTrip, "general": general} {

@@ -93,6 +93,8 @@ type Engine struct {
 	holds popHolds
 	// stored counts the messages each source committed (StoredMessages).
 	stored storedCounters
+	// popClaimObserver is told how long each pop's claim took (ObservePopClaims).
+	popClaimObserver atomic.Pointer[func(time.Duration)]
 	// leases resolves acks under leases this broker granted without lanes.txns.
 	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.

@@ -1165,8 +1165,15 @@ func (e *Engine) claimOnce(ctx context.Context, req *PopRequest) (*PopResult, er
 	}
 	claimCtx, cancel := e.claimContext(ctx)
 	defer cancel()
+	if observe := e.popClaimObserver.Load(); observe != nil {
+		defer func(start time.Time) { (*observe)(time.Since(start)) }(time.Now())
+	}
 	return e.popOnce(claimCtx, req)
 }
+
+// ObservePopClaims has f told the duration of every claim a pop runs itself
+// (first check and parked re-checks, not the parking between them).
+func (e *Engine) ObservePopClaims(f func(time.Duration)) { e.popClaimObserver.Store(&f) }
 
 // claimContext is what a claim runs under, a pop's own or one a write runs
 // for a parked pop: ctx's values, not its cancellation or deadline, and

@@ -24,6 +24,7 @@ type Metrics struct {
 	pushItems *prometheus.CounterVec
 
 	requestsTotal atomic.Int64
+	popClaim      prometheus.Histogram
 
 	popped, acked, deadLettered, leasesGivenBack atomic.Int64
 	retention                                    retentionProgress
@@ -96,13 +97,18 @@ func New() *Metrics {
 		}, []string{"route", "method", "status"}),
 		latency: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "lanes_http_request_duration_seconds",
-			Help:    "HTTP request latency by route template and method (long-poll pops included).",
-			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+			Help:    "HTTP request latency by route template and method; a pop's includes its long-poll parking (lanes_pop_claim_duration_seconds is the claim alone).",
+			Buckets: []float64{.001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 120, 300},
 		}, []string{"route", "method"}),
 		pushItems: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "lanes_push_items_total",
 			Help: "Pushed items by verdict: queued, duplicate, buffered, failed.",
 		}, []string{"status"}),
+		popClaim: prometheus.NewHistogram(prometheus.HistogramOpts{
+			Name:    "lanes_pop_claim_duration_seconds",
+			Help:    "Duration of a pop's database claim (one per claim, parked re-checks included), without the long-poll parking.",
+			Buckets: []float64{.0005, .001, .0025, .005, .01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30},
+		}),
 	}
 	m.lag = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Name: "lanes_queue_lag_messages",
@@ -116,7 +122,7 @@ func New() *Metrics {
 		Name: "lanes_dlq_messages",
 		Help: "Dead-letter rows of a queue, refreshed with the lag; largest LANES_LAG_MAX_SERIES only.",
 	}, []string{"queue"})
-	reg.MustRegister(m.requests, m.latency, m.pushItems, m.lag, m.pending, m.dlq,
+	reg.MustRegister(m.requests, m.latency, m.pushItems, m.popClaim, m.lag, m.pending, m.dlq,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	count := func(name, help string, v *atomic.Int64) {
 		m.Counter(name, help, nil, func() float64 { return float64(v.Load()) })
@@ -295,3 +301,6 @@ func (m *Metrics) Uptime() time.Duration { return time.Since(m.started) }
 
 // RequestsTotal counts every observed request.
 func (m *Metrics) RequestsTotal() int64 { return m.requestsTotal.Load() }
+
+// ObservePopClaim records the duration of one pop's database claim.
+func (m *Metrics) ObservePopClaim(took time.Duration) { m.popClaim.Observe(took.Seconds()) }
