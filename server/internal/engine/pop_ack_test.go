@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -64,6 +65,32 @@ func TestAckClampFigure(t *testing.T) {
 		next.PartitionID, QueueModeGroup).Scan(&retries)
 	if retries != 1 {
 		t.Fatalf("retry counter %d, want 1 after one failed ack", retries)
+	}
+}
+
+// A leased ack names only the lease's batch: an id beyond it is unresolvable,
+// commits nothing and keeps the lease, so the batch's own acks still work.
+func TestLeasedAckBeyondTheBatchCommitsNothing(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 6)
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 3})
+	if got := txnIDs(b.Messages); !reflect.DeepEqual(got, []string{"m0", "m1", "m2"}) || b.LeaseID == "" {
+		t.Fatalf("leased pop %v lease %q", got, b.LeaseID)
+	}
+	beyond := ack(b.Messages[0], "completed")
+	beyond.TransactionID = "m4"
+	r := mustAck(t, e, beyond)
+	if r[0].Success || !strings.HasPrefix(r[0].Error, "unresolvable") || r[0].LeaseReleased {
+		t.Fatalf("ack of m4 under the lease of m0..m2: %+v", r[0])
+	}
+	out := mustAck(t, e, ack(b.Messages[0], "completed"), ack(b.Messages[1], "completed"), ack(b.Messages[2], "completed"))
+	if !out[2].Success || !out[2].LeaseReleased {
+		t.Fatalf("the lease survives the stray ack: %+v", out)
+	}
+	next := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if got := txnIDs(next.Messages); !reflect.DeepEqual(got, []string{"m3", "m4", "m5"}) {
+		t.Fatalf("the stray ack committed past the batch: next pop %v", got)
 	}
 }
 
@@ -140,12 +167,25 @@ func TestRetryBudgetThenDeadLetter(t *testing.T) {
 func TestRetryStatusIsFreeAndDLQStatusFilesAtOnce(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
+	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{
+		"retryLimit": json.RawMessage("1")}}); err != nil {
+		t.Fatal(err)
+	}
 	pushN(t, e, q, "p", 3)
 	for i := 0; i < 5; i++ {
 		b := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
 		mustAck(t, e, ack(b.Messages[0], "retry"))
 	}
-	b := mustPop(t, e, PopRequest{Queue: q, Batch: 3})
+	// With a budget of one, a failed ack after five retries still redelivers:
+	// the retries spent nothing.
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	if r := mustAck(t, e, ack(b.Messages[0], "failed")); !r[0].Success || r[0].DLQ || r[0].Dropped {
+		t.Fatalf("first failed ack after retries: %+v", r[0])
+	}
+	if n := dlqRows(t, e, b.PartitionID); n != 0 {
+		t.Fatalf("retries spent the budget: %d dead letters", n)
+	}
+	b = mustPop(t, e, PopRequest{Queue: q, Batch: 3})
 	if len(b.Messages) != 3 || b.Messages[0].TransactionID != "m0" {
 		t.Fatalf("retry must not spend the budget: %v", txnIDs(b.Messages))
 	}
@@ -172,11 +212,28 @@ func TestDeadLetteringOffDropsThePoison(t *testing.T) {
 	if !r[0].Dropped || r[0].DLQ {
 		t.Fatalf("want dropped: %+v", r[0])
 	}
-	var n int
-	_ = e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.dlq WHERE partition_id = $1`, b.PartitionID).Scan(&n)
-	if n != 0 {
+	if n := dlqRows(t, e, b.PartitionID); n != 0 {
 		t.Fatal("dropped message was dead-lettered")
 	}
+	// An explicit dlq status files even with dead-lettering off: the
+	// switch governs only what an exhausted budget does.
+	b = mustPop(t, e, PopRequest{Queue: q, Batch: 1})
+	if r := mustAck(t, e, ack(b.Messages[0], "dlq")); !r[0].Success || !r[0].DLQ || r[0].Dropped {
+		t.Fatalf("dlq ack with dead-lettering off: %+v", r[0])
+	}
+	if n := dlqRows(t, e, b.PartitionID); n != 1 {
+		t.Fatalf("dlq ack filed %d dead letters, want 1", n)
+	}
+}
+
+// dlqRows counts the dead letters of a partition.
+func dlqRows(t *testing.T, e *Engine, partition uuid.UUID) int {
+	t.Helper()
+	var n int
+	if err := e.pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.dlq WHERE partition_id = $1`, partition).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
 }
 
 func TestAckNoopUnresolvableAndAlreadyCommitted(t *testing.T) {
