@@ -146,12 +146,23 @@ type ackArgs struct {
 	Status   string `json:"status"`
 	Group    string `json:"group"`
 	Error    string `json:"error"`
+	// TransactionID, when set, names another message under the saved messages' lease.
+	TransactionID string `json:"transactionId"`
 }
 
 func (s *state) ack(ctx context.Context, a ackArgs) (map[string]any, error) {
 	ms, err := s.messages(a.Messages, a.Indices)
 	if err != nil {
 		return nil, err
+	}
+	if a.TransactionID != "" {
+		renamed := make([]*lanes.Message, len(ms))
+		for i, m := range ms {
+			c := *m
+			c.TransactionID = a.TransactionID
+			renamed[i] = &c
+		}
+		ms = renamed
 	}
 	res, err := s.client.Ack(ctx, ms, lanes.AckStatus(a.Status), lanes.AckOpts{Group: a.Group, Error: a.Error})
 	return successList(res, func(r lanes.AckResult) bool { return r.Success }, err), nil

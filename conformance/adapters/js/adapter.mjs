@@ -302,7 +302,9 @@ const queueSteps = {
     }
   },
   async ack(c, a) {
-    const ms = this.messages(a.messages, a.indices);
+    let ms = this.messages(a.messages, a.indices);
+    // transactionId names another message under the saved messages' lease.
+    if (a.transactionId) ms = ms.map((m) => ({ ...m, transactionId: a.transactionId }));
     const opts = {};
     if (a.group) opts.group = a.group;
     if (a.error) opts.error = a.error;

@@ -8,6 +8,7 @@ Run it with the sdk-python venv: ``sdk-python/.venv/bin/python adapter.py``.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import sys
@@ -284,6 +285,9 @@ class CaseState:
 
     def op_ack(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         ms = self.messages(a["messages"], a.get("indices"))
+        if a.get("transactionId"):
+            # Another message under the saved messages' lease.
+            ms = [dataclasses.replace(m, transaction_id=a["transactionId"]) for m in ms]
         try:
             res = c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
             return {"success": success_list(res)}
