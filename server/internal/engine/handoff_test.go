@@ -122,6 +122,31 @@ func TestAPushHandOffLeavesOtherGroupsAndPinsAlone(t *testing.T) {
 	}
 }
 
+// One push wakes the parked pops of two groups at once: the push hands the
+// message to one group and announces it to the other, which must claim it
+// at once rather than at its next re-check.
+func TestOnePushWakesTheParkedPopsOfTwoGroups(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "seed")...)
+	drainGroup(t, e, q, "one")
+	drainGroup(t, e, q, "two")
+
+	popOne := popInBackground(e, PopRequest{Queue: q, Group: "one", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	time.Sleep(50 * time.Millisecond)
+	popTwo := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+
+	pushed := time.Now()
+	mustPush(t, e, items(q, "p", "news")...)
+	for name, done := range map[string]<-chan poppedAt{"group one": popOne, "group two": popTwo} {
+		p := <-done
+		if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"news"}) {
+			t.Fatalf("%s: %+v %v", name, p.res, p.err)
+		}
+		wokenBy(t, p, "push", pushed)
+	}
+}
+
 // A transaction bundle that pushes to the next stage of a pipeline claims for
 // that stage's parked pop in its own round trip, as a push does; both the
 // one-trip bundle (a lease this broker granted, known partitions) and the
