@@ -492,6 +492,25 @@ func TestLongPollTimesOutEmpty(t *testing.T) {
 // A repeat pop claims in one round trip on the plan the previous pop saw; a
 // seek in between must void that plan, so the sought-back messages are
 // delivered at once, not after the cached claim floor catches up.
+// A seek to the end lands exactly after the last message: nothing already
+// pushed redelivers, and the next push is the next delivery.
+func TestSeekToEndLandsAfterTheLastMessage(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 3)
+	if _, err := e.Seek(context.Background(), SeekRequest{Queue: q, ToEnd: true}); err != nil {
+		t.Fatal(err)
+	}
+	if res := mustPop(t, e, PopRequest{Queue: q, Batch: 10}); len(res.Messages) != 0 {
+		t.Fatalf("after a seek to the end a pop delivered %v", txnIDs(res.Messages))
+	}
+	mustPush(t, e, items(q, "p", "next")...)
+	res := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if got := txnIDs(res.Messages); !reflect.DeepEqual(got, []string{"next"}) {
+		t.Fatalf("the first push after a seek to the end: got %v", got)
+	}
+}
+
 func TestRepeatPopAfterSeekSeesTheSeek(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
