@@ -334,12 +334,13 @@ func (s *state) listDLQ(ctx context.Context, a dlqArgs) (map[string]any, error) 
 }
 
 func popSummary(pr *lanes.PopResult) map[string]any {
-	data, parts, tids := []any{}, []any{}, []any{}
+	data, parts, tids, ids := []any{}, []any{}, []any{}, []any{}
 	leases := map[string]bool{}
 	for _, m := range pr.Messages {
 		data = append(data, m.Data)
 		parts = append(parts, m.Partition)
 		tids = append(tids, m.TransactionID)
+		ids = append(ids, m.ID)
 		if m.LeaseID != "" {
 			leases[m.LeaseID] = true
 		}
@@ -349,5 +350,5 @@ func popSummary(pr *lanes.PopResult) map[string]any {
 		echo = map[string]any{"partitions": pr.Autopilot.Partitions, "batch": pr.Autopilot.Batch}
 	}
 	return map[string]any{"count": len(pr.Messages), "data": data, "partitions": parts,
-		"transactionIds": tids, "leases": len(leases), "autopilot": echo}
+		"transactionIds": tids, "messageIds": ids, "leases": len(leases), "autopilot": echo}
 }

@@ -89,6 +89,7 @@ function popSummary(pr) {
     data: pr.messages.map((m) => m.data),
     partitions: pr.messages.map((m) => m.partition),
     transactionIds: pr.messages.map((m) => m.transactionId),
+    messageIds: pr.messages.map((m) => m.id),
     leases: leases.size,
     autopilot: pr.autopilot ? { partitions: pr.autopilot.partitions, batch: pr.autopilot.batch } : null,
   };

@@ -148,6 +148,7 @@ def pop_summary(pr: Any) -> dict[str, Any]:
         "data": [m.data for m in ms],
         "partitions": [m.partition for m in ms],
         "transactionIds": [m.transaction_id for m in ms],
+        "messageIds": [m.id for m in ms],
         "leases": len({m.lease_id for m in ms if m.lease_id}),
         "autopilot": echo,
     }
