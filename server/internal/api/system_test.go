@@ -248,17 +248,7 @@ func TestBufferStatusWithoutASpoolFollowsTheDatabase(t *testing.T) {
 		}
 		return buffers.DBHealthy
 	}
-	if !dbHealthy() {
-		t.Fatal("dbHealthy is false with PostgreSQL up")
-	}
-	if err := pg.run("stop"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "dbHealthy false with PostgreSQL stopped", func() bool { return !dbHealthy() })
-	if err := pg.run("start"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "dbHealthy true with PostgreSQL back", dbHealthy)
+	checkDBHealthyFollowsAnOutage(t, pg, dbHealthy)
 }
 
 // An idle broker with a spool (no push spooled, no drain run) reports the
@@ -283,17 +273,7 @@ func TestBufferStatusWithASpoolFollowsTheDatabaseWhileIdle(t *testing.T) {
 		}
 		return buffers.DBHealthy
 	}
-	if !dbHealthy() {
-		t.Fatal("dbHealthy is false with PostgreSQL up")
-	}
-	if err := pg.run("stop"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 10*time.Second, "dbHealthy false with PostgreSQL stopped", func() bool { return !dbHealthy() })
-	if err := pg.run("start"); err != nil {
-		t.Fatal(err)
-	}
-	waitFor(t, 30*time.Second, "dbHealthy true with PostgreSQL back", dbHealthy)
+	checkDBHealthyFollowsAnOutage(t, pg, dbHealthy)
 }
 
 // A pop parked before pop maintenance went on must not be handed the messages
@@ -403,4 +383,21 @@ func TestMaintenanceReadWakesASpoolDrainWaitingForTheDatabase(t *testing.T) {
 	if n := countStored(t, b.testBroker, "wake-drain"); n != 1 {
 		t.Fatalf("stored %d, want 1", n)
 	}
+}
+
+// checkDBHealthyFollowsAnOutage stops and restarts pg and waits for dbHealthy
+// to read false, then true again.
+func checkDBHealthyFollowsAnOutage(t *testing.T, pg *privatePG, dbHealthy func() bool) {
+	t.Helper()
+	if !dbHealthy() {
+		t.Fatal("dbHealthy is false with PostgreSQL up")
+	}
+	if err := pg.run("stop"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 10*time.Second, "dbHealthy false with PostgreSQL stopped", func() bool { return !dbHealthy() })
+	if err := pg.run("start"); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "dbHealthy true with PostgreSQL back", dbHealthy)
 }

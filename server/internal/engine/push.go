@@ -571,22 +571,27 @@ func (w *pushWrite) queueReplayProbe(b *pgx.Batch) {
 		textArray(probeQ), textArray(probeP), textArray(probeT), uuidArray(probeM))
 }
 
-// readReplayProbe reads queueReplayProbe's answer.
-func (w *pushWrite) readReplayProbe(rows pgx.Rows) error {
-	w.replayed = map[partitionKey]map[string]uuid.UUID{}
-	for rows.Next() {
-		var k partitionKey
-		var txn string
-		var mid uuid.UUID
-		if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
-			return err
+// readTxnHits reads a probe's (queue, partition, transaction id, message id)
+// rows into hits, creating its maps as needed.
+func readTxnHits(hits *map[partitionKey]map[string]uuid.UUID) func(pgx.Rows) error {
+	return func(rows pgx.Rows) error {
+		if *hits == nil {
+			*hits = map[partitionKey]map[string]uuid.UUID{}
 		}
-		if w.replayed[k] == nil {
-			w.replayed[k] = map[string]uuid.UUID{}
+		for rows.Next() {
+			var k partitionKey
+			var txn string
+			var mid uuid.UUID
+			if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
+				return err
+			}
+			if (*hits)[k] == nil {
+				(*hits)[k] = map[string]uuid.UUID{}
+			}
+			(*hits)[k][txn] = mid
 		}
-		w.replayed[k][txn] = mid
+		return rows.Err()
 	}
-	return rows.Err()
 }
 
 // queueLockByID is queueLock for partitions whose ids the broker already
@@ -687,12 +692,13 @@ func (w *pushWrite) readLock(br pgx.BatchResults) error {
 			return err
 		}
 	default:
-		if err := readRows(br, w.readProbeByName); err != nil {
+		if err := readRows(br, readTxnHits(&w.seen)); err != nil {
 			return err
 		}
 	}
 	if w.replays {
-		if err := readRows(br, w.readReplayProbe); err != nil {
+		w.replayed = nil // this attempt's answer only
+		if err := readRows(br, readTxnHits(&w.replayed)); err != nil {
 			return err
 		}
 	}
@@ -723,24 +729,6 @@ func (w *pushWrite) readLockedPartitions(rows pgx.Rows) error {
 		}
 		ps.dedup = ps.window > 0
 		w.parts[k] = &ps
-	}
-	return rows.Err()
-}
-
-// readProbeByName reads queueLock's by-name probe: hits are inside the dedup
-// window already (the statement applies it).
-func (w *pushWrite) readProbeByName(rows pgx.Rows) error {
-	for rows.Next() {
-		var k partitionKey
-		var txn string
-		var mid uuid.UUID
-		if err := rows.Scan(&k.queue, &k.partition, &txn, &mid); err != nil {
-			return err
-		}
-		if w.seen[k] == nil {
-			w.seen[k] = map[string]uuid.UUID{}
-		}
-		w.seen[k][txn] = mid
 	}
 	return rows.Err()
 }
