@@ -179,7 +179,7 @@ func (s *Server) metricsSnapshot() gen.Metrics {
 	}
 	if sp := s.opts.Spool; sp != nil {
 		body.Spool = &gen.MetricsSpool{Pending: int(sp.Pending()), Failed: int(sp.Failed()), Drained: int(sp.Drained()),
-			DbHealthy: sp.DBHealthy(), Dir: sp.Dir()}
+			DbHealthy: s.databaseHealthy(context.Background()), Dir: sp.Dir()}
 	}
 	return body
 }

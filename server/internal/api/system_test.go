@@ -271,6 +271,14 @@ func TestBufferStatusWithASpoolFollowsTheDatabaseWhileIdle(t *testing.T) {
 		if (gauge == 1) != buffers.DBHealthy {
 			t.Fatalf("dbHealthy %v but lanes_spool_db_healthy %v", buffers.DBHealthy, gauge)
 		}
+		var metrics struct {
+			Spool struct {
+				DBHealthy bool `json:"dbHealthy"`
+			} `json:"spool"`
+		}
+		if status, _ := b.call(t, "GET", "/metrics", nil, &metrics); status != http.StatusOK || metrics.Spool.DBHealthy != buffers.DBHealthy {
+			t.Fatalf("dbHealthy %v but /metrics spool.dbHealthy %v (%d)", buffers.DBHealthy, metrics.Spool.DBHealthy, status)
+		}
 		return buffers.DBHealthy
 	}
 	checkDBHealthyFollowsAnOutage(t, pg, dbHealthy)
