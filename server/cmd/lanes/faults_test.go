@@ -20,6 +20,17 @@ import (
 	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
+// newDatabase creates a private database for one test, dropped when it ends.
+func newDatabase(t *testing.T) string {
+	t.Helper()
+	dsn, cleanup, err := testdb.NewDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	return dsn
+}
+
 func freePort(t *testing.T) int {
 	t.Helper()
 	port, err := brokerproc.FreePort()
@@ -122,11 +133,7 @@ type popped struct {
 // that nothing is lost.
 func TestSIGKILLMidConsumeRedeliversEverythingUnacked(t *testing.T) {
 	ctx := context.Background()
-	dsn, cleanup, err := testdb.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
+	dsn := newDatabase(t)
 	port, spool := freePort(t), t.TempDir()
 	b := startBroker(t, dsn, port, spool)
 	b.waitHealth(t, http.StatusOK, 30*time.Second)

@@ -23,11 +23,7 @@ import (
 // client received its answer.
 func TestSIGTERMLeavesNoLeaseWithoutAnAnswer(t *testing.T) {
 	ctx := context.Background()
-	dsn, cleanup, err := testdb.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
+	dsn := newDatabase(t)
 	b := startBroker(t, dsn, freePort(t), t.TempDir(), "LANES_SHUTDOWN_TIMEOUT_MS=1000")
 	b.waitHealth(t, http.StatusOK, 30*time.Second)
 	conn, err := pgx.Connect(ctx, dsn)

@@ -9,8 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-
-	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
 // TestSecondSignalCutsTheInFlightRequests: with a push held inside
@@ -18,11 +16,7 @@ import (
 // cut the push's connection at once instead of waiting out the timeout.
 func TestSecondSignalCutsTheInFlightRequests(t *testing.T) {
 	ctx := context.Background()
-	dsn, cleanup, err := testdb.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
+	dsn := newDatabase(t)
 	b := startBroker(t, dsn, freePort(t), t.TempDir(), "LANES_SHUTDOWN_TIMEOUT_MS=20000")
 	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()

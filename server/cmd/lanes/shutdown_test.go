@@ -16,7 +16,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/lanesmq/lanes/server/internal/brokertest"
-	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
 // TestSIGTERMFinishesInFlightWorkAndExitsZero runs the real binary: a push
@@ -25,11 +24,7 @@ import (
 // exits 0 and the pushed message is stored.
 func TestSIGTERMFinishesInFlightWorkAndExitsZero(t *testing.T) {
 	ctx := context.Background()
-	dsn, cleanup, err := testdb.NewDatabase(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(cleanup)
+	dsn := newDatabase(t)
 	bin := brokertest.Binary(t)
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
