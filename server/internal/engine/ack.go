@@ -166,11 +166,13 @@ func resolveIndexedAck(items []AckItem, leases *leaseIndex, defaultLease string)
 // cursor moves to hi ($3), the lease goes when that is the batch end". Its
 // WHERE clause checks in the database what that follows from: the lease ($4)
 // is the cursor's and live, the cursor is below lo ($5), the batch end at or
-// above hi. It returns one row when it moved the cursor, none otherwise.
+// above hi. It returns one row when it moved the cursor, none otherwise. The
+// cursor always moves (committed < lo <= hi), so the head changes and the
+// retry budget, which is the head message's, starts afresh.
 const ackOneTripSQL = `UPDATE lanes.consumers c SET committed = $3,
 		lease_id = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_id END,
 		lease_expires_at = CASE WHEN $3 >= c.batch_end THEN NULL ELSE c.lease_expires_at END,
-		retry_count = CASE WHEN $3 >= c.batch_end THEN 0 ELSE c.retry_count END,
+		retry_count = 0,
 		total_consumed = c.total_consumed + ($3 - c.committed),
 		last_consumed_at = now()
 	WHERE c.partition_id = $1 AND c.consumer_group = $2
@@ -716,11 +718,14 @@ func commitGroup(row *consumerRow, k ackGroupKey, refs []ackRef, items []AckItem
 			}
 		}
 	}
+	if row.committed > start {
+		// The retry budget is the head message's: a new head starts afresh.
+		row.retryCount = 0
+	}
 	var filing *dlqFiling
 	switch {
 	case nackIndex < 0:
 		if row.committed >= row.batchEnd && row.committed > start {
-			row.retryCount = 0
 			if row.leaseID != "" {
 				release()
 			} else {
