@@ -59,12 +59,13 @@ type AckResult struct {
 }
 
 const (
-	errAlreadyCommitted = "already committed: the cursor moved past this message before this ack"
-	errUnresolvable     = "unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers"
-	errInvalidLease     = "invalid or expired lease"
-	errConsumerNotFound = "consumer not found"
-	errRetriesExhausted = "Retries exhausted"
-	errDeletedBeforeDLQ = "message deleted by retention before it could be dead-lettered"
+	errAlreadyCommitted  = "already committed: the cursor moved past this message before this ack"
+	errUnresolvable      = "unresolvable: transaction not in the ack window (hash purged or never pushed); if leased, the message redelivers"
+	errInvalidLease      = "invalid or expired lease"
+	errConsumerNotFound  = "consumer not found"
+	errRetriesExhausted  = "Retries exhausted"
+	errDeletedBeforeDLQ  = "message deleted by retention before it could be dead-lettered"
+	errDeadLetterNotHead = "dead-lettering waits until the earlier messages of the lease are acknowledged; the batch redelivers from the first unacknowledged message"
 )
 
 // Ack applies acknowledgements in one transaction. Items are grouped by
@@ -737,7 +738,13 @@ func commitGroup(row *consumerRow, k ackGroupKey, refs []ackRef, items []AckItem
 	case nackStatus == AckFailed && row.retryCount < row.retryLimit:
 		row.retryCount++
 		release()
-	default: // dlq now, or failed with the budget spent
+	case lowNack > row.committed+1:
+		// dlq, or failed with the budget spent, below messages nobody
+		// acknowledged: moving past the poison would skip them unseen, so the
+		// batch redelivers from the first of them and the poison waits.
+		release()
+		results[nackIndex].Error = errDeadLetterNotHead
+	default: // dlq the head now, or failed with the budget spent
 		reason := dlqReason(refs, items, nackIndex, lowNack)
 		retries := row.retryCount
 		row.committed = lowNack

@@ -103,3 +103,73 @@ func TestRetryBudgetStartsOverForTheNextMessage(t *testing.T) {
 		})
 	}
 }
+
+// A dlq ack of a message the earlier messages of its lease do not lead up to
+// files nothing and skips nothing: the lease goes, the cursor stays below the
+// first unacknowledged message and the batch redelivers from it. Once the
+// poison is the head, a dlq ack files it and the cursor moves past it.
+func TestDeadLetteringWaitsForTheHead(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 5)
+	b := popExpect(t, e, q, 4, "m0", "m1", "m2", "m3")
+	r := mustAck(t, e, ack(b.Messages[2], "dlq"))
+	want := AckResult{Index: 0, TransactionID: "m2", Success: true, LeaseReleased: true, Error: errDeadLetterNotHead}
+	if r[0] != want {
+		t.Fatalf("dlq of m2 below unacknowledged m0, m1:\n got %+v\nwant %+v", r[0], want)
+	}
+	if n := dlqRows(t, e, b.PartitionID); n != 0 {
+		t.Fatalf("m2 filed before m0 and m1 were acknowledged: %d dead letters", n)
+	}
+	b = popExpect(t, e, q, 4, "m0", "m1", "m2", "m3")
+
+	// m1 completed leaves m0 completed silently, but the cursor stops there:
+	// m2 is the head after the clamp, so it is filed and the cursor passes it.
+	r = mustAck(t, e, ack(b.Messages[1], "completed"), ack(b.Messages[2], "dlq"))
+	if !r[1].Success || !r[1].DLQ || r[1].Error != "" {
+		t.Fatalf("dlq of m2 at the head: %+v", r[1])
+	}
+	if n := dlqRows(t, e, b.PartitionID); n != 1 {
+		t.Fatalf("%d dead letters, want m2 alone", n)
+	}
+	popExpect(t, e, q, 4, "m3", "m4")
+}
+
+// A failed ack with the budget spent is a dead-lettering too: at a message
+// below unacknowledged ones it files (or drops) nothing and the batch
+// redelivers; at the head it files.
+func TestSpentBudgetWaitsForTheHead(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configureRetryLimit(t, e, q, "0")
+	pushN(t, e, q, "p", 4)
+	b := popExpect(t, e, q, 3, "m0", "m1", "m2")
+	r := mustAck(t, e, ack(b.Messages[0], "completed"), ack(b.Messages[2], "failed"))
+	if !r[1].Success || r[1].DLQ || r[1].Dropped || !r[1].LeaseReleased || r[1].Error != errDeadLetterNotHead {
+		t.Fatalf("spent failure of m2 below unacknowledged m1: %+v", r[1])
+	}
+	if n := dlqRows(t, e, b.PartitionID); n != 0 {
+		t.Fatalf("m2 filed before m1 was acknowledged: %d dead letters", n)
+	}
+	b = popExpect(t, e, q, 3, "m1", "m2", "m3")
+	if r := mustAck(t, e, ack(b.Messages[0], "failed")); !r[0].DLQ {
+		t.Fatalf("spent failure of the head m1: %+v", r[0])
+	}
+	popExpect(t, e, q, 3, "m2", "m3")
+}
+
+// A transaction bundle's acks follow the same rule as a plain ack's.
+func TestBundleDeadLetteringWaitsForTheHead(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	pushN(t, e, q, "p", 3)
+	b := popExpect(t, e, q, 3, "m0", "m1", "m2")
+	res := ackInBundle(t, e, ack(b.Messages[1], "dlq"))
+	if !res[0].Success || res[0].DLQ {
+		t.Fatalf("bundle dlq of m1 below unacknowledged m0: %+v", res[0])
+	}
+	if n := dlqRows(t, e, b.PartitionID); n != 0 {
+		t.Fatalf("m1 filed before m0 was acknowledged: %d dead letters", n)
+	}
+	popExpect(t, e, q, 3, "m0", "m1", "m2")
+}
