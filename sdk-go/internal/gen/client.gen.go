@@ -545,13 +545,13 @@ type AckRequest struct {
 
 // AckResult defines model for AckResult.
 type AckResult struct {
-	// Dlq This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it).
+	// Dlq This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it), and when messages of the lease below it were left unacknowledged: nothing is filed, the lease is released and the batch redelivers from the first of them (only the head is dead-lettered).
 	Dlq bool `json:"dlq"`
 
 	// Dropped The poison message was dropped (dead-lettering disabled).
 	Dropped *bool `json:"dropped,omitempty"`
 
-	// Error Why it was not executed, else null.
+	// Error Why it was not executed, else null; with `success` true, why a `dlq` ack (or a `failed` one with the budget spent) filed nothing.
 	Error *string `json:"error"`
 
 	// Index Position in the request.
@@ -1772,7 +1772,7 @@ type QueueDetailOptions struct {
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
 	RetryDelay int `json:"retryDelay"`
 
-	// RetryLimit Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+	// RetryLimit Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3.
 	RetryLimit int `json:"retryLimit"`
 
 	// Task Task label.
@@ -1848,7 +1848,7 @@ type QueueOptions struct {
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
 	RetryDelay *int `json:"retryDelay,omitempty"`
 
-	// RetryLimit Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+	// RetryLimit Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3.
 	RetryLimit *int `json:"retryLimit,omitempty"`
 
 	// Ttl Seconds (echoed, not enforced). Default 3600.
@@ -1914,7 +1914,7 @@ type QueueOptionsResult struct {
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
 	RetryDelay int `json:"retryDelay"`
 
-	// RetryLimit Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+	// RetryLimit Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3.
 	RetryLimit int `json:"retryLimit"`
 
 	// Ttl Seconds (echoed, not enforced). Default 3600.
@@ -2298,7 +2298,7 @@ type TransactionOperationType string
 
 // TransactionOperationResult defines model for TransactionOperationResult.
 type TransactionOperationResult struct {
-	// Dlq Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds).
+	// Dlq Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds), or when messages of the lease below it were left unacknowledged (only the head is dead-lettered).
 	Dlq *bool `json:"dlq,omitempty"`
 
 	// Duplicate Push — duplicate within this bundle (first wins).

@@ -1175,11 +1175,11 @@ export interface components {
             transactionId: string;
             /** @description The instruction was executed (a processed nack is `true`). */
             success: boolean;
-            /** @description Why it was not executed, else null. */
+            /** @description Why it was not executed, else null; with `success` true, why a `dlq` ack (or a `failed` one with the budget spent) filed nothing. */
             error: string | null;
             /** @description The lease was released by this ack. */
             leaseReleased: boolean;
-            /** @description This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it). */
+            /** @description This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it), and when messages of the lease below it were left unacknowledged: nothing is filed, the lease is released and the batch redelivers from the first of them (only the head is dead-lettered). */
             dlq: boolean;
             /** @description Harmless duplicate completed ack at or below the cursor. */
             noop: boolean;
@@ -1295,7 +1295,7 @@ export interface components {
             duplicate?: boolean;
             /** @description Ack — error, else null (always present; push results carry null too). */
             error: string | null;
-            /** @description Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds). */
+            /** @description Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds), or when messages of the lease below it were left unacknowledged (only the head is dead-lettered). */
             dlq?: boolean;
         };
         TransactionResult: {
@@ -1345,7 +1345,7 @@ export interface components {
         QueueOptions: {
             /** @description Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues). */
             leaseTime?: number | null;
-            /** @description Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3. */
+            /** @description Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3. */
             retryLimit?: number | null;
             /** @description Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true. */
             deadLetterQueue?: boolean | null;
@@ -1394,7 +1394,7 @@ export interface components {
         QueueOptionsResult: {
             /** @description Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues). */
             leaseTime: number;
-            /** @description Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3. */
+            /** @description Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3. */
             retryLimit: number;
             /** @description Dead-letter exhausted messages (OR-ed with `dlqAfterMaxRetries`; both false = drop). Default true. */
             deadLetterQueue: boolean;

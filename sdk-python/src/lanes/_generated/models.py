@@ -96,7 +96,7 @@ class AckResult(BaseModel):
     """
     error: Annotated[str | None, Field(...)]
     """
-    Why it was not executed, else null.
+    Why it was not executed, else null; with `success` true, why a `dlq` ack (or a `failed` one with the budget spent) filed nothing.
     """
     lease_released: Annotated[bool, Field(alias="leaseReleased")]
     """
@@ -104,7 +104,7 @@ class AckResult(BaseModel):
     """
     dlq: bool
     """
-    This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it).
+    This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it), and when messages of the lease below it were left unacknowledged: nothing is filed, the lease is released and the batch redelivers from the first of them (only the head is dead-lettered).
     """
     noop: bool
     """
@@ -1819,7 +1819,7 @@ class QueueOptions(BaseModel):
     """
     retry_limit: Annotated[int | None, Field(alias="retryLimit", ge=0)] = None
     """
-    Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+    Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3.
     """
     dead_letter_queue: Annotated[bool | None, Field(alias="deadLetterQueue")] = None
     """
@@ -1919,7 +1919,7 @@ class QueueOptionsResult(BaseModel):
     """
     retry_limit: Annotated[int, Field(alias="retryLimit", ge=0)]
     """
-    Explicit `failed` acks allowed per (partition, group) before dead-lettering. Default 3.
+    Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3.
     """
     dead_letter_queue: Annotated[bool, Field(alias="deadLetterQueue")]
     """
@@ -2517,7 +2517,7 @@ class TransactionOperationResult(BaseModel):
     """
     dlq: bool | None = None
     """
-    Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds).
+    Ack — filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds), or when messages of the lease below it were left unacknowledged (only the head is dead-lettered).
     """
 
 
