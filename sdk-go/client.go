@@ -215,8 +215,8 @@ func autopilotFromEnv(v string) bool {
 	return true
 }
 
-// Close marks the client closed, flushes every client-side buffer (bounded by ctx) and ends
-// their background flushers. From then on buffer pushes answer ErrClientClosed; direct calls
+// Close marks the client closed, flushes every client-side buffer (bounded by ctx), ends
+// their background flushers and closes the idle connections of its transport. From then on buffer pushes answer ErrClientClosed; direct calls
 // (Push, Pop, Ack, Admin) keep working, since Close releases nothing they use. When ctx ends
 // first it returns *UnsentError; the items stay buffered and Close may be called again.
 func (c *Client) Close(ctx context.Context) error {
@@ -233,7 +233,18 @@ func (c *Client) Close(ctx context.Context) error {
 		b.refuse()
 		b.shutdown()
 	}
-	return c.FlushAll(ctx)
+	err := c.FlushAll(ctx)
+	c.closeIdleConnections()
+	return err
+}
+
+// closeIdleConnections ends the idle keep-alive connections of the client's transport, and
+// with them their goroutines; a later call dials anew. A WithHTTPClient client without a
+// Transport uses http.DefaultTransport, which the process shares, so it is left alone.
+func (c *Client) closeIdleConnections() {
+	if idle, ok := c.cfg.httpClient.Transport.(interface{ CloseIdleConnections() }); ok {
+		idle.CloseIdleConnections()
+	}
 }
 
 // Health calls GET /health and returns the broker's body.

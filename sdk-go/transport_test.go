@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -237,4 +238,23 @@ func TestNotIdempotentWriteRetriedAfterRefusedDial(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, *res.Applied)
 	require.Equal(t, 1, fb.count())
+}
+
+// idleCloser is a transport that records CloseIdleConnections.
+type idleCloser struct {
+	http.RoundTripper
+	closed atomic.Int64
+}
+
+func (i *idleCloser) CloseIdleConnections() { i.closed.Add(1) }
+
+// Client.Close closes the idle keep-alive connections of its transport (whose goroutines would
+// otherwise linger).
+func TestCloseClosesIdleConnections(t *testing.T) {
+	t.Parallel()
+	via := &idleCloser{RoundTripper: http.DefaultTransport}
+	c, err := New(WithURL("http://127.0.0.1:1"), WithHTTPClient(&http.Client{Transport: via}))
+	require.NoError(t, err)
+	require.NoError(t, c.Close(context.Background()))
+	require.EqualValues(t, 1, via.closed.Load())
 }
