@@ -3,7 +3,11 @@ package lanes_test
 import (
 	"context"
 	"errors"
+	"net/http"
+	"os"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -159,4 +163,131 @@ func TestITServerAutoAckIteratorLeftEarlyReportsDropped(t *testing.T) {
 	var drop *lanes.AutoAckDroppedError
 	require.True(t, errors.As(errs[0], &drop), "%v", errs[0])
 	require.Equal(t, 4, drop.Count)
+}
+
+// popsLeft pops (with a lease, so nothing is committed) until the queue answers empty and
+// returns how many messages it held.
+func popsLeft(t *testing.T, b bundle) int {
+	t.Helper()
+	n := 0
+	for {
+		msgs, err := b.c.Queue(b.queue).Wait(false).Batch(100).Partitions(16).Pop(b.ctx)
+		require.NoError(t, err)
+		if len(msgs) == 0 {
+			return n
+		}
+		n += len(msgs)
+	}
+}
+
+// Under server auto-ack the workers reserve Limit before they pop, so four workers on four
+// partitions pop exactly Limit messages between them: the handler gets 5 and the other 35 stay
+// queued (before, each worker popped the whole remainder at once and up to 15 were lost).
+func TestITServerAutoAckLimitSharedByWorkers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, p := range []string{"a", "b", "c", "d"} {
+		pushN(t, b, p, 10, "share")
+	}
+	var handled atomic.Int64
+	var log errorLog
+	err := b.c.Queue(b.queue).ServerAutoAck(true).Limit(5).Concurrency(4).Timeout(2*time.Second).OnError(log.add).
+		Run(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			handled.Add(1)
+			time.Sleep(20 * time.Millisecond)
+			return nil
+		})
+	require.NoError(t, err)
+	require.EqualValues(t, 5, handled.Load())
+	require.Empty(t, log.all())
+	require.Equal(t, 35, popsLeft(t, b), "only Limit messages were committed")
+}
+
+// popQueries records the query of every pop sent through it to the real broker.
+type popQueries struct {
+	mu      sync.Mutex
+	queries []string
+}
+
+func (p *popQueries) RoundTrip(r *http.Request) (*http.Response, error) {
+	if strings.Contains(r.URL.Path, "/pop/") {
+		p.mu.Lock()
+		p.queries = append(p.queries, r.URL.RawQuery)
+		p.mu.Unlock()
+	}
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+func (p *popQueries) batches() []string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	var out []string
+	for _, q := range p.queries {
+		for _, kv := range strings.Split(q, "&") {
+			if strings.HasPrefix(kv, "batch=") {
+				out = append(out, kv)
+			}
+		}
+	}
+	return out
+}
+
+// Under server auto-ack a pop asks for what is left of Limit only up to the batch it would take
+// anyway: Batch when set, the automatic 100 under autopilot, 1 with autopilot off. A Limit above
+// the broker's 10 000 no longer sends an invalid batch (a 400 that ended the consumer).
+func TestITServerAutoAckBatchCappedAtPopBatch(t *testing.T) {
+	t.Parallel()
+	cases := []struct {
+		name  string
+		build func(q lanes.QueueBuilder) lanes.QueueBuilder
+		batch string
+	}{
+		{"limit above the broker's bound", func(q lanes.QueueBuilder) lanes.QueueBuilder { return q.Limit(20000) }, "batch=100"},
+		{"limit above the automatic batch", func(q lanes.QueueBuilder) lanes.QueueBuilder { return q.Limit(500) }, "batch=100"},
+		{"limit below it", func(q lanes.QueueBuilder) lanes.QueueBuilder { return q.Limit(2) }, "batch=2"},
+		{"batch pinned", func(q lanes.QueueBuilder) lanes.QueueBuilder { return q.Batch(3).Limit(500) }, "batch=3"},
+		{"autopilot off", func(q lanes.QueueBuilder) lanes.QueueBuilder { return q.Autopilot(false).Limit(500) }, "batch=1"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			pushN(t, b, "a", 2, "cap")
+			rec := &popQueries{}
+			c, err := lanes.New(lanes.WithURL(os.Getenv("LANES_TEST_URL")), lanes.WithHTTPClient(&http.Client{Transport: rec}))
+			require.NoError(t, err)
+			var handled atomic.Int64
+			q := tc.build(c.Queue(b.queue).Wait(false).ServerAutoAck(true).IdleTimeout(time.Second))
+			require.NoError(t, q.Run(b.ctx, func(ctx context.Context, m *lanes.Message) error { handled.Add(1); return nil }))
+			require.EqualValues(t, 2, handled.Load())
+			batches := rec.batches()
+			require.NotEmpty(t, batches)
+			require.Equal(t, tc.batch, batches[0])
+		})
+	}
+}
+
+// Under server auto-ack a soft stop lets a long poll in flight answer instead of cutting it
+// (a cut pop may lose messages the broker committed): a message pushed after Stop began
+// reaches the handler, and Stop ends once it is handled.
+func TestITServerAutoAckSoftStopKeepsPopInFlight(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	var handled atomic.Int64
+	cons, err := b.c.Queue(b.queue).ServerAutoAck(true).Timeout(10*time.Second).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error { handled.Add(1); return nil })
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond) // the pop is parked on the empty queue
+	stopped := make(chan error, 1)
+	go func() { stopped <- cons.Stop(b.ctx) }()
+	time.Sleep(300 * time.Millisecond)
+	pushN(t, b, "a", 1, "late")
+	select {
+	case err := <-stopped:
+		require.NoError(t, err)
+	case <-time.After(8 * time.Second):
+		t.Fatal("Stop did not return once the pop in flight answered")
+	}
+	require.EqualValues(t, 1, handled.Load(), "the message the pop committed was handed over")
+	require.Zero(t, popsLeft(t, b))
 }

@@ -126,6 +126,7 @@ type Consumer struct {
 	done        chan struct{}
 	wg          sync.WaitGroup
 	delivered   atomic.Int64
+	budget      *limitBudget // under server auto-ack with a Limit: what is left to pop
 	lastMessage atomic.Int64 // unix ns: the last pop with messages, or the end of handling one
 	busy        atomic.Int64 // workers handling a pop (handlers, then acks)
 
@@ -147,6 +148,9 @@ func (q QueueBuilder) start(ctx context.Context, h Handler, bh BatchHandler) (*C
 	c.fetchCtx, c.stopFetch = context.WithCancel(c.workCtx)
 	c.ackCx = context.WithoutCancel(ctx)
 	c.lastMessage.Store(time.Now().UnixNano())
+	if q.committedOnDelivery() && c.opts.limit > 0 {
+		c.budget = newLimitBudget(c.opts.limit)
+	}
 	for i := 0; i < c.opts.concurrency; i++ {
 		c.wg.Add(1)
 		go c.worker()
@@ -198,14 +202,16 @@ func (c *Consumer) Err() error {
 
 // Stop is a soft stop: no more pops, handlers finish their current message, handled messages
 // are acked and the rest released. It returns ctx.Err() if ctx ends first (the stop goes on,
-// and Stop or StopAndCancel may be called again).
+// and Stop or StopAndCancel may be called again). Under ServerAutoAck(true) a pop in flight is
+// not cut (its messages may be committed already): the stop waits for its answer, at most the
+// long-poll Timeout, and hands its messages over.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.softStop()
 	return c.wait(ctx)
 }
 
 // StopAndCancel is a hard stop: Stop plus canceling every handler context with the cause
-// ErrConsumerStopped.
+// ErrConsumerStopped (and cutting pops in flight).
 func (c *Consumer) StopAndCancel(ctx context.Context) error {
 	c.softStop()
 	c.cancelWork(ErrConsumerStopped)
@@ -264,8 +270,11 @@ func (c *Consumer) limitReached() bool {
 func (c *Consumer) worker() {
 	defer c.wg.Done()
 	p := poller{q: c.q}
-	if c.q.committedOnDelivery() && c.opts.limit > 0 {
-		p.batchLeft = func() int { return int(c.opts.limit - c.delivered.Load()) }
+	if c.q.committedOnDelivery() {
+		p.popCtx = c.workCtx // only a hard stop cuts a pop whose messages the broker commits
+		if c.budget != nil {
+			p.reserve = c.budget.reserve
+		}
 	}
 	for {
 		if c.fetchCtx.Err() != nil {
@@ -282,6 +291,9 @@ func (c *Consumer) worker() {
 			return
 		}
 		if pr == nil {
+			if c.budget != nil && c.budget.spent() {
+				return // the whole Limit is popped; the workers holding it hand it over
+			}
 			continue // the checks above tell why
 		}
 		c.busy.Add(1)

@@ -66,7 +66,9 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 	it.lastMsg = time.Now()
 	p := poller{q: q}
 	if it.q.committedOnDelivery() && opts.limit > 0 {
-		p.batchLeft = func() int { return int(opts.limit - it.yielded) }
+		p.reserve = func(_ context.Context, want int) (int, func(int)) {
+			return min(want, int(opts.limit-it.yielded)), nil
+		}
 	}
 	idle := func() bool { return opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle }
 	for {

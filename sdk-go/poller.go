@@ -15,31 +15,42 @@ type poller struct {
 	errStreak int  // consecutive failed pops
 	fastEmpty int  // consecutive long polls answered empty well before their timeout
 	lastWait  *int // waitMs of the last autopilot echo
-	// batchLeft, when set, caps each pop's batch at what it returns (what is left of Limit for
-	// pops under server auto-ack, whose messages are committed on delivery); at 0 or less, next
-	// returns (nil, nil) without popping.
-	batchLeft func() int
+	// reserve, when set, caps each pop's batch: it gets the batch the pop would take and returns
+	// the batch to send (0 or less: do not pop, next returns (nil, nil)) and, when not nil, a
+	// function told how many messages the pop brought (0 when it failed). Under server auto-ack
+	// it keeps a consume loop's or iterator's pops within what is left of Limit.
+	reserve func(ctx context.Context, want int) (batch int, settle func(got int))
+	// popCtx, when set, carries the pops instead of next's ctx, which then only stops the loop
+	// between pops: under server auto-ack a pop cut short may lose messages the broker committed.
+	popCtx context.Context
 }
 
 // next pops until an answer holds messages and returns it. It returns (nil, nil) once ctx ends,
-// when stopOnEmpty (may be nil) is true after an empty answer, or when batchLeft leaves nothing,
+// when stopOnEmpty (may be nil) is true after an empty answer, or when reserve leaves nothing,
 // and (nil, err) for an error
 // that ends the loop (endsLoop).
 func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult, error) {
 	for ctx.Err() == nil {
 		q := p.q
-		if p.batchLeft != nil {
-			left := p.batchLeft()
-			if left <= 0 {
+		settle := func(int) {}
+		if p.reserve != nil {
+			batch, settled := p.reserve(ctx, q.popBatch())
+			if batch <= 0 {
 				return nil, nil
 			}
-			if q.batch == 0 || q.batch > left {
-				q.batch = left
+			q.batch = batch
+			if settled != nil {
+				settle = settled
 			}
 		}
+		popCtx := ctx
+		if p.popCtx != nil {
+			popCtx = p.popCtx
+		}
 		started := time.Now()
-		pr, err := q.PopResult(ctx)
+		pr, err := q.PopResult(popCtx)
 		if err != nil {
+			settle(0)
 			if ctx.Err() != nil {
 				return nil, nil //nolint:nilerr // a pop cut short by the end of ctx ends the loop quietly
 			}
@@ -51,6 +62,7 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 			p.errStreak++
 			continue
 		}
+		settle(len(pr.Messages))
 		p.errStreak = 0
 		if pr.Autopilot != nil {
 			p.lastWait = pr.Autopilot.WaitMs

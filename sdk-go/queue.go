@@ -88,6 +88,23 @@ func (q QueueBuilder) Partitions(n int) QueueBuilder { q.partitions = max(n, 0);
 // An explicit call outranks LANES_SDK_POP_AUTOPILOT.
 func (q QueueBuilder) Autopilot(on bool) QueueBuilder { q.autopilot = &on; return q }
 
+// autopilotBatch is the broker's automatic batch (decisions.md, "Pop autopilot"): what a pop
+// with autopilot engaged and no Batch takes.
+const autopilotBatch = 100
+
+// popBatch is the batch a pop of this builder takes: Batch when set, else the automatic batch
+// under autopilot, else 1.
+func (q QueueBuilder) popBatch() int {
+	switch {
+	case q.batch > 0:
+		return q.batch
+	case q.autopilotOn():
+		return autopilotBatch
+	default:
+		return 1
+	}
+}
+
 // Wait sets long polling (default true).
 func (q QueueBuilder) Wait(on bool) QueueBuilder { q.wait = on; return q }
 
@@ -103,11 +120,12 @@ func (q QueueBuilder) parks() bool { return q.wait && q.timeout.Milliseconds() >
 func (q QueueBuilder) LeaseSeconds(n int) QueueBuilder { q.leaseSeconds = n; return q }
 
 // ServerAutoAck asks the broker to commit on delivery (wire autoAck, at-most-once, no lease).
-// A consume loop or iterator then caps each pop's batch at what is left of Limit and hands every
-// popped message over, even after a soft stop or past Limit (nothing can release them); a hard
-// stop, a canceled context or an iterator left early reports the ones it dropped as a
-// *AutoAckDroppedError. With Concurrency above 1, workers popping at the same time each ask for
-// what is left, so the handler may see more than Limit rather than lose messages.
+// A consume loop or iterator then caps each pop's batch at what is left of Limit (workers
+// reserve it before popping, so with any Concurrency they pop no more than Limit between them)
+// and at the batch the pop would take anyway (Batch, else 100 under autopilot, else 1). It hands
+// every popped message over, even after a soft stop, which lets pops in flight answer rather
+// than cut them (nothing can release their messages); a hard stop, a canceled context or an
+// iterator left early reports the ones it dropped as a *AutoAckDroppedError.
 func (q QueueBuilder) ServerAutoAck(on bool) QueueBuilder { q.serverAutoAck = &on; return q }
 
 // committedOnDelivery: pops ask for server auto-ack (at-most-once), so the broker commits their
