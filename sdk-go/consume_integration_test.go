@@ -291,3 +291,44 @@ func TestITServerAutoAckSoftStopKeepsPopInFlight(t *testing.T) {
 	require.EqualValues(t, 1, handled.Load(), "the message the pop committed was handed over")
 	require.Zero(t, popsLeft(t, b))
 }
+
+// Stop and StopAndCancel called from inside a handler request the stop and return at once
+// (the end waits for that very handler): the consumer then ends with Err() nil.
+func TestITStopFromHandler(t *testing.T) {
+	t.Parallel()
+	for _, hard := range []bool{false, true} {
+		t.Run(map[bool]string{false: "soft", true: "hard"}[hard], func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			pushN(t, b, "a", 3, "self")
+			self := make(chan *lanes.Consumer, 1)
+			stopErr := make(chan error, 1)
+			var handled atomic.Int64
+			cons, err := b.c.Queue(b.queue).Wait(false).Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+				if handled.Add(1) > 1 {
+					return nil
+				}
+				c := <-self
+				stopCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				if hard {
+					stopErr <- c.StopAndCancel(stopCtx)
+				} else {
+					stopErr <- c.Stop(stopCtx)
+				}
+				return nil
+			})
+			require.NoError(t, err)
+			self <- cons
+			require.NoError(t, <-stopErr)
+			select {
+			case <-cons.Done():
+			case <-time.After(5 * time.Second):
+				t.Fatal("the consumer did not end")
+			}
+			require.NoError(t, cons.Err())
+			require.EqualValues(t, 1, handled.Load(), "nothing is handed over after the stop")
+			require.Equal(t, 2, popsLeft(t, b), "the handled message is acked, the rest released")
+		})
+	}
+}

@@ -1,10 +1,13 @@
 package lanes
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"runtime/debug"
+	"strconv"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -127,6 +130,7 @@ type Consumer struct {
 	wg          sync.WaitGroup
 	delivered   atomic.Int64
 	budget      *limitBudget // under server auto-ack with a Limit: what is left to pop
+	workerIDs   sync.Map     // goroutine ids of the workers, which run the handlers
 	lastMessage atomic.Int64 // unix ns: the last pop with messages, or the end of handling one
 	busy        atomic.Int64 // workers handling a pop (handlers, then acks)
 
@@ -204,27 +208,47 @@ func (c *Consumer) Err() error {
 // are acked and the rest released. It returns ctx.Err() if ctx ends first (the stop goes on,
 // and Stop or StopAndCancel may be called again). Under ServerAutoAck(true) a pop in flight is
 // not cut (its messages may be committed already): the stop waits for its answer, at most the
-// long-poll Timeout, and hands its messages over.
+// long-poll Timeout, and hands its messages over. Called from one of this consumer's handlers,
+// it only requests the stop and returns nil at once: the end waits for that handler.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.softStop()
 	return c.wait(ctx)
 }
 
 // StopAndCancel is a hard stop: Stop plus canceling every handler context with the cause
-// ErrConsumerStopped (and cutting pops in flight).
+// ErrConsumerStopped (and cutting pops in flight). Called from one of this consumer's handlers,
+// it returns nil at once, as Stop does.
 func (c *Consumer) StopAndCancel(ctx context.Context) error {
 	c.softStop()
 	c.cancelWork(ErrConsumerStopped)
 	return c.wait(ctx)
 }
 
+// wait waits for the end of the consumer, except on a worker's goroutine (a handler or OnError
+// calling Stop), whose own return the end waits for.
 func (c *Consumer) wait(ctx context.Context) error {
+	if _, inWorker := c.workerIDs.Load(goroutineID()); inWorker {
+		return nil
+	}
 	select {
 	case <-c.done:
 		return nil
 	case <-ctx.Done():
 		return ctx.Err()
 	}
+}
+
+// goroutineID is the id of the calling goroutine, read from the first line of its stack
+// ("goroutine 42 [running]:"); Go exposes it nowhere else.
+func goroutineID() uint64 {
+	var buf [64]byte
+	line := buf[:runtime.Stack(buf[:], false)]
+	line = bytes.TrimPrefix(line, []byte("goroutine "))
+	if i := bytes.IndexByte(line, ' '); i >= 0 {
+		line = line[:i]
+	}
+	id, _ := strconv.ParseUint(string(line), 10, 64)
+	return id
 }
 
 func (c *Consumer) softStop() {
@@ -269,6 +293,9 @@ func (c *Consumer) limitReached() bool {
 
 func (c *Consumer) worker() {
 	defer c.wg.Done()
+	id := goroutineID()
+	c.workerIDs.Store(id, struct{}{})
+	defer c.workerIDs.Delete(id)
 	p := poller{q: c.q}
 	if c.q.committedOnDelivery() {
 		p.popCtx = c.workCtx // only a hard stop cuts a pop whose messages the broker commits
