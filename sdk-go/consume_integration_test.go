@@ -332,3 +332,35 @@ func TestITStopFromHandler(t *testing.T) {
 		})
 	}
 }
+
+// Pop, Consume and Messages refuse a queue or partition named "." or ".." (which URL clients
+// turn into another route, answered 404 no_such_route) with *InvalidNameError, sending nothing.
+func TestITPopRefusesDotNames(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	via := &countingTransport{}
+	c, err := lanes.New(lanes.WithURL(os.Getenv("LANES_TEST_URL")), lanes.WithHTTPClient(&http.Client{Transport: via}))
+	require.NoError(t, err)
+	for _, tc := range []struct {
+		field string
+		q     lanes.QueueBuilder
+	}{
+		{"queue", c.Queue(".")},
+		{"queue", c.Queue("..")},
+		{"partition", c.Queue(b.queue).Partition(".")},
+		{"partition", c.Queue(b.queue).Partition("..")},
+		{"partition", c.Queue(b.queue).Partition("")},
+	} {
+		q := tc.q.Wait(false)
+		var bad *lanes.InvalidNameError
+		_, err := q.Pop(b.ctx)
+		require.ErrorAs(t, err, &bad)
+		require.Equal(t, tc.field, bad.Field)
+		_, err = q.Consume(b.ctx, func(context.Context, *lanes.Message) error { return nil })
+		require.ErrorAs(t, err, &bad)
+		for _, err := range q.Messages(b.ctx) {
+			require.ErrorAs(t, err, &bad)
+		}
+	}
+	require.Zero(t, via.requests.Load(), "nothing was sent")
+}

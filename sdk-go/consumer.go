@@ -144,6 +144,9 @@ func (q QueueBuilder) start(ctx context.Context, h Handler, bh BatchHandler) (*C
 	if q.queue == "" && q.namespace == "" && q.task == "" {
 		return nil, errors.New("lanes: consume needs a queue, or a namespace/task")
 	}
+	if err := q.checkPopNames(); err != nil {
+		return nil, err
+	}
 	if q.consume.concurrency < 1 || q.consume.concurrency > 10000 {
 		return nil, fmt.Errorf("lanes: concurrency %d out of 1..10000", q.consume.concurrency)
 	}

@@ -345,9 +345,10 @@ func (e *HandlerPanicError) Error() string {
 	return fmt.Sprintf("lanes: handler panicked: %v", e.Value)
 }
 
-// InvalidNameError is what Buffer.Push answers when the buffer's queue or partition name is
-// one the broker refuses (empty, "." or "..", a NUL byte, invalid UTF-8, over 512 bytes):
-// nothing is buffered, since every item would only be dropped.
+// InvalidNameError is what Buffer.Push, Pop, Consume and Messages answer when the queue or
+// partition name is one the broker refuses (empty, "." or "..", a NUL byte, invalid UTF-8, over
+// 512 bytes), before anything is sent: nothing is buffered, since every item would only be
+// dropped, and no pop goes out.
 type InvalidNameError struct {
 	// Field is "queue" or "partition".
 	Field  string

@@ -38,6 +38,10 @@ func (q QueueBuilder) Messages(ctx context.Context) iter.Seq2[*Message, error] {
 			yield(nil, errors.New("lanes: Messages needs a queue, or a namespace/task"))
 			return
 		}
+		if err := q.checkPopNames(); err != nil {
+			yield(nil, err)
+			return
+		}
 		it := &msgIter{q: q, ackCtx: context.WithoutCancel(ctx)}
 		defer it.leave(yield)
 		it.run(ctx, yield)

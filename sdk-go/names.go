@@ -12,11 +12,30 @@ const maxNameBytes = 512
 // checkPushNames applies the broker's name rule to a push target, so a buffer can refuse a
 // name before it holds items the broker would refuse. An empty partition means "Default".
 func checkPushNames(queue, partition string) error {
+	return checkNames(queue, partition, false)
+}
+
+// checkPopNames applies the broker's name rule to a pop target, so a pop, consume loop or
+// iterator refuses a name before sending ("." and ".." would reach another route, answered
+// 404 no_such_route). A discovery builder (no queue) names nothing.
+func (q QueueBuilder) checkPopNames() error {
+	if q.queue == "" {
+		return nil
+	}
+	return checkNames(q.queue, q.partition, q.hasPartition)
+}
+
+// checkNames is the broker's name rule for a queue and a partition; an empty partition is
+// refused only when the route names one.
+func checkNames(queue, partition string, partitionNamed bool) error {
 	if strings.TrimSpace(queue) == "" {
 		return &InvalidNameError{Field: "queue", Name: queue, Reason: "must be a non-empty string"}
 	}
 	if reason := nameProblem(queue); reason != "" {
 		return &InvalidNameError{Field: "queue", Name: queue, Reason: reason}
+	}
+	if partition == "" && partitionNamed {
+		return &InvalidNameError{Field: "partition", Name: partition, Reason: "must be a non-empty string"}
 	}
 	if partition == "" {
 		return nil

@@ -326,6 +326,9 @@ func (q QueueBuilder) PopResult(ctx context.Context) (*PopResult, error) {
 	if q.queue == "" && q.namespace == "" && q.task == "" {
 		return nil, fmt.Errorf("lanes: pop needs a queue, or a namespace/task for discovery")
 	}
+	if err := q.checkPopNames(); err != nil {
+		return nil, err
+	}
 	query := q.popQuery()
 	flags := reqFlags{longPoll: q.wait}
 	if q.wait {
