@@ -165,19 +165,19 @@ type SubscriptionUpdate struct {
 }
 
 // UpdateSubscription moves the instant from which the group's partitions that
-// are not seeded yet start, on every queue of the group. Existing cursors do
-// not move (seek does that). A group subscribed with "all" becomes a
-// timestamp subscription, since it now has a start instant.
+// are not seeded yet start, on every queue of the group and every discovery
+// scope it subscribed to (for the queues it has not met there yet). Existing
+// cursors do not move (seek does that). A group subscribed with "all" becomes
+// a timestamp subscription, since it now has a start instant.
 func (e *Engine) UpdateSubscription(ctx context.Context, group string, ts time.Time) (SubscriptionUpdate, error) {
-	var out SubscriptionUpdate
-	tag, err := e.pool.Exec(ctx, `UPDATE lanes.consumer_groups SET subscription_timestamp = $2,
+	const moved = `SET subscription_timestamp = $2,
 			subscription_mode = CASE WHEN subscription_mode = 'all' THEN 'timestamp' ELSE subscription_mode END
-		WHERE consumer_group = $1`, group, ts)
-	if err != nil {
-		return out, err
-	}
-	out.RowsUpdated = int(tag.RowsAffected())
-	return out, nil
+		WHERE consumer_group = $1 RETURNING 1`
+	var out SubscriptionUpdate
+	err := e.pool.QueryRow(ctx, `WITH queues AS (UPDATE lanes.consumer_groups `+moved+`),
+			scopes AS (UPDATE lanes.discovery_subscriptions `+moved+`)
+		SELECT (SELECT count(*) FROM queues) + (SELECT count(*) FROM scopes)`, group, ts).Scan(&out.RowsUpdated)
+	return out, err
 }
 
 // GroupDeletion reports what a group delete removed.
@@ -188,8 +188,9 @@ type GroupDeletion struct {
 
 // DeleteGroup deletes the group's cursors (on queue, or on every queue when
 // queue is ""), so its next pop seeds them again. With deleteMetadata the
-// stored subscription goes too and the next pop subscribes afresh; without
-// it the subscription is kept and only re-seeding is forced.
+// stored subscription goes too (for every queue: its discovery scopes' as
+// well) and the next pop subscribes afresh; without it the subscription is
+// kept and only re-seeding is forced.
 func (e *Engine) DeleteGroup(ctx context.Context, group, queue string, deleteMetadata bool) (GroupDeletion, error) {
 	var out GroupDeletion
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
@@ -209,8 +210,19 @@ func (e *Engine) DeleteGroup(ctx context.Context, group, queue string, deleteMet
 		if deleteMetadata {
 			tag, err := tx.Exec(ctx, `DELETE FROM lanes.consumer_groups g USING lanes.queues q
 				WHERE q.id = g.queue_id AND g.consumer_group = $1 AND ($2 = '' OR q.name = $2)`, group, queue)
-			out.MetadataDeleted = err == nil && tag.RowsAffected() > 0
-			return err
+			if err != nil {
+				return err
+			}
+			out.MetadataDeleted = tag.RowsAffected() > 0
+			if queue == "" {
+				// Else a discovery pop would register the scope's queues from the old subscription.
+				tag, err := tx.Exec(ctx, `DELETE FROM lanes.discovery_subscriptions WHERE consumer_group = $1`, group)
+				if err != nil {
+					return err
+				}
+				out.MetadataDeleted = out.MetadataDeleted || tag.RowsAffected() > 0
+			}
+			return nil
 		}
 		_, err := tx.Exec(ctx, `UPDATE lanes.consumer_groups g SET seeded_version = -1, claim_floor = '0', claim_epoch = claim_epoch + 1
 			FROM lanes.queues q WHERE q.id = g.queue_id AND g.consumer_group = $1 AND ($2 = '' OR q.name = $2)`, group, queue)

@@ -308,6 +308,60 @@ func subscriptionStart(req *PopRequest, now time.Time) (mode string, ts time.Tim
 	return req.SubscriptionMode, now
 }
 
+// subscription is where a group starts: a mode and its instant.
+type subscription struct {
+	mode      string
+	timestamp time.Time
+}
+
+// subscribesToScope says whether a pop is a named group's discovery pop, whose
+// start on the queues of its scope is the scope's stored subscription. Queue
+// mode always reads everything, so it stores none.
+func subscribesToScope(req *PopRequest) bool {
+	return req.Queue == "" && req.Group != QueueModeGroup
+}
+
+// queueScopeSubscription adds to b the group's subscription to the pop's
+// discovery scope, starting at this pop, unless the group has one.
+func queueScopeSubscription(b *pgx.Batch, req *PopRequest, now time.Time) {
+	mode, ts := subscriptionStart(req, now)
+	b.Queue(`INSERT INTO lanes.discovery_subscriptions (consumer_group, namespace, task, subscription_mode, subscription_timestamp)
+		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, req.Group, req.Namespace, req.Task, mode, ts)
+}
+
+// subscribeScope returns the group's subscription to the pop's discovery
+// scope, stored first if this is the group's first discovery pop of it. A queue
+// the group meets in the scope starts there, not at the pop that meets it: a
+// queue created after the group subscribed then delivers all it was pushed.
+func subscribeScope(ctx context.Context, tx *connTx, req *PopRequest, now time.Time) (*subscription, error) {
+	var s subscription
+	b := &pgx.Batch{}
+	queueScopeSubscription(b, req, now)
+	b.Queue(`SELECT subscription_mode, subscription_timestamp FROM lanes.discovery_subscriptions
+		WHERE consumer_group = $1 AND namespace = $2 AND task = $3`, req.Group, req.Namespace, req.Task).
+		QueryRow(func(row pgx.Row) error { return row.Scan(&s.mode, &s.timestamp) })
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	return &s, nil
+}
+
+// subscribeEmptyScope stores the group's subscription to a discovery scope
+// holding no queue yet and commits. The commit waits for the WAL flush only
+// when the subscription was written: a transaction that wrote nothing has
+// nothing to flush, so a parked pop's re-checks of an empty scope stay cheap.
+func subscribeEmptyScope(ctx context.Context, tx *connTx, req *PopRequest, now time.Time) error {
+	b := &pgx.Batch{}
+	queueScopeSubscription(b, req, now)
+	b.Queue(syncCommitOn)
+	b.Queue("COMMIT")
+	if err := tx.SendBatch(ctx, b).Close(); err != nil {
+		return err
+	}
+	tx.open = false
+	return nil
+}
+
 type popQueue struct {
 	id               uuid.UUID
 	partitionVersion int64
@@ -501,10 +555,16 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 			}
 		}
 		if len(queues) == 0 {
+			if subscribesToScope(req) {
+				// The group subscribes to the scope before any queue is in it,
+				// as a queue pop names its queue into existence.
+				return &PopResult{ConsumerGroup: req.Group}, subscribeEmptyScope(ctx, tx, req, now)
+			}
 			return &PopResult{ConsumerGroup: req.Group}, tx.Commit(ctx)
 		}
 	}
 	durable := req.AutoAck
+	var scope *subscription // the discovery scope's, read when a queue first needs it
 	for _, q := range queues {
 		if !durable && (!q.registered || q.seededVersion < q.partitionVersion) {
 			// A group's registration and its seeded cursors decide where it
@@ -517,6 +577,14 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 		}
 		if !q.registered {
 			mode, ts := subscriptionStart(req, now)
+			if subscribesToScope(req) {
+				if scope == nil {
+					if scope, err = subscribeScope(ctx, tx, req, now); err != nil {
+						return nil, err
+					}
+				}
+				mode, ts = scope.mode, scope.timestamp
+			}
 			if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
 				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, req.Group, q.id, mode, ts); err != nil {
 				return nil, err
