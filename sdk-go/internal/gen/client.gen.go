@@ -3037,8 +3037,10 @@ type ClientInterface interface {
 
 	// DeleteConsumerGroup Delete a consumer group
 	//
-	// Deletes the group's cursors on every queue (the next pop re-seeds them). Answers `200`
-	// with a body. Required role: admin.
+	// Deletes the group's cursors on every queue (the next pop re-seeds them). With
+	// `deleteMetadata` (the default) its stored subscriptions go too, those of its discovery
+	// scopes included, so its next pop subscribes afresh. Answers `200` with a body. Required
+	// role: admin.
 	//
 	// Corresponds with DELETE /api/v1/consumer-groups/{group} (the `DeleteConsumerGroup` operationId).
 	DeleteConsumerGroup(ctx context.Context, group GroupPath, params *DeleteConsumerGroupParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3104,7 +3106,9 @@ type ClientInterface interface {
 	// UpdateConsumerGroupSubscriptionWithBody Change where untouched partitions start
 	//
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
-	// on every queue of the group. Existing cursors do not move (use seek for that).
+	// on every queue of the group and every discovery scope it subscribed to (for the queues it
+	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+	// for that).
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3114,7 +3118,9 @@ type ClientInterface interface {
 	// UpdateConsumerGroupSubscription Change where untouched partitions start
 	//
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
-	// on every queue of the group. Existing cursors do not move (use seek for that).
+	// on every queue of the group and every discovery scope it subscribed to (for the queues it
+	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+	// for that).
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3281,8 +3287,10 @@ type ClientInterface interface {
 	//
 	// Discovery pop across every queue whose `namespace` and/or `task` equal the given values
 	// (exact match). At least one of `namespace`, `task` is required, else `400`. The response
-	// `queue` is `""`; map each message's `partitionId` to its queue. Required role:
-	// read-write or admin.
+	// `queue` is `""`; map each message's `partitionId` to its queue. A named group's first
+	// discovery pop of a (`namespace`, `task`) scope stores where the group starts on it (its
+	// `subscriptionMode`/`subscriptionFrom`), even when no queue is in it yet: `new` skips the backlog of the queues there at that moment, and a queue created in
+	// the scope afterwards delivers everything pushed to it. Required role: read-write or admin.
 	//
 	// Corresponds with GET /api/v1/pop (the `PopDiscover` operationId).
 	PopDiscover(ctx context.Context, params *PopDiscoverParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3727,8 +3735,10 @@ func (c *Client) ListLaggingConsumerGroups(ctx context.Context, params *ListLagg
 
 // DeleteConsumerGroup Delete a consumer group
 //
-// Deletes the group's cursors on every queue (the next pop re-seeds them). Answers `200`
-// with a body. Required role: admin.
+// Deletes the group's cursors on every queue (the next pop re-seeds them). With
+// `deleteMetadata` (the default) its stored subscriptions go too, those of its discovery
+// scopes included, so its next pop subscribes afresh. Answers `200` with a body. Required
+// role: admin.
 //
 // Corresponds with DELETE /api/v1/consumer-groups/{group} (the `DeleteConsumerGroup` operationId).
 func (c *Client) DeleteConsumerGroup(ctx context.Context, group GroupPath, params *DeleteConsumerGroupParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3864,7 +3874,9 @@ func (c *Client) SeekQueue(ctx context.Context, group GroupPath, queue QueuePath
 // UpdateConsumerGroupSubscriptionWithBody Change where untouched partitions start
 //
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
-// on every queue of the group. Existing cursors do not move (use seek for that).
+// on every queue of the group and every discovery scope it subscribed to (for the queues it
+// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+// for that).
 //
 // Takes any type of body and a specified content type.
 //
@@ -3884,7 +3896,9 @@ func (c *Client) UpdateConsumerGroupSubscriptionWithBody(ctx context.Context, gr
 // UpdateConsumerGroupSubscription Change where untouched partitions start
 //
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
-// on every queue of the group. Existing cursors do not move (use seek for that).
+// on every queue of the group and every discovery scope it subscribed to (for the queues it
+// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+// for that).
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4221,8 +4235,10 @@ func (c *Client) RetryMessage(ctx context.Context, partitionId PartitionIdPath, 
 //
 // Discovery pop across every queue whose `namespace` and/or `task` equal the given values
 // (exact match). At least one of `namespace`, `task` is required, else `400`. The response
-// `queue` is `""`; map each message's `partitionId` to its queue. Required role:
-// read-write or admin.
+// `queue` is `""`; map each message's `partitionId` to its queue. A named group's first
+// discovery pop of a (`namespace`, `task`) scope stores where the group starts on it (its
+// `subscriptionMode`/`subscriptionFrom`), even when no queue is in it yet: `new` skips the backlog of the queues there at that moment, and a queue created in
+// the scope afterwards delivers everything pushed to it. Required role: read-write or admin.
 //
 // Corresponds with GET /api/v1/pop (the `PopDiscover` operationId).
 func (c *Client) PopDiscover(ctx context.Context, params *PopDiscoverParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8033,8 +8049,10 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteConsumerGroupWithResponse Delete a consumer group
 	//
-	// Deletes the group's cursors on every queue (the next pop re-seeds them). Answers `200`
-	// with a body. Required role: admin.
+	// Deletes the group's cursors on every queue (the next pop re-seeds them). With
+	// `deleteMetadata` (the default) its stored subscriptions go too, those of its discovery
+	// scopes included, so its next pop subscribes afresh. Answers `200` with a body. Required
+	// role: admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8106,7 +8124,9 @@ type ClientWithResponsesInterface interface {
 	// UpdateConsumerGroupSubscriptionWithBodyWithResponse Change where untouched partitions start
 	//
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
-	// on every queue of the group. Existing cursors do not move (use seek for that).
+	// on every queue of the group and every discovery scope it subscribed to (for the queues it
+	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+	// for that).
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8116,7 +8136,9 @@ type ClientWithResponsesInterface interface {
 	// UpdateConsumerGroupSubscriptionWithResponse Change where untouched partitions start
 	//
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
-	// on every queue of the group. Existing cursors do not move (use seek for that).
+	// on every queue of the group and every discovery scope it subscribed to (for the queues it
+	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+	// for that).
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8299,8 +8321,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// Discovery pop across every queue whose `namespace` and/or `task` equal the given values
 	// (exact match). At least one of `namespace`, `task` is required, else `400`. The response
-	// `queue` is `""`; map each message's `partitionId` to its queue. Required role:
-	// read-write or admin.
+	// `queue` is `""`; map each message's `partitionId` to its queue. A named group's first
+	// discovery pop of a (`namespace`, `task`) scope stores where the group starts on it (its
+	// `subscriptionMode`/`subscriptionFrom`), even when no queue is in it yet: `new` skips the backlog of the queues there at that moment, and a queue created in
+	// the scope afterwards delivers everything pushed to it. Required role: read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13150,8 +13174,10 @@ func (c *ClientWithResponses) ListLaggingConsumerGroupsWithResponse(ctx context.
 
 // DeleteConsumerGroupWithResponse Delete a consumer group
 //
-// Deletes the group's cursors on every queue (the next pop re-seeds them). Answers `200`
-// with a body. Required role: admin.
+// Deletes the group's cursors on every queue (the next pop re-seeds them). With
+// `deleteMetadata` (the default) its stored subscriptions go too, those of its discovery
+// scopes included, so its next pop subscribes afresh. Answers `200` with a body. Required
+// role: admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13265,7 +13291,9 @@ func (c *ClientWithResponses) SeekQueueWithResponse(ctx context.Context, group G
 // UpdateConsumerGroupSubscriptionWithBodyWithResponse Change where untouched partitions start
 //
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
-// on every queue of the group. Existing cursors do not move (use seek for that).
+// on every queue of the group and every discovery scope it subscribed to (for the queues it
+// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+// for that).
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13281,7 +13309,9 @@ func (c *ClientWithResponses) UpdateConsumerGroupSubscriptionWithBodyWithRespons
 // UpdateConsumerGroupSubscriptionWithResponse Change where untouched partitions start
 //
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
-// on every queue of the group. Existing cursors do not move (use seek for that).
+// on every queue of the group and every discovery scope it subscribed to (for the queues it
+// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+// for that).
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13566,8 +13596,10 @@ func (c *ClientWithResponses) RetryMessageWithResponse(ctx context.Context, part
 //
 // Discovery pop across every queue whose `namespace` and/or `task` equal the given values
 // (exact match). At least one of `namespace`, `task` is required, else `400`. The response
-// `queue` is `""`; map each message's `partitionId` to its queue. Required role:
-// read-write or admin.
+// `queue` is `""`; map each message's `partitionId` to its queue. A named group's first
+// discovery pop of a (`namespace`, `task`) scope stores where the group starts on it (its
+// `subscriptionMode`/`subscriptionFrom`), even when no queue is in it yet: `new` skips the backlog of the queues there at that moment, and a queue created in
+// the scope afterwards delivers everything pushed to it. Required role: read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -87,8 +87,10 @@ export interface paths {
          * Pop across queues by namespace and task
          * @description Discovery pop across every queue whose `namespace` and/or `task` equal the given values
          *     (exact match). At least one of `namespace`, `task` is required, else `400`. The response
-         *     `queue` is `""`; map each message's `partitionId` to its queue. Required role:
-         *     read-write or admin.
+         *     `queue` is `""`; map each message's `partitionId` to its queue. A named group's first
+         *     discovery pop of a (`namespace`, `task`) scope stores where the group starts on it (its
+         *     `subscriptionMode`/`subscriptionFrom`), even when no queue is in it yet: `new` skips the backlog of the queues there at that moment, and a queue created in
+         *     the scope afterwards delivers everything pushed to it. Required role: read-write or admin.
          *
          */
         get: operations["popDiscover"];
@@ -525,8 +527,10 @@ export interface paths {
         post?: never;
         /**
          * Delete a consumer group
-         * @description Deletes the group's cursors on every queue (the next pop re-seeds them). Answers `200`
-         *     with a body. Required role: admin.
+         * @description Deletes the group's cursors on every queue (the next pop re-seeds them). With
+         *     `deleteMetadata` (the default) its stored subscriptions go too, those of its discovery
+         *     scopes included, so its next pop subscribes afresh. Answers `200` with a body. Required
+         *     role: admin.
          *
          */
         delete: operations["deleteConsumerGroup"];
@@ -567,7 +571,9 @@ export interface paths {
         /**
          * Change where untouched partitions start
          * @description Sets the subscription timestamp used to seed partitions this group has not touched yet,
-         *     on every queue of the group. Existing cursors do not move (use seek for that).
+         *     on every queue of the group and every discovery scope it subscribed to (for the queues it
+         *     has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
+         *     for that).
          *
          */
         post: operations["updateConsumerGroupSubscription"];
