@@ -1218,10 +1218,12 @@ type MessageDetail struct {
 	Id             string          `json:"id"`
 	IsEncrypted    bool            `json:"isEncrypted"`
 	LeaseExpiresAt *time.Time      `json:"leaseExpiresAt"`
-	Mode           MessageListMode `json:"mode"`
-	Namespace      string          `json:"namespace"`
-	Partition      string          `json:"partition"`
-	PartitionId    string          `json:"partitionId"`
+
+	// Mode How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet).
+	Mode        MessageListMode `json:"mode"`
+	Namespace   string          `json:"namespace"`
+	Partition   string          `json:"partition"`
+	PartitionId string          `json:"partitionId"`
 
 	// Payload Same as `data`.
 	Payload     json.RawMessage `json:"payload"`
@@ -1246,7 +1248,9 @@ type MessageDetail struct {
 // MessageList defines model for MessageList.
 type MessageList struct {
 	Messages []MessageListItem `json:"messages"`
-	Mode     MessageListMode   `json:"mode"`
+
+	// Mode How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet).
+	Mode MessageListMode `json:"mode"`
 
 	// Total Length of this page.
 	Total int `json:"total"`
@@ -1288,7 +1292,7 @@ type MessageListItem struct {
 // MessageListItemStatus defines model for MessageListItem.Status.
 type MessageListItemStatus string
 
-// MessageListMode defines model for MessageListMode.
+// MessageListMode How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet).
 type MessageListMode struct {
 	BusGroupsCount int                 `json:"busGroupsCount"`
 	HasQueueMode   bool                `json:"hasQueueMode"`

@@ -1572,6 +1572,7 @@ export interface components {
             /** @description Length of this page. */
             total: number;
         };
+        /** @description How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet). */
         MessageListMode: {
             hasQueueMode: boolean;
             busGroupsCount: number;
@@ -1648,7 +1649,6 @@ export interface components {
             /** Format: date-time */
             leaseExpiresAt: string | null;
             consumerGroups: components["schemas"]["MessageConsumerGroup"][];
-            /** @description How the message's partition is consumed (queue mode, named groups, both, or none yet). */
             mode: components["schemas"]["MessageListMode"];
             /** @description Queue options (partial). */
             queueConfig: {

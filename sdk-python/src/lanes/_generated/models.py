@@ -1171,9 +1171,6 @@ class MessageDetail(BaseModel):
     lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")]
     consumer_groups: Annotated[list[MessageConsumerGroup], Field(alias="consumerGroups")]
     mode: MessageListMode
-    """
-    How the message's partition is consumed (queue mode, named groups, both, or none yet).
-    """
     queue_config: Annotated[QueueConfig, Field(alias="queueConfig")]
     """
     Queue options (partial).
@@ -1232,6 +1229,10 @@ class MessageListItem(BaseModel):
 
 
 class MessageListMode(BaseModel):
+    """
+    How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet).
+    """
+
     model_config = ConfigDict(
         populate_by_name=True,
     )
