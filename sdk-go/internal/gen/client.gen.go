@@ -3029,12 +3029,16 @@ type ClientInterface interface {
 
 	// ListConsumerGroups List consumer groups
 	//
-	// One row per (group, queue).
+	// One row per (group, queue). Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
 	ListConsumerGroups(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLaggingConsumerGroups List lagging consumer partitions
+	//
+	// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
+	// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
+	// reference broker sends them. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups/lagging (the `ListLaggingConsumerGroups` operationId).
 	ListLaggingConsumerGroups(ctx context.Context, params *ListLaggingConsumerGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3052,13 +3056,14 @@ type ClientInterface interface {
 	// GetConsumerGroup Get a consumer group
 	//
 	// Object keyed by queue name; `{}` when the group is unknown.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
 	GetConsumerGroup(ctx context.Context, group GroupPath, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteConsumerGroupQueue Delete a consumer group on one queue
 	//
-	// Deletes the group's cursors on one queue. Required role admin.
+	// Deletes the group's cursors on one queue. Required role: admin.
 	//
 	// Corresponds with DELETE /api/v1/consumer-groups/{group}/queues/{queue} (the `DeleteConsumerGroupQueue` operationId).
 	DeleteConsumerGroupQueue(ctx context.Context, group GroupPath, queue QueuePath, params *DeleteConsumerGroupQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3066,7 +3071,7 @@ type ClientInterface interface {
 	// SeekPartitionWithBody Seek a group on one partition
 	//
 	// Same as queue seek for one partition, except that no body, or a body with neither field
-	// (`{}`), means `toEnd:true`.
+	// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3076,7 +3081,7 @@ type ClientInterface interface {
 	// SeekPartition Seek a group on one partition
 	//
 	// Same as queue seek for one partition, except that no body, or a body with neither field
-	// (`{}`), means `toEnd:true`.
+	// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3089,6 +3094,7 @@ type ClientInterface interface {
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
 	// leases and resets retry state. One of the two is required: no body, `{}` or
 	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+	// Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3101,6 +3107,7 @@ type ClientInterface interface {
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
 	// leases and resets retry state. One of the two is required: no body, `{}` or
 	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+	// Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3112,7 +3119,7 @@ type ClientInterface interface {
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
 	// on every queue of the group and every discovery scope it subscribed to (for the queues it
 	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-	// for that).
+	// for that). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3124,7 +3131,7 @@ type ClientInterface interface {
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
 	// on every queue of the group and every discovery scope it subscribed to (for the queues it
 	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-	// for that).
+	// for that). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3133,14 +3140,14 @@ type ClientInterface interface {
 
 	// PurgeDlq Purge dead letters
 	//
-	// Deletes every DLQ row of a queue (optionally one group). Required role admin.
+	// Deletes every DLQ row of a queue (optionally one group). Required role: admin.
 	//
 	// Corresponds with DELETE /api/v1/dlq (the `PurgeDlq` operationId).
 	PurgeDlq(ctx context.Context, params *PurgeDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListDlq List dead letters
 	//
-	// Dead-letter rows, newest `failedAt` first.
+	// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/dlq (the `ListDlq` operationId).
 	ListDlq(ctx context.Context, params *ListDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3175,6 +3182,7 @@ type ClientInterface interface {
 	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 	// written, the failing op's result carries its `reason`, and every other result is
 	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+	// Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3189,6 +3197,7 @@ type ClientInterface interface {
 	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 	// written, the failing op's result carries its `reason`, and every other result is
 	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+	// Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3198,7 +3207,7 @@ type ClientInterface interface {
 	// KvDelete Delete a key
 	//
 	// Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
-	// client meant as a condition cannot delete silently.
+	// client meant as a condition cannot delete silently. Required role: read-write or admin.
 	//
 	// Corresponds with DELETE /api/v1/kv/{ns}/{key} (the `KvDelete` operationId).
 	KvDelete(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3206,6 +3215,7 @@ type ClientInterface interface {
 	// KvGet Get a key
 	//
 	// A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/kv/{ns}/{key} (the `KvGet` operationId).
 	KvGet(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3214,7 +3224,7 @@ type ClientInterface interface {
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-	// accepted (`400 kv_bad_request`).
+	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3225,7 +3235,7 @@ type ClientInterface interface {
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-	// accepted (`400 kv_bad_request`).
+	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3259,6 +3269,7 @@ type ClientInterface interface {
 	// ListMessages List messages
 	//
 	// Messages whose transaction index entry still exists, newest first, with derived status.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
 	ListMessages(ctx context.Context, params *ListMessagesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3273,7 +3284,8 @@ type ClientInterface interface {
 
 	// GetMessage Get one message
 	//
-	// A message is addressed by partition id plus transaction id. `404` when unknown or removed by retention.
+	// A message is addressed by partition id plus transaction id. `404` when unknown or removed by
+	// retention. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/messages/{partitionId}/{transactionId} (the `GetMessage` operationId).
 	GetMessage(ctx context.Context, partitionId PartitionIdPath, transactionId TransactionIdPath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3343,6 +3355,7 @@ type ClientInterface interface {
 	// ListKvKeysWithBody List KV keys
 	//
 	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Required role: read-only, read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3352,6 +3365,7 @@ type ClientInterface interface {
 	// ListKvKeys List KV keys
 	//
 	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Required role: read-only, read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3360,20 +3374,32 @@ type ClientInterface interface {
 
 	// ListKvNamespaces List KV namespaces
 	//
+	// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+	//
 	// Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
 	ListKvNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListNamespaces List namespaces
+	//
+	// One row per namespace that queues are configured with, with its queue, partition and message
+	// counters. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
 	ListNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOverview System overview counters
 	//
+	// System-wide counters: queues, partitions, namespaces, tasks, and messages by status.
+	// Required role: read-only, read-write or admin.
+	//
 	// Corresponds with GET /api/v1/resources/overview (the `GetOverview` operationId).
 	GetOverview(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListQueues List queues
+	//
+	// Queues with their partition and message counters, filtered by `namespace` and `task` and
+	// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues (the `ListQueues` operationId).
 	ListQueues(ctx context.Context, params *ListQueuesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3392,6 +3418,7 @@ type ClientInterface interface {
 	// GetQueue Get queue detail
 	//
 	// Queue detail with its options (21 keys, including namespace and task) and partitions.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
 	GetQueue(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3399,11 +3426,15 @@ type ClientInterface interface {
 	// GetQueueDepth Get queue depth
 	//
 	// Pending messages per partition for one group (watermark arithmetic, cheap).
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues/{queue}/depth (the `GetQueueDepth` operationId).
 	GetQueueDepth(ctx context.Context, queue QueuePath, params *GetQueueDepthParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListTasks List tasks
+	//
+	// One row per task that queues are configured with, with its queue, partition and message
+	// counters. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
 	ListTasks(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3412,22 +3443,34 @@ type ClientInterface interface {
 	//
 	// `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
 	// both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
-	// (`400 bad_request`).
+	// (`400 bad_request`). Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/status (the `GetStatus` operationId).
 	GetStatus(ctx context.Context, params *GetStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetBufferStatus Disk spool state
 	//
+	// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
+	// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+	// (`dbHealthy`). Required role: read-only, read-write or admin.
+	//
 	// Corresponds with GET /api/v1/status/buffers (the `GetBufferStatus` operationId).
 	GetBufferStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListQueueStatus Queue status list
 	//
+	// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
+	// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+	// nothing. Required role: read-only, read-write or admin.
+	//
 	// Corresponds with GET /api/v1/status/queues (the `ListQueueStatus` operationId).
 	ListQueueStatus(ctx context.Context, params *ListQueueStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetQueueStatus Live status of one queue
+	//
+	// Live message counters of one queue and, with `includePartitions=true`, each partition's
+	// counters, cursor and oldest and newest retained message. `404` when the queue does not
+	// exist. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/status/queues/{queue} (the `GetQueueStatus` operationId).
 	GetQueueStatus(ctx context.Context, queue QueuePath, params *GetQueueStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3435,11 +3478,20 @@ type ClientInterface interface {
 	// GetPushMaintenance Get push maintenance mode
 	//
 	// When enabled every push is diverted to the disk spool (`buffered`) and the drain pauses.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/system/maintenance (the `GetPushMaintenance` operationId).
 	GetPushMaintenance(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetPushMaintenanceWithBody Set push maintenance mode
+	//
+	// Turns push maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every push goes to the disk spool and answers `buffered`
+	// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+	// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+	// without pushes commits); dead-letter replays and retries answer `503` with
+	// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+	// Required role: admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3448,6 +3500,14 @@ type ClientInterface interface {
 
 	// SetPushMaintenance Set push maintenance mode
 	//
+	// Turns push maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every push goes to the disk spool and answers `buffered`
+	// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+	// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+	// without pushes commits); dead-letter replays and retries answer `503` with
+	// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+	// Required role: admin.
+	//
 	// Takes a body of the `application/json` content type.
 	//
 	// Corresponds with POST /api/v1/system/maintenance (the `SetPushMaintenance` operationId).
@@ -3455,12 +3515,16 @@ type ClientInterface interface {
 
 	// GetPopMaintenance Get pop maintenance mode
 	//
-	// When enabled every pop answers a bare `204`.
+	// When enabled every pop answers a bare `204`. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/system/maintenance/pop (the `GetPopMaintenance` operationId).
 	GetPopMaintenance(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetPopMaintenanceWithBody Set pop maintenance mode
+	//
+	// Turns pop maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+	// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3468,6 +3532,10 @@ type ClientInterface interface {
 	SetPopMaintenanceWithBody(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// SetPopMaintenance Set pop maintenance mode
+	//
+	// Turns pop maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+	// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -3499,6 +3567,7 @@ type ClientInterface interface {
 	// ListTimers List timers of a queue
 	//
 	// Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/timers/{queue} (the `ListTimers` operationId).
 	ListTimers(ctx context.Context, queue QueuePath, params *ListTimersParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3506,13 +3575,14 @@ type ClientInterface interface {
 	// CancelTimer Cancel a timer
 	//
 	// Never quota-blocked. `status:"absent"` may mean it already fired.
+	// Required role: read-write or admin.
 	//
 	// Corresponds with DELETE /api/v1/timers/{queue}/{timerKey} (the `CancelTimer` operationId).
 	CancelTimer(ctx context.Context, queue QueuePath, timerKey string, params *CancelTimerParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetTimer Get a timer
 	//
-	// A miss answers `200` with `found:false`.
+	// A miss answers `200` with `found:false`. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/timers/{queue}/{timerKey} (the `GetTimer` operationId).
 	GetTimer(ctx context.Context, queue QueuePath, timerKey string, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3547,15 +3617,21 @@ type ClientInterface interface {
 
 	// GetHealth Readiness (database round-trip)
 	//
-	// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+	// `503` when the database is unreachable or the schema is not applied yet; use for
 	// readiness, not liveness (a broker without its database still spools pushes). The round
 	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 	// with requests does not make the broker unhealthy.
+	// Required role: none (public, no token needed even with auth on).
 	//
 	// Corresponds with GET /health (the `GetHealth` operationId).
 	GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetMetrics Process metrics (JSON)
+	//
+	// JSON snapshot of this broker process, not the cluster: request and message rates, retention,
+	// lag, parked pops, pool, memory, CPU, maintenance switches and, when the broker runs them,
+	// admission, body budget and spool. For scraping use `/metrics/prometheus`.
+	// Required role: none (public, no token needed even with auth on).
 	//
 	// Corresponds with GET /metrics (the `GetMetrics` operationId).
 	GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3563,11 +3639,16 @@ type ClientInterface interface {
 	// GetPrometheusMetrics Prometheus metrics
 	//
 	// Prometheus text exposition format 0.0.4.
+	// Required role: none (public, no token needed even with auth on).
 	//
 	// Corresponds with GET /metrics/prometheus (the `GetPrometheusMetrics` operationId).
 	GetPrometheusMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetLiveness Liveness (no database)
+	//
+	// Answers `200` while the process runs, without touching the database: use it for liveness (a
+	// broker without its database still spools pushes) and `/health` for readiness.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /status (the `GetLiveness` operationId).
 	GetLiveness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3707,7 +3788,7 @@ func (c *Client) Configure(ctx context.Context, body ConfigureJSONRequestBody, r
 
 // ListConsumerGroups List consumer groups
 //
-// One row per (group, queue).
+// One row per (group, queue). Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
 func (c *Client) ListConsumerGroups(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3723,6 +3804,10 @@ func (c *Client) ListConsumerGroups(ctx context.Context, reqEditors ...RequestEd
 }
 
 // ListLaggingConsumerGroups List lagging consumer partitions
+//
+// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
+// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
+// reference broker sends them. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups/lagging (the `ListLaggingConsumerGroups` operationId).
 func (c *Client) ListLaggingConsumerGroups(ctx context.Context, params *ListLaggingConsumerGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3760,6 +3845,7 @@ func (c *Client) DeleteConsumerGroup(ctx context.Context, group GroupPath, param
 // GetConsumerGroup Get a consumer group
 //
 // Object keyed by queue name; `{}` when the group is unknown.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
 func (c *Client) GetConsumerGroup(ctx context.Context, group GroupPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3776,7 +3862,7 @@ func (c *Client) GetConsumerGroup(ctx context.Context, group GroupPath, reqEdito
 
 // DeleteConsumerGroupQueue Delete a consumer group on one queue
 //
-// Deletes the group's cursors on one queue. Required role admin.
+// Deletes the group's cursors on one queue. Required role: admin.
 //
 // Corresponds with DELETE /api/v1/consumer-groups/{group}/queues/{queue} (the `DeleteConsumerGroupQueue` operationId).
 func (c *Client) DeleteConsumerGroupQueue(ctx context.Context, group GroupPath, queue QueuePath, params *DeleteConsumerGroupQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3794,7 +3880,7 @@ func (c *Client) DeleteConsumerGroupQueue(ctx context.Context, group GroupPath, 
 // SeekPartitionWithBody Seek a group on one partition
 //
 // Same as queue seek for one partition, except that no body, or a body with neither field
-// (`{}`), means `toEnd:true`.
+// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3814,7 +3900,7 @@ func (c *Client) SeekPartitionWithBody(ctx context.Context, group GroupPath, que
 // SeekPartition Seek a group on one partition
 //
 // Same as queue seek for one partition, except that no body, or a body with neither field
-// (`{}`), means `toEnd:true`.
+// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3837,6 +3923,7 @@ func (c *Client) SeekPartition(ctx context.Context, group GroupPath, queue Queue
 // the first segment created at or after `timestamp` (segment-granular). Releases live
 // leases and resets retry state. One of the two is required: no body, `{}` or
 // `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+// Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3859,6 +3946,7 @@ func (c *Client) SeekQueueWithBody(ctx context.Context, group GroupPath, queue Q
 // the first segment created at or after `timestamp` (segment-granular). Releases live
 // leases and resets retry state. One of the two is required: no body, `{}` or
 // `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+// Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3880,7 +3968,7 @@ func (c *Client) SeekQueue(ctx context.Context, group GroupPath, queue QueuePath
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
 // on every queue of the group and every discovery scope it subscribed to (for the queues it
 // has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-// for that).
+// for that). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -3902,7 +3990,7 @@ func (c *Client) UpdateConsumerGroupSubscriptionWithBody(ctx context.Context, gr
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
 // on every queue of the group and every discovery scope it subscribed to (for the queues it
 // has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-// for that).
+// for that). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -3921,7 +4009,7 @@ func (c *Client) UpdateConsumerGroupSubscription(ctx context.Context, group Grou
 
 // PurgeDlq Purge dead letters
 //
-// Deletes every DLQ row of a queue (optionally one group). Required role admin.
+// Deletes every DLQ row of a queue (optionally one group). Required role: admin.
 //
 // Corresponds with DELETE /api/v1/dlq (the `PurgeDlq` operationId).
 func (c *Client) PurgeDlq(ctx context.Context, params *PurgeDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -3938,7 +4026,7 @@ func (c *Client) PurgeDlq(ctx context.Context, params *PurgeDlqParams, reqEditor
 
 // ListDlq List dead letters
 //
-// Dead-letter rows, newest `failedAt` first.
+// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/dlq (the `ListDlq` operationId).
 func (c *Client) ListDlq(ctx context.Context, params *ListDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4003,6 +4091,7 @@ func (c *Client) ReplayDlq(ctx context.Context, id string, body ReplayDlqJSONReq
 // `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 // written, the failing op's result carries its `reason`, and every other result is
 // marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+// Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4027,6 +4116,7 @@ func (c *Client) KvBatchWithBody(ctx context.Context, contentType string, body i
 // `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 // written, the failing op's result carries its `reason`, and every other result is
 // marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+// Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4046,7 +4136,7 @@ func (c *Client) KvBatch(ctx context.Context, body KvBatchJSONRequestBody, reqEd
 // KvDelete Delete a key
 //
 // Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
-// client meant as a condition cannot delete silently.
+// client meant as a condition cannot delete silently. Required role: read-write or admin.
 //
 // Corresponds with DELETE /api/v1/kv/{ns}/{key} (the `KvDelete` operationId).
 func (c *Client) KvDelete(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4064,6 +4154,7 @@ func (c *Client) KvDelete(ctx context.Context, ns string, key string, reqEditors
 // KvGet Get a key
 //
 // A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/kv/{ns}/{key} (the `KvGet` operationId).
 func (c *Client) KvGet(ctx context.Context, ns string, key string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4082,7 +4173,7 @@ func (c *Client) KvGet(ctx context.Context, ns string, key string, reqEditors ..
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 // is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-// accepted (`400 kv_bad_request`).
+// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4103,7 +4194,7 @@ func (c *Client) KvPutWithBody(ctx context.Context, ns string, key string, conte
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 // is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-// accepted (`400 kv_bad_request`).
+// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4167,6 +4258,7 @@ func (c *Client) ExtendLease(ctx context.Context, leaseId string, body ExtendLea
 // ListMessages List messages
 //
 // Messages whose transaction index entry still exists, newest first, with derived status.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
 func (c *Client) ListMessages(ctx context.Context, params *ListMessagesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4201,7 +4293,8 @@ func (c *Client) DeleteMessage(ctx context.Context, partitionId PartitionIdPath,
 
 // GetMessage Get one message
 //
-// A message is addressed by partition id plus transaction id. `404` when unknown or removed by retention.
+// A message is addressed by partition id plus transaction id. `404` when unknown or removed by
+// retention. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/messages/{partitionId}/{transactionId} (the `GetMessage` operationId).
 func (c *Client) GetMessage(ctx context.Context, partitionId PartitionIdPath, transactionId TransactionIdPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4341,6 +4434,7 @@ func (c *Client) Push(ctx context.Context, body PushJSONRequestBody, reqEditors 
 // ListKvKeysWithBody List KV keys
 //
 // Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Required role: read-only, read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4360,6 +4454,7 @@ func (c *Client) ListKvKeysWithBody(ctx context.Context, contentType string, bod
 // ListKvKeys List KV keys
 //
 // Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Required role: read-only, read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4378,6 +4473,8 @@ func (c *Client) ListKvKeys(ctx context.Context, body ListKvKeysJSONRequestBody,
 
 // ListKvNamespaces List KV namespaces
 //
+// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+//
 // Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
 func (c *Client) ListKvNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListKvNamespacesRequest(c.Server)
@@ -4392,6 +4489,9 @@ func (c *Client) ListKvNamespaces(ctx context.Context, reqEditors ...RequestEdit
 }
 
 // ListNamespaces List namespaces
+//
+// One row per namespace that queues are configured with, with its queue, partition and message
+// counters. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
 func (c *Client) ListNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4408,6 +4508,9 @@ func (c *Client) ListNamespaces(ctx context.Context, reqEditors ...RequestEditor
 
 // GetOverview System overview counters
 //
+// System-wide counters: queues, partitions, namespaces, tasks, and messages by status.
+// Required role: read-only, read-write or admin.
+//
 // Corresponds with GET /api/v1/resources/overview (the `GetOverview` operationId).
 func (c *Client) GetOverview(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetOverviewRequest(c.Server)
@@ -4422,6 +4525,10 @@ func (c *Client) GetOverview(ctx context.Context, reqEditors ...RequestEditorFn)
 }
 
 // ListQueues List queues
+//
+// Queues with their partition and message counters, filtered by `namespace` and `task` and
+// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/queues (the `ListQueues` operationId).
 func (c *Client) ListQueues(ctx context.Context, params *ListQueuesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4460,6 +4567,7 @@ func (c *Client) DeleteQueue(ctx context.Context, queue QueuePath, reqEditors ..
 // GetQueue Get queue detail
 //
 // Queue detail with its options (21 keys, including namespace and task) and partitions.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
 func (c *Client) GetQueue(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4477,6 +4585,7 @@ func (c *Client) GetQueue(ctx context.Context, queue QueuePath, reqEditors ...Re
 // GetQueueDepth Get queue depth
 //
 // Pending messages per partition for one group (watermark arithmetic, cheap).
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/queues/{queue}/depth (the `GetQueueDepth` operationId).
 func (c *Client) GetQueueDepth(ctx context.Context, queue QueuePath, params *GetQueueDepthParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4492,6 +4601,9 @@ func (c *Client) GetQueueDepth(ctx context.Context, queue QueuePath, params *Get
 }
 
 // ListTasks List tasks
+//
+// One row per task that queues are configured with, with its queue, partition and message
+// counters. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
 func (c *Client) ListTasks(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4510,7 +4622,7 @@ func (c *Client) ListTasks(ctx context.Context, reqEditors ...RequestEditorFn) (
 //
 // `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
 // both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
-// (`400 bad_request`).
+// (`400 bad_request`). Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/status (the `GetStatus` operationId).
 func (c *Client) GetStatus(ctx context.Context, params *GetStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4527,6 +4639,10 @@ func (c *Client) GetStatus(ctx context.Context, params *GetStatusParams, reqEdit
 
 // GetBufferStatus Disk spool state
 //
+// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
+// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+// (`dbHealthy`). Required role: read-only, read-write or admin.
+//
 // Corresponds with GET /api/v1/status/buffers (the `GetBufferStatus` operationId).
 func (c *Client) GetBufferStatus(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewGetBufferStatusRequest(c.Server)
@@ -4542,6 +4658,10 @@ func (c *Client) GetBufferStatus(ctx context.Context, reqEditors ...RequestEdito
 
 // ListQueueStatus Queue status list
 //
+// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
+// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+// nothing. Required role: read-only, read-write or admin.
+//
 // Corresponds with GET /api/v1/status/queues (the `ListQueueStatus` operationId).
 func (c *Client) ListQueueStatus(ctx context.Context, params *ListQueueStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
 	req, err := NewListQueueStatusRequest(c.Server, params)
@@ -4556,6 +4676,10 @@ func (c *Client) ListQueueStatus(ctx context.Context, params *ListQueueStatusPar
 }
 
 // GetQueueStatus Live status of one queue
+//
+// Live message counters of one queue and, with `includePartitions=true`, each partition's
+// counters, cursor and oldest and newest retained message. `404` when the queue does not
+// exist. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/status/queues/{queue} (the `GetQueueStatus` operationId).
 func (c *Client) GetQueueStatus(ctx context.Context, queue QueuePath, params *GetQueueStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4573,6 +4697,7 @@ func (c *Client) GetQueueStatus(ctx context.Context, queue QueuePath, params *Ge
 // GetPushMaintenance Get push maintenance mode
 //
 // When enabled every push is diverted to the disk spool (`buffered`) and the drain pauses.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/system/maintenance (the `GetPushMaintenance` operationId).
 func (c *Client) GetPushMaintenance(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4588,6 +4713,14 @@ func (c *Client) GetPushMaintenance(ctx context.Context, reqEditors ...RequestEd
 }
 
 // SetPushMaintenanceWithBody Set push maintenance mode
+//
+// Turns push maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every push goes to the disk spool and answers `buffered`
+// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+// without pushes commits); dead-letter replays and retries answer `503` with
+// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+// Required role: admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4606,6 +4739,14 @@ func (c *Client) SetPushMaintenanceWithBody(ctx context.Context, contentType str
 
 // SetPushMaintenance Set push maintenance mode
 //
+// Turns push maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every push goes to the disk spool and answers `buffered`
+// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+// without pushes commits); dead-letter replays and retries answer `503` with
+// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+// Required role: admin.
+//
 // Takes a body of the `application/json` content type.
 //
 // Corresponds with POST /api/v1/system/maintenance (the `SetPushMaintenance` operationId).
@@ -4623,7 +4764,7 @@ func (c *Client) SetPushMaintenance(ctx context.Context, body SetPushMaintenance
 
 // GetPopMaintenance Get pop maintenance mode
 //
-// When enabled every pop answers a bare `204`.
+// When enabled every pop answers a bare `204`. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/system/maintenance/pop (the `GetPopMaintenance` operationId).
 func (c *Client) GetPopMaintenance(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4639,6 +4780,10 @@ func (c *Client) GetPopMaintenance(ctx context.Context, reqEditors ...RequestEdi
 }
 
 // SetPopMaintenanceWithBody Set pop maintenance mode
+//
+// Turns pop maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4656,6 +4801,10 @@ func (c *Client) SetPopMaintenanceWithBody(ctx context.Context, contentType stri
 }
 
 // SetPopMaintenance Set pop maintenance mode
+//
+// Turns pop maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -4717,6 +4866,7 @@ func (c *Client) ScheduleTimers(ctx context.Context, body ScheduleTimersJSONRequ
 // ListTimers List timers of a queue
 //
 // Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/timers/{queue} (the `ListTimers` operationId).
 func (c *Client) ListTimers(ctx context.Context, queue QueuePath, params *ListTimersParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4734,6 +4884,7 @@ func (c *Client) ListTimers(ctx context.Context, queue QueuePath, params *ListTi
 // CancelTimer Cancel a timer
 //
 // Never quota-blocked. `status:"absent"` may mean it already fired.
+// Required role: read-write or admin.
 //
 // Corresponds with DELETE /api/v1/timers/{queue}/{timerKey} (the `CancelTimer` operationId).
 func (c *Client) CancelTimer(ctx context.Context, queue QueuePath, timerKey string, params *CancelTimerParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4750,7 +4901,7 @@ func (c *Client) CancelTimer(ctx context.Context, queue QueuePath, timerKey stri
 
 // GetTimer Get a timer
 //
-// A miss answers `200` with `found:false`.
+// A miss answers `200` with `found:false`. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/timers/{queue}/{timerKey} (the `GetTimer` operationId).
 func (c *Client) GetTimer(ctx context.Context, queue QueuePath, timerKey string, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4815,10 +4966,11 @@ func (c *Client) Transaction(ctx context.Context, body TransactionJSONRequestBod
 
 // GetHealth Readiness (database round-trip)
 //
-// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+// `503` when the database is unreachable or the schema is not applied yet; use for
 // readiness, not liveness (a broker without its database still spools pushes). The round
 // trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 // with requests does not make the broker unhealthy.
+// Required role: none (public, no token needed even with auth on).
 //
 // Corresponds with GET /health (the `GetHealth` operationId).
 func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4834,6 +4986,11 @@ func (c *Client) GetHealth(ctx context.Context, reqEditors ...RequestEditorFn) (
 }
 
 // GetMetrics Process metrics (JSON)
+//
+// JSON snapshot of this broker process, not the cluster: request and message rates, retention,
+// lag, parked pops, pool, memory, CPU, maintenance switches and, when the broker runs them,
+// admission, body budget and spool. For scraping use `/metrics/prometheus`.
+// Required role: none (public, no token needed even with auth on).
 //
 // Corresponds with GET /metrics (the `GetMetrics` operationId).
 func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4851,6 +5008,7 @@ func (c *Client) GetMetrics(ctx context.Context, reqEditors ...RequestEditorFn) 
 // GetPrometheusMetrics Prometheus metrics
 //
 // Prometheus text exposition format 0.0.4.
+// Required role: none (public, no token needed even with auth on).
 //
 // Corresponds with GET /metrics/prometheus (the `GetPrometheusMetrics` operationId).
 func (c *Client) GetPrometheusMetrics(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4866,6 +5024,10 @@ func (c *Client) GetPrometheusMetrics(ctx context.Context, reqEditors ...Request
 }
 
 // GetLiveness Liveness (no database)
+//
+// Answers `200` while the process runs, without touching the database: use it for liveness (a
+// broker without its database still spools pushes) and `/health` for readiness.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /status (the `GetLiveness` operationId).
 func (c *Client) GetLiveness(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -8037,7 +8199,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListConsumerGroupsWithResponse List consumer groups
 	//
-	// One row per (group, queue).
+	// One row per (group, queue). Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8045,6 +8207,10 @@ type ClientWithResponsesInterface interface {
 	ListConsumerGroupsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListConsumerGroupsResponse, error)
 
 	// ListLaggingConsumerGroupsWithResponse List lagging consumer partitions
+	//
+	// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
+	// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
+	// reference broker sends them. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8066,6 +8232,7 @@ type ClientWithResponsesInterface interface {
 	// GetConsumerGroupWithResponse Get a consumer group
 	//
 	// Object keyed by queue name; `{}` when the group is unknown.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8074,7 +8241,7 @@ type ClientWithResponsesInterface interface {
 
 	// DeleteConsumerGroupQueueWithResponse Delete a consumer group on one queue
 	//
-	// Deletes the group's cursors on one queue. Required role admin.
+	// Deletes the group's cursors on one queue. Required role: admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8084,7 +8251,7 @@ type ClientWithResponsesInterface interface {
 	// SeekPartitionWithBodyWithResponse Seek a group on one partition
 	//
 	// Same as queue seek for one partition, except that no body, or a body with neither field
-	// (`{}`), means `toEnd:true`.
+	// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8094,7 +8261,7 @@ type ClientWithResponsesInterface interface {
 	// SeekPartitionWithResponse Seek a group on one partition
 	//
 	// Same as queue seek for one partition, except that no body, or a body with neither field
-	// (`{}`), means `toEnd:true`.
+	// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8107,6 +8274,7 @@ type ClientWithResponsesInterface interface {
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
 	// leases and resets retry state. One of the two is required: no body, `{}` or
 	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+	// Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8119,6 +8287,7 @@ type ClientWithResponsesInterface interface {
 	// the first segment created at or after `timestamp` (segment-granular). Releases live
 	// leases and resets retry state. One of the two is required: no body, `{}` or
 	// `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+	// Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8130,7 +8299,7 @@ type ClientWithResponsesInterface interface {
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
 	// on every queue of the group and every discovery scope it subscribed to (for the queues it
 	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-	// for that).
+	// for that). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8142,7 +8311,7 @@ type ClientWithResponsesInterface interface {
 	// Sets the subscription timestamp used to seed partitions this group has not touched yet,
 	// on every queue of the group and every discovery scope it subscribed to (for the queues it
 	// has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-	// for that).
+	// for that). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8151,7 +8320,7 @@ type ClientWithResponsesInterface interface {
 
 	// PurgeDlqWithResponse Purge dead letters
 	//
-	// Deletes every DLQ row of a queue (optionally one group). Required role admin.
+	// Deletes every DLQ row of a queue (optionally one group). Required role: admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8160,7 +8329,7 @@ type ClientWithResponsesInterface interface {
 
 	// ListDlqWithResponse List dead letters
 	//
-	// Dead-letter rows, newest `failedAt` first.
+	// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8197,6 +8366,7 @@ type ClientWithResponsesInterface interface {
 	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 	// written, the failing op's result carries its `reason`, and every other result is
 	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+	// Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8211,6 +8381,7 @@ type ClientWithResponsesInterface interface {
 	// `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 	// written, the failing op's result carries its `reason`, and every other result is
 	// marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+	// Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8220,7 +8391,7 @@ type ClientWithResponsesInterface interface {
 	// KvDeleteWithResponse Delete a key
 	//
 	// Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
-	// client meant as a condition cannot delete silently.
+	// client meant as a condition cannot delete silently. Required role: read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8230,6 +8401,7 @@ type ClientWithResponsesInterface interface {
 	// KvGetWithResponse Get a key
 	//
 	// A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8240,7 +8412,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-	// accepted (`400 kv_bad_request`).
+	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8251,7 +8423,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-	// accepted (`400 kv_bad_request`).
+	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8285,6 +8457,7 @@ type ClientWithResponsesInterface interface {
 	// ListMessagesWithResponse List messages
 	//
 	// Messages whose transaction index entry still exists, newest first, with derived status.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8303,7 +8476,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetMessageWithResponse Get one message
 	//
-	// A message is addressed by partition id plus transaction id. `404` when unknown or removed by retention.
+	// A message is addressed by partition id plus transaction id. `404` when unknown or removed by
+	// retention. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8383,6 +8557,7 @@ type ClientWithResponsesInterface interface {
 	// ListKvKeysWithBodyWithResponse List KV keys
 	//
 	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Required role: read-only, read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8392,6 +8567,7 @@ type ClientWithResponsesInterface interface {
 	// ListKvKeysWithResponse List KV keys
 	//
 	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Required role: read-only, read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8400,12 +8576,17 @@ type ClientWithResponsesInterface interface {
 
 	// ListKvNamespacesWithResponse List KV namespaces
 	//
+	// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
 	ListKvNamespacesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListKvNamespacesResponse, error)
 
 	// ListNamespacesWithResponse List namespaces
+	//
+	// One row per namespace that queues are configured with, with its queue, partition and message
+	// counters. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8414,12 +8595,19 @@ type ClientWithResponsesInterface interface {
 
 	// GetOverviewWithResponse System overview counters
 	//
+	// System-wide counters: queues, partitions, namespaces, tasks, and messages by status.
+	// Required role: read-only, read-write or admin.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/resources/overview (the `GetOverview` operationId).
 	GetOverviewWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetOverviewResponse, error)
 
 	// ListQueuesWithResponse List queues
+	//
+	// Queues with their partition and message counters, filtered by `namespace` and `task` and
+	// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8442,6 +8630,7 @@ type ClientWithResponsesInterface interface {
 	// GetQueueWithResponse Get queue detail
 	//
 	// Queue detail with its options (21 keys, including namespace and task) and partitions.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8451,6 +8640,7 @@ type ClientWithResponsesInterface interface {
 	// GetQueueDepthWithResponse Get queue depth
 	//
 	// Pending messages per partition for one group (watermark arithmetic, cheap).
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8458,6 +8648,9 @@ type ClientWithResponsesInterface interface {
 	GetQueueDepthWithResponse(ctx context.Context, queue QueuePath, params *GetQueueDepthParams, reqEditors ...RequestEditorFn) (*GetQueueDepthResponse, error)
 
 	// ListTasksWithResponse List tasks
+	//
+	// One row per task that queues are configured with, with its queue, partition and message
+	// counters. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8468,7 +8661,7 @@ type ClientWithResponsesInterface interface {
 	//
 	// `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
 	// both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
-	// (`400 bad_request`).
+	// (`400 bad_request`). Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8477,6 +8670,10 @@ type ClientWithResponsesInterface interface {
 
 	// GetBufferStatusWithResponse Disk spool state
 	//
+	// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
+	// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+	// (`dbHealthy`). Required role: read-only, read-write or admin.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/status/buffers (the `GetBufferStatus` operationId).
@@ -8484,12 +8681,20 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueueStatusWithResponse Queue status list
 	//
+	// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
+	// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+	// nothing. Required role: read-only, read-write or admin.
+	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/status/queues (the `ListQueueStatus` operationId).
 	ListQueueStatusWithResponse(ctx context.Context, params *ListQueueStatusParams, reqEditors ...RequestEditorFn) (*ListQueueStatusResponse, error)
 
 	// GetQueueStatusWithResponse Live status of one queue
+	//
+	// Live message counters of one queue and, with `includePartitions=true`, each partition's
+	// counters, cursor and oldest and newest retained message. `404` when the queue does not
+	// exist. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8499,6 +8704,7 @@ type ClientWithResponsesInterface interface {
 	// GetPushMaintenanceWithResponse Get push maintenance mode
 	//
 	// When enabled every push is diverted to the disk spool (`buffered`) and the drain pauses.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8507,12 +8713,28 @@ type ClientWithResponsesInterface interface {
 
 	// SetPushMaintenanceWithBodyWithResponse Set push maintenance mode
 	//
+	// Turns push maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every push goes to the disk spool and answers `buffered`
+	// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+	// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+	// without pushes commits); dead-letter replays and retries answer `503` with
+	// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+	// Required role: admin.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/system/maintenance (the `SetPushMaintenance` operationId).
 	SetPushMaintenanceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetPushMaintenanceResponse, error)
 
 	// SetPushMaintenanceWithResponse Set push maintenance mode
+	//
+	// Turns push maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every push goes to the disk spool and answers `buffered`
+	// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+	// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+	// without pushes commits); dead-letter replays and retries answer `503` with
+	// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+	// Required role: admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8521,7 +8743,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetPopMaintenanceWithResponse Get pop maintenance mode
 	//
-	// When enabled every pop answers a bare `204`.
+	// When enabled every pop answers a bare `204`. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8530,12 +8752,20 @@ type ClientWithResponsesInterface interface {
 
 	// SetPopMaintenanceWithBodyWithResponse Set pop maintenance mode
 	//
+	// Turns pop maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+	// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
+	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with POST /api/v1/system/maintenance/pop (the `SetPopMaintenance` operationId).
 	SetPopMaintenanceWithBodyWithResponse(ctx context.Context, contentType string, body io.Reader, reqEditors ...RequestEditorFn) (*SetPopMaintenanceResponse, error)
 
 	// SetPopMaintenanceWithResponse Set pop maintenance mode
+	//
+	// Turns pop maintenance on or off for every broker on the database (each follows within about
+	// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+	// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8567,6 +8797,7 @@ type ClientWithResponsesInterface interface {
 	// ListTimersWithResponse List timers of a queue
 	//
 	// Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8576,6 +8807,7 @@ type ClientWithResponsesInterface interface {
 	// CancelTimerWithResponse Cancel a timer
 	//
 	// Never quota-blocked. `status:"absent"` may mean it already fired.
+	// Required role: read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8584,7 +8816,7 @@ type ClientWithResponsesInterface interface {
 
 	// GetTimerWithResponse Get a timer
 	//
-	// A miss answers `200` with `found:false`.
+	// A miss answers `200` with `found:false`. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8621,10 +8853,11 @@ type ClientWithResponsesInterface interface {
 
 	// GetHealthWithResponse Readiness (database round-trip)
 	//
-	// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+	// `503` when the database is unreachable or the schema is not applied yet; use for
 	// readiness, not liveness (a broker without its database still spools pushes). The round
 	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 	// with requests does not make the broker unhealthy.
+	// Required role: none (public, no token needed even with auth on).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8632,6 +8865,11 @@ type ClientWithResponsesInterface interface {
 	GetHealthWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetHealthResponse, error)
 
 	// GetMetricsWithResponse Process metrics (JSON)
+	//
+	// JSON snapshot of this broker process, not the cluster: request and message rates, retention,
+	// lag, parked pops, pool, memory, CPU, maintenance switches and, when the broker runs them,
+	// admission, body budget and spool. For scraping use `/metrics/prometheus`.
+	// Required role: none (public, no token needed even with auth on).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8641,6 +8879,7 @@ type ClientWithResponsesInterface interface {
 	// GetPrometheusMetricsWithResponse Prometheus metrics
 	//
 	// Prometheus text exposition format 0.0.4.
+	// Required role: none (public, no token needed even with auth on).
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8648,6 +8887,10 @@ type ClientWithResponsesInterface interface {
 	GetPrometheusMetricsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetPrometheusMetricsResponse, error)
 
 	// GetLivenessWithResponse Liveness (no database)
+	//
+	// Answers `200` while the process runs, without touching the database: use it for liveness (a
+	// broker without its database still spools pushes) and `/health` for readiness.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -13150,7 +13393,7 @@ func (c *ClientWithResponses) ConfigureWithResponse(ctx context.Context, body Co
 
 // ListConsumerGroupsWithResponse List consumer groups
 //
-// One row per (group, queue).
+// One row per (group, queue). Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13164,6 +13407,10 @@ func (c *ClientWithResponses) ListConsumerGroupsWithResponse(ctx context.Context
 }
 
 // ListLaggingConsumerGroupsWithResponse List lagging consumer partitions
+//
+// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
+// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
+// reference broker sends them. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13197,6 +13444,7 @@ func (c *ClientWithResponses) DeleteConsumerGroupWithResponse(ctx context.Contex
 // GetConsumerGroupWithResponse Get a consumer group
 //
 // Object keyed by queue name; `{}` when the group is unknown.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13211,7 +13459,7 @@ func (c *ClientWithResponses) GetConsumerGroupWithResponse(ctx context.Context, 
 
 // DeleteConsumerGroupQueueWithResponse Delete a consumer group on one queue
 //
-// Deletes the group's cursors on one queue. Required role admin.
+// Deletes the group's cursors on one queue. Required role: admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13227,7 +13475,7 @@ func (c *ClientWithResponses) DeleteConsumerGroupQueueWithResponse(ctx context.C
 // SeekPartitionWithBodyWithResponse Seek a group on one partition
 //
 // Same as queue seek for one partition, except that no body, or a body with neither field
-// (`{}`), means `toEnd:true`.
+// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13243,7 +13491,7 @@ func (c *ClientWithResponses) SeekPartitionWithBodyWithResponse(ctx context.Cont
 // SeekPartitionWithResponse Seek a group on one partition
 //
 // Same as queue seek for one partition, except that no body, or a body with neither field
-// (`{}`), means `toEnd:true`.
+// (`{}`), means `toEnd:true`. Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13262,6 +13510,7 @@ func (c *ClientWithResponses) SeekPartitionWithResponse(ctx context.Context, gro
 // the first segment created at or after `timestamp` (segment-granular). Releases live
 // leases and resets retry state. One of the two is required: no body, `{}` or
 // `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+// Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13280,6 +13529,7 @@ func (c *ClientWithResponses) SeekQueueWithBodyWithResponse(ctx context.Context,
 // the first segment created at or after `timestamp` (segment-granular). Releases live
 // leases and resets retry state. One of the two is required: no body, `{}` or
 // `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+// Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13297,7 +13547,7 @@ func (c *ClientWithResponses) SeekQueueWithResponse(ctx context.Context, group G
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
 // on every queue of the group and every discovery scope it subscribed to (for the queues it
 // has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-// for that).
+// for that). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13315,7 +13565,7 @@ func (c *ClientWithResponses) UpdateConsumerGroupSubscriptionWithBodyWithRespons
 // Sets the subscription timestamp used to seed partitions this group has not touched yet,
 // on every queue of the group and every discovery scope it subscribed to (for the queues it
 // has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-// for that).
+// for that). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13330,7 +13580,7 @@ func (c *ClientWithResponses) UpdateConsumerGroupSubscriptionWithResponse(ctx co
 
 // PurgeDlqWithResponse Purge dead letters
 //
-// Deletes every DLQ row of a queue (optionally one group). Required role admin.
+// Deletes every DLQ row of a queue (optionally one group). Required role: admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13345,7 +13595,7 @@ func (c *ClientWithResponses) PurgeDlqWithResponse(ctx context.Context, params *
 
 // ListDlqWithResponse List dead letters
 //
-// Dead-letter rows, newest `failedAt` first.
+// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13400,6 +13650,7 @@ func (c *ClientWithResponses) ReplayDlqWithResponse(ctx context.Context, id stri
 // `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 // written, the failing op's result carries its `reason`, and every other result is
 // marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+// Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13420,6 +13671,7 @@ func (c *ClientWithResponses) KvBatchWithBodyWithResponse(ctx context.Context, c
 // `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
 // written, the failing op's result carries its `reason`, and every other result is
 // marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+// Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13435,7 +13687,7 @@ func (c *ClientWithResponses) KvBatchWithResponse(ctx context.Context, body KvBa
 // KvDeleteWithResponse Delete a key
 //
 // Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
-// client meant as a condition cannot delete silently.
+// client meant as a condition cannot delete silently. Required role: read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13451,6 +13703,7 @@ func (c *ClientWithResponses) KvDeleteWithResponse(ctx context.Context, ns strin
 // KvGetWithResponse Get a key
 //
 // A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13467,7 +13720,7 @@ func (c *ClientWithResponses) KvGetWithResponse(ctx context.Context, ns string, 
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 // is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-// accepted (`400 kv_bad_request`).
+// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13484,7 +13737,7 @@ func (c *ClientWithResponses) KvPutWithBodyWithResponse(ctx context.Context, ns 
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
 // is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-// accepted (`400 kv_bad_request`).
+// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13536,6 +13789,7 @@ func (c *ClientWithResponses) ExtendLeaseWithResponse(ctx context.Context, lease
 // ListMessagesWithResponse List messages
 //
 // Messages whose transaction index entry still exists, newest first, with derived status.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13566,7 +13820,8 @@ func (c *ClientWithResponses) DeleteMessageWithResponse(ctx context.Context, par
 
 // GetMessageWithResponse Get one message
 //
-// A message is addressed by partition id plus transaction id. `404` when unknown or removed by retention.
+// A message is addressed by partition id plus transaction id. `404` when unknown or removed by
+// retention. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13688,6 +13943,7 @@ func (c *ClientWithResponses) PushWithResponse(ctx context.Context, body PushJSO
 // ListKvKeysWithBodyWithResponse List KV keys
 //
 // Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Required role: read-only, read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13703,6 +13959,7 @@ func (c *ClientWithResponses) ListKvKeysWithBodyWithResponse(ctx context.Context
 // ListKvKeysWithResponse List KV keys
 //
 // Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Required role: read-only, read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13717,6 +13974,8 @@ func (c *ClientWithResponses) ListKvKeysWithResponse(ctx context.Context, body L
 
 // ListKvNamespacesWithResponse List KV namespaces
 //
+// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
@@ -13729,6 +13988,9 @@ func (c *ClientWithResponses) ListKvNamespacesWithResponse(ctx context.Context, 
 }
 
 // ListNamespacesWithResponse List namespaces
+//
+// One row per namespace that queues are configured with, with its queue, partition and message
+// counters. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13743,6 +14005,9 @@ func (c *ClientWithResponses) ListNamespacesWithResponse(ctx context.Context, re
 
 // GetOverviewWithResponse System overview counters
 //
+// System-wide counters: queues, partitions, namespaces, tasks, and messages by status.
+// Required role: read-only, read-write or admin.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/resources/overview (the `GetOverview` operationId).
@@ -13755,6 +14020,10 @@ func (c *ClientWithResponses) GetOverviewWithResponse(ctx context.Context, reqEd
 }
 
 // ListQueuesWithResponse List queues
+//
+// Queues with their partition and message counters, filtered by `namespace` and `task` and
+// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13789,6 +14058,7 @@ func (c *ClientWithResponses) DeleteQueueWithResponse(ctx context.Context, queue
 // GetQueueWithResponse Get queue detail
 //
 // Queue detail with its options (21 keys, including namespace and task) and partitions.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13804,6 +14074,7 @@ func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue Qu
 // GetQueueDepthWithResponse Get queue depth
 //
 // Pending messages per partition for one group (watermark arithmetic, cheap).
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13817,6 +14088,9 @@ func (c *ClientWithResponses) GetQueueDepthWithResponse(ctx context.Context, que
 }
 
 // ListTasksWithResponse List tasks
+//
+// One row per task that queues are configured with, with its queue, partition and message
+// counters. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13833,7 +14107,7 @@ func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, reqEdit
 //
 // `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
 // both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
-// (`400 bad_request`).
+// (`400 bad_request`). Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13848,6 +14122,10 @@ func (c *ClientWithResponses) GetStatusWithResponse(ctx context.Context, params 
 
 // GetBufferStatusWithResponse Disk spool state
 //
+// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
+// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+// (`dbHealthy`). Required role: read-only, read-write or admin.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/status/buffers (the `GetBufferStatus` operationId).
@@ -13861,6 +14139,10 @@ func (c *ClientWithResponses) GetBufferStatusWithResponse(ctx context.Context, r
 
 // ListQueueStatusWithResponse Queue status list
 //
+// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
+// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+// nothing. Required role: read-only, read-write or admin.
+//
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/status/queues (the `ListQueueStatus` operationId).
@@ -13873,6 +14155,10 @@ func (c *ClientWithResponses) ListQueueStatusWithResponse(ctx context.Context, p
 }
 
 // GetQueueStatusWithResponse Live status of one queue
+//
+// Live message counters of one queue and, with `includePartitions=true`, each partition's
+// counters, cursor and oldest and newest retained message. `404` when the queue does not
+// exist. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13888,6 +14174,7 @@ func (c *ClientWithResponses) GetQueueStatusWithResponse(ctx context.Context, qu
 // GetPushMaintenanceWithResponse Get push maintenance mode
 //
 // When enabled every push is diverted to the disk spool (`buffered`) and the drain pauses.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13902,6 +14189,14 @@ func (c *ClientWithResponses) GetPushMaintenanceWithResponse(ctx context.Context
 
 // SetPushMaintenanceWithBodyWithResponse Set push maintenance mode
 //
+// Turns push maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every push goes to the disk spool and answers `buffered`
+// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+// without pushes commits); dead-letter replays and retries answer `503` with
+// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+// Required role: admin.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/system/maintenance (the `SetPushMaintenance` operationId).
@@ -13914,6 +14209,14 @@ func (c *ClientWithResponses) SetPushMaintenanceWithBodyWithResponse(ctx context
 }
 
 // SetPushMaintenanceWithResponse Set push maintenance mode
+//
+// Turns push maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every push goes to the disk spool and answers `buffered`
+// (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+// pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+// without pushes commits); dead-letter replays and retries answer `503` with
+// `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+// Required role: admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -13928,7 +14231,7 @@ func (c *ClientWithResponses) SetPushMaintenanceWithResponse(ctx context.Context
 
 // GetPopMaintenanceWithResponse Get pop maintenance mode
 //
-// When enabled every pop answers a bare `204`.
+// When enabled every pop answers a bare `204`. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -13943,6 +14246,10 @@ func (c *ClientWithResponses) GetPopMaintenanceWithResponse(ctx context.Context,
 
 // SetPopMaintenanceWithBodyWithResponse Set pop maintenance mode
 //
+// Turns pop maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
+//
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
 // Corresponds with POST /api/v1/system/maintenance/pop (the `SetPopMaintenance` operationId).
@@ -13955,6 +14262,10 @@ func (c *ClientWithResponses) SetPopMaintenanceWithBodyWithResponse(ctx context.
 }
 
 // SetPopMaintenanceWithResponse Set pop maintenance mode
+//
+// Turns pop maintenance on or off for every broker on the database (each follows within about
+// a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+// `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //
@@ -14004,6 +14315,7 @@ func (c *ClientWithResponses) ScheduleTimersWithResponse(ctx context.Context, bo
 // ListTimersWithResponse List timers of a queue
 //
 // Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14019,6 +14331,7 @@ func (c *ClientWithResponses) ListTimersWithResponse(ctx context.Context, queue 
 // CancelTimerWithResponse Cancel a timer
 //
 // Never quota-blocked. `status:"absent"` may mean it already fired.
+// Required role: read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14033,7 +14346,7 @@ func (c *ClientWithResponses) CancelTimerWithResponse(ctx context.Context, queue
 
 // GetTimerWithResponse Get a timer
 //
-// A miss answers `200` with `found:false`.
+// A miss answers `200` with `found:false`. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14088,10 +14401,11 @@ func (c *ClientWithResponses) TransactionWithResponse(ctx context.Context, body 
 
 // GetHealthWithResponse Readiness (database round-trip)
 //
-// Public. `503` when the database is unreachable or the schema is not applied yet; use for
+// `503` when the database is unreachable or the schema is not applied yet; use for
 // readiness, not liveness (a broker without its database still spools pushes). The round
 // trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 // with requests does not make the broker unhealthy.
+// Required role: none (public, no token needed even with auth on).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14105,6 +14419,11 @@ func (c *ClientWithResponses) GetHealthWithResponse(ctx context.Context, reqEdit
 }
 
 // GetMetricsWithResponse Process metrics (JSON)
+//
+// JSON snapshot of this broker process, not the cluster: request and message rates, retention,
+// lag, parked pops, pool, memory, CPU, maintenance switches and, when the broker runs them,
+// admission, body budget and spool. For scraping use `/metrics/prometheus`.
+// Required role: none (public, no token needed even with auth on).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14120,6 +14439,7 @@ func (c *ClientWithResponses) GetMetricsWithResponse(ctx context.Context, reqEdi
 // GetPrometheusMetricsWithResponse Prometheus metrics
 //
 // Prometheus text exposition format 0.0.4.
+// Required role: none (public, no token needed even with auth on).
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14133,6 +14453,10 @@ func (c *ClientWithResponses) GetPrometheusMetricsWithResponse(ctx context.Conte
 }
 
 // GetLivenessWithResponse Liveness (no database)
+//
+// Answers `200` while the process runs, without touching the database: use it for liveness (a
+// broker without its database still spools pushes) and `/health` for readiness.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //

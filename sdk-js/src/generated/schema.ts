@@ -231,7 +231,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List queues */
+        /**
+         * List queues
+         * @description Queues with their partition and message counters, filtered by `namespace` and `task` and
+         *     paged with `limit`/`offset`; `total` counts every queue that matches the filters.
+         *     Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["listQueues"];
         put?: never;
         post?: never;
@@ -248,7 +254,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** System overview counters */
+        /**
+         * System overview counters
+         * @description System-wide counters: queues, partitions, namespaces, tasks, and messages by status.
+         *     Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["getOverview"];
         put?: never;
         post?: never;
@@ -265,7 +276,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List namespaces */
+        /**
+         * List namespaces
+         * @description One row per namespace that queues are configured with, with its queue, partition and message
+         *     counters. Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["listNamespaces"];
         put?: never;
         post?: never;
@@ -282,7 +298,12 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List tasks */
+        /**
+         * List tasks
+         * @description One row per task that queues are configured with, with its queue, partition and message
+         *     counters. Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["listTasks"];
         put?: never;
         post?: never;
@@ -302,6 +323,8 @@ export interface paths {
         /**
          * Get queue detail
          * @description Queue detail with its options (21 keys, including namespace and task) and partitions.
+         *     Required role: read-only, read-write or admin.
+         *
          */
         get: operations["getQueue"];
         put?: never;
@@ -331,6 +354,8 @@ export interface paths {
         /**
          * Get queue depth
          * @description Pending messages per partition for one group (watermark arithmetic, cheap).
+         *     Required role: read-only, read-write or admin.
+         *
          */
         get: operations["getQueueDepth"];
         put?: never;
@@ -351,6 +376,8 @@ export interface paths {
         /**
          * List messages
          * @description Messages whose transaction index entry still exists, newest first, with derived status.
+         *     Required role: read-only, read-write or admin.
+         *
          */
         get: operations["listMessages"];
         put?: never;
@@ -377,7 +404,9 @@ export interface paths {
         };
         /**
          * Get one message
-         * @description A message is addressed by partition id plus transaction id. `404` when unknown or removed by retention.
+         * @description A message is addressed by partition id plus transaction id. `404` when unknown or removed by
+         *     retention. Required role: read-only, read-write or admin.
+         *
          */
         get: operations["getMessage"];
         put?: never;
@@ -433,14 +462,16 @@ export interface paths {
         };
         /**
          * List dead letters
-         * @description Dead-letter rows, newest `failedAt` first.
+         * @description Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
+         *
          */
         get: operations["listDlq"];
         put?: never;
         post?: never;
         /**
          * Purge dead letters
-         * @description Deletes every DLQ row of a queue (optionally one group). Required role admin.
+         * @description Deletes every DLQ row of a queue (optionally one group). Required role: admin.
+         *
          */
         delete: operations["purgeDlq"];
         options?: never;
@@ -480,7 +511,8 @@ export interface paths {
         };
         /**
          * List consumer groups
-         * @description One row per (group, queue).
+         * @description One row per (group, queue). Required role: read-only, read-write or admin.
+         *
          */
         get: operations["listConsumerGroups"];
         put?: never;
@@ -498,7 +530,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List lagging consumer partitions */
+        /**
+         * List lagging consumer partitions
+         * @description One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
+         *     old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
+         *     reference broker sends them. Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["listLaggingConsumerGroups"];
         put?: never;
         post?: never;
@@ -521,6 +559,8 @@ export interface paths {
         /**
          * Get a consumer group
          * @description Object keyed by queue name; `{}` when the group is unknown.
+         *     Required role: read-only, read-write or admin.
+         *
          */
         get: operations["getConsumerGroup"];
         put?: never;
@@ -551,7 +591,8 @@ export interface paths {
         post?: never;
         /**
          * Delete a consumer group on one queue
-         * @description Deletes the group's cursors on one queue. Required role admin.
+         * @description Deletes the group's cursors on one queue. Required role: admin.
+         *
          */
         delete: operations["deleteConsumerGroupQueue"];
         options?: never;
@@ -573,7 +614,7 @@ export interface paths {
          * @description Sets the subscription timestamp used to seed partitions this group has not touched yet,
          *     on every queue of the group and every discovery scope it subscribed to (for the queues it
          *     has not met there yet). `rowsUpdated` counts both. Existing cursors do not move (use seek
-         *     for that).
+         *     for that). Required role: read-write or admin.
          *
          */
         post: operations["updateConsumerGroupSubscription"];
@@ -598,6 +639,7 @@ export interface paths {
          *     the first segment created at or after `timestamp` (segment-granular). Releases live
          *     leases and resets retry state. One of the two is required: no body, `{}` or
          *     `{"toEnd":false}` answers `400 bad_request` (`Must specify toEnd=true or a timestamp`).
+         *     Required role: read-write or admin.
          *
          */
         post: operations["seekQueue"];
@@ -619,7 +661,7 @@ export interface paths {
         /**
          * Seek a group on one partition
          * @description Same as queue seek for one partition, except that no body, or a body with neither field
-         *     (`{}`), means `toEnd:true`.
+         *     (`{}`), means `toEnd:true`. Required role: read-write or admin.
          *
          */
         post: operations["seekPartition"];
@@ -646,6 +688,7 @@ export interface paths {
          *     `success:false, reason:"kv_precondition"`, `failedIndex` and `kvReason`; nothing is
          *     written, the failing op's result carries its `reason`, and every other result is
          *     marked rolled back (`error`, no value). The only route for `getPrefix` and `incr`.
+         *     Required role: read-write or admin.
          *
          */
         post: operations["kvBatch"];
@@ -670,13 +713,15 @@ export interface paths {
         /**
          * Get a key
          * @description A miss answers `200` with `found:false`. No query string is accepted (`400 kv_bad_request`).
+         *     Required role: read-only, read-write or admin.
+         *
          */
         get: operations["kvGet"];
         /**
          * Put a key
          * @description Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
          *     is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
-         *     accepted (`400 kv_bad_request`).
+         *     accepted (`400 kv_bad_request`). Required role: read-write or admin.
          *
          */
         put: operations["kvPut"];
@@ -684,7 +729,7 @@ export interface paths {
         /**
          * Delete a key
          * @description Unconditional. No query string is accepted (`400 kv_bad_request`), so a `?expect=` a
-         *     client meant as a condition cannot delete silently.
+         *     client meant as a condition cannot delete silently. Required role: read-write or admin.
          *
          */
         delete: operations["kvDelete"];
@@ -700,7 +745,11 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** List KV namespaces */
+        /**
+         * List KV namespaces
+         * @description KV namespaces with their key counts. Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["listKvNamespaces"];
         put?: never;
         post?: never;
@@ -722,6 +771,8 @@ export interface paths {
         /**
          * List KV keys
          * @description Keys of one namespace in key order, paged with `after`/`nextAfter`.
+         *     Required role: read-only, read-write or admin.
+         *
          */
         post: operations["listKvKeys"];
         delete?: never;
@@ -763,6 +814,8 @@ export interface paths {
         /**
          * List timers of a queue
          * @description Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+         *     Required role: read-only, read-write or admin.
+         *
          */
         get: operations["listTimers"];
         put?: never;
@@ -787,7 +840,8 @@ export interface paths {
         };
         /**
          * Get a timer
-         * @description A miss answers `200` with `found:false`.
+         * @description A miss answers `200` with `found:false`. Required role: read-only, read-write or admin.
+         *
          */
         get: operations["getTimer"];
         put?: never;
@@ -795,6 +849,8 @@ export interface paths {
         /**
          * Cancel a timer
          * @description Never quota-blocked. `status:"absent"` may mean it already fired.
+         *     Required role: read-write or admin.
+         *
          */
         delete: operations["cancelTimer"];
         options?: never;
@@ -811,10 +867,11 @@ export interface paths {
         };
         /**
          * Readiness (database round-trip)
-         * @description Public. `503` when the database is unreachable or the schema is not applied yet; use for
+         * @description `503` when the database is unreachable or the schema is not applied yet; use for
          *     readiness, not liveness (a broker without its database still spools pushes). The round
          *     trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
          *     with requests does not make the broker unhealthy.
+         *     Required role: none (public, no token needed even with auth on).
          *
          */
         get: operations["getHealth"];
@@ -833,7 +890,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Liveness (no database) */
+        /**
+         * Liveness (no database)
+         * @description Answers `200` while the process runs, without touching the database: use it for liveness (a
+         *     broker without its database still spools pushes) and `/health` for readiness.
+         *     Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["getLiveness"];
         put?: never;
         post?: never;
@@ -850,7 +913,14 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Process metrics (JSON) */
+        /**
+         * Process metrics (JSON)
+         * @description JSON snapshot of this broker process, not the cluster: request and message rates, retention,
+         *     lag, parked pops, pool, memory, CPU, maintenance switches and, when the broker runs them,
+         *     admission, body budget and spool. For scraping use `/metrics/prometheus`.
+         *     Required role: none (public, no token needed even with auth on).
+         *
+         */
         get: operations["getMetrics"];
         put?: never;
         post?: never;
@@ -870,6 +940,8 @@ export interface paths {
         /**
          * Prometheus metrics
          * @description Prometheus text exposition format 0.0.4.
+         *     Required role: none (public, no token needed even with auth on).
+         *
          */
         get: operations["getPrometheusMetrics"];
         put?: never;
@@ -891,7 +963,7 @@ export interface paths {
          * Dashboard aggregate
          * @description `to` defaults to now and `from` to an hour before `to`. Both are echoed in `timeRange`, so
          *     both must fall within the years 0001 to 9999 (UTC), and `from` must be before `to`
-         *     (`400 bad_request`).
+         *     (`400 bad_request`). Required role: read-only, read-write or admin.
          *
          */
         get: operations["getStatus"];
@@ -910,7 +982,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Queue status list */
+        /**
+         * Queue status list
+         * @description Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
+         *     and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+         *     nothing. Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["listQueueStatus"];
         put?: never;
         post?: never;
@@ -927,7 +1005,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Live status of one queue */
+        /**
+         * Live status of one queue
+         * @description Live message counters of one queue and, with `includePartitions=true`, each partition's
+         *     counters, cursor and oldest and newest retained message. `404` when the queue does not
+         *     exist. Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["getQueueStatus"];
         put?: never;
         post?: never;
@@ -944,7 +1028,13 @@ export interface paths {
             path?: never;
             cookie?: never;
         };
-        /** Disk spool state */
+        /**
+         * Disk spool state
+         * @description This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
+         *     drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+         *     (`dbHealthy`). Required role: read-only, read-write or admin.
+         *
+         */
         get: operations["getBufferStatus"];
         put?: never;
         post?: never;
@@ -964,10 +1054,22 @@ export interface paths {
         /**
          * Get push maintenance mode
          * @description When enabled every push is diverted to the disk spool (`buffered`) and the drain pauses.
+         *     Required role: read-only, read-write or admin.
+         *
          */
         get: operations["getPushMaintenance"];
         put?: never;
-        /** Set push maintenance mode */
+        /**
+         * Set push maintenance mode
+         * @description Turns push maintenance on or off for every broker on the database (each follows within about
+         *     a second). While it is on, every push goes to the disk spool and answers `buffered`
+         *     (`failed` on a broker without a spool) and the drain pauses; a transaction bundle carrying
+         *     pushes answers `503` with code `maintenance` and `Retry-After` and applies nothing (a bundle
+         *     without pushes commits); dead-letter replays and retries answer `503` with
+         *     `result:"maintenance"`; due timers wait and fire once it is off. Pops and acks carry on.
+         *     Required role: admin.
+         *
+         */
         post: operations["setPushMaintenance"];
         delete?: never;
         options?: never;
@@ -984,11 +1086,18 @@ export interface paths {
         };
         /**
          * Get pop maintenance mode
-         * @description When enabled every pop answers a bare `204`.
+         * @description When enabled every pop answers a bare `204`. Required role: read-only, read-write or admin.
+         *
          */
         get: operations["getPopMaintenance"];
         put?: never;
-        /** Set pop maintenance mode */
+        /**
+         * Set pop maintenance mode
+         * @description Turns pop maintenance on or off for every broker on the database (each follows within about
+         *     a second). While it is on, every pop answers a bare `204` and claims nothing: a pop without
+         *     `wait` at once, a long poll at its timeout. Pushes and acks carry on. Required role: admin.
+         *
+         */
         post: operations["setPopMaintenance"];
         delete?: never;
         options?: never;
