@@ -5,6 +5,7 @@ implementation of the wire rules (retries, pop autopilot, ack batching). Wire mo
 payloads are generated from ``openapi.yaml`` and exposed as ``lanes.models``.
 """
 
+from lanes import models
 from lanes._admin import Admin, AsyncAdmin
 from lanes._buffer import AsyncPushBuffer, PushBuffer
 from lanes._client import DEFAULT_URL, AsyncLanes, Lanes
@@ -35,7 +36,6 @@ from lanes._exceptions import (
     UnexpectedAnswerError,
     UnsentError,
 )
-from lanes._generated import models
 from lanes._iter import AsyncMessageIterator, MessageIterator
 from lanes._kv import KV, AsyncKV
 from lanes._protocol import uuid7
