@@ -107,7 +107,7 @@ generate-python: check-spec $(VENV_STAMP)
 lint-spec: check-spec $(NPM_STAMP)
 	cd sdk-js && npx --no-install redocly lint --config "$(REPO)/redocly.yaml" "$(SPEC_ABS)"
 
-verify: lint-spec generate verify-plain-go-client
+verify: lint-spec generate verify-plain-go-client verify-plain-python-models
 	@echo "--- checking generated code is committed and up to date"
 	@if ! git diff --exit-code --stat -- $(GEN_PATHS); then \
 	  echo "error: generated code differs from the commit; run 'make generate' and commit the result" >&2; \
@@ -128,6 +128,13 @@ verify-plain-go-client: check-spec $(OAPI_CODEGEN)
 	$(OAPI_CODEGEN) -config "$$tmp/oapi-codegen.yaml" "$(SPEC_ABS)"; \
 	sed 's#^module .*#module plainclient#' sdk-go/go.mod >"$$tmp/go.mod"; cp sdk-go/go.sum "$$tmp/"; \
 	cd "$$tmp" && GOWORK=off GOFLAGS=-mod=mod go vet ./...
+
+# The README tells Python users to run datamodel-codegen with --strict-nullable and nothing else:
+# models made so must accept null wherever the spec lets the broker send it.
+.PHONY: verify-plain-python-models
+verify-plain-python-models: check-spec $(VENV_STAMP)
+	@echo "--- checking plain datamodel-codegen models of $(SPEC) accept the broker's nulls"
+	$(VPY) scripts/check-plain-python-models.py "$(SPEC_ABS)"
 
 # ---------------------------------------------------------------------------------------------
 # Lint
