@@ -191,16 +191,14 @@ run: build
 pg-test:
 	LANES_PG_FAST=$${LANES_PG_FAST:-1} scripts/pg.sh start
 
+# The broker's start, the suites and its stop live in a script: a recipe line naming $(MAKE)
+# runs even under `make -n`, and a dry run must start nothing. MAKE reaches the script through
+# SUBMAKE, a reference make -n does not treat as recursive.
+SUBMAKE = $(MAKE)
+
 test: pg-test $(NPM_STAMP) $(VENV_STAMP)
-	@rc=0; \
-	trap 'scripts/test-broker.sh stop' EXIT; \
-	scripts/test-broker.sh start; \
-	export LANES_TEST_URL="$$(scripts/test-broker.sh url)"; \
-	$(MAKE) test-go || rc=1; \
-	$(MAKE) test-sdk-suites || rc=1; \
-	$(MAKE) conformance || rc=1; \
-	if [[ $$rc != 0 ]]; then echo "make test: FAILED" >&2; else echo "make test: all suites passed"; fi; \
-	exit $$rc
+	@if MAKE='$(SUBMAKE)' scripts/make-with-test-broker.sh test-go test-sdk-suites conformance; then \
+	  echo "make test: all suites passed"; else echo "make test: FAILED" >&2; exit 1; fi
 
 test-go: pg-test
 	@export LANES_TEST_DATABASE_URL="$$(scripts/pg.sh url)"; \
@@ -216,10 +214,7 @@ test-go: pg-test
 # test-sdk runs the JS and Python suites against their own broker; `make test` shares one broker
 # (LANES_TEST_URL) between the Go SDK, JS and Python suites.
 test-sdk: pg-test $(NPM_STAMP) $(VENV_STAMP)
-	@trap 'scripts/test-broker.sh stop' EXIT; \
-	scripts/test-broker.sh start; \
-	export LANES_TEST_URL="$$(scripts/test-broker.sh url)"; \
-	$(MAKE) test-sdk-suites
+	@MAKE='$(SUBMAKE)' scripts/make-with-test-broker.sh test-sdk-suites
 
 test-sdk-suites:
 	@rc=0; \
