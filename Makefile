@@ -34,6 +34,11 @@ VPY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
 NPM_STAMP := sdk-js/node_modules/.package-lock.json
 
+# A recipe line naming $(MAKE) runs even under `make -n`, so lines that start services pass
+# make to their script as $(SUBMAKE): make -n does not treat a reference through a variable as
+# recursive, and a dry run starts nothing (scripts/check-make-dry-run.sh in `make verify`).
+SUBMAKE = $(MAKE)
+
 OAPI_CODEGEN := $(BIN)/oapi-codegen
 GOLANGCI_LINT := $(BIN)/golangci-lint
 
@@ -107,7 +112,7 @@ generate-python: check-spec $(VENV_STAMP)
 lint-spec: check-spec $(NPM_STAMP)
 	cd sdk-js && npx --no-install redocly lint --config "$(REPO)/redocly.yaml" "$(SPEC_ABS)"
 
-verify: lint-spec generate verify-plain-go-client verify-plain-python-models
+verify: lint-spec generate verify-plain-go-client verify-plain-python-models verify-make-dry-run
 	@echo "--- checking generated code is committed and up to date"
 	@if ! git diff --exit-code --stat -- $(GEN_PATHS); then \
 	  echo "error: generated code differs from the commit; run 'make generate' and commit the result" >&2; \
@@ -128,6 +133,11 @@ verify-plain-go-client: check-spec $(OAPI_CODEGEN)
 	$(OAPI_CODEGEN) -config "$$tmp/oapi-codegen.yaml" "$(SPEC_ABS)"; \
 	sed 's#^module .*#module plainclient#' sdk-go/go.mod >"$$tmp/go.mod"; cp sdk-go/go.sum "$$tmp/"; \
 	cd "$$tmp" && GOWORK=off GOFLAGS=-mod=mod go vet ./...
+
+.PHONY: verify-make-dry-run
+verify-make-dry-run:
+	@echo "--- checking make -n of the targets that start services starts nothing"
+	@MAKE='$(SUBMAKE)' scripts/check-make-dry-run.sh
 
 # The README tells Python users to run datamodel-codegen with --strict-nullable and nothing else:
 # models made so must accept null wherever the spec lets the broker send it.
@@ -191,11 +201,7 @@ run: build
 pg-test:
 	LANES_PG_FAST=$${LANES_PG_FAST:-1} scripts/pg.sh start
 
-# The broker's start, the suites and its stop live in a script: a recipe line naming $(MAKE)
-# runs even under `make -n`, and a dry run must start nothing. MAKE reaches the script through
-# SUBMAKE, a reference make -n does not treat as recursive.
-SUBMAKE = $(MAKE)
-
+# The broker's start, the suites and its stop live in a script (SUBMAKE above says why).
 test: pg-test $(NPM_STAMP) $(VENV_STAMP)
 	@if MAKE='$(SUBMAKE)' scripts/make-with-test-broker.sh test-go test-sdk-suites conformance; then \
 	  echo "make test: all suites passed"; else echo "make test: FAILED" >&2; exit 1; fi
