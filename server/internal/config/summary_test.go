@@ -53,4 +53,9 @@ func TestLogAttrsListEverySettingWithoutSecrets(t *testing.T) {
 	if red := redactDatabaseURL("host=db user=lanes password='p w' dbname=lanes"); strings.Contains(red, "p w") {
 		t.Errorf("key=value password not hidden: %s", red)
 	}
+	// libpq and pgx also take the password, and the TLS key's, from the query string.
+	queryDSN := "postgres://u@h/db?sslmode=disable&password=hunter2&sslpassword=k%20ey&PassWord=again"
+	if red, want := redactDatabaseURL(queryDSN), "postgres://u@h/db?sslmode=disable&password=xxxxx&sslpassword=xxxxx&PassWord=xxxxx"; red != want {
+		t.Errorf("query-string passwords: logged %s; want %s", red, want)
+	}
 }
