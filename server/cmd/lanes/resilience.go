@@ -38,10 +38,16 @@ func newAdmission(cfg *config.Config) *admission.Controller {
 	}
 }
 
-// newBodyBudget bounds the request body bytes held at once; a body waits for
-// room as long as a request waits for an admission slot.
+// clientBodyShareDivisor: one client may hold a quarter of the body budget,
+// or one body of the largest size if that is more (else it could never send one).
+const clientBodyShareDivisor = 4
+
+// newBodyBudget bounds the request body bytes held at once, and those of any
+// one client; a body waits for room as long as a request waits for an
+// admission slot.
 func newBodyBudget(cfg *config.Config) *admission.ByteBudget {
-	return admission.NewByteBudget(cfg.MaxInflightBodyBytes, cfg.AdmissionMaxWait)
+	share := max(cfg.MaxBodyBytes, cfg.MaxInflightBodyBytes/clientBodyShareDivisor)
+	return admission.NewByteBudget(cfg.MaxInflightBodyBytes, cfg.AdmissionMaxWait).LimitPerClient(share)
 }
 
 // newVerifier returns nil when JWT auth is off.

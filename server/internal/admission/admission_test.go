@@ -134,16 +134,16 @@ func TestTryAcquireNeverQueuesAndYieldsToTheLine(t *testing.T) {
 func TestByteBudgetWakesAWaiterWhenRoomIsGivenBack(t *testing.T) {
 	b := NewByteBudget(100, time.Second)
 	ctx := context.Background()
-	if err := b.Reserve(ctx, 80); err != nil {
+	if err := b.Reserve(ctx, "a", 80); err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- b.Reserve(ctx, 50) }()
+	go func() { got <- b.Reserve(ctx, "b", 50) }()
 	for b.Stats().Waiting != 1 {
 		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
-	b.Release(80)
+	b.Release("a", 80)
 	if err := <-got; err != nil || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("waiter after the release: %v after %s; want room at once", err, time.Since(start))
 	}
@@ -151,9 +151,40 @@ func TestByteBudgetWakesAWaiterWhenRoomIsGivenBack(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 	short := NewByteBudget(100, 50*time.Millisecond)
-	_ = short.Reserve(ctx, 100)
-	err := short.Reserve(ctx, 1)
+	_ = short.Reserve(ctx, "a", 100)
+	err := short.Reserve(ctx, "b", 1)
 	if rej, ok := IsRejected(err); !ok || rej.Class != BodyClass || rej.Reason != ReasonOverloaded || rej.RetryAfter < time.Second {
 		t.Fatalf("no room within the wait: %v; want an overloaded body rejection", err)
+	}
+}
+
+// One client holding its share waits, then is refused, while another client
+// still finds room in the same budget; giving the share back lets it in again.
+func TestByteBudgetCapsOneClientsShare(t *testing.T) {
+	const maxWait = 50 * time.Millisecond
+	b := NewByteBudget(100, maxWait).LimitPerClient(40)
+	ctx := context.Background()
+	if err := b.Reserve(ctx, "slow", 30); err != nil {
+		t.Fatal(err)
+	}
+	start := time.Now()
+	err := b.Reserve(ctx, "slow", 20)
+	if rej, ok := IsRejected(err); !ok || rej.Reason != ReasonOverloaded || time.Since(start) < maxWait {
+		t.Fatalf("past its share: %v after %s; want an overloaded rejection after waiting %s", err, time.Since(start), maxWait)
+	}
+	if err := b.Reserve(ctx, "other", 40); err != nil {
+		t.Fatalf("another client with the slow one at its share: %v", err)
+	}
+	if err := b.Reserve(ctx, "slow", 41); err == nil {
+		t.Fatal("a reservation larger than the share was granted")
+	}
+	b.Release("slow", 30)
+	if err := b.Reserve(ctx, "slow", 40); err != nil {
+		t.Fatalf("after giving its bytes back: %v", err)
+	}
+	b.Release("slow", 40)
+	b.Release("other", 40)
+	if s := b.Stats(); s.Held != 0 || len(b.clientHeld) != 0 {
+		t.Fatalf("after every release: %+v, %d clients still tracked", s, len(b.clientHeld))
 	}
 }

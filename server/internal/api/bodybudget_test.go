@@ -67,19 +67,42 @@ func waitForHeld(t *testing.T, budget *admission.ByteBudget, want int64) {
 	}
 }
 
+// Two requests that declared the largest body and sent one byte took the
+// whole budget at once, and every other client's push and ack answered 429
+// until their read deadline. A body now takes room as its bytes arrive, a
+// step ahead of them.
+func TestStalledBodiesHoldOnlyWhatTheySent(t *testing.T) {
+	const maxBody, budgetBytes = 4 << 20, 8 << 20
+	budget := admission.NewByteBudget(budgetBytes, 300*time.Millisecond)
+	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: maxBody, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
+	q := uniqueQueue(t)
+	for range 4 {
+		stallBody(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody))
+	}
+	waitForHeld(t, budget, 4*bodyReserveStep)
+	for _, chunked := range []bool{false, true} {
+		if resp, e := mustPostPush(t, b.URL, pushOfSize(q, 1<<20), chunked); resp.StatusCode != http.StatusCreated {
+			t.Fatalf("push (chunked %v) behind four stalled bodies declaring %d bytes each: %d %+v; want 201", chunked, maxBody, resp.StatusCode, e)
+		}
+	}
+	waitForHeld(t, budget, 4*bodyReserveStep)
+}
+
 // Bodies being received were bounded by nothing: 200 clients pushing 4 MiB
 // each held every byte at once. Now a body takes room in a broker-wide budget
-// before it is read and gives it back when its request ends; one that finds
-// no room waits, then answers 429 overloaded and closes the connection.
+// as it is read and gives it back when its request ends; one that finds no
+// room waits, then answers 429 overloaded and closes the connection.
 func TestBodiesPastTheBodyBudgetWaitThenAnswer429(t *testing.T) {
 	const maxBody, budgetBytes, maxWait = 1 << 20, 2 << 20, 300 * time.Millisecond
 	budget := admission.NewByteBudget(budgetBytes, maxWait)
 	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: maxBody, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
 	q := uniqueQueue(t)
 
-	// Two clients declare bodies of the largest size and stall: they hold the whole budget.
-	stalled := stallBody(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody))
-	stallBody(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody))
+	// Two clients send all but the last bytes of bodies of the largest size
+	// and stall: they hold the whole budget.
+	almostAll := maxBody - bodyReserveStep/2
+	stalled := stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody), almostAll)
+	stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody), almostAll)
 	waitForHeld(t, budget, budgetBytes)
 
 	for _, chunked := range []bool{false, true} {

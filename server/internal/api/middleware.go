@@ -220,9 +220,10 @@ func isMessagePlane(r *http.Request) bool {
 		p == "/api/v1/transaction" || strings.HasPrefix(p, "/api/v1/lease/")
 }
 
-// admit applies pop maintenance, the per-client token bucket and the class
-// budget to message-plane requests; everything else passes untouched.
-func (s *Server) admit(next http.Handler) http.Handler {
+// admitClient applies pop maintenance and the per-client token bucket to
+// message-plane requests, before their bodies are read: a client over its
+// rate is refused without taking any room in the body budget.
+func (s *Server) admitClient(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if !isMessagePlane(r) {
 			next.ServeHTTP(w, r)
@@ -240,6 +241,14 @@ func (s *Server) admit(next http.Handler) http.Handler {
 				return
 			}
 		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// admitClass takes a slot of the request's class budget once its body is in,
+// so a body still arriving holds no slot.
+func (s *Server) admitClass(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if class := s.admissionClass(r); class != nil {
 			release, err := class.Acquire(r.Context())
 			if err != nil {

@@ -14,9 +14,11 @@ import (
 )
 
 // limitBody reads every request body whole, under the body read deadline
-// and the size cap, before admission and the handlers see it: a client that
-// stalls part-way through its body then holds a goroutine and the bytes it
-// sent, never an admission slot or a database connection. A body over the cap
+// and the size cap, before the admission classes and the handlers see it (the
+// client's token bucket runs first, so a limited client is refused before its
+// body takes room): a client that stalls part-way through its body then holds
+// a goroutine and the bytes it sent, never an admission slot or a database
+// connection. A body over the cap
 // answers 413, one that does not arrive in time 408.
 func (s *Server) limitBody(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
@@ -30,11 +32,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			return
 		}
 		if budget := s.opts.BodyBudget; budget != nil {
-			release, ok := s.reserveBody(w, r, budget)
-			if !ok {
-				return
-			}
-			defer release() // after the pooled buffer is given back: it holds the bytes until then
+			defer s.reserveBody(r, budget)() // after the pooled buffer is given back: it holds the bytes until then
 		}
 		// Push and ack bodies are read into a pooled buffer: neither the
 		// validator nor the handler keeps them (the decoder copies what it
@@ -61,23 +59,20 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
-// reserveBody takes the request's share of the body budget before any of its
-// bytes are read, and reports whether it did; if not, it has answered 429. A
-// declared length is taken whole, so a body once started always finishes
-// (taking room as bytes arrive would let many half-received bodies block each
-// other); a body of unknown length (chunked) takes room as it arrives.
-func (s *Server) reserveBody(w http.ResponseWriter, r *http.Request, budget *admission.ByteBudget) (release func(), ok bool) {
-	if r.ContentLength < 0 {
-		grown := &growingReservation{budget: budget, ctx: r.Context(), body: r.Body, limit: s.opts.MaxBodyBytes}
-		r.Body = grown
-		return grown.release, true
+// reserveBody has r's body take room in the budget as its bytes arrive, a
+// step ahead of them, charged to its client (clientKey): a sender that stalls
+// holds what it sent plus one step, never the length it declared, and never
+// more than its client's share, so it delays nobody but itself. Taking the
+// declared length up front let two requests that sent one byte each fill the
+// budget until their read deadline. It returns the release of the room taken.
+func (s *Server) reserveBody(r *http.Request, budget *admission.ByteBudget) (release func()) {
+	limit := s.opts.MaxBodyBytes
+	if r.ContentLength >= 0 {
+		limit = r.ContentLength
 	}
-	n := r.ContentLength
-	if err := budget.Reserve(r.Context(), n); err != nil {
-		writeBodyRejected(w, err)
-		return nil, false
-	}
-	return func() { budget.Release(n) }, true
+	grown := &growingReservation{budget: budget, ctx: r.Context(), client: clientKey(r), body: r.Body, limit: limit}
+	r.Body = grown
+	return grown.release
 }
 
 // writeBodyRejected answers a body refused for want of budget room. Its bytes
@@ -87,15 +82,16 @@ func writeBodyRejected(w http.ResponseWriter, err error) {
 	writeRejected(w, err)
 }
 
-// chunkedReserveStep is how much room a body of unknown length takes at a time.
-const chunkedReserveStep = 256 << 10
+// bodyReserveStep is how much room a body takes at a time.
+const bodyReserveStep = 256 << 10
 
-// growingReservation reads a body of unknown length, taking budget room a
-// step ahead of the bytes it lets through, up to limit (past it the size cap
-// answers 413 anyway).
+// growingReservation reads a body, taking budget room a step ahead of the
+// bytes it lets through, up to limit (its declared length, else the size cap,
+// past which it answers 413 anyway).
 type growingReservation struct {
 	budget *admission.ByteBudget
 	ctx    context.Context
+	client string
 	body   io.ReadCloser
 	limit  int64
 	held   int64
@@ -104,8 +100,8 @@ type growingReservation struct {
 
 func (g *growingReservation) Read(p []byte) (int, error) {
 	if g.read == g.held && g.held < g.limit {
-		step := min(chunkedReserveStep, g.limit-g.held)
-		if err := g.budget.Reserve(g.ctx, step); err != nil {
+		step := min(bodyReserveStep, g.limit-g.held)
+		if err := g.budget.Reserve(g.ctx, g.client, step); err != nil {
 			return 0, err
 		}
 		g.held += step
@@ -121,7 +117,7 @@ func (g *growingReservation) Read(p []byte) (int, error) {
 func (g *growingReservation) Close() error { return g.body.Close() }
 
 func (g *growingReservation) release() {
-	g.budget.Release(g.held)
+	g.budget.Release(g.client, g.held)
 	g.held = 0
 }
 

@@ -224,7 +224,7 @@ func TestEveryBodyReadingOperationDeclaresTheBodyBudget429(t *testing.T) {
 	const maxBody = 1 << 20
 	budget := admission.NewByteBudget(maxBody, 20*time.Millisecond)
 	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: maxBody, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
-	stallBody(t, b.URL, "/api/v1/push", pushOfSize(uniqueQueue(t), maxBody))
+	stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(uniqueQueue(t), maxBody), maxBody-bodyReserveStep/2)
 	waitForHeld(t, budget, maxBody)
 	checked := 0
 	for _, o := range specOperations(t) {

@@ -19,6 +19,12 @@ import (
 // ten bytes of its body, then stalls.
 func stallBody(t *testing.T, brokerURL, path, body string) net.Conn {
 	t.Helper()
+	return stallBodyAfter(t, brokerURL, path, body, 10)
+}
+
+// stallBodyAfter is stallBody sending the first sent bytes of the body.
+func stallBodyAfter(t *testing.T, brokerURL, path, body string, sent int) net.Conn {
+	t.Helper()
 	u, err := url.Parse(brokerURL)
 	if err != nil {
 		t.Fatal(err)
@@ -29,7 +35,7 @@ func stallBody(t *testing.T, brokerURL, path, body string) net.Conn {
 	}
 	t.Cleanup(func() { _ = conn.Close() })
 	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, u.Host, len(body))
-	if _, err := io.WriteString(conn, head+body[:10]); err != nil {
+	if _, err := io.WriteString(conn, head+body[:sent]); err != nil {
 		t.Fatal(err)
 	}
 	return conn
@@ -110,5 +116,35 @@ func TestABodyThatStallsPastTheDeadlineIs408AndClosesTheConnection(t *testing.T)
 	// A body that arrives in time is served as before, on the same broker.
 	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1}}}, nil); status != http.StatusCreated {
 		t.Fatalf("push after the stalled ones: %d", status)
+	}
+}
+
+// The token bucket ran only once the body was in, so a client over its rate
+// could still fill the body budget with bodies it never finished. It now
+// runs first: the stalled push is refused at once and takes no room.
+func TestARateLimitedClientIsRefusedBeforeItsBodyTakesRoom(t *testing.T) {
+	budget := admission.NewByteBudget(4<<20, time.Second)
+	limits := twoSlotBudget()
+	limits.Clients = admission.NewClientLimiter(0.01, 1)
+	b := newBrokerWith(t, testDSN, Options{Admission: limits, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
+	q := uniqueQueue(t)
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1}}}, nil); status != http.StatusCreated {
+		t.Fatalf("first push: %d", status)
+	}
+	conn := stallBody(t, b.URL, "/api/v1/push", pushOfSize(q, 1<<20))
+	_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	if err != nil {
+		t.Fatalf("no answer to a rate-limited client's stalled push: %v (its body was waited for)", err)
+	}
+	var e errorBody
+	if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+		t.Fatal(err)
+	}
+	if resp.StatusCode != http.StatusTooManyRequests || e.Code != admission.ReasonRateLimited {
+		t.Fatalf("stalled push past the rate: %d %+v; want 429 rate_limited", resp.StatusCode, e)
+	}
+	if held := budget.Stats().Held; held != 0 {
+		t.Fatalf("body bytes held after the refusal: %d; want 0", held)
 	}
 }
