@@ -206,6 +206,28 @@ func TestPerClientTokenBucketAnswersRateLimited(t *testing.T) {
 	if o.status != http.StatusTooManyRequests || o.code != "rate_limited" || o.retryAfter != "2" {
 		t.Fatalf("third push in a burst of 2 at 0.5/s: %+v", o)
 	}
+	// A timer of delay 0 is a push a moment later, and KV writes are writes:
+	// the bucket counts them too, and a refused one stores nothing.
+	ns := "rl-" + q
+	for _, write := range []struct {
+		method, path string
+		body         map[string]any
+	}{
+		{"POST", "/api/v1/timers", map[string]any{"operations": []map[string]any{
+			{"op": "schedule", "queue": q, "timerKey": "t", "partition": "p", "delayMs": 0, "payload": "MQ=="}}}}, // base64 of 1
+		{"PUT", "/api/v1/kv/" + ns + "/k", map[string]any{"value": 1, "forever": true}},
+		{"POST", "/api/v1/kv", map[string]any{"operations": []map[string]any{{"op": "put", "ns": ns, "key": "k", "value": 1, "forever": true}}}},
+		{"DELETE", "/api/v1/kv/" + ns + "/k", nil},
+	} {
+		var e errorBody
+		if status, _ := b.call(t, write.method, write.path, write.body, &e); status != http.StatusTooManyRequests || e.Code != "rate_limited" {
+			t.Errorf("%s %s past the rate: %d %+v; want 429 rate_limited", write.method, write.path, status, e)
+		}
+	}
+	var timers, keys int
+	if err := b.Pool.QueryRow(t.Context(), `SELECT (SELECT count(*) FROM lanes.timers WHERE queue = $1), (SELECT count(*) FROM lanes.kv WHERE namespace = $2)`, q, ns).Scan(&timers, &keys); err != nil || timers+keys != 0 {
+		t.Fatalf("refused writes stored %d timers and %d keys (%v)", timers, keys, err)
+	}
 	// Management routes are not rate limited.
 	if status, _ := b.call(t, "GET", "/api/v1/resources/queues", nil, nil); status != http.StatusOK {
 		t.Fatalf("resources: %d", status)

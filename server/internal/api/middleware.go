@@ -179,18 +179,39 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 // per database check inside the engine, so they take none here.
 func (s *Server) admissionClass(r *http.Request) *admission.Class {
 	a := s.opts.Admission
-	if a == nil || r.Method != http.MethodPost {
-		return nil
-	}
-	p := r.URL.Path
 	switch {
-	case p == "/api/v1/push":
+	case a == nil:
+		return nil
+	case isPushLike(r):
 		return a.Push
-	case p == "/api/v1/ack", p == "/api/v1/ack/batch", p == "/api/v1/transaction",
-		strings.HasPrefix(p, "/api/v1/lease/"):
+	case isAckLike(r):
 		return a.Ack
 	}
 	return nil
+}
+
+// isPushLike reports the writes that draw on the push budget: pushes, timer
+// schedules (a timer of delay 0 is a push a moment later, so leaving it out
+// let a rate-limited client keep pushing) and KV writes.
+func isPushLike(r *http.Request) bool {
+	p := r.URL.Path
+	switch r.Method {
+	case http.MethodPost:
+		return p == "/api/v1/push" || p == "/api/v1/timers" || p == "/api/v1/kv"
+	case http.MethodPut, http.MethodDelete:
+		return strings.HasPrefix(p, "/api/v1/kv/")
+	}
+	return false
+}
+
+// isAckLike reports the requests that draw on the ack budget.
+func isAckLike(r *http.Request) bool {
+	if r.Method != http.MethodPost {
+		return false
+	}
+	p := r.URL.Path
+	return p == "/api/v1/ack" || p == "/api/v1/ack/batch" || p == "/api/v1/transaction" ||
+		strings.HasPrefix(p, "/api/v1/lease/")
 }
 
 func isPopRequest(r *http.Request) bool {
@@ -208,16 +229,9 @@ func popWaits(r *http.Request) bool {
 	return err != nil || wait
 }
 
+// isMessagePlane reports the requests the per-client token bucket counts.
 func isMessagePlane(r *http.Request) bool {
-	if isPopRequest(r) {
-		return true
-	}
-	if r.Method != http.MethodPost {
-		return false
-	}
-	p := r.URL.Path
-	return p == "/api/v1/push" || p == "/api/v1/ack" || p == "/api/v1/ack/batch" ||
-		p == "/api/v1/transaction" || strings.HasPrefix(p, "/api/v1/lease/")
+	return isPopRequest(r) || isPushLike(r) || isAckLike(r)
 }
 
 // admitClient applies pop maintenance and the per-client token bucket to
