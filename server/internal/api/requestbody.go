@@ -18,21 +18,24 @@ import (
 // client's token bucket runs first, so a limited client is refused before its
 // body takes room): a client that stalls part-way through its body then holds
 // a goroutine and the bytes it sent, never an admission slot or a database
-// connection. A body over the cap
-// answers 413, one that does not arrive in time 408.
-func (s *Server) limitBody(next http.Handler) http.Handler {
+// connection. A body over the cap answers 413, one that does not arrive in
+// time 408. An operation that declares no request body (takesNoBody) is
+// capped at ignoredBodyLimit instead.
+func (s *Server) limitBody(next http.Handler, takesNoBody func(*http.Request) bool) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.ContentLength > s.opts.MaxBodyBytes {
-			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
-				fmt.Sprintf("request body is %d bytes; the limit is %d (LANES_MAX_BODY_BYTES)", r.ContentLength, s.opts.MaxBodyBytes))
-			return
-		}
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
+		limit := s.bodyLimit(r, takesNoBody)
+		if r.ContentLength > limit.bytes {
+			w.Header().Set("Connection", "close") // the body is never read
+			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+				fmt.Sprintf("request body is %d bytes; the limit is %d (%s)", r.ContentLength, limit.bytes, limit.why))
+			return
+		}
 		if budget := s.opts.BodyBudget; budget != nil {
-			defer s.reserveBody(r, budget)() // after the pooled buffer is given back: it holds the bytes until then
+			defer s.reserveBody(r, budget, limit.bytes)() // after the pooled buffer is given back: it holds the bytes until then
 		}
 		// Push and ack bodies are read into a pooled buffer: neither the
 		// validator nor the handler keeps them (the decoder copies what it
@@ -45,7 +48,7 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 			buf = takeBuffer()
 			defer giveBuffer(buf)
 		}
-		if !s.receiveBody(w, r, buf) {
+		if !s.receiveBody(w, r, buf, limit) {
 			return
 		}
 		body := buf.Bytes()
@@ -59,14 +62,32 @@ func (s *Server) limitBody(next http.Handler) http.Handler {
 	})
 }
 
+// ignoredBodyLimit is the most body an operation that declares none accepts:
+// room for the "{}" some clients send with every POST or DELETE, while a
+// large body sent to a GET is refused from its length or its first bytes
+// rather than read whole and thrown away.
+const ignoredBodyLimit = 4 << 10
+
+// bodyLimit is the cap on one request's body and what names it in a 413.
+type bodyLimit struct {
+	bytes int64
+	why   string
+}
+
+func (s *Server) bodyLimit(r *http.Request, takesNoBody func(*http.Request) bool) bodyLimit {
+	if !isHotPathBody(r) && takesNoBody(r) {
+		return bodyLimit{ignoredBodyLimit, r.Method + " " + r.URL.Path + " takes no request body"}
+	}
+	return bodyLimit{s.opts.MaxBodyBytes, "LANES_MAX_BODY_BYTES"}
+}
+
 // reserveBody has r's body take room in the budget as its bytes arrive, a
 // step ahead of them, charged to its client (clientKey): a sender that stalls
 // holds what it sent plus one step, never the length it declared, and never
 // more than its client's share, so it delays nobody but itself. Taking the
 // declared length up front let two requests that sent one byte each fill the
 // budget until their read deadline. It returns the release of the room taken.
-func (s *Server) reserveBody(r *http.Request, budget *admission.ByteBudget) (release func()) {
-	limit := s.opts.MaxBodyBytes
+func (s *Server) reserveBody(r *http.Request, budget *admission.ByteBudget, limit int64) (release func()) {
 	if r.ContentLength >= 0 {
 		limit = r.ContentLength
 	}
@@ -130,16 +151,17 @@ const bodyPrealloc = 64 << 10
 // reports whether it did; if not, it has answered. The connection's read
 // deadline is BodyReadTimeout from now while it reads, and is left passed
 // after a timeout, so the connection closes once the 408 is written.
-func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer) bool {
+func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.Buffer, limit bodyLimit) bool {
 	deadlines := http.NewResponseController(w)
 	if s.opts.BodyReadTimeout > 0 {
 		// Writers that cannot set deadlines (test recorders) read without one.
 		_ = deadlines.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
 	}
-	if r.ContentLength > 0 {
-		buf.Grow(int(min(r.ContentLength, bodyPrealloc)) + bytes.MinRead)
+	ceiling := limit.bytes + 1
+	if r.ContentLength >= 0 {
+		ceiling = min(r.ContentLength, limit.bytes) + 1
 	}
-	_, err := buf.ReadFrom(io.LimitReader(r.Body, s.opts.MaxBodyBytes+1))
+	err := readBounded(buf, r.Body, int(ceiling))
 	if _, noRoom := admission.IsRejected(err); noRoom {
 		writeBodyRejected(w, err)
 		return false
@@ -158,18 +180,39 @@ func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.
 	if s.opts.BodyReadTimeout > 0 {
 		_ = deadlines.SetReadDeadline(time.Time{})
 	}
-	if int64(buf.Len()) > s.opts.MaxBodyBytes {
-		writeBodyTooLarge(w, s.opts.MaxBodyBytes)
+	if int64(buf.Len()) > limit.bytes {
+		// Like the 400s of the other caps, it names the setting to raise. The
+		// connection closes: net/http would otherwise read on, to drain the rest.
+		w.Header().Set("Connection", "close")
+		writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
+			fmt.Sprintf("request body exceeds the limit of %d bytes (%s)", limit.bytes, limit.why))
 		return false
 	}
 	return true
 }
 
-// writeBodyTooLarge answers a body found past the cap while it was read. Like
-// the 400s of the other caps, it names the setting to raise.
-func writeBodyTooLarge(w http.ResponseWriter, limit int64) {
-	writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
-		fmt.Sprintf("request body exceeds the limit of %d bytes (LANES_MAX_BODY_BYTES)", limit))
+// readBounded reads body into buf until EOF or ceiling bytes. The buffer
+// doubles as bytes.Buffer's would, from bodyPrealloc, but never past ceiling:
+// bytes.Buffer.ReadFrom grew a 100 MB body's buffer to 128 MiB and kept the
+// 64 MiB it outgrew, so memory was three times what the body budget counted.
+func readBounded(buf *bytes.Buffer, body io.Reader, ceiling int) error {
+	for buf.Len() < ceiling {
+		if buf.Available() == 0 {
+			grown := make([]byte, buf.Len(), min(max(2*buf.Cap(), bodyPrealloc), ceiling))
+			copy(grown, buf.Bytes())
+			*buf = *bytes.NewBuffer(grown)
+		}
+		room := buf.AvailableBuffer()[:min(buf.Available(), ceiling-buf.Len())]
+		n, err := body.Read(room)
+		buf.Write(room[:n])
+		if err == io.EOF {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // setJSONContentType has the body parsed as JSON whatever the Content-Type

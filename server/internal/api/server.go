@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/gorilla/mux"
 	middleware "github.com/oapi-codegen/nethttp-middleware"
@@ -143,7 +144,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	h = headAsGet(h)
 	h = rejectUnstorableURL(h)
 	h = s.admitClass(h)
-	h = s.limitBody(h)
+	h = s.limitBody(h, operationsWithoutBody(spec, router))
 	h = s.admitClient(h)
 	h = s.authenticate(h)
 	h = s.observe(h, router)
@@ -156,4 +157,25 @@ func (s *Server) Handler() (http.Handler, error) {
 
 func (s *Server) schemaReady() bool {
 	return s.opts.SchemaReady == nil || s.opts.SchemaReady()
+}
+
+// operationsWithoutBody returns whether a request is for an operation that
+// declares no request body in the spec, or for no operation at all.
+func operationsWithoutBody(spec *openapi3.T, router *mux.Router) func(*http.Request) bool {
+	withBody := map[string]bool{}
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			if op.RequestBody != nil {
+				withBody[method+" "+path] = true
+			}
+		}
+	}
+	return func(r *http.Request) bool {
+		var match mux.RouteMatch
+		if !router.Match(r, &match) || match.Route == nil {
+			return true
+		}
+		template, err := match.Route.GetPathTemplate()
+		return err != nil || !withBody[r.Method+" "+template]
+	}
 }

@@ -2,6 +2,7 @@ package api
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -10,6 +11,7 @@ import (
 	"net/url"
 	"strings"
 	"testing"
+	"testing/iotest"
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/admission"
@@ -146,5 +148,65 @@ func TestARateLimitedClientIsRefusedBeforeItsBodyTakesRoom(t *testing.T) {
 	}
 	if held := budget.Stats().Held; held != 0 {
 		t.Fatalf("body bytes held after the refusal: %d; want 0", held)
+	}
+}
+
+// A body sent to an operation that declares none was read whole, up to
+// LANES_MAX_BODY_BYTES, and thrown away: four 100 MB bodies to a GET took
+// 300 MB. Past ignoredBodyLimit it is now refused from its declared length,
+// or from its first bytes when chunked, without waiting for the rest.
+func TestABodyToAnOperationWithoutOneIsRefusedUnread(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: 64 << 20, BodyReadTimeout: time.Minute}, "")
+	u, err := url.Parse(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large := strings.Repeat("x", 2*ignoredBodyLimit)
+	for name, request := range map[string]string{
+		"declared": "GET /api/v1/resources/queues HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 10000000\r\n\r\nxx",
+		"chunked": "GET /api/v1/resources/queues HTTP/1.1\r\nHost: " + u.Host + "\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n", len(large), large),
+	} {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, request); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s body to a GET, the rest never sent: no answer (%v); want 413 at once", name, err)
+		}
+		var e errorBody
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != http.StatusRequestEntityTooLarge || e.Code != CodePayloadTooLarge || !strings.Contains(e.Error, "takes no request body") {
+			t.Fatalf("%s body to a GET: %d %+v; want 413 payload_too_large saying the operation takes no body", name, resp.StatusCode, e)
+		}
+	}
+	// The "{}" some clients send with a POST that declares no body is still served.
+	var e errorBody
+	status, _ := b.call(t, "POST", "/api/v1/messages/0190a0a0-0000-7000-8000-000000000000/t/retry", map[string]any{}, &e)
+	if status != http.StatusNotFound {
+		t.Fatalf("retry of a missing message with a {} body: %d %+v; want 404", status, e)
+	}
+}
+
+// A body's buffer grows no larger than the body (plus the byte that tells it
+// ended): bytes.Buffer.ReadFrom doubled a 100 MB body's buffer to 128 MiB.
+func TestABodyBufferEndsNoLargerThanItsBody(t *testing.T) {
+	for _, size := range []int{1, 100_000, 3_000_000} {
+		var buf bytes.Buffer
+		body := iotest.HalfReader(strings.NewReader(strings.Repeat("x", size))) // arrives in pieces, as from a socket
+		if err := readBounded(&buf, body, size+1); err != nil {
+			t.Fatal(err)
+		}
+		if buf.Len() != size || buf.Cap() > max(size+1, bodyPrealloc) {
+			t.Errorf("%d-byte body: read %d bytes into a buffer of %d; want all of it in at most %d", size, buf.Len(), buf.Cap(), max(size+1, bodyPrealloc))
+		}
 	}
 }
