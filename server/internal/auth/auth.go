@@ -161,9 +161,17 @@ func (v *Verifier) Verify(header string) (*Identity, *Error) {
 		raw = strings.TrimSpace(raw[7:])
 	}
 	claims := jwt.MapClaims{}
-	_, err := v.parser.ParseWithClaims(raw, claims, v.key)
+	token, err := v.parser.ParseWithClaims(raw, claims, v.key)
 	if err != nil {
+		if namesUnknownAlg(token, err) {
+			return nil, &Error{MsgUnsupportedAlg}
+		}
 		return nil, &Error{v.messageFor(err, claims)}
+	}
+	// RFC 7515 §4.1.11: a token whose "crit" header names extensions the
+	// verifier does not understand must be refused, and this one understands none.
+	if _, critical := token.Header["crit"]; critical {
+		return nil, &Error{MsgBadHeader}
 	}
 	id := &Identity{}
 	id.Subject, _ = claims["sub"].(string)
@@ -189,6 +197,17 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 		return v.cfg.Secret, nil
 	}
 	return v.pub, nil
+}
+
+// namesUnknownAlg reports a token refused because its header names an
+// algorithm the JWT library does not know ("None", "HS999"): it is as
+// unsupported as a known one the broker does not allow.
+func namesUnknownAlg(token *jwt.Token, err error) bool {
+	if token == nil || !errors.Is(err, jwt.ErrTokenUnverifiable) || token.Method != nil {
+		return false
+	}
+	alg, named := token.Header["alg"].(string)
+	return named && alg != ""
 }
 
 // messageFor picks the fixed 401 message for a parse or validation error.

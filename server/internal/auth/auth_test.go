@@ -5,6 +5,8 @@ import (
 	"crypto/rand"
 	"crypto/rsa"
 	"crypto/x509"
+	"encoding/base64"
+	"encoding/json"
 	"encoding/pem"
 	"testing"
 	"time"
@@ -19,6 +21,32 @@ func sign(t *testing.T, method jwt.SigningMethod, key any, claims jwt.MapClaims)
 		t.Fatal(err)
 	}
 	return s
+}
+
+// signWithHeader signs claims with HS256 and one more header field.
+func signWithHeader(t *testing.T, secret []byte, claims jwt.MapClaims, name string, value any) string {
+	t.Helper()
+	token := jwt.NewWithClaims(jwt.SigningMethodHS256, claims)
+	token.Header[name] = value
+	s, err := token.SignedString(secret)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+// unsignedWithAlg is a token whose header names alg, with an empty signature.
+func unsignedWithAlg(t *testing.T, alg string, claims jwt.MapClaims) string {
+	t.Helper()
+	header, err := json.Marshal(map[string]string{"alg": alg, "typ": "JWT"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, err := json.Marshal(claims)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return base64.RawURLEncoding.EncodeToString(header) + "." + base64.RawURLEncoding.EncodeToString(body) + "."
 }
 
 func pemOf(t *testing.T, pub any) string {
@@ -87,6 +115,9 @@ func TestVerifyHS256RS256EdDSAAndTheFixedMessages(t *testing.T) {
 		{"alg not allowed", "Bearer " + sign(t, jwt.SigningMethodRS256, rsaKey, ok), hs, MsgUnsupportedAlg},
 		{"HS256 against an RSA-only broker", "Bearer " + sign(t, jwt.SigningMethodHS256, secret, ok), rs, MsgUnsupportedAlg},
 		{"RSA signed by another key", "Bearer " + sign(t, jwt.SigningMethodRS256, otherRSA, ok), rs, MsgBadSignature},
+		{"alg None", "Bearer " + unsignedWithAlg(t, "None", ok), hs, MsgUnsupportedAlg},
+		{"alg unknown to the library", "Bearer " + unsignedWithAlg(t, "HS999", ok), hs, MsgUnsupportedAlg},
+		{"crit naming an unknown extension", "Bearer " + signWithHeader(t, secret, ok, "crit", []string{"x-unknown"}), hs, MsgBadHeader},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
