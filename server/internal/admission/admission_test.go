@@ -2,6 +2,7 @@ package admission
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -85,6 +86,34 @@ func TestClientLimiterRefillsAtRate(t *testing.T) {
 	}
 	if RetryAfterSeconds(100*time.Millisecond) != 1 || RetryAfterSeconds(1500*time.Millisecond) != 2 {
 		t.Fatal("Retry-After rounds up to whole seconds, at least 1")
+	}
+}
+
+// Buckets were kept for every client seen until the next minute's sweep:
+// half a million addresses grew the heap by 64 MB. Their count is now
+// capped, and a client at its limit keeps its empty bucket while passing
+// clients come and go.
+func TestClientLimiterKeepsABoundedNumberOfBuckets(t *testing.T) {
+	l := NewClientLimiter(1, 10)
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	for range 10 {
+		if err := l.Allow("busy"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 100_000 {
+		if err := l.Allow(fmt.Sprint("passing-", i)); err != nil {
+			t.Fatalf("a new client was refused: %v", err)
+		}
+		if i%10_000 == 0 {
+			if _, limited := IsRejected(l.Allow("busy")); !limited {
+				t.Fatalf("the busy client got a fresh bucket after %d passing clients", i)
+			}
+		}
+	}
+	if n := len(l.buckets); n > 1<<16 {
+		t.Fatalf("%d buckets kept after 100001 clients within a second; want at most %d", n, 1<<16)
 	}
 }
 

@@ -7,16 +7,25 @@ import (
 	"time"
 )
 
+// maxClientBuckets bounds the buckets kept at once (a few MB): without it,
+// half a million distinct addresses between two sweeps grew the heap by 64 MB.
+const maxClientBuckets = 1 << 16
+
+// evictionProbes is how many buckets a new client looks at for a refilled
+// one to replace when the limiter is full.
+const evictionProbes = 8
+
 // ClientLimiter is a token bucket per client key (token subject or remote
 // address). Rate <= 0 disables it.
 type ClientLimiter struct {
-	rate     float64 // tokens per second
-	burst    float64
-	now      func() time.Time
-	mu       sync.Mutex
-	buckets  map[string]*bucket
-	lastGC   time.Time
-	rejected atomic.Int64
+	rate       float64 // tokens per second
+	burst      float64
+	now        func() time.Time
+	mu         sync.Mutex
+	buckets    map[string]*bucket
+	maxBuckets int
+	lastGC     time.Time
+	rejected   atomic.Int64
 }
 
 type bucket struct {
@@ -29,7 +38,7 @@ func NewClientLimiter(rate float64, burst int) *ClientLimiter {
 	if burst <= 0 {
 		burst = int(math.Max(1, math.Ceil(rate)))
 	}
-	return &ClientLimiter{rate: rate, burst: float64(burst), now: time.Now, buckets: map[string]*bucket{}}
+	return &ClientLimiter{rate: rate, burst: float64(burst), now: time.Now, buckets: map[string]*bucket{}, maxBuckets: maxClientBuckets}
 }
 
 // Enabled reports whether the limiter does anything.
@@ -47,6 +56,9 @@ func (l *ClientLimiter) Allow(client string) error {
 	l.forgetIdle(now)
 	b := l.buckets[client]
 	if b == nil {
+		if len(l.buckets) >= l.maxBuckets {
+			l.evictOne(now)
+		}
 		b = &bucket{tokens: l.burst, last: now}
 		l.buckets[client] = b
 	}
@@ -68,12 +80,34 @@ func (l *ClientLimiter) forgetIdle(now time.Time) {
 		return
 	}
 	l.lastGC = now
-	full := time.Duration(l.burst / l.rate * float64(time.Second))
+	full := l.refillTime()
 	for k, b := range l.buckets {
 		if now.Sub(b.last) > full {
 			delete(l.buckets, k)
 		}
 	}
+}
+
+// evictOne makes room for a new client in a full limiter: of a few buckets
+// (map order is random) it drops the one with the most tokens, the cheapest
+// to forget, since a dropped client starts again with a full bucket; a
+// client being limited has few and stays limited. Called with mu held.
+func (l *ClientLimiter) evictOne(now time.Time) {
+	victim, most, probes := "", -1.0, 0
+	for k, b := range l.buckets {
+		if tokens := b.tokens + now.Sub(b.last).Seconds()*l.rate; tokens > most {
+			victim, most = k, tokens
+		}
+		if probes++; probes == evictionProbes || most >= l.burst {
+			break
+		}
+	}
+	delete(l.buckets, victim)
+}
+
+// refillTime is how long an untouched bucket takes to fill up.
+func (l *ClientLimiter) refillTime() time.Duration {
+	return time.Duration(l.burst / l.rate * float64(time.Second))
 }
 
 // Rejected counts requests refused by the limiter.

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/netip"
 	"net/url"
 	"runtime/debug"
 	"strconv"
@@ -275,7 +276,10 @@ func (s *Server) admitClass(next http.Handler) http.Handler {
 	})
 }
 
-// clientKey identifies a client for its token bucket: the token subject, else the remote address.
+// clientKey identifies a client for its token bucket and body share: the
+// token subject, else the remote address, an IPv6 one by its /64 (one host
+// commonly holds a whole /64, and would otherwise be as many clients as it
+// likes).
 func clientKey(r *http.Request) string {
 	if id := auth.FromContext(r.Context()); id != nil && id.Subject != "" {
 		return "sub:" + id.Subject
@@ -283,6 +287,10 @@ func clientKey(r *http.Request) string {
 	host, _, err := net.SplitHostPort(r.RemoteAddr)
 	if err != nil {
 		host = r.RemoteAddr
+	}
+	if addr, err := netip.ParseAddr(host); err == nil && addr.Is6() && !addr.Is4In6() {
+		prefix, _ := addr.WithZone("").Prefix(64)
+		return "addr:" + prefix.String()
 	}
 	return "addr:" + host
 }

@@ -22,3 +22,32 @@ func TestRecordRouteHandsTheTemplateToTheRecorder(t *testing.T) {
 		}
 	}
 }
+
+// IPv6 clients were keyed by their full address, so one host with a /64
+// was as many clients as it liked to the token bucket and the body share.
+func TestClientKeyGroupsIPv6ByItsSlash64(t *testing.T) {
+	key := func(remote string) string {
+		r := httptest.NewRequest(http.MethodPost, "/api/v1/push", nil)
+		r.RemoteAddr = remote
+		return clientKey(r)
+	}
+	for _, same := range [][2]string{
+		{"[2001:db8:1:2::1]:4000", "[2001:db8:1:2:ffff:ffff:ffff:ffff]:4001"},
+		{"[fe80::1%eth0]:1", "[fe80::2]:2"},
+		{"[::ffff:192.0.2.1]:1", "[::ffff:192.0.2.1]:2"},
+		{"192.0.2.1:1", "192.0.2.1:2"},
+	} {
+		if a, b := key(same[0]), key(same[1]); a != b {
+			t.Errorf("%s and %s: keys %q and %q; want one client", same[0], same[1], a, b)
+		}
+	}
+	for _, apart := range [][2]string{
+		{"[2001:db8:1:2::1]:1", "[2001:db8:1:3::1]:1"},
+		{"[::ffff:192.0.2.1]:1", "[::ffff:192.0.2.2]:1"},
+		{"192.0.2.1:1", "192.0.2.2:1"},
+	} {
+		if a, b := key(apart[0]), key(apart[1]); a == b {
+			t.Errorf("%s and %s: both key %q; want two clients", apart[0], apart[1], a)
+		}
+	}
+}
