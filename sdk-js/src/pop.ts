@@ -1,5 +1,8 @@
 // Pop query assembly (docs/consuming.md §2), byte-exact and pure.
 
+/** AUTOPILOT_BATCH is the broker's automatic batch (http-api-v1.md, "Pop autopilot"): what a pop with autopilot and no batch takes. */
+const AUTOPILOT_BATCH = 100;
+
 /** AUTOPILOT_OFF_VALUES are the values of LANES_SDK_POP_AUTOPILOT that switch autopilot off. */
 const AUTOPILOT_OFF_VALUES = new Set(["off", "false", "0", "no", "disabled"]);
 
@@ -22,7 +25,7 @@ export interface PopKnobs {
   subscriptionMode?: string | undefined;
   subscriptionFrom?: string | undefined;
   serverAutoAck?: boolean | undefined;
-  /** maxBatch caps `batch` (the budget of the whole pop): a consumer under serverAutoAck(true) never pops more than what is left of its limit. */
+  /** maxBatch caps `batch` (the budget of the whole pop): a consumer under serverAutoAck(true) never pops more than what is left of its limit. An unset batch stays the one the pop would take (1 without autopilot, else the automatic 100), cut to maxBatch. */
   maxBatch?: number | undefined;
   /** partitionRoute is true when the builder named a partition (`partitions` never sent). */
   partitionRoute: boolean;
@@ -56,7 +59,7 @@ export function popQuery(k: PopKnobs, clientAutopilot: boolean): string {
   } else {
     add("autopilot", true);
     if (batchSet) add("batch", capped(k.batch!));
-    else if (set(k.maxBatch)) add("batch", k.maxBatch);
+    else if (set(k.maxBatch)) add("batch", Math.min(AUTOPILOT_BATCH, k.maxBatch));
     common();
     if (partsSet) add("partitions", k.partitions!);
   }

@@ -342,3 +342,17 @@ async def test_cancelling_run_stops_the_consumer(client: lanes.AsyncLanes, qname
     await asyncio.sleep(1.5)
     assert seen == []  # no consumer left behind
     assert [m.data for m in await drain(client.queue(qname))] == ["after"]
+
+
+async def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # The pop asks for min(left, 100), never batch=20000 (a 400 that ended the consumer).
+    await client.queue(qname).push(list(range(5)))
+    q = client.queue(qname).server_auto_ack(True).limit(20_000).wait(False).idle_millis(1000)
+    seen: list[int] = []
+    await asyncio.wait_for(q.run(lambda m: seen.append(m.data)), 10)
+    assert seen == [0, 1, 2, 3, 4]
+    await client.queue(qname).push([5, 6])
+    async with q.messages() as it:
+        assert [m.data async for m in it] == [5, 6]

@@ -680,3 +680,16 @@ def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
             client.ack(m)
             time.sleep(1.5)  # two renewal ticks (every 2/3 s)
     assert errors == []
+
+
+def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(
+    client: lanes.Lanes, qname: str
+) -> None:
+    client.queue(qname).push(list(range(5)))
+    q = client.queue(qname).server_auto_ack(True).limit(20_000).wait(False).idle_millis(1000)
+    seen: list[int] = []
+    q.run(lambda m: seen.append(m.data))
+    assert seen == [0, 1, 2, 3, 4]
+    client.queue(qname).push([5, 6])
+    with q.messages() as it:
+        assert [m.data for m in it] == [5, 6]

@@ -5,6 +5,7 @@ empty non-waiting polls paced by ``waitMs``)."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Callable
@@ -91,6 +92,30 @@ def test_pop_query_table(name: str, build: Builder, query: str) -> None:
     assert build(c.queue("orders")).pop() == []
     assert seen[0].url.path == "/api/v1/pop/queue/orders"
     assert seen[0].url.query.decode() == query
+
+
+CAP_TABLE: list[tuple[str, P.QueueSpec, int, str]] = [
+    ("unset, cap below 100", P.QueueSpec(queue="q"), 3, "autopilot=true&batch=3"),
+    (
+        "unset, cap 500: the automatic batch",
+        P.QueueSpec(queue="q"),
+        500,
+        "autopilot=true&batch=100",
+    ),
+    ("unset, cap above the bound", P.QueueSpec(queue="q"), 20_000, "autopilot=true&batch=100"),
+    ("autopilot off: 1 stays 1", P.QueueSpec(queue="q", autopilot=False), 500, "batch=1"),
+    ("explicit batch is cut", P.QueueSpec(queue="q", batch=10), 3, "autopilot=true&batch=3"),
+    ("explicit batch stays", P.QueueSpec(queue="q", batch=250), 500, "autopilot=true&batch=250"),
+]
+
+
+@pytest.mark.parametrize(("name", "spec", "left", "head"), CAP_TABLE, ids=[t[0] for t in CAP_TABLE])
+def test_server_auto_ack_caps_the_pop_at_what_is_left_of_the_limit(
+    name: str, spec: P.QueueSpec, left: int, head: str
+) -> None:
+    spec = dataclasses.replace(spec, server_auto_ack=True)
+    query = P.pop_query(P.auto_ack_pop_cap(spec, left), client_autopilot=True)
+    assert query == f"{head}&wait=true&timeout=30000&autoAck=true"
 
 
 def test_env_off_read_once_at_construction(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -433,6 +433,24 @@ describe("serverAutoAck(true): popped messages are committed", () => {
     expect(await left(q)).toEqual([3, 4, 5, 6, 7, 8, 9]);
   });
 
+  it("a limit above the broker's largest batch pops the automatic batch: the loop and the iterator run, not a 400", async () => {
+    const q = uniq("saabiglimit");
+    await push(q, 5);
+    const handled: number[] = [];
+    await client()
+      .queue<number>(q)
+      .serverAutoAck(true)
+      .limit(20_000)
+      .wait(false)
+      .idleMillis(1000)
+      .consume((m) => void handled.push(m.data));
+    expect(handled).toEqual([0, 1, 2, 3, 4]);
+    await push(q, 2);
+    const got: number[] = [];
+    for await (const m of client().queue<number>(q).serverAutoAck(true).limit(20_000).wait(false).idleMillis(1000).messages()) got.push(m.data);
+    expect(got).toEqual([0, 1]);
+  });
+
   it("the iterator never pops more than is left of limit(n)", async () => {
     const q = uniq("saaiterlimit");
     await push(q, 10);

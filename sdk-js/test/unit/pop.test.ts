@@ -73,6 +73,10 @@ describe("pop query assembly", () => {
     ["a smaller batch stays", (q) => q.batch(2), 3, "autopilot=true&batch=2&wait=true&timeout=30000"],
     ["autopilot off: 1 stays 1", (q) => q.autopilot(false), 3, "batch=1&wait=true&timeout=30000"],
     ["both knobs", (q) => q.batch(10).partitions(4), 3, "batch=3&wait=true&timeout=30000&partitions=4"],
+    ["defaults under a large cap: the automatic batch", (q) => q, 500, "autopilot=true&batch=100&wait=true&timeout=30000"],
+    ["defaults above the broker's bound: the automatic batch", (q) => q, 20_000, "autopilot=true&batch=100&wait=true&timeout=30000"],
+    ["autopilot off under a large cap: 1 stays 1", (q) => q.autopilot(false), 500, "batch=1&wait=true&timeout=30000"],
+    ["an explicit batch under a large cap stays", (q) => q.batch(250), 500, "autopilot=true&batch=250&wait=true&timeout=30000"],
   ])("maxBatch caps the batch: %s", (_name, b, maxBatch, want) => {
     expect(popQuery({ ...b(lanes.queue("orders")).popTarget().knobs, maxBatch }, true)).toBe(want);
   });

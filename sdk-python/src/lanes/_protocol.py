@@ -41,6 +41,7 @@ from lanes._types import (
 AUTOPILOT_ENV = "LANES_SDK_POP_AUTOPILOT"
 _OFF_VALUES = frozenset({"off", "false", "0", "no", "disabled"})
 DEFAULT_POP_TIMEOUT_MS = 30_000
+AUTOPILOT_BATCH = 100  # the broker's automatic batch (http-api-v1.md, "Pop autopilot")
 LONG_POLL_SLACK = 5.0
 EMPTY_POLL_PAUSE = 0.1
 FAST_EMPTY_PAUSE_MAX = 2.0
@@ -285,6 +286,8 @@ class QueueSpec:
     timeout_millis: int = DEFAULT_POP_TIMEOUT_MS
     lease_seconds: int | None = None
     server_auto_ack: bool | None = None
+    max_batch: int | None = None
+    """Caps the batch sent (set by :func:`auto_ack_pop_cap`, never by the user)."""
     # consume loop knobs
     concurrency: int = 1
     limit: int = 0
@@ -327,6 +330,9 @@ def pop_query(spec: QueueSpec, client_autopilot: bool) -> str:
     parts = None if partition_route else (spec.partitions or None)
     off = (spec.autopilot is False) or (spec.autopilot is None and not client_autopilot)
     engaged = not off and (batch is None or (not partition_route and parts is None))
+    if spec.max_batch:
+        # The batch the pop would take (unset: 1 without autopilot, else the automatic one), cut.
+        batch = min(batch or (1 if off else AUTOPILOT_BATCH), spec.max_batch)
     p: list[tuple[str, str]] = []
     if engaged:
         p.append(("autopilot", "true"))
@@ -374,10 +380,12 @@ def fast_empty_pause(consecutive: int) -> float:
 def auto_ack_pop_cap(spec: QueueSpec, left: int) -> QueueSpec:
     """The spec of a pop under server auto-ack with ``left`` messages to go before the loop's
     limit: its batch capped at that, since messages it commits beyond the limit could never be
-    handed to anyone. Unchanged without server auto-ack."""
+    handed to anyone. An unset batch stays the one the pop would take (1 without autopilot, else
+    the automatic 100), so a large limit neither replaces it nor exceeds the broker's bound.
+    Unchanged without server auto-ack."""
     if not spec.server_auto_ack:
         return spec
-    return dataclasses.replace(spec, batch=min(spec.batch or left, left))
+    return dataclasses.replace(spec, max_batch=left)
 
 
 def validate_spec(spec: QueueSpec) -> None:
