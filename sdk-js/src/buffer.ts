@@ -2,7 +2,7 @@
 // failed flushes kept at the front and retried (never dropped, except items the broker
 // refuses on their own).
 import { APIError, ClientClosedError, PushError, UnsentError, isTerminal } from "./errors.js";
-import { checkPushNames } from "./names.js";
+import { checkNames } from "./names.js";
 import { toWireItems, type Core, type PushItem, type toWireItem } from "./internal/core.js";
 import { sleep } from "./internal/http.js";
 
@@ -52,7 +52,7 @@ export class PushBuffer<T = unknown> {
     readonly partition: string | undefined,
     private readonly opts: BufferOptions,
   ) {
-    checkPushNames(queue, partition);
+    checkNames("buffer", queue, partition);
     this.messageCount = Math.max(1, opts.messageCount ?? 100);
     this.timeMillis = Math.max(0, opts.timeMillis ?? 1000);
     this.maxSize = opts.maxSize && opts.maxSize > 0 ? opts.maxSize : 4 * this.messageCount;

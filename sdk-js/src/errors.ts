@@ -144,14 +144,14 @@ export class InvalidItemError extends LanesError {
 /** InvalidValueError is thrown before any request by a KV put or putIfAbsent (direct or in a transaction) whose value, or a timer schedule whose payload, is not plain JSON (the payloads InvalidItemError refuses for a push). */
 export class InvalidValueError extends LanesError {}
 
-/** InvalidNameError is thrown by `buffer()` for a queue or partition name the broker refuses (empty, "." or "..", a NUL character, a lone surrogate, over 512 bytes): such a buffer could only drop what it holds. */
+/** InvalidNameError is thrown, before anything is sent, by `buffer()`, a pop, `consume()`/`consumeBatch()` and `messages()` for a queue or partition name the broker refuses (empty, "." or "..", a NUL character, a lone surrogate, over 512 bytes): such a buffer could only drop what it holds, and fetch would send such a pop to another route. */
 export class InvalidNameError extends LanesError {
   /** field is "queue" or "partition". */
   readonly field: string;
   /** value is the refused name (`name` is the error class's). */
   readonly value: string;
-  constructor(field: string, value: string, reason: string) {
-    super(`buffer: ${field} name ${JSON.stringify(value)} ${reason}`);
+  constructor(field: string, value: string, reason: string, op = "buffer") {
+    super(`${op}: ${field} name ${JSON.stringify(value)} ${reason}`);
     this.field = field;
     this.value = value;
   }

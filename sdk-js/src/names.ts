@@ -1,5 +1,6 @@
 // The broker's rule for queue and partition names, checked on the client where a bad name would
-// otherwise fill a buffer with items the broker can only refuse.
+// otherwise fill a buffer with items the broker can only refuse, or send a pop to another route
+// (URL clients drop a "." or ".." path segment).
 import { InvalidNameError } from "./errors.js";
 
 /** MAX_NAME_BYTES is the broker's limit on a queue or partition name (UTF-8 bytes). */
@@ -17,10 +18,10 @@ function nameProblem(value: string): string {
   return "";
 }
 
-/** checkPushNames throws InvalidNameError for a queue or partition the broker refuses; an empty or absent partition means "Default". */
-export function checkPushNames(queue: string, partition: string | undefined): void {
+/** checkNames throws InvalidNameError (naming `op`) for a queue or partition the broker refuses; an empty or absent partition means "Default". */
+export function checkNames(op: string, queue: string, partition: string | undefined): void {
   const queueProblem = queue.trim() === "" ? "must be a non-empty string" : nameProblem(queue);
-  if (queueProblem) throw new InvalidNameError("queue", queue, queueProblem);
+  if (queueProblem) throw new InvalidNameError("queue", queue, queueProblem, op);
   const partitionProblem = partition ? nameProblem(partition) : "";
-  if (partitionProblem) throw new InvalidNameError("partition", partition ?? "", partitionProblem);
+  if (partitionProblem) throw new InvalidNameError("partition", partition ?? "", partitionProblem, op);
 }

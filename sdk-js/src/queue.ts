@@ -1,6 +1,7 @@
 // QueueBuilder: the fluent, immutable builder behind `lanes.queue(name)` — producing, popping,
 // consuming, the message iterator, queue configuration and the DLQ view.
 import { LanesError } from "./errors.js";
+import { checkNames } from "./names.js";
 import type { PushBuffer, BufferOptions } from "./buffer.js";
 import { Consumer, type BatchHandler, type ConsumeOptions, type ErrorHandler, type Handler, messageIterator } from "./consumer.js";
 import type { Core, PushItem, PushResult } from "./internal/core.js";
@@ -193,11 +194,12 @@ export class QueueBuilder<T = unknown> {
     return this.buffers.buffer(this.requireQueue("buffer"), this.s.partition, opts) as PushBuffer<T>;
   }
 
-  /** @internal */
+  /** @internal throws, before anything is sent, for a builder no pop can be made of: InvalidNameError for a queue or partition name the broker refuses. */
   popTarget(): { path: string; knobs: PopKnobs } {
     const s = this.s;
     let path: string;
     if (s.queue) {
+      checkNames("pop", s.queue, s.partition);
       path = `/api/v1/pop/queue/${encodeURIComponent(s.queue)}`;
       if (s.partition !== undefined) path += `/partition/${encodeURIComponent(s.partition)}`;
     } else if (s.namespace || s.task) {
@@ -256,18 +258,21 @@ export class QueueBuilder<T = unknown> {
     return (await this.popResult(opts)).messages;
   }
 
-  /** consume starts a consume loop at once and returns its Consumer: the handler gets one message at a time with a signal aborted on a hard stop. Awaiting the Consumer waits for its end. */
+  /** consume starts a consume loop at once and returns its Consumer: the handler gets one message at a time with a signal aborted on a hard stop. Awaiting the Consumer waits for its end. A builder no pop can be made of (no queue nor namespace/task, or an InvalidNameError) throws here. */
   consume(handler: Handler<T>, opts: ConsumeOptions = {}): Consumer {
+    this.popTarget();
     return new Consumer(this.core, this, this.s, { kind: "each", fn: handler as Handler<unknown> }, opts);
   }
 
   /** consumeBatch is consume with a handler per partition slice of each pop. */
   consumeBatch(handler: BatchHandler<T>, opts: ConsumeOptions = {}): Consumer {
+    this.popTarget();
     return new Consumer(this.core, this, this.s, { kind: "batch", fn: handler as BatchHandler<unknown> }, opts);
   }
 
-  /** messages iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry` (the current message too, unless autoAck(false) made it the caller's to ack). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. */
+  /** messages (which throws at once, as consume does, for a builder no pop can be made of) iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry` (the current message too, unless autoAck(false) made it the caller's to ack). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. */
   messages(opts: { signal?: AbortSignal } = {}): AsyncIterableIterator<Message<T>> {
+    this.popTarget();
     return messageIterator<T>(this.core, this, this.s, opts.signal);
   }
 

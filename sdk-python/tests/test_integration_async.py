@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 from collections.abc import AsyncIterator
 
 import pytest
@@ -356,3 +357,26 @@ async def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_aut
     await client.queue(qname).push([5, 6])
     async with q.messages() as it:
         assert [m.data async for m in it] == [5, 6]
+
+
+@pytest.mark.parametrize(
+    ("queue", "partition", "field"),
+    [
+        (".", None, "queue"),
+        ("..", None, "queue"),
+        ("ok", ".", "partition"),
+        ("ok", "..", "partition"),
+    ],
+)
+async def test_a_queue_or_partition_named_dot_or_dot_dot_is_refused_before_sending(
+    client: lanes.AsyncLanes, queue: str, partition: str | None, field: str
+) -> None:
+    q = client.queue(queue).wait(False)
+    if partition is not None:
+        q = q.partition(partition)
+    for start in (q.pop, lambda: q.consume(lambda m: None), q.messages):
+        with pytest.raises(lanes.InvalidNameError) as caught:
+            r = start()
+            if inspect.isawaitable(r):
+                await r
+        assert (caught.value.field, caught.value.value) == (field, partition or queue)

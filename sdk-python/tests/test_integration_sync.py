@@ -693,3 +693,24 @@ def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic
     client.queue(qname).push([5, 6])
     with q.messages() as it:
         assert [m.data for m in it] == [5, 6]
+
+
+@pytest.mark.parametrize(
+    ("queue", "partition", "field"),
+    [
+        (".", None, "queue"),
+        ("..", None, "queue"),
+        ("ok", ".", "partition"),
+        ("ok", "..", "partition"),
+    ],
+)
+def test_a_queue_or_partition_named_dot_or_dot_dot_is_refused_before_sending(
+    client: lanes.Lanes, queue: str, partition: str | None, field: str
+) -> None:
+    q = client.queue(queue).wait(False)
+    if partition is not None:
+        q = q.partition(partition)
+    for start in (q.pop, lambda: q.consume(lambda m: None), q.messages):
+        with pytest.raises(lanes.InvalidNameError) as caught:
+            start()
+        assert (caught.value.field, caught.value.value) == (field, partition or queue)

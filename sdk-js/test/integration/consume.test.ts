@@ -1,7 +1,7 @@
 // The consume loop and the message iterator against the real broker.
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it, vi } from "vitest";
-import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, type Message, type QueueBuilder } from "../../src/index.js";
+import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, InvalidNameError, type Message, type QueueBuilder } from "../../src/index.js";
 import { client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
@@ -151,8 +151,8 @@ describe("consume", () => {
     await c.stop();
     expect([c.done, c.error]).toEqual([true, undefined]);
 
-    // A queue name over the broker's 512-byte limit is a 400: terminal for the loop.
-    const bad = lanes.queue("q".repeat(600)).wait(false).consume(() => {});
+    // A subscription mode the broker does not know is a 400: terminal for the loop.
+    const bad = lanes.queue(uniq("state")).subscriptionMode("nonsense" as "all").wait(false).consume(() => {});
     expect(bad.done).toBe(false);
     await expect(bad.closed).rejects.toBeInstanceOf(BadRequestError);
     expect(bad.done).toBe(true);
@@ -518,5 +518,23 @@ describe("serverAutoAck(true): popped messages are committed", () => {
     } finally {
       warn.mockRestore();
     }
+  });
+});
+
+describe('a queue or partition named "." or "..": InvalidNameError before anything is sent', () => {
+  it.each<[string, string | undefined, "queue" | "partition"]>([
+    [".", undefined, "queue"],
+    ["..", undefined, "queue"],
+    ["ok", ".", "partition"],
+    ["ok", "..", "partition"],
+  ])("queue %j, partition %j", async (queue, partition, field) => {
+    const lanes = client();
+    const b = partition === undefined ? lanes.queue(queue) : lanes.queue(queue).partition(partition);
+    const named = { field, value: partition ?? queue };
+    await expect(b.wait(false).pop()).rejects.toThrow(InvalidNameError);
+    await expect(b.wait(false).pop()).rejects.toMatchObject(named);
+    expect(() => b.consume(() => {})).toThrow(InvalidNameError);
+    expect(() => b.consumeBatch(() => {})).toThrow(InvalidNameError);
+    expect(() => b.messages()).toThrow(InvalidNameError);
   });
 });

@@ -29,7 +29,7 @@ from lanes._exceptions import ClientClosedError, UnsentError
 from lanes._generated import models
 from lanes._http import AsyncTransport, Config, SyncTransport
 from lanes._kv import KV, AsyncKV
-from lanes._names import check_push_names
+from lanes._names import check_names
 from lanes._queue import AsyncQueue, Queue
 from lanes._requests import Req
 from lanes._retry import RetrySettings
@@ -242,7 +242,7 @@ class Lanes:
         with self._lock:
             if self._closed:
                 raise ClientClosedError("lanes: buffer: client is closed")
-            check_push_names(queue, partition)
+            check_names("buffer", queue, partition)
             key = (queue, partition)
             b = self._buffers.get(key)
             if b is None:
@@ -418,7 +418,7 @@ class AsyncLanes:
     ) -> AsyncPushBuffer:
         if self._closed:
             raise ClientClosedError("lanes: buffer: client is closed")
-        check_push_names(queue, partition)
+        check_names("buffer", queue, partition)
         key = (queue, partition)
         b = self._buffers.get(key)
         if b is None:

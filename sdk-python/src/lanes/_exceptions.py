@@ -200,12 +200,14 @@ class InvalidItemError(LanesError, TypeError):
 
 
 class InvalidNameError(LanesError, ValueError):
-    """``buffer()`` got a queue or partition name the broker refuses (empty, ``"."`` or
-    ``".."``, a NUL character, not encodable as UTF-8, over 512 bytes): such a buffer could only
-    drop what it holds. ``field`` is ``"queue"`` or ``"partition"``, ``value`` the name."""
+    """``buffer()``, a pop, ``consume()`` or ``messages()`` got a queue or partition name the
+    broker refuses (empty, ``"."`` or ``".."``, a NUL character, not encodable as UTF-8, over 512
+    bytes), and sent nothing: such a buffer could only drop what it holds, and an HTTP client
+    would send such a pop to another route. ``field`` is ``"queue"`` or ``"partition"``,
+    ``value`` the name."""
 
-    def __init__(self, field: str, value: str, reason: str) -> None:
-        super().__init__(f"lanes: buffer: {field} name {value!r} {reason}")
+    def __init__(self, field: str, value: str, reason: str, op: str = "buffer") -> None:
+        super().__init__(f"lanes: {op}: {field} name {value!r} {reason}")
         self.field = field
         self.value = value
 

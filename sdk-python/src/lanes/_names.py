@@ -1,5 +1,6 @@
 """The broker's rule for queue and partition names, checked on the client where a bad name would
-otherwise fill a buffer with items the broker can only refuse."""
+otherwise fill a buffer with items the broker can only refuse, or send a pop to another route
+(an HTTP client drops a ``.`` or ``..`` path segment)."""
 
 from __future__ import annotations
 
@@ -23,11 +24,11 @@ def _name_problem(value: str) -> str:
     return ""
 
 
-def check_push_names(queue: str, partition: str | None) -> None:
-    """Raise :class:`InvalidNameError` for a push target the broker refuses; an empty or absent
-    partition means "Default"."""
+def check_names(op: str, queue: str, partition: str | None) -> None:
+    """Raise :class:`InvalidNameError` (naming ``op``) for a queue or partition the broker
+    refuses; an empty or absent partition means "Default"."""
     problem = "must be a non-empty string" if not queue.strip() else _name_problem(queue)
     if problem:
-        raise InvalidNameError("queue", queue, problem)
+        raise InvalidNameError("queue", queue, problem, op)
     if partition and (problem := _name_problem(partition)):
-        raise InvalidNameError("partition", partition, problem)
+        raise InvalidNameError("partition", partition, problem, op)

@@ -24,6 +24,7 @@ from lanes._exceptions import (
     TransactionError,
     UnexpectedAnswerError,
 )
+from lanes._names import check_names
 from lanes._types import (
     ACK_STATUSES,
     QUEUE_MODE,
@@ -389,10 +390,14 @@ def auto_ack_pop_cap(spec: QueueSpec, left: int) -> QueueSpec:
 
 
 def validate_spec(spec: QueueSpec) -> None:
+    """Raise before a pop, consume or iterator sends anything with a builder the broker would
+    refuse (a bad name: InvalidNameError, naming the ``pop``)."""
     if not spec.queue and not (spec.namespace or spec.task):
         raise ValueError("lanes: a queue name or a namespace/task is required")
     if spec.partition and not spec.queue:
         raise ValueError("lanes: partition() needs a queue")
+    if spec.queue:
+        check_names("pop", spec.queue, spec.partition)
     if not 1 <= spec.concurrency <= 10_000:
         raise ValueError("lanes: concurrency must be between 1 and 10000")
 
