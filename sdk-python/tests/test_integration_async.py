@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 
@@ -343,6 +343,41 @@ async def test_cancelling_run_stops_the_consumer(client: lanes.AsyncLanes, qname
     await asyncio.sleep(1.5)
     assert seen == []  # no consumer left behind
     assert [m.data for m in await drain(client.queue(qname))] == ["after"]
+
+
+async def _cancel_an_inner_task() -> None:
+    inner = asyncio.ensure_future(asyncio.sleep(10))
+    inner.cancel()
+    await inner  # raises CancelledError in the handler, with no stop under way
+
+
+async def _raise_consumer_stopped() -> None:
+    raise lanes.ConsumerStoppedError("the handler's own")
+
+
+@pytest.mark.parametrize(
+    "fail", [_cancel_an_inner_task, _raise_consumer_stopped], ids=["cancelled", "stopped"]
+)
+async def test_a_handler_raising_a_cancellation_without_a_stop_is_nacked_failed(
+    client: lanes.AsyncLanes, qname: str, fail: Callable[[], Awaitable[None]]
+) -> None:
+    # Released with `retry` it would come back at once, forever; `failed` spends the budget
+    # (retryLimit 0: straight to the DLQ), as in Go and TS.
+    assert (await client.queue(qname).configure({"retryLimit": 0})).configured
+    await client.queue(qname).push(["poison"])
+    errors: list[BaseException] = []
+    calls: list[str] = []
+
+    async def handler(m: lanes.Message) -> None:
+        calls.append(m.data)
+        await fail()
+
+    q = client.queue(qname).wait(False).report_handler_errors(True).on_error(errors.append)
+    await asyncio.wait_for(q.limit(1).run(handler), 10)
+    assert calls == ["poison"]
+    assert len(errors) == 1  # reported as the handler's own failure
+    assert [m.data for m in (await client.admin.list_dlq(queue=qname)).messages] == ["poison"]
+    assert await drain(client.queue(qname)) == []
 
 
 async def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(

@@ -682,6 +682,48 @@ def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
     assert errors == []
 
 
+@pytest.mark.parametrize("batch", [False, True], ids=["each", "batch"])
+def test_a_handler_raising_consumer_stopped_without_a_stop_is_nacked_failed(
+    client: lanes.Lanes, qname: str, batch: bool
+) -> None:
+    # Only a hard stop (cancel_event set) makes it the stop's cancellation, released with
+    # `retry`; otherwise it would come back at once, forever. retryLimit 0: straight to the DLQ.
+    assert client.queue(qname).configure({"retryLimit": 0}).configured
+    client.queue(qname).push(["poison"])
+    calls: list[Any] = []
+
+    def handler(m: Any) -> None:
+        calls.append(m)
+        raise lanes.ConsumerStoppedError("the handler's own")
+
+    q = client.queue(qname).wait(False).limit(1)
+    c = q.consume_batch(handler) if batch else q.consume(handler)
+    c.closed(timeout=10)
+    assert len(calls) == 1
+    assert [m.data for m in client.admin.list_dlq(queue=qname).messages] == ["poison"]
+    assert drain(client.queue(qname)) == []
+
+
+def test_a_soft_stop_escalation_sets_cancel_event(client: lanes.Lanes, qname: str) -> None:
+    assert client.queue(qname).configure({"retryLimit": 0}).configured
+    client.queue(qname).push(["x"])
+    started = threading.Event()
+    saw_cancel: list[bool] = []
+    box: list[lanes.Consumer] = []
+
+    def handler(m: lanes.Message) -> None:
+        started.set()
+        saw_cancel.append(box[0].cancel_event.wait(5))
+        raise lanes.ConsumerStoppedError("cancelled")
+
+    box.append(client.queue(qname).soft_stop_timeout_millis(200).consume(handler))
+    assert started.wait(10)
+    box[0].stop(timeout=10)
+    assert saw_cancel == [True]
+    # retryLimit 0: released with retry (the stop's cancellation), not failed into the DLQ
+    assert [m.data for m in drain(client.queue(qname))] == ["x"]
+
+
 def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(
     client: lanes.Lanes, qname: str
 ) -> None:

@@ -36,6 +36,12 @@ __all__ = [
 Status = Literal["completed", "failed", "retry"]
 
 
+def _failure_text(exc: BaseException) -> str:
+    """The nack's error text for a handler exception."""
+    detail = str(exc)
+    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
 @dataclass
 class Ops:
     """The I/O the engine needs, as coroutines (the sync client wraps its blocking calls)."""
@@ -68,6 +74,10 @@ class Engine:
         # pool threads (_each_blocking): with concurrency > 1 several threads count at once.
         self._count_lock = threading.Lock()
         self.hard = False
+        # Set (from any thread) once a hard stop is requested: a handler that then raises the
+        # stop's cancellation has its message released with ``retry``; the sync consumer's
+        # ``cancel_event``.
+        self.cancelling = threading.Event()
         self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
         self._handlers: set[asyncio.Future[Any]] = set()
         self._busy = 0  # workers handling a pop (handlers, then acks)
@@ -85,6 +95,7 @@ class Engine:
         self._stop.set()
         if hard and not self.hard:
             self.hard = True
+            self.cancelling.set()
             if self.cancellable:
                 for f in list(self._handlers):
                     f.cancel()
@@ -208,16 +219,23 @@ class Engine:
             await asyncio.wait({fut})
         finally:
             self._handlers.discard(fut)
-        if fut.cancelled():
-            return "retry", None  # hard stop: release without spending the budget
-        exc = fut.exception()
+        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
         if exc is None:
             return "completed", None
-        if isinstance(exc, (ConsumerStoppedError, asyncio.CancelledError)):
-            return "retry", None
+        if self._stopped_by_cancel(exc):
+            return "retry", None  # release without spending the budget
         if self.spec.report_handler_errors:
             self.report(exc, "handler")
-        return "failed", f"{type(exc).__name__}: {exc}"
+        return "failed", _failure_text(exc)
+
+    def _stopped_by_cancel(self, exc: BaseException) -> bool:
+        """A handler ended by the hard stop's cancellation (its task cancelled, or it raised
+        ConsumerStoppedError after ``cancel_event`` was set). The same exception without a hard
+        stop is the handler's own failure, nacked ``failed`` as in Go and TS: released with
+        ``retry`` it would be redelivered at once, forever, never reaching the DLQ."""
+        return self.cancelling.is_set() and isinstance(
+            exc, (ConsumerStoppedError, asyncio.CancelledError)
+        )
 
     async def _handle(self, res: PopResult) -> None:
         outcomes: list[P.Outcome] = []
@@ -332,11 +350,11 @@ class Engine:
                     self.delivered += 1
                 try:
                     handler(m)
-                except (ConsumerStoppedError, asyncio.CancelledError):
-                    outcomes.append((m, "retry", None))
-                    break  # the rest redelivers after the release
                 except BaseException as exc:  # as the pool's futures did: any exception is the nack
-                    outcomes.append((m, "failed", f"{type(exc).__name__}: {exc}"))
+                    if self._stopped_by_cancel(exc):
+                        outcomes.append((m, "retry", None))
+                        break  # the rest redelivers after the release
+                    outcomes.append((m, "failed", _failure_text(exc)))
                     if self.spec.report_handler_errors:
                         return gi + 1, exc
                     break
@@ -515,11 +533,12 @@ class Consumer:
         make_engine: Callable[[concurrent.futures.ThreadPoolExecutor], Engine],
         concurrency: int,
     ) -> None:
-        self.cancel_event = threading.Event()
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="lanes-handler"
         )
         self._engine = make_engine(self._pool)
+        # Set by stop_and_cancel, and by a soft stop's escalation (soft_stop_timeout_millis).
+        self.cancel_event = self._engine.cancelling
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = threading.Event()
         self._thread = threading.Thread(target=self._main, name="lanes-consumer")
