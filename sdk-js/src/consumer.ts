@@ -1,4 +1,5 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
+import { AsyncLocalStorage } from "node:async_hooks";
 import { AckError, ConsumerStoppedError, LanesError, AutoAckDroppedError, endsConsumerOnAck } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
@@ -58,6 +59,9 @@ export function renewEveryForExpiry(poppedAt: number, expiresAt: string | null):
 export function renewSeconds(everyMillis: number): number {
   return Math.ceil(Math.max(2 * everyMillis, 1000) / 1000);
 }
+
+/** handlerOf is the consumer whose handler runs the current code: a stop called from there must not wait for the end, which waits for that very handler. */
+const handlerOf = new AsyncLocalStorage<Consumer>();
 
 function errorText(err: unknown): string {
   if (err instanceof Error) return err.message || err.name;
@@ -202,19 +206,20 @@ export class Consumer implements PromiseLike<void> {
     return this.terminal;
   }
 
-  /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry`. Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). */
+  /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry`. Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). Called from inside one of this consumer's handlers, it requests the stop and resolves at once (`closed` says when it has ended). */
   stop(opts: StopOptions = {}): Promise<void> {
     this.beginSoftStop();
     return this.waitEnd(opts);
   }
 
-  /** stopAndCancel is a hard stop: as stop, and every handler's signal aborts with ConsumerStoppedError; a handler that then throws that cancellation (the signal's reason, or an AbortError) is released with `retry` (no retry budget spent), while any other error is nacked `failed` as usual. */
+  /** stopAndCancel is a hard stop: as stop, and every handler's signal aborts with ConsumerStoppedError; a handler that then throws that cancellation (the signal's reason, or an AbortError) is released with `retry` (no retry budget spent), while any other error is nacked `failed` as usual. From inside a handler it resolves at once, as stop does. */
   stopAndCancel(opts: StopOptions = {}): Promise<void> {
     this.beginHardStop();
     return this.waitEnd(opts);
   }
 
   private waitEnd(opts: StopOptions): Promise<void> {
+    if (handlerOf.getStore() === this) return Promise.resolve();
     const ended = this.closed.then(
       () => undefined,
       () => undefined,
@@ -357,7 +362,7 @@ export class Consumer implements PromiseLike<void> {
 
   private async runHandler(call: () => unknown): Promise<{ ok: true } | { ok: false; err: unknown; cancelled: boolean }> {
     try {
-      await call();
+      await handlerOf.run(this, call);
       return { ok: true };
     } catch (err) {
       const cancelled = this.stoppedByCancel(err);

@@ -380,6 +380,27 @@ async def test_a_handler_raising_a_cancellation_without_a_stop_is_nacked_failed(
     assert await drain(client.queue(qname)) == []
 
 
+@pytest.mark.parametrize("how", ["stop", "stop_and_cancel"])
+async def test_a_stop_awaited_inside_a_handler_returns_and_the_consumer_ends(
+    client: lanes.AsyncLanes, qname: str, how: str
+) -> None:
+    await client.queue(qname).push([0, 1, 2])
+    handled: list[int] = []
+    box: list[lanes.AsyncConsumer] = []
+
+    async def handler(m: lanes.Message) -> None:
+        handled.append(m.data)
+        await getattr(box[0], how)()
+        handled.append(-1)  # the stop returned (a hard stop cancels at the next await only)
+
+    box.append(client.queue(qname).batch(3).consume(handler))
+    await asyncio.wait_for(box[0].closed(), 5)
+    assert handled == [0, -1]
+    # Released with retry: the rest, and under a hard stop the cancelled handler's own message.
+    released = [1, 2] if how == "stop" else [0, 1, 2]
+    assert [m.data for m in await drain(client.queue(qname))] == released
+
+
 async def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(
     client: lanes.AsyncLanes, qname: str
 ) -> None:

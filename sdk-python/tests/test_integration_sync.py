@@ -724,6 +724,28 @@ def test_a_soft_stop_escalation_sets_cancel_event(client: lanes.Lanes, qname: st
     assert [m.data for m in drain(client.queue(qname))] == ["x"]
 
 
+@pytest.mark.parametrize("how", ["stop", "stop_and_cancel"])
+def test_a_stop_called_inside_a_handler_returns_and_the_consumer_ends(
+    client: lanes.Lanes, qname: str, how: str
+) -> None:
+    client.queue(qname).push([0, 1, 2])
+    handled: list[int] = []
+    box: list[lanes.Consumer] = []
+    ready = threading.Event()
+
+    def handler(m: lanes.Message) -> None:
+        ready.wait(5)
+        handled.append(m.data)
+        getattr(box[0], how)()
+        handled.append(-1)  # the stop returned
+
+    box.append(client.queue(qname).batch(3).consume(handler))
+    ready.set()
+    box[0].closed(timeout=5)
+    assert handled == [0, -1]
+    assert [m.data for m in drain(client.queue(qname))] == [1, 2]  # released with retry
+
+
 def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(
     client: lanes.Lanes, qname: str
 ) -> None:

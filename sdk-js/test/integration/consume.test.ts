@@ -1,7 +1,7 @@
 // The consume loop and the message iterator against the real broker.
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it, vi } from "vitest";
-import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, InvalidNameError, type Message, type QueueBuilder } from "../../src/index.js";
+import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, InvalidNameError, type Consumer, type Message, type QueueBuilder } from "../../src/index.js";
 import { client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
@@ -256,6 +256,27 @@ describe("consume", () => {
     expect(errors).toEqual([]);
     const again = await lanes.queue(q).wait(false).pop();
     expect(again.map((m) => m.data)).toEqual(["x"]);
+  });
+
+  it.each(["stop", "stopAndCancel"] as const)("%s() awaited inside a handler resolves at once; the consumer ends after that handler", async (how) => {
+    const lanes = client();
+    const q = uniq("selfstop");
+    await lanes.queue(q).push([0, 1, 2].map((n) => ({ data: n })));
+    const handled: number[] = [];
+    let stopResolved = false;
+    const c: Consumer = lanes
+      .queue<number>(q)
+      .batch(3)
+      .consume(async (m) => {
+        handled.push(m.data);
+        await c[how]();
+        stopResolved = true;
+      });
+    const ended = await Promise.race([c.closed.then(() => "ended"), sleep(5000).then(() => "still running after 5 s")]);
+    expect(ended).toBe("ended");
+    expect([stopResolved, handled]).toEqual([true, [0]]);
+    // 0 is acked; 1 and 2 were released with retry, so they come back at once
+    expect((await lanes.queue<number>(q).batch(5).wait(false).pop()).map((m) => m.data)).toEqual([1, 2]);
   });
 
   it("aborting the signal stops the consumer and `closed` resolves", async () => {

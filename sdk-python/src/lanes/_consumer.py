@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import contextlib
+import contextvars
 import inspect
 import threading
 import time
@@ -34,6 +35,12 @@ __all__ = [
     "in_thread",
 ]
 Status = Literal["completed", "failed", "retry"]
+
+# The engine whose tasks run the current code (its workers, so its handlers and their callbacks):
+# a stop called from there must not wait for the end, which waits for that very handler.
+_running_engine: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
+    "lanes_running_engine", default=None
+)
 
 
 def _failure_text(exc: BaseException) -> str:
@@ -74,9 +81,11 @@ class Engine:
         # pool threads (_each_blocking): with concurrency > 1 several threads count at once.
         self._count_lock = threading.Lock()
         self.hard = False
-        # Set (from any thread) once a hard stop is requested: a handler that then raises the
-        # stop's cancellation has its message released with ``retry``; the sync consumer's
-        # ``cancel_event``.
+        # Set (from any thread, at once) when a stop is requested, and a hard one: read by
+        # handler threads between messages, before the loop has seen the request. A handler
+        # raising the stop's cancellation once ``cancelling`` is set has its message released
+        # with ``retry``; ``cancelling`` is the sync consumer's ``cancel_event``.
+        self.stopping = threading.Event()
         self.cancelling = threading.Event()
         self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
         self._handlers: set[asyncio.Future[Any]] = set()
@@ -93,6 +102,7 @@ class Engine:
     def request_stop(self, hard: bool = False) -> None:
         first = not self._stop.is_set()
         self._stop.set()
+        self.stopping.set()
         if hard and not self.hard:
             self.hard = True
             self.cancelling.set()
@@ -103,6 +113,10 @@ class Engine:
             loop = asyncio.get_running_loop()
             after = self.spec.soft_stop_timeout_millis / 1000.0
             self._escalation = loop.call_later(after, self.request_stop, True)
+
+    def runs_current_code(self) -> bool:
+        """Whether the caller is this engine's own code: a handler, or a callback it runs."""
+        return _running_engine.get() is self
 
     def _fail(self, e: BaseException, op: str) -> None:
         """End the whole consumer with a terminal error; on_error hears of it too (as in Go and
@@ -115,7 +129,7 @@ class Engine:
     def _cut_short(self) -> bool:
         """Whether to stop handing messages to the handler: on any stop, but under server
         auto-ack only on a hard one (they are committed: nothing could release them)."""
-        return self.hard if self.spec.server_auto_ack else self._stop.is_set()
+        return (self.cancelling if self.spec.server_auto_ack else self.stopping).is_set()
 
     def _auto_ack_room(self) -> int | None:
         """How many messages the next pop may take under server auto-ack with a limit (None:
@@ -131,6 +145,7 @@ class Engine:
     # -- main -----------------------------------------------------------------------------------
 
     async def run(self) -> None:
+        _running_engine.set(self)  # this task's context: the workers and handlers inherit it
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.spec.concurrency)]
         idle = asyncio.ensure_future(self._idle_watch()) if self.spec.idle_millis > 0 else None
         try:
@@ -394,16 +409,21 @@ class AsyncConsumer:
 
     async def stop(self, timeout: float | None = None) -> None:
         """Soft stop: no new pops, finish current messages, ack, release the rest. Raises
-        ``TimeoutError`` if not ended within ``timeout`` (it keeps stopping; call again)."""
+        ``TimeoutError`` if not ended within ``timeout`` (it keeps stopping; call again).
+        Called from inside a handler (or its on_error), it requests the stop and returns at
+        once: waiting there for the end would wait for that handler itself."""
         if not self._task.done():
             self._engine.request_stop(False)
-        await self._wait(timeout)
+        if not self._engine.runs_current_code():
+            await self._wait(timeout)
 
     async def stop_and_cancel(self, timeout: float | None = None) -> None:
-        """Hard stop: as :meth:`stop`, and cancel running handlers."""
+        """Hard stop: as :meth:`stop`, and cancel running handlers (from inside a handler, that
+        one too, at its next await)."""
         if not self._task.done():
             self._engine.request_stop(True)
-        await self._wait(timeout)
+        if not self._engine.runs_current_code():
+            await self._wait(timeout)
 
     async def closed(self) -> None:
         """Wait until the consumer ended; raise its terminal error if any. Cancelling this wait
@@ -566,6 +586,9 @@ class Consumer:
         return self._engine.error
 
     def _signal(self, hard: bool) -> None:
+        self._engine.stopping.set()  # a handler thread stops taking messages at once
+        if hard:
+            self.cancel_event.set()
         loop = self._loop
         if loop is not None and not self.done:
             with contextlib.suppress(RuntimeError):
@@ -577,15 +600,18 @@ class Consumer:
             raise TimeoutError("lanes: consumer still stopping")
 
     def stop(self, timeout: float | None = None) -> None:
-        """Soft stop; raises ``TimeoutError`` if not ended within ``timeout`` (call again)."""
+        """Soft stop; raises ``TimeoutError`` if not ended within ``timeout`` (call again).
+        Called from inside a handler (or its on_error), it requests the stop and returns at
+        once."""
         self._signal(False)
-        self._join(timeout)
+        if not self._engine.runs_current_code():  # else the end waits for this very handler
+            self._join(timeout)
 
     def stop_and_cancel(self, timeout: float | None = None) -> None:
         """Hard stop: set :attr:`cancel_event`, stop popping, wait for handlers to return."""
-        self.cancel_event.set()
         self._signal(True)
-        self._join(timeout)
+        if not self._engine.runs_current_code():
+            self._join(timeout)
 
     def closed(self, timeout: float | None = None) -> None:
         """Block until the consumer ended; raise its terminal error if any."""
@@ -631,7 +657,9 @@ class SyncInvoke:
         await self.run(self.handler, arg)
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
-        return asyncio.get_running_loop().run_in_executor(self.pool, fn, *args)
+        # In the caller's context, as asyncio.to_thread does: the handler's stop() sees its engine.
+        call = contextvars.copy_context().run
+        return asyncio.get_running_loop().run_in_executor(self.pool, call, fn, *args)
 
 
 def make_invoke_sync(
