@@ -3,6 +3,7 @@ import { AsyncLocalStorage } from "node:async_hooks";
 import { AckError, ConsumerStoppedError, LanesError, AutoAckDroppedError, endsConsumerOnAck } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
+import { popBatch } from "./pop.js";
 import { Poller, withBatchCap, type PopSource } from "./poller.js";
 import type { QueueState } from "./queue.js";
 
@@ -152,7 +153,7 @@ export class Consumer implements PromiseLike<void> {
   private readonly fetchCtl = new AbortController();
   private readonly handlerCtl = new AbortController();
   private handed = 0;
-  /** claimed counts, under serverAutoAck(true) with a limit, the messages popped or being popped (a pop reserves its whole batch): the broker commits them in the pop, so no pop may take more than is left of the limit. */
+  /** claimed counts, under serverAutoAck(true) with a limit, the messages popped or being popped (a pop reserves its batch): the broker commits them in the pop, so the pops together may not take more than the limit. */
   private claimed = 0;
   private popsReserving = 0;
   private roomWaiters: (() => void)[] = [];
@@ -301,12 +302,13 @@ export class Consumer implements PromiseLike<void> {
     return this.s.limit - this.claimed;
   }
 
-  /** cappedSource pops at most what is left of the limit, reserving it while the pop runs so concurrent workers never take more between them. */
+  /** cappedSource reserves each pop's batch (at most what is left of the limit) while the pop runs and gives back what it did not bring, so concurrent workers pop side by side yet never take more than the limit between them. */
   private cappedSource(): PopSource<unknown> {
+    const want = popBatch(this.s, this.core.popAutopilot);
     return withBatchCap(
       this.source,
       () => {
-        const room = this.roomLeft();
+        const room = Math.min(this.roomLeft(), want);
         this.claimed += room;
         this.popsReserving += 1;
         return room;

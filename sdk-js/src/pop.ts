@@ -35,6 +35,12 @@ export interface PopKnobs {
 
 const set = (n: number | undefined): n is number => n !== undefined && n !== 0;
 
+/** popBatch is the batch a pop of these knobs takes: `batch` when set, else the automatic batch under autopilot, else 1. */
+export function popBatch(k: Pick<PopKnobs, "batch" | "autopilot">, clientAutopilot: boolean): number {
+  if (set(k.batch)) return k.batch;
+  return (k.autopilot ?? clientAutopilot) ? AUTOPILOT_BATCH : 1;
+}
+
 /** popQuery builds the pop query string; `clientAutopilot` is the client default (false when the env switched it off). */
 export function popQuery(k: PopKnobs, clientAutopilot: boolean): string {
   const on = k.autopilot ?? clientAutopilot;

@@ -523,6 +523,70 @@ describe("serverAutoAck(true): popped messages are committed", () => {
     expect(await left(q)).toEqual([]); // committed in the pop: gone
   });
 
+  /** countPopsInFlight is a fetch that counts the pop requests outstanding at once. */
+  const countPopsInFlight = () => {
+    const seen = { now: 0, max: 0 };
+    const counting: typeof fetch = async (input, init) => {
+      const isPop = String(input instanceof Request ? input.url : input).includes("/api/v1/pop");
+      if (isPop) seen.max = Math.max(seen.max, ++seen.now);
+      try {
+        return await fetch(input, init);
+      } finally {
+        if (isPop) seen.now -= 1;
+      }
+    };
+    return { seen, counting };
+  };
+
+  const pushToPartitions = async (q: string, partitions: number, each: number) => {
+    for (let p = 0; p < partitions; p++)
+      await client()
+        .queue(q)
+        .partition(`p${p}`)
+        .push(Array.from({ length: each }, (_, i) => ({ data: p * each + i })));
+  };
+
+  const countLeft = async (q: string) => {
+    let n = 0;
+    for (;;) {
+      const got = await client().queue(q).batch(100).wait(false).pop();
+      if (got.length === 0) return n;
+      n += got.length;
+    }
+  };
+
+  it.each([undefined, 2])("limit 5, concurrency 4, batch %s over 4 partitions: exactly 5 handed over and committed", async (batch) => {
+    const q = uniq("saalimit5");
+    await pushToPartitions(q, 4, 10);
+    const handled: number[] = [];
+    let b = client().queue<number>(q).serverAutoAck(true).concurrency(4).limit(5).wait(false);
+    if (batch !== undefined) b = b.batch(batch);
+    await b.consume((m) => void handled.push(m.data));
+    expect(handled).toHaveLength(5);
+    expect(await countLeft(q)).toBe(35);
+  });
+
+  it("limit 300, concurrency 3, batch 50: workers pop side by side and exactly 300 are committed", async () => {
+    const q = uniq("saalimit300");
+    await pushToPartitions(q, 6, 60);
+    const { seen, counting } = countPopsInFlight();
+    const handled: number[] = [];
+    await client({ fetch: counting })
+      .queue<number>(q)
+      .serverAutoAck(true)
+      .concurrency(3)
+      .batch(50)
+      .limit(300)
+      .consume(async (m) => {
+        handled.push(m.data);
+        await sleep(1);
+      });
+    expect(handled).toHaveLength(300);
+    expect(new Set(handled).size).toBe(300);
+    expect(seen.max).toBeGreaterThan(1);
+    expect(await countLeft(q)).toBe(60);
+  });
+
   it("an iterator left early reports how many popped messages it dropped; without onError as a warning", async () => {
     const q = uniq("saaiterleave");
     await push(q, 10);
