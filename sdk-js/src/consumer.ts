@@ -332,7 +332,9 @@ export class Consumer implements PromiseLike<void> {
 
   private async worker(): Promise<void> {
     const capped = this.capsBatch();
-    const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err));
+    // Under serverAutoAck(true) the broker commits a pop's messages, so only a hard stop cuts a pop in flight: a soft stop lets it answer and hands its messages over.
+    const popSignal = this.s.serverAutoAck ? this.handlerCtl.signal : this.fetchCtl.signal;
+    const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err), popSignal);
     while (!this.stopping) {
       if (capped && !(await this.waitForRoom())) break;
       let res: PopResult<unknown> | undefined;

@@ -68,6 +68,8 @@ export class Poller<T> {
     private readonly s: QueueState,
     private readonly signal: AbortSignal | undefined,
     private readonly report: (err: unknown) => void,
+    /** popSignal, when given, cuts the pops instead of `signal`, which then only cuts the pauses between them. */
+    private readonly popSignal: AbortSignal | undefined = signal,
   ) {}
 
   /** next resolves to the next pop with messages, or to undefined once `stopped()` is true or `stopOnEmpty()` is true after an empty answer; it rejects with the error that ends the loop (403, 413, other 4xx, 501). */
@@ -76,7 +78,7 @@ export class Poller<T> {
       let res: PopResult<T>;
       const startedAt = Date.now();
       try {
-        res = await this.source.popResult({ signal: this.signal });
+        res = await this.source.popResult({ signal: this.popSignal });
       } catch (err) {
         if (stopped()) return undefined;
         if (!isTransientLoopError(err)) throw err;

@@ -523,6 +523,26 @@ describe("serverAutoAck(true): popped messages are committed", () => {
     expect(await left(q)).toEqual([]); // committed in the pop: gone
   });
 
+  it("a soft stop lets a long-poll pop in flight answer and hands its messages over: the broker committed them", async () => {
+    const q = uniq("saasoftinflight");
+    const handled: number[] = [];
+    const errors: unknown[] = [];
+    const c = client()
+      .queue<number>(q)
+      .serverAutoAck(true)
+      .timeoutMillis(5000)
+      .onError((e) => errors.push(e))
+      .consume((m) => void handled.push(m.data));
+    await sleep(300); // the pop is parked on the empty queue
+    const stopped = c.stop();
+    await sleep(200);
+    await push(q, 1);
+    await stopped;
+    expect(handled).toEqual([0]);
+    expect(errors).toEqual([]);
+    expect(await left(q)).toEqual([]); // committed in the pop, and handed over
+  });
+
   /** countPopsInFlight is a fetch that counts the pop requests outstanding at once. */
   const countPopsInFlight = () => {
     const seen = { now: 0, max: 0 };
