@@ -6,6 +6,7 @@ import asyncio
 import inspect
 from collections.abc import AsyncIterator, Awaitable, Callable
 
+import httpx
 import pytest
 
 import lanes
@@ -332,6 +333,75 @@ async def test_server_auto_ack_limit_caps_the_pop_and_a_hard_stop_reports_what_i
     dropped = [e for e in errors if isinstance(e, lanes.AutoAckDroppedError)]
     assert [e.count for e in dropped] == [3]  # 4, 5, 6 were committed by the pop, never handled
     assert [m.data for m in await drain(client.queue(qname))] == [7, 8, 9]
+
+
+async def _push_to_partitions(
+    client: lanes.AsyncLanes, qname: str, partitions: int, each: int
+) -> None:
+    for p in range(partitions):
+        await client.queue(qname).partition(f"p{p}").push(list(range(p * each, (p + 1) * each)))
+
+
+async def _count_left(q: lanes.AsyncQueue) -> int:
+    n = 0
+    while got := await q.wait(False).batch(100).pop():
+        n += len(got)
+    return n
+
+
+@pytest.mark.parametrize("batch", [0, 2], ids=["autopilot", "batch-2"])
+async def test_server_auto_ack_limit_5_concurrency_4_commits_exactly_5(
+    client: lanes.AsyncLanes, qname: str, batch: int
+) -> None:
+    await _push_to_partitions(client, qname, 4, 10)
+    seen: list[int] = []
+    q = client.queue(qname).server_auto_ack(True).concurrency(4).limit(5).wait(False).batch(batch)
+    await q.run(lambda m: seen.append(m.data))
+    assert len(seen) == 5
+    assert await _count_left(client.queue(qname)) == 35
+
+
+class _PopsInFlight(httpx.AsyncHTTPTransport):
+    """Counts the pop requests outstanding at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0
+        self.most = 0
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        pop = "/api/v1/pop" in request.url.path
+        if pop:
+            self.now += 1
+            self.most = max(self.most, self.now)
+        try:
+            return await super().handle_async_request(request)
+        finally:
+            if pop:
+                self.now -= 1
+
+
+async def test_server_auto_ack_workers_pop_side_by_side_and_commit_exactly_the_limit(
+    broker_url: str, client: lanes.AsyncLanes, qname: str
+) -> None:
+    await _push_to_partitions(client, qname, 6, 60)
+    pops = _PopsInFlight()
+    seen: list[int] = []
+
+    async def handle(m: lanes.Message) -> None:
+        seen.append(m.data)
+        await asyncio.sleep(0.001)
+
+    async with (
+        httpx.AsyncClient(transport=pops) as http,
+        lanes.AsyncLanes(broker_url, retry_attempts=1, timeout=10, http_client=http) as c,
+    ):
+        q = c.queue(qname).server_auto_ack(True).concurrency(3).batch(50).limit(300)
+        await q.run(handle)
+    assert len(seen) == 300
+    assert len(set(seen)) == 300
+    assert pops.most > 1  # each worker reserved its batch, not the whole limit
+    assert await _count_left(client.queue(qname)) == 60
 
 
 async def test_cancelling_run_stops_the_consumer(client: lanes.AsyncLanes, qname: str) -> None:

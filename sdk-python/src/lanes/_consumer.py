@@ -70,6 +70,7 @@ class Engine:
         ops: Ops,
         report: ErrorReporter,
         cancellable_handlers: bool,
+        client_autopilot: bool,
     ) -> None:
         self.spec = spec
         self.ops = ops
@@ -96,6 +97,7 @@ class Engine:
         # pops in flight, so that all workers together never pop more than the limit.
         self._auto_acked = 0
         self._auto_ack_reserved = 0
+        self._pop_batch = P.pop_batch(spec, client_autopilot)
 
     # -- control (call on the engine's loop) --------------------------------------------------
 
@@ -133,10 +135,11 @@ class Engine:
 
     def _auto_ack_room(self) -> int | None:
         """How many messages the next pop may take under server auto-ack with a limit (None:
-        no cap), counting the other workers' pops in flight."""
+        no cap): its batch, cut to what the other workers' pops in flight leave of the limit,
+        so workers pop side by side and never take more than the limit between them."""
         if not self.spec.server_auto_ack or self.spec.limit <= 0:
             return None
-        return self.spec.limit - self._auto_acked - self._auto_ack_reserved
+        return min(self.spec.limit - self._auto_acked - self._auto_ack_reserved, self._pop_batch)
 
     async def _pause(self, seconds: float) -> None:
         with contextlib.suppress(asyncio.TimeoutError):

@@ -320,6 +320,18 @@ def pop_path(spec: QueueSpec) -> str:
     return "/api/v1/pop"
 
 
+def _autopilot_off(spec: QueueSpec, client_autopilot: bool) -> bool:
+    return (spec.autopilot is False) or (spec.autopilot is None and not client_autopilot)
+
+
+def pop_batch(spec: QueueSpec, client_autopilot: bool) -> int:
+    """The batch a pop of ``spec`` takes: its batch when set, else the automatic one under
+    autopilot, else 1."""
+    if spec.batch:
+        return spec.batch
+    return 1 if _autopilot_off(spec, client_autopilot) else AUTOPILOT_BATCH
+
+
 def pop_query(spec: QueueSpec, client_autopilot: bool) -> str:
     """The pop query string, parameters in the exact order of docs/consuming.md §2.
 
@@ -329,11 +341,10 @@ def pop_query(spec: QueueSpec, client_autopilot: bool) -> str:
     partition_route = bool(spec.queue and spec.partition)
     batch = spec.batch or None
     parts = None if partition_route else (spec.partitions or None)
-    off = (spec.autopilot is False) or (spec.autopilot is None and not client_autopilot)
+    off = _autopilot_off(spec, client_autopilot)
     engaged = not off and (batch is None or (not partition_route and parts is None))
     if spec.max_batch:
-        # The batch the pop would take (unset: 1 without autopilot, else the automatic one), cut.
-        batch = min(batch or (1 if off else AUTOPILOT_BATCH), spec.max_batch)
+        batch = min(pop_batch(spec, client_autopilot), spec.max_batch)
     p: list[tuple[str, str]] = []
     if engaged:
         p.append(("autopilot", "true"))

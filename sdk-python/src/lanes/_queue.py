@@ -236,6 +236,7 @@ class Queue(_QueueBase["Lanes"]):
             ),
             report,
             cancellable_handlers=False,
+            client_autopilot=c._cfg.pop_autopilot,
         )
 
     async def _pop_in_thread(self, spec: P.QueueSpec, report: ErrorReporter) -> PopResult:
@@ -367,6 +368,7 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
             ),
             self._reporter("consume"),
             cancellable_handlers=True,
+            client_autopilot=c._cfg.pop_autopilot,
         )
         cons = AsyncConsumer(engine)
         c._consumers.add(cons)
