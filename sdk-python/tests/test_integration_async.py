@@ -335,6 +335,24 @@ async def test_server_auto_ack_limit_caps_the_pop_and_a_hard_stop_reports_what_i
     assert [m.data for m in await drain(client.queue(qname))] == [7, 8, 9]
 
 
+async def test_server_auto_ack_soft_stop_lets_a_pop_in_flight_answer_and_hands_it_over(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # The broker commits the pop's messages: cut by the stop, they would be lost unseen.
+    errors: list[BaseException] = []
+    seen: list[int] = []
+    q = client.queue(qname).server_auto_ack(True).timeout_millis(5000).on_error(errors.append)
+    cons = q.consume(lambda m: seen.append(m.data))
+    await asyncio.sleep(0.3)  # the pop is parked on the empty queue
+    stopping = asyncio.ensure_future(cons.stop(10))
+    await asyncio.sleep(0.2)
+    await client.queue(qname).push([7])
+    await stopping
+    assert seen == [7]
+    assert errors == []
+    assert await drain(client.queue(qname)) == []  # committed in the pop, and handed over
+
+
 async def _push_to_partitions(
     client: lanes.AsyncLanes, qname: str, partitions: int, each: int
 ) -> None:

@@ -746,6 +746,24 @@ def test_a_stop_called_inside_a_handler_returns_and_the_consumer_ends(
     assert [m.data for m in drain(client.queue(qname))] == [1, 2]  # released with retry
 
 
+def test_server_auto_ack_soft_stop_lets_a_pop_in_flight_answer_and_hands_it_over(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # The broker commits the pop's messages: cut by the stop, they would be lost unseen.
+    errors: list[BaseException] = []
+    seen: list[int] = []
+    q = client.queue(qname).server_auto_ack(True).timeout_millis(5000).on_error(errors.append)
+    cons = q.consume(lambda m: seen.append(m.data))
+    time.sleep(0.3)  # the pop is parked on the empty queue
+    pusher = threading.Timer(0.2, lambda: client.queue(qname).push([7]))
+    pusher.start()
+    cons.stop(10)
+    pusher.join()
+    assert seen == [7]
+    assert errors == []
+    assert drain(client.queue(qname)) == []  # committed in the pop, and handed over
+
+
 def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(
     client: lanes.Lanes, qname: str
 ) -> None:

@@ -89,6 +89,7 @@ class Engine:
         self.stopping = threading.Event()
         self.cancelling = threading.Event()
         self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
+        self._hard_stop = asyncio.Event()
         self._handlers: set[asyncio.Future[Any]] = set()
         self._busy = 0  # workers handling a pop (handlers, then acks)
         self._last_activity = time.monotonic()
@@ -107,6 +108,7 @@ class Engine:
         self.stopping.set()
         if hard and not self.hard:
             self.hard = True
+            self._hard_stop.set()
             self.cancelling.set()
             if self.cancellable:
                 for f in list(self._handlers):
@@ -175,6 +177,9 @@ class Engine:
 
     async def _worker(self) -> None:
         stop = self._stop
+        # The broker commits a server auto-ack pop's messages: only a hard stop may cut it, a
+        # soft one lets it answer and hands its messages over (cut, they would be lost).
+        cut_pop = self._hard_stop if self.spec.server_auto_ack else stop
         pacer = PollPacer(self.spec, lambda e, _pause: self.report(e, "pop"))
         while not stop.is_set():
             spec = self.spec
@@ -189,7 +194,7 @@ class Engine:
                 self._auto_ack_reserved += room
             pacer.popping()
             pop_t = asyncio.ensure_future(self.ops.pop(spec))
-            stop_t = asyncio.ensure_future(stop.wait())
+            stop_t = asyncio.ensure_future(cut_pop.wait())
             try:
                 done, _ = await asyncio.wait({pop_t, stop_t}, return_when=asyncio.FIRST_COMPLETED)
             finally:
