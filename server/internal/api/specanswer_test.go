@@ -1,10 +1,12 @@
 package api
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"regexp"
 	"slices"
@@ -34,18 +36,6 @@ var (
 // the status and the raw body.
 func (b *testBroker) specAnswer(t testing.TB, method, path, body string) (int, []byte) {
 	t.Helper()
-	specRouterOnce.Do(func() {
-		var spec *openapi3.T
-		if spec, specRouterErr = gen.GetSpec(); specRouterErr != nil {
-			return
-		}
-		spec.Servers = openapi3.Servers{{URL: "/"}}
-		closeDeclaredObjects(spec)
-		specRouter, specRouterErr = gorillamux.NewRouter(spec)
-	})
-	if specRouterErr != nil {
-		t.Fatal(specRouterErr)
-	}
 	var rd io.Reader
 	if body != "" {
 		rd = strings.NewReader(body)
@@ -61,10 +51,29 @@ func (b *testBroker) specAnswer(t testing.TB, method, path, body string) (int, [
 	if err != nil {
 		t.Fatal(err)
 	}
+	return checkSpecAnswer(t, method, path, resp)
+}
+
+// checkSpecAnswer reads resp, the answer to method and path, and checks it
+// against openapi.yaml as specAnswer does.
+func checkSpecAnswer(t testing.TB, method, path string, resp *http.Response) (int, []byte) {
+	t.Helper()
 	defer resp.Body.Close()
 	raw, err := io.ReadAll(resp.Body)
 	if err != nil {
 		t.Fatal(err)
+	}
+	specRouterOnce.Do(func() {
+		var spec *openapi3.T
+		if spec, specRouterErr = gen.GetSpec(); specRouterErr != nil {
+			return
+		}
+		spec.Servers = openapi3.Servers{{URL: "/"}}
+		closeDeclaredObjects(spec)
+		specRouter, specRouterErr = gorillamux.NewRouter(spec)
+	})
+	if specRouterErr != nil {
+		t.Fatal(specRouterErr)
 	}
 	specReq, err := http.NewRequest(method, path, nil)
 	if err != nil {
@@ -218,26 +227,65 @@ func TestEveryOperationDeclaresItsNonUTF8Query400(t *testing.T) {
 	}
 }
 
-// Every operation that reads a body (it declares 413) can find the body
-// budget full and answer 429 overloaded, so it must declare 429.
-func TestEveryBodyReadingOperationDeclaresTheBodyBudget429(t *testing.T) {
+// Every operation, one that declares no request body included, refuses a
+// body over its cap with 413 before its handler runs (ignoredBodyLimit when
+// it declares none), so a generated client must find 413 declared on each.
+func TestEveryOperationDeclaresItsOversizedBody413(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: ignoredBodyLimit}, "")
+	oversized := `"` + strings.Repeat("x", ignoredBodyLimit) + `"`
+	for _, o := range specOperations(t) {
+		if status, raw := b.specAnswer(t, o.method, o.path, oversized); status != http.StatusRequestEntityTooLarge {
+			t.Errorf("%s %s with a %d-byte body: %d %s; want 413", o.method, o.path, len(oversized), status, raw)
+		}
+	}
+}
+
+// Every operation reads a body sent with it, one it declares or not, under
+// the body read deadline, so a stalled body answers 408 on each.
+func TestEveryOperationDeclaresItsStalledBody408(t *testing.T) {
+	const deadline = 300 * time.Millisecond
+	b := newBrokerWith(t, testDSN, Options{BodyReadTimeout: deadline}, "")
+	ops := specOperations(t)
+	stalled := make([]net.Conn, len(ops))
+	for i, o := range ops { // all at once: they wait out the deadline together
+		stalled[i] = stallRequestBody(t, b.URL, o.method, o.path, "{}", 1)
+	}
+	for i, o := range ops {
+		_ = stalled[i].SetReadDeadline(time.Now().Add(10 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(stalled[i]), nil)
+		if err != nil {
+			t.Errorf("%s %s with a stalled body: no answer: %v", o.method, o.path, err)
+			continue
+		}
+		if status, raw := checkSpecAnswer(t, o.method, o.path, resp); status != http.StatusRequestTimeout {
+			t.Errorf("%s %s with a stalled body: %d %s; want 408", o.method, o.path, status, raw)
+		}
+	}
+}
+
+// Every request sent with a body, to an operation that declares one or not,
+// can find the body budget full and answer 429 overloaded, so every
+// operation must declare 429.
+func TestEveryOperationDeclaresTheBodyBudget429(t *testing.T) {
 	const maxBody = 1 << 20
 	budget := admission.NewByteBudget(maxBody, 20*time.Millisecond)
 	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: maxBody, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
 	stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(uniqueQueue(t), maxBody), maxBody-bodyReserveStep/2)
 	waitForHeld(t, budget, maxBody)
-	checked := 0
 	for _, o := range specOperations(t) {
-		if o.op.Responses.Status(http.StatusRequestEntityTooLarge) == nil {
-			continue
-		}
-		checked++
 		if status, raw := b.specAnswer(t, o.method, o.path, "{}"); status != http.StatusTooManyRequests {
 			t.Errorf("%s %s with the body budget full: %d %s; want 429", o.method, o.path, status, raw)
 		}
 	}
-	if checked < 10 {
-		t.Fatalf("only %d operations declare 413", checked)
+}
+
+// The broker answers 500 internal_error on every route when a handler
+// panics (recoverPanics), so every operation must declare 500.
+func TestEveryOperationDeclaresThePanic500(t *testing.T) {
+	for _, o := range specOperations(t) {
+		if o.op.Responses.Status(http.StatusInternalServerError) == nil {
+			t.Errorf("%s %s (%s) declares no 500", o.method, o.path, o.id)
+		}
 	}
 }
 

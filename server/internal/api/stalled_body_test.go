@@ -27,6 +27,13 @@ func stallBody(t *testing.T, brokerURL, path, body string) net.Conn {
 // stallBodyAfter is stallBody sending the first sent bytes of the body.
 func stallBodyAfter(t *testing.T, brokerURL, path, body string, sent int) net.Conn {
 	t.Helper()
+	return stallRequestBody(t, brokerURL, http.MethodPost, path, body, sent)
+}
+
+// stallRequestBody sends method and path with the first sent bytes of body,
+// and leaves the rest unsent.
+func stallRequestBody(t *testing.T, brokerURL, method, path, body string, sent int) net.Conn {
+	t.Helper()
 	u, err := url.Parse(brokerURL)
 	if err != nil {
 		t.Fatal(err)
@@ -36,7 +43,7 @@ func stallBodyAfter(t *testing.T, brokerURL, path, body string, sent int) net.Co
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	head := fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, u.Host, len(body))
+	head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, u.Host, len(body))
 	if _, err := io.WriteString(conn, head+body[:sent]); err != nil {
 		t.Fatal(err)
 	}

@@ -5965,6 +5965,49 @@ func (response ListConsumerGroups403JSONResponse) VisitListConsumerGroupsRespons
 	return err
 }
 
+type ListConsumerGroups408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListConsumerGroups408JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListConsumerGroups413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListConsumerGroups413JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListConsumerGroups429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListConsumerGroups429JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListConsumerGroups500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response ListConsumerGroups500JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
@@ -6039,6 +6082,49 @@ func (response ListLaggingConsumerGroups403JSONResponse) VisitListLaggingConsume
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLaggingConsumerGroups408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListLaggingConsumerGroups408JSONResponse) VisitListLaggingConsumerGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLaggingConsumerGroups413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListLaggingConsumerGroups413JSONResponse) VisitListLaggingConsumerGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListLaggingConsumerGroups429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListLaggingConsumerGroups429JSONResponse) VisitListLaggingConsumerGroupsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6122,6 +6208,49 @@ func (response DeleteConsumerGroup403JSONResponse) VisitDeleteConsumerGroupRespo
 	return err
 }
 
+type DeleteConsumerGroup408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response DeleteConsumerGroup408JSONResponse) VisitDeleteConsumerGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteConsumerGroup413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response DeleteConsumerGroup413JSONResponse) VisitDeleteConsumerGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteConsumerGroup429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response DeleteConsumerGroup429JSONResponse) VisitDeleteConsumerGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteConsumerGroup500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response DeleteConsumerGroup500JSONResponse) VisitDeleteConsumerGroupResponse(w http.ResponseWriter) error {
@@ -6196,6 +6325,49 @@ func (response GetConsumerGroup403JSONResponse) VisitGetConsumerGroupResponse(w 
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConsumerGroup408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetConsumerGroup408JSONResponse) VisitGetConsumerGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConsumerGroup413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetConsumerGroup413JSONResponse) VisitGetConsumerGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetConsumerGroup429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetConsumerGroup429JSONResponse) VisitGetConsumerGroupResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6276,6 +6448,49 @@ func (response DeleteConsumerGroupQueue403JSONResponse) VisitDeleteConsumerGroup
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteConsumerGroupQueue408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response DeleteConsumerGroupQueue408JSONResponse) VisitDeleteConsumerGroupQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteConsumerGroupQueue413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response DeleteConsumerGroupQueue413JSONResponse) VisitDeleteConsumerGroupQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteConsumerGroupQueue429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response DeleteConsumerGroupQueue429JSONResponse) VisitDeleteConsumerGroupQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -6769,6 +6984,49 @@ func (response PurgeDlq403JSONResponse) VisitPurgeDlqResponse(w http.ResponseWri
 	return err
 }
 
+type PurgeDlq408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response PurgeDlq408JSONResponse) VisitPurgeDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PurgeDlq413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response PurgeDlq413JSONResponse) VisitPurgeDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PurgeDlq429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response PurgeDlq429JSONResponse) VisitPurgeDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PurgeDlq500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response PurgeDlq500JSONResponse) VisitPurgeDlqResponse(w http.ResponseWriter) error {
@@ -6843,6 +7101,49 @@ func (response ListDlq403JSONResponse) VisitListDlqResponse(w http.ResponseWrite
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDlq408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListDlq408JSONResponse) VisitListDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDlq413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListDlq413JSONResponse) VisitListDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListDlq429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListDlq429JSONResponse) VisitListDlqResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7213,6 +7514,34 @@ func (response KvDelete403JSONResponse) VisitKvDeleteResponse(w http.ResponseWri
 	return err
 }
 
+type KvDelete408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response KvDelete408JSONResponse) VisitKvDeleteResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KvDelete413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response KvDelete413JSONResponse) VisitKvDeleteResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type KvDelete429JSONResponse struct{ TooManyRequestsJSONResponse }
 
 func (response KvDelete429JSONResponse) VisitKvDeleteResponse(w http.ResponseWriter) error {
@@ -7327,6 +7656,34 @@ func (response KvGet403JSONResponse) VisitKvGetResponse(w http.ResponseWriter) e
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KvGet408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response KvGet408JSONResponse) VisitKvGetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type KvGet413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response KvGet413JSONResponse) VisitKvGetResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -7711,6 +8068,49 @@ func (response ListMessages403JSONResponse) VisitListMessagesResponse(w http.Res
 	return err
 }
 
+type ListMessages408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListMessages408JSONResponse) VisitListMessagesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListMessages413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListMessages413JSONResponse) VisitListMessagesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListMessages429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListMessages429JSONResponse) VisitListMessagesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListMessages500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response ListMessages500JSONResponse) VisitListMessagesResponse(w http.ResponseWriter) error {
@@ -7804,6 +8204,49 @@ func (response DeleteMessage404JSONResponse) VisitDeleteMessageResponse(w http.R
 	return err
 }
 
+type DeleteMessage408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response DeleteMessage408JSONResponse) VisitDeleteMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteMessage413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response DeleteMessage413JSONResponse) VisitDeleteMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteMessage429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response DeleteMessage429JSONResponse) VisitDeleteMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type DeleteMessage500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response DeleteMessage500JSONResponse) VisitDeleteMessageResponse(w http.ResponseWriter) error {
@@ -7893,6 +8336,49 @@ func (response GetMessage404JSONResponse) VisitGetMessageResponse(w http.Respons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMessage408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetMessage408JSONResponse) VisitGetMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMessage413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetMessage413JSONResponse) VisitGetMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMessage429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetMessage429JSONResponse) VisitGetMessageResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8135,6 +8621,34 @@ func (response PopDiscover403JSONResponse) VisitPopDiscoverResponse(w http.Respo
 	return err
 }
 
+type PopDiscover408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response PopDiscover408JSONResponse) VisitPopDiscoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PopDiscover413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response PopDiscover413JSONResponse) VisitPopDiscoverResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type PopDiscover429JSONResponse struct{ TooManyRequestsJSONResponse }
 
 func (response PopDiscover429JSONResponse) VisitPopDiscoverResponse(w http.ResponseWriter) error {
@@ -8247,6 +8761,34 @@ func (response PopQueue403JSONResponse) VisitPopQueueResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PopQueue408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response PopQueue408JSONResponse) VisitPopQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PopQueue413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response PopQueue413JSONResponse) VisitPopQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8364,6 +8906,34 @@ func (response PopPartition403JSONResponse) VisitPopPartitionResponse(w http.Res
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PopPartition408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response PopPartition408JSONResponse) VisitPopPartitionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type PopPartition413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response PopPartition413JSONResponse) VisitPopPartitionResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8744,6 +9314,49 @@ func (response ListKvNamespaces403JSONResponse) VisitListKvNamespacesResponse(w 
 	return err
 }
 
+type ListKvNamespaces408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListKvNamespaces408JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListKvNamespaces413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListKvNamespaces413JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListKvNamespaces429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListKvNamespaces429JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListKvNamespaces500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response ListKvNamespaces500JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
@@ -8835,6 +9448,49 @@ func (response ListNamespaces403JSONResponse) VisitListNamespacesResponse(w http
 	return err
 }
 
+type ListNamespaces408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListNamespaces408JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListNamespaces413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListNamespaces413JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListNamespaces429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListNamespaces429JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListNamespaces500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response ListNamespaces500JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
@@ -8908,6 +9564,49 @@ func (response GetOverview403JSONResponse) VisitGetOverviewResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOverview408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetOverview408JSONResponse) VisitGetOverviewResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOverview413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetOverview413JSONResponse) VisitGetOverviewResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetOverview429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetOverview429JSONResponse) VisitGetOverviewResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -8990,6 +9689,49 @@ func (response ListQueues403JSONResponse) VisitListQueuesResponse(w http.Respons
 	return err
 }
 
+type ListQueues408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListQueues408JSONResponse) VisitListQueuesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListQueues413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListQueues413JSONResponse) VisitListQueuesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListQueues429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListQueues429JSONResponse) VisitListQueuesResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListQueues500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response ListQueues500JSONResponse) VisitListQueuesResponse(w http.ResponseWriter) error {
@@ -9064,6 +9806,49 @@ func (response DeleteQueue403JSONResponse) VisitDeleteQueueResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteQueue408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response DeleteQueue408JSONResponse) VisitDeleteQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteQueue413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response DeleteQueue413JSONResponse) VisitDeleteQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type DeleteQueue429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response DeleteQueue429JSONResponse) VisitDeleteQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9156,6 +9941,49 @@ func (response GetQueue404JSONResponse) VisitGetQueueResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(404)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueue408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetQueue408JSONResponse) VisitGetQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueue413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetQueue413JSONResponse) VisitGetQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueue429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetQueue429JSONResponse) VisitGetQueueResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9253,6 +10081,49 @@ func (response GetQueueDepth404JSONResponse) VisitGetQueueDepthResponse(w http.R
 	return err
 }
 
+type GetQueueDepth408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetQueueDepth408JSONResponse) VisitGetQueueDepthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueueDepth413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetQueueDepth413JSONResponse) VisitGetQueueDepthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueueDepth429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetQueueDepth429JSONResponse) VisitGetQueueDepthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetQueueDepth500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response GetQueueDepth500JSONResponse) VisitGetQueueDepthResponse(w http.ResponseWriter) error {
@@ -9326,6 +10197,49 @@ func (response ListTasks403JSONResponse) VisitListTasksResponse(w http.ResponseW
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTasks408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListTasks408JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTasks413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListTasks413JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTasks429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListTasks429JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9408,6 +10322,49 @@ func (response GetStatus403JSONResponse) VisitGetStatusResponse(w http.ResponseW
 	return err
 }
 
+type GetStatus408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetStatus408JSONResponse) VisitGetStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStatus413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetStatus413JSONResponse) VisitGetStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetStatus429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetStatus429JSONResponse) VisitGetStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetStatus500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response GetStatus500JSONResponse) VisitGetStatusResponse(w http.ResponseWriter) error {
@@ -9481,6 +10438,49 @@ func (response GetBufferStatus403JSONResponse) VisitGetBufferStatusResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetBufferStatus408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetBufferStatus408JSONResponse) VisitGetBufferStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetBufferStatus413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetBufferStatus413JSONResponse) VisitGetBufferStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetBufferStatus429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetBufferStatus429JSONResponse) VisitGetBufferStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9559,6 +10559,49 @@ func (response ListQueueStatus403JSONResponse) VisitListQueueStatusResponse(w ht
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListQueueStatus408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListQueueStatus408JSONResponse) VisitListQueueStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListQueueStatus413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListQueueStatus413JSONResponse) VisitListQueueStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListQueueStatus429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response ListQueueStatus429JSONResponse) VisitListQueueStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9656,6 +10699,49 @@ func (response GetQueueStatus404JSONResponse) VisitGetQueueStatusResponse(w http
 	return err
 }
 
+type GetQueueStatus408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetQueueStatus408JSONResponse) VisitGetQueueStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueueStatus413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetQueueStatus413JSONResponse) VisitGetQueueStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetQueueStatus429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetQueueStatus429JSONResponse) VisitGetQueueStatusResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetQueueStatus500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response GetQueueStatus500JSONResponse) VisitGetQueueStatusResponse(w http.ResponseWriter) error {
@@ -9729,6 +10815,49 @@ func (response GetPushMaintenance403JSONResponse) VisitGetPushMaintenanceRespons
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPushMaintenance408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetPushMaintenance408JSONResponse) VisitGetPushMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPushMaintenance413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetPushMaintenance413JSONResponse) VisitGetPushMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPushMaintenance429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetPushMaintenance429JSONResponse) VisitGetPushMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -9927,6 +11056,49 @@ func (response GetPopMaintenance403JSONResponse) VisitGetPopMaintenanceResponse(
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPopMaintenance408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetPopMaintenance408JSONResponse) VisitGetPopMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPopMaintenance413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetPopMaintenance413JSONResponse) VisitGetPopMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPopMaintenance429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetPopMaintenance429JSONResponse) VisitGetPopMaintenanceResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10266,6 +11438,34 @@ func (response ListTimers403JSONResponse) VisitListTimersResponse(w http.Respons
 	return err
 }
 
+type ListTimers408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response ListTimers408JSONResponse) VisitListTimersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type ListTimers413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response ListTimers413JSONResponse) VisitListTimersResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type ListTimers429JSONResponse struct{ TooManyRequestsJSONResponse }
 
 func (response ListTimers429JSONResponse) VisitListTimersResponse(w http.ResponseWriter) error {
@@ -10375,6 +11575,49 @@ func (response CancelTimer403JSONResponse) VisitCancelTimerResponse(w http.Respo
 	return err
 }
 
+type CancelTimer408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response CancelTimer408JSONResponse) VisitCancelTimerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelTimer413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response CancelTimer413JSONResponse) VisitCancelTimerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type CancelTimer429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response CancelTimer429JSONResponse) VisitCancelTimerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type CancelTimer500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response CancelTimer500JSONResponse) VisitCancelTimerResponse(w http.ResponseWriter) error {
@@ -10464,6 +11707,34 @@ func (response GetTimer403JSONResponse) VisitGetTimerResponse(w http.ResponseWri
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTimer408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetTimer408JSONResponse) VisitGetTimerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetTimer413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetTimer413JSONResponse) VisitGetTimerResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10681,6 +11952,63 @@ func (response GetHealth400JSONResponse) VisitGetHealthResponse(w http.ResponseW
 	return err
 }
 
+type GetHealth408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetHealth408JSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetHealth413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetHealth413JSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetHealth429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetHealth429JSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetHealth500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response GetHealth500JSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetHealth503JSONResponse Health
 
 func (response GetHealth503JSONResponse) VisitGetHealthResponse(w http.ResponseWriter) error {
@@ -10730,6 +12058,49 @@ func (response GetMetrics400JSONResponse) VisitGetMetricsResponse(w http.Respons
 	return err
 }
 
+type GetMetrics408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetMetrics408JSONResponse) VisitGetMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMetrics413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetMetrics413JSONResponse) VisitGetMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetMetrics429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetMetrics429JSONResponse) VisitGetMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
 type GetMetrics500JSONResponse struct{ InternalErrorJSONResponse }
 
 func (response GetMetrics500JSONResponse) VisitGetMetricsResponse(w http.ResponseWriter) error {
@@ -10772,6 +12143,49 @@ func (response GetPrometheusMetrics400JSONResponse) VisitGetPrometheusMetricsRes
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(400)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPrometheusMetrics408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetPrometheusMetrics408JSONResponse) VisitGetPrometheusMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPrometheusMetrics413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetPrometheusMetrics413JSONResponse) VisitGetPrometheusMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetPrometheusMetrics429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetPrometheusMetrics429JSONResponse) VisitGetPrometheusMetricsResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -10846,6 +12260,63 @@ func (response GetLiveness403JSONResponse) VisitGetLivenessResponse(w http.Respo
 	}
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(403)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLiveness408JSONResponse struct{ RequestTimeoutJSONResponse }
+
+func (response GetLiveness408JSONResponse) VisitGetLivenessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(408)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLiveness413JSONResponse struct{ PayloadTooLargeJSONResponse }
+
+func (response GetLiveness413JSONResponse) VisitGetLivenessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(413)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLiveness429JSONResponse struct{ TooManyRequestsJSONResponse }
+
+func (response GetLiveness429JSONResponse) VisitGetLivenessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.Header().Set("Retry-After", fmt.Sprint(response.Headers.RetryAfter))
+	w.WriteHeader(429)
+	_, err := buf.WriteTo(w)
+	return err
+}
+
+type GetLiveness500JSONResponse struct{ InternalErrorJSONResponse }
+
+func (response GetLiveness500JSONResponse) VisitGetLivenessResponse(w http.ResponseWriter) error {
+
+	var buf bytes.Buffer
+	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+		return err
+	}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(500)
 	_, err := buf.WriteTo(w)
 	return err
 }
@@ -12536,436 +14007,442 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L39chu3ti/4KijNnTJZ06LkxMk9W6rUlGI7iU/8odjyzpy7mVFD3SCJzSbQbqBFcadcdf66NeffM/cR",
-	"Ts2D7SeZwloAGt1Ek9SX4yT6J7HY3fhcWF9Y67d+3cvkopSCCa32jn7dmzGaswr++ZbpanUy0awyf+VM",
-	"ZRUvNZdi72jvHcukyBXRkiwp1+SCTWTFSGU+4WJ6TGixpCtFFBOaLLmeEUrSJ1/8JR3tJXsV+1DziuV7",
-	"R7qqWbKnshlbUNPJggu+qBd7R4fJnl6VbO9ojwvNpqza+/jxY7JX0ooumLYD/K6Si+94ER+gppUmckL0",
-	"jBHNF4wsucjl0vTPzQsfalat9pI9QRemm0klF3vhUCayWlC9d7SXU832TQt7fkxKV1xM98yIvq9kXZ5S",
-	"PVsfwlMpVL1gFZmad4jpyPdemi985/DCxoVZ7/glX3C93ukpnTKi+D9YQqgmC6k0eXx4eDgiJ6Sg1ZRV",
-	"5JIWNSNUqCWrFEmfHB6an3hOTQvnE8oLlqekonrGKqJnVBA6FmomK80qUtIpS8hyxjOzo+aviijNypKL",
-	"KUnlZKKYTsnFinCtSFqYMaZkKesiJ5rOGZnICnZkOZMFg+9HY9GzJfB1a09yNqF1ofeOHh8eJnsLeoXE",
-	"YiaYNLTzOEI7yd5rumCqpBnroxj83YxduFf7iMW/sLd5j97Aeqx39VYu4eioOS/7+sC1jE8/nO1hdLan",
-	"tNLc9PYijxOnf4HwPCFUEUoWTCk6ZY8UScvm85RM+SVThOsReSOYoQhNuCJCakLJ+/cvnjlaGgsgJi6A",
-	"nM55ngZ72yb4oP2NZO8PYV3zfO38JXtX+1O5v77ufnLb5r7hTPohXvNcnsrypNbyJJvHOMJiwTUcgKyu",
-	"lKwIF/BXKctHisilILqiQtEMRjeget+c4H0pMjY8JmnBqGJmS7gynwmSjvfGe2kfCVE7jigNTWihmF/R",
-	"CykLRkU4g5IXUp8ahrs+kdSsQ0oKpmEg5KKSc8MJ+D8YMgd2ySrDfdMLqrNZetBQlErhC7OkTGlSsIkm",
-	"stbHhIqxYFdlwTOuLZMyZIYtXbKq4nnOxIicwdeqlEIxXIWMVhVniqTUDTvt5yr+ndjZ7SzDt2bw67M/",
-	"k5oW7riQizqfMu05W0aLIiFqRiuWE5pVUimSFZQvWE6aRRiRn83I6YURkEfki8PDZCxkRbKZVEwYJhQs",
-	"6+Dx4eGQLGHD/fC/gS0YkRPTRMbIgmojFxOipPm2wtWTY4GTJHbj+xcGdqq1KC0Gu53DnsrSiTyQitsk",
-	"4rGdPvmGfKhZzchC5owM0vPzn94/f//8/NWbZ8/Pz9OEGA2FaSNhMtuAGvbRfNYawdaj+tKcKKvMrI8X",
-	"npK8rihySkEUvuqGnpBDIisi2JRqfsnIN7BtMBvDRuG8nvEFSxPCCsXI14cj8ldD2mos6IW8ZOTLx199",
-	"+fXh4SEZULJitEqghRmfzszpCFoYEloZtqGN4OAb9rEIpxRZgM6WeWYYmf8rJICAbj0pA+PiypI7LQpS",
-	"i9ycVMEaPnVM0sO0s0CGJDNadg7A44T0Uv8//+O/yNdPth2Aseg5AWTXA9DMcodle1df+JUyemhMn6iU",
-	"3s+k0DTTRIE+WkpuiCYVcgnrQgV58e7N/r98ffgYlFSl6aI8JrUoaaUYvSgYckIFm8+nQlYs7yN91R3S",
-	"VuoPJ/FK5mx9Ej/DOlIQlLlVZGEqikhBJmaKxE3Rqvl+GY9IKtgyJQOj5uCO0mxeyOkQWF1Ki8Jtn7Yn",
-	"B7fcHJ2XJ6+fvzt/9vy7k/cvz87fvf/23dO3L07PXrx5DXwhTWzjtSiYMnaGNvs+Fv0bb05YVnDTGegw",
-	"E14ULAeC5cLqqFbOsNZghqOxeCOKFVGM5UZRsrIbWsklQ12IXXGlyYrpY7dPptmGsY3G4i2j8CMVKyM6",
-	"jbaZUcWOYSr7UhQrO61z+DehIoc/8a8Bis0Jq4Df41TUo7FQJSsKLqZqSBaMClyYETkRKyJBiffC1Ohn",
-	"aw3ZY1Yxmhstz+iCsDXJWKCej0tTsbKgK0Kt6m630lABJXpVymH/wVJdMttKmIbjyTqiOb+UYrpfyqKA",
-	"4yJrbdZzwYuCW85MBma1kBZTY5oimxgGwubLQzCIDGsqaTWH7RsLqg0XO3LqmDeQqCZG/UpIwefMNgm6",
-	"U0oG6ReHT1LkS0LqmZFQXBF6SXlhzu6GJbGjj6tmX1px68Qv/L2Dzi/LnynvWTQCi1YLzYtG1SdGcTLK",
-	"vTmOdkhmUZRiqo/LmAW4rkb5kzkF2+0uPCwtnbzTObyxhXygs7ji/9N6B22l37V/HYX/jKr59rlpquZ9",
-	"szLPtkzqTPZ18Vzk13BzaHkTJ8dZY5T02ZOvLEWF9gvPyaAW/EPNSAm+AysYhj2rr8NurrULH83LaBKA",
-	"GvMtzd+igWH+MgKKCfgnLY2BAercwd+VGfmvQbP/rWKTvaO9/+2g8Ykd4FN18LyqpPVCdZWkwiwjy8mF",
-	"zFfmKMGag0JDyYIrZfiCmwuZcFbkI3JSoJZi+YzZQmPprEgla80M7zUczHGVbEbFlOWJ0f2MhNUz30/L",
-	"IAfLm7w/+27/X8wLM1mAwHr9/iV+Ohb4DS5cR4KBzgFCB3pJR6CipKNRij0qNl0wAQrUx2TvWfHhLYgE",
-	"XJi7WuZOs5H1fm3XBAUSy5Fl50a2WqHKFZkasT5Izf+MTK2Yqgt9NN4zP4z30qGZGdeK5ExpLmCgsDY1",
-	"M0/KxjmiyCANXjpfaxEdZqZNNE2BCJxFqmdsLKzklLXO5IIhAajuKn4HzXzCZUQzGkaGUzCi3KykYtUl",
-	"qxIUoeaH9IXQrBK0gLZSksmcwbJQTS+oYue18CLPaA3NAydSEpJy28Y5g0aGqNyoOsuYUig64svaXahX",
-	"1DQlqMjYJ1yt01rNyKLp2hCGFGRg1oKkwYPWJILfDYEcEeqWfFlxbbT6sbCiGKwWd9yXVHnyxgPZoXCl",
-	"6Uode51sSrkALYWUtZoZS6g90MnEruJ3sroAN8r9s8W/AivScs4EkJLR1ZzjBxhhJQtmmeSHWmp6MGFU",
-	"1xUjU6rZyIy2RXf3P+J3QPj7yuj/hvzqih3jjQbqfkZtT7+6ukpH5Kk5AkckfgTI4FQqPa3Yu59eEq7G",
-	"ohYVo9nMPDQk4D4yHAGUMKtpGns6AU6cfnX4ZTpMyPpJAuXdsBQQbo9U09hSVnNU3XLL2WhecAH8LFWa",
-	"amaYt29ouH4mx2JAvc3QDLIi7j0C7w0tLb2W+jtZi/z+N8awKprnFYPJVUzJuspYx/QCijmlq0LS/EzK",
-	"l7Sasvsf2reG29uLFbgrARegFBM+rQ2Rwx0GGTgT9Osn5BX/dohjleWbH+9shKeyfGs1oNg4TzQpGFUa",
-	"zF2n/VtfDozGqkuB4XX/e+p8wCAyc57jnQKYJMAyrHPcOwXgPWOneuIei4H1FHz75tm/nb99fvLs/OzF",
-	"q+dv3p+dv3qXJt72//KQqOExQXZt+/VnYUReB4w3N0tERQ6+BGcdZ4VUKM/N7goGSqoV+KH97M1jM1R7",
-	"KRq6uzWdg+9PEJqDaigFUYUE5wVp+yeUpkWhyILn+7hArKArQ/DwFysUG5G3AXeyvAkP5zvG5nd+QE2j",
-	"GzcUFaiB1a0afb/rJTGqKQUXTeARx2FXlzxj7xtuev+U+JaBxmP1SLubfsBWPQeOjBoSV6ijEy1zuiKD",
-	"NYZuttdern51eEiiMmKYEHaVsVKT9PTNuzNyQEt+cPn4IDCB0sTQkmLkohZ5gSdiLIyAN4pD08OXoV6S",
-	"Ws8HEMY+XN6n1jNbdlSYETkhZSWvwGQxXJNc0MI8gFupSSWFvz+3i7Kgq2MjewzNcd0Ris4Tx3VzH3O1",
-	"r2ayLvJ9+OaIoJpnSfRMyldUrCzjUfe/0Sf+xJl+Klmgrx2PKl7iyIpUVDNk2074U7OKnSW13iZjyHYj",
-	"JvZ9yERslPbtgyC4Aob6XtBaz2TF/8E+gUR9hVZpQhbOeDX0WIJeJitUAZZcMXeZi3rcCJwBtnHT90k2",
-	"hyuywNYuK1mySnO0w2k2F3JZsBwsR/iJa7ZQ2wZ+ks1faLYwZGJNfVpVdGX+zq5zxQS3cmhXm34bQdy9",
-	"ZBoek5JV+/ASfIked8MBDGM3+yzqwnIk9Easu0kaf8Xf1mb+i/9AXvydZdpMxc1ybdmYU3g73iRUSs2I",
-	"lBQ7jCnZszcxfVdbWrrYDxY4SOGjfTjNNJvv1E94ob8x1sCxFKuDjPYijRlttY5cR31XMWZdFwlRdGH2",
-	"p1rQgiu8n6OKpCfZ3FLjCJtJdxp/2/W0fuPb9mptnUOHGLqOrXC1egij90hdj/77CX6nZdmJEBOiNNx3",
-	"wF3As5c/kQodkJ+COslASJLNWDYffqaE6miU5XDbs6+YUFzzS1asjuysDsywD1LDCAumWZ4eOM9IepDS",
-	"bA6/yHk6Fv/8n/9J/GvHRpXV1Sol5ueK5azgl6zy5nY2o9UU/XwuTOGYpHnxAT8wSvS+dSgIuTw2essK",
-	"9WC4rDbvWNfQAJqyCjBKRWzPXnH8Hs+XgkuL7vHKiw+R4RmlzxDbBFaDtpbOEDv5Du4+rPKF5jRRdGXW",
-	"UskEr4gqZiS6mWLOYP/CSTpjwahPcN92wWxvcF1nOleaFwUBwmC5OgrDiBbykhmFW2nC9TABnxH0aVtX",
-	"bknh8JALVsil6WrJKoYhOLVoJJbRhYP7LBhGEnxuNGAG/2y8UxA90tCgMgrkAp7gJTH2v7DXcxDjALeh",
-	"KlxLlg+DzfY3SMleXsmyZDHCgds6rqSfKtpw+L5hf75xM5ucK0Omfd30sLufZ6DvLqmzYVhWa1CZzDEx",
-	"tH9sd96dWgLHgCxnK2OXwYkDXgXertTFWBpD03tZrQaqSib00G693YSdGBsXObuKsDSpuAteCQzRYP7+",
-	"CtHy47d2a+OLjRSADkpLAhCuwb2usL6sQsqIpPqBVgvg4nmN+i1rOBusFgV9HGm1ofV4F3bh42PmQumq",
-	"Ru5iRu420NhuZSUz9CuZAwCX5HhhHO/nenwsPFLbuRjuYLLGzdzcHH129ykBpmWXOcrunOHztKBKvdMU",
-	"NfGOqp4vuNa47euUgdQZf5aZViO3coYmvyv4dNbz3YJe/Uy5Nu9Gn1fMTKBvRMv+TzvriuPzcwiG1bTS",
-	"Gk3SLEYwitjKfltPJqx616MGPONqTlQpZUHAAXtMFobF4y94DWRsasPqy4oZRcAQSUceXfzAaKFnq2hs",
-	"jo3RDnxkcinQRWYZvvM+GFMvZ0QvecYItfZr4qQJy63DDZ1ehREkXxJFBmCx27ABuBzCkBpz2o1VyvIh",
-	"eq4MuReBL6yUlVbmZ+cS0VKOyM8YIYQLwOHWkhZKol8ALzACd8NE1iIngS898KOTAUVfCFmCwwzvUqHh",
-	"xMjninJhlRe4YwiavZBS2/lC/Ige+rAI+GwsnIh1H65NGpWede4w8Zd4nZsFMy6WE+u8wfAj1Ky0xF7j",
-	"DLlkIrdEvrFFS8ZbWoPlOQk9a1213mwD6A3A0N1u1kL55aJGhjqqHkCUPzpg352+efPy/NmLt6lVYIyo",
-	"vGBjIUsmDEfXsPJwCQYbB6G7ZhUUWc54wUjr1oTkhpLlutsKb976dmApqzk6X7YwBbeyftOS4Kj5dtbW",
-	"LMYEnjp3v7+nokXxZrJ39LedvDNJlxNbn8v6/rw2Jq89184xI+FhXLh0RvpLsm4r4sDxYueYpLbVFFMg",
-	"rMKA/M/25MjDRtlJgVd1vqleu3URjS9M4QozY6m3VIdHRCLztT0aTUPXlQDixnfUiKQLVk1Zuv4yrRiZ",
-	"sxJYKRP1wmw2vAu8HDoLdrGRVU1OR3Td4REp6AUrwKmUc5VJcCyVslRR69COaJuvC4KS3th3PyY2BmlD",
-	"7BIZZBWjZs584uJLhse4WXWBuj6esUeKpNBcCpxrRQaQoXFB83OrB7b0nMBcoyqSvnBG1fw6S9A5cjix",
-	"jSeozyprbtTWR3WCmWaotvUooOHe3sU+2XFu8yfYoRndfScd3m99/EmsCyQLnpPB+/cvng173BSyolMW",
-	"S5KDB4SJKRcsIakN8VHpRqrYvM3BXjXjTjopPy7QLsykcmFwdrTNxvSQTOMGewb29AbiaXvM1iZm7fF2",
-	"KHxEYWWaGn0Ku8tjeSN2Zq8hoG3NFkMlzwXalKzaxxszuE+Kb11j10TiKsNlb6yEbgrE+uzWp7LDEmvK",
-	"CzQUcmiGFqetZd50dlpNAcnurd1J/MhWaEy2w0A3D8tPan213wjWXC8+Us58JCnK9he5DbA2yq5tMz/R",
-	"KQgQm71qtfKEpOboph3ZJ0D4dRX2dnO9QZa7+UZPMs0vWZzQMEHwJe2xnspwZdaPMl+wl3QaZL6st6Cl",
-	"poWbSm/EJ2oJ6G22lJf7i9ImkG5gHUO4xdQmcpxk89RID4wDyuYsHx43Pqt1h1lwo449gkGAnrQF7Jya",
-	"87I0Sr9RPzNZC90yvUMD0pKBmdn17nb8l0l3t5NW2mB7AcMdW9uA9n5vPY0/OUGxLiYL2tn0gGTKFoPb",
-	"6Sau57StXcxFhIAdSavbrTN7Vy8WtFrFj/MANj1BDmHjLcPkAmdUbzjCE3DBIfEYO2wsMBLBtG7+41Qr",
-	"Q6REMTa3Hu7rLfSCXp3hBvenzivu7F1Z5ExpUgt/flyobZRwF2xxYS+cO/o8OoMruVRkABG91rmlhvGW",
-	"hBVT/bck2KTawmKUMex7OVFLIkbvUOCJU9bfaTiJyd5LOp2iifaM0TyqtAeaTUR0NoTxFHf1NvxYRXKl",
-	"rvXRmcvvuvkYtCx51j676+907suBCUUJ0TPwCzbj6AxaAPO+DIP1VYx0Oqcd6MgPL9zxhlojRBWjoGDA",
-	"rWPkCCXUD1tMJpZkFF39PsqIsSZUj+xC9V4ZNepgx/+HV6HKia8er8wNVLx8g9qGYwYJce0Rn1jlC+5Q",
-	"1gYdMjhckkg6ylVZUIyVD9UlvDuxrYMhbxqPqrx9RlBnMdwckg125bPiw0sedUZY0t9ZDD4rPlgqiJ2x",
-	"kk5tfsDWMM3mTXc2Y7ffYqpn6OkBJap1B9p3CP2cWuNxnfQsz6u+fTTiNog4H9lbTfu+VZ3LSuZ1xqp3",
-	"9cWt9ebtVloWMvGOTKULBuEf6Mw70WDA7pLdlJiHEEhFxco67eIWDvLkHh7tF7Whp4+9Lzu62S5Aet9o",
-	"+EfvK6I2jHfTG/48r3kGbRw1gYDwf3335jUoECHaxt+VFKO3dOkIKHi6b3TwfTTeabEPOc+swr7dJWtA",
-	"d1ulntvTXRPWkj3ez4wxKU3Zi1dMoIh7Tbh6LrJqVfZa+pstrI5jaP15c3bWB/uvP5+RVJlT5VL7II8C",
-	"Lg7A5d+OHRi4c+ac9LWeDUfkxCWIGKUQgjb8BUTzLQaHco1ZJLd0U0EvT43V1WNSdq9PN/P4Fqm0lww2",
-	"OdkY+dF4mUKjrOsdCYZseUHIaQLqa1NEDz89ravp7o6o9atqNExK00p+DI5Dl14sUIhO+SUTZIAxjfD2",
-	"IwVKxm7hT72S/+1WPaV/12+jwTSb1F6dnvXtpBxe96JlpySwN5ioF2GL0BBh4pIVsmSkLGp3RxLL8GsN",
-	"2TUa3fXo98eEujQkMkjbc0+HPsga4mmawBOQy5iAhsauqqsbSdu8+NDDufLiw1u5fMsW8pJt8p7EAmvW",
-	"ne8VN7pKcbaFM2xjt5t4EibSnWxV8t42b2JCsT3FnSsrmHfq+LBZcCNXLEEfk9THs6RNQl/FtWYigTfn",
-	"rNTHBHNTAaaizmbmwXE7kXD95hPv+fylFix/sue720sgvRXspiZH0l9w/nJH7mW7LhsPaO8tYNnvr33W",
-	"ZNm2/YYYwAqOEkssx+SioGIOEYpPDg+Hm+2I/m5svsoNu/i4eQUc9ezGo9a5T/Lrb3tmP9eTGb1V3Czj",
-	"cV36ptQaSHepftl+je7UrEcuLYcMHI+QVcgOhsc2FwEYPLmotY8V5aoJAfqY7D2PByJ25I/HDHhydXXw",
-	"1dUVaOp2DDGWn0evACGcRgk6Z+cZVTYWADLljiGAp2TCwes40BmyqJUmNIMEplrMhVwKTAsfjcX3TLCK",
-	"Z/j3EUnXwSUTH2hwbswI83d4JZ1Y4MhzdoWxSZBUXgcJMuaViUtlBswcqc8hXAj/ODcs9Rxu1cwPC6Zn",
-	"Mj83L9GikEvbYolGzrmW8hxSODF3u50bmJBUXrLKvIj9VlSzcxgf/n2bLPhRbHUgzgiykpI1pAcGaD8Z",
-	"qdikVkwlFvAB9t3CLyHYjzUblpUUU2IImHCRFXUOAqq1+NDdWEAWVAglYRROaBcbHASZQhJDzDGaDbOj",
-	"uFb44vB4LFq76YO8ArALwJeIzzCKZeHAK/ogKSwuxjq2RUYFhiEhuAVEfF7QnJSsypjQ+0xltGQQ8TUD",
-	"/8H//o9/pDYpPT1Oj+xC5y04VBdcDGtgJj4BaJZhA51h5z4WLgEbs77iYxqRt4ZQ983G8klwcNw2oSUN",
-	"NAXM7rxF7daOa/+I7zk2GR44Dn8hioUh0gi0xfzyHHLBVtCmHRa2Mr88Lys24VettueX563zOxbmpynT",
-	"7mUuztuJjeZ5xXNWtQ+fOSmVWmsMfj6Hsy9FwBU6+tLAJp8AM068gYuWr6xCaJqxCJIqnVUcT5M8wtzP",
-	"pIvFMhyR58B8EVRLTkjqkjjnl1YPb344+Oe//38pgrpgFJ2NBA22HGKPu0sJ7YRt4xKlmKDc+RU6ia6i",
-	"vduSgGyw4MUKAHkQasbQPQaHj4VHBYMwPcsTcJwNz6EEXUuYb/D1E3LBNfwcPctjsXaYw8O0g3iAIx/O",
-	"ZkROxiLYzUeKzC/x9MHUQX30whgmQBfMC6i93ROdfqgXVOxXjOYgJXdOSHGB2iBzY5oyRhpGPPNWaETM",
-	"Dpt37tUKrppfogowRvX0XrrFIpbTGUZAYhe1cH9G279klYorfV3bAXtLmtn5wTWtxFbpx8vN6aXm3/R6",
-	"99k/Xr5xH229xA6a3zi6uLdnN5JyFn5GaxW/D8FT8SKe3mE5ciYFuqxT8s9//18EMgmcDiDxopsUsi/t",
-	"Y375FhL5dm1+ifkwpkEysLKdagIYxinmBGJcoTNVIevfEACmuwW7nniUbxhWzEatesb282zlAXdtNHXY",
-	"Z2fkPU2brVPx2w98CIzSE8KIvBHWLQPpfAVGxZu/jWiQJTBxGyVuUY28njAWbnHIwKVNZYAIjfHoQiD0",
-	"JehRVoLYdUoTwieEipU3IRClBceIMQzoCIKtB621BDnL7FlGSWx+6oxuYrQ5QCNCYWN4ssODsRlsNvep",
-	"kgCYeUGzuQU23O3ANcGS3Xuz3qydp25Zjklqx7lgVGBGQWmTrdxRPbJg1IYczQxCFCXreBmRl1QA8IYv",
-	"SwBgl8c2wxsbapk4mG0HqRQYB68cXJr5Jh5/3uEfjrzizOMlV7o/cT5eduGpFJqL2mndcD04Z6v4/QUq",
-	"/M8xrX8XpMZkb85W6o0oVru9XTQlCG6Iy78tNBepttXF3lbh2zS5aeF7nHuCXWmL8QCGS/Q+00JdQBCn",
-	"UTFt1pgwVj4K4/ZuXqw0i1D5t+Znw6Ytxi/Guff53/3Idro0q+TyOkLxrVxGg0fcpHbwEEKP4SfhkBO7",
-	"BvEd8QH28dt6v6HtGbVfMqQbv3TaRGIxH95GnSAYS3wujXoRlSo//jWUJmhByJIIyDdKhUoxkB/Zuw1n",
-	"y1nJBARVGq6+Tl49zGLK9CmcHxDa2TVYR84KTdcb5CKroC26kDVmXdE8JwObw+ZAvnuCzdhVaRZprdWy",
-	"1on1nmPjLtEf4uHcTfwxOSTfoN/J4wgdk9fkG5LVVWU+sKIS37lg5PVoLE6EhzWZs9Uj5V+aM1YqjA8F",
-	"UQEJSMaWr+QSG1cJOOiojz2dsxUm8GKdAsRKERjBp5aMgUWFXsOhw8hGZD6qyWML8KQ0LRh5TTIqyAJS",
-	"pimp2L69cBwL6OTk25PhEQjmQmZzRWrFCCVnZy+dgJZLAV6UOfN5vdZLk8tMHSxkzorRIk8MtUHYlA1i",
-	"3AQgDOESRrfo2aGy1i8mJxb13lMClmfA5VDxUKE5W0VpE5rstItrHbRvptZHpe7Er7X8iopV+LUiAxrg",
-	"nyH8bG8A3YKLF/jw8TpDbAvI/tMmF66IRc+qFPHyPe1WSlfMp7mjMBKWZAVdlJg8aGQsTGizmF3Qqw3n",
-	"uS5LSIysRY/sWXCx4fNCLt3nZNDWLxOLEXI0xhmP92w0EBTGaCfihyxbbcjC6km2CmNIMc/XkgL+C5fV",
-	"8E6A3Q7Izt9GQ2pwVkVNhVAT6d8wIcU+W5R6BdwCv4kOtxEp6yF4oMiGtovNkmzqJoHh0fZokcGardaX",
-	"wq6L3oIXG046gEtrSQp+2a4tBWUr1DFhVzTTxQp4opyQtOknPUgtbwHh1eCa29oX27VEOEkPQVqbNwul",
-	"pw3YQuZzV1Fba46RPTijcQ3otO63a/qUAF8Foi4Vq/RNpD05CUX1WHRFsPtiN1GM4l4xRtJApxvh+NPb",
-	"ydPX24VmP384qytBaIRJcKEhER+M9+sf/bOH8/2Zne+TT3GUceXjB7nPSMbfDRFIZ9Ec25qAQQKONZqt",
-	"9aI2mC+oMEQ8fAiS7TQ58FKRGS0BUODaCD7WF+pxZiEh2kYmhyXtnJMuIWw0HTUuxtD9FXW343mOhSf/",
-	"bOOfganY947bGUn+BIG6S05ajgcf4CmFdfkpd5dYVSsipL177Q163kzihnSMwgqai/X3AP+y4LFrGk+o",
-	"XFtrKb4dHpQo4nRGsyCifkNC+2bFHpR6s10Tp7PunhDT8qNsUuYA+56iL8j60s23oJUf+63BcjNQmqpx",
-	"AVlDbMmNQJGLkmp+wQuuV2CVYbzElJY7Bm3KcotzbHefeXOilrOV9wWDrwu2/e689tb/FN3DhLRX2rw8",
-	"uoZD+QbOqmSvLvPb5oA9iKkYiojTyNADcQ8ZA8FF47YpfowLMrmMe+MscCWw3NQz8E2u3wi3Piapp63I",
-	"p+sCjzUu+YgEC8XIzci0j7U+nID7OQF/7VC+ByvFeyrnM0rv5URsyQoztBAy7oa8QnqI6X8v6fQdXZRF",
-	"JM982huBGibW7Z5C0BPS6cpi+0Z7hjnlYrql8qg57AW+GQQXA1AO9OJhIc55iAtx7jKyz6m+swy38/7l",
-	"K+j0fCbrVsK1p8y97ohufowRieC86EvZxoz08yYj/Va9+QU/51sCiM97M9Jt5FvfYzMUM51ztQnRwm/x",
-	"9TEfOpvXGtDaBDpTDjturX1k3CEN9OxDhBCiB4NRxZ5faSbyXneM6vMGwHfgLgEcVyGXQfVbV7QzgQSl",
-	"xNpNSKc2eLIVTooeUVlhKBiYtN+Qrw+PLbbnY/INeWx45jXr4X7jX94IQrxRN2gtUk8cT79dB2mntp6+",
-	"grqbz70OcUNbbBMqdoO/yvOoCQoPz+2A7ZH9FCMOm4nQEq0KbnZPsCVav6t2apur5ybYEu36m43CNhDx",
-	"t2G4opyQgT+XCfL9IS6oIgxoYIcc/Q11dUJsXD+XLbfmbrOTVoYNTqSzsG3hvbbXUR7AL5mwA+9Q9Q2C",
-	"A+U83R766IP9bA+xYXVquHVHBhDNO0QcuDejXaDOsINa4JIoLzlbdpHHLcN5votl4FQAm8OJtRcFOlQt",
-	"aUhBuO5VDHoMgg3aQmtsN5fPPVI1DvLh5F/W4Bp1xrFxO2oRi7dz1UMRsKlSR3CekJQwVJlpygXLm5Rn",
-	"2gYOJxjgbJpHlwxVEN5O85fwRjp0dcHJRZ3NmVYQu1CXREuSAkZCGkf6sZDUcY2i6SD+vEGE3QjuGnmI",
-	"0D29zz10xBb9H99LArzToOUkmF4IhNpMasNeNohw62fKY7G7FImSVfshRhiilpJUVzRjLyDmOwSTSCJw",
-	"E2OxdhgHvtr+/kLm9pQNr6mnx+GdGq6xexhVlOfESthsRSN6AKn4vYFU9Fg2W0Ek7oqHO3jdHejzJVca",
-	"EJK2h1/eDuEC9+eBbHuwasyZvkOfUAdQ5LZgs4jJ2wc469CWUaGmxTAChOlMtT50f12tXrooqF1stQ9h",
-	"Yfct0CPtMR9iMJ1RxJwvqUfP96rvruC3AEGSsZ1gJK+Nf+Ka7kKfdHBROjykBxrFYpu4U9lGOWnjpoS5",
-	"1CEHa8A6mr3owfC1RkALXaUjVi3TatPbBoXjjqC8gtb6aszdkJneF5yXXaZ+IK/ulHryWdoqdL/2Zf2f",
-	"HWUrolWNRa9aFaQVEp9ViIid/s9HiqT6SvxA1QxSYsjV1ezL/cdf/AuREyxEoVv1VBJ0Rhl9ckbVDNOc",
-	"XCVxzAROySD9VbEP5lW6YC/yq49pAsE+ABo4FqWthzP09f3MTI4wPwRbZKrTrzJz0ewK00ts5VJIGTbD",
-	"SFA5pS4ZmbguyBLqIJS1JujzUw75eckrCOnMuAKExUUeRRm9qFVTWiRuMn672mAeNOrrLuz1QSv97LXS",
-	"HiXzLv0AD8rgH0MZxOVuFXuJINjdrcrYq5vB03f9ulWjdrnYkx3cFTmj+XnRdVN8ngrbbhpaBLzOqlgx",
-	"kJtNale44EkgRyKE0dYDO0riFmXjVRRS5gdbr63gSrM8QBKG9JnAvfqoVSPcyGMPgD1AaCaj+SRQCiC3",
-	"ZXkTciH1DG6ZABNvxXTE9rioFQq/DViEM6rAlnGTiITLwi8NUbpduICVnK0uKthGM44IBXZIo9Vd0h3h",
-	"WiRVuN66sqjP3XIScDLIAl8gStBSzaT2mqat34RA41xjUhLLRw1oDfqzbbCC1eHGwn7nSrRLWRyT1Ner",
-	"B7gema8ge9HqilAlKQ1i4YJ6W1A+Ss/YIqbi+Fa3q9swSV/KDorSuVHs+PG3/n2j7pT1jp89LWun7Dho",
-	"hh2+euZex2v9Hb96SdGb074g2eHD8EoFMeIloujv8i2+3Anf2OlD+zoqAHOWn8oyQqkvpZjul7IooFIQ",
-	"wVd9kQhLJwKLBsc8BU2F+I0gYVTjBYN3MGD1iB0n89a/70ql7fgh1GLD+CrNYxCP64j/7mTaA9m68pQ1",
-	"suWOdtFhJ7avYHWS0GRsJo/U19ofTx54CtrktoEFnYSHtWOPFFQpd6SvXx8mVqFyrUCMMWKZABhbVhHa",
-	"VPM335BBWtZqBqYsQh/QbN5KgWqmU1HNXiKCVyy4HdfTwsewnDz54i9Y4xRL9iBAADGNEAiD3cGYd8vT",
-	"7nvDUn8bsrYYYCgMEsMsbOXYgS3E9+rk/zp/8fq7ly++/+Hs/Ns3z/7t/Nt/O3v+Lo2Kyf6qnjNW5Pdb",
-	"l9PX44SuwlqcG2tuBlw5YhZXTO1SEhTe29D6s4DZdyRW1mTmRJKcF6VeneArsXAB+wRDY2YUUjjNvG1c",
-	"qUX0gfgE5BbAIuJ8kecFe+o/6KvRIWXxjv+DbdystwGH7TkNoPvkOEwRHD5VSE0Ghw30dHMspdCVLIY7",
-	"HA8/yPVJJc2Cd1d3ffgbNjRaAePM1To15xpVTh8XckGzeSGnpGKTiqmZP14vT74/f/v8u7fP3/1w/ip6",
-	"qkyLzzfnoUCnrmW8dz1u6WFGW3OlWXsSSOHj3nQuo4QX0tZ+b3WnpZzvJHF8J3HMfY+FgbVTXfNGa2wN",
-	"/YblVljFWW9hqrJvL6spsEXcOxXmse2cX9DEvfZVU3m1Ici1Gw2D0+h+iHNY28X2im+g5o0BNGUrXyQ0",
-	"92s12yGsBl5LoJlNQ/AaZic2WFay1lz0bd6M0fKkKGTWI1xUlAspnpuzASAi4UmpWvqUhVYE0J6DspJZ",
-	"zy3PapetawaKXyTh1DYuTEMdm6Ncjl3giUXtBsjogVFuMNDSGHKo5w3xG5evEF5idaXTfHuoSt8bGAr3",
-	"Pb9k4luazWM3GRArR40aT6b0ksFJI7UAjEyoBmy1I6jKTJft2gotseTq+UeeAbD2xoJzgXELK5K4Um/e",
-	"+uSVxdYiBRW5slcHiJ2lZF1l7AigHpOWrx9RIRPEESQTXrEkDDNyQO1mu7ACMhaaHlByAZXAbUVmF4jk",
-	"TWF8DcaqCNc9i1LZSlg7cObrhv9UiA9ul9avf2IJpkMd66Swgd7fhnZWBAKvhw8YmXRKldpBtJRGvzdy",
-	"parFLcJqbYeByNxhod1RW6/52SqE5oyfCLOxJVU3NgD4MX3S7kooKCuR71LW2tkZtsXE7cH6QNbn1upr",
-	"fcFae7aBIN4523lDJft14ZTzeIEAODp963bD8LodaoHbXttVwc0YYxO/GX7VJiXEt+jqId4Sl2qtvY33",
-	"6DsFuUEk5+63RptSgnYRx6G7237Uan1LmtCbS1ZdchbJA3y3Upot9pc8byQzGYC4AGgnTbUiALSQ8YJV",
-	"Cfnnf/wXeXxIFJFFHlH/b7+QW8stXncp8YJgl1WOr2wwMtfUluU+bVVE69hHfUE/LjfmdhGvLjXZthUf",
-	"nZ3cM1bGUHi3XHXuzliC6xr31cbxvOsJve/WMoZQJkD2GmGiGhSO5XqVeqiAoFTuhFdKI3zCMCEpJhW5",
-	"0NqxAOVTsGXwY1NRCjM0fEAvVz6OJBZne+wqsKWA/GwfYlsQEdIKB/EwnNEYXCgSub2eXmvlsLJkWzJs",
-	"vdjdCxfwFhGYtzn3UUJr7ck1VyKoVtja75s3A4zwmp9bT248kyBwV2Pbidv0zpZ0p9BdmUiJm96z9dST",
-	"VSdJCSwDF6Hmk0JwQL5iu88c1RTqsckp0zNWHdloKSzfbE8NFStMAhkLGiSBJOuRVeii0Uzp4L1HyuZK",
-	"JeslypsPxiKIp0+sPelexRdVHb15+2R1yu8qOmWtHPk2ORAMLHIDv1a5u93+DqTUWzvzrKnpLCuCtLoW",
-	"fne8ljfUUJfLHcIs4u7KdPjkdcO2uq7wjQVwo+d5c2G73sLUau0YJZC1U7Kqc/DC639fuGTY5wWP3Iz7",
-	"leQ5Gbx//+JZvETUdUkKrvvXolh3IBxZntRalryQOnaP30WS0cEVDxNTOmU5oa4BBIhV/B+2kKN1hNQK",
-	"3a2dGx6qs1kEeRjwzuzFkftym8bZcWXzXM82fLukXL+KfPeunk6ZDQypFQv1FEDXEVLsW78+gStjxKul",
-	"wqURi12iZ1vqKy6CH1LPDj3jKpOXrLpxccF+M6BzCYRaEUwn9EpfByDdtmHB0XvyTLcVrnIzXoE/DxwF",
-	"xxYZV3fjdNsFBt3kAP8EKx2eyjJgiNcqfAk/d0lpp7q/iBOP2JTt1M1HysfjDtSMVljS343bF1G1Anz4",
-	"UC74NlGMRuDZFbWRYwm5ZNUF1Xxx19GvcZe64/OX/33Ynxkfy6l/afPpySAd7wE6LWC2GG570gkg6AmF",
-	"7RM9Rsvd/PWLW4iu65UPdm9bzbTWM2PJGQHMCsUgGX8nJLIgdLJDAeaBGbItuED0rJL1dEZo6F+/QXft",
-	"6Mu1ToMofcwGpdmc0DyvAJ/fnm67p8G6p8PtiezREM0mwNNFSrbiPHdLqWly/rfXvD2V5VumSimisQih",
-	"UrHRLAsVkI/J7gyZDNLz85/eP3///PzVm2fPz8/Tph7xNU/aG4+QAELHyHe8jmkU4tgJjHay2HbHphLC",
-	"hU27ILLKLRFwQRjNZo0GuvOtcCDeInJ6A0N4TRvZhI6YrKB8EQbGXp9LvMhv1aR6iu9vgsoIwnZt61vK",
-	"QsfSBL0XtaR65jdYCpI71SM60K1qD1Z8kYKkXxwepjvAbDTgGrFQ6vZR7TueLY/F+lpGT2+tZi4ja+dC",
-	"uGe0Mmp5pAZu+gz/kQ6PicMplsLSgBHAIwIJBVVdMEhawkKAaQ81PGRkbEXdTdyVO5R5tvVZvG5DBpi3",
-	"4cFjoSIqy8mMVewO8356zpglFHjaSxBw82MNapUExzrpGN1qCH6HsVigPUYFWc64ZgQ8/00ozVePv8A4",
-	"DMMloKKfD/56/f6lLSJVMVsaAkt2jkU6GqWJBQl+//alL7OUV7JENmFYhCKD9MnhIQmr/Q17Svb16iIn",
-	"bhfMSPhUyCoINoaah2QAtnYg3BXuM9FWj1E9DoPNCskz5or9Yo2RVUJUJm2lhpbn45gseBOvgPEs21WS",
-	"hnf1p2cYltOL9+VFXUecmJ/NGA3JHJP0b79gYkC4kBgOq+Dh7lLT8b9t15fYWv98rlVi7ztbUw9RcBOQ",
-	"E/ZaoqdSVrS23qnL47Si1oyxSWmFFe6plmFLsu5qsJDv2nWik1Yl8kcKXqZFsf8PVkliviJ8Qmrhighu",
-	"qH/+mi62MI64AO6DgMIw0LSpW7ex3v0xSV1cTOqcf+iueqSMCjDHKJpkLOx9O3i1q+AWyXJfISHWK8Fi",
-	"rsgQWlk53UL4rtvN5e+D4xzdrLXzTGima1oUqz5vRZesgbJaFLHWa7hTfuVjJwFUqp4by+mtFfndURx3",
-	"j2Lo3LNuUpzVaXOr2mMRK1utF1/cguRQ9jXno8iMwF4xHZRgtEH+CAi6Wdm9HoBpkM24Nt/Wwm7Ydge2",
-	"dEvvf9yNgtr6Zo/DPdxvbowcsRAj27oLlueN/eJmxPoT5ls6tTwW/BvPKI35DewVZyRHM3QRuClehwbe",
-	"NMuym4MavrVf+VKcvSFKG+oukYJesCKuF9mV6YoZNe/9aEN4D7T2y3b/9dmMkcd/QTHmEWnKokb3deqb",
-	"tE5r02yK41Fk8MVj8F0PR35948FbZSuSZTO382+2onF2p77eYK9ebJHGXsf+sJINt3H/WJhe7XBf4uN+",
-	"PF5cM5leggxIcQNG0Ii8EGTBqqm9z7PXnhUDRAwo6IpX6hKQPaytO+pH4vMBp73JDxjQ6C4AIFDL1RsH",
-	"IwCyb9D5ZMEaqQpyjw/JN0ROJsMRsfY2ORx1qv1sDyppAmp/iltvz4K4YnY1ozVcivkbisGbt/tQFljP",
-	"SJoXH6BkxSt69ZbpijOVHkMiNFZtIN+AHRUM2Ixqg1QP4y6NjvMzF7lcbljPUA9awstwbdv4KBp04Nj6",
-	"ffn14Y2WsKArlp+2oBDXdpobMxPsOb/fvtof7PaCipUfnCzy223r2k7E8j0ZSTv7n95kbxgiL3Epnjeg",
-	"qJ24FXzF3bvA3CumNBkAtk1dlrKyug1C3EDCvB+LL/qxfTAtPK+upVQ6YOKGDJq4BlnaSC8hbfCLKxwV",
-	"UMjhIRl8jUBdxgr1dbiQMw2vv1MLeuUS3zoaINansnIDyyuybCZZjlDWTExklRnT5hCqkBaYrnk7drCg",
-	"Vz9Trs369R6z55c80/1cyyxNwLQSXPLcB0iY0ZNnL3+6Iwa24OJUlm7QkWXkRcHdZlPS3Nk77FsqSC1y",
-	"Vu1P6qIgcAlPlESg1oLyBVQv4kZmyYqRweE///3/hWphw9FYNOMmJ1CjBtwTqenkG3T+QiY5APhjTUTc",
-	"zYGQAVMC4Igh8lCKIxgLxBl/fESky8bGT40MoI7/Jp5ynd+jgTWAiZj9APDzppzuWBRSTBEAXYMsk0sB",
-	"d9Oy1tb3BT6xTC6YQicdImJ5pq80XeHimL0xhxYKAbsoLzOOBaMCytXaEnSu2NrXnTprO+1xWXFZ2ajH",
-	"LmPNCrg1d6/Ez0iXxLZ36TPTN7A080CRtOoIeqvH9SoC6Y34WnVbdSJpVAdAJdF3dACbgXEx/0EWkaUy",
-	"T1CbgTqINuPJhtT4721dRHVM0r+d7P8Puv+Pw/2/jM73f/n1MPn6ycfUXsuC5/WSFjwHOX/uXGZ+Dnh9",
-	"Y2vpexw0LuYKsJWFdAMAKq+YhVYHAH9Z5EeEBgVSzdm0wSY2K8uFawDTsD82c6jqgiUkXeejaRMhZjOG",
-	"OFQdCHYpXVvKV/TKE00sxI4awW1W+P+Ordh/i2fk9vbRL4PMugBjXx9impCvDU90RQ523aWvD5/8i9W2",
-	"uoUYAwr8elcSrFbPjBq2hf9vYw6PDw9vdgICjNBuhQqjkXLd+AppNleEFoVc2kT1IBzIcGSgQ0ZzlBqR",
-	"UgD23AQJf1xMMdzOpV9CSVF5aSMpgM7hMYYJL+QlU4FOc/0Za13044dsW+Sbadmozn8LDtP+vsHC5ExD",
-	"Op6Xr1C13i4b14bPGG1ckUHOLmQtMnYbDvhxi93ZV57yBAX6I0XYZMIgANjZopCDkAHSaF0xECeNApCD",
-	"f8UKfEAsOkIuNBbWROVNRUbzKQBQcZffYBhXweeMpOEg4dJLqnWzt2k0tI6HGzHoPwfL93O1dD8jy/Zz",
-	"sGTv1XL9TS3Vz90y/W0t0c/f8nywNP94luYnsCx/c0vys7EcHyzF39BS/HNYhp/YEvzjW36fwNL7jCy7",
-	"XTIzzxx8pd/odUsiqrTGtOnOXCOyIcKtkw2GVVRtWtNUYnpv1O6IsejNfCGQoEgrjRrZOoy9l7OnYYDx",
-	"vQSN7Jqq8nmm12+I2ticEvtTG8y8k07kgBlqOFhGA/VRdncEE3KbOCw77Eh8gY9s2h6kAG3gAe0LfNqI",
-	"DRK08hmHXPQDo2wPjAiX6LcM2bph5NWmtN9YgkhcPb/zaKldYqR64Y3+wIFyn/92bWEIIXD32sbdNyhe",
-	"dEAA88fykxjqfq1mpALXswsMr+zrTXFSIX3uWVPxJ4IV5SPPtwWRb47u3qGgxj1GSad58eFoXB8efpnl",
-	"xQdSySXhOfzN0k8cIv2Osfkd5e/fLvU+lnu2Q0SjGf+uifhzthq5OXsB33cnkmoI+Tdaq9J0UW4qZCwF",
-	"oUSZkdisFSby0eYaqVEinEldcKXfspJ2ALNDTFo38tcbK//3Uzpj8zP5XPQ0H+xipL5He01urpvWpXm9",
-	"ZwhLWok2XFhf5Wyfo9jNOwypv71g4QKsT6gZWd9hAXn2ORFNIzXery1qNxD/cyaKG+3t5r1cX5q+XQ3y",
-	"v7o7alo/sumzFUl1s7eD1sMlF9YTDZdvtGJkyi+ZGI7Ia8Yhq36Q/voxTcYi/XW8B5+O946AKX5Mh026",
-	"WDedz0lEdIVDOt7xOr4W/G6a/piCH1qRcHSxS1Id7liEq1qyxNRI50F0VzkUkJoaBzvhQmmKKXm7KYva",
-	"kVuk6xIv8CwOuyu/uBNmS7KHtsQz7xmJwC9dT+/5pbcThHeOlTxw6F4RYxddt9vwg15KB0zd50PILEaU",
-	"htty6xCeySLfIXqdOpSvtQ77J9sPCPqMqtmFpFVO6HRasSnVDB1/FIFm0NU0ImcBDDUKawBKxGJMM660",
-	"rFYJUXIsUouGUdba3jwsZTVnlcKqmuDmdiXPFXBZIHx4E3KBQTuGB4fHFt0aTNyxMN8XbKKJLJmIF5HM",
-	"5ky/4qLWfeCgkQv8TRrTOkV+TAKo500p5Gt7UXiS296jJc/bWFjNYm6DUN0+HFirM3OklIdHPJmGAimw",
-	"TPz+t7wT11qqtYwQvmBvqZjuuF9n/nWjkyD53dVgunzGd5V0yK+1A61lCUB9A5QFSx4xz7CbQohw7bag",
-	"/9SHm7YFp/n6ALy9ILvXN023we/2z/AsJIv2/CaVXOzu/tDyhoiC0A18Hx1lfeGZLeoxvdnqKnj1rF+8",
-	"v2ZLo3nmBGgL7n9qoWWdzVrVB3eV5WuaW2wQu84snre+XQ0WbLldBV2/aJTLzWrzBs13Z4W1NbR2n7FV",
-	"OaNqHnfz+uOyk7fWtLOrs7b/jISt3B0E+m2RuXcoLIr+tRsAn5u9irjVqNZG7egZVNbgA61bSDcpFI3X",
-	"h9f5hPmq89FBTGTdZ95tqL900kWrbheamPCKEbsyUJZJbc+MT/au9uWCwzcrZwD5PdmxzOy22soeqSeC",
-	"u2frTUO5dChbAkh86siGECn29RO8925QbY5Jyr48/CZFE25oi4/B12NhqDyvCxuRKWsNkJugWfqdu1hp",
-	"tgFT6H8one9UcXjT7uAE1qDstATk5RnVpBnpQFauyJX/cYjFTGFWCQF25XBgmuCA7qr56luGFFQbo9fD",
-	"5k0myVjIKly2YCwBoKmrgMoyWeUs90jnN6Ko/uLLMIIf2Sr+8CpOVNYzdGPcYDyAvRwHEGZ7Jbv5N73e",
-	"HSa0+sZ9t1UEBD1sG2NcRqOL/5rj8/n1mwfn2u4dmROY3cD2Em4XUiNz0wRg0ERmdtH8IdiVhliJdEhk",
-	"ldh46oXM2TcQw5ImGFuc4l8x51yvXeTb3nZo0Q9YQlyjZ64FgDECr8ISAsHAb8xgzRpcb3OiRpQbSI9K",
-	"FN+ehgzXq9ywgq5iuMetICkAvBJyeYzVjbTzNyHbcUwK8JCzVVawuHulJSI7vdVKkwvmbinAu3WBMs8J",
-	"jCZ0xcGXNTHYgMLVAskMeHis+l7q+J+rZcaaH+pSsUqTQfObz4KwSsjwmKQZFRkrUheBOAoQftxnEPkS",
-	"/IGfRO+sNsDrPWNK2xv8zRh721Dz4sBO9oVN4heRSuFvza70I4V4aglho+mIpGz1r7MXf5dXk5+++SYd",
-	"C4gB/HW8R8d7R48/psNji74GIhCA1qTGxriweGw2hQV8ryAc1Hnogh2REyygJ6uxwBhL62P99WPaQbyj",
-	"OdZ4o8rqDDfTBHamTnN4K6YUy51c9ukCdqo7UumHvlyUZvf78a9CidpRuWBQAO1WC/6hRvj6DS1dia3A",
-	"tW3k6jWdBCO3JxwgU6G8HFck94krLCeQdkTFaiwklqNwWolNPdJXIkVkEBZEnhNamP1dGbrhWrVSXhTP",
-	"g4j1R2osoEOXIYNsCsLY/TAQ+c80lHrlF5ERIVjSmgAsj8L5rUnvAKnTb0avuOy7wHoj3ErK8pEistaZ",
-	"XLARLkjSGidwLW+mpJHaNkmoDI4FQLSV6HsV0najJcERXDAywNOMhJ1GE7u2m0W7hsXtaGfIeVwt79ct",
-	"e5Hg7LzIgiL38NTkNxrKW8rzApDhqFOGuXKkjJWzu0w+b3H53LN5/Df2Ct4lbDkesbCDQny9+zs5bwIP",
-	"IpSJrYa7Edq8UbptWEBLm1gnYK/JJoCaW/GF4V+YKJWadg0/93zB3s0JLLEwSEE9Ao2QTAqqQfSMBUAZ",
-	"Tjgrcq9s+G7MEWbFZDgiJwLgtGvFQGULoC+hzHoAp52MRYqrY560PEapK3iDX4Gz1oxY2IwTOwfyz//5",
-	"n+TJ4WE8/3EjWvVJNif//Pf/tVZDxEv0DvDdbnB3Dzj/6+EpEPs0ADoy3GoIy04LTiHYNbWiOr074Nse",
-	"gE+345MW0OdO29qDgIozs6emmRsPgVF3Rj0NznY/AOoGpHQ3PUxc1NIldTBjLihNCwekXsmisEVgoHAt",
-	"qGrXA3PsW4rOJusdMKmvD2PuJlqGkeRtbegBuvq2x7OFZ33vmNSbqOf6eLP+oFeMEXw9IYoujCVQLWjB",
-	"FYosY52cZC7uZWRF0e1KWsRn4upcYPyvs5XA17KNareAR0N/pg/UtOdsRQbrINFGLNtF0ZusiPgI4Icm",
-	"KNRWem8XeO67gTBPd9Vk+pxqefFhwybzwpid7YLbcjki3xkr0Tm0UIEgiq6MDqlkgqvTTWHMWyZVk8iU",
-	"ybrIje2JvfmaIUrzoiBw68VyNYTcWmjYZ8za9UXOe8EKuTTtLZkLwKgFzeZCLguWT8ElDRDjLvMMTDY/",
-	"r3Y1sxCzwEfnbqAP944raYH10FECDGyxTy5UTxdbZCo8Dgq1kEG3xGfZREAryKxe4YtayuGN3XnbMLi5",
-	"IGnj0003Am9vPF2+kml+XdRs38R2drYxwPBaRW1cAR+sriQrAgXb7+2Uu2hseCsJboG7hXCQirbwg/7y",
-	"Fw/adaTyxD0q0rcsN/Kghd20gIiR4ZCjCgYuXLd+0rogo70blfG6e/Xm2WatJuoS3MRbeu8W55frnf/4",
-	"V1LxnFVk8M//+C/y9RMiSwWgJemU6dOKTfhVOkwIBQCQ3AJm7Gru/Xi54Voy6dx1RkQKVNfI5o0HRh2D",
-	"V+3CRobahbIzaDCobmKPbhypEwRNHHC8Vp5qaRyQfI9IDIOWV/piRd49+xHVED/OHmnVDmusVJ/jHdZg",
-	"94nf7Z1xSHzXKkjyQ72gYt+V6wCzHS5VMlqr+GHCdKwXcaUonV+elxVcJQKvTdFXYV52+sKPfyWyxCui",
-	"QvbVKdl4UqyCl2C7+7TgU4ElL3Y8FH134abft+Cw2XVmy9mKDFJ2xZUG/6J1PSckvWSVMq8lJAVsJLgU",
-	"X5WsR2JVPd3+PFuFXhSzPyz3zhSnRwVXaJ08OprNzytm6ASc1J1JOEfx+UxW/B9SnLMrY2SwvKnkc47u",
-	"7Aq4/4Iru9qmm4vzrqoVzsfHKKz7jW2OYgm3H863O3BFdD0RDm/FRvo3uTd/7mlQOsbe/+Htoy8eA5B0",
-	"9qW4DbMDk7gtAW+M59gq7V7krsATwpFwYykV8eIJoCc8aFG7cIKsriomtFWtLK8DnQKTbIVg1SN1hxqW",
-	"ZTC7cio/PvwsGOEu4Mhdj0vH5GqMsf74IUh+y+qK69U7Q8g2B4TRilUnNVYOwr++c9eN//rz2d7a6pt3",
-	"DbeCQ35EvoVPCCb5/n2pXXYveSsLpsiAEsU0otVQUtA8Z9XwiKRG4u1LUawMX15WXDP711jgM/gNWHq+",
-	"4CIdkZ+NqvOvP5+Bv4QrgFRxN1SKVZcN3BPUceMqyHuBkwtUBaNtjtpM63Lv40fwMkxkRK8BlCquQgSc",
-	"IJvb1hcR5FQqPa3Yu59e2uSfXGY15JFxZYuyi2nBiJJ1lRnyHAtd1XrmIYmwoyWvGMmkMFq4PnbAekwY",
-	"lioriLlQGCo4Fm9Ea74zZiMLwcCACzyAx1KgRGYUDA1aYb75vuFqVHOjcngN/qeaMUFe/TQWj0dX5Iez",
-	"s1NycvoiIYbs5soDZJFBy8uTNtnZGHcWpmebX7zbJD0eC6PaIHadOZpp4xYDELQUcZX0rGLWm7bPrjQT",
-	"OWFXJa9WtiwLObE8UNm7eEB3SsZCSV88EKDMsMIfqYXpRdhbTVi8p1JcolNQHY3FPnkOK/nk6urgq6sr",
-	"ciHzldk4WMr01zEqb+O9IzLeQ0LX7MpS+ngvIeO9TOYsfK60oc9zJeicnWdUMffyx3Rk+jsh6ReHT1KH",
-	"fwYdIm4sSZ9KoZnQ+y+ZmOpZekyyGcvmSEUIH2N9liWtzK5Cg+kXV1dpE60F7ODIXv3CTRV645qrWLMT",
-	"7Sc2e9yWaRwL0nIjO5xESrQs9wt2yYrmGxiCZaH7ZUGFTd9UYK34mKMv/uJK+L5lulrtY0wiGdjYt6G1",
-	"FcyJV8Ak4SjIYmQGY4xnJHULpWgVLly8Tj+QlWfUJ5bHu4RDUUjFMBSYmK4Eg6kOA5hFmZs5c0EmBZ/O",
-	"NJnwomjXqoPeL+p8yrTd2dzQWk41vTA2kc92/erw0A4lg1o37o3zWtBLyoH9Qwosnmrz2JWkNNtoxsiF",
-	"0ozmWBpPtWsvfnH42DYPN/iWUoIie82kMNoCoSahqWPTOCWFFNP9UhYFYk7aoI2SVnNjklMAk6wxXVXW",
-	"GsKE2iN4kjrQSQs4OUxMy4Yk068Ov0yPg13D+CO/TEtZQTasMsut0SNecNFZP9Nas3C2EyNrzN5iOrIL",
-	"eCLpV1dXKQZI2RkHTX2ZYsSrFCQ9mDFa6Bk0PvADghqK2QysMolB3AuKYgxdAUMz+8SSLBy0BTXyWlCR",
-	"MTIAjmCGG/yaDqHi5LOXP1lgkMRLEsDtwvVsHTtrd8AZdUFeTMGGsUIxqH1IqJ2SxfSs5IIouWCoMxvi",
-	"raTwkCS4GJZWzUsyB+mmZySXtvgdyNMwUfurFuniV+dC6nPLfFNEXLTwnVLA+Gg2a+yLoeUr2JOQgeXh",
-	"ws/SJ4aCgn6EPFd1NjuHY4BM5vlVxmw5L4cmYHgzYeKSFbJkR81+PnI73bCu9Ad85Bku7NCBzcw9KCtY",
-	"NVYr+/EhZtwabn9QFtToIWYQbwDAxYWv0bJktArhXGwcG9dGobM6hJOne4HmuPd4dDg6tJ4gQUu+d7T3",
-	"5ehw9CWiSc5AQzugJT+4fHxAM4jQKmUs/hstJxXiDspJAGf4Im9q+n6PwIY0y2QF5RK19HJhRByGyRdw",
-	"3DCPYcmKYn8iqwXL3fk9svAjRgloYY9YfccH1L21aquxKtnRWDTKHVxZGOUOl8vTgzGa9k6y+R7qvEzp",
-	"b2W+stE+RjKCQVR6bO6Dv1vLHc/oNuutuQxGxa/Rq61iX9mi+rD6Xxwe3m3PaDV+/NjVq9/ggrlTGlwY",
-	"LsCh9zHZe4JjiXXhx3zwLc399Mwnj7d/8l5Qq9OzHD/6cvtH38nqguc5E/jFv2z/wg7rDLk2fPZ4h45O",
-	"0Q9yJuVL8IKY7774y/bvzqR8RcXK9grJeF/tsoAvjJUnaOHQf/a+2mU53rHqkmfsfSPL0eJyCYWGoN2G",
-	"Avbfwhucmk4VQhXM934xHwUn/gCU5f5zH7Rq+FvBFfB5XwCVYP1mwOgwxx59r22+YIONQJ4B0x4LDJPj",
-	"yhxwWVwCnnfOSiZyJnSxGnUD+fBVCmgZGkJfjXpoJOyInFgpIgUzp997nlzNZKcQyCpnVZdfkN3ZBaTs",
-	"3B/PaGUt3QPj2MnzFHCQNYf1Okdpe/ratlayvvQPLOYPxGKgHkQAl9DLZHzJkw3KBWT1qgCbh0+Iu7s0",
-	"TAOUITAPXF1Ph/8LZT05wKyXBc1Y2tRNsZWVbamTium6QqUuLPVJfvapakfjPSiGMt5LSftj5G9zVmpU",
-	"6ZrCoViPRTUVVuKd2IIsaEQWSpILhp96U3csnPlUMbSySWo7Twl62EbkBJwacLNiDXHaqkBLBhSWrYSQ",
-	"dcMQE9Muz2bN+pAlRCFB/POSK0YUL4DnYmJUBz2JC4j/PMf2U+/LGQszEi5Iat+wVr3zo3Pl6rDflOE+",
-	"9WRzPxzXt/8b6WpB/30a23NfQsidIego5KN3OxTLLtZH8gI3GayaBM+cMQDg8XG38v7ogWnfBdNucV7k",
-	"kGbRgwpSxOeCWN7bsNouBwZVah+0LqzZz3pSlipbg2hgq61AF8P4ITbqV7LreX7JlX4a6nT2MuGeFZpW",
-	"l/0YHmsU/7SV0KE+c93l1vRldqeTxKLahNWioE3kdVDQ6dSCTu5MZt5eGFq/nSxyozjWwlcp8cGTQWWq",
-	"dMHFSzp1RTLGQhY5GXz59eEheiOtGB8mznGpHDYulF/jC0YKOh2R78LbjIqRxq0OVdtA4HkkVOftw+pN",
-	"esYWd3Q8XuLCrZ2SklZ0wRB/72/rud1Q+8BPplUzzF1W1KqmBdT2Ejn5GnHcGmhXwq7ooiwYZluZ1cOL",
-	"edP8h5pVK4e7fLTXWm937wWncWMNhl8+xVGPLd8uR91+F6PFSi5VElDDn4IN2PPbsIMW4M+NWMKv8P+P",
-	"Nu+UadZXrghtAHj7kfK4jP7Owpa/8gAFpSxJxfYVVAwxJ3GICv1YpNjPK6ZpTjVN8SOrkA+BE9gAwxBk",
-	"S5GpJFrKxEJBygnq8VxlEq0KlcmSqaD6mEJV3w/HNndhOMmkYmrWOCjA5enrdMl81fCNsUDG0csfcHme",
-	"dvCwNnKGE2No4DLYu721+ZKFXZ8ROckyVmrEx2DpgQ2PSUj6OD1ID22S8oqp9CAVEu63VsQciSFwSNwe",
-	"G1JBgGkQPzjEIFhQQdHXaG+dcolQCzE+0969FqOxe9gXzXFrXrOzNoFb0q++w3OIxLCu6j8487AFx2hH",
-	"j9jIM5IeFQEMXmPtoj8Rz72hjWOEJ/V3jd6RaO/gR2Nxa1n8PdPdg/apKEpTXsRo6ZRV+2Gl2D86LX0P",
-	"NaGuRUgdXhjru3nlANb7lOrZ3sdftguuAwS/O/gV/n8bOdZU5enqjNdh/Q6I9MZzTra+bAs52ZcfJMuD",
-	"ZPnsJEvrPN1SNe2c8ING5z341f/744FibMMl+Tu6YIZmbU1dxuYQfmfGGNT9YxBhgG5cG5qF5VQxaAD0",
-	"Q2GxNCCibCwQKzGJwdHf0L3aqtzxKTnJlpf9mCxvvh/nb1io4KN1/N7TwY6VSIkcaQDr/30c5yeHT3a5",
-	"S2Lz11J/B0iNfyJHLewjbfOnMjhnd8mjNjOjV/IyqoY01nSTdmljQpBvNUVU2nU5AMhHS4Sf2l7LolXf",
-	"w764P62oqAtagUfZFloo+CUbC/sHIr/BfR9GrClNNRsRQCOyKKxLieEAyPeOGiYKpoGsomVBNlQFGaQA",
-	"CqdKlvHJisCHUH+beJBVnMewx7rYjd1+WqXtj8E5wxpBD1zzT8M16d3odKFBskFrYzausWW/+FNPagCE",
-	"lBbn3+uFmFmFQ8Yoe00c8v+K6WQsOm5Ly77wCwiFwjhs51wk4FskXDc+ROh34FI4kP0TrsfCdbhg2sYM",
-	"rJgejkgaQOKnWD9aQdjyiDy/4kqDX9dao7nEJuQlI4NaocKKEZlGNx3eVLXE7jsXb8FG3MZUvyem1lsX",
-	"4hMHBfSWcYjwPnz+R+J+f0bO93RGxZQRDLOPlQ7B8u+7ckIPcrTZOYWcB9IE5BKdKPZqxWUjQuqCZVbD",
-	"3X1Vp3U1Zc+KD9vuJn4KHLrUAQJbyIFQUWtF68MQz91pTPs8PE50tI9t6OhZQ3voDu8tM88yw9BhGdp+",
-	"h76Ou9VK+ju8T0/Ss+ID7EI/54DHfxbfEU42ZzQnhS0Z1pwlc1x6LyGetbHAVEIEWzKlSYoICSc6tWgd",
-	"d3P9f61js434r0HsT++YuJP+QnubRh5ayddo/KVcsopcGLlhNEe3NX292AJRTQe7lZ/4dU34ltfpVcs7",
-	"6POUThlR/B8sMXb2QipNHh8eHo7ICQH4hsqmprcMXQvfyaU4x0GmpKLgWtQzKggdCzWTlYZb/ilLCEaL",
-	"YhmFiijNytLojCmGzaTkYoUw2wh5YYNJNZ0zn2i8nMkCyy0gocfWA76O+94fHx4mewt6hcEkZoJJE1vy",
-	"OJa4vlWBxGyqvfvmulA4I+qtb3jPnyKAZCOzbSsrB7/y/OMB5ipuc2U5dSXleYqFAbjQslFdILprKUJX",
-	"uyVJp9SQvEHgPx4L6mPMg98JV86dhQkreXChV8kl5DUYnSBIohyNRZBamGJOxNF4byoFRJP722ozfCEh",
-	"D5ZVBFFlbmpmYaH4HYSGWzeekwENN+eRgrUconetHVb+/v2LZ/FQcB5oXqWxyvyp5vlGrctzvbrGQutr",
-	"2IwNakZbU7p7i+9Z8QHX7xP5soL++rQyQ+SAsujRff4INp2fuE9F+SNZdn5234Fs3TnTxn/3qsnd7nBS",
-	"fA6cJjiyIH/zTUwVgbXifPRtLRTCczmwsQgzO/bIG7RiHQAj8m2tuGDK17NQYwEggwlAfZEQlWYI3wcx",
-	"b6nNaz+yyEuYrZ0iMBbA8hNZwqsA0WK9+1gS3KGJ2eT9sB8slheoHhktisSC6kL3R2Ph0oex78Sith+N",
-	"u3hZ4700cfo9IKDZ8AQHG5YeBykuY2EzHhIs7015YR5AvQ+bF+cyw0FnsjNNAucfliGwL5sWFwiGEMCA",
-	"kYHFHQbQQFDxhog6AAADGPEAhXoaPEEcNBdZld74yuLHy/tMeLSt/0Z+Nt97b7J0D4jZQw7j7z2H8W0t",
-	"2iwwYKbzyy4vPfhVqI8Hv87ZamPQ13vhOQgtRuS1tIFKqMZAygIEQbnCUWR+2aqKNYQ4YkrS/5NdlSzT",
-	"36TGMsPofQj60FjwqGF6GRVGUbNBWC6H76a65I+X6Bncu9cztyWgybukyKAtKgJ2jb5CyNAUBPX34ed+",
-	"Jn+Hh8QHXM2xwFB4Pnq8ZSewGSFYj5f7UK7TSv2bHI67iOn98fJ7pn8r8v4rojEbGR2uBWTZzBjNLZ7k",
-	"8zM6XV/Yn2pplsZiurhCfeO9/z7eSxvnuTsNo43es48PJ+WOTwoGKkePyUaj/Me/El9av8ecFup2lxg/",
-	"slVi44/0zIXqHBt9JmNC7zOBtyoHqC16TZRVxg7NZrSiGbqsoqPDKe8+vF+SvbKO8I33UKFTNWiamOPq",
-	"hKmrvAFiMR2OyPMrmml7OyUnJNW6cOl/B+lEVkavTsciCBCyEF0A4lYrDQ4OC0knoUSYAGRfvx1QEzKd",
-	"s1WUWY3FNm51Yxl8Wut707ZPa/2b6dr9jPFnXJWu2E+HD3r2713PPq17GGOgX0PM38GvFh/o4wFicfb7",
-	"L57Dc3d9XfBLVxJnxgqsSeiq/REtyYJeDRwoLsJ7Ggt6Sf4Plx87PEaANXcHIjD8EEHXjPVXVSzT5kf8",
-	"nuXYHbgqHOanrNoPnQY0FqEKtOZ+EGzJ8qNDW43Q4YE2rEUxRlIAvcdJ221Nj8Zi2XLU1gBUS1I7Jwdo",
-	"/fXhjRkRdgh9b3MtO1R+C3yCyVqUlLLskRqu7tw1Jcd98MT1xb1vJ3Crxz6W+NaQBi1+N3E9D4xwCyPE",
-	"DScU2UPADUtZttmhR1PqQ0545eqBIUZCqwgbVGBgAkOmeVHY2yUftACRChYHIWcVN0oeYjLehXn1kiv9",
-	"qgGD+vRBDHccY7DlRvm10xW/44W2MPN9BZUavbJvVELdcjhnVM17R/LMbrbDz7Cb3jMWX2e4GY+v5cVE",
-	"jjd1ZSWNNMM/zJCg6h0gudP8HG8qovW+tgRv2HvXEwCPy4paGQnvS0IZ2f3P/+c/yWMyS4gRgiCnUy1T",
-	"wtXw0wZ8+JG2hjdMiK5qgSVobBrFgotaI5AxqjcoJAGhER5BQhjOFRIeuWijc0Ap628ef3F0eHj05WEK",
-	"EIyqKQ3oUi8sZLd57/HR4eFDJMqtI1G++H1Golg23BeN4rj0nyISJYJP6H+Kit4g2dMYJL+26mDsnPdt",
-	"Iy4AqAiyBGieV0wpMqBFYdGVhiPy0rC35iCjR/+CuSqiY8FFzi95Dtg9zcUjolnnWNTtyeGTG+eAPrOp",
-	"0A4n9v6iH8KOtt0C5H+0UPa7S39uVXGNAPwGtN3vpQ9gtJAqUSC16mCXRa06NX5HDj19xlrGb8UWELhy",
-	"sRoLXwj3DiJiv2f6E1Cm7aIfeOOVqzr4QJNrfu84ynSLCK+X6XPa8N5dMx7PQga9juexG18/gFRT8Dv9",
-	"FuNNtmbwWhvORfJ1xQqEiVjM2eYcG5K28T1jEUzYlZTo1PBO8+LDERaXyYsPNmLQF1tqghp9eBpENppz",
-	"7MunjYVRc+eMlT5c8ubRjbpafQrR9BCY9xCYd5PAvGtJ44AjlbLs9e8886mgUB8nq6RSrRRS9PuEV1VU",
-	"5AfSWMFUzVPCPtQUywdN+SUTaIapsRiwK5pp1ByHI3Li8DPdJVrTYOKaCi7QbEV2yMfCyzS3YGOBSVlY",
-	"xWS8B1fSC1piaRa7AI8USQPumzpOZWGQTsBjk3uUAnBUjUXeWgtIURtExjm0WbMAQaRsHl2TZgvJcwC8",
-	"xDVEiEMoYJNk+UrmLD1o/fRdJRfpMDHrLlDbEdKhkoN1zjVZMX1EUsGWKVFzbrmd4cKFnLbAFJTNzqUW",
-	"72UhERsfYx+xVWfBc4HQCjghAFFY0ipXxh7gl8aOBlJAI8AWZYelvCmPPZWlo7htPjvv8MKLFZ3NCMOL",
-	"2F6nlvvien68M6rmO/dhKOCWrrNTWWKY427vnjZQmLt9cFJrWfJC6lPz844f/Uy53vHVhhHv8jbcQDj0",
-	"1t0+6cKp7vLNu84Ju8Fn5hReY4lPsnmvV2WLZJLlmx+NfPgCpWaH7q3N7Z37EJ/Q1DGzFcIg08TwqaAW",
-	"1xCiBwDm864B24OD2wvZ/toiSIXCQjSSAuTDUQcH2AwWwVPsfaWDT0maCoXj5mRDeo05r4GsGO8lYy/5",
-	"xntHf/vlY4rmZJoZXjsaizcwrgtqOF5Za+8lNGOBGlidiluGdT0EIW28a2+0BSt1LlZNeBFiXSOr7L17",
-	"KmWJ8EIhxmFUSXlaUL5QpC6hrBeUD0obLxbUhvPi75EKM9nR7DA6h71Gb0rnjUXJs7myTt8QZEOSzHRI",
-	"Bs7T3OgSKjW6DOoHHjME5awrNDcWcA1mZWxYYWStsuAtpOjNkH2uh4v2IKce5NQnlFMP4aF3xpmBJa4j",
-	"Gm1nwQ0IZYhBeRvGzILgycZRZIviOq4cMlgIpIRAIxeZBOaMLXme6xn4kbGioxRseAsmenM0ytsATN45",
-	"531gpA+M9IGR3h8j7QPUXGentdpQ1/IUyhwHFS2hxMgxOq6gciRWg3GgAo3SGMALQD1o576RYiwQFbM2",
-	"XDReFxOaCUuM2B7RW5XZIrvtWphjcbJeg1u2ExSjtS6bIBnDroOq3UzZOrnWuWgeQY1dV6O3w8SBf1/v",
-	"+s6s7z0Fs5umrxXL/vjua83gGG5YKNP08FAe848Y8q5msZAT4EQt3lQxJesqY+pgfnlgOFA/o/qRrSCO",
-	"0Bz4xqTnApJlgHASCHHKXZL9RLMqPUgFu9In8O+7iu/88dKM5d4yVEwXv1mKCnbedwN4AitsdqGSS/Vw",
-	"UH/vBxViw378qzlCm9K/W6fUn73+8Owwp0/5Uqm8gqOKWKx3BBX34+XrZjj3ejB8P33xhK87Mw7m+seL",
-	"MLxrAhThLm4nwx1oMCyu2IgL8Ila17BRSX2hUJQaQXnEroIKKq+VaWMBG8uquyLjT0PE1yDhP0VQbJTo",
-	"PJH10Z68NETNlr2U926lNFvsL3nOiKOTI0t0AUGpJBhAAvcSKgmpDC4v7i4z5Xum37ih3yOR+T5i6r99",
-	"9kenLqQA4ijFU8F1yAzppZfIfkIeFsjWKKfyXSdkAnkxaH53AmfcXSjUdA91aEwpOHCpBpCBoWnhAdXD",
-	"kBwM64CQbLxewg7vLKsKZ3xtn2gsQ+l6WURb3n4JiROfSc4DLFIfe8cV/FOw9g+OWK553q5b2M5Gozml",
-	"IWTujosnvs6AOWkuIwI5PVRx4QvIkjZbmNcFyyFth2sywCegp7Qi1JsikMNRW3nySHXWaUbkZCycuiNy",
-	"eFywiSa0kILZ0C5nUOek4HPWTKtbrzWMA7OtYm4lIEDYXA2HaYeRDnYN0mM7S9KeJFb+ogtmMzWnMgJx",
-	"syVr49ZXzr/ce77Hltotf9oidt2LwPCMJhvEni39GZQytzWLB188BlPWZk3mXEwj0R/Dtvf6rpSrz5oQ",
-	"oZv+5I6ffj8VVX+bDI+w5OzNpcpBzko969XpTjGvuNH/y7DmuK+giFckgyXVrFrQak5oxfVswTTPEpLN",
-	"GC2Hd0nSz2DMt7uK3oSz76G7vrGrvJA5I4P0/Pyn98/fPz9/9ebZ8/PztDevefqbFpkIlijK2ks9ezhQ",
-	"Gw4U0tbO5wms5J18PhCP+Zm6e85gFvdIlaaDPisAOv9TGAHaLvMW6rJID31EBbgKNhcewjCFXKLRPKnk",
-	"ApI4qCAzWVcOesB8MSLfSj0DomPZTEJWA1aCfEvFlKUJUXIs4N4csNgmtECFxqIerBitFDk8PHxsOvjL",
-	"X/7yFzJ4f/Z0mIRdw5cXLOx3LAZrdR2Hd5OF+s4hYlxPEnxXycU1bG+5+7vAe3d//ZaegPuUIri0m1xn",
-	"J9NpxaZUN7Alf3AjgarZhaRVTqibeXCS7ZGNHOODi3oysTCi0eN8NuPKxlo/UiTnak5UKWVBBhB/gk+g",
-	"jqGNeBkeYY6RIkvKoW6gliSvKIesb0TwgGqw8FtiLGSI6+caWqG2eWqM7oIMUvjzxN2HpGiNBB9VZhzW",
-	"vZBTTS+oYuZU5xc/MFro2equzvO3sFL+VN8bcbf6idUuhfXB8rZ/dKpuyA3muxtJX9sV3HX+NhcJHTcw",
-	"5iwmPf5gzGLe4A8eOUGE38gUfVUuQnYCCKaLkmp+wQsOFe1yO4CxsKnSd6RSwSL8ySXU79FXjVu22WON",
-	"xNcl6j86r0CfDB5bCM68DrPYmrwUQu40fMKGV/kYT2sgpehOY00yDVQFTxOM2fRG0yPVmErO7Y2YykXO",
-	"lLagooDgUDFNuWjSxVuoKo1nvZO+dDeC7za8YpNf4wWukjE/9xtD0nrVyAmwRUVSWLqDFB3lCUkfpwfp",
-	"oeWhK6bSg1TIlAyoWJGMKjYEMDS8abuQsmBUWChmPyzMCl9QQacMytBjLRSzeH1ek7UdjUN/YdKj86jY",
-	"7j+FS6VfXQjPxYNrZc3uvfQ8IzzM23gHXFgfBDH8vYzjZ3NAmTC6q4uaNuox4UaZvmRVgPgXKtcp6uUs",
-	"twovPAcluqS1YnflhD+t1SxErLhPxKQWMMYamT61gMsLmf/h1drvmUYiCAgIJh6SHZAYYiFF43vP6kqo",
-	"9WYkmFlyMgF10rJBNNKkaBlJ1oKbyKKQS+WcKfRC1nosqMW6Ho7IzzNeQHV5rgjUkWiIeGrEzTr1tlJk",
-	"PSEbo8wBOELarR2W6VgC6Dd8Haf3Y0JbuEMXtcihZFdVrQBAyNqcvtuvDr9s1YAO1sjKDkAK2sdQZxwy",
-	"gMh7UCIyoLabsXBjtL3YfIvhcYjlQrAaJd4cV0xD/S4cTzAcKFFmEZGCMQEASl67622wna36X5lNzfwO",
-	"TCYjcipLe0GdzZWtSQDVJHe9C34XP/p3H569duo/XXD2Fobzmi1/D8zmz1LP/t11eOJGUbwRKSkmjmXp",
-	"2QYlF7b4YF9e/7UlrCwfBOxvImDbSZY3la+dVj6ZeO0hSuD6GSZsWzl1hIUTnBwdi9QIj5RQDXIjIRTS",
-	"UAmkoVINflqbjToiLp1xTZaQ64iSdRp/kCQPkuS3lCQ7Hv5AkKDi1Z9P5+pNyYpkps1COV1tzlbtLF34",
-	"/Ue2ApSZCRwi+Mmpjxj6CCs2FlZ9tiGE37KVtOovbLYUZPCXQ5LTlRo64OYvsbVz+8I5u8oYy1keSdi7",
-	"QQLuOxtyeIbrcT+HGRr/LQu5hgN4qOX6Z8vjczRuDoULsW0Otj3XAb+wP0T4xVbHMR6jVt5tJO32mKSG",
-	"RX0D3uC0sWJ/hR8+plCy+a4yA/zJvjtX7o0KO+AKtorgIUAMWOxyMhaoC1VsUivHQ5VLfh+2q0CQsAjE",
-	"jco2PL5B2YZuCSZdV7DRCmE4EW1ZCkYGgEERJFf3xufBh9fDvkwt2WAxLYX1vQH+uV5coLsb166vTyse",
-	"10u3QMM7VWR5A32ClIP52+tVDjXXJ/yqt7IOPP3N4hHhLPRdpzXp27h8AN5C8frnAarlfpJb7SGHG5qu",
-	"K347Gz741eleG1NSXgO4yYdaarp/UchszvKRQzFpFYte0BXUxTP2GS0Mj12hQnfj6vhPQcQA2W3DzsVX",
-	"8TTzSZP8AkYah5AXvlZtoQ/x9kr8tmesX81y0/zDZnPc1fmwC0WRCmLn4rYltu/C4eVI+37JKRqpC4cj",
-	"Vi37gVXfS/XqDXR4d6rlmdMpdqtJ3VM/1ImF6xUQDeVMw2b7fQRva3slx1SC/jR3l4UpV7Qg6fzSxX/B",
-	"aqWk4rm1EMz8TqXS04q9++llq/bGUYjh7uC+ZOXvqiB2gZyYg1tAVQ/MEFw/8oBjH9SUtVdfJK0YVVKk",
-	"I/IeUB3XfPHuMgyTBJwIal+7jcV1790GrqQuBrvY2QCsGiBEYl1nMqBj4a/8XLkruC40htRMGlMO5wEJ",
-	"o1hpAdClrekwY0TRBSNLuhoeN3PxPtP2xR6hitSqpsVNYSmDai335UFpevitXCjhCHqFOywoprw6uoOA",
-	"niHUgJKF2UAg2EGHLh9Kef/u3Sy4+c1po1oueEaLIqztHTJW1OxnELfdn2CCLMYFvvn7Fq5ILSAaHOA3",
-	"bS1HpFZf9trykxXTx6RWUPIREQ25YEol8FLBL5nAqnvdGAXDG3yHyGKBCzlGOLRlToz6Yfg3L0lVg0UO",
-	"dqMQDBV1YHAQLp8YxVfxnFlIfQT2M20m7s7oC6LwjkcW5KJWKwxHcO8qH/RHFtTmo9tR1wKXMuI5EuCU",
-	"KOuLgmdm1kTLORNEgCPZpq6bTswpIVIMe5Q9DLG/T23P9hBhLTa8/6ZswpL4PQ/yvdsCMkgd4aRE0ZUi",
-	"y9kqIWw0HZEUatYAcbA8TUhqiTagWGCH5nCxrP7/mbue3Th5IP4qFqeN5LDR91U5cIta9dCkbaSqvSQr",
-	"hYAV0AKmtkmyWvHulWfMYIjRtmlW6inKgj3GM7Z/4/mnSrOLkpvNtLiQE2G2IvkEKTy1Qniy5M9WC6PK",
-	"bNlX/tO3r1+YbtJWF9JggRoKB2Gumi8uGri3qzpthEpIjP3MKio1FhVRqT9+21TpA4QQbkXOWtlq7uS+",
-	"FrVUO87eX3/nEwyin0rMl4K+tsMW4MYDK80Uoua3jT2ZtXbJVvMdu+/yB4EDggUbs49SMZ2pFIrD2q3g",
-	"bpiNdatkLUwhOn13tJXz2c38UWsUIolgdUJ4RKx9/SJ6nbFuQYqvUaKYYwRbWfk7JLweu5ZDxekVZsSz",
-	"YeK5lZrCxOvUsLP4LH53NG6P9H+b73acayhrMuX4XElZ5G3ZsPln47f+JbPfcoyZBYB4JKJrYHxIPobv",
-	"qWkeg7JxIEh1mqnlCVwwoIyME0C7lXA69Y3sMtBLfLyRwKZRwqT6kOG2+VPMgGqRgz130B8hkjfy871y",
-	"4zvmdkM0AvweFrbFaO0/DexfuIcjWxtJPAzvR1Op3Uf3IlVCXXQWyN5seivGQj2GL3ov2FXaCDpXqTJ8",
-	"K5Vh5+f//wfGok5VURLtYbpFn6zX+0Jq0yd7+1of8egxVaWFvsDZgi4onHkrqmSWVvAz+Dyp2WNLxz7B",
-	"/qfPCmPaiJNVyP1r/+C3b2hGAhtv3mVjterYs/x0OpjtAqr2UE6PSY0J7pXDx18mHco20N9Ftm3kUyXy",
-	"B2FBRiu8hIErDMxzav8sf4glBckyTjwaabYN0QDFxqk5YLzwL4E4u/zBBo/d0RA33Ex5+s/LnjF6Y8jD",
-	"4NwPqC3lZ1hqOUmaSBl9fPJjkH8oQEe3IjNsLCce4iMlrn7ZwQfPOxodXMZmefXzYK6TMRkYZ1qILeI3",
-	"r/jDdC6g5Sm2DPR9KXanaIZ2wbPUdvsYGnynQJF0Fim49oJbsZQw7YBA0SgUz64bQ2NATYHTgcEJ68Cn",
-	"YSRKPgRz+9PstpqA1blrLLkRHK/mnk/al2Dn+9Rv+l8BAAD//w==",
+	"7P1tc9s4ti+KfxWU/udfkerSstJJ95mxq+uWEyfd2XlyEmf67DPqa8IkJHFEAQwBWlanUrVfnbr77b7n",
+	"I+y6H2w+yS2sBYAgBUryUzrd229mOhYJgMB6xlq/9bmXiEUhOONK9g4+92aMpqyE/3zPVLk6mihW6n+l",
+	"TCZlVqhM8N5B7wNLBE8lUYIsaabIOZuIkpFSv5Lx6SGh+ZKuJJGMK7LM1IxQEj/+7q/xsBf1SvapykqW",
+	"9g5UWbGoJ5MZW1A9ySLj2aJa9A5GUU+tCtY76GVcsSkre1++fIl6BS3pgimzwOelWDzP8vACFS0VEROi",
+	"ZoyobMHIMuOpWOr5M/3Ap4qVq17U43Shp5mUYtHzlzIR5YKq3kEvpYrt6RF6bk1SlRmf9vSKfipFVZxQ",
+	"NVtfwlPBZbVgJZnqZ4ieyM1e6Dfc5PDAxo1Zn/hVtsjU+qQndMqIzH5jEaGKLIRU5OFoNBqSI5LTcspK",
+	"ckHzihHK5ZKVksSPRyP9pyyleoSzCc1ylsakpGrGSqJmlBM65nImSsVKUtApi8hyliX6RPW/SiIVK4qM",
+	"T0ksJhPJVEzOVyRTksS5XmNMlqLKU6LonJGJKOFEljORM3h/OOYdRwJvN84kZRNa5ap38HA0inoLeonE",
+	"oj8wqmnnYYB2ot4bumCyoAnrohj8u147t492EYt7oLf5jN7CfqxP9V4sgXXkPCu65sC9DH++/7Wj4Nee",
+	"0FJlerYXaZg43QMkSyNCJaFkwaSkU/ZAkrioX4/JNLtgkmRqSN5ypilCkUwSLhSh5OPHF8eWlsYciCnj",
+	"QE5nWRp7Z9skeG/8jWTvmLCqsnSN/6Le5d5U7K3vu/u4bd++gSfdEq/IlyeiOKqUOErmIYmwWGQKGCCp",
+	"SilKknH4VyGKB5KIJSeqpFzSBFbXp2pPc/Ce4AkbHJI4Z1QyfSSZ1K9xEo97417cRULUrCNIQxOaS+Z2",
+	"9FyInFHuf0GR5UKdaIG7/iGx3oeY5EzBQsh5KeZaEmS/MRQO7IKVWvrG51Qls3i/pigZwxt6S5lUJGcT",
+	"RUSlDgnlY84uizxLMmWElCYzHOmClWWWpowPySm8LQvBJcNdSGhZZkySmNplx91SxT0T4t3WNjzRi1//",
+	"+lOhaG7ZhZxX6ZQpJ9kSmucRkTNaspTQpBRSkiSn2YKlpN6EIflFr5yeawV5QL4bjaIxFyVJZkIyroWQ",
+	"t639h6PRgCzhwN3yf4QjGJIjPUTCyIIqrRcjIoV+t8TdE2OOH0nMwXdvDJxUY1MaAna7hD0RhVV5oBW3",
+	"acRD8/nkR/KpYhUjC5Ey0o/Pzt59fPbx2dnrt8fPzs7iiGgLhSmtYRIzgBx00XzSWMFWVn2lOcoYM+vr",
+	"hV9JWpUUJSUnEh+1S4/IiIiScDalKrtg5Ec4NvgaLUaBX0+zBYsjwnLJyA+jIfmbJm055vRcXDDy6OH3",
+	"j34YjUakT8mK0TKCEWbZdKa5wxthQGipxYbSiiPbcI65/0mBDWgdmROGge9/jQTg0a0jZRBcmTTkTvOc",
+	"VDzVnMpZLacOSTyKWxukSTKhRYsBHkakk/r/+e//SX54vI0BxryDA8iuDFB/5Q7b9qE6dzul7dCQPVFK",
+	"tZcIrmiiiAR7tBCZJpqYiyXsC+XkxYe3e3/5YfQQjFSp6KI4JBUvaCkZPc8ZSkIJh59NuShZ2kX6sr2k",
+	"rdTvf8RrkbL1j/gF9pGCokyNIQufIongZKI/kdhPNGa+28YDEnO2jElfmzl4ojSZ52I6AFEX0zy3x6cM",
+	"5+CRa9Z5dfTm2Yez42fPjz6+Oj378PHJh6fvX5ycvnj7BuRCHJnBK54zqf0Mpc99zLsPXnNYkmd6MrBh",
+	"JlmesxQINuPGRjV6hjUWMxiO+Vuer4hkLNWGktHdMEoqGNpC7DKTiqyYOrTnpIetBdtwzN8zCn+kfKVV",
+	"p7Y2EyrZIXzKnuD5ynzWGfw3oTyFf+K/+qg2J6wEeY+fIh+MuSxYnmd8KgdkwSjHjRmSI74iAox4p0y1",
+	"fbY2kGGzktFUW3naFoSjicYc7XzcmpIVOV0Rakx3c5SaCihRq0IMuhlLtslsK2FqiSeqgOX8SvDpXiHy",
+	"HNhFVErv5yLL88xIZtLXu4W0GGvXFMXEwFM2j0bgEGnRVNByDsc35lRpKXZgzTHnIFFFtPkVkTybMzMk",
+	"2E4x6cffjR7HKJe4UDOtoTJJ6AXNcs27G7bErD5smj0y6taqX/j3Dja/KH6hWcemEdi0iqssr019og0n",
+	"bdxrdjRL0psiJZNdUkZvwFUtyneaC7b7XcgsDZu8NTk8sYV8YLKw4f9ufYKm0W/Hv4rBf0rlfPu3KSrn",
+	"XV+lf9vyUaeia4pnPL1CmEOJ6wQ5TmunpMuffG0oyvdfspT0K559qhgpIHZgFMOgY/eVP82VTuGLfhhd",
+	"AjBjntD0PToY+l9aQTEO/0kL7WCAObf/D6lX/tkb9r+VbNI76P3/9uuY2D7+KveflaUwUai2kZTrbWQp",
+	"ORfpSrMS7DkYNJQsMim1XLDfQiYZy9MhOcrRSjFyRh+h9nRWpBSVYlr2aglmpUoyo3zK0kjbflrDqpmb",
+	"p+GQg+dNPp4+3/uLfmAmclBYbz6+wlfHHN/BjWtpMLA5QOnALPEQTJR4OIxxRsmmC8bBgPoS9Y7zT+9B",
+	"JeDG3NY2t4YN7PcbsyeokFiKIjvVutUo1UySqVbr/Vj/n9apJZNVrg7GPf2HcS8e6C/LlCQpkyrjsFDY",
+	"m4rpX4o6OCJJP/YeOlsbEQNmekx0TYEIrEeqZmzMjeYUlUrEgiEByPYuPodhvuI2ohsNK8NP0Kpc76Rk",
+	"5QUrI1Sh+g/xC65YyWkOY8UkESmDbaGKnlPJziruVJ62GuofrEqJSJyZMc4YDDJA40ZWScKkRNUR3tb2",
+	"Rr2meihOecK+4m6dVHJGFvXUmjAEJ329FyT2fmh8hPd3TSAHhNotX5aZ0lb9mBtVDF6LZfcllY68kSFb",
+	"FC4VXclDZ5NNacbBSiFFJWfaE2oudDIxu/hclOcQRrl7sfg3EEVKzBkHUtK2mg38gCAsRc6MkPxUCUX3",
+	"J4yqqmRkShUb6tU26O7uV/wBCH9Pavtfk19VskO80UDbT5vt8feXl/GQPNUscEDCLED6J0Kqack+vHtF",
+	"MjnmFS8ZTWb6R00C9iUtEcAIM5am9qcjkMTx96NH8SAi65wExrsWKaDcHsh6sKUo52i6pUay0TTPOMiz",
+	"WCqqmBbebqDBOk+OeZ86n6FeZEnscwSeGxhaeiPUc1Hx9O4PRosqmqYlg48rmRRVmbCW6wUUc0JXuaDp",
+	"qRCvaDlld7+0J1ram4sVuCsxjuvro/9x9uTt8b+ePfnX02cfYtK3TugPj8nr7InWPxH4TpyIgpn4Eqpj",
+	"luS0ZHLMuXBRUq1UosY8j8nL7Anpl0IsXOgx/vwlJlLrGOMcEsl4OjgEiT3mcYG7c6aEOIOx4kgbw2gJ",
+	"MAL3LUPyxhNCqVajVgAZRzHJhbSqLRGcMzDYhuQY5JdhGFAkdIHq0BDMiSjevry1IzkRxXtj8oUO5kiR",
+	"nFGpwL+37o4JXgGpGPvQ8zTvnoj94yRpluIlCvhgICPNbYCLgsBz2jF33DzmfUNhQF3vnx0dn52+eP3s",
+	"7cfTs9cf4sgFOx6NiDQnrxUSzOuYP3zIEDxZP2XiH/LprBUwcPEAvVRzC+zH9xWdQ7CTE5qCLSw4kbmA",
+	"aA1pBmSkonkuySJL93CDWE5XmsPhXyyXbEjee+LYCGMkrg+MzW9dIulBNx4oWox9Y0zWDk47LKRtcQox",
+	"Ke8KAJddXmQJ+1irj7unxPcMTDxjOJvTdAs2/gioIDQJM4lOCVEipSvSX9Ng+njNbfL3oxEJKsVBRNhl",
+	"wgpF4pO3H07JPi2y/YuH+57PF0ealiQj5xVPc+SIMdcWjbaU6hke+YZYbEI9QBh7kK0Qm1B00bLZhuSI",
+	"FKW4BB9NC0JyTnP9A1zDTUrBXcKA2ZQFXR1qZatpLlMtK8CGHjNVX0Bd7smZqPJ0D945IGjXGhI9FeI1",
+	"5SsjeOTdH/SR4zg9TylyYhRFwco9w3klVUby68M2gnKvyClneOra0hcXrNQbxlKw7/U7Z/AOS/XBmlFR",
+	"BOBtmMAop5UCfhoIPNYYc2DMrDGn+vxah2kCexhLa6en7Ln8lNAOmaf3vUwW2KaPnFZqJsrsN/YVzJfX",
+	"GAKIyMJGCjQvFGAEixLtrWUmmb05R6N5CJEXM7ie+yiZw32kF9goSm08qAyDHjSZc7HMWQpuOvwpU2wh",
+	"ty38KJm/UGyhSdTEVWhZ0pX+d3KV+zywQzCIoeetbZ72jd7gECgQHoI38XoDrQcK9xu8yo00xNDPekyq",
+	"Dg79fe3Lf3UviPN/sETpT7FfubZtzHoXrdAdegB6RVLwHdYU9cy1V9c9ohI20YZ50Wh4aQ8kCU3mO83j",
+	"Z09sTOyw4syw9bAXGEy7BlXg7u95yZiJE0VoynFRLmieSTRWqSTxUTI31DjEYeKd1t+M861frzdDiFu/",
+	"oUUM7Siiv1sdhNHJUlej/26C32lbdiLEiEgFl0tw8XL86h0pMdr7NaiT9LkgyYwl88E3SqiWRlkKV2t7",
+	"knGZqeyC5asD81X7etn7sRaEOdMabN+GoeL9mCZz+IuYx2P+z//1H8Q9dqjNaFWuYqL/XLKU5dkFK11s",
+	"I5nRcmpdKdSChyRO80/4gjbg90z0hovlobaZVmiDQ2aAfsbE4fowlDG+0fjA8cx90h+RvyTcELXZK80/",
+	"BZanDU5NbBPYDdrYOk3s5DlcNBnDD2MXRNKV3kspIryPK5nW6PoTUwbn53+kdVS06QaXm+fMzAZ3o3py",
+	"qbI8J0AYLJUHfs7WQlwwbexLRTI1iMA/hjnN6NJuKTAPOWe5WOqplqxkmO9U8VpjaTvcuzyEZUTe69r6",
+	"ZvCfdSgQUnVqGpTaeF3AL3gjj/MvzF0oJJTA1bP095KlA++w3XVd1EtLURQsRDhwNZrJ2lBE/xGf1+LP",
+	"Da6/Js2kJtOuaTrE3S8zsLWX1PpPLKkUmEyaTTTtH5qTt1xLgA3IcrbSPiFwHMgqCC3GNqFVO7kupG2s",
+	"VFkwrgbm6M0h7CTYMp6yy4BIEzKzmUKeE+x9v7uvNfL4vTna8GYjBWA02JAA5MZkzlZY31YuREBT/UzL",
+	"BUjxtEL7ltWSDXaLgpOKtFrTengKs/HhNWdcqrJC6aJXbg9Q+41FKRIM4mkGgIwEvJ0Pz3M1Oeaz1HYp",
+	"hicYrUkz+22WPtvnFIHQMtscFHfW6XqaUyk/KIqWeMtUTxeZUnjs65SB1Bn+LdGjBq5ANU0+z7PprOO9",
+	"Bb38hWZKPxv8vWT6A7pWtOx+tbWvuD73Dd6y6lEaq4nqzfBWEdrZJ9VkwsoPHWbAcSbnRBZC5ASi3Ydk",
+	"oUU8/gXv3LQ/r0V9UTJtCGgiaemj858ZzdVsFUyEMgnxXnxOLDmG54zAt5EP7eqljKhlljBCjQcbWW3C",
+	"UhPsw4BbrhXJIyJJH6IFJkcDAqiYv6S5XXulLB1g1EyTe+7F4QpRKgmhZBOOUUIMyS/obuMGZHBFTHMp",
+	"MCaBt0VeqGMiKp4S7+LCu7QgfYpxGLKEYB1eXMPAkdbPJc24MV7qYAAOey6EMt8LyTpq4HJQ4LUxtyrW",
+	"vrj20Wj0rEuHibsxbV3j6HWxlJjAEeZ6oWWlBM4aFsgF46kh8o0jGjLeMhpsz5Ef1Wub9foYwG4AgW5P",
+	"s+LSbRfVOtRSdR9KKjD4++Hk7dtXZ8cv3sfGgNGq8pyNuSgY1xJdwc7DjSMcHORJ612QZDnLckYaV1Qk",
+	"1ZQs1kNmeM3ZdQJLUc4x+LJFKNiddYcWeazmxlnbs5AQeCr4JJtWJXOXgjTP3056B3/fKToTtSWxibms",
+	"n88b7fIavraBGQE/hpVLa6W/Ruu+Ii4cb9EOSWxGjbHexBgMKP/MTJY8TEqj4Hgv6obq9FsXwWTOGO6L",
+	"E1ZfRw0OiEDha2bUloaqSg7Ejc/IIYkXrJyyeP1hWjIyZwWIUsarhT5seBZkOUzmnWKtq+oCmuC+w08k",
+	"p+csh6BSmslEQGCpEIUMeodmRdtiXZAB9tY8+yUyCV8bEsVIPykZ1d+cTWwyz+AQD6vK0dZHHnsgSQzD",
+	"xSC5VqQP5TDnND0zdmDDzvHcNSoDtSKnVM6vsgUtlsMP28hBXV5ZYh8IcMURlvWh2dZhgPpnexvnZNa5",
+	"LZ5glqZt951seHf04V9CUyBZZCnpf/z44njQEaYQJZ2yUEUi/EAYn2acRSQ2+VQy3kgVm4/ZO6t63VGr",
+	"vspmNfplazbn0Ky2PpgOkqnDYMfgT28gnmbEbO3DjD/erDsIGKxMUW1P4XRpqEjHfNkbyB5c88XQyLNZ",
+	"TQUr9/C2Dm41wkdX+zWBJFZ/22svoV1vsv5165+ywxYrmuXoKKQwDM1PGtu8iXcaQwHJ9tbuJF6yFTqT",
+	"zZzbzctyH7W+2285q682H0jrPpIYdfuL1GSza2PXjJkeqRgUiCkVNlZ5RGLNunFL93FQfm2DvTlcZ0br",
+	"brHRo0RlFyxMaFiN+Yp2eE+FvzPrrJwt2Cs69cqM1kdQQtHcfkpnei1aCRhtNpSXukvaOmuxbwJDeMTU",
+	"VM0cJfNYaw9MukrmLB0c1jGr9YCZd5uPM4JDgJG0BZycnGdFoY1+bX4mouKq4Xr7DqQhA/1lV7vbcW9G",
+	"7dOOGjWazQ30T2ztAJrnvZUb31lFsa4mc9o6dI9kioaA2+kmroPb1i7mAkrArKQx7dYv+1AtFrRchdm5",
+	"D4ceoYQwya1+JYd1qjew8ARCcEg82g8bc8yC0KPr/7GmlSZSIhmbmwj31TZ6QS9P8YC7cQpkZv1dkadM",
+	"KlJxxz82rzlIuAu2ODcXzi17HoPBpVhK0of0aRPckoPwSNyoqe5bEhxSbhExUjv2nZKooRGDdyjwizXW",
+	"PyjgxKj3ik6n6KIdM5oGjXbPsgmozpownuKp3kQey0Bh2pVeOrXFdNdfgxJFljR5d/2Z1n05CKEgIToB",
+	"fs5mGQaDFiC8L/zKCBkinRa3Ax255fknXlNrgKhCFOQtuMFGllB8+7AhZEIVXcHd76KMkGhC88hsVOeV",
+	"UW0OtuJ/eBUqrfrqiMpcw8RLN5htuGbQEFde8ZExvuAOZW3RvoDDLQnU/lwWOcXCBN9cwrsTMzo48nrw",
+	"oMnb5QS1NsN+Q7TBrzzOP73KgsEIQ/o7q8Hj/JOhghCPFXRqijG2pojWT1reDN1+86maYaQHjKjGHWgX",
+	"E7pvaqzHTtKxPa+7zlGrWy+9f2huNc3zxnQuSpFWCSs/VOc3tpu3e2mJL8RbOpUuGKR/YDDvSIEDu0sp",
+	"WaR/hEQqylcmaBf2cFAmd8hot6k1PX3pfNjSzXYF0vlELT86H+GVFrybnnD8vBYZNEnrBLLv/+XD2zdg",
+	"QPjQJv+Qgg/f06UlIO/XPW2D76HzTvM9KDBnJc5tL1k9utuq9eyZ7lodGPWybmGMFYDSXLxitUo4apLJ",
+	"ZzwpV0Wnp7/Zw2oFhtZ/r3lnfbH/8sspiaXmKltHCUUrcHEAIf9m7kDf8pkN0ldqNhiSI1uNo41CSNpw",
+	"FxD1u5iYmiks2blhmApmeaq9rg6Xsn19ulnGN0iluWVwyNHGzI86yuQ7Ze3oiLdkIwt8SeNRX5MiOuTp",
+	"SVVOdw9ErV9Vo2NS6FHSQwgc2lpujkp0ml0wTvqY0whPP5BgZOyW/tSp+d9vtVO6T/0mFkx9SM3d6djf",
+	"Vn3nVS9adqq4e4tVkQGxCAMRxi9YLgpGiryydyShcsrGku2gwVMPvn9IqK35Iv24+e3xwCV4Qz5NnXgC",
+	"ehmr/dDZlVV5LW2b5p86JFeaf3ovlu/ZQlywTdGTUGLNevC9zLStkp9ukQzbxO0mmYRVi0dbjbz39ZNY",
+	"vW24uHVlBd8dWzmsN1zrFUPQhyR2+SxxXT1ZZkoxHsGTc1aoQ4KFwIAJUiUz/cNhs2pz/eYT7/ncpRZs",
+	"f9Rz0/UiqCUGv6kuSHUXnL/eUnjZ7MtGBu28BSy647XHdUlzM26ICawQKDHEckjOc8rnkKH4eDQabPYj",
+	"uqcxtTLXnOLL5h2w1LObjFqXPtHn35dnv1XODN4qbtbxuC9dn9RYSHurft1+jW7NrAe2JIj0rYwQpS8O",
+	"BoemFgEEPDmvlMsVzWSdAvQl6j0LJyK29I8DaHh8ebn//eUlWOpmDSGRnwavACGdRnI6Z2cJlSYXAKr0",
+	"Dk0tKLdYRq6Ic1FJRWgCxVMVn3Ox5FiDPxzznxhnZZbgvw9IvI7kGblEgzPtRuh/+1fSkUHpPGOXmJsE",
+	"FT6VVyCjH5nYunEAKBLqDNKF8B9nWqSewa2a/sOCqZlIz/RDNM/F0owYqj1dq0uMSKPUiDQrjSJyI8iB",
+	"YWh3IM/IlNe2YTUYQCslpGSTSjIZGXQNOHdTy4TISsZtWJaCT4kmYJLxJK9SUFCNzYfpxhxKoHzcDm1w",
+	"wrg4YN+rFBKYYo7ZbFgflSmJDw4Ox7xxmi7Jy0MWATCP8BcGgUMsUkgX/ocBIVkHEkkoxzQkRBKBjM9z",
+	"mpKClQnjao/JhBYMMr5mED/4///2W2wQAOLD+MBsdNrAnrXJxbAH+sMngIMzqHFKzLePua12x6qv8JqG",
+	"5L0m1D19sNnEYxx7TOhJA02BsDtrULvx45p/xOesmPQZLoN/IWSIJtIAjsj84gxqwVYwplkWjjK/OCtK",
+	"NskuG2PPL84a/Dvm+k9TpuzDGT9rFlXq38ssZWWT+TSnlHJtMPjzGfC+4J5UaNlLfVN8AsI4cg4uer6i",
+	"9HGAxtwr6LRecbhE8wDrTqM28M1gSJ6B8EUEMzEhsS0gnV8YO7z+w/4//+3/jRFBB7PoTCaod+SQe9ze",
+	"ShjHHxu3KMbi6NZfYZLgLpq7LQEwEossXwH6EeL6aLrH5PAxdxBskKZnZAKus5Y5lGBoCesNfnhMzjMF",
+	"fw7y8pivMbPPTDuoB2B5/2uG5GjMvdN8IMn8ArkPPh3MR6eMXd2/VVC93Qudfq4WlO+VjKagJXcuSLGJ",
+	"2qBzQ5YyZhoGIvNGaQTcDlPz7syKTNZ/CRrAmNXTeekWyliOZ5gBiVNU3P4zOP4FK2XY6Gv7DjhbVH+d",
+	"W1w9SmiXXl5sLi91OBW7B/JfXry1L229xPaG37i6cLRnN5KyHn5CKxm+D0GueBEu7zASOREcQ9Yx+ee/",
+	"/W8ClQTWBhB40U1y0VX2Mb94D4V8uw6/xHoYPSDpG91OFQHA6BhrAjGv0LqqgDigCQDL3bxTjxykOiwr",
+	"5KOWHWv7ZbZy6MYmm9qfs7XyjqH10cnw7Qf+CILSEcKQvOUmLAPlfDlmxet/a9UgChDiJkvcQEg5O2HM",
+	"7eaQvi2bSgB+G/PROUecUbCjjAYx+xRHJJsQylfOhUBIHFwj5jBgIAiOHqzWAvQsM7yMmlj/qbW6ibbm",
+	"APoJlY2WyRZ8x1SwmdqnUgA66TlN5gZFcjeGq5Ml2/dmnVU7T+22HJLYrHPBKMeKgsIUW1lWPTDI35oc",
+	"9Rf4kFUm8DIkrygH0A/XAwKQRQ9NhTcO1HBxsNoOSikwD15abDr9Tjj/vCU/LHmFhcerTKruwvlwj4un",
+	"gquMV9bqhuvBOVuF7y/Q4H+GZf27wGJGvTlbybc8X+32dF73e7hmE4RtqblItY0peluVbz3kpo3vCO5x",
+	"dqkMygM4LsH7TAOzAUmc2sQ0VWNce/mojJuneb5SLEDlT/SftZg2gMqY594Vf3cr2+nSrBTLqyjF92IZ",
+	"TB6xH7VDhBBm9F/xlxyZPQifiEuwD9/WuwNtflHzIU264UunTSQWiuFttAm8tYS/pTYvglrl5d98bYIe",
+	"hCgIh3qjmMsYE/lRvJt0tpQVjENSpZbq6+TVISymTJ0A/4DSTq4gOlKWK7o+YMaTEsaiC1Fh1RVNU9I3",
+	"NWwWUb0j2YxdFnqT1kYtKhWZ6DkObgv9IR/O3sQfkhH5EeNODsPokLwhP5KkKkv9glGV+Mw5I2+GY37E",
+	"HazJnK0eSPfQnLFCYn4oqAooQNK+fCmWOLiMIEBHXe7pnK2wgBebQiBWCscMPrlkDDwqjBoOLCA5wiBS",
+	"RR4acCmpaM7IG5JQThZQMk1JyfbMheOYwyRHT44GB6CYc5HMJakkI5Scnr6yClosOURR5szV9ZooTSoS",
+	"ub8QKcuHizTS1AZpUyaJcRNaM6RLaNui44SKSr2YHJkWA44SsBcGbocMpwrN2SpImzBka1zca298/Wld",
+	"VGo5fm3k15Sv/Lcl6VMPew2xfjsT6BYZf4E/PlwXiE0F2c1tYmE7hnTsSh7uldQcpbCdk+o7Cq1hSZLT",
+	"RYHFg1rHwgdtVrMLermBn6uigMLIinfonkXGN7yei6V9nfSb9mVkMEIOxvjF457JBoIuJM1CfF9kyw1V",
+	"WB3FVn4OKdb5GlLA/8Jt1bITMM49snO30VAanJRBV8G3RLoPjAu+xxaFWoG0wHeCy61VynoKHhiyvu9i",
+	"qiTrJlXgeDQjWqS/5qt1lbCrvLO7yAZOByRvJUieXTQbeUGPEHlI2CVNVL4CmSgmJK7nifdjI1tAedUg",
+	"8qbRyHYrETjpPklr82Gh9jQJWyh8bitray0w0gMeDVtAJ1W3X9NlBLiWG1UhWamuo+3Jka+qx7ytgu0b",
+	"u6liVPeSMRJ7Nt0Q1x/fTJ++2a40u+XDaVVyQgNCIuMKCvHBeb8665/e8/c3xt9HX4OVcefDjNzlJOPf",
+	"NREI69EcmgaMXgGOcZqN9yI3uC9oMAQifIhIbi05iFKRGS0AUODKCD4mFuowbqEg2mQm+/0DbZAuImw4",
+	"HdYhRj/8FQy3Iz+H0pN/MfnPIFTMc4fNiiTHQWDukqNG4MEleApuQn7S3iWW5YpwYe5eO5OeN5O4Jh1t",
+	"sILlYuI9IL8McO2axeMb18ZbCh+HAyUKBJ3RLQiY31DQvtmwB6NeH9fE2qy7F8Q04iibjDnAr6YYCzKx",
+	"dP0uWOWH7miwtw/0AatDQMYRW2ZaoYhFQVV2nuWZWoFXhvkSU1rsmLQpii3Bsd1j5jVHLWcrFwuGWBcc",
+	"++1F7U38KXiGEWnutH54eIWA8jWCVVGvKtKb1oDdq6kQioi1yDACcQcVA95F47ZP/BJWZGIZjsYZ4EoQ",
+	"ubET4JtCvwFpfUhiR1uBV9cVHqtD8gEN5quR65Fpl2i954C74YC/tSjfgZXiPZWNGcV3whFbqsI0LfiC",
+	"uyYvnx5C9t8rOv1AF0UeqDOfdmag+oV1u5cQdKR02h7kbtCOZU4zPt3S5lUze45PesnFAJQDszhYiLPM",
+	"x4U4sxXZZ1TdWoXbWff25XR6NhNVo+DaUWavvaLrszEiEZzlXSXbWJF+Vlek32g2t+Fn2ZYE4rPOinST",
+	"+db1s16K/pwzuQnRwh3x1TEfWofXWNDaB7Q+2Z+4sfeBdfs00HEOAUIIMgajkj27VIynneEY2RUNgPcg",
+	"XAI4rlwsvVbDtkNqBAVKkfGbkE5N8mQjnRQjoqLEVDBwaX8kP4wODbbnQ/Ijeahl5hWbD//oHt4IQrzR",
+	"NmhsUkceT7dfB2WnaPdQCU1Onzkb4pq+2CZU7Bp/NUuDLij8eGYWbFj2a6zYHyZAS7TMM316nC3R+101",
+	"S9ts8zzOlujXX28VZoBAvA3TFcWE9B1fRij3B7ihkjCggR1q9Df09PGxcd23bLk1t4cdNSps8ENaG9tU",
+	"3mtnHZQB2QXjZuEtqr5GcqCYx9tTH12yn5khtKxWw7z2ygCieYeMA/tkcAq0GXYwC2wR5UXGlm3kcSNw",
+	"nu3iGVgTwNRwYqNLjgFVQxqCk0x1GgYdDsEGa6Gxtuvr5w6tGgb5sPovqXGNWuvYeBwVD+Xb2VatCNhU",
+	"ygPgJyQlTFVmimacpXXJM20ChxNMcNbDY0iGSkhvp+kreCIe2Cbs5LxK5kxJyF2oCqIEiQEjIQ4j/RhI",
+	"6rBFUU8Q/r1GhN0I7hr4EaF7On930BFb7H98LvLwTr2RI+/zfCDU+qM2nGWNCLfOUw6L3ZZIFKzc8zHC",
+	"ELWUxKqkCXsBOd8+mEQUgJsY8zVmBGh8MMT2FiI1XDa4op0ehneqpcbuaVRBmRNqYbMVjegepOKPBlLR",
+	"4dlsBZG4LRlu4XV3oM9XmVSAkLQ9/fJmCBd4Pvdk24FVo3n6FmNCLUCRm4LNIiZvF+CsRVtGg5rmgwAQ",
+	"pnXVutD9Vbl6ZbOgdvHVPvld9LdAjzTXPMJkOm2I2VhSh53vTN9dwW8BgiRhO8FIXhn/xA7dhj5p4aK0",
+	"ZEgHNIrBNrFc2UQ5aeKm+LXUvgSrwTrqs+jA8DVOQANdpaVWjdBq0tsGg+OWoLy80bp6zF1TmN4VnJfZ",
+	"pm4gr/YnddSzNE3obuvLxD9bxlbAqhrzTrPKKyskrqoQETvdPx9IEqtL/jOVMyiJIZeXs0d7D7/7CxET",
+	"bEShGv1UIgxGaXtyRuUMy5xs23asBI5JP/4s2Sf9KF2wF+nllziCZB8ADRzzwvTDGbj+fvpLDrA+BEdk",
+	"sjWv1N+i2CWWl5iuqVAyrJcRoXFKbTEysVOQJfRBKCpFMOYnLfLzMishpTPJJCAsLtIgyuh5JevWImGX",
+	"8clqg3tQm6+7iNd7q/Sbt0o7jMzbjAPcG4N/DmMQt7vR7CWAYHe7JmOnbQa/fui2rWqzy+ae7BCuSBlN",
+	"z/J2mOLbNNh2s9AC4HXGxAqB3Gwyu/wNjzw9EiCMph3YMhK3GBuvg5AyP5t+bXkmFUs9JGEon/HCqw8a",
+	"/cm1PnYA2H2EZtKWTwStAFLTljci50LN4JYJMPFWTAV8j/NKovLbgEU4oxJ8GfsRgXRZ+EtNlPYUzmEn",
+	"Z6vzEo5RryNAgS3SaEwXtVe4lknl77cqDepzu50EcAZZ4ANEclrImVDO0jT9mxBoPFNYlMTSYQ1ag/Fs",
+	"k6xgbLgxN+/Z9vBC5Ickdr3yAa5HpCuoXjS2InRJir1cOK/fFrSPUjO2CJk4btTt5jZ8pGtlB03p7Cp2",
+	"fPmJe16bO0W142tPi8oaOxaaYYe3ju3jeK2/41uvKEZzmhckO7zoX6kgRrxAFP1d3sWHW+kbO71oHkcD",
+	"YM7SE1EEKPWV4NO9QuQ5dAoi+KhrEmHohGPT4FCkoO5OvxEkjCq8YHABBuwesePHvHfP21ZpO74Ivdgw",
+	"v0plIYjHdcR/y5mGIRtXnqJCsdyyLlrixMzl7U7ku4z1xyP1Nc7HkQdyQZPcNoigI59ZW/5ITqW0LH31",
+	"/jChDpVrDWK0E8s4wNiykjjJQWBu0o+LSs7AlUXoA5rMGyVQ9eeUVLFXiOAVSm7H/TTwMSwlj7/7K/Y4",
+	"xZY9CBBA9CAE0mB3cObt9jTn3rDVT3zRFgIMhUVimoXpHNs3jfheH/2Psxdvnr968dPPp2dP3h7/69mT",
+	"fz199iEOqsnurp4zlqd325fT9eOEqfxenBt7bnpSOeAWl0zu0hIUntsw+rEn7FsaK6krcwJFzotCrY7w",
+	"kVC6gPkFU2NmFEo49XebvFKD6AP5CSgtQESE5WKW5uype6GrR4cQ+YfsN7bxsN57EraDG8D2SXGZ3GM+",
+	"mQtF+qMaerpmS8FVKfLBDuzhFrn+UVG94e3dXV/+hgMNdsA4tb1ONV+jyenyQs5pMs/FlJRsUjI5c+z1",
+	"6uins/fPnr9/9uHns9dBrtIjPttchwKT2pHx3vWwYYdpa822Zu0oIIWXO8u5tBGeC9P7vTGdEmK+k8Zx",
+	"k4Qx9x0WBvZOtcNrq7Gx9Gu2W2FlxjobUxVdZ1lOQSzi2Um/jm3n+oI677Wrm8rrDUmu7WwY/Iz2i/gN",
+	"a6fY3PEN1LwxgaZo1Iv47n4lZzuk1cBjEQyzaQnOwmzlBotSVCrjXYc3Y7Q4ynORdCgXGZRCMks1bwCI",
+	"iM8pZcOeMtCKANqzX5Qi6bjlWe1ydPVC8Y3I/7SNG1NTx+Ysl0ObeGJQuwEyuq+NG0y01I4c2nkDfMfW",
+	"K/iXWG3tNN+eqtL1BKbC/ZRdMP6EJvPQTQbkylFtxpMpvWDAaaTigJEJ3YCNdQRdmemy2VuhoZZsP//A",
+	"bwCsvbHhnOfcwo5EttWb8z6z0mBrkZzyVJqrA8TOkqIqE3YAUI9RI9aPqJAR4giSSVayyE8zskDt+riw",
+	"AzI2mu5Tcg6dwE1HZpuI5FxhfAzWKkmmOjalNJ2wdpDMV03/KREf3Gyt2//IEEyLOtZJYQO9v/f9rAAE",
+	"Xocc0DrphEq5g2optH2v9UpZ8Ruk1ZoJPZW5w0ZbVlvv+dlohGadn4CwMS1VNw4A+DFd2u6SS2grke7S",
+	"1tr6GWbEyJ7B+kLWv60x1/qGNc5sA0F8sL7zhk7268opzcINAoB1uvbtmul1O/QCN7M2u4LrNYY+/Hr4",
+	"VZuMEDei7Yd4Q1yqtfE23qPvlOQGmZy73xptKgnaRR374W7zUmP0LWVCby9YeZGxQB3gh5VUbLG3zNJa",
+	"M5M+qAuAdlJUSQJAC0mWszIi//z3/yQPR0QSkacB8//mG7m13eJVtxIvCHbZ5fDOeiuzQ23Z7pNGR7SW",
+	"f9SV9GNrY26W8WpLk81Y4dWZjztmRQiFd8tV5+6CxbuusW9tXM+HjtT7di9jSGUCZK8hFqpB49hMrWIH",
+	"FeC1yp1kpVQInzCISIxFRTa1dszB+ORs6f2x7iiFFRouoTeTLo8klGd7aDuwxYD8bH7EsSAjpJEO4mA4",
+	"gzm40CRyez+9xs5hZ8mmZth6sdvzN/AGGZg34fsgoTXO5Io74XUrbJz39YcBQXjF100kN1xJ4IWrcezI",
+	"HnrrSNqf0N6ZQIubTt566siqVaQEnoHNUHNFIbgg17HdVY4qCv3YxJSpGSsPTLYUtm82XEP5CotAxpx6",
+	"RSDRemYVhmgUk8p77oE0tVLReovy+oUx9/LpI+NP2kfxQVkFb96+Wp/y28pOWWtHvk0PeAsL3MCvde5u",
+	"jr8DKXX2zjytezqLkiCtrqXfHa7VDdXUZWuHsIq4vTMtOXnVtK12KHxjA9wgP29ubNfZmFqusVEEVTsF",
+	"K1uM51//u8Ylg64oeOBm3O1klpL+x48vjsMtoq5KUnDdv5bFugPhiOKoUqLIcqFC9/htJBnlXfEwPqVT",
+	"lhJqB0CAWJn9Zho5mkBIJTHc2rrhoSqZBZCHAe/MXBzZN7dZnK1Qdpaq2YZ3lzRTrwPvfaimU2YSQyrJ",
+	"fDsF0HW44Hsmrk/gyhjxaim3ZcR8l+zZhvmKm+CW1HFCx5lMxAUrr91csNsNaF0CoVUEn+NHpa8CkG7G",
+	"MODoHXWm2xpX2S9eQTwPAgWHBhlXtfN0mw0G7ccB/gl2OjwRhScQr9T4Ev7cJqWd+v4iTjxiUzZLNx9I",
+	"l4/blzNaYkt/u27XRNUo8MF9u+CbZDFqhWd21GSOReSCledUZYvbzn4Nh9StnL/474PuyvhQTf0rU09P",
+	"+vG4B+i0gNmipe1RK4GgIxW2S/VoK3fz2y9uoLqu1j7YPm0s00rNtCenFTDLJYNi/J2QyLzUyRYF6B/0",
+	"kk3DBaJmpaimM0L9+Po1pmtmX65N6mXpYzUoTeaEpmkJ+PyGu82ZevseD7YXsgdTNOsET5sp2cjz3K2k",
+	"pq75397z9kQU75ksBA/mIvhGxUa3zDdAvkS7C2TSj8/O3n189vHZ2eu3x8/OzuK6H/EVOe2tQ0gApaP1",
+	"O17H1AZxiAODkyy23bHJiGTclF0QUaaGCDJOGE1mtQW6862wp94CenqDQHhDa92EgZgkp9nCT4y9upR4",
+	"kd5oSPkUn98EleGl7ZrRt7SFDpUJuihqQdXMHbDgJLWmR3ChW80e7PgiOIm/G43iHWA2anCNUCp1k1W7",
+	"2LMRsVjfyyD3VnJmK7J2boR7Skttlgd64MbH+B/x4JBYnGLBDQ1oBTwkUFBQVjmDoiVsBBh3UMN9RcZW",
+	"1N3IXrlDm2fTn8XZNqSPdRsOPBY6orKUzFjJbrHup4PHDKHAr50EATc/xqGWkcfWUcvplgOIO4z5Av0x",
+	"yslylilGIPJfp9J8//A7zMPQUgI6+rnkrzcfX5kmUiUzrSGwZeeYx8NhHBmQ4I/vX7k2S2kpChQTWkRI",
+	"0o8fj0bE7/Y36GjZ12mLHNlT0CvJplyUXrIx9DwkffC1PeUu8ZyJMnaM7AgYbDZIjplt9os9RlYRkYkw",
+	"nRoakY9DssjqfAXMZ9luktSyq7s8Q4ucTrwvp+pa6kT/Wa9Rk8whif/+KxYG+BuJ6bASftxda1r5t+36",
+	"Ekfr/p4rtdh7bnrqIQpuBHrCXEt0dMoK9tY7sXWcRtXqNdYlrbDDHd0yTEvWXR0W8rzZJzpqdCJ/IOFh",
+	"mud7v7FSEP0WySak4raJ4Ib+52/oYovgCCvgLggoTAON6751G/vdH5LY5sXENviH4aoHUpsAc8yiicbc",
+	"3LdDVLv0bpGM9OUCcr0ibOaKAqFRldNuhG+n3dz+3mPn4GGt8TOhiaponq+6ohVtsgbKalDE2qz+Sbmd",
+	"D3ECmFQdN5bTGxvyu6M47p7F0Lpn3WQ4y5P6VrXDI5amWy8+uAXJoegazmWRaYW9YsprwWiS/BEQdLOx",
+	"ezUAU6+ace17Gxu74dgt2NINo//hMApa65sjDndwv7kxc8RAjGybztuet+aN6xHrO6y3tGZ5KPk3XFEa",
+	"ihuYK85AjaYfIrCfeBUaeFtvy24BanjXvOVacXamKG3ou0Ryes7ysF1kdqatZuS886UN6T0w2q/b49en",
+	"M0Ye/hXVmEOkKfIKw9exG9IErfWwMa5Hkv53DyF2PRi6/Q0nbxWNTJbN0s492cjG2Z36OpO9OrFFan8d",
+	"58NONpnJ+8fG9HKH+xKX9+Pw4uqP6SRIjxQ3YAQNyQtOFqycmvs8c+1ZMkDEgIaueKUuANnD+LrDbiQ+",
+	"l3DaWfyACY32AgAStWy/cXACoPoGg08GrJFKr/Z4RH4kYjIZDInxt8lo2Or2sz2ppE6ofRf23o69vGJ2",
+	"OaMVXIq5G4r+2/d70BZYzUic5p+gZcVrevmeqTJjMj6EQmjs2kB+BD/KW7Be1Qat7uddahvnl4ynYrlh",
+	"P307aAkPw7VtHaOo0YFD+/foh9G1tjCnK5aeNKAQ1046024m+HPuvF23PzjtBeUrtziRpzc71rWTCNV7",
+	"MhK3zj++ztkwRF7KBH9Wg6K28lbwEXvvAt9eMqlIH7BtqqIQpbFtEOIGCubdWlzTj+2LaeB5tT2lwgIT",
+	"12RQ5zWIwmR6cWGSX2zjKI9CRiPS/wGBurQX6vpwoWQaXP2kFvTSFr61LEDsT2X0BrZXZMlMsBShrBmf",
+	"iDLRrs0IupDmWK55M3GwoJe/0Ezp/etks2cXWaK6pZbeGk9oRbjlqUuQ0Ksnx6/e3ZIAW2T8RBR20YFt",
+	"zPI8s4dNSX1nb7FvKScVT1m5N6nynMAlPJECgVpzmi2ge1GmdZYoGemP/vlv/w90CxsMx7xeNzmCHjUQ",
+	"noj1JD9i8BcqyQHAH3si4mn2ufCEEgBHDFCGUlzBmCPO+MMDImw1Nr6qdQC18jdylGvjHjWsAXyIPg8A",
+	"P6/b6Y55LvgUAdAV6DKx5HA3LSplYl8QE0vEgkkM0iEilhP6UtEVbo4+G8200AjYZnnpdSwY5dCu1rSg",
+	"s83Wfmj1WdvpjIsyE6XJemwL1iSHW3P7SJhH2iS2fUpXmb5BpOkfJInLlqI3dlynIRBfS66VNzUnotp0",
+	"AFQSdUsMWC8s4/OfRR7YKv0LWjPQB9FUPJmUGve+6YsoD0n896O9/0n3fhvt/XV4tvfr51H0w+MvsbmW",
+	"hcjrBc2zFPT8mQ2ZuW/A6xvTS9/hoGV8LgFbmQu7AKDykhlodQDwF3l6QKjXIFXzpkk2MVVZNl0DhIb5",
+	"Y/0NZZWziMTrcjSuM8RMxVAGXQe8U4rXtvI1vXREE0qxo1px6x3+v0I79t/CFbmdc3TrIL0vINjXlxhH",
+	"5ActE22Tg11P6YfR478Ya6vdiNGjwB92JcFydazNsC3yf5tweDgaXY8DPIzQdocKbZFmqo4V0mQuCc1z",
+	"sTSF6l46kJbIQIeMpqg1Aq0ADN94BX8Zn2K6nS2/hJai4sJkUgCdw8+YJrwQF0x6Ns3Vv1ipvBs/ZNsm",
+	"X8/KRnP+CQRMu+cGDzNjCsrxnH6FrvVm2zKl5Yy2xiXpp+xcVDxhN5GAX7b4nV3tKY9QoT+QhE0mDBKA",
+	"rS8KNQgJII1WJQN1UhsAKcRXjMIHxKIDlEJjblzUrO7IqF8FAKrM1jdowZVnc0Zif5Fw6SXkuttbD+p7",
+	"x4ONGPTfguf7rXq635Bn+y14snfquf6unuq37pn+vp7ot+953nuafz5P8yt4lr+7J/nNeI73nuLv6Cn+",
+	"1/AMv7In+Of3/L6Cp/cNeXa7VGaeWvhKd9DrnkTQaA1Z061vDeiGgLSONjhWQbNpzVIJ2b1BvyMkojfL",
+	"BU+DIq3UZmSDGTsvZ0/8BOM7SRrZtVTl2yyv35C1sbkk9l0TzLxVTmSBGSpgLG2Buiy7W4IJuUkelll2",
+	"IL/AZTZtT1KAMZBBuxKfNmKDeKN8wykX3cAo2xMj/C36PVO2rpl5tansN1QgEjbPbz1bapccqU54oz9x",
+	"oty3f1xbBIIP3L12cHcNihdcEMD8sfQohLpfyRkpIfRsE8NL83jdnJQLV3tWd/wJYEW5zPNtSeSbs7t3",
+	"aKhxh1nScZp/OhhXo9GjJM0/kVIsSZbCv1n8lVOkPzA2v6X6/ZuV3odqz3bIaNTr37UQf85WQ/vNTsF3",
+	"3YnEClL+tdUqFV0UmxoZC04okXolpmqF8XS4uUdqkAhnQuWZVO9ZQVuA2T4mrV15Jy1voXTG5qfiGe8Y",
+	"3jvFQH+P5p5c3zatCv14xxKWtORNuLCuztmuRrFdd+hTf3PD/A1Y/6B6ZV3MAvrsWyKaWmt8XNvUdiL+",
+	"t0wU1zrbzWe5vjVdp+rVf7VPVI9+YMpnSxKr+mz7jR+XGTeRaLh8oyUj0+yC8cGQvGEZVNX3489f4mjM",
+	"48/jHrw67h2AUPwSD+pysXY5n9WIGAqHcrzDdXwt+Lse+ksMcWhJ/NWFLkmVf2IBqWrIEksjbQTRXuVQ",
+	"QGqqA+wk41JRLMnbzVhUltwCUxd4gWdw2G37xZ0wW6Ie+hLHLjISgF+6mt3za+ckCO8canlg0b0Czi6G",
+	"brfhB70SFpi6K4aQGIwoBbflJiA8E3m6Q/Y6tShfaxN2f2w3IOgxlbNzQcuU0Om0ZFOqGAb+KALNYKhp",
+	"SE49GGpU1gCUiM2YZplUolxFRIoxjw0aRlEpc/OwFOWclRK7akKY27Y8lyBlgfDhSagFBusYfhgdGnRr",
+	"cHHHXL+fs4kiomA83EQymTP1OuOV6gIHDVzgb7KY1inyS+RBPW8qIV87i9yR3PYZDXnexMOqN3MbhOr2",
+	"5cBenWqWkg4e8WjqKyTPM3Hn34hOXGmr1ipCsgV7T/l0x/M6dY9rmwTJ77YW05YzbqqoRX6NE2hsiwfq",
+	"66EsGPIIRYbtJ/gI1/YIurneP7QtOM1XB+DtBNm9umu6DX63+wtPfbJoft+kFIvdwx9KXBNREKaB94Or",
+	"rM6dsEU7prNaXXqPnnar9zdsqS3PlABtwf1PxZWoklmj++CuunzNcgstYtcvC9etbzeDOVtuN0HXLxrF",
+	"crPZvMHy3dlgbSytOWdoV06pnIfDvI5ddorW6nF2DdZ284g/yu1BoN8UmXuHxqIYX7sG8Lk+q0BYjSql",
+	"zY6ORSU1PtC6h3SdRtF4fXiVV5jrOh9cxERUXe7dhv5LR2206majiUlWMmJ2Btoyye2V8VHvck8sMnhn",
+	"ZR0gdyY7tpnd1lvZIfUEcPdMv2lolw5tSwCJTx6YFCLJfniM9941qs0hidmj0Y8xunAD03wM3h5zTeVp",
+	"lZuMTFEpgNwEy9Kd3PlKsQ2YQv9TqnSnjsObTgc/YA3KTglAXp5RReqV9kVpm1y5Pw6wmSl8VURAXFkc",
+	"mDo5oL1rrvuWJgXZxOh1sHmTSTTmovS3zVuLB2hqO6CyRJQpSx3S+bUoqrv5MqzgJVuFf7wME5WJDF0b",
+	"NxgZsFPiAMJsp2bX/02vdocJo761721VAd4M29YY1tEY4r/i+lx9/ebF2bE7V2YVZjuxvYDbhVjr3DgC",
+	"GDSe6FPU/+DsUkGuRDwgooxMPvVCpOxHyGGJI8wtjvFfoeBcp1/kxt7GtBgHLCCv0QnXHMAYQVZhCwFv",
+	"4dcWsHoPrnY4QSfKLqTDJAofT02G611uWE5XIdzjRpIUAF5xsTzE7kbKxptQ7FghBXjIySrJWTi80lCR",
+	"rdkqqcg5s7cUEN06R51nFUadumLhy+ocbEDhaoBkejI81H0vtvLP9jJj9R+qQrJSkX79N1cFYYyQwSGJ",
+	"E8oTlsc2A3HoIfzY1yDzxfsHvhK8s9oAr3fMpDI3+Jsx9rah5oWBncwDm9QvIpXCvxW7VA8k4qlFhA2n",
+	"QxKz1b/MXvxDXE7e/fhjPOaQA/h53KPj3sHDL/Hg0KCvgQoEoDWhcLCMGzw2U8ICsVdQDvLMD8EOyRE2",
+	"0BPlmGOOpYmxfv4StxDvaIo93qg0NsP1LIGdqVMzb8mkZKnVy65cwHzqjlT6qasWpT79bvwrX6O2TC5Y",
+	"FEC7VTz7VCF8/YaRLvlW4NomcvWaTYKZ25MMIFOhvVwmSeoKV1hKoOyI8tWYC2xHYa0SU3qkLnmMyCDM",
+	"yzwnNNfnu9J0kynZKHmRWeplrD+QYw4T2goZFFOQxu6Wgch/eqDYGb+IjAjJksYFYGkQzm9Ne3tIne4w",
+	"OtVl1wXWW253UhQPJBGVSsSCDXFDosY6QWo5NyUO9LaJfGNwzAGircDYKxdmGiUIruCckT5yMxJ2HCzs",
+	"2u4W7ZoWt6OfIeZhs7zbtuxEgjPfRRYUpYejJnfQ0N5SnOWADEetMZxJS8rYObst5NOGlE+dmMf/xlkh",
+	"uoQjhzMWdjCIr3Z/J+Z14kGAMnFU/zR8nzdIt7UIaFgT6wTsLNkIUHPLbKHlFxZKxXpcLc+dXDB3cxxb",
+	"LPRjMI/AIiSTnCpQPWMOUIaTjOWpMzbcNJqFWT4ZDMkRBzjtSjIw2TzoS2iz7sFpR2Me4+7oXxoRo9g2",
+	"vMG3IFirV8xNxYn5BvLP//Uf5PFoFK5/3IhWfZTMyT//7X+v9RBxGr0FfLcb3N09zv96egrkPvWBjrS0",
+	"GsC20zyjkOwaG1Ud3x7wbQfApz3xSQPoc6dj7UBAxS8zXFN/W+YDo+6MeurxdjcA6gakdPt5WLiohC3q",
+	"YNpdkIrmFki9FHlumsBA41ow1a4G5ti1Fa1DVjtgUl8dxtx+aOFnkjetoXvo6puyZwPP+s4xqTdRz9Xx",
+	"Zh2jl4wRfDwiki60J1AuaJ5JVFnaOzlKbN7L0Kiim7W0CH+J7XOB+b/WV4JYyzaq3QIeDfPpOdDSnrMV",
+	"6a+DRGu1bDZFbfIiwiuAP9RJoabTe7PBc9cNhP51V0umK6iW5p82HHKWa7ez2XBbLIfkufYSbUALDQgi",
+	"6UrbkFJEuDvtEsa04VLVhUyJqPJU+544m+sZIlWW5wRuvVgqB1BbCwO7ilmzvyh5z1kulnq8JbMJGBWn",
+	"yZyLZc7SKYSkAWLcVp6By+a+q9nNzMcscNm5G+jDPmNbWmA/dNQAfdPsM+OyY4otOhV+9hq1kH67xWdR",
+	"Z0BLqKxe4YNKiMG1w3nbMLgzTuI6phtvBN7eyF2uk2l6VdRsN8R2cbYxwfBKTW1sAx/sriRKAg3b74zL",
+	"bTY2PBV5t8DtRjhIRVvkQXf7i3vrOtB54g4N6Ru2G7m3wq7bQETrcKhRBQcXrlu/al+QYe9abbxu37w5",
+	"3mzVBEOCm2RL593i/GJ98pd/I2WWspL0//nv/0l+eExEIQG0JJ4ydVKySXYZDyJCAQAkNYAZu7p7Ly82",
+	"XEtGrbvOgEqB7hrJvI7AyEOIqp2bzFCzUeYLagyq6/ijG1dqFUGdBxzulScbFgcU3yMSQ78RlT5fkQ/H",
+	"L9EMcevs0FbNtMZSdgXeYQ92//DbvTP2ie9KDUl+rhaU79l2HeC2w6VKQisZZiYsx3oRNori+cVZUcJV",
+	"IsjaGGMV+mFrL7z8GxEFXhHloqtPyUZOMQZehOPu0Tybcmx5sSNTdN2F63nfQ8Bm1y9bzlakH7PLTCqI",
+	"L5rQc0TiC1ZK/VhEYsBGgkvxVcE6NFbZMe0vs5UfRdHnw1IXTLF2lHeF1qqjo8n8rGSaTiBI3foIGyg+",
+	"m4ky+03wM3apnQyW1p18zjCcXYL0X2TS7Lae5vysbWr53+NyFNbjxqZGsYDbDxvb7dsmuo4IBzcSI92H",
+	"3Fk/99RrHWPu//D20TWPAUg681DYh9lBSNyUgDfmc2zVdi9S2+AJ4Ugy7Snl4eYJYCfcW1G7SIKkKkvG",
+	"lTGtjKwDmwKLbDln5QN5ixaWETC7Siq3PnzNW+Eu4MjtiEvL5aqdse78ISh+S6oyU6sPmpBNDQijJSuP",
+	"KuwchP96bq8b/+WX097a7utntbQCJj8gT+AVgkW+/1gqW91L3oucSdKnRDKFaDWU5DRNWTk4ILHWeHuC",
+	"5ystl5dlppj515jjb/A3EOnpIuPxkPyiTZ1/+eUU4iWZBEgVe0MlWXlRwz1BH7dMenUvwLlAVbDamtVm",
+	"ShW9L18gyjARAbsGUKoy6SPgeNXcpr8IJydCqmnJPrx7ZYp/UpFUUEeWSdOUnU9zRqSoykST55irslIz",
+	"B0mEEy2zkpFEcG2Fq0MLrMe4FqmihJwLiamCY/6WN753xkxmITgYcIEH8FgSjMiEgqNBS6w339NSjapM",
+	"mxzOgn9XMcbJ63dj/nB4SX4+PT0hRycvIqLJbi4dQBbpN6I8cV2djXlnfnm2/osLm8SHY65NG8Su06wZ",
+	"12ExAEGLEVdJzUpmoml77FIxnhJ2WWTlyrRlIUdGBkpzFw/oTtGYS+GaBwKUGXb4IxXXs3Bzqwmb91Tw",
+	"CwwKyoMx3yPPYCcfX17uf395Sc5FutIHB1sZfx6j8TbuHZBxDwldsUtD6eNeRMa9RKTM/10qTZ9nktM5",
+	"O0uoZPbhL/FQz3dE4u9Gj2OLfwYTIm4siZ8KrhhXe68Yn6pZfEiSGUvmSEUIH2NilgUt9anCgPF3l5dx",
+	"na0F4uDAXP3CTRVG4+qrWH0SzV9M9bhp0zjmpBFGtjiJlChR7OXsguX1O7AEI0L3ipxyU74pwVtxOUff",
+	"/dW28H3PVLnaw5xE0je5bwPjK2iOlyAkgRVEPtSLObKd9QgkKFk8RZGuoI0f5SvfmBGcoY2bIqYgbLMd",
+	"AM/XAr5FevTWOqGqT5tfLA0vGZgqF5IZJDDOGezTwMNoFKnesIzr8Sd5Np0pMsnyvNnrDtZyXqVTLSXj",
+	"xw8fkTXDL26MCZQJRYcZBFkLWD8kqTwe/cV+45mBfIxd2nIqTGczfZAXgHqqn7FSpt47t2MU1loyZkg2",
+	"1UyUUkXPtbPnyni/H43MHiXQxMc+cVZxekEz0GtQ24sT6Z9tr01Nn3r1GZeK0RR7/slmU8nvRg/N8JCa",
+	"YFjA6x5Ybw6mkSCGJgx1CFtDcsGne4XIcwTTNNkoBS3nLAXMUEgAwlyHSkH+U3MFj2OLpmm2FYlG72b8",
+	"/ehRfKh9cENcmFjltmkpSijzlZoUFIb684y39k+PVm+cPbshAaLDOmubyUXi7y8vY8z8Ml/sDfUoxlRe",
+	"wUm8P2M0VzMYvO8WBM0hkxm4mwKz0xcUCQNjHAP99ZHhRZAgC6oNEU55wkgfRJ1ervfXeAA8ePzqnUE8",
+	"iZyKBEAy3M+GPDEOFQgfm73GJBwYyyWDpo6Emk8yYKWlWBApFgydgYzrv3CHtYKbYWhVPyRSUNtqVtM+",
+	"GAp+Bfr3DdLFt864UGdGq8QIJWlwSQXwMvQJd/wyMAITZ+LC4ySbVxc/1hTkzcPFmayS2RmwAUrPZ5cJ",
+	"M33KLEyCVjqE8QuWi4Id1Of5wJ50LZPjn/Enp0nghPZNyfF+UcKusUqal0dYSqzV2H6RU21g6UW8BWQa",
+	"m5dHi4LR0sepMQl6mdKWqjGOrKHQ80zi3sPhaDgyIS5Oi6x30Hs0HA0fIUzmDEzPfVpk+xcP92kCqWeF",
+	"CCW2o0sofUBFMfFwGl+kdbPinxCxkSaJKKEPpBJO4Q2JBWf5DtgNCzSWLM/3JqJcsNTy74HBVdHWTQNU",
+	"xRhyLlPwvbHHtbvMDsa8tlrhLkZbrbhdjh60N9g7SuY9NOaZVE9EujJpTFrlg6dXONDx/X+YkATy6Da3",
+	"tL7lRou2dhiMx1IyWQhu4nffjUa3OzO6w1++tB2Gt7hhlku9m9AFRCq/RL3HuJbQFG7N+09o6j5Pv/Jw",
+	"+ysfOTXOCkvxpUfbX3ouyvMsTRnHN/6y/Q2zrFOU2vDawx0mOkE9fyrEKwjv6Pe+++v2906FeE35yswK",
+	"VYbf77KBL7T7ymluYY163++yHR9YeZEl7GOty9GVtJWSmqDtgQKo4cJ50opOJWIwzHu/6pc8jt8HL6Cb",
+	"771RtXzLMwly3nV2JdiYGsBHNNtjULkpF0wWFegzENpjjvl/mdQMLvILACpPWcF4yrjKV8N2hiI+SgEG",
+	"REFOr7Z7tYYdkiOjRQRnmvtdSM02g7YGgShTVrblBdldXEAt0t3JjEY51h0Ijp1Cap4EWYvEr0uUZgiz",
+	"6URG61t/L2L+RCIGGl14OBCdQsb1ctlgXEC5svRAh7IJsZeyWmiAMQTugW1YaoGNoV9pBvjxRU4TFtcN",
+	"YUzLaNPDpWSqKtGo83uYkl9cDd7BuAddXsa9mDRfRvk2Z4VCk67uiIqNZmTdOiY8iek0g95tLgU5Z/iq",
+	"8+HH3LpPJcPwAYnN5DHB0OGQHEG0BtxpE2Ggjda6pE9h2wrIxdcCMdLjZsms3h+yhPQqSOxeZpIRmeUg",
+	"c7HiqwULlXFIbD3D8WMXpBpzvZKMk9g8YcIV9oIgk7bB/HUF7lNHNncjcd34v5Ot5s3fZbE9c72RLA/B",
+	"RL4cvd2lGHGxvpIXeMgmygM8px0A+PmwvhUyJ34vtG9DaDckL0pIveleayziilyM7K1FbVsCgym1B1YX",
+	"UPKUddRilaa5Ut+0kYEpBmEm1uZXtCs/v8qkeurbdOaW5I4NmsaU3eAkaxT/tFGpIu9tl2+CDTQRtYqI",
+	"ZJP+G4S+iQv2czqdGtDPnbnBuTUDE14Ueart24q7LjEuedXrDBYvMv6KTm2TkjEXeUr6j34YjTBoaqyN",
+	"QWTjq9JiE0P7u2zBSE6nQ/Lcv00qGamvNaBrHuhlh0Rrg5LYPUvN2OKWuPgVbtwaMxe0pAuG+Id/X6+t",
+	"h94T7mMaPdvsZVElK5pDbzWekh8QR6+G1iXski6KnGG1m949TIzQw3+qWLmyuNcHvcZ+23tHEBobe2D8",
+	"+jUkUmj7dpFI5r0QLZZiKSOPGu6l1bcjrYyYqaVWAxfqWpLrM/z/F1OezBTr6mqFHhU8/UA6+E53A2S6",
+	"pDkci0IUpGR7EhrLaIExQPdozGOc5zVTNKWKxviScW8GILBMHqqPxSbJVBAlRGQQQ8UEvaJMJgJ9NJmI",
+	"gkmvSZ1Ex8ktxwx3rgXepGRyVod7IIDsXz/W4m3MUb51ijHcnqct2LSNAuxIu224DeYKeO17ycLsz5Ac",
+	"JQkrFMKosHjfZFFFJH4Y78cjU8u+YjLej7mAa8wV0Zw7AEGOx2MybwjINuIWh1AVC8opRm7NHV4qEJEj",
+	"JA6bp9eQh+YMu5J+biwSd7bN8Ei6nSH4HRJ2TOD/XsZ9CzLOtM+jLatso2iLOgwuiHKQOVthEBnFkybh",
+	"QwTbdRfMLnpsMkqGY35jy+Ynptry4GsRvqJZHiL5E1bu+X2P70n+myD5n6AR25XovaVZQnPXj+wDWZxQ",
+	"Net9+XW7GbCPiJP7n+H/b2IV1K2w2o7CVRSpRf+99jdHWx823dPMw/d6+l5P3wut6+npBtvf0B9pCaL9",
+	"2tHZ/+z++8u+ZGxDnskHumCatUy/bcbmkJqr1+j1BGWQpIM3ISZtE1stY94NOAXc4OxAtumYI45qFGpV",
+	"cc0bikZXn68p8LY87NZkVMjd3J/4TUy+mLuTO5I/ofZJAckDjTz+KFLn8S7XsWz+RqjngOL6X0hUwTnS",
+	"pnwqPD67TRm1WRi9FhdBa6kOodQl2SatCuVW3WCp2bMHQL6UQGi67X1uGr1/zIN705LyKqclXMqYJix5",
+	"dsHG3PwDUSHhyhyTPqWiig0JIJUZhOalwIwalHsHtRAFR0uUwZZBGzoG9WMAjJQFS7LJisCL0JufOABm",
+	"/I5Bh6+2m7j9urbln0Ny+v3D7qXmfxmpSW/HpvP9pg1WGzOpwQ03y3E9qQAsVpgeIM4uxKpLXDJW4Chi",
+	"u4KsmIrGvBWrNuIL34BsQixlsBFlAgFlkqk6cAzz9m15F4p/kqkxtxMumDJpNyumBkMSe+0yYuwtLyHz",
+	"f0ieXWZSQTDfOM2pwCHEBSP9SqLBiknN2jYdXNe0xOlbd9feQdwkonBHQq2zZ8xXzqvpbPESkH34+59J",
+	"+v1XlHxPZ5RPGcFKlVBbIW0AlWpXSegA0DbH0FDyQKWNWGKsx9yn2UplqP4xwmqwe0jtpCqn7Dj/tO1C",
+	"6p0XHqcWLNzAkfiGWqPgBZZ4Zrkx7gpEWdXRZFs/HrWGBNNe3numf0u0QIdtaMYduiZudzLqnvAuA17H",
+	"+Sc4hW7JAT/fh7i+KTmAZ5IympLcdD2sWV5zdefN03ETzlBGhLMlk4rECPJypGIDOHQ7GTRX4u5tPHoF",
+	"nnx6yzwYdfcK3bRy35m/wuCvxJKV5FyrN23g2qPpmsX0uKsn2K2Dzuc1G6G4yqxK3MKcJ3TKiMx+YxGh",
+	"2rqUijwcjUZDckSgELk06BoNf9wgEGeCn+EiY1JSiICqGeWEjrmciVJBBsqURQTzwrETTEmkYkWhTdsY",
+	"M89icr7CTgGI2mPSxhWdM4eVsJyJHDvGIKGH9gPeDt9kPByNot6CXmI+lv7AqE7PehjC3thq52LdZO+u",
+	"lQP0/gnefdSy514pfDs5WBt1QtP02/+cpV/2sXh6W2DQGn9xlsbYgiXjStSGIORxLrl/cWE4x5qIJK17",
+	"nRyOOXVFL97fSSZtcBAr6FLvFrcUSyi0ApiFuqp7OOZerXOMRVoH495UcChvcZkUevlcQGE+Kwnid13X",
+	"aX0Pm7aDbrP7lqWkT/3DeSBhLwcYq2zWuXz8+OI4XJuSeXZsoX1cJ3yydKMN64RzVcGT6yi4NT5R0+68",
+	"ff/5OP+E+/eVIoPefF02riZywLN1OGp/Bg/ZfbirjfsziUL3dc/BBNi59M+997oGk2hJUvwdJI3HsmAm",
+	"pJuEKkIYhuXo+4pLBEK0sI4BYXboMI5oyVpQceRJJTPOpOscJMcc4FwjAFUkPv7XAN730kZjA7RxYDDu",
+	"ED4iRghCaIBCRAGPAhiWuSuBixyH22jQRPx5sC2pZyElNM8jA18O0x+MucUzwLkj0x/jYNxGJhz34si6",
+	"IYA1aXJSLEBjfOjV3I25KcGKYHb9lv4BOiuZQl0LVQGmnfnSyAulYsMX87AecYHoLB7gIukbhHeAZwVL",
+	"dIAwKIB4gmku0BKtRm7FRWc8KeNrXwC9vLjLCmwz+u8UtXSzd6I3dMBF3puZf/Si6vcVb4pAT5jOL9qy",
+	"dP8zl1/2P8/ZamOm30fuJAjNh+SNMNlpaMZAcRJkvtkWfWR+0eg/OIBUfEri/5NdFixRP8bagcQ6HUih",
+	"UdharhZ6CeXaUDOZd7ao+Lq25MsLjLP27pTntmSxuQAf6TdVhSeuMfIKJeOcoP0+uOfJPzpPumy5OXaO",
+	"89mxI4Z4BGfvg5U5MwP6MBsj4zq8eBvp7S8vfmLq9+KmvyHMvjYJ/L2A8r0Zo6kBCn52SqfrG/uuEnpr",
+	"DKaV7cA67v33cS+ubz4s8w03xhS/3DPmH5sxMfc+yJUbQw4v/4ZlswVNWEewgMubXXi9ZACAyRB/zmRr",
+	"HWprLWFc7TGON3D7aAs7O5uV2stOZrSkCcYNg6vDT959eb9GvaIKiKmP0OlZ1qjMCClgTQXbwQmUfjwY",
+	"kmeXNFHmJlNMSKxUbsuY9+OJKLXXEI+5l0xmEBFFukLwV20VGGhTAa0mOSDEu+OA3sLxnK2CsnHMtwnH",
+	"a1sYJ5W6M1/ipFK/myfRLYd/wV1pGzXxvcXyhxeMJ1WHYPS8B8gP3f9s4Ni+7COmc3d05hn8blMd8uzC",
+	"tlabsRx729qusUQJsqCXfQuujjDREeFiSf4PW+c/OEQ8S3sRxTFVFTEutW9blixR+o/4PktxOgjEWOxo",
+	"UTZ/tAbXmPsW11pwhbMlSw9GpqutRe+tRYtkjMTQPAU/2hxrfDDmy0YYugLAcxKbb7KNEX4YXVsQ4YQw",
+	"97bAue3uYnCmsEySkkIUHVrD9i+9oua4C5m4vrl3HeJuzNglEt9r0qD5fSrHn0UQ4oETiuLBk4aFKJri",
+	"0IHXdSHAvLZ9JRHrpdHMEzr5MI7p9Vmem7szlzkC6SIGzyVlZaaNPITAvQ1v7lUm1esae+/rZ5LccqLH",
+	"lmv9N9ZWfJ7lyrQr6WrMV9uVXavi8obLOaVy3rmSY3PYFgfIHHrHWly/+no9rick4yneQxal0NoM/6GX",
+	"BN1ToSMITc/wHibYN3JLBo25VT4CrM4kr6TW8K61oNbd//y//4M8JLOIaCUIejpWIiaZHHzdrBu30sby",
+	"BhFRZcWxlZkpuVlkvFKIG4/mDSpJAMSFn6B4EL8Vangz3kQZOtSf+OPD7w5Go4NHoxgQb2XdYtaW6ZjW",
+	"D/q5hwej0X060I3Tgb77Y6YDGTHclRJkpfS9YfHtpAMFUGvdn4IWgle/rP2mz422TzsjLpi0F8CFg8IX",
+	"mqYlk5L0aZ4bMLvBkLzSUriWN3itcs5s0+wxz3iaXWQpQKXVt7/Y4yDFHqaPR4+vXdZ8bEAILHr43aWg",
+	"+BNtu4pJ76sz/uDAA43e6gF0eo8Fu69YPHBFZB5U73UZbpaSIq9kq/P+0Lb+mLFGKKFkC0hyOl+NuWtP",
+	"fwtJ3j8x9RUYyEzRDSD02vYCvmedPyrQULiTQ4NXrlYKeFJrsl1Lok99dbeOS7SbltyHWnQINv4e6422",
+	"lvgbx90mp7aVNGQ+GVz3WtxozjMpa2PufbBt29QUQyRO808H2JkuzT+ZJFjXqbHO03UZl5Csq8WN6706",
+	"5tq3mTNWuAzg6yfsqnL1NRT9fa7pfa7pdXJNr2Q0eBKpEEVnUO/Y1YpDD7qkFFI2aswx2OffT1Ke7ouS",
+	"xIrKeUzYp4pi78BpdsE4+t5yzPvskiYK7fDBkBxZ8Gd7c1oPGNmhvFvTCLqtYcEm3qDaDRtzrNrETmHj",
+	"HqQ9LGiB7c/MBjyQJPakb2wllYFzO4IwXepgTCA6OeZpYy+ghrUfWOfAlNUDlJo0hbZ1HT5U1wKAXKag",
+	"6AGyW+sq7NciZfF+40/PS7GIB5Hed45GGRe28weEZDJFVkwdkJizZUzkPDPSTkvhXEwbaCvSlO9TAwi1",
+	"ENh/BtN5cVQbtsk4Yq/gBwHKypKWqdTeVXbBSkMK6FJBK7wUt/K6MvZEFJbitgVqXZQTb9NUMiMMb987",
+	"I5n2jasFb0+pnO88h6aAG8ZLT0SBmbu7PXtSAyTv9sJRpUSR5UKd6D/v+NIvNFM7PloL4l2ehmsnCz2+",
+	"2yttLPBd3vnQ4rBrvKa58ApbfJTMO0NpWzSTKN6+1PrhO9SaLbo3EQx3owNJKXWvUNOFE4qntJzy+l0O",
+	"IGUEwJ9vuymKx7idbVHeGIg5X1nwWlOAfjhogdjrxSK6krmktvhKUd3eeFxzNlSMaX71dMW4F42d5hv3",
+	"Dv7+65cYvd440bJ2OOZvYV3nVEu8olIuNKzXAn0mW10ttei6jzZ+S/kctXFilNz5qk5hw74QKJk77zcL",
+	"USDcmQ8NG7SJnuY0W0hSFdCpEzoCxnUIEtq9Om37QPrIGujlaBPHpGrU3XDHvMiSuTQXCz7ojyCJnpD0",
+	"7W1GbbrIWJtOaI44DCPTQNr0jh1zuGo1Kt1vGrbWLPgGSvt6SGNXw2m8V4v3avErqsX7a6c/qiIACbwO",
+	"6LZd4tcYvD4E7030APPygeswGKoBapWAL88hNxhy52yyHThrfWxlnaoZBPOxJ7TgbHADmX19MN6b4Ove",
+	"uqC/l9v3cvtebv9p5HYXfPG69K7khkbcJ5WcNVpwQ7OxQ4wCQqtr7AtnQUdqk9iDHzkXauZiYYKPOWIQ",
+	"V1pohxt5wzB+szEzI4b+ErFY6AmbzbvH3OvR9NDkZItmAXOwOXedZqa1AzyCCXJMmsb+JlKrf3ogSYy/",
+	"rtv5oC6udmWr9/eOykH00FeqBnl4+13ncA3X7OytZ7jv5/1nLBqRs1A2FEiihmwqmRRVmTC5P7/Y1xKo",
+	"W1C9ZCvIxNUMXwcsMg7lZkA4ESQJphaEY6JYGe/HnF2qI/jv28qQfnmh13JnNV56it+tyAsn77pOPYId",
+	"1qdQiuV97uEfnlEhbfHl3zQLbYKHaHCp473uAge/Kla63u5ZCayKyNe3hHj58uJNvZw7ZQw3T1dG7pvW",
+	"F3vfes8nfxI+4T6xbeeWHVjF7wZdazUITJv4vLacXQN2VG5eP+e2HQ2WuVG9Yw70x8rb4ravw2tX4LR7",
+	"zvp2st+DvOF4oYtFxIXmPbbsZJAPK6nYYm+ZpYxYcj4wvOHRvYy8BURwhyUjnxngouv2KuV+YuqtXfod",
+	"8oKbI+RMmd/umeDbaJQChEosQTtivQo3IFl38sI71AieQRWU+27qiEygnBBjLq3UM5tNQHk65r7jhJVY",
+	"+7ZCCwrXFM1dzxI/qQ0To6BEBG9MccJbK0bFL75y3D1U2Hm14sstT7+CerNvpFQMNqlLWeIO3suIb0dR",
+	"frI0fUWxcNVOvCbt1FqKvqq0OjFyHYe0QLCFZKg3oZ9btgAMDE1paZWzFIoyM0X6+AsYp42Kmbq59mDY",
+	"tJgdyqoJ6BIxGXNr4/IUfs7ZRBGaC85MDqcN9qQkz+as/qx2u34/4dOMipXzgO9jStwsHiumNJk9iA/N",
+	"V5LmR2IPULpgpg5/KgJ4aVuK3W6c7PHrnZfJbenidt9199sufmtf3fuiJNpgRJjO77V0QOR4SfrfPYRo",
+	"kCndTzM+DaSHDZoXQLdlUX/T/ALTdNfEvfsjNdS/L4zrLIz75J3j9XX0fsoKNes05E8Qg6P2TQvm2/K2",
+	"MzVehvaXVLFyQcs5oWWmZgumsiQiyYzRYnCbnHcMa75ZjsumxkAOVfNHs8sLkTLSj8/O3n189vHZ2eu3",
+	"x8/OzuJODJDp79q8y9uioKIs1Oye7//4fI8ssDPbQ6Bpp+guZNt/o4HdU/iKO2QePUGXhwqT3xuW346D",
+	"qgw1bGECgzHVRfuA6GRQeCA5n4slxp0mpVhAJSHlZCaq0oIe6TeG5IlQM+ANlswElNZhv/L3lE9ZHBEp",
+	"xhzyjQAFdkJztGIN3tKK0VKS0Wj0UE/w17/+9a+k//H06SDyp4Y3z5k/75j317qPD24HseGDxeK6ml59",
+	"XorFFcJXYvdnQZPt/vgNg2l3qZNxazcFyY+m05JNqaoB0+7lzLfgwFI5Oxe0TAm1B+QJHCNZAtJm/7ya",
+	"TAyse1DqnM4yaQqFHkiSZnJOZCFETvqQXoi/QFNwk9A4OMB6XEmWNIMm3EqQtKQZALkgxBlRYszhbxFZ",
+	"zhjUwGUKRqFmeKqIlkT9GP55ZO+RY/SUvZdKvQ4ToUupoudUMi180vOfGc3VbHVbYucJ7JQTPnfGg415",
+	"Ahz4AfZHH9999OgbYb6aK+BYduO8K99NtW+j6gvY1r0UwhBEHRdUCEyy4YJqaNU6viNijErbspAJINEv",
+	"Cqqy8yzPoIt1ahYw5gb95JbsaNiE/+L6/o94eYZHtvkKDYmvTdT3Iu2bEGkYfUXpApUMV5FpW+uYfejE",
+	"WpyZXGRXEGGc9xgD56yuq/0RWvtFWODgHPoHsnbj7T0ctvDIUyaVwbAH7KiSKZrxGqimATtXX/W1Kplv",
+	"x4y4iUjbFBp8gbtEClbu1UEOEz8nRyC9JYlh6/ZjvLmLSPww3o9HRtSvmIz3Yy5i0qd8RRIq2QCwdzFD",
+	"4VyInFFuOn+4ZSEezYJyOmULxpVpLKg3ryvwuHaiYaRZhFuwQUkz/deISnYbXz5f3Ecn/6gxmQsn2nyZ",
+	"s03EQT7SvlcG2CnfftFyhHHtsNhKKO0TkUx7UBes9HCwfY8qRmeMpcbLgd/BcypoJdlt3QqeVHLmQ3rd",
+	"JfJlAzlsjZuemjYkC5He+zLfTugeaNWjczgfnzuAExDTMlhadFqVXK4PIyAEICYT8CGMUsEAguANB95E",
+	"FyYiz8VS2ngkPReVGnNqGtUMhuSXWZYzkkHfF+g5V/PaVCvvdSZrYI84fhvzfmzR1wHPxCxLTyygYw+8",
+	"HWbLQ0Ib+JHnFU+hm3BZrgAI0sRD3LTfjx6ZYktsNebtkdHEgPi4h1VWuGToAOXAJUmfmmnG3K7RzGJK",
+	"PQeHPiYfwUb5mBhUMgWthXE93nKge7JBtvTWBEB2aWWzlyCuY3y+Uh9q4k5gMhmSE1GY/KNkLk1DMWh0",
+	"v2uqz4ewhLr9yrA14fT16sK2yMU3bHkvE7+hTOSryMSNFsNGxMuQ1SAKJzYoOTd90bsAk65sCIji3g64",
+	"p/luO6CJenFdM6A1ylezAjp4B5RTggg6Rp0eYHM2q+7HPNY6LiZUgXqLCAVcEAK4IFTBVYeBBxkSC/iw",
+	"pvLIVTTeOiveK7x75v89Fd6OzO/pO7QPuxEHbE9bUZJEj5lLa1LO2aqJYwJ/f8lWgDI4ASaCP1krFxPw",
+	"YcfG3Fj5JpH9CVsJY6XDYQtO+n8dkZSu5MB2XXmEo52ZB87YZcJYytIApME1IEo+mMT3U9yPu2FmGBzg",
+	"qn4nbAN/AV3p7i18ErdN93z+R6/gtjSumcIWetSMbfjakxfmDwF5sfW2ANmogUwSACY5JLEWUT/CFUBc",
+	"O9uf4Q9ftF8PkEe3k99nP+/24vfXah6HO9hotI2IfRBYEJMxR1uoZJNKWhkqLTzQoNlpjviN5q7VGu7h",
+	"NVrDtdu8qqqEg5aI+o7NPQRnpA8oXR78TGdeM7x4Naj12JANNuyVQCzYbaRanOMdB+5d15xGPa63h4SB",
+	"d+r6+BbmBC0H32+u/jNJipJNssvO7p3w6++Wxw280HXVWwPc4PYBmh7FO797JfCngPEwMgVuAdv3KNul",
+	"/v5na+ptrMN8A2hznyqh6N55LpI5S4cWVu5g3MM6iHEvJgu6glbf2h2kuRbpK7QfO0T/dnn/FDQaUPm2",
+	"zhD4KAqPbFJXfIJPmEGSWrbW8qyrn8Ml/31Zutuqs595X8L452Bjc54UiTXEvt2N/jIpfSx319l/Iipu",
+	"C4RvJ1ppOfBuqT5YUAE83Bdl87MG95T/R6f8n5jaTPa3Z9+fWsMuMkizakYkmy4YV4faOU4YV3uM443g",
+	"ft0UXT/oaQWjLHttT3+jqvC1b618ugM17ytzfctkhEFNe++JZc00J/H8wiaIwm7FpMxS46bp7zsRUk1L",
+	"9uHdq0a/vQO/b5NFpRWlu9eErCFypOVEDp38ECxgXcJA7yroy2JRCLCNVFwyKsX/x9619LZtPPGvMtBJ",
+	"Amg5yP+PHJST0aKHJm0DFO4lMqA1uTAJkbvsPiQThr57sTO7y6W8hJsgQl8+BbHIfc4M5/kbsVvDLWKd",
+	"P4vbhMAplY6FD/M0RLsVXxqjXZIzWlOEOOwG0X8RNx3DtxUs2VbE8HBoGIyhZWfN1tLZ07QPxI6g7mrY",
+	"UcbbbzUHzToORzas3o97iY7raRAYmAarLWu/Fqw96dB4KTfWOMNf5cdKVzCr8uCBEvpFoDtMpVthe1rZ",
+	"ugtEgl2e0eXrV+Kfrx/h5Y/cxozsmpK17ZB+NBJWIXunxvqT+Xo+EjEh5TQGvRoNVmBVC4LS+6b9RK0Q",
+	"ejR4eTJw8x6sxt7+BLzdCK51gQ+1zYEL6lt+ns/iZEOckEQsSqEgCFe+taHTdpz8bnpQFt0iaLwLwcl8",
+	"QQGHZT+FMwd0U3HfRovwp92YRQjcvQVNgTbZwr3VA6WuhGd1TLeFjnloGr9qK+goM+47gZ6h3t63Tel2",
+	"DUbuuQCB3nyPYuMmcVwCUqxmdEsqFbqkculnyIgWX6b09WLi38+/F76B20BfsNwFrtiBZoOGYz0UwNcP",
+	"a9hhE06kfF7tCth5jkzYEWW9kxy8tKoxw2Lz+W7aLdXzJywj8yGLXTkOW83ln3bcqKacrxT68ddffgYt",
+	"WK9raajjZqzZg17JMkoE9Ay3VhuuNpFHU6A7xYxT+WKL9WIrWvaAVfN7XkEve114pu54J9VQwHefbouJ",
+	"gqWPDcHXUQp/kG9+PShGTM27Yiuc2qG1b3hQDXBvqwdOC0JptIYfpAJdKtY7bcrJuV04jeteyY6bmlu9",
+	"u5hY+Mmf/EV7w9MU2a7w+FO82lcJkY1azzDbJyJ88PQCS8cmL/FYQlXzWDPxETD80QB/7KWOODMdM/Bm",
+	"/Wb9/4sR5Tj/nyZPt85rbCc5JcxzQ3GWBBsB59umvf43aPJbHmXpbAXSnijjeP0SGYdj7+J1Z0n4BfiI",
+	"Kb7fEVOmsMuo5xMnmIuoIBppSzRhU9V0gyK4wbtPtcut+FL1kixoryHvcLyovH6jKoePfn2XFN5xjsx9",
+	"B/nj1Pn+1Qb821T+EM0KGQk0/02YsuTT4p4zxdWNdQbd57uT41GuDvkw0A18ZIJHFWzp4+PQS2Xg3bv/",
+	"vcXItVXtYrN4Qlrip8319VMttTltntxjp0WxODDVOBMQybaOjjofa1+0smQt/hkTMNXZz24e9wuNP/2t",
+	"NqZfFDFE7f/r/qG938UTyXz8KlvG4k0Mh4cwtNVZyDJsIRuB2SYdCMnZxR8NFxX9ZTKg7DPj3ZR7IY8t",
+	"rx6400d7niCSL6mC3bu/zkDg3FSIeLZK5mDlPjcHGvje3MfQZuoMLeDDbxCqHMasgOChTfwAz0em+sGA",
+	"UuVzoeK7Eb1q7s0JKntEj0ynH7GFciWiuuelgUZUzaGpLGtz9xj7DD0f4PukooSy7cbXqvb3FwHrRnzc",
+	"AjTne1L1k9aA07PAN6/ozczYH/hwRTkxHgwjvrs/5BZvFTpUfLwa3b/oHWbR/AnGCoWM12du99wayKgs",
+	"4tewiPombo2KDKsAzpIesxc1mRQYK9x0ox21PE/D1CkF+0TM093pjwAAAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
