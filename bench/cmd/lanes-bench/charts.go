@@ -81,6 +81,14 @@ func throughputRows(rs []Result) []throughputRow {
 
 // throughputChart: Lanes per scenario beside its PostgreSQL ceiling and River.
 func throughputChart(run *Run, path string) error {
+	p, err := throughputPlot(run)
+	if err != nil {
+		return err
+	}
+	return p.Save(9*vg.Inch, 4.5*vg.Inch, path)
+}
+
+func throughputPlot(run *Run) (*plot.Plot, error) {
 	rows := throughputRows(run.Results)
 	tallest := 0.0
 	for _, r := range rows {
@@ -101,17 +109,17 @@ func throughputChart(run *Run, path string) error {
 	}
 	bl, err := plotter.NewBarChart(lanes, w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bl.Color, bl.LineStyle.Width, bl.Offset = colLanes, 0, -w
 	bc, err := plotter.NewBarChart(ceiling, w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	bc.Color, bc.LineStyle.Width = colCeiling, 0
 	br, err := plotter.NewBarChart(river, w)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	br.Color, br.LineStyle.Width, br.Offset = colRiver, 0, w
 	p.Add(bl, bc, br, plotter.NewGrid())
@@ -123,8 +131,11 @@ func throughputChart(run *Run, path string) error {
 		p.NominalX(names...)
 		slantLabels(p)
 	}
+	// A group's outer bars sit one bar width either side of its tick: half a
+	// group of room at each end keeps the first and last groups whole.
+	p.X.Min, p.X.Max = -0.5, float64(max(len(names), 1))-0.5
 	roomForLegend(p, tallest)
-	return p.Save(9*vg.Inch, 4.5*vg.Inch, path)
+	return p, nil
 }
 
 // latencyChart: p50/p99/p999 of the open-loop end-to-end run, the wake-up and the push round trips.

@@ -82,3 +82,20 @@ func TestThroughputRowsLeaveOutFailedScenarios(t *testing.T) {
 		t.Fatalf("throughput chart groups %q", got)
 	}
 }
+
+func TestThroughputChartKeepsTheOuterBarsOfTheEndGroups(t *testing.T) {
+	// River's bar sits right of the last group's tick and the Lanes bar left of
+	// the first one's: the X range must reach past both ticks or they are cut.
+	run := goodRun()
+	p, err := throughputPlot(run)
+	if err != nil {
+		t.Fatal(err)
+	}
+	groups := len(throughputRows(run.Results))
+	if groups < 2 {
+		t.Fatalf("goodRun has %d throughput groups, want at least 2", groups)
+	}
+	if p.X.Min > -0.5 || p.X.Max < float64(groups-1)+0.5 {
+		t.Errorf("X range [%v, %v] does not leave half a group beyond the ticks 0..%d", p.X.Min, p.X.Max, groups-1)
+	}
+}
