@@ -152,6 +152,7 @@ func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 		return nil, fmt.Errorf("LANES_DATABASE_URL: %w", err)
 	}
 	poolCfg.MaxConns = int32(cfg.PoolSize)
+	engine.ConfigurePool(poolCfg)
 	// The broker's statements are short and index-driven; JIT compilation only adds latency to them.
 	poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
 	// Every statement of the broker has a server-side deadline too.

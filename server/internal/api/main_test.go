@@ -24,7 +24,25 @@ import (
 var testDSN string
 
 func TestMain(m *testing.M) {
+	// Not UTC, as on many hosts: pgx scans times in the local zone, and the
+	// wire gives them in UTC, so a missed conversion shows in the answers.
+	time.Local = time.FixedZone("UTC-5", -5*60*60)
 	os.Exit(testdb.Main(m, &testDSN, engine.ApplySchema))
+}
+
+// newEnginePool opens a pool on dsn configured as the broker's own (engine.ConfigurePool).
+func newEnginePool(t testing.TB, dsn string) *pgxpool.Pool {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	engine.ConfigurePool(cfg)
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return pool
 }
 
 // testBroker is a real broker: engine on PostgreSQL behind the real handler on a real listener.
@@ -36,10 +54,7 @@ type testBroker struct {
 
 func newTestBroker(t testing.TB) *testBroker {
 	t.Helper()
-	pool, err := pgxpool.New(context.Background(), testDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
+	pool := newEnginePool(t, testDSN)
 	eng := engine.New(pool, engine.Config{})
 	h, err := NewServer(eng, Options{Version: "test", MaxBodyBytes: 1 << 20}).Handler()
 	if err != nil {

@@ -92,7 +92,43 @@ func checkSpecAnswer(t testing.TB, method, path string, resp *http.Response) (in
 	if err := openapi3filter.ValidateResponse(context.Background(), in); err != nil {
 		t.Errorf("%s %s: %d %s does not match the spec: %v", method, path, resp.StatusCode, raw, err)
 	}
+	if zoned := zonedTimes(raw); len(zoned) > 0 {
+		t.Errorf("%s %s: times not in UTC (the wire gives every time with Z): %q in %s", method, path, zoned, raw)
+	}
 	return resp.StatusCode, raw
+}
+
+// zonedOffset is an RFC 3339 time that ends in a numeric offset, not Z.
+var zonedOffset = regexp.MustCompile(`^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(\.\d+)?[+-]\d\d:\d\d$`)
+
+// zonedTimes lists the times in a JSON answer written with an offset. The api
+// tests run with a non-UTC local zone (TestMain), so a time scanned from
+// PostgreSQL (pgx gives local times) and not converted shows here.
+func zonedTimes(raw []byte) []string {
+	var v any
+	if json.Unmarshal(raw, &v) != nil {
+		return nil
+	}
+	var out []string
+	var walk func(any)
+	walk = func(v any) {
+		switch v := v.(type) {
+		case string:
+			if zonedOffset.MatchString(v) {
+				out = append(out, v)
+			}
+		case []any:
+			for _, e := range v {
+				walk(e)
+			}
+		case map[string]any:
+			for _, e := range v {
+				walk(e)
+			}
+		}
+	}
+	walk(v)
+	return out
 }
 
 // TestAnswersMatchTheSpec reads the management and status answers as a client
@@ -315,5 +351,44 @@ func TestMetricsWithEverySectionMatchTheSpec(t *testing.T) {
 	}
 	if m["retention"].(map[string]any)["lastPassAt"] == nil {
 		t.Errorf("retention after a pass: %+v", m["retention"])
+	}
+}
+
+// TestTimerKVAndLeaseAnswersMatchTheSpec covers the answers that carry times
+// scanned from PostgreSQL outside the message plane: timers, KV rows and a
+// queue-mode lease in the message listing, every one in UTC.
+func TestTimerKVAndLeaseAnswersMatchTheSpec(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	ns := "spec-" + q
+	b.push(t, q, "p", "m0")
+	b.pop(t, "/api/v1/pop/queue/"+q+"/partition/p?batch=1")
+	for _, c := range []struct{ method, path, body string }{
+		{"POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"t","partition":"p","delayMs":600000,"payload":"MQ=="}]}`},
+		{"GET", "/api/v1/timers/" + q + "/t", ""},
+		{"GET", "/api/v1/timers/" + q, ""},
+		{"PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"ttlSeconds":600}`},
+		{"POST", "/api/v1/kv", `{"operations":[{"op":"get","ns":"` + ns + `","key":"k"},{"op":"getPrefix","ns":"` + ns + `","prefix":"k"},{"op":"incr","ns":"` + ns + `","key":"n","delta":1,"ttlSeconds":600}]}`},
+		{"POST", "/api/v1/resources/kv/list", `{"namespace":"` + ns + `"}`},
+		{"GET", "/api/v1/messages?queue=" + q, ""},
+	} {
+		if status, raw := b.specAnswer(t, c.method, c.path, c.body); status != http.StatusOK && status != http.StatusCreated {
+			t.Errorf("%s %s: %d %s", c.method, c.path, status, raw)
+		}
+	}
+	// the message's own page carries the lease too
+	var listed struct {
+		Messages []struct {
+			PartitionID   string `json:"partitionId"`
+			TransactionID string `json:"transactionId"`
+		} `json:"messages"`
+	}
+	b.call(t, "GET", "/api/v1/messages?queue="+q, nil, &listed)
+	if len(listed.Messages) != 1 {
+		t.Fatalf("messages: %+v", listed)
+	}
+	m := listed.Messages[0]
+	if status, raw := b.specAnswer(t, "GET", "/api/v1/messages/"+m.PartitionID+"/"+m.TransactionID, ""); status != http.StatusOK {
+		t.Errorf("message: %d %s", status, raw)
 	}
 }
