@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"time"
+	"unicode/utf8"
 
 	"github.com/jackc/pgx/v5"
 
@@ -398,10 +399,11 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 			continue
 		}
 		prefixOps = append(prefixOps, i)
+		bound, below := prefixRangeEnd(op.Prefix, 6)
 		b.Queue(`SELECT key, CASE WHEN $5 THEN NULL ELSE value END, version, expires_at, updated_at FROM lanes.kv
-			WHERE namespace = $1 AND key >= $2 AND key < $2 || chr(1114111) AND starts_with(key, $2) AND key > $3
+			WHERE namespace = $1 AND key >= $2`+bound+` AND starts_with(key, $2) AND key > $3
 			  AND (expires_at IS NULL OR expires_at > (SELECT clock_timestamp()))
-			ORDER BY key LIMIT $4`, op.Namespace, op.Prefix, op.After, op.Limit+1, op.KeysOnly)
+			ORDER BY key LIMIT $4`, append([]any{op.Namespace, op.Prefix, op.After, op.Limit + 1, op.KeysOnly}, below...)...)
 	}
 	state := map[kvKey]*kvState{}
 	prefixRows := map[int][]KVRow{}
@@ -773,12 +775,13 @@ func (e *Engine) KVList(ctx context.Context, req KVListRequest) (*KVListPage, er
 		req.Limit = kvPrefixDefaultLimit
 	}
 	req.Limit = min(req.Limit, kvPrefixMaxLimit)
+	bound, below := prefixRangeEnd(req.Prefix, 7)
 	rows, err := e.pool.Query(ctx, `SELECT key, CASE WHEN $5 THEN NULL ELSE value END, version, expires_at, updated_at,
 			expires_at IS NOT NULL AND expires_at <= now()
 		FROM lanes.kv
-		WHERE namespace = $1 AND key > $3 AND ($2 = '' OR (key >= $2 AND key < $2 || chr(1114111) AND starts_with(key, $2)))
+		WHERE namespace = $1 AND key > $3 AND key >= $2`+bound+` AND starts_with(key, $2)
 		  AND ($6 OR expires_at IS NULL OR expires_at > now())
-		ORDER BY key LIMIT $4`, req.Namespace, req.Prefix, req.After, req.Limit+1, req.KeysOnly, req.IncludeExpired)
+		ORDER BY key LIMIT $4`, append([]any{req.Namespace, req.Prefix, req.After, req.Limit + 1, req.KeysOnly, req.IncludeExpired}, below...)...)
 	if err != nil {
 		return nil, err
 	}
@@ -848,4 +851,26 @@ func (e *Engine) StartKVSweeper(interval time.Duration) {
 			e.log.Debug("kv sweep", "deleted", n)
 		}
 	}, nil)
+}
+
+// prefixRangeEnd bounds a prefix scan of the byte-ordered key index from
+// above: " AND key < $param" with the first string past every key that starts
+// with prefix, or nothing when there is none (a prefix of U+10FFFF only, or
+// empty). In UTF-8 byte order is code point order, so that string is prefix up
+// to its last code point below U+10FFFF, that code point plus one. Appending
+// U+10FFFF to the prefix is no such bound: it cut off the keys that continue
+// the prefix with U+10FFFF.
+func prefixRangeEnd(prefix string, param int) (string, []any) {
+	runes := []rune(prefix)
+	for i := len(runes) - 1; i >= 0; i-- {
+		if runes[i] == utf8.MaxRune {
+			continue
+		}
+		next := runes[i] + 1
+		if next == 0xD800 { // surrogates are no text
+			next = 0xE000
+		}
+		return fmt.Sprintf(" AND key < $%d", param), []any{string(runes[:i]) + string(next)}
+	}
+	return "", nil
 }

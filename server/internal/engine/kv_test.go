@@ -377,3 +377,43 @@ func TestKVWriteJudgesExpiryAfterItsLockWait(t *testing.T) {
 		t.Fatalf("expect:1 on a key that expired during the lock wait: applied %v reason %q, want absent", res.Applied, res.Reason)
 	}
 }
+
+func TestKVPrefixKeepsKeysThatContinueWithTheLastCodePoint(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	const last = "\U0010FFFF"
+	var ops []KVOp
+	for _, k := range []string{"a1", "a" + last, "a" + last + "z", "b", last, last + last + "q", "x\uD7FFq", "x\uE000"} {
+		ops = append(ops, KVOp{Op: KVPut, Namespace: ns, Key: k, Value: raw(1), Forever: true})
+	}
+	mustKV(t, e, ops...)
+	for _, c := range []struct {
+		prefix string
+		want   []string
+	}{
+		{"a", []string{"a1", "a" + last, "a" + last + "z"}},
+		{"a" + last, []string{"a" + last, "a" + last + "z"}},
+		{last, []string{last, last + last + "q"}}, // no key is past every key under this prefix
+		{"x\uD7FF", []string{"x\uD7FFq"}},         // the next code point skips the surrogates
+	} {
+		res := mustKV(t, e, KVOp{Op: KVGetPrefix, Namespace: ns, Prefix: c.prefix, Limit: 100, KeysOnly: true})
+		var got []string
+		for _, r := range res[0].Rows {
+			got = append(got, r.Key)
+		}
+		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", c.want) || res[0].Truncated {
+			t.Errorf("getPrefix %q: %q (truncated %v), want %q", c.prefix, got, res[0].Truncated, c.want)
+		}
+		page, err := e.KVList(context.Background(), KVListRequest{Namespace: ns, Prefix: c.prefix, Limit: 100})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = nil
+		for _, r := range page.Rows {
+			got = append(got, r.Key)
+		}
+		if fmt.Sprintf("%q", got) != fmt.Sprintf("%q", c.want) || page.Truncated {
+			t.Errorf("list %q: %q (truncated %v), want %q", c.prefix, got, page.Truncated, c.want)
+		}
+	}
+}
