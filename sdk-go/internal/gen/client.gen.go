@@ -729,8 +729,11 @@ type ConsumerGroupSummary struct {
 	Storage               string                    `json:"storage"`
 	SubscriptionCreatedAt *time.Time                `json:"subscriptionCreatedAt"`
 	SubscriptionMode      *string                   `json:"subscriptionMode"`
-	SubscriptionTimestamp *time.Time                `json:"subscriptionTimestamp"`
-	Topics                []string                  `json:"topics"`
+
+	// SubscriptionTimestamp Where the group's untouched partitions start. An instant an older build stored outside
+	// the years 0001 to 9999 (UTC) is listed clamped to that range.
+	SubscriptionTimestamp *time.Time `json:"subscriptionTimestamp"`
+	Topics                []string   `json:"topics"`
 
 	// TotalLag Messages behind, summed over partitions.
 	TotalLag int `json:"totalLag"`
@@ -2068,7 +2071,8 @@ type SeekQueueResult struct {
 // `{"toEnd":false}`) answers `400 bad_request` on the queue route; on the partition route
 // `{}` means `toEnd:true`.
 type SeekRequest struct {
-	// Timestamp Seek to the first segment created at or after this instant.
+	// Timestamp Seek to the first segment created at or after this instant. It must fall within the
+	// years 0001 to 9999 once in UTC; otherwise `400 bad_request`, and no cursor moves.
 	Timestamp *time.Time `json:"timestamp,omitempty"`
 
 	// ToEnd Seek past the last message.
@@ -2125,7 +2129,8 @@ type StatusTimeRange struct {
 
 // SubscriptionUpdateRequest defines model for SubscriptionUpdateRequest.
 type SubscriptionUpdateRequest struct {
-	// SubscriptionTimestamp New seed point for untouched partitions.
+	// SubscriptionTimestamp New seed point for untouched partitions. It must fall within the years 0001 to 9999
+	// once in UTC; otherwise `400 bad_request`, and nothing is stored.
 	SubscriptionTimestamp time.Time `json:"subscriptionTimestamp"`
 }
 
@@ -2643,7 +2648,9 @@ type PopDiscoverParams struct {
 	// which would replay a whole backlog on a typo).
 	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
-	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
+	// SubscriptionFrom First-contact start point, `now` or an RFC 3339 timestamp; unparseable values are ignored.
+	// A timestamp outside the years 0001 to 9999 once in UTC (`9999-12-31T23:59:59-05:00` is in
+	// the year 10000) answers `400 bad_request` and stores nothing.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
 
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
@@ -2689,7 +2696,9 @@ type PopQueueParams struct {
 	// which would replay a whole backlog on a typo).
 	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
-	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
+	// SubscriptionFrom First-contact start point, `now` or an RFC 3339 timestamp; unparseable values are ignored.
+	// A timestamp outside the years 0001 to 9999 once in UTC (`9999-12-31T23:59:59-05:00` is in
+	// the year 10000) answers `400 bad_request` and stores nothing.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
 
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.
@@ -2730,7 +2739,9 @@ type PopPartitionParams struct {
 	// which would replay a whole backlog on a typo).
 	SubscriptionMode *PopSubscriptionMode `form:"subscriptionMode,omitempty" json:"subscriptionMode,omitempty"`
 
-	// SubscriptionFrom First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored.
+	// SubscriptionFrom First-contact start point, `now` or an RFC 3339 timestamp; unparseable values are ignored.
+	// A timestamp outside the years 0001 to 9999 once in UTC (`9999-12-31T23:59:59-05:00` is in
+	// the year 10000) answers `400 bad_request` and stores nothing.
 	SubscriptionFrom *PopSubscriptionFrom `form:"subscriptionFrom,omitempty" json:"subscriptionFrom,omitempty"`
 
 	// AutoAck Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`.

@@ -1882,7 +1882,12 @@ export interface components {
             state: "Stable" | "Lagging" | "Dead";
             storage: string;
             subscriptionMode: string | null;
-            /** Format: date-time */
+            /**
+             * Format: date-time
+             * @description Where the group's untouched partitions start. An instant an older build stored outside
+             *     the years 0001 to 9999 (UTC) is listed clamped to that range.
+             *
+             */
             subscriptionTimestamp: string | null;
             /** Format: date-time */
             subscriptionCreatedAt: string | null;
@@ -1934,7 +1939,9 @@ export interface components {
         SubscriptionUpdateRequest: {
             /**
              * Format: date-time
-             * @description New seed point for untouched partitions.
+             * @description New seed point for untouched partitions. It must fall within the years 0001 to 9999
+             *     once in UTC; otherwise `400 bad_request`, and nothing is stored.
+             *
              */
             subscriptionTimestamp: string;
         };
@@ -1952,7 +1959,9 @@ export interface components {
         SeekRequest: {
             /**
              * Format: date-time
-             * @description Seek to the first segment created at or after this instant.
+             * @description Seek to the first segment created at or after this instant. It must fall within the
+             *     years 0001 to 9999 once in UTC; otherwise `400 bad_request`, and no cursor moves.
+             *
              */
             timestamp?: string;
             /** @description Seek past the last message. */
@@ -2737,7 +2746,10 @@ export interface components {
          *     which would replay a whole backlog on a typo).
          *      */
         PopSubscriptionMode: string;
-        /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */
+        /** @description First-contact start point, `now` or an RFC 3339 timestamp; unparseable values are ignored.
+         *     A timestamp outside the years 0001 to 9999 once in UTC (`9999-12-31T23:59:59-05:00` is in
+         *     the year 10000) answers `400 bad_request` and stores nothing.
+         *      */
         PopSubscriptionFrom: string;
         /** @description Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`. */
         PopAutoAck: boolean;
@@ -2821,7 +2833,10 @@ export interface operations {
                  *     which would replay a whole backlog on a typo).
                  *      */
                 subscriptionMode?: components["parameters"]["PopSubscriptionMode"];
-                /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */
+                /** @description First-contact start point, `now` or an RFC 3339 timestamp; unparseable values are ignored.
+                 *     A timestamp outside the years 0001 to 9999 once in UTC (`9999-12-31T23:59:59-05:00` is in
+                 *     the year 10000) answers `400 bad_request` and stores nothing.
+                 *      */
                 subscriptionFrom?: components["parameters"]["PopSubscriptionFrom"];
                 /** @description Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`. */
                 autoAck?: components["parameters"]["PopAutoAck"];
@@ -2886,7 +2901,10 @@ export interface operations {
                  *     which would replay a whole backlog on a typo).
                  *      */
                 subscriptionMode?: components["parameters"]["PopSubscriptionMode"];
-                /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */
+                /** @description First-contact start point, `now` or an RFC 3339 timestamp; unparseable values are ignored.
+                 *     A timestamp outside the years 0001 to 9999 once in UTC (`9999-12-31T23:59:59-05:00` is in
+                 *     the year 10000) answers `400 bad_request` and stores nothing.
+                 *      */
                 subscriptionFrom?: components["parameters"]["PopSubscriptionFrom"];
                 /** @description Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`. */
                 autoAck?: components["parameters"]["PopAutoAck"];
@@ -2962,7 +2980,10 @@ export interface operations {
                  *     which would replay a whole backlog on a typo).
                  *      */
                 subscriptionMode?: components["parameters"]["PopSubscriptionMode"];
-                /** @description First-contact start point, `now` or an ISO-8601 timestamp; unparseable values are ignored. */
+                /** @description First-contact start point, `now` or an RFC 3339 timestamp; unparseable values are ignored.
+                 *     A timestamp outside the years 0001 to 9999 once in UTC (`9999-12-31T23:59:59-05:00` is in
+                 *     the year 10000) answers `400 bad_request` and stores nothing.
+                 *      */
                 subscriptionFrom?: components["parameters"]["PopSubscriptionFrom"];
                 /** @description Commit the cursor in the pop's own transaction (at-most-once); `leaseId` is then `""`. */
                 autoAck?: components["parameters"]["PopAutoAck"];

@@ -36,8 +36,8 @@ func (s *Server) ListConsumerGroups(ctx context.Context, _ gen.ListConsumerGroup
 			State:                 gen.ConsumerGroupSummaryState(g.State()),
 			Storage:               "segments",
 			SubscriptionMode:      mode,
-			SubscriptionTimestamp: utcPtr(g.SubscriptionTimestamp),
-			SubscriptionCreatedAt: utcPtr(g.SubscriptionCreatedAt),
+			SubscriptionTimestamp: clampedUTC(g.SubscriptionTimestamp),
+			SubscriptionCreatedAt: clampedUTC(g.SubscriptionCreatedAt),
 			Conflation:            false,
 		})
 	}
@@ -66,8 +66,8 @@ func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLagg
 			OffsetLag:          int(c.OffsetLag),
 			TimeLagSeconds:     seconds,
 			LagHours:           float32(c.TimeLag.Hours()),
-			OldestUnconsumedAt: utcPtr(c.OldestUnconsumed),
-			LastConsumedAt:     utcPtr(c.LastConsumedAt),
+			OldestUnconsumedAt: clampedUTC(c.OldestUnconsumed),
+			LastConsumedAt:     clampedUTC(c.LastConsumedAt),
 		})
 	}
 	return out, nil
@@ -84,7 +84,7 @@ func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupR
 		partitions[c.Queue] = append(partitions[c.Queue], gen.ConsumerGroupPartition{
 			Partition:      c.Partition,
 			WorkerId:       optional(c.LeaseID),
-			LastConsumedAt: utcPtr(c.LastConsumedAt),
+			LastConsumedAt: clampedUTC(c.LastConsumedAt),
 			TotalConsumed:  int(c.TotalConsumed),
 			OffsetLag:      int(c.OffsetLag),
 			TimeLagSeconds: int(c.TimeLag / time.Second),
@@ -142,11 +142,20 @@ func deleteMetadata(p *bool) bool {
 	return p == nil || *p
 }
 
-func utcPtr(t *time.Time) *time.Time {
+// clampedUTC is a stored instant in UTC, held within the years JSON can
+// write: a subscription an older build stored past 9999 (UTC) made the group
+// listing answer 500 to every caller.
+func clampedUTC(t *time.Time) *time.Time {
 	if t == nil {
 		return nil
 	}
 	u := t.UTC()
+	switch {
+	case u.Before(engine.FirstJSONTime):
+		u = engine.FirstJSONTime
+	case u.After(engine.LastJSONTime):
+		u = engine.LastJSONTime
+	}
 	return &u
 }
 

@@ -2,9 +2,11 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"testing"
 	"time"
 
@@ -496,5 +498,96 @@ func TestBrokerDefaultSubscriptionModeAppliesWhenThePopOmitsIt(t *testing.T) {
 	}
 	if p := b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup=explicit&subscriptionMode=new"); len(p.Messages) != 0 {
 		t.Fatalf("explicit new skips the backlog, got %v", p.txns())
+	}
+}
+
+// An instant outside the years 0001–9999 once in UTC is valid RFC 3339
+// ("9999-12-31T23:59:59-05:00" is in the year 10000) but no answer can echo
+// it. The subscription, both seek routes and a pop's subscriptionFrom stored
+// it and answered 500 after committing, and every later group listing
+// answered 500; each now answers 400 and writes nothing.
+func TestGroupTimestampsOutsideTheJSONYearsAre400AndStoreNothing(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	g := q + "-g"
+	t.Cleanup(func() { b.call(t, "DELETE", "/api/v1/consumer-groups/"+g, nil, nil) })
+	b.push(t, q, "a", "m1")
+	b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup="+g+"&subscriptionMode=all&batch=1&autoAck=true")
+	stored := func() (subscription time.Time, committed int64) {
+		t.Helper()
+		if err := b.Pool.QueryRow(context.Background(), `SELECT cg.subscription_timestamp, c.committed
+			FROM lanes.consumer_groups cg JOIN lanes.queues q ON q.id = cg.queue_id
+			JOIN lanes.partitions p ON p.queue_id = q.id
+			JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = cg.consumer_group
+			WHERE q.name = $1 AND cg.consumer_group = $2`, q, g).Scan(&subscription, &committed); err != nil {
+			t.Fatal(err)
+		}
+		return subscription, committed
+	}
+	subscriptionBefore, committedBefore := stored()
+	for _, instant := range []string{"9999-12-31T23:59:59-05:00", "0001-01-01T00:00:00+01:00"} {
+		for _, c := range []struct{ method, path, body string }{
+			{"POST", "/api/v1/consumer-groups/" + g + "/subscription", `{"subscriptionTimestamp":"` + instant + `"}`},
+			{"POST", "/api/v1/consumer-groups/" + g + "/queues/" + q + "/seek", `{"timestamp":"` + instant + `"}`},
+			{"POST", "/api/v1/consumer-groups/" + g + "/queues/" + q + "/partitions/a/seek", `{"timestamp":"` + instant + `"}`},
+			{"GET", "/api/v1/pop/queue/" + q + "?consumerGroup=" + g + "-pop&subscriptionFrom=" + url.QueryEscape(instant), ""},
+		} {
+			status, raw := b.specAnswer(t, c.method, c.path, c.body)
+			var e errorBody
+			if err := json.Unmarshal(raw, &e); err != nil || status != http.StatusBadRequest || e.Code != CodeBadRequest {
+				t.Errorf("%s %s with %s: %d %s; want 400 %s", c.method, c.path, instant, status, raw, CodeBadRequest)
+			}
+		}
+	}
+	if subscription, committed := stored(); !subscription.Equal(subscriptionBefore) || committed != committedBefore {
+		t.Errorf("stored subscription %v, cursor %d; want %v and %d untouched", subscription, committed, subscriptionBefore, committedBefore)
+	}
+	var popGroups int
+	if err := b.Pool.QueryRow(context.Background(), `SELECT count(*) FROM lanes.consumer_groups WHERE consumer_group = $1`, g+"-pop").Scan(&popGroups); err != nil || popGroups != 0 {
+		t.Errorf("the refused pop stored %d subscriptions (%v)", popGroups, err)
+	}
+	// The edges of the range are fine.
+	for _, instant := range []string{"9999-12-31T23:59:59.999999999Z", "0001-01-01T00:00:00Z"} {
+		if status, raw := b.specAnswer(t, "POST", "/api/v1/consumer-groups/"+g+"/subscription", `{"subscriptionTimestamp":"`+instant+`"}`); status != http.StatusOK {
+			t.Errorf("subscription to %s: %d %s", instant, status, raw)
+		}
+	}
+}
+
+// A subscription an older build stored outside the years JSON can write is
+// listed clamped to the range's edge, instead of answering 500 to every
+// caller of the group listing.
+func TestGroupListingClampsStoredTimestampsOutsideTheJSONYears(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	late, early := q+"-late", q+"-early"
+	for _, g := range []string{late, early} {
+		t.Cleanup(func() { b.call(t, "DELETE", "/api/v1/consumer-groups/"+g, nil, nil) })
+		b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup="+g)
+	}
+	if _, err := b.Pool.Exec(context.Background(), `UPDATE lanes.consumer_groups SET subscription_timestamp =
+			CASE consumer_group WHEN $1 THEN '10000-01-01 04:59:59+00'::timestamptz ELSE '0001-12-31 23:00:00+00 BC'::timestamptz END
+		WHERE consumer_group IN ($1, $2)`, late, early); err != nil {
+		t.Fatal(err)
+	}
+	status, raw := b.specAnswer(t, "GET", "/api/v1/consumer-groups", "")
+	var groups []struct {
+		Name                  string `json:"name"`
+		SubscriptionTimestamp string `json:"subscriptionTimestamp"`
+	}
+	if err := json.Unmarshal(raw, &groups); err != nil || status != http.StatusOK {
+		t.Fatalf("list: %d %s (%v)", status, raw, err)
+	}
+	want := map[string]string{late: "9999-12-31T23:59:59.999999999Z", early: "0001-01-01T00:00:00Z"}
+	for _, g := range groups {
+		if w, ok := want[g.Name]; ok {
+			if g.SubscriptionTimestamp != w {
+				t.Errorf("%s: subscriptionTimestamp %s; want %s", g.Name, g.SubscriptionTimestamp, w)
+			}
+			delete(want, g.Name)
+		}
+	}
+	if len(want) > 0 {
+		t.Errorf("groups missing from the listing: %v", want)
 	}
 }

@@ -22,7 +22,7 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 	if p.From != nil {
 		from = p.From.UTC()
 	}
-	if outsideJSONYears(from) || outsideJSONYears(to) {
+	if engine.OutsideJSONYears(from) || engine.OutsideJSONYears(to) {
 		// The answer echoes both instants, and JSON dates hold four-digit years only.
 		return gen.GetStatus400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 			Error: "from and to must fall within the years 0001 to 9999 (UTC); from defaults to an hour before to", Code: CodeBadRequest}}, nil
@@ -51,10 +51,6 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 		Workers:         []map[string]any{}, Errors: map[string]any{}, StatsAge: statsAge,
 	}, nil
 }
-
-// outsideJSONYears reports an instant whose RFC 3339 form would not have a
-// four-digit year (time.Time refuses to marshal it).
-func outsideJSONYears(t time.Time) bool { return t.Year() < 1 || t.Year() > 9999 }
 
 // bucketMinutes picks the series resolution the reference dashboard uses for a window.
 func bucketMinutes(window time.Duration) int {

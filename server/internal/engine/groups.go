@@ -170,6 +170,9 @@ type SubscriptionUpdate struct {
 // cursors do not move (seek does that). A group subscribed with "all" becomes
 // a timestamp subscription, since it now has a start instant.
 func (e *Engine) UpdateSubscription(ctx context.Context, group string, ts time.Time) (SubscriptionUpdate, error) {
+	if err := checkJSONYears("subscriptionTimestamp", ts); err != nil {
+		return SubscriptionUpdate{}, err
+	}
 	const moved = `SET subscription_timestamp = $2,
 			subscription_mode = CASE WHEN subscription_mode = 'all' THEN 'timestamp' ELSE subscription_mode END
 		WHERE consumer_group = $1 RETURNING 1`

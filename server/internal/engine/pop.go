@@ -267,6 +267,14 @@ func normalizePop(req *PopRequest, defaultMode string) error {
 	} else {
 		return invalid("subscriptionMode", "subscriptionMode must be \"new\" (or new-only, new_only, newonly) or \"all\", got %q", req.SubscriptionMode)
 	}
+	// A subscriptionFrom that does not parse is ignored, as the reference
+	// does; one that parses is stored as the group's start, and echoed by the
+	// group listing.
+	if from, err := time.Parse(time.RFC3339Nano, req.SubscriptionFrom); err == nil {
+		if err := checkJSONYears("subscriptionFrom", from); err != nil {
+			return err
+		}
+	}
 	if req.Timeout <= 0 {
 		req.Timeout = DefaultPopTimeout
 	}

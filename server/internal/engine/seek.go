@@ -46,6 +46,11 @@ func (e *Engine) Seek(ctx context.Context, req SeekRequest) (SeekResult, error) 
 	if !req.ToEnd && req.Timestamp == nil {
 		return out, invalid("timestamp", "Must specify toEnd=true or a timestamp")
 	}
+	if !req.ToEnd {
+		if err := checkJSONYears("timestamp", *req.Timestamp); err != nil {
+			return out, err
+		}
+	}
 	if req.Group == "" {
 		req.Group = QueueModeGroup
 	}

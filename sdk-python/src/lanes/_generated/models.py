@@ -477,6 +477,11 @@ class ConsumerGroupSummary(BaseModel):
     storage: str
     subscription_mode: Annotated[str | None, Field(alias="subscriptionMode")]
     subscription_timestamp: Annotated[AwareDatetime | None, Field(alias="subscriptionTimestamp")]
+    """
+    Where the group's untouched partitions start. An instant an older build stored outside
+    the years 0001 to 9999 (UTC) is listed clamped to that range.
+
+    """
     subscription_created_at: Annotated[AwareDatetime | None, Field(alias="subscriptionCreatedAt")]
     conflation: bool
 
@@ -2179,7 +2184,9 @@ class SeekRequest(BaseModel):
     )
     timestamp: AwareDatetime | None = None
     """
-    Seek to the first segment created at or after this instant.
+    Seek to the first segment created at or after this instant. It must fall within the
+    years 0001 to 9999 once in UTC; otherwise `400 bad_request`, and no cursor moves.
+
     """
     to_end: Annotated[bool | None, Field(alias="toEnd")] = None
     """
@@ -2256,7 +2263,9 @@ class SubscriptionUpdateRequest(BaseModel):
     )
     subscription_timestamp: Annotated[AwareDatetime, Field(alias="subscriptionTimestamp")]
     """
-    New seed point for untouched partitions.
+    New seed point for untouched partitions. It must fall within the years 0001 to 9999
+    once in UTC; otherwise `400 bad_request`, and nothing is stored.
+
     """
 
 
