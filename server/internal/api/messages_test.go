@@ -1,11 +1,14 @@
 package api
 
 import (
+	"cmp"
 	"context"
 	"net/url"
 	"reflect"
 	"testing"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
 type messageList struct {
@@ -214,5 +217,71 @@ func TestMessageListingTimeWindow(t *testing.T) {
 	var e errorBody
 	if status, _ := b.call(t, "GET", base+"&from="+at(minute.Add(time.Minute))+"&to="+at(minute.Add(30*time.Second)), nil, &e); status != 400 {
 		t.Fatalf("from at the end of the window: %d %+v", status, e)
+	}
+}
+
+// A status-filtered page read only Offset+Limit segments per partition before
+// it dropped the frames whose status did not match, so dead letters in the
+// newest segments emptied or shortened the page while older matches existed,
+// and a pager stepping offset by limit missed them.
+func TestStatusFilteredPagesHoldLimitMatchesPastDeadLetters(t *testing.T) {
+	b := newTestBroker(t)
+	// Acks the next message of the group ("": queue mode) on partition p with status.
+	popAndAck := func(q, group, status, want string) {
+		t.Helper()
+		path := "/api/v1/pop/queue/" + q + "/partition/p?batch=1"
+		if group != "" {
+			path += "&consumerGroup=" + group + "&subscriptionMode=all"
+		}
+		p := b.pop(t, path)
+		m := p.Messages[0]
+		var out map[string]any
+		if st, _ := b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID,
+			"leaseId": p.LeaseID, "status": status, "consumerGroup": cmp.Or(group, engine.QueueModeGroup)}, &out); m.TransactionID != want || st != 200 || out["success"] != true {
+			t.Fatalf("ack %s %s: %d %+v", m.TransactionID, status, st, out)
+		}
+	}
+	pushFour := func(q string) {
+		for _, id := range []string{"m1", "m2", "m3", "m4"} {
+			b.push(t, q, "p", id) // one segment each
+		}
+	}
+	// Queue mode: m1 and m2 completed, m3 and m4 dead letters above them.
+	completed := uniqueQueue(t)
+	pushFour(completed)
+	for _, a := range [][2]string{{"m1", "completed"}, {"m2", "completed"}, {"m3", "dlq"}, {"m4", "dlq"}} {
+		popAndAck(completed, "", a[1], a[0])
+	}
+	// Bus: a slow group's cursor keeps m1..m4 pending while a fast group
+	// completes m1 and m2 and dead-letters m3 and m4.
+	pending := uniqueQueue(t)
+	pushFour(pending)
+	slow, fast := pending+"-slow", pending+"-fast"
+	b.call(t, "POST", "/api/v1/consumer-groups/"+slow+"/queues/"+pending+"/seek", `{"timestamp":"2000-01-01T00:00:00Z"}`, nil)
+	for _, a := range [][2]string{{"m1", "completed"}, {"m2", "completed"}, {"m3", "dlq"}, {"m4", "dlq"}} {
+		popAndAck(pending, fast, a[1], a[0])
+	}
+	t.Cleanup(func() {
+		for _, g := range []string{slow, fast} {
+			b.call(t, "DELETE", "/api/v1/consumer-groups/"+g, nil, nil)
+		}
+	})
+	for _, c := range []struct{ queue, status string }{{completed, "completed"}, {pending, "pending"}} {
+		base := "/api/v1/messages?queue=" + url.QueryEscape(c.queue) + "&status=" + c.status
+		for _, page := range []struct {
+			query string
+			want  []string
+		}{
+			{"&limit=1", []string{"m2"}},
+			{"&limit=1&offset=1", []string{"m1"}},
+			{"&limit=2", []string{"m2", "m1"}},
+			{"&limit=1&offset=2", []string{}},
+		} {
+			var got messageList
+			b.call(t, "GET", base+page.query, nil, &got)
+			if !reflect.DeepEqual(got.ids(), page.want) {
+				t.Errorf("status=%s%s: %v; want %v (m3 and m4 are dead letters)", c.status, page.query, got.ids(), page.want)
+			}
+		}
 	}
 }

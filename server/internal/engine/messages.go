@@ -153,7 +153,9 @@ const maxListRows = 1 << 30
 
 // ListMessages lists retained messages newest first. Work is bounded by the page:
 // each partition contributes at most Offset+Limit segments, read newest first from
-// the primary key and restricted to the offsets the status filter allows.
+// the primary key and restricted to the offsets the status filter allows, plus
+// one segment per dead letter in those offsets when the filter leaves dead
+// letters out (see segmentBudget).
 func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRecord, MessageListMode, error) {
 	var mode MessageListMode
 	if f.Limit <= 0 {
@@ -200,19 +202,18 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 	if err != nil {
 		return nil, mode, err
 	}
-	need := f.Offset + f.Limit
-	if f.Status == StatusDeadLetter {
-		// Dead letters may sit anywhere in the committed range: read only their segments.
-		need = maxListRows
+	budgets := make([]int64, len(pids))
+	for i, pid := range pids {
+		budgets[i] = segmentBudget(f, dead[pid], los[i], his[i])
 	}
 	segRows, err := e.pool.Query(ctx, `SELECT x.pid, x.lo, x.hi, s.base_offset, s.end_offset, s.created_at, s.frames
-		FROM unnest($1::uuid[], $2::int8[], $3::int8[]) AS x(pid, lo, hi)
+		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $6::int8[]) AS x(pid, lo, hi, budget)
 		CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
 			WHERE s.partition_id = x.pid AND s.base_offset <= x.hi AND s.end_offset >= x.lo AND s.created_at < $5
 			  AND ($7 = false OR EXISTS (SELECT 1 FROM lanes.dlq d WHERE d.partition_id = x.pid
 				AND d.message_offset BETWEEN s.base_offset AND s.end_offset))
-			ORDER BY s.base_offset DESC LIMIT $6) s
-		WHERE s.created_at >= $4`, pids, los, his, f.From, f.To, need, f.Status == StatusDeadLetter)
+			ORDER BY s.base_offset DESC LIMIT x.budget) s
+		WHERE s.created_at >= $4`, pids, los, his, f.From, f.To, budgets, f.Status == StatusDeadLetter)
 	if err != nil {
 		return nil, mode, err
 	}
@@ -264,6 +265,29 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 		out = out[:f.Limit]
 	}
 	return out, mode, nil
+}
+
+// segmentBudget is how many segments of one partition, newest first, a page
+// reads to hold every match among the partition's newest Offset+Limit. Each
+// segment in [lo, hi] holds at least one offset there, which matches unless
+// it is a dead letter and the filter is a status other than dead_letter: such
+// a segment may match nothing, but holds at least one of the partition's dead
+// letters in [lo, hi], so reading that many more segments is enough.
+func segmentBudget(f MessageFilter, dead map[int64]bool, lo, hi int64) int64 {
+	switch f.Status {
+	case StatusDeadLetter:
+		// Dead letters may sit anywhere in the committed range: only their segments are read.
+		return maxListRows
+	case "":
+		return int64(f.Offset + f.Limit)
+	}
+	deadInRange := 0
+	for off := range dead {
+		if off >= lo && off <= hi {
+			deadInRange++
+		}
+	}
+	return int64(f.Offset + f.Limit + deadInRange)
 }
 
 func (v *partitionView) record(f *Frame, off, base int64, idx int, created time.Time, st MessageStatus, lease *time.Time) MessageRecord {
