@@ -2086,10 +2086,10 @@ type StatusDeadLetters struct {
 
 // StatusLeases defines model for StatusLeases.
 type StatusLeases struct {
-	// Active Live leases.
+	// Active Live leases holding a cursor on the queues the filters select.
 	Active int `json:"active"`
 
-	// PartitionsLocked Partition cursors those leases hold.
+	// PartitionsLocked Partition cursors of those queues the leases hold.
 	PartitionsLocked int `json:"partitionsLocked"`
 }
 

@@ -2432,9 +2432,9 @@ export interface components {
             tasks: number;
         };
         StatusLeases: {
-            /** @description Live leases. */
+            /** @description Live leases holding a cursor on the queues the filters select. */
             active: number;
-            /** @description Partition cursors those leases hold. */
+            /** @description Partition cursors of those queues the leases hold. */
             partitionsLocked: number;
         };
         StatusDeadLetters: {

@@ -31,11 +31,12 @@ func (s *Server) GetStatus(ctx context.Context, req gen.GetStatusRequestObject) 
 		return gen.GetStatus400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 			Error: "from must be before to", Code: CodeBadRequest}}, nil
 	}
-	o, err := s.engine.Overview(ctx, engine.QueueListFilter{Queue: deref(p.Queue), Namespace: deref(p.Namespace), Task: deref(p.Task)})
+	filter := engine.QueueListFilter{Queue: deref(p.Queue), Namespace: deref(p.Namespace), Task: deref(p.Task)}
+	o, err := s.engine.Overview(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
-	leases, err := s.engine.Leases(ctx)
+	leases, err := s.engine.Leases(ctx, filter)
 	if err != nil {
 		return nil, err
 	}

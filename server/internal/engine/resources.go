@@ -304,10 +304,15 @@ type LeaseSummary struct {
 	PartitionsLocked int
 }
 
-// Leases counts live leases (distinct lease ids) and the cursor rows they hold.
-func (e *Engine) Leases(ctx context.Context) (LeaseSummary, error) {
+// Leases counts live leases (distinct lease ids) and the cursor rows they
+// hold, on the queues f selects (as Overview does; its paging is ignored). A
+// wide pop's lease counts once wherever it holds a selected cursor.
+func (e *Engine) Leases(ctx context.Context, f QueueListFilter) (LeaseSummary, error) {
 	var s LeaseSummary
-	err := e.pool.QueryRow(ctx, `SELECT count(DISTINCT lease_id)::int, count(*)::int FROM lanes.consumers
-		WHERE lease_id IS NOT NULL AND lease_expires_at > now()`).Scan(&s.Active, &s.PartitionsLocked)
+	err := e.pool.QueryRow(ctx, `SELECT count(DISTINCT c.lease_id)::int, count(*)::int FROM lanes.consumers c
+		JOIN lanes.partitions p ON p.id = c.partition_id JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE c.lease_id IS NOT NULL AND c.lease_expires_at > now()
+		  AND ($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)`,
+		f.Queue, f.Namespace, f.Task).Scan(&s.Active, &s.PartitionsLocked)
 	return s, err
 }

@@ -2207,11 +2207,11 @@ class StatusLeases(BaseModel):
     )
     active: int
     """
-    Live leases.
+    Live leases holding a cursor on the queues the filters select.
     """
     partitions_locked: Annotated[int, Field(alias="partitionsLocked")]
     """
-    Partition cursors those leases hold.
+    Partition cursors of those queues the leases hold.
     """
 
 
