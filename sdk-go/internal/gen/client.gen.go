@@ -2294,7 +2294,10 @@ type TransactionOperation struct {
 	// Status Ack — free string, same normalisation as `AckRequest.status`.
 	Status *string `json:"status,omitempty"`
 
-	// TraceId Push (flat form) — trace id (UUID) stored with the message.
+	// TraceId Push (flat form) — trace id stored with the message as given. A UUID is the
+	// convention, but any string is accepted; more than 1024 bytes (the transaction id's cap),
+	// a NUL character (`\u0000`) or invalid UTF-8 answers `400 bad_request` naming the field,
+	// and nothing of the bundle is stored.
 	TraceId *string `json:"traceId,omitempty"`
 
 	// TransactionId Push — dedup key (minted when absent). Ack — transaction id of the message.
@@ -2348,7 +2351,10 @@ type TransactionPushItem struct {
 	// Queue Target queue.
 	Queue *string `json:"queue,omitempty"`
 
-	// TraceId Trace id (UUID) stored with the message.
+	// TraceId Trace id stored with the message as given. A UUID is the convention, but any string is
+	// accepted; more than 1024 bytes (the transaction id's cap), a NUL character (`\u0000`)
+	// or invalid UTF-8 answers `400 bad_request` naming the field, and nothing of the bundle
+	// is stored.
 	TraceId *string `json:"traceId,omitempty"`
 
 	// TransactionId Dedup key (minted when absent).

@@ -1361,7 +1361,11 @@ export interface components {
             data?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            /** @description Push (flat form) — trace id (UUID) stored with the message. */
+            /** @description Push (flat form) — trace id stored with the message as given. A UUID is the
+             *     convention, but any string is accepted; more than 1024 bytes (the transaction id's cap),
+             *     a NUL character (`\u0000`) or invalid UTF-8 answers `400 bad_request` naming the field,
+             *     and nothing of the bundle is stored.
+             *      */
             traceId?: string;
             /** @description Push — dedup key (minted when absent). Ack — transaction id of the message. */
             transactionId?: string;
@@ -1391,7 +1395,11 @@ export interface components {
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
             /** @description Dedup key (minted when absent). */
             transactionId?: string;
-            /** @description Trace id (UUID) stored with the message. */
+            /** @description Trace id stored with the message as given. A UUID is the convention, but any string is
+             *     accepted; more than 1024 bytes (the transaction id's cap), a NUL character (`\u0000`)
+             *     or invalid UTF-8 answers `400 bad_request` naming the field, and nothing of the bundle
+             *     is stored.
+             *      */
             traceId?: string;
         };
         TransactionOperationResult: {

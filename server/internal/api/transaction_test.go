@@ -2,7 +2,9 @@ package api
 
 import (
 	"encoding/base64"
+	"encoding/json"
 	"net/http"
+	"strings"
 	"testing"
 	"time"
 
@@ -282,5 +284,50 @@ func TestPushMaintenanceRefusesBundlesWithPushesAndHoldsTimers(t *testing.T) {
 	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil)
 	if n, err := b.Engine.FireDueTimers(t.Context()); err != nil || n < 1 {
 		t.Fatalf("timers must fire once maintenance ends: %d %v", n, err)
+	}
+}
+
+// A transaction stores a push's traceId as given, UUID or not, up to the
+// transaction id's 1024 bytes: an unbounded one was stored, and every pop of
+// the message carried it (200 KB per message). Past the cap the bundle is a
+// 400 bad_request naming the field, and nothing of it is stored.
+func TestTransactionTraceIDIsStoredAsGivenUpTo1024Bytes(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	over := strings.Repeat("x", engine.MaxTransactionIDBytes+1)
+	for _, c := range []struct{ name, body, field string }{
+		{"flat push", `{"operations":[{"type":"push","queue":"` + q + `","payload":1,"traceId":"` + over + `"}]}`, "operations[0].traceId"},
+		{"nested items", `{"operations":[{"type":"push","items":[{"queue":"` + q + `","payload":1},{"queue":"` + q + `","payload":2,"traceId":"` + over + `"}]}]}`, "operations[0].traceId"},
+	} {
+		var e errorBody
+		status, raw := b.specAnswer(t, "POST", "/api/v1/transaction", c.body)
+		if err := json.Unmarshal(raw, &e); err != nil || status != http.StatusBadRequest || e.Code != CodeBadRequest || !strings.Contains(e.Error, c.field) {
+			t.Errorf("%s with a %d-byte traceId: %d %s; want 400 %s naming %s", c.name, len(over), status, raw, CodeBadRequest, c.field)
+		}
+	}
+	if n := b.countQueueRows(t, q); n != 0 {
+		t.Fatalf("refused bundles created %d queues", n)
+	}
+	atCap := strings.Repeat("y", engine.MaxTransactionIDBytes)
+	var res txResultBody
+	if status, _ := b.call(t, "POST", "/api/v1/transaction", map[string]any{"operations": []map[string]any{
+		{"type": "push", "queue": q, "payload": 1, "transactionId": "t1", "traceId": atCap},
+		{"type": "push", "queue": q, "payload": 2, "transactionId": "t2", "traceId": "not-a-uuid"},
+	}}, &res); status != http.StatusOK || !res.Success {
+		t.Fatalf("traceIds at the cap and not a UUID: %d %+v", status, res)
+	}
+	var popped struct {
+		Messages []struct {
+			TransactionID string `json:"transactionId"`
+			TraceID       string `json:"traceId"`
+		} `json:"messages"`
+	}
+	b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10", nil, &popped)
+	got := map[string]string{}
+	for _, m := range popped.Messages {
+		got[m.TransactionID] = m.TraceID
+	}
+	if got["t1"] != atCap || got["t2"] != "not-a-uuid" {
+		t.Fatalf("popped trace ids %d and %q; want %d bytes and %q", len(got["t1"]), got["t2"], len(atCap), "not-a-uuid")
 	}
 }

@@ -128,7 +128,9 @@ func normalizePushItem(it *PushItem, i int) error {
 // checkPushText checks the fields of a push item PostgreSQL stores as text
 // (the queue's namespace and task are parts of its name). The trace id
 // travels in the frames, but a dead letter copies it into lanes.dlq.trace_id,
-// so it must be storable text too.
+// so it must be storable text too; it is not checked as a UUID (the SDKs pass
+// any string), but bounded as a transaction id is, since every pop and
+// listing of the message carries it.
 func checkPushText(it *PushItem, at string) error {
 	if err := checkRequiredName(at+".queue", it.Queue); err != nil {
 		return err
@@ -139,7 +141,7 @@ func checkPushText(it *PushItem, at string) error {
 	if err := checkTransactionID(at+".transactionId", it.TransactionID); err != nil {
 		return err
 	}
-	return CheckStoredText(at+".traceId", it.TraceID, 0)
+	return CheckStoredText(at+".traceId", it.TraceID, MaxTransactionIDBytes)
 }
 
 // NamespaceTask derives the discovery labels of a queue from its dotted name:

@@ -2467,7 +2467,11 @@ class TransactionOperation(BaseModel):
     """
     trace_id: Annotated[str | None, Field(alias="traceId")] = None
     """
-    Push (flat form) — trace id (UUID) stored with the message.
+    Push (flat form) — trace id stored with the message as given. A UUID is the
+    convention, but any string is accepted; more than 1024 bytes (the transaction id's cap),
+    a NUL character (`\\u0000`) or invalid UTF-8 answers `400 bad_request` naming the field,
+    and nothing of the bundle is stored.
+
     """
     transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
     """
@@ -2557,7 +2561,11 @@ class TransactionPushItem(BaseModel):
     """
     trace_id: Annotated[str | None, Field(alias="traceId")] = None
     """
-    Trace id (UUID) stored with the message.
+    Trace id stored with the message as given. A UUID is the convention, but any string is
+    accepted; more than 1024 bytes (the transaction id's cap), a NUL character (`\\u0000`)
+    or invalid UTF-8 answers `400 bad_request` naming the field, and nothing of the bundle
+    is stored.
+
     """
 
 
