@@ -175,6 +175,11 @@ func TestAnswersMatchTheSpec(t *testing.T) {
 		{"GET", "/metrics", ""},
 		{"POST", "/api/v1/consumer-groups/" + group + "/queues/" + q + "/partitions/p1/seek", `{"toEnd":true}`},
 		{"POST", "/api/v1/consumer-groups/" + group + "/queues/" + q + "/seek", `{"timestamp":"2020-01-01T00:00:00Z"}`},
+		// The edges of the years an answer can echo (outside them: 400, groups_test.go).
+		{"POST", "/api/v1/consumer-groups/" + group + "/queues/" + q + "/seek", `{"timestamp":"0001-01-01T00:00:00Z"}`},
+		{"POST", "/api/v1/consumer-groups/" + group + "/queues/" + q + "/partitions/p1/seek", `{"timestamp":"9999-12-31T23:59:59.999999999Z"}`},
+		{"POST", "/api/v1/consumer-groups/" + group + "/subscription", `{"subscriptionTimestamp":"9999-12-31T23:59:59.999999999Z"}`},
+		{"GET", "/api/v1/consumer-groups", ""},
 		{"POST", "/api/v1/dlq/" + dlq.Messages[0].ID + "/replay", ""},
 		{"DELETE", "/api/v1/consumer-groups/" + group + "/queues/" + q, ""},
 		{"DELETE", "/api/v1/consumer-groups/" + group, ""},
