@@ -20,7 +20,9 @@ import (
 //   - maxWaitTimeSeconds: age alone, leased or not, whatever retentionEnabled says;
 //   - retentionSeconds (with retentionEnabled): age alone, consumed or not;
 //   - completedRetentionSeconds (with retentionEnabled): age, and every offset of the
-//     segment committed by every group of the partition (no groups: nothing goes).
+//     segment committed by every group of the partition (no groups: nothing goes;
+//     a group subscribed to a discovery scope holding the queue counts from its
+//     subscription on, before its first pop meets the queue).
 //
 // Deletion is a prefix of the log, so log_start stays one number.
 //
@@ -232,14 +234,21 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 			return err
 		}
 		// floor is the first offset some group has not committed; nil when there are
-		// no groups, or a group subscribed to the queue has no cursor here yet (it
-		// may start from the head when it seeds).
+		// no groups, or a group that will read the queue has no cursor here yet (it
+		// may start from the head when it seeds): one registered on the queue, or
+		// one subscribed to a discovery scope holding the queue that has not met it
+		// yet (its stored subscription may start before this head).
 		var floor *int64
 		var unseeded bool
 		if err := tx.QueryRow(ctx, `SELECT min(c.committed) + 1,
 				EXISTS (SELECT 1 FROM lanes.consumer_groups cg JOIN lanes.partitions p ON p.queue_id = cg.queue_id
 					WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumers c2
 						WHERE c2.partition_id = $1 AND c2.consumer_group = cg.consumer_group))
+				OR EXISTS (SELECT 1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+					JOIN lanes.discovery_subscriptions ds ON (ds.namespace = '' OR ds.namespace = q.namespace)
+						AND (ds.task = '' OR ds.task = q.task)
+					WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumer_groups cg
+						WHERE cg.consumer_group = ds.consumer_group AND cg.queue_id = q.id))
 			FROM lanes.consumers c WHERE c.partition_id = $1`, pid).Scan(&floor, &unseeded); err != nil {
 			return err
 		}
