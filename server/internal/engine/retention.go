@@ -345,26 +345,45 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 }
 
 // purgeExpiredTxns deletes the transaction-index rows of deleted segments whose
-// window has passed, a batch of expiry entries at a time.
+// window has passed, a batch of due expiry entries at a time. The window is the
+// queue's current one, so a row can outlive its entry's purge_after (the window
+// was raised since, or the row was stamped a moment after its segment): such
+// an entry keeps the ids it could not purge yet and falls due again when the
+// oldest of them passes the window, rather than going and leaving them behind
+// for good.
 func (e *Engine) purgeExpiredTxns(ctx context.Context) (purged int64, more bool, err error) {
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var entries int
 		err := tx.QueryRow(ctx, `WITH due AS (
-				SELECT id FROM lanes.txns_expiry WHERE purge_after <= now()
-				ORDER BY purge_after LIMIT $1 FOR UPDATE SKIP LOCKED),
-			gone AS (DELETE FROM lanes.txns_expiry x USING due WHERE x.id = due.id
-				RETURNING x.partition_id, x.below_offset, x.transaction_ids),
-			purged AS (DELETE FROM lanes.txns t
-				USING gone g
-				CROSS JOIN LATERAL unnest(g.transaction_ids) AS ids(txn)
-				LEFT JOIN lanes.partitions p ON p.id = g.partition_id
+				SELECT x.id, x.partition_id, x.below_offset, x.transaction_ids,
+					make_interval(secs => GREATEST(coalesce(q.dedup_window_seconds, 0),
+						coalesce(q.completed_retention_seconds, 0), $2)) AS keep_for
+				FROM lanes.txns_expiry x
+				LEFT JOIN lanes.partitions p ON p.id = x.partition_id
 				LEFT JOIN lanes.queues q ON q.id = p.queue_id
-				WHERE t.partition_id = g.partition_id AND t.transaction_id = ids.txn
-				  AND t.message_offset < g.below_offset
-				  AND t.created_at < now() - make_interval(secs => GREATEST(
-					coalesce(q.dedup_window_seconds, 0), coalesce(q.completed_retention_seconds, 0), $2))
-				RETURNING 1)
-			SELECT (SELECT count(*) FROM gone), (SELECT count(*) FROM purged)`, txnsPurgeBatch, txnsMinWindowSeconds).
+				WHERE x.purge_after <= now()
+				ORDER BY x.purge_after LIMIT $1 FOR UPDATE OF x SKIP LOCKED),
+			-- the entry's ids whose row is still the deleted copy (a later push may own the id now)
+			held AS (SELECT DISTINCT d.id, t.transaction_id, t.created_at, d.keep_for
+				FROM due d
+				CROSS JOIN LATERAL unnest(d.transaction_ids) AS ids(txn)
+				JOIN lanes.txns t ON t.partition_id = d.partition_id AND t.transaction_id = ids.txn
+					AND t.message_offset < d.below_offset),
+			purged AS (DELETE FROM lanes.txns t
+				USING due d
+				CROSS JOIN LATERAL unnest(d.transaction_ids) AS ids(txn)
+				WHERE t.partition_id = d.partition_id AND t.transaction_id = ids.txn
+				  AND t.message_offset < d.below_offset AND t.created_at < now() - d.keep_for
+				RETURNING 1),
+			young AS (SELECT id, array_agg(transaction_id) AS ids, min(created_at) + keep_for AS purge_after
+				FROM held WHERE created_at >= now() - keep_for GROUP BY id, keep_for),
+			-- (data-modifying WITH clauses run whether or not the query reads them)
+			moved AS (UPDATE lanes.txns_expiry x SET transaction_ids = y.ids, purge_after = y.purge_after
+				FROM young y WHERE x.id = y.id RETURNING 1),
+			gone AS (DELETE FROM lanes.txns_expiry x USING due d
+				WHERE x.id = d.id AND NOT EXISTS (SELECT 1 FROM young y WHERE y.id = d.id) RETURNING 1)
+			SELECT (SELECT count(*) FROM due), (SELECT count(*) FROM purged)`,
+			txnsPurgeBatch, txnsMinWindowSeconds).
 			Scan(&entries, &purged)
 		more = entries == txnsPurgeBatch
 		return err

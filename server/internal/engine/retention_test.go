@@ -459,3 +459,64 @@ func TestADiscoveryGroupMeetingAQueueReadsFromItsSubscription(t *testing.T) {
 		t.Fatalf("dg got %v, want m0 and m1", txnIDs(got.Messages))
 	}
 }
+
+// An expiry entry goes only with the transaction ids it purged: ids still
+// inside the queue's current window (the window was raised after their
+// segment went, or a row was stamped a moment after its segment) stay listed
+// and are purged once that window passes, instead of staying in lanes.txns
+// for good. SQL moves the clock back in place of the hours.
+func TestTransactionIdsOutlivingTheirExpiryEntryArePurgedLater(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	pushSegments(t, e, q, "p", "t1", "t2", "t3")
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e)
+	pid := partitionOf(t, e, q, "p").id
+	countTxns := func() int {
+		t.Helper()
+		var n int
+		if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.txns WHERE partition_id = $1`, pid).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	elapse := func(d string) {
+		t.Helper()
+		for _, table := range []string{"lanes.txns SET created_at = created_at", "lanes.txns_expiry SET purge_after = purge_after"} {
+			if _, err := e.pool.Exec(ctx, `UPDATE `+table+` - $2::interval WHERE partition_id = $1`, pid, d); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if n := countTxns(); n != 3 {
+		t.Fatalf("the deleted segments' transaction ids must stay for the dedup window, have %d", n)
+	}
+	// t3's row was stamped a minute after its segment: its entry falls due while t3 is inside the window.
+	if _, err := e.pool.Exec(ctx, `UPDATE lanes.txns SET created_at = created_at + interval '1 minute'
+		WHERE partition_id = $1 AND transaction_id = 't3'`, pid); err != nil {
+		t.Fatal(err)
+	}
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1, "dedupWindowSeconds": 7200})
+	elapse("3601 seconds") // past the window the entries were written with, inside the raised one
+	sweep(t, e)
+	if n := countTxns(); n != 3 {
+		t.Fatalf("ids inside the raised 2 h window must stay, have %d", n)
+	}
+	elapse("3600 seconds") // t1 and t2 are now past 2 h; t3 is a minute short of it
+	if st := sweep(t, e); st.TxnsPurged != 2 || countTxns() != 1 {
+		t.Fatalf("past the raised window t1 and t2 go and t3 stays: purged %d, %d left", st.TxnsPurged, countTxns())
+	}
+	elapse("2 minutes")
+	if st := sweep(t, e); st.TxnsPurged != 1 || countTxns() != 0 {
+		t.Fatalf("t3 goes once it passes the window: purged %d, %d left", st.TxnsPurged, countTxns())
+	}
+	var entries int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.txns_expiry WHERE partition_id = $1`, pid).Scan(&entries); err != nil {
+		t.Fatal(err)
+	}
+	if entries != 0 {
+		t.Fatalf("%d expiry entries left after every id was purged", entries)
+	}
+}
