@@ -112,6 +112,9 @@ type Engine struct {
 	brokerID string
 	// autopilot sizes pops that leave batch or width to the broker.
 	autopilot *autopilot
+	// retentionPassPartitions caps the partitions one retention pass steps; 0
+	// means defaultRetentionPassPartitions (tests lower it).
+	retentionPassPartitions int
 
 	closeOnce   sync.Once
 	stopParking atomic.Bool

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -37,6 +38,18 @@ import (
 // scan that returns only partitions that may hold expired segments, so a pass costs
 // what there is to delete, not the number of partitions. (last_write_at cannot do
 // this: a partition written every second still has old segments at its head.)
+//
+// A head the completed rule holds (no group, or a group that has not committed
+// it) would stay at the front of that index for as long as it is held, and a
+// pass re-checked it, in a locking transaction, before anything behind it. So a
+// step that keeps a head past the queue's shortest window raises the bound to
+// where the partition is due again retentionRecheckDelay later: the bound is
+// then when the partition next deserves a look, put in head-time terms, and no
+// longer a lower bound on that head (nothing else reads it). A pass
+// takes the partitions due first, queue by queue in turn (each queue's first,
+// then each one's second, ...), up to its cap: a held partition waits behind
+// everything that fell due before its recheck, and no queue's backlog takes
+// another queue's turn.
 
 const (
 	retentionLeaseName = "retention"
@@ -45,9 +58,13 @@ const (
 	retentionLeaseTTL = 30 * time.Second
 	// retentionStepSegments bounds one delete transaction (and the partition row lock it holds).
 	retentionStepSegments = 500
-	// retentionPassPartitions bounds one pass; the rest waits for the next one.
-	retentionPassPartitions = 20000
-	txnsPurgeBatch          = 200
+	// defaultRetentionPassPartitions bounds one pass; the rest waits for the next one.
+	defaultRetentionPassPartitions = 20000
+	// retentionRecheckDelay is how long a partition whose expired head a step kept
+	// waits before it is a candidate again; with the pass interval it stays under
+	// the minute in which a segment past its window must go once nothing holds it.
+	retentionRecheckDelay = 30 * time.Second
+	txnsPurgeBatch        = 200
 	// txnsMinWindowSeconds keeps transaction ids at least this long for ack resolution.
 	txnsMinWindowSeconds = 900
 )
@@ -181,29 +198,42 @@ func (e *Engine) RetentionPass(ctx context.Context) (RetentionStats, error) {
 	return st, nil
 }
 
-// retentionCandidates lists partitions of queues with a rule whose oldest segment
-// may be past the queue's shortest window (see the comment at the top).
-func (e *Engine) retentionCandidates(ctx context.Context) ([]uuid.UUID, error) {
-	rows, err := e.pool.Query(ctx, `SELECT p.id
-		FROM lanes.queues q
-		CROSS JOIN LATERAL (SELECT LEAST(
-				NULLIF(q.max_wait_time_seconds, 0),
-				CASE WHEN q.retention_enabled THEN NULLIF(q.retention_seconds, 0) END,
-				CASE WHEN q.retention_enabled THEN NULLIF(q.completed_retention_seconds, 0) END) AS secs) r
+// retentionWindowSQL is the queue q's shortest window in seconds, NULL without a
+// rule: a partition whose oldest segment is younger has nothing to delete.
+const retentionWindowSQL = `(SELECT CASE WHEN q.retention_sink_hold = '' OR r.secs IS NULL THEN r.secs
 		-- a sink hold keeps the head at least that long (see the comment at the top)
-		CROSS JOIN LATERAL (SELECT CASE WHEN q.retention_sink_hold = '' OR r.secs IS NULL THEN r.secs
-				ELSE GREATEST(r.secs, q.retention_sink_hold_max_seconds) END AS secs) w
+		ELSE GREATEST(r.secs, q.retention_sink_hold_max_seconds) END
+	FROM (SELECT LEAST(
+		NULLIF(q.max_wait_time_seconds, 0),
+		CASE WHEN q.retention_enabled THEN NULLIF(q.retention_seconds, 0) END,
+		CASE WHEN q.retention_enabled THEN NULLIF(q.completed_retention_seconds, 0) END) AS secs) r)`
+
+// retentionCandidates lists partitions of queues with a rule whose oldest segment
+// may be past the queue's shortest window, the earliest due first and the queues
+// taking turns (see the comment at the top).
+func (e *Engine) retentionCandidates(ctx context.Context) ([]uuid.UUID, error) {
+	var ids []uuid.UUID
+	b := &pgx.Batch{}
+	// The planner's estimate of the sort of many candidates starts JIT
+	// compilation, which cost ~450 ms against ~30 ms for the query.
+	b.Queue("SET LOCAL jit = off")
+	b.Queue(`SELECT c.id
+		FROM lanes.queues q
+		CROSS JOIN LATERAL (SELECT `+retentionWindowSQL+` AS secs) w
 		-- LATERAL with ORDER BY … LIMIT keeps the planner on the (queue_id, oldest_segment_at)
 		-- index range per queue; a plain join hash-joins over every partition.
-		CROSS JOIN LATERAL (SELECT p.id FROM lanes.partitions p
+		CROSS JOIN LATERAL (SELECT p.id, p.oldest_segment_at + make_interval(secs => w.secs) AS due,
+				row_number() OVER (ORDER BY p.oldest_segment_at) AS turn
+			FROM lanes.partitions p
 			WHERE p.queue_id = q.id AND p.oldest_segment_at < now() - make_interval(secs => w.secs)
-			ORDER BY p.oldest_segment_at LIMIT $1) p
+			ORDER BY p.oldest_segment_at LIMIT $1) c
 		WHERE w.secs IS NOT NULL
-		LIMIT $1`, retentionPassPartitions)
-	if err != nil {
-		return nil, err
-	}
-	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		ORDER BY c.turn, c.due
+		LIMIT $1`, cmp.Or(e.retentionPassPartitions, defaultRetentionPassPartitions)).Query(func(rows pgx.Rows) (err error) {
+		ids, err = pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+		return err
+	})
+	return ids, e.pool.SendBatch(ctx, b).Close()
 }
 
 type headSegment struct {
@@ -218,15 +248,17 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		var logStart int64
 		var maxWait, retention, completed, dedup, held int // held: the sink hold's seconds, 0 without one
+		var shortest *int                                  // the queue's shortest window (retentionWindowSQL)
 		var enabled bool
 		var now time.Time
 		// The partition row lock orders this step with pushes (allocator) and other steps.
 		err := tx.QueryRow(ctx, `SELECT p.log_start, q.max_wait_time_seconds, q.retention_enabled,
 				q.retention_seconds, q.completed_retention_seconds, q.dedup_window_seconds,
-				CASE WHEN q.retention_sink_hold <> '' THEN q.retention_sink_hold_max_seconds ELSE 0 END, now()
+				CASE WHEN q.retention_sink_hold <> '' THEN q.retention_sink_hold_max_seconds ELSE 0 END,
+				`+retentionWindowSQL+`, now()
 			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
 			WHERE p.id = $1 FOR UPDATE OF p`, pid).
-			Scan(&logStart, &maxWait, &enabled, &retention, &completed, &dedup, &held, &now)
+			Scan(&logStart, &maxWait, &enabled, &retention, &completed, &dedup, &held, &shortest, &now)
 		if errors.Is(err, pgx.ErrNoRows) {
 			return nil // deleted with its queue meanwhile
 		}
@@ -287,10 +319,16 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 			k++
 		}
 		// The new lower bound on the oldest segment: the first survivor, or now when
-		// none is left (a later push writes after this transaction's start).
+		// none is left (a later push writes after this transaction's start). A
+		// survivor the rules keep although it is past the shortest window is due
+		// again retentionRecheckDelay from now, not at the next pass (see the
+		// comment at the top).
 		oldest := now
 		if k < len(head) {
 			oldest = head[k].createdAt
+			if shortest != nil && now.Sub(oldest) > time.Duration(*shortest)*time.Second {
+				oldest = now.Add(retentionRecheckDelay - time.Duration(*shortest)*time.Second)
+			}
 		}
 		if k == 0 {
 			_, err := tx.Exec(ctx, `UPDATE lanes.partitions SET oldest_segment_at = $2

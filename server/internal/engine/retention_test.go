@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"reflect"
 	"slices"
 	"sync"
@@ -44,6 +45,17 @@ func pushSegments(t testing.TB, e *Engine, q, p string, ids ...string) {
 	t.Helper()
 	for _, id := range ids {
 		mustPush(t, e, items(q, p, id)...)
+	}
+}
+
+// elapseRecheckDelay stands in for waiting retentionRecheckDelay: a partition
+// whose expired head a pass kept is a candidate again only that long after.
+func elapseRecheckDelay(t testing.TB, e *Engine, pid uuid.UUID) {
+	t.Helper()
+	if _, err := e.pool.Exec(context.Background(), `UPDATE lanes.partitions
+		SET oldest_segment_at = oldest_segment_at - make_interval(secs => $2) WHERE id = $1`,
+		pid, retentionRecheckDelay.Seconds()); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -127,6 +139,7 @@ func TestCompletedRetentionIsHeldByTheSlowestGroup(t *testing.T) {
 
 	slow := mustPop(t, e, PopRequest{Queue: q, Group: "abandoned", Batch: 1})
 	mustAck(t, e, ack(slow.Messages[0], "completed"))
+	elapseRecheckDelay(t, e, partitionOf(t, e, q, "p").id)
 	sweep(t, e)
 	if ps := partitionOf(t, e, q, "p"); ps.segments != 1 || ps.logStart != 1 {
 		t.Fatalf("only what every group committed goes: %+v", ps)
@@ -518,5 +531,47 @@ func TestTransactionIdsOutlivingTheirExpiryEntryArePurgedLater(t *testing.T) {
 	}
 	if entries != 0 {
 		t.Fatalf("%d expiry entries left after every id was purged", entries)
+	}
+}
+
+// Partitions whose expired head the completed rule holds (here a group that
+// has not read them) no longer take every pass's candidate slots: a partition
+// of the same queue behind them and another queue's partition are swept within
+// a few passes of a cap smaller than the held set, and the held heads stay.
+func TestHeldPartitionsDoNotStarveTheRestOfTheSweep(t *testing.T) {
+	e := newEngine(t)
+	e.retentionPassPartitions = 3
+	held, other := queueName(t), queueName(t)
+	configure(t, e, held, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
+	configure(t, e, other, map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	mustPop(t, e, PopRequest{Queue: held, Group: "g", SubscriptionMode: "all"})
+	for i := range 6 {
+		pushSegments(t, e, held, fmt.Sprintf("held-%d", i), fmt.Sprintf("h%d", i))
+	}
+	pushSegments(t, e, held, "read", "r")
+	read := mustPop(t, e, PopRequest{Queue: held, Partition: "read", Group: "g", Batch: 1})
+	mustAck(t, e, ack(read.Messages[0], "completed"))
+	pushSegments(t, e, other, "p", "o")
+	time.Sleep(1200 * time.Millisecond)
+
+	passes := map[string]int{}
+	for pass := 1; pass <= 10 && len(passes) < 2; pass++ {
+		if st := sweep(t, e); st.Candidates > 3 {
+			t.Fatalf("pass %d stepped %d partitions, over its cap of 3", pass, st.Candidates)
+		}
+		for name, ps := range map[string]partitionState{"read": partitionOf(t, e, held, "read"), "other": partitionOf(t, e, other, "p")} {
+			if _, done := passes[name]; !done && ps.segments == 0 {
+				passes[name] = pass
+			}
+		}
+	}
+	if len(passes) < 2 {
+		t.Fatalf("after 10 passes only %v were swept: the held partitions kept the sweep from the rest", passes)
+	}
+	t.Logf("swept at pass: %v", passes)
+	for i := range 6 {
+		if ps := partitionOf(t, e, held, fmt.Sprintf("held-%d", i)); ps.segments != 1 {
+			t.Fatalf("held-%d lost what group g has not read: %+v", i, ps)
+		}
 	}
 }
