@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/google/uuid"
@@ -42,14 +43,16 @@ import (
 // A head the completed rule holds (no group, or a group that has not committed
 // it) would stay at the front of that index for as long as it is held, and a
 // pass re-checked it, in a locking transaction, before anything behind it. So a
-// step that keeps a head past the queue's shortest window raises the bound to
+// pass that keeps a head past the queue's shortest window raises the bound to
 // where the partition is due again retentionRecheckDelay later: the bound is
 // then when the partition next deserves a look, put in head-time terms, and no
-// longer a lower bound on that head (nothing else reads it). A pass
-// takes the partitions due first, queue by queue in turn (each queue's first,
-// then each one's second, ...), up to its cap: a held partition waits behind
-// everything that fell due before its recheck, and no queue's backlog takes
-// another queue's turn.
+// longer a lower bound on that head (nothing else reads it). A pass takes the
+// partitions due first, queue by queue in turn (each queue's first, then each
+// one's second, ...), up to its cap: a held partition waits behind everything
+// that fell due before its recheck, and no queue's backlog takes another
+// queue's turn. It reads the candidates' heads without locks, a chunk per round
+// trip, moves the bounds of those it keeps in one statement, and takes the
+// partition lock (retentionStep) only where something may go.
 
 const (
 	retentionLeaseName = "retention"
@@ -58,6 +61,8 @@ const (
 	retentionLeaseTTL = 30 * time.Second
 	// retentionStepSegments bounds one delete transaction (and the partition row lock it holds).
 	retentionStepSegments = 500
+	// retentionReadChunk is how many candidates' heads one round trip reads.
+	retentionReadChunk = 100
 	// defaultRetentionPassPartitions bounds one pass; the rest waits for the next one.
 	defaultRetentionPassPartitions = 20000
 	// retentionRecheckDelay is how long a partition whose expired head a step kept
@@ -161,28 +166,43 @@ func (e *Engine) RetentionPass(ctx context.Context) (RetentionStats, error) {
 		return st, err
 	}
 	st.Candidates = len(candidates)
-	for _, pid := range candidates {
+	renew := func() (bool, error) {
 		if time.Now().After(renewAt) {
-			if leader, err = e.acquireRetentionLease(ctx); err != nil || !leader {
-				return st, err
+			if leader, err := e.acquireRetentionLease(ctx); err != nil || !leader {
+				return false, err
 			}
 			renewAt = time.Now().Add(retentionLeaseTTL / 3)
 		}
-		deletedHere := false
-		for {
-			segs, msgs, more, err := e.retentionStep(ctx, pid)
-			if err != nil {
-				return st, fmt.Errorf("retention of partition %s: %w", pid, err)
-			}
-			st.Segments += segs
-			st.Messages += msgs
-			deletedHere = deletedHere || segs > 0
-			if !more {
-				break
-			}
+		return true, nil
+	}
+	for chunk := range slices.Chunk(candidates, retentionReadChunk) {
+		if leader, err := renew(); err != nil || !leader {
+			return st, err
 		}
-		if deletedHere {
-			st.Partitions++
+		toStep, err := e.retentionHeadsToStep(ctx, chunk)
+		if err != nil {
+			return st, fmt.Errorf("retention heads: %w", err)
+		}
+		for _, pid := range toStep {
+			if leader, err := renew(); err != nil || !leader {
+				return st, err
+			}
+			deletedHere := false
+			for {
+				segs, msgs, more, err := e.retentionStep(ctx, pid)
+				if err != nil {
+					return st, fmt.Errorf("retention of partition %s: %w", pid, err)
+				}
+				st.Segments += segs
+				st.Messages += msgs
+				deletedHere = deletedHere || segs > 0
+				if !more {
+					break
+				}
+			}
+			if deletedHere {
+				st.Partitions++
+			}
 		}
 	}
 	for {
@@ -241,102 +261,181 @@ type headSegment struct {
 	createdAt time.Time
 }
 
+// retentionHead is what the rules make of a partition's head at one instant.
+type retentionHead struct {
+	pid             uuid.UUID
+	gone            bool // the partition was deleted with its queue
+	logStart        int64
+	completed       int // the queue's completedRetentionSeconds and dedupWindowSeconds,
+	dedup           int // for the window its deleted transaction ids are kept
+	segments        []headSegment
+	expired         int       // segments[:expired] may go (at most retentionStepSegments)
+	oldestSegmentAt time.Time // the partition's bound once they are gone (see the comment at the top)
+
+	maxWait, retention, held int  // held: the sink hold's seconds, 0 without one
+	shortest                 *int // the queue's shortest window (retentionWindowSQL)
+	enabled                  bool
+	now                      time.Time
+	// floor is the first offset some group has not committed; nil when there are
+	// no groups, or a group that will read the queue has no cursor here yet (it
+	// may start from the head when it seeds): one registered on the queue, or
+	// one subscribed to a discovery scope holding the queue that has not met it
+	// yet (its stored subscription may start before this head).
+	floor    *int64
+	unseeded bool
+}
+
+// queueRetentionHead adds to b the reads of a partition's head; judge the
+// result once the batch is closed. With lock the first takes the partition row
+// lock, which orders a deleting step with pushes (allocator) and other steps.
+func queueRetentionHead(b *pgx.Batch, pid uuid.UUID, lock bool) *retentionHead {
+	h := &retentionHead{pid: pid}
+	locking := ""
+	if lock {
+		locking = " FOR UPDATE OF p"
+	}
+	b.Queue(`SELECT p.log_start, q.max_wait_time_seconds, q.retention_enabled,
+			q.retention_seconds, q.completed_retention_seconds, q.dedup_window_seconds,
+			CASE WHEN q.retention_sink_hold <> '' THEN q.retention_sink_hold_max_seconds ELSE 0 END,
+			`+retentionWindowSQL+`, now()
+		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE p.id = $1`+locking, pid).Query(func(rows pgx.Rows) error {
+		h.gone = !rows.Next()
+		if !h.gone {
+			if err := rows.Scan(&h.logStart, &h.maxWait, &h.enabled, &h.retention, &h.completed, &h.dedup,
+				&h.held, &h.shortest, &h.now); err != nil {
+				return err
+			}
+		}
+		rows.Close()
+		return rows.Err()
+	})
+	b.Queue(`SELECT min(c.committed) + 1,
+			EXISTS (SELECT 1 FROM lanes.consumer_groups cg JOIN lanes.partitions p ON p.queue_id = cg.queue_id
+				WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumers c2
+					WHERE c2.partition_id = $1 AND c2.consumer_group = cg.consumer_group))
+			OR EXISTS (SELECT 1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+				JOIN lanes.discovery_subscriptions ds ON (ds.namespace = '' OR ds.namespace = q.namespace)
+					AND (ds.task = '' OR ds.task = q.task)
+				WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumer_groups cg
+					WHERE cg.consumer_group = ds.consumer_group AND cg.queue_id = q.id))
+		FROM lanes.consumers c WHERE c.partition_id = $1`, pid).QueryRow(func(row pgx.Row) error {
+		return row.Scan(&h.floor, &h.unseeded)
+	})
+	b.Queue(`SELECT base_offset, end_offset, created_at FROM lanes.segments
+		WHERE partition_id = $1 ORDER BY base_offset LIMIT $2`, pid, retentionStepSegments+1).Query(func(rows pgx.Rows) error {
+		var err error
+		h.segments, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (headSegment, error) {
+			var s headSegment
+			err := r.Scan(&s.base, &s.end, &s.createdAt)
+			return s, err
+		})
+		return err
+	})
+	return h
+}
+
+// judge sets what the rules let go of the head and the bound that follows.
+func (h *retentionHead) judge() {
+	if h.gone {
+		return
+	}
+	if h.unseeded {
+		h.floor = nil
+	}
+	expired := func(s headSegment) bool {
+		age := h.now.Sub(s.createdAt)
+		switch {
+		case h.held > 0 && age <= time.Duration(h.held)*time.Second:
+			return false
+		case h.maxWait > 0 && age > time.Duration(h.maxWait)*time.Second:
+			return true
+		case h.enabled && h.retention > 0 && age > time.Duration(h.retention)*time.Second:
+			return true
+		case h.enabled && h.completed > 0 && age > time.Duration(h.completed)*time.Second:
+			return h.floor != nil && s.end < *h.floor
+		}
+		return false
+	}
+	k := 0
+	for k < len(h.segments) && k < retentionStepSegments && expired(h.segments[k]) {
+		k++
+	}
+	h.expired = k
+	// The new lower bound on the oldest segment: the first survivor, or now when
+	// none is left (a later push writes after this transaction's start). A
+	// survivor the rules keep although it is past the shortest window is due
+	// again retentionRecheckDelay from now, not at the next pass (see the
+	// comment at the top).
+	h.oldestSegmentAt = h.now
+	if k < len(h.segments) {
+		h.oldestSegmentAt = h.segments[k].createdAt
+		if h.shortest != nil && h.now.Sub(h.oldestSegmentAt) > time.Duration(*h.shortest)*time.Second {
+			h.oldestSegmentAt = h.now.Add(retentionRecheckDelay - time.Duration(*h.shortest)*time.Second)
+		}
+	}
+}
+
+// retentionHeadsToStep reads the heads of pids without a transaction or row
+// locks, in one round trip, and moves the bound of every partition nothing of
+// which may go now in one statement. It returns the partitions that have
+// something to delete, for retentionStep, which reads them again under the
+// lock. Most candidates a pass meets are heads a group holds, and a stale read
+// only delays one by retentionRecheckDelay.
+func (e *Engine) retentionHeadsToStep(ctx context.Context, pids []uuid.UUID) ([]uuid.UUID, error) {
+	b := &pgx.Batch{}
+	heads := make([]*retentionHead, len(pids))
+	for i, pid := range pids {
+		heads[i] = queueRetentionHead(b, pid, false)
+	}
+	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
+		return nil, err
+	}
+	var step, kept []uuid.UUID
+	var bounds []time.Time
+	for _, h := range heads {
+		h.judge()
+		switch {
+		case h.gone:
+		case h.expired > 0:
+			step = append(step, h.pid)
+		default:
+			kept = append(kept, h.pid)
+			bounds = append(bounds, h.oldestSegmentAt)
+		}
+	}
+	if len(kept) == 0 {
+		return step, nil
+	}
+	// SKIP LOCKED: a partition a push holds keeps its bound until the next pass,
+	// and no lock order can deadlock with a push's.
+	_, err := e.pool.Exec(ctx, `UPDATE lanes.partitions p SET oldest_segment_at = k.at
+		FROM (SELECT p2.id, k.at FROM unnest($1::uuid[], $2::timestamptz[]) AS k(id, at)
+			JOIN lanes.partitions p2 ON p2.id = k.id AND p2.oldest_segment_at < k.at
+			ORDER BY p2.id FOR UPDATE OF p2 SKIP LOCKED) k
+		WHERE p.id = k.id`, kept, bounds)
+	return step, err
+}
+
 // retentionStep deletes up to retentionStepSegments expired segments from the head
 // of one partition in one transaction. more reports that a full step was deleted
 // and the head may hold more.
 func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int, messages int64, more bool, err error) {
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
-		var logStart int64
-		var maxWait, retention, completed, dedup, held int // held: the sink hold's seconds, 0 without one
-		var shortest *int                                  // the queue's shortest window (retentionWindowSQL)
-		var enabled bool
-		var now time.Time
-		// The partition row lock orders this step with pushes (allocator) and other steps.
-		err := tx.QueryRow(ctx, `SELECT p.log_start, q.max_wait_time_seconds, q.retention_enabled,
-				q.retention_seconds, q.completed_retention_seconds, q.dedup_window_seconds,
-				CASE WHEN q.retention_sink_hold <> '' THEN q.retention_sink_hold_max_seconds ELSE 0 END,
-				`+retentionWindowSQL+`, now()
-			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
-			WHERE p.id = $1 FOR UPDATE OF p`, pid).
-			Scan(&logStart, &maxWait, &enabled, &retention, &completed, &dedup, &held, &shortest, &now)
-		if errors.Is(err, pgx.ErrNoRows) {
-			return nil // deleted with its queue meanwhile
-		}
-		if err != nil {
+		b := &pgx.Batch{}
+		h := queueRetentionHead(b, pid, true)
+		if err := tx.SendBatch(ctx, b).Close(); err != nil || h.gone {
 			return err
 		}
-		// floor is the first offset some group has not committed; nil when there are
-		// no groups, or a group that will read the queue has no cursor here yet (it
-		// may start from the head when it seeds): one registered on the queue, or
-		// one subscribed to a discovery scope holding the queue that has not met it
-		// yet (its stored subscription may start before this head).
-		var floor *int64
-		var unseeded bool
-		if err := tx.QueryRow(ctx, `SELECT min(c.committed) + 1,
-				EXISTS (SELECT 1 FROM lanes.consumer_groups cg JOIN lanes.partitions p ON p.queue_id = cg.queue_id
-					WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumers c2
-						WHERE c2.partition_id = $1 AND c2.consumer_group = cg.consumer_group))
-				OR EXISTS (SELECT 1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
-					JOIN lanes.discovery_subscriptions ds ON (ds.namespace = '' OR ds.namespace = q.namespace)
-						AND (ds.task = '' OR ds.task = q.task)
-					WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumer_groups cg
-						WHERE cg.consumer_group = ds.consumer_group AND cg.queue_id = q.id))
-			FROM lanes.consumers c WHERE c.partition_id = $1`, pid).Scan(&floor, &unseeded); err != nil {
-			return err
-		}
-		if unseeded {
-			floor = nil
-		}
-		rows, err := tx.Query(ctx, `SELECT base_offset, end_offset, created_at FROM lanes.segments
-			WHERE partition_id = $1 ORDER BY base_offset LIMIT $2`, pid, retentionStepSegments+1)
-		if err != nil {
-			return err
-		}
-		head, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (headSegment, error) {
-			var s headSegment
-			err := r.Scan(&s.base, &s.end, &s.createdAt)
-			return s, err
-		})
-		if err != nil {
-			return err
-		}
-		expired := func(s headSegment) bool {
-			age := now.Sub(s.createdAt)
-			switch {
-			case held > 0 && age <= time.Duration(held)*time.Second:
-				return false
-			case maxWait > 0 && age > time.Duration(maxWait)*time.Second:
-				return true
-			case enabled && retention > 0 && age > time.Duration(retention)*time.Second:
-				return true
-			case enabled && completed > 0 && age > time.Duration(completed)*time.Second:
-				return floor != nil && s.end < *floor
-			}
-			return false
-		}
-		k := 0
-		for k < len(head) && k < retentionStepSegments && expired(head[k]) {
-			k++
-		}
-		// The new lower bound on the oldest segment: the first survivor, or now when
-		// none is left (a later push writes after this transaction's start). A
-		// survivor the rules keep although it is past the shortest window is due
-		// again retentionRecheckDelay from now, not at the next pass (see the
-		// comment at the top).
-		oldest := now
-		if k < len(head) {
-			oldest = head[k].createdAt
-			if shortest != nil && now.Sub(oldest) > time.Duration(*shortest)*time.Second {
-				oldest = now.Add(retentionRecheckDelay - time.Duration(*shortest)*time.Second)
-			}
-		}
+		h.judge()
+		k, head, logStart := h.expired, h.segments, h.logStart
 		if k == 0 {
 			_, err := tx.Exec(ctx, `UPDATE lanes.partitions SET oldest_segment_at = $2
-				WHERE id = $1 AND oldest_segment_at < $2`, pid, oldest)
+				WHERE id = $1 AND oldest_segment_at < $2`, pid, h.oldestSegmentAt)
 			return err
 		}
 		last := head[k-1]
-		rows, err = tx.Query(ctx, `DELETE FROM lanes.segments WHERE partition_id = $1 AND base_offset <= $2
+		rows, err := tx.Query(ctx, `DELETE FROM lanes.segments WHERE partition_id = $1 AND base_offset <= $2
 			RETURNING base_offset, end_offset, frames`, pid, last.base)
 		if err != nil {
 			return err
@@ -366,11 +465,11 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 		}
 		newStart := max(last.end+1, logStart)
 		if _, err := tx.Exec(ctx, `UPDATE lanes.partitions SET log_start = greatest(log_start, $2), oldest_segment_at = $3
-			WHERE id = $1`, pid, newStart, oldest); err != nil {
+			WHERE id = $1`, pid, newStart, h.oldestSegmentAt); err != nil {
 			return err
 		}
 		// Transaction ids stay for dedup and ack resolution until their window passes.
-		window := max(dedup, completed, txnsMinWindowSeconds)
+		window := max(h.dedup, h.completed, txnsMinWindowSeconds)
 		if _, err := tx.Exec(ctx, `INSERT INTO lanes.txns_expiry (partition_id, below_offset, purge_after, transaction_ids)
 			VALUES ($1, $2, $3::timestamptz + make_interval(secs => $4), $5)`,
 			pid, newStart, last.createdAt, window, txnIDs); err != nil {
