@@ -419,6 +419,37 @@ def test_a_transaction_put_if_absent_on_a_present_key_commits_unless_required(
     assert drain(client.queue(qname)) == []
 
 
+def test_a_required_incr_past_its_bound_rolls_the_transaction_back(
+    client: lanes.Lanes, qname: str
+) -> None:
+    with pytest.raises(lanes.TransactionError) as ei:
+        client.transaction().queue(qname).push([{"n": 1}]).kv_incr(
+            qname, "hits", 5, max=4, required=True
+        ).commit()
+    assert (ei.value.reason, ei.value.kv_reason) == ("kv_precondition", "limit")
+    assert drain(client.queue(qname)) == []
+    assert not client.kv(qname).get("hits").found
+    res = client.transaction().kv_incr(qname, "hits", -1, min=0).commit()
+    assert res.success, "without required a crossed bound leaves the key and commits"
+    assert not client.kv(qname).get("hits").found
+
+
+def test_a_required_delete_at_a_stale_version_rolls_the_transaction_back(
+    client: lanes.Lanes, qname: str
+) -> None:
+    version = client.kv(qname).put("lock", "me").version
+    assert version is not None
+    with pytest.raises(lanes.TransactionError) as ei:
+        client.transaction().queue(qname).push([{"n": 1}]).kv_delete(
+            qname, "lock", expect=version + 1, required=True
+        ).commit()
+    assert ei.value.reason == "kv_precondition"
+    assert drain(client.queue(qname)) == []
+    assert client.kv(qname).get("lock").found
+    client.transaction().kv_delete(qname, "lock", expect=version, required=True).commit()
+    assert not client.kv(qname).get("lock").found
+
+
 def test_admin_groups_seek_dlq_messages(client: lanes.Lanes, qname: str) -> None:
     client.queue(qname).push(["a", "b"])
     msgs = client.queue(qname).group("audit").subscription_mode("all").wait(False).pop()

@@ -103,8 +103,7 @@ const expiry = (o) => (o.ttlSeconds > 0 ? { ttlSeconds: o.ttlSeconds } : { forev
 // txKv adds one wire-shaped KV op to a transaction through the builder's kv methods.
 function txKv(tb, o) {
   const opts = {};
-  if (o.expect !== undefined) opts.expect = o.expect;
-  if (o.required !== undefined) opts.required = o.required;
+  for (const k of ["expect", "required", "min", "max"]) if (o[k] !== undefined) opts[k] = o[k];
   switch (o.op) {
     case "put":
       return tb.kv.put(o.ns, o.key, o.value ?? null, expiry(o), opts);
@@ -113,7 +112,7 @@ function txKv(tb, o) {
     case "delete":
       return tb.kv.delete(o.ns, o.key, opts);
     case "incr":
-      return tb.kv.incr(o.ns, o.key, o.delta ?? 1, expiry(o));
+      return tb.kv.incr(o.ns, o.key, o.delta ?? 1, expiry(o), opts);
     default:
       throw new AdapterError(`transaction kv op ${o.op} is not mapped`);
   }

@@ -206,26 +206,19 @@ def timer_payload(o: dict[str, Any]) -> dict[str, Any]:
 
 
 def tx_kv(tx: Any, o: dict[str, Any]) -> Any:
-    """Add one wire-shaped KV op to a transaction through the builder's kv_* methods."""
-    kw: dict[str, Any] = {}
-    if "expect" in o:
-        kw["expect"] = o["expect"]
+    """Add one wire-shaped KV op to a transaction through the builder's kv_* methods, passing
+    every field the step gives (the SDK refuses one its method does not take)."""
+    kw = {k: o[k] for k in ("expect", "required", "min", "max") if k in o}
     if o["op"] == "put":
-        if "required" in o:
-            kw["required"] = o["required"]
         return tx.kv_put(o["ns"], o["key"], o.get("value"), ttl_seconds=expiry_seconds(o), **kw)
     if o["op"] == "putIfAbsent":
         return tx.kv_put_if_absent(
-            o["ns"],
-            o["key"],
-            o.get("value"),
-            ttl_seconds=expiry_seconds(o),
-            required=o.get("required", False),
+            o["ns"], o["key"], o.get("value"), ttl_seconds=expiry_seconds(o), **kw
         )
     if o["op"] == "delete":
         return tx.kv_delete(o["ns"], o["key"], **kw)
     if o["op"] == "incr":
-        return tx.kv_incr(o["ns"], o["key"], o.get("delta", 1), ttl_seconds=expiry_seconds(o))
+        return tx.kv_incr(o["ns"], o["key"], o.get("delta", 1), ttl_seconds=expiry_seconds(o), **kw)
     raise ValueError(f"transaction kv op {o['op']} is not mapped")
 
 

@@ -130,14 +130,45 @@ class _TxBase:
         )
         return self
 
-    def kv_delete(self: TB, ns: str, key: str, *, expect: int | None = None) -> TB:
-        self._kv.append(R.kv_op("delete", ns, key, expect=expect))
+    def kv_delete(
+        self: TB,
+        ns: str,
+        key: str,
+        *,
+        expect: int | None = None,
+        required: bool | None = None,
+    ) -> TB:
+        """Delete a key in the same commit. ``expect=N``: only at version N; ``required=True``
+        turns a lost ``expect`` into a rollback with ``reason == "kv_precondition"``."""
+        self._kv.append(R.kv_op("delete", ns, key, expect=expect, required=required))
         return self
 
     def kv_incr(
-        self: TB, ns: str, key: str, delta: int = 1, *, ttl_seconds: int | None = None
+        self: TB,
+        ns: str,
+        key: str,
+        delta: int = 1,
+        *,
+        ttl_seconds: int | None = None,
+        min: int | None = None,
+        max: int | None = None,
+        required: bool | None = None,
     ) -> TB:
-        self._kv.append(R.kv_op("incr", ns, key, delta=delta, ttl_seconds=ttl_seconds))
+        """Add ``delta`` to a numeric key (created at 0) in the same commit. ``min``/``max`` are
+        inclusive bounds (crossing one leaves the key unapplied with ``reason == "limit"``);
+        ``required=True`` turns that into a rollback with ``reason == "kv_precondition"``."""
+        self._kv.append(
+            R.kv_op(
+                "incr",
+                ns,
+                key,
+                delta=delta,
+                ttl_seconds=ttl_seconds,
+                min=min,
+                max=max,
+                required=required,
+            )
+        )
         return self
 
     def timer_schedule(
