@@ -165,7 +165,11 @@ func (s *state) ack(ctx context.Context, a ackArgs) (map[string]any, error) {
 		ms = renamed
 	}
 	res, err := s.client.Ack(ctx, ms, lanes.AckStatus(a.Status), lanes.AckOpts{Group: a.Group, Error: a.Error})
-	return successList(res, func(r lanes.AckResult) bool { return r.Success }, err), nil
+	out := successList(res, func(r lanes.AckResult) bool { return r.Success }, err)
+	if res != nil {
+		out["results"] = wire(res)
+	}
+	return out, nil
 }
 
 type renewArgs struct {
@@ -330,7 +334,7 @@ func (s *state) listDLQ(ctx context.Context, a dlqArgs) (map[string]any, error) 
 	for _, m := range list.Messages {
 		data = append(data, m.Data)
 	}
-	return map[string]any{"count": len(data), "data": data}, nil
+	return map[string]any{"count": len(data), "data": data, "rows": wire(list.Messages)}, nil
 }
 
 func popSummary(pr *lanes.PopResult) map[string]any {

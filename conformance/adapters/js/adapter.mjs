@@ -310,10 +310,10 @@ const queueSteps = {
     if (a.error) opts.error = a.error;
     try {
       const res = await c.ack(ms, a.status, opts);
-      return { success: successList(res) };
+      return { success: successList(res), results: res };
     } catch (err) {
       const out = { error: errKind(err) };
-      if (err instanceof AckError) out.success = successList(err.results);
+      if (err instanceof AckError) { out.success = successList(err.results); out.results = err.results; }
       return out;
     }
   },
@@ -396,7 +396,7 @@ const queueSteps = {
       const list = await c.admin.listDlq(q);
       if (a.save) this.dlq.set(a.save, list.messages ?? []);
       const data = (list.messages ?? []).map((m) => m.data);
-      return { count: data.length, data };
+      return { count: data.length, data, rows: list.messages ?? [] };
     } catch (err) {
       return { error: errKind(err) };
     }

@@ -222,6 +222,23 @@ def tx_kv(tx: Any, o: dict[str, Any]) -> Any:
     raise ValueError(f"transaction kv op {o['op']} is not mapped")
 
 
+def ack_rows(results: Any) -> list[dict[str, Any]]:
+    """An ack's AckResults in wire names; ``dropped`` only when set, as the broker sends it."""
+    return [
+        {
+            "index": r.index,
+            "transactionId": r.transaction_id,
+            "success": r.success,
+            "error": r.error,
+            "leaseReleased": r.lease_released,
+            "dlq": r.dlq,
+            "noop": r.noop,
+        }
+        | ({"dropped": True} if r.dropped else {})
+        for r in results
+    ]
+
+
 def success_list(results: Any) -> list[bool]:
     """An ack's or a renewal's per-message success flags."""
     return [r.success for r in results]
@@ -284,9 +301,13 @@ class CaseState:
             ms = [dataclasses.replace(m, transaction_id=a["transactionId"]) for m in ms]
         try:
             res = c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
-            return {"success": success_list(res)}
+            return {"success": success_list(res), "results": ack_rows(res)}
         except AckError as e:
-            return {"success": success_list(e.results), "error": err_kind(e)}
+            return {
+                "success": success_list(e.results),
+                "results": ack_rows(e.results),
+                "error": err_kind(e),
+            }
         except Exception as e:
             return {"error": err_kind(e)}
 
@@ -373,7 +394,7 @@ class CaseState:
         if a.get("save"):
             self.dlq[a["save"]] = list(lst.messages or [])
         data = [m.data for m in (lst.messages or [])]
-        return {"count": len(data), "data": data}
+        return {"count": len(data), "data": data, "rows": wire(list(lst.messages or []))}
 
     def op_consume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return self.consume(a)
