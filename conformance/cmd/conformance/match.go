@@ -15,6 +15,7 @@ import (
 //	$gte $lte $gt $lt n     numeric bounds (combine freely)
 //	$len n                  array/string/map length
 //	$absent true            key missing or null
+//	$null true              key present with the value null (a plain null also matches a missing key)
 //	$any true               anything, even absent
 //	$present true           anything but absent/null
 //	$same "step.path"       equal to a value of an earlier step's result (dot path; numbers index arrays)
@@ -48,6 +49,12 @@ func (m matcher) match(path string, exp, act any) []string {
 		}
 		sort.Strings(keys)
 		for _, k := range keys {
+			if op, ok := e[k].(map[string]any); ok && op["$null"] == true {
+				if _, present := a[k]; !present {
+					errs = append(errs, fmt.Sprintf("%s.%s: want null, got no key", path, k))
+					continue
+				}
+			}
 			errs = append(errs, m.match(path+"."+k, e[k], a[k])...)
 		}
 		return errs
@@ -101,6 +108,10 @@ func (m matcher) operator(path string, op map[string]any, act any) []string {
 		case "$absent":
 			if act != nil {
 				errs = append(errs, fail("want absent, got %s", show(act))...)
+			}
+		case "$null":
+			if act != nil {
+				errs = append(errs, fail("want null, got %s", show(act))...)
 			}
 		case "$present":
 			if act == nil {
