@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -257,10 +258,14 @@ type configureArgs struct {
 }
 
 func (s *state) configure(ctx context.Context, a configureArgs) (map[string]any, error) {
+	// Strict: Go's typed QueueOptions cannot carry an unknown option, so dropping one would run
+	// the step with defaults where TypeScript and Python send it and get 400 invalid_option.
 	var opts lanes.QueueOptions
 	if len(a.Options) > 0 {
-		if err := json.Unmarshal(a.Options, &opts); err != nil {
-			return nil, err
+		dec := json.NewDecoder(bytes.NewReader(a.Options))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&opts); err != nil {
+			return nil, fmt.Errorf("configure options: %w", err)
 		}
 	}
 	var err error

@@ -114,6 +114,9 @@ func loadCases(dir string) ([]testCase, error) {
 				if st.Op == "" {
 					return nil, fmt.Errorf("%s: case %s step %d has no operation", f, cs.Name, i+1)
 				}
+				if err := checkStepArgs(st.Op, st.Args); err != nil {
+					return nil, fmt.Errorf("%s: case %s step %d: %w", f, cs.Name, i+1, err)
+				}
 				tc.Steps = append(tc.Steps, st)
 			}
 			out = append(out, tc)

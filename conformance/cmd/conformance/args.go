@@ -1,0 +1,92 @@
+package main
+
+import (
+	"fmt"
+	"sort"
+	"strings"
+)
+
+// popKnobs are the arguments pop and consume share (docs/conformance.md, the pop row).
+var popKnobs = []string{"queue", "namespace", "task", "partition", "group", "subscriptionMode", "subscriptionFrom",
+	"batch", "partitions", "autopilot", "wait", "timeoutMs", "leaseSeconds", "serverAutoAck"}
+
+// stepArgs are the argument keys of every op (docs/conformance.md "Operations and their
+// results"). The adapters read only the keys they know, so a misspelt knob would be dropped
+// without a word and the step would run with the SDK's default: a case naming another key, or
+// another op, fails to load.
+var stepArgs = map[string][]string{
+	"push":           {"queue", "partition", "items"},
+	"pop":            append([]string{"save"}, popKnobs...),
+	"ack":            {"messages", "indices", "status", "group", "error", "transactionId"},
+	"renew":          {"messages", "seconds"},
+	"transaction":    {"ops"},
+	"configure":      {"queue", "options", "namespace", "task"},
+	"seek":           {"group", "queue", "partition", "toEnd", "mark"},
+	"mark":           {"name"},
+	"sleep":          {"ms"},
+	"dlq":            {"queue", "group", "save"},
+	"kvGet":          {"ns", "key"},
+	"kvPut":          {"ns", "key", "value", "ttlSeconds"},
+	"kvDelete":       {"ns", "key"},
+	"kvBatch":        {"ops"},
+	"timerSchedule":  {"queue", "key", "delayMs", "data"},
+	"timerGet":       {"queue", "key"},
+	"timerCancel":    {"queue", "key"},
+	"timerList":      {"queue", "limit", "after"},
+	"dlqReplay":      {"dlq", "index", "id"},
+	"dlqPurge":       {"queue", "group"},
+	"messageGet":     {"messages", "index", "partitionId", "transactionId"},
+	"messageDelete":  {"messages", "index", "partitionId", "transactionId"},
+	"messageRetry":   {"messages", "index", "partitionId", "transactionId"},
+	"groups":         {"prefix"},
+	"groupDelete":    {"group", "queue", "deleteMetadata"},
+	"lagging":        {"minLagSeconds", "prefix"},
+	"queueGet":       {"queue"},
+	"queueDelete":    {"queue"},
+	"queues":         {"namespace", "task", "limit", "offset"},
+	"depth":          {"queue", "group"},
+	"overview":       {},
+	"namespaces":     {"prefix"},
+	"tasks":          {"prefix"},
+	"messages":       {"queue", "partition", "status", "limit", "offset"},
+	"status":         {"queue", "namespace", "task"},
+	"queueStatuses":  {"queue", "namespace", "task", "limit", "offset"},
+	"queueStatus":    {"queue", "includePartitions"},
+	"bufferStatus":   {},
+	"metrics":        {},
+	"health":         {},
+	"maintenance":    {"scope"},
+	"setMaintenance": {"scope", "enabled"},
+	"group":          {"group"},
+	"subscription":   {"group", "mark"},
+	"kvList":         {"ns", "prefix", "after", "limit", "keysOnly", "includeExpired"},
+	"kvNamespaces":   {"prefix"},
+	"consume": append([]string{"concurrency", "limit", "idleMs", "renewEveryMs", "autoAck", "handler",
+		"stopWhenHandled", "stopAfterMs", "stop", "maxMs"}, popKnobs...),
+}
+
+// checkStepArgs refuses an op the table does not list and any argument key it does not list
+// for the op.
+func checkStepArgs(op string, args map[string]any) error {
+	known, ok := stepArgs[op]
+	if !ok {
+		return fmt.Errorf("unknown operation %q", op)
+	}
+	allowed := map[string]bool{}
+	for _, k := range known {
+		allowed[k] = true
+	}
+	var unknown []string
+	for k := range args {
+		if !allowed[k] {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	sorted := append([]string(nil), known...)
+	sort.Strings(sorted)
+	return fmt.Errorf("%s: unknown argument %s (it takes %s)", op, strings.Join(unknown, ", "), strings.Join(sorted, ", "))
+}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+func TestEveryShippedCaseLoads(t *testing.T) {
+	cases, err := loadCases(filepath.Join("..", "..", "cases"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(cases) == 0 {
+		t.Fatal("no cases in conformance/cases")
+	}
+}
+
+func TestACaseWithAMisspeltStepArgumentOrAnUnknownOpDoesNotLoad(t *testing.T) {
+	for _, tc := range []struct{ name, step, want string }{
+		{"misspelt knob", `pop: {queue: q, leaseSecond: 1}`, "pop: unknown argument leaseSecond"},
+		{"unknown op", `popp: {queue: q}`, `unknown operation "popp"`},
+		{"knob of another op", `push: {queue: q, items: [], batch: 2}`, "push: unknown argument batch"},
+	} {
+		dir := t.TempDir()
+		body := "cases:\n  - name: c\n    steps:\n      - " + tc.step + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "x.yaml"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := loadCases(dir)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: loadCases error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
