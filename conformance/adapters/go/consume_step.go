@@ -117,7 +117,9 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 	deadline := time.NewTimer(maxWait)
 	defer deadline.Stop()
 	if a.StopWhen > 0 {
-		// Stop relative to the handler's progress, not to the start (robust under load).
+		// Stop relative to the handler's progress, not to the start (robust under load); a loop
+		// that ends on its own ends the wait.
+	progress:
 		for {
 			mu.Lock()
 			n := len(handled)
@@ -127,6 +129,7 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 			}
 			select {
 			case <-c.Done():
+				break progress
 			case <-time.After(5 * time.Millisecond):
 			}
 		}

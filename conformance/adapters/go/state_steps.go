@@ -46,10 +46,11 @@ type timerArgs struct {
 
 func (t timerArgs) delay() time.Duration { return time.Duration(t.DelayMs) * time.Millisecond }
 
-// payload is the JSON text the fired message carries (the Go SDK takes it as bytes).
+// payload is the JSON text the fired message carries (the Go SDK takes it as bytes); a step
+// without data sends none, as the other adapters do.
 func (t timerArgs) payload() []byte {
 	if len(t.Data) == 0 {
-		return []byte("null")
+		return nil
 	}
 	return []byte(canonical(t.Data))
 }

@@ -31,6 +31,13 @@ function errKind(err) {
   return { kind: "other", message: String(err?.stack ?? err) };
 }
 
+// sdkErr is an SDK error as a step result; anything else is an adapter bug, rethrown to be
+// reported as adapterError (as in Go) rather than as an SDK error of kind other.
+function sdkErr(err) {
+  if (!(err instanceof LanesError)) throw err;
+  return errKind(err);
+}
+
 function newClient(c) {
   const o = c.client ?? {};
   const opts = { url: c.url, headers: c.headers ?? {} };
@@ -118,7 +125,8 @@ function txKv(tb, o) {
   }
 }
 
-const timerSchedule = (t) => ({ delayMillis: t.delayMs ?? 0, payload: t.data ?? null });
+// timerSchedule sends a payload only when the step gives data (none fires {}, as in Go and Python).
+const timerSchedule = (t) => ("data" in t ? { delayMillis: t.delayMs ?? 0, payload: t.data } : { delayMillis: t.delayMs ?? 0 });
 
 // address is a message step's target: a saved message (messages + index) or raw ids.
 function address(st, a) {
@@ -287,7 +295,7 @@ const queueSteps = {
       const res = await builder(c, a).push(items(a.items));
       return { items: res.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId })) };
     } catch (err) {
-      const out = { error: errKind(err) };
+      const out = { error: sdkErr(err) };
       if (err instanceof PushError) out.items = err.results.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId }));
       return out;
     }
@@ -298,7 +306,7 @@ const queueSteps = {
       if (a.save) this.saved.set(a.save, pr.messages);
       return popSummary(pr);
     } catch (err) {
-      return { error: errKind(err) };
+      return { error: sdkErr(err) };
     }
   },
   async ack(c, a) {
@@ -312,7 +320,7 @@ const queueSteps = {
       const res = await c.ack(ms, a.status, opts);
       return { success: successList(res), results: res };
     } catch (err) {
-      const out = { error: errKind(err) };
+      const out = { error: sdkErr(err) };
       if (err instanceof AckError) { out.success = successList(err.results); out.results = err.results; }
       return out;
     }
@@ -322,7 +330,7 @@ const queueSteps = {
       const res = await c.renew(this.messages(a.messages), { seconds: a.seconds });
       return { success: successList(res) };
     } catch (err) {
-      return { error: errKind(err) };
+      return { error: sdkErr(err) };
     }
   },
   async transaction(c, a) {
@@ -342,7 +350,7 @@ const queueSteps = {
       } else if (o.cancelTimer) {
         tb = tb.cancelTimer(o.cancelTimer.queue, o.cancelTimer.key);
       } else {
-        throw new Error("transaction op needs push, ack, kv, timer or cancelTimer");
+        throw new AdapterError("transaction op needs push, ack, kv, timer or cancelTimer");
       }
     }
     try {
@@ -351,7 +359,7 @@ const queueSteps = {
       if (res.kv?.length) out.kv = res.kv;
       return out;
     } catch (err) {
-      return { ok: false, error: errKind(err) };
+      return { ok: false, error: sdkErr(err) };
     }
   },
   async configure(c, a) {
@@ -362,7 +370,7 @@ const queueSteps = {
       await c.admin.configureQueue(a.queue, a.options ?? {}, labels);
       return { ok: true };
     } catch (err) {
-      return { ok: false, error: errKind(err) };
+      return { ok: false, error: sdkErr(err) };
     }
   },
   async seek(c, a) {
@@ -370,7 +378,7 @@ const queueSteps = {
     if (a.toEnd) to = { toEnd: true };
     else {
       const t = this.marks.get(a.mark);
-      if (!t) throw new Error(`no mark ${a.mark}`);
+      if (!t) throw new AdapterError(`no mark ${a.mark}`);
       to = { timestamp: t };
     }
     try {
@@ -378,7 +386,7 @@ const queueSteps = {
       else await c.admin.seekConsumerGroup(a.group, a.queue, to);
       return { ok: true };
     } catch (err) {
-      return { ok: false, error: errKind(err) };
+      return { ok: false, error: sdkErr(err) };
     }
   },
   async mark(c, a) {
@@ -398,7 +406,7 @@ const queueSteps = {
       const data = (list.messages ?? []).map((m) => m.data);
       return { count: data.length, data, rows: list.messages ?? [] };
     } catch (err) {
-      return { error: errKind(err) };
+      return { error: sdkErr(err) };
     }
   },
   async consume(c, a) {
@@ -419,10 +427,10 @@ class CaseState {
 
   messages(name, indices) {
     const ms = this.saved.get(name);
-    if (!ms) throw new Error(`no saved messages ${name}`);
+    if (!ms) throw new AdapterError(`no saved messages ${name}`);
     if (!indices) return ms;
     return indices.map((i) => {
-      if (i < 0 || i >= ms.length) throw new Error(`saved messages ${name} have no index ${i}`);
+      if (i < 0 || i >= ms.length) throw new AdapterError(`saved messages ${name} have no index ${i}`);
       return ms[i];
     });
   }

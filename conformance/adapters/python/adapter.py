@@ -261,6 +261,10 @@ class CaseState:
         ms = self.saved[name]
         if indices is None:
             return ms
+        for i in indices:
+            # Python would take a negative index from the end; the other adapters refuse it.
+            if not 0 <= i < len(ms):
+                raise ValueError(f"saved messages {name!r} have no index {i}")
         return [ms[i] for i in indices]
 
     def step(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
@@ -275,20 +279,20 @@ class CaseState:
             return {"error": err_kind(e)}
 
     # Queue-plane steps: they answer SDK errors themselves, with the partial results the SDK
-    # reports.
+    # reports; any other exception is an adapter bug (adapterError), as in Go.
 
     def op_push(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         try:
             return {"items": push_items(builder(c, a).push(items(a.get("items"))))}
         except PushError as e:
             return {"items": push_items(e.results), "error": err_kind(e)}
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"error": err_kind(e)}
 
     def op_pop(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         try:
             pr = builder(c, a).pop_result()
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"error": err_kind(e)}
         if a.get("save"):
             self.saved[a["save"]] = pr.messages
@@ -308,14 +312,14 @@ class CaseState:
                 "results": ack_rows(e.results),
                 "error": err_kind(e),
             }
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"error": err_kind(e)}
 
     def op_renew(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         try:
             res = c.renew(self.messages(a["messages"]), seconds=a.get("seconds", 60))
             return {"success": success_list(res)}
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"error": err_kind(e)}
 
     def op_transaction(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
@@ -348,7 +352,7 @@ class CaseState:
             if res.kv:
                 out["kv"] = wire(res.kv)
             return out
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"ok": False, "error": err_kind(e)}
 
     def op_configure(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
@@ -360,7 +364,7 @@ class CaseState:
                 task=a.get("task") or None,
             )
             return {"ok": True}
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"ok": False, "error": err_kind(e)}
 
     def op_seek(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
@@ -375,7 +379,7 @@ class CaseState:
             else:
                 c.admin.seek_consumer_group(a["group"], a["queue"], **kw)
             return {"ok": True}
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"ok": False, "error": err_kind(e)}
 
     def op_mark(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
@@ -389,7 +393,7 @@ class CaseState:
     def op_dlq(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         try:
             lst = c.admin.list_dlq(queue=a.get("queue"), consumer_group=a.get("group") or None)
-        except Exception as e:
+        except lanes.LanesError as e:
             return {"error": err_kind(e)}
         if a.get("save"):
             self.dlq[a["save"]] = list(lst.messages or [])
