@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	lanes "github.com/lanesmq/lanes/sdk-go"
@@ -37,9 +38,12 @@ type clientOpts struct {
 }
 
 type stepIn struct {
-	ID   string          `json:"id"`
-	Op   string          `json:"op"`
-	Args json.RawMessage `json:"args"`
+	ID         string          `json:"id"`
+	Op         string          `json:"op"`
+	Args       json.RawMessage `json:"args"`
+	Background *struct {
+		AfterMs int `json:"afterMs"`
+	} `json:"background"`
 }
 
 type stepOut struct {
@@ -136,9 +140,7 @@ func runCase(c caseIn) ([]stepOut, error) {
 	}()
 	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, marks: map[string]time.Time{}}
 	registry := st.steps()
-	steps := make([]stepOut, 0, len(c.Steps))
-	for _, s := range c.Steps {
-		start := time.Now()
+	runStep := func(s stepIn, start time.Time) map[string]any {
 		var (
 			res map[string]any
 			err error
@@ -155,8 +157,25 @@ func runCase(c caseIn) ([]stepOut, error) {
 			res = map[string]any{}
 		}
 		res["elapsedMs"] = time.Since(start).Milliseconds()
-		steps = append(steps, stepOut{ID: s.ID, Result: res})
+		return res
 	}
+	steps := make([]stepOut, len(c.Steps))
+	var background sync.WaitGroup // background steps (a push only: it shares no saved state)
+	for i, s := range c.Steps {
+		steps[i].ID = s.ID
+		start := time.Now()
+		if s.Background != nil {
+			background.Add(1)
+			go func() {
+				defer background.Done()
+				time.Sleep(time.Duration(s.Background.AfterMs) * time.Millisecond)
+				steps[i].Result = runStep(s, start)
+			}()
+			continue
+		}
+		steps[i].Result = runStep(s, start)
+	}
+	background.Wait()
 	return steps, nil
 }
 

@@ -539,23 +539,28 @@ class CaseState {
 async function runCase(c) {
   const client = newClient(c);
   const st = new CaseState(client);
+  const runStep = async (s, t0) => {
+    let result;
+    try {
+      result = (await st.step(s.op, s.args ?? {})) ?? {};
+    } catch (err) {
+      result = { adapterError: String(err?.stack ?? err) };
+    }
+    result.elapsedMs = Date.now() - t0;
+    return { id: s.id, result };
+  };
   const steps = [];
   try {
     for (const s of c.steps) {
       const t0 = Date.now();
-      let result;
-      try {
-        result = (await st.step(s.op, s.args ?? {})) ?? {};
-      } catch (err) {
-        result = { adapterError: String(err?.stack ?? err) };
-      }
-      result.elapsedMs = Date.now() - t0;
-      steps.push({ id: s.id, result });
+      // A background step (a push only) starts afterMs from now and is awaited at the case's end.
+      if (s.background) steps.push(sleep(s.background.afterMs).then(() => runStep(s, t0)));
+      else steps.push(await runStep(s, t0));
     }
+    return await Promise.all(steps);
   } finally {
     await client.close({ timeoutMillis: 5000 }).catch(() => {});
   }
-  return steps;
 }
 
 const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });

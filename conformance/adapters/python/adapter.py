@@ -662,16 +662,32 @@ class CaseState:
 def run_case(c: dict[str, Any]) -> list[dict[str, Any]]:
     client = new_client(c)
     st = CaseState(client)
-    steps = []
+    steps: list[dict[str, Any]] = [{"id": s["id"]} for s in c["steps"]]
+    background: list[threading.Thread] = []
+
+    def run_step(i: int, t0: float, after_s: float = 0) -> None:
+        time.sleep(after_s)
+        s = c["steps"][i]
+        try:
+            result = st.step(s["op"], s.get("args") or {}) or {}
+        except Exception:
+            result = {"adapterError": traceback.format_exc()}
+        result["elapsedMs"] = int((time.monotonic() - t0) * 1000)
+        steps[i]["result"] = result
+
     try:
-        for s in c["steps"]:
+        for i, s in enumerate(c["steps"]):
             t0 = time.monotonic()
-            try:
-                result = st.step(s["op"], s.get("args") or {}) or {}
-            except Exception:
-                result = {"adapterError": traceback.format_exc()}
-            result["elapsedMs"] = int((time.monotonic() - t0) * 1000)
-            steps.append({"id": s["id"], "result": result})
+            if s.get("background"):
+                # A push only (no saved state shared): starts afterMs from now, joined at the end.
+                after_s = s["background"].get("afterMs", 0) / 1000
+                t = threading.Thread(target=run_step, args=(i, t0, after_s), daemon=True)
+                t.start()
+                background.append(t)
+            else:
+                run_step(i, t0)
+        for t in background:
+            t.join()
     finally:
         with contextlib.suppress(Exception):
             client.close(5)

@@ -49,10 +49,18 @@ type requestSpec struct {
 
 // step is one step as sent to an adapter.
 type step struct {
-	ID     string         `json:"id"`
-	Op     string         `json:"op"`
-	Args   map[string]any `json:"args"`
-	expect any
+	ID         string          `json:"id"`
+	Op         string          `json:"op"`
+	Args       map[string]any  `json:"args"`
+	Background *backgroundSpec `json:"background,omitempty"`
+	expect     any
+}
+
+// backgroundSpec starts a step AfterMs after the previous one without waiting for it, so it
+// runs during the steps after it (a push while a pop is parked); the adapter reports its result
+// before the case ends. Only push may run in the background: it shares no saved state.
+type backgroundSpec struct {
+	AfterMs int `json:"afterMs"`
 }
 
 // testCase is a loaded case: ID is "<file stem>/<name>".
@@ -62,7 +70,7 @@ type testCase struct {
 	Steps []step
 }
 
-var stepKeys = map[string]bool{"id": true, "expect": true}
+var stepKeys = map[string]bool{"id": true, "expect": true, "background": true}
 
 func loadCases(dir string) ([]testCase, error) {
 	files, err := filepath.Glob(filepath.Join(dir, "*.yaml"))
@@ -117,6 +125,11 @@ func loadCases(dir string) ([]testCase, error) {
 				if err := checkStepArgs(st.Op, st.Args); err != nil {
 					return nil, fmt.Errorf("%s: case %s step %d: %w", f, cs.Name, i+1, err)
 				}
+				if bg, ok := raw["background"]; ok {
+					if st.Background, err = decodeBackground(st.Op, bg); err != nil {
+						return nil, fmt.Errorf("%s: case %s step %d: %w", f, cs.Name, i+1, err)
+					}
+				}
 				tc.Steps = append(tc.Steps, st)
 			}
 			out = append(out, tc)
@@ -161,4 +174,17 @@ func substitute(v any, vars map[string]string) any {
 	default:
 		return v
 	}
+}
+
+// decodeBackground reads a step's background: {afterMs: N}, for a push only.
+func decodeBackground(op string, v any) (*backgroundSpec, error) {
+	if op != "push" {
+		return nil, fmt.Errorf("background: only a push step may run in the background, not %s", op)
+	}
+	m, ok := normalize(v).(map[string]any)
+	after, isNum := m["afterMs"].(float64)
+	if !ok || len(m) != 1 || !isNum || after < 0 {
+		return nil, fmt.Errorf("background: want {afterMs: N}, got %s", show(normalize(v)))
+	}
+	return &backgroundSpec{AfterMs: int(after)}, nil
 }

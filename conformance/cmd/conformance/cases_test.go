@@ -34,3 +34,30 @@ func TestACaseWithAMisspeltStepArgumentOrAnUnknownOpDoesNotLoad(t *testing.T) {
 		}
 	}
 }
+
+func TestOnlyAPushStepRunsInTheBackground(t *testing.T) {
+	for _, tc := range []struct{ name, step, want string }{
+		{"a push", "push: {queue: q, items: [{data: 1}]}\n        background: {afterMs: 300}", ""},
+		{"a pop", "pop: {queue: q}\n        background: {afterMs: 300}", "only a push step may run in the background"},
+		{"no delay", "push: {queue: q, items: []}\n        background: true", "want {afterMs: N}"},
+		{"a misspelt delay", "push: {queue: q, items: []}\n        background: {afterMS: 3}", "want {afterMs: N}"},
+	} {
+		dir := t.TempDir()
+		body := "cases:\n  - name: c\n    steps:\n      - " + tc.step + "\n"
+		if err := os.WriteFile(filepath.Join(dir, "x.yaml"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		cases, err := loadCases(dir)
+		if tc.want == "" {
+			if err != nil {
+				t.Errorf("%s: %v", tc.name, err)
+			} else if bg := cases[0].Steps[0].Background; bg == nil || bg.AfterMs != 300 {
+				t.Errorf("%s: background %+v, want afterMs 300", tc.name, bg)
+			}
+			continue
+		}
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%s: loadCases error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}

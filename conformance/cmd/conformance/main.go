@@ -299,6 +299,9 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 	steps := make([]map[string]any, len(c.Steps))
 	for i, st := range c.Steps {
 		steps[i] = map[string]any{"id": st.ID, "op": st.Op, "args": substitute(st.Args, vars)}
+		if st.Background != nil {
+			steps[i]["background"] = st.Background
+		}
 	}
 	client := map[string]any{}
 	if c.Spec.Client != nil {
