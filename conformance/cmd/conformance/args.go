@@ -11,7 +11,7 @@ var popKnobs = []string{"queue", "namespace", "task", "partition", "group", "sub
 	"batch", "partitions", "autopilot", "wait", "timeoutMs", "leaseSeconds", "serverAutoAck"}
 
 // stepArgs are the argument keys of every op (docs/conformance.md "Operations and their
-// results"). The adapters read only the keys they know, so a misspelt knob would be dropped
+// results"). The adapters read only the keys they know, so a misspelled knob would be dropped
 // without a word and the step would run with the SDK's default: a case naming another key, or
 // another op, fails to load.
 var stepArgs = map[string][]string{

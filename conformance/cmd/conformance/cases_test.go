@@ -17,9 +17,9 @@ func TestEveryShippedCaseLoads(t *testing.T) {
 	}
 }
 
-func TestACaseWithAMisspeltStepArgumentOrAnUnknownOpDoesNotLoad(t *testing.T) {
+func TestACaseWithAMisspelledStepArgumentOrAnUnknownOpDoesNotLoad(t *testing.T) {
 	for _, tc := range []struct{ name, step, want string }{
-		{"misspelt knob", `pop: {queue: q, leaseSecond: 1}`, "pop: unknown argument leaseSecond"},
+		{"misspelled knob", `pop: {queue: q, leaseSecond: 1}`, "pop: unknown argument leaseSecond"},
 		{"unknown op", `popp: {queue: q}`, `unknown operation "popp"`},
 		{"knob of another op", `push: {queue: q, items: [], batch: 2}`, "push: unknown argument batch"},
 	} {
@@ -40,7 +40,7 @@ func TestOnlyAPushStepRunsInTheBackground(t *testing.T) {
 		{"a push", "push: {queue: q, items: [{data: 1}]}\n        background: {afterMs: 300}", ""},
 		{"a pop", "pop: {queue: q}\n        background: {afterMs: 300}", "only a push step may run in the background"},
 		{"no delay", "push: {queue: q, items: []}\n        background: true", "want {afterMs: N}"},
-		{"a misspelt delay", "push: {queue: q, items: []}\n        background: {afterMS: 3}", "want {afterMs: N}"},
+		{"a misspelled delay", "push: {queue: q, items: []}\n        background: {afterMS: 3}", "want {afterMs: N}"},
 	} {
 		dir := t.TempDir()
 		body := "cases:\n  - name: c\n    steps:\n      - " + tc.step + "\n"
