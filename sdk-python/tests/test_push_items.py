@@ -578,3 +578,38 @@ def test_the_longest_names_the_broker_takes_are_buffered_and_stored(
         b.push([1])
         b.flush(timeout=5)
         assert _pop_all(c, longest) == [1]
+
+
+def _clock_from_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A monotonic clock that reads 1 s, as on a machine (or in a process) just started."""
+    real = time.monotonic
+    start = real()
+    monkeypatch.setattr(time, "monotonic", lambda: real() - start + 1.0)
+
+
+def test_flush_sends_a_long_window_buffer_soon_after_boot(monkeypatch: pytest.MonkeyPatch) -> None:
+    # flush() marked what waits as first queued at clock 0.0, which is not due before the
+    # window passes when the clock itself reads less than the window (an hour here).
+    _clock_from_boot(monkeypatch)
+    stored: list[dict[str, Any]] = []
+    c = lanes.Lanes("http://broker", http_client=httpx.Client(transport=_broker(1_000_000, stored)))
+    b = c.queue("q").buffer(message_count=1000, time_millis=3_600_000)
+    b.push([1, 2, 3])
+    b.flush(timeout=5)
+    assert [it["payload"] for body in stored for it in body["items"]] == [1, 2, 3]
+    c.close()
+
+
+async def test_async_flush_sends_a_long_window_buffer_soon_after_boot(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    _clock_from_boot(monkeypatch)
+    stored: list[dict[str, Any]] = []
+    c = lanes.AsyncLanes(
+        "http://broker", http_client=httpx.AsyncClient(transport=_broker(1_000_000, stored))
+    )
+    b = c.queue("q").buffer(message_count=1000, time_millis=3_600_000)
+    await b.push([1, 2, 3])
+    await b.flush(timeout=5)
+    assert [it["payload"] for body in stored for it in body["items"]] == [1, 2, 3]
+    await c.aclose()

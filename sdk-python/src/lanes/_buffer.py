@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -99,6 +100,12 @@ class _Core:
             return 0.0
         assert self.first_at is not None
         return max(0.0, self.first_at + self.opts.time_millis / 1000.0 - now)
+
+    def make_due(self) -> None:
+        """Make what waits due now, whatever the monotonic clock reads: it counts from boot
+        (or process start), so a first_at of 0.0 was not due until time_millis after that."""
+        if self.items:
+            self.first_at = -math.inf
 
     def fits(self, n: int, inflight: int) -> bool:
         """Whether a push of ``n`` items may be queued whole now: it fits under the bound, or
@@ -256,8 +263,7 @@ class PushBuffer:
     def kick(self) -> None:
         """Make what waits due now."""
         with self._cv:
-            if self._core.items:
-                self._core.first_at = 0.0
+            self._core.make_due()
             self._cv.notify_all()
 
     def flush(self, timeout: float | None = 30.0) -> None:
@@ -272,7 +278,7 @@ class PushBuffer:
                     raise UnsentError(len(self._core.items) + self._inflight)
                 self._cv.wait(min(left, 0.05) if left is not None else 0.05)
                 if self._core.items:
-                    self._core.first_at = 0.0
+                    self._core.make_due()
                     self._cv.notify_all()
 
     def refuse(self) -> None:
@@ -388,8 +394,7 @@ class AsyncPushBuffer:
                 while len(self):
                     if self._stopped:
                         raise UnsentError(len(self))
-                    if self._core.items:
-                        self._core.first_at = 0.0
+                    self._core.make_due()
                     self._cv.notify_all()
                     with contextlib.suppress(asyncio.TimeoutError):
                         await asyncio.wait_for(self._cv.wait(), 0.05)
