@@ -60,11 +60,11 @@ func (e *Engine) Push(ctx context.Context, items []PushItem) ([]PushResult, erro
 
 // ReplayPush is Push for items that were answered before they were stored,
 // under the MessageID each carries (the disk spool's drain). An item whose
-// partition already maps its transaction id to that same message id is
-// answered duplicate whatever the queue's dedup window: its first attempt
-// committed (after its deadline, or before a crash cut the drain short), and
-// storing it again would deliver it twice. Items without a MessageID are
-// plain pushes.
+// partition already maps its transaction id to that same message id, or whose
+// write stores that message already, is answered duplicate whatever the
+// queue's dedup window: its first attempt committed (after its deadline, or
+// before a crash cut the drain short) or is in the same write, and storing it
+// again would deliver it twice. Items without a MessageID are plain pushes.
 func (e *Engine) ReplayPush(ctx context.Context, items []PushItem) ([]PushResult, error) {
 	return e.push(ctx, items, true)
 }
@@ -78,11 +78,7 @@ func (e *Engine) push(ctx context.Context, items []PushItem, replay bool) ([]Pus
 			return nil, err
 		}
 	}
-	req := &pushRequest{items: items, replay: replay, done: make(chan error, 1)}
-	req.results = make([]PushResult, len(items))
-	for i := range items {
-		req.results[i] = PushResult{Index: i, TransactionID: items[i].TransactionID, Queue: items[i].Queue}
-	}
+	req := newPushRequest(ctx, items, replay)
 	if err := e.pusher.submit(ctx, req); err != nil {
 		return nil, err
 	}
@@ -93,7 +89,8 @@ func (e *Engine) push(ctx context.Context, items []PushItem, replay bool) ([]Pus
 		}
 		return req.results, nil
 	case <-ctx.Done():
-		// The commit may still land; the caller learns nothing more than it would
+		// A request still queued is dropped by its committer; one already in a
+		// write may still land. The caller learns nothing more than it would
 		// from a lost response, and dedup makes a retry safe.
 		return nil, ctx.Err()
 	}
@@ -155,11 +152,26 @@ func NamespaceTask(queue string) (string, string) {
 }
 
 type pushRequest struct {
+	// ctx is the caller's: once it is done the caller has its answer (the API
+	// then spools the items), so a committer leaves the request out of its
+	// writes rather than store what the spool will store again.
+	ctx     context.Context
 	items   []PushItem
 	results []PushResult
 	// replay marks a ReplayPush: its items are probed by identity.
 	replay bool
 	done   chan error
+}
+
+// newPushRequest wraps normalized items for a committer, each result holding
+// what is known before the write.
+func newPushRequest(ctx context.Context, items []PushItem, replay bool) *pushRequest {
+	req := &pushRequest{ctx: ctx, items: items, replay: replay, done: make(chan error, 1)}
+	req.results = make([]PushResult, len(items))
+	for i := range items {
+		req.results[i] = PushResult{Index: i, TransactionID: items[i].TransactionID, Queue: items[i].Queue}
+	}
+	return req
 }
 
 // pusher coalesces concurrent push requests: each committer takes whatever is
@@ -250,10 +262,12 @@ func (p *pusher) run(queue chan *pushRequest) {
 // carries it fails. Nothing of the failed commit was stored, so running the
 // members again is a plain retry for each.
 func (p *pusher) commitBatch(batch []*pushRequest) {
-	err := p.commitWithRetry(batch)
+	batch, err := p.commitWithRetry(batch)
 	if err != nil && len(batch) > 1 && isDataError(err) {
 		for _, r := range batch {
-			r.finish(p.e, p.commitWithRetry([]*pushRequest{r}))
+			if alone, err := p.commitWithRetry([]*pushRequest{r}); len(alone) == 1 {
+				r.finish(p.e, err)
+			}
 		}
 		return
 	}
@@ -275,20 +289,45 @@ func (r *pushRequest) finish(e *Engine, err error) {
 	r.done <- err
 }
 
-func (p *pusher) commitWithRetry(batch []*pushRequest) error {
+// commitWithRetry commits batch, running it again after a failure that
+// stored nothing and may pass next time. Before each attempt it answers and
+// leaves out the requests whose caller gave up (dropAbandoned); it returns the
+// requests its last attempt wrote, for the caller to answer.
+func (p *pusher) commitWithRetry(batch []*pushRequest) ([]*pushRequest, error) {
 	var err error
 	for attempt := 0; attempt < 3; attempt++ {
+		if batch = dropAbandoned(batch); len(batch) == 0 {
+			return nil, nil
+		}
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		err = p.e.commitPushes(ctx, batch)
 		cancel()
 		if err == nil {
-			return nil
+			return batch, nil
 		}
 		if !IsRetryable(err) && !p.e.forgetStalePartitions(err) && !p.e.pauseUnprobedWrites(err) {
-			return err
+			return batch, err
 		}
 	}
-	return err
+	return batch, err
+}
+
+// dropAbandoned answers each request whose caller is gone with its context's
+// error, storing nothing, and returns the others (in batch's array). A caller
+// whose push deadline passed while the request waited (a stalled database)
+// has spooled the items under the same message ids; writing the request too
+// would store them twice on a queue without dedup: in the same write as the
+// drain's replay, which then cannot see it, or after the replay committed.
+func dropAbandoned(batch []*pushRequest) []*pushRequest {
+	live := batch[:0]
+	for _, r := range batch {
+		if err := r.ctx.Err(); err != nil {
+			r.done <- err
+			continue
+		}
+		live = append(live, r)
+	}
+	return live
 }
 
 type partitionKey struct{ queue, partition string }
@@ -781,6 +820,12 @@ func (w *pushWrite) queueWrites(b *pgx.Batch) {
 				continue
 			}
 			row, repeat := written[it.TransactionID]
+			if slot.replay && repeat && txMsg[row] == slot.messageID {
+				// this write stores the same message already (its first attempt,
+				// gathered with its replay): one copy whatever the window
+				res.Status, res.MessageID = PushDuplicate, slot.messageID
+				continue
+			}
 			if checkDups {
 				if orig, dup := inLog[it.TransactionID]; dup {
 					res.Status, res.MessageID = PushDuplicate, orig

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"errors"
 	"strings"
 	"testing"
@@ -60,9 +61,7 @@ func TestGroupCommitDataErrorFailsOnlyItsRequest(t *testing.T) {
 		if it.Partition == "" {
 			it.Partition = DefaultPartition
 		}
-		r := &pushRequest{items: []PushItem{it}, done: make(chan error, 1)}
-		r.results = []PushResult{{TransactionID: it.TransactionID, Queue: it.Queue}}
-		return r
+		return newPushRequest(context.Background(), []PushItem{it}, false)
 	}
 	good1 := newRequest(PushItem{Queue: q, Partition: "p1", TransactionID: "t1", Payload: raw(1)})
 	bad := newRequest(PushItem{Queue: q + "\x00", Partition: "p1", TransactionID: "t2", Payload: raw(1)})
