@@ -48,9 +48,11 @@ func (s *Server) Push(ctx context.Context, req gen.PushRequestObject) (gen.PushR
 }
 
 // storePush is the push path behind the handler: the token subject is stamped
-// on every item; pushes go to the spool in push maintenance, while older
-// spooled pushes are still draining (so nothing overtakes them in a
-// partition), and when PostgreSQL cannot be reached.
+// on every item; pushes go to the spool in push maintenance, while this
+// broker's older spooled pushes are still draining (so no push through this
+// broker overtakes them in a partition; one through another broker, whose
+// spool is empty, can: docs/operations.md, "Order across brokers"), and when
+// PostgreSQL cannot be reached.
 func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engine.PushResult, error) {
 	if sub := producerSub(ctx); sub != "" {
 		for i := range items {

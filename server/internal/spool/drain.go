@@ -81,8 +81,8 @@ const maxRounds = 50
 
 // DrainOnce replays every finalized file oldest-first, then finalizes and
 // replays the active file, round after round, until the spool is empty (new
-// pushes go to the spool while it is not, so nothing overtakes an older
-// message of its partition). It stops at the first failure.
+// pushes to this broker go to the spool while it is not, so none overtakes an
+// older message of its partition). It stops at the first failure.
 func (s *Spool) DrainOnce(ctx context.Context) (int, error) {
 	if s.paused() {
 		return 0, nil
