@@ -123,3 +123,25 @@ func TestTheSubscriptionRouteMovesADiscoveryScopeStart(t *testing.T) {
 		t.Fatalf("delivered %v, want after-move only", got)
 	}
 }
+
+// A group whose discovery pops ran on a broker older than the scope's stored
+// subscription (schema 120) has queues registered in the scope but no scope
+// row. Its first discovery pop after the upgrade starts the scope at the
+// group's earliest registration there, not at that pop, so a queue created in
+// the scope after the group subscribed still delivers everything pushed to it.
+func TestADiscoveryGroupSubscribedBeforeTheUpgradeReceivesANewQueue(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	ns := queueName(t)
+	mustPush(t, e, items(ns+".orders.eu", "p", "old")...)
+	mustPop(t, e, discoveryPop(ns, "billing"))
+	// What an older broker leaves: the queue registration, no scope row.
+	if _, err := e.pool.Exec(ctx, `DELETE FROM lanes.discovery_subscriptions
+		WHERE consumer_group = 'billing' AND namespace = $1`, ns); err != nil {
+		t.Fatal(err)
+	}
+	mustPush(t, e, items(ns+".orders.us", "p", "us-after")...)
+	if got := drain(t, e, discoveryPop(ns, "billing")); !slices.Equal(got, []string{"us-after"}) {
+		t.Fatalf("delivered %v, want us-after", got)
+	}
+}

@@ -330,11 +330,27 @@ func subscribesToScope(req *PopRequest) bool {
 }
 
 // queueScopeSubscription adds to b the group's subscription to the pop's
-// discovery scope, starting at this pop, unless the group has one.
+// discovery scope, unless the group has one. It starts at this pop, or at the
+// group's earliest registration on a queue of the scope (mode all first), with
+// that registration's mode: a broker older than schema 120 registered the
+// queues its discovery pops met but stored no scope row, and starting the
+// scope at the first pop after the upgrade would skip what was pushed
+// meanwhile to a queue created in the scope after the group subscribed.
 func queueScopeSubscription(b *pgx.Batch, req *PopRequest, now time.Time) {
 	mode, ts := subscriptionStart(req, now)
 	b.Queue(`INSERT INTO lanes.discovery_subscriptions (consumer_group, namespace, task, subscription_mode, subscription_timestamp)
-		VALUES ($1, $2, $3, $4, $5) ON CONFLICT DO NOTHING`, req.Group, req.Namespace, req.Task, mode, ts)
+		SELECT $1, $2, $3, s.mode, s.ts FROM (
+			SELECT $4::text AS mode, $5::timestamptz AS ts
+			UNION ALL
+			SELECT cg.subscription_mode, cg.subscription_timestamp
+			FROM lanes.consumer_groups cg JOIN lanes.queues q ON q.id = cg.queue_id
+			WHERE cg.consumer_group = $1 AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)
+		) s
+		WHERE NOT EXISTS (SELECT 1 FROM lanes.discovery_subscriptions
+			WHERE consumer_group = $1 AND namespace = $2 AND task = $3)
+		ORDER BY CASE WHEN s.mode = 'all' THEN '-infinity' ELSE s.ts END
+		LIMIT 1
+		ON CONFLICT DO NOTHING`, req.Group, req.Namespace, req.Task, mode, ts)
 }
 
 // subscribeScope returns the group's subscription to the pop's discovery
