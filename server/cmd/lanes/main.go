@@ -223,18 +223,21 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 
 // shutdown stops taking requests, waits up to cfg.ShutdownTimeout for the
 // running ones (or until another signal arrives on hurry), then stops the
-// loops (stopLoops), the spool and the engine. The worst case is the timeout
-// plus giveBackGrace.
+// loops (stopLoops), the spool and the engine, whose group commits get what
+// is left of the timeout plus giveBackGrace (nothing after another signal).
+// The worst case is the timeout plus giveBackGrace.
 func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopLoops context.CancelFunc, hurry <-chan os.Signal, cfg *config.Config, log *slog.Logger) error {
 	log.Info("shutting down: no new requests; finishing in-flight ones (a second signal cuts them)", "timeout", cfg.ShutdownTimeout, "running", running.n.Load())
-	shutdownCtx, cancel := context.WithTimeout(context.Background(), cfg.ShutdownTimeout)
+	budgetCtx, cancelBudget := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+giveBackGrace)
+	defer cancelBudget()
+	shutdownCtx, cancel := context.WithTimeout(budgetCtx, cfg.ShutdownTimeout)
 	defer cancel()
 	go func() {
 		select {
 		case sig := <-hurry:
-			log.Warn("second signal: not waiting for the in-flight requests any longer", "signal", sig.String())
-			cancel()
-		case <-shutdownCtx.Done():
+			log.Warn("second signal: not waiting for the in-flight requests and group commits any longer", "signal", sig.String())
+			cancelBudget()
+		case <-budgetCtx.Done():
 		}
 	}()
 	err := httpServer.Shutdown(shutdownCtx)
@@ -256,7 +259,7 @@ func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopL
 			log.Warn("spooled pushes not yet drained; they drain at the next start", "pending", n, "dir", b.sp.Dir())
 		}
 	}
-	b.eng.Close()
+	b.eng.Shutdown(budgetCtx)
 	if err != nil {
 		return fmt.Errorf("shutdown: %w", err)
 	}

@@ -13,7 +13,8 @@ import (
 
 // TestSecondSignalCutsTheInFlightRequests: with a push held inside
 // PostgreSQL and a 20 s shutdown timeout, a second SIGTERM makes the broker
-// cut the push's connection at once instead of waiting out the timeout.
+// cut the push's connection at once instead of waiting out the timeout, and
+// cancel its group commit rather than wait for the lock.
 func TestSecondSignalCutsTheInFlightRequests(t *testing.T) {
 	ctx := context.Background()
 	dsn := newDatabase(t)
@@ -71,15 +72,82 @@ func TestSecondSignalCutsTheInFlightRequests(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatalf("the held push's connection was not cut %v after a second SIGTERM (shutdown timeout 20 s)\n%s", time.Since(start), b.logs.String())
 	}
-	// The push itself still waits inside PostgreSQL; the engine lets it finish.
-	_ = tx.Rollback(ctx)
+	// The lock is still held: the group commit waiting for it is cancelled.
 	select {
 	case <-b.Done():
-	case <-time.After(8 * time.Second):
+	case <-time.After(3 * time.Second):
 		t.Fatalf("the broker still runs %v after a second SIGTERM\n%s", time.Since(start), b.logs.String())
 	}
 	if !strings.Contains(b.logs.String(), "second signal") {
 		t.Fatalf("no log line says the second signal cut the requests:\n%s", b.logs.String())
 	}
 	t.Logf("exited %v after the second SIGTERM", time.Since(start).Round(time.Millisecond))
+}
+
+// TestShutdownIsBoundedByTheTimeoutAndTheGiveBackGrace: a push whose group
+// commit waits for a partition row another connection keeps locked does not
+// hold the broker past LANES_SHUTDOWN_TIMEOUT_MS plus the give-back grace:
+// the commit is cancelled then, and the broker exits without answering it.
+func TestShutdownIsBoundedByTheTimeoutAndTheGiveBackGrace(t *testing.T) {
+	ctx := context.Background()
+	dsn := newDatabase(t)
+	const timeout = time.Second
+	b := startBroker(t, dsn, freePort(t), t.TempDir(), "LANES_SHUTDOWN_TIMEOUT_MS=1000")
+	waitCtx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	if err := b.WaitHealth(waitCtx, http.StatusOK); err != nil {
+		t.Fatal(err)
+	}
+	push := func(txn string) (int, error) {
+		body := `{"items":[{"queue":"bounded","partition":"p","transactionId":"` + txn + `","payload":1}]}`
+		resp, err := http.Post(b.URL+"/api/v1/push", "application/json", strings.NewReader(body))
+		if err != nil {
+			return 0, err
+		}
+		resp.Body.Close()
+		return resp.StatusCode, nil
+	}
+	if _, err := push("first"); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close(ctx)
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.partitions WHERE name = 'p' FOR UPDATE`); err != nil {
+		t.Fatal(err)
+	}
+	type answer struct {
+		status int
+		err    error
+	}
+	held := make(chan answer, 1)
+	go func() { s, err := push("held"); held <- answer{s, err} }()
+	time.Sleep(300 * time.Millisecond)
+	start := time.Now()
+	if err := b.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	bound := timeout + giveBackGrace
+	select {
+	case <-b.Done():
+	case <-time.After(bound + 2*time.Second):
+		t.Fatalf("the broker still runs %v after SIGTERM (bound %v) with a group commit stuck on a lock\n%s",
+			time.Since(start), bound, b.logs.String())
+	}
+	t.Logf("exited %v after SIGTERM", time.Since(start).Round(time.Millisecond))
+	if a := <-held; a.err == nil {
+		t.Fatalf("the held push answered %d although its commit never got the lock", a.status)
+	}
+	for _, line := range []string{"waiting for group commits", "cancelling group commits"} {
+		if !strings.Contains(b.logs.String(), line) {
+			t.Errorf("no %q in the shutdown log:\n%s", line, b.logs.String())
+		}
+	}
 }

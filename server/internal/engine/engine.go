@@ -126,12 +126,18 @@ type Engine struct {
 	pushesPaused func() bool
 	stop         chan struct{}
 	wg           sync.WaitGroup
+	// halt is the parent of the database work that outlives its request (group
+	// commits, timer firing, KV sweeps); Shutdown cancels it when its budget
+	// runs out, so a commit stuck on a lock does not hold the exit.
+	halt       context.Context
+	cancelHalt context.CancelFunc
 }
 
 // New starts an engine on pool. Call ApplySchema first (once per process).
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.withDefaults()
 	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	e.halt, e.cancelHalt = context.WithCancel(context.Background())
 	e.waiters = newWaiters()
 	e.health = newHealthConn()
 	e.leases = newLeaseIndex()
@@ -149,13 +155,22 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
 
 // Close stops background work; in-flight pushes finish first.
-func (e *Engine) Close() {
+func (e *Engine) Close() { e.Shutdown(context.Background()) }
+
+// Shutdown stops background work; in-flight pushes finish first, until ctx is
+// done: then the database work still running is cancelled (a cancelled group
+// commit either committed or did not, and its waiting requests get an error),
+// so Shutdown returns soon after ctx is done.
+func (e *Engine) Shutdown(ctx context.Context) {
 	e.closeOnce.Do(func() {
-		e.pusher.close()
+		stopHalting := context.AfterFunc(ctx, e.cancelHalt)
+		defer stopHalting()
+		e.pusher.close(ctx)
 		close(e.stop)
 		e.waiters.wakeAll()
 		e.wg.Wait()
 		e.health.close()
+		e.cancelHalt()
 	})
 }
 

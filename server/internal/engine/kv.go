@@ -839,7 +839,7 @@ func (e *Engine) StartKVSweeper(interval time.Duration) {
 	}
 	failures := failurelog.New(e.log, slog.LevelWarn, "kv sweep failed", "")
 	e.runEvery(interval, func() {
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		ctx, cancel := context.WithTimeout(e.halt, time.Minute)
 		defer cancel()
 		n, err := e.SweepExpiredKV(ctx)
 		if err != nil {

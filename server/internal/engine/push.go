@@ -10,6 +10,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/google/uuid"
@@ -185,6 +186,8 @@ type pusher struct {
 	mu     sync.RWMutex
 	closed bool
 	wg     sync.WaitGroup
+	// committing counts the group commits running, for the shutdown log.
+	committing atomic.Int64
 }
 
 func newPusher(e *Engine) *pusher {
@@ -223,14 +226,39 @@ func (p *pusher) submit(ctx context.Context, req *pushRequest) error {
 	}
 }
 
-func (p *pusher) close() {
+// close stops taking requests and waits for the committers to commit what was
+// submitted. Once ctx is done the engine's halt cancels their commits, and
+// close waits only for them to answer their requests with the error.
+func (p *pusher) close(ctx context.Context) {
 	p.mu.Lock()
 	p.closed = true
 	for _, q := range p.queues {
 		close(q)
 	}
 	p.mu.Unlock()
-	p.wg.Wait()
+	finished := make(chan struct{})
+	go func() { p.wg.Wait(); close(finished) }()
+	select {
+	case <-finished:
+		return
+	case <-time.After(100 * time.Millisecond):
+	}
+	p.e.log.Info("waiting for group commits", "commits", p.pending())
+	select {
+	case <-finished:
+	case <-ctx.Done():
+		p.e.log.Warn("shutdown budget spent: cancelling group commits; their clients get no answer, and each either committed or did not", "commits", p.pending())
+		<-finished
+	}
+}
+
+// pending counts the group commits running and the requests queued for one.
+func (p *pusher) pending() int64 {
+	n := p.committing.Load()
+	for _, q := range p.queues {
+		n += int64(len(q))
+	}
+	return n
 }
 
 func (p *pusher) run(queue chan *pushRequest) {
@@ -262,6 +290,8 @@ func (p *pusher) run(queue chan *pushRequest) {
 // carries it fails. Nothing of the failed commit was stored, so running the
 // members again is a plain retry for each.
 func (p *pusher) commitBatch(batch []*pushRequest) {
+	p.committing.Add(1)
+	defer p.committing.Add(-1)
 	batch, err := p.commitWithRetry(batch)
 	if err != nil && len(batch) > 1 && isDataError(err) {
 		for _, r := range batch {
@@ -299,11 +329,14 @@ func (p *pusher) commitWithRetry(batch []*pushRequest) ([]*pushRequest, error) {
 		if batch = dropAbandoned(batch); len(batch) == 0 {
 			return nil, nil
 		}
-		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		ctx, cancel := context.WithTimeout(p.e.halt, 30*time.Second)
 		err = p.e.commitPushes(ctx, batch)
 		cancel()
 		if err == nil {
 			return batch, nil
+		}
+		if p.e.halt.Err() != nil {
+			return batch, fmt.Errorf("%w: group commit cancelled: %w", errEngineClosed, err)
 		}
 		if !IsRetryable(err) && !p.e.forgetStalePartitions(err) && !p.e.pauseUnprobedWrites(err) {
 			return batch, err

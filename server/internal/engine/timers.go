@@ -477,7 +477,7 @@ func (e *Engine) StartTimers(interval time.Duration) {
 	failures := failurelog.New(e.log, slog.LevelWarn, "timer firing failed", "")
 	e.runEvery(interval, func() {
 		for {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			ctx, cancel := context.WithTimeout(e.halt, 30*time.Second)
 			n, err := e.FireDueTimers(ctx)
 			cancel()
 			if err != nil {
