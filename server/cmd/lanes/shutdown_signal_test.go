@@ -72,7 +72,7 @@ func TestSecondSignalCutsTheInFlightRequests(t *testing.T) {
 	case <-time.After(3 * time.Second):
 		t.Fatalf("the held push's connection was not cut %v after a second SIGTERM (shutdown timeout 20 s)\n%s", time.Since(start), b.logs.String())
 	}
-	// The lock is still held: the group commit waiting for it is cancelled.
+	// The lock is still held: the group commit waiting for it is canceled.
 	select {
 	case <-b.Done():
 	case <-time.After(3 * time.Second):
@@ -87,7 +87,7 @@ func TestSecondSignalCutsTheInFlightRequests(t *testing.T) {
 // TestShutdownIsBoundedByTheTimeoutAndTheGiveBackGrace: a push whose group
 // commit waits for a partition row another connection keeps locked does not
 // hold the broker past LANES_SHUTDOWN_TIMEOUT_MS plus the give-back grace:
-// the commit is cancelled then, and the broker exits without answering it.
+// the commit is canceled then, and the broker exits without answering it.
 func TestShutdownIsBoundedByTheTimeoutAndTheGiveBackGrace(t *testing.T) {
 	ctx := context.Background()
 	dsn := newDatabase(t)
@@ -145,7 +145,7 @@ func TestShutdownIsBoundedByTheTimeoutAndTheGiveBackGrace(t *testing.T) {
 	if a := <-held; a.err == nil {
 		t.Fatalf("the held push answered %d although its commit never got the lock", a.status)
 	}
-	for _, line := range []string{"waiting for group commits", "cancelling group commits"} {
+	for _, line := range []string{"waiting for group commits", "canceling group commits"} {
 		if !strings.Contains(b.logs.String(), line) {
 			t.Errorf("no %q in the shutdown log:\n%s", line, b.logs.String())
 		}

@@ -158,7 +158,7 @@ func (e *Engine) Pool() *pgxpool.Pool { return e.pool }
 func (e *Engine) Close() { e.Shutdown(context.Background()) }
 
 // Shutdown stops background work; in-flight pushes finish first, until ctx is
-// done: then the database work still running is cancelled (a cancelled group
+// done: then the database work still running is canceled (a canceled group
 // commit either committed or did not, and its waiting requests get an error),
 // so Shutdown returns soon after ctx is done.
 func (e *Engine) Shutdown(ctx context.Context) {

@@ -247,7 +247,7 @@ func (p *pusher) close(ctx context.Context) {
 	select {
 	case <-finished:
 	case <-ctx.Done():
-		p.e.log.Warn("shutdown budget spent: cancelling group commits; their clients get no answer, and each either committed or did not", "commits", p.pending())
+		p.e.log.Warn("shutdown budget spent: canceling group commits; their clients get no answer, and each either committed or did not", "commits", p.pending())
 		<-finished
 	}
 }
@@ -336,7 +336,7 @@ func (p *pusher) commitWithRetry(batch []*pushRequest) ([]*pushRequest, error) {
 			return batch, nil
 		}
 		if p.e.halt.Err() != nil {
-			return batch, fmt.Errorf("%w: group commit cancelled: %w", errEngineClosed, err)
+			return batch, fmt.Errorf("%w: group commit canceled: %w", errEngineClosed, err)
 		}
 		if !IsRetryable(err) && !p.e.forgetStalePartitions(err) && !p.e.pauseUnprobedWrites(err) {
 			return batch, err

@@ -13,8 +13,8 @@ import (
 )
 
 // A group commit stuck on a partition row another connection holds does not
-// hold Shutdown past its budget: the commit is cancelled, the waiting push
-// gets an error, and the shutdown log says what it waited for. The cancelled
+// hold Shutdown past its budget: the commit is canceled, the waiting push
+// gets an error, and the shutdown log says what it waited for. The canceled
 // commit either committed or did not: a retry stores the message exactly once.
 func TestShutdownCancelsAGroupCommitStuckOnALockAtItsBudget(t *testing.T) {
 	ctx := context.Background()
@@ -63,12 +63,12 @@ func TestShutdownCancelsAGroupCommitStuckOnALockAtItsBudget(t *testing.T) {
 	select {
 	case err := <-pushed:
 		if !errors.Is(err, errEngineClosed) {
-			t.Fatalf("the push waiting on the cancelled commit got %v, want an engine-closed error", err)
+			t.Fatalf("the push waiting on the canceled commit got %v, want an engine-closed error", err)
 		}
 	case <-time.After(time.Second):
-		t.Fatal("the push waiting on the cancelled commit got no answer")
+		t.Fatal("the push waiting on the canceled commit got no answer")
 	}
-	for _, line := range []string{"waiting for group commits", "cancelling group commits"} {
+	for _, line := range []string{"waiting for group commits", "canceling group commits"} {
 		if !strings.Contains(logs.String(), line) {
 			t.Errorf("no %q in the shutdown log:\n%s", line, logs.String())
 		}
