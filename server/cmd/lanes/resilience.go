@@ -124,7 +124,8 @@ const schemaAttemptTimeout = 10 * time.Second
 // start (the loops that need the schema, the spool drain among them).
 type schemaGate struct {
 	ready atomic.Bool
-	// outcome is what the boot attempt did: applied, unchanged, skipped
+	// outcome is what the boot attempt did: applied, unchanged, newer (a later
+	// version's schema is recorded, which holds this one's), skipped
 	// (LANES_APPLY_SCHEMA=false) or retrying (the database did not answer).
 	outcome string
 	start   func()
@@ -140,16 +141,22 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 		g.markReady()
 		return
 	}
-	attempt := func() (changed bool, err error) {
+	attempt := func() (engine.SchemaOutcome, error) {
 		actx, cancel := context.WithTimeout(ctx, schemaAttemptTimeout)
 		defer cancel()
-		return engine.ApplySchemaChanged(actx, pool)
+		return engine.ApplySchemaOutcome(actx, pool)
 	}
-	changed, err := attempt()
+	done, err := attempt()
 	if err == nil {
-		g.outcome = "unchanged"
-		if changed {
+		switch {
+		case done.Applied:
 			g.outcome = "applied"
+		case done.Newer():
+			g.outcome = "newer"
+			log.Info("the database's schema is a later version's, which holds this broker's: applying nothing",
+				"recordedVersion", done.Recorded, "schemaVersion", done.Version)
+		default:
+			g.outcome = "unchanged"
 		}
 		g.markReady()
 		return

@@ -21,6 +21,7 @@ const (
 	sqlstateAdminShutdown        = "57P01"
 	sqlstateCrashShutdown        = "57P02"
 	sqlstateCannotConnectNow     = "57P03"
+	sqlstateLockNotAvailable     = "55P03" // lock_timeout
 
 	// partitionGoneCode: pushOneTripSQL found a partition deleted since the
 	// partition cache learned it; the one-trip write reports errPartitionGone.

@@ -8,6 +8,9 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"strconv"
+	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -27,71 +30,131 @@ const schemaLockKey = 7781200100
 // lock. It runs at every boot, and the files' DDL waits for locks on hot tables
 // even when there is nothing to change (CREATE INDEX IF NOT EXISTS takes a
 // share lock, ADD COLUMN IF NOT EXISTS an exclusive one): a broker restarting
-// under load would stall pushes and pops behind them. So the digest of the
-// files applied is stored, and a boot that finds the same one applies nothing.
+// under load would stall pushes and pops behind them. So the digest and the
+// version of the files applied are stored, and a boot that finds its own, or a
+// later version (files only add, so an older broker's schema is part of it),
+// applies nothing.
 func ApplySchema(ctx context.Context, pool *pgxpool.Pool) error {
-	_, err := ApplySchemaChanged(ctx, pool)
+	_, err := ApplySchemaOutcome(ctx, pool)
 	return err
 }
 
-// ApplySchemaChanged is ApplySchema; changed says whether the schema was
-// (re)applied rather than found up to date.
-func ApplySchemaChanged(ctx context.Context, pool *pgxpool.Pool) (changed bool, err error) {
+// SchemaOutcome is what a boot's ApplySchema found and did.
+type SchemaOutcome struct {
+	// Applied says the files ran; false means the database held them already.
+	Applied bool
+	// Version is this broker's schema version (its highest file number);
+	// Recorded the one the database held before (0 when none).
+	Version, Recorded int
+}
+
+// Newer reports a database whose schema a later version applied, so this
+// broker applied nothing.
+func (o SchemaOutcome) Newer() bool { return o.Recorded > o.Version }
+
+// schemaLockTimeout bounds each wait of a schema statement for a table lock:
+// while it waits, every later request for that table (pushes and pops too)
+// queues behind it. One that gives up lets them through, and its file runs
+// again schemaLockRetryPause later, until ctx ends.
+const (
+	schemaLockTimeout    = 500 * time.Millisecond
+	schemaLockRetryPause = 500 * time.Millisecond
+)
+
+// ApplySchemaOutcome is ApplySchema, saying what it did.
+func ApplySchemaOutcome(ctx context.Context, pool *pgxpool.Pool) (SchemaOutcome, error) {
+	files, digest, version, err := schemaSources()
+	if err != nil {
+		return SchemaOutcome{}, err
+	}
+	out := SchemaOutcome{Version: version}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return false, fmt.Errorf("acquire: %w", err)
+		return out, fmt.Errorf("acquire: %w", err)
 	}
 	defer conn.Release()
 	if _, err := conn.Exec(ctx, "SELECT pg_advisory_lock($1)", int64(schemaLockKey)); err != nil {
-		return false, fmt.Errorf("schema lock: %w", err)
+		return out, fmt.Errorf("schema lock: %w", err)
 	}
 	defer func() {
 		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(schemaLockKey))
 	}()
-	files, digest, err := schemaSources()
-	if err != nil {
-		return false, err
-	}
 	var recorded bool
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('lanes.schema_applied') IS NOT NULL`).Scan(&recorded); err != nil {
-		return false, fmt.Errorf("schema digest: %w", err)
+		return out, fmt.Errorf("schema digest: %w", err)
 	}
 	if recorded {
-		var applied string
-		err := conn.QueryRow(ctx, `SELECT digest FROM lanes.schema_applied WHERE id = 1`).Scan(&applied)
+		// Read through to_jsonb: a database from before 130_schema_version.sql
+		// has no version columns yet.
+		var applied, versionDigest string
+		err := conn.QueryRow(ctx, `SELECT digest, coalesce((to_jsonb(s) ->> 'version')::int, 0),
+				coalesce(to_jsonb(s) ->> 'version_digest', '')
+			FROM lanes.schema_applied s WHERE id = 1`).Scan(&applied, &out.Recorded, &versionDigest)
 		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
-			return false, fmt.Errorf("schema digest: %w", err)
+			return out, fmt.Errorf("schema digest: %w", err)
 		}
-		if applied == digest {
-			return false, nil
+		if applied == digest || out.Newer() || (out.Recorded == version && versionDigest == digest) {
+			return out, nil
 		}
 	}
+	if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", schemaLockTimeout.Milliseconds())); err != nil {
+		return out, fmt.Errorf("schema lock_timeout: %w", err)
+	}
+	defer func() { _, _ = conn.Exec(context.Background(), "RESET lock_timeout") }()
 	for _, f := range files {
-		if _, err := conn.Exec(ctx, f.sql); err != nil {
-			return false, fmt.Errorf("apply schema %s: %w", f.name, err)
+		if err := applySchemaFile(ctx, conn, f); err != nil {
+			return out, err
 		}
 	}
-	if _, err := conn.Exec(ctx, `INSERT INTO lanes.schema_applied (id, digest, applied_at) VALUES (1, $1, now())
-		ON CONFLICT (id) DO UPDATE SET digest = EXCLUDED.digest, applied_at = EXCLUDED.applied_at`, digest); err != nil {
-		return false, fmt.Errorf("record schema digest: %w", err)
+	if _, err := conn.Exec(ctx, `INSERT INTO lanes.schema_applied (id, digest, version, version_digest, applied_at)
+		VALUES (1, $1, $2, $1, now())
+		ON CONFLICT (id) DO UPDATE SET digest = EXCLUDED.digest, version = EXCLUDED.version,
+			version_digest = EXCLUDED.version_digest, applied_at = EXCLUDED.applied_at`, digest, version); err != nil {
+		return out, fmt.Errorf("record schema digest: %w", err)
 	}
-	return true, nil
+	out.Applied = true
+	return out, nil
+}
+
+// applySchemaFile runs one file (one implicit transaction: a failure leaves
+// nothing of it), again after a pause whenever a lock wait timed out.
+func applySchemaFile(ctx context.Context, conn *pgxpool.Conn, f schemaFile) error {
+	for {
+		_, err := conn.Exec(ctx, f.sql)
+		if err == nil {
+			return nil
+		}
+		if !hasSQLState(err, sqlstateLockNotAvailable) {
+			return fmt.Errorf("apply schema %s: %w", f.name, err)
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("apply schema %s: tables stayed locked: %w", f.name, err)
+		case <-time.After(schemaLockRetryPause):
+		}
+	}
 }
 
 type schemaFile struct{ name, sql string }
 
-// schemaSources reads the schema files in name order with their SHA-256 digest.
-func schemaSources() ([]schemaFile, string, error) {
+// schemaSources reads the schema files in name order with their SHA-256
+// digest and the schema's version, the highest file number (NNN_name.sql).
+func schemaSources() (files []schemaFile, digest string, version int, err error) {
 	entries, err := fs.ReadDir(schemaFiles, "schema")
 	if err != nil {
-		return nil, "", err
+		return nil, "", 0, err
 	}
 	h := sha256.New()
-	var files []schemaFile
 	for _, entry := range entries { // ReadDir sorts by name
+		number, _, ok := strings.Cut(entry.Name(), "_")
+		n, err := strconv.Atoi(number)
+		if !ok || err != nil {
+			return nil, "", 0, fmt.Errorf("schema file %s: the name must start with its number and _", entry.Name())
+		}
+		version = max(version, n)
 		sql, err := fs.ReadFile(schemaFiles, "schema/"+entry.Name())
 		if err != nil {
-			return nil, "", err
+			return nil, "", 0, err
 		}
 		h.Write([]byte(entry.Name()))
 		h.Write([]byte{0})
@@ -99,5 +162,5 @@ func schemaSources() ([]schemaFile, string, error) {
 		h.Write([]byte{0})
 		files = append(files, schemaFile{entry.Name(), string(sql)})
 	}
-	return files, hex.EncodeToString(h.Sum(nil)), nil
+	return files, hex.EncodeToString(h.Sum(nil)), version, nil
 }

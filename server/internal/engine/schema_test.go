@@ -226,8 +226,9 @@ func TestApplyingTheSchemaAgainWaitsForNoTableLock(t *testing.T) {
 	}
 }
 
-// A recorded digest that differs from the files' (an upgrade) applies them
-// again; the same digest applies nothing, even what a file would restore.
+// A recorded digest that differs from the files' at the same version (a file
+// edited) applies them again; the same digest applies nothing, even what a
+// file would restore.
 func TestSchemaIsReappliedOnlyWhenItsFilesChange(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.Pool(t)
@@ -251,7 +252,7 @@ func TestSchemaIsReappliedOnlyWhenItsFilesChange(t *testing.T) {
 	if indexExists() {
 		t.Fatal("the schema was applied again although its files had not changed")
 	}
-	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'an older version'`); err != nil {
+	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'edited files', version_digest = 'edited files'`); err != nil {
 		t.Fatal(err)
 	}
 	if err := ApplySchema(ctx, pool); err != nil {
@@ -429,7 +430,7 @@ func TestTimerProducerSubColumnIsAddedOnceAndCarriedToTheFiredMessage(t *testing
 func reapplyBesideAWriter(t *testing.T, pool *pgxpool.Pool, name, writer string) {
 	t.Helper()
 	ctx := t.Context()
-	files, _, err := schemaSources()
+	files, _, _, err := schemaSources()
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -477,4 +478,147 @@ func TestDeadLetterProducerSubColumnIsAddedOnce(t *testing.T) {
 		t.Fatalf("lanes.dlq.producer_sub after the upgrade: %v %v", has, err)
 	}
 	reapplyBesideAWriter(t, pool, "110_dead_letter_producer_sub.sql", `UPDATE lanes.dlq SET retry_count = retry_count WHERE false`)
+}
+
+// 050_retention.sql and 040_groups.sql check the catalog before their ALTERs
+// of lanes.partitions and lanes.consumer_groups: applied again (a boot of
+// another version), they do not wait for an open reader of those tables, and
+// so do not hold back the pushes and pops queued behind such a wait.
+func TestRetentionAndGroupColumnsAreReappliedBesideAReader(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	reapplyBesideAWriter(t, pool, "050_retention.sql", `SELECT count(*) FROM lanes.partitions`)
+	reapplyBesideAWriter(t, pool, "040_groups.sql", `SELECT count(*) FROM lanes.consumer_groups`)
+	var column, def string
+	if err := pool.QueryRow(ctx, `SELECT a.attname, pg_get_expr(d.adbin, d.adrelid) FROM pg_attribute a
+		JOIN pg_attrdef d ON d.adrelid = a.attrelid AND d.adnum = a.attnum
+		WHERE a.attrelid = 'lanes.partitions'::regclass AND a.attname = 'oldest_segment_at'`).Scan(&column, &def); err != nil || def != "now()" {
+		t.Fatalf("lanes.partitions.oldest_segment_at default %q (%v), want now()", def, err)
+	}
+}
+
+// schemaRecord reads the recorded digest and version.
+func schemaRecord(t *testing.T, pool *pgxpool.Pool) (digest string, version int) {
+	t.Helper()
+	if err := pool.QueryRow(t.Context(), `SELECT digest, version FROM lanes.schema_applied`).Scan(&digest, &version); err != nil {
+		t.Fatal(err)
+	}
+	return digest, version
+}
+
+// In a mixed fleet a broker whose files are older than the recorded version
+// (a later version applied its schema, which holds the older one) applies
+// nothing and leaves the record alone; one of a later version applies its
+// files. A record whose digest an older broker (one from before the version
+// was recorded) rewrote still counts for the version it names.
+func TestABrokerOlderThanTheRecordedSchemaAppliesNothing(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	first, err := ApplySchemaOutcome(ctx, pool)
+	if err != nil || !first.Applied || first.Version != 130 {
+		t.Fatalf("first boot: %+v %v, want the files applied at version 130", first, err)
+	}
+	digest, version := schemaRecord(t, pool)
+	dropIndex := func() {
+		t.Helper()
+		if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx`); err != nil {
+			t.Fatal(err)
+		}
+	}
+	indexExists := func() bool {
+		t.Helper()
+		var ok bool
+		if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil {
+			t.Fatal(err)
+		}
+		return ok
+	}
+
+	dropIndex()
+	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'a later version', version = $1,
+		version_digest = 'a later version'`, version+10); err != nil {
+		t.Fatal(err)
+	}
+	got, err := ApplySchemaOutcome(ctx, pool)
+	if err != nil || got.Applied || !got.Newer() || got.Recorded != version+10 {
+		t.Fatalf("boot beside a later version's schema: %+v %v, want nothing applied", got, err)
+	}
+	if indexExists() {
+		t.Fatal("a broker older than the recorded schema applied its files")
+	}
+	if d, v := schemaRecord(t, pool); d != "a later version" || v != version+10 {
+		t.Fatalf("the record became %q version %d; the later version's must stay", d, v)
+	}
+
+	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'an older broker', version = $1,
+		version_digest = $2`, version, digest); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ApplySchemaOutcome(ctx, pool); err != nil || got.Applied {
+		t.Fatalf("boot after an older broker rewrote the digest: %+v %v, want nothing applied", got, err)
+	}
+
+	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'an earlier version', version = $1,
+		version_digest = 'an earlier version'`, version-10); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := ApplySchemaOutcome(ctx, pool); err != nil || !got.Applied {
+		t.Fatalf("boot over an earlier version's schema: %+v %v, want the files applied", got, err)
+	}
+	if !indexExists() {
+		t.Fatal("a later version's files were not applied")
+	}
+	if d, v := schemaRecord(t, pool); d != digest || v != version {
+		t.Fatalf("the record is %q version %d after the upgrade, want %q version %d", d, v, digest, version)
+	}
+}
+
+// A schema statement that waits for a table lock gives up after a short
+// lock_timeout and runs again later, so the requests queued behind its wait
+// (here a write of lanes.consumers behind CREATE INDEX, which waits for an open
+// writer) go through meanwhile instead of waiting for as long as that writer.
+func TestApplyingTheSchemaGivesWayToRequestsQueuedBehindItsLockWait(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx; UPDATE lanes.schema_applied SET digest = 'an earlier version', version = 0`); err != nil {
+		t.Fatal(err)
+	}
+	holder, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = holder.Rollback(ctx) }()
+	const write = `UPDATE lanes.consumers SET committed = committed WHERE false`
+	if _, err := holder.Exec(ctx, write); err != nil {
+		t.Fatal(err)
+	}
+	applied := make(chan error, 1)
+	go func() {
+		applyCtx, cancel := context.WithTimeout(ctx, 20*time.Second)
+		defer cancel()
+		applied <- ApplySchema(applyCtx, pool)
+	}()
+	time.Sleep(200 * time.Millisecond) // the apply waits for the holder's lock
+	writeCtx, cancel := context.WithTimeout(ctx, 3*time.Second)
+	defer cancel()
+	start := time.Now()
+	if _, err := pool.Exec(writeCtx, write); err != nil {
+		t.Fatalf("a write of lanes.consumers queued behind the schema's lock wait: %v after %v", err, time.Since(start))
+	}
+	if err := holder.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-applied; err != nil {
+		t.Fatalf("the schema was not applied once the lock was free: %v", err)
+	}
+	var ok bool
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil || !ok {
+		t.Fatalf("consumers_group_idx after the apply: %v %v", ok, err)
+	}
 }

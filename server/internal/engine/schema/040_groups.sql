@@ -56,6 +56,18 @@ BEGIN
 END
 $$;
 
-ALTER TABLE lanes.consumer_groups ADD COLUMN IF NOT EXISTS claim_floor xid8 NOT NULL DEFAULT '0';
-ALTER TABLE lanes.consumer_groups ADD COLUMN IF NOT EXISTS claim_epoch bigint NOT NULL DEFAULT 0;
+-- Checked in the catalog first: pops read consumer_groups, and an ALTER waits
+-- for every open reader of it and holds pops back while it waits.
+DO $$
+BEGIN
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'lanes.consumer_groups'::regclass AND attname = 'claim_floor' AND NOT attisdropped) THEN
+        ALTER TABLE lanes.consumer_groups ADD COLUMN claim_floor xid8 NOT NULL DEFAULT '0';
+    END IF;
+    IF NOT EXISTS (SELECT 1 FROM pg_attribute
+                   WHERE attrelid = 'lanes.consumer_groups'::regclass AND attname = 'claim_epoch' AND NOT attisdropped) THEN
+        ALTER TABLE lanes.consumer_groups ADD COLUMN claim_epoch bigint NOT NULL DEFAULT 0;
+    END IF;
+END
+$$;
 CREATE INDEX IF NOT EXISTS consumer_groups_queue_idx ON lanes.consumer_groups (queue_id);
