@@ -7,8 +7,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5"
 )
 
 // TestSecondSignalCutsTheInFlightRequests: with a push held inside
@@ -35,19 +33,7 @@ func TestSecondSignalCutsTheInFlightRequests(t *testing.T) {
 	if err := push("first"); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.partitions WHERE name = 'p' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	lockPartitionRow(t, dsn, "p")
 	held := make(chan error, 1)
 	go func() { held <- push("held") }()
 	time.Sleep(300 * time.Millisecond)
@@ -110,19 +96,7 @@ func TestShutdownIsBoundedByTheTimeoutAndTheGiveBackGrace(t *testing.T) {
 	if _, err := push("first"); err != nil {
 		t.Fatal(err)
 	}
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.partitions WHERE name = 'p' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	lockPartitionRow(t, dsn, "p")
 	type answer struct {
 		status int
 		err    error

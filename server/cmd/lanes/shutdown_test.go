@@ -73,18 +73,7 @@ func TestSIGTERMFinishesInFlightWorkAndExitsZero(t *testing.T) {
 	}
 
 	// Hold the partition lock so the next push stays in flight inside PostgreSQL.
-	conn, err := pgx.Connect(ctx, dsn)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close(ctx)
-	tx, err := conn.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.partitions WHERE name = 'p' FOR UPDATE`); err != nil {
-		t.Fatal(err)
-	}
+	conn, tx := lockPartitionRow(t, dsn, "p")
 	type answer struct {
 		status int
 		body   string
@@ -147,4 +136,25 @@ func TestSIGTERMFinishesInFlightWorkAndExitsZero(t *testing.T) {
 	if n != 2 {
 		t.Fatalf("stored %d of the 2 acknowledged pushes", n)
 	}
+}
+
+// lockPartitionRow holds partition name's row locked FOR UPDATE from another
+// connection, as a long writer would, until the test ends or tx is rolled back.
+func lockPartitionRow(t *testing.T, dsn, name string) (*pgx.Conn, pgx.Tx) {
+	t.Helper()
+	ctx := context.Background()
+	conn, err := pgx.Connect(ctx, dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { conn.Close(ctx) })
+	tx, err := conn.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(ctx) })
+	if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.partitions WHERE name = $1 FOR UPDATE`, name); err != nil {
+		t.Fatal(err)
+	}
+	return conn, tx
 }
