@@ -439,37 +439,29 @@ func TestASinkHoldKeepsSegmentsForItsMaximum(t *testing.T) {
 
 // A group subscribed to a discovery scope (mode all) before the queue existed
 // has not met the queue yet; completed retention waits for it as it waits for
-// a group registered on the queue without a cursor.
+// a group registered on the queue without a cursor. Without a sweep (the
+// control) and after one, the discovery group gets both messages.
 func TestCompletedRetentionWaitsForAGroupSubscribedByDiscovery(t *testing.T) {
-	e := newEngine(t)
-	ns := queueName(t)
-	q := ns + ".t"
-	mustPop(t, e, PopRequest{Namespace: ns, Group: "dg", SubscriptionMode: "all"})
-	configure(t, e, q, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
-	pushSegments(t, e, q, "p", "m0", "m1")
-	fast := mustPop(t, e, PopRequest{Queue: q, Group: "fast", SubscriptionMode: "all", Batch: 10})
-	mustAck(t, e, ack(fast.Messages[0], "completed"), ack(fast.Messages[1], "completed"))
-	time.Sleep(1200 * time.Millisecond)
-	sweep(t, e)
-	got := mustPop(t, e, PopRequest{Namespace: ns, Group: "dg", Batch: 10})
-	if ids := txnIDs(got.Messages); !reflect.DeepEqual(ids, []string{"m0", "m1"}) {
-		t.Fatalf("discovery group dg got %v, want m0 and m1: completed retention deleted what dg had not read (%+v)",
-			ids, partitionOf(t, e, q, "p"))
-	}
-}
-
-// The control for the test above: without a sweep the discovery group gets both.
-func TestADiscoveryGroupMeetingAQueueReadsFromItsSubscription(t *testing.T) {
-	e := newEngine(t)
-	ns := queueName(t)
-	q := ns + ".t"
-	mustPop(t, e, PopRequest{Namespace: ns, Group: "dg", SubscriptionMode: "all"})
-	configure(t, e, q, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
-	pushSegments(t, e, q, "p", "m0", "m1")
-	fast := mustPop(t, e, PopRequest{Queue: q, Group: "fast", SubscriptionMode: "all", Batch: 10})
-	mustAck(t, e, ack(fast.Messages[0], "completed"), ack(fast.Messages[1], "completed"))
-	if got := mustPop(t, e, PopRequest{Namespace: ns, Group: "dg", Batch: 10}); len(got.Messages) != 2 {
-		t.Fatalf("dg got %v, want m0 and m1", txnIDs(got.Messages))
+	for _, swept := range []bool{false, true} {
+		t.Run(fmt.Sprintf("swept=%v", swept), func(t *testing.T) {
+			e := newEngine(t)
+			ns := queueName(t)
+			q := ns + ".t"
+			mustPop(t, e, PopRequest{Namespace: ns, Group: "dg", SubscriptionMode: "all"})
+			configure(t, e, q, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
+			pushSegments(t, e, q, "p", "m0", "m1")
+			fast := mustPop(t, e, PopRequest{Queue: q, Group: "fast", SubscriptionMode: "all", Batch: 10})
+			mustAck(t, e, ack(fast.Messages[0], "completed"), ack(fast.Messages[1], "completed"))
+			if swept {
+				time.Sleep(1200 * time.Millisecond)
+				sweep(t, e)
+			}
+			got := mustPop(t, e, PopRequest{Namespace: ns, Group: "dg", Batch: 10})
+			if ids := txnIDs(got.Messages); !reflect.DeepEqual(ids, []string{"m0", "m1"}) {
+				t.Fatalf("discovery group dg got %v, want m0 and m1: completed retention deleted what dg had not read (%+v)",
+					ids, partitionOf(t, e, q, "p"))
+			}
+		})
 	}
 }
 
