@@ -333,6 +333,55 @@ func TestITStopFromHandler(t *testing.T) {
 	}
 }
 
+// Stop called from OnError on the lease-renewal goroutine returns at once, as from a handler:
+// the consumer's end waits for that renewal, so waiting for the end there only ran out Stop's
+// context. The handler acks its message itself, so the next renewal finds the lease gone.
+func TestITStopFromOnErrorOfARenewal(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 1, "self")
+	self := make(chan *lanes.Consumer, 1)
+	renewFailed := make(chan struct{})
+	var once sync.Once
+	type stopped struct {
+		err  error
+		took time.Duration
+	}
+	stopResult := make(chan stopped, 1)
+	cons, err := b.c.Queue(b.queue).Wait(false).LeaseSeconds(5).RenewLease(true, 200*time.Millisecond).
+		OnError(func(err error) {
+			once.Do(func() {
+				close(renewFailed)
+				c := <-self
+				stopCtx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+				defer cancel()
+				start := time.Now()
+				stopResult <- stopped{c.Stop(stopCtx), time.Since(start)}
+			})
+		}).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			if _, err := b.c.Ack(ctx, []*lanes.Message{m}, lanes.AckCompleted); err != nil {
+				return err
+			}
+			<-renewFailed
+			return nil
+		})
+	require.NoError(t, err)
+	self <- cons
+	select {
+	case r := <-stopResult:
+		require.NoError(t, r.err)
+		require.Less(t, r.took, time.Second, "Stop from OnError waited for the end that waits for it")
+	case <-time.After(10 * time.Second):
+		t.Fatal("no renewal failed")
+	}
+	select {
+	case <-cons.Done():
+	case <-time.After(5 * time.Second):
+		t.Fatal("the consumer did not end")
+	}
+}
+
 // Pop, Consume and Messages refuse a queue or partition named "." or ".." (which URL clients
 // turn into another route, answered 404 no_such_route) with *InvalidNameError, sending nothing.
 func TestITPopRefusesDotNames(t *testing.T) {

@@ -70,7 +70,8 @@ func (q QueueBuilder) AutoAck(on bool) QueueBuilder { q.consume.autoAck = on; re
 // OnError sets the callback for loop errors (failed pops, acks, renewals, messages dropped under
 // server auto-ack). Without it each is logged at warning level on the client's logger
 // (WithLogger; slog.Default() without one). It runs on the worker or lease-renewal goroutine,
-// so it may be called concurrently, and must not block for long.
+// so it may be called concurrently, and must not block for long; Stop called from it returns at
+// once, as from a handler.
 func (q QueueBuilder) OnError(fn func(error)) QueueBuilder { q.consume.onError = fn; return q }
 
 // SoftStopTimeout makes a soft stop escalate to a hard stop after d (0 = never).
@@ -130,7 +131,7 @@ type Consumer struct {
 	wg          sync.WaitGroup
 	delivered   atomic.Int64
 	budget      *limitBudget // under server auto-ack with a Limit: what is left to pop
-	workerIDs   sync.Map     // goroutine ids of the workers, which run the handlers
+	workerIDs   sync.Map     // goroutine ids of the workers and their lease renewals, which run handlers and OnError
 	lastMessage atomic.Int64 // unix ns: the last pop with messages, or the end of handling one
 	busy        atomic.Int64 // workers handling a pop (handlers, then acks)
 
@@ -227,8 +228,8 @@ func (c *Consumer) StopAndCancel(ctx context.Context) error {
 	return c.wait(ctx)
 }
 
-// wait waits for the end of the consumer, except on a worker's goroutine (a handler or OnError
-// calling Stop), whose own return the end waits for.
+// wait waits for the end of the consumer, except on a worker's or its lease renewal's goroutine
+// (a handler or OnError calling Stop), whose own return the end waits for.
 func (c *Consumer) wait(ctx context.Context) error {
 	if _, inWorker := c.workerIDs.Load(goroutineID()); inWorker {
 		return nil
@@ -290,15 +291,21 @@ func (c *Consumer) idleWatch() {
 	}
 }
 
+// markWorkerGoroutine records the calling goroutine as one the end of the consumer waits for, so
+// Stop called on it (from a handler or OnError) returns at once; it returns the unmarking.
+func (c *Consumer) markWorkerGoroutine() (unmark func()) {
+	id := goroutineID()
+	c.workerIDs.Store(id, struct{}{})
+	return func() { c.workerIDs.Delete(id) }
+}
+
 func (c *Consumer) limitReached() bool {
 	return c.opts.limit > 0 && c.delivered.Load() >= c.opts.limit
 }
 
 func (c *Consumer) worker() {
 	defer c.wg.Done()
-	id := goroutineID()
-	c.workerIDs.Store(id, struct{}{})
-	defer c.workerIDs.Delete(id)
+	defer c.markWorkerGoroutine()()
 	p := poller{q: c.q}
 	if c.q.committedOnDelivery() {
 		p.popCtx = c.workCtx // only a hard stop cuts a pop whose messages the broker commits
@@ -352,7 +359,7 @@ func (c *Consumer) process(pr *PopResult) {
 	leased := !committed && popLeaseID(pr) != ""
 	stopRenew := func() {}
 	if leased && c.opts.renew {
-		stopRenew = renewLease(c.ackCx, c.q, pr)
+		stopRenew = renewLease(c.ackCx, c.q, pr, c.markWorkerGoroutine)
 	}
 	var entries []ackEntry
 	handed := 0

@@ -63,8 +63,9 @@ func popLeaseID(pr *PopResult) string {
 // and the iterator alike): first after the RenewLease interval, else a third of LeaseSeconds,
 // else renewUnknownLeaseAfter, then every third of the lease the broker's answer shows. Failures
 // go to reportLoopError; a lease the broker says is gone ends the renewal. The returned function
-// stops it and waits for a renewal in flight.
-func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult) (stop func()) {
+// stops it and waits for a renewal in flight. onGoroutine, when set, runs first on the renewal's
+// goroutine and the function it returns when that goroutine ends.
+func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult, onGoroutine func() func()) (stop func()) {
 	poppedAt := time.Now()
 	lease := popLeaseID(pr)
 	every := renewEvery(q.consume.renewEvery, q.leaseSeconds)
@@ -77,6 +78,9 @@ func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult) (stop fun
 	wg.Add(1)
 	go func() {
 		defer wg.Done()
+		if onGoroutine != nil {
+			defer onGoroutine()()
+		}
 		t := time.NewTimer(next)
 		defer t.Stop()
 		for {
