@@ -279,6 +279,46 @@ describe("consume", () => {
     expect((await lanes.queue<number>(q).batch(5).wait(false).pop()).map((m) => m.data)).toEqual([1, 2]);
   });
 
+  // As Go's TestITStopFromOnErrorOfARenewal, where Stop there waited for the end that waits for
+  // that renewal. The handler acks its message itself, so the next renewal finds the lease gone.
+  it("stop() called from onError on a failed lease renewal resolves without running out its timeout; the consumer ends", async () => {
+    const lanes = client();
+    const q = uniq("stoprenewal");
+    await lanes.queue(q).push([{ data: "self" }]);
+    let renewFailed = () => {};
+    const failed = new Promise<void>((resolve) => (renewFailed = resolve));
+    let firstError: unknown;
+    let stopped: Promise<{ err?: unknown; took: number }> | undefined;
+    let stopCalled = () => {};
+    const called = new Promise<void>((resolve) => (stopCalled = resolve));
+    const c: Consumer = lanes
+      .queue(q)
+      .wait(false)
+      .leaseSeconds(5)
+      .renewLease(true, 200)
+      .onError((err) => {
+        if (stopped) return;
+        firstError = err;
+        renewFailed();
+        const start = Date.now();
+        stopped = c.stop({ timeoutMillis: 3000 }).then(
+          () => ({ took: Date.now() - start }),
+          (err: unknown) => ({ err, took: Date.now() - start }),
+        );
+        stopCalled();
+      })
+      .consume(async (m) => {
+        await lanes.ack(m, "completed");
+        await failed;
+      });
+    expect(await Promise.race([called.then(() => "stop called"), sleep(10_000).then(() => "no renewal failed")])).toBe("stop called");
+    expect(String(firstError)).toMatch(/renewal not applied/);
+    const r = await stopped!;
+    expect(r.err).toBeUndefined();
+    expect(r.took, "stop from onError waited for the end that waits for it").toBeLessThan(1000);
+    expect(await Promise.race([c.closed.then(() => "ended"), sleep(5000).then(() => "still running after 5 s")])).toBe("ended");
+  });
+
   it("aborting the signal stops the consumer and `closed` resolves", async () => {
     const lanes = client();
     const q = uniq("abort");
