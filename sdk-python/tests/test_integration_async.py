@@ -489,6 +489,43 @@ async def test_a_stop_awaited_inside_a_handler_returns_and_the_consumer_ends(
     assert [m.data for m in await drain(client.queue(qname))] == released
 
 
+async def test_a_stop_awaited_from_on_error_of_a_failed_lease_renewal_returns_and_the_consumer_ends(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # As Go's TestITStopFromOnErrorOfARenewal, where Stop there waited for the end that waits
+    # for that renewal. The handler acks its message itself, so the next renewal finds the lease
+    # gone. on_error is synchronous: it starts the stop in a task.
+    await client.queue(qname).push(["self"])
+    box: list[lanes.AsyncConsumer] = []
+    renew_failed = asyncio.Event()
+    first_error: list[BaseException] = []
+    stopped: list[asyncio.Future[float]] = []
+
+    async def stop() -> float:
+        start = asyncio.get_running_loop().time()
+        await box[0].stop(timeout=3)
+        return asyncio.get_running_loop().time() - start
+
+    def on_error(e: BaseException) -> None:
+        if first_error:
+            return
+        first_error.append(e)
+        renew_failed.set()
+        stopped.append(asyncio.ensure_future(stop()))
+
+    async def handler(m: lanes.Message) -> None:
+        await client.ack(m)
+        await renew_failed.wait()
+
+    q = client.queue(qname).wait(False).lease_seconds(5).renew_lease(True, 200)
+    box.append(q.on_error(on_error).consume(handler))
+    await asyncio.wait_for(renew_failed.wait(), 10)
+    assert "was not renewed" in str(first_error[0])
+    took = await stopped[0]
+    assert took < 1, "stop from on_error waited for the end that waits for it"
+    await asyncio.wait_for(box[0].closed(), 5)
+
+
 async def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic_batch(
     client: lanes.AsyncLanes, qname: str
 ) -> None:

@@ -777,6 +777,46 @@ def test_a_stop_called_inside_a_handler_returns_and_the_consumer_ends(
     assert [m.data for m in drain(client.queue(qname))] == [1, 2]  # released with retry
 
 
+def test_a_stop_called_from_on_error_of_a_failed_lease_renewal_returns_and_the_consumer_ends(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # As Go's TestITStopFromOnErrorOfARenewal, where Stop there waited for the end that waits
+    # for that renewal. The handler acks its message itself, so the next renewal finds the lease
+    # gone.
+    client.queue(qname).push(["self"])
+    box: list[lanes.Consumer] = []
+    renew_failed = threading.Event()
+    first_error: list[BaseException] = []
+    stopped: list[tuple[BaseException | None, float]] = []
+    stop_called = threading.Event()
+
+    def on_error(e: BaseException) -> None:
+        if first_error:
+            return
+        first_error.append(e)
+        renew_failed.set()
+        start = time.monotonic()
+        try:
+            box[0].stop(timeout=3)
+            stopped.append((None, time.monotonic() - start))
+        except BaseException as err:
+            stopped.append((err, time.monotonic() - start))
+        stop_called.set()
+
+    def handler(m: lanes.Message) -> None:
+        client.ack(m)
+        renew_failed.wait(10)
+
+    q = client.queue(qname).wait(False).lease_seconds(5).renew_lease(True, 200)
+    box.append(q.on_error(on_error).consume(handler))
+    assert stop_called.wait(10), "no renewal failed"
+    assert "was not renewed" in str(first_error[0])
+    err, took = stopped[0]
+    assert err is None
+    assert took < 1, "stop from on_error waited for the end that waits for it"
+    box[0].closed(timeout=5)
+
+
 def test_server_auto_ack_soft_stop_lets_a_pop_in_flight_answer_and_hands_it_over(
     client: lanes.Lanes, qname: str
 ) -> None:
