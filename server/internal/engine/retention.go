@@ -50,9 +50,9 @@ import (
 // partitions due first, queue by queue in turn (each queue's first, then each
 // one's second, ...), up to its cap: a held partition waits behind everything
 // that fell due before its recheck, and no queue's backlog takes another
-// queue's turn. It reads the candidates' heads without locks, a chunk per round
-// trip, moves the bounds of those it keeps in one statement, and takes the
-// partition lock (retentionStep) only where something may go.
+// queue's turn. It judges the candidates' heads without locks, one statement a
+// chunk that also moves the bounds of those it keeps (retentionRecheckSQL),
+// and takes the partition lock (retentionStep) only where something may go.
 
 const (
 	retentionLeaseName = "retention"
@@ -61,8 +61,9 @@ const (
 	retentionLeaseTTL = 30 * time.Second
 	// retentionStepSegments bounds one delete transaction (and the partition row lock it holds).
 	retentionStepSegments = 500
-	// retentionReadChunk is how many candidates' heads one round trip reads.
-	retentionReadChunk = 100
+	// retentionReadChunk is how many candidates' heads one statement judges; the
+	// bounds it moves keep up to that many partition rows locked while it runs (~10 ms).
+	retentionReadChunk = 500
 	// defaultRetentionPassPartitions bounds one pass; the rest waits for the next one.
 	defaultRetentionPassPartitions = 20000
 	// retentionRecheckDelay is how long a partition whose expired head a step kept
@@ -256,9 +257,71 @@ func (e *Engine) retentionCandidates(ctx context.Context) ([]uuid.UUID, error) {
 	return ids, e.pool.SendBatch(ctx, b).Close()
 }
 
+// retentionFloorSQL is the first offset some group has not committed in the
+// partition p of queue q, NULL when there are no groups, or a group that will
+// read the queue has no cursor here yet (it may start from the head when it
+// seeds): one registered on the queue, or one subscribed to a discovery scope
+// holding the queue that has not met it yet (its stored subscription may start
+// before this head). Only the completed rule reads it.
+const retentionFloorSQL = `(CASE WHEN q.retention_enabled AND q.completed_retention_seconds > 0 THEN (
+	SELECT CASE WHEN EXISTS (SELECT 1 FROM lanes.consumer_groups cg
+				WHERE cg.queue_id = q.id AND NOT EXISTS (SELECT 1 FROM lanes.consumers c2
+					WHERE c2.partition_id = p.id AND c2.consumer_group = cg.consumer_group))
+			OR EXISTS (SELECT 1 FROM lanes.discovery_subscriptions ds
+				WHERE (ds.namespace = '' OR ds.namespace = q.namespace) AND (ds.task = '' OR ds.task = q.task)
+					AND NOT EXISTS (SELECT 1 FROM lanes.consumer_groups cg
+						WHERE cg.consumer_group = ds.consumer_group AND cg.queue_id = q.id))
+		THEN NULL ELSE min(c.committed) + 1 END
+	FROM lanes.consumers c WHERE c.partition_id = p.id) END)`
+
+// retentionExpiredSQL says whether the rules of queue q let segment s go now,
+// given the partition's floor f.floor (retentionFloorSQL); the rules are the
+// ones at the top, in this one place for the sweep's read and its step.
+const retentionExpiredSQL = `(CASE
+		WHEN q.retention_sink_hold <> '' AND q.retention_sink_hold_max_seconds > 0
+			AND s.created_at >= now() - make_interval(secs => q.retention_sink_hold_max_seconds) THEN false
+		WHEN q.max_wait_time_seconds > 0
+			AND s.created_at < now() - make_interval(secs => q.max_wait_time_seconds) THEN true
+		WHEN q.retention_enabled AND q.retention_seconds > 0
+			AND s.created_at < now() - make_interval(secs => q.retention_seconds) THEN true
+		WHEN q.retention_enabled AND q.completed_retention_seconds > 0
+			AND s.created_at < now() - make_interval(secs => q.completed_retention_seconds)
+			THEN coalesce(s.end_offset < f.floor, false)
+		ELSE false END)`
+
+// retentionRecheckSQL judges the heads of the partitions $1 in one statement,
+// without locks: it moves the bound of every partition nothing of which may go
+// now (as judge does for a step, see the comment at the top; $2 is
+// retentionRecheckDelay), and returns, in the order of $1, those with
+// something to delete. Most candidates a pass meets are heads a group holds,
+// and a stale read only delays one by retentionRecheckDelay. SKIP LOCKED: a
+// partition a push holds keeps its bound until the next pass, and no lock
+// order can deadlock with a push's.
+const retentionRecheckSQL = `WITH heads AS (
+		SELECT k.id, k.turn, s.created_at, ` + retentionExpiredSQL + ` AS expired, ` + retentionWindowSQL + ` AS secs
+		FROM unnest($1::uuid[]) WITH ORDINALITY AS k(id, turn)
+		JOIN lanes.partitions p ON p.id = k.id
+		JOIN lanes.queues q ON q.id = p.queue_id
+		-- OFFSET 0: once per partition, not inlined into retentionExpiredSQL
+		CROSS JOIN LATERAL (SELECT ` + retentionFloorSQL + ` AS floor OFFSET 0) f
+		LEFT JOIN LATERAL (SELECT s.created_at, s.end_offset FROM lanes.segments s
+			WHERE s.partition_id = p.id ORDER BY s.base_offset LIMIT 1) s ON true),
+	kept AS (SELECT id, CASE WHEN created_at IS NULL THEN now()
+			WHEN created_at < now() - make_interval(secs => secs)
+				THEN now() + make_interval(secs => $2) - make_interval(secs => secs)
+			ELSE created_at END AS bound
+		FROM heads WHERE NOT expired),
+	moved AS (UPDATE lanes.partitions p SET oldest_segment_at = k.bound
+		FROM (SELECT p2.id, k.bound FROM kept k
+			JOIN lanes.partitions p2 ON p2.id = k.id AND p2.oldest_segment_at < k.bound
+			ORDER BY p2.id FOR UPDATE OF p2 SKIP LOCKED) k
+		WHERE p.id = k.id)
+	SELECT id FROM heads WHERE expired ORDER BY turn`
+
 type headSegment struct {
 	base, end int64
 	createdAt time.Time
+	expired   bool // retentionExpiredSQL
 }
 
 // retentionHead is what the rules make of a partition's head at one instant.
@@ -271,63 +334,39 @@ type retentionHead struct {
 	segments        []headSegment
 	expired         int       // segments[:expired] may go (at most retentionStepSegments)
 	oldestSegmentAt time.Time // the partition's bound once they are gone (see the comment at the top)
-
-	maxWait, retention, held int  // held: the sink hold's seconds, 0 without one
-	shortest                 *int // the queue's shortest window (retentionWindowSQL)
-	enabled                  bool
-	now                      time.Time
-	// floor is the first offset some group has not committed; nil when there are
-	// no groups, or a group that will read the queue has no cursor here yet (it
-	// may start from the head when it seeds): one registered on the queue, or
-	// one subscribed to a discovery scope holding the queue that has not met it
-	// yet (its stored subscription may start before this head).
-	floor    *int64
-	unseeded bool
+	shortest        *int      // the queue's shortest window (retentionWindowSQL)
+	now             time.Time
 }
 
 // queueRetentionHead adds to b the reads of a partition's head; judge the
-// result once the batch is closed. With lock the first takes the partition row
-// lock, which orders a deleting step with pushes (allocator) and other steps.
-func queueRetentionHead(b *pgx.Batch, pid uuid.UUID, lock bool) *retentionHead {
+// result once the batch is closed. The first takes the partition row lock,
+// which orders a deleting step with pushes (allocator) and other steps.
+func queueRetentionHead(b *pgx.Batch, pid uuid.UUID) *retentionHead {
 	h := &retentionHead{pid: pid}
-	locking := ""
-	if lock {
-		locking = " FOR UPDATE OF p"
-	}
-	b.Queue(`SELECT p.log_start, q.max_wait_time_seconds, q.retention_enabled,
-			q.retention_seconds, q.completed_retention_seconds, q.dedup_window_seconds,
-			CASE WHEN q.retention_sink_hold <> '' THEN q.retention_sink_hold_max_seconds ELSE 0 END,
+	b.Queue(`SELECT p.log_start, q.completed_retention_seconds, q.dedup_window_seconds,
 			`+retentionWindowSQL+`, now()
 		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
-		WHERE p.id = $1`+locking, pid).Query(func(rows pgx.Rows) error {
+		WHERE p.id = $1 FOR UPDATE OF p`, pid).Query(func(rows pgx.Rows) error {
 		h.gone = !rows.Next()
 		if !h.gone {
-			if err := rows.Scan(&h.logStart, &h.maxWait, &h.enabled, &h.retention, &h.completed, &h.dedup,
-				&h.held, &h.shortest, &h.now); err != nil {
+			if err := rows.Scan(&h.logStart, &h.completed, &h.dedup, &h.shortest, &h.now); err != nil {
 				return err
 			}
 		}
 		rows.Close()
 		return rows.Err()
 	})
-	b.Queue(`SELECT min(c.committed) + 1,
-			EXISTS (SELECT 1 FROM lanes.consumer_groups cg JOIN lanes.partitions p ON p.queue_id = cg.queue_id
-				WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumers c2
-					WHERE c2.partition_id = $1 AND c2.consumer_group = cg.consumer_group))
-			OR EXISTS (SELECT 1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
-				JOIN lanes.discovery_subscriptions ds ON (ds.namespace = '' OR ds.namespace = q.namespace)
-					AND (ds.task = '' OR ds.task = q.task)
-				WHERE p.id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumer_groups cg
-					WHERE cg.consumer_group = ds.consumer_group AND cg.queue_id = q.id))
-		FROM lanes.consumers c WHERE c.partition_id = $1`, pid).QueryRow(func(row pgx.Row) error {
-		return row.Scan(&h.floor, &h.unseeded)
-	})
-	b.Queue(`SELECT base_offset, end_offset, created_at FROM lanes.segments
-		WHERE partition_id = $1 ORDER BY base_offset LIMIT $2`, pid, retentionStepSegments+1).Query(func(rows pgx.Rows) error {
+	b.Queue(`SELECT s.base_offset, s.end_offset, s.created_at, `+retentionExpiredSQL+`
+		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+		-- OFFSET 0 and LIMIT: the floor once, then the segments, whatever the statistics say
+		CROSS JOIN LATERAL (SELECT `+retentionFloorSQL+` AS floor OFFSET 0) f
+		CROSS JOIN LATERAL (SELECT s.base_offset, s.end_offset, s.created_at FROM lanes.segments s
+			WHERE s.partition_id = p.id ORDER BY s.base_offset LIMIT $2) s
+		WHERE p.id = $1 ORDER BY s.base_offset`, pid, retentionStepSegments+1).Query(func(rows pgx.Rows) error {
 		var err error
 		h.segments, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (headSegment, error) {
 			var s headSegment
-			err := r.Scan(&s.base, &s.end, &s.createdAt)
+			err := r.Scan(&s.base, &s.end, &s.createdAt, &s.expired)
 			return s, err
 		})
 		return err
@@ -340,25 +379,8 @@ func (h *retentionHead) judge() {
 	if h.gone {
 		return
 	}
-	if h.unseeded {
-		h.floor = nil
-	}
-	expired := func(s headSegment) bool {
-		age := h.now.Sub(s.createdAt)
-		switch {
-		case h.held > 0 && age <= time.Duration(h.held)*time.Second:
-			return false
-		case h.maxWait > 0 && age > time.Duration(h.maxWait)*time.Second:
-			return true
-		case h.enabled && h.retention > 0 && age > time.Duration(h.retention)*time.Second:
-			return true
-		case h.enabled && h.completed > 0 && age > time.Duration(h.completed)*time.Second:
-			return h.floor != nil && s.end < *h.floor
-		}
-		return false
-	}
 	k := 0
-	for k < len(h.segments) && k < retentionStepSegments && expired(h.segments[k]) {
+	for k < len(h.segments) && k < retentionStepSegments && h.segments[k].expired {
 		k++
 	}
 	h.expired = k
@@ -366,7 +388,7 @@ func (h *retentionHead) judge() {
 	// none is left (a later push writes after this transaction's start). A
 	// survivor the rules keep although it is past the shortest window is due
 	// again retentionRecheckDelay from now, not at the next pass (see the
-	// comment at the top).
+	// comment at the top; retentionRecheckSQL does the same for the heads it keeps).
 	h.oldestSegmentAt = h.now
 	if k < len(h.segments) {
 		h.oldestSegmentAt = h.segments[k].createdAt
@@ -376,45 +398,15 @@ func (h *retentionHead) judge() {
 	}
 }
 
-// retentionHeadsToStep reads the heads of pids without a transaction or row
-// locks, in one round trip, and moves the bound of every partition nothing of
-// which may go now in one statement. It returns the partitions that have
-// something to delete, for retentionStep, which reads them again under the
-// lock. Most candidates a pass meets are heads a group holds, and a stale read
-// only delays one by retentionRecheckDelay.
+// retentionHeadsToStep judges the heads of pids in one statement
+// (retentionRecheckSQL) and returns the partitions that have something to
+// delete, for retentionStep, which reads them again under the lock.
 func (e *Engine) retentionHeadsToStep(ctx context.Context, pids []uuid.UUID) ([]uuid.UUID, error) {
-	b := &pgx.Batch{}
-	heads := make([]*retentionHead, len(pids))
-	for i, pid := range pids {
-		heads[i] = queueRetentionHead(b, pid, false)
-	}
-	if err := e.pool.SendBatch(ctx, b).Close(); err != nil {
+	rows, err := e.pool.Query(ctx, retentionRecheckSQL, pids, retentionRecheckDelay.Seconds())
+	if err != nil {
 		return nil, err
 	}
-	var step, kept []uuid.UUID
-	var bounds []time.Time
-	for _, h := range heads {
-		h.judge()
-		switch {
-		case h.gone:
-		case h.expired > 0:
-			step = append(step, h.pid)
-		default:
-			kept = append(kept, h.pid)
-			bounds = append(bounds, h.oldestSegmentAt)
-		}
-	}
-	if len(kept) == 0 {
-		return step, nil
-	}
-	// SKIP LOCKED: a partition a push holds keeps its bound until the next pass,
-	// and no lock order can deadlock with a push's.
-	_, err := e.pool.Exec(ctx, `UPDATE lanes.partitions p SET oldest_segment_at = k.at
-		FROM (SELECT p2.id, k.at FROM unnest($1::uuid[], $2::timestamptz[]) AS k(id, at)
-			JOIN lanes.partitions p2 ON p2.id = k.id AND p2.oldest_segment_at < k.at
-			ORDER BY p2.id FOR UPDATE OF p2 SKIP LOCKED) k
-		WHERE p.id = k.id`, kept, bounds)
-	return step, err
+	return pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
 }
 
 // retentionStep deletes up to retentionStepSegments expired segments from the head
@@ -423,7 +415,7 @@ func (e *Engine) retentionHeadsToStep(ctx context.Context, pids []uuid.UUID) ([]
 func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int, messages int64, more bool, err error) {
 	err = pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		b := &pgx.Batch{}
-		h := queueRetentionHead(b, pid, true)
+		h := queueRetentionHead(b, pid)
 		if err := tx.SendBatch(ctx, b).Close(); err != nil || h.gone {
 			return err
 		}

@@ -79,7 +79,7 @@ func BenchmarkRetentionPassOver20kHeldPartitions(b *testing.B) {
 
 // insertOneSegmentPartitions creates n partitions of q with one one-message
 // segment each, the first expired of them two hours old, the rest new.
-func insertOneSegmentPartitions(b *testing.B, e *Engine, q string, n, expired int) {
+func insertOneSegmentPartitions(b testing.TB, e *Engine, q string, n, expired int) {
 	b.Helper()
 	ctx := context.Background()
 	blob := appendFrame(nil, &Frame{MessageID: NewMessageID(), TransactionID: "x", Payload: raw(map[string]int{"n": 1})})
