@@ -2,11 +2,17 @@ package api
 
 import (
 	"bytes"
+	"context"
+	"errors"
+	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
 	"sync"
 	"testing"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
 // syncBuffer collects log lines from the handlers' goroutines.
@@ -42,5 +48,44 @@ func TestRequestsFailingForWantOfTheDatabaseLogOneLine(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), `msg="database unavailable"`); n != 1 {
 		t.Fatalf("want one database unavailable line for 5 failing requests, got %d:\n%s", n, out.String())
+	}
+}
+
+// TestSpoolWritesFailingLogOneLine: while the spool is full every push it
+// refuses is answered failed, but only the first one within the minute logs
+// an ERROR, as for requests failing for want of the database.
+func TestSpoolWritesFailingLogOneLine(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), MaxBytes: 200, Logger: log,
+		Push: func(context.Context, []engine.PushItem) ([]engine.PushResult, error) {
+			return nil, errors.New("this test runs no drain")
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = sp.Close() })
+	b := newBrokerWith(t, testDSN, Options{Logger: log, Spool: sp}, "")
+	maintenance := func(on bool) {
+		if status, _ := b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": on}, nil); status != http.StatusOK {
+			t.Fatalf("push maintenance %v: %d", on, status)
+		}
+	}
+	maintenance(true)
+	t.Cleanup(func() { maintenance(false) })
+	push := func(txn string, want engine.PushStatus) {
+		t.Helper()
+		var results []engine.PushResult
+		body := `{"items":[{"queue":"spool-full-log","transactionId":"` + txn + `","payload":{"n":1}}]}`
+		if status, _ := b.call(t, "POST", "/api/v1/push", body, &results); status != http.StatusCreated || len(results) != 1 || results[0].Status != want {
+			t.Fatalf("push %s: want 201 %s, got %d %+v", txn, want, status, results)
+		}
+	}
+	push("fits", engine.PushBuffered)
+	for i := range 5 {
+		push(fmt.Sprint("full-", i), engine.PushFailed)
+	}
+	if n := strings.Count(out.String(), `msg="spool write failed; push answered failed"`); n != 1 {
+		t.Fatalf("want one spool write failed line for 5 refused pushes, got %d:\n%s", n, out.String())
 	}
 }

@@ -122,8 +122,10 @@ func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error)
 	}
 	status, errText := engine.PushBuffered, ""
 	if err := s.opts.Spool.Append(items); err != nil {
-		s.log.Error("spool write failed; push answered failed", "items", len(items), "err", err)
+		s.spoolWriteFailures.Failed(err, "items", len(items))
 		status, errText = engine.PushFailed, err.Error()
+	} else {
+		s.spoolWriteFailures.Succeeded()
 	}
 	results := make([]engine.PushResult, len(items))
 	for i, it := range items {

@@ -19,6 +19,7 @@ import (
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 	"github.com/lanesmq/lanes/server/internal/metrics"
 	"github.com/lanesmq/lanes/server/internal/spool"
 )
@@ -65,6 +66,9 @@ type Server struct {
 	log         *slog.Logger
 	metrics     *metrics.Metrics
 	maintenance *maintenance
+	// spoolWriteFailures logs pushes the spool refused (full, disk errors)
+	// once a minute, not once per push.
+	spoolWriteFailures *failurelog.Reporter
 }
 
 var _ gen.StrictServerInterface = (*Server)(nil)
@@ -83,7 +87,8 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 	if opts.PushTimeout <= 0 {
 		opts.PushTimeout = 10 * time.Second
 	}
-	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: newMaintenance(e, opts.Logger)}
+	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: newMaintenance(e, opts.Logger),
+		spoolWriteFailures: failurelog.New(opts.Logger, slog.LevelError, "spool write failed; push answered failed", "")}
 	e.PausePopsWhen(s.maintenance.popEnabled)
 	e.PausePushesWhen(s.maintenance.pushEnabled)
 	s.registerGauges()
