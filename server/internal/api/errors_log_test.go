@@ -10,6 +10,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
 	"github.com/lanesmq/lanes/server/internal/spool"
@@ -87,5 +88,20 @@ func TestSpoolWritesFailingLogOneLine(t *testing.T) {
 	}
 	if n := strings.Count(out.String(), `msg="spool write failed; push answered failed"`); n != 1 {
 		t.Fatalf("want one spool write failed line for 5 refused pushes, got %d:\n%s", n, out.String())
+	}
+}
+
+// TestLagRefreshFailingLogsAWarning: backlog refreshes that keep failing
+// (the gauges then keep their last values) log one WARN, not nothing, so an
+// operator learns why lanes_queue_lag_refresh_timestamp_seconds stopped.
+func TestLagRefreshFailingLogsAWarning(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	b := newBrokerWith(t, "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1", Options{Logger: log}, "")
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	b.Server.RunLagCollector(ctx, 20*time.Millisecond, 10)
+	if n := strings.Count(out.String(), "level=WARN msg=\"lag refresh failed"); n != 1 {
+		t.Fatalf("want one WARN line for the failing lag refreshes, got %d:\n%s", n, out.String())
 	}
 }

@@ -14,6 +14,7 @@ import (
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 	"github.com/lanesmq/lanes/server/internal/metrics"
 )
 
@@ -216,8 +217,13 @@ func lagSummary(l metrics.LagSnapshot) gen.MetricsLag {
 // RunLagCollector recomputes the per-queue lag gauges every interval (at most
 // maxSeries of them, largest first) until ctx ends; scrapes read the last result.
 func (s *Server) RunLagCollector(ctx context.Context, interval time.Duration, maxSeries int) {
+	failures := failurelog.New(s.log, slog.LevelWarn, "lag refresh failed; the backlog gauges keep their last values", "")
 	s.metrics.RunLagCollector(ctx, interval, s.lagFetch(maxSeries), func(err error) {
-		s.log.Debug("lag refresh failed; the gauges keep their last values", "err", err)
+		if err != nil {
+			failures.Failed(err)
+		} else {
+			failures.Succeeded()
+		}
 	})
 }
 

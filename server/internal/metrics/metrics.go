@@ -249,14 +249,15 @@ func setPerQueue(g *prometheus.GaugeVec, samples []QueueSample) {
 }
 
 // RunLagCollector refreshes the backlog series every interval until ctx ends,
-// so a scrape never pays for the aggregates.
-func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, fetch func(context.Context) (Backlog, error), onErr func(error)) {
+// so a scrape never pays for the aggregates. onResult gets each refresh's
+// error, nil for a success, unless ctx ended.
+func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, fetch func(context.Context) (Backlog, error), onResult func(error)) {
 	if interval <= 0 {
 		return
 	}
 	for {
-		if err := m.RefreshLag(ctx, fetch); err != nil && ctx.Err() == nil && onErr != nil {
-			onErr(err)
+		if err := m.RefreshLag(ctx, fetch); ctx.Err() == nil && onResult != nil {
+			onResult(err)
 		}
 		select {
 		case <-ctx.Done():
