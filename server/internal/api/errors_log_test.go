@@ -105,3 +105,23 @@ func TestLagRefreshFailingLogsAWarning(t *testing.T) {
 		t.Fatalf("want one WARN line for the failing lag refreshes, got %d:\n%s", n, out.String())
 	}
 }
+
+// TestRequestsPassingTheirDeadlineLogOneLine: requests answered
+// database_timeout (a slow or locked database) log the first at once and then
+// once a minute with the count, not one ERROR line each.
+func TestRequestsPassingTheirDeadlineLogOneLine(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	b := newBrokerWith(t, testDSN, Options{Logger: log, DBTimeout: 200 * time.Millisecond}, "")
+	ack, unlock := holdConsumerRow(t, b, uniqueQueue(t))
+	defer unlock()
+	for range 3 {
+		var e errorBody
+		if status, _ := b.call(t, "POST", "/api/v1/ack", ack, &e); status != http.StatusInternalServerError || e.Code != CodeDatabaseTimeout {
+			t.Fatalf("ack blocked past the deadline: %d %+v", status, e)
+		}
+	}
+	if n := strings.Count(out.String(), `msg="database work passed its deadline"`); n != 1 {
+		t.Fatalf("want one deadline line for 3 requests past it, got %d:\n%s", n, out.String())
+	}
+}

@@ -321,7 +321,7 @@ func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request,
 			return
 		}
 		if r.Context().Err() == nil && isDatabaseTimeout(err) {
-			s.log.Error("database work passed its deadline", "path", r.URL.Path, "err", err)
+			s.deadlineFailures.Failed(err, "path", r.URL.Path)
 			writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabaseTimeout, "database timeout: "+err.Error())
 			return
 		}

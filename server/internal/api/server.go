@@ -67,8 +67,9 @@ type Server struct {
 	metrics     *metrics.Metrics
 	maintenance *maintenance
 	// spoolWriteFailures logs pushes the spool refused (full, disk errors)
-	// once a minute, not once per push.
-	spoolWriteFailures *failurelog.Reporter
+	// and deadlineFailures requests answered database_timeout, each once a
+	// minute with the count, not once per request.
+	spoolWriteFailures, deadlineFailures *failurelog.Reporter
 }
 
 var _ gen.StrictServerInterface = (*Server)(nil)
@@ -88,7 +89,8 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 		opts.PushTimeout = 10 * time.Second
 	}
 	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: newMaintenance(e, opts.Logger),
-		spoolWriteFailures: failurelog.New(opts.Logger, slog.LevelError, "spool write failed; push answered failed", "")}
+		spoolWriteFailures: failurelog.New(opts.Logger, slog.LevelError, "spool write failed; push answered failed", ""),
+		deadlineFailures:   failurelog.New(opts.Logger, slog.LevelError, "database work passed its deadline", "")}
 	e.PausePopsWhen(s.maintenance.popEnabled)
 	e.PausePushesWhen(s.maintenance.pushEnabled)
 	s.registerGauges()
