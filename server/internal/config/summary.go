@@ -13,6 +13,9 @@ var secretSettings = map[string]bool{"LANES_JWT_SECRET": true, "LANES_JWT_PUBLIC
 // keywordPassword finds the password of a key=value connection string.
 var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('[^']*'|\S+)`)
 
+// strandedPassword is a ":password@" left after the userinfo of a malformed URL.
+var strandedPassword = regexp.MustCompile(`:[^@]*@`)
+
 // passwordParams are the query parameters of a database URL that hold a
 // secret: libpq and pgx take a password there as well as in the userinfo.
 var passwordParams = map[string]bool{"password": true, "sslpassword": true}
@@ -20,11 +23,41 @@ var passwordParams = map[string]bool{"password": true, "sslpassword": true}
 // redactDatabaseURL hides the passwords of a URL (userinfo and query string)
 // or key=value connection string.
 func redactDatabaseURL(dsn string) string {
+	for _, scheme := range []string{"postgres://", "postgresql://"} {
+		if rest, ok := strings.CutPrefix(dsn, scheme); ok {
+			return scheme + redactPostgresURL(rest)
+		}
+	}
 	if u, err := url.Parse(dsn); err == nil && u.Scheme != "" {
 		u.RawQuery = redactQueryPasswords(u.RawQuery)
 		return u.Redacted()
 	}
 	return keywordPassword.ReplaceAllString(dsn, "${1}xxxxx")
+}
+
+// redactPostgresURL hides the passwords of a postgres URL after its scheme.
+// Its userinfo runs to the first '@' before any '/', as pgx and libpq read
+// it, so a password holding '#' or '?' (which net/url takes for a fragment
+// or a query) is hidden too.
+func redactPostgresURL(rest string) string {
+	userinfo := ""
+	if i := strings.IndexAny(rest, "@/"); i >= 0 && rest[i] == '@' {
+		user, _, hasPassword := strings.Cut(rest[:i], ":")
+		userinfo, rest = user, rest[i+1:]
+		if hasPassword {
+			userinfo += ":xxxxx"
+		}
+		userinfo += "@"
+	}
+	if strings.Contains(rest, "@") {
+		// A password with a '/' strands its '@' past the host: pgx refuses the
+		// URL, but the configuration line is logged before that.
+		rest = strandedPassword.ReplaceAllString(rest, ":xxxxx@")
+	}
+	if base, query, ok := strings.Cut(rest, "?"); ok {
+		rest = base + "?" + redactQueryPasswords(query)
+	}
+	return userinfo + rest
 }
 
 // redactQueryPasswords masks the value of every password parameter of a raw

@@ -5,6 +5,8 @@ import (
 	"io"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // TestLogAttrsListEverySettingWithoutSecrets: the boot "configuration" line
@@ -57,5 +59,37 @@ func TestLogAttrsListEverySettingWithoutSecrets(t *testing.T) {
 	queryDSN := "postgres://u@h/db?sslmode=disable&password=hunter2&sslpassword=k%20ey&PassWord=again"
 	if red, want := redactDatabaseURL(queryDSN), "postgres://u@h/db?sslmode=disable&password=xxxxx&sslpassword=xxxxx&PassWord=xxxxx"; red != want {
 		t.Errorf("query-string passwords: logged %s; want %s", red, want)
+	}
+}
+
+// TestLogAttrsHideURLPasswordsThatNetURLMisreads: pgx reads the userinfo of a
+// database URL up to the first '@' (as libpq does), so a password holding
+// '#' or '?' connects; net/url cut the URL there instead, and the
+// configuration line logged such a password in clear.
+func TestLogAttrsHideURLPasswordsThatNetURLMisreads(t *testing.T) {
+	for _, tc := range []struct{ dsn, password, want string }{
+		{"postgres://lanes:se#cret@db:5432/lanes", "se#cret", "postgres://lanes:xxxxx@db:5432/lanes"},
+		{"postgres://lanes:123#45@db/lanes?sslmode=disable", "123#45", "postgres://lanes:xxxxx@db/lanes?sslmode=disable"},
+		{"postgresql://lanes:1?x@db/lanes?sslmode=disable", "1?x", "postgresql://lanes:xxxxx@db/lanes?sslmode=disable"},
+	} {
+		parsed, err := pgconn.ParseConfig(tc.dsn)
+		if err != nil || parsed.Password != tc.password {
+			t.Fatalf("%s: pgx reads password %q (err %v), the test expects %q", tc.dsn, parsed.Password, err, tc.password)
+		}
+		c, err := Load(nil, env(map[string]string{"LANES_DATABASE_URL": tc.dsn}), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		line := fmt.Sprint(c.LogAttrs()...)
+		if strings.Contains(line, tc.password) {
+			t.Errorf("%s: the password is logged: %s", tc.dsn, line)
+		}
+		if got := redactDatabaseURL(tc.dsn); got != tc.want {
+			t.Errorf("%s: logged as %s; want %s", tc.dsn, got, tc.want)
+		}
+	}
+	// pgx refuses a password holding '/', after the line is logged.
+	if red := redactDatabaseURL("postgres://lanes:pass/word@db/lanes"); strings.Contains(red, "word") {
+		t.Errorf("a password with '/' is logged: %s", red)
 	}
 }
