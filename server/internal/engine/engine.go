@@ -13,6 +13,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // QueueModeGroup is the implicit consumer group of group-less pops.
@@ -141,6 +143,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e.waiters = newWaiters()
 	e.health = newHealthConn()
 	e.leases = newLeaseIndex()
+	e.holds.readFailures = failurelog.New(e.log, slog.LevelWarn, "reading the queues' minPopWaitTime failed; pops act on the last read", "")
 	e.brokerID = uuid.NewString()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.notifier = newNotifier(e)

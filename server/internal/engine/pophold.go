@@ -4,6 +4,8 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 )
 
 // A queue's minPopWaitTime holds a waiting pop that finds an under-full batch
@@ -27,6 +29,9 @@ type popHolds struct {
 	byQueue map[string]time.Duration
 	readAt  time.Time
 	reading chan struct{} // closed when the read in flight ends
+	// readFailures logs failed reads once a minute: while the database is
+	// down every waiting batch pop tries one.
+	readFailures *failurelog.Reporter
 }
 
 // popHoldFor is how long req may hold an under-full batch; 0 when it may not.
@@ -64,9 +69,10 @@ func (h *popHolds) get(ctx context.Context, e *Engine, queue string) time.Durati
 		h.reading = nil
 		if err == nil {
 			h.byQueue, h.readAt = byQueue, time.Now()
-		} else {
+			h.readFailures.Succeeded()
+		} else if ctx.Err() == nil {
 			// Keep acting on what was read last; the next pop reads again.
-			e.log.Warn("reading the queues' minPopWaitTime", "err", err)
+			h.readFailures.Failed(err)
 		}
 		d := h.byQueue[queue]
 		h.mu.Unlock()

@@ -4,8 +4,12 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func configureMinPopWait(t *testing.T, e *Engine, q string, ms int) {
@@ -134,5 +138,28 @@ func TestMinPopWaitTimeFollowsConfigureOnAnotherBroker(t *testing.T) {
 	res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 5 * time.Second})
 	if took := time.Since(start); took < 650*time.Millisecond || len(res.Messages) != 1 {
 		t.Fatalf("after a configure through another broker: %d messages after %v, want 1 after the 700 ms hold", len(res.Messages), took)
+	}
+}
+
+// TestUnreadablePopHoldsLogOneWarning: while the database is unreachable
+// every waiting batch pop of a queue tries to read the queues'
+// minPopWaitTime; the first failure logs a WARN, the rest within the minute
+// add no line.
+func TestUnreadablePopHoldsLogOneWarning(t *testing.T) {
+	var out lockedBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	pool, err := pgxpool.New(context.Background(), "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{Logger: log})
+	t.Cleanup(func() { e.Close(); pool.Close() })
+	for range 4 {
+		if hold := e.popHoldFor(context.Background(), &PopRequest{Queue: "holds-unreadable", Batch: 10, Wait: true}); hold != 0 {
+			t.Fatalf("hold %v read from an unreachable database", hold)
+		}
+	}
+	if n := strings.Count(out.String(), `level=WARN msg="reading the queues' minPopWaitTime`); n != 1 {
+		t.Fatalf("want one WARN line for 4 failing reads, got %d:\n%s", n, out.String())
 	}
 }
