@@ -145,10 +145,14 @@ type notifier struct {
 	mu      sync.Mutex
 	pending map[string]bool
 	kick    chan struct{}
+	// failures logs failed flushes once a minute: with the database's
+	// notification queue full every push commit's flush fails.
+	failures *failurelog.Reporter
 }
 
 func newNotifier(e *Engine) *notifier {
-	return &notifier{e: e, pending: map[string]bool{}, kick: make(chan struct{}, 1)}
+	return &notifier{e: e, pending: map[string]bool{}, kick: make(chan struct{}, 1),
+		failures: failurelog.New(e.log, slog.LevelWarn, "notify other brokers failed", "")}
 }
 
 // publish queues the names of queues that received messages.
@@ -191,6 +195,8 @@ func (n *notifier) flush() {
 	defer cancel()
 	if _, err := n.e.pool.Exec(ctx, "SELECT pg_notify($1, $2)", notifyChannel, notifyPayload(n.e.brokerID, batch)); err != nil {
 		// Other brokers' parked pops still find the messages at their next re-check.
-		n.e.log.Warn("notify other brokers failed", "err", err)
+		n.failures.Failed(err)
+		return
 	}
+	n.failures.Succeeded()
 }

@@ -2,8 +2,13 @@ package engine
 
 import (
 	"context"
+	"fmt"
+	"log/slog"
+	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // listenerPID waits for e's notification listener to be on LISTEN from a
@@ -42,5 +47,31 @@ func TestListenerBackoffStartsOverAfterAReconnect(t *testing.T) {
 		if back := time.Since(lost); back > listenReconnectFirst+400*time.Millisecond {
 			t.Fatalf("reconnect %d took %v", i+1, back)
 		}
+	}
+}
+
+// TestFailingNotificationsLogOneWarning: when pg_notify keeps failing (the
+// database's notification queue full, or the database gone) every push
+// commit's flush fails; the first logs a WARN, the rest within the minute
+// add no line.
+func TestFailingNotificationsLogOneWarning(t *testing.T) {
+	var out lockedBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	pool, err := pgxpool.New(context.Background(), "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{Logger: log})
+	t.Cleanup(func() { e.Close(); pool.Close() })
+	for i := range 4 {
+		// Queued without a kick and flushed here, so each flush has ended
+		// before the count below.
+		e.notifier.mu.Lock()
+		e.notifier.pending[fmt.Sprint("notify-failing-", i)] = true
+		e.notifier.mu.Unlock()
+		e.notifier.flush()
+	}
+	if n := strings.Count(out.String(), `level=WARN msg="notify other brokers failed`); n != 1 {
+		t.Fatalf("want one WARN line for 4 failing flushes, got %d:\n%s", n, out.String())
 	}
 }
