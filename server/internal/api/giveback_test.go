@@ -191,3 +191,32 @@ func TestClientLeavingAfterTheDeadlineDuringTheClaimGetsTheClaimGivenBack(t *tes
 	took := expectGivenBack(t, b, q, group, popPath, left)
 	t.Logf("claim stalled 1.5 s, deadline 0.3 s, client left at 0.8 s: claimable again %v after it left (lease 60 s)", took.Round(time.Millisecond))
 }
+
+// TestClientLeavingAnAutoAckPopIsCounted: an autoAck pop commits its claim
+// before answering, so messages whose client leaves before the answer are
+// consumed for the group and never delivered (at-most-once, as documented).
+// Nothing can be given back; the broker counts them
+// (lanes_pop_auto_acked_undelivered_total) and logs a warning, so the loss
+// shows on a dashboard.
+func TestClientLeavingAnAutoAckPopIsCounted(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{TestFaults: true}, "")
+	q, group := uniqueQueue(t), "auto-leaver"
+	pushThree(t, b.testBroker, q)
+	popPath := "/api/v1/pop/queue/" + q + "?batch=10&subscriptionMode=all&autoAck=true&consumerGroup=" + group
+	run := fmt.Sprintf("hold-auto-answer-%d", time.Now().UnixNano())
+	if status, _ := b.call(t, "PUT", faultsPrefix+run, map[string]any{"rules": []map[string]any{{
+		"method": "GET", "path": "/api/v1/pop/queue/*", "responses": []map[string]any{{"pass": true, "holdAnswerMs": 5000}},
+	}}}, nil); status != http.StatusNoContent {
+		t.Fatalf("fault script: %d", status)
+	}
+	popAndLeave(t, b.testBroker, popPath, http.Header{FaultsRunHeader: {run}}, 500*time.Millisecond)
+	waitFor(t, 10*time.Second, "the undelivered autoAck messages to be counted", func() bool {
+		return b.Server.metrics.AutoAckedUndelivered() == 3
+	})
+	if status, _ := b.call(t, "GET", popPath, nil, nil); status != http.StatusNoContent {
+		t.Fatalf("the committed messages came back to the group: %d", status)
+	}
+	if n := b.Server.metrics.LeasesGivenBack(); n != 0 {
+		t.Errorf("lanes_pop_leases_given_back_total = %d, want 0 (an autoAck pop has no lease)", n)
+	}
+}

@@ -56,17 +56,28 @@ func (s *Server) deliverPop(w http.ResponseWriter, r *http.Request, pop *gen.Pop
 // one retry acknowledgement of the first message of each claimed partition
 // rewinds nothing (the cursor stays), charges no retry budget and clears the
 // lease, so the messages are claimable again at once instead of at lease expiry.
-// An autoAck pop has no lease and nothing to give back.
+// An autoAck pop has no lease and nothing to give back: its messages are
+// counted and logged as consumed for the group and never delivered.
 func (s *Server) giveBack(pop *gen.PopResponse) {
 	seen := map[string]bool{}
 	var items []engine.AckItem
+	autoAcked := 0
 	for _, m := range pop.Messages {
-		if m.LeaseId == "" || seen[m.PartitionId] {
+		if m.LeaseId == "" {
+			autoAcked++
+			continue
+		}
+		if seen[m.PartitionId] {
 			continue
 		}
 		seen[m.PartitionId] = true
 		items = append(items, engine.AckItem{TransactionID: m.TransactionId, PartitionID: m.PartitionId,
 			Status: "retry", Group: m.ConsumerGroup, LeaseID: m.LeaseId})
+	}
+	if autoAcked > 0 {
+		s.metrics.CountAutoAckedUndelivered(autoAcked)
+		s.log.Warn("client left during an autoAck pop; its messages were committed for the group and are not delivered again (at-most-once)",
+			"messages", autoAcked, "group", pop.Messages[0].ConsumerGroup)
 	}
 	if len(items) == 0 {
 		return

@@ -26,8 +26,8 @@ type Metrics struct {
 	requestsTotal atomic.Int64
 	popClaim      prometheus.Histogram
 
-	popped, acked, deadLettered, leasesGivenBack atomic.Int64
-	retention                                    retentionProgress
+	popped, acked, deadLettered, leasesGivenBack, autoAckedUndelivered atomic.Int64
+	retention                                                          retentionProgress
 
 	lag       *prometheus.GaugeVec
 	pending   *prometheus.GaugeVec
@@ -131,6 +131,7 @@ func New() *Metrics {
 	count("lanes_messages_acked_total", "Acknowledgements executed (ack, ack batch, transaction), any status.", &m.acked)
 	count("lanes_messages_dead_lettered_total", "Messages moved to the dead-letter queue by acknowledgements.", &m.deadLettered)
 	count("lanes_pop_leases_given_back_total", "Claims released again because the client left before the answer.", &m.leasesGivenBack)
+	count("lanes_pop_auto_acked_undelivered_total", "Messages an autoAck pop committed whose client left before the answer: consumed for the group, never delivered (at-most-once).", &m.autoAckedUndelivered)
 	r := &m.retention
 	read := func(f func() float64) func() float64 {
 		return func() float64 { r.mu.Lock(); defer r.mu.Unlock(); return f() }
@@ -172,6 +173,12 @@ func (m *Metrics) CountAcks(acked, deadLettered int) {
 
 // CountLeaseGivenBack records a claim released because its client left.
 func (m *Metrics) CountLeaseGivenBack() { m.leasesGivenBack.Add(1) }
+
+// CountAutoAckedUndelivered records n messages an autoAck pop committed for a client that left.
+func (m *Metrics) CountAutoAckedUndelivered(n int) { m.autoAckedUndelivered.Add(int64(n)) }
+
+// AutoAckedUndelivered reads lanes_pop_auto_acked_undelivered_total.
+func (m *Metrics) AutoAckedUndelivered() int64 { return m.autoAckedUndelivered.Load() }
 
 // PoppedTotal, AckedTotal, DeadLetteredTotal and LeasesGivenBack read the counters.
 func (m *Metrics) PoppedTotal() int64 { return m.popped.Load() }
