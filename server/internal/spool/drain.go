@@ -284,7 +284,6 @@ func (s *Spool) quarantine(name string, pos filePosition, cause error) error {
 	s.mu.Unlock()
 	s.bytes.Add(-info.Size())
 	s.pending.Add(-int64(remaining))
-	s.failed.Add(int64(remaining))
 	s.log.Error("spool file quarantined after repeated failures; its pushes need attention",
 		"file", to, "items", remaining, "err", cause)
 	return fmt.Errorf("spool: quarantined %s: %w", name, cause)

@@ -94,7 +94,6 @@ type Spool struct {
 
 	pending   atomic.Int64
 	bytes     atomic.Int64 // of the files waiting to drain, the active one included
-	failed    atomic.Int64
 	drained   atomic.Int64
 	dbHealthy atomic.Bool
 	// waitingForDB is set while the drain backs off because the database
@@ -170,11 +169,6 @@ func Open(opts Options) (*Spool, error) {
 		s.fileRecords[f] = n
 		s.pending.Add(int64(n))
 		s.bytes.Add(size)
-	}
-	failedFiles, _ := os.ReadDir(filepath.Join(opts.Dir, failedSubdir))
-	for _, f := range failedFiles {
-		n, _, _ := countRecords(filepath.Join(opts.Dir, failedSubdir, f.Name()))
-		s.failed.Add(int64(n))
 	}
 	if n := s.pending.Load(); n > 0 {
 		s.log.Warn("spool holds pushes from before the restart; draining", "pending", n, "bytes", s.bytes.Load(), "dir", opts.Dir)
@@ -299,8 +293,19 @@ func syncDir(dir string) error {
 // Pending is the number of spooled items not yet stored in PostgreSQL.
 func (s *Spool) Pending() int64 { return s.pending.Load() }
 
-// Failed is the number of items in quarantined files.
-func (s *Spool) Failed() int64 { return s.failed.Load() }
+// Failed is the number of items in quarantined files, counted on each call
+// (record headers only): an operator who replays or moves the files out of
+// failed/ sees it fall, where a running count only ever grew.
+func (s *Spool) Failed() int64 {
+	dir := filepath.Join(s.opts.Dir, failedSubdir)
+	files, _ := os.ReadDir(dir)
+	var total int64
+	for _, f := range files {
+		n, _, _ := countRecords(filepath.Join(dir, f.Name()))
+		total += int64(n)
+	}
+	return total
+}
 
 // Bytes is the size of the files waiting to drain, the active one included.
 func (s *Spool) Bytes() int64 { return s.bytes.Load() }

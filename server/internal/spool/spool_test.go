@@ -215,6 +215,13 @@ func TestPermanentFailureQuarantinesTheFile(t *testing.T) {
 	if err != nil || s2.Failed() != 4 {
 		t.Fatalf("reopen: failed=%d err=%v", s2.Failed(), err)
 	}
+	// Once the operator has dealt with the file (moved it away), nothing is quarantined.
+	if err := os.Rename(quarantined[0], filepath.Join(t.TempDir(), "handled.buf")); err != nil {
+		t.Fatal(err)
+	}
+	if n := s2.Failed(); n != 0 {
+		t.Fatalf("after the quarantined file was moved away: failed=%d, want 0", n)
+	}
 }
 
 func TestTransientFailureKeepsTheFileAndPaused(t *testing.T) {
