@@ -3,12 +3,9 @@ package engine
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // listenerPID waits for e's notification listener to be on LISTEN from a
@@ -55,14 +52,7 @@ func TestListenerBackoffStartsOverAfterAReconnect(t *testing.T) {
 // commit's flush fails; the first logs a WARN, the rest within the minute
 // add no line.
 func TestFailingNotificationsLogOneWarning(t *testing.T) {
-	var out lockedBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
-	pool, err := pgxpool.New(context.Background(), "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := New(pool, Config{Logger: log})
-	t.Cleanup(func() { e.Close(); pool.Close() })
+	e, out := newUnreachableEngine(t)
 	for i := range 4 {
 		// Queued without a kick and flushed here, so each flush has ended
 		// before the count below.

@@ -4,12 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"log/slog"
 	"strings"
 	"testing"
 	"time"
-
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func configureMinPopWait(t *testing.T, e *Engine, q string, ms int) {
@@ -146,14 +143,7 @@ func TestMinPopWaitTimeFollowsConfigureOnAnotherBroker(t *testing.T) {
 // minPopWaitTime; the first failure logs a WARN, the rest within the minute
 // add no line.
 func TestUnreadablePopHoldsLogOneWarning(t *testing.T) {
-	var out lockedBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
-	pool, err := pgxpool.New(context.Background(), "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := New(pool, Config{Logger: log})
-	t.Cleanup(func() { e.Close(); pool.Close() })
+	e, out := newUnreachableEngine(t)
 	for range 4 {
 		if hold := e.popHoldFor(context.Background(), &PopRequest{Queue: "holds-unreadable", Batch: 10, Wait: true}); hold != 0 {
 			t.Fatalf("hold %v read from an unreachable database", hold)

@@ -2,11 +2,14 @@ package engine
 
 import (
 	"bytes"
+	"context"
 	"log/slog"
 	"strings"
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 // lockedBuffer collects log lines written from background loops.
@@ -25,6 +28,20 @@ func (b *lockedBuffer) String() string {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	return b.buf.String()
+}
+
+// newUnreachableEngine is an engine on a database that refuses every
+// connection, logging into the returned buffer.
+func newUnreachableEngine(t *testing.T) (*Engine, *lockedBuffer) {
+	t.Helper()
+	out := &lockedBuffer{}
+	pool, err := pgxpool.New(context.Background(), "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{Logger: slog.New(slog.NewTextHandler(out, nil))})
+	t.Cleanup(func() { e.Close(); pool.Close() })
+	return e, out
 }
 
 // TestFailingRetentionPassLogsAWarningOnce: a pass PostgreSQL refuses (here a
