@@ -13,15 +13,7 @@ import (
 // the same message id but, with the queue's dedup off, stored a second copy:
 // a pop delivered the message twice. The replay now knows its own message.
 func TestBufferedPushWhoseLateCommitLandedIsStoredOnce(t *testing.T) {
-	b := newBrokerWith(t, testDSN, Options{PushTimeout: 500 * time.Millisecond}, t.TempDir())
-	b.runDrain(t)
-	q := uniqueQueue(t)
-	if status, _ := b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 0}}, nil); status != http.StatusOK {
-		t.Fatalf("configure: %d", status)
-	}
-	if out := pushOne(t, b.testBroker, q, "p", "early-1"); out.itemStatus != "queued" {
-		t.Fatalf("push before the lock: %+v", out)
-	}
+	b, q := drainingBrokerWithDedupOff(t, "early-1")
 
 	release := lockPartition(t, b.testBroker, q, "p")
 	late := pushOne(t, b.testBroker, q, "p", "late-1")
@@ -56,15 +48,7 @@ func TestBufferedPushWhoseLateCommitLandedIsStoredOnce(t *testing.T) {
 // drops a request whose caller gave up, and a replay in the write of its own
 // first attempt is a duplicate: each message is stored once.
 func TestPushesBufferedBehindAStalledWriteAreStoredOnce(t *testing.T) {
-	b := newBrokerWith(t, testDSN, Options{PushTimeout: 500 * time.Millisecond}, t.TempDir())
-	b.runDrain(t)
-	q := uniqueQueue(t)
-	if status, _ := b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 0}}, nil); status != http.StatusOK {
-		t.Fatalf("configure: %d", status)
-	}
-	if out := pushOne(t, b.testBroker, q, "p", "early"); out.itemStatus != "queued" {
-		t.Fatalf("push before the lock: %+v", out)
-	}
+	b, q := drainingBrokerWithDedupOff(t, "early")
 
 	release := lockPartition(t, b.testBroker, q, "p")
 	answers := make([]chan pushOutcome, 2)
@@ -100,4 +84,21 @@ func TestPushesBufferedBehindAStalledWriteAreStoredOnce(t *testing.T) {
 	if want := []string{"early", "stalled", "queued-behind"}; !slices.Equal(got, want) {
 		t.Fatalf("popped %v, want %v", got, want)
 	}
+}
+
+// drainingBrokerWithDedupOff is a broker whose pushes go to its spool after
+// 500 ms and whose drain runs, with a queue whose dedup is off and whose
+// partition p already holds first (pushed before any lock is taken).
+func drainingBrokerWithDedupOff(t *testing.T, first string) (*resilientBroker, string) {
+	t.Helper()
+	b := newBrokerWith(t, testDSN, Options{PushTimeout: 500 * time.Millisecond}, t.TempDir())
+	b.runDrain(t)
+	q := uniqueQueue(t)
+	if status, _ := b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 0}}, nil); status != http.StatusOK {
+		t.Fatalf("configure: %d", status)
+	}
+	if out := pushOne(t, b.testBroker, q, "p", first); out.itemStatus != "queued" {
+		t.Fatalf("push before the lock: %+v", out)
+	}
+	return b, q
 }

@@ -15,8 +15,7 @@ var (
 // have a four-digit year. "9999-12-31T23:59:59-05:00" is valid RFC 3339 and
 // still outside: in UTC it is in the year 10000.
 func OutsideJSONYears(t time.Time) bool {
-	y := t.UTC().Year()
-	return y < 1 || y > 9999
+	return t.Before(FirstJSONTime) || t.After(LastJSONTime)
 }
 
 // checkJSONYears refuses an instant a later answer could not encode.

@@ -235,14 +235,7 @@ func TestSchemaIsReappliedOnlyWhenItsFilesChange(t *testing.T) {
 	if err := ApplySchema(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	indexExists := func() bool {
-		t.Helper()
-		var ok bool
-		if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
+	indexExists := func() bool { return consumersGroupIndexExists(t, pool) }
 	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx`); err != nil {
 		t.Fatal(err)
 	}
@@ -528,14 +521,7 @@ func TestABrokerOlderThanTheRecordedSchemaAppliesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	indexExists := func() bool {
-		t.Helper()
-		var ok bool
-		if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil {
-			t.Fatal(err)
-		}
-		return ok
-	}
+	indexExists := func() bool { return consumersGroupIndexExists(t, pool) }
 
 	dropIndex()
 	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'a later version', version = $1,
@@ -621,4 +607,15 @@ func TestApplyingTheSchemaGivesWayToRequestsQueuedBehindItsLockWait(t *testing.T
 	if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil || !ok {
 		t.Fatalf("consumers_group_idx after the apply: %v %v", ok, err)
 	}
+}
+
+// consumersGroupIndexExists reports whether lanes.consumers_group_idx, which
+// the schema tests drop to see whether a boot applies the files again, exists.
+func consumersGroupIndexExists(t *testing.T, pool *pgxpool.Pool) bool {
+	t.Helper()
+	var ok bool
+	if err := pool.QueryRow(context.Background(), `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }
