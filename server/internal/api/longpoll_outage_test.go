@@ -57,7 +57,10 @@ func TestALongPollParkedThroughAnOutageWaitsForItsTimeoutOrAMessage(t *testing.T
 			t.Fatalf("configure: %d", status)
 		}
 	}
-	const short, long = 4 * time.Second, 60 * time.Second
+	// short leaves room for both polls to park and the database to stop on a
+	// loaded machine before the window in which the first must stay parked.
+	const short, long = 6 * time.Second, 60 * time.Second
+	timesOutSentAt := time.Now()
 	timesOut := longPoll(t, b.testBroker, q, short)
 	getsMessage := longPoll(t, b.testBroker, q, long)
 	waitFor(t, 5*time.Second, "both long polls to park", func() bool { return b.Engine.ParkedPops() == 2 })
@@ -76,7 +79,10 @@ func TestALongPollParkedThroughAnOutageWaitsForItsTimeoutOrAMessage(t *testing.T
 			a.status, a.code, a.took, time.Since(stoppedAt), short)
 	case a := <-getsMessage:
 		t.Fatalf("the parked long poll answered %d %s after %v, %v after the database stopped; want it parked", a.status, a.code, a.took, time.Since(stoppedAt))
-	case <-time.After(time.Until(stoppedAt.Add(short - time.Second))):
+	case <-time.After(time.Until(timesOutSentAt.Add(short - time.Second))):
+	}
+	if parkedInOutage := time.Since(stoppedAt); parkedInOutage < 2*time.Second {
+		t.Fatalf("the database stopped only %v before the short poll's timeout: too late to test re-checks in an outage", parkedInOutage)
 	}
 	if a := <-timesOut; a.status != http.StatusNoContent || a.took < short-100*time.Millisecond {
 		t.Fatalf("the parked long poll answered %d %s after %v; want 204 at its %v timeout", a.status, a.code, a.took, short)

@@ -452,6 +452,7 @@ func TestCompetingAutoAckPopsAcrossBrokersDeliverEveryMessageOnce(t *testing.T) 
 }
 
 func TestLongPollWakesOnPushAcrossBrokers(t *testing.T) {
+	const wakeBound = 400 * time.Millisecond // a wake takes milliseconds; a re-check would take 700
 	a, b := newEngine(t), newEngine(t)
 	q := queueName(t)
 	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
@@ -463,7 +464,9 @@ func TestLongPollWakesOnPushAcrossBrokers(t *testing.T) {
 			r, _ := a.Pop(context.Background(), PopRequest{Queue: q, Wait: true, Timeout: 5 * time.Second})
 			done <- r
 		}()
-		time.Sleep(300 * time.Millisecond) // parked, past the first re-checks
+		// Parked for 1 s, the pop re-checks at 0.9 s and next at 1.7 s (see
+		// popWaiting's backoff), so only a wake delivers within wakeBound.
+		time.Sleep(time.Second)
 		pushed := time.Now()
 		mustPush(t, pusher, items(q, "p", fmt.Sprintf("wake-%p", pusher))...)
 		r := <-done
@@ -472,7 +475,7 @@ func TestLongPollWakesOnPushAcrossBrokers(t *testing.T) {
 		}
 		latency := time.Since(pushed)
 		t.Logf("push→delivery latency of a parked pop (pusher=%p): %v (parked %v)", pusher, latency, pushed.Sub(start))
-		if latency > 150*time.Millisecond {
+		if latency > wakeBound {
 			t.Fatalf("wake-up took %v", latency)
 		}
 		mustAck(t, a, ack(r.Messages[0], "completed"))
