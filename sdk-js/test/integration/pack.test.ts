@@ -1,6 +1,6 @@
 // `npm pack` produces an installable package with type declarations (its prepack script builds
 // dist/): install the tarball into a scratch project and run a produce/consume round trip with
-// plain Node.
+// plain Node, from an ES module and from CommonJS.
 import { execFileSync } from "node:child_process";
 import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
@@ -43,6 +43,20 @@ console.log(JSON.stringify(got));
 `,
     );
     expect(run("node", ["main.mjs"], app).trim()).toBe('{"hello":"pack"}');
+    // A CommonJS app require()s it (Node's require of an ES module, 20.19+ and 22.12+).
+    writeFileSync(
+      join(app, "main.cjs"),
+      `const { Lanes } = require("@lanesmq/lanes");
+const lanes = new Lanes({ url: ${JSON.stringify(url)} });
+(async () => {
+  await lanes.queue(${JSON.stringify(q + "-cjs")}).push([{ data: { hello: "require" } }]);
+  let got;
+  await lanes.queue(${JSON.stringify(q + "-cjs")}).limit(1).consume((m) => { got = m.data; });
+  console.log(JSON.stringify(got));
+})();
+`,
+    );
+    expect(run("node", ["main.cjs"], app).trim()).toBe('{"hello":"require"}');
     // close() sends what the buffer holds and lets the process exit at once, not at its
     // 30 s deadline (a timer of the deadline outlived the flush).
     writeFileSync(
@@ -77,7 +91,14 @@ const m: Promise<Message<{ n: number }>[]> = lanes.queue<{ n: number }>("q").pop
 void m; void PushError;
 `,
     );
-    writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ compilerOptions: { strict: true, module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", noEmit: true, types: [] }, files: ["check.ts"] }));
+    // and a CommonJS file's import, which module NodeNext compiles to the require() above
+    writeFileSync(
+      join(app, "check-require.cts"),
+      `import { Lanes } from "@lanesmq/lanes";
+void new Lanes({ url: "http://localhost:6632" }).close();
+`,
+    );
+    writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ compilerOptions: { strict: true, module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", noEmit: true, types: [] }, files: ["check.ts", "check-require.cts"] }));
     run(join(root, "node_modules/.bin/tsc"), ["-p", "."], app);
   }, 120_000);
 });
