@@ -6,7 +6,7 @@
 #   make generate   regenerate code from openapi.yaml (Go server + client, TypeScript, Python)
 #   make verify     regenerate, lint the spec, fail if generated code differs from what is committed
 #   make lint       golangci-lint, tsc + eslint, ruff + mypy
-#   make deps       npm ci (sdk-js), Python venv (sdk-python/.venv)
+#   make deps       npm ci and the dist/ build (sdk-js), Python venv (sdk-python/.venv)
 #   make build      bin/lanes
 #   make bench      benchmark smoke run
 
@@ -80,8 +80,9 @@ $(VENV_STAMP): sdk-python/requirements-dev.txt sdk-python/pyproject.toml
 
 .PHONY: deps deps-js deps-python
 deps: deps-js deps-python tools
+# The package ships no install script (npm 11 warns about one), so npm ci does not build dist/.
 deps-js:
-	cd sdk-js && npm ci --no-audit --no-fund
+	cd sdk-js && npm ci --no-audit --no-fund && npm run --silent build
 deps-python:
 	rm -f $(VENV_STAMP)
 	$(MAKE) $(VENV_STAMP)

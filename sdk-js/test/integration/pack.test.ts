@@ -1,8 +1,8 @@
 // `npm pack` produces an installable package with type declarations (its prepack script builds
 // dist/): install the tarball into a scratch project and run a produce/consume round trip with
 // plain Node, from an ES module and from CommonJS.
-import { execFileSync } from "node:child_process";
-import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
+import { execFileSync, spawnSync } from "node:child_process";
+import { cpSync, existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, rmSync, symlinkSync, writeFileSync } from "node:fs";
 import { tmpdir } from "node:os";
 import { dirname, join, resolve } from "node:path";
 import { fileURLToPath } from "node:url";
@@ -28,7 +28,12 @@ describe("npm pack", () => {
     const app = join(scratch, "app");
     run("mkdir", ["-p", app], scratch);
     writeFileSync(join(app, "package.json"), JSON.stringify({ name: "scratch", private: true, type: "module" }));
-    run("npm", ["install", "--no-audit", "--no-fund", "--offline", tarball], app);
+    const install = spawnSync("npm", ["install", "--no-audit", "--no-fund", "--offline", tarball], { cwd: app, encoding: "utf8" });
+    expect(install.status, install.stderr).toBe(0);
+    // The package ships no install-time script: npm 11 warns about one at every install.
+    expect(install.stderr).not.toContain("install-scripts");
+    const installed = JSON.parse(readFileSync(join(app, "node_modules/@lanesmq/lanes/package.json"), "utf8")) as { scripts?: Record<string, string> };
+    expect(["preinstall", "install", "postinstall", "prepare"].filter((name) => installed.scripts?.[name] !== undefined)).toEqual([]);
     const pkg = join(app, "node_modules/@lanesmq/lanes/dist");
     expect(readdirSync(pkg)).toEqual(expect.arrayContaining(["index.js", "index.d.ts"]));
     const q = uniq("pack");
