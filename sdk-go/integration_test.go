@@ -30,13 +30,19 @@ type bundle struct {
 
 var nonWord = regexp.MustCompile(`[^a-zA-Z0-9]+`)
 
-func setup(t *testing.T) bundle {
+// testBrokerURL is LANES_TEST_URL; without it the test fails.
+func testBrokerURL(t *testing.T) string {
 	t.Helper()
 	url := os.Getenv("LANES_TEST_URL")
 	if url == "" {
 		t.Fatal("LANES_TEST_URL is not set: start a broker from the repository root (scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
 	}
-	c, err := lanes.New(lanes.WithURL(url))
+	return url
+}
+
+func setup(t *testing.T) bundle {
+	t.Helper()
+	c, err := lanes.New(lanes.WithURL(testBrokerURL(t)))
 	require.NoError(t, err)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
