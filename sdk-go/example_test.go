@@ -139,6 +139,7 @@ func ExampleTransactionBuilder_Commit() {
 		return
 	}
 	fmt.Println("committed")
+	// Output: committed
 }
 
 // The autopilot off switch: per builder, or LANES_SDK_POP_AUTOPILOT=off for the whole client.
