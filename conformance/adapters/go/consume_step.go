@@ -11,9 +11,10 @@ import (
 )
 
 type handlerSpec struct {
-	SleepMs      int  `json:"sleepMs"`
-	FirstSleepMs int  `json:"firstSleepMs"`
-	HonourCancel bool `json:"honourCancel"`
+	SleepMs      int    `json:"sleepMs"`
+	FirstSleepMs int    `json:"firstSleepMs"`
+	HonourCancel bool   `json:"honourCancel"`
+	Ack          string `json:"ack"`
 	Fail         []struct {
 		Data  json.RawMessage `json:"data"`
 		Times int             `json:"times"`
@@ -102,6 +103,10 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 		}
 		if fail {
 			return errors.New("handler failure (scripted)")
+		}
+		if a.Handler.Ack != "" {
+			_, err := s.client.Ack(ctx, []*lanes.Message{m}, lanes.AckStatus(a.Handler.Ack))
+			return err
 		}
 		return nil
 	})

@@ -488,6 +488,7 @@ class CaseState {
         }
       }
       if (fail) throw new Error("handler failure (scripted)");
+      if (h.ack) await this.client.ack(m, h.ack);
     });
     const out = {};
     const maxMs = a.maxMs > 0 ? a.maxMs : 20_000;

@@ -613,6 +613,8 @@ class CaseState:
                     time.sleep(ms / 1000)
             if fail:
                 raise RuntimeError("handler failure (scripted)")
+            if h.get("ack"):
+                self.client.ack(m, h["ack"])
 
         q = q.on_error(report)
         consumer = q.consume(handler)
