@@ -21,7 +21,9 @@ export interface Log {
 const CLIENT_LOG_ON = /^(1|true|yes|on|debug)$/i;
 
 export function makeLog(logger: Logger | undefined | null, env: Record<string, string | undefined>): Log {
-  const target: Logger | undefined = logger ?? (CLIENT_LOG_ON.test(env.LANES_CLIENT_LOG?.trim() ?? "") ? console : undefined);
+  // `logger: null` wins over LANES_CLIENT_LOG (`??` alone would treat null as absent).
+  const target: Logger | undefined =
+    logger === null ? undefined : (logger ?? (CLIENT_LOG_ON.test(env.LANES_CLIENT_LOG?.trim() ?? "") ? console : undefined));
   // Warnings and errors reach the console unless a logger was given or `logger: null` silenced them.
   const warnTo = logger === null ? undefined : (target ?? console);
   const call = (level: keyof Logger, to: Logger | undefined = target) => (message: string, details?: Record<string, unknown>) => {

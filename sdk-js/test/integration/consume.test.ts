@@ -683,3 +683,22 @@ describe('a queue or partition named "." or "..": InvalidNameError before anythi
     expect(() => b.messages()).toThrow(InvalidNameError);
   });
 });
+
+describe("LANES_CLIENT_LOG", () => {
+  it("sends the debug and info lines to the console too when no logger is given; logger: null still silences everything", async () => {
+    const debug = vi.spyOn(console, "debug").mockImplementation(() => undefined);
+    const idleLine = (calls: unknown[][]) => calls.filter(([m]) => String(m).startsWith("lanes: consumer idle for"));
+    try {
+      const q = uniq("clientlog");
+      await client({ env: { LANES_CLIENT_LOG: "true" } }).queue(q).idleMillis(200).consume(() => {});
+      expect(idleLine(debug.mock.calls)).toHaveLength(1);
+
+      debug.mockClear();
+      await client({ env: {} }).queue(q).idleMillis(200).consume(() => {});
+      await client({ env: { LANES_CLIENT_LOG: "true" }, logger: null }).queue(q).idleMillis(200).consume(() => {});
+      expect(debug).not.toHaveBeenCalled();
+    } finally {
+      debug.mockRestore();
+    }
+  });
+});
