@@ -64,6 +64,7 @@ func (s *Server) registerGauges() {
 			prometheus.Labels{"source": source.String()}, func() float64 { return float64(s.engine.StoredMessages(source)) })
 	}
 	s.engine.ObservePopClaims(m.ObservePopClaim)
+	s.engine.ObserveTimerFires(m.ObserveTimerFire)
 	m.Gauge("lanes_build_info", "Always 1; the version label is this broker's build.", prometheus.Labels{"version": s.opts.Version}, func() float64 { return 1 })
 	m.Gauge("lanes_pop_parked", "Long-poll pops parked on this broker (no connection held).", nil, func() float64 { return float64(s.engine.ParkedPops()) })
 	byPath := func(name, help string, oneTrip, general func(engine.HotPathStats) uint64) {
@@ -251,7 +252,8 @@ func (s *Server) lagFetch(maxSeries int) func(context.Context) (metrics.Backlog,
 			return metrics.Backlog{}, err
 		}
 		out := metrics.Backlog{Lags: make([]metrics.LagSample, len(b.Lags)),
-			Pending: perQueueSamples(b.Pending), DeadLetters: perQueueSamples(b.DeadLetters)}
+			Pending: perQueueSamples(b.Pending), DeadLetters: perQueueSamples(b.DeadLetters),
+			TimersWaiting: b.Timers.Waiting, TimersDue: b.Timers.Due}
 		for i, l := range b.Lags {
 			out.Lags[i] = metrics.LagSample{Queue: l.Queue, Group: l.Group, Messages: l.Messages}
 		}

@@ -97,6 +97,8 @@ type Engine struct {
 	stored storedCounters
 	// popClaimObserver is told how long each pop's claim took (ObservePopClaims).
 	popClaimObserver atomic.Pointer[func(time.Duration)]
+	// timerFireObserver is told how late each timer this engine fired was (ObserveTimerFires).
+	timerFireObserver atomic.Pointer[func(time.Duration)]
 	// leases resolves acks under leases this broker granted without lanes.txns.
 	leases *leaseIndex
 	// claims counts claims, to make every claimFullScanEvery-th one a full scan.

@@ -87,6 +87,16 @@ type Backlog struct {
 	Pending []QueueCount
 	// DeadLetters: per queue, dead-letter rows.
 	DeadLetters []QueueCount
+	// Timers counts the stored timers of every queue.
+	Timers TimerCounts
+}
+
+// TimerCounts is the cluster's timers not fired yet.
+type TimerCounts struct {
+	// Waiting: every stored timer (scheduled, not yet fired), Due among them.
+	Waiting int64
+	// Due: timers whose deliver time has passed, not fired yet.
+	Due int64
 }
 
 // backlogLagSQL sums, per (queue, group), last_offset − cursor floored at the
@@ -137,8 +147,9 @@ const backlogDeadLettersSQL = `SELECT q.name, count(*) AS n
 	LIMIT $1`
 
 // Backlog computes the lag, pending and dead-letter figures from the
-// watermarks in one read-only transaction, at most limit rows each. Aggregates over every
-// partition: meant for a periodic collector, not for every scrape.
+// watermarks, at most limit rows each, and counts the timers, in one read-only
+// transaction. Aggregates over every partition and timer: meant for a
+// periodic collector, not for every scrape.
 func (e *Engine) Backlog(ctx context.Context, limit int) (Backlog, error) {
 	var out Backlog
 	b := &pgx.Batch{}
@@ -163,6 +174,9 @@ func (e *Engine) Backlog(ctx context.Context, limit int) (Backlog, error) {
 	}
 	b.Queue(backlogPendingSQL, limit).Query(perQueue(&out.Pending))
 	b.Queue(backlogDeadLettersSQL, limit).Query(perQueue(&out.DeadLetters))
+	b.Queue(`SELECT count(*), count(*) FILTER (WHERE deliver_at <= now()) FROM lanes.timers`).QueryRow(func(r pgx.Row) error {
+		return r.Scan(&out.Timers.Waiting, &out.Timers.Due)
+	})
 	err := pgx.BeginTxFunc(ctx, e.pool, pgx.TxOptions{AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
 		return tx.SendBatch(ctx, b).Close()
 	})

@@ -394,27 +394,34 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 	fired := 0
 	var w *pushWrite
 	var firedResults []PushResult
+	// lateSeconds is, per fired timer, how long after its deliver_at the
+	// firing statement ran, by the database's clock (every broker's alike).
+	var lateSeconds []float64
 	err := e.retryTx(ctx, func(tx pgx.Tx) error {
 		rows, err := tx.Query(ctx, `DELETE FROM lanes.timers t WHERE (t.queue, t.timer_key) IN (
 				SELECT queue, timer_key FROM lanes.timers WHERE deliver_at <= now()
 				ORDER BY deliver_at LIMIT $1 FOR UPDATE SKIP LOCKED)
-			RETURNING t.queue, t.partition, t.transaction_id, t.message_id, t.payload, coalesce(t.producer_sub, '')`, timerFireBatch)
+			RETURNING t.queue, t.partition, t.transaction_id, t.message_id, t.payload, coalesce(t.producer_sub, ''),
+				extract(epoch FROM clock_timestamp() - t.deliver_at)::float8`, timerFireBatch)
 		if err != nil {
 			return err
 		}
 		var items []PushItem
 		var ids []uuid.UUID
+		lateSeconds = lateSeconds[:0]
 		for rows.Next() {
 			var it PushItem
 			var id uuid.UUID
 			var payload []byte
-			if err := rows.Scan(&it.Queue, &it.Partition, &it.TransactionID, &id, &payload, &it.ProducerSub); err != nil {
+			var late float64
+			if err := rows.Scan(&it.Queue, &it.Partition, &it.TransactionID, &id, &payload, &it.ProducerSub, &late); err != nil {
 				rows.Close()
 				return err
 			}
 			it.Payload = payload
 			items = append(items, it)
 			ids = append(ids, id)
+			lateSeconds = append(lateSeconds, late)
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
@@ -439,9 +446,18 @@ func (e *Engine) FireDueTimers(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	e.countStoredResults(StoredByTimer, firedResults)
+	if observe := e.timerFireObserver.Load(); observe != nil {
+		for _, late := range lateSeconds {
+			(*observe)(time.Duration(late * float64(time.Second)))
+		}
+	}
 	w.wake(e, nil)
 	return fired, nil
 }
+
+// ObserveTimerFires has f told, for every timer this engine fires, how long
+// after its deliver time it fired (once per timer, after the commit).
+func (e *Engine) ObserveTimerFires(f func(late time.Duration)) { e.timerFireObserver.Store(&f) }
 
 // lockInTx runs the lock phase (provision, lock, probe) inside tx: one round trip.
 func (w *pushWrite) lockInTx(ctx context.Context, tx pgx.Tx) error {

@@ -34,6 +34,10 @@ type Metrics struct {
 	dlq       *prometheus.GaugeVec
 	lagMu     sync.Mutex
 	lagLatest LagSnapshot
+
+	timersWaiting, timersDue prometheus.Gauge
+	timersFired              prometheus.Counter
+	timerFireLag             prometheus.Histogram
 }
 
 // retentionProgress accumulates the retention passes of this broker.
@@ -75,6 +79,9 @@ type Backlog struct {
 	Lags        []LagSample
 	Pending     []QueueSample
 	DeadLetters []QueueSample
+	// TimersWaiting counts the cluster's timers not fired yet, TimersDue
+	// those of them past their deliver time.
+	TimersWaiting, TimersDue int64
 }
 
 // LagSnapshot is the last lag refresh.
@@ -122,7 +129,24 @@ func New() *Metrics {
 		Name: "lanes_dlq_messages",
 		Help: "Dead-letter rows of a queue, refreshed with the lag; largest LANES_LAG_MAX_SERIES only.",
 	}, []string{"queue"})
-	reg.MustRegister(m.requests, m.latency, m.pushItems, m.popClaim, m.lag, m.pending, m.dlq,
+	m.timersWaiting = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lanes_timers_waiting",
+		Help: "Timers scheduled and not fired yet, due ones included; cluster-wide (every broker reads the same table), refreshed with the lag.",
+	})
+	m.timersDue = prometheus.NewGauge(prometheus.GaugeOpts{
+		Name: "lanes_timers_due",
+		Help: "Of lanes_timers_waiting, the timers past their deliver time; cluster-wide, refreshed with the lag.",
+	})
+	m.timersFired = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "lanes_timers_fired_total",
+		Help: "Timers this broker fired (each timer fires once, on one broker: sum over brokers for the cluster).",
+	})
+	m.timerFireLag = prometheus.NewHistogram(prometheus.HistogramOpts{
+		Name:    "lanes_timer_fire_lag_seconds",
+		Help:    "How long after its deliver time each timer this broker fired was fired, by the database's clock; within about LANES_TIMERS_INTERVAL_MS while the firing keeps up.",
+		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
+	})
+	reg.MustRegister(m.requests, m.latency, m.pushItems, m.popClaim, m.lag, m.pending, m.dlq, m.timersWaiting, m.timersDue, m.timersFired, m.timerFireLag,
 		collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	count := func(name, help string, v *atomic.Int64) {
 		m.Counter(name, help, nil, func() float64 { return float64(v.Load()) })
@@ -244,6 +268,8 @@ func (m *Metrics) RefreshLag(ctx context.Context, fetch func(context.Context) (B
 	}
 	setPerQueue(m.pending, backlog.Pending)
 	setPerQueue(m.dlq, backlog.DeadLetters)
+	m.timersWaiting.Set(float64(backlog.TimersWaiting))
+	m.timersDue.Set(float64(backlog.TimersDue))
 	m.lagLatest = LagSnapshot{Samples: backlog.Lags, RefreshedAt: time.Now(), RefreshSeconds: m.lagLatest.RefreshSeconds}
 	return nil
 }
@@ -309,6 +335,12 @@ func (m *Metrics) Uptime() time.Duration { return time.Since(m.started) }
 
 // RequestsTotal counts every observed request.
 func (m *Metrics) RequestsTotal() int64 { return m.requestsTotal.Load() }
+
+// ObserveTimerFire records one timer this broker fired, late after its deliver time.
+func (m *Metrics) ObserveTimerFire(late time.Duration) {
+	m.timersFired.Inc()
+	m.timerFireLag.Observe(late.Seconds())
+}
 
 // ObservePopClaim records the duration of one pop's database claim.
 func (m *Metrics) ObservePopClaim(took time.Duration) { m.popClaim.Observe(took.Seconds()) }
