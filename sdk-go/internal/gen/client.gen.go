@@ -590,10 +590,12 @@ type BufferStatus struct {
 	// succeeds or the schema is applied.
 	DbHealthy bool `json:"dbHealthy"`
 
-	// Failed Spooled pushes that failed to drain.
+	// Failed Items in the spool files quarantined in `failed/` after failing to drain, counted from
+	// the files at each read; a file keeps the items it stored before it was quarantined.
 	Failed int `json:"failed"`
 
-	// Pending Spooled pushes waiting to drain.
+	// Pending Items (messages, one spool record each; not push requests) spooled and not yet
+	// drained: neither stored in PostgreSQL nor quarantined.
 	Pending int `json:"pending"`
 
 	// SpoolAvailable False when this broker runs without a disk spool (its `LANES_SPOOL_DIR` could not be
@@ -1434,9 +1436,15 @@ type MetricsRetention struct {
 type MetricsSpool struct {
 	DbHealthy bool   `json:"dbHealthy"`
 	Dir       string `json:"dir"`
-	Drained   int    `json:"drained"`
-	Failed    int    `json:"failed"`
-	Pending   int    `json:"pending"`
+
+	// Drained Items the drain replayed since the broker started, as `lanes_spool_drained_total`.
+	Drained int `json:"drained"`
+
+	// Failed Items in quarantined files, as `lanes_spool_failed`.
+	Failed int `json:"failed"`
+
+	// Pending Items waiting to drain, as `lanes_spool_pending`.
+	Pending int `json:"pending"`
 }
 
 // NamespaceList defines model for NamespaceList.
@@ -3467,8 +3475,8 @@ type ClientInterface interface {
 
 	// GetBufferStatus Disk spool state
 	//
-	// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
-	// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+	// This broker's disk spool (each broker has its own): items (messages) waiting to drain or
+	// failed to drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
 	// (`dbHealthy`). Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/status/buffers (the `GetBufferStatus` operationId).
@@ -4656,8 +4664,8 @@ func (c *Client) GetStatus(ctx context.Context, params *GetStatusParams, reqEdit
 
 // GetBufferStatus Disk spool state
 //
-// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
-// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+// This broker's disk spool (each broker has its own): items (messages) waiting to drain or
+// failed to drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
 // (`dbHealthy`). Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/status/buffers (the `GetBufferStatus` operationId).
@@ -8687,8 +8695,8 @@ type ClientWithResponsesInterface interface {
 
 	// GetBufferStatusWithResponse Disk spool state
 	//
-	// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
-	// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+	// This broker's disk spool (each broker has its own): items (messages) waiting to drain or
+	// failed to drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
 	// (`dbHealthy`). Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -15063,8 +15071,8 @@ func (c *ClientWithResponses) GetStatusWithResponse(ctx context.Context, params 
 
 // GetBufferStatusWithResponse Disk spool state
 //
-// This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
-// drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+// This broker's disk spool (each broker has its own): items (messages) waiting to drain or
+// failed to drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
 // (`dbHealthy`). Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).

@@ -1030,8 +1030,8 @@ export interface paths {
         };
         /**
          * Disk spool state
-         * @description This broker's disk spool (each broker has its own): pushes waiting to drain or failed to
-         *     drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
+         * @description This broker's disk spool (each broker has its own): items (messages) waiting to drain or
+         *     failed to drain, whether it has a spool at all (`spoolAvailable`) and whether it reaches the database
          *     (`dbHealthy`). Required role: read-only, read-write or admin.
          *
          */
@@ -2393,8 +2393,11 @@ export interface components {
             rejected: number;
         };
         MetricsSpool: {
+            /** @description Items waiting to drain, as `lanes_spool_pending`. */
             pending: number;
+            /** @description Items in quarantined files, as `lanes_spool_failed`. */
             failed: number;
+            /** @description Items the drain replayed since the broker started, as `lanes_spool_drained_total`. */
             drained: number;
             dbHealthy: boolean;
             dir: string;
@@ -2514,9 +2517,13 @@ export interface components {
              *     opened at boot): a push then fails while PostgreSQL is down or push maintenance is on.
              *      */
             spoolAvailable: boolean;
-            /** @description Spooled pushes waiting to drain. */
+            /** @description Items (messages, one spool record each; not push requests) spooled and not yet
+             *     drained: neither stored in PostgreSQL nor quarantined.
+             *      */
             pending: number;
-            /** @description Spooled pushes that failed to drain. */
+            /** @description Items in the spool files quarantined in `failed/` after failing to drain, counted from
+             *     the files at each read; a file keeps the items it stored before it was quarantined.
+             *      */
             failed: number;
             /** @description Whether the broker's own read of the database, made twice a second, succeeded within
              *     the last 3 s (false until the schema is applied), so an idle broker reports an outage

@@ -53,10 +53,10 @@ func (s *Server) registerGauges() {
 		m.Counter("lanes_body_bytes_rejected_total", "Requests answered 429 (overloaded) for want of room in the body budget.", nil, func() float64 { return float64(bb.Stats().Rejected) })
 	}
 	if sp := s.opts.Spool; sp != nil {
-		m.Gauge("lanes_spool_pending", "Spooled pushes waiting to drain.", nil, func() float64 { return float64(sp.Pending()) })
+		m.Gauge("lanes_spool_pending", "Items (messages, one spool record each, not push requests or files) spooled and not yet drained: neither stored in PostgreSQL nor quarantined in failed/.", nil, func() float64 { return float64(sp.Pending()) })
 		m.Gauge("lanes_spool_bytes", "Bytes of the spool files waiting to drain (LANES_SPOOL_MAX_BYTES bounds them).", nil, func() float64 { return float64(sp.Bytes()) })
-		m.Gauge("lanes_spool_failed", "Spooled pushes quarantined in failed/.", nil, func() float64 { return float64(sp.Failed()) })
-		m.Counter("lanes_spool_drained_total", "Spooled pushes replayed into PostgreSQL.", nil, func() float64 { return float64(sp.Drained()) })
+		m.Gauge("lanes_spool_failed", "Items (spool records) in the files quarantined in failed/, counted from the files at each scrape; a file keeps the items it stored before it was quarantined, which a replay finds as duplicates.", nil, func() float64 { return float64(sp.Failed()) })
+		m.Counter("lanes_spool_drained_total", "Items the drain replayed into PostgreSQL, stored or found there already (duplicates count; lanes_messages_pushed_total{source=\"spool\"} counts the stored ones).", nil, func() float64 { return float64(sp.Drained()) })
 		m.Gauge("lanes_spool_db_healthy", "1 while the broker's periodic database read succeeds and no spooled push or failed drain has found the database down since; 0 otherwise.", nil, boolGauge(func() bool { return s.databaseHealthy(context.Background()) }))
 	}
 	for _, source := range engine.StoredSources {

@@ -55,7 +55,7 @@ func (s *Spool) Run(ctx context.Context) {
 		wait = s.opts.Interval
 		if s.Pending() == 0 {
 			took := time.Since(drainingSince)
-			s.log.Info(fmt.Sprintf("spool drained %d pushes in %s", drained, took.Round(time.Millisecond)), "pushes", drained, "took", took)
+			s.log.Info(fmt.Sprintf("spool drained %d items in %s", drained, took.Round(time.Millisecond)), "items", drained, "took", took)
 			drainingSince = time.Time{}
 		}
 	}

@@ -321,11 +321,15 @@ class BufferStatus(BaseModel):
     """
     pending: int
     """
-    Spooled pushes waiting to drain.
+    Items (messages, one spool record each; not push requests) spooled and not yet
+    drained: neither stored in PostgreSQL nor quarantined.
+
     """
     failed: int
     """
-    Spooled pushes that failed to drain.
+    Items in the spool files quarantined in `failed/` after failing to drain, counted from
+    the files at each read; a file keeps the items it stored before it was quarantined.
+
     """
     db_healthy: Annotated[bool, Field(alias="dbHealthy")]
     """
@@ -1423,8 +1427,17 @@ class MetricsSpool(BaseModel):
         populate_by_name=True,
     )
     pending: int
+    """
+    Items waiting to drain, as `lanes_spool_pending`.
+    """
     failed: int
+    """
+    Items in quarantined files, as `lanes_spool_failed`.
+    """
     drained: int
+    """
+    Items the drain replayed since the broker started, as `lanes_spool_drained_total`.
+    """
     db_healthy: Annotated[bool, Field(alias="dbHealthy")]
     dir: str
 
