@@ -52,6 +52,8 @@ func (s *Server) registerGauges() {
 		m.Gauge("lanes_body_bytes_waiting", "Requests waiting for room in the body budget.", nil, func() float64 { return float64(bb.Stats().Waiting) })
 		m.Counter("lanes_body_bytes_rejected_total", "Requests answered 429 (overloaded) for want of room in the body budget.", nil, func() float64 { return float64(bb.Stats().Rejected) })
 	}
+	m.Gauge("lanes_db_healthy", "1 while the database answers and the schema is applied (what /health checks), from the broker's twice-a-second database read, with or without a spool; 0 otherwise.",
+		nil, boolGauge(func() bool { return s.databaseUp(context.Background()) }))
 	if sp := s.opts.Spool; sp != nil {
 		m.Gauge("lanes_spool_pending", "Items (messages, one spool record each, not push requests or files) spooled and not yet drained: neither stored in PostgreSQL nor quarantined in failed/.", nil, func() float64 { return float64(sp.Pending()) })
 		m.Gauge("lanes_spool_bytes", "Bytes of the spool files waiting to drain (LANES_SPOOL_MAX_BYTES bounds them).", nil, func() float64 { return float64(sp.Bytes()) })

@@ -171,13 +171,19 @@ func (s *Server) GetBufferStatus(ctx context.Context, _ gen.GetBufferStatusReque
 	return gen.GetBufferStatus200JSONResponse{SpoolAvailable: true, Pending: int(sp.Pending()), Failed: int(sp.Failed()), DbHealthy: s.databaseHealthy(ctx)}, nil
 }
 
-// databaseHealthy is dbHealthy and lanes_spool_db_healthy: the maintenance
-// switches' periodic read succeeded lately, so an idle broker sees an outage
-// too, and the spool (if any) has not found the database down since.
+// databaseHealthy is dbHealthy and lanes_spool_db_healthy: databaseUp, and
+// the spool (if any) has not found the database down since its last drain.
 func (s *Server) databaseHealthy(ctx context.Context) bool {
 	if sp := s.opts.Spool; sp != nil && !sp.DBHealthy() {
 		return false
 	}
+	return s.databaseUp(ctx)
+}
+
+// databaseUp is lanes_db_healthy: what /health checks (the database answers,
+// the schema is applied), from the maintenance switches' periodic read rather
+// than a round trip per call, so an idle broker sees an outage too.
+func (s *Server) databaseUp(ctx context.Context) bool {
 	return s.schemaReady() && s.maintenance.databaseReachable(ctx)
 }
 
