@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"log/slog"
 	"net/http"
 	"strings"
 	"time"
@@ -58,10 +57,11 @@ func answersReplayOutcome(r *http.Request) bool {
 
 // errorResponder maps errors escaping a handler to status codes.
 type errorResponder struct {
-	log *slog.Logger
-	// unavailable logs requests failing for want of the database: the first
-	// at once, then once a minute with the count, so an outage does not flood.
-	unavailable *failurelog.Reporter
+	// unavailable logs requests failing for want of the database, databaseErrors
+	// those PostgreSQL answered with another error, and otherErrors the rest:
+	// each the first at once, then once a minute with the count, so an outage
+	// or a stream of bad requests does not write a line per request.
+	unavailable, databaseErrors, otherErrors *failurelog.Reporter
 }
 
 func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err error) {
@@ -128,10 +128,10 @@ func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, er
 		e.unavailable.Failed(err, "path", r.URL.Path)
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabase, "pool: database unavailable")
 	case errors.As(err, &pgErr):
-		e.log.Error("database error", "path", r.URL.Path, "err", err)
+		e.databaseErrors.Failed(err, "path", r.URL.Path)
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "database error: "+pgErr.Message)
 	default:
-		e.log.Error("request failed", "path", r.URL.Path, "err", err)
+		e.otherErrors.Failed(err, "path", r.URL.Path)
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, err.Error())
 	}
 }

@@ -125,3 +125,153 @@ func TestRequestsPassingTheirDeadlineLogOneLine(t *testing.T) {
 		t.Fatalf("want one deadline line for 3 requests past it, got %d:\n%s", n, out.String())
 	}
 }
+
+// TestDatabaseErrorsLogOneLine: requests PostgreSQL refuses with an error
+// other than an outage (here every write of a read-only session) are each
+// answered 500, but only the first within the minute logs an ERROR.
+func TestDatabaseErrorsLogOneLine(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	b := newBrokerWith(t, testDSN+"&default_transaction_read_only=on", Options{Logger: log}, "")
+	for i := range 5 {
+		var e errorBody
+		body := map[string]any{"queue": fmt.Sprint(uniqueQueue(t), "-", i), "options": map[string]any{"leaseTime": 30}}
+		if status, _ := b.call(t, "POST", "/api/v1/configure", body, &e); status != http.StatusInternalServerError || e.Code != CodeInternal {
+			t.Fatalf("configure on a read-only session: %d %+v", status, e)
+		}
+	}
+	if n := strings.Count(out.String(), `msg="database error"`); n != 1 {
+		t.Fatalf("want one database error line for 5 refused requests, got %d:\n%s", n, out.String())
+	}
+}
+
+// TestFailingRequestsLogOneLine: requests that keep failing on the same
+// fault (here a corrupt segment every listing of its queue reads) are each
+// answered 500, but only the first within the minute logs an ERROR.
+func TestFailingRequestsLogOneLine(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	b := newBrokerWith(t, testDSN, Options{Logger: log}, "")
+	q := uniqueQueue(t)
+	if status, _ := b.call(t, "POST", "/api/v1/push", pushItems(q, 1), nil); status != http.StatusCreated {
+		t.Fatalf("push: %d", status)
+	}
+	if _, err := b.Pool.Exec(t.Context(), `UPDATE lanes.segments s SET frames = '\x00ff'::bytea
+		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE s.partition_id = p.id AND q.name = $1`, q); err != nil {
+		t.Fatal(err)
+	}
+	for range 5 {
+		var e errorBody
+		if status, _ := b.call(t, "GET", "/api/v1/messages?queue="+q, nil, &e); status != http.StatusInternalServerError || e.Code != CodeInternal {
+			t.Fatalf("listing a corrupt segment: %d %+v", status, e)
+		}
+	}
+	if n := strings.Count(out.String(), `msg="request failed"`); n != 1 {
+		t.Fatalf("want one request failed line for 5 failing requests, got %d:\n%s", n, out.String())
+	}
+}
+
+// TestPushesSpooledForWantOfTheDatabaseLogOneLine: three outages within the
+// minute, each spooling a push and each drained once the database is back,
+// log one WARN for the spooled pushes, not one per push.
+func TestPushesSpooledForWantOfTheDatabaseLogOneLine(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	proxy, dsn := startDBProxy(t, testDSN)
+	b := newBrokerWith(t, dsn, Options{Logger: log, PushTimeout: 2 * time.Second}, t.TempDir())
+	b.runDrain(t)
+	q := uniqueQueue(t)
+	for i := range 3 {
+		proxy.cut()
+		var res []pushResult
+		body := map[string]any{"items": []map[string]any{{"queue": q, "transactionId": fmt.Sprint("outage-", i), "payload": i}}}
+		if status, _ := b.call(t, "POST", "/api/v1/push", body, &res); status != http.StatusCreated || len(res) != 1 || res[0].Status != "buffered" {
+			t.Fatalf("push during outage %d: %d %+v", i, status, res)
+		}
+		proxy.restore()
+		b.Spool.DatabaseAnswered()
+		waitFor(t, 10*time.Second, "the spool to drain", func() bool { return b.Spool.Pending() == 0 })
+	}
+	if n := strings.Count(out.String(), `msg="database unreachable; push`); n != 1 {
+		t.Fatalf("want one line for 3 pushes spooled for want of the database, got %d:\n%s", n, out.String())
+	}
+}
+
+// holdPopAnswers scripts the next n queue pops of a run to have their answer
+// held after the claim, so their client can leave before it is sent.
+func holdPopAnswers(t *testing.T, b *resilientBroker, n int) http.Header {
+	t.Helper()
+	run := fmt.Sprintf("hold-%d", time.Now().UnixNano())
+	if status, _ := b.call(t, "PUT", faultsPrefix+run, map[string]any{"rules": []map[string]any{{
+		"method": "GET", "path": "/api/v1/pop/queue/*", "responses": []map[string]any{{"pass": true, "holdAnswerMs": 5000, "times": n}},
+	}}}, nil); status != http.StatusNoContent {
+		t.Fatalf("fault script: %d", status)
+	}
+	return http.Header{FaultsRunHeader: {run}}
+}
+
+// TestClientsLeavingPopsDoNotLogEachPop: claims given back because their
+// client left are counted in lanes_pop_leases_given_back_total and logged at
+// DEBUG only; autoAck pops whose client left log one WARN within the minute,
+// with lanes_pop_auto_acked_undelivered_total counting every message.
+func TestClientsLeavingPopsDoNotLogEachPop(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	b := newBrokerWith(t, testDSN, Options{Logger: log, TestFaults: true}, "")
+	q := uniqueQueue(t)
+	pushThree(t, b.testBroker, q)
+	leased := "/api/v1/pop/queue/" + q + "?batch=1&subscriptionMode=all&consumerGroup=leaver"
+	header := holdPopAnswers(t, b, 2)
+	for range 2 {
+		popAndLeave(t, b.testBroker, leased, header, 300*time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "both claims given back", func() bool { return b.Server.metrics.LeasesGivenBack() == 2 })
+	autoAcked := "/api/v1/pop/queue/" + q + "?batch=1&subscriptionMode=all&autoAck=true&consumerGroup=auto-leaver"
+	header = holdPopAnswers(t, b, 3)
+	for range 3 {
+		popAndLeave(t, b.testBroker, autoAcked, header, 300*time.Millisecond)
+	}
+	waitFor(t, 10*time.Second, "the undelivered messages counted", func() bool { return b.Server.metrics.AutoAckedUndelivered() == 3 })
+	if n := strings.Count(out.String(), "claim given back"); n != 0 {
+		t.Errorf("claims given back logged %d lines at INFO or above, want 0:\n%s", n, out.String())
+	}
+	if n := strings.Count(out.String(), `level=WARN msg="client left during an autoAck pop`); n != 1 {
+		t.Errorf("want one WARN for 3 autoAck pops whose client left, got %d:\n%s", n, out.String())
+	}
+}
+
+// TestClaimsThatCannotBeGivenBackLogOneLine: a client leaving a pop while
+// the database is down leaves a claim that cannot be given back (it frees at
+// lease expiry); three of them within the minute log one WARN.
+func TestClaimsThatCannotBeGivenBackLogOneLine(t *testing.T) {
+	var out syncBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	proxy, dsn := startDBProxy(t, testDSN)
+	b := newBrokerWith(t, dsn, Options{Logger: log, TestFaults: true, DBTimeout: 2 * time.Second}, "")
+	q := uniqueQueue(t)
+	pushThree(t, b.testBroker, q)
+	header := holdPopAnswers(t, b, 3)
+	for i := range 3 {
+		// A group of its own each time: the claim left behind keeps its partition leased.
+		popPath := fmt.Sprintf("/api/v1/pop/queue/%s?batch=1&subscriptionMode=all&consumerGroup=stranded-%d", q, i)
+		proxy.restore()
+		waitFor(t, 10*time.Second, "the broker to reach the database again", func() bool {
+			status, _ := b.call(t, "GET", "/api/v1/resources/queues/"+q, nil, nil)
+			return status == http.StatusOK
+		})
+		cut := time.AfterFunc(200*time.Millisecond, proxy.cut) // after the claim, before the client leaves
+		popAndLeave(t, b.testBroker, popPath, header, 400*time.Millisecond)
+		cut.Stop()
+	}
+	waitFor(t, 10*time.Second, "the give-backs to fail", func() bool {
+		return strings.Contains(out.String(), "(it frees at lease expiry)")
+	})
+	time.Sleep(500 * time.Millisecond) // the later give-backs fail too
+	if n := strings.Count(out.String(), "(it frees at lease expiry)"); n != 1 {
+		t.Fatalf("want one line for 3 claims that could not be given back, got %d:\n%s", n, out.String())
+	}
+	if n := b.Server.metrics.LeasesGivenBack(); n != 0 {
+		t.Fatalf("lanes_pop_leases_given_back_total = %d with the database down, want 0", n)
+	}
+}

@@ -76,8 +76,7 @@ func (s *Server) giveBack(pop *gen.PopResponse) {
 	}
 	if autoAcked > 0 {
 		s.metrics.CountAutoAckedUndelivered(autoAcked)
-		s.log.Warn("client left during an autoAck pop; its messages were committed for the group and are not delivered again (at-most-once)",
-			"messages", autoAcked, "group", pop.Messages[0].ConsumerGroup)
+		s.autoAckLosses.Failed(context.Canceled, "messages", autoAcked, "group", pop.Messages[0].ConsumerGroup)
 	}
 	if len(items) == 0 {
 		return
@@ -90,15 +89,17 @@ func (s *Server) giveBack(pop *gen.PopResponse) {
 	defer cancel()
 	results, err := s.engine.Ack(ctx, items)
 	if err != nil {
-		s.log.Warn("client left during a pop; giving the claim back failed (it frees at lease expiry)", "err", err)
+		s.giveBackFailures.Failed(err)
 		return
 	}
 	for _, r := range results {
 		if !r.Success || !r.LeaseReleased {
-			s.log.Warn("client left during a pop; a claim could not be given back (it frees at lease expiry)", "transactionId", r.TransactionID, "err", r.Error)
+			s.giveBackFailures.Failed(errors.New(r.Error), "transactionId", r.TransactionID)
 			return
 		}
 	}
 	s.metrics.CountLeaseGivenBack()
-	s.log.Info("client left during a pop; claim given back", "partitions", len(items), "messages", len(pop.Messages))
+	// Counted in lanes_pop_leases_given_back_total; a client that keeps
+	// leaving early would otherwise write a line per pop.
+	s.log.Debug("client left during a pop; claim given back", "partitions", len(items), "messages", len(pop.Messages))
 }

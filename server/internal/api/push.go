@@ -89,7 +89,7 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 	defer cancel()
 	results, err := s.engine.Push(pushCtx, items)
 	if err != nil && sp != nil && ctx.Err() == nil && spool.IsUnavailable(err) {
-		s.log.Warn("database unreachable; push goes to the disk spool", "items", len(items), "err", err)
+		s.spoolFallbacks.Failed(err, "items", len(items))
 		sp.MarkDBDown()
 		return s.spoolPush(items)
 	}

@@ -66,10 +66,14 @@ type Server struct {
 	log         *slog.Logger
 	metrics     *metrics.Metrics
 	maintenance *maintenance
-	// spoolWriteFailures logs pushes the spool refused (full, disk errors)
-	// and deadlineFailures requests answered database_timeout, each once a
-	// minute with the count, not once per request.
-	spoolWriteFailures, deadlineFailures *failurelog.Reporter
+	// spoolWriteFailures logs pushes the spool refused (full, disk errors),
+	// deadlineFailures requests answered database_timeout, databaseErrors and
+	// requestFailures the other failed requests, spoolFallbacks pushes spooled
+	// for want of the database, autoAckLosses autoAck pops whose client left and
+	// giveBackFailures claims a leaving client's pop could not give back: each
+	// once a minute with the count, not once per request.
+	spoolWriteFailures, deadlineFailures, databaseErrors, requestFailures *failurelog.Reporter
+	spoolFallbacks, autoAckLosses, giveBackFailures                       *failurelog.Reporter
 }
 
 var _ gen.StrictServerInterface = (*Server)(nil)
@@ -90,7 +94,13 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 	}
 	s := &Server{engine: e, opts: opts, log: opts.Logger, metrics: opts.Metrics, maintenance: newMaintenance(e, opts.Logger),
 		spoolWriteFailures: failurelog.New(opts.Logger, slog.LevelError, "spool write failed; push answered failed", ""),
-		deadlineFailures:   failurelog.New(opts.Logger, slog.LevelError, "database work passed its deadline", "")}
+		deadlineFailures:   failurelog.New(opts.Logger, slog.LevelError, "database work passed its deadline", ""),
+		databaseErrors:     failurelog.New(opts.Logger, slog.LevelError, "database error", ""),
+		requestFailures:    failurelog.New(opts.Logger, slog.LevelError, "request failed", ""),
+		spoolFallbacks:     failurelog.New(opts.Logger, slog.LevelWarn, "database unreachable; pushes go to the disk spool", ""),
+		autoAckLosses: failurelog.New(opts.Logger, slog.LevelWarn,
+			"client left during an autoAck pop; its messages were committed for the group and are not delivered again (at-most-once)", ""),
+		giveBackFailures: failurelog.New(opts.Logger, slog.LevelWarn, "client left during a pop; the claim could not be given back (it frees at lease expiry)", "")}
 	e.PausePopsWhen(s.maintenance.popEnabled)
 	e.PausePushesWhen(s.maintenance.pushEnabled)
 	s.registerGauges()
@@ -109,7 +119,7 @@ func (s *Server) Handler() (http.Handler, error) {
 		return nil, fmt.Errorf("load embedded spec: %w", err)
 	}
 	spec.Servers = nil
-	responder := errorResponder{log: s.log, unavailable: s.maintenance.requestFailures}
+	responder := errorResponder{unavailable: s.maintenance.requestFailures, databaseErrors: s.databaseErrors, otherErrors: s.requestFailures}
 	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware, refuseKVPathQueryString}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,
 		ResponseErrorHandlerFunc: s.responseError(responder.responseError),

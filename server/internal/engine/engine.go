@@ -135,6 +135,9 @@ type Engine struct {
 	// runs out, so a commit stuck on a lock does not hold the exit.
 	halt       context.Context
 	cancelHalt context.CancelFunc
+	// bundleFailures logs transaction bundles PostgreSQL failed, once a
+	// minute with the count, so an outage does not log each request.
+	bundleFailures *failurelog.Reporter
 }
 
 // New starts an engine on pool. Call ApplySchema first (once per process).
@@ -146,6 +149,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e.health = newHealthConn()
 	e.leases = newLeaseIndex()
 	e.holds.readFailures = failurelog.New(e.log, slog.LevelWarn, "reading the queues' minPopWaitTime failed; pops act on the last read", "")
+	e.bundleFailures = failurelog.New(e.log, slog.LevelError, "transaction bundle failed", "")
 	e.brokerID = uuid.NewString()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.notifier = newNotifier(e)

@@ -3,6 +3,7 @@ package engine
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"log/slog"
 	"strings"
 	"sync"
@@ -62,5 +63,51 @@ func TestFailingRetentionPassLogsAWarningOnce(t *testing.T) {
 	time.Sleep(200 * time.Millisecond) // several more failing passes
 	if n := strings.Count(out.String(), "msg=\"retention pass failed\""); n != 1 {
 		t.Fatalf("want one line for a minute of failures, got %d:\n%s", n, out.String())
+	}
+}
+
+// TestRetentionPassesThatDeleteLogAtDebug: a pass that deletes segments logs
+// its figures at DEBUG, not INFO: a queue with retention deletes at every
+// pass on a busy broker, and the lanes_retention_* counters carry them.
+func TestRetentionPassesThatDeleteLogAtDebug(t *testing.T) {
+	var out lockedBuffer
+	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
+	e := newEngineWith(t, Config{Logger: log}, nil)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"maxWaitTimeSeconds": 1})
+	pushSegments(t, e, q, "p", "expiring")
+	e.StartRetention(50 * time.Millisecond)
+	deadline := time.Now().Add(5 * time.Second)
+	for partitionOf(t, e, q, "p").segments != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("the background loop did not delete the expired segment")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !strings.Contains(out.String(), `level=DEBUG msg="retention pass"`) {
+		t.Errorf("no DEBUG line for the pass that deleted the segment:\n%s", out.String())
+	}
+	if strings.Contains(out.String(), `level=INFO msg="retention pass"`) {
+		t.Errorf("a retention pass logged at INFO:\n%s", out.String())
+	}
+}
+
+// TestTransactionBundlesPostgreSQLFailsLogOneLine: bundles PostgreSQL
+// refuses (here a read-only session) are answered failed one by one, but
+// only the first within the minute logs an ERROR line.
+func TestTransactionBundlesPostgreSQLFailsLogOneLine(t *testing.T) {
+	var out lockedBuffer
+	log := slog.New(slog.NewTextHandler(&out, nil))
+	e := newEngineWith(t, Config{Logger: log}, map[string]string{"default_transaction_read_only": "on"})
+	q := queueName(t)
+	for i := range 5 {
+		res, err := e.Transaction(context.Background(), TransactionRequest{Ops: []TxOp{
+			{Push: &PushItem{Queue: q, Partition: "p", TransactionID: fmt.Sprint("ro-", i), Payload: []byte(`{}`)}}}})
+		if err != nil || res.Success {
+			t.Fatalf("bundle %d on a read-only session: %+v %v", i, res, err)
+		}
+	}
+	if n := strings.Count(out.String(), `msg="transaction bundle failed"`); n != 1 {
+		t.Fatalf("want one line for 5 failed bundles, got %d:\n%s", n, out.String())
 	}
 }

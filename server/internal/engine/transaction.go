@@ -145,7 +145,7 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 				// sender's mistake, not the database's.
 				return res.fail(TxReasonBadRequest, "bad request: "+pgErr.Message), nil
 			}
-			e.log.Error("transaction bundle failed", "err", err)
+			e.bundleFailures.Failed(err)
 			return res.fail(TxReasonDBError, "database error: "+pgErr.Message), nil
 		}
 		return nil, err
