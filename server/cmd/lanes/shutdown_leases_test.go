@@ -24,7 +24,8 @@ import (
 func TestSIGTERMLeavesNoLeaseWithoutAnAnswer(t *testing.T) {
 	ctx := context.Background()
 	dsn := newDatabase(t)
-	b := startBroker(t, dsn, freePort(t), t.TempDir(), "LANES_SHUTDOWN_TIMEOUT_MS=1000")
+	// A claim given back is logged at DEBUG only.
+	b := startBroker(t, dsn, freePort(t), t.TempDir(), "LANES_SHUTDOWN_TIMEOUT_MS=1000", "LANES_LOG_LEVEL=debug")
 	b.waitHealth(t, http.StatusOK, 30*time.Second)
 	conn, err := pgx.Connect(ctx, dsn)
 	if err != nil {
