@@ -94,7 +94,11 @@ func (s *Server) giveBack(pop *gen.PopResponse) {
 	}
 	for _, r := range results {
 		if !r.Success || !r.LeaseReleased {
-			s.giveBackFailures.Failed(errors.New(r.Error), "transactionId", r.TransactionID)
+			reason := r.Error
+			if reason == "" {
+				reason = "lease not released"
+			}
+			s.giveBackFailures.Failed(errors.New(reason), "transactionId", r.TransactionID)
 			return
 		}
 	}

@@ -143,7 +143,7 @@ func New() *Metrics {
 	})
 	m.timerFireLag = prometheus.NewHistogram(prometheus.HistogramOpts{
 		Name:    "lanes_timer_fire_lag_seconds",
-		Help:    "How long after its deliver time each timer this broker fired was fired, by the database's clock; within about LANES_TIMERS_INTERVAL_MS while the firing keeps up.",
+		Help:    "Lateness of each timer this broker fired: seconds from its deliver time to its firing, by the database's clock; within about LANES_TIMERS_INTERVAL_MS while the firing keeps up.",
 		Buckets: []float64{.01, .025, .05, .1, .25, .5, 1, 2.5, 5, 10, 30, 60, 300},
 	})
 	reg.MustRegister(m.requests, m.latency, m.pushItems, m.popClaim, m.lag, m.pending, m.dlq, m.timersWaiting, m.timersDue, m.timersFired, m.timerFireLag,
