@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -867,3 +868,45 @@ def test_a_queue_or_partition_named_dot_or_dot_dot_is_refused_before_sending(
         with pytest.raises(lanes.InvalidNameError) as caught:
             start()
         assert (caught.value.field, caught.value.value) == (field, partition or queue)
+
+
+def _interrupt_main_thread() -> None:
+    """A Ctrl-C: SIGINT to the main thread, which is blocked waiting on the consumer."""
+    signal.pthread_kill(threading.main_thread().ident or 0, signal.SIGINT)
+
+
+@pytest.mark.parametrize("wait", ["run", "closed_then_stop"])
+def test_ctrl_c_while_waiting_on_the_consumer_soft_stops_it_and_acks_what_was_handled(
+    client: lanes.Lanes, qname: str, wait: str
+) -> None:
+    # On CPython 3.10/3.11 a KeyboardInterrupt inside Thread.join marks a live thread as ended:
+    # the consumer then looked done while its handler still ran, stop() returned at once, and
+    # the handled messages were never acked (redelivered after their lease).
+    client.queue(qname).partition("p0").push(["m0", "m1", "m2"])
+    events: list[str] = []
+
+    def handle(m: lanes.Message) -> None:
+        events.append(f"start {m.data}")
+        if m.data == "m1":
+            _interrupt_main_thread()
+        time.sleep(0.8)
+        events.append(f"done {m.data}")
+
+    q = client.queue(qname).group("g").subscription_mode("all").batch(3).lease_seconds(60)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        if wait == "run":
+            with pytest.raises(KeyboardInterrupt):
+                q.run(handle)
+        else:
+            consumer = q.consume(handle)
+            with pytest.raises(KeyboardInterrupt):
+                consumer.closed()
+            assert not consumer.done  # m1's handler still runs
+            consumer.stop(timeout=30)
+            assert consumer.done
+    finally:
+        signal.signal(signal.SIGINT, previous)
+    # The stop waited for m1's handler, acked m0 and m1 and released m2 at once.
+    assert events == ["start m0", "done m0", "start m1", "done m1"]
+    assert [m.data for m in drain(client.queue(qname).group("g"))] == ["m2"]

@@ -569,6 +569,11 @@ class Consumer:
         self.cancel_event = self._engine.cancelling
         self._loop: asyncio.AbstractEventLoop | None = None
         self._started = threading.Event()
+        # Set at the very end of _main: what done, closed() and the stops wait on. Not
+        # Thread.join / is_alive: on CPython 3.10 and 3.11 a KeyboardInterrupt inside
+        # Thread.join marks the thread ended while it still runs (bpo-45274), and every later
+        # join returns at once; Event.wait can be interrupted safely.
+        self._ended = threading.Event()
         self._thread = threading.Thread(target=self._main, name="lanes-consumer")
         self._thread.start()
         self._started.wait()
@@ -583,11 +588,14 @@ class Consumer:
             asyncio.run(main())
         finally:
             self._started.set()
-            self._pool.shutdown(wait=True)
+            try:
+                self._pool.shutdown(wait=True)
+            finally:
+                self._ended.set()
 
     @property
     def done(self) -> bool:
-        return not self._thread.is_alive()
+        return self._ended.is_set()
 
     @property
     def error(self) -> BaseException | None:
@@ -603,8 +611,7 @@ class Consumer:
                 loop.call_soon_threadsafe(self._engine.request_stop, hard)
 
     def _join(self, timeout: float | None) -> None:
-        self._thread.join(timeout)
-        if self._thread.is_alive():
+        if not self._ended.wait(timeout):
             raise TimeoutError("lanes: consumer still stopping")
 
     def stop(self, timeout: float | None = None) -> None:

@@ -283,8 +283,17 @@ class Queue(_QueueBase["Lanes"]):
         return self._with(each=False).consume(handler)  # type: ignore[arg-type]
 
     def run(self, handler: Callable[[Message], Any]) -> None:
-        """Blocking convenience: consume until the loop ends; raise its terminal error."""
-        self.consume(handler).closed()
+        """Blocking convenience: consume until the loop ends; raise its terminal error.
+        Interrupted (Ctrl-C's ``KeyboardInterrupt``, or any exception raised in this thread
+        while it waits), it soft-stops the consumer and waits for its end before re-raising:
+        the message in hand finishes and what was handled is acked."""
+        cons = self.consume(handler)
+        try:
+            cons.closed()
+        except BaseException:
+            if not cons.done:
+                cons.stop()
+            raise
 
     def buffer(
         self,
