@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import httpx
@@ -561,3 +563,47 @@ async def test_a_queue_or_partition_named_dot_or_dot_dot_is_refused_before_sendi
             if inspect.isawaitable(r):
                 await r
         assert (caught.value.field, caught.value.value) == (field, partition or queue)
+
+
+async def test_a_blocking_def_handler_runs_off_the_event_loop_and_its_lease_is_renewed(
+    client: lanes.AsyncLanes, qname: str, broker_url: str
+) -> None:
+    # On the event loop, the handler's sleep would stall lease renewal: the 1 s lease would
+    # expire under it, a second consumer would take the message and the final ack would fail.
+    await client.queue(qname).push(["slow"])
+    stolen: list[int] = []
+    errors: list[BaseException] = []
+    thief = lanes.Lanes(broker_url, retry_attempts=1, timeout=10)
+
+    def handle(m: lanes.Message) -> None:
+        time.sleep(1.5)
+        stolen.append(len(thief.queue(qname).wait(False).pop()))
+        time.sleep(0.5)
+
+    q = client.queue(qname).wait(False).lease_seconds(1).limit(1).on_error(errors.append)
+    try:
+        await asyncio.wait_for(q.run(handle), 20)
+    finally:
+        thief.close()
+    assert stolen == [0] and errors == []
+    assert await drain(client.queue(qname)) == []  # acked under the renewed lease
+
+
+async def test_a_hard_stop_waits_for_a_blocking_handler_and_acks_what_it_handled(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    await client.queue(qname).push(["a", "b"])
+    started = threading.Event()
+    handled: list[str] = []
+    box: list[lanes.AsyncConsumer] = []
+
+    def handle(m: lanes.Message) -> None:
+        started.set()
+        box[0].cancel_event.wait(10)  # a thread cannot be cancelled: it watches the event
+        handled.append(m.data)
+
+    box.append(client.queue(qname).batch(2).consume(handle))
+    assert await asyncio.to_thread(started.wait, 10)
+    await box[0].stop_and_cancel(timeout=10)
+    assert handled == ["a"]
+    assert [m.data for m in await drain(client.queue(qname))] == ["b"]  # "a" acked, "b" released

@@ -910,3 +910,43 @@ def test_ctrl_c_while_waiting_on_the_consumer_soft_stops_it_and_acks_what_was_ha
     # The stop waited for m1's handler, acked m0 and m1 and released m2 at once.
     assert events == ["start m0", "done m0", "start m1", "done m1"]
     assert [m.data for m in drain(client.queue(qname).group("g"))] == ["m2"]
+
+
+def test_an_async_def_handler_is_refused_by_the_blocking_client(
+    client: lanes.Lanes, qname: str
+) -> None:
+    async def handle(m: lanes.Message) -> None:
+        pass
+
+    q = client.queue(qname)
+    for start in (q.consume, q.consume_batch, q.run):
+        with pytest.raises(TypeError, match="AsyncLanes"):
+            start(handle)  # type: ignore[arg-type]
+    assert not client._consumers  # nothing was started
+
+
+class _AsyncCallable:
+    """An async handler ``inspect`` cannot see before calling it."""
+
+    def __init__(self) -> None:
+        self.ran = False
+
+    async def __call__(self, m: lanes.Message) -> None:
+        self.ran = True
+
+
+@pytest.mark.parametrize("batch", [False, True], ids=["each", "batch"])
+def test_a_handler_returning_an_awaitable_is_nacked_failed_and_reported_not_acked(
+    client: lanes.Lanes, qname: str, batch: bool
+) -> None:
+    client.queue(qname).push(["x"])
+    errors: list[BaseException] = []
+    handler = _AsyncCallable()
+    q = client.queue(qname).group("g").subscription_mode("all").on_error(errors.append)
+    q = q.limit(1).timeout_millis(300)
+    (q.consume_batch(handler) if batch else q.consume(handler)).closed(timeout=20)  # type: ignore[arg-type]
+    assert not handler.ran
+    assert len(errors) == 1 and isinstance(errors[0], TypeError), errors
+    assert "AsyncLanes" in str(errors[0])
+    # Nacked "failed", not committed: it comes back.
+    assert [m.data for m in drain(client.queue(qname).group("g"))] == ["x"]

@@ -1,7 +1,8 @@
 """The consume loop (docs/consuming.md §3 to §5): one asyncio engine, run directly by
 :class:`AsyncConsumer` and on a private event loop thread by :class:`Consumer` (sync handlers run
 in a bounded thread pool there, a pop's messages per trip to the pool; blocking HTTP calls in
-helper threads)."""
+helper threads). :class:`AsyncConsumer` awaits ``async def`` handlers on the loop and runs any
+other handler in its own bounded thread pool, one message per trip."""
 
 from __future__ import annotations
 
@@ -47,6 +48,38 @@ def _failure_text(exc: BaseException) -> str:
     """The nack's error text for a handler exception."""
     detail = str(exc)
     return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+
+
+class _UnawaitedHandlerResult(TypeError):
+    """A blocking client's handler returned an awaitable: its work never ran."""
+
+
+def refuse_async_handler(handler: Callable[..., Any]) -> None:
+    """The blocking client's consume() refuses an ``async def`` handler: it would never await
+    it, so every message would be acked unprocessed."""
+    if inspect.iscoroutinefunction(handler):
+        raise TypeError(
+            "lanes: the blocking Lanes client runs plain (def) handlers and would not await "
+            "this async def one: use lanes.AsyncLanes for async handlers"
+        )
+
+
+def _blocking_call(handler: Callable[[Any], Any]) -> Callable[[Any], None]:
+    """The blocking client's handler, failing when it returns an awaitable (an async callable
+    refuse_async_handler could not see): nacked ``failed`` and reported, never acked."""
+
+    def call(arg: Any) -> None:
+        result = handler(arg)
+        if inspect.isawaitable(result):
+            if inspect.iscoroutine(result):
+                result.close()  # no "never awaited" warning: the error below says it
+            raise _UnawaitedHandlerResult(
+                f"lanes: the handler returned {type(result).__name__}, which the blocking Lanes "
+                "client does not await (the message is nacked failed): use lanes.AsyncLanes "
+                "for async handlers"
+            )
+
+    return call
 
 
 @dataclass
@@ -247,9 +280,14 @@ class Engine:
             return "completed", None
         if self._stopped_by_cancel(exc):
             return "retry", None  # release without spending the budget
-        if self.spec.report_handler_errors:
+        if self._reports(exc):
             self.report(exc, "handler")
         return "failed", _failure_text(exc)
+
+    def _reports(self, handler_error: BaseException) -> bool:
+        """Whether a handler's exception goes to on_error: with report_handler_errors, and
+        always for a handler the blocking client could not run (a bug, not a failure)."""
+        return self.spec.report_handler_errors or isinstance(handler_error, _UnawaitedHandlerResult)
 
     def _stopped_by_cancel(self, exc: BaseException) -> bool:
         """A handler ended by the hard stop's cancellation (its task cancelled, or it raised
@@ -378,7 +416,7 @@ class Engine:
                         outcomes.append((m, "retry", None))
                         break  # the rest redelivers after the release
                     outcomes.append((m, "failed", _failure_text(exc)))
-                    if self.spec.report_handler_errors:
+                    if self._reports(exc):
                         return gi + 1, exc
                     break
                 outcomes.append((m, "completed", None))
@@ -393,12 +431,21 @@ class Engine:
 
 class AsyncConsumer:
     """A running asyncio consumer. ``await stop()`` is a soft stop, ``await stop_and_cancel()``
-    also cancels the handlers (their messages are released with ``retry``), ``await closed()``
-    waits for the end and raises the terminal error (403, 413, other 4xx, 501) if there was one."""
+    also cancels the async handlers (their messages are released with ``retry``) and sets
+    :attr:`cancel_event`, which plain (def) handlers, running in threads, may poll; ``await
+    closed()`` waits for the end and raises the terminal error (403, 413, other 4xx, 501) if
+    there was one."""
 
-    def __init__(self, engine: Engine) -> None:
+    def __init__(self, engine: Engine, handler_pool: concurrent.futures.ThreadPoolExecutor) -> None:
         self._engine = engine
-        self._task: asyncio.Task[None] = asyncio.ensure_future(engine.run())
+        self.cancel_event = engine.cancelling
+        self._task: asyncio.Task[None] = asyncio.ensure_future(self._run(handler_pool))
+
+    async def _run(self, handler_pool: concurrent.futures.ThreadPoolExecutor) -> None:
+        try:
+            await self._engine.run()
+        finally:
+            handler_pool.shutdown(wait=False)  # every handler has returned
 
     @property
     def done(self) -> bool:
@@ -648,13 +695,41 @@ class Consumer:
             raise self._engine.error
 
 
-def make_invoke_async(handler: Callable[[Any], Any]) -> Callable[[Any], Awaitable[None]]:
+def make_invoke_async(
+    handler: Callable[[Any], Any], pool: concurrent.futures.ThreadPoolExecutor
+) -> Callable[[Any], Awaitable[None]]:
+    """The asyncio consumer's handler call: an ``async def`` handler runs on the event loop;
+    any other callable runs in ``pool`` (a blocking one on the loop would stall it, lease
+    renewal included), and an awaitable it returns is awaited on the loop."""
+    if inspect.iscoroutinefunction(handler):
+
+        async def invoke_coroutine(arg: Any) -> None:
+            await handler(arg)
+
+        return invoke_coroutine
+
     async def invoke(arg: Any) -> None:
-        r = handler(arg)
+        # In the caller's context, as asyncio.to_thread does: the handler's stop() sees its engine.
+        call = contextvars.copy_context().run
+        r = await _outlive_cancellation(
+            asyncio.get_running_loop().run_in_executor(pool, call, handler, arg)
+        )
         if inspect.isawaitable(r):
             await r
 
     return invoke
+
+
+async def _outlive_cancellation(fut: asyncio.Future[T]) -> T:
+    """A handler running in a thread cannot be interrupted: a cancellation (the hard stop)
+    waits for it to return, and its message is acked by its outcome, as in the blocking
+    client."""
+    while True:
+        try:
+            return await asyncio.shield(fut)
+        except asyncio.CancelledError:
+            if fut.cancelled():
+                raise
 
 
 class SyncInvoke:
@@ -665,7 +740,7 @@ class SyncInvoke:
     def __init__(
         self, handler: Callable[[Any], Any], pool: concurrent.futures.ThreadPoolExecutor
     ) -> None:
-        self.handler = handler
+        self.handler = _blocking_call(handler)
         self.pool = pool
 
     async def __call__(self, arg: Any) -> None:

@@ -4,6 +4,7 @@ consume, buffer, configure)."""
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import dataclasses
 import warnings
 from collections.abc import Callable, Mapping, Sequence
@@ -21,6 +22,7 @@ from lanes._consumer import (
     in_thread,
     make_invoke_async,
     make_invoke_sync,
+    refuse_async_handler,
 )
 from lanes._exceptions import AutoAckDroppedError
 from lanes._generated import models
@@ -271,18 +273,22 @@ class Queue(_QueueBase["Lanes"]):
                 e,
             )
 
-    def consume(self, handler: Callable[[Message], Any]) -> Consumer:
-        """Start the consume loop (non-blocking) with a blocking per-message handler."""
+    def consume(self, handler: Callable[[Message], None]) -> Consumer:
+        """Start the consume loop (non-blocking) with a blocking per-message handler. An
+        ``async def`` handler raises ``TypeError`` (use :class:`AsyncLanes`); an async callable
+        seen only when called (its result awaitable) nacks its message ``failed`` and reports a
+        ``TypeError`` to ``on_error``: no message is acked without being handled."""
         P.validate_spec(self._spec)
+        refuse_async_handler(handler)
         cons = Consumer(lambda pool: self._engine(handler, pool), self._spec.concurrency)
         self._client._consumers.add(cons)
         return cons
 
-    def consume_batch(self, handler: Callable[[list[Message]], Any]) -> Consumer:
+    def consume_batch(self, handler: Callable[[list[Message]], None]) -> Consumer:
         """As :meth:`consume`, the handler gets each partition's slice of a pop at once."""
         return self._with(each=False).consume(handler)  # type: ignore[arg-type]
 
-    def run(self, handler: Callable[[Message], Any]) -> None:
+    def run(self, handler: Callable[[Message], None]) -> None:
         """Blocking convenience: consume until the loop ends; raise its terminal error.
         Interrupted (Ctrl-C's ``KeyboardInterrupt``, or any exception raised in this thread
         while it waits), it soft-stops the consumer and waits for its end before re-raising:
@@ -363,23 +369,29 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         )
 
     def consume(self, handler: Callable[[Message], Any]) -> AsyncConsumer:
-        """Start the consume loop as a task (non-blocking); the handler may be async or not
-        (a plain function runs on the event loop, so keep it short)."""
+        """Start the consume loop as a task (non-blocking). An ``async def`` handler runs on
+        the event loop (a hard stop cancels it); any other callable runs in a pool of
+        ``concurrency`` threads, as in the blocking client, so blocking work in it stalls
+        neither the loop nor lease renewal (a hard stop cannot interrupt it: it may poll
+        ``consumer.cancel_event``, and its message is acked by its outcome)."""
         P.validate_spec(self._spec)
         c = self._client
+        pool = concurrent.futures.ThreadPoolExecutor(
+            max_workers=self._spec.concurrency, thread_name_prefix="lanes-handler"
+        )
         engine = Engine(
             self._spec,
             Ops(
                 pop=self._pop_with,
                 ack=c._ack_entries,
                 renew=c._renew_one,
-                invoke=make_invoke_async(handler),
+                invoke=make_invoke_async(handler, pool),
             ),
             self._reporter("consume"),
             cancellable_handlers=True,
             client_autopilot=c._cfg.pop_autopilot,
         )
-        cons = AsyncConsumer(engine)
+        cons = AsyncConsumer(engine, pool)
         c._consumers.add(cons)
         return cons
 
