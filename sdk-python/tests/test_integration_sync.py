@@ -950,3 +950,23 @@ def test_a_handler_returning_an_awaitable_is_nacked_failed_and_reported_not_acke
     assert "AsyncLanes" in str(errors[0])
     # Nacked "failed", not committed: it comes back.
     assert [m.data for m in drain(client.queue(qname).group("g"))] == ["x"]
+
+
+def test_a_failed_handlers_exception_text_is_the_nack_error_as_in_go_and_ts(
+    client: lanes.Lanes, qname: str
+) -> None:
+    client.queue(qname).configure({"retryLimit": 0})
+    client.queue(qname).partition("a").push(["boom"])
+    client.queue(qname).partition("b").push(["bare"])
+
+    def handle(m: lanes.Message) -> None:
+        if m.data == "boom":
+            raise RuntimeError("boom")
+        raise ValueError  # no text: the type name stands in
+
+    client.queue(qname).partitions(2).limit(2).consume(handle).closed(timeout=20)
+    dlq = client.admin.list_dlq(queue=qname).messages
+    assert sorted((d.data, d.error_message) for d in dlq) == [
+        ("bare", "ValueError"),
+        ("boom", "boom"),
+    ]

@@ -45,9 +45,10 @@ _running_engine: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
 
 
 def _failure_text(exc: BaseException) -> str:
-    """The nack's error text for a handler exception."""
-    detail = str(exc)
-    return f"{type(exc).__name__}: {detail}" if detail else type(exc).__name__
+    """The nack's error text for a handler exception: its text, as Go's ``err.Error()`` and
+    TS's ``error.message`` (so the DLQ reads the same from all three); its type name when
+    it has none."""
+    return str(exc) or type(exc).__name__
 
 
 class _UnawaitedHandlerResult(TypeError):
