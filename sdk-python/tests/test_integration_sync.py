@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import dataclasses
 import datetime
 import signal
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Annotated, Any
 
+import pydantic
 import pytest
 
 import lanes
@@ -970,3 +972,27 @@ def test_a_failed_handlers_exception_text_is_the_nack_error_as_in_go_and_ts(
         ("bare", "ValueError"),
         ("boom", "boom"),
     ]
+
+
+class _Order(pydantic.BaseModel):
+    orderId: int
+    amount: float
+
+
+@dataclasses.dataclass
+class _OrderRow:
+    orderId: int
+    amount: float
+
+
+def test_decode_validates_a_messages_data_into_a_type(client: lanes.Lanes, qname: str) -> None:
+    client.queue(qname).push([{"orderId": 7, "amount": 9.5}, [1, 2], {"orderId": "x"}])
+    order, numbers, bad = drain(client.queue(qname))
+    assert order.decode(_Order) == _Order(orderId=7, amount=9.5)
+    assert order.decode(_OrderRow) == _OrderRow(orderId=7, amount=9.5)
+    numbers_list: list[int] = numbers.decode(list[int])
+    assert numbers_list == [1, 2]
+    with pytest.raises(pydantic.ValidationError, match="orderId"):
+        bad.decode(_Order)
+    assert numbers.decode(Annotated[list[int], ["unhashable metadata"]]) == [1, 2]
+    assert order.data == {"orderId": 7, "amount": 9.5}  # data itself stays as it came

@@ -3,9 +3,12 @@
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, overload
+
+from pydantic import TypeAdapter
 
 from lanes._generated import models
 
@@ -33,6 +36,14 @@ TransactionResult = models.TransactionResult
 """The broker's answer to ``POST /api/v1/transaction`` (generated model)."""
 
 QUEUE_MODE = "__QUEUE_MODE__"
+
+T = TypeVar("T")
+
+
+@functools.lru_cache(maxsize=256)
+def _adapter(data_type: Any) -> TypeAdapter[Any]:
+    """One TypeAdapter per type: building its validator costs far more than a validation."""
+    return TypeAdapter(data_type)
 
 
 @dataclass(frozen=True)
@@ -72,6 +83,21 @@ class Message:
     producer_sub: str | None = None
     created_at: datetime | None = None
     _acked: bool = field(default=False, repr=False)
+
+    @overload
+    def decode(self, data_type: type[T]) -> T: ...
+    @overload
+    def decode(self, data_type: Any) -> Any: ...  # a type form such as Annotated[...]
+
+    def decode(self, data_type: Any) -> Any:
+        """``data`` validated as ``data_type`` (a pydantic model, a dataclass, a TypedDict,
+        ``list[int]``, …) with pydantic's default (lax) validation, as Go's ``m.Decode(&v)``;
+        raises ``pydantic.ValidationError`` when it does not fit. ``data`` is left as it came."""
+        try:
+            adapter = _adapter(data_type)
+        except TypeError:  # an unhashable type (say, Annotated with a list): not cached
+            adapter = TypeAdapter(data_type)
+        return adapter.validate_python(self.data)
 
     @classmethod
     def from_wire(cls, m: dict[str, Any], queue: str) -> Message:
