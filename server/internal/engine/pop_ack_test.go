@@ -689,11 +689,13 @@ func wokenBy(t *testing.T, p poppedAt, cause string, since time.Time) {
 // parkPastBackoff starts a long-poll pop that finds nothing to claim and
 // returns once it has been parked long enough for its re-check interval to
 // have backed off past 800 ms, so a prompt answer afterwards comes from a
-// wake-up, not a re-check.
+// wake-up, not a re-check. Its re-checks fall at 0.9, 1.7 and 2.7 s (see
+// popWaiting): returning at 2 s leaves the one at 1.7 s room to run late on a
+// loaded machine and the caller 700 ms before the next.
 func parkPastBackoff(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
 	t.Helper()
 	done := popInBackground(e, req)
-	time.Sleep(1800 * time.Millisecond)
+	time.Sleep(2 * time.Second)
 	select {
 	case p := <-done:
 		t.Fatalf("the pop returned instead of parking: %+v %v", p.res, p.err)
