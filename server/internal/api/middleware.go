@@ -13,6 +13,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/getkin/kin-openapi/routers"
 	"github.com/gorilla/mux"
 
 	"github.com/lanesmq/lanes/server/internal/admission"
@@ -39,13 +40,43 @@ func (r *statusRecorder) setRoute(template string) { r.route = template }
 // checks probe with HEAD. A pop is left out because a GET pop claims messages.
 func headAsGet(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodHead && r.URL.Path != "/api/v1/pop" && !strings.HasPrefix(r.URL.Path, "/api/v1/pop/") {
+		if r.Method == http.MethodHead && headServedAsGet(r.URL.Path) {
 			r = r.Clone(r.Context())
 			r.Method = http.MethodGet
 		}
 		next.ServeHTTP(w, r)
 	})
 }
+
+func headServedAsGet(path string) bool {
+	return path != "/api/v1/pop" && !strings.HasPrefix(path, "/api/v1/pop/")
+}
+
+// methodNotAllowed answers 405 with the Allow header RFC 9110 requires: the
+// methods the spec serves on the request's path, found by the validator's own
+// router (so /consumer-groups/lagging, which the spec's concrete path wins,
+// advertises no DELETE), HEAD beside GET where headAsGet serves it.
+func methodNotAllowed(spec routers.Router) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		var allowed []string
+		for _, method := range allowCandidates {
+			probe := r.Clone(r.Context())
+			probe.Method = method
+			if _, _, err := spec.FindRoute(probe); err != nil {
+				continue
+			}
+			allowed = append(allowed, method)
+			if method == http.MethodGet && headServedAsGet(r.URL.Path) {
+				allowed = append(allowed, http.MethodHead)
+			}
+		}
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeError(w, http.StatusMethodNotAllowed, CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
+	})
+}
+
+// allowCandidates are the methods the spec's operations use.
+var allowCandidates = []string{http.MethodGet, http.MethodPost, http.MethodPut, http.MethodDelete}
 
 // decodePathParams runs inside the router once a route matched and decodes
 // its path parameters. The router matches the escaped path (UseEncodedPath),

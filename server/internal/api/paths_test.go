@@ -1,6 +1,7 @@
 package api
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"testing"
@@ -72,6 +73,52 @@ func TestHeadAnswersEveryGetRouteButThePops(t *testing.T) {
 		resp.Body.Close()
 		if resp.StatusCode != tc.status {
 			t.Errorf("HEAD %s: %d, want %d", tc.path, resp.StatusCode, tc.status)
+		}
+	}
+}
+
+// A 405 must say which methods the path serves (RFC 9110 §15.5.6): clients
+// and proxies read Allow, and schemathesis's unsupported_method check fails
+// every path without it.
+func TestMethodNotAllowedListsTheServedMethods(t *testing.T) {
+	b := newTestBroker(t)
+	queue := uniqueQueue(t)
+	for _, tc := range []struct {
+		method, path, allow string
+	}{
+		{"TRACE", "/api/v1/ack", "POST"},
+		{"GET", "/api/v1/push", "POST"},
+		{"PATCH", "/api/v1/resources/queues/" + queue, "GET, HEAD, DELETE"},
+		{"POST", "/health", "GET, HEAD"},
+		{"PUT", "/api/v1/system/maintenance", "GET, HEAD, POST"},
+		{"DELETE", "/api/v1/kv", "POST"},
+		// The spec's concrete path wins over /consumer-groups/{group}.
+		{"DELETE", "/api/v1/consumer-groups/lagging", "GET, HEAD"},
+		{"TRACE", "/api/v1/kv/ns/some%2Fkey", "GET, HEAD, PUT, DELETE"},
+		// A pop claims messages, so HEAD is not served as GET there.
+		{"HEAD", "/api/v1/pop/queue/" + queue, "GET"},
+		{"POST", "/api/v1/pop/queue/" + queue + "/partition/p", "GET"},
+	} {
+		req, err := http.NewRequest(tc.method, b.URL+tc.path, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var body errorBody
+		if tc.method != http.MethodHead {
+			if err := json.NewDecoder(resp.Body).Decode(&body); err != nil {
+				t.Errorf("%s %s: body: %v", tc.method, tc.path, err)
+			}
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusMethodNotAllowed || resp.Header.Get("Allow") != tc.allow {
+			t.Errorf("%s %s: %d Allow %q, want 405 Allow %q", tc.method, tc.path, resp.StatusCode, resp.Header.Get("Allow"), tc.allow)
+		}
+		if tc.method != http.MethodHead && body.Code != CodeMethod {
+			t.Errorf("%s %s: code %q, want %q", tc.method, tc.path, body.Code, CodeMethod)
 		}
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
 	"github.com/gorilla/mux"
 	middleware "github.com/oapi-codegen/nethttp-middleware"
 
@@ -131,9 +132,12 @@ func (s *Server) Handler() (http.Handler, error) {
 	router.NotFoundHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, CodeNoSuchRoute, "Not Found")
 	})
-	router.MethodNotAllowedHandler = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		writeError(w, http.StatusMethodNotAllowed, CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
-	})
+	specRouter, err := gorillamux.NewRouter(spec)
+	if err != nil {
+		return nil, fmt.Errorf("route the embedded spec: %w", err)
+	}
+	notAllowed := methodNotAllowed(specRouter)
+	router.MethodNotAllowedHandler = notAllowed
 	validator := middleware.OapiRequestValidatorWithOptions(spec, &middleware.Options{
 		SilenceServersWarning: true,
 		DoNotValidateServers:  true,
@@ -142,7 +146,7 @@ func (s *Server) Handler() (http.Handler, error) {
 			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
 			MultiError:         false,
 		},
-		ErrorHandlerWithOpts: validationError,
+		ErrorHandlerWithOpts: validationError(notAllowed),
 		Skipper:              isHotPathBody,
 	})
 	badParam := func(w http.ResponseWriter, r *http.Request, err error) {

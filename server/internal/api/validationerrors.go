@@ -28,17 +28,25 @@ func isHotPathBody(r *http.Request) bool {
 	return false
 }
 
-func validationError(ctx context.Context, err error, w http.ResponseWriter, r *http.Request, opts middleware.ErrorHandlerOpts) {
-	if opts.MatchedRoute == nil {
-		if strings.Contains(err.Error(), "no matching operation") {
-			writeError(w, http.StatusNotFound, CodeNoSuchRoute, "Not Found")
-			return
+// validationError answers a request the spec validator refused; one for a
+// method the path does not serve goes to methodNotAllowed.
+func validationError(methodNotAllowed http.Handler) func(context.Context, error, http.ResponseWriter, *http.Request, middleware.ErrorHandlerOpts) {
+	return func(_ context.Context, err error, w http.ResponseWriter, r *http.Request, opts middleware.ErrorHandlerOpts) {
+		if opts.MatchedRoute == nil {
+			if strings.Contains(err.Error(), "no matching operation") {
+				writeError(w, http.StatusNotFound, CodeNoSuchRoute, "Not Found")
+				return
+			}
+			if strings.Contains(err.Error(), "method not allowed") {
+				methodNotAllowed.ServeHTTP(w, r)
+				return
+			}
 		}
-		if strings.Contains(err.Error(), "method not allowed") {
-			writeError(w, http.StatusMethodNotAllowed, CodeMethod, r.Method+" is not allowed on "+r.URL.Path)
-			return
-		}
+		specRefused(w, r, err, opts)
 	}
+}
+
+func specRefused(w http.ResponseWriter, r *http.Request, err error, opts middleware.ErrorHandlerOpts) {
 	if isDlqPurgeWithoutQueue(err, opts) {
 		writeError(w, http.StatusBadRequest, CodeQueueRequired, "queue is required")
 		return
