@@ -644,7 +644,9 @@ type ConfigureRequest struct {
 	// Namespace Namespace label for discovery pops.
 	Namespace *string `json:"namespace,omitempty"`
 
-	// Options Queue options. In merge mode `null` resets an option to its default.
+	// Options Queue options. In merge mode `null` resets an option to its default. A value of the wrong
+	// type or outside the bounds stated here answers `400 invalid_option` naming the option in
+	// `invalid`, and writes nothing.
 	Options *QueueOptions `json:"options,omitempty"`
 
 	// Queue Queue name (created if missing); the rules of a push's `queue` apply (`400 bad_request`).
@@ -1778,10 +1780,10 @@ type QueueDetailOptions struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds int `json:"retentionSeconds"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
 	RetentionSinkHold string `json:"retentionSinkHold"`
 
-	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000. Default 604800.
 	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
@@ -1809,7 +1811,9 @@ type QueueList struct {
 	Total int `json:"total"`
 }
 
-// QueueOptions Queue options. In merge mode `null` resets an option to its default.
+// QueueOptions Queue options. In merge mode `null` resets an option to its default. A value of the wrong
+// type or outside the bounds stated here answers `400 invalid_option` naming the option in
+// `invalid`, and writes nothing.
 type QueueOptions struct {
 	// CompletedRetentionSeconds Delete segments older than this that every group has consumed (0 = off). Default 0.
 	CompletedRetentionSeconds *int `json:"completedRetentionSeconds,omitempty"`
@@ -1854,10 +1858,10 @@ type QueueOptions struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds *int `json:"retentionSeconds,omitempty"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
 	RetentionSinkHold *string `json:"retentionSinkHold,omitempty"`
 
-	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000. Default 604800.
 	RetentionSinkHoldMaxSeconds *int `json:"retentionSinkHoldMaxSeconds,omitempty"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.
@@ -1920,10 +1924,10 @@ type QueueOptionsResult struct {
 	// RetentionSeconds Delete segments older than this, consumed or not (0 = off). Default 0.
 	RetentionSeconds int `json:"retentionSeconds"`
 
-	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
+	// RetentionSinkHold Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
 	RetentionSinkHold string `json:"retentionSinkHold"`
 
-	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
+	// RetentionSinkHoldMaxSeconds Maximum hold for `retentionSinkHold`, 60–31536000. Default 604800.
 	RetentionSinkHoldMaxSeconds int `json:"retentionSinkHoldMaxSeconds"`
 
 	// RetryDelay Milliseconds (echoed, not enforced). Default 1000.

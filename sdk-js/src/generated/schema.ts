@@ -1464,7 +1464,10 @@ export interface components {
              */
             mode?: "merge" | "replace";
         };
-        /** @description Queue options. In merge mode `null` resets an option to its default. */
+        /** @description Queue options. In merge mode `null` resets an option to its default. A value of the wrong
+         *     type or outside the bounds stated here answers `400 invalid_option` naming the option in
+         *     `invalid`, and writes nothing.
+         *      */
         QueueOptions: {
             /** @description Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues). */
             leaseTime?: number | null;
@@ -1497,9 +1500,9 @@ export interface components {
             encryptionEnabled?: boolean | null;
             /** @description Deduplication window per partition in seconds (0 = off). Default 3600. */
             dedupWindowSeconds?: number | null;
-            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`. */
+            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`. */
             retentionSinkHold?: string | null;
-            /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800. */
+            /** @description Maximum hold for `retentionSinkHold`, 60–31536000. Default 604800. */
             retentionSinkHoldMaxSeconds?: number | null;
             /** @description Declared priority (echoed, not enforced). Default 0. */
             priority?: number | null;
@@ -1546,9 +1549,9 @@ export interface components {
             encryptionEnabled: boolean;
             /** @description Deduplication window per partition in seconds (0 = off). Default 3600. */
             dedupWindowSeconds: number;
-            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`. */
+            /** @description Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`. */
             retentionSinkHold: string;
-            /** @description Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800. */
+            /** @description Maximum hold for `retentionSinkHold`, 60–31536000. Default 604800. */
             retentionSinkHoldMaxSeconds: number;
             /** @description Declared priority (echoed, not enforced). Default 0. */
             priority: number;

@@ -404,16 +404,16 @@ func TestAWrongJSONTypeIsValidationFailedOnEveryRoute(t *testing.T) {
 }
 
 // Bounds the spec states are enforced by its validator, with its code; KV's
-// family keeps kv_bad_request.
+// family keeps kv_bad_request, and a queue option invalid_option.
 func TestSpecBoundsAnswerTheValidatorsCode(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
 	cases := []struct {
 		name, path, body, code string
 	}{
-		{"minPopWaitTime above 60000", "/api/v1/configure", `{"queue":"` + q + `","options":{"minPopWaitTime":60001}}`, CodeValidation},
-		{"retentionSinkHoldMaxSeconds below 60", "/api/v1/configure", `{"queue":"` + q + `","options":{"retentionSinkHoldMaxSeconds":59}}`, CodeValidation},
-		{"retentionSinkHold off its pattern", "/api/v1/configure", `{"queue":"` + q + `","options":{"retentionSinkHold":"a b"}}`, CodeValidation},
+		{"minPopWaitTime above 60000", "/api/v1/configure", `{"queue":"` + q + `","options":{"minPopWaitTime":60001}}`, CodeInvalidOption},
+		{"retentionSinkHoldMaxSeconds below 60", "/api/v1/configure", `{"queue":"` + q + `","options":{"retentionSinkHoldMaxSeconds":59}}`, CodeInvalidOption},
+		{"retentionSinkHold off its pattern", "/api/v1/configure", `{"queue":"` + q + `","options":{"retentionSinkHold":"a b"}}`, CodeInvalidOption},
 		{"getMany without keys", "/api/v1/kv", `{"operations":[{"op":"getMany","ns":"` + q + `","keys":[]}]}`, "kv_bad_request"},
 	}
 	for _, c := range cases {

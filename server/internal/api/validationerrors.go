@@ -2,13 +2,17 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"strings"
 
 	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/getkin/kin-openapi/openapi3filter"
 	middleware "github.com/oapi-codegen/nethttp-middleware"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
 // isHotPathBody exempts the push and ack bodies from schema validation (and so
@@ -49,6 +53,12 @@ func validationError(methodNotAllowed http.Handler) func(context.Context, error,
 func specRefused(w http.ResponseWriter, r *http.Request, err error, opts middleware.ErrorHandlerOpts) {
 	if isDlqPurgeWithoutQueue(err, opts) {
 		writeError(w, http.StatusBadRequest, CodeQueueRequired, "queue is required")
+		return
+	}
+	if option, message := configureOptionFault(r, err); option != "" {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusBadRequest)
+		_ = json.NewEncoder(w).Encode(gen.ConfigureError{Error: message, Code: CodeInvalidOption, Invalid: &option})
 		return
 	}
 	status := opts.StatusCode
@@ -137,6 +147,26 @@ func isDlqPurgeWithoutQueue(err error, opts middleware.ErrorHandlerOpts) bool {
 		strings.EqualFold(opts.MatchedRoute.Route.Operation.OperationID, "purgeDlq") &&
 		errors.As(err, &reqErr) && reqErr.Parameter != nil && reqErr.Parameter.Name == "queue" &&
 		errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired)
+}
+
+// configureOptionFault names the option in a configure body's options object
+// whose value the spec refuses, with what is wrong, or returns "". A bad option
+// answers invalid_option naming it, as the handler answers one sent at the top
+// level (and as the reference answers a bad sink hold), whichever found it.
+func configureOptionFault(r *http.Request, err error) (option, message string) {
+	var schemaErr *openapi3.SchemaError
+	if r.Method != http.MethodPost || r.URL.Path != "/api/v1/configure" || !errors.As(err, &schemaErr) {
+		return "", ""
+	}
+	field := schemaErr.JSONPointer()
+	if len(field) < 2 || field[0] != "options" {
+		return "", ""
+	}
+	option = field[1]
+	if s := schemaErr.Schema; s != nil && s.Min != nil && s.Max != nil && (schemaErr.SchemaField == "minimum" || schemaErr.SchemaField == "maximum") {
+		return option, fmt.Sprintf("%s must be between %d and %d", option, int64(*s.Min), int64(*s.Max))
+	}
+	return option, option + ": " + schemaErr.Reason
 }
 
 // describeRequestError turns a validator error into one readable sentence.

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"math"
 	"regexp"
 	"slices"
 	"time"
@@ -116,11 +117,15 @@ func ApplyOptions(base QueueOptions, raw map[string]json.RawMessage) (QueueOptio
 		switch spec.kind {
 		case "int":
 			var f float64
-			if err := json.Unmarshal(value, &f); err != nil || f != float64(int64(f)) {
+			if err := json.Unmarshal(value, &f); err != nil {
 				return out, invalid(name, "%s must be an integer", name)
 			}
-			if int64(f) < spec.min || int64(f) > spec.max {
+			// The range first: int64(f) of a value past 64 bits is no integer's.
+			if f < float64(spec.min) || f > float64(spec.max) {
 				return out, invalid(name, "%s must be between %d and %d", name, spec.min, spec.max)
+			}
+			if f != math.Trunc(f) {
+				return out, invalid(name, "%s must be an integer", name)
 			}
 			spec.apply(&out, int(f))
 		case "bool":

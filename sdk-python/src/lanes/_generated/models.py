@@ -1826,17 +1826,20 @@ class QueueList(BaseModel):
 
 class QueueOptions(BaseModel):
     """
-    Queue options. In merge mode `null` resets an option to its default.
+    Queue options. In merge mode `null` resets an option to its default. A value of the wrong
+    type or outside the bounds stated here answers `400 invalid_option` naming the option in
+    `invalid`, and writes nothing.
+
     """
 
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    lease_time: Annotated[int | None, Field(alias="leaseTime", ge=0)] = None
+    lease_time: Annotated[int | None, Field(alias="leaseTime", ge=1, le=31536000)] = None
     """
     Pop lease in seconds when the pop sends no `leaseSeconds`. Default 300 (60 for push-created queues).
     """
-    retry_limit: Annotated[int | None, Field(alias="retryLimit", ge=0)] = None
+    retry_limit: Annotated[int | None, Field(alias="retryLimit", ge=0, le=1000000)] = None
     """
     Explicit `failed` acks allowed for the message at the head of a (partition, group) before dead-lettering; the count starts over whenever the cursor moves. Default 3.
     """
@@ -1848,11 +1851,13 @@ class QueueOptions(BaseModel):
     """
     See `deadLetterQueue`. Default true.
     """
-    delayed_processing: Annotated[int | None, Field(alias="delayedProcessing", ge=0)] = None
+    delayed_processing: Annotated[
+        int | None, Field(alias="delayedProcessing", ge=0, le=31536000)
+    ] = None
     """
     Deliver only segments at least this many seconds old. Default 0.
     """
-    window_buffer: Annotated[int | None, Field(alias="windowBuffer", ge=0)] = None
+    window_buffer: Annotated[int | None, Field(alias="windowBuffer", ge=0, le=31536000)] = None
     """
     Seconds of quiet a partition needs before it delivers (debounce). Default 0.
     """
@@ -1860,17 +1865,21 @@ class QueueOptions(BaseModel):
     """
     Enables `retentionSeconds` and `completedRetentionSeconds`. Default false.
     """
-    retention_seconds: Annotated[int | None, Field(alias="retentionSeconds", ge=0)] = None
+    retention_seconds: Annotated[
+        int | None, Field(alias="retentionSeconds", ge=0, le=315360000)
+    ] = None
     """
     Delete segments older than this, consumed or not (0 = off). Default 0.
     """
     completed_retention_seconds: Annotated[
-        int | None, Field(alias="completedRetentionSeconds", ge=0)
+        int | None, Field(alias="completedRetentionSeconds", ge=0, le=315360000)
     ] = None
     """
     Delete segments older than this that every group has consumed (0 = off). Default 0.
     """
-    max_wait_time_seconds: Annotated[int | None, Field(alias="maxWaitTimeSeconds", ge=0)] = None
+    max_wait_time_seconds: Annotated[
+        int | None, Field(alias="maxWaitTimeSeconds", ge=0, le=315360000)
+    ] = None
     """
     Evict segments older than this for every group, leased included, no DLQ (0 = off). Default 0.
     """
@@ -1887,7 +1896,9 @@ class QueueOptions(BaseModel):
     """
     Encrypt payloads at rest (not supported by Lanes yet). Default false.
     """
-    dedup_window_seconds: Annotated[int | None, Field(alias="dedupWindowSeconds", ge=0)] = None
+    dedup_window_seconds: Annotated[
+        int | None, Field(alias="dedupWindowSeconds", ge=0, le=315360000)
+    ] = None
     """
     Deduplication window per partition in seconds (0 = off). Default 3600.
     """
@@ -1895,27 +1906,27 @@ class QueueOptions(BaseModel):
         str | None, Field(alias="retentionSinkHold", pattern="^[A-Za-z0-9._-]{0,64}$")
     ] = None
     """
-    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
+    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
     """
     retention_sink_hold_max_seconds: Annotated[
         int | None, Field(alias="retentionSinkHoldMaxSeconds", ge=60, le=31536000)
     ] = None
     """
-    Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
+    Maximum hold for `retentionSinkHold`, 60–31536000. Default 604800.
     """
-    priority: int | None = None
+    priority: Annotated[int | None, Field(ge=-1000000, le=1000000)] = None
     """
     Declared priority (echoed, not enforced). Default 0.
     """
-    ttl: Annotated[int | None, Field(ge=0)] = None
+    ttl: Annotated[int | None, Field(ge=0, le=315360000)] = None
     """
     Seconds (echoed, not enforced). Default 3600.
     """
-    max_size: Annotated[int | None, Field(alias="maxSize", ge=0)] = None
+    max_size: Annotated[int | None, Field(alias="maxSize", ge=0, le=2147483647)] = None
     """
     Maximum queue size (echoed, not enforced; 0 = unlimited). Default 0.
     """
-    retry_delay: Annotated[int | None, Field(alias="retryDelay", ge=0)] = None
+    retry_delay: Annotated[int | None, Field(alias="retryDelay", ge=0, le=86400000)] = None
     """
     Milliseconds (echoed, not enforced). Default 1000.
     """
@@ -1993,13 +2004,13 @@ class QueueOptionsResult(BaseModel):
         str, Field(alias="retentionSinkHold", pattern="^[A-Za-z0-9._-]{0,64}$")
     ]
     """
-    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`, else `400 validation_failed`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
+    Sink that must commit before retention deletes; `[A-Za-z0-9._-]{0,64}`. Default `""`. Lanes has no sinks, so no commit ever releases the hold: a non-empty name keeps every segment (under every retention rule, `maxWaitTimeSeconds` included) until it is older than `retentionSinkHoldMaxSeconds`.
     """
     retention_sink_hold_max_seconds: Annotated[
         int, Field(alias="retentionSinkHoldMaxSeconds", ge=60, le=31536000)
     ]
     """
-    Maximum hold for `retentionSinkHold`, 60–31536000, else `400 validation_failed`. Default 604800.
+    Maximum hold for `retentionSinkHold`, 60–31536000. Default 604800.
     """
     priority: int
     """
