@@ -5248,7 +5248,7 @@ func NewListLaggingConsumerGroupsRequest(server string, params *ListLaggingConsu
 
 		if params.MinLagSeconds != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "minLagSeconds", *params.MinLagSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "minLagSeconds", *params.MinLagSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -5761,7 +5761,7 @@ func NewListDlqRequest(server string, params *ListDlqParams) (*http.Request, err
 
 		if params.Offset != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6193,7 +6193,7 @@ func NewListMessagesRequest(server string, params *ListMessagesParams) (*http.Re
 
 		if params.Offset != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6406,7 +6406,7 @@ func NewPopDiscoverRequest(server string, params *PopDiscoverParams) (*http.Requ
 
 		if params.Partitions != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "partitions", *params.Partitions, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "partitions", *params.Partitions, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6454,7 +6454,7 @@ func NewPopDiscoverRequest(server string, params *PopDiscoverParams) (*http.Requ
 
 		if params.LeaseSeconds != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "leaseSeconds", *params.LeaseSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "leaseSeconds", *params.LeaseSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6575,7 +6575,7 @@ func NewPopQueueRequest(server string, queue QueuePath, params *PopQueueParams) 
 
 		if params.Partitions != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "partitions", *params.Partitions, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "partitions", *params.Partitions, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6623,7 +6623,7 @@ func NewPopQueueRequest(server string, queue QueuePath, params *PopQueueParams) 
 
 		if params.LeaseSeconds != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "leaseSeconds", *params.LeaseSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "leaseSeconds", *params.LeaseSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -6787,7 +6787,7 @@ func NewPopPartitionRequest(server string, queue QueuePath, partition PartitionP
 
 		if params.LeaseSeconds != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "leaseSeconds", *params.LeaseSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "leaseSeconds", *params.LeaseSeconds, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -7086,7 +7086,7 @@ func NewListQueuesRequest(server string, params *ListQueuesParams) (*http.Reques
 
 		if params.Offset != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -7497,7 +7497,7 @@ func NewListQueueStatusRequest(server string, params *ListQueueStatusParams) (*h
 
 		if params.Offset != nil {
 
-			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
