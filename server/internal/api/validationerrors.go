@@ -138,15 +138,15 @@ func badRequestCode(path string) string {
 	return CodeBadRequest
 }
 
-// isDlqPurgeWithoutQueue reports a DELETE /api/v1/dlq without queue, which
-// answers the same queue_required as an empty queue: one condition, one code.
-// (The embedded spec spells operation ids capitalized.)
+// isDlqPurgeWithoutQueue reports a DELETE /api/v1/dlq whose queue is absent or
+// empty (the spec's minLength), which answers queue_required as the handler
+// did before the spec stated it: one condition, one code. (The embedded spec
+// spells operation ids capitalized.)
 func isDlqPurgeWithoutQueue(err error, opts middleware.ErrorHandlerOpts) bool {
 	var reqErr *openapi3filter.RequestError
 	return opts.MatchedRoute != nil && opts.MatchedRoute.Route != nil && opts.MatchedRoute.Route.Operation != nil &&
 		strings.EqualFold(opts.MatchedRoute.Route.Operation.OperationID, "purgeDlq") &&
-		errors.As(err, &reqErr) && reqErr.Parameter != nil && reqErr.Parameter.Name == "queue" &&
-		errors.Is(reqErr.Err, openapi3filter.ErrInvalidRequired)
+		errors.As(err, &reqErr) && reqErr.Parameter != nil && reqErr.Parameter.Name == "queue"
 }
 
 // configureOptionFault names the option in a configure body's options object

@@ -23,11 +23,11 @@ class AckItem(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    transaction_id: Annotated[str, Field(alias="transactionId")]
+    transaction_id: Annotated[str, Field(alias="transactionId", min_length=1)]
     """
     Transaction id of the message.
     """
-    partition_id: Annotated[str, Field(alias="partitionId")]
+    partition_id: Annotated[str, Field(alias="partitionId", min_length=1)]
     """
     Partition id of the message.
     """
@@ -49,11 +49,11 @@ class AckRequest(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    transaction_id: Annotated[str, Field(alias="transactionId")]
+    transaction_id: Annotated[str, Field(alias="transactionId", min_length=1)]
     """
     Transaction id of the message.
     """
-    partition_id: Annotated[str, Field(alias="partitionId")]
+    partition_id: Annotated[str, Field(alias="partitionId", min_length=1)]
     """
     Partition id of the message.
     """
@@ -158,7 +158,7 @@ class ApiV1DlqDeleteParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    queue: str
+    queue: Annotated[str, Field(min_length=1)]
     consumer_group: Annotated[str | None, Field(alias="consumerGroup")] = None
 
 
@@ -850,11 +850,11 @@ class KvOperation(BaseModel):
         populate_by_name=True,
     )
     op: Literal["get", "getMany", "getPrefix", "put", "putIfAbsent", "delete", "incr"]
-    ns: str
+    ns: Annotated[str, Field(min_length=1)]
     """
     Namespace.
     """
-    key: str | None = None
+    key: Annotated[str | None, Field(min_length=1)] = None
     """
     get, put, putIfAbsent, delete, incr — the key.
     """
@@ -1692,7 +1692,7 @@ class PushItem(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    queue: str
+    queue: Annotated[str, Field(min_length=1)]
     """
     Target queue; created on first push. Names (queues, partitions, consumer groups) hold
     more than white space, at most 512 bytes of UTF-8 without NUL, and are never `.` or
@@ -2395,11 +2395,11 @@ class TimerOperation(BaseModel):
     """
     `schedule` and `reschedule` upsert (reschedule resets attempts); `cancel` deletes.
     """
-    queue: str
+    queue: Annotated[str, Field(min_length=1)]
     """
     Destination queue.
     """
-    timer_key: Annotated[str, Field(alias="timerKey")]
+    timer_key: Annotated[str, Field(alias="timerKey", min_length=1)]
     """
     Timer key, unique per queue.
     """
