@@ -56,3 +56,63 @@ func TestNamesNoRouteCouldAddressAreRefusedEverywhere(t *testing.T) {
 		t.Fatalf("push with dots inside names: %d %+v", status, ok)
 	}
 }
+
+// Push, pop, seek and timers stored partitions and consumer groups named " ",
+// though a queue so named is refused and openapi.yaml says names hold more
+// than white space. Every route that creates a partition or group refuses a
+// blank one as it refuses a blank queue; "" keeps meaning the default
+// partition or queue mode.
+func TestBlankPartitionAndGroupNamesAreRefusedWhereTheyAreCreated(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	var pushed []pushResult
+	if status, _ := b.call(t, "POST", "/api/v1/push", `{"items":[{"queue":"`+q+`","payload":1}]}`, &pushed); status != http.StatusCreated {
+		t.Fatalf("seeding push: %d %+v", status, pushed)
+	}
+	cases := []struct {
+		name, method, path, body, code string
+	}{
+		{"push blank partition", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","partition":" ","payload":1}]}`, CodeBadRequest},
+		{"push tab partition", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","partition":"\t","payload":1}]}`, CodeBadRequest},
+		{"transaction push blank partition", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"` + q + `","partition":"  ","payload":1}]}]}`, CodeBadRequest},
+		{"pop blank group", "GET", "/api/v1/pop/queue/" + q + "?consumerGroup=%20&batch=1", "", CodeBadRequest},
+		{"pop blank partition", "GET", "/api/v1/pop/queue/" + q + "/partition/%20?batch=1", "", CodeBadRequest},
+		{"discovery pop blank group", "GET", "/api/v1/pop?namespace=" + q + "&consumerGroup=%20&batch=1", "", CodeBadRequest},
+		{"seek blank group", "POST", "/api/v1/consumer-groups/%20/queues/" + q + "/seek", `{"toEnd":true}`, CodeBadRequest},
+		{"partition seek blank group", "POST", "/api/v1/consumer-groups/%20/queues/" + q + "/partitions/Default/seek", `{"toEnd":true}`, CodeBadRequest},
+		{"timer to a blank partition", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","partition":" ","timerKey":"` + q + `","delayMs":0}]}`, "timers_bad_request"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			var body any
+			if c.body != "" {
+				body = c.body
+			}
+			status, _ := b.call(t, c.method, c.path, body, &e)
+			if status != http.StatusBadRequest || e.Code != c.code || !strings.Contains(e.Error, "white space") {
+				t.Fatalf("want 400 %s about white space, got %d %+v", c.code, status, e)
+			}
+		})
+	}
+	if n := b.countRows(t, `SELECT count(*) FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 AND p.name <> 'Default'`, q); n != 0 {
+		t.Fatalf("refused requests created %d partitions", n)
+	}
+	if n := b.countRows(t, `SELECT (SELECT count(*) FROM lanes.consumers WHERE consumer_group <> '' AND btrim(consumer_group) = '')
+		+ (SELECT count(*) FROM lanes.consumer_groups WHERE consumer_group <> '' AND btrim(consumer_group) = '')
+		+ (SELECT count(*) FROM lanes.discovery_subscriptions WHERE consumer_group <> '' AND btrim(consumer_group) = '')`); n != 0 {
+		t.Fatalf("refused requests stored %d blank-named group rows", n)
+	}
+	if n := b.countRows(t, `SELECT count(*) FROM lanes.timers WHERE timer_key = $1`, q); n != 0 {
+		t.Fatalf("refused timers stored %d rows", n)
+	}
+	// Empty is the default partition and queue mode; white space around a name is part of it.
+	if status, _ := b.call(t, "POST", "/api/v1/push", `{"items":[{"queue":"`+q+`","partition":"","payload":2},{"queue":"`+q+`","partition":" p ","payload":3}]}`, &pushed); status != http.StatusCreated || pushed[0].Status != "queued" || pushed[1].Status != "queued" {
+		t.Fatalf("push with an empty and a padded partition: %d %+v", status, pushed)
+	}
+	var popped popBody
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?consumerGroup=&batch=1", nil, &popped); status != http.StatusOK {
+		t.Fatalf("queue-mode pop with an empty consumerGroup: %d", status)
+	}
+}

@@ -133,7 +133,7 @@ func checkPushText(it *PushItem, at string) error {
 	if err := checkRequiredName(at+".queue", it.Queue); err != nil {
 		return err
 	}
-	if err := checkName(at+".partition", it.Partition); err != nil {
+	if err := checkOptionalName(at+".partition", it.Partition); err != nil {
 		return err
 	}
 	if err := checkTransactionID(at+".transactionId", it.TransactionID); err != nil {

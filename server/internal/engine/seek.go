@@ -51,6 +51,10 @@ func (e *Engine) Seek(ctx context.Context, req SeekRequest) (SeekResult, error) 
 			return out, err
 		}
 	}
+	// A seek creates the group's cursor rows it does not have yet.
+	if err := checkOptionalName("consumerGroup", req.Group); err != nil {
+		return out, err
+	}
 	if req.Group == "" {
 		req.Group = QueueModeGroup
 	}

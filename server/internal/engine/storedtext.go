@@ -74,6 +74,25 @@ func checkRequiredName(field, value string) error {
 	return checkName(field, value)
 }
 
+// checkOptionalName is checkName for a partition or consumer group name, which
+// a request may leave empty (the default partition, queue mode) but which, when
+// given, must hold more than white space, as a queue name must.
+func checkOptionalName(field, value string) error {
+	if msg := optionalNameProblem(value); msg != "" {
+		return invalid(field, "%s %s", field, msg)
+	}
+	return nil
+}
+
+// optionalNameProblem says what is wrong with value as a partition or consumer
+// group name, or "".
+func optionalNameProblem(value string) string {
+	if value != "" && strings.TrimSpace(value) == "" {
+		return "must hold more than white space (leave it empty for the default)"
+	}
+	return nameProblem(value)
+}
+
 // nameProblem says what is wrong with value as a name, or "".
 func nameProblem(value string) string {
 	if msg := dotNameProblem(value); msg != "" {

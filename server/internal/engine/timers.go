@@ -107,7 +107,7 @@ func validateTimerOps(ops []TimerOp, field string) error {
 		// A timer's queue, partition and transaction id become a push when it
 		// fires: one the push would reject would fail the firing loop forever.
 		for _, f := range [...]struct{ name, problem string }{
-			{"queue", nameProblem(op.Queue)}, {"partition", nameProblem(op.Partition)},
+			{"queue", nameProblem(op.Queue)}, {"partition", optionalNameProblem(op.Partition)},
 			{"timerKey", storedTextProblem(op.TimerKey, MaxTransactionIDBytes)},
 			{"transactionId", storedTextProblem(op.TransactionID, MaxTransactionIDBytes)}} {
 			if f.problem != "" {
