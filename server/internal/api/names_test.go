@@ -58,10 +58,10 @@ func TestNamesNoRouteCouldAddressAreRefusedEverywhere(t *testing.T) {
 }
 
 // Push, pop, seek and timers stored partitions and consumer groups named " ",
-// though a queue so named is refused and openapi.yaml says names hold more
-// than white space. Every route that creates a partition or group refuses a
-// blank one as it refuses a blank queue; "" keeps meaning the default
-// partition or queue mode.
+// and a pop a queue so named, though push refuses such a queue and
+// openapi.yaml says names hold more than white space. Every route that creates
+// a queue, partition or group refuses a blank one; "" keeps meaning the
+// default partition or queue mode.
 func TestBlankPartitionAndGroupNamesAreRefusedWhereTheyAreCreated(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
@@ -75,6 +75,7 @@ func TestBlankPartitionAndGroupNamesAreRefusedWhereTheyAreCreated(t *testing.T) 
 		{"push blank partition", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","partition":" ","payload":1}]}`, CodeBadRequest},
 		{"push tab partition", "POST", "/api/v1/push", `{"items":[{"queue":"` + q + `","partition":"\t","payload":1}]}`, CodeBadRequest},
 		{"transaction push blank partition", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","items":[{"queue":"` + q + `","partition":"  ","payload":1}]}]}`, CodeBadRequest},
+		{"pop blank queue", "GET", "/api/v1/pop/queue/%20?batch=1", "", CodeBadRequest},
 		{"pop blank group", "GET", "/api/v1/pop/queue/" + q + "?consumerGroup=%20&batch=1", "", CodeBadRequest},
 		{"pop blank partition", "GET", "/api/v1/pop/queue/" + q + "/partition/%20?batch=1", "", CodeBadRequest},
 		{"discovery pop blank group", "GET", "/api/v1/pop?namespace=" + q + "&consumerGroup=%20&batch=1", "", CodeBadRequest},
@@ -98,6 +99,9 @@ func TestBlankPartitionAndGroupNamesAreRefusedWhereTheyAreCreated(t *testing.T) 
 	if n := b.countRows(t, `SELECT count(*) FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
 		WHERE q.name = $1 AND p.name <> 'Default'`, q); n != 0 {
 		t.Fatalf("refused requests created %d partitions", n)
+	}
+	if n := b.countRows(t, `SELECT count(*) FROM lanes.queues WHERE name <> '' AND btrim(name) = ''`); n != 0 {
+		t.Fatalf("refused requests created %d blank-named queues", n)
 	}
 	if n := b.countRows(t, `SELECT (SELECT count(*) FROM lanes.consumers WHERE consumer_group <> '' AND btrim(consumer_group) = '')
 		+ (SELECT count(*) FROM lanes.consumer_groups WHERE consumer_group <> '' AND btrim(consumer_group) = '')

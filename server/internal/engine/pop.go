@@ -254,12 +254,12 @@ func normalizePop(req *PopRequest, defaultMode string) error {
 		return invalid("namespace", "namespace or task is required")
 	}
 	// A pop creates the queue, partition and cursor rows it names.
-	for _, f := range [...]struct{ name, value string }{{"queue", req.Queue}, {"namespace", req.Namespace}, {"task", req.Task}} {
+	for _, f := range [...]struct{ name, value string }{{"namespace", req.Namespace}, {"task", req.Task}} {
 		if err := checkName(f.name, f.value); err != nil {
 			return err
 		}
 	}
-	for _, f := range [...]struct{ name, value string }{{"partition", req.Partition}, {"consumerGroup", req.Group}} {
+	for _, f := range [...]struct{ name, value string }{{"queue", req.Queue}, {"partition", req.Partition}, {"consumerGroup", req.Group}} {
 		if err := checkOptionalName(f.name, f.value); err != nil {
 			return err
 		}

@@ -74,9 +74,9 @@ func checkRequiredName(field, value string) error {
 	return checkName(field, value)
 }
 
-// checkOptionalName is checkName for a partition or consumer group name, which
-// a request may leave empty (the default partition, queue mode) but which, when
-// given, must hold more than white space, as a queue name must.
+// checkOptionalName is checkName for a name a request may leave empty (the
+// default partition, queue mode, a discovery pop's queue) but which, when
+// given, must hold more than white space, as a pushed queue's must.
 func checkOptionalName(field, value string) error {
 	if msg := optionalNameProblem(value); msg != "" {
 		return invalid(field, "%s %s", field, msg)
@@ -84,11 +84,11 @@ func checkOptionalName(field, value string) error {
 	return nil
 }
 
-// optionalNameProblem says what is wrong with value as a partition or consumer
-// group name, or "".
+// optionalNameProblem says what is wrong with value as a name a request may
+// leave empty, or "".
 func optionalNameProblem(value string) string {
 	if value != "" && strings.TrimSpace(value) == "" {
-		return "must hold more than white space (leave it empty for the default)"
+		return "must hold more than white space"
 	}
 	return nameProblem(value)
 }
