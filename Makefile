@@ -1,12 +1,13 @@
 # Lanes — build, generate, lint and test everything from the repository root.
 #
 #   make run        broker on http://localhost:6632 (PORT=…) over LANES_DATABASE_URL, else a local PostgreSQL (scripts/pg.sh)
-#   make test       every test suite (Go modules, then the JS and Python SDKs against one broker, then conformance)
+#   make test       every test suite (Go modules, then the JS and Python SDKs against one broker, then conformance, then fuzz-api)
 #   make conformance  the cross-SDK conformance suite (own database and broker; docs/conformance.md)
+#   make fuzz-api   the bounded schemathesis run of openapi.yaml against a JWT broker (own database; tools/fuzz/README.md)
 #   make generate   regenerate code from openapi.yaml (Go server + client, TypeScript, Python)
 #   make verify     regenerate, lint the spec, fail if generated code differs from what is committed
 #   make lint       golangci-lint, tsc + eslint, ruff + mypy
-#   make deps       npm ci and the dist/ build (sdk-js), Python venv (sdk-python/.venv)
+#   make deps       npm ci and the dist/ build (sdk-js), Python venvs (sdk-python/.venv, tools/fuzz/.venv)
 #   make build      bin/lanes
 #   make bench      benchmark smoke run
 
@@ -33,6 +34,8 @@ VENV := sdk-python/.venv
 VPY := $(VENV)/bin/python
 VENV_STAMP := $(VENV)/.installed
 NPM_STAMP := sdk-js/node_modules/.package-lock.json
+FUZZ_VENV := tools/fuzz/.venv
+FUZZ_STAMP := $(FUZZ_VENV)/.installed
 
 # A recipe line naming $(MAKE) runs even under `make -n`, so lines that start services pass
 # make to their script as $(SUBMAKE): make -n does not treat a reference through a variable as
@@ -78,14 +81,22 @@ $(VENV_STAMP): sdk-python/requirements-dev.txt sdk-python/pyproject.toml
 	$(VPY) -m pip install -q --disable-pip-version-check -e sdk-python
 	touch $@
 
-.PHONY: deps deps-js deps-python
-deps: deps-js deps-python tools
+$(FUZZ_STAMP): tools/fuzz/requirements.txt
+	test -x $(FUZZ_VENV)/bin/python || $(PYTHON) -m venv $(FUZZ_VENV)
+	$(FUZZ_VENV)/bin/python -m pip install -q --disable-pip-version-check -r tools/fuzz/requirements.txt
+	touch $@
+
+.PHONY: deps deps-js deps-python deps-fuzz
+deps: deps-js deps-python deps-fuzz tools
 # The package ships no install script (npm 11 warns about one), so npm ci does not build dist/.
 deps-js:
 	cd sdk-js && npm ci --no-audit --no-fund && npm run --silent build
 deps-python:
 	rm -f $(VENV_STAMP)
 	$(MAKE) $(VENV_STAMP)
+deps-fuzz:
+	rm -f $(FUZZ_STAMP)
+	$(MAKE) $(FUZZ_STAMP)
 
 # ---------------------------------------------------------------------------------------------
 # Code generation from openapi.yaml
@@ -203,8 +214,8 @@ pg-test:
 	LANES_PG_FAST=$${LANES_PG_FAST:-1} scripts/pg.sh start
 
 # The broker's start, the suites and its stop live in a script (SUBMAKE above says why).
-test: pg-test $(NPM_STAMP) $(VENV_STAMP)
-	@if MAKE='$(SUBMAKE)' scripts/make-with-test-broker.sh test-go test-sdk-suites conformance; then \
+test: pg-test $(NPM_STAMP) $(VENV_STAMP) $(FUZZ_STAMP)
+	@if MAKE='$(SUBMAKE)' scripts/make-with-test-broker.sh test-go test-sdk-suites conformance fuzz-api; then \
 	  echo "make test: all suites passed"; else echo "make test: FAILED" >&2; exit 1; fi
 
 test-go: pg-test
@@ -245,6 +256,17 @@ conformance: pg-test $(NPM_STAMP) $(VENV_STAMP)
 	cd sdk-js && npm run --silent build
 	go build -o $(BIN)/lanes ./server/cmd/lanes
 	go run ./conformance/cmd/conformance -lanes $(BIN)/lanes $(CONFORMANCE_FLAGS)
+
+# ---------------------------------------------------------------------------------------------
+# fuzz-api: schemathesis generates requests from openapi.yaml (valid and invalid ones) and checks
+# every answer against it, against its own broker with JWT on (scripts/fuzz-api.sh, port
+# LANES_FUZZ_PORT, default 6634). FUZZ_FLAGS reaches schemathesis, e.g.
+# FUZZ_FLAGS='--include-operation-id push'.
+FUZZ_FLAGS ?=
+.PHONY: fuzz-api
+fuzz-api: pg-test $(FUZZ_STAMP)
+	@echo "--- fuzz-api (schemathesis)"
+	scripts/fuzz-api.sh $(FUZZ_FLAGS)
 
 # ---------------------------------------------------------------------------------------------
 
