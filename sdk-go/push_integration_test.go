@@ -49,6 +49,9 @@ func TestITPushRejectsUnencodableItem(t *testing.T) {
 		var ie *lanes.InvalidItemError
 		require.ErrorAs(t, err, &ie)
 		require.Equal(t, 1, ie.Index)
+		if _, raw := bad.(json.RawMessage); raw {
+			require.EqualError(t, err, "lanes: push item #1 cannot be encoded: json.RawMessage is not valid JSON")
+		}
 
 		buf := b.c.Queue(b.queue).Buffer(lanes.BufferOptions{FlushInterval: time.Hour})
 		require.ErrorAs(t, buf.Push(b.ctx, lanes.Data(1), lanes.Data(bad)), &ie)

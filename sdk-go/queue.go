@@ -137,6 +137,8 @@ func (q QueueBuilder) committedOnDelivery() bool {
 // ---------------------------------------------------------------------------------------------
 // push
 
+// pushItemWire is one item of a push, its payload already encoded: pushBody writes it for a push
+// request, json.Marshal (by these tags) for a transaction's push operation.
 type pushItemWire struct {
 	Queue         string          `json:"queue"`
 	Partition     string          `json:"partition,omitempty"`
@@ -203,15 +205,58 @@ func (q QueueBuilder) Push(ctx context.Context, items ...Item) ([]PushResult, er
 	return q.c.pushWire(ctx, wire)
 }
 
-func (c *Client) pushWire(ctx context.Context, wire []pushItemWire) ([]PushResult, error) {
-	body, err := json.Marshal(struct {
-		Items []pushItemWire `json:"items"`
-	}{wire})
-	if err != nil {
-		return nil, err
+// pushBody is the push request {"items":[…]}: what json.Marshal gives for the items, with each
+// payload appended as encodeItems encoded it rather than validated and encoded a second time.
+func pushBody(wire []pushItemWire) []byte {
+	size := len(`{"items":[]}`)
+	for i := range wire {
+		w := &wire[i]
+		size += len(`{"queue":"","partition":"","payload":,"transactionId":"","traceId":""},`) +
+			len(w.Queue) + len(w.Partition) + len(w.Payload) + len(w.TransactionID) + len(w.TraceID)
 	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"items":[`...)
+	for i := range wire {
+		w := &wire[i]
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"queue":`...)
+		b = appendJSONString(b, w.Queue)
+		if w.Partition != "" {
+			b = append(b, `,"partition":`...)
+			b = appendJSONString(b, w.Partition)
+		}
+		b = append(b, `,"payload":`...)
+		b = append(b, w.Payload...)
+		b = append(b, `,"transactionId":`...)
+		b = appendJSONString(b, w.TransactionID)
+		if w.TraceID != "" {
+			b = append(b, `,"traceId":`...)
+			b = appendJSONString(b, w.TraceID)
+		}
+		b = append(b, '}')
+	}
+	return append(b, "]}"...)
+}
+
+// appendJSONString appends s as json.Marshal encodes it. Names and ids are plain ASCII almost
+// always, and encoding/json writes those as they are; anything else goes through json.Marshal.
+func appendJSONString(b []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' || c == '<' || c == '>' || c == '&' {
+			q, _ := json.Marshal(s) // a string always encodes
+			return append(b, q...)
+		}
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
+}
+
+func (c *Client) pushWire(ctx context.Context, wire []pushItemWire) ([]PushResult, error) {
 	var out []PushResult
-	if _, err := c.result(ctx, &out)(c.gen.PushWithBody(ctx, contentJSON, bytes.NewReader(body))); err != nil {
+	if _, err := c.result(ctx, &out)(c.gen.PushWithBody(ctx, contentJSON, bytes.NewReader(pushBody(wire)))); err != nil {
 		return nil, err
 	}
 	if len(out) != len(wire) {

@@ -3,6 +3,7 @@ package lanes
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -375,6 +376,53 @@ func TestPushFailedItemTypedError(t *testing.T) {
 	var pe *PushError
 	require.ErrorAs(t, err, &pe)
 	require.Equal(t, []ItemError{{Index: 1, TransactionID: "t2", Status: "failed", Message: "disk full"}}, pe.Items)
+}
+
+// answerEveryItem answers a push with one queued result per item of the request.
+func answerEveryItem(w http.ResponseWriter, r *http.Request) {
+	var req struct{ Items []json.RawMessage }
+	_ = json.NewDecoder(r.Body).Decode(&req)
+	res := make([]PushResult, len(req.Items))
+	for i := range res {
+		res[i] = PushResult{Index: i, Status: StatusQueued}
+	}
+	b, _ := json.Marshal(res)
+	writeJSON(w, 201, string(b))
+}
+
+// A push request's bytes, pinned: each payload is written once, as encoding/json encodes it, and a
+// json.RawMessage exactly as given (it is validated, not re-encoded); an empty partition or
+// trace id is left out.
+func TestPushWireBody(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) { answerEveryItem(w, r) })
+	ctx := context.Background()
+	_, err := c.Queue("orders").Partition("eu/1").Push(ctx,
+		Item{Data: map[string]any{"note": "<a&b>", "n": 1}, TransactionID: "t-1", TraceID: "trace-1"},
+		Item{Data: json.RawMessage(`{ "raw": [1, 2], "html": "<b>" }`), TransactionID: "t\"2é\u2028"},
+		Item{Data: []byte{0xff}, TransactionID: "t-3"})
+	require.NoError(t, err)
+	_, err = c.Queue("plain").Push(ctx, Item{Data: 7, TransactionID: "x"})
+	require.NoError(t, err)
+
+	require.Equal(t, []string{
+		`{"items":[` +
+			`{"queue":"orders","partition":"eu/1","payload":{"n":1,"note":"\u003ca\u0026b\u003e"},"transactionId":"t-1","traceId":"trace-1"},` +
+			`{"queue":"orders","partition":"eu/1","payload":{ "raw": [1, 2], "html": "<b>" },"transactionId":"t\"2é\u2028"},` +
+			`{"queue":"orders","partition":"eu/1","payload":"/w==","transactionId":"t-3"}]}`,
+		`{"items":[{"queue":"plain","payload":7,"transactionId":"x"}]}`,
+	}, fb.bodies)
+}
+
+// Queue names, partitions and ids are written as json.Marshal writes the string, whatever it holds.
+func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
+	t.Parallel()
+	for _, s := range []string{"", "plain-id_1.2:3", " ~", "\x00", "\x1f", "\x7f", "tab\t", `quote"back\`,
+		"<a&b>", "é", "\u2028\u2029", "\xff\xfe", "日本", "emoji 😀"} {
+		want, err := json.Marshal(s)
+		require.NoError(t, err)
+		require.Equal(t, string(want), string(appendJSONString(nil, s)), "%q", s)
+	}
 }
 
 func TestTransactionRejectedReason(t *testing.T) {
