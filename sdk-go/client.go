@@ -288,7 +288,7 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 		if resp.StatusCode == http.StatusNoContent {
 			return resp.StatusCode, nil
 		}
-		b, rerr := io.ReadAll(resp.Body)
+		b, rerr := answerBytes(resp.Body)
 		if resp.StatusCode >= 400 {
 			return resp.StatusCode, newAPIError(resp.StatusCode, resp.Header, b)
 		}

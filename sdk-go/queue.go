@@ -256,7 +256,7 @@ func appendJSONString(b []byte, s string) []byte {
 
 func (c *Client) pushWire(ctx context.Context, wire []pushItemWire) ([]PushResult, error) {
 	var out []PushResult
-	if _, err := c.result(ctx, &out)(c.gen.PushWithBody(ctx, contentJSON, bytes.NewReader(pushBody(wire)))); err != nil {
+	if _, err := c.result(ctx, &out)(c.gen.PushWithBody(ctx, contentJSON, newBytesBody(pushBody(wire)))); err != nil {
 		return nil, err
 	}
 	if len(out) != len(wire) {

@@ -2,7 +2,6 @@
 package lanes
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -134,7 +133,7 @@ func (tb *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, e
 	attempts := 0
 	ctx2 := withFlags(ctx, reqFlags{attempts: &attempts, notIdempotent: !tb.retrySafe()})
 	var out TransactionResult
-	if _, err := tb.c.result(ctx, &out)(tb.c.gen.TransactionWithBody(ctx2, contentJSON, bytes.NewReader(body))); err != nil {
+	if _, err := tb.c.result(ctx, &out)(tb.c.gen.TransactionWithBody(ctx2, contentJSON, newBytesBody(body))); err != nil {
 		return nil, err
 	}
 	if !out.Success {

@@ -103,7 +103,9 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 
 	// Bodies are byte buffers, so every attempt (and every broker) gets the same bytes.
 	var body []byte
-	if req.Body != nil && req.Body != http.NoBody {
+	if bb, ok := req.Body.(bytesBody); ok {
+		body = bb.bytes
+	} else if req.Body != nil && req.Body != http.NoBody {
 		b, err := io.ReadAll(req.Body)
 		_ = req.Body.Close()
 		if err != nil {
@@ -142,6 +144,18 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 	}
 	return rc.Do(rr)
 }
+
+// bytesBody is a request body whose bytes Do sends on every attempt as they are, without
+// reading them into a copy first. The bytes must not change until the call returns.
+type bytesBody struct {
+	*bytes.Reader
+	bytes []byte
+}
+
+func newBytesBody(b []byte) bytesBody { return bytesBody{Reader: bytes.NewReader(b), bytes: b} }
+
+// Close implements io.Closer, so the request keeps the bytesBody as its Body.
+func (bytesBody) Close() error { return nil }
 
 // checkRetry is retryablehttp's CheckRetry: decideRetry on this attempt's outcome.
 func (st *callState) checkRetry(ctx context.Context, resp *http.Response, err error) (bool, error) {
@@ -251,7 +265,7 @@ func (st *callState) errorHandler(resp *http.Response, err error, _ int) (*http.
 func (st *callState) outcomeUnknownError(resp *http.Response) error {
 	var cause error = &ConnectionError{URL: st.c.bases[st.idx].String(), Err: st.lastErr}
 	if resp != nil {
-		b, _ := io.ReadAll(resp.Body)
+		b, _ := answerBytes(resp.Body)
 		_ = resp.Body.Close()
 		cause = newAPIError(resp.StatusCode, resp.Header, b)
 	}
@@ -310,13 +324,29 @@ func readWhole(resp *http.Response, err error) (*http.Response, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := io.ReadAll(resp.Body)
+	var buf bytes.Buffer
+	if n := resp.ContentLength; n > 0 && n <= maxAnnouncedPrealloc {
+		buf.Grow(int(n) + bytes.MinRead) // MinRead: room for the read that finds EOF
+	}
+	_, err = buf.ReadFrom(resp.Body)
 	_ = resp.Body.Close()
 	if err != nil {
 		return nil, err
 	}
-	resp.Body = io.NopCloser(bytes.NewReader(b))
+	resp.Body = newBytesBody(buf.Bytes())
 	return resp, nil
+}
+
+// maxAnnouncedPrealloc bounds what readWhole allocates on a Content-Length alone, before a byte
+// has arrived.
+const maxAnnouncedPrealloc = 8 << 20
+
+// answerBytes reads the rest of an answer's body; what readWhole read is returned without a copy.
+func answerBytes(body io.Reader) ([]byte, error) {
+	if bb, ok := body.(bytesBody); ok {
+		return bb.bytes[len(bb.bytes)-bb.Len():], nil
+	}
+	return io.ReadAll(body)
 }
 
 // slogLeveled adapts the client's *slog.Logger to retryablehttp.LeveledLogger. retryablehttp's

@@ -3,11 +3,14 @@ package lanes
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"io"
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -257,4 +260,32 @@ func TestCloseClosesIdleConnections(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, c.Close(context.Background()))
 	require.EqualValues(t, 1, via.closed.Load())
+}
+
+// TestPushSendsItsBodyWithoutCopies: a push builds its request body once and the transport sends
+// those bytes on every attempt, so pushing a big payload allocates about its size, not a
+// multiple of it. Not parallel: it reads the process's allocation counter.
+func TestPushSendsItsBodyWithoutCopies(t *testing.T) {
+	var received atomic.Int64
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		n, _ := io.Copy(io.Discard, r.Body) // a recording broker would allocate the body itself
+		received.Add(n)
+		writeJSON(w, 201, pushOK)
+	}))
+	t.Cleanup(srv.Close)
+	c, err := New(WithURL(srv.URL))
+	require.NoError(t, err)
+	ctx := context.Background()
+	_, err = c.Queue("q").Push(ctx, Data(1)) // connection and first-call setup outside the count
+	require.NoError(t, err)
+	const size = 8 << 20
+	payload := json.RawMessage(`"` + strings.Repeat("x", size-2) + `"`)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	_, err = c.Queue("q").Push(ctx, Data(payload))
+	runtime.ReadMemStats(&after)
+	require.NoError(t, err)
+	require.Greater(t, received.Load(), int64(size))
+	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(size*3/2))
 }
