@@ -34,12 +34,25 @@ func (b *syncBuffer) String() string {
 	return b.buf.String()
 }
 
+// capturedLogger is a text logger whose lines the test reads back.
+func capturedLogger() (*slog.Logger, *syncBuffer) {
+	out := &syncBuffer{}
+	return slog.New(slog.NewTextHandler(out, nil)), out
+}
+
+// wantLines fails the test unless the log holds fragment exactly want times.
+func wantLines(t *testing.T, out *syncBuffer, fragment string, want int, what string) {
+	t.Helper()
+	if n := strings.Count(out.String(), fragment); n != want {
+		t.Errorf("want %d line(s) for %s, got %d:\n%s", want, what, n, out.String())
+	}
+}
+
 // TestRequestsFailingForWantOfTheDatabaseLogOneLine: during an outage the
 // first request answered database_unavailable logs an ERROR; the ones after
 // it within the minute add no line, whatever their number.
 func TestRequestsFailingForWantOfTheDatabaseLogOneLine(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	b := newBrokerWith(t, "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1", Options{Logger: log}, "")
 	for range 5 {
 		var e errorBody
@@ -47,17 +60,14 @@ func TestRequestsFailingForWantOfTheDatabaseLogOneLine(t *testing.T) {
 			t.Fatalf("pop with the database down: %d %+v", status, e)
 		}
 	}
-	if n := strings.Count(out.String(), `msg="database unavailable"`); n != 1 {
-		t.Fatalf("want one database unavailable line for 5 failing requests, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, `msg="database unavailable"`, 1, "5 requests failing for want of the database")
 }
 
 // TestSpoolWritesFailingLogOneLine: while the spool is full every push it
 // refuses is answered failed, but only the first one within the minute logs
 // an ERROR, as for requests failing for want of the database.
 func TestSpoolWritesFailingLogOneLine(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	sp, err := spool.Open(spool.Options{Dir: t.TempDir(), MaxBytes: 200, Logger: log,
 		Push: func(context.Context, []engine.PushItem) ([]engine.PushResult, error) {
 			return nil, errors.New("this test runs no drain")
@@ -86,32 +96,26 @@ func TestSpoolWritesFailingLogOneLine(t *testing.T) {
 	for i := range 5 {
 		push(fmt.Sprint("full-", i), engine.PushFailed)
 	}
-	if n := strings.Count(out.String(), `msg="spool write failed; push answered failed"`); n != 1 {
-		t.Fatalf("want one spool write failed line for 5 refused pushes, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, `msg="spool write failed; push answered failed"`, 1, "5 pushes the full spool refused")
 }
 
 // TestLagRefreshFailingLogsAWarning: backlog refreshes that keep failing
 // (the gauges then keep their last values) log one WARN, not nothing, so an
 // operator learns why lanes_queue_lag_refresh_timestamp_seconds stopped.
 func TestLagRefreshFailingLogsAWarning(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	b := newBrokerWith(t, "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1", Options{Logger: log}, "")
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	b.Server.RunLagCollector(ctx, 20*time.Millisecond, 10)
-	if n := strings.Count(out.String(), "level=WARN msg=\"lag refresh failed"); n != 1 {
-		t.Fatalf("want one WARN line for the failing lag refreshes, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, "level=WARN msg=\"lag refresh failed", 1, "the failing lag refreshes")
 }
 
 // TestRequestsPassingTheirDeadlineLogOneLine: requests answered
 // database_timeout (a slow or locked database) log the first at once and then
 // once a minute with the count, not one ERROR line each.
 func TestRequestsPassingTheirDeadlineLogOneLine(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	b := newBrokerWith(t, testDSN, Options{Logger: log, DBTimeout: 200 * time.Millisecond}, "")
 	ack, unlock := holdConsumerRow(t, b, uniqueQueue(t))
 	defer unlock()
@@ -121,17 +125,14 @@ func TestRequestsPassingTheirDeadlineLogOneLine(t *testing.T) {
 			t.Fatalf("ack blocked past the deadline: %d %+v", status, e)
 		}
 	}
-	if n := strings.Count(out.String(), `msg="database work passed its deadline"`); n != 1 {
-		t.Fatalf("want one deadline line for 3 requests past it, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, `msg="database work passed its deadline"`, 1, "3 requests past their deadline")
 }
 
 // TestDatabaseErrorsLogOneLine: requests PostgreSQL refuses with an error
 // other than an outage (here every write of a read-only session) are each
 // answered 500, but only the first within the minute logs an ERROR.
 func TestDatabaseErrorsLogOneLine(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	b := newBrokerWith(t, testDSN+"&default_transaction_read_only=on", Options{Logger: log}, "")
 	for i := range 5 {
 		var e errorBody
@@ -140,17 +141,14 @@ func TestDatabaseErrorsLogOneLine(t *testing.T) {
 			t.Fatalf("configure on a read-only session: %d %+v", status, e)
 		}
 	}
-	if n := strings.Count(out.String(), `msg="database error"`); n != 1 {
-		t.Fatalf("want one database error line for 5 refused requests, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, `msg="database error"`, 1, "5 requests refused by the database")
 }
 
 // TestFailingRequestsLogOneLine: requests that keep failing on the same
 // fault (here a corrupt segment every listing of its queue reads) are each
 // answered 500, but only the first within the minute logs an ERROR.
 func TestFailingRequestsLogOneLine(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	b := newBrokerWith(t, testDSN, Options{Logger: log}, "")
 	q := uniqueQueue(t)
 	if status, _ := b.call(t, "POST", "/api/v1/push", pushItems(q, 1), nil); status != http.StatusCreated {
@@ -167,17 +165,14 @@ func TestFailingRequestsLogOneLine(t *testing.T) {
 			t.Fatalf("listing a corrupt segment: %d %+v", status, e)
 		}
 	}
-	if n := strings.Count(out.String(), `msg="request failed"`); n != 1 {
-		t.Fatalf("want one request failed line for 5 failing requests, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, `msg="request failed"`, 1, "5 failing requests")
 }
 
 // TestPushesSpooledForWantOfTheDatabaseLogOneLine: three outages within the
 // minute, each spooling a push and each drained once the database is back,
 // log one WARN for the spooled pushes, not one per push.
 func TestPushesSpooledForWantOfTheDatabaseLogOneLine(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	proxy, dsn := startDBProxy(t, testDSN)
 	b := newBrokerWith(t, dsn, Options{Logger: log, PushTimeout: 2 * time.Second}, t.TempDir())
 	b.runDrain(t)
@@ -193,9 +188,7 @@ func TestPushesSpooledForWantOfTheDatabaseLogOneLine(t *testing.T) {
 		b.Spool.DatabaseAnswered()
 		waitFor(t, 10*time.Second, "the spool to drain", func() bool { return b.Spool.Pending() == 0 })
 	}
-	if n := strings.Count(out.String(), `msg="database unreachable; push`); n != 1 {
-		t.Fatalf("want one line for 3 pushes spooled for want of the database, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, `msg="database unreachable; push`, 1, "3 pushes spooled for want of the database")
 }
 
 // holdPopAnswers scripts the next n queue pops of a run to have their answer
@@ -216,8 +209,7 @@ func holdPopAnswers(t *testing.T, b *resilientBroker, n int) http.Header {
 // DEBUG only; autoAck pops whose client left log one WARN within the minute,
 // with lanes_pop_auto_acked_undelivered_total counting every message.
 func TestClientsLeavingPopsDoNotLogEachPop(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	b := newBrokerWith(t, testDSN, Options{Logger: log, TestFaults: true}, "")
 	q := uniqueQueue(t)
 	pushThree(t, b.testBroker, q)
@@ -234,20 +226,15 @@ func TestClientsLeavingPopsDoNotLogEachPop(t *testing.T) {
 		popAndLeave(t, b.testBroker, autoAcked, header, 300*time.Millisecond)
 	}
 	waitFor(t, 10*time.Second, "the undelivered messages counted", func() bool { return b.Server.metrics.AutoAckedUndelivered() == 3 })
-	if n := strings.Count(out.String(), "claim given back"); n != 0 {
-		t.Errorf("claims given back logged %d lines at INFO or above, want 0:\n%s", n, out.String())
-	}
-	if n := strings.Count(out.String(), `level=WARN msg="client left during an autoAck pop`); n != 1 {
-		t.Errorf("want one WARN for 3 autoAck pops whose client left, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, "claim given back", 0, "claims given back at INFO or above")
+	wantLines(t, out, `level=WARN msg="client left during an autoAck pop`, 1, "3 autoAck pops whose client left")
 }
 
 // TestClaimsThatCannotBeGivenBackLogOneLine: a client leaving a pop while
 // the database is down leaves a claim that cannot be given back (it frees at
 // lease expiry); three of them within the minute log one WARN.
 func TestClaimsThatCannotBeGivenBackLogOneLine(t *testing.T) {
-	var out syncBuffer
-	log := slog.New(slog.NewTextHandler(&out, nil))
+	log, out := capturedLogger()
 	proxy, dsn := startDBProxy(t, testDSN)
 	b := newBrokerWith(t, dsn, Options{Logger: log, TestFaults: true, DBTimeout: 2 * time.Second}, "")
 	q := uniqueQueue(t)
@@ -269,9 +256,7 @@ func TestClaimsThatCannotBeGivenBackLogOneLine(t *testing.T) {
 		return strings.Contains(out.String(), "(it frees at lease expiry)")
 	})
 	time.Sleep(500 * time.Millisecond) // the later give-backs fail too
-	if n := strings.Count(out.String(), "(it frees at lease expiry)"); n != 1 {
-		t.Fatalf("want one line for 3 claims that could not be given back, got %d:\n%s", n, out.String())
-	}
+	wantLines(t, out, "(it frees at lease expiry)", 1, "3 claims that could not be given back")
 	if n := b.Server.metrics.LeasesGivenBack(); n != 0 {
 		t.Fatalf("lanes_pop_leases_given_back_total = %d with the database down, want 0", n)
 	}
