@@ -305,15 +305,7 @@ func TestJWTStampsTheSubjectOnTransactionPushesAndTimers(t *testing.T) {
 			t.Errorf("timer %s: producerSub %v, want %q", key, tm.ProducerSub, want)
 		}
 	}
-	for {
-		n, err := b.Engine.FireDueTimers(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	b.fireDueTimers(t)
 	var popped struct {
 		Messages []struct {
 			Data        struct{ N int } `json:"data"`

@@ -52,6 +52,21 @@ type testBroker struct {
 	Pool   *pgxpool.Pool
 }
 
+// fireDueTimers fires every due timer of the shared database, this test's and
+// any other test's, until none is left.
+func (b *testBroker) fireDueTimers(t testing.TB) {
+	t.Helper()
+	for {
+		n, err := b.Engine.FireDueTimers(t.Context())
+		if err != nil {
+			t.Fatal(err)
+		}
+		if n == 0 {
+			return
+		}
+	}
+}
+
 func newTestBroker(t testing.TB) *testBroker {
 	t.Helper()
 	pool := newEnginePool(t, testDSN)

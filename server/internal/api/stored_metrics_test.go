@@ -30,15 +30,7 @@ func TestEveryStoringPathCountsWhatItStored(t *testing.T) {
 	b.runDrain(t)
 	q := uniqueQueue(t)
 	// Timers other tests left due would fire with ours: fire them first.
-	for {
-		n, err := b.Engine.FireDueTimers(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	b.fireDueTimers(t)
 	b.deadLetter(t, q, "dead", "dead-1")
 
 	last := storedBySource(t, b.URL)

@@ -16,15 +16,7 @@ func TestTimerMetricsFollowAFire(t *testing.T) {
 	b := newBrokerWith(t, testDSN, Options{}, "")
 	q := uniqueQueue(t)
 	// Timers other tests left due would fire with ours: fire them first.
-	for {
-		n, err := b.Engine.FireDueTimers(t.Context())
-		if err != nil {
-			t.Fatal(err)
-		}
-		if n == 0 {
-			break
-		}
-	}
+	b.fireDueTimers(t)
 	refreshed := func() map[string]float64 {
 		t.Helper()
 		if err := b.Server.RefreshLag(t.Context(), 1000); err != nil {
