@@ -4,9 +4,13 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import httpx
 import pytest
@@ -607,3 +611,66 @@ async def test_a_hard_stop_waits_for_a_blocking_handler_and_acks_what_it_handled
     await box[0].stop_and_cancel(timeout=10)
     assert handled == ["a"]
     assert [m.data for m in await drain(client.queue(qname))] == ["b"]  # "a" acked, "b" released
+
+
+async def test_async_handlers_run_without_a_task_per_message(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # A task and a wait per message were a quarter of the client's CPU with a fast handler: a
+    # pop's messages are handled in one task.
+    await client.queue(qname).push(list(range(200)))
+    loop = asyncio.get_running_loop()
+    created = 0
+
+    def count_tasks(loop: asyncio.AbstractEventLoop, coro: Any, **kw: Any) -> asyncio.Task[Any]:
+        nonlocal created
+        created += 1
+        return asyncio.Task(coro, loop=loop, **kw)
+
+    handled: list[int] = []
+
+    async def handler(m: lanes.Message) -> None:
+        handled.append(m.data)
+
+    loop.set_task_factory(count_tasks)
+    try:
+        q = client.queue(qname).autopilot(False).batch(100).wait(False).limit(200)
+        await asyncio.wait_for(q.run(handler), 10)
+    finally:
+        loop.set_task_factory(None)
+    assert handled == list(range(200))
+    assert created < 50, created
+
+
+@pytest.mark.skipif(
+    sys.version_info < (3, 11), reason="3.10 cannot tell this cancellation from a handler's own"
+)
+def test_handlers_stop_being_called_when_asyncio_run_ends(broker_url: str, qname: str) -> None:
+    # asyncio.run cancels every task when its main returns: the handler in hand ends there, and
+    # no other message of its pop is handed over.
+    script = f"""
+        import asyncio
+        import lanes
+        calls = []
+        async def main():
+            client = lanes.AsyncLanes({broker_url!r})
+            for p in "abc":
+                await client.queue({qname!r}).partition(p).push([p + "1", p + "2"])
+            started = asyncio.Event()
+            async def handler(m):
+                calls.append(m.data)
+                started.set()
+                await asyncio.sleep(30)
+            client.queue({qname!r}).batch(10).partitions(3).consume(handler)
+            await started.wait()
+        asyncio.run(main())
+        print(len(calls))
+        """
+    ran = subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(script)],
+        capture_output=True,
+        text=True,
+        timeout=25,
+        check=True,
+    )
+    assert ran.stdout.split() == ["1"], ran.stderr

@@ -1,8 +1,9 @@
 """The consume loop (docs/consuming.md §3 to §5): one asyncio engine, run directly by
 :class:`AsyncConsumer` and on a private event loop thread by :class:`Consumer` (sync handlers run
 in a bounded thread pool there, a pop's messages per trip to the pool; blocking HTTP calls in
-helper threads). :class:`AsyncConsumer` awaits ``async def`` handlers on the loop and runs any
-other handler in its own bounded thread pool, one message per trip."""
+helper threads). :class:`AsyncConsumer` awaits ``async def``
+handlers on the loop, a pop's messages in one task, and runs any other handler in its own bounded
+thread pool, one message per trip."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import sys
 import threading
 import time
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -81,6 +83,16 @@ def _blocking_call(handler: Callable[[Any], Any]) -> Callable[[Any], None]:
             )
 
     return call
+
+
+@dataclass
+class _Handling:
+    """What handling one pop decided: the outcomes to ack and the messages to release."""
+
+    outcomes: list[P.Outcome] = field(default_factory=list)
+    unhandled: list[Sequence[Message]] = field(default_factory=list)
+    handed: int = 0
+    """Messages handed to a batch handler (a failed slice has one outcome for all of them)."""
 
 
 @dataclass
@@ -270,20 +282,31 @@ class Engine:
                 self._busy -= 1
 
     async def _call(self, arg: Any) -> tuple[Status, str | None]:
-        fut = asyncio.ensure_future(self.ops.invoke(arg))
-        self._handlers.add(fut)
         try:
-            await asyncio.wait({fut})
-        finally:
-            self._handlers.discard(fut)
-        exc = asyncio.CancelledError() if fut.cancelled() else fut.exception()
-        if exc is None:
-            return "completed", None
-        if self._stopped_by_cancel(exc):
-            return "retry", None  # release without spending the budget
-        if self._reports(exc):
-            self.report(exc, "handler")
-        return "failed", _failure_text(exc)
+            await self.ops.invoke(arg)
+            if self.cancellable and self.cancelling.is_set():
+                # A handler that returned before the hard stop's cancellation reached it (no
+                # await after the stop) is cancelled all the same, as its own task would be.
+                await asyncio.sleep(0)
+        except BaseException as exc:
+            if isinstance(exc, (KeyboardInterrupt, SystemExit)) or self._cancelled_elsewhere(exc):
+                raise  # as from a handler's own task: they end the loop or the task
+            if self._stopped_by_cancel(exc):
+                return "retry", None  # release without spending the budget
+            if self._reports(exc):
+                self.report(exc, "handler")
+            return "failed", _failure_text(exc)
+        return "completed", None
+
+    def _cancelled_elsewhere(self, exc: BaseException) -> bool:
+        """Whether the task running the handler was cancelled by something other than the hard
+        stop (asyncio.run ending, say): it ends there, as a handler's own task did, instead of
+        handing the next message over (3.11+: 3.10 cannot tell it from a handler's own
+        CancelledError, nacked ``failed``)."""
+        if sys.version_info < (3, 11) or not isinstance(exc, asyncio.CancelledError):
+            return False
+        task = asyncio.current_task()
+        return not self.cancelling.is_set() and task is not None and task.cancelling() > 0
 
     def _reports(self, handler_error: BaseException) -> bool:
         """Whether a handler's exception goes to on_error: with report_handler_errors, and
@@ -300,9 +323,7 @@ class Engine:
         )
 
     async def _handle(self, res: PopResult) -> None:
-        outcomes: list[P.Outcome] = []
-        unhandled: list[Sequence[Message]] = []
-        batches_handed = 0  # messages handed in batch mode (one outcome per failed slice)
+        handling = _Handling()
         renew = P.renew_every(self.spec)
         ticker = None
         if renew is not None and res.lease_id:
@@ -313,44 +334,26 @@ class Engine:
         try:
             groups = P.by_partition(res.messages)
             if self.spec.each and isinstance(self.ops.invoke, SyncInvoke):
-                await self._each_in_pool(self.ops.invoke, groups, outcomes, unhandled)
-                groups = []  # all planned in the pool; the loop below is the async plan
-            for group in groups:
-                if self._cut_short() or self._limit_reached():
-                    unhandled.append(group)
-                    continue
-                if not self.spec.each:
-                    room = len(group)
-                    if self.spec.limit > 0:
-                        room = min(room, self.spec.limit - self.delivered)
-                    handed, rest = group[:room], group[room:]
-                    self.delivered += len(handed)
-                    batches_handed += len(handed)
-                    st, err = await self._call(list(handed))
-                    if st == "completed":
-                        outcomes.extend((m, "completed", None) for m in handed)
-                        if rest:
-                            unhandled.append(rest)
-                    else:
-                        outcomes.append((handed[0], st, err))
-                else:
-                    for i, m in enumerate(group):
-                        if self._cut_short() or self._limit_reached():
-                            unhandled.append(group[i:])
-                            break
-                        self.delivered += 1
-                        st, err = await self._call(m)
-                        outcomes.append((m, st, err))
-                        if st != "completed":
-                            break  # the rest redelivers after the nack / release
-                if self._limit_reached():
-                    self.request_stop()
+                await self._each_in_pool(
+                    self.ops.invoke, groups, handling.outcomes, handling.unhandled
+                )
+            elif self.cancellable:
+                # One task per pop, not per message (a task and a wait per message were a
+                # quarter of the client's CPU with a fast handler): the hard stop cancels it,
+                # which raises the cancellation in the handler running in it.
+                plan = asyncio.ensure_future(self._plan(groups, handling))
+                await asyncio.wait({plan})
+                if not plan.cancelled():  # a stop cancellation still pending when it returned
+                    plan.result()
+            else:
+                await self._plan(groups, handling)
         finally:
             if ticker is not None:
                 ticker.cancel()
+        outcomes, unhandled = handling.outcomes, handling.unhandled
         if self.spec.server_auto_ack:
             # Committed at the pop, so nothing releases what a hard stop or a failure cut off.
-            dropped = len(res.messages) - (len(outcomes) if self.spec.each else batches_handed)
+            dropped = len(res.messages) - (len(outcomes) if self.spec.each else handling.handed)
             if dropped:
                 why = "hard stop" if self.hard else "after a handler failure in their partition"
                 self.report(AutoAckDroppedError(dropped, why), "handle")
@@ -364,6 +367,48 @@ class Engine:
                     self._fail(e, "ack")
                 else:
                     self.report(e, "ack")
+
+    async def _plan(self, groups: list[list[Message]], handling: _Handling) -> None:
+        """Hand a pop's messages to the handler, in order per partition, recording outcomes."""
+        task = asyncio.current_task() if self.cancellable else None
+        if task is not None:
+            # Registered once running, so the hard stop never cancels it before its first
+            # message: the stop flag it reads then releases the whole pop.
+            self._handlers.add(task)
+        try:
+            for group in groups:
+                if self._cut_short() or self._limit_reached():
+                    handling.unhandled.append(group)
+                    continue
+                if not self.spec.each:
+                    room = len(group)
+                    if self.spec.limit > 0:
+                        room = min(room, self.spec.limit - self.delivered)
+                    handed, rest = group[:room], group[room:]
+                    self.delivered += len(handed)
+                    handling.handed += len(handed)
+                    st, err = await self._call(list(handed))
+                    if st == "completed":
+                        handling.outcomes.extend((m, "completed", None) for m in handed)
+                        if rest:
+                            handling.unhandled.append(rest)
+                    else:
+                        handling.outcomes.append((handed[0], st, err))
+                else:
+                    for i, m in enumerate(group):
+                        if self._cut_short() or self._limit_reached():
+                            handling.unhandled.append(group[i:])
+                            break
+                        self.delivered += 1
+                        st, err = await self._call(m)
+                        handling.outcomes.append((m, st, err))
+                        if st != "completed":
+                            break  # the rest redelivers after the nack / release
+                if self._limit_reached():
+                    self.request_stop()
+        finally:
+            if task is not None:
+                self._handlers.discard(task)
 
     # -- sync handlers, one message at a time ---------------------------------------------------
     #
