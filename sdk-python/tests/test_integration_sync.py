@@ -5,9 +5,13 @@ from __future__ import annotations
 import dataclasses
 import datetime
 import signal
+import subprocess
+import sys
+import textwrap
 import threading
 import time
 from collections.abc import Callable, Iterator
+from types import FrameType
 from typing import Annotated, Any
 
 import pydantic
@@ -996,3 +1000,44 @@ def test_decode_validates_a_messages_data_into_a_type(client: lanes.Lanes, qname
         bad.decode(_Order)
     assert numbers.decode(Annotated[list[int], ["unhashable metadata"]]) == [1, 2]
     assert order.data == {"orderId": 7, "amount": 9.5}  # data itself stays as it came
+
+
+def test_the_consume_loop_keeps_its_helper_threads_across_pops(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # The blocking pops and acks run in helper threads; one started per call cost as much CPU
+    # as the pop itself. They are kept: 300 pops and 300 acks start a couple of threads.
+    client.queue(qname).push(list(range(300)))
+    started: list[str] = []
+
+    def count_start(frame: FrameType, event: str, arg: Any) -> None:
+        started.append(threading.current_thread().name)
+        sys.settrace(None)  # only a thread's first call counts
+
+    handled: list[int] = []
+    threading.settrace(count_start)
+    try:
+        q = client.queue(qname).autopilot(False).batch(1).wait(False).limit(300)
+        q.run(lambda m: handled.append(m.data))
+    finally:
+        threading.settrace(None)
+    assert handled == list(range(300))
+    assert 1 <= started.count("lanes-io") <= 4, started
+
+
+def test_a_program_whose_consumer_stopped_during_a_long_poll_exits_at_once(
+    broker_url: str, qname: str
+) -> None:
+    # The stopped consumer's pop cannot be cancelled and waits out its 30 s long poll in a
+    # helper thread, which must not keep the interpreter alive (nor must the idle ones).
+    script = f"""
+        import time
+        import lanes
+        client = lanes.Lanes({broker_url!r})
+        consumer = client.queue({qname!r}).timeout_millis(30000).consume(lambda m: None)
+        time.sleep(0.5)  # the first long poll is in flight
+        consumer.stop(timeout=5)
+        """
+    start = time.monotonic()
+    subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True, timeout=25)
+    assert time.monotonic() - start < 15

@@ -1,7 +1,7 @@
 """The consume loop (docs/consuming.md §3 to §5): one asyncio engine, run directly by
 :class:`AsyncConsumer` and on a private event loop thread by :class:`Consumer` (sync handlers run
 in a bounded thread pool there, a pop's messages per trip to the pool; blocking HTTP calls in
-helper threads). :class:`AsyncConsumer` awaits ``async def``
+long-lived helper threads, :class:`IoThreads`). :class:`AsyncConsumer` awaits ``async def``
 handlers on the loop, a pop's messages in one task, and runs any other handler in its own bounded
 thread pool, one message per trip."""
 
@@ -12,6 +12,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import queue
 import sys
 import threading
 import time
@@ -33,9 +34,9 @@ __all__ = [
     "Consumer",
     "Engine",
     "ErrorCallback",
+    "IoThreads",
     "Ops",
     "PopsInFlight",
-    "in_thread",
 ]
 Status = Literal["completed", "failed", "retry"]
 
@@ -552,60 +553,98 @@ class AsyncConsumer:
 # Sync consumer
 
 
-async def in_thread(
-    fn: Callable[..., T],
-    *args: Any,
-    on_abandoned: Callable[[T], None] | None = None,
-    on_finished: Callable[[], None] | None = None,
-) -> T:
-    """Run a blocking call in a daemon thread; cancelling the await abandons it (a long poll
-    must never keep the interpreter from exiting). A blocking call cannot be interrupted, so an
-    abandoned call still completes: ``on_abandoned`` then gets its result, in a helper thread
-    (a stopped consumer's pop releases what the broker leased to it meanwhile).
-    ``on_finished`` runs once when all is done: the answer handed over, or given to
-    ``on_abandoned`` and that returned, or the call failed."""
-    loop = asyncio.get_running_loop()
-    fut: asyncio.Future[T] = loop.create_future()
+class IoThreads:
+    """The sync consumer's helper threads for its blocking calls (pops, acks, lease renewals),
+    each kept for the next call: a thread started per call cost as much CPU as the pop's own
+    client work. Daemon threads, so a long poll never keeps the interpreter from exiting. There
+    are as many as calls ran at once: per worker a pop or an ack, and a renewal."""
 
-    def finished() -> None:
-        if on_finished is not None:
-            on_finished()
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._idle: list[queue.SimpleQueue[Callable[[], None] | None]] = []
+        self._closed = False
 
-    def abandon(v: T) -> None:
-        try:
-            if on_abandoned is not None:
-                on_abandoned(v)
-        finally:
-            finished()
+    def _start(self, job: Callable[[], None]) -> None:
+        with self._lock:
+            inbox = self._idle.pop() if self._idle else None
+        if inbox is None:
+            inbox = queue.SimpleQueue()
+            thread = threading.Thread(target=self._serve, args=(inbox,), name="lanes-io")
+            thread.daemon = True
+            thread.start()
+        inbox.put(job)
 
-    def settle(ok: bool, v: Any) -> None:
-        if not fut.done():
-            if ok:
-                fut.set_result(v)
-            else:
-                fut.set_exception(v)
-            finished()
-        elif ok and on_abandoned is not None:  # cancelled while this answer was on its way
-            threading.Thread(target=abandon, args=(v,), name="lanes-io", daemon=True).start()
-        else:
-            finished()
+    def _serve(self, inbox: queue.SimpleQueue[Callable[[], None] | None]) -> None:
+        while (job := inbox.get()) is not None:
+            job()
+            with self._lock:
+                if self._closed:
+                    return
+                self._idle.append(inbox)
 
-    def run() -> None:
-        try:
-            r = fn(*args)
-        except BaseException as e:
+    def close(self) -> None:
+        """End the idle threads; a busy one (an abandoned pop) ends after its call."""
+        with self._lock:
+            self._closed = True
+            idle, self._idle = self._idle, []
+        for inbox in idle:
+            inbox.put(None)
+
+    async def call(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        on_abandoned: Callable[[T], None] | None = None,
+        on_finished: Callable[[], None] | None = None,
+    ) -> T:
+        """Run a blocking call in one of the threads; cancelling the await abandons it. A
+        blocking call cannot be interrupted, so an abandoned call still completes:
+        ``on_abandoned`` then gets its result, in a helper thread (a stopped consumer's pop
+        releases what the broker leased to it meanwhile). ``on_finished`` runs once when all is
+        done: the answer handed over, or given to ``on_abandoned`` and that returned, or the
+        call failed."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[T] = loop.create_future()
+
+        def finished() -> None:
+            if on_finished is not None:
+                on_finished()
+
+        def abandon(v: T) -> None:
             try:
-                loop.call_soon_threadsafe(settle, False, e)
-            except RuntimeError:  # the loop is closed: the consumer has ended
+                if on_abandoned is not None:
+                    on_abandoned(v)
+            finally:
                 finished()
-            return
-        try:
-            loop.call_soon_threadsafe(settle, True, r)
-        except RuntimeError:  # the loop is closed: the consumer has ended
-            abandon(r)
 
-    threading.Thread(target=run, name="lanes-io", daemon=True).start()
-    return await fut
+        def settle(ok: bool, v: Any) -> None:
+            if not fut.done():
+                if ok:
+                    fut.set_result(v)
+                else:
+                    fut.set_exception(v)
+                finished()
+            elif ok and on_abandoned is not None:  # cancelled while this answer was on its way
+                self._start(lambda: abandon(v))
+            else:
+                finished()
+
+        def run() -> None:
+            try:
+                r = fn(*args)
+            except BaseException as e:
+                try:
+                    loop.call_soon_threadsafe(settle, False, e)
+                except RuntimeError:  # the loop is closed: the consumer has ended
+                    finished()
+                return
+            try:
+                loop.call_soon_threadsafe(settle, True, r)
+            except RuntimeError:  # the loop is closed: the consumer has ended
+                abandon(r)
+
+        self._start(run)
+        return await fut
 
 
 class PopsInFlight:
@@ -651,13 +690,14 @@ class Consumer:
 
     def __init__(
         self,
-        make_engine: Callable[[concurrent.futures.ThreadPoolExecutor], Engine],
+        make_engine: Callable[[concurrent.futures.ThreadPoolExecutor, IoThreads], Engine],
         concurrency: int,
     ) -> None:
         self._pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=concurrency, thread_name_prefix="lanes-handler"
         )
-        self._engine = make_engine(self._pool)
+        self._io = IoThreads()
+        self._engine = make_engine(self._pool, self._io)
         # Set by stop_and_cancel, and by a soft stop's escalation (soft_stop_timeout_millis).
         self.cancel_event = self._engine.cancelling
         self._loop: asyncio.AbstractEventLoop | None = None
@@ -681,6 +721,7 @@ class Consumer:
             asyncio.run(main())
         finally:
             self._started.set()
+            self._io.close()
             try:
                 self._pool.shutdown(wait=True)
             finally:

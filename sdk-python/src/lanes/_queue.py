@@ -18,8 +18,8 @@ from lanes._consumer import (
     AsyncConsumer,
     Consumer,
     Engine,
+    IoThreads,
     Ops,
-    in_thread,
     make_invoke_async,
     make_invoke_sync,
     refuse_async_handler,
@@ -225,15 +225,15 @@ class Queue(_QueueBase["Lanes"]):
             c._renew_one,
         )
 
-    def _engine(self, handler: Callable[[Any], Any], pool: Any) -> Engine:
+    def _engine(self, handler: Callable[[Any], Any], pool: Any, io: IoThreads) -> Engine:
         c = self._client
         report = self._reporter("consume")
         return Engine(
             self._spec,
             Ops(
-                pop=lambda spec: self._pop_in_thread(spec, report),
-                ack=lambda entries: in_thread(c._ack_entries, entries),
-                renew=lambda lid, s: in_thread(c._renew_one, lid, s),
+                pop=lambda spec: self._pop_in_thread(spec, io, report),
+                ack=lambda entries: io.call(c._ack_entries, entries),
+                renew=lambda lid, s: io.call(c._renew_one, lid, s),
                 invoke=make_invoke_sync(handler, pool),
             ),
             report,
@@ -241,12 +241,14 @@ class Queue(_QueueBase["Lanes"]):
             client_autopilot=c._cfg.pop_autopilot,
         )
 
-    async def _pop_in_thread(self, spec: P.QueueSpec, report: ErrorReporter) -> PopResult:
+    async def _pop_in_thread(
+        self, spec: P.QueueSpec, io: IoThreads, report: ErrorReporter
+    ) -> PopResult:
         """The consume loop's pop: blocking, in a helper thread the client's close() waits for
         (see PopsInFlight); a pop abandoned by a stop releases what it got."""
         pops = self._client._pops
         pops.begin()
-        return await in_thread(
+        return await io.call(
             self._pop_with,
             spec,
             on_abandoned=lambda res: self._release(res, report),
@@ -280,7 +282,7 @@ class Queue(_QueueBase["Lanes"]):
         ``TypeError`` to ``on_error``: no message is acked without being handled."""
         P.validate_spec(self._spec)
         refuse_async_handler(handler)
-        cons = Consumer(lambda pool: self._engine(handler, pool), self._spec.concurrency)
+        cons = Consumer(lambda pool, io: self._engine(handler, pool, io), self._spec.concurrency)
         self._client._consumers.add(cons)
         return cons
 

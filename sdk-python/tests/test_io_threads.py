@@ -1,4 +1,4 @@
-"""in_thread, which runs the sync consumer's blocking pops: a call abandoned by a stop still
+"""IoThreads.call, which runs the sync consumer's blocking pops: a call abandoned by a stop still
 completes, and its result must reach ``on_abandoned`` (to be released), whether the event loop is
 still running or already closed."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import threading
 
-from lanes._consumer import in_thread
+from lanes._consumer import IoThreads
 
 
 def _abandon_then_answer(keep_loop_running: bool) -> list[str]:
@@ -24,7 +24,7 @@ def _abandon_then_answer(keep_loop_running: bool) -> list[str]:
         delivered.set()
 
     async def main() -> None:
-        task = asyncio.ensure_future(in_thread(blocking_pop, on_abandoned=on_abandoned))
+        task = asyncio.ensure_future(IoThreads().call(blocking_pop, on_abandoned=on_abandoned))
         await asyncio.sleep(0.05)
         task.cancel()  # the consumer stopped while its pop was in flight
         await asyncio.gather(task, return_exceptions=True)
