@@ -3,7 +3,7 @@
 in a bounded thread pool there, a pop's messages per trip to the pool; blocking HTTP calls in
 long-lived helper threads, :class:`IoThreads`). :class:`AsyncConsumer` awaits ``async def``
 handlers on the loop, a pop's messages in one task, and runs any other handler in its own bounded
-thread pool, one message per trip."""
+thread pool, a pop's messages per trip as in the sync consumer."""
 
 from __future__ import annotations
 
@@ -283,8 +283,12 @@ class Engine:
                 self._busy -= 1
 
     async def _call(self, arg: Any) -> tuple[Status, str | None]:
+        return await self._outcome(self.ops.invoke(arg))
+
+    async def _outcome(self, work: Awaitable[Any]) -> tuple[Status, str | None]:
+        """Await one handler call (or what a plain handler returned) and say how to ack it."""
         try:
-            await self.ops.invoke(arg)
+            await work
             if self.cancellable and self.cancelling.is_set():
                 # A handler that returned before the hard stop's cancellation reached it (no
                 # await after the stop) is cancelled all the same, as its own task would be.
@@ -411,15 +415,16 @@ class Engine:
             if task is not None:
                 self._handlers.discard(task)
 
-    # -- sync handlers, one message at a time ---------------------------------------------------
+    # -- plain (def) handlers, one message at a time ---------------------------------------------
     #
     # The loop in _handle hands each message to the handler pool and back (a thread round trip,
-    # about 100 µs per message: most of the sync consumer's cost with a fast handler). For
-    # blocking per-message handlers the same plan runs in the pool thread instead, one trip per
-    # pop. It comes back to the event loop wherever _handle acts between two handler calls — a
-    # handler error to report, the limit reached — so on_error and request_stop still run on the
-    # loop and in the same order; the stop flag is read before every message as before. The lease
-    # ticker keeps running on the loop meanwhile.
+    # about 100 µs per message: most of the consumer's cost with a fast handler). For plain
+    # per-message handlers, of both clients, the same plan runs in the pool thread instead, one
+    # trip per pop. It comes back to the event loop wherever _handle acts between two handler
+    # calls — a handler error to report, the limit reached, an awaitable a plain handler of
+    # AsyncLanes returned — so on_error, request_stop and the await still run on the loop and in
+    # the same order; the stop flag is read before every message as before. The lease ticker keeps
+    # running on the loop meanwhile.
 
     async def _each_in_pool(
         self,
@@ -428,48 +433,81 @@ class Engine:
         outcomes: list[P.Outcome],
         unhandled: list[Sequence[Message]],
     ) -> None:
-        start = 0
-        while start < len(groups):
-            fut = inv.run(self._each_blocking, inv.handler, groups, start, outcomes, unhandled)
-            await asyncio.wait({fut})
-            start, exc = fut.result()
+        gi, mi = 0, 0
+        while gi < len(groups):
+            fut = inv.run(self._each_blocking, inv.handler, groups, gi, mi, outcomes, unhandled)
+            try:
+                await asyncio.wait({fut})
+            except asyncio.CancelledError:
+                # Cancelled from elsewhere (asyncio.run ending): the thread hands over no other
+                # message, and the end waits for the handler in hand, which cannot be interrupted.
+                self.stopping.set()
+                await _outlive_cancellation(fut)
+                raise
+            gi, mi, exc, returned = fut.result()
             if exc is not None:
                 self.report(exc, "handler")
+            if returned is not None:
+                m, work = returned
+                st, err = await self._await_returned(work)
+                outcomes.append((m, st, err))
+                if st != "completed":
+                    gi, mi = gi + 1, 0  # the rest redelivers after the nack / release
             if self._limit_reached():
                 self.request_stop()
+
+    async def _await_returned(self, work: Awaitable[Any]) -> tuple[Status, str | None]:
+        """Await on the loop what a plain handler returned, in a task the hard stop cancels, as
+        it cancels an async handler."""
+
+        async def run() -> tuple[Status, str | None]:
+            task = asyncio.current_task()
+            assert task is not None
+            self._handlers.add(task)  # once running: a cancellation must reach the await
+            try:
+                return await self._outcome(work)
+            finally:
+                self._handlers.discard(task)
+
+        return await asyncio.ensure_future(run())
 
     def _each_blocking(
         self,
         handler: Callable[[Any], Any],
         groups: list[list[Message]],
-        start: int,
+        start_group: int,
+        start_message: int,
         outcomes: list[P.Outcome],
         unhandled: list[Sequence[Message]],
-    ) -> tuple[int, BaseException | None]:
-        """In a pool thread: _handle's per-message plan from ``groups[start]`` on. Returns the
-        next group to run and the handler error to report, after a group that needs the loop."""
-        for gi in range(start, len(groups)):
+    ) -> tuple[int, int, BaseException | None, tuple[Message, Awaitable[Any]] | None]:
+        """In a pool thread: _handle's per-message plan from ``groups[start_group]
+        [start_message]`` on. Returns where to go on, and the handler error to report or the
+        message and awaitable its handler returned, when the loop must act before that."""
+        for gi in range(start_group, len(groups)):
             group = groups[gi]
-            for i, m in enumerate(group):
+            for i in range(start_message if gi == start_group else 0, len(group)):
+                m = group[i]
                 with self._count_lock:
                     if self._cut_short() or self._limit_reached():
                         unhandled.append(group[i:])
                         break
                     self.delivered += 1
                 try:
-                    handler(m)
+                    r = handler(m)
                 except BaseException as exc:  # as the pool's futures did: any exception is the nack
                     if self._stopped_by_cancel(exc):
                         outcomes.append((m, "retry", None))
                         break  # the rest redelivers after the release
                     outcomes.append((m, "failed", _failure_text(exc)))
                     if self._reports(exc):
-                        return gi + 1, exc
+                        return gi + 1, 0, exc, None
                     break
+                if inspect.isawaitable(r):  # AsyncLanes awaits it on the loop
+                    return gi, i + 1, None, (m, r)
                 outcomes.append((m, "completed", None))
             if self._limit_reached():
-                return gi + 1, None
-        return len(groups), None
+                return gi + 1, 0, None, None
+        return len(groups), 0, None, None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -794,17 +832,7 @@ def make_invoke_async(
             await handler(arg)
 
         return invoke_coroutine
-
-    async def invoke(arg: Any) -> None:
-        # In the caller's context, as asyncio.to_thread does: the handler's stop() sees its engine.
-        call = contextvars.copy_context().run
-        r = await _outlive_cancellation(
-            asyncio.get_running_loop().run_in_executor(pool, call, handler, arg)
-        )
-        if inspect.isawaitable(r):
-            await r
-
-    return invoke
+    return SyncInvoke(handler, pool)
 
 
 async def _outlive_cancellation(fut: asyncio.Future[T]) -> T:
@@ -820,18 +848,20 @@ async def _outlive_cancellation(fut: asyncio.Future[T]) -> T:
 
 
 class SyncInvoke:
-    """A blocking handler and the consumer's pool. Called, it runs the handler on one argument
-    in the pool; the engine also runs a pop's per-message plan there in one trip
-    (:meth:`Engine._each_in_pool`)."""
+    """A plain handler and the consumer's pool. Called, it runs the handler on one argument
+    in the pool and awaits on the loop an awaitable it returned; the engine also runs a pop's
+    per-message plan there in one trip (:meth:`Engine._each_in_pool`)."""
 
     def __init__(
         self, handler: Callable[[Any], Any], pool: concurrent.futures.ThreadPoolExecutor
     ) -> None:
-        self.handler = _blocking_call(handler)
+        self.handler = handler
         self.pool = pool
 
     async def __call__(self, arg: Any) -> None:
-        await self.run(self.handler, arg)
+        r = await _outlive_cancellation(self.run(self.handler, arg))
+        if inspect.isawaitable(r):
+            await r
 
     def run(self, fn: Callable[..., T], *args: Any) -> asyncio.Future[T]:
         # In the caller's context, as asyncio.to_thread does: the handler's stop() sees its engine.
@@ -842,4 +872,5 @@ class SyncInvoke:
 def make_invoke_sync(
     handler: Callable[[Any], Any], pool: concurrent.futures.ThreadPoolExecutor
 ) -> Callable[[Any], Awaitable[None]]:
-    return SyncInvoke(handler, pool)
+    """The blocking client's handler call: in ``pool``; an awaitable it returns fails it."""
+    return SyncInvoke(_blocking_call(handler), pool)
