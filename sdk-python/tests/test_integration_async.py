@@ -5,9 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import inspect
-import subprocess
 import sys
-import textwrap
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -17,6 +15,8 @@ import httpx
 import pytest
 
 import lanes
+
+from .scripts import run_script
 
 
 @pytest.fixture
@@ -646,17 +646,6 @@ async def test_async_handlers_run_without_a_task_per_message(
 @pytest.mark.skipif(
     sys.version_info < (3, 11), reason="3.10 cannot tell this cancellation from a handler's own"
 )
-def _run_script(script: str) -> subprocess.CompletedProcess[str]:
-    """Runs script in a fresh interpreter (asyncio.run ends there) and returns its output."""
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(script)],
-        capture_output=True,
-        text=True,
-        timeout=25,
-        check=True,
-    )
-
-
 def test_handlers_stop_being_called_when_asyncio_run_ends(broker_url: str, qname: str) -> None:
     # asyncio.run cancels every task when its main returns: the handler in hand ends there, and
     # no other message of its pop is handed over.
@@ -678,7 +667,7 @@ def test_handlers_stop_being_called_when_asyncio_run_ends(broker_url: str, qname
         asyncio.run(main())
         print(len(calls))
         """
-    ran = _run_script(script)
+    ran = run_script(script)
     assert ran.stdout.split() == ["1"], ran.stderr
 
 
@@ -796,5 +785,5 @@ def test_plain_handlers_stop_being_called_when_asyncio_run_ends(
         asyncio.run(main())
         print(len(calls))
         """
-    ran = _run_script(script)
+    ran = run_script(script)
     assert ran.stdout.split() == ["1"] and ran.stderr == "", ran.stderr

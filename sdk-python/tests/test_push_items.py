@@ -7,9 +7,6 @@ import asyncio
 import datetime
 import json
 import logging
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 from typing import Any
@@ -18,6 +15,8 @@ import httpx
 import pytest
 
 import lanes
+
+from .scripts import run_script
 
 
 def _pop_all(c: lanes.Lanes, q: str) -> list[Any]:
@@ -391,20 +390,10 @@ def test_a_buffer_push_larger_than_max_size_is_taken_whole_into_an_empty_buffer(
     assert stored == [1, 2, 3]
 
 
-def _run_script(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-c", textwrap.dedent(code)],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        check=True,
-    )
-
-
 def test_a_program_that_ends_without_close_still_flushes_its_buffer(
     broker_url: str, qname: str
 ) -> None:
-    ran = _run_script(
+    ran = run_script(
         f"""
         import lanes
         closed = lanes.Lanes({broker_url!r})
@@ -421,7 +410,7 @@ def test_a_program_that_ends_without_close_still_flushes_its_buffer(
 def test_an_async_program_that_ends_without_aclose_logs_what_it_lost(
     broker_url: str, qname: str
 ) -> None:
-    ran = _run_script(
+    ran = run_script(
         f"""
         import asyncio, lanes
         async def main():
