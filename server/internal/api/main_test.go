@@ -52,6 +52,21 @@ type testBroker struct {
 	Pool   *pgxpool.Pool
 }
 
+// wantBadRequest sends method path with body ("" for none) and fails the test
+// unless the broker answers 400 with code and an error message holding about.
+func (b *testBroker) wantBadRequest(t *testing.T, method, path, body, code, about string) {
+	t.Helper()
+	var payload any
+	if body != "" {
+		payload = body
+	}
+	var e errorBody
+	status, _ := b.call(t, method, path, payload, &e)
+	if status != http.StatusBadRequest || e.Code != code || e.Error == "" || !strings.Contains(e.Error, about) {
+		t.Fatalf("want 400 %s about %q, got %d %+v", code, about, status, e)
+	}
+}
+
 // fireDueTimers fires every due timer of the shared database, this test's and
 // any other test's, until none is left.
 func (b *testBroker) fireDueTimers(t testing.TB) {

@@ -2,7 +2,6 @@ package api
 
 import (
 	"net/http"
-	"strings"
 	"testing"
 )
 
@@ -29,17 +28,7 @@ func TestNamesNoRouteCouldAddressAreRefusedEverywhere(t *testing.T) {
 	}
 	before := b.countRows(t, `SELECT count(*) FROM lanes.queues WHERE btrim(name) IN ('', '.', '..')`)
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var e errorBody
-			var body any
-			if c.body != "" {
-				body = c.body
-			}
-			status, _ := b.call(t, c.method, c.path, body, &e)
-			if status != http.StatusBadRequest || e.Code != c.code || !strings.Contains(e.Error, c.about) {
-				t.Fatalf("want 400 %s about %s, got %d %+v", c.code, c.about, status, e)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { b.wantBadRequest(t, c.method, c.path, c.body, c.code, c.about) })
 	}
 	if n := b.countRows(t, `SELECT count(*) FROM lanes.queues WHERE btrim(name) IN ('', '.', '..')`); n != before {
 		t.Fatalf("refused requests created %d queues with such names", n-before)
@@ -84,17 +73,7 @@ func TestBlankPartitionAndGroupNamesAreRefusedWhereTheyAreCreated(t *testing.T) 
 		{"timer to a blank partition", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","partition":" ","timerKey":"` + q + `","delayMs":0}]}`, "timers_bad_request"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var e errorBody
-			var body any
-			if c.body != "" {
-				body = c.body
-			}
-			status, _ := b.call(t, c.method, c.path, body, &e)
-			if status != http.StatusBadRequest || e.Code != c.code || !strings.Contains(e.Error, "white space") {
-				t.Fatalf("want 400 %s about white space, got %d %+v", c.code, status, e)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { b.wantBadRequest(t, c.method, c.path, c.body, c.code, "white space") })
 	}
 	if n := b.countRows(t, `SELECT count(*) FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
 		WHERE q.name = $1 AND p.name <> 'Default'`, q); n != 0 {

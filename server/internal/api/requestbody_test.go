@@ -105,17 +105,7 @@ func TestKVAndTimerFaultsAnswerTheFamilyCode(t *testing.T) {
 		{"dot segment in a kv path", "GET", "/api/v1/kv/" + q + "/..", "", "kv_bad_request"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var e errorBody
-			var body any
-			if c.body != "" {
-				body = c.body
-			}
-			status, _ := b.call(t, c.method, c.path, body, &e)
-			if status != http.StatusBadRequest || e.Code != c.code {
-				t.Fatalf("want 400 %s, got %d %+v", c.code, status, e)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { b.wantBadRequest(t, c.method, c.path, c.body, c.code, "") })
 	}
 	if n := b.writtenUnder(t, q); n != 0 {
 		t.Fatalf("refused requests wrote %d rows", n)

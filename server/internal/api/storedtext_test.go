@@ -160,17 +160,7 @@ func TestUnstorableTextOutsidePushIs400(t *testing.T) {
 		{"timers: over-long queue", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + long + `","timerKey":"k","delayMs":1000}]}`, "timers_bad_request"},
 	}
 	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			var body any
-			if c.body != "" {
-				body = c.body
-			}
-			var e errorBody
-			status, _ := b.call(t, c.method, c.path, body, &e)
-			if status != http.StatusBadRequest || e.Code != c.code || e.Error == "" {
-				t.Fatalf("want 400 %s, got %d %+v", c.code, status, e)
-			}
-		})
+		t.Run(c.name, func(t *testing.T) { b.wantBadRequest(t, c.method, c.path, c.body, c.code, "") })
 	}
 	if n := b.countQueueRows(t, q); n != 0 {
 		t.Fatalf("rejected requests created %d queues", n)
