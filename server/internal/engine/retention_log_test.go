@@ -72,18 +72,7 @@ func TestFailingRetentionPassLogsAWarningOnce(t *testing.T) {
 func TestRetentionPassesThatDeleteLogAtDebug(t *testing.T) {
 	var out lockedBuffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
-	e := newEngineWith(t, Config{Logger: log}, nil)
-	q := queueName(t)
-	configure(t, e, q, map[string]any{"maxWaitTimeSeconds": 1})
-	pushSegments(t, e, q, "p", "expiring")
-	e.StartRetention(50 * time.Millisecond)
-	deadline := time.Now().Add(5 * time.Second)
-	for partitionOf(t, e, q, "p").segments != 0 {
-		if time.Now().After(deadline) {
-			t.Fatalf("the background loop did not delete the expired segment")
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	sweepAnExpiredSegmentInTheBackground(t, newEngineWith(t, Config{Logger: log}, nil), 50*time.Millisecond)
 	if !strings.Contains(out.String(), `level=DEBUG msg="retention pass"`) {
 		t.Errorf("no DEBUG line for the pass that deleted the segment:\n%s", out.String())
 	}

@@ -289,17 +289,24 @@ func TestOnlyOneEngineSweepsAtATime(t *testing.T) {
 }
 
 func TestStartRetentionSweepsInTheBackground(t *testing.T) {
-	e := newEngine(t)
+	sweepAnExpiredSegmentInTheBackground(t, newEngine(t), 100*time.Millisecond)
+}
+
+// sweepAnExpiredSegmentInTheBackground starts e's retention loop every
+// interval and waits until it has deleted a segment written past its queue's
+// one-second retention.
+func sweepAnExpiredSegmentInTheBackground(t *testing.T, e *Engine, every time.Duration) {
+	t.Helper()
 	q := queueName(t)
 	configure(t, e, q, map[string]any{"maxWaitTimeSeconds": 1})
 	pushSegments(t, e, q, "p", "bg")
-	e.StartRetention(100 * time.Millisecond)
+	e.StartRetention(every)
 	deadline := time.Now().Add(5 * time.Second)
 	for partitionOf(t, e, q, "p").segments != 0 {
 		if time.Now().After(deadline) {
 			t.Fatalf("the background loop did not delete the expired segment")
 		}
-		time.Sleep(100 * time.Millisecond)
+		time.Sleep(every)
 	}
 }
 
