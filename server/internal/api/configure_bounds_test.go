@@ -7,8 +7,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
 // The spec states every integer option's bounds, and they are the broker's:
@@ -18,10 +16,7 @@ import (
 // object (the validator's finding) as at the top level (the handler's), and
 // changes nothing; the bound itself is accepted.
 func TestConfigureOptionBoundsAreTheSpecs(t *testing.T) {
-	spec, err := gen.GetSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := loadSpec(t)
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
 	props := spec.Components.Schemas["QueueOptions"].Value.Properties

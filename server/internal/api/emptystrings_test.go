@@ -3,18 +3,13 @@ package api
 import (
 	"net/http"
 	"testing"
-
-	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
 // Every string the broker refuses empty says so in the spec (minLength 1),
 // so a client generated from openapi.yaml can refuse it too, and the answer
 // keeps the code it had when only the handler knew.
 func TestEmptyStringsTheBrokerRefusesAreMinLengthInTheSpec(t *testing.T) {
-	spec, err := gen.GetSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := loadSpec(t)
 	for schema, fields := range map[string][]string{
 		"PushItem":       {"queue"},
 		"AckRequest":     {"transactionId", "partitionId"},

@@ -8,8 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-
-	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
 // wireCodes is every constant of errorcodes.go by name; the test checks that
@@ -44,10 +42,7 @@ func TestEveryErrorCodeIsInTheSpec(t *testing.T) {
 		t.Errorf("errorcodes.go declares %d constants, wireCodes lists %d", len(declared), len(wireCodes))
 	}
 
-	spec, err := gen.GetSpec()
-	if err != nil {
-		t.Fatal(err)
-	}
+	spec := loadSpec(t)
 	description := spec.Components.Schemas["Error"].Value.Properties["code"].Value.Description
 	documented := map[string]bool{}
 	for _, m := range regexp.MustCompile("`([a-z]+(?:_[a-z]+)*)`").FindAllStringSubmatch(description, -1) {

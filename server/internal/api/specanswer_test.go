@@ -241,12 +241,19 @@ type specOperation struct {
 
 var pathParameter = regexp.MustCompile(`\{[^}]+\}`)
 
-func specOperations(t *testing.T) []specOperation {
+// loadSpec is openapi.yaml as the broker embeds it, decoded afresh.
+func loadSpec(t *testing.T) *openapi3.T {
 	t.Helper()
 	spec, err := gen.GetSpec()
 	if err != nil {
 		t.Fatal(err)
 	}
+	return spec
+}
+
+func specOperations(t *testing.T) []specOperation {
+	t.Helper()
+	spec := loadSpec(t)
 	var ops []specOperation
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
