@@ -137,8 +137,8 @@ func (q QueueBuilder) committedOnDelivery() bool {
 // ---------------------------------------------------------------------------------------------
 // push
 
-// pushItemWire is one item of a push, its payload already encoded: pushBody writes it for a push
-// request, json.Marshal (by these tags) for a transaction's push operation.
+// pushItemWire is one item of a push, its payload already encoded; appendPushItems writes it, as
+// json.Marshal would by these tags but without encoding the payload again.
 type pushItemWire struct {
 	Queue         string          `json:"queue"`
 	Partition     string          `json:"partition,omitempty"`
@@ -205,17 +205,31 @@ func (q QueueBuilder) Push(ctx context.Context, items ...Item) ([]PushResult, er
 	return q.c.pushWire(ctx, wire)
 }
 
-// pushBody is the push request {"items":[…]}: what json.Marshal gives for the items, with each
-// payload appended as encodeItems encoded it rather than validated and encoded a second time.
+// pushBody is the push request {"items":[…]}.
 func pushBody(wire []pushItemWire) []byte {
-	size := len(`{"items":[]}`)
+	b := make([]byte, 0, len(`{"items":}`)+pushItemsSize(wire))
+	b = append(b, `{"items":`...)
+	b = appendPushItems(b, wire)
+	return append(b, '}')
+}
+
+// pushItemsSize is the length appendPushItems writes for wire, give or take the omitted fields
+// and escapes, so the buffer it writes into is allocated once.
+func pushItemsSize(wire []pushItemWire) int {
+	size := len(`[]`)
 	for i := range wire {
 		w := &wire[i]
 		size += len(`{"queue":"","partition":"","payload":,"transactionId":"","traceId":""},`) +
 			len(w.Queue) + len(w.Partition) + len(w.Payload) + len(w.TransactionID) + len(w.TraceID)
 	}
-	b := make([]byte, 0, size)
-	b = append(b, `{"items":[`...)
+	return size
+}
+
+// appendPushItems appends the items as the JSON array json.Marshal gives for them, with each
+// payload appended as encodeItems encoded it rather than validated and encoded a second time.
+// A push request and a transaction's push operation both carry their items this way.
+func appendPushItems(b []byte, wire []pushItemWire) []byte {
+	b = append(b, '[')
 	for i := range wire {
 		w := &wire[i]
 		if i > 0 {
@@ -237,7 +251,7 @@ func pushBody(wire []pushItemWire) []byte {
 		}
 		b = append(b, '}')
 	}
-	return append(b, "]}"...)
+	return append(b, ']')
 }
 
 // appendJSONString appends s as json.Marshal encodes it. Names and ids are plain ASCII almost

@@ -11,13 +11,24 @@ import (
 // POST /api/v1/transaction. Unlike QueueBuilder it accumulates state: build it in one
 // goroutine and Commit once.
 type TransactionBuilder struct {
-	c      *Client
-	ops    []map[string]any
-	leases []string
-	seen   map[string]bool
-	kv     []KVOperation
-	timers []TimerOperation
-	err    error
+	c       *Client
+	ops     [][]byte // each operation's JSON, encoded once when it is added
+	hasPush bool
+	leases  []string
+	seen    map[string]bool
+	kv      []KVOperation
+	timers  []TimerOperation
+	err     error
+}
+
+// txAckOp is an ack operation of the bundle.
+type txAckOp struct {
+	Type          string `json:"type"`
+	TransactionID string `json:"transactionId"`
+	PartitionID   string `json:"partitionId"`
+	Status        string `json:"status"`
+	ConsumerGroup string `json:"consumerGroup,omitempty"`
+	LeaseID       string `json:"leaseId,omitempty"`
 }
 
 // Transaction starts an atomic bundle.
@@ -45,7 +56,11 @@ func (t TxQueue) Push(items ...Item) *TransactionBuilder {
 		t.tb.err = err
 	}
 	if len(wire) > 0 {
-		t.tb.ops = append(t.tb.ops, map[string]any{"type": "push", "items": wire})
+		op := make([]byte, 0, len(`{"type":"push","items":}`)+pushItemsSize(wire))
+		op = append(op, `{"type":"push","items":`...)
+		op = append(appendPushItems(op, wire), '}')
+		t.tb.ops = append(t.tb.ops, op)
+		t.tb.hasPush = true
 	}
 	return t.tb
 }
@@ -65,17 +80,12 @@ func (tb *TransactionBuilder) Ack(m *Message, status AckStatus, group string) *T
 	if group == "" {
 		group = m.ConsumerGroup
 	}
-	op := map[string]any{"type": "ack", "transactionId": m.TransactionID, "partitionId": m.PartitionID, "status": string(status)}
-	if group != "" {
-		op["consumerGroup"] = group
+	if m.LeaseID != "" && !tb.seen[m.LeaseID] {
+		tb.seen[m.LeaseID] = true
+		tb.leases = append(tb.leases, m.LeaseID)
 	}
-	if m.LeaseID != "" {
-		op["leaseId"] = m.LeaseID
-		if !tb.seen[m.LeaseID] {
-			tb.seen[m.LeaseID] = true
-			tb.leases = append(tb.leases, m.LeaseID)
-		}
-	}
+	op, _ := json.Marshal(txAckOp{Type: "ack", TransactionID: m.TransactionID, PartitionID: m.PartitionID,
+		Status: string(status), ConsumerGroup: group, LeaseID: m.LeaseID}) // strings always encode
 	tb.ops = append(tb.ops, op)
 	return tb
 }
@@ -100,12 +110,7 @@ func (tb *TransactionBuilder) Timer(ops ...TimerOperation) *TransactionBuilder {
 // idempotent, or it holds a push, whose transaction ids make a resend of a committed bundle roll
 // back as duplicate.
 func (tb *TransactionBuilder) retrySafe() bool {
-	for _, op := range tb.ops {
-		if op["type"] == "push" {
-			return true
-		}
-	}
-	return kvOpsIdempotent(tb.kv)
+	return tb.hasPush || kvOpsIdempotent(tb.kv)
 }
 
 // Commit sends the bundle. It returns *TransactionError when the broker rolled it back
@@ -117,16 +122,7 @@ func (tb *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, e
 	if len(tb.ops) == 0 && len(tb.kv) == 0 && len(tb.timers) == 0 {
 		return nil, ErrEmptyTransaction
 	}
-	req := struct {
-		Operations     []map[string]any `json:"operations"`
-		RequiredLeases []string         `json:"requiredLeases,omitempty"`
-		KV             []KVOperation    `json:"kv,omitempty"`
-		Timers         []TimerOperation `json:"timers,omitempty"`
-	}{Operations: tb.ops, RequiredLeases: tb.leases, KV: tb.kv, Timers: tb.timers}
-	if req.Operations == nil {
-		req.Operations = []map[string]any{}
-	}
-	body, err := json.Marshal(req)
+	body, err := tb.body()
 	if err != nil {
 		return nil, err
 	}
@@ -141,4 +137,42 @@ func (tb *TransactionBuilder) Commit(ctx context.Context) (*TransactionResult, e
 			FailedIndex: out.FailedIndex, KVReason: out.KVReason, Version: out.Version, Value: out.Value, Result: &out}
 	}
 	return &out, nil
+}
+
+// body is the request {"operations":[…],"requiredLeases":[…],"kv":[…],"timers":[…]}, the last
+// three left out when empty. The operations are written as they were encoded when added, so a
+// push payload is not validated and encoded a second time.
+func (tb *TransactionBuilder) body() ([]byte, error) {
+	size := len(`{"operations":[]}`)
+	for _, op := range tb.ops {
+		size += len(op) + 1
+	}
+	b := make([]byte, 0, size)
+	b = append(b, `{"operations":[`...)
+	for i, op := range tb.ops {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, op...)
+	}
+	b = append(b, ']')
+	for _, field := range []struct {
+		key   string
+		value any
+		empty bool
+	}{
+		{`,"requiredLeases":`, tb.leases, len(tb.leases) == 0},
+		{`,"kv":`, tb.kv, len(tb.kv) == 0},
+		{`,"timers":`, tb.timers, len(tb.timers) == 0},
+	} {
+		if field.empty {
+			continue
+		}
+		v, err := json.Marshal(field.value)
+		if err != nil {
+			return nil, err
+		}
+		b = append(append(b, field.key...), v...)
+	}
+	return append(b, '}'), nil
 }

@@ -425,6 +425,69 @@ func TestAppendJSONStringMatchesEncodingJSON(t *testing.T) {
 	}
 }
 
+// answerTransactionCommitted answers a transaction with success.
+func answerTransactionCommitted(w http.ResponseWriter, _ *http.Request) {
+	writeJSON(w, 200, `{"transactionId":"x","success":true,"results":[]}`)
+}
+
+// A transaction's bytes, pinned: a push payload is written as encodeItems encoded it, once, and a
+// json.RawMessage exactly as given, as in a push request; acks, leases and riders follow.
+func TestTransactionWireBody(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) { answerTransactionCommitted(w, r) })
+	m := &Message{TransactionID: "in-1", PartitionID: "p-1", LeaseID: "L", ConsumerGroup: "g"}
+	_, err := c.Transaction().
+		Queue("orders").Partition("eu/1").Push(
+		Item{Data: map[string]any{"note": "<a&b>"}, TransactionID: "t-1", TraceID: "trace-1"},
+		Item{Data: json.RawMessage(`{ "raw": [1, 2], "html": "<b>" }`), TransactionID: "t-2"}).
+		Ack(m, AckCompleted, "").
+		Queue("plain").Push(Item{Data: 7, TransactionID: "x"}).
+		Ack(&Message{TransactionID: "in-2", PartitionID: "p-2"}, AckFailed, "").
+		KV(KVDelete("ns", "k")).
+		Commit(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, []string{`{"operations":[` +
+		`{"type":"push","items":[` +
+		`{"queue":"orders","partition":"eu/1","payload":{"note":"\u003ca\u0026b\u003e"},"transactionId":"t-1","traceId":"trace-1"},` +
+		`{"queue":"orders","partition":"eu/1","payload":{ "raw": [1, 2], "html": "<b>" },"transactionId":"t-2"}]},` +
+		`{"type":"ack","transactionId":"in-1","partitionId":"p-1","status":"completed","consumerGroup":"g","leaseId":"L"},` +
+		`{"type":"push","items":[{"queue":"plain","payload":7,"transactionId":"x"}]},` +
+		`{"type":"ack","transactionId":"in-2","partitionId":"p-2","status":"failed"}],` +
+		`"requiredLeases":["L"],"kv":[{"key":"k","ns":"ns","op":"delete"}]}`,
+	}, fb.bodies)
+}
+
+// countedPayload counts its MarshalJSON calls.
+type countedPayload struct{ calls *int }
+
+func (p countedPayload) MarshalJSON() ([]byte, error) {
+	*p.calls++
+	return []byte(`{"counted":true}`), nil
+}
+
+// A push payload is marshaled once whether it goes out in a push or in a transaction.
+func TestPayloadMarshaledOnce(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/api/v1/transaction" {
+			answerTransactionCommitted(w, r)
+			return
+		}
+		answerEveryItem(w, r)
+	})
+	ctx := context.Background()
+	calls := 0
+	_, err := c.Transaction().Queue("q").Push(Data(countedPayload{&calls})).Commit(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 1, calls, "transaction")
+	_, err = c.Queue("q").Push(ctx, Data(countedPayload{&calls}))
+	require.NoError(t, err)
+	require.Equal(t, 2, calls, "push")
+	for _, body := range fb.bodies {
+		require.Contains(t, body, `"payload":{"counted":true}`)
+	}
+}
+
 func TestTransactionRejectedReason(t *testing.T) {
 	t.Parallel()
 	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
