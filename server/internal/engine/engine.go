@@ -138,6 +138,10 @@ type Engine struct {
 	// bundleFailures logs transaction bundles PostgreSQL failed, once a
 	// minute with the count, so an outage does not log each request.
 	bundleFailures *failurelog.Reporter
+	// handOffFailures logs claims a write ran for a parked pop that failed
+	// after the write committed, once a minute with the count: while the
+	// database is down every write with a pop parked fails one.
+	handOffFailures *failurelog.Reporter
 }
 
 // New starts an engine on pool. Call ApplySchema first (once per process).
@@ -150,6 +154,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e.leases = newLeaseIndex()
 	e.holds.readFailures = failurelog.New(e.log, slog.LevelWarn, "reading the queues' minPopWaitTime failed; pops act on the last read", "")
 	e.bundleFailures = failurelog.New(e.log, slog.LevelError, "transaction bundle failed", "")
+	e.handOffFailures = failurelog.New(e.log, slog.LevelWarn, "claim for a parked pop after a write failed; the pop claims for itself", "")
 	e.brokerID = uuid.NewString()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.notifier = newNotifier(e)

@@ -208,7 +208,7 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 			return batchErr
 		}
 		if !hasSQLState(batchErr, stalePopPlanCode) {
-			e.log.Warn("claim for a parked pop after a write failed; the pop claims for itself", "err", batchErr)
+			e.handOffFailures.Failed(batchErr)
 		}
 		return nil
 	}

@@ -3,7 +3,10 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"log/slog"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -451,5 +454,51 @@ func TestAnAckPastItsDeadlineStillHandsItsClaimToTheParkedPop(t *testing.T) {
 	}
 	if n := handOffs(e, before); n != 1 {
 		t.Fatalf("hand-offs = %d, want 1", n)
+	}
+}
+
+// A claim a push runs for a parked pop that fails after the push committed
+// logs once a minute with the count, not one WARN line per write: while the
+// database is down every write with a pop parked fails one. A trigger fails
+// every lease the group's claims write, so each push's claim for the parked pop
+// fails (and so does the pop's own claim after it).
+func TestFailingHandOffClaimsLogOnceAMinute(t *testing.T) {
+	var out lockedBuffer
+	e := newEngineWith(t, Config{Logger: slog.New(slog.NewTextHandler(&out, nil))}, nil)
+	q := queueName(t)
+	group := "fails-" + q
+	ctx := context.Background()
+	fn := fmt.Sprintf("fail_leases_%d", queueSeq.Add(1))
+	// group is letters, digits and dashes (queueName): safe inside quotes.
+	if _, err := e.pool.Exec(ctx, `CREATE FUNCTION lanes.`+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF NEW.consumer_group = '`+group+`' AND NEW.lease_id IS NOT NULL THEN
+				RAISE EXCEPTION 'leases of this group fail';
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER `+fn+` BEFORE UPDATE ON lanes.consumers FOR EACH ROW EXECUTE FUNCTION lanes.`+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := e.pool.Exec(ctx, `DROP TRIGGER `+fn+` ON lanes.consumers; DROP FUNCTION lanes.`+fn+`()`); err != nil {
+			t.Error(err)
+		}
+	})
+	mustPush(t, e, items(q, "p", "seed")...)
+	drainGroup(t, e, q, group) // autoAck pops write no lease: they pass
+
+	const writes = 4
+	for i := range writes {
+		parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: group, Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+		mustPush(t, e, items(q, "p", fmt.Sprint("m", i))...)
+		if p := <-parked; p.err == nil {
+			t.Fatalf("write %d: the parked pop's claims should fail: %+v", i, p.res)
+		}
+		drainGroup(t, e, q, group)
+	}
+	lines := strings.Count(out.String(), "claim for a parked pop after a write failed")
+	if lines != 1 || !strings.Contains(out.String(), "failures=1") {
+		t.Fatalf("want one WARN line for %d failed claims within the minute, got %d:\n%s", writes, lines, out.String())
 	}
 }
