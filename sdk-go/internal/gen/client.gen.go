@@ -610,7 +610,7 @@ type ConfigureError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -814,7 +814,7 @@ type DlqReplayError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -908,7 +908,7 @@ type Error struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -1261,6 +1261,11 @@ type MessageList struct {
 
 	// Total Length of this page.
 	Total int `json:"total"`
+
+	// Unreadable Present only when the page left messages out because their stored segment no longer
+	// decodes: per partition, how many messages matching the filters were skipped. A pop
+	// that can take nothing but such a partition answers `500 corrupt_segment`.
+	Unreadable *[]UnreadableMessages `json:"unreadable,omitempty"`
 }
 
 // MessageListItem One retained message. `traceId`, `producerSub` and `leaseExpiresAt` are always present,
@@ -1555,7 +1560,7 @@ type PopDiscoverError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -2030,7 +2035,7 @@ type SeekError struct {
 	// Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
 	// `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
 	// `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-	// `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+	// `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
 	// spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
 	// body that is not one JSON value (malformed, or with more after its value);
 	// `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -2426,6 +2431,15 @@ type TransactionResult struct {
 
 // TransactionResultReason Why the bundle rolled back.
 type TransactionResultReason string
+
+// UnreadableMessages Messages of one partition a listing left out because they no longer decode.
+type UnreadableMessages struct {
+	// Messages How many messages matching the listing's filters were left out.
+	Messages    int    `json:"messages"`
+	Partition   string `json:"partition"`
+	PartitionId string `json:"partitionId"`
+	Queue       string `json:"queue"`
+}
 
 // FromFilter defines model for FromFilter.
 type FromFilter = time.Time
@@ -3298,6 +3312,9 @@ type ClientInterface interface {
 	// ListMessages List messages
 	//
 	// Messages whose transaction index entry still exists, newest first, with derived status.
+	// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
+	// page rather than failing it, and counted per partition in `unreadable`; the broker logs
+	// each such segment with its offsets.
 	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
@@ -4287,6 +4304,9 @@ func (c *Client) ExtendLease(ctx context.Context, leaseId string, body ExtendLea
 // ListMessages List messages
 //
 // Messages whose transaction index entry still exists, newest first, with derived status.
+// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
+// page rather than failing it, and counted per partition in `unreadable`; the broker logs
+// each such segment with its offsets.
 // Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
@@ -8486,6 +8506,9 @@ type ClientWithResponsesInterface interface {
 	// ListMessagesWithResponse List messages
 	//
 	// Messages whose transaction index entry still exists, newest first, with derived status.
+	// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
+	// page rather than failing it, and counted per partition in `unreadable`; the broker logs
+	// each such segment with its offsets.
 	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -14742,6 +14765,9 @@ func (c *ClientWithResponses) ExtendLeaseWithResponse(ctx context.Context, lease
 // ListMessagesWithResponse List messages
 //
 // Messages whose transaction index entry still exists, newest first, with derived status.
+// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
+// page rather than failing it, and counted per partition in `unreadable`; the broker logs
+// each such segment with its offsets.
 // Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).

@@ -376,6 +376,9 @@ export interface paths {
         /**
          * List messages
          * @description Messages whose transaction index entry still exists, newest first, with derived status.
+         *     Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
+         *     page rather than failing it, and counted per partition in `unreadable`; the broker logs
+         *     each such segment with its offsets.
          *     Required role: read-only, read-write or admin.
          *
          */
@@ -1117,7 +1120,7 @@ export interface components {
              *     Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
              *     `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
              *     `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-             *     `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+             *     `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
              *     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
              *     body that is not one JSON value (malformed, or with more after its value);
              *     `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -1691,6 +1694,19 @@ export interface components {
             mode: components["schemas"]["MessageListMode"];
             /** @description Length of this page. */
             total: number;
+            /** @description Present only when the page left messages out because their stored segment no longer
+             *     decodes: per partition, how many messages matching the filters were skipped. A pop
+             *     that can take nothing but such a partition answers `500 corrupt_segment`.
+             *      */
+            unreadable?: components["schemas"]["UnreadableMessages"][];
+        };
+        /** @description Messages of one partition a listing left out because they no longer decode. */
+        UnreadableMessages: {
+            queue: string;
+            partition: string;
+            partitionId: string;
+            /** @description How many messages matching the listing's filters were left out. */
+            messages: number;
         };
         /** @description How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet). */
         MessageListMode: {
@@ -2640,8 +2656,11 @@ export interface components {
         };
         /** @description Server-side failure; retry like any `5xx`. Codes: `database_unavailable` (PostgreSQL is
          *     unreachable: a database outage answers this, not `503`), `database_timeout` (the
-         *     request's database work passed its deadline or `statement_timeout`), `internal_error`
-         *     (any other database or internal error).
+         *     request's database work passed its deadline or `statement_timeout`), `corrupt_segment`
+         *     (stored messages the request reads no longer decode, through tampering or a bug; the
+         *     message names the queue and partition, the broker's log the offsets; a pop gave its claim
+         *     back, and a pop of that partition answers the same until the segment is repaired or the
+         *     group moves past it), `internal_error` (any other database or internal error).
          *      */
         InternalError: {
             headers: {

@@ -30,6 +30,9 @@ const (
 	// CodeDatabaseTimeout answers a request whose database work passed its deadline.
 	CodeDatabaseTimeout = "database_timeout"
 	CodeInternal        = "internal_error"
+	// CodeCorruptSegment: stored messages the request reads no longer decode
+	// (tampering, or a bug); a pop gave its claim back.
+	CodeCorruptSegment = "corrupt_segment"
 
 	// Route-specific codes.
 	CodeInvalidOption = "invalid_option"

@@ -18,7 +18,7 @@ var wireCodes = map[string]string{
 	"CodeUnauthorized": CodeUnauthorized, "CodeForbidden": CodeForbidden, "CodeLimitExceeded": CodeLimitExceeded,
 	"CodePayloadTooLarge": CodePayloadTooLarge, "CodeRequestTimeout": CodeRequestTimeout,
 	"CodeRateLimited": CodeRateLimited, "CodeOverloaded": CodeOverloaded, "CodeDatabase": CodeDatabase,
-	"CodeDatabaseTimeout": CodeDatabaseTimeout, "CodeInternal": CodeInternal,
+	"CodeDatabaseTimeout": CodeDatabaseTimeout, "CodeInternal": CodeInternal, "CodeCorruptSegment": CodeCorruptSegment,
 	"CodeInvalidOption": CodeInvalidOption, "CodeQueueNotFound": CodeQueueNotFound,
 	"CodeMessageNotFound": CodeMessageNotFound, "CodeQueueRequired": CodeQueueRequired,
 	"CodeInvalidID": CodeInvalidID, "CodeGone": CodeGone, "CodeDestinationGone": CodeDestinationGone,

@@ -114,6 +114,7 @@ func isWrongJSONType(err error) bool {
 
 func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, err error) {
 	var invalid *engine.InvalidInputError
+	var corrupt *engine.CorruptSegmentError
 	var pgErr *pgconn.PgError
 	switch {
 	case errors.As(err, &invalid):
@@ -127,6 +128,9 @@ func (e errorResponder) responseError(w http.ResponseWriter, r *http.Request, er
 		// A PostgreSQL restart or outage, never the request's fault.
 		e.unavailable.Failed(err, "path", r.URL.Path)
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeDatabase, "pool: database unavailable")
+	case errors.As(err, &corrupt):
+		// The engine logged it, with the offsets the answer leaves out.
+		writeErrorFor(w, r, http.StatusInternalServerError, CodeCorruptSegment, corrupt.Error())
 	case errors.As(err, &pgErr):
 		e.databaseErrors.Failed(err, "path", r.URL.Path)
 		writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "database error: "+pgErr.Message)

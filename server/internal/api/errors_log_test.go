@@ -145,8 +145,9 @@ func TestDatabaseErrorsLogOneLine(t *testing.T) {
 }
 
 // TestFailingRequestsLogOneLine: requests that keep failing on the same
-// fault (here a corrupt segment every listing of its queue reads) are each
-// answered 500, but only the first within the minute logs an ERROR.
+// fault (here a message whose transaction index entry points past the frames
+// of its segment, which every read of it meets) are each answered 500, but
+// only the first within the minute logs an ERROR.
 func TestFailingRequestsLogOneLine(t *testing.T) {
 	log, out := capturedLogger()
 	b := newBrokerWith(t, testDSN, Options{Logger: log}, "")
@@ -154,15 +155,17 @@ func TestFailingRequestsLogOneLine(t *testing.T) {
 	if status, _ := b.call(t, "POST", "/api/v1/push", pushItems(q, 1), nil); status != http.StatusCreated {
 		t.Fatalf("push: %d", status)
 	}
-	if _, err := b.Pool.Exec(t.Context(), `UPDATE lanes.segments s SET frames = '\x00ff'::bytea
-		FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
-		WHERE s.partition_id = p.id AND q.name = $1`, q); err != nil {
+	var pid string
+	if err := b.Pool.QueryRow(t.Context(), `WITH p AS (SELECT p.id FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1),
+			s AS (UPDATE lanes.segments SET end_offset = end_offset + 1 WHERE partition_id = (SELECT id FROM p)),
+			t AS (UPDATE lanes.txns SET message_offset = message_offset + 1 WHERE partition_id = (SELECT id FROM p))
+		SELECT id::text FROM p`, q).Scan(&pid); err != nil {
 		t.Fatal(err)
 	}
 	for range 5 {
 		var e errorBody
-		if status, _ := b.call(t, "GET", "/api/v1/messages?queue="+q, nil, &e); status != http.StatusInternalServerError || e.Code != CodeInternal {
-			t.Fatalf("listing a corrupt segment: %d %+v", status, e)
+		if status, _ := b.call(t, "GET", "/api/v1/messages/"+pid+"/t0", nil, &e); status != http.StatusInternalServerError || e.Code != CodeInternal {
+			t.Fatalf("reading a message its segment does not hold: %d %+v", status, e)
 		}
 	}
 	wantLines(t, out, `msg="request failed"`, 1, "5 failing requests")

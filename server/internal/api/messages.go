@@ -40,16 +40,23 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 				Error: "from must be before to", Code: CodeBadRequest}}, nil
 		}
 	}
-	records, mode, err := s.engine.ListMessages(ctx, f)
+	page, err := s.engine.ListMessages(ctx, f)
 	if err != nil {
 		return nil, err
 	}
-	items := make([]gen.MessageListItem, len(records))
-	for i := range records {
-		items[i] = wireListItem(&records[i])
+	items := make([]gen.MessageListItem, len(page.Records))
+	for i := range page.Records {
+		items[i] = wireListItem(&page.Records[i])
 	}
-	total := len(items)
-	return gen.ListMessages200JSONResponse{Messages: items, Total: total, Mode: wireMode(mode)}, nil
+	out := gen.ListMessages200JSONResponse{Messages: items, Total: len(items), Mode: wireMode(page.Mode)}
+	if len(page.Unreadable) > 0 {
+		unreadable := make([]gen.UnreadableMessages, len(page.Unreadable))
+		for i, u := range page.Unreadable {
+			unreadable[i] = gen.UnreadableMessages{Queue: u.Queue, Partition: u.Partition, PartitionId: u.PartitionID.String(), Messages: u.Messages}
+		}
+		out.Unreadable = &unreadable
+	}
+	return out, nil
 }
 
 func wireListItem(r *engine.MessageRecord) gen.MessageListItem {

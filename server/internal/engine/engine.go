@@ -142,6 +142,9 @@ type Engine struct {
 	// after the write committed, once a minute with the count: while the
 	// database is down every write with a pop parked fails one.
 	handOffFailures *failurelog.Reporter
+	// corruptSegments logs stored segments that do not decode, once a minute
+	// with the count: every pop or listing reaching one meets it again.
+	corruptSegments *failurelog.Reporter
 }
 
 // New starts an engine on pool. Call ApplySchema first (once per process).
@@ -154,6 +157,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e.leases = newLeaseIndex()
 	e.holds.readFailures = failurelog.New(e.log, slog.LevelWarn, "reading the queues' minPopWaitTime failed; pops act on the last read", "")
 	e.bundleFailures = failurelog.New(e.log, slog.LevelError, "transaction bundle failed", "")
+	e.corruptSegments = failurelog.New(e.log, slog.LevelError, "stored segment does not decode", "")
 	e.handOffFailures = failurelog.New(e.log, slog.LevelWarn, "claim for a parked pop after a write failed; the pop claims for itself", "")
 	e.brokerID = uuid.NewString()
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)

@@ -3,6 +3,8 @@ package engine
 import (
 	"errors"
 	"fmt"
+
+	"github.com/google/uuid"
 )
 
 // ErrNotFound reports a missing queue, partition or lease.
@@ -35,4 +37,29 @@ func (e *CodedInputError) Error() string { return e.Message }
 
 func codedInvalid(code, format string, args ...any) error {
 	return &CodedInputError{Code: code, Message: fmt.Sprintf(format, args...)}
+}
+
+// CorruptSegmentError reports a stored segment whose frames no longer decode
+// (tampering, or a bug): its messages cannot be delivered or listed. Its text
+// names the queue and the partition; the offsets, which never go on the wire,
+// are in the fields and in the broker's log line.
+type CorruptSegmentError struct {
+	Queue, Partition string
+	PartitionID      uuid.UUID
+	// SegmentBase and SegmentEnd are the segment's first and last offsets.
+	SegmentBase, SegmentEnd int64
+	Err                     error
+}
+
+func (e *CorruptSegmentError) Error() string {
+	return fmt.Sprintf("queue %q partition %q (%s): a stored segment of its messages does not decode (%v)",
+		e.Queue, e.Partition, e.PartitionID, e.Err)
+}
+
+func (e *CorruptSegmentError) Unwrap() error { return e.Err }
+
+// logAttrs are the details the broker logs of e.
+func (e *CorruptSegmentError) logAttrs() []any {
+	return []any{"queue", e.Queue, "partition", e.Partition, "partitionId", e.PartitionID,
+		"segmentBase", e.SegmentBase, "segmentEnd", e.SegmentEnd}
 }

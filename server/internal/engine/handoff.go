@@ -217,10 +217,9 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 		return nil
 	}
 	e.popPlans.advanceFloor(ho.req.Queue, ho.req.Group, ho.plan.claimEpoch, &ho.d)
-	res, err := e.deliver(&ho.req, ho.leaseID, &ho.d)
+	res, err := e.deliverClaim(context.Background(), &ho.req, ho.leaseID, &ho.d)
 	if err != nil {
-		e.log.Warn("reading the claim for a parked pop failed", "err", err)
-		res = nil
+		res = nil // the corrupt partition's claim was given back: the pop claims for itself
 	} else {
 		ho.groupWakes = res.leftBehind(othersRunning)
 		e.hot.handOffs.Add(1)

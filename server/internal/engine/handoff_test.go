@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	"slices"
@@ -500,5 +501,57 @@ func TestFailingHandOffClaimsLogOnceAMinute(t *testing.T) {
 	lines := strings.Count(out.String(), "claim for a parked pop after a write failed")
 	if lines != 1 || !strings.Contains(out.String(), "failures=1") {
 		t.Fatalf("want one WARN line for %d failed claims within the minute, got %d:\n%s", writes, lines, out.String())
+	}
+}
+
+// A claim a push runs for a parked pop that takes a segment which does not
+// decode gives it back in the push's round trip, as the pop's own claim does:
+// no lease is left for nobody, and the pop answers the CorruptSegmentError. A
+// trigger stores the pushed segment's frames truncated.
+func TestAHandOffReadingACorruptSegmentGivesItsClaimBack(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	ctx := context.Background()
+	// Both partitions exist before the group's plan is cached: a push creating
+	// one makes the plan stale, and the pop would claim for itself.
+	mustPush(t, e, items(q, "bad", "seed")...)
+	drainGroup(t, e, q, "workers")
+	fn := fmt.Sprintf("corrupt_frames_%d", queueSeq.Add(1))
+	// q is letters, digits and dashes (queueName): safe inside quotes.
+	if _, err := e.pool.Exec(ctx, `CREATE FUNCTION lanes.`+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN
+			IF EXISTS (SELECT 1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+					WHERE p.id = NEW.partition_id AND q.name = '`+q+`' AND p.name = 'bad') THEN
+				NEW.frames := substring(NEW.frames FROM 1 FOR 20);
+			END IF;
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER `+fn+` BEFORE INSERT ON lanes.segments FOR EACH ROW EXECUTE FUNCTION lanes.`+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := e.pool.Exec(ctx, `DROP TRIGGER `+fn+` ON lanes.segments; DROP FUNCTION lanes.`+fn+`()`); err != nil {
+			t.Error(err)
+		}
+	})
+	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+	before := e.HotPathStats()
+	mustPush(t, e, items(q, "bad", "a", "b")...)
+	p := <-parked
+	var corrupt *CorruptSegmentError
+	if !errors.As(p.err, &corrupt) || corrupt.Queue != q || corrupt.Partition != "bad" {
+		t.Fatalf("parked pop: %+v %v", p.res, p.err)
+	}
+	if n := handOffs(e, before); n != 0 {
+		t.Fatalf("hand-offs = %d, want 0 (the claim was given back)", n)
+	}
+	var leased int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.consumers c JOIN lanes.partitions p ON p.id = c.partition_id
+		JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 AND p.name = 'bad' AND (c.lease_id IS NOT NULL OR c.lease_expires_at IS NOT NULL)`, q).Scan(&leased); err != nil {
+		t.Fatal(err)
+	}
+	if leased != 0 {
+		t.Fatal("the corrupt partition is leased to nobody")
 	}
 }

@@ -156,7 +156,7 @@ const maxListRows = 1 << 30
 // the primary key and restricted to the offsets the status filter allows, plus
 // one segment per dead letter in those offsets when the filter leaves dead
 // letters out (see segmentBudget).
-func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRecord, MessageListMode, error) {
+func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList, error) {
 	var mode MessageListMode
 	if f.Limit <= 0 {
 		f.Limit = 200
@@ -172,11 +172,11 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 		  AND p.last_offset >= p.log_start AND p.last_write_at >= $5`,
 		f.Queue, f.Partition, f.Namespace, f.Task, f.From)
 	if err != nil {
-		return nil, mode, err
+		return MessageList{}, err
 	}
 	views, err := pgx.CollectRows(rows, scanPartitionView)
 	if err != nil {
-		return nil, mode, err
+		return MessageList{}, err
 	}
 	busGroups := 0
 	for _, v := range views {
@@ -196,11 +196,11 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 		pids, los, his = append(pids, v.id), append(los, lo), append(his, hi)
 	}
 	if len(pids) == 0 {
-		return []MessageRecord{}, mode, nil
+		return MessageList{Records: []MessageRecord{}, Mode: mode}, nil
 	}
 	dead, err := deadOffsets(ctx, e.pool, pids)
 	if err != nil {
-		return nil, mode, err
+		return MessageList{}, err
 	}
 	budgets := make([]int64, len(pids))
 	for i, pid := range pids {
@@ -215,23 +215,25 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 			ORDER BY s.base_offset DESC LIMIT x.budget) s
 		WHERE s.created_at >= $4`, pids, los, his, f.From, f.To, budgets, f.Status == StatusDeadLetter)
 	if err != nil {
-		return nil, mode, err
+		return MessageList{}, err
 	}
 	defer segRows.Close()
 	var out []MessageRecord
+	var unreadable []UnreadableMessages
 	for segRows.Next() {
 		var pid uuid.UUID
 		var lo, hi, base, end int64
 		var created time.Time
 		var blob []byte
 		if err := segRows.Scan(&pid, &lo, &hi, &base, &end, &created, &blob); err != nil {
-			return nil, mode, err
-		}
-		frames, err := decodeFrames(blob, int(end-base+1))
-		if err != nil {
-			return nil, mode, fmt.Errorf("partition %s segment %d: %w", pid, base, err)
+			return MessageList{}, err
 		}
 		v := byID[pid]
+		frames, err := decodeFrames(blob, int(end-base+1))
+		if err != nil {
+			unreadable = e.skipCorruptSegment(unreadable, v, &f, dead[pid], base, end, lo, hi, err)
+			continue
+		}
 		for i := range frames {
 			off := base + int64(i)
 			if off < lo || off > hi {
@@ -245,7 +247,7 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 		}
 	}
 	if err := segRows.Err(); err != nil {
-		return nil, mode, err
+		return MessageList{}, err
 	}
 	sort.Slice(out, func(i, j int) bool {
 		a, b := &out[i], &out[j]
@@ -258,13 +260,56 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) ([]MessageRe
 		return a.Offset > b.Offset
 	})
 	if f.Offset >= len(out) {
-		return []MessageRecord{}, mode, nil
+		return MessageList{Records: []MessageRecord{}, Mode: mode, Unreadable: unreadable}, nil
 	}
 	out = out[f.Offset:]
 	if len(out) > f.Limit {
 		out = out[:f.Limit]
 	}
-	return out, mode, nil
+	return MessageList{Records: out, Mode: mode, Unreadable: unreadable}, nil
+}
+
+// MessageList is a page of ListMessages.
+type MessageList struct {
+	Records []MessageRecord
+	Mode    MessageListMode
+	// Unreadable counts, per partition, the messages the page left out because
+	// their stored segment does not decode.
+	Unreadable []UnreadableMessages
+}
+
+// UnreadableMessages is how many messages of one partition a listing left out.
+type UnreadableMessages struct {
+	Queue, Partition string
+	PartitionID      uuid.UUID
+	Messages         int
+}
+
+// skipCorruptSegment logs a segment of v a listing cannot decode and adds the
+// messages in it the filter f would have listed to unreadable: the rest of the
+// page is still answered, where failing it would hide every other message
+// (the unfiltered listing spans every queue).
+func (e *Engine) skipCorruptSegment(unreadable []UnreadableMessages, v *partitionView, f *MessageFilter, dead map[int64]bool,
+	base, end, lo, hi int64, err error,
+) []UnreadableMessages {
+	bad := &CorruptSegmentError{Queue: v.queue, Partition: v.name, PartitionID: v.id, SegmentBase: base, SegmentEnd: end, Err: err}
+	e.corruptSegments.Failed(err, bad.logAttrs()...)
+	n := 0
+	for off := max(base, lo); off <= min(end, hi); off++ {
+		if st, _ := v.status(off, dead[off]); f.Status == "" || st == f.Status {
+			n++
+		}
+	}
+	if n == 0 {
+		return unreadable
+	}
+	for i := range unreadable {
+		if unreadable[i].PartitionID == v.id {
+			unreadable[i].Messages += n
+			return unreadable
+		}
+	}
+	return append(unreadable, UnreadableMessages{Queue: v.queue, Partition: v.name, PartitionID: v.id, Messages: n})
 }
 
 // segmentBudget is how many segments of one partition, newest first, a page
@@ -409,8 +454,13 @@ func (e *Engine) GetMessage(ctx context.Context, partitionID uuid.UUID, transact
 	switch {
 	case err == nil:
 		frames, err := decodeFrames(blob, int(end-base+1))
-		if err != nil || int(offset-base) >= len(frames) {
-			return nil, fmt.Errorf("frame decode failed: %w", err)
+		if err != nil {
+			bad := &CorruptSegmentError{Queue: v.queue, Partition: v.name, PartitionID: v.id, SegmentBase: base, SegmentEnd: end, Err: err}
+			e.corruptSegments.Failed(err, bad.logAttrs()...)
+			return nil, bad
+		}
+		if int(offset-base) >= len(frames) {
+			return nil, fmt.Errorf("segment %d-%d holds %d frames, not offset %d", base, end, len(frames), offset)
 		}
 		idx := int(offset - base)
 		st, lease := v.status(offset, dl != nil && dl.Offset == offset)

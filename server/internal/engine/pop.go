@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"time"
@@ -546,7 +545,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 	}
 	tx.open = false
 	e.popPlans.advanceFloor(req.Queue, req.Group, plan.claimEpoch, &d)
-	return e.deliver(req, leaseID, &d)
+	return e.deliverClaim(ctx, req, leaseID, &d)
 }
 
 // popGeneral runs a pop in two round trips: (begin, look up the queues in
@@ -645,7 +644,7 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 	if len(queues) == 1 {
 		e.popPlans.advanceFloor(req.Queue, req.Group, queues[0].claimEpoch, &d)
 	}
-	return e.deliver(req, leaseID, &d)
+	return e.deliverClaim(ctx, req, leaseID, &d)
 }
 
 // queueClaimAndCommit adds the claim statement (claimQuery) and the commit to
@@ -708,8 +707,10 @@ func (d *delivery) scan(rows pgx.Rows) error {
 }
 
 // deliver turns a committed claim into the pop's answer and indexes its lease.
-func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResult, error) {
-	res := &PopResult{ConsumerGroup: req.Group, ReadyPartitions: d.ready}
+// A claimed partition whose segments do not decode delivers nothing and is
+// returned in corrupt, its claim still to be given back (deliverClaim).
+func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (res *PopResult, corrupt []corruptClaim) {
+	res = &PopResult{ConsumerGroup: req.Group, ReadyPartitions: d.ready}
 	// Sized once: growing it by appends allocated each answer about twice over.
 	spans := int64(0)
 	for _, c := range d.taken {
@@ -720,10 +721,14 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResu
 	res.Messages = make([]Message, 0, spans)
 	shortestLease := int32(0)
 	for _, c := range d.taken {
+		kept := len(res.Messages)
+		var bad *CorruptSegmentError
 		for _, s := range d.segs[c.partitionID] {
 			frames, err := decodeSpan(s.frames, s.base, s.end, c.from, c.to)
 			if err != nil {
-				return nil, fmt.Errorf("partition %s segment %d: %w", c.partitionID, s.base, err)
+				bad = &CorruptSegmentError{Queue: c.queue, Partition: c.partition, PartitionID: c.partitionID,
+					SegmentBase: s.base, SegmentEnd: s.end, Err: err}
+				break
 			}
 			first := max(s.base, c.from)
 			for i := range frames {
@@ -735,6 +740,11 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResu
 					Queue: c.queue, LeaseID: leaseID, ConsumerGroup: req.Group, Offset: off,
 				})
 			}
+		}
+		if bad != nil {
+			res.Messages = res.Messages[:kept]
+			corrupt = append(corrupt, corruptClaim{claim: c, err: bad})
+			continue
 		}
 		if held := d.segs[c.partitionID]; len(held) > 0 {
 			res.OldestWait = max(res.OldestWait, d.now.Sub(held[0].createdAt))
@@ -755,7 +765,7 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (*PopResu
 		e.leases.remember(leaseID, time.Duration(shortestLease)*time.Second, res.Messages,
 			req.Batch > 0 && len(res.Messages) >= req.Batch, d.ready <= 1)
 	}
-	return res, nil
+	return res, corrupt
 }
 
 func nullableUUID(s string) any {
@@ -1264,8 +1274,29 @@ func (e *Engine) claimOnce(ctx context.Context, req *PopRequest) (*PopResult, er
 	if observe := e.popClaimObserver.Load(); observe != nil {
 		defer func(start time.Time) { (*observe)(time.Since(start)) }(time.Now())
 	}
-	return e.popOnce(claimCtx, req)
+	res, err := e.popOnce(claimCtx, req)
+	// A claim that took only partitions whose segments do not decode gave them
+	// back, and they keep their place in the serving order, first for every
+	// claim of the group: it runs again starting past them (as past the
+	// partitions of claims running ahead), so the group's other partitions
+	// are still served. A pinned pop has no other partition to take.
+	var corrupt *CorruptSegmentError
+	saved := req.claimsAhead
+	for skips := 1; skips <= maxCorruptSkips && req.Partition == "" && errors.As(err, &corrupt) &&
+		res != nil && res.ReadyPartitions > skips; skips++ {
+		req.claimsAhead++
+		res, err = e.popOnce(claimCtx, req)
+	}
+	req.claimsAhead = saved
+	if err != nil {
+		return nil, err
+	}
+	return res, nil
 }
+
+// maxCorruptSkips bounds how many times one pop claims again past partitions
+// whose segments do not decode.
+const maxCorruptSkips = 3
 
 // ObservePopClaims has f told the duration of every claim a pop runs itself
 // (first check and parked re-checks, not the parking between them).

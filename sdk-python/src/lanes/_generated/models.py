@@ -601,7 +601,7 @@ class DlqReplayError(BaseModel):
     Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
     `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
     `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-    `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+    `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
     body that is not one JSON value (malformed, or with more after its value);
     `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -706,7 +706,7 @@ class Error(BaseModel):
     Generic codes: `validation_failed`, `invalid_json`, `bad_request`, `limit_exceeded`,
     `unauthorized`, `forbidden`, `not_found`, `no_such_route`, `method_not_allowed`,
     `payload_too_large`, `request_timeout`, `overloaded`, `rate_limited`, `database_unavailable`,
-    `database_timeout`, `internal_error`. `validation_failed` is a body, path or query the
+    `database_timeout`, `corrupt_segment`, `internal_error`. `validation_failed` is a body, path or query the
     spec refuses, valid JSON with a value of the wrong type included; `invalid_json` is a
     body that is not one JSON value (malformed, or with more after its value);
     `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
@@ -1195,6 +1195,13 @@ class MessageList(BaseModel):
     total: int
     """
     Length of this page.
+    """
+    unreadable: list[UnreadableMessages] | None = None
+    """
+    Present only when the page left messages out because their stored segment no longer
+    decodes: per partition, how many messages matching the filters were skipped. A pop
+    that can take nothing but such a partition answers `500 corrupt_segment`.
+
     """
 
 
@@ -2664,4 +2671,21 @@ class TransactionResult(BaseModel):
     timers: list[TimerResult] | None = None
     """
     Timer rider results, index-aligned.
+    """
+
+
+class UnreadableMessages(BaseModel):
+    """
+    Messages of one partition a listing left out because they no longer decode.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    queue: str
+    partition: str
+    partition_id: Annotated[str, Field(alias="partitionId")]
+    messages: int
+    """
+    How many messages matching the listing's filters were left out.
     """
