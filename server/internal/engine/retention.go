@@ -435,6 +435,7 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 			return err
 		}
 		var txnIDs []string
+		var corrupt []*CorruptSegmentError
 		for rows.Next() {
 			var base, end int64
 			var blob []byte
@@ -442,20 +443,30 @@ func (e *Engine) retentionStep(ctx context.Context, pid uuid.UUID) (segments int
 				rows.Close()
 				return err
 			}
+			segments++
+			messages += end - base + 1
 			frames, err := decodeFrames(blob, int(end-base+1))
 			if err != nil {
-				rows.Close()
-				return fmt.Errorf("segment %d: %w", base, err)
+				corrupt = append(corrupt, &CorruptSegmentError{PartitionID: pid, SegmentBase: base, SegmentEnd: end, Err: err})
+				continue
 			}
 			for i := range frames {
 				txnIDs = append(txnIDs, frames[i].TransactionID)
 			}
-			segments++
-			messages += end - base + 1
 		}
 		rows.Close()
 		if err := rows.Err(); err != nil {
 			return err
+		}
+		for _, c := range corrupt {
+			// Its ids come from the transaction index instead: a segment that
+			// does not decode goes like any other, and stops neither this
+			// partition's retention nor the pass.
+			ids, err := e.corruptSegmentTxnIDs(ctx, tx, c)
+			if err != nil {
+				return err
+			}
+			txnIDs = append(txnIDs, ids...)
 		}
 		newStart := max(last.end+1, logStart)
 		if _, err := tx.Exec(ctx, `UPDATE lanes.partitions SET log_start = greatest(log_start, $2), oldest_segment_at = $3
@@ -520,4 +531,21 @@ func (e *Engine) purgeExpiredTxns(ctx context.Context) (purged int64, more bool,
 		return err
 	})
 	return purged, more, err
+}
+
+// corruptSegmentTxnIDs reads from the transaction index the ids of the
+// messages of a segment retention deletes without being able to decode it, and
+// logs the segment.
+func (e *Engine) corruptSegmentTxnIDs(ctx context.Context, tx pgx.Tx, c *CorruptSegmentError) ([]string, error) {
+	if err := tx.QueryRow(ctx, `SELECT q.name, p.name FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE p.id = $1`, c.PartitionID).Scan(&c.Queue, &c.Partition); err != nil {
+		return nil, err
+	}
+	e.corruptSegments.Failed(c.Err, append(c.logAttrs(), "deletedByRetention", true)...)
+	rows, err := tx.Query(ctx, `SELECT transaction_id FROM lanes.txns
+		WHERE partition_id = $1 AND message_offset BETWEEN $2 AND $3`, c.PartitionID, c.SegmentBase, c.SegmentEnd)
+	if err != nil {
+		return nil, err
+	}
+	return pgx.CollectRows(rows, pgx.RowTo[string])
 }

@@ -610,3 +610,37 @@ func TestRecheckOfHeldPartitionsCostsOneStatementAChunk(t *testing.T) {
 		t.Fatalf("%d partitions are candidates again right after their recheck", st.Candidates)
 	}
 }
+
+// A segment past its window that no longer decodes is deleted like any other,
+// its transaction ids read from the transaction index for the dedup window:
+// before, its decode error ended the whole pass, and the partition, due first
+// at every pass, stopped retention for every queue.
+func TestRetentionDeletesASegmentThatDoesNotDecode(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "retentionSeconds": 1})
+	pushSegments(t, e, q, "bad", "bad-0", "bad-1")
+	pushSegments(t, e, q, "good", "good-0")
+	bad := partitionOf(t, e, q, "bad")
+	if _, err := e.pool.Exec(context.Background(), `UPDATE lanes.segments SET frames = substring(frames FROM 1 FOR 20)
+		WHERE partition_id = $1 AND base_offset = 0`, bad.id); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1200 * time.Millisecond)
+
+	sweep(t, e)
+	if ps := partitionOf(t, e, q, "bad"); ps.logStart != 2 || ps.segments != 0 {
+		t.Fatalf("the partition with the corrupt segment: log_start=%d segments=%d, want 2 and 0", ps.logStart, ps.segments)
+	}
+	if ps := partitionOf(t, e, q, "good"); ps.logStart != 1 || ps.segments != 0 {
+		t.Fatalf("the other partition: log_start=%d segments=%d, want 1 and 0", ps.logStart, ps.segments)
+	}
+	var ids []string
+	if err := e.pool.QueryRow(context.Background(), `SELECT coalesce(array_agg(t ORDER BY t), '{}') FROM lanes.txns_expiry x,
+		unnest(x.transaction_ids) t WHERE x.partition_id = $1`, bad.id).Scan(&ids); err != nil {
+		t.Fatal(err)
+	}
+	if !reflect.DeepEqual(ids, []string{"bad-0", "bad-1"}) {
+		t.Fatalf("transaction ids kept for the dedup window: %v", ids)
+	}
+}
