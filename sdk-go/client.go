@@ -290,7 +290,7 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 		}
 		b, rerr := answerBytes(resp.Body)
 		if resp.StatusCode >= 400 {
-			return resp.StatusCode, newAPIError(resp.StatusCode, resp.Header, b)
+			return resp.StatusCode, newAPIError(resp.StatusCode, resp.Header, b, c.cfg.now())
 		}
 		if rerr != nil {
 			return resp.StatusCode, &ConnectionError{URL: resp.Request.URL.String(), Err: rerr}

@@ -79,7 +79,9 @@ func (e *APIError) Terminal() bool {
 	return e.Status >= 400 && e.Status < 500 && e.Status != http.StatusTooManyRequests
 }
 
-func newAPIError(status int, h http.Header, body []byte) *APIError {
+// newAPIError builds the error of an answer; now is the client's clock, which an HTTP-date
+// Retry-After is read against, as the retry decision did.
+func newAPIError(status int, h http.Header, body []byte, now time.Time) *APIError {
 	e := &APIError{Status: status, Body: body}
 	var env struct {
 		Error any    `json:"error"`
@@ -99,7 +101,7 @@ func newAPIError(status int, h http.Header, body []byte) *APIError {
 	if e.Message == "" {
 		e.Message = http.StatusText(status)
 	}
-	if d, ok := parseRetryHint(h, time.Now()); ok {
+	if d, ok := parseRetryHint(h, now); ok {
 		e.RetryAfter = d
 	}
 	return e

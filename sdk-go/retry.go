@@ -3,6 +3,7 @@ package lanes
 import (
 	"math"
 	"net/http"
+	"regexp"
 	"strconv"
 	"strings"
 	"time"
@@ -159,38 +160,70 @@ func backoff(p retryPolicy, n int, rnd float64) time.Duration {
 	return time.Duration(d * (1 - 0.25*rnd))
 }
 
-// parseRetryHint reads retry-after-ms, then Retry-After as (float) seconds, then as an
-// HTTP-date. Zero, negative, NaN, infinite or invalid values count as absent: a hint of 0
-// would retry at once, hammering a broker that answered 429/503 (docs/retries.md §3).
+// parseRetryHint reads retry-after-ms, then Retry-After as seconds, then as an HTTP-date, with
+// the grammar every SDK shares (docs/retries.md §3). Zero, negative, out of range or invalid
+// values, and dates now or in the past, count as absent: a hint of 0 would retry at once,
+// hammering a broker that answered 429/503.
 func parseRetryHint(h http.Header, now time.Time) (time.Duration, bool) {
 	if h == nil {
 		return 0, false
 	}
-	if v := strings.TrimSpace(h.Get("retry-after-ms")); v != "" {
+	if v := strings.TrimSpace(h.Get("retry-after-ms")); decimalNumber.MatchString(v) {
 		if f, err := strconv.ParseFloat(v, 64); err == nil && validSeconds(f/1000) {
 			return time.Duration(f * float64(time.Millisecond)), true
 		}
 	}
 	v := strings.TrimSpace(h.Get("Retry-After"))
-	if v == "" {
-		return 0, false
-	}
-	if f, err := strconv.ParseFloat(v, 64); err == nil {
-		if !validSeconds(f) {
+	if decimalNumber.MatchString(v) {
+		f, err := strconv.ParseFloat(v, 64)
+		if err != nil || !validSeconds(f) {
 			return 0, false
 		}
 		return time.Duration(f * float64(time.Second)), true
 	}
-	if t, err := http.ParseTime(v); err == nil {
-		d := t.Sub(now)
-		if d <= 0 {
-			return 0, false // a date now or in the past is a zero or negative hint: none
+	if t, ok := parseHTTPDate(v); ok {
+		if d := t.Sub(now); validSeconds(d.Seconds()) {
+			return d, true
 		}
-		return d, true
 	}
 	return 0, false
 }
 
+// decimalNumber is the seconds (or milliseconds) form of a hint: digits with an optional
+// fraction. strconv.ParseFloat alone would also take "1e3", "0x1p4", "1_0", "Inf" and "NaN".
+var decimalNumber = regexp.MustCompile(`^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$`)
+
+// The three HTTP-date forms of RFC 9110 §5.6.7, case-sensitive, always GMT. http.ParseTime
+// would also read a zone other than GMT in the RFC 850 form, in the machine's local time.
+var (
+	imfFixdate  = regexp.MustCompile(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT$`)
+	rfc850Date  = regexp.MustCompile(`^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), ([0-9]{2})-(Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec)-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT$`)
+	asctimeDate = regexp.MustCompile(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (Jan|Feb|Mar|Apr|May|Jun|Jul|Aug|Sep|Oct|Nov|Dec) ([0-9]{2}| [0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})$`)
+)
+
+// parseHTTPDate reads an HTTP-date. The weekday is not checked against the date (it is
+// redundant); a two-digit RFC 850 year below 69 is 20yy, else 19yy.
+func parseHTTPDate(v string) (time.Time, bool) {
+	var day, month, year, hh, mm, ss string
+	if m := imfFixdate.FindStringSubmatch(v); m != nil {
+		day, month, year, hh, mm, ss = m[1], m[2], m[3], m[4], m[5], m[6]
+	} else if m := rfc850Date.FindStringSubmatch(v); m != nil {
+		day, month, year, hh, mm, ss = m[1], m[2], m[3], m[4], m[5], m[6]
+		if year < "69" {
+			year = "20" + year
+		} else {
+			year = "19" + year
+		}
+	} else if m := asctimeDate.FindStringSubmatch(v); m != nil {
+		month, day, hh, mm, ss, year = m[1], strings.TrimSpace(m[2]), m[3], m[4], m[5], m[6]
+	} else {
+		return time.Time{}, false
+	}
+	t, err := time.Parse("2 Jan 2006 15:04:05", day+" "+month+" "+year+" "+hh+":"+mm+":"+ss)
+	return t, err == nil // Parse rejects a day, hour, minute or second out of range
+}
+
+// validSeconds bounds a hint: above 0 and below 10^9 s (about 31 years, still a time.Duration).
 func validSeconds(f float64) bool {
 	return !math.IsNaN(f) && !math.IsInf(f, 0) && f > 0 && f < 1e9
 }

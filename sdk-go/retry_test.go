@@ -110,3 +110,77 @@ func TestBackoffJitterBounds(t *testing.T) {
 	require.InDelta(t, float64(3*time.Second), float64(backoff(p, 3, 0.999999)), float64(time.Millisecond))
 	require.Equal(t, 8*time.Second, backoff(p, 100, 0))
 }
+
+// TestParseRetryHint is the hint grammar of docs/retries.md §3; sdk-js (test/unit/retry.test.ts)
+// and sdk-python (tests/test_retry_policy.py) run the same table.
+func TestParseRetryHint(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 4, 23, 59, 0, 0, time.UTC) // a Friday
+	const none = time.Duration(-1)
+	cases := []struct {
+		retryAfter, retryAfterMs string
+		want                     time.Duration
+	}{
+		{"1.5", "", 1500 * time.Millisecond},
+		{" 2 ", "", 2 * time.Second},
+		{"+5", "", 5 * time.Second},
+		{".5", "", 500 * time.Millisecond},
+		{"1.", "", time.Second},
+		{"999999999", "", 999999999 * time.Second},
+		{"0", "", none},
+		{"-1", "", none},
+		{"1000000000", "", none},
+		{"NaN", "", none},
+		{"Infinity", "", none},
+		{"inf", "", none},
+		{"1e3", "", none},
+		{"0x1p4", "", none},
+		{"1_0", "", none},
+		{"30 seconds", "", none},
+		{"soon", "", none},
+		{"", "", none},
+		{"5", "250", 250 * time.Millisecond},
+		{"5", "0", 5 * time.Second},
+		{"5", "1e3", 5 * time.Second},
+		{"", "2.5", 2500 * time.Microsecond},
+		// The three HTTP-date forms, GMT; the weekday is not checked.
+		{"Sat, 05 Dec 2026 00:00:00 GMT", "", time.Minute},
+		{"Saturday, 05-Dec-26 00:00:00 GMT", "", time.Minute},
+		{"Sat Dec  5 00:00:00 2026", "", time.Minute},
+		{"Sat Dec 05 00:00:00 2026", "", time.Minute},
+		{"Sun, 05 Dec 2026 00:00:00 GMT", "", time.Minute},
+		{"Monday, 05-Dec-50 00:00:00 GMT", "", 757382460 * time.Second}, // 50 is 2050
+		{"Fri, 04 Dec 2026 23:59:00 GMT", "", none},                     // now
+		{"Fri, 04 Dec 2026 23:58:00 GMT", "", none},                     // past
+		{"Thursday, 01-Jan-70 00:00:00 GMT", "", none},                  // 70 is 1970
+		// Anything else is no hint.
+		{"Sat, 05 Dec 2026 00:00:00 UTC", "", none},
+		{"Sat, 05 Dec 2026 00:00:00 +0000", "", none},
+		{"Saturday, 05-Dec-26 00:00:00 EST", "", none},
+		{"Sat, 05 Dec 2026 00:00:00", "", none},
+		{"05 Dec 2026 00:00:00 GMT", "", none},
+		{"sat, 05 dec 2026 00:00:00 gmt", "", none},
+		{"Sat, 5 Dec 2026 00:00:00 GMT", "", none},
+		{"Sat Dec 5 00:00:00 2026", "", none},
+		{"Sat, 31 Feb 2027 00:00:00 GMT", "", none},
+		{"Sat, 05 Dec 2026 24:00:00 GMT", "", none},
+		{"Sat, 05 Dec 2026 00:00:60 GMT", "", none},
+		{"2026-12-05T00:00:00Z", "", none},
+		{"2026-12-05", "", none},
+		{"Dec 2026", "", none},
+	}
+	for _, tc := range cases {
+		h := http.Header{}
+		if tc.retryAfter != "" {
+			h.Set("Retry-After", tc.retryAfter)
+		}
+		if tc.retryAfterMs != "" {
+			h.Set("retry-after-ms", tc.retryAfterMs)
+		}
+		got, ok := parseRetryHint(h, now)
+		if !ok {
+			got = none
+		}
+		require.Equal(t, tc.want, got, "Retry-After %q, retry-after-ms %q", tc.retryAfter, tc.retryAfterMs)
+	}
+}

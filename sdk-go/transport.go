@@ -267,7 +267,7 @@ func (st *callState) outcomeUnknownError(resp *http.Response) error {
 	if resp != nil {
 		b, _ := answerBytes(resp.Body)
 		_ = resp.Body.Close()
-		cause = newAPIError(resp.StatusCode, resp.Header, b)
+		cause = newAPIError(resp.StatusCode, resp.Header, b, st.c.cfg.now())
 	}
 	return &OutcomeUnknownError{Attempts: st.attempt + 1, Err: cause}
 }

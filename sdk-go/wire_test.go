@@ -559,3 +559,54 @@ func TestPushAnswerThatDoesNotMatchIsUnexpected(t *testing.T) {
 		})
 	}
 }
+
+// TestRetryAfterHTTPDate: an HTTP-date is read against the client's clock like seconds: slept
+// when ahead, above the cap surfaced on the error, and in the past no hint (computed backoff).
+func TestRetryAfterHTTPDate(t *testing.T) {
+	t.Parallel()
+	now := time.Date(2026, 12, 4, 23, 59, 0, 0, time.UTC)
+	fake := func(t *testing.T, dates ...time.Time) (*Client, *fakeBroker, *sleepRec) {
+		fb := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) {
+			if n <= len(dates) {
+				w.Header().Set("Retry-After", dates[n-1].Format(http.TimeFormat))
+				writeJSON(w, 429, `{"error":"busy","code":"rate_limited"}`)
+				return
+			}
+			writeJSON(w, 201, pushOK)
+		}}
+		srv := httptest.NewServer(fb)
+		t.Cleanup(srv.Close)
+		sr := &sleepRec{}
+		c, err := New(WithURL(srv.URL), WithMaxRetryAfter(time.Minute),
+			withClock(func() time.Time { return now }, func() float64 { return 0 }, sr.sleep))
+		require.NoError(t, err)
+		return c, fb, sr
+	}
+	t.Run("ahead is slept", func(t *testing.T) {
+		t.Parallel()
+		c, fb, sr := fake(t, now.Add(2*time.Second))
+		_, err := c.Queue("q").Push(context.Background(), Data(1))
+		require.NoError(t, err)
+		require.Equal(t, 2, fb.count())
+		require.Equal(t, []time.Duration{2 * time.Second}, sr.all())
+	})
+	t.Run("above the cap is on the error", func(t *testing.T) {
+		t.Parallel()
+		c, fb, sr := fake(t, now.Add(time.Hour))
+		_, err := c.Queue("q").Push(context.Background(), Data(1))
+		var ae *APIError
+		require.ErrorAs(t, err, &ae)
+		require.ErrorIs(t, err, ErrRateLimited)
+		require.Equal(t, time.Hour, ae.RetryAfter)
+		require.Equal(t, 1, fb.count())
+		require.Empty(t, sr.all())
+	})
+	t.Run("past is the computed backoff", func(t *testing.T) {
+		t.Parallel()
+		c, fb, sr := fake(t, now.Add(-time.Minute))
+		_, err := c.Queue("q").Push(context.Background(), Data(1))
+		require.NoError(t, err)
+		require.Equal(t, 2, fb.count())
+		require.Equal(t, []time.Duration{500 * time.Millisecond}, sr.all())
+	})
+}

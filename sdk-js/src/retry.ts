@@ -67,29 +67,53 @@ export type RetryDecision =
   | { action: "retry"; kind: "429" | "5xx"; delayMs: number; failover: boolean; reason: string }
   | { action: "stop"; reason: string; terminal?: boolean; retryAfterMs?: number | undefined; outcomeUnknown?: boolean };
 
-const NUMERIC = /^\s*[+-]?(\d+(\.\d*)?|\.\d+)\s*$/;
-// The asctime form of an HTTP-date carries no zone; HTTP-dates are GMT (RFC 9110 §5.6.7), while
-// Date.parse would read it as local time.
-const ASCTIME = /^\s*[A-Za-z]{3} [A-Za-z]{3} [ \d]\d \d\d:\d\d:\d\d \d{4}\s*$/;
+// The seconds (or milliseconds) form of a hint: digits with an optional fraction; Number() alone
+// would also take "1e3", "0x10" and "Infinity".
+const DECIMAL = /^[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)$/;
+const MONTHS = ["Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec"];
+const MONTH = MONTHS.join("|");
+// The three HTTP-date forms of RFC 9110 §5.6.7, case-sensitive, always GMT. Date.parse would also
+// read ISO dates, other zones, and a date without a zone in the machine's local time.
+const IMF_FIXDATE = new RegExp(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{2}) (${MONTH}) ([0-9]{4}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT$`);
+const RFC850_DATE = new RegExp(`^(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), ([0-9]{2})-(${MONTH})-([0-9]{2}) ([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT$`);
+const ASCTIME_DATE = new RegExp(`^(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) (${MONTH}) ([0-9]{2}| [0-9]) ([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})$`);
+// A hint of 10^9 s (about 31 years) or more is out of range, as in the Go SDK.
+const MAX_HINT_MS = 1e12;
 
-/** parseRetryHint reads `retry-after-ms`, then `Retry-After` as seconds, then as an HTTP-date; it returns milliseconds or undefined (0, negative, NaN, infinite and unparseable hints, and dates not in the future, count as none: retrying at once would hammer a broker that answered 429 or 5xx). */
+/** parseHTTPDate reads an HTTP-date in epoch milliseconds; the weekday is not checked against the date (it is redundant), and a two-digit RFC 850 year below 69 is 20yy, else 19yy. */
+function parseHTTPDate(value: string): number | undefined {
+  const pick = (m: RegExpExecArray, ...groups: number[]) => groups.map((g) => m[g] ?? "");
+  let fields: string[]; // year, month, day, hour, minute, second
+  let m: RegExpExecArray | null;
+  if ((m = IMF_FIXDATE.exec(value))) fields = pick(m, 3, 2, 1, 4, 5, 6);
+  else if ((m = RFC850_DATE.exec(value))) {
+    fields = pick(m, 3, 2, 1, 4, 5, 6);
+    fields[0] = (fields[0]! < "69" ? "20" : "19") + fields[0]!;
+  } else if ((m = ASCTIME_DATE.exec(value))) fields = pick(m, 6, 1, 2, 3, 4, 5);
+  else return undefined;
+  const f = fields.map((v, i) => (i === 1 ? MONTHS.indexOf(v) : Number(v))) as [number, number, number, number, number, number];
+  const at = Date.UTC(...f);
+  const d = new Date(at);
+  // Date.UTC rolls a day, hour, minute or second out of range over; such a date is invalid.
+  const back = [d.getUTCFullYear(), d.getUTCMonth(), d.getUTCDate(), d.getUTCHours(), d.getUTCMinutes(), d.getUTCSeconds()];
+  return back.every((v, i) => v === f[i]) ? at : undefined;
+}
+
+const validHintMs = (ms: number): number | undefined => (Number.isFinite(ms) && ms > 0 && ms < MAX_HINT_MS ? ms : undefined);
+
+/** parseRetryHint reads `retry-after-ms`, then `Retry-After` as seconds, then as an HTTP-date, with the grammar every SDK shares (docs/retries.md §3); it returns milliseconds or undefined (0, negative, out of range and unparseable hints, and dates not in the future, count as none: retrying at once would hammer a broker that answered 429 or 5xx). */
 export function parseRetryHint(headers: HeaderSource | undefined, now: number): number | undefined {
   if (!headers) return undefined;
-  const ms = headers.get("retry-after-ms");
-  if (ms !== null && NUMERIC.test(ms)) {
-    const v = Number(ms);
-    if (Number.isFinite(v) && v > 0) return v;
+  const ms = headers.get("retry-after-ms")?.trim();
+  if (ms !== undefined && DECIMAL.test(ms)) {
+    const v = validHintMs(Number(ms));
+    if (v !== undefined) return v;
   }
-  const ra = headers.get("retry-after");
-  if (ra === null) return undefined;
-  if (NUMERIC.test(ra)) {
-    const v = Number(ra);
-    return Number.isFinite(v) && v > 0 ? v * 1000 : undefined;
-  }
-  const at = Date.parse(ASCTIME.test(ra) ? `${ra.trim()} GMT` : ra);
-  if (!Number.isFinite(at)) return undefined;
-  const delta = at - now;
-  return delta > 0 ? delta : undefined;
+  const ra = headers.get("retry-after")?.trim();
+  if (ra === undefined) return undefined;
+  if (DECIMAL.test(ra)) return validHintMs(Number(ra) * 1000);
+  const at = parseHTTPDate(ra);
+  return at === undefined ? undefined : validHintMs(at - now);
 }
 
 /** backoff is `min(retryDelay × 2^n, maxRetryDelay) × (1 − 0.25 × random)`, n counting retries so far from 0. */

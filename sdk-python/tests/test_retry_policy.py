@@ -3,6 +3,7 @@ async transports over httpx.MockTransport (no broker needed)."""
 
 from __future__ import annotations
 
+import datetime
 import email.utils
 import time
 from collections.abc import Callable
@@ -31,6 +32,70 @@ def test_hint_parsing() -> None:
     assert parse_hint({"retry-after": email.utils.formatdate(NOW, usegmt=True)}, NOW) is None
     past = email.utils.formatdate(NOW - 60, usegmt=True)
     assert parse_hint({"retry-after": past}, NOW) is None
+
+
+# The hint grammar of docs/retries.md §3; sdk-go (TestParseRetryHint) and sdk-js ("retry hint
+# grammar shared by the SDKs") run the same table.
+GRAMMAR_NOW = datetime.datetime(2026, 12, 4, 23, 59, tzinfo=datetime.timezone.utc).timestamp()
+GRAMMAR = [
+    ("1.5", "", 1.5),
+    (" 2 ", "", 2.0),
+    ("+5", "", 5.0),
+    (".5", "", 0.5),
+    ("1.", "", 1.0),
+    ("999999999", "", 999999999.0),
+    ("0", "", None),
+    ("-1", "", None),
+    ("1000000000", "", None),
+    ("NaN", "", None),
+    ("Infinity", "", None),
+    ("inf", "", None),
+    ("1e3", "", None),
+    ("0x1p4", "", None),
+    ("1_0", "", None),
+    ("30 seconds", "", None),
+    ("soon", "", None),
+    ("", "", None),
+    ("5", "250", 0.25),
+    ("5", "0", 5.0),
+    ("5", "1e3", 5.0),
+    ("", "2.5", 0.0025),
+    # The three HTTP-date forms, GMT; the weekday is not checked.
+    ("Sat, 05 Dec 2026 00:00:00 GMT", "", 60.0),
+    ("Saturday, 05-Dec-26 00:00:00 GMT", "", 60.0),
+    ("Sat Dec  5 00:00:00 2026", "", 60.0),
+    ("Sat Dec 05 00:00:00 2026", "", 60.0),
+    ("Sun, 05 Dec 2026 00:00:00 GMT", "", 60.0),
+    ("Monday, 05-Dec-50 00:00:00 GMT", "", 757382460.0),  # 50 is 2050
+    ("Fri, 04 Dec 2026 23:59:00 GMT", "", None),  # now
+    ("Fri, 04 Dec 2026 23:58:00 GMT", "", None),  # past
+    ("Thursday, 01-Jan-70 00:00:00 GMT", "", None),  # 70 is 1970
+    # Anything else is no hint.
+    ("Sat, 05 Dec 2026 00:00:00 UTC", "", None),
+    ("Sat, 05 Dec 2026 00:00:00 +0000", "", None),
+    ("Saturday, 05-Dec-26 00:00:00 EST", "", None),
+    ("Sat, 05 Dec 2026 00:00:00", "", None),
+    ("05 Dec 2026 00:00:00 GMT", "", None),
+    ("sat, 05 dec 2026 00:00:00 gmt", "", None),
+    ("Sat, 5 Dec 2026 00:00:00 GMT", "", None),
+    ("Sat Dec 5 00:00:00 2026", "", None),
+    ("Sat, 31 Feb 2027 00:00:00 GMT", "", None),
+    ("Sat, 05 Dec 2026 24:00:00 GMT", "", None),
+    ("Sat, 05 Dec 2026 00:00:60 GMT", "", None),
+    ("2026-12-05T00:00:00Z", "", None),
+    ("2026-12-05", "", None),
+    ("Dec 2026", "", None),
+]
+
+
+@pytest.mark.parametrize(("retry_after", "retry_after_ms", "want"), GRAMMAR)
+def test_parse_hint_grammar(retry_after: str, retry_after_ms: str, want: float | None) -> None:
+    headers = {}
+    if retry_after:
+        headers["retry-after"] = retry_after
+    if retry_after_ms:
+        headers["retry-after-ms"] = retry_after_ms
+    assert parse_hint(headers, GRAMMAR_NOW) == want
 
 
 def test_asctime_hint_is_gmt_whatever_the_local_zone(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -190,6 +255,27 @@ def test_sync_429_above_cap_raises_without_sleeping() -> None:
     with pytest.raises(lanes.RateLimitError) as ei:
         c.queue("q").push([1])
     assert len(seen) == 1 and slept == [] and ei.value.retry_after == 3600.0
+
+
+def test_sync_429_http_date_is_read_against_the_clock() -> None:
+    ahead = email.utils.formatdate(NOW + 2, usegmt=True)
+    t, seen = scripted([r429(ahead), PUSH_OK])
+    slept: list[float] = []
+    sync_client(t, slept).queue("q").push([1])
+    assert len(seen) == 2 and slept == [2.0]
+
+    far = email.utils.formatdate(NOW + 3600, usegmt=True)
+    t, seen = scripted([r429(far)])
+    slept = []
+    with pytest.raises(lanes.RateLimitError) as ei:
+        sync_client(t, slept).queue("q").push([1])
+    assert len(seen) == 1 and slept == [] and ei.value.retry_after == 3600.0
+
+    past = email.utils.formatdate(NOW - 60, usegmt=True)
+    t, seen = scripted([r429(past), PUSH_OK])
+    slept = []
+    sync_client(t, slept).queue("q").push([1])
+    assert len(seen) == 2 and slept == [0.5]  # no hint: the computed backoff
 
 
 def test_sync_429_unbounded_on_long_poll() -> None:

@@ -60,6 +60,67 @@ describe("retry hint parsing", () => {
   });
 });
 
+// The hint grammar of docs/retries.md §3; sdk-go (TestParseRetryHint) and sdk-python
+// (test_parse_hint_grammar) run the same table.
+describe("retry hint grammar shared by the SDKs", () => {
+  const now = Date.UTC(2026, 11, 4, 23, 59, 0); // a Friday
+  const table: [retryAfter: string, retryAfterMs: string, want: number | undefined][] = [
+    ["1.5", "", 1500],
+    [" 2 ", "", 2000],
+    ["+5", "", 5000],
+    [".5", "", 500],
+    ["1.", "", 1000],
+    ["999999999", "", 999999999000],
+    ["0", "", undefined],
+    ["-1", "", undefined],
+    ["1000000000", "", undefined],
+    ["NaN", "", undefined],
+    ["Infinity", "", undefined],
+    ["inf", "", undefined],
+    ["1e3", "", undefined],
+    ["0x1p4", "", undefined],
+    ["1_0", "", undefined],
+    ["30 seconds", "", undefined],
+    ["soon", "", undefined],
+    ["", "", undefined],
+    ["5", "250", 250],
+    ["5", "0", 5000],
+    ["5", "1e3", 5000],
+    ["", "2.5", 2.5],
+    // The three HTTP-date forms, GMT; the weekday is not checked.
+    ["Sat, 05 Dec 2026 00:00:00 GMT", "", 60_000],
+    ["Saturday, 05-Dec-26 00:00:00 GMT", "", 60_000],
+    ["Sat Dec  5 00:00:00 2026", "", 60_000],
+    ["Sat Dec 05 00:00:00 2026", "", 60_000],
+    ["Sun, 05 Dec 2026 00:00:00 GMT", "", 60_000],
+    ["Monday, 05-Dec-50 00:00:00 GMT", "", 757382460_000], // 50 is 2050
+    ["Fri, 04 Dec 2026 23:59:00 GMT", "", undefined], // now
+    ["Fri, 04 Dec 2026 23:58:00 GMT", "", undefined], // past
+    ["Thursday, 01-Jan-70 00:00:00 GMT", "", undefined], // 70 is 1970
+    // Anything else is no hint.
+    ["Sat, 05 Dec 2026 00:00:00 UTC", "", undefined],
+    ["Sat, 05 Dec 2026 00:00:00 +0000", "", undefined],
+    ["Saturday, 05-Dec-26 00:00:00 EST", "", undefined],
+    ["Sat, 05 Dec 2026 00:00:00", "", undefined],
+    ["05 Dec 2026 00:00:00 GMT", "", undefined],
+    ["sat, 05 dec 2026 00:00:00 gmt", "", undefined],
+    ["Sat, 5 Dec 2026 00:00:00 GMT", "", undefined],
+    ["Sat Dec 5 00:00:00 2026", "", undefined],
+    ["Sat, 31 Feb 2027 00:00:00 GMT", "", undefined],
+    ["Sat, 05 Dec 2026 24:00:00 GMT", "", undefined],
+    ["Sat, 05 Dec 2026 00:00:60 GMT", "", undefined],
+    ["2026-12-05T00:00:00Z", "", undefined],
+    ["2026-12-05", "", undefined],
+    ["Dec 2026", "", undefined],
+  ];
+  it.each(table)("Retry-After %j, retry-after-ms %j → %s", (retryAfter, retryAfterMs, want) => {
+    const h: Record<string, string> = {};
+    if (retryAfter !== "") h["retry-after"] = retryAfter;
+    if (retryAfterMs !== "") h["retry-after-ms"] = retryAfterMs;
+    expect(parseRetryHint(headers(h), now)).toBe(want);
+  });
+});
+
 describe("decideRetry (docs/retries.md §8)", () => {
   it("429 Retry-After: 1 retries in place after 1 s", () => {
     const d = decideRetry(base({ status: 429, headers: headers({ "retry-after": "1" }) }));

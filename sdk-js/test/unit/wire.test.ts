@@ -82,6 +82,16 @@ describe("retry policy on the wire", () => {
     expect(Date.now() - t0).toBeLessThan(500);
   });
 
+  it("429 with an HTTP-date above maxRetryAfterMillis does not sleep and carries the hint", async () => {
+    const at = new Date(Math.ceil(Date.now() / 1000) * 1000 + 3_600_000);
+    const s = (await fake()).script(reply(429, { error: "busy", code: "rate_limited" }, { "retry-after": at.toUTCString() }));
+    const err = (await client(s.url).queue("q").push([{ data: 1 }]).catch((e: unknown) => e)) as RateLimitError;
+    expect(err).toBeInstanceOf(RateLimitError);
+    expect(err.retryAfter).toBeGreaterThan(3_599_000);
+    expect(err.retryAfter).toBeLessThanOrEqual(3_601_000);
+    expect(s.seen).toHaveLength(1);
+  });
+
   it("503 twice then 201 with retryAttempts 2; 503 × 3 fails with InternalServerError", async () => {
     const s = (await fake()).script(reply(503, { error: "down", code: "unavailable" }), reply(503, { error: "down", code: "unavailable" }), reply(201, pushed(1)));
     await client(s.url, { retryAttempts: 2 }).queue("q").push([{ data: 1 }]);

@@ -8,8 +8,7 @@ sync and async transports both drive :class:`CallState`, so their behaviour cann
 from __future__ import annotations
 
 import datetime
-import email.utils
-import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Literal
@@ -62,46 +61,73 @@ class Decision:
     outcome_unknown: bool = False
 
 
-def _positive_hint(v: float) -> float | None:
-    """A usable hint: finite and above 0. A 0 (or a date of now) is no hint, so the computed
-    backoff applies rather than an immediate retry (docs/retries.md §3)."""
-    if math.isnan(v) or math.isinf(v) or v <= 0:
+_DECIMAL = re.compile(r"[+-]?([0-9]+(\.[0-9]*)?|\.[0-9]+)")
+"""The seconds (or milliseconds) form of a hint: digits with an optional fraction; float() alone
+would also take "1e3", "1_0", "inf" and "nan"."""
+_MONTHS = ("Jan", "Feb", "Mar", "Apr", "May", "Jun", "Jul", "Aug", "Sep", "Oct", "Nov", "Dec")
+_MONTH = "|".join(_MONTHS)
+# The three HTTP-date forms of RFC 9110 §5.6.7, case-sensitive, always GMT.
+# email.utils.parsedate_to_datetime would also read other zones, dates without a weekday or a
+# zone, and lower case.
+_IMF_FIXDATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun), ([0-9]{{2}}) ({_MONTH}) ([0-9]{{4}}) "
+    r"([0-9]{2}):([0-9]{2}):([0-9]{2}) GMT"
+)
+_RFC850_DATE = re.compile(
+    r"(?:Monday|Tuesday|Wednesday|Thursday|Friday|Saturday|Sunday), "
+    rf"([0-9]{{2}})-({_MONTH})-([0-9]{{2}}) ([0-9]{{2}}):([0-9]{{2}}):([0-9]{{2}}) GMT"
+)
+_ASCTIME_DATE = re.compile(
+    rf"(?:Mon|Tue|Wed|Thu|Fri|Sat|Sun) ({_MONTH}) ([0-9]{{2}}| [0-9]) "
+    r"([0-9]{2}):([0-9]{2}):([0-9]{2}) ([0-9]{4})"
+)
+_MAX_HINT = 1e9
+"""A hint of 10^9 s (about 31 years) or more is out of range, as in the Go SDK."""
+
+
+def _valid_hint(v: float) -> float | None:
+    """A usable hint: finite, above 0 and in range. A 0 (or a date of now) is no hint, so the
+    computed backoff applies rather than an immediate retry (docs/retries.md §3)."""
+    return v if 0 < v < _MAX_HINT else None
+
+
+def _parse_http_date(value: str) -> float | None:
+    """An HTTP-date as epoch seconds. The weekday is not checked against the date (it is
+    redundant); a two-digit RFC 850 year below 69 is 20yy, else 19yy."""
+    if m := _IMF_FIXDATE.fullmatch(value):
+        day, month, year, hh, mm, ss = m.groups()
+    elif m := _RFC850_DATE.fullmatch(value):
+        day, month, year, hh, mm, ss = m.groups()
+        year = ("20" if year < "69" else "19") + year
+    elif m := _ASCTIME_DATE.fullmatch(value):
+        month, day, hh, mm, ss, year = m.groups()
+    else:
         return None
-    return v
+    fields = (int(year), _MONTHS.index(month) + 1, int(day), int(hh), int(mm), int(ss))
+    try:
+        when = datetime.datetime(*fields, tzinfo=datetime.timezone.utc)
+    except ValueError:  # a day, hour, minute or second out of range
+        return None
+    return when.timestamp()
 
 
 def parse_hint(headers: Mapping[str, str], now: float) -> float | None:
-    """Server delay hint in seconds: ``retry-after-ms``, then ``Retry-After`` as seconds (float),
-    then as an HTTP-date relative to ``now``. Zero, negative, NaN, infinite or unparseable →
-    None."""
-    ms = headers.get("retry-after-ms")
-    if ms is not None:
-        try:
-            v = _positive_hint(float(ms.strip()))
-        except ValueError:
-            v = None
+    """Server delay hint in seconds: ``retry-after-ms``, then ``Retry-After`` as seconds, then as
+    an HTTP-date relative to ``now``, with the grammar every SDK shares (docs/retries.md §3).
+    Zero, negative, out of range or unparseable, and dates now or in the past → None."""
+    ms = headers.get("retry-after-ms", "").strip()
+    if _DECIMAL.fullmatch(ms):
+        v = _valid_hint(float(ms) / 1000.0)
         if v is not None:
-            return v / 1000.0
+            return v
     ra = headers.get("retry-after")
     if ra is None:
         return None
     ra = ra.strip()
-    try:
-        return _positive_hint(float(ra))
-    except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(ra)
-    except (TypeError, ValueError, IndexError):
-        return None
-    if when is None:  # pragma: no cover - older Pythons returned None
-        return None
-    if when.tzinfo is None:
-        # The asctime form carries no zone; HTTP-dates are GMT (RFC 9110 §5.6.7), while a naive
-        # datetime's timestamp() would read it as local time.
-        when = when.replace(tzinfo=datetime.timezone.utc)
-    # A date in the past (or now) is no hint, like every invalid one.
-    return _positive_hint(when.timestamp() - now)
+    if _DECIMAL.fullmatch(ra):
+        return _valid_hint(float(ra))
+    at = _parse_http_date(ra)
+    return None if at is None else _valid_hint(at - now)
 
 
 def backoff(settings: RetrySettings, n: int, rand: float) -> float:
