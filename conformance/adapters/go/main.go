@@ -216,7 +216,11 @@ func errKind(err error) map[string]any {
 		if kind == "" {
 			kind = "api"
 		}
-		return map[string]any{"kind": kind, "status": api.Status, "code": api.Code, "message": api.Message}
+		out := map[string]any{"kind": kind, "status": api.Status, "code": api.Code, "message": api.Message}
+		if api.RetryAfter > 0 {
+			out["retryAfterMs"] = api.RetryAfter.Round(time.Millisecond).Milliseconds()
+		}
+		return out
 	case errors.Is(err, lanes.ErrConnection):
 		return map[string]any{"kind": "connection", "message": err.Error()}
 	default:

@@ -25,7 +25,9 @@ function errKind(err) {
   }
   if (err instanceof APIError) {
     const kind = { 429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented" }[err.status] ?? "api";
-    return { kind, status: err.status, code: err.code, message: err.message };
+    const out = { kind, status: err.status, code: err.code, message: err.message };
+    if (err.retryAfter !== undefined) out.retryAfterMs = Math.round(err.retryAfter);
+    return out;
   }
   if (err instanceof APIConnectionError) return { kind: "connection", message: err.message };
   return { kind: "other", message: String(err?.stack ?? err) };

@@ -54,7 +54,10 @@ def err_kind(err: BaseException) -> dict[str, Any]:
             404: "not_found",
             501: "not_implemented",
         }.get(err.status, "api")
-        return {"kind": kind, "status": err.status, "code": err.code, "message": err.message}
+        out = {"kind": kind, "status": err.status, "code": err.code, "message": err.message}
+        if err.retry_after is not None:
+            out["retryAfterMs"] = round(err.retry_after * 1000)
+        return out
     if isinstance(err, APIConnectionError):
         return {"kind": "connection", "message": str(err)}
     return {

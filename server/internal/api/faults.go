@@ -19,11 +19,17 @@ package api
 // {"pass":true,"holdAnswerMs":N} also holds a pop's answer up to N ms (less if the client
 // leaves) after its claim and before it is sent: the window where a client that leaves must
 // get its claim given back.
+//
+// A header value may hold ${httpDate} or ${httpDate:+2s} / ${httpDate:-30s} (a signed Go
+// duration): the IMF-fixdate of the moment the fault is sent plus the offset, rounded up to the
+// whole second, so a script can send a Retry-After date relative to its answer.
 
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http"
+	"regexp"
 	"strings"
 	"sync"
 	"time"
@@ -31,6 +37,11 @@ import (
 
 // FaultsRunHeader attributes a request to a fault-script run.
 const FaultsRunHeader = "X-Lanes-Test-Run"
+
+// FaultScriptedHeader marks an answer a fault script wrote rather than the broker, so the
+// conformance proxy can tell what stands for a gateway in front of the broker (a Retry-After
+// date) from what openapi.yaml describes.
+const FaultScriptedHeader = "X-Lanes-Test-Fault"
 
 // faultsPrefix is the control route, outside /api/v1.
 const faultsPrefix = "/__test/faults/"
@@ -165,13 +176,43 @@ func holdAnswerForFaultScript(r *http.Request) {
 	}
 }
 
+// httpDateTemplate is a header value's date relative to the moment the fault is sent.
+var httpDateTemplate = regexp.MustCompile(`\$\{httpDate([^}]*)\}`)
+
+// expandHeader replaces every ${httpDate[:±offset]} of a header value with the IMF-fixdate of
+// now plus the offset, rounded up to the whole second so the date is never nearer than asked.
+func expandHeader(v string, now time.Time) (string, error) {
+	var bad error
+	out := httpDateTemplate.ReplaceAllStringFunc(v, func(m string) string {
+		arg := httpDateTemplate.FindStringSubmatch(m)[1]
+		var offset time.Duration
+		if arg != "" {
+			d, err := time.ParseDuration(strings.TrimPrefix(arg, ":"))
+			if err != nil || (!strings.HasPrefix(arg, ":+") && !strings.HasPrefix(arg, ":-")) {
+				bad = fmt.Errorf("%s: want ${httpDate} or ${httpDate:+2s} / ${httpDate:-30s}", m)
+				return m
+			}
+			offset = d
+		}
+		at := now.Add(offset)
+		if rounded := at.Truncate(time.Second); rounded.Before(at) {
+			at = rounded.Add(time.Second)
+		}
+		return at.UTC().Format(http.TimeFormat)
+	})
+	return out, bad
+}
+
 func writeFault(w http.ResponseWriter, resp FaultResponse) {
 	status := resp.Status
 	if status == 0 {
 		status = http.StatusServiceUnavailable
 	}
+	now := time.Now()
+	w.Header().Set(FaultScriptedHeader, "scripted")
 	for k, v := range resp.Headers {
-		w.Header().Set(k, v)
+		expanded, _ := expandHeader(v, now) // checked when the script was set
+		w.Header().Set(k, expanded)
 	}
 	body := []byte(resp.Body)
 	if len(body) == 0 && status >= 400 {
@@ -233,6 +274,12 @@ func (f *faultInjector) control(w http.ResponseWriter, r *http.Request, run stri
 			}
 			st := &faultRuleState{FaultRule: rule, counted: FaultCount{Method: rule.Method, Path: rule.Path, RetryCounts: []string{}}}
 			for _, resp := range rule.Responses {
+				for k, v := range resp.Headers {
+					if _, err := expandHeader(v, time.Now()); err != nil {
+						writeError(w, http.StatusBadRequest, CodeBadRequest, "fault script: header "+k+": "+err.Error())
+						return
+					}
+				}
 				for range max(resp.Times, 1) {
 					st.script = append(st.script, resp)
 				}

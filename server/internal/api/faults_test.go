@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestFaultScripts(t *testing.T) {
@@ -99,6 +100,57 @@ func TestFaultScripts(t *testing.T) {
 	}
 	if resp := do(http.MethodPut, "/__test/faults/r1", "", "", `{"rules":[{"method":"GET"}]}`); resp.StatusCode != http.StatusBadRequest {
 		t.Fatalf("rule without path: %d", resp.StatusCode)
+	}
+}
+
+// A scripted header may carry an HTTP-date relative to the moment the fault is sent, so a case
+// can answer a 429 with a Retry-After date; a malformed template refuses the script.
+func TestFaultScriptHTTPDateHeader(t *testing.T) {
+	srv := httptest.NewServer(newFaultInjector().wrap(http.NotFoundHandler()))
+	defer srv.Close()
+	put := func(script string) int {
+		t.Helper()
+		req, _ := http.NewRequest(http.MethodPut, srv.URL+"/__test/faults/r1", strings.NewReader(script))
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for _, bad := range []string{"${httpDate:2s}", "${httpDate:+soon}", "${httpDate:}", "${httpDate+2s}"} {
+		if code := put(`{"rules":[{"path":"/p","responses":[{"status":429,"headers":{"Retry-After":"` + bad + `"}}]}]}`); code != http.StatusBadRequest {
+			t.Fatalf("template %s: PUT answered %d, want 400", bad, code)
+		}
+	}
+	script := `{"rules":[{"path":"/p","responses":[
+	  {"status":429,"headers":{"Retry-After":"${httpDate:+2s}"}},
+	  {"status":429,"headers":{"Retry-After":"${httpDate:-30s}"}},
+	  {"status":429,"headers":{"Retry-After":"${httpDate}","X-Note":"at ${httpDate:+1h} or later"}}]}]}`
+	if code := put(script); code != http.StatusNoContent {
+		t.Fatalf("PUT script: %d", code)
+	}
+	for _, want := range []time.Duration{2 * time.Second, -30 * time.Second, 0} {
+		req, _ := http.NewRequest(http.MethodGet, srv.URL+"/p", nil)
+		req.Header.Set(FaultsRunHeader, "r1")
+		before := time.Now()
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		after := time.Now()
+		at, err := time.Parse(http.TimeFormat, resp.Header.Get("Retry-After"))
+		if err != nil {
+			t.Fatalf("Retry-After %q: %v", resp.Header.Get("Retry-After"), err)
+		}
+		// Rounded up to the whole second: never nearer than asked, less than a second later.
+		if at.Before(before.Add(want).Truncate(time.Second)) || !at.Before(after.Add(want).Add(time.Second)) {
+			t.Fatalf("offset %v: Retry-After %v, sent between %v and %v", want, at, before, after)
+		}
+		if note := resp.Header.Get("X-Note"); want == 0 && (strings.Contains(note, "${") || !strings.HasSuffix(note, " GMT or later")) {
+			t.Fatalf("X-Note %q: the template inside a longer value is not expanded", note)
+		}
 	}
 }
 
