@@ -141,6 +141,17 @@ func Open(opts Options) (*Spool, error) {
 		progress: map[string]filePosition{}, failures: map[string]int{}, kick: make(chan struct{}, 1),
 	}
 	s.dbHealthy.Store(true)
+	// Numbering goes on after the quarantined files too: a new file that
+	// took the name of one in failed/ would replace it when quarantined.
+	quarantined, err := os.ReadDir(filepath.Join(opts.Dir, failedSubdir))
+	if err != nil {
+		return nil, fmt.Errorf("spool: %w", err)
+	}
+	for _, e := range quarantined {
+		if seq, ok := parseSeq(e.Name()); ok {
+			s.seq = max(s.seq, seq)
+		}
+	}
 	entries, err := os.ReadDir(opts.Dir)
 	if err != nil {
 		return nil, fmt.Errorf("spool: %w", err)
