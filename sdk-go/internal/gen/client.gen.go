@@ -3640,7 +3640,10 @@ type ClientInterface interface {
 	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-	// pushes commits as usual. Required role: read-write or admin.
+	// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+	// or outage) answers `500` with code `database_unavailable`, like every route, not
+	// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+	// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3654,7 +3657,10 @@ type ClientInterface interface {
 	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-	// pushes commits as usual. Required role: read-write or admin.
+	// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+	// or outage) answers `500` with code `database_unavailable`, like every route, not
+	// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+	// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4972,7 +4978,10 @@ func (c *Client) GetTimer(ctx context.Context, queue QueuePath, timerKey string,
 // `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 // `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 // bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-// pushes commits as usual. Required role: read-write or admin.
+// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+// or outage) answers `500` with code `database_unavailable`, like every route, not
+// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4996,7 +5005,10 @@ func (c *Client) TransactionWithBody(ctx context.Context, contentType string, bo
 // `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 // `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 // bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-// pushes commits as usual. Required role: read-write or admin.
+// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+// or outage) answers `500` with code `database_unavailable`, like every route, not
+// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8882,7 +8894,10 @@ type ClientWithResponsesInterface interface {
 	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-	// pushes commits as usual. Required role: read-write or admin.
+	// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+	// or outage) answers `500` with code `database_unavailable`, like every route, not
+	// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+	// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8896,7 +8911,10 @@ type ClientWithResponsesInterface interface {
 	// `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 	// `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 	// bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-	// pushes commits as usual. Required role: read-write or admin.
+	// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+	// or outage) answers `500` with code `database_unavailable`, like every route, not
+	// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+	// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -15345,7 +15363,10 @@ func (c *ClientWithResponses) GetTimerWithResponse(ctx context.Context, queue Qu
 // `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 // `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 // bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-// pushes commits as usual. Required role: read-write or admin.
+// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+// or outage) answers `500` with code `database_unavailable`, like every route, not
+// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15365,7 +15386,10 @@ func (c *ClientWithResponses) TransactionWithBodyWithResponse(ctx context.Contex
 // `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
 // `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
 // bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-// pushes commits as usual. Required role: read-write or admin.
+// pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+// or outage) answers `500` with code `database_unavailable`, like every route, not
+// `success:false`: it may have committed (a retry with the same push transaction ids rolls
+// back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

@@ -188,7 +188,10 @@ export interface paths {
          *     `success:false` and a `reason`. Under push maintenance a bundle that carries pushes answers
          *     `503` with code `maintenance` and `Retry-After` (seconds) and nothing of it is applied (a
          *     bundle cannot be spooled whole, and a DLQ replay is refused the same way); a bundle without
-         *     pushes commits as usual. Required role: read-write or admin.
+         *     pushes commits as usual. A bundle that loses its database session (a PostgreSQL restart
+         *     or outage) answers `500` with code `database_unavailable`, like every route, not
+         *     `success:false`: it may have committed (a retry with the same push transaction ids rolls
+         *     back as `duplicate` if it did, within the dedup window). Required role: read-write or admin.
          *
          */
         post: operations["transaction"];

@@ -136,6 +136,11 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 	case errors.Is(err, errRollback):
 		res.Results, res.KV, res.Timers = []TxOpResult{}, nil, nil
 		return res, nil
+	case err != nil && IsUnreachable(err):
+		// The database went away (a restart ends sessions with FATAL 57P01,
+		// refuses them with 57P03): the route's 500 database_unavailable,
+		// which clients retry, as every other route answers an outage.
+		return nil, err
 	case err != nil:
 		var pgErr *pgconn.PgError
 		if errors.As(err, &pgErr) {
