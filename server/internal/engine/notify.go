@@ -19,16 +19,22 @@ import (
 // pops on every broker sharing the database wake up.
 const notifyChannel = "lanes_push"
 
-// wakeEverything is sent when the queue list does not fit a NOTIFY payload.
+// wakeEverything is sent when the queue list does not fit a NOTIFY payload, or
+// a name would not survive its one-name-a-line form.
 const wakeEverything = "*"
 
 // A payload is the sending broker's id line ("@" + id), then one queue name per
 // line; a broker skips its own notifications (it woke its pops already).
 // Brokers that predate the id line read it as a queue name nobody waits on.
+// A name holding a line break would be read as two other names, so its
+// pops would wait for their next re-check: such a payload wakes everything.
 func notifyPayload(sender string, queues map[string]bool) string {
 	names := make([]string, 0, len(queues)+1)
 	size := 0
 	for q := range queues {
+		if strings.Contains(q, "\n") {
+			return wakeEverything
+		}
 		names = append(names, q)
 		size += len(q) + 1
 	}

@@ -65,3 +65,30 @@ func TestFailingNotificationsLogOneWarning(t *testing.T) {
 		t.Fatalf("want one WARN line for 4 failing flushes, got %d:\n%s", n, out.String())
 	}
 }
+
+// A queue name may hold a line break, and a notification lists one name a
+// line: another broker's push to such a queue still wakes a pop parked on it
+// at once, not at its next re-check.
+func TestLongPollWakesAcrossBrokersOnAQueueNamedWithALineBreak(t *testing.T) {
+	const wakeBound = 400 * time.Millisecond // a wake takes milliseconds; a re-check would take 700
+	a, b := newEngine(t), newEngine(t)
+	q := queueName(t) + "\nsecond line"
+	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
+	done := make(chan *PopResult, 1)
+	go func() {
+		r, _ := a.Pop(context.Background(), PopRequest{Queue: q, Wait: true, Timeout: 5 * time.Second})
+		done <- r
+	}()
+	// Parked for 1 s (the listeners attach meanwhile), the pop re-checks at
+	// 0.9 s and next at 1.7 s, so only a wake delivers within wakeBound.
+	time.Sleep(time.Second)
+	pushed := time.Now()
+	mustPush(t, b, items(q, "p", "wake")...)
+	r := <-done
+	if r == nil || len(r.Messages) != 1 {
+		t.Fatalf("parked pop returned %v", r)
+	}
+	if latency := time.Since(pushed); latency > wakeBound {
+		t.Fatalf("the pop parked on one broker was delivered %v after the push through another: a re-check, not a wake", latency)
+	}
+}
