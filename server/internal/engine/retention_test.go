@@ -11,6 +11,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
 
 func configure(t testing.TB, e *Engine, q string, opts map[string]any) {
@@ -642,5 +644,36 @@ func TestRetentionDeletesASegmentThatDoesNotDecode(t *testing.T) {
 	}
 	if !reflect.DeepEqual(ids, []string{"bad-0", "bad-1"}) {
 		t.Fatalf("transaction ids kept for the dedup window: %v", ids)
+	}
+}
+
+// The sweeper's candidate read turns JIT off for itself without a warning in
+// PostgreSQL's log: SET LOCAL outside a transaction block logged one on every
+// pass of the broker holding the sweeper lease.
+func TestRetentionCandidatesLogNoWarningInPostgres(t *testing.T) {
+	cfg, err := pgxpool.ParseConfig(testDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var mu sync.Mutex
+	var notices []string
+	cfg.ConnConfig.OnNotice = func(_ *pgconn.PgConn, n *pgconn.Notice) {
+		mu.Lock()
+		defer mu.Unlock()
+		notices = append(notices, n.Severity+": "+n.Message)
+	}
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{})
+	t.Cleanup(func() { e.Close(); pool.Close() })
+	if _, err := e.retentionCandidates(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if len(notices) > 0 {
+		t.Fatalf("the candidate read sent PostgreSQL notices: %v", notices)
 	}
 }
