@@ -85,10 +85,12 @@ type RetentionStats struct {
 	TxnsPurged int64 // transaction-index rows purged
 }
 
-// retentionHolder names this engine in lanes.leader_leases.
+// retentionHolder names this engine in lanes.leader_leases. The random broker
+// id tells apart brokers that share a hostname and a pid (two containers, each
+// its process 1); the host and pid say which process holds the lease.
 func (e *Engine) retentionHolder() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d:%p", host, os.Getpid(), e)
+	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), e.brokerID)
 }
 
 // StartRetention runs a retention pass every interval until Close. Every broker

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"reflect"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -287,6 +288,16 @@ func TestOnlyOneEngineSweepsAtATime(t *testing.T) {
 	holder.releaseRetentionLease(context.Background())
 	if st, err := other.RetentionPass(context.Background()); err != nil || !st.Leader {
 		t.Fatalf("after release the other engine should sweep: %+v %v", st, err)
+	}
+}
+
+// Two brokers in two containers can share a hostname and a pid (each its
+// process 1), so only the random broker id keeps their sweeper leases apart.
+func TestRetentionHolderIsUniquePerBrokerNotPerProcess(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	if !strings.HasSuffix(a.retentionHolder(), ":"+a.brokerID) || a.retentionHolder() == b.retentionHolder() {
+		t.Fatalf("holders %q and %q: want each to end in its broker id (%s, %s)",
+			a.retentionHolder(), b.retentionHolder(), a.brokerID, b.brokerID)
 	}
 }
 
