@@ -44,6 +44,7 @@ func setup(t *testing.T) bundle {
 	t.Helper()
 	c, err := lanes.New(lanes.WithURL(testBrokerURL(t)))
 	require.NoError(t, err)
+	closeWhenDone(t, c)
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	name := strings.ToLower(nonWord.ReplaceAllString(t.Name(), "-"))

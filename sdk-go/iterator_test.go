@@ -55,6 +55,7 @@ func iterFake(t *testing.T, opts ...Option) (*Client, *fakeBroker, func() [][]ac
 	t.Cleanup(srv.Close)
 	c, err := New(append([]Option{WithURL(srv.URL)}, opts...)...)
 	require.NoError(t, err)
+	closeWhenDone(t, c)
 	acks := func() [][]ackWireItem {
 		fb.mu.Lock()
 		defer fb.mu.Unlock()

@@ -67,6 +67,7 @@ func newFake(t *testing.T, h func(n int, w http.ResponseWriter, r *http.Request)
 	all := append([]Option{WithURL(srv.URL), withClock(time.Now, func() float64 { return 0 }, sr.sleep)}, opts...)
 	c, err := New(all...)
 	require.NoError(t, err)
+	closeWhenDone(t, c)
 	return c, fb, sr
 }
 
