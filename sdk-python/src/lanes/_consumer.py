@@ -530,7 +530,7 @@ class AsyncConsumer:
         try:
             await self._engine.run()
         finally:
-            handler_pool.shutdown(wait=False)  # every handler has returned
+            await _shut_down(handler_pool)
 
     @property
     def done(self) -> bool:
@@ -833,6 +833,16 @@ def make_invoke_async(
 
         return invoke_coroutine
     return SyncInvoke(handler, pool)
+
+
+async def _shut_down(pool: concurrent.futures.ThreadPoolExecutor) -> None:
+    """Shut ``pool`` down and wait, without blocking the event loop, until its threads have
+    ended: every handler has returned, so they are only leaving, but they are not daemons, and
+    a stopped consumer must leave no thread that holds the interpreter's exit."""
+    pool.shutdown(wait=False)
+    # Polled: nothing signals a thread's end but join(), which would block the loop.
+    while any(t.is_alive() for t in pool._threads):  # noqa: ASYNC110
+        await asyncio.sleep(0.001)
 
 
 async def _outlive_cancellation(fut: asyncio.Future[T]) -> T:

@@ -305,8 +305,12 @@ class AsyncMessageIterator:
         if self._c.closed:
             return
         entries = self._c.close_entries()
-        for t in list(self._renewals):
+        # The renewals end before the acks go, so none is left running or races them.
+        renewals = list(self._renewals)
+        for t in renewals:
             t.cancel()
+        if renewals:
+            await asyncio.wait(renewals)
         if entries:
             await self._ack(entries)
 
