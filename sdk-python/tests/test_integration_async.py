@@ -787,3 +787,16 @@ def test_plain_handlers_stop_being_called_when_asyncio_run_ends(
         """
     ran = run_script(script)
     assert ran.stdout.split() == ["1"] and ran.stderr == "", ran.stderr
+
+
+async def test_a_call_in_flight_when_the_client_closes_raises_client_closed(
+    broker_url: str, qname: str
+) -> None:
+    # aclose() closes the HTTP pool under a call another task has in flight: its retry used to
+    # raise httpx's bare RuntimeError, which no `except lanes.LanesError` catches.
+    c = lanes.AsyncLanes(broker_url)
+    pop = asyncio.ensure_future(c.queue(qname).timeout_millis(2000).pop())
+    await asyncio.sleep(0.3)
+    await c.aclose()
+    with pytest.raises(lanes.ClientClosedError):
+        await asyncio.wait_for(pop, 10)

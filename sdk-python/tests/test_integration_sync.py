@@ -705,6 +705,28 @@ def test_a_message_pushed_right_after_close_is_not_held_by_the_stopped_consumers
         closed.health()
 
 
+def test_a_call_in_flight_when_the_client_closes_raises_client_closed(
+    broker_url: str, qname: str
+) -> None:
+    # close() closes the HTTP pool under a direct call another thread has in flight: its retry
+    # used to raise httpx's bare RuntimeError, which no `except lanes.LanesError` catches.
+    c = lanes.Lanes(broker_url)
+    failed: list[BaseException] = []
+
+    def pop() -> None:
+        try:
+            c.queue(qname).timeout_millis(2000).pop()
+        except Exception as e:
+            failed.append(e)
+
+    popping = threading.Thread(target=pop)
+    popping.start()
+    time.sleep(0.3)
+    c.close()
+    popping.join(10)
+    assert len(failed) == 1 and isinstance(failed[0], lanes.ClientClosedError), failed
+
+
 def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
     client: lanes.Lanes, qname: str
 ) -> None:

@@ -18,6 +18,7 @@ import httpx
 from lanes._deadline import current_deadline
 from lanes._exceptions import (
     APIConnectionError,
+    ClientClosedError,
     ConsumerStoppedError,
     OutcomeUnknownError,
     api_error_from,
@@ -115,6 +116,18 @@ class _Base:
             h["Content-Type"] = "application/json"
         return h
 
+    @staticmethod
+    def _closed(st: CallState) -> ClientClosedError:
+        """The error of a call whose next attempt finds the HTTP pool closed, as a call made
+        after close() gets; when close() ran while it was in flight, an attempt already sent
+        may have been applied."""
+        if st.attempts == 1:  # none sent yet
+            return ClientClosedError("lanes: client is closed")
+        return ClientClosedError(
+            "lanes: client closed while the call was in flight; an attempt sent before may have"
+            " been applied"
+        )
+
     def _failed(self, method: str, path: str, st: CallState, exc: httpx.TransportError) -> Decision:
         """The retry decision after a transport error; raises when it says stop."""
         # A failed connect proves the request never left.
@@ -201,6 +214,8 @@ class SyncTransport(_Base):
         while True:
             if cancel is not None and cancel.is_set():
                 raise ConsumerStoppedError("lanes: stopped")
+            if self.http.is_closed:
+                raise self._closed(st)
             try:
                 resp = self.http.request(
                     method,
@@ -256,6 +271,8 @@ class AsyncTransport(_Base):
         data = _encode(body)
         st = self._state(long_poll, deadline, not_idempotent)
         while True:
+            if self.http.is_closed:
+                raise self._closed(st)
             try:
                 resp = await self.http.request(
                     method,
