@@ -41,6 +41,8 @@ export class PushBuffer<T = unknown> {
   private closing = false;
   /** stopped ends the flusher after close() gave up; flush() starts it again. */
   private stopped = false;
+  /** cut aborts the flush in flight when close() gives up, so no request, retry or pause of it outlives close(): it held Node for up to three attempt timeouts, and could still send items close() had reported unsent. */
+  private cut: AbortController | undefined;
   private force = false;
   /** flushes counts completed flush requests. */
   flushes = 0;
@@ -106,6 +108,7 @@ export class PushBuffer<T = unknown> {
       flushed.abort();
     }
     this.stopped = this.items.length > 0;
+    if (this.stopped) this.cut?.abort(new UnsentError(this.items.length));
     return this.items.length;
   }
 
@@ -132,16 +135,18 @@ export class PushBuffer<T = unknown> {
   }
 
   private async run(): Promise<void> {
+    const cut = new AbortController();
+    this.cut = cut;
     let dropped: Refused = { items: [] };
     while (!this.stopped && (this.items.length >= this.messageCount || (this.force && this.items.length > 0))) {
       const chunk = this.items.slice(0, this.messageCount);
-      const sent = await this.send(chunk, dropped);
+      const sent = await this.send(chunk, dropped, cut.signal);
       this.items.splice(0, chunk.length, ...sent.keep);
       this.wake();
       if (sent.failed) {
         this.reportDropped(dropped);
         dropped = { items: [] };
-        await sleep(this.retryDelayMillis);
+        await sleep(this.retryDelayMillis, cut.signal).catch(() => undefined);
         continue;
       }
       this.flushes += 1;
@@ -155,11 +160,13 @@ export class PushBuffer<T = unknown> {
   }
 
   /** send pushes batch and returns the items to keep at the front for a retry. The buffer built the batch, so one the broker refuses as a whole (413, or a 400 for several items) is halved until each refused item is alone; only those are dropped (added to `dropped`). */
-  private async send(batch: WireItem[], dropped: Refused): Promise<{ keep: WireItem[]; failed: boolean }> {
+  private async send(batch: WireItem[], dropped: Refused, signal: AbortSignal): Promise<{ keep: WireItem[]; failed: boolean }> {
     try {
-      await this.core.pushWire(batch);
+      await this.core.pushWire(batch, signal);
       return { keep: [], failed: false };
     } catch (err) {
+      // Cut by close(): kept for a later flush (the same transaction ids deduplicate it).
+      if (signal.aborted) return { keep: batch, failed: true };
       if (err instanceof PushError) {
         // Keep only the failed items, at the front, and retry them.
         const failed = new Set(err.failed.map((r) => r.index));
@@ -169,9 +176,9 @@ export class PushBuffer<T = unknown> {
       const status = err instanceof APIError ? err.status : 0;
       if (batch.length > 1 && (status === 400 || status === 413)) {
         const half = Math.floor(batch.length / 2);
-        const first = await this.send(batch.slice(0, half), dropped);
+        const first = await this.send(batch.slice(0, half), dropped, signal);
         if (first.failed) return { keep: [...first.keep, ...batch.slice(half)], failed: true };
-        return this.send(batch.slice(half), dropped);
+        return this.send(batch.slice(half), dropped, signal);
       }
       if (isTerminal(err) || status === 400) {
         dropped.err ??= err;

@@ -73,27 +73,52 @@ beforeAll(() => {
   execFileSync(join(root, "node_modules/.bin/tsc"), ["-p", "tsconfig.build.json", "--outDir", build, "--declaration", "false", "--sourceMap", "false"], { cwd: root, stdio: "pipe" });
 }, 60_000);
 
-describe("a script that ends a consumer and does not call process.exit", () => {
-  it.each(Object.keys(ENDS))("exits at once after %s", (end) => {
-    const script = join(scratch, `${Object.keys(ENDS).indexOf(end)}.mjs`);
-    writeFileSync(
-      script,
-      `import { Lanes } from ${JSON.stringify(pathToFileURL(join(build, "index.js")).href)};
+/** runScript runs `body` (an ES module importing the SDK build as `Lanes`) in its own Node process with the broker URL as its argument, and requires that it prints "ended" and exits by itself within 5 s, with no unhandled rejection. */
+function runScript(name: string, body: string): void {
+  const script = join(scratch, `${name}.mjs`);
+  writeFileSync(
+    script,
+    `import { Lanes } from ${JSON.stringify(pathToFileURL(join(build, "index.js")).href)};
 process.on("unhandledRejection", (err) => { console.error("unhandled rejection:", err); process.exitCode = 3; });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
-const lanes = new Lanes({ url: process.argv[2], env: {}, logger: { debug() {}, info() {}, warn() {}, error() {} } });
-const q = "test-js-exit-" + Math.random().toString(36).slice(2, 10);
-${ENDS[end]}
-await lanes.close();
+${body}
 console.log("ended");
 `,
+  );
+  const started = Date.now();
+  const run = spawnSync(process.execPath, [script, brokerUrl()], { encoding: "utf8", timeout: 10_000, killSignal: "SIGKILL" });
+  const took = Date.now() - started;
+  expect(run.signal, `still running after 10 s (something holds Node): ${run.stdout}${run.stderr}`).toBeNull();
+  expect(run.status, run.stderr).toBe(0);
+  expect(run.stdout.trim()).toBe("ended");
+  expect(took).toBeLessThan(5_000);
+}
+
+describe("a script that ends a consumer and does not call process.exit", () => {
+  it.each(Object.keys(ENDS))("exits at once after %s", (end) => {
+    runScript(
+      String(Object.keys(ENDS).indexOf(end)),
+      `const lanes = new Lanes({ url: process.argv[2], env: {}, logger: null });
+const q = "test-js-exit-" + Math.random().toString(36).slice(2, 10);
+${ENDS[end]}
+await lanes.close();`,
     );
-    const started = Date.now();
-    const run = spawnSync(process.execPath, [script, brokerUrl()], { encoding: "utf8", timeout: 10_000, killSignal: "SIGKILL" });
-    const took = Date.now() - started;
-    expect(run.signal, `still running after 10 s (something holds Node): ${run.stdout}${run.stderr}`).toBeNull();
-    expect(run.status, run.stderr).toBe(0);
-    expect(run.stdout.trim()).toBe("ended");
-    expect(took).toBeLessThan(5_000);
+  });
+
+  it("exits at once after a close that gave up on a broker that does not answer", () => {
+    // The flush in flight used to go on after close() rejected, holding Node for up to three
+    // 30 s attempts (and able to send the items close() had reported unsent).
+    runScript(
+      "stalled",
+      `import net from "node:net";
+const stalled = net.createServer((socket) => socket.unref());
+await new Promise((r) => stalled.listen(0, "127.0.0.1", r));
+stalled.unref();
+const lanes = new Lanes({ url: "http://127.0.0.1:" + stalled.address().port, env: {}, logger: null });
+const buffer = lanes.queue("stalled").buffer({ timeMillis: 3600000 });
+await buffer.push([{ data: 1 }]);
+const unsent = await lanes.close({ timeoutMillis: 300 }).then(() => 0, (err) => err.unsent);
+if (unsent !== 1 || buffer.size !== 1) throw new Error("close must report the item unsent and keep it: " + unsent + " " + buffer.size);`,
+    );
   });
 });
