@@ -3,6 +3,7 @@ package lanes_test
 import (
 	"context"
 	"errors"
+	"net"
 	"testing"
 	"time"
 
@@ -117,4 +118,40 @@ func TestITNoGoroutineLeftAfterClosingABufferedClient(t *testing.T) {
 	noLeakAfter(t, b)
 	buf := b.c.Queue(b.queue).Partition("p").Buffer(lanes.BufferOptions{FlushInterval: time.Hour})
 	require.NoError(t, buf.Push(b.ctx, lanes.Data(1), lanes.Data(2)))
+}
+
+// TestNoGoroutineLeftAfterACloseThatGaveUp: Close on a broker that accepts connections and never
+// answers gives up at its ctx, and cuts the flush it had in flight instead of leaving it running.
+func TestNoGoroutineLeftAfterACloseThatGaveUp(t *testing.T) {
+	ignore := goleak.IgnoreCurrent()
+	stalled, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	var accepted []net.Conn
+	acceptDone := make(chan struct{})
+	go func() {
+		defer close(acceptDone)
+		for {
+			conn, err := stalled.Accept()
+			if err != nil {
+				return
+			}
+			accepted = append(accepted, conn)
+		}
+	}()
+	c, err := lanes.New(lanes.WithURL("http://" + stalled.Addr().String()))
+	require.NoError(t, err)
+	buf := c.Queue("stalled").Buffer(lanes.BufferOptions{FlushInterval: 10 * time.Millisecond})
+	require.NoError(t, buf.Push(context.Background(), lanes.Data(1)))
+	time.Sleep(100 * time.Millisecond) // the flush is in flight
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	var unsent *lanes.UnsentError
+	require.ErrorAs(t, c.Close(ctx), &unsent)
+	require.Equal(t, 1, unsent.Unsent)
+	require.NoError(t, stalled.Close())
+	<-acceptDone
+	for _, conn := range accepted {
+		require.NoError(t, conn.Close())
+	}
+	goleak.VerifyNone(t, ignore)
 }
