@@ -5,9 +5,10 @@ harness that checks for leaks finds none (a real broker at LANES_TEST_URL)."""
 from __future__ import annotations
 
 import asyncio
+import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
 
@@ -104,6 +105,25 @@ async def test_async_iterator_and_buffer_leave_nothing_running(broker_url: str, 
         assert other_tasks() == []
         await c.queue(qname).buffer().push([3])
     assert sdk_threads_holding_exit() == []
+    assert other_tasks() == []
+
+
+@pytest.fixture
+def stalled_url() -> Iterator[str]:
+    """A broker address that accepts connections and never answers."""
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(16)
+        yield f"http://127.0.0.1:{listener.getsockname()[1]}"
+
+
+async def test_async_close_that_gives_up_leaves_no_task(stalled_url: str) -> None:
+    # The flusher's send to a broker that does not answer went on after aclose() gave up.
+    c = lanes.AsyncLanes(stalled_url, timeout=10)
+    await c.queue("stalled").buffer().push([1])
+    await asyncio.sleep(0.1)  # the flush is in flight
+    with pytest.raises(lanes.UnsentError):
+        await c.aclose(timeout=0.3)
     assert other_tasks() == []
 
 

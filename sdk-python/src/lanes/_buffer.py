@@ -410,9 +410,13 @@ class AsyncPushBuffer:
             self._cv.notify_all()
 
     async def stop(self) -> None:
+        """End the flusher task, a send it has in flight included (close gave up on it: its
+        items count as unsent), so no task of the buffer outlives the client's close."""
         async with self._cv:
             self._stopped = True
             self._cv.notify_all()
+        self._task.cancel()
+        await asyncio.wait({self._task})
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
         await self.refuse()
