@@ -800,3 +800,27 @@ async def test_a_call_in_flight_when_the_client_closes_raises_client_closed(
     await c.aclose()
     with pytest.raises(lanes.ClientClosedError):
         await asyncio.wait_for(pop, 10)
+
+
+async def test_aclose_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
+    broker_url: str, qname: str
+) -> None:
+    # A handler slower than aclose()'s timeout used to end aclose() before the flush: what was
+    # buffered was lost without an UnsentError.
+    c = lanes.AsyncLanes(broker_url)
+    await c.queue(qname).push(["work"])
+    handling = asyncio.Event()
+
+    async def slow(_: lanes.Message) -> None:
+        handling.set()
+        await asyncio.sleep(1.5)
+
+    consumer = c.queue(qname).consume(slow)
+    await asyncio.wait_for(handling.wait(), 10)
+    await c.queue(qname + "-buffered").buffer().push(["buffered"])
+    with pytest.raises(TimeoutError):
+        await c.aclose(timeout=0.3)
+    await asyncio.wait_for(consumer.closed(), 10)
+    async with lanes.AsyncLanes(broker_url) as c2:
+        got = await c2.queue(qname + "-buffered").wait(False).pop()
+        assert [m.data for m in got] == ["buffered"]

@@ -727,6 +727,30 @@ def test_a_call_in_flight_when_the_client_closes_raises_client_closed(
     assert len(failed) == 1 and isinstance(failed[0], lanes.ClientClosedError), failed
 
 
+def test_close_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
+    broker_url: str, qname: str
+) -> None:
+    # A handler slower than close()'s timeout used to end close() before the flush: what was
+    # buffered was lost without an UnsentError, and the flusher retried on a closed pool forever.
+    c = lanes.Lanes(broker_url)
+    c.queue(qname).push(["work"])
+    handling = threading.Event()
+
+    def slow(_: lanes.Message) -> None:
+        handling.set()
+        time.sleep(1.5)
+
+    consumer = c.queue(qname).consume(slow)
+    assert handling.wait(10)
+    c.queue(qname + "-buffered").buffer().push(["buffered"])
+    with pytest.raises(TimeoutError):
+        c.close(timeout=0.3)
+    consumer.closed(10)
+    with lanes.Lanes(broker_url) as c2:
+        got = c2.queue(qname + "-buffered").wait(False).pop()
+        assert [m.data for m in got] == ["buffered"]
+
+
 def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
     client: lanes.Lanes, qname: str
 ) -> None:

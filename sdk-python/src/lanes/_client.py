@@ -274,15 +274,22 @@ class Lanes:
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
         Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
         A stopped consumer's long poll cannot be interrupted: the HTTP pool stays open until it
-        answers (within its ``timeout_millis``) and releases what it leased, then closes."""
+        answers (within its ``timeout_millis``) and releases what it leased, then closes.
+        A consumer still stopping at ``timeout`` (a handler slower than it) raises
+        ``TimeoutError``, after the buffers were flushed all the same; that handler's ack then
+        fails, and its message redelivers when its lease expires."""
         if self._closed:
             return
         with self._lock:
             self._closed = True
         atexit.unregister(self._flush_at_exit)
+        still_stopping: TimeoutError | None = None
         try:
             for c in list(self._consumers):
-                c.stop(timeout)
+                try:
+                    c.stop(timeout)
+                except TimeoutError as e:
+                    still_stopping = still_stopping or e  # the buffers flush all the same
             buffers = list(self._buffers.values())
             for b in buffers:
                 b.refuse()
@@ -294,6 +301,8 @@ class Lanes:
         finally:
             self._gone = True
             self._pops.when_idle(self._t.close)
+        if still_stopping is not None:
+            raise still_stopping
 
     def __enter__(self) -> Lanes:
         return self
@@ -450,9 +459,13 @@ class AsyncLanes:
             return
         self._closed = True
         atexit.unregister(self._report_unsent_at_exit)
+        still_stopping: TimeoutError | None = None
         try:
             for c in list(self._consumers):
-                await c.stop(timeout)
+                try:
+                    await c.stop(timeout)
+                except TimeoutError as e:
+                    still_stopping = still_stopping or e  # the buffers flush all the same
             buffers = list(self._buffers.values())
             for b in buffers:
                 await b.refuse()
@@ -464,6 +477,8 @@ class AsyncLanes:
         finally:
             await self._t.aclose()
             self._gone = True
+        if still_stopping is not None:
+            raise still_stopping
 
     async def __aenter__(self) -> AsyncLanes:
         return self
