@@ -731,7 +731,8 @@ def test_close_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
     broker_url: str, qname: str
 ) -> None:
     # A handler slower than close()'s timeout used to end close() before the flush: what was
-    # buffered was lost without an UnsentError, and the flusher retried on a closed pool forever.
+    # buffered was lost without an UnsentError, and the flusher retried on a closed pool forever;
+    # and the pool closed under the handler, whose ack failed (its message redelivered).
     c = lanes.Lanes(broker_url)
     c.queue(qname).push(["work"])
     handling = threading.Event()
@@ -740,7 +741,7 @@ def test_close_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
         handling.set()
         time.sleep(1.5)
 
-    consumer = c.queue(qname).consume(slow)
+    consumer = c.queue(qname).lease_seconds(2).consume(slow)
     assert handling.wait(10)
     c.queue(qname + "-buffered").buffer().push(["buffered"])
     with pytest.raises(TimeoutError):
@@ -749,6 +750,8 @@ def test_close_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
     with lanes.Lanes(broker_url) as c2:
         got = c2.queue(qname + "-buffered").wait(False).pop()
         assert [m.data for m in got] == ["buffered"]
+        time.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
+        assert c2.queue(qname).wait(False).pop() == [], "the handler's ack was lost"
 
 
 def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(

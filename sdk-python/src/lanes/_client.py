@@ -159,8 +159,8 @@ class Lanes:
         return self._cfg.pop_autopilot
 
     def _call(self, req: Req[T], *, after_close: bool = False) -> T:
-        """``after_close``: a stopped consumer's release, sent while close() keeps the HTTP
-        pool open for it."""
+        """``after_close``: a consumer's ack, renewal or release, sent while close() keeps the
+        HTTP pool open for it."""
         if self._gone and not after_close:
             raise ClientClosedError("lanes: client is closed")
         r = self._t.request(
@@ -222,8 +222,8 @@ class Lanes:
             m._acked = True
         return res
 
-    def _renew_one(self, lease_id: str, seconds: int) -> RenewResult:
-        return self._call(R.renew(lease_id, seconds))
+    def _renew_one(self, lease_id: str, seconds: int, *, after_close: bool = False) -> RenewResult:
+        return self._call(R.renew(lease_id, seconds), after_close=after_close)
 
     def renew(
         self, messages_or_lease_ids: Message | str | Sequence[Message | str], *, seconds: int = 60
@@ -276,8 +276,8 @@ class Lanes:
         A stopped consumer's long poll cannot be interrupted: the HTTP pool stays open until it
         answers (within its ``timeout_millis``) and releases what it leased, then closes.
         A consumer still stopping at ``timeout`` (a handler slower than it) raises
-        ``TimeoutError``, after the buffers were flushed all the same; that handler's ack then
-        fails, and its message redelivers when its lease expires."""
+        ``TimeoutError``, after the buffers were flushed all the same; the HTTP pool stays open
+        until that consumer ends, so its lease renewals and acks still go out."""
         if self._closed:
             return
         with self._lock:
@@ -290,6 +290,8 @@ class Lanes:
                     c.stop(timeout)
                 except TimeoutError as e:
                     still_stopping = still_stopping or e  # the buffers flush all the same
+                    self._pops.begin()  # and the pool stays open for its acks
+                    c.when_ended(self._pops.end)
             buffers = list(self._buffers.values())
             for b in buffers:
                 b.refuse()

@@ -689,7 +689,8 @@ class PopsInFlight:
     """The sync client's consumer pops still running in helper threads. A stopped consumer
     abandons its blocking long poll, which may still lease a message pushed meanwhile and must
     then release it; so ``Lanes.close()`` leaves the HTTP pool open until the last of them has
-    answered and released what it got (docs/consuming.md §5)."""
+    answered and released what it got (docs/consuming.md §5). A consumer still stopping when
+    close() gave up on it counts here too, until it ends, so its acks still go out."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
@@ -745,6 +746,8 @@ class Consumer:
         # Thread.join marks the thread ended while it still runs (bpo-45274), and every later
         # join returns at once; Event.wait can be interrupted safely.
         self._ended = threading.Event()
+        self._end_lock = threading.Lock()
+        self._on_end: list[Callable[[], None]] = []
         self._thread = threading.Thread(target=self._main, name="lanes-consumer")
         self._thread.start()
         self._started.wait()
@@ -763,7 +766,20 @@ class Consumer:
             try:
                 self._pool.shutdown(wait=True)
             finally:
-                self._ended.set()
+                with self._end_lock:
+                    self._ended.set()
+                    on_end, self._on_end = self._on_end, []
+                for fn in on_end:
+                    fn()
+
+    def when_ended(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` once the consumer has ended: now if it has, else on its thread at the end
+        (the client's close() keeps the HTTP pool open for a consumer still stopping)."""
+        with self._end_lock:
+            if not self._ended.is_set():
+                self._on_end.append(fn)
+                return
+        fn()
 
     @property
     def done(self) -> bool:

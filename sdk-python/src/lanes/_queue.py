@@ -232,8 +232,9 @@ class Queue(_QueueBase["Lanes"]):
             self._spec,
             Ops(
                 pop=lambda spec: self._pop_in_thread(spec, io, report),
-                ack=lambda entries: io.call(c._ack_entries, entries),
-                renew=lambda lid, s: io.call(c._renew_one, lid, s),
+                # after_close: close() keeps the pool open for a consumer still stopping.
+                ack=lambda entries: io.call(lambda: c._ack_entries(entries, after_close=True)),
+                renew=lambda lid, s: io.call(lambda: c._renew_one(lid, s, after_close=True)),
                 invoke=make_invoke_sync(handler, pool),
             ),
             report,
