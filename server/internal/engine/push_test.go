@@ -566,3 +566,74 @@ func TestDedupWindowCountsFromTheStoredCopy(t *testing.T) {
 		}
 	}
 }
+
+// A queue deleted while it does not exist yet, with a push creating it
+// meanwhile, keeps that push: the delete removes only the queue it found. It
+// used to delete the queue the push created by name at its end, and so its
+// partition by cascade, leaving the push's segment and transaction-index rows
+// behind with no partition (and the acknowledged message gone).
+func TestDeleteQueueKeepsAQueueAPushCreatedWhileItRan(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	ctx := context.Background()
+	// A timer row of the queue, held locked, stops the delete between its
+	// partitions (none yet) and its queue row.
+	if _, err := e.pool.Exec(ctx, `INSERT INTO lanes.timers (queue, timer_key, deliver_at, transaction_id, message_id, payload)
+		VALUES ($1, 'k', now() + interval '1 hour', 't', gen_random_uuid(), '1')`, q); err != nil {
+		t.Fatal(err)
+	}
+	blocker, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = blocker.Rollback(ctx) }()
+	if _, err := blocker.Exec(ctx, `SELECT 1 FROM lanes.timers WHERE queue = $1 FOR UPDATE`, q); err != nil {
+		t.Fatal(err)
+	}
+	type outcome struct {
+		deleted bool
+		err     error
+	}
+	done := make(chan outcome, 1)
+	go func() {
+		deleted, err := e.DeleteQueue(ctx, q)
+		done <- outcome{deleted, err}
+	}()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		var waiting bool
+		if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+			WHERE datname = current_database() AND wait_event_type = 'Lock' AND query LIKE 'DELETE FROM lanes.timers%')`).Scan(&waiting); err != nil {
+			t.Fatal(err)
+		}
+		if waiting {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the delete never reached the timers")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if res := mustPush(t, e, items(q, "p", "kept")...); res[0].Status != PushQueued {
+		t.Fatalf("push: %+v", res[0])
+	}
+	if err := blocker.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+	out := <-done
+	if out.err != nil || out.deleted {
+		t.Fatalf("delete of a queue that did not exist: deleted %v, err %v", out.deleted, out.err)
+	}
+	var orphans int
+	if err := e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.segments s
+		WHERE NOT EXISTS (SELECT 1 FROM lanes.partitions p WHERE p.id = s.partition_id)`).Scan(&orphans); err != nil {
+		t.Fatal(err)
+	}
+	if orphans != 0 {
+		t.Fatalf("%d segments outlived their partition", orphans)
+	}
+	got := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+	if ids := txnIDs(got.Messages); len(ids) != 1 || ids[0] != "kept" {
+		t.Fatalf("the queue the push created holds %v", ids)
+	}
+}

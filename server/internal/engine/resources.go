@@ -212,21 +212,29 @@ func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
 		// The queue row locked stops new partitions (their key check shares
 		// it); deleting the partitions waits for the pushes holding them, so
 		// the per-partition rows read next include every committed write.
-		if _, err := tx.Exec(ctx, `SELECT 1 FROM lanes.queues WHERE name = $1 FOR UPDATE`, queue); err != nil {
+		// Everything after goes by the locked row's id: a queue a push
+		// creates under the same name meanwhile (none existed, or this one
+		// went first) is another queue, and its partitions must not go by
+		// cascade without their rows.
+		var queueID uuid.UUID
+		err := tx.QueryRow(ctx, `SELECT id FROM lanes.queues WHERE name = $1 FOR UPDATE`, queue).Scan(&queueID)
+		found := err == nil
+		if err != nil && !errors.Is(err, pgx.ErrNoRows) {
 			return err
 		}
-		rows, err := tx.Query(ctx, `DELETE FROM lanes.partitions p USING lanes.queues q
-			WHERE q.name = $1 AND p.queue_id = q.id RETURNING p.id`, queue)
-		if err != nil {
-			return err
-		}
-		gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
-		if err != nil {
-			return err
-		}
-		for _, table := range []string{"lanes.segments", "lanes.txns", "lanes.txns_expiry"} {
-			if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE partition_id = ANY($1::uuid[])`, uuidArray(gone)); err != nil {
+		if found {
+			rows, err := tx.Query(ctx, `DELETE FROM lanes.partitions WHERE queue_id = $1 RETURNING id`, queueID)
+			if err != nil {
 				return err
+			}
+			gone, err := pgx.CollectRows(rows, pgx.RowTo[uuid.UUID])
+			if err != nil {
+				return err
+			}
+			for _, table := range []string{"lanes.segments", "lanes.txns", "lanes.txns_expiry"} {
+				if _, err := tx.Exec(ctx, `DELETE FROM `+table+` WHERE partition_id = ANY($1::uuid[])`, uuidArray(gone)); err != nil {
+					return err
+				}
 			}
 		}
 		// Timers are addressed by queue name, so they go with the queue. KV
@@ -235,7 +243,11 @@ func (e *Engine) DeleteQueue(ctx context.Context, queue string) (bool, error) {
 		if _, err := tx.Exec(ctx, `DELETE FROM lanes.timers WHERE queue = $1`, queue); err != nil {
 			return err
 		}
-		tag, err := tx.Exec(ctx, `DELETE FROM lanes.queues WHERE name = $1`, queue)
+		if !found {
+			deleted = false
+			return nil
+		}
+		tag, err := tx.Exec(ctx, `DELETE FROM lanes.queues WHERE id = $1`, queueID)
 		deleted = tag.RowsAffected() > 0
 		return err
 	})
