@@ -806,7 +806,8 @@ async def test_aclose_flushes_the_buffers_even_when_a_consumer_outlives_its_time
     broker_url: str, qname: str
 ) -> None:
     # A handler slower than aclose()'s timeout used to end aclose() before the flush: what was
-    # buffered was lost without an UnsentError.
+    # buffered was lost without an UnsentError; and the pool closed under the handler, whose ack
+    # failed (its message redelivered).
     c = lanes.AsyncLanes(broker_url)
     await c.queue(qname).push(["work"])
     handling = asyncio.Event()
@@ -815,7 +816,7 @@ async def test_aclose_flushes_the_buffers_even_when_a_consumer_outlives_its_time
         handling.set()
         await asyncio.sleep(1.5)
 
-    consumer = c.queue(qname).consume(slow)
+    consumer = c.queue(qname).lease_seconds(2).consume(slow)
     await asyncio.wait_for(handling.wait(), 10)
     await c.queue(qname + "-buffered").buffer().push(["buffered"])
     with pytest.raises(TimeoutError):
@@ -824,3 +825,5 @@ async def test_aclose_flushes_the_buffers_even_when_a_consumer_outlives_its_time
     async with lanes.AsyncLanes(broker_url) as c2:
         got = await c2.queue(qname + "-buffered").wait(False).pop()
         assert [m.data for m in got] == ["buffered"]
+        await asyncio.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
+        assert await c2.queue(qname).wait(False).pop() == [], "the handler's ack was lost"

@@ -4,6 +4,7 @@ hand out live beside them: ``_queue``, ``_admin``, ``_kv`` and ``_timers``."""
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import dataclasses
 import logging
@@ -345,6 +346,8 @@ class AsyncLanes:
         )  # fmt: skip
         self._t = AsyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[AsyncConsumer] = set()
+        # Closes the HTTP pool once the consumers aclose() gave up on have ended.
+        self._pool_closing: asyncio.Future[None] | None = None
         self._buffers: dict[tuple[str, str | None], AsyncPushBuffer] = {}
         self._closed = False  # close() began: no new buffers or buffer pushes
         self._gone = False  # close() ended: the HTTP pool is closed
@@ -354,8 +357,10 @@ class AsyncLanes:
     def pop_autopilot(self) -> bool:
         return self._cfg.pop_autopilot
 
-    async def _call(self, req: Req[T]) -> T:
-        if self._gone:
+    async def _call(self, req: Req[T], *, after_close: bool = False) -> T:
+        """``after_close``: a consumer's ack or renewal, sent while aclose() keeps the HTTP
+        pool open for it."""
+        if self._gone and not after_close:
             raise ClientClosedError("lanes: client is closed")
         r = await self._t.request(
             req.method,
@@ -387,9 +392,11 @@ class AsyncLanes:
     def timers(self, queue: str) -> AsyncTimers:
         return AsyncTimers(self, queue)
 
-    async def _ack_entries(self, entries: list[tuple[str, P.AckEntry]]) -> list[AckResult]:
+    async def _ack_entries(
+        self, entries: list[tuple[str, P.AckEntry]], *, after_close: bool = False
+    ) -> list[AckResult]:
         parts = [
-            (idx, await self._call(R.ack(path, body)))
+            (idx, await self._call(R.ack(path, body), after_close=after_close))
             for path, body, idx in P.ack_requests(entries)
         ]
         return P.merge_ack_results(len(entries), parts)
@@ -411,8 +418,10 @@ class AsyncLanes:
             m._acked = True
         return res
 
-    async def _renew_one(self, lease_id: str, seconds: int) -> RenewResult:
-        return await self._call(R.renew(lease_id, seconds))
+    async def _renew_one(
+        self, lease_id: str, seconds: int, *, after_close: bool = False
+    ) -> RenewResult:
+        return await self._call(R.renew(lease_id, seconds), after_close=after_close)
 
     async def renew(
         self, messages_or_lease_ids: Message | str | Sequence[Message | str], *, seconds: int = 60
@@ -462,12 +471,14 @@ class AsyncLanes:
         self._closed = True
         atexit.unregister(self._report_unsent_at_exit)
         still_stopping: TimeoutError | None = None
+        running: list[AsyncConsumer] = []
         try:
             for c in list(self._consumers):
                 try:
                     await c.stop(timeout)
                 except TimeoutError as e:
                     still_stopping = still_stopping or e  # the buffers flush all the same
+                    running.append(c)
             buffers = list(self._buffers.values())
             for b in buffers:
                 await b.refuse()
@@ -477,10 +488,18 @@ class AsyncLanes:
                 for b in buffers:
                     await b.stop()
         finally:
-            await self._t.aclose()
+            if running:
+                # The pool stays open until the consumers still stopping end: their acks.
+                self._pool_closing = asyncio.ensure_future(self._close_pool_after(running))
+            else:
+                await self._t.aclose()
             self._gone = True
         if still_stopping is not None:
             raise still_stopping
+
+    async def _close_pool_after(self, consumers: list[AsyncConsumer]) -> None:
+        await asyncio.gather(*(c.closed() for c in consumers), return_exceptions=True)
+        await self._t.aclose()
 
     async def __aenter__(self) -> AsyncLanes:
         return self

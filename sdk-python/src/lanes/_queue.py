@@ -386,8 +386,9 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
             self._spec,
             Ops(
                 pop=self._pop_with,
-                ack=c._ack_entries,
-                renew=c._renew_one,
+                # after_close: aclose() keeps the pool open for a consumer still stopping.
+                ack=lambda entries: c._ack_entries(entries, after_close=True),
+                renew=lambda lid, s: c._renew_one(lid, s, after_close=True),
                 invoke=make_invoke_async(handler, pool),
             ),
             self._reporter("consume"),
