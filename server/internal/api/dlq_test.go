@@ -324,3 +324,54 @@ func TestMalformedQueryIs400AndChangesNothing(t *testing.T) {
 		t.Fatalf("dead letters after the refused purges: %d %+v", status, list)
 	}
 }
+
+// A dead letter keeps its payload's bytes: listed and replayed, it is the
+// JSON the producer pushed, as a pop answers it. jsonb would sort keys, drop
+// duplicates, rewrite numbers (1e400 as 401 digits, -0 as 0) and unescape
+// strings, and it refuses a lone surrogate or a number beyond numeric's range
+// outright: that ack answered 500 and the poison message could never be filed.
+func TestADeadLetterKeepsItsPayloadBytes(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	payloads := []string{`{"b":1,"a":2,"a":3}`, `1e400`, `-0`, `1E5`, `"\u00e9"`, `"a\/b"`, `"\ud800"`, `1e-20000`, `[1.50,{"z":null}]`}
+	type rawMessages struct {
+		LeaseID  string `json:"leaseId"`
+		Messages []struct {
+			ID            string          `json:"id"`
+			TransactionID string          `json:"transactionId"`
+			PartitionID   string          `json:"partitionId"`
+			Data          json.RawMessage `json:"data"`
+		} `json:"messages"`
+	}
+	for i, payload := range payloads {
+		partition := fmt.Sprintf("p%d", i)
+		if status, _ := b.call(t, "POST", "/api/v1/push", `{"items":[{"queue":"`+q+`","partition":"`+partition+`","payload":`+payload+`}]}`, nil); status != http.StatusCreated {
+			t.Fatalf("push %s: %d", payload, status)
+		}
+		var popped rawMessages
+		b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/"+partition, nil, &popped)
+		if len(popped.Messages) != 1 || string(popped.Messages[0].Data) != payload {
+			t.Fatalf("pop %s: %+v", payload, popped)
+		}
+		m := popped.Messages[0]
+		var acked map[string]any
+		if status, _ := b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID,
+			"leaseId": popped.LeaseID, "status": "dlq"}, &acked); status != http.StatusOK || acked["dlq"] != true {
+			t.Fatalf("ack dlq of %s: %d %+v", payload, status, acked)
+		}
+		var listed rawMessages
+		b.call(t, "GET", "/api/v1/dlq?queue="+url.QueryEscape(q)+"&partition="+partition, nil, &listed)
+		if len(listed.Messages) != 1 || string(listed.Messages[0].Data) != payload {
+			t.Fatalf("dead letter of %s listed as %+v", payload, listed)
+		}
+		var replayed replayBody
+		if status, _ := b.call(t, "POST", "/api/v1/dlq/"+listed.Messages[0].ID+"/replay", nil, &replayed); status != http.StatusOK || !replayed.Success {
+			t.Fatalf("replay %s: %d %+v", payload, status, replayed)
+		}
+		var again rawMessages
+		b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/"+partition, nil, &again)
+		if len(again.Messages) != 1 || string(again.Messages[0].Data) != payload {
+			t.Fatalf("replay of %s popped as %+v", payload, again)
+		}
+	}
+}

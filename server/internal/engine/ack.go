@@ -816,10 +816,13 @@ func fileDeadLetter(ctx context.Context, tx dbtx, f dlqFiling) (bool, error) {
 		return false, nil // its segment went; this one ends before it
 	}
 	fr := frames[i]
-	var jsonbPayload, textPayload any = string(fr.Payload), nil
-	if jsonHasNULEscape(fr.Payload) {
-		jsonbPayload, textPayload = nil, string(fr.Payload)
+	// payload_text keeps the bytes (jsonb would rewrite them); the jsonb copy
+	// is for brokers older than 090, which read only that column.
+	var jsonbPayload any
+	if jsonbSurelyAccepts(fr.Payload) {
+		jsonbPayload = string(fr.Payload)
 	}
+	textPayload := string(fr.Payload)
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.dlq (partition_id, consumer_group, message_offset, message_id,
 				transaction_id, trace_id, payload, payload_text, error, retry_count, created_at, producer_sub)
 			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8::text, $9, $10, $11, nullif($12, ''))`,

@@ -41,7 +41,7 @@ type DLQFilter struct {
 }
 
 const deadLetterColumns = `d.id, d.partition_id, coalesce(q.name, ''), coalesce(p.name, ''), d.consumer_group,
-	d.message_offset, d.message_id, d.transaction_id, coalesce(d.trace_id, ''), coalesce(d.producer_sub, ''), coalesce(d.payload::text, d.payload_text), coalesce(d.error, ''),
+	d.message_offset, d.message_id, d.transaction_id, coalesce(d.trace_id, ''), coalesce(d.producer_sub, ''), coalesce(d.payload_text, d.payload::text), coalesce(d.error, ''),
 	d.retry_count, d.created_at, d.failed_at`
 
 const deadLetterFrom = ` FROM lanes.dlq d

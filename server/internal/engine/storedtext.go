@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"bytes"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -130,4 +131,41 @@ func jsonHasNULEscape(doc []byte) bool {
 		i++ // the escaped character
 	}
 	return false
+}
+
+// maxJSONBNumberChars bounds the number literals jsonbSurelyAccepts lets
+// through; numeric holds far longer ones, but no payload needs more.
+const maxJSONBNumberChars = 1000
+
+// jsonbSurelyAccepts reports whether jsonb surely accepts valid JSON doc: no
+// \u0000, no surrogate escape (jsonb refuses a lone one), and no number with
+// an exponent or over maxJSONBNumberChars characters (numeric refuses 1e-20000).
+// It may refuse JSON that jsonb would take; callers keep the text anyway.
+func jsonbSurelyAccepts(doc []byte) bool {
+	inString := false
+	for i := 0; i < len(doc); i++ {
+		c := doc[i]
+		switch {
+		case inString && c == '\\':
+			if i+5 < len(doc) && doc[i+1] == 'u' {
+				hex := strings.ToLower(string(doc[i+2 : i+6]))
+				if hex == "0000" || (hex[0] == 'd' && hex[1] >= '8') {
+					return false
+				}
+			}
+			i++ // the escaped character
+		case c == '"':
+			inString = !inString
+		case !inString && (c == '-' || (c >= '0' && c <= '9')):
+			start := i
+			for i+1 < len(doc) && strings.IndexByte("+-.0123456789eE", doc[i+1]) >= 0 {
+				i++
+			}
+			number := doc[start : i+1]
+			if len(number) > maxJSONBNumberChars || bytes.ContainsAny(number, "eE") {
+				return false
+			}
+		}
+	}
+	return true
 }
