@@ -148,6 +148,10 @@ func (s *Server) Handler() (http.Handler, error) {
 		},
 		ErrorHandlerWithOpts: validationError(notAllowed),
 		Skipper:              isHotPathBody,
+		// Handlers decode the body's bytes, not the validator's decoded
+		// value: binding that re-encoded every payload and KV value, which
+		// sorted keys, dropped duplicates and turned "\ud800" into U+FFFD.
+		DiscardValidatedValue: true,
 	})
 	badParam := func(w http.ResponseWriter, r *http.Request, err error) {
 		writeError(w, http.StatusBadRequest, CodeValidation, err.Error())

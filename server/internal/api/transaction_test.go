@@ -4,6 +4,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"net/http"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -329,5 +330,37 @@ func TestTransactionTraceIDIsStoredAsGivenUpTo1024Bytes(t *testing.T) {
 	}
 	if got["t1"] != atCap || got["t2"] != "not-a-uuid" {
 		t.Fatalf("popped trace ids %d and %q; want %d bytes and %q", len(got["t1"]), got["t2"], len(atCap), "not-a-uuid")
+	}
+}
+
+// A transaction's push stores its payload as /push does, byte for byte, in
+// both forms: the bundle used to be bound from the validator's decoded value,
+// which sorted keys, dropped duplicate ones, unescaped strings and turned a
+// lone surrogate into U+FFFD without a word.
+func TestTransactionPushKeepsThePayloadBytes(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	payloads := []string{`{"b":1,"a":2,"a":3}`, `"\u00e9"`, `"a\/b"`, `"\ud800"`, `[{"z":1,"y":[true,null]},1.50,-0,1E5]`}
+	for i, payload := range payloads {
+		for _, form := range []string{"flat", "nested"} {
+			partition := form + strconv.Itoa(i)
+			push := `{"type":"push","queue":"` + q + `","partition":"` + partition + `","payload":` + payload + `}`
+			if form == "nested" {
+				push = `{"type":"push","items":[{"queue":"` + q + `","partition":"` + partition + `","payload":` + payload + `}]}`
+			}
+			var res txResultBody
+			if status, _ := b.call(t, "POST", "/api/v1/transaction", `{"operations":[`+push+`]}`, &res); status != http.StatusOK || !res.Success {
+				t.Fatalf("%s push of %s: %d %+v", form, payload, status, res)
+			}
+			var popped struct {
+				Messages []struct {
+					Data json.RawMessage `json:"data"`
+				} `json:"messages"`
+			}
+			b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/"+partition+"?autoAck=true", nil, &popped)
+			if len(popped.Messages) != 1 || string(popped.Messages[0].Data) != payload {
+				t.Errorf("%s push of %s popped as %+v", form, payload, popped)
+			}
+		}
 	}
 }
