@@ -918,13 +918,14 @@ func TestITKVValueThatCannotBeEncodedSendsNothing(t *testing.T) {
 		lanes.KVPut(b.queue, "nan", math.NaN(), lanes.Forever),
 		lanes.KVPutIfAbsent(b.queue, "chan", make(chan int), lanes.Forever, false),
 		lanes.KVPutExpect(b.queue, "inf", math.Inf(1), lanes.Forever, 0),
+		lanes.KVPut(b.queue, "utf8", []string{"a\xffb"}, lanes.Forever), // encoding/json would store U+FFFD
 	} {
 		_, err := c.KV(b.queue).Batch(b.ctx, lanes.KVGet(b.queue, "k"), bad)
 		var ve *lanes.InvalidKVValueError
 		require.ErrorAs(t, err, &ve)
 		require.Equal(t, 1, ve.Index)
 		require.Equal(t, *bad.Key, ve.Key)
-		require.Contains(t, err.Error(), "json: unsupported")
+		require.Regexp(t, "json: unsupported|not UTF-8", err.Error())
 
 		_, err = c.Transaction().Queue(b.queue).Push(lanes.Data(1)).
 			KV(lanes.KVPut(b.queue, "ok", 1, lanes.Forever)).KV(bad).Commit(b.ctx)
@@ -940,7 +941,7 @@ func TestITKVValueThatCannotBeEncodedSendsNothing(t *testing.T) {
 	msgs, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
 	require.NoError(t, err)
 	require.Empty(t, msgs)
-	got, err := b.c.KV(b.queue).GetMany(b.ctx, "ok", "nan", "chan", "inf", "direct")
+	got, err := b.c.KV(b.queue).GetMany(b.ctx, "ok", "nan", "chan", "inf", "utf8", "direct")
 	require.NoError(t, err)
 	require.Empty(t, *got.Rows)
 }

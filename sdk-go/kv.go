@@ -27,7 +27,7 @@ func (c *Client) KV(ns string) KV { return KV{c: c, ns: ns} }
 // that cannot be encoded to JSON is carried in the op: KV.Batch and Commit then return
 // *InvalidKVValueError before sending anything.
 func KVPut(ns, key string, value any, ttl time.Duration) KVOperation {
-	b, err := json.Marshal(value)
+	b, err := marshalExact(value)
 	if err != nil {
 		b = json.RawMessage(unencodableValue + err.Error())
 	}
@@ -42,7 +42,7 @@ const unencodableValue = "\x00lanes: unencodable value: "
 
 // encodeKVValue marshals a KV value, naming the key when it cannot.
 func encodeKVValue(key string, value any) (json.RawMessage, error) {
-	b, err := json.Marshal(value)
+	b, err := marshalExact(value)
 	if err != nil {
 		return nil, &InvalidKVValueError{Key: key, Err: err}
 	}

@@ -44,12 +44,14 @@ func TestITPushBytesRoundTrip(t *testing.T) {
 func TestITPushRejectsUnencodableItem(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	for _, bad := range []any{json.RawMessage("{not json"), make(chan int)} {
+	// Strings that are not UTF-8 too: encoding/json would send U+FFFD in their place.
+	for _, bad := range []any{json.RawMessage("{not json"), make(chan int), "a\xffb", map[string]any{"k": []string{"\xfe"}},
+		json.RawMessage("\"\xff\"")} {
 		_, err := b.c.Queue(b.queue).Push(b.ctx, lanes.Data(1), lanes.Data(bad))
 		var ie *lanes.InvalidItemError
 		require.ErrorAs(t, err, &ie)
 		require.Equal(t, 1, ie.Index)
-		if _, raw := bad.(json.RawMessage); raw {
+		if raw, ok := bad.(json.RawMessage); ok && string(raw) == "{not json" {
 			require.EqualError(t, err, "lanes: push item #1 cannot be encoded: json.RawMessage is not valid JSON")
 		}
 

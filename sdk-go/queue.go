@@ -5,11 +5,13 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 	"net/url"
 	"strconv"
 	"time"
+	"unicode/utf8"
 
 	"github.com/google/uuid"
 
@@ -170,7 +172,7 @@ func encodeItems(queue, partition string, items []Item) ([]pushItemWire, error) 
 func encodePayload(data any) (json.RawMessage, error) {
 	raw, ok := data.(json.RawMessage)
 	if !ok {
-		return json.Marshal(data)
+		return marshalExact(data)
 	}
 	if len(raw) == 0 {
 		return json.RawMessage("null"), nil
@@ -178,7 +180,33 @@ func encodePayload(data any) (json.RawMessage, error) {
 	if !json.Valid(raw) {
 		return nil, fmt.Errorf("json.RawMessage is not valid JSON")
 	}
+	if !utf8.Valid(raw) {
+		return nil, fmt.Errorf("json.RawMessage is not UTF-8 (the broker refuses such a body)")
+	}
 	return raw, nil
+}
+
+// errNotUTF8 is a value holding a string that is not UTF-8.
+var errNotUTF8 = errors.New("a string is not UTF-8: encoding/json would send U+FFFD in its place")
+
+// marshalExact is json.Marshal refusing the one change it makes silently: each byte of a string
+// that is not UTF-8 becomes the escape \ufffd, which it writes for nothing else (a real U+FFFD
+// is written as is), unless a json.Marshaler or json.RawMessage in v writes that escape itself.
+func marshalExact(v any) (json.RawMessage, error) {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return nil, err
+	}
+	for i := 0; i < len(b); i++ {
+		if b[i] != '\\' {
+			continue
+		}
+		if bytes.HasPrefix(b[i+1:], []byte("ufffd")) {
+			return nil, errNotUTF8
+		}
+		i++ // the escaped character
+	}
+	return b, nil
 }
 
 func newUUIDv7() string {
