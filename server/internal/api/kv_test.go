@@ -170,6 +170,9 @@ func TestTimersBadInputAnswersTheFamilyCode(t *testing.T) {
 		{"no operations", "POST", "/api/v1/timers", `{}`, "timers_bad_request"},
 		{"not JSON", "POST", "/api/v1/timers", `{"operations":[`, "timers_bad_request"},
 		{"server-owned field", "POST", "/api/v1/timers", op(`,"producerSub":"me"`), "timers_bad_request"},
+		// GET and DELETE /timers/{queue}/{timerKey} could never address such a timer.
+		{"timer key ..", "POST", "/api/v1/timers", `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"..","delayMs":1000}]}`, "timers_bad_request"},
+		{"timer key . in a transaction", "POST", "/api/v1/transaction", `{"operations":[],"timers":[{"op":"schedule","queue":"` + q + `","timerKey":".","delayMs":1000}]}`, "timers_bad_request"},
 		{"list limit not a number", "GET", "/api/v1/timers/" + q + "?limit=abc", "", "timers_bad_request"},
 		{"list limit zero", "GET", "/api/v1/timers/" + q + "?limit=0", "", "timers_bad_request"},
 		{"list mode unknown", "GET", "/api/v1/timers/" + q + "?mode=sum", "", "timers_bad_request"},
@@ -342,3 +345,4 @@ func TestKVRequiredLossFailsTheWholeBatch(t *testing.T) {
 		}
 	}
 }
+

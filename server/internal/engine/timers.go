@@ -118,6 +118,9 @@ func validateTimerOps(ops []TimerOp, field string) error {
 		case TimerCancel:
 			continue
 		case TimerSchedule, TimerReschedule:
+			if msg := dotNameProblem(op.TimerKey); msg != "" {
+				return codedInvalid(CodeTimersBadRequest, "%s.timerKey %s, so the timer routes could not address the timer", at, msg)
+			}
 		default:
 			return codedInvalid(CodeTimersBadRequest, "%s.op must be schedule, reschedule or cancel, got %q", at, op.Op)
 		}
