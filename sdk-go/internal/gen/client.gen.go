@@ -1054,7 +1054,10 @@ type KvOperation struct {
 	// TtlSeconds put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 
-	// Value put, putIfAbsent — any JSON value.
+	// Value put, putIfAbsent — any JSON value, stored as jsonb: read back as the same value, not the
+	// same text (keys in jsonb's order, the last of duplicate keys, escapes decoded, numbers
+	// as `numeric` prints them). A value jsonb refuses — a NUL character (`\u0000`), a lone
+	// surrogate escape, a number beyond `numeric`'s digits — answers `400 kv_bad_request`.
 	Value json.RawMessage `json:"value,omitempty"`
 }
 
@@ -1076,7 +1079,7 @@ type KvPutRequest struct {
 	// TtlSeconds Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 
-	// Value Any JSON value.
+	// Value Any JSON value, stored as jsonb (see `KvOperation.value`).
 	Value json.RawMessage `json:"value"`
 }
 
@@ -1597,7 +1600,7 @@ type PopMessage struct {
 	// CreatedAt Commit time of the message's segment (shared by messages pushed together).
 	CreatedAt time.Time `json:"createdAt"`
 
-	// Data The pushed payload, verbatim.
+	// Data The pushed payload, verbatim but compacted (see `PushItem.payload`).
 	Data json.RawMessage `json:"data"`
 
 	// Id Message id (UUIDv7).
@@ -1657,7 +1660,10 @@ type PushItem struct {
 	// Partition Target partition (default `Default`); created on first push. Same rules as `queue`.
 	Partition *string `json:"partition,omitempty"`
 
-	// Payload Any JSON value, stored and returned verbatim (`data` is not accepted here).
+	// Payload Any JSON value, stored byte for byte (`data` is not accepted here). Answers that carry it
+	// (pops, message reads, dead letters) hold the same JSON text compacted (no white space
+	// outside strings), with `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u003c`…; key order,
+	// duplicate keys, number spellings (`1.0`, `1e400`, `-0`) and other escapes are kept.
 	Payload json.RawMessage `json:"payload"`
 
 	// Queue Target queue; created on first push. Names (queues, partitions, consumer groups) hold

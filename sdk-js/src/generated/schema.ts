@@ -1172,7 +1172,11 @@ export interface components {
             queue: string;
             /** @description Target partition (default `Default`); created on first push. Same rules as `queue`. */
             partition?: string;
-            /** @description Any JSON value, stored and returned verbatim (`data` is not accepted here). */
+            /** @description Any JSON value, stored byte for byte (`data` is not accepted here). Answers that carry it
+             *     (pops, message reads, dead letters) hold the same JSON text compacted (no white space
+             *     outside strings), with `<`, `>`, `&`, U+2028 and U+2029 escaped as `\u003c`…; key order,
+             *     duplicate keys, number spellings (`1.0`, `1e400`, `-0`) and other escapes are kept.
+             *      */
             payload: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
@@ -1235,7 +1239,7 @@ export interface components {
             transactionId: string;
             /** @description Trace id written through a transaction, else null. */
             traceId: string | null;
-            /** @description The pushed payload, verbatim. */
+            /** @description The pushed payload, verbatim but compacted (see `PushItem.payload`). */
             data: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
@@ -2038,7 +2042,11 @@ export interface components {
             limit?: number;
             /** @description getPrefix — omit values. */
             keysOnly?: boolean;
-            /** @description put, putIfAbsent — any JSON value. */
+            /** @description put, putIfAbsent — any JSON value, stored as jsonb: read back as the same value, not the
+             *     same text (keys in jsonb's order, the last of duplicate keys, escapes decoded, numbers
+             *     as `numeric` prints them). A value jsonb refuses — a NUL character (`\u0000`), a lone
+             *     surrogate escape, a number beyond `numeric`'s digits — answers `400 kv_bad_request`.
+             *      */
             value?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
@@ -2142,7 +2150,7 @@ export interface components {
             expired?: boolean;
         };
         KvPutRequest: {
-            /** @description Any JSON value. */
+            /** @description Any JSON value, stored as jsonb (see `KvOperation.value`). */
             value: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);

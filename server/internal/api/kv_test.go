@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 )
 
@@ -346,3 +347,39 @@ func TestKVRequiredLossFailsTheWholeBatch(t *testing.T) {
 	}
 }
 
+// A KV value jsonb cannot hold is refused with kv_bad_request and nothing is
+// stored, on every route that writes one: a lone surrogate escape used to be
+// stored as U+FFFD without a word, and a number beyond numeric's range
+// (1e-20000) answered 500.
+func TestKVRefusesValuesJSONBCannotHold(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	values := []string{`"\ud800"`, `{"a":["x\udc00"]}`, `"\uD83Dx"`, `1e-20000`, `0.` + strings.Repeat("0", 16383) + `1`}
+	for _, value := range values {
+		bodies := []struct{ method, path, body string }{
+			{"PUT", "/api/v1/kv/" + ns + "/k", `{"forever":true,"value":` + value + `}`},
+			{"POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + ns + `","key":"k","forever":true,"value":` + value + `}]}`},
+			{"POST", "/api/v1/transaction", `{"operations":[],"kv":[{"op":"put","ns":"` + ns + `","key":"k","forever":true,"value":` + value + `}]}`},
+		}
+		for _, c := range bodies {
+			var e errorBody
+			if status, _ := b.call(t, c.method, c.path, c.body, &e); status != http.StatusBadRequest || e.Code != "kv_bad_request" {
+				t.Errorf("%s %s with value %.40s: %d %+v, want 400 kv_bad_request", c.method, c.path, value, status, e)
+			}
+		}
+	}
+	var got map[string]any
+	b.call(t, "GET", "/api/v1/kv/"+ns+"/k", nil, &got)
+	if got["found"] != false {
+		t.Fatalf("a refused value was stored: %+v", got)
+	}
+	if status, _ := b.call(t, "PUT", "/api/v1/kv/"+ns+"/pair", `{"forever":true,"value":"\ud83d\ude00"}`, nil); status != http.StatusOK {
+		t.Fatalf("a surrogate pair: %d", status)
+	}
+	var pair struct {
+		Value string `json:"value"`
+	}
+	if b.call(t, "GET", "/api/v1/kv/"+ns+"/pair", nil, &pair); pair.Value != "\U0001F600" {
+		t.Fatalf("a surrogate pair read back as %q", pair.Value)
+	}
+}

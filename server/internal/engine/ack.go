@@ -819,7 +819,7 @@ func fileDeadLetter(ctx context.Context, tx dbtx, f dlqFiling) (bool, error) {
 	// payload_text keeps the bytes (jsonb would rewrite them); the jsonb copy
 	// is for brokers older than 090, which read only that column.
 	var jsonbPayload any
-	if jsonbSurelyAccepts(fr.Payload) {
+	if jsonbProblem(fr.Payload) == "" {
 		jsonbPayload = string(fr.Payload)
 	}
 	textPayload := string(fr.Payload)

@@ -214,9 +214,9 @@ func validateKVOps(ops []KVOp, field string, inBundle bool) error {
 			if !json.Valid(op.Value) {
 				return codedInvalid(CodeKVBadRequest, "%s.value is not JSON", at)
 			}
-			if jsonHasNULEscape(op.Value) {
-				// jsonb, where values are stored, has no NUL character.
-				return codedInvalid(CodeKVBadRequest, "%s.value must not contain a NUL character (\\u0000)", at)
+			if problem := jsonbProblem(op.Value); problem != "" {
+				// Values are stored as jsonb.
+				return codedInvalid(CodeKVBadRequest, "%s.value %s", at, problem)
 			}
 			if op.Op == KVPutIfAbsent {
 				zero := int64(0)

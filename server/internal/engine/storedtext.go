@@ -1,7 +1,7 @@
 package engine
 
 import (
-	"bytes"
+	"fmt"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -116,44 +116,44 @@ func checkTransactionID(field, value string) error {
 	return CheckStoredText(field, value, MaxTransactionIDBytes)
 }
 
-// jsonHasNULEscape reports whether valid JSON holds the escape \u0000, which
-// jsonb rejects ("unsupported Unicode escape sequence"). In valid JSON a
-// backslash occurs only inside strings and always starts an escape, so a
-// scan that skips each escaped character cannot be misled by "\\u0000".
-func jsonHasNULEscape(doc []byte) bool {
-	for i := 0; i < len(doc); i++ {
-		if doc[i] != '\\' || i+1 >= len(doc) {
-			continue
-		}
-		if doc[i+1] == 'u' && i+6 <= len(doc) && string(doc[i+2:i+6]) == "0000" {
-			return true
-		}
-		i++ // the escaped character
-	}
-	return false
-}
+// Digits PostgreSQL's numeric, which jsonb keeps numbers in, holds before and
+// after the decimal point.
+const (
+	numericMaxIntegerDigits  = 131072
+	numericMaxFractionDigits = 16383
+)
 
-// maxJSONBNumberChars bounds the number literals jsonbSurelyAccepts lets
-// through; numeric holds far longer ones, but no payload needs more.
-const maxJSONBNumberChars = 1000
-
-// jsonbSurelyAccepts reports whether jsonb surely accepts valid JSON doc: no
-// \u0000, no surrogate escape (jsonb refuses a lone one), and no number with
-// an exponent or over maxJSONBNumberChars characters (numeric refuses 1e-20000).
-// It may refuse JSON that jsonb would take; callers keep the text anyway.
-func jsonbSurelyAccepts(doc []byte) bool {
+// jsonbProblem says why jsonb would refuse valid JSON doc, or "": a NUL
+// character (\u0000), a surrogate escape that is not half of a pair, or a
+// number beyond numeric's digits (1e-20000).
+func jsonbProblem(doc []byte) string {
 	inString := false
 	for i := 0; i < len(doc); i++ {
 		c := doc[i]
 		switch {
 		case inString && c == '\\':
-			if i+5 < len(doc) && doc[i+1] == 'u' {
-				hex := strings.ToLower(string(doc[i+2 : i+6]))
-				if hex == "0000" || (hex[0] == 'd' && hex[1] >= '8') {
-					return false
-				}
+			if doc[i+1] != 'u' {
+				i++ // the escaped character
+				continue
 			}
-			i++ // the escaped character
+			unit, _ := strconv.ParseUint(string(doc[i+2:i+6]), 16, 16)
+			switch {
+			case unit == 0:
+				return "must not contain a NUL character (\\u0000)"
+			case unit >= 0xDC00 && unit <= 0xDFFF:
+				return "must not contain a lone surrogate escape (\\udc00-\\udfff without \\ud800-\\udbff before it)"
+			case unit >= 0xD800 && unit <= 0xDBFF:
+				if i+12 > len(doc) || doc[i+6] != '\\' || doc[i+7] != 'u' {
+					return "must not contain a lone surrogate escape (\\ud800-\\udbff without \\udc00-\\udfff after it)"
+				}
+				low, _ := strconv.ParseUint(string(doc[i+8:i+12]), 16, 16)
+				if low < 0xDC00 || low > 0xDFFF {
+					return "must not contain a lone surrogate escape (\\ud800-\\udbff without \\udc00-\\udfff after it)"
+				}
+				i += 11 // the pair
+				continue
+			}
+			i += 5 // the escape
 		case c == '"':
 			inString = !inString
 		case !inString && (c == '-' || (c >= '0' && c <= '9')):
@@ -161,11 +161,33 @@ func jsonbSurelyAccepts(doc []byte) bool {
 			for i+1 < len(doc) && strings.IndexByte("+-.0123456789eE", doc[i+1]) >= 0 {
 				i++
 			}
-			number := doc[start : i+1]
-			if len(number) > maxJSONBNumberChars || bytes.ContainsAny(number, "eE") {
-				return false
+			if !numericHolds(string(doc[start : i+1])) {
+				return fmt.Sprintf("holds a number beyond PostgreSQL numeric's %d digits before and %d after the decimal point",
+					numericMaxIntegerDigits, numericMaxFractionDigits)
 			}
 		}
 	}
-	return true
+	return ""
+}
+
+// numericHolds reports whether numeric takes the valid JSON number n: the
+// digits written after the point, less the exponent, are its scale; a
+// nonzero number's integer digits, plus the exponent, its integer digits.
+func numericHolds(n string) bool {
+	mantissa, exponent := n, int64(0)
+	if e := strings.IndexAny(n, "eE"); e >= 0 {
+		exp, err := strconv.ParseInt(n[e+1:], 10, 32)
+		if err != nil {
+			return false // beyond any digit count numeric holds
+		}
+		mantissa, exponent = n[:e], exp
+	}
+	integer, fraction, _ := strings.Cut(strings.TrimPrefix(mantissa, "-"), ".")
+	if int64(len(fraction))-exponent > numericMaxFractionDigits {
+		return false
+	}
+	if strings.Trim(integer+fraction, "0") == "" {
+		return true // zero: no integer digits whatever the exponent
+	}
+	return int64(len(strings.TrimLeft(integer, "0")))+exponent <= numericMaxIntegerDigits
 }

@@ -30,20 +30,36 @@ func TestCheckStoredText(t *testing.T) {
 	}
 }
 
-func TestJSONHasNULEscape(t *testing.T) {
-	for doc, want := range map[string]bool{
-		`"a\u0000b"`:           true,
-		`{"k\u0000":1}`:        true,
-		`"a\\u0000b"`:          false, // an escaped backslash, then text
-		`"a\\\u0000"`:          true,
-		`"\u00001"`:            true,
-		`"\u0001"`:             false,
-		`{"a":[1,"\u000a"]}`:   false,
-		`"ends with \\"`:       false,
-		`"\\\\u0000 and more"`: false,
+func TestJSONBProblem(t *testing.T) {
+	for doc, refused := range map[string]bool{
+		`"a\u0000b"`:             true,
+		`{"k\u0000":1}`:          true,
+		`"a\\u0000b"`:            false, // an escaped backslash, then text
+		`"a\\\u0000"`:            true,
+		`"\u00001"`:              true,
+		`"\u0001"`:               false,
+		`{"a":[1,"\u000a"]}`:     false,
+		`"ends with \\"`:         false,
+		`"\\\\u0000 and more"`:   false,
+		`"\ud83d\ude00"`:         false,
+		`"\uD83D\uDE00x"`:        false,
+		`"\ud800"`:               true,
+		`"\ud800\u0041"`:         true,
+		`"\udc00\ud800"`:         true,
+		`"x\\ud800"`:             false,
+		`1e400`:                  false,
+		`1e131071`:               false,
+		`1e131072`:               true,
+		`12.5e131070`:            false,
+		`1e-16383`:               false,
+		`1e-16384`:               true,
+		`0e-16384`:               true,
+		`0e200000`:               false,
+		`1e-99999999999`:         true,
+		`[-0.0,1.50,"1e-99999"]`: false,
 	} {
-		if got := jsonHasNULEscape([]byte(doc)); got != want {
-			t.Errorf("jsonHasNULEscape(%s) = %v, want %v", doc, got, want)
+		if got := jsonbProblem([]byte(doc)) != ""; got != refused {
+			t.Errorf("jsonbProblem(%s) refuses: %v, want %v", doc, got, refused)
 		}
 	}
 }

@@ -880,7 +880,11 @@ class KvOperation(BaseModel):
     """
     value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
-    put, putIfAbsent — any JSON value.
+    put, putIfAbsent — any JSON value, stored as jsonb: read back as the same value, not the
+    same text (keys in jsonb's order, the last of duplicate keys, escapes decoded, numbers
+    as `numeric` prints them). A value jsonb refuses — a NUL character (`\\u0000`), a lone
+    surrogate escape, a number beyond `numeric`'s digits — answers `400 kv_bad_request`.
+
     """
     ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1, le=3153600000)] = None
     """
@@ -922,7 +926,7 @@ class KvPutRequest(BaseModel):
     )
     value: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
-    Any JSON value.
+    Any JSON value, stored as jsonb (see `KvOperation.value`).
     """
     ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1, le=3153600000)] = None
     """
@@ -1628,7 +1632,7 @@ class PopMessage(BaseModel):
     """
     data: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
-    The pushed payload, verbatim.
+    The pushed payload, verbatim but compacted (see `PushItem.payload`).
     """
     producer_sub: Annotated[str | None, Field(alias="producerSub")]
     """
@@ -1712,7 +1716,11 @@ class PushItem(BaseModel):
     """
     payload: dict[str, Any] | list[Any] | str | int | float | bool | None
     """
-    Any JSON value, stored and returned verbatim (`data` is not accepted here).
+    Any JSON value, stored byte for byte (`data` is not accepted here). Answers that carry it
+    (pops, message reads, dead letters) hold the same JSON text compacted (no white space
+    outside strings), with `<`, `>`, `&`, U+2028 and U+2029 escaped as `\\u003c`…; key order,
+    duplicate keys, number spellings (`1.0`, `1e400`, `-0`) and other escapes are kept.
+
     """
     transaction_id: Annotated[str | None, Field(alias="transactionId")] = None
     """
