@@ -117,6 +117,34 @@ func TestClientLimiterKeepsABoundedNumberOfBuckets(t *testing.T) {
 	}
 }
 
+// A client gone quiet for longer than its bucket takes to refill is
+// forgotten at the next sweep (a minute apart): the map holds the clients
+// seen recently, not every client seen since boot.
+func TestClientLimiterForgetsIdleClients(t *testing.T) {
+	l := NewClientLimiter(5, 5)
+	now := time.Unix(1000, 0)
+	l.now = func() time.Time { return now }
+	for i := range 1000 {
+		if err := l.Allow(fmt.Sprint("client-", i)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	now = now.Add(30 * time.Second)
+	if err := l.Allow("recent"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.buckets); n != 1001 {
+		t.Fatalf("%d buckets before the next sweep; want 1001", n)
+	}
+	now = now.Add(31 * time.Second)
+	if err := l.Allow("new"); err != nil {
+		t.Fatal(err)
+	}
+	if n := len(l.buckets); n != 1 {
+		t.Fatalf("%d buckets after the sweep; want only the client that just came", n)
+	}
+}
+
 // A parked pop's re-check never queues and never counts as rejected, and a
 // request waiting in line gets a freed slot before a re-check can take it.
 func TestTryAcquireNeverQueuesAndYieldsToTheLine(t *testing.T) {
