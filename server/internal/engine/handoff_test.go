@@ -468,24 +468,11 @@ func TestFailingHandOffClaimsLogOnceAMinute(t *testing.T) {
 	e := newEngineWith(t, Config{Logger: slog.New(slog.NewTextHandler(&out, nil))}, nil)
 	q := queueName(t)
 	group := "fails-" + q
-	ctx := context.Background()
-	fn := fmt.Sprintf("fail_leases_%d", queueSeq.Add(1))
 	// group is letters, digits and dashes (queueName): safe inside quotes.
-	if _, err := e.pool.Exec(ctx, `CREATE FUNCTION lanes.`+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
+	withRowTrigger(t, e, "BEFORE UPDATE ON lanes.consumers", `
 			IF NEW.consumer_group = '`+group+`' AND NEW.lease_id IS NOT NULL THEN
 				RAISE EXCEPTION 'leases of this group fail';
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER `+fn+` BEFORE UPDATE ON lanes.consumers FOR EACH ROW EXECUTE FUNCTION lanes.`+fn+`()`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := e.pool.Exec(ctx, `DROP TRIGGER `+fn+` ON lanes.consumers; DROP FUNCTION lanes.`+fn+`()`); err != nil {
-			t.Error(err)
-		}
-	})
+			END IF;`)
 	mustPush(t, e, items(q, "p", "seed")...)
 	drainGroup(t, e, q, group) // autoAck pops write no lease: they pass
 
@@ -516,24 +503,12 @@ func TestAHandOffReadingACorruptSegmentGivesItsClaimBack(t *testing.T) {
 	// one makes the plan stale, and the pop would claim for itself.
 	mustPush(t, e, items(q, "bad", "seed")...)
 	drainGroup(t, e, q, "workers")
-	fn := fmt.Sprintf("corrupt_frames_%d", queueSeq.Add(1))
 	// q is letters, digits and dashes (queueName): safe inside quotes.
-	if _, err := e.pool.Exec(ctx, `CREATE FUNCTION lanes.`+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
-		BEGIN
+	withRowTrigger(t, e, "BEFORE INSERT ON lanes.segments", `
 			IF EXISTS (SELECT 1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
 					WHERE p.id = NEW.partition_id AND q.name = '`+q+`' AND p.name = 'bad') THEN
 				NEW.frames := substring(NEW.frames FROM 1 FOR 20);
-			END IF;
-			RETURN NEW;
-		END $$;
-		CREATE TRIGGER `+fn+` BEFORE INSERT ON lanes.segments FOR EACH ROW EXECUTE FUNCTION lanes.`+fn+`()`); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if _, err := e.pool.Exec(ctx, `DROP TRIGGER `+fn+` ON lanes.segments; DROP FUNCTION lanes.`+fn+`()`); err != nil {
-			t.Error(err)
-		}
-	})
+			END IF;`)
 	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
 	before := e.HotPathStats()
 	mustPush(t, e, items(q, "bad", "a", "b")...)
@@ -554,4 +529,26 @@ func TestAHandOffReadingACorruptSegmentGivesItsClaimBack(t *testing.T) {
 	if leased != 0 {
 		t.Fatal("the corrupt partition is leased to nobody")
 	}
+}
+
+// withRowTrigger installs, for the test's lifetime, a row trigger (event, e.g.
+// "BEFORE INSERT ON lanes.segments") whose PL/pgSQL body runs before RETURN NEW:
+// the way these tests make one write fail or store damaged frames.
+func withRowTrigger(t *testing.T, e *Engine, event, body string) {
+	t.Helper()
+	ctx := context.Background()
+	fn := fmt.Sprintf("test_row_trigger_%d", queueSeq.Add(1))
+	table := event[strings.LastIndex(event, " ")+1:]
+	if _, err := e.pool.Exec(ctx, `CREATE FUNCTION lanes.`+fn+`() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN`+body+`
+			RETURN NEW;
+		END $$;
+		CREATE TRIGGER `+fn+` `+event+` FOR EACH ROW EXECUTE FUNCTION lanes.`+fn+`()`); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if _, err := e.pool.Exec(ctx, `DROP TRIGGER `+fn+` ON `+table+`; DROP FUNCTION lanes.`+fn+`()`); err != nil {
+			t.Error(err)
+		}
+	})
 }
