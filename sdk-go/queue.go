@@ -189,6 +189,9 @@ func encodePayload(data any) (json.RawMessage, error) {
 // errNotUTF8 is a value holding a string that is not UTF-8.
 var errNotUTF8 = errors.New("a string is not UTF-8: encoding/json would send U+FFFD in its place")
 
+// replacementEscape is how encoding/json writes each byte of a string that is not UTF-8.
+var replacementEscape = []byte(`\ufffd`)
+
 // marshalExact is json.Marshal refusing the one change it makes silently: each byte of a string
 // that is not UTF-8 becomes the escape \ufffd, which it writes for nothing else (a real U+FFFD
 // is written as is), unless a json.Marshaler or json.RawMessage in v writes that escape itself.
@@ -197,11 +200,14 @@ func marshalExact(v any) (json.RawMessage, error) {
 	if err != nil {
 		return nil, err
 	}
+	if !bytes.Contains(b, replacementEscape) {
+		return b, nil // the common case: one fast scan, not a loop over every byte
+	}
 	for i := 0; i < len(b); i++ {
 		if b[i] != '\\' {
 			continue
 		}
-		if bytes.HasPrefix(b[i+1:], []byte("ufffd")) {
+		if bytes.HasPrefix(b[i:], replacementEscape) {
 			return nil, errNotUTF8
 		}
 		i++ // the escaped character

@@ -27,19 +27,25 @@ func (e *Engine) deliverClaim(ctx context.Context, req *PopRequest, leaseID stri
 	ctx, cancel := e.claimContext(ctx) // given back even when the pop's client has left
 	defer cancel()
 	for _, c := range corrupt {
-		attrs := append(c.err.logAttrs(), "group", req.Group, "claimedFrom", c.from, "claimedTo", c.to)
+		attrs := []any{"group", req.Group, "claimedFrom", c.from, "claimedTo", c.to}
 		if err := e.giveBackClaim(ctx, req.Group, leaseID, c.claim); err != nil {
 			attrs = append(attrs, "givenBack", false, "giveBackErr", err)
 		} else {
 			attrs = append(attrs, "givenBack", true)
 		}
-		e.corruptSegments.Failed(c.err.Err, attrs...)
+		e.reportCorruptSegment(c.err, attrs...)
 	}
 	if len(res.Messages) > 0 {
 		return res, nil
 	}
 	// res still says how many partitions the claim saw claimable (claimOnce).
 	return res, corrupt[0].err
+}
+
+// reportCorruptSegment logs c with its details and extra ones: the first at
+// once, then once a minute with the count.
+func (e *Engine) reportCorruptSegment(c *CorruptSegmentError, extra ...any) {
+	e.corruptSegments.Failed(c.Err, append(c.logAttrs(), extra...)...)
 }
 
 // errClaimMoved: the cursor a claim wrote has changed since, so it cannot be given back.

@@ -292,8 +292,7 @@ type UnreadableMessages struct {
 func (e *Engine) skipCorruptSegment(unreadable []UnreadableMessages, v *partitionView, f *MessageFilter, dead map[int64]bool,
 	base, end, lo, hi int64, err error,
 ) []UnreadableMessages {
-	bad := &CorruptSegmentError{Queue: v.queue, Partition: v.name, PartitionID: v.id, SegmentBase: base, SegmentEnd: end, Err: err}
-	e.corruptSegments.Failed(err, bad.logAttrs()...)
+	e.reportCorruptSegment(v.corruptSegment(base, end, err))
 	n := 0
 	for off := max(base, lo); off <= min(end, hi); off++ {
 		if st, _ := v.status(off, dead[off]); f.Status == "" || st == f.Status {
@@ -310,6 +309,11 @@ func (e *Engine) skipCorruptSegment(unreadable []UnreadableMessages, v *partitio
 		}
 	}
 	return append(unreadable, UnreadableMessages{Queue: v.queue, Partition: v.name, PartitionID: v.id, Messages: n})
+}
+
+// corruptSegment is the error of v's segment base..end, whose frames do not decode (err).
+func (v *partitionView) corruptSegment(base, end int64, err error) *CorruptSegmentError {
+	return &CorruptSegmentError{Queue: v.queue, Partition: v.name, PartitionID: v.id, SegmentBase: base, SegmentEnd: end, Err: err}
 }
 
 // segmentBudget is how many segments of one partition, newest first, a page
@@ -455,8 +459,8 @@ func (e *Engine) GetMessage(ctx context.Context, partitionID uuid.UUID, transact
 	case err == nil:
 		frames, err := decodeFrames(blob, int(end-base+1))
 		if err != nil {
-			bad := &CorruptSegmentError{Queue: v.queue, Partition: v.name, PartitionID: v.id, SegmentBase: base, SegmentEnd: end, Err: err}
-			e.corruptSegments.Failed(err, bad.logAttrs()...)
+			bad := v.corruptSegment(base, end, err)
+			e.reportCorruptSegment(bad)
 			return nil, bad
 		}
 		if int(offset-base) >= len(frames) {

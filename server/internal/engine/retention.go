@@ -545,7 +545,7 @@ func (e *Engine) corruptSegmentTxnIDs(ctx context.Context, tx pgx.Tx, c *Corrupt
 		WHERE p.id = $1`, c.PartitionID).Scan(&c.Queue, &c.Partition); err != nil {
 		return nil, err
 	}
-	e.corruptSegments.Failed(c.Err, append(c.logAttrs(), "deletedByRetention", true)...)
+	e.reportCorruptSegment(c, "deletedByRetention", true)
 	rows, err := tx.Query(ctx, `SELECT transaction_id FROM lanes.txns
 		WHERE partition_id = $1 AND message_offset BETWEEN $2 AND $3`, c.PartitionID, c.SegmentBase, c.SegmentEnd)
 	if err != nil {
