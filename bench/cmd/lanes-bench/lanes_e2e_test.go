@@ -128,7 +128,7 @@ func TestLanesScenariosAgainstARealBroker(t *testing.T) {
 	})
 	t.Run("latency", func(t *testing.T) {
 		h.prepareScenario(t.Context())
-		r, err := h.latencyScenario(400)
+		r, err := h.latencyScenario(400, 0)
 		checkResult(t, r, err, "latency-400")
 		// the percentiles run to the pop's answer; the ack's commit comes after it
 		d, a := r.LatencyMs, r.AckLatencyMs
@@ -137,6 +137,14 @@ func TestLanesScenariosAgainstARealBroker(t *testing.T) {
 		}
 		if d["p50"] >= a["p50"] || d["p99"] > a["p99"] {
 			t.Errorf("delivery latency %v not below the latency to the ack's commit %v", d, a)
+		}
+	})
+	t.Run("latency-parked", func(t *testing.T) {
+		h.prepareScenario(t.Context())
+		r, err := h.latencyScenario(200, 50)
+		checkResult(t, r, err, "latency-200-parked50")
+		if r.LatencyMs == nil || !strings.Contains(r.Description, "50 idle long polls") {
+			t.Errorf("latency %v, description %q", r.LatencyMs, r.Description)
 		}
 	})
 	// The push scenarios compare the ids accepted with the ids the log holds:

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"sort"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -42,6 +43,36 @@ func (r *recorder) percentiles() map[string]float64 {
 	return map[string]float64{"p50": at(0.50), "p99": at(0.99), "p999": at(0.999), "max": at(1)}
 }
 
+// parkedPolls keeps n long polls of one consumer group parked on an idle
+// queue until the returned stop is called (it waits for them to end): the
+// load of many idle consumers, whose re-checks compete with the work
+// measured beside them. A pop that returns, at its timeout or with an
+// error, polls again at once. The load generator's client cannot cut a
+// request short, so stop waits out the polls in flight (10 s at most).
+func (h *harness) parkedPolls(n int) (stop func(), err error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	q := h.queue("parked")
+	if _, err := h.do(ctx, "GET", "/api/v1/pop/queue/"+q, nil, nil); err != nil { // creates the queue
+		cancel()
+		return nil, err
+	}
+	var wg sync.WaitGroup
+	for range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for ctx.Err() == nil {
+				if _, err := h.do(ctx, "GET", "/api/v1/pop/queue/"+q+"?wait=true&timeout=10000", nil, nil); err != nil && ctx.Err() == nil {
+					time.Sleep(100 * time.Millisecond)
+				}
+			}
+		}()
+	}
+	// Let them park and pass their first re-checks before the window opens.
+	time.Sleep(2 * time.Second)
+	return func() { cancel(); wg.Wait() }, nil
+}
+
 // latencyScenario offers rate msg/s open loop (each message is sent at its
 // scheduled instant whatever happened to the previous ones, one push request
 // per message) to 8 partitions while 8 queue-mode consumers long-poll with pop
@@ -49,9 +80,21 @@ func (r *recorder) percentiles() map[string]float64 {
 // so a stalled broker or a saturated client is charged for every message that
 // should have been sent meanwhile (coordinated omission corrected). The first
 // half second is warm-up and not recorded.
-func (h *harness) latencyScenario(rate float64) (Result, error) {
-	q := h.queue(fmt.Sprintf("latency%.0f", rate))
+// With parked > 0, that many idle long polls (parkedPolls) wait beside it.
+func (h *harness) latencyScenario(rate float64, parked int) (Result, error) {
+	name := fmt.Sprintf("latency-%.0f", rate)
+	if parked > 0 {
+		name = fmt.Sprintf("latency-%.0f-parked%d", rate, parked)
+	}
+	q := h.queue(strings.ReplaceAll(name, "-", ""))
 	ctx := context.Background()
+	if parked > 0 {
+		stopParked, err := h.parkedPolls(parked)
+		if err != nil {
+			return Result{}, err
+		}
+		defer stopParked()
+	}
 	const partitions, consumers, maxInFlight = 8, 8, 1024
 	for p := 0; p < partitions; p++ {
 		if _, err := h.pushItems(ctx, []pushItem{{Queue: q, Partition: fmt.Sprintf("p%d", p), TransactionID: "warm", Payload: benchPayload{Seq: -1}}}); err != nil {
@@ -73,7 +116,7 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	consumeDeadline := atomic.Int64{}
 	consumeDeadline.Store(time.Now().Add(time.Hour).UnixNano())
 	var cwg sync.WaitGroup
-	w := h.begin(h.lanesDB, fmt.Sprintf("latency%.0f", rate))
+	w := h.begin(h.lanesDB, strings.ReplaceAll(name, "-", ""))
 	for c := 0; c < consumers; c++ {
 		cwg.Add(1)
 		go func() {
@@ -136,9 +179,9 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 	consumeDeadline.Store(time.Now().Add(drainFor).UnixNano())
 	producing.Store(false)
 	cwg.Wait()
-	r := Result{Scenario: fmt.Sprintf("latency-%.0f", rate), System: "lanes", Available: true, Messages: received.Load(), Seconds: sendSecs, OfferedRate: rate,
+	r := Result{Scenario: name, System: "lanes", Available: true, Messages: received.Load(), Seconds: sendSecs, OfferedRate: rate,
 		LatencyMs: delivered.percentiles(), AltLatencyMs: pushLat.percentiles(), AckLatencyMs: toAck.percentiles(),
-		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = pop answered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send, to ack = ack committed − scheduled send; first 0.5 s not recorded", rate)}
+		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = pop answered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send, to ack = ack committed − scheduled send; first 0.5 s not recorded%s", rate, parkedText(parked))}
 	w.end(&r)
 	r.Seconds = sendSecs
 	r.MsgPerSec = float64(received.Load()) / sendSecs
@@ -154,6 +197,13 @@ func (h *harness) latencyScenario(rate float64) (Result, error) {
 		r.Note = fmt.Sprintf("%d of %d scheduled messages were not accepted", unsent, total)
 	}
 	return r, nil
+}
+
+func parkedText(parked int) string {
+	if parked == 0 {
+		return ""
+	}
+	return fmt.Sprintf("; %d idle long polls of one group parked on another queue meanwhile", parked)
 }
 
 // sharedLanes is the produce-and-consume workload also run through River: n

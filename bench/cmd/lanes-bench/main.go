@@ -58,6 +58,7 @@ type options struct {
 	settle       bool
 	brokerRev    string
 	dbLocale     string
+	parked       int
 }
 
 // harness holds what every scenario shares.
@@ -104,7 +105,7 @@ type Run struct {
 	Targets      []Target       `json:"targets"`
 }
 
-const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,http-floor,push-b1,push-b100,consume-queue,consume-fanout,latency,wake,parts,txn,shared-lanes,shared-river"
+const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,http-floor,push-b1,push-b100,consume-queue,consume-fanout,latency,latency-parked,wake,parts,txn,shared-lanes,shared-river"
 
 func main() {
 	if serveHTTPFloorIfAsked() {
@@ -117,6 +118,7 @@ func main() {
 	flag.StringVar(&scenarios, "scenarios", allScenarios, "comma-separated scenarios")
 	flag.StringVar(&partitions, "partitions", "1,100,10000,100000", "partition counts of the partition-scale scenario")
 	var rates string
+	flag.IntVar(&o.parked, "parked", 1000, "idle long polls parked beside the latency-parked scenario's open-loop load (at the first -rate)")
 	flag.StringVar(&rates, "rate", "250,1000", "offered rates (msg/s) of the open-loop latency scenario, comma-separated")
 	flag.StringVar(&o.url, "url", "", "use this running broker instead of starting bin/lanes (no CPU/RSS/profiles then)")
 	flag.StringVar(&o.pgURL, "pg-url", "", "use this PostgreSQL (a superuser URL) instead of starting one with scripts/pg.sh")
@@ -322,8 +324,9 @@ func (h *harness) run() int {
 	step("consume-queue", func() (Result, error) { return h.consumeScenario("consume-queue", 0, 8, 16, per) })
 	step("consume-fanout", func() (Result, error) { return h.consumeScenario("consume-fanout", 10, 2, 8, fan) })
 	for _, rate := range o.rates {
-		step("latency", func() (Result, error) { return h.latencyScenario(rate) })
+		step("latency", func() (Result, error) { return h.latencyScenario(rate, 0) })
 	}
+	step("latency-parked", func() (Result, error) { return h.latencyScenario(o.rates[0], o.parked) })
 	if o.scenarios["wake"] {
 		logf("scenario wake (load %.2f)", loadAvg())
 		h.prepareScenario(ctx)

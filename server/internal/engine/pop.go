@@ -99,18 +99,24 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 	deadline := time.Now().Add(req.Timeout)
 	interval := popInitialRecheck
 	empties := 0
-	handedNothing := false
+	handedNothing, timedOut := false, false
 	hold := e.popHoldFor(ctx, &req)
 	holdOver := hold <= 0
 	for check := 0; ; check++ {
 		var wt *waiter
-		if handedNothing {
+		switch {
+		case handedNothing:
 			// A push's claim for this pop just found nothing: so would its own.
 			wt = e.waiters.registerFirst(req.Queue, req.Group, req.Partition)
-		} else if check == 0 && req.Wait && req.Timeout > popInitialRecheck && !e.stopParking.Load() {
+		case check == 0 && req.Wait && req.Timeout > popInitialRecheck && !e.stopParking.Load():
 			// Parked peers of the group go first; this pop's first claim is
 			// its re-check or a wake (see registerBehindPeers).
 			wt = e.waiters.registerBehindPeers(req.Queue, req.Group, req.Partition)
+		case timedOut && !e.stopParking.Load():
+			// A peer's claim running now, or one in the last half interval
+			// that found nothing, re-checks for this pop too (see
+			// registerBehindPeerCheck).
+			wt = e.waiters.registerBehindPeerCheck(req.Queue, req.Group, req.Partition, time.Now().Add(-interval/2))
 		}
 		res := &PopResult{}
 		if wt == nil {
@@ -179,6 +185,7 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			return handed, nil
 		}
 		handedNothing = handed != nil
+		timedOut = !woken && !handedNothing
 		if woken && !handedNothing {
 			interval, empties = popInitialRecheck, 0
 		} else {
@@ -1254,7 +1261,13 @@ func (e *Engine) admittedPopOnce(ctx context.Context, req *PopRequest, first boo
 		release = r
 	}
 	defer release()
-	return e.claimOnce(ctx, req)
+	if req.Queue == "" {
+		return e.claimOnce(ctx, req)
+	}
+	began := e.waiters.checkStarted(req.Queue, req.Group, req.Partition)
+	res, err := e.claimOnce(ctx, req)
+	e.waiters.checkEnded(req.Queue, req.Group, req.Partition, began, err == nil && len(res.Messages) == 0)
+	return res, err
 }
 
 // claimOnce runs one pop check that its request ending cannot interrupt:

@@ -1029,3 +1029,56 @@ func TestAParkedPopRechecksWithoutQueueingForAdmission(t *testing.T) {
 		t.Fatalf("first checks %d (want 1), re-checks %d, missed %d", firstChecks.Load(), rechecks.Load(), missedRechecks.Load())
 	}
 }
+
+// Parked pops of one group share their re-checks: a re-check that a peer's
+// claim in the last half interval already ran empty is skipped, so thirty
+// parked pops do not run thirty claims a second that find nothing (before:
+// 268 re-check claims in this test, after: 10). What no wake announces is still
+// found: a lease that expires while they are parked hands its message to one
+// of them within about a re-check interval.
+func TestParkedPopsOfAGroupShareTheirRechecks(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "leased")...)
+	if res := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 2}); len(res.Messages) != 1 {
+		t.Fatalf("lease the message: %+v", res)
+	}
+	leaseEnds := time.Now().Add(2 * time.Second)
+	var rechecks atomic.Int32
+	e.cfg.AdmitPopRecheck = func() (func(), bool) {
+		rechecks.Add(1)
+		return func() {}, true
+	}
+	const pops = 30
+	done := make(chan poppedAt, pops)
+	for range pops {
+		go func() {
+			res, err := e.Pop(context.Background(), PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 4 * time.Second})
+			done <- poppedAt{res, err, time.Now()}
+		}()
+	}
+	delivered := 0
+	for range pops {
+		p := <-done
+		if p.err != nil {
+			t.Fatalf("parked pop: %v", p.err)
+		}
+		if len(p.res.Messages) == 0 {
+			continue
+		}
+		delivered++
+		if got := p.res.Messages[0].TransactionID; got != "leased" {
+			t.Fatalf("delivered %q, want the message whose lease expired", got)
+		}
+		if late := p.at.Sub(leaseEnds); late > 1600*time.Millisecond {
+			t.Fatalf("the message of the expired lease was delivered %v after the lease ended; a re-check should find it within about a second", late)
+		}
+	}
+	if delivered != 1 {
+		t.Fatalf("%d pops got the message of the expired lease, want 1", delivered)
+	}
+	if n := rechecks.Load(); n > pops {
+		t.Fatalf("%d parked pops ran %d re-check claims in 4 s; peers' empty claims should spare most of them", pops, n)
+	}
+	t.Logf("%d parked pops ran %d re-check claims in 4 s", pops, rechecks.Load())
+}
