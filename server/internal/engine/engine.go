@@ -86,6 +86,8 @@ type Engine struct {
 	log      *slog.Logger
 	pusher   *pusher
 	notifier *notifier
+	// listening is true while the notification listener is on LISTEN.
+	listening atomic.Bool
 	// knownPartitions lets plain pushes skip provisioning partitions that exist.
 	knownPartitions partitionCache
 	waiters         *waiters

@@ -105,6 +105,8 @@ func (e *Engine) listenOnce() (listened bool, err error) {
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
 		return false, err
 	}
+	e.listening.Store(true)
+	defer e.listening.Store(false)
 	for {
 		n, err := conn.WaitForNotification(ctx)
 		if err != nil {

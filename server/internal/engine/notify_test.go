@@ -74,12 +74,13 @@ func TestLongPollWakesAcrossBrokersOnAQueueNamedWithALineBreak(t *testing.T) {
 	a, b := newEngine(t), newEngine(t)
 	q := queueName(t) + "\nsecond line"
 	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
+	waitListening(t, a)
 	done := make(chan *PopResult, 1)
 	go func() {
 		r, _ := a.Pop(context.Background(), PopRequest{Queue: q, Wait: true, Timeout: 5 * time.Second})
 		done <- r
 	}()
-	// Parked for 1 s (the listeners attach meanwhile), the pop re-checks at
+	// Parked for 1 s, the pop re-checks at
 	// 0.9 s and next at 1.7 s, so only a wake delivers within wakeBound.
 	time.Sleep(time.Second)
 	pushed := time.Now()
@@ -90,5 +91,17 @@ func TestLongPollWakesAcrossBrokersOnAQueueNamedWithALineBreak(t *testing.T) {
 	}
 	if latency := time.Since(pushed); latency > wakeBound {
 		t.Fatalf("the pop parked on one broker was delivered %v after the push through another: a re-check, not a wake", latency)
+	}
+}
+
+// waitListening waits until e's notification listener is on LISTEN: a push
+// through another broker before then wakes nobody here, and a test timing a
+// wake would time a re-check instead.
+func waitListening(t *testing.T, e *Engine) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); !e.listening.Load(); time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the notification listener did not attach within 10 s")
+		}
 	}
 }

@@ -456,7 +456,7 @@ func TestLongPollWakesOnPushAcrossBrokers(t *testing.T) {
 	a, b := newEngine(t), newEngine(t)
 	q := queueName(t)
 	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
-	time.Sleep(100 * time.Millisecond)  // let both listeners attach
+	waitListening(t, a)
 	for _, pusher := range []*Engine{a, b} {
 		done := make(chan *PopResult, 1)
 		start := time.Now()
