@@ -128,7 +128,7 @@ func TestLanesScenariosAgainstARealBroker(t *testing.T) {
 	})
 	t.Run("latency", func(t *testing.T) {
 		h.prepareScenario(t.Context())
-		r, err := h.latencyScenario(400, 0)
+		r, err := h.latencyScenario(400, 0, 0)
 		checkResult(t, r, err, "latency-400")
 		// the percentiles run to the pop's answer; the ack's commit comes after it
 		d, a := r.LatencyMs, r.AckLatencyMs
@@ -141,9 +141,9 @@ func TestLanesScenariosAgainstARealBroker(t *testing.T) {
 	})
 	t.Run("latency-parked", func(t *testing.T) {
 		h.prepareScenario(t.Context())
-		r, err := h.latencyScenario(200, 50)
-		checkResult(t, r, err, "latency-200-parked50")
-		if r.LatencyMs == nil || !strings.Contains(r.Description, "50 idle long polls") {
+		r, err := h.latencyScenario(200, 50, 10)
+		checkResult(t, r, err, "latency-200-parked50-groups10")
+		if r.LatencyMs == nil || !strings.Contains(r.Description, "50 idle long polls in 10 consumer groups") {
 			t.Errorf("latency %v, description %q", r.LatencyMs, r.Description)
 		}
 	})

@@ -43,13 +43,14 @@ func (r *recorder) percentiles() map[string]float64 {
 	return map[string]float64{"p50": at(0.50), "p99": at(0.99), "p999": at(0.999), "max": at(1)}
 }
 
-// parkedPolls keeps n long polls of one consumer group parked on an idle
-// queue until the returned stop is called (it waits for them to end): the
+// parkedPolls keeps n long polls, spread over groups consumer groups (1:
+// queue mode), parked on an idle queue until the returned stop is called (it
+// waits for them to end): the
 // load of many idle consumers, whose re-checks compete with the work
 // measured beside them. A pop that returns, at its timeout or with an
 // error, polls again at once. The load generator's client cannot cut a
 // request short, so stop waits out the polls in flight (10 s at most).
-func (h *harness) parkedPolls(n int) (stop func(), err error) {
+func (h *harness) parkedPolls(n, groups int) (stop func(), err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	q := h.queue("parked")
 	if _, err := h.do(ctx, "GET", "/api/v1/pop/queue/"+q, nil, nil); err != nil { // creates the queue
@@ -57,12 +58,16 @@ func (h *harness) parkedPolls(n int) (stop func(), err error) {
 		return nil, err
 	}
 	var wg sync.WaitGroup
-	for range n {
+	for i := range n {
+		path := "/api/v1/pop/queue/" + q + "?wait=true&timeout=10000"
+		if groups > 1 {
+			path += fmt.Sprintf("&consumerGroup=g%d&subscriptionMode=all", i%groups)
+		}
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for ctx.Err() == nil {
-				if _, err := h.do(ctx, "GET", "/api/v1/pop/queue/"+q+"?wait=true&timeout=10000", nil, nil); err != nil && ctx.Err() == nil {
+				if _, err := h.do(ctx, "GET", path, nil, nil); err != nil && ctx.Err() == nil {
 					time.Sleep(100 * time.Millisecond)
 				}
 			}
@@ -80,16 +85,20 @@ func (h *harness) parkedPolls(n int) (stop func(), err error) {
 // so a stalled broker or a saturated client is charged for every message that
 // should have been sent meanwhile (coordinated omission corrected). The first
 // half second is warm-up and not recorded.
-// With parked > 0, that many idle long polls (parkedPolls) wait beside it.
-func (h *harness) latencyScenario(rate float64, parked int) (Result, error) {
+// With parked > 0, that many idle long polls (parkedPolls) in groups
+// consumer groups wait beside it.
+func (h *harness) latencyScenario(rate float64, parked, groups int) (Result, error) {
 	name := fmt.Sprintf("latency-%.0f", rate)
 	if parked > 0 {
 		name = fmt.Sprintf("latency-%.0f-parked%d", rate, parked)
+		if groups > 1 {
+			name += fmt.Sprintf("-groups%d", groups)
+		}
 	}
 	q := h.queue(strings.ReplaceAll(name, "-", ""))
 	ctx := context.Background()
 	if parked > 0 {
-		stopParked, err := h.parkedPolls(parked)
+		stopParked, err := h.parkedPolls(parked, groups)
 		if err != nil {
 			return Result{}, err
 		}
@@ -181,7 +190,7 @@ func (h *harness) latencyScenario(rate float64, parked int) (Result, error) {
 	cwg.Wait()
 	r := Result{Scenario: name, System: "lanes", Available: true, Messages: received.Load(), Seconds: sendSecs, OfferedRate: rate,
 		LatencyMs: delivered.percentiles(), AltLatencyMs: pushLat.percentiles(), AckLatencyMs: toAck.percentiles(),
-		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = pop answered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send, to ack = ack committed − scheduled send; first 0.5 s not recorded%s", rate, parkedText(parked))}
+		Description: fmt.Sprintf("open loop at %.0f msg/s (one push per message, 8 partitions), 8 long-poll consumers pop batch 100 + ack; latency = pop answered − scheduled send (coordinated omission corrected), alt = push answered − scheduled send, to ack = ack committed − scheduled send; first 0.5 s not recorded%s", rate, parkedText(parked, groups))}
 	w.end(&r)
 	r.Seconds = sendSecs
 	r.MsgPerSec = float64(received.Load()) / sendSecs
@@ -199,9 +208,12 @@ func (h *harness) latencyScenario(rate float64, parked int) (Result, error) {
 	return r, nil
 }
 
-func parkedText(parked int) string {
-	if parked == 0 {
+func parkedText(parked, groups int) string {
+	switch {
+	case parked == 0:
 		return ""
+	case groups > 1:
+		return fmt.Sprintf("; %d idle long polls in %d consumer groups parked on another queue meanwhile", parked, groups)
 	}
 	return fmt.Sprintf("; %d idle long polls of one group parked on another queue meanwhile", parked)
 }

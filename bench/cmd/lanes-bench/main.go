@@ -59,6 +59,7 @@ type options struct {
 	brokerRev    string
 	dbLocale     string
 	parked       int
+	parkedGroups int
 }
 
 // harness holds what every scenario shares.
@@ -119,6 +120,7 @@ func main() {
 	flag.StringVar(&partitions, "partitions", "1,100,10000,100000", "partition counts of the partition-scale scenario")
 	var rates string
 	flag.IntVar(&o.parked, "parked", 1000, "idle long polls parked beside the latency-parked scenario's open-loop load (at the first -rate)")
+	flag.IntVar(&o.parkedGroups, "parked-groups", 1, "consumer groups the latency-parked scenario's idle polls are spread over (1: all in queue mode)")
 	flag.StringVar(&rates, "rate", "250,1000", "offered rates (msg/s) of the open-loop latency scenario, comma-separated")
 	flag.StringVar(&o.url, "url", "", "use this running broker instead of starting bin/lanes (no CPU/RSS/profiles then)")
 	flag.StringVar(&o.pgURL, "pg-url", "", "use this PostgreSQL (a superuser URL) instead of starting one with scripts/pg.sh")
@@ -324,9 +326,9 @@ func (h *harness) run() int {
 	step("consume-queue", func() (Result, error) { return h.consumeScenario("consume-queue", 0, 8, 16, per) })
 	step("consume-fanout", func() (Result, error) { return h.consumeScenario("consume-fanout", 10, 2, 8, fan) })
 	for _, rate := range o.rates {
-		step("latency", func() (Result, error) { return h.latencyScenario(rate, 0) })
+		step("latency", func() (Result, error) { return h.latencyScenario(rate, 0, 0) })
 	}
-	step("latency-parked", func() (Result, error) { return h.latencyScenario(o.rates[0], o.parked) })
+	step("latency-parked", func() (Result, error) { return h.latencyScenario(o.rates[0], o.parked, o.parkedGroups) })
 	if o.scenarios["wake"] {
 		logf("scenario wake (load %.2f)", loadAvg())
 		h.prepareScenario(ctx)

@@ -185,6 +185,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		OnRetentionPass:         api.RetentionObserver(reg, log),
 		AdmitPopCheck:           admit.Pop.Acquire,
 		AdmitPopRecheck:         admit.Pop.TryAcquire,
+		ParkedRecheckRate:       cfg.ParkedRecheckRate,
 		PushCommitters:          cfg.PushCommitters,
 		AckSyncCommit:           cfg.AckSyncCommit,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,

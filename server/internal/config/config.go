@@ -58,6 +58,7 @@ type Resilience struct {
 	AdmissionMaxWaiting   int
 	AdmissionMaxWait      time.Duration
 	RateLimitPerClient    float64
+	ParkedRecheckRate     float64
 	RateLimitBurst        int
 	PushTimeout           time.Duration
 	BodyReadTimeout       time.Duration
@@ -254,6 +255,7 @@ var settings = []setting{
 	{"admission-max-wait-ms", "LANES_ADMISSION_MAX_WAIT_MS", "2000", "longest a request queues for a slot before 429", millisSetting(func(c *Config) *time.Duration { return &c.AdmissionMaxWait }, 1)},
 	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests (pushes, pops, acks, leases, transactions, timer schedules, KV writes) per second per client (token sub or address); 0 = off", floatSetting(func(c *Config) *float64 { return &c.RateLimitPerClient }, 0, 1e6)},
 	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst }, 0, unbounded)},
+	{"parked-recheck-rate", "LANES_PARKED_RECHECK_RATE", "250", "database re-checks a second this broker's parked long polls share (a parked poll re-checks for what no push announces, such as an expired lease, once a second; polls of one group share theirs); with more groups parked than that, each re-checks every groups ÷ rate seconds; 0 = no bound", floatSetting(func(c *Config) *float64 { return &c.ParkedRecheckRate }, 0, 1e6)},
 	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout }, 1)},
 	{"body-read-timeout-ms", "LANES_BODY_READ_TIMEOUT_MS", "30000", "how long a request body may take to arrive; past it 408 and the connection closes (a stalled client holds no admission slot meanwhile); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.BodyReadTimeout }, 0)},
 	{"max-push-items", "LANES_MAX_PUSH_ITEMS", "10000", "items one push request may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxPushItems }, 1, unbounded)},

@@ -49,6 +49,9 @@ type Config struct {
 	// keeps waiting, so parked pops never take the place of a request in the
 	// waiting line (nor count as rejected).
 	AdmitPopRecheck func() (release func(), ok bool)
+	// ParkedRecheckRate bounds the re-checks a second the parked pops run
+	// between them (see recheckCap); 0 = no bound.
+	ParkedRecheckRate float64
 	// ClaimTimeout bounds a pop's claim (its transaction, COMMIT included),
 	// which its request's deadline does not (see claimOnce); default 60 s.
 	// Keep it above the connections' statement_timeout, so PostgreSQL ends a

@@ -192,7 +192,7 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			// A re-check, or a push's claim for this pop, found nothing.
 			empties++
 			if empties >= popBackoffAfter {
-				interval = min(interval*2, popMaxRecheck)
+				interval = min(interval*2, e.recheckCap())
 			}
 		}
 		if leaving {
@@ -202,6 +202,20 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			return res, leaveErr
 		}
 	}
+}
+
+// recheckCap is the longest a parked pop waits between re-checks: a second,
+// or longer when more keys (groups and partition pins of queues, and
+// discovery pops) are parked than ParkedRecheckRate allows re-checks a
+// second, so that the parked pops' re-checks together stay within it. Before,
+// a thousand pops parked in distinct groups ran about a thousand claims a
+// second that found nothing, and the traffic beside them waited on those.
+func (e *Engine) recheckCap() time.Duration {
+	if e.cfg.ParkedRecheckRate <= 0 {
+		return popMaxRecheck
+	}
+	keys := float64(e.waiters.parkedKeys())
+	return max(popMaxRecheck, time.Duration(keys/e.cfg.ParkedRecheckRate*float64(time.Second)))
 }
 
 // countedClaim runs one claim of a queue pop counted among the group's running

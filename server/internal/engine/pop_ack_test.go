@@ -1082,3 +1082,60 @@ func TestParkedPopsOfAGroupShareTheirRechecks(t *testing.T) {
 	}
 	t.Logf("%d parked pops ran %d re-check claims in 4 s", pops, rechecks.Load())
 }
+
+// Parked pops in more groups than ParkedRecheckRate allows re-checks a
+// second stretch their re-check interval so that together they stay within
+// it: 40 pops in 40 groups at a rate of 10 re-check every 4 s once their
+// backoff reaches it, about 10 a second between them (before: every second,
+// 40 a second). A lease that expires while they wait is still found, within
+// that interval.
+func TestParkedPopsInManyGroupsShareTheRecheckRate(t *testing.T) {
+	e := newEngineWith(t, Config{ParkedRecheckRate: 10}, nil)
+	q := queueName(t)
+	mustPush(t, e, items(q, "p", "leased")...)
+	const groups, lease = 40, 8
+	// Every group leases the message, so it is claimable again, for each
+	// group, only once the lease expires: no push announces that.
+	for g := range groups {
+		if res := mustPop(t, e, PopRequest{Queue: q, Group: fmt.Sprint("g", g), SubscriptionMode: "all", Batch: 1, LeaseSeconds: lease}); len(res.Messages) != 1 {
+			t.Fatalf("group %d leases the message: %+v", g, res)
+		}
+	}
+	leaseEnds := time.Now().Add(lease * time.Second)
+	// The backoff (0.1, 0.2, 0.3, 0.5, 0.9, 1.7, 3.3 s) reaches the 4 s
+	// interval by the second half of the lease: count the re-checks there.
+	steadyFrom := leaseEnds.Add(-lease * time.Second / 2)
+	var rechecks, steady atomic.Int32
+	e.cfg.AdmitPopRecheck = func() (func(), bool) {
+		rechecks.Add(1)
+		if now := time.Now(); now.After(steadyFrom) && now.Before(leaseEnds) {
+			steady.Add(1)
+		}
+		return func() {}, true
+	}
+	done := make(chan poppedAt, groups)
+	for g := range groups {
+		go func() {
+			res, err := e.Pop(context.Background(), PopRequest{Queue: q, Group: fmt.Sprint("g", g), Batch: 1, Wait: true, Timeout: 20 * time.Second})
+			done <- poppedAt{res, err, time.Now()}
+		}()
+	}
+	var latest time.Duration
+	for range groups {
+		p := <-done
+		if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "leased" {
+			t.Fatalf("parked pop: %+v %v; want the message of its group's expired lease", p.res, p.err)
+		}
+		latest = max(latest, p.at.Sub(leaseEnds))
+	}
+	// groups ÷ rate = 4 s between re-checks, and one may land just before
+	// the lease ends.
+	if latest > 5*time.Second {
+		t.Fatalf("the last group found its expired lease %v after it ended; its re-check interval is 4 s", latest)
+	}
+	// In those 4 s, pops re-checking every second run 160; within the rate, 40.
+	if n := steady.Load(); n > 80 {
+		t.Fatalf("%d re-checks in the 4 s before the leases end (%d in all); the rate allows about 40", n, rechecks.Load())
+	}
+	t.Logf("%d re-checks in the 4 s before the leases end, %d in all; the last expired lease found %v after it ended", steady.Load(), rechecks.Load(), latest)
+}

@@ -446,6 +446,15 @@ func (w *waiters) wakeAllLocked() {
 	w.wakeDiscoveryLocked()
 }
 
+// parkedKeys counts what parked pops re-check for: each (queue, group,
+// pinned partition) of parked pops once, as they share a re-check (see
+// registerBehindPeerCheck), and each discovery pop.
+func (w *waiters) parkedKeys() int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return len(w.parked) + len(w.any)
+}
+
 // count is the number of parked pops.
 func (w *waiters) count() int {
 	w.mu.Lock()
