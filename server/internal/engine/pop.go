@@ -164,7 +164,7 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			// over the under-full batch the hold is for.
 			e.waiters.waitIdle(ctx, wt, &req)
 		}
-		timer := time.NewTimer(min(interval, remaining))
+		timer := time.NewTimer(min(max(interval, e.recheckSpacing()), remaining))
 		woken, leaving := false, false
 		var leaveErr error
 		select {
@@ -192,7 +192,7 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 			// A re-check, or a push's claim for this pop, found nothing.
 			empties++
 			if empties >= popBackoffAfter {
-				interval = min(interval*2, e.recheckCap())
+				interval = min(interval*2, popMaxRecheck)
 			}
 		}
 		if leaving {
@@ -204,18 +204,18 @@ func (e *Engine) popWaiting(ctx context.Context, req PopRequest) (*PopResult, er
 	}
 }
 
-// recheckCap is the longest a parked pop waits between re-checks: a second,
-// or longer when more keys (groups and partition pins of queues, and
-// discovery pops) are parked than ParkedRecheckRate allows re-checks a
-// second, so that the parked pops' re-checks together stay within it. Before,
-// a thousand pops parked in distinct groups ran about a thousand claims a
-// second that found nothing, and the traffic beside them waited on those.
-func (e *Engine) recheckCap() time.Duration {
+// recheckSpacing is the least time a parked pop waits between re-checks,
+// whatever its backoff says: the keys parked (groups and partition pins of
+// queues, and discovery pops, see parkedKeys) ÷ ParkedRecheckRate, so the
+// parked pops' re-checks together stay within the rate. Before, a thousand
+// pops parked in distinct groups ran over a thousand claims a second that
+// found nothing (their backoff starts at 100 ms), and the traffic beside
+// them waited on those.
+func (e *Engine) recheckSpacing() time.Duration {
 	if e.cfg.ParkedRecheckRate <= 0 {
-		return popMaxRecheck
+		return 0
 	}
-	keys := float64(e.waiters.parkedKeys())
-	return max(popMaxRecheck, time.Duration(keys/e.cfg.ParkedRecheckRate*float64(time.Second)))
+	return time.Duration(float64(e.waiters.parkedKeys()) / e.cfg.ParkedRecheckRate * float64(time.Second))
 }
 
 // countedClaim runs one claim of a queue pop counted among the group's running

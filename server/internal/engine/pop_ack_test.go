@@ -1084,11 +1084,10 @@ func TestParkedPopsOfAGroupShareTheirRechecks(t *testing.T) {
 }
 
 // Parked pops in more groups than ParkedRecheckRate allows re-checks a
-// second stretch their re-check interval so that together they stay within
-// it: 40 pops in 40 groups at a rate of 10 re-check every 4 s once their
-// backoff reaches it, about 10 a second between them (before: every second,
-// 40 a second). A lease that expires while they wait is still found, within
-// that interval.
+// second space their re-checks so that together they stay within it: 40 pops
+// in 40 groups at a rate of 10 re-check every 4 s, about 10 a second between
+// them (before: every second once their backoff reached it, 40 a second). A
+// lease that expires while they wait is still found, within that interval.
 func TestParkedPopsInManyGroupsShareTheRecheckRate(t *testing.T) {
 	e := newEngineWith(t, Config{ParkedRecheckRate: 10}, nil)
 	q := queueName(t)
@@ -1102,8 +1101,9 @@ func TestParkedPopsInManyGroupsShareTheRecheckRate(t *testing.T) {
 		}
 	}
 	leaseEnds := time.Now().Add(lease * time.Second)
-	// The backoff (0.1, 0.2, 0.3, 0.5, 0.9, 1.7, 3.3 s) reaches the 4 s
-	// interval by the second half of the lease: count the re-checks there.
+	// Without the rate, the backoff (0.1, 0.2, 0.3, 0.5, 0.9, 1.7, 2.7 s)
+	// re-checks every second by the second half of the lease: count the
+	// re-checks there.
 	steadyFrom := leaseEnds.Add(-lease * time.Second / 2)
 	var rechecks, steady atomic.Int32
 	e.cfg.AdmitPopRecheck = func() (func(), bool) {
