@@ -1,9 +1,11 @@
 package api
 
 import (
+	"bytes"
 	"encoding/json"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -381,5 +383,138 @@ func TestKVRefusesValuesJSONBCannotHold(t *testing.T) {
 	}
 	if b.call(t, "GET", "/api/v1/kv/"+ns+"/pair", nil, &pair); pair.Value != "\U0001F600" {
 		t.Fatalf("a surrogate pair read back as %q", pair.Value)
+	}
+}
+
+// kvPutRoutes are the three ways to put value under ns/key, each with where
+// its answer carries the put's result.
+func kvPutRoutes(ns, key, value string) []struct{ name, method, path, body string } {
+	op := `{"op":"put","ns":"` + ns + `","key":"` + key + `","forever":true,"value":` + value + `}`
+	return []struct{ name, method, path, body string }{
+		{"PUT", "PUT", "/api/v1/kv/" + ns + "/" + key, `{"forever":true,"value":` + value + `}`},
+		{"batch", "POST", "/api/v1/kv", `{"operations":[` + op + `]}`},
+		{"rider", "POST", "/api/v1/transaction", `{"operations":[],"kv":[` + op + `]}`},
+	}
+}
+
+// kvPutAnswer is the result of the one put a kvPutRoutes body carries.
+type kvPutAnswer struct {
+	Applied bool            `json:"applied"`
+	Value   json.RawMessage `json:"value"`
+	Results []kvPutAnswer   `json:"results"`
+	KV      []kvPutAnswer   `json:"kv"`
+}
+
+func (a kvPutAnswer) result() kvPutAnswer {
+	for _, list := range [][]kvPutAnswer{a.Results, a.KV} {
+		if len(list) == 1 {
+			return list[0]
+		}
+	}
+	return a
+}
+
+// jsonbText is value as jsonb stores and prints it, compacted as the broker answers it.
+func (b *testBroker) jsonbText(t *testing.T, value string) string {
+	t.Helper()
+	var text string
+	if err := b.Pool.QueryRow(t.Context(), `SELECT $1::jsonb::text`, value).Scan(&text); err != nil {
+		t.Fatal(err)
+	}
+	var compact bytes.Buffer
+	if err := json.Compact(&compact, []byte(text)); err != nil {
+		t.Fatal(err)
+	}
+	return compact.String()
+}
+
+// A KV value is any JSON value jsonb holds, numbers included: the validator
+// once read a bare value as float64 and refused 1e400, which numeric holds.
+// Null, booleans and strings stay values too.
+func TestKVTakesEveryNumberJSONBHolds(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	values := []string{`1e400`, `-1E+400`, `1e131071`, `123456789012345678901234567890`, `1e-400`, `0.` + strings.Repeat("0", 16382) + `1`,
+		`-0`, `1.50`, `[1e400]`, `{"n":-1e400}`, `null`, `true`, `"1e400"`}
+	for i, value := range values {
+		for _, c := range kvPutRoutes(ns, numberKey(i), value) {
+			var raw json.RawMessage
+			status, _ := b.call(t, c.method, c.path, c.body, &raw)
+			var answer kvPutAnswer
+			if err := json.Unmarshal(raw, &answer); err != nil || status != http.StatusOK || !answer.result().Applied {
+				t.Errorf("%s of %.40s: %d %.200s", c.name, value, status, raw)
+				continue
+			}
+			var got struct {
+				Value json.RawMessage `json:"value"`
+			}
+			b.call(t, "GET", "/api/v1/kv/"+ns+"/"+numberKey(i), nil, &got)
+			if want := b.jsonbText(t, value); string(got.Value) != want {
+				t.Errorf("%s of %.40s read back as %.40s, want jsonb's %.40s", c.name, value, got.Value, want)
+			}
+		}
+	}
+}
+
+func numberKey(i int) string { return "k" + strconv.Itoa(i) }
+
+// A number numeric cannot hold is refused by name on every route that puts a
+// value, bare or nested, and nothing is stored.
+func TestKVRefusesNumbersNumericCannotHoldByName(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	for _, value := range []string{`1e131072`, `-1E+131072`, `[1e131072]`, `1e-16384`, `{"n":-1e-16384}`} {
+		for _, c := range kvPutRoutes(ns, "k", value) {
+			var e errorBody
+			status, _ := b.call(t, c.method, c.path, c.body, &e)
+			if status != http.StatusBadRequest || e.Code != "kv_bad_request" || !strings.Contains(e.Error, "numeric") {
+				t.Errorf("%s of %.40s: %d %+v, want 400 kv_bad_request naming numeric", c.name, value, status, e)
+			}
+		}
+	}
+	var got map[string]any
+	if b.call(t, "GET", "/api/v1/kv/"+ns+"/k", nil, &got); got["found"] != false {
+		t.Fatalf("a refused value was stored: %+v", got)
+	}
+}
+
+// Values and payloads take any JSON value, but the fields around them keep
+// the spec's types, bounds and required fields: a number no float64 holds,
+// or a wrong type, in any of them is still refused, and nothing is written.
+func TestFreeFormValuesLeaveTypedFieldsChecked(t *testing.T) {
+	b := newTestBroker(t)
+	ns, q := uniqueQueue(t), uniqueQueue(t)
+	put := func(fields string) string { return `{"op":"put","ns":"` + ns + `","key":"k",` + fields + `}` }
+	cases := []struct{ name, method, path, body, code string }{
+		{"ttlSeconds 1e400", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"ttlSeconds":1e400}`, "kv_bad_request"},
+		{"expect 1e400", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"forever":true,"expect":1e400}`, "kv_bad_request"},
+		{"forever a number", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"forever":1e400}`, "kv_bad_request"},
+		{"no value", "PUT", "/api/v1/kv/" + ns + "/k", `{"forever":true}`, "kv_bad_request"},
+		{"delta 1e400", "POST", "/api/v1/kv", `{"operations":[{"op":"incr","ns":"` + ns + `","key":"k","forever":true,"delta":1e400}]}`, "kv_bad_request"},
+		{"delta a string", "POST", "/api/v1/kv", `{"operations":[{"op":"incr","ns":"` + ns + `","key":"k","forever":true,"delta":"1"}]}`, "kv_bad_request"},
+		{"ttlSeconds above 100 years", "POST", "/api/v1/kv", `{"operations":[` + put(`"value":1,"ttlSeconds":3153600001`) + `]}`, "kv_bad_request"},
+		{"ns a number", "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":1e400,"key":"k","forever":true,"value":1}]}`, "kv_bad_request"},
+		{"rider expect below 0", "POST", "/api/v1/transaction", `{"operations":[],"kv":[` + put(`"value":1,"forever":true,"expect":-1`) + `]}`, "kv_bad_request"},
+		{"operations 1e400", "POST", "/api/v1/transaction", `{"operations":1e400}`, "validation_failed"},
+		{"type 1e400", "POST", "/api/v1/transaction", `{"operations":[{"type":1e400,"queue":"` + q + `","payload":1}]}`, "validation_failed"},
+		{"queue 1e400", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","queue":1e400,"payload":1}]}`, "validation_failed"},
+		{"traceId 1e400", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","queue":"` + q + `","payload":1,"traceId":1e400}]}`, "validation_failed"},
+		{"item transactionId 1e400", "POST", "/api/v1/transaction",
+			`{"operations":[{"type":"push","items":[{"queue":"` + q + `","payload":1,"transactionId":1e400}]}]}`, "validation_failed"},
+		{"malformed payload", "POST", "/api/v1/transaction", `{"operations":[{"type":"push","queue":"` + q + `","payload":1e}]}`, "invalid_json"},
+	}
+	for _, c := range cases {
+		var e errorBody
+		if status, _ := b.call(t, c.method, c.path, c.body, &e); status != http.StatusBadRequest || e.Code != c.code {
+			t.Errorf("%s: %d %+v, want 400 %s", c.name, status, e, c.code)
+		}
+	}
+	var got map[string]any
+	if b.call(t, "GET", "/api/v1/kv/"+ns+"/k", nil, &got); got["found"] != false {
+		t.Fatalf("a refused request stored the key: %+v", got)
+	}
+	var popped popBody
+	if b.call(t, "GET", "/api/v1/pop/queue/"+q+"?autoAck=true", nil, &popped); len(popped.Messages) != 0 {
+		t.Fatalf("a refused bundle stored a message: %+v", popped)
 	}
 }

@@ -120,6 +120,7 @@ func (s *Server) Handler() (http.Handler, error) {
 		return nil, fmt.Errorf("load embedded spec: %w", err)
 	}
 	spec.Servers = nil
+	acceptAnyJSONValueUnread(spec)
 	responder := errorResponder{unavailable: s.maintenance.requestFailures, databaseErrors: s.databaseErrors, otherErrors: s.requestFailures}
 	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware, refuseKVPathQueryString}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,

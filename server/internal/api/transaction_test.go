@@ -364,3 +364,46 @@ func TestTransactionPushKeepsThePayloadBytes(t *testing.T) {
 		}
 	}
 }
+
+// A push moved into a bundle is stored as /push stores it: every JSON number,
+// even one no float64 holds (the validator once read payloads as float64 and
+// refused a bare 1e400 that /push took), comes back from a pop byte for byte.
+func TestTransactionPushTakesEveryNumberPushTakes(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	numbers := []string{`1e400`, `-1E+400`, `1e131072`, `123456789012345678901234567890`, `1e-400`, `1e-20000`, `-0`, `1.50`, `null`, `false`, `"1e400"`}
+	for i, number := range numbers {
+		for _, payload := range []string{number, `[` + number + `]`, `{"n":` + number + `}`} {
+			routes := map[string]string{
+				"push": `{"items":[{"queue":"` + q + `","partition":"%s","payload":` + payload + `}]}`,
+				"flat": `{"operations":[{"type":"push","queue":"` + q + `","partition":"%s","payload":` + payload + `}]}`,
+				"data": `{"operations":[{"type":"push","queue":"` + q + `","partition":"%s","data":` + payload + `}]}`,
+				"nested": `{"operations":[{"type":"push","items":[{"queue":"` + q + `","partition":"%s","payload":` +
+					payload + `}]}]}`,
+			}
+			for form, body := range routes {
+				partition := form + "-" + strconv.Itoa(i) + "-" + strconv.Itoa(len(payload))
+				path := "/api/v1/transaction"
+				if form == "push" {
+					path = "/api/v1/push"
+				}
+				var answer json.RawMessage
+				status, _ := b.call(t, "POST", path, strings.Replace(body, "%s", partition, 1), &answer)
+				if (form == "push" && status != http.StatusCreated) || (form != "push" && (status != http.StatusOK ||
+					!strings.Contains(string(answer), `"success":true`))) {
+					t.Errorf("%s of %.40s: %d %.200s", form, payload, status, answer)
+					continue
+				}
+				var popped struct {
+					Messages []struct {
+						Data json.RawMessage `json:"data"`
+					} `json:"messages"`
+				}
+				b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/"+partition+"?autoAck=true", nil, &popped)
+				if len(popped.Messages) != 1 || string(popped.Messages[0].Data) != payload {
+					t.Errorf("%s of %.40s popped as %.200v", form, payload, popped)
+				}
+			}
+		}
+	}
+}
