@@ -518,3 +518,40 @@ func TestFreeFormValuesLeaveTypedFieldsChecked(t *testing.T) {
 		t.Fatalf("a refused bundle stored a message: %+v", popped)
 	}
 }
+
+// A write's answer shows the value as every later read shows it, jsonb's
+// form (keys in jsonb's order, the last of duplicate keys, escapes decoded,
+// numbers as numeric prints them), not the text the client sent; so does a
+// get after the put in the same call.
+func TestKVPutAnswersTheValueAsReadsShowIt(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	values := []string{`{"b":1,"aa":2,"b":3}`, `1E+2`, `"\u00e9\/"`, `-0`, `1e400`, `[1.0e2,0.10,-0.0]`, `{"n":1e-3}`}
+	for i, value := range values {
+		key := numberKey(i)
+		want := b.jsonbText(t, value)
+		for _, c := range kvPutRoutes(ns, key, value) {
+			var raw json.RawMessage
+			status, _ := b.call(t, c.method, c.path, c.body, &raw)
+			var answer kvPutAnswer
+			if err := json.Unmarshal(raw, &answer); err != nil || status != http.StatusOK || !answer.result().Applied {
+				t.Errorf("%s of %s: %d %.200s", c.name, value, status, raw)
+				continue
+			}
+			var got struct {
+				Value json.RawMessage `json:"value"`
+			}
+			b.call(t, "GET", "/api/v1/kv/"+ns+"/"+key, nil, &got)
+			if put := string(answer.result().Value); put != want || string(got.Value) != want {
+				t.Errorf("%s of %s answered %.60s, a get read %.60s, want jsonb's %.60s for both", c.name, value, put, got.Value, want)
+			}
+		}
+		var raw json.RawMessage
+		b.call(t, "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"`+ns+`","key":"`+key+`","forever":true,"value":`+value+
+			`},{"op":"get","ns":"`+ns+`","key":"`+key+`"}]}`, &raw)
+		var batch kvPutAnswer
+		if json.Unmarshal(raw, &batch) != nil || len(batch.Results) != 2 || string(batch.Results[0].Value) != want || string(batch.Results[1].Value) != want {
+			t.Errorf("put then get of %s in one call answered %.300s, want jsonb's %.60s for both", value, raw, want)
+		}
+	}
+}

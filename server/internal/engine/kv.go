@@ -343,7 +343,8 @@ type kvState struct {
 
 // applyKV applies ops inside tx in a bounded number of round trips:
 // (advisory-lock every written key in hash order, read every named key,
-// run each getPrefix) then (upsert and delete what changed). Locking by key
+// run each getPrefix, print each put's value as jsonb stores it) then
+// (upsert and delete what changed). Locking by key
 // hash covers keys that do not exist yet, so two writers of the same absent
 // key serialize instead of both inserting. Ops are applied in order in memory,
 // so a read after a write in the same call sees the write.
@@ -405,6 +406,19 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 			  AND (expires_at IS NULL OR expires_at > (SELECT clock_timestamp()))
 			ORDER BY key LIMIT $4`, append([]any{op.Namespace, op.Prefix, op.After, op.Limit + 1, op.KeysOnly}, below...)...)
 	}
+	// A put answers its value, and a later get in the call reads it, as
+	// jsonb stores it: the text every later read shows, not the text sent.
+	var putValues []string
+	var putAt []int
+	for i, op := range ops {
+		if op.Op == KVPut || op.Op == KVPutIfAbsent {
+			putValues, putAt = append(putValues, string(op.Value)), append(putAt, i)
+		}
+	}
+	if len(putValues) > 0 {
+		b.Queue(`SELECT v::jsonb::text FROM unnest($1::text[]) WITH ORDINALITY AS x(v, n) ORDER BY n`, putValues)
+	}
+	stored := make([]json.RawMessage, len(ops))
 	state := map[kvKey]*kvState{}
 	prefixRows := map[int][]KVRow{}
 	var now time.Time
@@ -463,6 +477,24 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 				return err
 			}
 		}
+		if len(putValues) > 0 {
+			rows, err := br.Query()
+			if err != nil {
+				return err
+			}
+			for n := 0; rows.Next(); n++ {
+				var text string
+				if err := rows.Scan(&text); err != nil {
+					rows.Close()
+					return err
+				}
+				stored[putAt[n]] = compactJSON(json.RawMessage(text))
+			}
+			rows.Close()
+			if err := rows.Err(); err != nil {
+				return err
+			}
+		}
 		return nil
 	}()
 	if err != nil {
@@ -508,7 +540,7 @@ func applyKV(ctx context.Context, tx batchTx, ops []KVOp) ([]KVResult, *KVPrecon
 			applyPrefixPage(res, op, prefixRows[i], state, &budget)
 		default:
 			s := state[kvKey{op.Namespace, op.Key}]
-			reason := applyKVWrite(op, s, now)
+			reason := applyKVWrite(op, stored[i], s, now)
 			res.Applied = reason == ""
 			res.Reason = reason
 			if s.exists {
@@ -589,8 +621,9 @@ func applyPrefixPage(res *KVResult, op *KVOp, page []KVRow, state map[kvKey]*kvS
 	}
 }
 
-// applyKVWrite applies one write to s, returning why it did not apply ("" if it did).
-func applyKVWrite(op *KVOp, s *kvState, now time.Time) string {
+// applyKVWrite applies one write to s, returning why it did not apply ("" if
+// it did); value is a put's value as jsonb stores it.
+func applyKVWrite(op *KVOp, value json.RawMessage, s *kvState, now time.Time) string {
 	if op.Expect != nil {
 		switch {
 		case *op.Expect == 0 && s.exists:
@@ -610,7 +643,7 @@ func applyKVWrite(op *KVOp, s *kvState, now time.Time) string {
 	}
 	switch op.Op {
 	case KVPut, KVPutIfAbsent:
-		s.value = compactJSON(op.Value)
+		s.value = value
 		s.expiresAt = expiry()
 	case KVDelete:
 		if !s.exists {
