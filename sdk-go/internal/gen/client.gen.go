@@ -1054,10 +1054,13 @@ type KvOperation struct {
 	// TtlSeconds put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 
-	// Value put, putIfAbsent — any JSON value, stored as jsonb: read back as the same value, not the
-	// same text (keys in jsonb's order, the last of duplicate keys, escapes decoded, numbers
-	// as `numeric` prints them). A value jsonb refuses — a NUL character (`\u0000`), a lone
-	// surrogate escape, a number beyond `numeric`'s digits — answers `400 kv_bad_request`.
+	// Value put, putIfAbsent — any JSON value, numbers as large or as precise as `numeric` holds
+	// (`1e400`, 30-digit integers) included, stored as jsonb: the write's answer and every
+	// read show the same value, not the same text (keys in jsonb's order, the last of
+	// duplicate keys, escapes decoded, numbers as `numeric` prints them: `1E+2` reads `100`).
+	// A value jsonb refuses — a NUL character (`\u0000`), a lone surrogate escape, a number
+	// beyond `numeric`'s 131072 digits before or 16383 after the point — answers
+	// `400 kv_bad_request`.
 	Value json.RawMessage `json:"value,omitempty"`
 }
 
@@ -1115,7 +1118,7 @@ type KvResult struct {
 	Truncated *bool      `json:"truncated,omitempty"`
 	UpdatedAt *time.Time `json:"updatedAt,omitempty"`
 
-	// Value Current value (any JSON).
+	// Value Current value (any JSON), as jsonb stores it (see `KvOperation.value`); a write shows what a get then reads.
 	Value   json.RawMessage `json:"value,omitempty"`
 	Version *int            `json:"version,omitempty"`
 }
@@ -2308,7 +2311,7 @@ type TransactionOperation struct {
 	// PartitionId Ack — partition id of the message.
 	PartitionId *string `json:"partitionId,omitempty"`
 
-	// Payload Push (flat form) — any JSON value.
+	// Payload Push (flat form) — any JSON value, stored byte for byte as `PushItem.payload` is, every number included.
 	Payload json.RawMessage `json:"payload,omitempty"`
 
 	// Queue Push (flat form) — target queue.
@@ -2368,7 +2371,7 @@ type TransactionPushItem struct {
 	// Partition Target partition (default `Default`).
 	Partition *string `json:"partition,omitempty"`
 
-	// Payload Any JSON value (missing → `{}`).
+	// Payload Any JSON value (missing → `{}`), stored byte for byte as `PushItem.payload` is, every number included.
 	Payload json.RawMessage `json:"payload,omitempty"`
 
 	// Queue Target queue.

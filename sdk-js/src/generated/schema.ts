@@ -1363,7 +1363,7 @@ export interface components {
             queue?: string;
             /** @description Push (flat form) — target partition (default `Default`). */
             partition?: string;
-            /** @description Push (flat form) — any JSON value. */
+            /** @description Push (flat form) — any JSON value, stored byte for byte as `PushItem.payload` is, every number included. */
             payload?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
@@ -1395,7 +1395,7 @@ export interface components {
             queue?: string;
             /** @description Target partition (default `Default`). */
             partition?: string;
-            /** @description Any JSON value (missing → `{}`). */
+            /** @description Any JSON value (missing → `{}`), stored byte for byte as `PushItem.payload` is, every number included. */
             payload?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
@@ -2042,10 +2042,13 @@ export interface components {
             limit?: number;
             /** @description getPrefix — omit values. */
             keysOnly?: boolean;
-            /** @description put, putIfAbsent — any JSON value, stored as jsonb: read back as the same value, not the
-             *     same text (keys in jsonb's order, the last of duplicate keys, escapes decoded, numbers
-             *     as `numeric` prints them). A value jsonb refuses — a NUL character (`\u0000`), a lone
-             *     surrogate escape, a number beyond `numeric`'s digits — answers `400 kv_bad_request`.
+            /** @description put, putIfAbsent — any JSON value, numbers as large or as precise as `numeric` holds
+             *     (`1e400`, 30-digit integers) included, stored as jsonb: the write's answer and every
+             *     read show the same value, not the same text (keys in jsonb's order, the last of
+             *     duplicate keys, escapes decoded, numbers as `numeric` prints them: `1E+2` reads `100`).
+             *     A value jsonb refuses — a NUL character (`\u0000`), a lone surrogate escape, a number
+             *     beyond `numeric`'s 131072 digits before or 16383 after the point — answers
+             *     `400 kv_bad_request`.
              *      */
             value?: ({
                 [key: string]: unknown;
@@ -2112,7 +2115,7 @@ export interface components {
              */
             reason?: "exists" | "absent" | "version" | "limit" | "type";
             key?: string;
-            /** @description Current value (any JSON). */
+            /** @description Current value (any JSON), as jsonb stores it (see `KvOperation.value`); a write shows what a get then reads. */
             value?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);

@@ -880,10 +880,13 @@ class KvOperation(BaseModel):
     """
     value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
-    put, putIfAbsent — any JSON value, stored as jsonb: read back as the same value, not the
-    same text (keys in jsonb's order, the last of duplicate keys, escapes decoded, numbers
-    as `numeric` prints them). A value jsonb refuses — a NUL character (`\\u0000`), a lone
-    surrogate escape, a number beyond `numeric`'s digits — answers `400 kv_bad_request`.
+    put, putIfAbsent — any JSON value, numbers as large or as precise as `numeric` holds
+    (`1e400`, 30-digit integers) included, stored as jsonb: the write's answer and every
+    read show the same value, not the same text (keys in jsonb's order, the last of
+    duplicate keys, escapes decoded, numbers as `numeric` prints them: `1E+2` reads `100`).
+    A value jsonb refuses — a NUL character (`\\u0000`), a lone surrogate escape, a number
+    beyond `numeric`'s 131072 digits before or 16383 after the point — answers
+    `400 kv_bad_request`.
 
     """
     ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1, le=3153600000)] = None
@@ -973,7 +976,7 @@ class KvResult(BaseModel):
     key: str | None = None
     value: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
-    Current value (any JSON).
+    Current value (any JSON), as jsonb stores it (see `KvOperation.value`); a write shows what a get then reads.
     """
     version: int | None = None
     expires_at: Annotated[AwareDatetime | None, Field(alias="expiresAt")] = None
@@ -2498,7 +2501,7 @@ class TransactionOperation(BaseModel):
     """
     payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
-    Push (flat form) — any JSON value.
+    Push (flat form) — any JSON value, stored byte for byte as `PushItem.payload` is, every number included.
     """
     data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
@@ -2588,7 +2591,7 @@ class TransactionPushItem(BaseModel):
     """
     payload: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
-    Any JSON value (missing → `{}`).
+    Any JSON value (missing → `{}`), stored byte for byte as `PushItem.payload` is, every number included.
     """
     data: dict[str, Any] | list[Any] | str | int | float | bool | None = None
     """
