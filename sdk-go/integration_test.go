@@ -2,6 +2,7 @@ package lanes_test
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
@@ -874,6 +875,42 @@ func TestITKVHelpers(t *testing.T) {
 	require.True(t, *res[0].Applied)
 	require.JSONEq(t, `4`, string(res[1].Value))
 	require.Len(t, *res[2].Rows, 2)
+}
+
+// TestITNumbersNoFloat64Holds: a json.RawMessage or json.Number value crosses the SDK exactly. A
+// bundle's push of 1e400 pops as sent (as Push does), and a KV value 1e400 or a 30-digit integer
+// is stored; the put's answer and a later Get both show jsonb's form of it.
+func TestITNumbersNoFloat64Holds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+	huge := "1" + strings.Repeat("0", 400) // 1e400 as numeric prints it
+
+	put, err := kv.Put(b.ctx, "huge", json.RawMessage(`1e400`), lanes.Forever)
+	require.NoError(t, err)
+	require.True(t, *put.Applied)
+	require.Equal(t, huge, string(put.Value))
+	got, err := kv.Get(b.ctx, "huge")
+	require.NoError(t, err)
+	require.Equal(t, huge, string(got.Value))
+
+	long := json.Number("123456789012345678901234567890")
+	put, err = kv.Put(b.ctx, "long", long, lanes.Forever)
+	require.NoError(t, err)
+	require.Equal(t, string(long), string(put.Value))
+	got, err = kv.Get(b.ctx, "long")
+	require.NoError(t, err)
+	require.Equal(t, string(long), string(got.Value))
+
+	res, err := b.c.Transaction().Queue(b.queue).Push(lanes.Data(json.RawMessage(`1e400`))).
+		KV(lanes.KVPut(b.queue, "rider", json.RawMessage(`-1E+400`), lanes.Forever)).Commit(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, res.KV, 1)
+	require.Equal(t, "-"+huge, string(res.KV[0].Value))
+	msgs, err := b.c.Queue(b.queue).Batch(10).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	require.Equal(t, `1e400`, string(msgs[0].Data))
 }
 
 // TestITKVPutIfAbsentInATransaction: not required (the wire default, as in the other SDKs), an

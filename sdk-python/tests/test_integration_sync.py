@@ -498,6 +498,17 @@ def test_kv(client: lanes.Lanes, qname: str) -> None:
     assert not kv.get("k").found
 
 
+def test_kv_put_answers_the_value_as_a_get_reads_it(client: lanes.Lanes, qname: str) -> None:
+    # The broker stores values as jsonb: a put's answer shows jsonb's form (keys in jsonb's
+    # order), as every later get does, so both iterate the same; integers stay exact.
+    kv = client.kv(qname)
+    value = {"zzz": 1, "a": 123456789012345678901234567890, "mm": [1.5, None]}
+    put = kv.put("k", value)
+    got = kv.get("k")
+    assert put.value == got.value == value
+    assert list(put.value) == list(got.value) == ["a", "mm", "zzz"]
+
+
 def test_kv_helpers(client: lanes.Lanes, qname: str) -> None:
     kv = client.kv(qname)
     first = kv.put_if_absent("once", "a")

@@ -148,6 +148,20 @@ describe("kv and timers", () => {
     expect((await kv.get("k")).found).toBe(false);
   });
 
+  it("a put answers the value as every get reads it: jsonb's form, keys in jsonb's order", async () => {
+    const lanes = client();
+    const ns = uniq("kv-form");
+    const kv = lanes.kv(ns);
+    const value = { zzz: 1, a: "x", mm: [1.5, null] };
+    const put = await kv.put("k", value, { forever: true });
+    const got = await kv.get("k");
+    expect(put.value).toEqual(value);
+    expect(Object.keys(put.value as object)).toEqual(["a", "mm", "zzz"]);
+    expect(Object.keys(got.value as object)).toEqual(["a", "mm", "zzz"]);
+    const res = await lanes.transaction().kv.put(ns, "rider", value, { forever: true }).commit();
+    expect(Object.keys(res.kv?.[0]?.value as object)).toEqual(["a", "mm", "zzz"]);
+  });
+
   it("schedule, read and cancel a timer", async () => {
     const lanes = client();
     const t = lanes.timers(uniq("timers"));
