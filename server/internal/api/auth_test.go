@@ -9,13 +9,17 @@ import (
 	"fmt"
 	"maps"
 	"net/http"
+	"net/url"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/getkin/kin-openapi/openapi3"
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/auth"
 )
 
@@ -40,68 +44,169 @@ func newAuthBroker(t *testing.T) *resilientBroker {
 	return newBrokerWith(t, testDSN, Options{Auth: v}, "")
 }
 
+// requiredRole is the sentence by which an operation's description in openapi.yaml
+// records its role decision.
+var requiredRole = regexp.MustCompile(`Required role: ([^.]+)\.`)
+
+// rolesAllowedBy reads the roles an operation's description allows; public
+// reports a route that needs no token.
+func rolesAllowedBy(t *testing.T, op *openapi3.Operation) (allowed []string, public bool) {
+	t.Helper()
+	m := requiredRole.FindStringSubmatch(strings.Join(strings.Fields(op.Description), " "))
+	if m == nil {
+		t.Fatalf("%s names no required role: every route needs a role decision in its description", op.OperationID)
+	}
+	if strings.HasPrefix(m[1], "none (public") {
+		return nil, true
+	}
+	for _, r := range strings.Split(strings.ReplaceAll(m[1], " or ", ", "), ", ") {
+		if !slices.Contains(allRoles, r) {
+			t.Fatalf("%s: unknown role %q in %q", op.OperationID, r, m[0])
+		}
+		allowed = append(allowed, r)
+	}
+	return allowed, false
+}
+
+var allRoles = []string{auth.RoleReadOnly, auth.RoleWriteOnly, auth.RoleReadWrite, auth.RoleAdmin}
+
+// TestJWTRoleMatrixOverTheRoutes calls every operation of openapi.yaml on a
+// broker with auth on, as each role and without a token, and checks the broker
+// enforces the role the operation's description names: a route added to the
+// spec without a role decision fails here. Refused calls carry real writes
+// (a push, a queue configuration, a KV put, a timer, the maintenance switches),
+// and the test checks that none of them changed anything, then that the same
+// calls do change it once an allowed role sends them.
 func TestJWTRoleMatrixOverTheRoutes(t *testing.T) {
 	b := newAuthBroker(t)
-	q := uniqueQueue(t)
-	roles := []string{auth.RoleReadOnly, auth.RoleWriteOnly, auth.RoleReadWrite, auth.RoleAdmin}
+	spec, err := gen.GetSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
 	tokens := map[string]string{}
-	for _, r := range roles {
+	for _, r := range allRoles {
 		tokens[r] = hsToken(t, "svc-"+r, r)
 	}
-	ro := []string{auth.RoleReadOnly, auth.RoleReadWrite, auth.RoleAdmin}
-	wo := []string{auth.RoleWriteOnly, auth.RoleReadWrite, auth.RoleAdmin}
-	rw := []string{auth.RoleReadWrite, auth.RoleAdmin}
-	admin := []string{auth.RoleAdmin}
-	push := `{"items":[{"queue":"` + q + `","payload":1}]}`
-	routes := []struct {
-		method, path, body string
-		allowed            []string
-	}{
-		{"POST", "/api/v1/push", push, wo},
-		{"GET", "/api/v1/pop/queue/" + q, "", rw},
-		{"GET", "/api/v1/pop/queue/" + q + "/partition/Default", "", rw},
-		{"GET", "/api/v1/pop?namespace=jwtns", "", rw},
-		{"POST", "/api/v1/ack", `{"transactionId":"x","partitionId":"00000000-0000-0000-0000-000000000000"}`, rw},
-		{"POST", "/api/v1/ack/batch", `{"acknowledgments":[]}`, rw},
-		{"POST", "/api/v1/transaction", `{"operations":[]}`, rw},
-		{"POST", "/api/v1/lease/nope/extend", `{"seconds":10}`, rw},
-		{"POST", "/api/v1/configure", `{"queue":"` + q + `"}`, rw},
-		{"GET", "/api/v1/resources/queues", "", ro},
-		{"GET", "/api/v1/resources/queues/" + q, "", ro},
-		{"GET", "/api/v1/resources/overview", "", ro},
-		{"GET", "/api/v1/messages", "", ro},
-		{"GET", "/api/v1/dlq", "", ro},
-		{"GET", "/api/v1/consumer-groups", "", ro},
-		{"GET", "/api/v1/status/buffers", "", ro},
-		{"GET", "/api/v1/system/maintenance", "", ro},
-		{"GET", "/status", "", ro},
-		{"DELETE", "/api/v1/consumer-groups/jwt-nobody", "", admin},
-		{"DELETE", "/api/v1/dlq?queue=" + q, "", admin},
-		{"DELETE", "/api/v1/resources/queues/jwt-nonexistent-queue", "", admin},
-		{"POST", "/api/v1/system/maintenance/pop", `{"enabled":false}`, admin},
-		{"GET", "/api/v1/not-a-route", "", rw},
+	admin := tokens[auth.RoleAdmin]
+	q, gone := uniqueQueue(t), uniqueQueue(t)+"-gone"
+	ns := "jwt-ns-" + q
+	// Deletes address other names, so an allowed delete cannot undo an allowed write.
+	params := func(name, method string) string {
+		kept := map[string]string{"queue": q, "ns": ns, "key": "k", "timerKey": "t", "group": "g-" + q}
+		if method == http.MethodDelete {
+			kept = map[string]string{"queue": gone, "ns": ns, "key": "gone", "timerKey": "gone", "group": "g-" + gone}
+		}
+		if v, ok := kept[name]; ok {
+			return v
+		}
+		if strings.HasSuffix(name, "Id") || name == "id" {
+			return "00000000-0000-0000-0000-000000000000"
+		}
+		return "x-" + name
 	}
-	for _, rt := range routes {
-		for _, role := range roles {
-			status, e, _ := b.callAs(t, tokens[role], rt.method, rt.path, rt.body)
-			want := slices.Contains(rt.allowed, role)
-			switch {
-			case status == http.StatusUnauthorized:
-				t.Errorf("%s %s as %s: 401 %+v with a valid token", rt.method, rt.path, role, e)
-			case want && status == http.StatusForbidden:
-				t.Errorf("%s %s as %s: 403, want allowed", rt.method, rt.path, role)
-			case !want && (status != http.StatusForbidden || e.Error != "Insufficient permissions" || e.Code != "forbidden"):
-				t.Errorf("%s %s as %s: %d %+v, want 403 Insufficient permissions", rt.method, rt.path, role, status, e)
+	timerPayload := base64.StdEncoding.EncodeToString([]byte(`{"n":1}`))
+	// By operationId in lower case (the embedded spec capitalises them).
+	bodies := map[string]string{
+		"push":               `{"items":[{"queue":"` + q + `","payload":1}]}`,
+		"configure":          `{"queue":"` + q + `"}`,
+		"kvput":              `{"value":1,"forever":true}`,
+		"kvbatch":            `{"operations":[{"op":"put","ns":"` + ns + `","key":"b","value":1,"forever":true}]}`,
+		"scheduletimers":     `{"operations":[{"op":"schedule","queue":"` + q + `","timerKey":"t","delayMs":3600000,"payload":"` + timerPayload + `"}]}`,
+		"setpushmaintenance": `{"enabled":true}`,
+		"setpopmaintenance":  `{"enabled":true}`,
+		"transaction":        `{"operations":[{"type":"push","items":[{"queue":"` + q + `","payload":2}]}]}`,
+	}
+	t.Cleanup(func() {
+		b.callAs(t, admin, "POST", "/api/v1/system/maintenance", `{"enabled":false}`)
+		b.callAs(t, admin, "POST", "/api/v1/system/maintenance/pop", `{"enabled":false}`)
+	})
+	type call struct {
+		method, path, body, op string
+		allowed                []string
+		public                 bool
+	}
+	var calls []call
+	for path, item := range spec.Paths.Map() {
+		for method, op := range item.Operations() {
+			c := call{method: method, op: op.OperationID, body: bodies[strings.ToLower(op.OperationID)]}
+			c.allowed, c.public = rolesAllowedBy(t, op)
+			c.path = regexp.MustCompile(`\{([^}]+)\}`).ReplaceAllStringFunc(path, func(p string) string {
+				return url.PathEscape(params(p[1:len(p)-1], method))
+			})
+			if c.body == "" && op.RequestBody != nil {
+				c.body = "{}"
+			}
+			calls = append(calls, c)
+		}
+	}
+	if len(calls) < 50 {
+		t.Fatalf("the spec has %d operations; expected more", len(calls))
+	}
+	// The unknown route's level is the documented default, read-write.
+	calls = append(calls, call{method: "GET", path: "/api/v1/not-a-route", op: "unknown route", allowed: []string{auth.RoleReadWrite, auth.RoleAdmin}})
+
+	// Every refusal first, so that what they leave behind can be checked.
+	refusals := 0
+	for _, c := range calls {
+		if c.public {
+			continue
+		}
+		status, e, hdr := b.callAs(t, "", c.method, c.path, c.body)
+		if status != http.StatusUnauthorized || e.Error != auth.MsgAuthRequired || e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") != "Bearer" {
+			t.Errorf("%s %s (%s) without a token: %d %+v, want 401 %q", c.method, c.path, c.op, status, e, auth.MsgAuthRequired)
+		}
+		for _, role := range allRoles {
+			if slices.Contains(c.allowed, role) {
+				continue
+			}
+			refusals++
+			status, e, _ := b.callAs(t, tokens[role], c.method, c.path, c.body)
+			if status != http.StatusForbidden || e.Error != auth.MsgForbidden || e.Code != "forbidden" {
+				t.Errorf("%s %s (%s) as %s: %d %+v, want 403 %q", c.method, c.path, c.op, role, status, e, auth.MsgForbidden)
 			}
 		}
-		status, e, hdr := b.callAs(t, "", rt.method, rt.path, rt.body)
-		if status != http.StatusUnauthorized || e.Error != "Authentication required" || e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") == "" {
-			t.Errorf("%s %s without a token: %d %+v", rt.method, rt.path, status, e)
+	}
+	if refusals < 50 {
+		t.Fatalf("only %d refusals: the matrix is not being exercised", refusals)
+	}
+	written := func() map[string]bool {
+		status, _, _ := b.callAs(t, admin, "GET", "/api/v1/resources/queues/"+q, "")
+		var maint, popMaint struct{ Enabled bool }
+		b.doAs(t, admin, "GET", "/api/v1/system/maintenance", "", &maint)
+		b.doAs(t, admin, "GET", "/api/v1/system/maintenance/pop", "", &popMaint)
+		var kv, kvBatch, timer struct{ Found bool }
+		b.doAs(t, admin, "GET", "/api/v1/kv/"+ns+"/k", "", &kv)
+		b.doAs(t, admin, "GET", "/api/v1/kv/"+ns+"/b", "", &kvBatch)
+		b.doAs(t, admin, "GET", "/api/v1/timers/"+q+"/t", "", &timer)
+		return map[string]bool{
+			"queue": status == http.StatusOK, "push maintenance": maint.Enabled, "pop maintenance": popMaint.Enabled,
+			"kv put": kv.Found, "kv batch put": kvBatch.Found, "timer": timer.Found,
 		}
 	}
-	for _, public := range []string{"/health", "/metrics", "/metrics/prometheus"} {
-		if status, _, _ := b.callAs(t, "", "GET", public, ""); status != http.StatusOK {
-			t.Errorf("public %s without a token: %d", public, status)
+	for what, changed := range written() {
+		if changed {
+			t.Errorf("refused calls changed the broker: %s", what)
+		}
+	}
+
+	for _, c := range calls {
+		roles := c.allowed
+		if c.public {
+			roles = allRoles
+			if status, e, _ := b.callAs(t, "", c.method, c.path, c.body); status == http.StatusUnauthorized || status == http.StatusForbidden {
+				t.Errorf("public %s %s (%s) without a token: %d %+v", c.method, c.path, c.op, status, e)
+			}
+		}
+		for _, role := range roles {
+			status, e, _ := b.callAs(t, tokens[role], c.method, c.path, c.body)
+			if status == http.StatusUnauthorized || status == http.StatusForbidden && e.Code == "forbidden" {
+				t.Errorf("%s %s (%s) as %s: %d %+v, want allowed", c.method, c.path, c.op, role, status, e)
+			}
+		}
+	}
+	for what, changed := range written() {
+		if !changed {
+			t.Errorf("the allowed calls did not write %s: the refused ones proved nothing", what)
 		}
 	}
 }
