@@ -175,17 +175,28 @@ func (v *Verifier) Verify(header string) (*Identity, *Error) {
 	}
 	id := &Identity{}
 	id.Subject, _ = claims["sub"].(string)
-	if r, ok := claims["role"].(string); ok && r != "" {
-		id.Roles = append(id.Roles, r)
-	}
-	if rs, ok := claims["roles"].([]any); ok {
-		for _, r := range rs {
-			if s, ok := r.(string); ok {
-				id.Roles = append(id.Roles, s)
+	id.Roles = append(rolesIn(claims["role"]), rolesIn(claims["roles"])...)
+	return id, nil
+}
+
+// rolesIn reads a role claim that is one string or an array of them: issuers
+// write a single-valued claim either way, as RFC 7519 does for aud.
+func rolesIn(claim any) []string {
+	switch c := claim.(type) {
+	case string:
+		if c != "" {
+			return []string{c}
+		}
+	case []any:
+		var roles []string
+		for _, r := range c {
+			if s, ok := r.(string); ok && s != "" {
+				roles = append(roles, s)
 			}
 		}
+		return roles
 	}
-	return id, nil
+	return nil
 }
 
 func (v *Verifier) key(t *jwt.Token) (any, error) {
