@@ -17,6 +17,7 @@ import (
 	"github.com/lanesmq/lanes/server/internal/auth"
 )
 
+// answer is one reply of the broker to a request with the given Authorization headers.
 type answer struct {
 	status int
 	body   errorBody
@@ -148,6 +149,9 @@ func TestJWTTokenEdgeCasesOnABroker(t *testing.T) {
 		{"roles as one string", hs, []string{"Bearer " + signHS([]byte(testSecret), claims(jwt.MapClaims{"role": nil, "roles": "read-only"}))}, ok, ""},
 		{"role as an array", hs, []string{"Bearer " + signHS([]byte(testSecret), claims(jwt.MapClaims{"role": []string{"read-only"}}))}, ok, ""},
 		{"role not a string", hs, []string{"Bearer " + signHS([]byte(testSecret), claims(jwt.MapClaims{"role": 7}))}, 403, auth.MsgForbidden},
+		{"two Authorization headers, valid first", hs, []string{"Bearer " + good, "Bearer junk"}, 401, auth.MsgBadHeader},
+		{"two Authorization headers, valid second", hs, []string{"Bearer junk", "Bearer " + good}, 401, auth.MsgBadHeader},
+		{"two identical valid Authorization headers", hs, []string{"Bearer " + good, "Bearer " + good}, 401, auth.MsgBadHeader},
 		{"a 600 KiB token", hs, []string{"Bearer " + huge}, ok, ""},
 	}
 	for _, c := range cases {

@@ -193,7 +193,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			next.ServeHTTP(w, r)
 			return
 		}
-		id, authErr := s.opts.Auth.Verify(r.Header.Get("Authorization"))
+		id, authErr := s.opts.Auth.Verify(r.Header.Values("Authorization")...)
 		if authErr != nil {
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, authErr.Message)

@@ -151,9 +151,17 @@ func (e *Error) Error() string { return e.Message }
 
 var errUnsupportedAlg = errors.New("unsupported token algorithm")
 
-// Verify checks the Authorization header value ("Bearer <jwt>" or a bare token).
-func (v *Verifier) Verify(header string) (*Identity, *Error) {
-	raw := strings.TrimSpace(header)
+// Verify checks a request's Authorization header values, each "Bearer <jwt>"
+// or a bare token. A request must send one: with two, a proxy in front could
+// have checked the other one (RFC 9110 §11.6.2 allows one credential).
+func (v *Verifier) Verify(headers ...string) (*Identity, *Error) {
+	if len(headers) > 1 {
+		return nil, &Error{MsgBadHeader}
+	}
+	raw := ""
+	if len(headers) == 1 {
+		raw = strings.TrimSpace(headers[0])
+	}
 	if raw == "" {
 		return nil, &Error{MsgAuthRequired}
 	}
