@@ -11,6 +11,7 @@
 #   LANES_TEST_DB        database name on the local cluster (default lanes_sdk_test); dropped
 #                        and created anew on every start
 #   LANES_TEST_BROKER_NOBUILD=1   use the existing bin/lanes without rebuilding
+#   LANES_TEST_JWT_SECRET  when set, the broker runs with JWT auth on (HS256, this secret)
 # The local cluster comes from scripts/pg.sh (started here if needed; LANES_PG_* apply).
 # Files: .lanes/test-broker-<port>.pid, .lanes/test-broker-<port>.log (one broker per port)
 set -euo pipefail
@@ -63,7 +64,11 @@ cmd_start() {
   dburl="$(LANES_PG_DB="$DB" "$REPO/scripts/pg.sh" url)"
 
   log "starting $BIN on :$PORT (database $DB, log $LOGFILE)"
-  LANES_PORT="$PORT" LANES_DATABASE_URL="$dburl" \
+  local jwt=(LANES_JWT_ENABLED=false)
+  if [[ -n "${LANES_TEST_JWT_SECRET:-}" ]]; then
+    jwt=(LANES_JWT_ENABLED=true LANES_JWT_SECRET="$LANES_TEST_JWT_SECRET")
+  fi
+  env LANES_PORT="$PORT" LANES_DATABASE_URL="$dburl" "${jwt[@]}" \
     setsid "$BIN" >"$LOGFILE" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$PIDFILE"
