@@ -14,6 +14,9 @@ var (
 	// ErrRateLimited matches a 429 that the retry policy gave up on (hint above the cap, or
 	// the 429 budget spent); the *APIError carries RetryAfter.
 	ErrRateLimited = errors.New("lanes: rate limited")
+	// ErrUnauthorized matches a 401: the bearer token is missing, invalid or expired. Not
+	// retried (the same token would be refused again); a consume loop ends on it.
+	ErrUnauthorized = errors.New("lanes: unauthorized")
 	// ErrForbidden matches a 403: the credential lacks the role. Terminal.
 	ErrForbidden = errors.New("lanes: forbidden")
 	// ErrPayloadTooLarge matches a 413. Terminal: reshape the request.
@@ -60,6 +63,8 @@ func (e *APIError) Is(target error) bool {
 	switch target {
 	case ErrRateLimited:
 		return e.Status == http.StatusTooManyRequests
+	case ErrUnauthorized:
+		return e.Status == http.StatusUnauthorized
 	case ErrForbidden:
 		return e.Status == http.StatusForbidden
 	case ErrPayloadTooLarge:
