@@ -14,6 +14,7 @@ __all__ = [
     "APIConnectionError",
     "APIError",
     "AckError",
+    "AuthenticationError",
     "AutoAckDroppedError",
     "ClientClosedError",
     "ConsumerStopped",
@@ -75,6 +76,10 @@ class RateLimitError(APIError):
     """429: the hint was above ``max_retry_after`` or the 429 budget was spent."""
 
 
+class AuthenticationError(APIError):
+    """401: the bearer token is missing, invalid or expired. Not retried; a consumer ends on it."""
+
+
 class PermissionDeniedError(APIError):
     """403 (terminal)."""
 
@@ -132,6 +137,7 @@ class UnexpectedAnswerError(LanesError):
 
 _BY_STATUS: dict[int, type[APIError]] = {
     429: RateLimitError,
+    401: AuthenticationError,
     403: PermissionDeniedError,
     413: PayloadTooLargeError,
     404: NotFoundError,
