@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -32,13 +33,19 @@ func authBroker(t *testing.T) (url, secret string) {
 // hs256 mints a token for role, valid for an hour (the broker verifies it with its JWT library).
 func hs256(t *testing.T, secret, role string) string {
 	t.Helper()
+	return hs256As(t, secret, role, "sdk-go-"+role)
+}
+
+// hs256As mints a token for role whose subject is sub.
+func hs256As(t *testing.T, secret, role, sub string) string {
+	t.Helper()
 	enc := func(v any) string {
 		b, err := json.Marshal(v)
 		require.NoError(t, err)
 		return base64.RawURLEncoding.EncodeToString(b)
 	}
 	now := time.Now().Unix()
-	signing := enc(map[string]string{"alg": "HS256", "typ": "JWT"}) + "." + enc(map[string]any{"sub": "sdk-go-" + role, "role": role, "iat": now, "exp": now + 3600})
+	signing := enc(map[string]string{"alg": "HS256", "typ": "JWT"}) + "." + enc(map[string]any{"sub": sub, "role": role, "iat": now, "exp": now + 3600})
 	mac := hmac.New(sha256.New, []byte(secret))
 	mac.Write([]byte(signing))
 	return signing + "." + base64.RawURLEncoding.EncodeToString(mac.Sum(nil))
@@ -102,4 +109,45 @@ func TestITAuthTokenAndRefusals(t *testing.T) {
 		}
 		require.LessOrEqual(t, via.requests.Load(), int64(2), name)
 	}
+}
+
+// WithBearerTokenFunc asks for the token before every attempt: each call carries the token the
+// func returns then (the broker stamps its subject on the messages a push stores), and a func
+// that fails fails the call with its error, sending nothing.
+func TestITAuthTokenFunc(t *testing.T) {
+	t.Parallel()
+	url, secret := authBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	queue := fmt.Sprintf("sdkgo-authfunc-%d", time.Now().UnixNano())
+	errNoToken := errors.New("identity provider unreachable")
+	var asked atomic.Int32
+	via := &countingTransport{}
+	c, err := lanes.New(lanes.WithURL(url), lanes.WithHTTPClient(&http.Client{Transport: via}),
+		lanes.WithBearerTokenFunc(func(context.Context) (string, error) {
+			n := asked.Add(1)
+			if n == 3 {
+				return "", errNoToken
+			}
+			return hs256As(t, secret, "read-write", fmt.Sprintf("rotated-%d", n)), nil
+		}))
+	require.NoError(t, err)
+	closeWhenDone(t, c)
+
+	for i := 1; i <= 2; i++ {
+		_, err := c.Queue(queue).Push(ctx, lanes.Data(i))
+		require.NoError(t, err)
+	}
+	_, err = c.Queue(queue).Push(ctx, lanes.Data(3))
+	require.ErrorIs(t, err, errNoToken)
+	require.EqualValues(t, 2, via.requests.Load(), "a call whose token func failed sends nothing")
+
+	msgs, err := c.Queue(queue).Wait(false).Batch(10).Pop(ctx)
+	require.NoError(t, err)
+	var subs []string
+	for _, m := range msgs {
+		require.NotNil(t, m.ProducerSub)
+		subs = append(subs, *m.ProducerSub)
+	}
+	require.Equal(t, []string{"rotated-1", "rotated-2"}, subs)
 }

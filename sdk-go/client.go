@@ -29,6 +29,7 @@ type Option func(*config)
 type config struct {
 	urls        []string
 	token       secret
+	tokenFunc   func(context.Context) (string, error)
 	timeout     time.Duration
 	policy      retryPolicy
 	logger      *slog.Logger
@@ -57,7 +58,17 @@ func WithURL(urls ...string) Option {
 
 // WithBearerToken sends Authorization: Bearer <token> on every request. Printing the Client
 // (fmt's %v, %+v or %#v, a log line) never shows the token.
-func WithBearerToken(token string) Option { return func(c *config) { c.token = newSecret(token) } }
+func WithBearerToken(token string) Option {
+	return func(c *config) { c.token, c.tokenFunc = newSecret(token), nil }
+}
+
+// WithBearerTokenFunc sends Authorization: Bearer <token> with the token f returns, asked
+// before every attempt, so a client outlives its tokens (the broker refuses one past its exp):
+// return a cached token and fetch a new one before it expires. An error from f fails the call
+// with it, without sending anything. It replaces WithBearerToken (the last of the two wins).
+func WithBearerTokenFunc(f func(ctx context.Context) (string, error)) Option {
+	return func(c *config) { c.token, c.tokenFunc = nil, f }
+}
 
 // secret is a credential that printing must not show. fmt prints an unexported field by
 // reflection, where it cannot call the field's methods, and shows a func found there only as its

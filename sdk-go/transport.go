@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -72,6 +73,7 @@ type callState struct {
 	rateLimited int          // 429 retries made
 	delay       time.Duration
 	sleepErr    error // from the test sleep hook
+	tokenErr    error // from WithBearerTokenFunc before a retry
 	unknown     bool  // a write that is not idempotent failed after it was sent
 	lastErr     error // the transport error of the last attempt
 }
@@ -120,8 +122,8 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 	for k, vs := range c.cfg.headers {
 		r.Header[k] = append([]string(nil), vs...)
 	}
-	if token := c.cfg.token.reveal(); token != "" {
-		r.Header.Set("Authorization", "Bearer "+token)
+	if err := c.authorize(st.ctx, r.Header); err != nil {
+		return nil, err
 	}
 	r.Header.Set("X-Retry-Count", "0")
 	rr, err := retryablehttp.FromRequest(r)
@@ -238,6 +240,22 @@ func (st *callState) prepareRetry(req *http.Request) error {
 	req.Header = req.Header.Clone()
 	req.Header.Set("X-Retry-Count", strconv.Itoa(st.attempt))
 	st.idx = st.next
+	st.tokenErr = st.c.authorize(st.ctx, req.Header)
+	return st.tokenErr
+}
+
+// authorize sets the attempt's Authorization header from the configured token.
+func (c *Client) authorize(ctx context.Context, h http.Header) error {
+	token := c.cfg.token.reveal()
+	if f := c.cfg.tokenFunc; f != nil {
+		var err error
+		if token, err = f(ctx); err != nil {
+			return fmt.Errorf("lanes: bearer token: %w", err)
+		}
+	}
+	if token != "" {
+		h.Set("Authorization", "Bearer "+token)
+	}
 	return nil
 }
 
@@ -256,6 +274,9 @@ func (st *callState) errorHandler(resp *http.Response, err error, _ int) (*http.
 	}
 	if st.sleepErr != nil {
 		return nil, st.sleepErr
+	}
+	if st.tokenErr != nil {
+		return nil, st.tokenErr
 	}
 	return nil, &ConnectionError{URL: st.c.bases[st.idx].String(), Err: err}
 }

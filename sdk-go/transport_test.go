@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"net/http"
@@ -288,4 +289,25 @@ func TestPushSendsItsBodyWithoutCopies(t *testing.T) {
 	require.NoError(t, err)
 	require.Greater(t, received.Load(), int64(size))
 	require.Less(t, after.TotalAlloc-before.TotalAlloc, uint64(size*3/2))
+}
+
+// TestBearerTokenFuncAskedBeforeEveryAttempt: a retry carries the token the func returns then,
+// and a func that fails before a retry ends the call with its error.
+func TestBearerTokenFuncAskedBeforeEveryAttempt(t *testing.T) {
+	t.Parallel()
+	var asked atomic.Int32
+	errGone := errors.New("token source gone")
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 503, `{"error":"x","code":"unavailable"}`)
+	}, WithRetryAttempts(3), WithBearerTokenFunc(func(context.Context) (string, error) {
+		if n := asked.Add(1); n <= 2 {
+			return fmt.Sprintf("tok-%d", n), nil
+		}
+		return "", errGone
+	}))
+	_, err := c.Queue("q").Push(context.Background(), Data(1))
+	require.ErrorIs(t, err, errGone)
+	require.Equal(t, 2, fb.count())
+	require.Equal(t, "Bearer tok-1", fb.reqs[0].Header.Get("Authorization"))
+	require.Equal(t, "Bearer tok-2", fb.reqs[1].Header.Get("Authorization"))
 }

@@ -21,8 +21,13 @@ export interface LanesOptions {
   url?: string;
   /** urls are several brokers on one PostgreSQL: requests fail over between them (docs/retries.md §4). */
   urls?: string[];
-  /** bearerToken is sent as `Authorization: Bearer <token>`. */
-  bearerToken?: string;
+  /**
+   * bearerToken is sent as `Authorization: Bearer <token>`. A function is asked before every
+   * attempt, so a client outlives its tokens (the broker refuses one past its exp): return a cached
+   * token and fetch a new one before it expires. If it throws (or rejects), the call fails with that
+   * error and sends nothing.
+   */
+  bearerToken?: string | (() => string | Promise<string>);
   /** headers are extra headers on every request. */
   headers?: Record<string, string>;
   /** timeoutMillis is the per-attempt HTTP timeout (default 30000; a long-poll pop uses its own timeout + 5 s). */

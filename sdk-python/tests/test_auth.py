@@ -10,7 +10,7 @@ import hmac
 import json
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -29,8 +29,8 @@ def auth_broker() -> tuple[str, str]:
     return url, secret
 
 
-def hs256(secret: str, role: str) -> str:
-    """A token for ``role``, valid for an hour."""
+def hs256(secret: str, role: str, sub: str | None = None) -> str:
+    """A token for ``role`` (subject ``sub``), valid for an hour."""
 
     def enc(v: object) -> str:
         return base64.urlsafe_b64encode(json.dumps(v).encode()).rstrip(b"=").decode()
@@ -39,7 +39,7 @@ def hs256(secret: str, role: str) -> str:
     signing = (
         enc({"alg": "HS256", "typ": "JWT"})
         + "."
-        + enc({"sub": f"sdk-python-{role}", "role": role, "iat": now, "exp": now + 3600})
+        + enc({"sub": sub or f"sdk-python-{role}", "role": role, "iat": now, "exp": now + 3600})
     )
     mac = hmac.new(secret.encode(), signing.encode(), hashlib.sha256).digest()
     return signing + "." + base64.urlsafe_b64encode(mac).rstrip(b"=").decode()
@@ -48,7 +48,7 @@ def hs256(secret: str, role: str) -> str:
 class Counted:
     """A client whose HTTP requests are counted."""
 
-    def __init__(self, url: str, token: str | None) -> None:
+    def __init__(self, url: str, token: str | Callable[[], str] | None) -> None:
         self.requests = 0
         http = httpx.Client(event_hooks={"request": [self._count]})
         self.client = lanes.Lanes(url, bearer_token=token, http_client=http)
@@ -114,3 +114,54 @@ async def test_async_client_refusals_are_typed(auth_broker: tuple[str, str], qna
     async with lanes.AsyncLanes(url, bearer_token=hs256(secret, "write-only")) as writer:
         with pytest.raises(lanes.PermissionDeniedError):
             await writer.queue(qname).pop()
+
+
+def test_a_bearer_token_callable_is_asked_before_every_call(
+    auth_broker: tuple[str, str], counted: list[Counted], qname: str
+) -> None:
+    url, secret = auth_broker
+    asked = 0
+
+    def token() -> str:
+        nonlocal asked
+        asked += 1
+        if asked == 3:
+            raise ConnectionError("identity provider unreachable")
+        return hs256(secret, "read-write", f"rotated-{asked}")
+
+    c = Counted(url, token)
+    counted.append(c)
+    c.client.queue(qname).push([{"n": 1}])
+    c.client.queue(qname).push([{"n": 2}])
+    with pytest.raises(ConnectionError, match="identity provider unreachable"):
+        c.client.queue(qname).push([{"n": 3}])
+    assert c.requests == 2, "a call whose token callable failed sends nothing"
+    popped = c.client.queue(qname).autopilot(False).batch(10).wait(False).pop()
+    assert [m.producer_sub for m in popped] == ["rotated-1", "rotated-2"]
+
+
+async def test_async_client_takes_a_sync_or_async_bearer_token_callable(
+    auth_broker: tuple[str, str], qname: str
+) -> None:
+    url, secret = auth_broker
+    async with lanes.AsyncLanes(
+        url, bearer_token=lambda: hs256(secret, "read-write", "async-sub")
+    ) as c:
+        await c.queue(qname).push([{"n": 1}])
+        popped = await c.queue(qname).autopilot(False).wait(False).pop()
+    assert [m.producer_sub for m in popped] == ["async-sub"]
+
+    async def renewed() -> str:
+        return hs256(secret, "read-write", "async-fn-sub")
+
+    async with lanes.AsyncLanes(url, bearer_token=renewed) as c:
+        await c.queue(qname + "-async").push([{"n": 2}])
+        popped = await c.queue(qname + "-async").autopilot(False).wait(False).pop()
+    assert [m.producer_sub for m in popped] == ["async-fn-sub"]
+
+    async def never_awaited() -> str:
+        return "x"
+
+    sync = lanes.Lanes(url, bearer_token=never_awaited)  # type: ignore[arg-type]
+    with sync, pytest.raises(TypeError, match="needs AsyncLanes"):
+        sync.queue(qname).push([{"n": 3}])

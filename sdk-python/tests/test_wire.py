@@ -795,3 +795,11 @@ def test_printing_a_client_does_not_show_its_bearer_token() -> None:
     assert "bearer_token" not in repr(c._cfg)
     assert c.queue("q").pop() == []
     assert seen[0].headers["Authorization"] == f"Bearer {token}"
+
+
+def test_a_bearer_token_callable_is_asked_before_every_attempt() -> None:
+    t, seen = capture(lambda r: httpx.Response(503) if len(seen) == 1 else httpx.Response(204))
+    asked = iter(range(1, 10))
+    c = client(t, bearer_token=lambda: f"tok-{next(asked)}", retry_delay=0.001)
+    assert c.queue("q").wait(False).pop() == []
+    assert [r.headers["Authorization"] for r in seen] == ["Bearer tok-1", "Bearer tok-2"]

@@ -36,7 +36,7 @@ export interface Response<T> {
 
 export interface TransportOptions {
   urls: string[];
-  bearerToken?: string | undefined;
+  bearerToken?: string | (() => string | Promise<string>) | undefined;
   headers?: Record<string, string> | undefined;
   timeoutMillis: number;
   healthRetryAfterMillis: number;
@@ -75,7 +75,7 @@ export class Transport {
   private readonly opts: Omit<TransportOptions, "bearerToken">;
   // A real private field, unlike TypeScript's `private`: util.inspect, console.log and
   // JSON.stringify of a client never show the token.
-  readonly #bearerToken: string | undefined;
+  readonly #bearerToken: string | (() => string | Promise<string>) | undefined;
 
   constructor(opts: TransportOptions) {
     const { bearerToken, ...rest } = opts;
@@ -120,7 +120,8 @@ export class Transport {
       attempts += 1;
       const full = `${url}${req.path}${req.query ? `?${req.query}` : ""}`;
       const headers: Record<string, string> = { accept: "application/json", ...this.opts.headers };
-      if (this.#bearerToken) headers.authorization = `Bearer ${this.#bearerToken}`;
+      const token = typeof this.#bearerToken === "function" ? await this.#bearerToken() : this.#bearerToken;
+      if (token) headers.authorization = `Bearer ${token}`;
       if (payload !== undefined) headers["content-type"] = "application/json";
       headers["x-retry-count"] = String(retries429 + retries5xx);
 

@@ -9,16 +9,16 @@ import { uniq } from "./helpers.js";
 const url = process.env.LANES_TEST_AUTH_URL;
 const secret = process.env.LANES_TEST_JWT_SECRET;
 
-/** hs256 mints a token for role, valid for an hour. */
-function hs256(key: string, role: string): string {
+/** hs256 mints a token for role (subject sub), valid for an hour. */
+function hs256(key: string, role: string, sub = `sdk-js-${role}`): string {
   const enc = (v: unknown) => Buffer.from(JSON.stringify(v)).toString("base64url");
   const now = Math.floor(Date.now() / 1000);
-  const signing = `${enc({ alg: "HS256", typ: "JWT" })}.${enc({ sub: `sdk-js-${role}`, role, iat: now, exp: now + 3600 })}`;
+  const signing = `${enc({ alg: "HS256", typ: "JWT" })}.${enc({ sub, role, iat: now, exp: now + 3600 })}`;
   return `${signing}.${createHmac("sha256", key).update(signing).digest("base64url")}`;
 }
 
 /** counted is a client whose requests are counted. */
-function counted(token?: string): { lanes: Lanes; requests: () => number } {
+function counted(token?: string | (() => string | Promise<string>)): { lanes: Lanes; requests: () => number } {
   let n = 0;
   const lanes = new Lanes({
     url: url!,
@@ -53,6 +53,23 @@ describe.skipIf(!url || !secret)("bearer tokens (broker with auth on)", () => {
     expect((err as PermissionDeniedError).code).toBe("forbidden");
     expect(ro.requests()).toBe(1);
     await Promise.all([rw, ro].map((c) => c.lanes.close()));
+  });
+
+  it("a bearerToken function is asked before every call; if it throws, the call fails with its error and sends nothing", async () => {
+    const q = uniq("auth-func");
+    let asked = 0;
+    const c = counted(async () => {
+      asked++;
+      if (asked === 3) throw new Error("identity provider unreachable");
+      return hs256(secret!, "read-write", `rotated-${asked}`);
+    });
+    await c.lanes.queue(q).push([{ n: 1 }]);
+    await c.lanes.queue(q).push([{ n: 2 }]);
+    await expect(c.lanes.queue(q).push([{ n: 3 }])).rejects.toThrow("identity provider unreachable");
+    expect(c.requests()).toBe(2);
+    const popped = await c.lanes.queue(q).autopilot(false).batch(10).wait(false).pop();
+    expect(popped.map((m) => m.producerSub)).toEqual(["rotated-1", "rotated-2"]);
+    await c.lanes.close();
   });
 
   it("a consumer whose token the broker refuses ends with the typed error", async () => {

@@ -154,6 +154,13 @@ describe("retry policy on the wire", () => {
     expect(err.items).toEqual([{ index: 1, transactionId: "t1", status: "failed", message: "disk" }]);
   });
 
+  it("asks a bearerToken function before every attempt, a retry included", async () => {
+    const s = (await fake()).script(reply(503, { error: "x", code: "unavailable" }), reply(201, pushed(1)));
+    let asked = 0;
+    await client(s.url, { bearerToken: () => `tok-${++asked}` }).queue("q").push([{ data: 1 }]);
+    expect(s.seen.map((r) => r.headers.authorization)).toEqual(["Bearer tok-1", "Bearer tok-2"]);
+  });
+
   it("sends the bearer token and wire field names", async () => {
     const s = (await fake()).script(reply(201, pushed(2)));
     await client(s.url, { bearerToken: "tok" }).queue("orders").partition("c-42").push([{ transactionId: "x1", data: { a: 1 } }, "bare"]);

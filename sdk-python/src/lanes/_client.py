@@ -28,7 +28,7 @@ from lanes._consumer import (
 )
 from lanes._exceptions import ClientClosedError, UnsentError
 from lanes._generated import models
-from lanes._http import AsyncTransport, Config, SyncTransport
+from lanes._http import AsyncTransport, BearerToken, Config, SyncTransport
 from lanes._kv import KV, AsyncKV
 from lanes._names import check_names
 from lanes._queue import AsyncQueue, Queue
@@ -57,7 +57,7 @@ def _log_unsent_at_exit(logger: logging.Logger, unsent: int) -> None:
 def _config(
     url: str | None,
     urls: Sequence[str] | None,
-    bearer_token: str | None,
+    bearer_token: BearerToken | None,
     timeout: float,
     retry_attempts: int,
     retry_delay: float,
@@ -119,6 +119,9 @@ class Lanes:
     ``pop_autopilot`` defaults to the environment (``LANES_SDK_POP_AUTOPILOT=off`` disables it),
     read once here. The library installs no signal handlers; call :meth:`close` (or use ``with``)
     to stop consumers started from this client and flush push buffers.
+
+    ``bearer_token`` is a token, or a function asked for one before every attempt, so a
+    long-lived client outlives its tokens: return a cached token and renew it before it expires.
     """
 
     def __init__(
@@ -126,7 +129,7 @@ class Lanes:
         url: str | None = None,
         *,
         urls: Sequence[str] | None = None,
-        bearer_token: str | None = None,
+        bearer_token: str | Callable[[], str] | None = None,
         timeout: float = 30.0,
         retry_attempts: int = 2,
         retry_delay: float = 0.5,
@@ -318,14 +321,15 @@ class Lanes:
 
 class AsyncLanes:
     """Asyncio Lanes client (same options as :class:`Lanes`; ``http_client`` is an
-    ``httpx.AsyncClient``). Use ``async with`` or ``await client.aclose()``."""
+    ``httpx.AsyncClient``, and a ``bearer_token`` function may be async). Use ``async with`` or
+    ``await client.aclose()``."""
 
     def __init__(
         self,
         url: str | None = None,
         *,
         urls: Sequence[str] | None = None,
-        bearer_token: str | None = None,
+        bearer_token: BearerToken | None = None,
         timeout: float = 30.0,
         retry_attempts: int = 2,
         retry_delay: float = 0.5,

@@ -4,6 +4,7 @@ differences are how they send a request and how they sleep."""
 from __future__ import annotations
 
 import asyncio
+import inspect
 import json as _json
 import logging
 import random
@@ -27,6 +28,9 @@ from lanes._retry import CallState, Decision, Endpoints, RetrySettings
 
 USER_AGENT = "lanes-mq-python/0.0.0"
 
+# A bearer token, or a function asked for one before every attempt (AsyncLanes may await it).
+BearerToken = str | Callable[[], str] | Callable[[], Awaitable[str]]
+
 
 @dataclass
 class Config:
@@ -36,20 +40,24 @@ class Config:
     settings: RetrySettings
     timeout: float = 30.0
     # Left out of the repr: a logged client, or a traceback that captures locals, must not
-    # show the token.
-    bearer_token: str | None = field(default=None, repr=False)
+    # show the token. A callable is asked before every attempt (a client outlives its tokens).
+    bearer_token: BearerToken | None = field(default=None, repr=False)
     headers: dict[str, str] = field(default_factory=dict)
     logger: logging.Logger = field(default_factory=lambda: logging.getLogger("lanes"))
     pop_autopilot: bool = True
     clock: Callable[[], float] = time.time
     rng: Callable[[], float] = random.random
 
-    def base_headers(self) -> dict[str, str]:
+    def base_headers(self, token: str | None) -> dict[str, str]:
         h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
         h.update(self.headers)
-        if self.bearer_token:
-            h["Authorization"] = f"Bearer {self.bearer_token}"
+        if token:
+            h["Authorization"] = f"Bearer {token}"
         return h
+
+    def token(self) -> str | Awaitable[str] | None:
+        """The attempt's bearer token; an awaitable when an async function returned one."""
+        return self.bearer_token() if callable(self.bearer_token) else self.bearer_token
 
 
 @dataclass(frozen=True)
@@ -109,8 +117,8 @@ class _Base:
             t = max(0.001, min(t, st.deadline - self.cfg.clock()))
         return httpx.Timeout(t)
 
-    def _headers(self, st: CallState, has_body: bool) -> dict[str, str]:
-        h = self.cfg.base_headers()
+    def _headers(self, st: CallState, has_body: bool, token: str | None) -> dict[str, str]:
+        h = self.cfg.base_headers(token)
         h["X-Retry-Count"] = st.retry_count_header()
         if has_body:
             h["Content-Type"] = "application/json"
@@ -196,6 +204,16 @@ class SyncTransport(_Base):
         if self._own:
             self.http.close()
 
+    def _token(self) -> str | None:
+        token = self.cfg.token()
+        if token is None or isinstance(token, str):
+            return token
+        if inspect.iscoroutine(token):
+            token.close()  # never awaited: no "coroutine was never awaited" warning
+        raise TypeError(
+            "lanes: bearer_token returned an awaitable; an async function needs AsyncLanes"
+        )
+
     def request(
         self,
         method: str,
@@ -221,7 +239,7 @@ class SyncTransport(_Base):
                     method,
                     _url(st.url, path, query),
                     content=data,
-                    headers=self._headers(st, data is not None),
+                    headers=self._headers(st, data is not None, self._token()),
                     timeout=self._timeout(st, timeout),
                 )
             except httpx.TransportError as exc:
@@ -274,11 +292,14 @@ class AsyncTransport(_Base):
             if self.http.is_closed:
                 raise self._closed(st)
             try:
+                token = self.cfg.token()
+                if not (token is None or isinstance(token, str)):
+                    token = await token
                 resp = await self.http.request(
                     method,
                     _url(st.url, path, query),
                     content=data,
-                    headers=self._headers(st, data is not None),
+                    headers=self._headers(st, data is not None, token),
                     timeout=self._timeout(st, timeout),
                 )
             except httpx.TransportError as exc:
