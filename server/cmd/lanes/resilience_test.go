@@ -164,3 +164,31 @@ func TestBrokerWarnsAtStartupAboutAShortJWTSecret(t *testing.T) {
 		t.Fatalf("the warning shows the secret:\n%s", b.logs.String())
 	}
 }
+
+// TestBrokerDoesNotLogAMistakenJWTPublicKey starts the real binary with a
+// LANES_JWT_PUBLIC_KEY that is neither PEM text nor a file, as when an HMAC
+// secret lands in the wrong setting: the boot error says so without the value,
+// which the configuration line also only shows as "set".
+func TestBrokerDoesNotLogAMistakenJWTPublicKey(t *testing.T) {
+	const secret = "an-hmac-secret-in-the-wrong-setting-0123456789"
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
+	cmd.Env = append(os.Environ(), "LANES_JWT_ENABLED=true", "LANES_JWT_PUBLIC_KEY="+secret,
+		"LANES_BIND_ADDR=127.0.0.1", fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),
+		"LANES_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the broker kept running with an unusable LANES_JWT_PUBLIC_KEY:\n%s", out)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("want a non-zero exit, got %v:\n%s", err, out)
+	}
+	if strings.Contains(string(out), secret) {
+		t.Fatalf("the boot output shows the LANES_JWT_PUBLIC_KEY value:\n%s", out)
+	}
+	if !strings.Contains(string(out), "jwt public key") {
+		t.Fatalf("the error must name the setting:\n%s", out)
+	}
+}

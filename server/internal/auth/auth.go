@@ -11,6 +11,7 @@ import (
 	"crypto/rsa"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"slices"
 	"strings"
@@ -78,7 +79,12 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		if !strings.Contains(cfg.PublicKey, "-----BEGIN") {
 			b, err := os.ReadFile(cfg.PublicKey)
 			if err != nil {
-				return nil, fmt.Errorf("jwt public key: %w", err)
+				// The value may be a secret set here by mistake: say why, never what.
+				var pathErr *fs.PathError
+				if errors.As(err, &pathErr) {
+					err = pathErr.Err
+				}
+				return nil, fmt.Errorf("jwt public key: neither PEM text (-----BEGIN …) nor a file that can be read: %w", err)
 			}
 			pemText = b
 		}
