@@ -225,16 +225,21 @@ func (a Admin) ReplayDLQ(ctx context.Context, id, queue, partition string) (*DLQ
 	return call[DLQReplayResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ReplayDlq(ctx, id, body) })
 }
 
-// MessageQuery filters ListMessages.
+// MessageQuery filters ListMessages: by queue, partition, namespace and task labels and derived
+// status (empty = any), and by createdAt from From (zero = the broker's default, an hour ago) to
+// To (zero = now; the broker truncates To to the minute and lists that whole minute).
 type MessageQuery struct {
-	Queue, Partition, Status string
-	Limit, Offset            int
+	Queue, Partition, Namespace, Task, Status string
+	From, To                                  time.Time
+	Limit, Offset                             int
 }
 
 // ListMessages lists messages.
 func (a Admin) ListMessages(ctx context.Context, q MessageQuery) (*MessageList, error) {
 	p := &gen.ListMessagesParams{Queue: ptrUnlessZero(q.Queue), Partition: ptrUnlessZero(q.Partition),
-		Status: ptrUnlessZero(gen.ListMessagesParamsStatus(q.Status)), Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
+		Namespace: ptrUnlessZero(q.Namespace), Task: ptrUnlessZero(q.Task),
+		Status: ptrUnlessZero(gen.ListMessagesParamsStatus(q.Status)), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
 	return call[MessageList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListMessages(ctx, p) })
 }
 

@@ -768,6 +768,37 @@ func TestITMessages(t *testing.T) {
 	require.NotNil(t, list)
 }
 
+// The message listing takes every filter the route has, as TS's listMessages does: namespace and
+// task labels, and the createdAt window, without which a message older than the broker's default
+// hour could not be listed at all.
+func TestITMessagesFilters(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns, task := b.queue+"-ns", b.queue+"-task"
+	_, err := b.c.Admin().ConfigureQueueLabels(b.ctx, b.queue, ns, task, lanes.QueueOptions{}, lanes.ConfigureReplace)
+	require.NoError(t, err)
+	pushN(t, b, "a", 1, "msgfilter")
+	all, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: b.queue})
+	require.NoError(t, err)
+	require.Len(t, all.Messages, 1)
+	createdAt := all.Messages[0].CreatedAt
+
+	count := func(q lanes.MessageQuery) int {
+		t.Helper()
+		list, err := b.c.Admin().ListMessages(b.ctx, q)
+		require.NoError(t, err)
+		return len(list.Messages)
+	}
+	require.Equal(t, 1, count(lanes.MessageQuery{Namespace: ns}), "its namespace")
+	require.Equal(t, 0, count(lanes.MessageQuery{Namespace: ns + "-other"}), "another namespace")
+	require.Equal(t, 1, count(lanes.MessageQuery{Task: task}), "its task")
+	require.Equal(t, 0, count(lanes.MessageQuery{Task: task + "-other"}), "another task")
+	require.Equal(t, 1, count(lanes.MessageQuery{Queue: b.queue, From: createdAt.Add(-2 * time.Hour)}), "from before it")
+	require.Equal(t, 0, count(lanes.MessageQuery{Queue: b.queue, From: createdAt.Add(time.Second)}), "from after it")
+	require.Equal(t, 0, count(lanes.MessageQuery{Queue: b.queue, From: createdAt.Add(-2 * time.Hour), To: createdAt.Add(-2 * time.Minute)}),
+		"to two minutes before it")
+}
+
 func TestITKV(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
