@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import datetime
 import inspect
 import sys
 import threading
@@ -234,6 +235,23 @@ async def test_admin(client: lanes.AsyncLanes, qname: str) -> None:
     await client.queue(qname).push(["x"])
     await client.admin.seek_consumer_group("g", qname, to_end=True)
     assert (await client.admin.list_dlq(queue=qname)).messages == []
+
+
+async def test_dead_letters_and_messages_take_a_from_to_window(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    await client.queue(qname).push(["poison"])
+    await client.ack(await client.queue(qname).wait(False).pop(), "dlq", error="poison")
+    failed_at = (await client.admin.list_dlq(queue=qname)).messages[0].failed_at
+    created_at = (await client.admin.list_messages(queue=qname)).messages[0].created_at
+    second = datetime.timedelta(seconds=1)
+    admin = client.admin
+    assert (
+        await admin.list_dlq(queue=qname, from_=failed_at - second, to=failed_at + second)
+    ).messages
+    assert not (await admin.list_dlq(queue=qname, from_=failed_at + second)).messages
+    assert (await admin.list_messages(queue=qname, from_=created_at - second)).messages
+    assert not (await admin.list_messages(queue=qname, from_=created_at + second)).messages
 
 
 async def test_kv_and_timers(client: lanes.AsyncLanes, qname: str) -> None:

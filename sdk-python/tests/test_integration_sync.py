@@ -489,6 +489,33 @@ def test_a_time_window_in_any_zone_is_sent_as_its_utc_instant(client: lanes.Lane
         assert (status.time_range.from_, status.time_range.to) == (start, end)
 
 
+def test_dead_letters_and_messages_are_listed_within_a_from_to_window(
+    client: lanes.Lanes, qname: str
+) -> None:
+    """``list_dlq`` and ``list_messages`` take ``from_``/``to`` as Go's DLQQuery and TS's listDlq
+    and listMessages do; without ``from_`` a message older than the broker's default hour could
+    not be listed."""
+    client.queue(qname).push(["poison"])
+    client.ack(client.queue(qname).wait(False).pop(), "dlq", error="poison")
+    failed_at = client.admin.list_dlq(queue=qname).messages[0].failed_at
+    created_at = client.admin.list_messages(queue=qname).messages[0].created_at
+    second, hours = datetime.timedelta(seconds=1), datetime.timedelta(hours=2)
+
+    def dead(from_: datetime.datetime | None = None, to: datetime.datetime | None = None) -> int:
+        return len(client.admin.list_dlq(queue=qname, from_=from_, to=to).messages)
+
+    def listed(from_: datetime.datetime | None = None, to: datetime.datetime | None = None) -> int:
+        return len(client.admin.list_messages(queue=qname, from_=from_, to=to).messages)
+
+    assert dead(from_=failed_at - second, to=failed_at + second) == 1
+    assert dead(from_=failed_at + second) == 0
+    assert dead(to=failed_at - second) == 0
+    assert listed(from_=created_at - hours) == 1
+    assert listed(from_=created_at + second) == 0
+    # The broker extends ``to`` to the end of its minute.
+    assert listed(from_=created_at - hours, to=created_at - 2 * datetime.timedelta(minutes=1)) == 0
+
+
 def test_kv(client: lanes.Lanes, qname: str) -> None:
     kv = client.kv(qname)
     kv.put("k", {"v": 1})

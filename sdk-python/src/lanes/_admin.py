@@ -161,10 +161,13 @@ class Admin:
         queue: str | None = None,
         consumer_group: str | None = None,
         partition: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
     ) -> models.DlqList:
-        return self._c._call(R.list_dlq(queue, consumer_group, partition, limit, offset))
+        """``GET /dlq``: dead letters, newest first; ``from_``/``to`` bound when they failed."""
+        return self._c._call(R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset))
 
     def purge_dlq(self, queue: str, consumer_group: str | None = None) -> models.DlqPurgeResult:
         return self._c._call(R.purge_dlq(queue, consumer_group))
@@ -182,11 +185,14 @@ class Admin:
         namespace: str | None = None,
         task: str | None = None,
         status: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
     ) -> models.MessageList:
+        """``GET /messages``: ``from_`` (default an hour ago) and ``to`` bound ``createdAt``."""
         return self._c._call(
-            R.list_messages(queue, partition, namespace, task, status, limit, offset)
+            R.list_messages(queue, partition, namespace, task, status, from_, to, limit, offset)
         )
 
     def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:
@@ -347,10 +353,15 @@ class AsyncAdmin:
         queue: str | None = None,
         consumer_group: str | None = None,
         partition: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
     ) -> models.DlqList:
-        return await self._c._call(R.list_dlq(queue, consumer_group, partition, limit, offset))
+        """``GET /dlq``: dead letters, newest first; ``from_``/``to`` bound when they failed."""
+        return await self._c._call(
+            R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset)
+        )
 
     async def purge_dlq(
         self, queue: str, consumer_group: str | None = None
@@ -370,11 +381,14 @@ class AsyncAdmin:
         namespace: str | None = None,
         task: str | None = None,
         status: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
     ) -> models.MessageList:
+        """``GET /messages``: ``from_`` (default an hour ago) and ``to`` bound ``createdAt``."""
         return await self._c._call(
-            R.list_messages(queue, partition, namespace, task, status, limit, offset)
+            R.list_messages(queue, partition, namespace, task, status, from_, to, limit, offset)
         )
 
     async def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:
