@@ -71,11 +71,11 @@ export class Admin {
   // ---- queues
 
   /** configureQueue creates or configures a queue: `replace` (default) resets omitted options, `merge` keeps them. */
-  configureQueue(queue: string, options: QueueOptions, opts: { mode?: "merge" | "replace"; namespace?: string; task?: string } = {}): Promise<ConfigureResult> {
+  configureQueue(queue: string, options: QueueOptions, opts: { mode?: "merge" | "replace" | undefined; namespace?: string | undefined; task?: string | undefined } = {}): Promise<ConfigureResult> {
     return this.post("/api/v1/configure", { queue, options, ...opts });
   }
   /** listQueues lists queues. */
-  listQueues(query: { namespace?: string; task?: string; limit?: number; offset?: number } = {}): Promise<QueueList> {
+  listQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<QueueList> {
     return this.get("/api/v1/resources/queues", query);
   }
   /** getQueue returns one queue with its options and partitions. */
@@ -141,7 +141,7 @@ export class Admin {
   // ---- DLQ and messages
 
   /** listDlq lists dead letters (newest failure first). */
-  listDlq(query: { queue?: string; consumerGroup?: string; partition?: string; from?: string; to?: string; limit?: number; offset?: number } = {}): Promise<DlqList> {
+  listDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<DlqList> {
     return listDlq(this.core, query);
   }
   /** purgeDlq deletes a queue's dead letters (optionally one group's). */
@@ -180,11 +180,11 @@ export class Admin {
     return this.get("/metrics");
   }
   /** getStatus is the dashboard aggregate. */
-  getStatus(query: { from?: string; to?: string; queue?: string; namespace?: string; task?: string } = {}): Promise<StatusOverview> {
+  getStatus(query: { from?: string | undefined; to?: string | undefined; queue?: string | undefined; namespace?: string | undefined; task?: string | undefined } = {}): Promise<StatusOverview> {
     return this.get("/api/v1/status", query);
   }
   /** listQueueStatus lists queues with message counters. */
-  listQueueStatus(query: { queue?: string; namespace?: string; task?: string; limit?: number; offset?: number } = {}): Promise<QueueStatusList> {
+  listQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<QueueStatusList> {
     return this.get("/api/v1/status/queues", query);
   }
   /** getQueueStatus is the live detail of one queue. */

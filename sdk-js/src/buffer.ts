@@ -9,15 +9,15 @@ import { sleep } from "./internal/http.js";
 /** BufferOptions size a push buffer (defaults: 100 messages, 1000 ms, maxSize 4 × messageCount, retry every 250 ms). */
 export interface BufferOptions {
   /** messageCount flushes when this many items wait (default 100). */
-  messageCount?: number;
+  messageCount?: number | undefined;
   /** timeMillis flushes this long after the first waiting item (default 1000). */
-  timeMillis?: number;
+  timeMillis?: number | undefined;
   /** maxSize bounds waiting items; `push` waits while the buffer is full (default 4 × messageCount). */
-  maxSize?: number;
+  maxSize?: number | undefined;
   /** retryDelayMillis is the pause before retrying a failed flush (default 250). */
-  retryDelayMillis?: number;
+  retryDelayMillis?: number | undefined;
   /** onError receives flush errors. Items the broker refuses (each alone on 400 or 413, or the batch on 403) are dropped and passed as `droppedItems` (wire items: `{queue, partition, payload, transactionId}`), all those of one flush in one call with the broker's answer to the first; otherwise `droppedItems` is empty and the items are retried. */
-  onError?: (err: unknown, droppedItems: unknown[]) => void;
+  onError?: ((err: unknown, droppedItems: unknown[]) => void) | undefined;
 }
 
 type WireItem = ReturnType<typeof toWireItem>;

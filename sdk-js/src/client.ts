@@ -18,40 +18,40 @@ import type { AckResult, Health, KvNamespaceList } from "./types.js";
 /** LanesOptions configure a client. Every field is optional: the URL defaults to `LANES_URL`, else http://localhost:6632. */
 export interface LanesOptions {
   /** url is one broker URL. */
-  url?: string;
+  url?: string | undefined;
   /** urls are several brokers on one PostgreSQL: requests fail over between them (docs/retries.md §4). */
-  urls?: string[];
+  urls?: string[] | undefined;
   /**
    * bearerToken is sent as `Authorization: Bearer <token>`. A function is asked before every
    * attempt, so a client outlives its tokens (the broker refuses one past its exp): return a cached
    * token and fetch a new one before it expires. If it throws (or rejects), the call fails with that
    * error and sends nothing.
    */
-  bearerToken?: string | (() => string | Promise<string>);
+  bearerToken?: string | (() => string | Promise<string>) | undefined;
   /** headers are extra headers on every request. */
-  headers?: Record<string, string>;
+  headers?: Record<string, string> | undefined;
   /** timeoutMillis is the per-attempt HTTP timeout (default 30000; a long-poll pop uses its own timeout + 5 s). */
-  timeoutMillis?: number;
+  timeoutMillis?: number | undefined;
   /** retryAttempts is the number of retries after the first attempt on network errors, 408 and 5xx (default 2; 0 disables). */
-  retryAttempts?: number;
+  retryAttempts?: number | undefined;
   /** retryDelayMillis is the base of the exponential backoff (default 500). */
-  retryDelayMillis?: number;
+  retryDelayMillis?: number | undefined;
   /** maxRetryDelayMillis caps the backoff (default 8000). */
-  maxRetryDelayMillis?: number;
+  maxRetryDelayMillis?: number | undefined;
   /** max429Attempts bounds 429 retries except on long-poll pops, which retry 429 without a bound (default 10). */
-  max429Attempts?: number;
+  max429Attempts?: number | undefined;
   /** maxRetryAfterMillis is the largest Retry-After the SDK sleeps; above it a RateLimitError is thrown (default 60000). */
-  maxRetryAfterMillis?: number;
+  maxRetryAfterMillis?: number | undefined;
   /** healthRetryAfterMillis is how long a failing broker URL is skipped (default 5000). */
-  healthRetryAfterMillis?: number;
+  healthRetryAfterMillis?: number | undefined;
   /** popAutopilot is the default of every builder's `.autopilot()`; defaults to false when LANES_SDK_POP_AUTOPILOT is off/false/0/no/disabled, else true. Read once here. */
-  popAutopilot?: boolean;
+  popAutopilot?: boolean | undefined;
   /** logger receives the SDK's log lines (console, pino, winston fit); by default warnings and errors go to the console (all levels when LANES_CLIENT_LOG=true); `null` silences everything. */
-  logger?: Logger | null;
+  logger?: Logger | null | undefined;
   /** fetch overrides the global fetch (the retry policy still wraps it). */
-  fetch?: typeof fetch;
+  fetch?: typeof fetch | undefined;
   /** env is read instead of process.env (tests). */
-  env?: Record<string, string | undefined>;
+  env?: Record<string, string | undefined> | undefined;
 }
 
 /** Lanes is the client: `new Lanes({ url })`, then `lanes.queue('orders')…`. It installs no signal handlers; call `close()` to flush push buffers. A client with a push buffer also flushes it on the process's `beforeExit` (bounded like `close()`) as a safety net, until `close()` runs. */
@@ -120,7 +120,7 @@ export class Lanes {
   }
 
   /** renew extends the leases of messages (or lease ids), each distinct lease once; `seconds` defaults to the broker's 60. */
-  async renew(targets: Message<unknown> | AckTarget | string | (Message<unknown> | AckTarget | string)[], opts: { seconds?: number } = {}): Promise<RenewResult[]> {
+  async renew(targets: Message<unknown> | AckTarget | string | (Message<unknown> | AckTarget | string)[], opts: { seconds?: number | undefined } = {}): Promise<RenewResult[]> {
     return this.core.renew(leaseIdsOf(Array.isArray(targets) ? targets : [targets]), opts.seconds);
   }
 
@@ -195,7 +195,7 @@ export class Lanes {
   }
 
   /** close refuses new buffers and buffer pushes (ClientClosedError), then flushes the push buffers, all at once, bounded by `timeoutMillis` (default 30 s). It rejects with UnsentError (`.unsent`) when messages are left; they stay buffered and calling close() again tries again. Direct calls keep working: close releases nothing they use. Consumers are stopped by their own `stop()`. */
-  async close(opts: { timeoutMillis?: number } = {}): Promise<void> {
+  async close(opts: { timeoutMillis?: number | undefined } = {}): Promise<void> {
     this.closed = true;
     process.off("beforeExit", this.flushBeforeExit);
     const deadline = Date.now() + (opts.timeoutMillis ?? 30_000);

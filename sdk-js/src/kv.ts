@@ -9,7 +9,7 @@ import type { KvListResult, KvNamespaceList, KvOperation, KvResult } from "./typ
 export type KvExpiry = { ttlSeconds: number } | { forever: true };
 
 /** kvWriteOp builds a put / putIfAbsent operation; it throws InvalidValueError for a value JSON cannot hold as given. */
-export function kvWriteOp(op: "put" | "putIfAbsent", ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean }): KvOperation {
+export function kvWriteOp(op: "put" | "putIfAbsent", ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number | undefined; required?: boolean | undefined }): KvOperation {
   if (!expiry || (!("forever" in expiry) && !(expiry.ttlSeconds > 0))) throw new LanesError("kv: give {ttlSeconds: n > 0} or {forever: true}");
   const problem = jsonProblem(value, "value");
   if (problem) throw new InvalidValueError(`kv ${op} ${JSON.stringify(key)}: ${problem}`);
@@ -45,11 +45,11 @@ export class Kv {
     return this.one({ op: "getMany", ns: this.namespace, keys });
   }
   /** getPrefix pages through keys with a prefix (`rows`, `truncated`, `nextAfter`). */
-  getPrefix(prefix: string, opts: { after?: string; limit?: number; keysOnly?: boolean } = {}): Promise<KvResult> {
+  getPrefix(prefix: string, opts: { after?: string | undefined; limit?: number | undefined; keysOnly?: boolean | undefined } = {}): Promise<KvResult> {
     return this.one({ op: "getPrefix", ns: this.namespace, prefix, ...opts });
   }
   /** put writes a key (`expect` 0 = must not exist, N = version must be N). */
-  async put(key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean } = {}): Promise<KvResult> {
+  async put(key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number | undefined; required?: boolean | undefined } = {}): Promise<KvResult> {
     return this.one(kvWriteOp("put", this.namespace, key, value, expiry, opts));
   }
   /** putIfAbsent writes a key only when it does not exist. */
@@ -57,15 +57,15 @@ export class Kv {
     return this.one(kvWriteOp("putIfAbsent", this.namespace, key, value, expiry, {}));
   }
   /** delete removes a key. */
-  delete(key: string, opts: { expect?: number } = {}): Promise<KvResult> {
+  delete(key: string, opts: { expect?: number | undefined } = {}): Promise<KvResult> {
     return this.one({ op: "delete", ns: this.namespace, key, ...opts });
   }
   /** incr adds `delta` to a numeric key (created at 0). */
-  incr(key: string, delta: number, expiry: KvExpiry, opts: { min?: number; max?: number } = {}): Promise<KvResult> {
+  incr(key: string, delta: number, expiry: KvExpiry, opts: { min?: number | undefined; max?: number | undefined } = {}): Promise<KvResult> {
     return this.one({ op: "incr", ns: this.namespace, key, delta, ...("forever" in expiry ? { forever: true } : { ttlSeconds: expiry.ttlSeconds }), ...opts });
   }
   /** list pages through the namespace (console route). */
-  async list(opts: { prefix?: string; after?: string; limit?: number; keysOnly?: boolean; includeExpired?: boolean } = {}): Promise<KvListResult> {
+  async list(opts: { prefix?: string | undefined; after?: string | undefined; limit?: number | undefined; keysOnly?: boolean | undefined; includeExpired?: boolean | undefined } = {}): Promise<KvListResult> {
     return (await this.core.transport.request<KvListResult>({ method: "POST", path: "/api/v1/resources/kv/list", body: { namespace: this.namespace, ...opts } })).body;
   }
 }

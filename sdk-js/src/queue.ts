@@ -180,7 +180,7 @@ export class QueueBuilder<T = unknown> {
   }
 
   /** push sends items in one request and returns one result per item; throws PushError (with all results) when an item is `failed`. Transaction ids are minted (UUIDv7) when absent. */
-  async push(items: PushItem<T>[], opts: { signal?: AbortSignal } = {}): Promise<PushResult[]> {
+  async push(items: PushItem<T>[], opts: { signal?: AbortSignal | undefined } = {}): Promise<PushResult[]> {
     const queue = this.requireQueue("push");
     if (!Array.isArray(items)) throw new LanesError("push: want an array of items");
     return this.core.pushWire(
@@ -254,7 +254,7 @@ export class QueueBuilder<T = unknown> {
   }
 
   /** pop makes one pop and returns its messages (empty on 204). It long-polls unless `.wait(false)`. */
-  async pop(opts: { signal?: AbortSignal } = {}): Promise<Message<T>[]> {
+  async pop(opts: { signal?: AbortSignal | undefined } = {}): Promise<Message<T>[]> {
     return (await this.popResult(opts)).messages;
   }
 
@@ -271,13 +271,13 @@ export class QueueBuilder<T = unknown> {
   }
 
   /** messages (which throws at once, as consume does, for a builder no pop can be made of) iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry` (the current message too, unless autoAck(false) made it the caller's to ack). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. */
-  messages(opts: { signal?: AbortSignal } = {}): AsyncIterableIterator<Message<T>> {
+  messages(opts: { signal?: AbortSignal | undefined } = {}): AsyncIterableIterator<Message<T>> {
     this.popTarget();
     return messageIterator<T>(this.core, this, this.s, opts.signal);
   }
 
   /** create configures the queue with the options given to `config()` (a full replace unless mode is `merge`). */
-  async create(opts: { mode?: "merge" | "replace" } = {}): Promise<ConfigureResult> {
+  async create(opts: { mode?: "merge" | "replace" | undefined } = {}): Promise<ConfigureResult> {
     const body: Record<string, unknown> = { queue: this.requireQueue("create"), options: this.s.config ?? {} };
     if (this.s.namespace) body.namespace = this.s.namespace;
     if (this.s.task) body.task = this.s.task;

@@ -9,9 +9,9 @@ import type { Timer, TimerList, TimerOperation, TimerResult } from "./types.js";
 export interface TimerSchedule {
   delayMillis: number;
   payload?: unknown;
-  partition?: string;
+  partition?: string | undefined;
   /** transactionId of the pushed message; without one a UUIDv7 is minted when the operation is built, so a resend after a lost answer fires once. */
-  transactionId?: string;
+  transactionId?: string | undefined;
 }
 
 /** timerScheduleOp builds a schedule operation (InvalidValueError for a payload JSON cannot hold as given); the payload travels as base64 of its JSON. The `txn` is fixed here, before the first attempt: a resend that got a new one would fire the timer twice. */
@@ -59,7 +59,7 @@ export class Timers {
     return (await this.core.transport.request<Timer>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}/${encodeURIComponent(key)}` })).body;
   }
   /** list pages through the queue's timers. */
-  async list(opts: { limit?: number; after?: string; prefix?: string } = {}): Promise<TimerList> {
+  async list(opts: { limit?: number | undefined; after?: string | undefined; prefix?: string | undefined } = {}): Promise<TimerList> {
     const q = new URLSearchParams();
     for (const [k, v] of Object.entries(opts)) if (v !== undefined) q.set(k, String(v));
     return (await this.core.transport.request<TimerList>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}`, query: q.toString() || undefined })).body;

@@ -83,7 +83,7 @@ export class TransactionBuilder {
   }
 
   /** commit sends the bundle. It returns the broker's result when it committed and throws TransactionError (with `reason`) when it rolled back — nothing was committed then. An empty bundle throws EmptyTransactionError without a request. */
-  async commit(opts: { signal?: AbortSignal } = {}): Promise<TransactionResult> {
+  async commit(opts: { signal?: AbortSignal | undefined } = {}): Promise<TransactionResult> {
     const { operations, kv, timers } = this.s;
     if (operations.length === 0 && kv.length === 0 && timers.length === 0) {
       throw new EmptyTransactionError();
@@ -126,11 +126,11 @@ export class TransactionKv {
   /** @internal */
   constructor(private readonly add: (op: KvOperation) => TransactionBuilder) {}
   /** put writes a key (`expect`: 0 = must not exist, N = version must be N; `required` turns a lost precondition into a rollback). */
-  put(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number; required?: boolean } = {}): TransactionBuilder {
+  put(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number | undefined; required?: boolean | undefined } = {}): TransactionBuilder {
     return this.add(kvWriteOp("put", ns, key, value, expiry, opts));
   }
   /** putIfAbsent writes a key only when it does not exist; an existing key leaves the put unapplied and the bundle commits, unless `required` (see `once`). */
-  putIfAbsent(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { required?: boolean } = {}): TransactionBuilder {
+  putIfAbsent(ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { required?: boolean | undefined } = {}): TransactionBuilder {
     return this.add(kvWriteOp("putIfAbsent", ns, key, value, expiry, opts));
   }
   /** once is a required putIfAbsent: the whole bundle rolls back (`kv_precondition`) when the key already exists. */
@@ -138,14 +138,14 @@ export class TransactionKv {
     return this.add(kvWriteOp("putIfAbsent", ns, key, true, expiry, { required: true }));
   }
   /** delete removes a key. */
-  delete(ns: string, key: string, opts: { expect?: number; required?: boolean } = {}): TransactionBuilder {
+  delete(ns: string, key: string, opts: { expect?: number | undefined; required?: boolean | undefined } = {}): TransactionBuilder {
     const op: KvOperation = { op: "delete", ns, key };
     if (opts.expect !== undefined) op.expect = opts.expect;
     if (opts.required !== undefined) op.required = opts.required;
     return this.add(op);
   }
   /** incr adds `delta` to a numeric key. */
-  incr(ns: string, key: string, delta: number, expiry: KvExpiry, opts: { min?: number; max?: number; required?: boolean } = {}): TransactionBuilder {
+  incr(ns: string, key: string, delta: number, expiry: KvExpiry, opts: { min?: number | undefined; max?: number | undefined; required?: boolean | undefined } = {}): TransactionBuilder {
     const op: KvOperation = { op: "incr", ns, key, delta, ...expiryFields(expiry) };
     if (opts.min !== undefined) op.min = opts.min;
     if (opts.max !== undefined) op.max = opts.max;

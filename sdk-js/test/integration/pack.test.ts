@@ -103,7 +103,41 @@ void m; void PushError;
 void new Lanes({ url: "http://localhost:6632" }).close();
 `,
     );
-    writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ compilerOptions: { strict: true, module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", noEmit: true, types: [] }, files: ["check.ts", "check-require.cts"] }));
-    run(join(root, "node_modules/.bin/tsc"), ["-p", "."], app);
+    // and every optional option takes an explicit undefined (a value an app may or may not have)
+    writeFileSync(
+      join(app, "check-undefined.ts"),
+      `import { Lanes } from "@lanesmq/lanes";
+const u = undefined as string | undefined, n = undefined as number | undefined, b = undefined as boolean | undefined;
+const signal = undefined as AbortSignal | undefined;
+const lanes = new Lanes({ url: u, urls: undefined, bearerToken: u, headers: undefined, timeoutMillis: n, retryAttempts: n, retryDelayMillis: n,
+  maxRetryDelayMillis: n, max429Attempts: n, maxRetryAfterMillis: n, healthRetryAfterMillis: n, popAutopilot: b, logger: undefined, fetch: undefined, env: undefined });
+const q = lanes.queue("q");
+q.buffer({ messageCount: n, timeMillis: n, maxSize: n, retryDelayMillis: n, onError: undefined });
+void q.push([1], { signal }); void q.pop({ signal }); void q.messages({ signal }); void q.create({ mode: undefined });
+const kv = lanes.kv("ns");
+void kv.put("k", 1, { forever: true }, { expect: n, required: b }); void kv.delete("k", { expect: n });
+void kv.incr("k", 1, { forever: true }, { min: n, max: n }); void kv.getPrefix("k", { after: u, limit: n, keysOnly: b });
+void kv.list({ prefix: u, after: u, limit: n, keysOnly: b, includeExpired: b });
+void lanes.timers("q").schedule("t", { delayMillis: 1, partition: u, transactionId: u }); void lanes.timers("q").list({ limit: n, after: u, prefix: u });
+void lanes.admin.listDlq({ queue: u, consumerGroup: u, partition: u, from: u, to: u, limit: n, offset: n });
+void lanes.admin.listQueues({ namespace: u, task: u, limit: n, offset: n }); void lanes.admin.getStatus({ from: u, to: u, queue: u, namespace: u, task: u });
+void lanes.admin.listQueueStatus({ queue: u, namespace: u, task: u, limit: n, offset: n }); void lanes.admin.configureQueue("q", {}, { mode: undefined, namespace: u, task: u });
+void lanes.transaction().kv.put("ns", "k", 1, { forever: true }, { expect: n, required: b }).kv.putIfAbsent("ns", "k", 1, { forever: true }, { required: b })
+  .kv.delete("ns", "k", { expect: n, required: b }).kv.incr("ns", "k", 1, { forever: true }, { min: n, max: n, required: b }).commit({ signal });
+void lanes.renew([], { seconds: n }); void lanes.close({ timeoutMillis: n });
+`,
+    );
+    // and every ```ts snippet of README.md compiles as written, under the strictest options an
+    // app may use (exactOptionalPropertyTypes refused `{ url: process.env.LANES_URL }`)
+    const readme = [...readFileSync(join(root, "README.md"), "utf8").matchAll(/```ts\n([\s\S]*?)```/g)].map((m, i) => {
+      writeFileSync(join(app, `readme-${i + 1}.ts`), `${m[1]!}\nexport {};\n`);
+      return `readme-${i + 1}.ts`;
+    });
+    expect(readme.length).toBeGreaterThanOrEqual(5);
+    const strictest = { strict: true, exactOptionalPropertyTypes: true, noUncheckedIndexedAccess: true };
+    const compilerOptions = { ...strictest, module: "NodeNext", moduleResolution: "NodeNext", target: "ES2022", noEmit: true, typeRoots: [join(root, "node_modules/@types")], types: ["node"] };
+    writeFileSync(join(app, "tsconfig.json"), JSON.stringify({ compilerOptions, files: ["check.ts", "check-require.cts", "check-undefined.ts", ...readme] }));
+    const tsc = spawnSync(join(root, "node_modules/.bin/tsc"), ["-p", "."], { cwd: app, encoding: "utf8" });
+    expect(tsc.status, tsc.stdout + tsc.stderr).toBe(0);
   }, 120_000);
 });
