@@ -426,6 +426,12 @@ def test_a_transaction_put_if_absent_on_a_present_key_commits_unless_required(
     assert drain(client.queue(qname)) == []
 
 
+def test_a_transaction_reads_a_key_after_its_own_write(client: lanes.Lanes, qname: str) -> None:
+    res = client.transaction().kv_put(qname, "k", {"v": 1}).kv_get(qname, "k").commit()
+    got = res.kv[1] if res.kv else None
+    assert got is not None and (got.op, got.found, got.value) == ("get", True, {"v": 1})
+
+
 def test_a_required_incr_past_its_bound_rolls_the_transaction_back(
     client: lanes.Lanes, qname: str
 ) -> None:

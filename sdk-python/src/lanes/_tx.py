@@ -188,6 +188,12 @@ class _TxBase:
         )
         return self
 
+    def kv_get(self: TB, ns: str, key: str) -> TB:
+        """Read a key inside the bundle, after the riders before it (the result is in
+        ``commit().kv``), as Go's ``KV(lanes.KVGet(...))`` and TS's ``tx.kv.get`` do."""
+        self._kv.append(R.kv_op("get", ns, key))
+        return self
+
     def timer_cancel(self: TB, queue: str, key: str) -> TB:
         self._timers.append(R.timer_op("cancel", queue, key))
         return self
