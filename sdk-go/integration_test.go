@@ -1103,6 +1103,27 @@ func TestITTimers(t *testing.T) {
 	require.NotNil(t, c)
 }
 
+// Batch sends several timer ops, for any queue, in one request, as TS's and Python's
+// timers(q).batch do, and answers one result per op in order.
+func TestITTimersBatch(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	other := b.queue + "-other"
+	res, err := b.c.Timers(b.queue).Batch(b.ctx,
+		lanes.TimerSchedule(b.queue, "a", time.Hour, []byte(`{"n":1}`)),
+		lanes.TimerSchedule(other, "b", time.Hour, nil),
+		lanes.TimerCancel(b.queue, "never-scheduled"))
+	require.NoError(t, err)
+	require.Len(t, res, 3)
+	require.Equal(t, []string{"a", "b", "never-scheduled"}, []string{res[0].TimerKey, res[1].TimerKey, res[2].TimerKey})
+	require.Equal(t, []string{b.queue, other}, []string{res[0].Queue, res[1].Queue})
+	require.True(t, res[0].Ok)
+	require.True(t, res[1].Ok)
+	got, err := b.c.Timers(other).Get(b.ctx, "b")
+	require.NoError(t, err)
+	require.True(t, got.Found)
+}
+
 // TestITTimersRescheduleAndPartition: Partition, Reschedule and ListPrefix (parity with sdk-js).
 func TestITTimersRescheduleAndPartition(t *testing.T) {
 	t.Parallel()

@@ -82,17 +82,28 @@ func (t Timers) targeted(op TimerOperation) TimerOperation {
 	return op
 }
 
-func (t Timers) one(ctx context.Context, op TimerOperation) (*TimerResult, error) {
+// Batch runs timer operations (TimerSchedule, TimerReschedule, TimerCancel; any queue) in one
+// request and returns their results in order, as TS's timers(q).batch and Python's
+// timers(q).batch do.
+func (t Timers) Batch(ctx context.Context, ops ...TimerOperation) ([]TimerResult, error) {
 	out, err := call[gen.TimerBatchResult](t.c, ctx, func() (*httpResp, error) {
-		return t.c.gen.ScheduleTimers(ctx, gen.TimerBatchRequest{Operations: []TimerOperation{op}})
+		return t.c.gen.ScheduleTimers(ctx, gen.TimerBatchRequest{Operations: ops})
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(out.Results) != 1 {
-		return nil, errResultCount("timers", len(out.Results), 1, "operations")
+	if len(out.Results) != len(ops) {
+		return nil, errResultCount("timers", len(out.Results), len(ops), "operations")
 	}
-	return &out.Results[0], nil
+	return out.Results, nil
+}
+
+func (t Timers) one(ctx context.Context, op TimerOperation) (*TimerResult, error) {
+	res, err := t.Batch(ctx, op)
+	if err != nil {
+		return nil, err
+	}
+	return &res[0], nil
 }
 
 // Cancel cancels one timer.
