@@ -254,6 +254,12 @@ async def test_dead_letters_and_messages_take_a_from_to_window(
     assert not (await admin.list_messages(queue=qname, from_=created_at + second)).messages
 
 
+async def test_timers_batch(client: lanes.AsyncLanes, qname: str) -> None:
+    ops = [lanes.timer_op("schedule", qname, k, delay_millis=3_600_000) for k in ("a", "b")]
+    res = await client.timers(qname).batch(ops)
+    assert [r.timer_key for r in res] == ["a", "b"] and all(r.ok for r in res)
+
+
 async def test_kv_and_timers(client: lanes.AsyncLanes, qname: str) -> None:
     await client.kv(qname).put("k", 1)
     assert (await client.kv(qname).get("k")).value == 1

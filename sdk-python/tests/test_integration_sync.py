@@ -426,6 +426,26 @@ def test_a_transaction_put_if_absent_on_a_present_key_commits_unless_required(
     assert drain(client.queue(qname)) == []
 
 
+def test_timers_batch_sends_several_ops_in_one_call(client: lanes.Lanes, qname: str) -> None:
+    """``timers(q).batch`` with ``lanes.timer_op``, as Go's ``Timers.Batch`` and TS's
+    ``timers(q).batch``: any queue, one result per op in order."""
+    other = qname + "-other"
+    res = client.timers(qname).batch(
+        [
+            lanes.timer_op("schedule", qname, "a", delay_millis=3_600_000, payload={"n": 1}),
+            lanes.timer_op("schedule", other, "b", delay_millis=3_600_000, transaction_id="b-1"),
+            lanes.timer_op("cancel", qname, "never-scheduled"),
+        ]
+    )
+    assert [(r.queue, r.timer_key) for r in res] == [
+        (qname, "a"),
+        (other, "b"),
+        (qname, "never-scheduled"),
+    ]
+    assert res[0].ok and res[1].ok and res[1].txn == "b-1"
+    assert client.timers(other).get("b").found
+
+
 def test_a_transaction_reads_a_key_after_its_own_write(client: lanes.Lanes, qname: str) -> None:
     res = client.transaction().kv_put(qname, "k", {"v": 1}).kv_get(qname, "k").commit()
     got = res.kv[1] if res.kv else None

@@ -42,7 +42,7 @@ from lanes._kv import KV, AsyncKV
 from lanes._protocol import uuid7
 from lanes._queue import AsyncQueue, Queue
 from lanes._requests import kv_op
-from lanes._timers import AsyncTimers, Timers
+from lanes._timers import AsyncTimers, Timers, timer_op
 from lanes._tx import AsyncTransaction, Transaction
 from lanes._types import (
     AckResult,
@@ -112,5 +112,6 @@ __all__ = [
     "deadline",
     "kv_op",
     "models",
+    "timer_op",
     "uuid7",
 ]

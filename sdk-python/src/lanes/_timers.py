@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, Literal
 
 from lanes import _requests as R
@@ -34,6 +35,30 @@ def _timer_write(
                 txn=transaction_id,
             )
         ]
+    )
+
+
+def timer_op(
+    op: Literal["schedule", "reschedule", "cancel"],
+    queue: str,
+    key: str,
+    *,
+    delay_millis: int | None = None,
+    payload: Any = R.NO_PAYLOAD,
+    partition: str | None = None,
+    transaction_id: str | None = None,
+) -> dict[str, Any]:
+    """One timer operation for :meth:`Timers.batch`, any queue, as Go's ``lanes.TimerSchedule``
+    builds one. A schedule's ``transaction_id`` is minted here when absent, so a resend after a
+    lost answer fires the timer once."""
+    return R.timer_op(
+        op,
+        queue,
+        key,
+        delay_millis=delay_millis,
+        payload=payload,
+        partition=partition,
+        txn=transaction_id,
     )
 
 
@@ -77,6 +102,10 @@ class Timers:
             "reschedule", self.queue, key, delay_millis, payload, partition, transaction_id
         )
         return self._c._call(req)[0]
+
+    def batch(self, ops: Sequence[Mapping[str, Any]]) -> list[models.TimerResult]:
+        """Several ops (built with :func:`lanes.timer_op`) in one call, results in order."""
+        return self._c._call(R.timers_batch(ops))
 
     def cancel(self, key: str) -> models.TimerResult:
         return self._c._call(R.timers_batch([R.timer_op("cancel", self.queue, key)]))[0]
@@ -125,6 +154,9 @@ class AsyncTimers:
             "reschedule", self.queue, key, delay_millis, payload, partition, transaction_id
         )
         return (await self._c._call(req))[0]
+
+    async def batch(self, ops: Sequence[Mapping[str, Any]]) -> list[models.TimerResult]:
+        return await self._c._call(R.timers_batch(ops))
 
     async def cancel(self, key: str) -> models.TimerResult:
         return (await self._c._call(R.timers_batch([R.timer_op("cancel", self.queue, key)])))[0]
