@@ -7,7 +7,7 @@ export { Consumer, type Handler, type BatchHandler, type HandlerContext, type Er
 export { TransactionBuilder, TransactionQueue, TransactionKv } from "./transaction.js";
 export { Admin, type SeekTarget } from "./admin.js";
 export { Kv, type KvExpiry } from "./kv.js";
-export { Timers, type TimerSchedule } from "./timers.js";
+export { Timers, timerOp, type TimerSchedule } from "./timers.js";
 export { PushBuffer, type BufferOptions } from "./buffer.js";
 export type { Message, PopResult, AckStatus } from "./message.js";
 export type { PushItem, PushResult, AckTarget, AckOptions, RenewResult } from "./internal/core.js";

@@ -1,5 +1,5 @@
 // Timers helpers (`/api/v1/timers`).
-import { InvalidValueError, resultsOf } from "./errors.js";
+import { InvalidValueError, LanesError, resultsOf } from "./errors.js";
 import type { Core } from "./internal/core.js";
 import { jsonProblem } from "./internal/payload.js";
 import { uuidv7 } from "./internal/uuid.js";
@@ -26,6 +26,15 @@ export function timerScheduleOp(queue: string, key: string, s: TimerSchedule, op
   return out;
 }
 
+/** timerOp builds one operation for `timers(q).batch`, for any queue, as Go's `lanes.TimerSchedule` and Python's `lanes.timer_op` do: a schedule or reschedule takes its TimerSchedule (checked and encoded as `schedule()` does, its `transactionId` minted here when absent), a cancel nothing. */
+export function timerOp(op: "schedule" | "reschedule", queue: string, key: string, s: TimerSchedule): TimerOperation;
+export function timerOp(op: "cancel", queue: string, key: string): TimerOperation;
+export function timerOp(op: "schedule" | "reschedule" | "cancel", queue: string, key: string, s?: TimerSchedule): TimerOperation {
+  if (op === "cancel") return { op, queue, timerKey: key };
+  if (!s) throw new LanesError(`timerOp: a ${op} needs its { delayMillis, … }`);
+  return timerScheduleOp(queue, key, s, op);
+}
+
 /** Timers is the timers of one destination queue: `lanes.timers('reminders')`. */
 export class Timers {
   /** @internal */
@@ -33,7 +42,7 @@ export class Timers {
     private readonly core: Core,
     readonly queue: string,
   ) {}
-  /** batch runs raw timer operations and returns index-aligned results. */
+  /** batch runs timer operations (built with `timerOp`, any queue) in one request and returns index-aligned results. */
   async batch(operations: TimerOperation[]): Promise<TimerResult[]> {
     const res = await this.core.transport.request<{ results: TimerResult[] } | undefined>({ method: "POST", path: "/api/v1/timers", body: { operations } });
     return resultsOf<TimerResult>("timers", res.body?.results, operations.length, "operations", res.body);

@@ -1,6 +1,6 @@
 // Transactions, admin, DLQ, KV and timers against the real broker.
 import { describe, expect, it } from "vitest";
-import { EmptyTransactionError, InvalidValueError, LanesError, TransactionError } from "../../src/index.js";
+import { EmptyTransactionError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
 import { client, uniq } from "./helpers.js";
 
 describe("transactions", () => {
@@ -185,6 +185,22 @@ describe("kv and timers", () => {
     await expect(lanes.timers(q).schedule("t", { delayMillis: 0, payload: { at: Infinity } })).rejects.toBeInstanceOf(InvalidValueError);
     expect(() => lanes.transaction().timer(q, "t", { delayMillis: 0, payload: new Set([1]) })).toThrow(InvalidValueError);
     expect((await lanes.timers(q).get("t")).found).toBe(false);
+  });
+
+  it("timers(q).batch sends several timerOp operations, for any queue, in one request", async () => {
+    const lanes = client();
+    const q = uniq("timer-batch");
+    const other = uniq("timer-batch-other");
+    const res = await lanes.timers(q).batch([
+      timerOp("schedule", q, "a", { delayMillis: 0, payload: { n: 1 } }),
+      timerOp("schedule", other, "b", { delayMillis: 3_600_000, transactionId: "b-1" }),
+      timerOp("cancel", q, "never-scheduled"),
+    ]);
+    expect(res.map((r) => [r.queue, r.timerKey])).toEqual([[q, "a"], [other, "b"], [q, "never-scheduled"]]);
+    expect(res[1]!.txn).toBe("b-1");
+    expect((await lanes.timers(other).get("b")).found).toBe(true);
+    expect((await lanes.queue(q).timeoutMillis(5000).pop())[0]?.data).toEqual({ n: 1 });
+    expect(() => timerOp("schedule", q, "t", { delayMillis: 0, payload: NaN })).toThrow(InvalidValueError);
   });
 
   it("a timer without a payload fires {}, one with an explicit null fires null", async () => {
