@@ -63,7 +63,12 @@ func TestALongPollParkedThroughAnOutageWaitsForItsTimeoutOrAMessage(t *testing.T
 	timesOutSentAt := time.Now()
 	timesOut := longPoll(t, b.testBroker, q, short)
 	getsMessage := longPoll(t, b.testBroker, q, long)
-	waitFor(t, 5*time.Second, "both long polls to park", func() bool { return b.Engine.ParkedPops() == 2 })
+	// A pop counts as parked from just before its first claim: wait for the
+	// claims to end too, or the database may stop under the first one, which
+	// then answers 500 as a pop arriving in the outage does.
+	waitFor(t, 5*time.Second, "both long polls to park", func() bool {
+		return b.Engine.ParkedPops() == 2 && b.Engine.ClaimsRunning() == 0
+	})
 	stoppedAt := time.Now()
 	if err := pg.run("stop"); err != nil {
 		t.Fatal(err)
