@@ -229,7 +229,7 @@ test-go: pg-test
 	exit $$rc
 
 # SDK tests find the broker through LANES_TEST_URL (one broker on :6633, database lanes_sdk_test),
-# and their auth tests a second one with JWT on through LANES_TEST_AUTH_URL (:6634).
+# and their auth tests a second one with JWT on through LANES_TEST_AUTH_URL (:6635).
 # test-sdk runs the JS and Python suites against their own broker; `make test` shares one broker
 # (LANES_TEST_URL) between the Go SDK, JS and Python suites.
 test-sdk: pg-test $(NPM_STAMP) $(VENV_STAMP)

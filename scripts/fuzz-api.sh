@@ -23,8 +23,9 @@ SCHEMATHESIS="$REPO/tools/fuzz/.venv/bin/schemathesis"
 export LANES_TEST_PORT="${LANES_FUZZ_PORT:-6634}" LANES_TEST_DB="${LANES_FUZZ_DB:-lanes_fuzz_api}"
 export LANES_JWT_ENABLED=true LANES_JWT_ALGORITHM=HS256 LANES_JWT_SECRET=lanes-fuzz-api-test-secret-0123456789
 export LANES_LOG_LEVEL=warn
-# The broker refuses test faults together with JWT.
-unset LANES_TEST_FAULTS
+# The broker refuses test faults together with JWT; the SDK auth tests' secret
+# (scripts/make-with-test-broker.sh) is not this broker's.
+unset LANES_TEST_FAULTS LANES_TEST_JWT_SECRET
 
 trap '"$REPO/scripts/test-broker.sh" stop' EXIT
 "$REPO/scripts/test-broker.sh" start

@@ -64,7 +64,9 @@ cmd_start() {
   dburl="$(LANES_PG_DB="$DB" "$REPO/scripts/pg.sh" url)"
 
   log "starting $BIN on :$PORT (database $DB, log $LOGFILE)"
-  local jwt=(LANES_JWT_ENABLED=false)
+  # Without LANES_TEST_JWT_SECRET the broker takes LANES_JWT_* from the environment as it is
+  # (scripts/fuzz-api.sh sets its own).
+  local jwt=()
   if [[ -n "${LANES_TEST_JWT_SECRET:-}" ]]; then
     jwt=(LANES_JWT_ENABLED=true LANES_JWT_SECRET="$LANES_TEST_JWT_SECRET")
   fi
