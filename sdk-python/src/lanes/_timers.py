@@ -25,14 +25,14 @@ def _timer_write(
     """The request of a schedule or reschedule of one timer, shared by both clients."""
     return R.timers_batch(
         [
-            R.timer_op(
+            timer_op(
                 op,
                 queue,
                 key,
                 delay_millis=delay_millis,
                 payload=payload,
                 partition=partition,
-                txn=transaction_id,
+                transaction_id=transaction_id,
             )
         ]
     )

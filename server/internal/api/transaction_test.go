@@ -352,14 +352,8 @@ func TestTransactionPushKeepsThePayloadBytes(t *testing.T) {
 			if status, _ := b.call(t, "POST", "/api/v1/transaction", `{"operations":[`+push+`]}`, &res); status != http.StatusOK || !res.Success {
 				t.Fatalf("%s push of %s: %d %+v", form, payload, status, res)
 			}
-			var popped struct {
-				Messages []struct {
-					Data json.RawMessage `json:"data"`
-				} `json:"messages"`
-			}
-			b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/"+partition+"?autoAck=true", nil, &popped)
-			if len(popped.Messages) != 1 || string(popped.Messages[0].Data) != payload {
-				t.Errorf("%s push of %s popped as %+v", form, payload, popped)
+			if popped := popPartitionData(t, b, q, partition); len(popped) != 1 || string(popped[0]) != payload {
+				t.Errorf("%s push of %s popped as %s", form, payload, popped)
 			}
 		}
 	}
@@ -394,16 +388,27 @@ func TestTransactionPushTakesEveryNumberPushTakes(t *testing.T) {
 					t.Errorf("%s of %.40s: %d %.200s", form, payload, status, answer)
 					continue
 				}
-				var popped struct {
-					Messages []struct {
-						Data json.RawMessage `json:"data"`
-					} `json:"messages"`
-				}
-				b.call(t, "GET", "/api/v1/pop/queue/"+q+"/partition/"+partition+"?autoAck=true", nil, &popped)
-				if len(popped.Messages) != 1 || string(popped.Messages[0].Data) != payload {
-					t.Errorf("%s of %.40s popped as %.200v", form, payload, popped)
+				if popped := popPartitionData(t, b, q, partition); len(popped) != 1 || string(popped[0]) != payload {
+					t.Errorf("%s of %.40s popped as %.200s", form, payload, popped)
 				}
 			}
 		}
 	}
+}
+
+// popPartitionData pops a partition with autoAck and returns the messages'
+// data as the broker sent it.
+func popPartitionData(t *testing.T, b *testBroker, queue, partition string) []json.RawMessage {
+	t.Helper()
+	var popped struct {
+		Messages []struct {
+			Data json.RawMessage `json:"data"`
+		} `json:"messages"`
+	}
+	b.call(t, "GET", "/api/v1/pop/queue/"+queue+"/partition/"+partition+"?autoAck=true", nil, &popped)
+	data := make([]json.RawMessage, len(popped.Messages))
+	for i, m := range popped.Messages {
+		data[i] = m.Data
+	}
+	return data
 }
