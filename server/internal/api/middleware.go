@@ -189,7 +189,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 	}
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		level := auth.RouteLevel(r.Method, r.URL.Path)
-		if level == auth.Public {
+		if level == auth.Public || s.opts.Auth.Skips(r.URL.Path) {
 			next.ServeHTTP(w, r)
 			return
 		}

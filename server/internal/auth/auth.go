@@ -12,6 +12,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"log/slog"
 	"os"
 	"slices"
 	"strings"
@@ -61,19 +62,54 @@ type Config struct {
 	// AllowNoExpiry accepts tokens without an exp claim. Off by default: such
 	// a token never expires, so a leaked one works until the key is rotated.
 	AllowNoExpiry bool
+
+	// JWKSURL is a JSON Web Key Set whose keys verify the asymmetric tokens
+	// that name a kid (and those without one when PublicKey is unset). HMAC
+	// tokens are always verified with Secret: the set's shared keys are never used.
+	JWKSURL string
+	// JWKSRefresh is how often the set is fetched again; a key dropped from it stops verifying.
+	JWKSRefresh time.Duration
+	// JWKSUnknownKIDRefresh is the least time between two fetches caused by
+	// tokens naming a kid the set lacks.
+	JWKSUnknownKIDRefresh time.Duration
+	// JWKSTimeout bounds one fetch, the one at startup too.
+	JWKSTimeout time.Duration
+	// Logger receives the failed fetches of the set.
+	Logger *slog.Logger
+
+	// RoleClaims are the claims a token's roles are read from, each one
+	// string or an array of them; empty means role and roles.
+	RoleClaims []string
+	// RoleNames maps a role (RoleAdmin, …) to the name tokens carry for it;
+	// a role left out is carried under its own name.
+	RoleNames map[string]string
+	// SkipPaths need no token, besides PublicPaths: an entry ending in "/"
+	// covers every path under it, any other entry (and "/") only itself.
+	SkipPaths []string
 }
 
 // Verifier checks tokens. It is safe for concurrent use.
 type Verifier struct {
-	cfg     Config
-	methods []string
-	pub     crypto.PublicKey
-	parser  *jwt.Parser
+	cfg        Config
+	methods    []string
+	pub        crypto.PublicKey
+	jwks       *keySet // nil without Config.JWKSURL
+	parser     *jwt.Parser
+	roleClaims []string
+	// roleOf maps the name a token carries to the role it grants.
+	roleOf    map[string]string
+	skipExact []string
+	skipUnder []string
 }
 
-// NewVerifier checks the key material and builds the parser.
+// NewVerifier checks the key material and builds the parser. With a JWKS URL
+// it fetches the set once (waiting at most Config.JWKSTimeout; an endpoint that
+// is down leaves it empty) and keeps it fresh until Close.
 func NewVerifier(cfg Config) (*Verifier, error) {
 	v := &Verifier{cfg: cfg}
+	if err := v.readRolesAndPaths(); err != nil {
+		return nil, err
+	}
 	if cfg.PublicKey != "" {
 		pemText := []byte(cfg.PublicKey)
 		if !strings.Contains(cfg.PublicKey, "-----BEGIN") {
@@ -106,8 +142,15 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	case ed25519.PublicKey:
 		usable = append(usable, "EdDSA")
 	}
+	if cfg.JWKSURL != "" {
+		for _, alg := range asymmetricAlgs {
+			if !slices.Contains(usable, alg) {
+				usable = append(usable, alg)
+			}
+		}
+	}
 	if len(usable) == 0 {
-		return nil, errors.New("jwt enabled but neither LANES_JWT_SECRET nor LANES_JWT_PUBLIC_KEY is set")
+		return nil, errors.New("jwt enabled but none of LANES_JWT_SECRET, LANES_JWT_PUBLIC_KEY and LANES_JWT_JWKS_URL is set")
 	}
 	switch alg := cfg.Algorithm; {
 	case alg == "" || strings.EqualFold(alg, "auto"):
@@ -128,7 +171,79 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
 	v.parser = jwt.NewParser(opts...)
+	if cfg.JWKSURL != "" {
+		jwks, err := newKeySet(cfg)
+		if err != nil {
+			return nil, err
+		}
+		v.jwks = jwks
+	}
 	return v, nil
+}
+
+// asymmetricAlgs are the algorithms a JWKS may verify.
+var asymmetricAlgs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
+
+// Close stops fetching the JWKS.
+func (v *Verifier) Close() {
+	if v.jwks != nil {
+		v.jwks.close()
+	}
+}
+
+// readRolesAndPaths checks the claim names, role names and skip paths.
+func (v *Verifier) readRolesAndPaths() error {
+	v.roleClaims = v.cfg.RoleClaims
+	if len(v.roleClaims) == 0 {
+		v.roleClaims = []string{"role", "roles"}
+	}
+	v.roleOf = map[string]string{}
+	for _, role := range allRoles {
+		name := role
+		if configured, ok := v.cfg.RoleNames[role]; ok {
+			name = configured
+		}
+		if name == "" {
+			return fmt.Errorf("jwt role %s: its name in tokens is empty", role)
+		}
+		if other, taken := v.roleOf[name]; taken {
+			return fmt.Errorf("jwt roles %s and %s are both named %q in tokens: each role needs its own name", other, role, name)
+		}
+		v.roleOf[name] = role
+	}
+	for role := range v.cfg.RoleNames {
+		if !slices.Contains(allRoles, role) {
+			return fmt.Errorf("jwt role %q: not a role (read-only, write-only, read-write, admin)", role)
+		}
+	}
+	for _, p := range v.cfg.SkipPaths {
+		switch {
+		case !strings.HasPrefix(p, "/"):
+			return fmt.Errorf("jwt skip path %q: must start with /", p)
+		case p != "/" && strings.HasSuffix(p, "/"):
+			v.skipUnder = append(v.skipUnder, p)
+		default:
+			v.skipExact = append(v.skipExact, p)
+		}
+	}
+	return nil
+}
+
+var allRoles = []string{RoleReadOnly, RoleWriteOnly, RoleReadWrite, RoleAdmin}
+
+// Skips reports whether a skip path opens path: it names path exactly or,
+// ending in "/", is a prefix of it. "/" is exact only, so it never opens the
+// whole API. (PublicPaths are public whatever the skip paths say.)
+func (v *Verifier) Skips(path string) bool {
+	if slices.Contains(v.skipExact, path) {
+		return true
+	}
+	for _, prefix := range v.skipUnder {
+		if strings.HasPrefix(path, prefix) {
+			return true
+		}
+	}
+	return false
 }
 
 func parsePublicKey(pemText []byte) (crypto.PublicKey, error) {
@@ -189,30 +304,39 @@ func (v *Verifier) Verify(headers ...string) (*Identity, *Error) {
 	}
 	id := &Identity{}
 	id.Subject, _ = claims["sub"].(string)
-	id.Roles = append(rolesIn(claims["role"]), rolesIn(claims["roles"])...)
+	for _, name := range v.roleClaims {
+		for _, carried := range namesIn(claims[name]) {
+			if role, ok := v.roleOf[carried]; ok {
+				id.Roles = append(id.Roles, role)
+			}
+		}
+	}
 	return id, nil
 }
 
-// rolesIn reads a role claim that is one string or an array of them: issuers
+// namesIn reads a role claim that is one string or an array of them: issuers
 // write a single-valued claim either way, as RFC 7519 does for aud.
-func rolesIn(claim any) []string {
+func namesIn(claim any) []string {
 	switch c := claim.(type) {
 	case string:
 		if c != "" {
 			return []string{c}
 		}
 	case []any:
-		var roles []string
+		var names []string
 		for _, r := range c {
 			if s, ok := r.(string); ok && s != "" {
-				roles = append(roles, s)
+				names = append(names, s)
 			}
 		}
-		return roles
+		return names
 	}
 	return nil
 }
 
+// key picks the key for t: the secret for HMAC; the JWKS key named by kid
+// when there is a JWKS; else the static public key, or every JWKS key that
+// fits the algorithm.
 func (v *Verifier) key(t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
 	if !slices.Contains(v.methods, alg) {
@@ -221,8 +345,31 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 	if strings.HasPrefix(alg, "HS") {
 		return v.cfg.Secret, nil
 	}
-	return v.pub, nil
+	kidClaim, namesKID := t.Header["kid"]
+	if v.jwks != nil && namesKID {
+		kid, ok := kidClaim.(string)
+		if !ok || kid == "" {
+			return nil, errBadKID
+		}
+		return v.jwks.key(kid, alg)
+	}
+	if v.pub != nil && algFits(alg, v.pub) {
+		return v.pub, nil
+	}
+	if v.jwks != nil {
+		keys := v.jwks.keysFor(alg)
+		if len(keys) == 0 {
+			return nil, errNoKey
+		}
+		return jwt.VerificationKeySet{Keys: keys}, nil
+	}
+	return nil, errUnsupportedAlg
 }
+
+var (
+	errBadKID = errors.New("kid is not a string")
+	errNoKey  = errors.New("no key of the token's algorithm")
+)
 
 // namesUnknownAlg reports a token refused because its header names an
 // algorithm the JWT library does not know ("None", "HS999"): it is as
@@ -244,6 +391,10 @@ func (v *Verifier) messageFor(err error, claims jwt.MapClaims) string {
 	switch {
 	case errors.Is(err, errUnsupportedAlg):
 		return MsgUnsupportedAlg
+	case errors.Is(err, errUnknownKID):
+		return MsgUnknownKeyID
+	case errors.Is(err, errNoKey):
+		return MsgBadSignature
 	case errors.Is(err, jwt.ErrTokenMalformed):
 		return MsgBadHeader
 	case errors.Is(err, jwt.ErrTokenSignatureInvalid):
