@@ -21,6 +21,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/lanesmq/lanes/server/internal/api"
+	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/config"
 	"github.com/lanesmq/lanes/server/internal/engine"
 	"github.com/lanesmq/lanes/server/internal/metrics"
@@ -168,17 +169,19 @@ type brokerParts struct {
 	sp     *spool.Spool // nil without a spool
 	srv    *api.Server
 	schema *schemaGate
+	auth   *auth.Verifier // nil with auth off
 }
 
 // wire builds the broker on pool. The loops that need the schema start on
 // loopsCtx once it is applied; until then the broker serves (pushes spool,
 // /health answers 503).
 func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx context.Context) (*brokerParts, error) {
-	verifier, err := newVerifier(cfg)
+	verifier, err := newVerifier(cfg, log)
 	if err != nil {
 		return nil, err
 	}
 	warnShortJWTSecret(cfg, log)
+	warnSkipPathPrefixes(cfg, log)
 	admit := newAdmission(cfg)
 	reg := metrics.New()
 	eng := engine.New(pool, engine.Config{
@@ -194,7 +197,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		ClaimTimeout: 2 * cfg.StatementTimeout,
 		Logger:       log,
 	})
-	b := &brokerParts{eng: eng, schema: &schemaGate{}}
+	b := &brokerParts{eng: eng, schema: &schemaGate{}, auth: verifier}
 	b.sp = openSpool(cfg, eng.ReplayPush, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)
 	b.srv = api.NewServer(eng, api.Options{
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
@@ -254,6 +257,9 @@ func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopL
 	}
 	stopLoops()
 	b.schema.close()
+	if b.auth != nil {
+		b.auth.Close()
+	}
 	if b.sp != nil {
 		_ = b.sp.Close()
 		if n := b.sp.Pending(); n > 0 {

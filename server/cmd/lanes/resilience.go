@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -51,7 +52,7 @@ func newBodyBudget(cfg *config.Config) *admission.ByteBudget {
 }
 
 // newVerifier returns nil when JWT auth is off.
-func newVerifier(cfg *config.Config) (*auth.Verifier, error) {
+func newVerifier(cfg *config.Config, log *slog.Logger) (*auth.Verifier, error) {
 	if !cfg.JWTEnabled {
 		return nil, nil
 	}
@@ -63,7 +64,15 @@ func newVerifier(cfg *config.Config) (*auth.Verifier, error) {
 		Audience:  cfg.JWTAudience,
 		Leeway:    cfg.JWTLeeway,
 		// Without the requirement a token lacking exp never expires.
-		AllowNoExpiry: !cfg.JWTRequireExp,
+		AllowNoExpiry:         !cfg.JWTRequireExp,
+		JWKSURL:               cfg.JWTJWKSURL,
+		JWKSRefresh:           cfg.JWTJWKSRefresh,
+		JWKSUnknownKIDRefresh: cfg.JWTJWKSUnknownKIDRefresh,
+		JWKSTimeout:           cfg.JWTJWKSTimeout,
+		Logger:                log,
+		RoleClaims:            cfg.JWTRoleClaims,
+		RoleNames:             cfg.JWTRoleNames,
+		SkipPaths:             cfg.JWTSkipPaths,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("LANES_JWT_*: %w", err)
@@ -82,6 +91,19 @@ func warnShortJWTSecret(cfg *config.Config, log *slog.Logger) {
 	if cfg.JWTEnabled && cfg.JWTSecret != "" && len(cfg.JWTSecret) < minHMACSecretBytes {
 		log.Warn("LANES_JWT_SECRET is shorter than 32 bytes, the minimum RFC 7518 sets for HS256 (48 for HS384, 64 for HS512): "+
 			"tokens signed with it can be forged by guessing it; use a longer random secret", "minBytes", minHMACSecretBytes)
+	}
+}
+
+// warnSkipPathPrefixes logs each LANES_JWT_SKIP_PATHS entry that opens a
+// whole subtree, so an entry such as /api/ cannot open the API unnoticed.
+func warnSkipPathPrefixes(cfg *config.Config, log *slog.Logger) {
+	if !cfg.JWTEnabled {
+		return
+	}
+	for _, p := range cfg.JWTSkipPaths {
+		if p != "/" && strings.HasSuffix(p, "/") {
+			log.Warn("LANES_JWT_SKIP_PATHS: every path under this entry needs no token", "prefix", p)
+		}
 	}
 }
 

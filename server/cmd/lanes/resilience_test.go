@@ -42,7 +42,7 @@ func brokerVerifier(t *testing.T, env map[string]string) *auth.Verifier {
 	if err != nil {
 		t.Fatal(err)
 	}
-	v, err := newVerifier(cfg)
+	v, err := newVerifier(cfg, slog.New(slog.DiscardHandler))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -127,7 +127,7 @@ func TestShortJWTSecretIsWarnedAboutNotRefused(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if _, err := newVerifier(cfg); err != nil {
+		if _, err := newVerifier(cfg, slog.New(slog.DiscardHandler)); err != nil {
 			t.Fatalf("%s: a short secret must not be refused: %v", c.name, err)
 		}
 		var logs bytes.Buffer

@@ -8,6 +8,7 @@ import (
 	"io"
 	"math"
 	"net"
+	"net/url"
 	"os"
 	"strconv"
 	"strings"
@@ -83,6 +84,18 @@ type Resilience struct {
 	JWTLeeway time.Duration
 	// JWTRequireExp refuses tokens without an exp claim (valid for ever otherwise).
 	JWTRequireExp bool
+	// JWKS: the key set's URL, how often it is fetched again, the least time
+	// between fetches for an unknown kid, and one fetch's deadline.
+	JWTJWKSURL               string
+	JWTJWKSRefresh           time.Duration
+	JWTJWKSUnknownKIDRefresh time.Duration
+	JWTJWKSTimeout           time.Duration
+	// JWTRoleClaims are the claims roles are read from; JWTRoleNames the name
+	// tokens carry for each role, by role.
+	JWTRoleClaims []string
+	JWTRoleNames  map[string]string
+	// JWTSkipPaths need no token (besides /health and the metrics).
+	JWTSkipPaths []string
 }
 
 // DefaultDatabaseURL is the local cluster `scripts/pg.sh start` runs.
@@ -190,6 +203,62 @@ func boolSetting(dst func(*Config) *bool) parser {
 	}}
 }
 
+// listSetting splits a comma-separated list, dropping blank entries.
+func listSetting(dst func(*Config) *[]string, check func(entry string) error) parser {
+	return parser{accepts: "comma-separated list", parse: func(c *Config, v string) error {
+		var list []string
+		for _, entry := range strings.Split(v, ",") {
+			if entry = strings.TrimSpace(entry); entry == "" {
+				continue
+			}
+			if check != nil {
+				if err := check(entry); err != nil {
+					return err
+				}
+			}
+			list = append(list, entry)
+		}
+		*dst(c) = list
+		return nil
+	}}
+}
+
+// roleNameSetting stores the name tokens carry for role.
+func roleNameSetting(role string) parser {
+	return parser{accepts: "text", parse: func(c *Config, v string) error {
+		if v == "" {
+			return fmt.Errorf("the name of role %s in tokens cannot be empty", role)
+		}
+		if c.JWTRoleNames == nil {
+			c.JWTRoleNames = map[string]string{}
+		}
+		c.JWTRoleNames[role] = v
+		return nil
+	}}
+}
+
+// jwksURLSetting takes an absolute http or https URL, or nothing.
+func jwksURLSetting(dst func(*Config) *string) parser {
+	return parser{accepts: "http(s) URL", parse: func(c *Config, v string) error {
+		if v != "" {
+			u, err := url.Parse(v)
+			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return fmt.Errorf("not an absolute http or https URL: %q", v)
+			}
+		}
+		*dst(c) = v
+		return nil
+	}}
+}
+
+// skipPathEntry checks one entry of LANES_JWT_SKIP_PATHS.
+func skipPathEntry(entry string) error {
+	if !strings.HasPrefix(entry, "/") {
+		return fmt.Errorf("a skip path must start with /: %q", entry)
+	}
+	return nil
+}
+
 func stringSetting(dst func(*Config) *string) parser {
 	return parser{accepts: "text", parse: func(c *Config, v string) error { *dst(c) = v; return nil }}
 }
@@ -275,6 +344,16 @@ var settings = []setting{
 	{"jwt-audience", "LANES_JWT_AUDIENCE", "", "required aud claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTAudience })},
 	{"jwt-leeway-seconds", "LANES_JWT_LEEWAY_SECONDS", "5", "clock skew tolerated on a token's exp, nbf and iat, in whole seconds; 0 = none", secondsSetting(func(c *Config) *time.Duration { return &c.JWTLeeway })},
 	{"jwt-require-exp", "LANES_JWT_REQUIRE_EXP", "true", "refuse a token without an exp claim (401 \"Token has no expiration time\"): it would be valid for ever; false accepts it, as the reference broker does", boolSetting(func(c *Config) *bool { return &c.JWTRequireExp })},
+	{"jwt-jwks-url", "LANES_JWT_JWKS_URL", "", "JSON Web Key Set URL whose keys, cached per kid, verify RS/PS/ES/EdDSA tokens that name a kid (and those without one when no public key is set); the broker starts with the endpoint down; empty = none", jwksURLSetting(func(c *Config) *string { return &c.JWTJWKSURL })},
+	{"jwt-jwks-refresh-ms", "LANES_JWT_JWKS_REFRESH_MS", "3600000", "how often the JWKS is fetched again: new keys are taken, dropped ones stop verifying; a failed fetch keeps the keys it had", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSRefresh }, 1000)},
+	{"jwt-jwks-unknown-kid-refresh-ms", "LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS", "10000", "a token naming a kid the JWKS lacks fetches it again, at most once per this interval; in between such tokens answer 401 Unknown key ID at once", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSUnknownKIDRefresh }, 1000)},
+	{"jwt-jwks-timeout-ms", "LANES_JWT_JWKS_TIMEOUT_MS", "5000", "deadline of one JWKS fetch, the one at startup too", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSTimeout }, 1)},
+	{"jwt-role-claims", "LANES_JWT_ROLE_CLAIMS", "role,roles", "claims a token's roles are read from, each one string or an array of strings", listSetting(func(c *Config) *[]string { return &c.JWTRoleClaims }, nil)},
+	{"jwt-role-read-only", "LANES_JWT_ROLE_READ_ONLY", "read-only", "name in tokens of the read-only role", roleNameSetting("read-only")},
+	{"jwt-role-write-only", "LANES_JWT_ROLE_WRITE_ONLY", "write-only", "name in tokens of the write-only role", roleNameSetting("write-only")},
+	{"jwt-role-read-write", "LANES_JWT_ROLE_READ_WRITE", "read-write", "name in tokens of the read-write role", roleNameSetting("read-write")},
+	{"jwt-role-admin", "LANES_JWT_ROLE_ADMIN", "admin", "name in tokens of the admin role", roleNameSetting("admin")},
+	{"jwt-skip-paths", "LANES_JWT_SKIP_PATHS", "/health,/metrics/prometheus,/metrics,/", "paths that need no token, besides /health, /metrics and /metrics/prometheus: exact, or every path under an entry ending in / (\"/\" itself is exact; \"/api/\" would open the whole API)", listSetting(func(c *Config) *[]string { return &c.JWTSkipPaths }, skipPathEntry)},
 	{"push-committers", "LANES_PUSH_COMMITTERS", "1", "concurrent group-commit transactions for pushes: one gathers every push that arrives during a commit into the next (fewer, larger commits cost PostgreSQL less per message)", intSetting(func(c *Config) *int { return &c.PushCommitters }, 1, 10000)},
 	{"ack-sync-commit", "LANES_ACK_SYNC_COMMIT", "false", "a plain ack waits for PostgreSQL's WAL flush before it answers; false: a database crash may undo the acks of its last fraction of a second, whose messages then redeliver (at-least-once), and a single lane turns over faster (transaction bundles, autoAck pops and dead-letter filings always wait)", boolSetting(func(c *Config) *bool { return &c.AckSyncCommit })},
 	{"default-subscription-mode", "LANES_DEFAULT_SUBSCRIPTION_MODE", "new", "where a named group starts on first contact: new (also new-only, new_only, newonly) or all", parser{accepts: "new or all", parse: func(c *Config, v string) error {
@@ -365,6 +444,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		// without a token could script the answers of authenticated routes.
 		return nil, fmt.Errorf("LANES_TEST_FAULTS (--test-faults) and LANES_JWT_ENABLED (--jwt-enabled) cannot both be on: " +
 			"the test-only fault scripts bypass authentication; turn LANES_TEST_FAULTS off")
+	}
+	if len(c.JWTRoleClaims) == 0 {
+		return nil, fmt.Errorf("LANES_JWT_ROLE_CLAIMS (--jwt-role-claims) names no claim: no token could carry a role")
 	}
 	if err := c.sizeBodyBudget(); err != nil {
 		return nil, err

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"flag"
 	"io"
+	"maps"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -160,5 +162,42 @@ func TestShutdownTimeoutDefaultsTo25Seconds(t *testing.T) {
 	c, err := Load(nil, env(nil), io.Discard)
 	if err != nil || c.ShutdownTimeout != 25*time.Second {
 		t.Fatalf("default shutdown timeout %v, %v; want 25s", c.ShutdownTimeout, err)
+	}
+}
+
+// TestJWTKeySetRolesAndSkipPathsSettings: the JWKS, role and skip-path settings
+// default to the reference's values, and a value that cannot work stops the
+// broker with the variable named.
+func TestJWTKeySetRolesAndSkipPathsSettings(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.JWTJWKSURL != "" || c.JWTJWKSRefresh != time.Hour || c.JWTJWKSUnknownKIDRefresh != 10*time.Second || c.JWTJWKSTimeout != 5*time.Second {
+		t.Errorf("JWKS defaults: %q %v %v %v", c.JWTJWKSURL, c.JWTJWKSRefresh, c.JWTJWKSUnknownKIDRefresh, c.JWTJWKSTimeout)
+	}
+	if !slices.Equal(c.JWTRoleClaims, []string{"role", "roles"}) || !slices.Equal(c.JWTSkipPaths, []string{"/health", "/metrics/prometheus", "/metrics", "/"}) {
+		t.Errorf("role claims %q, skip paths %q", c.JWTRoleClaims, c.JWTSkipPaths)
+	}
+	if want := map[string]string{"read-only": "read-only", "write-only": "write-only", "read-write": "read-write", "admin": "admin"}; !maps.Equal(c.JWTRoleNames, want) {
+		t.Errorf("role names %v", c.JWTRoleNames)
+	}
+	c, err = Load(nil, env(map[string]string{"LANES_JWT_ROLE_CLAIMS": " groups , https://x.example/roles ", "LANES_JWT_ROLE_ADMIN": "ops", "LANES_JWT_SKIP_PATHS": "/, /docs/"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.JWTRoleClaims, []string{"groups", "https://x.example/roles"}) || c.JWTRoleNames["admin"] != "ops" || !slices.Equal(c.JWTSkipPaths, []string{"/", "/docs/"}) {
+		t.Errorf("role claims %q, names %v, skip paths %q", c.JWTRoleClaims, c.JWTRoleNames, c.JWTSkipPaths)
+	}
+	for variable, value := range map[string]string{
+		"LANES_JWT_JWKS_URL":                    "idp.example/jwks",
+		"LANES_JWT_JWKS_REFRESH_MS":             "999",
+		"LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS": "0",
+		"LANES_JWT_ROLE_CLAIMS":                 ",",
+		"LANES_JWT_SKIP_PATHS":                  "/health,docs/",
+	} {
+		if _, err := Load(nil, env(map[string]string{variable: value}), io.Discard); err == nil || !strings.Contains(err.Error(), variable) {
+			t.Errorf("%s=%q: %v, want an error naming it", variable, value, err)
+		}
 	}
 }

@@ -86,6 +86,9 @@ func (c *Config) LogAttrs() []any {
 			v = "set"
 		case s.env == "LANES_DATABASE_URL":
 			v = redactDatabaseURL(v)
+		case s.env == "LANES_JWT_JWKS_URL" && v != "":
+			// An identity provider's URL may carry a password too.
+			v = redactDatabaseURL(v)
 		case s.env == "LANES_MAX_INFLIGHT_BODY_BYTES":
 			v = strconv.FormatInt(c.MaxInflightBodyBytes, 10)
 		case s.env == "LANES_SPOOL_DIR":

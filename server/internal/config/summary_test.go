@@ -19,6 +19,7 @@ func TestLogAttrsListEverySettingWithoutSecrets(t *testing.T) {
 		"LANES_JWT_SECRET":     "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t",
 		"LANES_PORT":           "7001",
 		"LANES_MAX_BODY_BYTES": "1000",
+		"LANES_JWT_JWKS_URL":   "https://lanes:idp-pw@idp.example/jwks?password=idp-q",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -34,13 +35,14 @@ func TestLogAttrsListEverySettingWithoutSecrets(t *testing.T) {
 		}
 	}
 	line := fmt.Sprint(attrs...)
-	if strings.Contains(line, "hunter2") || strings.Contains(line, "s3cr3t") {
+	if strings.Contains(line, "hunter2") || strings.Contains(line, "s3cr3t") || strings.Contains(line, "idp-") {
 		t.Fatalf("a secret is logged: %s", line)
 	}
 	want := map[string]string{
 		"database-url":            "postgres://lanes:xxxxx@db:5432/lanes?sslmode=disable",
 		"jwt-secret":              "set",
 		"jwt-public-key":          "",
+		"jwt-jwks-url":            "https://lanes:xxxxx@idp.example/jwks?password=xxxxx",
 		"port":                    "7001",
 		"max-inflight-body-bytes": "2000",
 	}

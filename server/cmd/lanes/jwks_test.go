@@ -1,0 +1,114 @@
+package main
+
+import (
+	"crypto/rand"
+	"crypto/rsa"
+	"encoding/base64"
+	"encoding/json"
+	"math/big"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/golang-jwt/jwt/v5"
+)
+
+// TestBrokerStartsWithTheJWKSEndpointDown starts the real binary with its JWKS
+// endpoint down and the role claim, a role name and the skip paths set by
+// environment: it starts and serves, answers 401 Unknown key ID until the
+// endpoint answers, then takes roles from the configured claim under the
+// configured name only.
+func TestBrokerStartsWithTheJWKSEndpointDown(t *testing.T) {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	jwksAddr := l.Addr().String()
+	_ = l.Close()
+
+	b := startBroker(t, newDatabase(t), freePort(t), t.TempDir(),
+		"LANES_JWT_ENABLED=true", "LANES_JWT_JWKS_URL=http://"+jwksAddr+"/jwks",
+		"LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS=1000", "LANES_JWT_ROLE_CLAIMS=groups",
+		"LANES_JWT_ROLE_READ_ONLY=viewers", "LANES_JWT_SKIP_PATHS=/,/docs/")
+	b.waitHealth(t, http.StatusOK, 20*time.Second)
+	for _, logged := range []string{"JWKS fetch failed", `LANES_JWT_SKIP_PATHS: every path under this entry needs no token" prefix=/docs/`} {
+		if !strings.Contains(b.logs.String(), logged) {
+			t.Errorf("the log lacks %q:\n%s", logged, b.logs.String())
+		}
+	}
+
+	sign := func(claims jwt.MapClaims) string {
+		claims["sub"], claims["exp"] = "svc", time.Now().Add(time.Hour).Unix()
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, claims)
+		tok.Header["kid"] = "k1"
+		s, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	viewer := sign(jwt.MapClaims{"groups": []string{"viewers"}})
+	read := func(token string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(http.MethodGet, b.URL+"/api/v1/resources/queues", nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Authorization", "Bearer "+token)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e struct{ Error string }
+		_ = json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Error
+	}
+	if status, msg := read(viewer); status != http.StatusUnauthorized || msg != "Unknown key ID" {
+		t.Fatalf("with the JWKS endpoint down: %d %q, want 401 Unknown key ID", status, msg)
+	}
+
+	b64 := base64.RawURLEncoding.EncodeToString
+	jwks := map[string]any{"keys": []map[string]any{{"kty": "RSA", "kid": "k1", "alg": "RS256",
+		"n": b64(key.N.Bytes()), "e": b64(big.NewInt(int64(key.E)).Bytes())}}}
+	idp := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jwks)
+	}))
+	_ = idp.Listener.Close()
+	if idp.Listener, err = net.Listen("tcp", jwksAddr); err != nil {
+		t.Skipf("cannot listen on %s again: %v", jwksAddr, err)
+	}
+	idp.Start()
+	t.Cleanup(idp.Close)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		status, msg := read(viewer)
+		if status == http.StatusOK {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("once the endpoint answers: %d %q, want 200", status, msg)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	for name, token := range map[string]string{
+		"the default role claim":          sign(jwt.MapClaims{"role": "read-only"}),
+		"the default name of a read role": sign(jwt.MapClaims{"groups": "read-only"}),
+	} {
+		if status, msg := read(token); status != http.StatusForbidden {
+			t.Errorf("%s: %d %q, want 403", name, status, msg)
+		}
+	}
+	for path, want := range map[string]int{"/": http.StatusNotFound, "/docs/x": http.StatusNotFound, "/docs": http.StatusUnauthorized} {
+		if status, _ := b.do(http.MethodGet, path, nil, nil); status != want {
+			t.Errorf("GET %s without a token: %d, want %d", path, status, want)
+		}
+	}
+}
