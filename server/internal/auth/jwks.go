@@ -111,10 +111,10 @@ func (s *keySet) close() {
 
 // key is the key named kid, for a token signed with alg.
 func (s *keySet) key(kid, alg string) (any, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	jwk, err := s.fetched.KeyRead(ctx, kid)
+	jwk, err := s.fetched.KeyRead(context.Background(), kid)
 	if errors.Is(err, jwkset.ErrKeyNotFound) && s.unknownKID.Allow() {
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		defer cancel()
 		jwk, err = s.refetching.KeyRead(ctx, kid)
 	}
 	if err != nil {
@@ -134,9 +134,7 @@ func (s *keySet) key(kid, alg string) (any, error) {
 // keysFor are the cached keys that can verify a token signed with alg that
 // names no kid; the token is valid if one of them verifies it.
 func (s *keySet) keysFor(alg string) []jwt.VerificationKey {
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	all, err := s.fetched.KeyReadAll(ctx)
+	all, err := s.fetched.KeyReadAll(context.Background())
 	if err != nil {
 		return nil
 	}
