@@ -22,11 +22,13 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// statusRecorder remembers the status a handler wrote.
+// statusRecorder remembers the status a handler wrote, and the first write
+// that failed (the client stopped taking the answer).
 type statusRecorder struct {
 	http.ResponseWriter
-	status int
-	route  string // the matched route's template, set by recordRoute
+	status   int
+	route    string // the matched route's template, set by recordRoute
+	writeErr error
 }
 
 // routeRecorder is what recordRoute finds when no middleware between observe
@@ -129,7 +131,29 @@ func (r *statusRecorder) Write(b []byte) (int, error) {
 	if r.status == 0 {
 		r.status = http.StatusOK
 	}
-	return r.ResponseWriter.Write(b)
+	n, err := r.ResponseWriter.Write(b)
+	if err != nil && r.writeErr == nil {
+		r.writeErr = err
+	}
+	return n, err
+}
+
+// startedAnswer is the recorder under w when its answer's status has gone
+// out, else nil: a failure then cannot be answered with a second status.
+func startedAnswer(w http.ResponseWriter) *statusRecorder {
+	for {
+		if rec, ok := w.(*statusRecorder); ok {
+			if rec.status == 0 {
+				return nil
+			}
+			return rec
+		}
+		u, ok := w.(interface{ Unwrap() http.ResponseWriter })
+		if !ok {
+			return nil
+		}
+		w = u.Unwrap()
+	}
 }
 
 // Unwrap lets http.ResponseController reach the connection (limitBody sets
@@ -342,6 +366,10 @@ func writeRejected(w http.ResponseWriter, err error) {
 // to 429 and leaves the rest to the shared responder.
 func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request, error)) func(http.ResponseWriter, *http.Request, error) {
 	return func(w http.ResponseWriter, r *http.Request, err error) {
+		if rec := startedAnswer(w); rec != nil {
+			s.answerCutShort(r, rec, err)
+			return
+		}
 		if _, ok := admission.IsRejected(err); ok {
 			writeRejected(w, err)
 			return
@@ -358,6 +386,19 @@ func (s *Server) responseError(fallback func(http.ResponseWriter, *http.Request,
 		}
 		fallback(w, r, err)
 	}
+}
+
+// answerCutShort logs an answer that failed after its status went out (the
+// generated handlers hand a failed send to the error responder as they do a
+// handler's error). A failed write is the client hanging up or not reading,
+// nothing the operator can act on (and no database failure); any other error
+// cut the answer short on the server's side.
+func (s *Server) answerCutShort(r *http.Request, rec *statusRecorder, err error) {
+	if rec.writeErr != nil || r.Context().Err() != nil {
+		s.log.Debug("client left before the answer was sent", "path", r.URL.Path, "status", rec.status, "err", err)
+		return
+	}
+	s.requestFailures.Failed(err, "path", r.URL.Path, "status", rec.status, "note", "the answer was cut short after its status was sent")
 }
 
 // requestDeadline is how long an operation's database work may take: none for
