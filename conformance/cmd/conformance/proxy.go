@@ -57,6 +57,7 @@ func newValidatingProxy(specPath, brokerURL string, port int) (*validatingProxy,
 		return nil, fmt.Errorf("%s is not a valid OpenAPI document: %w", specPath, err)
 	}
 	doc.Servers = nil
+	acceptAnyJSONValueUnread(doc)
 	router, err := gorillamux.NewRouter(doc)
 	if err != nil {
 		return nil, err

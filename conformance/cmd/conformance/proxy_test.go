@@ -1,8 +1,14 @@
 package main
 
 import (
+	"fmt"
+	"io"
 	"net/http"
+	"net/url"
+	"os"
+	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 )
@@ -35,5 +41,63 @@ func TestProxyChecksAScriptedRetryAfterDateAsSeconds(t *testing.T) {
 				t.Fatalf("the answer's own header changed to %q", h.Get("Retry-After"))
 			}
 		})
+	}
+}
+
+// TestProxyAcceptsAPoppedNumberNoFloat64Holds: a payload pushed as a bare
+// 1e400 is stored and popped verbatim, which openapi.yaml allows (data accepts
+// any JSON value), but kin-openapi converts a number to float64 before it
+// checks a schema, so the proxy used to flag the broker's correct answer. A
+// field the spec constrains is still checked.
+func TestProxyAcceptsAPoppedNumberNoFloat64Holds(t *testing.T) {
+	broker := os.Getenv("LANES_TEST_URL")
+	if broker == "" {
+		t.Fatal("LANES_TEST_URL is not set: start a broker from the repository root (scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
+	}
+	proxy, err := newValidatingProxy(filepath.Join("..", "..", "..", "openapi.yaml"), broker, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	queue := fmt.Sprintf("conformance-proxy-1e400-%d", time.Now().UnixNano())
+	send := func(method, url, body, run string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, url, strings.NewReader(body))
+		if err != nil {
+			t.Fatal(err)
+		}
+		req.Header.Set("Content-Type", "application/json")
+		req.Header.Set(runHeader, run)
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		raw, _ := io.ReadAll(resp.Body)
+		return resp.StatusCode, string(raw)
+	}
+	push := `{"items":[{"queue":"` + queue + `","partition":"p","payload":1e400},{"queue":"` + queue + `","partition":"p","payload":{"deep":[-1E-400,1e400]}}]}`
+	if status, body := send("POST", broker+"/api/v1/push", push, "push"); status != http.StatusCreated {
+		t.Fatalf("push: %d %s", status, body)
+	}
+	status, body := send("GET", proxy.URL+"/api/v1/pop/queue/"+queue+"?batch=2&subscriptionMode=all", "", "pop")
+	if status != http.StatusOK || !strings.Contains(body, `"data":1e400`) || !strings.Contains(body, `[-1E-400,1e400]`) {
+		t.Fatalf("pop through the proxy: %d %s", status, body)
+	}
+	if _, violations := proxy.take("pop"); len(violations) > 0 {
+		t.Fatalf("the proxy flagged the broker's answer: %q", violations)
+	}
+	// Every other field is still checked: the same answer with a partition
+	// name that is a number is flagged.
+	popURL, _ := url.Parse(proxy.URL + "/api/v1/pop/queue/" + queue + "?batch=2&subscriptionMode=all")
+	broken := strings.Replace(body, `"partition":"p"`, `"partition":5`, 1)
+	resp := &http.Response{StatusCode: http.StatusOK, Header: http.Header{"Content-Type": {"application/json"}},
+		Body:    io.NopCloser(strings.NewReader(broken)),
+		Request: &http.Request{Method: http.MethodGet, URL: popURL, Header: http.Header{runHeader: {"broken"}}}}
+	if err := proxy.check(resp); err != nil {
+		t.Fatal(err)
+	}
+	if _, violations := proxy.take("broken"); len(violations) != 1 || !strings.Contains(violations[0], "partition") {
+		t.Fatalf("a partition name that is a number: want one violation about it, got %q", violations)
 	}
 }
