@@ -264,3 +264,25 @@ func TestClaimsThatCannotBeGivenBackLogOneLine(t *testing.T) {
 		t.Fatalf("lanes_pop_leases_given_back_total = %d with the database down, want 0", n)
 	}
 }
+
+// TestPushSpooledPastItsDeadlineSaysSo: a push whose commit waits on a locked
+// partition past LANES_PUSH_TIMEOUT_MS goes to the spool while the database
+// answers every other query. Its WARN used to say "database unreachable",
+// which sent an operator to check connectivity; it names the deadline now.
+func TestPushSpooledPastItsDeadlineSaysSo(t *testing.T) {
+	log, out := capturedLogger()
+	b := newBrokerWith(t, testDSN, Options{Logger: log, PushTimeout: 300 * time.Millisecond}, t.TempDir())
+	q := uniqueQueue(t)
+	if o := pushOne(t, b.testBroker, q, "p", "before"); o.itemStatus != "queued" {
+		t.Fatalf("push before the lock: %+v", o)
+	}
+	release := lockPartition(t, b.testBroker, q, "p")
+	defer release()
+	if o := pushOne(t, b.testBroker, q, "p", "behind-the-lock"); o.itemStatus != "buffered" {
+		t.Fatalf("push behind the lock: %+v, want buffered after the push timeout", o)
+	}
+	if strings.Contains(out.String(), `msg="database unreachable`) {
+		t.Errorf("a push past its deadline on a reachable database logged it unreachable:\n%s", out.String())
+	}
+	wantLines(t, out, `level=WARN msg="push passed its deadline (LANES_PUSH_TIMEOUT_MS)`, 1, "the push spooled past its deadline")
+}

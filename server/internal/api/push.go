@@ -89,7 +89,13 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 	defer cancel()
 	results, err := s.engine.Push(pushCtx, items)
 	if err != nil && sp != nil && ctx.Err() == nil && spool.IsUnavailable(err) {
-		s.spoolFallbacks.Failed(err, "items", len(items))
+		if pushCtx.Err() != nil {
+			// The database may answer everything else: a locked partition or a
+			// stalled commit is no outage.
+			s.spoolTimeouts.Failed(err, "items", len(items), "timeout", s.opts.PushTimeout)
+		} else {
+			s.spoolFallbacks.Failed(err, "items", len(items))
+		}
 		sp.MarkDBDown()
 		return s.spoolPush(items)
 	}

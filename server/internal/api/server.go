@@ -70,11 +70,12 @@ type Server struct {
 	// spoolWriteFailures logs pushes the spool refused (full, disk errors),
 	// deadlineFailures requests answered database_timeout, databaseErrors and
 	// requestFailures the other failed requests, spoolFallbacks pushes spooled
-	// for want of the database, autoAckLosses autoAck pops whose client left and
+	// for want of the database, spoolTimeouts pushes spooled past their
+	// deadline (PushTimeout), autoAckLosses autoAck pops whose client left and
 	// giveBackFailures claims a leaving client's pop could not give back: each
 	// once a minute with the count, not once per request.
 	spoolWriteFailures, deadlineFailures, databaseErrors, requestFailures *failurelog.Reporter
-	spoolFallbacks, autoAckLosses, giveBackFailures                       *failurelog.Reporter
+	spoolFallbacks, spoolTimeouts, autoAckLosses, giveBackFailures        *failurelog.Reporter
 }
 
 var _ gen.StrictServerInterface = (*Server)(nil)
@@ -99,6 +100,8 @@ func NewServer(e *engine.Engine, opts Options) *Server {
 		databaseErrors:     failurelog.New(opts.Logger, slog.LevelError, "database error", ""),
 		requestFailures:    failurelog.New(opts.Logger, slog.LevelError, "request failed", ""),
 		spoolFallbacks:     failurelog.New(opts.Logger, slog.LevelWarn, "database unreachable; pushes go to the disk spool", ""),
+		spoolTimeouts: failurelog.New(opts.Logger, slog.LevelWarn,
+			"push passed its deadline (LANES_PUSH_TIMEOUT_MS): the database is slow, locked or unreachable; pushes go to the disk spool", ""),
 		autoAckLosses: failurelog.New(opts.Logger, slog.LevelWarn,
 			"client left during an autoAck pop; its messages were committed for the group and are not delivered again (at-most-once)", ""),
 		giveBackFailures: failurelog.New(opts.Logger, slog.LevelWarn, "client left during a pop; the claim could not be given back (it frees at lease expiry)", "")}
