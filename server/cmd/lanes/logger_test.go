@@ -2,8 +2,12 @@ package main
 
 import (
 	"bytes"
+	"encoding/json"
 	"log/slog"
+	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -18,4 +22,50 @@ func TestLogsPrintDurationsAsText(t *testing.T) {
 	if got := out.String(); !strings.Contains(got, `"retryIn":"200ms"`) || !strings.Contains(got, `"took":"1.5s"`) {
 		t.Fatalf("durations not logged as text: %s", got)
 	}
+}
+
+// TestNetHTTPMessagesAreBrokerLogLines: what net/http logs itself (here a
+// handler writing its status twice, as the broker did for a client that hung
+// up mid-answer) is an ERROR line in the broker's format, not a bare line on
+// stderr that LANES_LOG_FORMAT=json and level-based alerts miss.
+func TestNetHTTPMessagesAreBrokerLogLines(t *testing.T) {
+	var out syncWriter
+	log := newLogger(&config.Config{LogFormat: "json", LogLevel: "warn"}, &out)
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+		w.WriteHeader(http.StatusInternalServerError)
+	}))
+	srv.Config.ErrorLog = httpErrorLog(log)
+	srv.Start()
+	defer srv.Close()
+	resp, err := http.Get(srv.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	var line struct{ Level, Msg string }
+	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &line); err != nil {
+		t.Fatalf("net/http's message is not one JSON log line: %q (%v)", out.Bytes(), err)
+	}
+	if line.Level != "ERROR" || !strings.Contains(line.Msg, "superfluous response.WriteHeader") {
+		t.Fatalf("want an ERROR line carrying net/http's message, got %+v", line)
+	}
+}
+
+// syncWriter is a buffer net/http's goroutines and the test share.
+type syncWriter struct {
+	mu  sync.Mutex
+	buf bytes.Buffer
+}
+
+func (w *syncWriter) Write(p []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.buf.Write(p)
+}
+
+func (w *syncWriter) Bytes() []byte {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return bytes.Clone(w.buf.Bytes())
 }

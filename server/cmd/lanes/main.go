@@ -7,6 +7,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	stdlog "log"
 	"log/slog"
 	"net"
 	"net/http"
@@ -55,6 +56,14 @@ func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 		return slog.New(slog.NewJSONHandler(w, opts))
 	}
 	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// httpErrorLog carries what net/http logs itself (a status written twice, a
+// panic it recovered, an accept error: each a server fault) into the broker's
+// log at ERROR; its default, a bare line on stderr, has no level to alert on
+// and breaks LANES_LOG_FORMAT=json.
+func httpErrorLog(log *slog.Logger) *stdlog.Logger {
+	return slog.NewLogLogger(log.Handler(), slog.LevelError)
 }
 
 // durationAsText logs a time.Duration as "200ms" rather than JSON's nanoseconds.
@@ -122,7 +131,8 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	// Bodies get their own deadline (BodyReadTimeout, in limitBody): a server-wide
 	// ReadTimeout would also cut long-poll pops. IdleTimeout closes keep-alive
 	// connections nobody uses, past the 90 s clients such as Go's keep them.
-	httpServer := &http.Server{Addr: addr, Handler: running.wrap(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second}
+	httpServer := &http.Server{Addr: addr, Handler: running.wrap(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
+		ErrorLog: httpErrorLog(log)}
 	// Parked long polls are released as shutdown begins (net/http runs this
 	// once the listeners are closed) so they answer 204 instead of holding it;
 	// pops that arrive later do not park.
