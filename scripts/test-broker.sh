@@ -11,7 +11,11 @@
 #   LANES_TEST_DB        database name on the local cluster (default lanes_sdk_test); dropped
 #                        and created anew on every start
 #   LANES_TEST_BROKER_NOBUILD=1   use the existing bin/lanes without rebuilding
-#   LANES_TEST_JWT_SECRET  when set, the broker runs with JWT auth on (HS256, this secret)
+#   LANES_TEST_JWT_SECRET  when set, the broker runs with JWT auth on (HS256, this secret);
+#                        without it (and without LANES_JWT_ENABLED=true) the broker serves the
+#                        test fault scripts (LANES_TEST_FAULTS, server/internal/api/faults.go),
+#                        which the SDK suites use to get a 409, a 5xx or a slow answer from a real
+#                        broker (the broker refuses both at once)
 # The local cluster comes from scripts/pg.sh (started here if needed; LANES_PG_* apply).
 # Files: .lanes/test-broker-<port>.pid, .lanes/test-broker-<port>.log (one broker per port)
 set -euo pipefail
@@ -65,12 +69,15 @@ cmd_start() {
 
   log "starting $BIN on :$PORT (database $DB, log $LOGFILE)"
   # Without LANES_TEST_JWT_SECRET the broker takes LANES_JWT_* from the environment as it is
-  # (scripts/fuzz-api.sh sets its own).
-  local jwt=()
+  # (scripts/fuzz-api.sh sets its own). With auth off it serves the test fault scripts, which the
+  # broker refuses together with JWT.
+  local auth=()
   if [[ -n "${LANES_TEST_JWT_SECRET:-}" ]]; then
-    jwt=(LANES_JWT_ENABLED=true LANES_JWT_SECRET="$LANES_TEST_JWT_SECRET")
+    auth=(LANES_JWT_ENABLED=true LANES_JWT_SECRET="$LANES_TEST_JWT_SECRET")
+  elif [[ ! "${LANES_JWT_ENABLED:-}" =~ ^(1|t|T|true|TRUE|True)$ ]]; then
+    auth=(LANES_TEST_FAULTS="${LANES_TEST_FAULTS:-true}")
   fi
-  env LANES_PORT="$PORT" LANES_DATABASE_URL="$dburl" "${jwt[@]}" \
+  env LANES_PORT="$PORT" LANES_DATABASE_URL="$dburl" "${auth[@]}" \
     setsid "$BIN" >"$LOGFILE" 2>&1 </dev/null &
   local pid=$!
   echo "$pid" >"$PIDFILE"
