@@ -81,6 +81,46 @@ func (q QueueBuilder) Delete(ctx context.Context) (*DeleteQueueResult, error) {
 	return q.c.Admin().DeleteQueue(ctx, q.queue)
 }
 
+// Depth returns this builder's queue's pending counts for its group (no Group = queue mode).
+func (q QueueBuilder) Depth(ctx context.Context) (*QueueDepth, error) {
+	return q.c.Admin().QueueDepth(ctx, q.queue, q.group)
+}
+
+// DLQ starts a page query over this queue's dead letters of group ("" = the builder's Group;
+// neither = every group): client.Queue(q).DLQ(g).Limit(10).Get(ctx).
+func (q QueueBuilder) DLQ(group string) DLQBuilder {
+	if group == "" {
+		group = q.group
+	}
+	return DLQBuilder{c: q.c, q: DLQQuery{Queue: q.queue, Group: group}}
+}
+
+// DLQBuilder pages through one queue's dead letters. It is a value: every setter returns a copy.
+type DLQBuilder struct {
+	c *Client
+	q DLQQuery
+}
+
+// Partition keeps the dead letters of one partition.
+func (b DLQBuilder) Partition(p string) DLQBuilder { b.q.Partition = p; return b }
+
+// Limit is the page size (0 = the broker's default, 100).
+func (b DLQBuilder) Limit(n int) DLQBuilder { b.q.Limit = n; return b }
+
+// Offset skips rows.
+func (b DLQBuilder) Offset(n int) DLQBuilder { b.q.Offset = n; return b }
+
+// From is the lower bound on the time the dead letters failed.
+func (b DLQBuilder) From(t time.Time) DLQBuilder { b.q.From = t; return b }
+
+// To is the upper bound on the time the dead letters failed.
+func (b DLQBuilder) To(t time.Time) DLQBuilder { b.q.To = t; return b }
+
+// Get fetches the page, newest first (Admin.ListDLQ with the builder's filters).
+func (b DLQBuilder) Get(ctx context.Context) (*DLQList, error) {
+	return b.c.Admin().ListDLQ(ctx, b.q)
+}
+
 // GetQueue returns a queue's detail.
 func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error) {
 	return call[QueueDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueue(ctx, queue) })

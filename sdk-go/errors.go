@@ -1,6 +1,7 @@
 package lanes
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -11,6 +12,9 @@ import (
 
 // Sentinels for errors.Is. An *APIError matches the sentinel of its status.
 var (
+	// ErrBadRequest matches a 400: the broker refused the request as malformed or invalid
+	// (Code says which rule). Not retried; nothing was applied.
+	ErrBadRequest = errors.New("lanes: bad request")
 	// ErrRateLimited matches a 429 that the retry policy gave up on (hint above the cap, or
 	// the 429 budget spent); the *APIError carries RetryAfter.
 	ErrRateLimited = errors.New("lanes: rate limited")
@@ -23,10 +27,19 @@ var (
 	ErrPayloadTooLarge = errors.New("lanes: payload too large")
 	// ErrNotFound matches a 404.
 	ErrNotFound = errors.New("lanes: not found")
+	// ErrConflict matches a 409. Retried only when the answer carries x-should-retry: true.
+	ErrConflict = errors.New("lanes: conflict")
+	// ErrInternalServer matches a 5xx answer other than 501 that outlived the retries (501 is
+	// ErrNotImplemented: a route missing, not a failure that may pass).
+	ErrInternalServer = errors.New("lanes: broker error")
 	// ErrNotImplemented matches a 501 answer: a proxy, or a broker build without the route.
 	ErrNotImplemented = errors.New("lanes: not implemented by the broker")
 	// ErrConnection matches a *ConnectionError: no response after the retries.
 	ErrConnection = errors.New("lanes: connection failed")
+	// ErrTimeout matches a *ConnectionError whose last attempt timed out (WithTimeout, or a
+	// transport timeout); it matches ErrConnection too. The caller's own context deadline is
+	// context.DeadlineExceeded, as usual.
+	ErrTimeout = errors.New("lanes: timed out")
 	// ErrOutcomeUnknown matches an *OutcomeUnknownError: a write that is not idempotent may or
 	// may not have been applied.
 	ErrOutcomeUnknown = errors.New("lanes: outcome unknown")
@@ -61,6 +74,12 @@ func (e *APIError) Error() string {
 // Is matches the package sentinels by status.
 func (e *APIError) Is(target error) bool {
 	switch target {
+	case ErrBadRequest:
+		return e.Status == http.StatusBadRequest
+	case ErrConflict:
+		return e.Status == http.StatusConflict
+	case ErrInternalServer:
+		return e.Status >= 500 && e.Status != http.StatusNotImplemented
 	case ErrRateLimited:
 		return e.Status == http.StatusTooManyRequests
 	case ErrUnauthorized:
@@ -126,8 +145,23 @@ func (e *ConnectionError) Error() string {
 // Unwrap returns the transport error.
 func (e *ConnectionError) Unwrap() error { return e.Err }
 
-// Is matches ErrConnection.
-func (e *ConnectionError) Is(target error) bool { return target == ErrConnection }
+// Is matches ErrConnection, and ErrTimeout when the last attempt timed out.
+func (e *ConnectionError) Is(target error) bool {
+	switch target {
+	case ErrConnection:
+		return true
+	case ErrTimeout:
+		return e.Timeout()
+	}
+	return false
+}
+
+// Timeout reports whether the last attempt timed out rather than failed to connect or broke off,
+// as net.Error does.
+func (e *ConnectionError) Timeout() bool {
+	var ne interface{ Timeout() bool }
+	return errors.Is(e.Err, context.DeadlineExceeded) || (errors.As(e.Err, &ne) && ne.Timeout())
+}
 
 // OutcomeUnknownError means a write that is not safe to repeat (a KV incr, putIfAbsent or
 // conditional write, a KV batch or transaction holding one and no push) failed after it was

@@ -1,0 +1,183 @@
+package lanes_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+// kindSentinels are the sentinels that tell a failed call's kind apart: each error below must
+// match exactly one of them (ErrTimeout also matches ErrConnection, as TS's APITimeoutError is an
+// APIConnectionError).
+var kindSentinels = map[string]error{
+	"ErrBadRequest": lanes.ErrBadRequest, "ErrUnauthorized": lanes.ErrUnauthorized,
+	"ErrForbidden": lanes.ErrForbidden, "ErrNotFound": lanes.ErrNotFound,
+	"ErrConflict": lanes.ErrConflict, "ErrPayloadTooLarge": lanes.ErrPayloadTooLarge,
+	"ErrRateLimited": lanes.ErrRateLimited, "ErrInternalServer": lanes.ErrInternalServer,
+	"ErrNotImplemented": lanes.ErrNotImplemented, "ErrTimeout": lanes.ErrTimeout,
+	"ErrConnection": lanes.ErrConnection,
+}
+
+func requireKinds(t *testing.T, err error, want ...string) {
+	t.Helper()
+	require.Error(t, err)
+	var got []string
+	for name, s := range kindSentinels {
+		if errors.Is(err, s) {
+			got = append(got, name)
+		}
+	}
+	require.ElementsMatch(t, want, got, "error %v", err)
+}
+
+// scriptFaults sets a fault script on the test broker (scripts/test-broker.sh serves them when
+// auth is off) and returns a client whose requests it applies to, with no retries.
+func scriptFaults(t *testing.T, rules string, opts ...lanes.Option) *lanes.Client {
+	t.Helper()
+	base := testBrokerURL(t)
+	run := fmt.Sprintf("sdkgo-%d", time.Now().UnixNano())
+	req, err := http.NewRequest(http.MethodPut, base+"/__test/faults/"+run, strings.NewReader(`{"rules":`+rules+`}`))
+	require.NoError(t, err)
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusNoContent, resp.StatusCode,
+		"the test broker serves no fault scripts: start it with scripts/test-broker.sh (LANES_TEST_FAULTS on)")
+	t.Cleanup(func() {
+		del, _ := http.NewRequest(http.MethodDelete, base+"/__test/faults/"+run, nil)
+		if r, err := http.DefaultClient.Do(del); err == nil {
+			_ = r.Body.Close()
+		}
+	})
+	all := append([]lanes.Option{lanes.WithURL(base), lanes.WithHeader("X-Lanes-Test-Run", run),
+		lanes.WithRetryAttempts(0), lanes.WithMax429Attempts(0)}, opts...)
+	c, err := lanes.New(all...)
+	require.NoError(t, err)
+	closeWhenDone(t, c)
+	return c
+}
+
+// The broker's own 400 and 404 each match one sentinel.
+func TestITErrorKindsOfBrokerAnswers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	_, err := b.c.Queue(b.queue).Push(b.ctx, lanes.Item{Data: 1, TransactionID: strings.Repeat("x", 1025)})
+	requireKinds(t, err, "ErrBadRequest")
+	var apiErr *lanes.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, "bad_request", apiErr.Code)
+
+	_, err = b.c.Admin().GetQueue(b.ctx, b.queue+"-absent")
+	requireKinds(t, err, "ErrNotFound")
+}
+
+// Every status the SDKs name, answered by the broker's fault scripts, matches its one sentinel:
+// a 409 and a 5xx are told apart from the rest, and 501 is not a 5xx that may pass.
+func TestITErrorKindsByStatus(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		status int
+		header string
+		want   string
+	}{
+		{400, "", "ErrBadRequest"},
+		{401, "", "ErrUnauthorized"},
+		{403, "", "ErrForbidden"},
+		{404, "", "ErrNotFound"},
+		{409, "", "ErrConflict"},
+		{413, "", "ErrPayloadTooLarge"},
+		{429, `"Retry-After":"3600"`, "ErrRateLimited"},
+		{500, "", "ErrInternalServer"},
+		{503, "", "ErrInternalServer"},
+		{501, "", "ErrNotImplemented"},
+	} {
+		t.Run(fmt.Sprint(tc.status), func(t *testing.T) {
+			t.Parallel()
+			rules := fmt.Sprintf(`[{"method":"POST","path":"/api/v1/push","responses":[{"status":%d,"headers":{%s}}]}]`, tc.status, tc.header)
+			c := scriptFaults(t, rules)
+			_, err := c.Queue("sdkgo-kinds").Push(context.Background(), lanes.Data(1))
+			requireKinds(t, err, tc.want)
+			var apiErr *lanes.APIError
+			require.ErrorAs(t, err, &apiErr)
+			require.Equal(t, tc.status, apiErr.Status)
+		})
+	}
+}
+
+// An attempt that times out is ErrTimeout (and ErrConnection); a refused connection is
+// ErrConnection alone.
+func TestITErrorKindsWithoutAnswer(t *testing.T) {
+	t.Parallel()
+	c := scriptFaults(t, `[{"method":"GET","path":"/api/v1/resources/overview","responses":[{"status":200,"delayMs":3000}]}]`,
+		lanes.WithTimeout(200*time.Millisecond))
+	_, err := c.Admin().Overview(context.Background())
+	requireKinds(t, err, "ErrTimeout", "ErrConnection")
+	var ce *lanes.ConnectionError
+	require.ErrorAs(t, err, &ce)
+	require.True(t, ce.Timeout())
+
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "http://" + l.Addr().String()
+	require.NoError(t, l.Close())
+	dead, err := lanes.New(lanes.WithURL(closed), lanes.WithRetryAttempts(0))
+	require.NoError(t, err)
+	closeWhenDone(t, dead)
+	_, err = dead.Admin().Overview(context.Background())
+	requireKinds(t, err, "ErrConnection")
+	require.ErrorAs(t, err, &ce)
+	require.False(t, ce.Timeout())
+}
+
+// Queue(q).Depth and Queue(q).DLQ(g)…Get read what Admin's QueueDepth and ListDLQ read, for
+// the builder's queue and group, as TS's queue(q).depth() and queue(q).dlq(g)…get().
+func TestITQueueDepthAndDLQBuilders(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, p := range []string{"a", "b", "c"} {
+		pushN(t, b, p, 1, "dd")
+	}
+	depth, err := b.c.Queue(b.queue).Group("billing").Depth(b.ctx)
+	require.NoError(t, err)
+	require.EqualValues(t, 3, depth.Pending)
+	require.Equal(t, "billing", *depth.Group)
+
+	for range 3 {
+		msgs, err := b.c.Queue(b.queue).Group("billing").SubscriptionMode("all").Batch(1).Wait(false).Pop(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, msgs, 1)
+		_, err = b.c.Ack(b.ctx, msgs, lanes.AckDLQ, lanes.AckOpts{Error: "poison"})
+		require.NoError(t, err)
+	}
+
+	page, err := b.c.Queue(b.queue).Group("billing").DLQ("").Limit(2).Get(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, page.Messages, 2)
+	rest, err := b.c.Queue(b.queue).DLQ("billing").Limit(2).Offset(2).Get(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, rest.Messages, 1)
+	none, err := b.c.Queue(b.queue).DLQ("other").Get(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, none.Messages)
+	other, err := b.c.Queue(b.queue).DLQ("billing").Partition("b").Get(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, other.Messages, 1)
+	require.Equal(t, "b", other.Messages[0].Partition)
+	window, err := b.c.Queue(b.queue).DLQ("billing").From(time.Now().Add(time.Hour)).Get(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, window.Messages)
+	window, err = b.c.Queue(b.queue).DLQ("billing").From(time.Now().Add(-time.Hour)).To(time.Now().Add(time.Hour)).Get(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, window.Messages, 3)
+	require.Equal(t, "billing", page.Messages[0].ConsumerGroup)
+	require.Equal(t, "poison", *page.Messages[0].ErrorMessage)
+}
