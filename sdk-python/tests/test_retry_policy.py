@@ -309,10 +309,10 @@ def test_sync_503_backoff_and_exhaustion() -> None:
 @pytest.mark.parametrize(
     ("status", "exc"),
     [
-        (400, lanes.APIError),
+        (400, lanes.BadRequestError),
         (403, lanes.PermissionDeniedError),
         (404, lanes.NotFoundError),
-        (409, lanes.APIError),
+        (409, lanes.ConflictError),
         (413, lanes.PayloadTooLargeError),
         (501, lanes.NotImplementedByBrokerError),
     ],

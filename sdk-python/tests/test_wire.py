@@ -777,7 +777,7 @@ def test_iterator_waits_out_a_transient_pop_error_and_stops_on_a_terminal_one() 
         assert [m.data for m in it] == [1]  # the 503 was waited out, as in the consume loop
     assert pops == 2
     assert [(type(e), e.status) for e in errors if isinstance(e, lanes.APIError)] == [
-        (lanes.APIError, 503)
+        (lanes.InternalServerError, 503)
     ]  # and reported to on_error
 
     t, _ = capture(lambda r: httpx.Response(400, json={"error": "bad", "code": "bad_request"}))

@@ -15,13 +15,17 @@ from lanes._exceptions import (
     AckError,
     APIConnectionError,
     APIError,
+    APITimeoutError,
     AuthenticationError,
     AutoAckDroppedError,
+    BadRequestError,
     ClientClosedError,
+    ConflictError,
     ConsumerStopped,
     ConsumerStoppedError,
     DroppedError,
     EmptyTransactionError,
+    InternalServerError,
     InvalidItemError,
     InvalidNameError,
     ItemError,
@@ -40,7 +44,7 @@ from lanes._exceptions import (
 from lanes._iter import AsyncMessageIterator, MessageIterator
 from lanes._kv import KV, AsyncKV
 from lanes._protocol import uuid7
-from lanes._queue import AsyncQueue, Queue
+from lanes._queue import AsyncDlqQuery, AsyncQueue, DlqQuery, Queue
 from lanes._requests import kv_op
 from lanes._timers import AsyncTimers, Timers, timer_op
 from lanes._tx import AsyncTransaction, Transaction
@@ -61,12 +65,14 @@ __all__ = [
     "KV",
     "APIConnectionError",
     "APIError",
+    "APITimeoutError",
     "AckError",
     "AckResult",
     "AckStatus",
     "Admin",
     "AsyncAdmin",
     "AsyncConsumer",
+    "AsyncDlqQuery",
     "AsyncKV",
     "AsyncLanes",
     "AsyncMessageIterator",
@@ -77,12 +83,16 @@ __all__ = [
     "AuthenticationError",
     "AutoAckDroppedError",
     "AutopilotEcho",
+    "BadRequestError",
     "ClientClosedError",
+    "ConflictError",
     "Consumer",
     "ConsumerStopped",
     "ConsumerStoppedError",
+    "DlqQuery",
     "DroppedError",
     "EmptyTransactionError",
+    "InternalServerError",
     "InvalidItemError",
     "InvalidNameError",
     "Item",

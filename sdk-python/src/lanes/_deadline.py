@@ -20,11 +20,12 @@ def deadline(seconds: float) -> Iterator[None]:
     """Bound every SDK call inside the block to ``seconds`` from now (nested: the earlier wins).
 
     A retry whose wait would pass the deadline is not attempted: the call raises its last real
-    error at once (a 503 stays an :class:`~lanes.APIError`, a 429 a
+    error at once (a 503 stays an :class:`~lanes.InternalServerError`, a 429 a
     :class:`~lanes.RateLimitError`). An attempt still running at the deadline is cut there and
-    raises :class:`~lanes.APIConnectionError`. Start long-lived consumers outside the block: they
-    would inherit it. ``asyncio`` cancellation (``wait_for``, ``timeout``) is a cancellation
-    instead and raises ``CancelledError`` / ``TimeoutError``.
+    raises :class:`~lanes.APITimeoutError` (an :class:`~lanes.APIConnectionError`). Start
+    long-lived consumers outside the block: they would inherit it. ``asyncio`` cancellation
+    (``wait_for``, ``timeout``) is a cancellation instead and raises ``CancelledError`` /
+    ``TimeoutError``.
     """
     if math.isnan(seconds) or seconds < 0:
         raise ValueError(f"lanes.deadline: seconds must be >= 0, got {seconds}")

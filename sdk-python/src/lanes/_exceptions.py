@@ -13,14 +13,18 @@ if TYPE_CHECKING:
 __all__ = [
     "APIConnectionError",
     "APIError",
+    "APITimeoutError",
     "AckError",
     "AuthenticationError",
     "AutoAckDroppedError",
+    "BadRequestError",
     "ClientClosedError",
+    "ConflictError",
     "ConsumerStopped",
     "ConsumerStoppedError",
     "DroppedError",
     "EmptyTransactionError",
+    "InternalServerError",
     "InvalidItemError",
     "ItemError",
     "LanesError",
@@ -72,6 +76,20 @@ class APIError(LanesError):
         return self.status in (403, 413)
 
 
+class BadRequestError(APIError):
+    """400: the broker refused the request as malformed or invalid (``code`` says which rule).
+    Not retried; nothing was applied."""
+
+
+class ConflictError(APIError):
+    """409. Retried only when the answer carries ``x-should-retry: true``."""
+
+
+class InternalServerError(APIError):
+    """A 5xx other than 501 that outlived the retries (501 is
+    :class:`NotImplementedByBrokerError`: a missing route, not a failure that may pass)."""
+
+
 class RateLimitError(APIError):
     """429: the hint was above ``max_retry_after`` or the 429 budget was spent."""
 
@@ -102,6 +120,11 @@ class APIConnectionError(LanesError):
     def __init__(self, message: str, *, attempts: int = 1) -> None:
         super().__init__(message)
         self.attempts = attempts
+
+
+class APITimeoutError(APIConnectionError):
+    """The last attempt timed out (``timeout``, or the ``deadline`` it was cut to) before the
+    broker answered."""
 
 
 class OutcomeUnknownError(LanesError):
@@ -136,6 +159,8 @@ class UnexpectedAnswerError(LanesError):
 
 
 _BY_STATUS: dict[int, type[APIError]] = {
+    400: BadRequestError,
+    409: ConflictError,
     429: RateLimitError,
     401: AuthenticationError,
     403: PermissionDeniedError,
@@ -165,7 +190,7 @@ def api_error_from(
             code = c
         if isinstance(e, str) and e:
             message = e
-    cls = _BY_STATUS.get(status, APIError)
+    cls = _BY_STATUS.get(status, InternalServerError if status >= 500 else APIError)
     return cls(status, message, code=code, retry_after=retry_after, body=body, attempts=attempts)
 
 

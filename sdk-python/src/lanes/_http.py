@@ -19,6 +19,7 @@ import httpx
 from lanes._deadline import current_deadline
 from lanes._exceptions import (
     APIConnectionError,
+    APITimeoutError,
     ClientClosedError,
     ConsumerStoppedError,
     OutcomeUnknownError,
@@ -143,7 +144,10 @@ class _Base:
             None, None, not_sent=isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
         )
         if not d.retry:
-            err = APIConnectionError(f"lanes: {method} {path}: {exc!r}", attempts=st.attempts)
+            kind = (
+                APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError
+            )
+            err = kind(f"lanes: {method} {path}: {exc!r}", attempts=st.attempts)
             if d.outcome_unknown:
                 raise OutcomeUnknownError(err, attempts=st.attempts) from err
             raise err from exc

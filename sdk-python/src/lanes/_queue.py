@@ -1,5 +1,5 @@
 """Queue builders: ``client.queue(name)`` for ``Lanes`` and ``AsyncLanes`` (push, pop, messages,
-consume, buffer, configure)."""
+consume, buffer, configure, depth, dead letters)."""
 
 from __future__ import annotations
 
@@ -327,6 +327,15 @@ class Queue(_QueueBase["Lanes"]):
     def delete(self) -> models.DeleteQueueResult:
         return self._client.admin.delete_queue(self._queue_name())
 
+    def depth(self) -> models.QueueDepth:
+        """Pending counts of this queue for the builder's group (none = queue mode)."""
+        return self._client.admin.get_queue_depth(self._queue_name(), self._spec.group)
+
+    def dlq(self, group: str | None = None) -> DlqQuery:
+        """This queue's dead letters of ``group`` (default: the builder's group; neither = every
+        group), paged: ``client.queue(q).dlq(g).limit(10).get()``."""
+        return DlqQuery(self._client, _DlqFilter(self._queue_name(), group or self._spec.group))
+
 
 class AsyncQueue(_QueueBase["AsyncLanes"]):
     """Asyncio queue builder from ``client.queue(name)``."""
@@ -434,3 +443,75 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
 
     async def delete(self) -> models.DeleteQueueResult:
         return await self._client.admin.delete_queue(self._queue_name())
+
+    async def depth(self) -> models.QueueDepth:
+        """Pending counts of this queue for the builder's group (none = queue mode)."""
+        return await self._client.admin.get_queue_depth(self._queue_name(), self._spec.group)
+
+    def dlq(self, group: str | None = None) -> AsyncDlqQuery:
+        """As :meth:`Queue.dlq`; ``await …get()``."""
+        return AsyncDlqQuery(
+            self._client, _DlqFilter(self._queue_name(), group or self._spec.group)
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _DlqFilter:
+    queue: str
+    consumer_group: str | None = None
+    partition: str | None = None
+    from_: datetime | str | None = None
+    to: datetime | str | None = None
+    limit: int | None = None
+    offset: int | None = None
+
+    def request(self) -> R.Req[models.DlqList]:
+        f = self
+        return R.list_dlq(f.queue, f.consumer_group, f.partition, f.from_, f.to, f.limit, f.offset)
+
+
+DQ = TypeVar("DQ", bound="_DlqQueryBase[Any]")
+
+
+class _DlqQueryBase(Generic[C]):
+    """Immutable: every setter returns a new query, as the queue builders do."""
+
+    def __init__(self, client: C, f: _DlqFilter) -> None:
+        self._client = client
+        self._f = f
+
+    def _with(self: DQ, **kw: Any) -> DQ:
+        return type(self)(self._client, dataclasses.replace(self._f, **kw))
+
+    def partition(self: DQ, name: str) -> DQ:
+        return self._with(partition=name)
+
+    def limit(self: DQ, n: int) -> DQ:
+        """Page size (default 100)."""
+        return self._with(limit=n)
+
+    def offset(self: DQ, n: int) -> DQ:
+        return self._with(offset=n)
+
+    def from_(self: DQ, t: datetime | str) -> DQ:
+        """Lower bound on when the dead letters failed (``from`` is a keyword)."""
+        return self._with(from_=t)
+
+    def to(self: DQ, t: datetime | str) -> DQ:
+        """Upper bound on when the dead letters failed."""
+        return self._with(to=t)
+
+
+class DlqQuery(_DlqQueryBase["Lanes"]):
+    """A page of one queue's dead letters, from ``client.queue(q).dlq(group)``."""
+
+    def get(self) -> models.DlqList:
+        """The page, newest first (``admin.list_dlq`` with these filters)."""
+        return self._client._call(self._f.request())
+
+
+class AsyncDlqQuery(_DlqQueryBase["AsyncLanes"]):
+    """Asyncio :class:`DlqQuery`."""
+
+    async def get(self) -> models.DlqList:
+        return await self._client._call(self._f.request())

@@ -1,0 +1,156 @@
+"""Each failure kind is its own exception class, against a real broker (LANES_TEST_URL): its own
+400 and 404, and the statuses and slow answers its test fault scripts send (scripts/test-broker.sh
+serves them when auth is off). Also ``queue(q).depth()`` and ``queue(q).dlq(g)…get()``."""
+
+from __future__ import annotations
+
+import datetime
+import json
+import socket
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+import lanes
+
+KINDS: list[type[Exception]] = [
+    lanes.BadRequestError,
+    lanes.AuthenticationError,
+    lanes.PermissionDeniedError,
+    lanes.NotFoundError,
+    lanes.ConflictError,
+    lanes.PayloadTooLargeError,
+    lanes.RateLimitError,
+    lanes.InternalServerError,
+    lanes.NotImplementedByBrokerError,
+    lanes.APITimeoutError,
+    lanes.APIConnectionError,
+]
+
+
+def kinds_of(err: BaseException) -> set[type[Exception]]:
+    return {k for k in KINDS if isinstance(err, k)}
+
+
+@pytest.fixture
+def faults(broker_url: str) -> Iterator[tuple[str, str]]:
+    """A fault-script run id on the test broker, deleted after the test."""
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    yield broker_url, run
+    httpx.delete(f"{broker_url}/__test/faults/{run}")
+
+
+def script(broker_url: str, run: str, rules: list[dict[str, object]]) -> None:
+    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
+    assert r.status_code == 204, (
+        "the test broker serves no fault scripts: start it with scripts/test-broker.sh"
+        " (LANES_TEST_FAULTS on)"
+    )
+
+
+def test_the_brokers_400_and_404(broker_url: str, qname: str) -> None:
+    with lanes.Lanes(broker_url, retry_attempts=0) as c:
+        with pytest.raises(lanes.APIError) as bad:
+            c.queue(qname).push([{"data": 1, "transaction_id": "x" * 1025}])
+        assert kinds_of(bad.value) == {lanes.BadRequestError}
+        assert bad.value.code == "bad_request"
+        with pytest.raises(lanes.APIError) as absent:
+            c.admin.get_queue(qname + "-absent")
+        assert kinds_of(absent.value) == {lanes.NotFoundError}
+
+
+@pytest.mark.parametrize(
+    ("status", "headers", "kind"),
+    [
+        (400, {}, lanes.BadRequestError),
+        (401, {}, lanes.AuthenticationError),
+        (403, {}, lanes.PermissionDeniedError),
+        (404, {}, lanes.NotFoundError),
+        (409, {}, lanes.ConflictError),
+        (413, {}, lanes.PayloadTooLargeError),
+        (429, {"Retry-After": "3600"}, lanes.RateLimitError),
+        (500, {}, lanes.InternalServerError),
+        (503, {}, lanes.InternalServerError),
+        (501, {}, lanes.NotImplementedByBrokerError),
+    ],
+)
+def test_each_status_is_its_own_class(
+    faults: tuple[str, str], status: int, headers: dict[str, str], kind: type[Exception]
+) -> None:
+    url, run = faults
+    answer = {"status": status, "headers": headers}
+    script(url, run, [{"method": "POST", "path": "/api/v1/push", "responses": [answer]}])
+    c = lanes.Lanes(url, retry_attempts=0, max_429_attempts=0, headers={"X-Lanes-Test-Run": run})
+    with c, pytest.raises(lanes.APIError) as e:
+        c.queue("py-kinds").push([1])
+    assert kinds_of(e.value) == {kind}
+    assert e.value.status == status
+
+
+async def test_a_timed_out_attempt_is_an_api_timeout_error(faults: tuple[str, str]) -> None:
+    url, run = faults
+    slow = {"status": 200, "delayMs": 3000}
+    script(url, run, [{"path": "/api/v1/resources/overview", "responses": [slow, slow]}])
+    headers = {"X-Lanes-Test-Run": run}
+    with lanes.Lanes(url, retry_attempts=0, timeout=0.2, headers=headers) as c:
+        with pytest.raises(lanes.APIConnectionError) as e:
+            c.admin.get_overview()
+        assert kinds_of(e.value) == {lanes.APITimeoutError, lanes.APIConnectionError}
+    async with lanes.AsyncLanes(url, retry_attempts=0, timeout=0.2, headers=headers) as ac:
+        with pytest.raises(lanes.APITimeoutError):
+            await ac.admin.get_overview()
+
+
+def test_a_refused_connection_is_not_a_timeout() -> None:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with lanes.Lanes(f"http://127.0.0.1:{port}", retry_attempts=0) as c:
+        with pytest.raises(lanes.APIConnectionError) as e:
+            c.admin.get_overview()
+        assert kinds_of(e.value) == {lanes.APIConnectionError}
+
+
+def dead_letter_one_per_partition(c: lanes.Lanes, qname: str) -> None:
+    for p in ("a", "b", "c"):
+        c.queue(qname).partition(p).push([{"p": p}])
+    assert c.queue(qname).group("billing").depth().pending == 3
+    for _ in range(3):
+        q = c.queue(qname).group("billing").subscription_mode("all").batch(1).wait(False)
+        msgs = q.pop()
+        assert len(msgs) == 1
+        c.ack(msgs, "dlq", error="poison")
+
+
+def test_queue_depth_and_dlq_builders(broker_url: str, qname: str) -> None:
+    with lanes.Lanes(broker_url) as c:
+        dead_letter_one_per_partition(c, qname)
+        depth = c.queue(qname).group("billing").depth()
+        assert (depth.pending, depth.group) == (0, "billing")
+        page = c.queue(qname).group("billing").dlq().limit(2).get()
+        assert len(page.messages) == 2
+        assert page.messages[0].error_message == "poison"
+        assert page.messages[0].consumer_group == "billing"
+        assert len(c.queue(qname).dlq("billing").limit(2).offset(2).get().messages) == 1
+        assert c.queue(qname).dlq("other").get().messages == []
+        only_b = c.queue(qname).dlq("billing").partition("b").get().messages
+        assert [m.partition for m in only_b] == ["b"]
+        now = datetime.datetime.now(datetime.timezone.utc)
+        hour = datetime.timedelta(hours=1)
+        base = c.queue(qname).dlq("billing")
+        assert base.from_(now + hour).get().messages == []
+        assert len(base.from_(now - hour).to(now + hour).get().messages) == 3
+        assert len(base.get().messages) == 3  # the setters returned new queries
+
+
+async def test_async_queue_depth_and_dlq_builders(broker_url: str, qname: str) -> None:
+    with lanes.Lanes(broker_url) as c:
+        dead_letter_one_per_partition(c, qname)
+    async with lanes.AsyncLanes(broker_url) as ac:
+        assert (await ac.queue(qname).group("billing").depth()).pending == 0
+        assert (await ac.queue(qname).depth()).pending == 3  # queue mode has popped nothing
+        page = await ac.queue(qname).group("billing").dlq().limit(2).get()
+        assert len(page.messages) == 2
+        assert len((await ac.queue(qname).dlq("billing").partition("c").get()).messages) == 1
