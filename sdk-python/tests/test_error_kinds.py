@@ -6,9 +6,10 @@ from __future__ import annotations
 
 import datetime
 import json
+import math
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import httpx
 import pytest
@@ -154,3 +155,41 @@ async def test_async_queue_depth_and_dlq_builders(broker_url: str, qname: str) -
         page = await ac.queue(qname).group("billing").dlq().limit(2).get()
         assert len(page.messages) == 2
         assert len((await ac.queue(qname).dlq("billing").partition("c").get()).messages) == 1
+
+
+@pytest.mark.parametrize(
+    "value",
+    [math.nan, math.inf, b"raw", datetime.datetime(2026, 1, 1), "\ud800"],
+    ids=["nan", "inf", "bytes", "datetime", "lone-surrogate"],
+)
+def test_a_value_json_cannot_carry_is_refused_before_sending(
+    faults: tuple[str, str], qname: str, value: object
+) -> None:
+    """As Go's InvalidKVValueError and TS's InvalidValueError: nothing reaches the broker (the
+    fault script counts every KV, timer and transaction request) and nothing is stored."""
+    url, run = faults
+    paths = ["/api/v1/kv*", "/api/v1/timers*", "/api/v1/transaction"]
+    script(url, run, [{"path": p} for p in paths])
+    with lanes.Lanes(url, headers={"X-Lanes-Test-Run": run}) as c:
+        kv = c.kv(qname)
+        calls: list[Callable[[], object]] = [
+            lambda: kv.put("k", value),
+            lambda: kv.put("k", value, expect=0),
+            lambda: kv.put_if_absent("k", value),
+            lambda: kv.batch([lanes.kv_op("put", qname, "k", value=value)]),
+            lambda: c.transaction().kv_put(qname, "k", value).commit(),
+        ]
+        if not isinstance(value, bytes):  # bytes are a timer payload's JSON text, sent as given
+            calls += [
+                lambda: c.timers(qname).schedule("t", delay_millis=60_000, payload=value),
+                lambda: c.timers(qname).batch(
+                    [lanes.timer_op("schedule", qname, "t", delay_millis=60_000, payload=value)]
+                ),
+            ]
+        for call in calls:
+            with pytest.raises(lanes.InvalidValueError):
+                call()
+    counts = httpx.get(f"{url}/__test/faults/{run}").json()["rules"]
+    assert [r["attempts"] for r in counts] == [0, 0, 0]
+    with lanes.Lanes(url) as c:
+        assert not c.kv(qname).get("k").found

@@ -109,7 +109,7 @@ STATUS_KINDS = [
 OTHER_ERRORS = [
     "APIError", "APIConnectionError", "APITimeoutError", "OutcomeUnknownError",
     "UnexpectedAnswerError", "PushError", "AckError", "TransactionError", "InvalidItemError",
-    "InvalidNameError", "ClientClosedError", "UnsentError", "DroppedError",
+    "InvalidNameError", "InvalidValueError", "ClientClosedError", "UnsentError", "DroppedError",
     "EmptyTransactionError", "ConsumerStoppedError", "AutoAckDroppedError",
 ]  # fmt: skip
 # Module-level helpers and types the tables name.

@@ -26,6 +26,8 @@ __all__ = [
     "EmptyTransactionError",
     "InternalServerError",
     "InvalidItemError",
+    "InvalidNameError",
+    "InvalidValueError",
     "ItemError",
     "LanesError",
     "NotFoundError",
@@ -228,6 +230,13 @@ class InvalidItemError(LanesError, TypeError):
         where = "items" if index is None else f"item #{index}"
         super().__init__(f"lanes: push {where}: {reason}")
         self.index = index
+
+
+class InvalidValueError(LanesError, TypeError):
+    """A KV value (direct, in a batch or a transaction rider) or a timer payload that ``json``
+    cannot send as given (NaN or infinity, ``bytes`` as a KV value, a ``datetime``, a lone
+    surrogate, a cycle). Nothing was sent. Go's ``InvalidKVValueError``, TS's
+    ``InvalidValueError``."""
 
 
 class InvalidNameError(LanesError, ValueError):

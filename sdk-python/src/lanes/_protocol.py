@@ -101,7 +101,9 @@ def _optional_id(index: int, name: str, v: Any) -> str | None:
 _ITEM_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
 
 
-def _json_bytes(value: Any) -> bytes:
+def json_bytes(value: Any) -> bytes:
+    """``value`` as JSON exactly as the broker will store it, else TypeError/ValueError (NaN,
+    infinity, a lone surrogate, a type ``json`` cannot encode)."""
     return _ITEM_ENCODER.encode(value).encode()
 
 
@@ -111,7 +113,7 @@ def _payload_json(index: int, payload: Any) -> bytes:
     if isinstance(payload, (bytes, bytearray)):
         raise InvalidItemError(index, "bytes are not JSON (decode text, or send base64)")
     try:
-        return _json_bytes(payload)
+        return json_bytes(payload)
     except (TypeError, ValueError, RecursionError) as e:  # UnicodeEncodeError is a ValueError
         raise InvalidItemError(index, f"payload is not JSON: {e}") from e
 
@@ -183,15 +185,15 @@ def push_items(queue: str, partition: str | None, items: Iterable[Any]) -> list[
 def encoded_push_items(queue: str, partition: str | None, items: Iterable[Any]) -> bytes:
     """The JSON array ``push_items(...)`` encodes to, built from each item's checked encoding
     instead of encoding every payload a second time; a push and a transaction push share it."""
-    head = b'{"queue":' + _json_bytes(queue)
+    head = b'{"queue":' + json_bytes(queue)
     if partition:
-        head += b',"partition":' + _json_bytes(partition)
+        head += b',"partition":' + json_bytes(partition)
     head += b',"payload":'
     parts = []
     for c in check_items(items):
-        part = head + c.payload_json + b',"transactionId":' + _json_bytes(c.transaction_id)
+        part = head + c.payload_json + b',"transactionId":' + json_bytes(c.transaction_id)
         if c.trace_id:
-            part += b',"traceId":' + _json_bytes(c.trace_id)
+            part += b',"traceId":' + json_bytes(c.trace_id)
         parts.append(part + b"}")
     return b"[" + b",".join(parts) + b"]"
 

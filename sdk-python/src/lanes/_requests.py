@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import base64
 import enum
-import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -15,7 +14,7 @@ from urllib.parse import quote, urlencode
 from pydantic import BaseModel
 
 from lanes import _protocol as P
-from lanes._exceptions import LanesError, UnexpectedAnswerError
+from lanes._exceptions import InvalidValueError, LanesError, UnexpectedAnswerError
 from lanes._generated import models
 from lanes._http import Response
 from lanes._retry import kv_ops_idempotent
@@ -501,7 +500,7 @@ def kv_op(
     o: dict[str, Any] = {"op": op, "ns": ns}
     o.update((k, v) for k, v in optional.items() if v is not None)
     if op in ("put", "putIfAbsent"):
-        o["value"] = value
+        o["value"] = _checked_value(f"kv {op} {key!r}", value)
     if op in ("put", "putIfAbsent", "incr"):
         if ttl_seconds:
             o["ttlSeconds"] = int(ttl_seconds)
@@ -582,7 +581,7 @@ def kv_get(ns: str, key: str) -> Req[models.KvResult]:
 def kv_put(
     ns: str, key: str, value: Any, ttl_seconds: int | None, expect: int | None
 ) -> Req[models.KvResult]:
-    body: dict[str, Any] = {"value": value}
+    body: dict[str, Any] = {"value": _checked_value(f"kv put {key!r}", value)}
     if ttl_seconds:
         body["ttlSeconds"] = int(ttl_seconds)
     else:
@@ -620,8 +619,23 @@ def timer_payload(payload: Any) -> str:
 
     Bytes are sent as they are and must already be JSON; anything else is JSON-encoded.
     """
-    raw = payload if isinstance(payload, (bytes, bytearray)) else json.dumps(payload).encode()
-    return base64.b64encode(bytes(raw)).decode()
+    if isinstance(payload, (bytes, bytearray)):
+        return base64.b64encode(bytes(payload)).decode()
+    try:
+        raw = P.json_bytes(payload)
+    except (TypeError, ValueError, RecursionError) as e:  # UnicodeEncodeError is a ValueError
+        raise InvalidValueError(f"lanes: timer payload is not JSON: {e}") from e
+    return base64.b64encode(raw).decode()
+
+
+def _checked_value(what: str, value: Any) -> Any:
+    """``value`` when the request body can carry it as given; the body encoder would send NaN
+    as invalid JSON, so it is refused here, before anything is sent."""
+    try:
+        P.json_bytes(value)
+    except (TypeError, ValueError, RecursionError) as e:
+        raise InvalidValueError(f"lanes: {what}: value is not JSON: {e}") from e
+    return value
 
 
 def timer_op(
