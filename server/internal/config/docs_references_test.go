@@ -1,0 +1,234 @@
+package config
+
+import (
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+)
+
+const repoRoot = "../../.."
+
+// otherVariables are the LANES_* variables the docs may name that are not broker
+// settings, each with a file that reads it (checked, so the list cannot rot).
+var otherVariables = map[string]string{
+	"LANES_URL":                     "sdk-go/client.go",
+	"LANES_SDK_POP_AUTOPILOT":       "sdk-go/client.go",
+	"LANES_CLIENT_LOG":              "sdk-js/src/internal/log.ts",
+	"LANES_TEST_URL":                "scripts/make-with-test-broker.sh",
+	"LANES_TEST_AUTH_URL":           "scripts/make-with-test-broker.sh",
+	"LANES_TEST_PORT":               "scripts/test-broker.sh",
+	"LANES_TEST_JWT_SECRET":         "scripts/test-broker.sh",
+	"LANES_TEST_DATABASE_URL":       "server/internal/testdb/testdb.go",
+	"LANES_PG_PORT":                 "scripts/pg.sh",
+	"LANES_PG_DIR":                  "scripts/pg.sh",
+	"LANES_PG_FAST":                 "scripts/pg.sh",
+	"LANES_FUZZ_PORT":               "scripts/fuzz-api.sh",
+	"LANES_CONFORMANCE_BROKER_PORT": "conformance/cmd/conformance/main.go",
+	"LANES_CONFORMANCE_PROXY_PORT":  "conformance/cmd/conformance/main.go",
+}
+
+// skippedPathSegments are build outputs and local state: made by make deps,
+// make build or scripts/pg.sh, never committed.
+var skippedPathSegments = map[string]bool{
+	".git": true, "node_modules": true, ".venv": true, "dist": true, "bin": true, ".lanes": true,
+	"__pycache__": true, ".mypy_cache": true, ".ruff_cache": true, ".pytest_cache": true,
+}
+
+// checkedDocs are the Markdown files whose references are checked: docs/*.md
+// and every README.md.
+func checkedDocs(t *testing.T) []string {
+	t.Helper()
+	docs, err := filepath.Glob(filepath.Join(repoRoot, "docs", "*.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && skippedPathSegments[d.Name()] {
+			return filepath.SkipDir
+		}
+		if !d.IsDir() && d.Name() == "README.md" {
+			docs = append(docs, path)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return docs
+}
+
+// repoTree is every file and folder of the repository (build outputs left out),
+// as slash-separated paths from its root.
+type repoTree struct {
+	paths       map[string]bool
+	topLevel    map[string]bool
+	folderNames map[string]bool
+}
+
+func readRepoTree(t *testing.T) repoTree {
+	t.Helper()
+	tree := repoTree{paths: map[string]bool{}, topLevel: map[string]bool{}, folderNames: map[string]bool{}}
+	err := filepath.WalkDir(repoRoot, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(repoRoot, path)
+		if rel == "." {
+			return nil
+		}
+		if d.IsDir() && skippedPathSegments[d.Name()] {
+			return filepath.SkipDir
+		}
+		rel = filepath.ToSlash(rel)
+		tree.paths[rel] = true
+		if d.IsDir() {
+			tree.folderNames[d.Name()] = true
+		}
+		if !strings.Contains(rel, "/") {
+			tree.topLevel[rel] = true
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tree
+}
+
+// hasSuffix reports whether some path of the tree ends in the given folder-relative
+// path, as the docs' short forms (`api/push.go`, `engine/schema/`, `pg.sh`) name one.
+func (tree repoTree) hasSuffix(short string) bool {
+	for p := range tree.paths {
+		if p == short || strings.HasSuffix(p, "/"+short) {
+			return true
+		}
+	}
+	return false
+}
+
+var (
+	inlineCode  = regexp.MustCompile("`([^`\n]+)`")
+	fencedBlock = regexp.MustCompile("(?ms)^```.*?^```")
+	fileLike    = regexp.MustCompile(`\.(go|ts|mjs|py|sql|sh|md|yaml|yml|toml|txt|json)$`)
+	// A variable, possibly with a {A,B} alternative list or a trailing * glob.
+	variableRef = regexp.MustCompile(`LANES_[A-Z0-9_]*(\{[A-Z0-9_,]+\}[A-Z0-9_]*)?\*?`)
+)
+
+// pathRef returns the repository path a token of inline code names, if it names
+// one, and whether it is written from the root (else it is a short form, the end
+// of a path: `api/push.go`, `engine/schema/`, `pg.sh`). A short form is a path
+// only when it ends in a file name or starts with a folder name of the tree.
+// Placeholders (`<area>`, `{id}`, `NNN`), globs, routes, URLs, module paths and
+// build outputs are not repository paths.
+func pathRef(token string, tree repoTree) (path string, fromRoot, ok bool) {
+	token = strings.TrimPrefix(strings.Trim(token, ",;:()'\""), "./")
+	if token == "" || strings.ContainsAny(token, "<>{}*?[]|…=:@$%") || strings.HasPrefix(token, "/") ||
+		strings.HasPrefix(token, "-") || strings.Contains(token, "NNN") {
+		return "", false, false
+	}
+	path = strings.TrimSuffix(token, "/")
+	segments := strings.Split(path, "/")
+	for _, seg := range segments {
+		if skippedPathSegments[seg] {
+			return "", false, false
+		}
+	}
+	if tree.topLevel[segments[0]] && (len(segments) > 1 || fileLike.MatchString(path)) {
+		return path, true, true
+	}
+	if fileLike.MatchString(segments[len(segments)-1]) || len(segments) > 1 && tree.folderNames[segments[0]] {
+		return path, false, true
+	}
+	return "", false, false
+}
+
+// TestDocsNameOnlyPathsAndVariablesThatExist keeps docs/*.md and the READMEs
+// true to the repository: every path in inline code exists (a file, a folder,
+// or the end of one's path), and every LANES_* variable is a broker setting or
+// one of otherVariables.
+func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
+	tree := readRepoTree(t)
+	known := map[string]bool{}
+	for _, s := range settings {
+		known[s.env] = true
+	}
+	for name, reader := range otherVariables {
+		raw, err := os.ReadFile(filepath.Join(repoRoot, reader))
+		if err != nil || !strings.Contains(string(raw), name) {
+			t.Errorf("otherVariables: %s does not read %s", reader, name)
+		}
+		known[name] = true
+	}
+
+	var problems []string
+	for _, doc := range checkedDocs(t) {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, doc)
+		text := string(raw)
+		prose := fencedBlock.ReplaceAllString(text, "")
+		for _, m := range inlineCode.FindAllStringSubmatch(prose, -1) {
+			for _, token := range strings.Fields(m[1]) {
+				path, fromRoot, ok := pathRef(token, tree)
+				if !ok || tree.paths[path] {
+					continue
+				}
+				if fromRoot || !tree.hasSuffix(path) {
+					problems = append(problems, rel+": no such path `"+path+"`")
+				}
+			}
+		}
+		for _, name := range variableRef.FindAllString(text, -1) {
+			if !variableExists(name, known) {
+				problems = append(problems, rel+": no such setting or variable "+name)
+			}
+		}
+	}
+	if len(problems) > 0 {
+		sort.Strings(problems)
+		t.Fatalf("the docs name what the repository does not have (fix the doc, or add a non-setting variable to otherVariables with the file that reads it):\n%s",
+			strings.Join(dedupe(problems), "\n"))
+	}
+}
+
+// variableExists accepts a variable, each name of a {A,B} list, and a prefix
+// glob (LANES_MAX_*) that some known variable starts with.
+func variableExists(name string, known map[string]bool) bool {
+	if prefix, glob := strings.CutSuffix(name, "*"); glob {
+		for k := range known {
+			if strings.HasPrefix(k, prefix) {
+				return true
+			}
+		}
+		return false
+	}
+	if open := strings.Index(name, "{"); open >= 0 {
+		closing := strings.Index(name, "}")
+		for _, alt := range strings.Split(name[open+1:closing], ",") {
+			if !known[name[:open]+alt+name[closing+1:]] {
+				return false
+			}
+		}
+		return true
+	}
+	return known[name]
+}
+
+func dedupe(sorted []string) []string {
+	out := sorted[:0]
+	for i, s := range sorted {
+		if i == 0 || s != sorted[i-1] {
+			out = append(out, s)
+		}
+	}
+	return out
+}
