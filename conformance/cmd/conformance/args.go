@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strings"
 )
@@ -63,6 +64,27 @@ var stepArgs = map[string][]string{
 	"kvNamespaces":   {"prefix"},
 	"consume": append([]string{"concurrency", "limit", "idleMs", "renewEveryMs", "autoAck", "handler",
 		"stopWhenHandled", "stopAfterMs", "stop", "maxMs"}, popKnobs...),
+}
+
+// clientArgs are the keys of a case's client options (docs/conformance.md "Client options").
+// The adapters read only the keys they know, as with stepArgs, so a case naming another fails
+// to load.
+var clientArgs = []string{"retryAttempts", "retryDelayMs", "maxRetryDelayMs", "max429Attempts",
+	"maxRetryAfterMs", "timeoutMs", "popAutopilot", "env"}
+
+// checkClientArgs refuses a client option clientArgs does not list.
+func checkClientArgs(opts map[string]any) error {
+	var unknown []string
+	for k := range opts {
+		if !slices.Contains(clientArgs, k) {
+			unknown = append(unknown, k)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	sort.Strings(unknown)
+	return fmt.Errorf("client: unknown option %s (it takes %s)", strings.Join(unknown, ", "), strings.Join(clientArgs, ", "))
 }
 
 // checkStepArgs refuses an op the table does not list and any argument key it does not list

@@ -98,6 +98,9 @@ func loadCases(dir string) ([]testCase, error) {
 				return nil, fmt.Errorf("%s: case name %q empty or repeated", f, cs.Name)
 			}
 			seen[id] = true
+			if err := checkClientArgs(cs.Client); err != nil {
+				return nil, fmt.Errorf("%s: case %s: %w", f, cs.Name, err)
+			}
 			tc := testCase{ID: id, Spec: cs}
 			for i, raw := range cs.Steps {
 				st := step{ID: fmt.Sprintf("s%d", i+1)}

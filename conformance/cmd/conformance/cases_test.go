@@ -35,6 +35,29 @@ func TestACaseWithAMisspelledStepArgumentOrAnUnknownOpDoesNotLoad(t *testing.T) 
 	}
 }
 
+// The adapters read only the client options they know: a misspelled one would
+// leave the SDK's default in place and the case would test something else.
+func TestACaseWithAnUnknownClientOptionDoesNotLoad(t *testing.T) {
+	for _, tc := range []struct{ name, client, want string }{
+		{"known options", `{retryAttempts: 2, retryDelayMs: 10, env: {LANES_SDK_POP_AUTOPILOT: "off"}}`, ""},
+		{"misspelled option", `{retryAttempt: 2}`, "client: unknown option retryAttempt"},
+		{"an SDK's own casing", `{retry_delay: 1}`, "client: unknown option retry_delay"},
+	} {
+		dir := t.TempDir()
+		body := "cases:\n  - name: c\n    client: " + tc.client + "\n    steps:\n      - pop: {queue: q}\n"
+		if err := os.WriteFile(filepath.Join(dir, "x.yaml"), []byte(body), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		_, err := loadCases(dir)
+		if tc.want == "" && err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if tc.want != "" && (err == nil || !strings.Contains(err.Error(), tc.want)) {
+			t.Errorf("%s: loadCases error %v, want one containing %q", tc.name, err, tc.want)
+		}
+	}
+}
+
 func TestOnlyAPushStepRunsInTheBackground(t *testing.T) {
 	for _, tc := range []struct{ name, step, want string }{
 		{"a push", "push: {queue: q, items: [{data: 1}]}\n        background: {afterMs: 300}", ""},
