@@ -152,7 +152,8 @@ func pathRef(token string, tree repoTree) (path string, fromRoot, ok bool) {
 // TestDocsNameOnlyPathsAndVariablesThatExist keeps docs/*.md and the READMEs
 // true to the repository: every path in inline code exists (a file, a folder,
 // or the end of one's path), and every LANES_* variable is a broker setting or
-// one of otherVariables.
+// one of otherVariables; the code names docs/architecture.md gives are words
+// of some source file.
 func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 	tree := readRepoTree(t)
 	known := map[string]bool{}
@@ -193,11 +194,55 @@ func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 			}
 		}
 	}
+	problems = append(problems, architectureNamesMissingFromCode(t, tree)...)
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		t.Fatalf("the docs name what the repository does not have (fix the doc, or add a non-setting variable to otherVariables with the file that reads it):\n%s",
 			strings.Join(dedupe(problems), "\n"))
 	}
+}
+
+var (
+	codeName   = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*(\(\))?$`)
+	identifier = regexp.MustCompile(`[A-Za-z_][A-Za-z0-9_]*`)
+	sourceFile = regexp.MustCompile(`\.(go|sql|ts|mjs|py|yaml|yml|sh|toml)$`)
+)
+
+// architectureNamesMissingFromCode lists the functions, types, fields, columns
+// and metrics docs/architecture.md names in inline code (camelCase, PascalCase,
+// snake_case or dotted: `engine.ReplayPush`, `claimWindow`, `last_write_xid`)
+// whose last part is a word of no source file: renamed or removed since.
+func architectureNamesMissingFromCode(t *testing.T, tree repoTree) []string {
+	t.Helper()
+	words := map[string]bool{}
+	for p := range tree.paths {
+		if !sourceFile.MatchString(p) {
+			continue
+		}
+		raw, err := os.ReadFile(filepath.Join(repoRoot, p))
+		if err != nil {
+			continue // a folder named like a file
+		}
+		for _, w := range identifier.FindAll(raw, -1) {
+			words[string(w)] = true
+		}
+	}
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var missing []string
+	for _, m := range inlineCode.FindAllStringSubmatch(fencedBlock.ReplaceAllString(string(raw), ""), -1) {
+		name := m[1]
+		if !codeName.MatchString(name) || !strings.ContainsAny(name, "._ABCDEFGHIJKLMNOPQRSTUVWXYZ") {
+			continue // a plain word: a wire value or prose
+		}
+		last := strings.TrimSuffix(name[strings.LastIndex(name, ".")+1:], "()")
+		if !words[last] && !fileLike.MatchString(name) {
+			missing = append(missing, "docs/architecture.md: no source file has `"+name+"`")
+		}
+	}
+	return missing
 }
 
 // variableExists accepts a variable, each name of a {A,B} list, and a prefix
