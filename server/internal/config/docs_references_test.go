@@ -117,6 +117,8 @@ var (
 	inlineCode  = regexp.MustCompile("`([^`\n]+)`")
 	fencedBlock = regexp.MustCompile("(?ms)^```.*?^```")
 	fileLike    = regexp.MustCompile(`\.(go|ts|mjs|py|sql|sh|md|yaml|yml|toml|txt|json)$`)
+	// A Markdown link to a file of the repository, without its #anchor.
+	relativeLink = regexp.MustCompile(`\]\(([^)#:\s]+)(?:#[^)]*)?\)`)
 	// A variable, possibly with a {A,B} alternative list or a trailing * glob.
 	variableRef = regexp.MustCompile(`LANES_[A-Z0-9_]*(\{[A-Z0-9_,]+\}[A-Z0-9_]*)?\*?`)
 )
@@ -151,7 +153,7 @@ func pathRef(token string, tree repoTree) (path string, fromRoot, ok bool) {
 
 // TestDocsNameOnlyPathsAndVariablesThatExist keeps docs/*.md and the READMEs
 // true to the repository: every path in inline code exists (a file, a folder,
-// or the end of one's path), and every LANES_* variable is a broker setting or
+// or the end of one's path), every relative link's target exists, and every LANES_* variable is a broker setting or
 // one of otherVariables; the code names docs/architecture.md gives are words
 // of some source file.
 func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
@@ -186,6 +188,11 @@ func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 				if fromRoot || !tree.hasSuffix(path) {
 					problems = append(problems, rel+": no such path `"+path+"`")
 				}
+			}
+		}
+		for _, m := range relativeLink.FindAllStringSubmatch(prose, -1) {
+			if _, err := os.Stat(filepath.Join(filepath.Dir(doc), m[1])); err != nil {
+				problems = append(problems, rel+": no such link target "+m[1])
 			}
 		}
 		for _, name := range variableRef.FindAllString(text, -1) {
