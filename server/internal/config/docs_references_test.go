@@ -155,7 +155,7 @@ func pathRef(token string, tree repoTree) (path string, fromRoot, ok bool) {
 // true to the repository: every path in inline code exists (a file, a folder,
 // or the end of one's path), every relative link's target exists, and every LANES_* variable is a broker setting or
 // one of otherVariables; the code names docs/architecture.md gives are words
-// of some source file.
+// of some source file, and it places every folder of code.
 func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 	tree := readRepoTree(t)
 	known := map[string]bool{}
@@ -202,9 +202,10 @@ func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 		}
 	}
 	problems = append(problems, architectureNamesMissingFromCode(t, tree)...)
+	problems = append(problems, foldersArchitectureLeavesOut(t, tree)...)
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		t.Fatalf("the docs name what the repository does not have (fix the doc, or add a non-setting variable to otherVariables with the file that reads it):\n%s",
+		t.Fatalf("the docs and the repository disagree (fix the doc, or add a non-setting variable to otherVariables with the file that reads it):\n%s",
 			strings.Join(dedupe(problems), "\n"))
 	}
 }
@@ -248,6 +249,67 @@ func architectureNamesMissingFromCode(t *testing.T, tree repoTree) []string {
 		if !words[last] && !fileLike.MatchString(name) {
 			missing = append(missing, "docs/architecture.md: no source file has `"+name+"`")
 		}
+	}
+	return missing
+}
+
+// placedRoots are where every folder of code must be placed in docs/architecture.md.
+var placedRoots = []string{"server/", "sdk-go/", "sdk-js/src/", "sdk-python/src/", "conformance/", "bench/", "scripts/", "tools/"}
+
+var (
+	codeFile     = regexp.MustCompile(`\.(go|ts|mjs|py|sh|sql)$`)
+	testCodeFile = regexp.MustCompile(`(_test\.go|\.test\.ts|/test_[^/]*\.py|/conftest\.py)$`)
+	placeholder  = regexp.MustCompile(`[<>{}*?\[\]|…]`)
+)
+
+// foldersArchitectureLeavesOut lists the folders of code (test folders and
+// testdata aside) that docs/architecture.md does not place: it names neither
+// the folder nor a file in it.
+func foldersArchitectureLeavesOut(t *testing.T, tree repoTree) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "architecture.md"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	placed := map[string]bool{}
+	place := func(p string) {
+		placed[p] = true
+		if i := strings.LastIndex(p, "/"); i > 0 && fileLike.MatchString(p) {
+			placed[p[:i]] = true
+		}
+	}
+	for _, m := range inlineCode.FindAllStringSubmatch(fencedBlock.ReplaceAllString(string(raw), ""), -1) {
+		for _, token := range strings.Fields(m[1]) {
+			token = strings.TrimSuffix(strings.TrimPrefix(strings.Trim(token, ",;:()'\""), "./"), "/")
+			if loc := placeholder.FindStringIndex(token); loc != nil {
+				token = token[:loc[0]] // `conformance/cases/<concern>.yaml` places its folder
+				token = strings.TrimSuffix(token[:strings.LastIndex(token, "/")+1], "/")
+			}
+			if token == "" {
+				continue
+			}
+			for p := range tree.paths {
+				if p == token || strings.Contains(token, "/") && strings.HasSuffix(p, "/"+token) || fileLike.MatchString(token) && strings.HasSuffix(p, "/"+token) {
+					place(p)
+				}
+			}
+		}
+	}
+	var missing []string
+	for p := range tree.paths {
+		if !codeFile.MatchString(p) || testCodeFile.MatchString(p) {
+			continue
+		}
+		dir := p[:max(strings.LastIndex(p, "/"), 0)]
+		inRoot := false
+		for _, root := range placedRoots {
+			inRoot = inRoot || strings.HasPrefix(p, root)
+		}
+		segments := "/" + dir + "/"
+		if !inRoot || placed[dir] || strings.Contains(segments, "/testdata/") || strings.Contains(segments, "/test/") || strings.Contains(segments, "/tests/") {
+			continue
+		}
+		missing = append(missing, "docs/architecture.md: does not place the folder `"+dir+"` (its files or the folder itself, in \"Where the code is\")")
 	}
 	return missing
 }
