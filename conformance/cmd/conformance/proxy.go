@@ -18,6 +18,8 @@ import (
 	"github.com/getkin/kin-openapi/openapi3filter"
 	"github.com/getkin/kin-openapi/routers"
 	"github.com/getkin/kin-openapi/routers/gorillamux"
+
+	"github.com/lanesmq/lanes/server/anyjson"
 )
 
 // runHeader attributes a request to a case run (the broker's fault scripts use it too).
@@ -57,7 +59,7 @@ func newValidatingProxy(specPath, brokerURL string, port int) (*validatingProxy,
 		return nil, fmt.Errorf("%s is not a valid OpenAPI document: %w", specPath, err)
 	}
 	doc.Servers = nil
-	acceptAnyJSONValueUnread(doc)
+	anyjson.LeaveUnreadInResponses(doc)
 	router, err := gorillamux.NewRouter(doc)
 	if err != nil {
 		return nil, err

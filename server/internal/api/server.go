@@ -16,6 +16,7 @@ import (
 	"github.com/gorilla/mux"
 	middleware "github.com/oapi-codegen/nethttp-middleware"
 
+	"github.com/lanesmq/lanes/server/anyjson"
 	"github.com/lanesmq/lanes/server/internal/admission"
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 	"github.com/lanesmq/lanes/server/internal/auth"
@@ -123,7 +124,7 @@ func (s *Server) Handler() (http.Handler, error) {
 		return nil, fmt.Errorf("load embedded spec: %w", err)
 	}
 	spec.Servers = nil
-	acceptAnyJSONValueUnread(spec)
+	anyjson.LeaveUnreadInRequests(spec)
 	responder := errorResponder{unavailable: s.maintenance.requestFailures, databaseErrors: s.databaseErrors, otherErrors: s.requestFailures}
 	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware, refuseKVPathQueryString}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,

@@ -1,16 +1,34 @@
-package main
+// Package anyjson lets kin-openapi validate a document whose "any JSON value"
+// fields (a payload, a KV value: an anyOf of every JSON type, each nullable)
+// it must not read. kin-openapi converts a number to float64 before it checks
+// any schema with a keyword, so such a field refused a bare 1e400 that
+// PostgreSQL's jsonb and the broker's byte-exact payloads take. The broker's
+// request validator and the conformance proxy's response validator both
+// apply it to their copy of openapi.yaml; every other field keeps its schema.
+package anyjson
 
-import "github.com/getkin/kin-openapi/openapi3"
+import (
+	"github.com/getkin/kin-openapi/openapi3"
+)
 
-// acceptAnyJSONValueUnread rewrites, in the proxy's copy of the spec, every
-// response schema that accepts any JSON value (a popped payload, a KV value, a
-// dead letter's payload: an anyOf of every JSON type, each nullable) into one
-// that accepts it without reading it. kin-openapi converts a number to float64
-// before it checks a schema, so a payload pushed as a bare 1e400, which the
-// broker stores and answers verbatim, was flagged as a violation. The broker
-// does the same for requests (server/internal/api/anyvalue.go, which this
-// module cannot import); every other field keeps its schema.
-func acceptAnyJSONValueUnread(doc *openapi3.T) {
+// LeaveUnreadInRequests rewrites every request-body schema of doc that
+// accepts any JSON value into the boolean schema true.
+func LeaveUnreadInRequests(doc *openapi3.T) {
+	seen := map[*openapi3.Schema]bool{}
+	for _, item := range doc.Paths.Map() {
+		for _, op := range item.Operations() {
+			if op.RequestBody == nil || op.RequestBody.Value == nil {
+				continue
+			}
+			for _, media := range op.RequestBody.Value.Content {
+				leaveUnread(media.Schema, seen)
+			}
+		}
+	}
+}
+
+// LeaveUnreadInResponses does the same for every response schema of doc.
+func LeaveUnreadInResponses(doc *openapi3.T) {
 	seen := map[*openapi3.Schema]bool{}
 	for _, item := range doc.Paths.Map() {
 		for _, op := range item.Operations() {
@@ -22,20 +40,20 @@ func acceptAnyJSONValueUnread(doc *openapi3.T) {
 					continue
 				}
 				for _, media := range resp.Value.Content {
-					readAnyJSONValuesUnread(media.Schema, seen)
+					leaveUnread(media.Schema, seen)
 				}
 			}
 		}
 	}
 }
 
-func readAnyJSONValuesUnread(ref *openapi3.SchemaRef, seen map[*openapi3.Schema]bool) {
+func leaveUnread(ref *openapi3.SchemaRef, seen map[*openapi3.Schema]bool) {
 	if ref == nil || ref.Value == nil || seen[ref.Value] {
 		return
 	}
 	s := ref.Value
 	seen[s] = true
-	if acceptsEveryJSONValue(s) {
+	if acceptsEveryValue(s) {
 		// The boolean schema true: kin-openapi's validator returns on it
 		// before it reads the value. Any schema with a keyword converts a
 		// number, and the empty one {} refuses null, which these accept.
@@ -44,22 +62,22 @@ func readAnyJSONValuesUnread(ref *openapi3.SchemaRef, seen map[*openapi3.Schema]
 		return
 	}
 	for _, p := range s.Properties {
-		readAnyJSONValuesUnread(p, seen)
+		leaveUnread(p, seen)
 	}
-	readAnyJSONValuesUnread(s.Items, seen)
-	readAnyJSONValuesUnread(s.AdditionalProperties.Schema, seen)
-	readAnyJSONValuesUnread(s.Not, seen)
+	leaveUnread(s.Items, seen)
+	leaveUnread(s.AdditionalProperties.Schema, seen)
+	leaveUnread(s.Not, seen)
 	for _, list := range []openapi3.SchemaRefs{s.AllOf, s.AnyOf, s.OneOf} {
 		for _, r := range list {
-			readAnyJSONValuesUnread(r, seen)
+			leaveUnread(r, seen)
 		}
 	}
 }
 
-// acceptsEveryJSONValue reports whether s is an anyOf of branches that each
+// acceptsEveryValue reports whether s is an anyOf of branches that each
 // add nothing but one or more types and nullable, whose types together cover
 // every JSON value, with no constraint of its own beside it.
-func acceptsEveryJSONValue(s *openapi3.Schema) bool {
+func acceptsEveryValue(s *openapi3.Schema) bool {
 	if len(s.AnyOf) == 0 {
 		return false
 	}
