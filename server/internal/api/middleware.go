@@ -167,29 +167,34 @@ func (r *statusRecorder) Flush() {
 	}
 }
 
-// observe counts every request by route template and status.
+// observe counts every request by route template and status, an answer
+// aborted by a panic (recoverPanics) included.
 func (s *Server) observe(next http.Handler, router *mux.Router) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		rec := &statusRecorder{ResponseWriter: w}
+		defer s.observed(r, rec, router, start)
 		next.ServeHTTP(rec, r)
-		route := rec.route
-		if route == "" {
-			// Not routed (404, 405, refused before routing) or the writer was wrapped.
-			route = "unmatched"
-			var match mux.RouteMatch
-			if router.Match(r, &match) && match.Route != nil {
-				if tpl, err := match.Route.GetPathTemplate(); err == nil {
-					route = tpl
-				}
+	})
+}
+
+func (s *Server) observed(r *http.Request, rec *statusRecorder, router *mux.Router, start time.Time) {
+	route := rec.route
+	if route == "" {
+		// Not routed (404, 405, refused before routing) or the writer was wrapped.
+		route = "unmatched"
+		var match mux.RouteMatch
+		if router.Match(r, &match) && match.Route != nil {
+			if tpl, err := match.Route.GetPathTemplate(); err == nil {
+				route = tpl
 			}
 		}
-		status := rec.status
-		if status == 0 {
-			status = http.StatusOK
-		}
-		s.metrics.ObserveRequest(route, metricMethod(r.Method), status, time.Since(start))
-	})
+	}
+	status := rec.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+	s.metrics.ObserveRequest(route, metricMethod(r.Method), status, time.Since(start))
 }
 
 // metricMethod is the method label of the request metrics: a standard method
@@ -558,16 +563,34 @@ func dotSegment(escapedPath string) string {
 	return ""
 }
 
+// observeAndRecover is the outer end of the chain: panic recovery inside
+// observe, so it sees observe's statusRecorder (and knows whether the status
+// went out) and observe counts the 500 it answers.
+func (s *Server) observeAndRecover(next http.Handler, router *mux.Router) http.Handler {
+	return s.observe(s.recoverPanics(next), router)
+}
+
+// recoverPanics answers a handler's panic with a JSON 500, or, once the
+// answer's status is out, logs it and aborts the connection: a second status
+// would be dropped by net/http ("superfluous WriteHeader"), and the client
+// must not take the answer cut short for a whole one.
 func (s *Server) recoverPanics(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		defer func() {
-			if v := recover(); v != nil {
-				if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
-					panic(v)
-				}
-				s.log.Error("panic serving request", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
-				writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "internal error")
+			v := recover()
+			if v == nil {
+				return
 			}
+			if err, ok := v.(error); ok && errors.Is(err, http.ErrAbortHandler) {
+				panic(v)
+			}
+			if rec := startedAnswer(w); rec != nil {
+				s.log.Error("panic serving request after its status was sent; the connection is closed", "path", r.URL.Path,
+					"status", rec.status, "panic", v, "stack", string(debug.Stack()))
+				panic(http.ErrAbortHandler)
+			}
+			s.log.Error("panic serving request", "path", r.URL.Path, "panic", v, "stack", string(debug.Stack()))
+			writeErrorFor(w, r, http.StatusInternalServerError, CodeInternal, "internal error")
 		}()
 		next.ServeHTTP(w, r)
 	})

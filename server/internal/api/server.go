@@ -177,8 +177,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	h = s.limitBody(h, operationsWithoutBody(spec, router))
 	h = s.admitClient(h)
 	h = s.authenticate(h)
-	h = s.observe(h, router)
-	h = s.recoverPanics(h)
+	h = s.observeAndRecover(h, router)
 	if s.opts.TestFaults {
 		h = newFaultInjector().wrap(h)
 	}
