@@ -64,7 +64,10 @@ func (m *maintenance) maybeRefresh() {
 	if time.Since(time.Unix(0, m.loadedAt.Load())) < maintenanceRefresh || !m.refreshing.CompareAndSwap(false, true) {
 		return
 	}
-	go m.refreshClaimed(context.Background())
+	// On the engine, so a shutdown stops it before the pool closes.
+	if !m.engine.RunInBackground(m.refreshClaimed) {
+		m.refreshing.Store(false)
+	}
 }
 
 // RunMaintenanceRefresh rereads the switches every half maintenanceRefresh

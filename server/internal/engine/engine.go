@@ -140,6 +140,12 @@ type Engine struct {
 	// runs out, so a commit stuck on a lock does not hold the exit.
 	halt       context.Context
 	cancelHalt context.CancelFunc
+	// background is the context of the tasks started with RunInBackground;
+	// Shutdown cancels it and waits for them before the pool may close.
+	background       context.Context
+	cancelBackground context.CancelFunc
+	backgroundMu     sync.Mutex
+	backgroundClosed bool
 	// bundleFailures logs transaction bundles PostgreSQL failed, once a
 	// minute with the count, so an outage does not log each request.
 	bundleFailures *failurelog.Reporter
@@ -157,6 +163,7 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.withDefaults()
 	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
 	e.halt, e.cancelHalt = context.WithCancel(context.Background())
+	e.background, e.cancelBackground = context.WithCancel(context.Background())
 	e.waiters = newWaiters()
 	e.health = newHealthConn()
 	e.leases = newLeaseIndex()
@@ -189,12 +196,39 @@ func (e *Engine) Shutdown(ctx context.Context) {
 		stopHalting := context.AfterFunc(ctx, e.cancelHalt)
 		defer stopHalting()
 		e.pusher.close(ctx)
+		e.stopBackground()
 		close(e.stop)
 		e.waiters.wakeAll()
 		e.wg.Wait()
 		e.health.close()
 		e.cancelHalt()
 	})
+}
+
+// RunInBackground runs task on its own goroutine for a user of the engine
+// (the api layer's maintenance reads). Shutdown cancels its ctx and waits for
+// it, so it never outlives the engine into the pool's close, where its
+// failure would read as an outage. Once shutdown has begun it runs nothing
+// and reports false.
+func (e *Engine) RunInBackground(task func(ctx context.Context)) bool {
+	e.backgroundMu.Lock()
+	defer e.backgroundMu.Unlock()
+	if e.backgroundClosed {
+		return false
+	}
+	e.wg.Add(1)
+	go func() {
+		defer e.wg.Done()
+		task(e.background)
+	}()
+	return true
+}
+
+func (e *Engine) stopBackground() {
+	e.backgroundMu.Lock()
+	e.backgroundClosed = true
+	e.backgroundMu.Unlock()
+	e.cancelBackground()
 }
 
 // runEvery calls tick every interval on its own goroutine until the engine
