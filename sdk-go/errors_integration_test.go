@@ -113,6 +113,17 @@ func TestITErrorKindsByStatus(t *testing.T) {
 	}
 }
 
+// A write that is not idempotent (a KV incr) whose attempt timed out is ErrOutcomeUnknown and
+// still ErrTimeout and ErrConnection: a caller handling timeouts handles it, in every SDK.
+func TestITTimedOutWriteOfUnknownOutcomeIsATimeout(t *testing.T) {
+	t.Parallel()
+	c := scriptFaults(t, `[{"method":"POST","path":"/api/v1/kv","responses":[{"status":200,"delayMs":3000}]}]`,
+		lanes.WithTimeout(200*time.Millisecond))
+	_, err := c.KV("sdkgo-kinds").Incr(context.Background(), "counter", 1, lanes.Forever, lanes.KVIncrOpts{})
+	require.ErrorIs(t, err, lanes.ErrOutcomeUnknown)
+	requireKinds(t, err, "ErrTimeout", "ErrConnection")
+}
+
 // An attempt that times out is ErrTimeout (and ErrConnection); a refused connection is
 // ErrConnection alone.
 func TestITErrorKindsWithoutAnswer(t *testing.T) {

@@ -58,8 +58,14 @@ export class InternalServerError extends APIError {}
 /** NotImplementedByBrokerError is a 501 answer: a proxy, or a broker build without the route. */
 export class NotImplementedByBrokerError extends APIError {}
 
-/** APIConnectionError means no response arrived (connect refused, reset, DNS, timeout) after the retries. */
+/** APIConnectionError means no response arrived (connect refused, reset, DNS, timeout) after the retries. An OutcomeUnknownError whose last attempt timed out is also an instance of it and of APITimeoutError, as Go's errors.Is(err, ErrTimeout) matches it: a caller handling timeouts handles it (docs/retries.md §5). */
 export class APIConnectionError extends LanesError {
+  static override [Symbol.hasInstance](value: unknown): boolean {
+    if (Function.prototype[Symbol.hasInstance].call(this, value)) return true;
+    // A write of unknown outcome is a timeout when its last attempt was one.
+    return value instanceof OutcomeUnknownError && value.cause instanceof APITimeoutError && value.cause instanceof this;
+  }
+
   /** attempts is how many attempts the call made. */
   readonly attempts: number;
   /** url is the broker URL of the last attempt. */
@@ -74,7 +80,7 @@ export class APIConnectionError extends LanesError {
 /** APITimeoutError is an APIConnectionError whose last attempt timed out (`timeoutMillis`). */
 export class APITimeoutError extends APIConnectionError {}
 
-/** OutcomeUnknownError means a write that is not safe to repeat (a KV incr, putIfAbsent or conditional write; a KV batch or transaction holding one and no push) failed after it was sent — a timeout, a reset, a 408 or 5xx — so the broker may have applied it and the SDK did not resend it. `cause` is the last attempt's APIError or APIConnectionError; read the state to find out (docs/retries.md §5). */
+/** OutcomeUnknownError means a write that is not safe to repeat (a KV incr, putIfAbsent or conditional write; a KV batch or transaction holding one and no push) failed after it was sent — a timeout, a reset, a 408 or 5xx — so the broker may have applied it and the SDK did not resend it. `cause` is the last attempt's APIError or APIConnectionError; read the state to find out (docs/retries.md §5). When that attempt timed out, the error is also an APITimeoutError (and APIConnectionError), as in Go and Python. */
 export class OutcomeUnknownError extends LanesError {
   /** attempts is how many attempts the call made. */
   readonly attempts: number;

@@ -104,6 +104,27 @@ async def test_a_timed_out_attempt_is_an_api_timeout_error(faults: tuple[str, st
             await ac.admin.get_overview()
 
 
+async def test_a_timed_out_write_of_unknown_outcome_is_a_timeout(faults: tuple[str, str]) -> None:
+    """A write that is not idempotent (a KV incr) whose attempt timed out is an
+    OutcomeUnknownError and still an APITimeoutError, as Go's errors.Is(err, ErrTimeout) and TS's
+    instanceof say."""
+    url, run = faults
+    slow = {"status": 200, "delayMs": 3000}
+    script(url, run, [{"method": "POST", "path": "/api/v1/kv", "responses": [slow, slow]}])
+    headers = {"X-Lanes-Test-Run": run}
+    with lanes.Lanes(url, retry_attempts=0, timeout=0.2, headers=headers) as c:
+        with pytest.raises(lanes.APITimeoutError) as e:
+            c.kv("py-kinds").incr("counter")
+        assert isinstance(e.value, lanes.OutcomeUnknownError)
+        assert kinds_of(e.value) == {lanes.APITimeoutError, lanes.APIConnectionError}
+    async with lanes.AsyncLanes(url, retry_attempts=0, timeout=0.2, headers=headers) as ac:
+        with pytest.raises(lanes.OutcomeUnknownError) as unknown:
+            await ac.kv("py-kinds").incr("counter")
+        assert isinstance(unknown.value, lanes.APITimeoutError)
+        assert isinstance(unknown.value.cause, lanes.APITimeoutError)
+        assert unknown.value.attempts == 1
+
+
 def test_a_refused_connection_is_not_a_timeout() -> None:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

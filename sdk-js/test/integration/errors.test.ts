@@ -56,6 +56,13 @@ describe("error kinds", () => {
     expect((err as lanes.APIError).status).toBe(status);
   });
 
+  it("a write that is not idempotent and timed out is an OutcomeUnknownError and still an APITimeoutError", async () => {
+    const c = await scripted([{ method: "POST", path: "/api/v1/kv", responses: [{ status: 200, delayMs: 3000 }] }], { timeoutMillis: 200 });
+    const err = await c.kv("js-kinds").incr("counter", 1, { forever: true }).catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(lanes.OutcomeUnknownError);
+    expect(kindsOf(err)).toEqual(["APIConnectionError", "APITimeoutError"]);
+  });
+
   it("a timed-out attempt is an APITimeoutError; a refused connection is not", async () => {
     const slow = { status: 200, delayMs: 3000 };
     const c = await scripted([{ path: "/api/v1/resources/overview", responses: [slow] }], { timeoutMillis: 200 });

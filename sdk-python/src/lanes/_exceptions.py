@@ -134,7 +134,14 @@ class OutcomeUnknownError(LanesError):
     batch or transaction holding one and no push) failed after it was sent: a timeout, a reset, a
     408 or 5xx. The broker may have applied it, so the SDK did not resend it; read the state to
     find out (docs/retries.md §5). ``cause`` (also ``__cause__``) is the last attempt's
-    :class:`APIError` or :class:`APIConnectionError`."""
+    :class:`APIError` or :class:`APIConnectionError`. When that attempt timed out, the error is
+    also an :class:`APITimeoutError` (and :class:`APIConnectionError`), as in Go and TS: an
+    ``except APITimeoutError`` catches it."""
+
+    def __new__(cls, cause: APIError | APIConnectionError, *, attempts: int) -> OutcomeUnknownError:
+        if cls is OutcomeUnknownError and isinstance(cause, APITimeoutError):
+            cls = _TimedOutOutcomeUnknownError
+        return super().__new__(cls, cause)
 
     def __init__(self, cause: APIError | APIConnectionError, *, attempts: int) -> None:
         super().__init__(
@@ -142,6 +149,10 @@ class OutcomeUnknownError(LanesError):
         )
         self.cause = cause
         self.attempts = attempts
+
+
+class _TimedOutOutcomeUnknownError(OutcomeUnknownError, APITimeoutError):
+    """An OutcomeUnknownError whose last attempt timed out."""
 
 
 class UnexpectedAnswerError(LanesError):
