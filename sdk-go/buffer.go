@@ -39,6 +39,7 @@ type Buffer struct {
 	items   []pushItemWire
 	timer   *time.Timer
 	closed  bool
+	flushes int // batches sent, for BufferStats
 	flushMu sync.Mutex
 	kick    chan struct{}
 
@@ -226,6 +227,7 @@ func (b *Buffer) sendFront(ctx context.Context, dropped *refused) (more bool, er
 	if err != nil {
 		return false, err
 	}
+	b.flushes++
 	if len(b.items) == 0 && b.timer != nil {
 		b.timer.Stop()
 	}
@@ -331,6 +333,36 @@ func (b *Buffer) Flush(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// BufferStats is what Client.BufferStats reports of the client's push buffers.
+type BufferStats struct {
+	// ActiveBuffers is how many buffers the client holds (one per queue and partition).
+	ActiveBuffers int
+	// TotalBufferedMessages is how many items wait in them, not sent yet.
+	TotalBufferedMessages int
+	// FlushesPerformed counts the batches the buffers sent (a batch halved to set a refused
+	// item apart counts once); a batch that failed and stays to be retried is not counted.
+	FlushesPerformed int
+}
+
+// BufferStats reports the client's push buffers (TS bufferStats(), Python buffer_stats()):
+// for instance the messages still waiting before a process exits.
+func (c *Client) BufferStats() BufferStats {
+	c.mu.Lock()
+	bufs := make([]*Buffer, 0, len(c.buffers))
+	for _, b := range c.buffers {
+		bufs = append(bufs, b)
+	}
+	c.mu.Unlock()
+	stats := BufferStats{ActiveBuffers: len(bufs)}
+	for _, b := range bufs {
+		b.mu.Lock()
+		stats.TotalBufferedMessages += len(b.items)
+		stats.FlushesPerformed += b.flushes
+		b.mu.Unlock()
+	}
+	return stats
 }
 
 // FlushAll flushes every buffer of the client at once, so a buffer that cannot be sent does not

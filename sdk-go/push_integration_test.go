@@ -101,6 +101,28 @@ func TestITBufferDropsOnlyTheRefusedItem(t *testing.T) {
 	require.JSONEq(t, "5", string(dropped[0].Data.(json.RawMessage)))
 }
 
+// BufferStats counts the client's buffers, the items waiting in them and the batches they sent,
+// as TS's bufferStats() and Python's buffer_stats() do.
+func TestITBufferStats(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	require.Equal(t, lanes.BufferStats{}, b.c.BufferStats())
+	opts := lanes.BufferOptions{FlushInterval: time.Hour}
+	require.NoError(t, b.c.Queue(b.queue).Partition("a").Buffer(opts).Push(b.ctx, lanes.Data(1), lanes.Data(2), lanes.Data(3)))
+	require.NoError(t, b.c.Queue(b.queue).Partition("b").Buffer(opts).Push(b.ctx, lanes.Data(4), lanes.Data(5)))
+	require.Equal(t, lanes.BufferStats{ActiveBuffers: 2, TotalBufferedMessages: 5}, b.c.BufferStats())
+
+	require.NoError(t, b.c.FlushAll(b.ctx))
+	require.Equal(t, lanes.BufferStats{ActiveBuffers: 2, FlushesPerformed: 2}, b.c.BufferStats())
+	stored := 0
+	for range 2 { // a pop claims one partition
+		msgs, err := b.c.Queue(b.queue).Autopilot(false).Batch(10).Wait(false).Pop(b.ctx)
+		require.NoError(t, err)
+		stored += len(msgs)
+	}
+	require.Equal(t, 5, stored)
+}
+
 // After Close a client starts no buffered work: new and existing buffers refuse pushes with
 // ErrClientClosed; direct pushes still work.
 func TestITClosedClientRefusesBufferPushes(t *testing.T) {

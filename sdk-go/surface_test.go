@@ -16,6 +16,8 @@ var designSurface = map[string][]any{
 		lanes.WithRetryAttempts, lanes.WithRetryDelay, lanes.WithMaxRetryDelay, lanes.WithMax429Attempts,
 		lanes.WithMaxRetryAfter, lanes.WithLogger, lanes.WithHTTPClient, lanes.WithHeader,
 		lanes.WithPopAutopilot, (*lanes.Client).Close, (*lanes.Client).Health, (*lanes.Client).FlushAll,
+		(*lanes.Client).BufferStats, lanes.BufferStats{}.ActiveBuffers, lanes.BufferStats{}.TotalBufferedMessages,
+		lanes.BufferStats{}.FlushesPerformed,
 	},
 	"2 producing": {
 		(*lanes.Client).Queue, lanes.QueueBuilder.Partition, lanes.QueueBuilder.Push, lanes.Data,

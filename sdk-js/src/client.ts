@@ -183,7 +183,7 @@ export class Lanes {
     await Promise.all([...this.buffers.values()].map((b) => b.flush()));
   }
 
-  /** bufferStats reports the push buffers. */
+  /** bufferStats reports the push buffers: how many (one per queue and partition), the items waiting in them (not sent yet), and the batches they sent (a batch halved to set a refused item apart counts once; one that failed and waits for a retry does not). Go `client.BufferStats()`, Python `client.buffer_stats()`. */
   bufferStats(): { activeBuffers: number; totalBufferedMessages: number; flushesPerformed: number } {
     let total = 0;
     let flushes = 0;

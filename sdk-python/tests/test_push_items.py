@@ -259,6 +259,35 @@ def test_close_flushes_every_buffer_then_raises_with_the_count(broker_url: str, 
         assert _pop_all(c2, qname) == [4]
 
 
+def test_buffer_stats_counts_buffers_waiting_items_and_batches_sent(
+    broker_url: str, qname: str
+) -> None:
+    """As Go's BufferStats and TS's bufferStats()."""
+    with lanes.Lanes(broker_url) as c:
+        assert c.buffer_stats() == lanes.BufferStats(0, 0, 0)
+        c.queue(qname).partition("a").buffer(time_millis=3_600_000).push([1, 2, 3])
+        c.queue(qname).partition("b").buffer(time_millis=3_600_000).push([4, 5])
+        assert c.buffer_stats() == lanes.BufferStats(
+            active_buffers=2, total_buffered_messages=5, flushes_performed=0
+        )
+        c.flush_all()
+        assert c.buffer_stats() == lanes.BufferStats(2, 0, 2)
+        stored = _pop_all(c, qname) + _pop_all(c, qname)  # a pop claims one partition
+        assert sorted(stored) == [1, 2, 3, 4, 5]
+
+
+async def test_async_buffer_stats_counts_buffers_waiting_items_and_batches_sent(
+    broker_url: str, qname: str
+) -> None:
+    async with lanes.AsyncLanes(broker_url) as c:
+        assert c.buffer_stats() == lanes.BufferStats(0, 0, 0)
+        await c.queue(qname).partition("a").buffer(time_millis=3_600_000).push([1, 2, 3])
+        await c.queue(qname).partition("b").buffer(time_millis=3_600_000).push([4, 5])
+        assert c.buffer_stats() == lanes.BufferStats(2, 5, 0)
+        await c.flush_all()
+        assert c.buffer_stats() == lanes.BufferStats(2, 0, 2)
+
+
 def test_a_closed_client_refuses_buffers_and_calls(broker_url: str, qname: str) -> None:
     c = lanes.Lanes(broker_url)
     b = c.queue(qname).buffer(time_millis=60_000)

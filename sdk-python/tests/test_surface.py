@@ -22,6 +22,7 @@ CLIENT_KWARGS = [
 CLIENT = {
     "queue": [], "transaction": [], "kv": [], "kv_namespaces": [], "timers": [], "health": [],
     "ack": ["group", "error", "without_lease"], "renew": ["seconds"], "flush_all": [],
+    "buffer_stats": [],
 }  # fmt: skip
 QUEUE = {
     # §2 producing

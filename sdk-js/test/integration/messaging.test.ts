@@ -127,4 +127,19 @@ describe("push and pop", () => {
     const got = await lanes.queue<number>(q).batch(10).wait(false).pop();
     expect(got.map((m) => m.data)).toEqual([0, 1, 2, 3]);
   });
+
+  it("bufferStats counts the buffers, the items waiting in them and the batches sent (as Go's BufferStats and Python's buffer_stats())", async () => {
+    const lanes = client();
+    const q = uniq("stats");
+    expect(lanes.bufferStats()).toEqual({ activeBuffers: 0, totalBufferedMessages: 0, flushesPerformed: 0 });
+    await lanes.queue(q).partition("a").buffer({ timeMillis: 3_600_000 }).push([1, 2, 3]);
+    await lanes.queue(q).partition("b").buffer({ timeMillis: 3_600_000 }).push([4, 5]);
+    expect(lanes.bufferStats()).toEqual({ activeBuffers: 2, totalBufferedMessages: 5, flushesPerformed: 0 });
+    await lanes.flushAll();
+    expect(lanes.bufferStats()).toEqual({ activeBuffers: 2, totalBufferedMessages: 0, flushesPerformed: 2 });
+    const stored: number[] = [];
+    for (let i = 0; i < 2; i++) stored.push(...(await lanes.queue<number>(q).autopilot(false).batch(10).wait(false).pop()).map((m) => m.data)); // a pop claims one partition
+    expect(stored.sort()).toEqual([1, 2, 3, 4, 5]);
+    await lanes.close();
+  });
 });

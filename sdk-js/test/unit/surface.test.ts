@@ -11,7 +11,7 @@ const clientOptions: (keyof LanesOptions)[] = [
   "url", "urls", "bearerToken", "timeoutMillis", "retryAttempts", "retryDelayMillis", "maxRetryDelayMillis",
   "max429Attempts", "maxRetryAfterMillis", "logger", "fetch", "headers", "popAutopilot",
 ];
-const client: (keyof Lanes)[] = ["queue", "transaction", "kv", "kvNamespaces", "timers", "health", "ack", "renew", "flushAll", "close", "admin"];
+const client: (keyof Lanes)[] = ["queue", "transaction", "kv", "kvNamespaces", "timers", "health", "ack", "renew", "flushAll", "bufferStats", "close", "admin"];
 // §2 producing, §3 consuming and §6's builders on a queue.
 const queue: (keyof QueueBuilder)[] = [
   "partition", "push", "buffer",

@@ -7,7 +7,7 @@ payloads are generated from ``openapi.yaml`` and exposed as ``lanes.models``.
 
 from lanes import models
 from lanes._admin import Admin, AsyncAdmin
-from lanes._buffer import AsyncPushBuffer, PushBuffer
+from lanes._buffer import AsyncPushBuffer, BufferStats, PushBuffer
 from lanes._client import DEFAULT_URL, AsyncLanes, Lanes
 from lanes._consumer import AsyncConsumer, Consumer
 from lanes._deadline import deadline
@@ -85,6 +85,7 @@ __all__ = [
     "AutoAckDroppedError",
     "AutopilotEcho",
     "BadRequestError",
+    "BufferStats",
     "ClientClosedError",
     "ConflictError",
     "Consumer",

@@ -39,6 +39,28 @@ class BufferOptions:
         return self.max_size or 4 * self.message_count
 
 
+@dataclass(frozen=True)
+class BufferStats:
+    """What ``buffer_stats()`` reports of a client's push buffers (Go ``BufferStats``, TS
+    ``bufferStats()``)."""
+
+    active_buffers: int
+    """How many buffers the client holds (one per queue and partition)."""
+    total_buffered_messages: int
+    """How many items wait in them, not sent yet."""
+    flushes_performed: int
+    """The batches they sent (a batch halved to set a refused item apart counts once); a batch
+    that failed and stays to be retried is not counted."""
+
+
+def buffer_stats(buffers: Sequence[PushBuffer] | Sequence[AsyncPushBuffer]) -> BufferStats:
+    return BufferStats(
+        active_buffers=len(buffers),
+        total_buffered_messages=sum(len(b) for b in buffers),
+        flushes_performed=sum(b.flushes for b in buffers),
+    )
+
+
 def _status(e: BaseException) -> int:
     return e.status if isinstance(e, APIError) and not isinstance(e, PushError) else 0
 
@@ -197,6 +219,12 @@ class PushBuffer:
         with self._cv:
             return len(self._core.items) + self._inflight
 
+    @property
+    def flushes(self) -> int:
+        """The batches this buffer sent."""
+        with self._cv:
+            return self._core.flushes
+
     def push(self, items: Sequence[Any], timeout: float | None = None) -> None:
         """Enqueue all items or none. Nothing is enqueued when it raises:
         :class:`InvalidItemError` for an item that cannot be sent, :class:`LanesError` when the
@@ -338,6 +366,11 @@ class AsyncPushBuffer:
 
     def __len__(self) -> int:
         return len(self._core.items) + self._inflight
+
+    @property
+    def flushes(self) -> int:
+        """The batches this buffer sent."""
+        return self._core.flushes
 
     async def push(self, items: Sequence[Any]) -> None:
         """As :meth:`PushBuffer.push`: all or nothing (a cancelled push queues nothing)."""

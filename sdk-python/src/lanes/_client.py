@@ -19,7 +19,15 @@ import httpx
 from lanes import _protocol as P
 from lanes import _requests as R
 from lanes._admin import Admin, AsyncAdmin
-from lanes._buffer import AsyncPushBuffer, BufferOptions, PushBuffer, aflush_every, flush_every
+from lanes._buffer import (
+    AsyncPushBuffer,
+    BufferOptions,
+    BufferStats,
+    PushBuffer,
+    aflush_every,
+    buffer_stats,
+    flush_every,
+)
 from lanes._consumer import (
     AsyncConsumer,
     Consumer,
@@ -273,6 +281,12 @@ class Lanes:
         """Flush every buffer at once; :class:`UnsentError` names the total left at ``timeout``."""
         flush_every(list(self._buffers.values()), timeout)
 
+    def buffer_stats(self) -> BufferStats:
+        """The client's push buffers: how many, the items waiting in them, the batches sent."""
+        with self._lock:
+            buffers = list(self._buffers.values())
+        return buffer_stats(buffers)
+
     def close(self, timeout: float | None = 30.0) -> None:
         """Soft-stop consumers started here, flush buffers (all at once, raising
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
@@ -467,6 +481,10 @@ class AsyncLanes:
     async def flush_all(self, timeout: float | None = 30.0) -> None:
         """As :meth:`Lanes.flush_all`."""
         await aflush_every(list(self._buffers.values()), timeout)
+
+    def buffer_stats(self) -> BufferStats:
+        """As :meth:`Lanes.buffer_stats`."""
+        return buffer_stats(list(self._buffers.values()))
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
         """As :meth:`Lanes.close`."""
