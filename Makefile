@@ -10,6 +10,7 @@
 #   make deps       npm ci and the dist/ build (sdk-js), Python venvs (sdk-python/.venv, tools/fuzz/.venv)
 #   make build      bin/lanes
 #   make bench      benchmark smoke run
+#   make upgrade-audit  old commits' brokers upgraded to this one on real databases (needs git history; docs/operations.md)
 
 SHELL := bash
 .SHELLFLAGS := -euo pipefail -c
@@ -268,6 +269,15 @@ FUZZ_FLAGS ?=
 fuzz-api: pg-test $(FUZZ_STAMP)
 	@echo "--- fuzz-api (schemathesis)"
 	scripts/fuzz-api.sh $(FUZZ_FLAGS)
+
+# Builds old commits' brokers and runs each against this checkout's on fresh databases of the
+# local cluster: upgrade after SIGTERM and after SIGKILL, a mixed fleet, a spool left behind, a
+# downgrade (scripts/upgrade-audit.py; docs/operations.md, "Checked against real old brokers").
+# Needs git history, so it is not part of `make test`. UPGRADE_FLAGS reaches the script, e.g.
+# UPGRADE_FLAGS='--old 0c78c46 --scenario sigterm mixed'.
+.PHONY: upgrade-audit
+upgrade-audit: pg-test
+	scripts/upgrade-audit.py $(UPGRADE_FLAGS)
 
 # ---------------------------------------------------------------------------------------------
 
