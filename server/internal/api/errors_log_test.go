@@ -239,21 +239,40 @@ func TestClientsLeavingPopsDoNotLogEachPop(t *testing.T) {
 func TestClaimsThatCannotBeGivenBackLogOneLine(t *testing.T) {
 	log, out := capturedLogger()
 	proxy, dsn := startDBProxy(t, testDSN)
-	b := newBrokerWith(t, dsn, Options{Logger: log, TestFaults: true, DBTimeout: 2 * time.Second}, "")
+	const dbTimeout = time.Second
+	b := newBrokerWith(t, dsn, Options{Logger: log, TestFaults: true, DBTimeout: dbTimeout}, "")
 	q := uniqueQueue(t)
 	pushThree(t, b.testBroker, q)
 	header := holdPopAnswers(t, b, 3)
+	var giveBackOver time.Time
 	for i := range 3 {
 		// A group of its own each time: the claim left behind keeps its partition leased.
 		popPath := fmt.Sprintf("/api/v1/pop/queue/%s?batch=1&subscriptionMode=all&consumerGroup=stranded-%d", q, i)
+		// The last give-back keeps trying to reach the database until its
+		// deadline: restoring it sooner let that give-back succeed.
+		time.Sleep(time.Until(giveBackOver))
 		proxy.restore()
 		waitFor(t, 10*time.Second, "the broker to reach the database again", func() bool {
 			status, _ := b.call(t, "GET", "/api/v1/resources/queues/"+q, nil, nil)
 			return status == http.StatusOK
 		})
-		cut := time.AfterFunc(200*time.Millisecond, proxy.cut) // after the claim, before the client leaves
-		popAndLeave(t, b.testBroker, popPath, header, 400*time.Millisecond)
-		cut.Stop()
+		// Cut the database once the claim has committed, before the client
+		// leaves: a timer for it fired late on a loaded machine, after the
+		// claim was given back.
+		claims := popTransactions(b.Engine)
+		cutAt := make(chan time.Time, 1)
+		go func() {
+			for deadline := time.Now().Add(5 * time.Second); popTransactions(b.Engine) == claims && time.Now().Before(deadline); {
+				time.Sleep(5 * time.Millisecond)
+			}
+			proxy.cut()
+			cutAt <- time.Now()
+		}()
+		left := popAndLeave(t, b.testBroker, popPath, header, time.Second)
+		if at := <-cutAt; at.After(left) {
+			t.Fatalf("pop %d: the database was cut %v after the client left; want the claim to have committed first", i, at.Sub(left))
+		}
+		giveBackOver = left.Add(dbTimeout + 300*time.Millisecond)
 	}
 	waitFor(t, 10*time.Second, "the give-backs to fail", func() bool {
 		return strings.Contains(out.String(), "(it frees at lease expiry)")
@@ -285,4 +304,10 @@ func TestPushSpooledPastItsDeadlineSaysSo(t *testing.T) {
 		t.Errorf("a push past its deadline on a reachable database logged it unreachable:\n%s", out.String())
 	}
 	wantLines(t, out, `level=WARN msg="push passed its deadline (LANES_PUSH_TIMEOUT_MS)`, 1, "the push spooled past its deadline")
+}
+
+// popTransactions counts the pop transactions e has committed.
+func popTransactions(e *engine.Engine) uint64 {
+	st := e.HotPathStats()
+	return st.PopsOneTrip + st.PopsGeneral
 }
