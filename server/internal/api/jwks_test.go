@@ -15,6 +15,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -454,6 +455,74 @@ func TestJWTRoleClaimsAndNamesAreConfigurable(t *testing.T) {
 	} {
 		if _, err := auth.NewVerifier(bad); err == nil {
 			t.Errorf("NewVerifier(%+v) accepted it", bad)
+		}
+	}
+}
+
+// TestJWTRoleClaimPointers: a role claim starting with "/" is a JSON Pointer
+// (RFC 6901) into the claims, as Keycloak nests roles (realm_access.roles,
+// resource_access.<client>.roles); any other entry is one top-level claim
+// named exactly so, as Auth0's namespaced claims (https://example.com/roles).
+// A pointer reaching a string or an array gives its strings, anything else
+// nothing; a malformed pointer is refused.
+func TestJWTRoleClaimPointers(t *testing.T) {
+	keycloak := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{Secret: []byte(testSecret),
+		RoleClaims: []string{"/realm_access/roles", "/resource_access/lanes/roles"}})}, "")
+	auth0 := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{Secret: []byte(testSecret),
+		RoleClaims: []string{"https://example.com/roles", "/~1tenant~1roles", "/a~0b/roles", "/groups/1", "realm_access.roles", "/x~01"}})}, "")
+	token := func(c jwt.MapClaims) string {
+		c["sub"], c["exp"] = "pointer", time.Now().Add(time.Hour).Unix()
+		return signKID(t, jwt.SigningMethodHS256, []byte(testSecret), "", c)
+	}
+	realm := func(roles any) jwt.MapClaims { return jwt.MapClaims{"realm_access": map[string]any{"roles": roles}} }
+	type claims = map[string]any
+	cases := []struct {
+		name   string
+		b      *resilientBroker
+		claims jwt.MapClaims
+		admin  bool
+	}{
+		{"keycloak realm roles", keycloak, realm([]any{"offline_access", "uma_authorization", "admin"}), true},
+		{"keycloak realm role as one string", keycloak, realm("admin"), true},
+		{"keycloak client roles", keycloak, jwt.MapClaims{"resource_access": claims{"account": claims{"roles": []any{"manage-account"}}, "lanes": claims{"roles": []any{"admin"}}}}, true},
+		{"another client's roles", keycloak, jwt.MapClaims{"resource_access": claims{"other": claims{"roles": []any{"admin"}}}}, false},
+		{"an array of non-strings", keycloak, realm([]any{1, true, nil, claims{"name": "admin"}, []any{"admin"}}), false},
+		{"non-strings beside a string", keycloak, realm([]any{7, "admin"}), true},
+		{"the pointer reaches an object", keycloak, realm(claims{"admin": true}), false},
+		{"the pointer runs into a string", keycloak, jwt.MapClaims{"realm_access": "admin"}, false},
+		{"the pointer runs into an array", keycloak, jwt.MapClaims{"realm_access": []any{claims{"roles": []any{"admin"}}}}, false},
+		{"a top-level claim named as the pointer", keycloak, jwt.MapClaims{"/realm_access/roles": []any{"admin"}}, false},
+		{"a dotted top-level claim is not the pointer", keycloak, jwt.MapClaims{"realm_access.roles": []any{"admin"}}, false},
+		{"the default claims are not read", keycloak, jwt.MapClaims{"role": "admin", "roles": []any{"admin"}}, false},
+
+		{"auth0 namespaced claim", auth0, jwt.MapClaims{"https://example.com/roles": []any{"admin"}}, true},
+		{"a top-level claim whose name starts with /", auth0, jwt.MapClaims{"/tenant/roles": []any{"admin"}}, true},
+		{"~1 is one claim name, not a path", auth0, jwt.MapClaims{"tenant": claims{"roles": []any{"admin"}}}, false},
+		{"~0 is a tilde", auth0, jwt.MapClaims{"a~b": claims{"roles": "admin"}}, true},
+		{"~01 is ~1 (RFC 6901 §4)", auth0, jwt.MapClaims{"x~1": "admin"}, true},
+		{"~01 is not /", auth0, jwt.MapClaims{"x/": "admin"}, false},
+		{"an array index", auth0, jwt.MapClaims{"groups": []any{"staff", "admin"}}, true},
+		{"another array index", auth0, jwt.MapClaims{"groups": []any{"admin", "staff"}}, false},
+		{"an index past the end", auth0, jwt.MapClaims{"groups": []any{"admin"}}, false},
+		{"an index into an object is a member name", auth0, jwt.MapClaims{"groups": claims{"1": "admin"}}, true},
+		{"a dotted entry is a top-level claim name", auth0, jwt.MapClaims{"realm_access.roles": []any{"admin"}}, true},
+		{"a dotted entry is not a path", auth0, realm([]any{"admin"}), false},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			want := http.StatusForbidden
+			if c.admin {
+				want = http.StatusOK
+			}
+			// Switching push maintenance off (it is off) is an admin call that changes nothing.
+			if status, e, _ := c.b.callAs(t, token(c.claims), http.MethodPost, "/api/v1/system/maintenance", `{"enabled":false}`); status != want {
+				t.Fatalf("%d %+v, want %d", status, e, want)
+			}
+		})
+	}
+	for _, bad := range []string{"/", "//roles", "/realm_access//roles", "/realm_access/roles/", "/a~2b", "/a~", "/~"} {
+		if _, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret), RoleClaims: []string{"roles", bad}}); err == nil || !strings.Contains(err.Error(), strconv.Quote(bad)) {
+			t.Errorf("role claim %q: %v, want an error naming it", bad, err)
 		}
 	}
 }

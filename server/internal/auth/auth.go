@@ -78,7 +78,9 @@ type Config struct {
 	Logger *slog.Logger
 
 	// RoleClaims are the claims a token's roles are read from, each one
-	// string or an array of them; empty means role and roles.
+	// string or an array of them; empty means role and roles. An entry
+	// starting with "/" is a JSON Pointer into the claims (/realm_access/roles),
+	// any other a top-level claim name as written (https://example.com/roles).
 	RoleClaims []string
 	// RoleNames maps a role (RoleAdmin, …) to the name tokens carry for it;
 	// a role left out is carried under its own name.
@@ -95,7 +97,7 @@ type Verifier struct {
 	pub        crypto.PublicKey
 	jwks       *keySet // nil without Config.JWKSURL
 	parser     *jwt.Parser
-	roleClaims []string
+	roleClaims []roleClaim
 	// roleOf maps the name a token carries to the role it grants.
 	roleOf    map[string]string
 	skipExact []string
@@ -193,9 +195,16 @@ func (v *Verifier) Close() {
 
 // readRolesAndPaths checks the claim names, role names and skip paths.
 func (v *Verifier) readRolesAndPaths() error {
-	v.roleClaims = v.cfg.RoleClaims
-	if len(v.roleClaims) == 0 {
-		v.roleClaims = []string{"role", "roles"}
+	entries := v.cfg.RoleClaims
+	if len(entries) == 0 {
+		entries = []string{"role", "roles"}
+	}
+	for _, entry := range entries {
+		claim, err := parseRoleClaim(entry)
+		if err != nil {
+			return fmt.Errorf("jwt %w", err)
+		}
+		v.roleClaims = append(v.roleClaims, claim)
 	}
 	v.roleOf = map[string]string{}
 	for _, role := range allRoles {
@@ -304,8 +313,8 @@ func (v *Verifier) Verify(headers ...string) (*Identity, *Error) {
 	}
 	id := &Identity{}
 	id.Subject, _ = claims["sub"].(string)
-	for _, name := range v.roleClaims {
-		for _, carried := range namesIn(claims[name]) {
+	for _, claim := range v.roleClaims {
+		for _, carried := range namesIn(claim.in(claims)) {
 			if role, ok := v.roleOf[carried]; ok {
 				id.Roles = append(id.Roles, role)
 			}

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
@@ -348,7 +349,7 @@ var settings = []setting{
 	{"jwt-jwks-refresh-ms", "LANES_JWT_JWKS_REFRESH_MS", "3600000", "how often the JWKS is fetched again: new keys are taken, dropped ones stop verifying; a failed fetch keeps the keys it had", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSRefresh }, 1000)},
 	{"jwt-jwks-unknown-kid-refresh-ms", "LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS", "10000", "a token naming a kid the JWKS lacks fetches it again, at most once per this interval; in between such tokens answer 401 Unknown key ID at once", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSUnknownKIDRefresh }, 1000)},
 	{"jwt-jwks-timeout-ms", "LANES_JWT_JWKS_TIMEOUT_MS", "5000", "deadline of one JWKS fetch, the one at startup too", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSTimeout }, 1)},
-	{"jwt-role-claims", "LANES_JWT_ROLE_CLAIMS", "role,roles", "claims a token's roles are read from, each one string or an array of strings", listSetting(func(c *Config) *[]string { return &c.JWTRoleClaims }, nil)},
+	{"jwt-role-claims", "LANES_JWT_ROLE_CLAIMS", "role,roles", "claims a token's roles are read from, each one string or an array of strings; an entry starting with / is a JSON Pointer into the claims (/realm_access/roles), any other a top-level claim name as written", listSetting(func(c *Config) *[]string { return &c.JWTRoleClaims }, auth.CheckRoleClaim)},
 	{"jwt-role-read-only", "LANES_JWT_ROLE_READ_ONLY", "read-only", "name in tokens of the read-only role", roleNameSetting("read-only")},
 	{"jwt-role-write-only", "LANES_JWT_ROLE_WRITE_ONLY", "write-only", "name in tokens of the write-only role", roleNameSetting("write-only")},
 	{"jwt-role-read-write", "LANES_JWT_ROLE_READ_WRITE", "read-write", "name in tokens of the read-write role", roleNameSetting("read-write")},

@@ -189,15 +189,27 @@ func TestJWTKeySetRolesAndSkipPathsSettings(t *testing.T) {
 	if !slices.Equal(c.JWTRoleClaims, []string{"groups", "https://x.example/roles"}) || c.JWTRoleNames["admin"] != "ops" || !slices.Equal(c.JWTSkipPaths, []string{"/", "/docs/"}) {
 		t.Errorf("role claims %q, names %v, skip paths %q", c.JWTRoleClaims, c.JWTRoleNames, c.JWTSkipPaths)
 	}
-	for variable, value := range map[string]string{
-		"LANES_JWT_JWKS_URL":                    "idp.example/jwks",
-		"LANES_JWT_JWKS_REFRESH_MS":             "999",
-		"LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS": "0",
-		"LANES_JWT_ROLE_CLAIMS":                 ",",
-		"LANES_JWT_SKIP_PATHS":                  "/health,docs/",
+	// A JSON Pointer is taken as written; a malformed one stops the broker.
+	c, err = Load(nil, env(map[string]string{"LANES_JWT_ROLE_CLAIMS": "/realm_access/roles,/resource_access/lanes/roles,/~1a~0b"}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !slices.Equal(c.JWTRoleClaims, []string{"/realm_access/roles", "/resource_access/lanes/roles", "/~1a~0b"}) {
+		t.Errorf("role claims %q", c.JWTRoleClaims)
+	}
+	for _, bad := range []struct{ variable, value string }{
+		{"LANES_JWT_JWKS_URL", "idp.example/jwks"},
+		{"LANES_JWT_JWKS_REFRESH_MS", "999"},
+		{"LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS", "0"},
+		{"LANES_JWT_ROLE_CLAIMS", ","},
+		{"LANES_JWT_ROLE_CLAIMS", "roles,/"},
+		{"LANES_JWT_ROLE_CLAIMS", "/realm_access/roles/"},
+		{"LANES_JWT_ROLE_CLAIMS", "/realm_access~2/roles"},
+		{"LANES_JWT_ROLE_CLAIMS", "/roles~"},
+		{"LANES_JWT_SKIP_PATHS", "/health,docs/"},
 	} {
-		if _, err := Load(nil, env(map[string]string{variable: value}), io.Discard); err == nil || !strings.Contains(err.Error(), variable) {
-			t.Errorf("%s=%q: %v, want an error naming it", variable, value, err)
+		if _, err := Load(nil, env(map[string]string{bad.variable: bad.value}), io.Discard); err == nil || !strings.Contains(err.Error(), bad.variable) {
+			t.Errorf("%s=%q: %v, want an error naming it", bad.variable, bad.value, err)
 		}
 	}
 }
