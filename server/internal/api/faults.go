@@ -16,9 +16,12 @@ package api
 // Its responses are served in order, each `times` times (default 1); {"pass":true} lets the
 // request through (still counted). Once the script is used up the route behaves normally and
 // every further request is still counted. The first matching rule counts a request.
-// {"pass":true,"holdAnswerMs":N} also holds a pop's answer up to N ms (less if the client
-// leaves) after its claim and before it is sent: the window where a client that leaves must
-// get its claim given back.
+// {"pass":true,"holdAnswerMs":N} also holds the answer up to N ms (less if the client leaves)
+// after the request was served and before the answer is sent: on a pop, after its claim, the
+// window where a client that leaves must get its claim given back; on a write, after its commit,
+// the window where a client that times out cannot know whether it was applied.
+// {"pass":true,"dropAnswer":true} serves the request and then closes the connection without an
+// answer (the write was applied, the client hears nothing).
 //
 // A header value may hold ${httpDate} or ${httpDate:+2s} / ${httpDate:-30s} (a signed Go
 // duration): the IMF-fixdate of the moment the fault is sent plus the offset, rounded up to the
@@ -56,8 +59,10 @@ type FaultResponse struct {
 	Times   int             `json:"times,omitempty"`
 	Pass    bool            `json:"pass,omitempty"`
 	DelayMs int             `json:"delayMs,omitempty"`
-	// HoldAnswerMs, with Pass, holds a pop's answer between its claim and its sending.
+	// HoldAnswerMs, with Pass, holds the answer between serving the request and sending it.
 	HoldAnswerMs int `json:"holdAnswerMs,omitempty"`
+	// DropAnswer, with Pass, closes the connection after serving the request, without an answer.
+	DropAnswer bool `json:"dropAnswer,omitempty"`
 }
 
 // FaultRule scripts one route of one run.
@@ -116,8 +121,9 @@ func (f *faultInjector) wrap(next http.Handler) http.Handler {
 		}
 		resp, ok := f.take(run, r)
 		if !ok {
-			if resp.HoldAnswerMs > 0 {
-				r = r.WithContext(context.WithValue(r.Context(), holdAnswerKey{}, time.Duration(resp.HoldAnswerMs)*time.Millisecond))
+			if resp.HoldAnswerMs > 0 || resp.DropAnswer {
+				serveWithScriptedAnswer(next, w, r, resp)
+				return
 			}
 			next.ServeHTTP(w, r)
 			return
@@ -158,17 +164,71 @@ func (f *faultInjector) take(run string, r *http.Request) (FaultResponse, bool) 
 	return FaultResponse{}, false
 }
 
-// holdAnswerKey carries a pass's holdAnswerMs in the request context.
+// holdAnswerKey carries a pass's scriptedAnswer in the request context.
 type holdAnswerKey struct{}
 
-// holdAnswerForFaultScript waits out a fault script's holdAnswerMs, or until
-// the client leaves; without a script it returns at once.
-func holdAnswerForFaultScript(r *http.Request) {
-	hold, ok := r.Context().Value(holdAnswerKey{}).(time.Duration)
-	if !ok {
+// scriptedAnswer is what a pass does to the answer of the request it lets through.
+type scriptedAnswer struct {
+	hold time.Duration
+	drop bool
+	// waited is set once the hold was waited out, by the pop (which must wait between its
+	// claim and its send) or by the first write of the answer.
+	waited bool
+}
+
+// serveWithScriptedAnswer serves r in full, then holds its answer or drops the connection.
+func serveWithScriptedAnswer(next http.Handler, w http.ResponseWriter, r *http.Request, resp FaultResponse) {
+	answer := &scriptedAnswer{hold: time.Duration(resp.HoldAnswerMs) * time.Millisecond, drop: resp.DropAnswer}
+	r = r.WithContext(context.WithValue(r.Context(), holdAnswerKey{}, answer))
+	next.ServeHTTP(&scriptedAnswerWriter{ResponseWriter: w, r: r, answer: answer}, r)
+	if answer.drop {
+		// Outside the recovery middleware: net/http closes the connection, nothing was sent.
+		panic(http.ErrAbortHandler)
+	}
+}
+
+// scriptedAnswerWriter holds the answer at its first write, or swallows it when it is dropped.
+type scriptedAnswerWriter struct {
+	http.ResponseWriter
+	r      *http.Request
+	answer *scriptedAnswer
+}
+
+func (w *scriptedAnswerWriter) WriteHeader(status int) {
+	if w.answer.drop {
 		return
 	}
-	timer := time.NewTimer(hold)
+	holdAnswerForFaultScript(w.r)
+	w.ResponseWriter.WriteHeader(status)
+}
+
+func (w *scriptedAnswerWriter) Write(b []byte) (int, error) {
+	if w.answer.drop {
+		return len(b), nil
+	}
+	holdAnswerForFaultScript(w.r)
+	return w.ResponseWriter.Write(b)
+}
+
+func (w *scriptedAnswerWriter) Flush() {
+	if w.answer.drop {
+		return
+	}
+	holdAnswerForFaultScript(w.r)
+	_ = http.NewResponseController(w.ResponseWriter).Flush()
+}
+
+func (w *scriptedAnswerWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
+
+// holdAnswerForFaultScript waits out a fault script's holdAnswerMs once, or until
+// the client leaves; without a script it returns at once.
+func holdAnswerForFaultScript(r *http.Request) {
+	answer, ok := r.Context().Value(holdAnswerKey{}).(*scriptedAnswer)
+	if !ok || answer.waited || answer.hold <= 0 {
+		return
+	}
+	answer.waited = true
+	timer := time.NewTimer(answer.hold)
 	defer timer.Stop()
 	select {
 	case <-timer.C:

@@ -166,3 +166,46 @@ func TestFaultScriptsOffByDefault(t *testing.T) {
 		t.Fatalf("GET /__test/faults without the option: %d, want 404", resp.StatusCode)
 	}
 }
+
+// A pass may hold a write's answer after the write was served (the client that times out
+// cannot know it was applied) or drop the connection without an answer.
+func TestFaultScriptHoldsOrDropsAnAnswerAfterServing(t *testing.T) {
+	served := 0
+	next := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		served++
+		w.Header().Set("Content-Type", "application/json")
+		_, _ = w.Write([]byte(`{"applied":true}`))
+	})
+	srv := httptest.NewServer(newFaultInjector().wrap(next))
+	defer srv.Close()
+	script := `{"rules":[{"method":"POST","path":"/api/v1/kv","responses":[
+	  {"pass":true,"holdAnswerMs":400},{"pass":true,"dropAnswer":true}]}]}`
+	req, _ := http.NewRequest(http.MethodPut, srv.URL+"/__test/faults/r1", strings.NewReader(script))
+	if resp, err := http.DefaultClient.Do(req); err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("PUT script: %v %v", resp, err)
+	}
+	kv := func() (*http.Response, error) {
+		req, _ := http.NewRequest(http.MethodPost, srv.URL+"/api/v1/kv", strings.NewReader("{}"))
+		req.Header.Set(FaultsRunHeader, "r1")
+		return http.DefaultClient.Do(req)
+	}
+
+	start := time.Now()
+	resp, err := kv()
+	if err != nil || resp.StatusCode != http.StatusOK || time.Since(start) < 400*time.Millisecond {
+		t.Fatalf("held answer: %v %v after %v", resp, err, time.Since(start))
+	}
+	if b, _ := io.ReadAll(resp.Body); string(b) != `{"applied":true}` {
+		t.Fatalf("held answer body: %s", b)
+	}
+	if served != 1 {
+		t.Fatalf("served %d before the drop, want 1", served)
+	}
+
+	if resp, err := kv(); err == nil {
+		t.Fatalf("dropped answer arrived: %d", resp.StatusCode)
+	}
+	if served != 2 {
+		t.Fatalf("the dropped request was served %d times in all, want 2 (served, then dropped)", served-1)
+	}
+}
