@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"math"
@@ -12,6 +13,7 @@ import (
 	"net/url"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/getkin/kin-openapi/openapi3"
@@ -78,9 +80,17 @@ func newValidatingProxy(specPath, brokerURL string, port int) (*validatingProxy,
 		ModifyResponse: p.check,
 		// A long poll the SDK abandons (a stop, a timeout) is not a proxy failure worth logging.
 		ErrorHandler: func(w http.ResponseWriter, r *http.Request, err error) {
-			if r.Context().Err() == nil {
-				p.violation(r.Header.Get(runHeader), fmt.Sprintf("%s %s: broker unreachable through the proxy: %v", r.Method, r.URL.Path, err))
+			_, route, _, routeErr := p.findRoute(r)
+			p.record(r, operationOf(route, routeErr), 0)
+			if r.Context().Err() != nil {
+				return
 			}
+			if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, syscall.ECONNRESET) {
+				// The broker closed the connection without an answer (a fault script's
+				// dropAnswer): the SDK must see that, not a 502 it could tell apart.
+				panic(http.ErrAbortHandler)
+			}
+			p.violation(r.Header.Get(runHeader), fmt.Sprintf("%s %s: broker unreachable through the proxy: %v", r.Method, r.URL.Path, err))
 			w.WriteHeader(http.StatusBadGateway)
 		},
 	}
@@ -103,22 +113,9 @@ func (p *validatingProxy) check(resp *http.Response) error {
 	body, err := io.ReadAll(resp.Body)
 	_ = resp.Body.Close()
 	resp.Body = io.NopCloser(bytes.NewReader(body))
-	// Match the route on the path the broker saw, without the proxy's host.
-	u := *req.URL
-	u.Scheme, u.Host = "", ""
-	rreq := req.Clone(context.Background())
-	rreq.URL = &u
-	rreq.Host = ""
-	route, params, routeErr := p.router.FindRoute(rreq)
-	op := ""
-	if routeErr == nil && route.Operation != nil {
-		op = route.Operation.OperationID
-	}
-	p.mu.Lock()
-	if run != "" {
-		p.requests[run] = append(p.requests[run], recorded{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Op: op, Status: resp.StatusCode})
-	}
-	p.mu.Unlock()
+	rreq, route, params, routeErr := p.findRoute(req)
+	op := operationOf(route, routeErr)
+	p.record(req, op, resp.StatusCode)
 	if err != nil {
 		p.violation(run, fmt.Sprintf("%s %s: reading the response: %v", req.Method, req.URL.Path, err))
 		return nil
@@ -163,6 +160,35 @@ func headerAsTheBrokerSends(h http.Header) http.Header {
 	h = h.Clone()
 	h.Set("Retry-After", strconv.FormatInt(seconds, 10))
 	return h
+}
+
+// findRoute matches the route of openapi.yaml on the path the broker saw, without the proxy's host.
+func (p *validatingProxy) findRoute(req *http.Request) (*http.Request, *routers.Route, map[string]string, error) {
+	u := *req.URL
+	u.Scheme, u.Host = "", ""
+	rreq := req.Clone(context.Background())
+	rreq.URL = &u
+	rreq.Host = ""
+	route, params, err := p.router.FindRoute(rreq)
+	return rreq, route, params, err
+}
+
+func operationOf(route *routers.Route, routeErr error) string {
+	if routeErr != nil || route.Operation == nil {
+		return ""
+	}
+	return route.Operation.OperationID
+}
+
+// record notes a request of a run; status 0 is one that got no answer.
+func (p *validatingProxy) record(req *http.Request, op string, status int) {
+	run := req.Header.Get(runHeader)
+	if run == "" {
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.requests[run] = append(p.requests[run], recorded{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Op: op, Status: status})
 }
 
 func (p *validatingProxy) violation(run, msg string) {

@@ -101,3 +101,46 @@ func TestProxyAcceptsAPoppedNumberNoFloat64Holds(t *testing.T) {
 		t.Fatalf("a partition name that is a number: want one violation about it, got %q", violations)
 	}
 }
+
+// A connection the broker closes without an answer (a fault script's dropAnswer) reaches the
+// client closed too, not as a 502 it could tell apart, and the request is still recorded.
+func TestProxyPassesOnAConnectionDroppedWithoutAnswer(t *testing.T) {
+	broker := os.Getenv("LANES_TEST_URL")
+	if broker == "" {
+		t.Fatal("LANES_TEST_URL is not set: start a broker from the repository root (scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
+	}
+	proxy, err := newValidatingProxy(filepath.Join("..", "..", "..", "openapi.yaml"), broker, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	run := fmt.Sprintf("conformance-proxy-drop-%d", time.Now().UnixNano())
+	script := `{"rules":[{"method":"POST","path":"/api/v1/kv","responses":[{"pass":true,"dropAnswer":true}]}]}`
+	req, _ := http.NewRequest(http.MethodPut, broker+"/__test/faults/"+run, strings.NewReader(script))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil || resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("PUT fault script: %v %v", resp, err)
+	}
+	t.Cleanup(func() {
+		req, _ := http.NewRequest(http.MethodDelete, broker+"/__test/faults/"+run, nil)
+		if resp, err := http.DefaultClient.Do(req); err == nil {
+			_ = resp.Body.Close()
+		}
+	})
+
+	body := `{"operations":[{"op":"incr","ns":"` + run + `","key":"hits","delta":1,"forever":true}]}`
+	req, _ = http.NewRequest(http.MethodPost, proxy.URL+"/api/v1/kv", strings.NewReader(body))
+	req.Header.Set("Content-Type", "application/json")
+	req.Header.Set(runHeader, run)
+	if resp, err := http.DefaultClient.Do(req); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		t.Fatalf("dropped answer reached the client as %d %s", resp.StatusCode, b)
+	}
+	requests, violations := proxy.take(run)
+	if len(violations) != 0 {
+		t.Fatalf("violations: %v", violations)
+	}
+	if len(requests) != 1 || requests[0].Op != "kvBatch" || requests[0].Status != 0 {
+		t.Fatalf("recorded %+v, want one kvBatch without an answer", requests)
+	}
+}
