@@ -196,8 +196,20 @@ func errKind(err error) map[string]any {
 		ae  *lanes.AckError
 		te  *lanes.TransactionError
 		api *lanes.APIError
+		ou  *lanes.OutcomeUnknownError
 	)
 	switch {
+	case errors.As(err, &ou):
+		// The kind of the last attempt's failure; timeout as the error itself reports it.
+		out := errKind(ou.Err)
+		delete(out, "timeout")
+		if errors.Is(err, lanes.ErrTimeout) {
+			out["timeout"] = true
+		}
+		out["outcomeUnknown"] = true
+		out["attempts"] = ou.Attempts
+		out["message"] = err.Error()
+		return out
 	case errors.As(err, &pe):
 		return map[string]any{"kind": "push", "message": err.Error()}
 	case errors.As(err, &ae):
@@ -222,7 +234,11 @@ func errKind(err error) map[string]any {
 		}
 		return out
 	case errors.Is(err, lanes.ErrConnection):
-		return map[string]any{"kind": "connection", "message": err.Error()}
+		out := map[string]any{"kind": "connection", "message": err.Error()}
+		if errors.Is(err, lanes.ErrTimeout) {
+			out["timeout"] = true
+		}
+		return out
 	default:
 		return map[string]any{"kind": "other", "message": strings.TrimSpace(err.Error())}
 	}

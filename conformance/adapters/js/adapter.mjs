@@ -6,6 +6,8 @@ import {
   Lanes,
   APIError,
   APIConnectionError,
+  APITimeoutError,
+  OutcomeUnknownError,
   PushError,
   AckError,
   TransactionError,
@@ -15,6 +17,13 @@ import {
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
 function errKind(err) {
+  if (err instanceof OutcomeUnknownError) {
+    // The kind of the last attempt's failure; timeout as the error itself reports it.
+    const out = errKind(err.cause);
+    delete out.timeout;
+    if (err instanceof APITimeoutError) out.timeout = true;
+    return { ...out, outcomeUnknown: true, attempts: err.attempts, message: err.message };
+  }
   if (err instanceof PushError) return { kind: "push", message: err.message };
   if (err instanceof AckError) return { kind: "ack", message: err.message };
   if (err instanceof TransactionError) {
@@ -29,7 +38,11 @@ function errKind(err) {
     if (err.retryAfter !== undefined) out.retryAfterMs = Math.round(err.retryAfter);
     return out;
   }
-  if (err instanceof APIConnectionError) return { kind: "connection", message: err.message };
+  if (err instanceof APIConnectionError) {
+    const out = { kind: "connection", message: err.message };
+    if (err instanceof APITimeoutError) out.timeout = true;
+    return out;
+  }
   return { kind: "other", message: String(err?.stack ?? err) };
 }
 

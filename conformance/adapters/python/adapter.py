@@ -23,14 +23,23 @@ from lanes import (
     AckError,
     APIConnectionError,
     APIError,
+    APITimeoutError,
     ConsumerStoppedError,
     Item,
+    OutcomeUnknownError,
     PushError,
     TransactionError,
 )
 
 
 def err_kind(err: BaseException) -> dict[str, Any]:
+    if isinstance(err, OutcomeUnknownError):
+        # The kind of the last attempt's failure; timeout as the error itself reports it.
+        cause = err_kind(err.cause)
+        cause.pop("timeout", None)
+        if isinstance(err, APITimeoutError):
+            cause["timeout"] = True
+        return {**cause, "outcomeUnknown": True, "attempts": err.attempts, "message": str(err)}
     if isinstance(err, PushError):
         return {"kind": "push", "message": str(err)}
     if isinstance(err, AckError):
@@ -59,7 +68,10 @@ def err_kind(err: BaseException) -> dict[str, Any]:
             out["retryAfterMs"] = round(err.retry_after * 1000)
         return out
     if isinstance(err, APIConnectionError):
-        return {"kind": "connection", "message": str(err)}
+        conn: dict[str, Any] = {"kind": "connection", "message": str(err)}
+        if isinstance(err, APITimeoutError):
+            conn["timeout"] = True
+        return conn
     return {
         "kind": "other",
         "message": "".join(traceback.format_exception_only(type(err), err)).strip(),
