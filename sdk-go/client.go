@@ -123,6 +123,12 @@ func WithMaxRetryAfter(d time.Duration) Option {
 	return func(c *config) { c.policy.MaxRetryAfter = d }
 }
 
+// WithHealthRetryAfter sets how long a broker URL is skipped after a network failure, a 408 or a
+// 5xx on it, when WithURL gave several (default 5 s; 0 never skips). While skipped, requests go to
+// the other URLs; when all are skipped they are tried in order anyway (docs/retries.md §4).
+// New refuses a negative d.
+func WithHealthRetryAfter(d time.Duration) Option { return func(c *config) { c.healthRetry = d } }
+
 // WithLogger routes the client's logs (retry decisions at debug) to l. Default: discarded,
 // except warnings that must not be silent, which go to slog.Default(): items a push buffer
 // drops, and consume loop and iterator errors when no OnError is set (pass a discarding logger
@@ -186,6 +192,9 @@ func New(opts ...Option) (*Client, error) {
 	}
 	if len(cfg.urls) == 0 {
 		cfg.urls = []string{DefaultURL}
+	}
+	if cfg.healthRetry < 0 {
+		return nil, fmt.Errorf("lanes: WithHealthRetryAfter must not be negative, got %v", cfg.healthRetry)
 	}
 	warnLog := cfg.logger
 	if cfg.logger == nil {

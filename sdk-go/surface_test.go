@@ -14,7 +14,7 @@ var designSurface = map[string][]any{
 	"1 client": {
 		lanes.New, lanes.WithURL, lanes.WithBearerToken, lanes.WithBearerTokenFunc, lanes.WithTimeout,
 		lanes.WithRetryAttempts, lanes.WithRetryDelay, lanes.WithMaxRetryDelay, lanes.WithMax429Attempts,
-		lanes.WithMaxRetryAfter, lanes.WithLogger, lanes.WithHTTPClient, lanes.WithHeader,
+		lanes.WithMaxRetryAfter, lanes.WithHealthRetryAfter, lanes.WithLogger, lanes.WithHTTPClient, lanes.WithHeader,
 		lanes.WithPopAutopilot, (*lanes.Client).Close, (*lanes.Client).Health, (*lanes.Client).FlushAll,
 		(*lanes.Client).BufferStats, lanes.BufferStats{}.ActiveBuffers, lanes.BufferStats{}.TotalBufferedMessages,
 		lanes.BufferStats{}.FlushesPerformed,

@@ -412,7 +412,7 @@ func (c *Client) pickURL(after int, tried map[int]bool) int {
 			if pass == 0 && tried[j] {
 				continue
 			}
-			if until, bad := c.unhealthy[j]; !bad || now.After(until) {
+			if until, bad := c.unhealthy[j]; !bad || !now.Before(until) {
 				return j
 			}
 		}

@@ -15,7 +15,8 @@ import lanes
 # §1: client options (keywords of both constructors) and client methods.
 CLIENT_KWARGS = [
     "url", "urls", "bearer_token", "timeout", "retry_attempts", "retry_delay", "max_retry_delay",
-    "max_429_attempts", "max_retry_after", "logger", "http_client", "headers", "pop_autopilot",
+    "max_429_attempts", "max_retry_after", "health_retry_after", "logger", "http_client", "headers",
+    "pop_autopilot",
 ]  # fmt: skip
 
 # Methods (and the keywords the tables name) per class, sync then async.

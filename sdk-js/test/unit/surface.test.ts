@@ -9,7 +9,7 @@ import type { Admin, Consumer, DlqBuilder, Kv, Lanes, LanesOptions, QueueBuilder
 // §1 client options and methods.
 const clientOptions: (keyof LanesOptions)[] = [
   "url", "urls", "bearerToken", "timeoutMillis", "retryAttempts", "retryDelayMillis", "maxRetryDelayMillis",
-  "max429Attempts", "maxRetryAfterMillis", "logger", "fetch", "headers", "popAutopilot",
+  "max429Attempts", "maxRetryAfterMillis", "healthRetryAfterMillis", "logger", "fetch", "headers", "popAutopilot",
 ];
 const client: (keyof Lanes)[] = ["queue", "transaction", "kv", "kvNamespaces", "timers", "health", "ack", "renew", "flushAll", "bufferStats", "close", "admin"];
 // §2 producing, §3 consuming and §6's builders on a queue.

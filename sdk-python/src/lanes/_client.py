@@ -8,6 +8,7 @@ import asyncio
 import atexit
 import dataclasses
 import logging
+import math
 import os
 import threading
 from collections.abc import Callable, Mapping, Sequence
@@ -72,12 +73,17 @@ def _config(
     max_retry_delay: float,
     max_429_attempts: int,
     max_retry_after: float,
+    health_retry_after: float,
     logger: logging.Logger | None,
     headers: Mapping[str, str] | None,
     pop_autopilot: bool | None,
     clock: Callable[[], float] | None,
     rng: Callable[[], float] | None,
 ) -> Config:
+    if not math.isfinite(health_retry_after) or health_retry_after < 0:
+        raise ValueError(
+            f"lanes: health_retry_after must be a non-negative number, got {health_retry_after}"
+        )
     lst = list(urls) if urls else [url or os.environ.get("LANES_URL") or DEFAULT_URL]
     cfg = Config(
         urls=[u.rstrip("/") for u in lst],
@@ -87,6 +93,7 @@ def _config(
             max_retry_delay=max_retry_delay,
             max_429_attempts=max(0, max_429_attempts),
             max_retry_after=max_retry_after,
+            health_retry_after=health_retry_after,
         ),
         timeout=timeout,
         bearer_token=bearer_token,
@@ -130,6 +137,9 @@ class Lanes:
 
     ``bearer_token`` is a token, or a function asked for one before every attempt, so a
     long-lived client outlives its tokens: return a cached token and renew it before it expires.
+
+    With several ``urls``, a URL that failed is skipped for
+    ``health_retry_after`` seconds (default 5; 0 never skips), then asked again.
     """
 
     def __init__(
@@ -144,6 +154,7 @@ class Lanes:
         max_retry_delay: float = 8.0,
         max_429_attempts: int = 10,
         max_retry_after: float = 60.0,
+        health_retry_after: float = 5.0,
         logger: logging.Logger | None = None,
         http_client: httpx.Client | None = None,
         headers: Mapping[str, str] | None = None,
@@ -154,7 +165,8 @@ class Lanes:
     ) -> None:
         self._cfg = _config(
             url, urls, bearer_token, timeout, retry_attempts, retry_delay, max_retry_delay,
-            max_429_attempts, max_retry_after, logger, headers, pop_autopilot, _clock, _rng,
+            max_429_attempts, max_retry_after, health_retry_after, logger, headers, pop_autopilot,
+            _clock, _rng,
         )  # fmt: skip
         self._t = SyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[Consumer] = set()
@@ -350,6 +362,7 @@ class AsyncLanes:
         max_retry_delay: float = 8.0,
         max_429_attempts: int = 10,
         max_retry_after: float = 60.0,
+        health_retry_after: float = 5.0,
         logger: logging.Logger | None = None,
         http_client: httpx.AsyncClient | None = None,
         headers: Mapping[str, str] | None = None,
@@ -360,7 +373,8 @@ class AsyncLanes:
     ) -> None:
         self._cfg = _config(
             url, urls, bearer_token, timeout, retry_attempts, retry_delay, max_retry_delay,
-            max_429_attempts, max_retry_after, logger, headers, pop_autopilot, _clock, _rng,
+            max_429_attempts, max_retry_after, health_retry_after, logger, headers, pop_autopilot,
+            _clock, _rng,
         )  # fmt: skip
         self._t = AsyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[AsyncConsumer] = set()

@@ -95,7 +95,7 @@ def _url(base: str, path: str, query: str | None) -> str:
 class _Base:
     def __init__(self, cfg: Config) -> None:
         self.cfg = cfg
-        self.endpoints = Endpoints(cfg.urls)
+        self.endpoints = Endpoints(cfg.urls, cfg.settings.health_retry_after)
 
     def _state(self, long_poll: bool, deadline: float | None, not_idempotent: bool) -> CallState:
         scoped = current_deadline()

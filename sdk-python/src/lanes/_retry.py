@@ -26,7 +26,7 @@ __all__ = [
 
 RETRYABLE_STATUSES = frozenset({408, 500, 502, 503, 504})
 HEALTH_RETRY_AFTER = 5.0
-"""Seconds a broker URL stays marked unhealthy after a network failure or a 5xx."""
+"""Default seconds a broker URL is skipped after a network failure or a 5xx on it."""
 
 
 @dataclass(frozen=True)
@@ -38,6 +38,7 @@ class RetrySettings:
     max_retry_delay: float = 8.0
     max_429_attempts: int = 10
     max_retry_after: float = 60.0
+    health_retry_after: float = HEALTH_RETRY_AFTER
 
 
 @dataclass(frozen=True)
@@ -235,6 +236,7 @@ class Endpoints:
     """Broker URLs in the order given, with an unhealthy mark per URL (docs/retries.md §4)."""
 
     urls: Sequence[str]
+    health_retry_after: float = HEALTH_RETRY_AFTER
     unhealthy_until: dict[str, float] = field(default_factory=dict)
 
     def pick(self, now: float, skip: frozenset[str] = frozenset()) -> str:
@@ -249,7 +251,7 @@ class Endpoints:
 
     def mark_unhealthy(self, url: str, now: float) -> None:
         if len(self.urls) > 1:
-            self.unhealthy_until[url] = now + HEALTH_RETRY_AFTER
+            self.unhealthy_until[url] = now + self.health_retry_after
 
 
 class CallState:
