@@ -2,6 +2,7 @@ package lanes_test
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/http"
 	"strings"
@@ -97,4 +98,82 @@ func TestHealthRetryAfterNegativeIsRefused(t *testing.T) {
 	require.ErrorContains(t, err, "WithHealthRetryAfter must not be negative")
 }
 
+// sameBrokerOtherHost is the test broker's URL with 127.0.0.1 and localhost swapped: a second
+// URL the client tells apart, on the same real broker.
+func sameBrokerOtherHost(t *testing.T, base string) string {
+	t.Helper()
+	if strings.Contains(base, "127.0.0.1") {
+		return strings.Replace(base, "127.0.0.1", "localhost", 1)
+	}
+	require.Contains(t, base, "localhost")
+	return strings.Replace(base, "localhost", "127.0.0.1", 1)
+}
+
+// What marks a URL as failing, as in the TS and Python SDKs: a 408 or a 5xx, retried or not
+// (an answer `x-should-retry: false` forbids the retry, not the skip); any other 4xx does not.
+func TestITWhichAnswersSkipAURL(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name    string
+		fault   string
+		skipped bool
+	}{
+		{"408", `{"status":408}`, true},
+		{"503 x-should-retry false", `{"status":503,"headers":{"x-should-retry":"false"}}`, true},
+		{"409", `{"status":409}`, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			first := testBrokerURL(t)
+			second := sameBrokerOtherHost(t, first)
+			rec := &attemptHosts{}
+			c := scriptFaults(t, `[{"method":"GET","path":"/health","responses":[`+tc.fault+`]}]`,
+				lanes.WithURL(second), lanes.WithHTTPClient(&http.Client{Transport: rec}))
+
+			_, err := c.Health(ctx)
+			require.Error(t, err, "the scripted answer, not retried")
+			require.Equal(t, []string{hostOf(first)}, rec.take())
+			_, err = c.Health(ctx)
+			require.NoError(t, err)
+			want := hostOf(first)
+			if tc.skipped {
+				want = hostOf(second)
+			}
+			require.Equal(t, []string{want}, rec.take())
+		})
+	}
+}
+
 func hostOf(u string) string { return strings.TrimPrefix(strings.TrimPrefix(u, "http://"), "https://") }
+
+// A success that was already in flight when the URL failed (here a long-poll pop parked on an
+// empty queue) does not end the skip early: the URL stays skipped for WithHealthRetryAfter, as
+// in the TS and Python SDKs.
+func TestITSkipOutlastsASuccessInFlight(t *testing.T) {
+	t.Parallel()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	first := testBrokerURL(t)
+	second := sameBrokerOtherHost(t, first)
+	rec := &attemptHosts{}
+	c := scriptFaults(t, `[{"method":"GET","path":"/health","responses":[{"status":503}]}]`,
+		lanes.WithURL(second), lanes.WithHTTPClient(&http.Client{Transport: rec}))
+	queue := fmt.Sprintf("sdkgo-skip-outlasts-%d", time.Now().UnixNano())
+
+	popped := make(chan error, 1)
+	go func() {
+		_, err := c.Queue(queue).Wait(true).Timeout(time.Second).Pop(ctx)
+		popped <- err
+	}()
+	time.Sleep(300 * time.Millisecond) // the pop is parked on the first URL
+	_, err := c.Health(ctx)
+	require.Error(t, err, "the scripted 503, not retried")
+	require.NoError(t, <-popped)
+	require.Equal(t, []string{hostOf(first), hostOf(first)}, rec.take())
+
+	_, err = c.Health(ctx)
+	require.NoError(t, err)
+	require.Equal(t, []string{hostOf(second)}, rec.take(), "the first URL is still skipped")
+}

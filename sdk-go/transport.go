@@ -167,13 +167,15 @@ func (st *callState) checkRetry(ctx context.Context, resp *http.Response, err er
 		*st.flags.attempts = st.attempt + 1
 	}
 	if err == nil && resp.StatusCode < 400 {
-		c.markHealthy(st.idx)
-		return false, nil
+		return false, nil // a success leaves a skip running: it may have been in flight before the failure
 	}
 	if ctx.Err() != nil {
 		return false, context.Cause(ctx)
 	}
 	st.lastErr = err
+	if err != nil || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500 {
+		c.markUnhealthy(st.idx) // skipped for WithHealthRetryAfter, retried or not (docs/retries.md §4)
+	}
 	in := retryInput{NetworkErr: err != nil, NotSent: failedBeforeSend(err), NotIdempotent: st.flags.notIdempotent,
 		LongPoll: st.flags.longPoll, Transient: st.transient, RateLimited: st.rateLimited,
 		Now: c.cfg.now(), Rand: c.cfg.rand(), Policy: c.cfg.policy}
@@ -182,21 +184,16 @@ func (st *callState) checkRetry(ctx context.Context, resp *http.Response, err er
 	}
 	d := decideRetry(in)
 	if d.OutcomeUnknown {
-		c.markUnhealthy(st.idx)
 		st.unknown = true
 		c.log.Debug("lanes: not retrying", "reason", d.Reason, "method", st.method, "path", st.path)
 		return false, errOutcomeUnknown
 	}
 	if !d.Retry {
-		if err != nil {
-			c.markUnhealthy(st.idx)
-		}
 		return false, nil
 	}
 	next, delay := st.idx, d.Delay
 	if d.Kind == retryTransient {
 		st.transient++
-		c.markUnhealthy(st.idx)
 		next = c.pickURL(st.idx, st.tried)
 		if next != st.idx && !st.tried[next] && d.RetryAfter == 0 {
 			delay = 0 // failover to a broker not yet tried in this call
@@ -426,15 +423,6 @@ func (c *Client) markUnhealthy(i int) {
 	}
 	c.mu.Lock()
 	c.unhealthy[i] = c.cfg.now().Add(c.cfg.healthRetry)
-	c.mu.Unlock()
-}
-
-func (c *Client) markHealthy(i int) {
-	if len(c.bases) == 1 {
-		return
-	}
-	c.mu.Lock()
-	delete(c.unhealthy, i)
 	c.mu.Unlock()
 }
 

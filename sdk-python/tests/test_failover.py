@@ -4,8 +4,11 @@ refused is skipped for ``health_retry_after`` seconds, then asked again, in both
 from __future__ import annotations
 
 import asyncio
+import json
 import socket
 import time
+import uuid
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
@@ -87,3 +90,79 @@ def test_failing_url_skipped_then_retried_async(broker_url: str) -> None:
 def test_bad_health_retry_after_is_refused(bad: float) -> None:
     with pytest.raises(ValueError, match="health_retry_after must be a non-negative number"):
         lanes.Lanes(urls=["http://127.0.0.1:1", "http://127.0.0.1:2"], health_retry_after=bad)
+
+
+def same_broker_other_host(url: str) -> str:
+    """The test broker's URL with 127.0.0.1 and localhost swapped: a second URL the client tells
+    apart, on the same real broker."""
+    if "127.0.0.1" in url:
+        return url.replace("127.0.0.1", "localhost", 1)
+    assert "localhost" in url
+    return url.replace("localhost", "127.0.0.1", 1)
+
+
+@pytest.mark.parametrize(
+    ("fault", "skipped"),
+    [
+        ({"status": 408}, True),
+        ({"status": 503, "headers": {"x-should-retry": "false"}}, True),
+        ({"status": 409}, False),
+    ],
+    ids=["408", "503-x-should-retry-false", "409"],
+)
+def test_which_answers_skip_a_url(broker_url: str, fault: dict[str, object], skipped: bool) -> None:
+    """As in Go and TS: a 408 or a 5xx marks the URL, retried or not; any other 4xx does not."""
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    rules = [{"method": "GET", "path": "/health", "responses": [fault]}]
+    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
+    assert r.status_code == 204, "the test broker serves no fault scripts (LANES_TEST_FAULTS)"
+    second = same_broker_other_host(broker_url)
+    seen: list[str] = []
+    hc = recording(seen)
+    try:
+        with lanes.Lanes(
+            urls=[broker_url, second],
+            http_client=hc,
+            headers={"X-Lanes-Test-Run": run},
+            retry_attempts=0,
+        ) as c:
+            with pytest.raises(lanes.APIError):
+                c.health()
+            assert seen == [host(broker_url)]
+            seen.clear()
+            c.health()
+            assert seen == [host(second) if skipped else host(broker_url)]
+    finally:
+        httpx.delete(f"{broker_url}/__test/faults/{run}")
+
+
+def test_skip_outlasts_a_success_in_flight(broker_url: str) -> None:
+    """As in Go and TS: a success already in flight when the URL failed (a long-poll pop parked
+    on an empty queue) does not end the skip early."""
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    rules = [{"method": "GET", "path": "/health", "responses": [{"status": 503}]}]
+    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
+    assert r.status_code == 204, "the test broker serves no fault scripts (LANES_TEST_FAULTS)"
+    second = same_broker_other_host(broker_url)
+    seen: list[str] = []
+    hc = recording(seen)
+    try:
+        with lanes.Lanes(
+            urls=[broker_url, second],
+            http_client=hc,
+            headers={"X-Lanes-Test-Run": run},
+            retry_attempts=0,
+        ) as c:
+            q = c.queue(f"py-skip-outlasts-{uuid.uuid4().hex[:8]}").wait(True).timeout_millis(1000)
+            with ThreadPoolExecutor(1) as pool:
+                popped = pool.submit(q.pop)
+                time.sleep(0.3)  # the pop is parked on the first URL
+                with pytest.raises(lanes.APIError):
+                    c.health()
+                popped.result()
+            assert seen == [host(broker_url), host(broker_url)]
+            seen.clear()
+            c.health()
+            assert seen == [host(second)], "the first URL is still skipped"
+    finally:
+        httpx.delete(f"{broker_url}/__test/faults/{run}")

@@ -1,9 +1,10 @@
 // Several broker URLs against a real broker (docs/retries.md §4): a URL whose connection is
-// refused is skipped for healthRetryAfterMillis, then asked again (the same cases as sdk-go and
-// sdk-python).
+// refused is skipped for healthRetryAfterMillis, then asked again; a 408 or a 5xx marks a URL,
+// retried or not, and any other 4xx does not (the same cases as sdk-go and sdk-python).
+import { randomUUID } from "node:crypto";
 import { createServer } from "node:net";
 import { describe, expect, it } from "vitest";
-import { Lanes, type LanesOptions } from "../../src/index.js";
+import { APIError, Lanes, type LanesOptions } from "../../src/index.js";
 import { brokerUrl, sleep } from "./helpers.js";
 
 /** closedPortUrl is a local URL nobody listens on: connecting to it is refused. */
@@ -14,6 +15,13 @@ async function closedPortUrl(): Promise<string> {
   await new Promise<void>((r) => srv.close(() => r()));
   if (addr === null || typeof addr === "string") throw new Error("no port");
   return `http://127.0.0.1:${addr.port}`;
+}
+
+/** sameBrokerOtherHost swaps 127.0.0.1 and localhost: a second URL on the same real broker. */
+function sameBrokerOtherHost(url: string): string {
+  if (url.includes("127.0.0.1")) return url.replace("127.0.0.1", "localhost");
+  expect(url).toContain("localhost");
+  return url.replace("localhost", "127.0.0.1");
 }
 
 const host = (url: string) => new URL(url).host;
@@ -49,4 +57,50 @@ describe("failover: healthRetryAfterMillis", () => {
     expect(() => new Lanes({ urls: ["http://127.0.0.1:1"], env: {}, healthRetryAfterMillis: -1 })).toThrow(/healthRetryAfterMillis must be a non-negative number/);
   });
 
+  it.each([
+    { name: "408", fault: { status: 408 }, skipped: true },
+    { name: "503 x-should-retry false", fault: { status: 503, headers: { "x-should-retry": "false" } }, skipped: true },
+    { name: "409", fault: { status: 409 }, skipped: false },
+  ])("which answers skip a URL: $name", async ({ fault, skipped }) => {
+    const base = brokerUrl();
+    const run = `js-${randomUUID().slice(0, 12)}`;
+    const rules = [{ method: "GET", path: "/health", responses: [fault] }];
+    const res = await fetch(`${base}/__test/faults/${run}`, { method: "PUT", body: JSON.stringify({ rules }) });
+    expect(res.status, "the test broker serves no fault scripts (LANES_TEST_FAULTS)").toBe(204);
+    try {
+      const second = sameBrokerOtherHost(base);
+      const seen: string[] = [];
+      const c = recording([base, second], seen, { headers: { "X-Lanes-Test-Run": run }, retryAttempts: 0 });
+      await expect(c.health()).rejects.toBeInstanceOf(APIError);
+      expect(seen.splice(0)).toEqual([host(base)]);
+      await c.health();
+      expect(seen.splice(0)).toEqual([skipped ? host(second) : host(base)]);
+    } finally {
+      await fetch(`${base}/__test/faults/${run}`, { method: "DELETE" });
+    }
+  });
+});
+
+describe("failover: a success in flight", () => {
+  it("does not end the skip early (as in Go and Python)", async () => {
+    const base = brokerUrl();
+    const run = `js-${randomUUID().slice(0, 12)}`;
+    const rules = [{ method: "GET", path: "/health", responses: [{ status: 503 }] }];
+    const res = await fetch(`${base}/__test/faults/${run}`, { method: "PUT", body: JSON.stringify({ rules }) });
+    expect(res.status, "the test broker serves no fault scripts (LANES_TEST_FAULTS)").toBe(204);
+    try {
+      const second = sameBrokerOtherHost(base);
+      const seen: string[] = [];
+      const c = recording([base, second], seen, { headers: { "X-Lanes-Test-Run": run }, retryAttempts: 0 });
+      const popped = c.queue(`test-js-skip-outlasts-${randomUUID().slice(0, 8)}`).wait(true).timeoutMillis(1000).pop();
+      await sleep(300); // the pop is parked on the first URL
+      await expect(c.health()).rejects.toBeInstanceOf(APIError);
+      await popped;
+      expect(seen.splice(0)).toEqual([host(base), host(base)]);
+      await c.health();
+      expect(seen.splice(0), "the first URL is still skipped").toEqual([host(second)]);
+    } finally {
+      await fetch(`${base}/__test/faults/${run}`, { method: "DELETE" });
+    }
+  });
 });

@@ -138,7 +138,7 @@ class Lanes:
     ``bearer_token`` is a token, or a function asked for one before every attempt, so a
     long-lived client outlives its tokens: return a cached token and renew it before it expires.
 
-    With several ``urls``, a URL that failed is skipped for
+    With several ``urls``, a URL that failed (network failure, 408, 5xx) is skipped for
     ``health_retry_after`` seconds (default 5; 0 never skips), then asked again.
     """
 

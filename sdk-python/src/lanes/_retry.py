@@ -26,7 +26,7 @@ __all__ = [
 
 RETRYABLE_STATUSES = frozenset({408, 500, 502, 503, 504})
 HEALTH_RETRY_AFTER = 5.0
-"""Default seconds a broker URL is skipped after a network failure or a 5xx on it."""
+"""Default seconds a broker URL is skipped after a network failure, a 408 or a 5xx on it."""
 
 
 @dataclass(frozen=True)
@@ -307,7 +307,7 @@ class CallState:
             not_idempotent=self.not_idempotent,
             not_sent=not_sent,
         )
-        if status is None or (status is not None and status >= 500):
+        if status is None or status == 408 or status >= 500:
             self.endpoints.mark_unhealthy(self.url, now)
         if not d.retry:
             return d
