@@ -8,7 +8,9 @@ import json
 import socket
 import time
 import uuid
+from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -101,6 +103,29 @@ def same_broker_other_host(url: str) -> str:
     return url.replace("localhost", "127.0.0.1", 1)
 
 
+@contextmanager
+def faulted_two_host_client(
+    broker_url: str, health_response: dict[str, object], seen: list[str]
+) -> Iterator[lanes.Lanes]:
+    """A client of the test broker under two host names (the first answering GET /health as
+    health_response, from a fault script of its own run) that records each attempt's host in
+    seen, retries off."""
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    rules = [{"method": "GET", "path": "/health", "responses": [health_response]}]
+    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
+    assert r.status_code == 204, "the test broker serves no fault scripts (LANES_TEST_FAULTS)"
+    try:
+        with lanes.Lanes(
+            urls=[broker_url, same_broker_other_host(broker_url)],
+            http_client=recording(seen),
+            headers={"X-Lanes-Test-Run": run},
+            retry_attempts=0,
+        ) as c:
+            yield c
+    finally:
+        httpx.delete(f"{broker_url}/__test/faults/{run}")
+
+
 @pytest.mark.parametrize(
     ("fault", "skipped"),
     [
@@ -112,57 +137,31 @@ def same_broker_other_host(url: str) -> str:
 )
 def test_which_answers_skip_a_url(broker_url: str, fault: dict[str, object], skipped: bool) -> None:
     """As in Go and TS: a 408 or a 5xx marks the URL, retried or not; any other 4xx does not."""
-    run = f"py-{uuid.uuid4().hex[:12]}"
-    rules = [{"method": "GET", "path": "/health", "responses": [fault]}]
-    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
-    assert r.status_code == 204, "the test broker serves no fault scripts (LANES_TEST_FAULTS)"
     second = same_broker_other_host(broker_url)
     seen: list[str] = []
-    hc = recording(seen)
-    try:
-        with lanes.Lanes(
-            urls=[broker_url, second],
-            http_client=hc,
-            headers={"X-Lanes-Test-Run": run},
-            retry_attempts=0,
-        ) as c:
-            with pytest.raises(lanes.APIError):
-                c.health()
-            assert seen == [host(broker_url)]
-            seen.clear()
+    with faulted_two_host_client(broker_url, fault, seen) as c:
+        with pytest.raises(lanes.APIError):
             c.health()
-            assert seen == [host(second) if skipped else host(broker_url)]
-    finally:
-        httpx.delete(f"{broker_url}/__test/faults/{run}")
+        assert seen == [host(broker_url)]
+        seen.clear()
+        c.health()
+        assert seen == [host(second) if skipped else host(broker_url)]
 
 
 def test_skip_outlasts_a_success_in_flight(broker_url: str) -> None:
     """As in Go and TS: a success already in flight when the URL failed (a long-poll pop parked
     on an empty queue) does not end the skip early."""
-    run = f"py-{uuid.uuid4().hex[:12]}"
-    rules = [{"method": "GET", "path": "/health", "responses": [{"status": 503}]}]
-    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
-    assert r.status_code == 204, "the test broker serves no fault scripts (LANES_TEST_FAULTS)"
     second = same_broker_other_host(broker_url)
     seen: list[str] = []
-    hc = recording(seen)
-    try:
-        with lanes.Lanes(
-            urls=[broker_url, second],
-            http_client=hc,
-            headers={"X-Lanes-Test-Run": run},
-            retry_attempts=0,
-        ) as c:
-            q = c.queue(f"py-skip-outlasts-{uuid.uuid4().hex[:8]}").wait(True).timeout_millis(1000)
-            with ThreadPoolExecutor(1) as pool:
-                popped = pool.submit(q.pop)
-                time.sleep(0.3)  # the pop is parked on the first URL
-                with pytest.raises(lanes.APIError):
-                    c.health()
-                popped.result()
-            assert seen == [host(broker_url), host(broker_url)]
-            seen.clear()
-            c.health()
-            assert seen == [host(second)], "the first URL is still skipped"
-    finally:
-        httpx.delete(f"{broker_url}/__test/faults/{run}")
+    with faulted_two_host_client(broker_url, {"status": 503}, seen) as c:
+        q = c.queue(f"py-skip-outlasts-{uuid.uuid4().hex[:8]}").wait(True).timeout_millis(1000)
+        with ThreadPoolExecutor(1) as pool:
+            popped = pool.submit(q.pop)
+            time.sleep(0.3)  # the pop is parked on the first URL
+            with pytest.raises(lanes.APIError):
+                c.health()
+            popped.result()
+        assert seen == [host(broker_url), host(broker_url)]
+        seen.clear()
+        c.health()
+        assert seen == [host(second)], "the first URL is still skipped"

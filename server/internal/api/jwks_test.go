@@ -344,22 +344,9 @@ func TestJWKSEndpointDown(t *testing.T) {
 	wantAnswer(t, hb, token, 401, auth.MsgUnknownKeyID)
 
 	// An endpoint that accepts the connection and never answers holds the startup for the timeout only.
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = silent.Close() })
-	go func() {
-		for {
-			conn, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = conn.Close() })
-		}
-	}()
+	silent := silentListener(t)
 	started = time.Now()
-	newJWKSVerifier(t, auth.Config{JWKSURL: "http://" + silent.Addr().String() + "/jwks", JWKSTimeout: 500 * time.Millisecond})
+	newJWKSVerifier(t, auth.Config{JWKSURL: "http://" + silent + "/jwks", JWKSTimeout: 500 * time.Millisecond})
 	if took := time.Since(started); took < 400*time.Millisecond || took > 2*time.Second {
 		t.Fatalf("startup against a silent endpoint took %v, want about the 500 ms timeout", took)
 	}

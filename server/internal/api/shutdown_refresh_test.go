@@ -21,25 +21,12 @@ import (
 func TestShutdownDuringAMaintenanceReadLogsNoOutage(t *testing.T) {
 	// A database that takes connections and does not answer yet holds the read
 	// in flight for as long as the test needs.
-	silent, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = silent.Close() })
-	go func() {
-		for {
-			conn, err := silent.Accept()
-			if err != nil {
-				return
-			}
-			t.Cleanup(func() { _ = conn.Close() })
-		}
-	}()
+	silent := silentListener(t)
 	u, err := url.Parse(testDSN)
 	if err != nil {
 		t.Fatal(err)
 	}
-	u.Host = silent.Addr().String()
+	u.Host = silent
 	out := &syncBuffer{}
 	logger := slog.New(slog.NewTextHandler(out, nil))
 	pool := newEnginePool(t, u.String())
@@ -53,4 +40,25 @@ func TestShutdownDuringAMaintenanceReadLogsNoOutage(t *testing.T) {
 	if got := out.String(); strings.Contains(got, "database unreachable") {
 		t.Fatalf("a clean shutdown logged an outage:\n%s", got)
 	}
+}
+
+// silentListener is the address of a listener that accepts connections and
+// never answers on them, until the test ends.
+func silentListener(t *testing.T) string {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = l.Close() })
+	go func() {
+		for {
+			conn, err := l.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { _ = conn.Close() })
+		}
+	}()
+	return l.Addr().String()
 }
