@@ -64,7 +64,15 @@ export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
   });
 }
 
-class AttemptTimeout extends Error {}
+class AttemptTimeout extends Error {
+  /** byDeadline: the caller's deadline, not the per-attempt timeout, ended the attempt. */
+  constructor(
+    message: string,
+    readonly byDeadline: boolean,
+  ) {
+    super(message);
+  }
+}
 
 export class Transport {
   private readonly urls: string[];
@@ -127,9 +135,10 @@ export class Transport {
 
       // The attempt ends at the deadline at the latest (at least 1 ms, so it still reports a timeout).
       const perAttempt = req.timeoutMillis ?? this.opts.timeoutMillis;
-      const timeoutMs = deadline === undefined ? perAttempt : Math.max(1, Math.min(perAttempt, deadline - this.now()));
+      const left = deadline === undefined ? Infinity : deadline - this.now();
+      const timeoutMs = Math.max(1, Math.min(perAttempt, left));
       const ctl = new AbortController();
-      const timer = setTimeout(() => ctl.abort(new AttemptTimeout(`timeout after ${timeoutMs} ms`)), timeoutMs);
+      const timer = setTimeout(() => ctl.abort(new AttemptTimeout(`timeout after ${timeoutMs} ms`, left < perAttempt)), timeoutMs);
       const onAbort = () => ctl.abort(req.signal?.reason);
       if (req.signal?.aborted) {
         clearTimeout(timer);
@@ -166,7 +175,9 @@ export class Transport {
       }
 
       const now = this.now();
-      if (!res || res.status >= 500 || res.status === 408) {
+      // An attempt the caller's deadline cut says nothing about the broker (as a Go context deadline).
+      const byDeadline = netErr instanceof AttemptTimeout && netErr.byDeadline;
+      if ((!res || res.status >= 500 || res.status === 408) && !byDeadline) {
         this.unhealthyUntil.set(url, now + this.opts.healthRetryAfterMillis);
       }
       const decision = decideRetry({

@@ -4,7 +4,7 @@
 import { randomUUID } from "node:crypto";
 import { createServer } from "node:net";
 import { describe, expect, it } from "vitest";
-import { APIError, Lanes, type LanesOptions } from "../../src/index.js";
+import { APIError, APITimeoutError, Lanes, withDeadline, type LanesOptions } from "../../src/index.js";
 import { brokerUrl, sleep } from "./helpers.js";
 
 /** closedPortUrl is a local URL nobody listens on: connecting to it is refused. */
@@ -99,6 +99,32 @@ describe("failover: a success in flight", () => {
       expect(seen.splice(0)).toEqual([host(base), host(base)]);
       await c.health();
       expect(seen.splice(0), "the first URL is still skipped").toEqual([host(second)]);
+    } finally {
+      await fetch(`${base}/__test/faults/${run}`, { method: "DELETE" });
+    }
+  });
+});
+
+describe("failover: an attempt cut short", () => {
+  // The first GET /health of the run answers after 2 s; the cut comes at 200 ms.
+  it.each([
+    { name: "by the caller's withDeadline marks nothing", o: {}, deadline: true, skipped: false },
+    { name: "by the per-attempt timeoutMillis marks the URL", o: { timeoutMillis: 200 }, deadline: false, skipped: true },
+  ])("$name (as in Go and Python)", async ({ o, deadline, skipped }) => {
+    const base = brokerUrl();
+    const run = `js-${randomUUID().slice(0, 12)}`;
+    const rules = [{ method: "GET", path: "/health", responses: [{ status: 200, delayMs: 2000, body: { status: "healthy" } }] }];
+    const res = await fetch(`${base}/__test/faults/${run}`, { method: "PUT", body: JSON.stringify({ rules }) });
+    expect(res.status, "the test broker serves no fault scripts (LANES_TEST_FAULTS)").toBe(204);
+    try {
+      const second = sameBrokerOtherHost(base);
+      const seen: string[] = [];
+      const c = recording([base, second], seen, { headers: { "X-Lanes-Test-Run": run }, retryAttempts: 0, ...o });
+      const slow = deadline ? withDeadline(200, () => c.health()) : c.health();
+      await expect(slow).rejects.toBeInstanceOf(APITimeoutError);
+      expect(seen.splice(0)).toEqual([host(base)]);
+      await c.health();
+      expect(seen.splice(0)).toEqual([skipped ? host(second) : host(base)]);
     } finally {
       await fetch(`${base}/__test/faults/${run}`, { method: "DELETE" });
     }
