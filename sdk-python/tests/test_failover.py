@@ -104,26 +104,37 @@ def same_broker_other_host(url: str) -> str:
 
 
 @contextmanager
-def faulted_two_host_client(
-    broker_url: str, health_response: dict[str, object], seen: list[str]
-) -> Iterator[lanes.Lanes]:
-    """A client of the test broker under two host names (the first answering GET /health as
-    health_response, from a fault script of its own run) that records each attempt's host in
-    seen, retries off."""
+def health_fault_run(broker_url: str, health_response: dict[str, object]) -> Iterator[str]:
+    """A fault script run of its own, whose first GET /health is answered as health_response;
+    yields the run id for the X-Lanes-Test-Run header."""
     run = f"py-{uuid.uuid4().hex[:12]}"
     rules = [{"method": "GET", "path": "/health", "responses": [health_response]}]
     r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
     assert r.status_code == 204, "the test broker serves no fault scripts (LANES_TEST_FAULTS)"
     try:
-        with lanes.Lanes(
+        yield run
+    finally:
+        httpx.delete(f"{broker_url}/__test/faults/{run}")
+
+
+@contextmanager
+def faulted_two_host_client(
+    broker_url: str, health_response: dict[str, object], seen: list[str], timeout: float = 30.0
+) -> Iterator[lanes.Lanes]:
+    """A client of the test broker under two host names (the first answering GET /health as
+    health_response) that records each attempt's host in seen, retries off, with the
+    per-attempt ``timeout``."""
+    with (
+        health_fault_run(broker_url, health_response) as run,
+        lanes.Lanes(
             urls=[broker_url, same_broker_other_host(broker_url)],
             http_client=recording(seen),
             headers={"X-Lanes-Test-Run": run},
             retry_attempts=0,
-        ) as c:
-            yield c
-    finally:
-        httpx.delete(f"{broker_url}/__test/faults/{run}")
+            timeout=timeout,
+        ) as c,
+    ):
+        yield c
 
 
 @pytest.mark.parametrize(
@@ -165,3 +176,54 @@ def test_skip_outlasts_a_success_in_flight(broker_url: str) -> None:
         seen.clear()
         c.health()
         assert seen == [host(second)], "the first URL is still skipped"
+
+
+SLOW_HEALTH = {"status": 200, "delayMs": 2000, "body": {"status": "healthy"}}
+
+
+def test_caller_deadline_marks_nothing(broker_url: str) -> None:
+    """As in Go and TS: an attempt cut by the caller's lanes.deadline says nothing about the
+    broker, so the next call goes to the same URL."""
+    seen: list[str] = []
+    with faulted_two_host_client(broker_url, SLOW_HEALTH, seen) as c:
+        with pytest.raises(lanes.APITimeoutError), lanes.deadline(0.2):
+            c.health()
+        assert seen == [host(broker_url)]
+        seen.clear()
+        c.health()
+        assert seen == [host(broker_url)], "the URL is not skipped"
+
+
+def test_caller_deadline_marks_nothing_async(broker_url: str) -> None:
+    seen: list[str] = []
+
+    async def record(r: httpx.Request) -> None:
+        seen.append(f"{r.url.host}:{r.url.port}")
+
+    async def main(run: str) -> None:
+        async with lanes.AsyncLanes(
+            urls=[broker_url, same_broker_other_host(broker_url)],
+            http_client=httpx.AsyncClient(event_hooks={"request": [record]}),
+            headers={"X-Lanes-Test-Run": run},
+            retry_attempts=0,
+        ) as c:
+            with pytest.raises(lanes.APITimeoutError), lanes.deadline(0.2):
+                await c.health()
+            await c.health()
+
+    with health_fault_run(broker_url, SLOW_HEALTH) as run:
+        asyncio.run(main(run))
+    assert seen == [host(broker_url), host(broker_url)], "the URL is not skipped"
+
+
+def test_attempt_timeout_marks_the_url(broker_url: str) -> None:
+    """The per-attempt ``timeout`` is the broker being slow: the URL is skipped."""
+    second = same_broker_other_host(broker_url)
+    seen: list[str] = []
+    with faulted_two_host_client(broker_url, SLOW_HEALTH, seen, timeout=0.2) as c:
+        with pytest.raises(lanes.APITimeoutError):
+            c.health()
+        assert seen == [host(broker_url)]
+        seen.clear()
+        c.health()
+        assert seen == [host(second)], "the URL is skipped"

@@ -112,10 +112,14 @@ class _Base:
         )
 
     def _timeout(self, st: CallState, timeout: float | None) -> httpx.Timeout:
-        """The attempt's timeout: the call's (else the client's), cut at the deadline."""
+        """The attempt's timeout: the call's (else the client's), cut at the deadline. Notes in
+        ``st`` whether the deadline cut it: a timeout then is the caller's, not the broker's."""
         t = timeout if timeout is not None else self.cfg.timeout
+        st.cut_at_deadline = False
         if st.deadline is not None:
-            t = max(0.001, min(t, st.deadline - self.cfg.clock()))
+            left = st.deadline - self.cfg.clock()
+            st.cut_at_deadline = left < t
+            t = max(0.001, min(t, left))
         return httpx.Timeout(t)
 
     def _headers(self, st: CallState, has_body: bool, token: str | None) -> dict[str, str]:
@@ -141,7 +145,10 @@ class _Base:
         """The retry decision after a transport error; raises when it says stop."""
         # A failed connect proves the request never left.
         d = st.after(
-            None, None, not_sent=isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout))
+            None,
+            None,
+            not_sent=isinstance(exc, (httpx.ConnectError, httpx.ConnectTimeout)),
+            by_deadline=st.cut_at_deadline and isinstance(exc, httpx.TimeoutException),
         )
         if not d.retry:
             kind = (

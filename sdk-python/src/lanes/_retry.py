@@ -278,6 +278,7 @@ class CallState:
         self.retries_429 = 0
         self.retries_transient = 0
         self.tried: set[str] = set()
+        self.cut_at_deadline = False  # the transport's: the current attempt ends at the deadline
         self.url = endpoints.pick(clock())
         self.tried.add(self.url)
 
@@ -290,9 +291,16 @@ class CallState:
         return str(self.retries_429 + self.retries_transient)
 
     def after(
-        self, status: int | None, headers: Mapping[str, str] | None, *, not_sent: bool = False
+        self,
+        status: int | None,
+        headers: Mapping[str, str] | None,
+        *,
+        not_sent: bool = False,
+        by_deadline: bool = False,
     ) -> Decision:
-        """Decide after an attempt, and move to the next URL / spend the budget when retrying."""
+        """Decide after an attempt, and move to the next URL / spend the budget when retrying.
+        ``by_deadline`` says the caller's deadline ended the attempt: that says nothing about the
+        broker, so its URL is not marked (as a Go context deadline)."""
         now = self.clock()
         d = decide(
             self.settings,
@@ -307,7 +315,8 @@ class CallState:
             not_idempotent=self.not_idempotent,
             not_sent=not_sent,
         )
-        if status is None or status == 408 or status >= 500:
+        failed = status is None or status == 408 or status >= 500
+        if failed and not by_deadline:
             self.endpoints.mark_unhealthy(self.url, now)
         if not d.retry:
             return d
