@@ -177,3 +177,47 @@ func TestITSkipOutlastsASuccessInFlight(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{hostOf(second)}, rec.take(), "the first URL is still skipped")
 }
+
+// An attempt cut by the caller's context deadline says nothing about the broker: the URL is not
+// marked. One cut by the per-attempt WithTimeout is the broker being slow: the URL is skipped.
+// As in the TS and Python SDKs.
+func TestITAttemptCutShort(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name     string
+		deadline bool
+		opts     []lanes.Option
+		skipped  bool
+	}{
+		{"by the caller's deadline marks nothing", true, nil, false},
+		{"by the per-attempt timeout marks the URL", false, []lanes.Option{lanes.WithTimeout(200 * time.Millisecond)}, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			first := testBrokerURL(t)
+			second := sameBrokerOtherHost(t, first)
+			rec := &attemptHosts{}
+			opts := append([]lanes.Option{lanes.WithURL(second), lanes.WithHTTPClient(&http.Client{Transport: rec})}, tc.opts...)
+			c := scriptFaults(t, `[{"method":"GET","path":"/health","responses":[{"status":200,"delayMs":2000,"body":{"status":"healthy"}}]}]`, opts...)
+
+			slowCtx := ctx
+			if tc.deadline {
+				var cancelSlow context.CancelFunc
+				slowCtx, cancelSlow = context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancelSlow()
+			}
+			_, err := c.Health(slowCtx)
+			require.Error(t, err, "the attempt is cut at 200 ms")
+			require.Equal(t, []string{hostOf(first)}, rec.take())
+			_, err = c.Health(ctx)
+			require.NoError(t, err)
+			want := hostOf(first)
+			if tc.skipped {
+				want = hostOf(second)
+			}
+			require.Equal(t, []string{want}, rec.take())
+		})
+	}
+}
