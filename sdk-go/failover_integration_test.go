@@ -111,6 +111,30 @@ func sameBrokerOtherHost(t *testing.T, base string) string {
 
 // What marks a URL as failing, as in the TS and Python SDKs: a 408 or a 5xx, retried or not
 // (an answer `x-should-retry: false` forbids the retry, not the skip); any other 4xx does not.
+// twoHostClient is a client of the test broker under two host names, the first one's GET /health
+// answered as healthResponse (a fault script of its own run), recording each attempt's host.
+func twoHostClient(t *testing.T, healthResponse string, opts ...lanes.Option) (c *lanes.Client, first, second string, rec *attemptHosts) {
+	t.Helper()
+	first = testBrokerURL(t)
+	second = sameBrokerOtherHost(t, first)
+	rec = &attemptHosts{}
+	opts = append([]lanes.Option{lanes.WithURL(second), lanes.WithHTTPClient(&http.Client{Transport: rec})}, opts...)
+	return scriptFaults(t, `[{"method":"GET","path":"/health","responses":[`+healthResponse+`]}]`, opts...), first, second, rec
+}
+
+// requireNextHealthGoesTo checks the next call, a healthy one, went to the second URL when the
+// first is skipped, else to the first.
+func requireNextHealthGoesTo(ctx context.Context, t *testing.T, c *lanes.Client, rec *attemptHosts, first, second string, skipped bool) {
+	t.Helper()
+	_, err := c.Health(ctx)
+	require.NoError(t, err)
+	want := hostOf(first)
+	if skipped {
+		want = hostOf(second)
+	}
+	require.Equal(t, []string{want}, rec.take())
+}
+
 func TestITWhichAnswersSkipAURL(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -126,22 +150,12 @@ func TestITWhichAnswersSkipAURL(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			first := testBrokerURL(t)
-			second := sameBrokerOtherHost(t, first)
-			rec := &attemptHosts{}
-			c := scriptFaults(t, `[{"method":"GET","path":"/health","responses":[`+tc.fault+`]}]`,
-				lanes.WithURL(second), lanes.WithHTTPClient(&http.Client{Transport: rec}))
+			c, first, second, rec := twoHostClient(t, tc.fault)
 
 			_, err := c.Health(ctx)
 			require.Error(t, err, "the scripted answer, not retried")
 			require.Equal(t, []string{hostOf(first)}, rec.take())
-			_, err = c.Health(ctx)
-			require.NoError(t, err)
-			want := hostOf(first)
-			if tc.skipped {
-				want = hostOf(second)
-			}
-			require.Equal(t, []string{want}, rec.take())
+			requireNextHealthGoesTo(ctx, t, c, rec, first, second, tc.skipped)
 		})
 	}
 }
@@ -155,11 +169,7 @@ func TestITSkipOutlastsASuccessInFlight(t *testing.T) {
 	t.Parallel()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	first := testBrokerURL(t)
-	second := sameBrokerOtherHost(t, first)
-	rec := &attemptHosts{}
-	c := scriptFaults(t, `[{"method":"GET","path":"/health","responses":[{"status":503}]}]`,
-		lanes.WithURL(second), lanes.WithHTTPClient(&http.Client{Transport: rec}))
+	c, first, second, rec := twoHostClient(t, `{"status":503}`)
 	queue := fmt.Sprintf("sdkgo-skip-outlasts-%d", time.Now().UnixNano())
 
 	popped := make(chan error, 1)
@@ -173,9 +183,7 @@ func TestITSkipOutlastsASuccessInFlight(t *testing.T) {
 	require.NoError(t, <-popped)
 	require.Equal(t, []string{hostOf(first), hostOf(first)}, rec.take())
 
-	_, err = c.Health(ctx)
-	require.NoError(t, err)
-	require.Equal(t, []string{hostOf(second)}, rec.take(), "the first URL is still skipped")
+	requireNextHealthGoesTo(ctx, t, c, rec, first, second, true) // the first URL is still skipped
 }
 
 // An attempt cut by the caller's context deadline says nothing about the broker: the URL is not
@@ -196,11 +204,7 @@ func TestITAttemptCutShort(t *testing.T) {
 			t.Parallel()
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			first := testBrokerURL(t)
-			second := sameBrokerOtherHost(t, first)
-			rec := &attemptHosts{}
-			opts := append([]lanes.Option{lanes.WithURL(second), lanes.WithHTTPClient(&http.Client{Transport: rec})}, tc.opts...)
-			c := scriptFaults(t, `[{"method":"GET","path":"/health","responses":[{"status":200,"delayMs":2000,"body":{"status":"healthy"}}]}]`, opts...)
+			c, first, second, rec := twoHostClient(t, `{"status":200,"delayMs":2000,"body":{"status":"healthy"}}`, tc.opts...)
 
 			slowCtx := ctx
 			if tc.deadline {
@@ -211,13 +215,7 @@ func TestITAttemptCutShort(t *testing.T) {
 			_, err := c.Health(slowCtx)
 			require.Error(t, err, "the attempt is cut at 200 ms")
 			require.Equal(t, []string{hostOf(first)}, rec.take())
-			_, err = c.Health(ctx)
-			require.NoError(t, err)
-			want := hostOf(first)
-			if tc.skipped {
-				want = hostOf(second)
-			}
-			require.Equal(t, []string{want}, rec.take())
+			requireNextHealthGoesTo(ctx, t, c, rec, first, second, tc.skipped)
 		})
 	}
 }

@@ -50,15 +50,7 @@ func TestProxyChecksAScriptedRetryAfterDateAsSeconds(t *testing.T) {
 // checks a schema, so the proxy used to flag the broker's correct answer. A
 // field the spec constrains is still checked.
 func TestProxyAcceptsAPoppedNumberNoFloat64Holds(t *testing.T) {
-	broker := os.Getenv("LANES_TEST_URL")
-	if broker == "" {
-		t.Fatal("LANES_TEST_URL is not set: start a broker from the repository root (scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
-	}
-	proxy, err := newValidatingProxy(filepath.Join("..", "..", "..", "openapi.yaml"), broker, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	broker, proxy := proxyOfTestBroker(t)
 	queue := fmt.Sprintf("conformance-proxy-1e400-%d", time.Now().UnixNano())
 	send := func(method, url, body, run string) (int, string) {
 		t.Helper()
@@ -105,15 +97,7 @@ func TestProxyAcceptsAPoppedNumberNoFloat64Holds(t *testing.T) {
 // A connection the broker closes without an answer (a fault script's dropAnswer) reaches the
 // client closed too, not as a 502 it could tell apart, and the request is still recorded.
 func TestProxyPassesOnAConnectionDroppedWithoutAnswer(t *testing.T) {
-	broker := os.Getenv("LANES_TEST_URL")
-	if broker == "" {
-		t.Fatal("LANES_TEST_URL is not set: start a broker from the repository root (scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
-	}
-	proxy, err := newValidatingProxy(filepath.Join("..", "..", "..", "openapi.yaml"), broker, 0)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(proxy.Close)
+	broker, proxy := proxyOfTestBroker(t)
 	run := fmt.Sprintf("conformance-proxy-drop-%d", time.Now().UnixNano())
 	script := `{"rules":[{"method":"POST","path":"/api/v1/kv","responses":[{"pass":true,"dropAnswer":true}]}]}`
 	req, _ := http.NewRequest(http.MethodPut, broker+"/__test/faults/"+run, strings.NewReader(script))
@@ -143,4 +127,20 @@ func TestProxyPassesOnAConnectionDroppedWithoutAnswer(t *testing.T) {
 	if len(requests) != 1 || requests[0].Op != "kvBatch" || requests[0].Status != 0 {
 		t.Fatalf("recorded %+v, want one kvBatch without an answer", requests)
 	}
+}
+
+// proxyOfTestBroker starts a validating proxy of openapi.yaml in front of the
+// test broker (LANES_TEST_URL) and returns both.
+func proxyOfTestBroker(t *testing.T) (broker string, proxy *validatingProxy) {
+	t.Helper()
+	broker = os.Getenv("LANES_TEST_URL")
+	if broker == "" {
+		t.Fatal("LANES_TEST_URL is not set: start a broker from the repository root (scripts/test-broker.sh start) and export LANES_TEST_URL=$(scripts/test-broker.sh url), or run `make test`")
+	}
+	proxy, err := newValidatingProxy(filepath.Join("..", "..", "..", "openapi.yaml"), broker, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	return broker, proxy
 }

@@ -92,21 +92,8 @@ func TestJWTLeewayToleratesClockSkewByDefault(t *testing.T) {
 // fault scripts and JWT authentication both on: the scripts would bypass
 // authentication, so it must exit at once with an error naming both settings.
 func TestBrokerRefusesTestFaultsWithJWT(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
-	cmd.Env = append(os.Environ(), "LANES_TEST_FAULTS=true", "LANES_JWT_ENABLED=true",
-		"LANES_JWT_SECRET=faults-jwt-secret-faults-jwt-secret", "LANES_BIND_ADDR=127.0.0.1",
-		fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),
-		"LANES_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable")
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("the broker kept running with LANES_TEST_FAULTS and JWT on:\n%s", out)
-	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
-		t.Fatalf("want a non-zero exit, got %v:\n%s", err, out)
-	}
+	out := refusedBoot(t, "LANES_TEST_FAULTS and JWT on", "LANES_TEST_FAULTS=true", "LANES_JWT_ENABLED=true",
+		"LANES_JWT_SECRET=faults-jwt-secret-faults-jwt-secret")
 	if !strings.Contains(string(out), "LANES_TEST_FAULTS") || !strings.Contains(string(out), "LANES_JWT_ENABLED") {
 		t.Fatalf("the error must name both settings:\n%s", out)
 	}
@@ -171,24 +158,34 @@ func TestBrokerWarnsAtStartupAboutAShortJWTSecret(t *testing.T) {
 // which the configuration line also only shows as "set".
 func TestBrokerDoesNotLogAMistakenJWTPublicKey(t *testing.T) {
 	const secret = "an-hmac-secret-in-the-wrong-setting-0123456789"
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
-	cmd.Env = append(os.Environ(), "LANES_JWT_ENABLED=true", "LANES_JWT_PUBLIC_KEY="+secret,
-		"LANES_BIND_ADDR=127.0.0.1", fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),
-		"LANES_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable")
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("the broker kept running with an unusable LANES_JWT_PUBLIC_KEY:\n%s", out)
-	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
-		t.Fatalf("want a non-zero exit, got %v:\n%s", err, out)
-	}
+	out := refusedBoot(t, "an unusable LANES_JWT_PUBLIC_KEY", "LANES_JWT_ENABLED=true", "LANES_JWT_PUBLIC_KEY="+secret)
 	if strings.Contains(string(out), secret) {
 		t.Fatalf("the boot output shows the LANES_JWT_PUBLIC_KEY value:\n%s", out)
 	}
 	if !strings.Contains(string(out), "jwt public key") {
 		t.Fatalf("the error must name the setting:\n%s", out)
 	}
+}
+
+// refusedBoot starts the real binary with env (on a database it never
+// reaches) and returns its output once it has exited non-zero, as a broker
+// refusing its settings at boot must, within 15 s; what names the settings
+// in the failure when it keeps running.
+func refusedBoot(t *testing.T, what string, env ...string) []byte {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
+	cmd.Env = append(append(os.Environ(), env...), "LANES_BIND_ADDR=127.0.0.1",
+		fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),
+		"LANES_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+	out, err := cmd.CombinedOutput()
+	if ctx.Err() != nil {
+		t.Fatalf("the broker kept running with %s:\n%s", what, out)
+	}
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("want a non-zero exit, got %v:\n%s", err, out)
+	}
+	return out
 }

@@ -1,19 +1,12 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"fmt"
 	"net/http"
-	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
-
-	"github.com/lanesmq/lanes/server/internal/brokertest"
 )
 
 // TestBrokerReadsRolesThroughJSONPointers starts the real binary with a
@@ -60,21 +53,8 @@ func TestBrokerReadsRolesThroughJSONPointers(t *testing.T) {
 // TestBrokerRefusesAMalformedRoleClaimPointer: a pointer with a bad escape
 // stops the broker at boot with an error naming the variable and the entry.
 func TestBrokerRefusesAMalformedRoleClaimPointer(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
-	cmd.Env = append(os.Environ(), "LANES_JWT_ENABLED=true", "LANES_JWT_SECRET="+testJWTSecret,
-		"LANES_JWT_ROLE_CLAIMS=roles,/realm_access~2/roles", "LANES_BIND_ADDR=127.0.0.1",
-		fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),
-		"LANES_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable")
-	out, err := cmd.CombinedOutput()
-	if ctx.Err() != nil {
-		t.Fatalf("the broker kept running with a malformed pointer:\n%s", out)
-	}
-	var exit *exec.ExitError
-	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
-		t.Fatalf("want a non-zero exit, got %v:\n%s", err, out)
-	}
+	out := refusedBoot(t, "a malformed pointer", "LANES_JWT_ENABLED=true", "LANES_JWT_SECRET="+testJWTSecret,
+		"LANES_JWT_ROLE_CLAIMS=roles,/realm_access~2/roles")
 	for _, named := range []string{"LANES_JWT_ROLE_CLAIMS", `"/realm_access~2/roles"`} {
 		if !strings.Contains(string(out), named) {
 			t.Fatalf("the error must name %s:\n%s", named, out)
