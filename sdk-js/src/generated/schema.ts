@@ -1129,7 +1129,10 @@ export interface components {
              *     `bad_request` is also the answer to a body, path or query that is not valid UTF-8, to a
              *     `.` or `..` path segment, to a query string that cannot be parsed (a bad percent-escape
              *     such as `%zz`, or a `;`: refused rather than dropped with its filter) and to a request
-             *     line or header that cannot be parsed. Route-specific codes: `invalid_option`,
+             *     line or header that cannot be parsed. The HTTP server itself answers `431`
+             *     `headers_too_large` (headers past 1 MiB in all), `501` `not_implemented` (a
+             *     `Transfer-Encoding` other than chunked) and `505` `http_version_not_supported`
+             *     before any route runs. Route-specific codes: `invalid_option`,
              *     `queue_not_found`, `message_not_found`, `queue_required`, `invalid_id`, `gone`,
              *     `destination_gone`, `kv_expiry_not_specified`, `kv_prefix_required`, `kv_bad_request`,
              *     `kv_get_prefix_in_transaction`, `kv_rider_too_large`, `timers_bad_request`,

@@ -11,14 +11,18 @@ import (
 // or admission decide are defined there and named here.
 const (
 	// Generic codes, any route.
-	CodeBadRequest   = "bad_request"
-	CodeInvalidJSON  = "invalid_json"
-	CodeValidation   = "validation_failed"
-	CodeNotFound     = "not_found"
-	CodeNoSuchRoute  = "no_such_route"
-	CodeMethod       = "method_not_allowed"
-	CodeUnauthorized = "unauthorized"
-	CodeForbidden    = "forbidden"
+	CodeBadRequest = "bad_request"
+	// net/http's own refusals, before any handler runs (protocolerrors.go).
+	CodeHeadersTooLarge         = "headers_too_large"
+	CodeNotImplemented          = "not_implemented"
+	CodeHTTPVersionNotSupported = "http_version_not_supported"
+	CodeInvalidJSON             = "invalid_json"
+	CodeValidation              = "validation_failed"
+	CodeNotFound                = "not_found"
+	CodeNoSuchRoute             = "no_such_route"
+	CodeMethod                  = "method_not_allowed"
+	CodeUnauthorized            = "unauthorized"
+	CodeForbidden               = "forbidden"
 	// CodeLimitExceeded answers a request that carries more than a configured cap.
 	CodeLimitExceeded   = "limit_exceeded"
 	CodePayloadTooLarge = engine.CodePayloadTooLarge

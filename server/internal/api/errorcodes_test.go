@@ -13,7 +13,10 @@ import (
 // wireCodes is every constant of errorcodes.go by name; the test checks that
 // it misses none, so a new constant cannot skip the spec check.
 var wireCodes = map[string]string{
-	"CodeBadRequest": CodeBadRequest, "CodeInvalidJSON": CodeInvalidJSON, "CodeValidation": CodeValidation,
+	"CodeHeadersTooLarge":         CodeHeadersTooLarge,
+	"CodeNotImplemented":          CodeNotImplemented,
+	"CodeHTTPVersionNotSupported": CodeHTTPVersionNotSupported,
+	"CodeBadRequest":              CodeBadRequest, "CodeInvalidJSON": CodeInvalidJSON, "CodeValidation": CodeValidation,
 	"CodeNotFound": CodeNotFound, "CodeNoSuchRoute": CodeNoSuchRoute, "CodeMethod": CodeMethod,
 	"CodeUnauthorized": CodeUnauthorized, "CodeForbidden": CodeForbidden, "CodeLimitExceeded": CodeLimitExceeded,
 	"CodePayloadTooLarge": CodePayloadTooLarge, "CodeRequestTimeout": CodeRequestTimeout,

@@ -4,17 +4,20 @@ import (
 	"bytes"
 	"encoding/json"
 	"net"
+	"net/http"
 	"strconv"
 	"strings"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
-// JSONProtocolErrors wraps l so that the 400 net/http writes itself, for a
-// request it cannot parse (a bad percent-escape such as %zz in the path, a
-// malformed header), carries the JSON error envelope like every other error.
-// net/http answers such requests before any handler runs and offers no hook,
-// so the answer is rewritten on its way to the connection.
+// JSONProtocolErrors wraps l so that the errors net/http answers itself, for
+// a request it cannot parse (a bad percent-escape such as %zz in the path, a
+// malformed header), headers past MaxHeaderBytes, a transfer coding it does
+// not know or an HTTP version it does not speak, carry the JSON error envelope
+// like every other error. net/http answers such requests before any handler
+// runs and offers no hook, so the answer is rewritten on its way to the
+// connection.
 func JSONProtocolErrors(l net.Listener) net.Listener { return protocolErrorListener{l} }
 
 type protocolErrorListener struct{ net.Listener }
@@ -55,23 +58,49 @@ func (c protocolErrorConn) Write(b []byte) (int, error) {
 // headers sorted, Connection before Content-Type.
 const plainErrorHead = "\r\nContent-Type: text/plain; charset=utf-8\r\nConnection: close\r\n\r\n"
 
-// jsonProtocolError returns the JSON version of net/http's plain-text 400, or
-// false when b is anything else. That 400 is written in one piece:
-// "HTTP/1.1 400 Bad Request[: reason]" plainErrorHead "400 Bad Request[: reason]".
+// protocolErrorCodes are the statuses net/http answers itself, with the wire
+// code and message of each (a 400 says net/http's reason when it gives one).
+var protocolErrorCodes = map[int]struct{ code, message string }{
+	http.StatusBadRequest: {CodeBadRequest,
+		"the request line or a header could not be parsed (a bad percent-escape in the path, for one)"},
+	http.StatusRequestHeaderFieldsTooLarge: {CodeHeadersTooLarge,
+		"the request's headers are larger than the broker accepts (1 MiB in all)"},
+	http.StatusNotImplemented: {CodeNotImplemented,
+		"the request's Transfer-Encoding is not supported: send a Content-Length or chunked body"},
+	http.StatusHTTPVersionNotSupported: {CodeHTTPVersionNotSupported,
+		"the request's HTTP version is not supported: speak HTTP/1.0, HTTP/1.1 or HTTP/2"},
+}
+
+// jsonProtocolError returns the JSON version of one of net/http's own
+// plain-text error answers, or false when b is anything else. Such an answer
+// is written in one piece: "HTTP/1.1 <status> <text>[: reason]" plainErrorHead
+// and a plain-text body.
 func jsonProtocolError(b []byte) ([]byte, bool) {
-	const statusLine = "HTTP/1.1 400 Bad Request"
+	const proto = "HTTP/1.1 "
+	end := bytes.Index(b, []byte("\r\n"))
+	if !bytes.HasPrefix(b, []byte(proto)) || end < len(proto)+3 || !bytes.HasPrefix(b[end:], []byte(plainErrorHead)) {
+		return nil, false
+	}
+	status, err := strconv.Atoi(string(b[len(proto) : len(proto)+3]))
+	if err != nil {
+		return nil, false
+	}
+	known, ok := protocolErrorCodes[status]
+	if !ok {
+		return nil, false
+	}
+	statusLine := proto + strconv.Itoa(status) + " " + http.StatusText(status)
 	if !bytes.HasPrefix(b, []byte(statusLine)) {
 		return nil, false
 	}
-	end := bytes.Index(b, []byte("\r\n"))
-	if end < 0 || !bytes.HasPrefix(b[end:], []byte(plainErrorHead)) {
-		return nil, false
+	message := known.message
+	if reason := strings.TrimPrefix(string(b[len(statusLine):end]), ": "); status == http.StatusBadRequest && reason != "" {
+		message = reason
 	}
-	reason := strings.TrimPrefix(string(b[len(statusLine):end]), ": ")
-	if reason == "" {
-		reason = "the request line or a header could not be parsed (a bad percent-escape in the path, for one)"
+	if status == http.StatusBadRequest {
+		message = "malformed request: " + message
 	}
-	body, err := json.Marshal(gen.Error{Error: "malformed request: " + reason, Code: CodeBadRequest})
+	body, err := json.Marshal(gen.Error{Error: message, Code: known.code})
 	if err != nil {
 		return nil, false
 	}

@@ -39,19 +39,32 @@ func rawRequest(t *testing.T, baseURL, request string) (*http.Response, errorBod
 
 // A bad percent-escape got net/http's plain-text 400 (it answers before any
 // handler); a "." or ".." segment got a bodiless 301 to another resource.
+// Headers past 1 MiB, an unknown transfer coding and an HTTP version net/http
+// does not speak got its plain-text 431, 501 and 505.
 func TestUnparsableAndDotSegmentPathsAnswerTheJSONEnvelope(t *testing.T) {
 	b := newTestBroker(t)
-	cases := []struct{ name, request string }{
-		{"bad escape", "GET /api/v1/resources/queues/%zz HTTP/1.1\r\nHost: x\r\n\r\n"},
-		{"no Host header", "GET /api/v1/resources/queues HTTP/1.1\r\n\r\n"},
-		{"dot-dot segment", "DELETE /api/v1/consumer-groups/g1/queues/.. HTTP/1.1\r\nHost: x\r\n\r\n"},
-		{"escaped dot segment", "GET /api/v1/resources/queues/%2e HTTP/1.1\r\nHost: x\r\n\r\n"},
+	hugeHeader := "X-Big: " + strings.Repeat("a", 1<<20+8<<10) + "\r\n"
+	cases := []struct {
+		name, request string
+		status        int
+		code          string
+	}{
+		{"bad escape", "GET /api/v1/resources/queues/%zz HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusBadRequest, CodeBadRequest},
+		{"no Host header", "GET /api/v1/resources/queues HTTP/1.1\r\n\r\n", http.StatusBadRequest, CodeBadRequest},
+		{"dot-dot segment", "DELETE /api/v1/consumer-groups/g1/queues/.. HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusBadRequest, CodeBadRequest},
+		{"escaped dot segment", "GET /api/v1/resources/queues/%2e HTTP/1.1\r\nHost: x\r\n\r\n", http.StatusBadRequest, CodeBadRequest},
+		{"headers past 1 MiB", "GET /api/v1/resources/queues HTTP/1.1\r\nHost: x\r\n" + hugeHeader + "\r\n",
+			http.StatusRequestHeaderFieldsTooLarge, CodeHeadersTooLarge},
+		{"unknown transfer coding", "POST /api/v1/push HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: gzip, chunked\r\n\r\n0\r\n\r\n",
+			http.StatusNotImplemented, CodeNotImplemented},
+		{"HTTP/3 on a TCP connection", "GET /api/v1/resources/queues HTTP/3.0\r\nHost: x\r\n\r\n",
+			http.StatusHTTPVersionNotSupported, CodeHTTPVersionNotSupported},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			resp, e := rawRequest(t, b.URL, c.request)
-			if resp.StatusCode != http.StatusBadRequest || resp.Header.Get("Content-Type") != "application/json" || e.Code != CodeBadRequest || e.Error == "" {
-				t.Fatalf("want a JSON 400 bad_request, got %d %q %+v", resp.StatusCode, resp.Header.Get("Content-Type"), e)
+			if resp.StatusCode != c.status || resp.Header.Get("Content-Type") != "application/json" || e.Code != c.code || e.Error == "" {
+				t.Fatalf("want a JSON %d %s, got %d %q %+v", c.status, c.code, resp.StatusCode, resp.Header.Get("Content-Type"), e)
 			}
 		})
 	}
