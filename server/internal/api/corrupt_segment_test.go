@@ -120,6 +120,50 @@ func TestAnAutoAckPopReadingACorruptSegmentMovesTheCursorBack(t *testing.T) {
 	}
 }
 
+// An ack that dead-letters a message whose segment was damaged after its
+// delivery cannot copy it: the ack still commits (the cursor moves past the
+// poison, the lease frees now), that item says no dead letter was filed, and
+// the broker logs the segment. Before, the whole request answered 500 and the
+// lease held until it expired. (The completed ack after it redelivers, by the
+// clamp rule.)
+func TestAnAckDeadLetteringFromACorruptSegmentStillCommits(t *testing.T) {
+	b, out := newLoggedBroker(t)
+	q := uniqueQueue(t)
+	b.push(t, q, "bad", "b1", "b2")
+	p := b.pop(t, "/api/v1/pop/queue/"+q+"/partition/bad?batch=10&leaseSeconds=60")
+	if len(p.Messages) != 2 {
+		t.Fatalf("popped %d messages, want 2", len(p.Messages))
+	}
+	b.corruptPartition(t, q, "bad")
+
+	acks := []map[string]any{
+		{"transactionId": p.Messages[0].TransactionID, "partitionId": p.Messages[0].PartitionID, "leaseId": p.LeaseID, "status": "dlq", "error": "poison"},
+		{"transactionId": p.Messages[1].TransactionID, "partitionId": p.Messages[1].PartitionID, "leaseId": p.LeaseID, "status": "completed"},
+	}
+	var results []struct {
+		Success       bool   `json:"success"`
+		DLQ           bool   `json:"dlq"`
+		Error         string `json:"error"`
+		LeaseReleased bool   `json:"leaseReleased"`
+	}
+	if status, _ := b.call(t, "POST", "/api/v1/ack/batch", map[string]any{"acknowledgments": acks}, &results); status != http.StatusOK || len(results) != 2 {
+		t.Fatalf("ack batch: %d %+v", status, results)
+	}
+	if r := results[0]; !r.Success || r.DLQ || !strings.Contains(r.Error, "no longer decodes") {
+		t.Fatalf("dlq ack of a message in a corrupt segment: %+v", r)
+	}
+	if r := results[1]; !r.Success || r.Error != "" {
+		t.Fatalf("the completed ack beside it: %+v", r)
+	}
+	if committed, lease, expires := b.consumerRow(t, q, "bad"); committed != 0 || lease != "" || expires {
+		t.Fatalf("cursor after the acks: committed %d, lease %q, expiry set %v; want 0 (past the poison) and no lease", committed, lease, expires)
+	}
+	wantLines(t, out, "stored segment does not decode", 1, "one ack that could not dead-letter")
+	if !strings.Contains(out.String(), "deadLetterNotFiled=true") {
+		t.Errorf("the log line does not say the dead letter was not filed:\n%s", out.String())
+	}
+}
+
 // The message listing skips a segment that no longer decodes and says so in
 // unreadable (queue, partition, how many messages), instead of failing the
 // whole page: the unfiltered listing spans every queue, and one damaged

@@ -65,6 +65,7 @@ const (
 	errConsumerNotFound  = "consumer not found"
 	errRetriesExhausted  = "Retries exhausted"
 	errDeletedBeforeDLQ  = "message deleted by retention before it could be dead-lettered"
+	errCorruptBeforeDLQ  = "message not dead-lettered: its stored segment no longer decodes (the broker log names its offsets)"
 	errDeadLetterNotHead = "dead-lettering waits until the earlier messages of the lease are acknowledged; the batch redelivers from the first unacknowledged message"
 )
 
@@ -293,9 +294,11 @@ func (e *Engine) ackPipelined(ctx context.Context, items []AckItem, results []Ac
 	plan.duplicateCompletedIsNoop = true
 	dlqs := plan.apply(items, results)
 	if len(dlqs) > 0 {
-		if err := fileDeadLetters(ctx, tx, dlqs, results); err != nil {
+		corrupt, err := fileDeadLetters(ctx, tx, dlqs, results)
+		if err != nil {
 			return err
 		}
+		e.reportDeadLettersNotFiled(corrupt)
 	}
 	b = &pgx.Batch{}
 	if len(dlqs) > 0 && !e.cfg.AckSyncCommit {
@@ -778,23 +781,31 @@ func dlqReason(refs []ackRef, items []AckItem, poisonIndex int, _ int64) string 
 // and reports on each filing's ack result whether it did: dlq true when the
 // letter was filed, an error when retention had deleted the message first
 // (the ack still succeeds: the cursor moves past it either way).
-func fileDeadLetters(ctx context.Context, tx dbtx, filings []dlqFiling, results []AckResult) error {
+func fileDeadLetters(ctx context.Context, tx dbtx, filings []dlqFiling, results []AckResult) ([]*CorruptSegmentError, error) {
+	var corrupt []*CorruptSegmentError
 	for _, f := range filings {
-		filed, err := fileDeadLetter(ctx, tx, f)
-		if err != nil {
-			return err
-		}
-		if filed {
+		filed, bad, err := fileDeadLetter(ctx, tx, f)
+		switch {
+		case err != nil:
+			return nil, err
+		case bad != nil:
+			// The message can no longer be copied; the ack still moves the
+			// cursor, as for a message retention deleted, rather than failing
+			// every ack of the request and leaving the lease to expire.
+			corrupt = append(corrupt, bad)
+			results[f.resultIndex].Error = errCorruptBeforeDLQ
+		case filed:
 			results[f.resultIndex].DLQ = true
-		} else {
+		default:
 			results[f.resultIndex].Error = errDeletedBeforeDLQ
 		}
 	}
-	return nil
+	return corrupt, nil
 }
 
-// fileDeadLetter files one poison message; false means retention deleted it.
-func fileDeadLetter(ctx context.Context, tx dbtx, f dlqFiling) (bool, error) {
+// fileDeadLetter files one poison message; false means retention deleted it,
+// and a CorruptSegmentError that its segment no longer decodes.
+func fileDeadLetter(ctx context.Context, tx dbtx, f dlqFiling) (bool, *CorruptSegmentError, error) {
 	var base, end int64
 	var blob []byte
 	var createdAt any
@@ -802,18 +813,21 @@ func fileDeadLetter(ctx context.Context, tx dbtx, f dlqFiling) (bool, error) {
 		WHERE partition_id = $1 AND base_offset <= $2 ORDER BY base_offset DESC LIMIT 1`, f.partition, f.offset).
 		Scan(&base, &end, &createdAt, &blob)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return false, nil
+		return false, nil, nil
 	}
 	if err != nil {
-		return false, err
+		return false, nil, err
+	}
+	if f.offset > end {
+		return false, nil, nil // its segment went; this one ends before it
 	}
 	frames, err := decodeFrames(blob, int(end-base+1))
 	if err != nil {
-		return false, err
+		return false, &CorruptSegmentError{PartitionID: f.partition, SegmentBase: base, SegmentEnd: end, Err: err}, nil
 	}
 	i := int(f.offset - base)
-	if i < 0 || i >= len(frames) {
-		return false, nil // its segment went; this one ends before it
+	if i >= len(frames) {
+		return false, nil, nil
 	}
 	fr := frames[i]
 	// payload_text keeps the bytes (jsonb would rewrite them); the jsonb copy
@@ -828,9 +842,9 @@ func fileDeadLetter(ctx context.Context, tx dbtx, f dlqFiling) (bool, error) {
 			VALUES ($1, $2, $3, $4, $5, nullif($6, ''), $7::jsonb, $8::text, $9, $10, $11, nullif($12, ''))`,
 		f.partition, f.group, f.offset, fr.MessageID, fr.TransactionID, fr.TraceID, jsonbPayload, textPayload, f.reason,
 		f.retryCount, createdAt, fr.ProducerSub); err != nil {
-		return false, err
+		return false, nil, err
 	}
-	return true, nil
+	return true, nil, nil
 }
 
 func compareUUID(a, b uuid.UUID) int {
@@ -859,4 +873,12 @@ func checkAckText(a *AckItem, at string) error {
 		}
 	}
 	return nil
+}
+
+// reportDeadLettersNotFiled logs the segments whose messages an ack could not
+// dead-letter because they no longer decode.
+func (e *Engine) reportDeadLettersNotFiled(corrupt []*CorruptSegmentError) {
+	for _, c := range corrupt {
+		e.reportCorruptSegment(c, "deadLetterNotFiled", true)
+	}
 }

@@ -427,9 +427,11 @@ func (r *bundleRun) attempt(ctx context.Context, e *Engine) error {
 			}
 			b = &pgx.Batch{}
 		}
-		if err := fileDeadLetters(ctx, tx, dlqs, ackResults); err != nil {
+		corrupt, err := fileDeadLetters(ctx, tx, dlqs, ackResults)
+		if err != nil {
 			return err
 		}
+		e.reportDeadLettersNotFiled(corrupt)
 	}
 	if acks != nil {
 		acks.queueWrites(b)
