@@ -679,7 +679,12 @@ func applyKVWrite(op *KVOp, value json.RawMessage, s *kvState, now time.Time) st
 	return ""
 }
 
+// jsonInteger reads a stored value as the integer incr adds to. A string is never one, even
+// "5": json.Number would take a quoted number.
 func jsonInteger(v json.RawMessage) (int64, bool) {
+	if t := bytes.TrimSpace(v); len(t) == 0 || t[0] == '"' {
+		return 0, false
+	}
 	d := json.NewDecoder(bytes.NewReader(v))
 	d.UseNumber()
 	var n json.Number

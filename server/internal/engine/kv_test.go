@@ -128,6 +128,24 @@ func TestKVIncrBoundsTypeAndTTL(t *testing.T) {
 	}
 }
 
+// A string that spells a number is still a string: Go's json.Number takes a quoted number, so
+// incr used to turn the string "5" into the number 6.
+func TestKVIncrOfANumericStringIsRefusedWithReasonType(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	res := mustKV(t, e,
+		KVOp{Op: KVPut, Namespace: ns, Key: "s", Value: raw("5"), Forever: true},
+		KVOp{Op: KVIncr, Namespace: ns, Key: "s", Delta: i64(1), Forever: true},
+		KVOp{Op: KVGet, Namespace: ns, Key: "s"},
+	)
+	if res[1].Applied || res[1].Reason != KVReasonType {
+		t.Fatalf("incr of the string \"5\": %+v", res[1])
+	}
+	if string(res[2].Value) != `"5"` || res[2].Version != 1 {
+		t.Fatalf("the string changed: %s version %d", res[2].Value, res[2].Version)
+	}
+}
+
 func TestKVExpiredKeysAreInvisibleAndSwept(t *testing.T) {
 	e := newEngine(t)
 	ns := queueName(t)
