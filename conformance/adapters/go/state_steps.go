@@ -83,6 +83,28 @@ func (s *state) kvDelete(ctx context.Context, a kvArgs) (map[string]any, error) 
 	return wireResult(s.client.KV(a.NS).Delete(ctx, a.Key)), nil
 }
 
+// kvIncrArgs are the arguments of kvIncr; Delta absent is 1, TTLSeconds absent is forever.
+type kvIncrArgs struct {
+	NS         string `json:"ns"`
+	Key        string `json:"key"`
+	Delta      *int   `json:"delta"`
+	TTLSeconds int    `json:"ttlSeconds"`
+	Min        *int   `json:"min"`
+	Max        *int   `json:"max"`
+}
+
+func (s *state) kvIncr(ctx context.Context, a kvIncrArgs) (map[string]any, error) {
+	delta := 1
+	if a.Delta != nil {
+		delta = *a.Delta
+	}
+	ttl := lanes.Forever
+	if a.TTLSeconds > 0 {
+		ttl = time.Duration(a.TTLSeconds) * time.Second
+	}
+	return wireResult(s.client.KV(a.NS).Incr(ctx, a.Key, delta, ttl, lanes.KVIncrOpts{Min: a.Min, Max: a.Max})), nil
+}
+
 type kvBatchArgs struct {
 	Ops []lanes.KVOperation `json:"ops"`
 }

@@ -48,6 +48,7 @@ func (s *state) steps() map[string]stepFunc {
 		"kvGet":         decodeArgs(s.kvGet),
 		"kvPut":         decodeArgs(s.kvPut),
 		"kvDelete":      decodeArgs(s.kvDelete),
+		"kvIncr":        decodeArgs(s.kvIncr),
 		"kvBatch":       decodeArgs(s.kvBatch),
 		"timerSchedule": decodeArgs(s.timerSchedule),
 		"timerGet":      decodeArgs(s.timerGet),

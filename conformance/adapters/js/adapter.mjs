@@ -165,6 +165,12 @@ const stateSteps = {
   async kvDelete(c, a) {
     return await c.kv(a.ns).delete(a.key);
   },
+  async kvIncr(c, a) {
+    const opts = {};
+    if (a.min !== undefined) opts.min = a.min;
+    if (a.max !== undefined) opts.max = a.max;
+    return await c.kv(a.ns).incr(a.key, a.delta ?? 1, expiry(a), opts);
+  },
   async kvBatch(c, a) {
     return { results: await c.kv(a.ops?.[0]?.ns ?? "").batch(a.ops ?? []) };
   },

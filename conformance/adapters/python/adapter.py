@@ -432,6 +432,14 @@ class CaseState:
     def op_kvDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.kv(a["ns"]).delete(a["key"]))
 
+    def op_kvIncr(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        bounds = {k: a[k] for k in ("min", "max") if k in a}
+        return wire_result(
+            c.kv(a["ns"]).incr(
+                a["key"], a.get("delta", 1), ttl_seconds=a.get("ttlSeconds") or None, **bounds
+            )
+        )
+
     def op_kvBatch(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         ops = a.get("ops") or []
         ns = ops[0]["ns"] if ops else ""

@@ -29,6 +29,7 @@ var stepArgs = map[string][]string{
 	"kvGet":          {"ns", "key"},
 	"kvPut":          {"ns", "key", "value", "ttlSeconds"},
 	"kvDelete":       {"ns", "key"},
+	"kvIncr":         {"ns", "key", "delta", "ttlSeconds", "min", "max"},
 	"kvBatch":        {"ops"},
 	"timerSchedule":  {"queue", "key", "delayMs", "data"},
 	"timerGet":       {"queue", "key"},
