@@ -35,6 +35,10 @@ type clientOpts struct {
 	TimeoutMs       *int              `json:"timeoutMs"`
 	PopAutopilot    *bool             `json:"popAutopilot"`
 	Env             map[string]string `json:"env"`
+	// URLs replaces the case's url with several brokers in order (the runner has put the
+	// case's url in place of "${url}").
+	URLs               []string `json:"urls"`
+	HealthRetryAfterMs *int     `json:"healthRetryAfterMs"`
 }
 
 type stepIn struct {
@@ -79,12 +83,19 @@ type state struct {
 }
 
 func newClient(c caseIn) (*lanes.Client, error) {
-	opts := []lanes.Option{lanes.WithURL(c.URL)}
+	o := c.Client
+	urls := []string{c.URL}
+	if len(o.URLs) > 0 {
+		urls = o.URLs
+	}
+	opts := []lanes.Option{lanes.WithURL(urls...)}
 	for k, v := range c.Headers {
 		opts = append(opts, lanes.WithHeader(k, v))
 	}
-	o := c.Client
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
+	if o.HealthRetryAfterMs != nil {
+		opts = append(opts, lanes.WithHealthRetryAfter(ms(*o.HealthRetryAfterMs)))
+	}
 	if o.RetryAttempts != nil {
 		opts = append(opts, lanes.WithRetryAttempts(*o.RetryAttempts))
 	}

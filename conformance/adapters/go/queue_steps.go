@@ -110,9 +110,16 @@ func (s *state) messages(name string, indices []int) ([]*lanes.Message, error) {
 type pushArgs struct {
 	queueArgs
 	Items []item `json:"items"`
+	// DeadlineMs is the caller's deadline for the call: a context with that timeout.
+	DeadlineMs int `json:"deadlineMs"`
 }
 
 func (s *state) push(ctx context.Context, a pushArgs) (map[string]any, error) {
+	if a.DeadlineMs > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Duration(a.DeadlineMs)*time.Millisecond)
+		defer cancel()
+	}
 	res, err := s.builder(a.queueArgs).Push(ctx, items(a.Items)...)
 	out := map[string]any{}
 	if res != nil {

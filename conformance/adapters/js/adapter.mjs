@@ -12,6 +12,7 @@ import {
   AckError,
   TransactionError,
   LanesError,
+  withDeadline,
 } from "@lanesmq/lanes";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -55,7 +56,10 @@ function sdkErr(err) {
 
 function newClient(c) {
   const o = c.client ?? {};
-  const opts = { url: c.url, headers: c.headers ?? {} };
+  // urls replaces the case's url with several brokers in order (the runner put the case's url
+  // in place of "${url}").
+  const opts = o.urls?.length ? { urls: o.urls, headers: c.headers ?? {} } : { url: c.url, headers: c.headers ?? {} };
+  if (o.healthRetryAfterMs !== undefined) opts.healthRetryAfterMillis = o.healthRetryAfterMs;
   if (o.retryAttempts !== undefined) opts.retryAttempts = o.retryAttempts;
   if (o.retryDelayMs !== undefined) opts.retryDelayMillis = o.retryDelayMs;
   if (o.maxRetryDelayMs !== undefined) opts.maxRetryDelayMillis = o.maxRetryDelayMs;
@@ -313,7 +317,9 @@ const successList = (results) => results.map((r) => r.success);
 const queueSteps = {
   async push(c, a) {
     try {
-      const res = await builder(c, a).push(items(a.items));
+      // deadlineMs is the caller's deadline for the call: withDeadline around it.
+      const send = () => builder(c, a).push(items(a.items));
+      const res = await (a.deadlineMs > 0 ? withDeadline(a.deadlineMs, send) : send());
       return { items: res.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId })) };
     } catch (err) {
       const out = { error: sdkErr(err) };

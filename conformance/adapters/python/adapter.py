@@ -81,6 +81,12 @@ def err_kind(err: BaseException) -> dict[str, Any]:
 def new_client(c: dict[str, Any]) -> lanes.Lanes:
     o = c.get("client") or {}
     kw: dict[str, Any] = {"headers": c.get("headers") or {}}
+    # urls replaces the case's url with several brokers in order (the runner put the case's
+    # url in place of "${url}").
+    if o.get("urls"):
+        kw["urls"] = o["urls"]
+    if "healthRetryAfterMs" in o:
+        kw["health_retry_after"] = o["healthRetryAfterMs"] / 1000
     if "retryAttempts" in o:
         kw["retry_attempts"] = o["retryAttempts"]
     if "retryDelayMs" in o:
@@ -99,7 +105,7 @@ def new_client(c: dict[str, Any]) -> lanes.Lanes:
     saved = {k: os.environ.get(k) for k in (o.get("env") or {})}
     os.environ.update(o.get("env") or {})
     try:
-        return lanes.Lanes(c["url"], **kw)
+        return lanes.Lanes(None if o.get("urls") else c["url"], **kw)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -297,8 +303,15 @@ class CaseState:
     # reports; any other exception is an adapter bug (adapterError), as in Go.
 
     def op_push(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        # deadlineMs is the caller's deadline for the call: lanes.deadline around it.
+        bound = (
+            lanes.deadline(a["deadlineMs"] / 1000)
+            if a.get("deadlineMs")
+            else contextlib.nullcontext()
+        )
         try:
-            return {"items": push_items(builder(c, a).push(items(a.get("items"))))}
+            with bound:
+                return {"items": push_items(builder(c, a).push(items(a.get("items"))))}
         except PushError as e:
             return {"items": push_items(e.results), "error": err_kind(e)}
         except lanes.LanesError as e:

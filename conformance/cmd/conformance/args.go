@@ -16,7 +16,7 @@ var popKnobs = []string{"queue", "namespace", "task", "partition", "group", "sub
 // without a word and the step would run with the SDK's default: a case naming another key, or
 // another op, fails to load.
 var stepArgs = map[string][]string{
-	"push":           {"queue", "partition", "items"},
+	"push":           {"queue", "partition", "items", "deadlineMs"},
 	"pop":            append([]string{"save"}, popKnobs...),
 	"ack":            {"messages", "indices", "status", "group", "error", "transactionId"},
 	"renew":          {"messages", "seconds"},
@@ -71,9 +71,11 @@ var stepArgs = map[string][]string{
 // The adapters read only the keys they know, as with stepArgs, so a case naming another fails
 // to load.
 var clientArgs = []string{"retryAttempts", "retryDelayMs", "maxRetryDelayMs", "max429Attempts",
-	"maxRetryAfterMs", "timeoutMs", "popAutopilot", "env"}
+	"maxRetryAfterMs", "timeoutMs", "popAutopilot", "env", "urls", "healthRetryAfterMs"}
 
-// checkClientArgs refuses a client option clientArgs does not list.
+// checkClientArgs refuses a client option clientArgs does not list, and a urls list that does
+// not name the case's broker ("${url}") exactly once: without it the case would never reach
+// the validating proxy, with it twice a failover could not be told from a retry in place.
 func checkClientArgs(opts map[string]any) error {
 	var unknown []string
 	for k := range opts {
@@ -81,11 +83,27 @@ func checkClientArgs(opts map[string]any) error {
 			unknown = append(unknown, k)
 		}
 	}
-	if len(unknown) == 0 {
-		return nil
+	if len(unknown) > 0 {
+		sort.Strings(unknown)
+		return fmt.Errorf("client: unknown option %s (it takes %s)", strings.Join(unknown, ", "), strings.Join(clientArgs, ", "))
 	}
-	sort.Strings(unknown)
-	return fmt.Errorf("client: unknown option %s (it takes %s)", strings.Join(unknown, ", "), strings.Join(clientArgs, ", "))
+	if urls, ok := opts["urls"]; ok {
+		list, _ := urls.([]any)
+		brokers := 0
+		for _, u := range list {
+			s, isString := u.(string)
+			if !isString || s == "" {
+				return fmt.Errorf("client: urls holds %v, want URL strings", u)
+			}
+			if s == "${url}" {
+				brokers++
+			}
+		}
+		if brokers != 1 {
+			return fmt.Errorf(`client: urls must name the case's broker "${url}" exactly once, got %v`, urls)
+		}
+	}
+	return nil
 }
 
 // checkStepArgs refuses an op the table does not list and any argument key it does not list

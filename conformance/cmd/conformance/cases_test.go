@@ -42,6 +42,10 @@ func TestACaseWithAnUnknownClientOptionDoesNotLoad(t *testing.T) {
 		{"known options", `{retryAttempts: 2, retryDelayMs: 10, env: {LANES_SDK_POP_AUTOPILOT: "off"}}`, ""},
 		{"misspelled option", `{retryAttempt: 2}`, "client: unknown option retryAttempt"},
 		{"an SDK's own casing", `{retry_delay: 1}`, "client: unknown option retry_delay"},
+		{"urls with the case's broker", `{urls: ["http://127.0.0.1:2", "${url}"], healthRetryAfterMs: 0}`, ""},
+		{"urls without the case's broker", `{urls: ["http://127.0.0.1:2"]}`, `exactly once`},
+		{"urls with the case's broker twice", `{urls: ["${url}", "${url}"]}`, `exactly once`},
+		{"urls not a list of strings", `{urls: "${url}"}`, `exactly once`},
 	} {
 		dir := t.TempDir()
 		body := "cases:\n  - name: c\n    client: " + tc.client + "\n    steps:\n      - pop: {queue: q}\n"

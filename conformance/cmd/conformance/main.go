@@ -281,7 +281,7 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 	res = &outcome{}
 	defer func() { res.Duration = time.Since(start); res.Passed = len(res.Problems) == 0 }()
 	run := fmt.Sprintf("cf-%s-%03d-%04x", sdkName, idx, rand.IntN(1<<16))
-	vars := map[string]string{"q": run, "run": run}
+	vars := map[string]string{"q": run, "run": run, "url": proxy.URL}
 	ctx := context.Background()
 
 	var rules []faultSpec
