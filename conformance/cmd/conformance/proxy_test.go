@@ -144,3 +144,44 @@ func proxyOfTestBroker(t *testing.T) (broker string, proxy *validatingProxy) {
 	t.Cleanup(proxy.Close)
 	return broker, proxy
 }
+
+// A scripted 502 or 504 stands for a gateway in front of the broker: the spec, which describes
+// the broker, declares neither, so only such a scripted answer goes unchecked; the same status
+// from the broker itself, or a scripted status the spec does not declare, is still a violation.
+func TestProxyLeavesOnlyAScriptedGatewayAnswerUnchecked(t *testing.T) {
+	proxy, err := newValidatingProxy(filepath.Join("..", "..", "..", "openapi.yaml"), "http://127.0.0.1:2", 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(proxy.Close)
+	for _, tc := range []struct {
+		name      string
+		status    int
+		scripted  bool
+		violation bool
+	}{
+		{"scripted 502", http.StatusBadGateway, true, false},
+		{"scripted 504", http.StatusGatewayTimeout, true, false},
+		{"the broker's own 502", http.StatusBadGateway, false, true},
+		{"scripted 418", http.StatusTeapot, true, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := fmt.Sprintf("conformance-proxy-gateway-%d", time.Now().UnixNano())
+			req, _ := http.NewRequest(http.MethodPost, proxy.URL+"/api/v1/kv", strings.NewReader(`{"operations":[]}`))
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set(runHeader, run)
+			resp := &http.Response{StatusCode: tc.status, Request: req, Header: http.Header{"Content-Type": {"application/json"}},
+				Body: io.NopCloser(strings.NewReader(`{"error":"x","code":"x"}`))}
+			if tc.scripted {
+				resp.Header.Set(faultHeader, "scripted")
+			}
+			if err := proxy.check(resp); err != nil {
+				t.Fatal(err)
+			}
+			_, violations := proxy.take(run)
+			if got := len(violations) > 0; got != tc.violation {
+				t.Fatalf("violations %v, want a violation: %v", violations, tc.violation)
+			}
+		})
+	}
+}
