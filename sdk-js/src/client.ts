@@ -66,9 +66,7 @@ export class Lanes {
     const o: LanesOptions = typeof options === "string" ? { url: options } : Array.isArray(options) ? { urls: options } : options;
     const env = o.env ?? process.env;
     const urls = o.urls?.length ? o.urls : o.url ? [o.url] : [env.LANES_URL?.trim() || "http://localhost:6632"];
-    for (const u of urls) {
-      if (!/^https?:\/\//.test(u)) throw new LanesError(`Lanes: bad broker URL ${JSON.stringify(u)} (want http:// or https://)`);
-    }
+    for (const u of urls) checkBrokerUrl(u, o.fetch === undefined);
     const nonNeg = (name: string, v: number | undefined, d: number) => {
       if (v === undefined) return d;
       if (!Number.isFinite(v) || v < 0) throw new LanesError(`Lanes: ${name} must be a non-negative number, got ${v}`);
@@ -202,5 +200,30 @@ export class Lanes {
     const left = await Promise.all([...this.buffers.values()].map((b) => b.close(deadline)));
     const unsent = left.reduce((a, b) => a + b, 0);
     if (unsent > 0) throw new UnsentError(unsent);
+  }
+}
+
+// The ports the Fetch standard blocks (https://fetch.spec.whatwg.org/#bad-port): Node's fetch
+// refuses them before connecting, so a broker there is unreachable through it and every write to
+// it would end as if its answer were lost. A fetch of the caller's own may allow them.
+const FETCH_BLOCKED_PORTS = new Set([
+  1, 7, 9, 11, 13, 15, 17, 19, 20, 21, 22, 23, 25, 37, 42, 43, 53, 69, 77, 79, 87, 95, 101, 102, 103, 104, 109, 110,
+  111, 113, 115, 117, 119, 123, 135, 137, 139, 143, 161, 179, 389, 427, 465, 512, 513, 514, 515, 526, 530, 531, 532,
+  540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061,
+  6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
+]);
+
+function checkBrokerUrl(u: string, globalFetch: boolean): void {
+  if (!/^https?:\/\//.test(u)) throw new LanesError(`Lanes: bad broker URL ${JSON.stringify(u)} (want http:// or https://)`);
+  let port: number;
+  try {
+    port = Number(new URL(u).port);
+  } catch {
+    throw new LanesError(`Lanes: bad broker URL ${JSON.stringify(u)} (not a URL)`);
+  }
+  if (globalFetch && FETCH_BLOCKED_PORTS.has(port)) {
+    throw new LanesError(
+      `Lanes: broker URL ${JSON.stringify(u)} uses port ${port}, which Node's fetch refuses to connect to (the Fetch standard's blocked ports): run the broker on another port`,
+    );
   }
 }

@@ -54,7 +54,7 @@ describe("failover: healthRetryAfterMillis", () => {
   });
 
   it("a negative value is refused", () => {
-    expect(() => new Lanes({ urls: ["http://127.0.0.1:1"], env: {}, healthRetryAfterMillis: -1 })).toThrow(/healthRetryAfterMillis must be a non-negative number/);
+    expect(() => new Lanes({ urls: ["http://127.0.0.1:2"], env: {}, healthRetryAfterMillis: -1 })).toThrow(/healthRetryAfterMillis must be a non-negative number/);
   });
 
   it.each([

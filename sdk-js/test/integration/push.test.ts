@@ -87,7 +87,7 @@ describe("push buffer", () => {
   });
 
   it("close() rejects with UnsentError naming how many messages are left", async () => {
-    const lanes = new Lanes({ url: "http://127.0.0.1:9", retryAttempts: 0, env: {}, logger: null });
+    const lanes = new Lanes({ url: "http://127.0.0.1:2", retryAttempts: 0, env: {}, logger: null });
     const b = lanes.queue(uniq("down")).buffer({ timeMillis: 60_000, retryDelayMillis: 20 });
     await b.push([1, 2, 3, 4, 5]);
     const err = await lanes.close({ timeoutMillis: 300 }).catch((e: unknown) => e);

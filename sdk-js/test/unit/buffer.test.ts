@@ -146,7 +146,7 @@ describe("push buffer batches", () => {
 describe("the beforeExit safety net", () => {
   it("is registered once per client with a buffer and removed by close()", async () => {
     const before = process.listenerCount("beforeExit");
-    const lanes = new Lanes({ url: "http://127.0.0.1:9", env: {}, logger: null });
+    const lanes = new Lanes({ url: "http://127.0.0.1:2", env: {}, logger: null });
     lanes.queue("a").buffer({});
     lanes.queue("b").buffer({});
     expect(process.listenerCount("beforeExit")).toBe(before + 1);

@@ -3,8 +3,8 @@ import { describe, expect, it } from "vitest";
 import { Lanes, autopilotFromEnv, type QueueBuilder } from "../../src/index.js";
 
 type B = (q: QueueBuilder) => QueueBuilder;
-const lanes = new Lanes({ url: "http://127.0.0.1:1", env: {} });
-const off = new Lanes({ url: "http://127.0.0.1:1", env: { LANES_SDK_POP_AUTOPILOT: " Off " } });
+const lanes = new Lanes({ url: "http://127.0.0.1:2", env: {} });
+const off = new Lanes({ url: "http://127.0.0.1:2", env: { LANES_SDK_POP_AUTOPILOT: " Off " } });
 
 function query(client: Lanes, b: B, queue?: string) {
   const t = b(client.queue(queue)).popTarget();
@@ -62,10 +62,10 @@ describe("pop query assembly", () => {
   });
   it("env is read once, at construction", () => {
     const env: NodeJS.ProcessEnv = { LANES_SDK_POP_AUTOPILOT: "off" };
-    const c = new Lanes({ url: "http://127.0.0.1:1", env });
+    const c = new Lanes({ url: "http://127.0.0.1:2", env });
     env.LANES_SDK_POP_AUTOPILOT = "on";
     expect(c.popAutopilot).toBe(false);
-    expect(new Lanes({ url: "http://127.0.0.1:1", env: {}, popAutopilot: false }).popAutopilot).toBe(false);
+    expect(new Lanes({ url: "http://127.0.0.1:2", env: {}, popAutopilot: false }).popAutopilot).toBe(false);
   });
   it.each<[string, B, number, string]>([
     ["defaults: batch sent with autopilot", (q) => q, 3, "autopilot=true&batch=3&wait=true&timeout=30000"],

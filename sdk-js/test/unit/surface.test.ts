@@ -55,7 +55,7 @@ function has(obj: object, names: readonly PropertyKey[]) {
 }
 
 describe("docs/sdk-design.md tables", () => {
-  const c = new lanes.Lanes({ url: "http://127.0.0.1:1", logger: null });
+  const c = new lanes.Lanes({ url: "http://127.0.0.1:2", logger: null });
 
   it("client options and methods", () => {
     expect(clientOptions.length).toBeGreaterThan(0);

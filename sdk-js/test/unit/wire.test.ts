@@ -132,7 +132,7 @@ describe("retry policy on the wire", () => {
 
   it("fails over to the next URL at once on a connection failure", async () => {
     const s = (await fake()).script(reply(201, pushed(1)));
-    const dead = "http://127.0.0.1:9"; // discard port: connection refused
+    const dead = "http://127.0.0.1:2"; // privileged and unused: connection refused
     const t0 = Date.now();
     await client([dead, s.url], { retryDelayMillis: 2000 }).queue("q").push([{ data: 1 }]);
     expect(Date.now() - t0).toBeLessThan(1500);
@@ -140,7 +140,7 @@ describe("retry policy on the wire", () => {
   });
 
   it("no response at all → APIConnectionError after the retries", async () => {
-    const err = await client("http://127.0.0.1:9", { retryAttempts: 1 }).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
+    const err = await client("http://127.0.0.1:2", { retryAttempts: 1 }).queue("q").push([{ data: 1 }]).catch((e: unknown) => e);
     expect(err).toBeInstanceOf(APIConnectionError);
     expect((err as APIConnectionError).attempts).toBe(2);
   });
