@@ -3,6 +3,7 @@
 package config
 
 import (
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -224,6 +225,30 @@ func listSetting(dst func(*Config) *[]string, check func(entry string) error) pa
 	}}
 }
 
+// roleClaimsSetting takes a comma-separated list, or, for claim names that
+// hold a comma (https://example.com/roles,v2), a JSON array of strings: a
+// value starting with "[" is one, taken as written, and a malformed one
+// stops the broker rather than being read as a claim name.
+func roleClaimsSetting(dst func(*Config) *[]string) parser {
+	commaList := listSetting(dst, auth.CheckRoleClaim)
+	return parser{accepts: "comma-separated list, or a JSON array of strings", parse: func(c *Config, v string) error {
+		if !strings.HasPrefix(v, "[") {
+			return commaList.parse(c, v)
+		}
+		var entries []string
+		if err := json.Unmarshal([]byte(v), &entries); err != nil {
+			return fmt.Errorf("a value starting with [ must be a JSON array of strings: %w", err)
+		}
+		for _, entry := range entries {
+			if err := auth.CheckRoleClaim(entry); err != nil {
+				return err
+			}
+		}
+		*dst(c) = entries
+		return nil
+	}}
+}
+
 // roleNameSetting stores the name tokens carry for role.
 func roleNameSetting(role string) parser {
 	return parser{accepts: "text", parse: func(c *Config, v string) error {
@@ -349,7 +374,7 @@ var settings = []setting{
 	{"jwt-jwks-refresh-ms", "LANES_JWT_JWKS_REFRESH_MS", "3600000", "how often the JWKS is fetched again: new keys are taken, dropped ones stop verifying; a failed fetch keeps the keys it had", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSRefresh }, 1000)},
 	{"jwt-jwks-unknown-kid-refresh-ms", "LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS", "10000", "a token naming a kid the JWKS lacks fetches it again, at most once per this interval; in between such tokens answer 401 Unknown key ID at once", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSUnknownKIDRefresh }, 1000)},
 	{"jwt-jwks-timeout-ms", "LANES_JWT_JWKS_TIMEOUT_MS", "5000", "deadline of one JWKS fetch, the one at startup too", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSTimeout }, 1)},
-	{"jwt-role-claims", "LANES_JWT_ROLE_CLAIMS", "role,roles", "claims a token's roles are read from, each one string or an array of strings; an entry starting with / is a JSON Pointer into the claims (/realm_access/roles), any other a top-level claim name as written", listSetting(func(c *Config) *[]string { return &c.JWTRoleClaims }, auth.CheckRoleClaim)},
+	{"jwt-role-claims", "LANES_JWT_ROLE_CLAIMS", "role,roles", "claims a token's roles are read from, each one string or an array of strings; an entry starting with / is a JSON Pointer into the claims (/realm_access/roles), any other a top-level claim name as written; a value starting with [ is a JSON array of entries, for claim names that hold a comma", roleClaimsSetting(func(c *Config) *[]string { return &c.JWTRoleClaims })},
 	{"jwt-role-read-only", "LANES_JWT_ROLE_READ_ONLY", "read-only", "name in tokens of the read-only role", roleNameSetting("read-only")},
 	{"jwt-role-write-only", "LANES_JWT_ROLE_WRITE_ONLY", "write-only", "name in tokens of the write-only role", roleNameSetting("write-only")},
 	{"jwt-role-read-write", "LANES_JWT_ROLE_READ_WRITE", "read-write", "name in tokens of the read-write role", roleNameSetting("read-write")},

@@ -213,3 +213,42 @@ func TestJWTKeySetRolesAndSkipPathsSettings(t *testing.T) {
 		}
 	}
 }
+
+// TestRoleClaimsAsAJSONArray: a LANES_JWT_ROLE_CLAIMS value starting with "["
+// is a JSON array of entries, so a claim name holding a comma can be named;
+// entries are taken as written. The comma form is unchanged, and an array that
+// does not parse, or holds an entry that cannot be a claim, stops the broker
+// naming the variable.
+func TestRoleClaimsAsAJSONArray(t *testing.T) {
+	for value, want := range map[string][]string{
+		`["https://example.com/roles,v2"]`:                             {"https://example.com/roles,v2"},
+		` ["groups", "/realm_access/roles", "a claim, with spaces "] `: {"groups", "/realm_access/roles", "a claim, with spaces "},
+		`["[bracketed]"]`:                   {"[bracketed]"},
+		"groups, https://example.com/roles": {"groups", "https://example.com/roles"},
+	} {
+		c, err := Load(nil, env(map[string]string{"LANES_JWT_ROLE_CLAIMS": value}), io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", value, err)
+			continue
+		}
+		if !slices.Equal(c.JWTRoleClaims, want) {
+			t.Errorf("%q: %q, want %q", value, c.JWTRoleClaims, want)
+		}
+	}
+	for _, bad := range []string{
+		`["https://example.com/roles,v2"`,
+		`["groups",]`,
+		`[groups]`,
+		`["groups"] trailing`,
+		`["groups", 7]`,
+		`[{"claim": "groups"}]`,
+		`["groups", ""]`,
+		`[null]`,
+		`["/realm_access//roles"]`,
+		`[]`,
+	} {
+		if _, err := Load(nil, env(map[string]string{"LANES_JWT_ROLE_CLAIMS": bad}), io.Discard); err == nil || !strings.Contains(err.Error(), "LANES_JWT_ROLE_CLAIMS") {
+			t.Errorf("%q: %v, want an error naming LANES_JWT_ROLE_CLAIMS", bad, err)
+		}
+	}
+}
