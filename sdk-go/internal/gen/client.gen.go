@@ -946,9 +946,38 @@ type Health struct {
 	Database string `json:"database"`
 	Engine   string `json:"engine"`
 
+	// Jwks Only with JWT auth on and `LANES_JWT_JWKS_URL` set: one item per key set, in the
+	// configured order. A key set that cannot be fetched never makes the broker unhealthy:
+	// the keys it holds keep verifying tokens, and `status` follows the database alone.
+	Jwks *[]JWKSHealth `json:"jwks,omitempty"`
+
 	// Status `healthy` or `unhealthy`.
 	Status  string `json:"status"`
 	Version string `json:"version"`
+}
+
+// JWKSHealth What the fetches of one JSON Web Key Set left.
+type JWKSHealth struct {
+	// Keys Keys held from the last successful fetch, which keep verifying while the set is unreachable; 0 before one.
+	Keys int `json:"keys"`
+
+	// LastError Why the last failed fetch failed (kept after a later success; compare `lastErrorAt` with `lastRefreshAt`); `null` before one.
+	LastError *string `json:"lastError"`
+
+	// LastErrorAt When the last failed fetch ended; `null` before one.
+	LastErrorAt *time.Time `json:"lastErrorAt"`
+
+	// LastRefreshAt When the last successful fetch ended; `null` before one.
+	LastRefreshAt *time.Time `json:"lastRefreshAt"`
+
+	// Reachable `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for an unknown `kid`).
+	Reachable bool `json:"reachable"`
+
+	// RefreshFailures Failed fetches since the broker started.
+	RefreshFailures int `json:"refreshFailures"`
+
+	// Url The key set's URL without credentials or query (`/health` needs no token).
+	Url string `json:"url"`
 }
 
 // KvBatchRequest defines model for KvBatchRequest.
@@ -3696,7 +3725,8 @@ type ClientInterface interface {
 	// `503` when the database is unreachable or the schema is not applied yet; use for
 	// readiness, not liveness (a broker without its database still spools pushes). The round
 	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
-	// with requests does not make the broker unhealthy.
+	// with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
+	// says whether each is reachable; a key set that is down never makes the broker unhealthy.
 	// Required role: none (public, no token needed even with auth on).
 	//
 	// Corresponds with GET /health (the `GetHealth` operationId).
@@ -5054,7 +5084,8 @@ func (c *Client) Transaction(ctx context.Context, body TransactionJSONRequestBod
 // `503` when the database is unreachable or the schema is not applied yet; use for
 // readiness, not liveness (a broker without its database still spools pushes). The round
 // trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
-// with requests does not make the broker unhealthy.
+// with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
+// says whether each is reachable; a key set that is down never makes the broker unhealthy.
 // Required role: none (public, no token needed even with auth on).
 //
 // Corresponds with GET /health (the `GetHealth` operationId).
@@ -8950,7 +8981,8 @@ type ClientWithResponsesInterface interface {
 	// `503` when the database is unreachable or the schema is not applied yet; use for
 	// readiness, not liveness (a broker without its database still spools pushes). The round
 	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
-	// with requests does not make the broker unhealthy.
+	// with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
+	// says whether each is reachable; a key set that is down never makes the broker unhealthy.
 	// Required role: none (public, no token needed even with auth on).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -15431,7 +15463,8 @@ func (c *ClientWithResponses) TransactionWithResponse(ctx context.Context, body 
 // `503` when the database is unreachable or the schema is not applied yet; use for
 // readiness, not liveness (a broker without its database still spools pushes). The round
 // trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
-// with requests does not make the broker unhealthy.
+// with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
+// says whether each is reachable; a key set that is down never makes the broker unhealthy.
 // Required role: none (public, no token needed even with auth on).
 //
 // Returns a wrapper object for the known response body format(s).

@@ -876,7 +876,8 @@ export interface paths {
          * @description `503` when the database is unreachable or the schema is not applied yet; use for
          *     readiness, not liveness (a broker without its database still spools pushes). The round
          *     trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
-         *     with requests does not make the broker unhealthy.
+         *     with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
+         *     says whether each is reachable; a key set that is down never makes the broker unhealthy.
          *     Required role: none (public, no token needed even with auth on).
          *
          */
@@ -2300,6 +2301,34 @@ export interface components {
             database: string;
             engine: string;
             version: string;
+            /** @description Only with JWT auth on and `LANES_JWT_JWKS_URL` set: one item per key set, in the
+             *     configured order. A key set that cannot be fetched never makes the broker unhealthy:
+             *     the keys it holds keep verifying tokens, and `status` follows the database alone.
+             *      */
+            jwks?: components["schemas"]["JWKSHealth"][];
+        };
+        /** @description What the fetches of one JSON Web Key Set left. */
+        JWKSHealth: {
+            /** @description The key set's URL without credentials or query (`/health` needs no token). */
+            url: string;
+            /** @description `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for an unknown `kid`). */
+            reachable: boolean;
+            /** @description Keys held from the last successful fetch, which keep verifying while the set is unreachable; 0 before one. */
+            keys: number;
+            /**
+             * Format: date-time
+             * @description When the last successful fetch ended; `null` before one.
+             */
+            lastRefreshAt: string | null;
+            /** @description Why the last failed fetch failed (kept after a later success; compare `lastErrorAt` with `lastRefreshAt`); `null` before one. */
+            lastError: string | null;
+            /**
+             * Format: date-time
+             * @description When the last failed fetch ended; `null` before one.
+             */
+            lastErrorAt: string | null;
+            /** @description Failed fetches since the broker started. */
+            refreshFailures: number;
         };
         Liveness: {
             /** @description `ok`. */

@@ -112,3 +112,88 @@ func TestBrokerStartsWithTheJWKSEndpointDown(t *testing.T) {
 		}
 	}
 }
+
+// TestBrokerVerifiesTokensOfTwoKeySets starts the real binary with two key
+// sets in LANES_JWT_JWKS_URL (a comma and a space between them) and a third
+// whose endpoint is down: it starts, verifies the tokens of both sets that
+// answer, and /health answers 200 saying which set is unreachable.
+func TestBrokerVerifiesTokensOfTwoKeySets(t *testing.T) {
+	oldKey, newKey := newRSA(t), newRSA(t)
+	oldIdP, newIdP := serveJWKS(t, "old-1", oldKey), serveJWKS(t, "new-1", newKey)
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	down := "http://" + l.Addr().String() + "/jwks"
+	_ = l.Close()
+	b := startBroker(t, newDatabase(t), freePort(t), t.TempDir(), "LANES_JWT_ENABLED=true",
+		"LANES_JWT_JWKS_URL="+oldIdP.URL+", "+newIdP.URL+"\n"+down, "LANES_JWT_ROLE_CLAIMS=groups")
+	b.waitHealth(t, http.StatusOK, 20*time.Second)
+	sign := func(key *rsa.PrivateKey, kid string) string {
+		tok := jwt.NewWithClaims(jwt.SigningMethodRS256, jwt.MapClaims{"sub": "svc", "groups": "read-only", "exp": time.Now().Add(time.Hour).Unix()})
+		tok.Header["kid"] = kid
+		s, err := tok.SignedString(key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return s
+	}
+	for name, c := range map[string]struct {
+		token string
+		want  int
+	}{
+		"a token of the first set":          {sign(oldKey, "old-1"), http.StatusOK},
+		"a token of the second set":         {sign(newKey, "new-1"), http.StatusOK},
+		"a kid of one set, the other's key": {sign(newKey, "old-1"), http.StatusUnauthorized},
+	} {
+		if status := readQueuesAs(t, b, c.token); status != c.want {
+			t.Errorf("%s: %d, want %d", name, status, c.want)
+		}
+	}
+	var health struct {
+		Status string
+		JWKS   []struct {
+			URL       string
+			Reachable bool
+			Keys      int
+			LastError *string
+		}
+	}
+	if status, err := b.do(http.MethodGet, "/health", nil, &health); err != nil || status != http.StatusOK {
+		t.Fatalf("/health: %d %v", status, err)
+	}
+	if len(health.JWKS) != 3 || health.Status != "healthy" {
+		t.Fatalf("/health: %+v", health)
+	}
+	for i, want := range []struct {
+		url       string
+		reachable bool
+		keys      int
+	}{{oldIdP.URL, true, 1}, {newIdP.URL, true, 1}, {down, false, 0}} {
+		if got := health.JWKS[i]; got.URL != want.url || got.Reachable != want.reachable || got.Keys != want.keys || (got.LastError == nil) == !want.reachable {
+			t.Errorf("key set %d: %+v, want %+v", i, got, want)
+		}
+	}
+}
+
+func newRSA(t *testing.T) *rsa.PrivateKey {
+	t.Helper()
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return key
+}
+
+// serveJWKS is an identity provider's key set holding key under kid.
+func serveJWKS(t *testing.T, kid string, key *rsa.PrivateKey) *httptest.Server {
+	t.Helper()
+	b64 := base64.RawURLEncoding.EncodeToString
+	jwks := map[string]any{"keys": []map[string]any{{"kty": "RSA", "kid": kid, "alg": "RS256",
+		"n": b64(key.N.Bytes()), "e": b64(big.NewInt(int64(key.E)).Bytes())}}}
+	idp := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		_ = json.NewEncoder(w).Encode(jwks)
+	}))
+	t.Cleanup(idp.Close)
+	return idp
+}

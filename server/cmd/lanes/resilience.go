@@ -65,7 +65,7 @@ func newVerifier(cfg *config.Config, log *slog.Logger) (*auth.Verifier, error) {
 		Leeway:    cfg.JWTLeeway,
 		// Without the requirement a token lacking exp never expires.
 		AllowNoExpiry:         !cfg.JWTRequireExp,
-		JWKSURL:               cfg.JWTJWKSURL,
+		JWKSURLs:              cfg.JWTJWKSURLs,
 		JWKSRefresh:           cfg.JWTJWKSRefresh,
 		JWKSUnknownKIDRefresh: cfg.JWTJWKSUnknownKIDRefresh,
 		JWKSTimeout:           cfg.JWTJWKSTimeout,

@@ -166,7 +166,7 @@ func TestJWKSVerifiesTokensByKidAndFollowsKeyRotation(t *testing.T) {
 	edPub, edPriv := newEdKey(t)
 	idp := newJWKSServer(t, rsaJWK("rsa-1", "RS256", &rsa1.PublicKey), edJWK("ed-1", edPub))
 	const unknownKIDEvery = 400 * time.Millisecond
-	v := newJWKSVerifier(t, auth.Config{JWKSURL: idp.URL, JWKSRefresh: time.Hour, JWKSUnknownKIDRefresh: unknownKIDEvery, JWKSTimeout: 2 * time.Second})
+	v := newJWKSVerifier(t, auth.Config{JWKSURLs: []string{idp.URL}, JWKSRefresh: time.Hour, JWKSUnknownKIDRefresh: unknownKIDEvery, JWKSTimeout: 2 * time.Second})
 	b := newBrokerWith(t, testDSN, Options{Auth: v}, "")
 	if n := idp.fetches.Load(); n != 1 {
 		t.Fatalf("%d fetches at startup, want 1", n)
@@ -199,7 +199,7 @@ func TestJWKSVerifiesTokensByKidAndFollowsKeyRotation(t *testing.T) {
 
 	// A set fetched again every 200 ms drops a revoked key within a few periods.
 	rev := newJWKSServer(t, rsaJWK("rsa-1", "RS256", &rsa1.PublicKey))
-	rb := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURL: rev.URL, JWKSRefresh: 200 * time.Millisecond, JWKSUnknownKIDRefresh: time.Hour})}, "")
+	rb := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURLs: []string{rev.URL}, JWKSRefresh: 200 * time.Millisecond, JWKSUnknownKIDRefresh: time.Hour})}, "")
 	old := signKID(t, jwt.SigningMethodRS256, rsa1, "rsa-1", adminClaims())
 	wantAnswer(t, rb, old, 200, "")
 	rev.setKeys(rsaJWK("rsa-2", "RS256", &rsa2.PublicKey))
@@ -237,8 +237,8 @@ func TestJWKSKeysOnlyVerifyTheirOwnAlgorithm(t *testing.T) {
 		octJWK("oct-1", shared),
 		encKey,
 	)
-	jwksOnly := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURL: idp.URL})}, "")
-	withSecret := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURL: idp.URL, Secret: []byte(testSecret)})}, "")
+	jwksOnly := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURLs: []string{idp.URL}})}, "")
+	withSecret := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURLs: []string{idp.URL}, Secret: []byte(testSecret)})}, "")
 	rsaModulus := rsaKey.N.Bytes()
 
 	cases := []struct {
@@ -299,7 +299,7 @@ func TestJWKSEndpointDown(t *testing.T) {
 	addr := l.Addr().String()
 	_ = l.Close()
 	started := time.Now()
-	v := newJWKSVerifier(t, auth.Config{JWKSURL: "http://" + addr + "/jwks", JWKSRefresh: time.Hour,
+	v := newJWKSVerifier(t, auth.Config{JWKSURLs: []string{"http://" + addr + "/jwks"}, JWKSRefresh: time.Hour,
 		JWKSUnknownKIDRefresh: 300 * time.Millisecond, JWKSTimeout: 3 * time.Second})
 	if took := time.Since(started); took > time.Second {
 		t.Fatalf("the verifier took %v to start with the endpoint refusing connections", took)
@@ -325,7 +325,7 @@ func TestJWKSEndpointDown(t *testing.T) {
 
 	// Down later: the endpoint answers 503 to the periodic fetches.
 	later := newJWKSServer(t, rsaJWK("k1", "RS256", &key.PublicKey))
-	lb := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURL: later.URL,
+	lb := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURLs: []string{later.URL},
 		JWKSRefresh: 100 * time.Millisecond, JWKSUnknownKIDRefresh: time.Hour})}, "")
 	wantAnswer(t, lb, token, 200, "")
 	later.setDown(true)
@@ -340,13 +340,13 @@ func TestJWKSEndpointDown(t *testing.T) {
 
 	// A set past 1 MiB is refused whole: a broken or hostile endpoint cannot fill the broker's memory.
 	huge := newJWKSServer(t, rsaJWK("k1", "RS256", &key.PublicKey), map[string]any{"kty": "oct", "kid": "pad", "k": strings.Repeat("A", 2<<20)})
-	hb := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURL: huge.URL})}, "")
+	hb := newBrokerWith(t, testDSN, Options{Auth: newJWKSVerifier(t, auth.Config{JWKSURLs: []string{huge.URL}})}, "")
 	wantAnswer(t, hb, token, 401, auth.MsgUnknownKeyID)
 
 	// An endpoint that accepts the connection and never answers holds the startup for the timeout only.
 	silent := silentListener(t)
 	started = time.Now()
-	newJWKSVerifier(t, auth.Config{JWKSURL: "http://" + silent + "/jwks", JWKSTimeout: 500 * time.Millisecond})
+	newJWKSVerifier(t, auth.Config{JWKSURLs: []string{"http://" + silent + "/jwks"}, JWKSTimeout: 500 * time.Millisecond})
 	if took := time.Since(started); took < 400*time.Millisecond || took > 2*time.Second {
 		t.Fatalf("startup against a silent endpoint took %v, want about the 500 ms timeout", took)
 	}
@@ -358,7 +358,7 @@ func TestJWKSEndpointDown(t *testing.T) {
 func TestJWTAnswersEveryReferenceMessage(t *testing.T) {
 	key := newRSAKey(t)
 	idp := newJWKSServer(t, rsaJWK("k1", "RS256", &key.PublicKey))
-	v := newJWKSVerifier(t, auth.Config{Secret: []byte(testSecret), JWKSURL: idp.URL, Issuer: "lanes-iss", Audience: "lanes-aud",
+	v := newJWKSVerifier(t, auth.Config{Secret: []byte(testSecret), JWKSURLs: []string{idp.URL}, Issuer: "lanes-iss", Audience: "lanes-aud",
 		Leeway: 5 * time.Second, JWKSUnknownKIDRefresh: time.Hour})
 	b := newBrokerWith(t, testDSN, Options{Auth: v}, "")
 	now := time.Now()

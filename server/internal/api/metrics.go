@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/procfs"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/engine"
 	"github.com/lanesmq/lanes/server/internal/failurelog"
 	"github.com/lanesmq/lanes/server/internal/metrics"
@@ -90,6 +91,23 @@ func (s *Server) registerGauges() {
 		nil, func() float64 { return float64(s.engine.HotPathStats().UnprobedPushConflicts) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))
 	m.Gauge("lanes_maintenance_pop", "1 while pop maintenance answers every pop 204.", nil, boolGauge(s.maintenance.pop.Load))
+	if v := s.opts.Auth; v != nil {
+		for i, set := range v.KeySets() {
+			status := func() auth.KeySetStatus { return v.KeySets()[i] }
+			url := prometheus.Labels{"url": set.URL}
+			m.Gauge("lanes_jwks_keys", "Keys a JSON Web Key Set held after its last successful fetch; they keep verifying while the set is unreachable.",
+				url, func() float64 { return float64(status().Keys) })
+			m.Counter("lanes_jwks_refresh_failures_total", "Failed fetches of a JSON Web Key Set (at startup, periodic, or for an unknown kid).",
+				url, func() float64 { return float64(status().Failures) })
+			m.Gauge("lanes_jwks_last_refresh_timestamp_seconds", "Unix time of a JSON Web Key Set's last successful fetch (0 = none yet).",
+				url, func() float64 {
+					if at := status().LastRefresh; !at.IsZero() {
+						return float64(at.UnixNano()) / 1e9
+					}
+					return 0
+				})
+		}
+	}
 }
 
 // storedMessages counts the messages this broker stored, every source.

@@ -11,6 +11,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 
 	"github.com/lanesmq/lanes/server/internal/admission"
+	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/metrics"
 )
 
@@ -59,10 +60,12 @@ func metricsTable(t *testing.T) map[string]documentedMetric {
 func TestMetricsTableMatchesTheRegistry(t *testing.T) {
 	reg := metrics.New()
 	limits := admission.Limits{InFlight: 4, Waiting: 4}
+	// Auth with a key set exports the JWKS series; every path is skipped, so the calls below need no token.
+	verifier := newJWKSVerifier(t, auth.Config{JWKSURLs: []string{newJWKSServer(t).URL}, SkipPaths: []string{"/api/"}})
 	b := newBrokerWith(t, testDSN, Options{Metrics: reg, Admission: &admission.Controller{
 		Push: admission.NewClass("push", limits), Pop: admission.NewClass("pop", limits), Ack: admission.NewClass("ack", limits),
 		Clients: admission.NewClientLimiter(1000, 1000),
-	}, BodyBudget: admission.NewByteBudget(1<<20, time.Second)}, t.TempDir())
+	}, BodyBudget: admission.NewByteBudget(1<<20, time.Second), Auth: verifier}, t.TempDir())
 	// Labeled series appear once they have a value: a push, a dead letter and
 	// a backlog refresh give every family one.
 	q := uniqueQueue(t)

@@ -63,18 +63,19 @@ type Config struct {
 	// a token never expires, so a leaked one works until the key is rotated.
 	AllowNoExpiry bool
 
-	// JWKSURL is a JSON Web Key Set whose keys verify the asymmetric tokens
-	// that name a kid (and those without one when PublicKey is unset). HMAC
-	// tokens are always verified with Secret: the set's shared keys are never used.
-	JWKSURL string
-	// JWKSRefresh is how often the set is fetched again; a key dropped from it stops verifying.
+	// JWKSURLs are JSON Web Key Sets whose keys verify the asymmetric tokens
+	// that name a kid (and those without one when PublicKey is unset), a kid
+	// being looked up in every set. HMAC tokens are always verified with
+	// Secret: the sets' shared keys are never used.
+	JWKSURLs []string
+	// JWKSRefresh is how often each set is fetched again; a key dropped from it stops verifying.
 	JWKSRefresh time.Duration
-	// JWKSUnknownKIDRefresh is the least time between two fetches caused by
-	// tokens naming a kid the set lacks.
+	// JWKSUnknownKIDRefresh is the least time between two fetches of one set
+	// caused by tokens naming a kid no set holds.
 	JWKSUnknownKIDRefresh time.Duration
 	// JWKSTimeout bounds one fetch, the one at startup too.
 	JWKSTimeout time.Duration
-	// Logger receives the failed fetches of the set.
+	// Logger receives the failed fetches of the sets.
 	Logger *slog.Logger
 
 	// RoleClaims are the claims a token's roles are read from, each one
@@ -95,7 +96,7 @@ type Verifier struct {
 	cfg        Config
 	methods    []string
 	pub        crypto.PublicKey
-	jwks       *keySet // nil without Config.JWKSURL
+	jwks       keySets // empty without Config.JWKSURLs
 	parser     *jwt.Parser
 	roleClaims []roleClaim
 	// roleOf maps the name a token carries to the role it grants.
@@ -104,9 +105,9 @@ type Verifier struct {
 	skipUnder []string
 }
 
-// NewVerifier checks the key material and builds the parser. With a JWKS URL
-// it fetches the set once (waiting at most Config.JWKSTimeout; an endpoint that
-// is down leaves it empty) and keeps it fresh until Close.
+// NewVerifier checks the key material and builds the parser. With JWKS URLs
+// it fetches each set once (all at once, waiting at most Config.JWKSTimeout; an
+// endpoint that is down leaves its set empty) and keeps them fresh until Close.
 func NewVerifier(cfg Config) (*Verifier, error) {
 	v := &Verifier{cfg: cfg}
 	if err := v.readRolesAndPaths(); err != nil {
@@ -144,7 +145,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	case ed25519.PublicKey:
 		usable = append(usable, "EdDSA")
 	}
-	if cfg.JWKSURL != "" {
+	if len(cfg.JWKSURLs) > 0 {
 		for _, alg := range asymmetricAlgs {
 			if !slices.Contains(usable, alg) {
 				usable = append(usable, alg)
@@ -173,8 +174,8 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 		opts = append(opts, jwt.WithAudience(cfg.Audience))
 	}
 	v.parser = jwt.NewParser(opts...)
-	if cfg.JWKSURL != "" {
-		jwks, err := newKeySet(cfg)
+	if len(cfg.JWKSURLs) > 0 {
+		jwks, err := newKeySets(cfg)
 		if err != nil {
 			return nil, err
 		}
@@ -186,11 +187,14 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 // asymmetricAlgs are the algorithms a JWKS may verify.
 var asymmetricAlgs = []string{"RS256", "RS384", "RS512", "PS256", "PS384", "PS512", "ES256", "ES384", "ES512", "EdDSA"}
 
-// Close stops fetching the JWKS.
+// Close stops fetching the key sets.
 func (v *Verifier) Close() {
-	if v.jwks != nil {
-		v.jwks.close()
-	}
+	v.jwks.close()
+}
+
+// KeySets is what each key set's fetches left, in the order of Config.JWKSURLs.
+func (v *Verifier) KeySets() []KeySetStatus {
+	return v.jwks.statuses()
 }
 
 // readRolesAndPaths checks the claim names, role names and skip paths.
@@ -343,8 +347,8 @@ func namesIn(claim any) []string {
 	return nil
 }
 
-// key picks the key for t: the secret for HMAC; the JWKS key named by kid
-// when there is a JWKS; else the static public key, or every JWKS key that
+// key picks the key for t: the secret for HMAC; the JWKS keys named by kid
+// when there are key sets; else the static public key, or every JWKS key that
 // fits the algorithm.
 func (v *Verifier) key(t *jwt.Token) (any, error) {
 	alg := t.Method.Alg()
@@ -355,7 +359,7 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 		return v.cfg.Secret, nil
 	}
 	kidClaim, namesKID := t.Header["kid"]
-	if v.jwks != nil && namesKID {
+	if len(v.jwks) > 0 && namesKID {
 		kid, ok := kidClaim.(string)
 		if !ok || kid == "" {
 			return nil, errBadKID
@@ -365,7 +369,7 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 	if v.pub != nil && algFits(alg, v.pub) {
 		return v.pub, nil
 	}
-	if v.jwks != nil {
+	if len(v.jwks) > 0 {
 		keys := v.jwks.keysFor(alg)
 		if len(keys) == 0 {
 			return nil, errNoKey

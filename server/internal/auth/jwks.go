@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/MicahParks/jwkset"
@@ -46,14 +47,35 @@ type keySet struct {
 	timeout    time.Duration
 	transport  *http.Transport
 	stop       context.CancelFunc
+
+	mu     sync.Mutex
+	status KeySetStatus
 }
 
-// newKeySet fetches the set once, waiting at most cfg.JWKSTimeout: an endpoint
-// that is down leaves the set empty and the broker starts anyway.
-func newKeySet(cfg Config) (*keySet, error) {
-	u, err := url.Parse(cfg.JWKSURL)
-	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("jwks url %q: not an absolute http or https URL", cfg.JWKSURL)
+// KeySetStatus is what a key set's fetches left: the keys held, the last
+// success and the last failure.
+type KeySetStatus struct {
+	// URL is the set's URL without credentials or query: /health and the metrics need no token.
+	URL string
+	// Keys is how many keys the last successful fetch gave (0 before one).
+	Keys int
+	// Reachable reports that the last fetch succeeded.
+	Reachable bool
+	// LastRefresh is the time of the last successful fetch (zero: none yet).
+	LastRefresh time.Time
+	// LastError says why the last failed fetch failed; LastErrorAt is when (zero: none yet).
+	LastError   string
+	LastErrorAt time.Time
+	// Failures counts the failed fetches since startup.
+	Failures int64
+}
+
+// newKeySet fetches the set at rawURL once, waiting at most cfg.JWKSTimeout:
+// an endpoint that is down leaves the set empty and the broker starts anyway.
+func newKeySet(cfg Config, rawURL string) (*keySet, error) {
+	u, err := parseJWKSURL(rawURL)
+	if err != nil {
+		return nil, err
 	}
 	refresh := orDefault(cfg.JWKSRefresh, defaultJWKSRefresh)
 	timeout := orDefault(cfg.JWKSTimeout, defaultJWKSTimeout)
@@ -65,18 +87,21 @@ func newKeySet(cfg Config) (*keySet, error) {
 	ctx, stop := context.WithCancel(context.Background())
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	s := &keySet{
+		status:     KeySetStatus{URL: shownURL(u)},
 		unknownKID: rate.NewLimiter(rate.Every(orDefault(cfg.JWKSUnknownKIDRefresh, defaultJWKSUnknownKIDRefresh)), 1),
 		timeout:    timeout,
 		transport:  transport,
 		stop:       stop,
 	}
-	s.fetched, err = jwkset.NewStorageFromHTTP(cfg.JWKSURL, jwkset.HTTPClientStorageOptions{
+	s.fetched, err = jwkset.NewStorageFromHTTP(rawURL, jwkset.HTTPClientStorageOptions{
 		Client:                    &http.Client{Transport: cappedBodies{transport}, Timeout: timeout},
 		Ctx:                       ctx,
 		HTTPTimeout:               timeout,
 		NoErrorReturnFirstHTTPReq: true,
 		RefreshInterval:           refresh,
+		Storage:                   &recordedFetches{Storage: jwkset.NewMemoryStorage(), set: s},
 		RefreshErrorHandler: func(_ context.Context, err error) {
+			s.fetchFailed(err)
 			log.Warn("JWKS fetch failed: the keys fetched before stay in use, tokens naming another kid answer 401 Unknown key ID",
 				"url", redacted, "error", err)
 		},
@@ -87,7 +112,7 @@ func newKeySet(cfg Config) (*keySet, error) {
 	}
 	// The limiter here never holds a fetch back: s.unknownKID decides, without waiting, whether one may run.
 	s.refetching, err = jwkset.NewHTTPClient(jwkset.HTTPClientOptions{
-		HTTPURLs:          map[string]jwkset.Storage{cfg.JWKSURL: s.fetched},
+		HTTPURLs:          map[string]jwkset.Storage{rawURL: s.fetched},
 		RefreshUnknownKID: rate.NewLimiter(rate.Inf, 1),
 	})
 	if err != nil {
@@ -97,6 +122,126 @@ func newKeySet(cfg Config) (*keySet, error) {
 	return s, nil
 }
 
+// recordedFetches is a set's storage; the library replaces its keys only
+// after a fetch that succeeded, which is how the set learns of one.
+type recordedFetches struct {
+	jwkset.Storage
+	set *keySet
+}
+
+func (r *recordedFetches) KeyReplaceAll(ctx context.Context, keys []jwkset.JWK) error {
+	if err := r.Storage.KeyReplaceAll(ctx, keys); err != nil {
+		return err
+	}
+	r.set.mu.Lock()
+	defer r.set.mu.Unlock()
+	r.set.status.Keys, r.set.status.Reachable, r.set.status.LastRefresh = len(keys), true, time.Now()
+	return nil
+}
+
+func (s *keySet) fetchFailed(err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.status.Reachable = false
+	s.status.LastError, s.status.LastErrorAt = fetchErrorText(err), time.Now()
+	s.status.Failures++
+}
+
+func (s *keySet) snapshot() KeySetStatus {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.status
+}
+
+// fetchErrorText is err without the URL Go's HTTP client writes into it,
+// which may carry a query secret: /health shows the text to anyone.
+func fetchErrorText(err error) string {
+	var requestErr *url.Error
+	if errors.As(err, &requestErr) {
+		return "request failed: " + requestErr.Err.Error()
+	}
+	return err.Error()
+}
+
+// parseJWKSURL takes an absolute http or https URL.
+func parseJWKSURL(rawURL string) (*url.URL, error) {
+	u, err := url.Parse(rawURL)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return nil, fmt.Errorf("jwks url %q: not an absolute http or https URL", rawURL)
+	}
+	return u, nil
+}
+
+// shownURL is u without its credentials, query or fragment.
+func shownURL(u *url.URL) string {
+	shown := *u
+	shown.User, shown.RawQuery, shown.ForceQuery, shown.Fragment, shown.RawFragment = nil, "", false, "", ""
+	return shown.String()
+}
+
+// CheckJWKSURLs reports whether urls can be the key sets of one broker: each
+// an absolute http or https URL, and no two shown alike (the same URL twice
+// is a typo; two differing only in credentials or query could not be told
+// apart in /health and the metrics).
+func CheckJWKSURLs(urls []string) error {
+	shownAs := map[string]string{}
+	for _, raw := range urls {
+		u, err := parseJWKSURL(raw)
+		if err != nil {
+			return err
+		}
+		shown := shownURL(u)
+		if other, taken := shownAs[shown]; taken {
+			if other == raw {
+				return fmt.Errorf("jwks url %s is listed twice", shown)
+			}
+			return fmt.Errorf("jwks urls %s are listed twice, differing only in credentials or query, which /health and the metrics leave out; list each key set once", shown)
+		}
+		shownAs[shown] = raw
+	}
+	return nil
+}
+
+// keySets are every configured key set, in the configured order.
+type keySets []*keySet
+
+// newKeySets fetches every set at once, so sets that are down hold the
+// startup for one timeout, not one each.
+func newKeySets(cfg Config) (keySets, error) {
+	if err := CheckJWKSURLs(cfg.JWKSURLs); err != nil {
+		return nil, err
+	}
+	sets := make(keySets, len(cfg.JWKSURLs))
+	errs := make([]error, len(cfg.JWKSURLs))
+	var wg sync.WaitGroup
+	for i, raw := range cfg.JWKSURLs {
+		wg.Go(func() { sets[i], errs[i] = newKeySet(cfg, raw) })
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		sets.close()
+		return nil, err
+	}
+	return sets, nil
+}
+
+func (sets keySets) close() {
+	for _, s := range sets {
+		if s != nil {
+			s.stop()
+			s.transport.CloseIdleConnections()
+		}
+	}
+}
+
+func (sets keySets) statuses() []KeySetStatus {
+	out := make([]KeySetStatus, len(sets))
+	for i, s := range sets {
+		out[i] = s.snapshot()
+	}
+	return out
+}
+
 func orDefault(d, def time.Duration) time.Duration {
 	if d > 0 {
 		return d
@@ -104,47 +249,97 @@ func orDefault(d, def time.Duration) time.Duration {
 	return def
 }
 
-func (s *keySet) close() {
-	s.stop()
-	s.transport.CloseIdleConnections()
-}
-
-// key is the key named kid, for a token signed with alg.
-func (s *keySet) key(kid, alg string) (any, error) {
-	jwk, err := s.fetched.KeyRead(context.Background(), kid)
-	if errors.Is(err, jwkset.ErrKeyNotFound) && s.unknownKID.Allow() {
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		defer cancel()
-		jwk, err = s.refetching.KeyRead(ctx, kid)
-	}
-	if err != nil {
-		return nil, errUnknownKID
-	}
-	if use := jwk.Marshal().USE; use != "" && use != jwkset.UseSig {
-		// An encryption key verifies no signature.
-		return nil, errUnknownKID
-	}
-	key, ok := publicKeyFor(jwk, alg)
-	if !ok {
-		return nil, errUnsupportedAlg
-	}
-	return key, nil
-}
-
-// keysFor are the cached keys that can verify a token signed with alg that
-// names no kid; the token is valid if one of them verifies it.
-func (s *keySet) keysFor(alg string) []jwt.VerificationKey {
-	all, err := s.fetched.KeyReadAll(context.Background())
-	if err != nil {
-		return nil
+// key is the key named kid, for a token signed with alg. The kid is looked up
+// in every set; when none holds it, each set whose unknown-kid interval has
+// passed is fetched again (at once, so the slowest bounds the wait). A kid that
+// two sets name for different keys gives both keys, and the token verifies if
+// one of them does: each set is trusted whole, so this grants nothing a set
+// does not, and one provider's choice of kid cannot lock out the other's tokens.
+func (sets keySets) key(kid, alg string) (any, error) {
+	found := sets.cached(kid)
+	if len(found) == 0 {
+		found = sets.refetch(kid)
 	}
 	var keys []jwt.VerificationKey
-	for _, jwk := range all {
+	unsupported := false
+	for _, jwk := range found {
 		if use := jwk.Marshal().USE; use != "" && use != jwkset.UseSig {
+			// An encryption key verifies no signature.
 			continue
 		}
-		if key, ok := publicKeyFor(jwk, alg); ok {
-			keys = append(keys, key)
+		key, ok := publicKeyFor(jwk, alg)
+		if !ok {
+			unsupported = true
+			continue
+		}
+		keys = append(keys, key)
+	}
+	switch {
+	case len(keys) == 1:
+		return keys[0], nil
+	case len(keys) > 1:
+		return jwt.VerificationKeySet{Keys: keys}, nil
+	case unsupported:
+		return nil, errUnsupportedAlg
+	default:
+		return nil, errUnknownKID
+	}
+}
+
+// cached are the keys named kid the sets hold now, without a fetch.
+func (sets keySets) cached(kid string) []jwkset.JWK {
+	var found []jwkset.JWK
+	for _, s := range sets {
+		if jwk, err := s.fetched.KeyRead(context.Background(), kid); err == nil {
+			found = append(found, jwk)
+		}
+	}
+	return found
+}
+
+// refetch fetches again, at once, every set whose unknown-kid interval has
+// passed, and returns the keys named kid they then hold.
+func (sets keySets) refetch(kid string) []jwkset.JWK {
+	results := make([]*jwkset.JWK, len(sets))
+	var wg sync.WaitGroup
+	for i, s := range sets {
+		if !s.unknownKID.Allow() {
+			continue
+		}
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+			defer cancel()
+			if jwk, err := s.refetching.KeyRead(ctx, kid); err == nil {
+				results[i] = &jwk
+			}
+		})
+	}
+	wg.Wait()
+	var found []jwkset.JWK
+	for _, jwk := range results {
+		if jwk != nil {
+			found = append(found, *jwk)
+		}
+	}
+	return found
+}
+
+// keysFor are the cached keys of every set that can verify a token signed
+// with alg that names no kid; the token is valid if one of them verifies it.
+func (sets keySets) keysFor(alg string) []jwt.VerificationKey {
+	var keys []jwt.VerificationKey
+	for _, s := range sets {
+		all, err := s.fetched.KeyReadAll(context.Background())
+		if err != nil {
+			continue
+		}
+		for _, jwk := range all {
+			if use := jwk.Marshal().USE; use != "" && use != jwkset.UseSig {
+				continue
+			}
+			if key, ok := publicKeyFor(jwk, alg); ok {
+				keys = append(keys, key)
+			}
 		}
 	}
 	return keys

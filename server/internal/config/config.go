@@ -9,11 +9,11 @@ import (
 	"io"
 	"math"
 	"net"
-	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+	"unicode"
 
 	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -86,9 +86,9 @@ type Resilience struct {
 	JWTLeeway time.Duration
 	// JWTRequireExp refuses tokens without an exp claim (valid for ever otherwise).
 	JWTRequireExp bool
-	// JWKS: the key set's URL, how often it is fetched again, the least time
-	// between fetches for an unknown kid, and one fetch's deadline.
-	JWTJWKSURL               string
+	// JWKS: the key sets' URLs, how often each is fetched again, the least
+	// time between fetches of one set for an unknown kid, and one fetch's deadline.
+	JWTJWKSURLs              []string
 	JWTJWKSRefresh           time.Duration
 	JWTJWKSUnknownKIDRefresh time.Duration
 	JWTJWKSTimeout           time.Duration
@@ -263,18 +263,22 @@ func roleNameSetting(role string) parser {
 	}}
 }
 
-// jwksURLSetting takes an absolute http or https URL, or nothing.
-func jwksURLSetting(dst func(*Config) *string) parser {
-	return parser{accepts: "http(s) URL", parse: func(c *Config, v string) error {
-		if v != "" {
-			u, err := url.Parse(v)
-			if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-				return fmt.Errorf("not an absolute http or https URL: %q", v)
-			}
+// jwksURLsSetting takes absolute http or https URLs separated by commas or
+// whitespace, or nothing. A URL cannot hold whitespace, and a comma in a JWKS
+// URL (legal, but no provider's has one) is written %2C.
+func jwksURLsSetting(dst func(*Config) *[]string) parser {
+	return parser{accepts: "http(s) URLs, separated by commas or spaces", parse: func(c *Config, v string) error {
+		urls := splitJWKSURLs(v)
+		if err := auth.CheckJWKSURLs(urls); err != nil {
+			return err
 		}
-		*dst(c) = v
+		*dst(c) = urls
 		return nil
 	}}
+}
+
+func splitJWKSURLs(v string) []string {
+	return strings.FieldsFunc(v, func(r rune) bool { return r == ',' || unicode.IsSpace(r) })
 }
 
 // skipPathEntry checks one entry of LANES_JWT_SKIP_PATHS.
@@ -370,9 +374,9 @@ var settings = []setting{
 	{"jwt-audience", "LANES_JWT_AUDIENCE", "", "required aud claim; empty = not checked", stringSetting(func(c *Config) *string { return &c.JWTAudience })},
 	{"jwt-leeway-seconds", "LANES_JWT_LEEWAY_SECONDS", "5", "clock skew tolerated on a token's exp, nbf and iat, in whole seconds; 0 = none", secondsSetting(func(c *Config) *time.Duration { return &c.JWTLeeway })},
 	{"jwt-require-exp", "LANES_JWT_REQUIRE_EXP", "true", "refuse a token without an exp claim (401 \"Token has no expiration time\"): it would be valid for ever; false accepts it, as the reference broker does", boolSetting(func(c *Config) *bool { return &c.JWTRequireExp })},
-	{"jwt-jwks-url", "LANES_JWT_JWKS_URL", "", "JSON Web Key Set URL whose keys, cached per kid, verify RS/PS/ES/EdDSA tokens that name a kid (and those without one when no public key is set); the broker starts with the endpoint down; empty = none", jwksURLSetting(func(c *Config) *string { return &c.JWTJWKSURL })},
-	{"jwt-jwks-refresh-ms", "LANES_JWT_JWKS_REFRESH_MS", "3600000", "how often the JWKS is fetched again: new keys are taken, dropped ones stop verifying; a failed fetch keeps the keys it had", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSRefresh }, 1000)},
-	{"jwt-jwks-unknown-kid-refresh-ms", "LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS", "10000", "a token naming a kid the JWKS lacks fetches it again, at most once per this interval; in between such tokens answer 401 Unknown key ID at once", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSUnknownKIDRefresh }, 1000)},
+	{"jwt-jwks-url", "LANES_JWT_JWKS_URL", "", "JSON Web Key Set URLs, one or more separated by commas or spaces (a comma inside a URL is written %2C), whose keys, cached per kid, verify RS/PS/ES/EdDSA tokens that name a kid, looked up in every set (and those without one when no public key is set); the broker starts with an endpoint down; empty = none", jwksURLsSetting(func(c *Config) *[]string { return &c.JWTJWKSURLs })},
+	{"jwt-jwks-refresh-ms", "LANES_JWT_JWKS_REFRESH_MS", "3600000", "how often each JWKS is fetched again: new keys are taken, dropped ones stop verifying; a failed fetch keeps the keys it had", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSRefresh }, 1000)},
+	{"jwt-jwks-unknown-kid-refresh-ms", "LANES_JWT_JWKS_UNKNOWN_KID_REFRESH_MS", "10000", "a token naming a kid no JWKS holds fetches each set again, at most once per this interval per set; in between such tokens answer 401 Unknown key ID at once", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSUnknownKIDRefresh }, 1000)},
 	{"jwt-jwks-timeout-ms", "LANES_JWT_JWKS_TIMEOUT_MS", "5000", "deadline of one JWKS fetch, the one at startup too", millisSetting(func(c *Config) *time.Duration { return &c.JWTJWKSTimeout }, 1)},
 	{"jwt-role-claims", "LANES_JWT_ROLE_CLAIMS", "role,roles", "claims a token's roles are read from, each one string or an array of strings; an entry starting with / is a JSON Pointer into the claims (/realm_access/roles), any other a top-level claim name as written; a value starting with [ is a JSON array of entries, for claim names that hold a comma", roleClaimsSetting(func(c *Config) *[]string { return &c.JWTRoleClaims })},
 	{"jwt-role-read-only", "LANES_JWT_ROLE_READ_ONLY", "read-only", "name in tokens of the read-only role", roleNameSetting("read-only")},

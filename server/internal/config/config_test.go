@@ -173,8 +173,8 @@ func TestJWTKeySetRolesAndSkipPathsSettings(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if c.JWTJWKSURL != "" || c.JWTJWKSRefresh != time.Hour || c.JWTJWKSUnknownKIDRefresh != 10*time.Second || c.JWTJWKSTimeout != 5*time.Second {
-		t.Errorf("JWKS defaults: %q %v %v %v", c.JWTJWKSURL, c.JWTJWKSRefresh, c.JWTJWKSUnknownKIDRefresh, c.JWTJWKSTimeout)
+	if len(c.JWTJWKSURLs) != 0 || c.JWTJWKSRefresh != time.Hour || c.JWTJWKSUnknownKIDRefresh != 10*time.Second || c.JWTJWKSTimeout != 5*time.Second {
+		t.Errorf("JWKS defaults: %q %v %v %v", c.JWTJWKSURLs, c.JWTJWKSRefresh, c.JWTJWKSUnknownKIDRefresh, c.JWTJWKSTimeout)
 	}
 	if !slices.Equal(c.JWTRoleClaims, []string{"role", "roles"}) || !slices.Equal(c.JWTSkipPaths, []string{"/health", "/metrics/prometheus", "/metrics", "/"}) {
 		t.Errorf("role claims %q, skip paths %q", c.JWTRoleClaims, c.JWTSkipPaths)
@@ -210,6 +210,40 @@ func TestJWTKeySetRolesAndSkipPathsSettings(t *testing.T) {
 	} {
 		if _, err := Load(nil, env(map[string]string{bad.variable: bad.value}), io.Discard); err == nil || !strings.Contains(err.Error(), bad.variable) {
 			t.Errorf("%s=%q: %v, want an error naming it", bad.variable, bad.value, err)
+		}
+	}
+}
+
+// TestJWKSURLsAreSeparatedByCommasOrWhitespace: LANES_JWT_JWKS_URL takes one
+// or more key sets, separated by commas, spaces or newlines (a URL holds no
+// whitespace, and a comma inside one is written %2C); the same set twice,
+// or two sets /health would show alike, stop the broker naming the variable.
+func TestJWKSURLsAreSeparatedByCommasOrWhitespace(t *testing.T) {
+	for value, want := range map[string][]string{
+		"https://a.example/jwks":                                      {"https://a.example/jwks"},
+		"https://a.example/jwks,https://b.example/keys":               {"https://a.example/jwks", "https://b.example/keys"},
+		" https://a.example/jwks , https://b.example/keys ":           {"https://a.example/jwks", "https://b.example/keys"},
+		"https://a.example/jwks\n\thttps://b.example/keys\n":          {"https://a.example/jwks", "https://b.example/keys"},
+		"https://a.example/jwks https://b.example/a%2Cb?tenant=x%2Cy": {"https://a.example/jwks", "https://b.example/a%2Cb?tenant=x%2Cy"},
+	} {
+		c, err := Load(nil, env(map[string]string{"LANES_JWT_JWKS_URL": value}), io.Discard)
+		if err != nil {
+			t.Errorf("%q: %v", value, err)
+			continue
+		}
+		if !slices.Equal(c.JWTJWKSURLs, want) {
+			t.Errorf("%q: %q, want %q", value, c.JWTJWKSURLs, want)
+		}
+	}
+	for _, bad := range []string{
+		"https://a.example/jwks idp.example/jwks",
+		"https://a.example/jwks,ftp://b.example/jwks",
+		"https://a.example/jwks https://a.example/jwks",
+		"https://a.example/jwks?tenant=1 https://a.example/jwks?tenant=2",
+		"https://u:p@a.example/jwks https://a.example/jwks",
+	} {
+		if _, err := Load(nil, env(map[string]string{"LANES_JWT_JWKS_URL": bad}), io.Discard); err == nil || !strings.Contains(err.Error(), "LANES_JWT_JWKS_URL") {
+			t.Errorf("%q: %v, want an error naming LANES_JWT_JWKS_URL", bad, err)
 		}
 	}
 }

@@ -88,7 +88,11 @@ func (c *Config) LogAttrs() []any {
 			v = redactDatabaseURL(v)
 		case s.env == "LANES_JWT_JWKS_URL" && v != "":
 			// An identity provider's URL may carry a password too.
-			v = redactDatabaseURL(v)
+			urls := splitJWKSURLs(v)
+			for i, u := range urls {
+				urls[i] = redactDatabaseURL(u)
+			}
+			v = strings.Join(urls, " ")
 		case s.env == "LANES_MAX_INFLIGHT_BODY_BYTES":
 			v = strconv.FormatInt(c.MaxInflightBodyBytes, 10)
 		case s.env == "LANES_SPOOL_DIR":

@@ -761,6 +761,51 @@ class Health(BaseModel):
     """
     engine: str
     version: str
+    jwks: list[JWKSHealth] | None = None
+    """
+    Only with JWT auth on and `LANES_JWT_JWKS_URL` set: one item per key set, in the
+    configured order. A key set that cannot be fetched never makes the broker unhealthy:
+    the keys it holds keep verifying tokens, and `status` follows the database alone.
+
+    """
+
+
+class JWKSHealth(BaseModel):
+    """
+    What the fetches of one JSON Web Key Set left.
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    url: str
+    """
+    The key set's URL without credentials or query (`/health` needs no token).
+    """
+    reachable: bool
+    """
+    `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for an unknown `kid`).
+    """
+    keys: Annotated[int, Field(ge=0)]
+    """
+    Keys held from the last successful fetch, which keep verifying while the set is unreachable; 0 before one.
+    """
+    last_refresh_at: Annotated[AwareDatetime | None, Field(alias="lastRefreshAt")]
+    """
+    When the last successful fetch ended; `null` before one.
+    """
+    last_error: Annotated[str | None, Field(alias="lastError")]
+    """
+    Why the last failed fetch failed (kept after a later success; compare `lastErrorAt` with `lastRefreshAt`); `null` before one.
+    """
+    last_error_at: Annotated[AwareDatetime | None, Field(alias="lastErrorAt")]
+    """
+    When the last failed fetch ended; `null` before one.
+    """
+    refresh_failures: Annotated[int, Field(alias="refreshFailures", ge=0)]
+    """
+    Failed fetches since the broker started.
+    """
 
 
 class KvBatchRequest(BaseModel):
