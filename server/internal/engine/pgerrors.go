@@ -13,6 +13,7 @@ import (
 // (Appendix A); the LN codes are raised by this package's SQL through
 // lanes.expect.
 const (
+	sqlstateUndefinedTable       = "42P01"
 	sqlstateUniqueViolation      = "23505"
 	sqlstateSerializationFailure = "40001"
 	sqlstateDeadlockDetected     = "40P01"

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -33,7 +34,9 @@ const schemaLockKey = 7781200100
 // under load would stall pushes and pops behind them. So the digest and the
 // version of the files applied are stored, and a boot that finds its own, or a
 // later version (files only add, so an older broker's schema is part of it),
-// applies nothing.
+// applies nothing. A database whose minimum broker version
+// (lanes.min_broker_version) is above this broker's version is left alone
+// altogether: the answer is a *BrokerTooOldError, before any write.
 func ApplySchema(ctx context.Context, pool *pgxpool.Pool) error {
 	_, err := ApplySchemaOutcome(ctx, pool)
 	return err
@@ -46,6 +49,14 @@ type SchemaOutcome struct {
 	// Version is this broker's schema version (its highest file number);
 	// Recorded the one the database held before (0 when none).
 	Version, Recorded int
+	// MinBrokerVersion is the oldest broker schema version the database
+	// admits after the boot; MinBrokerVersionWas the one before (0 when none).
+	MinBrokerVersion, MinBrokerVersionWas int
+}
+
+// RaisedMinBrokerVersion reports a boot that raised the database's minimum.
+func (o SchemaOutcome) RaisedMinBrokerVersion() bool {
+	return o.MinBrokerVersion > o.MinBrokerVersionWas
 }
 
 // Newer reports a database whose schema a later version applied, so this
@@ -79,6 +90,16 @@ func ApplySchemaOutcome(ctx context.Context, pool *pgxpool.Pool) (SchemaOutcome,
 	defer func() {
 		_, _ = conn.Exec(context.Background(), "SELECT pg_advisory_unlock($1)", int64(schemaLockKey))
 	}()
+	// Before anything is written: a later version's schema that this broker
+	// would misuse must stay as it is.
+	minimum, err := readMinBrokerVersion(ctx, conn.Conn())
+	if err != nil {
+		return out, err
+	}
+	out.MinBrokerVersion, out.MinBrokerVersionWas = minimum.Version, minimum.Version
+	if version < minimum.Version {
+		return out, &BrokerTooOldError{Version: version, Minimum: minimum.Version, RaisedBy: minimum.RaisedBy}
+	}
 	var recorded bool
 	if err := conn.QueryRow(ctx, `SELECT to_regclass('lanes.schema_applied') IS NOT NULL`).Scan(&recorded); err != nil {
 		return out, fmt.Errorf("schema digest: %w", err)
@@ -94,7 +115,10 @@ func ApplySchemaOutcome(ctx context.Context, pool *pgxpool.Pool) (SchemaOutcome,
 			return out, fmt.Errorf("schema digest: %w", err)
 		}
 		if applied == digest || out.Newer() || (out.Recorded == version && versionDigest == digest) {
-			return out, nil
+			if minimum.tableExists {
+				err = raiseMinBrokerVersion(ctx, conn.Conn(), version, &out)
+			}
+			return out, err
 		}
 	}
 	if _, err := conn.Exec(ctx, fmt.Sprintf("SET lock_timeout = %d", schemaLockTimeout.Milliseconds())); err != nil {
@@ -113,8 +137,101 @@ func ApplySchemaOutcome(ctx context.Context, pool *pgxpool.Pool) (SchemaOutcome,
 		return out, fmt.Errorf("record schema digest: %w", err)
 	}
 	out.Applied = true
-	return out, nil
+	return out, raiseMinBrokerVersion(ctx, conn.Conn(), version, &out)
 }
+
+// MinPeerSchemaVersion is the oldest broker schema version this broker lets
+// run on its database: its boot raises lanes.min_broker_version to it, never
+// lowers it, and brokers from 140 on below it refuse to start or stop. Raise
+// it in the release whose schema change an older broker would misuse (a
+// column it does not fill, a meaning it does not know); brokers older than
+// 140 never read it. 60 is the oldest version the upgrade audit found safe
+// on this schema (docs/operations.md, "Checked against real old brokers").
+const MinPeerSchemaVersion = 60
+
+// BrokerTooOldError is a database that admits only brokers of a later schema
+// version than this one: a later version's schema this broker would misuse.
+type BrokerTooOldError struct {
+	// Version is this broker's schema version; Minimum the oldest the
+	// database admits, raised by a broker of schema version RaisedBy.
+	Version, Minimum, RaisedBy int
+}
+
+func (e *BrokerTooOldError) Error() string {
+	return fmt.Sprintf("this broker's schema version %d is below %d, the oldest this database admits "+
+		"(raised by a broker of schema version %d): upgrade this broker to one of schema version %d or later",
+		e.Version, e.Minimum, e.RaisedBy, e.Minimum)
+}
+
+// minBrokerVersion is lanes.min_broker_version as read: zeros when the row or
+// the table (a database from before 140_min_broker_version.sql) is missing.
+type minBrokerVersion struct {
+	Version, RaisedBy int
+	tableExists       bool
+}
+
+func readMinBrokerVersion(ctx context.Context, conn *pgx.Conn) (minBrokerVersion, error) {
+	got := minBrokerVersion{tableExists: true}
+	err := conn.QueryRow(ctx, `SELECT version, raised_by FROM lanes.min_broker_version WHERE id = 1`).
+		Scan(&got.Version, &got.RaisedBy)
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return got, nil
+	case hasSQLState(err, sqlstateUndefinedTable):
+		return minBrokerVersion{}, nil
+	case err != nil:
+		return got, fmt.Errorf("read the minimum broker version: %w", err)
+	}
+	return got, nil
+}
+
+// raiseMinBrokerVersion raises the database's minimum to MinPeerSchemaVersion
+// if it is lower, recording this broker's version as the one that raised it.
+// The caller holds the schema lock, so out.MinBrokerVersionWas is current.
+func raiseMinBrokerVersion(ctx context.Context, conn *pgx.Conn, version int, out *SchemaOutcome) error {
+	if out.MinBrokerVersion >= MinPeerSchemaVersion {
+		return nil
+	}
+	// The WHERE keeps it monotonic even for a writer outside the lock.
+	if _, err := conn.Exec(ctx, `INSERT INTO lanes.min_broker_version AS m (id, version, raised_by, raised_at)
+		VALUES (1, $1, $2, now())
+		ON CONFLICT (id) DO UPDATE SET version = EXCLUDED.version, raised_by = EXCLUDED.raised_by,
+			raised_at = EXCLUDED.raised_at
+		WHERE m.version < EXCLUDED.version`, MinPeerSchemaVersion, version); err != nil {
+		return fmt.Errorf("raise the minimum broker version: %w", err)
+	}
+	out.MinBrokerVersion = MinPeerSchemaVersion
+	return nil
+}
+
+// CheckMinBrokerVersion returns a *BrokerTooOldError when the database no
+// longer admits a broker of this schema version (a later version raised the
+// minimum); it reads, never writes.
+func CheckMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool) error {
+	version, err := SchemaVersion()
+	if err != nil {
+		return err
+	}
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquire: %w", err)
+	}
+	defer conn.Release()
+	minimum, err := readMinBrokerVersion(ctx, conn.Conn())
+	if err != nil {
+		return err
+	}
+	if version < minimum.Version {
+		return &BrokerTooOldError{Version: version, Minimum: minimum.Version, RaisedBy: minimum.RaisedBy}
+	}
+	return nil
+}
+
+// SchemaVersion is this broker's schema version, the highest file number.
+var SchemaVersion = sync.OnceValues(func() (int, error) {
+	_, _, version, err := schemaSources()
+	return version, err
+})
 
 // applySchemaFile runs one file (one implicit transaction: a failure leaves
 // nothing of it), again after a pause whenever a lock wait timed out.

@@ -511,8 +511,8 @@ func TestABrokerOlderThanTheRecordedSchemaAppliesNothing(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.Pool(t)
 	first, err := ApplySchemaOutcome(ctx, pool)
-	if err != nil || !first.Applied || first.Version != 130 {
-		t.Fatalf("first boot: %+v %v, want the files applied at version 130", first, err)
+	if err != nil || !first.Applied || first.Version != 140 {
+		t.Fatalf("first boot: %+v %v, want the files applied at version 140", first, err)
 	}
 	digest, version := schemaRecord(t, pool)
 	dropIndex := func() {
