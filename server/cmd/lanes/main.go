@@ -115,7 +115,9 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err != nil {
 		return err
 	}
-	b.schema.bringUp(ctx, loopsCtx, pool, cfg, log)
+	if err := b.schema.bringUp(ctx, loopsCtx, pool, cfg, log); err != nil {
+		return err
+	}
 	handler, err := b.srv.Handler()
 	if err != nil {
 		return err
@@ -151,6 +153,9 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	select {
 	case err := <-serveErr:
 		return err
+	case err := <-b.refused:
+		log.Error("the database no longer admits this broker's version; shutting down", "err", err)
+		return errors.Join(err, b.shutdown(httpServer, running, stopLoops, signals, cfg, log))
 	case <-ctx.Done():
 	}
 	return b.shutdown(httpServer, running, stopLoops, signals, cfg, log)
@@ -180,6 +185,17 @@ type brokerParts struct {
 	srv    *api.Server
 	schema *schemaGate
 	auth   *auth.Verifier // nil with auth off
+	// refused carries the error that stops a serving broker whose version the
+	// database no longer admits (engine.BrokerTooOldError).
+	refused chan error
+}
+
+// refuse stops the serving broker with err; a second call adds nothing.
+func (b *brokerParts) refuse(err error) {
+	select {
+	case b.refused <- err:
+	default:
+	}
 }
 
 // wire builds the broker on pool. The loops that need the schema start on
@@ -207,7 +223,8 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		ClaimTimeout: 2 * cfg.StatementTimeout,
 		Logger:       log,
 	})
-	b := &brokerParts{eng: eng, schema: &schemaGate{}, auth: verifier}
+	b := &brokerParts{eng: eng, schema: &schemaGate{}, auth: verifier, refused: make(chan error, 1)}
+	b.schema.refuse = b.refuse
 	b.sp = openSpool(cfg, eng.ReplayPush, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)
 	b.srv = api.NewServer(eng, api.Options{
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
@@ -225,6 +242,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		}
 		go b.srv.RunLagCollector(loopsCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
 		go b.srv.RunMaintenanceRefresh(loopsCtx)
+		go watchMinBrokerVersion(loopsCtx, pool, minVersionCheckInterval, b.refuse)
 	}
 	// Until the database answers, the spool's dbHealthy (status/buffers, metrics) says it is down.
 	b.schema.unreachable = func() {

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"strings"
@@ -139,11 +140,17 @@ func limitsOf(cfg *config.Config) api.Limits {
 // otherwise hang on the TCP connect).
 const schemaAttemptTimeout = 10 * time.Second
 
+// minVersionCheckTimeout bounds the boot's read of the minimum broker version
+// with LANES_APPLY_SCHEMA=false, which otherwise does no database work at boot.
+const minVersionCheckTimeout = 2 * time.Second
+
 // schemaGate applies the schema at boot without making the broker wait for
 // PostgreSQL: the first attempt runs before the listener opens; if it fails,
 // the broker serves anyway (ready stays false: pushes spool, /health is 503)
 // and a background loop retries with backoff until it succeeds, then runs
 // start (the loops that need the schema, the spool drain among them).
+// A database that admits only later broker versions (engine.BrokerTooOldError)
+// is no failure to retry: the broker stops, through refuse once it serves.
 type schemaGate struct {
 	ready atomic.Bool
 	// outcome is what the boot attempt did: applied, unchanged, newer (a later
@@ -153,15 +160,26 @@ type schemaGate struct {
 	start   func()
 	// unreachable runs when the first attempt fails, before the listener opens.
 	unreachable func()
-	mu          sync.Mutex
-	closed      bool
+	// refuse stops the serving broker with its error.
+	refuse func(error)
+	mu     sync.Mutex
+	closed bool
 }
 
-func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) {
+// bringUp returns an *engine.BrokerTooOldError when the database admits no
+// broker of this version: the broker must not start.
+func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *config.Config, log *slog.Logger) error {
 	if !cfg.ApplySchema {
+		// A database that does not answer yet is checked by the periodic read.
+		cctx, cancel := context.WithTimeout(ctx, minVersionCheckTimeout)
+		err := engine.CheckMinBrokerVersion(cctx, pool)
+		cancel()
+		if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
+			return err
+		}
 		g.outcome = "skipped"
 		g.markReady()
-		return
+		return nil
 	}
 	attempt := func() (engine.SchemaOutcome, error) {
 		actx, cancel := context.WithTimeout(ctx, schemaAttemptTimeout)
@@ -169,6 +187,9 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 		return engine.ApplySchemaOutcome(actx, pool)
 	}
 	done, err := attempt()
+	if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
+		return err
+	}
 	if err == nil {
 		switch {
 		case done.Applied:
@@ -180,8 +201,9 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 		default:
 			g.outcome = "unchanged"
 		}
+		logMinBrokerVersion(done, log)
 		g.markReady()
-		return
+		return nil
 	}
 	g.outcome = "retrying"
 	if g.unreachable != nil {
@@ -199,9 +221,14 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 				return
 			case <-time.After(wait):
 			}
-			_, err := attempt()
+			done, err := attempt()
+			if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
+				g.refuse(err)
+				return
+			}
 			if err == nil {
 				log.Info("schema applied; database work resumes and the spool drains", "attempts", attempts+1)
+				logMinBrokerVersion(done, log)
 				g.markReady()
 				return
 			}
@@ -209,6 +236,42 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 			log.Warn("database still not ready; retrying", "err", err, "retryIn", wait)
 		}
 	}()
+	return nil
+}
+
+// logMinBrokerVersion logs a boot that raised the oldest broker version the
+// database admits: older brokers (from 140 on) stop or refuse to start.
+func logMinBrokerVersion(done engine.SchemaOutcome, log *slog.Logger) {
+	if done.RaisedMinBrokerVersion() {
+		log.Info("raised the oldest broker schema version this database admits; brokers below it (from schema version 140 on) refuse to start, and running ones stop",
+			"minBrokerVersion", done.MinBrokerVersion, "was", done.MinBrokerVersionWas, "schemaVersion", done.Version)
+	}
+}
+
+// minVersionCheckInterval is how often a running broker reads the minimum
+// broker version, so it stops soon after a later version raised it past it.
+const minVersionCheckInterval = time.Second
+
+// watchMinBrokerVersion reads the database's minimum broker version every
+// interval until ctx ends, and calls refuse once it is above this broker's.
+// A read that fails is left to the next one: outages are logged elsewhere.
+func watchMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, refuse func(error)) {
+	tick := time.NewTicker(interval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		cctx, cancel := context.WithTimeout(ctx, interval+minVersionCheckTimeout)
+		err := engine.CheckMinBrokerVersion(cctx, pool)
+		cancel()
+		if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
+			refuse(err)
+			return
+		}
+	}
 }
 
 func (g *schemaGate) markReady() {

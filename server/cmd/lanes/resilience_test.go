@@ -173,12 +173,17 @@ func TestBrokerDoesNotLogAMistakenJWTPublicKey(t *testing.T) {
 // in the failure when it keeps running.
 func refusedBoot(t *testing.T, what string, env ...string) []byte {
 	t.Helper()
+	return refusedBootOn(t, "postgres://nobody@127.0.0.1:1/none?sslmode=disable", what, env...)
+}
+
+// refusedBootOn is refusedBoot on the database at dsn.
+func refusedBootOn(t *testing.T, dsn, what string, env ...string) []byte {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
 	cmd.Env = append(append(os.Environ(), env...), "LANES_BIND_ADDR=127.0.0.1",
-		fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(),
-		"LANES_DATABASE_URL=postgres://nobody@127.0.0.1:1/none?sslmode=disable")
+		fmt.Sprintf("LANES_PORT=%d", freePort(t)), "LANES_SPOOL_DIR="+t.TempDir(), "LANES_DATABASE_URL="+dsn)
 	out, err := cmd.CombinedOutput()
 	if ctx.Err() != nil {
 		t.Fatalf("the broker kept running with %s:\n%s", what, out)
