@@ -679,6 +679,12 @@ def schema_row(db):
     )
 
 
+def min_broker_row(db):
+    """The oldest broker schema version the database admits and who raised it (schema 140 on);
+    old brokers never read or write it."""
+    return psql(db, "SELECT to_jsonb(m) - 'raised_at' FROM lanes.min_broker_version m")
+
+
 def scenario_upgrade(old_bin, new_bin, commit, kill):
     name = f"{commit}-{'kill9' if kill else 'sigterm'}"
     who = f"{commit} {'kill -9' if kill else 'SIGTERM'} -> current"
@@ -735,8 +741,13 @@ def scenario_mixed(old_bin, new_bin, commit):
     # The old broker restarts beside the newer schema (a roll that restarts it, or a crash loop).
     old.stop()
     before = schema_row(db)
+    minimum = min_broker_row(db)
     old.start()
     print(f"  note {who}: old broker restarted; schema record {before} -> {schema_row(db)}")
+    check(
+        min_broker_row(db) == minimum,
+        f"{who}: the restarted old broker leaves the minimum broker version alone ({minimum})",
+    )
     time.sleep(4)
     # Cross-version reads: a message pushed through one is read back unchanged through the other.
     for writer, reader, label in ((c_new, c_old, "new-to-old"), (c_old, c_new, "old-to-new")):
@@ -852,6 +863,7 @@ def scenario_downgrade(old_bin, new_bin, commit):
     new.stop()
     old = Broker(old_bin, url, 7476, f"old-{commit}-down", LANES_RETENTION_INTERVAL_MS=500)
     before = schema_row(db)
+    minimum = min_broker_row(db)
     started = old.start(expect_ready=False)
     log = old.log_text().split("--- start")[-1]
     print(
@@ -863,6 +875,10 @@ def scenario_downgrade(old_bin, new_bin, commit):
     )
     if not started:
         return
+    check(
+        min_broker_row(db) == minimum,
+        f"{who}: the old broker leaves the minimum broker version alone ({minimum})",
+    )
     verify_state(Client(old), want, who)
     old.stop()
     # Upgrading again: the current broker finds its version recorded and applies nothing, so the
