@@ -415,51 +415,73 @@ func (s *Server) requestDeadline(request any) time.Duration {
 	if budget <= 0 {
 		return 0
 	}
-	park := func(wait *bool, timeout *int) time.Duration {
-		return budget + popParkTime(wait, timeout)
-	}
-	switch req := request.(type) {
-	case gen.PushRequestObject:
+	if _, isPush := request.(gen.PushRequestObject); isPush {
 		return 0
-	case gen.PopQueueRequestObject:
-		return park(req.Params.Wait, req.Params.Timeout)
-	case gen.PopPartitionRequestObject:
-		return park(req.Params.Wait, req.Params.Timeout)
-	case gen.PopDiscoverRequestObject:
-		return park(req.Params.Wait, req.Params.Timeout)
 	}
-	return budget
+	park, _ := popParkTimeOf(request)
+	return budget + park
+}
+
+// popParkTimeOf is popParkTime of a pop operation's request; isPop is false
+// for any other operation.
+func popParkTimeOf(request any) (park time.Duration, isPop bool) {
+	switch req := request.(type) {
+	case gen.PopQueueRequestObject:
+		return popParkTime(req.Params.Wait, req.Params.Timeout), true
+	case gen.PopPartitionRequestObject:
+		return popParkTime(req.Params.Wait, req.Params.Timeout), true
+	case gen.PopDiscoverRequestObject:
+		return popParkTime(req.Params.Wait, req.Params.Timeout), true
+	}
+	return 0, false
 }
 
 // strictMiddleware runs around every generated operation: it enforces the
 // caps, puts a deadline on the database work, counts acknowledged messages,
 // and hands a pop's answer to deliverPop (which counts it), or gives the claim
-// back at once when its client already left.
+// back at once when its client already left. A waiting pop runs after the
+// chain has returned (popsLater), with the deadline it would have had here.
 func (s *Server) strictMiddleware(f gen.StrictHandlerFunc, operationID string) gen.StrictHandlerFunc {
 	limits := s.opts.Limits.withDefaults()
 	return func(ctx context.Context, w http.ResponseWriter, r *http.Request, request any) (any, error) {
 		if err := limits.check(request); err != nil {
 			return nil, err
 		}
-		if d := s.requestDeadline(request); d > 0 {
+		d := s.requestDeadline(request)
+		later := popLaterOf(ctx)
+		if park, _ := popParkTimeOf(request); later != nil && park > 0 {
+			later.arm(ctx, w, r, d)
+		} else if d > 0 {
 			var cancel context.CancelFunc
 			ctx, cancel = context.WithTimeout(ctx, d)
 			defer cancel()
 		}
 		resp, err := f(ctx, w, r, request)
+		if later != nil && later.taken {
+			return answeredLater{}, nil
+		}
 		if err != nil {
 			return resp, err
 		}
 		if pop := popResponse(resp); pop != nil {
-			if r.Context().Err() != nil {
-				s.giveBack(pop)
-				return nil, r.Context().Err()
+			if err := s.givenBackIfLeft(r, pop); err != nil {
+				return nil, err
 			}
 			return popDelivery{s: s, r: r, pop: pop}, nil
 		}
 		s.countAcks(resp)
 		return resp, nil
 	}
+}
+
+// givenBackIfLeft gives a pop's batch back when its client left while the
+// pop ran, and returns why; nil while the client is there.
+func (s *Server) givenBackIfLeft(r *http.Request, pop *gen.PopResponse) error {
+	if err := r.Context().Err(); err != nil {
+		s.giveBack(pop)
+		return err
+	}
+	return nil
 }
 
 func (s *Server) countAcks(resp any) {

@@ -35,16 +35,26 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 	req.Group = deref(p.group)
 	req.SubscriptionMode = deref(p.mode)
 	req.SubscriptionFrom = deref(p.from)
+	if later := popLaterOf(ctx); later != nil && later.armed {
+		later.take(req)
+		return nil, nil
+	}
 	res, err := s.engine.Pop(ctx, req)
 	if err != nil {
 		return nil, err
 	}
+	return popResponseOf(req.Queue, res), nil
+}
+
+// popResponseOf is the answer of a pop of queue that claimed res; nil when it
+// claimed nothing.
+func popResponseOf(queue string, res *engine.PopResult) *gen.PopResponse {
 	if len(res.Messages) == 0 {
-		return nil, nil
+		return nil
 	}
 	out := &gen.PopResponse{
 		Success:           true,
-		Queue:             req.Queue,
+		Queue:             queue,
 		Partition:         res.Partition,
 		PartitionId:       res.PartitionID.String(),
 		LeaseId:           res.LeaseID,
@@ -74,7 +84,7 @@ func (s *Server) pop(ctx context.Context, req engine.PopRequest, p popParams) (*
 			ConsumerGroup: m.ConsumerGroup,
 		}
 	}
-	return out, nil
+	return out
 }
 
 // popParkTime is how long a pop may park waiting for a message: not at all

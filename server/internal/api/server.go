@@ -77,6 +77,9 @@ type Server struct {
 	// once a minute with the count, not once per request.
 	spoolWriteFailures, deadlineFailures, databaseErrors, requestFailures *failurelog.Reporter
 	spoolFallbacks, spoolTimeouts, autoAckLosses, giveBackFailures        *failurelog.Reporter
+	// answerError answers an operation's error, as the generated handlers do
+	// (popsLater's pops too).
+	answerError func(http.ResponseWriter, *http.Request, error)
 }
 
 var _ gen.StrictServerInterface = (*Server)(nil)
@@ -126,9 +129,10 @@ func (s *Server) Handler() (http.Handler, error) {
 	spec.Servers = nil
 	anyjson.LeaveUnreadInRequests(spec)
 	responder := errorResponder{unavailable: s.maintenance.requestFailures, databaseErrors: s.databaseErrors, otherErrors: s.requestFailures}
+	s.answerError = s.responseError(responder.responseError)
 	strict := gen.NewStrictHandlerWithOptions(s, []gen.StrictMiddlewareFunc{s.strictMiddleware, refuseKVPathQueryString}, gen.StrictHTTPServerOptions{
 		RequestErrorHandlerFunc:  responder.requestError,
-		ResponseErrorHandlerFunc: s.responseError(responder.responseError),
+		ResponseErrorHandlerFunc: s.answerError,
 	})
 	router := mux.NewRouter()
 	// A path parameter may hold an escaped '/' (a KV key, a queue name):
@@ -177,6 +181,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	h = s.limitBody(h, operationsWithoutBody(spec, router))
 	h = s.admitClient(h)
 	h = s.authenticate(h)
+	h = s.popsLater(h)
 	h = s.observeAndRecover(h, router)
 	if s.opts.TestFaults {
 		h = newFaultInjector().wrap(h)
