@@ -204,7 +204,7 @@ export class Core {
     return out;
   }
 
-  /** renew extends each distinct lease once. */
+  /** renew extends each distinct lease once; `seconds` absent or 0 asks for the broker's default (60 s), as in Go and Python. */
   async renew(leaseIds: string[], seconds?: number): Promise<RenewResult[]> {
     const ids = [...new Set(leaseIds.filter((l) => l))];
     const out: RenewResult[] = [];
@@ -212,7 +212,7 @@ export class Core {
       const res = await this.transport.request<LeaseExtendResult>({
         method: "POST",
         path: `/api/v1/lease/${encodeURIComponent(id)}/extend`,
-        body: seconds === undefined ? {} : { seconds: Math.max(1, Math.ceil(seconds)) },
+        body: !seconds ? {} : { seconds: Math.max(1, Math.ceil(seconds)) },
       });
       out.push({ leaseId: id, success: res.body.success, renewed: res.body.renewed, newExpiresAt: res.body.newExpiresAt ?? null });
     }
