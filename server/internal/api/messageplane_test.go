@@ -110,6 +110,7 @@ func TestAckStatusEmptyFailsWhileAbsentOrNullCompletes(t *testing.T) {
 		fails       bool
 	}{
 		{"empty string", `,"status":""`, true},
+		{"unknown word", `,"status":"done"`, true},
 		{"absent", ``, false},
 		{"null", `,"status":null`, false},
 	}
