@@ -238,7 +238,7 @@ func TestBufferRefusesNamesTheBrokerRefuses(t *testing.T) {
 	for _, tc := range []struct{ queue, partition, field string }{
 		{"", "", "queue"}, {"  ", "", "queue"}, {".", "", "queue"}, {"..", "", "queue"},
 		{"a\x00b", "", "queue"}, {strings.Repeat("q", 513), "", "queue"},
-		{"q", "..", "partition"}, {"q", strings.Repeat("p", 513), "partition"},
+		{"q", "..", "partition"}, {"q", strings.Repeat("p", 513), "partition"}, {"q", " \t", "partition"},
 	} {
 		qb := c.Queue(tc.queue)
 		if tc.partition != "" {

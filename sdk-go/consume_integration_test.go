@@ -399,6 +399,7 @@ func TestITPopRefusesDotNames(t *testing.T) {
 		{"partition", c.Queue(b.queue).Partition(".")},
 		{"partition", c.Queue(b.queue).Partition("..")},
 		{"partition", c.Queue(b.queue).Partition("")},
+		{"partition", c.Queue(b.queue).Partition("  ")},
 	} {
 		q := tc.q.Wait(false)
 		var bad *lanes.InvalidNameError

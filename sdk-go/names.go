@@ -40,6 +40,9 @@ func checkNames(queue, partition string, partitionNamed bool) error {
 	if partition == "" {
 		return nil
 	}
+	if strings.TrimSpace(partition) == "" {
+		return &InvalidNameError{Field: "partition", Name: partition, Reason: "must hold more than white space"}
+	}
 	if reason := nameProblem(partition); reason != "" {
 		return &InvalidNameError{Field: "partition", Name: partition, Reason: reason}
 	}

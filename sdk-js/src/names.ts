@@ -22,6 +22,6 @@ function nameProblem(value: string): string {
 export function checkNames(op: string, queue: string, partition: string | undefined): void {
   const queueProblem = queue.trim() === "" ? "must be a non-empty string" : nameProblem(queue);
   if (queueProblem) throw new InvalidNameError("queue", queue, queueProblem, op);
-  const partitionProblem = partition ? nameProblem(partition) : "";
+  const partitionProblem = !partition ? "" : partition.trim() === "" ? "must hold more than white space" : nameProblem(partition);
   if (partitionProblem) throw new InvalidNameError("partition", partition ?? "", partitionProblem, op);
 }

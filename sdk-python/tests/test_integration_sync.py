@@ -975,6 +975,7 @@ def test_server_auto_ack_with_a_limit_above_the_largest_batch_pops_the_automatic
         ("..", None, "queue"),
         ("ok", ".", "partition"),
         ("ok", "..", "partition"),
+        ("ok", "  ", "partition"),
     ],
 )
 def test_a_queue_or_partition_named_dot_or_dot_dot_is_refused_before_sending(

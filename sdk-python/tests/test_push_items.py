@@ -558,6 +558,7 @@ _REFUSED_NAMES = [
     ("\ud800", None, "queue"),
     ("q", "..", "partition"),
     ("q", "é" * 257, "partition"),
+    ("q", " \t", "partition"),
 ]
 
 

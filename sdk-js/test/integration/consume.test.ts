@@ -672,6 +672,7 @@ describe('a queue or partition named "." or "..": InvalidNameError before anythi
     ["..", undefined, "queue"],
     ["ok", ".", "partition"],
     ["ok", "..", "partition"],
+    ["ok", "  ", "partition"],
   ])("queue %j, partition %j", async (queue, partition, field) => {
     const lanes = client();
     const b = partition === undefined ? lanes.queue(queue) : lanes.queue(queue).partition(partition);

@@ -94,6 +94,7 @@ describe("push buffer batches", () => {
       ["\uD800", undefined, "queue"],
       ["q", "..", "partition"],
       ["q", "é".repeat(257), "partition"],
+      ["q", " \t", "partition"],
     ] as const) {
       const qb = partition === undefined ? lanes.queue(queue) : lanes.queue(queue).partition(partition);
       let caught: unknown;

@@ -30,5 +30,7 @@ def check_names(op: str, queue: str, partition: str | None) -> None:
     problem = "must be a non-empty string" if not queue.strip() else _name_problem(queue)
     if problem:
         raise InvalidNameError("queue", queue, problem, op)
+    if partition and not partition.strip():
+        raise InvalidNameError("partition", partition, "must hold more than white space", op)
     if partition and (problem := _name_problem(partition)):
         raise InvalidNameError("partition", partition, problem, op)
