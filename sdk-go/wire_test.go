@@ -366,6 +366,19 @@ func TestAckRefusesASecondAckOpts(t *testing.T) {
 	require.Equal(t, 1, fb.count())
 }
 
+// A status outside completed, failed, retry and dlq is refused before any request: the broker
+// would read it as failed and spend retry budget (consuming.md §6).
+func TestAckRefusesAnUnknownStatus(t *testing.T) {
+	t.Parallel()
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"transactionId":"t","success":true}`)
+	})
+	msgs := []*Message{{TransactionID: "t", PartitionID: "p", LeaseID: "l"}}
+	_, err := c.Ack(context.Background(), msgs, AckStatus("done"))
+	require.EqualError(t, err, `lanes: unknown ack status "done"`)
+	require.Zero(t, fb.count(), "a refused ack must send nothing")
+}
+
 func TestPushFailedItemTypedError(t *testing.T) {
 	t.Parallel()
 	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
