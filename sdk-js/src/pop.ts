@@ -41,13 +41,20 @@ export function popBatch(k: Pick<PopKnobs, "batch" | "autopilot">, clientAutopil
   return (k.autopilot ?? clientAutopilot) ? AUTOPILOT_BATCH : 1;
 }
 
+/** queryEscape escapes a query value as Go's url.QueryEscape and Python's quote_plus do (space as "+", every mark but "-_.~" escaped), so the pop query is byte for byte the other SDKs'. */
+function queryEscape(value: string): string {
+  return encodeURIComponent(value)
+    .replace(/[!'()*]/g, (c) => `%${c.charCodeAt(0).toString(16).toUpperCase()}`)
+    .replace(/%20/g, "+");
+}
+
 /** popQuery builds the pop query string; `clientAutopilot` is the client default (false when the env switched it off). */
 export function popQuery(k: PopKnobs, clientAutopilot: boolean): string {
   const on = k.autopilot ?? clientAutopilot;
   const batchSet = set(k.batch);
   const partsSet = !k.partitionRoute && set(k.partitions);
   const parts: string[] = [];
-  const add = (name: string, value: string | number | boolean) => parts.push(`${name}=${encodeURIComponent(String(value))}`);
+  const add = (name: string, value: string | number | boolean) => parts.push(`${name}=${queryEscape(String(value))}`);
   const capped = (batch: number) => (set(k.maxBatch) ? Math.min(batch, k.maxBatch) : batch);
   const common = () => {
     add("wait", k.wait);

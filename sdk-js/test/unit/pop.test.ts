@@ -34,7 +34,7 @@ describe("pop query assembly", () => {
       "trailing knobs in order",
       lanes,
       (q) => q.leaseSeconds(5).subscriptionFrom("now").subscriptionMode("new").serverAutoAck(true).timeoutMillis(1500).group("a b"),
-      "autopilot=true&wait=true&timeout=1500&consumerGroup=a%20b&leaseSeconds=5&subscriptionMode=new&subscriptionFrom=now&autoAck=true",
+      "autopilot=true&wait=true&timeout=1500&consumerGroup=a+b&leaseSeconds=5&subscriptionMode=new&subscriptionFrom=now&autoAck=true",
     ],
   ])("%s", (_name, client, b, want) => {
     expect(popQueryOf(client, b, "orders")).toBe(want);
