@@ -200,6 +200,23 @@ func TestKVVersionKeepsCountingAcrossExpiry(t *testing.T) {
 	}
 }
 
+// A compare-and-set holding the version from before an expiry no one wrote after finds the key
+// absent, not at that version: the lock it guarded is lost (model.md, KV state).
+func TestKVCompareAndSetOfAnExpiredKeyAnswersAbsent(t *testing.T) {
+	e := newEngine(t)
+	ns := queueName(t)
+	first := mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "lock", Value: raw("A"), TTLSeconds: 1})[0]
+	time.Sleep(1100 * time.Millisecond)
+	renew := mustKV(t, e, KVOp{Op: KVPut, Namespace: ns, Key: "lock", Value: raw("A-renew"), TTLSeconds: 60, Expect: i64(first.Version)})[0]
+	if renew.Applied || renew.Reason != KVReasonAbsent {
+		t.Fatalf("a renewal after the expiry: %+v, want applied:false reason absent", renew)
+	}
+	drop := mustKV(t, e, KVOp{Op: KVDelete, Namespace: ns, Key: "lock", Expect: i64(first.Version)})[0]
+	if drop.Applied || drop.Reason != KVReasonAbsent {
+		t.Fatalf("a release after the expiry: %+v, want applied:false reason absent", drop)
+	}
+}
+
 func TestKVPrefixPagingAndNamespaces(t *testing.T) {
 	e := newEngine(t)
 	ns := queueName(t)
