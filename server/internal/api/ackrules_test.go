@@ -135,6 +135,35 @@ func TestOneMessageAckedTwiceInOneCallTakesTheStrongerStatus(t *testing.T) {
 	}
 }
 
+// A nack lands the cursor on the highest message the call completes below it: unmentioned
+// messages below that count as completed, those between it and the nack redeliver.
+func TestANackLandsTheCursorOnTheHighestCompletedBelowIt(t *testing.T) {
+	b := newTestBroker(t)
+	cases := []struct {
+		name  string
+		items []ackItem // lease filled in below
+		want  int64     // committed offset; a=0 … e=4
+	}{
+		{"gap below the completed one", []ackItem{{"c", "completed", ""}, {"d", "failed", ""}}, 2},
+		{"gap between completed and nack", []ackItem{{"a", "completed", ""}, {"d", "retry", ""}}, 0},
+		{"nack alone", []ackItem{{"d", "failed", ""}}, -1},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			q := uniqueQueue(t)
+			popped := b.pushPop(t, q, "", "a", "b", "c", "d", "e")
+			pid := popped.Messages[0].PartitionID
+			for i := range c.items {
+				c.items[i].lease = popped.LeaseID
+			}
+			b.ackBatch(t, pid, "", c.items...)
+			if committed, _ := b.queueModeCursor(t, pid); committed != c.want {
+				t.Fatalf("committed %d, want %d", committed, c.want)
+			}
+		})
+	}
+}
+
 func TestTwoDeadLettersOfOnePartitionInOneCallFileOnlyTheLower(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
