@@ -430,12 +430,13 @@ func (b *testBroker) jsonbText(t *testing.T, value string) string {
 
 // A KV value is any JSON value jsonb holds, numbers included: the validator
 // once read a bare value as float64 and refused 1e400, which numeric holds.
-// Null, booleans and strings stay values too.
+// Null, booleans and strings stay values too. Reads show jsonb's text, not the
+// text sent: 1E+2 reads 100, duplicate keys keep the last (model.md).
 func TestKVTakesEveryNumberJSONBHolds(t *testing.T) {
 	b := newTestBroker(t)
 	ns := uniqueQueue(t)
 	values := []string{`1e400`, `-1E+400`, `1e131071`, `123456789012345678901234567890`, `1e-400`, `0.` + strings.Repeat("0", 16382) + `1`,
-		`-0`, `1.50`, `[1e400]`, `{"n":-1e400}`, `null`, `true`, `"1e400"`}
+		`-0`, `1.50`, `[1e400]`, `{"n":-1e400}`, `null`, `true`, `"1e400"`, `1E+2`, `{"x":1,"x":2}`}
 	for i, value := range values {
 		for _, c := range kvPutRoutes(ns, numberKey(i), value) {
 			var raw json.RawMessage
