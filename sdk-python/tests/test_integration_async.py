@@ -10,6 +10,7 @@ import sys
 import threading
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
+from types import FrameType
 from typing import Any
 
 import httpx
@@ -851,3 +852,29 @@ async def test_aclose_flushes_the_buffers_even_when_a_consumer_outlives_its_time
         assert [m.data for m in got] == ["buffered"]
         await asyncio.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
         assert await c2.queue(qname).wait(False).pop() == [], "the handler's ack was lost"
+
+
+async def test_the_consume_loop_starts_two_tasks_per_pop(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # The pop's request and the pop's handlers run in a task each (the stop cancels them);
+    # a stop watcher beside the pop and the lease renewal started two more per pop.
+    await client.queue(qname).push(list(range(300)))
+    started = 0
+
+    def count(frame: FrameType, event: str, arg: Any) -> None:
+        nonlocal started
+        if event == "call" and frame.f_code.co_name == "create_task":
+            started += 1
+
+    async def handle(m: lanes.Message) -> None:
+        pass
+
+    q = client.queue(qname).autopilot(False).batch(10).wait(False).limit(300)
+    sys.setprofile(count)
+    try:
+        await q.run(handle)
+    finally:
+        sys.setprofile(None)
+    pops = 30  # and asyncio's own two; a few to spare for a lease renewal on a slow machine
+    assert started <= 2 * pops + 6, started

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import datetime
 import signal
@@ -1137,6 +1138,34 @@ def test_the_consume_loop_keeps_its_helper_threads_across_pops(
         threading.settrace(None)
     assert handled == list(range(300))
     assert 1 <= started.count("lanes-io") <= 4, started
+
+
+def _calls_while_consuming(q: lanes.Queue, names: set[str]) -> collections.Counter[str]:
+    """Run ``q`` over its limit with a no-op handler, counting the Python-level calls of the
+    functions named ``names`` in every thread the consumer starts."""
+    calls: collections.Counter[str] = collections.Counter()
+
+    def count(frame: FrameType, event: str, arg: Any) -> None:
+        if event == "call" and frame.f_code.co_name in names:
+            calls[frame.f_code.co_name] += 1
+
+    threading.setprofile(count)
+    try:
+        q.run(lambda m: None)
+    finally:
+        threading.setprofile(None)
+    return calls
+
+
+def test_the_consume_loop_starts_no_task_per_pop(client: lanes.Lanes, qname: str) -> None:
+    # A task started per pop (for the pop, for a stop watcher beside it, for the lease
+    # renewal) cost more client CPU per pop than the rest of the loop's bookkeeping.
+    client.queue(qname).push(list(range(300)))
+    q = client.queue(qname).autopilot(False).batch(10).wait(False).limit(300)
+    calls = _calls_while_consuming(q, {"create_task"})
+    # asyncio.run's own three and the worker; none of the 30 pops starts one (a few to spare
+    # for a lease renewal on a slow machine).
+    assert calls["create_task"] <= 8, calls
 
 
 def test_a_program_whose_consumer_stopped_during_a_long_poll_exits_at_once(

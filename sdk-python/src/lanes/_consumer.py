@@ -25,7 +25,7 @@ from typing import Any, Literal, TypeVar
 from lanes import _protocol as P
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
 from lanes._pacer import ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop
-from lanes._renewal import renew_lease_async
+from lanes._renewal import LeaseRenewalTimer
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
 T = TypeVar("T")
@@ -136,7 +136,9 @@ class Engine:
         self.stopping = threading.Event()
         self.cancelling = threading.Event()
         self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
-        self._hard_stop = asyncio.Event()
+        # Done once the pops in flight are to be abandoned (see _abandon_pops), made by run() on the
+        # loop: one future every pop waits on beside its own, not a waiting task per pop.
+        self._pops_cut: asyncio.Future[None] | None = None
         self._handlers: set[asyncio.Future[Any]] = set()
         self._busy = 0  # workers handling a pop (handlers, then acks)
         self._last_activity = time.monotonic()
@@ -146,6 +148,7 @@ class Engine:
         self._auto_acked = 0
         self._auto_ack_reserved = 0
         self._pop_batch = P.pop_batch(spec, client_autopilot)
+        self._renew_every = P.renew_every(spec)
 
     # -- control (call on the engine's loop) --------------------------------------------------
 
@@ -155,7 +158,6 @@ class Engine:
         self.stopping.set()
         if hard and not self.hard:
             self.hard = True
-            self._hard_stop.set()
             self.cancelling.set()
             if self.cancellable:
                 for f in list(self._handlers):
@@ -164,6 +166,15 @@ class Engine:
             loop = asyncio.get_running_loop()
             after = self.spec.soft_stop_timeout_millis / 1000.0
             self._escalation = loop.call_later(after, self.request_stop, True)
+        self._abandon_pops()
+
+    def _abandon_pops(self) -> None:
+        """Wake the workers out of their pops in flight, to abandon them: on any stop, but under
+        server auto-ack only on a hard one (the broker commits what such a pop takes, so a soft
+        stop lets it answer and hands its messages over: cut, they would be lost)."""
+        cut = self._pops_cut
+        if cut is not None and not cut.done() and (self.hard or not self.spec.server_auto_ack):
+            cut.set_result(None)
 
     def runs_current_code(self) -> bool:
         """Whether the caller is this engine's own code: a handler, or a callback it runs."""
@@ -198,6 +209,9 @@ class Engine:
 
     async def run(self) -> None:
         _running_engine.set(self)  # this task's context: the workers and handlers inherit it
+        self._pops_cut = asyncio.get_running_loop().create_future()
+        if self._stop.is_set():
+            self._abandon_pops()
         workers = [asyncio.ensure_future(self._worker()) for _ in range(self.spec.concurrency)]
         idle = asyncio.ensure_future(self._idle_watch()) if self.spec.idle_millis > 0 else None
         try:
@@ -224,9 +238,8 @@ class Engine:
 
     async def _worker(self) -> None:
         stop = self._stop
-        # The broker commits a server auto-ack pop's messages: only a hard stop may cut it, a
-        # soft one lets it answer and hands its messages over (cut, they would be lost).
-        cut_pop = self._hard_stop if self.spec.server_auto_ack else stop
+        pops_cut = self._pops_cut
+        assert pops_cut is not None  # made by run()
         pacer = PollPacer(self.spec, lambda e, _pause: self.report(e, "pop"))
         while not stop.is_set():
             spec = self.spec
@@ -241,11 +254,10 @@ class Engine:
                 self._auto_ack_reserved += room
             pacer.popping()
             pop_t = asyncio.ensure_future(self.ops.pop(spec))
-            stop_t = asyncio.ensure_future(cut_pop.wait())
+            either: set[asyncio.Future[Any]] = {pop_t, pops_cut}
             try:
-                done, _ = await asyncio.wait({pop_t, stop_t}, return_when=asyncio.FIRST_COMPLETED)
+                done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             finally:
-                stop_t.cancel()
                 if room is not None:
                     self._auto_ack_reserved -= room
                     if pop_t.done() and not pop_t.cancelled() and pop_t.exception() is None:
@@ -329,13 +341,10 @@ class Engine:
 
     async def _handle(self, res: PopResult) -> None:
         handling = _Handling()
-        renew = P.renew_every(self.spec)
         ticker = None
-        if renew is not None and res.lease_id:
-            schedule = P.RenewalSchedule(renew, datetime.now(timezone.utc))
-            ticker = asyncio.ensure_future(
-                renew_lease_async(res.lease_id, schedule, self.ops.renew, self.report)
-            )
+        if self._renew_every is not None and res.lease_id:
+            schedule = P.RenewalSchedule(self._renew_every, datetime.now(timezone.utc))
+            ticker = LeaseRenewalTimer(res.lease_id, schedule, self.ops.renew, self.report)
         try:
             groups = P.by_partition(res.messages)
             if self.spec.each and isinstance(self.ops.invoke, SyncInvoke):
@@ -641,6 +650,17 @@ class IoThreads:
         releases what the broker leased to it meanwhile). ``on_finished`` runs once when all is
         done: the answer handed over, or given to ``on_abandoned`` and that returned, or the
         call failed."""
+        return await self.submit(fn, *args, on_abandoned=on_abandoned, on_finished=on_finished)
+
+    def submit(
+        self,
+        fn: Callable[..., T],
+        *args: Any,
+        on_abandoned: Callable[[T], None] | None = None,
+        on_finished: Callable[[], None] | None = None,
+    ) -> asyncio.Future[T]:
+        """:meth:`call` as a future of the running loop, which needs no task to be awaited or
+        cancelled (cancelling it abandons the call)."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
 
@@ -682,7 +702,7 @@ class IoThreads:
                 abandon(r)
 
         self._start(run)
-        return await fut
+        return fut
 
 
 class PopsInFlight:

@@ -242,14 +242,14 @@ class Queue(_QueueBase["Lanes"]):
             client_autopilot=c._cfg.pop_autopilot,
         )
 
-    async def _pop_in_thread(
+    def _pop_in_thread(
         self, spec: P.QueueSpec, io: IoThreads, report: ErrorReporter
-    ) -> PopResult:
+    ) -> asyncio.Future[PopResult]:
         """The consume loop's pop: blocking, in a helper thread the client's close() waits for
         (see PopsInFlight); a pop abandoned by a stop releases what it got."""
         pops = self._client._pops
         pops.begin()
-        return await io.call(
+        return io.submit(
             self._pop_with,
             spec,
             on_abandoned=lambda res: self._release(res, report),

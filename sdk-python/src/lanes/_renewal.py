@@ -26,12 +26,16 @@ async def renew_lease_async(
     renew: Callable[[str, int], Awaitable[RenewResult]],
     report: Report,
     settled: Callable[[], bool] = lambda: False,
+    *,
+    due: bool = False,
 ) -> None:
     """Renew until cancelled, ``settled()`` says every message was acked or released, or the
     broker answers ``success: false`` (reported). A failed call is reported and retried at the
-    next tick."""
+    next tick. ``due``: the first renewal is due now (its wait was spent on a timer)."""
     while True:
-        await asyncio.sleep(schedule.next_in)
+        if not due:
+            await asyncio.sleep(schedule.next_in)
+        due = False
         if settled():
             return
         try:
@@ -42,6 +46,40 @@ async def renew_lease_async(
         if not schedule.after(r):
             report(_not_renewed(lease_id), OP)
             return
+
+
+class LeaseRenewalTimer:
+    """:func:`renew_lease_async` for one pop of a consume loop, on the running event loop: a
+    timer until the first renewal is due, and a task only then. Most pops are handled before
+    that, and a timer set and cancelled costs a fraction of a task started and cancelled."""
+
+    def __init__(
+        self,
+        lease_id: str,
+        schedule: RenewalSchedule,
+        renew: Callable[[str, int], Awaitable[RenewResult]],
+        report: Report,
+    ) -> None:
+        self._task: asyncio.Task[None] | None = None
+        self._timer = asyncio.get_running_loop().call_later(
+            schedule.next_in, self._start, lease_id, schedule, renew, report
+        )
+
+    def _start(
+        self,
+        lease_id: str,
+        schedule: RenewalSchedule,
+        renew: Callable[[str, int], Awaitable[RenewResult]],
+        report: Report,
+    ) -> None:
+        self._task = asyncio.ensure_future(
+            renew_lease_async(lease_id, schedule, renew, report, due=True)
+        )
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+        if self._task is not None:
+            self._task.cancel()
 
 
 class LeaseRenewalThread:
