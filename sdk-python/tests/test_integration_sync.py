@@ -1168,6 +1168,19 @@ def test_the_consume_loop_starts_no_task_per_pop(client: lanes.Lanes, qname: str
     assert calls["create_task"] <= 8, calls
 
 
+def test_the_consume_loop_reads_its_stop_and_limit_without_a_call_per_message(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # With a fast handler, the calls the loop made around each one (the stop and limit checks,
+    # two awaitable checks of its result) cost more than the rest of its work per message.
+    client.queue(qname).push(list(range(300)))
+    q = client.queue(qname).autopilot(False).batch(10).wait(False).limit(300)
+    per_message = {"_cut_short", "_limit_reached", "isawaitable"}
+    calls = _calls_while_consuming(q, per_message)
+    pops = 30  # _limit_reached is read once per pop in the handler thread and once on the loop
+    assert sum(calls.values()) <= 2 * pops, calls
+
+
 def test_a_program_whose_consumer_stopped_during_a_long_poll_exits_at_once(
     broker_url: str, qname: str
 ) -> None:
