@@ -100,6 +100,9 @@ class _Handling:
     unhandled: list[Sequence[Message]] = field(default_factory=list)
     handed: int = 0
     """Messages handed to a batch handler (a failed slice has one outcome for all of them)."""
+    acked: bool = False
+    """The acks went out from the handler thread (:meth:`Engine._each_then_ack_blocking`)."""
+    ack_error: Exception | None = None
 
 
 @dataclass
@@ -112,6 +115,8 @@ class Ops:
     renew: Callable[[str, int], Awaitable[RenewResult]]
     invoke: Callable[[Any], Awaitable[None]]
     """Run the user's handler on one message (or one partition slice in batch mode)."""
+    ack_blocking: Callable[[list[tuple[str, P.AckEntry]]], list[AckResult]] | None = None
+    """The blocking client's ack, sent from the handler thread once a pop is handled."""
 
 
 class Engine:
@@ -354,9 +359,7 @@ class Engine:
         try:
             groups = P.by_partition(res.messages)
             if self.spec.each and isinstance(self.ops.invoke, SyncInvoke):
-                await self._each_in_pool(
-                    self.ops.invoke, groups, handling.outcomes, handling.unhandled
-                )
+                await self._each_in_pool(self.ops.invoke, groups, handling, ticker)
             elif self.cancellable:
                 # One task per pop, not per message (a task and a wait per message were a
                 # quarter of the client's CPU with a fast handler): the hard stop cancels it,
@@ -370,6 +373,10 @@ class Engine:
         finally:
             if ticker is not None:
                 ticker.cancel()
+        if handling.acked:
+            if handling.ack_error is not None:
+                self._ack_failed(handling.ack_error)
+            return
         outcomes, unhandled = handling.outcomes, handling.unhandled
         if self.spec.server_auto_ack:
             # Committed at the pop, so nothing releases what a hard stop or a failure cut off.
@@ -383,10 +390,13 @@ class Engine:
             try:
                 await self.ops.ack(entries)
             except Exception as e:
-                if ack_error_ends_loop(e):
-                    self._fail(e, "ack")
-                else:
-                    self.report(e, "ack")
+                self._ack_failed(e)
+
+    def _ack_failed(self, e: Exception) -> None:
+        if ack_error_ends_loop(e):
+            self._fail(e, "ack")
+        else:
+            self.report(e, "ack")
 
     async def _plan(self, groups: list[list[Message]], handling: _Handling) -> None:
         """Hand a pop's messages to the handler, in order per partition, recording outcomes."""
@@ -445,12 +455,16 @@ class Engine:
         self,
         inv: SyncInvoke,
         groups: list[list[Message]],
-        outcomes: list[P.Outcome],
-        unhandled: list[Sequence[Message]],
+        handling: _Handling,
+        ticker: LeaseRenewalTimer | None,
     ) -> None:
+        outcomes, unhandled = handling.outcomes, handling.unhandled
         gi, mi = 0, 0
         while gi < len(groups):
-            fut = inv.run(self._each_blocking, inv, groups, gi, mi, outcomes, unhandled)
+            if self.ops.ack_blocking is not None and not self.spec.server_auto_ack:
+                fut = inv.run(self._each_then_ack_blocking, inv, groups, gi, mi, handling, ticker)
+            else:
+                fut = inv.run(self._each_blocking, inv, groups, gi, mi, outcomes, unhandled)
             try:
                 await asyncio.wait({fut})
             except asyncio.CancelledError:
@@ -485,6 +499,36 @@ class Engine:
                 self._handlers.discard(task)
 
         return await asyncio.ensure_future(run())
+
+    def _each_then_ack_blocking(
+        self,
+        inv: SyncInvoke,
+        groups: list[list[Message]],
+        start_group: int,
+        start_message: int,
+        handling: _Handling,
+        ticker: LeaseRenewalTimer | None,
+    ) -> tuple[int, int, BaseException | None, tuple[Message, Awaitable[Any]] | None]:
+        """In a pool thread: :meth:`_each_blocking`, then, when the whole pop is handled and the
+        loop has nothing to do before its acks, the acks, from this thread: one trip from the
+        loop to a thread and back per pop, not two. Its lease renewal ends before they go."""
+        step = self._each_blocking(
+            inv, groups, start_group, start_message, handling.outcomes, handling.unhandled
+        )
+        gi, _, exc, returned = step
+        if gi < len(groups) or exc is not None or returned is not None or self._limit_reached():
+            return step
+        if ticker is not None:
+            ticker.settle()
+        handling.acked = True
+        entries = P.batch_acks(handling.outcomes, handling.unhandled, self.spec.auto_ack)
+        if entries:
+            assert self.ops.ack_blocking is not None
+            try:
+                self.ops.ack_blocking(entries)
+            except Exception as e:
+                handling.ack_error = e
+        return step
 
     def _each_blocking(
         self,

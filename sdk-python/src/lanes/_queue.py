@@ -236,6 +236,7 @@ class Queue(_QueueBase["Lanes"]):
                 ack=lambda entries: io.call(lambda: c._ack_entries(entries, after_close=True)),
                 renew=lambda lid, s: io.call(lambda: c._renew_one(lid, s, after_close=True)),
                 invoke=make_invoke_sync(handler, pool),
+                ack_blocking=lambda entries: c._ack_entries(entries, after_close=True),
             ),
             report,
             cancellable_handlers=False,

@@ -31,7 +31,8 @@ async def renew_lease_async(
 ) -> None:
     """Renew until cancelled, ``settled()`` says every message was acked or released, or the
     broker answers ``success: false`` (reported). A failed call is reported and retried at the
-    next tick. ``due``: the first renewal is due now (its wait was spent on a timer)."""
+    next tick, unless the messages were settled meanwhile (the acks may have released the lease
+    under it). ``due``: the first renewal is due now (its wait was spent on a timer)."""
     while True:
         if not due:
             await asyncio.sleep(schedule.next_in)
@@ -41,8 +42,12 @@ async def renew_lease_async(
         try:
             r = await renew(lease_id, schedule.extension())
         except Exception as e:
+            if settled():
+                return
             report(e, OP)
             continue
+        if settled():
+            return
         if not schedule.after(r):
             report(_not_renewed(lease_id), OP)
             return
@@ -51,7 +56,9 @@ async def renew_lease_async(
 class LeaseRenewalTimer:
     """:func:`renew_lease_async` for one pop of a consume loop, on the running event loop: a
     timer until the first renewal is due, and a task only then. Most pops are handled before
-    that, and a timer set and cancelled costs a fraction of a task started and cancelled."""
+    that, and a timer set and cancelled costs a fraction of a task started and cancelled.
+    :meth:`settle` (from any thread) stops it before the pop's acks go out; :meth:`cancel` (on
+    the loop) ends it."""
 
     def __init__(
         self,
@@ -61,6 +68,7 @@ class LeaseRenewalTimer:
         report: Report,
     ) -> None:
         self._task: asyncio.Task[None] | None = None
+        self._settled = False
         self._timer = asyncio.get_running_loop().call_later(
             schedule.next_in, self._start, lease_id, schedule, renew, report
         )
@@ -73,8 +81,14 @@ class LeaseRenewalTimer:
         report: Report,
     ) -> None:
         self._task = asyncio.ensure_future(
-            renew_lease_async(lease_id, schedule, renew, report, due=True)
+            renew_lease_async(lease_id, schedule, renew, report, self._is_settled, due=True)
         )
+
+    def _is_settled(self) -> bool:
+        return self._settled
+
+    def settle(self) -> None:
+        self._settled = True
 
     def cancel(self) -> None:
         self._timer.cancel()
