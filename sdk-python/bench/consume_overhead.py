@@ -23,6 +23,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import os
+import resource
 import statistics
 import threading
 import time
@@ -139,20 +140,27 @@ def left_in(url: str, queue: str) -> int:
         return int(depth.pending)
 
 
-def one_round(variant: str, args: argparse.Namespace) -> tuple[float, float]:
-    """Fill a fresh queue and drain it; return (CPU µs per message, wall seconds)."""
+def context_switches() -> int:
+    """The process's voluntary context switches so far: each time one of its threads waited (for
+    an answer, or for another thread). Preemptions by other work are left out."""
+    return resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+
+
+def one_round(variant: str, args: argparse.Namespace) -> tuple[float, float, float]:
+    """Fill a fresh queue and drain it; return (CPU µs per message, wall seconds, voluntary
+    context switches per pop)."""
     queue = f"bench-{variant}-{uuid.uuid4().hex[:8]}"
     with lanes.Lanes(args.url) as client:
         fill(client, queue, args.n, args.partitions)
-    wall0 = time.monotonic()
+    wall0, switches0 = time.monotonic(), context_switches()
     cpu = run_variant(variant, args.url, queue, args.n, args.batch)
-    wall = time.monotonic() - wall0
+    wall, switches = time.monotonic() - wall0, context_switches() - switches0
     left = left_in(args.url, queue)
     if left:
         raise SystemExit(f"{variant}: {left} messages left unacked in {queue}")
     with lanes.Lanes(args.url) as client:
         client.queue(queue).delete()
-    return cpu / args.n * 1e6, wall
+    return cpu / args.n * 1e6, wall, switches / (args.n / args.batch)
 
 
 def main() -> None:
@@ -175,16 +183,21 @@ def main() -> None:
     for r in range(args.rounds):
         # Alternate the order each round, so no variant always runs first.
         for v in variants if r % 2 == 0 else reversed(variants):
-            us, wall = one_round(v, args)
+            us, wall, switches = one_round(v, args)
             cpu[v].append(us)
-            print(f"round {r + 1} {v:14s} {us:6.1f} µs CPU/msg  {args.n / wall:8.0f} msg/s")
-    print("\nCPU µs/msg: median (min-max)")
-    base = statistics.median(cpu[variants[0]])
+            print(
+                f"round {r + 1} {v:14s} {us:6.1f} µs CPU/msg  {args.n / wall:8.0f} msg/s"
+                f"  {switches:5.1f} waits/pop"
+            )
+    # Other work on the machine moves every variant's CPU per message by 10-20 % from round to
+    # round; the gap between two variants of the same round moves much less.
+    first = variants[0]
+    print(f"\nCPU µs/msg: median (min-max); the gap to {first}: median of the rounds' gaps")
     for v in variants:
-        med = statistics.median(cpu[v])
+        gaps = [a - b for a, b in zip(cpu[v], cpu[first], strict=True)]
         print(
-            f"  {v:14s} {med:6.1f} ({min(cpu[v]):.1f}-{max(cpu[v]):.1f})"
-            f"  {med - base:+6.1f} vs {variants[0]}"
+            f"  {v:14s} {statistics.median(cpu[v]):6.1f} ({min(cpu[v]):.1f}-{max(cpu[v]):.1f})"
+            f"  gap {statistics.median(gaps):+5.1f} ({min(gaps):+.1f} to {max(gaps):+.1f})"
         )
 
 
