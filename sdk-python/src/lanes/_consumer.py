@@ -1,9 +1,10 @@
 """The consume loop (docs/consuming.md §3 to §5): one asyncio engine, run directly by
 :class:`AsyncConsumer` and on a private event loop thread by :class:`Consumer` (sync handlers run
-in a bounded thread pool there, a pop's messages per trip to the pool; blocking HTTP calls in
-long-lived helper threads, :class:`IoThreads`). :class:`AsyncConsumer` awaits ``async def``
-handlers on the loop, a pop's messages in one task, and runs any other handler in its own bounded
-thread pool, a pop's messages per trip as in the sync consumer."""
+in a bounded thread pool there, a pop's messages per trip to the pool, which then sends the pop's
+acks; the other blocking HTTP calls in long-lived helper threads, :class:`IoThreads`).
+:class:`AsyncConsumer` awaits ``async def`` handlers on the loop, a pop's messages in one task, and
+runs any other handler in its own bounded thread pool, a pop's messages per trip as in the sync
+consumer."""
 
 from __future__ import annotations
 
@@ -664,10 +665,11 @@ class AsyncConsumer:
 
 
 class IoThreads:
-    """The sync consumer's helper threads for its blocking calls (pops, acks, lease renewals),
-    each kept for the next call: a thread started per call cost as much CPU as the pop's own
-    client work. Daemon threads, so a long poll never keeps the interpreter from exiting. There
-    are as many as calls ran at once: per worker a pop or an ack, and a renewal."""
+    """The sync consumer's helper threads for its blocking calls (pops, lease renewals, and the
+    acks the handler thread does not send), each kept for the next call: a thread started per
+    call cost as much CPU as the pop's own client work. Daemon threads, so a long poll never
+    keeps the interpreter from exiting. There are as many as calls ran at once: per worker a pop
+    or an ack, and a renewal."""
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
