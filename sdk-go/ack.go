@@ -57,6 +57,9 @@ func (c *Client) ackEntries(ctx context.Context, entries []ackEntry, o AckOpts) 
 		if e.msg == nil || e.msg.TransactionID == "" || e.msg.PartitionID == "" {
 			return nil, fmt.Errorf("lanes: ack needs messages with TransactionID and PartitionID")
 		}
+		if err := checkGroup(o.groupOf(e.msg)); err != nil {
+			return nil, err
+		}
 	}
 	var results []AckResult
 	var err error

@@ -147,6 +147,9 @@ func (a Admin) DeleteQueue(ctx context.Context, queue string) (*DeleteQueueResul
 
 // QueueDepth returns pending counts (group "" = queue mode).
 func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth, error) {
+	if err := checkGroup(group); err != nil {
+		return nil, err
+	}
 	p := &gen.GetQueueDepthParams{Group: ptrUnlessZero(group)}
 	return call[QueueDepth](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueDepth(ctx, queue, p) })
 }
@@ -178,11 +181,17 @@ func (s SeekTarget) body() gen.SeekRequest {
 // SeekConsumerGroup moves one group's cursor on every partition of a queue; it releases live
 // leases and resets the retry budget.
 func (a Admin) SeekConsumerGroup(ctx context.Context, group, queue string, to SeekTarget) (*SeekQueueResult, error) {
+	if err := checkGroupNamed(group); err != nil {
+		return nil, err
+	}
 	return call[SeekQueueResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.SeekQueue(ctx, group, queue, to.body()) })
 }
 
 // SeekConsumerGroupPartition moves one group's cursor on one partition.
 func (a Admin) SeekConsumerGroupPartition(ctx context.Context, group, queue, partition string, to SeekTarget) (*SeekPartitionResult, error) {
+	if err := checkGroupNamed(group); err != nil {
+		return nil, err
+	}
 	return call[SeekPartitionResult](a.c, ctx, func() (*httpResp, error) {
 		return a.c.gen.SeekPartition(ctx, group, queue, partition, to.body())
 	})
@@ -199,6 +208,9 @@ func (a Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroupSummary, 
 
 // GetConsumerGroup returns a group's cursors keyed by queue.
 func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
+	if err := checkGroupNamed(group); err != nil {
+		return nil, err
+	}
 	out, err := call[ConsumerGroupDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetConsumerGroup(ctx, group) })
 	if err != nil {
 		return nil, err
@@ -218,12 +230,18 @@ func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) 
 
 // DeleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds).
 func (a Admin) DeleteConsumerGroup(ctx context.Context, group string, deleteMetadata bool) (*ConsumerGroupDeleteResult, error) {
+	if err := checkGroupNamed(group); err != nil {
+		return nil, err
+	}
 	p := &gen.DeleteConsumerGroupParams{DeleteMetadata: &deleteMetadata}
 	return call[ConsumerGroupDeleteResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.DeleteConsumerGroup(ctx, group, p) })
 }
 
 // DeleteConsumerGroupForQueue deletes a group's cursors on one queue.
 func (a Admin) DeleteConsumerGroupForQueue(ctx context.Context, group, queue string, deleteMetadata bool) (*ConsumerGroupDeleteResult, error) {
+	if err := checkGroupNamed(group); err != nil {
+		return nil, err
+	}
 	p := &gen.DeleteConsumerGroupQueueParams{DeleteMetadata: &deleteMetadata}
 	return call[ConsumerGroupDeleteResult](a.c, ctx, func() (*httpResp, error) {
 		return a.c.gen.DeleteConsumerGroupQueue(ctx, group, queue, p)
@@ -232,6 +250,9 @@ func (a Admin) DeleteConsumerGroupForQueue(ctx context.Context, group, queue str
 
 // UpdateSubscription changes where untouched partitions of a group get seeded.
 func (a Admin) UpdateSubscription(ctx context.Context, group string, t time.Time) (*SubscriptionUpdateResult, error) {
+	if err := checkGroupNamed(group); err != nil {
+		return nil, err
+	}
 	body := gen.SubscriptionUpdateRequest{SubscriptionTimestamp: t.UTC()}
 	return call[SubscriptionUpdateResult](a.c, ctx, func() (*httpResp, error) {
 		return a.c.gen.UpdateConsumerGroupSubscription(ctx, group, body)
@@ -247,6 +268,9 @@ type DLQQuery struct {
 
 // ListDLQ lists dead letters, newest first.
 func (a Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQList, error) {
+	if err := checkGroup(q.Group); err != nil {
+		return nil, err
+	}
 	p := &gen.ListDlqParams{Queue: ptrUnlessZero(q.Queue), ConsumerGroup: ptrUnlessZero(q.Group),
 		Partition: ptrUnlessZero(q.Partition), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
 		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
@@ -255,6 +279,9 @@ func (a Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQList, error) {
 
 // PurgeDLQ deletes the dead letters of a queue (group "" = all groups).
 func (a Admin) PurgeDLQ(ctx context.Context, queue, group string) (*DLQPurgeResult, error) {
+	if err := checkGroup(group); err != nil {
+		return nil, err
+	}
 	p := &gen.PurgeDlqParams{Queue: queue, ConsumerGroup: ptrUnlessZero(group)}
 	return call[DLQPurgeResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.PurgeDlq(ctx, p) })
 }

@@ -414,3 +414,62 @@ func TestITPopRefusesDotNames(t *testing.T) {
 	}
 	require.Zero(t, via.requests.Load(), "nothing was sent")
 }
+
+// Every call that takes a consumer group refuses a group name of only white space with
+// *InvalidNameError, sending nothing: the broker answers a pop or seek for one with 400 but
+// would take an ack or a delete naming one as a group of its own. A route that names the group
+// in its path refuses an empty one too.
+func TestITGroupOfOnlyWhiteSpaceIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	via := &countingTransport{}
+	c, err := lanes.New(lanes.WithURL(os.Getenv("LANES_TEST_URL")), lanes.WithHTTPClient(&http.Client{Transport: via}))
+	require.NoError(t, err)
+	requireBadGroup := func(name string, err error) {
+		t.Helper()
+		var bad *lanes.InvalidNameError
+		require.ErrorAs(t, err, &bad, name)
+		require.Equal(t, "group", bad.Field, name)
+	}
+	msg := &lanes.Message{TransactionID: "t", PartitionID: "00000000-0000-0000-0000-000000000000", ConsumerGroup: "g"}
+	admin := c.Admin()
+	for _, g := range []string{" ", "\t\n", "\u3000"} {
+		for _, q := range []lanes.QueueBuilder{c.Queue(b.queue), c.Queue(b.queue).Partition("p"), c.Namespace(b.queue)} {
+			q = q.Group(g).Wait(false)
+			_, err := q.Pop(b.ctx)
+			requireBadGroup("pop", err)
+			_, err = q.Consume(b.ctx, func(context.Context, *lanes.Message) error { return nil })
+			requireBadGroup("consume", err)
+			for _, err := range q.Messages(b.ctx) {
+				requireBadGroup("messages", err)
+			}
+		}
+		_, err := c.Ack(b.ctx, []*lanes.Message{msg}, lanes.AckCompleted, lanes.AckOpts{Group: g})
+		requireBadGroup("ack", err)
+		_, err = c.Ack(b.ctx, []*lanes.Message{msg, msg}, lanes.AckCompleted, lanes.AckOpts{Group: g})
+		requireBadGroup("ack batch", err)
+		_, err = c.Transaction().Ack(msg, lanes.AckCompleted, g).Commit(b.ctx)
+		requireBadGroup("transaction ack", err)
+		_, err = c.Queue(b.queue).Group(g).Depth(b.ctx)
+		requireBadGroup("depth", err)
+		_, err = c.Queue(b.queue).DLQ(g).Get(b.ctx)
+		requireBadGroup("dlq", err)
+		_, err = admin.PurgeDLQ(b.ctx, b.queue, g)
+		requireBadGroup("purge dlq", err)
+	}
+	for _, g := range []string{"", "  "} {
+		_, err := admin.SeekConsumerGroup(b.ctx, g, b.queue, lanes.SeekToEnd())
+		requireBadGroup("seek", err)
+		_, err = admin.SeekConsumerGroupPartition(b.ctx, g, b.queue, "p", lanes.SeekToEnd())
+		requireBadGroup("seek partition", err)
+		_, err = admin.GetConsumerGroup(b.ctx, g)
+		requireBadGroup("get group", err)
+		_, err = admin.DeleteConsumerGroup(b.ctx, g, true)
+		requireBadGroup("delete group", err)
+		_, err = admin.DeleteConsumerGroupForQueue(b.ctx, g, b.queue, true)
+		requireBadGroup("delete group for queue", err)
+		_, err = admin.UpdateSubscription(b.ctx, g, time.Now())
+		requireBadGroup("update subscription", err)
+	}
+	require.Zero(t, via.requests.Load(), "nothing was sent")
+}

@@ -389,9 +389,10 @@ func (e *HandlerPanicError) Error() string {
 // InvalidNameError is what Buffer.Push, Pop, Consume and Messages answer when the queue or
 // partition name is one the broker refuses (empty, "." or "..", a NUL byte, invalid UTF-8, over
 // 512 bytes), before anything is sent: nothing is buffered, since every item would only be
-// dropped, and no pop goes out.
+// dropped, and no pop goes out. Every call that takes a consumer group answers it for a group
+// name of only white space (and, where the route names the group, an empty one).
 type InvalidNameError struct {
-	// Field is "queue" or "partition".
+	// Field is "queue", "partition" or "group".
 	Field  string
 	Name   string
 	Reason string

@@ -19,10 +19,33 @@ func checkPushNames(queue, partition string) error {
 // iterator refuses a name before sending ("." and ".." would reach another route, answered
 // 404 no_such_route). A discovery builder (no queue) names nothing.
 func (q QueueBuilder) checkPopNames() error {
+	if err := checkGroup(q.group); err != nil {
+		return err
+	}
 	if q.queue == "" {
 		return nil
 	}
 	return checkNames(q.queue, q.partition, q.hasPartition)
+}
+
+// checkGroup refuses a consumer group name of only white space, which the broker refuses (400)
+// on a pop or seek and would take as a group of its own elsewhere (an ack, a delete): the SDK
+// refuses it everywhere it takes a group, before sending. "" means no group (queue mode, or
+// every group) where the call allows that.
+func checkGroup(group string) error {
+	if group != "" && strings.TrimSpace(group) == "" {
+		return &InvalidNameError{Field: "group", Name: group, Reason: "must hold more than white space"}
+	}
+	return nil
+}
+
+// checkGroupNamed is checkGroup for a route that names the group in its path, where "" would
+// reach another route.
+func checkGroupNamed(group string) error {
+	if group == "" {
+		return &InvalidNameError{Field: "group", Name: group, Reason: "must be a non-empty string"}
+	}
+	return checkGroup(group)
 }
 
 // checkNames is the broker's name rule for a queue and a partition; an empty partition is

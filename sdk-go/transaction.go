@@ -80,6 +80,9 @@ func (tb *TransactionBuilder) Ack(m *Message, status AckStatus, group string) *T
 	if group == "" {
 		group = m.ConsumerGroup
 	}
+	if err := checkGroup(group); err != nil && tb.err == nil {
+		tb.err = err
+	}
 	if m.LeaseID != "" && !tb.seen[m.LeaseID] {
 		tb.seen[m.LeaseID] = true
 		tb.leases = append(tb.leases, m.LeaseID)

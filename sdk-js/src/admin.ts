@@ -1,6 +1,7 @@
 // Admin: queues, consumer groups (seek, delete, subscription), DLQ, messages, status. Every
 // method returns the generated response type of its route.
 import type { Core } from "./internal/core.js";
+import { checkGroup } from "./names.js";
 import { listDlq } from "./queue.js";
 import type {
   BufferStatus,
@@ -87,7 +88,8 @@ export class Admin {
     return this.del(`/api/v1/resources/queues/${e(queue)}`);
   }
   /** getQueueDepth is the pending count of a queue for a group (queue mode when none). */
-  getQueueDepth(queue: string, group?: string): Promise<QueueDepth> {
+  async getQueueDepth(queue: string, group?: string): Promise<QueueDepth> {
+    checkGroup("getQueueDepth", group);
     return this.get(`/api/v1/resources/queues/${e(queue)}/depth`, { group });
   }
   /** getOverview returns system-wide counters. */
@@ -106,11 +108,13 @@ export class Admin {
   // ---- consumer groups
 
   /** seekConsumerGroup moves one group's cursor on every partition of a queue (releasing live leases, resetting the retry budget). */
-  seekConsumerGroup(group: string, queue: string, to: SeekTarget): Promise<SeekQueueResult> {
+  async seekConsumerGroup(group: string, queue: string, to: SeekTarget): Promise<SeekQueueResult> {
+    checkGroup("seekConsumerGroup", group, true);
     return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/seek`, seekBody(to));
   }
   /** seekConsumerGroupPartition moves one group's cursor on one partition. */
-  seekConsumerGroupPartition(group: string, queue: string, partition: string, to: SeekTarget): Promise<SeekPartitionResult> {
+  async seekConsumerGroupPartition(group: string, queue: string, partition: string, to: SeekTarget): Promise<SeekPartitionResult> {
+    checkGroup("seekConsumerGroupPartition", group, true);
     return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/partitions/${e(partition)}/seek`, seekBody(to));
   }
   /** listConsumerGroups lists (group, queue) rows with lag. */
@@ -118,7 +122,8 @@ export class Admin {
     return this.get("/api/v1/consumer-groups");
   }
   /** getConsumerGroup returns a group's cursors keyed by queue. */
-  getConsumerGroup(group: string): Promise<ConsumerGroupDetail> {
+  async getConsumerGroup(group: string): Promise<ConsumerGroupDetail> {
+    checkGroup("getConsumerGroup", group, true);
     return this.get(`/api/v1/consumer-groups/${e(group)}`);
   }
   /** laggingConsumerGroups lists partitions whose oldest unconsumed message is older than `minLagSeconds` (default 60). */
@@ -126,15 +131,18 @@ export class Admin {
     return this.get("/api/v1/consumer-groups/lagging", { minLagSeconds });
   }
   /** deleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds it). */
-  deleteConsumerGroup(group: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+  async deleteConsumerGroup(group: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+    checkGroup("deleteConsumerGroup", group, true);
     return this.del(`/api/v1/consumer-groups/${e(group)}`, { deleteMetadata });
   }
   /** deleteConsumerGroupForQueue deletes a group's cursors on one queue. */
-  deleteConsumerGroupForQueue(group: string, queue: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+  async deleteConsumerGroupForQueue(group: string, queue: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+    checkGroup("deleteConsumerGroupForQueue", group, true);
     return this.del(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}`, { deleteMetadata });
   }
   /** updateSubscription changes where a group's untouched partitions get seeded (existing cursors do not move). */
-  updateSubscription(group: string, timestamp: string | Date): Promise<SubscriptionUpdateResult> {
+  async updateSubscription(group: string, timestamp: string | Date): Promise<SubscriptionUpdateResult> {
+    checkGroup("updateSubscription", group, true);
     return this.post(`/api/v1/consumer-groups/${e(group)}/subscription`, { subscriptionTimestamp: timestamp instanceof Date ? timestamp.toISOString() : timestamp });
   }
 
@@ -145,7 +153,8 @@ export class Admin {
     return listDlq(this.core, query);
   }
   /** purgeDlq deletes a queue's dead letters (optionally one group's). */
-  purgeDlq(queue: string, consumerGroup?: string): Promise<DlqPurgeResult> {
+  async purgeDlq(queue: string, consumerGroup?: string): Promise<DlqPurgeResult> {
+    checkGroup("purgeDlq", consumerGroup);
     return this.del("/api/v1/dlq", { queue, consumerGroup });
   }
   /** replayDlq moves one dead letter back into a queue (its original place unless `dest` says otherwise) under the id `dlq:<id>`. */

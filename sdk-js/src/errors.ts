@@ -152,7 +152,7 @@ export class InvalidValueError extends LanesError {}
 
 /** InvalidNameError is thrown, before anything is sent, by `buffer()`, a pop, `consume()`/`consumeBatch()` and `messages()` for a queue or partition name the broker refuses (empty, "." or "..", a NUL character, a lone surrogate, over 512 bytes): such a buffer could only drop what it holds, and fetch would send such a pop to another route. */
 export class InvalidNameError extends LanesError {
-  /** field is "queue" or "partition". */
+  /** field is "queue", "partition" or "group". */
   readonly field: string;
   /** value is the refused name (`name` is the error class's). */
   readonly value: string;

@@ -25,3 +25,12 @@ export function checkNames(op: string, queue: string, partition: string | undefi
   const partitionProblem = !partition ? "" : partition.trim() === "" ? "must hold more than white space" : nameProblem(partition);
   if (partitionProblem) throw new InvalidNameError("partition", partition ?? "", partitionProblem, op);
 }
+
+/** checkGroup throws InvalidNameError (naming `op`) for a consumer group name of only white space, which the broker refuses on a pop or seek and would take as a group of its own elsewhere (an ack, a delete). An empty or absent group means no group (queue mode, or every group), except on a route that names the group in its path (`inPath`), where "" would reach another route. */
+export function checkGroup(op: string, group: string | null | undefined, inPath = false): void {
+  if (!group) {
+    if (inPath) throw new InvalidNameError("group", group ?? "", "must be a non-empty string", op);
+    return;
+  }
+  if (group.trim() === "") throw new InvalidNameError("group", group, "must hold more than white space", op);
+}

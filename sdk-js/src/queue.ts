@@ -1,7 +1,7 @@
 // QueueBuilder: the fluent, immutable builder behind `lanes.queue(name)` — producing, popping,
 // consuming, the message iterator, queue configuration and the DLQ view.
 import { LanesError } from "./errors.js";
-import { checkNames } from "./names.js";
+import { checkGroup, checkNames } from "./names.js";
 import type { PushBuffer, BufferOptions } from "./buffer.js";
 import { Consumer, type BatchHandler, type ConsumeOptions, type ErrorHandler, type Handler, messageIterator } from "./consumer.js";
 import type { Core, PushItem, PushResult } from "./internal/core.js";
@@ -197,6 +197,7 @@ export class QueueBuilder<T = unknown> {
   /** @internal throws, before anything is sent, for a builder no pop can be made of: InvalidNameError for a queue or partition name the broker refuses. */
   popTarget(): { path: string; knobs: PopKnobs } {
     const s = this.s;
+    checkGroup("pop", s.group);
     let path: string;
     if (s.queue) {
       checkNames("pop", s.queue, s.partition);
@@ -294,6 +295,7 @@ export class QueueBuilder<T = unknown> {
   /** depth is the queue's pending count for the builder's group. */
   async depth(): Promise<QueueDepth> {
     const q = this.requireQueue("depth");
+    checkGroup("depth", this.s.group);
     const query = this.s.group ? `group=${encodeURIComponent(this.s.group)}` : undefined;
     return (await this.core.transport.request<QueueDepth>({ method: "GET", path: `/api/v1/resources/queues/${encodeURIComponent(q)}/depth`, query })).body;
   }
@@ -352,6 +354,7 @@ export class DlqBuilder {
 
 /** listDlq is GET /api/v1/dlq with the given filters. */
 export async function listDlq(core: Core, q: DlqState | Partial<DlqState>): Promise<DlqList> {
+  checkGroup("dlq", q.consumerGroup);
   const query = new URLSearchParams();
   for (const [k, v] of Object.entries(q)) if (v !== undefined && v !== "") query.set(k, String(v));
   const qs = query.toString();

@@ -4,6 +4,7 @@
 import { EmptyTransactionError, LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItems, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
 import { kvWriteOp, type KvExpiry } from "./kv.js";
+import { checkGroup } from "./names.js";
 import { timerScheduleOp, type TimerSchedule } from "./timers.js";
 import type { AckStatus } from "./message.js";
 import { kvOpsIdempotent } from "./retry.js";
@@ -50,6 +51,7 @@ export class TransactionBuilder {
     const leases: string[] = [];
     for (const m of list) {
       if (!m.transactionId || !m.partitionId) throw new LanesError("transaction ack: every message needs transactionId and partitionId");
+      checkGroup("transaction ack", opts.group ?? opts.consumerGroup ?? m.consumerGroup);
       const op: TransactionOperation = {
         type: "ack",
         transactionId: m.transactionId,

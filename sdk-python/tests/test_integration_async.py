@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import datetime
+import functools
 import inspect
 import sys
 import threading
@@ -593,6 +594,71 @@ async def test_a_queue_or_partition_named_dot_or_dot_dot_is_refused_before_sendi
             if inspect.isawaitable(r):
                 await r
         assert (caught.value.field, caught.value.value) == (field, partition or queue)
+
+
+@pytest.mark.parametrize("group", [" ", "\t\n", "\u3000"])
+async def test_a_consumer_group_of_only_white_space_is_refused_wherever_a_group_is_taken(
+    broker_url: str, qname: str, group: str
+) -> None:
+    sent: list[httpx.Request] = []
+    transport = httpx.AsyncHTTPTransport()
+
+    class Counting(httpx.AsyncBaseTransport):
+        async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return await transport.handle_async_request(request)
+
+    client = lanes.AsyncLanes(broker_url, http_client=httpx.AsyncClient(transport=Counting()))
+    msg = lanes.Message(
+        id="m",
+        transaction_id="t",
+        data=1,
+        partition_id="00000000-0000-0000-0000-000000000000",
+        partition="p",
+        lease_id="",
+        consumer_group="g",
+    )
+
+    async def refused(call: Callable[[], Any], value: str = group) -> None:
+        with pytest.raises(lanes.InvalidNameError) as caught:
+            r = call()
+            if inspect.isawaitable(r):
+                await r
+        assert (caught.value.field, caught.value.value) == ("group", value)
+
+    for b in (
+        client.queue(qname),
+        client.queue(qname).partition("p"),
+        client.queue().namespace(qname),
+    ):
+        q = b.group(group).wait(False)
+        for start in (q.pop, functools.partial(q.consume, lambda m: None), q.messages):
+            await refused(start)
+    await refused(lambda: client.ack(msg, group=group))
+    await refused(lambda: client.ack([msg, msg], group=group))
+    await refused(lambda: client.transaction().ack(msg, group=group))
+    await refused(client.queue(qname).group(group).depth)
+    await refused(client.queue(qname).dlq(group).get)
+    await refused(lambda: client.admin.get_queue_depth(qname, group))
+    await refused(lambda: client.admin.list_dlq(queue=qname, consumer_group=group))
+    await refused(lambda: client.admin.purge_dlq(qname, group))
+    admin = client.admin
+    for g in (group, ""):
+        await refused(functools.partial(admin.seek_consumer_group, g, qname, to_end=True), g)
+        await refused(
+            functools.partial(admin.seek_consumer_group_partition, g, qname, "p", to_end=True), g
+        )
+        await refused(functools.partial(admin.get_consumer_group, g), g)
+        await refused(functools.partial(admin.delete_consumer_group, g), g)
+        await refused(functools.partial(admin.delete_consumer_group_for_queue, g, qname), g)
+        await refused(
+            functools.partial(
+                admin.update_subscription, g, datetime.datetime.now(datetime.timezone.utc)
+            ),
+            g,
+        )
+    await client.aclose()
+    assert sent == []
 
 
 async def test_a_blocking_def_handler_runs_off_the_event_loop_and_its_lease_is_renewed(

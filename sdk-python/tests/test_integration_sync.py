@@ -5,6 +5,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import datetime
+import functools
 import json
 import signal
 import subprocess
@@ -992,6 +993,71 @@ def test_a_queue_or_partition_named_dot_or_dot_dot_is_refused_before_sending(
         with pytest.raises(lanes.InvalidNameError) as caught:
             start()
         assert (caught.value.field, caught.value.value) == (field, partition or queue)
+
+
+@pytest.mark.parametrize("group", [" ", "\t\n", "\u3000"])
+def test_a_consumer_group_of_only_white_space_is_refused_wherever_a_group_is_taken(
+    broker_url: str, qname: str, group: str
+) -> None:
+    # The broker answers a pop or seek naming such a group 400, but takes an ack or a delete
+    # naming it as a group of its own; a route naming the group in its path refuses "" too.
+    sent: list[httpx.Request] = []
+    transport = httpx.HTTPTransport()
+
+    class Counting(httpx.BaseTransport):
+        def handle_request(self, request: httpx.Request) -> httpx.Response:
+            sent.append(request)
+            return transport.handle_request(request)
+
+    client = lanes.Lanes(broker_url, http_client=httpx.Client(transport=Counting()))
+    msg = lanes.Message(
+        id="m",
+        transaction_id="t",
+        data=1,
+        partition_id="00000000-0000-0000-0000-000000000000",
+        partition="p",
+        lease_id="",
+        consumer_group="g",
+    )
+
+    def refused(call: Callable[[], object], value: str = group) -> None:
+        with pytest.raises(lanes.InvalidNameError) as caught:
+            call()
+        assert (caught.value.field, caught.value.value) == ("group", value)
+
+    for b in (
+        client.queue(qname),
+        client.queue(qname).partition("p"),
+        client.queue().namespace(qname),
+    ):
+        q = b.group(group).wait(False)
+        for start in (q.pop, functools.partial(q.consume, lambda m: None), q.messages):
+            refused(start)
+    refused(lambda: client.ack(msg, group=group))
+    refused(lambda: client.ack([msg, msg], group=group))
+    refused(lambda: client.transaction().ack(msg, group=group))
+    refused(client.queue(qname).group(group).depth)
+    refused(client.queue(qname).dlq(group).get)
+    refused(lambda: client.admin.get_queue_depth(qname, group))
+    refused(lambda: client.admin.list_dlq(queue=qname, consumer_group=group))
+    refused(lambda: client.admin.purge_dlq(qname, group))
+    admin = client.admin
+    for g in (group, ""):
+        refused(functools.partial(admin.seek_consumer_group, g, qname, to_end=True), g)
+        refused(
+            functools.partial(admin.seek_consumer_group_partition, g, qname, "p", to_end=True), g
+        )
+        refused(functools.partial(admin.get_consumer_group, g), g)
+        refused(functools.partial(admin.delete_consumer_group, g), g)
+        refused(functools.partial(admin.delete_consumer_group_for_queue, g, qname), g)
+        refused(
+            functools.partial(
+                admin.update_subscription, g, datetime.datetime.now(datetime.timezone.utc)
+            ),
+            g,
+        )
+    client.close()
+    assert sent == []
 
 
 def _interrupt_main_thread() -> None:

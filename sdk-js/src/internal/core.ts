@@ -5,6 +5,7 @@ import type { AckStatus, Message } from "../message.js";
 import type { AckItem, AckResult, LeaseExtendResult, WirePushItem, WirePushResult } from "../types.js";
 import type { Transport } from "./http.js";
 import type { Log } from "./log.js";
+import { checkGroup } from "../names.js";
 import { jsonProblem } from "./payload.js";
 import { uuidv7 } from "./uuid.js";
 
@@ -152,6 +153,7 @@ export class Core {
     const st = normalizeAckStatus(status);
     for (const t of targets) {
       if (!t.transactionId || !t.partitionId) throw new LanesError("ack: every message needs transactionId and partitionId");
+      checkGroup("ack", opts.group ?? opts.consumerGroup ?? t.consumerGroup);
     }
     const results = await this.ackItems(
       targets.map((t) => ({ target: opts.withoutLease ? { ...t, leaseId: undefined } : t, status: st, error: opts.error })),

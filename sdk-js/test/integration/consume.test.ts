@@ -685,6 +685,46 @@ describe('a queue or partition named "." or "..": InvalidNameError before anythi
   });
 });
 
+describe("a consumer group of only white space: InvalidNameError wherever a group is taken, before anything is sent", () => {
+  it.each([" ", "\t\n", "\u3000"])("group %j", async (group) => {
+    let sent = 0;
+    const lanes = client({
+      fetch: (input, init) => {
+        sent += 1;
+        return fetch(input, init);
+      },
+    });
+    const q = uniq("blankgroup");
+    const named = { field: "group", value: group };
+    const msg = { transactionId: "t", partitionId: "00000000-0000-0000-0000-000000000000", consumerGroup: "g", leaseId: "" };
+    for (const b of [lanes.queue(q), lanes.queue(q).partition("p"), lanes.queue().namespace(q)]) {
+      const g = b.group(group).wait(false);
+      await expect(g.pop()).rejects.toMatchObject(named);
+      expect(() => g.consume(() => {})).toThrow(InvalidNameError);
+      expect(() => g.consumeBatch(() => {})).toThrow(InvalidNameError);
+      expect(() => g.messages()).toThrow(InvalidNameError);
+    }
+    await expect(lanes.ack(msg, "completed", { group })).rejects.toMatchObject(named);
+    await expect(lanes.ack([msg, msg], "completed", { consumerGroup: group })).rejects.toMatchObject(named);
+    expect(() => lanes.transaction().ack(msg, "completed", { group })).toThrow(InvalidNameError);
+    await expect(lanes.queue(q).group(group).depth()).rejects.toMatchObject(named);
+    await expect(lanes.queue(q).dlq(group).get()).rejects.toMatchObject(named);
+    await expect(lanes.admin.getQueueDepth(q, group)).rejects.toMatchObject(named);
+    await expect(lanes.admin.listDlq({ queue: q, consumerGroup: group })).rejects.toMatchObject(named);
+    await expect(lanes.admin.purgeDlq(q, group)).rejects.toMatchObject(named);
+    for (const g of [group, ""]) {
+      const inPath = { field: "group", value: g };
+      await expect(lanes.admin.seekConsumerGroup(g, q, { toEnd: true })).rejects.toMatchObject(inPath);
+      await expect(lanes.admin.seekConsumerGroupPartition(g, q, "p", { toEnd: true })).rejects.toMatchObject(inPath);
+      await expect(lanes.admin.getConsumerGroup(g)).rejects.toMatchObject(inPath);
+      await expect(lanes.admin.deleteConsumerGroup(g)).rejects.toMatchObject(inPath);
+      await expect(lanes.admin.deleteConsumerGroupForQueue(g, q)).rejects.toMatchObject(inPath);
+      await expect(lanes.admin.updateSubscription(g, new Date())).rejects.toMatchObject(inPath);
+    }
+    expect(sent).toBe(0);
+  });
+});
+
 describe("LANES_CLIENT_LOG", () => {
   it("sends the debug and info lines to the console too when no logger is given; logger: null still silences everything", async () => {
     const debug = vi.spyOn(console, "debug").mockImplementation(() => undefined);

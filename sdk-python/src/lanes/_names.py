@@ -34,3 +34,17 @@ def check_names(op: str, queue: str, partition: str | None) -> None:
         raise InvalidNameError("partition", partition, "must hold more than white space", op)
     if partition and (problem := _name_problem(partition)):
         raise InvalidNameError("partition", partition, problem, op)
+
+
+def check_group(op: str, group: str | None, in_path: bool = False) -> None:
+    """Raise :class:`InvalidNameError` (naming ``op``) for a consumer group name of only white
+    space, which the broker refuses on a pop or seek and would take as a group of its own
+    elsewhere (an ack, a delete). An empty or absent group means no group (queue mode, or every
+    group), except on a route that names the group in its path (``in_path``), where "" would
+    reach another route."""
+    if not group:
+        if in_path:
+            raise InvalidNameError("group", group or "", "must be a non-empty string", op)
+        return
+    if not group.strip():
+        raise InvalidNameError("group", group, "must hold more than white space", op)

@@ -24,7 +24,7 @@ from lanes._exceptions import (
     TransactionError,
     UnexpectedAnswerError,
 )
-from lanes._names import check_names
+from lanes._names import check_group, check_names
 from lanes._types import (
     ACK_STATUSES,
     QUEUE_MODE,
@@ -409,6 +409,7 @@ def validate_spec(spec: QueueSpec) -> None:
         raise ValueError("lanes: a queue name or a namespace/task is required")
     if spec.partition and not spec.queue:
         raise ValueError("lanes: partition() needs a queue")
+    check_group("pop", spec.group)
     if spec.queue:
         check_names("pop", spec.queue, spec.partition)
     if not 1 <= spec.concurrency <= 10_000:
@@ -570,7 +571,11 @@ def merge_ack_results(
 
 
 def group_of(msg: Message, group: str | None) -> str:
-    return group or msg.consumer_group or QUEUE_MODE
+    """The consumer group an ack of ``msg`` names: ``group``, else the message's own; one of only
+    white space is refused (InvalidNameError) before anything is sent."""
+    named = group or msg.consumer_group
+    check_group("ack", named)
+    return named or QUEUE_MODE
 
 
 def renew_seconds(seconds: int | float | None) -> int:

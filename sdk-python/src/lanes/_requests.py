@@ -17,6 +17,7 @@ from lanes import _protocol as P
 from lanes._exceptions import InvalidValueError, LanesError, UnexpectedAnswerError
 from lanes._generated import models
 from lanes._http import Response
+from lanes._names import check_group
 from lanes._retry import kv_ops_idempotent
 from lanes._types import AckResult, PopResult, PushResult, RenewResult, TransactionResult
 
@@ -200,6 +201,7 @@ def delete_queue(queue: str) -> Req[models.DeleteQueueResult]:
 
 
 def queue_depth(queue: str, group: str | None) -> Req[models.QueueDepth]:
+    check_group("get_queue_depth", group)
     return Req(
         "GET",
         f"/api/v1/resources/queues/{_seg(queue)}/depth",
@@ -295,6 +297,7 @@ def _seek_body(to_end: bool, timestamp: datetime | str | None) -> dict[str, Any]
 def seek(
     group: str, queue: str, to_end: bool, timestamp: datetime | str | None
 ) -> Req[models.SeekQueueResult]:
+    check_group("seek_consumer_group", group, in_path=True)
     return Req(
         "POST",
         f"/api/v1/consumer-groups/{_seg(group)}/queues/{_seg(queue)}/seek",
@@ -306,6 +309,7 @@ def seek(
 def seek_partition(
     group: str, queue: str, partition: str, to_end: bool, timestamp: datetime | str | None
 ) -> Req[models.SeekPartitionResult]:
+    check_group("seek_consumer_group_partition", group, in_path=True)
     return Req(
         "POST",
         f"/api/v1/consumer-groups/{_seg(group)}/queues/{_seg(queue)}/partitions/{_seg(partition)}/seek",
@@ -319,6 +323,7 @@ def list_groups() -> Req[list[models.ConsumerGroupSummary]]:
 
 
 def get_group(group: str) -> Req[models.ConsumerGroupDetail]:
+    check_group("get_consumer_group", group, in_path=True)
     return Req("GET", f"/api/v1/consumer-groups/{_seg(group)}", _model(models.ConsumerGroupDetail))
 
 
@@ -334,6 +339,7 @@ def lagging_groups(min_lag_seconds: int) -> Req[list[models.LaggingConsumerGroup
 def delete_group(
     group: str, queue: str | None, delete_metadata: bool
 ) -> Req[models.ConsumerGroupDeleteResult]:
+    check_group("delete_consumer_group", group, in_path=True)
     path = f"/api/v1/consumer-groups/{_seg(group)}"
     if queue is not None:
         path += f"/queues/{_seg(queue)}"
@@ -348,6 +354,7 @@ def delete_group(
 def update_subscription(
     group: str, timestamp: datetime | str
 ) -> Req[models.SubscriptionUpdateResult]:
+    check_group("update_subscription", group, in_path=True)
     ts = _iso(timestamp) if isinstance(timestamp, datetime) else timestamp
     return Req(
         "POST",
@@ -369,6 +376,7 @@ def list_dlq(
     limit: int | None,
     offset: int | None,
 ) -> Req[models.DlqList]:
+    check_group("list_dlq", consumer_group)
     return Req(
         "GET",
         "/api/v1/dlq",
@@ -386,6 +394,7 @@ def list_dlq(
 
 
 def purge_dlq(queue: str, consumer_group: str | None) -> Req[models.DlqPurgeResult]:
+    check_group("purge_dlq", consumer_group)
     return Req(
         "DELETE",
         "/api/v1/dlq",
