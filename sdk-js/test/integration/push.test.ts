@@ -37,6 +37,12 @@ describe("push items", () => {
       [new Uint8Array([1, 2]), /binary data/],
       [Buffer.from("hi"), /binary data/],
       [[new Map()], /payload\[0\] is a Map/],
+      // JSON.stringify would store [1, null]: an array cannot leave an element out.
+      [[1, undefined], /payload\[1\] is undefined, which JSON would store as null/],
+      [{ tags: ["a", undefined] }, /payload.tags\[1\] is undefined/],
+      // eslint-disable-next-line no-sparse-arrays
+      [[1, , 3], /payload\[1\] is undefined/],
+      [[{ toJSON: () => undefined }], /payload\[0\] is undefined/],
     ];
     for (const [payload, why] of bad) {
       await expect(lanes.queue(q).push([{ data: payload }])).rejects.toThrow(why);
@@ -44,6 +50,7 @@ describe("push items", () => {
     const loop: Record<string, unknown> = {};
     loop.self = loop;
     await expect(lanes.queue(q).push([loop])).rejects.toBeInstanceOf(InvalidItemError);
+    await expect(lanes.queue(q).buffer().push([[undefined]])).rejects.toThrow(/payload\[0\] is undefined/);
     await lanes.queue(q).push([{ data: { at: new Date(0), skipped: undefined } }]);
     expect(await popAll(lanes, q)).toEqual([{ at: "1970-01-01T00:00:00.000Z" }]);
   });

@@ -180,10 +180,12 @@ describe("kv and timers", () => {
       await expect(kv.putIfAbsent("k", { nested: [bad] }, { forever: true })).rejects.toBeInstanceOf(InvalidValueError);
       expect(() => lanes.transaction().kv.put(ns, "k", bad, { forever: true })).toThrow(InvalidValueError);
     }
+    await expect(kv.put("k", [1, undefined], { forever: true })).rejects.toThrow(/value\[1\] is undefined/);
     expect((await kv.get("k")).found).toBe(false);
     const q = uniq("timer-json");
     await expect(lanes.timers(q).schedule("t", { delayMillis: 0, payload: { at: Infinity } })).rejects.toBeInstanceOf(InvalidValueError);
     expect(() => lanes.transaction().timer(q, "t", { delayMillis: 0, payload: new Set([1]) })).toThrow(InvalidValueError);
+    await expect(lanes.timers(q).schedule("t", { delayMillis: 0, payload: [undefined] })).rejects.toThrow(/payload\[0\] is undefined/);
     expect((await lanes.timers(q).get("t")).found).toBe(false);
   });
 
