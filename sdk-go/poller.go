@@ -12,7 +12,7 @@ import (
 // and hands back only a pop with messages or the error that ends the loop.
 type poller struct {
 	q         QueueBuilder
-	errStreak int  // consecutive failed pops
+	errStreak int  // consecutive failed pops, 429s aside (loopErrorDelay)
 	fastEmpty int  // consecutive long polls answered empty well before their timeout
 	lastWait  *int // waitMs of the last autopilot echo
 	// reserve, when set, caps each pop's batch: it gets the batch the pop would take and returns
@@ -59,7 +59,9 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 			}
 			p.q.reportLoopError("pop", err)
 			_ = sleepCtx(ctx, loopErrorDelay(err, p.errStreak))
-			p.errStreak++
+			if !rateLimited(err) {
+				p.errStreak++
+			}
 			continue
 		}
 		settle(len(pr.Messages))
@@ -120,7 +122,8 @@ func ackEndsLoop(err error) bool {
 
 // loopErrorDelay is how long a consume loop or iterator waits after a failed pop it goes on
 // from: the server hint (or 1 s) after a 429 that outlived the retry policy; else
-// min(1 s × 2^streak, 30 s).
+// min(1 s × 2^streak, 30 s). A 429 is not counted in the streak (docs/consuming.md §4): the
+// broker answered and said how long to wait, so it says nothing of a broker that fails.
 func loopErrorDelay(err error, streak int) time.Duration {
 	var ae *APIError
 	if errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests {
@@ -130,6 +133,13 @@ func loopErrorDelay(err error, streak int) time.Duration {
 		return time.Second
 	}
 	return min(time.Second<<min(streak, 5), 30*time.Second)
+}
+
+// rateLimited reports whether err is a 429 (a RateLimitError), which the loop waits out by its
+// hint and leaves out of its error streak.
+func rateLimited(err error) bool {
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status == http.StatusTooManyRequests
 }
 
 // reportLoopError hands an error of a consume loop or iterator to OnError, else logs it at

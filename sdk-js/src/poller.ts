@@ -50,7 +50,7 @@ function answeredFast(s: Pick<QueueState, "timeoutMillis">, tookMillis: number):
   return tookMillis < s.timeoutMillis / 10;
 }
 
-/** loopErrorDelay is the pause after a failed pop the loop waits out: the 429's hint (or 1 s), else 1 s doubling per consecutive failure up to 30 s. */
+/** loopErrorDelay is the pause after a failed pop the loop waits out: the 429's hint (or 1 s), else 1 s doubling per consecutive failure up to 30 s. A 429 is not counted among those failures (docs/consuming.md §4): the broker answered and said how long to wait. */
 function loopErrorDelay(err: unknown, consecutive: number): number {
   if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
   return Math.min(1000 * 2 ** consecutive, 30_000);
@@ -58,6 +58,7 @@ function loopErrorDelay(err: unknown, consecutive: number): number {
 
 /** Poller pops until an answer holds messages: failed pops that the loop waits out go to `report` and are backed off, empty answers are paced unless the pop parks, and a waiting pop that answered empty at once is paced too (100 ms doubling to 2 s). */
 export class Poller<T> {
+  /** errors counts consecutive failed pops, 429s aside (loopErrorDelay). */
   private errors = 0;
   private waitMs: number | undefined;
   /** fastEmpties counts consecutive waiting pops that answered empty at once. */
@@ -84,7 +85,7 @@ export class Poller<T> {
         if (!isTransientLoopError(err)) throw err;
         this.report(err);
         await this.pause(loopErrorDelay(err, this.errors));
-        this.errors += 1;
+        if (!(err instanceof RateLimitError)) this.errors += 1;
         continue;
       }
       this.errors = 0;
