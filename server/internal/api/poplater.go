@@ -31,6 +31,9 @@ type popLater struct {
 	// taken: the pop handler left req to run after the chain returns.
 	taken bool
 	req   engine.PopRequest
+	// afterPop: releases that wait for the pop's answer, since its request
+	// (body included) is held until then.
+	afterPop []func()
 }
 
 func popLaterOf(ctx context.Context) *popLater {
@@ -47,11 +50,29 @@ func (s *Server) popsLater(next http.Handler) http.Handler {
 			return
 		}
 		later := &popLater{}
+		defer later.done()
 		next.ServeHTTP(w, r.WithContext(context.WithValue(r.Context(), popLaterKey{}, later)))
 		if later.taken {
 			s.popNow(later)
 		}
 	})
+}
+
+// releaseAfterPop runs release once r has been answered: at once, or after
+// the pop popsLater runs for r.
+func releaseAfterPop(r *http.Request, release func()) {
+	if later := popLaterOf(r.Context()); later != nil && later.taken {
+		later.afterPop = append(later.afterPop, release)
+		return
+	}
+	release()
+}
+
+// done runs the releases that waited for the pop's answer.
+func (l *popLater) done() {
+	for _, release := range l.afterPop {
+		release()
+	}
 }
 
 // arm takes a waiting pop's deadline and what its answer is written with.

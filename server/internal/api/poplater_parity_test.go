@@ -18,6 +18,7 @@ import (
 
 	"github.com/golang-jwt/jwt/v5"
 
+	"github.com/lanesmq/lanes/server/internal/admission"
 	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
@@ -581,4 +582,25 @@ func TestAWaitingPopsClientHangingUpMidAnswerLogsAtDebug(t *testing.T) {
 			t.Fatalf("a client hanging up on a waiting pop logged %q:\n%s", wrong, got)
 		}
 	}
+}
+
+// A waiting pop sent with a body (a GET's body is read, capped and ignored)
+// holds that body until it answers, as every request holds its own: the body
+// budget counts it while the pop waits and frees it once the pop answered.
+func TestAWaitingPopsBodyStaysInTheBodyBudgetUntilItAnswers(t *testing.T) {
+	budget := admission.NewByteBudget(1<<20, time.Second)
+	b := newBrokerWith(t, testDSN, Options{BodyBudget: budget}, "")
+	q := uniqueQueue(t)
+	body := `{"ignored":true}`
+	answered := make(chan rawAnswer, 1)
+	go func() { answered <- b.send(t, "GET", "/api/v1/pop/queue/"+q+"?wait=true&timeout=10000", body, nil) }()
+	waitFor(t, 5*time.Second, "the pop to park", func() bool { return b.Engine.ParkedPops() == 1 })
+	if held := budget.Stats().Held; held != int64(len(body)) {
+		t.Errorf("the body budget holds %d bytes while the pop with a %d-byte body waits, want %d", held, len(body), len(body))
+	}
+	b.push(t, q, "p", "m0")
+	if a := <-answered; a.status != http.StatusOK {
+		t.Fatalf("the woken pop answered %d %s", a.status, a.body)
+	}
+	waitFor(t, 5*time.Second, "the body's room to be freed", func() bool { return budget.Stats().Held == 0 })
 }

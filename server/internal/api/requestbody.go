@@ -35,7 +35,8 @@ func (s *Server) limitBody(next http.Handler, takesNoBody func(*http.Request) bo
 			return
 		}
 		if budget := s.opts.BodyBudget; budget != nil {
-			defer s.reserveBody(r, budget, limit.bytes)() // after the pooled buffer is given back: it holds the bytes until then
+			// After the pooled buffer is given back: it holds the bytes until then.
+			defer releaseAfterPop(r, s.reserveBody(r, budget, limit.bytes))
 		}
 		// Push and ack bodies are read into a pooled buffer: neither the
 		// validator nor the handler keeps them (the decoder copies what it
