@@ -1,6 +1,7 @@
 package main
 
 import (
+	"encoding/json"
 	"net/http"
 	"strings"
 	"testing"
@@ -79,7 +80,7 @@ func TestBrokerReadsARoleClaimNamedWithAComma(t *testing.T) {
 		"the name's part before the comma":    {jwt.MapClaims{"https://example.com/roles": []string{"read-only"}}, http.StatusForbidden},
 		"the default claim is no longer read": {jwt.MapClaims{"roles": []string{"read-only"}}, http.StatusForbidden},
 	} {
-		if status := readQueuesAs(t, b, signHS256(t, c.claims)); status != c.want {
+		if status, _ := readQueuesAs(t, b, signHS256(t, c.claims)); status != c.want {
 			t.Errorf("%s: %d, want %d", name, status, c.want)
 		}
 	}
@@ -108,8 +109,9 @@ func signHS256(t *testing.T, claims jwt.MapClaims) string {
 	return s
 }
 
-// readQueuesAs lists the queues with token and returns the status.
-func readQueuesAs(t *testing.T, b *broker, token string) int {
+// readQueuesAs lists the queues with token and returns the status and, for
+// an error, its message.
+func readQueuesAs(t *testing.T, b *broker, token string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, b.URL+"/api/v1/resources/queues", nil)
 	if err != nil {
@@ -120,6 +122,8 @@ func readQueuesAs(t *testing.T, b *broker, token string) int {
 	if err != nil {
 		t.Fatal(err)
 	}
-	_ = resp.Body.Close()
-	return resp.StatusCode
+	defer resp.Body.Close()
+	var e struct{ Error string }
+	_ = json.NewDecoder(resp.Body).Decode(&e)
+	return resp.StatusCode, e.Error
 }

@@ -2,7 +2,6 @@ package api
 
 import (
 	"fmt"
-	"io"
 	"net"
 	"net/http"
 	"strings"
@@ -203,19 +202,8 @@ func TestJWKSOneOfTwoKeySetsDown(t *testing.T) {
 	}
 }
 
-func rawHealth(t *testing.T, b *resilientBroker) string {
-	t.Helper()
-	resp, err := http.Get(b.URL + "/health")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(raw)
-}
+// rawHealth is the body of b's /health.
+func rawHealth(t *testing.T, b *resilientBroker) string { return getText(t, b.URL+"/health") }
 
 // TestJWKSURLsThatCannotWork: the same set twice, or two sets shown alike,
 // are refused.

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
-	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -172,29 +171,37 @@ func TestStatementTimeoutBoundsDatabaseWork(t *testing.T) {
 	t.Logf("blocked ack answered %d %s after %v (statement_timeout 500ms)", status, e.Code, time.Since(start).Round(time.Millisecond))
 }
 
-var sampleLine = regexp.MustCompile(`^([a-z_]+)(\{[^}]*\})? (\S+)$`)
-
-// scrape reads /metrics/prometheus into "name{labels}" → value.
+// scrape reads /metrics/prometheus into "name{labels}" → value. A sample's
+// value follows its last space, so label values holding braces (the route
+// /api/v1/pop/queue/{queue}) are read too.
 func scrape(t testing.TB, url string) map[string]float64 {
 	t.Helper()
-	resp, err := http.Get(url + "/metrics/prometheus")
+	out := map[string]float64{}
+	for line := range strings.SplitSeq(getText(t, url+"/metrics/prometheus"), "\n") {
+		i := strings.LastIndexByte(line, ' ')
+		if i < 0 || strings.HasPrefix(line, "#") {
+			continue
+		}
+		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
+			out[line[:i]] = v
+		}
+	}
+	return out
+}
+
+// getText is the body of a GET of url.
+func getText(t testing.TB, url string) string {
+	t.Helper()
+	resp, err := http.Get(url)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	out := map[string]float64{}
-	for _, line := range strings.Split(string(raw), "\n") {
-		m := sampleLine.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		v, err := strconv.ParseFloat(m[3], 64)
-		if err == nil {
-			out[m[1]+m[2]] = v
-		}
+	raw, err := io.ReadAll(resp.Body)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return out
+	return string(raw)
 }
 
 func TestMessageRetentionAndLagMetrics(t *testing.T) {

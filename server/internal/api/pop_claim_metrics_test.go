@@ -1,7 +1,6 @@
 package api
 
 import (
-	"io"
 	"net/http"
 	"strings"
 	"testing"
@@ -38,16 +37,4 @@ func TestPopClaimHistogramLeavesOutTheParking(t *testing.T) {
 }
 
 // scrapeText is the Prometheus text of the broker at url.
-func scrapeText(t *testing.T, url string) string {
-	t.Helper()
-	resp, err := http.Get(url + "/metrics/prometheus")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, err := io.ReadAll(resp.Body)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return string(raw)
-}
+func scrapeText(t *testing.T, url string) string { return getText(t, url+"/metrics/prometheus") }

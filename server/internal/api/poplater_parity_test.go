@@ -282,7 +282,7 @@ func TestAWaitingPopIsCountedByRouteAndStatus(t *testing.T) {
 		Messages struct{ Popped int } `json:"messages"`
 	}
 	b.call(t, "GET", "/metrics", nil, &snapshotBefore)
-	before := scrapeSeries(t, b.URL)
+	before := scrape(t, b.URL)
 
 	const parkFor = 600 * time.Millisecond
 	parked := make(chan rawAnswer, 1)
@@ -290,7 +290,7 @@ func TestAWaitingPopIsCountedByRouteAndStatus(t *testing.T) {
 		parked <- b.send(t, "GET", "/api/v1/pop?namespace="+q+"&batch=5&wait=true&timeout=10000", "", nil)
 	}()
 	waitFor(t, 5*time.Second, "the pop to park", func() bool { return b.Engine.ParkedPops() == 1 })
-	if gauge := scrapeSeries(t, b.URL)["lanes_pop_parked"]; gauge != 1 {
+	if gauge := scrape(t, b.URL)["lanes_pop_parked"]; gauge != 1 {
 		t.Errorf("lanes_pop_parked = %v while one pop waits, want 1", gauge)
 	}
 	time.Sleep(parkFor)
@@ -304,7 +304,7 @@ func TestAWaitingPopIsCountedByRouteAndStatus(t *testing.T) {
 	if a := b.send(t, "GET", "/api/v1/pop/queue/"+q+"?batch=0&wait=true&timeout=10000", "", nil); a.status != http.StatusBadRequest {
 		t.Fatalf("the pop of batch 0 answered %d %s", a.status, a.body)
 	}
-	after := scrapeSeries(t, b.URL)
+	after := scrape(t, b.URL)
 	for series, want := range map[string]float64{
 		requests(discoveryRoute, "200"):     1,
 		requests(partitionRoute, "204"):     1,
@@ -388,24 +388,6 @@ func TestAWaitingPopIsAuthorisedBeforeItParks(t *testing.T) {
 	if status, e, _ := b.callAs(t, expiring, "GET", path, ""); status != http.StatusUnauthorized {
 		t.Fatalf("a new pop with the expired token: %d %+v, want 401", status, e)
 	}
-}
-
-// scrapeSeries is every sample of the broker at url by its series (name and
-// labels); unlike scrape, it reads label values holding braces, as a route
-// template's do.
-func scrapeSeries(t *testing.T, url string) map[string]float64 {
-	t.Helper()
-	out := map[string]float64{}
-	for line := range strings.SplitSeq(scrapeText(t, url), "\n") {
-		i := strings.LastIndexByte(line, ' ')
-		if i < 0 || strings.HasPrefix(line, "#") {
-			continue
-		}
-		if v, err := strconv.ParseFloat(line[i+1:], 64); err == nil {
-			out[line[:i]] = v
-		}
-	}
-	return out
 }
 
 // panickyLogHandler panics on the records whose message is panicOn and
