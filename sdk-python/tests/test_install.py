@@ -1,5 +1,6 @@
 """``pip install ./sdk-python`` into a fresh virtual environment, then a produce/consume round
-trip from that environment against the broker."""
+trip from that environment against the broker, and warm AsyncLanes requests that try no import
+(the declared dependencies are enough)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ SDK = Path(__file__).resolve().parent.parent
 
 ROUND_TRIP = textwrap.dedent(
     """
-    import sys, lanes
+    import asyncio, sys, lanes
     url, queue = sys.argv[1], sys.argv[2]
     with lanes.Lanes(url) as c:
         assert c.queue(queue).push([{"data": {"hello": "world"}}])[0].status == "queued"
@@ -22,6 +23,24 @@ ROUND_TRIP = textwrap.dedent(
         c.queue(queue).wait(False).limit(1).consume(lambda m: got.append(m.data)).closed(timeout=30)
         assert got == [{"hello": "world"}], got
         assert c.queue(queue).wait(False).pop() == []
+
+    # A warm AsyncLanes request tries no import: httpcore's `import sniffio`, retried on every
+    # request when the package is missing, is what the sniffio dependency is for.
+    looked_for = []
+    class ImportSpy:
+        def find_spec(self, name, path=None, target=None):
+            looked_for.append(name)
+    async def warm_async_requests():
+        async with lanes.AsyncLanes(url) as c:
+            await c.health()
+            sys.meta_path.insert(0, ImportSpy())
+            try:
+                await c.health()
+                await c.health()
+            finally:
+                del sys.meta_path[0]
+    asyncio.run(warm_async_requests())
+    assert looked_for == [], looked_for
     print("round trip ok")
     """
 )
