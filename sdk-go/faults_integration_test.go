@@ -1,0 +1,303 @@
+package lanes_test
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+// faultBroker is a broker and a PostgreSQL cluster of the test's own (scripts/fault-broker.sh):
+// the shared test broker and cluster serve other tests meanwhile, so they cannot be killed.
+type faultBroker struct {
+	url string
+	env []string
+}
+
+func startFaultBroker(t *testing.T) *faultBroker {
+	t.Helper()
+	port, pgPort := freeTCPPort(t), freeTCPPort(t)
+	fb := &faultBroker{
+		url: fmt.Sprintf("http://127.0.0.1:%d", port),
+		env: append(os.Environ(),
+			fmt.Sprintf("LANES_FAULT_DIR=/tmp/lanes-fault-go-%d-%d", port, os.Getpid()),
+			fmt.Sprintf("LANES_FAULT_PORT=%d", port),
+			fmt.Sprintf("LANES_FAULT_PG_PORT=%d", pgPort)),
+	}
+	t.Cleanup(func() { _ = fb.run("stop") })
+	require.NoError(t, fb.run("start"))
+	return fb
+}
+
+func (fb *faultBroker) run(action string) error {
+	cmd := exec.Command("bash", filepath.Join("..", "scripts", "fault-broker.sh"), action)
+	cmd.Env = fb.env
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("fault-broker.sh %s: %w: %s", action, err, out)
+	}
+	return nil
+}
+
+func freeTCPPort(t *testing.T) int {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	defer func() { _ = ln.Close() }()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+// loopWarnings keeps the consume loop's warnings (one per pop, ack or renew failure, with its
+// op) and when each came, to tell a redelivery after a failed ack from one after a good ack.
+type loopWarnings struct {
+	mu   sync.Mutex
+	ops  []string
+	errs []string
+	at   []time.Time
+}
+
+func (w *loopWarnings) Enabled(_ context.Context, l slog.Level) bool { return l >= slog.LevelWarn }
+func (w *loopWarnings) WithAttrs([]slog.Attr) slog.Handler           { return w }
+func (w *loopWarnings) WithGroup(string) slog.Handler                { return w }
+func (w *loopWarnings) Handle(_ context.Context, r slog.Record) error {
+	op, msg := "", r.Message
+	r.Attrs(func(a slog.Attr) bool {
+		switch a.Key {
+		case "op":
+			op = a.Value.String()
+		case "err":
+			msg += ": " + a.Value.String()
+		}
+		return true
+	})
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.ops, w.errs, w.at = append(w.ops, op), append(w.errs, msg), append(w.at, time.Now())
+	return nil
+}
+
+// ackFailedBetween reports whether an ack failure was logged in [from, to].
+func (w *loopWarnings) ackFailedBetween(from, to time.Time) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for i, op := range w.ops {
+		if op == "ack" && !w.at[i].Before(from) && !w.at[i].After(to) {
+			return true
+		}
+	}
+	return false
+}
+
+// deliveries records each handling of each transaction id.
+type deliveries struct {
+	mu sync.Mutex
+	at map[string][]time.Time
+}
+
+func (d *deliveries) add(txn string) {
+	d.mu.Lock()
+	d.at[txn] = append(d.at[txn], time.Now())
+	d.mu.Unlock()
+}
+
+// stored is what the producers were told is stored, by transaction id.
+type stored struct {
+	mu     sync.Mutex
+	status map[string]string
+}
+
+func (s *stored) set(txn, status string) {
+	s.mu.Lock()
+	s.status[txn] = status
+	s.mu.Unlock()
+}
+
+func (s *stored) count() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return len(s.status)
+}
+
+// A producer (plain pushes with fixed transaction ids, and the push buffer) and the consume loop
+// of docs/consuming.md run through a broker SIGKILL, the broker's restart on the same port a
+// second later, and a PostgreSQL restart, in one process nobody restarts. Every push the SDK
+// answered stored is handled, nothing is handled that was never pushed, a message handled again
+// had an ack failure reported in between, and the loop never ends on its own.
+func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("kills a broker and restarts a PostgreSQL cluster of its own")
+	}
+	fb := startFaultBroker(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	const queue, plainN, bufferedN, partitions = "sdkfaults-go", 300, 150, 4
+
+	producer, err := lanes.New(lanes.WithURL(fb.url))
+	require.NoError(t, err)
+	closeWhenDone(t, producer)
+	warnings := &loopWarnings{}
+	consumerClient, err := lanes.New(lanes.WithURL(fb.url), lanes.WithLogger(slog.New(warnings)))
+	require.NoError(t, err)
+	closeWhenDone(t, consumerClient)
+
+	got := &deliveries{at: map[string][]time.Time{}}
+	consumer, err := consumerClient.Queue(queue).Concurrency(2).LeaseSeconds(5).Timeout(2*time.Second).
+		Consume(ctx, func(_ context.Context, m *lanes.Message) error {
+			got.add(m.TransactionID)
+			return nil
+		})
+	require.NoError(t, err)
+
+	told := &stored{status: map[string]string{}}
+	var pushErrs []string
+	var bufErrs []error
+	var bufMu sync.Mutex
+	pushed := make(chan int, plainN)
+	var producers sync.WaitGroup
+	producers.Add(2)
+	go func() { // plain pushes: an application resends an item the SDK did not report stored
+		defer producers.Done()
+		for i := range plainN {
+			txn := fmt.Sprintf("go-%03d", i)
+			q := producer.Queue(queue).Partition(fmt.Sprintf("p%d", i%partitions))
+			for ctx.Err() == nil {
+				res, err := q.Push(ctx, lanes.Item{Data: map[string]int{"i": i}, TransactionID: txn})
+				if err == nil && res[0].Status != lanes.StatusFailed {
+					told.set(txn, res[0].Status)
+					break
+				}
+				pushErrs = append(pushErrs, fmt.Sprint(err, res))
+				time.Sleep(50 * time.Millisecond)
+			}
+			pushed <- i
+			time.Sleep(5 * time.Millisecond)
+		}
+	}()
+	buf := producer.Queue(queue).Partition("buffered").Buffer(lanes.BufferOptions{
+		MessageCount: 10, FlushInterval: 20 * time.Millisecond,
+		OnError: func(err error) { bufMu.Lock(); bufErrs = append(bufErrs, err); bufMu.Unlock() },
+	})
+	go func() {
+		defer producers.Done()
+		for i := range bufferedN {
+			txn := fmt.Sprintf("go-buf-%03d", i)
+			if err := buf.Push(ctx, lanes.Item{Data: map[string]int{"i": i}, TransactionID: txn}); err != nil {
+				bufMu.Lock()
+				bufErrs = append(bufErrs, err)
+				bufMu.Unlock()
+				return
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}()
+
+	waitPushed := func(n int) {
+		for i := range pushed {
+			if i >= n-1 {
+				return
+			}
+		}
+	}
+	waitPushed(plainN / 3)
+	require.NoError(t, fb.run("kill"))
+	time.Sleep(time.Second)
+	require.NoError(t, fb.run("start"))
+	waitPushed(2 * plainN / 3)
+	require.NoError(t, fb.run("restart-pg"))
+	producers.Wait()
+
+	// The buffer holds what it could not send yet; Close sends it (or says it could not).
+	closeCtx, closeCancel := context.WithTimeout(ctx, 20*time.Second)
+	require.NoError(t, producer.Close(closeCtx), "the push buffer did not flush after the faults")
+	closeCancel()
+	for i := range bufferedN {
+		told.set(fmt.Sprintf("go-buf-%03d", i), "in the push buffer")
+	}
+	want := told.count()
+	producerView := consumerClient.Queue(queue)
+	require.Equal(t, plainN+bufferedN, want)
+
+	// Done when every stored message was handled and the broker holds nothing uncommitted: a
+	// message whose ack failed has then come back after its lease and been acked.
+	settled := func() bool {
+		got.mu.Lock()
+		all := allDelivered(got.at, told.status)
+		got.mu.Unlock()
+		if !all {
+			return false
+		}
+		depth, err := producerView.Depth(ctx)
+		return err == nil && depth.Pending == 0
+	}
+	for start := time.Now(); !settled(); time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 25*time.Second {
+			break
+		}
+	}
+	select {
+	case <-consumer.Done():
+		t.Fatalf("the consume loop ended on its own: %v", consumer.Err())
+	default:
+	}
+	stopCtx, stopCancel := context.WithTimeout(ctx, 10*time.Second)
+	require.NoError(t, consumer.Stop(stopCtx))
+	stopCancel()
+	require.NoError(t, consumer.Err())
+
+	got.mu.Lock()
+	defer got.mu.Unlock()
+	var missing, unknown, unexplained []string
+	redelivered := 0
+	for txn := range told.status {
+		if len(got.at[txn]) == 0 {
+			missing = append(missing, txn)
+		}
+	}
+	for txn, times := range got.at {
+		if _, ok := told.status[txn]; !ok {
+			unknown = append(unknown, txn)
+		}
+		for k := 1; k < len(times); k++ {
+			redelivered++
+			if !warnings.ackFailedBetween(times[k-1], times[k]) {
+				unexplained = append(unexplained, txn)
+			}
+		}
+	}
+	statuses := map[string]int{}
+	for _, s := range told.status {
+		statuses[s]++
+	}
+	warnings.mu.Lock()
+	t.Logf("stored %d %v, handled %d distinct, %d redelivered; push errors %d %q; loop warnings %d: %q",
+		want, statuses, len(got.at), redelivered, len(pushErrs), pushErrs, len(warnings.ops), warnings.errs)
+	warnings.mu.Unlock()
+	require.Empty(t, missing, "stored but never handled")
+	require.Empty(t, unknown, "handled but never pushed")
+	require.Empty(t, unexplained, "handled again though no ack failure was reported in between")
+	require.LessOrEqual(t, redelivered, want/10, "redeliveries")
+	bufMu.Lock()
+	defer bufMu.Unlock()
+	for _, err := range bufErrs {
+		var dropped *lanes.DroppedError
+		require.NotErrorAs(t, err, &dropped, "the buffer dropped items")
+	}
+}
+
+func allDelivered(got map[string][]time.Time, want map[string]string) bool {
+	for txn := range want {
+		if len(got[txn]) == 0 {
+			return false
+		}
+	}
+	return true
+}
