@@ -1,0 +1,178 @@
+// The consume loop and a producer ride through a broker SIGKILL and a PostgreSQL restart. The
+// broker and the cluster are the test's own (scripts/fault-broker.sh): the shared test broker
+// and `make test`'s cluster serve other tests meanwhile, so they cannot be killed.
+import { execFile } from "node:child_process";
+import { createServer } from "node:net";
+import { fileURLToPath } from "node:url";
+import { promisify } from "node:util";
+import { afterEach, describe, expect, it } from "vitest";
+import { Lanes, LanesError, type Message } from "../../src/index.js";
+import { sleep } from "./helpers.js";
+
+const script = fileURLToPath(new URL("../../../scripts/fault-broker.sh", import.meta.url));
+const run = promisify(execFile);
+
+async function freePort(): Promise<number> {
+  const server = createServer();
+  await new Promise<void>((resolve) => server.listen(0, "127.0.0.1", resolve));
+  const port = (server.address() as { port: number }).port;
+  await new Promise((resolve) => server.close(resolve));
+  return port;
+}
+
+class FaultBroker {
+  constructor(
+    readonly url: string,
+    private readonly env: NodeJS.ProcessEnv,
+  ) {}
+
+  static async create(): Promise<FaultBroker> {
+    const [port, pgPort] = [await freePort(), await freePort()];
+    return new FaultBroker(`http://127.0.0.1:${port}`, {
+      ...process.env,
+      LANES_FAULT_DIR: `/tmp/lanes-fault-js-${port}-${process.pid}`,
+      LANES_FAULT_PORT: String(port),
+      LANES_FAULT_PG_PORT: String(pgPort),
+    });
+  }
+
+  async run(action: "start" | "kill" | "restart-pg" | "stop"): Promise<void> {
+    await run("bash", [script, action], { env: this.env });
+  }
+}
+
+/** The consume loop's warnings ("consumer: <op>: <error>") and when each came. */
+class LoopWarnings {
+  readonly lines: { at: number; text: string }[] = [];
+  warn(message: string): void {
+    this.lines.push({ at: performance.now(), text: message });
+  }
+  ackFailedBetween(from: number, to: number): boolean {
+    return this.lines.some((l) => l.at >= from && l.at <= to && l.text.includes("consumer: ack:"));
+  }
+}
+
+describe("faults", () => {
+  let broker: FaultBroker | undefined;
+  afterEach(async () => {
+    await broker?.run("stop");
+  });
+
+  it("the consume loop and a producer ride through a broker SIGKILL and a PostgreSQL restart", async () => {
+    broker = await FaultBroker.create();
+    const fb = broker;
+    await fb.run("start");
+    const queue = "sdkfaults-js";
+    const [plainN, bufferedN, partitions] = [300, 150, 4];
+    const warnings = new LoopWarnings();
+    const producer = new Lanes({ url: fb.url, env: {} });
+    const consumerClient = new Lanes({ url: fb.url, env: {}, logger: warnings });
+
+    const handled = new Map<string, number[]>();
+    const consumer = consumerClient
+      .queue(queue)
+      .concurrency(2)
+      .leaseSeconds(5)
+      .timeoutMillis(2000)
+      .consume((m: Message) => {
+        handled.set(m.transactionId, [...(handled.get(m.transactionId) ?? []), performance.now()]);
+      });
+
+    const told = new Map<string, string>();
+    const pushErrors: string[] = [];
+    const bufferErrors: unknown[] = [];
+    let bufferDropped = 0;
+    let pushedCount = 0;
+    // An application resends an item the SDK did not report stored, with the same id.
+    const pushPlain = async () => {
+      for (let i = 0; i < plainN; i++) {
+        const txn = `js-${String(i).padStart(3, "0")}`;
+        const q = producer.queue(queue).partition(`p${i % partitions}`);
+        for (;;) {
+          try {
+            const [res] = await q.push([{ transactionId: txn, data: { i } }]);
+            if (res && res.status !== "failed") {
+              told.set(txn, res.status);
+              break;
+            }
+            pushErrors.push(JSON.stringify(res));
+          } catch (e) {
+            if (!(e instanceof LanesError)) throw e;
+            pushErrors.push(String(e));
+          }
+          await sleep(50);
+        }
+        pushedCount++;
+        await sleep(5);
+      }
+    };
+    const buf = producer
+      .queue(queue)
+      .partition("buffered")
+      .buffer({ messageCount: 10, timeMillis: 20, onError: (e, dropped) => {
+          bufferErrors.push(e);
+          bufferDropped += dropped.length;
+        },
+      });
+    const pushBuffered = async () => {
+      for (let i = 0; i < bufferedN; i++) {
+        await buf.push([{ transactionId: `js-buf-${String(i).padStart(3, "0")}`, data: { i } }]);
+        await sleep(10);
+      }
+    };
+    const waitPushed = async (n: number) => {
+      while (pushedCount < n) await sleep(5);
+    };
+
+    const producers = Promise.all([pushPlain(), pushBuffered()]);
+    await waitPushed(plainN / 3);
+    await fb.run("kill");
+    await sleep(1000);
+    await fb.run("start");
+    await waitPushed((2 * plainN) / 3);
+    await fb.run("restart-pg");
+    await producers;
+    // The buffer holds what it could not send yet; close sends it (or rejects with UnsentError).
+    await producer.close({ timeoutMillis: 20_000 });
+    for (let i = 0; i < bufferedN; i++) told.set(`js-buf-${String(i).padStart(3, "0")}`, "in the push buffer");
+    expect(told.size).toBe(plainN + bufferedN);
+
+    // Done when every stored message was handled and the broker holds nothing uncommitted: a
+    // message whose ack failed has then come back after its lease and been acked.
+    const settled = async () => {
+      if ([...told.keys()].some((txn) => !handled.has(txn))) return false;
+      try {
+        return (await consumerClient.queue(queue).depth()).pending === 0;
+      } catch {
+        return false;
+      }
+    };
+    for (const deadline = performance.now() + 25_000; performance.now() < deadline && !(await settled()); ) await sleep(50);
+    expect(consumer.done, `the consume loop ended on its own: ${String(consumer.error)}`).toBe(false);
+    await consumer.stop({ timeoutMillis: 10_000 });
+    expect(consumer.error).toBeUndefined();
+
+    const missing = [...told.keys()].filter((txn) => !handled.has(txn));
+    const unknown = [...handled.keys()].filter((txn) => !told.has(txn));
+    const unexplained: string[] = [];
+    let redelivered = 0;
+    for (const [txn, times] of handled) {
+      for (let k = 1; k < times.length; k++) {
+        redelivered++;
+        if (!warnings.ackFailedBetween(times[k - 1]!, times[k]!)) unexplained.push(txn);
+      }
+    }
+    const statuses: Record<string, number> = {};
+    for (const s of told.values()) statuses[s] = (statuses[s] ?? 0) + 1;
+    console.log(
+      `stored ${told.size} ${JSON.stringify(statuses)}, handled ${handled.size} distinct, ${redelivered} redelivered;`,
+      `push errors ${JSON.stringify(pushErrors)}; loop warnings ${JSON.stringify(warnings.lines.map((l) => l.text))};`,
+      `buffer errors ${bufferErrors.map(String).join(", ")}`,
+    );
+    expect(missing, "stored but never handled").toEqual([]);
+    expect(unknown, "handled but never pushed").toEqual([]);
+    expect(unexplained, "handled again though no ack failure was reported in between").toEqual([]);
+    expect(redelivered).toBeLessThanOrEqual(told.size / 10);
+    expect(bufferDropped, "items the push buffer dropped").toBe(0);
+  }, 60_000);
+});
