@@ -5,6 +5,7 @@ and ``make test``'s cluster serve other tests meanwhile, so they cannot be kille
 
 from __future__ import annotations
 
+import asyncio
 import itertools
 import logging
 import os
@@ -170,6 +171,18 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
     assert consumer.error is None
     consumer_client.close()
 
+    check_outcome(told, handled, warnings, push_errors, buffer_errors)
+
+
+def check_outcome(
+    told: dict[str, str],
+    handled: dict[str, list[float]],
+    warnings: LoopWarnings,
+    push_errors: list[str],
+    buffer_errors: list[BaseException],
+) -> None:
+    """Every push reported stored was handled, nothing else was, and a message handled again
+    had an ack failure reported in between."""
     missing = sorted(txn for txn in told if txn not in handled)
     unknown = sorted(txn for txn in handled if txn not in told)
     unexplained = [
@@ -192,3 +205,89 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
     assert unexplained == [], "handled again though no ack failure was reported in between"
     assert redelivered <= len(told) // 10
     assert not [e for e in buffer_errors if isinstance(e, lanes.DroppedError)]
+
+
+async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
+    fault_broker: FaultBroker,
+) -> None:
+    queue, plain_n, buffered_n, partitions = "sdkfaults-py-async", 300, 150, 4
+    warnings = LoopWarnings()
+    log = logging.getLogger(f"lanes.test.faults.{id(warnings)}")
+    log.addHandler(warnings)
+    log.propagate = False
+    producer = lanes.AsyncLanes(fault_broker.url)
+    consumer_client = lanes.AsyncLanes(fault_broker.url, logger=log)
+
+    handled: dict[str, list[float]] = defaultdict(list)
+
+    async def handler(m: lanes.Message) -> None:
+        handled[m.transaction_id].append(time.monotonic())
+
+    q = consumer_client.queue(queue).concurrency(2).lease_seconds(5).timeout_millis(2000)
+    consumer = q.consume(handler)
+
+    told: dict[str, str] = {}
+    push_errors: list[str] = []
+    buffer_errors: list[BaseException] = []
+    a_third, two_thirds = asyncio.Event(), asyncio.Event()
+
+    async def push_plain() -> None:
+        for i in range(plain_n):
+            txn = f"py-{i:03d}"
+            part = producer.queue(queue).partition(f"p{i % partitions}")
+            while True:
+                try:
+                    res = await part.push([{"transaction_id": txn, "data": {"i": i}}])
+                    told[txn] = res[0].status
+                    break
+                except lanes.LanesError as e:
+                    push_errors.append(repr(e))
+                    await asyncio.sleep(0.05)
+            if i + 1 == plain_n // 3:
+                a_third.set()
+            if i + 1 == 2 * plain_n // 3:
+                two_thirds.set()
+            await asyncio.sleep(0.005)
+
+    buf = (
+        producer.queue(queue)
+        .partition("buffered")
+        .buffer(message_count=10, time_millis=20, on_error=buffer_errors.append)
+    )
+
+    async def push_buffered() -> None:
+        for i in range(buffered_n):
+            await buf.push([{"transaction_id": f"py-buf-{i:03d}", "data": {"i": i}}])
+            await asyncio.sleep(0.01)
+
+    producers = asyncio.gather(push_plain(), push_buffered())
+    await asyncio.wait_for(a_third.wait(), 20)
+    await asyncio.to_thread(fault_broker.run, "kill")
+    await asyncio.sleep(1)
+    await asyncio.to_thread(fault_broker.run, "start")
+    await asyncio.wait_for(two_thirds.wait(), 20)
+    await asyncio.to_thread(fault_broker.run, "restart-pg")
+    await asyncio.wait_for(producers, 30)
+    await producer.aclose(timeout=20)
+    for i in range(buffered_n):
+        told[f"py-buf-{i:03d}"] = "in the push buffer"
+    assert len(told) == plain_n + buffered_n
+
+    async def settled() -> bool:
+        if any(txn not in handled for txn in told):
+            return False
+        try:
+            return (await consumer_client.queue(queue).depth()).pending == 0
+        except lanes.LanesError:
+            return False
+
+    for _ in range(500):  # 25 s
+        if await settled():
+            break
+        await asyncio.sleep(0.05)
+    assert not consumer.done, f"the consume loop ended on its own: {consumer.error!r}"
+    await consumer.stop(timeout=10)
+    assert consumer.error is None
+    await consumer_client.aclose()
+
+    check_outcome(told, handled, warnings, push_errors, buffer_errors)
