@@ -97,16 +97,35 @@ func (w *loopWarnings) ackFailedBetween(from, to time.Time) bool {
 	return false
 }
 
-// deliveries records each handling of each transaction id.
+// deliveries records each handling of each transaction id, and the order of first handlings
+// in each partition.
 type deliveries struct {
-	mu sync.Mutex
-	at map[string][]time.Time
+	mu    sync.Mutex
+	at    map[string][]time.Time
+	order map[string][]string
 }
 
-func (d *deliveries) add(txn string) {
+func (d *deliveries) add(m *lanes.Message) {
 	d.mu.Lock()
-	d.at[txn] = append(d.at[txn], time.Now())
-	d.mu.Unlock()
+	defer d.mu.Unlock()
+	if len(d.at[m.TransactionID]) == 0 {
+		d.order[m.PartitionID] = append(d.order[m.PartitionID], m.TransactionID)
+	}
+	d.at[m.TransactionID] = append(d.at[m.TransactionID], time.Now())
+}
+
+// outOfOrder lists, per partition, the first handlings that came before an older message's:
+// the producers push one item at a time, so their ids ascend in push order.
+func (d *deliveries) outOfOrder() []string {
+	var out []string
+	for _, txns := range d.order {
+		for i := 1; i < len(txns); i++ {
+			if txns[i] < txns[i-1] {
+				out = append(out, txns[i-1]+" before "+txns[i])
+			}
+		}
+	}
+	return out
 }
 
 // stored is what the producers were told is stored, by transaction id.
@@ -149,10 +168,10 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	require.NoError(t, err)
 	closeWhenDone(t, consumerClient)
 
-	got := &deliveries{at: map[string][]time.Time{}}
-	consumer, err := consumerClient.Queue(queue).Concurrency(2).LeaseSeconds(5).Timeout(2*time.Second).
+	got := &deliveries{at: map[string][]time.Time{}, order: map[string][]string{}}
+	consumer, err := consumerClient.Queue(queue).Concurrency(2).LeaseSeconds(5).
 		Consume(ctx, func(_ context.Context, m *lanes.Message) error {
-			got.add(m.TransactionID)
+			got.add(m)
 			return nil
 		})
 	require.NoError(t, err)
@@ -283,6 +302,7 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	warnings.mu.Unlock()
 	require.Empty(t, missing, "stored but never handled")
 	require.Empty(t, unknown, "handled but never pushed")
+	require.Empty(t, got.outOfOrder(), "a partition's messages handled out of push order")
 	require.Empty(t, unexplained, "handled again though no ack failure was reported in between")
 	require.LessOrEqual(t, redelivered, want/10, "redeliveries")
 	bufMu.Lock()

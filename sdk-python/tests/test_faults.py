@@ -87,13 +87,14 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
     consumer_client = lanes.Lanes(fault_broker.url, logger=log)
 
     handled: dict[str, list[float]] = defaultdict(list)
+    order: dict[str, list[str]] = defaultdict(list)
     handled_lock = threading.Lock()
 
     def handler(m: lanes.Message) -> None:
         with handled_lock:
-            handled[m.transaction_id].append(time.monotonic())
+            record(m, handled, order)
 
-    q = consumer_client.queue(queue).concurrency(2).lease_seconds(5).timeout_millis(2000)
+    q = consumer_client.queue(queue).concurrency(2).lease_seconds(5)
     consumer = q.consume(handler)
 
     told: dict[str, str] = {}
@@ -171,18 +172,27 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
     assert consumer.error is None
     consumer_client.close()
 
-    check_outcome(told, handled, warnings, push_errors, buffer_errors)
+    check_outcome(told, handled, order, warnings, push_errors, buffer_errors)
+
+
+def record(m: lanes.Message, handled: dict[str, list[float]], order: dict[str, list[str]]) -> None:
+    """Notes a handling, and each partition's first handlings in order."""
+    if m.transaction_id not in handled:
+        order[m.partition_id].append(m.transaction_id)
+    handled[m.transaction_id].append(time.monotonic())
 
 
 def check_outcome(
     told: dict[str, str],
     handled: dict[str, list[float]],
+    order: dict[str, list[str]],
     warnings: LoopWarnings,
     push_errors: list[str],
     buffer_errors: list[BaseException],
 ) -> None:
-    """Every push reported stored was handled, nothing else was, and a message handled again
-    had an ack failure reported in between."""
+    """Every push reported stored was handled, nothing else was, each partition in push order
+    (the producers push one item at a time, so ids ascend), and a message handled again had an
+    ack failure reported in between."""
     missing = sorted(txn for txn in told if txn not in handled)
     unknown = sorted(txn for txn in handled if txn not in told)
     unexplained = [
@@ -202,6 +212,10 @@ def check_outcome(
     )
     assert missing == [], "stored but never handled"
     assert unknown == [], "handled but never pushed"
+    out_of_order = [
+        f"{a} before {b}" for txns in order.values() for a, b in itertools.pairwise(txns) if b < a
+    ]
+    assert out_of_order == [], "a partition's messages handled out of push order"
     assert unexplained == [], "handled again though no ack failure was reported in between"
     assert redelivered <= len(told) // 10
     assert not [e for e in buffer_errors if isinstance(e, lanes.DroppedError)]
@@ -219,11 +233,12 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
     consumer_client = lanes.AsyncLanes(fault_broker.url, logger=log)
 
     handled: dict[str, list[float]] = defaultdict(list)
+    order: dict[str, list[str]] = defaultdict(list)
 
     async def handler(m: lanes.Message) -> None:
-        handled[m.transaction_id].append(time.monotonic())
+        record(m, handled, order)
 
-    q = consumer_client.queue(queue).concurrency(2).lease_seconds(5).timeout_millis(2000)
+    q = consumer_client.queue(queue).concurrency(2).lease_seconds(5)
     consumer = q.consume(handler)
 
     told: dict[str, str] = {}
@@ -290,4 +305,4 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
     assert consumer.error is None
     await consumer_client.aclose()
 
-    check_outcome(told, handled, warnings, push_errors, buffer_errors)
+    check_outcome(told, handled, order, warnings, push_errors, buffer_errors)

@@ -69,12 +69,13 @@ describe("faults", () => {
     const consumerClient = new Lanes({ url: fb.url, env: {}, logger: warnings });
 
     const handled = new Map<string, number[]>();
+    const order = new Map<string, string[]>(); // each partition's first handlings, in order
     const consumer = consumerClient
       .queue(queue)
       .concurrency(2)
       .leaseSeconds(5)
-      .timeoutMillis(2000)
       .consume((m: Message) => {
+        if (!handled.has(m.transactionId)) order.set(m.partitionId, [...(order.get(m.partitionId) ?? []), m.transactionId]);
         handled.set(m.transactionId, [...(handled.get(m.transactionId) ?? []), performance.now()]);
       });
 
@@ -171,6 +172,9 @@ describe("faults", () => {
     );
     expect(missing, "stored but never handled").toEqual([]);
     expect(unknown, "handled but never pushed").toEqual([]);
+    // The producers push one item at a time, so a partition's ids ascend in push order.
+    const outOfOrder = [...order.values()].flatMap((txns) => txns.slice(1).flatMap((b, k) => (b < txns[k]! ? [`${txns[k]} before ${b}`] : [])));
+    expect(outOfOrder, "a partition's messages handled out of push order").toEqual([]);
     expect(unexplained, "handled again though no ack failure was reported in between").toEqual([]);
     expect(redelivered).toBeLessThanOrEqual(told.size / 10);
     expect(bufferDropped, "items the push buffer dropped").toBe(0);
