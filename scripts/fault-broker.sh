@@ -10,7 +10,9 @@
 #   scripts/fault-broker.sh start         start the cluster (initialised on first use) and the
 #                                         broker; wait until GET /health answers 200
 #   scripts/fault-broker.sh kill          SIGKILL the broker and wait until it is gone
-#   scripts/fault-broker.sh restart-pg    stop PostgreSQL (fast shutdown) and start it again
+#   scripts/fault-broker.sh stop-pg       stop PostgreSQL (fast shutdown); the broker keeps running
+#   scripts/fault-broker.sh start-pg      start it again
+#   scripts/fault-broker.sh restart-pg    both at once
 #   scripts/fault-broker.sh stop          stop the broker and the cluster, delete LANES_FAULT_DIR
 #
 # Environment (all required but the last two):
@@ -119,7 +121,9 @@ cmd_stop() {
 case "${1:-}" in
   start) cmd_start ;;
   kill) cmd_kill ;;
+  stop-pg) pg stop 2>>"$DIR/pg.out" ;;
+  start-pg) pg start 2>>"$DIR/pg.out" ;;
   restart-pg) cmd_restart_pg ;;
   stop) cmd_stop ;;
-  *) echo "usage: $0 start|kill|restart-pg|stop" >&2; exit 2 ;;
+  *) echo "usage: $0 start|kill|stop-pg|start-pg|restart-pg|stop" >&2; exit 2 ;;
 esac

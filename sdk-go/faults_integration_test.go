@@ -85,6 +85,19 @@ func (w *loopWarnings) Handle(_ context.Context, r slog.Record) error {
 	return nil
 }
 
+// count is how many failures of op were logged.
+func (w *loopWarnings) count(op string) int {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := 0
+	for _, o := range w.ops {
+		if o == op {
+			n++
+		}
+	}
+	return n
+}
+
 // ackFailedBetween reports whether an ack failure was logged in [from, to].
 func (w *loopWarnings) ackFailedBetween(from, to time.Time) bool {
 	w.mu.Lock()
@@ -140,10 +153,17 @@ func (s *stored) set(txn, status string) {
 	s.mu.Unlock()
 }
 
-func (s *stored) count() int {
+// count is how many were told status, or how many in all with "".
+func (s *stored) count(status string) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return len(s.status)
+	n := 0
+	for _, st := range s.status {
+		if status == "" || st == status {
+			n++
+		}
+	}
+	return n
 }
 
 // A producer (plain pushes with fixed transaction ids, and the push buffer) and the consume loop
@@ -177,9 +197,14 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	require.NoError(t, err)
 
 	told := &stored{status: map[string]string{}}
+	var errMu sync.Mutex // guards the two below
 	var pushErrs []string
 	var bufErrs []error
-	var bufMu sync.Mutex
+	failures := func() (push, flush int) {
+		errMu.Lock()
+		defer errMu.Unlock()
+		return len(pushErrs), len(bufErrs)
+	}
 	pushed := make(chan int, plainN)
 	var producers sync.WaitGroup
 	producers.Add(2)
@@ -194,7 +219,9 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 					told.set(txn, res[0].Status)
 					break
 				}
+				errMu.Lock()
 				pushErrs = append(pushErrs, fmt.Sprint(err, res))
+				errMu.Unlock()
 				time.Sleep(50 * time.Millisecond)
 			}
 			pushed <- i
@@ -203,16 +230,16 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	}()
 	buf := producer.Queue(queue).Partition("buffered").Buffer(lanes.BufferOptions{
 		MessageCount: 10, FlushInterval: 20 * time.Millisecond,
-		OnError: func(err error) { bufMu.Lock(); bufErrs = append(bufErrs, err); bufMu.Unlock() },
+		OnError: func(err error) { errMu.Lock(); bufErrs = append(bufErrs, err); errMu.Unlock() },
 	})
 	go func() {
 		defer producers.Done()
 		for i := range bufferedN {
 			txn := fmt.Sprintf("go-buf-%03d", i)
 			if err := buf.Push(ctx, lanes.Item{Data: map[string]int{"i": i}, TransactionID: txn}); err != nil {
-				bufMu.Lock()
+				errMu.Lock()
 				bufErrs = append(bufErrs, err)
-				bufMu.Unlock()
+				errMu.Unlock()
 				return
 			}
 			time.Sleep(10 * time.Millisecond)
@@ -229,9 +256,18 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	waitPushed(plainN / 3)
 	require.NoError(t, fb.run("kill"))
 	time.Sleep(time.Second)
+	// Down until both loops met the outage past the SDK's own retries, so their recovery runs.
+	require.Eventually(t, func() bool {
+		push, flush := failures()
+		return warnings.count("pop") > 0 && push > 0 && flush > 0
+	}, 15*time.Second, 20*time.Millisecond, "a failed pop, push and buffer flush reported while the broker is down")
 	require.NoError(t, fb.run("start"))
 	waitPushed(2 * plainN / 3)
-	require.NoError(t, fb.run("restart-pg"))
+	buffered := told.count(lanes.StatusBuffered)
+	require.NoError(t, fb.run("stop-pg"))
+	require.Eventually(t, func() bool { return told.count(lanes.StatusBuffered) > buffered },
+		15*time.Second, 20*time.Millisecond, "a push answered buffered while PostgreSQL is down")
+	require.NoError(t, fb.run("start-pg"))
 	producers.Wait()
 
 	// The buffer holds what it could not send yet; Close sends it (or says it could not).
@@ -241,7 +277,7 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	for i := range bufferedN {
 		told.set(fmt.Sprintf("go-buf-%03d", i), "in the push buffer")
 	}
-	want := told.count()
+	want := told.count("")
 	producerView := consumerClient.Queue(queue)
 	require.Equal(t, plainN+bufferedN, want)
 
@@ -258,14 +294,12 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 		return err == nil && depth.Pending == 0
 	}
 	for start := time.Now(); !settled(); time.Sleep(50 * time.Millisecond) {
-		if time.Since(start) > 25*time.Second {
+		if time.Since(start) > 25*time.Second || isDone(consumer) {
 			break
 		}
 	}
-	select {
-	case <-consumer.Done():
+	if isDone(consumer) {
 		t.Fatalf("the consume loop ended on its own: %v", consumer.Err())
-	default:
 	}
 	stopCtx, stopCancel := context.WithTimeout(ctx, 10*time.Second)
 	require.NoError(t, consumer.Stop(stopCtx))
@@ -305,11 +339,20 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	require.Empty(t, got.outOfOrder(), "a partition's messages handled out of push order")
 	require.Empty(t, unexplained, "handled again though no ack failure was reported in between")
 	require.LessOrEqual(t, redelivered, want/10, "redeliveries")
-	bufMu.Lock()
-	defer bufMu.Unlock()
+	errMu.Lock()
+	defer errMu.Unlock()
 	for _, err := range bufErrs {
 		var dropped *lanes.DroppedError
 		require.NotErrorAs(t, err, &dropped, "the buffer dropped items")
+	}
+}
+
+func isDone(c *lanes.Consumer) bool {
+	select {
+	case <-c.Done():
+		return true
+	default:
+		return false
 	}
 }
 

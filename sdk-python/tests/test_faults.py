@@ -14,7 +14,7 @@ import subprocess
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -68,11 +68,29 @@ class LoopWarnings(logging.Handler):
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append((time.monotonic(), record.getMessage()))
 
+    def count(self, op: str) -> int:
+        return sum(msg.startswith(f"lanes: consume: {op}:") for _, msg in list(self.records))
+
     def ack_failed_between(self, start: float, end: float) -> bool:
         return any(
             start <= at <= end and msg.startswith("lanes: consume: ack:")
             for at, msg in list(self.records)
         )
+
+
+def wait_until(done: Callable[[], object], what: str, timeout: float = 15) -> None:
+    deadline = time.monotonic() + timeout
+    while not done():
+        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        time.sleep(0.02)
+
+
+async def async_wait_until(done: Callable[[], object], what: str, timeout: float = 15) -> None:
+    for _ in range(int(timeout / 0.02)):
+        if done():
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError(f"no {what} within {timeout} s")
 
 
 def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
@@ -138,10 +156,21 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
             assert pushed.acquire(timeout=20)
         fault_broker.run("kill")
         time.sleep(1)
+        # Down until both loops met the outage past the SDK's own retries, so their recovery runs.
+        wait_until(
+            lambda: warnings.count("pop") > 0 and push_errors and buffer_errors,
+            "a failed pop, push and buffer flush reported while the broker is down",
+        )
         fault_broker.run("start")
         for _ in range(plain_n // 3):
             assert pushed.acquire(timeout=20)
-        fault_broker.run("restart-pg")
+        buffered = list(told.values()).count("buffered")
+        fault_broker.run("stop-pg")
+        wait_until(
+            lambda: list(told.values()).count("buffered") > buffered,
+            "a push answered buffered while PostgreSQL is down",
+        )
+        fault_broker.run("start-pg")
         for t in threads:
             t.join(timeout=30)
             assert not t.is_alive(), "a producer hangs"
@@ -165,7 +194,7 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
             return False
 
     deadline = time.monotonic() + 25
-    while not settled() and time.monotonic() < deadline:
+    while not settled() and time.monotonic() < deadline and not consumer.done:
         time.sleep(0.05)
     assert not consumer.done, f"the consume loop ended on its own: {consumer.error!r}"
     consumer.stop(timeout=10)
@@ -279,9 +308,19 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
     await asyncio.wait_for(a_third.wait(), 20)
     await asyncio.to_thread(fault_broker.run, "kill")
     await asyncio.sleep(1)
+    await async_wait_until(
+        lambda: warnings.count("pop") > 0 and push_errors and buffer_errors,
+        "a failed pop, push and buffer flush reported while the broker is down",
+    )
     await asyncio.to_thread(fault_broker.run, "start")
     await asyncio.wait_for(two_thirds.wait(), 20)
-    await asyncio.to_thread(fault_broker.run, "restart-pg")
+    buffered = list(told.values()).count("buffered")
+    await asyncio.to_thread(fault_broker.run, "stop-pg")
+    await async_wait_until(
+        lambda: list(told.values()).count("buffered") > buffered,
+        "a push answered buffered while PostgreSQL is down",
+    )
+    await asyncio.to_thread(fault_broker.run, "start-pg")
     await asyncio.wait_for(producers, 30)
     await producer.aclose(timeout=20)
     for i in range(buffered_n):
@@ -297,7 +336,7 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
             return False
 
     for _ in range(500):  # 25 s
-        if await settled():
+        if consumer.done or await settled():
             break
         await asyncio.sleep(0.05)
     assert not consumer.done, f"the consume loop ended on its own: {consumer.error!r}"

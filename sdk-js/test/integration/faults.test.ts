@@ -36,7 +36,7 @@ class FaultBroker {
     });
   }
 
-  async run(action: "start" | "kill" | "restart-pg" | "stop"): Promise<void> {
+  async run(action: "start" | "kill" | "stop-pg" | "start-pg" | "stop"): Promise<void> {
     await run("bash", [script, action], { env: this.env });
   }
 }
@@ -47,8 +47,17 @@ class LoopWarnings {
   warn(message: string): void {
     this.lines.push({ at: performance.now(), text: message });
   }
+  count(op: string): number {
+    return this.lines.filter((l) => l.text.includes(`consumer: ${op}:`)).length;
+  }
   ackFailedBetween(from: number, to: number): boolean {
     return this.lines.some((l) => l.at >= from && l.at <= to && l.text.includes("consumer: ack:"));
+  }
+}
+
+async function waitUntil(done: () => boolean, what: string, timeoutMillis = 15_000): Promise<void> {
+  for (const deadline = performance.now() + timeoutMillis; !done(); await sleep(20)) {
+    if (performance.now() > deadline) throw new Error(`no ${what} within ${timeoutMillis} ms`);
   }
 }
 
@@ -129,9 +138,17 @@ describe("faults", () => {
     await waitPushed(plainN / 3);
     await fb.run("kill");
     await sleep(1000);
+    // Down until both loops met the outage past the SDK's own retries, so their recovery runs.
+    await waitUntil(
+      () => warnings.count("pop") > 0 && pushErrors.length > 0 && bufferErrors.length > 0,
+      "a failed pop, push and buffer flush reported while the broker is down",
+    );
     await fb.run("start");
     await waitPushed((2 * plainN) / 3);
-    await fb.run("restart-pg");
+    const buffered = [...told.values()].filter((s) => s === "buffered").length;
+    await fb.run("stop-pg");
+    await waitUntil(() => [...told.values()].filter((s) => s === "buffered").length > buffered, "a push answered buffered while PostgreSQL is down");
+    await fb.run("start-pg");
     await producers;
     // The buffer holds what it could not send yet; close sends it (or rejects with UnsentError).
     await producer.close({ timeoutMillis: 20_000 });
@@ -148,7 +165,7 @@ describe("faults", () => {
         return false;
       }
     };
-    for (const deadline = performance.now() + 25_000; performance.now() < deadline && !(await settled()); ) await sleep(50);
+    for (const deadline = performance.now() + 25_000; performance.now() < deadline && !consumer.done && !(await settled()); ) await sleep(50);
     expect(consumer.done, `the consume loop ended on its own: ${String(consumer.error)}`).toBe(false);
     await consumer.stop({ timeoutMillis: 10_000 });
     expect(consumer.error).toBeUndefined();
