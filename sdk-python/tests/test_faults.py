@@ -6,6 +6,7 @@ and ``make test``'s cluster serve other tests meanwhile, so they cannot be kille
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import itertools
 import logging
 import os
@@ -14,7 +15,7 @@ import subprocess
 import threading
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from pathlib import Path
 
 import pytest
@@ -58,6 +59,25 @@ def fault_broker() -> Iterator[FaultBroker]:
         fb.run("stop")
 
 
+@pytest.fixture
+def closing() -> Iterator[list[lanes.Lanes]]:
+    """Clients closed when the test ends, passed or failed, so no consumer outlives it."""
+    clients: list[lanes.Lanes] = []
+    yield clients
+    for c in clients:
+        with contextlib.suppress(Exception):
+            c.close(timeout=5)
+
+
+@pytest.fixture
+async def aclosing() -> AsyncIterator[list[lanes.AsyncLanes]]:
+    clients: list[lanes.AsyncLanes] = []
+    yield clients
+    for c in clients:
+        with contextlib.suppress(Exception):
+            await c.aclose(timeout=5)
+
+
 class LoopWarnings(logging.Handler):
     """The consume loop's warnings ("lanes: consume: <op>: <error>") and when each came."""
 
@@ -81,7 +101,7 @@ class LoopWarnings(logging.Handler):
 def wait_until(done: Callable[[], object], what: str, timeout: float = 15) -> None:
     deadline = time.monotonic() + timeout
     while not done():
-        assert time.monotonic() < deadline, f"no {what} within {timeout} s"
+        assert time.monotonic() < deadline, f"waited {timeout} s for {what}"
         time.sleep(0.02)
 
 
@@ -90,11 +110,11 @@ async def async_wait_until(done: Callable[[], object], what: str, timeout: float
         if done():
             return
         await asyncio.sleep(0.02)
-    raise AssertionError(f"no {what} within {timeout} s")
+    raise AssertionError(f"waited {timeout} s for {what}")
 
 
 def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
-    fault_broker: FaultBroker,
+    fault_broker: FaultBroker, closing: list[lanes.Lanes]
 ) -> None:
     queue, plain_n, buffered_n, partitions = "sdkfaults-py", 300, 150, 4
     warnings = LoopWarnings()
@@ -103,6 +123,7 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
     log.propagate = False
     producer = lanes.Lanes(fault_broker.url)
     consumer_client = lanes.Lanes(fault_broker.url, logger=log)
+    closing += [producer, consumer_client]
 
     handled: dict[str, list[float]] = defaultdict(list)
     order: dict[str, list[str]] = defaultdict(list)
@@ -262,7 +283,7 @@ def check_outcome(
 
 
 async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
-    fault_broker: FaultBroker,
+    fault_broker: FaultBroker, aclosing: list[lanes.AsyncLanes]
 ) -> None:
     queue, plain_n, buffered_n, partitions = "sdkfaults-py-async", 300, 150, 4
     warnings = LoopWarnings()
@@ -271,6 +292,7 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
     log.propagate = False
     producer = lanes.AsyncLanes(fault_broker.url)
     consumer_client = lanes.AsyncLanes(fault_broker.url, logger=log)
+    aclosing += [producer, consumer_client]
 
     handled: dict[str, list[float]] = defaultdict(list)
     order: dict[str, list[str]] = defaultdict(list)

@@ -5,7 +5,7 @@ import { execFile } from "node:child_process";
 import { createServer } from "node:net";
 import { fileURLToPath } from "node:url";
 import { promisify } from "node:util";
-import { afterEach, describe, expect, it } from "vitest";
+import { afterEach, describe, expect, it, onTestFinished } from "vitest";
 import { Lanes, LanesError, type Message } from "../../src/index.js";
 import { sleep } from "./helpers.js";
 
@@ -57,7 +57,7 @@ class LoopWarnings {
 
 async function waitUntil(done: () => boolean, what: string, timeoutMillis = 15_000): Promise<void> {
   for (const deadline = performance.now() + timeoutMillis; !done(); await sleep(20)) {
-    if (performance.now() > deadline) throw new Error(`no ${what} within ${timeoutMillis} ms`);
+    if (performance.now() > deadline) throw new Error(`waited ${timeoutMillis} ms for ${what}`);
   }
 }
 
@@ -92,6 +92,12 @@ describe("faults", () => {
         handled.set(m.transactionId, [...(handled.get(m.transactionId) ?? []), performance.now()]);
         await sleep(5); // some work, so a backlog builds and pops carry batches
       });
+    // Passed or failed, nothing of the test outlives it.
+    let finished = false;
+    onTestFinished(async () => {
+      finished = true;
+      await Promise.allSettled([consumer.stopAndCancel(), producer.close({ timeoutMillis: 1000 })]);
+    });
 
     const told = new Map<string, string>();
     const pushErrors: string[] = [];
@@ -100,10 +106,10 @@ describe("faults", () => {
     let pushedCount = 0;
     // An application resends an item the SDK did not report stored, with the same id.
     const pushPlain = async () => {
-      for (let i = 0; i < plainN; i++) {
+      for (let i = 0; i < plainN && !finished; i++) {
         const txn = `js-${String(i).padStart(3, "0")}`;
         const q = producer.queue(queue).partition(`p${i % partitions}`);
-        for (;;) {
+        while (!finished) {
           try {
             const [res] = await q.push([{ transactionId: txn, data: { i } }]);
             if (res && res.status !== "failed") {
@@ -130,7 +136,7 @@ describe("faults", () => {
         },
       });
     const pushBuffered = async () => {
-      for (let i = 0; i < bufferedN; i++) {
+      for (let i = 0; i < bufferedN && !finished; i++) {
         await buf.push([{ transactionId: `js-buf-${String(i).padStart(3, "0")}`, data: { i } }]);
         await sleep(10);
       }
