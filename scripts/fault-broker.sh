@@ -16,8 +16,10 @@
 #   scripts/fault-broker.sh stop          stop the broker and the cluster, delete LANES_FAULT_DIR
 #
 # Environment (all required but the last two):
-#   LANES_FAULT_DIR       state directory under /tmp (PostgreSQL runs as the postgres user when
-#                         root, and must reach it): pg/, spool/, broker.pid, broker.log
+#   LANES_FAULT_DIR       state directory /tmp/lanes-fault-* (PostgreSQL runs as the postgres user
+#                         when root, and must reach it): pg/, spool/, broker.pid, broker.log, and
+#                         owner (the pid of the test process that ran the first start; a start
+#                         stops the broker and cluster of every such directory whose owner is gone)
 #   LANES_FAULT_PORT      the broker's port; `start` after `kill` reuses it
 #   LANES_FAULT_PG_PORT   the cluster's port
 #   LANES_FAULT_ENV       further broker settings, space-separated KEY=value (optional)
@@ -57,10 +59,26 @@ wait_gone() {
   return 1
 }
 
+# A test process that died without its cleanup (a Go test timeout, a SIGKILL) leaves its broker
+# and cluster running: the next start stops those whose test process (owner) is gone.
+sweep_orphans() {
+  local d owner
+  for d in /tmp/lanes-fault-*/; do
+    d="${d%/}"
+    [[ "$d" != "$DIR" && -f "$d/owner" ]] || continue
+    owner="$(cat "$d/owner")"
+    kill -0 "$owner" 2>/dev/null && continue
+    log "stopping the broker and cluster of $d: its test process $owner is gone"
+    LANES_FAULT_DIR="$d" LANES_FAULT_PORT=0 LANES_FAULT_PG_PORT=0 "${BASH_SOURCE[0]}" stop || true
+  done
+}
+
 health_code() { curl -s -o /dev/null -m 2 -w '%{http_code}' "http://127.0.0.1:$PORT/health" || true; }
 
 cmd_start() {
+  sweep_orphans
   mkdir -p "$DIR/spool"
+  [[ -f "$DIR/owner" ]] || echo "$PPID" >"$DIR/owner" # the test process that runs this script
   pg start 2>>"$DIR/pg.out"
   alive && { log "broker already running (pid $(broker_pid))"; return 0; }
   if [[ ! -x "$BIN" ]]; then
