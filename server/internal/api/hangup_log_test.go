@@ -94,14 +94,7 @@ func sendStallAndReset(t *testing.T, base, path string) {
 func TestClientHangingUpMidAnswerLogsNoError(t *testing.T) {
 	b, out := hangUpBroker(t)
 	queue := uniqueQueue(t)
-	payload := strings.Repeat("x", 4000)
-	items := make([]map[string]any, 200)
-	for i := range items {
-		items[i] = map[string]any{"queue": queue, "partition": "p", "payload": map[string]any{"i": i, "pad": payload}}
-	}
-	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, nil); status != http.StatusCreated {
-		t.Fatalf("push: %d", status)
-	}
+	pushLargeBatch(t, b, queue)
 	pop := "/api/v1/pop/queue/" + queue + "?batch=200&consumerGroup=hangup&subscriptionMode=all"
 	for range 20 {
 		sendAndHangUp(t, b.URL, "/metrics/prometheus")
@@ -124,5 +117,19 @@ func TestClientHangingUpMidAnswerLogsNoError(t *testing.T) {
 		if !strings.Contains(got, want) {
 			t.Fatalf("no hang-up reached the broker mid-answer (%q); the test proves nothing:\n%s", want, got)
 		}
+	}
+}
+
+// pushLargeBatch pushes 200 messages of 4 KB to queue's partition p: a pop
+// of them answers some 800 KB, more than the socket buffers take at once.
+func pushLargeBatch(t *testing.T, b *testBroker, queue string) {
+	t.Helper()
+	payload := strings.Repeat("x", 4000)
+	items := make([]map[string]any, 200)
+	for i := range items {
+		items[i] = map[string]any{"queue": queue, "partition": "p", "payload": map[string]any{"i": i, "pad": payload}}
+	}
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, nil); status != http.StatusCreated {
+		t.Fatalf("push: %d", status)
 	}
 }

@@ -544,14 +544,7 @@ func TestAWaitingPopsDeadlineCoversItsWait(t *testing.T) {
 func TestAWaitingPopsClientHangingUpMidAnswerLogsAtDebug(t *testing.T) {
 	b, out := hangUpBroker(t)
 	queue := uniqueQueue(t)
-	payload := strings.Repeat("x", 4000)
-	items := make([]map[string]any, 200)
-	for i := range items {
-		items[i] = map[string]any{"queue": queue, "partition": "p", "payload": map[string]any{"i": i, "pad": payload}}
-	}
-	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, nil); status != http.StatusCreated {
-		t.Fatalf("push: %d", status)
-	}
+	pushLargeBatch(t, b, queue)
 	sendStallAndReset(t, b.URL, "/api/v1/pop/queue/"+queue+"?batch=200&consumerGroup=stalled&subscriptionMode=all&wait=true&timeout=10000")
 	cutShort := `msg="client left before the answer was sent" path=/api/v1/pop/queue/` + queue + " status=200"
 	waitFor(t, 5*time.Second, "the failed send's line", func() bool { return strings.Contains(out.String(), cutShort) })
