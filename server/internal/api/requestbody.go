@@ -29,7 +29,7 @@ func (s *Server) limitBody(next http.Handler, takesNoBody func(*http.Request) bo
 		}
 		limit := s.bodyLimit(r, takesNoBody)
 		if r.ContentLength > limit.bytes {
-			w.Header().Set("Connection", "close") // the body is never read
+			closeUnread(w)
 			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 				fmt.Sprintf("request body is %d bytes; the limit is %d (%s)", r.ContentLength, limit.bytes, limit.why))
 			return
@@ -100,8 +100,18 @@ func (s *Server) reserveBody(r *http.Request, budget *admission.ByteBudget, limi
 // writeBodyRejected answers a body refused for want of budget room. Its bytes
 // were never read, so the connection closes rather than draining them.
 func writeBodyRejected(w http.ResponseWriter, err error) {
-	w.Header().Set("Connection", "close")
+	closeUnread(w)
 	writeRejected(w, err)
+}
+
+// closeUnread has the connection close right after the answer, the rest of
+// the body unread: net/http drains a declared body of up to 256 KiB after the
+// handler, without a deadline, so a client that never sent it held the
+// connection and its goroutine for ever. An expired read deadline ends that
+// drain at once.
+func closeUnread(w http.ResponseWriter) {
+	w.Header().Set("Connection", "close")
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
 // bodyReserveStep is how much room a body takes at a time.
@@ -184,7 +194,7 @@ func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.
 	if int64(buf.Len()) > limit.bytes {
 		// Like the 400s of the other caps, it names the setting to raise. The
 		// connection closes: net/http would otherwise read on, to drain the rest.
-		w.Header().Set("Connection", "close")
+		closeUnread(w)
 		writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
 			fmt.Sprintf("request body exceeds the limit of %d bytes (%s)", limit.bytes, limit.why))
 		return false

@@ -217,3 +217,46 @@ func TestABodyBufferEndsNoLargerThanItsBody(t *testing.T) {
 		}
 	}
 }
+
+// A body refused without being read closes its connection at once, as the
+// refusal says (Connection: close). net/http otherwise drains a declared
+// body of up to 256 KiB after the answer, without a deadline, so a client
+// that never sent its body held the connection and its goroutine for ever.
+func TestARefusedUnreadBodyClosesItsConnection(t *testing.T) {
+	const maxBody, budgetBytes = 1 << 20, 2 << 20
+	budget := admission.NewByteBudget(budgetBytes, 200*time.Millisecond)
+	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: maxBody, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
+	q := uniqueQueue(t)
+
+	answeredThenClosed := func(name string, conn net.Conn, wantStatus int) {
+		t.Helper()
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		reader := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(reader, nil)
+		if err != nil {
+			t.Fatalf("%s: no answer (%v)", name, err)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != wantStatus || !resp.Close {
+			t.Fatalf("%s: %d close %v; want %d with Connection: close", name, resp.StatusCode, resp.Close, wantStatus)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := reader.ReadByte(); err != io.EOF {
+			t.Fatalf("%s: after the answer the connection gave %v; want it closed (EOF) at once", name, err)
+		}
+	}
+
+	// Declared past what an operation without a body accepts, never sent.
+	answeredThenClosed("5,000-byte body declared to a GET",
+		stallRequestBody(t, b.URL, http.MethodGet, "/api/v1/resources/queues", strings.Repeat("x", 5000), 0),
+		http.StatusRequestEntityTooLarge)
+
+	// Refused for want of room in the body budget, never sent.
+	almostAll := maxBody - bodyReserveStep/2
+	stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody), almostAll)
+	stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(q, maxBody), almostAll)
+	waitForHeld(t, budget, budgetBytes)
+	answeredThenClosed("100 KiB push with the budget full",
+		stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(q, 100<<10), 0),
+		http.StatusTooManyRequests)
+}
