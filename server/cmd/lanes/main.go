@@ -44,9 +44,20 @@ func main() {
 	log := newLogger(cfg, os.Stderr)
 	if err := run(cfg, log); err != nil {
 		log.Error("lanes stopped", "err", err)
+		if errors.As(err, new(unusableSetting)) {
+			os.Exit(2)
+		}
 		os.Exit(1)
 	}
 }
+
+// unusableSetting is a setting config accepted that the part it configures
+// cannot use (a JWT key, the database URL): the broker exits with status 2,
+// as for a setting config refuses, since restarting it cannot help.
+type unusableSetting struct{ err error }
+
+func (u unusableSetting) Error() string { return u.err.Error() }
+func (u unusableSetting) Unwrap() error { return u.err }
 
 func newLogger(cfg *config.Config, w io.Writer) *slog.Logger {
 	var level slog.Level
@@ -165,7 +176,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 func openPool(ctx context.Context, cfg *config.Config) (*pgxpool.Pool, error) {
 	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
-		return nil, fmt.Errorf("LANES_DATABASE_URL: %w", err)
+		return nil, unusableSetting{fmt.Errorf("LANES_DATABASE_URL: %w", err)}
 	}
 	poolCfg.MaxConns = int32(cfg.PoolSize)
 	engine.ConfigurePool(poolCfg)

@@ -76,7 +76,7 @@ func newVerifier(cfg *config.Config, log *slog.Logger) (*auth.Verifier, error) {
 		SkipPaths:             cfg.JWTSkipPaths,
 	})
 	if err != nil {
-		return nil, fmt.Errorf("LANES_JWT_*: %w", err)
+		return nil, unusableSetting{fmt.Errorf("LANES_JWT_*: %w", err)}
 	}
 	return v, nil
 }

@@ -179,6 +179,13 @@ func refusedBoot(t *testing.T, what string, env ...string) []byte {
 // refusedBootOn is refusedBoot on the database at dsn.
 func refusedBootOn(t *testing.T, dsn, what string, env ...string) []byte {
 	t.Helper()
+	out, _ := refusedBootStatus(t, dsn, what, env...)
+	return out
+}
+
+// refusedBootStatus is refusedBootOn that also returns the exit status.
+func refusedBootStatus(t *testing.T, dsn, what string, env ...string) ([]byte, int) {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
 	defer cancel()
 	cmd := exec.CommandContext(ctx, brokertest.Binary(t))
@@ -192,5 +199,35 @@ func refusedBootOn(t *testing.T, dsn, what string, env ...string) []byte {
 	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
 		t.Fatalf("want a non-zero exit, got %v:\n%s", err, out)
 	}
-	return out
+	return out, exit.ExitCode()
+}
+
+// docs/operations.md: a setting the broker cannot use stops it with exit
+// status 2 and a message naming the variable, before any database work. The
+// settings checked once the parts they configure are built (the JWT keys, the
+// database URL) exited 1, the status of a broker refused by its database.
+func TestUnusableSettingsExitWithStatus2NamingTheVariable(t *testing.T) {
+	unreachable := "postgres://nobody@127.0.0.1:1/none?sslmode=disable"
+	for _, c := range []struct {
+		what, dsn string
+		env       []string
+		names     []string
+	}{
+		{"JWT on without a key", unreachable, []string{"LANES_JWT_ENABLED=true"}, []string{"LANES_JWT_SECRET"}},
+		{"an algorithm the key cannot use", unreachable, []string{"LANES_JWT_ENABLED=true", "LANES_JWT_SECRET=" + testJWTSecret, "LANES_JWT_ALGORITHM=RS256"},
+			[]string{"LANES_JWT_ALGORITHM"}},
+		{"two roles named alike", unreachable, []string{"LANES_JWT_ENABLED=true", "LANES_JWT_SECRET=" + testJWTSecret, "LANES_JWT_ROLE_ADMIN=read-only"},
+			[]string{"LANES_JWT_ROLE_READ_ONLY", "LANES_JWT_ROLE_ADMIN"}},
+		{"a database URL that does not parse", "garbage://x", nil, []string{"LANES_DATABASE_URL"}},
+	} {
+		out, code := refusedBootStatus(t, c.dsn, c.what, c.env...)
+		for _, name := range c.names {
+			if !bytes.Contains(out, []byte(name)) {
+				t.Errorf("%s: the refusal does not name %s:\n%s", c.what, name, out)
+			}
+		}
+		if code != 2 {
+			t.Errorf("%s: exit status %d, want 2:\n%s", c.what, code, out)
+		}
+	}
 }

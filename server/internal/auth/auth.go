@@ -123,7 +123,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 				if errors.As(err, &pathErr) {
 					err = pathErr.Err
 				}
-				return nil, fmt.Errorf("jwt public key: neither PEM text (-----BEGIN …) nor a file that can be read: %w", err)
+				return nil, fmt.Errorf("jwt public key (LANES_JWT_PUBLIC_KEY): neither PEM text (-----BEGIN …) nor a file that can be read: %w", err)
 			}
 			pemText = b
 		}
@@ -161,7 +161,7 @@ func NewVerifier(cfg Config) (*Verifier, error) {
 	case slices.Contains(usable, alg):
 		v.methods = []string{alg}
 	default:
-		return nil, fmt.Errorf("jwt algorithm %q does not match the configured key (usable: %s)", alg, strings.Join(usable, ", "))
+		return nil, fmt.Errorf("jwt algorithm %q (LANES_JWT_ALGORITHM) does not match the configured key (usable: %s)", alg, strings.Join(usable, ", "))
 	}
 	opts := []jwt.ParserOption{jwt.WithIssuedAt(), jwt.WithLeeway(cfg.Leeway)}
 	if !cfg.AllowNoExpiry {
@@ -269,7 +269,7 @@ func parsePublicKey(pemText []byte) (crypto.PublicKey, error) {
 	if k, err := jwt.ParseECPublicKeyFromPEM(pemText); err == nil {
 		return k, nil
 	}
-	return nil, errors.New("jwt public key: not an RSA, ECDSA or Ed25519 public key in PEM")
+	return nil, errors.New("jwt public key (LANES_JWT_PUBLIC_KEY): not an RSA, ECDSA or Ed25519 public key in PEM")
 }
 
 // Identity is what a verified token says about its bearer.

@@ -263,6 +263,27 @@ func roleNameSetting(role string) parser {
 	}}
 }
 
+// roleNameSettings are the settings that name the roles in tokens, in the
+// order a clash is reported.
+var roleNameSettings = []struct{ env, role string }{
+	{"LANES_JWT_ROLE_READ_ONLY", "read-only"}, {"LANES_JWT_ROLE_WRITE_ONLY", "write-only"},
+	{"LANES_JWT_ROLE_READ_WRITE", "read-write"}, {"LANES_JWT_ROLE_ADMIN", "admin"},
+}
+
+// checkRoleNames refuses two roles given one name in tokens: a token
+// carrying it could not say which role it grants.
+func (c *Config) checkRoleNames() error {
+	namedBy := map[string]string{}
+	for _, s := range roleNameSettings {
+		name := c.JWTRoleNames[s.role]
+		if other, taken := namedBy[name]; taken {
+			return fmt.Errorf("%s and %s are both %q: each role needs its own name in tokens", other, s.env, name)
+		}
+		namedBy[name] = s.env
+	}
+	return nil
+}
+
 // jwksURLsSetting takes absolute http or https URLs separated by commas or
 // whitespace, or nothing. A URL cannot hold whitespace, and a comma in a JWKS
 // URL (legal, but no provider's has one) is written %2C.
@@ -477,6 +498,9 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	}
 	if len(c.JWTRoleClaims) == 0 {
 		return nil, fmt.Errorf("LANES_JWT_ROLE_CLAIMS (--jwt-role-claims) names no claim: no token could carry a role")
+	}
+	if err := c.checkRoleNames(); err != nil {
+		return nil, err
 	}
 	if err := c.sizeBodyBudget(); err != nil {
 		return nil, err
