@@ -224,11 +224,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		}
 		id, authErr := s.opts.Auth.Verify(r.Header.Values("Authorization")...)
 		if authErr != nil {
+			s.boundUnreadBody(w, r)
 			w.Header().Set("WWW-Authenticate", "Bearer")
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, authErr.Message)
 			return
 		}
 		if !level.Allows(id.Roles) {
+			s.boundUnreadBody(w, r)
 			writeError(w, http.StatusForbidden, CodeForbidden, auth.MsgForbidden)
 			return
 		}
@@ -312,6 +314,7 @@ func (s *Server) admitClient(next http.Handler) http.Handler {
 		}
 		if a := s.opts.Admission; a != nil && a.Clients.Enabled() {
 			if err := a.Clients.Allow(clientKey(r)); err != nil {
+				s.boundUnreadBody(w, r)
 				writeRejected(w, err)
 				return
 			}

@@ -114,6 +114,19 @@ func closeUnread(w http.ResponseWriter) {
 	_ = http.NewResponseController(w).SetReadDeadline(time.Now())
 }
 
+// boundUnreadBody bounds the wait for r's body after a refusal that came
+// before it was read (authentication, the client's rate). net/http reads a
+// body of up to 256 KiB before writing the refusal, to keep the connection;
+// without a deadline a client that never sent its body got no answer and held
+// the connection for ever. Past BodyReadTimeout the refusal is written and the
+// connection closes, as for a body the broker reads.
+func (s *Server) boundUnreadBody(w http.ResponseWriter, r *http.Request) {
+	if r.Body == nil || r.Body == http.NoBody || r.ContentLength == 0 || s.opts.BodyReadTimeout <= 0 {
+		return
+	}
+	_ = http.NewResponseController(w).SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
+}
+
 // bodyReserveStep is how much room a body takes at a time.
 const bodyReserveStep = 256 << 10
 

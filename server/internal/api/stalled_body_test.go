@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/admission"
+	"github.com/lanesmq/lanes/server/internal/auth"
 )
 
 // stallBody opens a connection that sends a request's headers and the first
@@ -259,4 +260,107 @@ func TestARefusedUnreadBodyClosesItsConnection(t *testing.T) {
 	answeredThenClosed("100 KiB push with the budget full",
 		stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(q, 100<<10), 0),
 		http.StatusTooManyRequests)
+}
+
+// A request refused before its body is read (no token, a role too low, the
+// client over its rate) waits for that body at most LANES_BODY_READ_TIMEOUT_MS.
+// net/http reads a declared body of up to 256 KiB before writing the refusal,
+// without a deadline: a client that stalled got no answer, and held the
+// connection, for ever. A client that sends its body keeps its connection.
+func TestARequestRefusedBeforeItsBodyWaitsForItAtMostTheReadTimeout(t *testing.T) {
+	const readTimeout = 500 * time.Millisecond
+	v, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	limits := twoSlotBudget()
+	limits.Clients = admission.NewClientLimiter(0.01, 1)
+	withAuth := newBrokerWith(t, testDSN, Options{Auth: v, BodyReadTimeout: readTimeout}, "")
+	limited := newBrokerWith(t, testDSN, Options{Admission: limits, BodyReadTimeout: readTimeout}, "")
+	q := uniqueQueue(t)
+	if status, _ := limited.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1}}}, nil); status != http.StatusCreated {
+		t.Fatalf("first push: %d", status)
+	}
+	push := pushOfSize(q, 1000)
+	readOnly := "Authorization: Bearer " + hsToken(t, "ro", auth.RoleReadOnly)
+	for _, c := range []struct {
+		name, brokerURL, header string
+		status                  int
+	}{
+		{"push without a token", withAuth.URL, "", http.StatusUnauthorized},
+		{"push with a read-only token", withAuth.URL, readOnly, http.StatusForbidden},
+		{"push past the client's rate", limited.URL, "", http.StatusTooManyRequests},
+	} {
+		conn := postHead(t, c.brokerURL, "/api/v1/push", push, c.header)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		reader := bufio.NewReader(conn)
+		resp, err := http.ReadResponse(reader, nil)
+		if err != nil {
+			t.Fatalf("%s, its body never sent: no answer (%v); want %d within the body read timeout", c.name, err, c.status)
+		}
+		_, _ = io.Copy(io.Discard, resp.Body)
+		if resp.StatusCode != c.status || !resp.Close {
+			t.Fatalf("%s, its body never sent: %d close %v; want %d with Connection: close", c.name, resp.StatusCode, resp.Close, c.status)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(2 * time.Second))
+		if _, err := reader.ReadByte(); err != io.EOF {
+			t.Fatalf("%s: after the answer the connection gave %v; want it closed (EOF)", c.name, err)
+		}
+
+		// Sent whole, the same refusal keeps the connection for the next request.
+		conn = postHead(t, c.brokerURL, "/api/v1/push", push, c.header)
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		reader = bufio.NewReader(conn)
+		for i := range 2 {
+			if _, err := io.WriteString(conn, push); err != nil {
+				t.Fatal(err)
+			}
+			resp, err := http.ReadResponse(reader, nil)
+			if err != nil {
+				t.Fatalf("%s sent whole, request %d: %v", c.name, i+1, err)
+			}
+			_, _ = io.Copy(io.Discard, resp.Body)
+			if resp.StatusCode != c.status || resp.Close {
+				t.Fatalf("%s sent whole, request %d: %d close %v; want %d on a kept connection", c.name, i+1, resp.StatusCode, resp.Close, c.status)
+			}
+			if i == 0 {
+				if _, err := io.WriteString(conn, postHeadText(t, c.brokerURL, "/api/v1/push", push, c.header)); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+	}
+}
+
+// postHeadText is the head of a POST of body to path, with one more header
+// line unless header is empty.
+func postHeadText(t *testing.T, brokerURL, path, body, header string) string {
+	t.Helper()
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if header != "" {
+		header += "\r\n"
+	}
+	return fmt.Sprintf("POST %s HTTP/1.1\r\nHost: %s\r\n%sContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", path, u.Host, header, len(body))
+}
+
+// postHead opens a connection and sends the head of a POST of body, none of
+// the body.
+func postHead(t *testing.T, brokerURL, path, body, header string) net.Conn {
+	t.Helper()
+	u, err := url.Parse(brokerURL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	conn, err := net.Dial("tcp", u.Host)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = conn.Close() })
+	if _, err := io.WriteString(conn, postHeadText(t, brokerURL, path, body, header)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
 }
