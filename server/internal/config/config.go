@@ -350,7 +350,8 @@ func isHostName(v string) bool {
 	if v == "" || len(v) > 253 {
 		return false
 	}
-	for _, label := range strings.Split(v, ".") {
+	labels := strings.Split(v, ".")
+	for _, label := range labels {
 		if label == "" || len(label) > 63 || label[0] == '-' || label[len(label)-1] == '-' {
 			return false
 		}
@@ -358,7 +359,31 @@ func isHostName(v string) bool {
 			return false
 		}
 	}
-	return true
+	// No top-level domain is all digits (RFC 3696 §2), so 999.1.1.1 is a
+	// mistyped IP address, not a name to look up.
+	last := labels[len(labels)-1]
+	return strings.IndexFunc(last, func(r rune) bool { return r < '0' || r > '9' }) >= 0
+}
+
+// hostPortSetting takes an optional host:port to listen on, as net.Listen
+// does: the host may be empty (every interface), an IP address or a host name.
+func hostPortSetting(dst func(*Config) *string) parser {
+	return parser{accepts: "host:port, or empty", parse: func(c *Config, v string) error {
+		if v != "" {
+			host, port, err := net.SplitHostPort(v)
+			if err != nil {
+				return fmt.Errorf("not a host:port: %q", v)
+			}
+			if n, err := strconv.Atoi(port); err != nil || n < 0 || n > 65535 {
+				return fmt.Errorf("port must be 0..65535: %q", v)
+			}
+			if host != "" && net.ParseIP(host) == nil && !isHostName(host) {
+				return fmt.Errorf("not an IP address or host name: %q", host)
+			}
+		}
+		*dst(c) = v
+		return nil
+	}}
 }
 
 var settings = []setting{
@@ -425,7 +450,7 @@ var settings = []setting{
 	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval }, 0)},
 	{"gc-percent", "LANES_GC_PERCENT", "300", "Go GC target (GOGC) unless GOGC is set: fewer collections of the small live heap a broker keeps; the memory limit below bounds what that lets the heap grow to", intSetting(func(c *Config) *int { return &c.GCPercent }, -1, unbounded)},
 	{"memory-limit-mib", "LANES_MEMORY_LIMIT_MIB", "64", "soft memory limit of the Go runtime in MiB (GOMEMLIMIT) unless GOMEMLIMIT is set; past it the GC runs more often (at most half the CPU); 0 = none. Raise it for very large in-flight requests", intSetting(func(c *Config) *int { return &c.MemoryLimitMiB }, 0, 1<<30)},
-	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", stringSetting(func(c *Config) *string { return &c.PprofAddr })},
+	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", hostPortSetting(func(c *Config) *string { return &c.PprofAddr })},
 	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
 	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", stringSetting(func(c *Config) *string { return &c.SpoolDir })},
 	{"spool-max-bytes", "LANES_SPOOL_MAX_BYTES", "1073741824", "bytes the disk spool may hold waiting to drain; past it a push that would be buffered answers failed; 0 = unbounded", int64Setting(func(c *Config) *int64 { return &c.SpoolMaxBytes }, 0, unbounded)},

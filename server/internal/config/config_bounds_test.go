@@ -40,6 +40,11 @@ func TestOutOfRangeSettingsAreRefusedNamingTheVariable(t *testing.T) {
 		{"LANES_MAX_POP_BATCH", "10001"},
 		{"LANES_BIND_ADDR", "not an address"},
 		{"LANES_BIND_ADDR", "-bad-.example"},
+		{"LANES_BIND_ADDR", "999.1.1.1"},
+		{"LANES_PPROF_ADDR", "notanaddr"},
+		{"LANES_PPROF_ADDR", "127.0.0.1:99999"},
+		{"LANES_PPROF_ADDR", "127.0.0.1:http"},
+		{"LANES_PPROF_ADDR", "bad host:6060"},
 	}
 	for _, tc := range refused {
 		_, err := Load(nil, env(map[string]string{tc.env: tc.value}), io.Discard)
@@ -62,6 +67,11 @@ func TestOutOfRangeSettingsAreRefusedNamingTheVariable(t *testing.T) {
 		{"LANES_BIND_ADDR", "::"},
 		{"LANES_BIND_ADDR", "127.0.0.1"},
 		{"LANES_BIND_ADDR", "broker-0.lanes.svc"},
+		{"LANES_BIND_ADDR", "localhost"},
+		{"LANES_PPROF_ADDR", "127.0.0.1:6060"},
+		{"LANES_PPROF_ADDR", ":6060"},
+		{"LANES_PPROF_ADDR", "[::1]:0"},
+		{"LANES_PPROF_ADDR", "localhost:6060"},
 	}
 	for _, tc := range accepted {
 		if _, err := Load(nil, env(map[string]string{tc.env: tc.value}), io.Discard); err != nil {
