@@ -113,10 +113,9 @@ func (w *loopWarnings) ackFailedBetween(from, to time.Time) bool {
 // deliveries records each handling of each transaction id, and the order of first handlings
 // in each partition.
 type deliveries struct {
-	mu      sync.Mutex
-	at      map[string][]time.Time
-	order   map[string][]string
-	inLease map[string]int // first handlings per lease id: one pop's messages
+	mu    sync.Mutex
+	at    map[string][]time.Time
+	order map[string][]string
 }
 
 func (d *deliveries) add(m *lanes.Message) {
@@ -124,7 +123,6 @@ func (d *deliveries) add(m *lanes.Message) {
 	defer d.mu.Unlock()
 	if len(d.at[m.TransactionID]) == 0 {
 		d.order[m.PartitionID] = append(d.order[m.PartitionID], m.TransactionID)
-		d.inLease[m.LeaseID]++
 	}
 	d.at[m.TransactionID] = append(d.at[m.TransactionID], time.Now())
 }
@@ -190,8 +188,8 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	require.NoError(t, err)
 	closeWhenDone(t, consumerClient)
 
-	got := &deliveries{at: map[string][]time.Time{}, order: map[string][]string{}, inLease: map[string]int{}}
-	consumer, err := consumerClient.Queue(queue).Concurrency(2).LeaseSeconds(5).
+	got := &deliveries{at: map[string][]time.Time{}, order: map[string][]string{}}
+	consumer, err := consumerClient.Queue(queue).Concurrency(2).LeaseSeconds(10).
 		Consume(ctx, func(_ context.Context, m *lanes.Message) error {
 			got.add(m)
 			time.Sleep(5 * time.Millisecond) // some work, so a backlog builds and pops carry batches
@@ -259,11 +257,12 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	waitPushed(plainN / 3)
 	require.NoError(t, fb.run("kill"))
 	time.Sleep(time.Second)
-	// Down until both loops met the outage past the SDK's own retries, so their recovery runs.
+	// Down until both loops met the outage past the SDK's own retries, so their recovery runs: a
+	// worker resending a failed ack pops nothing meanwhile, so its failed ack counts as a pop's.
 	require.Eventually(t, func() bool {
 		push, flush := failures()
-		return warnings.count("pop") > 0 && push > 0 && flush > 0
-	}, 15*time.Second, 20*time.Millisecond, "a failed pop, push and buffer flush reported while the broker is down")
+		return warnings.count("pop")+warnings.count("ack") > 0 && push > 0 && flush > 0
+	}, 15*time.Second, 20*time.Millisecond, "a failed pop or ack, push and buffer flush reported while the broker is down")
 	require.NoError(t, fb.run("start"))
 	waitPushed(2 * plainN / 3)
 	buffered := told.count(lanes.StatusBuffered)
@@ -341,12 +340,9 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	require.Empty(t, unknown, "handled but never pushed")
 	require.Empty(t, got.outOfOrder(), "a partition's messages handled out of push order")
 	require.Empty(t, unexplained, "handled again though no ack failure was reported in between")
-	// A failed ack gives back at most one pop's messages.
-	largestPop := 0
-	for _, n := range got.inLease {
-		largestPop = max(largestPop, n)
-	}
-	require.LessOrEqual(t, redelivered, warnings.count("ack")*largestPop, "redeliveries: more than the failed acks covered")
+	// A failed ack is resent until it lands (the broker is back well inside the 10 s
+	// lease), so no message is handled twice; before, each failed ack gave its pop back.
+	require.Zero(t, redelivered, "handled twice: a failed ack was not resent until it landed")
 	errMu.Lock()
 	defer errMu.Unlock()
 	for _, err := range bufErrs {

@@ -130,7 +130,7 @@ func (it *msgIter) take(pr *PopResult) {
 	}
 	it.handled = make([]int, len(it.slices))
 	if it.leased() && it.q.consume.renew {
-		it.stopRenew = renewLease(it.ackCtx, it.q, pr, nil)
+		it.stopRenew = renewLease(it.ackCtx, it.q, pr, nil, nil)
 	}
 }
 

@@ -120,6 +120,22 @@ func ackEndsLoop(err error) bool {
 	return endsLoop(err)
 }
 
+// ackResendMargin is how long before the lease's expiry a consume loop stops resending a
+// failed ack: its last attempt still has time to land.
+const ackResendMargin = time.Second
+
+// ackResendable reports whether a failed ack call failed for want of a broker (no answer, 5xx,
+// 429), so the loop resends it; not a 4xx (408 and 409 concern that ack alone), an answer the
+// SDK cannot use (UnexpectedAnswerError: a proxy's page), nor per-item failures (AckError).
+func ackResendable(err error) bool {
+	var ce *ConnectionError
+	if errors.As(err, &ce) {
+		return true
+	}
+	var ae *APIError
+	return errors.As(err, &ae) && (ae.Status >= 500 || ae.Status == http.StatusTooManyRequests)
+}
+
 // loopErrorDelay is how long a consume loop or iterator waits after a failed pop it goes on
 // from: the server hint (or 1 s) after a 429 that outlived the retry policy; else
 // min(1 s × 2^streak, 30 s). A 429 is not counted in the streak (docs/consuming.md §4): the

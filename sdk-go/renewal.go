@@ -42,6 +42,43 @@ func renewEveryForExpiry(poppedAt time.Time, expiresAt *time.Time) time.Duration
 	return min(max(expiresAt.Sub(poppedAt)/3, minRenewEvery), defaultRenewEvery)
 }
 
+// fallbackLease is the lease a consume loop assumes for a pop when neither LeaseSeconds nor a
+// renewal told it: the shortest default lease (push-created queues).
+const fallbackLease = 60 * time.Second
+
+// leaseExpiry is the latest expiry a consume loop knows for a pop's lease: the pop's LeaseSeconds
+// (else fallbackLease) from when the answer arrived, moved by each applied renewal. A failed
+// ack is resent until shortly before it (ackUntilDone).
+type leaseExpiry struct {
+	mu sync.Mutex
+	at time.Time
+}
+
+func newLeaseExpiry(leaseSeconds int) *leaseExpiry {
+	lease := fallbackLease
+	if leaseSeconds > 0 {
+		lease = time.Duration(leaseSeconds) * time.Second
+	}
+	return &leaseExpiry{at: time.Now().Add(lease)}
+}
+
+func (e *leaseExpiry) extend(to *time.Time) {
+	if e == nil || to == nil {
+		return
+	}
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if to.After(e.at) {
+		e.at = *to
+	}
+}
+
+func (e *leaseExpiry) get() time.Time {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.at
+}
+
 // renewSeconds is how far one renewal extends the lease: max(2 × interval, 1 s), in seconds.
 func renewSeconds(every time.Duration) int {
 	return max(int((2*every+time.Second-1)/time.Second), 1)
@@ -65,7 +102,7 @@ func popLeaseID(pr *PopResult) string {
 // go to reportLoopError; a lease the broker says is gone ends the renewal. The returned function
 // stops it and waits for a renewal in flight. onGoroutine, when set, runs first on the renewal's
 // goroutine and the function it returns when that goroutine ends.
-func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult, onGoroutine func() func()) (stop func()) {
+func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult, expiry *leaseExpiry, onGoroutine func() func()) (stop func()) {
 	poppedAt := time.Now()
 	lease := popLeaseID(pr)
 	every := renewEvery(q.consume.renewEvery, q.leaseSeconds)
@@ -92,6 +129,9 @@ func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult, onGorouti
 			ctx, cancel := context.WithTimeout(ackCtx, 10*time.Second)
 			res, err := q.c.Renew(ctx, renewSeconds(next), lease)
 			cancel()
+			if err == nil && len(res) == 1 && res[0].Success {
+				expiry.extend(res[0].NewExpiresAt)
+			}
 			switch {
 			case err != nil:
 				q.reportLoopError("renew", err)
