@@ -1,10 +1,11 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
 import { AsyncLocalStorage } from "node:async_hooks";
-import { AckError, ConsumerStoppedError, LanesError, AutoAckDroppedError, endsConsumerOnAck } from "./errors.js";
+import { AckError, APIConnectionError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedError, RateLimitError, endsConsumerOnAck } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
+import { sleep } from "./internal/http.js";
 import { popBatch } from "./pop.js";
-import { Poller, withBatchCap, type PopSource } from "./poller.js";
+import { loopErrorDelay, Poller, withBatchCap, type PopSource } from "./poller.js";
 import type { QueueState } from "./queue.js";
 
 /** HandlerContext is passed to every handler call; `signal` aborts (reason ConsumerStoppedError) on a hard stop. */
@@ -95,8 +96,24 @@ function renewsLease(s: QueueState, res: PopResult<unknown>): boolean {
   return s.renewLease && !!res.leaseId && !s.serverAutoAck;
 }
 
+/** FALLBACK_LEASE_MILLIS is the lease a consume loop assumes for a pop when neither leaseSeconds nor a renewal told it: the shortest default lease (push-created queues). */
+const FALLBACK_LEASE_MILLIS = 60_000;
+/** ACK_RESEND_MARGIN_MILLIS is how long before the lease's expiry the loop stops resending a failed ack: its last attempt still has time to land. */
+const ACK_RESEND_MARGIN_MILLIS = 1000;
+
+/** LeaseExpiry is the latest expiry (epoch ms) a consume loop knows for a pop's lease: leaseSeconds (else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal. */
+interface LeaseExpiry {
+  at: number;
+}
+
+/** ackResendable: a failed ack call failed for want of a broker (no answer, 5xx, 429), so the loop resends it; not a 4xx (408 and 409 concern that ack alone), nor an answer the SDK cannot use (UnexpectedAnswerError: a proxy's page). */
+function ackResendable(err: unknown): boolean {
+  if (err instanceof APIConnectionError) return true;
+  return err instanceof APIError && (err.status >= 500 || err.status === 429);
+}
+
 /** renewWhileHeld extends a pop's lease until the returned function is called: every renewEveryMillis, or, when the lease is unknown, 1 s after the pop and then at a third of the lease the first answer shows. A failed renewal is reported; one the broker did not apply also ends the renewals. */
-function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Reporter): () => void {
+function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Reporter, expiry?: LeaseExpiry): () => void {
   const poppedAt = Date.now();
   let every = renewEveryMillis(s.renewLeaseMillis, s.leaseSeconds);
   let timer: ReturnType<typeof setTimeout> | undefined;
@@ -111,6 +128,8 @@ function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Repo
             report("lease renewal", new LanesError(`lease ${leaseId}: renewal not applied (expired or released)`));
             return;
           }
+          const renewedTo = r[0].newExpiresAt ? Date.parse(r[0].newExpiresAt) : NaN;
+          if (expiry && renewedTo > expiry.at) expiry.at = renewedTo;
           if (every === 0) every = renewEveryForExpiry(poppedAt, r[0].newExpiresAt);
           schedule(every);
         },
@@ -380,7 +399,8 @@ export class Consumer implements PromiseLike<void> {
     // Messages not handed because of a stop or the limit: released below, or, under serverAutoAck(true), lost.
     let unhanded = 0;
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
-    const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, this.report) : () => undefined;
+    const expiry: LeaseExpiry = { at: Date.now() + (this.s.leaseSeconds !== undefined && this.s.leaseSeconds > 0 ? this.s.leaseSeconds * 1000 : FALLBACK_LEASE_MILLIS) };
+    const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, this.report, expiry) : () => undefined;
     const fn = this.handler.fn;
     try {
       for (const slice of groupByPartition(res.messages)) {
@@ -431,8 +451,34 @@ export class Consumer implements PromiseLike<void> {
       return;
     }
     if (!res.leaseId) return;
-    const ending = await ackPop(this.core, this.s.autoAck ? acks : acks.filter((a) => a.status === "retry"), res.consumerGroup, this.report);
-    if (ending !== undefined) this.fail("ack", ending);
+    await this.ackUntilDone(this.s.autoAck ? acks : acks.filter((a) => a.status === "retry"), res.consumerGroup, expiry);
+  }
+
+  /**
+   * ackUntilDone sends a pop's acks. A call that fails as a broker or network failure does (5xx, 429, no answer) is reported and resent after the loop's error backoff until it lands, the lease is about to expire, or a hard stop (docs/consuming.md §4). A lost ack would hold the partition until the lease expires and redeliver the whole pop; a resend is safe, since every item names the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it applied released the lease, so its resend is refused, changing nothing.
+   */
+  private async ackUntilDone(items: PendingAck[], group: string, expiry: LeaseExpiry): Promise<void> {
+    if (items.length === 0) return;
+    let streak = 0; // failed calls so far, 429s aside (as the pop's backoff counts them)
+    for (;;) {
+      try {
+        const results = await this.core.ackItems(items, group);
+        if (results.some((r) => !r.success)) this.report("ack", new AckError(results));
+        return;
+      } catch (err) {
+        if (endsConsumerOnAck(err)) return this.fail("ack", err);
+        this.report("ack", err);
+        if (!ackResendable(err)) return;
+        const wait = loopErrorDelay(err, streak);
+        if (!(err instanceof RateLimitError)) streak++;
+        if (expiry.at - Date.now() < wait + ACK_RESEND_MARGIN_MILLIS) return; // the lease ends first: the pop redelivers
+        try {
+          await sleep(wait, this.handlerCtl.signal);
+        } catch {
+          return; // a hard stop abandons the ack
+        }
+      }
+    }
   }
 }
 

@@ -51,7 +51,7 @@ function answeredFast(s: Pick<QueueState, "timeoutMillis">, tookMillis: number):
 }
 
 /** loopErrorDelay is the pause after a failed pop the loop waits out: the 429's hint (or 1 s), else 1 s doubling per consecutive failure up to 30 s. A 429 is not counted among those failures (docs/consuming.md §4): the broker answered and said how long to wait. */
-function loopErrorDelay(err: unknown, consecutive: number): number {
+export function loopErrorDelay(err: unknown, consecutive: number): number {
   if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
   return Math.min(1000 * 2 ** consecutive, 30_000);
 }

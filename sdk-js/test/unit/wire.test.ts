@@ -405,8 +405,10 @@ describe("ack errors in a consume loop or iterator (docs/consuming.md §4)", () 
     expect(c.error).toBe(errors[0]);
   });
 
-  it.each([408, 409, 429, 500, 503])("an ack answered %i is reported and the loop goes on", async (status) => {
-    const s = (await fake()).script(onePop(), failure(status), onePop(), reply(200, { index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false })).otherwise(reply(204));
+  const acked = () => reply(200, { index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false });
+
+  it.each([408, 409])("an ack answered %i is reported and the loop goes on", async (status) => {
+    const s = (await fake()).script(onePop(), failure(status), onePop(), acked()).otherwise(reply(204));
     const errors: unknown[] = [];
     let handled = 0;
     const c = client(s.url, opts)
@@ -418,6 +420,31 @@ describe("ack errors in a consume loop or iterator (docs/consuming.md §4)", () 
     await expect(c.closed).resolves.toBeUndefined();
     expect(errors).toHaveLength(1);
     expect(errors[0]).toMatchObject({ status });
+  });
+
+  // A broker that fails (no answer, 5xx, 429) is resent the ack after the loop's backoff (1 s;
+  // a 429's own hint), until it lands; before, the loop gave up at once and the pop redelivered
+  // after its lease.
+  it.each([
+    ["answered 429", reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "300" }), 429],
+    ["answered 500", failure(500), 500],
+    ["answered 503", failure(503), 503],
+    ["cut off", dropConnection(), undefined],
+  ] as const)("an ack %s is reported and resent until it lands, then the loop goes on", async (_name, ackStep, status) => {
+    const s = (await fake()).script(onePop(), ackStep, acked(), onePop(), acked()).otherwise(reply(204));
+    const errors: unknown[] = [];
+    let handled = 0;
+    const c = client(s.url, opts)
+      .queue("q")
+      .onError((e) => errors.push(e))
+      .consume(() => void (handled += 1));
+    await vi.waitFor(() => expect(handled).toBe(2), { timeout: 3000 });
+    await c.stop();
+    await expect(c.closed).resolves.toBeUndefined();
+    expect(errors).toHaveLength(1);
+    if (status === undefined) expect(errors[0]).toBeInstanceOf(APIConnectionError);
+    else expect(errors[0]).toMatchObject({ status });
+    expect(s.seen.filter((r) => r.url.startsWith("/api/v1/ack"))).toHaveLength(3);
   });
 
   it.each([
@@ -465,10 +492,11 @@ describe("errors without onError are logged at warning level (docs/consuming.md 
   it("by default one console.warn line per error, naming the operation", async () => {
     const warn = vi.spyOn(console, "warn").mockImplementation(() => undefined);
     try {
-      const s = (await fake()).script(reply(200, popBody([{ transactionId: "a" }])), failure, failure).otherwise(reply(204));
+      const acked = reply(200, { index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false });
+      const s = (await fake()).script(reply(200, popBody([{ transactionId: "a" }])), failure, acked, failure).otherwise(reply(204));
       let handled = 0;
       const c = client(s.url, opts).queue("q").consume(() => void (handled += 1));
-      await vi.waitFor(() => expect(warn).toHaveBeenCalledTimes(2));
+      await vi.waitFor(() => expect(warn).toHaveBeenCalledTimes(2), { timeout: 3000 });
       await c.stop();
       expect(handled).toBe(1);
       expect(warn.mock.calls).toEqual([["lanes: consumer: ack: 503 unavailable: busy"], ["lanes: consumer: pop: 503 unavailable: busy"]]);
