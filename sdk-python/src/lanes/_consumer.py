@@ -24,8 +24,8 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
-from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
-from lanes._pacer import ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop
+from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError, RateLimitError
+from lanes._pacer import ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop, transient
 from lanes._renewal import LeaseRenewalTimer
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
@@ -148,6 +148,7 @@ class Engine:
         self.stopping = threading.Event()
         self.cancelling = threading.Event()
         self._stop = asyncio.Event()  # binds to the loop on first use (3.10+)
+        self._hard_stop = asyncio.Event()  # ends the resending of a failed ack (_ack_until_done)
         # Done once the pops in flight are to be abandoned (see _abandon_pops), made by run() on the
         # loop: one future every pop waits on beside its own, not a waiting task per pop.
         self._pops_cut: asyncio.Future[None] | None = None
@@ -171,6 +172,7 @@ class Engine:
         if hard and not self.hard:
             self.hard = True
             self.cancelling.set()
+            self._hard_stop.set()
             if self.cancellable:
                 for f in list(self._handlers):
                     f.cancel()
@@ -354,8 +356,10 @@ class Engine:
     async def _handle(self, res: PopResult) -> None:
         handling = _Handling()
         ticker = None
+        popped_at = datetime.now(timezone.utc)
+        schedule: P.RenewalSchedule | None = None
         if self._renew_every is not None and res.lease_id:
-            schedule = P.RenewalSchedule(self._renew_every, datetime.now(timezone.utc))
+            schedule = P.RenewalSchedule(self._renew_every, popped_at)
             ticker = LeaseRenewalTimer(res.lease_id, schedule, self.ops.renew, self.report)
         try:
             groups = P.by_partition(res.messages)
@@ -376,7 +380,9 @@ class Engine:
                 ticker.cancel()
         if handling.acked:
             if handling.ack_error is not None:
-                self._ack_failed(handling.ack_error)
+                entries = P.batch_acks(handling.outcomes, handling.unhandled, self.spec.auto_ack)
+                expires_at = P.lease_expiry(self.spec, popped_at, schedule)
+                await self._ack_until_done(entries, expires_at, handling.ack_error)
             return
         outcomes, unhandled = handling.outcomes, handling.unhandled
         if self.spec.server_auto_ack:
@@ -388,16 +394,48 @@ class Engine:
             return
         entries = P.batch_acks(outcomes, unhandled, self.spec.auto_ack)
         if entries:
-            try:
-                await self.ops.ack(entries)
-            except Exception as e:
-                self._ack_failed(e)
+            await self._ack_until_done(entries, P.lease_expiry(self.spec, popped_at, schedule))
 
-    def _ack_failed(self, e: Exception) -> None:
-        if ack_error_ends_loop(e):
-            self._fail(e, "ack")
-        else:
-            self.report(e, "ack")
+    async def _ack_until_done(
+        self,
+        entries: list[tuple[str, P.AckEntry]],
+        expires_at: datetime,
+        failed: Exception | None = None,
+    ) -> None:
+        """Send a pop's acks (``failed``: the first call, sent from a handler thread, failed so).
+        A call that fails as a broker or network failure does (5xx, 429, no answer) is reported
+        and resent after the loop's error backoff until it lands, the lease is about to expire,
+        or a hard stop (docs/consuming.md §4). A lost ack would hold the partition until the
+        lease expires and redeliver the whole pop; a resend is safe, since every item names the
+        pop's lease: a ``completed`` the broker already applied answers ``noop``, and a nack it
+        applied released the lease, so its resend is refused, changing nothing."""
+        streak = 0  # failed calls so far, 429s aside (as the pop's backoff counts them)
+        while True:
+            if failed is None:
+                try:
+                    await self.ops.ack(entries)
+                    return
+                except Exception as e:
+                    failed = e
+            if ack_error_ends_loop(failed):
+                self._fail(failed, "ack")
+                return
+            self.report(failed, "ack")
+            if not transient(failed):
+                return
+            if isinstance(failed, RateLimitError):
+                wait = failed.retry_after if failed.retry_after is not None else 1.0
+            else:
+                streak += 1
+                wait = P.loop_error_backoff(streak)
+            left = (expires_at - datetime.now(timezone.utc)).total_seconds()
+            if left < wait + P.ACK_RESEND_MARGIN_S:
+                return  # the lease ends first: the pop redelivers
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(self._hard_stop.wait(), timeout=wait)
+            if self._hard_stop.is_set():
+                return  # a hard stop abandons the ack
+            failed = None
 
     async def _plan(self, groups: list[list[Message]], handling: _Handling) -> None:
         """Hand a pop's messages to the handler, in order per partition, recording outcomes."""

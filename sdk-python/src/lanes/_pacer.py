@@ -31,7 +31,9 @@ def transient(e: BaseException) -> bool:
 def ack_error_ends_loop(e: BaseException) -> bool:
     """A failed ack that ends the consumer or iterator, as the same answer to a pop would: 403,
     413, any other 4xx but 408, 409 and 429, and 501. Anything else (network, 5xx, per-item
-    ``AckError``) is reported and the loop goes on; its messages redeliver after their lease."""
+    ``AckError``) is reported and the loop goes on: the consume loop resends a network failure,
+    429 or 5xx while the lease lasts (``Engine._ack_until_done``); otherwise the messages
+    redeliver after their lease."""
     if not isinstance(e, APIError):
         return False
     return e.status == 501 or (400 <= e.status < 500 and e.status not in (408, 409, 429))

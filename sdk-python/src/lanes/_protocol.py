@@ -12,7 +12,7 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote, quote_plus
 
@@ -708,6 +708,7 @@ class RenewalSchedule:
         self.every = every
         self.popped_at = popped_at
         self.next_in = every or RENEW_UNKNOWN_LEASE_AFTER_S
+        self.expires_at: datetime | None = None  # the latest expiry a renewal answered
 
     def extension(self) -> int:
         return renewal_extension(self.next_in)
@@ -716,10 +717,33 @@ class RenewalSchedule:
         """Take a renewal's answer; False when the lease was not renewed (renewal ends)."""
         if not r.success:
             return False
+        if r.new_expires_at is not None and (
+            self.expires_at is None or r.new_expires_at > self.expires_at
+        ):
+            self.expires_at = r.new_expires_at
         if not self.every:
             self.every = renew_every_for_expiry(self.popped_at, r.new_expires_at)
         self.next_in = self.every
         return True
+
+
+# The lease a consume loop assumes for a pop when neither lease_seconds nor a renewal told it: the
+# shortest default lease (push-created queues).
+FALLBACK_LEASE_S = 60.0
+# How long before the lease's expiry a consume loop stops resending a failed ack: its
+# last attempt still has time to land.
+ACK_RESEND_MARGIN_S = 1.0
+
+
+def lease_expiry(
+    spec: QueueSpec, popped_at: datetime, schedule: RenewalSchedule | None
+) -> datetime:
+    """The latest expiry a consume loop knows for a pop's lease: ``lease_seconds`` (else
+    FALLBACK_LEASE_S) from the pop's answer, or a later one a renewal answered."""
+    at = popped_at + timedelta(seconds=spec.lease_seconds or FALLBACK_LEASE_S)
+    if schedule is not None and schedule.expires_at is not None and schedule.expires_at > at:
+        return schedule.expires_at
+    return at
 
 
 def loop_error_backoff(consecutive: int) -> float:
