@@ -35,16 +35,8 @@ func stallBodyAfter(t *testing.T, brokerURL, path, body string, sent int) net.Co
 // and leaves the rest unsent.
 func stallRequestBody(t *testing.T, brokerURL, method, path, body string, sent int) net.Conn {
 	t.Helper()
-	u, err := url.Parse(brokerURL)
-	if err != nil {
-		t.Fatal(err)
-	}
-	conn, err := net.Dial("tcp", u.Host)
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { _ = conn.Close() })
-	head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, u.Host, len(body))
+	conn, host := dialBroker(t, brokerURL)
+	head := fmt.Sprintf("%s %s HTTP/1.1\r\nHost: %s\r\nContent-Type: application/json\r\nContent-Length: %d\r\n\r\n", method, path, host, len(body))
 	if _, err := io.WriteString(conn, head+body[:sent]); err != nil {
 		t.Fatal(err)
 	}
@@ -350,6 +342,17 @@ func postHeadText(t *testing.T, brokerURL, path, body, header string) string {
 // the body.
 func postHead(t *testing.T, brokerURL, path, body, header string) net.Conn {
 	t.Helper()
+	conn, _ := dialBroker(t, brokerURL)
+	if _, err := io.WriteString(conn, postHeadText(t, brokerURL, path, body, header)); err != nil {
+		t.Fatal(err)
+	}
+	return conn
+}
+
+// dialBroker opens a raw connection to the broker at brokerURL, closed when
+// the test ends, and returns it with the broker's host:port.
+func dialBroker(t *testing.T, brokerURL string) (net.Conn, string) {
+	t.Helper()
 	u, err := url.Parse(brokerURL)
 	if err != nil {
 		t.Fatal(err)
@@ -359,8 +362,5 @@ func postHead(t *testing.T, brokerURL, path, body, header string) net.Conn {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _ = conn.Close() })
-	if _, err := io.WriteString(conn, postHeadText(t, brokerURL, path, body, header)); err != nil {
-		t.Fatal(err)
-	}
-	return conn
+	return conn, u.Host
 }
