@@ -134,7 +134,11 @@ func TestBodiesPastTheBodyBudgetWaitThenAnswer429(t *testing.T) {
 	}
 
 	// Many large pushes at once, with a stalled body still holding half the
-	// budget: each is served or refused, and the bytes held never pass the budget.
+	// budget: each is served or refused, and the bytes held never pass the
+	// budget. Bodies take room as their bytes arrive, so when all twelve are
+	// part-read as the budget fills, all may wait out maxWait and be refused
+	// (CI saw 0 served of 12 once under load); what must hold is that the
+	// broker serves again once the burst is over.
 	var peak atomic.Int64
 	sampling := make(chan struct{})
 	var sampler sync.WaitGroup
@@ -168,9 +172,12 @@ func TestBodiesPastTheBodyBudgetWaitThenAnswer429(t *testing.T) {
 	pushes.Wait()
 	close(sampling)
 	sampler.Wait()
-	if peak.Load() > budgetBytes || served.Load() == 0 {
+	if peak.Load() > budgetBytes || served.Load()+refused.Load() != 12 {
 		t.Fatalf("peak body bytes held %d (budget %d); served %d, refused %d", peak.Load(), budgetBytes, served.Load(), refused.Load())
 	}
 	t.Logf("12 concurrent 600 KiB pushes: %d served, %d refused; peak body bytes held %d of %d", served.Load(), refused.Load(), peak.Load(), budgetBytes)
 	waitForHeld(t, budget, maxBody) // only the stalled body is left
+	if resp, e := mustPostPush(t, b.URL, pushOfSize(q, 600<<10), false); resp.StatusCode != http.StatusCreated {
+		t.Fatalf("push after the burst: %d %+v; want 201", resp.StatusCode, e)
+	}
 }
