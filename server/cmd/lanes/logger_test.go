@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -29,7 +28,7 @@ func TestLogsPrintDurationsAsText(t *testing.T) {
 // up mid-answer) is an ERROR line in the broker's format, not a bare line on
 // stderr that LANES_LOG_FORMAT=json and level-based alerts miss.
 func TestNetHTTPMessagesAreBrokerLogLines(t *testing.T) {
-	var out syncWriter
+	var out logBuffer
 	log := newLogger(&config.Config{LogFormat: "json", LogLevel: "warn"}, &out)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)
@@ -44,28 +43,10 @@ func TestNetHTTPMessagesAreBrokerLogLines(t *testing.T) {
 	}
 	_ = resp.Body.Close()
 	var line struct{ Level, Msg string }
-	if err := json.Unmarshal(bytes.TrimSpace(out.Bytes()), &line); err != nil {
-		t.Fatalf("net/http's message is not one JSON log line: %q (%v)", out.Bytes(), err)
+	if err := json.Unmarshal([]byte(strings.TrimSpace(out.String())), &line); err != nil {
+		t.Fatalf("net/http's message is not one JSON log line: %q (%v)", out.String(), err)
 	}
 	if line.Level != "ERROR" || !strings.Contains(line.Msg, "superfluous response.WriteHeader") {
 		t.Fatalf("want an ERROR line carrying net/http's message, got %+v", line)
 	}
-}
-
-// syncWriter is a buffer net/http's goroutines and the test share.
-type syncWriter struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (w *syncWriter) Write(p []byte) (int, error) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return w.buf.Write(p)
-}
-
-func (w *syncWriter) Bytes() []byte {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	return bytes.Clone(w.buf.Bytes())
 }

@@ -35,9 +35,20 @@ func pushThree(t *testing.T, b *testBroker, q string) {
 // when it left; the pop must not have been answered by then.
 func popAndLeave(t *testing.T, b *testBroker, path string, header http.Header, leaveAfter time.Duration) time.Time {
 	t.Helper()
-	ctx, leave := context.WithCancel(context.Background())
+	leave := startPopToLeave(t, b, path, header)
+	time.Sleep(leaveAfter)
+	return leave()
+}
+
+// startPopToLeave sends a pop and returns how its client leaves: leave
+// cancels the request, checks that the pop was not answered before, and
+// returns when it left.
+func startPopToLeave(t *testing.T, b *testBroker, path string, header http.Header) (leave func() time.Time) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, b.URL+path, nil)
 	if err != nil {
+		cancel()
 		t.Fatal(err)
 	}
 	for k, v := range header {
@@ -52,13 +63,15 @@ func popAndLeave(t *testing.T, b *testBroker, path string, header http.Header, l
 		}
 		answered <- err
 	}()
-	time.Sleep(leaveAfter)
-	left := time.Now()
-	leave()
-	if err := <-answered; !errors.Is(err, context.Canceled) {
-		t.Fatalf("the client did not leave: %v", err)
+	return func() time.Time {
+		t.Helper()
+		left := time.Now()
+		cancel()
+		if err := <-answered; !errors.Is(err, context.Canceled) {
+			t.Fatalf("the client did not leave: %v", err)
+		}
+		return left
 	}
-	return left
 }
 
 // expectGivenBack checks what a claim given back leaves: another pop of the
