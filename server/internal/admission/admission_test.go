@@ -188,19 +188,26 @@ func TestTryAcquireNeverQueuesAndYieldsToTheLine(t *testing.T) {
 	}
 }
 
+// takeWhole has client take room for a whole body of n bytes at once.
+func takeWhole(ctx context.Context, b *ByteBudget, client string, n int64) (*BodyRoom, error) {
+	room := b.Body(client, n)
+	return &room, room.Grow(ctx, n)
+}
+
 func TestByteBudgetWakesAWaiterWhenRoomIsGivenBack(t *testing.T) {
 	b := NewByteBudget(100, time.Second)
 	ctx := context.Background()
-	if err := b.Reserve(ctx, "a", 80); err != nil {
+	a, err := takeWhole(ctx, b, "a", 80)
+	if err != nil {
 		t.Fatal(err)
 	}
 	got := make(chan error, 1)
-	go func() { got <- b.Reserve(ctx, "b", 50) }()
+	go func() { _, err := takeWhole(ctx, b, "b", 50); got <- err }()
 	for b.Stats().Waiting != 1 {
 		time.Sleep(time.Millisecond)
 	}
 	start := time.Now()
-	b.Release("a", 80)
+	a.Release()
 	if err := <-got; err != nil || time.Since(start) > 500*time.Millisecond {
 		t.Fatalf("waiter after the release: %v after %s; want room at once", err, time.Since(start))
 	}
@@ -208,8 +215,8 @@ func TestByteBudgetWakesAWaiterWhenRoomIsGivenBack(t *testing.T) {
 		t.Fatalf("stats %+v", s)
 	}
 	short := NewByteBudget(100, 50*time.Millisecond)
-	_ = short.Reserve(ctx, "a", 100)
-	err := short.Reserve(ctx, "b", 1)
+	_, _ = takeWhole(ctx, short, "a", 100)
+	_, err = takeWhole(ctx, short, "b", 1)
 	if rej, ok := IsRejected(err); !ok || rej.Class != BodyClass || rej.Reason != ReasonOverloaded || rej.RetryAfter < time.Second {
 		t.Fatalf("no room within the wait: %v; want an overloaded body rejection", err)
 	}
@@ -221,27 +228,76 @@ func TestByteBudgetCapsOneClientsShare(t *testing.T) {
 	const maxWait = 50 * time.Millisecond
 	b := NewByteBudget(100, maxWait).LimitPerClient(40)
 	ctx := context.Background()
-	if err := b.Reserve(ctx, "slow", 30); err != nil {
+	slow, err := takeWhole(ctx, b, "slow", 30)
+	if err != nil {
 		t.Fatal(err)
 	}
 	start := time.Now()
-	err := b.Reserve(ctx, "slow", 20)
+	_, err = takeWhole(ctx, b, "slow", 20)
 	if rej, ok := IsRejected(err); !ok || rej.Reason != ReasonOverloaded || time.Since(start) < maxWait {
 		t.Fatalf("past its share: %v after %s; want an overloaded rejection after waiting %s", err, time.Since(start), maxWait)
 	}
-	if err := b.Reserve(ctx, "other", 40); err != nil {
+	other, err := takeWhole(ctx, b, "other", 40)
+	if err != nil {
 		t.Fatalf("another client with the slow one at its share: %v", err)
 	}
-	if err := b.Reserve(ctx, "slow", 41); err == nil {
+	if _, err := takeWhole(ctx, b, "slow", 41); err == nil {
 		t.Fatal("a reservation larger than the share was granted")
 	}
-	b.Release("slow", 30)
-	if err := b.Reserve(ctx, "slow", 40); err != nil {
+	slow.Release()
+	again, err := takeWhole(ctx, b, "slow", 40)
+	if err != nil {
 		t.Fatalf("after giving its bytes back: %v", err)
 	}
-	b.Release("slow", 40)
-	b.Release("other", 40)
-	if s := b.Stats(); s.Held != 0 || len(b.clientHeld) != 0 {
-		t.Fatalf("after every release: %+v, %d clients still tracked", s, len(b.clientHeld))
+	again.Release()
+	other.Release()
+	if s := b.Stats(); s.Held != 0 || len(b.clients) != 0 || b.reading != 0 {
+		t.Fatalf("after every release: %+v, %d clients still tracked, %d bytes still being read", s, len(b.clients), b.reading)
+	}
+}
+
+// A body takes a step only while its rest fits beside the bodies being read,
+// in the budget and in its client's share: the third body of 60 bytes is
+// refused its first 30, which would fit, since the two bodies let in before
+// it could then no longer both finish. A body read whole stops counting, and
+// its room, once given back, lets the third in.
+func TestByteBudgetLetsABodyGrowOnlyWhileItsRestFits(t *testing.T) {
+	const maxWait = 50 * time.Millisecond
+	for name, c := range map[string]struct {
+		budget  *ByteBudget
+		clients [3]string
+	}{
+		"in the budget":         {NewByteBudget(100, maxWait), [3]string{"a", "b", "c"}},
+		"in the client's share": {NewByteBudget(1000, maxWait).LimitPerClient(100), [3]string{"a", "a", "a"}},
+	} {
+		ctx := context.Background()
+		b := c.budget
+		first, second, third := b.Body(c.clients[0], 60), b.Body(c.clients[1], 60), b.Body(c.clients[2], 60)
+		for _, room := range []*BodyRoom{&first, &second} {
+			if err := room.Grow(ctx, 30); err != nil {
+				t.Fatalf("%s: first step of a body: %v", name, err)
+			}
+		}
+		if err := third.Grow(ctx, 30); err == nil || third.Held() != 0 {
+			t.Fatalf("%s: a third body's first step beside two half-read ones: %v, holding %d; want refused, holding nothing", name, err, third.Held())
+		}
+		if err := first.Grow(ctx, 30); err != nil {
+			t.Fatalf("%s: the rest of the first body: %v", name, err)
+		}
+		first.Received()
+		got := make(chan error, 1)
+		go func() { got <- third.Grow(ctx, 30) }()
+		for b.Stats().Waiting != 1 {
+			time.Sleep(time.Millisecond)
+		}
+		first.Release()
+		if err := <-got; err != nil {
+			t.Fatalf("%s: the third body once the first gave its room back: %v", name, err)
+		}
+		second.Release()
+		third.Release()
+		if s := b.Stats(); s.Held != 0 || s.Rejected != 1 || len(b.clients) != 0 || b.reading != 0 {
+			t.Fatalf("%s: after every release: %+v, %d clients, %d bytes being read", name, s, len(b.clients), b.reading)
+		}
 	}
 }

@@ -14,26 +14,30 @@ const BodyClass = "body"
 // ByteBudget bounds the bytes of request bodies the broker holds at once,
 // from the moment a body starts to arrive until its request ends, and
 // optionally the bytes any one client holds of it (LimitPerClient), so that
-// one slow sender cannot take the room of every other. A request that finds
-// no room waits up to maxWait for bodies in flight to finish, then is
-// rejected. Without a per-client share, taking and giving back room is one
-// atomic operation each; only a request that has to wait takes a lock.
+// one slow sender cannot take the room of every other. A body takes its room
+// in steps as it arrives (BodyRoom.Grow); one that finds no room waits up to
+// maxWait for room to be given back, then is rejected.
 type ByteBudget struct {
 	limit    int64
 	maxWait  time.Duration
-	held     atomic.Int64
+	held     atomic.Int64 // written under mu; Stats reads it without
 	waiting  atomic.Int64
 	rejected atomic.Int64
 
 	mu sync.Mutex
-	// freed is closed, and replaced, when bytes are given back while
+	// reading is the part of held taken by bodies not yet read whole.
+	reading int64
+	// freed is closed, and replaced, when room is given back while
 	// someone waits: every waiter then tries again.
 	freed chan struct{}
 
-	clientShare int64 // the most one client may hold; 0 is no cap
-	clientsMu   sync.Mutex
-	clientHeld  map[string]int64 // only clients holding bytes now
+	clientShare int64                 // the most one client may hold; 0 is no cap
+	clients     map[string]clientRoom // only clients holding bytes now
 }
+
+// clientRoom is what one client holds, and how much of it is of bodies still
+// being read.
+type clientRoom struct{ held, reading int64 }
 
 // NewByteBudget builds a budget of limit bytes; a non-positive maxWait waits one second.
 func NewByteBudget(limit int64, maxWait time.Duration) *ByteBudget {
@@ -47,30 +51,51 @@ func NewByteBudget(limit int64, maxWait time.Duration) *ByteBudget {
 // share; at least the largest body, or that body could never be received).
 func (b *ByteBudget) LimitPerClient(share int64) *ByteBudget {
 	b.clientShare = share
-	b.clientHeld = map[string]int64{}
+	b.clients = map[string]clientRoom{}
 	return b
 }
 
-// Reserve takes n bytes for client, waiting up to maxWait for room. Each
-// successful Reserve must be matched by a Release of the same client and n.
-func (b *ByteBudget) Reserve(ctx context.Context, client string, n int64) error {
-	if b.tryReserve(client, n) {
-		return nil
-	}
-	if n > b.limit || b.clientShare > 0 && n > b.clientShare {
+// BodyRoom is the room one request body holds in a ByteBudget, from its first
+// byte until its request ends. Its methods are not safe for concurrent use.
+type BodyRoom struct {
+	budget *ByteBudget
+	client string
+	size   int64 // the most the body may take: its declared length, else the size cap
+	held   int64
+	read   bool // read whole: its room no longer counts as a body being read
+}
+
+// Body starts the room of a body of at most size bytes sent by client.
+func (b *ByteBudget) Body(client string, size int64) BodyRoom {
+	return BodyRoom{budget: b, client: client, size: size}
+}
+
+// Held is the room the body holds now.
+func (r *BodyRoom) Held() int64 { return r.held }
+
+// Grow takes n more bytes for the body (its held room plus n at most its
+// size), waiting up to maxWait for room. It takes them only while the rest of
+// the body, n included, fits beside the room of the other bodies being read,
+// in the budget and in the client's share. The body let in last can then
+// always be read to its end, waiting at most for requests already read to
+// give their room back: taking room only as bytes arrived let every body of
+// a burst hold a part of itself and wait for the others' room until all were
+// refused.
+func (r *BodyRoom) Grow(ctx context.Context, n int64) error {
+	b := r.budget
+	if r.size > b.limit || b.clientShare > 0 && r.size > b.clientShare {
 		return b.reject()
+	}
+	if ok, _ := b.tryGrow(r, n); ok {
+		return nil
 	}
 	b.waiting.Add(1)
 	defer b.waiting.Add(-1)
 	timer := time.NewTimer(b.maxWait)
 	defer timer.Stop()
 	for {
-		// Read the channel before trying: a Release after a failed try
-		// closes this channel or one read later, so no wake-up is lost.
-		b.mu.Lock()
-		freed := b.freed
-		b.mu.Unlock()
-		if b.tryReserve(client, n) {
+		ok, freed := b.tryGrow(r, n)
+		if ok {
 			return nil
 		}
 		select {
@@ -83,53 +108,71 @@ func (b *ByteBudget) Reserve(ctx context.Context, client string, n int64) error 
 	}
 }
 
-// tryReserve takes n bytes for client if they fit both the client's share
-// and the budget now.
-func (b *ByteBudget) tryReserve(client string, n int64) bool {
-	if b.clientShare <= 0 {
-		return b.tryReserveShared(n)
+// tryGrow takes n bytes for r if they fit now; if not, it returns the channel
+// closed when room is next given back (read under the same lock as the try,
+// so no wake-up is lost).
+func (b *ByteBudget) tryGrow(r *BodyRoom, n int64) (bool, chan struct{}) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	othersReading := b.reading - r.held
+	if b.held.Load()+n > b.limit || othersReading+r.size > b.limit {
+		return false, b.freed
 	}
-	b.clientsMu.Lock()
-	defer b.clientsMu.Unlock()
-	if b.clientHeld[client]+n > b.clientShare || !b.tryReserveShared(n) {
-		return false
-	}
-	b.clientHeld[client] += n
-	return true
-}
-
-// tryReserveShared takes n bytes of the budget if they fit now.
-// Compare-and-swap rather than add-then-undo, so held never passes the limit
-// even for a moment.
-func (b *ByteBudget) tryReserveShared(n int64) bool {
-	for {
-		held := b.held.Load()
-		if held+n > b.limit {
-			return false
-		}
-		if b.held.CompareAndSwap(held, held+n) {
-			return true
-		}
-	}
-}
-
-// Release gives back n bytes client took by Reserve.
-func (b *ByteBudget) Release(client string, n int64) {
 	if b.clientShare > 0 {
-		b.clientsMu.Lock()
-		if left := b.clientHeld[client] - n; left > 0 {
-			b.clientHeld[client] = left
-		} else {
-			delete(b.clientHeld, client)
+		c := b.clients[r.client]
+		if c.held+n > b.clientShare || c.reading-r.held+r.size > b.clientShare {
+			return false, b.freed
 		}
-		b.clientsMu.Unlock()
+		b.clients[r.client] = clientRoom{held: c.held + n, reading: c.reading + n}
 	}
-	b.held.Add(-n)
+	b.held.Add(n)
+	b.reading += n
+	r.held += n
+	return true, nil
+}
+
+// Received marks the body read whole: its room stays held until Release, but
+// no longer keeps other bodies from starting (it needs no more).
+func (r *BodyRoom) Received() {
+	if r.read {
+		return
+	}
+	r.read = true
+	r.budget.giveBack(r.client, 0, r.held)
+}
+
+// Release gives back all the room the body holds.
+func (r *BodyRoom) Release() {
+	reading := r.held
+	if r.read {
+		reading = 0
+	}
+	r.budget.giveBack(r.client, r.held, reading)
+	r.held, r.read = 0, true
+}
+
+// giveBack takes held bytes off client's room, reading of them off the room
+// of bodies being read, and wakes the waiters.
+func (b *ByteBudget) giveBack(client string, held, reading int64) {
+	if held == 0 && reading == 0 {
+		return
+	}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.clientShare > 0 {
+		c := b.clients[client]
+		if c.held -= held; c.held > 0 {
+			c.reading -= reading
+			b.clients[client] = c
+		} else {
+			delete(b.clients, client)
+		}
+	}
+	b.held.Add(-held)
+	b.reading -= reading
 	if b.waiting.Load() > 0 {
-		b.mu.Lock()
 		close(b.freed)
 		b.freed = make(chan struct{})
-		b.mu.Unlock()
 	}
 }
 

@@ -87,14 +87,19 @@ func (s *Server) bodyLimit(r *http.Request, takesNoBody func(*http.Request) bool
 // holds what it sent plus one step, never the length it declared, and never
 // more than its client's share, so it delays nobody but itself. Taking the
 // declared length up front let two requests that sent one byte each fill the
-// budget until their read deadline. It returns the release of the room taken.
+// budget until their read deadline. A step is taken only while the rest of
+// the body fits beside the bodies being read (admission.BodyRoom.Grow), so a
+// burst always serves some of its bodies. A body without a length may be as
+// large as the cap, and is counted so: counting less would let a burst of
+// them fill the budget with parts none can finish. It returns the release of
+// the room taken.
 func (s *Server) reserveBody(r *http.Request, budget *admission.ByteBudget, limit int64) (release func()) {
 	if r.ContentLength >= 0 {
 		limit = r.ContentLength
 	}
-	grown := &growingReservation{budget: budget, ctx: r.Context(), client: clientKey(r), body: r.Body, limit: limit}
+	grown := &growingReservation{room: budget.Body(clientKey(r), limit), ctx: r.Context(), body: r.Body, limit: limit}
 	r.Body = grown
-	return grown.release
+	return grown.room.Release
 }
 
 // writeBodyRejected answers a body refused for want of budget room. Its bytes
@@ -134,37 +139,34 @@ const bodyReserveStep = 256 << 10
 // bytes it lets through, up to limit (its declared length, else the size cap,
 // past which it answers 413 anyway).
 type growingReservation struct {
-	budget *admission.ByteBudget
-	ctx    context.Context
-	client string
-	body   io.ReadCloser
-	limit  int64
-	held   int64
-	read   int64
+	room  admission.BodyRoom
+	ctx   context.Context
+	body  io.ReadCloser
+	limit int64
+	read  int64
 }
 
 func (g *growingReservation) Read(p []byte) (int, error) {
-	if g.read == g.held && g.held < g.limit {
-		step := min(bodyReserveStep, g.limit-g.held)
-		if err := g.budget.Reserve(g.ctx, g.client, step); err != nil {
+	held := g.room.Held()
+	if g.read == held && held < g.limit {
+		step := min(bodyReserveStep, g.limit-held)
+		if err := g.room.Grow(g.ctx, step); err != nil {
 			return 0, err
 		}
-		g.held += step
+		held += step
 	}
-	if room := g.held - g.read; room > 0 && int64(len(p)) > room {
+	if room := held - g.read; room > 0 && int64(len(p)) > room {
 		p = p[:room]
 	}
 	n, err := g.body.Read(p)
 	g.read += int64(n)
+	if err == io.EOF {
+		g.room.Received()
+	}
 	return n, err
 }
 
 func (g *growingReservation) Close() error { return g.body.Close() }
-
-func (g *growingReservation) release() {
-	g.budget.Release(g.client, g.held)
-	g.held = 0
-}
 
 // bodyPrealloc bounds the buffer reserved from a declared Content-Length
 // before the bytes arrive, so a client that declares a large body and stalls
