@@ -192,16 +192,24 @@ func TestBodiesPastTheBodyBudgetWaitThenAnswer429(t *testing.T) {
 // it fits beside the bodies being read: the one let in last can always
 // finish, and the others follow as it gives its room back. A body without a
 // length is counted as large as the cap, here the whole budget, so chunked
-// bodies are let in one at a time.
+// bodies are let in one at a time. The same holds in one client's share.
 func TestABurstOfPartReadBodiesIsServed(t *testing.T) {
 	const budgetBytes, bodies, size, maxWait = 4 * bodyReserveStep, 4, 2 * bodyReserveStep, 3 * time.Second
-	for _, chunked := range []bool{false, true} {
-		budget := admission.NewByteBudget(budgetBytes, maxWait)
+	for _, c := range []struct {
+		name    string
+		chunked bool
+		budget  *admission.ByteBudget
+	}{
+		{"declared lengths", false, admission.NewByteBudget(budgetBytes, maxWait)},
+		{"chunked", true, admission.NewByteBudget(budgetBytes, maxWait)},
+		{"declared lengths, one client's share", false, admission.NewByteBudget(2*budgetBytes, maxWait).LimitPerClient(budgetBytes)},
+	} {
+		budget := c.budget
 		b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: budgetBytes, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
 		body := pushOfSize(uniqueQueue(t), size)
 		firstPart := bodyReserveStep - 1000
 		head, rest := body[:firstPart], body[firstPart:]
-		if chunked {
+		if c.chunked {
 			head = fmt.Sprintf("%x\r\n%s\r\n", len(head), head)
 			rest = fmt.Sprintf("%x\r\n%s\r\n0\r\n\r\n", len(rest), rest)
 		}
@@ -212,7 +220,7 @@ func TestABurstOfPartReadBodiesIsServed(t *testing.T) {
 		for i := range conns {
 			conn, host := dialBroker(t, b.URL)
 			length := fmt.Sprintf("Content-Length: %d", len(body))
-			if chunked {
+			if c.chunked {
 				length = "Transfer-Encoding: chunked"
 			}
 			if _, err := fmt.Fprintf(conn, "POST /api/v1/push HTTP/1.1\r\nHost: %s\r\n%s\r\n\r\n%s", host, length, head); err != nil {
@@ -224,7 +232,7 @@ func TestABurstOfPartReadBodiesIsServed(t *testing.T) {
 			return budget.Stats().Held+budget.Stats().Waiting*bodyReserveStep == budgetBytes
 		})
 		if held := budget.Stats().Held; held > budgetBytes-bodyReserveStep {
-			t.Errorf("chunked %v: first parts of %d bodies of %d bytes hold %d of the %d-byte budget; want room left for one to finish", chunked, bodies, size, held, budgetBytes)
+			t.Errorf("%s: first parts of %d bodies of %d bytes hold %d of %d bytes of room; want room left for one to finish", c.name, bodies, size, held, budgetBytes)
 		}
 
 		statuses := make([]int, bodies)
@@ -233,13 +241,13 @@ func TestABurstOfPartReadBodiesIsServed(t *testing.T) {
 		for i, conn := range conns {
 			rests.Go(func() {
 				if _, err := io.WriteString(conn, rest); err != nil {
-					t.Errorf("chunked %v, body %d: sending the rest: %v", chunked, i, err)
+					t.Errorf("%s, body %d: sending the rest: %v", c.name, i, err)
 					return
 				}
 				_ = conn.SetReadDeadline(time.Now().Add(20 * time.Second))
 				resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
 				if err != nil {
-					t.Errorf("chunked %v, body %d: no answer: %v", chunked, i, err)
+					t.Errorf("%s, body %d: no answer: %v", c.name, i, err)
 					return
 				}
 				_ = resp.Body.Close()
@@ -249,11 +257,11 @@ func TestABurstOfPartReadBodiesIsServed(t *testing.T) {
 		rests.Wait()
 		for i, status := range statuses {
 			if status != http.StatusCreated {
-				t.Errorf("chunked %v, body %d of a burst of %d bodies of %d bytes in a %d-byte budget: %d; want 201 (answers %v)", chunked, i, bodies, size, budgetBytes, status, statuses)
+				t.Errorf("%s, body %d of a burst of %d bodies of %d bytes in %d bytes of room: %d; want 201 (answers %v)", c.name, i, bodies, size, budgetBytes, status, statuses)
 			}
 		}
 		if took := time.Since(start); took >= maxWait {
-			t.Errorf("chunked %v: the burst took %s to answer; nobody should wait out the %s wait for room", chunked, took, maxWait)
+			t.Errorf("%s: the burst took %s to answer; nobody should wait out the %s wait for room", c.name, took, maxWait)
 		}
 		waitForHeld(t, budget, 0)
 	}
