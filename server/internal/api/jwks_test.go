@@ -34,11 +34,16 @@ type jwksServer struct {
 	mu      sync.Mutex
 	keys    []map[string]any
 	down    bool
+	delay   time.Duration
 	fetches atomic.Int32
 }
 
 func (s *jwksServer) ServeHTTP(w http.ResponseWriter, _ *http.Request) {
 	s.fetches.Add(1)
+	s.mu.Lock()
+	delay := s.delay
+	s.mu.Unlock()
+	time.Sleep(delay)
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.down {
@@ -53,6 +58,13 @@ func (s *jwksServer) setKeys(keys ...map[string]any) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.keys = keys
+}
+
+// setDelay makes each answer wait d, as a slow provider's does.
+func (s *jwksServer) setDelay(d time.Duration) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.delay = d
 }
 
 func (s *jwksServer) setDown(down bool) {

@@ -48,6 +48,11 @@ type keySet struct {
 	transport  *http.Transport
 	stop       context.CancelFunc
 
+	// kidFetch is closed when the fetch for an unknown kid under way ends
+	// (nil: none runs); tokens that arrive meanwhile wait for it.
+	kidFetchMu sync.Mutex
+	kidFetch   chan struct{}
+
 	mu     sync.Mutex
 	status KeySetStatus
 }
@@ -251,7 +256,8 @@ func orDefault(d, def time.Duration) time.Duration {
 
 // key is the key named kid, for a token signed with alg. The kid is looked up
 // in every set; when none holds it, each set whose unknown-kid interval has
-// passed is fetched again (at once, so the slowest bounds the wait). A kid that
+// passed is fetched again, and each set being fetched is waited for (all at
+// once, so the slowest bounds the wait). A kid that
 // two sets name for different keys gives both keys, and the token verifies if
 // one of them does: each set is trusted whole, so this grants nothing a set
 // does not, and one provider's choice of kid cannot lock out the other's tokens.
@@ -298,18 +304,14 @@ func (sets keySets) cached(kid string) []jwkset.JWK {
 }
 
 // refetch fetches again, at once, every set whose unknown-kid interval has
-// passed, and returns the keys named kid they then hold.
+// passed, waits for the fetches already under way, and returns the keys named
+// kid the sets then hold.
 func (sets keySets) refetch(kid string) []jwkset.JWK {
 	results := make([]*jwkset.JWK, len(sets))
 	var wg sync.WaitGroup
 	for i, s := range sets {
-		if !s.unknownKID.Allow() {
-			continue
-		}
 		wg.Go(func() {
-			ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-			defer cancel()
-			if jwk, err := s.refetching.KeyRead(ctx, kid); err == nil {
+			if jwk, ok := s.fetchForKID(kid); ok {
 				results[i] = &jwk
 			}
 		})
@@ -322,6 +324,36 @@ func (sets keySets) refetch(kid string) []jwkset.JWK {
 		}
 	}
 	return found
+}
+
+// fetchForKID is the key named kid once the set is fetched again: by this
+// call when its unknown-kid interval has passed, or by the fetch under way,
+// which it waits for. A token that arrives while a rotated key is fetched
+// thus verifies instead of answering 401, and the set still sees one fetch
+// at a time, at most one per interval.
+func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
+	s.kidFetchMu.Lock()
+	underWay := s.kidFetch
+	if underWay == nil && s.unknownKID.Allow() {
+		done := make(chan struct{})
+		s.kidFetch = done
+		s.kidFetchMu.Unlock()
+		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+		_, _ = s.refetching.KeyRead(ctx, kid) // recordedFetches and RefreshErrorHandler record how it went
+		cancel()
+		s.kidFetchMu.Lock()
+		s.kidFetch = nil
+		s.kidFetchMu.Unlock()
+		close(done)
+	} else {
+		s.kidFetchMu.Unlock()
+		if underWay != nil {
+			<-underWay
+		}
+	}
+	// Read again even without a fetch: one may have ended since cached.
+	jwk, err := s.fetched.KeyRead(context.Background(), kid)
+	return jwk, err == nil
 }
 
 // keysFor are the cached keys of every set that can verify a token signed
