@@ -951,6 +951,13 @@ type Health struct {
 	// the keys it holds keep verifying tokens, and `status` follows the database alone.
 	Jwks *[]JWKSHealth `json:"jwks,omitempty"`
 
+	// SchemaVersions This broker's schema version beside the database's, for a rolling upgrade; older brokers
+	// send no `schemaVersions`. The database's figures are what the broker's boot and its
+	// once-a-second check of the minimum broker version last read (`/health` reads nothing
+	// more): `null` until the database first answers, and kept while it is down, `readAt`
+	// saying how old they are.
+	SchemaVersions *SchemaVersions `json:"schemaVersions,omitempty"`
+
 	// Status `healthy` or `unhealthy`.
 	Status  string `json:"status"`
 	Version string `json:"version"`
@@ -2078,6 +2085,28 @@ type ReplayedAs struct {
 
 // ReplayedAsStatus defines model for ReplayedAs.Status.
 type ReplayedAsStatus string
+
+// SchemaVersions This broker's schema version beside the database's, for a rolling upgrade; older brokers
+// send no `schemaVersions`. The database's figures are what the broker's boot and its
+// once-a-second check of the minimum broker version last read (`/health` reads nothing
+// more): `null` until the database first answers, and kept while it is down, `readAt`
+// saying how old they are.
+type SchemaVersions struct {
+	// Broker This broker's schema version, the highest number of its schema files.
+	Broker int `json:"broker"`
+
+	// MinBroker The oldest broker schema version the database admits; a broker below it refuses to start, and one running stops within a second of the raise. 0 when none is recorded.
+	MinBroker *int `json:"minBroker"`
+
+	// MinBrokerRaisedBy The schema version of the broker that last raised `minBroker`; 0 when none is recorded.
+	MinBrokerRaisedBy *int `json:"minBrokerRaisedBy"`
+
+	// ReadAt When the database's figures were read; `null` before the first read.
+	ReadAt *time.Time `json:"readAt"`
+
+	// Recorded The schema version the database records as applied, the latest that applied its files; 0 when it records none.
+	Recorded *int `json:"recorded"`
+}
 
 // SeekError Seek error; keeps the reference's `success` key.
 type SeekError struct {
@@ -3727,6 +3756,8 @@ type ClientInterface interface {
 	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 	// with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
 	// says whether each is reachable; a key set that is down never makes the broker unhealthy.
+	// `schemaVersions` gives this broker's schema version beside the database's, as last read
+	// (no extra round trip), for rolling upgrades.
 	// Required role: none (public, no token needed even with auth on).
 	//
 	// Corresponds with GET /health (the `GetHealth` operationId).
@@ -5086,6 +5117,8 @@ func (c *Client) Transaction(ctx context.Context, body TransactionJSONRequestBod
 // trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 // with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
 // says whether each is reachable; a key set that is down never makes the broker unhealthy.
+// `schemaVersions` gives this broker's schema version beside the database's, as last read
+// (no extra round trip), for rolling upgrades.
 // Required role: none (public, no token needed even with auth on).
 //
 // Corresponds with GET /health (the `GetHealth` operationId).
@@ -8983,6 +9016,8 @@ type ClientWithResponsesInterface interface {
 	// trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 	// with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
 	// says whether each is reachable; a key set that is down never makes the broker unhealthy.
+	// `schemaVersions` gives this broker's schema version beside the database's, as last read
+	// (no extra round trip), for rolling upgrades.
 	// Required role: none (public, no token needed even with auth on).
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -15465,6 +15500,8 @@ func (c *ClientWithResponses) TransactionWithResponse(ctx context.Context, body 
 // trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
 // with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
 // says whether each is reachable; a key set that is down never makes the broker unhealthy.
+// `schemaVersions` gives this broker's schema version beside the database's, as last read
+// (no extra round trip), for rolling upgrades.
 // Required role: none (public, no token needed even with auth on).
 //
 // Returns a wrapper object for the known response body format(s).

@@ -878,6 +878,8 @@ export interface paths {
          *     trip runs on a connection of its own, outside the request pool, within 2 s: a pool busy
          *     with requests does not make the broker unhealthy. With JWT key sets configured, `jwks`
          *     says whether each is reachable; a key set that is down never makes the broker unhealthy.
+         *     `schemaVersions` gives this broker's schema version beside the database's, as last read
+         *     (no extra round trip), for rolling upgrades.
          *     Required role: none (public, no token needed even with auth on).
          *
          */
@@ -2306,6 +2308,28 @@ export interface components {
              *     the keys it holds keep verifying tokens, and `status` follows the database alone.
              *      */
             jwks?: components["schemas"]["JWKSHealth"][];
+            schemaVersions?: components["schemas"]["SchemaVersions"];
+        };
+        /** @description This broker's schema version beside the database's, for a rolling upgrade; older brokers
+         *     send no `schemaVersions`. The database's figures are what the broker's boot and its
+         *     once-a-second check of the minimum broker version last read (`/health` reads nothing
+         *     more): `null` until the database first answers, and kept while it is down, `readAt`
+         *     saying how old they are.
+         *      */
+        SchemaVersions: {
+            /** @description This broker's schema version, the highest number of its schema files. */
+            broker: number;
+            /** @description The schema version the database records as applied, the latest that applied its files; 0 when it records none. */
+            recorded: number | null;
+            /** @description The oldest broker schema version the database admits; a broker below it refuses to start, and one running stops within a second of the raise. 0 when none is recorded. */
+            minBroker: number | null;
+            /** @description The schema version of the broker that last raised `minBroker`; 0 when none is recorded. */
+            minBrokerRaisedBy: number | null;
+            /**
+             * Format: date-time
+             * @description When the database's figures were read; `null` before the first read.
+             */
+            readAt: string | null;
         };
         /** @description What the fetches of one JSON Web Key Set left. */
         JWKSHealth: {

@@ -241,7 +241,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		Version: version, MaxBodyBytes: cfg.MaxBodyBytes, Logger: log,
 		Admission: admit, BodyBudget: newBodyBudget(cfg), Spool: b.sp, Auth: verifier, PushTimeout: cfg.PushTimeout,
 		TestFaults: cfg.TestFaults, Metrics: reg, Limits: limitsOf(cfg), DBTimeout: cfg.RequestDBTimeout,
-		BodyReadTimeout: cfg.BodyReadTimeout, SchemaReady: b.schema.ready.Load,
+		BodyReadTimeout: cfg.BodyReadTimeout, SchemaReady: b.schema.ready.Load, SchemaState: b.schema.schemaState,
 	})
 	b.schema.start = func() {
 		eng.StartRetention(cfg.RetentionInterval)
@@ -253,7 +253,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		}
 		go b.srv.RunLagCollector(loopsCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
 		go b.srv.RunMaintenanceRefresh(loopsCtx)
-		go watchMinBrokerVersion(loopsCtx, pool, minVersionCheckInterval, b.refuse)
+		go watchMinBrokerVersion(loopsCtx, pool, minVersionCheckInterval, b.schema.noteRead, b.refuse)
 	}
 	// Until the database answers, the spool's dbHealthy (status/buffers, metrics) says it is down.
 	b.schema.unreachable = func() {

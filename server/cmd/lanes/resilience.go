@@ -162,8 +162,22 @@ type schemaGate struct {
 	unreachable func()
 	// refuse stops the serving broker with its error.
 	refuse func(error)
-	mu     sync.Mutex
-	closed bool
+	// lastRead is what the database last said of its schema (nil: nothing
+	// yet), kept for /health while the database is down.
+	lastRead atomic.Pointer[engine.SchemaState]
+	mu       sync.Mutex
+	closed   bool
+}
+
+// noteRead keeps a read of the database's schema state for /health.
+func (g *schemaGate) noteRead(state engine.SchemaState) { g.lastRead.Store(&state) }
+
+// schemaState is the last read of the database's schema state; false before one.
+func (g *schemaGate) schemaState() (engine.SchemaState, bool) {
+	if state := g.lastRead.Load(); state != nil {
+		return *state, true
+	}
+	return engine.SchemaState{}, false
 }
 
 // bringUp returns an *engine.BrokerTooOldError when the database admits no
@@ -172,10 +186,13 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 	if !cfg.ApplySchema {
 		// A database that does not answer yet is checked by the periodic read.
 		cctx, cancel := context.WithTimeout(ctx, minVersionCheckTimeout)
-		err := engine.CheckMinBrokerVersion(cctx, pool)
+		state, err := engine.ReadSchemaState(cctx, pool)
 		cancel()
 		if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
 			return err
+		}
+		if err == nil {
+			g.noteRead(state)
 		}
 		g.outcome = "skipped"
 		g.markReady()
@@ -201,6 +218,7 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 		default:
 			g.outcome = "unchanged"
 		}
+		g.noteRead(done.State)
 		logMinBrokerVersion(done, log)
 		g.markReady()
 		return nil
@@ -228,6 +246,7 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 			}
 			if err == nil {
 				log.Info("schema applied; database work resumes and the spool drains", "attempts", attempts+1)
+				g.noteRead(done.State)
 				logMinBrokerVersion(done, log)
 				g.markReady()
 				return
@@ -252,10 +271,11 @@ func logMinBrokerVersion(done engine.SchemaOutcome, log *slog.Logger) {
 // broker version, so it stops soon after a later version raised it past it.
 const minVersionCheckInterval = time.Second
 
-// watchMinBrokerVersion reads the database's minimum broker version every
-// interval until ctx ends, and calls refuse once it is above this broker's.
+// watchMinBrokerVersion reads the database's minimum broker version and
+// schema record every interval until ctx ends, hands each read to note (for
+// /health), and calls refuse once the minimum is above this broker's version.
 // A read that fails is left to the next one: outages are logged elsewhere.
-func watchMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, refuse func(error)) {
+func watchMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, note func(engine.SchemaState), refuse func(error)) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -265,8 +285,11 @@ func watchMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool, interval tim
 		case <-tick.C:
 		}
 		cctx, cancel := context.WithTimeout(ctx, interval+minVersionCheckTimeout)
-		err := engine.CheckMinBrokerVersion(cctx, pool)
+		state, err := engine.ReadSchemaState(cctx, pool)
 		cancel()
+		if !state.ReadAt.IsZero() {
+			note(state)
+		}
 		if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
 			refuse(err)
 			return

@@ -5,6 +5,7 @@ import (
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
+	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
 const engineName = "lanes-segments"
@@ -14,14 +15,29 @@ const engineName = "lanes-segments"
 // sets' state is reported but never makes the broker unhealthy: their cached
 // keys keep verifying while an endpoint is down.
 func (s *Server) GetHealth(ctx context.Context, _ gen.GetHealthRequestObject) (gen.GetHealthResponseObject, error) {
-	engineLabel, version, jwks := engineName, s.opts.Version, s.keySetHealth()
+	engineLabel, version, jwks, schema := engineName, s.opts.Version, s.keySetHealth(), s.schemaVersions()
 	if err := s.engine.Ping(ctx); err != nil {
-		return gen.GetHealth503JSONResponse{Status: "unhealthy", Database: "disconnected", Engine: engineLabel, Version: version, Jwks: jwks}, nil
+		return gen.GetHealth503JSONResponse{Status: "unhealthy", Database: "disconnected", Engine: engineLabel, Version: version, Jwks: jwks, SchemaVersions: schema}, nil
 	}
 	if !s.schemaReady() {
-		return gen.GetHealth503JSONResponse{Status: "unhealthy", Database: "schema not applied", Engine: engineLabel, Version: version, Jwks: jwks}, nil
+		return gen.GetHealth503JSONResponse{Status: "unhealthy", Database: "schema not applied", Engine: engineLabel, Version: version, Jwks: jwks, SchemaVersions: schema}, nil
 	}
-	return gen.GetHealth200JSONResponse{Status: "healthy", Database: "connected", Engine: engineLabel, Version: version, Jwks: jwks}, nil
+	return gen.GetHealth200JSONResponse{Status: "healthy", Database: "connected", Engine: engineLabel, Version: version, Jwks: jwks, SchemaVersions: schema}, nil
+}
+
+// schemaVersions is this broker's schema version beside the database's
+// figures as last read (nulls before a read): /health adds no round trip.
+func (s *Server) schemaVersions() *gen.SchemaVersions {
+	broker, _ := engine.SchemaVersion() // fails only for a misnamed embedded file, which the boot refuses
+	out := &gen.SchemaVersions{Broker: broker}
+	if s.opts.SchemaState == nil {
+		return out
+	}
+	if state, read := s.opts.SchemaState(); read {
+		out.Recorded, out.MinBroker, out.MinBrokerRaisedBy = &state.Recorded, &state.MinBrokerVersion, &state.MinBrokerVersionRaisedBy
+		out.ReadAt = utcOrNil(state.ReadAt)
+	}
+	return out
 }
 
 // keySetHealth is each JWKS's state, or nil without key sets.

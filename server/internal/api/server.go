@@ -58,6 +58,10 @@ type Options struct {
 	// SchemaReady reports that the schema is applied (nil: always). Until then
 	// /health answers 503 and pushes go to the spool.
 	SchemaReady func() bool
+	// SchemaState is what the database last said of its schema, read by the
+	// boot and the minimum broker version's check, for /health; false before
+	// the first read (nil: never read).
+	SchemaState func() (engine.SchemaState, bool)
 }
 
 // Server implements gen.StrictServerInterface: every operation of the spec has

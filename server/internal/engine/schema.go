@@ -52,6 +52,21 @@ type SchemaOutcome struct {
 	// MinBrokerVersion is the oldest broker schema version the database
 	// admits after the boot; MinBrokerVersionWas the one before (0 when none).
 	MinBrokerVersion, MinBrokerVersionWas int
+	// State is what the database holds after a boot that succeeded.
+	State SchemaState
+}
+
+// SchemaState is what a read of the database found of its schema: at boot,
+// and every second after (ReadSchemaState), for the minimum's check and /health.
+type SchemaState struct {
+	// Recorded is the schema version lanes.schema_applied records (0: none).
+	Recorded int
+	// MinBrokerVersion is the oldest broker schema version the database admits
+	// (0: none recorded), as raised last by a broker of schema version
+	// MinBrokerVersionRaisedBy.
+	MinBrokerVersion, MinBrokerVersionRaisedBy int
+	// ReadAt is when the read ended.
+	ReadAt time.Time
 }
 
 // RaisedMinBrokerVersion reports a boot that raised the database's minimum.
@@ -118,6 +133,8 @@ func ApplySchemaOutcome(ctx context.Context, pool *pgxpool.Pool) (SchemaOutcome,
 			if minimum.tableExists {
 				err = raiseMinBrokerVersion(ctx, conn.Conn(), version, &out)
 			}
+			out.State = SchemaState{Recorded: out.Recorded, MinBrokerVersion: out.MinBrokerVersion,
+				MinBrokerVersionRaisedBy: minimum.raisedByAfter(out), ReadAt: time.Now()}
 			return out, err
 		}
 	}
@@ -137,7 +154,10 @@ func ApplySchemaOutcome(ctx context.Context, pool *pgxpool.Pool) (SchemaOutcome,
 		return out, fmt.Errorf("record schema digest: %w", err)
 	}
 	out.Applied = true
-	return out, raiseMinBrokerVersion(ctx, conn.Conn(), version, &out)
+	err = raiseMinBrokerVersion(ctx, conn.Conn(), version, &out)
+	out.State = SchemaState{Recorded: version, MinBrokerVersion: out.MinBrokerVersion,
+		MinBrokerVersionRaisedBy: minimum.raisedByAfter(out), ReadAt: time.Now()}
+	return out, err
 }
 
 // MinPeerSchemaVersion is the oldest broker schema version this broker lets
@@ -168,6 +188,14 @@ func (e *BrokerTooOldError) Error() string {
 type minBrokerVersion struct {
 	Version, RaisedBy int
 	tableExists       bool
+}
+
+// raisedByAfter is the version that raised the minimum after the boot out.
+func (m minBrokerVersion) raisedByAfter(out SchemaOutcome) int {
+	if out.RaisedMinBrokerVersion() {
+		return out.Version
+	}
+	return m.RaisedBy
 }
 
 func readMinBrokerVersion(ctx context.Context, conn *pgx.Conn) (minBrokerVersion, error) {
@@ -208,23 +236,58 @@ func raiseMinBrokerVersion(ctx context.Context, conn *pgx.Conn, version int, out
 // longer admits a broker of this schema version (a later version raised the
 // minimum); it reads, never writes.
 func CheckMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool) error {
+	_, err := ReadSchemaState(ctx, pool)
+	return err
+}
+
+// ReadSchemaState reads the database's schema record and minimum broker
+// version, in one round trip, and returns a *BrokerTooOldError beside them
+// when the minimum is above this broker's schema version. It never writes.
+func ReadSchemaState(ctx context.Context, pool *pgxpool.Pool) (SchemaState, error) {
 	version, err := SchemaVersion()
 	if err != nil {
-		return err
+		return SchemaState{}, err
 	}
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("acquire: %w", err)
+		return SchemaState{}, fmt.Errorf("acquire: %w", err)
 	}
 	defer conn.Release()
-	minimum, err := readMinBrokerVersion(ctx, conn.Conn())
+	var state SchemaState
+	// Read through to_jsonb: a database from before 130_schema_version.sql
+	// has no version column.
+	err = conn.QueryRow(ctx, `SELECT coalesce((SELECT (to_jsonb(s) ->> 'version')::int FROM lanes.schema_applied s WHERE id = 1), 0),
+			coalesce(m.version, 0), coalesce(m.raised_by, 0)
+		FROM (SELECT) one LEFT JOIN lanes.min_broker_version m ON m.id = 1`).
+		Scan(&state.Recorded, &state.MinBrokerVersion, &state.MinBrokerVersionRaisedBy)
+	if hasSQLState(err, sqlstateUndefinedTable) {
+		state, err = readOlderSchemaState(ctx, conn.Conn())
+	}
 	if err != nil {
-		return err
+		return SchemaState{}, fmt.Errorf("read the schema's state: %w", err)
 	}
-	if version < minimum.Version {
-		return &BrokerTooOldError{Version: version, Minimum: minimum.Version, RaisedBy: minimum.RaisedBy}
+	state.ReadAt = time.Now()
+	if version < state.MinBrokerVersion {
+		return state, &BrokerTooOldError{Version: version, Minimum: state.MinBrokerVersion, RaisedBy: state.MinBrokerVersionRaisedBy}
 	}
-	return nil
+	return state, nil
+}
+
+// readOlderSchemaState is ReadSchemaState on a database that lacks a table
+// (no lanes schema yet, or one from before 140_min_broker_version.sql run by
+// a broker with LANES_APPLY_SCHEMA off): what it has, a table at a time.
+func readOlderSchemaState(ctx context.Context, conn *pgx.Conn) (SchemaState, error) {
+	minimum, err := readMinBrokerVersion(ctx, conn)
+	if err != nil {
+		return SchemaState{}, err
+	}
+	state := SchemaState{MinBrokerVersion: minimum.Version, MinBrokerVersionRaisedBy: minimum.RaisedBy}
+	err = conn.QueryRow(ctx, `SELECT coalesce((to_jsonb(s) ->> 'version')::int, 0) FROM lanes.schema_applied s WHERE id = 1`).
+		Scan(&state.Recorded)
+	if errors.Is(err, pgx.ErrNoRows) || hasSQLState(err, sqlstateUndefinedTable) {
+		err = nil
+	}
+	return state, err
 }
 
 // SchemaVersion is this broker's schema version, the highest file number.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -114,5 +115,63 @@ func TestTheMinimumBrokerVersionIsRaisedAndNeverLowered(t *testing.T) {
 	}
 	if err := CheckMinBrokerVersion(ctx, pool); err != nil {
 		t.Fatalf("the periodic check at a minimum equal to the broker's version: %v", err)
+	}
+}
+
+// ReadSchemaState reads what /health shows of the database's schema: the
+// recorded version and the minimum with who raised it, after each kind of
+// boot, and zeros for what an older database lacks (no lanes schema, no
+// minimum's table, no version column) without failing. The state after a
+// boot is what a read finds.
+func TestReadSchemaStateFollowsBootsAndOlderDatabases(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	read := func(what string) SchemaState {
+		t.Helper()
+		state, err := ReadSchemaState(ctx, pool)
+		if err != nil || state.ReadAt.IsZero() {
+			t.Fatalf("%s: %+v %v", what, state, err)
+		}
+		state.ReadAt = time.Time{}
+		return state
+	}
+	if got := read("no lanes schema"); got != (SchemaState{}) {
+		t.Fatalf("no lanes schema: %+v, want zeros", got)
+	}
+	first, err := ApplySchemaOutcome(ctx, pool)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := SchemaState{Recorded: first.Version, MinBrokerVersion: MinPeerSchemaVersion, MinBrokerVersionRaisedBy: first.Version}
+	afterBoot := first.State
+	afterBoot.ReadAt = time.Time{}
+	if got := read("after the first boot"); got != want || afterBoot != want {
+		t.Fatalf("after the first boot: read %+v, the boot's state %+v, want %+v", got, afterBoot, want)
+	}
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`UPDATE lanes.schema_applied SET version = %d;
+		UPDATE lanes.min_broker_version SET version = %d, raised_by = %d`, first.Version+10, first.Version, first.Version+10)); err != nil {
+		t.Fatal(err)
+	}
+	want = SchemaState{Recorded: first.Version + 10, MinBrokerVersion: first.Version, MinBrokerVersionRaisedBy: first.Version + 10}
+	again, err := ApplySchemaOutcome(ctx, pool)
+	if err != nil || !again.Newer() {
+		t.Fatalf("a boot under a later version's schema: %+v %v", again, err)
+	}
+	again.State.ReadAt = time.Time{}
+	if got := read("a later version wrote"); got != want || again.State != want {
+		t.Fatalf("after a later version wrote: read %+v, the boot's state %+v, want %+v", got, again.State, want)
+	}
+
+	if _, err := pool.Exec(ctx, `DROP TABLE lanes.min_broker_version`); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("a database from before 140"); got != (SchemaState{Recorded: first.Version + 10}) {
+		t.Fatalf("a database from before 140: %+v, want the recorded version alone", got)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE lanes.schema_applied DROP COLUMN version, DROP COLUMN version_digest`); err != nil {
+		t.Fatal(err)
+	}
+	if got := read("a database from before 130"); got != (SchemaState{}) {
+		t.Fatalf("a database from before 130: %+v, want zeros", got)
 	}
 }

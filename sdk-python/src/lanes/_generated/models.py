@@ -768,6 +768,7 @@ class Health(BaseModel):
     the keys it holds keep verifying tokens, and `status` follows the database alone.
 
     """
+    schema_versions: Annotated[SchemaVersions | None, Field(alias="schemaVersions")] = None
 
 
 class JWKSHealth(BaseModel):
@@ -2213,6 +2214,41 @@ class ReplayedAs(BaseModel):
     """
     queue_name: Annotated[str, Field(alias="queueName")]
     status: Literal["queued", "duplicate", "buffered", "failed"]
+
+
+class SchemaVersions(BaseModel):
+    """
+    This broker's schema version beside the database's, for a rolling upgrade; older brokers
+    send no `schemaVersions`. The database's figures are what the broker's boot and its
+    once-a-second check of the minimum broker version last read (`/health` reads nothing
+    more): `null` until the database first answers, and kept while it is down, `readAt`
+    saying how old they are.
+
+    """
+
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    broker: Annotated[int, Field(ge=0)]
+    """
+    This broker's schema version, the highest number of its schema files.
+    """
+    recorded: Annotated[int | None, Field(ge=0)]
+    """
+    The schema version the database records as applied, the latest that applied its files; 0 when it records none.
+    """
+    min_broker: Annotated[int | None, Field(alias="minBroker", ge=0)]
+    """
+    The oldest broker schema version the database admits; a broker below it refuses to start, and one running stops within a second of the raise. 0 when none is recorded.
+    """
+    min_broker_raised_by: Annotated[int | None, Field(alias="minBrokerRaisedBy", ge=0)]
+    """
+    The schema version of the broker that last raised `minBroker`; 0 when none is recorded.
+    """
+    read_at: Annotated[AwareDatetime | None, Field(alias="readAt")]
+    """
+    When the database's figures were read; `null` before the first read.
+    """
 
 
 class SeekError(Error):
