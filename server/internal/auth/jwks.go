@@ -257,10 +257,10 @@ func orDefault(d, def time.Duration) time.Duration {
 // key is the key named kid, for a token signed with alg. The kid is looked up
 // in every set; when none holds it, each set whose unknown-kid interval has
 // passed is fetched again, and each set being fetched is waited for (all at
-// once, so the slowest bounds the wait). A kid that
-// two sets name for different keys gives both keys, and the token verifies if
-// one of them does: each set is trusted whole, so this grants nothing a set
-// does not, and one provider's choice of kid cannot lock out the other's tokens.
+// once, so the slowest bounds the wait). A kid that two sets name for
+// different keys gives both keys, and the token verifies if one of them does:
+// each set is trusted whole, so this grants nothing a set does not, and one
+// provider's choice of kid cannot lock out the other's tokens.
 func (sets keySets) key(kid, alg string) (any, error) {
 	found := sets.cached(kid)
 	if len(found) == 0 {
@@ -338,13 +338,7 @@ func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
 		done := make(chan struct{})
 		s.kidFetch = done
 		s.kidFetchMu.Unlock()
-		ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-		_, _ = s.refetching.KeyRead(ctx, kid) // recordedFetches and RefreshErrorHandler record how it went
-		cancel()
-		s.kidFetchMu.Lock()
-		s.kidFetch = nil
-		s.kidFetchMu.Unlock()
-		close(done)
+		s.fetchUnknownKID(kid, done)
 	} else {
 		s.kidFetchMu.Unlock()
 		if underWay != nil {
@@ -354,6 +348,20 @@ func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
 	// Read again even without a fetch: one may have ended since cached.
 	jwk, err := s.fetched.KeyRead(context.Background(), kid)
 	return jwk, err == nil
+}
+
+// fetchUnknownKID fetches the set for kid, then ends the fetch under way,
+// done, even if the library panics, so later tokens do not wait for ever.
+func (s *keySet) fetchUnknownKID(kid string, done chan struct{}) {
+	defer func() {
+		s.kidFetchMu.Lock()
+		s.kidFetch = nil
+		s.kidFetchMu.Unlock()
+		close(done)
+	}()
+	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
+	defer cancel()
+	_, _ = s.refetching.KeyRead(ctx, kid) // recordedFetches and RefreshErrorHandler record how it went
 }
 
 // keysFor are the cached keys of every set that can verify a token signed
