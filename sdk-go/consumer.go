@@ -395,42 +395,9 @@ func (c *Consumer) process(pr *PopResult) {
 			return
 		}
 	}
-	c.ackUntilDone(entries, expiry)
-}
-
-// ackUntilDone sends a pop's acks. A call that fails as a broker or network failure does (5xx,
-// 429, no answer) is reported and resent after the loop's error backoff until it lands, the
-// pop's lease is about to expire, or a hard stop (docs/consuming.md §4). A lost ack would hold
-// the partition until the lease expires and redeliver the whole pop; a resend is safe, since
-// every item names the pop's lease: a `completed` the broker already applied answers `noop`,
-// and a nack it applied released the lease, so its resend is refused, changing nothing.
-func (c *Consumer) ackUntilDone(entries []ackEntry, expiry *leaseExpiry) {
-	streak := 0 // failed calls so far, 429s aside (as the pop's backoff counts them)
-	for {
-		ctx, cancel := context.WithTimeout(c.ackCx, 30*time.Second)
-		_, err := c.q.c.ackEntries(ctx, entries, AckOpts{})
-		cancel()
-		if err == nil {
-			return
-		}
+	if err := ackUntilDone(c.ackCx, c.workCtx, c.q, entries, expiry); err != nil {
 		c.q.reportLoopError("ack", err)
-		if ackEndsLoop(err) {
-			c.fail(err)
-			return
-		}
-		if !ackResendable(err) {
-			return
-		}
-		wait := loopErrorDelay(err, streak)
-		if !rateLimited(err) {
-			streak++
-		}
-		if time.Until(expiry.get()) < wait+ackResendMargin {
-			return // the lease ends first: the pop redelivers
-		}
-		if sleepCtx(c.workCtx, wait) != nil {
-			return // a hard stop abandons the ack
-		}
+		c.fail(err)
 	}
 }
 

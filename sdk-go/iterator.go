@@ -27,10 +27,12 @@ import (
 // (RenewLease; RenewLease(false, 0) turns it off). OnError (without it, a warning on the
 // client's logger) receives transient errors: failed pops after the retry policy, which the
 // iterator waits out as the loop does, failed acks (except 403, 413, other 4xx but 408, 409 and
-// 429, and 501, which end it) and failed renewals. An error is yielded only when it ends the
-// iteration. Under ServerAutoAck(true) each pop asks for no more than what is left of Limit, and
-// leaving early reports the popped messages never handed over (a *AutoAckDroppedError: the broker
-// committed them). Concurrency and SoftStopTimeout do not apply.
+// 429, and 501, which end it) and failed renewals. An ack call that fails for want of a broker
+// (no answer, 5xx, 429) is resent as the loop resends it, while the pop's lease lasts and ctx is
+// not canceled, before the next pop or the end of the range (docs/consuming.md §4). An error is
+// yielded only when it ends the iteration. Under ServerAutoAck(true) each pop asks for no more
+// than what is left of Limit, and leaving early reports the popped messages never handed over (a
+// *AutoAckDroppedError: the broker committed them). Concurrency and SoftStopTimeout do not apply.
 // Each range over the returned sequence runs its own pop loop.
 func (q QueueBuilder) Messages(ctx context.Context) iter.Seq2[*Message, error] {
 	return func(yield func(*Message, error) bool) {
@@ -42,7 +44,7 @@ func (q QueueBuilder) Messages(ctx context.Context) iter.Seq2[*Message, error] {
 			yield(nil, err)
 			return
 		}
-		it := &msgIter{q: q, ackCtx: context.WithoutCancel(ctx)}
+		it := &msgIter{q: q, ctx: ctx, ackCtx: context.WithoutCancel(ctx)}
 		defer it.leave(yield)
 		it.run(ctx, yield)
 	}
@@ -51,6 +53,7 @@ func (q QueueBuilder) Messages(ctx context.Context) iter.Seq2[*Message, error] {
 // msgIter is the state of one range over Messages.
 type msgIter struct {
 	q      QueueBuilder
+	ctx    context.Context // the range's: canceling it abandons the resending of a failed ack
 	ackCtx context.Context
 
 	pop       *PopResult
@@ -58,7 +61,8 @@ type msgIter struct {
 	handled   []int        // per slice: messages handled (next one requested)
 	inHand    int          // slice of the message in the loop body, -1 = none
 	yielded   int64
-	pending   []ackEntry // completed acks not sent yet
+	pending   []ackEntry   // completed acks not sent yet
+	expiry    *leaseExpiry // of the pop the pending acks belong to
 	lastMsg   time.Time
 	stopRenew func() // ends the lease renewal of the current pop
 }
@@ -129,8 +133,9 @@ func (it *msgIter) take(pr *PopResult) {
 		it.slices[k] = append(it.slices[k], m)
 	}
 	it.handled = make([]int, len(it.slices))
+	it.expiry = newLeaseExpiry(it.q.leaseSeconds)
 	if it.leased() && it.q.consume.renew {
-		it.stopRenew = renewLease(it.ackCtx, it.q, pr, nil, nil)
+		it.stopRenew = renewLease(it.ackCtx, it.q, pr, it.expiry, nil)
 	}
 }
 
@@ -185,20 +190,15 @@ func (it *msgIter) leave(yield func(*Message, error) bool) {
 	}
 }
 
-// flush sends the pending acks. A failure that ends the iteration (ackEndsLoop) is returned;
-// any other goes to OnError (or the warning log) and the iteration goes on.
+// flush sends the pending acks, resending a call that fails for want of a broker while the
+// pop's lease lasts, as the consume loop does (ackUntilDone). A failure that ends the iteration
+// (ackEndsLoop) is returned; any other goes to OnError (or the warning log) and the iteration
+// goes on.
 func (it *msgIter) flush() error {
 	if len(it.pending) == 0 {
 		return nil
 	}
 	entries := it.pending
 	it.pending = nil
-	ctx, cancel := context.WithTimeout(it.ackCtx, 30*time.Second)
-	defer cancel()
-	_, err := it.q.c.ackEntries(ctx, entries, AckOpts{})
-	if err != nil && ackEndsLoop(err) {
-		return err
-	}
-	it.q.reportLoopError("ack", err)
-	return nil
+	return ackUntilDone(it.ackCtx, it.ctx, it.q, entries, it.expiry)
 }

@@ -120,13 +120,14 @@ func ackEndsLoop(err error) bool {
 	return endsLoop(err)
 }
 
-// ackResendMargin is how long before the lease's expiry a consume loop stops resending a
-// failed ack: its last attempt still has time to land.
+// ackResendMargin is how long before the lease's expiry a consume loop or iterator stops
+// resending a failed ack: its last attempt still has time to land.
 const ackResendMargin = time.Second
 
 // ackResendable reports whether a failed ack call failed for want of a broker (no answer, 5xx,
-// 429), so the loop resends it; not a 4xx (408 and 409 concern that ack alone), an answer the
-// SDK cannot use (UnexpectedAnswerError: a proxy's page), nor per-item failures (AckError).
+// 429), so the loop or iterator resends it; not a 4xx (408 and 409 concern that ack alone), an
+// answer the SDK cannot use (UnexpectedAnswerError: a proxy's page), nor per-item failures
+// (AckError).
 func ackResendable(err error) bool {
 	var ce *ConnectionError
 	if errors.As(err, &ce) {
@@ -134,6 +135,45 @@ func ackResendable(err error) bool {
 	}
 	var ae *APIError
 	return errors.As(err, &ae) && (ae.Status >= 500 || ae.Status == http.StatusTooManyRequests)
+}
+
+// ackUntilDone sends a pop's acks for a consume loop or iterator. A call that fails as a broker
+// or network failure does (5xx, 429, no answer) is reported and resent after the loop's error
+// backoff until it lands, the pop's lease is about to expire, or stop is done (a hard stop, an
+// iterator's canceled context) (docs/consuming.md §4). A lost ack would hold the partition
+// until the lease expires and redeliver the whole pop; a resend is safe, since every item names
+// the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it
+// applied released the lease, so its resend is refused, changing nothing. A failure that ends
+// the loop (ackEndsLoop) is returned unreported, for the caller to end with.
+func ackUntilDone(ackCtx, stop context.Context, q QueueBuilder, entries []ackEntry, expiry *leaseExpiry) error {
+	streak := 0 // failed calls so far, 429s aside (as the pop's backoff counts them)
+	for {
+		ctx, cancel := context.WithTimeout(ackCtx, 30*time.Second)
+		_, err := q.c.ackEntries(ctx, entries, AckOpts{})
+		cancel()
+		if err == nil {
+			return nil
+		}
+		if ackEndsLoop(err) {
+			return err
+		}
+		q.reportLoopError("ack", err)
+		if !ackResendable(err) {
+			return nil
+		}
+		wait := loopErrorDelay(err, streak)
+		if !rateLimited(err) {
+			streak++
+		}
+		if time.Until(expiry.get()) < wait+ackResendMargin {
+			return nil // the lease ends first: the pop redelivers
+		}
+		select {
+		case <-stop.Done():
+			return nil // a stop abandons the ack
+		case <-time.After(wait):
+		}
+	}
 }
 
 // loopErrorDelay is how long a consume loop or iterator waits after a failed pop it goes on

@@ -42,13 +42,13 @@ func renewEveryForExpiry(poppedAt time.Time, expiresAt *time.Time) time.Duration
 	return min(max(expiresAt.Sub(poppedAt)/3, minRenewEvery), defaultRenewEvery)
 }
 
-// fallbackLease is the lease a consume loop assumes for a pop when neither LeaseSeconds nor a
-// renewal told it: the shortest default lease (push-created queues).
+// fallbackLease is the lease a consume loop or iterator assumes for a pop when neither
+// LeaseSeconds nor a renewal told it: the shortest default lease (push-created queues).
 const fallbackLease = 60 * time.Second
 
-// leaseExpiry is the latest expiry a consume loop knows for a pop's lease: the pop's LeaseSeconds
-// (else fallbackLease) from when the answer arrived, moved by each applied renewal. A failed
-// ack is resent until shortly before it (ackUntilDone).
+// leaseExpiry is the latest expiry a consume loop or iterator knows for a pop's lease: the
+// pop's LeaseSeconds (else fallbackLease) from when the answer arrived, moved by each applied
+// renewal. A failed ack is resent until shortly before it (ackUntilDone).
 type leaseExpiry struct {
 	mu sync.Mutex
 	at time.Time

@@ -1,0 +1,112 @@
+package lanes_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+// failedAcks records the errors OnError receives.
+type failedAcks struct {
+	mu   sync.Mutex
+	errs []error
+}
+
+func (f *failedAcks) add(err error) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errs = append(f.errs, err)
+}
+
+func (f *failedAcks) statuses() []int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []int
+	for _, err := range f.errs {
+		var ae *lanes.APIError
+		if errors.As(err, &ae) {
+			out = append(out, ae.Status)
+		} else {
+			out = append(out, 0)
+		}
+	}
+	return out
+}
+
+// iterateAll ranges over q.Messages until it ends on its own (Limit), returning how many
+// messages it handed over and how long the range took.
+func iterateAll(t *testing.T, ctx context.Context, q lanes.QueueBuilder) (int, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	handled := 0
+	for m, err := range q.Messages(ctx) {
+		require.NoError(t, err)
+		require.NotNil(t, m)
+		handled++
+	}
+	return handled, time.Since(start)
+}
+
+// The iterator resends a pop's acks that fail as a broker restart does (503, no retries left)
+// after the loop's error backoff (1 s, 2 s) while the lease lasts, as the consume loop does
+// (docs/consuming.md §4): the third call lands and nothing redelivers once the lease has
+// expired. Before, it sent them once and all three messages came back after the lease.
+func TestITMessagesResendAFailedAckUntilItLands(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := scriptFaults(t, `[{"method":"POST","path":"/api/v1/ack*","responses":[{"status":503,"times":2},{"pass":true}]}]`)
+	pushN(t, b, "p", 3, "resend")
+	failed := &failedAcks{}
+	q := c.Queue(b.queue).LeaseSeconds(6).Batch(10).Limit(3).OnError(failed.add)
+	handled, took := iterateAll(t, b.ctx, q)
+	require.Equal(t, 3, handled)
+	again, err := b.c.Queue(b.queue).Batch(10).Wait(true).Timeout(8 * time.Second).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, again, "redelivered: the failed ack was not resent until it landed")
+	require.Equal(t, []int{503, 503}, failed.statuses(), "each failed call reported")
+	require.GreaterOrEqual(t, took, 3*time.Second, "resent after 1 s, then after 2 s")
+}
+
+// The resending ends when the next attempt would come within 1 s of the lease's expiry (3 s:
+// attempts at 0 s and 1 s, the next would be at 3 s); the pop then redelivers after its lease.
+func TestITMessagesStopResendingAnAckBeforeTheLeaseEnds(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := scriptFaults(t, `[{"method":"POST","path":"/api/v1/ack*","responses":[{"status":503,"times":10}]}]`)
+	pushN(t, b, "p", 3, "lease")
+	failed := &failedAcks{}
+	q := c.Queue(b.queue).LeaseSeconds(3).Batch(10).Limit(3).OnError(failed.add)
+	handled, took := iterateAll(t, b.ctx, q)
+	require.Equal(t, 3, handled)
+	require.Equal(t, []int{503, 503}, failed.statuses())
+	require.Less(t, took, 2500*time.Millisecond, "no attempt past the lease")
+	again, err := b.c.Queue(b.queue).Batch(10).Wait(true).Timeout(6 * time.Second).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, again, 3, "the pop redelivers after its lease")
+}
+
+// Canceling the range's context ends the resending at once, as a hard stop ends the consume
+// loop's: the caller asked the iteration to end now.
+func TestITMessagesCancelAbandonsTheResendingOfAnAck(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := scriptFaults(t, `[{"method":"POST","path":"/api/v1/ack*","responses":[{"status":503,"times":10}]}]`)
+	pushN(t, b, "p", 2, "cancel")
+	failed := &failedAcks{}
+	ctx, cancel := context.WithCancel(b.ctx)
+	defer cancel()
+	q := c.Queue(b.queue).LeaseSeconds(30).Batch(10).Limit(2).OnError(func(err error) {
+		failed.add(err)
+		time.AfterFunc(200*time.Millisecond, cancel)
+	})
+	handled, took := iterateAll(t, ctx, q)
+	require.Equal(t, 2, handled)
+	require.Equal(t, []int{503}, failed.statuses())
+	require.Less(t, took, 800*time.Millisecond, "the cancel ended the 1 s wait for the resend")
+}
