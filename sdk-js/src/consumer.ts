@@ -96,14 +96,19 @@ function renewsLease(s: QueueState, res: PopResult<unknown>): boolean {
   return s.renewLease && !!res.leaseId && !s.serverAutoAck;
 }
 
-/** FALLBACK_LEASE_MILLIS is the lease a consume loop assumes for a pop when neither leaseSeconds nor a renewal told it: the shortest default lease (push-created queues). */
+/** FALLBACK_LEASE_MILLIS is the lease a consume loop or iterator assumes for a pop when neither leaseSeconds nor a renewal told it: the shortest default lease (push-created queues). */
 const FALLBACK_LEASE_MILLIS = 60_000;
-/** ACK_RESEND_MARGIN_MILLIS is how long before the lease's expiry the loop stops resending a failed ack: its last attempt still has time to land. */
+/** ACK_RESEND_MARGIN_MILLIS is how long before the lease's expiry the loop or iterator stops resending a failed ack: its last attempt still has time to land. */
 const ACK_RESEND_MARGIN_MILLIS = 1000;
 
-/** LeaseExpiry is the latest expiry (epoch ms) a consume loop knows for a pop's lease: leaseSeconds (else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal. */
+/** LeaseExpiry is the latest expiry (epoch ms) a consume loop or iterator knows for a pop's lease: leaseSeconds (else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal. */
 interface LeaseExpiry {
   at: number;
+}
+
+/** leaseExpiryOf starts a pop's LeaseExpiry when its answer arrives. */
+function leaseExpiryOf(s: QueueState): LeaseExpiry {
+  return { at: Date.now() + (s.leaseSeconds !== undefined && s.leaseSeconds > 0 ? s.leaseSeconds * 1000 : FALLBACK_LEASE_MILLIS) };
 }
 
 /** ackResendable: a failed ack call failed for want of a broker (no answer, 5xx, 429), so the loop resends it; not a 4xx (408 and 409 concern that ack alone), nor an answer the SDK cannot use (UnexpectedAnswerError: a proxy's page). */
@@ -148,17 +153,31 @@ function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Repo
   };
 }
 
-/** ackPop sends a pop's acks; per-item failures and errors the consumer goes on after are reported, and the error that ends it (endsConsumerOnAck) is returned. */
-async function ackPop(core: Core, items: PendingAck[], group: string, report: Reporter): Promise<unknown> {
+/**
+ * ackUntilDone sends a pop's acks for a consume loop or iterator. A call that fails as a broker or network failure does (5xx, 429, no answer) is reported and resent after the loop's error backoff until it lands, the lease is about to expire, or `stop` aborts (a hard stop, the iterator's signal) (docs/consuming.md §4). A lost ack would hold the partition until the lease expires and redeliver the whole pop; a resend is safe, since every item names the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it applied released the lease, so its resend is refused, changing nothing. Per-item failures are reported; the error that ends the loop (endsConsumerOnAck) is returned unreported.
+ */
+async function ackUntilDone(core: Core, items: PendingAck[], group: string, report: Reporter, expiry: LeaseExpiry, stop: AbortSignal | undefined): Promise<unknown> {
   if (items.length === 0) return undefined;
-  try {
-    const results = await core.ackItems(items, group);
-    if (results.some((r) => !r.success)) report("ack", new AckError(results));
-  } catch (err) {
-    if (endsConsumerOnAck(err)) return err;
-    report("ack", err);
+  let streak = 0; // failed calls so far, 429s aside (as the pop's backoff counts them)
+  for (;;) {
+    try {
+      const results = await core.ackItems(items, group);
+      if (results.some((r) => !r.success)) report("ack", new AckError(results));
+      return undefined;
+    } catch (err) {
+      if (endsConsumerOnAck(err)) return err;
+      report("ack", err);
+      if (!ackResendable(err)) return undefined;
+      const wait = loopErrorDelay(err, streak);
+      if (!(err instanceof RateLimitError)) streak++;
+      if (expiry.at - Date.now() < wait + ACK_RESEND_MARGIN_MILLIS) return undefined; // the lease ends first: the pop redelivers
+      try {
+        await sleep(wait, stop);
+      } catch {
+        return undefined; // a stop abandons the ack
+      }
+    }
   }
-  return undefined;
 }
 
 /** Consumer is a running consume loop. `stop()` drains (soft), `stopAndCancel()` also aborts handler signals (hard), `closed` settles when every worker has exited and the final acks are sent (rejecting with a terminal error). A Consumer is also PromiseLike: `await q.consume(h)` waits for `closed`. */
@@ -399,7 +418,7 @@ export class Consumer implements PromiseLike<void> {
     // Messages not handed because of a stop or the limit: released below, or, under serverAutoAck(true), lost.
     let unhanded = 0;
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
-    const expiry: LeaseExpiry = { at: Date.now() + (this.s.leaseSeconds !== undefined && this.s.leaseSeconds > 0 ? this.s.leaseSeconds * 1000 : FALLBACK_LEASE_MILLIS) };
+    const expiry = leaseExpiryOf(this.s);
     const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, this.report, expiry) : () => undefined;
     const fn = this.handler.fn;
     try {
@@ -451,38 +470,13 @@ export class Consumer implements PromiseLike<void> {
       return;
     }
     if (!res.leaseId) return;
-    await this.ackUntilDone(this.s.autoAck ? acks : acks.filter((a) => a.status === "retry"), res.consumerGroup, expiry);
-  }
-
-  /**
-   * ackUntilDone sends a pop's acks. A call that fails as a broker or network failure does (5xx, 429, no answer) is reported and resent after the loop's error backoff until it lands, the lease is about to expire, or a hard stop (docs/consuming.md §4). A lost ack would hold the partition until the lease expires and redeliver the whole pop; a resend is safe, since every item names the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it applied released the lease, so its resend is refused, changing nothing.
-   */
-  private async ackUntilDone(items: PendingAck[], group: string, expiry: LeaseExpiry): Promise<void> {
-    if (items.length === 0) return;
-    let streak = 0; // failed calls so far, 429s aside (as the pop's backoff counts them)
-    for (;;) {
-      try {
-        const results = await this.core.ackItems(items, group);
-        if (results.some((r) => !r.success)) this.report("ack", new AckError(results));
-        return;
-      } catch (err) {
-        if (endsConsumerOnAck(err)) return this.fail("ack", err);
-        this.report("ack", err);
-        if (!ackResendable(err)) return;
-        const wait = loopErrorDelay(err, streak);
-        if (!(err instanceof RateLimitError)) streak++;
-        if (expiry.at - Date.now() < wait + ACK_RESEND_MARGIN_MILLIS) return; // the lease ends first: the pop redelivers
-        try {
-          await sleep(wait, this.handlerCtl.signal);
-        } catch {
-          return; // a hard stop abandons the ack
-        }
-      }
-    }
+    const items = this.s.autoAck ? acks : acks.filter((a) => a.status === "retry");
+    const ending = await ackUntilDone(this.core, items, res.consumerGroup, this.report, expiry, this.handlerCtl.signal);
+    if (ending !== undefined) this.fail("ack", ending);
   }
 }
 
-/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). A pop's lease is renewed while its messages are held, as in the loop. Only an error that ends the iteration is thrown (403, 413, other 4xx, 501, from a pop or an ack); the others go to onError, or a warning. */
+/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). A pop's lease is renewed while its messages are held, as in the loop. Only an error that ends the iteration is thrown (403, 413, other 4xx, 501, from a pop or an ack); the others go to onError, or a warning. A pop's acks go out when its last message is left; a call that fails for want of a broker (no answer, 5xx, 429) is resent as the loop resends it (ackUntilDone), while the lease lasts and `signal` is not aborted. */
 export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
   let yielded = 0;
   let lastMessageAt = Date.now();
@@ -496,7 +490,8 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     const res = await poller.next(() => signal?.aborted === true, idle);
     if (res === undefined) return;
     lastMessageAt = Date.now();
-    const stopRenewing = renewsLease(s, res) ? renewWhileHeld(core, s, res.leaseId, report) : () => undefined;
+    const expiry = leaseExpiryOf(s);
+    const stopRenewing = renewsLease(s, res) ? renewWhileHeld(core, s, res.leaseId, report, expiry) : () => undefined;
     const slices = groupByPartition(res.messages);
     const pos = slices.map(() => 0);
     // The message the caller holds when it leaves the loop; with autoAck(false) it is theirs to ack.
@@ -529,7 +524,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
           if (!s.autoAck && inHand === k) p += 1;
           if (p < slice.length) acks.push({ target: slice[p]!, status: "retry" });
         });
-        const ending = await ackPop(core, acks, res.consumerGroup, report);
+        const ending = await ackUntilDone(core, acks, res.consumerGroup, report, expiry, signal);
         // An ack error that ends the iteration is raised even when the caller left early: the caller must learn of it.
         // eslint-disable-next-line no-unsafe-finally
         if (ending !== undefined) throw ending;

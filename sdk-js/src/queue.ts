@@ -271,7 +271,7 @@ export class QueueBuilder<T = unknown> {
     return new Consumer(this.core, this, this.s, { kind: "batch", fn: handler as BatchHandler<unknown> }, opts);
   }
 
-  /** messages (which throws at once, as consume does, for a builder no pop can be made of) iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry` (the current message too, unless autoAck(false) made it the caller's to ack). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. */
+  /** messages (which throws at once, as consume does, for a builder no pop can be made of) iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry` (the current message too, unless autoAck(false) made it the caller's to ack). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. An ack call that fails for want of a broker (no answer, 5xx, 429) is reported to onError and resent, as the consume loop resends it, while the pop's lease lasts and `signal` is not aborted (docs/consuming.md §4). */
   messages(opts: { signal?: AbortSignal | undefined } = {}): AsyncIterableIterator<Message<T>> {
     this.popTarget();
     return messageIterator<T>(this.core, this, this.s, opts.signal);

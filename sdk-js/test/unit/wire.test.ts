@@ -447,12 +447,14 @@ describe("ack errors in a consume loop or iterator (docs/consuming.md §4)", () 
     expect(s.seen.filter((r) => r.url.startsWith("/api/v1/ack"))).toHaveLength(3);
   });
 
+  // As in the loop: before, the iterator gave up at once and the pop redelivered after its lease.
   it.each([
+    ["answered 429", reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "300" }), RateLimitError],
     ["answered 503", failure(503), InternalServerError],
     ["cut off", dropConnection(), APIConnectionError],
-  ] as const)("messages(): an ack %s goes to onError and the iteration goes on", async (_name, ackStep, want) => {
+  ] as const)("messages(): an ack %s goes to onError and is resent until it lands, then the iteration goes on", async (_name, ackStep, want) => {
     const released = reply(200, { index: 0, transactionId: "b", success: true, error: null, leaseReleased: true, dlq: false, noop: false });
-    const s = (await fake()).script(onePop(), ackStep, reply(200, popBody([{ transactionId: "b" }])), released).otherwise(reply(204));
+    const s = (await fake()).script(onePop(), ackStep, acked(), reply(200, popBody([{ transactionId: "b" }])), released).otherwise(reply(204));
     const errors: unknown[] = [];
     const got: string[] = [];
     for await (const m of client(s.url, opts).queue("q").onError((e) => errors.push(e)).messages()) {
@@ -462,6 +464,7 @@ describe("ack errors in a consume loop or iterator (docs/consuming.md §4)", () 
     expect(got).toEqual(["a", "b"]);
     expect(errors).toHaveLength(1);
     expect(errors[0]).toBeInstanceOf(want);
+    expect(s.seen.filter((r) => r.url.startsWith("/api/v1/ack"))).toHaveLength(3);
   });
 
   it("messages(): an ack answered 404 ends the iteration by throwing it", async () => {
