@@ -8,13 +8,14 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from datetime import datetime, timedelta, timezone
 
 import httpx
 import pytest
 
 import lanes
 from lanes import _protocol as P
-from lanes._pacer import PollPacer
+from lanes._pacer import AckResend, PollPacer
 from lanes._types import Message, PopResult
 
 QUEUE = "q"
@@ -207,12 +208,15 @@ def test_sync_iterator_raises_a_403_ack_and_reports_a_503() -> None:
             next(it)  # acks the message in hand before popping again
         with pytest.raises(StopIteration):
             next(it)
-    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True)
+    # A 503 outlasting the client's three attempts is reported and resent after the loop's 1 s
+    # backoff until it lands, as in the consume loop; before, the iterator sent it once.
+    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True, ack_failures=3)
     errors: list[BaseException] = []
     with sync_client(broker) as c:
         it = c.queue(QUEUE).messages(on_error=errors.append, idle_timeout=0.3)
         assert [m.data for m in it] == [0]
     assert [getattr(e, "status", None) for e in errors] == [503]
+    assert broker.acks == 4, "a 503 ack is resent until it lands"
 
 
 async def test_async_iterator_raises_a_403_ack_and_reports_a_503() -> None:
@@ -222,12 +226,13 @@ async def test_async_iterator_raises_a_403_ack_and_reports_a_503() -> None:
         assert (await it.__anext__()).data == 0
         with pytest.raises(lanes.PermissionDeniedError):
             await it.__anext__()
-    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True)
+    broker = FakeBroker(ack_status=503, first_pop_has_a_message=True, ack_failures=3)
     errors: list[BaseException] = []
     async with async_client(broker) as c:
         it = c.queue(QUEUE).messages(on_error=errors.append, idle_timeout=0.3)
         assert [m.data async for m in it] == [0]
     assert [getattr(e, "status", None) for e in errors] == [503]
+    assert broker.acks == 4, "a 503 ack is resent until it lands"
 
 
 # --- D5: without on_error, loop errors are warnings on the `lanes` logger --------------------
@@ -264,3 +269,23 @@ async def test_async_consume_loop_errors_go_to_the_clients_logger() -> None:
         await asyncio.sleep(0.5)
         await cons.stop(5)
     assert [s for s in seen if s.startswith("lanes: consume: ack: ")], seen
+
+
+def test_ack_resend_rules_shared_by_the_loop_and_the_iterators() -> None:
+    """A 5xx or no answer waits 1 s, 2 s, 4 s …; a 429 its hint (else 1 s), left out of that
+    count; a 409 (or another answer that is not a broker failure) is not resent, and nothing
+    is resent whose next attempt would come within 1 s of the lease's expiry."""
+    resend = AckResend(datetime.now(timezone.utc) + timedelta(seconds=9))
+    unavailable = lanes.InternalServerError(503, "down")
+    assert resend.after_error(unavailable) == 1.0
+    assert resend.after_error(lanes.RateLimitError(429, "busy", retry_after=0.3)) == 0.3
+    assert resend.after_error(lanes.RateLimitError(429, "busy")) == 1.0
+    assert resend.after_error(lanes.APIConnectionError("reset")) == 2.0
+    assert resend.after_error(unavailable) == 4.0
+    assert resend.after_error(unavailable) is None, "8 s + 1 s would reach the 9 s lease's end"
+    assert (
+        AckResend(datetime.now(timezone.utc) + timedelta(seconds=60)).after_error(
+            lanes.ConflictError(409, "gone")
+        )
+        is None
+    )

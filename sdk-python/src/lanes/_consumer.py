@@ -24,8 +24,8 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
-from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError, RateLimitError
-from lanes._pacer import ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop, transient
+from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
+from lanes._pacer import AckResend, ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop
 from lanes._renewal import LeaseRenewalTimer
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
@@ -402,14 +402,10 @@ class Engine:
         expires_at: datetime,
         failed: Exception | None = None,
     ) -> None:
-        """Send a pop's acks (``failed``: the first call, sent from a handler thread, failed so).
-        A call that fails as a broker or network failure does (5xx, 429, no answer) is reported
-        and resent after the loop's error backoff until it lands, the lease is about to expire,
-        or a hard stop (docs/consuming.md §4). A lost ack would hold the partition until the
-        lease expires and redeliver the whole pop; a resend is safe, since every item names the
-        pop's lease: a ``completed`` the broker already applied answers ``noop``, and a nack it
-        applied released the lease, so its resend is refused, changing nothing."""
-        streak = 0  # failed calls so far, 429s aside (as the pop's backoff counts them)
+        """Send a pop's acks (``failed``: the first call, sent from a handler thread, failed so),
+        resending a call that fails for want of a broker while the lease lasts (``AckResend``);
+        a hard stop abandons the resending."""
+        resend = AckResend(expires_at)
         while True:
             if failed is None:
                 try:
@@ -421,16 +417,9 @@ class Engine:
                 self._fail(failed, "ack")
                 return
             self.report(failed, "ack")
-            if not transient(failed):
-                return
-            if isinstance(failed, RateLimitError):
-                wait = failed.retry_after if failed.retry_after is not None else 1.0
-            else:
-                streak += 1
-                wait = P.loop_error_backoff(streak)
-            left = (expires_at - datetime.now(timezone.utc)).total_seconds()
-            if left < wait + P.ACK_RESEND_MARGIN_S:
-                return  # the lease ends first: the pop redelivers
+            wait = resend.after_error(failed)
+            if wait is None:
+                return  # not resent: the pop redelivers after its lease
             with contextlib.suppress(asyncio.TimeoutError):
                 await asyncio.wait_for(self._hard_stop.wait(), timeout=wait)
             if self._hard_stop.is_set():

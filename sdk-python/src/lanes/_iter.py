@@ -13,7 +13,9 @@ Errors the iteration waits out (failed pops: network failures, 429, 5xx but 501;
 failed acks but those below) go to ``on_error`` (the builder's ``.on_error()`` or the ``on_error=``
 keyword of ``messages()``), else to the client's logger (``lanes``) as a warning; only an error
 that ends the iteration is raised: from a pop or an ack, 403, 413, other 4xx (an ack's 408, 409
-and 429 aside) and 501, as in Go and TypeScript."""
+and 429 aside) and 501, as in Go and TypeScript. An ack call that fails for want of a broker
+(network failure, 429, 5xx but 501) is resent as the consume loop resends it, while the pop's
+lease lasts, before the next pop or the end of the iteration (docs/consuming.md §4)."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ from types import TracebackType
 
 from lanes import _protocol as P
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
-from lanes._pacer import ErrorReporter, PollPacer, ack_error_ends_loop
+from lanes._pacer import AckResend, ErrorReporter, PollPacer, ack_error_ends_loop
 from lanes._renewal import LeaseRenewalThread, renew_lease_async
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
@@ -57,6 +59,9 @@ class _Core:
             spec, lambda e, pause: self.report(e, f"pop (popping again in {pause:.1f} s)")
         )
         self.renew_every = P.renew_every(spec)
+        # The current pop's answer and renewals, from which its lease's expiry is counted.
+        self.popped_at = datetime.now(timezone.utc)
+        self.schedule: P.RenewalSchedule | None = None
 
     def _entry(self, m: Message, status: str) -> tuple[str, P.AckEntry]:
         return (
@@ -81,12 +86,15 @@ class _Core:
 
     def renewal(self, res: PopResult) -> tuple[P.RenewalSchedule, Callable[[], bool]] | None:
         """How to renew a pop's lease while its messages are in hand (None: not at all), and
-        the check that says they are all acked or released."""
+        the check that says they are all acked or released. Called as each answer arrives: the
+        pop's lease is counted from then (:meth:`ack_resend`)."""
+        self.popped_at = datetime.now(timezone.utc)
+        self.schedule = None
         if self.renew_every is None or not res.lease_id or not res.messages:
             return None
         msgs = res.messages
-        schedule = P.RenewalSchedule(self.renew_every, datetime.now(timezone.utc))
-        return schedule, lambda: self.closed or all(m._acked for m in msgs)
+        self.schedule = P.RenewalSchedule(self.renew_every, self.popped_at)
+        return self.schedule, lambda: self.closed or all(m._acked for m in msgs)
 
     def next_buffered(self) -> Message | None:
         if self.limit and self.yielded >= self.limit:
@@ -102,13 +110,18 @@ class _Core:
         out, self.pending = self.pending, []
         return out
 
-    def check_ack_error(self, err: Exception) -> None:
-        """Raise an ack error that ends the iteration; report any other (its messages redeliver
-        after their lease)."""
+    def ack_resend(self) -> AckResend:
+        """The resending of the current pop's acks, counted against its lease."""
+        return AckResend(P.lease_expiry(self.spec, self.popped_at, self.schedule))
+
+    def ack_failed(self, err: Exception, resend: AckResend) -> float | None:
+        """Raise an ack error that ends the iteration; report any other and return the wait
+        before resending the call (None: not resent, its messages redeliver after their lease)."""
         if ack_error_ends_loop(err):
             self.closed = True
             raise err
-        self.report(err, "ack (its messages redeliver after their lease)")
+        self.report(err, "ack")
+        return resend.after_error(err)
 
     def pause_after(self, err: Exception) -> float:
         """The pause before the next pop after a pop error the iteration waits out, as the
@@ -165,10 +178,16 @@ class MessageIterator:
         self._renewals: list[LeaseRenewalThread] = []
 
     def _ack(self, entries: Entries) -> None:
-        try:
-            self._ack_call(entries)
-        except Exception as e:
-            self._c.check_ack_error(e)
+        resend = self._c.ack_resend()
+        while True:
+            try:
+                self._ack_call(entries)
+                return
+            except Exception as e:
+                wait = self._c.ack_failed(e, resend)
+            if wait is None:
+                return
+            self._sleep(wait)
 
     def _start_renewal(self, res: PopResult) -> None:
         plan = self._c.renewal(res)
@@ -254,10 +273,16 @@ class AsyncMessageIterator:
         self._renewals: set[asyncio.Future[None]] = set()
 
     async def _ack(self, entries: Entries) -> None:
-        try:
-            await self._ack_call(entries)
-        except Exception as e:
-            self._c.check_ack_error(e)
+        resend = self._c.ack_resend()
+        while True:
+            try:
+                await self._ack_call(entries)
+                return
+            except Exception as e:
+                wait = self._c.ack_failed(e, resend)
+            if wait is None:
+                return
+            await self._sleep(wait)
 
     def _start_renewal(self, res: PopResult) -> None:
         plan = self._c.renewal(res)

@@ -1,7 +1,8 @@
 """The pacing and error policy of a pop loop, shared by the consume engine (``_consumer``) and the
 message iterators (``_iter``), blocking and asyncio alike (docs/consuming.md §3 and §4): which
 failed pops are waited out and for how long, the pause after an empty answer, which failed acks
-end the loop, and where the errors a loop goes on after are reported. The callers pop and wait."""
+end the loop and which are resent, and where the errors a loop goes on after are reported. The
+callers pop, ack and wait."""
 
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import contextlib
 import logging
 import time
 from collections.abc import Callable
+from datetime import datetime, timezone
 
 from lanes import _protocol as P
 from lanes._exceptions import APIConnectionError, APIError, RateLimitError
@@ -31,12 +33,43 @@ def transient(e: BaseException) -> bool:
 def ack_error_ends_loop(e: BaseException) -> bool:
     """A failed ack that ends the consumer or iterator, as the same answer to a pop would: 403,
     413, any other 4xx but 408, 409 and 429, and 501. Anything else (network, 5xx, per-item
-    ``AckError``) is reported and the loop goes on: the consume loop resends a network failure,
-    429 or 5xx while the lease lasts (``Engine._ack_until_done``); otherwise the messages
-    redeliver after their lease."""
+    ``AckError``) is reported and the loop goes on: the consume loop and the iterators resend a
+    network failure, 429 or 5xx while the lease lasts (:class:`AckResend`); otherwise the
+    messages redeliver after their lease."""
     if not isinstance(e, APIError):
         return False
     return e.status == 501 or (400 <= e.status < 500 and e.status not in (408, 409, 429))
+
+
+class AckResend:
+    """The resending of one pop's failed ack call, for the consume engine and the iterators alike
+    (docs/consuming.md §4): a call that failed for want of a broker (network failure, 429, 5xx
+    but 501) is resent after the loop's error backoff (a 429: after its hint) until it lands, or
+    until the next attempt would come within ``ACK_RESEND_MARGIN_S`` of the lease's expiry. A
+    lost ack would hold the partition until the lease expires and redeliver the whole pop; a
+    resend is safe, since every item names the pop's lease: a ``completed`` the broker already
+    applied answers ``noop``, and a nack it applied released the lease, so its resend is refused,
+    changing nothing. The callers send, report and wait (a hard stop cuts the wait short)."""
+
+    def __init__(self, expires_at: datetime) -> None:
+        self.expires_at = expires_at  # the latest expiry known for the pop's lease
+        self.failures = 0  # failed calls so far, 429s aside (as the pop's backoff counts them)
+
+    def after_error(self, err: Exception) -> float | None:
+        """Seconds to wait before resending after a failed call that does not end the loop;
+        None when it is not resent: not a broker failure (a 408, 409, an unusable answer), or
+        the lease ends first (its messages redeliver after it)."""
+        if isinstance(err, RateLimitError):
+            wait = err.retry_after if err.retry_after is not None else 1.0
+        elif transient(err):
+            self.failures += 1
+            wait = P.loop_error_backoff(self.failures)
+        else:
+            return None
+        left = (self.expires_at - datetime.now(timezone.utc)).total_seconds()
+        if left < wait + P.ACK_RESEND_MARGIN_S:
+            return None
+        return wait
 
 
 class ErrorReporter:

@@ -727,10 +727,10 @@ class RenewalSchedule:
         return True
 
 
-# The lease a consume loop assumes for a pop when neither lease_seconds nor a renewal told it: the
-# shortest default lease (push-created queues).
+# The lease a consume loop or iterator assumes for a pop when neither lease_seconds nor a renewal
+# told it: the shortest default lease (push-created queues).
 FALLBACK_LEASE_S = 60.0
-# How long before the lease's expiry a consume loop stops resending a failed ack: its
+# How long before the lease's expiry a consume loop or iterator stops resending a failed ack: its
 # last attempt still has time to land.
 ACK_RESEND_MARGIN_S = 1.0
 
@@ -738,7 +738,7 @@ ACK_RESEND_MARGIN_S = 1.0
 def lease_expiry(
     spec: QueueSpec, popped_at: datetime, schedule: RenewalSchedule | None
 ) -> datetime:
-    """The latest expiry a consume loop knows for a pop's lease: ``lease_seconds`` (else
+    """The latest expiry a consume loop or iterator knows for a pop's lease: ``lease_seconds`` (else
     FALLBACK_LEASE_S) from the pop's answer, or a later one a renewal answered."""
     at = popped_at + timedelta(seconds=spec.lease_seconds or FALLBACK_LEASE_S)
     if schedule is not None and schedule.expires_at is not None and schedule.expires_at > at:

@@ -1,0 +1,103 @@
+"""The message iterators (blocking and asyncio) resend a failed ack while the pop's lease lasts,
+as the consume loop does (docs/consuming.md §4), against a real broker (LANES_TEST_URL) whose
+fault scripts fail the ack calls (scripts/test-broker.sh serves them when auth is off). The same
+cases run in sdk-go (iterator_integration_test.go) and sdk-js (iterator-acks.test.ts)."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from collections.abc import Iterator
+
+import httpx
+import pytest
+
+import lanes
+
+
+@pytest.fixture
+def failing_acks(broker_url: str) -> Iterator[tuple[str, dict[str, str]]]:
+    """A fault-script run on the test broker (deleted after the test); its headers, given to a
+    client, make the scripted answers apply to that client's ack calls."""
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    yield run, {"X-Lanes-Test-Run": run}
+    httpx.delete(f"{broker_url}/__test/faults/{run}")
+
+
+def script_acks(broker_url: str, run: str, responses: list[dict[str, object]]) -> None:
+    rules = [{"method": "POST", "path": "/api/v1/ack*", "responses": responses}]
+    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
+    assert r.status_code == 204, (
+        "the test broker serves no fault scripts: start it with scripts/test-broker.sh"
+        " (LANES_TEST_FAULTS on)"
+    )
+
+
+def statuses(errors: list[BaseException]) -> list[int | None]:
+    return [getattr(e, "status", None) for e in errors]
+
+
+def redelivered(broker_url: str, qname: str, wait_ms: int) -> list[object]:
+    """What a long poll of wait_ms finds: a pop whose ack never landed is back after its lease."""
+    with lanes.Lanes(broker_url) as c:
+        q = c.queue(qname).batch(10).wait(True).timeout_millis(wait_ms)
+        return [m.data for m in q.pop()]
+
+
+# Before, the iterator sent the acks once and all three messages came back after the lease.
+def test_a_failed_ack_is_resent_until_it_lands(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 2}, {"pass": True}])
+    errors: list[BaseException] = []
+    with lanes.Lanes(broker_url, retry_attempts=0, max_429_attempts=0, headers=headers) as c:
+        c.queue(qname).push([1, 2, 3])
+        q = c.queue(qname).lease_seconds(6).batch(10).limit(3).on_error(errors.append)
+        start = time.monotonic()
+        with q.messages() as it:
+            handled = [m.data for m in it]
+        took = time.monotonic() - start
+    assert handled == [1, 2, 3]
+    assert redelivered(broker_url, qname, 8000) == [], "the failed ack was not resent"
+    assert statuses(errors) == [503, 503], "each failed call reported"
+    assert took >= 3, "resent after 1 s, then after 2 s"
+
+
+async def test_async_a_failed_ack_is_resent_until_it_lands(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 2}, {"pass": True}])
+    errors: list[BaseException] = []
+    async with lanes.AsyncLanes(
+        broker_url, retry_attempts=0, max_429_attempts=0, headers=headers
+    ) as c:
+        await c.queue(qname).push([1, 2, 3])
+        q = c.queue(qname).lease_seconds(6).batch(10).limit(3).on_error(errors.append)
+        async with q.messages() as it:
+            handled = [m.data async for m in it]
+    assert handled == [1, 2, 3]
+    assert redelivered(broker_url, qname, 8000) == [], "the failed ack was not resent"
+    assert statuses(errors) == [503, 503]
+
+
+# Attempts at 0 s and 1 s; the next would be at 3 s, when the 3 s lease ends: the pop redelivers.
+def test_a_failed_ack_is_not_resent_past_its_lease(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 10}])
+    errors: list[BaseException] = []
+    with lanes.Lanes(broker_url, retry_attempts=0, max_429_attempts=0, headers=headers) as c:
+        c.queue(qname).push([1, 2, 3])
+        q = c.queue(qname).lease_seconds(3).batch(10).limit(3).on_error(errors.append)
+        start = time.monotonic()
+        with q.messages() as it:
+            handled = [m.data for m in it]
+        took = time.monotonic() - start
+    assert handled == [1, 2, 3]
+    assert statuses(errors) == [503, 503]
+    assert took < 2.5, "no attempt past the lease"
+    assert redelivered(broker_url, qname, 6000) == [1, 2, 3]
