@@ -110,3 +110,24 @@ func TestITMessagesCancelAbandonsTheResendingOfAnAck(t *testing.T) {
 	require.Equal(t, []int{503}, failed.statuses())
 	require.Less(t, took, 800*time.Millisecond, "the cancel ended the 1 s wait for the resend")
 }
+
+// A 429 on the ack is waited out by its hint (300 ms) and left out of the backoff's count: two
+// 429s, then a 503 waits 1 s (not the 4 s it would after two counted failures), then the ack
+// lands and nothing redelivers once the 4 s lease has expired.
+func TestITMessagesWaitOutA429OnAnAckByItsHint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := scriptFaults(t, `[{"method":"POST","path":"/api/v1/ack*","responses":[`+
+		`{"status":429,"headers":{"retry-after-ms":"300"},"times":2},{"status":503},{"pass":true}]}]`)
+	pushN(t, b, "p", 3, "hint")
+	failed := &failedAcks{}
+	q := c.Queue(b.queue).LeaseSeconds(4).Batch(10).Limit(3).OnError(failed.add)
+	handled, took := iterateAll(t, b.ctx, q)
+	require.Equal(t, 3, handled)
+	require.Equal(t, []int{429, 429, 503}, failed.statuses())
+	require.GreaterOrEqual(t, took, 1500*time.Millisecond, "300 ms, 300 ms, then 1 s")
+	require.Less(t, took, 3*time.Second, "a 429 counted in the backoff")
+	again, err := b.c.Queue(b.queue).Batch(10).Wait(true).Timeout(5 * time.Second).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Empty(t, again, "redelivered: the failed ack was not resent until it landed")
+}

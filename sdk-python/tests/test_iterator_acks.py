@@ -101,3 +101,25 @@ def test_a_failed_ack_is_not_resent_past_its_lease(
     assert statuses(errors) == [503, 503]
     assert took < 2.5, "no attempt past the lease"
     assert redelivered(broker_url, qname, 6000) == [1, 2, 3]
+
+
+# Two 429s wait their 300 ms hint and are left out of the backoff's count, so the 503 after
+# them waits 1 s (4 s had they counted); then the ack lands and nothing redelivers.
+def test_a_429_on_an_ack_is_waited_out_by_its_hint(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    hinted = {"status": 429, "headers": {"retry-after-ms": "300"}, "times": 2}
+    script_acks(broker_url, run, [hinted, {"status": 503}, {"pass": True}])
+    errors: list[BaseException] = []
+    with lanes.Lanes(broker_url, retry_attempts=0, max_429_attempts=0, headers=headers) as c:
+        c.queue(qname).push([1, 2, 3])
+        q = c.queue(qname).lease_seconds(4).batch(10).limit(3).on_error(errors.append)
+        start = time.monotonic()
+        with q.messages() as it:
+            handled = [m.data for m in it]
+        took = time.monotonic() - start
+    assert handled == [1, 2, 3]
+    assert statuses(errors) == [429, 429, 503]
+    assert 1.5 <= took < 3, "300 ms, 300 ms, then 1 s"
+    assert redelivered(broker_url, qname, 5000) == [], "the failed ack was not resent"

@@ -45,6 +45,21 @@ describe("messages(): a failed ack", () => {
     expect(tookMillis).toBeGreaterThanOrEqual(3000);
   }, 20_000);
 
+  it("answered 429 is resent after its hint, and the 429 is left out of the backoff's count", async () => {
+    const c = await failingAcks([{ status: 429, headers: { "retry-after-ms": "300" }, times: 2 }, { status: 503 }, { pass: true }]);
+    const q = uniq("iterhint");
+    await client().queue(q).push([1, 2, 3].map((n) => ({ data: n })));
+    const failed: unknown[] = [];
+    const { handled, tookMillis } = await iterate(c.queue<number>(q).leaseSeconds(4).batch(10).limit(3).onError((e) => failed.push(e)));
+    expect(handled).toEqual([1, 2, 3]);
+    expect(failed.map((e) => (e as lanes.APIError).status)).toEqual([429, 429, 503]);
+    // 300 ms, 300 ms, then 1 s after the 503 (4 s had the two 429s counted)
+    expect(tookMillis).toBeGreaterThanOrEqual(1500);
+    expect(tookMillis).toBeLessThan(3000);
+    const again = await client().queue(q).batch(10).wait(true).timeoutMillis(5000).pop();
+    expect(again, "redelivered: the failed ack was not resent until it landed").toEqual([]);
+  }, 20_000);
+
   it("is not resent when the next attempt would come within 1 s of the lease's expiry; the pop redelivers", async () => {
     const c = await failingAcks([{ status: 503, times: 10 }]);
     const q = uniq("iterlease");
