@@ -195,8 +195,8 @@ func (st *callState) checkRetry(ctx context.Context, resp *http.Response, err er
 	if d.Kind == retryTransient {
 		st.transient++
 		next = c.pickURL(st.idx, st.tried)
-		if next != st.idx && !st.tried[next] && d.RetryAfter == 0 {
-			delay = 0 // failover to a broker not yet tried in this call
+		if next != st.idx && !st.tried[next] {
+			delay = 0 // failover to a broker not yet tried in this call: a hint is the failed broker's
 		}
 	} else {
 		st.rateLimited++
