@@ -239,11 +239,18 @@ class Endpoints:
     health_retry_after: float = HEALTH_RETRY_AFTER
     unhealthy_until: dict[str, float] = field(default_factory=dict)
 
-    def pick(self, now: float, skip: frozenset[str] = frozenset()) -> str:
-        """First healthy URL not in ``skip``; else the first not in ``skip``; else the first."""
-        for u in self.urls:
-            if u not in skip and self.unhealthy_until.get(u, 0.0) <= now:
-                return u
+    def pick(
+        self, now: float, skip: frozenset[str] = frozenset(), tried: frozenset[str] = frozenset()
+    ) -> str:
+        """The first URL not in ``skip`` that is healthy and not in ``tried`` (the URLs this call
+        asked already); else healthy; else not tried; else any; else the first. A retry thus
+        asks every URL once before it asks one again, as in Go and TS."""
+        for want_healthy, want_untried in ((True, True), (True, False), (False, True)):
+            for u in self.urls:
+                if u in skip or (want_untried and u in tried):
+                    continue
+                if not want_healthy or self.unhealthy_until.get(u, 0.0) <= now:
+                    return u
         for u in self.urls:
             if u not in skip:
                 return u
@@ -325,7 +332,7 @@ class CallState:
         else:
             self.retries_transient += 1
         if d.failover and len(self.endpoints.urls) > 1:
-            nxt = self.endpoints.pick(now, skip=frozenset({self.url}))
+            nxt = self.endpoints.pick(now, skip=frozenset({self.url}), tried=frozenset(self.tried))
             if nxt != self.url and nxt not in self.tried:
                 # A broker not yet tried in this call is asked at once.
                 d = Decision(
