@@ -4,16 +4,19 @@ differences are how they send a request and how they sleep."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import inspect
 import json as _json
 import logging
 import random
+import socket
 import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+import anyio
 import httpx
 
 from lanes._deadline import current_deadline
@@ -111,16 +114,17 @@ class _Base:
             not_idempotent=not_idempotent,
         )
 
-    def _timeout(self, st: CallState, timeout: float | None) -> httpx.Timeout:
-        """The attempt's timeout: the call's (else the client's), cut at the deadline. Notes in
-        ``st`` whether the deadline cut it: a timeout then is the caller's, not the broker's."""
+    def _timeout(self, st: CallState, timeout: float | None) -> float:
+        """The attempt's timeout in seconds: the call's (else the client's), cut at the deadline.
+        Notes in ``st`` whether the deadline cut it: a timeout then is the caller's, not the
+        broker's."""
         t = timeout if timeout is not None else self.cfg.timeout
         st.cut_at_deadline = False
         if st.deadline is not None:
             left = st.deadline - self.cfg.clock()
             st.cut_at_deadline = left < t
             t = max(0.001, min(t, left))
-        return httpx.Timeout(t)
+        return t
 
     def _headers(self, st: CallState, has_body: bool, token: str | None) -> dict[str, str]:
         h = self.cfg.base_headers(token)
@@ -197,6 +201,31 @@ class _Base:
             )
 
 
+class _SocketCut:
+    """Shuts a connection's socket down from a timer thread, which wakes a read blocked on it;
+    :meth:`finish` (under the same lock) makes a later :meth:`fire` do nothing, so a connection
+    that read its whole answer in time goes back to the pool intact."""
+
+    def __init__(self, network_stream: Any) -> None:
+        get = getattr(network_stream, "get_extra_info", None)
+        self._sock: socket.socket | None = get("socket") if get is not None else None
+        self._lock = threading.Lock()
+        self._done = False
+        self.fired = False
+
+    def fire(self) -> None:
+        with self._lock:
+            if self._done or self._sock is None:
+                return
+            self.fired = True
+            with contextlib.suppress(OSError):
+                self._sock.shutdown(socket.SHUT_RDWR)
+
+    def finish(self) -> None:
+        with self._lock:
+            self._done = True
+
+
 class SyncTransport(_Base):
     """Blocking transport over ``httpx.Client``."""
 
@@ -225,6 +254,35 @@ class SyncTransport(_Base):
             "lanes: bearer_token returned an awaitable; an async function needs AsyncLanes"
         )
 
+    def _attempt(self, req: httpx.Request, t: float) -> httpx.Response:
+        """Send ``req`` and read its whole answer within ``t`` seconds, as Go and TS do: httpx's
+        timeout bounds each read, so an answer that trickles in would outlast it. Each read of
+        the head waits at most ``t``; once the head is in, a timer shuts the connection's socket
+        down when ``t`` is up, which ends a body read that is still waiting."""
+        started = time.monotonic()
+        req.extensions["timeout"] = httpx.Timeout(t).as_dict()
+        resp = self.http.send(req, stream=True)
+        try:
+            left = t - (time.monotonic() - started)
+            if left <= 0:
+                raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req)
+            cut = _SocketCut(resp.extensions.get("network_stream"))
+            timer = threading.Timer(left, cut.fire)
+            timer.daemon = True
+            timer.start()
+            try:
+                resp.read()
+            except httpx.TransportError as exc:
+                if cut.fired:
+                    raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req) from exc
+                raise
+            finally:
+                timer.cancel()
+                cut.finish()
+        finally:
+            resp.close()
+        return resp
+
     def request(
         self,
         method: str,
@@ -246,12 +304,14 @@ class SyncTransport(_Base):
             if self.http.is_closed:
                 raise self._closed(st)
             try:
-                resp = self.http.request(
-                    method,
-                    _url(st.url, path, query),
-                    content=data,
-                    headers=self._headers(st, data is not None, self._token()),
-                    timeout=self._timeout(st, timeout),
+                resp = self._attempt(
+                    self.http.build_request(
+                        method,
+                        _url(st.url, path, query),
+                        content=data,
+                        headers=self._headers(st, data is not None, self._token()),
+                    ),
+                    self._timeout(st, timeout),
                 )
             except httpx.TransportError as exc:
                 d = self._failed(method, path, st, exc)
@@ -293,7 +353,7 @@ class AsyncTransport(_Base):
         query: str | None = None,
         body: Any = None,
         long_poll: bool = False,
-        timeout: float | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (per attempt, not a deadline)
         deadline: float | None = None,
         not_idempotent: bool = False,
     ) -> Response:
@@ -306,13 +366,20 @@ class AsyncTransport(_Base):
                 token = self.cfg.token()
                 if not (token is None or isinstance(token, str)):
                     token = await token
-                resp = await self.http.request(
-                    method,
-                    _url(st.url, path, query),
-                    content=data,
-                    headers=self._headers(st, data is not None, token),
-                    timeout=self._timeout(st, timeout),
-                )
+                t = self._timeout(st, timeout)
+                try:
+                    # The whole attempt, answer included, as in Go and TS: httpx's timeout
+                    # bounds each read, so an answer that trickles in would outlast it.
+                    with anyio.fail_after(t):
+                        resp = await self.http.request(
+                            method,
+                            _url(st.url, path, query),
+                            content=data,
+                            headers=self._headers(st, data is not None, token),
+                            timeout=httpx.Timeout(t),
+                        )
+                except TimeoutError as exc:
+                    raise httpx.ReadTimeout(f"attempt timed out after {t:g} s") from exc
             except httpx.TransportError as exc:
                 d = self._failed(method, path, st, exc)
             else:

@@ -1,0 +1,115 @@
+"""The per-attempt timeout bounds the whole attempt, reading the answer included
+(docs/retries.md §1), as in Go and TS: an answer the broker sent whole but that reaches the
+client a byte at a time is cut at the timeout, and a push is resent (it answers duplicate).
+httpx's own timeout bounds each read only, so such an answer used to outlast it."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import httpx
+import pytest
+
+import lanes
+
+
+class Trickler:
+    """Forwards to the broker; for the next ``slow`` requests it hands the answer's body on a
+    byte every 50 ms (the whole push answer takes seconds)."""
+
+    def __init__(self, broker: str) -> None:
+        self.slow = 0
+        self.seen = 0
+        trickler = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def _forward(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                body = self.rfile.read(length) if length else None
+                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
+                answer = httpx.request(
+                    self.command, broker + self.path, content=body, headers=headers
+                )
+                trickler.seen += 1
+                slow = trickler.slow > 0
+                trickler.slow -= int(slow)
+                self.send_response(answer.status_code)
+                self.send_header("Content-Type", answer.headers.get("content-type", ""))
+                self.send_header("Content-Length", str(len(answer.content)))
+                self.end_headers()
+                try:
+                    if not slow:
+                        self.wfile.write(answer.content)
+                        return
+                    for byte in answer.content:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(0.05)
+                except OSError:
+                    self.close_connection = True  # the client gave up on the answer
+
+            do_GET = do_POST = do_PUT = do_DELETE = _forward
+
+            def log_message(self, format: str, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def slow_next(self, n: int) -> None:
+        self.slow, self.seen = n, 0
+
+
+@pytest.fixture
+def proxy(broker_url: str) -> Iterator[Trickler]:
+    p = Trickler(broker_url)
+    yield p
+    p.server.shutdown()
+    p.server.server_close()
+
+
+def test_a_trickling_answer_is_cut_at_the_attempt_timeout(
+    broker_url: str, qname: str, proxy: Trickler
+) -> None:
+    c = lanes.Lanes(proxy.url, timeout=0.5, retry_delay=0.01)
+    proxy.slow_next(1)
+    started = time.monotonic()
+    results = c.queue(qname).push([{"data": 1, "transaction_id": "t-1"}])
+    assert time.monotonic() - started < 2.0
+    assert proxy.seen == 2
+    assert results[0].status == "duplicate"
+
+    # The connection the cut attempt used is not reused; the next call works at once.
+    assert c.queue(qname).push([{"data": 2}])[0].status == "queued"
+    assert len(lanes.Lanes(broker_url).queue(qname).batch(10).wait(False).pop()) == 2
+
+
+def test_a_trickling_answer_is_cut_at_the_callers_deadline(qname: str, proxy: Trickler) -> None:
+    c = lanes.Lanes(proxy.url, retry_delay=5.0)
+    proxy.slow_next(1)
+    started = time.monotonic()
+    with pytest.raises(lanes.APIConnectionError), lanes.deadline(0.5):
+        c.queue(qname).push([{"data": 1}])
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_trickling_answer_is_cut_at_the_attempt_timeout_async(
+    qname: str, proxy: Trickler
+) -> None:
+    async def run() -> None:
+        c = lanes.AsyncLanes(proxy.url, timeout=0.5, retry_delay=0.01)
+        proxy.slow_next(1)
+        started = time.monotonic()
+        results = await c.queue(qname).push([{"data": 1, "transaction_id": "t-1"}])
+        assert time.monotonic() - started < 2.0
+        assert proxy.seen == 2
+        assert results[0].status == "duplicate"
+        await c.aclose()
+
+    asyncio.run(run())
