@@ -10,9 +10,11 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"net/http/httptrace"
 	"net/url"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/go-retryablehttp"
@@ -291,10 +293,11 @@ func (st *callState) outcomeUnknownError(resp *http.Response) error {
 }
 
 // failedBeforeSend reports a transport error that proves the request never left: the connection
-// could not be made (refused, DNS, unreachable).
+// could not be made (refused, DNS, unreachable, or the attempt's timeout ended the dial).
 func failedBeforeSend(err error) bool {
 	var op *net.OpError
-	return errors.As(err, &op) && op.Op == "dial"
+	var notSent *notSentError
+	return errors.As(err, &notSent) || (errors.As(err, &op) && op.Op == "dial")
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -327,13 +330,31 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	if st := callStateOf(req.Context()); st != nil {
 		timeout = st.timeout
 	}
-	if timeout <= 0 {
-		return readWhole(t.base.RoundTrip(req))
+	// A failure while the attempt was getting its connection proves the request never left,
+	// also when the attempt's timeout ends the dial: net/http then returns the bare context
+	// error. Both hooks are needed: a transport that does not report them proves nothing.
+	var gettingConn, connected atomic.Bool
+	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+		GetConn: func(string) { gettingConn.Store(true) },
+		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
+	})
+	if timeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, timeout)
+		defer cancel()
 	}
-	ctx, cancel := context.WithTimeout(req.Context(), timeout)
-	defer cancel()
-	return readWhole(t.base.RoundTrip(req.WithContext(ctx)))
+	resp, err := t.base.RoundTrip(req.WithContext(ctx))
+	if err != nil && gettingConn.Load() && !connected.Load() {
+		err = &notSentError{err}
+	}
+	return readWhole(resp, err)
 }
+
+// notSentError is a transport error that came while the attempt was getting its connection.
+type notSentError struct{ err error }
+
+func (e *notSentError) Error() string { return e.err.Error() }
+func (e *notSentError) Unwrap() error { return e.err }
 
 // readWhole reads the answer's body inside the attempt, so a body that stalls past the attempt's
 // timeout or breaks off fails the attempt like a lost answer and goes through the retry policy
