@@ -1,11 +1,14 @@
 """The per-attempt timeout bounds the whole attempt, reading the answer included
 (docs/retries.md §1), as in Go and TS: an answer the broker sent whole but that reaches the
 client a byte at a time is cut at the timeout, and a push is resent (it answers duplicate).
-httpx's own timeout bounds each read only, so such an answer used to outlast it."""
+httpx's own timeout bounds each read only, so such an answer used to outlast it. And a timeout
+that ends the connect proves the request never left (docs/retries.md §5)."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -113,3 +116,34 @@ def test_a_trickling_answer_is_cut_at_the_attempt_timeout_async(
         await c.aclose()
 
     asyncio.run(run())
+
+
+@pytest.fixture
+def unanswered_url() -> Iterator[str]:
+    """A URL whose connects wait without an answer, as to a host that drops packets: a listener
+    with a backlog of 0 that never accepts, its queue filled."""
+    srv = socket.socket()
+    srv.bind(("127.0.0.1", 0))
+    srv.listen(0)
+    fill = []
+    for _ in range(4):
+        s = socket.socket()
+        s.setblocking(False)
+        with contextlib.suppress(BlockingIOError):
+            s.connect(srv.getsockname())
+        fill.append(s)
+    yield f"http://127.0.0.1:{srv.getsockname()[1]}"
+    for s in fill:
+        s.close()
+    srv.close()
+
+
+def test_an_attempt_timeout_during_the_connect_resends_a_kv_incr(
+    broker_url: str, qname: str, unanswered_url: str
+) -> None:
+    # The request never left (docs/retries.md §5), so even an incr goes on to the next URL.
+    c = lanes.Lanes(urls=[unanswered_url, broker_url], timeout=0.5)
+    started = time.monotonic()
+    assert c.kv(qname).incr("hits").applied
+    assert time.monotonic() - started < 2.0
+    assert lanes.Lanes(broker_url).kv(qname).get("hits").value == 1

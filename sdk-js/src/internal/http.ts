@@ -1,5 +1,7 @@
 // The transport: global fetch, per-attempt timeout, failover between broker URLs, and the
 // retry loop around decideRetry (docs/retries.md). A 204 is returned without reading a body.
+import { AsyncLocalStorage } from "node:async_hooks";
+import { subscribe } from "node:diagnostics_channel";
 import { APIConnectionError, APITimeoutError, OutcomeUnknownError, UnexpectedAnswerError, errorForStatus, type APIError } from "../errors.js";
 import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
@@ -46,6 +48,31 @@ export interface TransportOptions {
   now?: () => number;
   random?: () => number;
 }
+
+/** AttemptTrace is what Node's fetch (undici) reported of one attempt: whether it made a request, and whether it wrote that request's head to a connection. */
+interface AttemptTrace {
+  created: boolean;
+  sent: boolean;
+}
+
+// undici publishes a request's creation in the caller's async context and the writing of its
+// head on the connection later; the request object ties the two to the attempt. A fetch that
+// publishes neither (one passed in `fetch`) proves nothing, so its failures stay ambiguous.
+const attemptScope = new AsyncLocalStorage<AttemptTrace>();
+const attemptOfRequest = new WeakMap<object, AttemptTrace>();
+subscribe("undici:request:create", (m) => {
+  const trace = attemptScope.getStore();
+  const request = (m as { request?: object }).request;
+  if (trace && request) {
+    trace.created = true;
+    attemptOfRequest.set(request, trace);
+  }
+});
+subscribe("undici:client:sendHeaders", (m) => {
+  const request = (m as { request?: object }).request;
+  const trace = request && attemptOfRequest.get(request);
+  if (trace) trace.sent = true;
+});
 
 /** sleep waits `ms` or until `signal` aborts (then it rejects with the signal's reason). */
 export function sleep(ms: number, signal?: AbortSignal): Promise<void> {
@@ -149,8 +176,9 @@ export class Transport {
       let res: globalThis.Response | undefined;
       let text: string | undefined;
       let netErr: unknown;
+      const trace: AttemptTrace = { created: false, sent: false };
       try {
-        res = await this.fetchImpl(full, { method: req.method, headers, body: payload ?? null, signal: ctl.signal });
+        res = await attemptScope.run(trace, () => this.fetchImpl(full, { method: req.method, headers, body: payload ?? null, signal: ctl.signal }));
         if (res.status !== 204) text = await res.text();
       } catch (err) {
         netErr = ctl.signal.reason instanceof AttemptTimeout ? ctl.signal.reason : err;
@@ -188,7 +216,8 @@ export class Transport {
         status: res?.status,
         headers: res?.headers,
         networkError: res === undefined,
-        notSent: res === undefined && failedBeforeSend(netErr),
+        // A failure before the request's head was written (the per-attempt timeout ending the connect too) proves it never left.
+        notSent: res === undefined && (failedBeforeSend(netErr) || (trace.created && !trace.sent)),
         notIdempotent: req.notIdempotent === true,
         failoverAvailable: this.hasUntriedHealthy(tried),
         now,

@@ -2,7 +2,8 @@
 // refused is skipped for healthRetryAfterMillis, then asked again; a 408 or a 5xx marks a URL,
 // retried or not, and any other 4xx does not (the same cases as sdk-go and sdk-python).
 import { randomUUID } from "node:crypto";
-import { createServer } from "node:net";
+import { connect, createServer, type Socket } from "node:net";
+import { Worker } from "node:worker_threads";
 import { describe, expect, it } from "vitest";
 import { APIError, APITimeoutError, Lanes, withDeadline, type LanesOptions } from "../../src/index.js";
 import { brokerUrl, sleep } from "./helpers.js";
@@ -127,6 +128,50 @@ describe("failover: an attempt cut short", () => {
       expect(seen.splice(0)).toEqual([skipped ? host(second) : host(base)]);
     } finally {
       await fetch(`${base}/__test/faults/${run}`, { method: "DELETE" });
+    }
+  });
+});
+
+/** unansweredUrl serves a URL whose connects wait without an answer, as to a host that drops packets: a worker thread listens with a backlog of 1 (Node takes 0 for its default) and then blocks its event loop, so nothing is accepted, and the backlog is filled. `release` ends it all. */
+async function unansweredUrl(): Promise<{ url: string; release: () => Promise<void> }> {
+  const hold = new Int32Array(new SharedArrayBuffer(4));
+  const worker = new Worker(
+    `const { parentPort, workerData } = require("node:worker_threads");
+    const srv = require("node:net").createServer();
+    srv.listen({ port: 0, host: "127.0.0.1", backlog: 1 }, () => {
+      parentPort.postMessage(srv.address().port);
+      Atomics.wait(workerData, 0, 0, 60000);
+    });`,
+    { eval: true, workerData: hold },
+  );
+  const port = await new Promise<number>((r) => worker.once("message", r));
+  // Linux keeps backlog + 1 connections waiting for accept; these take those places (and more).
+  const fill: Socket[] = [];
+  for (let i = 0; i < 4; i++) fill.push(connect(port, "127.0.0.1").on("error", () => undefined));
+  await sleep(200);
+  const release = async () => {
+    Atomics.store(hold, 0, 1);
+    Atomics.notify(hold, 0);
+    for (const s of fill) s.destroy();
+    await worker.terminate();
+  };
+  return { url: `http://127.0.0.1:${port}`, release };
+}
+
+describe("failover: a connect that does not answer", () => {
+  it("a per-attempt timeout that ends the connect resends a KV incr on the next URL (the request never left; as in Go and Python)", async () => {
+    const { url, release } = await unansweredUrl();
+    try {
+      const ns = `js-${randomUUID().slice(0, 12)}`;
+      const c = new Lanes({ urls: [url, brokerUrl()], env: {}, logger: null, timeoutMillis: 500 });
+      const started = Date.now();
+      const res = await c.kv(ns).incr("hits", 1, { forever: true });
+      expect(res.applied).toBe(true);
+      expect(Date.now() - started).toBeLessThan(2000);
+      const got = await new Lanes({ url: brokerUrl(), env: {}, logger: null }).kv(ns).get("hits");
+      expect(got.value).toBe(1);
+    } finally {
+      await release();
     }
   });
 });
