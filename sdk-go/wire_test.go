@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"reflect"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -263,6 +264,43 @@ func TestConsumerStopsOn403(t *testing.T) {
 	require.ErrorIs(t, cons.Err(), ErrForbidden)
 	require.Equal(t, 1, fb.count())
 	require.Len(t, reported, 1)
+}
+
+// A pop answered 200 with a body that is not JSON (a proxy's page) goes to OnError and the loop
+// goes on after its error backoff (sdk-design.md §7), as in TS and Python.
+func TestConsumerGoesOnAfterAPopAnswerItCannotUse(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		switch {
+		case strings.HasPrefix(r.URL.Path, "/api/v1/ack"):
+			writeJSON(w, 200, `{"index":0,"transactionId":"t","success":true}`)
+		case n == 1:
+			w.Header().Set("Content-Type", "text/html")
+			_, _ = io.WriteString(w, "<html>portal</html>")
+		default:
+			writeJSON(w, 200, `{"success":true,"queue":"q","partition":"Default","partitionId":"p","leaseId":"L","consumerGroup":"__QUEUE_MODE__",`+
+				`"messages":[{"id":"i","transactionId":"t","traceId":null,"data":{"a":1},"producerSub":null,"createdAt":"2026-01-01T00:00:00Z","partitionId":"p","partition":"Default","leaseId":"L","consumerGroup":"__QUEUE_MODE__"}],"partitionsClaimed":1}`)
+		}
+	})
+	var mu sync.Mutex
+	var reported []error
+	var handled []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	err := c.Queue("q").Wait(false).Limit(1).OnError(func(err error) { mu.Lock(); reported = append(reported, err); mu.Unlock() }).
+		Run(ctx, func(_ context.Context, m *Message) error {
+			mu.Lock()
+			handled = append(handled, m.TransactionID)
+			mu.Unlock()
+			return nil
+		})
+	require.NoError(t, err)
+	mu.Lock()
+	defer mu.Unlock()
+	require.Equal(t, []string{"t"}, handled)
+	require.Len(t, reported, 1)
+	var ua *UnexpectedAnswerError
+	require.ErrorAs(t, reported[0], &ua)
 }
 
 // A 501 on pop is terminal (consuming.md §4): the consumer and the iterator end with

@@ -1,5 +1,5 @@
 // The pop loop shared by the consume loop and the message iterator (docs/consuming.md §3–§4).
-import { APIConnectionError, InternalServerError, RateLimitError } from "./errors.js";
+import { APIConnectionError, InternalServerError, RateLimitError, UnexpectedAnswerError } from "./errors.js";
 import { sleep } from "./internal/http.js";
 import type { PopResult } from "./message.js";
 import type { QueueState } from "./queue.js";
@@ -26,9 +26,9 @@ export function withBatchCap<T>(source: PopSource<T>, reserve: () => number, set
   };
 }
 
-/** isTransientLoopError: 429 (after the policy), network failures and 5xx keep a loop going; everything else ends it (docs/consuming.md §4). */
+/** isTransientLoopError: 429 (after the policy), network failures, 5xx and a 2xx the SDK cannot use (a proxy's page: UnexpectedAnswerError) keep a loop going; everything else ends it (docs/consuming.md §4). */
 export function isTransientLoopError(err: unknown): boolean {
-  return err instanceof RateLimitError || err instanceof APIConnectionError || err instanceof InternalServerError;
+  return err instanceof RateLimitError || err instanceof APIConnectionError || err instanceof InternalServerError || err instanceof UnexpectedAnswerError;
 }
 
 /** parks says whether the broker holds a pop until a message arrives: timeout 0 answers at once, so a loop pauses between empty pops as without wait. */

@@ -411,6 +411,53 @@ def test_a_consumer_reports_an_ack_answered_with_another_count_and_goes_on() -> 
     assert [type(e) for e in errors] == [lanes.UnexpectedAnswerError]
 
 
+def _portal_then_one_message() -> Callable[[httpx.Request], httpx.Response]:
+    """A pop answered 200 with a proxy's HTML page, then one message; acks land."""
+    pops = 0
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        nonlocal pops
+        if req.url.path.startswith("/api/v1/ack"):
+            return httpx.Response(200, json=_ONE_ACK_RESULT)
+        pops += 1
+        if pops == 1:
+            return httpx.Response(200, text="<html>portal</html>")
+        return httpx.Response(200, json=_ONE_MESSAGE)
+
+    return answer
+
+
+def test_a_consumer_reports_a_pop_answer_it_cannot_use_and_goes_on() -> None:
+    # sdk-design.md §7: an UnexpectedAnswerError goes to on_error and the loop goes on (as in Go
+    # and TS), after the loop's error backoff, like a 5xx.
+    t, _ = capture(_portal_then_one_message())
+    errors: list[BaseException] = []
+    handled: list[str] = []
+    q = client(t).queue("q").wait(False).limit(1).on_error(errors.append)
+    q.consume(lambda m: handled.append(m.transaction_id)).closed(timeout=5)
+    assert handled == ["t1"]
+    assert [type(e) for e in errors] == [lanes.UnexpectedAnswerError]
+
+
+async def test_async_consumer_reports_a_pop_answer_it_cannot_use_and_goes_on() -> None:
+    t, _ = capture(_portal_then_one_message())
+    c = lanes.AsyncLanes("http://broker", http_client=httpx.AsyncClient(transport=t))
+    errors: list[BaseException] = []
+    handled: list[str] = []
+    q = c.queue("q").wait(False).limit(1).on_error(errors.append)
+    await q.consume(lambda m: handled.append(m.transaction_id)).closed()
+    assert handled == ["t1"]
+    assert [type(e) for e in errors] == [lanes.UnexpectedAnswerError]
+
+
+def test_an_iterator_reports_a_pop_answer_it_cannot_use_and_goes_on() -> None:
+    t, _ = capture(_portal_then_one_message())
+    errors: list[BaseException] = []
+    with client(t).queue("q").wait(False).limit(1).on_error(errors.append).messages() as it:
+        assert [m.transaction_id for m in it] == ["t1"]
+    assert [type(e) for e in errors] == [lanes.UnexpectedAnswerError]
+
+
 def test_transaction_body() -> None:
     t, seen = capture(
         lambda r: httpx.Response(200, json={"transactionId": "x", "success": True, "results": []})

@@ -207,6 +207,30 @@ describe("consume loop on the wire", () => {
     expect(s.seen).toHaveLength(2);
   });
 
+  it("a pop answered 200 with a body that is not JSON (a proxy's page) goes to onError and the loop goes on (as in Go and Python)", async () => {
+    const s = (await fake()).script(
+      (_req, res) => {
+        res.writeHead(200, { "content-type": "text/html" });
+        res.end("<html>portal</html>");
+      },
+      reply(200, popBody([{ transactionId: "a" }])),
+      reply(200, { index: 0, transactionId: "a", success: true, error: null, leaseReleased: true, dlq: false, noop: false }),
+    );
+    const errors: unknown[] = [];
+    const seen: string[] = [];
+    await client(s.url)
+      .queue("q")
+      .wait(false)
+      .limit(1)
+      .onError((e) => errors.push(e))
+      .consume((m) => {
+        seen.push(m.transactionId);
+      });
+    expect(seen).toEqual(["a"]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(UnexpectedAnswerError);
+  });
+
   it("429 budget spent on a non-waiting loop is transient: the loop sleeps Retry-After and goes on", async () => {
     const s = (await fake()).script(
       reply(429, { error: "busy", code: "rate_limited" }, { "retry-after-ms": "20" }),

@@ -13,7 +13,7 @@ from collections.abc import Callable
 from datetime import datetime, timezone
 
 from lanes import _protocol as P
-from lanes._exceptions import APIConnectionError, APIError, RateLimitError
+from lanes._exceptions import APIConnectionError, APIError, RateLimitError, UnexpectedAnswerError
 from lanes._types import AutopilotEcho, PopResult
 
 ErrorCallback = Callable[[BaseException], None]
@@ -114,11 +114,12 @@ class PollPacer:
 
     def after_error(self, err: Exception) -> float | None:
         """Seconds to wait before popping again after a failed pop (reported first): the 429's
-        hint (or 1 s), else the loop backoff. None for an error that ends the loop (403, 413,
-        other 4xx, 501), which is not reported here."""
+        hint (or 1 s), else the loop backoff (network, 5xx, an answer the SDK cannot use). None
+        for an error that ends the loop (403, 413, other 4xx, 501), which is not reported here."""
         if isinstance(err, RateLimitError):
             pause = err.retry_after if err.retry_after is not None else 1.0
-        elif transient(err):
+        elif transient(err) or isinstance(err, UnexpectedAnswerError):
+            # A 2xx the SDK cannot use (a proxy's page) is waited out like a 5xx, as in Go and TS.
             self.errors += 1
             pause = P.loop_error_backoff(self.errors)
         else:
