@@ -219,7 +219,9 @@ class _SocketCut:
                 return
             self.fired = True
             with contextlib.suppress(OSError):
-                self._sock.shutdown(socket.SHUT_RDWR)
+                # socket.socket's own shutdown: an ssl.SSLSocket's would also drop its TLS
+                # state under the read still running on it.
+                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
 
     def finish(self) -> None:
         with self._lock:
