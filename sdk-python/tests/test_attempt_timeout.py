@@ -147,3 +147,18 @@ def test_an_attempt_timeout_during_the_connect_resends_a_kv_incr(
     assert c.kv(qname).incr("hits").applied
     assert time.monotonic() - started < 2.0
     assert lanes.Lanes(broker_url).kv(qname).get("hits").value == 1
+
+
+def test_an_attempt_timeout_during_the_connect_resends_a_kv_incr_async(
+    broker_url: str, qname: str, unanswered_url: str
+) -> None:
+    async def run() -> None:
+        c = lanes.AsyncLanes(urls=[unanswered_url, broker_url], timeout=0.5)
+        started = time.monotonic()
+        assert (await c.kv(qname).incr("hits")).applied
+        assert time.monotonic() - started < 2.0
+        await c.aclose()
+
+    for _ in range(3):  # the whole-attempt bound and httpx's connect timeout end together
+        asyncio.run(run())
+    assert lanes.Lanes(broker_url).kv(qname).get("hits").value == 3

@@ -12,7 +12,7 @@ import random
 import socket
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -201,6 +201,24 @@ class _Base:
             )
 
 
+class _SendTrace:
+    """httpcore's trace of one attempt: whether it reported anything, and whether it began to
+    send the request's head. A transport that reports nothing proves nothing."""
+
+    def __init__(self) -> None:
+        self.traced = False
+        self.sent = False
+
+    async def atrace(self, name: str, info: Mapping[str, Any]) -> None:
+        self.traced = True
+        if "send_request_headers" in name:
+            self.sent = True
+
+    @property
+    def not_sent(self) -> bool:
+        return self.traced and not self.sent
+
+
 class _SocketCut:
     """Shuts a connection's socket down from a timer thread, which wakes a read blocked on it;
     :meth:`finish` (under the same lock) makes a later :meth:`fire` do nothing, so a connection
@@ -369,6 +387,7 @@ class AsyncTransport(_Base):
                 if not (token is None or isinstance(token, str)):
                     token = await token
                 t = self._timeout(st, timeout)
+                trace = _SendTrace()
                 try:
                     # The whole attempt, answer included, as in Go and TS: httpx's timeout
                     # bounds each read, so an answer that trickles in would outlast it.
@@ -379,9 +398,12 @@ class AsyncTransport(_Base):
                             content=data,
                             headers=self._headers(st, data is not None, token),
                             timeout=httpx.Timeout(t),
+                            extensions={"trace": trace.atrace},
                         )
                 except TimeoutError as exc:
-                    raise httpx.ReadTimeout(f"attempt timed out after {t:g} s") from exc
+                    # Cut before the request's head went out (while connecting): never sent.
+                    kind = httpx.ConnectTimeout if trace.not_sent else httpx.ReadTimeout
+                    raise kind(f"attempt timed out after {t:g} s") from exc
             except httpx.TransportError as exc:
                 d = self._failed(method, path, st, exc)
             else:
