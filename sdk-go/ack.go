@@ -2,7 +2,9 @@
 package lanes
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 
 	"github.com/lanesmq/lanes/sdk-go/internal/gen"
@@ -83,16 +85,29 @@ func (c *Client) ackEntries(ctx context.Context, entries []ackEntry, o AckOpts) 
 	return results, nil
 }
 
-// ackOne acknowledges one message (POST /api/v1/ack), which answers one result object.
+// ackOne acknowledges one message (POST /api/v1/ack), which answers an array of one result;
+// brokers before it answered the result object alone, which is read too.
 func (c *Client) ackOne(ctx context.Context, e ackEntry, o AckOpts) ([]AckResult, error) {
 	item := e.wire(o)
 	body := gen.AckRequest{TransactionId: item.TransactionId, PartitionId: item.PartitionId, Status: item.Status,
 		LeaseId: item.LeaseId, Error: item.Error, ConsumerGroup: ptrUnlessZero(o.groupOf(e.msg))}
-	var r AckResult
-	if _, err := c.result(ctx, &r)(c.gen.Ack(ctx, body)); err != nil {
+	var answer json.RawMessage
+	if _, err := c.result(ctx, &answer)(c.gen.Ack(ctx, body)); err != nil {
 		return nil, err
 	}
-	return []AckResult{r}, nil
+	var results []AckResult
+	var err error
+	if trimmed := bytes.TrimLeft(answer, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
+		results = make([]AckResult, 1)
+		err = json.Unmarshal(answer, &results[0])
+	} else {
+		err = json.Unmarshal(answer, &results)
+	}
+	if err != nil || len(results) != 1 {
+		return nil, &UnexpectedAnswerError{Status: 200, Body: answer, Err: err,
+			Message: fmt.Sprintf("POST /api/v1/ack: want an array of one result, got %d", len(results))}
+	}
+	return results, nil
 }
 
 // ackBatchByGroup sends one POST /api/v1/ack/batch per consumer group (the route takes one group

@@ -9068,7 +9068,7 @@ type AckResponse struct {
 	Body         []byte
 	HTTPResponse *http.Response
 	// JSON200 the response for an HTTP 200 `application/json` response
-	JSON200 *AckResult
+	JSON200 *[]AckResult
 	// JSON400 the response for an HTTP 400 `application/json` response
 	JSON400 *BadRequest
 	// JSON401 the response for an HTTP 401 `application/json` response
@@ -9090,7 +9090,7 @@ type AckResponse struct {
 }
 
 // GetJSON200 returns the response for an HTTP 200 `application/json` response
-func (r AckResponse) GetJSON200() *AckResult {
+func (r AckResponse) GetJSON200() *[]AckResult {
 	return r.JSON200
 }
 
@@ -15581,7 +15581,7 @@ func ParseAckResponse(rsp *http.Response) (*AckResponse, error) {
 
 	switch {
 	case strings.Contains(rsp.Header.Get("Content-Type"), "json") && rsp.StatusCode == 200:
-		var dest AckResult
+		var dest []AckResult
 		if err := json.Unmarshal(bodyBytes, &dest); err != nil {
 			return nil, err
 		}

@@ -3143,13 +3143,15 @@ export interface operations {
             };
         };
         responses: {
-            /** @description Outcome of the acknowledgement. */
+            /** @description Outcome of the acknowledgement: an array holding its one result, the shape
+             *     `/api/v1/ack/batch` answers (the reference's clients read both routes alike).
+             *      */
             200: {
                 headers: {
                     [name: string]: unknown;
                 };
                 content: {
-                    "application/json": components["schemas"]["AckResult"];
+                    "application/json": components["schemas"]["AckResult"][];
                 };
             };
             400: components["responses"]["BadRequest"];

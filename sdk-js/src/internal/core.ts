@@ -175,14 +175,16 @@ export class Core {
     const groupOf = (t: AckTarget) => group ?? (t.consumerGroup || QUEUE_MODE);
     if (items.length === 1) {
       const only = items[0]!;
-      const res = await this.transport.request<AckResult>({
+      const res = await this.transport.request<AckResult[] | AckResult>({
         method: "POST",
         path: "/api/v1/ack",
         body: { ...wireItem(only), consumerGroup: groupOf(only.target) },
       });
-      // The spec's answer is one result object; any other shape is a broker fault, not a result.
-      if (!isObject(res.body)) throw new UnexpectedAnswerError(`ack: /api/v1/ack answered ${Array.isArray(res.body) ? "an array" : typeof res.body}, want one result object`, { body: res.body });
-      return [res.body];
+      // The spec's answer is an array of one result; brokers before it sent the object alone.
+      // Any other shape is a broker fault, not a result.
+      const results: unknown[] = Array.isArray(res.body) ? res.body : [res.body];
+      if (results.length !== 1 || !isObject(results[0])) throw new UnexpectedAnswerError(`ack: /api/v1/ack answered ${Array.isArray(res.body) ? `an array of ${res.body.length}` : typeof res.body}, want an array of one result`, { body: res.body });
+      return [results[0] as AckResult];
     }
     const byGroup = new Map<string, number[]>();
     items.forEach((it, idx) => {

@@ -513,16 +513,17 @@ def ack_requests(
 
 
 def parse_ack_results(path: str, body: Any, sent: int) -> list[AckResult]:
-    """The results of one ack request of ``sent`` items: ``POST /api/v1/ack`` answers one result
-    object and ``/api/v1/ack/batch`` an array (openapi.yaml); any other shape or count is an
+    """The results of one ack request of ``sent`` items: both routes answer an array of results
+    (openapi.yaml), and brokers before that answered ``POST /api/v1/ack`` with the one result
+    object alone, which is read too; any other shape or count is an
     :class:`UnexpectedAnswerError`."""
-    want_one = path == ACK_ONE_PATH
-    if not isinstance(body, dict if want_one else list):
-        want = "one result object" if want_one else "an array of results"
+    earlier_single = path == ACK_ONE_PATH and isinstance(body, dict)
+    if not earlier_single and not isinstance(body, list):
         raise UnexpectedAnswerError(
-            f"lanes: ack: {path} answered {type(body).__name__}, want {want}", body=body
+            f"lanes: ack: {path} answered {type(body).__name__}, want an array of results",
+            body=body,
         )
-    rows = [body] if want_one else body
+    rows = [body] if earlier_single else body
     results = [
         AckResult(
             index=int(r.get("index", i)),

@@ -8,7 +8,8 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// Ack acknowledges one message; the result is in the body, always 200.
+// Ack acknowledges one message; always 200, the body an array holding its one result, as the
+// reference answers (its clients read /ack and /ack/batch alike).
 func (s *Server) Ack(ctx context.Context, req gen.AckRequestObject) (gen.AckResponseObject, error) {
 	b := req.Body
 	if msg := missingAckField(b.TransactionId, b.PartitionId, -1); msg != "" {
@@ -21,7 +22,7 @@ func (s *Server) Ack(ctx context.Context, req gen.AckRequestObject) (gen.AckResp
 	if err != nil {
 		return nil, err
 	}
-	return gen.Ack200JSONResponse(ackResult(res[0])), nil
+	return gen.Ack200JSONResponse{ackResult(res[0])}, nil
 }
 
 // AckBatch acknowledges many messages of one group; one result per item, in order.

@@ -44,10 +44,10 @@ func (b *testBroker) deadLetter(t *testing.T, q, partition, txn string) popBody 
 	if len(popped.Messages) != 1 {
 		t.Fatalf("pop %s: %+v", partition, popped)
 	}
-	var acked map[string]any
+	var acked []map[string]any
 	b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": txn, "partitionId": popped.Messages[0].PartitionID,
 		"leaseId": popped.LeaseID, "status": "dlq", "error": "poison " + txn}, &acked)
-	if acked["dlq"] != true {
+	if len(acked) != 1 || acked[0]["dlq"] != true {
 		t.Fatalf("ack dlq: %+v", acked)
 	}
 	return popped
@@ -248,9 +248,9 @@ func TestAPayloadHoldingANULEscapeIsDeadLetteredAndReplayed(t *testing.T) {
 	if len(popped.Messages) != 1 {
 		t.Fatalf("pop: %+v", popped)
 	}
-	var acked map[string]any
+	var acked []map[string]any
 	if status, _ := b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": "nul", "partitionId": popped.Messages[0].PartitionID,
-		"leaseId": popped.LeaseID, "status": "dlq", "error": "poison"}, &acked); status != http.StatusOK || acked["dlq"] != true {
+		"leaseId": popped.LeaseID, "status": "dlq", "error": "poison"}, &acked); status != http.StatusOK || len(acked) != 1 || acked[0]["dlq"] != true {
 		t.Fatalf("ack dlq: %d %+v", status, acked)
 	}
 	var listed dlqList
@@ -300,10 +300,10 @@ func TestMalformedQueryIs400AndChangesNothing(t *testing.T) {
 	b.push(t, q, "p", "poison")
 	for _, group := range []string{"g", "other"} {
 		popped := b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup="+group+"&subscriptionMode=all")
-		var acked map[string]any
+		var acked []map[string]any
 		b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": "poison", "partitionId": popped.Messages[0].PartitionID,
 			"leaseId": popped.LeaseID, "consumerGroup": group, "status": "dlq"}, &acked)
-		if acked["dlq"] != true {
+		if len(acked) != 1 || acked[0]["dlq"] != true {
 			t.Fatalf("ack dlq in %s: %+v", group, acked)
 		}
 	}
@@ -354,9 +354,9 @@ func TestADeadLetterKeepsItsPayloadBytes(t *testing.T) {
 			t.Fatalf("pop %s: %+v", payload, popped)
 		}
 		m := popped.Messages[0]
-		var acked map[string]any
+		var acked []map[string]any
 		if status, _ := b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID,
-			"leaseId": popped.LeaseID, "status": "dlq"}, &acked); status != http.StatusOK || acked["dlq"] != true {
+			"leaseId": popped.LeaseID, "status": "dlq"}, &acked); status != http.StatusOK || len(acked) != 1 || acked[0]["dlq"] != true {
 			t.Fatalf("ack dlq of %s: %d %+v", payload, status, acked)
 		}
 		var listed rawMessages

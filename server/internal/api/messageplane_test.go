@@ -48,12 +48,14 @@ func TestPushPopAckRoundTrip(t *testing.T) {
 	if status != http.StatusOK || len(popped.Messages) != 1 || popped.Messages[0].ID != pushed[0].MessageID {
 		t.Fatalf("pop: %d %+v", status, popped)
 	}
-	var acked map[string]any
+	// The reference answers a single ack as /ack/batch does: an array holding the one result.
+	var acked []map[string]any
 	status, _ = b.call(t, "POST", "/api/v1/ack", map[string]any{
 		"transactionId": "order-9137", "partitionId": popped.Messages[0].PartitionID, "leaseId": popped.LeaseID,
 	}, &acked)
-	if status != http.StatusOK || acked["success"] != true || acked["leaseReleased"] != true {
-		t.Fatalf("ack: %d %+v", status, acked)
+	if status != http.StatusOK || len(acked) != 1 || acked[0]["success"] != true || acked[0]["leaseReleased"] != true ||
+		acked[0]["index"] != float64(0) || acked[0]["transactionId"] != "order-9137" {
+		t.Fatalf("ack: %d %+v; want an array of one result", status, acked)
 	}
 	status, hdr := b.call(t, "GET", "/api/v1/pop/queue/"+q, nil, nil)
 	if status != http.StatusNoContent || hdr.Get("Content-Length") != "" {
@@ -364,11 +366,11 @@ func TestARetriedAckOfACompletedBatchIsANoop(t *testing.T) {
 			}
 		}
 	}
-	var one map[string]any
-	if b.call(t, "POST", "/api/v1/ack", acks("completed")[1], &one); one["success"] != true || one["noop"] != true {
+	var one []map[string]any
+	if b.call(t, "POST", "/api/v1/ack", acks("completed")[1], &one); len(one) != 1 || one[0]["success"] != true || one[0]["noop"] != true {
 		t.Fatalf("single ack retried: %+v", one)
 	}
-	if b.call(t, "POST", "/api/v1/ack", acks("failed")[0], &one); one["success"] != false {
+	if b.call(t, "POST", "/api/v1/ack", acks("failed")[0], &one); len(one) != 1 || one[0]["success"] != false {
 		t.Fatalf("a nack of the completed batch with its released lease: %+v", one)
 	}
 }
@@ -440,16 +442,16 @@ func TestAckOfARepeatedTransactionIDNamesTheDeliveredCopy(t *testing.T) {
 	b := newTestBroker(t)
 	ackOne := func(t *testing.T, p popBody, i int, group string) map[string]any {
 		t.Helper()
-		var out map[string]any
+		var out []map[string]any
 		body := map[string]any{"transactionId": p.Messages[i].TransactionID, "partitionId": p.Messages[i].PartitionID,
 			"leaseId": p.LeaseID}
 		if group != "" {
 			body["consumerGroup"] = group
 		}
-		if status, _ := b.call(t, "POST", "/api/v1/ack", body, &out); status != http.StatusOK {
+		if status, _ := b.call(t, "POST", "/api/v1/ack", body, &out); status != http.StatusOK || len(out) != 1 {
 			t.Fatalf("ack: %d %+v", status, out)
 		}
-		return out
+		return out[0]
 	}
 	popN := func(t *testing.T, path string) popBody {
 		t.Helper()

@@ -235,9 +235,9 @@ func TestStatusFilteredPagesHoldLimitMatchesPastDeadLetters(t *testing.T) {
 		}
 		p := b.pop(t, path)
 		m := p.Messages[0]
-		var out map[string]any
+		var out []map[string]any
 		if st, _ := b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": m.TransactionID, "partitionId": m.PartitionID,
-			"leaseId": p.LeaseID, "status": status, "consumerGroup": cmp.Or(group, engine.QueueModeGroup)}, &out); m.TransactionID != want || st != 200 || out["success"] != true {
+			"leaseId": p.LeaseID, "status": status, "consumerGroup": cmp.Or(group, engine.QueueModeGroup)}, &out); m.TransactionID != want || st != 200 || len(out) != 1 || out[0]["success"] != true {
 			t.Fatalf("ack %s %s: %d %+v", m.TransactionID, status, st, out)
 		}
 	}

@@ -499,7 +499,9 @@ func (s *Server) countAcks(resp any) {
 	}
 	switch v := resp.(type) {
 	case gen.Ack200JSONResponse:
-		add(v.Success, v.Dlq)
+		for _, r := range v {
+			add(r.Success, r.Dlq)
+		}
 	case ackBatchAnswer:
 		for _, r := range v {
 			add(r.Success, r.Dlq)

@@ -252,10 +252,10 @@ func hybridFixture(t *testing.T, b *testBroker, q string) {
 	if len(bus.Messages) != 1 || bus.Messages[0].TransactionID != "d0" {
 		t.Fatalf("fixture: bus pop %+v", bus)
 	}
-	var acked map[string]any
+	var acked []map[string]any
 	b.call(t, "POST", "/api/v1/ack", map[string]any{"transactionId": "d0", "partitionId": bus.Messages[0].PartitionID,
 		"leaseId": bus.LeaseID, "consumerGroup": "g", "status": "dlq", "error": "poison"}, &acked)
-	if acked["dlq"] != true {
+	if len(acked) != 1 || acked[0]["dlq"] != true {
 		t.Fatalf("fixture: ack dlq %+v", acked)
 	}
 	var queueMode popBody

@@ -133,6 +133,10 @@ class ApiV1AckBatchPostResponse(RootModel[list[AckResult]]):
     root: list[AckResult]
 
 
+class ApiV1AckPostResponse(RootModel[list[AckResult]]):
+    root: Annotated[list[AckResult], Field(max_length=1, min_length=1)]
+
+
 class ApiV1ConsumerGroupsGroupDeleteParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
