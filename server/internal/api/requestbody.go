@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"time"
@@ -183,9 +184,13 @@ func (s *Server) receiveBody(w http.ResponseWriter, r *http.Request, buf *bytes.
 		// Writers that cannot set deadlines (test recorders) read without one.
 		_ = deadlines.SetReadDeadline(time.Now().Add(s.opts.BodyReadTimeout))
 	}
-	ceiling := limit.bytes + 1
+	ceiling := limit.bytes
 	if r.ContentLength >= 0 {
-		ceiling = min(r.ContentLength, limit.bytes) + 1
+		ceiling = min(r.ContentLength, limit.bytes)
+	}
+	// One byte past the cap tells a body over it; the largest cap has no byte past it.
+	if ceiling < math.MaxInt64 {
+		ceiling++
 	}
 	err := readBounded(buf, r.Body, int(ceiling))
 	if _, noRoom := admission.IsRejected(err); noRoom {

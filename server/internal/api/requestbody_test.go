@@ -2,9 +2,13 @@ package api
 
 import (
 	"encoding/base64"
+	"math"
 	"net/http"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/admission"
 )
 
 // A body with a byte that is not UTF-8 was stored verbatim (a push payload,
@@ -109,5 +113,23 @@ func TestKVAndTimerFaultsAnswerTheFamilyCode(t *testing.T) {
 	}
 	if n := b.writtenUnder(t, q); n != 0 {
 		t.Fatalf("refused requests wrote %d rows", n)
+	}
+}
+
+// LANES_MAX_BODY_BYTES accepts up to 9223372036854775807, a cap that is no
+// cap; reading one byte past it overflowed, so every body sent without a
+// Content-Length was read as empty and answered 400 invalid_json.
+func TestABodyWithoutALengthIsReadWholeUnderTheLargestCap(t *testing.T) {
+	for name, budget := range map[string]*admission.ByteBudget{
+		"no body budget":          nil,
+		"the largest body budget": admission.NewByteBudget(math.MaxInt64, time.Second).LimitPerClient(math.MaxInt64),
+	} {
+		b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: math.MaxInt64, BodyBudget: budget, BodyReadTimeout: time.Minute}, "")
+		q := uniqueQueue(t)
+		for _, chunked := range []bool{false, true} {
+			if resp, e := mustPostPush(t, b.URL, pushOfSize(q, 1000), chunked); resp.StatusCode != http.StatusCreated {
+				t.Errorf("%s: push (chunked %v) under the largest cap: %d %+v; want 201", name, chunked, resp.StatusCode, e)
+			}
+		}
 	}
 }
