@@ -308,15 +308,24 @@ func (sets keySets) cached(kid string) []jwkset.JWK {
 // kid the sets then hold.
 func (sets keySets) refetch(kid string) []jwkset.JWK {
 	results := make([]*jwkset.JWK, len(sets))
+	panics := make([]any, len(sets))
 	var wg sync.WaitGroup
 	for i, s := range sets {
 		wg.Go(func() {
+			// A panic left in this goroutine would end the broker; raised again
+			// in the request's, it is answered 500 as any handler's is.
+			defer func() { panics[i] = recover() }()
 			if jwk, ok := s.fetchForKID(kid); ok {
 				results[i] = &jwk
 			}
 		})
 	}
 	wg.Wait()
+	for _, p := range panics {
+		if p != nil {
+			panic(p)
+		}
+	}
 	var found []jwkset.JWK
 	for _, jwk := range results {
 		if jwk != nil {
@@ -351,7 +360,8 @@ func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
 }
 
 // fetchUnknownKID fetches the set for kid, then ends the fetch under way,
-// done, even if the library panics, so later tokens do not wait for ever.
+// done, even if the library panics (refetch hands the panic to the request),
+// so later tokens do not wait for ever.
 func (s *keySet) fetchUnknownKID(kid string, done chan struct{}) {
 	defer func() {
 		s.kidFetchMu.Lock()
