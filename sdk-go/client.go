@@ -97,8 +97,8 @@ func (s secret) reveal() string {
 	return s()
 }
 
-// WithTimeout sets the per-attempt HTTP timeout (default 30 s). Long-poll pops use their
-// own pop timeout plus 5 s.
+// WithTimeout sets the per-attempt HTTP timeout (default 30 s); 0 sets none, leaving the
+// context's deadline and cancellation. Long-poll pops use their own pop timeout plus 5 s.
 func WithTimeout(d time.Duration) Option { return func(c *config) { c.timeout = d } }
 
 // WithRetryAttempts sets the retries after the first attempt for network failures, 408 and 5xx
@@ -192,6 +192,9 @@ func New(opts ...Option) (*Client, error) {
 	}
 	if len(cfg.urls) == 0 {
 		cfg.urls = []string{DefaultURL}
+	}
+	if cfg.timeout < 0 {
+		return nil, fmt.Errorf("lanes: WithTimeout must not be negative, got %v", cfg.timeout)
 	}
 	if cfg.healthRetry < 0 {
 		return nil, fmt.Errorf("lanes: WithHealthRetryAfter must not be negative, got %v", cfg.healthRetry)
