@@ -30,7 +30,7 @@ export interface LanesOptions {
   bearerToken?: string | (() => string | Promise<string>) | undefined;
   /** headers are extra headers on every request. */
   headers?: Record<string, string> | undefined;
-  /** timeoutMillis is the per-attempt HTTP timeout (default 30000; a long-poll pop uses its own timeout + 5 s). */
+  /** timeoutMillis is the per-attempt HTTP timeout (default 30000; 0 sets none, leaving a deadline or signal; a long-poll pop uses its own timeout + 5 s). */
   timeoutMillis?: number | undefined;
   /** retryAttempts is the number of retries after the first attempt on network errors, 408 and 5xx (default 2; 0 disables). */
   retryAttempts?: number | undefined;
@@ -73,7 +73,7 @@ export class Lanes {
       return v;
     };
     const log = makeLog(o.logger, env);
-    const timeoutMillis = nonNeg("timeoutMillis", o.timeoutMillis, 30_000) || 30_000;
+    const timeoutMillis = nonNeg("timeoutMillis", o.timeoutMillis, 30_000);
     const transport = new Transport({
       urls,
       bearerToken: o.bearerToken,

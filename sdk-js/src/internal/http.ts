@@ -161,11 +161,13 @@ export class Transport {
       headers["x-retry-count"] = String(retries429 + retries5xx);
 
       // The attempt ends at the deadline at the latest (at least 1 ms, so it still reports a timeout).
-      const perAttempt = req.timeoutMillis ?? this.opts.timeoutMillis;
+      // A per-attempt timeout of 0 is none: only a deadline or the signal ends the attempt.
+      const perAttempt = (req.timeoutMillis ?? this.opts.timeoutMillis) || Infinity;
       const left = deadline === undefined ? Infinity : deadline - this.now();
       const timeoutMs = Math.max(1, Math.min(perAttempt, left));
       const ctl = new AbortController();
-      const timer = setTimeout(() => ctl.abort(new AttemptTimeout(`timeout after ${timeoutMs} ms`, left < perAttempt)), timeoutMs);
+      const timer =
+        timeoutMs === Infinity ? undefined : setTimeout(() => ctl.abort(new AttemptTimeout(`timeout after ${timeoutMs} ms`, left < perAttempt)), timeoutMs);
       const onAbort = () => ctl.abort(req.signal?.reason);
       if (req.signal?.aborted) {
         clearTimeout(timer);
