@@ -13,6 +13,7 @@ import threading
 import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
 
 import httpx
 import pytest
@@ -22,14 +23,24 @@ import lanes
 
 class Trickler:
     """Forwards to the broker; for the next ``slow`` requests it hands the answer's body on a
-    byte every 50 ms (the whole push answer takes seconds)."""
+    byte every 50 ms (the whole push answer takes seconds), and it holds the next ``held``
+    answers ``hold`` seconds before sending them. ``connections`` counts the connections."""
 
     def __init__(self, broker: str) -> None:
         self.slow = 0
         self.seen = 0
+        self.held = 0
+        self.hold = 0.0
+        self.connections = 0
         trickler = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as the broker
+
+            def setup(self) -> None:
+                trickler.connections += 1
+                super().setup()
+
             def _forward(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 body = self.rfile.read(length) if length else None
@@ -40,6 +51,9 @@ class Trickler:
                 trickler.seen += 1
                 slow = trickler.slow > 0
                 trickler.slow -= int(slow)
+                if trickler.held > 0:
+                    trickler.held -= 1
+                    time.sleep(trickler.hold)
                 self.send_response(answer.status_code)
                 self.send_header("Content-Type", answer.headers.get("content-type", ""))
                 self.send_header("Content-Length", str(len(answer.content)))
@@ -67,6 +81,9 @@ class Trickler:
 
     def slow_next(self, n: int) -> None:
         self.slow, self.seen = n, 0
+
+    def hold_next(self, n: int, seconds: float) -> None:
+        self.held, self.hold, self.seen = n, seconds, 0
 
 
 @pytest.fixture
@@ -116,6 +133,89 @@ def test_a_trickling_answer_is_cut_at_the_attempt_timeout_async(
         await c.aclose()
 
     asyncio.run(run())
+
+
+def test_a_connection_that_read_its_answer_in_time_is_reused_after_its_timeout(
+    qname: str, proxy: Trickler
+) -> None:
+    # The attempt's cut is called off when its answer is in: the pooled connection is still
+    # whole when the cut's time has passed.
+    c = lanes.Lanes(proxy.url, timeout=0.3, retry_attempts=0)
+    q = c.queue(qname)
+    assert q.push([{"data": 1}])[0].status == "queued"
+    time.sleep(0.6)
+    assert q.push([{"data": 2}])[0].status == "queued"
+    assert q.push([{"data": 3}])[0].status == "queued"
+    assert proxy.connections == 1
+
+
+class RecordedTimeouts(httpx.BaseTransport):
+    """httpx's own transport; notes the timeouts each request carried."""
+
+    def __init__(self) -> None:
+        self.inner = httpx.HTTPTransport()
+        self.timeouts: list[Any] = []
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        self.timeouts.append(request.extensions.get("timeout"))
+        return self.inner.handle_request(request)
+
+
+NO_TIMEOUTS = {"connect": None, "read": None, "write": None, "pool": None}
+
+
+def test_a_timeout_of_0_sets_no_per_attempt_timeout(qname: str, proxy: Trickler) -> None:
+    # docs/retries.md §1, as in Go and TS: not the 30 s default, nor a timeout of 0 s.
+    recorded = RecordedTimeouts()
+    c = lanes.Lanes(proxy.url, timeout=0, http_client=httpx.Client(transport=recorded))
+    proxy.hold_next(1, 1.0)
+    started = time.monotonic()
+    assert c.queue(qname).push([{"data": 1}])[0].status == "queued"
+    assert time.monotonic() - started >= 1.0
+    assert proxy.seen == 1
+    assert recorded.timeouts == [NO_TIMEOUTS]
+
+
+def test_a_timeout_of_0_sets_no_per_attempt_timeout_async(qname: str, proxy: Trickler) -> None:
+    async def run() -> None:
+        c = lanes.AsyncLanes(proxy.url, timeout=0)
+        proxy.hold_next(1, 1.0)
+        started = time.monotonic()
+        assert (await c.queue(qname).push([{"data": 1}]))[0].status == "queued"
+        assert time.monotonic() - started >= 1.0
+        assert proxy.seen == 1
+        await c.aclose()
+
+    asyncio.run(run())
+
+
+def test_a_timeout_of_0_leaves_the_callers_deadline(qname: str, proxy: Trickler) -> None:
+    c = lanes.Lanes(proxy.url, timeout=0, retry_delay=5.0)
+    proxy.slow_next(1)
+    started = time.monotonic()
+    with pytest.raises(lanes.APIConnectionError), lanes.deadline(0.5):
+        c.queue(qname).push([{"data": 1}])
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_timeout_of_0_leaves_the_callers_deadline_async(qname: str, proxy: Trickler) -> None:
+    async def run() -> None:
+        c = lanes.AsyncLanes(proxy.url, timeout=0, retry_delay=5.0)
+        proxy.slow_next(1)
+        started = time.monotonic()
+        with pytest.raises(lanes.APIConnectionError), lanes.deadline(0.5):
+            await c.queue(qname).push([{"data": 1}])
+        assert time.monotonic() - started < 1.5
+        await c.aclose()
+
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("client", [lanes.Lanes, lanes.AsyncLanes])
+@pytest.mark.parametrize("timeout", [-1.0, float("nan"), float("inf")])
+def test_a_negative_or_non_finite_timeout_is_refused(client: Any, timeout: float) -> None:
+    with pytest.raises(ValueError, match="timeout must be a non-negative number"):
+        client("http://127.0.0.1:2", timeout=timeout)
 
 
 @pytest.fixture

@@ -80,6 +80,8 @@ def _config(
     clock: Callable[[], float] | None,
     rng: Callable[[], float] | None,
 ) -> Config:
+    if not math.isfinite(timeout) or timeout < 0:
+        raise ValueError(f"lanes: timeout must be a non-negative number, got {timeout}")
     if not math.isfinite(health_retry_after) or health_retry_after < 0:
         raise ValueError(
             f"lanes: health_retry_after must be a non-negative number, got {health_retry_after}"

@@ -114,16 +114,18 @@ class _Base:
             not_idempotent=not_idempotent,
         )
 
-    def _timeout(self, st: CallState, timeout: float | None) -> float:
-        """The attempt's timeout in seconds: the call's (else the client's), cut at the deadline.
-        Notes in ``st`` whether the deadline cut it: a timeout then is the caller's, not the
-        broker's."""
-        t = timeout if timeout is not None else self.cfg.timeout
+    def _timeout(self, st: CallState, timeout: float | None) -> float | None:
+        """The attempt's timeout in seconds: the call's (else the client's), cut at the deadline;
+        None when there is neither (a client timeout of 0). Notes in ``st`` whether the deadline
+        cut it: a timeout then is the caller's, not the broker's."""
+        t: float | None = timeout if timeout is not None else self.cfg.timeout
+        if t == 0:
+            t = None
         st.cut_at_deadline = False
         if st.deadline is not None:
             left = st.deadline - self.cfg.clock()
-            st.cut_at_deadline = left < t
-            t = max(0.001, min(t, left))
+            st.cut_at_deadline = t is None or left < t
+            t = max(0.001, left if t is None else min(t, left))
         return t
 
     def _headers(self, st: CallState, has_body: bool, token: str | None) -> dict[str, str]:
@@ -274,15 +276,19 @@ class SyncTransport(_Base):
             "lanes: bearer_token returned an awaitable; an async function needs AsyncLanes"
         )
 
-    def _attempt(self, req: httpx.Request, t: float) -> httpx.Response:
-        """Send ``req`` and read its whole answer within ``t`` seconds, as Go and TS do: httpx's
-        timeout bounds each read, so an answer that trickles in would outlast it. Each read of
-        the head waits at most ``t``; once the head is in, a timer shuts the connection's socket
-        down when ``t`` is up, which ends a body read that is still waiting."""
+    def _attempt(self, req: httpx.Request, t: float | None) -> httpx.Response:
+        """Send ``req`` and read its whole answer within ``t`` seconds (None: no bound), as Go
+        and TS do: httpx's timeout bounds each read, so an answer that trickles in would outlast
+        it. Each read of the head waits at most ``t``; once the head is in, a timer shuts the
+        connection's socket down when ``t`` is up, which ends a body read that is still
+        waiting."""
         started = time.monotonic()
         req.extensions["timeout"] = httpx.Timeout(t).as_dict()
         resp = self.http.send(req, stream=True)
         try:
+            if t is None:
+                resp.read()
+                return resp
             left = t - (time.monotonic() - started)
             if left <= 0:
                 raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req)
