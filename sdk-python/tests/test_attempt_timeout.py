@@ -262,3 +262,28 @@ def test_an_attempt_timeout_during_the_connect_resends_a_kv_incr_async(
     for _ in range(3):  # the whole-attempt bound and httpx's connect timeout end together
         asyncio.run(run())
     assert lanes.Lanes(broker_url).kv(qname).get("hits").value == 3
+
+
+def test_one_watchdog_cuts_the_earliest_attempt_first_and_forgets_finished_ones() -> None:
+    """The blocking client's attempts share one watchdog thread: an attempt due before every
+    other one wakes it, and attempts that finished in time leave its heap."""
+    from lanes._http import _Watchdog
+
+    dog = _Watchdog()
+    mine, peer = socket.socketpair()
+    with mine, peer:
+
+        class Stream:
+            def get_extra_info(self, name: str) -> socket.socket | None:
+                return mine if name == "socket" else None
+
+        later = [dog.arm(time.monotonic() + 60, Stream()) for _ in range(3000)]
+        for cut in later:
+            dog.finish(cut)
+        assert len(dog._heap) < 1100
+
+        started = time.monotonic()
+        cut = dog.arm(started + 0.2, Stream())
+        assert mine.recv(1) == b""  # the shutdown wakes the read
+        assert 0.15 <= time.monotonic() - started < 2.0
+        assert cut.fired

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import heapq
 import inspect
 import json as _json
 import logging
+import os
 import random
 import socket
 import threading
@@ -222,30 +224,94 @@ class _SendTrace:
 
 
 class _SocketCut:
-    """Shuts a connection's socket down from a timer thread, which wakes a read blocked on it;
-    :meth:`finish` (under the same lock) makes a later :meth:`fire` do nothing, so a connection
-    that read its whole answer in time goes back to the pool intact."""
+    """An attempt's socket, shut down by the :class:`_Watchdog` when the attempt's time is up."""
 
-    def __init__(self, network_stream: Any) -> None:
-        get = getattr(network_stream, "get_extra_info", None)
-        self._sock: socket.socket | None = get("socket") if get is not None else None
-        self._lock = threading.Lock()
-        self._done = False
+    __slots__ = ("at", "done", "fired", "sock")
+
+    def __init__(self, at: float, sock: socket.socket | None) -> None:
+        self.at = at
+        self.sock = sock
+        self.done = False  # finished in time, or fired
         self.fired = False
 
-    def fire(self) -> None:
-        with self._lock:
-            if self._done or self._sock is None:
+    def __lt__(self, other: _SocketCut) -> bool:
+        return self.at < other.at
+
+
+class _Watchdog:
+    """One daemon thread that shuts an attempt's socket down when its time is up, which wakes
+    a body read still waiting on it (a thread per attempt cost about 30 µs a call). An attempt
+    that read its whole answer in time calls :meth:`finish` under the same lock, so its
+    connection goes back to the pool intact."""
+
+    # Finished cuts stay in the heap until their time; past this many, and half the heap, the
+    # heap is rebuilt without them, so a high call rate under a long timeout keeps it small.
+    _COMPACT_AFTER = 1024
+    # A cut may come this late, so cuts due close together (finished ones, mostly) cost one
+    # wake-up per slack, not one per attempt.
+    _SLACK = 0.01
+
+    def __init__(self) -> None:
+        self._reset()
+        if hasattr(os, "register_at_fork"):  # the thread does not survive a fork
+            os.register_at_fork(after_in_child=self._reset)
+
+    def _reset(self) -> None:
+        self._cond = threading.Condition(threading.Lock())
+        self._heap: list[_SocketCut] = []
+        self._finished = 0  # finished cuts still in the heap
+        self._thread: threading.Thread | None = None
+
+    def arm(self, at: float, network_stream: Any) -> _SocketCut:
+        """A cut of ``network_stream``'s socket at ``at`` (``time.monotonic()``)."""
+        get = getattr(network_stream, "get_extra_info", None)
+        cut = _SocketCut(at, get("socket") if get is not None else None)
+        with self._cond:
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="lanes-attempt-timeout")
+                self._thread.daemon = True
+                self._thread.start()
+            heapq.heappush(self._heap, cut)
+            if self._heap[0] is cut:
+                self._cond.notify()
+        return cut
+
+    def finish(self, cut: _SocketCut) -> None:
+        with self._cond:
+            if cut.done:
                 return
-            self.fired = True
+            cut.done = True
+            cut.sock = None
+            self._finished += 1
+            if self._finished > self._COMPACT_AFTER and 2 * self._finished > len(self._heap):
+                self._heap = [c for c in self._heap if not c.done]
+                heapq.heapify(self._heap)
+                self._finished = 0
+
+    def _run(self) -> None:
+        with self._cond:
+            while True:
+                now = time.monotonic()
+                while self._heap and self._heap[0].at <= now:
+                    cut = heapq.heappop(self._heap)
+                    if cut.done:
+                        self._finished -= 1
+                    else:
+                        self._fire(cut)
+                self._cond.wait(max(self._heap[0].at - now, self._SLACK) if self._heap else None)
+
+    @staticmethod
+    def _fire(cut: _SocketCut) -> None:
+        cut.done = cut.fired = True
+        sock, cut.sock = cut.sock, None
+        if sock is not None:
             with contextlib.suppress(OSError):
                 # socket.socket's own shutdown: an ssl.SSLSocket's would also drop its TLS
                 # state under the read still running on it.
-                socket.socket.shutdown(self._sock, socket.SHUT_RDWR)
+                socket.socket.shutdown(sock, socket.SHUT_RDWR)
 
-    def finish(self) -> None:
-        with self._lock:
-            self._done = True
+
+_WATCHDOG = _Watchdog()
 
 
 class SyncTransport(_Base):
@@ -279,9 +345,8 @@ class SyncTransport(_Base):
     def _attempt(self, req: httpx.Request, t: float | None) -> httpx.Response:
         """Send ``req`` and read its whole answer within ``t`` seconds (None: no bound), as Go
         and TS do: httpx's timeout bounds each read, so an answer that trickles in would outlast
-        it. Each read of the head waits at most ``t``; once the head is in, a timer shuts the
-        connection's socket down when ``t`` is up, which ends a body read that is still
-        waiting."""
+        it. Each read of the head waits at most ``t``; once the head is in, the watchdog shuts
+        the connection's socket down when ``t`` is up, which ends a body read still waiting."""
         started = time.monotonic()
         req.extensions["timeout"] = httpx.Timeout(t).as_dict()
         resp = self.http.send(req, stream=True)
@@ -289,13 +354,10 @@ class SyncTransport(_Base):
             if t is None:
                 resp.read()
                 return resp
-            left = t - (time.monotonic() - started)
-            if left <= 0:
+            at = started + t
+            if at <= time.monotonic():
                 raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req)
-            cut = _SocketCut(resp.extensions.get("network_stream"))
-            timer = threading.Timer(left, cut.fire)
-            timer.daemon = True
-            timer.start()
+            cut = _WATCHDOG.arm(at, resp.extensions.get("network_stream"))
             try:
                 resp.read()
             except httpx.TransportError as exc:
@@ -303,8 +365,7 @@ class SyncTransport(_Base):
                     raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req) from exc
                 raise
             finally:
-                timer.cancel()
-                cut.finish()
+                _WATCHDOG.finish(cut)
         finally:
             resp.close()
         return resp
