@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
@@ -8,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
 // The reference's statements about behavior over time (long polls, leases,
@@ -383,4 +386,66 @@ func TestADuplicateOfAMessageRetentionDeletedAnswersTheOriginalsID(t *testing.T)
 		t.Fatalf("duplicate's message_id %s, want the original's %s or the all-zeros id", id, first[0].MessageID)
 	}
 	t.Logf("duplicate of a deleted message answers message_id %s (original %s)", again[0].MessageID, first[0].MessageID)
+}
+
+func TestPushMaintenanceSpoolsWithoutTurningDBHealthyFalse(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{}, t.TempDir())
+	ctx, cancel := context.WithCancel(context.Background())
+	t.Cleanup(cancel)
+	go b.Server.RunMaintenanceRefresh(ctx) // as main.go starts it
+	b.runDrain(t)
+	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil) })
+	var buffers struct {
+		Pending   int  `json:"pending"`
+		DBHealthy bool `json:"dbHealthy"`
+	}
+	readBuffers := func() {
+		if status, _ := b.call(t, "GET", "/api/v1/status/buffers", nil, &buffers); status != http.StatusOK {
+			t.Fatalf("buffer status: %d", status)
+		}
+	}
+	waitFor(t, 5*time.Second, "dbHealthy", func() bool { readBuffers(); return buffers.DBHealthy })
+
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}, nil)
+	var res []pushResult
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1, "transactionId": "m"}}}, &res); status != http.StatusCreated || res[0].Status != "buffered" {
+		t.Fatalf("push under maintenance: %d %+v", status, res)
+	}
+	time.Sleep(600 * time.Millisecond) // past a maintenance read
+	if readBuffers(); buffers.Pending != 1 || !buffers.DBHealthy {
+		t.Fatalf("buffer status under push maintenance: %+v, want the push pending and dbHealthy true", buffers)
+	}
+	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil)
+	waitFor(t, 10*time.Second, "the drain", func() bool { readBuffers(); return buffers.Pending == 0 })
+	if got := b.pop(t, "/api/v1/pop/queue/"+q); !sameStrings(got.txns(), []string{"m"}) {
+		t.Fatalf("after the drain: %v", got.txns())
+	}
+}
+
+func TestATransactionIdIsKeptWhileItsMessageIsRetained(t *testing.T) {
+	passes := make(chan struct{}, 100)
+	b := newTestBrokerWith(t, engine.Config{OnRetentionPass: func(engine.RetentionStats, time.Duration, error) {
+		select {
+		case passes <- struct{}{}:
+		default:
+		}
+	}})
+	q := uniqueQueue(t)
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"dedupWindowSeconds": 1}}, nil)
+	b.push(t, q, "p", "old")
+	popped := b.pop(t, "/api/v1/pop/queue/"+q+"?leaseSeconds=1")
+	pid := popped.Messages[0].PartitionID
+	// Past every window: the id is 20 minutes old.
+	if _, err := b.Pool.Exec(t.Context(), `UPDATE lanes.txns SET created_at = created_at - interval '20 minutes' WHERE partition_id = $1`, pid); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond) // the lease expires
+	b.Engine.StartRetention(100 * time.Millisecond)
+	for range 3 {
+		<-passes
+	}
+	if got := b.ackBatch(t, pid, "", ackItem{"old", "completed", ""}); !got[0].Success || got[0].Noop {
+		t.Fatalf("ack of a retained message past the window: %+v, want it committed", got[0])
+	}
 }
