@@ -314,8 +314,14 @@ func TestAnAckOfATransactionIdPurgedByRetentionIsUnresolvable(t *testing.T) {
 	if got[0].Success || got[0].Error == nil || !strings.HasPrefix(*got[0].Error, "unresolvable: ") {
 		t.Fatalf("ack of a purged id: %+v, want unresolvable", got[0])
 	}
-	// Under a live lease, the broker that granted it still knows what it
-	// delivered (docs/wire-compatibility.md): the leased ack commits.
+	// Under a live lease, another broker cannot resolve the purged id either;
+	// the broker that granted the lease still knows what it delivered
+	// (docs/wire-compatibility.md): there the leased ack commits.
+	other := newTestBroker(t)
+	if got := other.ackBatch(t, pids[1], "", ackItem{"old-live", "completed", live.LeaseID}); got[0].Success || got[0].Error == nil ||
+		!strings.HasPrefix(*got[0].Error, "unresolvable: ") {
+		t.Fatalf("leased ack of a purged id at another broker: %+v, want unresolvable", got[0])
+	}
 	if got := b.ackBatch(t, pids[1], "", ackItem{"old-live", "completed", live.LeaseID}); !got[0].Success || !got[0].LeaseReleased {
 		t.Fatalf("leased ack of a purged id at the granting broker: %+v, want it committed", got[0])
 	}
