@@ -455,3 +455,29 @@ func TestATransactionIdIsKeptWhileItsMessageIsRetained(t *testing.T) {
 		t.Fatalf("ack of a retained message past the window: %+v, want it committed", got[0])
 	}
 }
+
+func TestAnEmptyPopAfterRetentionDoesNotSealOverADelayedMessage(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	// The delayed message becomes visible after 2 s and is deleted after 4 s.
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{
+		"retentionEnabled": true, "retentionSeconds": 4, "delayedProcessing": 2}}, nil)
+	b.push(t, q, "p", "deleted")
+	time.Sleep(4200 * time.Millisecond)
+	b.push(t, q, "p", "delayed")
+	b.Engine.StartRetention(100 * time.Millisecond)
+	waitFor(t, 40*time.Second, "retention to delete the first segment", func() bool {
+		var n int
+		_ = b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
+			JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&n)
+		return n == 1
+	})
+	if status, _, _, _ := rawPop(t, b, "/api/v1/pop/queue/"+q+"?batch=10"); status != http.StatusNoContent {
+		t.Fatalf("pop before the delay passed: %d, want 204", status)
+	}
+	var p groupPop
+	status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=10&wait=true&timeout=8000", nil, &p)
+	if status != http.StatusOK || !sameStrings(p.txns(), []string{"delayed"}) {
+		t.Fatalf("once the delay passed: %d %v, want the delayed message (the empty pop must not seal over it)", status, p.txns())
+	}
+}
