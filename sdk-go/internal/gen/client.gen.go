@@ -3461,7 +3461,9 @@ type ClientInterface interface {
 	// Pushes a list of items; each item names its own queue and partition, both created on
 	// first use. Items are grouped by (queue, partition); each group commits independently.
 	// Answers `201` with one result per item in request order whatever the item statuses:
-	// read every item's `status`. Required role: write-only, read-write or admin.
+	// read every item's `status`. Under push maintenance a broker without a disk spool answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+	// role: write-only, read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
 	//
@@ -3473,7 +3475,9 @@ type ClientInterface interface {
 	// Pushes a list of items; each item names its own queue and partition, both created on
 	// first use. Items are grouped by (queue, partition); each group commits independently.
 	// Answers `201` with one result per item in request order whatever the item statuses:
-	// read every item's `status`. Required role: write-only, read-write or admin.
+	// read every item's `status`. Under push maintenance a broker without a disk spool answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+	// role: write-only, read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
 	//
@@ -4532,7 +4536,9 @@ func (c *Client) PopPartition(ctx context.Context, queue QueuePath, partition Pa
 // Pushes a list of items; each item names its own queue and partition, both created on
 // first use. Items are grouped by (queue, partition); each group commits independently.
 // Answers `201` with one result per item in request order whatever the item statuses:
-// read every item's `status`. Required role: write-only, read-write or admin.
+// read every item's `status`. Under push maintenance a broker without a disk spool answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+// role: write-only, read-write or admin.
 //
 // Takes any type of body and a specified content type.
 //
@@ -4554,7 +4560,9 @@ func (c *Client) PushWithBody(ctx context.Context, contentType string, body io.R
 // Pushes a list of items; each item names its own queue and partition, both created on
 // first use. Items are grouped by (queue, partition); each group commits independently.
 // Answers `201` with one result per item in request order whatever the item statuses:
-// read every item's `status`. Required role: write-only, read-write or admin.
+// read every item's `status`. Under push maintenance a broker without a disk spool answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+// role: write-only, read-write or admin.
 //
 // Takes a body of the `application/json` content type.
 //
@@ -8687,7 +8695,9 @@ type ClientWithResponsesInterface interface {
 	// Pushes a list of items; each item names its own queue and partition, both created on
 	// first use. Items are grouped by (queue, partition); each group commits independently.
 	// Answers `201` with one result per item in request order whatever the item statuses:
-	// read every item's `status`. Required role: write-only, read-write or admin.
+	// read every item's `status`. Under push maintenance a broker without a disk spool answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+	// role: write-only, read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -8699,7 +8709,9 @@ type ClientWithResponsesInterface interface {
 	// Pushes a list of items; each item names its own queue and partition, both created on
 	// first use. Items are grouped by (queue, partition); each group commits independently.
 	// Answers `201` with one result per item in request order whatever the item statuses:
-	// read every item's `status`. Required role: write-only, read-write or admin.
+	// read every item's `status`. Under push maintenance a broker without a disk spool answers
+	// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+	// role: write-only, read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 	//
@@ -14997,7 +15009,9 @@ func (c *ClientWithResponses) PopPartitionWithResponse(ctx context.Context, queu
 // Pushes a list of items; each item names its own queue and partition, both created on
 // first use. Items are grouped by (queue, partition); each group commits independently.
 // Answers `201` with one result per item in request order whatever the item statuses:
-// read every item's `status`. Required role: write-only, read-write or admin.
+// read every item's `status`. Under push maintenance a broker without a disk spool answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+// role: write-only, read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
 //
@@ -15015,7 +15029,9 @@ func (c *ClientWithResponses) PushWithBodyWithResponse(ctx context.Context, cont
 // Pushes a list of items; each item names its own queue and partition, both created on
 // first use. Items are grouped by (queue, partition); each group commits independently.
 // Answers `201` with one result per item in request order whatever the item statuses:
-// read every item's `status`. Required role: write-only, read-write or admin.
+// read every item's `status`. Under push maintenance a broker without a disk spool answers
+// `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+// role: write-only, read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
 //

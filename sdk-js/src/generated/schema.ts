@@ -21,7 +21,9 @@ export interface paths {
          * @description Pushes a list of items; each item names its own queue and partition, both created on
          *     first use. Items are grouped by (queue, partition); each group commits independently.
          *     Answers `201` with one result per item in request order whatever the item statuses:
-         *     read every item's `status`. Required role: write-only, read-write or admin.
+         *     read every item's `status`. Under push maintenance a broker without a disk spool answers
+         *     `503` with code `maintenance` and `Retry-After` (seconds) and stores nothing. Required
+         *     role: write-only, read-write or admin.
          *
          */
         post: operations["push"];

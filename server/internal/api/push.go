@@ -2,6 +2,9 @@ package api
 
 import (
 	"context"
+	"errors"
+	"net/http"
+	"strconv"
 
 	"github.com/google/uuid"
 
@@ -28,6 +31,9 @@ func (s *Server) Push(ctx context.Context, req gen.PushRequestObject) (gen.PushR
 		}
 	}
 	results, err := s.storePush(ctx, items)
+	if errors.Is(err, errPushesPausedNoSpool) {
+		return pushRefusedForMaintenance{}, nil
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -62,11 +68,12 @@ func (s *Server) storePush(ctx context.Context, items []engine.PushItem) ([]engi
 	sp := s.opts.Spool
 	if sp == nil && s.maintenance.pushEnabled() {
 		// Push maintenance keeps writes off the database, and without a
-		// spool there is nowhere else to put them.
+		// spool there is nowhere else to put them: a 503 the clients wait
+		// out and resend, as a bundle with pushes gets.
 		if err := engine.NormalizePushItems(items); err != nil {
 			return nil, err
 		}
-		return s.failedPushes(items, "push maintenance is on and this broker has no disk spool"), nil
+		return nil, errPushesPausedNoSpool
 	}
 	if sp != nil && (!s.schemaReady() || s.maintenance.pushEnabled() || sp.Pending() > 0) {
 		if !s.schemaReady() {
@@ -141,14 +148,18 @@ func (s *Server) spoolPush(items []engine.PushItem) ([]engine.PushResult, error)
 	return results, nil
 }
 
-// failedPushes answers every item failed with reason, nothing stored.
-func (s *Server) failedPushes(items []engine.PushItem, reason string) []engine.PushResult {
-	results := make([]engine.PushResult, len(items))
-	for i, it := range items {
-		results[i] = engine.PushResult{Index: i, TransactionID: it.TransactionID, Queue: it.Queue, Status: engine.PushFailed, Error: reason}
-	}
-	s.metrics.CountPush(string(engine.PushFailed), len(items))
-	return results
+// errPushesPausedNoSpool refuses a push under push maintenance on a broker
+// without a spool: nothing is stored.
+var errPushesPausedNoSpool = errors.New("push maintenance is on and this broker has no disk spool; send the push again once maintenance is off")
+
+// pushRefusedForMaintenance is the 503 of errPushesPausedNoSpool: code
+// maintenance and the Retry-After of a bundle refused under maintenance.
+type pushRefusedForMaintenance struct{}
+
+func (pushRefusedForMaintenance) VisitPushResponse(w http.ResponseWriter) error {
+	w.Header().Set("Retry-After", strconv.Itoa(maintenanceRetryAfterSeconds))
+	return gen.Push503JSONResponse{ServiceUnavailableJSONResponse: gen.ServiceUnavailableJSONResponse{
+		Error: errPushesPausedNoSpool.Error(), Code: CodeMaintenance}}.VisitPushResponse(w)
 }
 
 // countPushVerdicts counts a push's items by verdict: the usual all-queued

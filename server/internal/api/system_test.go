@@ -210,15 +210,17 @@ func TestAnIdleBrokerSeesPushMaintenanceTurnedOnElsewhere(t *testing.T) {
 }
 
 // Without a disk spool, push maintenance has nowhere to put a push: it is
-// answered failed and nothing reaches the database.
+// answered 503 maintenance with a Retry-After, and nothing reaches the database.
 func TestPushMaintenanceWithoutASpoolStoresNothing(t *testing.T) {
 	b := newBrokerWith(t, testDSN, Options{}, "")
 	t.Cleanup(func() { b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": false}, nil) })
 	q := uniqueQueue(t)
 	b.call(t, "POST", "/api/v1/system/maintenance", map[string]any{"enabled": true}, nil)
-	var res []pushResult
-	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1, "transactionId": "m"}}}, &res); status != http.StatusCreated || len(res) != 1 || res[0].Status != "failed" {
-		t.Fatalf("push under maintenance without a spool: %d %+v", status, res)
+	// Refused whole like a bundle with pushes, so clients wait it out and resend.
+	var refusal errorBody
+	status, hdr := b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1, "transactionId": "m"}}}, &refusal)
+	if status != http.StatusServiceUnavailable || refusal.Code != CodeMaintenance || hdr.Get("Retry-After") != "5" {
+		t.Fatalf("push under maintenance without a spool: %d %+v Retry-After %q", status, refusal, hdr.Get("Retry-After"))
 	}
 	var buffers map[string]any
 	if b.call(t, "GET", "/api/v1/status/buffers", nil, &buffers); buffers["spoolAvailable"] != false {
