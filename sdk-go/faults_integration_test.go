@@ -166,11 +166,12 @@ func (s *stored) count(status string) int {
 	return n
 }
 
-// A producer (plain pushes with fixed transaction ids, and the push buffer) and the consume loop
-// of docs/consuming.md run through a broker SIGKILL, the broker's restart on the same port a
-// second later, and a PostgreSQL restart, in one process nobody restarts. Every push the SDK
-// answered stored is handled, nothing is handled that was never pushed, a message handled again
-// had an ack failure reported in between, and the loop never ends on its own.
+// A producer (plain pushes with fixed transaction ids, and the push buffer), the consume loop
+// of docs/consuming.md and the Messages iterator (in a group of its own, so it reads the same
+// messages) run through a broker SIGKILL, the broker's restart on the same port a second later,
+// and a PostgreSQL restart, in one process nobody restarts. For the loop and the iterator alike,
+// every push the SDK answered stored is handled, nothing is handled that was never pushed, a
+// message handled again had an ack failure reported in between, and neither ends on its own.
 func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing.T) {
 	if testing.Short() {
 		t.Skip("kills a broker and restarts a PostgreSQL cluster of its own")
@@ -196,6 +197,30 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 			return nil
 		})
 	require.NoError(t, err)
+
+	// The pull iterator reads the same messages through a group of its own, on a client of its
+	// own so its warnings are told apart from the loop's.
+	iterWarnings := &loopWarnings{}
+	iterClient, err := lanes.New(lanes.WithURL(fb.url), lanes.WithLogger(slog.New(iterWarnings)))
+	require.NoError(t, err)
+	closeWhenDone(t, iterClient)
+	iterView := iterClient.Queue(queue).Group("iter").SubscriptionMode("all")
+	iterGot := &deliveries{at: map[string][]time.Time{}, order: map[string][]string{}}
+	iterCtx, iterStop := context.WithCancel(ctx)
+	defer iterStop()
+	iterDone := make(chan error, 1) // the iterator's end: the error it yielded, if any
+	go func() {
+		for m, err := range iterView.LeaseSeconds(10).Messages(iterCtx) {
+			if err != nil {
+				iterDone <- err
+				return
+			}
+			iterGot.add(m)
+			time.Sleep(5 * time.Millisecond)
+		}
+		iterDone <- nil
+	}()
+	iterEnded := func() bool { return len(iterDone) > 0 }
 
 	told := &stored{status: map[string]string{}}
 	var errMu sync.Mutex // guards the two below
@@ -261,8 +286,9 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	// worker resending a failed ack pops nothing meanwhile, so its failed ack counts as a pop's.
 	require.Eventually(t, func() bool {
 		push, flush := failures()
-		return warnings.count("pop")+warnings.count("ack") > 0 && push > 0 && flush > 0
-	}, 15*time.Second, 20*time.Millisecond, "a failed pop or ack, push and buffer flush reported while the broker is down")
+		return warnings.count("pop")+warnings.count("ack") > 0 && push > 0 && flush > 0 &&
+			iterWarnings.count("pop")+iterWarnings.count("ack") > 0
+	}, 15*time.Second, 20*time.Millisecond, "a failed pop or ack (loop and iterator), push and buffer flush reported while the broker is down")
 	require.NoError(t, fb.run("start"))
 	waitPushed(2 * plainN / 3)
 	buffered := told.count(lanes.StatusBuffered)
@@ -285,29 +311,48 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 
 	// Done when every stored message was handled and the broker holds nothing uncommitted: a
 	// message whose ack failed has then come back after its lease and been acked.
-	settled := func() bool {
+	settled := func(got *deliveries, view lanes.QueueBuilder) bool {
 		got.mu.Lock()
 		all := allDelivered(got.at, told.status)
 		got.mu.Unlock()
 		if !all {
 			return false
 		}
-		depth, err := producerView.Depth(ctx)
+		depth, err := view.Depth(ctx)
 		return err == nil && depth.Pending == 0
 	}
-	for start := time.Now(); !settled(); time.Sleep(50 * time.Millisecond) {
-		if time.Since(start) > 25*time.Second || isDone(consumer) {
+	for start := time.Now(); !settled(got, producerView) || !settled(iterGot, iterView); time.Sleep(50 * time.Millisecond) {
+		if time.Since(start) > 25*time.Second || isDone(consumer) || iterEnded() {
 			break
 		}
 	}
 	if isDone(consumer) {
 		t.Fatalf("the consume loop ended on its own: %v", consumer.Err())
 	}
+	if iterEnded() {
+		t.Fatalf("the iterator ended on its own: %v", <-iterDone)
+	}
 	stopCtx, stopCancel := context.WithTimeout(ctx, 10*time.Second)
 	require.NoError(t, consumer.Stop(stopCtx))
 	stopCancel()
 	require.NoError(t, consumer.Err())
+	iterStop()
+	require.NoError(t, <-iterDone, "the iterator yielded an error")
 
+	t.Run("consume loop", func(t *testing.T) { checkFaultDeliveries(t, got, warnings, told) })
+	t.Run("iterator", func(t *testing.T) { checkFaultDeliveries(t, iterGot, iterWarnings, told) })
+	errMu.Lock()
+	defer errMu.Unlock()
+	t.Logf("push errors %d %q", len(pushErrs), pushErrs)
+	for _, err := range bufErrs {
+		var dropped *lanes.DroppedError
+		require.NotErrorAs(t, err, &dropped, "the buffer dropped items")
+	}
+}
+
+// checkFaultDeliveries checks one reader's handlings against what the producers were told: every
+// stored message handled, once, in push order per partition, and nothing never pushed.
+func checkFaultDeliveries(t *testing.T, got *deliveries, warnings *loopWarnings, told *stored) {
 	got.mu.Lock()
 	defer got.mu.Unlock()
 	var missing, unknown, unexplained []string
@@ -333,8 +378,8 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 		statuses[s]++
 	}
 	warnings.mu.Lock()
-	t.Logf("stored %d %v, handled %d distinct, %d redelivered; push errors %d %q; loop warnings %d: %q",
-		want, statuses, len(got.at), redelivered, len(pushErrs), pushErrs, len(warnings.ops), warnings.errs)
+	t.Logf("stored %d %v, handled %d distinct, %d redelivered; warnings %d: %q",
+		len(told.status), statuses, len(got.at), redelivered, len(warnings.ops), warnings.errs)
 	warnings.mu.Unlock()
 	require.Empty(t, missing, "stored but never handled")
 	require.Empty(t, unknown, "handled but never pushed")
@@ -343,12 +388,6 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	// A failed ack is resent until it lands (the broker is back well inside the 10 s
 	// lease), so no message is handled twice; before, each failed ack gave its pop back.
 	require.Zero(t, redelivered, "handled twice: a failed ack was not resent until it landed")
-	errMu.Lock()
-	defer errMu.Unlock()
-	for _, err := range bufErrs {
-		var dropped *lanes.DroppedError
-		require.NotErrorAs(t, err, &dropped, "the buffer dropped items")
-	}
 }
 
 func isDone(c *lanes.Consumer) bool {
