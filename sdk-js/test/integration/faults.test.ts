@@ -1,4 +1,4 @@
-// The consume loop and a producer ride through a broker SIGKILL and a PostgreSQL restart. The
+// The consume loop, the messages() iterator and a producer ride through a broker SIGKILL and a PostgreSQL restart. The
 // broker and the cluster are the test's own (scripts/fault-broker.sh): the shared test broker
 // and `make test`'s cluster serve other tests meanwhile, so they cannot be killed.
 import { execFile } from "node:child_process";
@@ -41,18 +41,61 @@ class FaultBroker {
   }
 }
 
-/** The consume loop's warnings ("consumer: <op>: <error>") and when each came. */
+/** A consume loop's or iterator's warnings ("consumer: <op>: <error>", "messages: <op>: <error>") and when each came. */
 class LoopWarnings {
   readonly lines: { at: number; text: string }[] = [];
+  constructor(private readonly who: "consumer" | "messages") {}
   warn(message: string): void {
     this.lines.push({ at: performance.now(), text: message });
   }
   count(op: string): number {
-    return this.lines.filter((l) => l.text.includes(`consumer: ${op}:`)).length;
+    return this.lines.filter((l) => l.text.includes(`${this.who}: ${op}:`)).length;
   }
   ackFailedBetween(from: number, to: number): boolean {
-    return this.lines.some((l) => l.at >= from && l.at <= to && l.text.includes("consumer: ack:"));
+    return this.lines.some((l) => l.at >= from && l.at <= to && l.text.includes(`${this.who}: ack:`));
   }
+}
+
+/** Each handling of each transaction id, and each partition's first handlings in order. */
+class Deliveries {
+  readonly handled = new Map<string, number[]>();
+  readonly order = new Map<string, string[]>();
+  add(m: Message): void {
+    if (!this.handled.has(m.transactionId)) {
+      this.order.set(m.partitionId, [...(this.order.get(m.partitionId) ?? []), m.transactionId]);
+    }
+    this.handled.set(m.transactionId, [...(this.handled.get(m.transactionId) ?? []), performance.now()]);
+  }
+}
+
+/** checkDeliveries checks one reader's handlings against what the producers were told: every stored message handled, once, in push order per partition, and nothing never pushed. */
+function checkDeliveries(who: string, got: Deliveries, warnings: LoopWarnings, told: Map<string, string>): void {
+  const { handled, order } = got;
+  const missing = [...told.keys()].filter((txn) => !handled.has(txn));
+  const unknown = [...handled.keys()].filter((txn) => !told.has(txn));
+  const unexplained: string[] = [];
+  let redelivered = 0;
+  for (const [txn, times] of handled) {
+    for (let k = 1; k < times.length; k++) {
+      redelivered++;
+      if (!warnings.ackFailedBetween(times[k - 1]!, times[k]!)) unexplained.push(txn);
+    }
+  }
+  const statuses: Record<string, number> = {};
+  for (const s of told.values()) statuses[s] = (statuses[s] ?? 0) + 1;
+  console.log(
+    `${who}: stored ${told.size} ${JSON.stringify(statuses)}, handled ${handled.size} distinct, ${redelivered} redelivered;`,
+    `warnings ${JSON.stringify(warnings.lines.map((l) => l.text))}`,
+  );
+  expect(missing, `${who}: stored but never handled`).toEqual([]);
+  expect(unknown, `${who}: handled but never pushed`).toEqual([]);
+  // The producers push one item at a time, so a partition's ids ascend in push order.
+  const outOfOrder = [...order.values()].flatMap((txns) => txns.slice(1).flatMap((b, k) => (b < txns[k]! ? [`${txns[k]} before ${b}`] : [])));
+  expect(outOfOrder, `${who}: a partition's messages handled out of push order`).toEqual([]);
+  expect(unexplained, `${who}: handled again though no ack failure was reported in between`).toEqual([]);
+  // A failed ack is resent until it lands (the broker is back well inside the 10 s
+  // lease), so no message is handled twice; before, each failed ack gave its pop back.
+  expect(redelivered, `${who}: handled twice: a failed ack was not resent until it landed`).toBe(0);
 }
 
 async function waitUntil(done: () => boolean, what: string, timeoutMillis = 15_000): Promise<void> {
@@ -67,34 +110,48 @@ describe("faults", () => {
     await broker?.run("stop");
   });
 
-  it("the consume loop and a producer ride through a broker SIGKILL and a PostgreSQL restart", async () => {
+  it("the consume loop, the iterator and a producer ride through a broker SIGKILL and a PostgreSQL restart", async () => {
     broker = await FaultBroker.create();
     const fb = broker;
     await fb.run("start");
     const queue = "sdkfaults-js";
     const [plainN, bufferedN, partitions] = [300, 150, 4];
-    const warnings = new LoopWarnings();
+    const warnings = new LoopWarnings("consumer");
     const producer = new Lanes({ url: fb.url, env: {} });
     const consumerClient = new Lanes({ url: fb.url, env: {}, logger: warnings });
 
-    const handled = new Map<string, number[]>();
-    const order = new Map<string, string[]>(); // each partition's first handlings, in order
+    const got = new Deliveries();
     const consumer = consumerClient
       .queue(queue)
       .concurrency(2)
       .leaseSeconds(10)
       .consume(async (m: Message) => {
-        if (!handled.has(m.transactionId)) {
-          order.set(m.partitionId, [...(order.get(m.partitionId) ?? []), m.transactionId]);
-        }
-        handled.set(m.transactionId, [...(handled.get(m.transactionId) ?? []), performance.now()]);
+        got.add(m);
         await sleep(5); // some work, so a backlog builds and pops carry batches
       });
+    // The iterator reads the same messages through a group of its own, on a client of its own
+    // so its warnings are told apart from the loop's.
+    const iterWarnings = new LoopWarnings("messages");
+    const iterClient = new Lanes({ url: fb.url, env: {}, logger: iterWarnings });
+    const iterView = iterClient.queue(queue).group("iter").subscriptionMode("all");
+    const iterGot = new Deliveries();
+    const iterStop = new AbortController();
+    let iterEnd: string | undefined; // how the iterator ended, once it has
+    const iterating = (async () => {
+      for await (const m of iterView.leaseSeconds(10).messages({ signal: iterStop.signal })) {
+        iterGot.add(m);
+        await sleep(5);
+      }
+    })().then(
+      () => (iterEnd = "returned"),
+      (e: unknown) => (iterEnd = `threw ${String(e)}`),
+    );
     // Passed or failed, nothing of the test outlives it.
     let finished = false;
     onTestFinished(async () => {
       finished = true;
-      await Promise.allSettled([consumer.stopAndCancel(), producer.close({ timeoutMillis: 1000 })]);
+      iterStop.abort();
+      await Promise.allSettled([consumer.stopAndCancel(), producer.close({ timeoutMillis: 1000 }), iterating]);
     });
 
     const told = new Map<string, string>();
@@ -150,8 +207,12 @@ describe("faults", () => {
     // Down until both loops met the outage past the SDK's own retries, so their recovery runs: a
     // worker resending a failed ack pops nothing meanwhile, so its failed ack counts as a pop's.
     await waitUntil(
-      () => warnings.count("pop") + warnings.count("ack") > 0 && pushErrors.length > 0 && bufferErrors.length > 0,
-      "a failed pop or ack, push and buffer flush reported while the broker is down",
+      () =>
+        warnings.count("pop") + warnings.count("ack") > 0 &&
+        iterWarnings.count("pop") + iterWarnings.count("ack") > 0 &&
+        pushErrors.length > 0 &&
+        bufferErrors.length > 0,
+      "a failed pop or ack (loop and iterator), push and buffer flush reported while the broker is down",
     );
     await fb.run("start");
     await waitPushed((2 * plainN) / 3);
@@ -167,45 +228,27 @@ describe("faults", () => {
 
     // Done when every stored message was handled and the broker holds nothing uncommitted: a
     // message whose ack failed has then come back after its lease and been acked.
-    const settled = async () => {
-      if ([...told.keys()].some((txn) => !handled.has(txn))) return false;
+    const settled = async (got: Deliveries, view: ReturnType<Lanes["queue"]>) => {
+      if ([...told.keys()].some((txn) => !got.handled.has(txn))) return false;
       try {
-        return (await consumerClient.queue(queue).depth()).pending === 0;
+        return (await view.depth()).pending === 0;
       } catch {
         return false;
       }
     };
-    for (const deadline = performance.now() + 25_000; performance.now() < deadline && !consumer.done && !(await settled()); ) await sleep(50);
+    const bothSettled = async () => (await settled(got, consumerClient.queue(queue))) && (await settled(iterGot, iterView));
+    for (const deadline = performance.now() + 25_000; performance.now() < deadline && !consumer.done && iterEnd === undefined && !(await bothSettled()); ) await sleep(50);
     expect(consumer.done, `the consume loop ended on its own: ${String(consumer.error)}`).toBe(false);
+    expect(iterEnd, "the iterator ended on its own").toBeUndefined();
     await consumer.stop({ timeoutMillis: 10_000 });
     expect(consumer.error).toBeUndefined();
+    iterStop.abort();
+    await iterating;
+    expect(iterEnd, "the iterator's end on its signal").toBe("returned");
 
-    const missing = [...told.keys()].filter((txn) => !handled.has(txn));
-    const unknown = [...handled.keys()].filter((txn) => !told.has(txn));
-    const unexplained: string[] = [];
-    let redelivered = 0;
-    for (const [txn, times] of handled) {
-      for (let k = 1; k < times.length; k++) {
-        redelivered++;
-        if (!warnings.ackFailedBetween(times[k - 1]!, times[k]!)) unexplained.push(txn);
-      }
-    }
-    const statuses: Record<string, number> = {};
-    for (const s of told.values()) statuses[s] = (statuses[s] ?? 0) + 1;
-    console.log(
-      `stored ${told.size} ${JSON.stringify(statuses)}, handled ${handled.size} distinct, ${redelivered} redelivered;`,
-      `push errors ${JSON.stringify(pushErrors)}; loop warnings ${JSON.stringify(warnings.lines.map((l) => l.text))};`,
-      `buffer errors ${bufferErrors.map(String).join(", ")}`,
-    );
-    expect(missing, "stored but never handled").toEqual([]);
-    expect(unknown, "handled but never pushed").toEqual([]);
-    // The producers push one item at a time, so a partition's ids ascend in push order.
-    const outOfOrder = [...order.values()].flatMap((txns) => txns.slice(1).flatMap((b, k) => (b < txns[k]! ? [`${txns[k]} before ${b}`] : [])));
-    expect(outOfOrder, "a partition's messages handled out of push order").toEqual([]);
-    expect(unexplained, "handled again though no ack failure was reported in between").toEqual([]);
-    // A failed ack is resent until it lands (the broker is back well inside the 10 s
-    // lease), so no message is handled twice; before, each failed ack gave its pop back.
-    expect(redelivered, "handled twice: a failed ack was not resent until it landed").toBe(0);
+    console.log(`push errors ${JSON.stringify(pushErrors)}; buffer errors ${bufferErrors.map(String).join(", ")}`);
+    checkDeliveries("consume loop", got, warnings, told);
+    checkDeliveries("iterator", iterGot, iterWarnings, told);
     expect(bufferDropped, "items the push buffer dropped").toBe(0);
   }, 60_000);
 });
