@@ -29,7 +29,9 @@ import (
 // iterator waits out as the loop does, failed acks (except 403, 413, other 4xx but 408, 409 and
 // 429, and 501, which end it) and failed renewals. An ack call that fails for want of a broker
 // (no answer, 5xx, 429) is resent as the loop resends it, while the pop's lease lasts and ctx is
-// not canceled, before the next pop or the end of the range (docs/consuming.md §4). An error is
+// not canceled, before the next pop (docs/consuming.md §4); when the range ends (break, return,
+// Limit, IdleTimeout) no resend starts later than 5 s after it, so leaving never waits out the
+// lease (each failed call went to OnError; its messages redeliver after the lease). An error is
 // yielded only when it ends the iteration. Under ServerAutoAck(true) each pop asks for no more
 // than what is left of Limit, and leaving early reports the popped messages never handed over (a
 // *AutoAckDroppedError: the broker committed them). Concurrency and SoftStopTimeout do not apply.
@@ -80,11 +82,11 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 	}
 	idle := func() bool { return opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle }
 	for {
-		if err := it.flush(); err != nil {
-			yield(nil, err)
-			return
-		}
 		if opts.limit > 0 && it.yielded >= opts.limit {
+			return // leave sends the pending acks
+		}
+		if err := it.flush(it.ctx); err != nil {
+			yield(nil, err)
 			return
 		}
 		pr, err := p.next(ctx, idle)
@@ -157,7 +159,8 @@ func (it *msgIter) leased() bool {
 // leave runs when the range ends for any reason: ack what was handled and release the rest of
 // the current pop with `retry` (under server auto-ack, report how many were dropped instead).
 // A failed ack that ends the iteration is yielded when the loop body can still take it (the
-// range ended on its own), else reported.
+// range ended on its own), else reported. A failed ack call is resent only within
+// leaveAckBudget of leaving (or until ctx is canceled): leaving does not wait out the lease.
 func (it *msgIter) leave(yield func(*Message, error) bool) {
 	bodyLeft := it.inHand >= 0 // break, return or panic in the loop body
 	if it.pop != nil {
@@ -181,7 +184,9 @@ func (it *msgIter) leave(yield func(*Message, error) bool) {
 		}
 	}
 	it.endPop()
-	if err := it.flush(); err != nil {
+	stop, cancel := context.WithTimeout(it.ctx, leaveAckBudget)
+	defer cancel()
+	if err := it.flush(stop); err != nil {
 		if bodyLeft {
 			it.q.reportLoopError("ack", err)
 			return
@@ -191,14 +196,15 @@ func (it *msgIter) leave(yield func(*Message, error) bool) {
 }
 
 // flush sends the pending acks, resending a call that fails for want of a broker while the
-// pop's lease lasts, as the consume loop does (ackUntilDone). A failure that ends the iteration
+// pop's lease lasts and stop is not done, as the consume loop does (ackUntilDone); leave's stop
+// has a deadline, leaveAckBudget from leaving. A failure that ends the iteration
 // (ackEndsLoop) is returned; any other goes to OnError (or the warning log) and the iteration
 // goes on.
-func (it *msgIter) flush() error {
+func (it *msgIter) flush(stop context.Context) error {
 	if len(it.pending) == 0 {
 		return nil
 	}
 	entries := it.pending
 	it.pending = nil
-	return ackUntilDone(it.ackCtx, it.ctx, it.q, entries, it.expiry)
+	return ackUntilDone(it.ackCtx, stop, it.q, entries, it.expiry)
 }

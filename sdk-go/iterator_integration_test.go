@@ -131,3 +131,35 @@ func TestITMessagesWaitOutA429OnAnAckByItsHint(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, again, "redelivered: the failed ack was not resent until it landed")
 }
+
+// Leaving the iterator (break, or the end of the range at Limit) resends a failed ack only
+// within 5 s of leaving, not for the rest of a 30 s lease: attempts at 0 s, 1 s and 3 s, and
+// the next (7 s) is not made; the messages redeliver after their lease. Before, the leave waited
+// 15 s (attempts at 0, 1, 3, 7 and 15 s).
+func TestITMessagesLeavingBoundsTheResendingOfAnAck(t *testing.T) {
+	t.Parallel()
+	for _, how := range []string{"break", "limit"} {
+		t.Run(how, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			c := scriptFaults(t, `[{"method":"POST","path":"/api/v1/ack*","responses":[{"status":503,"times":20}]}]`)
+			pushN(t, b, "p", 3, how)
+			failed := &failedAcks{}
+			q := c.Queue(b.queue).LeaseSeconds(30).Batch(10).OnError(failed.add)
+			if how == "limit" {
+				q = q.Limit(3)
+			}
+			start := time.Now()
+			for m, err := range q.Messages(b.ctx) {
+				require.NoError(t, err)
+				require.NotNil(t, m)
+				if how == "break" {
+					break
+				}
+			}
+			took := time.Since(start)
+			require.Equal(t, []int{503, 503, 503}, failed.statuses(), "attempts at 0 s, 1 s and 3 s")
+			require.Less(t, took, 5*time.Second, "resent past the leave's 5 s")
+		})
+	}
+}

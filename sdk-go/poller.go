@@ -120,6 +120,11 @@ func ackEndsLoop(err error) bool {
 	return endsLoop(err)
 }
 
+// leaveAckBudget is how long an iterator that is left (break, return, Limit, IdleTimeout) goes
+// on resending a failed ack: leaving should not block for the rest of the lease. The first call
+// always runs to its end under the client's retry policy; no resend starts after the budget.
+const leaveAckBudget = 5 * time.Second
+
 // ackResendMargin is how long before the lease's expiry a consume loop or iterator stops
 // resending a failed ack: its last attempt still has time to land.
 const ackResendMargin = time.Second
@@ -143,8 +148,9 @@ func ackResendable(err error) bool {
 // iterator's canceled context) (docs/consuming.md §4). A lost ack would hold the partition
 // until the lease expires and redeliver the whole pop; a resend is safe, since every item names
 // the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it
-// applied released the lease, so its resend is refused, changing nothing. A failure that ends
-// the loop (ackEndsLoop) is returned unreported, for the caller to end with.
+// applied released the lease, so its resend is refused, changing nothing. A deadline on stop
+// (an iterator's leave) ends the resending too: no attempt is made after it. A failure that
+// ends the loop (ackEndsLoop) is returned unreported, for the caller to end with.
 func ackUntilDone(ackCtx, stop context.Context, q QueueBuilder, entries []ackEntry, expiry *leaseExpiry) error {
 	streak := 0 // failed calls so far, 429s aside (as the pop's backoff counts them)
 	for {
@@ -167,6 +173,9 @@ func ackUntilDone(ackCtx, stop context.Context, q QueueBuilder, entries []ackEnt
 		}
 		if time.Until(expiry.get()) < wait+ackResendMargin {
 			return nil // the lease ends first: the pop redelivers
+		}
+		if deadline, ok := stop.Deadline(); ok && time.Until(deadline) < wait {
+			return nil // the leave's budget ends first: the pop redelivers after its lease
 		}
 		select {
 		case <-stop.Done():
