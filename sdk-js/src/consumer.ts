@@ -100,6 +100,8 @@ function renewsLease(s: QueueState, res: PopResult<unknown>): boolean {
 const FALLBACK_LEASE_MILLIS = 60_000;
 /** ACK_RESEND_MARGIN_MILLIS is how long before the lease's expiry the loop or iterator stops resending a failed ack: its last attempt still has time to land. */
 const ACK_RESEND_MARGIN_MILLIS = 1000;
+/** How long an iterator that is left (break, return, throw, limit, idle, abort) goes on resending a failed ack: leaving should not block for the rest of the lease. The first call always runs to its end under the client's retry policy; no resend starts after the budget. */
+const LEAVE_ACK_BUDGET_MILLIS = 5000;
 
 /** LeaseExpiry is the latest expiry (epoch ms) a consume loop or iterator knows for a pop's lease: leaseSeconds (else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal. */
 interface LeaseExpiry {
@@ -154,9 +156,9 @@ function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Repo
 }
 
 /**
- * ackUntilDone sends a pop's acks for a consume loop or iterator. A call that fails as a broker or network failure does (5xx, 429, no answer) is reported and resent after the loop's error backoff until it lands, the lease is about to expire, or `stop` aborts (a hard stop, the iterator's signal) (docs/consuming.md §4). A lost ack would hold the partition until the lease expires and redeliver the whole pop; a resend is safe, since every item names the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it applied released the lease, so its resend is refused, changing nothing. Per-item failures are reported; the error that ends the loop (endsConsumerOnAck) is returned unreported.
+ * ackUntilDone sends a pop's acks for a consume loop or iterator. A call that fails as a broker or network failure does (5xx, 429, no answer) is reported and resent after the loop's error backoff until it lands, the lease is about to expire, or `stop` aborts (a hard stop, the iterator's signal) (docs/consuming.md §4). A lost ack would hold the partition until the lease expires and redeliver the whole pop; a resend is safe, since every item names the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it applied released the lease, so its resend is refused, changing nothing. No resend starts after `until` (an iterator's leave, LEAVE_ACK_BUDGET_MILLIS from leaving). Per-item failures are reported; the error that ends the loop (endsConsumerOnAck) is returned unreported.
  */
-async function ackUntilDone(core: Core, items: PendingAck[], group: string, report: Reporter, expiry: LeaseExpiry, stop: AbortSignal | undefined): Promise<unknown> {
+async function ackUntilDone(core: Core, items: PendingAck[], group: string, report: Reporter, expiry: LeaseExpiry, stop: AbortSignal | undefined, until = Infinity): Promise<unknown> {
   if (items.length === 0) return undefined;
   let streak = 0; // failed calls so far, 429s aside (as the pop's backoff counts them)
   for (;;) {
@@ -171,6 +173,7 @@ async function ackUntilDone(core: Core, items: PendingAck[], group: string, repo
       const wait = loopErrorDelay(err, streak);
       if (!(err instanceof RateLimitError)) streak++;
       if (expiry.at - Date.now() < wait + ACK_RESEND_MARGIN_MILLIS) return undefined; // the lease ends first: the pop redelivers
+      if (until - Date.now() < wait) return undefined; // the leave's budget ends first: the pop redelivers after its lease
       try {
         await sleep(wait, stop);
       } catch {
@@ -476,7 +479,7 @@ export class Consumer implements PromiseLike<void> {
   }
 }
 
-/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). A pop's lease is renewed while its messages are held, as in the loop. Only an error that ends the iteration is thrown (403, 413, other 4xx, 501, from a pop or an ack); the others go to onError, or a warning. A pop's acks go out when its last message is left; a call that fails for want of a broker (no answer, 5xx, 429) is resent as the loop resends it (ackUntilDone), while the lease lasts and `signal` is not aborted. */
+/** messageIterator is the pull form of the loop, as an async generator (see QueueBuilder.messages). The builder's `limit` ends it after that many messages, and `idleMillis` once no message came for that long, counted from when the caller asked for the next one (as in Go). A pop's lease is renewed while its messages are held, as in the loop. Only an error that ends the iteration is thrown (403, 413, other 4xx, 501, from a pop or an ack); the others go to onError, or a warning. A pop's acks go out when its last message is left; a call that fails for want of a broker (no answer, 5xx, 429) is resent as the loop resends it (ackUntilDone), while the lease lasts and `signal` is not aborted, and, when the iteration ends, for no more than LEAVE_ACK_BUDGET_MILLIS after it. */
 export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: QueueState, signal: AbortSignal | undefined): AsyncGenerator<Message<T>, void, undefined> {
   let yielded = 0;
   let lastMessageAt = Date.now();
@@ -497,6 +500,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     // The message the caller holds when it leaves the loop; with autoAck(false) it is theirs to ack.
     let inHand: number | undefined;
     let handedOver = 0;
+    let popDone = false; // every message of the pop handed over and the caller asked for the next
     try {
       outer: for (let k = 0; k < slices.length; k++) {
         const slice = slices[k]!;
@@ -510,6 +514,7 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
           pos[k] = i + 1;
         }
       }
+      popDone = true;
       lastMessageAt = Date.now();
     } finally {
       stopRenewing();
@@ -524,7 +529,10 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
           if (!s.autoAck && inHand === k) p += 1;
           if (p < slice.length) acks.push({ target: slice[p]!, status: "retry" });
         });
-        const ending = await ackUntilDone(core, acks, res.consumerGroup, report, expiry, signal);
+        // Leaving (the caller's break, return or throw, or the end at limit or on an abort) resends only within the leave's budget.
+        const leaving = !popDone || signal?.aborted === true || limitReached();
+        const until = leaving ? Date.now() + LEAVE_ACK_BUDGET_MILLIS : Infinity;
+        const ending = await ackUntilDone(core, acks, res.consumerGroup, report, expiry, signal, until);
         // An ack error that ends the iteration is raised even when the caller left early: the caller must learn of it.
         // eslint-disable-next-line no-unsafe-finally
         if (ending !== undefined) throw ending;

@@ -74,6 +74,26 @@ describe("messages(): a failed ack", () => {
     expect(again.map((m) => m.data)).toEqual([1, 2, 3]);
   }, 20_000);
 
+  // Before, leaving waited 15 s of the 30 s lease (attempts at 0, 1, 3, 7 and 15 s).
+  for (const how of ["break", "limit"] as const) {
+    it(`is resent for at most 5 s after leaving the loop (${how}), not for the rest of the lease`, async () => {
+      const c = await failingAcks([{ status: 503, times: 20 }]);
+      const q = uniq(`iterleave${how}`);
+      await client().queue(q).push([1, 2, 3].map((n) => ({ data: n })));
+      const failed: unknown[] = [];
+      let builder = c.queue<number>(q).leaseSeconds(30).batch(10).onError((e) => failed.push(e));
+      if (how === "limit") builder = builder.limit(3);
+      const start = Date.now();
+      for await (const m of builder.messages()) {
+        expect(m.data).toBeTypeOf("number");
+        if (how === "break") break;
+      }
+      // attempts at 0 s, 1 s and 3 s; the next (7 s) would start past the leave's 5 s
+      expect(failed.map((e) => (e as lanes.APIError).status)).toEqual([503, 503, 503]);
+      expect(Date.now() - start, "resent past the leave's 5 s").toBeLessThan(5000);
+    }, 30_000);
+  }
+
   it("is not resent once the iteration's signal is aborted, as a hard stop ends the loop's resending", async () => {
     const c = await failingAcks([{ status: 503, times: 10 }]);
     const q = uniq("iterabort");
