@@ -6,6 +6,7 @@ cases run in sdk-go (iterator_integration_test.go) and sdk-js (iterator-acks.tes
 from __future__ import annotations
 
 import json
+import threading
 import time
 import uuid
 from collections.abc import Iterator
@@ -123,3 +124,73 @@ def test_a_429_on_an_ack_is_waited_out_by_its_hint(
     assert statuses(errors) == [429, 429, 503]
     assert 1.5 <= took < 3, "300 ms, 300 ms, then 1 s"
     assert redelivered(broker_url, qname, 5000) == [], "the failed ack was not resent"
+
+
+# Leaving (break, or the end at the limit) resends a failed ack only within 5 s of leaving, not
+# for the rest of a 30 s lease: attempts at 0 s, 1 s and 3 s; the next (7 s) is not made, and
+# the messages redeliver after their lease. Before, leaving waited 15 s (0, 1, 3, 7 and 15 s).
+@pytest.mark.parametrize("how", ["break", "limit"])
+def test_leaving_resends_a_failed_ack_for_at_most_5_s(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]], how: str
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 20}])
+    errors: list[BaseException] = []
+    with lanes.Lanes(broker_url, retry_attempts=0, max_429_attempts=0, headers=headers) as c:
+        c.queue(qname).push([1, 2, 3])
+        q = c.queue(qname).lease_seconds(30).batch(10).on_error(errors.append)
+        if how == "limit":
+            q = q.limit(3)
+        start = time.monotonic()
+        with q.messages() as it:
+            for _ in it:
+                if how == "break":
+                    break
+        took = time.monotonic() - start
+    assert statuses(errors) == [503, 503, 503], "attempts at 0 s, 1 s and 3 s"
+    assert took < 5, "resent past the leave's 5 s"
+
+
+async def test_async_leaving_resends_a_failed_ack_for_at_most_5_s(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 20}])
+    errors: list[BaseException] = []
+    async with lanes.AsyncLanes(
+        broker_url, retry_attempts=0, max_429_attempts=0, headers=headers
+    ) as c:
+        await c.queue(qname).push([1, 2, 3])
+        q = c.queue(qname).lease_seconds(30).batch(10).on_error(errors.append)
+        start = time.monotonic()
+        async with q.messages() as it:
+            async for _ in it:
+                break
+        took = time.monotonic() - start
+    assert statuses(errors) == [503, 503, 503], "attempts at 0 s, 1 s and 3 s"
+    assert took < 5, "resent past the leave's 5 s"
+
+
+# stop(), from any thread, ends the blocking iterator as aborting the signal ends TypeScript's:
+# here it cuts short the wait before the first resend of the leave's failed ack.
+def test_stop_abandons_the_resending_of_an_ack(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 10}])
+    errors: list[BaseException] = []
+    with lanes.Lanes(broker_url, retry_attempts=0, max_429_attempts=0, headers=headers) as c:
+        c.queue(qname).push([1, 2])
+
+        def failed(e: BaseException) -> None:
+            errors.append(e)
+            threading.Timer(0.2, it.stop).start()
+
+        it = c.queue(qname).lease_seconds(30).batch(10).limit(2).messages(on_error=failed)
+        start = time.monotonic()
+        with it:
+            handled = [m.data for m in it]
+        took = time.monotonic() - start
+    assert handled == [1, 2]
+    assert statuses(errors) == [503]
+    assert took < 0.8, "stop() ended the 1 s wait for the resend"

@@ -15,11 +15,16 @@ keyword of ``messages()``), else to the client's logger (``lanes``) as a warning
 that ends the iteration is raised: from a pop or an ack, 403, 413, other 4xx (an ack's 408, 409
 and 429 aside) and 501, as in Go and TypeScript. An ack call that fails for want of a broker
 (network failure, 429, 5xx but 501) is resent as the consume loop resends it, while the pop's
-lease lasts, before the next pop or the end of the iteration (docs/consuming.md §4)."""
+lease lasts, before the next pop (docs/consuming.md §4); as the iteration ends (``break``, an
+exception, ``close()``, the limit, the idle timeout) no resend starts later than
+``LEAVE_ACK_BUDGET_S`` (5 s) after it, so leaving never waits out the lease. The blocking
+iterator's :meth:`MessageIterator.stop`, from any thread, ends the iteration and abandons the
+resending at once, as cancelling the task does for the asyncio one."""
 
 from __future__ import annotations
 
 import asyncio
+import threading
 import time
 from collections import deque
 from collections.abc import Awaitable, Callable
@@ -110,9 +115,11 @@ class _Core:
         out, self.pending = self.pending, []
         return out
 
-    def ack_resend(self) -> AckResend:
-        """The resending of the current pop's acks, counted against its lease."""
-        return AckResend(P.lease_expiry(self.spec, self.popped_at, self.schedule))
+    def ack_resend(self, leaving: bool) -> AckResend:
+        """The resending of the current pop's acks, counted against its lease (and, as the
+        iteration ends, against the leave's budget)."""
+        until = time.monotonic() + P.LEAVE_ACK_BUDGET_S if leaving else None
+        return AckResend(P.lease_expiry(self.spec, self.popped_at, self.schedule), until)
 
     def ack_failed(self, err: Exception, resend: AckResend) -> float | None:
         """Raise an ack error that ends the iteration; report any other and return the wait
@@ -171,23 +178,25 @@ class MessageIterator:
         pop: Callable[[P.QueueSpec], PopResult],
         ack: Callable[[Entries], list[AckResult]],
         renew: Callable[[str, int], RenewResult],
-        sleep: Callable[[float], None] = time.sleep,
     ) -> None:
-        self._c, self._pop, self._ack_call, self._sleep = core, pop, ack, sleep
+        self._c, self._pop, self._ack_call = core, pop, ack
         self._renew_call = renew
         self._renewals: list[LeaseRenewalThread] = []
+        self._stopping = threading.Event()
 
-    def _ack(self, entries: Entries) -> None:
-        resend = self._c.ack_resend()
+    def _sleep(self, seconds: float) -> None:
+        self._stopping.wait(seconds)  # stop() cuts a pause short
+
+    def _ack(self, entries: Entries, leaving: bool = False) -> None:
+        resend = self._c.ack_resend(leaving)
         while True:
             try:
                 self._ack_call(entries)
                 return
             except Exception as e:
                 wait = self._c.ack_failed(e, resend)
-            if wait is None:
-                return
-            self._sleep(wait)
+            if wait is None or self._stopping.wait(wait):
+                return  # not resent: its messages redeliver after their lease
 
     def _start_renewal(self, res: PopResult) -> None:
         plan = self._c.renewal(res)
@@ -209,6 +218,8 @@ class MessageIterator:
         c.finish_current()
         try:
             while True:
+                if self._stopping.is_set():
+                    raise StopIteration
                 m = c.next_buffered()
                 if m is not None:
                     return m
@@ -238,7 +249,15 @@ class MessageIterator:
         for r in self._renewals:
             r.stop()
         if entries:
-            self._ack(entries)
+            self._ack(entries, leaving=True)
+
+    def stop(self) -> None:
+        """End the iteration from any thread (a signal handler, a timer, another worker), as
+        aborting the signal ends TypeScript's: a wait (a pause after a failed pop, the wait
+        before resending a failed ack, the close's included) ends at once, and the next
+        message asked for ends the iteration with the release of :meth:`close`, sent once. A
+        pop under way is not cut: it ends within its long poll (``timeout_millis``)."""
+        self._stopping.set()
 
     def __enter__(self) -> MessageIterator:
         return self
@@ -272,8 +291,8 @@ class AsyncMessageIterator:
         self._renew_call = renew
         self._renewals: set[asyncio.Future[None]] = set()
 
-    async def _ack(self, entries: Entries) -> None:
-        resend = self._c.ack_resend()
+    async def _ack(self, entries: Entries, leaving: bool = False) -> None:
+        resend = self._c.ack_resend(leaving)
         while True:
             try:
                 await self._ack_call(entries)
@@ -337,7 +356,7 @@ class AsyncMessageIterator:
         if renewals:
             await asyncio.wait(renewals)
         if entries:
-            await self._ack(entries)
+            await self._ack(entries, leaving=True)
 
     async def __aenter__(self) -> AsyncMessageIterator:
         return self

@@ -49,10 +49,12 @@ class AckResend:
     lost ack would hold the partition until the lease expires and redeliver the whole pop; a
     resend is safe, since every item names the pop's lease: a ``completed`` the broker already
     applied answers ``noop``, and a nack it applied released the lease, so its resend is refused,
-    changing nothing. The callers send, report and wait (a hard stop cuts the wait short)."""
+    changing nothing. No resend starts after ``until`` (``time.monotonic()``; an iterator's
+    leave). The callers send, report and wait (a hard stop cuts the wait short)."""
 
-    def __init__(self, expires_at: datetime) -> None:
+    def __init__(self, expires_at: datetime, until: float | None = None) -> None:
         self.expires_at = expires_at  # the latest expiry known for the pop's lease
+        self.until = until
         self.failures = 0  # failed calls so far, 429s aside (as the pop's backoff counts them)
 
     def after_error(self, err: Exception) -> float | None:
@@ -69,6 +71,8 @@ class AckResend:
         left = (self.expires_at - datetime.now(timezone.utc)).total_seconds()
         if left < wait + P.ACK_RESEND_MARGIN_S:
             return None
+        if self.until is not None and time.monotonic() + wait > self.until:
+            return None  # the leave's budget ends first: the pop redelivers after its lease
         return wait
 
 

@@ -734,6 +734,10 @@ FALLBACK_LEASE_S = 60.0
 # How long before the lease's expiry a consume loop or iterator stops resending a failed ack: its
 # last attempt still has time to land.
 ACK_RESEND_MARGIN_S = 1.0
+# How long an iterator that is left (break, an exception, close(), the limit, the idle timeout,
+# stop()) goes on resending a failed ack: leaving should not block for the rest of the lease. The
+# first call always runs to its end under the client's retry policy; no resend starts later.
+LEAVE_ACK_BUDGET_S = 5.0
 
 
 def lease_expiry(
