@@ -1,4 +1,5 @@
-"""The consume loop and a producer ride through a broker SIGKILL and a PostgreSQL restart.
+"""The consume loop, the message iterators and a producer ride through a broker SIGKILL and a
+PostgreSQL restart.
 
 The broker and the cluster are the test's own (scripts/fault-broker.sh): the shared test broker
 and ``make test``'s cluster serve other tests meanwhile, so they cannot be killed."""
@@ -79,23 +80,34 @@ async def aclosing() -> AsyncIterator[list[lanes.AsyncLanes]]:
 
 
 class LoopWarnings(logging.Handler):
-    """The consume loop's warnings ("lanes: consume: <op>: <error>") and when each came."""
+    """A consume loop's or iterator's warnings ("lanes: consume: <op>: <error>", "lanes:
+    messages: <op>: <error>") and when each came."""
 
-    def __init__(self) -> None:
+    def __init__(self, loop: str = "consume") -> None:
         super().__init__(logging.WARNING)
+        self.loop = loop
         self.records: list[tuple[float, str]] = []
 
     def emit(self, record: logging.LogRecord) -> None:
         self.records.append((time.monotonic(), record.getMessage()))
 
     def count(self, op: str) -> int:
-        return sum(msg.startswith(f"lanes: consume: {op}:") for _, msg in list(self.records))
+        # The iterators name a failed pop "pop (popping again in 1.0 s)".
+        prefix = f"lanes: {self.loop}: {op}"
+        return sum(msg.startswith((f"{prefix}:", f"{prefix} (")) for _, msg in list(self.records))
 
     def ack_failed_between(self, start: float, end: float) -> bool:
         return any(
-            start <= at <= end and msg.startswith("lanes: consume: ack:")
+            start <= at <= end and msg.startswith(f"lanes: {self.loop}: ack:")
             for at, msg in list(self.records)
         )
+
+
+def warned_logger(warnings: LoopWarnings) -> logging.Logger:
+    log = logging.getLogger(f"lanes.test.faults.{id(warnings)}")
+    log.addHandler(warnings)
+    log.propagate = False
+    return log
 
 
 def wait_until(done: Callable[[], object], what: str, timeout: float = 15) -> None:
@@ -136,6 +148,31 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
 
     q = consumer_client.queue(queue).concurrency(2).lease_seconds(10)
     consumer = q.consume(handler)
+
+    # The iterator reads the same messages through a group of its own, on a client of its own so
+    # its warnings are told apart from the loop's; a short long poll lets stop() end it soon.
+    iter_warnings = LoopWarnings("messages")
+    iter_client = lanes.Lanes(fault_broker.url, logger=warned_logger(iter_warnings))
+    closing.append(iter_client)
+    iter_view = iter_client.queue(queue).group("iter").subscription_mode("all")
+    it = iter_view.lease_seconds(10).timeout_millis(1000).messages()
+    iter_handled: dict[str, list[float]] = defaultdict(list)
+    iter_order: dict[str, list[str]] = defaultdict(list)
+    iter_end: list[str] = []  # how the iterator ended, once it has
+
+    def iterate() -> None:
+        try:
+            with it:
+                for m in it:
+                    with handled_lock:
+                        record(m, iter_handled, iter_order)
+                    time.sleep(0.005)
+            iter_end.append("returned")
+        except BaseException as e:
+            iter_end.append(f"raised {e!r}")
+
+    iterating = threading.Thread(target=iterate, daemon=True)
+    iterating.start()
 
     told: dict[str, str] = {}
     push_errors: list[str] = []
@@ -182,9 +219,13 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
         # a worker resending a failed ack pops nothing meanwhile, so its failed ack counts too.
         wait_until(
             lambda: (
-                warnings.count("pop") + warnings.count("ack") > 0 and push_errors and buffer_errors
+                warnings.count("pop") + warnings.count("ack") > 0
+                and iter_warnings.count("pop") + iter_warnings.count("ack") > 0
+                and push_errors
+                and buffer_errors
             ),
-            "a failed pop or ack, push and buffer flush reported while the broker is down",
+            "a failed pop or ack (loop and iterator), push and buffer flush reported while the"
+            " broker is down",
         )
         fault_broker.run("start")
         for _ in range(plain_n // 3):
@@ -209,24 +250,33 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
 
     # Done when every stored message was handled and the broker holds nothing uncommitted: a
     # message whose ack failed has then come back after its lease and been acked.
-    def settled() -> bool:
+    def settled(handled: dict[str, list[float]], view: lanes.Queue) -> bool:
         with handled_lock:
             if any(txn not in handled for txn in told):
                 return False
         try:
-            return consumer_client.queue(queue).depth().pending == 0
+            return view.depth().pending == 0
         except lanes.LanesError:
             return False
 
+    def both_settled() -> bool:
+        return settled(handled, consumer_client.queue(queue)) and settled(iter_handled, iter_view)
+
     deadline = time.monotonic() + 25
-    while not settled() and time.monotonic() < deadline and not consumer.done:
+    while not both_settled() and time.monotonic() < deadline and not consumer.done and not iter_end:
         time.sleep(0.05)
     assert not consumer.done, f"the consume loop ended on its own: {consumer.error!r}"
+    assert not iter_end, f"the iterator ended on its own: {iter_end}"
     consumer.stop(timeout=10)
     assert consumer.error is None
     consumer_client.close()
+    it.stop()
+    iterating.join(timeout=10)
+    assert iter_end == ["returned"], "the iterator's end on stop()"
 
-    check_outcome(told, handled, order, warnings, push_errors, buffer_errors)
+    print(f"push errors {push_errors}; buffer errors {buffer_errors}")
+    check_outcome("consume loop", told, handled, order, warnings, buffer_errors)
+    check_outcome("iterator", told, iter_handled, iter_order, iter_warnings, buffer_errors)
 
 
 def record(
@@ -241,11 +291,11 @@ def record(
 
 
 def check_outcome(
+    who: str,
     told: dict[str, str],
     handled: dict[str, list[float]],
     order: dict[str, list[str]],
     warnings: LoopWarnings,
-    push_errors: list[str],
     buffer_errors: list[BaseException],
 ) -> None:
     """Every push reported stored was handled, nothing else was, each partition in push order
@@ -264,20 +314,19 @@ def check_outcome(
     for status in told.values():
         statuses[status] += 1
     print(
-        f"stored {len(told)} {dict(statuses)}, handled {len(handled)} distinct, "
-        f"{redelivered} redelivered; push errors {push_errors}; "
-        f"loop warnings {[m for _, m in warnings.records]}; buffer errors {buffer_errors}"
+        f"{who}: stored {len(told)} {dict(statuses)}, handled {len(handled)} distinct, "
+        f"{redelivered} redelivered; warnings {[m for _, m in warnings.records]}"
     )
-    assert missing == [], "stored but never handled"
-    assert unknown == [], "handled but never pushed"
+    assert missing == [], f"{who}: stored but never handled"
+    assert unknown == [], f"{who}: handled but never pushed"
     out_of_order = [
         f"{a} before {b}" for txns in order.values() for a, b in itertools.pairwise(txns) if b < a
     ]
-    assert out_of_order == [], "a partition's messages handled out of push order"
-    assert unexplained == [], "handled again though no ack failure was reported in between"
+    assert out_of_order == [], f"{who}: a partition's messages handled out of push order"
+    assert unexplained == [], f"{who}: handled again though no ack failure was reported in between"
     # A failed ack is resent until it lands (the broker is back well inside the 10 s
     # lease), so no message is handled twice; before, each failed ack gave its pop back.
-    assert redelivered == 0, "handled twice: a failed ack was not resent until it landed"
+    assert redelivered == 0, f"{who}: handled twice: a failed ack was not resent until it landed"
     assert not [e for e in buffer_errors if isinstance(e, lanes.DroppedError)]
 
 
@@ -302,6 +351,22 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
 
     q = consumer_client.queue(queue).concurrency(2).lease_seconds(10)
     consumer = q.consume(handler)
+
+    # The iterator reads the same messages through a group of its own, on a client of its own.
+    iter_warnings = LoopWarnings("messages")
+    iter_client = lanes.AsyncLanes(fault_broker.url, logger=warned_logger(iter_warnings))
+    aclosing.append(iter_client)
+    iter_view = iter_client.queue(queue).group("iter").subscription_mode("all")
+    iter_handled: dict[str, list[float]] = defaultdict(list)
+    iter_order: dict[str, list[str]] = defaultdict(list)
+
+    async def iterate() -> None:
+        async with iter_view.lease_seconds(10).messages() as it:
+            async for m in it:
+                record(m, iter_handled, iter_order)
+                await asyncio.sleep(0.005)
+
+    iterating = asyncio.ensure_future(iterate())
 
     told: dict[str, str] = {}
     push_errors: list[str] = []
@@ -342,8 +407,14 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
     await asyncio.to_thread(fault_broker.run, "kill")
     await asyncio.sleep(1)
     await async_wait_until(
-        lambda: warnings.count("pop") + warnings.count("ack") > 0 and push_errors and buffer_errors,
-        "a failed pop or ack, push and buffer flush reported while the broker is down",
+        lambda: (
+            warnings.count("pop") + warnings.count("ack") > 0
+            and iter_warnings.count("pop") + iter_warnings.count("ack") > 0
+            and push_errors
+            and buffer_errors
+        ),
+        "a failed pop or ack (loop and iterator), push and buffer flush reported while the broker"
+        " is down",
     )
     await asyncio.to_thread(fault_broker.run, "start")
     await asyncio.wait_for(two_thirds.wait(), 20)
@@ -360,21 +431,31 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
         told[f"py-buf-{i:03d}"] = "in the push buffer"
     assert len(told) == plain_n + buffered_n
 
-    async def settled() -> bool:
+    async def settled(handled: dict[str, list[float]], view: lanes.AsyncQueue) -> bool:
         if any(txn not in handled for txn in told):
             return False
         try:
-            return (await consumer_client.queue(queue).depth()).pending == 0
+            return (await view.depth()).pending == 0
         except lanes.LanesError:
             return False
 
     for _ in range(500):  # 25 s
-        if consumer.done or await settled():
+        if consumer.done or iterating.done():
+            break
+        if await settled(handled, consumer_client.queue(queue)) and await settled(
+            iter_handled, iter_view
+        ):
             break
         await asyncio.sleep(0.05)
     assert not consumer.done, f"the consume loop ended on its own: {consumer.error!r}"
+    assert not iterating.done(), f"the iterator ended on its own: {iterating!r}"
     await consumer.stop(timeout=10)
     assert consumer.error is None
     await consumer_client.aclose()
+    iterating.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await iterating
 
-    check_outcome(told, handled, order, warnings, push_errors, buffer_errors)
+    print(f"push errors {push_errors}; buffer errors {buffer_errors}")
+    check_outcome("consume loop", told, handled, order, warnings, buffer_errors)
+    check_outcome("iterator", told, iter_handled, iter_order, iter_warnings, buffer_errors)
