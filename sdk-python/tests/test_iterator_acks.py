@@ -194,3 +194,27 @@ def test_stop_abandons_the_resending_of_an_ack(
     assert handled == [1, 2]
     assert statuses(errors) == [503]
     assert took < 0.8, "stop() ended the 1 s wait for the resend"
+
+
+# stop() from another thread ends an iteration parked in a long poll on an empty queue once that
+# poll answers (500 ms here), after acking what was handled.
+def test_stop_ends_an_iteration_from_another_thread(broker_url: str, qname: str) -> None:
+    with lanes.Lanes(broker_url) as c:
+        c.queue(qname).push([1])
+        it = c.queue(qname).lease_seconds(30).timeout_millis(500).messages()
+        handled: list[object] = []
+
+        def iterate() -> None:
+            with it:
+                handled.extend(m.data for m in it)
+
+        iterating = threading.Thread(target=iterate, daemon=True)
+        iterating.start()
+        deadline = time.monotonic() + 5
+        while not handled and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert handled == [1]
+        it.stop()
+        iterating.join(timeout=2)
+        assert not iterating.is_alive(), "stop() did not end the iteration"
+        assert c.queue(qname).depth().pending == 0, "the handled message was not acked"
