@@ -155,7 +155,8 @@ func pathRef(token string, tree repoTree) (path string, fromRoot, ok bool) {
 // true to the repository: every path in inline code exists (a file, a folder,
 // or the end of one's path), every relative link's target exists, and every LANES_* variable is a broker setting or
 // one of otherVariables; the code names docs/architecture.md gives are words
-// of some source file, and it places every folder of code.
+// of some source file, and it places every folder of code and names every
+// file of filedFolders.
 func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 	tree := readRepoTree(t)
 	known := map[string]bool{}
@@ -203,6 +204,7 @@ func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 	}
 	problems = append(problems, architectureNamesMissingFromCode(t, tree)...)
 	problems = append(problems, foldersArchitectureLeavesOut(t, tree)...)
+	problems = append(problems, filesArchitectureLeavesOut(t, tree)...)
 	if len(problems) > 0 {
 		sort.Strings(problems)
 		t.Fatalf("the docs and the repository disagree (fix the doc, or add a non-setting variable to otherVariables with the file that reads it):\n%s",
@@ -262,10 +264,10 @@ var (
 	placeholder  = regexp.MustCompile(`[<>{}*?\[\]|…]`)
 )
 
-// foldersArchitectureLeavesOut lists the folders of code (test folders and
-// testdata aside) that docs/architecture.md does not place: it names neither
-// the folder nor a file in it.
-func foldersArchitectureLeavesOut(t *testing.T, tree repoTree) []string {
+// architecturePlaces is every path of the tree docs/architecture.md names in
+// inline code (a file, by its path or the end of it, or a folder), with the
+// folder of each file it names.
+func architecturePlaces(t *testing.T, tree repoTree) map[string]bool {
 	t.Helper()
 	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "architecture.md"))
 	if err != nil {
@@ -295,6 +297,15 @@ func foldersArchitectureLeavesOut(t *testing.T, tree repoTree) []string {
 			}
 		}
 	}
+	return placed
+}
+
+// foldersArchitectureLeavesOut lists the folders of code (test folders and
+// testdata aside) that docs/architecture.md does not place: it names neither
+// the folder nor a file in it.
+func foldersArchitectureLeavesOut(t *testing.T, tree repoTree) []string {
+	t.Helper()
+	placed := architecturePlaces(t, tree)
 	var missing []string
 	for p := range tree.paths {
 		if !codeFile.MatchString(p) || testCodeFile.MatchString(p) {
@@ -345,4 +356,33 @@ func dedupe(sorted []string) []string {
 		}
 	}
 	return out
+}
+
+// filedFolders are the folders whose row of "Where the code is" names their
+// files one by one (the engine's ends in "…" and is left out): a file added
+// there is placed too, or the row stops saying what the folder holds.
+var filedFolders = []string{
+	"server/cmd/lanes", "server/internal/api", "server/internal/auth", "server/internal/admission",
+	"server/internal/spool", "server/internal/testdb", "sdk-go", "sdk-js/src", "sdk-js/src/internal",
+	"sdk-python/src/lanes", "conformance/cmd/conformance", "bench/cmd/lanes-bench", "scripts",
+}
+
+// filesArchitectureLeavesOut lists the code files (tests aside) of
+// filedFolders that docs/architecture.md does not name.
+func filesArchitectureLeavesOut(t *testing.T, tree repoTree) []string {
+	t.Helper()
+	placed := architecturePlaces(t, tree)
+	filed := map[string]bool{}
+	for _, dir := range filedFolders {
+		filed[dir] = true
+	}
+	var missing []string
+	for p := range tree.paths {
+		dir := p[:max(strings.LastIndex(p, "/"), 0)]
+		if !filed[dir] || !codeFile.MatchString(p) || testCodeFile.MatchString(p) || placed[p] {
+			continue
+		}
+		missing = append(missing, "docs/architecture.md: does not name `"+p+"` in its folder's row of \"Where the code is\"")
+	}
+	return missing
 }
