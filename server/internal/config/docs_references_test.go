@@ -364,7 +364,7 @@ func dedupe(sorted []string) []string {
 var filedFolders = []string{
 	"server/cmd/lanes", "server/internal/api", "server/internal/auth", "server/internal/admission",
 	"server/internal/spool", "server/internal/testdb", "sdk-go", "sdk-js/src", "sdk-js/src/internal",
-	"sdk-python/src/lanes", "conformance/cmd/conformance", "bench/cmd/lanes-bench", "scripts",
+	"sdk-python/src/lanes", "sdk-python/bench", "conformance/cmd/conformance", "bench/cmd/lanes-bench", "scripts",
 }
 
 // filesArchitectureLeavesOut lists the code files (tests aside) of
