@@ -2,6 +2,9 @@
 // work (push, pop, ack) has a budget of concurrent slots and a bounded line of
 // waiters; a request that finds the line full, or waits past the limit,
 // is rejected so the caller can answer 429 instead of letting latency grow.
+// The same holds for the bytes of request bodies held at once (ByteBudget,
+// each body's room a BodyRoom taken as it arrives) and for each client's rate
+// (ClientLimiter's token buckets).
 package admission
 
 import (

@@ -37,7 +37,8 @@ var errUnknownKID = errors.New("unknown key ID")
 // keySet is a JSON Web Key Set fetched over HTTP and cached per kid. It is
 // fetched again every refresh interval, and when a token names a kid it lacks,
 // at most once per unknown-kid interval: a flood of made-up kids costs the
-// endpoint one fetch per interval, and answers at once in between.
+// endpoint one fetch per interval. A token that comes while that fetch runs
+// waits for it (fetchForKID); one that comes in between answers at once.
 type keySet struct {
 	// fetched is the set as last fetched; reading it never fetches.
 	fetched jwkset.Storage

@@ -1,6 +1,7 @@
 // Package metrics holds the broker's Prometheus registry: request counts and
-// latencies per route, push verdicts, and gauges read at scrape time from the
-// parts that own the numbers (pool, admission, spool, maintenance).
+// latencies per route, push verdicts, the backlog gauges the lag collector
+// sets, and gauges read at scrape time from the parts that own the numbers
+// (pool, engine, admission and the body budget, spool, JWKS, maintenance).
 package metrics
 
 import (
