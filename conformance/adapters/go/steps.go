@@ -31,7 +31,7 @@ func (s *state) steps() map[string]stepFunc {
 		return lanes.StatusQuery{Queue: a.Queue, Namespace: a.Namespace, Task: a.Task, Limit: a.Limit, Offset: a.Offset}
 	}
 	return map[string]stepFunc{
-		// queue plane (queue_steps.go, consume_step.go)
+		// queue plane (queue_steps.go, consume_step.go, iterate_step.go)
 		"push":        decodeArgs(s.push),
 		"pop":         decodeArgs(s.pop),
 		"ack":         decodeArgs(s.ack),
@@ -43,6 +43,7 @@ func (s *state) steps() map[string]stepFunc {
 		"sleep":       decodeArgs(sleepStep),
 		"dlq":         decodeArgs(s.listDLQ),
 		"consume":     decodeArgs(s.consume),
+		"iterate":     decodeArgs(s.iterate),
 
 		// KV, timers, DLQ, messages and consumer groups (state_steps.go)
 		"kvGet":         decodeArgs(s.kvGet),

@@ -439,6 +439,34 @@ const queueSteps = {
   async consume(c, a) {
     return this.consume(a);
   },
+  // iterate ranges over messages() until the iteration ends on its own (limit, a terminal
+  // error) or the body breaks at message `break` (1-based); at maxMs the signal is aborted
+  // (timedOut).
+  async iterate(c, a) {
+    let q = builder(c, a);
+    if (a.limit > 0) q = q.limit(a.limit);
+    if (a.autoAck !== undefined) q = q.autoAck(a.autoAck);
+    const onError = [];
+    q = q.onError((err) => onError.push(errKind(err)));
+    const ctl = new AbortController();
+    const timer = setTimeout(() => ctl.abort(), a.maxMs > 0 ? a.maxMs : 20_000);
+    const handled = [];
+    const byPartition = {};
+    const out = {};
+    try {
+      for await (const m of q.messages({ signal: ctl.signal })) {
+        handled.push(m.data);
+        (byPartition[m.partition] ??= []).push(m.data);
+        if (handled.length === a.break) break;
+      }
+    } catch (err) {
+      out.error = sdkErr(err);
+    } finally {
+      clearTimeout(timer);
+    }
+    if (ctl.signal.aborted) out.timedOut = true;
+    return { ...out, handled, byPartition, onError };
+  },
 };
 
 // steps is every op the adapter runs (docs/conformance.md); a missing op is reported as unsupported.

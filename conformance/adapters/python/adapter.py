@@ -431,6 +431,43 @@ class CaseState:
     def op_consume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return self.consume(a)
 
+    def op_iterate(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        """The blocking iterator until it ends on its own (limit, a terminal error) or the body
+        breaks at message ``break`` (1-based); at maxMs ``stop()`` ends it (timedOut)."""
+        q = builder(c, a)
+        if a.get("limit", 0) > 0:
+            q = q.limit(a["limit"])
+        if "autoAck" in a:
+            q = q.auto_ack(a["autoAck"])
+        on_error: list[Any] = []
+        q = q.on_error(lambda err: on_error.append(err_kind(err)))
+        handled: list[Any] = []
+        by_partition: dict[str, list[Any]] = {}
+        out: dict[str, Any] = {}
+        it = q.messages()
+        expired = threading.Event()
+
+        def expire() -> None:
+            expired.set()
+            it.stop()
+
+        timer = threading.Timer((a.get("maxMs") or 20000) / 1000, expire)
+        timer.start()
+        try:
+            with it:
+                for m in it:
+                    handled.append(m.data)
+                    by_partition.setdefault(m.partition, []).append(m.data)
+                    if len(handled) == a.get("break"):
+                        break
+        except lanes.LanesError as e:
+            out["error"] = err_kind(e)
+        finally:
+            timer.cancel()
+        if expired.is_set():
+            out["timedOut"] = True
+        return {**out, "handled": handled, "byPartition": by_partition, "onError": on_error}
+
     # KV, timer, DLQ, message and consumer-group steps: each answers the SDK's result in wire
     # field names; SDK errors become the step's error, anything else is an adapter error.
 

@@ -152,9 +152,9 @@ func run() int {
 }
 
 // failureKeys are the result keys that report a failure of a step, by op: a step whose
-// expectation does not mention one must not report it (a consume loop that had to be cut at maxMs,
-// or a stop that failed, would otherwise pass on what it handled before).
-var failureKeys = map[string][]string{"consume": {"error", "timedOut", "stopError"}}
+// expectation does not mention one must not report it (a consume loop or an iteration that had
+// to be cut at maxMs, or a stop that failed, would otherwise pass on what it handled before).
+var failureKeys = map[string][]string{"consume": {"error", "timedOut", "stopError"}, "iterate": {"error", "timedOut"}}
 
 // unexpectedFailures lists the failures a step's result reports that its expectation does not name.
 func unexpectedFailures(id, op string, expect any, result map[string]any) []string {

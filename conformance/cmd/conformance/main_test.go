@@ -20,6 +20,7 @@ func TestAConsumeStepFailsOnATimeoutOrStopErrorItsExpectationDoesNotName(t *test
 		{"both, and a terminal error", "consume", nil, map[string]any{"error": stopErr, "timedOut": true, "stopError": stopErr}, []string{"unexpected error", "unexpected timedOut", "unexpected stopError"}},
 		{"a timeout the case expects", "consume", map[string]any{"timedOut": true}, map[string]any{"timedOut": true}, nil},
 		{"a stop error the case expects", "consume", map[string]any{"stopError": map[string]any{"kind": "other"}}, map[string]any{"stopError": stopErr}, nil},
+		{"an iteration cut at maxMs", "iterate", map[string]any{"handled": []any{1}}, map[string]any{"timedOut": true}, []string{"unexpected timedOut true"}},
 		{"another op's error", "push", map[string]any{"items": []any{}}, map[string]any{"error": stopErr}, []string{"unexpected error"}},
 		{"another op reporting timedOut is not judged on it", "pop", nil, map[string]any{"timedOut": true}, nil},
 	} {
