@@ -12,6 +12,7 @@ import (
 	"log/slog"
 	"net/http"
 	"net/url"
+	"runtime/debug"
 	"strings"
 	"sync"
 	"time"
@@ -42,12 +43,17 @@ var errUnknownKID = errors.New("unknown key ID")
 type keySet struct {
 	// fetched is the set as last fetched; reading it never fetches.
 	fetched jwkset.Storage
-	// refetching reads a kid from fetched, and fetches the set again when it lacks it.
-	refetching jwkset.Storage
-	unknownKID *rate.Limiter
-	timeout    time.Duration
-	transport  *http.Transport
-	stop       context.CancelFunc
+	// fetchOptions have the library fetch rawURL once into fetched (fetch).
+	// Its own refresh loop is not used: a panic in its goroutine would end
+	// the broker; refreshEvery is ours.
+	rawURL       string
+	fetchOptions jwkset.HTTPClientStorageOptions
+	redactedURL  string // for the log
+	log          *slog.Logger
+	ctx          context.Context // ends with the set (stop): its loop and any fetch under way
+	unknownKID   *rate.Limiter
+	transport    *http.Transport
+	stop         context.CancelFunc
 
 	// kidFetch is closed when the fetch for an unknown kid under way ends
 	// (nil: none runs); tokens that arrive meanwhile wait for it.
@@ -76,8 +82,9 @@ type KeySetStatus struct {
 	Failures int64
 }
 
-// newKeySet fetches the set at rawURL once, waiting at most cfg.JWKSTimeout:
-// an endpoint that is down leaves the set empty and the broker starts anyway.
+// newKeySet fetches the set at rawURL once, waiting at most cfg.JWKSTimeout,
+// then every cfg.JWKSRefresh: an endpoint that is down leaves the set empty
+// and the broker starts anyway.
 func newKeySet(cfg Config, rawURL string) (*keySet, error) {
 	u, err := parseJWKSURL(rawURL)
 	if err != nil {
@@ -89,43 +96,77 @@ func newKeySet(cfg Config, rawURL string) (*keySet, error) {
 	if log == nil {
 		log = slog.Default()
 	}
-	redacted := u.Redacted()
 	ctx, stop := context.WithCancel(context.Background())
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	s := &keySet{
-		status:     KeySetStatus{URL: shownURL(u)},
-		unknownKID: rate.NewLimiter(rate.Every(orDefault(cfg.JWKSUnknownKIDRefresh, defaultJWKSUnknownKIDRefresh)), 1),
-		timeout:    timeout,
-		transport:  transport,
-		stop:       stop,
+		rawURL:      rawURL,
+		redactedURL: u.Redacted(),
+		log:         log,
+		ctx:         ctx,
+		status:      KeySetStatus{URL: shownURL(u)},
+		unknownKID:  rate.NewLimiter(rate.Every(orDefault(cfg.JWKSUnknownKIDRefresh, defaultJWKSUnknownKIDRefresh)), 1),
+		transport:   transport,
+		stop:        stop,
 	}
-	s.fetched, err = jwkset.NewStorageFromHTTP(rawURL, jwkset.HTTPClientStorageOptions{
-		Client:                    &http.Client{Transport: cappedBodies{transport}, Timeout: timeout},
-		Ctx:                       ctx,
-		HTTPTimeout:               timeout,
-		NoErrorReturnFirstHTTPReq: true,
-		RefreshInterval:           refresh,
-		Storage:                   &recordedFetches{Storage: jwkset.NewMemoryStorage(), set: s},
-		RefreshErrorHandler: func(_ context.Context, err error) {
-			s.fetchFailed(err)
-			log.Warn("JWKS fetch failed: the keys fetched before stay in use, tokens naming another kid answer 401 Unknown key ID",
-				"url", redacted, "error", err)
-		},
-	})
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("jwks url: %w", err)
+	s.fetched = &recordedFetches{Storage: jwkset.NewMemoryStorage(), set: s}
+	s.fetchOptions = jwkset.HTTPClientStorageOptions{
+		Client:      &http.Client{Transport: cappedBodies{transport}, Timeout: timeout},
+		HTTPTimeout: timeout,
+		Storage:     s.fetched,
 	}
-	// The limiter here never holds a fetch back: s.unknownKID decides, without waiting, whether one may run.
-	s.refetching, err = jwkset.NewHTTPClient(jwkset.HTTPClientOptions{
-		HTTPURLs:          map[string]jwkset.Storage{rawURL: s.fetched},
-		RefreshUnknownKID: rate.NewLimiter(rate.Inf, 1),
-	})
-	if err != nil {
-		stop()
-		return nil, fmt.Errorf("jwks url: %w", err)
-	}
+	s.fetchSurvivingPanics()
+	go s.refreshEvery(refresh)
 	return s, nil
+}
+
+// refreshEvery fetches the set every interval until the set is closed.
+func (s *keySet) refreshEvery(interval time.Duration) {
+	ticker := time.NewTicker(interval)
+	defer ticker.Stop()
+	for {
+		select {
+		case <-s.ctx.Done():
+			return
+		case <-ticker.C:
+			s.fetchSurvivingPanics()
+		}
+	}
+}
+
+// errFetchPanicked is what /health shows of a fetch that panicked; the panic
+// itself, which may quote the set, goes to the log only.
+var errFetchPanicked = errors.New("the fetch panicked (see the broker's log)")
+
+// fetchSurvivingPanics fetches the set, and counts a panic in the JWKS library
+// as a failed fetch that keeps the keys held: a malformed set must not end
+// the broker, at startup or at a refresh.
+func (s *keySet) fetchSurvivingPanics() {
+	defer func() {
+		if p := recover(); p != nil {
+			s.log.Error("JWKS fetch panicked: counted as a failed fetch, the keys fetched before stay in use",
+				"url", s.redactedURL, "panic", fmt.Sprint(p), "stack", string(debug.Stack()))
+		}
+	}()
+	s.fetch()
+}
+
+// fetch fetches the set once, within the set's timeout, and records how it went:
+// recordedFetches a success, fetchFailed a failure or a panic (raised again).
+func (s *keySet) fetch() {
+	defer func() {
+		if p := recover(); p != nil {
+			s.fetchFailed(errFetchPanicked)
+			panic(p)
+		}
+	}()
+	options := s.fetchOptions
+	options.Ctx = s.ctx
+	// Without a RefreshInterval the library fetches once and starts no goroutine.
+	if _, err := jwkset.NewStorageFromHTTP(s.rawURL, options); err != nil {
+		s.fetchFailed(err)
+		s.log.Warn("JWKS fetch failed: the keys fetched before stay in use, tokens naming another kid answer 401 Unknown key ID",
+			"url", s.redactedURL, "error", err)
+	}
 }
 
 // recordedFetches is a set's storage; the library replaces its keys only
@@ -348,7 +389,7 @@ func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
 		done := make(chan struct{})
 		s.kidFetch = done
 		s.kidFetchMu.Unlock()
-		s.fetchUnknownKID(kid, done)
+		s.fetchUnknownKID(done)
 	} else {
 		s.kidFetchMu.Unlock()
 		if underWay != nil {
@@ -360,19 +401,17 @@ func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
 	return jwk, err == nil
 }
 
-// fetchUnknownKID fetches the set for kid, then ends the fetch under way,
-// done, even if the library panics (refetch hands the panic to the request),
-// so later tokens do not wait for ever.
-func (s *keySet) fetchUnknownKID(kid string, done chan struct{}) {
+// fetchUnknownKID fetches the set for a kid it lacks, then ends the fetch
+// under way, done, even if the library panics (refetch hands the panic to
+// the request), so later tokens do not wait for ever.
+func (s *keySet) fetchUnknownKID(done chan struct{}) {
 	defer func() {
 		s.kidFetchMu.Lock()
 		s.kidFetch = nil
 		s.kidFetchMu.Unlock()
 		close(done)
 	}()
-	ctx, cancel := context.WithTimeout(context.Background(), s.timeout)
-	defer cancel()
-	_, _ = s.refetching.KeyRead(ctx, kid) // recordedFetches and RefreshErrorHandler record how it went
+	s.fetch()
 }
 
 // keysFor are the cached keys of every set that can verify a token signed
