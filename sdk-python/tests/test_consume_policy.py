@@ -6,7 +6,9 @@ go without an ``on_error`` callback. The real broker's behaviour is in the integ
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import socket
 import time
 from datetime import datetime, timedelta, timezone
 
@@ -249,6 +251,66 @@ def test_consume_loop_errors_are_logged_without_on_error(caplog: pytest.LogCaptu
         cons.stop(5)
     lines = [r.getMessage() for r in caplog.records if r.name == "lanes"]
     assert any(line.startswith("lanes: consume: ack: ") and "503" in line for line in lines), lines
+
+
+def closed_port_url() -> str:
+    """A local URL nobody listens on: each pop's connection is refused, a transient failure."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
+
+
+def pop_warnings(caplog: pytest.LogCaptureFixture, loop: str) -> list[str]:
+    return [
+        r.getMessage()
+        for r in caplog.records
+        if r.name == "lanes" and r.getMessage().startswith(f"lanes: {loop}: pop")
+    ]
+
+
+async def test_a_failed_pop_is_logged_alike_by_the_loop_and_the_iterators(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A failed pop that is waited out is one line, "lanes: <consume | messages>: pop: <error>",
+    from the loop and both iterators alike, as TypeScript words it (the iterators added the
+    pause, "pop (popping again in 1.0 s): ...", which no other line or SDK does)."""
+    url = closed_port_url()
+
+    async def until_logged(loop: str, count: int) -> None:
+        for _ in range(1000):  # 10 s at most
+            if len(pop_warnings(caplog, loop)) >= count:
+                return
+            await asyncio.sleep(0.01)
+
+    with caplog.at_level(logging.WARNING, logger="lanes"):
+        with lanes.Lanes(url) as c:
+            cons = c.queue(QUEUE).consume(lambda m: None)
+            await until_logged("consume", 1)
+            cons.stop(5)
+            it = c.queue(QUEUE).messages()
+            iterating = asyncio.get_running_loop().run_in_executor(None, lambda: list(it))
+            await until_logged("messages", 1)
+            it.stop()
+            assert await iterating == []
+        async with lanes.AsyncLanes(url) as ac:
+
+            async def drain() -> None:
+                async for _ in ac.queue(QUEUE).messages():
+                    pass
+
+            task = asyncio.create_task(drain())
+            await until_logged("messages", 2)
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+    loop_lines, iter_lines = pop_warnings(caplog, "consume"), pop_warnings(caplog, "messages")
+    assert loop_lines, "the loop logged no failed pop"
+    assert len(iter_lines) == 2, f"each iterator logs its failed pop once: {iter_lines}"
+    # The error's own text differs between the blocking and asyncio clients' transports.
+    error = f"lanes: GET /api/v1/pop/queue/{QUEUE}: ConnectError("
+    assert all(line.startswith(f"lanes: consume: pop: {error}") for line in loop_lines), loop_lines
+    assert all(line.startswith(f"lanes: messages: pop: {error}") for line in iter_lines), iter_lines
 
 
 async def test_async_consume_loop_errors_go_to_the_clients_logger() -> None:

@@ -92,9 +92,8 @@ class LoopWarnings(logging.Handler):
         self.records.append((time.monotonic(), record.getMessage()))
 
     def count(self, op: str) -> int:
-        # The iterators name a failed pop "pop (popping again in 1.0 s)".
-        prefix = f"lanes: {self.loop}: {op}"
-        return sum(msg.startswith((f"{prefix}:", f"{prefix} (")) for _, msg in list(self.records))
+        prefix = f"lanes: {self.loop}: {op}:"
+        return sum(msg.startswith(prefix) for _, msg in list(self.records))
 
     def ack_failed_between(self, start: float, end: float) -> bool:
         return any(

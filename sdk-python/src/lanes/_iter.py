@@ -60,9 +60,7 @@ class _Core:
         self.yielded = 0
         self.closed = False
         self.last_msg = time.monotonic()
-        self.pacer = PollPacer(
-            spec, lambda e, pause: self.report(e, f"pop (popping again in {pause:.1f} s)")
-        )
+        self.pacer = PollPacer(spec, lambda e, _pause: self.report(e, "pop"))
         self.renew_every = P.renew_every(spec)
         # The current pop's answer and renewals, from which its lease's expiry is counted.
         self.popped_at = datetime.now(timezone.utc)
