@@ -77,7 +77,7 @@ type LoopOp = "pop" | "ack" | "lease renewal" | "handler" | "stop";
 type Reporter = (op: LoopOp, err: unknown, ends?: boolean) => void;
 
 /** reporterFor sends errors to the builder's onError, or, without one, logs one warning line naming the operation (docs/consuming.md §4). */
-function reporterFor(core: Core, s: QueueState, who: "consumer" | "messages"): Reporter {
+function reporterFor(core: Core, s: QueueState, who: "consume" | "messages"): Reporter {
   return (op, err, ends = false) => {
     if (!s.onError) {
       core.log.warn(`${who}: ${op}: ${errorText(err)}${ends ? " (ending it)" : ""}`);
@@ -214,7 +214,7 @@ export class Consumer implements PromiseLike<void> {
     private readonly opts: ConsumeOptions,
   ) {
     if (typeof handler.fn !== "function") throw new LanesError("consume: handler must be a function");
-    this.report = reporterFor(core, s, "consumer");
+    this.report = reporterFor(core, s, "consume");
     opts.signal?.addEventListener("abort", this.onUserAbort, { once: true });
     if (opts.signal?.aborted) this.beginHardStop();
     if (s.idleMillis > 0) this.armIdle(s.idleMillis);

@@ -41,10 +41,10 @@ class FaultBroker {
   }
 }
 
-/** A consume loop's or iterator's warnings ("consumer: <op>: <error>", "messages: <op>: <error>") and when each came. */
+/** A consume loop's or iterator's warnings ("consume: <op>: <error>", "messages: <op>: <error>") and when each came. */
 class LoopWarnings {
   readonly lines: { at: number; text: string }[] = [];
-  constructor(private readonly who: "consumer" | "messages") {}
+  constructor(private readonly who: "consume" | "messages") {}
   warn(message: string): void {
     this.lines.push({ at: performance.now(), text: message });
   }
@@ -116,7 +116,7 @@ describe("faults", () => {
     await fb.run("start");
     const queue = "sdkfaults-js";
     const [plainN, bufferedN, partitions] = [300, 150, 4];
-    const warnings = new LoopWarnings("consumer");
+    const warnings = new LoopWarnings("consume");
     const producer = new Lanes({ url: fb.url, env: {} });
     const consumerClient = new Lanes({ url: fb.url, env: {}, logger: warnings });
 

@@ -526,7 +526,7 @@ describe("errors without onError are logged at warning level (docs/consuming.md 
       await vi.waitFor(() => expect(warn).toHaveBeenCalledTimes(2), { timeout: 3000 });
       await c.stop();
       expect(handled).toBe(1);
-      expect(warn.mock.calls).toEqual([["lanes: consumer: ack: 503 unavailable: busy"], ["lanes: consumer: pop: 503 unavailable: busy"]]);
+      expect(warn.mock.calls).toEqual([["lanes: consume: ack: 503 unavailable: busy"], ["lanes: consume: pop: 503 unavailable: busy"]]);
 
       warn.mockClear();
       const s2 = (await fake()).script(failure).otherwise(reply(204));
@@ -547,7 +547,7 @@ describe("errors without onError are logged at warning level (docs/consuming.md 
       const c = client(s.url, { ...opts, logger: { warn: (m: string) => lines.push(m) } }).queue("q").consume(() => {});
       await vi.waitFor(() => expect(lines).toHaveLength(1));
       await c.stop();
-      expect(lines).toEqual(["lanes: consumer: pop: 503 unavailable: busy"]);
+      expect(lines).toEqual(["lanes: consume: pop: 503 unavailable: busy"]);
 
       const s2 = (await fake()).script(failure).otherwise(reply(204));
       const quiet = client(s2.url, { ...opts, logger: null }).queue("q").consume(() => {});
