@@ -80,7 +80,9 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 			return min(want, int(opts.limit-it.yielded)), nil
 		}
 	}
-	idle := func() bool { return opts.idle > 0 && time.Since(it.lastMsg) >= opts.idle }
+	if opts.idle > 0 {
+		p.idleDeadline = func() time.Time { return it.lastMsg.Add(opts.idle) }
+	}
 	for {
 		if opts.limit > 0 && it.yielded >= opts.limit {
 			return // leave sends the pending acks
@@ -89,7 +91,7 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 			yield(nil, err)
 			return
 		}
-		pr, err := p.next(ctx, idle)
+		pr, err := p.next(ctx, nil)
 		if err != nil {
 			yield(nil, err)
 			return

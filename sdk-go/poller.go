@@ -23,12 +23,15 @@ type poller struct {
 	// popCtx, when set, carries the pops instead of next's ctx, which then only stops the loop
 	// between pops: under server auto-ack a pop cut short may lose messages the broker committed.
 	popCtx context.Context
+	// idleDeadline, when set, is when an iterator's idle time runs out: next returns (nil, nil)
+	// once it has passed, after an empty answer or a failed pop, and cuts the error backoff at
+	// it, so pops that keep failing count as idle (docs/consuming.md §3).
+	idleDeadline func() time.Time
 }
 
 // next pops until an answer holds messages and returns it. It returns (nil, nil) once ctx ends,
-// when stopOnEmpty (may be nil) is true after an empty answer, or when reserve leaves nothing,
-// and (nil, err) for an error
-// that ends the loop (endsLoop).
+// when stopOnEmpty (may be nil) is true after an empty answer, once idleDeadline has passed, or
+// when reserve leaves nothing, and (nil, err) for an error that ends the loop (endsLoop).
 func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult, error) {
 	for ctx.Err() == nil {
 		q := p.q
@@ -58,9 +61,19 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 				return nil, err
 			}
 			p.q.reportLoopError("pop", err)
-			_ = sleepCtx(ctx, loopErrorDelay(err, p.errStreak))
+			delay := loopErrorDelay(err, p.errStreak)
 			if !rateLimited(err) {
 				p.errStreak++
+			}
+			if left, ok := p.idleLeft(); ok {
+				if left <= 0 {
+					return nil, nil
+				}
+				delay = min(delay, left)
+			}
+			_ = sleepCtx(ctx, delay)
+			if p.idleOver() {
+				return nil, nil
 			}
 			continue
 		}
@@ -73,12 +86,26 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 			p.fastEmpty = 0
 			return pr, nil
 		}
-		if stopOnEmpty != nil && stopOnEmpty() {
+		if (stopOnEmpty != nil && stopOnEmpty()) || p.idleOver() {
 			return nil, nil
 		}
 		_ = sleepCtx(ctx, p.emptyPause(time.Since(started)))
 	}
 	return nil, nil
+}
+
+// idleLeft is the time left before the idle deadline, and false when there is none.
+func (p *poller) idleLeft() (time.Duration, bool) {
+	if p.idleDeadline == nil {
+		return 0, false
+	}
+	return time.Until(p.idleDeadline()), true
+}
+
+// idleOver reports whether the idle deadline has passed.
+func (p *poller) idleOver() bool {
+	left, ok := p.idleLeft()
+	return ok && left <= 0
 }
 
 // emptyPause is the pause after an empty answer that took elapsed: none after a long poll that
