@@ -484,13 +484,13 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
   let yielded = 0;
   let lastMessageAt = Date.now();
   const limitReached = () => s.limit > 0 && yielded >= s.limit;
-  const idle = () => s.idleMillis > 0 && Date.now() - lastMessageAt >= s.idleMillis;
+  const idleDeadline = s.idleMillis > 0 ? () => lastMessageAt + s.idleMillis : undefined;
   const report = reporterFor(core, s, "messages");
   // Under serverAutoAck(true) a pop commits its messages: it never takes more than is left of the limit.
   const popFrom = s.serverAutoAck && s.limit > 0 ? withBatchCap(source, () => s.limit - yielded) : source;
   const poller = new Poller(popFrom, s, signal, (err) => report("pop", err));
   while (!signal?.aborted && !limitReached()) {
-    const res = await poller.next(() => signal?.aborted === true, idle);
+    const res = await poller.next(() => signal?.aborted === true, undefined, idleDeadline);
     if (res === undefined) return;
     lastMessageAt = Date.now();
     const expiry = leaseExpiryOf(s);

@@ -73,8 +73,9 @@ export class Poller<T> {
     private readonly popSignal: AbortSignal | undefined = signal,
   ) {}
 
-  /** next resolves to the next pop with messages, or to undefined once `stopped()` is true or `stopOnEmpty()` is true after an empty answer; it rejects with the error that ends the loop (403, 413, other 4xx, 501). */
-  async next(stopped: () => boolean, stopOnEmpty?: () => boolean): Promise<PopResult<T> | undefined> {
+  /** next resolves to the next pop with messages, or to undefined once `stopped()` is true, `stopOnEmpty()` is true after an empty answer, or `idleDeadline()` (epoch ms) has passed after an empty answer or a failed pop; it rejects with the error that ends the loop (403, 413, other 4xx, 501). Failed pops count as idle (docs/consuming.md §3): the error backoff is cut at the idle deadline. */
+  async next(stopped: () => boolean, stopOnEmpty?: () => boolean, idleDeadline?: () => number): Promise<PopResult<T> | undefined> {
+    const idleLeft = () => (idleDeadline === undefined ? Infinity : idleDeadline() - Date.now());
     while (!stopped()) {
       let res: PopResult<T>;
       const startedAt = Date.now();
@@ -84,8 +85,11 @@ export class Poller<T> {
         if (stopped()) return undefined;
         if (!isTransientLoopError(err)) throw err;
         this.report(err);
-        await this.pause(loopErrorDelay(err, this.errors));
+        const delay = loopErrorDelay(err, this.errors);
         if (!(err instanceof RateLimitError)) this.errors += 1;
+        if (idleLeft() <= 0) return undefined;
+        await this.pause(Math.min(delay, idleLeft()));
+        if (idleLeft() <= 0) return undefined;
         continue;
       }
       this.errors = 0;
@@ -94,7 +98,7 @@ export class Poller<T> {
         this.fastEmpties = 0;
         return res;
       }
-      if (stopOnEmpty?.()) return undefined;
+      if (stopOnEmpty?.() || idleLeft() <= 0) return undefined;
       if (!parks(this.s)) await this.pause(emptyPollPause(this.waitMs));
       else if (answeredFast(this.s, Date.now() - startedAt)) {
         await this.pause(Math.min(FAST_EMPTY_FIRST_PAUSE_MILLIS * 2 ** this.fastEmpties, FAST_EMPTY_MAX_PAUSE_MILLIS));
