@@ -131,11 +131,27 @@ class _Core:
     def pause_after(self, err: Exception) -> float:
         """The pause before the next pop after a pop error the iteration waits out, as the
         consume loop does (docs/consuming.md §4: network failures, 429, 5xx but 501); an error
-        that ends the iteration (403, 413, other 4xx, 501) is raised again."""
+        that ends the iteration (403, 413, other 4xx, 501) is raised again. Failed pops count
+        as idle (§3): the pause is cut at the idle deadline, and StopIteration is raised once
+        it has passed."""
         pause = self.pacer.after_error(err)
         if pause is None:
             raise err
-        return pause
+        left = self.idle_left()
+        if left <= 0:
+            raise StopIteration
+        return min(pause, left)
+
+    def idle_left(self) -> float:
+        """Seconds left before the idle timeout ends the iteration (inf: no idle timeout)."""
+        if not self.idle_timeout:
+            return float("inf")
+        return self.last_msg + self.idle_timeout - time.monotonic()
+
+    def end_if_idle(self) -> None:
+        """Raise StopIteration once the idle timeout has passed (after a failed pop's pause)."""
+        if self.idle_left() <= 0:
+            raise StopIteration
 
     def feed(self, res: PopResult) -> float:
         """Take a pop's messages; return the pause before the next pop (0 = none)."""
@@ -144,8 +160,7 @@ class _Core:
             for g in P.by_partition(res.messages):
                 self.buf.extend(g)
             return pause
-        if self.idle_timeout and time.monotonic() - self.last_msg >= self.idle_timeout:
-            raise StopIteration
+        self.end_if_idle()
         return pause
 
     def close_entries(self) -> Entries:
@@ -229,6 +244,7 @@ class MessageIterator:
                     res = self._pop(c.pop_spec())
                 except Exception as e:
                     self._sleep(c.pause_after(e))
+                    c.end_if_idle()
                     continue
                 self._start_renewal(res)
                 pause = c.feed(res)
@@ -333,6 +349,7 @@ class AsyncMessageIterator:
                     res = await self._pop(c.pop_spec())
                 except Exception as e:
                     await self._sleep(c.pause_after(e))
+                    c.end_if_idle()
                     continue
                 self._start_renewal(res)
                 pause = c.feed(res)
