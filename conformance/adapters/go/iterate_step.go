@@ -9,6 +9,7 @@ import (
 type iterateArgs struct {
 	queueArgs
 	Limit   int   `json:"limit"`
+	IdleMs  int   `json:"idleMs"`
 	AutoAck *bool `json:"autoAck"`
 	// Break leaves the loop in the body of that message (1-based): the message in hand is
 	// released with the unhandled rest, or with autoAck false left to the caller.
@@ -16,12 +17,15 @@ type iterateArgs struct {
 	MaxMs int `json:"maxMs"`
 }
 
-// iterate ranges over the builder's Messages until the iteration ends on its own (limit, a
+// iterate ranges over the builder's Messages until the iteration ends on its own (limit, idle, a
 // terminal error) or the body breaks; at maxMs the range's context is canceled (timedOut).
 func (s *state) iterate(ctx context.Context, a iterateArgs) (map[string]any, error) {
 	q := s.builder(a.queueArgs)
 	if a.Limit > 0 {
 		q = q.Limit(a.Limit)
+	}
+	if a.IdleMs > 0 {
+		q = q.IdleTimeout(time.Duration(a.IdleMs) * time.Millisecond)
 	}
 	if a.AutoAck != nil {
 		q = q.AutoAck(*a.AutoAck)

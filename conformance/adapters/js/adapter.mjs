@@ -439,12 +439,13 @@ const queueSteps = {
   async consume(c, a) {
     return this.consume(a);
   },
-  // iterate ranges over messages() until the iteration ends on its own (limit, a terminal
+  // iterate ranges over messages() until the iteration ends on its own (limit, idle, a terminal
   // error) or the body breaks at message `break` (1-based); at maxMs the signal is aborted
   // (timedOut).
   async iterate(c, a) {
     let q = builder(c, a);
     if (a.limit > 0) q = q.limit(a.limit);
+    if (a.idleMs > 0) q = q.idleMillis(a.idleMs);
     if (a.autoAck !== undefined) q = q.autoAck(a.autoAck);
     const onError = [];
     q = q.onError((err) => onError.push(errKind(err)));

@@ -432,11 +432,13 @@ class CaseState:
         return self.consume(a)
 
     def op_iterate(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        """The blocking iterator until it ends on its own (limit, a terminal error) or the body
-        breaks at message ``break`` (1-based); at maxMs ``stop()`` ends it (timedOut)."""
+        """The blocking iterator until it ends on its own (limit, idle, a terminal error) or the
+        body breaks at message ``break`` (1-based); at maxMs ``stop()`` ends it (timedOut)."""
         q = builder(c, a)
         if a.get("limit", 0) > 0:
             q = q.limit(a["limit"])
+        if a.get("idleMs", 0) > 0:
+            q = q.idle_millis(a["idleMs"])
         if "autoAck" in a:
             q = q.auto_ack(a["autoAck"])
         on_error: list[Any] = []

@@ -65,7 +65,7 @@ var stepArgs = map[string][]string{
 	"kvNamespaces":   {"prefix"},
 	"consume": append([]string{"concurrency", "limit", "idleMs", "renewEveryMs", "autoAck", "handler",
 		"stopWhenHandled", "stopAfterMs", "stop", "maxMs"}, popKnobs...),
-	"iterate": append([]string{"limit", "autoAck", "break", "maxMs"}, popKnobs...),
+	"iterate": append([]string{"limit", "idleMs", "autoAck", "break", "maxMs"}, popKnobs...),
 }
 
 // clientArgs are the keys of a case's client options (docs/conformance.md "Client options").
