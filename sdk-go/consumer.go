@@ -63,8 +63,10 @@ func (q QueueBuilder) RenewLease(on bool, every time.Duration) QueueBuilder {
 // chain of the other SDKs.
 func (q QueueBuilder) Each() QueueBuilder { return q }
 
-// AutoAck sets client-side acking after the handler (default true). With false the loop only
-// releases messages it did not hand to the handler; the handler acks (e.g. in a transaction).
+// AutoAck sets client-side acking after the handler (default true). With false the handler acks
+// (e.g. in a transaction) and the loop acks nothing: a stop or Limit releases nothing either
+// (a `retry` below a message the handler has not acked would release that one too), so the
+// messages of a pop not handed over redeliver when its lease expires.
 func (q QueueBuilder) AutoAck(on bool) QueueBuilder { q.consume.autoAck = on; return q }
 
 // OnError sets the callback for loop errors (failed pops, acks, renewals, messages dropped under
@@ -88,7 +90,8 @@ func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder {
 
 // Consume starts the consume loop and returns at once (docs/consuming.md). Canceling ctx is a
 // hard stop: handler contexts end too, and a handler that returns that cancellation has its
-// message released with `retry` (no retry budget spent), as with StopAndCancel.
+// message released with `retry` (no retry budget spent; not with AutoAck(false)), as with
+// StopAndCancel.
 func (q QueueBuilder) Consume(ctx context.Context, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("lanes: nil handler")
@@ -209,10 +212,10 @@ func (c *Consumer) Err() error {
 }
 
 // Stop is a soft stop: no more pops, handlers finish their current message, handled messages
-// are acked and the rest released. It returns ctx.Err() if ctx ends first (the stop goes on,
-// and Stop or StopAndCancel may be called again). Under ServerAutoAck(true) a pop in flight is
-// not cut (its messages may be committed already): the stop waits for its answer, at most the
-// long-poll Timeout, and hands its messages over. Called from one of this consumer's handlers,
+// are acked and the rest released (with AutoAck(false), neither). It returns ctx.Err() if ctx
+// ends first (the stop goes on, and Stop or StopAndCancel may be called again). Under
+// ServerAutoAck(true) a pop in flight is not cut (its messages may be committed already): the
+// stop waits for its answer, at most the long-poll Timeout, and hands its messages over. Called from one of this consumer's handlers,
 // it only requests the stop and returns nil at once: the end waits for that handler.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.softStop()
@@ -384,16 +387,10 @@ func (c *Consumer) process(pr *PopResult) {
 		return
 	}
 	if !c.opts.autoAck {
-		kept := entries[:0]
-		for _, e := range entries {
-			if e.status == AckRetry {
-				kept = append(kept, e)
-			}
-		}
-		entries = kept
-		if len(entries) == 0 {
-			return
-		}
+		// The handler owns what it was handed and may not have acked it; a retry below an
+		// unacked message would release that one too, so nothing is released: the messages
+		// not handed over redeliver when the lease expires.
+		return
 	}
 	if err := ackUntilDone(c.ackCx, c.workCtx, c.q, entries, expiry); err != nil {
 		c.q.reportLoopError("ack", err)

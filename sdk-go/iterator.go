@@ -21,8 +21,10 @@ import (
 // it is then acked `completed`, the acks of one pop going out in one call before the next pop.
 // Leaving the loop (break, return, panic) releases the message in hand and the first unhandled
 // message of each partition of the pop with `retry` (redelivered without spending the retry
-// budget; with AutoAck(false) the message in hand is yours to ack and is not released).
-// Canceling ctx ends the iteration quietly, after the same release. Limit and IdleTimeout end it
+// budget). With AutoAck(false) leaving releases nothing: every message handed over is yours to
+// ack, and the rest of the pop redelivers when its lease expires (acking them `retry` yourself
+// hands them back sooner, but a `retry` below a message you have not acked releases that one
+// too). Canceling ctx ends the iteration quietly, after the same release. Limit and IdleTimeout end it
 // too. The lease of each pop is renewed while its messages are in hand, as in the consume loop
 // (RenewLease; RenewLease(false, 0) turns it off). OnError (without it, a warning on the
 // client's logger) receives transient errors: failed pops after the retry policy, which the
@@ -159,7 +161,8 @@ func (it *msgIter) leased() bool {
 }
 
 // leave runs when the range ends for any reason: ack what was handled and release the rest of
-// the current pop with `retry` (under server auto-ack, report how many were dropped instead).
+// the current pop with `retry` (with AutoAck(false) release nothing; under server auto-ack,
+// report how many were dropped instead).
 // A failed ack that ends the iteration is yielded when the loop body can still take it (the
 // range ended on its own), else reported. A failed ack call is resent only within
 // leaveAckBudget of leaving (or until ctx is canceled): leaving does not wait out the lease.
@@ -168,16 +171,16 @@ func (it *msgIter) leave(yield func(*Message, error) bool) {
 	if it.pop != nil {
 		dropped := 0
 		for k, slice := range it.slices {
-			next := it.handled[k] // the first message not handed over
-			release := next       // the first message the iterator gives back
+			release := it.handled[k] // the first message not handled: the one in hand, or the next
+			next := release          // the first message not handed over
 			if k == it.inHand {
-				next++ // handed over, and with AutoAck(false) the caller's to ack
-				if !it.q.consume.autoAck {
-					release++
-				}
+				next++
 			}
 			dropped += len(slice) - next
-			if it.leased() && release < len(slice) {
+			// With AutoAck(false) the caller may still hold unacked messages of this partition,
+			// and a retry below one would release it too: nothing is released, the rest
+			// redelivers when the lease expires.
+			if it.q.consume.autoAck && it.leased() && release < len(slice) {
 				it.pending = append(it.pending, ackEntry{msg: slice[release], status: AckRetry})
 			}
 		}
