@@ -248,13 +248,13 @@ export class Consumer implements PromiseLike<void> {
     return this.terminal;
   }
 
-  /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry`. Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). Called from inside one of this consumer's handlers, it requests the stop and resolves at once (`closed` says when it has ended). */
+  /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry` (with autoAck(false), neither). Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). Called from inside one of this consumer's handlers, it requests the stop and resolves at once (`closed` says when it has ended). */
   stop(opts: StopOptions = {}): Promise<void> {
     this.beginSoftStop();
     return this.waitEnd(opts);
   }
 
-  /** stopAndCancel is a hard stop: as stop, and every handler's signal aborts with ConsumerStoppedError; a handler that then throws that cancellation (the signal's reason, or an AbortError) is released with `retry` (no retry budget spent), while any other error is nacked `failed` as usual. From inside a handler it resolves at once, as stop does. */
+  /** stopAndCancel is a hard stop: as stop, and every handler's signal aborts with ConsumerStoppedError; a handler that then throws that cancellation (the signal's reason, or an AbortError) is released with `retry` (no retry budget spent; not with autoAck(false)), while any other error is nacked `failed` as usual. From inside a handler it resolves at once, as stop does. */
   stopAndCancel(opts: StopOptions = {}): Promise<void> {
     this.beginHardStop();
     return this.waitEnd(opts);
@@ -472,9 +472,9 @@ export class Consumer implements PromiseLike<void> {
       if (unhanded > 0) this.report("stop", new AutoAckDroppedError(unhanded, "the consumer was stopped hard"));
       return;
     }
-    if (!res.leaseId) return;
-    const items = this.s.autoAck ? acks : acks.filter((a) => a.status === "retry");
-    const ending = await ackUntilDone(this.core, items, res.consumerGroup, this.report, expiry, this.handlerCtl.signal);
+    // With autoAck(false) the handler owns what it was handed and may not have acked it; a retry below an unacked message would release that one too, so nothing is released: the messages not handed over redeliver when the lease expires.
+    if (!res.leaseId || !this.s.autoAck) return;
+    const ending = await ackUntilDone(this.core, acks, res.consumerGroup, this.report, expiry, this.handlerCtl.signal);
     if (ending !== undefined) this.fail("ack", ending);
   }
 }
@@ -497,8 +497,6 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     const stopRenewing = renewsLease(s, res) ? renewWhileHeld(core, s, res.leaseId, report, expiry) : () => undefined;
     const slices = groupByPartition(res.messages);
     const pos = slices.map(() => 0);
-    // The message the caller holds when it leaves the loop; with autoAck(false) it is theirs to ack.
-    let inHand: number | undefined;
     let handedOver = 0;
     let popDone = false; // every message of the pop handed over and the caller asked for the next
     try {
@@ -506,11 +504,9 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
         const slice = slices[k]!;
         for (let i = 0; i < slice.length; i++) {
           if (signal?.aborted || limitReached()) break outer;
-          inHand = k;
           yielded += 1;
           handedOver += 1;
           yield slice[i]!;
-          inHand = undefined;
           pos[k] = i + 1;
         }
       }
@@ -521,12 +517,12 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       if (s.serverAutoAck) {
         const dropped = res.messages.length - handedOver;
         if (dropped > 0) report("stop", new AutoAckDroppedError(dropped, "the iteration ended before they were handed over"));
-      } else if (res.leaseId) {
+      } else if (res.leaseId && s.autoAck) {
+        // With autoAck(false) nothing is acked or released: the caller may still hold unacked messages, and a retry below one would release it too.
         const acks: PendingAck[] = [];
         slices.forEach((slice, k) => {
-          let p = pos[k]!;
-          if (s.autoAck) for (let i = 0; i < p; i++) acks.push({ target: slice[i]!, status: "completed" });
-          if (!s.autoAck && inHand === k) p += 1;
+          const p = pos[k]!;
+          for (let i = 0; i < p; i++) acks.push({ target: slice[i]!, status: "completed" });
           if (p < slice.length) acks.push({ target: slice[p]!, status: "retry" });
         });
         // Leaving (the caller's break, return or throw, or the end at limit or on an abort) resends only within the leave's budget.

@@ -153,7 +153,7 @@ export class QueueBuilder<T = unknown> {
   each(): QueueBuilder<T> {
     return this;
   }
-  /** autoAck(false) leaves acknowledgement to the handler (e.g. through a transaction); default true: ack after the handler returns, nack when it throws. */
+  /** autoAck(false) leaves acknowledgement to the handler (e.g. through a transaction); default true: ack after the handler returns, nack when it throws. With autoAck(false) the loop (and the `messages()` iterator) also releases nothing on a stop, a limit or leaving early, since a `retry` below a message not acked yet would release that one too: the messages not handed over redeliver when the lease expires. */
   autoAck(on: boolean): QueueBuilder<T> {
     return this.with({ autoAck: on });
   }
@@ -271,7 +271,7 @@ export class QueueBuilder<T = unknown> {
     return new Consumer(this.core, this, this.s, { kind: "batch", fn: handler as BatchHandler<unknown> }, opts);
   }
 
-  /** messages (which throws at once, as consume does, for a builder no pop can be made of) iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry` (the current message too, unless autoAck(false) made it the caller's to ack). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. An ack call that fails for want of a broker (no answer, 5xx, 429) is reported to onError and resent, as the consume loop resends it, while the pop's lease lasts and `signal` is not aborted (docs/consuming.md §4); when the iteration ends (break, return, throw, `limit`, idle) no resend starts later than 5 s after it, so leaving never waits out the lease (the messages of an ack that never landed redeliver after it). */
+  /** messages (which throws at once, as consume does, for a builder no pop can be made of) iterates over leased messages: a message counts as handled (and is acked `completed` unless autoAck(false)) when the next one is requested; leaving the loop releases the rest of its pop with `retry`, the current message too; with autoAck(false) leaving releases nothing: every message handed over is the caller's to ack, and the rest of the pop redelivers when its lease expires (acking them `retry` yourself hands them back sooner, but a `retry` below a message not acked yet releases that one too). Aborting `signal` ends the iteration, and so do the builder's `limit(n)` (after n messages) and `idleMillis(ms)` (after ms without a message, counted from when the next one was asked for), as in Go. An ack call that fails for want of a broker (no answer, 5xx, 429) is reported to onError and resent, as the consume loop resends it, while the pop's lease lasts and `signal` is not aborted (docs/consuming.md §4); when the iteration ends (break, return, throw, `limit`, idle) no resend starts later than 5 s after it, so leaving never waits out the lease (the messages of an ack that never landed redeliver after it). */
   messages(opts: { signal?: AbortSignal | undefined } = {}): AsyncIterableIterator<Message<T>> {
     this.popTarget();
     return messageIterator<T>(this.core, this, this.s, opts.signal);

@@ -380,18 +380,20 @@ describe("consume", () => {
     expect(rest.map((m) => m.data)).toEqual([2, 3, 4]);
   });
 
-  it("messages() with autoAck(false): the message in hand is the caller's; leaving releases only the rest", async () => {
+  it("messages() with autoAck(false): every message handed over is the caller's; leaving releases nothing", async () => {
     const lanes = client();
     const q = uniq("iterown");
     await lanes.queue(q).push([1, 2, 3, 4].map((n) => ({ data: n })));
     const got: number[] = [];
-    for await (const m of lanes.queue<number>(q).batch(4).autoAck(false).messages()) {
+    for await (const m of lanes.queue<number>(q).batch(4).leaseSeconds(1).autoAck(false).messages()) {
       got.push(m.data);
       await lanes.ack(m, "completed"); // the caller acks, e.g. inside a transaction
       if (got.length === 2) break;
     }
     expect(got).toEqual([1, 2]);
-    // 2 was the caller's and stays acked; 3 and 4 come back at once
+    // nothing released: 3 and 4 stay leased until the lease expires, then come back
+    expect(await lanes.queue<number>(q).batch(5).wait(false).pop()).toEqual([]);
+    await new Promise((r) => setTimeout(r, 1300));
     const rest = await lanes.queue<number>(q).batch(5).wait(false).pop();
     expect(rest.map((m) => m.data)).toEqual([3, 4]);
   });
