@@ -211,6 +211,40 @@ async def test_messages_iterator_takes_auto_ack_limit_and_idle_from_the_builder(
     assert [m.data for m in await drain(client.queue(qname))] == [0, 1, 2, 3]
 
 
+async def test_messages_iterator_with_auto_ack_off_leaving_early_releases_nothing(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # The caller owns every message handed over: a retry of 2 would release 1 (in hand, not
+    # acked) too, so leaving in the body of 1 releases nothing while the 30 s lease lasts.
+    await client.queue(qname).push([1, 2, 3])
+    q = client.queue(qname).batch(10).lease_seconds(30).auto_ack(False)
+    got: list[object] = []
+    async with q.messages() as it:
+        async for m in it:
+            got.append(m.data)
+            break
+    assert got == [1]
+    assert await client.queue(qname).wait(False).pop() == []
+
+
+async def test_soft_stop_with_auto_ack_off_releases_nothing(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    # The handler owns what it was handed (1, not acked): a retry of 2 would release it too.
+    await client.queue(qname).push([1, 2, 3])
+    started = asyncio.Event()
+
+    async def handler(m: lanes.Message) -> None:
+        started.set()
+        await asyncio.sleep(0.3)
+
+    c = client.queue(qname).batch(10).lease_seconds(30).auto_ack(False).consume(handler)
+    await asyncio.wait_for(started.wait(), 10)
+    await c.stop(timeout=5)
+    assert c.done and c.error is None
+    assert await client.queue(qname).wait(False).pop() == []
+
+
 async def test_renew_and_buffer(client: lanes.AsyncLanes, qname: str, broker_url: str) -> None:
     await client.queue(qname).push(["r"])
     msgs = await client.queue(qname).wait(False).pop()

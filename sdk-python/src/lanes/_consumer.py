@@ -648,7 +648,8 @@ class AsyncConsumer:
             raise TimeoutError("lanes: consumer still stopping") from None
 
     async def stop(self, timeout: float | None = None) -> None:
-        """Soft stop: no new pops, finish current messages, ack, release the rest. Raises
+        """Soft stop: no new pops, finish current messages, ack, release the rest (with
+        ``auto_ack(False)``, neither). Raises
         ``TimeoutError`` if not ended within ``timeout`` (it keeps stopping; call again).
         Called from inside a handler (or its on_error), it requests the stop and returns at
         once: waiting there for the end would wait for that handler itself."""

@@ -3,7 +3,10 @@
 With ``auto_ack`` (default) a message is acked ``completed`` once you ask for the next one; the
 acks of one pop go out as one batch before the next pop. Leaving early (``break``, an exception,
 ``close()``) releases the message in hand (unless you acked it) and the rest of its batch with
-``retry``: redelivered without spending the retry budget.
+``retry``: redelivered without spending the retry budget. With ``auto_ack=False`` leaving releases
+nothing: every message handed over is yours to ack, and the rest of the pop redelivers when its
+lease expires (acking them ``retry`` yourself hands them back sooner, but a ``retry`` below a
+message you have not acked releases that one too).
 
 The lease of each pop is renewed while its messages are in hand, as in the consume loop (on by
 default, off with ``renew_lease(False)``; the blocking iterator renews from a daemon thread, so a
@@ -175,7 +178,11 @@ class _Core:
         m, self.current = self.current, None
         rest = list(self.buf)
         self.buf.clear()
-        if m is not None and self.auto_ack and not m._acked:
+        if not self.auto_ack:
+            # The caller may still hold unacked messages of the pop, and a retry below one would
+            # release it too: nothing is released, the rest redelivers when the lease expires.
+            return out
+        if m is not None and not m._acked:
             rest.insert(0, m)
         for g in P.by_partition(rest):
             out.append(self._entry(g[0], "retry"))

@@ -621,24 +621,18 @@ Outcome = tuple[Message, Literal["completed", "failed", "retry"], str | None]
 def batch_acks(
     outcomes: Sequence[Outcome], unhandled: Sequence[Sequence[Message]], auto_ack: bool
 ) -> list[tuple[str, AckEntry]]:
-    """The acks a worker sends after one pop: handled messages by outcome (when ``auto_ack``),
-    and for each partition with messages not handed to the handler because of a stop or the
-    limit, its first unhandled message as ``retry`` (budget-free release)."""
+    """The acks a worker sends after one pop: handled messages by outcome, and for each partition
+    with messages not handed to the handler because of a stop or the limit, its first unhandled
+    message as ``retry`` (budget-free release). None without ``auto_ack``: the handler owns what
+    it was handed and may not have acked it, and a ``retry`` below an unacked message would
+    release that one too, so the rest redelivers when the lease expires."""
     entries: list[tuple[str, AckEntry]] = []
-    if auto_ack:
-        for m, st, err in outcomes:
-            entries.append(
-                (group_of(m, None), AckEntry(m.transaction_id, m.partition_id, m.lease_id, st, err))
-            )
-    else:
-        for m, st, err in outcomes:
-            if st == "retry":
-                entries.append(
-                    (
-                        group_of(m, None),
-                        AckEntry(m.transaction_id, m.partition_id, m.lease_id, st, err),
-                    )
-                )
+    if not auto_ack:
+        return entries
+    for m, st, err in outcomes:
+        entries.append(
+            (group_of(m, None), AckEntry(m.transaction_id, m.partition_id, m.lease_id, st, err))
+        )
     for rest in unhandled:
         if rest:
             m = rest[0]
