@@ -64,9 +64,9 @@ func (q QueueBuilder) RenewLease(on bool, every time.Duration) QueueBuilder {
 func (q QueueBuilder) Each() QueueBuilder { return q }
 
 // AutoAck sets client-side acking after the handler (default true). With false the handler acks
-// (e.g. in a transaction) and the loop acks nothing: a stop or Limit releases nothing either
-// (a `retry` below a message the handler has not acked would release that one too), so the
-// messages of a pop not handed over redeliver when its lease expires.
+// (e.g. in a transaction) and the loop acks nothing: a stop or Limit releases only the
+// partitions of a pop of which nothing was handed over (a `retry` below a message the handler
+// has not acked would release that one too); the rest redelivers when the lease expires.
 func (q QueueBuilder) AutoAck(on bool) QueueBuilder { q.consume.autoAck = on; return q }
 
 // OnError sets the callback for loop errors (failed pops, acks, renewals, messages dropped under
@@ -212,7 +212,7 @@ func (c *Consumer) Err() error {
 }
 
 // Stop is a soft stop: no more pops, handlers finish their current message, handled messages
-// are acked and the rest released (with AutoAck(false), neither). It returns ctx.Err() if ctx
+// are acked and the rest released (with AutoAck(false), see AutoAck). It returns ctx.Err() if ctx
 // ends first (the stop goes on, and Stop or StopAndCancel may be called again). Under
 // ServerAutoAck(true) a pop in flight is not cut (its messages may be committed already): the
 // stop waits for its answer, at most the long-poll Timeout, and hands its messages over. Called from one of this consumer's handlers,
@@ -376,7 +376,12 @@ func (c *Consumer) process(pr *PopResult) {
 		} else {
 			es, n = c.runEach(ms, committed)
 		}
-		entries = append(entries, es...)
+		// With AutoAck(false) the handler owns what it was handed and may not have acked it,
+		// and a retry below an unacked message would release that one too: only a partition
+		// of which nothing was handed over is released (one a stop reached first).
+		if c.opts.autoAck || n == 0 {
+			entries = append(entries, es...)
+		}
 		handed += n
 	}
 	stopRenew()
@@ -384,12 +389,6 @@ func (c *Consumer) process(pr *PopResult) {
 		c.q.reportLoopError("server auto-ack", &AutoAckDroppedError{Count: len(pr.Messages) - handed})
 	}
 	if !leased || len(entries) == 0 {
-		return
-	}
-	if !c.opts.autoAck {
-		// The handler owns what it was handed and may not have acked it; a retry below an
-		// unacked message would release that one too, so nothing is released: the messages
-		// not handed over redeliver when the lease expires.
 		return
 	}
 	if err := ackUntilDone(c.ackCx, c.workCtx, c.q, entries, expiry); err != nil {

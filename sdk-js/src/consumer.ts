@@ -248,7 +248,7 @@ export class Consumer implements PromiseLike<void> {
     return this.terminal;
   }
 
-  /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry` (with autoAck(false), neither). Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). Called from inside one of this consumer's handlers, it requests the stop and resolves at once (`closed` says when it has ended). */
+  /** stop is a soft stop: stop fetching, let handlers finish their current message, ack what was handled, release the rest with `retry` (with autoAck(false) neither, but for partitions of which nothing was handed over). Resolves when the consumer has ended; rejects if `timeoutMillis`/`signal` expire first (the consumer keeps stopping). Called from inside one of this consumer's handlers, it requests the stop and resolves at once (`closed` says when it has ended). */
   stop(opts: StopOptions = {}): Promise<void> {
     this.beginSoftStop();
     return this.waitEnd(opts);
@@ -420,6 +420,7 @@ export class Consumer implements PromiseLike<void> {
     const acks: PendingAck[] = [];
     // Messages not handed because of a stop or the limit: released below, or, under serverAutoAck(true), lost.
     let unhanded = 0;
+    const handedFrom = new Set<string>(); // partitions of which a message was handed to the handler
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
     const expiry = leaseExpiryOf(this.s);
     const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, this.report, expiry) : () => undefined;
@@ -434,6 +435,7 @@ export class Consumer implements PromiseLike<void> {
               break;
             }
             this.handed += 1;
+            handedFrom.add(m.partitionId);
             if (this.limitReached()) this.beginSoftStop();
             const out = await this.runHandler(() => (fn as Handler<unknown>)(m, ctx));
             if (out.ok) {
@@ -454,6 +456,7 @@ export class Consumer implements PromiseLike<void> {
           const room = this.s.limit > 0 ? Math.min(slice.length, this.s.limit - this.handed) : slice.length;
           const handed = slice.slice(0, room);
           this.handed += handed.length;
+          handedFrom.add(first.partitionId);
           if (this.limitReached()) this.beginSoftStop();
           const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(handed, ctx));
           if (out.ok) {
@@ -472,9 +475,10 @@ export class Consumer implements PromiseLike<void> {
       if (unhanded > 0) this.report("stop", new AutoAckDroppedError(unhanded, "the consumer was stopped hard"));
       return;
     }
-    // With autoAck(false) the handler owns what it was handed and may not have acked it; a retry below an unacked message would release that one too, so nothing is released: the messages not handed over redeliver when the lease expires.
-    if (!res.leaseId || !this.s.autoAck) return;
-    const ending = await ackUntilDone(this.core, acks, res.consumerGroup, this.report, expiry, this.handlerCtl.signal);
+    if (!res.leaseId) return;
+    // With autoAck(false) the handler owns what it was handed and may not have acked it, and a retry below an unacked message would release that one too: only a partition of which nothing was handed over is released.
+    const items = this.s.autoAck ? acks : acks.filter((a) => a.status === "retry" && !handedFrom.has(a.target.partitionId));
+    const ending = await ackUntilDone(this.core, items, res.consumerGroup, this.report, expiry, this.handlerCtl.signal);
     if (ending !== undefined) this.fail("ack", ending);
   }
 }

@@ -153,7 +153,7 @@ export class QueueBuilder<T = unknown> {
   each(): QueueBuilder<T> {
     return this;
   }
-  /** autoAck(false) leaves acknowledgement to the handler (e.g. through a transaction); default true: ack after the handler returns, nack when it throws. With autoAck(false) the loop (and the `messages()` iterator) also releases nothing on a stop, a limit or leaving early, since a `retry` below a message not acked yet would release that one too: the messages not handed over redeliver when the lease expires. */
+  /** autoAck(false) leaves acknowledgement to the handler (e.g. through a transaction); default true: ack after the handler returns, nack when it throws. With autoAck(false) a `retry` below a message not acked yet would release that one too, so a stop or the limit releases only the partitions of a pop of which nothing was handed to the handler, and leaving the `messages()` iterator early releases nothing: the rest redelivers when the lease expires. */
   autoAck(on: boolean): QueueBuilder<T> {
     return this.with({ autoAck: on });
   }

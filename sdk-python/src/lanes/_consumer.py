@@ -649,7 +649,7 @@ class AsyncConsumer:
 
     async def stop(self, timeout: float | None = None) -> None:
         """Soft stop: no new pops, finish current messages, ack, release the rest (with
-        ``auto_ack(False)``, neither). Raises
+        ``auto_ack(False)``, see ``auto_ack()``). Raises
         ``TimeoutError`` if not ended within ``timeout`` (it keeps stopping; call again).
         Called from inside a handler (or its on_error), it requests the stop and returns at
         once: waiting there for the end would wait for that handler itself."""

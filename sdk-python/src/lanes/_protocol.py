@@ -623,18 +623,18 @@ def batch_acks(
 ) -> list[tuple[str, AckEntry]]:
     """The acks a worker sends after one pop: handled messages by outcome, and for each partition
     with messages not handed to the handler because of a stop or the limit, its first unhandled
-    message as ``retry`` (budget-free release). None without ``auto_ack``: the handler owns what
-    it was handed and may not have acked it, and a ``retry`` below an unacked message would
-    release that one too, so the rest redelivers when the lease expires."""
+    message as ``retry`` (budget-free release). Without ``auto_ack`` only the releases of
+    partitions of which nothing was handed over: the handler owns what it was handed and may not
+    have acked it, and a ``retry`` below an unacked message would release that one too."""
     entries: list[tuple[str, AckEntry]] = []
-    if not auto_ack:
-        return entries
-    for m, st, err in outcomes:
-        entries.append(
-            (group_of(m, None), AckEntry(m.transaction_id, m.partition_id, m.lease_id, st, err))
-        )
+    handed_from = {m.partition_id for m, _, _ in outcomes}
+    if auto_ack:
+        for m, st, err in outcomes:
+            entries.append(
+                (group_of(m, None), AckEntry(m.transaction_id, m.partition_id, m.lease_id, st, err))
+            )
     for rest in unhandled:
-        if rest:
+        if rest and (auto_ack or rest[0].partition_id not in handed_from):
             m = rest[0]
             entries.append(
                 (group_of(m, None), AckEntry(m.transaction_id, m.partition_id, m.lease_id, "retry"))

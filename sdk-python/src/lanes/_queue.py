@@ -121,10 +121,11 @@ class _QueueBase(Generic[C]):
         return self._with(each=True)
 
     def auto_ack(self: QB, on: bool) -> QB:
-        """Client-side ack after the handler (default True); False leaves acking to you, and the
-        consume loop and iterators then release nothing either (on a stop, the limit or leaving
-        early): a ``retry`` below a message not acked yet would release that one too, so the
-        messages not handed over redeliver when the lease expires."""
+        """Client-side ack after the handler (default True); False leaves acking to you. A
+        ``retry`` below a message not acked yet would release that one too, so with False a stop
+        or the limit releases only the partitions of a pop of which nothing was handed to the
+        handler, and leaving an iterator early releases nothing: the rest redelivers when the
+        lease expires."""
         return self._with(auto_ack=on)
 
     def soft_stop_timeout_millis(self: QB, ms: int) -> QB:
