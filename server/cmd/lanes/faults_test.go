@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"net/http"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -18,6 +17,7 @@ import (
 	"github.com/lanesmq/lanes/server/brokerproc"
 	"github.com/lanesmq/lanes/server/internal/brokertest"
 	"github.com/lanesmq/lanes/server/internal/testdb"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // newDatabase creates a private database for one test, dropped when it ends.
@@ -43,13 +43,13 @@ func freePort(t *testing.T) int {
 // broker is one running broker process and everything it has written.
 type broker struct {
 	*brokerproc.Process
-	logs *logBuffer
+	logs *testlog.Buffer
 }
 
 // startBroker starts the broker on port; it is killed when the test ends.
 func startBroker(t *testing.T, dsn string, port int, spoolDir string, extraEnv ...string) *broker {
 	t.Helper()
-	logs := &logBuffer{}
+	logs := &testlog.Buffer{}
 	p, err := brokerproc.Start(brokerproc.Options{
 		Binary: brokertest.Binary(t), DatabaseURL: dsn, Port: port, SpoolDir: spoolDir, Env: extraEnv, Output: logs,
 	})
@@ -58,24 +58,6 @@ func startBroker(t *testing.T, dsn string, port int, spoolDir string, extraEnv .
 	}
 	t.Cleanup(func() { p.Stop(0) })
 	return &broker{Process: p, logs: logs}
-}
-
-// logBuffer is a strings.Builder that the broker's output goroutine and the test can share.
-type logBuffer struct {
-	mu sync.Mutex
-	sb strings.Builder
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sb.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.sb.String()
 }
 
 // waitHealth waits until /health answers want.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/config"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // JSON logs show durations as text ("200ms"), not nanoseconds.
@@ -28,7 +29,7 @@ func TestLogsPrintDurationsAsText(t *testing.T) {
 // up mid-answer) is an ERROR line in the broker's format, not a bare line on
 // stderr that LANES_LOG_FORMAT=json and level-based alerts miss.
 func TestNetHTTPMessagesAreBrokerLogLines(t *testing.T) {
-	var out logBuffer
+	var out testlog.Buffer
 	log := newLogger(&config.Config{LogFormat: "json", LogLevel: "warn"}, &out)
 	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		w.WriteHeader(http.StatusOK)

@@ -8,11 +8,12 @@ import (
 	"testing"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // newLoggedBroker is newTestBroker with the engine and the server logging into
 // the returned buffer.
-func newLoggedBroker(t *testing.T) (*testBroker, *syncBuffer) {
+func newLoggedBroker(t *testing.T) (*testBroker, *testlog.Buffer) {
 	t.Helper()
 	log, out := capturedLogger()
 	pool := newEnginePool(t, testDSN)

@@ -1,47 +1,28 @@
 package api
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
 	"github.com/lanesmq/lanes/server/internal/spool"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
-// syncBuffer collects log lines from the handlers' goroutines.
-type syncBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
-
 // capturedLogger is a text logger whose lines the test reads back.
-func capturedLogger() (*slog.Logger, *syncBuffer) {
-	out := &syncBuffer{}
+func capturedLogger() (*slog.Logger, *testlog.Buffer) {
+	out := &testlog.Buffer{}
 	return slog.New(slog.NewTextHandler(out, nil)), out
 }
 
 // wantLines fails the test unless the log holds fragment exactly want times.
-func wantLines(t *testing.T, out *syncBuffer, fragment string, want int, what string) {
+func wantLines(t *testing.T, out *testlog.Buffer, fragment string, want int, what string) {
 	t.Helper()
 	if n := strings.Count(out.String(), fragment); n != want {
 		t.Errorf("want %d line(s) for %s, got %d:\n%s", want, what, n, out.String())

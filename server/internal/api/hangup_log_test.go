@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // hangUpBroker is a broker whose slog lines (debug included) and net/http's
 // own error log both go to the returned buffer.
-func hangUpBroker(t *testing.T) (*testBroker, *syncBuffer) {
+func hangUpBroker(t *testing.T) (*testBroker, *testlog.Buffer) {
 	t.Helper()
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	pool := newEnginePool(t, testDSN)
 	eng := engine.New(pool, engine.Config{})

@@ -13,6 +13,7 @@ import (
 	"github.com/gorilla/mux"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // TestPanicAfterTheStatusWritesNothingMore: a handler that panics once its
@@ -21,7 +22,7 @@ import (
 // could take for whole. Now it logs one ERROR and the connection is aborted;
 // a panic before the status still answers a JSON 500 internal_error.
 func TestPanicAfterTheStatusWritesNothingMore(t *testing.T) {
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	pool := newEnginePool(t, testDSN)
 	eng := engine.New(pool, engine.Config{})
 	t.Cleanup(func() { eng.Close(); pool.Close() })

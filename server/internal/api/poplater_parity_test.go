@@ -19,6 +19,7 @@ import (
 
 	"github.com/lanesmq/lanes/server/internal/admission"
 	"github.com/lanesmq/lanes/server/internal/testdb"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // A waiting pop (wait=true with a timeout) runs after the handler chain has
@@ -419,7 +420,7 @@ func TestAWaitingPopsErrorsAndPanicsAnswerAsThePopThatDoesNotWait(t *testing.T) 
 		}
 		t.Run(name, func(t *testing.T) {
 			answer := func(waits bool) (rawAnswer, string, string) {
-				out := &syncBuffer{}
+				out := &testlog.Buffer{}
 				h := slog.Handler(slog.NewTextHandler(out, nil))
 				if panics {
 					h = panickyLogHandler{Handler: h, panicOn: failure}

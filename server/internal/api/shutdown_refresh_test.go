@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // TestShutdownDuringAMaintenanceReadLogsNoOutage: a request reads the
@@ -27,7 +28,7 @@ func TestShutdownDuringAMaintenanceReadLogsNoOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	u.Host = silent
-	out := &syncBuffer{}
+	out := &testlog.Buffer{}
 	logger := slog.New(slog.NewTextHandler(out, nil))
 	pool := newEnginePool(t, u.String())
 	eng := engine.New(pool, engine.Config{Logger: logger})

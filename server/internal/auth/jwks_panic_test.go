@@ -1,7 +1,6 @@
 package auth
 
 import (
-	"bytes"
 	"crypto/rand"
 	"crypto/rsa"
 	"encoding/base64"
@@ -12,12 +11,13 @@ import (
 	"net/http/httptest"
 	"net/url"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/golang-jwt/jwt/v5"
+
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // panickingFetches makes the key sets created after it panic inside the JWKS
@@ -69,24 +69,6 @@ func newJWKSProvider(t *testing.T) jwksProvider {
 		return signed
 	}
 	return jwksProvider{url: server.URL, key: key, token: token}
-}
-
-// lockedBuffer is a log that the fetch goroutines write while the test reads.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
 }
 
 func waitForKeySet(t *testing.T, v *Verifier, what string, done func(KeySetStatus) bool) KeySetStatus {
@@ -159,7 +141,7 @@ func TestAPanicInAnUnknownKIDFetchReachesTheRequest(t *testing.T) {
 func TestAPanicInAPeriodicJWKSFetchIsAFailedFetch(t *testing.T) {
 	panics := panickingFetches(t)
 	provider := newJWKSProvider(t)
-	var logged lockedBuffer
+	var logged testlog.Buffer
 	v, err := NewVerifier(Config{JWKSURLs: []string{provider.url + "/jwks"}, JWKSRefresh: 20 * time.Millisecond,
 		JWKSTimeout: time.Second, Logger: slog.New(slog.NewTextHandler(&logged, nil))})
 	if err != nil {

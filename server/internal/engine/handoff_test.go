@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/testdb"
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
 
 // handOffs counts hand-offs (by pushes and acks) since before.
@@ -464,7 +465,7 @@ func TestAnAckPastItsDeadlineStillHandsItsClaimToTheParkedPop(t *testing.T) {
 // every lease the group's claims write, so each push's claim for the parked pop
 // fails (and so does the pop's own claim after it).
 func TestFailingHandOffClaimsLogOnceAMinute(t *testing.T) {
-	var out lockedBuffer
+	var out testlog.Buffer
 	e := newEngineWith(t, Config{Logger: slog.New(slog.NewTextHandler(&out, nil))}, nil)
 	q := queueName(t)
 	group := "fails-" + q

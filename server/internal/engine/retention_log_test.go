@@ -1,41 +1,23 @@
 package engine
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"log/slog"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/testlog"
 )
-
-// lockedBuffer collects log lines written from background loops.
-type lockedBuffer struct {
-	mu  sync.Mutex
-	buf bytes.Buffer
-}
-
-func (b *lockedBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.Write(p)
-}
-
-func (b *lockedBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.buf.String()
-}
 
 // newUnreachableEngine is an engine on a database that refuses every
 // connection, logging into the returned buffer.
-func newUnreachableEngine(t *testing.T) (*Engine, *lockedBuffer) {
+func newUnreachableEngine(t *testing.T) (*Engine, *testlog.Buffer) {
 	t.Helper()
-	out := &lockedBuffer{}
+	out := &testlog.Buffer{}
 	pool, err := pgxpool.New(context.Background(), "postgres://lanes@127.0.0.1:1/lanes?sslmode=disable&connect_timeout=1")
 	if err != nil {
 		t.Fatal(err)
@@ -49,7 +31,7 @@ func newUnreachableEngine(t *testing.T) (*Engine, *lockedBuffer) {
 // read-only session, so the sweeper lease cannot be written) logs at WARN,
 // and passes failing again within the minute add no lines.
 func TestFailingRetentionPassLogsAWarningOnce(t *testing.T) {
-	var out lockedBuffer
+	var out testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	e := newEngineWith(t, Config{Logger: log}, map[string]string{"default_transaction_read_only": "on"})
 	e.StartRetention(20 * time.Millisecond)
@@ -70,7 +52,7 @@ func TestFailingRetentionPassLogsAWarningOnce(t *testing.T) {
 // its figures at DEBUG, not INFO: a queue with retention deletes at every
 // pass on a busy broker, and the lanes_retention_* counters carry them.
 func TestRetentionPassesThatDeleteLogAtDebug(t *testing.T) {
-	var out lockedBuffer
+	var out testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&out, &slog.HandlerOptions{Level: slog.LevelDebug}))
 	sweepAnExpiredSegmentInTheBackground(t, newEngineWith(t, Config{Logger: log}, nil), 50*time.Millisecond)
 	if !strings.Contains(out.String(), `level=DEBUG msg="retention pass"`) {
@@ -85,7 +67,7 @@ func TestRetentionPassesThatDeleteLogAtDebug(t *testing.T) {
 // refuses (here a read-only session) are answered failed one by one, but
 // only the first within the minute logs an ERROR line.
 func TestTransactionBundlesPostgreSQLFailsLogOneLine(t *testing.T) {
-	var out lockedBuffer
+	var out testlog.Buffer
 	log := slog.New(slog.NewTextHandler(&out, nil))
 	e := newEngineWith(t, Config{Logger: log}, map[string]string{"default_transaction_read_only": "on"})
 	q := queueName(t)
