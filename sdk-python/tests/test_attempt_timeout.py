@@ -20,6 +20,8 @@ import pytest
 
 import lanes
 
+from .proxying import forward, send_head
+
 
 class Trickler:
     """Forwards to the broker; for the next ``slow`` requests it hands the answer's body on a
@@ -42,22 +44,14 @@ class Trickler:
                 super().setup()
 
             def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                answer = httpx.request(
-                    self.command, broker + self.path, content=body, headers=headers
-                )
+                answer = forward(self, broker)
                 trickler.seen += 1
                 slow = trickler.slow > 0
                 trickler.slow -= int(slow)
                 if trickler.held > 0:
                     trickler.held -= 1
                     time.sleep(trickler.hold)
-                self.send_response(answer.status_code)
-                self.send_header("Content-Type", answer.headers.get("content-type", ""))
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
+                send_head(self, answer)
                 try:
                     if not slow:
                         self.wfile.write(answer.content)

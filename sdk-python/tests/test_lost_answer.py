@@ -9,10 +9,11 @@ import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import httpx
 import pytest
 
 import lanes
+
+from .proxying import forward, send_head
 
 
 class AnswerDropper:
@@ -26,22 +27,14 @@ class AnswerDropper:
 
         class Handler(BaseHTTPRequestHandler):
             def _forward(self) -> None:
-                length = int(self.headers.get("Content-Length") or 0)
-                body = self.rfile.read(length) if length else None
-                headers = {k: v for k, v in self.headers.items() if k.lower() != "host"}
-                answer = httpx.request(
-                    self.command, broker + self.path, content=body, headers=headers
-                )
+                answer = forward(self, broker)
                 dropper.seen += 1
                 if dropper.drops > 0:
                     dropper.drops -= 1
                     self.close_connection = True
                     self.connection.shutdown(socket.SHUT_RDWR)
                     return
-                self.send_response(answer.status_code)
-                self.send_header("Content-Type", answer.headers.get("content-type", ""))
-                self.send_header("Content-Length", str(len(answer.content)))
-                self.end_headers()
+                send_head(self, answer)
                 self.wfile.write(answer.content)
 
             do_GET = do_POST = do_PUT = do_DELETE = _forward

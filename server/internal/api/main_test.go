@@ -142,3 +142,14 @@ type errorBody struct {
 	Error string `json:"error"`
 	Code  string `json:"code"`
 }
+
+// segmentsOf counts the segments stored for queue.
+func (b *testBroker) segmentsOf(t testing.TB, queue string) int {
+	t.Helper()
+	var n int
+	if err := b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
+		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, queue).Scan(&n); err != nil {
+		t.Fatal(err)
+	}
+	return n
+}

@@ -216,12 +216,7 @@ func TestBadInputIsRejectedWithACodeAndStoresNothing(t *testing.T) {
 			}
 		})
 	}
-	var n int
-	if err := b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
-		JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&n); err != nil {
-		t.Fatal(err)
-	}
-	if n != 0 {
+	if n := b.segmentsOf(t, q); n != 0 {
 		t.Fatalf("rejected requests stored %d segments", n)
 	}
 }

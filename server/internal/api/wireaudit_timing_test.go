@@ -283,17 +283,13 @@ func TestAnAckOfATransactionIdPurgedByRetentionIsUnresolvable(t *testing.T) {
 		}
 		return n
 	}
-	segments := func(q string) int {
-		return count(`SELECT count(*) FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
-			JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q)
-	}
 	pids := []string{expired.Messages[0].PartitionID, live.Messages[0].PartitionID, held.Messages[0].PartitionID}
 	oldTxns := func() int {
 		return count(`SELECT count(*) FROM lanes.txns WHERE partition_id = ANY($1::uuid[]) AND transaction_id LIKE 'old-%'`, pids)
 	}
 	b.Engine.StartRetention(100 * time.Millisecond)
 	waitFor(t, 40*time.Second, "retention to delete the expired segments", func() bool {
-		return segments(swept) == 2 && segments(widened) == 1
+		return b.segmentsOf(t, swept) == 2 && b.segmentsOf(t, widened) == 1
 	})
 	if oldTxns() != 3 {
 		t.Fatal("the transaction ids went with their segments, before the 900 s ack window")
@@ -327,7 +323,7 @@ func TestAnAckOfATransactionIdPurgedByRetentionIsUnresolvable(t *testing.T) {
 	}
 	// The id is free again: pushing it after the window stores a new message.
 	b.push(t, swept, "expired", "old-expired")
-	if segments(kept) != 1 {
+	if b.segmentsOf(t, kept) != 1 {
 		t.Fatal("retentionSeconds deleted a segment of a queue without retentionEnabled")
 	}
 }
@@ -378,10 +374,7 @@ func TestADuplicateOfAMessageRetentionDeletedAnswersTheOriginalsID(t *testing.T)
 	b.push(t, q, "Default", "later")
 	b.Engine.StartRetention(100 * time.Millisecond)
 	waitFor(t, 40*time.Second, "retention to delete the first segment", func() bool {
-		var n int
-		_ = b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
-			JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&n)
-		return n == 1
+		return b.segmentsOf(t, q) == 1
 	})
 	var again []pushResult
 	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{{"queue": q, "payload": 1, "transactionId": "once"}}}, &again)
@@ -467,10 +460,7 @@ func TestAnEmptyPopAfterRetentionDoesNotSealOverADelayedMessage(t *testing.T) {
 	b.push(t, q, "p", "delayed")
 	b.Engine.StartRetention(100 * time.Millisecond)
 	waitFor(t, 40*time.Second, "retention to delete the first segment", func() bool {
-		var n int
-		_ = b.Pool.QueryRow(t.Context(), `SELECT count(*) FROM lanes.segments s JOIN lanes.partitions p ON p.id = s.partition_id
-			JOIN lanes.queues q ON q.id = p.queue_id WHERE q.name = $1`, q).Scan(&n)
-		return n == 1
+		return b.segmentsOf(t, q) == 1
 	})
 	if status, _, _, _ := rawPop(t, b, "/api/v1/pop/queue/"+q+"?batch=10"); status != http.StatusNoContent {
 		t.Fatalf("pop before the delay passed: %d, want 204", status)
