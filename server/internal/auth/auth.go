@@ -304,6 +304,14 @@ func (v *Verifier) Verify(headers ...string) (*Identity, *Error) {
 	}
 	claims := jwt.MapClaims{}
 	token, err := v.parser.ParseWithClaims(raw, claims, v.key)
+	if errors.Is(err, jwt.ErrTokenSignatureInvalid) {
+		// A key set may have rotated in a key under a kid another set, or
+		// itself, already held: verify again once the sets are fetched.
+		claimsAgain := jwt.MapClaims{}
+		if tokenAgain, errAgain := v.parser.ParseWithClaims(raw, claimsAgain, v.keyFetchedAgain); !errors.Is(errAgain, errNoNewKeys) {
+			token, claims, err = tokenAgain, claimsAgain, errAgain
+		}
+	}
 	if err != nil {
 		if namesUnknownAlg(token, err) {
 			return nil, &Error{MsgUnsupportedAlg}
@@ -377,6 +385,18 @@ func (v *Verifier) key(t *jwt.Token) (any, error) {
 		return jwt.VerificationKeySet{Keys: keys}, nil
 	}
 	return nil, errUnsupportedAlg
+}
+
+// keyFetchedAgain is key for a token no key verified, after fetching the key
+// sets again when its kid named keys of theirs: errNoNewKeys when no set was
+// fetched, or its key was not a key set's.
+func (v *Verifier) keyFetchedAgain(t *jwt.Token) (any, error) {
+	alg := t.Method.Alg()
+	kid, _ := t.Header["kid"].(string)
+	if len(v.jwks) == 0 || kid == "" || strings.HasPrefix(alg, "HS") {
+		return nil, errNoNewKeys
+	}
+	return v.jwks.keyFetchedAgain(kid, alg)
 }
 
 var (

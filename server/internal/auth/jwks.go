@@ -13,6 +13,7 @@ import (
 	"net/http"
 	"net/url"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -36,9 +37,10 @@ const maxJWKSBytes = 1 << 20
 var errUnknownKID = errors.New("unknown key ID")
 
 // keySet is a JSON Web Key Set fetched over HTTP and cached per kid. It is
-// fetched again every refresh interval, and when a token names a kid it lacks,
-// at most once per unknown-kid interval: a flood of made-up kids costs the
-// endpoint one fetch per interval. A token that comes while that fetch runs
+// fetched again every refresh interval, and when a token names a kid it lacks
+// or one whose keys failed the token, at most once per unknown-kid interval:
+// a flood of made-up kids or forged tokens costs the endpoint one fetch per
+// interval. A token that comes while that fetch runs
 // waits for it (fetchForKID); one that comes in between answers at once.
 type keySet struct {
 	// fetched is the set as last fetched; reading it never fetches.
@@ -297,17 +299,41 @@ func orDefault(d, def time.Duration) time.Duration {
 }
 
 // key is the key named kid, for a token signed with alg. The kid is looked up
-// in every set; when none holds it, each set whose unknown-kid interval has
-// passed is fetched again, and each set being fetched is waited for (all at
-// once, so the slowest bounds the wait). A kid that two sets name for
-// different keys gives both keys, and the token verifies if one of them does:
-// each set is trusted whole, so this grants nothing a set does not, and one
-// provider's choice of kid cannot lock out the other's tokens.
+// in every set; when none holds a key of it that fits alg, each set whose
+// unknown-kid interval has passed is fetched again, and each set being
+// fetched is waited for (all at once, so the slowest bounds the wait). A kid
+// that two sets name for different keys gives both keys, and the token
+// verifies if one of them does: each set is trusted whole, so this grants
+// nothing a set does not, and one provider's choice of kid cannot lock out
+// the other's tokens.
 func (sets keySets) key(kid, alg string) (any, error) {
-	found := sets.cached(kid)
-	if len(found) == 0 {
-		found = sets.refetch(kid)
+	key, err := verificationKey(sets.cached(kid), alg)
+	if err != nil {
+		// A set may have added a key of that kid, or one that fits alg, since.
+		found, _ := sets.refetch(kid)
+		key, err = verificationKey(found, alg)
 	}
+	return key, err
+}
+
+// errNoNewKeys says that fetching again for a token that no key of its kid
+// verified ran no fetch: its keys are those that already failed it.
+var errNoNewKeys = errors.New("no key set fetched again")
+
+// keyFetchedAgain is key for a token that no key named kid verified, once the
+// sets are fetched again by the unknown-kid rule: another set, or the same
+// one, may have rotated in a key under a kid already held.
+func (sets keySets) keyFetchedAgain(kid, alg string) (any, error) {
+	found, fetched := sets.refetch(kid)
+	if !fetched {
+		return nil, errNoNewKeys
+	}
+	return verificationKey(found, alg)
+}
+
+// verificationKey is the key, or the keys, of found that may verify a token
+// signed with alg.
+func verificationKey(found []jwkset.JWK, alg string) (any, error) {
 	var keys []jwt.VerificationKey
 	unsupported := false
 	for _, jwk := range found {
@@ -347,9 +373,10 @@ func (sets keySets) cached(kid string) []jwkset.JWK {
 
 // refetch fetches again, at once, every set whose unknown-kid interval has
 // passed, waits for the fetches already under way, and returns the keys named
-// kid the sets then hold.
-func (sets keySets) refetch(kid string) []jwkset.JWK {
+// kid the sets then hold, and whether any set was fetched or waited for.
+func (sets keySets) refetch(kid string) ([]jwkset.JWK, bool) {
 	results := make([]*jwkset.JWK, len(sets))
+	ranFetch := make([]bool, len(sets))
 	panics := make([]any, len(sets))
 	var wg sync.WaitGroup
 	for i, s := range sets {
@@ -357,7 +384,8 @@ func (sets keySets) refetch(kid string) []jwkset.JWK {
 			// A panic left in this goroutine would end the broker; raised again
 			// in the request's, it is answered 500 as any handler's is.
 			defer func() { panics[i] = recover() }()
-			if jwk, ok := s.fetchForKID(kid); ok {
+			ranFetch[i] = s.fetchForKID()
+			if jwk, err := s.fetched.KeyRead(context.Background(), kid); err == nil {
 				results[i] = &jwk
 			}
 		})
@@ -374,15 +402,17 @@ func (sets keySets) refetch(kid string) []jwkset.JWK {
 			found = append(found, *jwk)
 		}
 	}
-	return found
+	return found, slices.Contains(ranFetch, true)
 }
 
-// fetchForKID is the key named kid once the set is fetched again: by this
-// call when its unknown-kid interval has passed, or by the fetch under way,
-// which it waits for. A token that arrives while a rotated key is fetched
-// thus verifies instead of answering 401, and the set still sees one fetch
-// at a time, at most one per interval.
-func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
+// fetchForKID fetches the set again for a kid it lacks, or whose key failed a
+// token: by this call when its unknown-kid interval has passed, or by the
+// fetch under way, which it waits for; it reports whether either ran. A token
+// that arrives while a rotated key is fetched thus verifies instead of
+// answering 401, and the set still sees one fetch at a time, at most one per
+// interval. The caller reads the set again even without a fetch: one may
+// have ended since it was last read.
+func (s *keySet) fetchForKID() bool {
 	s.kidFetchMu.Lock()
 	underWay := s.kidFetch
 	if underWay == nil && s.unknownKID.Allow() {
@@ -390,20 +420,19 @@ func (s *keySet) fetchForKID(kid string) (jwkset.JWK, bool) {
 		s.kidFetch = done
 		s.kidFetchMu.Unlock()
 		s.fetchUnknownKID(done)
-	} else {
-		s.kidFetchMu.Unlock()
-		if underWay != nil {
-			<-underWay
-		}
+		return true
 	}
-	// Read again even without a fetch: one may have ended since cached.
-	jwk, err := s.fetched.KeyRead(context.Background(), kid)
-	return jwk, err == nil
+	s.kidFetchMu.Unlock()
+	if underWay != nil {
+		<-underWay
+		return true
+	}
+	return false
 }
 
-// fetchUnknownKID fetches the set for a kid it lacks, then ends the fetch
-// under way, done, even if the library panics (refetch hands the panic to
-// the request), so later tokens do not wait for ever.
+// fetchUnknownKID fetches the set for fetchForKID, then ends the fetch under
+// way, done, even if the library panics (refetch hands the panic to the
+// request), so later tokens do not wait for ever.
 func (s *keySet) fetchUnknownKID(done chan struct{}) {
 	defer func() {
 		s.kidFetchMu.Lock()
