@@ -977,7 +977,7 @@ type JWKSHealth struct {
 	// LastRefreshAt When the last successful fetch ended; `null` before one.
 	LastRefreshAt *time.Time `json:"lastRefreshAt"`
 
-	// Reachable `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for an unknown `kid`).
+	// Reachable `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for a `kid` no held key verifies).
 	Reachable bool `json:"reachable"`
 
 	// RefreshFailures Failed fetches since the broker started.

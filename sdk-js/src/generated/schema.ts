@@ -2337,7 +2337,7 @@ export interface components {
         JWKSHealth: {
             /** @description The key set's URL without credentials or query (`/health` needs no token). */
             url: string;
-            /** @description `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for an unknown `kid`). */
+            /** @description `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for a `kid` no held key verifies). */
             reachable: boolean;
             /** @description Keys held from the last successful fetch, which keep verifying while the set is unreachable; 0 before one. */
             keys: number;

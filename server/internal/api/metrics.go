@@ -97,7 +97,7 @@ func (s *Server) registerGauges() {
 			url := prometheus.Labels{"url": set.URL}
 			m.Gauge("lanes_jwks_keys", "Keys a JSON Web Key Set held after its last successful fetch; they keep verifying while the set is unreachable.",
 				url, func() float64 { return float64(status().Keys) })
-			m.Counter("lanes_jwks_refresh_failures_total", "Failed fetches of a JSON Web Key Set (at startup, periodic, or for an unknown kid).",
+			m.Counter("lanes_jwks_refresh_failures_total", "Failed fetches of a JSON Web Key Set (at startup, periodic, or for a kid no held key verifies).",
 				url, func() float64 { return float64(status().Failures) })
 			m.Gauge("lanes_jwks_last_refresh_timestamp_seconds", "Unix time of a JSON Web Key Set's last successful fetch (0 = none yet).",
 				url, func() float64 {

@@ -789,7 +789,7 @@ class JWKSHealth(BaseModel):
     """
     reachable: bool
     """
-    `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for an unknown `kid`).
+    `true` when the last fetch succeeded (at startup, every `LANES_JWT_JWKS_REFRESH_MS`, or for a `kid` no held key verifies).
     """
     keys: Annotated[int, Field(ge=0)]
     """
