@@ -91,7 +91,7 @@ func durationAsText(_ []string, a slog.Attr) slog.Attr {
 // more push throughput measured), while the soft limit keeps the grown heap
 // bounded.
 func tuneGC(cfg *config.Config) {
-	if _, set := os.LookupEnv("GOGC"); !set && cfg.GCPercent != 0 {
+	if _, set := os.LookupEnv("GOGC"); !set {
 		debug.SetGCPercent(cfg.GCPercent)
 	}
 	if _, set := os.LookupEnv("GOMEMLIMIT"); !set && cfg.MemoryLimitMiB > 0 {

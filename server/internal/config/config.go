@@ -150,6 +150,22 @@ func intSetting(dst func(*Config) *int, lo, hi int64) parser {
 	}}
 }
 
+// gcPercentSetting takes GOGC's values but 0, which collects at nearly every
+// allocation (an operator writing 0 for "default" or "off", as other settings
+// read it, is told -1 is off), and none past the runtime's int32, which
+// debug.SetGCPercent would wrap (2^32+1 became 1).
+func gcPercentSetting(dst func(*Config) *int) parser {
+	accepts := "-1 (off) or integer " + rangeText(1, math.MaxInt32)
+	return parser{accepts: accepts, parse: func(c *Config, v string) error {
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n == 0 || n < -1 || n > math.MaxInt32 {
+			return fmt.Errorf("not %s: %q", accepts, v)
+		}
+		*dst(c) = int(n)
+		return nil
+	}}
+}
+
 func int64Setting(dst func(*Config) *int64, lo, hi int64) parser {
 	return parser{accepts: "bytes " + rangeText(lo, hi), parse: func(c *Config, v string) error {
 		n, err := parseInt64In(v, lo, hi)
@@ -448,7 +464,7 @@ var settings = []setting{
 	{"retention-interval-ms", "LANES_RETENTION_INTERVAL_MS", "5000", "period of the retention sweep", millisSetting(func(c *Config) *time.Duration { return &c.RetentionInterval }, 1)},
 	{"timers-interval-ms", "LANES_TIMERS_INTERVAL_MS", "250", "how often due timers are fired; 0 = this broker fires none", millisSetting(func(c *Config) *time.Duration { return &c.TimersInterval }, 0)},
 	{"kv-sweep-interval-ms", "LANES_KV_SWEEP_INTERVAL_MS", "10000", "how often expired KV keys are deleted; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.KVSweepInterval }, 0)},
-	{"gc-percent", "LANES_GC_PERCENT", "300", "Go GC target (GOGC) unless GOGC is set: fewer collections of the small live heap a broker keeps; the memory limit below bounds what that lets the heap grow to", intSetting(func(c *Config) *int { return &c.GCPercent }, -1, unbounded)},
+	{"gc-percent", "LANES_GC_PERCENT", "300", "Go GC target (GOGC) unless GOGC is set: fewer collections of the small live heap a broker keeps; the memory limit below bounds what that lets the heap grow to", gcPercentSetting(func(c *Config) *int { return &c.GCPercent })},
 	{"memory-limit-mib", "LANES_MEMORY_LIMIT_MIB", "64", "soft memory limit of the Go runtime in MiB (GOMEMLIMIT) unless GOMEMLIMIT is set; past it the GC runs more often (at most half the CPU); 0 = none. Raise it for very large in-flight requests", intSetting(func(c *Config) *int { return &c.MemoryLimitMiB }, 0, 1<<30)},
 	{"pprof-addr", "LANES_PPROF_ADDR", "", "serve net/http/pprof on this address (e.g. 127.0.0.1:6060); empty = off", hostPortSetting(func(c *Config) *string { return &c.PprofAddr })},
 	{"test-faults", "LANES_TEST_FAULTS", "false", "TEST ONLY: serve /__test/faults so a conformance run can script responses; never in production", boolSetting(func(c *Config) *bool { return &c.TestFaults })},
