@@ -406,7 +406,7 @@ var settings = []setting{
 	{"database-url", "LANES_DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL", stringSetting(func(c *Config) *string { return &c.DatabaseURL })},
 	{"bind-addr", "LANES_BIND_ADDR", "0.0.0.0", "address to listen on", bindAddrSetting(func(c *Config) *string { return &c.BindAddr })},
 	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port }, 1, 65535)},
-	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections", intSetting(func(c *Config) *int { return &c.PoolSize }, 1, 10000)},
+	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections of the pool; the broker holds 2 more of its own (LISTEN and the /health ping)", intSetting(func(c *Config) *int { return &c.PoolSize }, 1, 10000)},
 	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", int64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes }, 1, unbounded)},
 	{"max-inflight-body-bytes", "LANES_MAX_INFLIGHT_BODY_BYTES", "0", "request body bytes held at once, from arrival to answer; a body that finds no room waits up to LANES_ADMISSION_MAX_WAIT_MS, then 429 overloaded; at least LANES_MAX_BODY_BYTES; 0 = 2 × LANES_MAX_BODY_BYTES", int64Setting(func(c *Config) *int64 { return &c.MaxInflightBodyBytes }, 0, unbounded)},
 	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push, timer-schedule and KV-write requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight }, 1, unbounded)},
