@@ -10,8 +10,10 @@ import (
 // secretSettings are logged as "set" or "" only.
 var secretSettings = map[string]bool{"LANES_JWT_SECRET": true, "LANES_JWT_PUBLIC_KEY": true}
 
-// keywordPassword finds the password of a key=value connection string.
-var keywordPassword = regexp.MustCompile(`(password\s*=\s*)('[^']*'|\S+)`)
+// keywordPassword finds the password of a key=value connection string: a
+// quoted value runs to its first unescaped quote, an unquoted one to the
+// first unescaped space, since libpq and pgx read \' and \\ in both.
+var keywordPassword = regexp.MustCompile(`(?s)(password\s*=\s*)('(?:[^'\\]|\\.)*'?|(?:[^\s\\]|\\.)+)`)
 
 // strandedPassword is a ":password@" left after the userinfo of a malformed URL.
 var strandedPassword = regexp.MustCompile(`:[^@]*@`)

@@ -95,3 +95,24 @@ func TestLogAttrsHideURLPasswordsThatNetURLMisreads(t *testing.T) {
 		t.Errorf("a password with '/' is logged: %s", red)
 	}
 }
+
+// TestLogAttrsHideKeywordPasswordsWithEscapes: in a key=value connection
+// string pgx (as libpq) reads \' and \\ inside a quoted value and a
+// backslash-escaped character in an unquoted one; the configuration line
+// logged the part of such a password after the first escape.
+func TestLogAttrsHideKeywordPasswordsWithEscapes(t *testing.T) {
+	for _, tc := range []struct{ dsn, password, want string }{
+		{`host=db password='it\'s a secret' dbname=lanes`, `it's a secret`, `host=db password=xxxxx dbname=lanes`},
+		{`host=db password='back\\slash end' dbname=lanes`, `back\slash end`, `host=db password=xxxxx dbname=lanes`},
+		{`host=db password=un\'quoted dbname=lanes`, `un'quoted`, `host=db password=xxxxx dbname=lanes`},
+		{`host=db sslpassword='k\'ey pass' password = 'p w' dbname=lanes`, `p w`, `host=db sslpassword=xxxxx password = xxxxx dbname=lanes`},
+	} {
+		parsed, err := pgconn.ParseConfig(tc.dsn)
+		if err != nil || parsed.Password != tc.password {
+			t.Fatalf("%s: pgx reads password %q (err %v), the test expects %q", tc.dsn, parsed.Password, err, tc.password)
+		}
+		if got := redactDatabaseURL(tc.dsn); got != tc.want {
+			t.Errorf("%s: logged as %s; want %s", tc.dsn, got, tc.want)
+		}
+	}
+}
