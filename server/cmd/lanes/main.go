@@ -219,6 +219,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 	}
 	warnShortJWTSecret(cfg, log)
 	warnSkipPathPrefixes(cfg, log)
+	warnUnusedJWTSettings(cfg, log)
 	admit := newAdmission(cfg)
 	reg := metrics.New()
 	eng := engine.New(pool, engine.Config{

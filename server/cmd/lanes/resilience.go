@@ -95,6 +95,16 @@ func warnShortJWTSecret(cfg *config.Config, log *slog.Logger) {
 	}
 }
 
+// warnUnusedJWTSettings logs a warning when JWT keys or claims are set but
+// LANES_JWT_ENABLED is off: no request is authenticated, which the operator
+// who set a secret may not expect.
+func warnUnusedJWTSettings(cfg *config.Config, log *slog.Logger) {
+	if unused := cfg.UnusedJWTSettings(); len(unused) > 0 {
+		log.Warn("JWT settings are set but LANES_JWT_ENABLED is false: they are ignored and no request needs a token; set LANES_JWT_ENABLED=true to require one",
+			"settings", strings.Join(unused, ","))
+	}
+}
+
 // warnSkipPathPrefixes logs each LANES_JWT_SKIP_PATHS entry that opens a
 // whole subtree, so an entry such as /api/ cannot open the API unnoticed.
 func warnSkipPathPrefixes(cfg *config.Config, log *slog.Logger) {

@@ -129,6 +129,24 @@ func TestShortJWTSecretIsWarnedAboutNotRefused(t *testing.T) {
 	}
 }
 
+// TestJWTKeysSetWithJWTOffAreWarnedAbout: a secret set without
+// LANES_JWT_ENABLED leaves every route open; the broker says so at startup,
+// naming the setting and not its value.
+func TestJWTKeysSetWithJWTOffAreWarnedAbout(t *testing.T) {
+	cfg, err := config.Load(nil, func(k string) string {
+		return map[string]string{"LANES_JWT_SECRET": testJWTSecret}[k]
+	}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var logs bytes.Buffer
+	warnUnusedJWTSettings(cfg, slog.New(slog.NewTextHandler(&logs, nil)))
+	if !strings.Contains(logs.String(), "level=WARN") || !strings.Contains(logs.String(), "settings=LANES_JWT_SECRET") ||
+		!strings.Contains(logs.String(), "LANES_JWT_ENABLED is false") || strings.Contains(logs.String(), testJWTSecret) {
+		t.Fatalf("want a warning naming LANES_JWT_SECRET without its value: %q", logs.String())
+	}
+}
+
 // TestBrokerWarnsAtStartupAboutAShortJWTSecret starts the real binary (its
 // database unreachable, which it tolerates) with a short secret: it logs the
 // warning and keeps running.

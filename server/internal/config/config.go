@@ -473,6 +473,22 @@ var settings = []setting{
 	{"spool-replay-timeout-ms", "LANES_SPOOL_REPLAY_TIMEOUT_MS", "10000", "deadline of one spool drain batch; a batch past it halves and retries at once, a single item past it waits for the next drain attempt; 0 = none (statement_timeout still applies)", millisSetting(func(c *Config) *time.Duration { return &c.SpoolReplayTimeout }, 0)},
 }
 
+// UnusedJWTSettings names the LANES_JWT_* settings given a value other than
+// their default while LANES_JWT_ENABLED is off, which the broker then ignores:
+// a secret or key set without enabling JWT leaves every route open.
+func (c *Config) UnusedJWTSettings() []string {
+	if c.JWTEnabled {
+		return nil
+	}
+	var unused []string
+	for _, s := range settings {
+		if strings.HasPrefix(s.env, "LANES_JWT_") && s.env != "LANES_JWT_ENABLED" && c.values[s.env] != s.def {
+			unused = append(unused, s.env)
+		}
+	}
+	return unused
+}
+
 // defaultBodyBudgetBodies is how many bodies of the largest size the default
 // body budget holds: 128 MiB with the default 64 MiB cap, so one body of the
 // largest size never holds up all the others. A held push body costs about 7

@@ -286,3 +286,27 @@ func TestRoleClaimsAsAJSONArray(t *testing.T) {
 		}
 	}
 }
+
+// TestUnusedJWTSettingsAreNamedWhileJWTIsOff: a key or claim set without
+// LANES_JWT_ENABLED is ignored, and the broker warns naming it.
+func TestUnusedJWTSettingsAreNamedWhileJWTIsOff(t *testing.T) {
+	for _, tc := range []struct {
+		what string
+		vars map[string]string
+		want []string
+	}{
+		{"nothing set", nil, nil},
+		{"defaults written out", map[string]string{"LANES_JWT_ROLE_CLAIMS": "role,roles", "LANES_JWT_ALGORITHM": "auto"}, nil},
+		{"a secret and an issuer", map[string]string{"LANES_JWT_SECRET": "s", "LANES_JWT_ISSUER": "https://sso.example.com/"},
+			[]string{"LANES_JWT_SECRET", "LANES_JWT_ISSUER"}},
+		{"JWT on", map[string]string{"LANES_JWT_ENABLED": "true", "LANES_JWT_SECRET": "s"}, nil},
+	} {
+		c, err := Load(nil, env(tc.vars), io.Discard)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := c.UnusedJWTSettings(); !slices.Equal(got, tc.want) {
+			t.Errorf("%s: unused %v, want %v", tc.what, got, tc.want)
+		}
+	}
+}
