@@ -326,6 +326,19 @@ func skipPathEntry(entry string) error {
 	return nil
 }
 
+// databaseURLSetting refuses a blank connection string: pgx would read it as
+// libpq's defaults (the local socket, the OS user) and the broker would wait
+// on a database nobody named.
+func databaseURLSetting(dst func(*Config) *string) parser {
+	return parser{accepts: "postgres:// URL or key=value connection string", parse: func(c *Config, v string) error {
+		if v == "" {
+			return fmt.Errorf("empty: name the database as a postgres:// URL or key=value connection string")
+		}
+		*dst(c) = v
+		return nil
+	}}
+}
+
 func stringSetting(dst func(*Config) *string) parser {
 	return parser{accepts: "text", parse: func(c *Config, v string) error { *dst(c) = v; return nil }}
 }
@@ -403,7 +416,7 @@ func hostPortSetting(dst func(*Config) *string) parser {
 }
 
 var settings = []setting{
-	{"database-url", "LANES_DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL", stringSetting(func(c *Config) *string { return &c.DatabaseURL })},
+	{"database-url", "LANES_DATABASE_URL", DefaultDatabaseURL, "PostgreSQL connection URL", databaseURLSetting(func(c *Config) *string { return &c.DatabaseURL })},
 	{"bind-addr", "LANES_BIND_ADDR", "0.0.0.0", "address to listen on", bindAddrSetting(func(c *Config) *string { return &c.BindAddr })},
 	{"port", "LANES_PORT", "6632", "HTTP port", intSetting(func(c *Config) *int { return &c.Port }, 1, 65535)},
 	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections of the pool; the broker holds 2 more of its own (LISTEN and the /health ping)", intSetting(func(c *Config) *int { return &c.PoolSize }, 1, 10000)},
