@@ -16,6 +16,7 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -42,6 +43,10 @@ func main() {
 		os.Exit(2)
 	}
 	log := newLogger(cfg, os.Stderr)
+	if unknown := config.UnknownVariables(os.Environ()); len(unknown) > 0 {
+		log.Warn("environment variables named LANES_* that are no setting are ignored; check their spelling against lanes --help",
+			"variables", strings.Join(unknown, ","))
+	}
 	if err := run(cfg, log); err != nil {
 		log.Error("lanes stopped", "err", err)
 		if errors.As(err, new(unusableSetting)) {

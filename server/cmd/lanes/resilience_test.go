@@ -170,6 +170,24 @@ func TestBrokerWarnsAtStartupAboutAShortJWTSecret(t *testing.T) {
 	}
 }
 
+// TestBrokerWarnsAboutAnUnknownLanesVariable starts the real binary with a
+// misspelled setting: it names the variable in a warning and keeps running.
+func TestBrokerWarnsAboutAnUnknownLanesVariable(t *testing.T) {
+	b := startBroker(t, "postgres://nobody@127.0.0.1:1/none?sslmode=disable", freePort(t), t.TempDir(), "LANES_POOL_SIZE=50")
+	deadline := time.Now().Add(15 * time.Second)
+	for !strings.Contains(b.logs.String(), "no setting are ignored") {
+		if time.Now().After(deadline) {
+			t.Fatalf("no warning about LANES_POOL_SIZE:\n%s", b.logs.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for _, line := range strings.Split(b.logs.String(), "\n") {
+		if strings.Contains(line, "no setting are ignored") && (!strings.Contains(line, "level=WARN") || !strings.Contains(line, "LANES_POOL_SIZE")) {
+			t.Fatalf("the warning must be at WARN and name LANES_POOL_SIZE: %s", line)
+		}
+	}
+}
+
 // TestBrokerDoesNotLogAMistakenJWTPublicKey starts the real binary with a
 // LANES_JWT_PUBLIC_KEY that is neither PEM text nor a file, as when an HMAC
 // secret lands in the wrong setting: the boot error says so without the value,

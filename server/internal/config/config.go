@@ -10,6 +10,7 @@ import (
 	"math"
 	"net"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -484,6 +485,25 @@ var settings = []setting{
 	{"spool-dir", "LANES_SPOOL_DIR", "", "directory of the disk spool used while PostgreSQL is unreachable; one per broker (empty = <tmp>/lanes-spool-<port>)", stringSetting(func(c *Config) *string { return &c.SpoolDir })},
 	{"spool-max-bytes", "LANES_SPOOL_MAX_BYTES", "1073741824", "bytes the disk spool may hold waiting to drain; past it a push that would be buffered answers failed; 0 = unbounded", int64Setting(func(c *Config) *int64 { return &c.SpoolMaxBytes }, 0, unbounded)},
 	{"spool-replay-timeout-ms", "LANES_SPOOL_REPLAY_TIMEOUT_MS", "10000", "deadline of one spool drain batch; a batch past it halves and retries at once, a single item past it waits for the next drain attempt; 0 = none (statement_timeout still applies)", millisSetting(func(c *Config) *time.Duration { return &c.SpoolReplayTimeout }, 0)},
+}
+
+// UnknownVariables names the LANES_* variables of environ (as os.Environ
+// gives it) that are no setting, sorted: the broker ignores them, so a
+// misspelled one (LANES_POOL_SIZE) would leave its setting at the default.
+func UnknownVariables(environ []string) []string {
+	known := make(map[string]bool, len(settings))
+	for _, s := range settings {
+		known[s.env] = true
+	}
+	var unknown []string
+	for _, kv := range environ {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "LANES_") && !known[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	slices.Sort(unknown)
+	return unknown
 }
 
 // UnusedJWTSettings names the LANES_JWT_* settings given a value other than

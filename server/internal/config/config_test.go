@@ -310,3 +310,17 @@ func TestUnusedJWTSettingsAreNamedWhileJWTIsOff(t *testing.T) {
 		}
 	}
 }
+
+// TestUnknownVariablesAreNamed: a LANES_* variable that is no setting (a
+// typo) is ignored, and the broker warns naming it; an empty variable counts
+// as unset, so its default applies.
+func TestUnknownVariablesAreNamed(t *testing.T) {
+	environ := []string{"LANES_POOL_SIZE=50", "LANES_DB_POOL_SIZE=40", "PATH=/bin", "LANES_JWT_SECRETS=x", "LANES_PORT="}
+	if got, want := UnknownVariables(environ), []string{"LANES_JWT_SECRETS", "LANES_POOL_SIZE"}; !slices.Equal(got, want) {
+		t.Fatalf("unknown %v, want %v", got, want)
+	}
+	c, err := Load(nil, env(map[string]string{"LANES_PORT": ""}), io.Discard)
+	if err != nil || c.Port != 6632 {
+		t.Fatalf("an empty LANES_PORT: port %d, %v; want the default 6632", c.Port, err)
+	}
+}
