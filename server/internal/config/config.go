@@ -215,7 +215,7 @@ func boolSetting(dst func(*Config) *bool) parser {
 	return parser{accepts: "true or false", parse: func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
-			return fmt.Errorf("not a boolean: %q", v)
+			return fmt.Errorf("must be true or false: %q", v)
 		}
 		*dst(c) = b
 		return nil

@@ -136,7 +136,7 @@ func TestLogSettingsRefuseTyposAndIgnoreCase(t *testing.T) {
 
 func TestApplySchemaRefusesANonBooleanNamingIt(t *testing.T) {
 	_, err := Load(nil, env(map[string]string{"LANES_APPLY_SCHEMA": "yes"}), io.Discard)
-	if err == nil || !strings.Contains(err.Error(), `LANES_APPLY_SCHEMA (--apply-schema): not a boolean: "yes"`) {
+	if err == nil || !strings.Contains(err.Error(), `LANES_APPLY_SCHEMA (--apply-schema): must be true or false: "yes"`) {
 		t.Fatalf("want a clear error for LANES_APPLY_SCHEMA=yes, got %v", err)
 	}
 }
