@@ -198,13 +198,15 @@ func secondsSetting(dst func(*Config) *time.Duration) parser {
 	return durationSetting(dst, time.Second, "seconds", 0, maxDurationMillis/1000)
 }
 
-// floatSetting parses a finite number in lo..hi (NaN and Inf are refused).
-func floatSetting(dst func(*Config) *float64, lo, hi float64) parser {
-	bounds := strconv.FormatFloat(lo, 'f', -1, 64) + ".." + strconv.FormatFloat(hi, 'f', -1, 64)
-	return parser{accepts: "number " + bounds, parse: func(c *Config, v string) error {
+// rateSetting parses a rate a second: 0 (off) or a finite number in
+// min..hi. Below min, the time one token takes overflows time.Duration
+// (about 1e-10 a second), which would turn the limit into no limit.
+func rateSetting(dst func(*Config) *float64, min, hi float64) parser {
+	bounds := strconv.FormatFloat(min, 'f', -1, 64) + ".." + strconv.FormatFloat(hi, 'f', -1, 64)
+	return parser{accepts: "0 (off) or number " + bounds, parse: func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(f) || f < lo || f > hi {
-			return fmt.Errorf("not a number in %s: %q", bounds, v)
+		if err != nil || math.IsNaN(f) || f != 0 && (f < min || f > hi) {
+			return fmt.Errorf("not 0 or a number in %s: %q", bounds, v)
 		}
 		*dst(c) = f
 		return nil
@@ -428,9 +430,9 @@ var settings = []setting{
 	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight }, 0, unbounded)},
 	{"admission-max-waiting", "LANES_ADMISSION_MAX_WAITING", "2000", "requests per class that may queue for a slot; past it 429", intSetting(func(c *Config) *int { return &c.AdmissionMaxWaiting }, 0, unbounded)},
 	{"admission-max-wait-ms", "LANES_ADMISSION_MAX_WAIT_MS", "2000", "longest a request queues for a slot before 429", millisSetting(func(c *Config) *time.Duration { return &c.AdmissionMaxWait }, 1)},
-	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests (pushes, pops, acks, leases, transactions, timer schedules, KV writes) per second per client (token sub or address); 0 = off", floatSetting(func(c *Config) *float64 { return &c.RateLimitPerClient }, 0, 1e6)},
+	{"rate-limit-per-client", "LANES_RATE_LIMIT_PER_CLIENT", "0", "message-plane requests (pushes, pops, acks, leases, transactions, timer schedules, KV writes) per second per client (token sub or address); 0 = off", rateSetting(func(c *Config) *float64 { return &c.RateLimitPerClient }, 0.001, 1e6)},
 	{"rate-limit-burst", "LANES_RATE_LIMIT_BURST", "0", "token bucket size per client; 0 = one second of the rate", intSetting(func(c *Config) *int { return &c.RateLimitBurst }, 0, unbounded)},
-	{"parked-recheck-rate", "LANES_PARKED_RECHECK_RATE", "250", "database re-checks a second this broker's parked long polls share (a parked poll re-checks for what no push announces, such as an expired lease, once a second; polls of one group share theirs); with more groups parked than that, each re-checks every groups ÷ rate seconds; 0 = no bound", floatSetting(func(c *Config) *float64 { return &c.ParkedRecheckRate }, 0, 1e6)},
+	{"parked-recheck-rate", "LANES_PARKED_RECHECK_RATE", "250", "database re-checks a second this broker's parked long polls share (a parked poll re-checks for what no push announces, such as an expired lease, once a second; polls of one group share theirs); with more groups parked than that, each re-checks every groups ÷ rate seconds; 0 = no bound", rateSetting(func(c *Config) *float64 { return &c.ParkedRecheckRate }, 0.001, 1e6)},
 	{"push-timeout-ms", "LANES_PUSH_TIMEOUT_MS", "10000", "a push's database deadline; past it the push goes to the spool", millisSetting(func(c *Config) *time.Duration { return &c.PushTimeout }, 1)},
 	{"body-read-timeout-ms", "LANES_BODY_READ_TIMEOUT_MS", "30000", "how long a request body may take to arrive; past it 408 and the connection closes (a stalled client holds no admission slot meanwhile); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.BodyReadTimeout }, 0)},
 	{"max-push-items", "LANES_MAX_PUSH_ITEMS", "10000", "items one push request may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxPushItems }, 1, unbounded)},
