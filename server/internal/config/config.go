@@ -500,12 +500,31 @@ func UnknownVariables(environ []string) []string {
 	var unknown []string
 	for _, kv := range environ {
 		name, _, _ := strings.Cut(kv, "=")
-		if strings.HasPrefix(name, "LANES_") && !known[name] {
+		if strings.HasPrefix(name, "LANES_") && !known[name] && !readByOthers(name) {
 			unknown = append(unknown, name)
 		}
 	}
 	slices.Sort(unknown)
 	return unknown
+}
+
+// notBrokerSettings are the LANES_* names (exact, or prefixes ending in _)
+// the SDKs and this repository's tools read, often from the shell that also
+// starts a broker: warning about them would teach operators to skip the
+// warning.
+var notBrokerSettings = []string{
+	"LANES_URL", "LANES_TOKEN", "LANES_SDK_", "LANES_CLIENT_", // the SDKs
+	"LANES_PG_", "LANES_TEST_", "LANES_FAULT_", "LANES_CONFORMANCE_", "LANES_BENCH_", "LANES_FUZZ_",
+	"LANES_MEASURE", "LANES_SPEC", // scripts/, tests, the benchmark, the fuzzer, make generate
+}
+
+func readByOthers(name string) bool {
+	for _, n := range notBrokerSettings {
+		if name == n || strings.HasSuffix(n, "_") && strings.HasPrefix(name, n) {
+			return true
+		}
+	}
+	return false
 }
 
 // UnusedJWTSettings names the LANES_JWT_* settings given a value other than

@@ -315,8 +315,10 @@ func TestUnusedJWTSettingsAreNamedWhileJWTIsOff(t *testing.T) {
 // typo) is ignored, and the broker warns naming it; an empty variable counts
 // as unset, so its default applies.
 func TestUnknownVariablesAreNamed(t *testing.T) {
-	environ := []string{"LANES_POOL_SIZE=50", "LANES_DB_POOL_SIZE=40", "PATH=/bin", "LANES_JWT_SECRETS=x", "LANES_PORT="}
-	if got, want := UnknownVariables(environ), []string{"LANES_JWT_SECRETS", "LANES_POOL_SIZE"}; !slices.Equal(got, want) {
+	environ := []string{"LANES_POOL_SIZE=50", "LANES_DB_POOL_SIZE=40", "PATH=/bin", "LANES_JWT_SECRETS=x", "LANES_PORT=",
+		// read by the SDKs and the repository's scripts, not by the broker
+		"LANES_URL=http://b:6632", "LANES_TOKEN=t", "LANES_SDK_POP_AUTOPILOT=off", "LANES_PG_PORT=5433", "LANES_TEST_URL=x", "LANES_URLS=x"}
+	if got, want := UnknownVariables(environ), []string{"LANES_JWT_SECRETS", "LANES_POOL_SIZE", "LANES_URLS"}; !slices.Equal(got, want) {
 		t.Fatalf("unknown %v, want %v", got, want)
 	}
 	c, err := Load(nil, env(map[string]string{"LANES_PORT": ""}), io.Discard)
