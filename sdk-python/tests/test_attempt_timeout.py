@@ -1,8 +1,8 @@
 """The per-attempt timeout bounds the whole attempt, reading the answer included
 (docs/retries.md §1), as in Go and TS: an answer the broker sent whole but that reaches the
-client a byte at a time is cut at the timeout, and a push is resent (it answers duplicate).
-httpx's own timeout bounds each read only, so such an answer used to outlast it. And a timeout
-that ends the connect proves the request never left (docs/retries.md §5)."""
+client a byte at a time, its head or its body, is cut at the timeout, and a push is resent (it
+answers duplicate). httpx's own timeout bounds each read only, so such an answer used to outlast
+it. And a timeout that ends the connect proves the request never left (docs/retries.md §5)."""
 
 from __future__ import annotations
 
@@ -25,11 +25,13 @@ from .proxying import forward, send_head
 
 class Trickler:
     """Forwards to the broker; for the next ``slow`` requests it hands the answer's body on a
-    byte every 50 ms (the whole push answer takes seconds), and it holds the next ``held``
-    answers ``hold`` seconds before sending them. ``connections`` counts the connections."""
+    byte every 50 ms (the whole push answer takes seconds), for the next ``slow_head`` ones the
+    answer's head a byte every 100 ms (about 7 s), and it holds the next ``held`` answers
+    ``hold`` seconds before sending them. ``connections`` counts the connections."""
 
     def __init__(self, broker: str) -> None:
         self.slow = 0
+        self.slow_head = 0
         self.seen = 0
         self.held = 0
         self.hold = 0.0
@@ -51,6 +53,10 @@ class Trickler:
                 if trickler.held > 0:
                     trickler.held -= 1
                     time.sleep(trickler.hold)
+                if trickler.slow_head > 0:
+                    trickler.slow_head -= 1
+                    self._trickle_head(answer)
+                    return
                 send_head(self, answer)
                 try:
                     if not slow:
@@ -62,6 +68,21 @@ class Trickler:
                         time.sleep(0.05)
                 except OSError:
                     self.close_connection = True  # the client gave up on the answer
+
+            def _trickle_head(self, answer: httpx.Response) -> None:
+                head = (
+                    f"HTTP/1.1 {answer.status_code} {answer.reason_phrase}\r\n"
+                    f"Content-Type: {answer.headers.get('content-type', '')}\r\n"
+                    f"Content-Length: {len(answer.content)}\r\n\r\n"
+                ).encode()
+                try:
+                    for byte in head:
+                        self.wfile.write(bytes([byte]))
+                        self.wfile.flush()
+                        time.sleep(0.1)
+                    self.wfile.write(answer.content)
+                except OSError:
+                    self.close_connection = True
 
             do_GET = do_POST = do_PUT = do_DELETE = _forward
 
@@ -75,6 +96,9 @@ class Trickler:
 
     def slow_next(self, n: int) -> None:
         self.slow, self.seen = n, 0
+
+    def slow_head_next(self, n: int) -> None:
+        self.slow_head, self.seen = n, 0
 
     def hold_next(self, n: int, seconds: float) -> None:
         self.held, self.hold, self.seen = n, seconds, 0
@@ -104,6 +128,19 @@ def test_a_trickling_answer_is_cut_at_the_attempt_timeout(
     assert len(lanes.Lanes(broker_url).queue(qname).batch(10).wait(False).pop()) == 2
 
 
+def test_a_trickling_body_is_cut_at_the_attempt_timeout_on_a_callers_http_client(
+    qname: str, proxy: Trickler
+) -> None:
+    # A caller's httpx.Client keeps its own connections: the watchdog bounds the body there.
+    c = lanes.Lanes(proxy.url, timeout=0.5, retry_delay=0.01, http_client=httpx.Client())
+    proxy.slow_next(1)
+    started = time.monotonic()
+    results = c.queue(qname).push([{"data": 1, "transaction_id": "t-1"}])
+    assert time.monotonic() - started < 2.0
+    assert proxy.seen == 2
+    assert results[0].status == "duplicate"
+
+
 def test_a_trickling_answer_is_cut_at_the_callers_deadline(qname: str, proxy: Trickler) -> None:
     c = lanes.Lanes(proxy.url, retry_delay=5.0)
     proxy.slow_next(1)
@@ -126,6 +163,63 @@ def test_a_trickling_answer_is_cut_at_the_attempt_timeout_async(
         assert results[0].status == "duplicate"
         await c.aclose()
 
+    asyncio.run(run())
+
+
+@pytest.mark.parametrize("connection", ["new", "kept-alive"])
+def test_a_trickling_head_is_cut_at_the_attempt_timeout(
+    broker_url: str, qname: str, proxy: Trickler, connection: str
+) -> None:
+    # The head is bounded as the body is, on a new connection and on one the pool kept: a GET
+    # is retried at once, an incr (not idempotent) ends in OutcomeUnknownError.
+    lanes.Lanes(broker_url).kv(qname).incr("hits")
+    c = lanes.Lanes(proxy.url, timeout=1, retry_delay=0.01)
+    if connection == "kept-alive":
+        assert c.kv(qname).get("hits").value == 1
+    before = proxy.connections
+
+    proxy.slow_head_next(1)
+    started = time.monotonic()
+    assert c.kv(qname).get("hits").value == 1
+    assert time.monotonic() - started < 2.5
+    assert proxy.seen == 2
+    assert proxy.connections == before + (1 if connection == "kept-alive" else 2)
+
+    if connection == "new":
+        c = lanes.Lanes(proxy.url, timeout=1, retry_delay=0.01)
+    proxy.slow_head_next(1)
+    started = time.monotonic()
+    with pytest.raises(lanes.OutcomeUnknownError) as unknown:
+        c.kv(qname).incr("hits")
+    assert time.monotonic() - started < 2.5
+    assert isinstance(unknown.value.cause, lanes.APITimeoutError)
+    assert proxy.seen == 1
+
+
+@pytest.mark.parametrize("connection", ["new", "kept-alive"])
+def test_a_trickling_head_is_cut_at_the_attempt_timeout_async(
+    broker_url: str, qname: str, proxy: Trickler, connection: str
+) -> None:
+    async def run() -> None:
+        c = lanes.AsyncLanes(proxy.url, timeout=1, retry_delay=0.01)
+        if connection == "kept-alive":
+            assert (await c.kv(qname).get("hits")).value == 1
+        proxy.slow_head_next(1)
+        started = time.monotonic()
+        assert (await c.kv(qname).get("hits")).value == 1
+        assert time.monotonic() - started < 2.5
+        assert proxy.seen == 2
+
+        proxy.slow_head_next(1)
+        started = time.monotonic()
+        with pytest.raises(lanes.OutcomeUnknownError) as unknown:
+            await c.kv(qname).incr("hits")
+        assert time.monotonic() - started < 2.5
+        assert isinstance(unknown.value.cause, lanes.APITimeoutError)
+        assert proxy.seen == 1
+        await c.aclose()
+
+    lanes.Lanes(broker_url).kv(qname).incr("hits")
     asyncio.run(run())
 
 

@@ -12,13 +12,15 @@ import logging
 import os
 import random
 import socket
+import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import anyio
+import httpcore
 import httpx
 
 from lanes._deadline import current_deadline
@@ -314,6 +316,113 @@ class _Watchdog:
 _WATCHDOG = _Watchdog()
 
 
+class _AttemptEnd:
+    """When the blocking attempt running in a thread must end (``time.monotonic()``), and
+    whether a :class:`_BoundedStream` has carried its I/O (else the watchdog must bound it)."""
+
+    __slots__ = ("at", "bounded")
+
+    def __init__(self, at: float) -> None:
+        self.at = at
+        self.bounded = False
+
+
+class _RunningAttempt(threading.local):
+    end: _AttemptEnd | None = None
+
+
+_RUNNING = _RunningAttempt()
+
+
+def _until_attempt_end(timeout: float | None, timed_out: type[Exception]) -> float | None:
+    """``timeout`` cut at the running attempt's end; raises ``timed_out`` once it has passed."""
+    end = _RUNNING.end
+    if end is None:
+        return timeout
+    end.bounded = True
+    left = end.at - time.monotonic()
+    if left <= 0:
+        raise timed_out("lanes: the attempt's time is up")
+    return left if timeout is None or left < timeout else timeout
+
+
+class _BoundedStream(httpcore.NetworkStream):
+    """A connection of the blocking client's own pool whose every connect, read and write ends
+    by the running attempt's end, as a Go conn deadline: httpx's read timeout restarts on every
+    read, so an answer's head or body trickled in a byte at a time would outlast it."""
+
+    def __init__(self, inner: httpcore.NetworkStream) -> None:
+        self._inner = inner
+
+    def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
+        return self._inner.read(max_bytes, _until_attempt_end(timeout, httpcore.ReadTimeout))
+
+    def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        self._inner.write(buffer, _until_attempt_end(timeout, httpcore.WriteTimeout))
+
+    def close(self) -> None:
+        self._inner.close()
+
+    def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _until_attempt_end(timeout, httpcore.ConnectTimeout)
+        return _BoundedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
+
+    def get_extra_info(self, info: str) -> Any:
+        return self._inner.get_extra_info(info)
+
+
+class _BoundedBackend(httpcore.NetworkBackend):
+    """httpcore's network backend with :class:`_BoundedStream` connections."""
+
+    def __init__(self, inner: httpcore.NetworkBackend) -> None:
+        self._inner = inner
+
+    def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _until_attempt_end(timeout, httpcore.ConnectTimeout)
+        return _BoundedStream(
+            self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        )
+
+    def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.NetworkStream:
+        timeout = _until_attempt_end(timeout, httpcore.ConnectTimeout)
+        return _BoundedStream(self._inner.connect_unix_socket(path, timeout, socket_options))
+
+    def sleep(self, seconds: float) -> None:
+        self._inner.sleep(seconds)
+
+
+def _bounded_client() -> httpx.Client:
+    """An ``httpx.Client`` whose pools' connections end their I/O by the attempt's end. httpx
+    takes no network backend (httpcore's extension point for one), so it is set on its
+    transports' pools; where that fails, the watchdog still bounds the answer's body."""
+    client = httpx.Client()
+    for transport in [
+        getattr(client, "_transport", None),
+        *getattr(client, "_mounts", {}).values(),
+    ]:
+        pool = getattr(transport, "_pool", None)
+        if isinstance(pool, httpcore.ConnectionPool):
+            pool._network_backend = _BoundedBackend(pool._network_backend)
+    return client
+
+
 class SyncTransport(_Base):
     """Blocking transport over ``httpx.Client``."""
 
@@ -325,7 +434,7 @@ class SyncTransport(_Base):
     ) -> None:
         super().__init__(cfg)
         self._own = http_client is None
-        self.http = http_client or httpx.Client()
+        self.http = http_client or _bounded_client()
         self._sleep = sleep or time.sleep
 
     def close(self) -> None:
@@ -345,29 +454,37 @@ class SyncTransport(_Base):
     def _attempt(self, req: httpx.Request, t: float | None) -> httpx.Response:
         """Send ``req`` and read its whole answer within ``t`` seconds (None: no bound), as Go
         and TS do: httpx's timeout bounds each read, so an answer that trickles in would outlast
-        it. Each read of the head waits at most ``t``; once the head is in, the watchdog shuts
-        the connection's socket down when ``t`` is up, which ends a body read still waiting."""
+        it. The connections of the client's own pool end every read and write at the attempt's
+        end (:class:`_BoundedStream`). On others (a caller's ``http_client``) each read of the head
+        waits at most ``t``; once the head is in, the watchdog shuts the connection's socket
+        down when ``t`` is up, which ends a body read still waiting."""
         started = time.monotonic()
         req.extensions["timeout"] = httpx.Timeout(t).as_dict()
-        resp = self.http.send(req, stream=True)
+        end = None if t is None else _AttemptEnd(started + t)
+        outer, _RUNNING.end = _RUNNING.end, end
         try:
-            if t is None:
-                resp.read()
-                return resp
-            at = started + t
-            if at <= time.monotonic():
-                raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req)
-            cut = _WATCHDOG.arm(at, resp.extensions.get("network_stream"))
+            resp = self.http.send(req, stream=True)
             try:
-                resp.read()
-            except httpx.TransportError as exc:
-                if cut.fired:
-                    raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req) from exc
-                raise
+                if end is None or end.bounded:
+                    resp.read()
+                    return resp
+                if end.at <= time.monotonic():
+                    raise httpx.ReadTimeout(f"answer not in after {t:g} s", request=req)
+                cut = _WATCHDOG.arm(end.at, resp.extensions.get("network_stream"))
+                try:
+                    resp.read()
+                except httpx.TransportError as exc:
+                    if cut.fired:
+                        raise httpx.ReadTimeout(
+                            f"answer not in after {t:g} s", request=req
+                        ) from exc
+                    raise
+                finally:
+                    _WATCHDOG.finish(cut)
             finally:
-                _WATCHDOG.finish(cut)
+                resp.close()
         finally:
-            resp.close()
+            _RUNNING.end = outer
         return resp
 
     def request(
