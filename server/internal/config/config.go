@@ -201,11 +201,11 @@ func secondsSetting(dst func(*Config) *time.Duration) parser {
 // rateSetting parses a rate a second: 0 (off) or a finite number in
 // min..hi. Below min, the time one token takes overflows time.Duration
 // (about 1e-10 a second), which would turn the limit into no limit.
-func rateSetting(dst func(*Config) *float64, min, hi float64) parser {
-	bounds := strconv.FormatFloat(min, 'f', -1, 64) + ".." + strconv.FormatFloat(hi, 'f', -1, 64)
+func rateSetting(dst func(*Config) *float64, least, hi float64) parser {
+	bounds := strconv.FormatFloat(least, 'f', -1, 64) + ".." + strconv.FormatFloat(hi, 'f', -1, 64)
 	return parser{accepts: "0 (off) or number " + bounds, parse: func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
-		if err != nil || math.IsNaN(f) || f != 0 && (f < min || f > hi) {
+		if err != nil || math.IsNaN(f) || f != 0 && (f < least || f > hi) {
 			return fmt.Errorf("not 0 or a number in %s: %q", bounds, v)
 		}
 		*dst(c) = f
