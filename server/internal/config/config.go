@@ -199,7 +199,7 @@ func secondsSetting(dst func(*Config) *time.Duration) parser {
 }
 
 // rateSetting parses a rate a second: 0 (off) or a finite number in
-// min..hi. Below min, the time one token takes overflows time.Duration
+// least..hi. Below least, the time one token takes overflows time.Duration
 // (about 1e-10 a second), which would turn the limit into no limit.
 func rateSetting(dst func(*Config) *float64, least, hi float64) parser {
 	bounds := strconv.FormatFloat(least, 'f', -1, 64) + ".." + strconv.FormatFloat(hi, 'f', -1, 64)
