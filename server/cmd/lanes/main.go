@@ -150,7 +150,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	// ReadTimeout would also cut long-poll pops. IdleTimeout closes keep-alive
 	// connections nobody uses, past the 90 s clients such as Go's keep them.
 	httpServer := &http.Server{Addr: addr, Handler: running.wrap(handler), ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 120 * time.Second,
-		ErrorLog: httpErrorLog(log)}
+		ErrorLog: httpErrorLog(log), ConnContext: api.ConnContext}
 	// Parked long polls are released as shutdown begins (net/http runs this
 	// once the listeners are closed) so they answer 204 instead of holding it;
 	// pops that arrive later do not park.

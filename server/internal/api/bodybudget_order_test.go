@@ -95,3 +95,37 @@ func TestABodyWaitingForRoomIsNotPassedByLaterBodies(t *testing.T) {
 		t.Fatalf("%d bodies refused for want of room", s.Rejected)
 	}
 }
+
+// Review of the body budget: a body waiting for room whose client hung up
+// went on waiting until its wait ran out (net/http notices a hang-up only
+// once the body is read), and now it would also hold up the bodies behind
+// it. The hang-up now ends its wait at once (within hangUpPoll), and the
+// next body gets the room.
+func TestABodyWaitingForRoomStopsWhenItsClientHangsUp(t *testing.T) {
+	b := newBodyOrderBroker(t, 10*time.Second)
+	q := uniqueQueue(t)
+	leaving := stallBodyAfter(t, b.URL, "/api/v1/push", pushOfSize(q, bodyOrderMaxBody), 10)
+	waitForWaiting(t, b.budget, 1, nil, "the large body to wait for room")
+	small := pushInBackground(b.URL, pushOfSize(q, 1000))
+	waitForWaiting(t, b.budget, 2, small, "a small push to wait behind the large one")
+
+	_ = leaving.Close()
+	start := time.Now()
+	select {
+	case status := <-small:
+		if status != http.StatusCreated {
+			t.Fatalf("the small push behind a waiting body whose client hung up: %d; want 201", status)
+		}
+	case <-time.After(time.Second):
+		t.Fatalf("the small push still waits a second after the client of the body ahead of it hung up: %+v", b.budget.Stats())
+	}
+	t.Logf("the body behind a waiting one was let in %s after the latter's client hung up", time.Since(start).Round(time.Millisecond))
+	waitFor(t, time.Second, "the body whose client hung up to stop waiting", func() bool { return b.budget.Stats().Waiting == 0 })
+
+	_ = b.stalledPart.Close()
+	_ = b.stalledNearFull.Close()
+	wantBudgetGivenBack(t, b.resilientBroker, b.budget, "after a waiting body's client hung up")
+	if s := b.budget.Stats(); s.Rejected != 0 {
+		t.Fatalf("%d bodies refused for want of room", s.Rejected)
+	}
+}

@@ -108,3 +108,6 @@ func jsonProtocolError(b []byte) ([]byte, bool) {
 		"\r\nConnection: close\r\n\r\n"
 	return append([]byte(head), body...), true
 }
+
+// NetConn is the connection c wraps, for watchForHangUp.
+func (c protocolErrorConn) NetConn() net.Conn { return c.Conn }

@@ -151,8 +151,10 @@ func (g *growingReservation) Read(p []byte) (int, error) {
 	held := g.room.Held()
 	if g.read == held && held < g.limit {
 		step := min(bodyReserveStep, g.limit-held)
-		if err := g.room.Grow(g.ctx, step); err != nil {
-			return 0, err
+		if !g.room.TryGrow(step) {
+			if err := g.waitForRoom(step); err != nil {
+				return 0, err
+			}
 		}
 		held += step
 	}
@@ -168,6 +170,20 @@ func (g *growingReservation) Read(p []byte) (int, error) {
 }
 
 func (g *growingReservation) Close() error { return g.body.Close() }
+
+// waitForRoom waits for step more bytes of room (admission.BodyRoom.Grow),
+// and stops waiting, giving the room back, if the client hangs up meanwhile:
+// otherwise it would wait out its wait and hold up the bodies behind it.
+func (g *growingReservation) waitForRoom(step int64) error {
+	ctx, hungUp := context.WithCancelCause(g.ctx)
+	defer hungUp(nil)
+	go watchForHangUp(ctx, hungUp)
+	err := g.room.Grow(ctx, step)
+	if err != nil && errors.Is(context.Cause(ctx), errClientHungUp) {
+		return errClientHungUp
+	}
+	return err
+}
 
 // bodyPrealloc bounds the buffer reserved from a declared Content-Length
 // before the bytes arrive, so a client that declares a large body and stalls

@@ -62,7 +62,9 @@ func newBrokerWith(t testing.TB, dsn string, opts Options, spoolDir string) *res
 	if err != nil {
 		t.Fatal(err)
 	}
-	srv := httptest.NewServer(h)
+	srv := httptest.NewUnstartedServer(h)
+	srv.Config.ConnContext = ConnContext
+	srv.Start()
 	t.Cleanup(func() {
 		srv.Close()
 		eng.Close()
