@@ -132,7 +132,7 @@ func main() {
 	flag.StringVar(&o.pprofAddr, "pprof-addr", "127.0.0.1:6071", "pprof address of the broker the harness starts")
 	flag.StringVar(&o.out, "out", "", "output directory for results.json, results.md and charts (default <repo>/bench/results/latest)")
 	flag.StringVar(&o.jsonOut, "json", "", "also write the run's JSON to this file")
-	flag.BoolVar(&o.profile, "profile", false, "capture broker CPU and allocation profiles of each Lanes throughput window into <out>/profiles")
+	flag.BoolVar(&o.profile, "profile", false, "capture broker CPU and allocation profiles, a pg_stat_activity sampler, a perf profile of PostgreSQL (where perf is installed) and the harness's own CPU profile of each Lanes throughput window into <out>/profiles")
 	flag.IntVar(&o.sharedN, "shared-n", 0, "messages of the Lanes-vs-River shared workload (default 100000, 20000 with -short)")
 	flag.IntVar(&o.riverWorkers, "river-workers", 200, "River MaxWorkers of the shared workload")
 	flag.IntVar(&o.txnBacklog, "txn-backlog", 0, "stage-A backlog of the pipeline handoff (default 10000, 2000 with -short)")

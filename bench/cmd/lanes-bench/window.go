@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime/pprof"
 	"sort"
 	"strings"
 	"time"
@@ -105,6 +106,7 @@ type window struct {
 	profCancel context.CancelFunc
 	pgSampler  *activitySampler
 	pgPerf     *pgPerf
+	selfProf   *os.File
 	errors0    int64
 	claims0    int64
 	handOffs0  int64
@@ -136,6 +138,7 @@ func (h *harness) begin(db string, profileName string) *window {
 		dir := filepath.Join(h.o.out, "profiles")
 		if err := os.MkdirAll(dir, 0o755); err == nil {
 			w.pgPerf = startPGPerf(dir, profileName)
+			w.selfProf = startHarnessProfile(dir, profileName)
 		}
 	}
 	w.errors0 = h.serverErrors.Load()
@@ -185,6 +188,9 @@ func (w *window) end(r *Result) {
 			if file := w.pgPerf.finish(); file != "" {
 				r.Profiles = append(r.Profiles, file)
 			}
+		}
+		if file := finishHarnessProfile(w.selfProf); file != "" {
+			r.Profiles = append(r.Profiles, file)
 		}
 	}
 }
@@ -293,6 +299,37 @@ func (h *harness) captureProfiles(ctx context.Context, name string) []string {
 		}
 	}
 	return files
+}
+
+// startHarnessProfile starts a CPU profile of the harness itself (the load
+// generator shares the cores with what it measures, so its CPU per request
+// is part of every figure); nil when one cannot be started.
+func startHarnessProfile(dir, name string) *os.File {
+	f, err := os.Create(filepath.Join(dir, name+"-harness-cpu.pprof"))
+	if err != nil {
+		return nil
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil
+	}
+	return f
+}
+
+// finishHarnessProfile stops the harness's CPU profile and renders its top
+// entries beside it; it returns the profile's file, or "" without one.
+func finishHarnessProfile(f *os.File) string {
+	if f == nil {
+		return ""
+	}
+	pprof.StopCPUProfile()
+	f.Close()
+	self, _ := os.Executable()
+	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", self, f.Name()).CombinedOutput()
+	if err == nil {
+		_ = os.WriteFile(strings.TrimSuffix(f.Name(), ".pprof")+".txt", out, 0o644)
+	}
+	return f.Name()
 }
 
 // newPool opens a pgx pool of at most size connections.
