@@ -126,6 +126,30 @@ func adminClaims() jwt.MapClaims {
 }
 
 // signKID signs claims with method and key under header kid (none when kid is "").
+// wantBurstServed sends token 8 times at once, all but the first 50 ms
+// after it (while the fetch the first one triggers runs), and wants every
+// one answered 200.
+func wantBurstServed(t *testing.T, b *testBroker, token string) {
+	t.Helper()
+	const burst = 8
+	statuses := make([]int, burst)
+	var wg sync.WaitGroup
+	for i := range burst {
+		wg.Go(func() {
+			if i > 0 {
+				time.Sleep(50 * time.Millisecond)
+			}
+			statuses[i], _, _ = b.callAs(t, token, "GET", "/api/v1/resources/queues", "")
+		})
+	}
+	wg.Wait()
+	for i, status := range statuses {
+		if status != 200 {
+			t.Errorf("token %d of the burst answered %d, want 200: %v", i, status, statuses)
+		}
+	}
+}
+
 func signKID(t *testing.T, method jwt.SigningMethod, key any, kid string, claims jwt.MapClaims) string {
 	t.Helper()
 	tok := jwt.NewWithClaims(method, claims)
