@@ -22,13 +22,13 @@ func TestEmptyPauseAfterFastEmptyLongPolls(t *testing.T) {
 	fast, waited := 5*time.Millisecond, time.Second
 	var got []time.Duration
 	for _, elapsed := range []time.Duration{fast, fast, fast, fast, fast, fast, fast, waited, fast} {
-		got = append(got, p.emptyPause(elapsed))
+		got = append(got, p.emptyPause(elapsed, time.Second))
 	}
 	ms := time.Millisecond
 	require.Equal(t, []time.Duration{100 * ms, 200 * ms, 400 * ms, 800 * ms, 1600 * ms, 2000 * ms, 2000 * ms, 0, 100 * ms}, got)
 
 	nonWaiting := poller{q: QueueBuilder{wait: false}}
-	require.Equal(t, 100*ms, nonWaiting.emptyPause(fast))
+	require.Equal(t, 100*ms, nonWaiting.emptyPause(fast, 0))
 }
 
 // A broker (or proxy) that answers every long poll 204 at once does not make an idle consume
@@ -202,4 +202,17 @@ func (l lockedWriter) Write(p []byte) (int, error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.w.Write(p)
+}
+
+// The long poll of a pop with idle time left is cut to it, rounded up to whole milliseconds so
+// it never becomes 0 (which would not wait at all); a pop that does not park keeps its timeout.
+func TestCutLongPollRoundsUpToWholeMilliseconds(t *testing.T) {
+	t.Parallel()
+	q := QueueBuilder{wait: true, timeout: 5 * time.Second}
+	require.Equal(t, time.Millisecond, cutLongPoll(q, 300*time.Microsecond))
+	require.Equal(t, 300*time.Millisecond, cutLongPoll(q, 299200*time.Microsecond))
+	require.Equal(t, 300*time.Millisecond, cutLongPoll(q, 300*time.Millisecond))
+	require.Equal(t, 5*time.Second, cutLongPoll(q, time.Minute))
+	require.Equal(t, time.Duration(0), cutLongPoll(QueueBuilder{wait: true}, time.Second), "Timeout(0) does not wait")
+	require.Equal(t, 5*time.Second, cutLongPoll(QueueBuilder{timeout: 5 * time.Second}, time.Second), "Wait(false) is sent as it was")
 }

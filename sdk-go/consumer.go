@@ -285,13 +285,27 @@ func (c *Consumer) idleWatch() {
 		case <-c.fetchCtx.Done():
 			return
 		case <-t.C:
-			if c.busy.Load() == 0 && time.Since(time.Unix(0, c.lastMessage.Load())) >= c.opts.idle {
+			if c.idleOver() {
 				c.q.c.log.Debug("lanes: consumer idle timeout", "queue", c.q.queue)
 				c.softStop()
 				return
 			}
 		}
 	}
+}
+
+// idleDeadline is when the consumer's idle time runs out, counted as idleWatch counts it: while
+// a worker handles a pop the consumer is not idle, so the deadline is a whole IdleTimeout away.
+func (c *Consumer) idleDeadline() time.Time {
+	if c.busy.Load() > 0 {
+		return time.Now().Add(c.opts.idle)
+	}
+	return time.Unix(0, c.lastMessage.Load()).Add(c.opts.idle)
+}
+
+// idleOver reports whether the consumer has been idle for IdleTimeout.
+func (c *Consumer) idleOver() bool {
+	return c.opts.idle > 0 && !time.Now().Before(c.idleDeadline())
 }
 
 // markWorkerGoroutine records the calling goroutine as one the end of the consumer waits for, so
@@ -310,6 +324,9 @@ func (c *Consumer) worker() {
 	defer c.wg.Done()
 	defer c.markWorkerGoroutine()()
 	p := poller{q: c.q}
+	if c.opts.idle > 0 {
+		p.idleDeadline = c.idleDeadline
+	}
 	if c.q.committedOnDelivery() {
 		p.popCtx = c.workCtx // only a hard stop cuts a pop whose messages the broker commits
 		if c.budget != nil {
@@ -331,6 +348,11 @@ func (c *Consumer) worker() {
 			return
 		}
 		if pr == nil {
+			if c.idleOver() {
+				c.q.c.log.Debug("lanes: consumer idle timeout", "queue", c.q.queue)
+				c.softStop()
+				return
+			}
 			if c.budget != nil && c.budget.spent() {
 				return // the whole Limit is popped; the workers holding it hand it over
 			}

@@ -23,9 +23,10 @@ type poller struct {
 	// popCtx, when set, carries the pops instead of next's ctx, which then only stops the loop
 	// between pops: under server auto-ack a pop cut short may lose messages the broker committed.
 	popCtx context.Context
-	// idleDeadline, when set, is when an iterator's idle time runs out: next returns (nil, nil)
-	// once it has passed, after an empty answer or a failed pop, and cuts the error backoff at
-	// it, so pops that keep failing count as idle (docs/consuming.md §3).
+	// idleDeadline, when set, is when the idle time of an iterator or consume loop runs out:
+	// next returns (nil, nil) once it has passed, before a pop, after an empty answer or a failed
+	// pop, cuts each pop's long poll and the error backoff at it, so pops that keep failing
+	// count as idle and a long poll does not outlast it (docs/consuming.md §3).
 	idleDeadline func() time.Time
 }
 
@@ -45,6 +46,13 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 			if settled != nil {
 				settle = settled
 			}
+		}
+		if left, ok := p.idleLeft(); ok {
+			if left <= 0 {
+				settle(0)
+				return nil, nil // idle already: a pop now would only wait past the deadline
+			}
+			q.timeout = cutLongPoll(q, left)
 		}
 		popCtx := ctx
 		if p.popCtx != nil {
@@ -89,7 +97,7 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 		if (stopOnEmpty != nil && stopOnEmpty()) || p.idleOver() {
 			return nil, nil
 		}
-		_ = sleepCtx(ctx, p.emptyPause(time.Since(started)))
+		_ = sleepCtx(ctx, p.emptyPause(time.Since(started), q.timeout))
 	}
 	return nil, nil
 }
@@ -108,19 +116,30 @@ func (p *poller) idleOver() bool {
 	return ok && left <= 0
 }
 
-// emptyPause is the pause after an empty answer that took elapsed: none after a long poll that
-// waited (the broker paced it); after a non-waiting pop, the broker's waitMs advice from the last
-// echo, else 100 ms; after a long poll answered in under a tenth of its timeout (a proxy or a
-// broker that does not park), 100 ms doubling on each such answer in a row, up to 2 s, so an
-// idle consumer does not spin.
-func (p *poller) emptyPause(elapsed time.Duration) time.Duration {
+// cutLongPoll is the long-poll timeout of a pop sent with idle time left: the builder's Timeout,
+// cut to that time rounded up to whole milliseconds (the wire's unit, so never 0, which would not
+// wait at all), so an idle timeout shorter than the long poll ends the loop at its deadline, not
+// when the long poll runs out (docs/consuming.md §3). A pop that does not park is left as it is.
+func cutLongPoll(q QueueBuilder, idleLeft time.Duration) time.Duration {
+	if !q.parks() {
+		return q.timeout
+	}
+	return min(q.timeout, (idleLeft + time.Millisecond - 1).Truncate(time.Millisecond))
+}
+
+// emptyPause is the pause after an empty answer that took elapsed, to a pop that asked for
+// timeout: none after a long poll that waited (the broker paced it); after a non-waiting pop,
+// the broker's waitMs advice from the last echo, else 100 ms; after a long poll answered in
+// under a tenth of its timeout (a proxy or a broker that does not park), 100 ms doubling on each
+// such answer in a row, up to 2 s, so an idle consumer does not spin.
+func (p *poller) emptyPause(elapsed, timeout time.Duration) time.Duration {
 	if !p.q.parks() {
 		if p.lastWait != nil && *p.lastWait > 0 {
 			return time.Duration(*p.lastWait) * time.Millisecond
 		}
 		return 100 * time.Millisecond
 	}
-	if elapsed >= p.q.timeout/10 {
+	if elapsed >= timeout/10 {
 		p.fastEmpty = 0
 		return 0
 	}
