@@ -311,13 +311,21 @@ export class Consumer implements PromiseLike<void> {
   private armIdle(ms: number): void {
     this.idleTimer = setTimeout(() => {
       if (this.stopping) return;
-      if (this.inFlight > 0) return this.armIdle(this.s.idleMillis);
-      const idle = Date.now() - this.lastMessageAt;
-      if (idle >= this.s.idleMillis) {
-        this.core.log.debug(`consumer idle for ${idle} ms; stopping`);
-        this.beginSoftStop();
-      } else this.armIdle(this.s.idleMillis - idle);
+      const left = this.idleDeadline() - Date.now();
+      if (left <= 0) this.stopIdle();
+      else this.armIdle(left);
     }, ms);
+  }
+
+  /** idleDeadline (epoch ms) is when the consumer's idle time runs out: while a worker handles a pop it is not idle, so the deadline is a whole idleMillis away. */
+  private idleDeadline(): number {
+    return (this.inFlight > 0 ? Date.now() : this.lastMessageAt) + this.s.idleMillis;
+  }
+
+  private stopIdle(): void {
+    if (this.stopping) return;
+    this.core.log.debug(`consumer idle for ${Date.now() - this.lastMessageAt} ms; stopping`);
+    this.beginSoftStop();
   }
 
   private fail(op: LoopOp, err: unknown): void {
@@ -376,16 +384,20 @@ export class Consumer implements PromiseLike<void> {
     // Under serverAutoAck(true) the broker commits a pop's messages, so only a hard stop cuts a pop in flight: a soft stop lets it answer and hands its messages over.
     const popSignal = this.s.serverAutoAck ? this.handlerCtl.signal : this.fetchCtl.signal;
     const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err), popSignal);
+    const idleDeadline = this.s.idleMillis > 0 ? () => this.idleDeadline() : undefined;
     while (!this.stopping) {
       if (capped && !(await this.waitForRoom())) break;
       let res: PopResult<unknown> | undefined;
       try {
-        res = await poller.next(() => this.stopping || (capped && this.roomLeft() <= 0));
+        res = await poller.next(() => this.stopping || (capped && this.roomLeft() <= 0), undefined, idleDeadline);
       } catch (err) {
         this.fail("pop", err);
         break;
       }
-      if (res === undefined) continue; // stopping, or another worker's pop holds the rest of the limit
+      if (res === undefined) {
+        if (idleDeadline !== undefined && Date.now() >= idleDeadline()) this.stopIdle();
+        continue; // stopping, idle, or another worker's pop holds the rest of the limit
+      }
       this.lastMessageAt = Date.now();
       this.inFlight += 1;
       try {

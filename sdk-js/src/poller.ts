@@ -6,7 +6,7 @@ import type { QueueState } from "./queue.js";
 
 /** PopSource is what a poller pops from (a queue builder). */
 export interface PopSource<T> {
-  popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined }): Promise<PopResult<T>>;
+  popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined; maxTimeoutMillis?: number | undefined }): Promise<PopResult<T>>;
 }
 
 /** withBatchCap is `source` with every pop's batch capped at `reserve()`, which is called just before the pop; `settle(reserved, got)` then hears how many messages came (0 when the pop failed). */
@@ -45,9 +45,9 @@ function emptyPollPause(waitMs: number | undefined): number {
 const FAST_EMPTY_FIRST_PAUSE_MILLIS = 100;
 const FAST_EMPTY_MAX_PAUSE_MILLIS = 2000;
 
-/** answeredFast: a waiting pop that came back empty within a tenth of its timeout did not park (a proxy, or a broker that answers long polls at once), so the loop must pace itself. */
-function answeredFast(s: Pick<QueueState, "timeoutMillis">, tookMillis: number): boolean {
-  return tookMillis < s.timeoutMillis / 10;
+/** answeredFast: a waiting pop that came back empty within a tenth of the timeout it sent did not park (a proxy, or a broker that answers long polls at once), so the loop must pace itself. */
+function answeredFast(sentTimeoutMillis: number, tookMillis: number): boolean {
+  return tookMillis < sentTimeoutMillis / 10;
 }
 
 /** loopErrorDelay is the pause after a failed pop the loop waits out: the 429's hint (or 1 s), else 1 s doubling per consecutive failure up to 30 s. A 429 is not counted among those failures (docs/consuming.md §4): the broker answered and said how long to wait. */
@@ -73,14 +73,18 @@ export class Poller<T> {
     private readonly popSignal: AbortSignal | undefined = signal,
   ) {}
 
-  /** next resolves to the next pop with messages, or to undefined once `stopped()` is true, `stopOnEmpty()` is true after an empty answer, or `idleDeadline()` (epoch ms) has passed after an empty answer or a failed pop; it rejects with the error that ends the loop (403, 413, other 4xx, 501). Failed pops count as idle (docs/consuming.md §3): the error backoff is cut at the idle deadline. */
+  /** next resolves to the next pop with messages, or to undefined once `stopped()` is true, `stopOnEmpty()` is true after an empty answer, or `idleDeadline()` (epoch ms) has passed before a pop, after an empty answer or a failed pop; it rejects with the error that ends the loop (403, 413, other 4xx, 501). Each long poll waits at most the idle time left, so it does not outlast the idle deadline, and failed pops count as idle (docs/consuming.md §3): the error backoff is cut at the idle deadline too. */
   async next(stopped: () => boolean, stopOnEmpty?: () => boolean, idleDeadline?: () => number): Promise<PopResult<T> | undefined> {
     const idleLeft = () => (idleDeadline === undefined ? Infinity : idleDeadline() - Date.now());
     while (!stopped()) {
       let res: PopResult<T>;
+      const left = idleLeft();
+      if (left <= 0) return undefined; // idle already: a pop now would only wait past the deadline
+      // Cut to whole milliseconds (the wire's unit) rounded up, so never 0, which would not wait at all.
+      const timeoutMillis = parks(this.s) ? Math.min(this.s.timeoutMillis, Math.ceil(left)) : this.s.timeoutMillis;
       const startedAt = Date.now();
       try {
-        res = await this.source.popResult({ signal: this.popSignal });
+        res = await this.source.popResult({ signal: this.popSignal, maxTimeoutMillis: timeoutMillis });
       } catch (err) {
         if (stopped()) return undefined;
         if (!isTransientLoopError(err)) throw err;
@@ -100,7 +104,7 @@ export class Poller<T> {
       }
       if (stopOnEmpty?.() || idleLeft() <= 0) return undefined;
       if (!parks(this.s)) await this.pause(emptyPollPause(this.waitMs));
-      else if (answeredFast(this.s, Date.now() - startedAt)) {
+      else if (answeredFast(timeoutMillis, Date.now() - startedAt)) {
         await this.pause(Math.min(FAST_EMPTY_FIRST_PAUSE_MILLIS * 2 ** this.fastEmpties, FAST_EMPTY_MAX_PAUSE_MILLIS));
         this.fastEmpties += 1;
       } else this.fastEmpties = 0;

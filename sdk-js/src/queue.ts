@@ -228,10 +228,11 @@ export class QueueBuilder<T = unknown> {
     };
   }
 
-  /** popResult makes one pop and returns the messages with the lease and the autopilot echo; an empty pop (204) is an empty list. `maxBatch` caps the pop's batch. Errors are thrown. */
-  async popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined } = {}): Promise<PopResult<T>> {
+  /** popResult makes one pop and returns the messages with the lease and the autopilot echo; an empty pop (204) is an empty list. `maxBatch` caps the pop's batch, `maxTimeoutMillis` its long-poll timeout. Errors are thrown. */
+  async popResult(opts: { signal?: AbortSignal | undefined; maxBatch?: number | undefined; maxTimeoutMillis?: number | undefined } = {}): Promise<PopResult<T>> {
     const { path, knobs } = this.popTarget();
     knobs.maxBatch = opts.maxBatch;
+    if (opts.maxTimeoutMillis !== undefined) knobs.timeoutMillis = Math.min(knobs.timeoutMillis, opts.maxTimeoutMillis);
     const res = await this.core.transport.request<PopResponse | undefined>({
       method: "GET",
       path,

@@ -3,7 +3,8 @@
 // error backoff is cut at the idle deadline rather than slept out (the same case as sdk-go and sdk-python).
 import { createServer } from "node:net";
 import { describe, expect, it } from "vitest";
-import { Lanes } from "../../src/index.js";
+import { Lanes, type QueueBuilder } from "../../src/index.js";
+import { client, uniq } from "./helpers.js";
 
 /** closedPortUrl is a local URL nobody listens on: connecting to it is refused. */
 async function closedPortUrl(): Promise<string> {
@@ -47,5 +48,63 @@ describe("idle while every pop fails", () => {
     expect(ended).toBe("ended");
     expect(Date.now() - started).toBeLessThan(IDLE_MILLIS + 1000);
     expect(errors.length).toBeGreaterThanOrEqual(1);
+  });
+});
+
+/** recordingPopTimeouts is a fetch to the real broker that records the long-poll timeout (ms) of every pop. */
+function recordingPopTimeouts(): { timeouts: number[]; fetch: typeof fetch } {
+  const timeouts: number[] = [];
+  return {
+    timeouts,
+    fetch: (input, init) => {
+      const url = new URL(input instanceof Request ? input.url : String(input));
+      if (url.pathname.includes("/pop/")) timeouts.push(Number(url.searchParams.get("timeout")));
+      return fetch(input, init);
+    },
+  };
+}
+
+const LONG_POLL_MILLIS = 5000;
+const MOMENT_MILLIS = 700;
+
+// An idle timeout shorter than the long poll ends the iterator and the consume loop within a moment of its deadline (docs/consuming.md §3): each pop waits at most the idle time left, not its whole timeout. Before, an empty queue's long poll of 5 s ran out first.
+describe("an idle timeout shorter than the long poll", () => {
+  const shapes: [string, (b: QueueBuilder<unknown>) => QueueBuilder<unknown>][] = [
+    ["plain", (b) => b],
+    ["server auto-ack", (b) => b.serverAutoAck(true)],
+  ];
+
+  it.each(shapes)("ends the iterator at its deadline: %s", async (_name, shape) => {
+    const rec = recordingPopTimeouts();
+    const b = shape(client({ fetch: rec.fetch }).queue(uniq("idlecut")).timeoutMillis(LONG_POLL_MILLIS).idleMillis(IDLE_MILLIS));
+    const started = Date.now();
+    for await (const m of b.messages()) expect.fail(`handed over ${String(m)}`);
+    const took = Date.now() - started;
+    expect(took).toBeGreaterThanOrEqual(IDLE_MILLIS - 5);
+    expect(took).toBeLessThan(IDLE_MILLIS + MOMENT_MILLIS);
+    expect(rec.timeouts.length).toBeGreaterThan(0);
+    for (const t of rec.timeouts) expect(t).toBeGreaterThan(0);
+    for (const t of rec.timeouts) expect(t).toBeLessThanOrEqual(IDLE_MILLIS);
+  });
+
+  it.each([...shapes, ["three workers", (b: QueueBuilder<unknown>) => b.concurrency(3)] as const])("stops the consume loop at its deadline: %s", async (_name, shape) => {
+    const rec = recordingPopTimeouts();
+    const b = shape(client({ fetch: rec.fetch }).queue(uniq("idlecut")).timeoutMillis(LONG_POLL_MILLIS).idleMillis(IDLE_MILLIS));
+    const started = Date.now();
+    await b.consume(() => undefined);
+    const took = Date.now() - started;
+    expect(took).toBeGreaterThanOrEqual(IDLE_MILLIS - 5);
+    expect(took).toBeLessThan(IDLE_MILLIS + MOMENT_MILLIS);
+    expect(rec.timeouts.length).toBeGreaterThan(0);
+    for (const t of rec.timeouts) expect(t).toBeGreaterThan(0);
+    for (const t of rec.timeouts) expect(t).toBeLessThanOrEqual(IDLE_MILLIS);
+  });
+
+  it("without an idle timeout, each long poll is the builder's timeout", async () => {
+    const rec = recordingPopTimeouts();
+    const b = client({ fetch: rec.fetch }).queue(uniq("idlecut")).timeoutMillis(400);
+    for await (const m of b.messages({ signal: AbortSignal.timeout(1000) })) expect.fail(`handed over ${String(m)}`);
+    expect(rec.timeouts.length).toBeGreaterThan(0);
+    for (const t of rec.timeouts) expect(t).toBe(400);
   });
 });

@@ -1,0 +1,45 @@
+// The long poll of a pop with idle time left is cut to it, rounded up to whole milliseconds so it never becomes 0 (which would not wait at all); a pop that does not park, or one without an idle deadline, keeps the builder's timeout (docs/consuming.md §3).
+import { describe, expect, it } from "vitest";
+import type { PopResult } from "../../src/message.js";
+import { Poller, type PopSource } from "../../src/poller.js";
+import { DEFAULT_QUEUE_STATE, type QueueState } from "../../src/queue.js";
+
+/** sentTimeout pops once through a Poller whose idle deadline stays idleLeftMillis ahead (none when undefined) and returns the maxTimeoutMillis that pop was given (undefined: no pop was sent). */
+async function sentTimeout(s: Partial<QueueState>, idleLeftMillis: number | undefined): Promise<number | undefined> {
+  let sent: number | undefined;
+  const source: PopSource<unknown> = {
+    popResult(opts): Promise<PopResult<unknown>> {
+      sent = opts.maxTimeoutMillis;
+      return Promise.resolve({ messages: [], leaseId: "", consumerGroup: "", partitionsClaimed: 0 });
+    },
+  };
+  const poller = new Poller(source, { ...DEFAULT_QUEUE_STATE, queue: "q", timeoutMillis: 5000, ...s }, undefined, () => undefined);
+  await poller.next(
+    () => false,
+    () => true,
+    idleLeftMillis === undefined ? undefined : () => Date.now() + idleLeftMillis,
+  );
+  return sent;
+}
+
+describe("a pop's long poll and the idle time left", () => {
+  it("is cut to the idle time left, rounded up to whole milliseconds", async () => {
+    expect(await sentTimeout({}, 300)).toBe(300);
+    expect(await sentTimeout({}, 299.2)).toBe(300);
+    expect(await sentTimeout({}, 60_000)).toBe(5000);
+  });
+
+  it("is never 0 while idle time is left", async () => {
+    expect(await sentTimeout({}, 0.3)).toBe(1);
+  });
+
+  it("is not sent once no idle time is left", async () => {
+    expect(await sentTimeout({}, -1)).toBeUndefined();
+  });
+
+  it("is the builder's without an idle deadline, without wait, or with timeout 0", async () => {
+    expect(await sentTimeout({}, undefined)).toBe(5000);
+    expect(await sentTimeout({ wait: false }, 300)).toBe(5000);
+    expect(await sentTimeout({ timeoutMillis: 0 }, 300)).toBe(0);
+  });
+});
