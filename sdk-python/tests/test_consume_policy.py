@@ -351,3 +351,17 @@ def test_ack_resend_rules_shared_by_the_loop_and_the_iterators() -> None:
         )
         is None
     )
+
+
+def test_cut_long_poll_rounds_up_to_whole_milliseconds() -> None:
+    """The long poll of a pop with idle time left is cut to it, rounded up to whole milliseconds
+    so it never becomes 0 (which would not wait at all); other pops are sent as they were."""
+    spec = P.QueueSpec(queue=QUEUE, timeout_millis=5000)
+    assert P.cut_long_poll(spec, 0.0003).timeout_millis == 1
+    assert P.cut_long_poll(spec, 0.2992).timeout_millis == 300
+    assert P.cut_long_poll(spec, 60.0) is spec
+    assert P.cut_long_poll(spec, float("inf")) is spec
+    no_wait = P.QueueSpec(queue=QUEUE, wait=False, timeout_millis=5000)
+    assert P.cut_long_poll(no_wait, 0.3) is no_wait
+    at_once = P.QueueSpec(queue=QUEUE, timeout_millis=0)
+    assert P.cut_long_poll(at_once, 0.3) is at_once

@@ -13,6 +13,7 @@ import concurrent.futures
 import contextlib
 import contextvars
 import inspect
+import math
 import queue
 import sys
 import threading
@@ -237,15 +238,24 @@ class Engine:
                 self._escalation.cancel()
 
     async def _idle_watch(self) -> None:
-        """Soft-stop once idle for ``idle_millis``: no worker handling a pop (handlers, then its
-        acks), counted from the later of the last pop with messages and the end of handling."""
-        limit = self.spec.idle_millis / 1000.0
+        """Soft-stop once idle for ``idle_millis`` (:meth:`_idle_left`)."""
         while not self._stop.is_set():
-            left = self._last_activity + limit - time.monotonic()
-            if left <= 0 and self._busy == 0:
+            left = self._idle_left()
+            if left <= 0:
                 self.request_stop()
                 return
             await self._pause(max(left, 0.05))
+
+    def _idle_left(self) -> float:
+        """Seconds left before the idle timeout (inf: none). The consumer is idle while no
+        worker handles a pop (handlers, then its acks), counted from the later of the last pop
+        with messages and the end of handling: while one is busy, a whole ``idle_millis``."""
+        if self.spec.idle_millis <= 0:
+            return math.inf
+        limit = self.spec.idle_millis / 1000.0
+        if self._busy > 0:
+            return limit
+        return self._last_activity + limit - time.monotonic()
 
     def _limit_reached(self) -> bool:
         return self.spec.limit > 0 and self.delivered >= self.spec.limit
@@ -256,7 +266,11 @@ class Engine:
         assert pops_cut is not None  # made by run()
         pacer = PollPacer(self.spec, lambda e, _pause: self.report(e, "pop"))
         while not stop.is_set():
-            spec = self.spec
+            idle_left = self._idle_left()
+            if idle_left <= 0:
+                self.request_stop()  # a pop now would only wait past the idle deadline
+                break
+            spec = P.cut_long_poll(self.spec, idle_left)
             room = self._auto_ack_room()
             if room is not None:
                 if room <= 0:
@@ -266,7 +280,7 @@ class Engine:
                     continue
                 spec = P.auto_ack_pop_cap(spec, room)
                 self._auto_ack_reserved += room
-            pacer.popping()
+            pacer.popping(spec.timeout_millis)
             pop_t = asyncio.ensure_future(self.ops.pop(spec))
             either: set[asyncio.Future[Any]] = {pop_t, pops_cut}
             try:

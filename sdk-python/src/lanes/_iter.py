@@ -84,11 +84,17 @@ class _Core:
             m._acked = True  # its ack goes out before the next pop: no more renewals for it
 
     def pop_spec(self) -> P.QueueSpec:
-        """The next pop's spec: under server auto-ack, its batch capped at what is left of the
-        limit (a message committed beyond it could be handed to nobody)."""
-        if not self.spec.server_auto_ack or not self.limit:
-            return self.spec
-        return P.auto_ack_pop_cap(self.spec, self.limit - self.yielded)
+        """The next pop's spec: its long poll cut to the idle time left (StopIteration once
+        none is left: the pop would only wait past the deadline) and, under server auto-ack,
+        its batch capped at what is left of the limit (a message committed beyond it could be
+        handed to nobody)."""
+        left = self.idle_left()
+        if left <= 0:
+            raise StopIteration
+        spec = P.cut_long_poll(self.spec, left)
+        if not spec.server_auto_ack or not self.limit:
+            return spec
+        return P.auto_ack_pop_cap(spec, self.limit - self.yielded)
 
     def renewal(self, res: PopResult) -> tuple[P.RenewalSchedule, Callable[[], bool]] | None:
         """How to renew a pop's lease while its messages are in hand (None: not at all), and
@@ -246,9 +252,10 @@ class MessageIterator:
                 pending = c.take_pending()
                 if pending:
                     self._ack(pending)
+                spec = c.pop_spec()
                 try:
-                    c.pacer.popping()
-                    res = self._pop(c.pop_spec())
+                    c.pacer.popping(spec.timeout_millis)
+                    res = self._pop(spec)
                 except Exception as e:
                     self._sleep(c.pause_after(e))
                     c.end_if_idle()
@@ -351,9 +358,10 @@ class AsyncMessageIterator:
                 pending = c.take_pending()
                 if pending:
                     await self._ack(pending)
+                spec = c.pop_spec()
                 try:
-                    c.pacer.popping()
-                    res = await self._pop(c.pop_spec())
+                    c.pacer.popping(spec.timeout_millis)
+                    res = await self._pop(spec)
                 except Exception as e:
                     await self._sleep(c.pause_after(e))
                     c.end_if_idle()

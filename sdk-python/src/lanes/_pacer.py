@@ -104,6 +104,7 @@ class PollPacer:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.parks = spec.parks
+        self.timeout_millis = spec.timeout_millis
         # A long poll answering empty sooner than this did not park (docs/consuming.md §3 step 2).
         self.fast_empty_under = spec.timeout_millis / 1000.0 / 10
         self.report = report  # hears of each failed pop waited out, with the pause before the next
@@ -113,7 +114,11 @@ class PollPacer:
         self.last_echo: AutopilotEcho | None = None
         self._pop_started = 0.0
 
-    def popping(self) -> None:
+    def popping(self, timeout_millis: int | None = None) -> None:
+        """A pop starts, with the long-poll timeout it sends (None: the builder's; less when an
+        idle timeout cut it, :func:`lanes._protocol.cut_long_poll`)."""
+        sent = self.timeout_millis if timeout_millis is None else timeout_millis
+        self.fast_empty_under = sent / 1000.0 / 10
         self._pop_started = self.clock()
 
     def after_error(self, err: Exception) -> float | None:

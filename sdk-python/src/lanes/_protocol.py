@@ -402,6 +402,20 @@ def auto_ack_pop_cap(spec: QueueSpec, left: int) -> QueueSpec:
     return dataclasses.replace(spec, max_batch=left)
 
 
+def cut_long_poll(spec: QueueSpec, idle_left: float) -> QueueSpec:
+    """The spec of a pop sent with ``idle_left`` seconds of idle time left: its long-poll
+    timeout cut to that time, rounded up to whole milliseconds (the wire's unit, so never 0,
+    which would not wait at all), so an idle timeout shorter than the long poll ends the loop at
+    its deadline, not when the long poll runs out (docs/consuming.md §3). Unchanged for a pop
+    that does not park, or with no idle timeout (``idle_left`` infinite)."""
+    if not spec.parks or idle_left == math.inf:
+        return spec
+    cut = max(1, math.ceil(idle_left * 1000))
+    if cut >= spec.timeout_millis:
+        return spec
+    return dataclasses.replace(spec, timeout_millis=cut)
+
+
 def validate_spec(spec: QueueSpec) -> None:
     """Raise before a pop, consume or iterator sends anything with a builder the broker would
     refuse (a bad name: InvalidNameError, naming the ``pop``)."""

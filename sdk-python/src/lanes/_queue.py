@@ -104,6 +104,8 @@ class _QueueBase(Generic[C]):
         return self._with(limit=n)
 
     def idle_millis(self: QB, ms: int) -> QB:
+        """End the consume loop or iterator once idle for ``ms`` (0 = never); each pop waits at
+        most the idle time left, so a longer ``timeout_millis`` does not delay the end."""
         return self._with(idle_millis=ms)
 
     def renew_lease(self: QB, enabled: bool = True, interval_millis: int = 0) -> QB:
