@@ -5,6 +5,7 @@ cases run in sdk-go (iterator_integration_test.go) and sdk-js (iterator-acks.tes
 
 from __future__ import annotations
 
+import asyncio
 import json
 import threading
 import time
@@ -218,3 +219,78 @@ def test_stop_ends_an_iteration_from_another_thread(broker_url: str, qname: str)
         iterating.join(timeout=2)
         assert not iterating.is_alive(), "stop() did not end the iteration"
         assert c.queue(qname).depth().pending == 0, "the handled message was not acked"
+
+
+# The asyncio iterator's stop(), from another task, ends it as the blocking one's does: here it
+# cuts short the wait before the first resend of the leave's failed ack.
+async def test_async_stop_abandons_the_resending_of_an_ack(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 10}])
+    errors: list[BaseException] = []
+    stopping: list[asyncio.Task[None]] = []
+    async with lanes.AsyncLanes(
+        broker_url, retry_attempts=0, max_429_attempts=0, headers=headers
+    ) as c:
+        await c.queue(qname).push([1, 2])
+
+        async def stop_soon() -> None:
+            await asyncio.sleep(0.2)
+            it.stop()
+
+        def failed(e: BaseException) -> None:
+            errors.append(e)
+            stopping.append(asyncio.ensure_future(stop_soon()))
+
+        it = c.queue(qname).lease_seconds(30).batch(10).limit(2).messages(on_error=failed)
+        start = time.monotonic()
+        async with it:
+            handled = [m.data async for m in it]
+        took = time.monotonic() - start
+    assert handled == [1, 2]
+    assert statuses(errors) == [503]
+    assert took < 0.8, "stop() ended the 1 s wait for the resend"
+
+
+# stop() from another task ends an asyncio iteration parked in a long poll on an empty queue
+# once that poll answers (500 ms here), after acking what was handled.
+async def test_async_stop_ends_an_iteration_from_another_task(broker_url: str, qname: str) -> None:
+    async with lanes.AsyncLanes(broker_url) as c:
+        await c.queue(qname).push([1])
+        it = c.queue(qname).lease_seconds(30).timeout_millis(500).messages()
+        handled: list[object] = []
+        first = asyncio.Event()
+
+        async def iterate() -> None:
+            async with it:
+                async for m in it:
+                    handled.append(m.data)
+                    first.set()
+
+        iterating = asyncio.ensure_future(iterate())
+        await asyncio.wait_for(first.wait(), 5)
+        assert handled == [1]
+        it.stop()
+        await asyncio.wait_for(iterating, 2)
+        assert (await c.queue(qname).depth()).pending == 0, "the handled message was not acked"
+
+
+# stop() ends the asyncio iteration after the message in hand: it is acked completed, and the
+# rest of the pop is released with retry, so another pop gets it at once, not after the lease.
+async def test_async_stop_ends_after_the_message_in_hand(broker_url: str, qname: str) -> None:
+    async with lanes.AsyncLanes(broker_url) as c:
+        await c.queue(qname).push([1, 2, 3])
+        it = c.queue(qname).lease_seconds(30).batch(10).messages()
+
+        async def stop_from_another_task() -> None:
+            it.stop()
+
+        handled: list[object] = []
+        async with it:
+            async for m in it:
+                handled.append(m.data)
+                await asyncio.ensure_future(stop_from_another_task())
+        assert handled == [1]
+        rest = await c.queue(qname).batch(10).wait(False).pop()
+        assert [m.data for m in rest] == [2, 3]

@@ -22,11 +22,13 @@ lease lasts, before the next pop (docs/consuming.md §4); as the iteration ends 
 exception, ``close()``, the limit, the idle timeout) no resend starts later than
 ``LEAVE_ACK_BUDGET_S`` (5 s) after it, so leaving never waits out the lease. The blocking
 iterator's :meth:`MessageIterator.stop`, from any thread, ends the iteration and abandons the
-resending at once, as cancelling the task does for the asyncio one."""
+resending at once; the asyncio one's :meth:`AsyncMessageIterator.stop`, from another task, does
+the same, as cancelling its task does."""
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 import time
 from collections import deque
@@ -313,11 +315,17 @@ class AsyncMessageIterator:
         pop: Callable[[P.QueueSpec], Awaitable[PopResult]],
         ack: Callable[[Entries], Awaitable[list[AckResult]]],
         renew: Callable[[str, int], Awaitable[RenewResult]],
-        sleep: Callable[[float], Awaitable[None]],
     ) -> None:
-        self._c, self._pop, self._ack_call, self._sleep = core, pop, ack, sleep
+        self._c, self._pop, self._ack_call = core, pop, ack
         self._renew_call = renew
         self._renewals: set[asyncio.Future[None]] = set()
+        self._stopping = asyncio.Event()  # binds to the loop on first use (3.10+)
+
+    async def _sleep(self, seconds: float) -> bool:
+        """Wait, cut short by :meth:`stop`; True when stopped."""
+        with contextlib.suppress(asyncio.TimeoutError):
+            await asyncio.wait_for(self._stopping.wait(), timeout=max(seconds, 0.0))
+        return self._stopping.is_set()
 
     async def _ack(self, entries: Entries, leaving: bool = False) -> None:
         resend = self._c.ack_resend(leaving)
@@ -327,9 +335,8 @@ class AsyncMessageIterator:
                 return
             except Exception as e:
                 wait = self._c.ack_failed(e, resend)
-            if wait is None:
-                return
-            await self._sleep(wait)
+            if wait is None or await self._sleep(wait):
+                return  # not resent: its messages redeliver after their lease
 
     def _start_renewal(self, res: PopResult) -> None:
         plan = self._c.renewal(res)
@@ -352,6 +359,8 @@ class AsyncMessageIterator:
         c.finish_current()
         try:
             while True:
+                if self._stopping.is_set():
+                    raise StopIteration
                 m = c.next_buffered()
                 if m is not None:
                     return m
@@ -387,6 +396,15 @@ class AsyncMessageIterator:
             await asyncio.wait(renewals)
         if entries:
             await self._ack(entries, leaving=True)
+
+    def stop(self) -> None:
+        """End the iteration from another task (from another thread, through the loop's
+        ``call_soon_threadsafe``), as :meth:`MessageIterator.stop` does for the blocking one: a
+        wait (a pause after a failed pop, the wait before resending a failed ack, the close's
+        included) ends at once, and the next message asked for ends the iteration with the
+        release of :meth:`aclose`, sent once. A pop under way is not cut: it ends within its
+        long poll (``timeout_millis``)."""
+        self._stopping.set()
 
     async def __aenter__(self) -> AsyncMessageIterator:
         return self

@@ -384,7 +384,6 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
             self._pop_with,
             c._ack_entries,
             c._renew_one,
-            asyncio.sleep,
         )
 
     def consume(self, handler: Callable[[Message], Any]) -> AsyncConsumer:
