@@ -48,6 +48,8 @@ func (q QueueBuilder) Limit(n int) QueueBuilder { q.consume.limit = int64(max(n,
 // never). A consumer is idle when no worker is handling a pop; idle time counts from the later
 // of the last pop that returned messages and the end of the last pop's handling, so a slow
 // handler working through a batch is never stopped by it (as in the TypeScript and Python SDKs).
+// Each pop of the loop (and of Messages) waits at most the idle time left, so it ends within a
+// moment of its deadline even with a longer Timeout.
 func (q QueueBuilder) IdleTimeout(d time.Duration) QueueBuilder { q.consume.idle = d; return q }
 
 // RenewLease sets lease renewal, which is on by default: while handlers run, the pop's lease is

@@ -141,7 +141,7 @@ export class QueueBuilder<T = unknown> {
   limit(n: number): QueueBuilder<T> {
     return this.with({ limit: nonNegInt("limit", n) });
   }
-  /** idleMillis stops the consumer after that long without a message (0 = never). */
+  /** idleMillis stops the consumer after that long without a message (0 = never); each pop waits at most the idle time left, so a longer `timeoutMillis` does not delay the end (docs/consuming.md §3). */
   idleMillis(ms: number): QueueBuilder<T> {
     return this.with({ idleMillis: nonNegInt("idleMillis", ms) });
   }
