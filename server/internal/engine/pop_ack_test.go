@@ -1139,3 +1139,29 @@ func TestParkedPopsInManyGroupsShareTheRecheckRate(t *testing.T) {
 	}
 	t.Logf("%d re-checks in the 4 s before the leases end, %d in all; the last expired lease found %v after it ended", steady.Load(), rechecks.Load(), latest)
 }
+
+// model.md: one leased batch per (partition, group), whichever broker leases
+// it. Workers on two brokers pop wide under a lease and ack on the other
+// broker: every message is delivered once and the cursors cover them all.
+func TestLeasedPopsAcrossBrokersDeliverEveryMessageOnce(t *testing.T) {
+	brokers := []*Engine{newEngine(t), newEngine(t)}
+	q := queueName(t)
+	const partitions, perPartition = 4, 40
+	pushPartitions(t, brokers[0], q, partitions, perPartition)
+	seen := drainConcurrently(t, 8, func(w int) (*PopResult, error) {
+		return brokers[w%2].Pop(context.Background(), PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Batch: 3, Partitions: 2})
+	}, func(b *PopResult) error {
+		acks := make([]AckItem, len(b.Messages))
+		for i, m := range b.Messages {
+			acks[i] = ack(m, "completed")
+		}
+		res, err := brokers[int(time.Now().UnixNano())%2].Ack(context.Background(), acks)
+		for _, r := range res {
+			if !r.Success {
+				t.Errorf("ack %+v", r)
+			}
+		}
+		return err
+	})
+	checkEachDeliveredOnce(t, seen, partitions*perPartition)
+}
