@@ -112,7 +112,7 @@ var backlogLagSQL = `WITH per_partition AS (
 		JOIN lanes.partitions p ON p.id = c.partition_id
 		UNION ALL
 		SELECT p.queue_id, g.consumer_group,
-			greatest(p.last_offset - greatest(` + seedCursorSQL("g.subscription_mode", "g.subscription_timestamp") + `, p.log_start - 1), 0)
+			greatest(p.last_offset - greatest(` + seedCursorSQL(seedModeSQL("g"), "g.subscription_timestamp") + `, p.log_start - 1), 0)
 		FROM lanes.consumer_groups g
 		JOIN lanes.queues gq ON gq.id = g.queue_id AND g.seeded_version < gq.partition_version
 		JOIN lanes.partitions p ON p.queue_id = g.queue_id

@@ -859,14 +859,28 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 	}
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
 		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
-		CROSS JOIN LATERAL (SELECT `+seedCursorSQL("$3::text", "$4::timestamptz")+` AS seed) s
+		JOIN lanes.consumer_groups g ON g.consumer_group = $2 AND g.queue_id = p.queue_id
+		CROSS JOIN LATERAL (SELECT `+seedCursorSQL(seedModeSQL("g"), "g.subscription_timestamp")+` AS seed) s
 		WHERE p.queue_id = $1
-		ON CONFLICT DO NOTHING`, q.id, group, q.mode, q.subscriptionTS); err != nil {
+		ON CONFLICT DO NOTHING`, q.id, group); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `UPDATE lanes.consumer_groups SET seeded_version = $3
 		WHERE consumer_group = $1 AND queue_id = $2 AND seeded_version < $3`, group, q.id, q.partitionVersion)
 	return err
+}
+
+// seedModeSQL is the mode a group's new cursor is seeded by, from its
+// lanes.consumer_groups row g. A partition the group meets after it was seeded
+// (seeded_version is -1 only before that, or after a group delete) was not
+// there at its first contact, so nothing in it is backlog: under a `new`
+// subscription whose instant is still that contact's, it starts at everything
+// retained. The instant alone would skip a message stamped before the contact
+// whose push committed after it. A subscription instant moved by the
+// subscription route keeps deciding by time.
+func seedModeSQL(g string) string {
+	return `(CASE WHEN ` + g + `.seeded_version >= 0 AND ` + g + `.subscription_mode = 'new'
+			AND ` + g + `.subscription_timestamp = ` + g + `.created_at THEN 'all' ELSE ` + g + `.subscription_mode END)`
 }
 
 // seedCursorSQL is where a group's new cursor on partition p starts, given its
