@@ -1165,3 +1165,40 @@ func TestLeasedPopsAcrossBrokersDeliverEveryMessageOnce(t *testing.T) {
 	})
 	checkEachDeliveredOnce(t, seen, partitions*perPartition)
 }
+
+// Several brokers on one database: a seek or a group delete on one broker is
+// what the next pop on another sees, though that broker's pops of the group
+// run on a plan it cached.
+func TestASeekOrGroupDeleteOnAnotherBrokerIsSeenByItsNextPop(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	q := queueName(t)
+	mustPush(t, a, items(q, "p", "a", "b")...)
+	for _, want := range []string{"a", "b"} {
+		res := mustPop(t, a, PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Batch: 1, AutoAck: true})
+		if len(res.Messages) != 1 || res.Messages[0].TransactionID != want {
+			t.Fatalf("pop: got %+v, want %s", res.Messages, want)
+		}
+	}
+	for range 3 {
+		if res := mustPop(t, a, PopRequest{Queue: q, Group: "g", Batch: 1, AutoAck: true}); len(res.Messages) != 0 {
+			t.Fatalf("drained queue delivered %+v", res.Messages)
+		}
+	}
+	past := time.Now().Add(-time.Hour)
+	if _, err := b.Seek(context.Background(), SeekRequest{Queue: q, Group: "g", Timestamp: &past}); err != nil {
+		t.Fatal(err)
+	}
+	res := mustPop(t, a, PopRequest{Queue: q, Group: "g", Batch: 10, AutoAck: true})
+	if len(res.Messages) != 2 {
+		t.Fatalf("after a seek on another broker: %+v", txnIDs(res.Messages))
+	}
+	// A group delete on b re-seeds on a.
+	if _, err := b.DeleteGroup(context.Background(), "g", q, true); err != nil {
+		t.Fatal(err)
+	}
+	mustPush(t, a, items(q, "p", "c")...)
+	res = mustPop(t, a, PopRequest{Queue: q, Group: "g", SubscriptionMode: "all", Batch: 10, AutoAck: true})
+	if len(res.Messages) != 3 {
+		t.Fatalf("after a delete on another broker: %+v", txnIDs(res.Messages))
+	}
+}
