@@ -688,3 +688,31 @@ func TestRetentionCandidatesLogNoWarningInPostgres(t *testing.T) {
 		t.Fatalf("the candidate read sent PostgreSQL notices: %v", notices)
 	}
 }
+
+// model.md: deletion is whole-segment. completedRetentionSeconds keeps a
+// segment the slowest group has only partly committed, and lets it go once the
+// group committed all of it.
+func TestCompletedRetentionKeepsAHalfConsumedSegmentWhole(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	configure(t, e, q, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
+	mustPop(t, e, PopRequest{Queue: q, Group: "g", SubscriptionMode: "all"})
+	mustPush(t, e, items(q, "p", "m0", "m1", "m2")...)
+	b := mustPop(t, e, PopRequest{Queue: q, Group: "g", Batch: 2})
+	mustAck(t, e, ack(b.Messages[1], "completed"))
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e)
+	if ps := partitionOf(t, e, q, "p"); ps.segments != 1 || ps.logStart != 0 {
+		t.Fatalf("a half-consumed segment must be kept whole: %+v", ps)
+	}
+	rest := mustPop(t, e, PopRequest{Queue: q, Group: "g", Batch: 10})
+	if got := txnIDs(rest.Messages); len(got) != 1 || got[0] != "m2" {
+		t.Fatalf("rest %v", got)
+	}
+	mustAck(t, e, ack(rest.Messages[0], "completed"))
+	elapseRecheckDelay(t, e, partitionOf(t, e, q, "p").id)
+	sweep(t, e)
+	if ps := partitionOf(t, e, q, "p"); ps.segments != 0 || ps.logStart != 3 {
+		t.Fatalf("a consumed segment goes: %+v", ps)
+	}
+}
