@@ -249,6 +249,36 @@ func TestConfigureIsAFullReplaceUnlessMerge(t *testing.T) {
 	}
 }
 
+// docs/wire-compatibility.md: a configure that leaves the labels out, or sends
+// them null, keeps them, replace or merge; a string sent changes them.
+func TestConfigureKeepsTheLabelsItDoesNotSet(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	type labels struct {
+		Namespace string `json:"namespace"`
+		Task      string `json:"task"`
+	}
+	var out labels
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "options": map[string]any{"namespace": "ns", "task": "t"}}, &out)
+	if out != (labels{"ns", "t"}) {
+		t.Fatalf("labels set: %+v", out)
+	}
+	for _, body := range []map[string]any{
+		{"queue": q, "options": map[string]any{"retryLimit": 5}},
+		{"queue": q, "options": map[string]any{"namespace": nil, "task": nil}},
+		{"queue": q, "mode": "merge", "options": map[string]any{"namespace": nil}},
+	} {
+		b.call(t, "POST", "/api/v1/configure", body, &out)
+		if out != (labels{"ns", "t"}) {
+			t.Fatalf("%v: labels %+v, want them kept", body, out)
+		}
+	}
+	b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q, "namespace": ""}, &out)
+	if out != (labels{"", "t"}) {
+		t.Fatalf("a sent namespace: %+v", out)
+	}
+}
+
 func TestLeaseExtendAnswersTheThreeExpiryKeys(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
