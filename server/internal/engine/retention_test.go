@@ -716,3 +716,24 @@ func TestCompletedRetentionKeepsAHalfConsumedSegmentWhole(t *testing.T) {
 		t.Fatalf("a consumed segment goes: %+v", ps)
 	}
 }
+
+// model.md: a queue has no retention until it is configured. A queue a push
+// created, and one given windows without retentionEnabled, lose nothing, even
+// what every group consumed.
+func TestAQueueWithoutRetentionEnabledDeletesNothing(t *testing.T) {
+	e := newEngine(t)
+	pushed, windowed := queueName(t), queueName(t)
+	configure(t, e, windowed, map[string]any{"retentionSeconds": 1, "completedRetentionSeconds": 1})
+	for _, q := range []string{pushed, windowed} {
+		pushSegments(t, e, q, "p", "m0")
+		b := mustPop(t, e, PopRequest{Queue: q, Batch: 10})
+		mustAck(t, e, ack(b.Messages[0], "completed"))
+	}
+	time.Sleep(1200 * time.Millisecond)
+	sweep(t, e)
+	for _, q := range []string{pushed, windowed} {
+		if ps := partitionOf(t, e, q, "p"); ps.segments != 1 || ps.logStart != 0 {
+			t.Fatalf("%s lost data without retention enabled: %+v", q, ps)
+		}
+	}
+}
