@@ -386,6 +386,7 @@ export class Consumer implements PromiseLike<void> {
     const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err), popSignal);
     const idleDeadline = this.s.idleMillis > 0 ? () => this.idleDeadline() : undefined;
     while (!this.stopping) {
+      if (this.endsAtLimit()) break;
       if (capped && !(await this.waitForRoom())) break;
       let res: PopResult<unknown> | undefined;
       try {
@@ -406,7 +407,15 @@ export class Consumer implements PromiseLike<void> {
         this.inFlight -= 1;
         this.lastMessageAt = Date.now();
       }
+      if (this.endsAtLimit()) break;
     }
+  }
+
+  /** endsAtLimit soft-stops the consumer once the limit is reached. Only a worker between pops calls it, as in Go and Python: stopping at the hand-over of the last message would cut the pops other workers have in flight, and one whose answer the broker had already sent would leave its messages leased, unhandled, until the lease expires instead of releasing them with `retry`. */
+  private endsAtLimit(): boolean {
+    if (!this.limitReached()) return false;
+    this.beginSoftStop();
+    return true;
   }
 
   /** stoppedByCancel: the handler failed because a hard stop aborted its signal (it threw the signal's reason, a ConsumerStoppedError, or the AbortError of an operation given the signal), so its message is released with `retry`, not charged. Any other failure, even during a hard stop, is the handler's own (docs/consuming.md §5). */
@@ -448,7 +457,6 @@ export class Consumer implements PromiseLike<void> {
             }
             this.handed += 1;
             handedFrom.add(m.partitionId);
-            if (this.limitReached()) this.beginSoftStop();
             const out = await this.runHandler(() => (fn as Handler<unknown>)(m, ctx));
             if (out.ok) {
               acks.push({ target: m, status: "completed" });
@@ -469,7 +477,6 @@ export class Consumer implements PromiseLike<void> {
           const handed = slice.slice(0, room);
           this.handed += handed.length;
           handedFrom.add(first.partitionId);
-          if (this.limitReached()) this.beginSoftStop();
           const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(handed, ctx));
           if (out.ok) {
             for (const m of handed) acks.push({ target: m, status: "completed" });
