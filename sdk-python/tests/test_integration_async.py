@@ -7,9 +7,11 @@ import concurrent.futures
 import datetime
 import functools
 import inspect
+import json
 import sys
 import threading
 import time
+import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from types import FrameType
 from typing import Any
@@ -101,6 +103,41 @@ async def test_batch_limit_cuts_slice(client: lanes.AsyncLanes, qname: str) -> N
     await asyncio.wait_for(c.closed(), 10)
     assert batches == [[0, 1, 2, 3, 4]]
     assert [m.data for m in await drain(client.queue(qname))] == [5, 6, 7, 8, 9]
+
+
+async def test_a_worker_finding_the_limit_reached_stops_popping(
+    broker_url: str, qname: str
+) -> None:
+    # Four workers, four partitions, limit 3: the worker whose pop comes after the other three
+    # handed the limit releases it and ends, so there are four pops and the five messages not
+    # handed are back at once. Before, that worker popped and released the same partition in a
+    # tight loop until a handler returned (about a hundred pops in 0.5 s), and the stop then
+    # cut one of those pops on its way back, leaving its messages leased for the 30 s lease.
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    faults = f"{broker_url}/__test/faults/{run}"
+    count_pops = {"method": "GET", "path": f"/api/v1/pop/queue/{qname}", "responses": []}
+    handled: list[str] = []
+
+    async def handler(m: lanes.Message) -> None:
+        handled.append(m.data)
+        await asyncio.sleep(0.5)
+
+    async with httpx.AsyncClient() as script:
+        put = await script.put(faults, content=json.dumps({"rules": [count_pops]}))
+        assert put.status_code == 204
+        try:
+            async with lanes.AsyncLanes(broker_url, headers={"X-Lanes-Test-Run": run}) as c:
+                for p in "abcd":
+                    await c.queue(qname).partition(p).push([f"{p}1", f"{p}2"])
+                q = c.queue(qname).batch(2).partitions(1).concurrency(4).limit(3)
+                await asyncio.wait_for(q.lease_seconds(30).consume(handler).closed(), 10)
+            pops = (await script.get(faults)).json()["rules"][0]["attempts"]
+        finally:
+            await script.delete(faults)
+    assert len(handled) == 3
+    assert pops == 4, f"{pops} pops: a worker kept popping after the limit was reached"
+    async with lanes.AsyncLanes(broker_url) as c:
+        assert len(await drain(c.queue(qname))) == 5
 
 
 async def test_hard_stop_cancels_and_releases(client: lanes.AsyncLanes, qname: str) -> None:

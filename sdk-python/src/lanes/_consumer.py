@@ -266,6 +266,12 @@ class Engine:
         assert pops_cut is not None  # made by run()
         pacer = PollPacer(self.spec, lambda e, _pause: self.report(e, "pop"))
         while not stop.is_set():
+            if self._limit_reached():
+                # A worker whose pop handed nothing (the others reached the limit first) ends
+                # here too: popping on would take and release the same messages in a tight
+                # loop until another handler returned.
+                self.request_stop()
+                break
             idle_left = self._idle_left()
             if idle_left <= 0:
                 self.request_stop()  # a pop now would only wait past the idle deadline
