@@ -36,6 +36,8 @@ type consumeArgs struct {
 	Limit        int         `json:"limit"`
 	IdleMs       int         `json:"idleMs"`
 	RenewEveryMs int         `json:"renewEveryMs"`
+	SoftStopMs   int         `json:"softStopTimeoutMs"`
+	ReportErrors bool        `json:"reportHandlerErrors"`
 	AutoAck      *bool       `json:"autoAck"`
 	Handler      handlerSpec `json:"handler"`
 	StopAfterMs  int         `json:"stopAfterMs"`
@@ -57,6 +59,12 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 	}
 	if a.RenewEveryMs > 0 {
 		q = q.RenewLease(true, time.Duration(a.RenewEveryMs)*time.Millisecond)
+	}
+	if a.SoftStopMs > 0 {
+		q = q.SoftStopTimeout(time.Duration(a.SoftStopMs) * time.Millisecond)
+	}
+	if a.ReportErrors {
+		q = q.ReportHandlerErrors(true)
 	}
 	if a.AutoAck != nil {
 		q = q.AutoAck(*a.AutoAck)

@@ -508,6 +508,8 @@ class CaseState {
     if (a.limit > 0) q = q.limit(a.limit);
     if (a.idleMs > 0) q = q.idleMillis(a.idleMs);
     if (a.renewEveryMs > 0) q = q.renewLease(true, a.renewEveryMs);
+    if (a.softStopTimeoutMs > 0) q = q.softStopTimeoutMillis(a.softStopTimeoutMs);
+    if (a.reportHandlerErrors) q = q.reportHandlerErrors(true);
     if (a.autoAck !== undefined) q = q.autoAck(a.autoAck);
     const h = a.handler ?? {};
     const handled = [];

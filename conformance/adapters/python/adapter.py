@@ -646,6 +646,10 @@ class CaseState:
             q = q.idle_millis(a["idleMs"])
         if a.get("renewEveryMs", 0) > 0:
             q = q.renew_lease(True, a["renewEveryMs"])
+        if a.get("softStopTimeoutMs", 0) > 0:
+            q = q.soft_stop_timeout_millis(a["softStopTimeoutMs"])
+        if a.get("reportHandlerErrors"):
+            q = q.report_handler_errors(True)
         if "autoAck" in a:
             q = q.auto_ack(a["autoAck"])
         h = a.get("handler") or {}

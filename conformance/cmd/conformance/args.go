@@ -64,7 +64,7 @@ var stepArgs = map[string][]string{
 	"kvList":         {"ns", "prefix", "after", "limit", "keysOnly", "includeExpired"},
 	"kvNamespaces":   {"prefix"},
 	"consume": append([]string{"concurrency", "limit", "idleMs", "renewEveryMs", "autoAck", "handler",
-		"stopWhenHandled", "stopAfterMs", "stop", "maxMs"}, popKnobs...),
+		"softStopTimeoutMs", "reportHandlerErrors", "stopWhenHandled", "stopAfterMs", "stop", "maxMs"}, popKnobs...),
 	"iterate": append([]string{"limit", "idleMs", "autoAck", "break", "maxMs"}, popKnobs...),
 }
 
