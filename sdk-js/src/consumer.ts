@@ -439,8 +439,8 @@ export class Consumer implements PromiseLike<void> {
 
   private async handlePop(res: PopResult<unknown>): Promise<void> {
     const acks: PendingAck[] = [];
-    // Messages not handed because of a stop or the limit: released below, or, under serverAutoAck(true), lost.
-    let unhanded = 0;
+    // Under serverAutoAck(true) the messages not handed over (a hard stop, or the rest of a partition after a handler failure) are lost: reported below.
+    let handedOver = 0;
     const handedFrom = new Set<string>(); // partitions of which a message was handed to the handler
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
     const expiry = leaseExpiryOf(this.s);
@@ -449,13 +449,13 @@ export class Consumer implements PromiseLike<void> {
     try {
       for (const slice of groupByPartition(res.messages)) {
         if (this.handler.kind === "each") {
-          for (const [i, m] of slice.entries()) {
+          for (const m of slice) {
             if (this.stopsHanding()) {
               acks.push({ target: m, status: "retry" });
-              unhanded += slice.length - i;
               break;
             }
             this.handed += 1;
+            handedOver += 1;
             handedFrom.add(m.partitionId);
             const out = await this.runHandler(() => (fn as Handler<unknown>)(m, ctx));
             if (out.ok) {
@@ -469,21 +469,18 @@ export class Consumer implements PromiseLike<void> {
           const first = slice[0]!;
           if (this.stopsHanding()) {
             acks.push({ target: first, status: "retry" });
-            unhanded += slice.length;
             continue;
           }
           // Hand at most what is left of `limit`; the first message cut off is released with `retry`.
           const room = this.s.limit > 0 ? Math.min(slice.length, this.s.limit - this.handed) : slice.length;
           const handed = slice.slice(0, room);
           this.handed += handed.length;
+          handedOver += handed.length;
           handedFrom.add(first.partitionId);
           const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(handed, ctx));
           if (out.ok) {
             for (const m of handed) acks.push({ target: m, status: "completed" });
-            if (room < slice.length) {
-              acks.push({ target: slice[room]!, status: "retry" });
-              unhanded += slice.length - room;
-            }
+            if (room < slice.length) acks.push({ target: slice[room]!, status: "retry" });
           } else acks.push(out.cancelled ? { target: first, status: "retry" } : { target: first, status: "failed", error: errorText(out.err) });
         }
       }
@@ -491,7 +488,11 @@ export class Consumer implements PromiseLike<void> {
       stopRenewing();
     }
     if (this.s.serverAutoAck) {
-      if (unhanded > 0) this.report("stop", new AutoAckDroppedError(unhanded, "the consumer was stopped hard"));
+      const dropped = res.messages.length - handedOver;
+      if (dropped > 0) {
+        if (this.hard) this.report("stop", new AutoAckDroppedError(dropped, "the consumer was stopped hard"));
+        else this.report("handler", new AutoAckDroppedError(dropped, "after a handler failure in their partition"));
+      }
       return;
     }
     if (!res.leaseId) return;
