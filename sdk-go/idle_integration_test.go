@@ -99,40 +99,22 @@ func TestITIdleTimeoutCutsTheLongPoll(t *testing.T) {
 				t.Skip("the iterator has one worker")
 			}
 			b := setup(t)
-			rec := &popQueries{}
-			c, err := lanes.New(lanes.WithURL(testBrokerURL(t)), lanes.WithHTTPClient(&http.Client{Transport: rec}))
-			require.NoError(t, err)
-			closeWhenDone(t, c)
+			c, rec := recordingClient(t)
 			q := tc.build(c.Queue(b.queue).Timeout(longPoll).IdleTimeout(idle))
 			started := time.Now()
 			for m, err := range q.Messages(b.ctx) {
 				t.Fatalf("yielded %v, %v", m, err)
 			}
-			elapsed := time.Since(started)
-			require.GreaterOrEqual(t, elapsed, idle)
-			require.Less(t, elapsed, idle+moment)
-			for _, ms := range rec.popTimeouts(t) {
-				require.LessOrEqual(t, ms, int(idle.Milliseconds()))
-				require.Positive(t, ms, "a cut long poll still waits")
-			}
+			wantEndedAtIdleDeadline(t, started, rec, idle, moment)
 		})
 		t.Run("consume "+tc.name, func(t *testing.T) {
 			t.Parallel()
 			b := setup(t)
-			rec := &popQueries{}
-			c, err := lanes.New(lanes.WithURL(testBrokerURL(t)), lanes.WithHTTPClient(&http.Client{Transport: rec}))
-			require.NoError(t, err)
-			closeWhenDone(t, c)
+			c, rec := recordingClient(t)
 			q := tc.build(c.Queue(b.queue).Timeout(longPoll).IdleTimeout(idle))
 			started := time.Now()
 			require.NoError(t, q.Run(b.ctx, func(context.Context, *lanes.Message) error { return nil }))
-			elapsed := time.Since(started)
-			require.GreaterOrEqual(t, elapsed, idle)
-			require.Less(t, elapsed, idle+moment)
-			for _, ms := range rec.popTimeouts(t) {
-				require.LessOrEqual(t, ms, int(idle.Milliseconds()))
-				require.Positive(t, ms, "a cut long poll still waits")
-			}
+			wantEndedAtIdleDeadline(t, started, rec, idle, moment)
 		})
 	}
 }
@@ -155,5 +137,29 @@ func TestITNoIdleTimeoutKeepsTheLongPoll(t *testing.T) {
 	require.NotEmpty(t, timeouts)
 	for _, ms := range timeouts {
 		require.Equal(t, 400, ms)
+	}
+}
+
+// recordingClient is a client whose requests rec records.
+func recordingClient(t *testing.T) (*lanes.Client, *popQueries) {
+	t.Helper()
+	rec := &popQueries{}
+	c, err := lanes.New(lanes.WithURL(testBrokerURL(t)), lanes.WithHTTPClient(&http.Client{Transport: rec}))
+	require.NoError(t, err)
+	closeWhenDone(t, c)
+	return c, rec
+}
+
+// wantEndedAtIdleDeadline wants a loop or iterator started at started to
+// have ended within a moment of its idle deadline, every pop's long poll cut
+// to the idle time left and still waiting.
+func wantEndedAtIdleDeadline(t *testing.T, started time.Time, rec *popQueries, idle, moment time.Duration) {
+	t.Helper()
+	elapsed := time.Since(started)
+	require.GreaterOrEqual(t, elapsed, idle)
+	require.Less(t, elapsed, idle+moment)
+	for _, ms := range rec.popTimeouts(t) {
+		require.LessOrEqual(t, ms, int(idle.Milliseconds()))
+		require.Positive(t, ms, "a cut long poll still waits")
 	}
 }
