@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"maps"
 	"testing"
 	"time"
 
@@ -473,6 +474,80 @@ func TestDeadLetterProducerSubColumnIsAddedOnce(t *testing.T) {
 	reapplyBesideAWriter(t, pool, "110_dead_letter_producer_sub.sql", `UPDATE lanes.dlq SET retry_count = retry_count WHERE false`)
 }
 
+// 150_first_contact_snapshots.sql adds lanes.queues.created_xid and
+// lanes.discovery_subscriptions.first_contact_snapshot to a database from
+// before it without touching the rows there (NULL: they decide by time, as
+// before), stamps every later insert, a broker's that names neither column
+// too, and applied again takes no lock on either table.
+func TestFirstContactColumnsAreAddedOnceAndStampEveryInsert(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	const (
+		insertQueue = `INSERT INTO lanes.queues (name, namespace, task) VALUES ($1, 'ns', 't')`
+		insertScope = `INSERT INTO lanes.discovery_subscriptions (consumer_group, namespace, task, subscription_mode, subscription_timestamp)
+			VALUES ($1, 'ns', '', 'new', now())`
+	)
+	if _, err := pool.Exec(ctx, `ALTER TABLE lanes.queues DROP COLUMN created_xid;
+		ALTER TABLE lanes.discovery_subscriptions DROP COLUMN first_contact_snapshot; DROP TABLE lanes.schema_applied`); err != nil {
+		t.Fatalf("rebuilding the old layout: %v", err)
+	}
+	for _, stmt := range []string{insertQueue, insertScope} {
+		if _, err := pool.Exec(ctx, stmt, "before"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	for _, stmt := range []string{insertQueue, insertScope} {
+		if _, err := tx.Exec(ctx, stmt, "after"); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var inserter string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&inserter); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	rows, err := pool.Query(ctx, `SELECT q.name, coalesce(q.created_xid::text, ''), ds.first_contact_snapshot IS NOT NULL
+		FROM lanes.queues q JOIN lanes.discovery_subscriptions ds ON ds.consumer_group = q.name ORDER BY q.name`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	type stamps struct {
+		creator  string
+		snapshot bool
+	}
+	got := map[string]stamps{}
+	for rows.Next() {
+		var name string
+		var s stamps
+		if err := rows.Scan(&name, &s.creator, &s.snapshot); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = s
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]stamps{"before": {}, "after": {inserter, true}}; !maps.Equal(got, want) {
+		t.Fatalf("stamps by row: %+v, want %+v (rows from before the file unstamped, later inserts stamped)", got, want)
+	}
+	reapplyBesideAWriter(t, pool, "150_first_contact_snapshots.sql", `UPDATE lanes.queues SET updated_at = updated_at WHERE false`)
+	reapplyBesideAWriter(t, pool, "150_first_contact_snapshots.sql",
+		`UPDATE lanes.discovery_subscriptions SET created_at = created_at WHERE false`)
+}
+
 // 050_retention.sql and 040_groups.sql check the catalog before their ALTERs
 // of lanes.partitions and lanes.consumer_groups: applied again (a boot of
 // another version), they do not wait for an open reader of those tables, and
@@ -511,8 +586,8 @@ func TestABrokerOlderThanTheRecordedSchemaAppliesNothing(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.Pool(t)
 	first, err := ApplySchemaOutcome(ctx, pool)
-	if err != nil || !first.Applied || first.Version != 140 {
-		t.Fatalf("first boot: %+v %v, want the files applied at version 140", first, err)
+	if err != nil || !first.Applied || first.Version != 150 {
+		t.Fatalf("first boot: %+v %v, want the files applied at version 150", first, err)
 	}
 	digest, version := schemaRecord(t, pool)
 	dropIndex := func() {
