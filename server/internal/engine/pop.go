@@ -359,11 +359,14 @@ func subscribesToScope(req *PopRequest) bool {
 // that registration's mode: a broker older than schema 120 registered the
 // queues its discovery pops met but stored no scope row, and starting the
 // scope at the first pop after the upgrade would skip what was pushed
-// meanwhile to a queue created in the scope after the group subscribed.
-func queueScopeSubscription(b *pgx.Batch, req *PopRequest, now time.Time) {
-	mode, ts := subscriptionStart(req, now)
-	b.Queue(`INSERT INTO lanes.discovery_subscriptions (consumer_group, namespace, task, subscription_mode, subscription_timestamp)
-		SELECT $1, $2, $3, s.mode, s.ts FROM (
+// meanwhile to a queue created in the scope after the group subscribed. It
+// keeps the pop's snapshot, which tells the queues there at first contact
+// from those created since (newToScopeSQL).
+func queueScopeSubscription(b *pgx.Batch, req *PopRequest, c *popContact) {
+	mode, ts := subscriptionStart(req, c.now)
+	b.Queue(`INSERT INTO lanes.discovery_subscriptions (consumer_group, namespace, task, subscription_mode, subscription_timestamp,
+			first_contact_snapshot)
+		SELECT $1, $2, $3, s.mode, s.ts, $6::text::pg_snapshot FROM (
 			SELECT $4::text AS mode, $5::timestamptz AS ts
 			UNION ALL
 			SELECT cg.subscription_mode, cg.subscription_timestamp
@@ -374,17 +377,17 @@ func queueScopeSubscription(b *pgx.Batch, req *PopRequest, now time.Time) {
 			WHERE consumer_group = $1 AND namespace = $2 AND task = $3)
 		ORDER BY CASE WHEN s.mode = 'all' THEN '-infinity' ELSE s.ts END
 		LIMIT 1
-		ON CONFLICT DO NOTHING`, req.Group, req.Namespace, req.Task, mode, ts)
+		ON CONFLICT DO NOTHING`, req.Group, req.Namespace, req.Task, mode, ts, c.snapshot)
 }
 
 // subscribeScope returns the group's subscription to the pop's discovery
 // scope, stored first if this is the group's first discovery pop of it. A queue
 // the group meets in the scope starts there, not at the pop that meets it: a
 // queue created after the group subscribed then delivers all it was pushed.
-func subscribeScope(ctx context.Context, tx *connTx, req *PopRequest, now time.Time) (*subscription, error) {
+func subscribeScope(ctx context.Context, tx *connTx, req *PopRequest, c *popContact) (*subscription, error) {
 	var s subscription
 	b := &pgx.Batch{}
-	queueScopeSubscription(b, req, now)
+	queueScopeSubscription(b, req, c)
 	b.Queue(`SELECT subscription_mode, subscription_timestamp FROM lanes.discovery_subscriptions
 		WHERE consumer_group = $1 AND namespace = $2 AND task = $3`, req.Group, req.Namespace, req.Task).
 		QueryRow(func(row pgx.Row) error { return row.Scan(&s.mode, &s.timestamp) })
@@ -398,9 +401,9 @@ func subscribeScope(ctx context.Context, tx *connTx, req *PopRequest, now time.T
 // holding no queue yet and commits. The commit waits for the WAL flush only
 // when the subscription was written: a transaction that wrote nothing has
 // nothing to flush, so a parked pop's re-checks of an empty scope stay cheap.
-func subscribeEmptyScope(ctx context.Context, tx *connTx, req *PopRequest, now time.Time) error {
+func subscribeEmptyScope(ctx context.Context, tx *connTx, req *PopRequest, c *popContact) error {
 	b := &pgx.Batch{}
-	queueScopeSubscription(b, req, now)
+	queueScopeSubscription(b, req, c)
 	b.Queue(syncCommitOn)
 	b.Queue("COMMIT")
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
@@ -408,6 +411,25 @@ func subscribeEmptyScope(ctx context.Context, tx *connTx, req *PopRequest, now t
 	}
 	tx.open = false
 	return nil
+}
+
+// popContact is when a pop began: its transaction's instant and, for a
+// discovery pop, the database snapshot taken just before its queue lookup, so
+// every queue created by a transaction visible in it was there to be met.
+type popContact struct {
+	now      time.Time
+	snapshot string // pg_snapshot as text; "" when not a discovery pop
+}
+
+// queuePopContact adds to b the read of the pop's contact, ahead of its queue
+// lookup.
+func queuePopContact(b *pgx.Batch, req *PopRequest, c *popContact) {
+	if !subscribesToScope(req) {
+		b.Queue("SELECT now()").QueryRow(func(row pgx.Row) error { return row.Scan(&c.now) })
+		return
+	}
+	b.Queue("SELECT now(), pg_current_snapshot()::text").
+		QueryRow(func(row pgx.Row) error { return row.Scan(&c.now, &c.snapshot) })
 }
 
 type popQueue struct {
@@ -580,11 +602,11 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 	defer done()
 
 	var queues []*popQueue
-	var now time.Time
+	var contact popContact
 	b := &pgx.Batch{}
 	beginPop(b, req)
+	queuePopContact(b, req, &contact)
 	queuePopQueues(b, req, &queues)
-	b.Queue("SELECT now()").QueryRow(func(row pgx.Row) error { return row.Scan(&now) })
 	if err := tx.SendBatch(ctx, b).Close(); err != nil {
 		return nil, err
 	}
@@ -606,7 +628,7 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 			if subscribesToScope(req) {
 				// The group subscribes to the scope before any queue is in it,
 				// as a queue pop names its queue into existence.
-				return &PopResult{ConsumerGroup: req.Group}, subscribeEmptyScope(ctx, tx, req, now)
+				return &PopResult{ConsumerGroup: req.Group}, subscribeEmptyScope(ctx, tx, req, &contact)
 			}
 			return &PopResult{ConsumerGroup: req.Group}, tx.Commit(ctx)
 		}
@@ -623,11 +645,13 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 			}
 			durable = true
 		}
+		newToScope := false
 		if !q.registered {
-			mode, ts := subscriptionStart(req, now)
-			if subscribesToScope(req) {
+			mode, ts := subscriptionStart(req, contact.now)
+			scoped := subscribesToScope(req)
+			if scoped {
 				if scope == nil {
-					if scope, err = subscribeScope(ctx, tx, req, now); err != nil {
+					if scope, err = subscribeScope(ctx, tx, req, &contact); err != nil {
 						return nil, err
 					}
 				}
@@ -637,16 +661,19 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, req.Group, q.id, mode, ts); err != nil {
 				return nil, err
 			}
-			if err := tx.QueryRow(ctx, `SELECT subscription_mode, subscription_timestamp, seeded_version,
-					claim_floor::text::int8, claim_epoch
-				FROM lanes.consumer_groups WHERE consumer_group = $1 AND queue_id = $2`, req.Group, q.id).
-				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion, &q.claimFloor, &q.claimEpoch); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT g.subscription_mode, g.subscription_timestamp, g.seeded_version,
+					g.claim_floor::text::int8, g.claim_epoch, `+newToScopeSQL+`
+				FROM lanes.consumer_groups g JOIN lanes.queues q ON q.id = g.queue_id
+				LEFT JOIN lanes.discovery_subscriptions ds ON $3 AND ds.consumer_group = g.consumer_group
+					AND ds.namespace = $4 AND ds.task = $5
+				WHERE g.consumer_group = $1 AND g.queue_id = $2`, req.Group, q.id, scoped, req.Namespace, req.Task).
+				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion, &q.claimFloor, &q.claimEpoch, &newToScope); err != nil {
 				return nil, err
 			}
 			q.storedFloor = q.claimFloor
 		}
 		if q.seededVersion < q.partitionVersion {
-			if err := seedCursors(ctx, tx, req.Group, q); err != nil {
+			if err := seedCursors(ctx, tx, req.Group, q, newToScope); err != nil {
 				return nil, err
 			}
 		}
@@ -846,8 +873,10 @@ func loadPopQueues(ctx context.Context, tx dbtx, req *PopRequest) ([]*popQueue, 
 
 // seedCursors creates the cursor rows a group lacks on q, each placed where the
 // group's stored subscription says: everything retained, or the first segment
-// written at or after the subscription instant.
-func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error {
+// written at or after the subscription instant. all seeds everything retained
+// whatever the subscription (a queue new to the group's discovery scope: see
+// newToScopeSQL).
+func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue, all bool) error {
 	// The inserts' foreign-key checks lock the new cursors' partition rows; take
 	// those locks first, in id order, the order pushes lock partitions in, so a
 	// seeding pop and a push into the same new partitions cannot deadlock.
@@ -860,15 +889,31 @@ func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue) error 
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
 		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
 		JOIN lanes.consumer_groups g ON g.consumer_group = $2 AND g.queue_id = p.queue_id
-		CROSS JOIN LATERAL (SELECT `+seedCursorSQL(seedModeSQL("g"), "g.subscription_timestamp")+` AS seed) s
+		CROSS JOIN LATERAL (SELECT `+seedCursorSQL(`(CASE WHEN $3 THEN 'all' ELSE `+seedModeSQL("g")+` END)`, "g.subscription_timestamp")+` AS seed) s
 		WHERE p.queue_id = $1
-		ON CONFLICT DO NOTHING`, q.id, group); err != nil {
+		ON CONFLICT DO NOTHING`, q.id, group, all); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `UPDATE lanes.consumer_groups SET seeded_version = $3
 		WHERE consumer_group = $1 AND queue_id = $2 AND seeded_version < $3`, group, q.id, q.partitionVersion)
 	return err
 }
+
+// newToScopeSQL says, on the registration of queue q for group g by a
+// discovery pop of scope ds (NULL for other pops), that q was not there at the
+// group's first contact with the scope: the transaction that created q is not
+// visible in the snapshot taken just before that contact's queue lookup
+// (popContact), so it had not committed when the pop looked. Nothing in q
+// is then backlog, so under a `new` subscription it starts at everything
+// retained; the scope's instant alone would skip a message whose push began
+// before that contact, creating q, and committed after it. A queue that
+// existed then (one relabelled into the scope since, or registered again after
+// a group delete on it), a row from before schema 150 (NULL), a registration
+// with its own instant (a queue pop's), and a scope instant the subscription
+// route moved (no longer its created_at) keep deciding by time.
+const newToScopeSQL = `coalesce(g.subscription_mode = 'new' AND ds.subscription_mode = 'new'
+		AND g.subscription_timestamp = ds.subscription_timestamp AND ds.subscription_timestamp = ds.created_at
+		AND NOT pg_visible_in_snapshot(q.created_xid, ds.first_contact_snapshot), false)`
 
 // seedModeSQL is the mode a group's new cursor is seeded by, from its
 // lanes.consumer_groups row g. A partition the group meets after it was seeded

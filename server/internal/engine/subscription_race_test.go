@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -10,8 +11,9 @@ import (
 // stallSegmentWrite makes the next write of a segment into the partition named
 // partition of queue sleep for pause inside PostgreSQL, after the segment row
 // is written and before the push commits: the window in which a push has
-// stamped its segment but nobody can see it yet.
-func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause time.Duration) {
+// stamped its segment but nobody can see it yet. The function it returns
+// waits until that write is in its pause.
+func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause time.Duration) (awaitStall func()) {
 	t.Helper()
 	suffix := time.Now().UnixNano()
 	trigger, function := fmt.Sprintf("test_stall_segment_%d", suffix), fmt.Sprintf("public.test_stall_segment_%d", suffix)
@@ -25,10 +27,11 @@ func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause t
 				WHERE p.id = NEW.partition_id AND q.id = p.queue_id AND s.queue = q.name AND s.partition = p.name
 				RETURNING s.pause_ms INTO ms;
 			IF ms IS NOT NULL THEN
+				PERFORM set_config('application_name', '%s', true);
 				PERFORM pg_sleep(ms / 1000.0);
 			END IF;
 			RETURN NULL;
-		END $$`, function),
+		END $$`, function, trigger),
 		fmt.Sprintf(`INSERT INTO public.test_stalled_segments VALUES ('%s', '%s', %d)`, queue, partition, pause.Milliseconds()),
 		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT ON lanes.segments FOR EACH ROW EXECUTE FUNCTION %s()`, trigger, function),
 	} {
@@ -40,6 +43,20 @@ func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause t
 		_, _ = e.pool.Exec(context.Background(), `DROP TRIGGER IF EXISTS `+trigger+` ON lanes.segments`)
 		_, _ = e.pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+function+`()`)
 	})
+	return func() {
+		t.Helper()
+		for deadline := time.Now().Add(pause); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
+			var stalled bool
+			if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
+				WHERE application_name = $1 AND wait_event = 'PgSleep')`, trigger).Scan(&stalled); err != nil {
+				t.Fatal(err)
+			}
+			if stalled {
+				return
+			}
+		}
+		t.Fatalf("no segment write into %s/%s stalled within %v", queue, partition, pause)
+	}
 }
 
 // model.md: a named group's `new` skips the backlog of its first contact. A
@@ -74,5 +91,81 @@ func TestANewGroupReceivesAMessageCommittedAfterItsFirstContact(t *testing.T) {
 	b := mustPop(t, e, PopRequest{Queue: q, Group: "late", Partitions: 10, Batch: 10})
 	if got := txnIDs(b.Messages); len(got) != 1 || got[0] != "n1" {
 		t.Fatalf("after the push committed: %v, want [n1] (it committed after the group subscribed)", got)
+	}
+}
+
+// model.md: a discovery group's `new` skips the backlog of the queues in its
+// scope at its first contact. A queue created in the scope by a push that
+// began before that contact and committed after it was not there: nothing in
+// it is backlog, though the push stamped its segment before the contact, and
+// the group must receive it. Both ways a first contact stores the scope's
+// subscription are covered: a scope holding no queue yet, and one holding a
+// queue with a backlog.
+func TestANewDiscoveryGroupReceivesAMessageIntoANewQueueCommittedAfterItsFirstContact(t *testing.T) {
+	for _, withBacklog := range []bool{false, true} {
+		t.Run(fmt.Sprintf("backlog=%v", withBacklog), func(t *testing.T) {
+			e := newEngine(t)
+			ns := queueName(t)
+			if withBacklog {
+				mustPush(t, e, items(ns+".orders.old", "p", "backlog")...)
+			}
+			fresh := ns + ".orders.fresh"
+			awaitStall := stallSegmentWrite(t, e, fresh, "p", 2*time.Second)
+			pushed := make(chan []PushResult, 1)
+			go func() {
+				res, err := e.Push(context.Background(), items(fresh, "p", "n1"))
+				if err != nil {
+					t.Error(err)
+				}
+				pushed <- res
+			}()
+			awaitStall() // the push created the queue and stamped its segment, uncommitted
+			if b := mustPop(t, e, discoveryPop(ns, "late")); len(b.Messages) != 0 {
+				t.Fatalf("first contact: %v, want nothing (the backlog is skipped)", txnIDs(b.Messages))
+			}
+			select {
+			case <-pushed:
+				t.Fatal("the push committed before the first contact answered: the test shows nothing")
+			default:
+			}
+			if res := <-pushed; len(res) != 1 || res[0].Status != PushQueued {
+				t.Fatalf("push: %+v", res)
+			}
+			if got := drain(t, e, discoveryPop(ns, "late")); !slices.Equal(got, []string{"n1"}) {
+				t.Fatalf("after the push committed: %v, want [n1] (its queue was created after the group subscribed)", got)
+			}
+		})
+	}
+}
+
+// A queue that existed at a discovery group's first contact keeps its
+// backlog skipped when it enters the scope later: relabelled into it by
+// configure, or registered again after a group delete on that queue alone.
+// Only a queue created after the first contact starts at everything retained.
+func TestAQueueThatExistedAtADiscoveryGroupsFirstContactDecidesByTime(t *testing.T) {
+	e := newEngine(t)
+	ctx := context.Background()
+	ns := queueName(t)
+	inScope, elsewhere := ns+".orders.eu", ns+"-other.orders.us"
+	mustPush(t, e, items(inScope, "p", "eu-old")...)
+	mustPush(t, e, items(elsewhere, "p", "us-old")...)
+	if res := mustPop(t, e, discoveryPop(ns, "billing")); len(res.Messages) != 0 {
+		t.Fatalf("first contact delivered the backlog: %v", txnIDs(res.Messages))
+	}
+	mustPush(t, e, items(inScope, "p", "eu-after")...)
+	mustPush(t, e, items(elsewhere, "p", "us-after")...)
+	if _, err := e.Configure(ctx, ConfigureRequest{Queue: elsewhere, Namespace: &ns, Merge: true}); err != nil {
+		t.Fatal(err)
+	}
+	got := drain(t, e, discoveryPop(ns, "billing"))
+	slices.Sort(got)
+	if !slices.Equal(got, []string{"eu-after", "us-after"}) {
+		t.Fatalf("delivered %v, want eu-after and us-after (the relabelled queue's backlog stays skipped)", got)
+	}
+	if deleted, err := e.DeleteGroup(ctx, "billing", inScope, true); err != nil || !deleted.MetadataDeleted {
+		t.Fatalf("delete on %s: %+v %v", inScope, deleted, err)
+	}
+	if got := drain(t, e, discoveryPop(ns, "billing")); !slices.Equal(got, []string{"eu-after"}) {
+		t.Fatalf("after the group delete on one queue: %v, want eu-after again (from the scope's instant, not everything)", got)
 	}
 }
