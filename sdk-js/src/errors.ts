@@ -202,11 +202,20 @@ export class TransactionError extends LanesError {
   readonly result: TransactionResult;
   /** attempts > 1 with reason `duplicate` means an earlier attempt probably committed (docs/retries.md §5). */
   readonly attempts: number;
+  /** failedIndex, kvReason, version and value are set on `kv_precondition`: the KV rider that lost, why (`exists`, `absent`, `version`, `limit`, `type`), and the key's current version and value. */
+  readonly failedIndex: number | undefined;
+  readonly kvReason: string | undefined;
+  readonly version: number | undefined;
+  readonly value: unknown;
   constructor(result: TransactionResult, attempts: number) {
     super(`transaction rolled back${result.reason ? ` (${result.reason})` : ""}${result.error ? `: ${result.error}` : ""}`);
     this.reason = result.reason;
     this.result = result;
     this.attempts = attempts;
+    this.failedIndex = result.failedIndex ?? undefined;
+    this.kvReason = result.kvReason ?? undefined;
+    this.version = result.version ?? undefined;
+    this.value = result.value;
   }
 }
 

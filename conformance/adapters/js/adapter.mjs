@@ -29,8 +29,8 @@ function errKind(err) {
   if (err instanceof AckError) return { kind: "ack", message: err.message };
   if (err instanceof TransactionError) {
     const out = { kind: "transaction", reason: err.reason ?? "", message: err.message };
-    if (err.result?.kvReason) out.kvReason = err.result.kvReason;
-    if (err.result?.failedIndex !== undefined && err.result?.failedIndex !== null) out.failedIndex = err.result.failedIndex;
+    if (err.kvReason) out.kvReason = err.kvReason;
+    if (err.failedIndex !== undefined) out.failedIndex = err.failedIndex;
     return out;
   }
   if (err instanceof APIError) {

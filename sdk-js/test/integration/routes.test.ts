@@ -133,6 +133,15 @@ describe("putIfAbsent in a transaction", () => {
     expect(err).toMatchObject({ reason: "kv_precondition" });
     expect((await lanes.queue(q).batch(10).wait(false).pop()).map((m) => m.data)).toEqual([1]);
   });
+
+  it("a lost required precondition names its op, why, and the key's version and value on the error, as in Go and Python", async () => {
+    const lanes = client();
+    const ns = uniq("tx-prec");
+    await lanes.kv(ns).put("k", { owner: "a" }, { forever: true });
+    const err = await lanes.transaction().queue(uniq("tx-prec-q")).push([1]).kv.put(ns, "k", { owner: "b" }, { forever: true }, { expect: 5, required: true }).commit().catch((e: unknown) => e);
+    expect(err).toBeInstanceOf(TransactionError);
+    expect(err).toMatchObject({ reason: "kv_precondition", failedIndex: 0, kvReason: "version", version: 1, value: { owner: "a" } });
+  });
 });
 
 describe("kv and timers", () => {
