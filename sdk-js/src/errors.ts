@@ -137,12 +137,12 @@ export class PushError extends LanesError {
   }
 }
 
-/** InvalidItemError is thrown by a push (direct, buffered or in a transaction) when an item cannot be sent as it is: its payload is not plain JSON (BigInt, NaN, Infinity, a function, a Map or Set, binary data, a cycle), its `transactionId` or `traceId` is not a string, or it has both `data` and `payload`. Nothing of the call was sent or buffered. */
+/** InvalidItemError is thrown by a push (direct, buffered or in a transaction) when an item cannot be sent as it is: its payload is not plain JSON (BigInt, NaN, Infinity, a function, a Map or Set, binary data, a cycle), its `transactionId` or `traceId` is not a string, or it has both `data` and `payload`; or the items argument is not an array. Nothing of the call was sent or buffered. */
 export class InvalidItemError extends LanesError {
-  /** index is the item's position in the call. */
-  readonly index: number;
-  constructor(index: number, reason: string) {
-    super(`push: item #${index} ${reason}`);
+  /** index is the item's position in the call; undefined when the items argument itself is not an array. */
+  readonly index: number | undefined;
+  constructor(index: number | undefined, reason: string) {
+    super(index === undefined ? `push: ${reason}` : `push: item #${index} ${reason}`);
     this.index = index;
   }
 }

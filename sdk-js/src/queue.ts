@@ -182,7 +182,6 @@ export class QueueBuilder<T = unknown> {
   /** push sends items in one request and returns one result per item; throws PushError (with all results) when an item is `failed`. Transaction ids are minted (UUIDv7) when absent. */
   async push(items: PushItem<T>[], opts: { signal?: AbortSignal | undefined } = {}): Promise<PushResult[]> {
     const queue = this.requireQueue("push");
-    if (!Array.isArray(items)) throw new LanesError("push: want an array of items");
     return this.core.pushWire(
       toWireItems(queue, this.s.partition, items),
       opts.signal,

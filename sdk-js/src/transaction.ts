@@ -1,7 +1,7 @@
 // TransactionBuilder: pushes, acks and the KV / timer riders committed in one PostgreSQL
 // transaction (`POST /api/v1/transaction`). Unlike the queue builders it accumulates state, as in
 // Go and Python: every step adds to the same bundle and returns it.
-import { EmptyTransactionError, LanesError, TransactionError } from "./errors.js";
+import { EmptyTransactionError, InvalidItemError, LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItems, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
 import { kvWriteOp, type KvExpiry } from "./kv.js";
 import { checkGroup } from "./names.js";
@@ -118,7 +118,8 @@ export class TransactionQueue {
   }
   /** push adds the items (ids minted once, UUIDv7) to the transaction and returns the transaction builder. */
   push<T>(items: PushItem<T>[]): TransactionBuilder {
-    if (!Array.isArray(items) || items.length === 0) throw new LanesError("transaction push: want a non-empty array of items");
+    if (!Array.isArray(items)) throw new InvalidItemError(undefined, "want an array of items");
+    if (items.length === 0) throw new LanesError("transaction push: want a non-empty array of items");
     return this.done(this.name, this.part, items);
   }
 }

@@ -107,6 +107,8 @@ export function toWireItem(queue: string, partition: string | undefined, item: u
 
 /** toWireItems shapes every item of a call, so one bad item fails the call before anything is sent or buffered. */
 export function toWireItems(queue: string, partition: string | undefined, items: unknown[]): (WirePushItem & { transactionId: string })[] {
+  // A JS caller's push("x") or push({data}) would otherwise fail as a bare TypeError, or send a string's characters.
+  if (!Array.isArray(items)) throw new InvalidItemError(undefined, "want an array of items");
   return items.map((it, i) => toWireItem(queue, partition, it, i));
 }
 

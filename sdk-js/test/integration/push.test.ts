@@ -27,6 +27,21 @@ describe("push items", () => {
     expect(await popAll(lanes, q)).toEqual([]);
   });
 
+  it("an items argument that is not an array is refused with InvalidItemError, as in Python, by push, buffer push and transaction push", async () => {
+    const lanes = client();
+    const q = uniq("notarray");
+    for (const items of ["hello", { data: 1 }]) {
+      const bad = items as unknown as unknown[];
+      for (const push of [() => lanes.queue(q).push(bad), () => lanes.queue(q).buffer().push(bad), async () => lanes.transaction().queue(q).push(bad).commit()]) {
+        const err = await push().catch((e: unknown) => e);
+        expect(err).toBeInstanceOf(InvalidItemError);
+        expect(err).toMatchObject({ index: undefined, message: expect.stringMatching(/want an array of items/) });
+      }
+    }
+    await lanes.flushAll();
+    expect(await popAll(lanes, q)).toEqual([]);
+  });
+
   it("a payload JSON would change or cannot hold is refused with the path to it", async () => {
     const lanes = client();
     const q = uniq("payload");
