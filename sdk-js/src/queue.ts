@@ -300,9 +300,9 @@ export class QueueBuilder<T = unknown> {
     return (await this.core.transport.request<QueueDepth>({ method: "GET", path: `/api/v1/resources/queues/${encodeURIComponent(q)}/depth`, query })).body;
   }
 
-  /** dlq returns a builder over this queue's dead letters for a group. */
+  /** dlq returns a builder over this queue's dead letters of `group` (empty or absent: the builder's group; neither: every group). */
   dlq(group?: string): DlqBuilder {
-    return new DlqBuilder(this.core, { queue: this.requireQueue("dlq"), consumerGroup: group ?? this.s.group });
+    return new DlqBuilder(this.core, { queue: this.requireQueue("dlq"), consumerGroup: group || this.s.group });
   }
 }
 

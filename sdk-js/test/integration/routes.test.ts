@@ -105,6 +105,21 @@ describe("admin", () => {
     expect(back.map((x) => x.data)).toEqual(["poison"]);
   });
 
+  it("dlq() and dlq(\"\") read the builder's group, as in Go and Python; without one every group", async () => {
+    const lanes = client();
+    const q = uniq("dlq-group");
+    await lanes.admin.configureQueue(q, { retryLimit: 0 });
+    await lanes.queue(q).push([{ data: "poison" }]);
+    const [inGroup] = await lanes.queue(q).group("g1").subscriptionMode("all").wait(false).pop();
+    await lanes.ack(inGroup!, "dlq", { error: "g1 gave up" });
+    const [queueMode] = await lanes.queue(q).wait(false).pop();
+    await lanes.ack(queueMode!, "dlq", { error: "queue mode gave up" });
+    for (const dlq of [lanes.queue(q).group("g1").dlq(), lanes.queue(q).group("g1").dlq("")]) {
+      expect((await dlq.get()).messages.map((d) => d.errorMessage)).toEqual(["g1 gave up"]);
+    }
+    expect((await lanes.queue(q).dlq("").get()).messages).toHaveLength(2);
+  });
+
   it("queues and messages listings", async () => {
     const lanes = client();
     const q = uniq("listing");
