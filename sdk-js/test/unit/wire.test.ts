@@ -642,6 +642,32 @@ describe("transaction", () => {
     await expect(client(s.url).transaction().commit()).rejects.toBeInstanceOf(EmptyTransactionError);
     expect(s.seen).toHaveLength(0);
   });
+
+  it("sends one nested push op per queue().push() call, acks with their lease and every distinct lease in requiredLeases (as Go and Python)", async () => {
+    const s = await fake();
+    s.script(reply(200, { transactionId: "x", success: true, results: [] }));
+    const m = { transactionId: "in-1", partitionId: "p-1", leaseId: "L", consumerGroup: "g" };
+    await client(s.url)
+      .transaction()
+      .queue("orders").partition("eu/1").push<unknown>([{ data: { n: 1 }, transactionId: "t-1", traceId: "trace-1" }, { data: 2, transactionId: "t-2" }])
+      .ack(m as never, "completed")
+      .queue("plain").push([{ data: 7, transactionId: "x" }])
+      .ack({ transactionId: "in-2", partitionId: "p-2", leaseId: "L2" } as never, "failed")
+      .ack({ transactionId: "in-3", partitionId: "p-3", leaseId: "L" } as never, "completed")
+      .commit();
+    const body = JSON.parse(s.seen[0]!.body) as { operations: Record<string, unknown>[]; requiredLeases: string[] };
+    expect(body.operations).toEqual([
+      { type: "push", items: [
+        { queue: "orders", partition: "eu/1", payload: { n: 1 }, transactionId: "t-1", traceId: "trace-1" },
+        { queue: "orders", partition: "eu/1", payload: 2, transactionId: "t-2" },
+      ] },
+      expect.objectContaining({ type: "ack", transactionId: "in-1", partitionId: "p-1", status: "completed", consumerGroup: "g", leaseId: "L" }),
+      { type: "push", items: [{ queue: "plain", payload: 7, transactionId: "x" }] },
+      expect.objectContaining({ type: "ack", transactionId: "in-2", partitionId: "p-2", status: "failed", leaseId: "L2" }),
+      expect.objectContaining({ type: "ack", transactionId: "in-3", partitionId: "p-3", status: "completed", leaseId: "L" }),
+    ]);
+    expect([...body.requiredLeases].sort()).toEqual(["L", "L2"]);
+  });
 });
 
 describe("bearer token", () => {
