@@ -75,6 +75,7 @@ func TestITErrorKindsOfBrokerAnswers(t *testing.T) {
 	var apiErr *lanes.APIError
 	require.ErrorAs(t, err, &apiErr)
 	require.Equal(t, "bad_request", apiErr.Code)
+	require.Equal(t, "items[0].transactionId is longer than 1024 bytes", apiErr.Message, "the broker's text alone")
 
 	_, err = b.c.Admin().GetQueue(b.ctx, b.queue+"-absent")
 	requireKinds(t, err, "ErrNotFound")

@@ -57,6 +57,7 @@ def test_the_brokers_400_and_404(broker_url: str, qname: str) -> None:
             c.queue(qname).push([{"data": 1, "transaction_id": "x" * 1025}])
         assert kinds_of(bad.value) == {lanes.BadRequestError}
         assert bad.value.code == "bad_request"
+        assert bad.value.message == "items[0].transactionId is longer than 1024 bytes"
         with pytest.raises(lanes.APIError) as absent:
             c.admin.get_queue(qname + "-absent")
         assert kinds_of(absent.value) == {lanes.NotFoundError}

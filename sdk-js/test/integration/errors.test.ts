@@ -35,6 +35,9 @@ describe("error kinds", () => {
     const bad = await c.queue(q).push([{ data: 1, transactionId: "x".repeat(1025) }]).catch((e: unknown) => e);
     expect(kindsOf(bad)).toEqual(["BadRequestError"]);
     expect((bad as lanes.APIError).code).toBe("bad_request");
+    // The broker's text alone is brokerMessage; message stays self-describing for logs.
+    expect((bad as lanes.APIError).brokerMessage).toBe("items[0].transactionId is longer than 1024 bytes");
+    expect((bad as lanes.APIError).message).toBe("400 bad_request: items[0].transactionId is longer than 1024 bytes");
     expect(kindsOf(await c.admin.getQueue(`${q}-absent`).catch((e: unknown) => e))).toEqual(["NotFoundError"]);
   });
 
