@@ -191,7 +191,10 @@ describe("kv and timers", () => {
     const t = lanes.timers(uniq("timers"));
     const res = await t.schedule("reminder-1", { delayMillis: 3_600_000, payload: { remind: true } });
     expect(res.status).toBe("scheduled");
-    expect((await t.get("reminder-1")).found).toBe(true);
+    const read = await t.get("reminder-1");
+    expect(read.found).toBe(true);
+    // As on the wire: the base64 of the payload's JSON (Go reads the JSON bytes, Python the JSON text).
+    expect(Buffer.from(read.payload!, "base64").toString("utf8")).toBe('{"remind":true}');
     expect((await t.cancel("reminder-1")).status).toBe("cancelled");
   });
 
