@@ -8,12 +8,18 @@ import type { KvListResult, KvNamespaceList, KvOperation, KvResult } from "./typ
 /** KvExpiry says how long a written key lives: `{ttlSeconds}` or `{forever: true}` (the broker requires exactly one). */
 export type KvExpiry = { ttlSeconds: number } | { forever: true };
 
+/** expiryFields is an expiry's wire fields; it throws LanesError, before anything is sent, for a missing or non-positive one. */
+export function expiryFields(expiry: KvExpiry): { ttlSeconds: number } | { forever: true } {
+  if (!expiry || (!("forever" in expiry) && !(expiry.ttlSeconds > 0))) throw new LanesError("kv: give {ttlSeconds: n > 0} or {forever: true}");
+  return "forever" in expiry ? { forever: true } : { ttlSeconds: expiry.ttlSeconds };
+}
+
 /** kvWriteOp builds a put / putIfAbsent operation; it throws InvalidValueError for a value JSON cannot hold as given. */
 export function kvWriteOp(op: "put" | "putIfAbsent", ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number | undefined; required?: boolean | undefined }): KvOperation {
-  if (!expiry || (!("forever" in expiry) && !(expiry.ttlSeconds > 0))) throw new LanesError("kv: give {ttlSeconds: n > 0} or {forever: true}");
+  const lifetime = expiryFields(expiry);
   const problem = jsonProblem(value, "value");
   if (problem) throw new InvalidValueError(`kv ${op} ${JSON.stringify(key)}: ${problem}`);
-  const out: KvOperation = { op, ns, key, value: value as KvOperation["value"], ...("forever" in expiry ? { forever: true } : { ttlSeconds: expiry.ttlSeconds }) };
+  const out: KvOperation = { op, ns, key, value: value as KvOperation["value"], ...lifetime };
   if (opts.expect !== undefined) out.expect = opts.expect;
   if (opts.required !== undefined) out.required = opts.required;
   return out;
@@ -61,8 +67,8 @@ export class Kv {
     return this.one({ op: "delete", ns: this.namespace, key, ...opts });
   }
   /** incr adds `delta` to a numeric key (created at 0). */
-  incr(key: string, delta: number, expiry: KvExpiry, opts: { min?: number | undefined; max?: number | undefined } = {}): Promise<KvResult> {
-    return this.one({ op: "incr", ns: this.namespace, key, delta, ...("forever" in expiry ? { forever: true } : { ttlSeconds: expiry.ttlSeconds }), ...opts });
+  async incr(key: string, delta: number, expiry: KvExpiry, opts: { min?: number | undefined; max?: number | undefined } = {}): Promise<KvResult> {
+    return this.one({ op: "incr", ns: this.namespace, key, delta, ...expiryFields(expiry), ...opts });
   }
   /** list pages through the namespace (console route). */
   async list(opts: { prefix?: string | undefined; after?: string | undefined; limit?: number | undefined; keysOnly?: boolean | undefined; includeExpired?: boolean | undefined } = {}): Promise<KvListResult> {

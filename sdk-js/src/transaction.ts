@@ -3,7 +3,7 @@
 // Go and Python: every step adds to the same bundle and returns it.
 import { EmptyTransactionError, InvalidItemError, LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItems, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
-import { kvWriteOp, type KvExpiry } from "./kv.js";
+import { expiryFields, kvWriteOp, type KvExpiry } from "./kv.js";
 import { checkGroup } from "./names.js";
 import { timerScheduleOp, type TimerSchedule } from "./timers.js";
 import type { AckStatus } from "./message.js";
@@ -159,8 +159,4 @@ export class TransactionKv {
   get(ns: string, key: string): TransactionBuilder {
     return this.add({ op: "get", ns, key });
   }
-}
-
-function expiryFields(e: KvExpiry): { ttlSeconds?: number; forever?: boolean } {
-  return "forever" in e ? { forever: true } : { ttlSeconds: e.ttlSeconds };
 }

@@ -172,6 +172,18 @@ describe("kv and timers", () => {
     expect((await kv.get("k")).found).toBe(false);
   });
 
+  it("an incr without an expiry is refused with LanesError before sending, as a put is", async () => {
+    const lanes = client();
+    const kv = lanes.kv(uniq("incr-expiry"));
+    const noExpiry = undefined as unknown as { forever: true };
+    for (const call of [() => kv.incr("n", 1, noExpiry), async () => lanes.transaction().kv.incr(kv.namespace, "n", 1, noExpiry).commit(), () => kv.put("k", 1, noExpiry)]) {
+      const err = await call().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(LanesError);
+      expect((err as Error).message).toMatch(/give \{ttlSeconds: n > 0\} or \{forever: true\}/);
+    }
+    expect((await kv.get("n")).found).toBe(false);
+  });
+
   it("a put answers the value as every get reads it: jsonb's form, keys in jsonb's order", async () => {
     const lanes = client();
     const ns = uniq("kv-form");
