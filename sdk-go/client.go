@@ -299,11 +299,14 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 			}
 			var ce *ConnectionError
 			var unknown *OutcomeUnknownError
+			var tokenErr *tokenError
 			switch {
 			case errors.As(err, &unknown):
 				return 0, unknown
 			case errors.As(err, &ce):
 				return 0, ce
+			case errors.As(err, &tokenErr):
+				return 0, tokenErr
 			}
 			return 0, &ConnectionError{URL: c.bases[0].String(), Err: err}
 		}

@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"context"
 	"errors"
-	"fmt"
 	"io"
 	"log/slog"
 	"math"
@@ -243,13 +242,20 @@ func (st *callState) prepareRetry(req *http.Request) error {
 	return st.tokenErr
 }
 
+// tokenError is a WithBearerTokenFunc failure: the call ends with it, unsent, and it is not a
+// *ConnectionError (the broker was never asked), as in TS and Python.
+type tokenError struct{ err error }
+
+func (e *tokenError) Error() string { return "lanes: bearer token: " + e.err.Error() }
+func (e *tokenError) Unwrap() error { return e.err }
+
 // authorize sets the attempt's Authorization header from the configured token.
 func (c *Client) authorize(ctx context.Context, h http.Header) error {
 	token := c.cfg.token.reveal()
 	if f := c.cfg.tokenFunc; f != nil {
 		var err error
 		if token, err = f(ctx); err != nil {
-			return fmt.Errorf("lanes: bearer token: %w", err)
+			return &tokenError{err: err}
 		}
 	}
 	if token != "" {

@@ -307,7 +307,24 @@ func TestBearerTokenFuncAskedBeforeEveryAttempt(t *testing.T) {
 	}))
 	_, err := c.Queue("q").Push(context.Background(), Data(1))
 	require.ErrorIs(t, err, errGone)
+	require.NotErrorIs(t, err, ErrConnection, "the token func's failure is no network failure")
 	require.Equal(t, 2, fb.count())
 	require.Equal(t, "Bearer tok-1", fb.reqs[0].Header.Get("Authorization"))
 	require.Equal(t, "Bearer tok-2", fb.reqs[1].Header.Get("Authorization"))
+}
+
+// A token func that fails before the first attempt fails the call with its own error, unsent, as
+// TS and Python do: not a *ConnectionError, which would say the broker could not be reached.
+func TestBearerTokenFuncFailingFirstFailsTheCallUnsent(t *testing.T) {
+	t.Parallel()
+	errGone := errors.New("token source gone")
+	c, fb, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"status":"healthy"}`)
+	}, WithBearerTokenFunc(func(context.Context) (string, error) { return "", errGone }))
+	_, err := c.Health(context.Background())
+	require.ErrorIs(t, err, errGone)
+	require.NotErrorIs(t, err, ErrConnection)
+	var ce *ConnectionError
+	require.False(t, errors.As(err, &ce))
+	require.Equal(t, 0, fb.count())
 }
