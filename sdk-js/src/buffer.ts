@@ -66,9 +66,12 @@ export class PushBuffer<T = unknown> {
     return this.items.length;
   }
 
-  /** push enqueues items (ids minted now, so a retried flush deduplicates); it waits while the buffer is full. An item that cannot be sent as given throws InvalidItemError before anything is enqueued; after `lanes.close()` it throws ClientClosedError. */
+  /** push enqueues items (ids minted now, so a retried flush deduplicates); it waits while the buffer is full. An item that cannot be sent as given throws InvalidItemError before anything is enqueued; a payload is sent as it was at the push; after `lanes.close()` it throws ClientClosedError. */
   async push(items: PushItem<T>[]): Promise<{ buffered: true; count: number }> {
     const wire = toWireItems(this.queue, this.partition, items);
+    // Keep each payload's JSON as it is now (as Go and Python keep their encoding): the caller may
+    // change the object before the flush, and a change JSON cannot hold would fail every flush.
+    for (const w of wire) w.payload = JSON.parse(JSON.stringify(w.payload)) as typeof w.payload;
     for (;;) {
       if (this.closing) throw new ClientClosedError(`buffer ${this.queue}/${this.partition ?? "Default"}: client is closed`);
       if (this.items.length === 0 || this.items.length + wire.length <= this.maxSize) break;
