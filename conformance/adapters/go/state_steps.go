@@ -171,9 +171,11 @@ func groupNames(names []string, prefix string) []any {
 }
 
 type dlqReplayArgs struct {
-	DLQ   string `json:"dlq"`
-	Index int    `json:"index"`
-	ID    string `json:"id"`
+	DLQ       string `json:"dlq"`
+	Index     int    `json:"index"`
+	ID        string `json:"id"`
+	Queue     string `json:"queue"`
+	Partition string `json:"partition"`
 }
 
 func (s *state) dlqReplay(ctx context.Context, a dlqReplayArgs) (map[string]any, error) {
@@ -185,7 +187,7 @@ func (s *state) dlqReplay(ctx context.Context, a dlqReplayArgs) (map[string]any,
 		}
 		id = list[a.Index].Id
 	}
-	return wireResult(s.client.Admin().ReplayDLQ(ctx, id, "", "")), nil
+	return wireResult(s.client.Admin().ReplayDLQ(ctx, id, a.Queue, a.Partition)), nil
 }
 
 type dlqPurgeArgs struct {

@@ -200,7 +200,10 @@ const stateSteps = {
       if (!d) throw new AdapterError(`no saved dead letter ${a.dlq}[${a.index}]`);
       id = d.id;
     }
-    return await c.admin.replayDlq(id);
+    const to = {};
+    if (a.queue !== undefined) to.queue = a.queue;
+    if (a.partition !== undefined) to.partition = a.partition;
+    return await c.admin.replayDlq(id, to);
   },
   async dlqPurge(c, a) {
     return await c.admin.purgeDlq(a.queue, a.group || undefined);

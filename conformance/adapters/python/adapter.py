@@ -517,7 +517,9 @@ class CaseState:
 
     def op_dlqReplay(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         dlq_id = self.dlq[a["dlq"]][a.get("index", 0)].id if a.get("dlq") else a["id"]
-        return wire_result(c.admin.replay_dlq(dlq_id))
+        return wire_result(
+            c.admin.replay_dlq(dlq_id, queue=a.get("queue"), partition=a.get("partition"))
+        )
 
     def op_dlqPurge(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.purge_dlq(a["queue"], a.get("group") or None))

@@ -35,7 +35,7 @@ var stepArgs = map[string][]string{
 	"timerGet":       {"queue", "key"},
 	"timerCancel":    {"queue", "key"},
 	"timerList":      {"queue", "limit", "after"},
-	"dlqReplay":      {"dlq", "index", "id"},
+	"dlqReplay":      {"dlq", "index", "id", "queue", "partition"},
 	"dlqPurge":       {"queue", "group"},
 	"messageGet":     {"messages", "index", "partitionId", "transactionId"},
 	"messageDelete":  {"messages", "index", "partitionId", "transactionId"},
