@@ -494,6 +494,31 @@ def test_a_403_drops_the_batch_whole_without_splitting() -> None:
     c.close()
 
 
+@pytest.mark.parametrize("status", [401, 404, 409, 500, 422])
+def test_a_flush_answered_with_a_status_that_can_change_is_kept_and_retried(status: int) -> None:
+    """401, 404, 409 and 5xx (a token, a route, a conflict) are retried under the same ids, as in
+    Go and TS; only 400, 403 and 413 drop."""
+    stored: list[dict[str, Any]] = []
+    inner = _broker(1_000_000, stored)
+    refused: list[int] = []
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        if not refused:
+            refused.append(status)
+            return httpx.Response(status, json={"error": "not now", "code": "x"})
+        return inner.handle_request(req)
+
+    got: list[BaseException] = []
+    t = httpx.MockTransport(answer)
+    c = lanes.Lanes("http://broker", http_client=httpx.Client(transport=t), retry_attempts=0)
+    b = c.queue("q").buffer(time_millis=60_000, retry_delay_millis=10, on_error=got.append)
+    b.push([{"data": 1, "transaction_id": "tx-1"}, {"data": 2, "transaction_id": "tx-2"}])
+    b.flush(timeout=5)
+    assert [it["transactionId"] for body in stored for it in body["items"]] == ["tx-1", "tx-2"]
+    assert len(got) == 1 and not isinstance(got[0], lanes.DroppedError)
+    c.close()
+
+
 async def test_async_flush_all_flushes_every_buffer_then_raises_with_the_count() -> None:
     stored: list[dict[str, Any]] = []
     t = _broker(1_000_000, stored)

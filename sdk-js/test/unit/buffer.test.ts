@@ -65,6 +65,21 @@ describe("push buffer batches", () => {
     expect(dropped).toHaveLength(3);
   });
 
+  it.each([401, 404, 409, 500, 422])("a flush answered %i is kept and retried, not dropped (as in Go and Python)", async (status) => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.script(reply(status, { error: "not now", code: "x" })).otherwise(broker(Infinity));
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    const errors: unknown[] = [];
+    const dropped: unknown[] = [];
+    const b = lanes.queue("q").buffer({ timeMillis: 60_000, retryDelayMillis: 10, onError: (e, items) => (errors.push(e), dropped.push(...items)) });
+    await b.push([{ data: 1, transactionId: "tx-1" }, { data: 2, transactionId: "tx-2" }]);
+    await b.flush();
+    expect(sentIds(s, Infinity)).toEqual(["tx-1", "tx-2", "tx-1", "tx-2"]);
+    expect(errors).toHaveLength(1);
+    expect(dropped).toEqual([]);
+  });
+
   it("reports the items one flush drops in one onError call and one log line", async () => {
     const s = await new FakeServer().start();
     servers.push(s);
