@@ -111,6 +111,9 @@ func TestITBufferStats(t *testing.T) {
 	require.NoError(t, b.c.Queue(b.queue).Partition("a").Buffer(opts).Push(b.ctx, lanes.Data(1), lanes.Data(2), lanes.Data(3)))
 	require.NoError(t, b.c.Queue(b.queue).Partition("b").Buffer(opts).Push(b.ctx, lanes.Data(4), lanes.Data(5)))
 	require.Equal(t, lanes.BufferStats{ActiveBuffers: 2, TotalBufferedMessages: 5}, b.c.BufferStats())
+	_ = b.c.Queue(b.queue).Partition("a").Buffer(lanes.BufferOptions{MessageCount: 7})
+	require.Equal(t, lanes.BufferStats{ActiveBuffers: 2, TotalBufferedMessages: 5}, b.c.BufferStats(),
+		"a buffer is shared per (queue, partition) inside one client")
 
 	require.NoError(t, b.c.FlushAll(b.ctx))
 	require.Equal(t, lanes.BufferStats{ActiveBuffers: 2, FlushesPerformed: 2}, b.c.BufferStats())

@@ -270,6 +270,8 @@ def test_buffer_stats_counts_buffers_waiting_items_and_batches_sent(
         assert c.buffer_stats() == lanes.BufferStats(
             active_buffers=2, total_buffered_messages=5, flushes_performed=0
         )
+        c.queue(qname).partition("a").buffer(message_count=7)  # shared per (queue, partition)
+        assert c.buffer_stats() == lanes.BufferStats(2, 5, 0)
         c.flush_all()
         assert c.buffer_stats() == lanes.BufferStats(2, 0, 2)
         stored = _pop_all(c, qname) + _pop_all(c, qname)  # a pop claims one partition

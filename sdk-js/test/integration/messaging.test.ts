@@ -135,6 +135,9 @@ describe("push and pop", () => {
     await lanes.queue(q).partition("a").buffer({ timeMillis: 3_600_000 }).push([1, 2, 3]);
     await lanes.queue(q).partition("b").buffer({ timeMillis: 3_600_000 }).push([4, 5]);
     expect(lanes.bufferStats()).toEqual({ activeBuffers: 2, totalBufferedMessages: 5, flushesPerformed: 0 });
+    // A buffer is shared per (queue, partition) inside one client.
+    expect(lanes.queue(q).partition("a").buffer({ messageCount: 7 }).size).toBe(3);
+    expect(lanes.bufferStats()).toEqual({ activeBuffers: 2, totalBufferedMessages: 5, flushesPerformed: 0 });
     await lanes.flushAll();
     expect(lanes.bufferStats()).toEqual({ activeBuffers: 2, totalBufferedMessages: 0, flushesPerformed: 2 });
     const stored: number[] = [];
