@@ -588,6 +588,21 @@ func TestKVBatchAnswerWithAnotherCountIsUnexpected(t *testing.T) {
 	require.Zero(t, ue.Status)
 }
 
+// A timer call answered with another number of results than ops is an *UnexpectedAnswerError
+// with status 0, as in TS and Python.
+func TestTimerAnswerWithAnotherCountIsUnexpected(t *testing.T) {
+	t.Parallel()
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 200, `{"results":[]}`)
+	})
+	res, err := c.Timers("q").Schedule(context.Background(), "k", time.Second, nil)
+	require.Nil(t, res)
+	var ue *UnexpectedAnswerError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, "lanes: unexpected answer: timers: broker answered 0 results for 1 operations", err.Error())
+	require.Zero(t, ue.Status)
+}
+
 // A 2xx push answer that does not match the request is an *UnexpectedAnswerError, not a success
 // and not a PushError: the push may have committed. Too few results, and a body that is not JSON.
 func TestPushAnswerThatDoesNotMatchIsUnexpected(t *testing.T) {
