@@ -33,13 +33,22 @@ export class Kv {
     readonly namespace: string,
   ) {}
 
-  /** batch runs raw operations (each needs `ns`) in one call and returns index-aligned results. */
+  /** batch runs raw operations (each needs `ns`) in one call and returns index-aligned results; a value JSON cannot hold as given throws InvalidValueError before anything is sent. */
   async batch(operations: KvOperation[]): Promise<KvResult[]> {
+    for (const op of operations) {
+      if (!("value" in op)) continue;
+      const problem = jsonProblem(op.value, "value");
+      if (problem) throw new InvalidValueError(`kv ${op.op} ${JSON.stringify(op.key)}: ${problem}`);
+    }
+    return this.send(operations);
+  }
+  private async send(operations: KvOperation[]): Promise<KvResult[]> {
     const res = await this.core.transport.request<{ results: KvResult[] } | undefined>({ method: "POST", path: "/api/v1/kv", body: { operations }, notIdempotent: !kvOpsIdempotent(operations) });
     return resultsOf<KvResult>("kv", res.body?.results, operations.length, "operations", res.body);
   }
+  /** one sends an operation the caller built, whose value (if any) kvWriteOp has checked. */
   private async one(op: KvOperation): Promise<KvResult> {
-    const [r] = await this.batch([op]);
+    const [r] = await this.send([op]);
     return r!;
   }
   /** get reads a key (`found`, `value`, `version`). */

@@ -218,8 +218,11 @@ describe("kv and timers", () => {
       await expect(kv.put("k", bad, { forever: true })).rejects.toBeInstanceOf(InvalidValueError);
       await expect(kv.putIfAbsent("k", { nested: [bad] }, { forever: true })).rejects.toBeInstanceOf(InvalidValueError);
       expect(() => lanes.transaction().kv.put(ns, "k", bad, { forever: true })).toThrow(InvalidValueError);
+      // In a batch too (a raw KvOperation), as Go's KV.Batch and Python's batch refuse it.
+      await expect(kv.batch([{ op: "get", ns, key: "k" }, { op: "putIfAbsent", ns, key: "k", value: bad as never, forever: true }])).rejects.toBeInstanceOf(InvalidValueError);
     }
     await expect(kv.put("k", [1, undefined], { forever: true })).rejects.toThrow(/value\[1\] is undefined/);
+    await expect(kv.batch([{ op: "put", ns, key: "k", value: [1, undefined] as never, forever: true }])).rejects.toThrow(/value\[1\] is undefined/);
     expect((await kv.get("k")).found).toBe(false);
     const q = uniq("timer-json");
     await expect(lanes.timers(q).schedule("t", { delayMillis: 0, payload: { at: Infinity } })).rejects.toBeInstanceOf(InvalidValueError);
