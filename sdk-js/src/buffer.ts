@@ -87,8 +87,26 @@ export class PushBuffer<T = unknown> {
     return { buffered: true, count: wire.length };
   }
 
-  /** flush sends everything waiting now and resolves when it is sent (or dropped because the broker refuses it). It rejects with UnsentError if `lanes.close()` gives up meanwhile. */
-  async flush(): Promise<void> {
+  /** flush sends everything waiting now and resolves when it is sent (or dropped because the broker refuses it). It rejects with UnsentError (`.unsent`) when `timeoutMillis` (default 30 s, as Python's `flush()`) runs out first, the items staying buffered, or if `lanes.close()` gives up meanwhile. */
+  async flush(opts: { timeoutMillis?: number | undefined } = {}): Promise<void> {
+    const left = await this.flushUntil(Date.now() + (opts.timeoutMillis ?? 30_000));
+    if (left > 0) throw new UnsentError(left);
+  }
+
+  /** @internal flushes until everything is sent or the deadline passes; returns how many items are left. The flusher goes on retrying after the deadline. */
+  async flushUntil(deadline: number): Promise<number> {
+    // The deadline's timer is cleared once the flush wins, or it alone would keep Node running.
+    const flushed = new AbortController();
+    try {
+      const drained = this.drain().catch(() => undefined);
+      await (Number.isFinite(deadline) ? Promise.race([drained, sleep(Math.max(0, deadline - Date.now()), flushed.signal).catch(() => undefined)]) : drained);
+    } finally {
+      flushed.abort();
+    }
+    return this.items.length;
+  }
+
+  private async drain(): Promise<void> {
     this.stopped = false;
     while (this.items.length > 0 || this.flushing) {
       if (this.stopped) throw new UnsentError(this.items.length);
@@ -101,15 +119,7 @@ export class PushBuffer<T = unknown> {
   async close(deadline: number): Promise<number> {
     this.closing = true;
     this.wake();
-    const left = Math.max(0, deadline - Date.now());
-    // The deadline's timer is cleared once the flush wins, or it alone would
-    // keep Node running until the deadline.
-    const flushed = new AbortController();
-    try {
-      await Promise.race([this.flush().catch(() => undefined), sleep(left, flushed.signal).catch(() => undefined)]);
-    } finally {
-      flushed.abort();
-    }
+    await this.flushUntil(deadline);
     this.stopped = this.items.length > 0;
     if (this.stopped) this.cut?.abort(new UnsentError(this.items.length));
     return this.items.length;

@@ -176,9 +176,12 @@ export class Lanes {
     this.close().catch((err: unknown) => this.core.log.error(`exit: ${err instanceof Error ? err.message : String(err)}`));
   };
 
-  /** flushAll sends everything waiting in the push buffers. */
-  async flushAll(): Promise<void> {
-    await Promise.all([...this.buffers.values()].map((b) => b.flush()));
+  /** flushAll sends everything waiting in the push buffers, all at once, bounded by `timeoutMillis` (default 30 s, as Python's `flush_all()`). It rejects with UnsentError (`.unsent`, the total left) when time runs out; the items stay buffered and are retried. */
+  async flushAll(opts: { timeoutMillis?: number | undefined } = {}): Promise<void> {
+    const deadline = Date.now() + (opts.timeoutMillis ?? 30_000);
+    const left = await Promise.all([...this.buffers.values()].map((b) => b.flushUntil(deadline)));
+    const unsent = left.reduce((a, b) => a + b, 0);
+    if (unsent > 0) throw new UnsentError(unsent);
   }
 
   /** bufferStats reports the push buffers: how many (one per queue and partition), the items waiting in them (not sent yet), and the batches they sent (a batch halved to set a refused item apart counts once; one that failed and waits for a retry does not). Go `client.BufferStats()`, Python `client.buffer_stats()`. */

@@ -1,7 +1,7 @@
 // The push buffer's batch policy against a scripted local server: splitting a refused batch and
 // making a drop visible.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InvalidNameError, Lanes, UnexpectedAnswerError } from "../../src/index.js";
+import { InvalidNameError, Lanes, UnexpectedAnswerError, UnsentError } from "../../src/index.js";
 import { FakeServer, reply, type Step } from "./fakeserver.js";
 
 const servers: FakeServer[] = [];
@@ -139,6 +139,26 @@ describe("push buffer batches", () => {
     expect(consoleError).toHaveBeenCalledTimes(1);
     expect(String(consoleError.mock.calls[0]![0])).toMatch(/1 item\(s\) dropped/);
     expect(consoleError.mock.calls[0]![1]).toEqual({ transactionIds: ["tx-lost"] });
+  });
+
+  it("flush() and flushAll() are bounded (default 30 s) and reject with UnsentError naming what is left, as Go's ctx and Python's timeout", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(() => undefined); // never answers
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    const a = lanes.queue("q").partition("a").buffer({ timeMillis: 60_000 });
+    const b = lanes.queue("q").partition("b").buffer({ timeMillis: 60_000 });
+    await a.push([1, 2]);
+    await b.push([3]);
+    const t0 = Date.now();
+    const all = await lanes.flushAll({ timeoutMillis: 300 }).catch((e: unknown) => e);
+    expect(all).toBeInstanceOf(UnsentError);
+    expect((all as UnsentError).unsent).toBe(3);
+    const one = await a.flush({ timeoutMillis: 200 }).catch((e: unknown) => e);
+    expect(one).toBeInstanceOf(UnsentError);
+    expect((one as UnsentError).unsent).toBe(2);
+    expect(Date.now() - t0).toBeLessThan(3000);
+    await lanes.close({ timeoutMillis: 0 }).catch(() => undefined);
   });
 
   it("after close() gives up, the buffer stops sending until close() or flush() is called again", async () => {
