@@ -38,8 +38,9 @@ export class TransactionBuilder {
 
   /** queue starts a push into `name`: `.queue('invoices').partition('c-42').push([...])` returns the transaction builder. */
   queue(name: string): TransactionQueue {
+    // A push of no items adds nothing (as in Go and Python), so a bundle can push a list that may be empty.
     return new TransactionQueue(name, undefined, (queue, partition, items) =>
-      this.add({ operations: [{ type: "push", items: toWireItems(queue, partition, items) }] }),
+      items.length === 0 ? this : this.add({ operations: [{ type: "push", items: toWireItems(queue, partition, items) }] }),
     );
   }
 
@@ -116,10 +117,9 @@ export class TransactionQueue {
   partition(name: string): TransactionQueue {
     return new TransactionQueue(this.name, name, this.done);
   }
-  /** push adds the items (ids minted once, UUIDv7) to the transaction and returns the transaction builder. */
+  /** push adds the items (ids minted once, UUIDv7) to the transaction and returns the transaction builder; no items add nothing. */
   push<T>(items: PushItem<T>[]): TransactionBuilder {
     if (!Array.isArray(items)) throw new InvalidItemError(undefined, "want an array of items");
-    if (items.length === 0) throw new LanesError("transaction push: want a non-empty array of items");
     return this.done(this.name, this.part, items);
   }
 }

@@ -61,6 +61,19 @@ describe("transactions", () => {
     expect(err).toBeInstanceOf(LanesError);
     expect((err as Error).message).toMatch(/no operations/);
   });
+
+  it("a push of no items adds nothing to the bundle, as in Go and Python", async () => {
+    const lanes = client();
+    const input = uniq("tx-none-in");
+    const output = uniq("tx-none-out");
+    await expect(lanes.transaction().queue(output).push([]).commit()).rejects.toBeInstanceOf(EmptyTransactionError);
+    await lanes.queue(input).push([1]);
+    const [m] = await lanes.queue(input).wait(false).pop();
+    const res = await lanes.transaction().ack(m!, "completed").queue(output).push([]).commit();
+    expect(res.success).toBe(true);
+    expect(await lanes.queue(output).wait(false).pop()).toEqual([]);
+    expect(await lanes.queue(input).wait(false).pop()).toEqual([]);
+  });
 });
 
 describe("admin", () => {
