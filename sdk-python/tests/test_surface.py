@@ -163,3 +163,26 @@ def test_error_tree() -> None:
 def test_module_names() -> None:
     for name in MODULE:
         assert hasattr(lanes, name), name
+
+
+@pytest.mark.parametrize("cls", [lanes.Lanes, lanes.AsyncLanes])
+def test_builder_setters_return_a_new_builder_and_leave_the_base_as_it_was(
+    cls: type[Any],
+) -> None:
+    """docs/sdk-design.md §0: builders are immutable values, so a base builder can be shared."""
+    c = cls("http://127.0.0.1:1")
+    base = c.queue("orders")
+    before = repr(base._spec)
+    knobs: dict[str, Any] = {
+        "partition": "p", "group": "g", "subscription_mode": "new", "subscription_from": "now",
+        "batch": 5, "partitions": 2, "autopilot": False, "wait": False, "timeout_millis": 100,
+        "lease_seconds": 3, "server_auto_ack": True, "concurrency": 3, "limit": 4,
+        "idle_millis": 5, "auto_ack": False, "soft_stop_timeout_millis": 7,
+        "report_handler_errors": True, "namespace": "n", "task": "t", "renew_lease": False,
+        "on_error": lambda e: None,
+    }  # fmt: skip
+    for name, value in knobs.items():
+        assert getattr(base, name)(value) is not base, name
+    assert repr(base._spec) == before
+    dlq = base.dlq("g")
+    assert dlq.limit(3) is not dlq
