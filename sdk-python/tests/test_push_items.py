@@ -305,6 +305,44 @@ def test_a_closed_client_refuses_buffers_and_calls(broker_url: str, qname: str) 
         assert _pop_all(c2, qname) == [1]
 
 
+def test_close_wakes_a_push_waiting_for_room_with_client_closed_error() -> None:
+    """As Go's Close: a push blocked on a full buffer fails at once, nothing of it enqueued."""
+    release = threading.Event()
+
+    def answer(req: httpx.Request) -> httpx.Response:
+        release.wait(10)  # the broker holds the flush, so the buffer stays full
+        return httpx.Response(503, json={"error": "down", "code": "unavailable"})
+
+    t = httpx.MockTransport(answer)
+    c = lanes.Lanes("http://broker", http_client=httpx.Client(transport=t), retry_attempts=0)
+    b = c.queue("q").buffer(max_size=2, message_count=2, time_millis=60_000, on_error=_ignore)
+    b.push([1, 2])
+    outcome: list[str] = []
+
+    def waiting_push() -> None:
+        try:
+            b.push([3])
+            outcome.append("enqueued")
+        except lanes.ClientClosedError:
+            outcome.append("closed")
+
+    waiter = threading.Thread(target=waiting_push)
+    waiter.start()
+    time.sleep(0.2)
+    assert outcome == []  # waiting for room
+
+    def close() -> None:
+        with pytest.raises(lanes.UnsentError):
+            c.close(timeout=0.5)
+
+    closing = threading.Thread(target=close)
+    closing.start()
+    waiter.join(3)
+    assert outcome == ["closed"]
+    release.set()
+    closing.join(5)
+
+
 async def test_a_closed_async_client_refuses_buffers_and_calls(broker_url: str, qname: str) -> None:
     c = lanes.AsyncLanes(broker_url)
     b = c.queue(qname).buffer(time_millis=60_000)

@@ -1,7 +1,7 @@
 // The push buffer's batch policy against a scripted local server: splitting a refused batch and
 // making a drop visible.
 import { afterEach, describe, expect, it, vi } from "vitest";
-import { InvalidNameError, Lanes, UnexpectedAnswerError, UnsentError } from "../../src/index.js";
+import { ClientClosedError, InvalidNameError, Lanes, UnexpectedAnswerError, UnsentError } from "../../src/index.js";
 import { FakeServer, reply, type Step } from "./fakeserver.js";
 
 const servers: FakeServer[] = [];
@@ -159,6 +159,23 @@ describe("push buffer batches", () => {
     expect((one as UnsentError).unsent).toBe(2);
     expect(Date.now() - t0).toBeLessThan(3000);
     await lanes.close({ timeoutMillis: 0 }).catch(() => undefined);
+  });
+
+  it("close() wakes a push waiting for room with ClientClosedError, as Go's Close and Python's close()", async () => {
+    const s = await new FakeServer().start();
+    servers.push(s);
+    s.otherwise(() => undefined); // holds every flush, so the buffer stays full
+    const lanes = new Lanes({ url: s.url, retryAttempts: 0, env: {}, logger: null });
+    const b = lanes.queue("q").buffer({ maxSize: 2, messageCount: 2, timeMillis: 60_000 });
+    await b.push([1, 2]);
+    let outcome = "waiting";
+    const waiting = b.push([3]).then(() => (outcome = "enqueued"), (e: unknown) => (outcome = e instanceof ClientClosedError ? "closed" : String(e)));
+    await new Promise((r) => setTimeout(r, 100));
+    expect(outcome).toBe("waiting");
+    const closing = lanes.close({ timeoutMillis: 300 }).catch(() => undefined);
+    await waiting;
+    expect(outcome).toBe("closed");
+    await closing;
   });
 
   it("after close() gives up, the buffer stops sending until close() or flush() is called again", async () => {
