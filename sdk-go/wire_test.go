@@ -677,3 +677,24 @@ func TestRetryAfterHTTPDate(t *testing.T) {
 		require.Equal(t, []time.Duration{500 * time.Millisecond}, sr.all())
 	})
 }
+
+// Without WithURL the client asks LANES_URL, else http://localhost:6632 (docs/sdk-design.md §1),
+// as TS and Python do.
+func TestDefaultURLIsLanesURLElseLocalhost(t *testing.T) {
+	fb := &fakeBroker{handler: func(n int, w http.ResponseWriter, r *http.Request) { writeJSON(w, 200, `{"status":"healthy"}`) }}
+	srv := httptest.NewServer(fb)
+	t.Cleanup(srv.Close)
+	t.Setenv("LANES_URL", srv.URL)
+	c, err := New()
+	require.NoError(t, err)
+	closeWhenDone(t, c)
+	_, err = c.Health(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, fb.count())
+
+	t.Setenv("LANES_URL", "")
+	c, err = New()
+	require.NoError(t, err)
+	closeWhenDone(t, c)
+	require.Equal(t, []string{"http://localhost:6632"}, c.cfg.urls)
+}

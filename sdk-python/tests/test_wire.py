@@ -856,3 +856,18 @@ def test_a_bearer_token_callable_is_asked_before_every_attempt() -> None:
     c = client(t, bearer_token=lambda: f"tok-{next(asked)}", retry_delay=0.001)
     assert c.queue("q").wait(False).pop() == []
     assert [r.headers["Authorization"] for r in seen] == ["Bearer tok-1", "Bearer tok-2"]
+
+
+def test_the_default_url_is_lanes_url_else_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
+    """As Go and TS (docs/sdk-design.md §1)."""
+    t, seen = capture(lambda r: httpx.Response(200, json={"enabled": False}))
+    monkeypatch.setenv("LANES_URL", "http://broker-from-env:7000")
+    with lanes.Lanes(http_client=httpx.Client(transport=t)) as c:
+        c.admin.get_maintenance_mode()
+    monkeypatch.delenv("LANES_URL")
+    with lanes.Lanes(http_client=httpx.Client(transport=t)) as c:
+        c.admin.get_maintenance_mode()
+    assert [f"{r.url.scheme}://{r.url.netloc.decode()}" for r in seen] == [
+        "http://broker-from-env:7000",
+        "http://localhost:6632",
+    ]

@@ -25,3 +25,16 @@ describe("broker URLs", () => {
     expect(() => new Lanes({ url, env: {} })).not.toThrow();
   });
 });
+
+describe("default broker URL", () => {
+  it("is LANES_URL, else http://localhost:6632 (as Go and Python)", async () => {
+    const asked: string[] = [];
+    const fetch = (async (input: string | URL | Request) => {
+      asked.push(String(input instanceof Request ? input.url : input));
+      return new Response(JSON.stringify({ status: "healthy" }), { status: 200, headers: { "content-type": "application/json" } });
+    }) as typeof globalThis.fetch;
+    await new Lanes({ env: { LANES_URL: "http://broker-from-env:7000" }, fetch, logger: null }).health();
+    await new Lanes({ env: {}, fetch, logger: null }).health();
+    expect(asked.map((u) => new URL(u).origin)).toEqual(["http://broker-from-env:7000", "http://localhost:6632"]);
+  });
+});
