@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"reflect"
@@ -697,4 +698,28 @@ func TestDefaultURLIsLanesURLElseLocalhost(t *testing.T) {
 	require.NoError(t, err)
 	closeWhenDone(t, c)
 	require.Equal(t, []string{"http://localhost:6632"}, c.cfg.urls)
+}
+
+// An item the broker answers buffered (its disk spool) is no error and is logged at warn level,
+// as in TS and Python (docs/sdk-design.md §2).
+func TestPushBufferedIsLoggedAtWarn(t *testing.T) {
+	t.Parallel()
+	rec := &recHandler{}
+	c, _, _ := newFake(t, func(n int, w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, 201, `[{"index":0,"message_id":"m","transaction_id":"t","queueName":"q","status":"buffered"}]`)
+	}, WithLogger(slog.New(rec)))
+	res, err := c.Queue("q").Push(context.Background(), Data(1))
+	require.NoError(t, err)
+	require.Equal(t, StatusBuffered, res[0].Status)
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	var warns []slog.Record
+	for _, r := range rec.recs {
+		if r.Level >= slog.LevelWarn {
+			warns = append(warns, r)
+		}
+	}
+	require.Len(t, warns, 1)
+	require.Equal(t, slog.LevelWarn, warns[0].Level)
+	require.Contains(t, warns[0].Message, "disk spool")
 }

@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import logging
 import time
 from collections.abc import Callable
 from typing import Any
@@ -871,3 +872,15 @@ def test_the_default_url_is_lanes_url_else_localhost(monkeypatch: pytest.MonkeyP
         "http://broker-from-env:7000",
         "http://localhost:6632",
     ]
+
+
+def test_a_push_answered_buffered_is_no_error_and_is_logged_at_warning(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """As Go and TS (docs/sdk-design.md §2)."""
+    row = {"index": 0, "message_id": "m", "transaction_id": "t", "queueName": "q"}
+    t, _ = capture(lambda r: httpx.Response(201, json=[row | {"status": "buffered"}]))
+    with caplog.at_level(logging.WARNING, logger="lanes"), client(t) as c:
+        assert [r.status for r in c.queue("q").push([1])] == ["buffered"]
+    warnings = [r for r in caplog.records if r.name == "lanes" and r.levelno == logging.WARNING]
+    assert len(warnings) == 1 and "disk spool" in warnings[0].getMessage()

@@ -144,7 +144,7 @@ export class Core {
     });
     const buffered = results.filter((r) => r.status === "buffered");
     if (buffered.length > 0) {
-      this.log.warn(`push: ${buffered.length} item(s) buffered on the broker's disk spool (PostgreSQL unreachable); they drain later`, { queue: buffered[0]?.queue });
+      this.log.warn(`push: ${buffered.length} item(s) buffered on the broker's disk spool (PostgreSQL unreachable or push maintenance on); they drain later`, { queue: buffered[0]?.queue });
     }
     if (results.some((r) => r.status === "failed")) throw new PushError(results);
     return results;

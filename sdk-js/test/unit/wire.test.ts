@@ -154,6 +154,16 @@ describe("retry policy on the wire", () => {
     expect(err.items).toEqual([{ index: 1, transactionId: "t1", status: "failed", message: "disk" }]);
   });
 
+  it("a `buffered` item is no error and is logged at warn level, as in Go and Python", async () => {
+    const s = (await fake()).script(reply(201, pushed(2, "buffered")));
+    const lines: { level: string; msg: string }[] = [];
+    const logger = { debug: () => {}, info: () => {}, warn: (msg: string) => lines.push({ level: "warn", msg }), error: (msg: string) => lines.push({ level: "error", msg }) };
+    const res = await client(s.url, { logger }).queue("q").push([{ data: 1 }, { data: 2 }]);
+    expect(res.map((r) => r.status)).toEqual(["buffered", "buffered"]);
+    expect(lines).toHaveLength(1);
+    expect(lines[0]).toMatchObject({ level: "warn", msg: expect.stringMatching(/2 item\(s\) buffered on the broker's disk spool/) });
+  });
+
   it("asks a bearerToken function before every attempt, a retry included", async () => {
     const s = (await fake()).script(reply(503, { error: "x", code: "unavailable" }), reply(201, pushed(1)));
     let asked = 0;

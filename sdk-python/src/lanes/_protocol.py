@@ -219,7 +219,7 @@ def warn_buffered(results: list[PushResult], logger: logging.Logger) -> list[Pus
     if buffered:
         logger.warning(
             "lanes: %d push item(s) buffered on the broker's disk spool (PostgreSQL "
-            "unreachable); they drain later (queue %s)",
+            "unreachable or push maintenance on); they drain later (queue %s)",
             len(buffered),
             buffered[0].queue,
         )
