@@ -9,6 +9,7 @@ import json
 import logging
 import threading
 import time
+import uuid
 from typing import Any
 
 import httpx
@@ -52,6 +53,16 @@ def test_a_transaction_id_that_is_not_a_str_is_refused(broker_url: str, qname: s
             c.queue(qname).push([{"data": 0}, {"data": 1, "transactionId": 9137}])
         assert e.value.index == 1
         assert _pop_all(c, qname) == []
+
+
+def test_none_and_an_empty_id_are_absent_and_minted(broker_url: str, qname: str) -> None:
+    """As TS's undefined, null and "" (docs/sdk-design.md §2's Push items table)."""
+    with lanes.Lanes(broker_url) as c:
+        items = [{"data": 1, "transaction_id": ""}, {"data": 2, "transactionId": None}]
+        items.append({"data": 3, "transaction_id": None, "trace_id": ""})
+        results = c.queue(qname).push(items)
+        assert [uuid.UUID(r.transaction_id).version for r in results] == [7, 7, 7]
+        assert sorted(_pop_all(c, qname)) == [1, 2, 3]
 
 
 @pytest.mark.parametrize(

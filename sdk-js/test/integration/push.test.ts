@@ -27,6 +27,14 @@ describe("push items", () => {
     expect(await popAll(lanes, q)).toEqual([]);
   });
 
+  it("undefined, null and an empty id are absent: a UUIDv7 is minted (as Python's None and \"\")", async () => {
+    const lanes = client();
+    const q = uniq("absent-ids");
+    const res = await lanes.queue(q).push([{ data: 1, transactionId: "" }, { data: 2, transactionId: null as unknown as string }, { data: 3, transactionId: undefined, traceId: "" }]);
+    expect(res.map((r) => r.transactionId[14])).toEqual(["7", "7", "7"]);
+    expect(await popAll(lanes, q)).toEqual([1, 2, 3]);
+  });
+
   it("an items argument that is not an array is refused with InvalidItemError, as in Python, by push, buffer push and transaction push", async () => {
     const lanes = client();
     const q = uniq("notarray");
