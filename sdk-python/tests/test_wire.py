@@ -859,6 +859,34 @@ def test_a_bearer_token_callable_is_asked_before_every_attempt() -> None:
     assert [r.headers["Authorization"] for r in seen] == ["Bearer tok-1", "Bearer tok-2"]
 
 
+def test_a_failing_bearer_token_callable_fails_the_call_with_its_own_error() -> None:
+    """Before the first attempt nothing is sent; before a retry the call ends. The error is the
+    callable's, not an APIConnectionError (as in Go and TS)."""
+
+    class TokenGone(Exception):
+        pass
+
+    def gone() -> str:
+        raise TokenGone
+
+    t, seen = capture()
+    with pytest.raises(TokenGone):
+        client(t, bearer_token=gone).admin.get_maintenance_mode()
+    assert seen == []
+    asked: list[int] = []
+
+    def once() -> str:
+        asked.append(1)
+        if len(asked) > 1:
+            raise TokenGone
+        return "tok-1"
+
+    t, seen = capture(lambda r: httpx.Response(503))
+    with pytest.raises(TokenGone):
+        client(t, bearer_token=once, retry_delay=0.001).admin.get_maintenance_mode()
+    assert len(seen) == 1
+
+
 def test_the_default_url_is_lanes_url_else_localhost(monkeypatch: pytest.MonkeyPatch) -> None:
     """As Go and TS (docs/sdk-design.md §1)."""
     t, seen = capture(lambda r: httpx.Response(200, json={"enabled": False}))

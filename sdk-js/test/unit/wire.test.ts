@@ -164,6 +164,18 @@ describe("retry policy on the wire", () => {
     expect(lines[0]).toMatchObject({ level: "warn", msg: expect.stringMatching(/2 item\(s\) buffered on the broker's disk spool/) });
   });
 
+  it("a bearerToken function that throws fails the call with its own error, unsent (as Go and Python)", async () => {
+    const s = (await fake()).script(reply(503, { error: "x", code: "unavailable" }));
+    const gone = new Error("token source gone");
+    const first = await client(s.url, { bearerToken: () => { throw gone; } }).admin.getMaintenanceMode().catch((e: unknown) => e);
+    expect(first).toBe(gone);
+    expect(s.seen).toHaveLength(0);
+    let asked = 0;
+    const retry = await client(s.url, { bearerToken: () => { if (++asked > 1) throw gone; return "tok-1"; } }).admin.getMaintenanceMode().catch((e: unknown) => e);
+    expect(retry).toBe(gone);
+    expect(s.seen).toHaveLength(1);
+  });
+
   it("asks a bearerToken function before every attempt, a retry included", async () => {
     const s = (await fake()).script(reply(503, { error: "x", code: "unavailable" }), reply(201, pushed(1)));
     let asked = 0;
