@@ -176,8 +176,18 @@ func (k KV) one(ctx context.Context, op KVOperation) (*KVResult, error) {
 	return &res[0], nil
 }
 
+// keyRouteless reports a namespace or key the key route cannot carry: net/http drops "." and
+// ".." path segments, so such a call would reach another route (a 404). It goes through
+// POST /api/v1/kv instead, as TS sends every KV call, and gets the broker's own answer there.
+func (k KV) keyRouteless(key string) bool {
+	return k.ns == "." || k.ns == ".." || key == "." || key == ".."
+}
+
 // Get reads one key.
 func (k KV) Get(ctx context.Context, key string) (*KVResult, error) {
+	if k.keyRouteless(key) {
+		return k.one(ctx, KVGet(k.ns, key))
+	}
 	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvGet(ctx, k.ns, key) })
 }
 
@@ -186,6 +196,9 @@ func (k KV) Put(ctx context.Context, key string, value any, ttl time.Duration) (
 	b, err := encodeKVValue(key, value)
 	if err != nil {
 		return nil, err
+	}
+	if k.keyRouteless(key) {
+		return k.one(ctx, KVPut(k.ns, key, value, ttl))
 	}
 	body := gen.KvPutRequest{Value: b}
 	setTTL(&body.TtlSeconds, &body.Forever, ttl)
@@ -199,6 +212,9 @@ func (k KV) PutExpect(ctx context.Context, key string, value any, ttl time.Durat
 	b, err := encodeKVValue(key, value)
 	if err != nil {
 		return nil, err
+	}
+	if k.keyRouteless(key) {
+		return k.one(ctx, KVPutExpect(k.ns, key, value, ttl, expect))
 	}
 	body := gen.KvPutRequest{Value: b, Expect: &expect}
 	setTTL(&body.TtlSeconds, &body.Forever, ttl)
@@ -258,6 +274,9 @@ func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
 
 // Delete removes one key.
 func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
+	if k.keyRouteless(key) {
+		return k.one(ctx, KVDelete(k.ns, key))
+	}
 	return call[KVResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.KvDelete(ctx, k.ns, key) })
 }
 

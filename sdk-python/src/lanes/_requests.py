@@ -583,13 +583,24 @@ def _kv_path(ns: str, key: str) -> str:
     return f"/api/v1/kv/{_seg(ns)}/{_seg(key)}"
 
 
+def _key_routeless(ns: str, key: str) -> bool:
+    """A namespace or key the key route cannot carry: httpx normalises "." and ".." path
+    segments away, so the call would reach another route (a 404 or 405). Such a call goes
+    through POST /api/v1/kv, as TS sends every KV call, and gets the broker's own answer."""
+    return ns in (".", "..") or key in (".", "..")
+
+
 def kv_get(ns: str, key: str) -> Req[models.KvResult]:
+    if _key_routeless(ns, key):
+        return kv_one(kv_op("get", ns, key))
     return Req("GET", _kv_path(ns, key), _model(models.KvResult))
 
 
 def kv_put(
     ns: str, key: str, value: Any, ttl_seconds: int | None, expect: int | None
 ) -> Req[models.KvResult]:
+    if _key_routeless(ns, key):
+        return kv_one(kv_op("put", ns, key, value=value, ttl_seconds=ttl_seconds, expect=expect))
     body: dict[str, Any] = {"value": _checked_value(f"kv put {key!r}", value)}
     if ttl_seconds:
         body["ttlSeconds"] = int(ttl_seconds)
@@ -609,7 +620,7 @@ def kv_put(
 def kv_delete(ns: str, key: str, expect: int | None = None) -> Req[models.KvResult]:
     """Unconditional delete on the key route; with ``expect`` (a version, >= 1) through the batch
     route, the only one that takes the condition."""
-    if expect is not None:
+    if expect is not None or _key_routeless(ns, key):
         return kv_one(kv_op("delete", ns, key, expect=expect))
     return Req("DELETE", _kv_path(ns, key), _model(models.KvResult))
 
