@@ -215,3 +215,26 @@ def test_a_value_json_cannot_carry_is_refused_before_sending(
     assert [r["attempts"] for r in counts] == [0, 0, 0]
     with lanes.Lanes(url) as c:
         assert not c.kv(qname).get("k").found
+
+
+def test_a_dot_name_in_a_path_is_refused_before_sending(broker_url: str, qname: str) -> None:
+    """httpx removes a "." or ".." path segment, and what is left can name another route:
+    DELETE /consumer-groups/g/queues/.. became DELETE /consumer-groups/g, which deleted the
+    group on every queue. Every call that puts a name in its path refuses those two."""
+    group = f"{qname}-g"
+    with lanes.Lanes(broker_url, retry_attempts=0) as c:
+        c.queue(qname).push([1])
+        c.queue(qname).group(group).subscription_mode("all").wait(False).pop()
+        calls: list[Callable[[], object]] = [
+            lambda: c.admin.delete_consumer_group_for_queue(group, ".."),
+            lambda: c.admin.delete_consumer_group_for_queue(group, "."),
+            lambda: c.admin.delete_queue(".."),
+            lambda: c.admin.get_queue_status(".."),
+            lambda: c.admin.seek_consumer_group(group, "..", to_end=True),
+            lambda: c.admin.delete_message("..", "t"),
+            lambda: c.timers("..").get("k"),
+        ]
+        for call in calls:
+            with pytest.raises(lanes.InvalidNameError, match=r'must not be "\." or "\.\."'):
+                call()
+        assert qname in c.admin.get_consumer_group(group).root

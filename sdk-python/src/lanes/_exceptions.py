@@ -255,8 +255,10 @@ class InvalidNameError(LanesError, ValueError):
     broker refuses (empty, ``"."`` or ``".."``, a NUL character, not encodable as UTF-8, over 512
     bytes), and sent nothing: such a buffer could only drop what it holds, and an HTTP client
     would send such a pop to another route. Every call that takes a consumer group raises it
-    for a group name of only white space (and, where the route names the group, an empty one).
-    ``field`` is ``"queue"``, ``"partition"`` or ``"group"``, ``value`` the name."""
+    for a group name of only white space (and, where the route names the group, an empty one),
+    and every call that puts a name in its URL path for ``"."`` or ``".."``.
+    ``field`` is ``"queue"``, ``"partition"``, ``"group"`` (or the path's other name: ``"key"``,
+    ``"namespace"``, ...), ``value`` the name."""
 
     def __init__(self, field: str, value: str, reason: str, op: str = "buffer") -> None:
         super().__init__(f"lanes: {op}: {field} name {value!r} {reason}")

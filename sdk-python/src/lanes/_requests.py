@@ -14,7 +14,12 @@ from urllib.parse import quote, urlencode
 from pydantic import BaseModel
 
 from lanes import _protocol as P
-from lanes._exceptions import InvalidValueError, LanesError, UnexpectedAnswerError
+from lanes._exceptions import (
+    InvalidNameError,
+    InvalidValueError,
+    LanesError,
+    UnexpectedAnswerError,
+)
 from lanes._generated import models
 from lanes._http import Response
 from lanes._names import check_group
@@ -52,7 +57,14 @@ class Req(Generic[T]):
             ) from e
 
 
-def _seg(s: str) -> str:
+def _seg(s: str, field: str = "name") -> str:
+    """One path segment. "." and ".." are refused before sending: httpx removes such a segment,
+    and the rest of the path can name another route (DELETE /consumer-groups/g/queues/.. became
+    DELETE /consumer-groups/g, deleting the group on every queue)."""
+    if s in (".", ".."):
+        raise InvalidNameError(
+            field, s, 'must not be "." or ".." (URL clients drop such path segments)', "request"
+        )
     return quote(s, safe="")
 
 
@@ -131,7 +143,7 @@ def pop(spec: P.QueueSpec, client_autopilot: bool, client_timeout: float) -> Req
 def renew(lease_id: str, seconds: int) -> Req[RenewResult]:
     return Req(
         "POST",
-        f"/api/v1/lease/{_seg(lease_id)}/extend",
+        f"/api/v1/lease/{_seg(lease_id, 'lease')}/extend",
         lambda r: P.parse_renew(lease_id, r.json()),
         body={"seconds": seconds},
     )
@@ -180,7 +192,9 @@ def configure(
 
 
 def get_queue(queue: str) -> Req[models.QueueDetail]:
-    return Req("GET", f"/api/v1/resources/queues/{_seg(queue)}", _model(models.QueueDetail))
+    return Req(
+        "GET", f"/api/v1/resources/queues/{_seg(queue, 'queue')}", _model(models.QueueDetail)
+    )
 
 
 def list_queues(
@@ -196,7 +210,9 @@ def list_queues(
 
 def delete_queue(queue: str) -> Req[models.DeleteQueueResult]:
     return Req(
-        "DELETE", f"/api/v1/resources/queues/{_seg(queue)}", _model(models.DeleteQueueResult)
+        "DELETE",
+        f"/api/v1/resources/queues/{_seg(queue, 'queue')}",
+        _model(models.DeleteQueueResult),
     )
 
 
@@ -204,7 +220,7 @@ def queue_depth(queue: str, group: str | None) -> Req[models.QueueDepth]:
     check_group("get_queue_depth", group)
     return Req(
         "GET",
-        f"/api/v1/resources/queues/{_seg(queue)}/depth",
+        f"/api/v1/resources/queues/{_seg(queue, 'queue')}/depth",
         _model(models.QueueDepth),
         query=_q(group=group),
     )
@@ -255,7 +271,7 @@ def list_queue_status(
 def queue_status(queue: str, include_partitions: bool) -> Req[models.QueueStatus]:
     return Req(
         "GET",
-        f"/api/v1/status/queues/{_seg(queue)}",
+        f"/api/v1/status/queues/{_seg(queue, 'queue')}",
         _model(models.QueueStatus),
         query=_q(includePartitions=include_partitions or None),
     )
@@ -300,7 +316,7 @@ def seek(
     check_group("seek_consumer_group", group, in_path=True)
     return Req(
         "POST",
-        f"/api/v1/consumer-groups/{_seg(group)}/queues/{_seg(queue)}/seek",
+        f"/api/v1/consumer-groups/{_seg(group, 'group')}/queues/{_seg(queue, 'queue')}/seek",
         _model(models.SeekQueueResult),
         body=_seek_body(to_end, timestamp),
     )
@@ -312,7 +328,8 @@ def seek_partition(
     check_group("seek_consumer_group_partition", group, in_path=True)
     return Req(
         "POST",
-        f"/api/v1/consumer-groups/{_seg(group)}/queues/{_seg(queue)}/partitions/{_seg(partition)}/seek",
+        f"/api/v1/consumer-groups/{_seg(group, 'group')}/queues/{_seg(queue, 'queue')}"
+        f"/partitions/{_seg(partition, 'partition')}/seek",
         _model(models.SeekPartitionResult),
         body=_seek_body(to_end, timestamp),
     )
@@ -324,7 +341,9 @@ def list_groups() -> Req[list[models.ConsumerGroupSummary]]:
 
 def get_group(group: str) -> Req[models.ConsumerGroupDetail]:
     check_group("get_consumer_group", group, in_path=True)
-    return Req("GET", f"/api/v1/consumer-groups/{_seg(group)}", _model(models.ConsumerGroupDetail))
+    return Req(
+        "GET", f"/api/v1/consumer-groups/{_seg(group, 'group')}", _model(models.ConsumerGroupDetail)
+    )
 
 
 def lagging_groups(min_lag_seconds: int) -> Req[list[models.LaggingConsumerGroup]]:
@@ -340,9 +359,9 @@ def delete_group(
     group: str, queue: str | None, delete_metadata: bool
 ) -> Req[models.ConsumerGroupDeleteResult]:
     check_group("delete_consumer_group", group, in_path=True)
-    path = f"/api/v1/consumer-groups/{_seg(group)}"
+    path = f"/api/v1/consumer-groups/{_seg(group, 'group')}"
     if queue is not None:
-        path += f"/queues/{_seg(queue)}"
+        path += f"/queues/{_seg(queue, 'queue')}"
     return Req(
         "DELETE",
         path,
@@ -358,7 +377,7 @@ def update_subscription(
     ts = _iso(timestamp) if isinstance(timestamp, datetime) else timestamp
     return Req(
         "POST",
-        f"/api/v1/consumer-groups/{_seg(group)}/subscription",
+        f"/api/v1/consumer-groups/{_seg(group, 'group')}/subscription",
         _model(models.SubscriptionUpdateResult),
         body={"subscriptionTimestamp": ts},
     )
@@ -412,7 +431,10 @@ def replay_dlq(
     if partition is not None:
         body["partition"] = partition
     return Req(
-        "POST", f"/api/v1/dlq/{_seg(dlq_id)}/replay", _model(models.DlqReplayResult), body=body
+        "POST",
+        f"/api/v1/dlq/{_seg(dlq_id, 'dlq id')}/replay",
+        _model(models.DlqReplayResult),
+        body=body,
     )
 
 
@@ -446,7 +468,8 @@ def list_messages(
 
 
 def _msg_path(partition_id: str, transaction_id: str) -> str:
-    return f"/api/v1/messages/{_seg(partition_id)}/{_seg(transaction_id)}"
+    pid, tid = _seg(partition_id, "partitionId"), _seg(transaction_id, "transactionId")
+    return f"/api/v1/messages/{pid}/{tid}"
 
 
 def get_message(partition_id: str, transaction_id: str) -> Req[models.MessageDetail]:
@@ -580,7 +603,7 @@ def kv_namespaces() -> Req[models.KvNamespaceList]:
 
 
 def _kv_path(ns: str, key: str) -> str:
-    return f"/api/v1/kv/{_seg(ns)}/{_seg(key)}"
+    return f"/api/v1/kv/{_seg(ns, 'namespace')}/{_seg(key, 'key')}"
 
 
 def _key_routeless(ns: str, key: str) -> bool:
@@ -692,7 +715,9 @@ def timers_batch(ops: Sequence[Mapping[str, Any]]) -> Req[list[models.TimerResul
 
 
 def timer_get(queue: str, key: str) -> Req[models.Timer]:
-    return Req("GET", f"/api/v1/timers/{_seg(queue)}/{_seg(key)}", _model(models.Timer))
+    return Req(
+        "GET", f"/api/v1/timers/{_seg(queue, 'queue')}/{_seg(key, 'key')}", _model(models.Timer)
+    )
 
 
 def timer_list(
@@ -700,7 +725,7 @@ def timer_list(
 ) -> Req[models.TimerList]:
     return Req(
         "GET",
-        f"/api/v1/timers/{_seg(queue)}",
+        f"/api/v1/timers/{_seg(queue, 'queue')}",
         _model(models.TimerList),
         query=_q(limit=limit, after=after, prefix=prefix),
     )
