@@ -811,6 +811,29 @@ func TestITKV(t *testing.T) {
 	require.True(t, *got.Found)
 }
 
+// A negative TTL other than lanes.Forever (a computed time.Until that went past) is sent as
+// such and refused (400, nothing written), as Python's negative ttl_seconds is and TS refuses
+// it before sending, instead of becoming a key that never expires.
+func TestITKVNegativeTTLIsRefusedNotForever(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+	for _, ttl := range []time.Duration{-5 * time.Second, -500 * time.Millisecond} {
+		_, err := kv.Put(b.ctx, "k", 1, ttl)
+		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
+		_, err = kv.Batch(b.ctx, lanes.KVPut(b.queue, "k", 1, ttl))
+		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
+		_, err = kv.Incr(b.ctx, "n", 1, ttl, lanes.KVIncrOpts{})
+		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
+	}
+	got, err := kv.Get(b.ctx, "k")
+	require.NoError(t, err)
+	require.False(t, *got.Found)
+	put, err := kv.Put(b.ctx, "k", 1, lanes.Forever)
+	require.NoError(t, err)
+	require.Nil(t, put.ExpiresAt)
+}
+
 // TestITKVHelpers: the named KV helpers (parity with sdk-js's Kv) against the broker.
 func TestITKVHelpers(t *testing.T) {
 	t.Parallel()

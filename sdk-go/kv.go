@@ -140,12 +140,18 @@ func KVPutExpect(ns, key string, value any, ttl time.Duration, expect int) KVOpe
 	return op
 }
 
+// setTTL sets a write's expiry: Forever (or 0) is no expiry, a positive ttl whole seconds (at
+// least 1). Any other negative ttl, a computed time.Until that went past, is sent as it is, so
+// the broker refuses it (400) rather than keeping the key forever.
 func setTTL(ttl **int, forever **bool, d time.Duration) {
-	if d == Forever || d <= 0 {
+	switch {
+	case d == Forever || d == 0:
 		*forever = ptr(true)
-		return
+	case d < 0:
+		*ttl = ptr(min(int(d/time.Second), 0))
+	default:
+		*ttl = ptr(max(int(d/time.Second), 1))
 	}
-	*ttl = ptr(max(int(d/time.Second), 1))
 }
 
 // Batch runs KV ops (POST /api/v1/kv) and returns their results, index-aligned; an answer with
