@@ -200,6 +200,8 @@ export class TransactionError extends LanesError {
   readonly reason: TransactionReason | undefined;
   /** result is the broker's full answer (`failedIndex`, `kvReason`, `version`, `value` on `kv_precondition`). */
   readonly result: TransactionResult;
+  /** brokerMessage is the broker's text alone (the answer's `error`, "" without one), as on APIError: Go's `TransactionError.Message`, Python's `message`. */
+  readonly brokerMessage: string;
   /** attempts > 1 with reason `duplicate` means an earlier attempt probably committed (docs/retries.md §5). */
   readonly attempts: number;
   /** failedIndex, kvReason, version and value are set on `kv_precondition`: the KV rider that lost, why (`exists`, `absent`, `version`, `limit`, `type`), and the key's current version and value. */
@@ -211,6 +213,7 @@ export class TransactionError extends LanesError {
     super(`transaction rolled back${result.reason ? ` (${result.reason})` : ""}${result.error ? `: ${result.error}` : ""}`);
     this.reason = result.reason;
     this.result = result;
+    this.brokerMessage = result.error ?? "";
     this.attempts = attempts;
     this.failedIndex = result.failedIndex ?? undefined;
     this.kvReason = result.kvReason ?? undefined;

@@ -53,6 +53,11 @@ describe("transactions", () => {
       .catch((e: unknown) => e);
     expect(err).toBeInstanceOf(TransactionError);
     expect((err as TransactionError).reason).toBe("duplicate");
+    // The broker's text alone, as APIError.brokerMessage (Go Message, Python message).
+    const brokerMessage = (err as TransactionError).brokerMessage;
+    expect(brokerMessage).toBe((err as TransactionError).result.error);
+    expect(brokerMessage).not.toBe("");
+    expect((err as TransactionError).message).toContain(brokerMessage);
   });
 
   it("an empty bundle throws EmptyTransactionError", async () => {
