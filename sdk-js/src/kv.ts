@@ -55,8 +55,9 @@ export class Kv {
   get(key: string): Promise<KvResult> {
     return this.one({ op: "get", ns: this.namespace, key });
   }
-  /** getMany reads several keys (`rows`, `missing`). */
-  getMany(keys: string[]): Promise<KvResult> {
+  /** getMany reads several keys (`rows`, `missing`); `keys` that is not an array (a lone string) throws LanesError, unsent, as Python's TypeError. */
+  async getMany(keys: string[]): Promise<KvResult> {
+    if (!Array.isArray(keys)) throw new LanesError(`kv getMany: keys must be an array of keys, got ${typeof keys}`);
     return this.one({ op: "getMany", ns: this.namespace, keys });
   }
   /** getPrefix pages through keys with a prefix (`rows`, `truncated`, `nextAfter`). */

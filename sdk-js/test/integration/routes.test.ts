@@ -1,6 +1,6 @@
 // Transactions, admin, DLQ, KV and timers against the real broker.
 import { describe, expect, it } from "vitest";
-import { EmptyTransactionError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
+import { APIError, EmptyTransactionError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
 import { client, uniq } from "./helpers.js";
 
 describe("transactions", () => {
@@ -247,6 +247,22 @@ describe("kv and timers", () => {
     expect(() => lanes.transaction().timer(q, "t", { delayMillis: 0, payload: new Set([1]) })).toThrow(InvalidValueError);
     await expect(lanes.timers(q).schedule("t", { delayMillis: 0, payload: [undefined] })).rejects.toThrow(/payload\[0\] is undefined/);
     expect((await lanes.timers(q).get("t")).found).toBe(false);
+  });
+
+  it("kv getMany refuses keys that are not an array before sending, as Python's TypeError", async () => {
+    const sent: string[] = [];
+    const lanes = client({ fetch: (input, init) => (sent.push(String(input)), fetch(input, init)) });
+    const kv = lanes.kv(uniq("kv-getmany"));
+    await kv.put("abc", 1, { forever: true });
+    sent.length = 0;
+    for (const bad of ["abc", undefined, { 0: "abc" }]) {
+      const err = await kv.getMany(bad as never).catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(LanesError);
+      expect(err).not.toBeInstanceOf(APIError);
+      expect((err as Error).message).toMatch(/keys must be an array/);
+    }
+    expect(sent).toEqual([]);
+    expect((await kv.getMany(["abc"])).rows?.map((r) => r.key)).toEqual(["abc"]);
   });
 
   it("timers(q).batch sends several timerOp operations, for any queue, in one request", async () => {
