@@ -150,9 +150,9 @@ export class InvalidItemError extends LanesError {
 /** InvalidValueError is thrown before any request by a KV put or putIfAbsent (direct or in a transaction) whose value, or a timer schedule whose payload, is not plain JSON (the payloads InvalidItemError refuses for a push). */
 export class InvalidValueError extends LanesError {}
 
-/** InvalidNameError is thrown, before anything is sent, by `buffer()`, a pop, `consume()`/`consumeBatch()` and `messages()` for a queue or partition name the broker refuses (empty, "." or "..", a NUL character, a lone surrogate, over 512 bytes): such a buffer could only drop what it holds, and fetch would send such a pop to another route. */
+/** InvalidNameError is thrown, before anything is sent, by `buffer()`, a pop, `consume()`/`consumeBatch()` and `messages()` for a queue or partition name the broker refuses (empty, "." or "..", a NUL character, a lone surrogate, over 512 bytes): such a buffer could only drop what it holds, and fetch would send such a pop to another route. Every call that puts a name in its URL path (admin, timers, messages, DLQ replay) throws it for "." or "..", which fetch would remove with the segment before it. */
 export class InvalidNameError extends LanesError {
-  /** field is "queue", "partition" or "group". */
+  /** field is "queue", "partition", "group", or "path segment" for a name another call put in its URL path. */
   readonly field: string;
   /** value is the refused name (`name` is the error class's). */
   readonly value: string;

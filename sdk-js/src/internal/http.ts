@@ -2,10 +2,22 @@
 // retry loop around decideRetry (docs/retries.md). A 204 is returned without reading a body.
 import { AsyncLocalStorage } from "node:async_hooks";
 import { subscribe } from "node:diagnostics_channel";
-import { APIConnectionError, APITimeoutError, OutcomeUnknownError, UnexpectedAnswerError, errorForStatus, type APIError } from "../errors.js";
+import { APIConnectionError, APITimeoutError, InvalidNameError, OutcomeUnknownError, UnexpectedAnswerError, errorForStatus, type APIError } from "../errors.js";
 import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import type { Log } from "./log.js";
+
+/** DOT_SEGMENT is a path segment a URL parser removes with what it names ("%2e" counts as a dot). */
+const DOT_SEGMENT = /^(\.|%2e){1,2}$/i;
+
+/** refuseDotSegments throws InvalidNameError, before anything is sent, when a name put in the path is "." or "..": fetch would remove that segment (and the one before it), so the call would reach another route, e.g. GET /api/v1/timers/../status read the broker's status as a timer. */
+function refuseDotSegments(req: Request): void {
+  for (const segment of req.path.split("/")) {
+    if (DOT_SEGMENT.test(segment)) {
+      throw new InvalidNameError("path segment", decodeURIComponent(segment), 'must not be "." or ".." (URL clients drop such path segments)', `${req.method} ${req.path}`);
+    }
+  }
+}
 
 /** Request is one logical call; the transport may make several attempts. */
 export interface Request {
@@ -140,6 +152,7 @@ export class Transport {
 
   /** request runs one logical call through the retry policy and returns the 2xx answer or throws. */
   async request<T>(req: Request): Promise<Response<T>> {
+    refuseDotSegments(req);
     const payload = req.body === undefined ? undefined : JSON.stringify(req.body);
     const scoped = currentDeadline();
     const deadline = scoped !== undefined && (req.deadline === undefined || scoped < req.deadline) ? scoped : req.deadline;

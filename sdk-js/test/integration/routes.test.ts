@@ -1,6 +1,6 @@
 // Transactions, admin, DLQ, KV and timers against the real broker.
 import { describe, expect, it } from "vitest";
-import { APIError, EmptyTransactionError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
+import { APIError, EmptyTransactionError, InvalidNameError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
 import { client, uniq } from "./helpers.js";
 
 describe("transactions", () => {
@@ -106,6 +106,37 @@ describe("admin", () => {
     expect(detail[q]).toBeDefined();
     const del = await lanes.admin.deleteConsumerGroupForQueue("g1", q);
     expect(del.success).toBe(true);
+  });
+
+  it("a name put in a URL path cannot be \".\" or \"..\": refused before sending, as in Go and Python", async () => {
+    // fetch removes such a segment with the one before it: GET /api/v1/timers/../status read the
+    // broker's status as a timer, and DELETE /consumer-groups/g/queues/.. was a 404 at best.
+    const sent: string[] = [];
+    const lanes = client({ retryAttempts: 0, fetch: (input, init) => (sent.push(String(input)), fetch(input, init)) });
+    const q = uniq("dot-paths");
+    const g = `${q}-g`;
+    await lanes.queue(q).push([{ data: 1 }]);
+    await lanes.queue(q).group(g).subscriptionMode("all").wait(false).pop();
+    sent.length = 0;
+    const calls: [string, () => Promise<unknown>][] = [
+      ["..", () => lanes.admin.deleteConsumerGroupForQueue(g, "..", true)],
+      [".", () => lanes.admin.deleteConsumerGroupForQueue(g, ".", true)],
+      ["..", () => lanes.admin.deleteQueue("..")],
+      ["..", () => lanes.admin.getQueueStatus("..")],
+      ["..", () => lanes.admin.seekConsumerGroup(g, "..", { toEnd: true })],
+      ["..", () => lanes.admin.deleteMessage("..", "t")],
+      ["..", () => lanes.timers("..").get("status")],
+      [".", () => lanes.timers(".").get("k")],
+      ["..", () => lanes.timers(q).cancel("..")],
+    ];
+    for (const [name, call] of calls) {
+      const err = await call().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(InvalidNameError);
+      expect(err).toMatchObject({ field: "path segment", value: name });
+      expect((err as Error).message).toMatch(/must not be "\." or "\.\."/);
+    }
+    expect(sent).toEqual([]);
+    expect((await lanes.admin.getConsumerGroup(g))[q]).toBeDefined();
   });
 
   it("dead letters: a message past its retry budget lands in the DLQ and can be replayed", async () => {
