@@ -160,7 +160,7 @@ func withClock(now func() time.Time, rnd func() float64, sleep func(context.Cont
 type Client struct {
 	cfg       config
 	bases     []*url.URL
-	gen       *gen.Client
+	gen       pathGuard
 	log       *slog.Logger
 	warnLog   *slog.Logger // the user's logger, else slog.Default: dropped items and loop errors are never silent
 	hc        *http.Client // one attempt: the user's transport under the per-attempt timeout
@@ -225,7 +225,7 @@ func New(opts ...Option) (*Client, error) {
 	if err != nil {
 		return nil, err
 	}
-	c.gen = g
+	c.gen = pathGuard{g}
 	return c, nil
 }
 
@@ -300,6 +300,7 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 			var ce *ConnectionError
 			var unknown *OutcomeUnknownError
 			var tokenErr *tokenError
+			var nameErr *InvalidNameError
 			switch {
 			case errors.As(err, &unknown):
 				return 0, unknown
@@ -307,6 +308,8 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 				return 0, ce
 			case errors.As(err, &tokenErr):
 				return 0, tokenErr
+			case errors.As(err, &nameErr): // refused by pathGuard, unsent
+				return 0, nameErr
 			}
 			return 0, &ConnectionError{URL: c.bases[0].String(), Err: err}
 		}

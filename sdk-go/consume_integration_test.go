@@ -415,6 +415,51 @@ func TestITPopRefusesDotNames(t *testing.T) {
 	require.Zero(t, via.requests.Load(), "nothing was sent")
 }
 
+// Every call that puts a name in its URL path refuses "." and ".." with *InvalidNameError,
+// sending nothing: the URL resolution removes such a segment with the one before it, so
+// Timers("..").Get(ctx, "status") read GET /api/v1/status as a timer, and the admin calls got
+// the broker's 404 no_such_route, as Python's httpx once turned
+// DeleteConsumerGroupForQueue(g, "..") into a delete of g on every queue.
+func TestITDotNamesInAPathAreRefusedUnsent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	group := b.queue + "-g"
+	_, err := b.c.Queue(b.queue).Push(b.ctx, lanes.Data(1))
+	require.NoError(t, err)
+	_, err = b.c.Queue(b.queue).Group(group).SubscriptionMode("all").Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	via := &countingTransport{}
+	c, err := lanes.New(lanes.WithURL(os.Getenv("LANES_TEST_URL")), lanes.WithHTTPClient(&http.Client{Transport: via}), lanes.WithRetryAttempts(0))
+	require.NoError(t, err)
+	admin := c.Admin()
+	for _, tc := range []struct {
+		call  string
+		field string
+		name  string
+		do    func() error
+	}{
+		{"delete group for queue", "queue", "..", func() error { _, err := admin.DeleteConsumerGroupForQueue(b.ctx, group, "..", true); return err }},
+		{"delete group for queue", "queue", ".", func() error { _, err := admin.DeleteConsumerGroupForQueue(b.ctx, group, ".", true); return err }},
+		{"delete group", "group", "..", func() error { _, err := admin.DeleteConsumerGroup(b.ctx, "..", true); return err }},
+		{"delete queue", "queue", "..", func() error { _, err := admin.DeleteQueue(b.ctx, ".."); return err }},
+		{"queue status", "queue", "..", func() error { _, err := admin.QueueStatus(b.ctx, "..", false); return err }},
+		{"seek", "queue", "..", func() error { _, err := admin.SeekConsumerGroup(b.ctx, group, "..", lanes.SeekToEnd()); return err }},
+		{"delete message", "partitionId", "..", func() error { _, err := admin.DeleteMessage(b.ctx, "..", "t"); return err }},
+		{"timer get", "queue", "..", func() error { _, err := c.Timers("..").Get(b.ctx, "status"); return err }},
+		{"timer get", "queue", ".", func() error { _, err := c.Timers(".").Get(b.ctx, "k"); return err }},
+		{"timer cancel", "key", "..", func() error { _, err := c.Timers(b.queue).Cancel(b.ctx, ".."); return err }},
+	} {
+		var bad *lanes.InvalidNameError
+		require.ErrorAs(t, tc.do(), &bad, tc.call)
+		require.Equal(t, tc.field, bad.Field, tc.call)
+		require.Equal(t, tc.name, bad.Name, tc.call)
+	}
+	require.Zero(t, via.requests.Load(), "nothing was sent")
+	detail, err := b.c.Admin().GetConsumerGroup(b.ctx, group)
+	require.NoError(t, err)
+	require.Contains(t, detail, b.queue)
+}
+
 // Every call that takes a consumer group refuses a group name of only white space with
 // *InvalidNameError, sending nothing: the broker answers a pop or seek for one with 400 but
 // would take an ack or a delete naming one as a group of its own. A route that names the group

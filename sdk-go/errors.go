@@ -390,9 +390,11 @@ func (e *HandlerPanicError) Error() string {
 // partition name is one the broker refuses (empty, "." or "..", a NUL byte, invalid UTF-8, over
 // 512 bytes), before anything is sent: nothing is buffered, since every item would only be
 // dropped, and no pop goes out. Every call that takes a consumer group answers it for a group
-// name of only white space (and, where the route names the group, an empty one).
+// name of only white space (and, where the route names the group, an empty one), and every
+// call that puts a name in its URL path answers it for "." or "..".
 type InvalidNameError struct {
-	// Field is "queue", "partition" or "group".
+	// Field is "queue", "partition" or "group", or the path's other name ("key", "namespace",
+	// "partitionId", …).
 	Field  string
 	Name   string
 	Reason string

@@ -72,11 +72,14 @@ func checkNames(queue, partition string, partitionNamed bool) error {
 	return nil
 }
 
+// dotNameReason is why "." and ".." are refused as names in a URL path.
+const dotNameReason = `must not be "." or ".." (URL clients drop such path segments)`
+
 // nameProblem says why the broker refuses value as a name, or "".
 func nameProblem(value string) string {
 	switch {
 	case value == "." || value == "..":
-		return `must not be "." or ".." (URL clients drop such path segments)`
+		return dotNameReason
 	case len(value) > maxNameBytes:
 		return "is longer than " + strconv.Itoa(maxNameBytes) + " bytes"
 	case strings.IndexByte(value, 0) >= 0:
