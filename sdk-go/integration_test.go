@@ -834,6 +834,35 @@ func TestITKVNegativeTTLIsRefusedNotForever(t *testing.T) {
 	require.Nil(t, put.ExpiresAt)
 }
 
+// The KV ttl rule of all three SDKs: only lanes.Forever means no expiry; a ttl of 0 is refused
+// (400, nothing written) like a negative one, never kept forever; a sub-second ttl is 1 s.
+func TestITKVTTLZeroIsRefusedAndSubSecondIsOneSecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+	_, err := kv.Put(b.ctx, "k", 1, 0)
+	require.ErrorIs(t, err, lanes.ErrBadRequest)
+	_, err = kv.PutExpect(b.ctx, "k", 1, 0, 0)
+	require.ErrorIs(t, err, lanes.ErrBadRequest)
+	_, err = kv.PutIfAbsent(b.ctx, "k", 1, 0)
+	require.ErrorIs(t, err, lanes.ErrBadRequest)
+	_, err = kv.Incr(b.ctx, "n", 1, 0, lanes.KVIncrOpts{})
+	require.ErrorIs(t, err, lanes.ErrBadRequest)
+	_, err = kv.Batch(b.ctx, lanes.KVPut(b.queue, "k", 1, 0))
+	require.ErrorIs(t, err, lanes.ErrBadRequest)
+	for _, key := range []string{"k", "n"} {
+		got, err := kv.Get(b.ctx, key)
+		require.NoError(t, err)
+		require.False(t, *got.Found, key)
+	}
+	before := time.Now()
+	put, err := kv.Put(b.ctx, "short", 1, 300*time.Millisecond)
+	require.NoError(t, err)
+	require.True(t, *put.Applied)
+	require.NotNil(t, put.ExpiresAt, "a sub-second ttl expires")
+	require.WithinDuration(t, before.Add(time.Second), *put.ExpiresAt, 1500*time.Millisecond)
+}
+
 // TestITKVHelpers: the named KV helpers (parity with sdk-js's Kv) against the broker.
 func TestITKVHelpers(t *testing.T) {
 	t.Parallel()

@@ -11,7 +11,8 @@ import (
 	"github.com/lanesmq/lanes/sdk-go/internal/gen"
 )
 
-// Forever marks a KV write without expiry.
+// Forever marks a KV write without expiry, the only ttl that means none: 0, as every ttl that is
+// not positive, is refused by the broker (400), so a computed ttl that ran out is never kept forever.
 const Forever time.Duration = -1
 
 // KV addresses one KV namespace.
@@ -140,14 +141,15 @@ func KVPutExpect(ns, key string, value any, ttl time.Duration, expect int) KVOpe
 	return op
 }
 
-// setTTL sets a write's expiry: Forever (or 0) is no expiry, a positive ttl whole seconds (at
-// least 1). Any other negative ttl, a computed time.Until that went past, is sent as it is, so
+// setTTL sets a write's expiry, by the rule all three SDKs share: Forever is no expiry; a
+// positive ttl is whole seconds, at least 1, so a sub-second one still expires; zero or a
+// negative ttl (a computed time.Until that reached or went past its end) is sent as it is, so
 // the broker refuses it (400) rather than keeping the key forever.
 func setTTL(ttl **int, forever **bool, d time.Duration) {
 	switch {
-	case d == Forever || d == 0:
+	case d == Forever:
 		*forever = ptr(true)
-	case d < 0:
+	case d <= 0:
 		*ttl = ptr(min(int(d/time.Second), 0))
 	default:
 		*ttl = ptr(max(int(d/time.Second), 1))

@@ -8,10 +8,12 @@ import type { KvListResult, KvNamespaceList, KvOperation, KvResult } from "./typ
 /** KvExpiry says how long a written key lives: `{ttlSeconds}` or `{forever: true}` (the broker requires exactly one). */
 export type KvExpiry = { ttlSeconds: number } | { forever: true };
 
-/** expiryFields is an expiry's wire fields; it throws LanesError, before anything is sent, for a missing or non-positive one. */
+/** expiryFields is an expiry's wire fields, by the rule all three SDKs share: `{forever: true}` is no expiry; a positive `ttlSeconds` is whole seconds, at least 1, so a sub-second one still expires; 0 or a negative one (a computed ttl that ran out) is sent as it is, so the broker refuses it (BadRequestError) rather than keeping the key forever. A missing expiry throws LanesError before anything is sent. */
 export function expiryFields(expiry: KvExpiry): { ttlSeconds: number } | { forever: true } {
-  if (!expiry || (!("forever" in expiry) && !(expiry.ttlSeconds > 0))) throw new LanesError("kv: give {ttlSeconds: n > 0} or {forever: true}");
-  return "forever" in expiry ? { forever: true } : { ttlSeconds: expiry.ttlSeconds };
+  if (!expiry || (!("forever" in expiry) && typeof expiry.ttlSeconds !== "number")) throw new LanesError("kv: give {ttlSeconds: n > 0} or {forever: true}");
+  if ("forever" in expiry) return { forever: true };
+  const ttl = expiry.ttlSeconds;
+  return { ttlSeconds: ttl > 0 ? Math.max(1, Math.floor(ttl)) : ttl };
 }
 
 /** kvWriteOp builds a put / putIfAbsent operation; it throws InvalidValueError for a value JSON cannot hold as given. */

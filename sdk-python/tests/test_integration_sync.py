@@ -567,6 +567,29 @@ def test_kv_put_answers_the_value_as_a_get_reads_it(client: lanes.Lanes, qname: 
     assert list(put.value) == list(got.value) == ["a", "mm", "zzz"]
 
 
+def test_kv_ttl_zero_is_refused_and_a_sub_second_ttl_is_one_second(
+    client: lanes.Lanes, qname: str
+) -> None:
+    """The KV ttl rule of all three SDKs: only None means no expiry; ttl_seconds=0 is refused
+    (400, nothing written) like a negative one, never kept forever; a sub-second ttl is 1 s."""
+    kv = client.kv(qname)
+    refused: list[Callable[[], object]] = [
+        lambda: kv.put("k", 1, ttl_seconds=0),
+        lambda: kv.put("k", 1, ttl_seconds=0, expect=0),
+        lambda: kv.put_if_absent("k", 1, ttl_seconds=0),
+        lambda: kv.incr("n", 1, ttl_seconds=0),
+        lambda: kv.batch([lanes.kv_op("put", qname, "k", value=1, ttl_seconds=0)]),
+    ]
+    for call in refused:
+        with pytest.raises(lanes.BadRequestError):
+            call()
+    assert not kv.get("k").found and not kv.get("n").found
+    before = datetime.datetime.now(datetime.timezone.utc)
+    put = kv.put("short", 1, ttl_seconds=0.3)
+    assert put.applied and put.expires_at is not None
+    assert abs((put.expires_at - before).total_seconds() - 1) < 1.5
+
+
 def test_kv_helpers(client: lanes.Lanes, qname: str) -> None:
     kv = client.kv(qname)
     first = kv.put_if_absent("once", "a")

@@ -1,6 +1,6 @@
 // Transactions, admin, DLQ, KV and timers against the real broker.
 import { describe, expect, it } from "vitest";
-import { APIError, EmptyTransactionError, InvalidNameError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
+import { APIError, BadRequestError, EmptyTransactionError, InvalidNameError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
 import { client, uniq } from "./helpers.js";
 
 describe("transactions", () => {
@@ -219,6 +219,29 @@ describe("kv and timers", () => {
     expect((await kv.incr("n", 5, { forever: true })).value).toBe(5);
     expect((await kv.delete("k")).applied).toBe(true);
     expect((await kv.get("k")).found).toBe(false);
+  });
+
+  it("the KV ttl rule of all three SDKs: ttlSeconds 0 is refused by the broker, never forever; a sub-second one is 1 s", async () => {
+    const lanes = client({ retryAttempts: 0 });
+    const ns = uniq("kv-ttl");
+    const kv = lanes.kv(ns);
+    const zero = { ttlSeconds: 0 };
+    for (const call of [
+      () => kv.put("k", 1, zero),
+      () => kv.put("k", 1, zero, { expect: 0 }),
+      () => kv.putIfAbsent("k", 1, zero),
+      () => kv.incr("n", 1, zero),
+      () => lanes.transaction().kv.put(ns, "k", 1, zero).commit(),
+    ]) {
+      const err = await call().catch((e: unknown) => e);
+      expect(err).toBeInstanceOf(BadRequestError);
+    }
+    expect((await kv.get("k")).found).toBe(false);
+    expect((await kv.get("n")).found).toBe(false);
+    const before = Date.now();
+    const put = await kv.put("short", 1, { ttlSeconds: 0.3 });
+    expect(put.applied).toBe(true);
+    expect(Math.abs(Date.parse(put.expiresAt!) - before - 1000)).toBeLessThan(1500);
   });
 
   it("an incr without an expiry is refused with LanesError before sending, as a put is", async () => {

@@ -45,14 +45,14 @@ class KV:
         return self._c._call(R.kv_one(op))
 
     def put(
-        self, key: str, value: Any, *, ttl_seconds: int | None = None, expect: int | None = None
+        self, key: str, value: Any, *, ttl_seconds: float | None = None, expect: int | None = None
     ) -> models.KvResult:
         """Write ``value`` (no ``ttl_seconds`` = forever). ``expect=0``: the key must not exist;
         ``expect=N``: its version must be N (else ``applied=False``)."""
         return self._c._call(R.kv_put(self.ns, key, value, ttl_seconds, expect))
 
     def put_if_absent(
-        self, key: str, value: Any, *, ttl_seconds: int | None = None
+        self, key: str, value: Any, *, ttl_seconds: float | None = None
     ) -> models.KvResult:
         """Write ``value`` only if the key does not exist (else ``applied=False``,
         ``reason="exists"`` with the current value)."""
@@ -64,7 +64,7 @@ class KV:
         key: str,
         delta: int = 1,
         *,
-        ttl_seconds: int | None = None,
+        ttl_seconds: float | None = None,
         min: int | None = None,
         max: int | None = None,
     ) -> models.KvResult:
@@ -123,12 +123,12 @@ class AsyncKV:
         return await self._c._call(R.kv_one(op))
 
     async def put(
-        self, key: str, value: Any, *, ttl_seconds: int | None = None, expect: int | None = None
+        self, key: str, value: Any, *, ttl_seconds: float | None = None, expect: int | None = None
     ) -> models.KvResult:
         return await self._c._call(R.kv_put(self.ns, key, value, ttl_seconds, expect))
 
     async def put_if_absent(
-        self, key: str, value: Any, *, ttl_seconds: int | None = None
+        self, key: str, value: Any, *, ttl_seconds: float | None = None
     ) -> models.KvResult:
         op = R.kv_op("putIfAbsent", self.ns, key, value=value, ttl_seconds=ttl_seconds)
         return await self._c._call(R.kv_one(op))
@@ -138,7 +138,7 @@ class AsyncKV:
         key: str,
         delta: int = 1,
         *,
-        ttl_seconds: int | None = None,
+        ttl_seconds: float | None = None,
         min: int | None = None,
         max: int | None = None,
     ) -> models.KvResult:

@@ -497,7 +497,7 @@ def kv_op(
     key: str | None = None,
     *,
     value: Any = None,
-    ttl_seconds: int | None = None,
+    ttl_seconds: float | None = None,
     expect: int | None = None,
     required: bool | None = None,
     delta: int | None = None,
@@ -534,11 +534,20 @@ def kv_op(
     if op in ("put", "putIfAbsent"):
         o["value"] = _checked_value(f"kv {op} {key!r}", value)
     if op in ("put", "putIfAbsent", "incr"):
-        if ttl_seconds:
-            o["ttlSeconds"] = int(ttl_seconds)
-        else:
-            o["forever"] = True
+        o.update(_expiry(ttl_seconds))
     return o
+
+
+def _expiry(ttl_seconds: float | None) -> dict[str, Any]:
+    """A write's expiry, by the rule all three SDKs share: None is forever; a positive ttl is
+    whole seconds, at least 1, so a sub-second one still expires; 0 or a negative ttl (a computed
+    one that ran out) is sent as it is, so the broker refuses it (400) rather than keeping the key
+    forever."""
+    if ttl_seconds is None:
+        return {"forever": True}
+    if ttl_seconds > 0:
+        return {"ttlSeconds": max(1, int(ttl_seconds))}
+    return {"ttlSeconds": ttl_seconds}
 
 
 def _batch_results(
@@ -620,15 +629,12 @@ def kv_get(ns: str, key: str) -> Req[models.KvResult]:
 
 
 def kv_put(
-    ns: str, key: str, value: Any, ttl_seconds: int | None, expect: int | None
+    ns: str, key: str, value: Any, ttl_seconds: float | None, expect: int | None
 ) -> Req[models.KvResult]:
     if _key_routeless(ns, key):
         return kv_one(kv_op("put", ns, key, value=value, ttl_seconds=ttl_seconds, expect=expect))
     body: dict[str, Any] = {"value": _checked_value(f"kv put {key!r}", value)}
-    if ttl_seconds:
-        body["ttlSeconds"] = int(ttl_seconds)
-    else:
-        body["forever"] = True
+    body.update(_expiry(ttl_seconds))
     if expect is not None:
         body["expect"] = expect
     return Req(

@@ -88,7 +88,7 @@ class _TxBase:
         key: str,
         value: Any,
         *,
-        ttl_seconds: int | None = None,
+        ttl_seconds: float | None = None,
         expect: int | None = None,
         required: bool | None = None,
     ) -> TB:
@@ -112,7 +112,7 @@ class _TxBase:
         key: str,
         value: Any,
         *,
-        ttl_seconds: int | None = None,
+        ttl_seconds: float | None = None,
         required: bool = False,
     ) -> TB:
         """Write a key that is absent. By default (the wire's) a present key is left as it is
@@ -149,7 +149,7 @@ class _TxBase:
         key: str,
         delta: int = 1,
         *,
-        ttl_seconds: int | None = None,
+        ttl_seconds: float | None = None,
         min: int | None = None,
         max: int | None = None,
         required: bool | None = None,
