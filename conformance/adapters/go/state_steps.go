@@ -60,7 +60,16 @@ type kvArgs struct {
 	NS         string          `json:"ns"`
 	Key        string          `json:"key"`
 	Value      json.RawMessage `json:"value"`
-	TTLSeconds int             `json:"ttlSeconds"`
+	TTLSeconds *float64        `json:"ttlSeconds"`
+}
+
+// ttlOf is the SDK ttl of a step's ttlSeconds: absent is lanes.Forever; a number, 0 and
+// fractions included, is passed on as given, so a case pins the SDK's own ttl rule.
+func ttlOf(seconds *float64) time.Duration {
+	if seconds == nil {
+		return lanes.Forever
+	}
+	return time.Duration(*seconds * float64(time.Second))
 }
 
 func (s *state) kvGet(ctx context.Context, a kvArgs) (map[string]any, error) {
@@ -68,15 +77,11 @@ func (s *state) kvGet(ctx context.Context, a kvArgs) (map[string]any, error) {
 }
 
 func (s *state) kvPut(ctx context.Context, a kvArgs) (map[string]any, error) {
-	ttl := lanes.Forever
-	if a.TTLSeconds > 0 {
-		ttl = time.Duration(a.TTLSeconds) * time.Second
-	}
 	var v any = json.RawMessage("null")
 	if len(a.Value) > 0 {
 		v = a.Value
 	}
-	return wireResult(s.client.KV(a.NS).Put(ctx, a.Key, v, ttl)), nil
+	return wireResult(s.client.KV(a.NS).Put(ctx, a.Key, v, ttlOf(a.TTLSeconds))), nil
 }
 
 func (s *state) kvDelete(ctx context.Context, a kvArgs) (map[string]any, error) {
@@ -85,12 +90,12 @@ func (s *state) kvDelete(ctx context.Context, a kvArgs) (map[string]any, error) 
 
 // kvIncrArgs are the arguments of kvIncr; Delta absent is 1, TTLSeconds absent is forever.
 type kvIncrArgs struct {
-	NS         string `json:"ns"`
-	Key        string `json:"key"`
-	Delta      *int   `json:"delta"`
-	TTLSeconds int    `json:"ttlSeconds"`
-	Min        *int   `json:"min"`
-	Max        *int   `json:"max"`
+	NS         string   `json:"ns"`
+	Key        string   `json:"key"`
+	Delta      *int     `json:"delta"`
+	TTLSeconds *float64 `json:"ttlSeconds"`
+	Min        *int     `json:"min"`
+	Max        *int     `json:"max"`
 }
 
 func (s *state) kvIncr(ctx context.Context, a kvIncrArgs) (map[string]any, error) {
@@ -98,11 +103,7 @@ func (s *state) kvIncr(ctx context.Context, a kvIncrArgs) (map[string]any, error
 	if a.Delta != nil {
 		delta = *a.Delta
 	}
-	ttl := lanes.Forever
-	if a.TTLSeconds > 0 {
-		ttl = time.Duration(a.TTLSeconds) * time.Second
-	}
-	return wireResult(s.client.KV(a.NS).Incr(ctx, a.Key, delta, ttl, lanes.KVIncrOpts{Min: a.Min, Max: a.Max})), nil
+	return wireResult(s.client.KV(a.NS).Incr(ctx, a.Key, delta, ttlOf(a.TTLSeconds), lanes.KVIncrOpts{Min: a.Min, Max: a.Max})), nil
 }
 
 type kvBatchArgs struct {

@@ -125,6 +125,8 @@ class AdapterError extends Error {}
 
 // expiry is the SDK's KvExpiry for a wire op (ttlSeconds, else forever).
 const expiry = (o) => (o.ttlSeconds > 0 ? { ttlSeconds: o.ttlSeconds } : { forever: true });
+// stepExpiry is the SDK's KvExpiry for a kvPut or kvIncr step: absent ttlSeconds is forever; a number, 0 and fractions included, is passed on as given, so a case pins the SDK's own ttl rule.
+const stepExpiry = (a) => (a.ttlSeconds === undefined ? { forever: true } : { ttlSeconds: a.ttlSeconds });
 
 // txKv adds one wire-shaped KV op to a transaction through the builder's kv methods.
 function txKv(tb, o) {
@@ -164,7 +166,7 @@ const stateSteps = {
     return await c.kv(a.ns).get(a.key);
   },
   async kvPut(c, a) {
-    return await c.kv(a.ns).put(a.key, a.value ?? null, expiry(a));
+    return await c.kv(a.ns).put(a.key, a.value ?? null, stepExpiry(a));
   },
   async kvDelete(c, a) {
     return await c.kv(a.ns).delete(a.key);
@@ -173,7 +175,7 @@ const stateSteps = {
     const opts = {};
     if (a.min !== undefined) opts.min = a.min;
     if (a.max !== undefined) opts.max = a.max;
-    return await c.kv(a.ns).incr(a.key, a.delta ?? 1, expiry(a), opts);
+    return await c.kv(a.ns).incr(a.key, a.delta ?? 1, stepExpiry(a), opts);
   },
   async kvBatch(c, a) {
     return { results: await c.kv(a.ops?.[0]?.ns ?? "").batch(a.ops ?? []) };

@@ -478,7 +478,7 @@ class CaseState:
 
     def op_kvPut(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(
-            c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds") or None)
+            c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds"))
         )
 
     def op_kvDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
@@ -488,7 +488,7 @@ class CaseState:
         bounds = {k: a[k] for k in ("min", "max") if k in a}
         return wire_result(
             c.kv(a["ns"]).incr(
-                a["key"], a.get("delta", 1), ttl_seconds=a.get("ttlSeconds") or None, **bounds
+                a["key"], a.get("delta", 1), ttl_seconds=a.get("ttlSeconds"), **bounds
             )
         )
 
