@@ -325,7 +325,9 @@ func finishHarnessProfile(f *os.File) string {
 	pprof.StopCPUProfile()
 	f.Close()
 	self, _ := os.Executable()
-	out, err := exec.Command("go", "tool", "pprof", "-top", "-nodecount=25", self, f.Name()).CombinedOutput()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	out, err := exec.CommandContext(ctx, "go", "tool", "pprof", "-top", "-nodecount=25", self, f.Name()).CombinedOutput()
 	if err == nil {
 		_ = os.WriteFile(strings.TrimSuffix(f.Name(), ".pprof")+".txt", out, 0o644)
 	}
