@@ -32,13 +32,11 @@ func canonical(raw json.RawMessage) string {
 
 type consumeArgs struct {
 	queueArgs
-	Concurrency  int         `json:"concurrency"`
-	Limit        int         `json:"limit"`
-	IdleMs       int         `json:"idleMs"`
+	Concurrency int `json:"concurrency"`
+	loopArgs
 	RenewEveryMs int         `json:"renewEveryMs"`
 	SoftStopMs   int         `json:"softStopTimeoutMs"`
 	ReportErrors bool        `json:"reportHandlerErrors"`
-	AutoAck      *bool       `json:"autoAck"`
 	Handler      handlerSpec `json:"handler"`
 	StopAfterMs  int         `json:"stopAfterMs"`
 	StopWhen     int         `json:"stopWhenHandled"`
@@ -47,15 +45,9 @@ type consumeArgs struct {
 }
 
 func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, error) {
-	q := s.builder(a.queueArgs)
+	q := a.apply(s.builder(a.queueArgs))
 	if a.Concurrency > 0 {
 		q = q.Concurrency(a.Concurrency)
-	}
-	if a.Limit > 0 {
-		q = q.Limit(a.Limit)
-	}
-	if a.IdleMs > 0 {
-		q = q.IdleTimeout(time.Duration(a.IdleMs) * time.Millisecond)
 	}
 	if a.RenewEveryMs > 0 {
 		q = q.RenewLease(true, time.Duration(a.RenewEveryMs)*time.Millisecond)
@@ -65,9 +57,6 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 	}
 	if a.ReportErrors {
 		q = q.ReportHandlerErrors(true)
-	}
-	if a.AutoAck != nil {
-		q = q.AutoAck(*a.AutoAck)
 	}
 	var mu sync.Mutex
 	handled := []any{}

@@ -4,23 +4,18 @@ import (
 	"context"
 	"sync"
 	"time"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
 )
 
-type iterateArgs struct {
-	queueArgs
+// loopArgs are the settings the consume and iterate steps share.
+type loopArgs struct {
 	Limit   int   `json:"limit"`
 	IdleMs  int   `json:"idleMs"`
 	AutoAck *bool `json:"autoAck"`
-	// Break leaves the loop in the body of that message (1-based): the message in hand is
-	// released with the unhandled rest, or with autoAck false left to the caller.
-	Break int `json:"break"`
-	MaxMs int `json:"maxMs"`
 }
 
-// iterate ranges over the builder's Messages until the iteration ends on its own (limit, idle, a
-// terminal error) or the body breaks; at maxMs the range's context is canceled (timedOut).
-func (s *state) iterate(ctx context.Context, a iterateArgs) (map[string]any, error) {
-	q := s.builder(a.queueArgs)
+func (a loopArgs) apply(q lanes.QueueBuilder) lanes.QueueBuilder {
 	if a.Limit > 0 {
 		q = q.Limit(a.Limit)
 	}
@@ -30,6 +25,22 @@ func (s *state) iterate(ctx context.Context, a iterateArgs) (map[string]any, err
 	if a.AutoAck != nil {
 		q = q.AutoAck(*a.AutoAck)
 	}
+	return q
+}
+
+type iterateArgs struct {
+	queueArgs
+	loopArgs
+	// Break leaves the loop in the body of that message (1-based): the message in hand is
+	// released with the unhandled rest, or with autoAck false left to the caller.
+	Break int `json:"break"`
+	MaxMs int `json:"maxMs"`
+}
+
+// iterate ranges over the builder's Messages until the iteration ends on its own (limit, idle, a
+// terminal error) or the body breaks; at maxMs the range's context is canceled (timedOut).
+func (s *state) iterate(ctx context.Context, a iterateArgs) (map[string]any, error) {
+	q := a.apply(s.builder(a.queueArgs))
 	var mu sync.Mutex
 	onErrors := []any{}
 	q = q.OnError(func(err error) {

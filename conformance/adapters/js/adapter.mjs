@@ -101,6 +101,14 @@ function builder(client, a) {
   return q;
 }
 
+// loopSettings applies the settings the consume and iterate steps share.
+function loopSettings(q, a) {
+  if (a.limit > 0) q = q.limit(a.limit);
+  if (a.idleMs > 0) q = q.idleMillis(a.idleMs);
+  if (a.autoAck !== undefined) q = q.autoAck(a.autoAck);
+  return q;
+}
+
 const items = (list) =>
   (list ?? []).map((it) => {
     const out = { data: it.data === undefined ? null : it.data };
@@ -449,9 +457,7 @@ const queueSteps = {
   // (timedOut).
   async iterate(c, a) {
     let q = builder(c, a);
-    if (a.limit > 0) q = q.limit(a.limit);
-    if (a.idleMs > 0) q = q.idleMillis(a.idleMs);
-    if (a.autoAck !== undefined) q = q.autoAck(a.autoAck);
+    q = loopSettings(q, a);
     const onError = [];
     q = q.onError((err) => onError.push(errKind(err)));
     const ctl = new AbortController();
@@ -510,12 +516,10 @@ class CaseState {
   async consume(a) {
     let q = builder(this.client, a);
     if (a.concurrency > 0) q = q.concurrency(a.concurrency);
-    if (a.limit > 0) q = q.limit(a.limit);
-    if (a.idleMs > 0) q = q.idleMillis(a.idleMs);
+    q = loopSettings(q, a);
     if (a.renewEveryMs > 0) q = q.renewLease(true, a.renewEveryMs);
     if (a.softStopTimeoutMs > 0) q = q.softStopTimeoutMillis(a.softStopTimeoutMs);
     if (a.reportHandlerErrors) q = q.reportHandlerErrors(true);
-    if (a.autoAck !== undefined) q = q.autoAck(a.autoAck);
     const h = a.handler ?? {};
     const handled = [];
     const byPartition = {};

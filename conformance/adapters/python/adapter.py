@@ -145,6 +145,17 @@ def builder(client: lanes.Lanes, a: dict[str, Any]) -> Any:
     return q
 
 
+def loop_settings(q: Any, a: dict[str, Any]) -> Any:
+    """The settings the consume and iterate steps share."""
+    if a.get("limit", 0) > 0:
+        q = q.limit(a["limit"])
+    if a.get("idleMs", 0) > 0:
+        q = q.idle_millis(a["idleMs"])
+    if "autoAck" in a:
+        q = q.auto_ack(a["autoAck"])
+    return q
+
+
 def items(lst: list[dict[str, Any]] | None) -> list[Item]:
     return [
         Item(data=it.get("data"), transaction_id=it.get("transactionId") or None)
@@ -434,13 +445,7 @@ class CaseState:
     def op_iterate(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         """The blocking iterator until it ends on its own (limit, idle, a terminal error) or the
         body breaks at message ``break`` (1-based); at maxMs ``stop()`` ends it (timedOut)."""
-        q = builder(c, a)
-        if a.get("limit", 0) > 0:
-            q = q.limit(a["limit"])
-        if a.get("idleMs", 0) > 0:
-            q = q.idle_millis(a["idleMs"])
-        if "autoAck" in a:
-            q = q.auto_ack(a["autoAck"])
+        q = loop_settings(builder(c, a), a)
         on_error: list[Any] = []
         q = q.on_error(lambda err: on_error.append(err_kind(err)))
         handled: list[Any] = []
@@ -639,21 +644,15 @@ class CaseState:
         )
 
     def consume(self, a: dict[str, Any]) -> dict[str, Any]:
-        q = builder(self.client, a)
+        q = loop_settings(builder(self.client, a), a)
         if a.get("concurrency", 0) > 0:
             q = q.concurrency(a["concurrency"])
-        if a.get("limit", 0) > 0:
-            q = q.limit(a["limit"])
-        if a.get("idleMs", 0) > 0:
-            q = q.idle_millis(a["idleMs"])
         if a.get("renewEveryMs", 0) > 0:
             q = q.renew_lease(True, a["renewEveryMs"])
         if a.get("softStopTimeoutMs", 0) > 0:
             q = q.soft_stop_timeout_millis(a["softStopTimeoutMs"])
         if a.get("reportHandlerErrors"):
             q = q.report_handler_errors(True)
-        if "autoAck" in a:
-            q = q.auto_ack(a["autoAck"])
         h = a.get("handler") or {}
         lock = threading.Lock()
         handled: list[Any] = []
