@@ -2,21 +2,11 @@
 // refused is skipped for healthRetryAfterMillis, then asked again; a 408 or a 5xx marks a URL,
 // retried or not, and any other 4xx does not (the same cases as sdk-go and sdk-python).
 import { randomUUID } from "node:crypto";
-import { connect, createServer, type Socket } from "node:net";
+import { connect, type Socket } from "node:net";
 import { Worker } from "node:worker_threads";
 import { describe, expect, it } from "vitest";
 import { APIError, APITimeoutError, Lanes, withDeadline, type LanesOptions } from "../../src/index.js";
-import { brokerUrl, sleep } from "./helpers.js";
-
-/** closedPortUrl is a local URL nobody listens on: connecting to it is refused. */
-async function closedPortUrl(): Promise<string> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  const addr = srv.address();
-  await new Promise<void>((r) => srv.close(() => r()));
-  if (addr === null || typeof addr === "string") throw new Error("no port");
-  return `http://127.0.0.1:${addr.port}`;
-}
+import { brokerUrl, closedPortUrl, sleep } from "./helpers.js";
 
 /** sameBrokerOtherHost swaps 127.0.0.1 and localhost: a second URL on the same real broker. */
 function sameBrokerOtherHost(url: string): string {

@@ -1,6 +1,7 @@
 // Integration helpers: the broker comes from LANES_TEST_URL (set by `make test`). Without it
 // these tests fail loudly instead of passing.
 import { randomUUID } from "node:crypto";
+import { createServer } from "node:net";
 import { expect } from "vitest";
 import { Lanes, type LanesOptions } from "../../src/index.js";
 
@@ -23,4 +24,14 @@ export const sleep = (ms: number) => new Promise((r) => setTimeout(r, ms));
 
 export function expectUuidV7(id: string): void {
   expect(id).toMatch(/^[0-9a-f]{8}-[0-9a-f]{4}-7[0-9a-f]{3}-[89ab][0-9a-f]{3}-[0-9a-f]{12}$/);
+}
+
+/** closedPortUrl is a local URL nobody listens on: connecting to it is refused. */
+export async function closedPortUrl(): Promise<string> {
+  const srv = createServer();
+  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
+  const addr = srv.address();
+  await new Promise<void>((r) => srv.close(() => r()));
+  if (addr === null || typeof addr === "string") throw new Error("no port");
+  return `http://127.0.0.1:${addr.port}`;
 }

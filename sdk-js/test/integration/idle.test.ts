@@ -1,20 +1,9 @@
 // Time spent on pops that fail counts as idle (docs/consuming.md §3): with no broker to answer,
 // idleMillis ends the iterator and the consume loop quietly, each failure reported, and the 1 s
 // error backoff is cut at the idle deadline rather than slept out (the same case as sdk-go and sdk-python).
-import { createServer } from "node:net";
 import { describe, expect, it } from "vitest";
 import { Lanes, type QueueBuilder } from "../../src/index.js";
-import { client, uniq } from "./helpers.js";
-
-/** closedPortUrl is a local URL nobody listens on: connecting to it is refused. */
-async function closedPortUrl(): Promise<string> {
-  const srv = createServer();
-  await new Promise<void>((r) => srv.listen(0, "127.0.0.1", r));
-  const addr = srv.address();
-  await new Promise<void>((r) => srv.close(() => r()));
-  if (addr === null || typeof addr === "string") throw new Error("no port");
-  return `http://127.0.0.1:${addr.port}`;
-}
+import { client, closedPortUrl, uniq } from "./helpers.js";
 
 const IDLE_MILLIS = 300;
 
@@ -67,6 +56,16 @@ function recordingPopTimeouts(): { timeouts: number[]; fetch: typeof fetch } {
 const LONG_POLL_MILLIS = 5000;
 const MOMENT_MILLIS = 700;
 
+/** expectEndedAtIdleDeadline wants the run started at `started` to have ended within a moment of its idle deadline, every pop's long poll cut to the idle time left and still waiting. */
+function expectEndedAtIdleDeadline(started: number, timeouts: number[]): void {
+  const took = Date.now() - started;
+  expect(took).toBeGreaterThanOrEqual(IDLE_MILLIS - 5);
+  expect(took).toBeLessThan(IDLE_MILLIS + MOMENT_MILLIS);
+  expect(timeouts.length).toBeGreaterThan(0);
+  for (const t of timeouts) expect(t).toBeGreaterThan(0);
+  for (const t of timeouts) expect(t).toBeLessThanOrEqual(IDLE_MILLIS);
+}
+
 // An idle timeout shorter than the long poll ends the iterator and the consume loop within a moment of its deadline (docs/consuming.md §3): each pop waits at most the idle time left, not its whole timeout. Before, an empty queue's long poll of 5 s ran out first.
 describe("an idle timeout shorter than the long poll", () => {
   const shapes: [string, (b: QueueBuilder<unknown>) => QueueBuilder<unknown>][] = [
@@ -79,12 +78,7 @@ describe("an idle timeout shorter than the long poll", () => {
     const b = shape(client({ fetch: rec.fetch }).queue(uniq("idlecut")).timeoutMillis(LONG_POLL_MILLIS).idleMillis(IDLE_MILLIS));
     const started = Date.now();
     for await (const m of b.messages()) expect.fail(`handed over ${String(m)}`);
-    const took = Date.now() - started;
-    expect(took).toBeGreaterThanOrEqual(IDLE_MILLIS - 5);
-    expect(took).toBeLessThan(IDLE_MILLIS + MOMENT_MILLIS);
-    expect(rec.timeouts.length).toBeGreaterThan(0);
-    for (const t of rec.timeouts) expect(t).toBeGreaterThan(0);
-    for (const t of rec.timeouts) expect(t).toBeLessThanOrEqual(IDLE_MILLIS);
+    expectEndedAtIdleDeadline(started, rec.timeouts);
   });
 
   it.each([...shapes, ["three workers", (b: QueueBuilder<unknown>) => b.concurrency(3)] as const])("stops the consume loop at its deadline: %s", async (_name, shape) => {
@@ -92,12 +86,7 @@ describe("an idle timeout shorter than the long poll", () => {
     const b = shape(client({ fetch: rec.fetch }).queue(uniq("idlecut")).timeoutMillis(LONG_POLL_MILLIS).idleMillis(IDLE_MILLIS));
     const started = Date.now();
     await b.consume(() => undefined);
-    const took = Date.now() - started;
-    expect(took).toBeGreaterThanOrEqual(IDLE_MILLIS - 5);
-    expect(took).toBeLessThan(IDLE_MILLIS + MOMENT_MILLIS);
-    expect(rec.timeouts.length).toBeGreaterThan(0);
-    for (const t of rec.timeouts) expect(t).toBeGreaterThan(0);
-    for (const t of rec.timeouts) expect(t).toBeLessThanOrEqual(IDLE_MILLIS);
+    expectEndedAtIdleDeadline(started, rec.timeouts);
   });
 
   it("without an idle timeout, each long poll is the builder's timeout", async () => {
