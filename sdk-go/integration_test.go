@@ -811,52 +811,35 @@ func TestITKV(t *testing.T) {
 	require.True(t, *got.Found)
 }
 
-// A negative TTL other than lanes.Forever (a computed time.Until that went past) is sent as
-// such and refused (400, nothing written), as Python's negative ttl_seconds is and TS refuses
-// it before sending, instead of becoming a key that never expires.
-func TestITKVNegativeTTLIsRefusedNotForever(t *testing.T) {
+// The KV ttl rule of all three SDKs: only lanes.Forever means no expiry; a ttl of 0 or below (a
+// computed time.Until that reached or went past its end) is sent as such and refused (400,
+// nothing written), never kept forever; a sub-second ttl is 1 s.
+func TestITKVTTLZeroOrNegativeIsRefusedAndSubSecondIsOneSecond(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	kv := b.c.KV(b.queue)
-	for _, ttl := range []time.Duration{-5 * time.Second, -500 * time.Millisecond} {
+	for _, ttl := range []time.Duration{0, -500 * time.Millisecond, -5 * time.Second} {
 		_, err := kv.Put(b.ctx, "k", 1, ttl)
 		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
-		_, err = kv.Batch(b.ctx, lanes.KVPut(b.queue, "k", 1, ttl))
+		_, err = kv.PutExpect(b.ctx, "k", 1, ttl, 0)
+		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
+		_, err = kv.PutIfAbsent(b.ctx, "k", 1, ttl)
 		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
 		_, err = kv.Incr(b.ctx, "n", 1, ttl, lanes.KVIncrOpts{})
 		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
+		_, err = kv.Batch(b.ctx, lanes.KVPut(b.queue, "k", 1, ttl))
+		require.ErrorIs(t, err, lanes.ErrBadRequest, "ttl %v", ttl)
 	}
-	got, err := kv.Get(b.ctx, "k")
-	require.NoError(t, err)
-	require.False(t, *got.Found)
-	put, err := kv.Put(b.ctx, "k", 1, lanes.Forever)
-	require.NoError(t, err)
-	require.Nil(t, put.ExpiresAt)
-}
-
-// The KV ttl rule of all three SDKs: only lanes.Forever means no expiry; a ttl of 0 is refused
-// (400, nothing written) like a negative one, never kept forever; a sub-second ttl is 1 s.
-func TestITKVTTLZeroIsRefusedAndSubSecondIsOneSecond(t *testing.T) {
-	t.Parallel()
-	b := setup(t)
-	kv := b.c.KV(b.queue)
-	_, err := kv.Put(b.ctx, "k", 1, 0)
-	require.ErrorIs(t, err, lanes.ErrBadRequest)
-	_, err = kv.PutExpect(b.ctx, "k", 1, 0, 0)
-	require.ErrorIs(t, err, lanes.ErrBadRequest)
-	_, err = kv.PutIfAbsent(b.ctx, "k", 1, 0)
-	require.ErrorIs(t, err, lanes.ErrBadRequest)
-	_, err = kv.Incr(b.ctx, "n", 1, 0, lanes.KVIncrOpts{})
-	require.ErrorIs(t, err, lanes.ErrBadRequest)
-	_, err = kv.Batch(b.ctx, lanes.KVPut(b.queue, "k", 1, 0))
-	require.ErrorIs(t, err, lanes.ErrBadRequest)
 	for _, key := range []string{"k", "n"} {
 		got, err := kv.Get(b.ctx, key)
 		require.NoError(t, err)
 		require.False(t, *got.Found, key)
 	}
+	put, err := kv.Put(b.ctx, "k", 1, lanes.Forever)
+	require.NoError(t, err)
+	require.Nil(t, put.ExpiresAt)
 	before := time.Now()
-	put, err := kv.Put(b.ctx, "short", 1, 300*time.Millisecond)
+	put, err = kv.Put(b.ctx, "short", 1, 300*time.Millisecond)
 	require.NoError(t, err)
 	require.True(t, *put.Applied)
 	require.NotNil(t, put.ExpiresAt, "a sub-second ttl expires")
