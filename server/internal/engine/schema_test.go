@@ -548,6 +548,65 @@ func TestFirstContactColumnsAreAddedOnceAndStampEveryInsert(t *testing.T) {
 		`UPDATE lanes.discovery_subscriptions SET created_at = created_at WHERE false`)
 }
 
+// 160_partition_created_xid.sql adds lanes.partitions.created_xid to a
+// database from before it without touching the rows there (NULL: they decide by
+// time, as before), stamps every later insert, a broker's that does not name the
+// column too, and applied again takes no lock on the table.
+func TestPartitionCreatedXIDIsAddedOnceAndStampsEveryInsert(t *testing.T) {
+	ctx := t.Context()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatal(err)
+	}
+	const insertPartition = `INSERT INTO lanes.partitions (queue_id, name) SELECT id, $1 FROM lanes.queues WHERE name = 'q'`
+	if _, err := pool.Exec(ctx, `INSERT INTO lanes.queues (name, namespace, task) VALUES ('q', '', '')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pool.Exec(ctx, `ALTER TABLE lanes.partitions DROP COLUMN created_xid; DROP TABLE lanes.schema_applied`); err != nil {
+		t.Fatalf("rebuilding the old layout: %v", err)
+	}
+	if _, err := pool.Exec(ctx, insertPartition, "before"); err != nil {
+		t.Fatal(err)
+	}
+	if err := ApplySchema(ctx, pool); err != nil {
+		t.Fatalf("upgrade: %v", err)
+	}
+	tx, err := pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, insertPartition, "after"); err != nil {
+		t.Fatal(err)
+	}
+	var inserter string
+	if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id()::text`).Scan(&inserter); err != nil {
+		t.Fatal(err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	got := map[string]string{}
+	rows, err := pool.Query(ctx, `SELECT name, coalesce(created_xid::text, '') FROM lanes.partitions`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for rows.Next() {
+		var name, creator string
+		if err := rows.Scan(&name, &creator); err != nil {
+			t.Fatal(err)
+		}
+		got[name] = creator
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	if want := map[string]string{"before": "", "after": inserter}; !maps.Equal(got, want) {
+		t.Fatalf("creators by partition: %v, want %v (rows from before the file unstamped, later inserts stamped)", got, want)
+	}
+	reapplyBesideAWriter(t, pool, "160_partition_created_xid.sql", `UPDATE lanes.partitions SET last_offset = last_offset WHERE false`)
+}
+
 // 050_retention.sql and 040_groups.sql check the catalog before their ALTERs
 // of lanes.partitions and lanes.consumer_groups: applied again (a boot of
 // another version), they do not wait for an open reader of those tables, and
@@ -586,8 +645,8 @@ func TestABrokerOlderThanTheRecordedSchemaAppliesNothing(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.Pool(t)
 	first, err := ApplySchemaOutcome(ctx, pool)
-	if err != nil || !first.Applied || first.Version != 150 {
-		t.Fatalf("first boot: %+v %v, want the files applied at version 150", first, err)
+	if err != nil || !first.Applied || first.Version != 160 {
+		t.Fatalf("first boot: %+v %v, want the files applied at version 160", first, err)
 	}
 	digest, version := schemaRecord(t, pool)
 	dropIndex := func() {
