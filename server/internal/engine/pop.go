@@ -645,11 +645,9 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 			}
 			durable = true
 		}
-		newToScope := false
 		if !q.registered {
 			mode, ts := subscriptionStart(req, contact.now)
-			scoped := subscribesToScope(req)
-			if scoped {
+			if subscribesToScope(req) {
 				if scope == nil {
 					if scope, err = subscribeScope(ctx, tx, req, &contact); err != nil {
 						return nil, err
@@ -661,19 +659,16 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 				VALUES ($1, $2, $3, $4) ON CONFLICT DO NOTHING`, req.Group, q.id, mode, ts); err != nil {
 				return nil, err
 			}
-			if err := tx.QueryRow(ctx, `SELECT g.subscription_mode, g.subscription_timestamp, g.seeded_version,
-					g.claim_floor::text::int8, g.claim_epoch, `+newToScopeSQL+`
-				FROM lanes.consumer_groups g JOIN lanes.queues q ON q.id = g.queue_id
-				LEFT JOIN lanes.discovery_subscriptions ds ON $3 AND ds.consumer_group = g.consumer_group
-					AND ds.namespace = $4 AND ds.task = $5
-				WHERE g.consumer_group = $1 AND g.queue_id = $2`, req.Group, q.id, scoped, req.Namespace, req.Task).
-				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion, &q.claimFloor, &q.claimEpoch, &newToScope); err != nil {
+			if err := tx.QueryRow(ctx, `SELECT subscription_mode, subscription_timestamp, seeded_version,
+					claim_floor::text::int8, claim_epoch
+				FROM lanes.consumer_groups WHERE consumer_group = $1 AND queue_id = $2`, req.Group, q.id).
+				Scan(&q.mode, &q.subscriptionTS, &q.seededVersion, &q.claimFloor, &q.claimEpoch); err != nil {
 				return nil, err
 			}
 			q.storedFloor = q.claimFloor
 		}
 		if q.seededVersion < q.partitionVersion {
-			if err := seedCursors(ctx, tx, req.Group, q, newToScope); err != nil {
+			if err := seedCursors(ctx, tx, req, q); err != nil {
 				return nil, err
 			}
 		}
@@ -871,49 +866,60 @@ func loadPopQueues(ctx context.Context, tx dbtx, req *PopRequest) ([]*popQueue, 
 	return scanPopQueues(rows)
 }
 
-// seedCursors creates the cursor rows a group lacks on q, each placed where the
-// group's stored subscription says: everything retained, or the first segment
-// written at or after the subscription instant. all seeds everything retained
-// whatever the subscription (a queue new to the group's discovery scope: see
-// newToScopeSQL).
-func seedCursors(ctx context.Context, tx dbtx, group string, q *popQueue, all bool) error {
+// seedCursors creates the cursor rows the pop's group lacks on q, each placed
+// where the group's stored subscription says: everything retained, or the
+// first segment written at or after the subscription instant. On a discovery
+// pop, a queue or partition new to the scope starts at everything retained
+// whatever the instant (newToScopeSQL).
+func seedCursors(ctx context.Context, tx dbtx, req *PopRequest, q *popQueue) error {
 	// The inserts' foreign-key checks lock the new cursors' partition rows; take
 	// those locks first, in id order, the order pushes lock partitions in, so a
 	// seeding pop and a push into the same new partitions cannot deadlock.
 	if _, err := tx.Exec(ctx, `SELECT p.id FROM lanes.partitions p
 		WHERE p.queue_id = $1 AND NOT EXISTS (SELECT 1 FROM lanes.consumers c
 			WHERE c.partition_id = p.id AND c.consumer_group = $2)
-		ORDER BY p.id FOR KEY SHARE OF p`, q.id, group); err != nil {
+		ORDER BY p.id FOR KEY SHARE OF p`, q.id, req.Group); err != nil {
 		return err
 	}
+	// A new queue's partitions are new too; its check still covers partitions
+	// from before schema 160, which record no creator.
+	mode := `(CASE WHEN ` + newToScopeSQL("q.created_xid") + ` OR ` + newToScopeSQL("p.created_xid") +
+		` THEN 'all' ELSE ` + seedModeSQL("g") + ` END)`
 	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
 		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
+		JOIN lanes.queues q ON q.id = p.queue_id
 		JOIN lanes.consumer_groups g ON g.consumer_group = $2 AND g.queue_id = p.queue_id
-		CROSS JOIN LATERAL (SELECT `+seedCursorSQL(`(CASE WHEN $3 THEN 'all' ELSE `+seedModeSQL("g")+` END)`, "g.subscription_timestamp")+` AS seed) s
+		LEFT JOIN lanes.discovery_subscriptions ds ON $3 AND ds.consumer_group = g.consumer_group
+			AND ds.namespace = $4 AND ds.task = $5
+		CROSS JOIN LATERAL (SELECT `+seedCursorSQL(mode, "g.subscription_timestamp")+` AS seed) s
 		WHERE p.queue_id = $1
-		ON CONFLICT DO NOTHING`, q.id, group, all); err != nil {
+		ON CONFLICT DO NOTHING`, q.id, req.Group, subscribesToScope(req), req.Namespace, req.Task); err != nil {
 		return err
 	}
 	_, err := tx.Exec(ctx, `UPDATE lanes.consumer_groups SET seeded_version = $3
-		WHERE consumer_group = $1 AND queue_id = $2 AND seeded_version < $3`, group, q.id, q.partitionVersion)
+		WHERE consumer_group = $1 AND queue_id = $2 AND seeded_version < $3`, req.Group, q.id, q.partitionVersion)
 	return err
 }
 
-// newToScopeSQL says, on the registration of queue q for group g by a
-// discovery pop of scope ds (NULL for other pops), that q was not there at the
-// group's first contact with the scope: the transaction that created q is not
-// visible in the snapshot taken just before that contact's queue lookup
-// (popContact), so it had not committed when the pop looked. Nothing in q
-// is then backlog, so under a `new` subscription it starts at everything
-// retained; the scope's instant alone would skip a message whose push began
-// before that contact, creating q, and committed after it. A queue that
-// existed then (one relabelled into the scope since, or registered again after
-// a group delete on it), a row from before schema 150 (NULL), a registration
-// with its own instant (a queue pop's), and a scope instant the subscription
-// route moved (no longer its created_at) keep deciding by time.
-const newToScopeSQL = `coalesce(g.subscription_mode = 'new' AND ds.subscription_mode = 'new'
+// newToScopeSQL says, on a discovery pop's seeding of group g's cursors for
+// scope ds (NULL for other pops), that the queue or partition whose creating
+// transaction is createdXID was not there at the group's first contact with
+// the scope: that transaction is not visible in the snapshot taken just before
+// that contact's queue lookup (popContact), so it had not committed when the
+// pop looked. Nothing in it is then backlog, so under a `new` subscription it
+// starts at everything retained; the scope's instant alone would skip a
+// message whose push began before that contact, creating the queue or the
+// partition, and committed after it. A queue or partition that existed then (a
+// queue relabelled into the scope since, or registered again after a group
+// delete on it), a row from before schema 150 (queues) or 160 (partitions)
+// (NULL), a registration with its own instant (a queue pop's), and a scope
+// instant the subscription route moved (no longer its created_at) keep
+// deciding by time.
+func newToScopeSQL(createdXID string) string {
+	return `coalesce(g.subscription_mode = 'new' AND ds.subscription_mode = 'new'
 		AND g.subscription_timestamp = ds.subscription_timestamp AND ds.subscription_timestamp = ds.created_at
-		AND NOT pg_visible_in_snapshot(q.created_xid, ds.first_contact_snapshot), false)`
+		AND NOT pg_visible_in_snapshot(` + createdXID + `, ds.first_contact_snapshot), false)`
+}
 
 // seedModeSQL is the mode a group's new cursor is seeded by, from its
 // lanes.consumer_groups row g. A partition the group meets after it was seeded

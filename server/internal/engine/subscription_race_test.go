@@ -169,3 +169,58 @@ func TestAQueueThatExistedAtADiscoveryGroupsFirstContactDecidesByTime(t *testing
 		t.Fatalf("after the group delete on one queue: %v, want eu-after again (from the scope's instant, not everything)", got)
 	}
 }
+
+// model.md: a discovery group's `new` skips what its scope's queues held at its
+// first contact. A queue that existed then and is met again later (relabelled
+// into the scope by configure, or registered again after a group delete on it)
+// decides by the scope's instant, but a partition of it created by a push that
+// began before that contact and committed after it was not there: nothing in it
+// is backlog, though the push stamped its segment before the contact, and the
+// group must receive it.
+func TestADiscoveryGroupReceivesAMessageIntoANewPartitionOfAQueueMetAgainAfterItsFirstContact(t *testing.T) {
+	for _, metAgain := range []string{"relabelled", "group deleted"} {
+		t.Run(metAgain, func(t *testing.T) {
+			e := newEngine(t)
+			ctx := context.Background()
+			ns := queueName(t)
+			inScope, elsewhere := ns+".orders.eu", ns+"-other.orders.us"
+			mustPush(t, e, items(inScope, "p", "eu-old")...)
+			mustPush(t, e, items(elsewhere, "p", "us-old")...)
+			queue := inScope
+			if metAgain == "relabelled" {
+				queue = elsewhere
+			}
+			awaitStall := stallSegmentWrite(t, e, queue, "fresh", 2*time.Second)
+			pushed := make(chan []PushResult, 1)
+			go func() {
+				res, err := e.Push(context.Background(), items(queue, "fresh", "n1"))
+				if err != nil {
+					t.Error(err)
+				}
+				pushed <- res
+			}()
+			awaitStall() // the push created the partition and stamped its segment, uncommitted
+			if b := mustPop(t, e, discoveryPop(ns, "billing")); len(b.Messages) != 0 {
+				t.Fatalf("first contact: %v, want nothing (the backlog is skipped)", txnIDs(b.Messages))
+			}
+			select {
+			case <-pushed:
+				t.Fatal("the push committed before the first contact answered: the test shows nothing")
+			default:
+			}
+			if res := <-pushed; len(res) != 1 || res[0].Status != PushQueued {
+				t.Fatalf("push: %+v", res)
+			}
+			if metAgain == "relabelled" {
+				if _, err := e.Configure(ctx, ConfigureRequest{Queue: elsewhere, Namespace: &ns, Merge: true}); err != nil {
+					t.Fatal(err)
+				}
+			} else if deleted, err := e.DeleteGroup(ctx, "billing", inScope, true); err != nil || !deleted.MetadataDeleted {
+				t.Fatalf("delete on %s: %+v %v", inScope, deleted, err)
+			}
+			if got := drain(t, e, discoveryPop(ns, "billing")); !slices.Equal(got, []string{"n1"}) {
+				t.Fatalf("%s queue met again: %v, want [n1] (its partition was created after the group subscribed)", metAgain, got)
+			}
+		})
+	}
+}
