@@ -644,7 +644,7 @@ type ConfigureRequest struct {
 	// Mode `replace` (default): omitted options return to defaults. `merge`: omitted options are kept.
 	Mode *ConfigureRequestMode `json:"mode,omitempty"`
 
-	// Namespace Namespace label for discovery pops.
+	// Namespace Namespace label for discovery pops; the rules of a discovery pop's `namespace` apply (at most 512 bytes of UTF-8 without NUL, never `.` or `..`; `400 bad_request`).
 	Namespace *string `json:"namespace,omitempty"`
 
 	// Options Queue options. In merge mode `null` resets an option to its default. A value of the wrong
@@ -655,7 +655,7 @@ type ConfigureRequest struct {
 	// Queue Queue name (created if missing); the rules of a push's `queue` apply (`400 bad_request`).
 	Queue string `json:"queue"`
 
-	// Task Task label for discovery pops.
+	// Task Task label for discovery pops; the rules of a discovery pop's `task` apply (at most 512 bytes of UTF-8 without NUL, never `.` or `..`; `400 bad_request`).
 	Task *string `json:"task,omitempty"`
 }
 

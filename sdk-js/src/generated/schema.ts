@@ -1471,9 +1471,9 @@ export interface components {
         ConfigureRequest: {
             /** @description Queue name (created if missing); the rules of a push's `queue` apply (`400 bad_request`). */
             queue: string;
-            /** @description Namespace label for discovery pops. */
+            /** @description Namespace label for discovery pops; the rules of a discovery pop's `namespace` apply (at most 512 bytes of UTF-8 without NUL, never `.` or `..`; `400 bad_request`). */
             namespace?: string;
-            /** @description Task label for discovery pops. */
+            /** @description Task label for discovery pops; the rules of a discovery pop's `task` apply (at most 512 bytes of UTF-8 without NUL, never `.` or `..`; `400 bad_request`). */
             task?: string;
             options?: components["schemas"]["QueueOptions"];
             /**

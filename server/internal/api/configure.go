@@ -66,8 +66,8 @@ func (s *Server) Configure(ctx context.Context, req gen.ConfigureRequestObject) 
 		Queue: req.Body.Queue, Namespace: namespace, Task: task, Options: options, Merge: merge,
 	})
 	var bad *engine.InvalidInputError
-	if errors.As(err, &bad) && bad.Field == "queue" {
-		// The queue name is not an option: the generic code, not invalid_option.
+	if errors.As(err, &bad) && (bad.Field == "queue" || bad.Field == "namespace" || bad.Field == "task") {
+		// Names are not option values: the generic code, not invalid_option.
 		return gen.Configure400JSONResponse{Error: bad.Message, Code: CodeBadRequest}, nil
 	}
 	if errors.As(err, &bad) {

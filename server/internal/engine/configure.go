@@ -192,6 +192,20 @@ func (e *Engine) Configure(ctx context.Context, req ConfigureRequest) (*QueueCon
 	if err := checkRequiredName("queue", req.Queue); err != nil {
 		return nil, err
 	}
+	// The labels are names a discovery pop sends, checked as it checks them;
+	// unchecked, a NUL or a label past the (namespace, task) index's limit
+	// failed the UPDATE with a 500.
+	for _, label := range [...]struct {
+		field string
+		value *string
+	}{{"namespace", req.Namespace}, {"task", req.Task}} {
+		if label.value == nil {
+			continue
+		}
+		if err := checkName(label.field, *label.value); err != nil {
+			return nil, err
+		}
+	}
 	if _, err := ApplyOptions(DefaultQueueOptions(), req.Options); err != nil {
 		return nil, err
 	}

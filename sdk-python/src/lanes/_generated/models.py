@@ -365,11 +365,11 @@ class ConfigureRequest(BaseModel):
     """
     namespace: str | None = None
     """
-    Namespace label for discovery pops.
+    Namespace label for discovery pops; the rules of a discovery pop's `namespace` apply (at most 512 bytes of UTF-8 without NUL, never `.` or `..`; `400 bad_request`).
     """
     task: str | None = None
     """
-    Task label for discovery pops.
+    Task label for discovery pops; the rules of a discovery pop's `task` apply (at most 512 bytes of UTF-8 without NUL, never `.` or `..`; `400 bad_request`).
     """
     options: QueueOptions | None = None
     mode: Literal["merge", "replace"] | None = None
