@@ -645,8 +645,8 @@ func TestABrokerOlderThanTheRecordedSchemaAppliesNothing(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.Pool(t)
 	first, err := ApplySchemaOutcome(ctx, pool)
-	if err != nil || !first.Applied || first.Version != 160 {
-		t.Fatalf("first boot: %+v %v, want the files applied at version 160", first, err)
+	if err != nil || !first.Applied || first.Version != 170 {
+		t.Fatalf("first boot: %+v %v, want the files applied at version 170", first, err)
 	}
 	digest, version := schemaRecord(t, pool)
 	dropIndex := func() {
