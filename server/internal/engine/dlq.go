@@ -217,7 +217,9 @@ func (e *Engine) replayInTx(ctx context.Context, tx pgx.Tx, target ReplayTarget,
 		res.Outcome = ReplayDuplicate
 		return errReplayRollback
 	}
-	if _, err := tx.Exec(ctx, `DELETE FROM lanes.dlq WHERE id = $1`, row.ID); err != nil {
+	// By the whole key: on a table distributed by partition_id this reaches
+	// the row's own shard only.
+	if _, err := tx.Exec(ctx, `DELETE FROM lanes.dlq WHERE partition_id = $1 AND id = $2`, row.PartitionID, row.ID); err != nil {
 		return err
 	}
 	res.Outcome = ReplayMoved
