@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import collections
 import dataclasses
 import datetime
@@ -270,6 +271,58 @@ def test_stop_with_a_pop_in_flight_leaves_nothing_leased(client: lanes.Lanes, qn
         time.sleep(0.05)
     assert [m.data for m in got] == ["late"]
     assert time.monotonic() - t0 < 5  # the abandoned pop's answer came at most 3 s after the stop
+    assert handled == []
+
+
+class _LoopLingeringAtItsEnd(asyncio.DefaultEventLoopPolicy):
+    """Makes the consumer thread's event loop wait in ``close()``, stopped but not yet closed,
+    until ``go_on`` is set: as that thread does when a busy machine preempts it there."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.closing = threading.Event()
+        self.go_on = threading.Event()
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = super().new_event_loop()
+        if threading.current_thread().name == "lanes-consumer":
+            close = loop.close
+
+            def lingering_close() -> None:
+                self.closing.set()
+                self.go_on.wait(10)
+                close()
+
+            loop.close = lingering_close  # type: ignore[method-assign]
+        return loop
+
+
+def test_an_answer_arriving_as_the_stopped_consumers_loop_shuts_down_is_released(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # After a stop the consumer's thread ends with asyncio.run shutting its loop down. A
+    # message reaching an abandoned long poll just then was handed to the stopped loop, whose
+    # close() dropped it: neither handled nor released, it stayed leased for the whole lease.
+    policy = _LoopLingeringAtItsEnd()
+    before = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(policy)
+    try:
+        q = client.queue(qname).lease_seconds(60)
+        handled: list[Any] = []
+        c = q.concurrency(3).timeout_millis(5000).consume(lambda m: handled.append(m.data))
+        time.sleep(0.3)  # the three pops are parked on the broker
+        stopping = threading.Thread(target=c.stop, args=(10,))
+        stopping.start()
+        assert policy.closing.wait(10)
+        client.queue(qname).push(["late"])
+        time.sleep(1)  # one of the abandoned pops gets it
+        policy.go_on.set()
+        stopping.join()
+    finally:
+        policy.go_on.set()
+        asyncio.set_event_loop_policy(before)
+    got = q.autopilot(False).timeout_millis(3000).pop()
+    assert [m.data for m in got] == ["late"], "held by the stopped consumer's pop"
     assert handled == []
 
 

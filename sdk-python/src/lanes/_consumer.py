@@ -743,7 +743,9 @@ class IoThreads:
                 self._idle.append(inbox)
 
     def close(self) -> None:
-        """End the idle threads; a busy one (an abandoned pop) ends after its call."""
+        """End the idle threads; a busy one (an abandoned pop) ends after its call. Called on
+        the loop as the consumer's last act there: from then on a call's answer is not handed
+        to the loop but to ``on_abandoned``, in its own thread (see :meth:`submit`)."""
         with self._lock:
             self._closed = True
             idle, self._idle = self._idle, []
@@ -801,18 +803,26 @@ class IoThreads:
                 finished()
 
         def run() -> None:
+            ok = True
             try:
-                r = fn(*args)
+                r: Any = fn(*args)
             except BaseException as e:
-                try:
-                    loop.call_soon_threadsafe(settle, False, e)
-                except RuntimeError:  # the loop is closed: the consumer has ended
-                    finished()
-                return
-            try:
-                loop.call_soon_threadsafe(settle, True, r)
-            except RuntimeError:  # the loop is closed: the consumer has ended
+                ok, r = False, e
+            # Handed to the loop only before close() (checked under its lock): such a callback
+            # runs before the loop ends. After it, asyncio.run stops the loop and then closes
+            # it, and a callback handed over in between was dropped unrun: the pop's answer was
+            # neither released nor finished, its messages leased for the whole lease.
+            with self._lock:
+                if not self._closed:
+                    try:
+                        loop.call_soon_threadsafe(settle, ok, r)
+                        return
+                    except RuntimeError:  # the loop is closed: the consumer has ended
+                        pass
+            if ok:
                 abandon(r)
+            else:
+                finished()
 
         self._start(run)
         return fut
@@ -889,13 +899,15 @@ class Consumer:
         async def main() -> None:
             self._loop = asyncio.get_running_loop()
             self._started.set()
-            await self._engine.run()
+            try:
+                await self._engine.run()
+            finally:
+                self._io.close()  # on the loop: the answers handed to it before still run
 
         try:
             asyncio.run(main())
         finally:
             self._started.set()
-            self._io.close()
             try:
                 self._pool.shutdown(wait=True)
             finally:
