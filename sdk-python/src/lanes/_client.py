@@ -306,7 +306,9 @@ class Lanes:
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
         Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
         A stopped consumer's long poll cannot be interrupted: the HTTP pool stays open until it
-        answers (within its ``timeout_millis``) and releases what it leased, then closes.
+        answers (within its ``timeout_millis``) and releases what it leased, then closes. Its
+        thread is a daemon: a program exiting right after close() ends it, and a message it got
+        in the program's last moments stays leased until the lease expires.
         A consumer still stopping at ``timeout`` (a handler slower than it) raises
         ``TimeoutError``, after the buffers were flushed all the same; the HTTP pool stays open
         until that consumer ends, so its lease renewals and acks still go out."""
