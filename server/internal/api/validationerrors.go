@@ -185,14 +185,24 @@ func describeRequestError(e *openapi3filter.RequestError) string {
 		return "bad body: " + parseErr.Cause.Error()
 	}
 	if errors.As(e.Err, &schemaErr) {
-		path := strings.Join(schemaErr.JSONPointer(), ".")
+		field := schemaErr.JSONPointer()
+		path := strings.Join(field, ".")
 		if path != "" {
 			where += " field " + path
 		}
-		return where + ": " + schemaErr.Reason
+		return where + ": " + schemaErr.Reason + kvExpiryHint(field, schemaErr)
 	}
 	if e.Reason != "" {
 		return where + ": " + e.Reason
 	}
 	return where + ": " + e.Err.Error()
+}
+
+// kvExpiryHint completes the refusal of a KV ttlSeconds below 1: a writer that sent 0 most often
+// meant "no expiry" (Go's zero time.Duration), which is forever:true on the wire.
+func kvExpiryHint(field []string, schemaErr *openapi3.SchemaError) string {
+	if len(field) == 0 || field[len(field)-1] != "ttlSeconds" || schemaErr.SchemaField != "minimum" {
+		return ""
+	}
+	return "; a key that never expires takes forever:true instead of ttlSeconds"
 }
