@@ -17,8 +17,9 @@ import (
 )
 
 var (
-	readmeGoBlock   = regexp.MustCompile("(?s)```go\n(.*?)```")
-	readmeQueueCall = regexp.MustCompile(`\.Queue\("([^"]+)"\)`)
+	readmeGoBlock = regexp.MustCompile("(?s)```go\n(.*?)```")
+	// A queue a block names, on the builder or to ConfigureQueue: group 1 is the call, 2 the name.
+	readmeQueueCall = regexp.MustCompile(`(\.Queue\(|ConfigureQueue\(ctx, )"([^"]+)"`)
 )
 
 // The test stands in for SIGTERM, as the JS README test does: the signal context ends after 500 ms.
@@ -55,11 +56,12 @@ func TestITReadmeGoBlocks(t *testing.T) {
 		require.NotContains(t, code, "signal.Notify", "README.md:%d waits for a signal the test does not stand in for", lines[i])
 		var queues []string
 		code = readmeQueueCall.ReplaceAllStringFunc(code, func(call string) string {
-			name := fmt.Sprintf("%s-readme-%s-%d", readmeQueueCall.FindStringSubmatch(call)[1], suffix, i+1)
+			parts := readmeQueueCall.FindStringSubmatch(call)
+			name := fmt.Sprintf("%s-readme-%s-%d", parts[2], suffix, i+1)
 			if !slices.Contains(queues, name) {
 				queues = append(queues, name)
 			}
-			return ".Queue(" + strconv.Quote(name) + ")"
+			return parts[1] + strconv.Quote(name)
 		})
 		// The line directive makes compile errors and panics name README.md's lines.
 		src += fmt.Sprintf("\nfunc readmeBlock%d(ctx context.Context) error {\n//line %s:%d\n%sreturn nil\n}\n",
