@@ -52,6 +52,11 @@ type Config struct {
 	// ParkedRecheckRate bounds the re-checks a second the parked pops run
 	// between them (see recheckCap); 0 = no bound.
 	ParkedRecheckRate float64
+	// PopMaxBytes bounds the stored frames one pop answers with, counted by
+	// whole segments: once the segments taken reach it, the claim takes no
+	// more, so the lease (or an autoAck cursor) covers only what is
+	// delivered. The first segment always goes, however large. 0 = no bound.
+	PopMaxBytes int64
 	// ClaimTimeout bounds a pop's claim (its transaction, COMMIT included),
 	// which its request's deadline does not (see claimOnce); default 60 s.
 	// Keep it above the connections' statement_timeout, so PostgreSQL ends a

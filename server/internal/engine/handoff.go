@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -80,7 +81,7 @@ func (e *Engine) queueAckCommit(b *pgx.Batch, a indexedAck) *handOff {
 // judge more than the cursor and the log: a queue with delayedProcessing or
 // windowBuffer. The cursor is locked SKIP LOCKED, as every pop's is; the
 // claim floor is left as it is (it only ever trails).
-const continueLeaseSQL = `WITH plan AS (
+var continueLeaseSQL = `WITH plan AS (
 		-- the cached plan's guard, as the claim statement checks it
 		SELECT lanes.expect(EXISTS (SELECT 1 FROM lanes.consumer_groups g
 			JOIN lanes.queues q ON q.id = g.queue_id
@@ -97,7 +98,8 @@ const continueLeaseSQL = `WITH plan AS (
 		UPDATE lanes.consumers c SET
 			-- up to the log start, as the claim statement moves it
 			committed = greatest(c.committed, x.log_start - 1),
-			batch_end = least(x.last_offset, greatest(c.committed + 1, x.log_start) + $3::int8 - 1),
+			-- least ignores the byte budget's cut when there is none ($8 NULL)
+			batch_end = least(x.last_offset, greatest(c.committed + 1, x.log_start) + $3::int8 - 1, ` + continuedByteCut + `),
 			lease_id = $5::uuid,
 			lease_expires_at = now() + make_interval(secs => x.lease),
 			last_consumed_at = now()
@@ -116,6 +118,19 @@ const continueLeaseSQL = `WITH plan AS (
 	FROM leased t
 	LEFT JOIN LATERAL (` + segmentsCoveringSpan + `) sg ON true
 	ORDER BY sg.base_offset`
+
+// continuedByteCut is where continueLeaseSQL's batch ends under the answer's
+// byte budget ($8, NULL: none), as the claim statement cuts it (sized): the
+// last whole segment begun under the budget.
+var continuedByteCut = `(SELECT max(z.end_offset) FILTER (WHERE z.before < $8::int8)
+		FROM (SELECT s.end_offset, coalesce(sum(octet_length(s.frames)) OVER (ORDER BY s.base_offset
+				ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+			FROM (` + strings.NewReplacer(
+	"t.pid", "$1::uuid",
+	"t.lo", "greatest(c.committed + 1, x.log_start)",
+	"t.hi", "least(x.last_offset, greatest(c.committed + 1, x.log_start) + $3::int8 - 1)",
+).Replace(segmentsCoveringSpan) + `) s
+			WHERE $8::int8 IS NOT NULL) z)`
 
 // continues reports whether the hand-off for req after the ack a may run
 // continueLeaseSQL: a leased pop with a batch of its own, of a's queue, that
@@ -157,7 +172,7 @@ func (e *Engine) queueHandOff(b *pgx.Batch, commit *pgx.QueuedQuery, queue strin
 	if e.continues(after, &ho.req) {
 		ho.continued = true
 		b.Queue(continueLeaseSQL, after.partition, ho.req.Group, int64(ho.req.Batch), int32(ho.req.LeaseSeconds),
-			ho.leaseID, ho.plan.id, ho.plan.claimEpoch).Query(ho.d.scan)
+			ho.leaseID, ho.plan.id, ho.plan.claimEpoch, e.popByteBudget()).Query(ho.d.scan)
 		b.Queue("COMMIT")
 	} else {
 		e.queueClaimAndCommit(b, &ho.req, []*popQueue{&ho.plan}, ho.leaseID, true, &ho.d)

@@ -763,6 +763,7 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (res *Pop
 	}
 	res.Messages = make([]Message, 0, spans)
 	shortestLease := int32(0)
+	framesBytes := int64(0)
 	for _, c := range d.taken {
 		kept := len(res.Messages)
 		var bad *CorruptSegmentError
@@ -791,6 +792,9 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (res *Pop
 		}
 		if held := d.segs[c.partitionID]; len(held) > 0 {
 			res.OldestWait = max(res.OldestWait, d.now.Sub(held[0].createdAt))
+			for _, s := range held {
+				framesBytes += int64(len(s.frames))
+			}
 		}
 		if c.lease > 0 && (shortestLease == 0 || c.lease < shortestLease) {
 			shortestLease = c.lease
@@ -804,9 +808,11 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (res *Pop
 	if len(res.Messages) > 0 {
 		res.LeaseID = leaseID
 		// Indexed for as long as the lease runs: what it delivered is what its
-		// acks resolve against, whatever the queue's dedup window.
-		e.leases.remember(leaseID, time.Duration(shortestLease)*time.Second, res.Messages,
-			req.Batch > 0 && len(res.Messages) >= req.Batch, d.ready <= 1)
+		// acks resolve against, whatever the queue's dedup window. A batch the
+		// byte budget cut is full too: more is waiting behind it.
+		full := req.Batch > 0 && len(res.Messages) >= req.Batch ||
+			e.cfg.PopMaxBytes > 0 && framesBytes >= e.cfg.PopMaxBytes
+		e.leases.remember(leaseID, time.Duration(shortestLease)*time.Second, res.Messages, full, d.ready <= 1)
 	}
 	return res, corrupt
 }
@@ -1000,7 +1006,16 @@ func (e *Engine) claimQuery(req *PopRequest, queues []*popQueue, leaseID string,
 	}
 	return claimSQLs[b2i(guarded)][b2i(req.Partition != "")][b2i(claimStoresFloor(req, queues))],
 		[]any{uuidArray(ids), req.Group, req.Partition, limit, int8Array(floors), int8Array(epochs), e.claimWindow(req), int64(req.Batch), lease, nullableUUID(leaseID),
-			int64(req.claimsAhead) * int64(max(width, 1))}
+			int64(req.claimsAhead) * int64(max(width, 1)), e.popByteBudget()}
+}
+
+// popByteBudget is the claim statement's byte budget parameter: nil when
+// PopMaxBytes is 0, so no segment is sized.
+func (e *Engine) popByteBudget() any {
+	if e.cfg.PopMaxBytes <= 0 {
+		return nil
+	}
+	return e.cfg.PopMaxBytes
 }
 
 // claimStoresFloor says whether a claim stores the claim floor it computes.
@@ -1186,7 +1201,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			CROSS JOIN LATERAL (SELECT p.name, p.log_start FROM lanes.partitions p WHERE p.id = o.pid OFFSET 0) pp
 			WHERE l.ctid = o.c_ctid
 			LIMIT $4),
-` + floorCTEs + `		taken AS MATERIALIZED (
+` + floorCTEs + `		counted AS MATERIALIZED (
 			-- The batch budget ($8) split over the picked partitions in serving
 			-- order; a partition whose whole span retention removed is sealed at
 			-- its tail and takes none of it.
@@ -1201,6 +1216,26 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 						OVER (ORDER BY p.serve_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::int8 AS before
 				FROM picked p) t
 			WHERE t.before < $8),
+		sized AS (
+			-- The answer's byte budget ($12, NULL: none), shared by the
+			-- partitions in serving order: segments are taken whole while the
+			-- frames taken before them are under it, so the first always goes.
+			-- octet_length reads a stored value's header, not its bytes.
+			SELECT z.pid, max(z.end_offset) FILTER (WHERE z.before < $12) AS cut_end
+			FROM (SELECT t.pid, sg.end_offset,
+					coalesce(sum(octet_length(sg.frames)) OVER (ORDER BY t.serve_key, sg.base_offset
+						ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+				FROM counted t
+				CROSS JOIN LATERAL (` + segmentsCoveringSpan + `) sg
+				WHERE $12::int8 IS NOT NULL AND NOT t.sealed) z
+			GROUP BY z.pid),
+		taken AS MATERIALIZED (
+			-- A partition the byte budget left nothing of is not taken: its
+			-- cursor stays as it was, for the next pop.
+			SELECT t.pid, t.pname, t.qname, t.lo, t.serve_key, t.sealed, t.row_ctid,
+				CASE WHEN z.pid IS NULL THEN t.hi ELSE least(t.hi, z.cut_end) END AS hi, t.lease
+			FROM counted t LEFT JOIN sized z ON z.pid = t.pid
+			WHERE z.pid IS NULL OR z.cut_end IS NOT NULL),
 		leased AS (
 			-- A TID probe each, whatever the statistics say (a key join may
 			-- scan the group's cursors under a plan cached while the table was small).
