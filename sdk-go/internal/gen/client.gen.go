@@ -2727,7 +2727,9 @@ type PopDiscoverParams struct {
 
 	// Batch Total message budget for the call, shared across claimed partitions. When absent: 200,
 	// or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
-	// schema default.
+	// schema default. It is a maximum: the answer also stops once the messages taken reach the
+	// broker's answer byte budget (`LANES_POP_MAX_BYTES`, 16 MiB by default), and always holds
+	// at least one message when any is available; the lease covers only what was delivered.
 	Batch *PopBatch `form:"batch,omitempty" json:"batch,omitempty"`
 
 	// Partitions Maximum partitions claimed in this call, all under one `leaseId`; `0` or negative = no
@@ -2775,7 +2777,9 @@ type PopDiscoverParams struct {
 type PopQueueParams struct {
 	// Batch Total message budget for the call, shared across claimed partitions. When absent: 200,
 	// or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
-	// schema default.
+	// schema default. It is a maximum: the answer also stops once the messages taken reach the
+	// broker's answer byte budget (`LANES_POP_MAX_BYTES`, 16 MiB by default), and always holds
+	// at least one message when any is available; the lease covers only what was delivered.
 	Batch *PopBatch `form:"batch,omitempty" json:"batch,omitempty"`
 
 	// Partitions Maximum partitions claimed in this call, all under one `leaseId`; `0` or negative = no
@@ -2823,7 +2827,9 @@ type PopQueueParams struct {
 type PopPartitionParams struct {
 	// Batch Total message budget for the call, shared across claimed partitions. When absent: 200,
 	// or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
-	// schema default.
+	// schema default. It is a maximum: the answer also stops once the messages taken reach the
+	// broker's answer byte budget (`LANES_POP_MAX_BYTES`, 16 MiB by default), and always holds
+	// at least one message when any is available; the lease covers only what was delivered.
 	Batch *PopBatch `form:"batch,omitempty" json:"batch,omitempty"`
 
 	// Autopilot `true` lets the broker size whichever of `batch`/`partitions` the request left out; an

@@ -2822,7 +2822,9 @@ export interface components {
         Offset: number;
         /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
          *     or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
-         *     schema default.
+         *     schema default. It is a maximum: the answer also stops once the messages taken reach the
+         *     broker's answer byte budget (`LANES_POP_MAX_BYTES`, 16 MiB by default), and always holds
+         *     at least one message when any is available; the lease covers only what was delivered.
          *      */
         PopBatch: number;
         /** @description Maximum partitions claimed in this call, all under one `leaseId`; `0` or negative = no
@@ -2909,7 +2911,9 @@ export interface operations {
             query?: {
                 /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
                  *     or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
-                 *     schema default.
+                 *     schema default. It is a maximum: the answer also stops once the messages taken reach the
+                 *     broker's answer byte budget (`LANES_POP_MAX_BYTES`, 16 MiB by default), and always holds
+                 *     at least one message when any is available; the lease covers only what was delivered.
                  *      */
                 batch?: components["parameters"]["PopBatch"];
                 /** @description Maximum partitions claimed in this call, all under one `leaseId`; `0` or negative = no
@@ -2982,7 +2986,9 @@ export interface operations {
             query?: {
                 /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
                  *     or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
-                 *     schema default.
+                 *     schema default. It is a maximum: the answer also stops once the messages taken reach the
+                 *     broker's answer byte budget (`LANES_POP_MAX_BYTES`, 16 MiB by default), and always holds
+                 *     at least one message when any is available; the lease covers only what was delivered.
                  *      */
                 batch?: components["parameters"]["PopBatch"];
                 /** @description `true` lets the broker size whichever of `batch`/`partitions` the request left out; an
@@ -3056,7 +3062,9 @@ export interface operations {
                 task?: string;
                 /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
                  *     or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
-                 *     schema default.
+                 *     schema default. It is a maximum: the answer also stops once the messages taken reach the
+                 *     broker's answer byte budget (`LANES_POP_MAX_BYTES`, 16 MiB by default), and always holds
+                 *     at least one message when any is available; the lease covers only what was delivered.
                  *      */
                 batch?: components["parameters"]["PopBatch"];
                 /** @description Maximum partitions claimed in this call, all under one `leaseId`; `0` or negative = no
