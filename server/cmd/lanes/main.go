@@ -232,6 +232,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		AdmitPopCheck:           admit.Pop.Acquire,
 		AdmitPopRecheck:         admit.Pop.TryAcquire,
 		ParkedRecheckRate:       cfg.ParkedRecheckRate,
+		PopMaxBytes:             cfg.PopMaxBytes,
 		PushCommitters:          cfg.PushCommitters,
 		AckSyncCommit:           cfg.AckSyncCommit,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,

@@ -30,6 +30,7 @@ type Config struct {
 	PoolSize                int
 	MaxBodyBytes            int64
 	MaxInflightBodyBytes    int64
+	PopMaxBytes             int64
 	PushCommitters          int
 	AckSyncCommit           bool
 	DefaultSubscriptionMode string
@@ -425,6 +426,7 @@ var settings = []setting{
 	{"pool-size", "LANES_DB_POOL_SIZE", "20", "maximum PostgreSQL connections of the pool; the broker holds 2 more of its own (LISTEN and the /health ping)", intSetting(func(c *Config) *int { return &c.PoolSize }, 1, 10000)},
 	{"max-body-bytes", "LANES_MAX_BODY_BYTES", "67108864", "largest accepted request body; larger answers 413", int64Setting(func(c *Config) *int64 { return &c.MaxBodyBytes }, 1, unbounded)},
 	{"max-inflight-body-bytes", "LANES_MAX_INFLIGHT_BODY_BYTES", "0", "request body bytes held at once, from arrival to answer; a body that finds no room waits up to LANES_ADMISSION_MAX_WAIT_MS, then 429 overloaded; at least LANES_MAX_BODY_BYTES; 0 = 2 × LANES_MAX_BODY_BYTES", int64Setting(func(c *Config) *int64 { return &c.MaxInflightBodyBytes }, 0, unbounded)},
+	{"pop-max-bytes", "LANES_POP_MAX_BYTES", "16777216", "stored message bytes one pop answers with, counted by whole segments (a segment holds up to 32 KiB of messages, or one larger message): the pop takes no more once it reaches them and always delivers at least one message; its lease (an autoAck pop's cursor) covers only what it delivered; 0 = no bound", int64Setting(func(c *Config) *int64 { return &c.PopMaxBytes }, 0, unbounded)},
 	{"admission-push-inflight", "LANES_ADMISSION_PUSH_INFLIGHT", "1000", "push, timer-schedule and KV-write requests handled at once; more queue", intSetting(func(c *Config) *int { return &c.AdmissionPushInFlight }, 1, unbounded)},
 	{"admission-pop-inflight", "LANES_ADMISSION_POP_INFLIGHT", "0", "pop database checks at once (parked pops never count); 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionPopInFlight }, 0, unbounded)},
 	{"admission-ack-inflight", "LANES_ADMISSION_ACK_INFLIGHT", "0", "ack/transaction/lease requests at once; 0 = the pool size", intSetting(func(c *Config) *int { return &c.AdmissionAckInFlight }, 0, unbounded)},

@@ -326,3 +326,19 @@ func TestUnknownVariablesAreNamed(t *testing.T) {
 		t.Fatalf("an empty LANES_PORT: port %d, %v; want the default 6632", c.Port, err)
 	}
 }
+
+// A pop's byte budget defaults to 16 MiB; 0 turns it off; below 0 is refused.
+func TestPopMaxBytesDefaultsTo16MiBAndZeroTurnsItOff(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.PopMaxBytes != 16<<20 {
+		t.Fatalf("default pop byte budget %d, %v; want 16 MiB", c.PopMaxBytes, err)
+	}
+	c, err = Load(nil, env(map[string]string{"LANES_POP_MAX_BYTES": "0"}), io.Discard)
+	if err != nil || c.PopMaxBytes != 0 {
+		t.Fatalf("LANES_POP_MAX_BYTES=0: %d, %v; want 0 (no bound)", c.PopMaxBytes, err)
+	}
+	if _, err = Load(nil, env(map[string]string{"LANES_POP_MAX_BYTES": "-1"}), io.Discard); err == nil ||
+		!strings.Contains(err.Error(), "LANES_POP_MAX_BYTES") {
+		t.Fatalf("LANES_POP_MAX_BYTES=-1: %v; want a refusal naming the setting", err)
+	}
+}
