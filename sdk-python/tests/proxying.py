@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
+import queue
+import socket
+import threading
+import time
 from http.server import BaseHTTPRequestHandler
 
 import httpx
@@ -21,3 +26,59 @@ def send_head(handler: BaseHTTPRequestHandler, answer: httpx.Response) -> None:
     handler.send_header("Content-Type", answer.headers.get("content-type", ""))
     handler.send_header("Content-Length", str(len(answer.content)))
     handler.end_headers()
+
+
+class SlowAnswerProxy:
+    """A TCP proxy to the broker that passes each answer's bytes on ``delay`` seconds after
+    the broker wrote them (so an answer the broker sent can still be in flight when the client
+    acts), and passes a client's half-close on to the broker at once."""
+
+    def __init__(self, broker: str, delay: float) -> None:
+        host, port = broker.removeprefix("http://").rsplit(":", 1)
+        self._broker = (host, int(port))
+        self._delay = delay
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.url = f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def close(self) -> None:
+        self._listener.close()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self._listener.accept()
+            except OSError:
+                return
+            broker = socket.create_connection(self._broker)
+            threading.Thread(target=self._requests, args=(client, broker), daemon=True).start()
+            threading.Thread(target=self._answers, args=(broker, client), daemon=True).start()
+
+    @staticmethod
+    def _requests(client: socket.socket, broker: socket.socket) -> None:
+        with contextlib.suppress(OSError):
+            while data := client.recv(65536):
+                broker.sendall(data)
+            broker.shutdown(socket.SHUT_WR)
+
+    def _answers(self, broker: socket.socket, client: socket.socket) -> None:
+        chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()
+
+        def send_late() -> None:
+            with contextlib.suppress(OSError):
+                while True:
+                    at, data = chunks.get()
+                    time.sleep(max(0.0, at - time.monotonic()))
+                    if not data:
+                        client.shutdown(socket.SHUT_WR)
+                        return
+                    client.sendall(data)
+
+        threading.Thread(target=send_late, daemon=True).start()
+        data = b"x"
+        while data:
+            try:
+                data = broker.recv(65536)
+            except OSError:
+                data = b""
+            chunks.put((time.monotonic() + self._delay, data))

@@ -25,6 +25,9 @@ import pytest
 
 import lanes
 
+from .proxying import SlowAnswerProxy
+from .scripts import run_script
+
 
 @pytest.fixture
 def client(broker_url: str) -> Iterator[lanes.Lanes]:
@@ -848,6 +851,62 @@ def test_a_message_pushed_right_after_close_is_not_held_by_the_stopped_consumers
     assert closed._t.http.is_closed
     with pytest.raises(lanes.ClientClosedError):
         closed.health()
+
+
+def test_starting_and_stopping_consumers_on_one_client_leaves_its_http_pool_free(
+    broker_url: str, qname: str
+) -> None:
+    # A stopped consumer's long polls (30 s by default) were abandoned but stayed parked, each
+    # holding one of httpx's 100 pool connections: after 34 stops of a concurrency-3 consumer a
+    # plain push waited 28 s for a connection. The stop now cuts them (half-close).
+    with lanes.Lanes(broker_url, timeout=10) as c:
+        q = c.queue(qname).concurrency(3)
+        for _ in range(40):
+            cons = q.consume(lambda m: None)
+            time.sleep(0.05)
+            cons.stop(10)
+        t0 = time.monotonic()
+        c.queue(qname).push(["x"])
+        assert time.monotonic() - t0 < 1
+
+
+def test_an_answer_the_broker_wrote_before_the_stop_is_released_by_a_program_exiting_after_close(
+    broker_url: str, qname: str
+) -> None:
+    # The proxy holds each answer 0.6 s: the consumer's parked long poll has got the message
+    # (the broker wrote its answer) when the program stops its consumer, closes and exits.
+    # close() returned at once and the exit ended the poll's daemon thread before the answer
+    # came: the message stayed leased for the whole 60 s lease. The stop now half-closes the
+    # poll's connection, the answer still arrives whole and is released, and close() waits
+    # (at most 2 s) for that.
+    proxy = SlowAnswerProxy(broker_url, 0.6)
+    try:
+        out = run_script(
+            f"""
+            import time, lanes
+            c = lanes.Lanes({proxy.url!r})
+            handled = []
+            q = c.queue({qname!r}).lease_seconds(60).timeout_millis(20000)
+            cons = q.consume(lambda m: handled.append(m.data))
+            time.sleep(1.0)  # the long poll is parked on the broker
+            with lanes.Lanes({broker_url!r}) as pusher:
+                pusher.queue({qname!r}).push(["late"])
+            time.sleep(0.2)  # the broker wrote the answer; the proxy holds it
+            cons.stop(10)
+            t0 = time.monotonic()
+            c.close()
+            print(handled, round(time.monotonic() - t0, 2))
+            """
+        )
+    finally:
+        proxy.close()
+    handled, close_took = out.stdout.rsplit(" ", 1)
+    assert handled == "[]"
+    assert float(close_took) < 2.5
+    with lanes.Lanes(broker_url) as c:
+        got = c.queue(qname).autopilot(False).timeout_millis(3000).pop()
+        assert [m.data for m in got] == ["late"], "held by the exited program's long poll"
+        c.ack(got)
 
 
 def test_a_call_in_flight_when_the_client_closes_raises_client_closed(

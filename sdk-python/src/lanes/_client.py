@@ -54,6 +54,10 @@ DEFAULT_URL = "http://localhost:6632"
 # How long the exit hook of a client never closed may spend flushing its buffers.
 EXIT_FLUSH_TIMEOUT = 5.0
 
+# How long close() waits for the stopped consumers' cut long polls to end (each within
+# milliseconds; an answer the broker had already written is read and released first).
+CUT_POPS_WAIT_S = 2.0
+
 
 def _log_unsent_at_exit(logger: logging.Logger, unsent: int) -> None:
     logger.error(
@@ -305,10 +309,12 @@ class Lanes:
         """Soft-stop consumers started here, flush buffers (all at once, raising
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
         Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
-        A stopped consumer's long poll cannot be interrupted: the HTTP pool stays open until it
-        answers (within its ``timeout_millis``) and releases what it leased, then closes. Its
-        thread is a daemon: a program exiting right after close() ends it, and a message it got
-        in the program's last moments stays leased until the lease expires.
+        A stopped consumer's long poll was cut at the stop (its connection half-closed): close()
+        waits up to 2 s for it to end and release what the broker had already leased to it, so
+        a program may exit right after. On a caller's ``http_client`` it cannot be cut: the
+        HTTP pool stays open until it answers (within its ``timeout_millis``) and releases what
+        it leased, then closes; its thread is a daemon, and a program exiting before then leaves
+        a message it got in those last moments leased until the lease expires.
         A consumer still stopping at ``timeout`` (a handler slower than it) raises
         ``TimeoutError``, after the buffers were flushed all the same; the HTTP pool stays open
         until that consumer ends, so its lease renewals and acks still go out."""
@@ -336,6 +342,11 @@ class Lanes:
                     b.stop()
         finally:
             self._gone = True
+            if self._t.cuts_calls and still_stopping is None:
+                # The stopped consumers' long polls were cut: they end within milliseconds,
+                # and a program that exits right after close() must not end them first (a
+                # message one got would stay leased for the whole lease).
+                self._pops.wait_idle(CUT_POPS_WAIT_S)
             self._pops.when_idle(self._t.close)
         if still_stopping is not None:
             raise still_stopping

@@ -26,6 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
+from lanes._http import CallCut
 from lanes._pacer import AckResend, ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop
 from lanes._renewal import LeaseRenewalTimer
 from lanes._types import AckResult, Message, PopResult, RenewResult
@@ -298,8 +299,9 @@ class Engine:
                         self._auto_acked += len(pop_t.result().messages)
             if pop_t not in done:
                 # Stopping: abandon the long-poll. A cancelled request makes the broker give its
-                # claim back; a blocking one (the sync client) cannot be cancelled, so its
-                # answer is released by on_abandoned (see Queue._release).
+                # claim back; a blocking one (the sync client) cannot be cancelled: cancelling
+                # its future half-closes its connection (CallCut), and an answer that comes
+                # anyway is released by on_abandoned (see Queue._release).
                 pop_t.cancel()
                 with contextlib.suppress(BaseException):
                     await pop_t
@@ -773,11 +775,16 @@ class IoThreads:
         *args: Any,
         on_abandoned: Callable[[T], None] | None = None,
         on_finished: Callable[[], None] | None = None,
+        cut: CallCut | None = None,
     ) -> asyncio.Future[T]:
         """:meth:`call` as a future of the running loop, which needs no task to be awaited or
-        cancelled (cancelling it abandons the call)."""
+        cancelled (cancelling it abandons the call). With ``cut``, abandoning the call also
+        fires it: a long poll then ends at once instead of holding its connection (and a
+        message it would still get) until its wait is over."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[T] = loop.create_future()
+        if cut is not None:
+            fut.add_done_callback(lambda f: cut.fire() if f.cancelled() else None)
 
         def finished() -> None:
             if on_finished is not None:
@@ -805,7 +812,11 @@ class IoThreads:
         def run() -> None:
             ok = True
             try:
-                r: Any = fn(*args)
+                if cut is None:
+                    r: Any = fn(*args)
+                else:
+                    with cut.running():
+                        r = fn(*args)
             except BaseException as e:
                 ok, r = False, e
             # Handed to the loop only before close() (checked under its lock): such a callback
@@ -830,13 +841,14 @@ class IoThreads:
 
 class PopsInFlight:
     """The sync client's consumer pops still running in helper threads. A stopped consumer
-    abandons its blocking long poll, which may still lease a message pushed meanwhile and must
-    then release it; so ``Lanes.close()`` leaves the HTTP pool open until the last of them has
-    answered and released what it got (docs/consuming.md §5). A consumer still stopping when
+    abandons (and cuts) its blocking long poll, whose answer the broker may have written already
+    and which must then release it; so ``Lanes.close()`` waits briefly for them, and leaves the
+    HTTP pool open until the last of them has answered and released what it got
+    (docs/consuming.md §5). A consumer still stopping when
     close() gave up on it counts here too, until it ends, so its acks still go out."""
 
     def __init__(self) -> None:
-        self._lock = threading.Lock()
+        self._lock = threading.Condition(threading.Lock())
         self._count = 0
         self._on_idle: Callable[[], None] | None = None
 
@@ -850,8 +862,15 @@ class PopsInFlight:
             run = self._on_idle if self._count == 0 else None
             if run is not None:
                 self._on_idle = None
+            if self._count == 0:
+                self._lock.notify_all()
         if run is not None:
             run()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no pop is in flight; whether none is."""
+        with self._lock:
+            return self._lock.wait_for(lambda: self._count == 0, timeout)
 
     def when_idle(self, fn: Callable[[], None]) -> int:
         """Run ``fn`` now if no pop is in flight, else when the last one ends; returns how many

@@ -15,7 +15,7 @@ import socket
 import ssl
 import threading
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -329,6 +329,58 @@ class _AttemptEnd:
 
 class _RunningAttempt(threading.local):
     end: _AttemptEnd | None = None
+    cut: CallCut | None = None
+
+
+class CallCut:
+    """Cuts a blocking call running in another thread (a stopped consumer's long poll, which
+    cannot be interrupted): :meth:`fire` half-closes the connection its attempt is on. The
+    broker then answers ``499`` at once and claims nothing, or the answer it already wrote
+    still arrives whole; either way the call ends within milliseconds, not at its long poll's
+    end, and is not retried. Only connections of the client's own pool (:class:`_BoundedStream`)
+    can be cut; on a caller's ``http_client`` the call runs to its end, as before."""
+
+    __slots__ = ("_lock", "_stream", "fired")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._stream: _BoundedStream | None = None  # the attempt's connection while it is on it
+        self.fired = False
+
+    @contextlib.contextmanager
+    def running(self) -> Iterator[None]:
+        """Run the blocking call in this block (in this thread) under this cut."""
+        outer, _RUNNING.cut = _RUNNING.cut, self
+        try:
+            yield
+        finally:
+            _RUNNING.cut = outer
+
+    def fire(self) -> None:
+        """Half-close the call's connection (from any thread), and make it end at its attempt."""
+        with self._lock:
+            self.fired = True
+            stream, self._stream = self._stream, None
+            if stream is not None:
+                stream.half_close()
+
+    def _attach(self, stream: _BoundedStream) -> None:
+        """The call's attempt is about to send on ``stream``; refused once the cut fired."""
+        with self._lock:
+            if self.fired:
+                raise httpcore.WriteError("lanes: the call was cut")
+            self._stream = stream
+
+    def _trace(self, name: str, info: Mapping[str, Any]) -> None:
+        # httpcore's trace of the attempt: its connection goes back to the pool (where another
+        # call may take it) only after "response_closed" began; from then on it is not the
+        # call's to cut.
+        if name.endswith("response_closed.started"):
+            self._detach()
+
+    def _detach(self) -> None:
+        with self._lock:
+            self._stream = None
 
 
 _RUNNING = _RunningAttempt()
@@ -353,11 +405,26 @@ class _BoundedStream(httpcore.NetworkStream):
 
     def __init__(self, inner: httpcore.NetworkStream) -> None:
         self._inner = inner
+        self._half_closed = False
+
+    def half_close(self) -> None:
+        """Send the end of the request side (a FIN); the answer can still be read. The
+        connection is never reused after it (see ``is_readable``)."""
+        self._half_closed = True
+        sock = self._inner.get_extra_info("socket")
+        if sock is not None:
+            with contextlib.suppress(OSError):
+                # socket.socket's own shutdown, as the watchdog's: an ssl.SSLSocket's would
+                # drop its TLS state under the read still running on it.
+                socket.socket.shutdown(sock, socket.SHUT_WR)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return self._inner.read(max_bytes, _until_attempt_end(timeout, httpcore.ReadTimeout))
 
     def write(self, buffer: bytes, timeout: float | None = None) -> None:
+        cut = _RUNNING.cut
+        if cut is not None:
+            cut._attach(self)
         self._inner.write(buffer, _until_attempt_end(timeout, httpcore.WriteTimeout))
 
     def close(self) -> None:
@@ -373,6 +440,8 @@ class _BoundedStream(httpcore.NetworkStream):
         return _BoundedStream(self._inner.start_tls(ssl_context, server_hostname, timeout))
 
     def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable" and self._half_closed:
+            return True  # as a connection the server closed: httpcore drops it, never reuses it
         return self._inner.get_extra_info(info)
 
 
@@ -437,6 +506,11 @@ class SyncTransport(_Base):
         self.http = http_client or _bounded_client()
         self._sleep = sleep or time.sleep
 
+    @property
+    def cuts_calls(self) -> bool:
+        """Whether a :class:`CallCut` can cut this client's calls: only on its own pool."""
+        return self._own
+
     def close(self) -> None:
         if self._own:
             self.http.close()
@@ -460,6 +534,9 @@ class SyncTransport(_Base):
         down when ``t`` is up, which ends a body read still waiting."""
         started = time.monotonic()
         req.extensions["timeout"] = httpx.Timeout(t).as_dict()
+        call_cut = _RUNNING.cut
+        if call_cut is not None:
+            req.extensions["trace"] = call_cut._trace
         end = None if t is None else _AttemptEnd(started + t)
         outer, _RUNNING.end = _RUNNING.end, end
         try:
@@ -485,6 +562,8 @@ class SyncTransport(_Base):
                 resp.close()
         finally:
             _RUNNING.end = outer
+            if call_cut is not None:
+                call_cut._detach()
         return resp
 
     def request(
@@ -502,8 +581,11 @@ class SyncTransport(_Base):
     ) -> Response:
         data = _encode(body)
         st = self._state(long_poll, deadline, not_idempotent)
+        call_cut = _RUNNING.cut
         while True:
-            if cancel is not None and cancel.is_set():
+            if (cancel is not None and cancel.is_set()) or (
+                call_cut is not None and call_cut.fired
+            ):
                 raise ConsumerStoppedError("lanes: stopped")
             if self.http.is_closed:
                 raise self._closed(st)
@@ -518,6 +600,8 @@ class SyncTransport(_Base):
                     self._timeout(st, timeout),
                 )
             except httpx.TransportError as exc:
+                if call_cut is not None and call_cut.fired:  # the cut's doing: not retried
+                    raise ConsumerStoppedError("lanes: stopped") from exc
                 d = self._failed(method, path, st, exc)
             else:
                 done, d = self._answered(method, path, st, resp)

@@ -26,6 +26,7 @@ from lanes._consumer import (
 )
 from lanes._exceptions import AutoAckDroppedError
 from lanes._generated import models
+from lanes._http import CallCut
 from lanes._iter import AsyncMessageIterator, MessageIterator, _Core
 from lanes._pacer import ErrorCallback, ErrorReporter
 from lanes._types import Message, PopResult, PushResult
@@ -261,6 +262,7 @@ class Queue(_QueueBase["Lanes"]):
             spec,
             on_abandoned=lambda res: self._release(res, report),
             on_finished=pops.end,
+            cut=CallCut(),
         )
 
     def _release(self, res: PopResult, report: ErrorReporter) -> None:
