@@ -909,6 +909,64 @@ def test_an_answer_the_broker_wrote_before_the_stop_is_released_by_a_program_exi
         c.ack(got)
 
 
+def test_iterator_stop_cuts_the_pop_under_way_and_releases_what_the_broker_had_sent_it(
+    broker_url: str, qname: str
+) -> None:
+    # stop() from another thread left the pop under way parked until its long poll ended (20 s
+    # here). It now half-closes the pop's connection: the iteration ends at once, with no error,
+    # and a message the broker had already sent (held 0.6 s by the proxy) is released.
+    proxy = SlowAnswerProxy(broker_url, 0.6)
+    errors: list[BaseException] = []
+    handled: list[Any] = []
+    try:
+        with lanes.Lanes(proxy.url) as c:
+            it = (
+                c.queue(qname)
+                .lease_seconds(60)
+                .timeout_millis(20000)
+                .messages(on_error=errors.append)
+            )
+
+            def iterate() -> None:
+                with it:
+                    handled.extend(m.data for m in it)
+
+            iterating = threading.Thread(target=iterate, daemon=True)
+            iterating.start()
+            time.sleep(1.0)  # the pop is parked on the broker
+            with lanes.Lanes(broker_url) as pusher:
+                pusher.queue(qname).push(["late"])
+            time.sleep(0.2)  # the broker wrote the answer; the proxy holds it
+            t0 = time.monotonic()
+            it.stop()
+            iterating.join(timeout=5)
+            took = time.monotonic() - t0
+            assert not iterating.is_alive(), "stop() did not end the iteration"
+    finally:
+        proxy.close()
+    assert took < 2.5
+    assert handled == [] and errors == []
+    with lanes.Lanes(broker_url) as c:
+        got = c.queue(qname).autopilot(False).timeout_millis(3000).pop()
+        assert [m.data for m in got] == ["late"], "held by the stopped iteration's pop"
+        c.ack(got)
+
+
+def test_iterator_stop_ends_a_parked_pop_at_once(broker_url: str, qname: str) -> None:
+    errors: list[BaseException] = []
+    with lanes.Lanes(broker_url) as c:
+        it = c.queue(qname).timeout_millis(20000).messages(on_error=errors.append)
+        iterating = threading.Thread(target=lambda: list(it), daemon=True)
+        iterating.start()
+        time.sleep(0.5)  # the pop is parked on the broker
+        t0 = time.monotonic()
+        it.stop()
+        iterating.join(timeout=5)
+        assert not iterating.is_alive(), "stop() did not end the iteration"
+        assert time.monotonic() - t0 < 1
+        assert errors == []
+
+
 def test_a_call_in_flight_when_the_client_closes_raises_client_closed(
     broker_url: str, qname: str
 ) -> None:

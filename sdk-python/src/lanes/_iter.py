@@ -38,6 +38,7 @@ from types import TracebackType
 
 from lanes import _protocol as P
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
+from lanes._http import CallCut
 from lanes._pacer import AckResend, ErrorReporter, PollPacer, ack_error_ends_loop
 from lanes._renewal import LeaseRenewalThread, renew_lease_async
 from lanes._types import AckResult, Message, PopResult, RenewResult
@@ -211,6 +212,7 @@ class MessageIterator:
         self._renew_call = renew
         self._renewals: list[LeaseRenewalThread] = []
         self._stopping = threading.Event()
+        self._pop_cut = CallCut()  # fired by stop(): the pop under way ends at once
 
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)  # stop() cuts a pause short
@@ -257,8 +259,11 @@ class MessageIterator:
                 spec = c.pop_spec()
                 try:
                     c.pacer.popping(spec.timeout_millis)
-                    res = self._pop(spec)
+                    with self._pop_cut.running():
+                        res = self._pop(spec)
                 except Exception as e:
+                    if self._stopping.is_set():  # cut by stop(): no error, the iteration ends
+                        raise StopIteration from None
                     self._sleep(c.pause_after(e))
                     c.end_if_idle()
                     continue
@@ -286,8 +291,11 @@ class MessageIterator:
         aborting the signal ends TypeScript's: a wait (a pause after a failed pop, the wait
         before resending a failed ack, the close's included) ends at once, and the next
         message asked for ends the iteration with the release of :meth:`close`, sent once. A
-        pop under way is not cut: it ends within its long poll (``timeout_millis``)."""
+        pop under way is cut (its connection half-closed): it ends at once, and what the broker
+        had already sent it is released by that close; on a caller's ``http_client`` it cannot
+        be cut and ends within its long poll (``timeout_millis``)."""
         self._stopping.set()
+        self._pop_cut.fire()
 
     def __enter__(self) -> MessageIterator:
         return self
