@@ -909,6 +909,27 @@ def test_an_answer_the_broker_wrote_before_the_stop_is_released_by_a_program_exi
         c.ack(got)
 
 
+def test_on_a_callers_http_client_a_stopped_consumers_long_poll_is_not_cut_and_releases_its_answer(
+    broker_url: str, qname: str
+) -> None:
+    # The SDK cannot reach a caller's connections: the abandoned long poll stays parked, gets
+    # the message pushed after the stop, and releases it (the path the cut makes rare).
+    http = httpx.Client()
+    with lanes.Lanes(broker_url, http_client=http) as c:
+        q = c.queue(qname).lease_seconds(60)
+        cons = q.timeout_millis(3000).consume(lambda m: None)
+        time.sleep(0.3)  # the pop is parked on the broker
+        cons.stop(10)
+        time.sleep(0.3)
+        assert not c._pops.wait_idle(0), "the long poll was cut"
+        c.queue(qname).push(["late"])
+        assert c._pops.wait_idle(5), "the parked poll did not end within its 3 s wait"
+        got = q.autopilot(False).wait(False).pop()
+        assert [m.data for m in got] == ["late"], "held by the stopped consumer's pop"
+        c.ack(got)
+    http.close()
+
+
 def test_iterator_stop_cuts_the_pop_under_way_and_releases_what_the_broker_had_sent_it(
     broker_url: str, qname: str
 ) -> None:
