@@ -6,6 +6,9 @@
 #   scripts/pg.sh status   print state; exit 0 if running, 3 if not
 #   scripts/pg.sh url      print the connection URL of database "lanes"
 #   scripts/pg.sh reset    stop, delete the data directory, start fresh
+#   scripts/pg.sh restart [fast|immediate] [SECONDS]
+#                          stop with that shutdown mode (default fast; immediate is a crash: the
+#                          next start runs crash recovery), stay down SECONDS (default 0), start
 #   scripts/pg.sh psql ... run psql on the running cluster (database "lanes" unless -d is given)
 #
 # Environment:
@@ -270,6 +273,18 @@ cmd_url() {
   echo "postgres://$PGUSER_NAME@127.0.0.1:$(running_port)/$DBNAME?sslmode=disable"
 }
 
+cmd_restart() {
+  local mode="${1:-fast}" down="${2:-0}"
+  [[ "$mode" == fast || "$mode" == immediate ]] || die "restart: mode must be fast or immediate, got '$mode'"
+  if is_running; then
+    ensure_bindir
+    as_owner "$BINDIR/pg_ctl" -D "$DATA" -m "$mode" -w -t 60 stop >/dev/null || die "pg_ctl stop -m $mode failed"
+    is_running && die "still running after pg_ctl stop -m $mode" || true
+  fi
+  sleep "$down"
+  cmd_start
+}
+
 cmd_reset() {
   cmd_stop
   rm -rf "$DATA" "$LOGFILE" "$BASE/initdb.log"
@@ -282,10 +297,11 @@ case "${1:-}" in
   status) cmd_status ;;
   url) cmd_url ;;
   reset) cmd_reset ;;
+  restart) shift; cmd_restart "$@" ;;
   psql)
     shift
     is_running || die "not running (scripts/pg.sh start)"
     psql_cmd -d "$DBNAME" "$@"
     ;;
-  *) echo "usage: $0 start|stop|status|url|reset|psql [args]" >&2; exit 2 ;;
+  *) echo "usage: $0 start|stop|status|url|reset|restart [fast|immediate] [seconds]|psql [args]" >&2; exit 2 ;;
 esac
