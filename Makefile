@@ -10,6 +10,7 @@
 #   make deps       npm ci and the dist/ build (sdk-js), Python venvs (sdk-python/.venv, tools/fuzz/.venv)
 #   make build      bin/lanes
 #   make bench      benchmark smoke run
+#   make soak       fault soak: random broker kills, PostgreSQL crashes and dropped connections under load, then a loss check (SOAK_DURATION=5m; docs/operations.md)
 #   make upgrade-audit  old commits' brokers upgraded to this one on real databases (needs git history; docs/operations.md)
 
 SHELL := bash
@@ -288,3 +289,12 @@ upgrade-audit: pg-test
 .PHONY: bench
 bench: build
 	go run ./bench/cmd/lanes-bench -short $(BENCH_FLAGS)
+
+# The fault soak (docs/operations.md, "Fault soak"): its own durable PostgreSQL (port 54349) and
+# two brokers (6642, 6643, behind proxies on 6644, 6645); not part of `make test`, as it crashes
+# PostgreSQL and needs minutes. SOAK_FLAGS reaches the tool (lanes-soak -h), e.g. other ports.
+SOAK_DURATION ?= 5m
+SOAK_SEED ?= 0
+.PHONY: soak
+soak: build
+	go run ./tools/soak -duration $(SOAK_DURATION) -seed $(SOAK_SEED) $(SOAK_FLAGS)
