@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"log/slog"
 	"math/rand/v2"
+	"regexp"
 	"sync"
 	"time"
 
@@ -52,7 +53,7 @@ type ledger struct {
 	mu         sync.Mutex
 	pushes     map[string]*pushRecord
 	deliveries []delivery
-	pushErrors map[string]int // error text (shortened) → count
+	pushErrors map[string]int // "op: error text" (shortened) → count
 	undecoded  int
 }
 
@@ -75,8 +76,12 @@ func (l *ledger) acked(r *pushRecord, status string, overtaken bool) {
 	}
 }
 
-func (l *ledger) pushFailed(err error) {
-	msg := err.Error()
+// addrs are the host:port pairs of an error text, which would make every connection's error a
+// kind of its own.
+var addrs = regexp.MustCompile(`\d+\.\d+\.\d+\.\d+:\d+`)
+
+func (l *ledger) pushFailed(op string, err error) {
+	msg := op + ": " + addrs.ReplaceAllString(err.Error(), "ADDR")
 	if len(msg) > 120 {
 		msg = msg[:120]
 	}
@@ -102,7 +107,10 @@ type producer struct {
 	led    *ledger
 	rng    *rand.Rand
 	retry  bool // resend until acknowledged, with the same transaction ids
-	seq    map[string]int
+	// quiet makes the producer fall silent now and then for 2-15 s, so faults also meet
+	// partitions whose consumers caught up and that no new write wakes.
+	quiet bool
+	seq   map[string]int
 }
 
 func (p *producer) next(queue, partition string) *pushRecord {
@@ -144,7 +152,7 @@ func (p *producer) runPushes(ctx context.Context, queue, partition string, n fun
 			}
 			res, err := q.Push(ctx, items...)
 			if err != nil {
-				p.led.pushFailed(err)
+				p.led.pushFailed("push", err)
 			}
 			done := err == nil && len(res) == len(recs)
 			if err == nil {
@@ -156,7 +164,7 @@ func (p *producer) runPushes(ctx context.Context, queue, partition string, n fun
 					} else {
 						done = false
 						if i < len(res) {
-							p.led.pushFailed(fmt.Errorf("item status %s", res[i].Status))
+							p.led.pushFailed("push", fmt.Errorf("item status %s", res[i].Status))
 						}
 					}
 					laterAcked = laterAcked || wasAcked
@@ -169,8 +177,17 @@ func (p *producer) runPushes(ctx context.Context, queue, partition string, n fun
 				return
 			}
 		}
-		pause(ctx, time.Duration(2+p.rng.IntN(20))*time.Millisecond)
+		p.rest(ctx)
 	}
+}
+
+// rest pauses between sends: a few milliseconds, or for a quiet producer now and then seconds.
+func (p *producer) rest(ctx context.Context) {
+	if p.quiet && p.rng.IntN(300) == 0 {
+		pause(ctx, time.Duration(2000+p.rng.IntN(13000))*time.Millisecond)
+		return
+	}
+	pause(ctx, time.Duration(2+p.rng.IntN(20))*time.Millisecond)
 }
 
 // runBundles commits transaction bundles that push 1-5 items to each of two partitions.
@@ -201,7 +218,7 @@ func (p *producer) runBundles(ctx context.Context, parts [2]string) {
 			case errors.As(err, &txErr) && txErr.Reason == lanes.ReasonDuplicate:
 				status = lanes.StatusDuplicate // an earlier attempt committed the bundle whole
 			default:
-				p.led.pushFailed(err)
+				p.led.pushFailed("transaction", err)
 			}
 			if status != "" {
 				for _, r := range recs {
@@ -213,7 +230,7 @@ func (p *producer) runBundles(ctx context.Context, parts [2]string) {
 				return
 			}
 		}
-		pause(ctx, time.Duration(2+p.rng.IntN(20))*time.Millisecond)
+		p.rest(ctx)
 	}
 }
 

@@ -32,6 +32,7 @@ type config struct {
 	duration    time.Duration
 	seed        uint64
 	faultEvery  time.Duration
+	faultTail   time.Duration
 	drain       time.Duration
 	lease       int
 	pgPort      int
@@ -49,6 +50,7 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Minute, "how long the load and the faults run")
 	flag.Uint64Var(&cfg.seed, "seed", 0, "random seed of the load and the fault times (0: from the clock); the report prints it")
 	flag.DurationVar(&cfg.faultEvery, "fault-every", 6*time.Second, "mean time between faults (exponential)")
+	flag.DurationVar(&cfg.faultTail, "fault-tail", 20*time.Second, "how long faults go on once the producers stop (consumers drain through them, with no new writes to wake a partition)")
 	flag.DurationVar(&cfg.drain, "drain", 3*time.Minute, "how long the consumers may take to drain once the faults stop")
 	flag.IntVar(&cfg.lease, "lease-seconds", 5, "the consume loops' lease")
 	flag.IntVar(&cfg.pgPort, "pg-port", 54349, "the soak's own PostgreSQL port (scripts/pg.sh, durable)")
@@ -168,7 +170,7 @@ func run(cfg config) error {
 	newProducer := func(retry bool) *producer {
 		lane++
 		return &producer{name: fmt.Sprint(lane), client: pinned[lane%len(pinned)], led: led,
-			rng: rand.New(rand.NewPCG(cfg.seed, uint64(lane)+1)), retry: retry, seq: map[string]int{}}
+			rng: rand.New(rand.NewPCG(cfg.seed, uint64(lane)+1)), retry: retry, quiet: lane%3 == 0, seq: map[string]int{}}
 	}
 	for i := range 4 {
 		p := newProducer(true)
@@ -189,13 +191,16 @@ func run(cfg config) error {
 		producers.Go(func() { p.runBundles(loadCtx, [2]string{fmt.Sprintf("t%d", 2*i), fmt.Sprintf("t%d", 2*i+1)}) })
 	}
 
+	faultCtx, stopFaults := context.WithTimeout(ctx, cfg.duration+cfg.faultTail)
+	defer stopFaults()
 	inj := &injector{c: c, rng: rand.New(rand.NewPCG(cfg.seed, 0)), every: cfg.faultEvery, log: faultLog, busy: map[string]bool{}}
 	injDone := make(chan struct{})
-	go func() { inj.run(loadCtx); close(injDone) }()
-	go progress(loadCtx, led, inj, cfg.duration)
+	go func() { inj.run(faultCtx); close(injDone) }()
+	go progress(faultCtx, led, inj, cfg.duration)
 
 	<-loadCtx.Done()
 	producers.Wait()
+	fmt.Printf("lanes-soak: producers stopped; faults go on for %v\n", cfg.faultTail)
 	<-injDone // every fault has recovered: both brokers and PostgreSQL answer
 	loadEnded := time.Now()
 	if ctx.Err() != nil {
