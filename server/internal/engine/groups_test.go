@@ -317,21 +317,52 @@ func TestAdvanceFloorRemembersTheComputedAndTheStoredFloor(t *testing.T) {
 	var c popPlanCache
 	c.plans = map[popPlanKey]popQueue{{"q", "g"}: {claimFloor: 5, storedFloor: 5, claimEpoch: 1}}
 	ptr := func(v int64) *int64 { return &v }
-	c.advanceFloor("q", "g", 1, &delivery{floor: ptr(5), computedFloor: ptr(8)})
+	c.advanceFloor("q", "g", 1, 0, &delivery{floor: ptr(5), computedFloor: ptr(8)})
 	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 8 || q.storedFloor != 5 {
 		t.Fatalf("after a claim that computed 8 and stored nothing: floor %d stored %d, want 8 5", q.claimFloor, q.storedFloor)
 	}
-	c.advanceFloor("q", "g", 1, &delivery{floor: ptr(8), computedFloor: ptr(8)})
+	c.advanceFloor("q", "g", 1, 0, &delivery{floor: ptr(8), computedFloor: ptr(8)})
 	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 8 || q.storedFloor != 8 {
 		t.Fatalf("after the claim that stored 8: floor %d stored %d, want 8 8", q.claimFloor, q.storedFloor)
 	}
-	c.advanceFloor("q", "g", 2, &delivery{floor: ptr(20), computedFloor: ptr(20)})
+	c.advanceFloor("q", "g", 2, 0, &delivery{floor: ptr(20), computedFloor: ptr(20)})
 	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 8 {
 		t.Fatalf("a claim of another epoch moved the plan's floor to %d", q.claimFloor)
 	}
 	// Another broker stored a higher floor: this plan follows it and has nothing to store.
-	c.advanceFloor("q", "g", 1, &delivery{floor: ptr(12), computedFloor: ptr(10)})
+	c.advanceFloor("q", "g", 1, 0, &delivery{floor: ptr(12), computedFloor: ptr(10)})
 	if q := c.plans[popPlanKey{"q", "g"}]; q.claimFloor != 12 || q.storedFloor != 12 {
 		t.Fatalf("after another broker stored 12: floor %d stored %d, want 12 12", q.claimFloor, q.storedFloor)
+	}
+}
+
+// forgetAll (the broker lost its database: a crash may have moved cursors back)
+// drops every plan, and a pop begun before it caches nothing of what it saw.
+func TestForgetAllDropsPlansAndWhatEarlierPopsSaw(t *testing.T) {
+	var c popPlanCache
+	ptr := func(v int64) *int64 { return &v }
+	req := &PopRequest{Queue: "q", Group: "g"}
+	before := c.currentGeneration()
+	c.remember(req, []*popQueue{{claimFloor: 5, storedFloor: 5, claimEpoch: 1}}, before)
+	if _, ok := c.get("q", "g"); !ok {
+		t.Fatal("remember cached no plan")
+	}
+	c.forgetAll()
+	if _, ok := c.get("q", "g"); ok {
+		t.Fatal("a plan outlived forgetAll")
+	}
+	c.remember(req, []*popQueue{{claimFloor: 9, storedFloor: 5, claimEpoch: 1}}, before)
+	if _, ok := c.get("q", "g"); ok {
+		t.Fatal("a pop begun before forgetAll cached its plan")
+	}
+	after := c.currentGeneration()
+	c.remember(req, []*popQueue{{claimFloor: 5, storedFloor: 5, claimEpoch: 1}}, after)
+	c.advanceFloor("q", "g", 1, before, &delivery{floor: ptr(5), computedFloor: ptr(9)})
+	if q, _ := c.get("q", "g"); q.claimFloor != 5 {
+		t.Fatalf("a claim begun before forgetAll moved the new plan's floor to %d", q.claimFloor)
+	}
+	c.advanceFloor("q", "g", 1, after, &delivery{floor: ptr(5), computedFloor: ptr(9)})
+	if q, _ := c.get("q", "g"); q.claimFloor != 9 {
+		t.Fatalf("a claim on the new plan left its floor at %d, want 9", q.claimFloor)
 	}
 }

@@ -231,7 +231,7 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 		handOffDone(ho.wt, nil) // the cursor was taken or the queue needs the claim statement
 		return nil
 	}
-	e.popPlans.advanceFloor(ho.req.Queue, ho.req.Group, ho.plan.claimEpoch, &ho.d)
+	e.popPlans.advanceFloor(ho.req.Queue, ho.req.Group, ho.plan.claimEpoch, ho.plan.generation, &ho.d)
 	res, err := e.deliverClaim(context.Background(), &ho.req, ho.leaseID, &ho.d)
 	if err != nil {
 		res = nil // the corrupt partition's claim was given back: the pop claims for itself

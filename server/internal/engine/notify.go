@@ -73,6 +73,9 @@ func (e *Engine) listenLoop() {
 			failures.Succeeded()
 		}
 		failures.Failed(err)
+		// The database restarted or crashed, or cannot be reached: a crash undoes
+		// commits the cached pop plans were computed from.
+		e.popPlans.forgetAll()
 		// A missed notification only delays a wake-up until the pop's next re-check.
 		e.waiters.wakeAll()
 		select {

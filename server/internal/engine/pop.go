@@ -445,6 +445,8 @@ type popQueue struct {
 	// computed) is ahead of it: see claimStoresFloor.
 	storedFloor int64
 	claimEpoch  int64
+	// generation is the plan cache's when the pop that cached this plan began.
+	generation uint64
 }
 
 // popPlanCache keeps, per (queue, group) of single-queue pops, the queue row
@@ -452,6 +454,9 @@ type popQueue struct {
 type popPlanCache struct {
 	mu    sync.Mutex
 	plans map[popPlanKey]popQueue
+	// generation counts forgetAll calls: what a pop begun before one saw is not
+	// cached after it.
+	generation uint64
 }
 
 type popPlanKey struct{ queue, group string }
@@ -468,31 +473,56 @@ func (c *popPlanCache) get(queue, group string) (popQueue, bool) {
 	return q, ok
 }
 
+// currentGeneration is the generation a pop starting now caches its plan under.
+func (c *popPlanCache) currentGeneration() uint64 {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.generation
+}
+
+// forgetAll drops every plan; the notification listener calls it whenever its
+// connection drops, which every PostgreSQL restart or crash does. A crash
+// undoes the last commits that did not wait for the flush (leased pops, plain
+// acks), so a cursor moves back and its partition has work again below the
+// claim floor a plan computed before the crash: every one-trip claim would walk
+// from that floor and skip the partition until its next write. A plan read
+// afterwards starts from the stored floor, which recovery restores from the
+// same WAL as the cursors.
+func (c *popPlanCache) forgetAll() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	clear(c.plans)
+	c.generation++
+}
+
 // remember stores the queue row and group state a general pop committed on
 // (the group registered and seeded by then), unless the pop covered several
-// queues: a one-trip claim runs on one queue's.
-func (c *popPlanCache) remember(req *PopRequest, committed []*popQueue) {
+// queues: a one-trip claim runs on one queue's. A pop begun before the last
+// forgetAll (generation) stores nothing.
+func (c *popPlanCache) remember(req *PopRequest, committed []*popQueue, generation uint64) {
 	if req.Queue == "" {
 		return
 	}
 	key := popPlanKey{req.Queue, req.Group}
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	if len(committed) != 1 {
+	if len(committed) != 1 || generation != c.generation {
 		delete(c.plans, key)
 		return
 	}
 	if c.plans == nil || len(c.plans) >= popPlanCacheMax {
 		c.plans = map[popPlanKey]popQueue{}
 	}
-	c.plans[key] = *committed[0]
+	plan := *committed[0]
+	plan.generation = generation
+	c.plans[key] = plan
 }
 
 // advanceFloor keeps a cached plan's claim floor up with what the last claim
 // computed and the database holds, so the next claim walks partition_writes
 // from there (a lower floor is correct, only slower). A plan of another claim
-// epoch is left alone.
-func (c *popPlanCache) advanceFloor(queue, group string, epoch int64, d *delivery) {
+// epoch or generation is left alone.
+func (c *popPlanCache) advanceFloor(queue, group string, epoch int64, generation uint64, d *delivery) {
 	if d.floor == nil && d.computedFloor == nil {
 		return
 	}
@@ -500,7 +530,7 @@ func (c *popPlanCache) advanceFloor(queue, group string, epoch int64, d *deliver
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	q, ok := c.plans[key]
-	if !ok || q.claimEpoch != epoch {
+	if !ok || q.claimEpoch != epoch || q.generation != generation {
 		return
 	}
 	for _, f := range []*int64{d.floor, d.computedFloor} {
@@ -587,7 +617,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 		return nil, err
 	}
 	tx.open = false
-	e.popPlans.advanceFloor(req.Queue, req.Group, plan.claimEpoch, &d)
+	e.popPlans.advanceFloor(req.Queue, req.Group, plan.claimEpoch, plan.generation, &d)
 	return e.deliverClaim(ctx, req, leaseID, &d)
 }
 
@@ -595,6 +625,7 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 // scope with the group's subscription), then, after registering the group or
 // seeding cursors if it must, the claim statement and the commit.
 func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, error) {
+	generation := e.popPlans.currentGeneration()
 	tx, done, err := e.acquireTx(ctx)
 	if err != nil {
 		return nil, err
@@ -683,9 +714,9 @@ func (e *Engine) popGeneral(ctx context.Context, req *PopRequest) (*PopResult, e
 	}
 	tx.open = false
 	// The next pop of this queue and group runs in one round trip on what this one saw.
-	e.popPlans.remember(req, queues)
+	e.popPlans.remember(req, queues, generation)
 	if len(queues) == 1 {
-		e.popPlans.advanceFloor(req.Queue, req.Group, queues[0].claimEpoch, &d)
+		e.popPlans.advanceFloor(req.Queue, req.Group, queues[0].claimEpoch, generation, &d)
 	}
 	return e.deliverClaim(ctx, req, leaseID, &d)
 }
