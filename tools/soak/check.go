@@ -51,28 +51,6 @@ type groupReport struct {
 	Unexplained  []string       `json:"unexplained,omitempty"`
 }
 
-// missingCount is how many (group, acknowledged message) pairs are not handled yet.
-func missingCount(led *ledger) int {
-	led.mu.Lock()
-	defer led.mu.Unlock()
-	seen := map[string]bool{}
-	for _, d := range led.deliveries {
-		seen[d.Group+"\x00"+d.Key] = true
-	}
-	n := 0
-	for _, r := range led.pushes {
-		if r.Status == "" {
-			continue
-		}
-		for _, g := range soakGroups {
-			if !seen[g.label+"\x00"+r.Key] {
-				n++
-			}
-		}
-	}
-	return n
-}
-
 func check(led *ledger, loops []*consumeLoop, inj *injector) *report {
 	led.mu.Lock()
 	defer led.mu.Unlock()

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -61,6 +62,11 @@ func startCluster(ctx context.Context, root string, cfg config) (*cluster, error
 	}
 	const db = "lanes_soak"
 	if err := c.pg(ctx, "psql", "-d", "postgres", "-c", "DROP DATABASE IF EXISTS "+db+" WITH (FORCE)", "-c", "CREATE DATABASE "+db); err != nil {
+		return nil, err
+	}
+	// A longer WAL writer delay leaves asynchronous commits (acks, leased pops) unflushed for
+	// longer, so more crashes undo some: what the promise must survive.
+	if err := c.pg(ctx, "psql", "-d", "postgres", "-c", "ALTER SYSTEM SET wal_writer_delay = "+quoteLiteral(cfg.walWriterDelay), "-c", "SELECT pg_reload_conf()"); err != nil {
 		return nil, err
 	}
 	c.dbURL = fmt.Sprintf("postgres://postgres@127.0.0.1:%d/%s?sslmode=disable", cfg.pgPort, db)
@@ -146,8 +152,11 @@ func (c *cluster) stop() {
 	for _, b := range c.brokers {
 		b.stop()
 	}
+	_ = c.pg(context.Background(), "psql", "-d", "postgres", "-c", "ALTER SYSTEM RESET wal_writer_delay")
 	_ = c.pg(context.Background(), "stop")
 }
+
+func quoteLiteral(s string) string { return "'" + strings.ReplaceAll(s, "'", "''") + "'" }
 
 // proxy forwards a port to a broker and can drop every connection through it at once, which
 // the clients see as a connection reset mid-request (or mid-answer).

@@ -16,6 +16,8 @@ const (
 	faultPGFast        = "PostgreSQL restart -m fast"
 	faultPGOutage      = "PostgreSQL crash, down 1-5 s"
 	faultConnDrop      = "client connections dropped"
+	faultLullCrash     = "producers lull, PostgreSQL crash in the lull"
+	faultEndCrash      = "PostgreSQL crash as the load ends"
 	faultSkippedBusy   = "skipped: target still recovering"
 	faultFailedRecover = "failed to recover"
 )
@@ -33,6 +35,7 @@ type faultEvent struct {
 // a target still recovering from the last one is skipped, faults on other targets overlap.
 type injector struct {
 	c     *cluster
+	lull  *lullGate
 	rng   *rand.Rand
 	every time.Duration
 	log   io.Writer
@@ -79,17 +82,55 @@ func (in *injector) inject(ctx context.Context) {
 	case r < 0.65:
 		kind, target = faultPGFast, "postgres"
 		do = func() (string, error) { return "", in.c.pg(context.WithoutCancel(ctx), "restart", "fast") }
-	case r < 0.75:
+	case r < 0.70:
 		kind, target = faultPGOutage, "postgres"
 		down := 1 + in.rng.IntN(5)
 		do = func() (string, error) {
 			return fmt.Sprintf("down %d s", down), in.c.pg(context.WithoutCancel(ctx), "restart", "immediate", fmt.Sprint(down))
 		}
+	case r < 0.80:
+		kind, target = faultLullCrash, "postgres"
+		quiet := time.Duration(100+in.rng.IntN(900)) * time.Millisecond
+		do = func() (string, error) {
+			in.lull.begin()
+			defer in.lull.end()
+			time.Sleep(quiet)
+			return fmt.Sprintf("crash %v into the lull", quiet), in.c.pg(context.WithoutCancel(ctx), "restart", "immediate")
+		}
 	default:
 		kind, target = faultConnDrop, fmt.Sprintf("proxy %d", broker)
 		do = func() (string, error) { return fmt.Sprintf("%d connections", in.c.proxies[broker].dropAll()), nil }
 	}
+	in.start(kind, target, do, false)
+}
+
+// crashAsTheLoadEnds crashes PostgreSQL once the producers have stopped and the consumers
+// caught up (at most 60 s on): their last acks wait for the WAL writer, no push flushes them,
+// and a partition whose last ack the crash undoes gets no write afterwards to wake it.
+func (in *injector) crashAsTheLoadEnds(ctx context.Context, caughtUp func() bool) {
+	in.wg.Add(1)
+	go func() {
+		defer in.wg.Done()
+		start := time.Now()
+		for time.Since(start) < time.Minute && !caughtUp() {
+			time.Sleep(10 * time.Millisecond)
+		}
+		waited := time.Since(start)
+		in.start(faultEndCrash, "postgres", func() (string, error) {
+			return fmt.Sprintf("%v after the load", waited.Round(time.Millisecond)), in.c.pg(context.WithoutCancel(ctx), "restart", "immediate")
+		}, true)
+	}()
+}
+
+// start runs a fault on target, unless one is running there: then it is skipped, or with wait,
+// run once that one is over.
+func (in *injector) start(kind, target string, do func() (string, error), wait bool) {
 	in.mu.Lock()
+	for in.busy[target] && wait {
+		in.mu.Unlock()
+		time.Sleep(50 * time.Millisecond)
+		in.mu.Lock()
+	}
 	if in.busy[target] {
 		in.skipped++
 		in.mu.Unlock()

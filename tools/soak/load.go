@@ -19,9 +19,12 @@ const (
 	queueSingle = "soak-single" // single pushes: with transaction ids and retried; without, not
 	queueBatch  = "soak-batch"  // batches of 2-30 items with transaction ids, retried whole
 	queueTx     = "soak-tx"     // transaction bundles over two partitions, retried whole
+	// queueBurst gets bursts of 1-10 items, each to a new partition never written again: a
+	// partition whose last ack a crash undoes has no later write to wake it.
+	queueBurst = "soak-burst"
 )
 
-var soakQueues = []string{queueSingle, queueBatch, queueTx}
+var soakQueues = []string{queueSingle, queueBatch, queueTx, queueBurst}
 
 // pushRecord is one message a producer sent: its key (payload "k", unique over the run), where
 // it went, its place in its partition's push order, and what the broker answered.
@@ -55,10 +58,24 @@ type ledger struct {
 	deliveries []delivery
 	pushErrors map[string]int // "op: error text" (shortened) → count
 	undecoded  int
+	// groupsSeen has a bit per group (soakGroups' order) that handled the key; complete counts
+	// the acknowledged keys every group handled, and ackedCount the acknowledged keys.
+	groupsSeen map[string]uint8
+	complete   int
+	ackedCount int
 }
 
 func newLedger() *ledger {
-	return &ledger{pushes: map[string]*pushRecord{}, pushErrors: map[string]int{}}
+	return &ledger{pushes: map[string]*pushRecord{}, pushErrors: map[string]int{}, groupsSeen: map[string]uint8{}}
+}
+
+var allGroups = uint8(1)<<len(soakGroups) - 1
+
+// caughtUp reports whether every group handled every acknowledged message.
+func (l *ledger) caughtUp() bool {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.complete == l.ackedCount
 }
 
 func (l *ledger) sent(r *pushRecord) {
@@ -73,6 +90,10 @@ func (l *ledger) acked(r *pushRecord, status string, overtaken bool) {
 	defer l.mu.Unlock()
 	if r.Status == "" {
 		r.Status, r.AckedAt, r.Overtaken = status, time.Now(), overtaken
+		l.ackedCount++
+		if l.groupsSeen[r.Key] == allGroups {
+			l.complete++
+		}
 	}
 }
 
@@ -92,8 +113,19 @@ func (l *ledger) pushFailed(op string, err error) {
 
 func (l *ledger) delivered(d delivery) {
 	l.mu.Lock()
+	defer l.mu.Unlock()
 	l.deliveries = append(l.deliveries, d)
-	l.mu.Unlock()
+	for i, g := range soakGroups {
+		if g.label == d.Group {
+			seen := l.groupsSeen[d.Key] | 1<<i
+			if seen == allGroups && l.groupsSeen[d.Key] != allGroups {
+				if r, ok := l.pushes[d.Key]; ok && r.Status != "" {
+					l.complete++
+				}
+			}
+			l.groupsSeen[d.Key] = seen
+		}
+	}
 }
 
 func acknowledged(status string) bool {
@@ -110,6 +142,7 @@ type producer struct {
 	// quiet makes the producer fall silent now and then for 2-15 s, so faults also meet
 	// partitions whose consumers caught up and that no new write wakes.
 	quiet bool
+	lull  *lullGate
 	seq   map[string]int
 }
 
@@ -136,14 +169,16 @@ func pause(ctx context.Context, d time.Duration) bool {
 	}
 }
 
-// runPushes pushes to queue/partition, n items a request (n() picks), until ctx ends.
-func (p *producer) runPushes(ctx context.Context, queue, partition string, n func() int) {
-	q := p.client.Queue(queue).Partition(partition)
+// runPushes pushes to queue, to the partition partition() names, n items a request (n()
+// picks), until ctx ends.
+func (p *producer) runPushes(ctx context.Context, queue string, partition func() string, n func() int) {
 	for ctx.Err() == nil {
+		part := partition()
+		q := p.client.Queue(queue).Partition(part)
 		recs := make([]*pushRecord, n())
 		items := make([]lanes.Item, len(recs))
 		for i := range recs {
-			recs[i] = p.next(queue, partition)
+			recs[i] = p.next(queue, part)
 			items[i] = item(recs[i], p.retry)
 		}
 		for ctx.Err() == nil {
@@ -181,13 +216,52 @@ func (p *producer) runPushes(ctx context.Context, queue, partition string, n fun
 	}
 }
 
-// rest pauses between sends: a few milliseconds, or for a quiet producer now and then seconds.
+// rest pauses between sends: a few milliseconds, or for a quiet producer now and then seconds;
+// and while the producers lull.
 func (p *producer) rest(ctx context.Context) {
 	if p.quiet && p.rng.IntN(300) == 0 {
 		pause(ctx, time.Duration(2000+p.rng.IntN(13000))*time.Millisecond)
-		return
+	} else {
+		pause(ctx, time.Duration(2+p.rng.IntN(20))*time.Millisecond)
 	}
-	pause(ctx, time.Duration(2+p.rng.IntN(20))*time.Millisecond)
+	p.lull.wait(ctx)
+}
+
+// lullGate holds every producer back while a fault needs the database quiet: with no push
+// committing, the acks of the last moments wait for the WAL writer, and a crash then undoes
+// them.
+type lullGate struct {
+	mu   sync.Mutex
+	open chan struct{} // nil when no lull is on; closed when it ends
+}
+
+func (g *lullGate) begin() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open == nil {
+		g.open = make(chan struct{})
+	}
+}
+
+func (g *lullGate) end() {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.open != nil {
+		close(g.open)
+		g.open = nil
+	}
+}
+
+func (g *lullGate) wait(ctx context.Context) {
+	g.mu.Lock()
+	ch := g.open
+	g.mu.Unlock()
+	if ch != nil {
+		select {
+		case <-ch:
+		case <-ctx.Done():
+		}
+	}
 }
 
 // runBundles commits transaction bundles that push 1-5 items to each of two partitions.

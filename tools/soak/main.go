@@ -29,19 +29,20 @@ import (
 )
 
 type config struct {
-	duration    time.Duration
-	seed        uint64
-	faultEvery  time.Duration
-	faultTail   time.Duration
-	drain       time.Duration
-	lease       int
-	pgPort      int
-	pgDir       string
-	brokerPorts []int
-	proxyPorts  []int
-	bin         string
-	runDir      string
-	brokerEnv   []string
+	duration       time.Duration
+	seed           uint64
+	faultEvery     time.Duration
+	faultTail      time.Duration
+	drain          time.Duration
+	lease          int
+	pgPort         int
+	pgDir          string
+	brokerPorts    []int
+	proxyPorts     []int
+	bin            string
+	walWriterDelay string
+	runDir         string
+	brokerEnv      []string
 }
 
 func main() {
@@ -50,13 +51,14 @@ func main() {
 	flag.DurationVar(&cfg.duration, "duration", 5*time.Minute, "how long the load and the faults run")
 	flag.Uint64Var(&cfg.seed, "seed", 0, "random seed of the load and the fault times (0: from the clock); the report prints it")
 	flag.DurationVar(&cfg.faultEvery, "fault-every", 6*time.Second, "mean time between faults (exponential)")
-	flag.DurationVar(&cfg.faultTail, "fault-tail", 20*time.Second, "how long faults go on once the producers stop (consumers drain through them, with no new writes to wake a partition)")
+	flag.DurationVar(&cfg.faultTail, "fault-tail", 20*time.Second, "how long faults go on once the producers stop (consumers drain through them, with no new writes to wake a partition); from 5s on, the first is a PostgreSQL crash once the consumers caught up")
 	flag.DurationVar(&cfg.drain, "drain", 3*time.Minute, "how long the consumers may take to drain once the faults stop")
 	flag.IntVar(&cfg.lease, "lease-seconds", 5, "the consume loops' lease")
 	flag.IntVar(&cfg.pgPort, "pg-port", 54349, "the soak's own PostgreSQL port (scripts/pg.sh, durable)")
 	flag.StringVar(&cfg.pgDir, "pg-dir", "/tmp/lanes-soak-pg", "the soak's PostgreSQL directory")
 	flag.StringVar(&brokerPorts, "broker-ports", "6642,6643", "the two brokers' ports")
 	flag.StringVar(&proxyPorts, "proxy-ports", "6644,6645", "the ports of the proxies in front of them (the clients' URLs)")
+	flag.StringVar(&cfg.walWriterDelay, "wal-writer-delay", "1s", "PostgreSQL's wal_writer_delay in the soak's cluster (its default is 200ms): how long an ack may wait for the flush, and so what a crash can undo")
 	flag.StringVar(&cfg.bin, "bin", "bin/lanes", "the broker binary (make build)")
 	flag.StringVar(&cfg.runDir, "dir", "", "where logs, spools and the report go (default /tmp/lanes-soak-<seed>)")
 	flag.StringVar(&brokerEnv, "broker-env", "", "further broker settings, space-separated KEY=value")
@@ -167,23 +169,32 @@ func run(cfg config) error {
 		}
 	}
 	lane := 0
+	lull := &lullGate{}
 	newProducer := func(retry bool) *producer {
 		lane++
 		return &producer{name: fmt.Sprint(lane), client: pinned[lane%len(pinned)], led: led,
-			rng: rand.New(rand.NewPCG(cfg.seed, uint64(lane)+1)), retry: retry, quiet: lane%3 == 0, seq: map[string]int{}}
+			rng: rand.New(rand.NewPCG(cfg.seed, uint64(lane)+1)), retry: retry, quiet: lane%3 == 0, lull: lull, seq: map[string]int{}}
 	}
+	fixed := func(name string) func() string { return func() string { return name } }
 	for i := range 4 {
 		p := newProducer(true)
-		producers.Go(func() { p.runPushes(loadCtx, queueSingle, fmt.Sprintf("s%d", i), func() int { return 1 }) })
+		producers.Go(func() { p.runPushes(loadCtx, queueSingle, fixed(fmt.Sprintf("s%d", i)), func() int { return 1 }) })
 	}
 	for i := range 2 {
 		p := newProducer(false)
-		producers.Go(func() { p.runPushes(loadCtx, queueSingle, fmt.Sprintf("n%d", i), func() int { return 1 }) })
+		producers.Go(func() { p.runPushes(loadCtx, queueSingle, fixed(fmt.Sprintf("n%d", i)), func() int { return 1 }) })
 	}
 	for i := range 4 {
 		p := newProducer(true)
 		producers.Go(func() {
-			p.runPushes(loadCtx, queueBatch, fmt.Sprintf("b%d", i), func() int { return 2 + p.rng.IntN(29) })
+			p.runPushes(loadCtx, queueBatch, fixed(fmt.Sprintf("b%d", i)), func() int { return 2 + p.rng.IntN(29) })
+		})
+	}
+	for i := range 2 {
+		p := newProducer(true)
+		burst := 0
+		producers.Go(func() {
+			p.runPushes(loadCtx, queueBurst, func() string { burst++; return fmt.Sprintf("r%d-%d", i, burst) }, func() int { return 1 + p.rng.IntN(10) })
 		})
 	}
 	for i := range 2 {
@@ -193,13 +204,16 @@ func run(cfg config) error {
 
 	faultCtx, stopFaults := context.WithTimeout(ctx, cfg.duration+cfg.faultTail)
 	defer stopFaults()
-	inj := &injector{c: c, rng: rand.New(rand.NewPCG(cfg.seed, 0)), every: cfg.faultEvery, log: faultLog, busy: map[string]bool{}}
+	inj := &injector{c: c, lull: lull, rng: rand.New(rand.NewPCG(cfg.seed, 0)), every: cfg.faultEvery, log: faultLog, busy: map[string]bool{}}
 	injDone := make(chan struct{})
 	go func() { inj.run(faultCtx); close(injDone) }()
 	go progress(faultCtx, led, inj, cfg.duration)
 
 	<-loadCtx.Done()
 	producers.Wait()
+	if cfg.faultTail >= 5*time.Second { // the injector still runs (and waits for it)
+		inj.crashAsTheLoadEnds(faultCtx, led.caughtUp)
+	}
 	fmt.Printf("lanes-soak: producers stopped; faults go on for %v\n", cfg.faultTail)
 	<-injDone // every fault has recovered: both brokers and PostgreSQL answer
 	loadEnded := time.Now()
@@ -249,7 +263,7 @@ func run(cfg config) error {
 func waitDrained(ctx context.Context, admin *lanes.Client, led *ledger, limit time.Duration) bool {
 	deadline := time.Now().Add(limit)
 	for time.Now().Before(deadline) && ctx.Err() == nil {
-		if missingCount(led) == 0 && nothingPending(ctx, admin) {
+		if led.caughtUp() && nothingPending(ctx, admin) {
 			return true
 		}
 		time.Sleep(500 * time.Millisecond)
