@@ -768,11 +768,21 @@ type DeleteQueueResult struct {
 
 // DlqList defines model for DlqList.
 type DlqList struct {
-	Messages   []DlqMessage `json:"messages"`
-	Pagination Pagination   `json:"pagination"`
+	Messages []DlqMessage `json:"messages"`
+
+	// NextOffset The `offset` of the next page when the page is `truncated`, else `null`: this page's
+	// `offset` plus the positions it covered (its rows). Always sent with `truncated`.
+	NextOffset *int       `json:"nextOffset"`
+	Pagination Pagination `json:"pagination"`
 
 	// Total Length of this page.
 	Total int `json:"total"`
+
+	// Truncated `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
+	// at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
+	// for the rest; a short page is the last one only when `truncated` is `false`. Always sent
+	// by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // DlqMessage One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none.
@@ -1310,8 +1320,18 @@ type MessageList struct {
 	// Mode How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet).
 	Mode MessageListMode `json:"mode"`
 
+	// NextOffset The `offset` of the next page when the page is `truncated`, else `null`: this page's
+	// `offset` plus the positions it covered (its rows, and the messages it left out as `unreadable`). Always sent with `truncated`.
+	NextOffset *int `json:"nextOffset"`
+
 	// Total Length of this page.
 	Total int `json:"total"`
+
+	// Truncated `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
+	// at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
+	// for the rest; a short page is the last one only when `truncated` is `false`. Always sent
+	// by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 
 	// Unreadable Present only when the page left messages out because their stored segment no longer
 	// decodes: per partition, how many messages matching the filters were skipped. A pop
@@ -3278,7 +3298,10 @@ type ClientInterface interface {
 
 	// ListDlq List dead letters
 	//
-	// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
+	// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
+	// earlier, after at least one, once its payloads reach the broker's answer byte budget
+	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/dlq (the `ListDlq` operationId).
 	ListDlq(ctx context.Context, params *ListDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3402,7 +3425,9 @@ type ClientInterface interface {
 	// Messages whose transaction index entry still exists, newest first, with derived status.
 	// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 	// page rather than failing it, and counted per partition in `unreadable`; the broker logs
-	// each such segment with its offsets.
+	// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
+	// after at least one, once its payloads reach the broker's answer byte budget
+	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
 	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
@@ -3704,7 +3729,10 @@ type ClientInterface interface {
 
 	// ListTimers List timers of a queue
 	//
-	// Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+	// Timers in key order paged with `after`; `mode=count` answers `{count}` only. A page holds
+	// at most `limit` timers and stops earlier, after at least one, once its payloads (as base64)
+	// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true` and
+	// the `nextAfter` to ask for the rest.
 	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/timers/{queue} (the `ListTimers` operationId).
@@ -4173,7 +4201,10 @@ func (c *Client) PurgeDlq(ctx context.Context, params *PurgeDlqParams, reqEditor
 
 // ListDlq List dead letters
 //
-// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
+// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
+// earlier, after at least one, once its payloads reach the broker's answer byte budget
+// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/dlq (the `ListDlq` operationId).
 func (c *Client) ListDlq(ctx context.Context, params *ListDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4407,7 +4438,9 @@ func (c *Client) ExtendLease(ctx context.Context, leaseId string, body ExtendLea
 // Messages whose transaction index entry still exists, newest first, with derived status.
 // Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 // page rather than failing it, and counted per partition in `unreadable`; the broker logs
-// each such segment with its offsets.
+// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
+// after at least one, once its payloads reach the broker's answer byte budget
+// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
 // Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
@@ -5019,7 +5052,10 @@ func (c *Client) ScheduleTimers(ctx context.Context, body ScheduleTimersJSONRequ
 
 // ListTimers List timers of a queue
 //
-// Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+// Timers in key order paged with `after`; `mode=count` answers `{count}` only. A page holds
+// at most `limit` timers and stops earlier, after at least one, once its payloads (as base64)
+// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true` and
+// the `nextAfter` to ask for the rest.
 // Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/timers/{queue} (the `ListTimers` operationId).
@@ -8492,7 +8528,10 @@ type ClientWithResponsesInterface interface {
 
 	// ListDlqWithResponse List dead letters
 	//
-	// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
+	// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
+	// earlier, after at least one, once its payloads reach the broker's answer byte budget
+	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8622,7 +8661,9 @@ type ClientWithResponsesInterface interface {
 	// Messages whose transaction index entry still exists, newest first, with derived status.
 	// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 	// page rather than failing it, and counted per partition in `unreadable`; the broker logs
-	// each such segment with its offsets.
+	// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
+	// after at least one, once its payloads reach the broker's answer byte budget
+	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
 	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8966,7 +9007,10 @@ type ClientWithResponsesInterface interface {
 
 	// ListTimersWithResponse List timers of a queue
 	//
-	// Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+	// Timers in key order paged with `after`; `mode=count` answers `{count}` only. A page holds
+	// at most `limit` timers and stops earlier, after at least one, once its payloads (as base64)
+	// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true` and
+	// the `nextAfter` to ask for the rest.
 	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -14698,7 +14742,10 @@ func (c *ClientWithResponses) PurgeDlqWithResponse(ctx context.Context, params *
 
 // ListDlqWithResponse List dead letters
 //
-// Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
+// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
+// earlier, after at least one, once its payloads reach the broker's answer byte budget
+// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14894,7 +14941,9 @@ func (c *ClientWithResponses) ExtendLeaseWithResponse(ctx context.Context, lease
 // Messages whose transaction index entry still exists, newest first, with derived status.
 // Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 // page rather than failing it, and counted per partition in `unreadable`; the broker logs
-// each such segment with its offsets.
+// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
+// after at least one, once its payloads reach the broker's answer byte budget
+// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
 // Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -15424,7 +15473,10 @@ func (c *ClientWithResponses) ScheduleTimersWithResponse(ctx context.Context, bo
 
 // ListTimersWithResponse List timers of a queue
 //
-// Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+// Timers in key order paged with `after`; `mode=count` answers `{count}` only. A page holds
+// at most `limit` timers and stops earlier, after at least one, once its payloads (as base64)
+// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true` and
+// the `nextAfter` to ask for the rest.
 // Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).

@@ -383,7 +383,9 @@ export interface paths {
          * @description Messages whose transaction index entry still exists, newest first, with derived status.
          *     Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
          *     page rather than failing it, and counted per partition in `unreadable`; the broker logs
-         *     each such segment with its offsets.
+         *     each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
+         *     after at least one, once its payloads reach the broker's answer byte budget
+         *     (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
          *     Required role: read-only, read-write or admin.
          *
          */
@@ -470,7 +472,10 @@ export interface paths {
         };
         /**
          * List dead letters
-         * @description Dead-letter rows, newest `failedAt` first. Required role: read-only, read-write or admin.
+         * @description Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
+         *     earlier, after at least one, once its payloads reach the broker's answer byte budget
+         *     (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
+         *     Required role: read-only, read-write or admin.
          *
          */
         get: operations["listDlq"];
@@ -821,7 +826,10 @@ export interface paths {
         };
         /**
          * List timers of a queue
-         * @description Timers in key order paged with `after`; `mode=count` answers `{count}` only.
+         * @description Timers in key order paged with `after`; `mode=count` answers `{count}` only. A page holds
+         *     at most `limit` timers and stops earlier, after at least one, once its payloads (as base64)
+         *     reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true` and
+         *     the `nextAfter` to ask for the rest.
          *     Required role: read-only, read-write or admin.
          *
          */
@@ -1709,6 +1717,16 @@ export interface components {
             mode: components["schemas"]["MessageListMode"];
             /** @description Length of this page. */
             total: number;
+            /** @description `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
+             *     at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
+             *     for the rest; a short page is the last one only when `truncated` is `false`. Always sent
+             *     by this broker; brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when the page is `truncated`, else `null`: this page's
+             *     `offset` plus the positions it covered (its rows, and the messages it left out as `unreadable`). Always sent with `truncated`.
+             *      */
+            nextOffset?: number | null;
             /** @description Present only when the page left messages out because their stored segment no longer
              *     decodes: per partition, how many messages matching the filters were skipped. A pop
              *     that can take nothing but such a partition answers `500 corrupt_segment`.
@@ -1825,6 +1843,16 @@ export interface components {
             pagination: components["schemas"]["Pagination"];
             /** @description Length of this page. */
             total: number;
+            /** @description `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
+             *     at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
+             *     for the rest; a short page is the last one only when `truncated` is `false`. Always sent
+             *     by this broker; brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when the page is `truncated`, else `null`: this page's
+             *     `offset` plus the positions it covered (its rows). Always sent with `truncated`.
+             *      */
+            nextOffset?: number | null;
         };
         /** @description One dead letter. `errorMessage` and `producerSub` are always present, `null` when there is none. */
         DlqMessage: {

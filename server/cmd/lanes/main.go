@@ -237,6 +237,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		AckSyncCommit:           cfg.AckSyncCommit,
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
 		PopAutopilot:            cfg.PopAutopilot,
+		ListMaxBytes:            cfg.ListMaxBytes,
 		// Twice the statement_timeout: PostgreSQL ends a slow claim first.
 		ClaimTimeout: 2 * cfg.StatementTimeout,
 		Logger:       log,

@@ -36,17 +36,18 @@ func (s *Server) ListDlq(ctx context.Context, req gen.ListDlqRequestObject) (gen
 	if p.Offset != nil {
 		offset = *p.Offset
 	}
-	rows, err := s.engine.ListDeadLetters(ctx, engine.DLQFilter{
+	page, err := s.engine.ListDeadLetters(ctx, engine.DLQFilter{
 		Queue: deref(p.Queue), Group: deref(p.ConsumerGroup), Partition: deref(p.Partition),
 		From: p.From, To: p.To, Limit: limit, Offset: offset,
 	})
 	if err != nil {
 		return nil, err
 	}
-	out := gen.ListDlq200JSONResponse{Messages: make([]gen.DlqMessage, len(rows)), Total: len(rows),
+	out := gen.ListDlq200JSONResponse{Messages: make([]gen.DlqMessage, len(page.Rows)), Total: len(page.Rows),
 		Pagination: gen.Pagination{Limit: limit, Offset: offset}}
-	for i := range rows {
-		out.Messages[i] = wireDeadLetter(&rows[i])
+	out.Truncated, out.NextOffset = pagingFields(page.Truncated, page.NextOffset)
+	for i := range page.Rows {
+		out.Messages[i] = wireDeadLetter(&page.Rows[i])
 	}
 	return out, nil
 }

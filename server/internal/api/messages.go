@@ -49,6 +49,7 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 		items[i] = wireListItem(&page.Records[i])
 	}
 	out := gen.ListMessages200JSONResponse{Messages: items, Total: len(items), Mode: wireMode(page.Mode)}
+	out.Truncated, out.NextOffset = pagingFields(page.Truncated, page.NextOffset)
 	if len(page.Unreadable) > 0 {
 		unreadable := make([]gen.UnreadableMessages, len(page.Unreadable))
 		for i, u := range page.Unreadable {
@@ -57,6 +58,15 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 		out.Unreadable = &unreadable
 	}
 	return out, nil
+}
+
+// pagingFields are the truncated and nextOffset of an offset-paged listing:
+// nextOffset is null unless the page is truncated.
+func pagingFields(truncated bool, nextOffset int) (*bool, *int) {
+	if !truncated {
+		return &truncated, nil
+	}
+	return &truncated, &nextOffset
 }
 
 func wireListItem(r *engine.MessageRecord) gen.MessageListItem {

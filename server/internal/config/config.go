@@ -31,6 +31,7 @@ type Config struct {
 	MaxBodyBytes            int64
 	MaxInflightBodyBytes    int64
 	PopMaxBytes             int64
+	ListMaxBytes            int64
 	PushCommitters          int
 	AckSyncCommit           bool
 	DefaultSubscriptionMode string
@@ -441,6 +442,7 @@ var settings = []setting{
 	{"max-ack-items", "LANES_MAX_ACK_ITEMS", "10000", "acknowledgments one ack batch may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxAckItems }, 1, unbounded)},
 	{"max-txn-operations", "LANES_MAX_TXN_OPERATIONS", "10000", "operations (push items, acks, kv and timer ops) one transaction may carry; more answers 400", intSetting(func(c *Config) *int { return &c.MaxTxnOperations }, 1, unbounded)},
 	{"max-pop-batch", "LANES_MAX_POP_BATCH", "10000", "largest pop batch; more answers 400 (at most 10000, the spec's bound)", intSetting(func(c *Config) *int { return &c.MaxPopBatch }, 1, 10000)},
+	{"list-max-bytes", "LANES_LIST_MAX_BYTES", "4194304", "payload bytes one page of a message, dead-letter or timer listing answers, counted as sent (twice in a message listing, data and payload; as base64 in a timer listing); the page stops before the row that would pass it, after at least one, with truncated:true and where the rest starts; 0 = unbounded", int64Setting(func(c *Config) *int64 { return &c.ListMaxBytes }, 0, unbounded)},
 	{"db-statement-timeout-ms", "LANES_DB_STATEMENT_TIMEOUT_MS", "30000", "statement_timeout of every broker connection (a pop's claim may take twice that, 60 s when none); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.StatementTimeout }, 0)},
 	{"request-db-timeout-ms", "LANES_REQUEST_DB_TIMEOUT_MS", "30000", "deadline of a request's database work (a long poll gets its timeout on top); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.RequestDBTimeout }, 0)},
 	{"schema-retry-max-ms", "LANES_SCHEMA_RETRY_MAX_MS", "5000", "longest pause between schema attempts while PostgreSQL is unreachable at boot (the broker serves meanwhile)", millisSetting(func(c *Config) *time.Duration { return &c.SchemaRetryMax }, 250)},

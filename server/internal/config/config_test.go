@@ -342,3 +342,24 @@ func TestPopMaxBytesDefaultsTo16MiBAndZeroTurnsItOff(t *testing.T) {
 		t.Fatalf("LANES_POP_MAX_BYTES=-1: %v; want a refusal naming the setting", err)
 	}
 }
+
+func TestListByteBudgetDefaultsToFourMiBTakesZeroForUnboundedAndRefusesNegatives(t *testing.T) {
+	c, err := Load(nil, env(nil), io.Discard)
+	if err != nil || c.ListMaxBytes != 4<<20 {
+		t.Fatalf("default: %d, err %v", c.ListMaxBytes, err)
+	}
+	for v, want := range map[string]int64{"0": 0, "1": 1, "1048576": 1 << 20} {
+		c, err := Load(nil, env(map[string]string{"LANES_LIST_MAX_BYTES": v}), io.Discard)
+		if err != nil {
+			t.Fatalf("LANES_LIST_MAX_BYTES=%s: %v", v, err)
+		}
+		if c.ListMaxBytes != want {
+			t.Fatalf("LANES_LIST_MAX_BYTES=%s: %d", v, c.ListMaxBytes)
+		}
+	}
+	for _, v := range []string{"-1", "4MiB", "1.5"} {
+		if _, err := Load(nil, env(map[string]string{"LANES_LIST_MAX_BYTES": v}), io.Discard); err == nil || !strings.Contains(err.Error(), "LANES_LIST_MAX_BYTES") {
+			t.Fatalf("LANES_LIST_MAX_BYTES=%s: want an error naming it, got %v", v, err)
+		}
+	}
+}

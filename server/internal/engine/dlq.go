@@ -48,11 +48,13 @@ const deadLetterFrom = ` FROM lanes.dlq d
 	LEFT JOIN lanes.partitions p ON p.id = d.partition_id
 	LEFT JOIN lanes.queues q ON q.id = p.queue_id `
 
-func scanDeadLetter(row pgx.Row) (DeadLetter, error) {
+// scanDeadLetter scans the deadLetterColumns of row, then into more, the
+// columns the query selects after them.
+func scanDeadLetter(row pgx.Row, more ...any) (DeadLetter, error) {
 	var d DeadLetter
 	var payload []byte
-	err := row.Scan(&d.ID, &d.PartitionID, &d.Queue, &d.Partition, &d.Group, &d.Offset, &d.MessageID,
-		&d.TransactionID, &d.TraceID, &d.ProducerSub, &payload, &d.Error, &d.RetryCount, &d.CreatedAt, &d.FailedAt)
+	err := row.Scan(append([]any{&d.ID, &d.PartitionID, &d.Queue, &d.Partition, &d.Group, &d.Offset, &d.MessageID,
+		&d.TransactionID, &d.TraceID, &d.ProducerSub, &payload, &d.Error, &d.RetryCount, &d.CreatedAt, &d.FailedAt}, more...)...)
 	if payload == nil {
 		payload = []byte("null")
 	}
@@ -60,20 +62,56 @@ func scanDeadLetter(row pgx.Row) (DeadLetter, error) {
 	return d, err
 }
 
-// ListDeadLetters pages through dead letters, newest failure first.
-func (e *Engine) ListDeadLetters(ctx context.Context, f DLQFilter) ([]DeadLetter, error) {
+// DeadLetterPage is a page of ListDeadLetters.
+type DeadLetterPage struct {
+	Rows []DeadLetter
+	// Truncated: more dead letters matched past the page, which stopped at
+	// its limit or its byte budget; the next page starts at NextOffset.
+	Truncated  bool
+	NextOffset int
+}
+
+// ListDeadLetters pages through dead letters, newest failure first. The page
+// stops before the first row whose payload would take it past the listing
+// byte budget (Config.ListMaxBytes), after at least one row; the sizes are
+// summed in the database (a missing payload as the null sent for it), so the
+// rows past the budget are never sent.
+func (e *Engine) ListDeadLetters(ctx context.Context, f DLQFilter) (DeadLetterPage, error) {
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
-	rows, err := e.pool.Query(ctx, `SELECT `+deadLetterColumns+deadLetterFrom+`
-		WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR d.consumer_group = $2) AND ($3 = '' OR p.name = $3)
-		  AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)
-		ORDER BY d.failed_at DESC, d.id
-		LIMIT $6 OFFSET $7`, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset)
+	rows, err := e.pool.Query(ctx, `WITH page AS (
+			SELECT d.partition_id, d.id, d.failed_at`+deadLetterFrom+`
+			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR d.consumer_group = $2) AND ($3 = '' OR p.name = $3)
+			  AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)
+			ORDER BY d.failed_at DESC, d.id
+			LIMIT $6::int8 + 1 OFFSET $7),
+		sized AS (
+			SELECT page.partition_id, page.id, count(*) OVER () AS matched,
+				row_number() OVER w AS n, sum(coalesce(octet_length(coalesce(d.payload_text, d.payload::text)), 4)) OVER w AS upto
+			FROM page JOIN lanes.dlq d ON d.partition_id = page.partition_id AND d.id = page.id
+			WINDOW w AS (ORDER BY page.failed_at DESC, page.id ROWS UNBOUNDED PRECEDING))
+		SELECT `+deadLetterColumns+`, sized.matched FROM sized
+		JOIN lanes.dlq d ON d.partition_id = sized.partition_id AND d.id = sized.id
+		LEFT JOIN lanes.partitions p ON p.id = d.partition_id
+		LEFT JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE sized.n <= $6 AND (sized.n = 1 OR sized.upto <= $8)
+		ORDER BY sized.n`, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset, e.listMaxBytes())
 	if err != nil {
-		return nil, err
+		return DeadLetterPage{}, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadLetter, error) { return scanDeadLetter(r) })
+	var matched int
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (DeadLetter, error) {
+		return scanDeadLetter(r, &matched)
+	})
+	if err != nil {
+		return DeadLetterPage{}, err
+	}
+	page := DeadLetterPage{Rows: list}
+	if len(list) < matched {
+		page.Truncated, page.NextOffset = true, f.Offset+len(list)
+	}
+	return page, nil
 }
 
 // PurgeDeadLetters deletes every dead letter of queue (optionally of one group).

@@ -64,6 +64,9 @@ type Config struct {
 	// short here may have committed, and its lease then holds its messages
 	// until it expires.
 	ClaimTimeout time.Duration
+	// ListMaxBytes bounds the payload bytes one page of a message, dead-letter
+	// or timer listing answers (see pageBudget); 0 = no bound.
+	ListMaxBytes int64
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
 	Logger          *slog.Logger

@@ -152,10 +152,12 @@ func scanPartitionView(r pgx.CollectableRow) (*partitionView, error) {
 const maxListRows = 1 << 30
 
 // ListMessages lists retained messages newest first. Work is bounded by the page:
-// each partition contributes at most Offset+Limit segments, read newest first from
-// the primary key and restricted to the offsets the status filter allows, plus
-// one segment per dead letter in those offsets when the filter leaves dead
-// letters out (see segmentBudget).
+// each partition contributes at most Offset+Limit+1 segments, read newest first
+// from the primary key and restricted to the offsets the status filter allows,
+// plus one segment per dead letter in those offsets when the filter leaves dead
+// letters out (see segmentBudget). Only the page's segments are read whole, a
+// batch at a time, and the page stops once its payloads reach the broker's
+// listing byte budget (Config.ListMaxBytes), after at least one message.
 func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList, error) {
 	var mode MessageListMode
 	if f.Limit <= 0 {
@@ -206,7 +208,9 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList
 	for i, pid := range pids {
 		budgets[i] = segmentBudget(f, dead[pid], los[i], his[i])
 	}
-	segRows, err := e.pool.Query(ctx, `SELECT x.pid, x.lo, x.hi, s.base_offset, s.end_offset, s.created_at, s.frames
+	// The segments' places and sizes only: which messages make the page is
+	// known before any frame is read.
+	segRows, err := e.pool.Query(ctx, `SELECT x.pid, x.lo, x.hi, s.base_offset, s.end_offset, s.created_at, octet_length(s.frames)
 		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $6::int8[]) AS x(pid, lo, hi, budget)
 		CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
 			WHERE s.partition_id = x.pid AND s.base_offset <= x.hi AND s.end_offset >= x.lo AND s.created_at < $5
@@ -217,56 +221,180 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList
 	if err != nil {
 		return MessageList{}, err
 	}
-	defer segRows.Close()
-	var out []MessageRecord
-	var unreadable []UnreadableMessages
+	var slots []listSlot
+	segBytes := map[segmentKey]int64{}
 	for segRows.Next() {
 		var pid uuid.UUID
-		var lo, hi, base, end int64
+		var lo, hi, base, end, size int64
 		var created time.Time
-		var blob []byte
-		if err := segRows.Scan(&pid, &lo, &hi, &base, &end, &created, &blob); err != nil {
+		if err := segRows.Scan(&pid, &lo, &hi, &base, &end, &created, &size); err != nil {
+			segRows.Close()
 			return MessageList{}, err
 		}
 		v := byID[pid]
-		frames, err := decodeFrames(blob, int(end-base+1))
-		if err != nil {
-			unreadable = e.skipCorruptSegment(unreadable, v, &f, dead[pid], base, end, lo, hi, err)
-			continue
-		}
-		for i := range frames {
-			off := base + int64(i)
-			if off < lo || off > hi {
-				continue
-			}
+		segBytes[segmentKey{pid, base}] = size
+		for off := max(base, lo); off <= min(end, hi); off++ {
 			st, lease := v.status(off, dead[pid][off])
 			if f.Status != "" && st != f.Status {
 				continue
 			}
-			out = append(out, v.record(&frames[i], off, base, i, created, st, lease))
+			slots = append(slots, listSlot{view: v, base: base, end: end, off: off, created: created, status: st, lease: lease})
 		}
 	}
+	segRows.Close()
 	if err := segRows.Err(); err != nil {
 		return MessageList{}, err
 	}
-	sort.Slice(out, func(i, j int) bool {
-		a, b := &out[i], &out[j]
-		if !a.CreatedAt.Equal(b.CreatedAt) {
-			return a.CreatedAt.After(b.CreatedAt)
+	sort.Slice(slots, func(i, j int) bool {
+		a, b := &slots[i], &slots[j]
+		if !a.created.Equal(b.created) {
+			return a.created.After(b.created)
 		}
-		if a.PartitionID != b.PartitionID {
-			return compareUUID(a.PartitionID, b.PartitionID) < 0
+		if a.view.id != b.view.id {
+			return compareUUID(a.view.id, b.view.id) < 0
 		}
-		return a.Offset > b.Offset
+		return a.off > b.off
 	})
-	if f.Offset >= len(out) {
-		return MessageList{Records: []MessageRecord{}, Mode: mode, Unreadable: unreadable}, nil
+	if f.Offset >= len(slots) {
+		return MessageList{Records: []MessageRecord{}, Mode: mode}, nil
 	}
-	out = out[f.Offset:]
-	if len(out) > f.Limit {
-		out = out[:f.Limit]
+	page := slots[f.Offset:min(len(slots), f.Offset+f.Limit)]
+	out, covered, unreadable, err := e.readPage(ctx, page, segBytes)
+	if err != nil {
+		return MessageList{}, err
 	}
-	return MessageList{Records: out, Mode: mode, Unreadable: unreadable}, nil
+	list := MessageList{Records: out, Mode: mode, Unreadable: unreadable}
+	if covered < len(page) || f.Offset+f.Limit < len(slots) {
+		list.Truncated, list.NextOffset = true, f.Offset+covered
+	}
+	return list, nil
+}
+
+// listSlot is one message a listing page may hold, placed before its segment is read.
+type listSlot struct {
+	view      *partitionView
+	base, end int64
+	off       int64
+	created   time.Time
+	status    MessageStatus
+	lease     *time.Time
+}
+
+type segmentKey struct {
+	partition uuid.UUID
+	base      int64
+}
+
+// messageWireCopies is how many times a message listing's answer carries each
+// payload (data and payload), as the byte budget counts it.
+const messageWireCopies = 2
+
+// readPage reads the messages of page in order, fetching their segments a
+// batch at a time, each batch no larger than what is left of the byte budget
+// (and at least one segment), and stops before the first message that would
+// take the page past the budget. covered is how many of page's slots it went
+// through: the messages it returned, those whose segment does not decode
+// (counted in unreadable) and those whose segment retention deleted meanwhile.
+func (e *Engine) readPage(ctx context.Context, page []listSlot, segBytes map[segmentKey]int64) (
+	out []MessageRecord, covered int, unreadable []UnreadableMessages, err error,
+) {
+	out = []MessageRecord{}
+	budget := pageBudget{left: e.listMaxBytes()}
+	frames := map[segmentKey][]Frame{}
+	broken := map[segmentKey]bool{}
+	for covered < len(page) {
+		s := &page[covered]
+		key := segmentKey{s.view.id, s.base}
+		got, read := frames[key]
+		if !read && !broken[key] {
+			clear(frames)
+			if err := e.readSegments(ctx, nextSegments(page[covered:], segBytes, budget.left), page[covered:], frames, broken); err != nil {
+				return nil, 0, nil, err
+			}
+			got, read = frames[key]
+		}
+		switch {
+		case broken[key]:
+			unreadable = countUnreadable(unreadable, s.view)
+		case read && int(s.off-s.base) < len(got):
+			fr := &got[s.off-s.base]
+			if !budget.take(messageWireCopies * int64(len(fr.Payload))) {
+				return out, covered, unreadable, nil
+			}
+			out = append(out, s.view.record(fr, s.off, s.base, int(s.off-s.base), s.created, s.status, s.lease))
+		}
+		covered++
+	}
+	return out, covered, unreadable, nil
+}
+
+// nextSegments lists the segments of the slots, in their order, until their
+// stored bytes reach room (at least one segment).
+func nextSegments(slots []listSlot, segBytes map[segmentKey]int64, room int64) []segmentKey {
+	var keys []segmentKey
+	seen := map[segmentKey]bool{}
+	var total int64
+	for i := range slots {
+		key := segmentKey{slots[i].view.id, slots[i].base}
+		if seen[key] {
+			continue
+		}
+		if len(keys) > 0 && total+segBytes[key] > room {
+			break
+		}
+		seen[key] = true
+		keys = append(keys, key)
+		total += segBytes[key]
+	}
+	return keys
+}
+
+// readSegments reads and decodes the segments keys into frames; a segment that
+// does not decode is logged once and marked broken. A segment retention
+// deleted since the page was placed is left out of both.
+func (e *Engine) readSegments(ctx context.Context, keys []segmentKey, slots []listSlot, frames map[segmentKey][]Frame, broken map[segmentKey]bool) error {
+	pids, bases := make([]uuid.UUID, len(keys)), make([]int64, len(keys))
+	for i, k := range keys {
+		pids[i], bases[i] = k.partition, k.base
+	}
+	rows, err := e.pool.Query(ctx, `SELECT s.partition_id, s.base_offset, s.end_offset, s.frames
+		FROM unnest($1::uuid[], $2::int8[]) AS x(pid, base)
+		JOIN lanes.segments s ON s.partition_id = x.pid AND s.base_offset = x.base`, pids, bases)
+	if err != nil {
+		return err
+	}
+	defer rows.Close()
+	views := map[uuid.UUID]*partitionView{}
+	for i := range slots {
+		views[slots[i].view.id] = slots[i].view
+	}
+	for rows.Next() {
+		var key segmentKey
+		var end int64
+		var blob []byte
+		if err := rows.Scan(&key.partition, &key.base, &end, &blob); err != nil {
+			return err
+		}
+		decoded, err := decodeFrames(blob, int(end-key.base+1))
+		if err != nil {
+			e.reportCorruptSegment(views[key.partition].corruptSegment(key.base, end, err))
+			broken[key] = true
+			continue
+		}
+		frames[key] = decoded
+	}
+	return rows.Err()
+}
+
+// countUnreadable adds one message of v to unreadable.
+func countUnreadable(unreadable []UnreadableMessages, v *partitionView) []UnreadableMessages {
+	for i := range unreadable {
+		if unreadable[i].PartitionID == v.id {
+			unreadable[i].Messages++
+			return unreadable
+		}
+	}
+	return append(unreadable, UnreadableMessages{Queue: v.queue, Partition: v.name, PartitionID: v.id, Messages: 1})
 }
 
 // MessageList is a page of ListMessages.
@@ -276,6 +404,10 @@ type MessageList struct {
 	// Unreadable counts, per partition, the messages the page left out because
 	// their stored segment does not decode.
 	Unreadable []UnreadableMessages
+	// Truncated: more messages matched past the page, which stopped at its
+	// limit or its byte budget; the next page starts at NextOffset.
+	Truncated  bool
+	NextOffset int
 }
 
 // UnreadableMessages is how many messages of one partition a listing left out.
@@ -285,50 +417,25 @@ type UnreadableMessages struct {
 	Messages         int
 }
 
-// skipCorruptSegment logs a segment of v a listing cannot decode and adds the
-// messages in it the filter f would have listed to unreadable: the rest of the
-// page is still answered, where failing it would hide every other message
-// (the unfiltered listing spans every queue).
-func (e *Engine) skipCorruptSegment(unreadable []UnreadableMessages, v *partitionView, f *MessageFilter, dead map[int64]bool,
-	base, end, lo, hi int64, err error,
-) []UnreadableMessages {
-	e.reportCorruptSegment(v.corruptSegment(base, end, err))
-	n := 0
-	for off := max(base, lo); off <= min(end, hi); off++ {
-		if st, _ := v.status(off, dead[off]); f.Status == "" || st == f.Status {
-			n++
-		}
-	}
-	if n == 0 {
-		return unreadable
-	}
-	for i := range unreadable {
-		if unreadable[i].PartitionID == v.id {
-			unreadable[i].Messages += n
-			return unreadable
-		}
-	}
-	return append(unreadable, UnreadableMessages{Queue: v.queue, Partition: v.name, PartitionID: v.id, Messages: n})
-}
-
 // corruptSegment is the error of v's segment base..end, whose frames do not decode (err).
 func (v *partitionView) corruptSegment(base, end int64, err error) *CorruptSegmentError {
 	return &CorruptSegmentError{Queue: v.queue, Partition: v.name, PartitionID: v.id, SegmentBase: base, SegmentEnd: end, Err: err}
 }
 
 // segmentBudget is how many segments of one partition, newest first, a page
-// reads to hold every match among the partition's newest Offset+Limit. Each
-// segment in [lo, hi] holds at least one offset there, which matches unless
-// it is a dead letter and the filter is a status other than dead_letter: such
-// a segment may match nothing, but holds at least one of the partition's dead
-// letters in [lo, hi], so reading that many more segments is enough.
+// reads to place every match among the partition's newest Offset+Limit+1 (the
+// one past the page says whether the listing goes on). Each segment in
+// [lo, hi] holds at least one offset there, which matches unless it is a dead
+// letter and the filter is a status other than dead_letter: such a segment may
+// match nothing, but holds at least one of the partition's dead letters in
+// [lo, hi], so reading that many more segments is enough.
 func segmentBudget(f MessageFilter, dead map[int64]bool, lo, hi int64) int64 {
 	switch f.Status {
 	case StatusDeadLetter:
 		// Dead letters may sit anywhere in the committed range: only their segments are read.
 		return maxListRows
 	case "":
-		return int64(f.Offset + f.Limit)
+		return int64(f.Offset + f.Limit + 1)
 	}
 	deadInRange := 0
 	for off := range dead {
@@ -336,7 +443,7 @@ func segmentBudget(f MessageFilter, dead map[int64]bool, lo, hi int64) int64 {
 			deadInRange++
 		}
 	}
-	return int64(f.Offset + f.Limit + deadInRange)
+	return int64(f.Offset + f.Limit + 1 + deadInRange)
 }
 
 func (v *partitionView) record(f *Frame, off, base int64, idx int, created time.Time, st MessageStatus, lease *time.Time) MessageRecord {

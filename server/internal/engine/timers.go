@@ -343,15 +343,31 @@ func (e *Engine) ListTimers(ctx context.Context, queue, prefix, after string, li
 		limit = 100
 	}
 	limit = min(limit, 1000)
-	list, err := e.queryTimers(ctx, `WHERE queue = $1 AND timer_key > $2 AND starts_with(timer_key, $3)
-		ORDER BY timer_key LIMIT $4`, queue, after, prefix, limit+1)
+	// The page stops before the first timer whose payload, sent as base64,
+	// would take it past the listing byte budget (after at least one); the
+	// sizes are summed in the database, so the timers past it are never sent.
+	// matched counts the page's timers before that cut, one past limit included.
+	rows, err := e.pool.Query(ctx, `SELECT `+timerColumns+`, sized.matched FROM lanes.timers
+		JOIN (SELECT timer_key AS k, count(*) OVER () AS matched, row_number() OVER w AS n,
+				sum((octet_length(payload) + 2) / 3 * 4) OVER w AS upto
+			FROM (SELECT timer_key, payload FROM lanes.timers
+				WHERE queue = $1 AND timer_key > $2 AND starts_with(timer_key, $3)
+				ORDER BY timer_key LIMIT $4) page
+			WINDOW w AS (ORDER BY timer_key ROWS UNBOUNDED PRECEDING)) sized ON queue = $1 AND timer_key = sized.k
+		WHERE sized.n = 1 OR sized.upto <= $5
+		ORDER BY sized.n`, queue, after, prefix, limit+1, e.listMaxBytes())
+	if err != nil {
+		return nil, false, err
+	}
+	var matched int
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (Timer, error) { return scanTimer(r, &matched) })
 	if err != nil {
 		return nil, false, err
 	}
 	if len(list) > limit {
 		return list[:limit], true, nil
 	}
-	return list, false, nil
+	return list, len(list) < matched, nil
 }
 
 // CountTimers counts a queue's timers whose key starts with prefix.
@@ -362,20 +378,26 @@ func (e *Engine) CountTimers(ctx context.Context, queue, prefix string) (int64, 
 	return n, err
 }
 
+const timerColumns = `queue, timer_key, partition, deliver_at, transaction_id, message_id, payload,
+	attempts, coalesce(last_error, ''), created_at, updated_at, coalesce(producer_sub, '')`
+
 func (e *Engine) queryTimers(ctx context.Context, where string, args ...any) ([]Timer, error) {
-	rows, err := e.pool.Query(ctx, `SELECT queue, timer_key, partition, deliver_at, transaction_id, message_id, payload,
-			attempts, coalesce(last_error, ''), created_at, updated_at, coalesce(producer_sub, '') FROM lanes.timers `+where, args...)
+	rows, err := e.pool.Query(ctx, `SELECT `+timerColumns+` FROM lanes.timers `+where, args...)
 	if err != nil {
 		return nil, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Timer, error) {
-		var t Timer
-		var payload []byte
-		err := r.Scan(&t.Queue, &t.TimerKey, &t.Partition, &t.DeliverAt, &t.TransactionID, &t.MessageID, &payload,
-			&t.Attempts, &t.LastError, &t.CreatedAt, &t.UpdatedAt, &t.ProducerSub)
-		t.Payload = payload
-		return t, err
-	})
+	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (Timer, error) { return scanTimer(r) })
+}
+
+// scanTimer scans the timerColumns of r, then into more, the columns the
+// query selects after them.
+func scanTimer(r pgx.Row, more ...any) (Timer, error) {
+	var t Timer
+	var payload []byte
+	err := r.Scan(append([]any{&t.Queue, &t.TimerKey, &t.Partition, &t.DeliverAt, &t.TransactionID, &t.MessageID, &payload,
+		&t.Attempts, &t.LastError, &t.CreatedAt, &t.UpdatedAt, &t.ProducerSub}, more...)...)
+	t.Payload = payload
+	return t, err
 }
 
 // PausePushesWhen makes the pushes the engine makes itself wait while paused

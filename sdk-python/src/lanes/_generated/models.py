@@ -534,6 +534,20 @@ class DlqList(BaseModel):
     """
     Length of this page.
     """
+    truncated: bool | None = None
+    """
+    `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
+    at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
+    for the rest; a short page is the last one only when `truncated` is `false`. Always sent
+    by this broker; brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when the page is `truncated`, else `null`: this page's
+    `offset` plus the positions it covered (its rows). Always sent with `truncated`.
+
+    """
 
 
 class DlqMessage(BaseModel):
@@ -1258,6 +1272,20 @@ class MessageList(BaseModel):
     total: int
     """
     Length of this page.
+    """
+    truncated: bool | None = None
+    """
+    `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
+    at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
+    for the rest; a short page is the last one only when `truncated` is `false`. Always sent
+    by this broker; brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when the page is `truncated`, else `null`: this page's
+    `offset` plus the positions it covered (its rows, and the messages it left out as `unreadable`). Always sent with `truncated`.
+
     """
     unreadable: list[UnreadableMessages] | None = None
     """
