@@ -193,3 +193,32 @@ func TestITQueueDepthAndDLQBuilders(t *testing.T) {
 	require.Equal(t, "billing", page.Messages[0].ConsumerGroup)
 	require.Equal(t, "poison", *page.Messages[0].ErrorMessage)
 }
+
+// A message listing of payloads larger than the broker's answer byte budget
+// (4 MiB by default, each payload counted twice) comes one message a page:
+// following NextOffset while Truncated lists every message once.
+func TestITAMessageListingCutByTheByteBudgetSaysWhereTheRestStarts(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	big := strings.Repeat("x", 3<<19)
+	for i := range 3 {
+		_, err := b.c.Queue(b.queue).Push(b.ctx, lanes.Item{Data: big, TransactionID: fmt.Sprintf("big-%d", i)})
+		require.NoError(t, err)
+	}
+	var got []string
+	offset := 0
+	for pages := 1; ; pages++ {
+		page, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: b.queue, Limit: 10, Offset: offset})
+		require.NoError(t, err)
+		require.Equal(t, 1, len(page.Messages), "page %d", pages) // not Len: it would print the payloads
+		got = append(got, page.Messages[0].TransactionId)
+		require.NotNil(t, page.Truncated)
+		if !*page.Truncated {
+			require.Nil(t, page.NextOffset)
+			require.Equal(t, 3, pages)
+			break
+		}
+		offset = *page.NextOffset
+	}
+	require.Equal(t, []string{"big-2", "big-1", "big-0"}, got)
+}

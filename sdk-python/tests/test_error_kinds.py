@@ -238,3 +238,26 @@ def test_a_dot_name_in_a_path_is_refused_before_sending(broker_url: str, qname: 
             with pytest.raises(lanes.InvalidNameError, match=r'must not be "\." or "\.\."'):
                 call()
         assert qname in c.admin.get_consumer_group(group).root
+
+
+def test_a_message_listing_cut_by_the_byte_budget_says_where_the_rest_starts(
+    broker_url: str, qname: str
+) -> None:
+    """Payloads over the broker's answer byte budget (4 MiB by default, each payload counted
+    twice) come one message a page: following next_offset while truncated lists every one once."""
+    with lanes.Lanes(broker_url) as c:
+        for i in range(3):
+            c.queue(qname).push([{"data": "x" * (3 << 19), "transactionId": f"big-{i}"}])
+        got: list[str] = []
+        offset, pages = 0, 0
+        while True:
+            page = c.admin.list_messages(queue=qname, limit=10, offset=offset)
+            pages += 1
+            assert len(page.messages) == 1
+            got.append(page.messages[0].transaction_id)
+            if not page.truncated:
+                assert page.next_offset is None
+                break
+            assert page.next_offset is not None
+            offset = page.next_offset
+        assert (got, pages) == (["big-2", "big-1", "big-0"], 3)
