@@ -63,6 +63,35 @@ func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause t
 // message into a new partition that commits after that contact is not backlog,
 // even when its push stamped the segment before the contact began: the group
 // must receive it.
+// pushAcrossFirstContact pushes txn into queue/partition with the push held
+// between its segment write and its commit while firstContact, the group's
+// first pop, answers: that pop must get nothing (it skips the backlog and
+// cannot see the uncommitted push), and the push must commit only after it.
+func pushAcrossFirstContact(t *testing.T, e *Engine, queue, partition, txn string, firstContact PopRequest) {
+	t.Helper()
+	awaitStall := stallSegmentWrite(t, e, queue, partition, 2*time.Second)
+	pushed := make(chan []PushResult, 1)
+	go func() {
+		res, err := e.Push(context.Background(), items(queue, partition, txn))
+		if err != nil {
+			t.Error(err)
+		}
+		pushed <- res
+	}()
+	awaitStall()
+	if b := mustPop(t, e, firstContact); len(b.Messages) != 0 {
+		t.Fatalf("first contact: %v, want nothing (the backlog is skipped)", txnIDs(b.Messages))
+	}
+	select {
+	case <-pushed:
+		t.Fatal("the push committed before the first contact answered: the test shows nothing")
+	default:
+	}
+	if res := <-pushed; len(res) != 1 || res[0].Status != PushQueued {
+		t.Fatalf("push: %+v", res)
+	}
+}
+
 func TestANewGroupReceivesAMessageCommittedAfterItsFirstContact(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
@@ -110,27 +139,8 @@ func TestANewDiscoveryGroupReceivesAMessageIntoANewQueueCommittedAfterItsFirstCo
 				mustPush(t, e, items(ns+".orders.old", "p", "backlog")...)
 			}
 			fresh := ns + ".orders.fresh"
-			awaitStall := stallSegmentWrite(t, e, fresh, "p", 2*time.Second)
-			pushed := make(chan []PushResult, 1)
-			go func() {
-				res, err := e.Push(context.Background(), items(fresh, "p", "n1"))
-				if err != nil {
-					t.Error(err)
-				}
-				pushed <- res
-			}()
-			awaitStall() // the push created the queue and stamped its segment, uncommitted
-			if b := mustPop(t, e, discoveryPop(ns, "late")); len(b.Messages) != 0 {
-				t.Fatalf("first contact: %v, want nothing (the backlog is skipped)", txnIDs(b.Messages))
-			}
-			select {
-			case <-pushed:
-				t.Fatal("the push committed before the first contact answered: the test shows nothing")
-			default:
-			}
-			if res := <-pushed; len(res) != 1 || res[0].Status != PushQueued {
-				t.Fatalf("push: %+v", res)
-			}
+			// the push creates the queue and stamps its segment before the first contact
+			pushAcrossFirstContact(t, e, fresh, "p", "n1", discoveryPop(ns, "late"))
 			if got := drain(t, e, discoveryPop(ns, "late")); !slices.Equal(got, []string{"n1"}) {
 				t.Fatalf("after the push committed: %v, want [n1] (its queue was created after the group subscribed)", got)
 			}
@@ -190,27 +200,8 @@ func TestADiscoveryGroupReceivesAMessageIntoANewPartitionOfAQueueMetAgainAfterIt
 			if metAgain == "relabelled" {
 				queue = elsewhere
 			}
-			awaitStall := stallSegmentWrite(t, e, queue, "fresh", 2*time.Second)
-			pushed := make(chan []PushResult, 1)
-			go func() {
-				res, err := e.Push(context.Background(), items(queue, "fresh", "n1"))
-				if err != nil {
-					t.Error(err)
-				}
-				pushed <- res
-			}()
-			awaitStall() // the push created the partition and stamped its segment, uncommitted
-			if b := mustPop(t, e, discoveryPop(ns, "billing")); len(b.Messages) != 0 {
-				t.Fatalf("first contact: %v, want nothing (the backlog is skipped)", txnIDs(b.Messages))
-			}
-			select {
-			case <-pushed:
-				t.Fatal("the push committed before the first contact answered: the test shows nothing")
-			default:
-			}
-			if res := <-pushed; len(res) != 1 || res[0].Status != PushQueued {
-				t.Fatalf("push: %+v", res)
-			}
+			// the push creates the partition and stamps its segment before the first contact
+			pushAcrossFirstContact(t, e, queue, "fresh", "n1", discoveryPop(ns, "billing"))
 			if metAgain == "relabelled" {
 				if _, err := e.Configure(ctx, ConfigureRequest{Queue: elsewhere, Namespace: &ns, Merge: true}); err != nil {
 					t.Fatal(err)
