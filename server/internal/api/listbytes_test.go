@@ -134,20 +134,27 @@ func TestAMessageListingStopsAtTheByteBudget(t *testing.T) {
 		{"queue": q, "partition": "a", "transactionId": "huge", "payload": strings.Repeat("y", 3*listBudget/2)}}}, nil)
 	b.push(t, q, "a", "s1", "s2", "s3")
 
-	path := "/api/v1/messages?queue=" + url.QueryEscape(q)
+	checkListingPaging(t, b, whole, "/api/v1/messages?queue="+url.QueryEscape(q), 13)
+}
+
+// checkListingPaging checks a listing of rows rows, among them one "huge"
+// row over the budget: paging through b (with the budget) at two limits
+// returns what whole (without it) lists in one page, each row once; a page cut
+// by its limit says there is more, too, and the last page says there is not.
+func checkListingPaging(t *testing.T, b, whole *testBroker, path string, rows int) {
+	t.Helper()
 	all := getPage(t, whole, path+"&limit=1000")
-	if len(all.Messages) != 13 || *all.Truncated {
+	if len(all.Messages) != rows || *all.Truncated {
 		t.Fatalf("the unbounded listing: %d rows, truncated %v", len(all.Messages), *all.Truncated)
 	}
 	for _, limit := range []int{10, 1000} {
 		checkPages(t, pageThrough(t, b, path, limit), all.ids(), limit, "huge")
 	}
-	// A page cut by its limit says there is more, too.
 	p := getPage(t, whole, path+"&limit=2&offset=1")
 	if len(p.Messages) != 2 || !*p.Truncated || *p.NextOffset != 3 {
 		t.Fatalf("a page cut by its limit: %v truncated %v nextOffset %v", p.ids(), *p.Truncated, p.NextOffset)
 	}
-	last := getPage(t, whole, path+"&limit=2&offset=11")
+	last := getPage(t, whole, path+fmt.Sprintf("&limit=2&offset=%d", rows-2))
 	if len(last.Messages) != 2 || *last.Truncated {
 		t.Fatalf("the last page: %v truncated %v", last.ids(), *last.Truncated)
 	}
@@ -185,22 +192,7 @@ func TestADeadLetterListingStopsAtTheByteBudget(t *testing.T) {
 		b.deadLetterPayload(t, q, "p1", fmt.Sprintf("small-%d", i), i)
 	}
 
-	path := "/api/v1/dlq?queue=" + url.QueryEscape(q)
-	all := getPage(t, whole, path+"&limit=1000")
-	if len(all.Messages) != 11 || *all.Truncated {
-		t.Fatalf("the unbounded listing: %d rows, truncated %v", len(all.Messages), *all.Truncated)
-	}
-	for _, limit := range []int{10, 1000} {
-		checkPages(t, pageThrough(t, b, path, limit), all.ids(), limit, "huge")
-	}
-	p := getPage(t, whole, path+"&limit=2&offset=1")
-	if len(p.Messages) != 2 || !*p.Truncated || *p.NextOffset != 3 {
-		t.Fatalf("a page cut by its limit: %v truncated %v nextOffset %v", p.ids(), *p.Truncated, p.NextOffset)
-	}
-	last := getPage(t, whole, path+"&limit=2&offset=9")
-	if len(last.Messages) != 2 || *last.Truncated {
-		t.Fatalf("the last page: %v truncated %v", last.ids(), *last.Truncated)
-	}
+	checkListingPaging(t, b, whole, "/api/v1/dlq?queue="+url.QueryEscape(q), 11)
 }
 
 // The timer listing has the same budget, counting each payload as its base64
