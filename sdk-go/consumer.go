@@ -13,11 +13,15 @@ import (
 	"time"
 )
 
-// Handler processes one message. Returning an error (or panicking) nacks it as `failed`.
+// Handler processes one message. Returning an error (or panicking) nacks it as `failed`; an error
+// that is, or wraps, the SDK's own error for want of a broker (a *ConnectionError, or an *APIError
+// with status 502, 503, 504 or 429) releases it with `retry` instead, spending no retry
+// (docs/consuming.md §3 step 5).
 type Handler func(ctx context.Context, m *Message) error
 
 // BatchHandler processes the messages of one partition from one pop, in order. Returning an
-// error nacks the first of them as `failed` (the rest redeliver after it).
+// error nacks the first of them as `failed` (the rest redeliver after it), or releases it with
+// `retry` as for Handler.
 type BatchHandler func(ctx context.Context, ms []*Message) error
 
 type consumeOpts struct {
@@ -335,6 +339,7 @@ func (c *Consumer) worker() {
 			p.reserve = c.budget.reserve
 		}
 	}
+	outages := 0 // consecutive pops in which a handler failed for want of a broker
 	for {
 		if c.fetchCtx.Err() != nil {
 			return
@@ -362,18 +367,31 @@ func (c *Consumer) worker() {
 		}
 		c.busy.Add(1)
 		c.lastMessage.Store(time.Now().UnixNano())
-		c.process(pr)
+		outage := c.process(pr)
 		c.lastMessage.Store(time.Now().UnixNano())
 		c.busy.Add(-1)
 		if c.limitReached() {
 			c.softStop()
 			return
 		}
+		if !outage {
+			outages = 0
+			continue
+		}
+		// The broker the handler needed is down: pop again after the backoff of a failed pop, not
+		// at once, or the released message would come back to fail in a tight loop.
+		delay := errorBackoff(outages)
+		outages++
+		if left, ok := p.idleLeft(); ok {
+			delay = min(delay, max(left, 0))
+		}
+		_ = sleepCtx(c.fetchCtx, delay)
 	}
 }
 
-// process hands one pop's messages to the handler partition by partition, then acks.
-func (c *Consumer) process(pr *PopResult) {
+// process hands one pop's messages to the handler partition by partition, then acks. It
+// reports whether a handler of the pop failed for want of a broker.
+func (c *Consumer) process(pr *PopResult) (outage bool) {
 	committed := c.q.committedOnDelivery()
 	var order []string
 	byPart := map[string][]*Message{}
@@ -395,11 +413,13 @@ func (c *Consumer) process(pr *PopResult) {
 		ms := byPart[pid]
 		var es []ackEntry
 		var n int
+		var failure error
 		if c.bh != nil {
-			es, n = c.runBatch(ms, committed)
+			es, n, failure = c.runBatch(ms, committed)
 		} else {
-			es, n = c.runEach(ms, committed)
+			es, n, failure = c.runEach(ms, committed)
 		}
+		outage = outage || brokerUnavailable(failure)
 		// With AutoAck(false) the handler owns what it was handed and may not have acked it,
 		// and a retry below an unacked message would release that one too: only a partition
 		// of which nothing was handed over is released (one a stop reached first).
@@ -413,12 +433,13 @@ func (c *Consumer) process(pr *PopResult) {
 		c.q.reportLoopError("server auto-ack", &AutoAckDroppedError{Count: len(pr.Messages) - handed})
 	}
 	if !leased || len(entries) == 0 {
-		return
+		return outage
 	}
 	if err := ackUntilDone(c.ackCx, c.workCtx, c.q, entries, expiry); err != nil {
 		c.q.reportLoopError("ack", err)
 		c.fail(err)
 	}
+	return outage
 }
 
 // stopping reports a requested stop (soft or hard) or a reached limit.
@@ -461,12 +482,13 @@ func (c *Consumer) admit(n int, committed bool) int {
 	return n
 }
 
-// runEach hands ms to the handler one by one; it returns their acks and how many were handed.
-func (c *Consumer) runEach(ms []*Message, committed bool) ([]ackEntry, int) {
+// runEach hands ms to the handler one by one; it returns their acks, how many were handed, and
+// the handler's failure (nil when none failed, or a hard stop canceled it).
+func (c *Consumer) runEach(ms []*Message, committed bool) ([]ackEntry, int, error) {
 	var out []ackEntry
 	for i, m := range ms {
 		if c.admit(1, committed) == 0 {
-			return append(out, ackEntry{msg: ms[i], status: AckRetry}), i
+			return append(out, ackEntry{msg: ms[i], status: AckRetry}), i, nil
 		}
 		err := c.call(func(ctx context.Context) error { return c.h(ctx, m) })
 		if err == nil {
@@ -474,23 +496,23 @@ func (c *Consumer) runEach(ms []*Message, committed bool) ([]ackEntry, int) {
 			continue
 		}
 		if c.stoppedByCancel(err) {
-			return append(out, ackEntry{msg: m, status: AckRetry}), i + 1
+			return append(out, ackEntry{msg: m, status: AckRetry}), i + 1, nil
 		}
 		if c.opts.reportHandler {
 			c.q.reportLoopError("handler", err)
 		}
-		return append(out, ackEntry{msg: m, status: AckFailed, err: err.Error()}), i + 1
+		return append(out, handlerFailureAck(m, err)), i + 1, err
 	}
-	return out, len(ms)
+	return out, len(ms), nil
 }
 
 // runBatch hands the slice to the batch handler, cut to what is left of the Limit budget; the
 // messages cut off are released with `retry` (the first of them; the rest follow it). It
-// returns the acks and how many messages were handed.
-func (c *Consumer) runBatch(ms []*Message, committed bool) ([]ackEntry, int) {
+// returns the acks, how many messages were handed, and the handler's failure as runEach does.
+func (c *Consumer) runBatch(ms []*Message, committed bool) ([]ackEntry, int, error) {
 	k := c.admit(len(ms), committed)
 	if k == 0 {
-		return []ackEntry{{msg: ms[0], status: AckRetry}}, 0
+		return []ackEntry{{msg: ms[0], status: AckRetry}}, 0, nil
 	}
 	handed := ms[:k]
 	err := c.call(func(ctx context.Context) error { return c.bh(ctx, handed) })
@@ -502,15 +524,25 @@ func (c *Consumer) runBatch(ms []*Message, committed bool) ([]ackEntry, int) {
 		if k < len(ms) {
 			out = append(out, ackEntry{msg: ms[k], status: AckRetry})
 		}
-		return out, k
+		return out, k, nil
 	}
 	if c.stoppedByCancel(err) {
-		return []ackEntry{{msg: ms[0], status: AckRetry}}, k
+		return []ackEntry{{msg: ms[0], status: AckRetry}}, k, nil
 	}
 	if c.opts.reportHandler {
 		c.q.reportLoopError("handler", err)
 	}
-	return []ackEntry{{msg: ms[0], status: AckFailed, err: err.Error()}}, k
+	return []ackEntry{handlerFailureAck(ms[0], err)}, k, err
+}
+
+// handlerFailureAck is the ack of a message whose handler failed with err: `retry` (no retry
+// spent) when it failed for want of a broker, so an outage dead-letters nothing, else `failed`
+// with the error text, which spends one retry of the message.
+func handlerFailureAck(m *Message, err error) ackEntry {
+	if brokerUnavailable(err) {
+		return ackEntry{msg: m, status: AckRetry}
+	}
+	return ackEntry{msg: m, status: AckFailed, err: err.Error()}
 }
 
 // stoppedByCancel: the handler failed because a hard stop canceled it; release, don't charge. A

@@ -180,12 +180,32 @@ const ackResendMargin = time.Second
 // answer the SDK cannot use (UnexpectedAnswerError: a proxy's page), nor per-item failures
 // (AckError).
 func ackResendable(err error) bool {
+	if brokerUnavailable(err) {
+		return true
+	}
+	var ae *APIError
+	return errors.As(err, &ae) && ae.Status >= 500
+}
+
+// brokerUnavailable reports whether err is, or wraps, the SDK's own error for want of a broker:
+// no answer after the retries (a *ConnectionError: refused, reset, timeout, DNS), a 502, 503 or
+// 504, or a 429 the retries gave up on. A handler failing with it has its message released with
+// `retry`, which spends no retry (docs/consuming.md §3 step 5): an outage must not dead-letter a
+// sound message. Not a 500 nor another 4xx: a message can cause those.
+func brokerUnavailable(err error) bool {
 	var ce *ConnectionError
 	if errors.As(err, &ce) {
 		return true
 	}
 	var ae *APIError
-	return errors.As(err, &ae) && (ae.Status >= 500 || ae.Status == http.StatusTooManyRequests)
+	if !errors.As(err, &ae) {
+		return false
+	}
+	switch ae.Status {
+	case http.StatusBadGateway, http.StatusServiceUnavailable, http.StatusGatewayTimeout, http.StatusTooManyRequests:
+		return true
+	}
+	return false
 }
 
 // ackUntilDone sends a pop's acks for a consume loop or iterator. A call that fails as a broker
@@ -243,6 +263,11 @@ func loopErrorDelay(err error, streak int) time.Duration {
 		}
 		return time.Second
 	}
+	return errorBackoff(streak)
+}
+
+// errorBackoff is the loop's wait after streak failures in a row: min(1 s × 2^streak, 30 s).
+func errorBackoff(streak int) time.Duration {
 	return min(time.Second<<min(streak, 5), 30*time.Second)
 }
 
