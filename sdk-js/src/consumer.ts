@@ -1,18 +1,18 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
 import { AsyncLocalStorage } from "node:async_hooks";
-import { AckError, APIConnectionError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedError, RateLimitError, endsConsumerOnAck } from "./errors.js";
+import { AckError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedError, RateLimitError, brokerUnavailable, endsConsumerOnAck } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
 import { sleep } from "./internal/http.js";
 import { popBatch } from "./pop.js";
-import { loopErrorDelay, Poller, withBatchCap, type PopSource } from "./poller.js";
+import { errorBackoff, loopErrorDelay, Poller, withBatchCap, type PopSource } from "./poller.js";
 import type { QueueState } from "./queue.js";
 
 /** HandlerContext is passed to every handler call; `signal` aborts (reason ConsumerStoppedError) on a hard stop. */
 export interface HandlerContext {
   signal: AbortSignal;
 }
-/** Handler handles one message; returning acks it `completed`, throwing nacks it `failed` (with the error text) and abandons the rest of that partition's slice. */
+/** Handler handles one message; returning acks it `completed`, throwing nacks it `failed` (with the error text) and abandons the rest of that partition's slice; a throw that is (or has as its `cause`) the SDK's own error for want of a broker releases it with `retry` instead (docs/consuming.md §3 step 5). */
 export type Handler<T = unknown> = (message: Message<T>, ctx: HandlerContext) => unknown;
 /** BatchHandler handles one partition's slice of a pop at once; throwing nacks the slice's first message (everything after it redelivers). */
 export type BatchHandler<T = unknown> = (messages: Message<T>[], ctx: HandlerContext) => unknown;
@@ -115,8 +115,12 @@ function leaseExpiryOf(s: QueueState): LeaseExpiry {
 
 /** ackResendable: a failed ack call failed for want of a broker (no answer, 5xx, 429), so the loop resends it; not a 4xx (408 and 409 concern that ack alone), nor an answer the SDK cannot use (UnexpectedAnswerError: a proxy's page). */
 function ackResendable(err: unknown): boolean {
-  if (err instanceof APIConnectionError) return true;
-  return err instanceof APIError && (err.status >= 500 || err.status === 429);
+  return brokerUnavailable(err) || (err instanceof APIError && err.status >= 500);
+}
+
+/** handlerFailureAck is the ack of a message whose handler threw err: `retry` (no retry spent) when it failed for want of a broker, so an outage dead-letters nothing, else `failed` with the error text, which spends one retry. */
+function handlerFailureAck(target: AckTarget, err: unknown): PendingAck {
+  return brokerUnavailable(err) ? { target, status: "retry" } : { target, status: "failed", error: errorText(err) };
 }
 
 /** renewWhileHeld extends a pop's lease until the returned function is called: every renewEveryMillis, or, when the lease is unknown, 1 s after the pop and then at a third of the lease the first answer shows. A failed renewal is reported; one the broker did not apply also ends the renewals. */
@@ -385,6 +389,7 @@ export class Consumer implements PromiseLike<void> {
     const popSignal = this.s.serverAutoAck ? this.handlerCtl.signal : this.fetchCtl.signal;
     const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err), popSignal);
     const idleDeadline = this.s.idleMillis > 0 ? () => this.idleDeadline() : undefined;
+    let outages = 0; // consecutive pops in which a handler failed for want of a broker
     while (!this.stopping) {
       if (this.endsAtLimit()) break;
       if (capped && !(await this.waitForRoom())) break;
@@ -401,13 +406,21 @@ export class Consumer implements PromiseLike<void> {
       }
       this.lastMessageAt = Date.now();
       this.inFlight += 1;
+      let outage = false;
       try {
-        await this.handlePop(res);
+        outage = await this.handlePop(res);
       } finally {
         this.inFlight -= 1;
         this.lastMessageAt = Date.now();
       }
       if (this.endsAtLimit()) break;
+      if (!outage) {
+        outages = 0;
+        continue;
+      }
+      // The broker the handler needed is down: pop again after the backoff of a failed pop, not at once, or the released message would come back to fail in a tight loop. A stop (the idle timeout's too) cuts the wait short.
+      await sleep(errorBackoff(outages), this.fetchCtl.signal).catch(() => undefined);
+      outages += 1;
     }
   }
 
@@ -437,8 +450,13 @@ export class Consumer implements PromiseLike<void> {
     }
   }
 
-  private async handlePop(res: PopResult<unknown>): Promise<void> {
+  /** handlePop hands a pop's messages to the handler and acks them; it says whether a handler of the pop failed for want of a broker (brokerUnavailable). */
+  private async handlePop(res: PopResult<unknown>): Promise<boolean> {
     const acks: PendingAck[] = [];
+    let outage = false;
+    const noteFailure = (err: unknown) => {
+      outage ||= brokerUnavailable(err);
+    };
     // Under serverAutoAck(true) the messages not handed over (a hard stop, or the rest of a partition after a handler failure) are lost: reported below.
     let handedOver = 0;
     const handedFrom = new Set<string>(); // partitions of which a message was handed to the handler
@@ -462,7 +480,8 @@ export class Consumer implements PromiseLike<void> {
               acks.push({ target: m, status: "completed" });
               continue;
             }
-            acks.push(out.cancelled ? { target: m, status: "retry" } : { target: m, status: "failed", error: errorText(out.err) });
+            acks.push(out.cancelled ? { target: m, status: "retry" } : handlerFailureAck(m, out.err));
+            if (!out.cancelled) noteFailure(out.err);
             break;
           }
         } else {
@@ -481,7 +500,10 @@ export class Consumer implements PromiseLike<void> {
           if (out.ok) {
             for (const m of handed) acks.push({ target: m, status: "completed" });
             if (room < slice.length) acks.push({ target: slice[room]!, status: "retry" });
-          } else acks.push(out.cancelled ? { target: first, status: "retry" } : { target: first, status: "failed", error: errorText(out.err) });
+          } else {
+            acks.push(out.cancelled ? { target: first, status: "retry" } : handlerFailureAck(first, out.err));
+            if (!out.cancelled) noteFailure(out.err);
+          }
         }
       }
     } finally {
@@ -493,13 +515,14 @@ export class Consumer implements PromiseLike<void> {
         if (this.hard) this.report("stop", new AutoAckDroppedError(dropped, "the consumer was stopped hard"));
         else this.report("handler", new AutoAckDroppedError(dropped, "after a handler failure in their partition"));
       }
-      return;
+      return outage;
     }
-    if (!res.leaseId) return;
+    if (!res.leaseId) return outage;
     // With autoAck(false) the handler owns what it was handed and may not have acked it, and a retry below an unacked message would release that one too: only a partition of which nothing was handed over is released.
     const items = this.s.autoAck ? acks : acks.filter((a) => a.status === "retry" && !handedFrom.has(a.target.partitionId));
     const ending = await ackUntilDone(this.core, items, res.consumerGroup, this.report, expiry, this.handlerCtl.signal);
     if (ending !== undefined) this.fail("ack", ending);
+    return outage;
   }
 }
 

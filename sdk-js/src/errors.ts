@@ -284,3 +284,15 @@ export function endsConsumerOnAck(err: unknown): boolean {
   if (err.status === 501) return true;
   return err.status >= 400 && err.status < 500 && !ACK_STATUSES_WAITED_OUT.has(err.status);
 }
+
+/** STATUSES_FOR_WANT_OF_A_BROKER are the answers that say the broker is not there to serve: a proxy without it (502, 504), a broker without its database (503), and a 429 the client's retries gave up on. */
+const STATUSES_FOR_WANT_OF_A_BROKER = new Set([429, 502, 503, 504]);
+
+/** brokerUnavailable reports whether err is, or wraps (through `cause`), this SDK's own error for want of a broker: no answer after the retries (APIConnectionError: refused, reset, DNS, timeout), or a 502, 503, 504 or 429 APIError. A handler failing with it has its message released with `retry`, which spends no retry, so an outage dead-letters no sound message (docs/consuming.md §3 step 5). Not a 500 nor another 4xx: a message can cause those. */
+export function brokerUnavailable(err: unknown): boolean {
+  for (let e = err, depth = 0; e instanceof Error && depth < 16; e = e.cause, depth++) {
+    if (e instanceof APIConnectionError) return true;
+    if (e instanceof APIError && STATUSES_FOR_WANT_OF_A_BROKER.has(e.status)) return true;
+  }
+  return false;
+}

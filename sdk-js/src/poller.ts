@@ -53,6 +53,11 @@ function answeredFast(sentTimeoutMillis: number, tookMillis: number): boolean {
 /** loopErrorDelay is the pause after a failed pop the loop waits out: the 429's hint (or 1 s), else 1 s doubling per consecutive failure up to 30 s. A 429 is not counted among those failures (docs/consuming.md §4): the broker answered and said how long to wait. */
 export function loopErrorDelay(err: unknown, consecutive: number): number {
   if (err instanceof RateLimitError) return err.retryAfter ?? 1000;
+  return errorBackoff(consecutive);
+}
+
+/** errorBackoff is the loop's wait (ms) after `consecutive` failures in a row: min(1 s × 2^consecutive, 30 s). */
+export function errorBackoff(consecutive: number): number {
   return Math.min(1000 * 2 ** consecutive, 30_000);
 }
 
