@@ -27,7 +27,14 @@ from typing import Any, Literal, TypeVar
 from lanes import _protocol as P
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
 from lanes._http import CallCut
-from lanes._pacer import AckResend, ErrorCallback, ErrorReporter, PollPacer, ack_error_ends_loop
+from lanes._pacer import (
+    AckResend,
+    ErrorCallback,
+    ErrorReporter,
+    PollPacer,
+    ack_error_ends_loop,
+    broker_unavailable,
+)
 from lanes._renewal import LeaseRenewalTimer
 from lanes._types import AckResult, Message, PopResult, RenewResult
 
@@ -55,6 +62,15 @@ def _failure_text(exc: BaseException) -> str:
     TS's ``error.message`` (so the DLQ reads the same from all three); its type name when
     it has none."""
     return str(exc) or type(exc).__name__
+
+
+def _handler_failure(exc: BaseException) -> tuple[Status, str | None]:
+    """The ack of a message whose handler raised exc: ``retry`` (no retry spent) when it failed
+    for want of a broker, so an outage dead-letters nothing; else ``failed`` with its text,
+    which spends one retry."""
+    if broker_unavailable(exc):
+        return "retry", None
+    return "failed", _failure_text(exc)
 
 
 class _UnawaitedHandlerResult(TypeError):
@@ -266,6 +282,7 @@ class Engine:
         pops_cut = self._pops_cut
         assert pops_cut is not None  # made by run()
         pacer = PollPacer(self.spec, lambda e, _pause: self.report(e, "pop"))
+        outages = 0  # consecutive pops in which a handler failed for want of a broker
         while not stop.is_set():
             if self._limit_reached():
                 # A worker whose pop handed nothing (the others reached the limit first) ends
@@ -325,10 +342,17 @@ class Engine:
             self._busy += 1
             self._last_activity = time.monotonic()
             try:
-                await self._handle(res)
+                outage = await self._handle(res)
             finally:
                 self._last_activity = time.monotonic()
                 self._busy -= 1
+            if not outage:
+                outages = 0
+                continue
+            # The broker the handler needed is down: pop again after the backoff of a failed
+            # pop, not at once, or the released message would come back to fail in a tight loop.
+            outages += 1
+            await self._pause(P.loop_error_backoff(outages))
 
     async def _call(self, arg: Any) -> tuple[Status, str | None]:
         return await self._outcome(self.ops.invoke(arg))
@@ -348,7 +372,7 @@ class Engine:
                 return "retry", None  # release without spending the budget
             if self._reports(exc):
                 self.report(exc, "handler")
-            return "failed", _failure_text(exc)
+            return _handler_failure(exc)
         return "completed", None
 
     def _cancelled_elsewhere(self, exc: BaseException) -> bool:
@@ -375,7 +399,10 @@ class Engine:
             exc, (ConsumerStoppedError, asyncio.CancelledError)
         )
 
-    async def _handle(self, res: PopResult) -> None:
+    async def _handle(self, res: PopResult) -> bool:
+        """Hand a pop's messages to the handler and ack them; say whether a handler failed for
+        want of a broker (its message released with ``retry``: only that and a hard stop's
+        cancellation release a message handed over, and after a hard stop the worker ends)."""
         handling = _Handling()
         ticker = None
         popped_at = datetime.now(timezone.utc)
@@ -400,12 +427,13 @@ class Engine:
         finally:
             if ticker is not None:
                 ticker.cancel()
+        outage = any(st == "retry" for _, st, _ in handling.outcomes)
         if handling.acked:
             if handling.ack_error is not None:
                 entries = P.batch_acks(handling.outcomes, handling.unhandled, self.spec.auto_ack)
                 expires_at = P.lease_expiry(self.spec, popped_at, schedule)
                 await self._ack_until_done(entries, expires_at, handling.ack_error)
-            return
+            return outage
         outcomes, unhandled = handling.outcomes, handling.unhandled
         if self.spec.server_auto_ack:
             # Committed at the pop, so nothing releases what a hard stop or a failure cut off.
@@ -413,10 +441,11 @@ class Engine:
             if dropped:
                 why = "hard stop" if self.hard else "after a handler failure in their partition"
                 self.report(AutoAckDroppedError(dropped, why), "handle")
-            return
+            return outage
         entries = P.batch_acks(outcomes, unhandled, self.spec.auto_ack)
         if entries:
             await self._ack_until_done(entries, P.lease_expiry(self.spec, popped_at, schedule))
+        return outage
 
     async def _ack_until_done(
         self,
@@ -616,7 +645,7 @@ class Engine:
                     if self._stopped_by_cancel(exc):
                         outcomes.append((m, "retry", None))
                         break  # the rest redelivers after the release
-                    outcomes.append((m, "failed", _failure_text(exc)))
+                    outcomes.append((m, *_handler_failure(exc)))
                     if self._reports(exc):
                         return gi + 1, 0, exc, None
                     break

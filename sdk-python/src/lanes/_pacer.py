@@ -23,10 +23,34 @@ def transient(e: BaseException) -> bool:
     """Errors a loop waits out: network failures, 429 and 5xx except 501 (a proxy, or a broker
     build without the route: it will not fix itself, so it is terminal). A 408 that outlived the
     retry policy is a 4xx like the others: terminal, as in Go and TS."""
+    if _for_want_of_a_broker(e):
+        return True
+    return isinstance(e, APIError) and e.status >= 500 and e.status != 501
+
+
+_STATUSES_FOR_WANT_OF_A_BROKER = (429, 502, 503, 504)
+
+
+def _for_want_of_a_broker(e: BaseException) -> bool:
+    """Whether e itself is the SDK's error for want of a broker (see broker_unavailable)."""
     if isinstance(e, APIConnectionError):
         return True
-    if isinstance(e, APIError):
-        return e.status == 429 or (e.status >= 500 and e.status != 501)
+    return isinstance(e, APIError) and e.status in _STATUSES_FOR_WANT_OF_A_BROKER
+
+
+def broker_unavailable(e: BaseException) -> bool:
+    """Whether e is, or wraps (``raise ... from``), the SDK's own error for want of a broker: no
+    answer after the retries (:class:`APIConnectionError`: refused, reset, DNS, timeout), or a
+    502, 503, 504 or 429 :class:`APIError`. A handler failing with it has its message released
+    with ``retry``, which spends no retry, so an outage dead-letters no sound message
+    (docs/consuming.md §3 step 5). Not a 500 nor another 4xx: a message can cause those."""
+    seen = 0
+    cause: BaseException | None = e
+    while cause is not None and seen < 16:  # bounded: a cause chain can loop
+        if _for_want_of_a_broker(cause):
+            return True
+        cause = cause.__cause__
+        seen += 1
     return False
 
 
