@@ -11,14 +11,32 @@ import (
 )
 
 type handlerSpec struct {
-	SleepMs      int    `json:"sleepMs"`
-	FirstSleepMs int    `json:"firstSleepMs"`
-	HonourCancel bool   `json:"honourCancel"`
-	Ack          string `json:"ack"`
-	Fail         []struct {
-		Data  json.RawMessage `json:"data"`
-		Times int             `json:"times"`
-	} `json:"fail"`
+	SleepMs      int        `json:"sleepMs"`
+	FirstSleepMs int        `json:"firstSleepMs"`
+	HonourCancel bool       `json:"honourCancel"`
+	Ack          string     `json:"ack"`
+	Fail         []failSpec `json:"fail"`
+}
+
+// failSpec scripts a handler failure: a plain error, or the SDK's own error for want of a broker
+// (Connection: a *lanes.ConnectionError; Status: an *lanes.APIError of that status).
+type failSpec struct {
+	Data       json.RawMessage `json:"data"`
+	Times      int             `json:"times"`
+	Status     int             `json:"status"`
+	Connection bool            `json:"connection"`
+}
+
+// handlerFailure is the error a scripted failure returns.
+func handlerFailure(f failSpec) error {
+	const text = "handler failure (scripted)"
+	switch {
+	case f.Connection:
+		return &lanes.ConnectionError{URL: "http://127.0.0.1:1", Err: errors.New(text)}
+	case f.Status > 0:
+		return &lanes.APIError{Status: f.Status, Code: "scripted", Message: text}
+	}
+	return errors.New(text)
 }
 
 func canonical(raw json.RawMessage) string {
@@ -63,8 +81,10 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 	byPartition := map[string][]any{}
 	onErrors := []any{}
 	failLeft := map[string]int{}
+	failAs := map[string]failSpec{}
 	for _, f := range a.Handler.Fail {
 		failLeft[canonical(f.Data)] += max(f.Times, 1)
+		failAs[canonical(f.Data)] = f
 	}
 	calls := 0
 	q = q.OnError(func(err error) {
@@ -99,7 +119,7 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 			}
 		}
 		if fail {
-			return errors.New("handler failure (scripted)")
+			return handlerFailure(failAs[key])
 		}
 		if a.Handler.Ack != "" {
 			_, err := s.client.Ack(ctx, []*lanes.Message{m}, lanes.AckStatus(a.Handler.Ack))

@@ -17,6 +17,14 @@ import {
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
 
+// handlerFailure is the error a scripted handler failure throws: a plain Error, or the SDK's own error for want of a broker (connection: APIConnectionError; status: an APIError of that status).
+function handlerFailure(f) {
+  const text = "handler failure (scripted)";
+  if (f.connection) return new APIConnectionError(text, { attempts: 1, url: "http://127.0.0.1:1" });
+  if (f.status > 0) return new APIError({ status: f.status, code: "scripted", message: text, body: null });
+  return new Error(text);
+}
+
 function errKind(err) {
   if (err instanceof OutcomeUnknownError) {
     // The kind of the last attempt's failure; timeout as the error itself reports it.
@@ -525,9 +533,11 @@ class CaseState {
     const byPartition = {};
     const onError = [];
     const failLeft = new Map();
+    const failAs = new Map();
     for (const f of h.fail ?? []) {
       const k = JSON.stringify(f.data);
       failLeft.set(k, (failLeft.get(k) ?? 0) + Math.max(f.times ?? 1, 1));
+      failAs.set(k, f);
     }
     let calls = 0;
     q = q.onError((err) => onError.push(errKind(err)));
@@ -554,7 +564,7 @@ class CaseState {
           await sleep(ms);
         }
       }
-      if (fail) throw new Error("handler failure (scripted)");
+      if (fail) throw handlerFailure(failAs.get(key));
       if (h.ack) await this.client.ack(m, h.ack);
     });
     const out = {};

@@ -32,6 +32,17 @@ from lanes import (
 )
 
 
+def handler_failure(f: dict[str, Any]) -> Exception:
+    """The error a scripted handler failure raises: a plain one, or the SDK's own error for want
+    of a broker (connection: APIConnectionError; status: an APIError of that status)."""
+    text = "handler failure (scripted)"
+    if f.get("connection"):
+        return APIConnectionError(text)
+    if f.get("status", 0) > 0:
+        return APIError(f["status"], text, code="scripted")
+    return RuntimeError(text)
+
+
 def err_kind(err: BaseException) -> dict[str, Any]:
     if isinstance(err, OutcomeUnknownError):
         # The kind of the last attempt's failure; timeout as the error itself reports it.
@@ -659,9 +670,11 @@ class CaseState:
         by_partition: dict[str, list[Any]] = {}
         on_error: list[Any] = []
         fail_left: dict[str, int] = {}
+        fail_as: dict[str, dict[str, Any]] = {}
         for f in h.get("fail") or []:
             k = canonical(f.get("data"))
             fail_left[k] = fail_left.get(k, 0) + max(f.get("times", 1), 1)
+            fail_as[k] = f
         calls = [0]
         holder: dict[str, Any] = {}
 
@@ -692,7 +705,7 @@ class CaseState:
                 else:
                     time.sleep(ms / 1000)
             if fail:
-                raise RuntimeError("handler failure (scripted)")
+                raise handler_failure(fail_as[key])
             if h.get("ack"):
                 self.client.ack(m, h["ack"])
 
