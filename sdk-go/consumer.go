@@ -88,7 +88,8 @@ func (q QueueBuilder) SoftStopTimeout(d time.Duration) QueueBuilder {
 	return q
 }
 
-// ReportHandlerErrors also passes handler errors to OnError (they are nacked either way).
+// ReportHandlerErrors also passes handler errors to OnError; with or without it their messages
+// are nacked `failed`, or released with `retry` when the broker was unreachable.
 func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder {
 	q.consume.reportHandler = on
 	return q
