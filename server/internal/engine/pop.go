@@ -1247,26 +1247,35 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 						OVER (ORDER BY p.serve_key ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0)::int8 AS before
 				FROM picked p) t
 			WHERE t.before < $8),
-		sized AS (
+		spans AS MATERIALIZED (
+			-- Each counted partition with the segments covering its span,
+			-- read once (a sealed one: a row without), and the frames before
+			-- each segment in serving order. octet_length reads a stored
+			-- value's header, not its bytes; frames stay as stored (a TOAST
+			-- pointer a pointer) until sent.
+			SELECT s.*, coalesce(sum(s.bytes) OVER (ORDER BY s.serve_key, s.base_offset
+					ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
+			FROM (SELECT t.pid, t.pname, t.qname, t.lo, t.hi, t.serve_key, t.sealed, t.row_ctid, t.lease,
+					sg.base_offset, sg.end_offset, sg.created_at, sg.frames, octet_length(sg.frames)::int8 AS bytes
+				FROM counted t
+				LEFT JOIN LATERAL (` + segmentsCoveringSpan + `
+					WHERE NOT t.sealed) sg ON true) s),
+		served AS NOT MATERIALIZED (
 			-- The answer's byte budget ($12, NULL: none), shared by the
 			-- partitions in serving order: segments are taken whole while the
 			-- frames taken before them are under it, so the first always goes.
-			-- octet_length reads a stored value's header, not its bytes.
-			SELECT z.pid, max(z.end_offset) FILTER (WHERE z.before < $12) AS cut_end
-			FROM (SELECT t.pid, sg.end_offset,
-					coalesce(sum(octet_length(sg.frames)) OVER (ORDER BY t.serve_key, sg.base_offset
-						ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-				FROM counted t
-				CROSS JOIN LATERAL (` + segmentsCoveringSpan + `) sg
-				WHERE $12::int8 IS NOT NULL AND NOT t.sealed) z
-			GROUP BY z.pid),
+			SELECT s.* FROM spans s
+			WHERE $12::int8 IS NULL OR s.base_offset IS NULL OR s.before < $12),
 		taken AS MATERIALIZED (
-			-- A partition the byte budget left nothing of is not taken: its
-			-- cursor stays as it was, for the next pop.
-			SELECT t.pid, t.pname, t.qname, t.lo, t.serve_key, t.sealed, t.row_ctid,
-				CASE WHEN z.pid IS NULL THEN t.hi ELSE least(t.hi, z.cut_end) END AS hi, t.lease
-			FROM counted t LEFT JOIN sized z ON z.pid = t.pid
-			WHERE z.pid IS NULL OR z.cut_end IS NOT NULL),
+			-- Each partition the budget left something of (a partition left
+			-- nothing is not taken: its cursor stays as it was, for the next
+			-- pop), its span ending at the last segment served. No join: a
+			-- join of CTEs is a nested loop over both, quadratic in the width.
+			SELECT s.pid, s.pname, s.qname, s.lo, s.serve_key, s.sealed, s.row_ctid,
+				CASE WHEN $12::int8 IS NULL OR count(s.base_offset) = 0 THEN s.hi
+					ELSE least(s.hi, max(s.end_offset)) END AS hi, s.lease
+			FROM served s
+			GROUP BY s.pid, s.pname, s.qname, s.lo, s.hi, s.serve_key, s.sealed, s.row_ctid, s.lease),
 		leased AS (
 			-- A TID probe each, whatever the statistics say (a key join may
 			-- scan the group's cursors under a plan cached while the table was small).
@@ -1286,12 +1295,16 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 		SELECT (SELECT count(*) FROM cand WHERE claimable)::int,
 			` + floorColumns + `,
 			now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, t.sealed,
-			sg.base_offset, sg.end_offset, sg.created_at, sg.frames
+			t.base_offset, t.end_offset, t.created_at, t.frames
 		FROM (SELECT 1) one
-		LEFT JOIN (taken t
-			LEFT JOIN LATERAL (` + segmentsCoveringSpan + `
-				WHERE NOT t.sealed) sg ON true) ON true
-		ORDER BY t.serve_key, sg.base_offset`
+		LEFT JOIN (SELECT s.pid, s.pname, s.qname, s.lo, s.lease, s.sealed, s.serve_key,
+				s.base_offset, s.end_offset, s.created_at, s.frames,
+				-- taken's hi, without joining it
+				CASE WHEN $12::int8 IS NULL OR s.base_offset IS NULL THEN s.hi
+					ELSE least(s.hi, max(s.end_offset) OVER (PARTITION BY s.serve_key ORDER BY s.base_offset
+						ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING)) END AS hi
+			FROM served s) t ON true
+		ORDER BY t.serve_key, t.base_offset`
 }
 
 // oldestWithWorkCTE finds, per queue, the oldest write of a partition holding
