@@ -2,7 +2,6 @@ package engine
 
 import (
 	"context"
-	"strings"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -81,7 +80,7 @@ func (e *Engine) queueAckCommit(b *pgx.Batch, a indexedAck) *handOff {
 // judge more than the cursor and the log: a queue with delayedProcessing or
 // windowBuffer. The cursor is locked SKIP LOCKED, as every pop's is; the
 // claim floor is left as it is (it only ever trails).
-var continueLeaseSQL = `WITH plan AS (
+const continueLeaseSQL = `WITH plan AS (
 		-- the cached plan's guard, as the claim statement checks it
 		SELECT lanes.expect(EXISTS (SELECT 1 FROM lanes.consumer_groups g
 			JOIN lanes.queues q ON q.id = g.queue_id
@@ -89,47 +88,55 @@ var continueLeaseSQL = `WITH plan AS (
 			  AND g.seeded_version >= q.partition_version AND g.claim_epoch = $7),
 			'` + stalePopPlanCode + `', 'the cached pop plan is stale') AS holds),
 	locked AS (
-		SELECT c.partition_id FROM lanes.consumers c
+		SELECT c.partition_id, c.committed FROM lanes.consumers c
 		WHERE c.partition_id = $1 AND c.consumer_group = $2
 		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 		  AND (SELECT holds FROM plan)
 		FOR UPDATE SKIP LOCKED),
+	span AS MATERIALIZED (
+		-- The batch before the byte budget: from the cursor, up to the log
+		-- start as the claim statement moves it, at most $3 messages.
+		SELECT x.*, least(x.last_offset, x.lo + $3::int8 - 1) AS hi
+		FROM (SELECT l.partition_id AS pid, greatest(l.committed + 1, p.log_start) AS lo, p.log_start, p.last_offset,
+				p.name AS pname, q.name AS qname,
+				CASE WHEN $4::int4 > 0 THEN $4::int4 WHEN q.lease_time > 0 THEN q.lease_time ELSE 60 END AS lease
+			FROM locked l
+			JOIN lanes.partitions p ON p.id = l.partition_id
+			JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE q.delayed_processing = 0 AND q.window_buffer = 0) x
+		WHERE x.lo <= x.last_offset),
+	spans AS MATERIALIZED (
+		-- The span's segments, read once: cut by their sizes, and returned up
+		-- to the cut (see the claim statement's spans).
+		SELECT sg.base_offset, sg.end_offset, sg.created_at, sg.frames, octet_length(sg.frames)::int8 AS bytes
+		FROM span t
+		CROSS JOIN LATERAL (` + segmentsCoveringSpan + `) sg),
 	leased AS (
 		UPDATE lanes.consumers c SET
 			-- up to the log start, as the claim statement moves it
-			committed = greatest(c.committed, x.log_start - 1),
+			committed = greatest(c.committed, t.log_start - 1),
 			-- least ignores the byte budget's cut when there is none ($8 NULL)
-			batch_end = least(x.last_offset, greatest(c.committed + 1, x.log_start) + $3::int8 - 1, ` + continuedByteCut + `),
+			batch_end = least(t.hi, ` + continuedByteCut + `),
 			lease_id = $5::uuid,
-			lease_expires_at = now() + make_interval(secs => x.lease),
+			lease_expires_at = now() + make_interval(secs => t.lease),
 			last_consumed_at = now()
-		FROM locked l, (SELECT p.name, p.log_start, p.last_offset, q.name AS qname,
-				q.delayed_processing, q.window_buffer,
-				CASE WHEN $4::int4 > 0 THEN $4::int4 WHEN q.lease_time > 0 THEN q.lease_time ELSE 60 END AS lease
-			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id WHERE p.id = $1) x
-		WHERE c.partition_id = l.partition_id AND c.consumer_group = $2
+		FROM span t
+		WHERE c.partition_id = t.pid AND c.consumer_group = $2
 		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-		  AND x.delayed_processing = 0 AND x.window_buffer = 0
-		  AND greatest(c.committed + 1, x.log_start) <= x.last_offset
-		RETURNING c.partition_id AS pid, greatest(c.committed + 1, x.log_start) AS lo, c.batch_end AS hi,
-			x.name AS pname, x.qname, x.lease)
+		RETURNING c.partition_id AS pid, t.lo, c.batch_end AS hi, t.pname, t.qname, t.lease)
 	SELECT 1, NULL::int8, NULL::int8, now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, false,
 		sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 	FROM leased t
-	LEFT JOIN LATERAL (` + segmentsCoveringSpan + `) sg ON true
+	LEFT JOIN spans sg ON sg.base_offset <= t.hi
 	ORDER BY sg.base_offset`
 
 // continuedByteCut is where continueLeaseSQL's batch ends under the answer's
 // byte budget ($8, NULL: none), as the claim statement cuts it (sized): the
 // last whole segment begun under the budget.
-var continuedByteCut = `(SELECT max(z.end_offset) FILTER (WHERE z.before < $8::int8)
-		FROM (SELECT s.end_offset, coalesce(sum(octet_length(s.frames)) OVER (ORDER BY s.base_offset
+const continuedByteCut = `(SELECT max(z.end_offset) FILTER (WHERE z.before < $8::int8)
+		FROM (SELECT s.end_offset, coalesce(sum(s.bytes) OVER (ORDER BY s.base_offset
 				ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-			FROM (` + strings.NewReplacer(
-	"t.pid", "$1::uuid",
-	"t.lo", "greatest(c.committed + 1, x.log_start)",
-	"t.hi", "least(x.last_offset, greatest(c.committed + 1, x.log_start) + $3::int8 - 1)",
-).Replace(segmentsCoveringSpan) + `) s
+			FROM spans s
 			WHERE $8::int8 IS NOT NULL) z)`
 
 // continues reports whether the hand-off for req after the ack a may run

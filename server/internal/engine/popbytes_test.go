@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 )
 
@@ -282,5 +283,40 @@ func TestTheClaimReadsEachSpansSegmentsOnce(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// The ack hand-off's continueLeaseSQL reads the segments of the span it
+// leases once too: its byte budget's cut and its answer come from the same
+// rows. Before, it probed the span to cut it and again for the frames.
+func TestTheAckHandOffReadsItsSpansSegmentsOnce(t *testing.T) {
+	ctx := t.Context()
+	e := newBudgetEngine(t)
+	q := queueName(t)
+	mustPush(t, e, randomItems(t, q, "p", "m", 5)...)
+	held := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 300})
+	mustAck(t, e, ack(held.Messages[0], "completed"))
+	var queueID string
+	var epoch int64
+	if err := e.pool.QueryRow(ctx, `SELECT g.queue_id::text, g.claim_epoch FROM lanes.consumer_groups g
+		JOIN lanes.queues q ON q.id = g.queue_id WHERE q.name = $1 AND g.consumer_group = $2`,
+		q, QueueModeGroup).Scan(&queueID, &epoch); err != nil {
+		t.Fatal(err)
+	}
+	tx, err := e.pool.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = tx.Rollback(ctx) }()
+	if _, err := tx.Exec(ctx, hotPlanSettings); err != nil {
+		t.Fatal(err)
+	}
+	var plan []map[string]any
+	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+continueLeaseSQL, held.Messages[0].PartitionID, QueueModeGroup,
+		int64(200), int32(300), uuid.NewString(), queueID, epoch, e.popByteBudget()).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	if got := segmentProbes(plan[0]["Plan"].(map[string]any)); got != 2 {
+		t.Fatalf("continueLeaseSQL ran %d lookups of lanes.segments, want 2 (one probe)", got)
 	}
 }
