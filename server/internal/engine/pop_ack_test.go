@@ -803,38 +803,20 @@ func TestAClaimThatTakesNothingStaysReadOnly(t *testing.T) {
 	// The first empty claim may move the floor to the leased partition's write.
 	mustPop(t, e, PopRequest{Queue: q, Batch: 1})
 	for _, autoAck := range []bool{false, true} {
-		req := PopRequest{Queue: q, Batch: 1, AutoAck: autoAck}
-		if err := normalizePop(&req, e.cfg.DefaultSubscriptionMode); err != nil {
-			t.Fatal(err)
-		}
-		tx, err := e.pool.Begin(ctx)
-		if err != nil {
-			t.Fatal(err)
-		}
-		// A failure below must not leave the transaction holding a pool
-		// connection: the engine's cleanup closes the pool.
-		defer func() { _ = tx.Rollback(ctx) }()
-		if _, err := tx.Exec(ctx, hotPlanSettings); err != nil { // the plans the broker runs
-			t.Fatal(err)
-		}
-		queues, err := loadPopQueues(ctx, tx, &req)
-		if err != nil || len(queues) != 1 {
-			t.Fatalf("queues %v: %v", queues, err)
-		}
-		sql, args := e.claimQuery(&req, queues, newLeaseID(&req), false)
-		rows, err := tx.Query(ctx, sql, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
 		var d delivery
-		if err := d.scan(rows); err != nil {
-			t.Fatal(err)
-		}
 		var assigned bool
-		if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&assigned); err != nil {
-			t.Fatal(err)
-		}
-		_ = tx.Rollback(ctx)
+		inClaimTx(t, e, PopRequest{Queue: q, Batch: 1, AutoAck: autoAck}, func(tx pgx.Tx, sql string, args []any) {
+			rows, err := tx.Query(ctx, sql, args...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.scan(rows); err != nil {
+				t.Fatal(err)
+			}
+			if err := tx.QueryRow(ctx, `SELECT pg_current_xact_id_if_assigned() IS NOT NULL`).Scan(&assigned); err != nil {
+				t.Fatal(err)
+			}
+		})
 		if len(d.taken) != 0 {
 			t.Fatalf("autoAck %v: the claim took %+v from a leased partition", autoAck, d.taken)
 		}

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/hex"
 	"fmt"
@@ -186,21 +187,30 @@ func randomItems(t *testing.T, q, p, prefix string, n int) []PushItem {
 	return out
 }
 
-// inClaimTx runs f in a transaction it rolls back, with the plans the broker
-// runs, given the claim statement of req.
+// hotPlanTx begins a transaction with the plans the broker runs, rolled back
+// at the end of the test (before the engine's cleanup closes the pool).
+func hotPlanTx(t *testing.T, e *Engine) pgx.Tx {
+	t.Helper()
+	tx, err := e.pool.Begin(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = tx.Rollback(context.Background()) })
+	if _, err := tx.Exec(t.Context(), hotPlanSettings); err != nil {
+		t.Fatal(err)
+	}
+	return tx
+}
+
+// inClaimTx runs f in a transaction rolled back when it returns, with the
+// plans the broker runs, given the claim statement of req.
 func inClaimTx(t *testing.T, e *Engine, req PopRequest, f func(tx pgx.Tx, sql string, args []any)) {
 	ctx := t.Context()
 	if err := normalizePop(&req, e.cfg.DefaultSubscriptionMode); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
+	tx := hotPlanTx(t, e)
 	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, hotPlanSettings); err != nil {
-		t.Fatal(err)
-	}
 	queues, err := loadPopQueues(ctx, tx, &req)
 	if err != nil || len(queues) != 1 {
 		t.Fatalf("queues %v: %v", queues, err)
@@ -303,14 +313,7 @@ func TestTheAckHandOffReadsItsSpansSegmentsOnce(t *testing.T) {
 		q, QueueModeGroup).Scan(&queueID, &epoch); err != nil {
 		t.Fatal(err)
 	}
-	tx, err := e.pool.Begin(ctx)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = tx.Rollback(ctx) }()
-	if _, err := tx.Exec(ctx, hotPlanSettings); err != nil {
-		t.Fatal(err)
-	}
+	tx := hotPlanTx(t, e)
 	var plan []map[string]any
 	if err := tx.QueryRow(ctx, `EXPLAIN (ANALYZE, FORMAT JSON) `+continueLeaseSQL, held.Messages[0].PartitionID, QueueModeGroup,
 		int64(200), int32(300), uuid.NewString(), queueID, epoch, e.popByteBudget()).Scan(&plan); err != nil {
