@@ -10,32 +10,40 @@ import threading
 from lanes._consumer import IoThreads
 
 
-def _abandon_then_answer(keep_loop_running: bool) -> list[str]:
-    answer = threading.Event()
-    got: list[str] = []
-    delivered = threading.Event()
+class _HeldPop:
+    """A blocking pop held until ``answer`` is set, and the ``on_abandoned`` that collects it."""
 
-    def blocking_pop() -> str:
-        answer.wait(5)
+    def __init__(self) -> None:
+        self.answer = threading.Event()
+        self.delivered = threading.Event()
+        self.got: list[str] = []
+
+    def blocking_pop(self) -> str:
+        self.answer.wait(5)
         return "leased"
 
-    def on_abandoned(v: str) -> None:
-        got.append(v)
-        delivered.set()
+    def on_abandoned(self, v: str) -> None:
+        self.got.append(v)
+        self.delivered.set()
+
+
+def _abandon_then_answer(keep_loop_running: bool) -> list[str]:
+    pop = _HeldPop()
 
     async def main() -> None:
-        task = asyncio.ensure_future(IoThreads().call(blocking_pop, on_abandoned=on_abandoned))
+        call = IoThreads().call(pop.blocking_pop, on_abandoned=pop.on_abandoned)
+        task = asyncio.ensure_future(call)
         await asyncio.sleep(0.05)
         task.cancel()  # the consumer stopped while its pop was in flight
         await asyncio.gather(task, return_exceptions=True)
         if keep_loop_running:
-            answer.set()
+            pop.answer.set()
             await asyncio.sleep(0.2)  # the answer arrives while the loop still runs
 
     asyncio.run(main())
-    answer.set()  # else: the loop is closed when the answer arrives
-    assert delivered.wait(5)
-    return got
+    pop.answer.set()  # else: the loop is closed when the answer arrives
+    assert pop.delivered.wait(5)
+    return pop.got
 
 
 def test_an_abandoned_call_hands_its_result_over_while_the_loop_runs() -> None:
@@ -50,21 +58,11 @@ def test_an_answer_arriving_while_the_loop_shuts_down_goes_to_on_abandoned() -> 
     # The sync consumer closes its IoThreads as its loop's last act; asyncio.run then stops the
     # loop and closes it. An answer arriving in between was handed to the stopped loop, whose
     # close() dropped it, so on_abandoned never saw it (its pop's message stayed leased).
-    answer = threading.Event()
-    delivered = threading.Event()
-    got: list[str] = []
-
-    def blocking_pop() -> str:
-        answer.wait(5)
-        return "leased"
-
-    def on_abandoned(v: str) -> None:
-        got.append(v)
-        delivered.set()
+    pop = _HeldPop()
 
     async def main() -> None:
         io = IoThreads()
-        task = asyncio.ensure_future(io.call(blocking_pop, on_abandoned=on_abandoned))
+        task = asyncio.ensure_future(io.call(pop.blocking_pop, on_abandoned=pop.on_abandoned))
         await asyncio.sleep(0.05)
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
@@ -73,8 +71,8 @@ def test_an_answer_arriving_while_the_loop_shuts_down_goes_to_on_abandoned() -> 
     loop = asyncio.new_event_loop()
     try:
         loop.run_until_complete(main())
-        answer.set()  # the loop is stopped, not yet closed
-        assert delivered.wait(5)
+        pop.answer.set()  # the loop is stopped, not yet closed
+        assert pop.delivered.wait(5)
     finally:
         loop.close()
-    assert got == ["leased"]
+    assert pop.got == ["leased"]
