@@ -1,0 +1,138 @@
+package testdb
+
+import (
+	"bytes"
+	"context"
+	"net"
+	"sync"
+	"testing"
+)
+
+// Proxy forwards TCP connections to a PostgreSQL server, so a test can make
+// chosen connections silently dead while new ones still get through: what a
+// database host that loses power, or a network partition, does to a client's
+// open connections, and a failover behind the same address to its new ones.
+// pg_terminate_backend is no such test: it closes the connection, which the
+// client notices at once.
+type Proxy struct {
+	listener net.Listener
+	target   string
+	mu       sync.Mutex
+	conns    []*proxiedConn
+}
+
+type proxiedConn struct {
+	client, server net.Conn
+	// sent is the start of what the client sent (enough for its first queries).
+	sent []byte
+	dead bool
+}
+
+// sentMax bounds what a proxied connection remembers of the client's bytes.
+const sentMax = 64 << 10
+
+// NewProxy listens on a free local port and forwards to target (host:port);
+// everything closes when the test ends.
+func NewProxy(t testing.TB, target string) *Proxy {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(context.Background(), "tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &Proxy{listener: ln, target: target}
+	go p.accept()
+	t.Cleanup(p.close)
+	return p
+}
+
+// Addr is the proxy's host:port.
+func (p *Proxy) Addr() string { return p.listener.Addr().String() }
+
+// Sent counts the connections whose client sent text (a query, say).
+func (p *Proxy) Sent(text string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.conns {
+		if bytes.Contains(c.sent, []byte(text)) {
+			n++
+		}
+	}
+	return n
+}
+
+// Kill makes the open connections whose client sent text silently dead, and
+// says how many: nothing more passes either way, and neither end is closed,
+// not even when the other end closes. Connections opened later pass.
+func (p *Proxy) Kill(text string) int {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	n := 0
+	for _, c := range p.conns {
+		if !c.dead && bytes.Contains(c.sent, []byte(text)) {
+			c.dead = true
+			n++
+		}
+	}
+	return n
+}
+
+func (p *Proxy) accept() {
+	for {
+		client, err := p.listener.Accept()
+		if err != nil {
+			return
+		}
+		server, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", p.target)
+		if err != nil {
+			_ = client.Close()
+			continue
+		}
+		c := &proxiedConn{client: client, server: server}
+		p.mu.Lock()
+		p.conns = append(p.conns, c)
+		p.mu.Unlock()
+		go p.forward(c, client, server, true)
+		go p.forward(c, server, client, false)
+	}
+}
+
+// forward copies from to to until from fails; then it closes both ends, unless
+// the connection is dead (the test's end closes those).
+func (p *Proxy) forward(c *proxiedConn, from, to net.Conn, fromClient bool) {
+	buf := make([]byte, 32<<10)
+	for {
+		n, err := from.Read(buf)
+		p.mu.Lock()
+		dead := c.dead
+		if !dead && fromClient && len(c.sent) < sentMax {
+			c.sent = append(c.sent, buf[:min(n, sentMax-len(c.sent))]...)
+		}
+		p.mu.Unlock()
+		if n > 0 && !dead {
+			if _, werr := to.Write(buf[:n]); werr != nil && err == nil {
+				err = werr
+			}
+		}
+		if err != nil {
+			p.mu.Lock()
+			dead = c.dead
+			p.mu.Unlock()
+			if !dead {
+				_ = from.Close()
+				_ = to.Close()
+			}
+			return
+		}
+	}
+}
+
+func (p *Proxy) close() {
+	_ = p.listener.Close()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	for _, c := range p.conns {
+		_ = c.client.Close()
+		_ = c.server.Close()
+	}
+}
