@@ -238,6 +238,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, loopsCtx con
 		DefaultSubscriptionMode: cfg.DefaultSubscriptionMode,
 		PopAutopilot:            cfg.PopAutopilot,
 		ListMaxBytes:            cfg.ListMaxBytes,
+		ListenerCheckInterval:   cfg.ListenerCheckInterval,
 		// Twice the statement_timeout: PostgreSQL ends a slow claim first.
 		ClaimTimeout: 2 * cfg.StatementTimeout,
 		Logger:       log,

@@ -46,6 +46,7 @@ type Config struct {
 	SpoolReplayTimeout      time.Duration
 	TimersInterval          time.Duration
 	KVSweepInterval         time.Duration
+	ListenerCheckInterval   time.Duration
 	PprofAddr               string
 	TestFaults              bool
 	GCPercent               int
@@ -446,6 +447,7 @@ var settings = []setting{
 	{"db-statement-timeout-ms", "LANES_DB_STATEMENT_TIMEOUT_MS", "30000", "statement_timeout of every broker connection (a pop's claim may take twice that, 60 s when none); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.StatementTimeout }, 0)},
 	{"request-db-timeout-ms", "LANES_REQUEST_DB_TIMEOUT_MS", "30000", "deadline of a request's database work (a long poll gets its timeout on top); 0 = none", millisSetting(func(c *Config) *time.Duration { return &c.RequestDBTimeout }, 0)},
 	{"schema-retry-max-ms", "LANES_SCHEMA_RETRY_MAX_MS", "5000", "longest pause between schema attempts while PostgreSQL is unreachable at boot (the broker serves meanwhile)", millisSetting(func(c *Config) *time.Duration { return &c.SchemaRetryMax }, 250)},
+	{"listener-check-ms", "LANES_LISTENER_CHECK_MS", "5000", "how long the notification listener (the connection that hears pushes through other brokers, to wake this broker's long polls) goes without a word from PostgreSQL before it sends an empty query, and how long it waits for the answer; no answer counts as a lost connection: the broker reconnects it and forgets its cached pop plans, so a database host that died without closing it (power loss, a network partition, a failover behind the same address) is noticed within twice this, not when TCP keepalive gives up", millisSetting(func(c *Config) *time.Duration { return &c.ListenerCheckInterval }, 100)},
 	{"lag-refresh-ms", "LANES_LAG_REFRESH_MS", "15000", "how often the per-queue lag gauges are recomputed; 0 = never", millisSetting(func(c *Config) *time.Duration { return &c.LagRefreshInterval }, 0)},
 	{"lag-max-series", "LANES_LAG_MAX_SERIES", "1000", "most (queue, group) lag series exported, largest lag first", intSetting(func(c *Config) *int { return &c.LagMaxSeries }, 1, unbounded)},
 	{"jwt-enabled", "LANES_JWT_ENABLED", "false", "require bearer JWTs (roles read-only, write-only, read-write, admin)", boolSetting(func(c *Config) *bool { return &c.JWTEnabled })},

@@ -67,6 +67,10 @@ type Config struct {
 	// ListMaxBytes bounds the payload bytes one page of a message, dead-letter
 	// or timer listing answers (see pageBudget); 0 = no bound.
 	ListMaxBytes int64
+	// ListenerCheckInterval is how long the notification listener waits
+	// without a word from PostgreSQL before it pings its connection, and how
+	// long it waits for the answer (see listenOnce); default 5 s.
+	ListenerCheckInterval time.Duration
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
 	Logger          *slog.Logger
@@ -81,6 +85,9 @@ func (c *Config) withDefaults() {
 	}
 	if c.ClaimTimeout <= 0 {
 		c.ClaimTimeout = defaultClaimTimeout
+	}
+	if c.ListenerCheckInterval <= 0 {
+		c.ListenerCheckInterval = defaultListenerCheckInterval
 	}
 	if c.DefaultSubscriptionMode == "" {
 		c.DefaultSubscriptionMode = "new"

@@ -3,6 +3,7 @@ package engine
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sort"
 	"strings"
@@ -44,6 +45,10 @@ func notifyPayload(sender string, queues map[string]bool) string {
 	sort.Strings(names)
 	return "@" + sender + "\n" + strings.Join(names, "\n")
 }
+
+// defaultListenerCheckInterval: a silently dead listener connection is
+// noticed within twice this, for one empty query per quiet interval.
+const defaultListenerCheckInterval = 5 * time.Second
 
 // listenReconnectFirst and listenReconnectMax bound the listener's backoff.
 const (
@@ -88,7 +93,13 @@ func (e *Engine) listenLoop() {
 }
 
 // listenOnce listens until its connection fails; listened says whether LISTEN
-// succeeded first.
+// succeeded first. A database host that dies without closing the connection
+// (power loss, a network partition, a failover behind the same address) sends
+// nothing more, and TCP keepalive gives up on it only after minutes; meanwhile
+// the pool may reach a restarted or promoted server whose cursors the crash
+// moved back behind the cached pop plans. So after a check interval without a
+// notification the listener pings, and a ping unanswered within the same
+// interval counts as a lost connection.
 func (e *Engine) listenOnce() (listened bool, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -110,12 +121,28 @@ func (e *Engine) listenOnce() (listened bool, err error) {
 	}
 	e.listening.Store(true)
 	defer e.listening.Store(false)
+	check := e.cfg.ListenerCheckInterval
 	for {
-		n, err := conn.WaitForNotification(ctx)
-		if err != nil {
+		waitCtx, cancelWait := context.WithTimeout(ctx, check)
+		n, err := conn.WaitForNotification(waitCtx)
+		cancelWait()
+		if err == nil {
+			e.dispatchNotification(n)
+			continue
+		}
+		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
 			return true, err
 		}
-		e.dispatchNotification(n)
+		// A wait cut short by its deadline leaves the connection usable.
+		pingCtx, cancelPing := context.WithTimeout(ctx, check)
+		err = conn.Ping(pingCtx)
+		cancelPing()
+		if err != nil {
+			if ctx.Err() != nil {
+				return true, ctx.Err()
+			}
+			return true, fmt.Errorf("no answer to a ping within %v: %w", check, err)
+		}
 	}
 }
 

@@ -3,9 +3,15 @@ package engine
 import (
 	"context"
 	"fmt"
+	"net"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
 // listenerPID waits for e's notification listener to be on LISTEN from a
@@ -103,5 +109,131 @@ func waitListening(t *testing.T, e *Engine) {
 		if time.Now().After(deadline) {
 			t.Fatal("the notification listener did not attach within 10 s")
 		}
+	}
+}
+
+// listenQuery is what the notification listener sends first on each of its
+// connections; a test proxy tells the listener's connections by it.
+const listenQuery = "LISTEN " + notifyChannel
+
+// newEngineThrough is newEngine with every connection through proxy.
+func newEngineThrough(t *testing.T, proxy *testdb.Proxy, engineCfg Config) *Engine {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	host, port, err := net.SplitHostPort(proxy.Addr())
+	if err != nil {
+		t.Fatal(err)
+	}
+	portNumber, err := strconv.ParseUint(port, 10, 16)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(portNumber), nil
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, engineCfg)
+	t.Cleanup(func() { e.Close(); pool.Close() })
+	return e
+}
+
+// newTestProxy is a proxy to the test database's server.
+func newTestProxy(t *testing.T) *testdb.Proxy {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(testDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.HasPrefix(cfg.ConnConfig.Host, "/") {
+		t.Skip("the test database is reached through a Unix socket; the proxy forwards TCP")
+	}
+	return testdb.NewProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
+}
+
+// wakeLatency parks a pop of q on a for a second (past its first re-checks,
+// so the next is 0.7 s away), pushes to q through b and says how soon the pop
+// got the message: milliseconds for a wake, hundreds for a re-check.
+func wakeLatency(t *testing.T, a, b *Engine, q string) time.Duration {
+	t.Helper()
+	done := make(chan *PopResult, 1)
+	go func() {
+		r, _ := a.Pop(context.Background(), PopRequest{Queue: q, Wait: true, Timeout: 5 * time.Second})
+		done <- r
+	}()
+	time.Sleep(time.Second)
+	pushed := time.Now()
+	// A partition of its own: the last call's lease holds its partition.
+	partition := fmt.Sprint("p-", pushed.UnixNano())
+	mustPush(t, b, items(q, partition, "wake-"+partition)...)
+	r := <-done
+	if r == nil || len(r.Messages) != 1 {
+		t.Fatalf("parked pop returned %v", r)
+	}
+	return time.Since(pushed)
+}
+
+// A database host that dies without closing the listener's connection (power
+// loss, a network partition, a failover behind the same address) sends
+// nothing more on it, and TCP keepalive gives up on it minutes later (never,
+// while a proxy in between keeps its side open, as here): the broker notices within its listener
+// check instead, forgets its cached pop plans (the restarted or promoted
+// server may have lost acks they were computed from) and gets back on LISTEN,
+// so pushes through other brokers wake its parked pops again.
+func TestASilentlyDeadListenerConnectionIsReplacedWithinItsCheck(t *testing.T) {
+	const wakeBound = 400 * time.Millisecond
+	// Noticed within two checks and the first reconnect delay, well within 3 s.
+	const check = 200 * time.Millisecond
+	proxy := newTestProxy(t)
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	b := newEngine(t)
+	q := queueName(t)
+	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
+	waitListening(t, a)
+	generation := a.popPlans.currentGeneration()
+	killed := time.Now()
+	if n := proxy.Kill(listenQuery); n != 1 {
+		t.Fatalf("killed %d listener connections, want 1", n)
+	}
+	for deadline := killed.Add(3 * time.Second); proxy.Sent(listenQuery) < 2; time.Sleep(10 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatal("the listener did not notice its dead connection within 3 s")
+		}
+	}
+	t.Logf("back on LISTEN %v after its connection died (check interval %v)", time.Since(killed).Round(time.Millisecond), check)
+	if a.popPlans.currentGeneration() == generation {
+		t.Fatal("the listener replaced its dead connection and the cached pop plans were kept")
+	}
+	waitListening(t, a)
+	if latency := wakeLatency(t, a, b, q); latency > wakeBound {
+		t.Fatalf("after the listener's reconnect, a push through another broker reached the parked pop after %v: a re-check, not a wake", latency)
+	}
+}
+
+// A listener that hears nothing for many check intervals keeps its connection
+// (each wait cut short by its deadline, each ping answered), and the broker its
+// cached pop plans; notifications still reach it after all those waits.
+func TestAQuietListenerKeepsItsConnectionAndPlans(t *testing.T) {
+	const wakeBound = 400 * time.Millisecond
+	proxy := newTestProxy(t)
+	const check = 200 * time.Millisecond
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	b := newEngine(t)
+	q := queueName(t)
+	mustPop(t, a, PopRequest{Queue: q})
+	waitListening(t, a)
+	generation := a.popPlans.currentGeneration()
+	time.Sleep(10 * check) // some ten waits cut short and pings
+	if n := proxy.Sent(listenQuery); n != 1 {
+		t.Fatalf("the listener connected %d times while its connection was alive, want once", n)
+	}
+	if a.popPlans.currentGeneration() != generation {
+		t.Fatal("the broker forgot its cached pop plans while its listener's connection was alive")
+	}
+	if latency := wakeLatency(t, a, b, q); latency > wakeBound {
+		t.Fatalf("a push through another broker reached the parked pop after %v: a re-check, not a wake", latency)
 	}
 }
