@@ -14,7 +14,12 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
 )
+
+// listenQuery is what the broker's notification listener sends on each of its connections.
+const listenQuery = "LISTEN lanes_push"
 
 // crash stops the cluster as a crash would: SIGQUIT to the postmaster is
 // pg_ctl's immediate mode, in which no process writes anything more, so WAL
@@ -202,6 +207,22 @@ func TestAPostgresCrashLosesNoStoredMessage(t *testing.T) {
 // every wildcard pop skipped the partition until something was pushed to it again (the fault
 // soak, tools/soak, found it).
 func TestAPostgresCrashThatUndoesAnAckRedeliversOnAQuietPartition(t *testing.T) {
+	crashUndoingAnAckOnAQuietPartition(t, false)
+}
+
+// TestAPostgresCrashUnseenByTheListenerRedeliversOnAQuietPartition is that crash on a database
+// host that dies without closing the listener's connection (power loss, a network partition, a
+// failover behind the same address): the pool's new connections reach the restarted server,
+// while the listener hears nothing and TCP keepalive gives up on its connection only minutes
+// later (never here, where a proxy keeps it open). The listener's check notices, and the broker
+// forgets its cached pop plans as on a dropped connection.
+func TestAPostgresCrashUnseenByTheListenerRedeliversOnAQuietPartition(t *testing.T) {
+	crashUndoingAnAckOnAQuietPartition(t, true)
+}
+
+// crashUndoingAnAckOnAQuietPartition runs the two tests above; silentListener puts the broker
+// behind a proxy that makes the listener's connection silently dead before the crash.
+func crashUndoingAnAckOnAQuietPartition(t *testing.T, silentListener bool) {
 	if testing.Short() {
 		t.Skip("starts and crashes a PostgreSQL cluster of its own")
 	}
@@ -223,7 +244,14 @@ func TestAPostgresCrashThatUndoesAnAckRedeliversOnAQuietPartition(t *testing.T) 
 		t.Fatal(err)
 	}
 	_ = admin.Close(ctx)
-	b := startBroker(t, pg.url(), freePort(t), t.TempDir(), "LANES_LOG_LEVEL=warn")
+	dsn, env := pg.url(), []string{"LANES_LOG_LEVEL=warn"}
+	var proxy *testdb.Proxy
+	if silentListener {
+		proxy = testdb.NewProxy(t, fmt.Sprintf("127.0.0.1:%d", pg.port))
+		dsn = fmt.Sprintf("postgres://postgres@%s/lanes?sslmode=disable", proxy.Addr())
+		env = append(env, "LANES_LISTENER_CHECK_MS=1000")
+	}
+	b := startBroker(t, dsn, freePort(t), t.TempDir(), env...)
 	b.waitHealth(t, http.StatusOK, 30*time.Second)
 
 	const popPath = "/api/v1/pop/queue/quiet?wait=false&leaseSeconds=1"
@@ -248,6 +276,16 @@ func TestAPostgresCrashThatUndoesAnAckRedeliversOnAQuietPartition(t *testing.T) 
 		t.Fatalf("pop after the ack: %d %v", status, err)
 	}
 
+	if silentListener {
+		for deadline := time.Now().Add(10 * time.Second); proxy.Sent(listenQuery) == 0; time.Sleep(10 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatal("the broker's listener did not connect within 10 s")
+			}
+		}
+		if n := proxy.Kill(listenQuery); n != 1 {
+			t.Fatalf("killed %d listener connections, want 1", n)
+		}
+	}
 	pg.crash(t)
 	if err := pg.run("start"); err != nil {
 		t.Fatalf("after the crash: %v", err)
@@ -266,11 +304,13 @@ func TestAPostgresCrashThatUndoesAnAckRedeliversOnAQuietPartition(t *testing.T) 
 		t.Fatalf("the crash did not undo the ack (cursor at %d): the test proves nothing; something flushed the WAL", committed)
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
+	back := time.Now()
+	deadline := back.Add(10 * time.Second)
 	for {
 		var again popped
 		status, err := b.do("GET", popPath, nil, &again)
 		if err == nil && status == http.StatusOK && len(again.Messages) == 1 && again.Messages[0].TransactionID == "only" {
+			t.Logf("delivered again %v after the restarted database answered", time.Since(back).Round(time.Millisecond))
 			return
 		}
 		if time.Now().After(deadline) {
