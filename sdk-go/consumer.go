@@ -219,18 +219,21 @@ func (c *Consumer) Err() error {
 }
 
 // Stop is a soft stop: no more pops, handlers finish their current message, handled messages
-// are acked and the rest released (with AutoAck(false), see AutoAck). It returns ctx.Err() if ctx
-// ends first (the stop goes on, and Stop or StopAndCancel may be called again). Under
+// are acked and the rest released (with AutoAck(false), see AutoAck). A pop in flight is ended
+// by half-closing its connection, so the messages of an answer the broker already wrote are
+// released, not left leased (docs/consuming.md §5 says when it is canceled instead). Under
 // ServerAutoAck(true) a pop in flight is not cut (its messages may be committed already): the
-// stop waits for its answer, at most the long-poll Timeout, and hands its messages over. Called from one of this consumer's handlers,
-// it only requests the stop and returns nil at once: the end waits for that handler.
+// stop waits for its answer, at most the long-poll Timeout, and hands its messages over. It
+// returns ctx.Err() if ctx ends first (the stop goes on, and Stop or StopAndCancel may be called
+// again). Called from one of this consumer's handlers, it only requests the stop and returns nil
+// at once: the end waits for that handler.
 func (c *Consumer) Stop(ctx context.Context) error {
 	c.softStop()
 	return c.wait(ctx)
 }
 
 // StopAndCancel is a hard stop: Stop plus canceling every handler context with the cause
-// ErrConsumerStopped (and cutting pops in flight). Called from one of this consumer's handlers,
+// ErrConsumerStopped (and canceling pops in flight). Called from one of this consumer's handlers,
 // it returns nil at once, as Stop does.
 func (c *Consumer) StopAndCancel(ctx context.Context) error {
 	c.softStop()
@@ -330,15 +333,16 @@ func (c *Consumer) limitReached() bool {
 func (c *Consumer) worker() {
 	defer c.wg.Done()
 	defer c.markWorkerGoroutine()()
-	p := poller{q: c.q}
+	// A stop ends fetchCtx; only a hard stop (or the end of the Consume ctx) ends workCtx and
+	// cancels a pop in flight. A soft stop half-closes it (popCut): an answer the broker wrote
+	// still arrives and is released. Under server auto-ack it is left to answer: its messages may
+	// be committed already, and are handed over.
+	p := poller{q: c.q, popCtx: c.workCtx, cutOnStop: !c.q.committedOnDelivery()}
 	if c.opts.idle > 0 {
 		p.idleDeadline = c.idleDeadline
 	}
-	if c.q.committedOnDelivery() {
-		p.popCtx = c.workCtx // only a hard stop cuts a pop whose messages the broker commits
-		if c.budget != nil {
-			p.reserve = c.budget.reserve
-		}
+	if c.budget != nil {
+		p.reserve = c.budget.reserve
 	}
 	outages := 0 // consecutive pops in which a handler failed for want of a broker
 	for {

@@ -23,6 +23,10 @@ type poller struct {
 	// popCtx, when set, carries the pops instead of next's ctx, which then only stops the loop
 	// between pops: under server auto-ack a pop cut short may lose messages the broker committed.
 	popCtx context.Context
+	// cutOnStop, with popCtx, ends a pop in flight when next's ctx ends by half-closing its
+	// connection (popCut), so an answer the broker already wrote is not lost: a consume loop's
+	// soft stop.
+	cutOnStop bool
 	// idleDeadline, when set, is when the idle time of an iterator or consume loop runs out:
 	// next returns (nil, nil) once it has passed, before a pop, after an empty answer or a failed
 	// pop, cuts each pop's long poll and the error backoff at it, so pops that keep failing
@@ -59,7 +63,7 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 			popCtx = p.popCtx
 		}
 		started := time.Now()
-		pr, err := q.PopResult(popCtx)
+		pr, err := p.pop(ctx, popCtx, q)
 		if err != nil {
 			settle(0)
 			if ctx.Err() != nil {
@@ -100,6 +104,18 @@ func (p *poller) next(ctx context.Context, stopOnEmpty func() bool) (*PopResult,
 		_ = sleepCtx(ctx, p.emptyPause(time.Since(started), q.timeout))
 	}
 	return nil, nil
+}
+
+// pop sends one pop on popCtx; with cutOnStop the end of stop cuts it (popCut).
+func (p *poller) pop(stop, popCtx context.Context, q QueueBuilder) (*PopResult, error) {
+	if !p.cutOnStop {
+		return q.PopResult(popCtx)
+	}
+	cut := newPopCut(popCtx)
+	defer cut.done()
+	unwatch := context.AfterFunc(stop, cut.fire)
+	defer unwatch()
+	return q.PopResult(cut.ctx)
 }
 
 // idleLeft is the time left before the idle deadline, and false when there is none.

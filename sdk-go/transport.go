@@ -173,6 +173,9 @@ func (st *callState) checkRetry(ctx context.Context, resp *http.Response, err er
 	if ctx.Err() != nil {
 		return false, context.Cause(ctx)
 	}
+	if cut := popCutOf(ctx); cut != nil && cut.hasFired() {
+		return false, nil // a pop a stop cut makes no new attempt
+	}
 	st.lastErr = err
 	if err != nil || resp.StatusCode == http.StatusRequestTimeout || resp.StatusCode >= 500 {
 		c.markUnhealthy(st.idx) // skipped for WithHealthRetryAfter, retried or not (docs/retries.md §4)
@@ -319,7 +322,7 @@ func attemptClient(user *http.Client, timeout time.Duration) *http.Client {
 		rt = http.DefaultTransport
 	}
 	return &http.Client{
-		Transport:     &attemptTransport{base: rt, timeout: timeout},
+		Transport:     &attemptTransport{base: rt, timeout: timeout, h2c: speaksH2C(rt)},
 		CheckRedirect: user.CheckRedirect,
 		Jar:           user.Jar,
 		Timeout:       user.Timeout,
@@ -329,6 +332,14 @@ func attemptClient(user *http.Client, timeout time.Duration) *http.Client {
 type attemptTransport struct {
 	base    http.RoundTripper
 	timeout time.Duration
+	h2c     bool // base may speak HTTP/2 over plain TCP: no connection is half-closed (popCut)
+}
+
+// speaksH2C reports a caller's *http.Transport set to speak HTTP/2 over plain TCP, whose
+// connections carry several calls at once.
+func speaksH2C(rt http.RoundTripper) bool {
+	t, ok := rt.(*http.Transport)
+	return ok && t.Protocols != nil && t.Protocols.UnencryptedHTTP2()
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -340,10 +351,16 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 	// also when the attempt's timeout ends the dial: net/http then returns the bare context
 	// error. Both hooks are needed: a transport that does not report them proves nothing.
 	var gettingConn, connected atomic.Bool
-	ctx := httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+	trace := &httptrace.ClientTrace{
 		GetConn: func(string) { gettingConn.Store(true) },
 		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
-	})
+	}
+	if cut := popCutOf(req.Context()); cut != nil && !t.h2c {
+		trace.GotConn = func(info httptrace.GotConnInfo) { connected.Store(true); cut.attach(info.Conn) }
+		trace.GotFirstResponseByte = cut.answerBegun
+		defer cut.attemptEnded()
+	}
+	ctx := httptrace.WithClientTrace(req.Context(), trace)
 	if timeout > 0 {
 		var cancel context.CancelFunc
 		ctx, cancel = context.WithTimeout(ctx, timeout)
