@@ -344,7 +344,7 @@ func (c *Consumer) worker() {
 	if c.budget != nil {
 		p.reserve = c.budget.reserve
 	}
-	outages := 0 // consecutive pops in which a handler failed for want of a broker
+	outages := 0 // consecutive pops in which a handler failed for want of a broker, 429s aside
 	for {
 		if c.fetchCtx.Err() != nil {
 			return
@@ -379,14 +379,16 @@ func (c *Consumer) worker() {
 			c.softStop()
 			return
 		}
-		if !outage {
+		if len(outage) == 0 {
 			outages = 0
 			continue
 		}
-		// The broker the handler needed is down: pop again after the backoff of a failed pop, not
-		// at once, or the released message would come back to fail in a tight loop.
-		delay := errorBackoff(outages)
-		outages++
+		// The broker the handler needed is down: pop again after the wait of a failed pop, not at
+		// once, or the released message would come back to fail in a tight loop.
+		delay := outagePause(outage, outages)
+		if !allRateLimited(outage) {
+			outages++
+		}
 		if left, ok := p.idleLeft(); ok {
 			delay = min(delay, max(left, 0))
 		}
@@ -395,8 +397,8 @@ func (c *Consumer) worker() {
 }
 
 // process hands one pop's messages to the handler partition by partition, then acks. It
-// reports whether a handler of the pop failed for want of a broker.
-func (c *Consumer) process(pr *PopResult) (outage bool) {
+// returns the failures of the pop's handlers for want of a broker.
+func (c *Consumer) process(pr *PopResult) (outage []error) {
 	committed := c.q.committedOnDelivery()
 	var order []string
 	byPart := map[string][]*Message{}
@@ -424,7 +426,9 @@ func (c *Consumer) process(pr *PopResult) (outage bool) {
 		} else {
 			es, n, failure = c.runEach(ms, committed)
 		}
-		outage = outage || brokerUnavailable(failure)
+		if brokerUnavailable(failure) {
+			outage = append(outage, failure)
+		}
 		// With AutoAck(false) the handler owns what it was handed and may not have acked it,
 		// and a retry below an unacked message would release that one too: only a partition
 		// of which nothing was handed over is released (one a stop reached first).
@@ -445,6 +449,29 @@ func (c *Consumer) process(pr *PopResult) (outage bool) {
 		c.fail(err)
 	}
 	return outage
+}
+
+// outagePause is the wait before the next pop after handlers failed for want of a broker: the
+// wait of a failed pop (loopErrorDelay) for the longest of them, so a 429's Retry-After hint
+// is waited out in full, as after a pop's 429, and a 429 without one waits 1 s; streak counts
+// the pops before this one whose handlers so failed, 429s left out.
+func outagePause(failures []error, streak int) time.Duration {
+	var pause time.Duration
+	for _, err := range failures {
+		pause = max(pause, loopErrorDelay(err, streak))
+	}
+	return pause
+}
+
+// allRateLimited reports whether every failure is a 429, which the outage streak leaves out as
+// the pop's does: the broker answered, and said how long to wait.
+func allRateLimited(failures []error) bool {
+	for _, err := range failures {
+		if !rateLimited(err) {
+			return false
+		}
+	}
+	return true
 }
 
 // stopping reports a requested stop (soft or hard) or a reached limit.

@@ -131,3 +131,35 @@ func TestITHandlerFailingForWantOfABrokerIsPaced(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, list.Messages)
 }
+
+// A handler that fails with a 429 carrying a Retry-After hint is not handed its message again
+// before the hint has passed (here 2.5 s), as a pop's 429 is waited out: the loop's own backoff
+// alone (1 s) would send the handler straight back to a broker that asked for 2.5 s.
+func TestITHandlerFailingWithA429WaitsOutItsHint(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	limited := scriptFaults(t, `[{"method":"POST","path":"/api/v1/push","responses":[`+
+		`{"status":429,"headers":{"Retry-After":"2.5"}}]}]`)
+	pushN(t, b, "a", 1, "hinted")
+	var calls []time.Time
+	cons, err := b.c.Queue(b.queue).Wait(true).Timeout(time.Second).Limit(2).
+		Consume(b.ctx, func(ctx context.Context, m *lanes.Message) error {
+			calls = append(calls, time.Now())
+			_, err := limited.Queue(b.queue+"-out").Push(ctx, lanes.Item{Data: 1})
+			return err
+		})
+	require.NoError(t, err)
+	select {
+	case <-cons.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the message was not handed over again")
+	}
+	require.NoError(t, cons.Err())
+	require.Len(t, calls, 2)
+	gap := calls[1].Sub(calls[0])
+	require.GreaterOrEqual(t, gap, 2500*time.Millisecond, "the 429's hint was not waited out")
+	require.Less(t, gap, 4*time.Second)
+	list, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue})
+	require.NoError(t, err)
+	require.Empty(t, list.Messages)
+}
