@@ -37,7 +37,8 @@ from lanes._consumer import (
 )
 from lanes._exceptions import ClientClosedError, UnsentError
 from lanes._generated import models
-from lanes._http import AsyncTransport, BearerToken, Config, SyncTransport
+from lanes._http import CUT_WAIT_S, AsyncTransport, BearerToken, Config, SyncTransport
+from lanes._iter import StoppedIterators
 from lanes._kv import KV, AsyncKV
 from lanes._names import check_names
 from lanes._queue import AsyncQueue, Queue
@@ -53,10 +54,6 @@ DEFAULT_URL = "http://localhost:6632"
 
 # How long the exit hook of a client never closed may spend flushing its buffers.
 EXIT_FLUSH_TIMEOUT = 5.0
-
-# How long close() waits for the stopped consumers' cut long polls to end (each within
-# milliseconds; an answer the broker had already written is read and released first).
-CUT_POPS_WAIT_S = 2.0
 
 
 def _log_unsent_at_exit(logger: logging.Logger, unsent: int) -> None:
@@ -346,7 +343,7 @@ class Lanes:
                 # The stopped consumers' long polls were cut: they end within milliseconds,
                 # and a program that exits right after close() must not end them first (a
                 # message one got would stay leased for the whole lease).
-                self._pops.wait_idle(CUT_POPS_WAIT_S)
+                self._pops.wait_idle(CUT_WAIT_S)
             self._pops.when_idle(self._t.close)
         if still_stopping is not None:
             raise still_stopping
@@ -393,6 +390,7 @@ class AsyncLanes:
         )  # fmt: skip
         self._t = AsyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[AsyncConsumer] = set()
+        self._stopped_iterators = StoppedIterators()
         # Closes the HTTP pool once the consumers aclose() gave up on have ended.
         self._pool_closing: asyncio.Future[None] | None = None
         self._buffers: dict[tuple[str, str | None], AsyncPushBuffer] = {}
@@ -516,7 +514,11 @@ class AsyncLanes:
         return buffer_stats(list(self._buffers.values()))
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
-        """As :meth:`Lanes.close`."""
+        """As :meth:`Lanes.close`. A stopped consumer's or iterator's long poll is cut at the
+        stop (its connection half-closed): the consumer's stop waits up to 2 s for it to end and
+        release what the broker had already leased to it, and aclose() waits up to 2 s for an
+        iterator's, so a program may exit right after. On a caller's ``http_client`` a
+        consumer's is cancelled instead, and an iterator's runs to its long poll's end."""
         if self._closed:
             return
         self._closed = True
@@ -524,6 +526,9 @@ class AsyncLanes:
         still_stopping: TimeoutError | None = None
         running: list[AsyncConsumer] = []
         try:
+            # A stopped iterator's cut pop ends within milliseconds, then releases what the
+            # broker had already sent it: closing the pool first would leave that leased.
+            await self._stopped_iterators.closed(CUT_WAIT_S)
             for c in list(self._consumers):
                 try:
                     await c.stop(timeout)

@@ -26,7 +26,7 @@ from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
-from lanes._http import CallCut
+from lanes._http import CUT_WAIT_S, CallCut
 from lanes._pacer import (
     AckResend,
     ErrorCallback,
@@ -136,6 +136,9 @@ class Ops:
     """Run the user's handler on one message (or one partition slice in batch mode)."""
     ack_blocking: Callable[[list[tuple[str, P.AckEntry]]], list[AckResult]] | None = None
     """The blocking client's ack, sent from the handler thread once a pop is handled."""
+    pop_under_cut: Callable[[P.QueueSpec, CallCut], Awaitable[PopResult]] | None = None
+    """AsyncLanes on its own pool: pop under this cut, which a stop fires (:meth:`Engine.
+    _end_cut_pop`) instead of cancelling the pop."""
 
 
 class Engine:
@@ -305,7 +308,12 @@ class Engine:
                 spec = P.auto_ack_pop_cap(spec, room)
                 self._auto_ack_reserved += room
             pacer.popping(spec.timeout_millis)
-            pop_t = asyncio.ensure_future(self.ops.pop(spec))
+            cut = None
+            if self.ops.pop_under_cut is None:
+                pop_t = asyncio.ensure_future(self.ops.pop(spec))
+            else:
+                cut = CallCut()
+                pop_t = asyncio.ensure_future(self.ops.pop_under_cut(spec, cut))
             either: set[asyncio.Future[Any]] = {pop_t, pops_cut}
             try:
                 done, _ = await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
@@ -315,10 +323,15 @@ class Engine:
                     if pop_t.done() and not pop_t.cancelled() and pop_t.exception() is None:
                         self._auto_acked += len(pop_t.result().messages)
             if pop_t not in done:
-                # Stopping: abandon the long-poll. A cancelled request makes the broker give its
-                # claim back; a blocking one (the sync client) cannot be cancelled: cancelling
-                # its future half-closes its connection (CallCut), and an answer that comes
-                # anyway is released by on_abandoned (see Queue._release).
+                # Stopping: abandon the long-poll. A blocking one (the sync client) cannot be
+                # cancelled: cancelling its future half-closes its connection (CallCut), and an
+                # answer that comes anyway is released by on_abandoned (see Queue._release).
+                # An asyncio one on the client's own pool is cut the same way; on a caller's
+                # http_client it is cancelled (the broker gives back a claim whose answer it
+                # had not written yet).
+                if cut is not None:
+                    await self._end_cut_pop(pop_t, cut)
+                    break
                 pop_t.cancel()
                 with contextlib.suppress(BaseException):
                     await pop_t
@@ -353,6 +366,30 @@ class Engine:
             # pop, not at once, or the released message would come back to fail in a tight loop.
             outages += 1
             await self._pause(P.loop_error_backoff(outages))
+
+    async def _end_cut_pop(self, pop_t: asyncio.Future[PopResult], cut: CallCut) -> None:
+        """Half-close a stopped worker's pop (the broker answers 499 at once and claims
+        nothing; an answer it had already written still arrives whole) and wait for it, at most
+        ``CUT_WAIT_S`` (then it is cancelled); release with ``retry`` what it got."""
+        cut.fire()
+        try:
+            await asyncio.wait({pop_t}, timeout=CUT_WAIT_S)
+        finally:
+            if not pop_t.done():
+                pop_t.cancel()
+        if pop_t.cancelled() or pop_t.exception() is not None:
+            return
+        res = pop_t.result()
+        if self.spec.server_auto_ack:  # committed at the pop: nothing can release them
+            if res.messages:
+                self.report(AutoAckDroppedError(len(res.messages), "popped after the stop"), "pop")
+            return
+        entries = P.release_acks(res, self.spec)
+        if entries:
+            try:
+                await self.ops.ack(entries)
+            except Exception as e:
+                self.report(e, "ack")  # its messages redeliver when the lease expires
 
     async def _call(self, arg: Any) -> tuple[Status, str | None]:
         return await self._outcome(self.ops.invoke(arg))
@@ -700,7 +737,9 @@ class AsyncConsumer:
 
     async def stop(self, timeout: float | None = None) -> None:
         """Soft stop: no new pops, finish current messages, ack, release the rest (with
-        ``auto_ack(False)``, see ``auto_ack()``). Raises
+        ``auto_ack(False)``, see ``auto_ack()``). A parked pop is cut (its connection
+        half-closed): it ends at once, and what the broker had already sent it is released;
+        on a caller's ``http_client`` it is cancelled. Raises
         ``TimeoutError`` if not ended within ``timeout`` (it keeps stopping; call again).
         Called from inside a handler (or its on_error), it requests the stop and returns at
         once: waiting there for the end would wait for that handler itself."""

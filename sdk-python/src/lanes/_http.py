@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import contextvars
 import heapq
 import inspect
 import json as _json
@@ -209,16 +210,20 @@ class _Base:
 
 class _SendTrace:
     """httpcore's trace of one attempt: whether it reported anything, and whether it began to
-    send the request's head. A transport that reports nothing proves nothing."""
+    send the request's head. A transport that reports nothing proves nothing. With ``cut``, the
+    trace also tells the cut when the attempt's connection stops being the call's."""
 
-    def __init__(self) -> None:
+    def __init__(self, cut: CallCut | None = None) -> None:
         self.traced = False
         self.sent = False
+        self._cut = cut
 
     async def atrace(self, name: str, info: Mapping[str, Any]) -> None:
         self.traced = True
         if "send_request_headers" in name:
             self.sent = True
+        if self._cut is not None:
+            self._cut._trace(name, info)
 
     @property
     def not_sent(self) -> bool:
@@ -332,19 +337,29 @@ class _RunningAttempt(threading.local):
     cut: CallCut | None = None
 
 
-class CallCut:
-    """Cuts a blocking call running in another thread (a stopped consumer's long poll, which
-    cannot be interrupted): :meth:`fire` half-closes the connection its attempt is on. The
-    broker then answers ``499`` at once and claims nothing, or the answer it already wrote
-    still arrives whole; either way the call ends within milliseconds, not at its long poll's
-    end, and is not retried. Only connections of the client's own pool (:class:`_BoundedStream`)
-    can be cut; on a caller's ``http_client`` the call runs to its end, as before."""
+# How long a stop (and close()/aclose()) waits for a cut call to end: within milliseconds, an
+# answer the broker had already written read and released first.
+CUT_WAIT_S = 2.0
 
-    __slots__ = ("_lock", "_stream", "fired")
+
+class CallCut:
+    """Cuts a call from elsewhere without abandoning it (a stopped consumer's or iterator's long
+    poll: a blocking one cannot be interrupted, and cancelling an asyncio one would close its
+    connection under an answer the broker already wrote, leaving its messages leased):
+    :meth:`fire` half-closes the connection its attempt is on. The broker then answers ``499``
+    at once and claims nothing, or the answer it already wrote still arrives whole; either way
+    the call ends within milliseconds, not at its long poll's end, and is not retried (a call
+    between attempts ends at once). Only connections of the client's own pool
+    (:class:`_BoundedStream`, :class:`_CuttableAsyncStream`) can be cut; on a caller's
+    ``http_client`` the call runs to its end, as before."""
+
+    __slots__ = ("_lock", "_stream", "_wake", "fired")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self._stream: _BoundedStream | None = None  # the attempt's connection while it is on it
+        # The attempt's connection while it is on it.
+        self._stream: _BoundedStream | _CuttableAsyncStream | None = None
+        self._wake: Callable[[], None] | None = None  # ends an asyncio call's wait between attempts
         self.fired = False
 
     @contextlib.contextmanager
@@ -356,15 +371,28 @@ class CallCut:
         finally:
             _RUNNING.cut = outer
 
+    @contextlib.contextmanager
+    def running_in_task(self) -> Iterator[None]:
+        """Run the AsyncLanes call awaited in this block (in this task) under this cut."""
+        token = _TASK_CUT.set(self)
+        try:
+            yield
+        finally:
+            _TASK_CUT.reset(token)
+
     def fire(self) -> None:
-        """Half-close the call's connection (from any thread), and make it end at its attempt."""
+        """Half-close the call's connection, and make it end at its attempt: from any thread for
+        a blocking call, on the event loop for an asyncio one."""
         with self._lock:
             self.fired = True
             stream, self._stream = self._stream, None
+            wake, self._wake = self._wake, None
             if stream is not None:
                 stream.half_close()
+        if wake is not None:
+            wake()
 
-    def _attach(self, stream: _BoundedStream) -> None:
+    def _attach(self, stream: _BoundedStream | _CuttableAsyncStream) -> None:
         """The call's attempt is about to send on ``stream``; refused once the cut fired."""
         with self._lock:
             if self.fired:
@@ -384,6 +412,23 @@ class CallCut:
 
 
 _RUNNING = _RunningAttempt()
+# The cut of the AsyncLanes call the current task awaits (CallCut.running_in_task).
+_TASK_CUT: contextvars.ContextVar[CallCut | None] = contextvars.ContextVar(
+    "lanes_task_cut", default=None
+)
+
+
+def _half_close(sock: Any) -> None:
+    """Send the end of the request side of a connection (a FIN); its answer can still be read."""
+    if sock is None:
+        return
+    with contextlib.suppress(OSError):
+        if isinstance(sock, socket.socket):
+            # socket.socket's own shutdown, as the watchdog's: an ssl.SSLSocket's would drop
+            # its TLS state under the read still running on it.
+            socket.socket.shutdown(sock, socket.SHUT_WR)
+        else:  # asyncio's TransportSocket (its TLS is above the socket)
+            sock.shutdown(socket.SHUT_WR)
 
 
 def _until_attempt_end(timeout: float | None, timed_out: type[Exception]) -> float | None:
@@ -411,12 +456,7 @@ class _BoundedStream(httpcore.NetworkStream):
         """Send the end of the request side (a FIN); the answer can still be read. The
         connection is never reused after it (see ``is_readable``)."""
         self._half_closed = True
-        sock = self._inner.get_extra_info("socket")
-        if sock is not None:
-            with contextlib.suppress(OSError):
-                # socket.socket's own shutdown, as the watchdog's: an ssl.SSLSocket's would
-                # drop its TLS state under the read still running on it.
-                socket.socket.shutdown(sock, socket.SHUT_WR)
+        _half_close(self._inner.get_extra_info("socket"))
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return self._inner.read(max_bytes, _until_attempt_end(timeout, httpcore.ReadTimeout))
@@ -490,6 +530,96 @@ def _bounded_client() -> httpx.Client:
         if isinstance(pool, httpcore.ConnectionPool):
             pool._network_backend = _BoundedBackend(pool._network_backend)
     return client
+
+
+class _CuttableAsyncStream(httpcore.AsyncNetworkStream):
+    """A connection of AsyncLanes's own pool that a :class:`CallCut` can half-close: the cut of
+    the task's call (``_TASK_CUT``) is attached at each write."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkStream) -> None:
+        self._inner = inner
+        self._half_closed = False
+
+    def half_close(self) -> None:
+        """As :meth:`_BoundedStream.half_close`."""
+        self._half_closed = True
+        _half_close(self._inner.get_extra_info("socket"))
+
+    async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
+        return await self._inner.read(max_bytes, timeout)
+
+    async def write(self, buffer: bytes, timeout: float | None = None) -> None:  # noqa: ASYNC109
+        cut = _TASK_CUT.get()
+        if cut is not None:
+            cut._attach(self)
+        await self._inner.write(buffer, timeout)
+
+    async def aclose(self) -> None:
+        await self._inner.aclose()
+
+    async def start_tls(
+        self,
+        ssl_context: ssl.SSLContext,
+        server_hostname: str | None = None,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+    ) -> httpcore.AsyncNetworkStream:
+        return _CuttableAsyncStream(
+            await self._inner.start_tls(ssl_context, server_hostname, timeout)
+        )
+
+    def get_extra_info(self, info: str) -> Any:
+        if info == "is_readable" and self._half_closed:
+            return True  # never reused, as _BoundedStream
+        return self._inner.get_extra_info(info)
+
+
+class _CuttableAsyncBackend(httpcore.AsyncNetworkBackend):
+    """httpcore's async network backend with :class:`_CuttableAsyncStream` connections."""
+
+    def __init__(self, inner: httpcore.AsyncNetworkBackend) -> None:
+        self._inner = inner
+
+    async def connect_tcp(
+        self,
+        host: str,
+        port: int,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        local_address: str | None = None,
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return _CuttableAsyncStream(
+            await self._inner.connect_tcp(host, port, timeout, local_address, socket_options)
+        )
+
+    async def connect_unix_socket(
+        self,
+        path: str,
+        timeout: float | None = None,  # noqa: ASYNC109 (httpcore's interface)
+        socket_options: Iterable[Any] | None = None,
+    ) -> httpcore.AsyncNetworkStream:
+        return _CuttableAsyncStream(
+            await self._inner.connect_unix_socket(path, timeout, socket_options)
+        )
+
+    async def sleep(self, seconds: float) -> None:
+        await self._inner.sleep(seconds)
+
+
+def _cuttable_async_client() -> tuple[httpx.AsyncClient, bool]:
+    """An ``httpx.AsyncClient`` whose connections a :class:`CallCut` can half-close, set on its
+    transports' pools as :func:`_bounded_client` does; and whether that worked (else its calls
+    cannot be cut, and a stop cancels them)."""
+    client = httpx.AsyncClient()
+    cuttable = False
+    for transport in [
+        getattr(client, "_transport", None),
+        *getattr(client, "_mounts", {}).values(),
+    ]:
+        pool = getattr(transport, "_pool", None)
+        if isinstance(pool, httpcore.AsyncConnectionPool):
+            pool._network_backend = _CuttableAsyncBackend(pool._network_backend)
+            cuttable = True
+    return client, cuttable
 
 
 class SyncTransport(_Base):
@@ -626,12 +756,37 @@ class AsyncTransport(_Base):
     ) -> None:
         super().__init__(cfg)
         self._own = http_client is None
-        self.http = http_client or httpx.AsyncClient()
+        if http_client is None:
+            self.http, self._cuttable = _cuttable_async_client()
+        else:
+            self.http, self._cuttable = http_client, False
         self._sleep = sleep or asyncio.sleep
+
+    @property
+    def cuts_calls(self) -> bool:
+        """Whether a :class:`CallCut` can cut this client's calls: only on its own pool."""
+        return self._cuttable
 
     async def aclose(self) -> None:
         if self._own:
             await self.http.aclose()
+
+    async def _sleep_unless_cut(self, seconds: float, cut: CallCut) -> None:
+        """Wait between attempts; a cut fired meanwhile ends the wait and the call."""
+        sleeping = asyncio.ensure_future(self._sleep(seconds))
+
+        def wake() -> None:
+            sleeping.cancel()
+
+        cut._wake = wake
+        try:
+            await sleeping
+        except asyncio.CancelledError:
+            if not (cut.fired and sleeping.cancelled()):
+                raise
+            raise ConsumerStoppedError("lanes: stopped") from None
+        finally:
+            cut._wake = None
 
     async def request(
         self,
@@ -647,36 +802,54 @@ class AsyncTransport(_Base):
     ) -> Response:
         data = _encode(body)
         st = self._state(long_poll, deadline, not_idempotent)
-        while True:
-            if self.http.is_closed:
-                raise self._closed(st)
-            try:
-                token = self.cfg.token()
-                if not (token is None or isinstance(token, str)):
-                    token = await token
-                t = self._timeout(st, timeout)
-                trace = _SendTrace()
+        call_cut = _TASK_CUT.get()
+        try:
+            while True:
+                if call_cut is not None and call_cut.fired:
+                    raise ConsumerStoppedError("lanes: stopped")
+                if self.http.is_closed:
+                    raise self._closed(st)
                 try:
-                    # The whole attempt, answer included, as in Go and TS: httpx's timeout
-                    # bounds each read, so an answer that trickles in would outlast it.
-                    with anyio.fail_after(t):
-                        resp = await self.http.request(
-                            method,
-                            _url(st.url, path, query),
-                            content=data,
-                            headers=self._headers(st, data is not None, token),
-                            timeout=httpx.Timeout(t),
-                            extensions={"trace": trace.atrace},
-                        )
-                except TimeoutError as exc:
-                    # Cut before the request's head went out (while connecting): never sent.
-                    kind = httpx.ConnectTimeout if trace.not_sent else httpx.ReadTimeout
-                    raise kind(f"attempt timed out after {t:g} s") from exc
-            except httpx.TransportError as exc:
-                d = self._failed(method, path, st, exc)
-            else:
-                done, d = self._answered(method, path, st, resp)
-                if done is not None:
-                    return done
-            if d.delay > 0:
-                await self._sleep(d.delay)
+                    token = self.cfg.token()
+                    if not (token is None or isinstance(token, str)):
+                        token = await token
+                    t = self._timeout(st, timeout)
+                    trace = _SendTrace(call_cut)
+                    try:
+                        # The whole attempt, answer included, as in Go and TS: httpx's timeout
+                        # bounds each read, so an answer that trickles in would outlast it.
+                        with anyio.fail_after(t):
+                            resp = await self.http.request(
+                                method,
+                                _url(st.url, path, query),
+                                content=data,
+                                headers=self._headers(st, data is not None, token),
+                                timeout=httpx.Timeout(t),
+                                extensions={"trace": trace.atrace},
+                            )
+                    except TimeoutError as exc:
+                        # Cut before the request's head went out (while connecting): never sent.
+                        kind = httpx.ConnectTimeout if trace.not_sent else httpx.ReadTimeout
+                        raise kind(f"attempt timed out after {t:g} s") from exc
+                except httpx.TransportError as exc:
+                    if call_cut is not None and call_cut.fired:  # the cut's doing: not retried
+                        raise ConsumerStoppedError("lanes: stopped") from exc
+                    d = self._failed(method, path, st, exc)
+                else:
+                    if (
+                        call_cut is not None
+                        and call_cut.fired
+                        and not 200 <= resp.status_code < 300
+                    ):
+                        raise ConsumerStoppedError("lanes: stopped")  # the broker's 499 to the cut
+                    done, d = self._answered(method, path, st, resp)
+                    if done is not None:
+                        return done
+                if d.delay > 0:
+                    if call_cut is not None:
+                        await self._sleep_unless_cut(d.delay, call_cut)
+                    else:
+                        await self._sleep(d.delay)
+        finally:
+            if call_cut is not None:
+                call_cut._detach()

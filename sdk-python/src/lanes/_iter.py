@@ -313,6 +313,37 @@ class MessageIterator:
             pass
 
 
+class StoppedIterators:
+    """An AsyncLanes client's iterators stopped while a pop was under way, until they closed:
+    the cut pop ends within milliseconds, and ``aclose()`` of the client waits briefly for the
+    release of what it got before it closes the HTTP pool under it."""
+
+    def __init__(self) -> None:
+        self._open: set[AsyncMessageIterator] = set()
+        self._changed: asyncio.Event | None = None
+
+    def add(self, it: AsyncMessageIterator) -> None:
+        self._open.add(it)
+
+    def discard(self, it: AsyncMessageIterator) -> None:
+        self._open.discard(it)
+        if self._changed is not None:
+            self._changed.set()
+
+    async def closed(self, within: float) -> None:
+        """Wait up to ``within`` seconds until they have all closed."""
+        loop = asyncio.get_running_loop()
+        until = loop.time() + within
+        changed = self._changed = asyncio.Event()
+        while self._open:
+            left = until - loop.time()
+            if left <= 0:
+                return
+            changed.clear()
+            with contextlib.suppress(asyncio.TimeoutError):
+                await asyncio.wait_for(changed.wait(), left)
+
+
 class AsyncMessageIterator:
     """Asyncio pull iterator; use ``async with q.messages() as it: async for m in it`` so the
     release on early exit is awaited."""
@@ -323,11 +354,15 @@ class AsyncMessageIterator:
         pop: Callable[[P.QueueSpec], Awaitable[PopResult]],
         ack: Callable[[Entries], Awaitable[list[AckResult]]],
         renew: Callable[[str, int], Awaitable[RenewResult]],
+        stopped: StoppedIterators | None = None,
     ) -> None:
         self._c, self._pop, self._ack_call = core, pop, ack
         self._renew_call = renew
         self._renewals: set[asyncio.Future[None]] = set()
         self._stopping = asyncio.Event()  # binds to the loop on first use (3.10+)
+        self._pop_cut = CallCut()  # fired by stop(): the pop under way ends at once
+        self._popping = False
+        self._stopped = stopped
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait, cut short by :meth:`stop`; True when stopped."""
@@ -378,8 +413,15 @@ class AsyncMessageIterator:
                 spec = c.pop_spec()
                 try:
                     c.pacer.popping(spec.timeout_millis)
-                    res = await self._pop(spec)
+                    self._popping = True
+                    try:
+                        with self._pop_cut.running_in_task():
+                            res = await self._pop(spec)
+                    finally:
+                        self._popping = False
                 except Exception as e:
+                    if self._stopping.is_set():  # cut by stop(): no error, the iteration ends
+                        raise StopIteration from None
                     await self._sleep(c.pause_after(e))
                     c.end_if_idle()
                     continue
@@ -393,26 +435,35 @@ class AsyncMessageIterator:
 
     async def aclose(self) -> None:
         """As :meth:`MessageIterator.close`."""
-        if self._c.closed:
-            return
-        entries = self._c.close_entries()
-        # The renewals end before the acks go, so none is left running or races them.
-        renewals = list(self._renewals)
-        for t in renewals:
-            t.cancel()
-        if renewals:
-            await asyncio.wait(renewals)
-        if entries:
-            await self._ack(entries, leaving=True)
+        try:
+            if self._c.closed:
+                return
+            entries = self._c.close_entries()
+            # The renewals end before the acks go, so none is left running or races them.
+            renewals = list(self._renewals)
+            for t in renewals:
+                t.cancel()
+            if renewals:
+                await asyncio.wait(renewals)
+            if entries:
+                await self._ack(entries, leaving=True)
+        finally:
+            if self._stopped is not None:
+                self._stopped.discard(self)
 
     def stop(self) -> None:
         """End the iteration from another task (from another thread, through the loop's
         ``call_soon_threadsafe``), as :meth:`MessageIterator.stop` does for the blocking one: a
         wait (a pause after a failed pop, the wait before resending a failed ack, the close's
         included) ends at once, and the next message asked for ends the iteration with the
-        release of :meth:`aclose`, sent once. A pop under way is not cut: it ends within its
-        long poll (``timeout_millis``)."""
+        release of :meth:`aclose`, sent once. A pop under way is cut (its connection
+        half-closed), as the blocking iterator's: it ends at once, and what the broker had
+        already sent it is released by that aclose; on a caller's ``http_client`` it cannot be
+        cut and ends within its long poll (``timeout_millis``)."""
         self._stopping.set()
+        self._pop_cut.fire()
+        if self._popping and self._stopped is not None:
+            self._stopped.add(self)
 
     async def __aenter__(self) -> AsyncMessageIterator:
         return self
@@ -423,4 +474,4 @@ class AsyncMessageIterator:
         await self.aclose()
 
 
-__all__ = ["AsyncMessageIterator", "ConsumerStoppedError", "MessageIterator"]
+__all__ = ["AsyncMessageIterator", "ConsumerStoppedError", "MessageIterator", "StoppedIterators"]

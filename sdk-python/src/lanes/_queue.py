@@ -366,6 +366,11 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         c = self._client
         return await c._call(R.pop(spec, c._cfg.pop_autopilot, c._cfg.timeout))
 
+    async def _pop_under_cut(self, spec: P.QueueSpec, cut: CallCut) -> PopResult:
+        """The consume loop's pop, which its stop cuts (half-closes) instead of cancelling."""
+        with cut.running_in_task():
+            return await self._pop_with(spec)
+
     async def pop(self) -> list[Message]:
         return (await self.pop_result()).messages
 
@@ -386,6 +391,7 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
             self._pop_with,
             c._ack_entries,
             c._renew_one,
+            c._stopped_iterators,
         )
 
     def consume(self, handler: Callable[[Message], Any]) -> AsyncConsumer:
@@ -407,6 +413,7 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
                 ack=lambda entries: c._ack_entries(entries, after_close=True),
                 renew=lambda lid, s: c._renew_one(lid, s, after_close=True),
                 invoke=make_invoke_async(handler, pool),
+                pop_under_cut=self._pop_under_cut if c._t.cuts_calls else None,
             ),
             self._reporter("consume"),
             cancellable_handlers=True,
