@@ -5,11 +5,15 @@ DLQ through an outage; a 500 or another 4xx is nacked ``failed`` as before."""
 from __future__ import annotations
 
 import asyncio
+import itertools
+import json
 import socket
 import time
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
+import httpx
 import pytest
 
 import lanes
@@ -157,3 +161,92 @@ def test_a_handler_failing_for_want_of_a_broker_is_paced(client: lanes.Lanes, qn
         c.stop(timeout=5)
         assert time.monotonic() - started < 0.5, "a stop cuts the wait short"
     assert client.admin.list_dlq(queue=qname).messages == []
+
+
+@pytest.fixture
+def rate_limited_push(broker_url: str) -> Iterator[dict[str, str]]:
+    """A fault-script run whose first push answers 429 with ``Retry-After: 3``; its headers,
+    given to a client, make the script apply to that client's pushes."""
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    rules = [
+        {
+            "method": "POST",
+            "path": "/api/v1/push",
+            "responses": [{"status": 429, "headers": {"Retry-After": "3"}}],
+        }
+    ]
+    r = httpx.put(f"{broker_url}/__test/faults/{run}", content=json.dumps({"rules": rules}))
+    assert r.status_code == 204
+    yield {"X-Lanes-Test-Run": run}
+    httpx.delete(f"{broker_url}/__test/faults/{run}")
+
+
+# The worker waited only the loop's own backoff (1 s) after a handler failed with the broker's
+# 429 asking for 3 s, and popped the message back while the broker still asked it to wait.
+def test_a_handler_failing_with_a_429_waits_at_least_its_retry_after(
+    client: lanes.Lanes, broker_url: str, qname: str, rate_limited_push: dict[str, str]
+) -> None:
+    client.queue(qname).push(["order"])
+    calls: list[float] = []
+    with lanes.Lanes(broker_url, max_429_attempts=0, headers=rate_limited_push) as out:
+
+        def handler(m: Any) -> None:
+            calls.append(time.monotonic())
+            out.queue(qname + "-out").push([m.data])  # 429, Retry-After: 3, the first time
+
+        cons = client.queue(qname).idle_millis(5000).consume(handler)
+        cons.closed(timeout=20)
+    assert len(calls) == 2
+    assert calls[1] - calls[0] >= 2.9, calls[1] - calls[0]
+
+
+def test_an_async_handler_failing_with_a_429_waits_at_least_its_retry_after(
+    broker_url: str, qname: str, rate_limited_push: dict[str, str]
+) -> None:
+    async def main() -> list[float]:
+        calls: list[float] = []
+        async with (
+            lanes.AsyncLanes(broker_url, retry_attempts=1, timeout=10) as c,
+            lanes.AsyncLanes(broker_url, max_429_attempts=0, headers=rate_limited_push) as out,
+        ):
+            await c.queue(qname).push(["order"])
+
+            async def handler(m: Any) -> None:
+                calls.append(time.monotonic())
+                try:
+                    await out.queue(qname + "-out").push([m.data])
+                except lanes.APIError as e:
+                    raise RuntimeError("forward order") from e  # wrapped: its hint still counts
+
+            await asyncio.wait_for(c.queue(qname).idle_millis(5000).consume(handler).closed(), 20)
+        return calls
+
+    calls = asyncio.run(main())
+    assert len(calls) == 2
+    assert calls[1] - calls[0] >= 2.9, calls[1] - calls[0]
+
+
+def test_a_handlers_429_neither_counts_in_nor_resets_the_outage_backoff(
+    client: lanes.Lanes, qname: str
+) -> None:
+    # As a pop's 429 (docs/consuming.md §4): refused (1 s), then a 429 asking for 0.2 s (waited
+    # by its hint), then refused again: 2 s, the doubling carried on past the 429.
+    client.queue(qname).push(["order"])
+    refused = connection_refused()
+    failures: list[BaseException] = [
+        refused,
+        lanes.RateLimitError(429, "slow down", code="rate_limited", retry_after=0.2),
+        refused,
+    ]
+    calls: list[float] = []
+
+    def handler(m: Any) -> None:
+        calls.append(time.monotonic())
+        if failures:
+            raise failures.pop(0)
+
+    client.queue(qname).idle_millis(4000).consume(handler).closed(timeout=20)
+    gaps = [b - a for a, b in itertools.pairwise(calls)]
+    assert len(gaps) == 3, gaps
+    for gap, want in zip(gaps, [1.0, 0.2, 2.0], strict=True):
+        assert want - 0.05 <= gap < want + 0.4, gaps

@@ -34,6 +34,7 @@ from lanes._pacer import (
     PollPacer,
     ack_error_ends_loop,
     broker_unavailable,
+    rate_limited_pause,
 )
 from lanes._renewal import LeaseRenewalTimer
 from lanes._types import AckResult, Message, PopResult, RenewResult
@@ -64,11 +65,16 @@ def _failure_text(exc: BaseException) -> str:
     return str(exc) or type(exc).__name__
 
 
-def _handler_failure(exc: BaseException) -> tuple[Status, str | None]:
+def _handler_failure(exc: BaseException, handling: _Handling) -> tuple[Status, str | None]:
     """The ack of a message whose handler raised exc: ``retry`` (no retry spent) when it failed
-    for want of a broker, so an outage dead-letters nothing; else ``failed`` with its text,
-    which spends one retry."""
+    for want of a broker, so an outage dead-letters nothing (noted in ``handling``, which sets
+    the worker's pause); else ``failed`` with its text, which spends one retry."""
     if broker_unavailable(exc):
+        pause = rate_limited_pause(exc)
+        if pause is None:
+            handling.broker_down = True
+        elif handling.rate_limited_pause is None or pause > handling.rate_limited_pause:
+            handling.rate_limited_pause = pause
         return "retry", None
     return "failed", _failure_text(exc)
 
@@ -122,6 +128,11 @@ class _Handling:
     acked: bool = False
     """The acks went out from the handler thread (:meth:`Engine._each_then_ack_blocking`)."""
     ack_error: Exception | None = None
+    rate_limited_pause: float | None = None
+    """A handler failed with a broker's 429: the longest wait one asked for (its Retry-After,
+    1 s without one)."""
+    broker_down: bool = False
+    """A handler failed for want of a broker otherwise (no answer, 502, 503, 504)."""
 
 
 @dataclass
@@ -285,7 +296,7 @@ class Engine:
         pops_cut = self._pops_cut
         assert pops_cut is not None  # made by run()
         pacer = PollPacer(self.spec, lambda e, _pause: self.report(e, "pop"))
-        outages = 0  # consecutive pops in which a handler failed for want of a broker
+        outages = 0  # consecutive pops in which a handler failed for want of a broker, 429s aside
         while not stop.is_set():
             if self._limit_reached():
                 # A worker whose pop handed nothing (the others reached the limit first) ends
@@ -355,17 +366,22 @@ class Engine:
             self._busy += 1
             self._last_activity = time.monotonic()
             try:
-                outage = await self._handle(res)
+                handling = await self._handle(res)
             finally:
                 self._last_activity = time.monotonic()
                 self._busy -= 1
-            if not outage:
+            if handling.rate_limited_pause is None and not handling.broker_down:
                 outages = 0
                 continue
-            # The broker the handler needed is down: pop again after the backoff of a failed
-            # pop, not at once, or the released message would come back to fail in a tight loop.
-            outages += 1
-            await self._pause(P.loop_error_backoff(outages))
+            # The broker the handler needed is down: pop again after the wait of a failed pop,
+            # not at once, or the released message would come back to fail in a tight loop. As
+            # for a pop's 429, a handler's is waited out by its hint and neither counts in the
+            # doubling nor resets it (docs/consuming.md §4).
+            pause = handling.rate_limited_pause or 0.0
+            if handling.broker_down:
+                outages += 1
+                pause = max(pause, P.loop_error_backoff(outages))
+            await self._pause(pause)
 
     async def _end_cut_pop(self, pop_t: asyncio.Future[PopResult], cut: CallCut) -> None:
         """Half-close a stopped worker's pop (the broker answers 499 at once and claims
@@ -391,10 +407,12 @@ class Engine:
             except Exception as e:
                 self.report(e, "ack")  # its messages redeliver when the lease expires
 
-    async def _call(self, arg: Any) -> tuple[Status, str | None]:
-        return await self._outcome(self.ops.invoke(arg))
+    async def _call(self, arg: Any, handling: _Handling) -> tuple[Status, str | None]:
+        return await self._outcome(self.ops.invoke(arg), handling)
 
-    async def _outcome(self, work: Awaitable[Any]) -> tuple[Status, str | None]:
+    async def _outcome(
+        self, work: Awaitable[Any], handling: _Handling
+    ) -> tuple[Status, str | None]:
         """Await one handler call (or what a plain handler returned) and say how to ack it."""
         try:
             await work
@@ -409,7 +427,7 @@ class Engine:
                 return "retry", None  # release without spending the budget
             if self._reports(exc):
                 self.report(exc, "handler")
-            return _handler_failure(exc)
+            return _handler_failure(exc, handling)
         return "completed", None
 
     def _cancelled_elsewhere(self, exc: BaseException) -> bool:
@@ -436,10 +454,11 @@ class Engine:
             exc, (ConsumerStoppedError, asyncio.CancelledError)
         )
 
-    async def _handle(self, res: PopResult) -> bool:
-        """Hand a pop's messages to the handler and ack them; say whether a handler failed for
-        want of a broker (its message released with ``retry``: only that and a hard stop's
-        cancellation release a message handed over, and after a hard stop the worker ends)."""
+    async def _handle(self, res: PopResult) -> _Handling:
+        """Hand a pop's messages to the handler and ack them; the handling says whether a
+        handler failed for want of a broker (its message released with ``retry``: only that and
+        a hard stop's cancellation release a message handed over, and after a hard stop the
+        worker ends)."""
         handling = _Handling()
         ticker = None
         popped_at = datetime.now(timezone.utc)
@@ -464,13 +483,12 @@ class Engine:
         finally:
             if ticker is not None:
                 ticker.cancel()
-        outage = any(st == "retry" for _, st, _ in handling.outcomes)
         if handling.acked:
             if handling.ack_error is not None:
                 entries = P.batch_acks(handling.outcomes, handling.unhandled, self.spec.auto_ack)
                 expires_at = P.lease_expiry(self.spec, popped_at, schedule)
                 await self._ack_until_done(entries, expires_at, handling.ack_error)
-            return outage
+            return handling
         outcomes, unhandled = handling.outcomes, handling.unhandled
         if self.spec.server_auto_ack:
             # Committed at the pop, so nothing releases what a hard stop or a failure cut off.
@@ -478,11 +496,11 @@ class Engine:
             if dropped:
                 why = "hard stop" if self.hard else "after a handler failure in their partition"
                 self.report(AutoAckDroppedError(dropped, why), "handle")
-            return outage
+            return handling
         entries = P.batch_acks(outcomes, unhandled, self.spec.auto_ack)
         if entries:
             await self._ack_until_done(entries, P.lease_expiry(self.spec, popped_at, schedule))
-        return outage
+        return handling
 
     async def _ack_until_done(
         self,
@@ -533,7 +551,7 @@ class Engine:
                     handed, rest = group[:room], group[room:]
                     self.delivered += len(handed)
                     handling.handed += len(handed)
-                    st, err = await self._call(list(handed))
+                    st, err = await self._call(list(handed), handling)
                     if st == "completed":
                         handling.outcomes.extend((m, "completed", None) for m in handed)
                         if rest:
@@ -546,7 +564,7 @@ class Engine:
                             handling.unhandled.append(group[i:])
                             break
                         self.delivered += 1
-                        st, err = await self._call(m)
+                        st, err = await self._call(m, handling)
                         handling.outcomes.append((m, st, err))
                         if st != "completed":
                             break  # the rest redelivers after the nack / release
@@ -574,13 +592,13 @@ class Engine:
         handling: _Handling,
         ticker: LeaseRenewalTimer | None,
     ) -> None:
-        outcomes, unhandled = handling.outcomes, handling.unhandled
+        outcomes = handling.outcomes
         gi, mi = 0, 0
         while gi < len(groups):
             if self.ops.ack_blocking is not None and not self.spec.server_auto_ack:
                 fut = inv.run(self._each_then_ack_blocking, inv, groups, gi, mi, handling, ticker)
             else:
-                fut = inv.run(self._each_blocking, inv, groups, gi, mi, outcomes, unhandled)
+                fut = inv.run(self._each_blocking, inv, groups, gi, mi, handling)
             try:
                 await asyncio.wait({fut})
             except asyncio.CancelledError:
@@ -594,14 +612,16 @@ class Engine:
                 self.report(exc, "handler")
             if returned is not None:
                 m, work = returned
-                st, err = await self._await_returned(work)
+                st, err = await self._await_returned(work, handling)
                 outcomes.append((m, st, err))
                 if st != "completed":
                     gi, mi = gi + 1, 0  # the rest redelivers after the nack / release
             if self._limit_reached():
                 self.request_stop()
 
-    async def _await_returned(self, work: Awaitable[Any]) -> tuple[Status, str | None]:
+    async def _await_returned(
+        self, work: Awaitable[Any], handling: _Handling
+    ) -> tuple[Status, str | None]:
         """Await on the loop what a plain handler returned, in a task the hard stop cancels, as
         it cancels an async handler."""
 
@@ -610,7 +630,7 @@ class Engine:
             assert task is not None
             self._handlers.add(task)  # once running: a cancellation must reach the await
             try:
-                return await self._outcome(work)
+                return await self._outcome(work, handling)
             finally:
                 self._handlers.discard(task)
 
@@ -628,9 +648,7 @@ class Engine:
         """In a pool thread: :meth:`_each_blocking`, then, when the whole pop is handled and the
         loop has nothing to do before its acks, the acks, from this thread: one trip from the
         loop to a thread and back per pop, not two. Its lease renewal ends before they go."""
-        step = self._each_blocking(
-            inv, groups, start_group, start_message, handling.outcomes, handling.unhandled
-        )
+        step = self._each_blocking(inv, groups, start_group, start_message, handling)
         gi, _, exc, returned = step
         if gi < len(groups) or exc is not None or returned is not None or self._limit_reached():
             return step
@@ -652,12 +670,12 @@ class Engine:
         groups: list[list[Message]],
         start_group: int,
         start_message: int,
-        outcomes: list[P.Outcome],
-        unhandled: list[Sequence[Message]],
+        handling: _Handling,
     ) -> tuple[int, int, BaseException | None, tuple[Message, Awaitable[Any]] | None]:
         """In a pool thread: _handle's per-message plan from ``groups[start_group]
         [start_message]`` on. Returns where to go on, and the handler error to report or the
         message and awaitable its handler returned, when the loop must act before that."""
+        outcomes, unhandled = handling.outcomes, handling.unhandled
         handler = inv.handler
         # _cut_short and _limit_reached inlined, and the lock taken only under a limit: per
         # message they cost three times the rest of this loop with a fast handler.
@@ -682,7 +700,7 @@ class Engine:
                     if self._stopped_by_cancel(exc):
                         outcomes.append((m, "retry", None))
                         break  # the rest redelivers after the release
-                    outcomes.append((m, *_handler_failure(exc)))
+                    outcomes.append((m, *_handler_failure(exc, handling)))
                     if self._reports(exc):
                         return gi + 1, 0, exc, None
                     break

@@ -54,6 +54,22 @@ def broker_unavailable(e: BaseException) -> bool:
     return False
 
 
+def rate_limited_pause(e: BaseException) -> float | None:
+    """When the SDK's error for want of a broker that e is or wraps (see broker_unavailable) is
+    a 429: the wait before the next pop, as after a pop's own 429 (:meth:`PollPacer.
+    after_error`): its Retry-After hint, or 1 s without one. None for any other error."""
+    seen = 0
+    cause: BaseException | None = e
+    while cause is not None and seen < 16:
+        if _for_want_of_a_broker(cause):
+            if isinstance(cause, APIError) and cause.status == 429:
+                return cause.retry_after if cause.retry_after is not None else 1.0
+            return None
+        cause = cause.__cause__
+        seen += 1
+    return None
+
+
 def ack_error_ends_loop(e: BaseException) -> bool:
     """A failed ack that ends the consumer or iterator, as the same answer to a pop would: 403,
     413, any other 4xx but 408, 409 and 429, and 501. Anything else (network, 5xx, per-item
