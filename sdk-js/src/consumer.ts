@@ -4,6 +4,7 @@ import { AckError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedErr
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
 import { sleep } from "./internal/http.js";
+import { PopCut } from "./internal/popcut.js";
 import { popBatch } from "./pop.js";
 import { errorBackoff, loopErrorDelay, Poller, withBatchCap, type PopSource } from "./poller.js";
 import type { QueueState } from "./queue.js";
@@ -195,6 +196,7 @@ export class Consumer implements PromiseLike<void> {
   private hard = false;
   private ended = false;
   private terminal: unknown = undefined;
+  /** fetchCtl aborts at the stop: it ends the pauses between pops, and its Poller then half-closes a pop in flight (serverAutoAck aside). */
   private readonly fetchCtl = new AbortController();
   private readonly handlerCtl = new AbortController();
   private handed = 0;
@@ -385,9 +387,10 @@ export class Consumer implements PromiseLike<void> {
 
   private async worker(): Promise<void> {
     const capped = this.capsBatch();
-    // Under serverAutoAck(true) the broker commits a pop's messages, so only a hard stop cuts a pop in flight: a soft stop lets it answer and hands its messages over.
-    const popSignal = this.s.serverAutoAck ? this.handlerCtl.signal : this.fetchCtl.signal;
-    const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err), popSignal);
+    // Under serverAutoAck(true) the broker commits a pop's messages, so only a hard stop cuts a pop in flight (an abort): a soft stop lets it answer and hands its messages over.
+    // Otherwise a stop, soft or hard, half-closes the pop (fetchCtl's abort fires the cut): it ends as soon as an abort would, and an answer already written is read and released, not left leased.
+    const pops = this.s.serverAutoAck ? { signal: this.handlerCtl.signal } : { cut: new PopCut() };
+    const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err), pops);
     const idleDeadline = this.s.idleMillis > 0 ? () => this.idleDeadline() : undefined;
     let outages = 0; // consecutive pops in which a handler failed for want of a broker
     while (!this.stopping) {
@@ -535,7 +538,8 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
   const report = reporterFor(core, s, "messages");
   // Under serverAutoAck(true) a pop commits its messages: it never takes more than is left of the limit.
   const popFrom = s.serverAutoAck && s.limit > 0 ? withBatchCap(source, () => s.limit - yielded) : source;
-  const poller = new Poller(popFrom, s, signal, (err) => report("pop", err));
+  // An abort of `signal` half-closes the pop in flight, as a consumer's stop does; under serverAutoAck(true) it aborts the pop, whose answer would be dropped anyway.
+  const poller = new Poller(popFrom, s, signal, (err) => report("pop", err), s.serverAutoAck ? { signal } : { cut: new PopCut() });
   while (!signal?.aborted && !limitReached()) {
     const res = await poller.next(() => signal?.aborted === true, undefined, idleDeadline);
     if (res === undefined) return;
@@ -564,8 +568,8 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
       if (s.serverAutoAck) {
         const dropped = res.messages.length - handedOver;
         if (dropped > 0) report("stop", new AutoAckDroppedError(dropped, "the iteration ended before they were handed over"));
-      } else if (res.leaseId && s.autoAck) {
-        // With autoAck(false) nothing is acked or released: the caller may still hold unacked messages, and a retry below one would release it too.
+      } else if (res.leaseId && (s.autoAck || handedOver === 0)) {
+        // With autoAck(false) nothing is acked or released once a message was handed over: the caller may still hold unacked messages, and a retry below one would release it too. A pop that answered after the abort handed nothing over: it is released, as the loop releases it.
         const acks: PendingAck[] = [];
         slices.forEach((slice, k) => {
           const p = pos[k]!;

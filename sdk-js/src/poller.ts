@@ -1,6 +1,7 @@
 // The pop loop shared by the consume loop and the message iterator (docs/consuming.md §3–§4).
 import { APIConnectionError, InternalServerError, RateLimitError, UnexpectedAnswerError } from "./errors.js";
 import { sleep } from "./internal/http.js";
+import { withPopCut, type PopCut } from "./internal/popcut.js";
 import type { PopResult } from "./message.js";
 import type { QueueState } from "./queue.js";
 
@@ -74,8 +75,8 @@ export class Poller<T> {
     private readonly s: QueueState,
     private readonly signal: AbortSignal | undefined,
     private readonly report: (err: unknown) => void,
-    /** popSignal, when given, cuts the pops instead of `signal`, which then only cuts the pauses between them. */
-    private readonly popSignal: AbortSignal | undefined = signal,
+    /** pops, when given, says what ends the pops instead of `signal`, which then only cuts the pauses between them: an abort of `pops.signal`, or `pops.cut` (popcut.ts), which `signal`'s abort fires: it half-closes the pop in flight. */
+    private readonly pops: { signal?: AbortSignal | undefined; cut?: PopCut | undefined } = { signal },
   ) {}
 
   /** next resolves to the next pop with messages, or to undefined once `stopped()` is true, `stopOnEmpty()` is true after an empty answer, or `idleDeadline()` (epoch ms) has passed before a pop, after an empty answer or a failed pop; it rejects with the error that ends the loop (403, 413, other 4xx, 501). Each long poll waits at most the idle time left, so it does not outlast the idle deadline, and failed pops count as idle (docs/consuming.md §3): the error backoff is cut at the idle deadline too. */
@@ -89,7 +90,7 @@ export class Poller<T> {
       const timeoutMillis = parks(this.s) ? Math.min(this.s.timeoutMillis, Math.ceil(left)) : this.s.timeoutMillis;
       const startedAt = Date.now();
       try {
-        res = await this.source.popResult({ signal: this.popSignal, maxTimeoutMillis: timeoutMillis });
+        res = await this.pop(timeoutMillis);
       } catch (err) {
         if (stopped()) return undefined;
         if (!isTransientLoopError(err)) throw err;
@@ -115,6 +116,19 @@ export class Poller<T> {
       } else this.fastEmpties = 0;
     }
     return undefined;
+  }
+
+  private async pop(maxTimeoutMillis: number): Promise<PopResult<T>> {
+    const { signal, cut } = this.pops;
+    if (!cut) return this.source.popResult({ signal, maxTimeoutMillis });
+    const stop = () => cut.fire(this.signal?.reason);
+    this.signal?.addEventListener("abort", stop, { once: true });
+    if (this.signal?.aborted) stop();
+    try {
+      return await withPopCut(cut, () => this.source.popResult({ signal, maxTimeoutMillis }));
+    } finally {
+      this.signal?.removeEventListener("abort", stop);
+    }
   }
 
   private async pause(ms: number): Promise<void> {

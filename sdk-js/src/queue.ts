@@ -6,6 +6,7 @@ import type { PushBuffer, BufferOptions } from "./buffer.js";
 import { Consumer, type BatchHandler, type ConsumeOptions, type ErrorHandler, type Handler, messageIterator } from "./consumer.js";
 import type { Core, PushItem, PushResult } from "./internal/core.js";
 import { QUEUE_MODE, toWireItems } from "./internal/core.js";
+import { currentPopCut } from "./internal/popcut.js";
 import type { Message, PopResult } from "./message.js";
 import { popQuery, type PopKnobs } from "./pop.js";
 import type { ConfigureResult, DeleteQueueResult, DlqList, PopResponse, QueueDepth, QueueOptions } from "./types.js";
@@ -239,6 +240,7 @@ export class QueueBuilder<T = unknown> {
       longPoll: knobs.wait,
       timeoutMillis: knobs.wait ? knobs.timeoutMillis + 5000 : undefined,
       signal: opts.signal,
+      cut: currentPopCut(),
     });
     const body = res.status === 204 ? undefined : res.body;
     if (!body || !Array.isArray(body.messages)) {

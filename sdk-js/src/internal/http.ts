@@ -6,6 +6,7 @@ import { APIConnectionError, APITimeoutError, InvalidNameError, OutcomeUnknownEr
 import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import type { Log } from "./log.js";
+import { CutFetch, nodeHttpReachable, type CutAttempt, type PopCut } from "./popcut.js";
 
 /** DOT_SEGMENT is a path segment a URL parser removes with what it names ("%2e" counts as a dot). */
 const DOT_SEGMENT = /^(\.|%2e){1,2}$/i;
@@ -38,6 +39,8 @@ export interface Request {
   signal?: AbortSignal | undefined;
   /** deadline (epoch ms): never sleep past it; the earlier of it and an enclosing withDeadline applies. */
   deadline?: number | undefined;
+  /** cut, on a consumer's or iterator's pop, half-closes the attempt at the loop's stop (popcut.ts). */
+  cut?: PopCut | undefined;
 }
 
 /** Response is a 2xx answer; `body` is undefined for 204 and empty bodies. A body that is not JSON throws UnexpectedAnswerError. */
@@ -117,6 +120,8 @@ export class Transport {
   private readonly urls: string[];
   private readonly unhealthyUntil = new Map<string, number>();
   private readonly fetchImpl: typeof fetch;
+  /** cutFetch makes the cut-able pops' requests when the SDK's own fetch would (popcut.ts); undefined on a caller's fetch or outside Node, where a cut aborts. */
+  private readonly cutFetch: CutFetch | undefined;
   private readonly now: () => number;
   private readonly random: () => number;
   private readonly opts: Omit<TransportOptions, "bearerToken">;
@@ -130,6 +135,7 @@ export class Transport {
     this.#bearerToken = bearerToken;
     this.urls = opts.urls.map((u) => u.replace(/\/+$/, ""));
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
+    this.cutFetch = opts.fetch === undefined && nodeHttpReachable() ? new CutFetch() : undefined;
     this.now = opts.now ?? Date.now;
     this.random = opts.random ?? Math.random;
   }
@@ -161,7 +167,9 @@ export class Transport {
     let retries5xx = 0;
     let sticky: string | undefined; // a 429 retries in place on the same broker
     let attempts = 0;
+    const cut = req.cut;
     for (;;) {
+      if (cut?.signal.aborted) throw cut.signal.reason;
       const { url } = this.pickUrl(tried, sticky);
       sticky = undefined;
       tried.add(url);
@@ -192,17 +200,25 @@ export class Transport {
       let text: string | undefined;
       let netErr: unknown;
       const trace: AttemptTrace = { created: false, sent: false };
+      const init = { method: req.method, headers, body: payload ?? null, signal: ctl.signal };
+      const cutAttempt: CutAttempt = { abort: (reason) => ctl.abort(reason) };
+      const leaveCut = cut?.enter(cutAttempt);
       try {
-        res = await attemptScope.run(trace, () => this.fetchImpl(full, { method: req.method, headers, body: payload ?? null, signal: ctl.signal }));
+        res = await attemptScope.run(trace, () =>
+          cut && this.cutFetch ? this.cutFetch.fetch(full, init, (socket) => cut.onConnection(cutAttempt, socket)) : this.fetchImpl(full, init),
+        );
         if (res.status !== 204) text = await res.text();
       } catch (err) {
         netErr = ctl.signal.reason instanceof AttemptTimeout ? ctl.signal.reason : err;
         res = undefined;
       } finally {
+        leaveCut?.();
         clearTimeout(timer);
         req.signal?.removeEventListener("abort", onAbort);
       }
       if (req.signal?.aborted) throw req.signal.reason;
+      // A cut pop ends with what it was answered: a 2xx is returned (the loop releases its messages), anything else is the stop, never retried.
+      if (cut?.signal.aborted && !(res && res.status < 400)) throw cut.signal.reason;
 
       if (res && res.status < 400) {
         let body: unknown = undefined;
@@ -247,7 +263,8 @@ export class Transport {
         } else {
           retries5xx += 1;
         }
-        await sleep(decision.delayMs, req.signal);
+        // A cut ends the sleep too (the loop's pops carry no signal of their own, so `any` is rarely built).
+        await sleep(decision.delayMs, cut && req.signal ? AbortSignal.any([req.signal, cut.signal]) : (cut?.signal ?? req.signal));
         continue;
       }
       // Give up: surface the error.

@@ -1,0 +1,134 @@
+// The soft stop of a consumer's or iterator's pop (docs/consuming.md §5): its connection is
+// half-closed, not aborted. The broker answers a parked pop's half-close with 499 and claims
+// nothing, and an answer it had already written still arrives whole, so the loop reads it and
+// releases its messages with `retry`; an abort would drop that answer and leave them leased.
+import { AsyncLocalStorage } from "node:async_hooks";
+import { Agent as HttpAgent, request as httpRequest, type IncomingMessage } from "node:http";
+import { Agent as HttpsAgent, request as httpsRequest } from "node:https";
+import type { Socket } from "node:net";
+
+/** CUT_WAIT_MILLIS bounds how long a half-closed pop may take to end before it is aborted. */
+const CUT_WAIT_MILLIS = 2000;
+
+/** CutAttempt is one attempt of a cut-able pop: how to abort it and, once known, its connection. */
+export interface CutAttempt {
+  abort(reason: unknown): void;
+  socket?: Socket | undefined;
+}
+
+/** PopCut ends the pops of one consumer or iterator at its stop. */
+export class PopCut {
+  readonly #attempts = new Set<CutAttempt>();
+  readonly #fired = new AbortController();
+  #giveUp: ReturnType<typeof setTimeout> | undefined;
+
+  /** signal aborts when the cut fires: a retry's sleep ends and no further attempt starts. */
+  get signal(): AbortSignal {
+    return this.#fired.signal;
+  }
+
+  /** fire half-closes every attempt whose connection is known and aborts the others (nothing of theirs was answered); what is still running after CUT_WAIT_MILLIS is aborted too. */
+  fire(reason: unknown): void {
+    if (this.#fired.signal.aborted) return;
+    this.#fired.abort(reason);
+    for (const attempt of this.#attempts) this.#cut(attempt);
+    if (this.#attempts.size === 0) return;
+    this.#giveUp = setTimeout(() => {
+      for (const attempt of this.#attempts) attempt.abort(reason);
+    }, CUT_WAIT_MILLIS);
+    this.#giveUp.unref?.();
+  }
+
+  /** enter follows an attempt until the returned function is called (its answer read, or it failed). */
+  enter(attempt: CutAttempt): () => void {
+    this.#attempts.add(attempt);
+    if (this.#fired.signal.aborted) this.#cut(attempt);
+    return () => {
+      this.#attempts.delete(attempt);
+      if (this.#attempts.size === 0) clearTimeout(this.#giveUp);
+    };
+  }
+
+  /** onConnection records the connection an attempt's request went out on, or undefined once its answer is read: the connection may then serve another request, which a cut must not touch. */
+  onConnection(attempt: CutAttempt, socket: Socket | undefined): void {
+    attempt.socket = socket;
+    if (socket && this.#fired.signal.aborted) socket.end();
+  }
+
+  #cut(attempt: CutAttempt): void {
+    if (attempt.socket) attempt.socket.end();
+    else attempt.abort(this.#fired.signal.reason);
+  }
+}
+
+const cutScope = new AsyncLocalStorage<PopCut>();
+
+/** withPopCut runs `pop` with `cut` following its requests (currentPopCut). */
+export function withPopCut<R>(cut: PopCut | undefined, pop: () => R): R {
+  return cut === undefined ? pop() : cutScope.run(cut, pop);
+}
+
+/** currentPopCut is the cut of the loop making this pop, if any. */
+export function currentPopCut(): PopCut | undefined {
+  return cutScope.getStore();
+}
+
+/** nodeHttpReachable: Node's own node:http hands the SDK the socket of a request; other runtimes' emulations may not half-close it, so a cut there aborts. */
+export function nodeHttpReachable(): boolean {
+  const versions = (globalThis as { process?: { versions?: Record<string, string | undefined> } }).process?.versions;
+  return versions?.node !== undefined && versions.bun === undefined && versions.deno === undefined;
+}
+
+/** CutFetchInit is the part of a fetch's init the transport sends. */
+export interface CutFetchInit {
+  method: string;
+  headers: Record<string, string>;
+  body: string | null;
+  signal: AbortSignal;
+}
+
+/** IDLE_CONNECTION_MILLIS is how long an idle connection is kept for the next pop: the global fetch's (undici's) keep-alive timeout, well inside servers' and proxies' idle timeouts, so a pop rarely meets a connection the other side just closed. */
+const IDLE_CONNECTION_MILLIS = 4000;
+
+/** CutFetch makes the cut-able pops' requests over node:http, whose request names its socket (the global fetch hides it), on connections of its own: a half-closed one is never reused (the agent drops a socket that is no longer writable). */
+export class CutFetch {
+  // The agent's timeout ends idle connections only: each request sets its own to none, so a long poll is never cut by it.
+  readonly #http = new HttpAgent({ keepAlive: true, timeout: IDLE_CONNECTION_MILLIS });
+  readonly #https = new HttpsAgent({ keepAlive: true, timeout: IDLE_CONNECTION_MILLIS });
+
+  /** fetch sends one request and resolves to its whole answer, telling `onConnection` the connection it went out on, and undefined once the answer is read (before the connection goes back to the pool); failures are rejected as the global fetch rejects them (a TypeError with the network error as its cause). */
+  fetch(url: string, init: CutFetchInit, onConnection: (socket: Socket | undefined) => void): Promise<globalThis.Response> {
+    const target = new URL(url);
+    const secure = target.protocol === "https:";
+    const send = secure ? httpsRequest : httpRequest;
+    return new Promise((resolve, reject) => {
+      const fail = (err: unknown) => reject(init.signal.aborted ? init.signal.reason : new TypeError("fetch failed", { cause: err }));
+      const req = send(target, { method: init.method, headers: init.headers, agent: secure ? this.#https : this.#http, signal: init.signal, timeout: 0 }, (res) => {
+        const chunks: Buffer[] = [];
+        res.on("data", (chunk: Buffer) => chunks.push(chunk));
+        res.on("error", fail);
+        res.on("close", () => {
+          if (!res.complete) fail(new Error("the connection closed before the answer ended"));
+        });
+        // node:http frees the connection only after the answer's "end" listeners ran.
+        res.on("end", () => {
+          onConnection(undefined);
+          resolve(toResponse(res, Buffer.concat(chunks)));
+        });
+      });
+      req.on("socket", onConnection);
+      req.on("error", fail);
+      req.end(init.body ?? undefined);
+    });
+  }
+}
+
+/** NULL_BODY_STATUSES may not carry a body in a fetch Response. */
+const NULL_BODY_STATUSES = new Set([204, 205, 304]);
+
+function toResponse(res: IncomingMessage, body: Buffer): globalThis.Response {
+  const headers = new Headers();
+  for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) headers.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
+  const status = res.statusCode ?? 0;
+  return new Response(NULL_BODY_STATUSES.has(status) ? null : new Uint8Array(body), { status, statusText: res.statusMessage ?? "", headers });
+}
