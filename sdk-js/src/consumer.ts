@@ -1,12 +1,12 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
 import { AsyncLocalStorage } from "node:async_hooks";
-import { AckError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedError, RateLimitError, brokerUnavailable, endsConsumerOnAck } from "./errors.js";
+import { AckError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedError, RateLimitError, brokerUnavailable, endsConsumerOnAck, rateLimitOf } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
 import { sleep } from "./internal/http.js";
 import { PopCut } from "./internal/popcut.js";
 import { popBatch } from "./pop.js";
-import { errorBackoff, loopErrorDelay, Poller, withBatchCap, type PopSource } from "./poller.js";
+import { loopErrorDelay, Poller, withBatchCap, type PopSource } from "./poller.js";
 import type { QueueState } from "./queue.js";
 
 /** HandlerContext is passed to every handler call; `signal` aborts (reason ConsumerStoppedError) on a hard stop. */
@@ -30,6 +30,11 @@ export interface StopOptions {
 }
 
 type AnyHandler = { kind: "each"; fn: Handler<unknown> } | { kind: "batch"; fn: BatchHandler<unknown> };
+
+/** outagePause is the wait before the next pop after a pop whose handlers failed for want of a broker: a failed pop's wait (loopErrorDelay) for the longest of those failures, so a 429's Retry-After is waited out in full (1 s without one), as after a pop's 429 and as in Go; `streak` counts the pops before it whose handlers so failed, 429s left out. */
+export function outagePause(failures: readonly unknown[], streak: number): number {
+  return Math.max(0, ...failures.map((err) => loopErrorDelay(rateLimitOf(err) ?? err, streak)));
+}
 
 interface PendingAck {
   target: AckTarget;
@@ -392,7 +397,7 @@ export class Consumer implements PromiseLike<void> {
     const pops = this.s.serverAutoAck ? { signal: this.handlerCtl.signal } : { cut: new PopCut() };
     const poller = new Poller(capped ? this.cappedSource() : this.source, this.s, this.fetchCtl.signal, (err) => this.report("pop", err), pops);
     const idleDeadline = this.s.idleMillis > 0 ? () => this.idleDeadline() : undefined;
-    let outages = 0; // consecutive pops in which a handler failed for want of a broker
+    let outages = 0; // consecutive pops in which a handler failed for want of a broker, 429s aside
     while (!this.stopping) {
       if (this.endsAtLimit()) break;
       if (capped && !(await this.waitForRoom())) break;
@@ -409,7 +414,7 @@ export class Consumer implements PromiseLike<void> {
       }
       this.lastMessageAt = Date.now();
       this.inFlight += 1;
-      let outage = false;
+      let outage: unknown[] = [];
       try {
         outage = await this.handlePop(res);
       } finally {
@@ -417,13 +422,14 @@ export class Consumer implements PromiseLike<void> {
         this.lastMessageAt = Date.now();
       }
       if (this.endsAtLimit()) break;
-      if (!outage) {
+      if (outage.length === 0) {
         outages = 0;
         continue;
       }
-      // The broker the handler needed is down: pop again after the backoff of a failed pop, not at once, or the released message would come back to fail in a tight loop. A stop (the idle timeout's too) cuts the wait short.
-      await sleep(errorBackoff(outages), this.fetchCtl.signal).catch(() => undefined);
-      outages += 1;
+      // The broker the handler needed is down: pop again after the wait of a failed pop, not at once, or the released message would come back to fail in a tight loop. A stop (the idle timeout's too) cuts the wait short.
+      await sleep(outagePause(outage, outages), this.fetchCtl.signal).catch(() => undefined);
+      // A 429 neither counts in the doubling nor resets it, as after a pop's 429: the broker answered, and said how long to wait.
+      if (!outage.every((err) => rateLimitOf(err) !== undefined)) outages += 1;
     }
   }
 
@@ -453,12 +459,12 @@ export class Consumer implements PromiseLike<void> {
     }
   }
 
-  /** handlePop hands a pop's messages to the handler and acks them; it says whether a handler of the pop failed for want of a broker (brokerUnavailable). */
-  private async handlePop(res: PopResult<unknown>): Promise<boolean> {
+  /** handlePop hands a pop's messages to the handler and acks them; it returns the failures of the pop's handlers for want of a broker (brokerUnavailable). */
+  private async handlePop(res: PopResult<unknown>): Promise<unknown[]> {
     const acks: PendingAck[] = [];
-    let outage = false;
+    const outage: unknown[] = [];
     const noteFailure = (err: unknown) => {
-      outage ||= brokerUnavailable(err);
+      if (brokerUnavailable(err)) outage.push(err);
     };
     // Under serverAutoAck(true) the messages not handed over (a hard stop, or the rest of a partition after a handler failure) are lost: reported below.
     let handedOver = 0;

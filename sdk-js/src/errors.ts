@@ -296,3 +296,11 @@ export function brokerUnavailable(err: unknown): boolean {
   }
   return false;
 }
+
+/** rateLimitOf is the 429 that err is, or wraps (through `cause`, as brokerUnavailable reads it), if any. */
+export function rateLimitOf(err: unknown): RateLimitError | undefined {
+  for (let e = err, depth = 0; e instanceof Error && depth < 16; e = e.cause, depth++) {
+    if (e instanceof RateLimitError) return e;
+  }
+  return undefined;
+}

@@ -1,7 +1,8 @@
 // A handler that fails only for want of a broker spends no retry of its message (docs/consuming.md §3 step 5).
+import { randomUUID } from "node:crypto";
 import { describe, expect, it } from "vitest";
 import { APIConnectionError, APIError, BadRequestError, InternalServerError, Lanes, RateLimitError } from "../../src/index.js";
-import { client, closedPortUrl, sleep, uniq } from "./helpers.js";
+import { brokerUrl, client, closedPortUrl, sleep, uniq } from "./helpers.js";
 
 /** connectionRefused is the SDK's own error of a call to a broker that is down: a push through a second client to a closed port. */
 async function connectionRefused(): Promise<unknown> {
@@ -104,5 +105,38 @@ describe("a handler failing for want of a broker", () => {
     expect((await lanes.queue(q).dlq().limit(10).get()).messages).toEqual([]);
     await down.close();
     await lanes.close();
+  });
+
+  it("a 429's Retry-After longer than the backoff is waited out before popping again (the broker asked for 3 s; the backoff is 1 s)", async () => {
+    const base = brokerUrl();
+    const run = `js-${randomUUID().slice(0, 12)}`;
+    const rules = [{ method: "POST", path: "/api/v1/push", responses: [{ status: 429, headers: { "Retry-After": "3" } }] }];
+    const res = await fetch(`${base}/__test/faults/${run}`, { method: "PUT", body: JSON.stringify({ rules }) });
+    expect(res.status, "the test broker serves no fault scripts (LANES_TEST_FAULTS)").toBe(204);
+    const lanes = client();
+    const scripted = client({ headers: { "X-Lanes-Test-Run": run }, max429Attempts: 0 });
+    const q = uniq("outage-retry-after");
+    try {
+      await lanes.queue(q).push([{ data: "order" }]);
+      const calls: number[] = [];
+      const c = lanes
+        .queue(q)
+        .timeoutMillis(1000)
+        .consume(async () => {
+          calls.push(Date.now());
+          await scripted.queue(uniq("orders-out")).push([{ data: 1 }]); // the first push is answered 429, Retry-After: 3
+        });
+      const t0 = Date.now();
+      while (calls.length < 2 && Date.now() - t0 < 6000) await sleep(50);
+      await c.stop({ timeoutMillis: 5000 });
+      expect(calls).toHaveLength(2);
+      expect(calls[1]! - calls[0]!).toBeGreaterThanOrEqual(2900);
+      expect(calls[1]! - calls[0]!).toBeLessThan(4500);
+      expect((await lanes.queue(q).dlq().limit(10).get()).messages).toEqual([]);
+    } finally {
+      await fetch(`${base}/__test/faults/${run}`, { method: "DELETE" });
+      await lanes.close();
+      await scripted.close();
+    }
   });
 });

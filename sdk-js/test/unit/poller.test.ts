@@ -1,5 +1,7 @@
 // The long poll of a pop with idle time left is cut to it, rounded up to whole milliseconds so it never becomes 0 (which would not wait at all); a pop that does not park, or one without an idle deadline, keeps the builder's timeout (docs/consuming.md §3).
 import { describe, expect, it } from "vitest";
+import { outagePause } from "../../src/consumer.js";
+import { APIConnectionError, RateLimitError } from "../../src/errors.js";
 import type { PopResult } from "../../src/message.js";
 import { Poller, type PopSource } from "../../src/poller.js";
 import { DEFAULT_QUEUE_STATE, type QueueState } from "../../src/queue.js";
@@ -41,5 +43,19 @@ describe("a pop's long poll and the idle time left", () => {
     expect(await sentTimeout({}, undefined)).toBe(5000);
     expect(await sentTimeout({ wait: false }, 300)).toBe(5000);
     expect(await sentTimeout({ timeoutMillis: 0 }, 300)).toBe(0);
+  });
+});
+
+describe("outagePause: the wait after a pop whose handlers failed for want of a broker", () => {
+  const limited = (retryAfter: number | undefined) => new RateLimitError({ status: 429, code: "rate_limited", message: "busy", body: undefined, retryAfter });
+  const refused = new APIConnectionError("refused", { attempts: 1, url: "http://127.0.0.1:1" });
+  it.each([
+    { name: "a 429's Retry-After in full, whatever the streak", failures: [limited(3000)], streak: 3, want: 3000 },
+    { name: "a 429 without a hint: 1 s", failures: [limited(undefined)], streak: 3, want: 1000 },
+    { name: "a 429 wrapped as a cause", failures: [new Error("commit", { cause: limited(2500) })], streak: 0, want: 2500 },
+    { name: "no answer: the doubling backoff", failures: [refused], streak: 2, want: 4000 },
+    { name: "the longest of a pop's failures", failures: [refused, limited(2500)], streak: 0, want: 2500 },
+  ])("$name", ({ failures, streak, want }) => {
+    expect(outagePause(failures, streak)).toBe(want);
   });
 });
