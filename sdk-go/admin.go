@@ -121,11 +121,6 @@ func (b DLQBuilder) Get(ctx context.Context) (*DLQList, error) {
 	return b.c.Admin().ListDLQ(ctx, b.q)
 }
 
-// GetQueue returns a queue's detail.
-func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error) {
-	return call[QueueDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueue(ctx, queue) })
-}
-
 // QueueQuery filters ListQueues: by namespace and task labels (empty = any), paged by Limit
 // (0 = the broker's default) and Offset.
 type QueueQuery struct {
@@ -143,15 +138,6 @@ func (a Admin) ListQueues(ctx context.Context, q QueueQuery) (*QueueList, error)
 // DeleteQueue deletes a queue with everything in it.
 func (a Admin) DeleteQueue(ctx context.Context, queue string) (*DeleteQueueResult, error) {
 	return call[DeleteQueueResult](a.c, ctx, func() (*httpResp, error) { return a.c.gen.DeleteQueue(ctx, queue) })
-}
-
-// QueueDepth returns pending counts (group "" = queue mode).
-func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth, error) {
-	if err := checkGroup(group); err != nil {
-		return nil, err
-	}
-	p := &gen.GetQueueDepthParams{Group: ptrUnlessZero(group)}
-	return call[QueueDepth](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueDepth(ctx, queue, p) })
 }
 
 // Overview returns the resource overview.
@@ -195,37 +181,6 @@ func (a Admin) SeekConsumerGroupPartition(ctx context.Context, group, queue, par
 	return call[SeekPartitionResult](a.c, ctx, func() (*httpResp, error) {
 		return a.c.gen.SeekPartition(ctx, group, queue, partition, to.body())
 	})
-}
-
-// ListConsumerGroups lists (group, queue) rows.
-func (a Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroupSummary, error) {
-	out, err := call[[]ConsumerGroupSummary](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListConsumerGroups(ctx) })
-	if err != nil {
-		return nil, err
-	}
-	return *out, nil
-}
-
-// GetConsumerGroup returns a group's cursors keyed by queue.
-func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
-	if err := checkGroupNamed(group); err != nil {
-		return nil, err
-	}
-	out, err := call[ConsumerGroupDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetConsumerGroup(ctx, group) })
-	if err != nil {
-		return nil, err
-	}
-	return *out, nil
-}
-
-// LaggingConsumerGroups lists partitions whose oldest unconsumed message is older than minLag.
-func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) ([]LaggingConsumerGroup, error) {
-	p := &gen.ListLaggingConsumerGroupsParams{MinLagSeconds: ptr(int(minLag / time.Second))}
-	out, err := call[[]LaggingConsumerGroup](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListLaggingConsumerGroups(ctx, p) })
-	if err != nil {
-		return nil, err
-	}
-	return *out, nil
 }
 
 // DeleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds).

@@ -222,3 +222,76 @@ func TestITAMessageListingCutByTheByteBudgetSaysWhereTheRestStarts(t *testing.T)
 	}
 	require.Equal(t, []string{"big-2", "big-1", "big-0"}, got)
 }
+
+// The broker answers the group, lagging and partition listings 1,000 rows a page; the Admin
+// calls that return a whole listing follow the pages, so a queue of 1,003 partitions comes whole,
+// each partition once, in name order.
+func TestITAdminListingsFollowThePagesOfAWideQueue(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const partitions = 1003
+	tx := b.c.Transaction()
+	want := make([]string, partitions)
+	for i := range want {
+		want[i] = fmt.Sprintf("p%04d", i)
+		tx.Queue(b.queue).Partition(want[i]).Push(lanes.Data(i))
+	}
+	_, err := tx.Commit(b.ctx)
+	require.NoError(t, err)
+	group := b.queue + "-g"
+	_, err = b.c.Admin().SeekConsumerGroup(b.ctx, group, b.queue, lanes.SeekToTime(time.Unix(0, 0)))
+	require.NoError(t, err)
+
+	detail, err := b.c.Admin().GetQueue(b.ctx, b.queue)
+	require.NoError(t, err)
+	var names []string
+	for _, p := range detail.Partitions {
+		names = append(names, p.Name)
+	}
+	requireSameNames(t, want, names, "queue detail")
+
+	depth, err := b.c.Admin().QueueDepth(b.ctx, b.queue, group)
+	require.NoError(t, err)
+	names = nil
+	for _, p := range depth.Partitions {
+		names = append(names, p.Partition)
+	}
+	requireSameNames(t, want, names, "queue depth")
+	require.Equal(t, partitions, depth.Pending)
+
+	status, err := b.c.Admin().QueueStatus(b.ctx, b.queue, true)
+	require.NoError(t, err)
+	names = nil
+	for _, p := range *status.Partitions {
+		names = append(names, p.Name)
+	}
+	requireSameNames(t, want, names, "queue status")
+
+	cursors, err := b.c.Admin().GetConsumerGroup(b.ctx, group)
+	require.NoError(t, err)
+	names = nil
+	for _, p := range cursors[b.queue].Partitions {
+		names = append(names, p.Partition)
+	}
+	requireSameNames(t, want, names, "one group")
+
+	lagging, err := b.c.Admin().LaggingConsumerGroups(b.ctx, 0)
+	require.NoError(t, err)
+	names = nil
+	for _, r := range lagging {
+		if r.ConsumerGroup == group {
+			names = append(names, r.PartitionName)
+		}
+	}
+	requireSameNames(t, want, names, "lagging")
+}
+
+// requireSameNames wants got equal to want, naming the first difference rather than printing
+// a thousand names.
+func requireSameNames(t *testing.T, want, got []string, what string) {
+	t.Helper()
+	require.Len(t, got, len(want), what)
+	for i := range want {
+		require.Equal(t, want[i], got[i], "%s: name %d", what, i)
+	}
+}

@@ -26,11 +26,11 @@ func refuseDotNames(fieldsAndNames ...string) error {
 	return nil
 }
 
-func (g pathGuard) GetQueue(ctx context.Context, queue string, e ...gen.RequestEditorFn) (*httpResp, error) {
+func (g pathGuard) GetQueue(ctx context.Context, queue string, params *gen.GetQueueParams, e ...gen.RequestEditorFn) (*httpResp, error) {
 	if err := refuseDotNames("queue", queue); err != nil {
 		return nil, err
 	}
-	return g.Client.GetQueue(ctx, queue, e...)
+	return g.Client.GetQueue(ctx, queue, params, e...)
 }
 
 func (g pathGuard) DeleteQueue(ctx context.Context, queue string, e ...gen.RequestEditorFn) (*httpResp, error) {
@@ -82,11 +82,11 @@ func (g pathGuard) SeekPartition(ctx context.Context, group string, queue string
 	return g.Client.SeekPartition(ctx, group, queue, partition, body, e...)
 }
 
-func (g pathGuard) GetConsumerGroup(ctx context.Context, group string, e ...gen.RequestEditorFn) (*httpResp, error) {
+func (g pathGuard) GetConsumerGroup(ctx context.Context, group string, params *gen.GetConsumerGroupParams, e ...gen.RequestEditorFn) (*httpResp, error) {
 	if err := refuseDotNames("group", group); err != nil {
 		return nil, err
 	}
-	return g.Client.GetConsumerGroup(ctx, group, e...)
+	return g.Client.GetConsumerGroup(ctx, group, params, e...)
 }
 
 func (g pathGuard) DeleteConsumerGroup(ctx context.Context, group string, params *gen.DeleteConsumerGroupParams, e ...gen.RequestEditorFn) (*httpResp, error) {

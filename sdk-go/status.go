@@ -8,16 +8,6 @@ import (
 	"github.com/lanesmq/lanes/sdk-go/internal/gen"
 )
 
-// Namespaces summarizes every namespace label: its queues, partitions and message counts.
-func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
-	return call[NamespaceList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListNamespaces(ctx) })
-}
-
-// Tasks summarizes every task label like Namespaces.
-func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
-	return call[TaskList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListTasks(ctx) })
-}
-
 // StatusQuery narrows Status and ListQueueStatus to a queue, namespace or task (empty = any) and
 // a time window (zero = the broker's default: the last hour). Limit and Offset page
 // ListQueueStatus (0 = the broker's default); Status ignores them.
@@ -41,13 +31,6 @@ func (a Admin) ListQueueStatus(ctx context.Context, q StatusQuery) (*QueueStatus
 		Task: ptrUnlessZero(q.Task), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
 		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
 	return call[QueueStatusList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueueStatus(ctx, p) })
-}
-
-// QueueStatus is the live state of one queue; includePartitions adds one entry per partition.
-// An unknown queue is an *APIError with status 404.
-func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions bool) (*QueueStatus, error) {
-	p := &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions)}
-	return call[QueueStatus](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueStatus(ctx, queue, p) })
 }
 
 // BufferStatus is the state of the broker's disk spool (pushes waiting to drain).

@@ -1528,6 +1528,13 @@ type MetricsSpool struct {
 // NamespaceList defines model for NamespaceList.
 type NamespaceList struct {
 	Namespaces []NamespaceSummary `json:"namespaces"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int `json:"nextOffset"`
+
+	// Truncated `true` when more namespaces follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // NamespaceSummary defines model for NamespaceSummary.
@@ -1784,7 +1791,10 @@ type PushResultStatus string
 // QueueDepth defines model for QueueDepth.
 type QueueDepth struct {
 	// Group Group used (`__QUEUE_MODE__` when none).
-	Group      *string          `json:"group"`
+	Group *string `json:"group"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int             `json:"nextOffset"`
 	Partitions []PartitionDepth `json:"partitions"`
 
 	// PartitionsPending Partitions with pending messages.
@@ -1793,6 +1803,10 @@ type QueueDepth struct {
 	// Pending Messages not yet committed by the group.
 	Pending int    `json:"pending"`
 	Queue   string `json:"queue"`
+
+	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // QueueDetail defines model for QueueDetail.
@@ -1808,10 +1822,17 @@ type QueueDetail struct {
 	Name      string         `json:"name"`
 	Namespace string         `json:"namespace"`
 
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int `json:"nextOffset"`
+
 	// Options The 19 queue options plus the `namespace` and `task` labels (21 keys).
 	Options    QueueDetailOptions `json:"options"`
 	Partitions []QueuePartition   `json:"partitions"`
 	Task       string             `json:"task"`
+
+	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // QueueDetailOptions The 19 queue options plus the `namespace` and `task` labels (21 keys).
@@ -2043,9 +2064,16 @@ type QueuePartition struct {
 type QueueStatus struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   MessageCounts      `json:"messages"`
+	Messages MessageCounts `json:"messages"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int               `json:"nextOffset"`
 	Partitions *[]PartitionStatus `json:"partitions,omitempty"`
 	Queue      QueueStatusQueue   `json:"queue"`
+
+	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // QueueStatusList defines model for QueueStatusList.
@@ -2263,7 +2291,13 @@ type SubscriptionUpdateResult struct {
 
 // TaskList defines model for TaskList.
 type TaskList struct {
-	Tasks []TaskSummary `json:"tasks"`
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int          `json:"nextOffset"`
+	Tasks      []TaskSummary `json:"tasks"`
+
+	// Truncated `true` when more tasks follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // TaskSummary defines model for TaskSummary.
@@ -2552,6 +2586,9 @@ type GroupPath = string
 // Limit defines model for Limit.
 type Limit = int
 
+// ListLimit defines model for ListLimit.
+type ListLimit = int
+
 // NamespaceFilter defines model for NamespaceFilter.
 type NamespaceFilter = string
 
@@ -2648,8 +2685,31 @@ type TooManyRequests = Error
 // Unauthorized Error envelope of every 4xx/5xx JSON answer.
 type Unauthorized = Error
 
+// ListConsumerGroupsParams defines parameters for ListConsumerGroups.
+type ListConsumerGroupsParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // ListLaggingConsumerGroupsParams defines parameters for ListLaggingConsumerGroups.
 type ListLaggingConsumerGroupsParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
 	// MinLagSeconds Minimum time lag in seconds (clients usually send 60; the reference example uses 3600).
 	MinLagSeconds *int `form:"minLagSeconds,omitempty" json:"minLagSeconds,omitempty"`
 }
@@ -2658,6 +2718,19 @@ type ListLaggingConsumerGroupsParams struct {
 type DeleteConsumerGroupParams struct {
 	// DeleteMetadata Also delete the stored subscription metadata. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	DeleteMetadata *bool `form:"deleteMetadata,omitempty" json:"deleteMetadata,omitempty"`
+}
+
+// GetConsumerGroupParams defines parameters for GetConsumerGroup.
+type GetConsumerGroupParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // DeleteConsumerGroupQueueParams defines parameters for DeleteConsumerGroupQueue.
@@ -2888,6 +2961,19 @@ type PopPartitionParams struct {
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
 
+// ListNamespacesParams defines parameters for ListNamespaces.
+type ListNamespacesParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // ListQueuesParams defines parameters for ListQueues.
 type ListQueuesParams struct {
 	// Namespace Filter by namespace.
@@ -2904,10 +2990,46 @@ type ListQueuesParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// GetQueueParams defines parameters for GetQueue.
+type GetQueueParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // GetQueueDepthParams defines parameters for GetQueueDepth.
 type GetQueueDepthParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
 	// Group Consumer group; absent = queue mode (`__QUEUE_MODE__`).
 	Group *string `form:"group,omitempty" json:"group,omitempty"`
+}
+
+// ListTasksParams defines parameters for ListTasks.
+type ListTasksParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // GetStatusParams defines parameters for GetStatus.
@@ -2955,6 +3077,16 @@ type ListQueueStatusParams struct {
 
 // GetQueueStatusParams defines parameters for GetQueueStatus.
 type GetQueueStatusParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
 	// IncludePartitions Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	IncludePartitions *bool `form:"includePartitions,omitempty" json:"includePartitions,omitempty"`
 }
@@ -3180,16 +3312,20 @@ type ClientInterface interface {
 
 	// ListConsumerGroups List consumer groups
 	//
-	// One row per (group, queue). Required role: read-only, read-write or admin.
+	// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
+	// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
-	ListConsumerGroups(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListConsumerGroups(ctx context.Context, params *ListConsumerGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListLaggingConsumerGroups List lagging consumer partitions
 	//
 	// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
-	// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
-	// reference broker sends them. Required role: read-only, read-write or admin.
+	// old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
+	// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
+	// whether more follow and where. Field names are snake_case, as the reference broker sends
+	// them. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups/lagging (the `ListLaggingConsumerGroups` operationId).
 	ListLaggingConsumerGroups(ctx context.Context, params *ListLaggingConsumerGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3206,11 +3342,13 @@ type ClientInterface interface {
 
 	// GetConsumerGroup Get a consumer group
 	//
-	// Object keyed by queue name; `{}` when the group is unknown.
-	// Required role: read-only, read-write or admin.
+	// Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
+	// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
+	// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
+	// may span two pages). Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
-	GetConsumerGroup(ctx context.Context, group GroupPath, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetConsumerGroup(ctx context.Context, group GroupPath, params *GetConsumerGroupParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// DeleteConsumerGroupQueue Delete a consumer group on one queue
 	//
@@ -3545,10 +3683,11 @@ type ClientInterface interface {
 	// ListNamespaces List namespaces
 	//
 	// One row per namespace that queues are configured with, with its queue, partition and message
-	// counters. Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
-	ListNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListNamespaces(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetOverview System overview counters
 	//
@@ -3580,16 +3719,18 @@ type ClientInterface interface {
 
 	// GetQueue Get queue detail
 	//
-	// Queue detail with its options (21 keys, including namespace and task) and partitions.
+	// Queue detail with its options (21 keys, including namespace and task) and partitions, by
+	// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
 	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
-	GetQueue(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*http.Response, error)
+	GetQueue(ctx context.Context, queue QueuePath, params *GetQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetQueueDepth Get queue depth
 	//
-	// Pending messages per partition for one group (watermark arithmetic, cheap).
-	// Required role: read-only, read-write or admin.
+	// Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
+	// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
+	// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues/{queue}/depth (the `GetQueueDepth` operationId).
 	GetQueueDepth(ctx context.Context, queue QueuePath, params *GetQueueDepthParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3597,10 +3738,11 @@ type ClientInterface interface {
 	// ListTasks List tasks
 	//
 	// One row per task that queues are configured with, with its queue, partition and message
-	// counters. Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
-	ListTasks(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListTasks(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// GetStatus Dashboard aggregate
 	//
@@ -3632,8 +3774,9 @@ type ClientInterface interface {
 	// GetQueueStatus Live status of one queue
 	//
 	// Live message counters of one queue and, with `includePartitions=true`, each partition's
-	// counters, cursor and oldest and newest retained message. `404` when the queue does not
-	// exist. Required role: read-only, read-write or admin.
+	// counters, cursor and oldest and newest retained message, by name, paged with
+	// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+	// `404` when the queue does not exist. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/status/queues/{queue} (the `GetQueueStatus` operationId).
 	GetQueueStatus(ctx context.Context, queue QueuePath, params *GetQueueStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3963,11 +4106,13 @@ func (c *Client) Configure(ctx context.Context, body ConfigureJSONRequestBody, r
 
 // ListConsumerGroups List consumer groups
 //
-// One row per (group, queue). Required role: read-only, read-write or admin.
+// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
+// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
-func (c *Client) ListConsumerGroups(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListConsumerGroupsRequest(c.Server)
+func (c *Client) ListConsumerGroups(ctx context.Context, params *ListConsumerGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListConsumerGroupsRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -3981,8 +4126,10 @@ func (c *Client) ListConsumerGroups(ctx context.Context, reqEditors ...RequestEd
 // ListLaggingConsumerGroups List lagging consumer partitions
 //
 // One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
-// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
-// reference broker sends them. Required role: read-only, read-write or admin.
+// old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
+// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
+// whether more follow and where. Field names are snake_case, as the reference broker sends
+// them. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups/lagging (the `ListLaggingConsumerGroups` operationId).
 func (c *Client) ListLaggingConsumerGroups(ctx context.Context, params *ListLaggingConsumerGroupsParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4019,12 +4166,14 @@ func (c *Client) DeleteConsumerGroup(ctx context.Context, group GroupPath, param
 
 // GetConsumerGroup Get a consumer group
 //
-// Object keyed by queue name; `{}` when the group is unknown.
-// Required role: read-only, read-write or admin.
+// Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
+// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
+// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
+// may span two pages). Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
-func (c *Client) GetConsumerGroup(ctx context.Context, group GroupPath, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetConsumerGroupRequest(c.Server, group)
+func (c *Client) GetConsumerGroup(ctx context.Context, group GroupPath, params *GetConsumerGroupParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetConsumerGroupRequest(c.Server, group, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4678,11 +4827,12 @@ func (c *Client) ListKvNamespaces(ctx context.Context, reqEditors ...RequestEdit
 // ListNamespaces List namespaces
 //
 // One row per namespace that queues are configured with, with its queue, partition and message
-// counters. Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
-func (c *Client) ListNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListNamespacesRequest(c.Server)
+func (c *Client) ListNamespaces(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListNamespacesRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4753,12 +4903,13 @@ func (c *Client) DeleteQueue(ctx context.Context, queue QueuePath, reqEditors ..
 
 // GetQueue Get queue detail
 //
-// Queue detail with its options (21 keys, including namespace and task) and partitions.
+// Queue detail with its options (21 keys, including namespace and task) and partitions, by
+// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
 // Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
-func (c *Client) GetQueue(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewGetQueueRequest(c.Server, queue)
+func (c *Client) GetQueue(ctx context.Context, queue QueuePath, params *GetQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewGetQueueRequest(c.Server, queue, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4771,8 +4922,9 @@ func (c *Client) GetQueue(ctx context.Context, queue QueuePath, reqEditors ...Re
 
 // GetQueueDepth Get queue depth
 //
-// Pending messages per partition for one group (watermark arithmetic, cheap).
-// Required role: read-only, read-write or admin.
+// Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
+// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
+// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/queues/{queue}/depth (the `GetQueueDepth` operationId).
 func (c *Client) GetQueueDepth(ctx context.Context, queue QueuePath, params *GetQueueDepthParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4790,11 +4942,12 @@ func (c *Client) GetQueueDepth(ctx context.Context, queue QueuePath, params *Get
 // ListTasks List tasks
 //
 // One row per task that queues are configured with, with its queue, partition and message
-// counters. Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
-func (c *Client) ListTasks(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListTasksRequest(c.Server)
+func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListTasksRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -4865,8 +5018,9 @@ func (c *Client) ListQueueStatus(ctx context.Context, params *ListQueueStatusPar
 // GetQueueStatus Live status of one queue
 //
 // Live message counters of one queue and, with `includePartitions=true`, each partition's
-// counters, cursor and oldest and newest retained message. `404` when the queue does not
-// exist. Required role: read-only, read-write or admin.
+// counters, cursor and oldest and newest retained message, by name, paged with
+// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+// `404` when the queue does not exist. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/status/queues/{queue} (the `GetQueueStatus` operationId).
 func (c *Client) GetQueueStatus(ctx context.Context, queue QueuePath, params *GetQueueStatusParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5362,7 +5516,7 @@ func NewConfigureRequestWithBody(server string, contentType string, body io.Read
 }
 
 // NewListConsumerGroupsRequest constructs an http.Request for the ListConsumerGroups method
-func NewListConsumerGroupsRequest(server string) (*http.Request, error) {
+func NewListConsumerGroupsRequest(server string, params *ListConsumerGroupsParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -5378,6 +5532,45 @@ func NewListConsumerGroupsRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -5415,6 +5608,30 @@ func NewListLaggingConsumerGroupsRequest(server string, params *ListLaggingConsu
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.MinLagSeconds != nil {
 
@@ -5504,7 +5721,7 @@ func NewDeleteConsumerGroupRequest(server string, group GroupPath, params *Delet
 }
 
 // NewGetConsumerGroupRequest constructs an http.Request for the GetConsumerGroup method
-func NewGetConsumerGroupRequest(server string, group GroupPath) (*http.Request, error) {
+func NewGetConsumerGroupRequest(server string, group GroupPath, params *GetConsumerGroupParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -5527,6 +5744,45 @@ func NewGetConsumerGroupRequest(server string, group GroupPath) (*http.Request, 
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -7137,7 +7393,7 @@ func NewListKvNamespacesRequest(server string) (*http.Request, error) {
 }
 
 // NewListNamespacesRequest constructs an http.Request for the ListNamespaces method
-func NewListNamespacesRequest(server string) (*http.Request, error) {
+func NewListNamespacesRequest(server string, params *ListNamespacesParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -7153,6 +7409,45 @@ func NewListNamespacesRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -7315,7 +7610,7 @@ func NewDeleteQueueRequest(server string, queue QueuePath) (*http.Request, error
 }
 
 // NewGetQueueRequest constructs an http.Request for the GetQueue method
-func NewGetQueueRequest(server string, queue QueuePath) (*http.Request, error) {
+func NewGetQueueRequest(server string, queue QueuePath, params *GetQueueParams) (*http.Request, error) {
 	var err error
 
 	var pathParam0 string
@@ -7338,6 +7633,45 @@ func NewGetQueueRequest(server string, queue QueuePath) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -7383,6 +7717,30 @@ func NewGetQueueDepthRequest(server string, queue QueuePath, params *GetQueueDep
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
 
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if params.Group != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "group", *params.Group, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
@@ -7410,7 +7768,7 @@ func NewGetQueueDepthRequest(server string, queue QueuePath, params *GetQueueDep
 }
 
 // NewListTasksRequest constructs an http.Request for the ListTasks method
-func NewListTasksRequest(server string) (*http.Request, error) {
+func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -7426,6 +7784,45 @@ func NewListTasksRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -7725,6 +8122,30 @@ func NewGetQueueStatusRequest(server string, queue QueuePath, params *GetQueueSt
 		// styled parameters, preserving literal commas as delimiters
 		// per the OpenAPI spec (e.g. "color=blue,black,brown").
 		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
 
 		if params.IncludePartitions != nil {
 
@@ -8398,18 +8819,22 @@ type ClientWithResponsesInterface interface {
 
 	// ListConsumerGroupsWithResponse List consumer groups
 	//
-	// One row per (group, queue). Required role: read-only, read-write or admin.
+	// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
+	// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
-	ListConsumerGroupsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListConsumerGroupsResponse, error)
+	ListConsumerGroupsWithResponse(ctx context.Context, params *ListConsumerGroupsParams, reqEditors ...RequestEditorFn) (*ListConsumerGroupsResponse, error)
 
 	// ListLaggingConsumerGroupsWithResponse List lagging consumer partitions
 	//
 	// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
-	// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
-	// reference broker sends them. Required role: read-only, read-write or admin.
+	// old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
+	// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
+	// whether more follow and where. Field names are snake_case, as the reference broker sends
+	// them. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8430,13 +8855,15 @@ type ClientWithResponsesInterface interface {
 
 	// GetConsumerGroupWithResponse Get a consumer group
 	//
-	// Object keyed by queue name; `{}` when the group is unknown.
-	// Required role: read-only, read-write or admin.
+	// Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
+	// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
+	// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
+	// may span two pages). Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
-	GetConsumerGroupWithResponse(ctx context.Context, group GroupPath, reqEditors ...RequestEditorFn) (*GetConsumerGroupResponse, error)
+	GetConsumerGroupWithResponse(ctx context.Context, group GroupPath, params *GetConsumerGroupParams, reqEditors ...RequestEditorFn) (*GetConsumerGroupResponse, error)
 
 	// DeleteConsumerGroupQueueWithResponse Delete a consumer group on one queue
 	//
@@ -8797,12 +9224,13 @@ type ClientWithResponsesInterface interface {
 	// ListNamespacesWithResponse List namespaces
 	//
 	// One row per namespace that queues are configured with, with its queue, partition and message
-	// counters. Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
-	ListNamespacesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListNamespacesResponse, error)
+	ListNamespacesWithResponse(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*ListNamespacesResponse, error)
 
 	// GetOverviewWithResponse System overview counters
 	//
@@ -8840,18 +9268,20 @@ type ClientWithResponsesInterface interface {
 
 	// GetQueueWithResponse Get queue detail
 	//
-	// Queue detail with its options (21 keys, including namespace and task) and partitions.
+	// Queue detail with its options (21 keys, including namespace and task) and partitions, by
+	// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
 	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
-	GetQueueWithResponse(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*GetQueueResponse, error)
+	GetQueueWithResponse(ctx context.Context, queue QueuePath, params *GetQueueParams, reqEditors ...RequestEditorFn) (*GetQueueResponse, error)
 
 	// GetQueueDepthWithResponse Get queue depth
 	//
-	// Pending messages per partition for one group (watermark arithmetic, cheap).
-	// Required role: read-only, read-write or admin.
+	// Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
+	// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
+	// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -8861,12 +9291,13 @@ type ClientWithResponsesInterface interface {
 	// ListTasksWithResponse List tasks
 	//
 	// One row per task that queues are configured with, with its queue, partition and message
-	// counters. Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
-	ListTasksWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTasksResponse, error)
+	ListTasksWithResponse(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*ListTasksResponse, error)
 
 	// GetStatusWithResponse Dashboard aggregate
 	//
@@ -8904,8 +9335,9 @@ type ClientWithResponsesInterface interface {
 	// GetQueueStatusWithResponse Live status of one queue
 	//
 	// Live message counters of one queue and, with `includePartitions=true`, each partition's
-	// counters, cursor and oldest and newest retained message. `404` when the queue does not
-	// exist. Required role: read-only, read-write or admin.
+	// counters, cursor and oldest and newest retained message, by name, paged with
+	// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+	// `404` when the queue does not exist. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9426,6 +9858,12 @@ func (r ConfigureResponse) ContentType() string {
 	return ""
 }
 
+// ListConsumerGroupsResponse200Headers the declared response headers of an HTTP 200 response for ListConsumerGroups
+type ListConsumerGroupsResponse200Headers struct {
+	XLanesNextOffset *int
+	XLanesTruncated  bool
+}
+
 // ListConsumerGroupsResponse429Headers the declared response headers of an HTTP 429 response for ListConsumerGroups
 type ListConsumerGroupsResponse429Headers struct {
 	RetryAfter int
@@ -9450,6 +9888,8 @@ type ListConsumerGroupsResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListConsumerGroupsResponse200Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListConsumerGroupsResponse429Headers
 }
@@ -9523,6 +9963,12 @@ func (r ListConsumerGroupsResponse) ContentType() string {
 	return ""
 }
 
+// ListLaggingConsumerGroupsResponse200Headers the declared response headers of an HTTP 200 response for ListLaggingConsumerGroups
+type ListLaggingConsumerGroupsResponse200Headers struct {
+	XLanesNextOffset *int
+	XLanesTruncated  bool
+}
+
 // ListLaggingConsumerGroupsResponse429Headers the declared response headers of an HTTP 429 response for ListLaggingConsumerGroups
 type ListLaggingConsumerGroupsResponse429Headers struct {
 	RetryAfter int
@@ -9547,6 +9993,8 @@ type ListLaggingConsumerGroupsResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *ListLaggingConsumerGroupsResponse200Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListLaggingConsumerGroupsResponse429Headers
 }
@@ -9717,6 +10165,12 @@ func (r DeleteConsumerGroupResponse) ContentType() string {
 	return ""
 }
 
+// GetConsumerGroupResponse200Headers the declared response headers of an HTTP 200 response for GetConsumerGroup
+type GetConsumerGroupResponse200Headers struct {
+	XLanesNextOffset *int
+	XLanesTruncated  bool
+}
+
 // GetConsumerGroupResponse429Headers the declared response headers of an HTTP 429 response for GetConsumerGroup
 type GetConsumerGroupResponse429Headers struct {
 	RetryAfter int
@@ -9741,6 +10195,8 @@ type GetConsumerGroupResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers200 the parsed response headers for an HTTP 200 response
+	Headers200 *GetConsumerGroupResponse200Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetConsumerGroupResponse429Headers
 }
@@ -14540,13 +14996,15 @@ func (c *ClientWithResponses) ConfigureWithResponse(ctx context.Context, body Co
 
 // ListConsumerGroupsWithResponse List consumer groups
 //
-// One row per (group, queue). Required role: read-only, read-write or admin.
+// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
+// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
-func (c *ClientWithResponses) ListConsumerGroupsWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListConsumerGroupsResponse, error) {
-	rsp, err := c.ListConsumerGroups(ctx, reqEditors...)
+func (c *ClientWithResponses) ListConsumerGroupsWithResponse(ctx context.Context, params *ListConsumerGroupsParams, reqEditors ...RequestEditorFn) (*ListConsumerGroupsResponse, error) {
+	rsp, err := c.ListConsumerGroups(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -14556,8 +15014,10 @@ func (c *ClientWithResponses) ListConsumerGroupsWithResponse(ctx context.Context
 // ListLaggingConsumerGroupsWithResponse List lagging consumer partitions
 //
 // One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
-// old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
-// reference broker sends them. Required role: read-only, read-write or admin.
+// old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
+// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
+// whether more follow and where. Field names are snake_case, as the reference broker sends
+// them. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -14590,14 +15050,16 @@ func (c *ClientWithResponses) DeleteConsumerGroupWithResponse(ctx context.Contex
 
 // GetConsumerGroupWithResponse Get a consumer group
 //
-// Object keyed by queue name; `{}` when the group is unknown.
-// Required role: read-only, read-write or admin.
+// Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
+// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
+// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
+// may span two pages). Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
-func (c *ClientWithResponses) GetConsumerGroupWithResponse(ctx context.Context, group GroupPath, reqEditors ...RequestEditorFn) (*GetConsumerGroupResponse, error) {
-	rsp, err := c.GetConsumerGroup(ctx, group, reqEditors...)
+func (c *ClientWithResponses) GetConsumerGroupWithResponse(ctx context.Context, group GroupPath, params *GetConsumerGroupParams, reqEditors ...RequestEditorFn) (*GetConsumerGroupResponse, error) {
+	rsp, err := c.GetConsumerGroup(ctx, group, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -15149,13 +15611,14 @@ func (c *ClientWithResponses) ListKvNamespacesWithResponse(ctx context.Context, 
 // ListNamespacesWithResponse List namespaces
 //
 // One row per namespace that queues are configured with, with its queue, partition and message
-// counters. Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
-func (c *ClientWithResponses) ListNamespacesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListNamespacesResponse, error) {
-	rsp, err := c.ListNamespaces(ctx, reqEditors...)
+func (c *ClientWithResponses) ListNamespacesWithResponse(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*ListNamespacesResponse, error) {
+	rsp, err := c.ListNamespaces(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -15216,14 +15679,15 @@ func (c *ClientWithResponses) DeleteQueueWithResponse(ctx context.Context, queue
 
 // GetQueueWithResponse Get queue detail
 //
-// Queue detail with its options (21 keys, including namespace and task) and partitions.
+// Queue detail with its options (21 keys, including namespace and task) and partitions, by
+// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
 // Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
-func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue QueuePath, reqEditors ...RequestEditorFn) (*GetQueueResponse, error) {
-	rsp, err := c.GetQueue(ctx, queue, reqEditors...)
+func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue QueuePath, params *GetQueueParams, reqEditors ...RequestEditorFn) (*GetQueueResponse, error) {
+	rsp, err := c.GetQueue(ctx, queue, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -15232,8 +15696,9 @@ func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue Qu
 
 // GetQueueDepthWithResponse Get queue depth
 //
-// Pending messages per partition for one group (watermark arithmetic, cheap).
-// Required role: read-only, read-write or admin.
+// Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
+// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
+// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15249,13 +15714,14 @@ func (c *ClientWithResponses) GetQueueDepthWithResponse(ctx context.Context, que
 // ListTasksWithResponse List tasks
 //
 // One row per task that queues are configured with, with its queue, partition and message
-// counters. Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
-func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListTasksResponse, error) {
-	rsp, err := c.ListTasks(ctx, reqEditors...)
+func (c *ClientWithResponses) ListTasksWithResponse(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*ListTasksResponse, error) {
+	rsp, err := c.ListTasks(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}
@@ -15316,8 +15782,9 @@ func (c *ClientWithResponses) ListQueueStatusWithResponse(ctx context.Context, p
 // GetQueueStatusWithResponse Live status of one queue
 //
 // Live message counters of one queue and, with `includePartitions=true`, each partition's
-// counters, cursor and oldest and newest retained message. `404` when the queue does not
-// exist. Required role: read-only, read-write or admin.
+// counters, cursor and oldest and newest retained message, by name, paged with
+// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+// `404` when the queue does not exist. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15991,6 +16458,23 @@ func ParseListConsumerGroupsResponse(rsp *http.Response) (*ListConsumerGroupsRes
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers ListConsumerGroupsResponse200Headers
+		if values := rsp.Header.Values("X-Lanes-Next-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesNextOffset = &value
+		}
+		if values := rsp.Header.Values("X-Lanes-Truncated"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Truncated", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesTruncated = value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListConsumerGroupsResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -16079,6 +16563,23 @@ func ParseListLaggingConsumerGroupsResponse(rsp *http.Response) (*ListLaggingCon
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers ListLaggingConsumerGroupsResponse200Headers
+		if values := rsp.Header.Values("X-Lanes-Next-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesNextOffset = &value
+		}
+		if values := rsp.Header.Values("X-Lanes-Truncated"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Truncated", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesTruncated = value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListLaggingConsumerGroupsResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -16255,6 +16756,23 @@ func ParseGetConsumerGroupResponse(rsp *http.Response) (*GetConsumerGroupRespons
 	}
 
 	switch {
+	case rsp.StatusCode == 200:
+		var headers GetConsumerGroupResponse200Headers
+		if values := rsp.Header.Values("X-Lanes-Next-Offset"); len(values) > 0 {
+			var value int
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesNextOffset = &value
+		}
+		if values := rsp.Header.Values("X-Lanes-Truncated"); len(values) > 0 {
+			var value bool
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Truncated", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: true, Type: "boolean", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesTruncated = value
+		}
+		response.Headers200 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetConsumerGroupResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

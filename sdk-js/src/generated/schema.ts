@@ -284,7 +284,8 @@ export interface paths {
         /**
          * List namespaces
          * @description One row per namespace that queues are configured with, with its queue, partition and message
-         *     counters. Required role: read-only, read-write or admin.
+         *     counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+         *     Required role: read-only, read-write or admin.
          *
          */
         get: operations["listNamespaces"];
@@ -306,7 +307,8 @@ export interface paths {
         /**
          * List tasks
          * @description One row per task that queues are configured with, with its queue, partition and message
-         *     counters. Required role: read-only, read-write or admin.
+         *     counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
+         *     Required role: read-only, read-write or admin.
          *
          */
         get: operations["listTasks"];
@@ -327,7 +329,8 @@ export interface paths {
         };
         /**
          * Get queue detail
-         * @description Queue detail with its options (21 keys, including namespace and task) and partitions.
+         * @description Queue detail with its options (21 keys, including namespace and task) and partitions, by
+         *     name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
          *     Required role: read-only, read-write or admin.
          *
          */
@@ -358,8 +361,9 @@ export interface paths {
         };
         /**
          * Get queue depth
-         * @description Pending messages per partition for one group (watermark arithmetic, cheap).
-         *     Required role: read-only, read-write or admin.
+         * @description Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
+         *     `partitionsPending` count the whole queue; `partitions`, by name, is paged with
+         *     `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
          *
          */
         get: operations["getQueueDepth"];
@@ -524,7 +528,9 @@ export interface paths {
         };
         /**
          * List consumer groups
-         * @description One row per (group, queue). Required role: read-only, read-write or admin.
+         * @description One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
+         *     `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+         *     Required role: read-only, read-write or admin.
          *
          */
         get: operations["listConsumerGroups"];
@@ -546,8 +552,10 @@ export interface paths {
         /**
          * List lagging consumer partitions
          * @description One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
-         *     old (3600 when omitted), with its offset and time lag. Field names are snake_case, as the
-         *     reference broker sends them. Required role: read-only, read-write or admin.
+         *     old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
+         *     paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
+         *     whether more follow and where. Field names are snake_case, as the reference broker sends
+         *     them. Required role: read-only, read-write or admin.
          *
          */
         get: operations["listLaggingConsumerGroups"];
@@ -571,8 +579,10 @@ export interface paths {
         };
         /**
          * Get a consumer group
-         * @description Object keyed by queue name; `{}` when the group is unknown.
-         *     Required role: read-only, read-write or admin.
+         * @description Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
+         *     by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
+         *     and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
+         *     may span two pages). Required role: read-only, read-write or admin.
          *
          */
         get: operations["getConsumerGroup"];
@@ -1027,8 +1037,9 @@ export interface paths {
         /**
          * Live status of one queue
          * @description Live message counters of one queue and, with `includePartitions=true`, each partition's
-         *     counters, cursor and oldest and newest retained message. `404` when the queue does not
-         *     exist. Required role: read-only, read-write or admin.
+         *     counters, cursor and oldest and newest retained message, by name, paged with
+         *     `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+         *     `404` when the queue does not exist. Required role: read-only, read-write or admin.
          *
          */
         get: operations["getQueueStatus"];
@@ -1653,6 +1664,12 @@ export interface components {
         };
         NamespaceList: {
             namespaces: components["schemas"]["NamespaceSummary"][];
+            /** @description `true` when more namespaces follow this page (it stopped at `limit`): ask again at
+             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            nextOffset?: number | null;
         };
         NamespaceSummary: {
             namespace: string;
@@ -1662,6 +1679,12 @@ export interface components {
         };
         TaskList: {
             tasks: components["schemas"]["TaskSummary"][];
+            /** @description `true` when more tasks follow this page (it stopped at `limit`): ask again at
+             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            nextOffset?: number | null;
         };
         TaskSummary: {
             task: string;
@@ -1680,6 +1703,12 @@ export interface components {
             options: components["schemas"]["QueueDetailOptions"];
             partitions: components["schemas"]["QueuePartition"][];
             messages?: components["schemas"]["MessageCounts"];
+            /** @description `true` when more partitions follow this page (it stopped at `limit`): ask again at
+             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            nextOffset?: number | null;
         };
         QueuePartition: {
             /** @description Partition id (UUID). */
@@ -1707,6 +1736,12 @@ export interface components {
             /** @description Partitions with pending messages. */
             partitionsPending: number;
             partitions: components["schemas"]["PartitionDepth"][];
+            /** @description `true` when more partitions follow this page (it stopped at `limit`): ask again at
+             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            nextOffset?: number | null;
         };
         PartitionDepth: {
             partition: string;
@@ -2579,6 +2614,12 @@ export interface components {
             queue: components["schemas"]["QueueStatusQueue"];
             messages: components["schemas"]["MessageCounts"];
             partitions?: components["schemas"]["PartitionStatus"][];
+            /** @description `true` when more partitions follow this page (it stopped at `limit`): ask again at
+             *     `nextOffset` for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            nextOffset?: number | null;
         };
         QueueStatusQueue: {
             /** @description Queue id (UUID). */
@@ -2846,6 +2887,13 @@ export interface components {
          *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
          *      */
         Limit: number;
+        /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+         *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+         *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+         *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+         *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+         *      */
+        ListLimit: number;
         /** @description Rows to skip. */
         Offset: number;
         /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
@@ -2895,6 +2943,13 @@ export interface components {
     };
     requestBodies: never;
     headers: {
+        /** @description `true` when more rows follow this page (it stopped at `limit`): ask again at
+         *     `X-Lanes-Next-Offset` for the rest. Sent with every page of a listing whose answer is a
+         *     bare array or keyed by queue, which has no room for a `truncated` field.
+         *      */
+        ListTruncated: boolean;
+        /** @description The `offset` of the next page; sent only with `X-Lanes-Truncated:true`. */
+        ListNextOffset: number;
         /** @description Seconds to wait before retrying; always sent with a `429`. */
         RetryAfter: number;
     };
@@ -3407,7 +3462,17 @@ export interface operations {
     };
     listNamespaces: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -3434,7 +3499,17 @@ export interface operations {
     };
     listTasks: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -3461,7 +3536,17 @@ export interface operations {
     };
     getQueue: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
+            };
             header?: never;
             path: {
                 /** @description Queue name. */
@@ -3523,6 +3608,15 @@ export interface operations {
     getQueueDepth: {
         parameters: {
             query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`). */
                 group?: string;
             };
@@ -3824,7 +3918,17 @@ export interface operations {
     };
     listConsumerGroups: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -3834,6 +3938,8 @@ export interface operations {
             /** @description Consumer groups. */
             200: {
                 headers: {
+                    "X-Lanes-Truncated": components["headers"]["ListTruncated"];
+                    "X-Lanes-Next-Offset": components["headers"]["ListNextOffset"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3852,6 +3958,15 @@ export interface operations {
     listLaggingConsumerGroups: {
         parameters: {
             query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
                 /** @description Minimum time lag in seconds (clients usually send 60; the reference example uses 3600). */
                 minLagSeconds?: number;
             };
@@ -3864,6 +3979,8 @@ export interface operations {
             /** @description Lagging (group, partition) rows, snake_case. */
             200: {
                 headers: {
+                    "X-Lanes-Truncated": components["headers"]["ListTruncated"];
+                    "X-Lanes-Next-Offset": components["headers"]["ListNextOffset"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -3881,7 +3998,17 @@ export interface operations {
     };
     getConsumerGroup: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
+            };
             header?: never;
             path: {
                 /** @description Consumer group name. */
@@ -3894,6 +4021,8 @@ export interface operations {
             /** @description Per-queue detail. */
             200: {
                 headers: {
+                    "X-Lanes-Truncated": components["headers"]["ListTruncated"];
+                    "X-Lanes-Next-Offset": components["headers"]["ListNextOffset"];
                     [name: string]: unknown;
                 };
                 content: {
@@ -4632,6 +4761,15 @@ export interface operations {
     getQueueStatus: {
         parameters: {
             query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
                 /** @description Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does. */
                 includePartitions?: boolean;
             };

@@ -101,7 +101,7 @@ func wireOptions(o engine.QueueOptions) gen.QueueOptionsResult {
 	return out
 }
 
-// GetQueue returns a queue's identity, effective options and partitions.
+// GetQueue returns a queue's identity, effective options and one page of partitions.
 func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (gen.GetQueueResponseObject, error) {
 	q, err := s.engine.GetQueue(ctx, req.Queue)
 	if errors.Is(err, engine.ErrNotFound) {
@@ -111,7 +111,8 @@ func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (g
 	if err != nil {
 		return nil, err
 	}
-	parts, err := s.engine.Partitions(ctx, q.ID)
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	parts, more, err := s.engine.Partitions(ctx, q.ID, page)
 	if err != nil {
 		return nil, err
 	}
@@ -122,6 +123,7 @@ func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (g
 	id := q.ID.String()
 	detail := gen.GetQueue200JSONResponse{
 		Id: id, Name: q.Name, Namespace: q.Namespace, Task: q.Task, CreatedAt: q.CreatedAt, Options: opts,
+		Truncated: &more, NextOffset: nextOffset(page, len(parts), more),
 	}
 	list := make([]gen.QueuePartition, len(parts))
 	for i, p := range parts {

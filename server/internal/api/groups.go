@@ -12,13 +12,15 @@ import (
 // defaultMinLagSeconds is the lagging route's threshold when none is given.
 const defaultMinLagSeconds = 3600
 
-// ListConsumerGroups answers one row per (group, queue).
-func (s *Server) ListConsumerGroups(ctx context.Context, _ gen.ListConsumerGroupsRequestObject) (gen.ListConsumerGroupsResponseObject, error) {
-	groups, err := s.engine.ListGroups(ctx)
+// ListConsumerGroups answers one page of rows, one per (group, queue); the
+// answer is a bare array, so the headers say whether more follow.
+func (s *Server) ListConsumerGroups(ctx context.Context, req gen.ListConsumerGroupsRequestObject) (gen.ListConsumerGroupsResponseObject, error) {
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	groups, more, err := s.engine.ListGroups(ctx, page)
 	if err != nil {
 		return nil, err
 	}
-	out := make(gen.ListConsumerGroups200JSONResponse, 0, len(groups))
+	out := make([]gen.ConsumerGroupSummary, 0, len(groups))
 	for _, g := range groups {
 		var mode *string
 		if g.SubscriptionMode != "" {
@@ -41,20 +43,23 @@ func (s *Server) ListConsumerGroups(ctx context.Context, _ gen.ListConsumerGroup
 			Conflation:            false,
 		})
 	}
-	return out, nil
+	return gen.ListConsumerGroups200JSONResponse{Body: out, Headers: gen.ListConsumerGroups200ResponseHeaders{
+		XLanesTruncated: more, XLanesNextOffset: nextOffset(page, len(out), more)}}, nil
 }
 
-// ListLaggingConsumerGroups answers the (group, partition) rows lagging by at least minLagSeconds.
+// ListLaggingConsumerGroups answers one page of the (group, partition) rows
+// lagging by at least minLagSeconds; the headers say whether more follow.
 func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLaggingConsumerGroupsRequestObject) (gen.ListLaggingConsumerGroupsResponseObject, error) {
 	minLag := defaultMinLagSeconds
 	if req.Params.MinLagSeconds != nil {
 		minLag = *req.Params.MinLagSeconds
 	}
-	cursors, err := s.engine.LaggingCursors(ctx, lagThreshold(minLag))
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	cursors, more, err := s.engine.LaggingCursors(ctx, lagThreshold(minLag), page)
 	if err != nil {
 		return nil, err
 	}
-	out := make(gen.ListLaggingConsumerGroups200JSONResponse, 0, len(cursors))
+	out := make([]gen.LaggingConsumerGroup, 0, len(cursors))
 	for _, c := range cursors {
 		seconds := int(c.TimeLag / time.Second)
 		out = append(out, gen.LaggingConsumerGroup{
@@ -70,12 +75,15 @@ func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLagg
 			LastConsumedAt:     clampedUTC(c.LastConsumedAt),
 		})
 	}
-	return out, nil
+	return gen.ListLaggingConsumerGroups200JSONResponse{Body: out, Headers: gen.ListLaggingConsumerGroups200ResponseHeaders{
+		XLanesTruncated: more, XLanesNextOffset: nextOffset(page, len(out), more)}}, nil
 }
 
-// GetConsumerGroup answers the group's cursors keyed by queue; {} for an unknown group.
+// GetConsumerGroup answers one page of the group's cursors keyed by queue ({}
+// for an unknown group); the headers say whether more follow.
 func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupRequestObject) (gen.GetConsumerGroupResponseObject, error) {
-	cursors, err := s.engine.GroupCursors(ctx, req.Group)
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	cursors, more, err := s.engine.GroupCursors(ctx, req.Group, page)
 	if err != nil {
 		return nil, err
 	}
@@ -91,11 +99,12 @@ func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupR
 			LeaseActive:    c.LeaseActive,
 		})
 	}
-	out := gen.GetConsumerGroup200JSONResponse{}
+	out := gen.ConsumerGroupDetail{}
 	for queue, parts := range partitions {
 		out[queue] = gen.ConsumerGroupQueue{Conflation: false, Partitions: parts}
 	}
-	return out, nil
+	return gen.GetConsumerGroup200JSONResponse{Body: out, Headers: gen.GetConsumerGroup200ResponseHeaders{
+		XLanesTruncated: more, XLanesNextOffset: nextOffset(page, len(cursors), more)}}, nil
 }
 
 // UpdateConsumerGroupSubscription moves where the group's untouched partitions start.

@@ -46,6 +46,32 @@ func pageOf(limit *gen.Limit, offset *gen.Offset) (int, int) {
 	return l, o
 }
 
+// defaultListLimit is the page of a listing whose rows carry no payload
+// (groups, lagging cursors, labels, a queue's partitions) when the request
+// names no limit; the spec bounds a named one at 10,000.
+const defaultListLimit = 1000
+
+// rowPage is the page a request's limit and offset ask for.
+func rowPage(limit *gen.ListLimit, offset *gen.Offset) engine.RowPage {
+	page := engine.RowPage{Limit: defaultListLimit}
+	if limit != nil {
+		page.Limit = *limit
+	}
+	if offset != nil {
+		page.Offset = *offset
+	}
+	return page
+}
+
+// nextOffset is where the page after one of rows rows starts, nil when no more rows follow.
+func nextOffset(page engine.RowPage, rows int, more bool) *int {
+	if !more {
+		return nil
+	}
+	next := page.Offset + rows
+	return &next
+}
+
 // ListQueues lists queues by name with watermark-derived counts.
 func (s *Server) ListQueues(ctx context.Context, req gen.ListQueuesRequestObject) (gen.ListQueuesResponseObject, error) {
 	p := req.Params
@@ -68,9 +94,10 @@ func (s *Server) GetOverview(ctx context.Context, _ gen.GetOverviewRequestObject
 		Tasks: o.Tasks, Messages: wireCounts(o.Messages)}, nil
 }
 
-// ListNamespaces summarizes every namespace.
-func (s *Server) ListNamespaces(ctx context.Context, _ gen.ListNamespacesRequestObject) (gen.ListNamespacesResponseObject, error) {
-	list, err := s.engine.Namespaces(ctx)
+// ListNamespaces summarizes one page of namespaces.
+func (s *Server) ListNamespaces(ctx context.Context, req gen.ListNamespacesRequestObject) (gen.ListNamespacesResponseObject, error) {
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	list, more, err := s.engine.Namespaces(ctx, page)
 	if err != nil {
 		return nil, err
 	}
@@ -79,12 +106,13 @@ func (s *Server) ListNamespaces(ctx context.Context, _ gen.ListNamespacesRequest
 		l := &list[i]
 		out[i] = gen.NamespaceSummary{Namespace: l.Label, Queues: l.Queues, Partitions: l.Partitions, Messages: wireCounts(l.Messages)}
 	}
-	return gen.ListNamespaces200JSONResponse{Namespaces: out}, nil
+	return gen.ListNamespaces200JSONResponse{Namespaces: out, Truncated: &more, NextOffset: nextOffset(page, len(out), more)}, nil
 }
 
-// ListTasks summarizes every task.
-func (s *Server) ListTasks(ctx context.Context, _ gen.ListTasksRequestObject) (gen.ListTasksResponseObject, error) {
-	list, err := s.engine.Tasks(ctx)
+// ListTasks summarizes one page of tasks.
+func (s *Server) ListTasks(ctx context.Context, req gen.ListTasksRequestObject) (gen.ListTasksResponseObject, error) {
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	list, more, err := s.engine.Tasks(ctx, page)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +121,7 @@ func (s *Server) ListTasks(ctx context.Context, _ gen.ListTasksRequestObject) (g
 		l := &list[i]
 		out[i] = gen.TaskSummary{Task: l.Label, Queues: l.Queues, Partitions: l.Partitions, Messages: wireCounts(l.Messages)}
 	}
-	return gen.ListTasks200JSONResponse{Tasks: out}, nil
+	return gen.ListTasks200JSONResponse{Tasks: out, Truncated: &more, NextOffset: nextOffset(page, len(out), more)}, nil
 }
 
 // DeleteQueue removes a queue and everything in it; 200 even when there was none,
@@ -111,10 +139,12 @@ func (s *Server) DeleteQueue(ctx context.Context, req gen.DeleteQueueRequestObje
 	return out, nil
 }
 
-// GetQueueDepth answers what a group has not committed, per partition.
+// GetQueueDepth answers what a group has not committed: the queue's totals
+// and one page of partitions.
 func (s *Server) GetQueueDepth(ctx context.Context, req gen.GetQueueDepthRequestObject) (gen.GetQueueDepthResponseObject, error) {
 	group := deref(req.Params.Group)
-	parts, err := s.engine.QueueDepth(ctx, req.Queue, group)
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	depth, err := s.engine.QueueDepth(ctx, req.Queue, group, page)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueueDepth404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
 			Error: "Queue not found", Code: CodeQueueNotFound}}, nil
@@ -125,13 +155,11 @@ func (s *Server) GetQueueDepth(ctx context.Context, req gen.GetQueueDepthRequest
 	if group == "" {
 		group = engine.QueueModeGroup
 	}
-	out := gen.GetQueueDepth200JSONResponse{Queue: req.Queue, Group: &group, Partitions: make([]gen.PartitionDepth, len(parts))}
-	for i, p := range parts {
+	out := gen.GetQueueDepth200JSONResponse{Queue: req.Queue, Group: &group, Pending: int(depth.Pending),
+		PartitionsPending: depth.PartitionsPending, Partitions: make([]gen.PartitionDepth, len(depth.Partitions)),
+		Truncated: &depth.More, NextOffset: nextOffset(page, len(depth.Partitions), depth.More)}
+	for i, p := range depth.Partitions {
 		out.Partitions[i] = gen.PartitionDepth{Partition: p.Partition, Pending: int(p.Pending)}
-		out.Pending += int(p.Pending)
-		if p.Pending > 0 {
-			out.PartitionsPending++
-		}
 	}
 	return out, nil
 }

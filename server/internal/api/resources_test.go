@@ -50,8 +50,10 @@ func TestResourcesCountFromWatermarks(t *testing.T) {
 	if !found {
 		t.Fatalf("namespace %s missing or wrong: %+v", ns, namespaces)
 	}
-	var tasks map[string][]map[string]any
-	if status, _ := b.call(t, "GET", "/api/v1/resources/tasks", nil, &tasks); status != 200 || len(tasks["tasks"]) == 0 {
+	var tasks struct {
+		Tasks []map[string]any `json:"tasks"`
+	}
+	if status, _ := b.call(t, "GET", "/api/v1/resources/tasks", nil, &tasks); status != 200 || len(tasks.Tasks) == 0 {
 		t.Fatalf("tasks: %d %+v", status, tasks)
 	}
 	var overview struct {

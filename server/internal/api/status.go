@@ -80,9 +80,10 @@ func (s *Server) ListQueueStatus(ctx context.Context, req gen.ListQueueStatusReq
 	return gen.ListQueueStatus200JSONResponse{Queues: queues, Pagination: page}, nil
 }
 
-// GetQueueStatus answers one queue's live state, per partition on request.
+// GetQueueStatus answers one queue's live state, one page of partitions on request.
 func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusRequestObject) (gen.GetQueueStatusResponseObject, error) {
-	q, parts, err := s.engine.QueueStatus(ctx, req.Queue, deref(req.Params.IncludePartitions))
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	q, parts, more, err := s.engine.QueueStatus(ctx, req.Queue, deref(req.Params.IncludePartitions), page)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueueStatus404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
 			Error: "Queue not found", Code: CodeQueueNotFound}}, nil
@@ -93,7 +94,8 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 	out := gen.GetQueueStatus200JSONResponse{
 		Queue: gen.QueueStatusQueue{Id: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
 			CreatedAt: q.CreatedAt.UTC(), Partitions: q.Partitions},
-		Messages: wireCounts(q.Messages),
+		Messages:  wireCounts(q.Messages),
+		Truncated: &more, NextOffset: nextOffset(page, len(parts), more),
 	}
 	if parts != nil {
 		list := make([]gen.PartitionStatus, len(parts))

@@ -265,16 +265,21 @@ type PartitionInfo struct {
 	CreatedAt   time.Time
 }
 
-// Partitions lists a queue's partitions by name.
-func (e *Engine) Partitions(ctx context.Context, queueID uuid.UUID) ([]PartitionInfo, error) {
+// Partitions lists one page of a queue's partitions by name and says whether more follow.
+func (e *Engine) Partitions(ctx context.Context, queueID uuid.UUID, page RowPage) ([]PartitionInfo, bool, error) {
 	rows, err := e.pool.Query(ctx, `SELECT id, name, last_offset, log_start, last_write_at, created_at
-		FROM lanes.partitions WHERE queue_id = $1 ORDER BY name`, queueID)
+		FROM lanes.partitions WHERE queue_id = $1 ORDER BY name LIMIT $2 OFFSET $3`, queueID, page.limitArg(), page.Offset)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
 		var p PartitionInfo
 		err := r.Scan(&p.ID, &p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &p.CreatedAt)
 		return p, err
 	})
+	if err != nil {
+		return nil, false, err
+	}
+	list, more := cutPage(list, page)
+	return list, more, nil
 }

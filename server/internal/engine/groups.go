@@ -53,12 +53,13 @@ func (g GroupSummary) State() string {
 	}
 }
 
-// cursorsSQL lists cursors with lag; $1 filters the group (empty = all).
-const cursorsSQL = `SELECT c.consumer_group, q.id, q.name, p.name, p.id,
-		CASE WHEN c.lease_expires_at > now() THEN c.lease_id::text ELSE '' END,
-		coalesce(c.lease_expires_at > now(), false), c.total_consumed, c.last_consumed_at,
-		greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0), o.created_at,
-		coalesce(extract(epoch FROM now() - o.created_at), 0)::float8
+// cursorRowsSQL is every cursor with its lag, a subquery the listings filter,
+// order and page in the database; $1 filters the group (empty = all).
+const cursorRowsSQL = `SELECT c.consumer_group AS grp, q.id AS queue_id, q.name AS queue, p.name AS partition, p.id AS partition_id,
+		CASE WHEN c.lease_expires_at > now() THEN c.lease_id::text ELSE '' END AS lease_id,
+		coalesce(c.lease_expires_at > now(), false) AS lease_active, c.total_consumed, c.last_consumed_at,
+		greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0) AS offset_lag, o.created_at AS oldest,
+		coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS lag_seconds
 	FROM lanes.consumers c
 	JOIN lanes.partitions p ON p.id = c.partition_id
 	JOIN lanes.queues q ON q.id = p.queue_id
@@ -66,16 +67,23 @@ const cursorsSQL = `SELECT c.consumer_group, q.id, q.name, p.name, p.id,
 		WHERE p.last_offset > greatest(c.committed, p.log_start - 1)
 		  AND sg.partition_id = p.id AND sg.base_offset <= greatest(c.committed + 1, p.log_start)
 		ORDER BY sg.base_offset DESC LIMIT 1) o ON true
-	WHERE ($1 = '' OR c.consumer_group = $1)
-	ORDER BY c.consumer_group, q.name, p.name`
+	WHERE ($1 = '' OR c.consumer_group = $1)`
 
-// GroupCursors lists the cursors of group ("" = every group).
-func (e *Engine) GroupCursors(ctx context.Context, group string) ([]GroupCursor, error) {
-	rows, err := e.pool.Query(ctx, cursorsSQL, group)
+// cursorPageSQL is one page of cursorRowsSQL by group, queue and partition
+// name; $2 is the LIMIT, $3 the OFFSET, and the rows also meet where.
+func cursorPageSQL(where string) string {
+	return `SELECT grp, queue_id, queue, partition, partition_id, lease_id, lease_active, total_consumed,
+		last_consumed_at, offset_lag, oldest, lag_seconds
+	FROM (` + cursorRowsSQL + `) cr WHERE ` + where + `
+	ORDER BY grp, queue, partition LIMIT $2 OFFSET $3`
+}
+
+func (e *Engine) cursorPage(ctx context.Context, sql string, page RowPage, args ...any) ([]GroupCursor, bool, error) {
+	rows, err := e.pool.Query(ctx, sql, args...)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return pgx.CollectRows(rows, func(row pgx.CollectableRow) (GroupCursor, error) {
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (GroupCursor, error) {
 		var c GroupCursor
 		var lagSeconds float64
 		err := row.Scan(&c.Group, &c.QueueID, &c.Queue, &c.Partition, &c.PartitionID, &c.LeaseID, &c.LeaseActive,
@@ -83,80 +91,67 @@ func (e *Engine) GroupCursors(ctx context.Context, group string) ([]GroupCursor,
 		c.TimeLag = time.Duration(max(lagSeconds, 0) * float64(time.Second))
 		return c, err
 	})
+	if err != nil {
+		return nil, false, err
+	}
+	list, more := cutPage(list, page)
+	return list, more, nil
 }
 
-// ListGroups returns one summary per (group, queue): groups registered by a
-// pop and groups that only have cursors (placed by a seek).
-func (e *Engine) ListGroups(ctx context.Context) ([]GroupSummary, error) {
-	cursors, err := e.GroupCursors(ctx, "")
-	if err != nil {
-		return nil, err
-	}
-	type key struct{ group, queue string }
-	byKey := map[key]*GroupSummary{}
-	var order []key
-	get := func(k key) *GroupSummary {
-		s := byKey[k]
-		if s == nil {
-			s = &GroupSummary{Group: k.group, Queue: k.queue}
-			byKey[k] = s
-			order = append(order, k)
-		}
-		return s
-	}
-	rows, err := e.pool.Query(ctx, `SELECT g.consumer_group, q.name, g.subscription_mode, g.subscription_timestamp, g.created_at
-		FROM lanes.consumer_groups g JOIN lanes.queues q ON q.id = g.queue_id
-		ORDER BY g.consumer_group, q.name`)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
-		var k key
-		var mode string
-		var ts, created time.Time
-		if err := rows.Scan(&k.group, &k.queue, &mode, &ts, &created); err != nil {
-			rows.Close()
-			return nil, err
-		}
-		s := get(k)
-		s.SubscriptionMode, s.SubscriptionTimestamp, s.SubscriptionCreatedAt = mode, &ts, &created
-	}
-	rows.Close()
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	for _, c := range cursors {
-		s := get(key{c.Group, c.Queue})
-		s.Cursors++
-		if c.OffsetLag > 0 {
-			s.PartitionsWithLag++
-			s.TotalLag += c.OffsetLag
-			s.MaxTimeLag = max(s.MaxTimeLag, c.TimeLag)
-		}
-		if c.LastConsumedAt != nil {
-			s.EverConsumed = true
-		}
-	}
-	out := make([]GroupSummary, 0, len(order))
-	for _, k := range order {
-		out = append(out, *byKey[k])
-	}
-	return out, nil
+// GroupCursors lists one page of the cursors of group ("" = every group), by
+// group, queue and partition name, and says whether more follow.
+func (e *Engine) GroupCursors(ctx context.Context, group string, page RowPage) ([]GroupCursor, bool, error) {
+	return e.cursorPage(ctx, cursorPageSQL("true"), page, group, page.limitArg(), page.Offset)
 }
 
-// LaggingCursors lists cursors whose oldest unconsumed message waited at least minLag.
-func (e *Engine) LaggingCursors(ctx context.Context, minLag time.Duration) ([]GroupCursor, error) {
-	all, err := e.GroupCursors(ctx, "")
+// ListGroups returns one page of summaries, one per (group, queue), by group
+// then queue name: groups registered by a pop and groups that only have
+// cursors (placed by a seek). The cursors are summed in the database, so a
+// page costs the broker its own rows, however many cursors there are.
+func (e *Engine) ListGroups(ctx context.Context, page RowPage) ([]GroupSummary, bool, error) {
+	rows, err := e.pool.Query(ctx, `WITH cursors AS (
+			SELECT grp, queue_id, count(*)::int AS cursors, count(*) FILTER (WHERE offset_lag > 0)::int AS with_lag,
+				coalesce(sum(offset_lag), 0)::int8 AS total_lag,
+				coalesce(max(lag_seconds) FILTER (WHERE offset_lag > 0), 0)::float8 AS max_lag_seconds,
+				bool_or(last_consumed_at IS NOT NULL) AS ever_consumed
+			FROM (`+cursorRowsSQL+`) cr GROUP BY grp, queue_id),
+		keys AS (SELECT consumer_group AS grp, queue_id FROM lanes.consumer_groups
+			UNION SELECT grp, queue_id FROM cursors)
+		SELECT k.grp, q.name, g.subscription_mode, g.subscription_timestamp, g.created_at,
+			coalesce(c.cursors, 0), coalesce(c.with_lag, 0), coalesce(c.total_lag, 0),
+			coalesce(c.max_lag_seconds, 0), coalesce(c.ever_consumed, false)
+		FROM keys k JOIN lanes.queues q ON q.id = k.queue_id
+		LEFT JOIN lanes.consumer_groups g ON g.consumer_group = k.grp AND g.queue_id = k.queue_id
+		LEFT JOIN cursors c ON c.grp = k.grp AND c.queue_id = k.queue_id
+		ORDER BY k.grp, q.name LIMIT $2 OFFSET $3`, "", page.limitArg(), page.Offset)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	out := all[:0]
-	for _, c := range all {
-		if c.OffsetLag > 0 && c.OldestUnconsumed != nil && c.TimeLag >= minLag {
-			out = append(out, c)
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (GroupSummary, error) {
+		var s GroupSummary
+		var mode *string
+		var lagSeconds float64
+		err := row.Scan(&s.Group, &s.Queue, &mode, &s.SubscriptionTimestamp, &s.SubscriptionCreatedAt,
+			&s.Cursors, &s.PartitionsWithLag, &s.TotalLag, &lagSeconds, &s.EverConsumed)
+		if mode != nil {
+			s.SubscriptionMode = *mode
 		}
+		s.MaxTimeLag = time.Duration(max(lagSeconds, 0) * float64(time.Second))
+		return s, err
+	})
+	if err != nil {
+		return nil, false, err
 	}
-	return out, nil
+	list, more := cutPage(list, page)
+	return list, more, nil
+}
+
+// LaggingCursors lists one page of the cursors whose oldest unconsumed message
+// waited at least minLag, by group, queue and partition name, filtered in the
+// database, and says whether more follow.
+func (e *Engine) LaggingCursors(ctx context.Context, minLag time.Duration, page RowPage) ([]GroupCursor, bool, error) {
+	return e.cursorPage(ctx, cursorPageSQL("offset_lag > 0 AND oldest IS NOT NULL AND greatest(lag_seconds, 0) >= $4"), page,
+		"", page.limitArg(), page.Offset, minLag.Seconds())
 }
 
 // SubscriptionUpdate reports a subscription change.

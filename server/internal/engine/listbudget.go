@@ -28,3 +28,28 @@ func (b *pageBudget) take(n int64) bool {
 	b.rows++
 	return true
 }
+
+// RowPage places one page of a listing whose rows carry no payload (groups,
+// lagging cursors, labels, a queue's partitions): at most Limit rows (all
+// when Limit is 0) after skipping Offset.
+type RowPage struct {
+	Limit, Offset int
+}
+
+// limitArg is the LIMIT of a page's query: one row past the page, which
+// says whether more follow; nil (no limit) when the page has none.
+func (p RowPage) limitArg() any {
+	if p.Limit <= 0 {
+		return nil
+	}
+	return p.Limit + 1
+}
+
+// cutPage keeps the page's rows of rows, read through limitArg, and says
+// whether more rows follow them.
+func cutPage[T any](rows []T, p RowPage) ([]T, bool) {
+	if p.Limit > 0 && len(rows) > p.Limit {
+		return rows[:p.Limit], true
+	}
+	return rows, false
+}

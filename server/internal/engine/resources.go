@@ -136,31 +136,38 @@ type LabelSummary struct {
 	Messages   MessageCounts
 }
 
-// Namespaces summarizes every non-empty namespace.
-func (e *Engine) Namespaces(ctx context.Context) ([]LabelSummary, error) {
-	return e.labelSummaries(ctx, "namespace")
+// Namespaces summarizes one page of the non-empty namespaces, by name, and
+// says whether more follow.
+func (e *Engine) Namespaces(ctx context.Context, page RowPage) ([]LabelSummary, bool, error) {
+	return e.labelSummaries(ctx, "namespace", page)
 }
 
-// Tasks summarizes every non-empty task.
-func (e *Engine) Tasks(ctx context.Context) ([]LabelSummary, error) {
-	return e.labelSummaries(ctx, "task")
+// Tasks summarizes one page of the non-empty tasks, by name, and says whether more follow.
+func (e *Engine) Tasks(ctx context.Context, page RowPage) ([]LabelSummary, bool, error) {
+	return e.labelSummaries(ctx, "task", page)
 }
 
-func (e *Engine) labelSummaries(ctx context.Context, column string) ([]LabelSummary, error) {
+func (e *Engine) labelSummaries(ctx context.Context, column string, page RowPage) ([]LabelSummary, bool, error) {
 	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
 		SELECT q.`+column+`, count(DISTINCT q.id)::int, count(pc.partition_id)::int, `+countColumns+`
 		FROM lanes.queues q LEFT JOIN pc ON pc.queue_id = q.id
-		WHERE q.`+column+` <> '' GROUP BY q.`+column+` ORDER BY q.`+column, "", "", "")
+		WHERE q.`+column+` <> '' GROUP BY q.`+column+` ORDER BY q.`+column+` LIMIT $4 OFFSET $5`,
+		"", "", "", page.limitArg(), page.Offset)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (LabelSummary, error) {
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (LabelSummary, error) {
 		var s LabelSummary
 		var t, c, p, d int64
 		err := r.Scan(&s.Label, &s.Queues, &s.Partitions, &t, &c, &p, &d)
 		s.Messages = scanCounts(t, c, p, d)
 		return s, err
 	})
+	if err != nil {
+		return nil, false, err
+	}
+	list, more := cutPage(list, page)
+	return list, more, nil
 }
 
 // PartitionDepth is one partition's pending count for a group.
@@ -169,32 +176,55 @@ type PartitionDepth struct {
 	Pending   int64
 }
 
-// QueueDepth counts what group has not committed, per partition; a partition the
-// group has no cursor on counts everything retained. ErrNotFound for an unknown queue.
-func (e *Engine) QueueDepth(ctx context.Context, queue, group string) ([]PartitionDepth, error) {
+// QueueDepthPage is one page of a queue's depth for a group, with the
+// totals of the whole queue.
+type QueueDepthPage struct {
+	Partitions        []PartitionDepth
+	More              bool // more partitions follow the page
+	Pending           int64
+	PartitionsPending int
+}
+
+// partitionDepthSQL is what group has not committed per partition of queue $1;
+// a partition the group has no cursor on counts everything retained.
+const partitionDepthSQL = `SELECT p.name,
+		greatest(p.last_offset - greatest(coalesce(c.committed, -1), p.log_start - 1), 0) AS pending
+	FROM lanes.partitions p
+	LEFT JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
+	WHERE p.queue_id = $1`
+
+// QueueDepth counts what group has not committed: one page of partitions, by
+// name, and the totals of every partition. ErrNotFound for an unknown queue.
+func (e *Engine) QueueDepth(ctx context.Context, queue, group string, page RowPage) (QueueDepthPage, error) {
 	if group == "" {
 		group = QueueModeGroup
 	}
+	var out QueueDepthPage
 	var qid uuid.UUID
 	if err := e.pool.QueryRow(ctx, `SELECT id FROM lanes.queues WHERE name = $1`, queue).Scan(&qid); err != nil {
 		if errors.Is(err, pgx.ErrNoRows) {
-			return nil, ErrNotFound
+			return out, ErrNotFound
 		}
-		return nil, err
+		return out, err
 	}
-	rows, err := e.pool.Query(ctx, `SELECT p.name,
-			greatest(p.last_offset - greatest(coalesce(c.committed, -1), p.log_start - 1), 0)
-		FROM lanes.partitions p
-		LEFT JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
-		WHERE p.queue_id = $1 ORDER BY p.name`, qid, group)
+	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(pending), 0)::int8, count(*) FILTER (WHERE pending > 0)::int
+		FROM (`+partitionDepthSQL+`) d`, qid, group).Scan(&out.Pending, &out.PartitionsPending); err != nil {
+		return out, err
+	}
+	rows, err := e.pool.Query(ctx, partitionDepthSQL+` ORDER BY p.name LIMIT $3 OFFSET $4`, qid, group, page.limitArg(), page.Offset)
 	if err != nil {
-		return nil, err
+		return out, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionDepth, error) {
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionDepth, error) {
 		var d PartitionDepth
 		err := r.Scan(&d.Partition, &d.Pending)
 		return d, err
 	})
+	if err != nil {
+		return out, err
+	}
+	out.Partitions, out.More = cutPage(list, page)
+	return out, nil
 }
 
 // DeleteQueue removes a queue with its partitions, segments, cursors, subscriptions,
@@ -272,18 +302,19 @@ type PartitionStatus struct {
 	LastConsumedAt  *time.Time
 }
 
-// QueueStatus returns a queue's summary and, with partitions, each partition's
-// live state. ErrNotFound for an unknown queue.
-func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool) (*QueueSummary, []PartitionStatus, error) {
+// QueueStatus returns a queue's summary and, with partitions, one page of
+// its partitions' live state, by name, and whether more follow. ErrNotFound
+// for an unknown queue.
+func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool, page RowPage) (*QueueSummary, []PartitionStatus, bool, error) {
 	list, _, err := e.ListQueues(ctx, QueueListFilter{Queue: queue, Limit: 1})
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	if len(list) == 0 {
-		return nil, nil, ErrNotFound
+		return nil, nil, false, ErrNotFound
 	}
 	if !partitions {
-		return &list[0], nil, nil
+		return &list[0], nil, false, nil
 	}
 	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
 		SELECT p.id, p.name, pc.total, pc.completed, pc.processing, pc.dead, p.last_write_at,
@@ -295,9 +326,9 @@ func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool)
 				max(c.lease_expires_at) FILTER (WHERE c.lease_expires_at > now()) AS lease_expires_at,
 				coalesce(sum(c.total_consumed), 0)::int8 AS consumed, max(c.last_consumed_at) AS last_consumed_at
 			FROM lanes.consumers c WHERE c.partition_id = p.id) g
-		ORDER BY p.name`, queue, "", "")
+		ORDER BY p.name LIMIT $4 OFFSET $5`, queue, "", "", page.limitArg(), page.Offset)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, false, err
 	}
 	parts, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionStatus, error) {
 		var s PartitionStatus
@@ -307,7 +338,11 @@ func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool)
 		s.Messages = scanCounts(t, c, p, d)
 		return s, err
 	})
-	return &list[0], parts, err
+	if err != nil {
+		return nil, nil, false, err
+	}
+	parts, more := cutPage(parts, page)
+	return &list[0], parts, more, nil
 }
 
 // LeaseSummary counts live leases across the cluster.

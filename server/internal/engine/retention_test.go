@@ -381,7 +381,7 @@ func TestMessagesDeletedBeforeDeliveryAreNotCountedAsConsumed(t *testing.T) {
 	}
 	consumed := func(group string) int64 {
 		t.Helper()
-		cursors, err := e.GroupCursors(context.Background(), group)
+		cursors, _, err := e.GroupCursors(context.Background(), group, RowPage{})
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -137,11 +137,27 @@ class ApiV1AckPostResponse(RootModel[list[AckResult]]):
     root: Annotated[list[AckResult], Field(max_length=1, min_length=1)]
 
 
+class ApiV1ConsumerGroupsGetParametersQuery(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
+
+
 class ApiV1ConsumerGroupsGroupDeleteParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
     delete_metadata: Annotated[bool, Field(alias="deleteMetadata")] = True
+
+
+class ApiV1ConsumerGroupsGroupGetParametersQuery(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
 
 
 class ApiV1ConsumerGroupsGroupQueuesQueueDeleteParametersQuery(BaseModel):
@@ -155,6 +171,8 @@ class ApiV1ConsumerGroupsLaggingGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
     min_lag_seconds: Annotated[int | None, Field(alias="minLagSeconds", ge=0)] = None
 
 
@@ -244,6 +262,14 @@ class ApiV1PopQueueQueuePartitionPartitionGetParametersQuery(BaseModel):
     auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
 
+class ApiV1ResourcesNamespacesGetParametersQuery(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
+
+
 class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -258,7 +284,25 @@ class ApiV1ResourcesQueuesQueueDepthGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
     group: str | None = None
+
+
+class ApiV1ResourcesQueuesQueueGetParametersQuery(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
+
+
+class ApiV1ResourcesTasksGetParametersQuery(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
 
 
 class ApiV1StatusGetParametersQuery(BaseModel):
@@ -289,6 +333,8 @@ class ApiV1StatusQueuesQueueGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
     include_partitions: Annotated[bool, Field(alias="includePartitions")] = False
 
 
@@ -1553,6 +1599,16 @@ class NamespaceList(BaseModel):
         populate_by_name=True,
     )
     namespaces: list[NamespaceSummary]
+    truncated: bool | None = None
+    """
+    `true` when more namespaces follow this page (it stopped at `limit`): ask again at
+    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    """
 
 
 class NamespaceSummary(BaseModel):
@@ -1895,6 +1951,16 @@ class QueueDepth(BaseModel):
     Partitions with pending messages.
     """
     partitions: list[PartitionDepth]
+    truncated: bool | None = None
+    """
+    `true` when more partitions follow this page (it stopped at `limit`): ask again at
+    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    """
 
 
 class QueueDetail(BaseModel):
@@ -1912,6 +1978,16 @@ class QueueDetail(BaseModel):
     options: QueueDetailOptions
     partitions: list[QueuePartition]
     messages: MessageCounts | None = None
+    truncated: bool | None = None
+    """
+    `true` when more partitions follow this page (it stopped at `limit`): ask again at
+    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    """
 
 
 class QueueList(BaseModel):
@@ -2175,6 +2251,16 @@ class QueueStatus(BaseModel):
     queue: QueueStatusQueue
     messages: MessageCounts
     partitions: list[PartitionStatus] | None = None
+    truncated: bool | None = None
+    """
+    `true` when more partitions follow this page (it stopped at `limit`): ask again at
+    `nextOffset` for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    """
 
 
 class QueueStatusList(BaseModel):
@@ -2445,6 +2531,16 @@ class TaskList(BaseModel):
         populate_by_name=True,
     )
     tasks: list[TaskSummary]
+    truncated: bool | None = None
+    """
+    `true` when more tasks follow this page (it stopped at `limit`): ask again at
+    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    """
 
 
 class TaskSummary(BaseModel):

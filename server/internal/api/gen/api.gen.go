@@ -1534,6 +1534,13 @@ type MetricsSpool struct {
 // NamespaceList defines model for NamespaceList.
 type NamespaceList struct {
 	Namespaces []NamespaceSummary `json:"namespaces"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int `json:"nextOffset"`
+
+	// Truncated `true` when more namespaces follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // NamespaceSummary defines model for NamespaceSummary.
@@ -1790,7 +1797,10 @@ type PushResultStatus string
 // QueueDepth defines model for QueueDepth.
 type QueueDepth struct {
 	// Group Group used (`__QUEUE_MODE__` when none).
-	Group      *string          `json:"group"`
+	Group *string `json:"group"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int             `json:"nextOffset"`
 	Partitions []PartitionDepth `json:"partitions"`
 
 	// PartitionsPending Partitions with pending messages.
@@ -1799,6 +1809,10 @@ type QueueDepth struct {
 	// Pending Messages not yet committed by the group.
 	Pending int    `json:"pending"`
 	Queue   string `json:"queue"`
+
+	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // QueueDetail defines model for QueueDetail.
@@ -1814,10 +1828,17 @@ type QueueDetail struct {
 	Name      string         `json:"name"`
 	Namespace string         `json:"namespace"`
 
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int `json:"nextOffset"`
+
 	// Options The 19 queue options plus the `namespace` and `task` labels (21 keys).
 	Options    QueueDetailOptions `json:"options"`
 	Partitions []QueuePartition   `json:"partitions"`
 	Task       string             `json:"task"`
+
+	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // QueueDetailOptions The 19 queue options plus the `namespace` and `task` labels (21 keys).
@@ -2049,9 +2070,16 @@ type QueuePartition struct {
 type QueueStatus struct {
 	// Messages Message counters: one status per retained message (a dead-lettered one counts only as
 	// `deadLetter`), so the buckets add up to `total`.
-	Messages   MessageCounts      `json:"messages"`
+	Messages MessageCounts `json:"messages"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int               `json:"nextOffset"`
 	Partitions *[]PartitionStatus `json:"partitions,omitempty"`
 	Queue      QueueStatusQueue   `json:"queue"`
+
+	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // QueueStatusList defines model for QueueStatusList.
@@ -2269,7 +2297,13 @@ type SubscriptionUpdateResult struct {
 
 // TaskList defines model for TaskList.
 type TaskList struct {
-	Tasks []TaskSummary `json:"tasks"`
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int          `json:"nextOffset"`
+	Tasks      []TaskSummary `json:"tasks"`
+
+	// Truncated `true` when more tasks follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // TaskSummary defines model for TaskSummary.
@@ -2558,6 +2592,9 @@ type GroupPath = string
 // Limit defines model for Limit.
 type Limit = int
 
+// ListLimit defines model for ListLimit.
+type ListLimit = int
+
 // NamespaceFilter defines model for NamespaceFilter.
 type NamespaceFilter = string
 
@@ -2654,8 +2691,31 @@ type TooManyRequests = Error
 // Unauthorized Error envelope of every 4xx/5xx JSON answer.
 type Unauthorized = Error
 
+// ListConsumerGroupsParams defines parameters for ListConsumerGroups.
+type ListConsumerGroupsParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // ListLaggingConsumerGroupsParams defines parameters for ListLaggingConsumerGroups.
 type ListLaggingConsumerGroupsParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
 	// MinLagSeconds Minimum time lag in seconds (clients usually send 60; the reference example uses 3600).
 	MinLagSeconds *int `form:"minLagSeconds,omitempty" json:"minLagSeconds,omitempty"`
 }
@@ -2664,6 +2724,19 @@ type ListLaggingConsumerGroupsParams struct {
 type DeleteConsumerGroupParams struct {
 	// DeleteMetadata Also delete the stored subscription metadata. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	DeleteMetadata *bool `form:"deleteMetadata,omitempty" json:"deleteMetadata,omitempty"`
+}
+
+// GetConsumerGroupParams defines parameters for GetConsumerGroup.
+type GetConsumerGroupParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // DeleteConsumerGroupQueueParams defines parameters for DeleteConsumerGroupQueue.
@@ -2894,6 +2967,19 @@ type PopPartitionParams struct {
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
 
+// ListNamespacesParams defines parameters for ListNamespaces.
+type ListNamespacesParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // ListQueuesParams defines parameters for ListQueues.
 type ListQueuesParams struct {
 	// Namespace Filter by namespace.
@@ -2910,10 +2996,46 @@ type ListQueuesParams struct {
 	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
+// GetQueueParams defines parameters for GetQueue.
+type GetQueueParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // GetQueueDepthParams defines parameters for GetQueueDepth.
 type GetQueueDepthParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
 	// Group Consumer group; absent = queue mode (`__QUEUE_MODE__`).
 	Group *string `form:"group,omitempty" json:"group,omitempty"`
+}
+
+// ListTasksParams defines parameters for ListTasks.
+type ListTasksParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
 }
 
 // GetStatusParams defines parameters for GetStatus.
@@ -2961,6 +3083,16 @@ type ListQueueStatusParams struct {
 
 // GetQueueStatusParams defines parameters for GetQueueStatus.
 type GetQueueStatusParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+
 	// IncludePartitions Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	IncludePartitions *bool `form:"includePartitions,omitempty" json:"includePartitions,omitempty"`
 }
@@ -3051,7 +3183,7 @@ type ServerInterface interface {
 	Configure(w http.ResponseWriter, r *http.Request)
 	// ListConsumerGroups List consumer groups
 	// (GET /api/v1/consumer-groups)
-	ListConsumerGroups(w http.ResponseWriter, r *http.Request)
+	ListConsumerGroups(w http.ResponseWriter, r *http.Request, params ListConsumerGroupsParams)
 	// ListLaggingConsumerGroups List lagging consumer partitions
 	// (GET /api/v1/consumer-groups/lagging)
 	ListLaggingConsumerGroups(w http.ResponseWriter, r *http.Request, params ListLaggingConsumerGroupsParams)
@@ -3060,7 +3192,7 @@ type ServerInterface interface {
 	DeleteConsumerGroup(w http.ResponseWriter, r *http.Request, group GroupPath, params DeleteConsumerGroupParams)
 	// GetConsumerGroup Get a consumer group
 	// (GET /api/v1/consumer-groups/{group})
-	GetConsumerGroup(w http.ResponseWriter, r *http.Request, group GroupPath)
+	GetConsumerGroup(w http.ResponseWriter, r *http.Request, group GroupPath, params GetConsumerGroupParams)
 	// DeleteConsumerGroupQueue Delete a consumer group on one queue
 	// (DELETE /api/v1/consumer-groups/{group}/queues/{queue})
 	DeleteConsumerGroupQueue(w http.ResponseWriter, r *http.Request, group GroupPath, queue QueuePath, params DeleteConsumerGroupQueueParams)
@@ -3129,7 +3261,7 @@ type ServerInterface interface {
 	ListKvNamespaces(w http.ResponseWriter, r *http.Request)
 	// ListNamespaces List namespaces
 	// (GET /api/v1/resources/namespaces)
-	ListNamespaces(w http.ResponseWriter, r *http.Request)
+	ListNamespaces(w http.ResponseWriter, r *http.Request, params ListNamespacesParams)
 	// GetOverview System overview counters
 	// (GET /api/v1/resources/overview)
 	GetOverview(w http.ResponseWriter, r *http.Request)
@@ -3141,13 +3273,13 @@ type ServerInterface interface {
 	DeleteQueue(w http.ResponseWriter, r *http.Request, queue QueuePath)
 	// GetQueue Get queue detail
 	// (GET /api/v1/resources/queues/{queue})
-	GetQueue(w http.ResponseWriter, r *http.Request, queue QueuePath)
+	GetQueue(w http.ResponseWriter, r *http.Request, queue QueuePath, params GetQueueParams)
 	// GetQueueDepth Get queue depth
 	// (GET /api/v1/resources/queues/{queue}/depth)
 	GetQueueDepth(w http.ResponseWriter, r *http.Request, queue QueuePath, params GetQueueDepthParams)
 	// ListTasks List tasks
 	// (GET /api/v1/resources/tasks)
-	ListTasks(w http.ResponseWriter, r *http.Request)
+	ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams)
 	// GetStatus Dashboard aggregate
 	// (GET /api/v1/status)
 	GetStatus(w http.ResponseWriter, r *http.Request, params GetStatusParams)
@@ -3255,8 +3387,40 @@ func (siw *ServerInterfaceWrapper) Configure(w http.ResponseWriter, r *http.Requ
 // ListConsumerGroups operation middleware
 func (siw *ServerInterfaceWrapper) ListConsumerGroups(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListConsumerGroupsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListConsumerGroups(w, r)
+		siw.Handler.ListConsumerGroups(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -3274,6 +3438,32 @@ func (siw *ServerInterfaceWrapper) ListLaggingConsumerGroups(w http.ResponseWrit
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params ListLaggingConsumerGroupsParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "minLagSeconds" -------------
 
@@ -3356,8 +3546,37 @@ func (siw *ServerInterfaceWrapper) GetConsumerGroup(w http.ResponseWriter, r *ht
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetConsumerGroupParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.GetConsumerGroup(w, r, group)
+		siw.Handler.GetConsumerGroup(w, r, group, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4641,8 +4860,40 @@ func (siw *ServerInterfaceWrapper) ListKvNamespaces(w http.ResponseWriter, r *ht
 // ListNamespaces operation middleware
 func (siw *ServerInterfaceWrapper) ListNamespaces(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListNamespacesParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListNamespaces(w, r)
+		siw.Handler.ListNamespaces(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4779,8 +5030,37 @@ func (siw *ServerInterfaceWrapper) GetQueue(w http.ResponseWriter, r *http.Reque
 		return
 	}
 
+	// Parameter object where we will unmarshal all parameters from the context
+	var params GetQueueParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.GetQueue(w, r, queue)
+		siw.Handler.GetQueue(w, r, queue, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -4807,6 +5087,32 @@ func (siw *ServerInterfaceWrapper) GetQueueDepth(w http.ResponseWriter, r *http.
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params GetQueueDepthParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "group" -------------
 
@@ -4835,8 +5141,40 @@ func (siw *ServerInterfaceWrapper) GetQueueDepth(w http.ResponseWriter, r *http.
 // ListTasks operation middleware
 func (siw *ServerInterfaceWrapper) ListTasks(w http.ResponseWriter, r *http.Request) {
 
+	var err error
+	_ = err
+
+	// Parameter object where we will unmarshal all parameters from the context
+	var params ListTasksParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
+
 	handler := http.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		siw.Handler.ListTasks(w, r)
+		siw.Handler.ListTasks(w, r, params)
 	}))
 
 	for _, middleware := range siw.HandlerMiddlewares {
@@ -5073,6 +5411,32 @@ func (siw *ServerInterfaceWrapper) GetQueueStatus(w http.ResponseWriter, r *http
 
 	// Parameter object where we will unmarshal all parameters from the context
 	var params GetQueueStatusParams
+
+	// ------------- Optional query parameter "limit" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "limit", r.URL.Query(), &params.Limit, runtime.BindQueryParameterOptions{Type: "integer", Format: ""})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "limit"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "limit", Err: err})
+		}
+		return
+	}
+
+	// ------------- Optional query parameter "offset" -------------
+
+	err = runtime.BindQueryParameterWithOptions("form", true, false, "offset", r.URL.Query(), &params.Offset, runtime.BindQueryParameterOptions{Type: "integer", Format: "int64"})
+	if err != nil {
+		var requiredError *runtime.RequiredParameterError
+		if errors.As(err, &requiredError) {
+			siw.ErrorHandlerFunc(w, r, &RequiredParamError{ParamName: "offset"})
+		} else {
+			siw.ErrorHandlerFunc(w, r, &InvalidParamFormatError{ParamName: "offset", Err: err})
+		}
+		return
+	}
 
 	// ------------- Optional query parameter "includePartitions" -------------
 
@@ -6054,21 +6418,34 @@ func (response Configure500JSONResponse) VisitConfigureResponse(w http.ResponseW
 }
 
 type ListConsumerGroupsRequestObject struct {
+	Params ListConsumerGroupsParams
 }
 
 type ListConsumerGroupsResponseObject interface {
 	VisitListConsumerGroupsResponse(w http.ResponseWriter) error
 }
 
-type ListConsumerGroups200JSONResponse []ConsumerGroupSummary
+type ListConsumerGroups200ResponseHeaders struct {
+	XLanesNextOffset *int
+	XLanesTruncated  bool
+}
+
+type ListConsumerGroups200JSONResponse struct {
+	Body    []ConsumerGroupSummary
+	Headers ListConsumerGroups200ResponseHeaders
+}
 
 func (response ListConsumerGroups200JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.XLanesNextOffset != nil {
+		w.Header().Set("X-Lanes-Next-Offset", fmt.Sprint(*response.Headers.XLanesNextOffset))
+	}
+	w.Header().Set("X-Lanes-Truncated", fmt.Sprint(response.Headers.XLanesTruncated))
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6181,15 +6558,27 @@ type ListLaggingConsumerGroupsResponseObject interface {
 	VisitListLaggingConsumerGroupsResponse(w http.ResponseWriter) error
 }
 
-type ListLaggingConsumerGroups200JSONResponse []LaggingConsumerGroup
+type ListLaggingConsumerGroups200ResponseHeaders struct {
+	XLanesNextOffset *int
+	XLanesTruncated  bool
+}
+
+type ListLaggingConsumerGroups200JSONResponse struct {
+	Body    []LaggingConsumerGroup
+	Headers ListLaggingConsumerGroups200ResponseHeaders
+}
 
 func (response ListLaggingConsumerGroups200JSONResponse) VisitListLaggingConsumerGroupsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.XLanesNextOffset != nil {
+		w.Header().Set("X-Lanes-Next-Offset", fmt.Sprint(*response.Headers.XLanesNextOffset))
+	}
+	w.Header().Set("X-Lanes-Truncated", fmt.Sprint(response.Headers.XLanesTruncated))
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6417,22 +6806,35 @@ func (response DeleteConsumerGroup500JSONResponse) VisitDeleteConsumerGroupRespo
 }
 
 type GetConsumerGroupRequestObject struct {
-	Group GroupPath `json:"group"`
+	Group  GroupPath `json:"group"`
+	Params GetConsumerGroupParams
 }
 
 type GetConsumerGroupResponseObject interface {
 	VisitGetConsumerGroupResponse(w http.ResponseWriter) error
 }
 
-type GetConsumerGroup200JSONResponse ConsumerGroupDetail
+type GetConsumerGroup200ResponseHeaders struct {
+	XLanesNextOffset *int
+	XLanesTruncated  bool
+}
+
+type GetConsumerGroup200JSONResponse struct {
+	Body    ConsumerGroupDetail
+	Headers GetConsumerGroup200ResponseHeaders
+}
 
 func (response GetConsumerGroup200JSONResponse) VisitGetConsumerGroupResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.XLanesNextOffset != nil {
+		w.Header().Set("X-Lanes-Next-Offset", fmt.Sprint(*response.Headers.XLanesNextOffset))
+	}
+	w.Header().Set("X-Lanes-Truncated", fmt.Sprint(response.Headers.XLanesTruncated))
 	w.WriteHeader(200)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9537,6 +9939,7 @@ func (response ListKvNamespaces503JSONResponse) VisitListKvNamespacesResponse(w 
 }
 
 type ListNamespacesRequestObject struct {
+	Params ListNamespacesParams
 }
 
 type ListNamespacesResponseObject interface {
@@ -10019,7 +10422,8 @@ func (response DeleteQueue500JSONResponse) VisitDeleteQueueResponse(w http.Respo
 }
 
 type GetQueueRequestObject struct {
-	Queue QueuePath `json:"queue"`
+	Queue  QueuePath `json:"queue"`
+	Params GetQueueParams
 }
 
 type GetQueueResponseObject interface {
@@ -10290,6 +10694,7 @@ func (response GetQueueDepth500JSONResponse) VisitGetQueueDepthResponse(w http.R
 }
 
 type ListTasksRequestObject struct {
+	Params ListTasksParams
 }
 
 type ListTasksResponseObject interface {
@@ -12768,8 +13173,10 @@ func (sh *strictHandler) Configure(w http.ResponseWriter, r *http.Request) {
 }
 
 // ListConsumerGroups operation middleware
-func (sh *strictHandler) ListConsumerGroups(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) ListConsumerGroups(w http.ResponseWriter, r *http.Request, params ListConsumerGroupsParams) {
 	var request ListConsumerGroupsRequestObject
+
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.ListConsumerGroups(ctx, request.(ListConsumerGroupsRequestObject))
@@ -12845,10 +13252,11 @@ func (sh *strictHandler) DeleteConsumerGroup(w http.ResponseWriter, r *http.Requ
 }
 
 // GetConsumerGroup operation middleware
-func (sh *strictHandler) GetConsumerGroup(w http.ResponseWriter, r *http.Request, group GroupPath) {
+func (sh *strictHandler) GetConsumerGroup(w http.ResponseWriter, r *http.Request, group GroupPath, params GetConsumerGroupParams) {
 	var request GetConsumerGroupRequestObject
 
 	request.Group = group
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.GetConsumerGroup(ctx, request.(GetConsumerGroupRequestObject))
@@ -13524,8 +13932,10 @@ func (sh *strictHandler) ListKvNamespaces(w http.ResponseWriter, r *http.Request
 }
 
 // ListNamespaces operation middleware
-func (sh *strictHandler) ListNamespaces(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) ListNamespaces(w http.ResponseWriter, r *http.Request, params ListNamespacesParams) {
 	var request ListNamespacesRequestObject
+
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.ListNamespaces(ctx, request.(ListNamespacesRequestObject))
@@ -13624,10 +14034,11 @@ func (sh *strictHandler) DeleteQueue(w http.ResponseWriter, r *http.Request, que
 }
 
 // GetQueue operation middleware
-func (sh *strictHandler) GetQueue(w http.ResponseWriter, r *http.Request, queue QueuePath) {
+func (sh *strictHandler) GetQueue(w http.ResponseWriter, r *http.Request, queue QueuePath, params GetQueueParams) {
 	var request GetQueueRequestObject
 
 	request.Queue = queue
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.GetQueue(ctx, request.(GetQueueRequestObject))
@@ -13677,8 +14088,10 @@ func (sh *strictHandler) GetQueueDepth(w http.ResponseWriter, r *http.Request, q
 }
 
 // ListTasks operation middleware
-func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request) {
+func (sh *strictHandler) ListTasks(w http.ResponseWriter, r *http.Request, params ListTasksParams) {
 	var request ListTasksRequestObject
+
+	request.Params = params
 
 	handler := func(ctx context.Context, w http.ResponseWriter, r *http.Request, request interface{}) (interface{}, error) {
 		return sh.ssi.ListTasks(ctx, request.(ListTasksRequestObject))
@@ -14158,500 +14571,512 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7L3vchs5tif4KgjtbJjcSVGU7fLtkqJiQ/5TXe6SbZUsd82dZq0SyoRINJNAOoEUxXY44n6a2Pl6dx7h",
-	"xjxYP8kGzgGQyCSSpGS7uqqvv1RZzEz8PTg4f3/nw14mF6UUTGi1d/Rhb8Zozir45znT1erkWrPK/JUz",
-	"lVW81FyKvaO9tyyTIldES7KkXJMrdi0rRirzCRfTY0KLJV0popjQZMn1jFCSPn74bTraS/Yq9r7mFcv3",
-	"jnRVs2RPZTO2oKaTBRd8US/2jsbJnl6VbO9ojwvNpqza+/jxY7JX0ooumLYD/L6Si+95ER+gppUm8pro",
-	"GSOaLxhZcpHLpemfmxfe16xa7SV7gi5MN9eVXOyFQ7mW1YLqvaO9nGq2b1rY82NSuuJiumdG9MdK1uUZ",
-	"1bP1ITyTQtULVpGpeYeYjnzvpfnCdw4vbFyY9Y5P+YLr9U7P6JQRxf/GEkI1WUilyeF4PB6RE1LQasoq",
-	"ckOLmhEq1JJViqSPx2PzE8+paeHymvKC5SmpqJ6xiugZFYROhJrJSrOKlHTKErKc8czsqPmrIkqzsuRi",
-	"SlJ5fa2YTsnVinCtSFqYMaZkKesiJ5rOGbmWFezIciYLBt+PJqJnS+Dr1p7k7JrWhd47OhyPk70FvUVi",
-	"MRNMGto5jNBOsveaLpgqacb6KAZ/N2MX7tU+YvEv7G3eozewHutdncslHB0152VfH7iW8emPk4Y8udBP",
-	"Hu8lm45Osne7P5X7za8wuDNaaW4G9DKP069/gfA8IVQRShZMKTplDxRJy+bzlEz5DVOE6xF5I5ghGk24",
-	"IkJqQsm7dy+fO3KbCKA3LoDiLnmeBtvfPhNB+xtPhl+Iuub52hFtTz3YGj+5bXPfcGz9EO94dM9keVJr",
-	"eZLNY0xjseAazkhWV0pWhAv4q5TlA0XkUhBdUaFoBqMbUL1vDvm+FBkbHpO0YFQxsyVcmc8ESSd7k720",
-	"j8qoHUeUzK5poZhf0SspC0ZFOIOSF1KfGZ68PpHUrENKCqZhIOSqknPDLPjfGPIPdsMqw6DTK6qzWXrQ",
-	"UJRK4QuzpExpUrBrTWStjwkVE8Fuy4JnXFs+ZsgMW7phVcXznIkRuYCvVSmFYrgKGa0qzhRJqRt22s94",
-	"/Dux491Zhqdm8Ouzv5CaFu64kKs6nzLtmV9GiyIhakYrlhOaVVIpkhWUL1hOmkUYkZ/NyOmVuUOPyMPx",
-	"OJkIWZFsJhUThk8Fyzo4HI+HZAkb7of/HWzBiJyYJjJGFlSbqzMhSppvK1w9ORE4SWI3fkRewvGlxHLY",
-	"I+gJjzChhZJEaVkqYmgOHtl5KuDxglSMZjPzYCJweA+U+/pqpf1yDNLTk9cv3l6evTm7fHXy3y6f/uvF",
-	"i7dpQg6fkFf8qZmgHdAwIVTkTqSYySJXE0ENYVCliRR+ALgAVKxg+DeUF/SqYMcwRjgYJDNkYkZerMjS",
-	"sKklVSRnBb9hFcv7SQJotEUOrdtn+/VzJksnD4DIsE1cOLYbT74j72tWM7KQOSOD9PLyp3cv3r24fPXm",
-	"+YvLyzQhRnxj2ly/mW1ADftOe9YawVYmdWqWzEp66+OFpySvK4p3hCAKX3VDT8iYyIoINqWa3zDyHewD",
-	"zMZcILAhF3zB0oSwQjHyZDwifzaH2uzulbxh5NHhN4+ejMdjMqBkxWiVQAszPp0ZvhC0MCS0MgxTm1uV",
-	"6w0yRTil6DXi7tPd7lBZ+psiskSvkEaCQ+3POXB1riwvoEVBapEbNiZYw8SPSTpOO2tozmtGyw53OExI",
-	"L2v4+//8D/Lk8TbuMBE97IF0uEPv2jaz/Dwr+7a+8otpRP2YyFYpvZ9JoWmmiQKRv5TckF4q5BKWjgpy",
-	"/v0z8ujRo29BD1CaLspjUouSVooZ/oA3iQIS4lMhkRGcNG+by0fxHHmdoUNFxuPxoaG1b7/99lvkg1yQ",
-	"dxfPyCA1P+0fPtx/dHjx8NHRN98effPt/vibo/EY7mQuJsI1A5L5eNiWxa9ofmlvvhTYntKyYiBMzbiY",
-	"9i+/6i7X1vMdLvArmbP1Bf4ZyICCEJRbPQaW2bBQcm2Wn7jlt1qep4Ijkgq2TMnASLlIkDSbF3I6hGss",
-	"pUXhqE9b3uBvC3szPH/x/cm704vLt++evn12/vLs4uWb18D50sQ2XouCKaNmakO2sLQ9dGt4SFZw0xnI",
-	"p9e8KFgO540Lq6JYGYK1BjMcTcQbc18oxnJzK1q5DFrJJW4NYbdcabJi+tjRkGm2Yd2jiThnFH4091PB",
-	"zFkjGVXsGKayb64kO61L+DdsvvkT/xqgSHTNKrjLcSrqwUSokhUFF1M1JAtGBS7MiJyIFZGgw3lBydDX",
-	"WkOWS1SM5kaCN3I+bE0yEajm4dJUrCzoilCrudmtNFRAiV6VcrgbYQKZbSVMw9NlHVGcTqWY7peyKOBw",
-	"ylqb9VzwouD27iEDvNoNLaZLyi2XGwbX6aMx6MOGs5a0msP2gThBi+LIidr+TFINxzshBZ8z2yTIxSkZ",
-	"pA/Hj1Nkq/Z0tuSODUtiRx8Xux9ZgcIJGPD3ONlsHIF1+5nynkUjsGi10Lxo1DhihGKjuJnjaIdkFkUp",
-	"pvpECLMAd9UWfjKnYLvajYelpW91Ooc3tpAPdBZX6n5a76Ct0Ln276LMXVA13z43TdW8b1bm2ZZJXci+",
-	"Ll6I/A5WLi3vY+O6aBTOPlvBK0tRoW7KczKoBX9fM1KC6cheDMOe1ddhN3fahY/mZVT3QAp7SvNzvELN",
-	"X+aCYgL+SUujPILAevBXZUb+IWj2v1Tseu9o7/84aEyiB/hUHbyoKmmNkF0ZrzDLyHJyJfOVOUqw5iCP",
-	"UbLgShm+4OZCrjkr8hE5KVDIcnqRvCZGi12RStaaGd5rOJjjKtmMiinLEyNxmBtWz3w/LWMLWFXIu4vv",
-	"9/9gXgBNiVDy+t0pfjoR+A0uXOcGA3kILh3oJR2B+JSORin2qNh0wQTIfx+TvefF+3O4EnBhPtcyd5qN",
-	"rPdruyZ4IbEcWXZu7lZ7qXJFpuZaH6Tmf+ZOrZiqC3002TM/TPbSoZkZ10bzU5oLGCisTc3Mk7IxfCky",
-	"SIOXLtdaRHupaRPNDkAEztoAKrC9OWWtM7lgSACqu4rfQzO/4jKiiQRGhlMwV7lZScWqG1YleIWaH9KX",
-	"QrNK0ALaSkkmcwbLQjW9oopd1sJfeUZqaB64KyUhKbdtXDJoZIjCjaqzjCmFV0d8WbsL9YqapgQVGfsV",
-	"V+usVjOyaLo2hCEFGZi1IGnwoDWJ4HdDIEeEuiVfVlwbjWMi7FUMSpc77kuqPHnjgexQuNJ0pY69TDal",
-	"XKASUtZqZhS59kCvr+0qfi+rKzCRfXm2+GdgRVrOmQBSMrKaM+oBI6xkwSyTfF9LTQ+uGdV1xciUajYy",
-	"o23R3Zcf8Vsg/H1Q9Az51RU7RocWyn5GbE+/ub1NR+SZOQJHJH4EyOBMKj2t2NufTglXE1ELMIiZh4YE",
-	"3EeGI4AQZiVNPeMqAU6cfjN+lA4Tsn6SQHg3LAUutweqaWwpqzmKbrnlbDQvuAB+lipNNTPM2zdkWs9k",
-	"VdWlvrSMPZ2IAeiaeWDPC8ywqCEISQoppqwiOTPUnxA9q2Q9nRGjKTO4V2BTr+rpMTJAJ22C16SxAQFl",
-	"e1abtBVAo1uYH9ALoo7NtSdLMqU3DKYHZpSJMGqINQ7Cc5CEqA44eLO6jCi6YFYGRk4H8zZHpGIlBapE",
-	"C+1EoKq7kEY6LqnShOvhOhsjA+q1rGZbK+JeI/Da0J6+11J/L2uRf3lSNsyd5nnFgBwqpmRdZayjrMIZ",
-	"O6OrQtL8QspTWk3Zlx/aU3M/Wk8kOBetqg8G4DfP/9VagcnAqe1PHpNX/Km5sRPQNgWRJbM2RxRgWFbQ",
-	"iqmJENITq7mGk1Y/j8mP/CkZVFIuvCE+/fAxJcrcyladJoqJfHgMd9xEpCWuzqWW8hLaShNDxSg7MQIO",
-	"yhF5HbDt3AgejmVb1TorpHLCQCaFYCDijshz4PiWxXj6NCO3BHMmyzc/frYtOZPluRWSYxtzErOnW2sl",
-	"kIqVqAPd/MsTcbidJOc5uhRBa4VbxfrGPNuA9wyj8vxvIpybAajr/MXJ88uLl69evHl3cfnqbZp489Cj",
-	"MVF2580VDv16dhnfZLTkre0yCTf5YtYxsXgLihmqDZsI2aymczCAC0Jz0B6kIKqQYN8ibROW0rQoFFnw",
-	"fB8XiBV0ZU44/MUKxUbkPLjA7PWFxPWWsfln50im0Y0bipx/YMXvRiXsGtKM9kLhtgkcYjjs6oZn7F1z",
-	"4X55SjxnIBRbVcPuph+w1eDg0kYh2lwoRo0jWuZ0RQZrd77ZXmvy/WY8JlExYpgQdpuxUpP07M3bC3JA",
-	"S35wc3gQaMlpYmhJMXJVi7zAEzERRgZkigQ9PApF19Qax4Aw9iG8J7W+h7Ij5Y7ICSkreQtarWGE5IoW",
-	"5gE4pa8rKXyEjV2UBV0dG/HE0BzXHbnJGWu5btyxt/tqJusi34dvjghqApZEL6R8RcXKMh715Tf6xJ84",
-	"008lCysPkJJV+/bkVVRbzm822zLK/bKgguGuG91I3rDKLBjLQSMy31zCNyw3G2tbRRaAzlCJdmHHBcK4",
-	"KXit1ebQCqYTQc3+dTbTmkLR+tiN59r3AV2xFbJvHwShX7BM7wSt9UxW/G/sVxBfXqHRJCELZ1sxZ6F0",
-	"AhrIW0uumIsjQTVjBLYq27jp+ySbg3c+MAWVlREeNEczEc3mQi4LloMcCD9xzRZq28BPsvlLzRaGRK0l",
-	"ilYVXZm/s7v4eEEOQbOP6beRebpe3uExUCC8BF+iswqlB5qP9pI9UReWG6KxbN2K15jT/rI281/8B/Lq",
-	"ryzTZipulmvLxpw+1jF2os5kRqSk2GFMyZ71c/b5lrV0kWkssN/DR/vASWg236mfMJZoY5iTY2f2WI8w",
-	"ruqUiamehZ79pmmjWtUR1+/3FWPWzpagYCdktaAFVyi6UkXSk2xuaXOEzaQ7zaZtJ10PPWmbYO84ow6h",
-	"dG2y4Ur2EE3vcbvb2eg/DDst0k5EmhCr8IIb6/npT6RC2/mvQblkICTJZiybD38XROzol+XgttxXTCiu",
-	"+Q0rVkd2jgdmEgepYZkFM3fdgTPxpQcpzebwi5ynE/H3//HvxL92bARuXa1SYn6umI3H8XajbEarqVO6",
-	"8L48JmlevMcPjKi/by1jQi6PjXS1Qmkd4krMO9bGOYCmvGHDiCnYnvXV/f7PngJfXPfo5cX7yGCNoGoI",
-	"8RrWhrYW0hwE8j249KzAaE0eiq7MyiqZoOezYkYSMBPOGexmOGWn4BiRD9zIV8z2Bl5o07nSvCgIkAnL",
-	"1VEY+dg1vxi9Gvr09im7wBjbdcUKuTRdLVnFMGqwFs1NZ+T3wE0Lw0iCz8EMBP9sjK4Q9tVQpDJC7wKe",
-	"YOwD9r+wXmcITgInvwrXkuVwwLuO0WQvr2RZshgZgROaq0bARL0T3zes0TduZpNzZYi2r5seVvjzDGT0",
-	"JXV6F8tqDaKWOTTmJBzbnXdnmMChIMvZyuiScP6Aj4G9L3WR40Y59s4DK92qkgk9tFvvIll2OW9c5Ow2",
-	"wu6k4i7qLFCeR+vRRY5Xn9utjS82UgDa3S0JQBAV9zLG+rIKKSO32A+0WgCHz2uUi1nD52C1KCi3SKsN",
-	"rce7sAsfHzMXSlc18hozcreBRt8sK5mh8c8cAIj9wDiIeD9342rhkRrtbeNiuIPJGjdzc3P02d2nBJiW",
-	"XeYou3PK2rOCKvVWU5TgOyJ+vuBa47avUwZSZ/xZZlqNOJsNTX5f8Oms57sFvf2Zcm3ejT6vmJlA34iW",
-	"/Z921hXH5+cQDKtppTWapFmMYBSxlX1aX1+z6m2PUPCcqzlRpZQFAb/CMVkYFo+/oHeTLOjKsPqyYkYs",
-	"METSuY+ufmC00LNVNOTMZp4Edj25FGjWswzfWUyMipgzopc8Y4RazTdxtwnLrZEQDXWFuUgeEUUGYGUI",
-	"PQEYKWZOu9FmWT5Ea5sh9yKw35Wy0gpM0NaMo6UckZ9RTccF4Bg6XSiJtowmSNq2ci1rkZPARRS4h8iA",
-	"ov2GLMHIhyEC0HBi7ueKcmFFmcaIgM1eSantfCEsSg99tA98NhHuinUfrk0aRaB17nDtfdPtnTLaoXIc",
-	"2G1/wRR5X9OKCs0FBsHZm+EgJWitMH+CNCdxaImRDYQZvbldca+wIaoJhJKbrT8mFH4lc8ZKFOA4DkA7",
-	"Kb4RNgw/DEbRmllw2komcnvaYlMbODkjgUsNp1ixTFY5jOsY4ybMftkLSA3xLStCmMcrpicC5gkCCONA",
-	"3XbEXISUICCoY+uooYeT0PzZ1XEM3YGgBDeYI99aKE8f1AgN7hgPIFkLreRvz968Ob18/vI8tRKbmcMV",
-	"mwhZMrOfVAOpgTMbZg7pFWZLFVnOzP60vJ8kN0dXrtsW0YPeR3JLWc3RSrWFC7od9FSaBLzFt7O2ZjGu",
-	"90yKaz6tK+b9zbQo3lzvHf1lJzNW0r16rHFqfX9e0wVzjMxZsCQ8jN+mnZH+kqwrzjhwdDcek9S2mgYu",
-	"V8fwbU+OPGy0rBTocvdN9Srxi2iccAqhCBlr/HbDIyLxtrE9GtFK15WAY4/vqBFJF6yasnT9ZVqZk17C",
-	"3cFEvTCbDe/C5QWdBbvYXM5Nal503eERKegVK8D6lnMFKSErUspSYaZIVReoWtD24weKpL75FLjmigxc",
-	"luU3hw8huwW+xBAsd9gg/gqzlIKoquP1eO9hhACSPbsk26ySEN34xr77MbHBjBuCIMkgqxg1i86vXaDa",
-	"cG0JzME1M4fm/Kx3HDqENq7Lk1TNP2EPTKO/2vJ3+A0u6kb20aeDZ+6FCEs4wdQmFNJ71I2QsD8Hjdhx",
-	"brMs2aEZTW0njc2TXfxJrAskSZ6Twbt3L5/HKclcmHTKYone8IAwMeWCJSS1YR0q3UiRm7c52Ktm3Ekn",
-	"J9VFC4fZwC6W14622ZgekmkMos/BerKBeNq207WJWetLOx0pop4wTY30jN3lscRGO7PXEJW7pnmjSO+i",
-	"BUtW7aNPF3xf8a1rtNhIcHi47I1O2M1UW5/d+lR2WGJNeYFqYQ7N0OKstcybzk6rKSDZvTXP1Y9shaaD",
-	"diz75mH5Sa2v9hvBGgf4A+WMBSRFweZlbrNEjGpj28xPdAq3p02XtDpYQlJzdNPOxS/g5u+qZ+3meiPF",
-	"d7OSn2Sa37A4oWF41ynt0ZXLcGXWjzJfsFM6DRIU11vQUtPCTaU3bB1FJPQ7WMrLvSu/iSUb+ERRs8XU",
-	"JtOdZPPUXE0YzJjNWT48biyU6+bRIOYDewT1D+2mC9g5NedlaVQ8I3tb3Shu2nJkYGZ2Nw+g/zLp7nbS",
-	"ymtvL2C4Y2sb0N7vrafxJ3dRrF+TBe1sekAyZYvB7eSv7Tlta+7byCVgR9LqduvM3taLBa1W8eM8gE1P",
-	"kEPYoPEwQ8qZUDYc4WswuCLx6BnVE4GxMqZ18x8n1hkiJYqxufVu3G2hF/T2Aje4H/5FcWfdkEXOlCa1",
-	"8OfH5QtECXfBFlc2LKGjzKDpv5JLRQagXltTphrGWxL2mur3l2GTaguLUT9zPevlRK0bMeo/gydOU3mr",
-	"4SQme6d0OkX99DmjeVRjCSSbyNXZEMYz3NVP4ccqkvB5p48uXEpsX6qo52oPFKmFljVwtiD/GbJHR+RE",
-	"gP2aCg3mtCJnFbmqeZF7jyym3DbJsp2c28G7i2dDc4MVXBlazwq6KFmONjOqSUWFw5a531ppWfKszWPW",
-	"3+lEfwCzjB4Yf9FcsRlHE+UCLpmbMDNKxUi8w5WA3v3wQspsTlWE+GOUHgy4ddwdQYdybIsZxjI6o1TS",
-	"R8ExFopinF2oXkdmI7Z2rNLovFfumo0zi/uIovkG8RLHDDfZnUd8YoVEi0DRGXTIiHFJIrl/t2VBMTEp",
-	"FOvQo2dbB2uLaTwqmvcpa53FcHNINui/z4v3pzxqMbKkv/N1/bx4b6kgdsYEu9V9uErmLvUgVNbCZt4H",
-	"oCm/RPiX9YmJzJCkg6DAC/bICX5T9kBNhG+xLGplE4SVZWfg2EaREKyohgSHI3LSRT8LutoYaRCCIsiF",
-	"Wa5Sr2xuLdxWU5uJtjXau3nTMaZYsIqY6hmulJ1w/Nz40ffi/KBfHjDgzClcUG05v9JN40fWWA9ebKod",
-	"QFgCwf2wTtdsicEHKoGc7JYXaAOGzOnLtxcBiIzZAjW3mVGmo4Zq0olw4f8VU/rYiEgzWWlPFd5VZEQp",
-	"CxTDRLiDQDs2UjXc6olwTmMc8rH9vwo8EwXDFBZzwcWt352z549Pa/fdlvacxFd9LMNIoEEm2ciGddj3",
-	"rTZZVjKvM1a9ra8+WZXcbrjIQrmmI2bSBYNIOTTun2iw6eyStZyYhxCBSsXKGvHjSj8ev57j6Be1YV0f",
-	"e192LGq7TPVh2/Hf8IqozR2/6Q1PSWueApvtg2lLf3r75jXI1CH8yl+VFKNzunQEFDzdN2rpPtqzaLEP",
-	"OCuswr5dlElAd1sFLLenuyaiJ3u8/97HZHNlI08wMTJuSOTqhciqVdlr/NpsdOjYStefN2dnfbB/+vmC",
-	"pMqcKpeyD/mRmLJWq1kneGrgzplz2tV6ZjibS/w0ehLEsNmQ//BbjOjnGnngJ1puoZdnshY9MQ9r8SOb",
-	"xYkWqbSXDDY52Rj61hheQztF12AYDNnygpDTBNTXpogefnpWV9PdbbPrQgnq6qVpJT8GW7qDDREor035",
-	"DRNkgMHgToFCYWKXresVMs+3isT9u/4pwnKzSe3V6VnfDpTAXR2vOyV3v8EE/AhbhIYIEzeskCVrxLx4",
-	"5n5ryK7R6K5Hv4c4BhuFPEjbc0+HPjMGBI8m8g7uZUwsR/uPqqt73bZ58b6Hc+XF+3O5PGcLecM2GRRj",
-	"kYXr/qiKG1mluNjCGbax2008CRPkT7bqE+fNmwgUYk9xR46FeaeOD5sFN/eKJehjkvqAvrRJ1K+41kwk",
-	"8OaclfqYIOYEwE/V2cw8OG4DBKxHQqDf3zu5YfmTPd/dXgKwFaCiN9gHPuDhl8/kcbHrsvGA9kYFlP0u",
-	"jOcNekbblI7R/WA7tMRyTK4KKuYQsP14PB5uVln7u7FJhvfs4uPmFXDUsxuPWuc+yYd/7Jn9rZ7MqKN9",
-	"8x2P69I3pdZAukv1y/awGidmNYrnwPEIWYXsYHhsk7iAwZOrWvtgea6aGMiPyd6LeCR25/7xWECPb28P",
-	"vrm9BUndjiHG8vOoVxziCZWgc3aZUWVjgyC9+dgm0QsHm+ez3xe10oRmkHVai7mQS4FwL6OJ+CMTrOIZ",
-	"/n1E0nXM8MQHHl0aNcL8HUZXJFbdv2S3GJwJqZF1kFloXrl2ECWAhSf1JcRL4h+XhqVegqPZ/LBgeibz",
-	"S/MSLQq5tC3GkvbXEroT0srRJO0UzYTcDd2mi6SxjhQxii0YguwiVEEX1IkBsF9GKnZdK6YSi+0EpGDz",
-	"QhHXz2oSy0qKKTE0TbjIijqHO6u1H9DdREA6aYgaZWRQaBcbHARZlxKTcNCwg9GbXCt8cXg8Ea0N9oGv",
-	"Aa4VQEnFZxiFrXI4VX3oUxYCax3GKqMCIxURxwqi4K9oTkpWZUzofaYyWjKIgp2BSeH//NvfUos/kx6n",
-	"R3ah8xbwvUu4gDUwE78GFLZhg5Jl5z4RDmsFM2jjY0Jn3w8XF2cWZcm0yYrrAAD00WE6EalNww1ImAzs",
-	"b2hROwSEZC4ILYphQtJvxocpHhe+KAuAejH0NTArCVzxmlX7L0Qmcy6mqUUsgSlms1rMWW4Bmb4Zf5OS",
-	"dKZ1eXnDKmVo1TSq6rKUlWlyIqwpC5KVIcm9qoUakXPz731Dsvw64BKOANFsAAcIOPtl62hbpbX9I77n",
-	"7oSQu3D4C6G4zImM4HPNby4hY3iF48dhYSvzm8uyYtf8ttX2/Oayxawmwvw0Zdq9zMVlO/XePK94zqo2",
-	"pzFsoVJrjcHPl8DopAhYYEc4HNg0RLh5Eq/No5ovqxBfbyKCtH9nAogn8h8hOkHSBZQbjsgLuGkQGVRe",
-	"k9TBDMxvrNLR/HDw93/73yki02EIsY37D7YcLKPdpYR2wrZxiVKE0Oj8Cp1EV9H6tiXAMy14sQJUQcTL",
-	"MycaA9EnwkObQoyy5XY4zoabUoJ2NDxOTx6TK67h5yiXmog1NhWyiR3uQmBm4WxG5GQigt18oMj8BvkK",
-	"TB1kZS95eHQYdxvv7Z7y+kO9oGK/YjQHkSBIRtzBSgNSVx73+GCYdcTjZW/IiI5lkVG8DMVV80tU2seo",
-	"vqiY+dflXMUM3A7+9U8/X4DFDKEVchfg/qefLy7/9POPby/fnZ+mRgI6QgxgzRZAUHO2QrnI0VMTC0hk",
-	"lbNqRE7cS102f83Q64HBpgs6Z63aB7WYYWT6Ebq152wFHiTEaZwzVpIbVvHrFWZHzJlQiQXKw/Rwci2N",
-	"oKNaOTCEFlK4Miq7+NfM7O3eRfxr+Nafkftvbett++0NucSpnTvuvF+K+Lbby2e7KdH2ljRE52mmaSVG",
-	"vMEiREIZrOcJ9xNCir2Q9DO7Ij+yFXnLsDLFukRutnW90R/NZs+MguBzSMHLZDXw67rA7lx1nQ45YG4F",
-	"wpaB4BSkDR2TsfMwWR/MJqhgDPh60Z8U6odmk6ZhWD6Dem6UAxQFKSkowBHiFI4h05FWDOMRoYcT7fBm",
-	"zE/n7Lpianaijc5kjdvtgW8PKWxajsagiJ7hM4EScazTewY3hhPaNpbuLn+B8Xhy2OyjbZYHxtGkyg2o",
-	"hdCvy8QqoF2Wef7i+/MXb39A4CxZ2UC0dA6pJhKp27BGIFveDtkKTBAVrprFYlBxlAa3cyyMMnNFZMww",
-	"0aC9mdLrqoibZi0Df6DIu/PTBmigYjkTmtNCNTLAID1AXpUSAflzQiJz3iFdwPQf7kyCzKFLPOGRbJP4",
-	"+mLFmNmPN5uBbjxi3u5BGD/evHEfbQ2UDJrfOLq4+2Q3scWZzDNaq3gsCx73l/GEcSv1Z1KgDzglf/+3",
-	"/0UgN9lp0BKDKUkh+xLJ5zfnABuya/NLzLA3DZKB1YypJpjFgggkmHPibL+AfWbIA+E0giss8dXQYFi/",
-	"xM9/dGyOpWe0KCxPDPvsjLynabN1Kh5OgA9BdvKEMCJvhPVzAFxIgXm2LvNTlqAo2LxTC//rteyJcItD",
-	"Bg6IIYOyWJjhKgTWiAArhNVS7DqlCeFGnV55mxyqujhGjJNFzwpsPZiBStDlmBVMUNszP3VGZ3gdwvZa",
-	"wFHhrHwTYTExbOJpJaGyxBXN5neQyn68aRJy1mSyPhyAZ25Zjl1ACtSAwBzl0t687qge2YpchhxtdqqH",
-	"NLSejBE5pQLgB31UC1SFOLZYU9hQy2aI+B2QnO2iXSyuuPlmpxAXR15x5nHKDavsg/CKl6d8JoXmonY2",
-	"K4jJmbNVPCAAzWUvEGBsl5IGyMWNprHb20VTqvGe9Qu3pX8h1ba62Nt6OTVNblr4Hm+ZYLfa4s2B2S8a",
-	"IGQB/3pi7tYlZ0jgW+/sqcvrs4V6MJG0z6HtR7ZTFEoll3e5FM/lMhr4G8bHbaN202P4STjkxK5BfEd8",
-	"Bms80tJvaHtGce3kbiQWc4ptlAmCscTn0ogX0Vvlxz+HtwlaqWRpJbBUqBTzRJG925SJnJVMQOKO4err",
-	"5NXDLKZMn8H5gUs7uwPryFmh6XqDXGQVtEUXskYcB5rnZGBRMVwxr56EBnZbmkVaa7WsdWLd0di4gxWD",
-	"nAsX2mZ0we/QkePRVI/Ja/IdyeqqMh/YqxLfuWLk9WgiToQHWJyz1QPlX0KwBchBarRQG+iKjasEPF7U",
-	"5zcZ0RoggbBYI6I2Cqu7LhkDqx264YaumJQP1Dy0MLdK04KR1ySjAmNJwda+byN4JgI6OXl6MjyCi7mQ",
-	"2VyRWjFCycXFqbug5VKAD2LOPFKQ9XHkMlMHC5mzYrTIE0NtEPJuE2U2KxVGVbuJERLsUFnrl9cntgCe",
-	"pwS0COFyqLhWNGerKG1Ck512ca2D9q05aQest7h1Ysr0KypWYVsKNEKPCY1VW3pTIRZcvMSHh+vssX1d",
-	"9p89uXB1PXvWqIgXPW63UroSyE0IgLlvwxQRc+MOW+pj9NJd0NsNp7suSwBeqUXPTbTgYsPnhVy6z8mg",
-	"LW0mFp/waIIznuxZ5R1qhbaBvkIGrjaAHuxAGohn5RQDRBWyhIH/wkU2fBVqVwUk6UO/AIgoq6JqRCil",
-	"9G+fkGIfwt6Bk+A3Ue7bXDfrqRUg5IZ6jYUoaWpPg1LS9qiQwZoe1weYpYveupgbuABUaNKSFPymXZ8b",
-	"M5yOCbulmS5WGHp+TdKmn/QgtXwHLramOJgtkbldgoRz9TUievNm4c1qo6ORFSXWVaQIVVhRALzGIO1m",
-	"XGGAuqgXrOJZ6qrTDtJD9ng8ThPyaLyf8ynXxM5EDb2D3sOPUkX+qqS4OrKufK5ZE3Vi7jLQZScCtCw1",
-	"s8hx4BByQ5S6+U2zW00G6F0Q2PIDhc6LJEhvuJ6IBqTOvJ0Q9JIrW9sjb029mWNZcYFVnRdHJD188V8f",
-	"phbcPj0cj9MhVM/EixY6d243XFzy+t0pQHrSTENQzWRSG/pNhwmhpACkpbqq5NQMCwfU+Osm4oqtJBRG",
-	"tKN5oMjho8PxvzwksMw+10JW5PDJoz888nIcw9KgdofDcuQdhyXKAJ8jKn7NTrYHTDouEJ/V/Wpun0zo",
-	"q2fWpWKVvo/wR05CyW0iuhKZ+2I3yQylP8UYSQMRf4TjTz9NvHq9XYbqvxIu6koAeXXvBS40IL2BLefu",
-	"3P7iK0v/jbH0kw737vDYCHWiIfGz5cJ0Tj1uUvzM95lX8HfndwRd+Nj6BQN4AGtusXqv2qD4onAZsQ1j",
-	"HTIn9cPNQ2a0BKy3O6PJWiu6r9MCCE3W6dREe1Fv+04IG01HjXE6NJxGgwHw6G/0thn+Y987buMl+MMG",
-	"ipLL23Nr6HJtpLDGYuWc+1W1IkLamLd7uud60jmvXfGVNXk4VMSsnh3fDg+QG3FXoEIZUdUA6muzEgjS",
-	"g9mua6ff7J4G37LAbRL1oQYTRStiN1332G9NPAcTVfglN3ePXJRU8ytecL0CfR5DV6e03DF/RpZbzKq7",
-	"e1uaE7WcrbwXAayksO2fz99jLZfRPUxIe6XNy6M7uCLuYeZM9uoy/1SEiq83Wgzg0QlvaLvyyZtJc6nZ",
-	"IvFc919vx4RaBm80CEWWhr1RQyeI4QkS/OfLBw1CeLat2sf43SiXcdOwvdCBi6f+Ttjkh4hcAMck9eQa",
-	"+XT9DmWNfyhyKYY30/0ov49bfz1UX+ZQ/blzmHydDnSaOpNl+kVOxBaMF0ML4V3QkFdIDzGR8pRO39JF",
-	"WUSAtaa9+UUhQsfuCaI9CTtTm5zjG+0Z5pSL6bPNmbPmsBf4ZpA6BqCg0IvHwbvkIRDepYOguqT6s+EX",
-	"XPYvX0GnlzNZtxCmPGXudUd0/2OMMCSXRR9GFUJwXTYQXJ/Um1/wS74lPeyyF4LLhvr3PTZDMdO5VJsg",
-	"/PwW3x3krrN5rQGtTaAz5bDj1tpHxh3SQM8+RAghejAYVezFrWYi7zUGqT5bBHwHxhoIMRVySbjw5eCI",
-	"M0ebNUysKoZ0avNgWplBaIKXFca+g0L9HXkyPralKw7Jd+TQ8Ex5w4izWJABBbMHWhlnfDpjSpMUYAEv",
-	"+IKlQ/Kdf3knHJyobNBapJ6gsn5V8a03m6JVky1feBniE6JB+wpCNeVFeB7VauHhpR2wPbK/xojDZiK0",
-	"RKuCm90TbIkK9aoNXOCq8Au2RFPBfaNWoYGItQ/zM+Q1GQRFouEgD3FBFWFAAzuAfW0odRuWfvFz2RLC",
-	"4TY7aeVP40Q6C9u+vNf2OsoD+A0TduAdqu7PhugNu5fzdHucqg+jtz3EhtWpvN8dGVQg2iH8xb0Z7QJl",
-	"hh3EAgeRccPZsltmyzKcF7toBj4kGhE6MBNDoDnXkoYUhOtewaBHIdggLbTGdv/7uedWjaMFuvsva4Bc",
-	"O+PYuB21iAV/vnJFogGhtlKYSIOkhLlZTEPZiwbQhrbrYhHM6DLNo5WHKsjno/kpvJFiHRYsJJXNmVYQ",
-	"SFOXREuSAgJWGoc2tRWX4hJF00H8eVPwZGPJkMhDxCrtfe5h2LbI//heElS3CFpOgumFZS+aSW3YywYC",
-	"e/1M+VJjLtu1ZNV+CIqMNSpIqiuasZeQ5BZChSURMLGJWDuMUPkNBLH9hcztKRveUU6P49k2XGP3mL4o",
-	"z4lVdt0Kv/oVguz3BkHWo9lshQj7XDzcFVPZgT5PudIAtbo9FvjT8Mtwf76SbQ8SoTnTn9Em1IGL+9Tq",
-	"GliEpK/ChqutgwI1LYYR5H+nqvUVr9PV6tQF4e2iq8GwziimWW4BlmuPeYyRnUYQc7akHjnfi767VvsA",
-	"gLmM7YSbf2d0O9d0F9iug3rX4SE9wHcWuc6dyjaGXRsVL0TKCTlYA8XW7EVP0RKrBLSw8zrXqmVabXrb",
-	"IHB8JkzgoLW+0uv3Zaa/eTzhxJej9VUlOOYeE8BhUCSFZGBIlEu/IPrwVxTh3w+KcLLX0MSmKj5NhIal",
-	"Y6CrpsByrckVg6RL8wr3lQstHg/oylJMWTURGDSojkD3C2w2M7kkCyPu+VZhX11Bb8TUUVi12ZY+GZET",
-	"UspyIhzAAtF0zrzV6arWCK9HA7+AB9H5ZjwmXUSmOyTivfPr5kD7tya7BBjNljv2ozN3OVlPTmVbc+5X",
-	"uqzbo6NjRZSpiejVpgL4FOLRUxCsyP8JhdduxQ9UzSAtk9zezh7tHz78A8SRApZtq0pwgjZow8NmVM0w",
-	"1daiDLlNIYP0g2Lvzat0wV7mtx/TBCIMoejARDi2iMqhkBrOxxHmKGKLTHX6hVBVCIA1XWFdFKQVM4wE",
-	"dVLqydd1QZZQ7LKsNUHurFyFqyWvIJEg4wBxMVrk0WoqV7VqCubGLUVPVxusAo3WuotU9VUZ/c0roz26",
-	"5ec0/33VAf85dEBc7lZF3wgs+efVFHtVMnj6tl+larQtF8W2g5UyZzS/LLrWyd+mnrabYhZBJLeaVQy5",
-	"dJO2FS54EtwjEcJoq38d3XCLsPEqihP6g80lsVWUgkJNAyveWgnkQVAID+9jX+hrgHi7RvJJoORhjt4U",
-	"lZArqWfgXAag8xXTEZPDVa3w8tsAMD+jCkwYbhKRGH34pSFKtwtXsJKz1VUF22jGEaHADmm0uku6I1yL",
-	"yQzXW1e2alRX4IaTQRb4AlGClmomtdeaHLINQN1w7SFuGiRSdGPZGCUrw02E/c4KOqWUxTFJaQ4xvhaD",
-	"VeYryKC3siKUwk47on9YI1zP2CIm4vhWt2vZMMkT//7HZM+PYsePn/r3jbhT1jt+9qysnbDjIOh2+Oq5",
-	"ex2jeXb86pSiEbftF93hw9CTirXwJFYL3OVbfLkTtbXTh40yU9JqzvIzWUYo9VSK6X4piwKqMRN81RfD",
-	"tHQi5DKu4rs6+FuRn6lGv6K3K2KVzB0nc+7fd/Xwd/zwLbwLYZWax3D71ysbrmNONRKbrJEtd6SLLgpU",
-	"aaU6vzpJqDI2k0fqa+2PJw88BW1y28CCTsLD2tFHCqqUO9J3r4PrW35m2jGXlVovhGuUWCagNgmriOcc",
-	"BPomg7Ss1QxUWYTfodm8lWrbTKeimp0iLHMsTQbX0+r+LCePH35Lrla+NDGC1BDTCAEr0Q4F9tzytPve",
-	"sNRPQ9YWqwIBg8Toqo7B6dXJf7t8+fr705d//OHi8umb5//qLU+Ra9J82XM9siLvM9hj2f+e0DrKdY+z",
-	"urMotnfbVfNl0MOGFXqG/LurFldM7dA1vreh9ecBs+/cWFmTDhgB2liUenWCr8SihOwTjIibUQAOMPO2",
-	"4eQWuRRMXMgtsLZllC/yvGDP/Ad9tUilLN7yv7GNm3UecNie0wCyT47DFMHhU4XUZDBu6gk1x1IKXcli",
-	"uMPx8INcn1TSLHh3ddeHv2FDoxU0L5xB1ZxrFDl9ONgVzeaFnBKLldfYc0/+GGIWDuOVrneBwnQtY7jF",
-	"cUsO47pBUewBKoCPe3NIjRBeSGsObXWnpZzvdOP4TuKF1Dwek+YF5Oti80ZqbA39nmVlWcVZbwHusm8v",
-	"qymwRdw7FSbP7pyp1IS791VjfbUhtr0bBIfT6H6Ic1jbxfaKb6DmjXFzZSvzLFT3azXbIZoOXkugmU1D",
-	"8BJmJyVAVrLWXPRt3ozR8qQoZNZzuagoF1I8N2cDgKzCk1K15CmLmgyQBgdlJbMe5+5ql61rBopfJOHU",
-	"Ni5MQx2bg9uOXbyZLcUEdYAGRrjB+GqjyKGcN8RvnKMk9F13b6f59gi1vjcwAvaP/IaJpzSbx7xyECJL",
-	"jRhPpvSGwUkjtYAqB+BctNLR0vyHLtsF81rXUln2hsNBtaSNhfUD5RZWJHEl7b32ySuL70gKKnJlXQeI",
-	"36hkXWXsCCDtk5atH9HvE8RLJ9e8YkkYXeiqb5ntAg2B5BXlAupC1NfXIC0CTr6NP/SqML7mE+p6FqWy",
-	"Fb934Mx3jfqrsOiTXVq//oklmA51rJPCBno/D/WsCAxrDx8wd9IZVWqHq6U08r25V6pafBq2sukwuDJ3",
-	"WGh31J6zDcGfpVd+IswGvUKbGwAMs77b7lYoqBWY77DfpdMzbIuJ24P1gazPrdXX+oK19mwDQbx1unMH",
-	"wv8KsdFX8csp5/Gqb3B0YuwAoMGC0+UqM/Wq2eCSTAsqmLqE03tp2760Ub/RQ9kE7sa654K8r2lFhQbX",
-	"6jUvAMu1048t4NDDCpvo31gPVsaFottmuOut2wbSXQRtb1ZvYnzt+ibBBuFuxLb4fmiRm8Qt3+LberGg",
-	"aIb6FBTItfY2BgrtFMULoeq7+8c25TzuIniEhn37Uav1LXmQb25YdcNZJNH57Upptthf8ryRQcjAlw5Q",
-	"mmpFAMcm4wWrEvL3//kf5HBMFJFFHlF0Pn0h+5TWey8lukJ2WeX4ygYjc01tWe6zVvn0jibYF9Xokv8+",
-	"LaTfwTnYtuKjs5N7zspYXZUtTt3+xIS1e6dxTLmvNo7nbU9u0RvBGqfQA4WxmoCjOcJM3JNM8xuuV6mH",
-	"V7EhTBj3UymNiATDhKSYNelyByYCxGzBlsGPTUFkTEHzGQtc+YiZWCLBsSsgnkItH/sQ2wIW3Qp88aDX",
-	"0SSDulJoLNhcfL+1cs/wo9YFtdWFvRcu4CeEmH/KuY8SWmtP7rgS7iufrfzJzQAjvOPn1mYdT5UKDPPY",
-	"duI2vbMl3Sl0VyZSobX3bD3zZNXJwgQdyIXg+qw3HJCLUGpC4DSFcuJyyvSMVUc2LgxG7IIrqVg5jEIa",
-	"ZLkl6zFkaIzSTOngvQfKJoMmeMJt2kze/mAigoShxGrO7lV8UdVRH2O7zfuTfTDxL5vC0ZraLvdAMLBI",
-	"rEFn/t32dyCl4EStG92QYsEhD7S6Fmh4vJYY2VCXS46MV+rp8Mm7Bqh1jf7++x2m/NbxgG0JYWuwOkpW",
-	"au0YJRCzW7Kqc/DCQAeP4Tnss/dHYgD8SvKcDN69e/k8XuH4riQFgQ1rYfo7EI4sT2otS15IvWuIsHNm",
-	"MTGlU5YT6hpAOHbF/9YpeabQsNzxZVGdRepuQZkY5yJzX26TODtGe57r2YZvjYb2KvLd23o6ZTYEplYs",
-	"lFMg4F9Ise+0O3CO2wpYwuEkCLaLSheKr7gIfkg9O/ScK0gIuHdt/H41oOPuQqkIphPa3+9SjsS24aLa",
-	"44n02+ouuxmvwHIJJpFji0OvuxHJ7fr4bnIA8ISF+s9kGTDELYW32+OAn7uk1JzSFoeLVWVBtOd2bvoD",
-	"5SOPB2pGK5aTqyAu3taedxd4P9rg1+jeHeI1zYVnV9TGyCXkhlVXVPMFpBAAbmBmDj2Cpp3VavZSs8XI",
-	"vp5+9nDguI/BXQc3/zLsRwiJYYucWlwRMkgnewASD9k+himfdCIqemKD+24oIwxv/vrlJ9xwnVjWdiN/",
-	"+vnCHOwrn3Hl3rYCbK1nRuEz9zTkWBm62AnkMYgl7RCKeWCGbKsgET2rZD2dERo6HO7RXTscda3TIG0B",
-	"s+JpNic0zysommOZgN3TYN3THQrPRWNWm4hXFzraCnzdLbWwwT5p88+e++ucqVKKaHBGKHts1N5COeVj",
-	"sjvfJoP08vKndy/evbh89eb5i8tLbzkQ7I4n7Y1HioG7yYgB6J9q5ObYCYx2stjmdFRQfBYtRQjbDs1y",
-	"QRjNZo2gurObPLgFI9f5BobwmjZXGNprsoLyRRgpfHcu8TL/pCbVM3x/E2RQEMdsW4+Lgz5IPpYu7Y2t",
-	"JdUzv8FSkNxJKNGBbpWOMNVRCpI+HI/THeCGGpChWGx5+6j2Hc+WYWN9LaOn116HWyyRHbZGKyO9N1qj",
-	"r8GSPsd/pMNj4tDipbA0YO7pEYEMi6ouGBYcgNmmPdTwNUVld+xzyHW9ljbpdYAJLB6PO8tYaTZjxio2",
-	"HJETm0cZwF9zPRGDUpYqrEhPc4UOd4IOdzUEC0FThgIGAql4gaAlJFnOAIS2pBmbCFlrxXNGcOnU0Gbw",
-	"ppN6PH6UpYn9F3P/evgkTci7//pw/PAPIPTDP7+1dSIA5R3rSTzK0r//2/8+BvxsrHyxXu3CloBXJSsK",
-	"0zkZpIejsenJFe9I98cpJi1ioTFXH4NWpo1Sf75SEb28yB4oeNp7cMCRZu0TKgnYX9KxYdhNmogFqrdU",
-	"hNvRxGB9c/gQA3gMN4WS9z5q8PW7U1sBs2K2rlU6SgEpMB2NUle/+t35qa8RmVeyRHZqWKlZ58fjMQlr",
-	"bjSVITYVKOqV4E4cDZtx8amQVRCzXsnaUD0YMgKRSOHpINpKf6rHGrNZjHvOHFVhubRVQlQmbZmpllnp",
-	"mCx4E/aCYVHbBbmG4/dn+RhG3YsW6QWEqEdeAgEdk/Qvv2B+SbiQPqP6L7+ku8sa7tbY5hvG1vrnc6dq",
-	"wbY8sq2blcDtuu7JD4t+RssEn7l0YCugmDE2mdGwwj2lvvC4X+6q5pHvZUVSz5BSRMyUFZ9yQYsHCl6m",
-	"RbH/N1ZJYr4i/Jo0Kf1xWgVieU0XW9hIXGzpAxDEaOK0KcF7HA68qSKLutMxSV14Veosqx56IedqjsFY",
-	"hhtjMAPWkA9cdPbOEhJCBhMCaCTIHlrJXaDHuHFAlhZ2G3O8RI9zdLPWzjOhma5pUaz6TEFdsgbKalHE",
-	"Wq/hTvmVj50EEER73MHTT1Z/dscA3j1EpOPE3qRuqLO+aJqzRnwHacB6qbfgAPUG5/hgRCPurJgOqknb",
-	"XBGEk96sItwN/jpIil2bb2thN2y7g+r7RNdK3PiEOs5mO80XcB5vDMuxAFXbuguW54394n7E+hOm7Tpl",
-	"JhZDHk9MjllbrP84kuobGlbcFO9CA2+aZdnN+g/f2q98VfHe+K8NRSNJQa9YEZeL7Mp0rxk17/1oQ+wU",
-	"tPbLdufAxYyRw2/xGvN4Zh5HKfVNWo+AaTbF8SgyeHgIgv9w5Nc3HhlXtsKENnM7/2Yr1Gl36uuNpOuF",
-	"W2qsHNhfFE1nB2eUD6ryaKPNZHoJMiDFDQhzI/JSkAWrptZZan3KFQNgFahNj/EKEgBirIVgRFzVQCt9",
-	"LSspphNhRkJkRZyqCCKFrCFLU1OnuTbSqtEtuLihBc8vsaOUCLpwK2T75mIiUvtaigoNlvd3Es1GYFkf",
-	"SN2b1IOBus7dA2F5UIaQWq0E1Gu0IVrsYaqCnPox+Y7I6+vhiFizCRnHi8S1y+ltDytqgsd/iiucz4MY",
-	"enY7ozW4Rb2PavDmfN8oMaCl58V7KPT0it6eM11xptJjSPrHWkfkO1D9gkmYUW0QPcIYYyOI/cxFLpcb",
-	"1jgU1pbwcht9KgDAj62pWcLPtawQ0HzWQgBeowhutGVQRD1d+BrLQBWAk+UGLIt82/bfeZhrGxZLgWYk",
-	"7ZBJep8tZIhByKV40cCDdwKc8BXnoIPlqJjSZABwT3VZysrKaYj6BBgSfiy+otb2wbSQLbtaX+kg+htq",
-	"aQJgZGlDAoW0UVKugGNASOMxGTxByEqjUft6mMhlh9s273CXzVvQW5ce2hFwsWV7LWLpa5bNJFRwlZow",
-	"cS2rzGhuY6gXX2BScy9zeXj4+F8e/+HRk8f/clf6WtDbnynXZp17T+2LG57pfsZoljDgiwluTR5UzRWS",
-	"PD/96QvyyAUXZ7J0E4msNy8K7giFkiYwxCHIU0FqkbNq/7ouCgKRHkRJhDsvKF+AXZWbu1tWjAzGf/+3",
-	"/w8GOhxNRDMXcgLF48BMk5pOvkPXAQAzQBkcLGWN2z4QMuB7gMMyRDZNcQQTgdU6Do+IdFkX+Km5eqhj",
-	"8YmnenejNighMBGzR1BCxFXW5WoiCimmWEZEw50ulwICIGStrUUQLIWZXDCFpksEmPP3itJ0hYtj9sYc",
-	"eDC5ulBCM44Fo2I544WF//b7fK89LisuKxta2+XTWQGhGe6V+GHqJbvDcbd4677/afu4PBrEBp5pHiiS",
-	"Vh0hxAq9vUJKei/GWX2qqJM0Yg0gAekveHKbwXIx/0EWkeUzT1D6giLINvPQBnz5721RZHVM0r+c7P93",
-	"uv+38f63o8v9Xz6MkyePPwZLiX7Bkb2fHOIgF3MFxQuEdF3AAaiYrV0CFXJkkR8RGpS8N8fWBjvZ/EcX",
-	"LgT8xP7YjLKqC5aQdJ3tpk2Eos3N41DWJ9ibdG2xXtFbTyqxEE9q5AGzhv9PbE3+Szz3vbeP/nsM/Ejm",
-	"HlgfYpqQJ4Zd+ipCfh+ejB//YbxVSnqyKxlVq+dGpNvC/LdxBnPwW0P6w5PH43sSdoC83a37ZIRgrhsb",
-	"Ks3mitCikEuLAxHEoBELiDtjNMdbJFJgxx6HIJ+WiynGeLrsZigTLm9sXA4QNzzG2PSFvGEqkI+2cMid",
-	"1kDroh+wZ9tOfD5RH/WMp2Bu7h8P6Oec6RZGrWAsD3F8c1QJFBnkzKi0GRt+Xon/4xZFvq8A9QlKBg8U",
-	"YdfXDMLVnXIPGTMZAH/XoHbngSSRg8HKYSzrGVscIc+aCKd3NzWXzacADMddNo5hcwWfM5KGgwSfolTr",
-	"doSm0dDcMPxtau4bi97/NrTyf7QWvmWJfhUNe/MYPp/6/A9Vl3+T6vHGlf/iuu+23v/xau3mEX5VWX/n",
-	"KuuvoKL+w7XNf6x2uXGxv2qOn1Fz/GfRFH8NzXAbVf7+1b6NM/w8St3GLn5dhW3DUGK5wBcOGtZv9Lo2",
-	"EBU8YxJxZ64R/h7huMkG5Sgq+qxJGzHZNao7xNjs5pMf3IJIK40o2DqMvR7rszBW/YtE0uya9fTbBHTY",
-	"EMqyOQn7p3ahgE5mmoMCqeFgGSnShx5+JmCaTwlOs8OOBF34cK/tkRvQBh7QvmiwjWg0QSu/4TiUfiie",
-	"7dEi4RL9I+PY7hmOtinRPJZr1FP17HOHkO0SONYLqPVPHD3429+uLQwhBMVf27gvDTgZHZCF6TuJVbSo",
-	"1YxUYD528Voe1c/X+xbSpzE21bQi6GQ+HH9bZP3mkPcditV8wdDxNC/eH2HuUV68J5VcEp7b7KVfOW78",
-	"LRytP7NKxY/DRYPK+kARPIjkBl8nV8yH2bk6Gg9UYlHPKwm5UqQupxXN2bFVC22JwolQDIz6JFWtIaRo",
-	"OmnaI+g+wFSq5axbpPFKSvQPcK0mQoqM7dN9i7SbzVg298AKKG47vBE3B4uiTXMySA9mAJWYYs6aC+/D",
-	"FKjhEWkBmIaTthlW1qSEIYJzVmoCBh2rFedyKRKjfdL8RKcToejKLM9MLolNhluZKUZLxsGQ77Y5aOma",
-	"8emMKe0S2OQ12K/sm4BruZPB8GnvADxSkEPlbFNIa5VovuBaHRPqXr5ihSF9QDGvFdoCQW/EJTSyYFUL",
-	"YZZJaVkql9xMAyhlYCeUKzYi4yZrAYHeMllZuPI7R/XgjM9Nw7Yc3/rMO3O1g7FzA+sPEhc0QlLfanr8",
-	"+YaK5BTDpGeiczD9QYL6meZDj+G0BrZnnt4flNdNZ6dla5EIfglJvRTsw3kSwovBotoHQMlAwn45gZKw",
-	"AQc+dUcXaKuSBRJ9MJ3wLMSoxG9HlNMyNv9M2DyfBqsTSxjfIaDejH9XkJ05W43cnL0q1edBTjVknF3w",
-	"BVOaLkpML2zXJHWEKvHws7lLmmQighq1hvuwRqEzqQuu9DkraafsR4is70beKzVskSkYm1/IF6Kn+WAX",
-	"I1XK2mtyfytAXeZU981wSSvRhgLtkTkaYIEuWEAoZ7QXLFyA9Qk1I+s7LKA5/JaIppHP360tajcP7LdM",
-	"FPfa2817ub40fbsapB93d9S0fmQxLyqS6mZvB62HSy6s3w5CFYxcOOU3TAxH5DXjkH4/SD98TJOJSD9M",
-	"9uDTiStODln6Qf5HmFvudA90HEI2+PE6dib8bpr+mILXTpFwdDH5TYc7FuGqlizx6nXeGOf4poDC2Lgj",
-	"CRdKU6FH5KV1L13TonCiEZT6WzFaKTIejw9N099+++236BTlgry7eHaMzsclV2x9CRIba9M208OcdrMB",
-	"aEfbkXna6uy2dI2rWL0T+Fuyhyai597gHcFxvJs6+0tvJ1gRI1YlysGERmyY1uc2kwVkoNIO9qpNwQrr",
-	"mCtWsExvgy48la76R58xOXPwlEYAlarVVzCqHTK9qIMbXeu+f7H6kcmfUzW7krTKCZ1OKzalmqE/iCLi",
-	"HXogjL7XVP5AyQIQm7H+5YwrLatVQpSciNTibZW1tk7lpayMOomFzMG/mZAUqyNg3XxzSuFNQNEAowk8",
-	"GB/bgiJg+ZwI8z1UtJclE/G63dmc6Vdc1LoPpTwSm7VJvFun6I9JUF1jE0jN2l4UnmS392jJ+1MMb81i",
-	"bsNy3z4cWKsLcySVx2k+mYa3Z2Cw8vvfMlrfaanWsif5gp1TMd1xvy7860aAQvL7XIPp8infVdIhv9YO",
-	"tJYlqC4Q4DhZ8og5DN0UwqIibgv6T324aVsKRty9EkAv2v/dLZbb6gD0z/AiJIv2/K4rudjdKq7lPaGN",
-	"oRv4PjrK+sozWxS6epFdVPDqRb8s8potjZicE6AtMOPVQss6m7UKPvcKHmRd7kCL3F0ED8QI4RZzJ99d",
-	"9FiTamNz3nUh45Ay21UEwZbbxfN1e4lcblYpNmgFOwvzraG1+4ytygVV87iz0Z/OnXyGpp1dXYb9RzJs",
-	"5fOVfvnUiiQ7lI5HL889Cr6YvYo4d6jWRsrpGVTWAB6ua4/3cOjZIJa7fGLjO/oGcS3rPtV3Q4XNk26V",
-	"jnYpsWteMWJXBgpvqu2gNcne7b5ccPhm5ZRDvycvN5Xe6EHI3QQ9GMEbxofAN7EwHSAQqyMbjKrYk8cY",
-	"fdXA9B2TlD0af5eieju0jhb4eiIMled1YWP7Za0BarzNPq9Wmm0ASfzvSveZwjbh8LZ3Byewhs2rJVSc",
-	"mFFNmpEOZOUcMP7HIeqwMKuEALtyEG1NiFp31bz915CCatcm8DjA19fJRMgqXLZgLIEN3NW4t3ZfX+Hl",
-	"XhTVBwuEgmf1I1vFH97Gicpaze5dLwEPYC/HAWT9XkHC/JveLZIGWn3jvtt6BQQ9bBtj/I5GR/Mdx+eh",
-	"bzYPzrXdOzJ3YXZTpErwcafmzk0TwHUVmdlF84dgtxoi9tIhkZVDtVzInH0HkZRpglkqKf4VM1z2qmG+",
-	"7W2HFm2kJUTIe+ZaALo08CosnRQM/N4M1qzB3TYnqrO5gfSIRPHtachwvY4hK+gqVu+hFaoLyJRCLo+x",
-	"fqV2tjhkO45JQR2IbJUVLG7baV2Rnd6MWH3FnAcHLH9XeOe5C6MJoHS4rE02D8BltlC/Ax4eq6+cOv7n",
-	"qtWy5oe6VKzSZND85vPprBAyPCZpRkXGitTFso8C8D33GfjFgj/wk2jkxAa84OdMaRtHthk0eBsMcBxz",
-	"0b6w6fpF6HUPVvtAIfBpQthoOiIpW/1p9vKv8vb6p+++SycCYs0/TPboZO/o8GM6PLYwqejDrBhsHTQG",
-	"2tH3+39wyZCgG8HloC5DFWlETrBEsqwmAmP5rf35w8fUQ/iafYR4BqjiS5WVGe4nCexMnebwVkwplrt7",
-	"2See2anuSKXv+7Iam9338aHbQGCD+7UjgMEQAYO1Fvx9jUV8dm73VmxF6W9X81iTVzDI5ZoDPjwUF+aK",
-	"5D49kuUEklupWE2ExBJdTmKxCa76VqQI6MWC/CZCC7P3K0NTXKtWYqWP1bEJuxMBHbo8TGRhkCzlh5G4",
-	"yBpfMuVljnDQEM5v1QOnpW8WPGQZwJL7rem9Svscf2+EW0lZPlBE1jqTCzbCBUla4wSO5lWYNFLvLwkF",
-	"xYlA0C80Awtpu9GS4AiuGBngSUeiT6Ppw9tVpl0Dt3fUQeQ8LrL3y529AK52XmRBkbN4avIbDcXN5WUB",
-	"gK4+jocrR8pcxy6AvHUD5P4KwH9jr2DowpbjMXU7CMt383vKeRMaF6FMbDXcjVAfjtJtwwJaksY6AXsp",
-	"N4ESARVfGN6G6bipadfwes8XrE9TYNmpQQqiE0iL5LqgGq6liQAE4mvOitwLIr4bc4RZcQ2Y7VA7BKKt",
-	"0hZitTk8Ye2QZCJSXB3zpGVNSl0RQPwK7MZmxMLmNdo5kL//j38nj8fjeJb9xtIcJ9mc/P3f/tdaXTV/",
-	"23fwandDqf1a+2g9rAeicwdAR4ZbDWHZacEp+BNTV+Do89U36sHldjt+3cLn3mlbe4DLcWb21DRz4yGe",
-	"+c5g5cHZ7sct31AWxk0P0+O1JAAnSTUzqoTStHBVYypZFLYwXi3ygoEYdzcM5r6l6Gyy3qEAx91rtriJ",
-	"lmGuU1sa+lqn41OP5y7FO4zkv1anjHCjrkCCrw0Jdim8oy9dnmITDd4dbN6zi4q5kiAJFhMRRuYquMKL",
-	"z6zCSeaijkb2Qvu0KmDxmbjSYHYzwIzTyqpVGKVkbnaE6Vdo6cykuMGsxgSKzQHsiK6sG8zVWTgmTSGO",
-	"w/HDx1abBJVUt3SPB4pktBwmE0HJ63enJJvRimYaoqKg4olRvozwYDFtW8pnLCoqgMQF+SLBmtvOV+fi",
-	"npFddTx3d62SAWtr1hN1kzlbkcF6NQwjyFgC0Jv0rjgeNfzQJHqYe8CIodk8Inh2/Tnm6a6yX5+JMi/e",
-	"byBoXhglPsysJpVcjsj3Rud25kEUuYjNIVAywdXpQgvkLQpskpMzWRe50eSxN19STmleFAR8iCxXQ8C8",
-	"gIY9koVdX7yrfPw+RJSD2lQLms2FXBYsn4KBH2qpuGxyUHL9vNo1cUMsIZ9xs4E+fIke74DmyhHhwJaM",
-	"50L1dLFFCoHHQR0/MugWii+brCZlix/Bi1rK4b2No9uKjXBB0sZCnm6sMLLxdPl6+Pldy4P4Jraz7o2h",
-	"rHeqeejqO2KNTlkZYm2yxz77KXcZVvBWEvjUu3USkYq28IP+6mhf9ZFIYbIvqHp8YjW6r3LrfevLmTsc",
-	"cCfAJADO69+J1Lq1GtL2WrF3FAjJRnlwIu4vEJIN8iA4xu8tEJJeeXAiPlEgfL5ZDoyanTdx417f9vxm",
-	"vfMf/0wqnpuV+vv//A/y5DGByoZCknTK9FnFrvmtoWSXkYbQX7uaFH682eAWTzq+9sglDIXXsnlj5VPH",
-	"YLm9soHQdqHsDBo0zfvYPDaO1F2dTdh8vPi0asloAEGEiFODlufjakXePv8RBTc/zp77vR3FW6k+Vw+s",
-	"we4T/7wxCyHx3alW3Q/1gop9V8kNTEPg1MtoreLcCJPSX8bFyHR+c1lW4MrmWOwE7GHmZXdof/wzkaXN",
-	"XZV9Jew2nhQrEifY7j4t+FQgn97xUPTFYph+z8EouOvMlrMVGaTslisNNmzr3khIanNPwY7NFxx+A5N1",
-	"/I6verr9ebYKVV+zPyz3BjsneQass4MmQLP5ZcUMnYAjpDMJ54y4nMmK/02KS3Zr1DKWN0UeL9FlUsFN",
-	"t+DKrrbp5uqyK5yG8/ExMuu+CYvUUIKHzfkPBshRIPsJiXD4SWykf5N7c1ufBVUFrf8Zvd++riCA69qX",
-	"4lrfDkziUwl4YzzR1tvuZe5qfyIoGzdXdxGvqwWS1Ve5cxdOkNVVxYRuF40CmQKhRoRg1QO8cT6PNGkZ",
-	"zK6cyo+vDSUAadR3zlvvKqmN+ropfu2drxj6amvVeQfU1WhLlBRcAU4s5lDVmlwxuKYQ2EJIUkgxhZiB",
-	"TOZb0L06t6BcIhazN0K16pjZjgHfAPPqGmuUrLel121O9H25AUpm90qP/TXYN0SAQ6pwVldcrwCjxSah",
-	"MVqx6qTGMp/41/cuyOBPP1/srZ0H8665P4DtHpGn8AlB8Jm/LrWvmc0FbOmM0RyjTeyVZfWWpQz1gUPy",
-	"lOYY0jsR+Ek6IueyMAoIJYppBGKkpKB5zqrhEQKf7EtRrMxlCwXU/F/wCH6CazpfcHM1X1dygTEZaSWb",
-	"CDXTSYpgukYrpNkMPGigH8mKUEGASxkataXC8ZQ7nJSJSE9PXr94e/mnny8uz9+cvrh8dnry8tVb237n",
-	"2f+VmtloaMYI1wCeik5uHEJT83sizNjgDTU0q1FroNVqznKSus08In/5xSa7tHBsgo7f/vjy7PLs5OKH",
-	"t2kCuJITISSu9ogAsMeffr4AWypXAKHo/P2KVTcNgCsUs+YqSGiEOwr4J1BBczJmWpd7Hz+CBfJaRiR4",
-	"wJ3lKkS8DNCbbJFFQc6k0tOKvf3p1GZ15jKrIZvZ6raKi2nBiJJ1lRlGPBG6qvXMQ5BiR0tegRpsdGt9",
-	"7MCwmTDCg6wsOg8EZU/EG9GaLxT482F6oJ3ijsCKZxSMEIAkxCu2D+XmNTfCtVfPf6oZE+TVTxNxOLol",
-	"P1xcnJGTs5cJMed6rrzlgQxaFuC0QWPCCN8Qjsn84k2q6bHR4ecWb9pcQmljMgfg4hRxVPWsYtbSvs9u",
-	"NRM5Ybclr1a2NiU5sbe9spFNgOaaTISSvp46pGlhmXNSC9OLsDEisHjPvKlBHU3EPnkBK/n49vbgm9tb",
-	"ciXzldk4WMr0wwTVlMneEZnsIQPR7NZykMleQiZ7hrWHz5U29HmpBJ2zy4wq5l7+mI5MfyckfTh+nDpE",
-	"Y+jQ5p+nz6TQTOh9jMRLjy2aE1ARwkVaf0ZJK4VVGPdJ+vD2Nm3iYuHiO7KBNOD3R0t9E9hidqL9xGKY",
-	"2Mr1E0Fa1hSHbU6JluV+wW5Y0XwDQ7CX5H5ZUGFBBJB1+OjOh9+m1o1zznS12sfobzKwUcZDqxUbPqhA",
-	"HICjIIuRGcyJZ8wQCuow0GW+glrm5p4MxHbD0kGbyxEHHJbZNYD76yCcE9N6Z5yQrm0UDZbHhwyHqpB4",
-	"zZtxCgbrNAxw1WVuFowL0/51waczbW7qogvjla/IVZ1PzdWRPj58RNZUnLTVJlAmZJNzcMCUMH5g4Y/H",
-	"f3BzvLQw7alPEMmlLe9sNvIGUhPNO47LNGvnV4zCWCvGLMnm5hA1oFbuVvxmPLZrlEElU/fGZS3oDeUg",
-	"wQHCBHZkHlueBZzEjJ4LpRnNsfC5alfWfzg+tM1DoJc9AkEJ9WZxMCgPce+hqWNYGpDA9ktZFAiAb2P7",
-	"SryglhSQ7WsEaJC1BhNlewSPU4eAb5cVicasZvrN+FF6HIoNEKbql2kpK8B/UIYUNLoBCy4662daaxbO",
-	"7d2IANEh2oeLiyXpN7e3FizOzjho6lGKSRNSEI/qZhof+AFBhfxsBoYV6XHLgDDQmjc0s0/sWQQOsqBG",
-	"ghRUZIwMgNWZ4Qa/pkM4g89Pf7IIh4m/IgGAODFsI2Am1m4AnMcFAjMVcB7oVssm0tKldtGgQv4xuCmX",
-	"WNrWTt6WIqjkgii5YDapVphfhIZ7lwS0YgnbvCdzuOP1rDkoIFWE0t83LTrHry6F1Jf2Ckot3ZD0xPwA",
-	"C49CYmg5xu8MNWAPCvHnbbkCc06MaOfP49AuCw5OSNNoc1hdIHT62BBpMDohL1WdzS7hpCGDfnGbMVsP",
-	"2uEBmXuNMHHDClmyo4ZkHjhiath++oPFCHSXFRDBgYWrOCgrWG5WK/vxGGEozE15UBaUCxzEGwC7dIHU",
-	"tCwZrULoS2ss59qofVb+crLIXqBf7h2OxqOxtRcLWvK9o71Ho/HoEWLrz0BrOKAlP7g5PKAZxAqXMpal",
-	"hPYVFWK0y+sA+v1l7gsoYNTmkNAskxWgnWjp79QRcShkD+FEY7bdkhXF/rWsFix3LOLIAogZAaqFHmZl",
-	"RR/afW51KmLk66OJaNQFEPiNuoDL5enB6G17J9l8DxUypvRTma9s3KmRKsBsUvpaRAd/tfY9ZAPbbDxN",
-	"QBEKzY3SZ9X/iqlSCmsMfzge36nnncxMMARnZFrQ25f40SEkLzR/dOzWH7vq4RtcY2dwCGI3FpDK6bUp",
-	"B2sDl4S3EiI4n5rRkk1EGpDZAUi3qecagy5WnBNQMVPFMHYrKVHD4CGy/mOy9xiXLrYQfokPntLc74b5",
-	"5HD7J+8EtWoxy/GjR9s/+l5WVzzPmR3ZH7Z/YYd1gfcYfHa4Q0dnKPlcSHkKpl3z3cNvt393IeUrKla2",
-	"V8hw/2aXBXwpNKsELRzc4N43uyzHW1bd8Iy9a6QbNFq4LH1z/hwxAcksvBVN06lCuKH53i/mozXK6WdT",
-	"QavKmp0M9TpLyogA8SMomOFS6FBqszEbpQs3PFwzE4Hx5QDFqWRxA+WWclYykTOhi9WoGwGPr1KA59KQ",
-	"M2I0ASNzjMiJJXopmGFW3pwOghsXXkSSVc6qLnsju3M3yIP9ciyulQr8m+BzW7lZ233RVquT9aX/ymL+",
-	"iVhMy0S8icn4ipQbZCGAylABGCC/Ji6ExTANkN3gLiwtJo4r7bIwYieHKlhlQTOWNmUt0TNlPzEaQV2h",
-	"DIoKEXw/Ij/7/O+jyR7UqpzspaT9MfI3gJgGCZQK1yqWy1RNAcx4J7ZeJur7hZLkiuGn3qoxEU6hrBga",
-	"VEhqO08JGqlH5ATsV2BgsDYX6oyBOJwBhWUrIdfLMMTEtMuzWbM+ZAnBqA00kOIF8FzMNu7ANdoQlUts",
-	"P/Vmu4kwI+GCpPaNdUAhw1M1E/dluM882XwZjuvb/4Isd8f+kd+u89cXvsKrO0PQUchHP+9QLLtYH8lL",
-	"G6mEdi84c0ZfgcfHjUfY7vhXpv05mHaL8yKHNIseFPglPonS8t6G1XY5MIhS+yB1ASVPWU+ub2VLxA5s",
-	"MUzoYhg/xEb8SnY9z6dc6WehTGc9pF9YoGl12Q+MtUbxz1qZkOqr7PKbOAaGiDpJqqpN/y1C33QKDgo6",
-	"nVow7p1Pg1drhtbgaqsx1MLXuvSh/kF943TBxSmdukKMEyGLnAwePRlbIH0rbQwTZ3FWrjoL+C35gpGC",
-	"Tkfk+9C/VjHSOHqg9jfcy17r9yUioAawnrHFZzrFp7hwa4e5pBVdMIQK/ss6rguWA3GTaVWedtaJWtW0",
-	"gArRIidPEDK2MWMQdksXZcEwm9qsHgZFmebf16xauco/R3ut9XaeWNqCCOBCP3m8uRhHOzqFC3NJ//Jr",
-	"MK3YCu/CtOx3MXKt5FIlAcF8ZWi/HYZmOVHD2Fqwhfdibh/g/x8tQgbTrK98Lypd8PYD1UBbO7eZLQft",
-	"YZZKWZKK7Suovml4yhA1qIlIsZ9XTNOcapriR1YDGmIdHIzMD6FCFZlKoqVMLJS2rZiTc5VJVONUJkum",
-	"gmrcCnUrPxzb3JXhidcVU7PGIgQm8dBn23BAjB456ud0uDzPOqieG3ncidHscBms33xtvmRh12dETiCx",
-	"AFG+WHpggywTkh6mB+nYhsesmEoPUiHB97si5uQOgdfj9tjAPALsj/jBIZLSggqKhmXr+MwlAkbFOGZ7",
-	"91os0+5hX0zgJ7PEncU33JJ+fQmeQzyfdWV85XG/BR5n64TTjuC2kbUlPTIZGELInK3QzozsyZDwMULP",
-	"e6+8NzDbMJzRRHyy8PNHprv84NcifE15ESP5M1bt4yLk8M5Xkv9NkPwfoVr1nei9c7PE+m5eOQCyOKN6",
-	"tvfxl+1iwAECIh98gP9/ilTQ1Avu6hJ3uUh/aiJ17zfnZOvLtsS0ffnrPf31nv7KtO53T7eO/SfqIx1G",
-	"dNAoOgcf/L8/HijGNkTOvKULyObFew8KjV1D4Z8gQyIhDMKO0FliY10BXwMVAVQKhIV6gxDdiRjYTOlI",
-	"lal7OjFaBfl+TYa35WU/JnuFfBkXS1h/7KN1r3wh/hOrfBjhPFAW6/fCdR7v4rFl89dSfw8g4/+JWBXs",
-	"I23zpzDt53PyqM3M6JW8iUpLjQmlydqyUV/It5raiO1yewAVpSVm4mwvUdcq22df3J9WVNQFrcBvY0uS",
-	"FfyGTYT9A0GLwasOkbIQ38xGBMAybQGBpcSgG+R7Rw0TBUVLVtFqfxtQDAYp4BmrkmX8ekXgw+/MlImv",
-	"D4DzGPboarux219Xtvzn4Jxh6c+vXPM/Ddekn0emC/WmDVIbs8HOLTXLn3pSA5a5tBWxvFyISdk4ZExb",
-	"0sTVyFoxnUxEx1Zt2Rd+AQGHmP/hLMoEDMoQBu8Mx9DvwOXE2WqOXE+E63DBtI3MWTE9HJE0qOaUEigI",
-	"oSCqdkRe3NrEXKc05xKbkDeMDGqFAiuGaRvZdHhf0RK777i3g434FIvCF2JqvRXUfuXQm94KZBHeh8//",
-	"mbjff0bO92xGxZQRTNqJFdkzAlCld+WEHlFysw0NOQ+kJ8kl2nqsP80BGUDKlGVWw91Namd1NWXPi/fb",
-	"HFI/BeZx6mpZWLSiUFBrpfDAEC/daUz7DFHu6mgf29AetbGsw7pV7pyZZ5lh77AobStE3zC6Zfea7rsd",
-	"fknz1/PiPexJPx+Bx18NXr8proB7kjOak8JWBG4YgDnjvX6o5220WJUQwZZMaZIiItSJTi06GbHVqGay",
-	"yCEiaCHNawiDBN9igLOWpZoIRquCsyqxyp0PIJKCJbamOFQZsbVeIKWyndhrs4kB3A/zeydiYMEOTl++",
-	"vbh8dfLfLp/+68WLt+nwOKwwhXZswW415soB2q3lmDZxTCOXVJ/Dl3bKlb4TB9vGh/oPfvJhY2zfp3OW",
-	"pL9W+KaRhwaLOzR+KmGDzRVuhHhHcH292Kq2kQiojUXsPqzJQeVdetXyM/R5Zg6O4n9jiT84h+Px2Jwp",
-	"yFCvLMBQy+Zggf65FJc4yJRUFKy8AN1IJ0LNZKUhymbKEoLh8ViMrSJKs7I04nsq7Sm4WmFBHntiMXpe",
-	"0znzIBrLmSywaBsSemw94Ou4t+ZwPIaUQoxCMxMMgtIOY/BDW2V5PMF7X/rKg/J7Uf9Ow1G/XnW/nTiz",
-	"jTddW7w9+MDzjweYVb/N+OkE3JTnKVZB4wKS6K2wC+GsSxE6Z+zJcWIwyZtyY8cTQX3uT/A74coZQDGR",
-	"MA881ZVcekilION/NBFBhnqKuWpHk72pFJDl46NFzPAbzCyEMLyvYn4Oi7bD3ebWjedkQMPNeaBgLYdo",
-	"j22n+wBybTRFhweyemn0eM98eL5RTvfMua7hzXXo9CYIti1Nf34bwfPiPa7fr2T9DPrrk9wNkQMIuoeS",
-	"/GewAviJ+xTBfyZW6Gf3PYgAO2dA+u9eNSgjHU6Kz4HTBEcWxIR8E1NFFNc4Hz2vhUIsWIdsG2Fmxx78",
-	"ilasg5ZJntaKC6Z8gT41EYABngCuLAkhEIfwfRAam1oEliML84m4HymisEKdMSJLeHUiUu8PAmeVh661",
-	"MDNhP1gZPJCQMloUia15Ad0fTYRDocC+E1uG6mjSBWed7KWJU64AbtfqKw6jNj0OUg8nwmaiIV6C+QrQ",
-	"6soHyuUrO4AREO3sTJPAXIyQc/Zl06LFlQswZ8nAlgUBhGqQRIeIjwNQOBjKA1VJG/BqHDQXWZXe28n1",
-	"482XTES3rf+DLLO+9z5m3IeY+1XM/L3nlp/Xos0CA2Y6v+ny0oMPQn08+DBnq43RjO+E5yC0GJHX0kbg",
-	"rdd7wiq5ZH7TKgE8hHQDStL/m92WLNPfpUaBxHQlCBPSWMG1YXoZFUZQs9GFLrf6vrLkjzdoS977omdu",
-	"S6SeN1uSQfuqCNg1Wpchc14QlN+HX8/k7/1M+ojAORZoDY9jj2X0BPY+RLHzYsa1rIUTMu5zFj+H2fHH",
-	"mz8y/Y86TX/G2ixGJAjXArIYEbANhvPigk7XF/anWpqlsUhkrgj6ZO9fJntp491xh2+00ab48evB/H0f",
-	"TMwviJ7KjSaHH/+M2cMlzViPsUCojcaCrUbbHxkgozIEDrQRacdGWsuY0PtMoJfxIG2QnCEUrTJatq+V",
-	"o3pGh1PefXi/JHtlHWFT70rFKhuQAsD0iKzgRAVX9g8u/XQ4Ii9uaaatt1Zek1TrwmVzH6TXsjJaQwrF",
-	"d9zYLFSmzFeICmykAot5K6Gis4AiGX47oLx/OmerKG9s6hD1Mcd7Sxhntf5iusRZrf9hmkQ/H/4ZV6Ur",
-	"1KRfJZbfPWM8q3sYY6A9QAzswQeLSvfxAMG++60zL+C5C+co+I2rxzljBZaQd8XZiZZkQW8Hrr4E4ocn",
-	"RMgl+a8O7mB4jCikzhEl0AOMyKRGt60qlmnzI37PcuwODDEOVFxW7YdO4JqIUOJaM64ItmT50dgWj3ew",
-	"zg1rUYyRFOpH4aTttqZHE7FsmaFrQMIHmH1ggjZn4sn43owIO4S+txnOXYErC7eFqaCUlLLsuTVcmfA7",
-	"3hxfgieuL+6XNnG3euxjieeGNGjxNUDln4UR4oYTiuwh4IalLNvsMKwEE1XpfBkahLxpFTuEYmZMYAoB",
-	"LwrrO/PxMBAEY2FtclZxI+QhcPFoIjoNuzRMm+3QrWGjyEDTRcmw9jhmctVTtGb7KjgY/TsREHMT+v2d",
-	"EZhrNPNC0C7LwYoY1M4XJK19ZR5bGMLi6BRyChE62YyoOvOibReyR20J+fFVdXzYD3FRPxPxnyLs51UD",
-	"Gvnrx/585tCcLYEYr510/z3USormIrv6u40m0DcqoT5xOBdUzXtH8tweTwdgZY9pz1jwaWs8vvQzEzl6",
-	"jstKGvkD/zBDgiLpUDSJ5pfoOYuWh94S82TjAE4AZDYramVkMl9B2Ehbf/9//50ckllCjNgCklWqZUq4",
-	"Gv66cVJ+pK3hDRPiT6BLBFtwUWssAYECKYo1gOQMjyClFecKmeVctOGxzLGW3x0+PBqPjx6NU4BqVg27",
-	"ccljtoqLee/waDz+GsD1yQFcD3+fAVyWDfcFcTku/VUU/O0EcEXglpuSdjGZLsiqN5ruh1atwp1xQGyg",
-	"EsgykI5F87xiSpEBLQqLwjgckVPDhRt+g46wK2Z9YflEcJHzG54Dxl/jr8daIjmWKn88fnzvZPvnFhrD",
-	"wd5/uaChsKNtzrP8a87Q7xwOI2+C/RvxKH4E+51iASooHh683gPVIydlUatOLfmRK7EzYy3jT8UWEJZ2",
-	"tZqIimksKvcZ8D3/yPSvcIBsF/2wVvaFr0fn9wt/FS9B0jord0tQPWtusl0T9S/C624dLWu3W/IAEBLA",
-	"PPyPGG+yFXjCmlpcOHH3koZYNVuQoGE35uTZIMOJCCbsKrC12RBJ8+L9ERaZzIv3NmzZFrMd/f/sXV1z",
-	"2zaX/isY30SaYSSnfbczcaYXbtru7ps0cd8kzUWZCSERkriiAAYApWgy/u87OAcAQYm0JFtK7JRXmVgk",
-	"QQI4HzgfzxNUVvsaWSivNurGE4bH3Jxt5owVvmb79iXWWq6/hqHvqoO76uDbVAcf5DQEGqkQRWsY9leP",
-	"YAB0kmMplKohH2AUNcwoU54OhSSJpmqeEPappEgDOs2WjOPZW8W8xz7TsUY/vD8gl0H0cSMwFblHBXnu",
-	"COgQsY0Yc95uwmKOvcTIyBefQaHKghbINGgn4JEiSaB9E6epLMjgJYTpUg+uA/HkmKe1uYDO6l7De/Yt",
-	"2ANEllUQ1UR0CAxrEgFEpb1MK6hHrrAB/hApS4a1P/0uxSLpR2beOTplXDjKGgjJZJqsmb4gCWerhKh5",
-	"ZrWd0cK5mNYwgJQFlaAWpmwhkDgJC7DxqS5sk3FEBMIPgjjxispUmdNVtmTSbgU8UgGxZYpTeVsdeyUK",
-	"t+N2BWp9lBPzn3o8IwzrJVojme6Ow4K3b6ma7z2G2QF3jJdeiQJrrfe79qqC7d7vhstSiyLLhb4yf97z",
-	"pvc003teWinifa6GRKHDzN/vlk2E+n3uebMhYbe4zUjhAVN8OZ63htJ2WCZRvH5h7MMPaDU39r2NYPgc",
-	"HJQRVbS/llAXklVGTwXUtX0o8gFI8mOz+QSC28rn88oCH4bGgleWAuzDxQb7gnlZxPyyZQUO9SuqmMrj",
-	"SrKhx8/Ia2Ar4rMo9pYvPrv4+8N1gqfeZGx07SDmr+G9RtRovKLUPjRs3gX4XDfYYz1zZRdtvCcVOJVz",
-	"Yo3caF0VHSKhCWrm1ox0IQoE4QsBixt9ouc5zRaKlAUw4loSVB+CBD5mb20fqRDvBU85xsWxxTUVsXXM",
-	"i2w8VzaxEEJRCTI2A5KeT+pWvyZ9SPyKEFnLcsFbZueYQ3LcmvSQ7W6L9/sORvt2+HeHoYd2ZrEzi1/R",
-	"LHZpp4dqCEADb8MM7tb4FTJ0CAx9FzvAggruKgyGZoA6IxDqc6jmhmpHVx4Jh7UeUsanegbBfOReF5z1",
-	"76Czbw8RfRfU56Mr+k5vd3q709vfjd5uA9Xe1t6luoFB/qpUsxp3PFDgPcMoIHC0I6Ghg4mpXOIAMGYk",
-	"9MzHwgSPOSJjl0ZpNzPQw2NCCjw7Iob+xmKxMAPWWedjHjCHPbFV9KLect7IKl+VmRnrAJdggRxTFzHU",
-	"k9pIrfnpkSIJ/poMyDswQGYGQ3ki1FWdmlcQ0NSQZmpOVCFEHhT7/9f5jzXwxuAZtrQTciWPLyeaSUAI",
-	"xx4EV30qq/zMNjca2K7D8sdmsU/UTWQefVAz0ZPjEzPiO9ySH9+M0LHif489R2rWVJoFarGmKCVTopRj",
-	"pobz5dCow3at+YKtoSzYaJ8qepJx6FaEjRNBxWLqMFxAwIdQyY3Cfqxy7RdL8y4naxE0Q3yzHkEcvC23",
-	"a+v4xQSq3zpBfeiCCjWUL/4yInQTukhNSr3stffHhE3VCsVRz1gmQVQRHP5IzMsvlq+q1zmpYPhx2sqD",
-	"X218cfCtnZx8J3LCw822W1r2EJWQU72yahAlt8kC48aPBZ9k01Ja4xawom869eDGWtMbc+zpkseStq8j",
-	"awdIWidZ96cUv1E2vCy0iYhYGtljq1YBebNWmi0er7KUEbedL6xsBPteRcELRJBQU1EoDJB1842WxygL",
-	"fu1e/YSy4MdoOkzZ3zohuB9cQrBRidvQfrMeIg24rVtl4U+0CIFD1aj3/dARmUBvIwaANurgXGkD5Sl2",
-	"B7uDE7aFDV27GHTRaZp7Wp+wwg6rtKBfBdO3OODROmPxiw9OAjR1mR7WCbrj6pfQ/HZP+tZgktqMJc5g",
-	"pyPuj6H85Pb0gWrhULJqWwPrPMXQVDqbGHlSLqMQXFcb2k2gPMwWEFU1Oy0tc5ZCh2imSQ9/Aee01r5T",
-	"8c/3B3WP2YP02ugyEZOYOx+XpxVqAc2hyx8KSl2wJyV5NmfVZw3IZQ1PL6w+tU9F4AWAh7L9dg7OF+ur",
-	"7Bwkz+xXkvpHIk0uXTAL4zAVDXB7Ozrv7lx58uHkPXs7iA47Yur73Ym3WUcQqpLoBieCpNBpFkB1FFjR",
-	"1fvhCUSDLI5AmvFpQ61av56NOpZHfa/lBYZpb9ALp7Xr0nu4XXqfgnW8vY0epqzQs1ZH/goBQaqzaR10",
-	"x5G3Y2a2t6KayQWVc0JlpmcLprNxRMYzRov+MSXvV3jnuxXc3MQr5UFZf7azvBApI73k48c/3/327reP",
-	"f7z+9bePH5NWQJLpN2W0C6ao0VAWetbJ/cOXexSBvcUeAk17RXeh9P+eBnbfwlecUHjMAG0nVBi8cyzv",
-	"zwFV292wQwgs4FXb3gd4KQsJBJ0CXKww7jSRYgFtjZSTmSilQ2AydwzIL0LPQDbYeCagzw8p/f9D+ZQl",
-	"EVEi5lD8BCDCE5qjF2vBn9aMSkXOz8+fmAGePn36lPTevX3ej8Kh4c4RC8eNeW+LoL9/HPiINw4Y7DC7",
-	"+rsUiwPCV2L/a8GS7X/5HYNpp7TJOLU3Bckvp1PJplRX6G2dnrkPB1iqZiNBZUqoW6BA4VjN0qBthqNy",
-	"MrGsAI1a5+0sUxUIZFAh2INaR1tDOKO+urJ/geWXpOec8T5Z0QwY67UgqaQZJ0LGHKHX/N8ispoxaM3L",
-	"NDyPulJETYxO6iXw30uXUU7wzBzcBKCVNlaXUk1HVDGjhtLR/zCa69n6WAroF5gzr4ZOJo21cRpk8Q3M",
-	"j1nILo50T8Swkg9Ylv1k8OAs1WZeqkrFbmSoEB0haklVIV7KDamqgTPweI9IMD7tulUmQGmwKKjORlme",
-	"AeV7al8g5ltFv3dPXP3DLf9DTKPhkt2cTMPNt7mpO5V2L1QaxmFRu0CDxSE6bWd7dYjoWKkzW5Xs+zTs",
-	"MT7BEDqr2n1/Bo7ICPsu/NH+kaoO9C4jh1wwecqUtmQIAGklmaYZr/Bzamh4VdJvo8H6OG7EXVTaTUHC",
-	"/8VZIgWTj6twh42kk0vQ3goQulkyTDCHF5HkSTJMzq2qXzOVDBMuEtKjfE3GVLE+QAJjrcJIiJxRbilk",
-	"/GshTM6CcjplAFyODJVm8tpCkFsr2gyAiygQLjxph/8a8cl25yuUiy5O+VCjM0uv2kKds0vFQWXSMOiE",
-	"atVv740eYdwcWFyDFnRiZeYstWQygOcOz1YJHstYak858DucnApaKnas/OBVqWYh0tgpATlrgGZb0vTc",
-	"8tksRNqdZe5PEH+ra9CsTygdIAkItdnYZPS2lFxtP0YAxKyYTOAMYY0KhhIErx3gbZxhIvJcrJSLTNKR",
-	"KHXMqWU86g/I+1mWM5IBgRCQF1ayNjXGe1vIapAoXt5i3kscKDzArGx1ScLdzWL5jNAarOWo5CnQUku5",
-	"BnzKwnaqumEPbK6EVwYqMd9TSXrUDhNz9452FNuB2n8WQgUSCfiBWCIkmQaOasvtUb0O0HBbwM3gnQBf",
-	"Ly1dHRPEdeyZTzJHIwIrMJkMyJUobCXSeK4sM53gBxT9vGnWUMfvEdtSTl+vQ2yHXnzFVp1OvEc1yYfo",
-	"xBs9hhuBOJu8BlF4tUHJyBLst+E4HewIiKLzA7o93+4H1ME4busGbDzlq3kBLbKDNF0I7GPN6QWy/Dlz",
-	"H/PE2LiEUA3mLSIU4EoIwJVQDUkPi1oyIA6HYsvkkUMs3rYodgavE/5vafD2FP7A3qF/2I494MiRhSRj",
-	"88xcOZdyztZ1eBX4+wu2BvDDCQgR/Ml5uQFvXcytl29L2n9ha2G9dFhswUnv6TlJ6Vr1HRnMj/i0j/aC",
-	"j+zzmLGUpQ3gBrcAK3ljS+Df4nycRpjh4YCi9Y1QDsIXaCt830Aq8dPUyflD7+V2e9wIhWv5qATbynWg",
-	"L+wfGvTFzmwBilENo6QBouQZSYyK+hlSAEl12P4Cf7g25/p8XefQjPkmiabrx9mi0CT7MWj2qCLGc/np",
-	"X32AZ9pNp0na2DRd9sMT+oFA20ZD89AAkgWqwNTcE89JpvSxege9EjtequJW9H24NDVyesRMhBiKmMQc",
-	"3T7JJqVy5kI5TKR+neuPhFR/tyLne3ILcr5NamRdStjTyu4uoFcRnJEe4KQFC9xazA03HgZ2n1gJQZJr",
-	"BXKBfC/lYoTpHJy7tjGtJ7BN0AkP3ot38zWMCQYdvt9WOWSKFJJNss+t/Knw6zcrXgdZaMtqV6g+OH2W",
-	"SxgmpbN33wV2idUpkPDcTBntNnDDL86rvbH59BXg/X0qhaaPR7kYz1k6cMB+F/EZNn/EZwlZ0DXQ45uT",
-	"L82NSl+jq9yi+nfr++dgvGGX7+LmwEtReWSTqs0Vjr8Z1ONlW6RzbYwan/m3Fel2B9Z9Zte3+X2IsV1P",
-	"ipu1SXzbqRYzpUI0/XObw0kmouSuK/o4gVkngafd9Y1dJCDDPSHrn9Xvdv5D3/n/zfTN2/54/v1b59hF",
-	"FutXz4hi0wXj+hkpmBwzrh8zjsnPYUVLby4MrII1lmebQY0bTUVofSvj0x6T+k9pM9VMRRi/dSle7OWm",
-	"OUnmS1cLC7OVEJml9kRqvu9KKD2V7M2fL2uMhxchc5bDBRbSp3ChQIpcGj2RA5ciIiRsaxhgDwNmHAe9",
-	"gEReiWRUCX4j2C+moqFfzhnmejb6rli/7msAfxmQ6yFTnZIejbnPhDvKZsiim4P7TOTMEZIBYAby2wGn",
-	"jz2/zRhRdMHIiq77z6pv8TH6er6bUEVKVdLcTGn42blQNl7o0wqKKWU8kh4N1g4OzVTqmAtp7D2dsn6Y",
-	"sj+vzZF71seyErgkQngNew4VwK0P5YMb63dhpsp4bzO6ZPYDAGKDQm5+7Yu+cQJgXeuelIJdo2IOG4cq",
-	"kniayMS4Y5kmaWYLKG1LV8rSsiCrjKdidWtOgYBI9FRhzWqEbxXXDN+g1S+sFs0vLsRn+sCiLHKzy2Fx",
-	"ehuL35nSh+9EwuJXKolqscjGNM/XoWUNRAUPhTPoR2rv9EQ97EqQvbbKFCkxlgjcCTbEh7uVOCoRq3TX",
-	"TD8jpWJkIiTiw2ecKQVqiOTZknGk19+sb6qrR7BDoKqdtehbBk7jEhojlxVElhA7gggH5ww1E1gBaAiL",
-	"jA5VWcpsQBKRyc0zvVb6gShMvIqcjEq1xlImd63y5ddkQS1okX3rkuNUrgfkvbnj3+/fQmhYMa2CXvCI",
-	"JP+3mqsk5oqule8ZQ34ARfyUGuNib0eTkZmxV5xARBFGV83DG80O6/AXkwrIXYDizh5+fdTXrtUSLyIj",
-	"5ufFzfkjBXXWOYXidJrGvMcFYZ+1pDjpxMx5P4IIr9EuxuSWxVTStKkslEMQsShHeTY2a0+0mDPzPSzF",
-	"0hKOJsboCiJ4v+UYgg10pzyH2BEaFKxt3ru9svz+tdiJV+Cd2+ak592dhFhRWkeEDaYDkgBjLsg/S5OI",
-	"WHkIlRJYPKM/2biUmV6fXfz9oU5tbLUU6XkVBHv+Mez5tqrsBdMyG7f3z/37zetXRHFaqJnQSI/rZZIU",
-	"Uoy9XoQkQl4qzeSF11QhEKSk2pwOJDPTnQkexTynU0CVmLOUFKJQkVVtC7YQch2R51fvopovrlYZwjti",
-	"Y4vT8vZ9QJnqGVtEMTfOF/inERDfuDwR5KTMIAPyu5BEjSUtQAsoc4iyszEspFgYNVeq5GRq4Q8786cs",
-	"F7FDNBGj409+aTsN0VjL0SJsV7jxid0vpGfEZJeMBbuqHYvJX0I0+6wJ+1wI5XGYFlST88H54F8n25TV",
-	"+HtvT/OeQ+B+rW/MzZhC6xbMONn8bPzWf8aePOZUjs2JCX1IrMMf7NrGbtoXfrkbt/AOeJU6/uUKCgmB",
-	"EtjKiVHMkXeTtSjHEO0IfbcLUMEZrH3oY8f8UCcbgy32nJCgr+eM45F6f17a9zul8vZjNKy30z/mUFN0",
-	"J+F70w+He5YLv0GbbUJdJL+cjRiVTF6W5lj794drI6NMLpszhpfkJeXMu2A9W0pBCiE1+emnH3+AIodS",
-	"5mcXZ19gL7Hri+Hwy0wofX3xxVx2fRadLanMzKkNtu3Mx3RtWcZZLsY0hz9DWbLc+NmMY37B59d/m2ld",
-	"nEW+msH+1/yD3/7Bz0iD8UvLsW9phsoJV7FQqkZIP+B79sCFNbpQjIuyz5rxFP9Se6AoGp53OZ5zscpZ",
-	"OmXGHy1YgNjfQ1wHG2jcAEk0QwEiYD8Yg47nTWNAmMMGPSALHsbNI/LiL+J6f6oCEhfMD6Ih20/Grlp3",
-	"crcVgv5ef6Jvu7PGWuDRVcPhK+ytpsZpVbCxJhlPs2WWljRvWkfPw7X9gF+DPiusQa1uS/NPOwEdK/zo",
-	"iCjG5ujqBzye9bmAOx/jnQ3PfsHWj7F8ykLE+Hvny6aXLyWElWxpA8Q/IOBM/fHHHVawumCwkaFpegc8",
-	"VEbeGkbe38TKOmi9TR14UTjNVtU0VEuV3AxXnaN6m8XJKtzBtjz5+sP1/wcAAP//",
+	"7P1tc9u4tieKfxWU//OvSHdoWU7SfXZb1XXLeejd2e0kbtvZfc4c9TVhEpK4RQEMAVrW7krVeTVV83bu",
+	"fISp+WD7k9zCWgAIUiAlO0k/7JM33bFI4nFhYT3+1i8HiVgVgjOu5MHJLwcLRlNWwj/PMqnesDv1djaT",
+	"TOlfUiaTMitUJvjBycHVgpFYwMOYiBlRC0Y4u1OkoHM2IZJxRQTPN2SdqQWJ//XwjHImD6/KiidUsfRE",
+	"lRWLRwfRgUwWbEV1D2pTsIOTg4wrNmflwYcPEQzDfbM9ihhaIesF42QlSkZKsZZkJvJcrIlaZBKGQwaZ",
+	"IlKJomApoYrEebbKVDw8IVQuCZ3TjBOqptyNUk/88K2Z3EyUMLuSSTUil3piMCd2y8oNti9mhJI8kyrj",
+	"c7JeCMkI5XLNSpJJQqf8hpaM0LKkGyJKsmQblpKbDXlfsYpFZL3IkgVZUEm4IKUQK+iSEj05nHhMZhnL",
+	"09GUH0QHJXtfZaVeDT35wPrdCJEzymH9LpgqN6czxcrtxbtkieCpJEqQNc0UuWEzWEL9ScbnE0LzNd1I",
+	"3EuYMiXx08ffwK51j2KV8WxVrQ5OxtH2jn6IDgpa0hVThs6+K8XquywPD1DRUlniUtmKkXXGU7HW/Wf6",
+	"hfcVKzcH0QGnK93NrBSrBkHNRLmi6uDkIKWKHeoWDtyYpCozPodF+nMpquKcqsX2EJ4LLqsVK8lcv0N0",
+	"R673Qn/hOocX9tker+MzTYfbnZ5rmpLZ31mkqXUlpCLH4/F4RE5JTss5K8ktzStLY5LET8dj/VOWUt3C",
+	"9YxmuSaakqoF08RLuaZCuRClYiWQrKU6Cn+VRCpWFJp63Zm+2ZBMSXtWyFpUeUoUXTJ3INYLkTP4Hgkz",
+	"tCXwdWNPUjajVa4OTo7H4+hgRe+QWPQEo5p2jqMubtCxZhf64GecCM46zyQwh4SW5UaftIJuckFTMoCd",
+	"kxHJ6XyuX06qUopSRlOe0xuWy4hQPKqPNDspVaa7lMMTcqyPzvE40kMnx/p/yInEKlOKpV37NeV7bRjx",
+	"90u3BdNKKuWxMCLhgIqIZHzKfYZBeUpi7hh4HBFR6k1nJYPN8/gT6WdPumX9xTYPN70Euaa5Sh5KGW3S",
+	"2E0bb+iKyYImrIub4O96Yty+2sVI3AsH/ee363IEYlSCyGVWdPWB5yy8AOOoZl0ZV18/PYj62Gp0cHc4",
+	"F4f1rzC4c0uqr9Iwb3MvkCyNCNWUsGJS0rkm9LioP4/JPLtlkmRqRN5yTT9UacrhQhFK3r179aJF2hkH",
+	"4r7O0tgjgCa/9Nrv5ZpuIaoqS7fYd3Pq3ta4ye2aew9Ld0O8J1s/F8VppcRpsgxdKKtVpuAIIp/RTEv/",
+	"VYjikSRizYkqKZc0gdENqDrUF8Ch4AkbTkicMyqZ3pJM6s84iacH04O4i8qoGUeQzGY0lywKiQ1mBkWW",
+	"C3Wu7+tO0StnCgZCbkqx1BdJ9neGd4uWjzQXjm+oShbxUU1RMjYC1fuKSUVyNlNEVGpCKJ9ydlfkWZIp",
+	"wzM1mWFLt6wsszRlfESuUBwrBJcMV0Fz9YxJElM77Lib9bh3DnZIT+eieKYHHxB/haK5PS7kpkrnTLmL",
+	"MaF5HhG5oKWWN5NSSEmSnGYrlnoXyIj8pEdOb7R8dUIej8fRlIuSJPqu4ppPecs6OB6Ph3i71FP8FmVo",
+	"cqqbSBhZUaXFqohIob8tcfXElOMkidn4EXmlkPEbFnvi3wg0lwKEZUk0zcEjM08J9z8nJaPJQj+Ychze",
+	"I2m/vtkotxyD+Oz0zcvL6/O359evT//1+tm/Xb28jCNy/DV5nT3TEzQDGkZwkRhxcyHyVE451YRBpYIb",
+	"3S40LADlGxj+Lc1yepOzCYwRDgZJNJlIo3loNrWmkqQsz25ZydJukgAabZDDPa+fc1FYWRHEyV2i5MRs",
+	"PPkW71myEikjg/j6+sd3L9+9vH799sXL6+s4IlpDYyDEJKYBOew67UljBDuZ1JleMqMFbI8XnpK0Kine",
+	"EZxIfNUOPSJjLS9wNqcqu2XkW9gHKykhp7rKViyOCMslI1+PR+Sv+lDr3b0Rt4w8Of7qyddabBpQsmG0",
+	"jKCFRTZfaL7gtTAkWkTRso8S+hrqlir8KQWvEXuf7neHisLdFIEleo004h1qd86Bq2fS8AKa56TiqWZj",
+	"nNVMfELicdxaQ31eE1q0uMOxlt86WMM//sf/Jl8/3cUdpryDPZAWd+hc23qWn2ZlL6sbt5haDQyJbKVU",
+	"h4ngiiZag9fqYCEyTXoxF2tYOsrJxXfPyZMnT74BHVEquiompOIFLSXT/AFvEgkklM25QEZwWr+tLx+Z",
+	"pcjrNB1KMh6PQbr/5ptvvkE+mHHy7uo5GcT6p8Pjx4dPjq8ePzn56puTr745HH91Mh7DnWylZd0MaG3j",
+	"YVNPu6Hptbn5UH6WSpQMhKlFxufdyy/by7XzfPsL/FqkbHuBfwIyoCAEpUbHhWXWLJTM9PITu/zGAuCo",
+	"4ETrF+uYDLSUiwRJk2Uu5kO4xmKa55b6lOEN7rYwN8OLl9+dvju7ur589+zy+cWr86tXb98A54sj03jF",
+	"cyYlkUxpsoWl7aBbzUOSPNOdgXw6y/KcpXDeMm7UVyNDsMZghqMpf6vvC8lYqm9FI5dBK6nArSHsLpOK",
+	"bJiaWBrSzdasezTlF4zCj/p+ypk+ayShkk1gKof6SjLTuoZ/WxVtjX8NUCSasRLucpyKfDTlsmB5nvG5",
+	"HJIVoxwXZkRO+YYIUBedoKTpa6shwyVKRlMtwWs5H7YmmnI0AeDSlKzI6YZQo9WbrdRUQInaFGK4H2EC",
+	"me0kTM3TRRVQnM4Enx8WIs/hcIpK6fVcZXmembuHDDyj4ppmhssNvev0yRhsJZqzFrRcwvaBOEHz/MSK",
+	"2u5MUgXHOyJ5tmSmSZCLYzKIH4+fGuOiOZ0NuaNnSczow2L3k3FTv4W/x1G/4QzW7SeadSwagUWruMry",
+	"Wo3TOj0obvo4miHpRZGSyS4RQi/AfbWFH/Up2K1242Fp6FutzuGNHeQDnYWVuh+3O2gqdLb9+yhzV1Qu",
+	"d89NUbnsmpV+tmNSV6Kri5c8vYcFVImH2D+vaoWzy1bw2lCUr5tmKRlUPHtfMVKAmcpcDMOO1Vd+N/fa",
+	"hQ/6ZVT3QAp7RtMLvEL1X/qCYhz+SQutPILAevQ3qUf+i9fsfynZ7ODk4P93VHs9jvCpPHpZlsIYqNsy",
+	"Xq6XkaXkRqRgIIM1B3mMklUmpeYLdi7GUE9OcxSyrF4kZsZfUIpKMc17NQezXCVZUD5naaQlDn3DqoXr",
+	"p2FsAasKeXf13eGf9AugKRFK3rw7w0+nHL/BhWvdYCAPwaUDvcQjEJ/i0SjGHiWbrxgH+e9DdPAif38B",
+	"VwIuzKda5lazgfV+Y9YELySWIstO9d1qLtVMkrm+1gex/p++U0smq1ydTA/0D9ODeKhnlimt+UmVcRgo",
+	"rE3F9JOiNnxJMoi9l663WkTTrG4TzQ5ABNbaACqwuTlFpRKxYkgAsr2K30Ezv+IyookERoZT0Fe5XknJ",
+	"yltWRniFgl33FVes5DSHtmKSiJTBslBFb6hk1xV3V56WGuoH9kqJSJyZNq4ZNDJE4UZWScKkxKsjvKzt",
+	"hXpNdVOc8oT9iqt1XskFWdVda8IQnAz0WpDYe9CYhPe7JpATQu2Sr8tMMXD9masYlC573NdUOvLGA9mi",
+	"cKnoRk6cTAYOSlBCikoutCLXHOhsZlbxO1HegIns87PFvwIrUmLJOJCSltWsUQ8YYSlyZpjk+0ooejRj",
+	"VFUlI3Oq2EiPtkF3n3/El0D4h6DoafKrSjZBZyfKflpsj7+6u4tH5Lk+AickfATI4FxINS/Z5Y9nJJNT",
+	"XnEwiOmHmgTsR5ojgBBmJE21yGQEnDj+avwkHkZk+ySB8K5ZClxuj2Td2FqUSxTdUsPZaJpnHPhZLBVV",
+	"TDNv15BuPRFlWRXq2jD2eMoHoGumnj3PM8OihsAFyQWfs5KkTFN/RNSiFNV8QbSmzOBegU29qeYTZIBW",
+	"2gSvSW0DAsp2rDZqKoBat9A/oBdETvS1Jwoyp7cMpgdmlCnXaogxDsJzkISo8jh4vbqMSLpiRgZGTgfz",
+	"1kekZAUFqkQL7ZSjqrsSWjouqFQkU8NtNkYG1GlZ9baWxL5G4LWhOX1vhPpOVDz9/KSsmTtN05IBOZRM",
+	"iqpMWEtZhTN2jk7OKyHOaDlnn39oz/T9aLye4Mc0qj4YgN+++DdjBSYDq7Z//ZS8zp4NwT0J+0lEwYzN",
+	"EQUYluS0ZHLKuXDEqq/hqNHPU/JD9owMXPwEXG2/fIiJ1LeyUaeJZDwdTuCOm/LYuICvlRDX0FYcaSpG",
+	"2YkRcFGOyBuPbada8LAs26jWSS6kFQYSwTkDEXdEXgDHNyzG0aceuSGYc1G8/eGTbcm5KC6MkBzamNOQ",
+	"Pd1YK4FUjETt6eafn4j97SRplqJLEbRWuFWMb8yxDXhPMyrH/6bcuhmAui5enr64vnr1+uXbd1fXry/j",
+	"yJmHnoyJNDuvr3Do17HL8CajJW9rl4m/yVeLlonFWVD0UE1Ijc9mFV2CAZwTmoL2IDiRuQD7FmmasKSi",
+	"eS7JKksPcYFYTjf6hMNfLJdsRC68C8xcX0hcl4wtPzlH0o32bihy/oERv2uVsG1I09oLBjx5DjEcdnmb",
+	"JexdfeF+fkq8YCAUG1XD7KYbsNHg4NJGIVpfKFqNI0qkdEMGW3e+3l5j8v1qPCZBMWIYEXaXsEKR+Pzt",
+	"5RU5okV2dHt85GnJcWQCV24qnuZ4IqZcy4BMEq+HJ77oGhvjGBDGIYR+xcb3ULSkXAgqKcUdaLUQC3ND",
+	"c/0AnNKzUnAXfWUWZUU3Ey2eaJrLVEtussbaTNXu2LtDuRBVnh7CNycENQFDoldCvKZ8YxiP/PwbfepO",
+	"nO6nFLmRB0jBykNz8kqqDOfXm20Y5WGRU85w17VuJG5ZqReMpaAR6W+u4RuW6o01rSILQGeoQLuw5QJ+",
+	"TB281mhzaATTKad6/1qbaUyhaH30Qja9l7pWyLx95IUFwjK947RSC1Fmf2e/gvjyGo0mEVlZ24o+C4UV",
+	"0EDeWmeS2TgSVDNGYKsyjeu+T5MleOc9U1BRauFBZWgmosmSi3XOUpAD4adMsZXcNfDTZPlKsZUmUWOJ",
+	"guAo/XdyHx8vyCFo9tH91jJP28s7nAAFwksYjQbOKpQeaDo6iA54lRtuiMaybStebU77962Z/+w+EDd/",
+	"Y4nSU7Gz3Fo2ZvWxlrETdSY9Iin4HmOKDoyfs8u3rIQNgmOe/R4+OgROQpPlXv34sUS9YU6WnZljPcK4",
+	"qjPG52rhe/brprVqVQVcv9+VjBk7W4SCHRfliuaZRNGVShKfJktDmyNsJt5rNk076XboSdMEe88ZtQil",
+	"bZP1V7KDaDqP2/3ORvdh2GuR9iLSiBiFF9xYL85+JCXazn8NyiUDLkiyYMly+IcgYku/LAW35aFkXGYq",
+	"u2X55sTM8UhP4ijWLDNn+q47sia++CimyRJ+Ect4yv/x3/8nca9NtMCtyk1M9M8lM/E4zm6ULGg5t0oX",
+	"3pcTEqf5e/xAi/qHxjLGxXqipasNSusQV6LfMTbOATTlDBtaTMH2jK/uj3/2JPji2kcvzd+HUjQyJMQZ",
+	"rA1tLKQ+COQ7cOkZgdGYPCTd6JWVIkLPZ8m0JKAnnDLYTX/KVsHRIh+4kW+Y6Q280LpzqbI8J0AmLJUn",
+	"fuRj2/yi9WpM5bD2KbPAGNt1w3Kx1l2tWckwarDi9U2n5XfPTQvDiLzPwQwE/6yNrhD2VVOk1ELvCp5g",
+	"7AP2vzJeZwhOAie/9NeSpXDA247R6CAtIeUknDxTiEzWAibqnfi+Zo2ucT2bNJOaaLu66WCFPy1ARl9T",
+	"q3expFIgaulDo0/CxOy8PcMEDgVZLzZal4TzB3wMs1FskLpWjp3zwEi3smBcDc3W20iWfc5bxlN2F2B3",
+	"QmY26sxTnkfb0UWWV1+YrQ0vNlIA2t0NCUAQVeZkjO1l5UIEbrHvabkCDp9WKBezms/BalFQbpFWa1oP",
+	"d2EWPjzmjEtVVshr9MjtBmp9syhFgsY/fQAg9gPjIML93I+r+UdqdLCLi+EORlvczM7N0md7nyJgWmaZ",
+	"g+zOKmvPcyrlpaIowbdE/BRzLULpY9EBUmf4WaJbDTibNU1+l2fzRcd3K3r3E82Ufjf4vGR6Al0jWnd/",
+	"2lpXHJ+bgzesupXGaKJ6MbxRhFb2WTWbsfKyQyh4kcklkYUQOQG/wgQz6/AX9G6SFd1oVl+UTIsFmkha",
+	"99HN94zmarEJhpyZJBfPrifWHM16huFbi4lWEVNG1DpLGKFG843sbcJSYyREQ12uL5InRJIBWBl8TwBG",
+	"iunTrrVZlg7R2qbJPffsd4UolQQTtDHjKCFG5CdU03EBMgydzqVAW0YdJG1amYmKp8RzEXnuITKgaL8h",
+	"azDyYYgANBzp+7mkGTeiTG1EwGZvhFBmvhAWpYYu2gc+m3J7xdoPtyaNItA2d5g533Rzp7R2KC0Httuf",
+	"M0neV7SkXGUcg+DMzXAUE7RW6D9BmhM4tEjLBlyPXt+uuFfYEFUEQsn11k8IhV/JkrECBbgMB6CsFF8L",
+	"G5ofeqNozMw7bQXjqTltoakNrJwRwaWGUyxZIsoUxjXBuAm9X+YCkkN8y4gQ+vGGqSmHeYIAwjKgbjPi",
+	"jPuUwCGoY+eooYdT3/zZ1nE03YGgBDeYJd+KS0cfVAsN9hgPIJEPreSX52/fnl2/eHURG4lNz+GGTbko",
+	"GMf0WE1q4MyGmUN6hd5SSdYLvT8N7ydJ9dEV27ZF9KB3kdxalEu0Uu3ggnYHHZVGHm9x7WytWYjrPRd8",
+	"ls2rkjl/M83zt7ODk3/fy4wVta8eY5za3p83dMUsI7MWLAEPw7dpa6Q/R9uKMw4c3Y0TEptWY8/lahm+",
+	"6cmSh4mWFRxd7q6pTiV+FYwTjiEUIWG13254YtMcTY9atFJVyeHY4ztyROIVK+cs3n6ZlvqkF3B3MF6t",
+	"9GbDu3B5QWfeLtaXc52aF1x3eEQgbxOsb2kmISVkQwpRSMwUKascVQvafPxIktg1HwPX3JCBzcD96vgx",
+	"ZLfAlxiCZQ8bxF9hlpIXVTXZjvceBgggOjBLsssqCdGNb827HyITzNgTBEkGScmoXvRsZgPVhltLoA+u",
+	"njk052a959AhtHFbnqRy+RF7oBv91Za/xW9wUXvZR5cOntgXAizhFFObYgd6EFA3fML+FDRixrnLsmSG",
+	"pjW1vTQ2R3bhJ6EukCSzlAzevXv1IkxJ+sKkcxYCAYAHhPF5xllEYhPWIeNeiuzfZm+v6nFHrZxUGy3s",
+	"ZwPbWF4z2npjOkimNoi+AOtJD/E0badbEzPWl2Y6UkA9YYpq6Rm7S0OJjWZmbyAqd0vzRpHeRgsWrDxE",
+	"ny74vsJbV2uxgeBwf9lrnbCdqbY9u+2p7LHEimY5qoUpNEPz88Yy952dRlNAsgdbnqsfGrnxLtS8f1hu",
+	"Utur/RbQCszjR9IaC0iMgs0rm2KvVRvTZnqqYrg9Tbqk0cEiEuujG7cufg43f1s9azbXGSm+n5X8NFHZ",
+	"LQsTGoZ3ndEOXbnwV2b7KGcrdkbnXoLidgtKKJrbqXSGraOIhH4HQ3mpc+XXsWQDlyiqt5iaZLrTZBnr",
+	"qwmDGZMlS4eT2kK5bR71Yj6wR1D/0G66gp2Ty6wotIqnZW+jG4VNW5YM9Mzu5wF0X0bt3Y4aee3NBfR3",
+	"bGsDmvu98zT+aC+K7Wsyp61N90imaDC4vfy1Hadty30buATMSBrd7pzZZbVa0XITPs4IJxIhhzBB436G",
+	"lDWh9BxhhP9B4lELqqYcY2V06/o/VqzTREokY0vj3bjfQq/o3RVucDc0kMysdUPkKZOKVNydH5svECTc",
+	"FVvdmLCEljKDpn+AYhmAem1MmXIYbomba6rbX4ZNyh0sRv6UqUUnJ2rciEH/GTyxmsqlgpMYHZwhZsxB",
+	"dPCC0TSosXiSTeDqrAnjOe7qx/BjGUj4vNdHVzYltitV1HG1R5JUXIkKOJuX/wzZoyNyysF+TbkCc1qe",
+	"spLcVFmeOo8sptzWybKtnNvBu6vnQ32D5ZnUtJ7kdFWwFG1mVJGScos79LC1UqLIkiaP2X6nFf0BzDJ4",
+	"YNxFc8MWGZooV3DJ3PqZUTJE4i2uBPTuhudTZn2qAsQfonRvwI3jbgnal2MbzDCU0Rmkki4KDrFQFOPM",
+	"QnU6MmuxtWWVRue9tNdsmFk8RBRNe8RLHDPcZPce8akREg0CRWvQPiPGJQnk/t0VOcXEJF+sQ4+eaR2s",
+	"LbrxoGjepay1FsPOIerRf1/k78+yoMXIkP7e1/WL/L2hgtAZ4w8FHXRLhH8Zn5hBqjJeT7xgT2powEdy",
+	"yl2LRV5JkyAsDTsDxzaKhGBF1SQ4HJHTNjKe11VvpIEPiiBWerkKtTG5tXBbzU0m2s5o7/pNy5hCwSp8",
+	"rha4UmbC4XOj7guxuKLKcH6p6sZPSBBo0WCP6XWasTUGH8gIcrIbXqAeDJmzV5dXHoiM3gIPurGBdDbl",
+	"PmLjxAKpOapwriItShmgGMYbaIuadkykqr/VU26dxjjkifm/9DwTOcMUFn3Bha3frbPnjk9j9+2WdpzE",
+	"110sQ0ugXibZyIR1mPeNNlmUIq0SVl5WNx+tSu42XCS+XNMSM+mKQaQcGvdPFdh09slajvRDiEClfGOM",
+	"+GGlH49fx3F0i1qzrg+dL1sWtVum+mXX8e95hVf6ju97w1HSlqfg3EIaUr4hf7l8+wZkah9+5W9S8NEF",
+	"XVsC8p4earX0EO1ZND8EnBVWYt82ysSju50Clt3TfRPRo4Os+97HZHNpIk8wMTJsSMzkS56Um6LT+NVv",
+	"dGjZSref12dne7B/+emKxFKfKpuyD/mRmLJWyUUreGpgz5l12lVqoTmbTfzUehLEsJmQf/9bjOjPFPLA",
+	"j7TcQi/PRcU7Yh624kf6xYkGqTSXDDY56g19qw2vvp2ibTD0hmx4gc9pPOprUkQHPz2vyvn+ttltoQR1",
+	"9UK3kk7Alm5hQzjKa/PslnEywGBwq0ChMLHP1nUKmRc7ReLuXf8YYbnepObqdKxvC0rgvo7XvZK732IC",
+	"foAtQkOE8VuWi4LVYl44c78xZNtocNeD30Mcg4lCHsTNucdDlxkDgkcdeQf3MiaWo/1HVuWDbts0f9/B",
+	"udL8/YVYX7CVuGV9BsVQZOG2P6rMtKySX+3gDLvYbR9PwgT50536xEX9JgKFmFPckmNh3rHlw3rB9b1i",
+	"CHpCYhfQF9eJ+mWmFOMRvLlkhZoQxJwA+KkqWegHkyZAwHYkBPr9nZMblj86cN0dRABbASp6jX3gAh5+",
+	"/kQeF7MuvQe0Myqg6HZhvKjRM5qmdIzuB9uhIZYJuckpX0LA9tPxeNivsnZ3Y5IMH9jFh/4VsNSzH4/a",
+	"5j7RL7/tmf29nsygo73/jsd16ZpSYyDtpfp5d1iNFbNqxXNgeYQofXYwnJgkLmDw5KZSLlg+k3UM5Ifo",
+	"4GU4Ert1/zgsoKd3d0df3d2BpG7GEGL5adArDvGEktMlu06oNLFBkN48MUn03MLmuez3VSUVoQlknVZ8",
+	"ycWaI9zLaMr/zDgrswT/PiHxNjx55AKPrrUaof/2oysio+5fszsMzoTUyMrLLNSvzCxECWDhCXUN8ZL4",
+	"x7VmqdfgaNY/rJhaiPRav0TzXKxNi6Gk/a2E7og0cjRJM0UzIvdDt2kjaWwjRYxCC2bQ1QGqoA3qxADY",
+	"LyElm1WSychgOwEpmLxQxPUzmsS6FHxONE2TjCd5lcKd1dgPW2xCpE3UKC2DQrvY4MDLuhSYhIOGHYze",
+	"zJTEF4eTKW9ssAt89XCtAEoqPMMgbJXFqepCnzIQWNswVgnlGKmIOFYQBX9DU1KwMmFcHTKZ0IJBFOwC",
+	"TAr//7//PTb4M/EkPjELnTYw9m3CBayBnvgMUNiGNUqWmfuUW6wVzKANjwmdfd9fXZ0blCXdJstnHgDo",
+	"k+N4ymOThuuRMBmY39CidgwIyRknNM+HEYm/Gh/HeFyyVZED1Iumr4FeSeCKM1YevuSJSDM+jw1iCUwx",
+	"WVR8yVIDyPTV+KuYxAuliutbVkpNq7pRWRWFKHWTU25MWZCsDEnuZcXliFzofx9qks1mHpewBIhmAzhA",
+	"wNmvG0fbKK3NH/E9eyf43CWDvxCKS5/IAD7X8vYaMoY3OH4cFrayvL0uSjbL7hptL2+vG8xqyvVPc6bs",
+	"yxm/bqbe6+dllrKyyWk0WyjlVmPw8zUwOsE9FtgSDgcmDRFunshp86jmi9LH15tyL+3fmgDCifwniE4Q",
+	"tQHlhiPyEm4aRAYVMxJbmIHlrVE66h+O/vEf/ydGZDoMITZx/96Wg2W0vZTQjt82LlGMEBqtX6GT4Coa",
+	"37YAeKZVlm8AVRDx8vSJxkD0KXfQphCjbLgdjrPmppSgHQ2P09dPyU2m4Ocgl5ryLTbls4k97kJgZv5s",
+	"RuR0yr3dfCTJ8hb5CkwdZGUneTh0GHsbH+yf8vp9taL8sGQ0BZHAS0bcw0oDUlca9vhgmHXA42VuyICO",
+	"ZZBRnAyVyfqXoLSPUX1BMfNv66UMGbgt/OtffroCixlCK6Q2wP0vP11d/+WnHy6v312cxVoCOkEMYMVW",
+	"QFBLtkG5yNJTHQtIRJmyckRO7UttNj9j6PXAYNMVXbJG7YOKLzAy/QTd2ku2AQ8S4jQuGSvILSuz2Qaz",
+	"I5aMy8gA5WF6uKlcJRs5MITmgtsSO/v41/Tszd4F/Gv41l+R++9s67L5dk8ucWzmjjvvliK87eby2W1K",
+	"NL1FNdE5mqlbCRGvtwiBUAbjecL9hJBiJyT9xG7ID2xDLhlWptiWyPW2bjf6g97shVYQXA4peJmMBj6r",
+	"cuzOVl5qkQPmViBsGQhOXtrQhIyth8n4YPqggjHg62V3UqgbmkmahmG5DOqlVg5QFKQkpwBHiFOYQKYj",
+	"LRnGI0IPp8rizeifLtisZHJxqrTOZIzbzYHvDimsWw7GoPCO4TOOEnGo0wcGN/oT2jWW9i5/hvE4cuj3",
+	"0dbLA+OoU+UG1EDoV0VkFNA2y7x4+d3Fy8vvEThLlLYO3RJSTQRSt2aNQLZZM2TLM0GUuGoGi0GGURrs",
+	"zjE/yswWkdHDRIN2P6VXZR42zRoG/kiSdxdnNdBAyVLGVUZzWcsAg/gIeVVMOOTPcYHMeY90Ad2/vzMR",
+	"Moc28fhHskni24sVYmY/3PYD3TjEvP2DMH64fWs/2hko6TXfO7qw+2Q/scWazBNayXAsCx73V+GEcSP1",
+	"J4KjDzgm//iP/0UgN9lq0AKDKUkuuhLJl7cXABuyb/NrzLDXDZKB0YypIpjFgggkmHNibb+AfabJA+E0",
+	"vCsscvXQYFg/h89/cGyWpSc0zw1P9Ptsjbyjab11MhxOgA9BdnKEMCJvufFzAFxIjnm2NvNTFKAomLxT",
+	"A//rtOwpt4tDBhaIIYGyWJjhyjnWiAArhNFSzDrFEcm0Or1xNjlUdXGMGCeLnhXYejADFaDLMSOYoLan",
+	"f2qNTvM6hO01gKPcWvmm3GBimMTTUkBliRuaLO8hlf1wWyfkbMlkXTgAz+2yTGxACtSAwBzlwty89qie",
+	"mIpcmhxNdqqDNDSejBGBUn1TXpf2hKoQE4M1hQ01bIaI3wHJ2TbaxeCK62/2CnGx5BVmHmeZZpVdEF7h",
+	"0qXPBVcZr6zNCmJylmwTDghAc9lLBBjbp6QBcnGtaez3dl6XpHxgbctd6V9ItY0uDnZeTnWTfQvf4S3j",
+	"7E4ZvDkw+wUDhAzgX0fM3bbkDAl82509s3l9plAPJpJ2ObTdyPaKQinF+j6X4oVYBwN//fi4XdSue/Q/",
+	"8YccmTUI74jLYA1HWroNbc4orJ3cj8RCTrFemcAbS3gutXgRvFV++Kt/m6CVShRGAou5jDFPFNm7SZlI",
+	"WcE4JO5orr5NXh3MYs7UOZwfuLSTe7COlOWKbjeY8aSEtuhKVIjjQNOUDAwqhi3m1ZHQwO4KvUhbrRaV",
+	"iow7Ghu3sGKQc2FD27Qu+C06chya6oS8Id+SpCpL/YG5KvGdG0bejKb8lDuAxSXbPJLuJQRbgBykWgs1",
+	"ga7YuIzA40VdfpMWrQESCIs1ImojN7rrmjGw2qEbbmiLSblAzWMDcysVzRl5QxLKMZYUbO2HJoJnyqGT",
+	"02enwxO4mHORLCWpJCOUXF2d2QtarDn4IJbMIQUZH0cqEnm0EinLR6s00tQGIe8mUaZfqdCq2m2IkGCH",
+	"ikq9mp2aAniOEtAihMshw1rRkm2CtAlNttrFtfbaN+akPbDewtaJOVOvKd/4bUnQCB0mNFZt6UyFWGX8",
+	"FT483maPzeuy++yJla3r2bFGebi4c7OVwpbHrkMA9H3rp4joG3fYUB+Dl+6K3vWc7qooAHil4h030Srj",
+	"PZ/nYm0/J4OmtBkZfMKTKc54emCUd6gV2gT68hm47AE92IM0EM/KKgaIKmQIA/+Fi6z5KtSu8kjShX4B",
+	"EFFSBtUIX0rp3j4u+CGEvQMnwW+C3Le+brZTK0DI9fUaA1FS1yUHpaTpUSGDLT2uCzBL5Z11MXu4AFRo",
+	"UoLk2W2zdjtmOE0Iu6OJyjcYej4jcd1PfBQbvgMXW10czJTI3C1Bwrn6EhHdv1l4s5roaGRFkXEVSUIl",
+	"VhQArzFIu0kmMUCdVytWZklsq9MO4mP2dDyOI/JkfJhm80wRMxM5dA56Bz9KJfmbFPzmxLjyM8XqqBN9",
+	"l4EuO+WgZcmFQY4Dh5AdolD1b4rdKTJA7wLHlh9JdF5EXnrDbMprkDr9dkTQSy5NbY+0MfV6jkWZcazq",
+	"vDoh8fHL//o4NuD28fF4HA+heiZetNC5dbvh4pI3784A0pMmCoJqptNK0288jAglOSAtVWUp5npYOKDa",
+	"XzflN2wjoDCiGc0jSY6fHI//5TGBZXa5FqIkx18/+dMTJ8cxLA1qdtgvR95yWKIM8Cmi4rfsZAfApMMC",
+	"8XnVreZ2yYSuemZVSFaqhwh/5NSX3Ka8LZHZL/aTzFD6k4yR2BPxRzj++OPEqze7ZajuK+GqKjmQV/te",
+	"yLgCpDew5dyf2199Yem/M5Z+2uLeLR4boE40JH6yXJjWqcdNCp/5LvMK/m79jqALT4xf0IMHMOYWo/fK",
+	"HsUXhcuAbRjrkFmpH24esqAFYL3dG03WWNFdnRZAaDJOpzraizrbd0TYaD6qjdO+4TQYDIBHv9fbpvmP",
+	"eW/SxEtwhw0UJZu3Z9fQ5toIbozF0jr3y3JDuDAxbw90z3Wkc85s8ZUtedhXxIyeHd4OB5AbcFegQhlQ",
+	"1QDqq18JBOlBb9fM6jf7p8E3LHB9oj7UYKJoRWyn607c1oRzMFGFX2f67hGrgqrsJssztQF9HkNX57TY",
+	"M39GFDvMqvt7W+oTtV5snBcBrKSw7Z/O32Msl8E9jEhzpfXLo3u4Ih5g5owOqiL9WISKLzdaCODRCm9o",
+	"u3LJm1F9qZki8Znqvt4mhBoGrzUISdaavVFNJ4jhCRL8p8sH9UJ4dq3ah/DdKNZh07C50IGLx+5O6PND",
+	"BC6ACYkduQY+3b5DWe0fClyK/s30MMrv4tZfDtXnOVR/bR0mV6cDnabWZBl/lhOxA+NF04J/F9Tk5dND",
+	"SKQ8o/NLuiryALDWvDO/yEfo2D9BtCNhZ26Sc1yjHcOcZ3z+vD9zVh/2HN/0UscAFBR6cTh415kPhHdt",
+	"Iaiuqfpk+AXX3cuX0/n1QlQNhClHmQftET38GCMMyXXehVGFEFzXNQTXR/XmFvw625Eedt0JwWVC/bse",
+	"66Ho6VzLPgg/t8X3B7lrbV5jQFsTaE3Z77ix9oFx+zTQsQ8BQggeDEYle3mnGE87jUGyyxYB34GxBkJM",
+	"uViTjLtycMSao/UaRkYVQzo1eTCNzCA0wYsSY99Bof6WfD2emNIVx+Rbcqx5prhlxFosyICC2QOtjIts",
+	"vmBSkRhgAa+yFYuH5Fv38l44OEHZoLFIHUFl3aripTObolWTrV86GeIjokG7CkLV5UWyNKjVwsNrM2Bz",
+	"ZH+NEfvNBGiJlnmmd4+zNSrUmyZwga3Cz9kaTQUPjVqFBgLWPszPEDMy8IpEw0Ee4oJKwoAG9gD76il1",
+	"65d+cXPZEcJhNztq5E/jRFoL27y8t/Y6yAOyW8bNwFtU3Z0N0Rl2L5bx7jhVF0ZveggNq1V5vz0yqEC0",
+	"R/iLfTPYBcoMe4gFFiLjNmPrdpktw3Be7qMZuJBoROjATAyO5lxDGoKTTHUKBh0KQY+00Bjbw+/njls1",
+	"jBZo77+kBnJtjaN3OyoeCv58bYtEA0JtKTGRBkkJc7OYgrIXNaANbdbFIpjRpZtHKw+VkM9H0zN4I8Y6",
+	"LFhIKlkyJSGQpiqIEiQGBKw4DG1qKi6FJYq6g/DzuuBJb8mQwEPEKu187mDYdsj/+F7kVbfwWo686fll",
+	"L+pJ9exlDYG9faZcqTGb7Vqw8tAHRcYaFSRWJU3YK0hy86HCogCY2JRvHUao/AaC2OFKpOaUDe8pp4fx",
+	"bGuusX9MX5DnhCq77oRf/QJB9keDIOvQbHZChH0qHm6LqexBn2eZVAC1ujsW+OPwy3B/vpBtBxKhPtOf",
+	"0CbUgov72OoaWISkq8KGra2DAjXNhwHkf6uqdRWvU+XmzAbh7aOrwbDOKaZZ7gCWa455jJGdWhCztqQO",
+	"Od+JvvtW+wCAuYTthZt/b3Q723Qb2K6FetfiIR3Adwa5zp7KJoZdExXPR8rxOVgNxVbvRUfREqMENLDz",
+	"WteqYVpNeusROD4RJrDXWlfp9Ycy0989nnDkytG6qhIZ5h4TwGGQJIZkYEiUiz8j+vAXFOE/DopwdFDT",
+	"RF8VnzpCw9Ax0FVdYLlS5IZB0qV+JXOVCw0eD+jKgs9ZOeUYNChPQPfzbDYLsSYrLe65VmFfbUFvxNSR",
+	"WLXZlD4ZkVNSiGLKLcACUXTJnNXpplIIr0c9v4AD0flqPCZtRKZ7JOK9c+tmQft3Jrt4GM2GO3ajM7c5",
+	"WUdOZVNz7la6jNujpWMFlKkp79SmPPgU4tBTEKzI/QmF1+7491QuIC2T3N0tnhweP/4TxJEClm2jSnCE",
+	"NmjNwxZULjDV1qAM2U0hg/gXyd7rV+mKvUrvPsQRRBhC0YEpt2wRlUMuFJyPE8xRxBaZbPULoaoQAKu7",
+	"wrooSCt6GBHqpNSRr+2CrKHYZVEpgtxZ2gpX66yERIIkA4iL0SoNVlO5qWRdMDdsKXq26bEK1FrrPlLV",
+	"F2X0d6+MduiWn9L890UH/OfQAXG5GxV9A7Dkn1ZT7FTJ4Ollt0pVa1s2im0PK2XKaHqdt62Tv089bT/F",
+	"LIBIbjSrEHJpn7blL3jk3SMBwmiqfy3dcIew8TqIE/q9ySUxVZS8Qk0DI94aCeSRVwgP72NX6GuAeLta",
+	"8omg5GGK3hQZkRuhFuBcBqDzDVMBk8NNJfHy6wGYX1AJJgw7iUCMPvxSE6XdhRtYycXmpoRt1OMIUGCL",
+	"NBrdRe0RbsVk+uutSlM1qi1ww8kgK3yBSE4LuRDKaU0W2QagbjLlIG5qJFJ0Y5kYJSPDTbn5zgg6hRD5",
+	"hMQ0hRhfg8Eq0g1k0BtZEUphxy3R368RrhZsFRJxXKu7tWyY5Kl7/0N04Eax58fP3Pta3CmqPT97XlRW",
+	"2LEQdHt89cK+jtE8e351RtGI2/SL7vGh70nFWngCqwXu8y2+3Ira2uvDWpkpaLlk6bkoApR6Jvj8sBB5",
+	"DtWYCb7qimEaOuFiHVbxbR38ncjPVKFf0dkVsUrmnpO5cO/bevh7fngJ70JYpcpCuP3blQ23MadqiU1U",
+	"yJZb0kUbBaowUp1bnchXGevJI/U19seRB56CJrn1sKBT/7C29JGcSmmP9P3r4LqWn+t29GUltwvhaiWW",
+	"cahNwkriOAeBvskgLiq5AFUW4Xdosmyk2tbTKaliZwjLHEqTwfU0uj9LydPH35CbjStNjCA1RDdCwEq0",
+	"R4E9uzzNvnuW+pnP2kJVIGCQGF3VMji9Pv3X61dvvjt79efvr66fvX3xb87yFLgm9Zcd1yPL0y6DPZb9",
+	"7wito5nqcFa3FsX0brqqv/R66Fmh58i/22pxyeQeXeN7Pa2/8Jh968ZK6nTAANDGqlCbU3wlFCVknmBE",
+	"3IICcICetwknN8ilYOJCboG1LYN8MUtz9tx90FWLVIj8Mvs7692sC4/DdpwGkH1SHCb3Dp/MhSKDcV1P",
+	"qD6WgqtS5MM9jocb5PakonrB26u7PfyeDQ1W0LyyBlV9rlHkdOFgNzRZ5mJODFZebc89/bOPWTgMV7re",
+	"BwrTtozhFpOGHJapGkWxA6gAPu7MIdVCeC6MObTRnRJiudeN4zoJF1JzeEwqyyFfF5vXUmNj6A8sK8vK",
+	"jHUW4C669rKcA1vEvZN+8uzemUp1uHtXNdbXPbHt7SA4nEb7Q5zD1i42V7yHmnvj5opG5pmv7ldysUc0",
+	"HbwWQTN9Q3ASZislQJSiUhnv2rwFo8Vpnouk43KRQS4ks1SfDQCy8k9K2ZCnDGoyQBocFaVIOpy7m322",
+	"rh4ofhH5U+tdmJo6+oPbJjbezJRigjpAAy3cYHy1VuRQzhviN9ZR4vuu27fTcneEWtcbGAH75+yW8Wc0",
+	"WYa8chAiS7UYT+b0lsFJIxWHKgfgXDTS0Vr/h66bBfMa11JRdIbDQbWk3sL6nnILKxLZkvZO+8xKg+9I",
+	"cspTaVwHiN8oRVUm7AQg7aOGrR/R7yPESyezrGSRH11oq2/p7QINgaQlzTjUhahmM5AWASffxB86VRhf",
+	"cwl1HYtSmorfe3Dm+0b9lVj0ySytW//IEEyLOrZJoYfeL3w9KwDD2sEH9J10TqXc42optHyv75Wy4h+H",
+	"raw79K7MPRbaHrUXrCf4s3DKT4DZoFeovwHAMOu67e64hFqB6R77XVg9w7QY2T3YHsj23Bp9bS9YY896",
+	"COLS6s4tCP8bxEbfhC+nNAtXfYOjE2IHAA3mnS5bmalTzQaXZJxTzuQ1nN5r0/a1ifoNHso6cDfUfcbJ",
+	"+4qWlCtwrc6yHLBcW/2YAg4drLCO/g31YGRcKLqth7vdumkg3kfQdmb1OsbXrG/kbRDuRmiLH4YW2Sdu",
+	"uRYvq9WKohnqE9fn7oqh2RHV8vCYlnvEpNQrZgox1DEp+kINxKQMTwj1Ikim3A8hIX4ESXN+n6GO9A5A",
+	"zq2t7Y3Z2iugGrIG9ndV9qWf7iMD+j4W81Gj9R0pqW9vWXmbsUDO+eVGKrY6XGdpLQ6SgaviIBVVkgCk",
+	"UJLlrIzIP/7H/ybHYyKJyNOAzvnxC9llP3jwUqJXap9VDq+sNzLb1I7lPm9Usm8p5V0BpjYP8+OyKyyy",
+	"hmkrPDozuResCJW42eFf784R2RIBah+h/ap3PJcdaV5vOav9c48khs0CpOkIk6JPE5XdZmoTO6Qbw0sw",
+	"BKuUCsEhhhGJMYHVpnFMOWg8nK29H+va1JgN6JJHMumCl0I5HRNbyz2GskrmIbYFt2UjBsnhjwfzPapS",
+	"ot2m7xC1Vu45ftSQFXZGExz4C/gR0f4fc+6DhNbYk3uuhP3KJY5/dDPACO/5uXEfhLPWPB8Jth3ZTW9t",
+	"SXsK7ZUJFMvtPFvPHVm1EmJBHbXR0C4BEQdkg8XqaERFobK7mDO1YOWJCdGDEVuZgvKNhYukXsJhtB3O",
+	"h3ZBxaTy3nskTV5uhCfcZDClzQ+m3MvdiowRw76KL8oq6O5ttvlwsvcm/nmzaRpT2+ce8AYWCPtozb/d",
+	"/h6k5J2obTkYKRZiI4BWt2I+J1s5qjV12TzVcNGkFp+8b6xg2//ivt9jypeWB+zKzdtCOJKilFvHKILw",
+	"6YKVrYPnx5w4ONVhl+slEI7hVjJLyeDdu1cvwsWm70tSEGOylTGxB+GI4rRSoshyofaN1rZ+RcbndK61",
+	"DtsAIuPL7O+t6nMSbfwttyJVSaAEGlTssd5K++UuibPlP8lStej5VivLrwPfXVbzOTPRSJVkvpwCuiIX",
+	"/NAq2hCnYIqRcQtZwdk+2rUvvuIiuCF17NCLTEJuhvMX7VcCHF/frvu96rQ9G00QpuO7Qu5TGca0YRMM",
+	"wvrhrhLYdsYbMCKDdWpiSgKodnC4GYmxj9vJAdaWHJkV9BjijhrozXHAz21Sqk9pg8OFCuQg8HYTJuCR",
+	"dEHgA7mgJUu11u1SFND66i7wbuDHL4HWe4TO6gvPrKgJV4zILStvqMpWkM0BEI6JPvSIX3deycUrxVYj",
+	"83r8ySOzw+4eex3c/suwG6wlBPNyZiBeyCCeHgBeP5ioNFM+bQW3dIRpd91QWhju//rVR9xwrbDiZiN/",
+	"+elKH+wbZ6yzbxsBtlILrfDpexpMdZou9sLb9MJ6W4SiH+ghm4JURC1KUc0XhPq+nwd014wM3urUyyBB",
+	"gAKaLAlN0xLqFxkmYPbUW/d4jxqAwfDhOvjYRvE2YpD3y/KsYWia/LPj/rpgshA8GCfjyx692psvp3yI",
+	"9ufbZBBfX//47uW7l9ev3754eX3tLAec3fOkvXWgPXA3aTEAXYW13Bw6gcFOVrv8vxLqAKOlCBH0odmM",
+	"E0aTRS2o7h2x4N2Cgeu8hyG8ofUVhvaaJKfZyg/avj+XeJV+VJPyOb7fh97khZSb1sPioMtXCGWuO2Nr",
+	"QdXCbbDgJLUSSnCgO6UjtPALTuLH43G8B/JTjfcUCvNvHtWu49kwbGyvZfD0mutwhyWyxdZoqaX3Wmt0",
+	"5XDiF/iPeDghFrhfcEMD+p4eEUh2KaucYe0HmG3cQQ1fsoX2h6GHtOOZMPnHA8wlctDoScIKvRkLVrLh",
+	"iJyalFYPiTxTUz4oRCEjZ3IF4F6MfSAY+yCHYCGoK4LAQCAr0hO0uCDrBeABFzRhUy4qJbOUEVw6OTTJ",
+	"1PG0Go+fJHFk/sXsvx5/HUfk3X99PH78JxD64Z/fmJIdALiPpT2eJPE//uP/TADKHIuQbBceMdX4ZcHy",
+	"XHdOBvHxaKx7snVU4sNxjPmjWPPNliqhpW6jUJ+uakcnLzIHCp52HhxwpBn7hIw89he1bBhmk6Z8heot",
+	"5f521OFwXx0/xlgqzU3fXX13+CcXwPnm3ZkpRloyU2IsHsUA2hiPRrEtJf7u4syV60xLUSA71axUr/PT",
+	"8Zj45U/qIh19taI6JbhTS8N6XNmci9JLHyhFpakeDBmeSCTxdBBlpD/ZYY3pF+NeMEtVWLluExGZCFPx",
+	"q2FWmpBVVkcgYYTabkGu5vjdCVeaUXcCdzoBIRgcIYCAJiT+958x1cdfSJfc/u8/x/vLGvbW2JW/jq11",
+	"z+dehZtNpWpTwiyC23U7qMKvvxqs2HxuM7ONgKLHWCepwwp3VF3D4369r5pHvhMliR1DihG8VJTZPOM0",
+	"fyThZZrnh39npSD6K5LNSI2uEKZVIJY3dLWDjYTFli4sRwzsjutqyBN/4HVBX9SdJiS2kW6xtaw6FIw0",
+	"k0uMi9PcGONKsJy/56IzdxYXEL0ZEQCGQfbQyLMDPcaOAxLmsNuQ4yV4nIObtXWeCU1URfN802UKapM1",
+	"UFaDIrZ69XfKrXzoJIAg2uEOnn+0+rMHWusfKqymaRjej1s1fe592pE874rDOq+1DZiMcarvQJDqDOty",
+	"YaxaOtsw5dUhN1lGCETer9EEKH//oCNPf/rjBR21QeG9VPGtvWwQTc8JtACWH+nlCtsBUd3sN5l9Bj9+",
+	"b4TUH+zoG5S5Xavj7eZb88XD+MaPmHtv1eBQIkg3usB/knOIue94xwWwCHxzo92++xzHt/WW7+cTg2/N",
+	"V0a83HaQNU5FR1VbktMbloe1BbPrbeFLLjs/6okohNZ+3u0y0wfy+BsU7hzgogN6i12Txk+mm41xPJIM",
+	"Hh+DOjwcufUNh+4WjeC5/kvVvdkIANz/ZPWE+nbgwdW2P+wvCPe1h4vWhRo6OOR6Mp0E6ZFiDwTmiLzi",
+	"ZMXKuQkhMJEWJQPkJ8rNe1opy7TSjOayEbFlTQ2nXZeCz6dcj4SIklgDCgjaooI0ckWtPafW4bTGnfFb",
+	"mmfpNXYUE05XdoVM3xmf8ti8FqOav8biYkbO70W+dpkenVmHmElgnaAQrAp1UqnR1cHohJZ1A45OpQf6",
+	"MSbfEjGbDUfEGBPJOFzFslnvc3ewXZ3d8mPYDPPCS/JhdwtaQbCA89wO3l4catUeLrQ0fw+V6F7Tuwum",
+	"yozJeAKoJFiMjXwLBhFvEnpUPXefnwSh1ZOfMp6Kdc8a+yrMGl5uwuN5FTpCa6qX8FMtK2RcnDcgyrco",
+	"IrvVJ5fnm5ouXBF4oAoA8rMDFnm6a/vvPcytDQthNDASt8gkfsgWMgRJzQR/WdcvaIX94SvWbQ3Loa9s",
+	"MgA8uqooRGnUAYSlA5AbNxZX8m/3YBrQu21bSGFriNTUUoeFicIEynJhYgdthVmPkMZjMvgaMXWLSi5c",
+	"wV7kssNdm3e8z+at6J3NX2/pUdiyuRaxNj9LFgJKTAtFGJ+JMmEpFjCueI6oC53M5fHx0395+qcnXz/9",
+	"l/vS14re/UQzpde589S+vM0S1c0Y9RJ6fDHCrUm9st5ckBdnP35GHrnK+Lko7EQC653leWYJhZI6XMqW",
+	"uKCcVDxl5eGsynMC8U9ECqzHkNNsBd6GTN/dWuQcjP/xH/8vDHQ4mvJ6LuQUqluC8TLWnXyLUjMgx0Cd",
+	"Lqy1j9s+4MLjewAUNUQ2TXEEU47lhI5PiLBpYfipvnqoZfGRo3p7o9YwRjARvUdQ48iW/s7klOeCz7HO",
+	"kYI7Xaw5hAWJShk7OdjPE7FiEg36iIDp7hWp6AYXR++NPvDgiLABtnocK0b5epHlpj6B2+cH7XFRZqI0",
+	"AedtPp3kELBkXwkfpk6yOx63q0sfup92j8vB1fTwTP1AkrhsCSFG6O0UUuIHMc7yY0WdqBZrAKpMfcaT",
+	"Ww8248vvRR5YPv0EpS+o0m5So4325743VdvlhMT/fnr43+jh38eH34yuD3/+ZRx9/fSDt5ToLR+Z+8lC",
+	"omZ8KaG6Che2CzgAJTPFlaCEl8jTE0Ih5hKjK/WxNSGAJkHbBtEBPzE/1qMsq5xFJN5mu3Edt2uShzOo",
+	"O+btTby1WK/pnSOVUOAz1fKAXsP/J7Qm/yUMztHZR/c9Bt5VfQ9sDzGOyNeaXboyZ24fvh4//dN4p5T0",
+	"9b5kVG5eaJFuB/PfxRn0wW8M6U9fPx0/kLC90gDtwnRaCM5U7VmgyVISmudibYBqvMhMYhC7F4ymeIsE",
+	"KoCZ4+Al/Gd8jpHPFn6Blvqo35poNSBueIwZGytxy6QnH+3gkHutgVJ5N6LYrp34dKI+6hnPwAnTPR7Q",
+	"zzOmGiDanLHUtzSlqBJIMkiZVmkTNvy0Ev+HHYp8V4X8U5QMHknCZjMGSRxWuYc8sgQqE1SgdqeeJJGC",
+	"wcqCwKsFW50gz5pyq3fXReH1p4BcmdkcNc3m8mzJSOwPEjztQm7bEepGfXPD8PepuXu79nvVyn9rLXzH",
+	"Ev0qGnb/GD6d+vybqsu/S/W4d+U/u+67q/ffXq3tH+EXlfUPrrL+Cirqb65t/rbaZe9if9EcP6Hm+M+i",
+	"Kf4amuEuqvzjq329M/w0Sl1vF7+uwtYzlFCG/JXFrnYbva0NBAXPkETcmmuAvwc4btSjHAVFny1pIyS7",
+	"BnWHEJvtP/neLYi0UouCjcPY6bE+9zM4PktQ0765gL9PmJOeUJZ+aIIfm5VMWvmaFiCngoOlpUgXkPup",
+	"4Jr+84RsmlUOxIi4IMjdgSbQBvKTP0hsFhmY/HqXkREb0aSOQ42HnzSSshdUy1vH33HgUDei2O7wHp9I",
+	"fssY0AeGcvbhZYRSJjvqaIbjGR8e87dPpF8nLuA/ceTt73+7djAEv8zK1sZ9bgjj4IAM8OtpqEZSJRea",
+	"5WpJ1VyJDifW6ggDLlw2dl2fMQCy6LKKdiUI9Wfu7FH+7DNmwMRp/v4EUyjT/D0pxZpkqUnC/JXTXy7h",
+	"aP2VlTJ8HK7qW/GRJHgQyS2+Tm6Yi4u0lZkeycjU0SgFpHySqpiXNGUTo8ebO3PKJQMvDIllYwgx2rrq",
+	"9gj6ezAjdL1ol/29EQIdOpmSUy54wg7pocFuTxYsWTp8GNSP7BVv52DqMtCUDOKjBYDvxph6a+MxMZNz",
+	"eEIakNj+pE2iqLEBYkznkhWKgAXOmDFSseYRiXXTpyqeckk3enkWYk1MTu9GTzFYhBSGfL/NQdPkIpsv",
+	"mFQ2D1fMwOBo3gSk5L0svM86B+AAzyzOc5NCGqtE01Wm5IRQ+/IN0zJdBnUxKonGW1D0cQm18F5WnOtl",
+	"0qKetBgN1APnB3ZCM8lGZFwnXyFeZSJKUwDj3mFYOOML3bAp8Lo989ZczWDM3MBch8QFjZDYtRpPPt1Q",
+	"kZxCVU4Ybx1Md5CgIrP+0EHRbWGG6qcPh3m309lr2Rokgl8CNgEFg34a+SiJsKjmAVAykLBbTqAkbMBi",
+	"6N3TZ92ojYRE703HPwshKnHbEeS0jC0/EcTYx6GDhXAv9siA0OPfFytsyTYjO2enMnW5/GMFibNX2YpJ",
+	"RVcFZkk3q1xbQhV4+NnS5n4zHgC/24Kv2aLQhVB5JtUFK2irkJRfq8WOvFNq2CFTMLa8Ei95R/PeLgbq",
+	"XjbX5OFmm6pIqeqa4ZqWvIlo3CFz1PgobcwTX85oLpi/ANsTqkfWdVhAc/g9EU0tn7/bWtR2fujvmSge",
+	"tLf9e7m9NF276qEotHdUt35ioHtKEqt6bweNh+uMG0crxJZouXCe3TI+HJE3LAMUkUH8y4c4mvL4l+kB",
+	"fDq1BjEAG/ESdnyIDKt7oKcXQC0m2xDA8Ltu+kMMblZJ/NGF5Dfl71iAqxqyxKvXus9spAIFMNnaf0wy",
+	"LhXlakReGX/gjOa5FY2geOyG0VKS8Xh8rJv+5ptvvkEvdsbJu6vnE/QWrzPJtpcgMsFRTb8KzGk/G4Cy",
+	"tB2YZ4HBMKYYmtFf9sOwjA7QRPTCeSgCcLT3U2d/7uwEayyF6g5atOOA0dk4SRcih8x02oKQNjlzXqoc",
+	"kSxnidqFwHombD2pLut/YlF2tQAqZKMvb1R7pOZRi5q81X33YnUXWHhB5eJG0DIldD4v2Zwqhg48isCd",
+	"6DLS+l5teUXJAoDnsaLyIpNKlJuISDHlsYENLCplogDWotTqZAxcACzfEYmx3g5cCXBK4U0AAwKjCTwY",
+	"T0yJKrB8Trn+PmczRUTBeFAJq5IlU68zXqmuYguBYLo+8W6boj9EXr2mPqytrb3IHcnu7tGQ98cY3urF",
+	"3FWSYvdwYK2u9JGUDm7+dO7fnp7Byu1/w2h9r6XaSnfNVuyC8vme+3XlXtcCFJLfpxpMm0+5rqIW+TV2",
+	"oLEsXpEUD47OkEfIw2un4JepslvQfer9TdtRguj+BU06i5bc32K5q5xJ9wyvfLJozm9WitX+VnElHojQ",
+	"Dt3A98FRVjeO2aLQ1QlQJb1Xr7plkTdsrcXklABtgRmv4kpUycKHjpSdggfZljvQIncfwQOhjjIDHZbu",
+	"L3psSbWhOe+7kGFkrN0qAmfr3eL5tr1ErPtVih6tYG9hvjG0Zp+hVbmictlRYOwPVgnMMpO9XJx62n3Q",
+	"CPfwXkPHf0BQkW7G6C/Op6sj9rHlrXZbL4yv7QHVw/SJCbjYqAIq6xhUUqPnbuvwD3Crmtiv+3xiwqK6",
+	"BjETVZcBoqdy9mm75FOzROgsKxkxKwMFteVuBLSOM2v25FVfHacOuPU+HNsAeD0+hMOFBWcBzl6emBhu",
+	"yb5+ikGLNebrhMTsyfjbGI0MQ+Pugq+nXFN5WuUmJUZUCupWNC+xm41iPYi7/02qLoNkH6h7c3dwAltA",
+	"70pA+aIFVaQe6UCU1g3mfhyiJQFmFRG4NCzeZx3Z2V41Z4XXpCCbhW4cqPxsFk25KP1l88bieSKMRmit",
+	"765c2IMoqge0TY/gB7YJP7wLE5WxXT64+A4ewE6OA2VaOsU5/W96v4guaPWt/W6n4uH1sGuMYUkJ3f33",
+	"HJ9DjOofnG27c2RWbGlnFuL1G2vJJ46acgjcthDoGg+JKC1E8kqk7FsIQI4jTO6K8a+Q+bhTGXZt7zq0",
+	"aKkuILHEMdccShUAr8I6fPtJRf3HQa/B/TZnpzS0jw2vRYbb9YlZTjeh4kGNCHeAOeZiPcG61MpaRJHt",
+	"WCYFYmeySXIWtrA1rshWb1q5uWHWjwb21xu88+yFUccdW5DvOgkOsJcbJSQ8Hi4Cilds+Z+tQs/qH6pC",
+	"slKRQf2bS0M1QshwQuKE8oTlsU0BGXlIrvYz8E56f+AnwfiVHvD5F0wqE83Xj0C/C1M+DOBrXui7frGO",
+	"h0M+fyQRRTsibDQfkZht/rJ49TdxN/vx22/jKYcUjV+mB3R6cHL8AYI2AXMbPcklg62DxkBH/e7wTzaH",
+	"GDRUuBzkta+ojsjpDR7WcsoxBcZ4AX75EDs8eL2PEFUC1fmpNDLDwySBvalTH96SSclSey+7fE0z1T2p",
+	"9H1XMnC9+y6seheiuHe/tgQwGCIAelc8e19hRbi9273jO0u+NEtDbckrGGo0y6DYiP4J4nRcVjFLCeSE",
+	"U76ZcoH1Hq3EYvLC1R2PEQePeWmBhOZ67zeapjIlG/nILmLK5LlPOXRo05eRhUGOoRtGZOObXP2tVynW",
+	"FoAsGKMeWFtJv+AhCq/Ghduazqu0y/36ltuVFMUjqVXLRKzYCBckaowTOJpTYeJA8djIFxSnHLHy0BjP",
+	"helGCYIjuGFkgCcdiT4OZt3vVpn2zXfYUwcRy7DI3i13dqKBm3mRFUXO4qjJbfSExEqI6xzQwV00VSYt",
+	"KWcqdAGkjRsgdVcA/ht7BXMjthyObNxDWL6f91ks6wDFAGViq/5u+PpwkG5rFtCQNLYJ2Em5EdSbKbOV",
+	"5m2YxR7rdjWvd3zBeJY51jAcxCA6gbRIZjlVcC1NOcDZzzKWp04Qcd3oI8zyGRQAgUJUEPMWN8of6MPj",
+	"F6KKpjzG1dFPGja92FaUxa/Aeq9HzE06sJkD+cd//5/k6XgcBqforfN0mizJP/7jf20V6XS3fQv8fD/I",
+	"8y+F9LaDqyBGegB0pLnVEJad5hkFr25sq+V9umJ5HUUe7I7PGsUe9trWjioYODNzauq5ZX5xjL0rX3hn",
+	"u7sIRk+NMTs9RJVQggAKK1VMqxJS0dyWICtFnpsqqxVPcwZi3F7L0Ff7L7TJao9qTvcvAGYnWvgpgk1p",
+	"6EvRp489nvtUgtKS/1bRS5JpdQXy4k1gts18H33uWkd9NHj/yiWOXZTM1peKsDIV1zJXnkm8+PQqnCY2",
+	"9mtkLrSPKykZnomtM2k2A8w4jWR0ibFi+mbHmi8SLZ2J4LeYDBxB5VJA61GlcUbaoj0TUld1Oh4/fmq0",
+	"SVBJVUP3eCRJQothNOWUvHl3RpIFLWmiIDYNymdp5UsLDwYKuqF8hmLTPCRpkC90y57H1EafI7tq+U/v",
+	"W3IJ1lavJ+omS7Yhg+3SSlqQMQSg+vSuMIw7/FCn2+h7QIuhyTIgeLb9OfrpvrJfl4kyzd/3EHSWayXe",
+	"ByQgpViPyHda57bmQRS5iMnkkCLC1WkjcqQNCqw9c4mo8lRr8tibq08qVZbnBDy5LJVDgIpBt6IFgDHr",
+	"i3eVy6KAuH5QmypOkyUX65ylczDwQ2EuC8IASq6bV7PAug/B5fKeeujD1XtzYQCZtEQ4wIDGdcZlRxc7",
+	"pBB47BWFJQPackEVdW6ZNJX04EUlxPDBxtFdlasyTuLaQh73lqvqPV0rV7bqvrWmXBO7WXdvQPG9Cuja",
+	"YsFY8FmUmljrHL5Pfsptnhu8FXmRDe2iu0hFO/hBd6nNL/pIoMrlZ1Q9PrK06Re59aHFSvUdDnAtYBIA",
+	"5/UfRGrdWVpvd+HxewqEpFcenPKHC4SkRx4Ex/iDBULSKQ9O+UcKhC/65cCg2bmPG3f6tpe3253/8FdS",
+	"ZqleqX/8j/9Nvn5KoEwuFySeM3Vesll2pynZ5gUiYt6+JoUfbnvc4lHL1x64hKGKZ7KsrXxyApbbGxOO",
+	"bhbKzKAGoX2IzaN3pPbqrJMXWkkKiKSZyoaMBshdCNQ2aHg+bjbk8sUPKLi5cXbc781Y6lJ2uXpgDfaf",
+	"+KeNWfCJ716FT7+vVpQf2rKgYBoCp15CKxnmRggN8CosRsbL2+uiBFd2hjWCwB6mX7aH9oe/ElGYDGLR",
+	"VQ+196QYkTjCdg9pns058uk9D0VXLIbu9wKMgvvObL3YkEHM7jKpwIZt3BsRiU0GMNixIQgyMibr8B1f",
+	"dnT702Ljq756f1jqDHZW8vRYZwvTgSbL65JpOgFHSGsS1hlxvRBl9nfBr9mdVsvgVXMzXqPLpISbbpVJ",
+	"s9q6m5vrtnDqz8fFyGz7JgxeRgEeNus/GCBHgRw0JMLhR7GR7k3uzDB+7pWoNf5n9H67IrWASW1eCmt9",
+	"ezCJjyXg3niinbfdq9QWksbA20xf3Xm4HB1IVl/kzn04QVKVJeOqWWsNZAoEfOGclY/wxvk00qRhMPty",
+	"Kje+JqADJLPfGz2graTW6mtf/No7V376tRdO3VG81uDb1doSJXkmAV4ZM9kqRW4YXFMIL8IFyQWfQ8xA",
+	"ItIdoHitW1CsEcLcGaEa5f9Mx4AygdmNtTVKVLuSHPvTrV/1APrsDv6uy7vbzppN90aAQ8J2UpWZ2gBS",
+	"jkkFZLRk5WmFNaPxr+9skMFffro62DoP+l19fwDbPSHP4BOCEEB/WyuD/aO5HWzpgtEUo03MlWX0lrXw",
+	"9YFj8oymGNI75fhJPCIXItcKCCWSKcQvpSSnacrK4QnCzxwKnm/0ZQt1B91f8Ah+gms6XWX6ap6VYoUx",
+	"GXEp6gg13UmMGNRaK6TJAjxooB+JklBOgEtpGsVfjU5k0WqmPD47ffPy8vovP11dX7w9e3n9/Oz01etL",
+	"037r2f8V69koaEYL14A5jE5uHALixSAIth4bvCGHejUqBbRaLllKYruZJ+TffzYpRw00Ia/jyx9enV+f",
+	"n159fxlHAMc65Vzgao8IwKv85acrsKVmEpBHrb9fsvK2xj3W/UPcs0srhTsK+CdQQX0yFkoVBx8+gAVy",
+	"JgISPMA1Z9IHivUwtExtUk7OhVTzkl3+eGZya1ORVJBTbnRbmfF5zogUVZloRjzlqqzUwqWZYEfrrAQ1",
+	"WOvWamIx5BnXwoMoDUYSBGVP+VvemC/UxXRheqCd4o7AiicUjBCA55SV7FDf31RlWrh26vmPFWOcvP5x",
+	"yo9Hd+T7q6tzcnr+KiL6XC+lszyQQcMCHNeYWBjh64Ni6V+cSTWeaB1+aWDa9SUU1yZzwPuOEX5YLUpm",
+	"LO2H7E4xnhJ2V2TlxpR0JafmtpcmsglAkKMpl4IkeQbI4ZAsl825KBmpuO6FmxgRWLznztQgT6b8kLyE",
+	"lXx6d3f01d0duRHpRm8cLGX8yxTVlOnBCZkeIANR7M5wkOlBRKYHmrX7z6XS9HktOV2y64RKZl/+EI90",
+	"f6ckfjx+GlsgcOjQoADEzwVXjKtDjMSLJwZTC6gIUVaNP6OgpcTipYckfnx3F9dxsXDxnZhAGvD7o6W+",
+	"DmzRO9F8YpBk8IjSKScNa4otCUCJEsVhzm5ZXn8DQzCX5GGRU26gHJB1uOjOx9/Exo1zwVS5OcTobzIw",
+	"UcZDoxVrPihBHICjIPKRHsypY8x1thqFlYsgiJtvfLFds3TQ5lKEz4dltg3g/lrk80i33honJM1rRYOl",
+	"4SHDocoFXvN6nJzBOg29cgQi1QuWcd3+LM/mC6Vv6rwNppZuyE2VzvXVET89fkK2VJy40SZQJuT0Z+CA",
+	"KWD8wMKfjv9k53htqhvELkEkFab4vt7IW0gQ1e9YLlOvnVsxCmMtGTMkm+pDVEOL2Vvxq/HYrFECBYDt",
+	"G9cVp7c0AwkOcD6wI/3Y8CzgJHr0GZeK0ZTIQogcOZZr/vH42DQPgV7mCMQWFtBfHAzKw3IR0NQElgYk",
+	"sMNC5DnWjTCxfQVeUGsKBSEqhMkQlQITZXMET2NbOMIsKxKNXs34q/GTeOKLDRCm6pZpLUpA4ZCaFBS6",
+	"AfOMt9ZPt1YvnN27EQGiQ8wVGxdL4q/u7gxkn5mx19STGJMmBCcOW083PnADqrS8myzAsCIcehwQBlrz",
+	"hnr2kTmLwEFWVEuQnPKEkQGwOj1c79d4CGfwxdmPBmcyclck4HZHmm14zMTYDYDz2EBgJj3OA90qUUda",
+	"2tQuqu/+pdldcFOusSK0mbyp4FGKFZFixUxqM9e/cAX3LvFoxRC2fk+kcMerRX1QQKrwpb+vGnSOX11z",
+	"oa7NFRQbuiHxqf4BFh6FRN9yjN9pasAeJJZtMFU+9DnRop07j0OzLDg4LnSj9WG1gdDxU02k3ui4uJZV",
+	"sriGk4YM+uVdwkwZdYvKpO81wvgty0XBTmqSeWSJqWb78fcGqdFeVkAERwY05KgoYblZJc3HYwQD0Tfl",
+	"UZHTjOMgML/WBlLTomC09AFIjbE8U1rtM/KXlUUOPP3y4Hg0Ho2NvZjTIjs4OXgyGo+eYEmKBWgNR7TI",
+	"jm6Pj2gCscKFCGUpoX1F+qUNxMyrmPAqdXVHMGpzSGiSiBIwZ5Rwd6rLEo4fw4nGbLs1y/PDmShXLLUs",
+	"4sQmFle5amC4GVnRhXZfGJ2KaPn6ZMprdQEEfq0u4HI5etB628FpsjxAhYxJ9UykGxN3qqUKMJsUroTX",
+	"0d+MfQ/ZwC4bTx1QhEJzrfQZ9b9kshDcGMMfj8f36nkvMxMMwRqZVvTuFX50DMkL9R8tu/WHtnr4FtfY",
+	"Ghy82I0VpHI6bcqCC8El4ayECJEoF7RgUx57ZHYE0m3suMagjdhnBVTMVNGM3UhKVDN4iKz/EB08xaUL",
+	"LYRb4qNnNHW7oT853v3JO06NWsxS/OjJ7o++E+VNlqbMjOxPu78ww7rCeww+O96jo3OUfK6EOAPTrv7u",
+	"8Te7v7sS4jXlG9MrZLh/tc8CvuKKlZzmFvTx4Kt9luOSlbdZwt7V0g0aLWyWvj5/lpiAZFbOiqboXCLo",
+	"0/LgZ/3RFuV0symvVWnMTpp6rSVlRID4EZpNcyl0KDXZmInShRserpkpx/hyAESVIr+FKmUpKxhPGVf5",
+	"ZtSOgMdXKQApKMgZ0ZqAljlG5NQQveBMMytnTgfBLeNORBJlyso2eyP7czfIg/18LK6RCvy74HM7uVnT",
+	"fdFUq6Ptpf/CYv6JWEzDRNzHZFwh1x5ZCKAypAfJmM2IDWHRTANkN7gLC4NMZCsirbTYmUHxuCKnCYvr",
+	"arDomTKfaI2gKlEGRYUIvh+Rn1z+98n0AEq8Tg9i0vwY+RsAfYMESrltFavMyrpubLgTU2YW9f1cCnLD",
+	"8FNn1Zhyq1CWDA0qJDadxwSN1CNyCvYrMDAYmwu1xkAczoDCshWQ66UZYqTbzZJFvT5kDcGoNUCTzHLg",
+	"uZht3ALNNCEq19h+7Mx2U65HknESmze2YZ00T1WMP5ThPndk83k4rmv/M7LcPftHfrvNX1+6wsj2DEFH",
+	"Ph/9tEMx7GJ7JK9MpBLaveDMaX0FHk9qj7DZ8S9M+1Mw7QbnRQ6pF92ri01cEqXhvTWrbXNgEKUOQeoC",
+	"Sp6zjlzf0lRWHpgastDFMNJCHcpsSrMpZDqcrlgEaBW2LjRGdxxZYLAJsor4Xw9Boz68cngWaDm0v79h",
+	"d+rQQmCh6UISSSGkCnw/EHpnALb0l2B9GU15iLVooTDal8ucZVI99yVNgxpFVwyRZzuA2+tXjnQTWFbv",
+	"Q7TzZQOn9uHnX0OYa0ysu5rT1ml/3sgCBYwJsym6x8CmdQ3EfAVL9KYGk/sQHWxRxD5N1C/DoL+Ikr81",
+	"V9Kb0soZlk121OA7fUzpKKfzuUGo35s5OS1zaOzfpkRJxV3FXpd54VVpj1cZP6NzW052ykWeksGTr8em",
+	"uoQR/oaRdQBIW7II3MjZipGczmueaLgkPG0Wm46mfBd7JA/mjiAy9rBH8p3vji0Zqf2CkZZZGzYiV9aF",
+	"8VRCGMAqLLndm72e4cb+Flw22kYXwtJAdg/9evMDayOrZEVzKO/PU/I1wkd7C8Xu6KrIGeb0a6LB0Dzd",
+	"/PuKlRtbBezkoEFmNh6ANoAqMq6+ftpfmKcZI5VxLSr+KtdHaOP2uT7Md6FTWoq1jDw6/HK1fLlaeq4W",
+	"cyfUV0wDz/NB18wv8P8PBjqGKdZVDh75I7z9SNbI+9afjBx/UMPeioKU7FBCNWfNPYdoWpjyGPt5zRRN",
+	"qaIxfmRMA0Ms04UpKz6SsSRzQZQQkUH6NwW90kwmAu0bMhEFqwNkoKB7Bi4uMxzT3I3m/rOSyUVtKgVf",
+	"kR/MUPN6DKs66ebpuDzPW6DDLW7eTjKTwqTImoCSrfmSlVmfETmFjBuEv2PxkYk+jkh8HB/FY3M5bpiM",
+	"j2IuIChiQzQzGcKthttjIlYJcGTiBocQYyvKKXpcTERAKhBJLcTEm7vX4OJmD7uCZT+aS+8t2+OWdBsS",
+	"4DkEuhof3xdL7O+Bx+G2EdoSoXtZW9QhHYOFkCzZBh0wtYI+wcoYLlzFeV5MfNqIvFKSDOCD7bt6yl1j",
+	"oPi3xFsQKx8i4SKkwUcaAMiAWnA172aY8hXdEFlQDmG0enQQH/qxsuyfmdrB9H6PhoJ78BBFszzEPc5Z",
+	"eYgkkMI7X4S2LwwtzND+rFXk+3Gz+x0hoNRzqhYHH37eLeQdIQ780S/w/4+R+QQ3jqktPnIfMenHOkHh",
+	"YXPezTagC/fyFynsixT2hWk9TAprHPuP1DZbjOioFlaOfnH//nAkGesJGLykKwAxwKsYqlzOoOqclxgW",
+	"EQbRlugjNiH+ACuEah5KadwgXEJmwpQPDEBEoMThA323jWqwvybD2/GyG5O5Qj6PZ9kvfvnBeJU/E/8J",
+	"ld0NcB6oyfhH4TpP9wlUYcs3Qn0HtRX+E7Eq2Efa5E9+tuOn5FH9zOi1uA1KS7WBrNYUTbCr0SJdYd5m",
+	"rVdAyFMCExB310dt1Iw1Lx7OS8qrnJag7Zl6mHl2y6bc/IFY7RBMBAkCkNbBRgQwgk3dlLXAWEPkeyc1",
+	"EwU1WpTBUrM94C2DGGDcZcGSbLYh8OG3esrElUXBeQw7/Nn7sdtfV7b85+Ccft3pL1zzPw3XpJ9GpvP1",
+	"ph6pjZkcj4aa5U49qaCEgzDlGJ1ciFgUOGTM1lTEFmjcMBVNecsTYdgXfgFx1pj2Zv0FBNwFkP1j3QLQ",
+	"78CmAptSwpmactvhiikTkLhhajgisVdKMCZQB0dCMsGIvLwzeARWaU4FNiFuGRlUEgVWzE7RsunwoaIl",
+	"dt+KbPE24mMsCp+JqXWW7/yVIw47y18GeB8+/2fifv8ZOd/zBeVYjRPy0bcrvGoBqFT7ckIHpNtvQ0PO",
+	"A1mZYo22HuMttfgtkClqmNVwf5PaeVXO2Yv8/S5344+e84PaEj4GpM0X1BqZizDEa3sa4y5DlL06msfW",
+	"t0f1VrPZtspdMP0s0ewdFqVphegaRrvma919u8PPaf56kb+HPenmI/D4i8Hrd8UVcE9SRlOSm3L0NQPQ",
+	"Z7zTy/iiCZItI8LZmklFYgTCO1WxAWUkpgjfQuQpRN6thHQlcOFbzOtQopBTzmiZZ6yMjHLnAvUEZxHB",
+	"utJQXMmUuIJM8iaegQFRAExThDWY8oHBeDl7dXl1/fr0X6+f/dvVy8t4OPEL66Ed2y/Ba9yOBtekBOgH",
+	"zSXlp4o3vhcH28WHug9+9EtvWO/Hc5atDs4bzuGuDnyDxT0aPxOwwfoK10K8JbiuXkxJ9UDIXW/tzl+2",
+	"5KDiPr0q8Qn6PNcHR2Z/Z5E7OMfj8VifKQDmKA2uWsPmYOqbZIJf4yBjUlKw8gJiLZ1yuRClghiqOYsI",
+	"ZgVhDcqSSMWKQovvrqT3zQbrkJkTi0lDii6Zww5aL0SOzn8k9NB6wNdhb83xeAyZ1Bj2qCfoRUEeh1DX",
+	"fhc+8xf5e6g6GvTv1Bz1y1X3+4ki7L3pmuLt0S9Z+uEIwUR2GT+tgBtnaYzFHzMO2CFG2IWw8TX3nTPm",
+	"5FgxmKR1lcXJlFOX8uj9TjJpDaCYP516nupSrB2SnAd0MppyD5gjxhTdk+nBXHBIbnSxQHr4NVQgIrc+",
+	"VDG/gEXb426z65alZED9zXkkYS2HaI9tZjkCYHcwMzHzZPVC6/GO+WRpr5zumHNVwZvbFSPqqOumNP3p",
+	"bQQv8ve4fr+S9dPrr0ty10QOtR8cgu4/gxXATdxlRv8zsUI3u+9ABNg78dt997oGV2pxUnwOnMY7siAm",
+	"pH1MFcGrw3z0ouISIbAtoHeAmU0c5h8tWQskmDyrZMaZdHVJ5ZRD6YMI4LSJj/w6hO+9wOfYAE+dGHRj",
+	"hDuKEXwayisSUcCrUx47fxA4qxxit0HX8vsBGVF6ElJC8zwypX6g+5Mpt+A72Hdkqu+dTNuY1NODOLLK",
+	"FaCMG33FQnPHEy/jespNAi7CxOivAKSzeCQtTIPFVQLRzsw08szFiLRpXs4glBLQyjyobTIw1ZAAmB8k",
+	"0SHCggECGIbyQDHmGrMfB53xpIwf7OT64fZz4m+Y1n8jy6zrvYsZdwGFfxEz/+iQGhcVb7JAj5kub9u8",
+	"9OgXLj8c/bJkm95oxnfccRCaj8gbYSLwtsvcYXFwsrxtVD4fQjIJJfH/ze4KlqhvY61AYn4chAkpLFxd",
+	"M72Eci2omehCCynxUFnyh1u0JR981jO3I1LPmS3JoHlVeOwarcsAGMIJyu/DL2fyj34mXUTgEutS+8ex",
+	"wzJ6Cnvvg3c6MWMmKm6FjIecxU9hdvzh9s9M/Van6a9YkkqLBP5aDFt5BC+v6Hx7YX+shF4aA8AYEawI",
+	"Pz34l+lBXHt37OEb9doUvyQJ/MEPJuYXBE9lr8nhh79iFnxBE9ZhLOCy11iw02j7AwNAaIZ4qSYibaKl",
+	"tYRxdcg4ehmP4hrAHkLRSq1luxJhsmN0OOX9h/dzdFBUATb1rpCsNAEpUI8DAWWsqGCrncKlHw9H5OUd",
+	"TZTx1ooZiZXKLWrCUTwTpdYaYqg5ZsdmEIJFukEwdC0VGKhvAYXsOdQGctsRa74VL9kmyBvr8mtdzPHB",
+	"EsZ5pT6bLnFeqd9Mk+jmwz/hqrSFmviLxPKHZ4znVQdj9LQHiIE9+sWAcX44whoH3daZl/DchnPk2a0t",
+	"Q7xgOeSYxqapmChBVvRuYMvqYNmEiHCxJv/V4msMJwi+bB1RHD3ACMisdduyZInSP+L3LMXuwBBjaymI",
+	"svnQClxT7ktcW8YVztYsPRmDUWfj0Oxr1iIZIzGUzcNJm22NT6Z83TBDV1AABKqLABM0ORNfjx/MiLBD",
+	"6HuX4dzW9TMog5joS0khio5bw+zPfW+Oz8ETtxf3c5u4Gz12scQLTRo0/xKg8s/CCHHDCUX24HHDQhRN",
+	"dugXwAqqdK76FkJLNWq8Qg1HxjGFIMtz4ztz8TAQBGPgo1JWZlrIQ7z20ZS3GrZpmCbboV26S5KBoquC",
+	"6fNpM7mqOVqzXfEvjP5FsKmG398agTOFZl4I2v3/2Lu+5rZtbP9VMH6pNMPITrq3M5GnD27S7t1Nm7gb",
+	"p3koMyYkQhKvKIAhSCuaTF7v3Of9iPtJ7uCcAxCUSEuy5dhO+dTGIgkQxPmD8+f3EzFEEasOjUSyqHSE",
+	"ZNS1T4BQqZpChc54xnQ5dq7tOjSW3lLy48jEXNkPs1U/ofxLlP38VmHlfv3anwOX5mwpxHhtvftfgCKu",
+	"sRfZ0o5XJ4G2WUl9y+lccD1vnclLEk8LFEdi2jIX/LU2H8d4L2SMmeMsV8b/wH+YKaUCGUdjweNLzJw1",
+	"suJvqXmiOoAzwNYep6U2PpkjTjfe1n/+79/sKZsFzLgt4FlFhYpYovtft07KzbQ2vX7AnATaRrBFIssC",
+	"ofPQIUW3BgDs4SdoacV3hc7yRNbx2IxYqx+fPhuenAy/P4kAoV5X6sY2jxF5lbnu6fDkpCvgunUB17PH",
+	"WcBFaritiMtq6c4VfDgFXA0o8xWTZ5NP53XVm5Pu5xpF6844IFSoBL4MtGPxOM6F1qzH05TQTvsD9qvR",
+	"wpW+wUTYSFAuLA5lIuPkKokBVLLK1yOFUsz+87//Rhqlm54gXxI0hmX7uLuiIX+gbcmzuOsZeuRwGHFV",
+	"7F+5R80i2J4U89B3UXjQvHtHj5hlaanrx6t4YJnFZqIW/MnFAsrSRqtQ5qJALs3DYHt9BQGiIdqRtuiC",
+	"TnQeL/xVM/NSTVb2a1A9ryzZro36F76520TL2s1KHgNCAoSH72O+wVbgCQq12HLidSMNtWrEw1KpGyN5",
+	"VGQYSu+FLfFkXQ2xKE4/DpFbN04/UtkycXgPvMpqVyML5dVG3Whr6BHpcC5E5mq2b15iXeSrr2Hou+rg",
+	"rjr4JtXBezkNnkbKVNYahn3pEAyARXecK61ryAcYRfUzylzGxypnUcH1PGLiY8mR/XiaXAmJZ28dyp74",
+	"xMcF+uH9ATvzoo9rganAPsrLcwfAAottxJjztgsWSuwlRiLS8AgKVRY8Q4JVWoDvNIs87RtZTUUgg2cQ",
+	"posduA7Ek0MZ19YCOqt7DfPsE9gDRJa1F9VEdAgMazIF/My9pNBQj1xhA/ymYhEd1/70S64WUT8w6y7R",
+	"KZPKMnVBSCYp2EoUQxZJsYyYniek7YwWTtW0hgGkCVSCE0zZQiFfHBZg41Nt2CaRiAiELwRx4iXPY21O",
+	"V8mVyGkr4JEK+HxjXMqb6thzldkdty1Q66KcmP8sxjMmsF6iNZJp79gveHvB9XznMcwOuGW89FxlWGu9",
+	"27XnFSj7bjeclYXKklQV5+bPO970nu8GnHuuskoR73I1JAotScNut6xTIuxyz9s1CbvBbUYK91jis/G8",
+	"NZS2xTKp7M0rYx+eodVc2/cUwXA5OCgjqtjOiUccklVGT3mM3X0o8gHA+UOTmHmC20pj9pqAD31jIStL",
+	"AfZhuM6LouIVYn5RWYFF/QrCI2iECI+GYSXZ0ONn5NWzFeFREDrLFx4N//zwJcJTbzQ2unYQyjcwrxE3",
+	"Gi8rCxcaNnMBGus10mxH2NtFGx9IBU7lnJCRG62qokMkDkLN3JqRzlSGIHw+YHGjT/Qi5clCszIDInDi",
+	"fnYhSKChd9a2ho1Opxzj4lBxTcXnH8osGc81JRZ8KCrFxmZA1nNJ3erXqA+JX+Uja6FZt4T2oYTkOJl0",
+	"n+QTaetdxfTNQ6Dn6obYyvuhh3ZmsTOLX9Esdmmnx2oIQANvwgxu1/gVMrQPDH0bOyC8Cu4qDIZmgFsj",
+	"4OtzqOaGakdbHolUG5AxTuJiBsH8dMlXwLjev4XOvjlE9G1Qnw+u6Du93entTm9/M3q7DVR7U3uXetZe",
+	"Pn9e6pnQRsca5xfo28RCn2IU0Pw/EXNamJgGCtEAwFVdLEzJUCIydmmU9j/M86AMFMJ6mFjd5HGiETH0",
+	"N1aLhRkwkbHIhIyxSzeUHi/cU6qiV/WWc5hxIhkVhzOVGwviysyMdYBLsEBO6GEI9aQUqTU/fadZhL9G",
+	"A/YODJBZQV+eGLdVp2YKCpoa4kTPmc6USr1i//86+b4G3ug9g0o7IVfy5GxSiBwQwrEHwVaf5lV+ZpP5",
+	"DmzXfvlj87HvqJvIPHqvZqKnh2cCxTlgLmg7/+ebzZ0TbGydTmE+/p4jPWsqzQK1WFOUudCqzMdCH8+v",
+	"jo06bNear8QKyoKN9qmiJ4mEbkXYOHXCecgIRMdQyY3Cfqhy7VdXZi531iJohri3HkEcvC23S3X8agLV",
+	"b52gPnZBhRrKV38YEboOXaQmpU722vtj/KZqjeJYzESSg6giOPyBGMRfXb2upnOnguHGaSsPfr32xt67",
+	"dnLyjciJ9DfbdmnZQVTAI1JLcIcqqwZRckoWGDd+rOQkmZY5GbegarFad+rBjSXTG0rs6cp1YFMOwXWU",
+	"rKzntUEFtR6o/qFsZ01cHzlJ6h4qoVMBD6dnoFGIndC2ybK6MkpCLFsl+e1KF2LxZJnEglm5G5IQewKq",
+	"A28CAWT+dOBLLaQHXUfoIeqX39ip36EsuDGaTn30WycED4P0CDYqsxvabdZ9pAG3dass/I6my/P8Gg0U",
+	"q+zTBJowMVK1VrBnazC4jLGNuZVRPCpUwVPHP+SXAmI5GTTWYJ4ZBzxYCy++8d42rakddr+W1a1G8wEZ",
+	"TFikNmOJK9jpiIdjKD/aPb2nWtiXVZuKda1L65tKaxMDxx5mFIJtv0O7CdyMyQLCv2anxWUqYmhlTQrW",
+	"w1/Ai671GX10vfT9Qd21d2jCFAZnahJK64zLuIJX4CnAEUDlq41KxSxN5qJ6rQE7qwH/+WWy9FREiAAc",
+	"K2oMtLjDWAhGaxCd0luy+ksiny9fCMKbmKoGZ31Li+CtS2Q+3Hlz4RZGxo5B+2G3DK4XPPiqJLjGiWAx",
+	"tMR5mCIZlp71nj2FsBUBHsSJnDYU1fXraTM4CIfy3k/CfxfFV6hKe3AHZph9e4+j/8G7RsfH2+j40fuO",
+	"N/cejmORFbPWI8Y5YqpUp+Y6bpHlv8fkdm/JC5EveD5nPE+K2UIUyThg45ngWX/AIgJooTOGV/N0bn+A",
+	"I4WHjQFzPK2VR3lBtkR72iWUe6kXdjDt8hIW8OGpmC30Yw6790faSQsVC9aLLi9/f/fzu58vf3vz8ufL",
+	"y6gVt2Z6r8SH3so3uilZMet02+PXbShZO6s2CPPtlASADpFvN/5/AQvx6EP/5jXaAhnwit354+HEMQra",
+	"c1uklQDc2oQU4NII4go6X6RaYnhykqsFtOlyyWaqzC2imLljwH5SxQyEWIxnCvpWWWQO8v/iciqigGkV",
+	"SijmA1DsCU/xsENgZivBc81OTk6emgGeP3/+nPXeXbzoB/7QcOdI+OOGElGxd4DE3te3eGuB7vaT4V9y",
+	"tdgjyql2vxZM7u6X3zLmepdqBZf2ulzK2XSaiykvKjTCTs88hDgH17OR4nnMuP1AnsIhzdKgbY5H5WRC",
+	"LBeNWudilugK1NSreO1B7S7VxM64qxbuD7GcmPXsyajPljwpzFmpUCzOeSKZykOJUILubwFbzgS0miYF",
+	"PI/b0tqCGZ3Ui+CfZ7ZCIsLQincTgLBSSDfmBR9xLYwaikf/LXhazFaHUkA/wZo5NXRn0lgbp0EW38L6",
+	"mA/ZhRsfiBhW8gGfZTcZ3DuZuZ6+rDL2a4lMRPsIWjKaiP9zjUM+sAYe71ERpjFs99UEKDoWGS+SUZIm",
+	"xQquwwmEcqOI/fb5zb+45X+M2Vb8ZNfnXHHzrW/qTqU9CJWGQXHULtAwtI9O2woX4COUVuqMquxd3xHF",
+	"GyLMtIiqff1H4DwNsI/IxSC+037kARO3yG2UxkIXRO4BEG25KHgiKzyoxkDFXgHUUxZ5rK2RLNM0cj1D",
+	"m28AkQ0PUbLKR1uQAkzPHjAse0Mteg9x2X/garFM5E+qCBMlaNgZ2CEN2PkiOqZlD1j0NDqOTmj9V0JH",
+	"x5FUEetxuWJjrkUfwLqxOGekVCq4JHInNycEsFpwyacCKAWQO9Z8krao78aXbYamRnwWGxGm4b9GSLjd",
+	"jfQlvAsNP9Y405VT0r723KasoRTv2OtRbNXU7412EtIcvWzrJPRIJuZUeCVyDzjfPyVGeMAUMZ3X4Hc4",
+	"A2a81OJQJabnpZ75GIB3CZVbgxrckKYXxDS1UHF3Kns4eZONfl7zfXzpAElAENzG9r+LMpd68zEKwJ/V",
+	"ZAKnITIqGBRRshaKoIjJRKWpWmobY+UjVRah5MRF1h+w97MkFSwBai+gFa1kbWpcgk0hq4EVOXkLZS+y",
+	"dA0AgLTRvwx3N4vlKeM1wNlRKWMgjM/zFSDHZtRDbofds+0Zpgwkf67bmfU4DRNKO0cahXrD+6c+iCfL",
+	"AdkTa+JyUQB7PLHuVNMBgnyCwvXmBMiXcWkL9yBCRafXXFiCH/gCk8mAnauMSu/Gc02ckUruUeX2tllD",
+	"Hb57c0M5fb3ezS168bVYdjrxARXh76MTr/UYroXIbfIaVObUBmcjnovrENb2dgRU1vkB3Z5v9wPqMDk3",
+	"dQPWnvLVvIAW2UECPYTcInM6RP5Na+5DGRkbFzFegHkLGAcgIQZAQryA9A3hCQ2YRYjZMHlsH4u3KYqd",
+	"weuE/z4N3o7C79k79A/bUUEsbbnK2dg8M9XWpZyLVR34CP7+SqwAlnQCQgR/sl6uxygZSvLyqYfjJ7FS",
+	"5KXDx1aS9Z6fsJivdN/SNH2PT7ukCy7Fp7EQsYgbYEduACP0lno+LnA97kaY4eGAb3dP+CP+BNo6PdYw",
+	"hNwydXL+2FEW7B43QmF7nCrBJrn29AX9oUFfbM17oBjV0IMawINOWWRU1I+QzIiqw/Zn+MMXc65PV3V2",
+	"21Cu09vaBrQNclu2G7dtj2tmPJcf/tYH4LTtRLesjefW5nFc7gQEmqrezUM9sCSoZ9NzRwmZC10crAjU",
+	"fsnbZEAOQKyJn+bSr5FDNFOIoahJKNHty8Wk1NZcaItW1q+zcDKfhPNGtJlPb0CbuU5aXpQ57GlNuwuI",
+	"j5QUrAcIht4Hbq2fhxv3o6GISEKQfl6DXCATU7kYYToH165tTPIENqlz4cE7MeK+gTHBoMP7U71GolmW",
+	"i0nyqZXZGH69t34BkIW2/HyFt4XLRyzfsCidvfsmUIVIp0DCcz1ltN3AHX+2Xu213davAYnzY6kK/mSU",
+	"qvFcxAMLuTkMj7DfJjyK2IKv2EJwYO3hqVHpK3SVW1T/dn3/Aow37PJtrDl4KSqPZFL1dcPxN4HKwmSD",
+	"DrKN6+aTvF+Rbndg7Wt2jcrfhhjT9+S4WZvEt50ENdHa57k4oRxONFGltDAAhwnMWgm8213f2A8DMtxT",
+	"ef21+t3Of+w7/++iuH7bH86/v7COXUAo3MWMaTFdCFmcskzkYyGLJ0Ji8vM4cmbBXOhZBTKWR+tBjWtN",
+	"hW99K+PTHpP6V0mZaqEDjN/aFC+CF/CURfMrW9ULqxWxPInpRGre71zpYpqLt7//WuMiHfqcdhaxW+Uu",
+	"hQsFUuzM6IkUWE4REmRTwwCvH3BWDb1qOc6iXHCt5LUw3JiKhhZFa5jr2ejbonDbtwFkdOCUgEx1zHo8",
+	"lC4TbsnUIYtuDu4zlQpLFQgIMcg8CWxbdH6bCab5QrAlX/VPq3dxMfp6vptxzUpd8tQsqf/aqdIUL3Rp",
+	"BS20Nh5Jj3vfDg7NPC9CqXJj7/lU9P2U/UltjeyzLstK4KIA8WToHKrKQgTInLT2/YZmqYz3NuNXgl4A",
+	"MGU45OZXrnwdFwC+a92T0rBrdChh43DNIkfgGhl3LClYnFApKDWnxSIuM7ZMZKyWN2b78Ch+7yqsWY1w",
+	"X3FNfwatfmH10dzHhfhMH/jNVWp2OXyc3trH70zp43ci4eNXKokXapGMeZqufMvqiQoeCmfQWdXes4p6",
+	"2BY2O22VaFZiLBFYTSjEh7uVWZIfUrorUZyyUgs2UTkyNyRSaA1qiKXJlTD/guKhen1TXT2CHQJVba1F",
+	"n7hxjUtojFySsbyE2BFEOKQUqJnACkBrW2B0qE5iQQFJ5Awwz3Ra6RnTmHhVKRuVeoWlTPZaXRV1Lzih",
+	"dNGsS4lLuRqw9+aOf76/gNCwFoX22u8DFv3Pcq6jUGq+0q77DZk7NHNLaowL3Y4mIzFjLyWDiCKMrpuH",
+	"N5odvsMfItdQoQ7kk3T4dVFf+lZXeBEbCbcuds2/01BnnXIos+dxKHtSMfGpyDkuOjNr3g8gwmu0izG5",
+	"ZTbNedxUFiohiJiVozQZm2/PCjUX5n1EjKUlEk2M0RVMyX7LMQRbAe/yHEIjNChYakO8ubL89rXYHX+B",
+	"d3abs55zdyJGorQKmBhMBywCLmuQf+zuoL3uKSWweEZ/inGZJ8XqaPjnhzrpOGkp1nMqCPb8E9jzbVXZ",
+	"C1Hkybi9E/Cfb9+8ZlryTM9UgcTVTiZZlqux04uQREhLXYh86DSVj3ya88KcDnJhljtRMghlyqcA5DEX",
+	"MctUpgNSbQuxUPkqYC/O3wU1X1wvE8QzxRYdq+VpPqBMi5lYBKE0zhf4pwFQUtk8EeSkzCAD9ovKmR7n",
+	"PAMtoM0hilbjOMvVwqi5Ukd3phZ+o5W/y3IRGqJhW9JP7tN2GqKxlqNF2M5x4zPaL6xnxGSbjHm7qh3i",
+	"y13CCvGpYOJTprSD91rwgp0MTgZ/u7NNWY2/8/Y08zwGVub6xlyPKbRuwUSy9dfGd/1r7MlDLuXYnJjQ",
+	"h8Q6/MG2bWyXfeE+d+MW3gIUUwd8XUIhIZB1k5wYxRw4N7lQ5RiiHb7vNgQVnMC3933sUO7rZGOwhc4J",
+	"Efp61jgeqPfnV5rfXSpvN0bD97b6xxxqsu4k/GD64XDPSuU2aLNNqIvk56OR4LnIz0pzrP3zwxcjoyK/",
+	"as4YnrFfuRTOBetRKQXLVF6wH374/hkUOZR5ejQ8+gx7SXwZHh9/nildfBl+Npd9OQqOrniemFMbbNuZ",
+	"i+lSWcZRqsY8hT9DWXK+9rMZx/yCz6//NiuK7Chw1Qz0T/MffPcPbkUajF9cjl1zNlRO2IqFUjeFyIHy",
+	"t8LDrBH5YlxUfCqEjPEvtQeqrOF5Z+O5VMtUxFNh/NFMeBQVPWzEpkDjGvamGQpAGPveGHw8bxoDwhwU",
+	"9IAsuB83D9irP5jt/akKSGww34uGbD4Zu2rtyZ0qBN297kTfdmeNpsPBCfvDVyhiTY3TOhPjgiUyTq6S",
+	"uORp03d0DHmbD3jp9VlhDWp1W5x+3IqhWQGmB0wLMUdX32PYra8F3PkE72x49iuxeoLlUwR24+6dXzVN",
+	"vswhrESlDRD/gIAzd8cfe1jB6oLBWoamaQ54qAycNQycv4mVddB6G1sYJn+ZSdU0VEuV0gxXnaN668XJ",
+	"2t/BVJ785cOX/w8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,

@@ -1,0 +1,230 @@
+//nolint:bodyclose // every response is handed to Client.decode (via Client.result), which closes the body.
+package lanes
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/lanesmq/lanes/sdk-go/internal/gen"
+)
+
+// The broker answers the group, lagging, label and partition listings a page at a time (1,000
+// rows unless asked otherwise) and says when more follow; the Admin calls that return a whole
+// listing follow those pages from offset 0, so a caller never gets a silently cut one.
+
+// followPages asks for page after page from offset 0 until one says no more follow; page
+// fetches the page at offset and returns where the next starts, or -1 when none follows.
+func followPages(page func(offset int) (next int, err error)) error {
+	offset := 0
+	for {
+		next, err := page(offset)
+		if err != nil || next < 0 {
+			return err
+		}
+		if next <= offset {
+			return &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page at offset %d says the next starts at %d", offset, next)}
+		}
+		offset = next
+	}
+}
+
+// bodyNext is where the next page starts by a page's truncated and nextOffset fields, -1 when
+// none follows (a broker before paging sends neither: its page is the whole listing).
+func bodyNext(truncated *bool, next *int) int {
+	if truncated == nil || !*truncated || next == nil {
+		return -1
+	}
+	return *next
+}
+
+// headerNext is bodyNext for an answer that is a bare array or keyed by queue, whose paging
+// signal is in the X-Lanes-Truncated and X-Lanes-Next-Offset headers.
+func headerNext(resp *http.Response) (int, error) {
+	if resp == nil || resp.Header.Get("X-Lanes-Truncated") != "true" {
+		return -1, nil
+	}
+	next, err := strconv.Atoi(resp.Header.Get("X-Lanes-Next-Offset"))
+	if err != nil {
+		return 0, &UnexpectedAnswerError{Message: fmt.Sprintf("a truncated listing page with X-Lanes-Next-Offset %q", resp.Header.Get("X-Lanes-Next-Offset"))}
+	}
+	return next, nil
+}
+
+// headerPaged fetches every page of a listing answered as a bare array or keyed by queue;
+// fetch sends the request for the page at offset, add takes each page's rows.
+func headerPaged[T any](c *Client, ctx context.Context, fetch func(offset *int) (*httpResp, error), add func(T)) error {
+	return followPages(func(offset int) (int, error) {
+		var resp *http.Response
+		page, err := call[T](c, ctx, func() (*httpResp, error) {
+			r, err := fetch(ptrIfPositive(offset))
+			resp = r
+			return r, err
+		})
+		if err != nil {
+			return 0, err
+		}
+		add(*page)
+		return headerNext(resp)
+	})
+}
+
+// ListConsumerGroups lists every (group, queue) row, by group then queue name.
+func (a Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroupSummary, error) {
+	out := []ConsumerGroupSummary{}
+	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.ListConsumerGroups(ctx, &gen.ListConsumerGroupsParams{Offset: offset})
+	}, func(page []ConsumerGroupSummary) { out = append(out, page...) })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetConsumerGroup returns a group's cursors keyed by queue.
+func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGroupDetail, error) {
+	if err := checkGroupNamed(group); err != nil {
+		return nil, err
+	}
+	out := ConsumerGroupDetail{}
+	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.GetConsumerGroup(ctx, group, &gen.GetConsumerGroupParams{Offset: offset})
+	}, func(page ConsumerGroupDetail) {
+		for queue, detail := range page { // a queue's partitions may span two pages
+			if seen, ok := out[queue]; ok {
+				detail.Partitions = append(seen.Partitions, detail.Partitions...)
+			}
+			out[queue] = detail
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// LaggingConsumerGroups lists partitions whose oldest unconsumed message is older than minLag.
+func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) ([]LaggingConsumerGroup, error) {
+	out := []LaggingConsumerGroup{}
+	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.ListLaggingConsumerGroups(ctx, &gen.ListLaggingConsumerGroupsParams{
+			MinLagSeconds: ptr(int(minLag / time.Second)), Offset: offset})
+	}, func(page []LaggingConsumerGroup) { out = append(out, page...) })
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// GetQueue returns a queue's detail with every partition.
+func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error) {
+	var out *QueueDetail
+	err := followPages(func(offset int) (int, error) {
+		p := &gen.GetQueueParams{Offset: ptrIfPositive(offset)}
+		page, err := call[QueueDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueue(ctx, queue, p) })
+		if err != nil {
+			return 0, err
+		}
+		if out == nil {
+			out = page
+		} else {
+			out.Partitions = append(out.Partitions, page.Partitions...)
+		}
+		return bodyNext(page.Truncated, page.NextOffset), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Truncated, out.NextOffset = ptr(false), nil
+	return out, nil
+}
+
+// QueueDepth returns pending counts (group "" = queue mode) with every partition.
+func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth, error) {
+	if err := checkGroup(group); err != nil {
+		return nil, err
+	}
+	var out *QueueDepth
+	err := followPages(func(offset int) (int, error) {
+		p := &gen.GetQueueDepthParams{Group: ptrUnlessZero(group), Offset: ptrIfPositive(offset)}
+		page, err := call[QueueDepth](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueDepth(ctx, queue, p) })
+		if err != nil {
+			return 0, err
+		}
+		if out == nil {
+			out = page
+		} else {
+			out.Partitions = append(out.Partitions, page.Partitions...)
+		}
+		return bodyNext(page.Truncated, page.NextOffset), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Truncated, out.NextOffset = ptr(false), nil
+	return out, nil
+}
+
+// QueueStatus is the live state of one queue; includePartitions adds one entry per partition.
+// An unknown queue is an *APIError with status 404.
+func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions bool) (*QueueStatus, error) {
+	var out *QueueStatus
+	err := followPages(func(offset int) (int, error) {
+		p := &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions), Offset: ptrIfPositive(offset)}
+		page, err := call[QueueStatus](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueStatus(ctx, queue, p) })
+		if err != nil {
+			return 0, err
+		}
+		if out == nil {
+			out = page
+		} else if page.Partitions != nil {
+			*out.Partitions = append(*out.Partitions, *page.Partitions...)
+		}
+		return bodyNext(page.Truncated, page.NextOffset), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Truncated, out.NextOffset = ptr(false), nil
+	return out, nil
+}
+
+// Namespaces summarizes every namespace label: its queues, partitions and message counts.
+func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
+	out := &NamespaceList{Namespaces: []gen.NamespaceSummary{}}
+	err := followPages(func(offset int) (int, error) {
+		p := &gen.ListNamespacesParams{Offset: ptrIfPositive(offset)}
+		page, err := call[NamespaceList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListNamespaces(ctx, p) })
+		if err != nil {
+			return 0, err
+		}
+		out.Namespaces = append(out.Namespaces, page.Namespaces...)
+		return bodyNext(page.Truncated, page.NextOffset), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Truncated = ptr(false)
+	return out, nil
+}
+
+// Tasks summarizes every task label like Namespaces.
+func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
+	out := &TaskList{Tasks: []gen.TaskSummary{}}
+	err := followPages(func(offset int) (int, error) {
+		p := &gen.ListTasksParams{Offset: ptrIfPositive(offset)}
+		page, err := call[TaskList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListTasks(ctx, p) })
+		if err != nil {
+			return 0, err
+		}
+		out.Tasks = append(out.Tasks, page.Tasks...)
+		return bodyNext(page.Truncated, page.NextOffset), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Truncated = ptr(false)
+	return out, nil
+}
