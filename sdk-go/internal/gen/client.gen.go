@@ -3655,7 +3655,9 @@ type ClientInterface interface {
 
 	// ListKvKeysWithBody List KV keys
 	//
-	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+	// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+	// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 	// Required role: read-only, read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
@@ -3665,7 +3667,9 @@ type ClientInterface interface {
 
 	// ListKvKeys List KV keys
 	//
-	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+	// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+	// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 	// Required role: read-only, read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
@@ -4769,7 +4773,9 @@ func (c *Client) Push(ctx context.Context, body PushJSONRequestBody, reqEditors 
 
 // ListKvKeysWithBody List KV keys
 //
-// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 // Required role: read-only, read-write or admin.
 //
 // Takes any type of body and a specified content type.
@@ -4789,7 +4795,9 @@ func (c *Client) ListKvKeysWithBody(ctx context.Context, contentType string, bod
 
 // ListKvKeys List KV keys
 //
-// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 // Required role: read-only, read-write or admin.
 //
 // Takes a body of the `application/json` content type.
@@ -9194,7 +9202,9 @@ type ClientWithResponsesInterface interface {
 
 	// ListKvKeysWithBodyWithResponse List KV keys
 	//
-	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+	// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+	// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 	// Required role: read-only, read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -9204,7 +9214,9 @@ type ClientWithResponsesInterface interface {
 
 	// ListKvKeysWithResponse List KV keys
 	//
-	// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+	// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+	// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+	// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 	// Required role: read-only, read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -15563,7 +15575,9 @@ func (c *ClientWithResponses) PushWithResponse(ctx context.Context, body PushJSO
 
 // ListKvKeysWithBodyWithResponse List KV keys
 //
-// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 // Required role: read-only, read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -15579,7 +15593,9 @@ func (c *ClientWithResponses) ListKvKeysWithBodyWithResponse(ctx context.Context
 
 // ListKvKeysWithResponse List KV keys
 //
-// Keys of one namespace in key order, paged with `after`/`nextAfter`.
+// Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+// `limit` rows and stops earlier, after at least one, once its values reach the broker's
+// answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
 // Required role: read-only, read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).

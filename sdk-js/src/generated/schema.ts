@@ -793,7 +793,9 @@ export interface paths {
         put?: never;
         /**
          * List KV keys
-         * @description Keys of one namespace in key order, paged with `after`/`nextAfter`.
+         * @description Keys of one namespace in key order, paged with `after`/`nextAfter`. A page holds at most
+         *     `limit` rows and stops earlier, after at least one, once its values reach the broker's
+         *     answer byte budget (`LANES_LIST_MAX_BYTES`), with `truncated:true`.
          *     Required role: read-only, read-write or admin.
          *
          */

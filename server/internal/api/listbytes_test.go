@@ -267,3 +267,71 @@ func TestDeadLettersWithoutAPayloadFitAPage(t *testing.T) {
 		t.Fatalf("page %v truncated %v, want all three", p.ids(), *p.Truncated)
 	}
 }
+
+// kvConsolePage is one page of the KV console listing.
+type kvConsolePage struct {
+	Rows []struct {
+		Key string `json:"key"`
+	} `json:"rows"`
+	Truncated bool    `json:"truncated"`
+	NextAfter *string `json:"nextAfter"`
+	Bytes     int     `json:"bytes"`
+}
+
+// kvConsolePages pages through ns on b with limit and returns each page's keys.
+func kvConsolePages(t *testing.T, b *testBroker, ns string, limit int) [][]string {
+	t.Helper()
+	var pages [][]string
+	after := ""
+	for range 100 {
+		var p kvConsolePage
+		if status, _ := b.call(t, "POST", "/api/v1/resources/kv/list", map[string]any{"namespace": ns, "after": after, "limit": limit}, &p); status != http.StatusOK {
+			t.Fatalf("kv list after %q: %d", after, status)
+		}
+		keys := []string{}
+		for _, r := range p.Rows {
+			keys = append(keys, r.Key)
+		}
+		pages = append(pages, keys)
+		if !p.Truncated {
+			return pages
+		}
+		if p.NextAfter == nil || *p.NextAfter != keys[len(keys)-1] {
+			t.Fatalf("kv list after %q: truncated, nextAfter %v, keys %v", after, p.NextAfter, keys)
+		}
+		after = *p.NextAfter
+	}
+	t.Fatal("kv list: more than 100 pages")
+	return nil
+}
+
+// The KV console listing stops at LANES_LIST_MAX_BYTES, as the other
+// listings do, instead of a fixed 4 MiB of values: a page holds the values
+// that fit, a value over the budget comes alone, and 0 is unbounded.
+func TestTheKVConsoleListingStopsAtTheListingByteBudget(t *testing.T) {
+	b := newTestBrokerWith(t, engine.Config{ListMaxBytes: listBudget})
+	whole := newTestBrokerWith(t, engine.Config{})
+	ns := uniqueQueue(t)
+	value := strings.Repeat("v", 30_000) // three fit in the budget, a fourth does not
+	for _, key := range []string{"a", "b", "c", "d", "e"} {
+		b.call(t, "PUT", "/api/v1/kv/"+ns+"/"+key, map[string]any{"value": value, "forever": true}, nil)
+	}
+	b.call(t, "PUT", "/api/v1/kv/"+ns+"/f", map[string]any{"value": strings.Repeat("h", 3*listBudget/2), "forever": true}, nil)
+	b.call(t, "PUT", "/api/v1/kv/"+ns+"/g", map[string]any{"value": 1, "forever": true}, nil)
+
+	if got := fmt.Sprint(kvConsolePages(t, b, ns, 100)); got != "[[a b c] [d e] [f] [g]]" {
+		t.Fatalf("paging with the budget: %s", got)
+	}
+	if got := fmt.Sprint(kvConsolePages(t, b, ns, 2)); got != "[[a b] [c d] [e] [f] [g]]" {
+		t.Fatalf("paging with the budget and limit 2: %s", got)
+	}
+	if got := fmt.Sprint(kvConsolePages(t, whole, ns, 100)); got != "[[a b c d e f g]]" {
+		t.Fatalf("unbounded: %s", got)
+	}
+	var keysOnly kvConsolePage
+	b.call(t, "POST", "/api/v1/resources/kv/list", map[string]any{"namespace": ns, "keysOnly": true}, &keysOnly)
+	if len(keysOnly.Rows) != 7 || keysOnly.Truncated || keysOnly.Bytes != 0 {
+		t.Fatalf("keys only carry no values, so the budget leaves them whole: %d rows, truncated %v, %d bytes",
+			len(keysOnly.Rows), keysOnly.Truncated, keysOnly.Bytes)
+	}
+}

@@ -65,7 +65,8 @@ type Config struct {
 	// until it expires.
 	ClaimTimeout time.Duration
 	// ListMaxBytes bounds the payload bytes one page of a message, dead-letter
-	// or timer listing answers (see pageBudget); 0 = no bound.
+	// or timer listing, or of the KV console listing, answers (see
+	// pageBudget); 0 = no bound.
 	ListMaxBytes int64
 	// ListenerCheckInterval is how long the notification listener waits
 	// without a word from PostgreSQL before it pings its connection, and how

@@ -813,37 +813,46 @@ func (e *Engine) KVList(ctx context.Context, req KVListRequest) (*KVListPage, er
 		req.Limit = kvPrefixDefaultLimit
 	}
 	req.Limit = min(req.Limit, kvPrefixMaxLimit)
-	bound, below := prefixRangeEnd(req.Prefix, 7)
-	rows, err := e.pool.Query(ctx, `SELECT key, CASE WHEN $5 THEN NULL ELSE value END, version, expires_at, updated_at,
-			expires_at IS NOT NULL AND expires_at <= now()
-		FROM lanes.kv
-		WHERE namespace = $1 AND key > $3 AND key >= $2`+bound+` AND starts_with(key, $2)
-		  AND ($6 OR expires_at IS NULL OR expires_at > now())
-		ORDER BY key LIMIT $4`, append([]any{req.Namespace, req.Prefix, req.After, req.Limit + 1, req.KeysOnly, req.IncludeExpired}, below...)...)
+	// The page stops before the value that would take it past the listing
+	// byte budget, after at least one row; the sizes are summed in the
+	// database, so the values past the budget are never sent to the broker.
+	bound, below := prefixRangeEnd(req.Prefix, 8)
+	rows, err := e.pool.Query(ctx, `WITH page AS (
+			SELECT key, value, version, expires_at, updated_at
+			FROM lanes.kv
+			WHERE namespace = $1 AND key > $3 AND key >= $2`+bound+` AND starts_with(key, $2)
+			  AND ($6 OR expires_at IS NULL OR expires_at > now())
+			ORDER BY key LIMIT $4::int8 + 1),
+		sized AS (
+			SELECT key, count(*) OVER () AS matched, row_number() OVER w AS n,
+				sum(CASE WHEN $5 THEN 0 ELSE octet_length(value::text) END) OVER w AS upto
+			FROM page WINDOW w AS (ORDER BY key ROWS UNBOUNDED PRECEDING))
+		SELECT page.key, CASE WHEN $5 THEN NULL ELSE page.value END, page.version, page.expires_at, page.updated_at,
+			page.expires_at IS NOT NULL AND page.expires_at <= now(), sized.matched
+		FROM sized JOIN page ON page.key = sized.key
+		WHERE sized.n <= $4 AND (sized.n = 1 OR sized.upto <= $7)
+		ORDER BY sized.n`, append([]any{req.Namespace, req.Prefix, req.After, req.Limit, req.KeysOnly, req.IncludeExpired,
+		e.listMaxBytes()}, below...)...)
 	if err != nil {
 		return nil, err
 	}
 	page := &KVListPage{Rows: []KVRow{}}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (KVRow, error) {
+	matched := 0
+	page.Rows, err = pgx.CollectRows(rows, func(r pgx.CollectableRow) (KVRow, error) {
 		var row KVRow
-		err := r.Scan(&row.Key, &row.Value, &row.Version, &row.ExpiresAt, &row.UpdatedAt, &row.Expired)
+		err := r.Scan(&row.Key, &row.Value, &row.Version, &row.ExpiresAt, &row.UpdatedAt, &row.Expired, &matched)
 		return row, err
 	})
 	if err != nil {
 		return nil, err
 	}
-	if len(list) > req.Limit {
-		list = list[:req.Limit]
-		page.Truncated = true
+	if page.Rows == nil {
+		page.Rows = []KVRow{}
 	}
-	for _, r := range list {
-		if page.Bytes+len(r.Value) > kvMaxReadBytes && len(page.Rows) > 0 {
-			page.Truncated = true
-			break
-		}
+	for _, r := range page.Rows {
 		page.Bytes += len(r.Value)
-		page.Rows = append(page.Rows, r)
 	}
+	page.Truncated = len(page.Rows) < matched
 	if page.Truncated && len(page.Rows) > 0 {
 		page.NextAfter = page.Rows[len(page.Rows)-1].Key
 	}
