@@ -54,6 +54,30 @@ function qs(q: Query | undefined): string | undefined {
 
 const e = encodeURIComponent;
 
+/** A page of a listing: its body and where the next page starts (undefined when none follows). */
+type ListPage<T> = { body: T; next: number | undefined };
+
+/** bodyNext is where the next page starts by a page's truncated and nextOffset fields (a broker before paging sends neither). */
+function bodyNext(page: { truncated?: boolean | undefined; nextOffset?: number | null | undefined }): number | undefined {
+  return page.truncated === true && typeof page.nextOffset === "number" ? page.nextOffset : undefined;
+}
+
+/**
+ * followPages asks for page after page from offset 0 until one says no more follow, and hands
+ * each to `add`: the broker answers the group, lagging, label and partition listings 1,000 rows
+ * a page, and the calls that return a whole listing must not return a cut one.
+ */
+async function followPages<T>(fetchPage: (offset: number | undefined) => Promise<ListPage<T>>, add: (body: T) => void): Promise<void> {
+  let offset = 0;
+  for (;;) {
+    const page = await fetchPage(offset === 0 ? undefined : offset);
+    add(page.body);
+    if (page.next === undefined) return;
+    if (page.next <= offset) throw new Error(`a listing page at offset ${offset} says the next starts at ${page.next}`);
+    offset = page.next;
+  }
+}
+
 /** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). */
 export class Admin {
   /** @internal */
@@ -61,6 +85,35 @@ export class Admin {
 
   private async get<T>(path: string, query?: Query): Promise<T> {
     return (await this.core.transport.request<T>({ method: "GET", path, query: qs(query) })).body;
+  }
+  /** headerPage is a page of a listing answered as a bare array or keyed by queue, whose paging signal is in headers. */
+  private async headerPage<T>(path: string, query: Query): Promise<ListPage<T>> {
+    const res = await this.core.transport.request<T>({ method: "GET", path, query: qs(query) });
+    if (res.headers.get("x-lanes-truncated") !== "true") return { body: res.body, next: undefined };
+    const next = Number(res.headers.get("x-lanes-next-offset"));
+    if (!Number.isInteger(next)) throw new Error(`a truncated listing page with X-Lanes-Next-Offset ${String(res.headers.get("x-lanes-next-offset"))}`);
+    return { body: res.body, next };
+  }
+  /** partitionPages is a whole object listing whose `key` array is paged (truncated/nextOffset), merged into the first page. */
+  private async partitionPages<T extends { truncated?: boolean | undefined; nextOffset?: number | null | undefined }>(
+    path: string,
+    query: Query,
+    key: keyof T,
+  ): Promise<T> {
+    let whole: T | undefined;
+    await followPages(
+      async (offset) => {
+        const body = await this.get<T>(path, { ...query, offset });
+        return { body, next: bodyNext(body) };
+      },
+      (body) => {
+        if (whole === undefined) whole = body;
+        else (whole[key] as unknown[] | undefined)?.push(...((body[key] as unknown[] | undefined) ?? []));
+      },
+    );
+    const out = whole as T;
+    if (out.truncated !== undefined) Object.assign(out, { truncated: false, nextOffset: null });
+    return out;
   }
   private async post<T>(path: string, body: unknown, query?: Query): Promise<T> {
     return (await this.core.transport.request<T>({ method: "POST", path, body, query: qs(query) })).body;
@@ -79,30 +132,30 @@ export class Admin {
   listQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<QueueList> {
     return this.get("/api/v1/resources/queues", query);
   }
-  /** getQueue returns one queue with its options and partitions. */
+  /** getQueue returns one queue with its options and every partition (following the broker's pages). */
   getQueue(queue: string): Promise<QueueDetail> {
-    return this.get(`/api/v1/resources/queues/${e(queue)}`);
+    return this.partitionPages<QueueDetail>(`/api/v1/resources/queues/${e(queue)}`, {}, "partitions");
   }
   /** deleteQueue deletes a queue and everything in it (200 even when nothing was deleted). */
   deleteQueue(queue: string): Promise<DeleteQueueResult> {
     return this.del(`/api/v1/resources/queues/${e(queue)}`);
   }
-  /** getQueueDepth is the pending count of a queue for a group (queue mode when none). */
+  /** getQueueDepth is the pending count of a queue for a group (queue mode when none), with every partition. */
   async getQueueDepth(queue: string, group?: string): Promise<QueueDepth> {
     checkGroup("getQueueDepth", group);
-    return this.get(`/api/v1/resources/queues/${e(queue)}/depth`, { group });
+    return this.partitionPages<QueueDepth>(`/api/v1/resources/queues/${e(queue)}/depth`, { group }, "partitions");
   }
   /** getOverview returns system-wide counters. */
   getOverview(): Promise<Overview> {
     return this.get("/api/v1/resources/overview");
   }
-  /** getNamespaces lists namespaces. */
+  /** getNamespaces lists every namespace (following the broker's pages). */
   getNamespaces(): Promise<NamespaceList> {
-    return this.get("/api/v1/resources/namespaces");
+    return this.partitionPages<NamespaceList>("/api/v1/resources/namespaces", {}, "namespaces");
   }
-  /** getTasks lists tasks. */
+  /** getTasks lists every task (following the broker's pages). */
   getTasks(): Promise<TaskList> {
-    return this.get("/api/v1/resources/tasks");
+    return this.partitionPages<TaskList>("/api/v1/resources/tasks", {}, "tasks");
   }
 
   // ---- consumer groups
@@ -117,18 +170,38 @@ export class Admin {
     checkGroup("seekConsumerGroupPartition", group, true);
     return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/partitions/${e(partition)}/seek`, seekBody(to));
   }
-  /** listConsumerGroups lists (group, queue) rows with lag. */
-  listConsumerGroups(): Promise<ConsumerGroupSummary[]> {
-    return this.get("/api/v1/consumer-groups");
+  /** listConsumerGroups lists every (group, queue) row with lag (following the broker's pages). */
+  async listConsumerGroups(): Promise<ConsumerGroupSummary[]> {
+    const out: ConsumerGroupSummary[] = [];
+    await followPages(
+      (offset) => this.headerPage<ConsumerGroupSummary[]>("/api/v1/consumer-groups", { offset }),
+      (rows) => out.push(...rows),
+    );
+    return out;
   }
-  /** getConsumerGroup returns a group's cursors keyed by queue. */
+  /** getConsumerGroup returns a group's cursors keyed by queue (following the broker's pages). */
   async getConsumerGroup(group: string): Promise<ConsumerGroupDetail> {
     checkGroup("getConsumerGroup", group, true);
-    return this.get(`/api/v1/consumer-groups/${e(group)}`);
+    const out: ConsumerGroupDetail = {};
+    await followPages(
+      (offset) => this.headerPage<ConsumerGroupDetail>(`/api/v1/consumer-groups/${e(group)}`, { offset }),
+      (page) => {
+        for (const [queue, detail] of Object.entries(page)) {
+          const seen = out[queue]; // a queue's partitions may span two pages
+          out[queue] = seen === undefined ? detail : { ...detail, partitions: [...seen.partitions, ...detail.partitions] };
+        }
+      },
+    );
+    return out;
   }
-  /** laggingConsumerGroups lists partitions whose oldest unconsumed message is older than `minLagSeconds` (default 60). */
-  laggingConsumerGroups(minLagSeconds = 60): Promise<LaggingConsumerGroup[]> {
-    return this.get("/api/v1/consumer-groups/lagging", { minLagSeconds });
+  /** laggingConsumerGroups lists every partition whose oldest unconsumed message is older than `minLagSeconds` (default 60). */
+  async laggingConsumerGroups(minLagSeconds = 60): Promise<LaggingConsumerGroup[]> {
+    const out: LaggingConsumerGroup[] = [];
+    await followPages(
+      (offset) => this.headerPage<LaggingConsumerGroup[]>("/api/v1/consumer-groups/lagging", { minLagSeconds, offset }),
+      (rows) => out.push(...rows),
+    );
+    return out;
   }
   /** deleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds it). */
   async deleteConsumerGroup(group: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
@@ -196,9 +269,9 @@ export class Admin {
   listQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<QueueStatusList> {
     return this.get("/api/v1/status/queues", query);
   }
-  /** getQueueStatus is the live detail of one queue. */
+  /** getQueueStatus is the live detail of one queue, with every partition on request. */
   getQueueStatus(queue: string, includePartitions = false): Promise<QueueStatus> {
-    return this.get(`/api/v1/status/queues/${e(queue)}`, { includePartitions });
+    return this.partitionPages<QueueStatus>(`/api/v1/status/queues/${e(queue)}`, { includePartitions }, "partitions");
   }
   /** getBufferStatus is the broker's disk-spool state. */
   getBufferStatus(): Promise<BufferStatus> {

@@ -169,6 +169,30 @@ describe("admin", () => {
     expect((await lanes.queue(q).dlq("").get()).messages).toHaveLength(2);
   });
 
+  it("the whole-listing calls follow the broker's pages of 1,000 rows", async () => {
+    const lanes = client();
+    const q = uniq("wide");
+    const group = `${q}-g`;
+    const want = Array.from({ length: 1003 }, (_, i) => `p${String(i).padStart(4, "0")}`);
+    const tx = lanes.transaction();
+    for (const [i, p] of want.entries()) tx.queue(q).partition(p).push([{ data: i }]);
+    await tx.commit();
+    await lanes.admin.seekConsumerGroup(group, q, { timestamp: new Date(0) });
+
+    const same = (got: string[], what: string) => {
+      expect(got.length, what).toBe(want.length);
+      expect(got.findIndex((name, i) => name !== want[i]), what).toBe(-1);
+    };
+    same((await lanes.admin.getQueue(q)).partitions.map((p) => p.name), "queue detail");
+    const depth = await lanes.admin.getQueueDepth(q, group);
+    same(depth.partitions.map((p) => p.partition), "queue depth");
+    expect(depth.pending).toBe(1003);
+    same((await lanes.admin.getQueueStatus(q, true)).partitions!.map((p) => p.name), "queue status");
+    same((await lanes.admin.getConsumerGroup(group))[q]!.partitions.map((p) => p.partition), "one group");
+    const lagging = await lanes.admin.laggingConsumerGroups(0);
+    same(lagging.filter((r) => r.consumer_group === group).map((r) => r.partition_name), "lagging");
+  });
+
   it("a message listing cut by the byte budget says where the rest starts", async () => {
     // Over the broker's answer byte budget (4 MiB by default, each payload counted twice): one a page.
     const lanes = client();

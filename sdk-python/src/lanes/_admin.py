@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import datetime
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 from lanes import _requests as R
 from lanes._generated import models
@@ -12,12 +12,27 @@ from lanes._generated import models
 if TYPE_CHECKING:
     from lanes._client import AsyncLanes, Lanes
 
+T = TypeVar("T")
+
 
 class Admin:
     """``client.admin``: queues, consumer groups, DLQ, messages (generated models)."""
 
     def __init__(self, client: Lanes) -> None:
         self._c = client
+
+    def _whole(self, paged: R.Paged[T]) -> T:
+        """Every page of a listing the broker pages, from offset 0, folded into one."""
+        whole: T | None = None
+        offset = 0
+        while True:
+            req = paged.page(offset or None)
+            page = self._c._call(req)
+            whole = paged.merge(whole, page.body)
+            if page.next is None:
+                return whole
+            R.check_next_page(req.path, offset, page.next)
+            offset = page.next
 
     def configure_queue(
         self,
@@ -32,7 +47,7 @@ class Admin:
         return self._c._call(R.configure(queue, options, mode, namespace, task))
 
     def get_queue(self, queue: str) -> models.QueueDetail:
-        return self._c._call(R.get_queue(queue))
+        return self._whole(R.get_queue(queue))
 
     def list_queues(
         self,
@@ -48,16 +63,16 @@ class Admin:
         return self._c._call(R.delete_queue(queue))
 
     def get_queue_depth(self, queue: str, group: str | None = None) -> models.QueueDepth:
-        return self._c._call(R.queue_depth(queue, group))
+        return self._whole(R.queue_depth(queue, group))
 
     def get_overview(self) -> models.Overview:
         return self._c._call(R.overview())
 
     def get_namespaces(self) -> models.NamespaceList:
-        return self._c._call(R.namespaces())
+        return self._whole(R.namespaces())
 
     def get_tasks(self) -> models.TaskList:
-        return self._c._call(R.tasks())
+        return self._whole(R.tasks())
 
     def get_status(
         self,
@@ -84,7 +99,7 @@ class Admin:
 
     def get_queue_status(self, queue: str, include_partitions: bool = False) -> models.QueueStatus:
         """Live state of one queue (404 ``NotFoundError`` when unknown)."""
-        return self._c._call(R.queue_status(queue, include_partitions))
+        return self._whole(R.queue_status(queue, include_partitions))
 
     def get_buffer_status(self) -> models.BufferStatus:
         """The broker's disk spool: pushes waiting to drain."""
@@ -130,15 +145,15 @@ class Admin:
         return self._c._call(R.seek_partition(group, queue, partition, to_end, timestamp))
 
     def list_consumer_groups(self) -> list[models.ConsumerGroupSummary]:
-        return self._c._call(R.list_groups())
+        return self._whole(R.list_groups())
 
     def get_consumer_group(self, group: str) -> models.ConsumerGroupDetail:
-        return self._c._call(R.get_group(group))
+        return self._whole(R.get_group(group))
 
     def lagging_consumer_groups(
         self, min_lag_seconds: int = 60
     ) -> list[models.LaggingConsumerGroup]:
-        return self._c._call(R.lagging_groups(min_lag_seconds))
+        return self._whole(R.lagging_groups(min_lag_seconds))
 
     def delete_consumer_group(
         self, group: str, delete_metadata: bool = True
@@ -211,6 +226,19 @@ class AsyncAdmin:
     def __init__(self, client: AsyncLanes) -> None:
         self._c = client
 
+    async def _whole(self, paged: R.Paged[T]) -> T:
+        """Every page of a listing the broker pages, from offset 0, folded into one."""
+        whole: T | None = None
+        offset = 0
+        while True:
+            req = paged.page(offset or None)
+            page = await self._c._call(req)
+            whole = paged.merge(whole, page.body)
+            if page.next is None:
+                return whole
+            R.check_next_page(req.path, offset, page.next)
+            offset = page.next
+
     async def configure_queue(
         self,
         queue: str,
@@ -223,7 +251,7 @@ class AsyncAdmin:
         return await self._c._call(R.configure(queue, options, mode, namespace, task))
 
     async def get_queue(self, queue: str) -> models.QueueDetail:
-        return await self._c._call(R.get_queue(queue))
+        return await self._whole(R.get_queue(queue))
 
     async def list_queues(
         self,
@@ -239,16 +267,16 @@ class AsyncAdmin:
         return await self._c._call(R.delete_queue(queue))
 
     async def get_queue_depth(self, queue: str, group: str | None = None) -> models.QueueDepth:
-        return await self._c._call(R.queue_depth(queue, group))
+        return await self._whole(R.queue_depth(queue, group))
 
     async def get_overview(self) -> models.Overview:
         return await self._c._call(R.overview())
 
     async def get_namespaces(self) -> models.NamespaceList:
-        return await self._c._call(R.namespaces())
+        return await self._whole(R.namespaces())
 
     async def get_tasks(self) -> models.TaskList:
-        return await self._c._call(R.tasks())
+        return await self._whole(R.tasks())
 
     async def get_status(
         self,
@@ -277,7 +305,7 @@ class AsyncAdmin:
         self, queue: str, include_partitions: bool = False
     ) -> models.QueueStatus:
         """Live state of one queue (404 ``NotFoundError`` when unknown)."""
-        return await self._c._call(R.queue_status(queue, include_partitions))
+        return await self._whole(R.queue_status(queue, include_partitions))
 
     async def get_buffer_status(self) -> models.BufferStatus:
         """The broker's disk spool: pushes waiting to drain."""
@@ -322,15 +350,15 @@ class AsyncAdmin:
         return await self._c._call(R.seek_partition(group, queue, partition, to_end, timestamp))
 
     async def list_consumer_groups(self) -> list[models.ConsumerGroupSummary]:
-        return await self._c._call(R.list_groups())
+        return await self._whole(R.list_groups())
 
     async def get_consumer_group(self, group: str) -> models.ConsumerGroupDetail:
-        return await self._c._call(R.get_group(group))
+        return await self._whole(R.get_group(group))
 
     async def lagging_consumer_groups(
         self, min_lag_seconds: int = 60
     ) -> list[models.LaggingConsumerGroup]:
-        return await self._c._call(R.lagging_groups(min_lag_seconds))
+        return await self._whole(R.lagging_groups(min_lag_seconds))
 
     async def delete_consumer_group(
         self, group: str, delete_metadata: bool = True

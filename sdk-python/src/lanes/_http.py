@@ -76,6 +76,8 @@ class Response:
     status: int
     content: bytes
     attempts: int
+    # The paging headers of a listing answered as a bare array (X-Lanes-Truncated) live here.
+    headers: Mapping[str, str] = field(default_factory=dict)
 
     def json(self) -> Any:
         if self.status == 204 or not self.content:
@@ -180,7 +182,9 @@ class _Base:
         status = resp.status_code
         d = st.after(status, resp.headers)
         if 200 <= status < 300:
-            return Response(status, b"" if status == 204 else resp.content, st.attempts), d
+            return Response(
+                status, b"" if status == 204 else resp.content, st.attempts, resp.headers
+            ), d
         if not d.retry:
             err = api_error_from(
                 status,

@@ -191,10 +191,86 @@ def configure(
     return Req("POST", "/api/v1/configure", _model(models.ConfigureResult), body=body)
 
 
-def get_queue(queue: str) -> Req[models.QueueDetail]:
-    return Req(
-        "GET", f"/api/v1/resources/queues/{_seg(queue, 'queue')}", _model(models.QueueDetail)
-    )
+@dataclass(frozen=True)
+class Page(Generic[T]):
+    """One page of a listing the broker answers a page at a time (groups, lagging cursors,
+    labels, a queue's partitions: 1,000 rows unless asked otherwise) and where the next page
+    starts, ``None`` when none follows."""
+
+    body: T
+    next: int | None
+
+
+@dataclass(frozen=True)
+class Paged(Generic[T]):
+    """A whole listing, fetched page by page from offset 0 by the admin calls that return one,
+    so a caller never gets a silently cut listing: ``page(offset)`` is one page's request,
+    ``merge(whole, page)`` folds a page into the listing so far (``None`` before the first)."""
+
+    page: Callable[[int | None], Req[Page[T]]]
+    merge: Callable[[T | None, T], T]
+
+
+def check_next_page(path: str, offset: int, nxt: int) -> None:
+    if nxt <= offset:
+        raise UnexpectedAnswerError(
+            f"lanes: GET {path}: a page at offset {offset} says the next starts at {nxt}"
+        )
+
+
+def _body_paged(cls: type[M], path: str, rows: str, **query: Any) -> Paged[M]:
+    """A listing whose answer carries its ``rows`` list and the page's ``truncated`` and
+    ``nextOffset`` fields (a broker before paging sends neither: its page is the whole listing)."""
+
+    def parse(r: Response) -> Page[M]:
+        m = cls.model_validate(r.json())
+        truncated, nxt = getattr(m, "truncated", None), getattr(m, "next_offset", None)
+        return Page(m, nxt if truncated and isinstance(nxt, int) else None)
+
+    def merge(whole: M | None, page: M) -> M:
+        if whole is None:
+            return page
+        more = getattr(page, rows)
+        if more:
+            if getattr(whole, rows) is None:
+                setattr(whole, rows, [])
+            getattr(whole, rows).extend(more)
+        whole.truncated, whole.next_offset = page.truncated, page.next_offset  # type: ignore[attr-defined]
+        return whole
+
+    return Paged(lambda offset: Req("GET", path, parse, query=_q(**query, offset=offset)), merge)
+
+
+def _header_next(path: str, r: Response) -> int | None:
+    """Where the next page starts by the X-Lanes-Truncated and X-Lanes-Next-Offset headers of a
+    listing answered as a bare array or keyed by queue, which has no room for a field."""
+    if r.headers.get("x-lanes-truncated") != "true":
+        return None
+    nxt = r.headers.get("x-lanes-next-offset", "")
+    if not nxt.isdigit():
+        raise UnexpectedAnswerError(
+            f"lanes: GET {path}: a truncated page with X-Lanes-Next-Offset {nxt!r}",
+            status=r.status,
+            body=r.content,
+        )
+    return int(nxt)
+
+
+def _list_paged(cls: type[M], path: str, **query: Any) -> Paged[list[M]]:
+    rows = _list(cls)
+
+    def parse(r: Response) -> Page[list[M]]:
+        return Page(rows(r), _header_next(path, r))
+
+    def merge(whole: list[M] | None, page: list[M]) -> list[M]:
+        return page if whole is None else [*whole, *page]
+
+    return Paged(lambda offset: Req("GET", path, parse, query=_q(**query, offset=offset)), merge)
+
+
+def get_queue(queue: str) -> Paged[models.QueueDetail]:
+    path = f"/api/v1/resources/queues/{_seg(queue, 'queue')}"
+    return _body_paged(models.QueueDetail, path, "partitions")
 
 
 def list_queues(
@@ -216,26 +292,22 @@ def delete_queue(queue: str) -> Req[models.DeleteQueueResult]:
     )
 
 
-def queue_depth(queue: str, group: str | None) -> Req[models.QueueDepth]:
+def queue_depth(queue: str, group: str | None) -> Paged[models.QueueDepth]:
     check_group("get_queue_depth", group)
-    return Req(
-        "GET",
-        f"/api/v1/resources/queues/{_seg(queue, 'queue')}/depth",
-        _model(models.QueueDepth),
-        query=_q(group=group),
-    )
+    path = f"/api/v1/resources/queues/{_seg(queue, 'queue')}/depth"
+    return _body_paged(models.QueueDepth, path, "partitions", group=group)
 
 
 def overview() -> Req[models.Overview]:
     return Req("GET", "/api/v1/resources/overview", _model(models.Overview))
 
 
-def namespaces() -> Req[models.NamespaceList]:
-    return Req("GET", "/api/v1/resources/namespaces", _model(models.NamespaceList))
+def namespaces() -> Paged[models.NamespaceList]:
+    return _body_paged(models.NamespaceList, "/api/v1/resources/namespaces", "namespaces")
 
 
-def tasks() -> Req[models.TaskList]:
-    return Req("GET", "/api/v1/resources/tasks", _model(models.TaskList))
+def tasks() -> Paged[models.TaskList]:
+    return _body_paged(models.TaskList, "/api/v1/resources/tasks", "tasks")
 
 
 def status(
@@ -268,12 +340,10 @@ def list_queue_status(
     )
 
 
-def queue_status(queue: str, include_partitions: bool) -> Req[models.QueueStatus]:
-    return Req(
-        "GET",
-        f"/api/v1/status/queues/{_seg(queue, 'queue')}",
-        _model(models.QueueStatus),
-        query=_q(includePartitions=include_partitions or None),
+def queue_status(queue: str, include_partitions: bool) -> Paged[models.QueueStatus]:
+    path = f"/api/v1/status/queues/{_seg(queue, 'queue')}"
+    return _body_paged(
+        models.QueueStatus, path, "partitions", includePartitions=include_partitions or None
     )
 
 
@@ -335,23 +405,39 @@ def seek_partition(
     )
 
 
-def list_groups() -> Req[list[models.ConsumerGroupSummary]]:
-    return Req("GET", "/api/v1/consumer-groups", _list(models.ConsumerGroupSummary))
+def list_groups() -> Paged[list[models.ConsumerGroupSummary]]:
+    return _list_paged(models.ConsumerGroupSummary, "/api/v1/consumer-groups")
 
 
-def get_group(group: str) -> Req[models.ConsumerGroupDetail]:
+def get_group(group: str) -> Paged[models.ConsumerGroupDetail]:
     check_group("get_consumer_group", group, in_path=True)
-    return Req(
-        "GET", f"/api/v1/consumer-groups/{_seg(group, 'group')}", _model(models.ConsumerGroupDetail)
-    )
+    path = f"/api/v1/consumer-groups/{_seg(group, 'group')}"
+    detail = _model(models.ConsumerGroupDetail)
+
+    def parse(r: Response) -> Page[models.ConsumerGroupDetail]:
+        return Page(detail(r), _header_next(path, r))
+
+    def merge(
+        whole: models.ConsumerGroupDetail | None, page: models.ConsumerGroupDetail
+    ) -> models.ConsumerGroupDetail:
+        if whole is None:
+            return page
+        for queue, more in page.root.items():  # a queue's partitions may span two pages
+            seen = whole.root.get(queue)
+            if seen is None:
+                whole.root[queue] = more
+            else:
+                seen.partitions.extend(more.partitions)
+        return whole
+
+    return Paged(lambda offset: Req("GET", path, parse, query=_q(offset=offset)), merge)
 
 
-def lagging_groups(min_lag_seconds: int) -> Req[list[models.LaggingConsumerGroup]]:
-    return Req(
-        "GET",
+def lagging_groups(min_lag_seconds: int) -> Paged[list[models.LaggingConsumerGroup]]:
+    return _list_paged(
+        models.LaggingConsumerGroup,
         "/api/v1/consumer-groups/lagging",
-        _list(models.LaggingConsumerGroup),
-        query=_q(minLagSeconds=min_lag_seconds),
+        minLagSeconds=min_lag_seconds,
     )
 
 
