@@ -24,7 +24,13 @@ type MessageCounts struct {
 // retained offsets holding a dead letter (several groups may dead-letter one
 // message); dead_completed and dead_processing are those of them the completed
 // and processing ranges would otherwise count.
-const partitionCountsCTE = `WITH pc AS (
+const partitionCountsCTE = `WITH pc AS (` + partitionCounts + `
+	WHERE p.queue_id IN (SELECT id FROM lanes.queues q WHERE ($1 = '' OR q.name = $1)
+		AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)))
+`
+
+// partitionCounts is partitionCountsCTE's select without its WHERE.
+const partitionCounts = `
 	SELECT p.queue_id, p.id AS partition_id,
 		greatest(p.last_offset - p.log_start + 1, 0) AS total,
 		CASE WHEN ref.committed IS NULL THEN 0
@@ -42,10 +48,7 @@ const partitionCountsCTE = `WITH pc AS (
 			count(*) FILTER (WHERE ref.lease_expires_at > now()
 				AND d.message_offset > ref.committed AND d.message_offset <= ref.batch_end) AS dead_processing
 		FROM (SELECT DISTINCT message_offset FROM lanes.dlq
-			WHERE partition_id = p.id AND message_offset BETWEEN p.log_start AND p.last_offset) d) dl
-	WHERE p.queue_id IN (SELECT id FROM lanes.queues q WHERE ($1 = '' OR q.name = $1)
-		AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)))
-`
+			WHERE partition_id = p.id AND message_offset BETWEEN p.log_start AND p.last_offset) d) dl`
 
 const countColumns = `coalesce(sum(pc.total), 0)::int8, coalesce(sum(pc.completed), 0)::int8,
 	coalesce(sum(pc.processing), 0)::int8, coalesce(sum(pc.dead), 0)::int8`
@@ -316,7 +319,10 @@ func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool,
 	if !partitions {
 		return &list[0], nil, false, nil
 	}
-	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
+	// The counts are taken for the page's partitions only: one page of a
+	// queue of 100,000 partitions took 2 s when every partition was counted.
+	rows, err := e.pool.Query(ctx, `WITH pc AS (`+partitionCounts+`
+			WHERE p.id IN (SELECT id FROM lanes.partitions WHERE queue_id = $1 ORDER BY name LIMIT $2 OFFSET $3))
 		SELECT p.id, p.name, pc.total, pc.completed, pc.processing, pc.dead, p.last_write_at,
 			(SELECT created_at FROM lanes.segments s WHERE s.partition_id = p.id ORDER BY base_offset LIMIT 1),
 			(SELECT created_at FROM lanes.segments s WHERE s.partition_id = p.id ORDER BY base_offset DESC LIMIT 1),
@@ -326,7 +332,7 @@ func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool,
 				max(c.lease_expires_at) FILTER (WHERE c.lease_expires_at > now()) AS lease_expires_at,
 				coalesce(sum(c.total_consumed), 0)::int8 AS consumed, max(c.last_consumed_at) AS last_consumed_at
 			FROM lanes.consumers c WHERE c.partition_id = p.id) g
-		ORDER BY p.name LIMIT $4 OFFSET $5`, queue, "", "", page.limitArg(), page.Offset)
+		ORDER BY p.name`, list[0].ID, page.limitArg(), page.Offset)
 	if err != nil {
 		return nil, nil, false, err
 	}
