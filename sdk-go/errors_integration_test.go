@@ -223,23 +223,25 @@ func TestITAMessageListingCutByTheByteBudgetSaysWhereTheRestStarts(t *testing.T)
 	require.Equal(t, []string{"big-2", "big-1", "big-0"}, got)
 }
 
-// The broker answers the group, lagging and partition listings 1,000 rows a page; the Admin
-// calls that return a whole listing follow the pages, so a queue of 1,003 partitions comes whole,
-// each partition once, in name order.
+// The broker answers the group, lagging and partition listings 10,000 rows a page at most; the
+// Admin calls that return a whole listing follow the pages, so a queue of 10,003 partitions comes
+// whole, each partition once, in name order.
 func TestITAdminListingsFollowThePagesOfAWideQueue(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	const partitions = 1003
-	tx := b.c.Transaction()
+	const partitions = 10003
 	want := make([]string, partitions)
-	for i := range want {
-		want[i] = fmt.Sprintf("p%04d", i)
-		tx.Queue(b.queue).Partition(want[i]).Push(lanes.Data(i))
+	for from := 0; from < partitions; from += 5000 { // a transaction carries 10,000 operations at most
+		tx := b.c.Transaction()
+		for i := from; i < min(from+5000, partitions); i++ {
+			want[i] = fmt.Sprintf("p%05d", i)
+			tx.Queue(b.queue).Partition(want[i]).Push(lanes.Data(i))
+		}
+		_, err := tx.Commit(b.ctx)
+		require.NoError(t, err)
 	}
-	_, err := tx.Commit(b.ctx)
-	require.NoError(t, err)
 	group := b.queue + "-g"
-	_, err = b.c.Admin().SeekConsumerGroup(b.ctx, group, b.queue, lanes.SeekToTime(time.Unix(0, 0)))
+	_, err := b.c.Admin().SeekConsumerGroup(b.ctx, group, b.queue, lanes.SeekToTime(time.Unix(0, 0)))
 	require.NoError(t, err)
 
 	detail, err := b.c.Admin().GetQueue(b.ctx, b.queue)

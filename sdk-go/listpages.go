@@ -15,6 +15,12 @@ import (
 // rows unless asked otherwise) and says when more follow; the Admin calls that return a whole
 // listing follow those pages from offset 0, so a caller never gets a silently cut one.
 
+// wholeListingPage is the page those calls ask for, the largest the broker answers: every page
+// costs the broker a fixed part (a queue status's totals, the lagging listing's scan of every
+// cursor), and paging through 100,000 partitions' status took 61 s at 1,000 rows a page, 7 s at
+// 10,000.
+const wholeListingPage = 10000
+
 // followPages asks for page after page from offset 0 until one says no more follow; page
 // fetches the page at offset and returns where the next starts, or -1 when none follows.
 func followPages(page func(offset int) (next int, err error)) error {
@@ -75,7 +81,7 @@ func headerPaged[T any](c *Client, ctx context.Context, fetch func(offset *int) 
 func (a Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroupSummary, error) {
 	out := []ConsumerGroupSummary{}
 	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
-		return a.c.gen.ListConsumerGroups(ctx, &gen.ListConsumerGroupsParams{Offset: offset})
+		return a.c.gen.ListConsumerGroups(ctx, &gen.ListConsumerGroupsParams{Limit: ptr(wholeListingPage), Offset: offset})
 	}, func(page []ConsumerGroupSummary) { out = append(out, page...) })
 	if err != nil {
 		return nil, err
@@ -90,7 +96,7 @@ func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGrou
 	}
 	out := ConsumerGroupDetail{}
 	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
-		return a.c.gen.GetConsumerGroup(ctx, group, &gen.GetConsumerGroupParams{Offset: offset})
+		return a.c.gen.GetConsumerGroup(ctx, group, &gen.GetConsumerGroupParams{Limit: ptr(wholeListingPage), Offset: offset})
 	}, func(page ConsumerGroupDetail) {
 		for queue, detail := range page { // a queue's partitions may span two pages
 			if seen, ok := out[queue]; ok {
@@ -110,7 +116,7 @@ func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) 
 	out := []LaggingConsumerGroup{}
 	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
 		return a.c.gen.ListLaggingConsumerGroups(ctx, &gen.ListLaggingConsumerGroupsParams{
-			MinLagSeconds: ptr(int(minLag / time.Second)), Offset: offset})
+			MinLagSeconds: ptr(int(minLag / time.Second)), Limit: ptr(wholeListingPage), Offset: offset})
 	}, func(page []LaggingConsumerGroup) { out = append(out, page...) })
 	if err != nil {
 		return nil, err
@@ -122,7 +128,7 @@ func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) 
 func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error) {
 	var out *QueueDetail
 	err := followPages(func(offset int) (int, error) {
-		p := &gen.GetQueueParams{Offset: ptrIfPositive(offset)}
+		p := &gen.GetQueueParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
 		page, err := call[QueueDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueue(ctx, queue, p) })
 		if err != nil {
 			return 0, err
@@ -148,7 +154,7 @@ func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth
 	}
 	var out *QueueDepth
 	err := followPages(func(offset int) (int, error) {
-		p := &gen.GetQueueDepthParams{Group: ptrUnlessZero(group), Offset: ptrIfPositive(offset)}
+		p := &gen.GetQueueDepthParams{Group: ptrUnlessZero(group), Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
 		page, err := call[QueueDepth](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueDepth(ctx, queue, p) })
 		if err != nil {
 			return 0, err
@@ -172,7 +178,8 @@ func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth
 func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions bool) (*QueueStatus, error) {
 	var out *QueueStatus
 	err := followPages(func(offset int) (int, error) {
-		p := &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions), Offset: ptrIfPositive(offset)}
+		p := &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions), Limit: ptr(wholeListingPage),
+			Offset: ptrIfPositive(offset)}
 		page, err := call[QueueStatus](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueStatus(ctx, queue, p) })
 		if err != nil {
 			return 0, err
@@ -195,7 +202,7 @@ func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions 
 func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 	out := &NamespaceList{Namespaces: []gen.NamespaceSummary{}}
 	err := followPages(func(offset int) (int, error) {
-		p := &gen.ListNamespacesParams{Offset: ptrIfPositive(offset)}
+		p := &gen.ListNamespacesParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
 		page, err := call[NamespaceList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListNamespaces(ctx, p) })
 		if err != nil {
 			return 0, err
@@ -214,7 +221,7 @@ func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 	out := &TaskList{Tasks: []gen.TaskSummary{}}
 	err := followPages(func(offset int) (int, error) {
-		p := &gen.ListTasksParams{Offset: ptrIfPositive(offset)}
+		p := &gen.ListTasksParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
 		page, err := call[TaskList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListTasks(ctx, p) })
 		if err != nil {
 			return 0, err

@@ -264,25 +264,27 @@ def test_a_message_listing_cut_by_the_byte_budget_says_where_the_rest_starts(
 
 
 def _wide_queue(c: lanes.Lanes, qname: str, partitions: int) -> list[str]:
-    """One message on each of partitions partitions of qname, in one transaction."""
-    names = [f"p{i:04d}" for i in range(partitions)]
-    tx = c.transaction()
-    for i, name in enumerate(names):
-        tx.queue(qname).partition(name).push([{"data": i}])
-    tx.commit()
+    """One message on each of partitions partitions of qname (a transaction carries 10,000
+    operations at most)."""
+    names = [f"p{i:05d}" for i in range(partitions)]
+    for start in range(0, partitions, 5000):
+        tx = c.transaction()
+        for i, name in enumerate(names[start : start + 5000], start):
+            tx.queue(qname).partition(name).push([{"data": i}])
+        tx.commit()
     return names
 
 
 def test_the_whole_listing_calls_follow_the_broker_pages(broker_url: str, qname: str) -> None:
-    """The broker answers the group, lagging and partition listings 1,000 rows a page; the admin
-    calls that return a whole listing follow the pages, each row once, in name order."""
+    """The broker answers the group, lagging and partition listings 10,000 rows a page at most;
+    the admin calls that return a whole listing follow the pages, each row once, in name order."""
     with lanes.Lanes(broker_url) as c:
-        want = _wide_queue(c, qname, 1003)
+        want = _wide_queue(c, qname, 10003)
         group = qname + "-g"
         c.admin.seek_consumer_group(group, qname, timestamp="1970-01-01T00:00:00Z")
         assert [p.name for p in c.admin.get_queue(qname).partitions] == want
         depth = c.admin.get_queue_depth(qname, group)
-        assert ([p.partition for p in depth.partitions], depth.pending) == (want, 1003)
+        assert ([p.partition for p in depth.partitions], depth.pending) == (want, 10003)
         status = c.admin.get_queue_status(qname, include_partitions=True)
         assert [p.name for p in status.partitions or []] == want
         cursors = c.admin.get_consumer_group(group).root[qname].partitions
@@ -295,7 +297,7 @@ async def test_the_async_whole_listing_calls_follow_the_broker_pages(
     broker_url: str, qname: str
 ) -> None:
     with lanes.Lanes(broker_url) as c:
-        want = _wide_queue(c, qname, 1003)
+        want = _wide_queue(c, qname, 10003)
     group = qname + "-g"
     async with lanes.AsyncLanes(broker_url) as ac:
         await ac.admin.seek_consumer_group(group, qname, timestamp="1970-01-01T00:00:00Z")

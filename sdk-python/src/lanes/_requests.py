@@ -191,6 +191,13 @@ def configure(
     return Req("POST", "/api/v1/configure", _model(models.ConfigureResult), body=body)
 
 
+# The page the admin calls that return a whole listing ask for, the largest the broker answers:
+# every page costs the broker a fixed part (a queue status's totals, the lagging listing's scan of
+# every cursor), and paging through 100,000 partitions' status took 61 s at 1,000 rows a page,
+# 7 s at 10,000.
+WHOLE_LISTING_PAGE = 10000
+
+
 @dataclass(frozen=True)
 class Page(Generic[T]):
     """One page of a listing the broker answers a page at a time (groups, lagging cursors,
@@ -238,7 +245,12 @@ def _body_paged(cls: type[M], path: str, rows: str, **query: Any) -> Paged[M]:
         whole.truncated, whole.next_offset = page.truncated, page.next_offset  # type: ignore[attr-defined]
         return whole
 
-    return Paged(lambda offset: Req("GET", path, parse, query=_q(**query, offset=offset)), merge)
+    return Paged(
+        lambda offset: Req(
+            "GET", path, parse, query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=offset)
+        ),
+        merge,
+    )
 
 
 def _header_next(path: str, r: Response) -> int | None:
@@ -265,7 +277,12 @@ def _list_paged(cls: type[M], path: str, **query: Any) -> Paged[list[M]]:
     def merge(whole: list[M] | None, page: list[M]) -> list[M]:
         return page if whole is None else [*whole, *page]
 
-    return Paged(lambda offset: Req("GET", path, parse, query=_q(**query, offset=offset)), merge)
+    return Paged(
+        lambda offset: Req(
+            "GET", path, parse, query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=offset)
+        ),
+        merge,
+    )
 
 
 def get_queue(queue: str) -> Paged[models.QueueDetail]:
@@ -430,7 +447,10 @@ def get_group(group: str) -> Paged[models.ConsumerGroupDetail]:
                 seen.partitions.extend(more.partitions)
         return whole
 
-    return Paged(lambda offset: Req("GET", path, parse, query=_q(offset=offset)), merge)
+    return Paged(
+        lambda offset: Req("GET", path, parse, query=_q(limit=WHOLE_LISTING_PAGE, offset=offset)),
+        merge,
+    )
 
 
 def lagging_groups(min_lag_seconds: int) -> Paged[list[models.LaggingConsumerGroup]]:
