@@ -274,12 +274,6 @@ func (k KV) List(ctx context.Context, q KVListQuery) (*KVListResult, error) {
 	return call[KVListResult](k.c, ctx, func() (*httpResp, error) { return k.c.gen.ListKvKeys(ctx, body) })
 }
 
-// KVNamespaces lists the KV namespaces with their live key counts
-// (GET /api/v1/resources/kv/namespaces).
-func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
-	return call[KVNamespaceList](c, ctx, func() (*httpResp, error) { return c.gen.ListKvNamespaces(ctx) })
-}
-
 // Delete removes one key.
 func (k KV) Delete(ctx context.Context, key string) (*KVResult, error) {
 	if k.keyRouteless(key) {

@@ -11,9 +11,9 @@ import (
 	"github.com/lanesmq/lanes/sdk-go/internal/gen"
 )
 
-// The broker answers the group, lagging, label and partition listings a page at a time (1,000
-// rows unless asked otherwise) and says when more follow; the Admin calls that return a whole
-// listing follow those pages from offset 0, so a caller never gets a silently cut one.
+// The broker answers the group, lagging, label, KV namespace and partition listings a page at a
+// time (1,000 rows unless asked otherwise) and says when more follow; the calls that return a
+// whole listing follow those pages from offset 0, so a caller never gets a silently cut one.
 
 // wholeListingPage is the page those calls ask for, the largest the broker answers: every page
 // costs the broker a fixed part (a queue status's totals, the lagging listing's scan of every
@@ -233,5 +233,29 @@ func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 		return nil, err
 	}
 	out.Truncated = ptr(false)
+	return out, nil
+}
+
+// KVNamespaces lists every KV namespace with its live key count
+// (GET /api/v1/resources/kv/namespaces).
+func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
+	var out *KVNamespaceList
+	err := followPages(func(offset int) (int, error) {
+		p := &gen.ListKvNamespacesParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
+		page, err := call[KVNamespaceList](c, ctx, func() (*httpResp, error) { return c.gen.ListKvNamespaces(ctx, p) })
+		if err != nil {
+			return 0, err
+		}
+		if out == nil {
+			out = page
+		} else {
+			out.Namespaces = append(out.Namespaces, page.Namespaces...)
+		}
+		return bodyNext(page.Truncated, page.NextOffset), nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.Truncated, out.NextOffset = ptr(false), nil
 	return out, nil
 }

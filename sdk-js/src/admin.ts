@@ -60,13 +60,13 @@ const e = encodeURIComponent;
  * listing's scan of every cursor), and paging through 100,000 partitions' status took 61 s at
  * 1,000 rows a page, 7 s at 10,000.
  */
-const wholeListingPage = 10000;
+export const wholeListingPage = 10000;
 
 /** A page of a listing: its body and where the next page starts (undefined when none follows). */
 type ListPage<T> = { body: T; next: number | undefined };
 
 /** bodyNext is where the next page starts by a page's truncated and nextOffset fields (a broker before paging sends neither). */
-function bodyNext(page: { truncated?: boolean | undefined; nextOffset?: number | null | undefined }): number | undefined {
+export function bodyNext(page: { truncated?: boolean | undefined; nextOffset?: number | null | undefined }): number | undefined {
   return page.truncated === true && typeof page.nextOffset === "number" ? page.nextOffset : undefined;
 }
 
@@ -75,7 +75,7 @@ function bodyNext(page: { truncated?: boolean | undefined; nextOffset?: number |
  * each to `add`: the broker answers the group, lagging, label and partition listings a page at a
  * time, and the calls that return a whole listing must not return a cut one.
  */
-async function followPages<T>(fetchPage: (offset: number | undefined) => Promise<ListPage<T>>, add: (body: T) => void): Promise<void> {
+export async function followPages<T>(fetchPage: (offset: number | undefined) => Promise<ListPage<T>>, add: (body: T) => void): Promise<void> {
   let offset = 0;
   for (;;) {
     const page = await fetchPage(offset === 0 ? undefined : offset);

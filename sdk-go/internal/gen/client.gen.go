@@ -1059,6 +1059,13 @@ type KvNamespaceList struct {
 		Keys      *int    `json:"keys,omitempty"`
 		Namespace *string `json:"namespace,omitempty"`
 	} `json:"namespaces"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	NextOffset *int `json:"nextOffset"`
+
+	// Truncated `true` when more namespaces follow this page (it stopped at `limit`): ask again at
+	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	Truncated *bool `json:"truncated,omitempty"`
 }
 
 // KvOperation One KV operation. Every op needs `ns`; the other fields depend on `op`.
@@ -2688,7 +2695,7 @@ type Unauthorized = Error
 // ListConsumerGroupsParams defines parameters for ListConsumerGroups.
 type ListConsumerGroupsParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2701,7 +2708,7 @@ type ListConsumerGroupsParams struct {
 // ListLaggingConsumerGroupsParams defines parameters for ListLaggingConsumerGroups.
 type ListLaggingConsumerGroupsParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2723,7 +2730,7 @@ type DeleteConsumerGroupParams struct {
 // GetConsumerGroupParams defines parameters for GetConsumerGroup.
 type GetConsumerGroupParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2961,10 +2968,23 @@ type PopPartitionParams struct {
 	AutoAck *PopAutoAck `form:"autoAck,omitempty" json:"autoAck,omitempty"`
 }
 
+// ListKvNamespacesParams defines parameters for ListKvNamespaces.
+type ListKvNamespacesParams struct {
+	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
+
+	// Offset Rows to skip.
+	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+}
+
 // ListNamespacesParams defines parameters for ListNamespaces.
 type ListNamespacesParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2993,7 +3013,7 @@ type ListQueuesParams struct {
 // GetQueueParams defines parameters for GetQueue.
 type GetQueueParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3006,7 +3026,7 @@ type GetQueueParams struct {
 // GetQueueDepthParams defines parameters for GetQueueDepth.
 type GetQueueDepthParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3022,7 +3042,7 @@ type GetQueueDepthParams struct {
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3078,7 +3098,7 @@ type ListQueueStatusParams struct {
 // GetQueueStatusParams defines parameters for GetQueueStatus.
 type GetQueueStatusParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3679,10 +3699,11 @@ type ClientInterface interface {
 
 	// ListKvNamespaces List KV namespaces
 	//
-	// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+	// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
+	// `nextOffset`). Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
-	ListKvNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error)
+	ListKvNamespaces(ctx context.Context, params *ListKvNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
 
 	// ListNamespaces List namespaces
 	//
@@ -4817,11 +4838,12 @@ func (c *Client) ListKvKeys(ctx context.Context, body ListKvKeysJSONRequestBody,
 
 // ListKvNamespaces List KV namespaces
 //
-// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
+// `nextOffset`). Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
-func (c *Client) ListKvNamespaces(ctx context.Context, reqEditors ...RequestEditorFn) (*http.Response, error) {
-	req, err := NewListKvNamespacesRequest(c.Server)
+func (c *Client) ListKvNamespaces(ctx context.Context, params *ListKvNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
+	req, err := NewListKvNamespacesRequest(c.Server, params)
 	if err != nil {
 		return nil, err
 	}
@@ -7374,7 +7396,7 @@ func NewListKvKeysRequestWithBody(server string, contentType string, body io.Rea
 }
 
 // NewListKvNamespacesRequest constructs an http.Request for the ListKvNamespaces method
-func NewListKvNamespacesRequest(server string) (*http.Request, error) {
+func NewListKvNamespacesRequest(server string, params *ListKvNamespacesParams) (*http.Request, error) {
 	var err error
 
 	serverURL, err := url.Parse(server)
@@ -7390,6 +7412,45 @@ func NewListKvNamespacesRequest(server string) (*http.Request, error) {
 	queryURL, err := serverURL.Parse(operationPath)
 	if err != nil {
 		return nil, err
+	}
+
+	if params != nil {
+		// queryValues collects non-styled parameters (passthrough, JSON)
+		// that are safe to round-trip through url.Values.Encode().
+		queryValues := queryURL.Query()
+		// rawQueryFragments collects pre-encoded query fragments from
+		// styled parameters, preserving literal commas as delimiters
+		// per the OpenAPI spec (e.g. "color=blue,black,brown").
+		var rawQueryFragments []string
+
+		if params.Limit != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "limit", *params.Limit, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.Offset != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if encoded := queryValues.Encode(); encoded != "" {
+			rawQueryFragments = append(rawQueryFragments, encoded)
+		}
+		queryURL.RawQuery = strings.Join(rawQueryFragments, "&")
 	}
 
 	req, err := http.NewRequest(http.MethodGet, queryURL.String(), nil)
@@ -9226,12 +9287,13 @@ type ClientWithResponsesInterface interface {
 
 	// ListKvNamespacesWithResponse List KV namespaces
 	//
-	// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+	// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
+	// `nextOffset`). Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
 	// Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
-	ListKvNamespacesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListKvNamespacesResponse, error)
+	ListKvNamespacesWithResponse(ctx context.Context, params *ListKvNamespacesParams, reqEditors ...RequestEditorFn) (*ListKvNamespacesResponse, error)
 
 	// ListNamespacesWithResponse List namespaces
 	//
@@ -15611,13 +15673,14 @@ func (c *ClientWithResponses) ListKvKeysWithResponse(ctx context.Context, body L
 
 // ListKvNamespacesWithResponse List KV namespaces
 //
-// KV namespaces with their key counts. Required role: read-only, read-write or admin.
+// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
+// `nextOffset`). Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
 // Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
-func (c *ClientWithResponses) ListKvNamespacesWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*ListKvNamespacesResponse, error) {
-	rsp, err := c.ListKvNamespaces(ctx, reqEditors...)
+func (c *ClientWithResponses) ListKvNamespacesWithResponse(ctx context.Context, params *ListKvNamespacesParams, reqEditors ...RequestEditorFn) (*ListKvNamespacesResponse, error) {
+	rsp, err := c.ListKvNamespaces(ctx, params, reqEditors...)
 	if err != nil {
 		return nil, err
 	}

@@ -770,7 +770,8 @@ export interface paths {
         };
         /**
          * List KV namespaces
-         * @description KV namespaces with their key counts. Required role: read-only, read-write or admin.
+         * @description KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
+         *     `nextOffset`). Required role: read-only, read-write or admin.
          *
          */
         get: operations["listKvNamespaces"];
@@ -2246,6 +2247,12 @@ export interface components {
                 namespace?: string;
                 keys?: number;
             }[];
+            /** @description `true` when more namespaces follow this page (it stopped at `limit`): ask again at
+             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *      */
+            truncated?: boolean;
+            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            nextOffset?: number | null;
         };
         KvListRequest: {
             namespace: string;
@@ -2890,7 +2897,7 @@ export interface components {
          *      */
         Limit: number;
         /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-         *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+         *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
          *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
          *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
          *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3466,7 +3473,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3503,7 +3510,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3540,7 +3547,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3611,7 +3618,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3922,7 +3929,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3961,7 +3968,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -4002,7 +4009,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -4358,7 +4365,17 @@ export interface operations {
     };
     listKvNamespaces: {
         parameters: {
-            query?: never;
+            query?: {
+                /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
+                 *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
+                 *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
+                 *      */
+                limit?: components["parameters"]["ListLimit"];
+                /** @description Rows to skip. */
+                offset?: components["parameters"]["Offset"];
+            };
             header?: never;
             path?: never;
             cookie?: never;
@@ -4764,7 +4781,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.

@@ -194,6 +194,10 @@ describe("admin", () => {
     same((await lanes.admin.getConsumerGroup(group))[q]!.partitions.map((p) => p.partition), "one group");
     const lagging = await lanes.admin.laggingConsumerGroups(0);
     same(lagging.filter((r) => r.consumer_group === group).map((r) => r.partition_name), "lagging");
+    await lanes.kv(q).put("k", 1, { forever: true });
+    const namespaces = await lanes.kvNamespaces();
+    expect(namespaces.namespaces.filter((n) => n.namespace === q)).toEqual([{ namespace: q, keys: 1 }]);
+    expect(namespaces.truncated).toBe(false);
   });
 
   it("a message listing cut by the byte budget says where the rest starts", async () => {

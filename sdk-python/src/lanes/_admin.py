@@ -15,6 +15,34 @@ if TYPE_CHECKING:
 T = TypeVar("T")
 
 
+def whole_listing(client: Lanes, paged: R.Paged[T]) -> T:
+    """Every page of a listing the broker pages, from offset 0, folded into one."""
+    whole: T | None = None
+    offset = 0
+    while True:
+        req = paged.page(offset or None)
+        page = client._call(req)
+        whole = paged.merge(whole, page.body)
+        if page.next is None:
+            return whole
+        R.check_next_page(req.path, offset, page.next)
+        offset = page.next
+
+
+async def async_whole_listing(client: AsyncLanes, paged: R.Paged[T]) -> T:
+    """Asyncio twin of :func:`whole_listing`."""
+    whole: T | None = None
+    offset = 0
+    while True:
+        req = paged.page(offset or None)
+        page = await client._call(req)
+        whole = paged.merge(whole, page.body)
+        if page.next is None:
+            return whole
+        R.check_next_page(req.path, offset, page.next)
+        offset = page.next
+
+
 class Admin:
     """``client.admin``: queues, consumer groups, DLQ, messages (generated models)."""
 
@@ -22,17 +50,7 @@ class Admin:
         self._c = client
 
     def _whole(self, paged: R.Paged[T]) -> T:
-        """Every page of a listing the broker pages, from offset 0, folded into one."""
-        whole: T | None = None
-        offset = 0
-        while True:
-            req = paged.page(offset or None)
-            page = self._c._call(req)
-            whole = paged.merge(whole, page.body)
-            if page.next is None:
-                return whole
-            R.check_next_page(req.path, offset, page.next)
-            offset = page.next
+        return whole_listing(self._c, paged)
 
     def configure_queue(
         self,
@@ -227,17 +245,7 @@ class AsyncAdmin:
         self._c = client
 
     async def _whole(self, paged: R.Paged[T]) -> T:
-        """Every page of a listing the broker pages, from offset 0, folded into one."""
-        whole: T | None = None
-        offset = 0
-        while True:
-            req = paged.page(offset or None)
-            page = await self._c._call(req)
-            whole = paged.merge(whole, page.body)
-            if page.next is None:
-                return whole
-            R.check_next_page(req.path, offset, page.next)
-            offset = page.next
+        return await async_whole_listing(self._c, paged)
 
     async def configure_queue(
         self,

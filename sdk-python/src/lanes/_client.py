@@ -19,7 +19,7 @@ import httpx
 
 from lanes import _protocol as P
 from lanes import _requests as R
-from lanes._admin import Admin, AsyncAdmin
+from lanes._admin import Admin, AsyncAdmin, async_whole_listing, whole_listing
 from lanes._buffer import (
     AsyncPushBuffer,
     BufferOptions,
@@ -214,8 +214,8 @@ class Lanes:
         return KV(self, ns)
 
     def kv_namespaces(self) -> models.KvNamespaceList:
-        """The KV namespaces with their live key counts."""
-        return self._call(R.kv_namespaces())
+        """Every KV namespace with its live key count (following the broker's pages)."""
+        return whole_listing(self, R.kv_namespaces())
 
     def timers(self, queue: str) -> Timers:
         return Timers(self, queue)
@@ -431,8 +431,8 @@ class AsyncLanes:
         return AsyncKV(self, ns)
 
     async def kv_namespaces(self) -> models.KvNamespaceList:
-        """The KV namespaces with their live key counts."""
-        return await self._call(R.kv_namespaces())
+        """Every KV namespace with its live key count (following the broker's pages)."""
+        return await async_whole_listing(self, R.kv_namespaces())
 
     def timers(self, queue: str) -> AsyncTimers:
         return AsyncTimers(self, queue)

@@ -713,8 +713,8 @@ def kv_list(
     return Req("POST", "/api/v1/resources/kv/list", _model(models.KvListResult), body=body)
 
 
-def kv_namespaces() -> Req[models.KvNamespaceList]:
-    return Req("GET", "/api/v1/resources/kv/namespaces", _model(models.KvNamespaceList))
+def kv_namespaces() -> Paged[models.KvNamespaceList]:
+    return _body_paged(models.KvNamespaceList, "/api/v1/resources/kv/namespaces", "namespaces")
 
 
 def _kv_path(ns: str, key: str) -> str:

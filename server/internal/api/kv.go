@@ -119,13 +119,14 @@ func (s *Server) KvDelete(ctx context.Context, req gen.KvDeleteRequestObject) (g
 	return gen.KvDelete200JSONResponse(out), nil
 }
 
-// ListKvNamespaces lists namespaces with their live key counts.
-func (s *Server) ListKvNamespaces(ctx context.Context, _ gen.ListKvNamespacesRequestObject) (gen.ListKvNamespacesResponseObject, error) {
-	list, err := s.engine.KVNamespaces(ctx)
+// ListKvNamespaces lists one page of namespaces with their live key counts.
+func (s *Server) ListKvNamespaces(ctx context.Context, req gen.ListKvNamespacesRequestObject) (gen.ListKvNamespacesResponseObject, error) {
+	page := rowPage(req.Params.Limit, req.Params.Offset)
+	list, more, err := s.engine.KVNamespaces(ctx, page)
 	if err != nil {
 		return nil, err
 	}
-	out := gen.ListKvNamespaces200JSONResponse{}
+	out := gen.ListKvNamespaces200JSONResponse{Truncated: &more, NextOffset: nextOffset(page, len(list), more)}
 	out.Namespaces = make([]struct {
 		Keys      *int    `json:"keys,omitempty"`
 		Namespace *string `json:"namespace,omitempty"`

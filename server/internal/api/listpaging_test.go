@@ -174,17 +174,19 @@ func pagedListings() map[string]listing {
 			}
 			return out
 		}},
-		"namespaces":   {path: "/api/v1/resources/namespaces?", rows: namedRows("namespaces", "namespace")},
-		"tasks":        {path: "/api/v1/resources/tasks?", rows: namedRows("tasks", "task")},
-		"queue detail": {path: "/api/v1/resources/queues/wide?", rows: namedRows("partitions", "name")},
-		"queue depth":  {path: "/api/v1/resources/queues/wide/depth?group=g1", rows: namedRows("partitions", "partition")},
-		"queue status": {path: "/api/v1/status/queues/wide?includePartitions=true", rows: namedRows("partitions", "name")},
+		"namespaces":    {path: "/api/v1/resources/namespaces?", rows: namedRows("namespaces", "namespace")},
+		"kv namespaces": {path: "/api/v1/resources/kv/namespaces?", rows: namedRows("namespaces", "namespace")},
+		"tasks":         {path: "/api/v1/resources/tasks?", rows: namedRows("tasks", "task")},
+		"queue detail":  {path: "/api/v1/resources/queues/wide?", rows: namedRows("partitions", "name")},
+		"queue depth":   {path: "/api/v1/resources/queues/wide/depth?group=g1", rows: namedRows("partitions", "partition")},
+		"queue status":  {path: "/api/v1/status/queues/wide?includePartitions=true", rows: namedRows("partitions", "name")},
 	}
 }
 
 // fillWideQueue pushes one message to each of partitions partitions of
 // "wide", subscribes groups g1 and g2 from the start (a cursor on every
-// partition, each a message behind) and labels a few queues.
+// partition, each a message behind), labels a few queues and fills a few KV
+// namespaces.
 func fillWideQueue(t *testing.T, b *testBroker, partitions int) {
 	t.Helper()
 	items := make([]map[string]any, partitions)
@@ -201,6 +203,7 @@ func fillWideQueue(t *testing.T, b *testBroker, partitions int) {
 		b.call(t, "POST", "/api/v1/configure", map[string]any{"queue": q,
 			"namespace": fmt.Sprintf("ns-%d", i), "task": fmt.Sprintf("task-%d", i), "options": map[string]any{}}, nil)
 		b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup=g1&subscriptionMode=all&wait=false&batch=1")
+		b.call(t, "PUT", fmt.Sprintf("/api/v1/kv/kv-%d/k", i), map[string]any{"value": i, "forever": true}, nil)
 	}
 }
 

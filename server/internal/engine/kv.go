@@ -767,18 +767,25 @@ type KVNamespace struct {
 	Keys      int64
 }
 
-// KVNamespaces lists namespaces that hold live keys.
-func (e *Engine) KVNamespaces(ctx context.Context) ([]KVNamespace, error) {
+// KVNamespaces lists one page of the namespaces that hold live keys, by name,
+// and says whether more follow.
+func (e *Engine) KVNamespaces(ctx context.Context, page RowPage) ([]KVNamespace, bool, error) {
 	rows, err := e.pool.Query(ctx, `SELECT namespace, count(*) FROM lanes.kv
-		WHERE expires_at IS NULL OR expires_at > now() GROUP BY namespace ORDER BY namespace`)
+		WHERE expires_at IS NULL OR expires_at > now() GROUP BY namespace ORDER BY namespace
+		LIMIT $1 OFFSET $2`, page.limitArg(), page.Offset)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
-	return pgx.CollectRows(rows, func(r pgx.CollectableRow) (KVNamespace, error) {
+	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (KVNamespace, error) {
 		var n KVNamespace
 		err := r.Scan(&n.Namespace, &n.Keys)
 		return n, err
 	})
+	if err != nil {
+		return nil, false, err
+	}
+	list, more := cutPage(list, page)
+	return list, more, nil
 }
 
 // KVListRequest pages through one namespace for the console.

@@ -244,7 +244,7 @@ func TestKVPrefixPagingAndNamespaces(t *testing.T) {
 	if fmt.Sprint(keys) != "[user:0 user:1 user:2 user:3 user:4]" {
 		t.Fatalf("prefix pages: %v", keys)
 	}
-	nss, err := e.KVNamespaces(context.Background())
+	nss, _, err := e.KVNamespaces(context.Background(), RowPage{})
 	if err != nil {
 		t.Fatal(err)
 	}

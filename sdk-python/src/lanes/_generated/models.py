@@ -262,6 +262,14 @@ class ApiV1PopQueueQueuePartitionPartitionGetParametersQuery(BaseModel):
     auto_ack: Annotated[bool, Field(alias="autoAck")] = False
 
 
+class ApiV1ResourcesKvNamespacesGetParametersQuery(BaseModel):
+    model_config = ConfigDict(
+        populate_by_name=True,
+    )
+    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    offset: Annotated[int, Field(ge=0)] = 0
+
+
 class ApiV1ResourcesNamespacesGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
@@ -955,6 +963,16 @@ class KvNamespaceList(BaseModel):
         populate_by_name=True,
     )
     namespaces: list[Namespace]
+    truncated: bool | None = None
+    """
+    `true` when more namespaces follow this page (it stopped at `limit`): ask again at
+    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+
+    """
+    next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
+    """
+    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    """
 
 
 class KvOperation(BaseModel):
