@@ -2695,7 +2695,7 @@ type Unauthorized = Error
 // ListConsumerGroupsParams defines parameters for ListConsumerGroups.
 type ListConsumerGroupsParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2708,7 +2708,7 @@ type ListConsumerGroupsParams struct {
 // ListLaggingConsumerGroupsParams defines parameters for ListLaggingConsumerGroups.
 type ListLaggingConsumerGroupsParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2730,7 +2730,7 @@ type DeleteConsumerGroupParams struct {
 // GetConsumerGroupParams defines parameters for GetConsumerGroup.
 type GetConsumerGroupParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2971,7 +2971,7 @@ type PopPartitionParams struct {
 // ListKvNamespacesParams defines parameters for ListKvNamespaces.
 type ListKvNamespacesParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -2984,7 +2984,7 @@ type ListKvNamespacesParams struct {
 // ListNamespacesParams defines parameters for ListNamespaces.
 type ListNamespacesParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3013,7 +3013,7 @@ type ListQueuesParams struct {
 // GetQueueParams defines parameters for GetQueue.
 type GetQueueParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3026,7 +3026,7 @@ type GetQueueParams struct {
 // GetQueueDepthParams defines parameters for GetQueueDepth.
 type GetQueueDepthParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3042,7 +3042,7 @@ type GetQueueDepthParams struct {
 // ListTasksParams defines parameters for ListTasks.
 type ListTasksParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3098,7 +3098,7 @@ type ListQueueStatusParams struct {
 // GetQueueStatusParams defines parameters for GetQueueStatus.
 type GetQueueStatusParams struct {
 	// Limit Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+	// labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
 	// `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
 	// `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.

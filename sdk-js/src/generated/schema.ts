@@ -2897,7 +2897,7 @@ export interface components {
          *      */
         Limit: number;
         /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-         *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+         *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
          *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
          *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
          *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3473,7 +3473,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3510,7 +3510,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3547,7 +3547,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3618,7 +3618,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3929,7 +3929,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -3968,7 +3968,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -4009,7 +4009,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -4367,7 +4367,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
@@ -4781,7 +4781,7 @@ export interface operations {
         parameters: {
             query?: {
                 /** @description Rows in one page of a listing whose rows carry no payload (groups, lagging cursors,
-                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 1,000 when omitted. A larger value answers
+                 *     labels, KV namespaces, a queue's partitions): 1 to 10,000, 10,000 when omitted. A larger value answers
                  *     `400 validation_failed` rather than a shorter page. A page cut at `limit` says so, in
                  *     `truncated` and `nextOffset`, or, where the answer is a bare array or keyed by queue, in
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.

@@ -191,9 +191,13 @@ func fillWideQueue(t *testing.T, b *testBroker, partitions int) {
 	t.Helper()
 	items := make([]map[string]any, partitions)
 	for i := range items {
-		items[i] = map[string]any{"queue": "wide", "partition": fmt.Sprintf("p%04d", i), "payload": i}
+		items[i] = map[string]any{"queue": "wide", "partition": fmt.Sprintf("p%05d", i), "payload": i}
 	}
-	b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, nil)
+	for len(items) > 0 { // a push carries at most 10,000 items
+		n := min(len(items), 5000)
+		b.call(t, "POST", "/api/v1/push", map[string]any{"items": items[:n]}, nil)
+		items = items[n:]
+	}
 	for _, g := range []string{"g1", "g2"} {
 		b.pop(t, "/api/v1/pop/queue/wide?consumerGroup="+g+"&subscriptionMode=all&wait=false&batch=1")
 	}
@@ -245,15 +249,15 @@ func TestTheGroupPartitionAndLabelListingsPageWithLimitAndOffset(t *testing.T) {
 	}
 }
 
-// A client that does not page gets the default page of 1000 rows and sees
+// A client that does not page gets the default page of 10,000 rows and sees
 // that the answer was cut, never a silent truncation.
 func TestAListingPastTheDefaultPageSaysItWasCut(t *testing.T) {
 	b := newIsolatedTestBroker(t)
-	fillWideQueue(t, b, 1003)
+	fillWideQueue(t, b, 10003)
 	for _, name := range []string{"queue detail", "queue status", "queue depth", "one group", "lagging"} {
 		l := pagedListings()[name]
 		p := l.get(t, b, "")
-		if len(p.rows) != 1000 || !p.truncated || *p.nextOffset != 1000 {
+		if len(p.rows) != 10000 || !p.truncated || *p.nextOffset != 10000 {
 			t.Errorf("%s without limit: %d rows, truncated %v, nextOffset %v", name, len(p.rows), p.truncated, p.nextOffset)
 		}
 	}

@@ -141,7 +141,7 @@ class ApiV1ConsumerGroupsGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -156,7 +156,7 @@ class ApiV1ConsumerGroupsGroupGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -171,7 +171,7 @@ class ApiV1ConsumerGroupsLaggingGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
     min_lag_seconds: Annotated[int | None, Field(alias="minLagSeconds", ge=0)] = None
 
@@ -266,7 +266,7 @@ class ApiV1ResourcesKvNamespacesGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -274,7 +274,7 @@ class ApiV1ResourcesNamespacesGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -292,7 +292,7 @@ class ApiV1ResourcesQueuesQueueDepthGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
     group: str | None = None
 
@@ -301,7 +301,7 @@ class ApiV1ResourcesQueuesQueueGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -309,7 +309,7 @@ class ApiV1ResourcesTasksGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
 
 
@@ -341,7 +341,7 @@ class ApiV1StatusQueuesQueueGetParametersQuery(BaseModel):
     model_config = ConfigDict(
         populate_by_name=True,
     )
-    limit: Annotated[int, Field(ge=1, le=10000)] = 1000
+    limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int, Field(ge=0)] = 0
     include_partitions: Annotated[bool, Field(alias="includePartitions")] = False
 
