@@ -188,3 +188,53 @@ async def test_aclose_right_after_an_iterators_stop_waits_for_its_release(
         got = await c.queue(qname).autopilot(False).timeout_millis(3000).pop()
         assert [m.data for m in got] == ["late"], "held by the stopped iterator's cut pop"
         await c.ack(got)
+
+
+async def test_the_async_iterators_stop_before_its_pop_is_sent_ends_at_once(
+    broker_url: str, qname: str
+) -> None:
+    # A stop that comes after the pop's attempt began but before its request went out (here,
+    # while an async bearer token function is asked; a new connection's dial is the same
+    # window) refused the write on the cut. httpcore takes a write error for a server that
+    # answered early and reads the answer: on a connection where nothing was sent, it waited
+    # out the whole attempt (the 10 s long poll and more).
+    asked = asyncio.Event()
+
+    async def slow_token() -> str:
+        asked.set()
+        await asyncio.sleep(0.5)
+        return "t"
+
+    async with lanes.AsyncLanes(broker_url, bearer_token=slow_token) as c:
+        it = c.queue(qname).timeout_millis(10000).messages()
+
+        async def iterate() -> list[object]:
+            return [m.data async for m in it]
+
+        task = asyncio.ensure_future(iterate())
+        await asyncio.wait_for(asked.wait(), 5)
+        t0 = time.monotonic()
+        it.stop()
+        got = await asyncio.wait_for(task, 15)
+        took = time.monotonic() - t0
+        assert (got, took < 2) == ([], True), took
+
+
+async def test_a_soft_stop_before_the_consumers_pop_is_sent_ends_at_once(
+    broker_url: str, qname: str
+) -> None:
+    # The same window for the consume loop: its stop waited the cut's 2 s, then cancelled.
+    asked = asyncio.Event()
+
+    async def slow_token() -> str:
+        asked.set()
+        await asyncio.sleep(0.5)
+        return "t"
+
+    async with lanes.AsyncLanes(broker_url, bearer_token=slow_token) as c:
+        cons = c.queue(qname).timeout_millis(10000).consume(lambda m: None)
+        await asyncio.wait_for(asked.wait(), 5)
+        t0 = time.monotonic()
+        await cons.stop(10)
+        took = time.monotonic() - t0
+        assert took < 1, took

@@ -973,6 +973,30 @@ def test_iterator_stop_cuts_the_pop_under_way_and_releases_what_the_broker_had_s
         c.ack(got)
 
 
+def test_iterator_stop_before_its_pop_is_sent_ends_at_once(broker_url: str, qname: str) -> None:
+    # A stop while the pop's attempt was being prepared (here, a bearer token function asked; a
+    # new connection's dial is the same window) refused the write on the cut: httpcore took the
+    # write error for a server that answered early and read on a connection where nothing was
+    # sent, until the attempt's end (the 10 s long poll and more).
+    asked = threading.Event()
+
+    def slow_token() -> str:
+        asked.set()
+        time.sleep(0.5)
+        return "t"
+
+    with lanes.Lanes(broker_url, bearer_token=slow_token) as c:
+        it = c.queue(qname).timeout_millis(10000).messages()
+        iterating = threading.Thread(target=lambda: list(it), daemon=True)
+        iterating.start()
+        assert asked.wait(5)
+        t0 = time.monotonic()
+        it.stop()
+        iterating.join(timeout=15)
+        assert not iterating.is_alive(), "stop() did not end the iteration"
+        assert time.monotonic() - t0 < 2
+
+
 def test_iterator_stop_ends_a_parked_pop_at_once(broker_url: str, qname: str) -> None:
     errors: list[BaseException] = []
     with lanes.Lanes(broker_url) as c:

@@ -397,9 +397,12 @@ class CallCut:
             wake()
 
     def _attach(self, stream: _BoundedStream | _CuttableAsyncStream) -> None:
-        """The call's attempt is about to send on ``stream``; refused once the cut fired."""
+        """The call's attempt is about to send on ``stream``; refused once the cut fired. The
+        refused stream is half-closed too: httpcore takes a write error for a server that
+        answered early and reads on, and the broker, sent nothing but the FIN, closes at once."""
         with self._lock:
             if self.fired:
+                stream.half_close()
                 raise httpcore.WriteError("lanes: the call was cut")
             self._stream = stream
 
