@@ -53,17 +53,18 @@ func popCutOf(ctx context.Context) *popCut {
 	return cut
 }
 
-// attach records the connection an attempt got (httptrace GotConn). After the cut fired, the
-// attempt is one net/http makes on a new connection for a request it could not write on the
-// half-closed one: it is canceled before it is sent.
-func (p *popCut) attach(conn net.Conn) {
+// attach records the connection an attempt got (httptrace GotConn), nil when it cannot be
+// half-closed (halfClosable). After the cut fired, the attempt is one net/http makes on a new
+// connection for a request it could not write on the half-closed one: it is canceled before it
+// is sent.
+func (p *popCut) attach(conn closeWriter) {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.fired {
 		p.cancel()
 		return
 	}
-	p.conn, p.answering = halfClosable(conn), false
+	p.conn, p.answering = conn, false
 }
 
 // answerBegun detaches the attempt's connection (httptrace GotFirstResponseByte).
@@ -122,10 +123,15 @@ func (p *popCut) done() {
 }
 
 // halfClosable is conn when it carries one HTTP/1.1 exchange at a time and can be half-closed;
-// nil for an HTTP/2 connection, whose other streams a half-close would end too.
-func halfClosable(conn net.Conn) closeWriter {
+// nil for an HTTP/2 connection, whose other streams a half-close would end too. Over TLS, ALPN
+// tells; a plain TCP connection is HTTP/1.1 only when its transport speaks nothing else
+// (plainHTTP1).
+func halfClosable(conn net.Conn, plainHTTP1 bool) closeWriter {
 	switch c := conn.(type) {
 	case *net.TCPConn:
+		if !plainHTTP1 {
+			return nil
+		}
 		return c
 	case *tls.Conn:
 		if c.ConnectionState().NegotiatedProtocol == "h2" {

@@ -11,8 +11,9 @@ import (
 )
 
 // A soft stop half-closes only a connection that carries one call at a time: TCP and TLS
-// HTTP/1.1. An HTTP/2 connection (TLS with ALPN h2, or a transport set to unencrypted HTTP/2)
-// carries other calls too, which a half-close would end: its pop is canceled instead.
+// HTTP/1.1. An HTTP/2 connection (TLS with ALPN h2, or plain TCP from a transport that may speak
+// unencrypted HTTP/2) carries other calls too, which a half-close would end: its pop is canceled
+// instead.
 func TestHalfClosableOnlyForHTTP1Connections(t *testing.T) {
 	ts := httptest.NewUnstartedServer(http.NotFoundHandler())
 	ts.EnableHTTP2 = true
@@ -27,21 +28,25 @@ func TestHalfClosableOnlyForHTTP1Connections(t *testing.T) {
 		conn, err := tls.Dial("tcp", ts.Listener.Addr().String(), cfg)
 		require.NoError(t, err)
 		require.Equal(t, tc.proto == "h2", conn.ConnectionState().NegotiatedProtocol == "h2")
-		require.Equal(t, tc.closable, halfClosable(conn) != nil, tc.proto)
+		require.Equal(t, tc.closable, halfClosable(conn, false) != nil, tc.proto)
 		_ = conn.Close()
 	}
 
 	tcp, err := net.Dial("tcp", ts.Listener.Addr().String())
 	require.NoError(t, err)
-	require.NotNil(t, halfClosable(tcp))
+	require.NotNil(t, halfClosable(tcp, true))
+	require.Nil(t, halfClosable(tcp, false), "plain TCP from a transport that may speak HTTP/2")
 	_ = tcp.Close()
 	pipe, other := net.Pipe()
-	require.Nil(t, halfClosable(pipe), "a connection that cannot be half-closed")
+	require.Nil(t, halfClosable(pipe, true), "a connection that cannot be half-closed")
 	_, _ = pipe.Close(), other.Close()
 
 	h2c := &http.Transport{Protocols: new(http.Protocols)}
 	h2c.Protocols.SetUnencryptedHTTP2(true)
-	require.True(t, speaksH2C(h2c))
-	require.False(t, speaksH2C(&http.Transport{}))
-	require.False(t, speaksH2C(http.DefaultTransport.(*http.Transport).Clone()))
+	require.False(t, plainHTTP1Only(h2c))
+	require.True(t, plainHTTP1Only(&http.Transport{}))
+	require.True(t, plainHTTP1Only(http.DefaultTransport.(*http.Transport).Clone()))
+	require.False(t, plainHTTP1Only(wrapped{h2c}), "a wrapper may speak anything")
 }
+
+type wrapped struct{ http.RoundTripper }

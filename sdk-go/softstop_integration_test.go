@@ -9,6 +9,8 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -323,4 +325,50 @@ func TestITSoftStopsWhileMessagesFlowLeaveTheClientsConnectionsSound(t *testing.
 		return true
 	})
 	require.Empty(t, leased, "messages left leased by a stopped consumer")
+}
+
+// loggingTransport stands for a caller's wrapper of its transport (tracing, logging, metrics):
+// the SDK cannot see what the wrapped transport speaks.
+type loggingTransport struct{ base http.RoundTripper }
+
+func (l loggingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	return l.base.RoundTrip(r)
+}
+
+// A caller's wrapped transport speaking HTTP/2 over plain TCP (h2c, to a front that speaks it)
+// carries the consumer's pop and the caller's own calls on one connection. A soft stop
+// half-closed it as an HTTP/1.1 one (only an *http.Transport set to unencrypted HTTP/2 was told
+// apart): the front saw the end of the connection and closed it, and the caller's own long poll
+// on it failed with an unexpected EOF. The pop is canceled instead: the other call goes on.
+func TestITSoftStopLeavesTheOtherCallsOfAWrappedH2CConnectionAlone(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	target, err := url.Parse(testBrokerURL(t))
+	require.NoError(t, err)
+	var h2c http.Protocols
+	h2c.SetUnencryptedHTTP2(true)
+	front := &http.Server{Handler: httputil.NewSingleHostReverseProxy(target), Protocols: &h2c}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	go func() { _ = front.Serve(ln) }()
+	t.Cleanup(func() { _ = front.Close() })
+	base := &http.Transport{Protocols: &h2c}
+	t.Cleanup(base.CloseIdleConnections)
+	c, err := lanes.New(lanes.WithURL("http://"+ln.Addr().String()), lanes.WithRetryAttempts(0),
+		lanes.WithHTTPClient(&http.Client{Transport: loggingTransport{base}}))
+	require.NoError(t, err)
+	closeWhenDone(t, c)
+	own := make(chan error, 1)
+	go func() {
+		_, err := c.Queue(b.queue + "-own").Wait(true).Timeout(3 * time.Second).Pop(b.ctx)
+		own <- err
+	}()
+	cons, err := c.Queue(b.queue).Timeout(20*time.Second).
+		Consume(b.ctx, func(context.Context, *lanes.Message) error { return nil })
+	require.NoError(t, err)
+	time.Sleep(500 * time.Millisecond) // both long polls are parked on the broker
+	stopped := time.Now()
+	require.NoError(t, cons.Stop(b.ctx))
+	require.Less(t, time.Since(stopped), time.Second)
+	require.NoError(t, <-own, "the caller's own long poll on the same connection")
 }

@@ -322,7 +322,7 @@ func attemptClient(user *http.Client, timeout time.Duration) *http.Client {
 		rt = http.DefaultTransport
 	}
 	return &http.Client{
-		Transport:     &attemptTransport{base: rt, timeout: timeout, h2c: speaksH2C(rt)},
+		Transport:     &attemptTransport{base: rt, timeout: timeout, plainHTTP1: plainHTTP1Only(rt)},
 		CheckRedirect: user.CheckRedirect,
 		Jar:           user.Jar,
 		Timeout:       user.Timeout,
@@ -332,14 +332,17 @@ func attemptClient(user *http.Client, timeout time.Duration) *http.Client {
 type attemptTransport struct {
 	base    http.RoundTripper
 	timeout time.Duration
-	h2c     bool // base may speak HTTP/2 over plain TCP: no connection is half-closed (popCut)
+	// plainHTTP1: base's plain TCP connections carry one call at a time, so a pop's may be
+	// half-closed (popCut).
+	plainHTTP1 bool
 }
 
-// speaksH2C reports a caller's *http.Transport set to speak HTTP/2 over plain TCP, whose
-// connections carry several calls at once.
-func speaksH2C(rt http.RoundTripper) bool {
+// plainHTTP1Only reports an *http.Transport that speaks only HTTP/1.1 over plain TCP. Any other
+// RoundTripper (a caller's wrapper, x/net/http2's) may speak HTTP/2 over plain TCP, where one
+// connection carries several calls and nothing on it says so.
+func plainHTTP1Only(rt http.RoundTripper) bool {
 	t, ok := rt.(*http.Transport)
-	return ok && t.Protocols != nil && t.Protocols.UnencryptedHTTP2()
+	return ok && (t.Protocols == nil || !t.Protocols.UnencryptedHTTP2())
 }
 
 func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) {
@@ -355,8 +358,11 @@ func (t *attemptTransport) RoundTrip(req *http.Request) (*http.Response, error) 
 		GetConn: func(string) { gettingConn.Store(true) },
 		GotConn: func(httptrace.GotConnInfo) { connected.Store(true) },
 	}
-	if cut := popCutOf(req.Context()); cut != nil && !t.h2c {
-		trace.GotConn = func(info httptrace.GotConnInfo) { connected.Store(true); cut.attach(info.Conn) }
+	if cut := popCutOf(req.Context()); cut != nil {
+		trace.GotConn = func(info httptrace.GotConnInfo) {
+			connected.Store(true)
+			cut.attach(halfClosable(info.Conn, t.plainHTTP1))
+		}
 		trace.GotFirstResponseByte = cut.answerBegun
 		defer cut.attemptEnded()
 	}
