@@ -31,7 +31,10 @@ def send_head(handler: BaseHTTPRequestHandler, answer: httpx.Response) -> None:
 class SlowAnswerProxy:
     """A TCP proxy to the broker that passes each answer's bytes on ``delay`` seconds after
     the broker wrote them (so an answer the broker sent can still be in flight when the client
-    acts), and passes a client's half-close on to the broker at once."""
+    acts), and passes a client's half-close on to the broker at once (unless ``deaf``: then
+    the broker never hears of it, as behind a proxy that ignores half-closes)."""
+
+    deaf = False
 
     def __init__(self, broker: str, delay: float) -> None:
         host, port = broker.removeprefix("http://").rsplit(":", 1)
@@ -54,12 +57,12 @@ class SlowAnswerProxy:
             threading.Thread(target=self._requests, args=(client, broker), daemon=True).start()
             threading.Thread(target=self._answers, args=(broker, client), daemon=True).start()
 
-    @staticmethod
-    def _requests(client: socket.socket, broker: socket.socket) -> None:
+    def _requests(self, client: socket.socket, broker: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := client.recv(65536):
                 broker.sendall(data)
-            broker.shutdown(socket.SHUT_WR)
+            if not self.deaf:
+                broker.shutdown(socket.SHUT_WR)
 
     def _answers(self, broker: socket.socket, client: socket.socket) -> None:
         chunks: queue.SimpleQueue[tuple[float, bytes]] = queue.SimpleQueue()

@@ -238,3 +238,29 @@ async def test_a_soft_stop_before_the_consumers_pop_is_sent_ends_at_once(
         await cons.stop(10)
         took = time.monotonic() - t0
         assert took < 1, took
+
+
+async def test_a_soft_stop_cancels_a_cut_pop_that_gets_no_answer_within_the_grace(
+    broker_url: str, qname: str
+) -> None:
+    # Behind a proxy that does not pass the half-close on, the cut pop gets no answer: the stop
+    # cancels it after CUT_WAIT_S (2 s). The stop asked the still-pending pop for its exception
+    # right after requesting its cancellation: asyncio's InvalidStateError ended the worker, and
+    # the consumer with it, as failed.
+    proxy = SlowAnswerProxy(broker_url, 0)
+    proxy.deaf = True
+    errors: list[BaseException] = []
+    try:
+        async with lanes.AsyncLanes(proxy.url) as c:
+            cons = (
+                c.queue(qname).timeout_millis(20000).on_error(errors.append).consume(lambda m: None)
+            )
+            await asyncio.sleep(0.5)  # the long poll is parked on the broker
+            t0 = time.monotonic()
+            await cons.stop(10)
+            took = time.monotonic() - t0
+            assert cons.error is None, repr(cons.error)
+    finally:
+        proxy.close()
+    assert errors == []
+    assert 1.9 <= took < 4, took

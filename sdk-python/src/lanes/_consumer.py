@@ -393,6 +393,7 @@ class Engine:
         finally:
             if not pop_t.done():
                 pop_t.cancel()
+                await asyncio.wait({pop_t})  # a cancel only asks: its outcome is read below
         if pop_t.cancelled() or pop_t.exception() is not None:
             return
         res = pop_t.result()
