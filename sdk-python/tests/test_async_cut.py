@@ -264,3 +264,30 @@ async def test_a_soft_stop_cancels_a_cut_pop_that_gets_no_answer_within_the_grac
         proxy.close()
     assert errors == []
     assert 1.9 <= took < 4, took
+
+
+async def test_the_async_iterators_stop_ends_a_cut_pop_that_gets_no_answer_within_the_grace(
+    broker_url: str, qname: str
+) -> None:
+    # Behind a proxy that does not pass the half-close on, the cut pop got no answer and the
+    # iteration waited out the long poll (5.5 s of its 6 s here). Its connection is now closed
+    # CUT_WAIT_S (2 s) after the stop, as the consume loop cancels its pop then.
+    proxy = SlowAnswerProxy(broker_url, 0)
+    proxy.deaf = True
+    try:
+        async with lanes.AsyncLanes(proxy.url) as c:
+            it = c.queue(qname).timeout_millis(6000).messages()
+
+            async def iterate() -> list[object]:
+                return [m.data async for m in it]
+
+            task = asyncio.ensure_future(iterate())
+            await asyncio.sleep(0.5)  # the pop is parked on the broker
+            t0 = time.monotonic()
+            it.stop()
+            got = await asyncio.wait_for(task, 15)
+            took = time.monotonic() - t0
+    finally:
+        proxy.close()
+    assert got == []
+    assert 1.9 <= took < 4, took

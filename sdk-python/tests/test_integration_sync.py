@@ -997,6 +997,30 @@ def test_iterator_stop_before_its_pop_is_sent_ends_at_once(broker_url: str, qnam
         assert time.monotonic() - t0 < 2
 
 
+def test_iterator_stop_ends_a_cut_pop_that_gets_no_answer_within_the_grace(
+    broker_url: str, qname: str
+) -> None:
+    # Behind a proxy that does not pass the half-close on, the cut pop got no answer and the
+    # iteration waited out the long poll (5.5 s of its 6 s here). Its connection is now closed
+    # CUT_WAIT_S (2 s) after the stop.
+    proxy = SlowAnswerProxy(broker_url, 0)
+    proxy.deaf = True
+    try:
+        with lanes.Lanes(proxy.url) as c:
+            it = c.queue(qname).timeout_millis(6000).messages()
+            iterating = threading.Thread(target=lambda: list(it), daemon=True)
+            iterating.start()
+            time.sleep(0.5)  # the pop is parked on the broker
+            t0 = time.monotonic()
+            it.stop()
+            iterating.join(timeout=15)
+            took = time.monotonic() - t0
+            assert not iterating.is_alive(), "stop() did not end the iteration"
+    finally:
+        proxy.close()
+    assert 1.9 <= took < 4, took
+
+
 def test_iterator_stop_ends_a_parked_pop_at_once(broker_url: str, qname: str) -> None:
     errors: list[BaseException] = []
     with lanes.Lanes(broker_url) as c:

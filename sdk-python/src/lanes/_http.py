@@ -357,13 +357,15 @@ class CallCut:
     (:class:`_BoundedStream`, :class:`_CuttableAsyncStream`) can be cut; on a caller's
     ``http_client`` the call runs to its end, as before."""
 
-    __slots__ = ("_lock", "_stream", "_wake", "fired")
+    __slots__ = ("_cut_stream", "_lock", "_stream", "_wake", "fired")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
         # The attempt's connection while it is on it.
         self._stream: _BoundedStream | _CuttableAsyncStream | None = None
         self._wake: Callable[[], None] | None = None  # ends an asyncio call's wait between attempts
+        # The connection the cut half-closed, which abort() closes.
+        self._cut_stream: _BoundedStream | _CuttableAsyncStream | None = None
         self.fired = False
 
     @contextlib.contextmanager
@@ -393,8 +395,17 @@ class CallCut:
             wake, self._wake = self._wake, None
             if stream is not None:
                 stream.half_close()
+                self._cut_stream = stream
         if wake is not None:
             wake()
+
+    def abort(self) -> None:
+        """Close the connection the cut half-closed, when the broker has not answered on it in
+        the while since (a proxy that ignores the half-close, a hung broker): its read ends, and
+        so does the call, which is not retried."""
+        with self._lock:
+            if self._cut_stream is not None:
+                self._cut_stream.abort()
 
     def _attach(self, stream: _BoundedStream | _CuttableAsyncStream) -> None:
         """The call's attempt is about to send on ``stream``; refused once the cut fired. The
@@ -403,6 +414,7 @@ class CallCut:
         with self._lock:
             if self.fired:
                 stream.half_close()
+                self._cut_stream = stream
                 raise httpcore.WriteError("lanes: the call was cut")
             self._stream = stream
 
@@ -425,17 +437,18 @@ _TASK_CUT: contextvars.ContextVar[CallCut | None] = contextvars.ContextVar(
 )
 
 
-def _half_close(sock: Any) -> None:
-    """Send the end of the request side of a connection (a FIN); its answer can still be read."""
+def _half_close(sock: Any, how: int = socket.SHUT_WR) -> None:
+    """Send the end of the request side of a connection (a FIN); its answer can still be read.
+    With ``how`` SHUT_RDWR, end the read side too: a read waiting on it ends."""
     if sock is None:
         return
     with contextlib.suppress(OSError):
         if isinstance(sock, socket.socket):
             # socket.socket's own shutdown, as the watchdog's: an ssl.SSLSocket's would drop
             # its TLS state under the read still running on it.
-            socket.socket.shutdown(sock, socket.SHUT_WR)
+            socket.socket.shutdown(sock, how)
         else:  # asyncio's TransportSocket (its TLS is above the socket)
-            sock.shutdown(socket.SHUT_WR)
+            sock.shutdown(how)
 
 
 def _until_attempt_end(timeout: float | None, timed_out: type[Exception]) -> float | None:
@@ -464,6 +477,10 @@ class _BoundedStream(httpcore.NetworkStream):
         connection is never reused after it (see ``is_readable``)."""
         self._half_closed = True
         _half_close(self._inner.get_extra_info("socket"))
+
+    def abort(self) -> None:
+        """Shut the connection down both ways after :meth:`half_close`: a read on it ends."""
+        _half_close(self._inner.get_extra_info("socket"), socket.SHUT_RDWR)
 
     def read(self, max_bytes: int, timeout: float | None = None) -> bytes:
         return self._inner.read(max_bytes, _until_attempt_end(timeout, httpcore.ReadTimeout))
@@ -551,6 +568,10 @@ class _CuttableAsyncStream(httpcore.AsyncNetworkStream):
         """As :meth:`_BoundedStream.half_close`."""
         self._half_closed = True
         _half_close(self._inner.get_extra_info("socket"))
+
+    def abort(self) -> None:
+        """As :meth:`_BoundedStream.abort`."""
+        _half_close(self._inner.get_extra_info("socket"), socket.SHUT_RDWR)
 
     async def read(self, max_bytes: int, timeout: float | None = None) -> bytes:  # noqa: ASYNC109
         return await self._inner.read(max_bytes, timeout)

@@ -38,7 +38,7 @@ from types import TracebackType
 
 from lanes import _protocol as P
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
-from lanes._http import CallCut
+from lanes._http import CUT_WAIT_S, CallCut
 from lanes._pacer import AckResend, ErrorReporter, PollPacer, ack_error_ends_loop
 from lanes._renewal import LeaseRenewalThread, renew_lease_async
 from lanes._types import AckResult, Message, PopResult, RenewResult
@@ -296,6 +296,11 @@ class MessageIterator:
         be cut and ends within its long poll (``timeout_millis``)."""
         self._stopping.set()
         self._pop_cut.fire()
+        # A pop the broker does not answer within CUT_WAIT_S of the cut (a proxy that ignores
+        # the half-close) has its connection closed then.
+        grace = threading.Timer(CUT_WAIT_S, self._pop_cut.abort)
+        grace.daemon = True
+        grace.start()
 
     def __enter__(self) -> MessageIterator:
         return self
@@ -462,8 +467,14 @@ class AsyncMessageIterator:
         cut and ends within its long poll (``timeout_millis``)."""
         self._stopping.set()
         self._pop_cut.fire()
-        if self._popping and self._stopped is not None:
-            self._stopped.add(self)
+        if self._popping:
+            # A pop the broker does not answer within CUT_WAIT_S of the cut (a proxy that
+            # ignores the half-close) has its connection closed then, as the consume loop's
+            # stop cancels its pop.
+            with contextlib.suppress(RuntimeError):  # no loop here: stop() was misused
+                asyncio.get_running_loop().call_later(CUT_WAIT_S, self._pop_cut.abort)
+            if self._stopped is not None:
+                self._stopped.add(self)
 
     async def __aenter__(self) -> AsyncMessageIterator:
         return self
