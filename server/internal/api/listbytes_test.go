@@ -4,7 +4,6 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -41,15 +40,7 @@ func (p budgetedPage) ids() []string {
 
 func getPage(t *testing.T, b *testBroker, path string) budgetedPage {
 	t.Helper()
-	resp, err := http.Get(b.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, raw)
-	}
+	raw, _ := b.getOK(t, path)
 	var p budgetedPage
 	if err := json.Unmarshal(raw, &p); err != nil {
 		t.Fatalf("GET %s: %v", path, err)

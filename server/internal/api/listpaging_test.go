@@ -58,23 +58,15 @@ type listing struct {
 func (l listing) get(t *testing.T, b *testBroker, query string) listedPage {
 	t.Helper()
 	path := l.path + "&" + query
-	resp, err := http.Get(b.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, raw)
-	}
+	raw, header := b.getOK(t, path)
 	p := listedPage{rows: l.rows(t, raw)}
 	if l.inHeaders {
-		flag := resp.Header.Get("X-Lanes-Truncated")
+		flag := header.Get("X-Lanes-Truncated")
 		if flag != "true" && flag != "false" {
 			t.Fatalf("GET %s: X-Lanes-Truncated %q", path, flag)
 		}
 		p.truncated = flag == "true"
-		if next := resp.Header.Get("X-Lanes-Next-Offset"); next != "" {
+		if next := header.Get("X-Lanes-Next-Offset"); next != "" {
 			n, err := strconv.Atoi(next)
 			if err != nil {
 				t.Fatalf("GET %s: X-Lanes-Next-Offset %q", path, next)

@@ -137,6 +137,21 @@ func (b *testBroker) call(t testing.TB, method, path string, body any, out any) 
 	return resp.StatusCode, resp.Header
 }
 
+// getOK answers the body and headers of a GET that must answer 200.
+func (b *testBroker) getOK(t testing.TB, path string) ([]byte, http.Header) {
+	t.Helper()
+	resp, err := http.Get(b.URL + path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	raw, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusOK {
+		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, raw)
+	}
+	return raw, resp.Header
+}
+
 // errorBody is the JSON error envelope.
 type errorBody struct {
 	Error string `json:"error"`

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"io"
 	"net/http"
 	"net/url"
 	"strings"
@@ -197,15 +196,7 @@ func TestInspectionBodiesSendNullFields(t *testing.T) {
 // rawGet answers the trimmed body of a GET that must answer 200.
 func (b *testBroker) rawGet(t *testing.T, path string) string {
 	t.Helper()
-	resp, err := http.Get(b.URL + path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	raw, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
-	if resp.StatusCode != http.StatusOK {
-		t.Fatalf("GET %s: %d %s", path, resp.StatusCode, raw)
-	}
+	raw, _ := b.getOK(t, path)
 	return strings.TrimSpace(string(raw))
 }
 
