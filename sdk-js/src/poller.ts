@@ -97,9 +97,16 @@ export class Poller<T> {
         this.report(err);
         const delay = loopErrorDelay(err, this.errors);
         if (!(err instanceof RateLimitError)) this.errors += 1;
-        if (idleLeft() <= 0) return undefined;
-        await this.pause(Math.min(delay, idleLeft()));
-        if (idleLeft() <= 0) return undefined;
+        const idle = idleLeft();
+        if (idle <= 0) return undefined;
+        // A backoff that outlasts the idle time ends the loop when it ends, whatever the clock
+        // then reads: a timer may fire a few ms before Date.now() reaches its end (Node measures
+        // timers from the event loop's cached time), and a pop sent in those ms is one too many.
+        if (delay >= idle) {
+          await this.pause(idle);
+          return undefined;
+        }
+        await this.pause(delay);
         continue;
       }
       this.errors = 0;

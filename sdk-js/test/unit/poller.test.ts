@@ -1,7 +1,7 @@
 // The long poll of a pop with idle time left is cut to it, rounded up to whole milliseconds so it never becomes 0 (which would not wait at all); a pop that does not park, or one without an idle deadline, keeps the builder's timeout (docs/consuming.md §3).
-import { describe, expect, it } from "vitest";
+import { describe, expect, it, vi } from "vitest";
 import { outagePause } from "../../src/consumer.js";
-import { APIConnectionError, RateLimitError } from "../../src/errors.js";
+import { APIConnectionError, InternalServerError, RateLimitError } from "../../src/errors.js";
 import type { PopResult } from "../../src/message.js";
 import { Poller, type PopSource } from "../../src/poller.js";
 import { DEFAULT_QUEUE_STATE, type QueueState } from "../../src/queue.js";
@@ -43,6 +43,32 @@ describe("a pop's long poll and the idle time left", () => {
     expect(await sentTimeout({}, undefined)).toBe(5000);
     expect(await sentTimeout({ wait: false }, 300)).toBe(5000);
     expect(await sentTimeout({ timeoutMillis: 0 }, 300)).toBe(0);
+  });
+});
+
+describe("a failed pop's backoff and the idle time left", () => {
+  it("ends the loop when a backoff that outlasts the idle time ends, even if the clock reads a few ms short of the deadline", async () => {
+    // Date.now() stands still here: the extreme of a timer firing before the clock reaches its end.
+    const frozen = Date.now();
+    const now = vi.spyOn(Date, "now").mockReturnValue(frozen);
+    try {
+      let pops = 0;
+      const source: PopSource<unknown> = {
+        popResult(): Promise<PopResult<unknown>> {
+          pops += 1;
+          return Promise.reject(new InternalServerError({ status: 503, code: "database_unavailable", message: "down", body: undefined }));
+        },
+      };
+      const poller = new Poller(source, { ...DEFAULT_QUEUE_STATE, queue: "q", timeoutMillis: 5000 }, undefined, () => undefined);
+      const got = await poller.next(
+        () => pops >= 3,
+        undefined,
+        () => frozen + 30,
+      );
+      expect({ got, pops }).toEqual({ got: undefined, pops: 1 });
+    } finally {
+      now.mockRestore();
+    }
   });
 });
 
