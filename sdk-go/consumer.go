@@ -98,7 +98,7 @@ func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder {
 // Consume starts the consume loop and returns at once (docs/consuming.md). Canceling ctx is a
 // hard stop: handler contexts end too, and a handler that returns that cancellation has its
 // message released with `retry` (no retry budget spent; not with AutoAck(false)), as with
-// StopAndCancel.
+// StopAndCancel; a pop in flight is half-closed, not canceled, as Stop does.
 func (q QueueBuilder) Consume(ctx context.Context, h Handler) (*Consumer, error) {
 	if h == nil {
 		return nil, errors.New("lanes: nil handler")
@@ -221,7 +221,8 @@ func (c *Consumer) Err() error {
 // Stop is a soft stop: no more pops, handlers finish their current message, handled messages
 // are acked and the rest released (with AutoAck(false), see AutoAck). A pop in flight is ended
 // by half-closing its connection, so the messages of an answer the broker already wrote are
-// released, not left leased (docs/consuming.md §5 says when it is canceled instead). Under
+// released, not left leased; it is canceled when no answer has begun 2 s later, and at once
+// where it cannot be half-closed (docs/consuming.md §5, "Cutting a pop in flight"). Under
 // ServerAutoAck(true) a pop in flight is not cut (its messages may be committed already): the
 // stop waits for its answer, at most the long-poll Timeout, and hands its messages over. It
 // returns ctx.Err() if ctx ends first (the stop goes on, and Stop or StopAndCancel may be called
@@ -233,8 +234,9 @@ func (c *Consumer) Stop(ctx context.Context) error {
 }
 
 // StopAndCancel is a hard stop: Stop plus canceling every handler context with the cause
-// ErrConsumerStopped (and canceling pops in flight). Called from one of this consumer's handlers,
-// it returns nil at once, as Stop does.
+// ErrConsumerStopped. A pop in flight is half-closed as Stop does (it holds no handler's work,
+// and an answer the broker already wrote is released); under ServerAutoAck(true) it is
+// canceled. Called from one of this consumer's handlers, it returns nil at once, as Stop does.
 func (c *Consumer) StopAndCancel(ctx context.Context) error {
 	c.softStop()
 	c.cancelWork(ErrConsumerStopped)
@@ -333,11 +335,14 @@ func (c *Consumer) limitReached() bool {
 func (c *Consumer) worker() {
 	defer c.wg.Done()
 	defer c.markWorkerGoroutine()()
-	// A stop ends fetchCtx; only a hard stop (or the end of the Consume ctx) ends workCtx and
-	// cancels a pop in flight. A soft stop half-closes it (popCut): an answer the broker wrote
-	// still arrives and is released. Under server auto-ack it is left to answer: its messages may
-	// be committed already, and are handed over.
-	p := poller{q: c.q, popCtx: c.workCtx, cutOnStop: !c.q.committedOnDelivery()}
+	// Every stop ends fetchCtx, which half-closes a pop in flight (popCut): an answer the broker
+	// wrote still arrives and is released. The pop runs on a ctx no stop cancels, or a hard stop
+	// would cancel it and lose that answer. Under server auto-ack a soft stop leaves it to answer
+	// (its messages may be committed already, and are handed over) and a hard stop cancels it.
+	p := poller{q: c.q, popCtx: c.workCtx}
+	if !c.q.committedOnDelivery() {
+		p.popCtx, p.cutOnStop = context.WithoutCancel(c.workCtx), true
+	}
 	if c.opts.idle > 0 {
 		p.idleDeadline = c.idleDeadline
 	}

@@ -24,9 +24,11 @@ import (
 // budget). With AutoAck(false) leaving releases nothing: every message handed over is yours to
 // ack, and the rest of the pop redelivers when its lease expires (acking them `retry` yourself
 // hands them back sooner, but a `retry` below a message you have not acked releases that one
-// too). Canceling ctx ends the iteration quietly, after the same release. Limit and IdleTimeout end it
-// too. The lease of each pop is renewed while its messages are in hand, as in the consume loop
-// (RenewLease; RenewLease(false, 0) turns it off). OnError (without it, a warning on the
+// too). Canceling ctx ends the iteration quietly, after the same release; a pop in flight is
+// half-closed, not canceled, so an answer the broker already wrote arrives and is released with
+// `retry`, with AutoAck(false) too, since none of it was handed over (docs/consuming.md §5).
+// Limit and IdleTimeout end it too. The lease of each pop is renewed while its messages are in
+// hand, as in the consume loop (RenewLease; RenewLease(false, 0) turns it off). OnError (without it, a warning on the
 // client's logger) receives transient errors: failed pops after the retry policy, which the
 // iterator waits out as the loop does, failed acks (except 403, 413, other 4xx but 408, 409 and
 // 429, and 501, which end it) and failed renewals. An ack call that fails for want of a broker
@@ -77,6 +79,11 @@ func (it *msgIter) run(ctx context.Context, yield func(*Message, error) bool) {
 	it.inHand = -1
 	it.lastMsg = time.Now()
 	p := poller{q: q}
+	if !q.committedOnDelivery() {
+		// The end of ctx half-closes a pop in flight (popCut) instead of canceling it, so an
+		// answer the broker already wrote arrives and leave releases it.
+		p.popCtx, p.cutOnStop = context.WithoutCancel(ctx), true
+	}
 	if it.q.committedOnDelivery() && opts.limit > 0 {
 		p.reserve = func(_ context.Context, want int) (int, func(int)) {
 			return min(want, int(opts.limit-it.yielded)), nil
@@ -155,6 +162,19 @@ func (it *msgIter) endPop() {
 	it.pop = nil
 }
 
+// nothingHandedOver: no message of the current pop reached the loop body.
+func (it *msgIter) nothingHandedOver() bool {
+	if it.inHand >= 0 {
+		return false
+	}
+	for _, n := range it.handled {
+		if n > 0 {
+			return false
+		}
+	}
+	return true
+}
+
 // leased: the current pop holds a lease to ack against.
 func (it *msgIter) leased() bool {
 	return it.pop != nil && !it.q.committedOnDelivery() && popLeaseID(it.pop) != ""
@@ -169,19 +189,22 @@ func (it *msgIter) leased() bool {
 func (it *msgIter) leave(yield func(*Message, error) bool) {
 	bodyLeft := it.inHand >= 0 // break, return or panic in the loop body
 	if it.pop != nil {
+		// A pop of which nothing was handed over (it answered after ctx ended) is released even
+		// with AutoAck(false): the caller holds none of its messages.
+		release := it.q.consume.autoAck || it.nothingHandedOver()
 		dropped := 0
 		for k, slice := range it.slices {
-			release := it.handled[k] // the first message not handled: the one in hand, or the next
-			next := release          // the first message not handed over
+			first := it.handled[k] // the first message not handled: the one in hand, or the next
+			next := first          // the first message not handed over
 			if k == it.inHand {
 				next++
 			}
 			dropped += len(slice) - next
-			// With AutoAck(false) the caller may still hold unacked messages of this partition,
-			// and a retry below one would release it too: nothing is released, the rest
-			// redelivers when the lease expires.
-			if it.q.consume.autoAck && it.leased() && release < len(slice) {
-				it.pending = append(it.pending, ackEntry{msg: slice[release], status: AckRetry})
+			// Otherwise, with AutoAck(false) the caller may still hold unacked messages of this
+			// partition, and a retry below one would release it too: nothing is released, the
+			// rest redelivers when the lease expires.
+			if release && it.leased() && first < len(slice) {
+				it.pending = append(it.pending, ackEntry{msg: slice[first], status: AckRetry})
 			}
 		}
 		if it.q.committedOnDelivery() && dropped > 0 {
