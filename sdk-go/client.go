@@ -3,6 +3,7 @@ package lanes
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +12,7 @@ import (
 	"net/http"
 	"net/url"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -167,6 +169,14 @@ type Client struct {
 	rlog      retryablehttp.LeveledLogger
 	autopilot bool
 
+	// loopPopHC is hc for the pops of consume loops and iterators, which a stop half-closes
+	// (popCut). When the SDK built the transport, its transport is loopPopTransport, an
+	// HTTP/1.1-only clone: over HTTP/2 (an https broker negotiates it) the cut would have to
+	// cancel, a half-close ending the connection's other calls. With WithHTTPClient it is hc and
+	// loopPopTransport is nil: the caller chose the transport.
+	loopPopHC        *http.Client
+	loopPopTransport *http.Transport
+
 	mu        sync.Mutex
 	unhealthy map[int]time.Time
 	buffers   map[string]*Buffer
@@ -204,11 +214,18 @@ func New(opts ...Option) (*Client, error) {
 		cfg.logger = slog.New(slog.DiscardHandler)
 		warnLog = slog.Default()
 	}
+	var loopPopTransport *http.Transport
 	if cfg.httpClient == nil {
-		cfg.httpClient = &http.Client{Transport: http.DefaultTransport.(*http.Transport).Clone()}
+		own := http.DefaultTransport.(*http.Transport).Clone()
+		cfg.httpClient = &http.Client{Transport: own}
+		loopPopTransport = http1Only(own)
 	}
 	c := &Client{cfg: cfg, log: cfg.logger, warnLog: warnLog, unhealthy: map[int]time.Time{}, buffers: map[string]*Buffer{}}
 	c.hc = attemptClient(cfg.httpClient, cfg.timeout)
+	c.loopPopHC, c.loopPopTransport = c.hc, loopPopTransport
+	if loopPopTransport != nil {
+		c.loopPopHC = attemptClient(&http.Client{Transport: loopPopTransport}, cfg.timeout)
+	}
 	c.rlog = slogLeveled{cfg.logger}
 	for _, raw := range cfg.urls {
 		u, err := url.Parse(strings.TrimRight(raw, "/"))
@@ -261,13 +278,32 @@ func (c *Client) Close(ctx context.Context) error {
 	return err
 }
 
-// closeIdleConnections ends the idle keep-alive connections of the client's transport, and
-// with them their goroutines; a later call dials anew. A WithHTTPClient client without a
-// Transport uses http.DefaultTransport, which the process shares, so it is left alone.
+// closeIdleConnections ends the idle keep-alive connections of the client's transport (and of
+// the one of the loops' pops), and with them their goroutines; a later call dials anew. A
+// WithHTTPClient client without a Transport uses http.DefaultTransport, which the process
+// shares, so it is left alone.
 func (c *Client) closeIdleConnections() {
 	if idle, ok := c.cfg.httpClient.Transport.(interface{ CloseIdleConnections() }); ok {
 		idle.CloseIdleConnections()
 	}
+	if c.loopPopTransport != nil {
+		c.loopPopTransport.CloseIdleConnections()
+	}
+}
+
+// http1Only is a clone of t that speaks HTTP/1.1 alone, over TLS too: ALPN offers no h2, and
+// a server that picks it anyway gets no HTTP/2 client. The clone carries what Clone already set
+// up for h2 on t, so each part is turned off.
+func http1Only(t *http.Transport) *http.Transport {
+	h1 := t.Clone()
+	h1.Protocols = new(http.Protocols)
+	h1.Protocols.SetHTTP1(true)
+	h1.TLSNextProto = map[string]func(string, *tls.Conn) http.RoundTripper{}
+	if h1.TLSClientConfig != nil {
+		h1.TLSClientConfig.NextProtos = slices.DeleteFunc(slices.Clone(h1.TLSClientConfig.NextProtos),
+			func(proto string) bool { return proto == "h2" })
+	}
+	return h1
 }
 
 // Health calls GET /health and returns the broker's body.

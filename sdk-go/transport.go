@@ -136,8 +136,12 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 			return nil, err
 		}
 	}
+	hc := c.hc
+	if popCutOf(req.Context()) != nil {
+		hc = c.loopPopHC
+	}
 	rc := &retryablehttp.Client{
-		HTTPClient:   c.hc,
+		HTTPClient:   hc,
 		Logger:       c.rlog,
 		RetryMax:     math.MaxInt32, // the budgets are decideRetry's
 		CheckRetry:   st.checkRetry,
