@@ -169,7 +169,7 @@ describe("admin", () => {
     expect((await lanes.queue(q).dlq("").get()).messages).toHaveLength(2);
   });
 
-  it("the whole-listing calls follow the broker's pages of at most 10,000 rows", { timeout: 60_000 }, async () => {
+  it("the whole-listing calls follow the broker's pages of at most 10,000 rows", { timeout: 180_000 }, async () => {
     const lanes = client();
     const q = uniq("wide");
     const group = `${q}-g`;
