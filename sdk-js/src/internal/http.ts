@@ -6,7 +6,7 @@ import { APIConnectionError, APITimeoutError, InvalidNameError, OutcomeUnknownEr
 import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import type { Log } from "./log.js";
-import { CutFetch, nodeHttpReachable, type CutAttempt, type PopCut } from "./popcut.js";
+import { CutFetch, appDispatcherInstalled, nodeHttpReachable, type CutAttempt, type PopCut } from "./popcut.js";
 
 /** DOT_SEGMENT is a path segment a URL parser removes with what it names ("%2e" counts as a dot). */
 const DOT_SEGMENT = /^(\.|%2e){1,2}$/i;
@@ -120,7 +120,7 @@ export class Transport {
   private readonly urls: string[];
   private readonly unhealthyUntil = new Map<string, number>();
   private readonly fetchImpl: typeof fetch;
-  /** cutFetch makes the cut-able pops' requests when the SDK's own fetch would (popcut.ts); undefined on a caller's fetch or outside Node, where a cut aborts. */
+  /** cutFetch makes the cut-able pops' requests when the SDK's own fetch would (popcut.ts); undefined on a caller's fetch or outside Node, and unused while the app has a global dispatcher: there a cut aborts. */
   private readonly cutFetch: CutFetch | undefined;
   private readonly now: () => number;
   private readonly random: () => number;
@@ -205,7 +205,7 @@ export class Transport {
       const leaveCut = cut?.enter(cutAttempt);
       try {
         res = await attemptScope.run(trace, () =>
-          cut && this.cutFetch ? this.cutFetch.fetch(full, init, (socket) => cut.onConnection(cutAttempt, socket)) : this.fetchImpl(full, init),
+          cut && this.cutFetch && !appDispatcherInstalled() ? this.cutFetch.fetch(full, init, (socket) => cut.onConnection(cutAttempt, socket)) : this.fetchImpl(full, init),
         );
         if (res.status !== 204) text = await res.text();
       } catch (err) {

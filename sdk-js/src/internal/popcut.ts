@@ -79,6 +79,29 @@ export function nodeHttpReachable(): boolean {
   return versions?.node !== undefined && versions.bun === undefined && versions.deno === undefined;
 }
 
+// Node's fetch takes its dispatcher from these symbols (undici's setGlobalDispatcher; ".2" by undici 7+).
+const GLOBAL_DISPATCHERS = [Symbol.for("undici.globalDispatcher.1"), Symbol.for("undici.globalDispatcher.2")];
+
+/** dispatchersOf reads the global dispatchers, as Node's fetch would find them. */
+function dispatchersOf(): unknown[] {
+  const g = globalThis as unknown as Record<symbol, unknown>;
+  return GLOBAL_DISPATCHERS.map((s) => g[s]);
+}
+
+/** nodeDefaultDispatchers are the ones Node's fetch installs for itself when it loads, read as the SDK loads; undefined when one was already set then: it cannot be told from an app's. */
+const nodeDefaultDispatchers: unknown[] | undefined = (() => {
+  if (dispatchersOf().some((d) => d !== undefined)) return undefined;
+  void globalThis.Headers; // loads Node's fetch, which installs its default dispatcher
+  return dispatchersOf();
+})();
+
+/** appDispatcherInstalled: the app set a global dispatcher for fetch (a proxy, a CA, a client certificate) that node:http would bypass, so the loops' pops must use the global fetch. */
+export function appDispatcherInstalled(): boolean {
+  const current = dispatchersOf();
+  if (nodeDefaultDispatchers === undefined) return current.some((d) => d !== undefined);
+  return current.some((d, i) => d !== nodeDefaultDispatchers[i]);
+}
+
 /** CutFetchInit is the part of a fetch's init the transport sends. */
 export interface CutFetchInit {
   method: string;
