@@ -199,6 +199,13 @@ func softStopWithAnAnswerOnItsWay(t *testing.T, url string, opts ...lanes.Option
 	require.Empty(t, handled, "a stopped consumer hands nothing over")
 	mu.Unlock()
 
+	requireReleasedAtOnce(t, b)
+}
+
+// requireReleasedAtOnce fails unless a fresh pop gets the one message at once: the stopped
+// consumer released what its cut pop was answered instead of holding it for the lease.
+func requireReleasedAtOnce(t *testing.T, b bundle) {
+	t.Helper()
 	start := time.Now()
 	got, err := b.c.Queue(b.queue).Autopilot(false).Timeout(5 * time.Second).Pop(b.ctx)
 	require.NoError(t, err)
