@@ -12,7 +12,7 @@ import (
 )
 
 // The broker answers the group, lagging, label, KV namespace and partition listings a page at a
-// time (1,000 rows unless asked otherwise) and says when more follow; the calls that return a
+// time (10,000 rows unless asked otherwise) and says when more follow; the calls that return a
 // whole listing follow those pages from offset 0, so a caller never gets a silently cut one.
 
 // wholeListingPage is the page those calls ask for, the largest the broker answers: every page
@@ -77,6 +77,18 @@ func headerPaged[T any](c *Client, ctx context.Context, fetch func(offset *int) 
 	})
 }
 
+// bodyPaged is headerPaged for a listing answered as an object, whose paging signal is in its
+// truncated and nextOffset fields: add takes each page and returns those two fields.
+func bodyPaged[T any](c *Client, ctx context.Context, fetch func(offset *int) (*httpResp, error), add func(*T) (truncated *bool, next *int)) error {
+	return followPages(func(offset int) (int, error) {
+		page, err := call[T](c, ctx, func() (*httpResp, error) { return fetch(ptrIfPositive(offset)) })
+		if err != nil {
+			return 0, err
+		}
+		return bodyNext(add(page)), nil
+	})
+}
+
 // ListConsumerGroups lists every (group, queue) row, by group then queue name.
 func (a Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroupSummary, error) {
 	out := []ConsumerGroupSummary{}
@@ -127,18 +139,15 @@ func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) 
 // GetQueue returns a queue's detail with every partition.
 func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error) {
 	var out *QueueDetail
-	err := followPages(func(offset int) (int, error) {
-		p := &gen.GetQueueParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
-		page, err := call[QueueDetail](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueue(ctx, queue, p) })
-		if err != nil {
-			return 0, err
-		}
+	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.GetQueue(ctx, queue, &gen.GetQueueParams{Limit: ptr(wholeListingPage), Offset: offset})
+	}, func(page *QueueDetail) (*bool, *int) {
 		if out == nil {
 			out = page
 		} else {
 			out.Partitions = append(out.Partitions, page.Partitions...)
 		}
-		return bodyNext(page.Truncated, page.NextOffset), nil
+		return page.Truncated, page.NextOffset
 	})
 	if err != nil {
 		return nil, err
@@ -153,18 +162,15 @@ func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth
 		return nil, err
 	}
 	var out *QueueDepth
-	err := followPages(func(offset int) (int, error) {
-		p := &gen.GetQueueDepthParams{Group: ptrUnlessZero(group), Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
-		page, err := call[QueueDepth](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueDepth(ctx, queue, p) })
-		if err != nil {
-			return 0, err
-		}
+	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.GetQueueDepth(ctx, queue, &gen.GetQueueDepthParams{Group: ptrUnlessZero(group), Limit: ptr(wholeListingPage), Offset: offset})
+	}, func(page *QueueDepth) (*bool, *int) {
 		if out == nil {
 			out = page
 		} else {
 			out.Partitions = append(out.Partitions, page.Partitions...)
 		}
-		return bodyNext(page.Truncated, page.NextOffset), nil
+		return page.Truncated, page.NextOffset
 	})
 	if err != nil {
 		return nil, err
@@ -177,19 +183,16 @@ func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth
 // An unknown queue is an *APIError with status 404.
 func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions bool) (*QueueStatus, error) {
 	var out *QueueStatus
-	err := followPages(func(offset int) (int, error) {
-		p := &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions), Limit: ptr(wholeListingPage),
-			Offset: ptrIfPositive(offset)}
-		page, err := call[QueueStatus](a.c, ctx, func() (*httpResp, error) { return a.c.gen.GetQueueStatus(ctx, queue, p) })
-		if err != nil {
-			return 0, err
-		}
+	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.GetQueueStatus(ctx, queue, &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions),
+			Limit: ptr(wholeListingPage), Offset: offset})
+	}, func(page *QueueStatus) (*bool, *int) {
 		if out == nil {
 			out = page
 		} else if page.Partitions != nil {
 			*out.Partitions = append(*out.Partitions, *page.Partitions...)
 		}
-		return bodyNext(page.Truncated, page.NextOffset), nil
+		return page.Truncated, page.NextOffset
 	})
 	if err != nil {
 		return nil, err
@@ -201,14 +204,11 @@ func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions 
 // Namespaces summarizes every namespace label: its queues, partitions and message counts.
 func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 	out := &NamespaceList{Namespaces: []gen.NamespaceSummary{}}
-	err := followPages(func(offset int) (int, error) {
-		p := &gen.ListNamespacesParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
-		page, err := call[NamespaceList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListNamespaces(ctx, p) })
-		if err != nil {
-			return 0, err
-		}
+	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.ListNamespaces(ctx, &gen.ListNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset})
+	}, func(page *NamespaceList) (*bool, *int) {
 		out.Namespaces = append(out.Namespaces, page.Namespaces...)
-		return bodyNext(page.Truncated, page.NextOffset), nil
+		return page.Truncated, page.NextOffset
 	})
 	if err != nil {
 		return nil, err
@@ -220,14 +220,11 @@ func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 // Tasks summarizes every task label like Namespaces.
 func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 	out := &TaskList{Tasks: []gen.TaskSummary{}}
-	err := followPages(func(offset int) (int, error) {
-		p := &gen.ListTasksParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
-		page, err := call[TaskList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListTasks(ctx, p) })
-		if err != nil {
-			return 0, err
-		}
+	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+		return a.c.gen.ListTasks(ctx, &gen.ListTasksParams{Limit: ptr(wholeListingPage), Offset: offset})
+	}, func(page *TaskList) (*bool, *int) {
 		out.Tasks = append(out.Tasks, page.Tasks...)
-		return bodyNext(page.Truncated, page.NextOffset), nil
+		return page.Truncated, page.NextOffset
 	})
 	if err != nil {
 		return nil, err
@@ -240,18 +237,15 @@ func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 // (GET /api/v1/resources/kv/namespaces).
 func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
 	var out *KVNamespaceList
-	err := followPages(func(offset int) (int, error) {
-		p := &gen.ListKvNamespacesParams{Limit: ptr(wholeListingPage), Offset: ptrIfPositive(offset)}
-		page, err := call[KVNamespaceList](c, ctx, func() (*httpResp, error) { return c.gen.ListKvNamespaces(ctx, p) })
-		if err != nil {
-			return 0, err
-		}
+	err := bodyPaged(c, ctx, func(offset *int) (*httpResp, error) {
+		return c.gen.ListKvNamespaces(ctx, &gen.ListKvNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset})
+	}, func(page *KVNamespaceList) (*bool, *int) {
 		if out == nil {
 			out = page
 		} else {
 			out.Namespaces = append(out.Namespaces, page.Namespaces...)
 		}
-		return bodyNext(page.Truncated, page.NextOffset), nil
+		return page.Truncated, page.NextOffset
 	})
 	if err != nil {
 		return nil, err
