@@ -9,6 +9,7 @@ import asyncio
 import json
 import time
 import uuid
+from collections.abc import Awaitable, Callable
 
 import httpx
 
@@ -190,6 +191,19 @@ async def test_aclose_right_after_an_iterators_stop_waits_for_its_release(
         await c.ack(got)
 
 
+def _slow_bearer_token() -> tuple[asyncio.Event, Callable[[], Awaitable[str]]]:
+    """A bearer token function that takes 0.5 s, and the event it sets when first asked: a stop
+    made once it is set lands before the pop's request goes out."""
+    asked = asyncio.Event()
+
+    async def slow_token() -> str:
+        asked.set()
+        await asyncio.sleep(0.5)
+        return "t"
+
+    return asked, slow_token
+
+
 async def test_the_async_iterators_stop_before_its_pop_is_sent_ends_at_once(
     broker_url: str, qname: str
 ) -> None:
@@ -198,13 +212,7 @@ async def test_the_async_iterators_stop_before_its_pop_is_sent_ends_at_once(
     # window) refused the write on the cut. httpcore takes a write error for a server that
     # answered early and reads the answer: on a connection where nothing was sent, it waited
     # out the whole attempt (the 10 s long poll and more).
-    asked = asyncio.Event()
-
-    async def slow_token() -> str:
-        asked.set()
-        await asyncio.sleep(0.5)
-        return "t"
-
+    asked, slow_token = _slow_bearer_token()
     async with lanes.AsyncLanes(broker_url, bearer_token=slow_token) as c:
         it = c.queue(qname).timeout_millis(10000).messages()
 
@@ -224,13 +232,7 @@ async def test_a_soft_stop_before_the_consumers_pop_is_sent_ends_at_once(
     broker_url: str, qname: str
 ) -> None:
     # The same window for the consume loop: its stop waited the cut's 2 s, then cancelled.
-    asked = asyncio.Event()
-
-    async def slow_token() -> str:
-        asked.set()
-        await asyncio.sleep(0.5)
-        return "t"
-
+    asked, slow_token = _slow_bearer_token()
     async with lanes.AsyncLanes(broker_url, bearer_token=slow_token) as c:
         cons = c.queue(qname).timeout_millis(10000).consume(lambda m: None)
         await asyncio.wait_for(asked.wait(), 5)
