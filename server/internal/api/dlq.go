@@ -67,7 +67,7 @@ func wireDeadLetter(d *engine.DeadLetter) gen.DlqMessage {
 func (s *Server) PurgeDlq(ctx context.Context, req gen.PurgeDlqRequestObject) (gen.PurgeDlqResponseObject, error) {
 	n, err := s.engine.PurgeDeadLetters(ctx, req.Params.Queue, deref(req.Params.ConsumerGroup))
 	var bad *engine.InvalidInputError
-	if errors.As(err, &bad) {
+	if errors.As(err, &bad) && bad.Field == "queue" {
 		return gen.PurgeDlq400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
 			Error: bad.Message, Code: CodeQueueRequired}}, nil
 	}

@@ -82,6 +82,9 @@ func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLagg
 // GetConsumerGroup answers one page of the group's cursors keyed by queue ({}
 // for an unknown group); the headers say whether more follow.
 func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupRequestObject) (gen.GetConsumerGroupResponseObject, error) {
+	if err := engine.CheckGroupAddress("consumerGroup", req.Group); err != nil {
+		return nil, err
+	}
 	page := rowPage(req.Params.Limit, req.Params.Offset)
 	cursors, more, err := s.engine.GroupCursors(ctx, req.Group, page)
 	if err != nil {
@@ -109,6 +112,9 @@ func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupR
 
 // UpdateConsumerGroupSubscription moves where the group's untouched partitions start.
 func (s *Server) UpdateConsumerGroupSubscription(ctx context.Context, req gen.UpdateConsumerGroupSubscriptionRequestObject) (gen.UpdateConsumerGroupSubscriptionResponseObject, error) {
+	if err := engine.CheckGroupAddress("consumerGroup", req.Group); err != nil {
+		return nil, err
+	}
 	if req.Body == nil {
 		return nil, &engine.InvalidInputError{Field: "subscriptionTimestamp", Message: "subscriptionTimestamp is required"}
 	}
@@ -124,6 +130,9 @@ func (s *Server) UpdateConsumerGroupSubscription(ctx context.Context, req gen.Up
 
 // DeleteConsumerGroup deletes the group's cursors on every queue.
 func (s *Server) DeleteConsumerGroup(ctx context.Context, req gen.DeleteConsumerGroupRequestObject) (gen.DeleteConsumerGroupResponseObject, error) {
+	if err := engine.CheckGroupAddress("consumerGroup", req.Group); err != nil {
+		return nil, err
+	}
 	res, err := s.engine.DeleteGroup(ctx, req.Group, "", deleteMetadata(req.Params.DeleteMetadata))
 	if err != nil {
 		return nil, err
@@ -136,6 +145,9 @@ func (s *Server) DeleteConsumerGroup(ctx context.Context, req gen.DeleteConsumer
 
 // DeleteConsumerGroupQueue deletes the group's cursors on one queue.
 func (s *Server) DeleteConsumerGroupQueue(ctx context.Context, req gen.DeleteConsumerGroupQueueRequestObject) (gen.DeleteConsumerGroupQueueResponseObject, error) {
+	if err := engine.CheckGroupAddress("consumerGroup", req.Group); err != nil {
+		return nil, err
+	}
 	res, err := s.engine.DeleteGroup(ctx, req.Group, req.Queue, deleteMetadata(req.Params.DeleteMetadata))
 	if err != nil {
 		return nil, err

@@ -99,3 +99,66 @@ func TestBlankPartitionAndGroupNamesAreRefusedWhereTheyAreCreated(t *testing.T) 
 		t.Fatalf("queue-mode pop with an empty consumerGroup: %d", status)
 	}
 }
+
+// Pops and seeks refused a consumer group named with white space only, but
+// acks, the group's detail, its deletes, the subscription update and the
+// depth and DLQ filters took it as a group of its own (an ack answered
+// success:false, a delete succeeded on nothing). Every route that takes a
+// group answers such a name the pop's 400 and changes nothing; "" keeps
+// meaning queue mode or no filter where the route takes it so.
+func TestBlankGroupNamesAreRefusedOnEveryRouteThatTakesAGroup(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	var pushed []pushResult
+	if status, _ := b.call(t, "POST", "/api/v1/push", `{"items":[{"queue":"`+q+`","payload":1}]}`, &pushed); status != http.StatusCreated {
+		t.Fatalf("seeding push: %d %+v", status, pushed)
+	}
+	var popped popBody
+	if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=1&leaseSeconds=60", nil, &popped); status != http.StatusOK || len(popped.Messages) != 1 {
+		t.Fatalf("seeding pop: %d %+v", status, popped)
+	}
+	m := popped.Messages[0]
+	ack := func(group string) string {
+		return `"transactionId":"` + m.TransactionID + `","partitionId":"` + m.PartitionID + `","leaseId":"` + popped.LeaseID + `","consumerGroup":"` + group + `"`
+	}
+	for _, blank := range []struct{ name, json, url string }{{"space", " ", "%20"}, {"tab", `\t`, "%09"}, {"ideographic space", `\u3000`, "%E3%80%80"}} {
+		cases := []struct {
+			name, method, path, body string
+		}{
+			{"pop", "GET", "/api/v1/pop/queue/" + q + "?consumerGroup=" + blank.url + "&batch=1", ""},
+			{"partition pop", "GET", "/api/v1/pop/queue/" + q + "/partition/Default?consumerGroup=" + blank.url + "&batch=1", ""},
+			{"discovery pop", "GET", "/api/v1/pop?namespace=" + q + "&consumerGroup=" + blank.url + "&batch=1", ""},
+			{"ack", "POST", "/api/v1/ack", `{` + ack(blank.json) + `}`},
+			{"batch ack", "POST", "/api/v1/ack/batch", `{"consumerGroup":"` + blank.json + `","acknowledgments":[{"transactionId":"` + m.TransactionID + `","partitionId":"` + m.PartitionID + `","leaseId":"` + popped.LeaseID + `"}]}`},
+			{"transaction ack", "POST", "/api/v1/transaction", `{"operations":[{"type":"ack",` + ack(blank.json) + `}]}`},
+			{"group detail", "GET", "/api/v1/consumer-groups/" + blank.url, ""},
+			{"group delete", "DELETE", "/api/v1/consumer-groups/" + blank.url, ""},
+			{"group delete on a queue", "DELETE", "/api/v1/consumer-groups/" + blank.url + "/queues/" + q, ""},
+			{"subscription update", "POST", "/api/v1/consumer-groups/" + blank.url + "/subscription", `{"subscriptionTimestamp":"2026-01-01T00:00:00Z"}`},
+			{"seek", "POST", "/api/v1/consumer-groups/" + blank.url + "/queues/" + q + "/seek", `{"toEnd":true}`},
+			{"partition seek", "POST", "/api/v1/consumer-groups/" + blank.url + "/queues/" + q + "/partitions/Default/seek", `{"toEnd":true}`},
+			{"depth filter", "GET", "/api/v1/resources/queues/" + q + "/depth?group=" + blank.url, ""},
+			{"DLQ listing filter", "GET", "/api/v1/dlq?queue=" + q + "&consumerGroup=" + blank.url, ""},
+			{"DLQ purge filter", "DELETE", "/api/v1/dlq?queue=" + q + "&consumerGroup=" + blank.url, ""},
+		}
+		for _, c := range cases {
+			t.Run(blank.name+" "+c.name, func(t *testing.T) { b.wantBadRequest(t, c.method, c.path, c.body, CodeBadRequest, "white space") })
+		}
+	}
+	if n := b.countRows(t, `SELECT (SELECT count(*) FROM lanes.consumers WHERE consumer_group <> '' AND btrim(consumer_group) = '')
+		+ (SELECT count(*) FROM lanes.consumer_groups WHERE consumer_group <> '' AND btrim(consumer_group) = '')`); n != 0 {
+		t.Fatalf("refused requests stored %d blank-named group rows", n)
+	}
+	// The refused acks left the lease alone; "" is queue mode on an ack and no filter on depth and the DLQ.
+	var acked []struct {
+		Success bool `json:"success"`
+	}
+	if status, _ := b.call(t, "POST", "/api/v1/ack", `{`+ack("")+`}`, &acked); status != http.StatusOK || len(acked) != 1 || !acked[0].Success {
+		t.Fatalf("queue-mode ack after the refused ones: %d %+v", status, acked)
+	}
+	for _, path := range []string{"/api/v1/resources/queues/" + q + "/depth?group=", "/api/v1/dlq?queue=" + q + "&consumerGroup="} {
+		if status, _ := b.call(t, "GET", path, nil, nil); status != http.StatusOK {
+			t.Fatalf("GET %s: %d", path, status)
+		}
+	}
+}

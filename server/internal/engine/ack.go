@@ -872,7 +872,7 @@ func checkAckText(a *AckItem, at string) error {
 			return err
 		}
 	}
-	return nil
+	return CheckGroupAddress(at+".consumerGroup", a.Group)
 }
 
 // reportDeadLettersNotFiled logs the segments whose messages an ack could not

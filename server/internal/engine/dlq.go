@@ -77,6 +77,9 @@ type DeadLetterPage struct {
 // summed in the database (a missing payload as the null sent for it), so the
 // rows past the budget are never sent.
 func (e *Engine) ListDeadLetters(ctx context.Context, f DLQFilter) (DeadLetterPage, error) {
+	if err := CheckGroupAddress("consumerGroup", f.Group); err != nil {
+		return DeadLetterPage{}, err
+	}
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
@@ -118,6 +121,9 @@ func (e *Engine) ListDeadLetters(ctx context.Context, f DLQFilter) (DeadLetterPa
 func (e *Engine) PurgeDeadLetters(ctx context.Context, queue, group string) (int64, error) {
 	if strings.TrimSpace(queue) == "" {
 		return 0, invalid("queue", "queue is required")
+	}
+	if err := CheckGroupAddress("consumerGroup", group); err != nil {
+		return 0, err
 	}
 	tag, err := e.pool.Exec(ctx, `DELETE FROM lanes.dlq d USING lanes.partitions p, lanes.queues q
 		WHERE d.partition_id = p.id AND p.queue_id = q.id AND q.name = $1 AND ($2 = '' OR d.consumer_group = $2)`,

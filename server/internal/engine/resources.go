@@ -199,6 +199,9 @@ const partitionDepthSQL = `SELECT p.name,
 // QueueDepth counts what group has not committed: one page of partitions, by
 // name, and the totals of every partition. ErrNotFound for an unknown queue.
 func (e *Engine) QueueDepth(ctx context.Context, queue, group string, page RowPage) (QueueDepthPage, error) {
+	if err := CheckGroupAddress("group", group); err != nil {
+		return QueueDepthPage{}, err
+	}
 	if group == "" {
 		group = QueueModeGroup
 	}

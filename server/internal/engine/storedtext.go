@@ -88,10 +88,30 @@ func checkOptionalName(field, value string) error {
 // optionalNameProblem says what is wrong with value as a name a request may
 // leave empty, or "".
 func optionalNameProblem(value string) string {
+	if msg := blankNameProblem(value); msg != "" {
+		return msg
+	}
+	return nameProblem(value)
+}
+
+// blankNameProblem refuses a name of white space only, which reads as no name
+// in listings and logs; "" is no name, and the caller says what it means.
+func blankNameProblem(value string) string {
 	if value != "" && strings.TrimSpace(value) == "" {
 		return "must hold more than white space"
 	}
-	return nameProblem(value)
+	return ""
+}
+
+// CheckGroupAddress refuses a consumer group of white space only on a route
+// that names a group without creating it (acks, the group's detail, deletes
+// and subscription, the depth and DLQ filters), as pops and seeks refuse it:
+// such a name could only reach a group of its own, which no route creates.
+func CheckGroupAddress(field, value string) error {
+	if msg := blankNameProblem(value); msg != "" {
+		return invalid(field, "%s %s", field, msg)
+	}
+	return nil
 }
 
 // nameProblem says what is wrong with value as a name, or "".
