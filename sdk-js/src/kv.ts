@@ -17,15 +17,38 @@ export function expiryFields(expiry: KvExpiry): { ttlSeconds: number } | { forev
   return { ttlSeconds: ttl > 0 ? Math.max(1, Math.floor(ttl)) : ttl };
 }
 
-/** kvWriteOp builds a put / putIfAbsent operation; it throws InvalidValueError for a value JSON cannot hold as given. */
+/** kvWriteOp builds a put / putIfAbsent operation; it throws InvalidValueError for a value JSON cannot hold as given (a bigint it can: it is sent as its digits). */
 export function kvWriteOp(op: "put" | "putIfAbsent", ns: string, key: string, value: unknown, expiry: KvExpiry, opts: { expect?: number | undefined; required?: boolean | undefined }): KvOperation {
   const lifetime = expiryFields(expiry);
-  const problem = jsonProblem(value, "value");
+  const problem = jsonProblem(value, "value", { bigint: true });
   if (problem) throw new InvalidValueError(`kv ${op} ${JSON.stringify(key)}: ${problem}`);
   const out: KvOperation = { op, ns, key, value: value as KvOperation["value"], ...lifetime };
   if (opts.expect !== undefined) out.expect = opts.expect;
   if (opts.required !== undefined) out.required = opts.required;
   return out;
+}
+
+const INT64_MIN = -(2n ** 63n);
+const INT64_MAX = 2n ** 63n - 1n;
+
+/** checkIncrBounds throws InvalidValueError for a bigint delta, min or max the broker's int64 counters cannot hold (the broker would answer 400). */
+function checkIncrBounds(op: KvOperation): void {
+  for (const field of ["delta", "min", "max"] as const) {
+    const v = op[field];
+    if (typeof v === "bigint" && (v < INT64_MIN || v > INT64_MAX)) {
+      throw new InvalidValueError(`kv incr ${JSON.stringify(op.key)}: ${field} ${v} is outside int64, which the broker's counters hold`);
+    }
+  }
+}
+
+/** incrOp builds an incr operation (min and max only when given). */
+export function incrOp(ns: string, key: string, delta: number | bigint, expiry: KvExpiry, opts: { min?: number | bigint | undefined; max?: number | bigint | undefined; required?: boolean | undefined }): KvOperation {
+  const op: KvOperation = { op: "incr", ns, key, delta, ...expiryFields(expiry) };
+  if (opts.min !== undefined) op.min = opts.min;
+  if (opts.max !== undefined) op.max = opts.max;
+  if (opts.required !== undefined) op.required = opts.required;
+  checkIncrBounds(op);
+  return op;
 }
 
 /** Kv is one KV namespace: `lanes.kv('sessions')`. Every call is one `POST /api/v1/kv`; business outcomes (`applied:false`) are results, not errors. */
@@ -40,13 +63,14 @@ export class Kv {
   async batch(operations: KvOperation[]): Promise<KvResult[]> {
     for (const op of operations) {
       if (!("value" in op)) continue;
-      const problem = jsonProblem(op.value, "value");
+      const problem = jsonProblem(op.value, "value", { bigint: true });
       if (problem) throw new InvalidValueError(`kv ${op.op} ${JSON.stringify(op.key)}: ${problem}`);
     }
+    for (const op of operations) if (op.op === "incr") checkIncrBounds(op);
     return this.send(operations);
   }
   private async send(operations: KvOperation[]): Promise<KvResult[]> {
-    const res = await this.core.transport.request<{ results: KvResult[] } | undefined>({ method: "POST", path: "/api/v1/kv", body: { operations }, notIdempotent: !kvOpsIdempotent(operations) });
+    const res = await this.core.transport.request<{ results: KvResult[] } | undefined>({ method: "POST", path: "/api/v1/kv", body: { operations }, notIdempotent: !kvOpsIdempotent(operations), lossless: true });
     return resultsOf<KvResult>("kv", res.body?.results, operations.length, "operations", res.body);
   }
   /** one sends an operation the caller built, whose value (if any) kvWriteOp has checked. */
@@ -79,13 +103,13 @@ export class Kv {
   delete(key: string, opts: { expect?: number | undefined } = {}): Promise<KvResult> {
     return this.one({ op: "delete", ns: this.namespace, key, ...opts });
   }
-  /** incr adds `delta` to a numeric key (created at 0). */
-  async incr(key: string, delta: number, expiry: KvExpiry, opts: { min?: number | undefined; max?: number | undefined } = {}): Promise<KvResult> {
-    return this.one({ op: "incr", ns: this.namespace, key, delta, ...expiryFields(expiry), ...opts });
+  /** incr adds `delta` to an integer key (created at 0) and returns its new `value`: a number, or a bigint past Number.MAX_SAFE_INTEGER. The broker's counters are int64: a result outside it, or outside `min`/`max`, is `applied:false, reason:"limit"`; a bigint delta, min or max outside int64 throws InvalidValueError, unsent. */
+  async incr(key: string, delta: number | bigint, expiry: KvExpiry, opts: { min?: number | bigint | undefined; max?: number | bigint | undefined } = {}): Promise<KvResult> {
+    return this.one(incrOp(this.namespace, key, delta, expiry, opts));
   }
   /** list pages through the namespace (console route). */
   async list(opts: { prefix?: string | undefined; after?: string | undefined; limit?: number | undefined; keysOnly?: boolean | undefined; includeExpired?: boolean | undefined } = {}): Promise<KvListResult> {
-    return (await this.core.transport.request<KvListResult>({ method: "POST", path: "/api/v1/resources/kv/list", body: { namespace: this.namespace, ...opts } })).body;
+    return (await this.core.transport.request<KvListResult>({ method: "POST", path: "/api/v1/resources/kv/list", body: { namespace: this.namespace, ...opts }, lossless: true })).body;
   }
 }
 

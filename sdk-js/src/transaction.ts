@@ -3,7 +3,7 @@
 // Go and Python: every step adds to the same bundle and returns it.
 import { EmptyTransactionError, InvalidItemError, LanesError, TransactionError } from "./errors.js";
 import { normalizeAckStatus, toWireItems, type AckOptions, type AckTarget, type Core, type PushItem } from "./internal/core.js";
-import { expiryFields, kvWriteOp, type KvExpiry } from "./kv.js";
+import { incrOp, kvWriteOp, type KvExpiry } from "./kv.js";
 import { checkGroup } from "./names.js";
 import { timerScheduleOp, type TimerSchedule } from "./timers.js";
 import type { AckStatus } from "./message.js";
@@ -99,7 +99,7 @@ export class TransactionBuilder {
     // A push's ids make the resend of a committed bundle roll back as duplicate; without one, a KV
     // rider that is not idempotent could apply twice.
     const notIdempotent = !operations.some((o) => o.type === "push") && !kvOpsIdempotent(kv);
-    const res = await this.core.transport.request<TransactionResult>({ method: "POST", path: "/api/v1/transaction", body, signal: opts.signal, notIdempotent });
+    const res = await this.core.transport.request<TransactionResult>({ method: "POST", path: "/api/v1/transaction", body, signal: opts.signal, notIdempotent, lossless: kv.length > 0 });
     if (!res.body.success) throw new TransactionError(res.body, res.attempts);
     return res.body;
   }
@@ -147,13 +147,9 @@ export class TransactionKv {
     if (opts.required !== undefined) op.required = opts.required;
     return this.add(op);
   }
-  /** incr adds `delta` to a numeric key. */
-  incr(ns: string, key: string, delta: number, expiry: KvExpiry, opts: { min?: number | undefined; max?: number | undefined; required?: boolean | undefined } = {}): TransactionBuilder {
-    const op: KvOperation = { op: "incr", ns, key, delta, ...expiryFields(expiry) };
-    if (opts.min !== undefined) op.min = opts.min;
-    if (opts.max !== undefined) op.max = opts.max;
-    if (opts.required !== undefined) op.required = opts.required;
-    return this.add(op);
+  /** incr adds `delta` to an integer key; as `Kv.incr`, a bigint delta, min or max is sent whole and a result past Number.MAX_SAFE_INTEGER reads as a bigint. */
+  incr(ns: string, key: string, delta: number | bigint, expiry: KvExpiry, opts: { min?: number | bigint | undefined; max?: number | bigint | undefined; required?: boolean | undefined } = {}): TransactionBuilder {
+    return this.add(incrOp(ns, key, delta, expiry, opts));
   }
   /** get reads a key inside the bundle (the result is in `result.kv`). */
   get(ns: string, key: string): TransactionBuilder {

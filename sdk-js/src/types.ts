@@ -30,7 +30,7 @@ export type TransactionRequest = Schemas["TransactionRequest"];
 /** TransactionOperation is one push or ack operation of a transaction bundle. */
 export type TransactionOperation = Schemas["TransactionOperation"];
 /** TransactionResult is the answer to a transaction bundle (committed or rolled back). */
-export type TransactionResult = Schemas["TransactionResult"];
+export type TransactionResult = Omit<Schemas["TransactionResult"], "kv" | "value"> & { kv?: KvResult[]; value?: KvValue };
 /** TransactionReason is the closed set of reasons a bundle rolls back. */
 export type TransactionReason = NonNullable<TransactionResult["reason"]>;
 /** QueueOptions are the queue options `configure` accepts. */
@@ -89,18 +89,25 @@ export type SeekRequest = Schemas["SeekRequest"];
 export type SeekQueueResult = Schemas["SeekQueueResult"];
 /** SeekPartitionResult is the answer to a one-partition seek. */
 export type SeekPartitionResult = Schemas["SeekPartitionResult"];
-/** KvOperation is one KV operation (batch route and transaction rider). */
-export type KvOperation = Schemas["KvOperation"];
-/** KvResult is the result of one KV operation. */
-export type KvResult = Schemas["KvResult"];
+/** KvValue is a KV value as the SDK reads it: any JSON, with an integer beyond Number.MAX_SAFE_INTEGER (a counter past 2^53) as a bigint, so it keeps every digit. A bigint may be written too. */
+export type KvValue = NonNullable<Schemas["KvResult"]["value"]> | bigint | null;
+/** KvOperation is one KV operation (batch route and transaction rider); `delta`, `min`, `max` and `value` may hold bigints (the broker's counters are int64). */
+export type KvOperation = Omit<Schemas["KvOperation"], "value" | "delta" | "min" | "max"> & {
+  value?: KvValue;
+  delta?: number | bigint;
+  min?: number | bigint;
+  max?: number | bigint;
+};
+/** KvResult is the result of one KV operation; `value` (and each row's) is a bigint where an integer is beyond Number.MAX_SAFE_INTEGER. */
+export type KvResult = Omit<Schemas["KvResult"], "value" | "rows"> & { value?: KvValue; rows?: KvRow[] };
 /** KvRow is one key/value row. */
-export type KvRow = Schemas["KvRow"];
+export type KvRow = Omit<Schemas["KvRow"], "value"> & { value?: KvValue };
 /** KvNamespaceList lists KV namespaces. */
 export type KvNamespaceList = Schemas["KvNamespaceList"];
 /** KvListRequest pages through a KV namespace. */
 export type KvListRequest = Schemas["KvListRequest"];
 /** KvListResult is a page of KV rows. */
-export type KvListResult = Schemas["KvListResult"];
+export type KvListResult = Omit<Schemas["KvListResult"], "rows"> & { rows: KvRow[] };
 /** TimerOperation schedules, reschedules or cancels a timer (batch route and transaction rider). */
 export type TimerOperation = Schemas["TimerOperation"];
 /** TimerResult is the outcome of one timer operation. */

@@ -641,6 +641,14 @@ async function runCase(c) {
   }
 }
 
+// stringifyWithBigInts is JSON.stringify, but a bigint (a KV integer past 2^53, as the SDK reads
+// it) is written as its digits, which JSON.stringify refuses to do.
+function stringifyWithBigInts(value) {
+  const marker = `bigint-${process.pid}-${Date.now()}-${Math.random().toString(36).slice(2)}`;
+  const text = JSON.stringify(value, (_key, v) => (typeof v === "bigint" ? `${marker}:${v}` : v));
+  return text.replace(new RegExp(`"${marker}:(-?\\d+)"`, "g"), "$1");
+}
+
 const rl = createInterface({ input: process.stdin, crlfDelay: Infinity });
 // Cases run one at a time, in arrival order.
 let chain = Promise.resolve();
@@ -660,7 +668,7 @@ rl.on("line", (line) => {
     } catch (err) {
       out = { case: c.case, steps: [], error: String(err?.stack ?? err) };
     }
-    process.stdout.write(JSON.stringify(out) + "\n");
+    process.stdout.write(stringifyWithBigInts(out) + "\n");
   });
 });
 rl.on("close", () => {

@@ -5,6 +5,7 @@ import { subscribe } from "node:diagnostics_channel";
 import { APIConnectionError, APITimeoutError, InvalidNameError, OutcomeUnknownError, UnexpectedAnswerError, errorForStatus, type APIError } from "../errors.js";
 import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
+import { parseLossless, stringifyLossless } from "./losslessjson.js";
 import type { Log } from "./log.js";
 import { CutFetch, appDispatcherInstalled, nodeHttpReachable, type CutAttempt, type PopCut } from "./popcut.js";
 
@@ -41,6 +42,8 @@ export interface Request {
   deadline?: number | undefined;
   /** cut, on a consumer's or iterator's pop, half-closes the attempt at the loop's stop (popcut.ts). */
   cut?: PopCut | undefined;
+  /** lossless (the KV routes) sends a bigint as its digits and reads an integer past Number.MAX_SAFE_INTEGER as a bigint (losslessjson.ts). */
+  lossless?: boolean | undefined;
 }
 
 /** Response is a 2xx answer; `body` is undefined for 204 and empty bodies. A body that is not JSON throws UnexpectedAnswerError. */
@@ -159,7 +162,8 @@ export class Transport {
   /** request runs one logical call through the retry policy and returns the 2xx answer or throws. */
   async request<T>(req: Request): Promise<Response<T>> {
     refuseDotSegments(req);
-    const payload = req.body === undefined ? undefined : JSON.stringify(req.body);
+    const payload = req.body === undefined ? undefined : req.lossless ? stringifyLossless(req.body) : JSON.stringify(req.body);
+    const parse = req.lossless ? parseLossless : JSON.parse;
     const scoped = currentDeadline();
     const deadline = scoped !== undefined && (req.deadline === undefined || scoped < req.deadline) ? scoped : req.deadline;
     const tried = new Set<string>();
@@ -224,7 +228,7 @@ export class Transport {
         let body: unknown = undefined;
         if (res.status !== 204 && text) {
           try {
-            body = JSON.parse(text);
+            body = parse(text);
           } catch (err) {
             // A proxy's page or a broker of another version: the request may have been applied.
             throw new UnexpectedAnswerError(`${req.method} ${req.path}: cannot decode the answer: ${errMessage(err)}`, { status: res.status, body: text, cause: err });
@@ -274,7 +278,7 @@ export class Transport {
         const E = netErr instanceof AttemptTimeout ? APITimeoutError : APIConnectionError;
         err = new E(msg, { cause: netErr, attempts, url });
       } else {
-        err = buildAPIError(res, text, attempts, decision.action === "stop" ? decision.retryAfterMs : undefined, now);
+        err = buildAPIError(res, text, attempts, decision.action === "stop" ? decision.retryAfterMs : undefined, now, parse);
       }
       throw decision.action === "stop" && decision.outcomeUnknown ? new OutcomeUnknownError(err, attempts) : err;
     }
@@ -300,13 +304,13 @@ function errMessage(err: unknown): string {
   return String(err);
 }
 
-function buildAPIError(res: globalThis.Response, text: string | undefined, attempts: number, retryAfterMs: number | undefined, now: number) {
+function buildAPIError(res: globalThis.Response, text: string | undefined, attempts: number, retryAfterMs: number | undefined, now: number, parse: (text: string) => unknown) {
   let body: unknown = text;
   let code = "";
   let message = res.statusText || `HTTP ${res.status}`;
   if (text) {
     try {
-      body = JSON.parse(text);
+      body = parse(text);
       if (body && typeof body === "object") {
         const b = body as { code?: unknown; error?: unknown };
         if (typeof b.code === "string") code = b.code;

@@ -4,11 +4,12 @@
 // so a value is stored exactly as given or not at all.
 
 /** jsonProblem returns why value is not plain JSON (with the path to the bad part, starting at `name`), or undefined when it is. */
-export function jsonProblem(value: unknown, name = "payload"): string | undefined {
-  return walk(value, name, new Set(), false);
+export function jsonProblem(value: unknown, name = "payload", opts: { bigint?: boolean } = {}): string | undefined {
+  return walk(value, name, new Set(), false, opts.bigint === true);
 }
 
-function walk(value: unknown, path: string, ancestors: Set<object>, inArray: boolean): string | undefined {
+// bigint: the value goes to a KV route, which writes a bigint as its digits (losslessjson.ts).
+function walk(value: unknown, path: string, ancestors: Set<object>, inArray: boolean, bigint: boolean): string | undefined {
   switch (typeof value) {
     case "string":
     case "boolean":
@@ -16,7 +17,7 @@ function walk(value: unknown, path: string, ancestors: Set<object>, inArray: boo
     case "number":
       return Number.isFinite(value) ? undefined : `${path} is ${value}, which JSON cannot hold`;
     case "bigint":
-      return `${path} is a BigInt, which JSON cannot hold (send it as a string)`;
+      return bigint ? undefined : `${path} is a BigInt, which JSON cannot hold (send it as a string)`;
     case "function":
     case "symbol":
       return `${path} is a ${typeof value}, which JSON cannot hold`;
@@ -32,19 +33,19 @@ function walk(value: unknown, path: string, ancestors: Set<object>, inArray: boo
   }
   if (obj instanceof Map || obj instanceof Set) return `${path} is a ${obj.constructor.name}, which JSON would store as {}`;
   const toJSON = (obj as { toJSON?: unknown }).toJSON;
-  if (typeof toJSON === "function") return walk((toJSON as () => unknown).call(obj), path, ancestors, inArray);
+  if (typeof toJSON === "function") return walk((toJSON as () => unknown).call(obj), path, ancestors, inArray, bigint);
   if (ancestors.has(obj)) return `${path} refers back to itself`;
   ancestors.add(obj);
   try {
     if (Array.isArray(obj)) {
       for (let i = 0; i < obj.length; i++) {
-        const p = walk(obj[i], `${path}[${i}]`, ancestors, true);
+        const p = walk(obj[i], `${path}[${i}]`, ancestors, true, bigint);
         if (p) return p;
       }
       return undefined;
     }
     for (const [k, v] of Object.entries(obj)) {
-      const p = walk(v, `${path}.${k}`, ancestors, false);
+      const p = walk(v, `${path}.${k}`, ancestors, false, bigint);
       if (p) return p;
     }
     return undefined;
