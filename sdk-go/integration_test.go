@@ -981,6 +981,39 @@ func TestITNumbersNoFloat64Holds(t *testing.T) {
 
 // TestITKVPutIfAbsentInATransaction: not required (the wire default, as in the other SDKs), an
 // existing key leaves the put unapplied and the bundle commits; required, it rolls back.
+// Counters are int64 on the broker: Value keeps every digit past 2^53 (a float64 would round
+// 2^53+1), and a sum past int64 is applied false, reason limit, not a wrap.
+func TestITKVIncrKeepsInt64Precision(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+	n, err := kv.Incr(b.ctx, "n", 1<<53-1, lanes.Forever, lanes.KVIncrOpts{})
+	require.NoError(t, err)
+	require.Equal(t, "9007199254740991", string(n.Value))
+	n, err = kv.Incr(b.ctx, "n", 2, lanes.Forever, lanes.KVIncrOpts{})
+	require.NoError(t, err)
+	require.Equal(t, "9007199254740993", string(n.Value))
+	got, err := kv.Get(b.ctx, "n")
+	require.NoError(t, err)
+	require.Equal(t, "9007199254740993", string(got.Value))
+
+	top, err := kv.Incr(b.ctx, "top", math.MaxInt64, lanes.Forever, lanes.KVIncrOpts{Max: ptrTo(math.MaxInt64)})
+	require.NoError(t, err)
+	require.Equal(t, "9223372036854775807", string(top.Value))
+	over, err := kv.Incr(b.ctx, "top", 1, lanes.Forever, lanes.KVIncrOpts{})
+	require.NoError(t, err)
+	require.False(t, *over.Applied)
+	require.Equal(t, lanes.KVReasonLimit, *over.Reason)
+	require.Equal(t, "9223372036854775807", string(over.Value))
+	low, err := kv.Incr(b.ctx, "low", math.MinInt64, lanes.Forever, lanes.KVIncrOpts{})
+	require.NoError(t, err)
+	require.Equal(t, "-9223372036854775808", string(low.Value))
+	under, err := kv.Incr(b.ctx, "low", -1, lanes.Forever, lanes.KVIncrOpts{})
+	require.NoError(t, err)
+	require.False(t, *under.Applied)
+	require.Equal(t, lanes.KVReasonLimit, *under.Reason)
+}
+
 func TestITKVPutIfAbsentInATransaction(t *testing.T) {
 	t.Parallel()
 	b := setup(t)

@@ -700,6 +700,24 @@ def test_kv_helpers(client: lanes.Lanes, qname: str) -> None:
     assert [row.key for row in res[1].rows or []] == ["cas", "count"]
 
 
+def test_kv_incr_keeps_int64_precision(client: lanes.Lanes, qname: str) -> None:
+    # Counters are int64 on the broker: an int keeps every digit past 2**53, and a sum past
+    # int64 is applied false, reason limit, not a wrap.
+    kv = client.kv(qname)
+    assert kv.incr("n", 2**53 - 1).value == 2**53 - 1
+    assert kv.incr("n", 2).value == 2**53 + 1
+    assert kv.get("n").value == 2**53 + 1
+    assert kv.incr("top", 2**63 - 1, max=2**63 - 1).value == 2**63 - 1
+    over = kv.incr("top", 1)
+    assert not over.applied and over.reason == "limit" and over.value == 2**63 - 1
+    assert kv.incr("low", -(2**63)).value == -(2**63)
+    under = kv.incr("low", -1)
+    assert not under.applied and under.reason == "limit" and under.value == -(2**63)
+    got = kv.get_many(["n", "top"])
+    rows = sorted((row.key, row.value) for row in got.rows or [])
+    assert rows == [("n", 2**53 + 1), ("top", 2**63 - 1)]
+
+
 def test_kv_conditional_delete(client: lanes.Lanes, qname: str) -> None:
     kv = client.kv(qname)
     kv.put("k", "v1")
