@@ -128,11 +128,11 @@ func (s *Server) UpdateConsumerGroupSubscription(ctx context.Context, req gen.Up
 	}, nil
 }
 
-// DeleteConsumerGroup deletes the group's cursors on every queue.
+// DeleteConsumerGroup deletes the group's cursors on every queue. Unlike the
+// other group routes it takes a white-space-only name: a delete creates
+// nothing, and it is how a group stored under such a name by an older broker
+// is removed.
 func (s *Server) DeleteConsumerGroup(ctx context.Context, req gen.DeleteConsumerGroupRequestObject) (gen.DeleteConsumerGroupResponseObject, error) {
-	if err := engine.CheckGroupAddress("consumerGroup", req.Group); err != nil {
-		return nil, err
-	}
 	res, err := s.engine.DeleteGroup(ctx, req.Group, "", deleteMetadata(req.Params.DeleteMetadata))
 	if err != nil {
 		return nil, err
@@ -145,9 +145,6 @@ func (s *Server) DeleteConsumerGroup(ctx context.Context, req gen.DeleteConsumer
 
 // DeleteConsumerGroupQueue deletes the group's cursors on one queue.
 func (s *Server) DeleteConsumerGroupQueue(ctx context.Context, req gen.DeleteConsumerGroupQueueRequestObject) (gen.DeleteConsumerGroupQueueResponseObject, error) {
-	if err := engine.CheckGroupAddress("consumerGroup", req.Group); err != nil {
-		return nil, err
-	}
 	res, err := s.engine.DeleteGroup(ctx, req.Group, req.Queue, deleteMetadata(req.Params.DeleteMetadata))
 	if err != nil {
 		return nil, err

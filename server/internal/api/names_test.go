@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"strings"
 	"testing"
 )
 
@@ -106,7 +107,7 @@ func TestBlankPartitionAndGroupNamesAreRefusedWhereTheyAreCreated(t *testing.T) 
 // success:false, a delete succeeded on nothing). Every route that takes a
 // group answers such a name the pop's 400 and changes nothing; "" keeps
 // meaning queue mode or no filter where the route takes it so.
-func TestBlankGroupNamesAreRefusedOnEveryRouteThatTakesAGroup(t *testing.T) {
+func TestBlankGroupNamesAreRefusedOnEveryRouteThatTakesAGroupButTheDeletes(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
 	var pushed []pushResult
@@ -132,8 +133,6 @@ func TestBlankGroupNamesAreRefusedOnEveryRouteThatTakesAGroup(t *testing.T) {
 			{"batch ack", "POST", "/api/v1/ack/batch", `{"consumerGroup":"` + blank.json + `","acknowledgments":[{"transactionId":"` + m.TransactionID + `","partitionId":"` + m.PartitionID + `","leaseId":"` + popped.LeaseID + `"}]}`},
 			{"transaction ack", "POST", "/api/v1/transaction", `{"operations":[{"type":"ack",` + ack(blank.json) + `}]}`},
 			{"group detail", "GET", "/api/v1/consumer-groups/" + blank.url, ""},
-			{"group delete", "DELETE", "/api/v1/consumer-groups/" + blank.url, ""},
-			{"group delete on a queue", "DELETE", "/api/v1/consumer-groups/" + blank.url + "/queues/" + q, ""},
 			{"subscription update", "POST", "/api/v1/consumer-groups/" + blank.url + "/subscription", `{"subscriptionTimestamp":"2026-01-01T00:00:00Z"}`},
 			{"seek", "POST", "/api/v1/consumer-groups/" + blank.url + "/queues/" + q + "/seek", `{"toEnd":true}`},
 			{"partition seek", "POST", "/api/v1/consumer-groups/" + blank.url + "/queues/" + q + "/partitions/Default/seek", `{"toEnd":true}`},
@@ -160,5 +159,39 @@ func TestBlankGroupNamesAreRefusedOnEveryRouteThatTakesAGroup(t *testing.T) {
 		if status, _ := b.call(t, "GET", path, nil, nil); status != http.StatusOK {
 			t.Fatalf("GET %s: %d", path, status)
 		}
+	}
+}
+
+// A group stored under a white-space-only name by a broker before that rule holds back
+// retention like any cursor; the group deletes still take such a name, so it can be removed.
+func TestBlankNamedGroupsStoredBeforeTheRuleCanBeDeleted(t *testing.T) {
+	b := newTestBroker(t)
+	for _, c := range []struct{ name, stored, path string }{
+		{"every queue", " ", "/api/v1/consumer-groups/%20"},
+		{"one queue", "\t", "/api/v1/consumer-groups/%09/queues/"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			q := uniqueQueue(t)
+			b.push(t, q, "Default", "t1")
+			b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup=legacy-"+q+"&batch=1&autoAck=true")
+			for _, table := range []string{"lanes.consumers", "lanes.consumer_groups"} {
+				if _, err := b.Pool.Exec(t.Context(), "UPDATE "+table+" SET consumer_group = $1 WHERE consumer_group = $2", c.stored, "legacy-"+q); err != nil {
+					t.Fatal(err)
+				}
+			}
+			path := c.path
+			if strings.HasSuffix(path, "/queues/") {
+				path += q
+			}
+			var deleted struct {
+				DeletedPartitions int `json:"deletedPartitions"`
+			}
+			if status, _ := b.call(t, "DELETE", path+"?deleteMetadata=true", nil, &deleted); status != http.StatusOK || deleted.DeletedPartitions != 1 {
+				t.Fatalf("DELETE %s: %d %+v", path, status, deleted)
+			}
+			if n := b.countRows(t, "SELECT count(*) FROM lanes.consumers WHERE consumer_group = $1", c.stored); n != 0 {
+				t.Fatalf("%d cursors left under the blank name", n)
+			}
+		})
 	}
 }
