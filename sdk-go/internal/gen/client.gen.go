@@ -2590,8 +2590,14 @@ type FromFilter = time.Time
 // GroupPath defines model for GroupPath.
 type GroupPath = string
 
+// KeyedListOffset defines model for KeyedListOffset.
+type KeyedListOffset = int
+
 // Limit defines model for Limit.
 type Limit = int
+
+// ListAfter defines model for ListAfter.
+type ListAfter = string
 
 // ListLimit defines model for ListLimit.
 type ListLimit = int
@@ -2701,8 +2707,14 @@ type ListConsumerGroupsParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
+	// `offset`: both, or a malformed key, answer `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // ListLaggingConsumerGroupsParams defines parameters for ListLaggingConsumerGroups.
@@ -2714,8 +2726,14 @@ type ListLaggingConsumerGroupsParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
+	// `offset`: both, or a malformed key, answer `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 
 	// MinLagSeconds Minimum time lag in seconds (clients usually send 60; the reference example uses 3600).
 	MinLagSeconds *int `form:"minLagSeconds,omitempty" json:"minLagSeconds,omitempty"`
@@ -3332,8 +3350,10 @@ type ClientInterface interface {
 
 	// ListConsumerGroups List consumer groups
 	//
-	// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
-	// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+	// One row per (group, queue), by group then queue name, paged with `limit` and `after` (or
+	// `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers
+	// say whether more follow and where. Page with `after`: an `offset` counts rows from the
+	// first, so groups that gain or lose rows between two pages make it skip or repeat rows.
 	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
@@ -3343,8 +3363,10 @@ type ClientInterface interface {
 	//
 	// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
 	// old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
-	// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
-	// whether more follow and where. Field names are snake_case, as the reference broker sends
+	// paged with `limit` and `after` (or `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After`
+	// and `X-Lanes-Next-Offset` headers say whether more follow and where. Page with `after`: an
+	// `offset` counts rows from the first, so groups that gain or lose rows between two pages
+	// make it skip or repeat rows. Field names are snake_case, as the reference broker sends
 	// them. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups/lagging (the `ListLaggingConsumerGroups` operationId).
@@ -4131,8 +4153,10 @@ func (c *Client) Configure(ctx context.Context, body ConfigureJSONRequestBody, r
 
 // ListConsumerGroups List consumer groups
 //
-// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
-// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+// One row per (group, queue), by group then queue name, paged with `limit` and `after` (or
+// `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers
+// say whether more follow and where. Page with `after`: an `offset` counts rows from the
+// first, so groups that gain or lose rows between two pages make it skip or repeat rows.
 // Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups (the `ListConsumerGroups` operationId).
@@ -4152,8 +4176,10 @@ func (c *Client) ListConsumerGroups(ctx context.Context, params *ListConsumerGro
 //
 // One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
 // old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
-// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
-// whether more follow and where. Field names are snake_case, as the reference broker sends
+// paged with `limit` and `after` (or `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After`
+// and `X-Lanes-Next-Offset` headers say whether more follow and where. Page with `after`: an
+// `offset` counts rows from the first, so groups that gain or lose rows between two pages
+// make it skip or repeat rows. Field names are snake_case, as the reference broker sends
 // them. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups/lagging (the `ListLaggingConsumerGroups` operationId).
@@ -5597,6 +5623,18 @@ func NewListConsumerGroupsRequest(server string, params *ListConsumerGroupsParam
 
 		}
 
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -5654,6 +5692,18 @@ func NewListLaggingConsumerGroupsRequest(server string, params *ListLaggingConsu
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8888,8 +8938,10 @@ type ClientWithResponsesInterface interface {
 
 	// ListConsumerGroupsWithResponse List consumer groups
 	//
-	// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
-	// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+	// One row per (group, queue), by group then queue name, paged with `limit` and `after` (or
+	// `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers
+	// say whether more follow and where. Page with `after`: an `offset` counts rows from the
+	// first, so groups that gain or lose rows between two pages make it skip or repeat rows.
 	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -8901,8 +8953,10 @@ type ClientWithResponsesInterface interface {
 	//
 	// One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
 	// old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
-	// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
-	// whether more follow and where. Field names are snake_case, as the reference broker sends
+	// paged with `limit` and `after` (or `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After`
+	// and `X-Lanes-Next-Offset` headers say whether more follow and where. Page with `after`: an
+	// `offset` counts rows from the first, so groups that gain or lose rows between two pages
+	// make it skip or repeat rows. Field names are snake_case, as the reference broker sends
 	// them. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -9934,6 +9988,7 @@ func (r ConfigureResponse) ContentType() string {
 
 // ListConsumerGroupsResponse200Headers the declared response headers of an HTTP 200 response for ListConsumerGroups
 type ListConsumerGroupsResponse200Headers struct {
+	XLanesNextAfter  *string
 	XLanesNextOffset *int
 	XLanesTruncated  bool
 }
@@ -10039,6 +10094,7 @@ func (r ListConsumerGroupsResponse) ContentType() string {
 
 // ListLaggingConsumerGroupsResponse200Headers the declared response headers of an HTTP 200 response for ListLaggingConsumerGroups
 type ListLaggingConsumerGroupsResponse200Headers struct {
+	XLanesNextAfter  *string
 	XLanesNextOffset *int
 	XLanesTruncated  bool
 }
@@ -15070,8 +15126,10 @@ func (c *ClientWithResponses) ConfigureWithResponse(ctx context.Context, body Co
 
 // ListConsumerGroupsWithResponse List consumer groups
 //
-// One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
-// `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+// One row per (group, queue), by group then queue name, paged with `limit` and `after` (or
+// `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers
+// say whether more follow and where. Page with `after`: an `offset` counts rows from the
+// first, so groups that gain or lose rows between two pages make it skip or repeat rows.
 // Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -15089,8 +15147,10 @@ func (c *ClientWithResponses) ListConsumerGroupsWithResponse(ctx context.Context
 //
 // One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
 // old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
-// paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
-// whether more follow and where. Field names are snake_case, as the reference broker sends
+// paged with `limit` and `after` (or `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After`
+// and `X-Lanes-Next-Offset` headers say whether more follow and where. Page with `after`: an
+// `offset` counts rows from the first, so groups that gain or lose rows between two pages
+// make it skip or repeat rows. Field names are snake_case, as the reference broker sends
 // them. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
@@ -16539,6 +16599,13 @@ func ParseListConsumerGroupsResponse(rsp *http.Response) (*ListConsumerGroupsRes
 	switch {
 	case rsp.StatusCode == 200:
 		var headers ListConsumerGroupsResponse200Headers
+		if values := rsp.Header.Values("X-Lanes-Next-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesNextAfter = &value
+		}
 		if values := rsp.Header.Values("X-Lanes-Next-Offset"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {
@@ -16644,6 +16711,13 @@ func ParseListLaggingConsumerGroupsResponse(rsp *http.Response) (*ListLaggingCon
 	switch {
 	case rsp.StatusCode == 200:
 		var headers ListLaggingConsumerGroupsResponse200Headers
+		if values := rsp.Header.Values("X-Lanes-Next-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesNextAfter = &value
+		}
 		if values := rsp.Header.Values("X-Lanes-Next-Offset"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

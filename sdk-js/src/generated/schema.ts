@@ -528,8 +528,10 @@ export interface paths {
         };
         /**
          * List consumer groups
-         * @description One row per (group, queue), by group then queue name, paged with `limit`/`offset`; the
-         *     `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say whether more follow and where.
+         * @description One row per (group, queue), by group then queue name, paged with `limit` and `after` (or
+         *     `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers
+         *     say whether more follow and where. Page with `after`: an `offset` counts rows from the
+         *     first, so groups that gain or lose rows between two pages make it skip or repeat rows.
          *     Required role: read-only, read-write or admin.
          *
          */
@@ -553,8 +555,10 @@ export interface paths {
          * List lagging consumer partitions
          * @description One row per (group, partition) whose oldest unconsumed message is at least `minLagSeconds`
          *     old (3600 when omitted), with its offset and time lag, by group, queue and partition name,
-         *     paged with `limit`/`offset`; the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers say
-         *     whether more follow and where. Field names are snake_case, as the reference broker sends
+         *     paged with `limit` and `after` (or `offset`); the `X-Lanes-Truncated`, `X-Lanes-Next-After`
+         *     and `X-Lanes-Next-Offset` headers say whether more follow and where. Page with `after`: an
+         *     `offset` counts rows from the first, so groups that gain or lose rows between two pages
+         *     make it skip or repeat rows. Field names are snake_case, as the reference broker sends
          *     them. Required role: read-only, read-write or admin.
          *
          */
@@ -2905,6 +2909,15 @@ export interface components {
         ListLimit: number;
         /** @description Rows to skip. */
         Offset: number;
+        /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+         *     with `after`).
+         *      */
+        KeyedListOffset: number;
+        /** @description Where the page starts: the rows strictly after the row this key names, the
+         *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
+         *     `offset`: both, or a malformed key, answer `400 bad_request`.
+         *      */
+        ListAfter: string;
         /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
          *     or chosen by the broker (100) when `autopilot=true`. Absence matters, so there is no
          *     schema default. It is a maximum: the answer also stops once the messages taken reach the
@@ -2953,12 +2966,20 @@ export interface components {
     requestBodies: never;
     headers: {
         /** @description `true` when more rows follow this page (it stopped at `limit`): ask again at
-         *     `X-Lanes-Next-Offset` for the rest. Sent with every page of a listing whose answer is a
-         *     bare array or keyed by queue, which has no room for a `truncated` field.
+         *     `X-Lanes-Next-After` (where sent) or `X-Lanes-Next-Offset` for the rest. Sent with every
+         *     page of a listing whose answer is a bare array or keyed by queue, which has no room for a
+         *     `truncated` field.
          *      */
         ListTruncated: boolean;
-        /** @description The `offset` of the next page; sent only with `X-Lanes-Truncated:true`. */
+        /** @description The `offset` of the next page; sent only with `X-Lanes-Truncated:true`, and not on a page
+         *     asked for with `after`, whose place counted from the first row is unknown.
+         *      */
         ListNextOffset: number;
+        /** @description The `after` of the next page, an opaque key of this page's last row; sent only with
+         *     `X-Lanes-Truncated:true`. Unlike an `offset`, it does not move when rows before it come
+         *     or go between two pages.
+         *      */
+        ListNextAfter: string;
         /** @description Seconds to wait before retrying; always sent with a `429`. */
         RetryAfter: number;
     };
@@ -3935,8 +3956,15 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
+                 *     `offset`: both, or a malformed key, answer `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;
@@ -3948,6 +3976,7 @@ export interface operations {
             200: {
                 headers: {
                     "X-Lanes-Truncated": components["headers"]["ListTruncated"];
+                    "X-Lanes-Next-After": components["headers"]["ListNextAfter"];
                     "X-Lanes-Next-Offset": components["headers"]["ListNextOffset"];
                     [name: string]: unknown;
                 };
@@ -3974,8 +4003,15 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
+                 *     `offset`: both, or a malformed key, answer `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
                 /** @description Minimum time lag in seconds (clients usually send 60; the reference example uses 3600). */
                 minLagSeconds?: number;
             };
@@ -3989,6 +4025,7 @@ export interface operations {
             200: {
                 headers: {
                     "X-Lanes-Truncated": components["headers"]["ListTruncated"];
+                    "X-Lanes-Next-After": components["headers"]["ListNextAfter"];
                     "X-Lanes-Next-Offset": components["headers"]["ListNextOffset"];
                     [name: string]: unknown;
                 };

@@ -15,7 +15,10 @@ const defaultMinLagSeconds = 3600
 // ListConsumerGroups answers one page of rows, one per (group, queue); the
 // answer is a bare array, so the headers say whether more follow.
 func (s *Server) ListConsumerGroups(ctx context.Context, req gen.ListConsumerGroupsRequestObject) (gen.ListConsumerGroupsResponseObject, error) {
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 2)
+	if err != nil {
+		return nil, err
+	}
 	groups, more, err := s.engine.ListGroups(ctx, page)
 	if err != nil {
 		return nil, err
@@ -43,8 +46,12 @@ func (s *Server) ListConsumerGroups(ctx context.Context, req gen.ListConsumerGro
 			Conflation:            false,
 		})
 	}
-	return gen.ListConsumerGroups200JSONResponse{Body: out, Headers: gen.ListConsumerGroups200ResponseHeaders{
-		XLanesTruncated: more, XLanesNextOffset: nextOffset(page, len(out), more)}}, nil
+	headers := gen.ListConsumerGroups200ResponseHeaders{XLanesTruncated: more}
+	if more {
+		last := groups[len(groups)-1]
+		headers.XLanesNextAfter, headers.XLanesNextOffset = nextPlaces(page, len(out), last.Group, last.Queue)
+	}
+	return gen.ListConsumerGroups200JSONResponse{Body: out, Headers: headers}, nil
 }
 
 // ListLaggingConsumerGroups answers one page of the (group, partition) rows
@@ -54,7 +61,10 @@ func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLagg
 	if req.Params.MinLagSeconds != nil {
 		minLag = *req.Params.MinLagSeconds
 	}
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 3)
+	if err != nil {
+		return nil, err
+	}
 	cursors, more, err := s.engine.LaggingCursors(ctx, lagThreshold(minLag), page)
 	if err != nil {
 		return nil, err
@@ -75,8 +85,12 @@ func (s *Server) ListLaggingConsumerGroups(ctx context.Context, req gen.ListLagg
 			LastConsumedAt:     clampedUTC(c.LastConsumedAt),
 		})
 	}
-	return gen.ListLaggingConsumerGroups200JSONResponse{Body: out, Headers: gen.ListLaggingConsumerGroups200ResponseHeaders{
-		XLanesTruncated: more, XLanesNextOffset: nextOffset(page, len(out), more)}}, nil
+	headers := gen.ListLaggingConsumerGroups200ResponseHeaders{XLanesTruncated: more}
+	if more {
+		last := cursors[len(cursors)-1]
+		headers.XLanesNextAfter, headers.XLanesNextOffset = nextPlaces(page, len(out), last.Group, last.Queue, last.Partition)
+	}
+	return gen.ListLaggingConsumerGroups200JSONResponse{Body: out, Headers: headers}, nil
 }
 
 // GetConsumerGroup answers one page of the group's cursors keyed by queue ({}

@@ -31,9 +31,12 @@ func (b *pageBudget) take(n int64) bool {
 
 // RowPage places one page of a listing whose rows carry no payload (groups,
 // lagging cursors, labels, a queue's partitions): at most Limit rows (all
-// when Limit is 0) after skipping Offset.
+// when Limit is 0) after skipping Offset. The listings that span every group
+// page by key instead when Offset is 0: their rows strictly after After, the
+// sort key of the last row of the page before (nil: from the first row).
 type RowPage struct {
 	Limit, Offset int
+	After         []string
 }
 
 // limitArg is the LIMIT of a page's query: one row past the page, which

@@ -142,7 +142,8 @@ class ApiV1ConsumerGroupsGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1ConsumerGroupsGroupDeleteParametersQuery(BaseModel):
@@ -172,7 +173,8 @@ class ApiV1ConsumerGroupsLaggingGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
     min_lag_seconds: Annotated[int | None, Field(alias="minLagSeconds", ge=0)] = None
 
 

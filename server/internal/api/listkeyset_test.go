@@ -1,0 +1,186 @@
+package api
+
+import (
+	"encoding/base64"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"slices"
+	"testing"
+)
+
+// keyedListings are the listings that span every group and page by key.
+func keyedListings() map[string]listing {
+	all := pagedListings()
+	return map[string]listing{"consumer groups": all["consumer groups"], "lagging": all["lagging"]}
+}
+
+// keyedPage is one page asked for with query, its rows and the places of the page after it.
+type keyedPage struct {
+	rows       []string
+	truncated  bool
+	nextAfter  string
+	nextOffset string
+}
+
+func (l listing) keyed(t *testing.T, b *testBroker, query string) keyedPage {
+	t.Helper()
+	raw, header := b.getOK(t, l.path+"&"+query)
+	return keyedPage{rows: l.rows(t, raw), truncated: header.Get("X-Lanes-Truncated") == "true",
+		nextAfter: header.Get("X-Lanes-Next-After"), nextOffset: header.Get("X-Lanes-Next-Offset")}
+}
+
+// pageThroughByKey follows X-Lanes-Next-After from the first page with limit
+// and returns the rows joined.
+func (l listing) pageThroughByKey(t *testing.T, b *testBroker, limit int) []string {
+	t.Helper()
+	var joined []string
+	query := fmt.Sprintf("limit=%d", limit)
+	for range 1000 {
+		p := l.keyed(t, b, query)
+		if len(p.rows) > limit {
+			t.Fatalf("%s %s: %d rows", l.path, query, len(p.rows))
+		}
+		joined = append(joined, p.rows...)
+		if !p.truncated {
+			if p.nextAfter != "" || p.nextOffset != "" {
+				t.Fatalf("%s %s: the last page names a next one: after %q offset %q", l.path, query, p.nextAfter, p.nextOffset)
+			}
+			return joined
+		}
+		if p.nextAfter == "" || len(p.rows) == 0 {
+			t.Fatalf("%s %s: a cut page of %d rows without X-Lanes-Next-After", l.path, query, len(p.rows))
+		}
+		if joined := len(joined) > len(p.rows); joined && p.nextOffset != "" {
+			t.Fatalf("%s %s: a page asked for by key gave X-Lanes-Next-Offset %s", l.path, query, p.nextOffset)
+		}
+		query = fmt.Sprintf("limit=%d&after=%s", limit, url.QueryEscape(p.nextAfter))
+	}
+	t.Fatalf("%s: more than 1000 pages", l.path)
+	return nil
+}
+
+// Paging the group-wide listings by key gives every row once, in the
+// listing's order, whatever the page size.
+func TestTheGroupWideListingsPagedByKeyGiveEveryRowOnceInOrder(t *testing.T) {
+	b := newIsolatedTestBroker(t)
+	fillWideQueue(t, b, 23)
+	for name, l := range keyedListings() {
+		t.Run(name, func(t *testing.T) {
+			whole := l.keyed(t, b, "limit=10000")
+			if whole.truncated || len(whole.rows) < 6 {
+				t.Fatalf("the whole listing: %d rows, truncated %v", len(whole.rows), whole.truncated)
+			}
+			for _, limit := range []int{1, 4, len(whole.rows) - 1, len(whole.rows)} {
+				if got := l.pageThroughByKey(t, b, limit); !slices.Equal(got, whole.rows) {
+					t.Fatalf("limit %d: paging by key gave\n%v\nthe whole listing is\n%v", limit, got, whole.rows)
+				}
+			}
+			// The first page, asked for without either, names both places of the next.
+			first := l.keyed(t, b, "limit=2")
+			if !first.truncated || first.nextAfter == "" || first.nextOffset != "2" {
+				t.Fatalf("the first page of 2: %+v", first)
+			}
+		})
+	}
+}
+
+// groupsBeforeAndAfter fills queues q1…q3 with partitions p0…p5 each, a
+// message on every partition, and subscribes groups "a" and "b" from the
+// start, so every cursor lags; "a" sorts first.
+func groupsBeforeAndAfter(t *testing.T, b *testBroker) {
+	t.Helper()
+	for _, q := range []string{"q1", "q2", "q3"} {
+		items := []map[string]any{}
+		for i := range 6 {
+			items = append(items, map[string]any{"queue": q, "partition": fmt.Sprintf("p%d", i), "payload": i})
+		}
+		b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, nil)
+		for _, g := range []string{"a", "b"} {
+			b.pop(t, "/api/v1/pop/queue/"+q+"?consumerGroup="+g+"&subscriptionMode=all&wait=false&batch=1")
+		}
+	}
+}
+
+// A group that sorts first and loses rows before the page's end between two
+// pages (its cursors on q1 deleted here; cursors catching up leave the lagging
+// listing the same way) shifts every offset after them: the second page by
+// offset skips rows. The second page by key starts where the first ended.
+func TestAnEarlierGroupLosingRowsBetweenPagesSkipsRowsByOffsetButNotByKey(t *testing.T) {
+	for name, c := range map[string]struct {
+		firstPage, byOffset, byKey []string
+	}{
+		"lagging": {
+			firstPage: []string{"a/q1/p0", "a/q1/p1", "a/q1/p2", "a/q1/p3", "a/q1/p4", "a/q1/p5", "a/q2/p0", "a/q2/p1"},
+			byOffset:  []string{"a/q3/p2", "a/q3/p3", "a/q3/p4", "a/q3/p5", "b/q1/p0", "b/q1/p1", "b/q1/p2", "b/q1/p3"},
+			byKey:     []string{"a/q2/p2", "a/q2/p3", "a/q2/p4", "a/q2/p5", "a/q3/p0", "a/q3/p1", "a/q3/p2", "a/q3/p3"},
+		},
+		"consumer groups": {
+			firstPage: []string{"a/q1", "a/q2"},
+			byOffset:  []string{"b/q1", "b/q2"},
+			byKey:     []string{"a/q3", "b/q1"},
+		},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := newIsolatedTestBroker(t)
+			groupsBeforeAndAfter(t, b)
+			l := keyedListings()[name]
+			limit := len(c.firstPage)
+			first := l.keyed(t, b, fmt.Sprintf("limit=%d", limit))
+			if !slices.Equal(first.rows, c.firstPage) || !first.truncated {
+				t.Fatalf("the first page: %v truncated %v", first.rows, first.truncated)
+			}
+			if status, _ := b.call(t, "DELETE", "/api/v1/consumer-groups/a/queues/q1", nil, nil); status != http.StatusOK {
+				t.Fatalf("delete group a on q1: %d", status)
+			}
+			byOffset := l.keyed(t, b, fmt.Sprintf("limit=%d&offset=%s", limit, first.nextOffset))
+			if !slices.Equal(byOffset.rows, c.byOffset) {
+				t.Fatalf("the second page by offset: %v, want %v (the rows an offset skips)", byOffset.rows, c.byOffset)
+			}
+			byKey := l.keyed(t, b, fmt.Sprintf("limit=%d&after=%s", limit, url.QueryEscape(first.nextAfter)))
+			if !slices.Equal(byKey.rows, c.byKey) {
+				t.Fatalf("the second page by key: %v, want %v", byKey.rows, c.byKey)
+			}
+		})
+	}
+}
+
+// An after sent with an offset, or one that is not a key of the listing,
+// answers 400 bad_request.
+func TestABadAfterAnswers400BadRequest(t *testing.T) {
+	b := newIsolatedTestBroker(t)
+	fillWideQueue(t, b, 3)
+	key := func(names ...string) string {
+		raw, _ := json.Marshal(names)
+		return base64.RawURLEncoding.EncodeToString(raw)
+	}
+	for name, l := range keyedListings() {
+		good := l.keyed(t, b, "limit=1").nextAfter
+		for _, query := range []string{
+			"offset=0&after=" + url.QueryEscape(good),
+			"offset=1&after=" + url.QueryEscape(good),
+			"after=",
+			"after=%21%21%21",
+			"after=" + base64.StdEncoding.EncodeToString([]byte(`["g1","wide"]`)) + "%3D",
+			"after=" + base64.RawURLEncoding.EncodeToString([]byte(`{"g":"g1"}`)),
+			"after=" + base64.RawURLEncoding.EncodeToString([]byte(`["g1",2,"p"]`)),
+			"after=" + key("g1"),
+			"after=" + key("g1", "wide", "p00000", "x"),
+			"after=" + key("g1\x00", "wide", "p00000"),
+		} {
+			resp, err := http.Get(b.URL + l.path + "&" + query)
+			if err != nil {
+				t.Fatal(err)
+			}
+			raw, _ := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			var e errorBody
+			_ = json.Unmarshal(raw, &e)
+			if resp.StatusCode != http.StatusBadRequest || e.Code != CodeBadRequest || e.Error == "" {
+				t.Errorf("%s %s: %d %.200s", name, query, resp.StatusCode, raw)
+			}
+		}
+	}
+}
