@@ -13,12 +13,15 @@ import (
 
 // The broker answers the group, lagging, label, KV namespace and partition listings a page at a
 // time (10,000 rows unless asked otherwise) and says when more follow; the calls that return a
-// whole listing follow those pages from offset 0, so a caller never gets a silently cut one.
+// whole listing follow those pages from the first, so a caller never gets a silently cut one.
+// Where the broker names the next page by key (X-Lanes-Next-After: the group and lagging
+// listings, which span every group), they follow the key, since an offset skips or repeats rows
+// when groups before it gain or lose rows between two pages; else (an older broker, the other
+// listings) the offset.
 
 // wholeListingPage is the page those calls ask for, the largest the broker answers: every page
-// costs the broker a fixed part (a queue status's totals, the lagging listing's scan of every
-// cursor), and paging through 100,000 partitions' status took 61 s at 1,000 rows a page, 7 s at
-// 10,000.
+// costs the broker a fixed part (a queue status's totals, a pass over the group list's keys),
+// and paging through 100,000 partitions' status took 61 s at 1,000 rows a page, 7 s at 10,000.
 const wholeListingPage = 10000
 
 // followPages asks for page after page from offset 0 until one says no more follow; page
@@ -46,35 +49,61 @@ func bodyNext(truncated *bool, next *int) int {
 	return *next
 }
 
-// headerNext is bodyNext for an answer that is a bare array or keyed by queue, whose paging
-// signal is in the X-Lanes-Truncated and X-Lanes-Next-Offset headers.
-func headerNext(resp *http.Response) (int, error) {
-	if resp == nil || resp.Header.Get("X-Lanes-Truncated") != "true" {
-		return -1, nil
-	}
-	next, err := strconv.Atoi(resp.Header.Get("X-Lanes-Next-Offset"))
-	if err != nil {
-		return 0, &UnexpectedAnswerError{Message: fmt.Sprintf("a truncated listing page with X-Lanes-Next-Offset %q", resp.Header.Get("X-Lanes-Next-Offset"))}
-	}
-	return next, nil
+// pagePlace is where a listing page starts: after the row key after names when the broker
+// gave a key, else at offset.
+type pagePlace struct {
+	offset int
+	after  string
 }
 
-// headerPaged fetches every page of a listing answered as a bare array or keyed by queue;
-// fetch sends the request for the page at offset, add takes each page's rows.
-func headerPaged[T any](c *Client, ctx context.Context, fetch func(offset *int) (*httpResp, error), add func(T)) error {
-	return followPages(func(offset int) (int, error) {
+// headerNext is where the page after one answered as a bare array or keyed by queue starts, by
+// its X-Lanes-Truncated, X-Lanes-Next-After and X-Lanes-Next-Offset headers; more is false when
+// none follows.
+func headerNext(resp *http.Response, at pagePlace) (next pagePlace, more bool, err error) {
+	if resp == nil || resp.Header.Get("X-Lanes-Truncated") != "true" {
+		return pagePlace{}, false, nil
+	}
+	if after := resp.Header.Get("X-Lanes-Next-After"); after != "" {
+		if after == at.after {
+			return pagePlace{}, false, &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page after %q says the next starts after it again", after)}
+		}
+		return pagePlace{after: after}, true, nil
+	}
+	if at.after != "" {
+		return pagePlace{}, false, &UnexpectedAnswerError{Message: "a truncated listing page asked for by key names no key for the next"}
+	}
+	offset, err := strconv.Atoi(resp.Header.Get("X-Lanes-Next-Offset"))
+	if err != nil {
+		return pagePlace{}, false, &UnexpectedAnswerError{Message: fmt.Sprintf("a truncated listing page with X-Lanes-Next-Offset %q", resp.Header.Get("X-Lanes-Next-Offset"))}
+	}
+	if offset <= at.offset {
+		return pagePlace{}, false, &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page at offset %d says the next starts at %d", at.offset, offset)}
+	}
+	return pagePlace{offset: offset}, true, nil
+}
+
+// headerPaged fetches every page of a listing answered as a bare array or keyed by queue; fetch
+// sends the request for the page at offset or after (nil when not sent), add takes each page's
+// rows.
+func headerPaged[T any](c *Client, ctx context.Context, fetch func(offset *int, after *string) (*httpResp, error), add func(T)) error {
+	var at pagePlace
+	for {
 		var resp *http.Response
 		page, err := call[T](c, ctx, func() (*httpResp, error) {
-			r, err := fetch(ptrIfPositive(offset))
+			r, err := fetch(ptrIfPositive(at.offset), ptrUnlessZero(at.after))
 			resp = r
 			return r, err
 		})
 		if err != nil {
-			return 0, err
+			return err
 		}
 		add(*page)
-		return headerNext(resp)
-	})
+		next, more, err := headerNext(resp, at)
+		if err != nil || !more {
+			return err
+		}
+		at = next
+	}
 }
 
 // bodyPaged is headerPaged for a listing answered as an object, whose paging signal is in its
@@ -92,8 +121,8 @@ func bodyPaged[T any](c *Client, ctx context.Context, fetch func(offset *int) (*
 // ListConsumerGroups lists every (group, queue) row, by group then queue name.
 func (a Admin) ListConsumerGroups(ctx context.Context) ([]ConsumerGroupSummary, error) {
 	out := []ConsumerGroupSummary{}
-	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
-		return a.c.gen.ListConsumerGroups(ctx, &gen.ListConsumerGroupsParams{Limit: ptr(wholeListingPage), Offset: offset})
+	err := headerPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
+		return a.c.gen.ListConsumerGroups(ctx, &gen.ListConsumerGroupsParams{Limit: ptr(wholeListingPage), Offset: offset, After: after})
 	}, func(page []ConsumerGroupSummary) { out = append(out, page...) })
 	if err != nil {
 		return nil, err
@@ -107,7 +136,7 @@ func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGrou
 		return nil, err
 	}
 	out := ConsumerGroupDetail{}
-	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+	err := headerPaged(a.c, ctx, func(offset *int, _ *string) (*httpResp, error) { // this listing pages by offset only
 		return a.c.gen.GetConsumerGroup(ctx, group, &gen.GetConsumerGroupParams{Limit: ptr(wholeListingPage), Offset: offset})
 	}, func(page ConsumerGroupDetail) {
 		for queue, detail := range page { // a queue's partitions may span two pages
@@ -126,9 +155,9 @@ func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGrou
 // LaggingConsumerGroups lists partitions whose oldest unconsumed message is older than minLag.
 func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) ([]LaggingConsumerGroup, error) {
 	out := []LaggingConsumerGroup{}
-	err := headerPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+	err := headerPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
 		return a.c.gen.ListLaggingConsumerGroups(ctx, &gen.ListLaggingConsumerGroupsParams{
-			MinLagSeconds: ptr(int(minLag / time.Second)), Limit: ptr(wholeListingPage), Offset: offset})
+			MinLagSeconds: ptr(int(minLag / time.Second)), Limit: ptr(wholeListingPage), Offset: offset, After: after})
 	}, func(page []LaggingConsumerGroup) { out = append(out, page...) })
 	if err != nil {
 		return nil, err

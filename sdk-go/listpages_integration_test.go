@@ -1,0 +1,149 @@
+package lanes_test
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+// smallPages is a transport that asks the group-wide listings for pages of limit rows until two
+// pages after the first that holds one of marker's rows, after which it calls between; so a few
+// rows take several pages, and the rest (the other tests' rows) come in the SDK's own pages.
+type smallPages struct {
+	limit     string
+	small     int // pages of limit rows still to ask for once marker was seen
+	marker    string
+	between   func()
+	dropAfter bool // strip X-Lanes-Next-After, as a broker before keyed paging sends none
+	keyed     atomic.Int32
+}
+
+func (s *smallPages) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups") {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	q := req.URL.Query()
+	if s.between != nil || s.small > 0 {
+		s.small--
+		q.Set("limit", s.limit)
+	}
+	if q.Has("after") {
+		s.keyed.Add(1)
+	}
+	req.URL.RawQuery = q.Encode()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	if s.dropAfter {
+		resp.Header.Del("X-Lanes-Next-After")
+	}
+	if s.between != nil && bytes.Contains(raw, []byte(s.marker)) {
+		s.between()
+		s.between, s.small = nil, 2
+	}
+	return resp, nil
+}
+
+// The group and lagging listings span every group on the broker; when a group that sorts first
+// loses its rows between two pages, an offset skips as many rows of the groups after it. The
+// Admin calls follow the broker's key instead, so the later group's rows all come, once, in
+// order; from a broker that gives no key they follow the offset. The groups' names start with
+// "0-", so they sort before the other tests' groups, on the first pages.
+func TestITTheGroupWideListingsFollowTheKeyWhileAnEarlierGroupLosesItsRows(t *testing.T) {
+	t.Parallel()
+	for _, c := range []struct {
+		name      string
+		dropAfter bool
+	}{{"by key", false}, {"an older broker, by offset", true}} {
+		t.Run(c.name, func(t *testing.T) { // one after the other: each deletes a group that sorts first
+			b := setup(t)
+			base := testBrokerURL(t)
+			partitions := []string{"p0", "p1", "p2", "p3", "p4", "p5"}
+			tx := b.c.Transaction()
+			for i, p := range partitions {
+				tx.Queue(b.queue).Partition(p).Push(lanes.Data(i))
+			}
+			_, err := tx.Commit(b.ctx)
+			require.NoError(t, err)
+			early, later := "0-"+b.queue+"-a", "0-"+b.queue+"-b"
+			for _, g := range []string{early, later} {
+				_, err := b.c.Admin().SeekConsumerGroup(b.ctx, g, b.queue, lanes.SeekToTime(time.Unix(0, 0)))
+				require.NoError(t, err)
+			}
+			transport := &smallPages{limit: "4", small: 3, dropAfter: c.dropAfter}
+			t.Cleanup(func() { // the next run's groups sort after these, which would take its first pages
+				for _, g := range []string{early, later} {
+					_, _ = b.c.Admin().DeleteConsumerGroup(context.Background(), g, true)
+				}
+			})
+			client, err := lanes.New(lanes.WithURL(base), lanes.WithHTTPClient(&http.Client{Transport: transport}))
+			require.NoError(t, err)
+			closeWhenDone(t, client)
+			deleteEarly := func() {
+				req, err := http.NewRequest(http.MethodDelete, base+"/api/v1/consumer-groups/"+url.PathEscape(early), nil)
+				require.NoError(t, err)
+				resp, err := http.DefaultClient.Do(req)
+				require.NoError(t, err)
+				resp.Body.Close()
+				require.Equal(t, http.StatusOK, resp.StatusCode)
+			}
+
+			if !c.dropAfter {
+				transport.marker, transport.between = fmt.Sprintf(`"consumer_group":%q`, early), deleteEarly
+			}
+			lagging, err := client.Admin().LaggingConsumerGroups(b.ctx, 0)
+			require.NoError(t, err)
+			var got []string
+			for _, r := range lagging {
+				if r.ConsumerGroup == later {
+					got = append(got, r.PartitionName)
+				}
+			}
+			require.Equal(t, partitions, got, "the later group's lagging rows")
+
+			if c.dropAfter {
+				deleteEarly()
+				transport.small = 3
+			} else {
+				// Seek the early group again: a row of the group list each, one row a page.
+				_, err := b.c.Admin().SeekConsumerGroup(b.ctx, early, b.queue, lanes.SeekToTime(time.Unix(0, 0)))
+				require.NoError(t, err)
+				transport.limit = "1"
+				transport.marker, transport.between = fmt.Sprintf(`"name":%q`, early), deleteEarly
+			}
+			groups, err := client.Admin().ListConsumerGroups(b.ctx)
+			require.NoError(t, err)
+			var names []string
+			for _, g := range groups {
+				if strings.HasPrefix(g.Name, "0-"+b.queue) {
+					names = append(names, g.Name)
+				}
+			}
+			if c.dropAfter {
+				require.Equal(t, []string{later}, names)
+				require.Zero(t, transport.keyed.Load(), "a page asked for by key from a broker that gave none")
+			} else {
+				require.Equal(t, []string{early, later}, names)
+				require.NotZero(t, transport.keyed.Load(), "no page asked for by key")
+			}
+		})
+	}
+}
