@@ -56,9 +56,9 @@ const e = encodeURIComponent;
 
 /**
  * wholeListingPage is the page the calls that return a whole listing ask for, the largest the
- * broker answers: every page costs the broker a fixed part (a queue status's totals, the lagging
- * listing's scan of every cursor), and paging through 100,000 partitions' status took 61 s at
- * 1,000 rows a page, 7 s at 10,000.
+ * broker answers: every page costs the broker a fixed part (a queue status's totals, a pass over
+ * the group list's keys), and paging through 100,000 partitions' status took 61 s at 1,000 rows a
+ * page, 7 s at 10,000.
  */
 export const wholeListingPage = 10000;
 
@@ -86,6 +86,30 @@ export async function followPages<T>(fetchPage: (offset: number | undefined) => 
   }
 }
 
+/** Where a page of a listing answered as a bare array or keyed by queue starts: after the row the broker's key names, else at an offset (from the first row when neither). */
+export type PagePlace = { offset?: number | undefined; after?: string | undefined };
+
+/**
+ * headerNext is where the page after one answered as a bare array or keyed by queue starts, by its
+ * X-Lanes-Truncated, X-Lanes-Next-After and X-Lanes-Next-Offset headers; undefined when none
+ * follows. The key comes first: the group and lagging listings span every group, and an offset
+ * skips or repeats rows when groups before it gain or lose rows between two pages; a broker
+ * before keyed paging (and the one-group listing) gives only the offset.
+ */
+export function headerNext(headers: Headers, at: PagePlace): PagePlace | undefined {
+  if (headers.get("x-lanes-truncated") !== "true") return undefined;
+  const after = headers.get("x-lanes-next-after");
+  if (after) {
+    if (after === at.after) throw new Error(`a listing page after ${after} says the next starts after it again`);
+    return { after };
+  }
+  if (at.after !== undefined) throw new Error("a truncated listing page asked for by key names no key for the next");
+  const next = Number(headers.get("x-lanes-next-offset"));
+  if (!Number.isInteger(next)) throw new Error(`a truncated listing page with X-Lanes-Next-Offset ${String(headers.get("x-lanes-next-offset"))}`);
+  if (next <= (at.offset ?? 0)) throw new Error(`a listing page at offset ${at.offset ?? 0} says the next starts at ${next}`);
+  return { offset: next };
+}
+
 /** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). */
 export class Admin {
   /** @internal */
@@ -94,13 +118,14 @@ export class Admin {
   private async get<T>(path: string, query?: Query): Promise<T> {
     return (await this.core.transport.request<T>({ method: "GET", path, query: qs(query) })).body;
   }
-  /** headerPage is a page of a listing answered as a bare array or keyed by queue, whose paging signal is in headers. */
-  private async headerPage<T>(path: string, query: Query): Promise<ListPage<T>> {
-    const res = await this.core.transport.request<T>({ method: "GET", path, query: qs(query) });
-    if (res.headers.get("x-lanes-truncated") !== "true") return { body: res.body, next: undefined };
-    const next = Number(res.headers.get("x-lanes-next-offset"));
-    if (!Number.isInteger(next)) throw new Error(`a truncated listing page with X-Lanes-Next-Offset ${String(res.headers.get("x-lanes-next-offset"))}`);
-    return { body: res.body, next };
+  /** headerPages hands every page of a listing answered as a bare array or keyed by queue to `add`, following its paging headers. */
+  private async headerPages<T>(path: string, query: Query, add: (body: T) => void): Promise<void> {
+    let at: PagePlace | undefined = {};
+    while (at !== undefined) {
+      const res = await this.core.transport.request<T>({ method: "GET", path, query: qs({ ...query, limit: wholeListingPage, ...at }) });
+      add(res.body);
+      at = headerNext(res.headers, at);
+    }
   }
   /** partitionPages is a whole object listing whose `key` array is paged (truncated/nextOffset), merged into the first page. */
   private async partitionPages<T extends { truncated?: boolean | undefined; nextOffset?: number | null | undefined }>(
@@ -181,34 +206,25 @@ export class Admin {
   /** listConsumerGroups lists every (group, queue) row with lag (following the broker's pages). */
   async listConsumerGroups(): Promise<ConsumerGroupSummary[]> {
     const out: ConsumerGroupSummary[] = [];
-    await followPages(
-      (offset) => this.headerPage<ConsumerGroupSummary[]>("/api/v1/consumer-groups", { limit: wholeListingPage, offset }),
-      (rows) => out.push(...rows),
-    );
+    await this.headerPages<ConsumerGroupSummary[]>("/api/v1/consumer-groups", {}, (rows) => out.push(...rows));
     return out;
   }
   /** getConsumerGroup returns a group's cursors keyed by queue (following the broker's pages). */
   async getConsumerGroup(group: string): Promise<ConsumerGroupDetail> {
     checkGroup("getConsumerGroup", group, true);
     const out: ConsumerGroupDetail = {};
-    await followPages(
-      (offset) => this.headerPage<ConsumerGroupDetail>(`/api/v1/consumer-groups/${e(group)}`, { limit: wholeListingPage, offset }),
-      (page) => {
-        for (const [queue, detail] of Object.entries(page)) {
-          const seen = out[queue]; // a queue's partitions may span two pages
-          out[queue] = seen === undefined ? detail : { ...detail, partitions: [...seen.partitions, ...detail.partitions] };
-        }
-      },
-    );
+    await this.headerPages<ConsumerGroupDetail>(`/api/v1/consumer-groups/${e(group)}`, {}, (page) => {
+      for (const [queue, detail] of Object.entries(page)) {
+        const seen = out[queue]; // a queue's partitions may span two pages
+        out[queue] = seen === undefined ? detail : { ...detail, partitions: [...seen.partitions, ...detail.partitions] };
+      }
+    });
     return out;
   }
   /** laggingConsumerGroups lists every partition whose oldest unconsumed message is older than `minLagSeconds` (default 60). */
   async laggingConsumerGroups(minLagSeconds = 60): Promise<LaggingConsumerGroup[]> {
     const out: LaggingConsumerGroup[] = [];
-    await followPages(
-      (offset) => this.headerPage<LaggingConsumerGroup[]>("/api/v1/consumer-groups/lagging", { minLagSeconds, limit: wholeListingPage, offset }),
-      (rows) => out.push(...rows),
-    );
+    await this.headerPages<LaggingConsumerGroup[]>("/api/v1/consumer-groups/lagging", { minLagSeconds }, (rows) => out.push(...rows));
     return out;
   }
   /** deleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds it). */
