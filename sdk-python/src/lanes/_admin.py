@@ -16,31 +16,31 @@ T = TypeVar("T")
 
 
 def whole_listing(client: Lanes, paged: R.Paged[T]) -> T:
-    """Every page of a listing the broker pages, from offset 0, folded into one."""
+    """Every page of a listing the broker pages, from the first, folded into one."""
     whole: T | None = None
-    offset = 0
+    at = R.PagePlace()
     while True:
-        req = paged.page(offset or None)
+        req = paged.page(at)
         page = client._call(req)
         whole = paged.merge(whole, page.body)
         if page.next is None:
             return whole
-        R.check_next_page(req.path, offset, page.next)
-        offset = page.next
+        R.check_next_page(req.path, at, page.next)
+        at = page.next
 
 
 async def async_whole_listing(client: AsyncLanes, paged: R.Paged[T]) -> T:
     """Asyncio twin of :func:`whole_listing`."""
     whole: T | None = None
-    offset = 0
+    at = R.PagePlace()
     while True:
-        req = paged.page(offset or None)
+        req = paged.page(at)
         page = await client._call(req)
         whole = paged.merge(whole, page.body)
         if page.next is None:
             return whole
-        R.check_next_page(req.path, offset, page.next)
-        offset = page.next
+        R.check_next_page(req.path, at, page.next)
+        at = page.next
 
 
 class Admin:

@@ -192,36 +192,57 @@ def configure(
 
 
 # The page the admin calls that return a whole listing ask for, the largest the broker answers:
-# every page costs the broker a fixed part (a queue status's totals, the lagging listing's scan of
-# every cursor), and paging through 100,000 partitions' status took 61 s at 1,000 rows a page,
-# 7 s at 10,000.
+# every page costs the broker a fixed part (a queue status's totals, a pass over the group list's
+# keys), and paging through 100,000 partitions' status took 61 s at 1,000 rows a page, 7 s at
+# 10,000.
 WHOLE_LISTING_PAGE = 10000
+
+
+@dataclass(frozen=True)
+class PagePlace:
+    """Where a page of a listing starts: after the row the broker's key ``after`` names, else at
+    ``offset`` (the first page: neither). The group and lagging listings span every group, and an
+    offset skips or repeats rows when groups before it gain or lose rows between two pages, so
+    the broker names their next page by key too (``X-Lanes-Next-After``)."""
+
+    offset: int = 0
+    after: str | None = None
 
 
 @dataclass(frozen=True)
 class Page(Generic[T]):
     """One page of a listing the broker answers a page at a time (groups, lagging cursors,
-    labels, a queue's partitions: 1,000 rows unless asked otherwise) and where the next page
+    labels, a queue's partitions: 10,000 rows unless asked otherwise) and where the next page
     starts, ``None`` when none follows."""
 
     body: T
-    next: int | None
+    next: PagePlace | None
 
 
 @dataclass(frozen=True)
 class Paged(Generic[T]):
-    """A whole listing, fetched page by page from offset 0 by the admin calls that return one,
-    so a caller never gets a silently cut listing: ``page(offset)`` is one page's request,
+    """A whole listing, fetched page by page from the first by the admin calls that return one,
+    so a caller never gets a silently cut listing: ``page(place)`` is one page's request,
     ``merge(whole, page)`` folds a page into the listing so far (``None`` before the first)."""
 
-    page: Callable[[int | None], Req[Page[T]]]
+    page: Callable[[PagePlace], Req[Page[T]]]
     merge: Callable[[T | None, T], T]
 
 
-def check_next_page(path: str, offset: int, nxt: int) -> None:
-    if nxt <= offset:
+def check_next_page(path: str, at: PagePlace, nxt: PagePlace) -> None:
+    """Refuses a next page that does not move on from the page at ``at``."""
+    if nxt.after is not None:
+        if nxt.after == at.after:
+            raise UnexpectedAnswerError(
+                f"lanes: GET {path}: a page after {at.after!r} says the next starts after it again"
+            )
+    elif at.after is not None:
         raise UnexpectedAnswerError(
-            f"lanes: GET {path}: a page at offset {offset} says the next starts at {nxt}"
+            f"lanes: GET {path}: a truncated page asked for by key names no key for the next"
+        )
+    elif nxt.offset <= at.offset:
+        raise UnexpectedAnswerError(
+            f"lanes: GET {path}: a page at offset {at.offset} says the next starts at {nxt.offset}"
         )
 
 
@@ -232,7 +253,7 @@ def _body_paged(cls: type[M], path: str, rows: str, **query: Any) -> Paged[M]:
     def parse(r: Response) -> Page[M]:
         m = cls.model_validate(r.json())
         truncated, nxt = getattr(m, "truncated", None), getattr(m, "next_offset", None)
-        return Page(m, nxt if truncated and isinstance(nxt, int) else None)
+        return Page(m, PagePlace(nxt) if truncated and isinstance(nxt, int) else None)
 
     def merge(whole: M | None, page: M) -> M:
         if whole is None:
@@ -246,18 +267,26 @@ def _body_paged(cls: type[M], path: str, rows: str, **query: Any) -> Paged[M]:
         return whole
 
     return Paged(
-        lambda offset: Req(
-            "GET", path, parse, query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=offset)
+        lambda at: Req(
+            "GET",
+            path,
+            parse,
+            query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=at.offset or None),
         ),
         merge,
     )
 
 
-def _header_next(path: str, r: Response) -> int | None:
-    """Where the next page starts by the X-Lanes-Truncated and X-Lanes-Next-Offset headers of a
-    listing answered as a bare array or keyed by queue, which has no room for a field."""
+def _header_next(path: str, r: Response) -> PagePlace | None:
+    """Where the next page starts by the X-Lanes-Truncated, X-Lanes-Next-After and
+    X-Lanes-Next-Offset headers of a listing answered as a bare array or keyed by queue, which
+    has no room for a field: after the key when the broker gives one (a broker before keyed
+    paging, and the one-group listing, give only the offset)."""
     if r.headers.get("x-lanes-truncated") != "true":
         return None
+    after = r.headers.get("x-lanes-next-after", "")
+    if after:
+        return PagePlace(after=after)
     nxt = r.headers.get("x-lanes-next-offset", "")
     if not nxt.isdigit():
         raise UnexpectedAnswerError(
@@ -265,7 +294,7 @@ def _header_next(path: str, r: Response) -> int | None:
             status=r.status,
             body=r.content,
         )
-    return int(nxt)
+    return PagePlace(int(nxt))
 
 
 def _list_paged(cls: type[M], path: str, **query: Any) -> Paged[list[M]]:
@@ -278,8 +307,11 @@ def _list_paged(cls: type[M], path: str, **query: Any) -> Paged[list[M]]:
         return page if whole is None else [*whole, *page]
 
     return Paged(
-        lambda offset: Req(
-            "GET", path, parse, query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=offset)
+        lambda at: Req(
+            "GET",
+            path,
+            parse,
+            query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=at.offset or None, after=at.after),
         ),
         merge,
     )
@@ -447,8 +479,10 @@ def get_group(group: str) -> Paged[models.ConsumerGroupDetail]:
                 seen.partitions.extend(more.partitions)
         return whole
 
-    return Paged(
-        lambda offset: Req("GET", path, parse, query=_q(limit=WHOLE_LISTING_PAGE, offset=offset)),
+    return Paged(  # this listing pages by offset only
+        lambda at: Req(
+            "GET", path, parse, query=_q(limit=WHOLE_LISTING_PAGE, offset=at.offset or None)
+        ),
         merge,
     )
 

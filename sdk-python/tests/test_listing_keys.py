@@ -1,0 +1,169 @@
+"""The group and lagging listings span every group on the broker: the whole-listing calls follow
+the broker's key, which groups gaining or losing rows between two pages do not shift, and from a
+broker that gives no key, the offset."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import quote
+
+import httpx
+import pytest
+
+import lanes
+
+PARTITIONS = ["p0", "p1", "p2", "p3", "p4", "p5"]
+
+
+@dataclass
+class SmallPages:
+    """Asks the group-wide listings for pages of ``limit`` rows until two pages after the first
+    that holds ``marker``, after which it calls ``between`` once; so a few rows take several
+    pages, and the rest (the other tests' rows) come in the SDK's own pages."""
+
+    drop_after: bool  # strip X-Lanes-Next-After, as a broker before keyed paging sends none
+    limit: str = "4"
+    small: int = 3
+    marker: bytes = b""
+    between: Callable[[], None] | None = None
+    keyed: list[str] = field(default_factory=list)
+
+    def ask(self, request: httpx.Request) -> bool:
+        if not request.url.path.startswith("/api/v1/consumer-groups"):
+            return False
+        if self.between is not None or self.small > 0:
+            self.small -= 1
+            request.url = request.url.copy_set_param("limit", self.limit)
+        if "after" in request.url.params:
+            self.keyed.append(request.url.params["after"])
+        return True
+
+    def answer(self, request: httpx.Request, resp: httpx.Response, body: bytes) -> httpx.Response:
+        headers = httpx.Headers(resp.headers)
+        for name in ("content-encoding", "content-length", "transfer-encoding"):
+            headers.pop(name, None)
+        if self.drop_after:
+            headers.pop("x-lanes-next-after", None)
+        if self.between is not None and self.marker in body:
+            self.between()
+            self.between, self.small = None, 2
+        return httpx.Response(resp.status_code, headers=headers, content=body, request=request)
+
+
+class _Sync(httpx.BaseTransport):
+    def __init__(self, pages: SmallPages) -> None:
+        self.pages, self.inner = pages, httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        if not self.pages.ask(request):
+            return self.inner.handle_request(request)
+        resp = self.inner.handle_request(request)
+        body = resp.read()
+        resp.close()
+        return self.pages.answer(request, resp, body)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+class _Async(httpx.AsyncBaseTransport):
+    def __init__(self, pages: SmallPages) -> None:
+        self.pages, self.inner = pages, httpx.AsyncHTTPTransport()
+
+    async def handle_async_request(self, request: httpx.Request) -> httpx.Response:
+        if not self.pages.ask(request):
+            return await self.inner.handle_async_request(request)
+        resp = await self.inner.handle_async_request(request)
+        body = await resp.aread()
+        await resp.aclose()
+        return self.pages.answer(request, resp, body)
+
+    async def aclose(self) -> None:
+        await self.inner.aclose()
+
+
+def _two_groups(c: lanes.Lanes, broker_url: str, qname: str) -> tuple[str, str, Callable[[], None]]:
+    """Groups early and later (names starting "0-", so they sort before the other tests' groups,
+    on the first pages) on every partition of qname, each a message behind, and a call that
+    deletes early."""
+    tx = c.transaction()
+    for i, p in enumerate(PARTITIONS):
+        tx.queue(qname).partition(p).push([{"data": i}])
+    tx.commit()
+    early, later = f"0-{qname}-a", f"0-{qname}-b"
+    for g in (early, later):
+        c.admin.seek_consumer_group(g, qname, timestamp="1970-01-01T00:00:00Z")
+
+    def delete_early() -> None:
+        r = httpx.delete(f"{broker_url}/api/v1/consumer-groups/{quote(early, safe='')}")
+        assert r.status_code == 200
+
+    return early, later, delete_early
+
+
+def _arm(pages: SmallPages, marker: str, delete_early: Callable[[], None], limit: str) -> None:
+    if not pages.drop_after:
+        pages.limit, pages.marker, pages.between = limit, marker.encode(), delete_early
+    else:
+        pages.small = 3
+
+
+@pytest.mark.parametrize("drop_after", [False, True], ids=["by key", "older broker, by offset"])
+def test_the_group_wide_listings_follow_the_key_while_an_earlier_group_loses_its_rows(
+    broker_url: str, qname: str, drop_after: bool
+) -> None:
+    pages = SmallPages(drop_after)
+    with lanes.Lanes(broker_url) as c:
+        early, later, delete_early = _two_groups(c, broker_url, qname)
+        try:
+            with lanes.Lanes(broker_url, http_client=httpx.Client(transport=_Sync(pages))) as paged:
+                _arm(pages, f'"consumer_group":{json.dumps(early)}', delete_early, "4")
+                lagging = paged.admin.lagging_consumer_groups(0)
+                assert [
+                    r.partition_name for r in lagging if r.consumer_group == later
+                ] == PARTITIONS
+                if drop_after:
+                    delete_early()
+                else:  # a row of the group list each, one row a page
+                    c.admin.seek_consumer_group(early, qname, timestamp="1970-01-01T00:00:00Z")
+                _arm(pages, f'"name":{json.dumps(early)}', delete_early, "1")
+                names = [g.name for g in paged.admin.list_consumer_groups()]
+                assert [n for n in names if n.startswith(f"0-{qname}")] == (
+                    [later] if drop_after else [early, later]
+                )
+                assert bool(pages.keyed) is not drop_after
+        finally:  # the next run's groups sort after these, which would take its first pages
+            for g in (early, later):
+                c.admin.delete_consumer_group(g)
+
+
+@pytest.mark.parametrize("drop_after", [False, True], ids=["by key", "older broker, by offset"])
+async def test_the_async_group_wide_listings_follow_the_key(
+    broker_url: str, qname: str, drop_after: bool
+) -> None:
+    pages = SmallPages(drop_after)
+    with lanes.Lanes(broker_url) as c:
+        early, later, delete_early = _two_groups(c, broker_url, qname)
+        try:
+            client = httpx.AsyncClient(transport=_Async(pages))
+            async with lanes.AsyncLanes(broker_url, http_client=client) as paged:
+                _arm(pages, f'"consumer_group":{json.dumps(early)}', delete_early, "4")
+                lagging = await paged.admin.lagging_consumer_groups(0)
+                assert [
+                    r.partition_name for r in lagging if r.consumer_group == later
+                ] == PARTITIONS
+                if drop_after:
+                    delete_early()
+                else:
+                    c.admin.seek_consumer_group(early, qname, timestamp="1970-01-01T00:00:00Z")
+                _arm(pages, f'"name":{json.dumps(early)}', delete_early, "1")
+                names = [g.name for g in await paged.admin.list_consumer_groups()]
+                assert [n for n in names if n.startswith(f"0-{qname}")] == (
+                    [later] if drop_after else [early, later]
+                )
+                assert bool(pages.keyed) is not drop_after
+        finally:
+            for g in (early, later):
+                c.admin.delete_consumer_group(g)
