@@ -14,9 +14,9 @@ import (
 // The broker answers the group, lagging, label, KV namespace and partition listings a page at a
 // time (10,000 rows unless asked otherwise) and says when more follow; the calls that return a
 // whole listing follow those pages from the first, so a caller never gets a silently cut one.
-// Where the broker names the next page by key (X-Lanes-Next-After: the group and lagging
-// listings, which span every group), they follow the key, since an offset skips or repeats rows
-// when groups before it gain or lose rows between two pages; else (an older broker, the other
+// Where the broker names the next page by key (X-Lanes-Next-After: the group, lagging and
+// one-group listings), they follow the key, since an offset skips or repeats rows when rows
+// before it come or go between two pages; else (an older broker, the partition and label
 // listings) the offset.
 
 // wholeListingPage is the page those calls ask for, the largest the broker answers: every page
@@ -136,8 +136,8 @@ func (a Admin) GetConsumerGroup(ctx context.Context, group string) (ConsumerGrou
 		return nil, err
 	}
 	out := ConsumerGroupDetail{}
-	err := headerPaged(a.c, ctx, func(offset *int, _ *string) (*httpResp, error) { // this listing pages by offset only
-		return a.c.gen.GetConsumerGroup(ctx, group, &gen.GetConsumerGroupParams{Limit: ptr(wholeListingPage), Offset: offset})
+	err := headerPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
+		return a.c.gen.GetConsumerGroup(ctx, group, &gen.GetConsumerGroupParams{Limit: ptr(wholeListingPage), Offset: offset, After: after})
 	}, func(page ConsumerGroupDetail) {
 		for queue, detail := range page { // a queue's partitions may span two pages
 			if seen, ok := out[queue]; ok {

@@ -92,9 +92,9 @@ export type PagePlace = { offset?: number | undefined; after?: string | undefine
 /**
  * headerNext is where the page after one answered as a bare array or keyed by queue starts, by its
  * X-Lanes-Truncated, X-Lanes-Next-After and X-Lanes-Next-Offset headers; undefined when none
- * follows. The key comes first: the group and lagging listings span every group, and an offset
- * skips or repeats rows when groups before it gain or lose rows between two pages; a broker
- * before keyed paging (and the one-group listing) gives only the offset.
+ * follows. The key comes first: the group, lagging and one-group listings name the next page by
+ * key, and an offset skips or repeats rows when rows before it come or go between two pages; a
+ * broker before keyed paging gives only the offset.
  */
 export function headerNext(headers: Headers, at: PagePlace): PagePlace | undefined {
   if (headers.get("x-lanes-truncated") !== "true") return undefined;

@@ -2754,8 +2754,14 @@ type GetConsumerGroupParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
+	// `offset`: both, or a malformed key, answer `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // DeleteConsumerGroupQueueParams defines parameters for DeleteConsumerGroupQueue.
@@ -3385,9 +3391,12 @@ type ClientInterface interface {
 	// GetConsumerGroup Get a consumer group
 	//
 	// Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
-	// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
-	// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
-	// may span two pages). Required role: read-only, read-write or admin.
+	// by queue then partition name, are paged with `limit` and `after` (or `offset`); the
+	// `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers say whether
+	// more follow and where (a queue's partitions may span two pages). Page with `after`: an
+	// `offset` counts rows from the first, so cursors that come or go between two pages (a pop
+	// seeding a queue, a delete) make it skip or repeat rows. Required role: read-only,
+	// read-write or admin.
 	//
 	// Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
 	GetConsumerGroup(ctx context.Context, group GroupPath, params *GetConsumerGroupParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4218,9 +4227,12 @@ func (c *Client) DeleteConsumerGroup(ctx context.Context, group GroupPath, param
 // GetConsumerGroup Get a consumer group
 //
 // Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
-// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
-// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
-// may span two pages). Required role: read-only, read-write or admin.
+// by queue then partition name, are paged with `limit` and `after` (or `offset`); the
+// `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers say whether
+// more follow and where (a queue's partitions may span two pages). Page with `after`: an
+// `offset` counts rows from the first, so cursors that come or go between two pages (a pop
+// seeding a queue, a delete) make it skip or repeat rows. Required role: read-only,
+// read-write or admin.
 //
 // Corresponds with GET /api/v1/consumer-groups/{group} (the `GetConsumerGroup` operationId).
 func (c *Client) GetConsumerGroup(ctx context.Context, group GroupPath, params *GetConsumerGroupParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5850,6 +5862,18 @@ func NewGetConsumerGroupRequest(server string, group GroupPath, params *GetConsu
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8979,9 +9003,12 @@ type ClientWithResponsesInterface interface {
 	// GetConsumerGroupWithResponse Get a consumer group
 	//
 	// Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
-	// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
-	// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
-	// may span two pages). Required role: read-only, read-write or admin.
+	// by queue then partition name, are paged with `limit` and `after` (or `offset`); the
+	// `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers say whether
+	// more follow and where (a queue's partitions may span two pages). Page with `after`: an
+	// `offset` counts rows from the first, so cursors that come or go between two pages (a pop
+	// seeding a queue, a delete) make it skip or repeat rows. Required role: read-only,
+	// read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -10297,6 +10324,7 @@ func (r DeleteConsumerGroupResponse) ContentType() string {
 
 // GetConsumerGroupResponse200Headers the declared response headers of an HTTP 200 response for GetConsumerGroup
 type GetConsumerGroupResponse200Headers struct {
+	XLanesNextAfter  *string
 	XLanesNextOffset *int
 	XLanesTruncated  bool
 }
@@ -15185,9 +15213,12 @@ func (c *ClientWithResponses) DeleteConsumerGroupWithResponse(ctx context.Contex
 // GetConsumerGroupWithResponse Get a consumer group
 //
 // Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
-// by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
-// and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
-// may span two pages). Required role: read-only, read-write or admin.
+// by queue then partition name, are paged with `limit` and `after` (or `offset`); the
+// `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers say whether
+// more follow and where (a queue's partitions may span two pages). Page with `after`: an
+// `offset` counts rows from the first, so cursors that come or go between two pages (a pop
+// seeding a queue, a delete) make it skip or repeat rows. Required role: read-only,
+// read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16911,6 +16942,13 @@ func ParseGetConsumerGroupResponse(rsp *http.Response) (*GetConsumerGroupRespons
 	switch {
 	case rsp.StatusCode == 200:
 		var headers GetConsumerGroupResponse200Headers
+		if values := rsp.Header.Values("X-Lanes-Next-After"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-After", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.XLanesNextAfter = &value
+		}
 		if values := rsp.Header.Values("X-Lanes-Next-Offset"); len(values) > 0 {
 			var value int
 			if err := runtime.BindStyledParameterWithOptions("simple", "X-Lanes-Next-Offset", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "integer", Format: ""}); err != nil {

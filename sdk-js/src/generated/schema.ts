@@ -584,9 +584,12 @@ export interface paths {
         /**
          * Get a consumer group
          * @description Object keyed by queue name; `{}` when the group is unknown. Its (queue, partition) rows,
-         *     by queue then partition name, are paged with `limit`/`offset`; the `X-Lanes-Truncated`
-         *     and `X-Lanes-Next-Offset` headers say whether more follow and where (a queue's partitions
-         *     may span two pages). Required role: read-only, read-write or admin.
+         *     by queue then partition name, are paged with `limit` and `after` (or `offset`); the
+         *     `X-Lanes-Truncated`, `X-Lanes-Next-After` and `X-Lanes-Next-Offset` headers say whether
+         *     more follow and where (a queue's partitions may span two pages). Page with `after`: an
+         *     `offset` counts rows from the first, so cursors that come or go between two pages (a pop
+         *     seeding a queue, a delete) make it skip or repeat rows. Required role: read-only,
+         *     read-write or admin.
          *
          */
         get: operations["getConsumerGroup"];
@@ -4052,8 +4055,15 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
+                 *     `offset`: both, or a malformed key, answer `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path: {
@@ -4068,6 +4078,7 @@ export interface operations {
             200: {
                 headers: {
                     "X-Lanes-Truncated": components["headers"]["ListTruncated"];
+                    "X-Lanes-Next-After": components["headers"]["ListNextAfter"];
                     "X-Lanes-Next-Offset": components["headers"]["ListNextOffset"];
                     [name: string]: unknown;
                 };

@@ -201,9 +201,9 @@ WHOLE_LISTING_PAGE = 10000
 @dataclass(frozen=True)
 class PagePlace:
     """Where a page of a listing starts: after the row the broker's key ``after`` names, else at
-    ``offset`` (the first page: neither). The group and lagging listings span every group, and an
-    offset skips or repeats rows when groups before it gain or lose rows between two pages, so
-    the broker names their next page by key too (``X-Lanes-Next-After``)."""
+    ``offset`` (the first page: neither). An offset skips or repeats rows when rows before it
+    come or go between two pages, so the broker names the next page of the group, lagging and
+    one-group listings by key too (``X-Lanes-Next-After``)."""
 
     offset: int = 0
     after: str | None = None
@@ -281,7 +281,7 @@ def _header_next(path: str, r: Response) -> PagePlace | None:
     """Where the next page starts by the X-Lanes-Truncated, X-Lanes-Next-After and
     X-Lanes-Next-Offset headers of a listing answered as a bare array or keyed by queue, which
     has no room for a field: after the key when the broker gives one (a broker before keyed
-    paging, and the one-group listing, give only the offset)."""
+    paging gives only the offset)."""
     if r.headers.get("x-lanes-truncated") != "true":
         return None
     after = r.headers.get("x-lanes-next-after", "")
@@ -479,9 +479,12 @@ def get_group(group: str) -> Paged[models.ConsumerGroupDetail]:
                 seen.partitions.extend(more.partitions)
         return whole
 
-    return Paged(  # this listing pages by offset only
+    return Paged(
         lambda at: Req(
-            "GET", path, parse, query=_q(limit=WHOLE_LISTING_PAGE, offset=at.offset or None)
+            "GET",
+            path,
+            parse,
+            query=_q(limit=WHOLE_LISTING_PAGE, offset=at.offset or None, after=at.after),
         ),
         merge,
     )

@@ -99,7 +99,10 @@ func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupR
 	if err := engine.CheckGroupAddress("consumerGroup", req.Group); err != nil {
 		return nil, err
 	}
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 2)
+	if err != nil {
+		return nil, err
+	}
 	cursors, more, err := s.engine.GroupCursors(ctx, req.Group, page)
 	if err != nil {
 		return nil, err
@@ -120,8 +123,12 @@ func (s *Server) GetConsumerGroup(ctx context.Context, req gen.GetConsumerGroupR
 	for queue, parts := range partitions {
 		out[queue] = gen.ConsumerGroupQueue{Conflation: false, Partitions: parts}
 	}
-	return gen.GetConsumerGroup200JSONResponse{Body: out, Headers: gen.GetConsumerGroup200ResponseHeaders{
-		XLanesTruncated: more, XLanesNextOffset: nextOffset(page, len(cursors), more)}}, nil
+	headers := gen.GetConsumerGroup200ResponseHeaders{XLanesTruncated: more}
+	if more {
+		last := cursors[len(cursors)-1]
+		headers.XLanesNextAfter, headers.XLanesNextOffset = nextPlaces(page, len(cursors), last.Queue, last.Partition)
+	}
+	return gen.GetConsumerGroup200JSONResponse{Body: out, Headers: headers}, nil
 }
 
 // UpdateConsumerGroupSubscription moves where the group's untouched partitions start.

@@ -11,10 +11,11 @@ import (
 	"testing"
 )
 
-// keyedListings are the listings that span every group and page by key.
+// keyedListings are the listings that page by key: the two that span every group, and one
+// group's cursors (of g1).
 func keyedListings() map[string]listing {
 	all := pagedListings()
-	return map[string]listing{"consumer groups": all["consumer groups"], "lagging": all["lagging"]}
+	return map[string]listing{"consumer groups": all["consumer groups"], "lagging": all["lagging"], "one group": all["one group"]}
 }
 
 // keyedPage is one page asked for with query, its rows and the places of the page after it.
@@ -62,9 +63,9 @@ func (l listing) pageThroughByKey(t *testing.T, b *testBroker, limit int) []stri
 	return nil
 }
 
-// Paging the group-wide listings by key gives every row once, in the
-// listing's order, whatever the page size.
-func TestTheGroupWideListingsPagedByKeyGiveEveryRowOnceInOrder(t *testing.T) {
+// Paging the group listings by key gives every row once, in the listing's
+// order, whatever the page size.
+func TestTheGroupListingsPagedByKeyGiveEveryRowOnceInOrder(t *testing.T) {
 	b := newIsolatedTestBroker(t)
 	fillWideQueue(t, b, 23)
 	for name, l := range keyedListings() {
@@ -122,11 +123,19 @@ func TestAnEarlierGroupLosingRowsBetweenPagesSkipsRowsByOffsetButNotByKey(t *tes
 			byOffset:  []string{"b/q1", "b/q2"},
 			byKey:     []string{"a/q3", "b/q1"},
 		},
+		"one group": { // group a's cursors, rows of its own that go before the page's end
+			firstPage: []string{"q1/p0", "q1/p1", "q1/p2", "q1/p3", "q1/p4", "q1/p5", "q2/p0", "q2/p1"},
+			byOffset:  []string{"q3/p2", "q3/p3", "q3/p4", "q3/p5"},
+			byKey:     []string{"q2/p2", "q2/p3", "q2/p4", "q2/p5", "q3/p0", "q3/p1", "q3/p2", "q3/p3"},
+		},
 	} {
 		t.Run(name, func(t *testing.T) {
 			b := newIsolatedTestBroker(t)
 			groupsBeforeAndAfter(t, b)
 			l := keyedListings()[name]
+			if name == "one group" {
+				l.path = "/api/v1/consumer-groups/a?"
+			}
 			limit := len(c.firstPage)
 			first := l.keyed(t, b, fmt.Sprintf("limit=%d", limit))
 			if !slices.Equal(first.rows, c.firstPage) || !first.truncated {
@@ -169,6 +178,7 @@ func TestABadAfterAnswers400BadRequest(t *testing.T) {
 			"after=" + key("g1"),
 			"after=" + key("g1", "wide", "p00000", "x"),
 			"after=" + key("g1\x00", "wide", "p00000"),
+			"after=" + key("g1\x00", "wide"),
 		} {
 			resp, err := http.Get(b.URL + l.path + "&" + query)
 			if err != nil {

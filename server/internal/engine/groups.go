@@ -115,9 +115,19 @@ const groupCursorPageSQL = `SELECT grp, queue_id, queue, partition, partition_id
 	ORDER BY grp, queue, partition`
 
 // GroupCursors lists one page of the cursors of group ("" = every group), by
-// group, queue and partition name, and says whether more follow.
+// group, queue and partition name, and says whether more follow. For one
+// group without an offset the page starts after the key page.After (queue,
+// partition) and reads only the cursors it returns: an offset page placed
+// itself by sorting every cursor before it.
 func (e *Engine) GroupCursors(ctx context.Context, group string, page RowPage) ([]GroupCursor, bool, error) {
-	return e.cursorPage(ctx, groupCursorPageSQL, page, group, page.limitArg(), page.Offset)
+	if page.Offset > 0 || group == "" {
+		return e.cursorPage(ctx, groupCursorPageSQL, page, group, page.limitArg(), page.Offset)
+	}
+	var key []string
+	if len(page.After) == 2 {
+		key = []string{group, page.After[0], page.After[1]}
+	}
+	return e.cursorsAfter(ctx, page, group, key, cursorsInQueueSQL)
 }
 
 // ListGroups returns one page of summaries, one per (group, queue), by group
@@ -226,7 +236,7 @@ func (e *Engine) LaggingCursors(ctx context.Context, minLag time.Duration, page 
 		return e.cursorPage(ctx, laggingPageSQL, page,
 			"", page.limitArg(), page.Offset, minLag.Seconds())
 	}
-	return e.laggingAfter(ctx, minLag, page)
+	return e.cursorsAfter(ctx, page, "", page.After, laggingInQueueSQL, minLag.Seconds())
 }
 
 // groupQueuesSQL is the queues where group $1 has a cursor, from queue name
@@ -236,30 +246,45 @@ const groupQueuesSQL = `SELECT q.id, q.name FROM lanes.queues q
 		JOIN lanes.partitions p ON p.id = c.partition_id WHERE c.consumer_group = $1)
 	ORDER BY q.name`
 
-// laggingInQueueSQL is the lagging cursors of group $1 on queue $4 after
-// partition name $5 (all when NULL), by partition name, at most $2; $3 is
-// the least lag in seconds. The name order comes from the partitions'
-// (queue_id, name) index, so LIMIT stops the walk and the oldest message is
-// read for the rows returned only.
-const laggingInQueueSQL = `SELECT grp, queue_id, queue, partition, partition_id, lease_id, lease_active, total_consumed,
+// cursorsInQueueSQL is the cursors of group $1 on queue $3 after partition
+// name $4 (all when NULL), by partition name, at most $2. The name order
+// comes from the partitions' (queue_id, name) index, so LIMIT stops the walk
+// and the oldest message is read for the rows returned only.
+const cursorsInQueueSQL = `SELECT grp, queue_id, queue, partition, partition_id, lease_id, lease_active, total_consumed,
 		last_consumed_at, offset_lag, oldest, lag_seconds
-	FROM (` + cursorRowsSQL + ` AND p.queue_id = $4 AND ($5::text IS NULL OR p.name > $5)
-		AND p.last_offset > greatest(c.committed, p.log_start - 1)) cr
-	WHERE oldest IS NOT NULL AND greatest(lag_seconds, 0) >= $3
+	FROM (` + cursorRowsSQL + ` AND p.queue_id = $3 AND ($4::text IS NULL OR p.name > $4)) cr
 	ORDER BY partition LIMIT $2`
 
-// laggingAfter walks the lagging cursors after page.After one (group, queue)
-// at a time: the group's queues by name, then the next group's.
-func (e *Engine) laggingAfter(ctx context.Context, minLag time.Duration, page RowPage) ([]GroupCursor, bool, error) {
+// laggingInQueueSQL is the cursors of cursorsInQueueSQL whose oldest
+// unconsumed message waited at least $5 seconds.
+const laggingInQueueSQL = `SELECT grp, queue_id, queue, partition, partition_id, lease_id, lease_active, total_consumed,
+		last_consumed_at, offset_lag, oldest, lag_seconds
+	FROM (` + cursorRowsSQL + ` AND p.queue_id = $3 AND ($4::text IS NULL OR p.name > $4)
+		AND p.last_offset > greatest(c.committed, p.log_start - 1)) cr
+	WHERE oldest IS NOT NULL AND greatest(lag_seconds, 0) >= $5
+	ORDER BY partition LIMIT $2`
+
+// cursorsAfter walks the cursors of onlyGroup ("" = every group) after key
+// (group, queue, partition; nil: from the first) one (group, queue) at a
+// time, the group's queues by name, then the next group's, through
+// inQueueSQL (one of the two above, extra its arguments past $4), and
+// returns one page of them.
+func (e *Engine) cursorsAfter(ctx context.Context, page RowPage, onlyGroup string, key []string, inQueueSQL string, extra ...any) ([]GroupCursor, bool, error) {
 	var group *string // nil: before the first group
 	fromQueue := ""
 	var afterPartition *string // in queue fromQueue; nil: from its first partition
-	if len(page.After) == 3 {
-		group, fromQueue, afterPartition = &page.After[0], page.After[1], &page.After[2]
+	switch {
+	case len(key) == 3:
+		group, fromQueue, afterPartition = &key[0], key[1], &key[2]
+	case onlyGroup != "":
+		group = &onlyGroup
 	}
 	var out []GroupCursor
 	for groupDone := group == nil; ; groupDone = true {
 		if groupDone {
+			if onlyGroup != "" {
+				return out, false, nil
+			}
 			// The next group: one probe of consumers_group_idx.
 			var next *string
 			if err := e.pool.QueryRow(ctx, `SELECT min(consumer_group) FROM lanes.consumers
@@ -284,7 +309,7 @@ func (e *Engine) laggingAfter(ctx context.Context, minLag time.Duration, page Ro
 			if page.Limit > 0 {
 				limit = page.Limit - len(out) + 1
 			}
-			rows, err := e.pool.Query(ctx, laggingInQueueSQL, *group, limit, minLag.Seconds(), q.id, after)
+			rows, err := e.pool.Query(ctx, inQueueSQL, append([]any{*group, limit, q.id, after}, extra...)...)
 			if err != nil {
 				return nil, false, err
 			}

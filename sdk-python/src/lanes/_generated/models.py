@@ -158,7 +158,8 @@ class ApiV1ConsumerGroupsGroupGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1ConsumerGroupsGroupQueuesQueueDeleteParametersQuery(BaseModel):
