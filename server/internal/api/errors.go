@@ -4,7 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
+	"reflect"
 	"strings"
 	"time"
 
@@ -76,7 +78,40 @@ func (e errorResponder) requestError(w http.ResponseWriter, r *http.Request, err
 	case isWrongJSONType(err):
 		code = CodeValidation
 	}
-	writeError(w, http.StatusBadRequest, code, "bad body: "+err.Error())
+	message := err.Error()
+	if field, number, lo, hi, ok := integerOutOfRange(err); ok {
+		message = fmt.Sprintf("%s must be an integer from %d to %d, not %s", field, lo, hi, number)
+	}
+	writeError(w, http.StatusBadRequest, code, "bad body: "+message)
+}
+
+// integerOutOfRange finds a JSON number an integer field cannot hold (a KV
+// delta past int64, a fraction) in a decode error, whose own words name Go
+// types ("into Go struct field KvBatchRequest.operations.0.delta of type
+// int"); it gives the field's path, the number as sent, and the range.
+func integerOutOfRange(err error) (field, number string, lo, hi int64, ok bool) {
+	var stdType *json.UnmarshalTypeError
+	var goccyType *gojson.UnmarshalTypeError
+	var value string
+	var typ reflect.Type
+	switch {
+	case errors.As(err, &stdType):
+		value, typ, field = stdType.Value, stdType.Type, stdType.Field
+	case errors.As(err, &goccyType):
+		value, typ, field = goccyType.Value, goccyType.Type, goccyType.Field
+	default:
+		return "", "", 0, 0, false
+	}
+	number, isNumber := strings.CutPrefix(value, "number ")
+	if !isNumber || typ == nil || field == "" {
+		return "", "", 0, 0, false
+	}
+	switch typ.Kind() {
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		bits := typ.Bits()
+		return field, number, -1 << (bits - 1), 1<<(bits-1) - 1, true
+	}
+	return "", "", 0, 0, false
 }
 
 // jsonTypeErrorField is the dotted path of the field a JSON type error is

@@ -580,3 +580,33 @@ func TestKVPutAnswersTheValueAsReadsShowIt(t *testing.T) {
 		}
 	}
 }
+
+// A counter field past int64 answered the decoder's words ("cannot unmarshal number
+// 9223372036854775808 into Go struct field KvBatchRequest.operations.0.delta of type int"); the
+// answer names the field and the range it takes, and the request changes nothing.
+func TestKVIntegersPastInt64NameTheFieldAndTheRange(t *testing.T) {
+	b := newTestBroker(t)
+	ns := uniqueQueue(t)
+	for _, c := range []struct{ name, path, body, field, number string }{
+		{"delta", "/api/v1/kv", `{"operations":[{"op":"incr","ns":"` + ns + `","key":"n","delta":9223372036854775808,"forever":true}]}`, "operations.0.delta", "9223372036854775808"},
+		{"min", "/api/v1/kv", `{"operations":[{"op":"incr","ns":"` + ns + `","key":"n","delta":1,"min":-9223372036854775809,"forever":true}]}`, "operations.0.min", "-9223372036854775809"},
+		{"max in exponent form", "/api/v1/kv", `{"operations":[{"op":"get","ns":"` + ns + `","key":"k"},{"op":"incr","ns":"` + ns + `","key":"n","delta":1,"max":1e30,"forever":true}]}`, "operations.1.max", "1e30"},
+		{"expect", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + ns + `","key":"n","value":1,"expect":9223372036854775808,"forever":true}]}`, "operations.0.expect", "9223372036854775808"},
+		{"transaction rider delta", "/api/v1/transaction", `{"operations":[],"kv":[{"op":"incr","ns":"` + ns + `","key":"n","delta":-99999999999999999999,"forever":true}]}`, "kv.0.delta", "-99999999999999999999"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			var e errorBody
+			status, _ := b.call(t, "POST", c.path, c.body, &e)
+			want := c.field + " must be an integer from -9223372036854775808 to 9223372036854775807, not " + c.number
+			if status != http.StatusBadRequest || e.Code != CodeKVBadRequest || !strings.Contains(e.Error, want) || strings.Contains(e.Error, "Go struct") {
+				t.Fatalf("%d %+v, want 400 kv_bad_request with %q", status, e, want)
+			}
+		})
+	}
+	var got struct {
+		Found bool `json:"found"`
+	}
+	if status, _ := b.call(t, "GET", "/api/v1/kv/"+ns+"/n", nil, &got); status != http.StatusOK || got.Found {
+		t.Fatalf("a refused incr wrote the counter: %d %+v", status, got)
+	}
+}
