@@ -1,104 +1,92 @@
 // JSON for the KV routes, whose counters are int64 on the broker: JSON.parse reads every number
 // as a double, so a counter past 2^53 would come back rounded. Node 20's JSON.parse gives a
-// reviver no source text, hence this small parser; other routes keep JSON.parse.
+// reviver no source text, hence a scan that hands JSON.parse such integers as marked strings;
+// other routes keep JSON.parse.
 import { randomBytes } from "node:crypto";
 
 /** parseLossless is JSON.parse, but an integer literal (no fraction, no exponent) beyond Number.MAX_SAFE_INTEGER becomes a bigint; every other number stays a number. It throws SyntaxError on invalid JSON. */
 export function parseLossless(text: string): unknown {
   // An unsafe integer has at least 16 digits; without such a run JSON.parse reads the same values.
   if (!/\d{16}/.test(text)) return JSON.parse(text);
-  const p = new Parser(text);
-  p.space();
-  const value = p.value();
-  p.space();
-  if (p.at < text.length) p.fail("unexpected text after the value");
-  return value;
+  // JSON.parse reads the structure (any depth and length, as every other route); an unsafe integer
+  // goes through it as a string holding a random marker, which no value of the broker's holds.
+  const marker = `lanes-bigint-${randomBytes(12).toString("hex")}:`;
+  const marked = markUnsafeIntegers(text, marker);
+  if (marked === text) return JSON.parse(text);
+  let value: unknown;
+  try {
+    value = JSON.parse(marked);
+  } catch (err) {
+    JSON.parse(text); // the error as the answer's own text places it
+    throw err;
+  }
+  return restoreBigints(value, marker);
 }
 
-const NUMBER = /-?(?:0|[1-9]\d*)(\.\d+)?([eE][+-]?\d+)?/y;
-// Control characters (U+0000 to U+001F) must be escaped in a JSON string.
-// eslint-disable-next-line no-control-regex
-const STRING = /"(?:[^"\\\u0000-\u001f]|\\(?:["\\/bfnrt]|u[0-9a-fA-F]{4}))*"/y;
+const QUOTE = 0x22;
+const BACKSLASH = 0x5c;
+const INTEGER = /^-?(?:0|[1-9]\d*)$/;
 
-class Parser {
-  at = 0;
-  constructor(private readonly text: string) {}
+function isNumberChar(c: number): boolean {
+  return (c >= 0x30 && c <= 0x39) || c === 0x2d || c === 0x2b || c === 0x2e || c === 0x65 || c === 0x45; // 0-9 - + . e E
+}
 
-  fail(why: string): never {
-    throw new SyntaxError(`JSON: ${why} at position ${this.at}`);
+/** markUnsafeIntegers writes every integer literal past Number.MAX_SAFE_INTEGER outside strings as the string marker + its digits; one string token for one number token keeps valid JSON valid and invalid JSON invalid. */
+function markUnsafeIntegers(text: string, marker: string): string {
+  const parts: string[] = [];
+  let copied = 0;
+  let at = 0;
+  while (at < text.length) {
+    const c = text.charCodeAt(at);
+    if (c === QUOTE) {
+      at = stringEnd(text, at);
+    } else if (isNumberChar(c)) {
+      const start = at;
+      while (at < text.length && isNumberChar(text.charCodeAt(at))) at++;
+      if (at - start < 16) continue;
+      const literal = text.slice(start, at);
+      if (INTEGER.test(literal) && !Number.isSafeInteger(Number(literal))) {
+        parts.push(text.slice(copied, start), `"${marker}${literal}"`);
+        copied = at;
+      }
+    } else {
+      at++;
+    }
   }
-  space(): void {
-    while (this.at < this.text.length && " \t\n\r".includes(this.text[this.at]!)) this.at++;
+  if (copied === 0) return text;
+  parts.push(text.slice(copied));
+  return parts.join("");
+}
+
+/** stringEnd is the index past the string that opens at `open` (the text's end if it never closes: JSON.parse refuses it). */
+function stringEnd(text: string, open: number): number {
+  for (let from = open + 1; ; ) {
+    const close = text.indexOf('"', from);
+    if (close < 0) return text.length;
+    let backslashes = 0;
+    while (text.charCodeAt(close - 1 - backslashes) === BACKSLASH) backslashes++;
+    if (backslashes % 2 === 0) return close + 1;
+    from = close + 1;
   }
-  value(): unknown {
-    const c = this.text[this.at];
-    if (c === "{") return this.object();
-    if (c === "[") return this.array();
-    if (c === '"') return this.string();
-    if (c === "-" || (c !== undefined && c >= "0" && c <= "9")) return this.number();
-    for (const [word, v] of [["true", true], ["false", false], ["null", null]] as const) {
-      if (this.text.startsWith(word, this.at)) {
-        this.at += word.length;
-        return v;
+}
+
+/** restoreBigints turns each marked string back into its bigint, walking with a list rather than recursion, so depth costs no stack. */
+function restoreBigints(root: unknown, marker: string): unknown {
+  if (typeof root === "string") return root.startsWith(marker) ? BigInt(root.slice(marker.length)) : root;
+  const pending: unknown[] = [root];
+  while (pending.length > 0) {
+    // JSON.parse made each key, "__proto__" too, an own property: assigning sets that property.
+    const holder = pending.pop() as Record<string, unknown> | unknown[];
+    for (const key of Array.isArray(holder) ? holder.keys() : Object.keys(holder)) {
+      const v = (holder as Record<string | number, unknown>)[key];
+      if (typeof v === "string") {
+        if (v.startsWith(marker)) (holder as Record<string | number, unknown>)[key] = BigInt(v.slice(marker.length));
+      } else if (typeof v === "object" && v !== null) {
+        pending.push(v);
       }
     }
-    return this.fail(c === undefined ? "unexpected end" : `unexpected ${JSON.stringify(c)}`);
   }
-  number(): number | bigint {
-    NUMBER.lastIndex = this.at;
-    const m = NUMBER.exec(this.text);
-    if (!m) return this.fail("bad number");
-    this.at = NUMBER.lastIndex;
-    const n = Number(m[0]);
-    return m[1] === undefined && m[2] === undefined && !Number.isSafeInteger(n) ? BigInt(m[0]) : n;
-  }
-  string(): string {
-    STRING.lastIndex = this.at;
-    const m = STRING.exec(this.text);
-    if (!m) return this.fail("bad string");
-    this.at = STRING.lastIndex;
-    return JSON.parse(m[0]) as string;
-  }
-  array(): unknown[] {
-    const out: unknown[] = [];
-    this.at++; // [
-    this.space();
-    if (this.text[this.at] === "]") {
-      this.at++;
-      return out;
-    }
-    for (;;) {
-      this.space();
-      out.push(this.value());
-      this.space();
-      const c = this.text[this.at++];
-      if (c === "]") return out;
-      if (c !== ",") this.fail("expected , or ]");
-    }
-  }
-  object(): Record<string, unknown> {
-    const out: Record<string, unknown> = {};
-    this.at++; // {
-    this.space();
-    if (this.text[this.at] === "}") {
-      this.at++;
-      return out;
-    }
-    for (;;) {
-      this.space();
-      if (this.text[this.at] !== '"') this.fail("expected a key");
-      const key = this.string();
-      this.space();
-      if (this.text[this.at++] !== ":") this.fail("expected :");
-      this.space();
-      // As JSON.parse: "__proto__" is an own key, never the prototype.
-      Object.defineProperty(out, key, { value: this.value(), writable: true, enumerable: true, configurable: true });
-      this.space();
-      const c = this.text[this.at++];
-      if (c === "}") return out;
-      if (c !== ",") this.fail("expected , or }");
-    }
-  }
+  return root;
 }
 
 /** stringifyLossless is JSON.stringify, but a bigint is written as its digits (JSON.stringify throws on one). */

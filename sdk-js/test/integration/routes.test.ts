@@ -1,7 +1,7 @@
 // Transactions, admin, DLQ, KV and timers against the real broker.
 import { describe, expect, it } from "vitest";
 import { APIError, BadRequestError, EmptyTransactionError, InvalidNameError, InvalidValueError, LanesError, TransactionError, timerOp } from "../../src/index.js";
-import { client, uniq } from "./helpers.js";
+import { brokerUrl, client, uniq } from "./helpers.js";
 
 describe("transactions", () => {
   it("pipeline: ack the input and push the output in one commit", async () => {
@@ -307,6 +307,22 @@ describe("kv and timers", () => {
       expect((err as Error).message).toMatch(/give \{ttlSeconds: n > 0\} or \{forever: true\}/);
     }
     expect((await kv.get("n")).found).toBe(false);
+  });
+
+  it("a KV value of any depth or length that JSON.parse reads, read beside a bigint (another SDK may have written it)", async () => {
+    const lanes = client();
+    const ns = uniq("kv-deep");
+    const depth = 5_000;
+    const deep = `${"[".repeat(depth)}12345678901234567890${"]".repeat(depth)}`;
+    const long = "x".repeat(10_000_000);
+    const put = (key: string, value: string) =>
+      fetch(`${brokerUrl()}/api/v1/kv`, { method: "POST", headers: { "content-type": "application/json" }, body: `{"operations":[{"op":"put","ns":"${ns}","key":"${key}","value":${value},"forever":true}]}` });
+    expect((await put("deep", deep)).status).toBe(200);
+    expect((await put("long", `{"s":"${long}","n":12345678901234567890}`)).status).toBe(200);
+    let inner = (await lanes.kv(ns).get("deep")).value;
+    for (let i = 0; i < depth; i++) inner = (inner as unknown[])[0] as typeof inner;
+    expect(inner).toBe(12345678901234567890n);
+    expect((await lanes.kv(ns).get("long")).value).toEqual({ s: long, n: 12345678901234567890n });
   });
 
   it("counters past 2^53 keep every digit: bigint in, bigint out; int64 overflow is applied:false limit, not a wrap", async () => {
