@@ -31,14 +31,23 @@ export function kvWriteOp(op: "put" | "putIfAbsent", ns: string, key: string, va
 const INT64_MIN = -(2n ** 63n);
 const INT64_MAX = 2n ** 63n - 1n;
 
-/** checkIncrBounds throws InvalidValueError for a bigint delta, min or max the broker's int64 counters cannot hold (the broker would answer 400). */
-function checkIncrBounds(op: KvOperation): void {
+/** incrForWire returns the incr operation as sent: a number delta, min or max past Number.MAX_SAFE_INTEGER as the bigint of its exact value (JSON.stringify would write -(2 ** 63) as -9223372036854776000, past int64). One that is not an integer (NaN, Infinity, 1.5) or that int64 cannot hold throws InvalidValueError, unsent. */
+function incrForWire(op: KvOperation): KvOperation {
+  const out: KvOperation = { ...op };
   for (const field of ["delta", "min", "max"] as const) {
     const v = op[field];
-    if (typeof v === "bigint" && (v < INT64_MIN || v > INT64_MAX)) {
-      throw new InvalidValueError(`kv incr ${JSON.stringify(op.key)}: ${field} ${v} is outside int64, which the broker's counters hold`);
+    if (v === undefined) continue;
+    if (typeof v === "number" && !Number.isInteger(v)) {
+      throw new InvalidValueError(`kv incr ${JSON.stringify(op.key)}: ${field} ${v} is not an integer`);
     }
+    const exact = typeof v === "bigint" ? v : Number.isSafeInteger(v) ? undefined : BigInt(v);
+    if (exact === undefined) continue;
+    if (exact < INT64_MIN || exact > INT64_MAX) {
+      throw new InvalidValueError(`kv incr ${JSON.stringify(op.key)}: ${field} ${exact} is outside int64, which the broker's counters hold`);
+    }
+    out[field] = exact;
   }
+  return out;
 }
 
 /** incrOp builds an incr operation (min and max only when given). */
@@ -47,8 +56,7 @@ export function incrOp(ns: string, key: string, delta: number | bigint, expiry: 
   if (opts.min !== undefined) op.min = opts.min;
   if (opts.max !== undefined) op.max = opts.max;
   if (opts.required !== undefined) op.required = opts.required;
-  checkIncrBounds(op);
-  return op;
+  return incrForWire(op);
 }
 
 /** Kv is one KV namespace: `lanes.kv('sessions')`. Every call is one `POST /api/v1/kv`; business outcomes (`applied:false`) are results, not errors. */
@@ -66,8 +74,7 @@ export class Kv {
       const problem = jsonProblem(op.value, "value", { bigint: true });
       if (problem) throw new InvalidValueError(`kv ${op.op} ${JSON.stringify(op.key)}: ${problem}`);
     }
-    for (const op of operations) if (op.op === "incr") checkIncrBounds(op);
-    return this.send(operations);
+    return this.send(operations.map((op) => (op.op === "incr" ? incrForWire(op) : op)));
   }
   private async send(operations: KvOperation[]): Promise<KvResult[]> {
     const res = await this.core.transport.request<{ results: KvResult[] } | undefined>({ method: "POST", path: "/api/v1/kv", body: { operations }, notIdempotent: !kvOpsIdempotent(operations), lossless: true });
@@ -103,7 +110,7 @@ export class Kv {
   delete(key: string, opts: { expect?: number | undefined } = {}): Promise<KvResult> {
     return this.one({ op: "delete", ns: this.namespace, key, ...opts });
   }
-  /** incr adds `delta` to an integer key (created at 0) and returns its new `value`: a number, or a bigint past Number.MAX_SAFE_INTEGER. The broker's counters are int64: a result outside it, or outside `min`/`max`, is `applied:false, reason:"limit"`; a bigint delta, min or max outside int64 throws InvalidValueError, unsent. */
+  /** incr adds `delta` to an integer key (created at 0) and returns its new `value`: a number, or a bigint past Number.MAX_SAFE_INTEGER. The broker's counters are int64: a result outside it, or outside `min`/`max`, is `applied:false, reason:"limit"`; a delta, min or max that is not an integer or lies outside int64 throws InvalidValueError, unsent; a number past Number.MAX_SAFE_INTEGER is sent as its exact value. */
   async incr(key: string, delta: number | bigint, expiry: KvExpiry, opts: { min?: number | bigint | undefined; max?: number | bigint | undefined } = {}): Promise<KvResult> {
     return this.one(incrOp(this.namespace, key, delta, expiry, opts));
   }

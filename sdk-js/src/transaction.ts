@@ -147,7 +147,7 @@ export class TransactionKv {
     if (opts.required !== undefined) op.required = opts.required;
     return this.add(op);
   }
-  /** incr adds `delta` to an integer key; as `Kv.incr`, a bigint delta, min or max is sent whole and a result past Number.MAX_SAFE_INTEGER reads as a bigint. */
+  /** incr adds `delta` to an integer key; as `Kv.incr`, a delta, min or max is sent as its exact value (one not an integer or outside int64 throws InvalidValueError) and a result past Number.MAX_SAFE_INTEGER reads as a bigint. */
   incr(ns: string, key: string, delta: number | bigint, expiry: KvExpiry, opts: { min?: number | bigint | undefined; max?: number | bigint | undefined; required?: boolean | undefined } = {}): TransactionBuilder {
     return this.add(incrOp(ns, key, delta, expiry, opts));
   }

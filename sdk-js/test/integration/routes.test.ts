@@ -363,6 +363,24 @@ describe("kv and timers", () => {
     await expect(lanes.queue(uniq("kv-big-q")).push([{ data: 1n }])).rejects.toThrow(/BigInt/);
   });
 
+  it("incr sends a number delta, min or max as its exact value, and one no int64 holds (NaN, Infinity, 1.5, 2 ** 63) throws InvalidValueError unsent", async () => {
+    const lanes = client({ retryAttempts: 0 });
+    const ns = uniq("kv-num");
+    const kv = lanes.kv(ns);
+    // -(2 ** 63) is int64's minimum exactly; JSON.stringify writes it -9223372036854776000, past int64.
+    expect((await kv.incr("low", -(2 ** 63), { forever: true }, { min: -(2 ** 63) })).value).toBe(-(2n ** 63n));
+    expect((await kv.batch([{ op: "incr", ns, key: "low2", delta: -(2 ** 63), forever: true }]))[0]?.value).toBe(-(2n ** 63n));
+    expect((await lanes.transaction().kv.incr(ns, "low3", -(2 ** 63), { forever: true }).commit()).kv?.[0]?.value).toBe(-(2n ** 63n));
+    for (const bad of [NaN, Infinity, -Infinity, 1.5, 2 ** 63, -(2 ** 64)]) {
+      await expect(kv.incr("n", bad, { forever: true }), String(bad)).rejects.toBeInstanceOf(InvalidValueError);
+      await expect(kv.incr("n", 1, { forever: true }, { max: bad }), String(bad)).rejects.toBeInstanceOf(InvalidValueError);
+      await expect(kv.batch([{ op: "incr", ns, key: "n", delta: 1, min: bad, forever: true }]), String(bad)).rejects.toBeInstanceOf(InvalidValueError);
+      expect(() => lanes.transaction().kv.incr(ns, "n", bad, { forever: true }), String(bad)).toThrow(InvalidValueError);
+    }
+    await expect(kv.incr("n", NaN, { forever: true })).rejects.toThrow(/delta NaN is not an integer/);
+    expect((await kv.get("n")).found).toBe(false);
+  });
+
   it("a put answers the value as every get reads it: jsonb's form, keys in jsonb's order", async () => {
     const lanes = client();
     const ns = uniq("kv-form");
