@@ -69,8 +69,8 @@ type Config struct {
 	// pageBudget); 0 = no bound.
 	ListMaxBytes int64
 	// ListenerCheckInterval is how long the notification listener waits
-	// without a word from PostgreSQL before it pings its connection, and how
-	// long it waits for the answer (see listenOnce); default 5 s.
+	// without a word from PostgreSQL before it pings its connection; the
+	// ping's answer may take twice as long (see listenOnce); default 5 s.
 	ListenerCheckInterval time.Duration
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)

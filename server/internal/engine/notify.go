@@ -47,7 +47,7 @@ func notifyPayload(sender string, queues map[string]bool) string {
 }
 
 // defaultListenerCheckInterval: a silently dead listener connection is
-// noticed within twice this, for one empty query per quiet interval.
+// noticed within three times this, for one empty query per quiet interval.
 const defaultListenerCheckInterval = 5 * time.Second
 
 // listenReconnectFirst and listenReconnectMax bound the listener's backoff.
@@ -56,12 +56,30 @@ const (
 	listenReconnectMax   = 5 * time.Second
 )
 
+// A ping's deadline is its own, longer than the check interval: a database
+// busy for seconds answers late, and a ping cut short closes the connection
+// (pgx's deadline), which then counts as lost. Each unanswered ping in a row
+// doubles the next one's, up to pingDeadlineMaxFactor times the first, so a
+// longer overload ends the reconnects instead of causing one per check; a
+// ping answered within the first deadline starts it over.
+const (
+	pingDeadlineChecks    = 2
+	pingDeadlineMaxFactor = 4
+)
+
+// errPingUnanswered marks a listener connection that fell silent: its host
+// died without closing it, or is too busy to answer an empty query.
+var errPingUnanswered = errors.New("no answer to a ping")
+
 // listenLoop keeps a dedicated connection on LISTEN and turns notifications
 // from any broker into local wake-ups. It reconnects with backoff, which
 // starts over once LISTEN works again: a connection lost now and then must
-// not leave later reconnects waiting seconds.
+// not leave later reconnects waiting seconds. A connection lost to an
+// unanswered ping does not start it over: the next one may be as slow.
 func (e *Engine) listenLoop() {
 	backoff := listenReconnectFirst
+	firstPingDeadline := pingDeadlineChecks * e.cfg.ListenerCheckInterval
+	pingDeadline := firstPingDeadline
 	failures := failurelog.New(e.log, slog.LevelWarn, "notification listener lost its connection; parked pops fall back to polling", "")
 	for {
 		select {
@@ -69,15 +87,19 @@ func (e *Engine) listenLoop() {
 			return
 		default:
 		}
-		listened, err := e.listenOnce()
+		listened, err := e.listenOnce(&pingDeadline, firstPingDeadline)
 		if err == nil || errors.Is(err, context.Canceled) {
 			return
 		}
-		if listened {
+		silent := errors.Is(err, errPingUnanswered)
+		if listened && !silent {
 			backoff = listenReconnectFirst
 			failures.Succeeded()
 		}
 		failures.Failed(err)
+		if silent {
+			pingDeadline = min(2*pingDeadline, pingDeadlineMaxFactor*firstPingDeadline)
+		}
 		// The database restarted or crashed, or cannot be reached: a crash undoes
 		// commits the cached pop plans were computed from.
 		e.popPlans.forgetAll()
@@ -98,9 +120,10 @@ func (e *Engine) listenLoop() {
 // nothing more, and TCP keepalive gives up on it only after minutes; meanwhile
 // the pool may reach a restarted or promoted server whose cursors the crash
 // moved back behind the cached pop plans. So after a check interval without a
-// notification the listener pings, and a ping unanswered within the same
-// interval counts as a lost connection.
-func (e *Engine) listenOnce() (listened bool, err error) {
+// notification the listener pings, and a ping unanswered within *pingDeadline
+// counts as a lost connection (errPingUnanswered). A ping answered within
+// firstPingDeadline sets *pingDeadline back to it.
+func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.Duration) (listened bool, err error) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go func() {
@@ -134,14 +157,19 @@ func (e *Engine) listenOnce() (listened bool, err error) {
 			return true, err
 		}
 		// A wait cut short by its deadline leaves the connection usable.
-		pingCtx, cancelPing := context.WithTimeout(ctx, check)
+		deadline := *pingDeadline
+		pingCtx, cancelPing := context.WithTimeout(ctx, deadline)
+		sent := time.Now()
 		err = conn.Ping(pingCtx)
 		cancelPing()
 		if err != nil {
 			if ctx.Err() != nil {
 				return true, ctx.Err()
 			}
-			return true, fmt.Errorf("no answer to a ping within %v: %w", check, err)
+			return true, fmt.Errorf("%w within %v: %w", errPingUnanswered, deadline, err)
+		}
+		if time.Since(sent) <= firstPingDeadline {
+			*pingDeadline = firstPingDeadline
 		}
 	}
 }

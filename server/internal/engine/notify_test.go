@@ -237,3 +237,52 @@ func TestAQuietListenerKeepsItsConnectionAndPlans(t *testing.T) {
 		t.Fatalf("a push through another broker reached the parked pop after %v: a re-check, not a wake", latency)
 	}
 }
+
+// A database too busy to answer the listener's ping within the check
+// interval (overloaded for seconds) is not a dead one: the listener keeps its
+// connection, and the broker its cached pop plans, as long as pings come back
+// within their own deadline, twice the interval. Before, each such ping
+// counted as a lost connection, and every check reconnected and sent every
+// parked pop to re-check on the busy database.
+func TestAListenerWhosePingsAnswerLateKeepsItsConnection(t *testing.T) {
+	const check = 300 * time.Millisecond
+	proxy := newTestProxy(t)
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	waitListening(t, a)
+	generation := a.popPlans.currentGeneration()
+	proxy.Slow(listenQuery, 4*check/3)
+	time.Sleep(12 * check)
+	if n := proxy.Sent(listenQuery); n != 1 {
+		t.Fatalf("the listener connected %d times while its pings took 4/3 of a check, want once", n)
+	}
+	if a.popPlans.currentGeneration() != generation {
+		t.Fatal("the broker forgot its cached pop plans while its database answered late")
+	}
+}
+
+// Pings that miss even their own deadline (a database overloaded longer)
+// count as a lost connection, but each one in a row doubles the next ping's
+// deadline: the reconnects (each forgetting the plans and waking every parked
+// pop) stop once the deadline outgrows the delay, instead of coming back at
+// every check for as long as the overload lasts.
+func TestAListenerBacksOffWhileItsPingsMissTheirDeadline(t *testing.T) {
+	const check = 100 * time.Millisecond
+	const delay = 5 * check // past the first two deadlines (2 and 4 checks), within the third
+	proxy := newTestProxy(t)
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	waitListening(t, a)
+	proxy.Slow(listenQuery, delay)
+	// Two deadlines missed and a third connection's LISTEN answered: at most
+	// 2 × (delay + check + 6 checks + the reconnect delay) ≈ 2.6 s.
+	time.Sleep(40 * check)
+	settled := proxy.Sent(listenQuery)
+	generation := a.popPlans.currentGeneration()
+	time.Sleep(30 * check)
+	if n := proxy.Sent(listenQuery) - settled; n != 0 {
+		t.Fatalf("the listener reconnected %d more times in %v while every answer took %v (%d connections before)", n, 30*check, delay, settled)
+	}
+	if a.popPlans.currentGeneration() != generation {
+		t.Fatal("the broker kept forgetting its cached pop plans while its database answered late")
+	}
+	t.Logf("%d listener connections before the pings' deadline outgrew the %v delay", settled, delay)
+}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"sync"
 	"testing"
+	"time"
 )
 
 // Proxy forwards TCP connections to a PostgreSQL server, so a test can make
@@ -19,6 +20,9 @@ type Proxy struct {
 	target   string
 	mu       sync.Mutex
 	conns    []*proxiedConn
+	// slow holds back the server's bytes on connections whose client sent a
+	// key, by its value (Slow).
+	slow map[string]time.Duration
 }
 
 type proxiedConn struct {
@@ -77,6 +81,29 @@ func (p *Proxy) Kill(text string) int {
 	return n
 }
 
+// Slow holds back each of the server's answers by delay on the connections
+// whose client sent text, open now or later: what a database too busy to
+// answer at once looks like to them. A zero delay ends it.
+func (p *Proxy) Slow(text string, delay time.Duration) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.slow == nil {
+		p.slow = map[string]time.Duration{}
+	}
+	p.slow[text] = delay
+}
+
+// serverDelay is how long c's server bytes are held back; p.mu held.
+func (p *Proxy) serverDelay(c *proxiedConn) time.Duration {
+	var delay time.Duration
+	for text, d := range p.slow {
+		if bytes.Contains(c.sent, []byte(text)) {
+			delay = max(delay, d)
+		}
+	}
+	return delay
+}
+
 func (p *Proxy) accept() {
 	for {
 		client, err := p.listener.Accept()
@@ -108,7 +135,14 @@ func (p *Proxy) forward(c *proxiedConn, from, to net.Conn, fromClient bool) {
 		if !dead && fromClient && len(c.sent) < sentMax {
 			c.sent = append(c.sent, buf[:min(n, sentMax-len(c.sent))]...)
 		}
+		var delay time.Duration
+		if !fromClient {
+			delay = p.serverDelay(c)
+		}
 		p.mu.Unlock()
+		if n > 0 && delay > 0 {
+			time.Sleep(delay)
+		}
 		if n > 0 && !dead {
 			if _, werr := to.Write(buf[:n]); werr != nil && err == nil {
 				err = werr
