@@ -99,6 +99,9 @@ func (e *Engine) listenLoop() {
 		failures.Failed(err)
 		if silent {
 			pingDeadline = min(2*pingDeadline, pingDeadlineMaxFactor*firstPingDeadline)
+			// The pool's idle connections are to the same silent host: a
+			// request given one would wait out its database deadline.
+			e.pool.Reset()
 		}
 		// The database restarted or crashed, or cannot be reached: a crash undoes
 		// commits the cached pop plans were computed from.

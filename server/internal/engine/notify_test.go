@@ -286,3 +286,55 @@ func TestAListenerBacksOffWhileItsPingsMissTheirDeadline(t *testing.T) {
 	}
 	t.Logf("%d listener connections before the pings' deadline outgrew the %v delay", settled, delay)
 }
+
+// When the database host falls silent (and a live server answers new
+// connections: a failover behind the same address, or the host back), the
+// pool's idle connections are as dead as the listener's, and a request given
+// one waits out its whole database deadline. Once the listener notices, the
+// pool closes its idle connections, so only the requests already on a dead
+// one wait their deadline; before, each idle connection cost one request its
+// deadline in turn (here 3 × 2 s; with the default 30 s deadline and a
+// pool of 20, minutes).
+func TestRequestsGetLiveConnectionsOnceTheListenerNoticesASilentHost(t *testing.T) {
+	const check = 200 * time.Millisecond
+	const requestDeadline = 2 * time.Second
+	const idle = 3 // of the pool's 4
+	proxy := newTestProxy(t)
+	// A pop's claim has its own deadline, not its request's.
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check, ClaimTimeout: requestDeadline})
+	t.Cleanup(proxy.Close) // before the pool's close, which would wait on the dead connections
+	q := queueName(t)
+	mustPop(t, a, PopRequest{Queue: q})
+	waitListening(t, a)
+	conns := make([]*pgxpool.Conn, idle)
+	for i := range conns {
+		c, err := a.pool.Acquire(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		conns[i] = c
+	}
+	for _, c := range conns {
+		c.Release()
+	}
+	silent := time.Now()
+	if n := proxy.Kill(""); n < idle+1 {
+		t.Fatalf("made %d connections silent, want the listener's and %d idle ones", n, idle)
+	}
+	for attempt := 1; ; attempt++ {
+		ctx, cancel := context.WithTimeout(context.Background(), requestDeadline)
+		_, err := a.Pop(ctx, PopRequest{Queue: q})
+		cancel()
+		if err == nil {
+			took := time.Since(silent)
+			t.Logf("first pop answered %v after the host fell silent (attempt %d; check %v, request deadline %v)", took.Round(time.Millisecond), attempt, check, requestDeadline)
+			if took > requestDeadline+time.Second {
+				t.Fatalf("the first pop to succeed came %v after the host fell silent, on attempt %d: requests kept getting dead idle connections", took, attempt)
+			}
+			return
+		}
+		if time.Since(silent) > (idle+2)*requestDeadline {
+			t.Fatalf("no pop succeeded within %v of the host falling silent: %v", (idle+2)*requestDeadline, err)
+		}
+	}
+}

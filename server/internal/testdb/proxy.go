@@ -45,7 +45,7 @@ func NewProxy(t testing.TB, target string) *Proxy {
 	}
 	p := &Proxy{listener: ln, target: target}
 	go p.accept()
-	t.Cleanup(p.close)
+	t.Cleanup(p.Close)
 	return p
 }
 
@@ -161,7 +161,10 @@ func (p *Proxy) forward(c *proxiedConn, from, to net.Conn, fromClient bool) {
 	}
 }
 
-func (p *Proxy) close() {
+// Close stops the proxy and closes both ends of every connection, dead ones
+// included; a test may call it before its clients close (pgxpool gives a
+// connection to a silent server 15 s to close).
+func (p *Proxy) Close() {
 	_ = p.listener.Close()
 	p.mu.Lock()
 	defer p.mu.Unlock()
