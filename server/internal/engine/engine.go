@@ -72,6 +72,10 @@ type Config struct {
 	// without a word from PostgreSQL before it pings its connection; the
 	// ping's answer may take twice as long (see listenOnce); default 5 s.
 	ListenerCheckInterval time.Duration
+	// ServerStarts, from ConfigurePool, tells the engine when a new
+	// connection of its pool meets a server started since the last one: the
+	// engine then acts as on a lost listener connection at once.
+	ServerStarts *ServerStarts
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
 	Logger          *slog.Logger
@@ -150,7 +154,9 @@ type Engine struct {
 	// pushes wait (see PausePushesWhen).
 	pushesPaused func() bool
 	stop         chan struct{}
-	wg           sync.WaitGroup
+	// serverRestarted ends the listener's connection (errServerRestarted).
+	serverRestarted chan struct{}
+	wg              sync.WaitGroup
 	// halt is the parent of the database work that outlives its request (group
 	// commits, timer firing, KV sweeps); Shutdown cancels it when its budget
 	// runs out, so a commit stuck on a lock does not hold the exit.
@@ -177,7 +183,7 @@ type Engine struct {
 // New starts an engine on pool. Call ApplySchema first (once per process).
 func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	cfg.withDefaults()
-	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{})}
+	e := &Engine{pool: pool, cfg: cfg, log: cfg.Logger, stop: make(chan struct{}), serverRestarted: make(chan struct{}, 1)}
 	e.halt, e.cancelHalt = context.WithCancel(context.Background())
 	e.background, e.cancelBackground = context.WithCancel(context.Background())
 	e.waiters = newWaiters()
@@ -191,6 +197,9 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.notifier = newNotifier(e)
 	e.pusher = newPusher(e)
+	if cfg.ServerStarts != nil {
+		cfg.ServerStarts.notify(e.noticeServerRestart)
+	}
 	e.wg.Add(2)
 	go func() { defer e.wg.Done(); e.listenLoop() }()
 	go func() { defer e.wg.Done(); e.notifier.run(e.stop) }()

@@ -71,6 +71,11 @@ const (
 // died without closing it, or is too busy to answer an empty query.
 var errPingUnanswered = errors.New("no answer to a ping")
 
+// errServerRestarted ends the listener's connection when one of the pool's
+// new connections met another server (see ServerStarts): the listener's is
+// to the old one.
+var errServerRestarted = errors.New("a new connection of the pool met a restarted or another server")
+
 // listenLoop keeps a dedicated connection on LISTEN and turns notifications
 // from any broker into local wake-ups. It reconnects with backoff, which
 // starts over once LISTEN works again: a connection lost now and then must
@@ -127,23 +132,40 @@ func (e *Engine) listenLoop() {
 // counts as a lost connection (errPingUnanswered). A ping answered within
 // firstPingDeadline sets *pingDeadline back to it.
 func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.Duration) (listened bool, err error) {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
+	select {
+	case <-e.serverRestarted:
+		// Met while this listener was between connections: the one it opens
+		// now reaches that server.
+	default:
+	}
+	ctx, cancel := context.WithCancelCause(context.Background())
+	defer cancel(nil)
 	go func() {
 		select {
 		case <-e.stop:
-			cancel()
+			cancel(nil)
+		case <-e.serverRestarted:
+			cancel(errServerRestarted)
 		case <-ctx.Done():
 		}
 	}()
 	connCfg := e.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, connCfg)
 	if err != nil {
-		return false, err
+		return false, causeOr(ctx, err)
 	}
 	defer conn.Close(context.Background())
 	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		return false, err
+		return false, causeOr(ctx, err)
+	}
+	if starts := e.cfg.ServerStarts; starts != nil {
+		// This reconnect acts on a new server itself; the pool's connections
+		// then meet the same one and change nothing.
+		started, err := serverStart(ctx, conn)
+		if err != nil {
+			return false, causeOr(ctx, err)
+		}
+		starts.record(started)
 	}
 	e.listening.Store(true)
 	defer e.listening.Store(false)
@@ -157,7 +179,7 @@ func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.
 			continue
 		}
 		if ctx.Err() != nil || !errors.Is(err, context.DeadlineExceeded) {
-			return true, err
+			return true, causeOr(ctx, err)
 		}
 		// A wait cut short by its deadline leaves the connection usable.
 		deadline := *pingDeadline
@@ -167,7 +189,7 @@ func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.
 		cancelPing()
 		if err != nil {
 			if ctx.Err() != nil {
-				return true, ctx.Err()
+				return true, context.Cause(ctx)
 			}
 			return true, fmt.Errorf("%w within %v: %w", errPingUnanswered, deadline, err)
 		}
@@ -175,6 +197,15 @@ func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.
 			*pingDeadline = firstPingDeadline
 		}
 	}
+}
+
+// causeOr is why ctx ended, when it did (the engine stopping, or
+// errServerRestarted), else err.
+func causeOr(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return context.Cause(ctx)
+	}
+	return err
 }
 
 func (e *Engine) dispatchNotification(n *pgconn.Notification) {

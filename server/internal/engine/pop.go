@@ -604,6 +604,11 @@ func (e *Engine) popInOneTrip(ctx context.Context, req *PopRequest, plan popQueu
 		return nil, err
 	}
 	defer done()
+	if plan.generation != e.popPlans.currentGeneration() {
+		// The connection is a new one that met a restarted server, and the
+		// plans were forgotten (noticeServerRestart) after this one was read.
+		return nil, errStalePopPlan
+	}
 	tx.open = true // begun by the batch below, which commits it too
 	leaseID := newLeaseID(req)
 	var d delivery
