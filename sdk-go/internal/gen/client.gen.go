@@ -1718,8 +1718,20 @@ type PopResponse struct {
 	// ConsumerGroup Group used (`__QUEUE_MODE__` when none).
 	ConsumerGroup string `json:"consumerGroup"`
 
+	// LeaseExpiresAt When the lease ends (RFC 3339, UTC, the database's clock): the claim's time plus
+	// `leaseSeconds`, as stored on every leased partition (the earliest, when their lengths
+	// differ). Absent with `autoAck` (and from older brokers).
+	LeaseExpiresAt *time.Time `json:"leaseExpiresAt,omitempty"`
+
 	// LeaseId One lease covering every message; `""` with `autoAck`.
 	LeaseId string `json:"leaseId"`
+
+	// LeaseSeconds Length in seconds of the lease the claim wrote: the request's `leaseSeconds`, else the
+	// queue's `leaseTime` (the shortest, when a discovery pop leased partitions of queues with
+	// different ones). Absent with `autoAck` (and from older brokers). A client computes
+	// its expiry as the answer's arrival plus this length, which no clock skew between it
+	// and the database can make later than the lease.
+	LeaseSeconds *int `json:"leaseSeconds,omitempty"`
 
 	// Messages Messages, in offset order within each partition.
 	Messages []PopMessage `json:"messages"`

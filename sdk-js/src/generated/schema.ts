@@ -1258,6 +1258,21 @@ export interface components {
             messages: components["schemas"]["PopMessage"][];
             /** @description Number of partitions claimed. */
             partitionsClaimed: number;
+            /** @description Length in seconds of the lease the claim wrote: the request's `leaseSeconds`, else the
+             *     queue's `leaseTime` (the shortest, when a discovery pop leased partitions of queues with
+             *     different ones). Absent with `autoAck` (and from older brokers). A client computes
+             *     its expiry as the answer's arrival plus this length, which no clock skew between it
+             *     and the database can make later than the lease.
+             *      */
+            leaseSeconds?: number;
+            /**
+             * Format: date-time
+             * @description When the lease ends (RFC 3339, UTC, the database's clock): the claim's time plus
+             *     `leaseSeconds`, as stored on every leased partition (the earliest, when their lengths
+             *     differ). Absent with `autoAck` (and from older brokers).
+             *
+             */
+            leaseExpiresAt?: string;
             autopilot?: components["schemas"]["PopAutopilot"];
         };
         /** @description Present only when the request engaged autopilot; the sizes the broker used. */

@@ -62,6 +62,10 @@ func popResponseOf(queue string, res *engine.PopResult) *gen.PopResponse {
 		PartitionsClaimed: res.PartitionsClaimed,
 		Messages:          make([]gen.PopMessage, len(res.Messages)),
 	}
+	if res.LeaseSeconds > 0 {
+		seconds, expiresAt := res.LeaseSeconds, res.LeaseExpiresAt.UTC()
+		out.LeaseSeconds, out.LeaseExpiresAt = &seconds, &expiresAt
+	}
 	if a := res.Autopilot; a != nil {
 		out.Autopilot = &gen.PopAutopilot{Partitions: a.Partitions, Batch: a.Batch, WaitMs: a.WaitMs}
 	}

@@ -63,7 +63,7 @@ func (b *testBroker) send(t testing.TB, method, path, body string, header http.H
 
 // volatileKeys hold values that differ between any two pops (ids, leases,
 // times); their shape is compared, not their value.
-var volatileKeys = map[string]bool{"id": true, "leaseId": true, "partitionId": true, "createdAt": true}
+var volatileKeys = map[string]bool{"id": true, "leaseId": true, "partitionId": true, "createdAt": true, "leaseExpiresAt": true}
 
 // comparable is a's status, headers and body with what differs between two
 // runs of one case left out: the run's queue name (as Q), volatile values,

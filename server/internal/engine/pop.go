@@ -68,6 +68,11 @@ type PopResult struct {
 	ReadyPartitions int
 	// OldestWait is how long the oldest delivered message waited before this pop.
 	OldestWait time.Duration
+	// LeaseSeconds is the length of the lease the claim wrote (the shortest of
+	// its partitions'), and LeaseExpiresAt its end on the database's clock;
+	// zero for an autoAck pop or an empty one.
+	LeaseSeconds   int
+	LeaseExpiresAt time.Time
 	// Autopilot is the sizing the autopilot applied; nil when it was not engaged.
 	Autopilot *AutopilotEcho
 }
@@ -843,6 +848,11 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (res *Pop
 	}
 	if len(res.Messages) > 0 {
 		res.LeaseID = leaseID
+		if shortestLease > 0 {
+			// now() is the statement's time, from which it wrote every expiry.
+			res.LeaseSeconds = int(shortestLease)
+			res.LeaseExpiresAt = d.now.Add(time.Duration(shortestLease) * time.Second)
+		}
 		// Indexed for as long as the lease runs: what it delivered is what its
 		// acks resolve against, whatever the queue's dedup window. A batch the
 		// byte budget cut is full too: more is waiting behind it.

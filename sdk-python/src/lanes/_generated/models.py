@@ -1860,6 +1860,22 @@ class PopResponse(BaseModel):
     """
     Number of partitions claimed.
     """
+    lease_seconds: Annotated[int | None, Field(alias="leaseSeconds", ge=1)] = None
+    """
+    Length in seconds of the lease the claim wrote: the request's `leaseSeconds`, else the
+    queue's `leaseTime` (the shortest, when a discovery pop leased partitions of queues with
+    different ones). Absent with `autoAck` (and from older brokers). A client computes
+    its expiry as the answer's arrival plus this length, which no clock skew between it
+    and the database can make later than the lease.
+
+    """
+    lease_expires_at: Annotated[AwareDatetime | None, Field(alias="leaseExpiresAt")] = None
+    """
+    When the lease ends (RFC 3339, UTC, the database's clock): the claim's time plus
+    `leaseSeconds`, as stored on every leased partition (the earliest, when their lengths
+    differ). Absent with `autoAck` (and from older brokers).
+
+    """
     autopilot: PopAutopilot | None = None
 
 
