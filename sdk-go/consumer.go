@@ -414,7 +414,7 @@ func (c *Consumer) process(pr *PopResult) (outage []error) {
 		byPart[m.PartitionID] = append(byPart[m.PartitionID], m)
 	}
 	leased := !committed && popLeaseID(pr) != ""
-	expiry := newLeaseExpiry(c.q.leaseSeconds)
+	expiry := newLeaseExpiry(popLeaseSeconds(pr, c.q.leaseSeconds))
 	stopRenew := func() {}
 	if leased && c.opts.renew {
 		stopRenew = renewLease(c.ackCx, c.q, pr, expiry, c.markWorkerGoroutine)

@@ -146,7 +146,7 @@ func (it *msgIter) take(pr *PopResult) {
 		it.slices[k] = append(it.slices[k], m)
 	}
 	it.handled = make([]int, len(it.slices))
-	it.expiry = newLeaseExpiry(it.q.leaseSeconds)
+	it.expiry = newLeaseExpiry(popLeaseSeconds(pr, it.q.leaseSeconds))
 	if it.leased() && it.q.consume.renew {
 		it.stopRenew = renewLease(it.ackCtx, it.q, pr, it.expiry, nil)
 	}

@@ -42,13 +42,24 @@ func renewEveryForExpiry(poppedAt time.Time, expiresAt *time.Time) time.Duration
 	return min(max(expiresAt.Sub(poppedAt)/3, minRenewEvery), defaultRenewEvery)
 }
 
-// fallbackLease is the lease a consume loop or iterator assumes for a pop when neither
-// LeaseSeconds nor a renewal told it: the shortest default lease (push-created queues).
+// fallbackLease is the lease a consume loop or iterator assumes for a pop of an older broker,
+// whose answer names no lease, when LeaseSeconds does not either: the shortest default lease
+// (push-created queues).
 const fallbackLease = 60 * time.Second
 
+// popLeaseSeconds is the lease length a consume loop or iterator counts with for pr: the one
+// the broker's answer names, else the builder's LeaseSeconds (0: unknown). The length, not the
+// answer's LeaseExpiresAt: that is on the database's clock, which may run ahead of this one.
+func popLeaseSeconds(pr *PopResult, leaseSeconds int) int {
+	if pr.LeaseSeconds > 0 {
+		return pr.LeaseSeconds
+	}
+	return leaseSeconds
+}
+
 // leaseExpiry is the latest expiry a consume loop or iterator knows for a pop's lease: the
-// pop's LeaseSeconds (else fallbackLease) from when the answer arrived, moved by each applied
-// renewal. A failed ack is resent until shortly before it (ackUntilDone).
+// pop's lease length (popLeaseSeconds, else fallbackLease) from when the answer arrived, moved
+// by each applied renewal. A failed ack is resent until shortly before it (ackUntilDone).
 type leaseExpiry struct {
 	mu sync.Mutex
 	at time.Time
@@ -97,15 +108,15 @@ func popLeaseID(pr *PopResult) string {
 }
 
 // renewLease extends the lease of a pop while its messages are being handled (the consume loop
-// and the iterator alike): first after the RenewLease interval, else a third of LeaseSeconds,
-// else renewUnknownLeaseAfter, then every third of the lease the broker's answer shows. Failures
+// and the iterator alike): first after the RenewLease interval, else a third of the lease
+// (popLeaseSeconds), else renewUnknownLeaseAfter, then every third of the lease the broker's answer shows. Failures
 // go to reportLoopError; a lease the broker says is gone ends the renewal. The returned function
 // stops it and waits for a renewal in flight. onGoroutine, when set, runs first on the renewal's
 // goroutine and the function it returns when that goroutine ends.
 func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult, expiry *leaseExpiry, onGoroutine func() func()) (stop func()) {
 	poppedAt := time.Now()
 	lease := popLeaseID(pr)
-	every := renewEvery(q.consume.renewEvery, q.leaseSeconds)
+	every := renewEvery(q.consume.renewEvery, popLeaseSeconds(pr, q.leaseSeconds))
 	next := every
 	if every == 0 {
 		next = renewUnknownLeaseAfter

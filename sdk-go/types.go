@@ -178,14 +178,20 @@ type AutopilotEcho struct {
 
 // PopResult is a pop's full answer. On a 204 Messages is empty and the rest is zero.
 type PopResult struct {
-	Queue             string         `json:"queue"`
-	Partition         string         `json:"partition"`
-	PartitionID       string         `json:"partitionId"`
-	LeaseID           string         `json:"leaseId"`
-	ConsumerGroup     string         `json:"consumerGroup"`
-	Messages          []*Message     `json:"messages"`
-	PartitionsClaimed int            `json:"partitionsClaimed"`
-	Autopilot         *AutopilotEcho `json:"autopilot,omitempty"`
+	Queue             string     `json:"queue"`
+	Partition         string     `json:"partition"`
+	PartitionID       string     `json:"partitionId"`
+	LeaseID           string     `json:"leaseId"`
+	ConsumerGroup     string     `json:"consumerGroup"`
+	Messages          []*Message `json:"messages"`
+	PartitionsClaimed int        `json:"partitionsClaimed"`
+	// LeaseSeconds is the length of the pop's lease (its LeaseSeconds, else the queue's
+	// leaseTime); 0 with server auto-ack, or from a broker that does not send it.
+	LeaseSeconds int `json:"leaseSeconds,omitempty"`
+	// LeaseExpiresAt is when the lease ends on the database's clock, which may differ from
+	// this machine's: count from LeaseSeconds to compare with time.Now. Nil when LeaseSeconds is 0.
+	LeaseExpiresAt *time.Time     `json:"leaseExpiresAt,omitempty"`
+	Autopilot      *AutopilotEcho `json:"autopilot,omitempty"`
 }
 
 // AckStatus is the outcome an ack reports.
