@@ -102,21 +102,26 @@ function renewsLease(s: QueueState, res: PopResult<unknown>): boolean {
   return s.renewLease && !!res.leaseId && !s.serverAutoAck;
 }
 
-/** FALLBACK_LEASE_MILLIS is the lease a consume loop or iterator assumes for a pop when neither leaseSeconds nor a renewal told it: the shortest default lease (push-created queues). */
+/** FALLBACK_LEASE_MILLIS is the lease a consume loop or iterator assumes for a pop of an older broker, whose answer names no lease, when leaseSeconds does not either: the shortest default lease (push-created queues). */
 const FALLBACK_LEASE_MILLIS = 60_000;
 /** ACK_RESEND_MARGIN_MILLIS is how long before the lease's expiry the loop or iterator stops resending a failed ack: its last attempt still has time to land. */
 const ACK_RESEND_MARGIN_MILLIS = 1000;
 /** How long an iterator that is left (break, return, throw, limit, idle, abort) goes on resending a failed ack: leaving should not block for the rest of the lease. The first call always runs to its end under the client's retry policy; no resend starts after the budget. */
 const LEAVE_ACK_BUDGET_MILLIS = 5000;
 
-/** LeaseExpiry is the latest expiry (epoch ms) a consume loop or iterator knows for a pop's lease: leaseSeconds (else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal. */
+/** LeaseExpiry is the latest expiry (epoch ms) a consume loop or iterator knows for a pop's lease: its length (popLeaseSeconds, else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal. */
 interface LeaseExpiry {
   at: number;
 }
 
+/** popLeaseSeconds is the lease length a consume loop or iterator counts with for a pop: the one its answer names, else the builder's leaseSeconds (undefined: unknown). The length, not the answer's leaseExpiresAt, which is on the database's clock. */
+function popLeaseSeconds(s: QueueState, res: PopResult<unknown>): number | undefined {
+  return res.leaseSeconds !== undefined && res.leaseSeconds > 0 ? res.leaseSeconds : s.leaseSeconds;
+}
+
 /** leaseExpiryOf starts a pop's LeaseExpiry when its answer arrives. */
-function leaseExpiryOf(s: QueueState): LeaseExpiry {
-  return { at: Date.now() + (s.leaseSeconds !== undefined && s.leaseSeconds > 0 ? s.leaseSeconds * 1000 : FALLBACK_LEASE_MILLIS) };
+function leaseExpiryOf(leaseSeconds: number | undefined): LeaseExpiry {
+  return { at: Date.now() + (leaseSeconds !== undefined && leaseSeconds > 0 ? leaseSeconds * 1000 : FALLBACK_LEASE_MILLIS) };
 }
 
 /** ackResendable: a failed ack call failed for want of a broker (no answer, 5xx, 429), so the loop resends it; not a 4xx (408 and 409 concern that ack alone), nor an answer the SDK cannot use (UnexpectedAnswerError: a proxy's page). */
@@ -130,9 +135,9 @@ function handlerFailureAck(target: AckTarget, err: unknown): PendingAck {
 }
 
 /** renewWhileHeld extends a pop's lease until the returned function is called: every renewEveryMillis, or, when the lease is unknown, 1 s after the pop and then at a third of the lease the first answer shows. A failed renewal is reported; one the broker did not apply also ends the renewals. */
-function renewWhileHeld(core: Core, s: QueueState, leaseId: string, report: Reporter, expiry?: LeaseExpiry): () => void {
+function renewWhileHeld(core: Core, s: QueueState, leaseId: string, leaseSeconds: number | undefined, report: Reporter, expiry?: LeaseExpiry): () => void {
   const poppedAt = Date.now();
-  let every = renewEveryMillis(s.renewLeaseMillis, s.leaseSeconds);
+  let every = renewEveryMillis(s.renewLeaseMillis, leaseSeconds);
   let timer: ReturnType<typeof setTimeout> | undefined;
   let stopped = false;
   const schedule = (next: number): void => {
@@ -470,8 +475,9 @@ export class Consumer implements PromiseLike<void> {
     let handedOver = 0;
     const handedFrom = new Set<string>(); // partitions of which a message was handed to the handler
     const ctx: HandlerContext = { signal: this.handlerCtl.signal };
-    const expiry = leaseExpiryOf(this.s);
-    const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, this.report, expiry) : () => undefined;
+    const leaseSeconds = popLeaseSeconds(this.s, res);
+    const expiry = leaseExpiryOf(leaseSeconds);
+    const stopRenewing = renewsLease(this.s, res) ? renewWhileHeld(this.core, this.s, res.leaseId, leaseSeconds, this.report, expiry) : () => undefined;
     const fn = this.handler.fn;
     try {
       for (const slice of groupByPartition(res.messages)) {
@@ -550,8 +556,9 @@ export async function* messageIterator<T>(core: Core, source: PopSource<T>, s: Q
     const res = await poller.next(() => signal?.aborted === true, undefined, idleDeadline);
     if (res === undefined) return;
     lastMessageAt = Date.now();
-    const expiry = leaseExpiryOf(s);
-    const stopRenewing = renewsLease(s, res) ? renewWhileHeld(core, s, res.leaseId, report, expiry) : () => undefined;
+    const leaseSeconds = popLeaseSeconds(s, res);
+    const expiry = leaseExpiryOf(leaseSeconds);
+    const stopRenewing = renewsLease(s, res) ? renewWhileHeld(core, s, res.leaseId, leaseSeconds, report, expiry) : () => undefined;
     const slices = groupByPartition(res.messages);
     const pos = slices.map(() => 0);
     let handedOver = 0;

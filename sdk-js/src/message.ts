@@ -16,6 +16,10 @@ export interface PopResult<T = unknown> {
   leaseId: string;
   consumerGroup: string;
   partitionsClaimed: number;
+  /** leaseSeconds is the length of the pop's lease (its leaseSeconds, else the queue's leaseTime); undefined with serverAutoAck, or from a broker that does not send it. */
+  leaseSeconds?: number | undefined;
+  /** leaseExpiresAt is when the lease ends (RFC 3339), on the database's clock, which may differ from this machine's: count from leaseSeconds to compare with Date.now(). */
+  leaseExpiresAt?: string | undefined;
   /** autopilot is the broker's echo when the pop engaged autopilot. */
   autopilot?: PopAutopilotEcho | undefined;
 }

@@ -252,6 +252,8 @@ export class QueueBuilder<T = unknown> {
       leaseId: body.leaseId,
       consumerGroup: body.consumerGroup,
       partitionsClaimed: body.partitionsClaimed,
+      leaseSeconds: body.leaseSeconds,
+      leaseExpiresAt: body.leaseExpiresAt,
       autopilot: body.autopilot,
     };
   }
