@@ -216,8 +216,8 @@ def test_lease_renewed_by_default_and_renew_lease_false_turns_it_off(
 def test_default_renewal_keeps_a_3_s_lease_under_a_7_s_handler(
     client: lanes.Lanes, qname: str
 ) -> None:
-    """No renewal options: the lease is learned from a renewal 1 s after the pop, so the message
-    is handled once, acked, and never redelivered to a second consumer."""
+    """No renewal options: the loop renews every third of the 3 s lease the pop's answer names,
+    so the message is handled once, acked, and never redelivered to a second consumer."""
     assert client.queue(qname).configure({"leaseTime": 3}).configured
     client.queue(qname).push(["slow"])
     handled: list[str] = []
@@ -1567,9 +1567,11 @@ def test_a_lease_renewal_failing_while_the_acks_are_in_flight_reports_nothing(
     try:
         with lanes.Lanes(broker_url, retry_attempts=1, headers={"X-Lanes-Test-Run": run}) as c:
             c.queue(qname).push(["slow"])
-            # The first renewal goes out 1 s after the pop and fails after its retry, about
-            # 0.5 s later; the ack went out at 1.3 s and answers at 3.3 s.
-            consumer = c.queue(qname).wait(False).on_error(errors.append).consume(handle)
+            # The first renewal goes out 1 s after the pop (renewing every 1 s: the answer's
+            # 60 s lease alone would renew at 10 s) and fails after its retry, about 0.5 s
+            # later; the ack went out at 1.3 s and answers at 3.3 s.
+            q = c.queue(qname).wait(False).renew_lease(True, 1000).on_error(errors.append)
+            consumer = q.consume(handle)
             assert handled.wait(10)
             consumer.stop()  # once the ack has answered
             assert c.queue(qname).depth().pending == 0

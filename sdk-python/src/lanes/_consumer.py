@@ -193,7 +193,6 @@ class Engine:
         self._auto_acked = 0
         self._auto_ack_reserved = 0
         self._pop_batch = P.pop_batch(spec, client_autopilot)
-        self._renew_every = P.renew_every(spec)
 
     # -- control (call on the engine's loop) --------------------------------------------------
 
@@ -463,9 +462,11 @@ class Engine:
         handling = _Handling()
         ticker = None
         popped_at = datetime.now(timezone.utc)
+        lease_seconds = P.pop_lease_seconds(self.spec, res)
         schedule: P.RenewalSchedule | None = None
-        if self._renew_every is not None and res.lease_id:
-            schedule = P.RenewalSchedule(self._renew_every, popped_at)
+        renew_every = P.renew_every(self.spec, lease_seconds)
+        if renew_every is not None and res.lease_id:
+            schedule = P.RenewalSchedule(renew_every, popped_at)
             ticker = LeaseRenewalTimer(res.lease_id, schedule, self.ops.renew, self.report)
         try:
             groups = P.by_partition(res.messages)
@@ -487,7 +488,7 @@ class Engine:
         if handling.acked:
             if handling.ack_error is not None:
                 entries = P.batch_acks(handling.outcomes, handling.unhandled, self.spec.auto_ack)
-                expires_at = P.lease_expiry(self.spec, popped_at, schedule)
+                expires_at = P.lease_expiry(lease_seconds, popped_at, schedule)
                 await self._ack_until_done(entries, expires_at, handling.ack_error)
             return handling
         outcomes, unhandled = handling.outcomes, handling.unhandled
@@ -500,7 +501,7 @@ class Engine:
             return handling
         entries = P.batch_acks(outcomes, unhandled, self.spec.auto_ack)
         if entries:
-            await self._ack_until_done(entries, P.lease_expiry(self.spec, popped_at, schedule))
+            await self._ack_until_done(entries, P.lease_expiry(lease_seconds, popped_at, schedule))
         return handling
 
     async def _ack_until_done(

@@ -67,9 +67,10 @@ class _Core:
         self.closed = False
         self.last_msg = time.monotonic()
         self.pacer = PollPacer(spec, lambda e, _pause: self.report(e, "pop"))
-        self.renew_every = P.renew_every(spec)
-        # The current pop's answer and renewals, from which its lease's expiry is counted.
+        # The current pop's answer, lease length and renewals, from which its lease's expiry is
+        # counted.
         self.popped_at = datetime.now(timezone.utc)
+        self.lease_seconds = spec.lease_seconds
         self.schedule: P.RenewalSchedule | None = None
 
     def _entry(self, m: Message, status: str) -> tuple[str, P.AckEntry]:
@@ -104,11 +105,13 @@ class _Core:
         the check that says they are all acked or released. Called as each answer arrives: the
         pop's lease is counted from then (:meth:`ack_resend`)."""
         self.popped_at = datetime.now(timezone.utc)
+        self.lease_seconds = P.pop_lease_seconds(self.spec, res)
         self.schedule = None
-        if self.renew_every is None or not res.lease_id or not res.messages:
+        renew_every = P.renew_every(self.spec, self.lease_seconds)
+        if renew_every is None or not res.lease_id or not res.messages:
             return None
         msgs = res.messages
-        self.schedule = P.RenewalSchedule(self.renew_every, self.popped_at)
+        self.schedule = P.RenewalSchedule(renew_every, self.popped_at)
         return self.schedule, lambda: self.closed or all(m._acked for m in msgs)
 
     def next_buffered(self) -> Message | None:
@@ -129,7 +132,7 @@ class _Core:
         """The resending of the current pop's acks, counted against its lease (and, as the
         iteration ends, against the leave's budget)."""
         until = time.monotonic() + P.LEAVE_ACK_BUDGET_S if leaving else None
-        return AckResend(P.lease_expiry(self.spec, self.popped_at, self.schedule), until)
+        return AckResend(P.lease_expiry(self.lease_seconds, self.popped_at, self.schedule), until)
 
     def ack_failed(self, err: Exception, resend: AckResend) -> float | None:
         """Raise an ack error that ends the iteration; report any other and return the wait

@@ -444,12 +444,17 @@ def parse_pop(body: Any, spec: QueueSpec) -> PopResult:
             batch=int(ap.get("batch", 0)),
             wait_ms=int(wm) if isinstance(wm, (int, float)) else None,
         )
+    lease_seconds = body.get("leaseSeconds")
+    if not isinstance(lease_seconds, int) or isinstance(lease_seconds, bool) or lease_seconds < 1:
+        lease_seconds = None
     return PopResult(
         messages=msgs,
         lease_id=str(body.get("leaseId") or ""),
         consumer_group=str(body.get("consumerGroup") or ""),
         partitions_claimed=int(body.get("partitionsClaimed") or 0),
         autopilot=echo,
+        lease_seconds=lease_seconds,
+        lease_expires_at=_ts(body.get("leaseExpiresAt")),
     )
 
 
@@ -677,17 +682,24 @@ def release_acks(res: PopResult, spec: QueueSpec) -> list[tuple[str, AckEntry]]:
     return batch_acks([], by_partition(res.messages), auto_ack=True)
 
 
-def renew_every(spec: QueueSpec) -> float | None:
+def pop_lease_seconds(spec: QueueSpec, res: PopResult) -> int | None:
+    """The lease length a consume loop or iterator counts with for a pop: the one its answer
+    names, else ``lease_seconds`` (None: unknown). The length, not the answer's
+    ``lease_expires_at``, which is on the database's clock."""
+    return res.lease_seconds or spec.lease_seconds
+
+
+def renew_every(spec: QueueSpec, lease_seconds: int | None) -> float | None:
     """Seconds between renewals of a running pop's lease, or None when renewal is off: the
-    interval given to ``renew_lease``, else a third of ``lease_seconds`` (at most 10 s), else 0:
-    the lease is unknown and :func:`renew_every_for_expiry` learns it from the first renewal, as
-    in Go and TypeScript."""
+    interval given to ``renew_lease``, else a third of the pop's lease (:func:`pop_lease_seconds`,
+    at most 10 s), else 0: the lease is unknown and :func:`renew_every_for_expiry` learns it from
+    the first renewal, as in Go and TypeScript."""
     if not spec.renew_lease:
         return None
     if spec.renew_interval_millis > 0:
         return spec.renew_interval_millis / 1000.0
-    if spec.lease_seconds:
-        return min(spec.lease_seconds * 1000 / 3, DEFAULT_RENEW_EVERY_MS) / 1000.0
+    if lease_seconds:
+        return min(lease_seconds * 1000 / 3, DEFAULT_RENEW_EVERY_MS) / 1000.0
     return 0.0
 
 
@@ -736,8 +748,8 @@ class RenewalSchedule:
         return True
 
 
-# The lease a consume loop or iterator assumes for a pop when neither lease_seconds nor a renewal
-# told it: the shortest default lease (push-created queues).
+# The lease a consume loop or iterator assumes for a pop of an older broker, whose answer names no
+# lease, when lease_seconds does not either: the shortest default lease (push-created queues).
 FALLBACK_LEASE_S = 60.0
 # How long before the lease's expiry a consume loop or iterator stops resending a failed ack: its
 # last attempt still has time to land.
@@ -749,11 +761,12 @@ LEAVE_ACK_BUDGET_S = 5.0
 
 
 def lease_expiry(
-    spec: QueueSpec, popped_at: datetime, schedule: RenewalSchedule | None
+    lease_seconds: int | None, popped_at: datetime, schedule: RenewalSchedule | None
 ) -> datetime:
-    """The latest expiry a consume loop or iterator knows for a pop's lease: ``lease_seconds`` (else
-    FALLBACK_LEASE_S) from the pop's answer, or a later one a renewal answered."""
-    at = popped_at + timedelta(seconds=spec.lease_seconds or FALLBACK_LEASE_S)
+    """The latest expiry a consume loop or iterator knows for a pop's lease: its length
+    (:func:`pop_lease_seconds`, else FALLBACK_LEASE_S) from the pop's answer, or a later one a
+    renewal answered."""
+    at = popped_at + timedelta(seconds=lease_seconds or FALLBACK_LEASE_S)
     if schedule is not None and schedule.expires_at is not None and schedule.expires_at > at:
         return schedule.expires_at
     return at

@@ -134,6 +134,11 @@ class PopResult:
     consumer_group: str = ""
     partitions_claimed: int = 0
     autopilot: AutopilotEcho | None = None
+    # The lease's length (the pop's lease_seconds, else the queue's leaseTime) and its end on the
+    # database's clock, which may differ from this machine's: count from lease_seconds to compare
+    # with now. None with server auto-ack, or from a broker that does not send them.
+    lease_seconds: int | None = None
+    lease_expires_at: datetime | None = None
 
 
 @dataclass(frozen=True)
