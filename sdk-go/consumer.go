@@ -57,8 +57,9 @@ func (q QueueBuilder) Limit(n int) QueueBuilder { q.consume.limit = int64(max(n,
 func (q QueueBuilder) IdleTimeout(d time.Duration) QueueBuilder { q.consume.idle = d; return q }
 
 // RenewLease sets lease renewal, which is on by default: while handlers run, the pop's lease is
-// extended every `every` (0 = the default: a third of LeaseSeconds when set, at most 10 s; else
-// 1 s after the pop, then a third of the lease the broker's answer shows, at most 10 s), so a
+// extended every `every` (0 = the default: a third of the lease the pop's answer names, else of
+// LeaseSeconds, at most 10 s; from an older broker without LeaseSeconds, 1 s after the pop,
+// then a third of the lease the renewal's answer shows, at most 10 s), so a
 // handler slower than the lease keeps its messages. RenewLease(false, 0) turns it off.
 func (q QueueBuilder) RenewLease(on bool, every time.Duration) QueueBuilder {
 	q.consume.renew, q.consume.renewEvery = on, every

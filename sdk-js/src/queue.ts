@@ -146,7 +146,7 @@ export class QueueBuilder<T = unknown> {
   idleMillis(ms: number): QueueBuilder<T> {
     return this.with({ idleMillis: nonNegInt("idleMillis", ms) });
   }
-  /** renewLease sets lease renewal, which is on by default: while handlers run, the pop's lease is extended every `everyMillis` (omitted or 0 = a third of `leaseSeconds` when set, at most 10 s; else 1 s after the pop, then a third of the lease the broker's answer shows, at most 10 s), so a handler slower than the lease keeps its messages. `renewLease(false)` turns it off. */
+  /** renewLease sets lease renewal, which is on by default: while handlers run, the pop's lease is extended every `everyMillis` (omitted or 0 = a third of the lease the pop's answer names, else of `leaseSeconds`, at most 10 s; from an older broker without `leaseSeconds`, 1 s after the pop, then a third of the lease the renewal's answer shows, at most 10 s), so a handler slower than the lease keeps its messages. `renewLease(false)` turns it off. */
   renewLease(enabled: boolean, everyMillis = 0): QueueBuilder<T> {
     return this.with({ renewLease: enabled, renewLeaseMillis: nonNegInt("renewLease", everyMillis) });
   }

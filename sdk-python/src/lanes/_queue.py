@@ -111,8 +111,9 @@ class _QueueBase(Generic[C]):
 
     def renew_lease(self: QB, enabled: bool = True, interval_millis: int = 0) -> QB:
         """Lease renewal, on by default: while handlers run, the pop's lease is extended every
-        ``interval_millis`` (0 = a third of ``lease_seconds`` when set, at most 10 s; else 1 s after
-        the pop, then a third of the lease the broker's answer shows, at most 10 s),
+        ``interval_millis`` (0 = a third of the lease the pop's answer names, else of
+        ``lease_seconds``, at most 10 s; from an older broker without ``lease_seconds``, 1 s after
+        the pop, then a third of the lease the renewal's answer shows, at most 10 s),
         so a handler slower than the lease keeps its messages. ``renew_lease(False)`` turns it
         off."""
         if interval_millis < 0:
