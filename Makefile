@@ -169,12 +169,14 @@ lint:
 	for t in lint-go lint-js lint-python; do $(MAKE) $$t || { echo "$$t: FAILED" >&2; rc=1; }; done; \
 	exit $$rc
 
+# --allow-serial-runners: a second golangci-lint on the machine (another worktree) waits for the
+# first instead of failing the target with "parallel golangci-lint is running".
 lint-go: $(GOLANGCI_LINT)
 	@rc=0; \
 	for m in $(GO_MODULES); do \
 	  if [[ -z "$$(cd $$m && go list ./... 2>/dev/null)" ]]; then echo "lint-go: $$m has no packages yet; skipped"; continue; fi; \
 	  echo "--- golangci-lint $$m"; \
-	  (cd $$m && $(GOLANGCI_LINT) run --config $(REPO)/.golangci.yml ./...) || rc=1; \
+	  (cd $$m && $(GOLANGCI_LINT) run --allow-serial-runners --config $(REPO)/.golangci.yml ./...) || rc=1; \
 	done; \
 	exit $$rc
 
