@@ -414,7 +414,7 @@ export class Consumer implements PromiseLike<void> {
         break;
       }
       if (res === undefined) {
-        if (idleDeadline !== undefined && Date.now() >= idleDeadline()) this.stopIdle();
+        if (poller.idleEnded) this.stopIdle();
         continue; // stopping, idle, or another worker's pop holds the rest of the limit
       }
       this.lastMessageAt = Date.now();

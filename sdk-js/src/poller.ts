@@ -69,6 +69,8 @@ export class Poller<T> {
   private waitMs: number | undefined;
   /** fastEmpties counts consecutive waiting pops that answered empty at once. */
   private fastEmpties = 0;
+  /** idleEnded says the last `next` ended because its idle deadline passed (by the clock). */
+  idleEnded = false;
 
   constructor(
     private readonly source: PopSource<T>,
@@ -82,10 +84,15 @@ export class Poller<T> {
   /** next resolves to the next pop with messages, or to undefined once `stopped()` is true, `stopOnEmpty()` is true after an empty answer, or `idleDeadline()` (epoch ms) has passed before a pop, after an empty answer or a failed pop; it rejects with the error that ends the loop (403, 413, other 4xx, 501). Each long poll waits at most the idle time left, so it does not outlast the idle deadline, and failed pops count as idle (docs/consuming.md §3): the error backoff is cut at the idle deadline too. */
   async next(stopped: () => boolean, stopOnEmpty?: () => boolean, idleDeadline?: () => number): Promise<PopResult<T> | undefined> {
     const idleLeft = () => (idleDeadline === undefined ? Infinity : idleDeadline() - Date.now());
+    this.idleEnded = false;
+    const idle = (): undefined => {
+      this.idleEnded = true;
+      return undefined;
+    };
     while (!stopped()) {
       let res: PopResult<T>;
       const left = idleLeft();
-      if (left <= 0) return undefined; // idle already: a pop now would only wait past the deadline
+      if (left <= 0) return idle(); // idle already: a pop now would only wait past the deadline
       // Cut to whole milliseconds (the wire's unit) rounded up, so never 0, which would not wait at all.
       const timeoutMillis = parks(this.s) ? Math.min(this.s.timeoutMillis, Math.ceil(left)) : this.s.timeoutMillis;
       const startedAt = Date.now();
@@ -97,16 +104,19 @@ export class Poller<T> {
         this.report(err);
         const delay = loopErrorDelay(err, this.errors);
         if (!(err instanceof RateLimitError)) this.errors += 1;
-        const idle = idleLeft();
-        if (idle <= 0) return undefined;
-        // A backoff that outlasts the idle time ends the loop when it ends, whatever the clock
-        // then reads: a timer may fire a few ms before Date.now() reaches its end (Node measures
-        // timers from the event loop's cached time), and a pop sent in those ms is one too many.
-        if (delay >= idle) {
-          await this.pause(idle);
-          return undefined;
+        // Wait out the backoff or the idle time, whichever ends first by the clock: a timer may
+        // fire a few ms before Date.now() reaches its end (Node measures timers from the event
+        // loop's cached time), and a pop sent in those ms, or an idle end the caller cannot see on
+        // the clock, would be one pop too many.
+        const backoffEnd = Date.now() + delay;
+        for (;;) {
+          if (stopped()) return undefined;
+          const idleLeftNow = idleLeft();
+          if (idleLeftNow <= 0) return idle();
+          const backoffLeft = backoffEnd - Date.now();
+          if (backoffLeft <= 0) break;
+          await this.pause(Math.min(idleLeftNow, backoffLeft));
         }
-        await this.pause(delay);
         continue;
       }
       this.errors = 0;
@@ -115,7 +125,8 @@ export class Poller<T> {
         this.fastEmpties = 0;
         return res;
       }
-      if (stopOnEmpty?.() || idleLeft() <= 0) return undefined;
+      if (stopOnEmpty?.()) return undefined;
+      if (idleLeft() <= 0) return idle();
       if (!parks(this.s)) await this.pause(emptyPollPause(this.waitMs));
       else if (answeredFast(timeoutMillis, Date.now() - startedAt)) {
         await this.pause(Math.min(FAST_EMPTY_FIRST_PAUSE_MILLIS * 2 ** this.fastEmpties, FAST_EMPTY_MAX_PAUSE_MILLIS));

@@ -47,10 +47,11 @@ describe("a pop's long poll and the idle time left", () => {
 });
 
 describe("a failed pop's backoff and the idle time left", () => {
-  it("ends the loop when a backoff that outlasts the idle time ends, even if the clock reads a few ms short of the deadline", async () => {
-    // Date.now() stands still here: the extreme of a timer firing before the clock reaches its end.
-    const frozen = Date.now();
-    const now = vi.spyOn(Date, "now").mockReturnValue(frozen);
+  it("ends the loop once the clock passes the idle deadline, not when a timer fires a few ms short of it, and says so", async () => {
+    // Date.now() here runs at a tenth of real time: every timer fires with the clock short of its end.
+    const start = Date.now();
+    const realNow = Date.now.bind(Date);
+    const now = vi.spyOn(Date, "now").mockImplementation(() => start + (realNow() - start) / 10);
     try {
       let pops = 0;
       const source: PopSource<unknown> = {
@@ -63,12 +64,34 @@ describe("a failed pop's backoff and the idle time left", () => {
       const got = await poller.next(
         () => pops >= 3,
         undefined,
-        () => frozen + 30,
+        () => start + 30,
       );
-      expect({ got, pops }).toEqual({ got: undefined, pops: 1 });
+      expect({ got, pops, idleEnded: poller.idleEnded, clockPastDeadline: Date.now() >= start + 30 }).toEqual({
+        got: undefined,
+        pops: 1,
+        idleEnded: true,
+        clockPastDeadline: true,
+      });
     } finally {
       now.mockRestore();
     }
+  });
+
+  it("pops again when the backoff ends first, idle time still left", async () => {
+    let pops = 0;
+    const source: PopSource<unknown> = {
+      popResult(): Promise<PopResult<unknown>> {
+        pops += 1;
+        return pops === 1
+          ? Promise.reject(new InternalServerError({ status: 503, code: "database_unavailable", message: "down", body: undefined }))
+          : Promise.resolve({ messages: [], leaseId: "", consumerGroup: "", partitionsClaimed: 0 });
+      },
+    };
+    const poller = new Poller(source, { ...DEFAULT_QUEUE_STATE, queue: "q", timeoutMillis: 5000 }, undefined, () => undefined);
+    const started = Date.now();
+    const got = await poller.next(() => false, () => true, () => started + 60_000);
+    expect({ got, pops, idleEnded: poller.idleEnded }).toEqual({ got: undefined, pops: 2, idleEnded: false });
+    expect(Date.now() - started).toBeGreaterThanOrEqual(990); // the first failed pop's 1 s backoff
   });
 });
 
