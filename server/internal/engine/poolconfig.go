@@ -63,13 +63,15 @@ func (s *ServerStarts) met(started time.Time) {
 	if started.IsZero() {
 		return
 	}
+	// Held while the engine acts: another new connection to the same server
+	// finds the start time noted, and must not run its pop before the plans
+	// are forgotten.
 	s.mu.Lock()
+	defer s.mu.Unlock()
 	changed := !s.started.IsZero() && !started.Equal(s.started)
 	s.started = started
-	onChange := s.onChange
-	s.mu.Unlock()
-	if changed && onChange != nil {
-		onChange()
+	if changed && s.onChange != nil {
+		s.onChange()
 	}
 }
 
