@@ -80,7 +80,8 @@ var errServerRestarted = errors.New("a new connection of the pool met a restarte
 // from any broker into local wake-ups. It reconnects with backoff, which
 // starts over once LISTEN works again: a connection lost now and then must
 // not leave later reconnects waiting seconds. A connection lost to an
-// unanswered ping does not start it over: the next one may be as slow.
+// unanswered ping starts it over only when its pings came back in time
+// before: while such losses follow one another the next one may be as slow.
 func (e *Engine) listenLoop() {
 	backoff := listenReconnectFirst
 	firstPingDeadline := pingDeadlineChecks * e.cfg.ListenerCheckInterval
@@ -103,6 +104,11 @@ func (e *Engine) listenLoop() {
 		}
 		failures.Failed(err)
 		if silent {
+			if pingDeadline == firstPingDeadline {
+				// Its pings came back in time until this one (or it is the
+				// first of a run): a new run of losses, not the same overload.
+				backoff = listenReconnectFirst
+			}
 			pingDeadline = min(2*pingDeadline, pingDeadlineMaxFactor*firstPingDeadline)
 			// The pool's idle connections are to the same silent host: a
 			// request given one would wait out its database deadline.

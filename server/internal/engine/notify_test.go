@@ -338,3 +338,43 @@ func TestRequestsGetLiveConnectionsOnceTheListenerNoticesASilentHost(t *testing.
 		}
 	}
 }
+
+// The reconnect backoff after a connection lost to an unanswered ping grows
+// while such losses follow one another (a database overloaded for longer),
+// but a connection whose pings came back in time was healthy: losing it
+// starts the backoff over. Before, only a connection the server closed did,
+// so after a few silent losses in a row the listener waited seconds (up to
+// 5 s) to reconnect at every later one, days of healthy connection between
+// them or not, its parked pops left to their re-checks meanwhile.
+func TestAListenerLosingAHealthyConnectionSilentlyReconnectsAtOnce(t *testing.T) {
+	const check = 50 * time.Millisecond
+	proxy := newTestProxy(t)
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	t.Cleanup(proxy.Close) // before the pool's close, which would wait on the dead connections
+	// waitConnections waits for the listener's nth connection to be on LISTEN.
+	waitConnections := func(n int, within time.Duration) {
+		t.Helper()
+		for deadline := time.Now().Add(within); proxy.Sent(listenQuery) < n || !a.listening.Load(); time.Sleep(5 * time.Millisecond) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the listener had %d connections after %v, want %d", proxy.Sent(listenQuery), within, n)
+			}
+		}
+	}
+	// Four connections in a row go silent before a ping answers: the backoff grows to 1.6 s.
+	const silentInARow = 4
+	for i := 1; i <= silentInARow; i++ {
+		waitConnections(i, 10*time.Second)
+		proxy.Kill(listenQuery)
+	}
+	waitConnections(silentInARow+1, 10*time.Second)
+	time.Sleep(10 * check) // pings answered in time: a healthy connection
+	lost := time.Now()
+	proxy.Kill(listenQuery)
+	waitConnections(silentInARow+2, 10*time.Second)
+	took := time.Since(lost)
+	t.Logf("the listener reconnected %v after its healthy connection fell silent (check %v)", took.Round(time.Millisecond), check)
+	// A check, a ping's first deadline (two checks), the first backoff (100 ms) and a connect.
+	if took > time.Second {
+		t.Fatalf("the listener took %v to reconnect after its healthy connection fell silent: the backoff from the silent losses before was kept", took)
+	}
+}
