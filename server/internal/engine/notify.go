@@ -68,8 +68,9 @@ const (
 )
 
 // errPingUnanswered marks a listener connection that fell silent: its host
-// died without closing it, or is too busy to answer an empty query.
-var errPingUnanswered = errors.New("no answer to a ping")
+// died without closing it, or is too busy to answer an empty query (or the
+// connection's setup, LISTEN included).
+var errPingUnanswered = errors.New("no answer from the database")
 
 // errServerRestarted ends the listener's connection when one of the pool's
 // new connections met another server (see ServerStarts): the listener's is
@@ -155,24 +156,37 @@ func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.
 		case <-ctx.Done():
 		}
 	}()
+	// The setup has a ping's deadline: no ping runs before LISTEN is
+	// answered, and a host that falls silent meanwhile would hold the
+	// listener until TCP gives up (minutes).
+	setupDeadline := *pingDeadline
+	setupCtx, cancelSetup := context.WithTimeout(ctx, setupDeadline)
+	defer cancelSetup()
+	setupErr := func(err error) error {
+		if ctx.Err() == nil && setupCtx.Err() != nil {
+			return fmt.Errorf("%w within %v: %w", errPingUnanswered, setupDeadline, err)
+		}
+		return causeOr(ctx, err)
+	}
 	connCfg := e.pool.Config().ConnConfig.Copy()
-	conn, err := pgx.ConnectConfig(ctx, connCfg)
+	conn, err := pgx.ConnectConfig(setupCtx, connCfg)
 	if err != nil {
-		return false, causeOr(ctx, err)
+		return false, setupErr(err)
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
-		return false, causeOr(ctx, err)
+	if _, err := conn.Exec(setupCtx, "LISTEN "+notifyChannel); err != nil {
+		return false, setupErr(err)
 	}
 	if starts := e.cfg.ServerStarts; starts != nil {
 		// This reconnect acts on a new server itself; the pool's connections
 		// then meet the same one and change nothing.
-		started, err := serverStart(ctx, conn)
+		started, err := serverStart(setupCtx, conn)
 		if err != nil {
-			return false, causeOr(ctx, err)
+			return false, setupErr(err)
 		}
 		starts.record(started)
 	}
+	cancelSetup()
 	e.listening.Store(true)
 	defer e.listening.Store(false)
 	check := e.cfg.ListenerCheckInterval

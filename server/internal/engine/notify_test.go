@@ -378,3 +378,26 @@ func TestAListenerLosingAHealthyConnectionSilentlyReconnectsAtOnce(t *testing.T)
 		t.Fatalf("the listener took %v to reconnect after its healthy connection fell silent: the backoff from the silent losses before was kept", took)
 	}
 }
+
+// A host that falls silent while the listener sets up its connection (its
+// LISTEN sent, no answer) held the listener there until TCP gave up, minutes
+// on an open connection: no ping runs before LISTEN is answered, so nothing
+// noticed, and pushes through other brokers woke none of this broker's
+// parked pops. The setup now has the ping's deadline, and a setup past it
+// counts as a silent connection.
+func TestAListenerWhoseLISTENGoesUnansweredReconnects(t *testing.T) {
+	const check = 50 * time.Millisecond
+	proxy := newTestProxy(t)
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	t.Cleanup(proxy.Close) // before the pool's close, which would wait on the dead connections
+	waitListening(t, a)
+	// From now on nothing the server says reaches a listener's connection
+	// within the test: the current one's ping goes unanswered, and so does
+	// the next one's LISTEN.
+	proxy.Slow(listenQuery, time.Minute)
+	for deadline := time.Now().Add(5 * time.Second); proxy.Sent(listenQuery) < 3; time.Sleep(5 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the listener made %d connections in 5 s, want a third once its second's LISTEN went unanswered", proxy.Sent(listenQuery))
+		}
+	}
+}
