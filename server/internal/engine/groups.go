@@ -289,16 +289,7 @@ func (e *Engine) cursorsAfter(ctx context.Context, page RowPage, onlyGroup strin
 	if len(key) == 3 {
 		group, queue, partition = &key[0], &key[1], &key[2]
 	}
-	rows, err := e.pool.Query(ctx, cursorsAfterSQL, onlyGroup, page.limitArg(), group, queue, partition, lagging, minLag.Seconds())
-	if err != nil {
-		return nil, false, err
-	}
-	list, err := pgx.CollectRows(rows, scanGroupCursor)
-	if err != nil {
-		return nil, false, err
-	}
-	list, more := cutPage(list, page)
-	return list, more, nil
+	return e.cursorPage(ctx, cursorsAfterSQL, page, onlyGroup, page.limitArg(), group, queue, partition, lagging, minLag.Seconds())
 }
 
 // SubscriptionUpdate reports a subscription change.
