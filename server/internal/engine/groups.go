@@ -53,6 +53,14 @@ func (g GroupSummary) State() string {
 	}
 }
 
+// oldestUnconsumedJoin joins o.created_at, when cursor c's oldest
+// unconsumed message on partition p was written (NULL when nothing is
+// unconsumed): one probe of the segments' primary key.
+const oldestUnconsumedJoin = `LEFT JOIN LATERAL (SELECT sg.created_at FROM lanes.segments sg
+		WHERE p.last_offset > greatest(c.committed, p.log_start - 1)
+		  AND sg.partition_id = p.id AND sg.base_offset <= greatest(c.committed + 1, p.log_start)
+		ORDER BY sg.base_offset DESC LIMIT 1) o ON true`
+
 // cursorRowsSQL is every cursor with its lag, a subquery the listings filter,
 // order and page in the database; $1 filters the group (empty = all).
 const cursorRowsSQL = `SELECT c.consumer_group AS grp, q.id AS queue_id, q.name AS queue, p.name AS partition, p.id AS partition_id,
@@ -63,10 +71,7 @@ const cursorRowsSQL = `SELECT c.consumer_group AS grp, q.id AS queue_id, q.name 
 	FROM lanes.consumers c
 	JOIN lanes.partitions p ON p.id = c.partition_id
 	JOIN lanes.queues q ON q.id = p.queue_id
-	LEFT JOIN LATERAL (SELECT sg.created_at FROM lanes.segments sg
-		WHERE p.last_offset > greatest(c.committed, p.log_start - 1)
-		  AND sg.partition_id = p.id AND sg.base_offset <= greatest(c.committed + 1, p.log_start)
-		ORDER BY sg.base_offset DESC LIMIT 1) o ON true
+	` + oldestUnconsumedJoin + `
 	WHERE ($1 = '' OR c.consumer_group = $1)`
 
 // laggingPageSQL is one page of the cursors of cursorRowsSQL whose oldest
@@ -217,10 +222,7 @@ const groupsAfterSQL = `WITH keys AS (
 			bool_or(c.last_consumed_at IS NOT NULL) AS ever_consumed
 		FROM lanes.partitions p
 		JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = k.grp
-		LEFT JOIN LATERAL (SELECT sg.created_at FROM lanes.segments sg
-			WHERE p.last_offset > greatest(c.committed, p.log_start - 1)
-			  AND sg.partition_id = p.id AND sg.base_offset <= greatest(c.committed + 1, p.log_start)
-			ORDER BY sg.base_offset DESC LIMIT 1) o ON true
+		` + oldestUnconsumedJoin + `
 		WHERE p.queue_id = k.queue_id) c
 	ORDER BY k.grp, k.queue`
 
@@ -270,10 +272,7 @@ const cursorsAfterSQL = `SELECT pr.grp, pr.queue_id, pr.queue, cr.partition, cr.
 			coalesce(extract(epoch FROM now() - o.created_at), 0)::float8 AS lag_seconds
 		FROM lanes.partitions p
 		JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = pr.grp
-		LEFT JOIN LATERAL (SELECT sg.created_at FROM lanes.segments sg
-			WHERE p.last_offset > greatest(c.committed, p.log_start - 1)
-			  AND sg.partition_id = p.id AND sg.base_offset <= greatest(c.committed + 1, p.log_start)
-			ORDER BY sg.base_offset DESC LIMIT 1) o ON true
+		` + oldestUnconsumedJoin + `
 		WHERE p.queue_id = pr.queue_id
 		  AND ($3::text IS NULL OR (pr.grp, pr.queue) > ($3, $4::text) OR p.name > $5::text)
 		  AND (NOT $6 OR (p.last_offset > greatest(c.committed, p.log_start - 1)
