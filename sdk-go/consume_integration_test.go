@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net/http"
+	"net/url"
 	"os"
 	"strings"
 	"sync"
@@ -517,4 +518,55 @@ func TestITGroupOfOnlyWhiteSpaceIsRefused(t *testing.T) {
 		requireBadGroup("update subscription", err)
 	}
 	require.Zero(t, via.requests.Load(), "nothing was sent")
+}
+
+// edgeSpaceNames sit on the edge of the broker's white-space rule (Go's unicode.IsSpace, the
+// Unicode White_Space property): JavaScript's trim() also strips U+FEFF and Python's strip()
+// U+001C..U+001F, which the broker takes as names; U+0085 is white space to the broker.
+var edgeSpaceNames = []string{
+	"\t", "\n", "\v", "\f", "\r", " ", "\x1c", "\x1d", "\x1e", "\x1f", "\u0085", "\u00a0", "\u1680", "\u180e",
+	"\u2000", "\u200a", "\u200b", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff", " \ufeff ", "\u0085\u3000",
+}
+
+// The SDK refuses a group or partition name as blank exactly when the broker answers 400 for
+// it: a pop sent by hand asks the broker, a pop through the SDK must agree.
+func TestITBlankNamesAreTheBrokers(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	brokerRefuses := func(path string, query url.Values) bool {
+		t.Helper()
+		req, err := http.NewRequestWithContext(b.ctx, http.MethodGet, testBrokerURL(t)+path+"?"+query.Encode(), nil)
+		require.NoError(t, err)
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Contains(t, []int{http.StatusNoContent, http.StatusBadRequest}, resp.StatusCode, "%q", path)
+		return resp.StatusCode == http.StatusBadRequest
+	}
+	requireAgrees := func(brokerRefused bool, err error, field, name string) {
+		t.Helper()
+		var bad *lanes.InvalidNameError
+		if !brokerRefused {
+			require.NoError(t, err, "%s %q: the broker takes it", field, name)
+			return
+		}
+		require.ErrorAs(t, err, &bad, "%s %q: the broker refuses it", field, name)
+		require.Equal(t, field, bad.Field)
+	}
+	refused := 0
+	queuePath := "/api/v1/pop/queue/" + url.PathEscape(b.queue)
+	for _, name := range edgeSpaceNames {
+		brokerRefused := brokerRefuses(queuePath, url.Values{"wait": {"false"}, "consumerGroup": {name}})
+		_, err := b.c.Queue(b.queue).Group(name).Wait(false).Pop(b.ctx)
+		requireAgrees(brokerRefused, err, "group", name)
+
+		brokerRefused = brokerRefuses(queuePath+"/partition/"+url.PathEscape(name), url.Values{"wait": {"false"}})
+		_, err = b.c.Queue(b.queue).Partition(name).Wait(false).Pop(b.ctx)
+		requireAgrees(brokerRefused, err, "partition", name)
+		if brokerRefused {
+			refused++
+		}
+	}
+	require.NotZero(t, refused, "the table holds names the broker refuses")
+	require.Less(t, refused, len(edgeSpaceNames), "and names it takes")
 }
