@@ -9,6 +9,9 @@ const MAX_NAME_BYTES = 512;
 /** LONE_SURROGATE matches a surrogate without its pair (in `u` mode a pair is one code point), which has no UTF-8 form. */
 const LONE_SURROGATE = /[\uD800-\uDFFF]/u;
 
+/** BLANK matches a name of only the broker's white space: Unicode's White_Space, as Go's unicode.IsSpace. trim() differs: it strips U+FEFF, a name the broker takes, and keeps U+0085, which the broker counts as white space. */
+const BLANK = /^\p{White_Space}*$/u;
+
 /** nameProblem says why the broker refuses `value` as a name, or "". */
 function nameProblem(value: string): string {
   if (value === "." || value === "..") return 'must not be "." or ".." (URL clients drop such path segments)';
@@ -20,9 +23,9 @@ function nameProblem(value: string): string {
 
 /** checkNames throws InvalidNameError (naming `op`) for a queue or partition the broker refuses; an empty or absent partition means "Default". */
 export function checkNames(op: string, queue: string, partition: string | undefined): void {
-  const queueProblem = queue.trim() === "" ? "must be a non-empty string" : nameProblem(queue);
+  const queueProblem = BLANK.test(queue) ? "must be a non-empty string" : nameProblem(queue);
   if (queueProblem) throw new InvalidNameError("queue", queue, queueProblem, op);
-  const partitionProblem = !partition ? "" : partition.trim() === "" ? "must hold more than white space" : nameProblem(partition);
+  const partitionProblem = !partition ? "" : BLANK.test(partition) ? "must hold more than white space" : nameProblem(partition);
   if (partitionProblem) throw new InvalidNameError("partition", partition ?? "", partitionProblem, op);
 }
 
@@ -32,5 +35,5 @@ export function checkGroup(op: string, group: string | null | undefined, inPath 
     if (inPath) throw new InvalidNameError("group", group ?? "", "must be a non-empty string", op);
     return;
   }
-  if (group.trim() === "") throw new InvalidNameError("group", group, "must hold more than white space", op);
+  if (BLANK.test(group)) throw new InvalidNameError("group", group, "must hold more than white space", op);
 }

@@ -2,7 +2,7 @@
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it, vi } from "vitest";
 import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, InvalidNameError, type Consumer, type Message, type QueueBuilder } from "../../src/index.js";
-import { client, sleep, uniq } from "./helpers.js";
+import { brokerUrl, client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
   it("keeps order per partition with concurrency > 1", async () => {
@@ -724,6 +724,49 @@ describe("a consumer group of only white space: InvalidNameError wherever a grou
       await expect(lanes.admin.updateSubscription(g, new Date())).rejects.toMatchObject(inPath);
     }
     expect(sent).toBe(0);
+  });
+});
+
+/** EDGE_SPACE_NAMES sit on the edge of the broker's white-space rule (Go's unicode.IsSpace, Unicode's White_Space): trim() also strips U+FEFF, which the broker takes as a name, and keeps U+0085, which the broker counts as white space. */
+const EDGE_SPACE_NAMES = [
+  "\t", "\n", "\v", "\f", "\r", " ", "\x1c", "\x1d", "\x1e", "\x1f", "\u0085", "\u00a0", "\u1680", "\u180e",
+  "\u2000", "\u200a", "\u200b", "\u2028", "\u2029", "\u202f", "\u205f", "\u3000", "\ufeff", " \ufeff ", "\u0085\u3000",
+];
+
+describe("a blank group or partition name is what the broker calls blank", () => {
+  it("refuses a name before sending exactly when a pop sent by hand gets 400 for it", async () => {
+    const lanes = client();
+    const q = uniq("blankrule");
+    const queuePath = `${brokerUrl()}/api/v1/pop/queue/${encodeURIComponent(q)}`;
+    const brokerRefuses = async (url: string) => {
+      const answer = await fetch(url);
+      await answer.body?.cancel();
+      expect([204, 400]).toContain(answer.status);
+      return answer.status === 400;
+    };
+    const sdkRefuses = async (pop: Promise<unknown>) => {
+      try {
+        await pop;
+        return false;
+      } catch (err) {
+        if (err instanceof InvalidNameError) return true;
+        if (err instanceof BadRequestError) return false; // sent, and the broker refused it
+        throw err;
+      }
+    };
+    const codePoints = (name: string) => [...name].map((c) => `U+${c.codePointAt(0)!.toString(16).toUpperCase().padStart(4, "0")}`).join(" ");
+    const disagreements: string[] = [];
+    let refused = 0;
+    for (const name of EDGE_SPACE_NAMES) {
+      const groupRefused = await brokerRefuses(`${queuePath}?wait=false&consumerGroup=${encodeURIComponent(name)}`);
+      if (groupRefused !== (await sdkRefuses(lanes.queue(q).group(name).wait(false).pop()))) disagreements.push(`group ${codePoints(name)}`);
+      const partitionRefused = await brokerRefuses(`${queuePath}/partition/${encodeURIComponent(name)}?wait=false`);
+      if (partitionRefused !== (await sdkRefuses(lanes.queue(q).partition(name).wait(false).pop()))) disagreements.push(`partition ${codePoints(name)}`);
+      if (groupRefused) refused += 1;
+    }
+    expect(disagreements).toEqual([]);
+    expect(refused).toBeGreaterThan(0);
+    expect(refused).toBeLessThan(EDGE_SPACE_NAMES.length);
   });
 });
 
