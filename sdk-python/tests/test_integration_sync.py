@@ -18,6 +18,7 @@ import uuid
 from collections.abc import Callable, Iterator
 from types import FrameType
 from typing import Annotated, Any
+from urllib.parse import quote
 
 import httpx
 import pydantic
@@ -1338,6 +1339,51 @@ def test_a_consumer_group_of_only_white_space_is_refused_wherever_a_group_is_tak
         )
     client.close()
     assert sent == []
+
+
+# Names on the edge of the broker's white-space rule (Go's unicode.IsSpace, Unicode's
+# White_Space): str.strip() also strips U+001C..U+001F, which the broker takes as names.
+EDGE_SPACE_NAMES = [
+    *"\t\n\v\f\r \x1c\x1d\x1e\x1f\x85\xa0\u1680\u180e",
+    *"\u2000\u200a\u200b\u2028\u2029\u202f\u205f\u3000\ufeff",
+    " \ufeff ",
+    "\x85\u3000",
+]
+
+
+def test_a_blank_group_or_partition_name_is_what_the_broker_calls_blank(
+    broker_url: str, client: lanes.Lanes, qname: str
+) -> None:
+    # A pop sent by hand asks the broker; the SDK refuses the name before sending exactly when
+    # the broker answers 400 for it.
+    queue_url = f"{broker_url}/api/v1/pop/queue/{qname}"
+
+    def broker_refuses(url: str, params: dict[str, str]) -> bool:
+        answer = httpx.get(url, params={"wait": "false", **params})
+        assert answer.status_code in (204, 400), answer.text
+        return answer.status_code == 400
+
+    def sdk_refuses(q: lanes.Queue) -> bool:
+        try:
+            q.wait(False).pop()
+        except lanes.InvalidNameError:
+            return True
+        except lanes.BadRequestError:
+            return False  # sent, and the broker refused it
+        return False
+
+    disagreements = []
+    refused = 0
+    for name in EDGE_SPACE_NAMES:
+        group_refused = broker_refuses(queue_url, {"consumerGroup": name})
+        if group_refused != sdk_refuses(client.queue(qname).group(name)):
+            disagreements.append(f"group {name!r}")
+        partition_refused = broker_refuses(f"{queue_url}/partition/{quote(name, safe='')}", {})
+        if partition_refused != sdk_refuses(client.queue(qname).partition(name)):
+            disagreements.append(f"partition {name!r}")
+        refused += group_refused
+    assert disagreements == []
+    assert 0 < refused < len(EDGE_SPACE_NAMES)
 
 
 def _interrupt_main_thread() -> None:

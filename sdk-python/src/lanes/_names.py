@@ -8,6 +8,18 @@ from lanes._exceptions import InvalidNameError
 
 MAX_NAME_BYTES = 512  # the broker's limit on a queue or partition name
 
+# The broker's white space: Unicode's White_Space, as Go's unicode.IsSpace. str.isspace()
+# differs: it also counts U+001C..U+001F, which the broker takes as names.
+_BROKER_SPACE = frozenset(
+    "\t\n\v\f\r \x85\xa0\u1680\u2000\u2001\u2002\u2003\u2004\u2005\u2006\u2007\u2008\u2009\u200a"
+    "\u2028\u2029\u202f\u205f\u3000"
+)
+
+
+def _blank(value: str) -> bool:
+    """True for "" and a name of only the broker's white space."""
+    return all(ch in _BROKER_SPACE for ch in value)
+
 
 def _name_problem(value: str) -> str:
     """Why the broker refuses ``value`` as a name, or ""."""
@@ -27,10 +39,10 @@ def _name_problem(value: str) -> str:
 def check_names(op: str, queue: str, partition: str | None) -> None:
     """Raise :class:`InvalidNameError` (naming ``op``) for a queue or partition the broker
     refuses; an empty or absent partition means "Default"."""
-    problem = "must be a non-empty string" if not queue.strip() else _name_problem(queue)
+    problem = "must be a non-empty string" if _blank(queue) else _name_problem(queue)
     if problem:
         raise InvalidNameError("queue", queue, problem, op)
-    if partition and not partition.strip():
+    if partition and _blank(partition):
         raise InvalidNameError("partition", partition, "must hold more than white space", op)
     if partition and (problem := _name_problem(partition)):
         raise InvalidNameError("partition", partition, problem, op)
@@ -46,5 +58,5 @@ def check_group(op: str, group: str | None, in_path: bool = False) -> None:
         if in_path:
             raise InvalidNameError("group", group or "", "must be a non-empty string", op)
         return
-    if not group.strip():
+    if _blank(group):
         raise InvalidNameError("group", group, "must hold more than white space", op)
