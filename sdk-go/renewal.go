@@ -59,7 +59,9 @@ func popLeaseSeconds(pr *PopResult, leaseSeconds int) int {
 
 // leaseExpiry is the latest expiry a consume loop or iterator knows for a pop's lease: the
 // pop's lease length (popLeaseSeconds, else fallbackLease) from when the answer arrived, moved
-// by each applied renewal. A failed ack is resent until shortly before it (ackUntilDone).
+// by each applied renewal to when it was sent plus the seconds it asked for (never to the
+// answer's NewExpiresAt, on the database's clock). A failed ack is resent until shortly before
+// it (ackUntilDone).
 type leaseExpiry struct {
 	mu sync.Mutex
 	at time.Time
@@ -73,14 +75,14 @@ func newLeaseExpiry(leaseSeconds int) *leaseExpiry {
 	return &leaseExpiry{at: time.Now().Add(lease)}
 }
 
-func (e *leaseExpiry) extend(to *time.Time) {
-	if e == nil || to == nil {
+func (e *leaseExpiry) extend(to time.Time) {
+	if e == nil {
 		return
 	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	if to.After(e.at) {
-		e.at = *to
+		e.at = to
 	}
 }
 
@@ -138,10 +140,12 @@ func renewLease(ackCtx context.Context, q QueueBuilder, pr *PopResult, expiry *l
 			case <-t.C:
 			}
 			ctx, cancel := context.WithTimeout(ackCtx, 10*time.Second)
-			res, err := q.c.Renew(ctx, renewSeconds(next), lease)
+			seconds, sentAt := renewSeconds(next), time.Now()
+			res, err := q.c.Renew(ctx, seconds, lease)
 			cancel()
 			if err == nil && len(res) == 1 && res[0].Success {
-				expiry.extend(res[0].NewExpiresAt)
+				// The broker extends to at least its now + seconds, and its now is after sentAt.
+				expiry.extend(sentAt.Add(time.Duration(seconds) * time.Second))
 			}
 			switch {
 			case err != nil:
