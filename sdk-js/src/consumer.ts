@@ -109,7 +109,7 @@ const ACK_RESEND_MARGIN_MILLIS = 1000;
 /** How long an iterator that is left (break, return, throw, limit, idle, abort) goes on resending a failed ack: leaving should not block for the rest of the lease. The first call always runs to its end under the client's retry policy; no resend starts after the budget. */
 const LEAVE_ACK_BUDGET_MILLIS = 5000;
 
-/** LeaseExpiry is the latest expiry (epoch ms) a consume loop or iterator knows for a pop's lease: its length (popLeaseSeconds, else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal. */
+/** LeaseExpiry is the latest expiry (epoch ms) a consume loop or iterator knows for a pop's lease: its length (popLeaseSeconds, else FALLBACK_LEASE_MILLIS) from the pop's answer, moved by each applied renewal to when it was sent plus the seconds it asked for. */
 interface LeaseExpiry {
   at: number;
 }
@@ -143,14 +143,17 @@ function renewWhileHeld(core: Core, s: QueueState, leaseId: string, leaseSeconds
   const schedule = (next: number): void => {
     if (stopped) return;
     timer = setTimeout(() => {
-      core.renew([leaseId], renewSeconds(next)).then(
+      const seconds = renewSeconds(next);
+      const sentAt = Date.now();
+      core.renew([leaseId], seconds).then(
         (r) => {
           if (stopped) return;
           if (!r[0]?.success) {
             report("lease renewal", new LanesError(`lease ${leaseId}: renewal not applied (expired or released)`));
             return;
           }
-          const renewedTo = r[0].newExpiresAt ? Date.parse(r[0].newExpiresAt) : NaN;
+          // The broker extends to at least its now + seconds, and its now is after sentAt; the answer's newExpiresAt is on the database's clock.
+          const renewedTo = sentAt + seconds * 1000;
           if (expiry && renewedTo > expiry.at) expiry.at = renewedTo;
           if (every === 0) every = renewEveryForExpiry(poppedAt, r[0].newExpiresAt);
           schedule(every);
