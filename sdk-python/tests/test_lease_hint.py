@@ -5,8 +5,12 @@ iterators (blocking and asyncio) count with it instead of assuming 60 s, against
 
 from __future__ import annotations
 
+import json
 import time
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
+
+import httpx
+import pytest
 
 import lanes
 from tests.test_iterator_acks import failing_acks as failing_acks  # the fixture, by name
@@ -90,3 +94,62 @@ def test_the_consume_loop_does_not_resend_an_ack_past_the_queues_lease(
     assert statuses(errors) == [503, 503]
     assert took < 2.5, "resent past the lease"
     assert redelivered(broker_url, qname, 6000) == [1, 2, 3]
+
+
+class AheadRenewals(httpx.BaseTransport):
+    """Answers each applied lease renewal with a ``newExpiresAt`` an hour ahead, as a broker
+    whose database clock ran an hour ahead of the client's would; the renewal itself reaches the
+    broker unchanged."""
+
+    def __init__(self) -> None:
+        self._broker = httpx.HTTPTransport()
+
+    def handle_request(self, request: httpx.Request) -> httpx.Response:
+        answer = self._broker.handle_request(request)
+        if not request.url.path.endswith("/extend") or answer.status_code != 200:
+            return answer
+        body = json.loads(answer.read())
+        if body.get("newExpiresAt"):
+            ahead = (datetime.now(timezone.utc) + timedelta(hours=1)).isoformat()
+            body.update(newExpiresAt=ahead, expiresAt=ahead, lease_expires_at=ahead)
+        return httpx.Response(200, json=body)
+
+    def close(self) -> None:
+        self._broker.close()
+
+
+# A renewal's answer names the new expiry on the database's clock; the consume loop counts a
+# renewed lease from when it sent the renewal instead. The 3 s lease is renewed every second for
+# 2 s while the handler holds its message 2.5 s; the ack fails, and the next attempt, 1 s later,
+# would come within 1 s of the renewed lease's end (about 4 s): the loop gives up after one
+# attempt. Before, it took the answer's hour and resent at 3.5 s, 5.5 s, 9.5 s, ..., past the
+# lease.
+def test_a_renewed_lease_counts_from_when_the_renewal_was_sent(
+    broker_url: str, qname: str, failing_acks: tuple[str, dict[str, str]]
+) -> None:
+    run, headers = failing_acks
+    script_acks(broker_url, run, [{"status": 503, "times": 20}])
+    errors: list[BaseException] = []
+    handled_at: list[float] = []
+
+    def hold(m: lanes.Message) -> None:
+        time.sleep(2.5)
+        handled_at.append(time.monotonic())
+
+    http = httpx.Client(transport=AheadRenewals())
+    with lanes.Lanes(
+        broker_url, retry_attempts=0, max_429_attempts=0, headers=headers, http_client=http
+    ) as c:
+        assert c.queue(qname).configure({"leaseTime": 3}).configured
+        c.queue(qname).push([1])
+        cons = c.queue(qname).batch(1).limit(1).on_error(errors.append).consume(hold)
+        try:
+            cons.closed(timeout=8)
+        except TimeoutError:
+            pytest.fail(f"still resending the ack 5 s after the handler: {statuses(errors)}")
+        finally:
+            cons.stop_and_cancel(timeout=30)
+        assert time.monotonic() - handled_at[0] < 1.5, "resent past the lease"
+    http.close()
+    assert statuses(errors) == [503]
+    assert redelivered(broker_url, qname, 6000) == [1]

@@ -729,19 +729,21 @@ class RenewalSchedule:
         self.every = every
         self.popped_at = popped_at
         self.next_in = every or RENEW_UNKNOWN_LEASE_AFTER_S
-        self.expires_at: datetime | None = None  # the latest expiry a renewal answered
+        self.expires_at: datetime | None = None  # the latest expiry an applied renewal gives
 
     def extension(self) -> int:
         return renewal_extension(self.next_in)
 
-    def after(self, r: RenewResult) -> bool:
-        """Take a renewal's answer; False when the lease was not renewed (renewal ends)."""
+    def after(self, r: RenewResult, sent_at: datetime, seconds: int) -> bool:
+        """Take the answer of a renewal sent at ``sent_at`` asking for ``seconds``; False when
+        the lease was not renewed (renewal ends). The lease now lasts at least until
+        ``sent_at + seconds`` (the broker extends to its now + seconds, and its now is later);
+        not until the answer's ``new_expires_at``, which is on the database's clock."""
         if not r.success:
             return False
-        if r.new_expires_at is not None and (
-            self.expires_at is None or r.new_expires_at > self.expires_at
-        ):
-            self.expires_at = r.new_expires_at
+        renewed_to = sent_at + timedelta(seconds=seconds)
+        if self.expires_at is None or renewed_to > self.expires_at:
+            self.expires_at = renewed_to
         if not self.every:
             self.every = renew_every_for_expiry(self.popped_at, r.new_expires_at)
         self.next_in = self.every
@@ -764,8 +766,8 @@ def lease_expiry(
     lease_seconds: int | None, popped_at: datetime, schedule: RenewalSchedule | None
 ) -> datetime:
     """The latest expiry a consume loop or iterator knows for a pop's lease: its length
-    (:func:`pop_lease_seconds`, else FALLBACK_LEASE_S) from the pop's answer, or a later one a
-    renewal answered."""
+    (:func:`pop_lease_seconds`, else FALLBACK_LEASE_S) from the pop's answer, or a later one an
+    applied renewal gives (:meth:`RenewalSchedule.after`)."""
     at = popped_at + timedelta(seconds=lease_seconds or FALLBACK_LEASE_S)
     if schedule is not None and schedule.expires_at is not None and schedule.expires_at > at:
         return schedule.expires_at

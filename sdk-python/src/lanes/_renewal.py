@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import threading
 from collections.abc import Awaitable, Callable
+from datetime import datetime, timezone
 
 from lanes._protocol import RenewalSchedule
 from lanes._types import RenewResult
@@ -39,8 +40,9 @@ async def renew_lease_async(
         due = False
         if settled():
             return
+        seconds, sent_at = schedule.extension(), datetime.now(timezone.utc)
         try:
-            r = await renew(lease_id, schedule.extension())
+            r = await renew(lease_id, seconds)
         except Exception as e:
             if settled():
                 return
@@ -48,7 +50,7 @@ async def renew_lease_async(
             continue
         if settled():
             return
-        if not schedule.after(r):
+        if not schedule.after(r, sent_at, seconds):
             report(_not_renewed(lease_id), OP)
             return
 
@@ -124,14 +126,15 @@ class LeaseRenewalThread:
             while not self._stopped.wait(self._schedule.next_in):
                 if self._settled():
                     return
+                seconds, sent_at = self._schedule.extension(), datetime.now(timezone.utc)
                 try:
-                    r = self._renew(self._lease_id, self._schedule.extension())
+                    r = self._renew(self._lease_id, seconds)
                 except Exception as e:
                     if self._stopped.is_set():
                         return  # the iterator closed (and maybe its client) meanwhile
                     self._report(e, OP)
                     continue
-                if not self._schedule.after(r):
+                if not self._schedule.after(r, sent_at, seconds):
                     self._report(_not_renewed(self._lease_id), OP)
                     return
         finally:
