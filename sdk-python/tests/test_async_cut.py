@@ -6,6 +6,7 @@ nothing, and an answer it had already written still arrives whole and is release
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 import uuid
@@ -189,6 +190,30 @@ async def test_aclose_right_after_an_iterators_stop_waits_for_its_release(
         got = await c.queue(qname).autopilot(False).timeout_millis(3000).pop()
         assert [m.data for m in got] == ["late"], "held by the stopped iterator's cut pop"
         await c.ack(got)
+
+
+async def test_aclose_does_not_wait_for_a_stopped_iterator_whose_task_was_cancelled(
+    broker_url: str, qname: str
+) -> None:
+    # The program stops the iterator mid-pop and cancels the iterating task: the cancellation
+    # ends the pop, and the iterator, left without `async with`, is never closed. aclose() still
+    # waited its whole 2 s for that iterator's release, which nothing would send.
+    c = lanes.AsyncLanes(broker_url)
+    it = c.queue(qname).timeout_millis(20000).messages()
+
+    async def iterate() -> list[object]:
+        return [m.data async for m in it]
+
+    task = asyncio.ensure_future(iterate())
+    await asyncio.sleep(0.5)  # the long poll is parked on the broker
+    it.stop()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    t0 = time.monotonic()
+    await c.aclose()
+    took = time.monotonic() - t0
+    assert took < 0.5, took
 
 
 def _slow_bearer_token() -> tuple[asyncio.Event, Callable[[], Awaitable[str]]]:

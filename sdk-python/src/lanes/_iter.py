@@ -440,6 +440,13 @@ class AsyncMessageIterator:
         except StopIteration:
             await self.aclose()
             raise StopAsyncIteration from None
+        except BaseException:
+            # Ended without its own release (the task's cancellation, which ends a cut pop too,
+            # or an error): aclose() of the client has nothing of this iterator to wait for. An
+            # `async with` around the iteration still releases what it holds.
+            if self._stopped is not None:
+                self._stopped.discard(self)
+            raise
 
     async def aclose(self) -> None:
         """As :meth:`MessageIterator.close`."""
