@@ -770,8 +770,15 @@ type DeleteQueueResult struct {
 type DlqList struct {
 	Messages []DlqMessage `json:"messages"`
 
+	// NextAfter The `after` of the next page when the page is `truncated`, else `null`: an opaque key of
+	// this page's last row; send it back as it came. Unlike an `offset`, it does not move
+	// when dead letters before it are replayed, purged or filed between two pages. Always
+	// sent by this broker; brokers before it leave it out.
+	NextAfter *string `json:"nextAfter"`
+
 	// NextOffset The `offset` of the next page when the page is `truncated`, else `null`: this page's
-	// `offset` plus the positions it covered (its rows). Always sent with `truncated`.
+	// `offset` plus the positions it covered (its rows). Sent with `truncated`, except on a
+	// page asked for with `after`, whose place counted from the first row is unknown (`null`).
 	NextOffset *int       `json:"nextOffset"`
 	Pagination Pagination `json:"pagination"`
 
@@ -779,9 +786,9 @@ type DlqList struct {
 	Total int `json:"total"`
 
 	// Truncated `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
-	// at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
-	// for the rest; a short page is the last one only when `truncated` is `false`. Always sent
-	// by this broker; brokers before it leave it out.
+	// at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextAfter`
+	// (or `nextOffset`) for the rest; a short page is the last one only when `truncated` is
+	// `false`. Always sent by this broker; brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
@@ -2724,8 +2731,9 @@ type ListConsumerGroupsParams struct {
 	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// After Where the page starts: the rows strictly after the row this key names, the
-	// `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
-	// `offset`: both, or a malformed key, answer `400 bad_request`.
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -2743,8 +2751,9 @@ type ListLaggingConsumerGroupsParams struct {
 	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// After Where the page starts: the rows strictly after the row this key names, the
-	// `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
-	// `offset`: both, or a malformed key, answer `400 bad_request`.
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 
 	// MinLagSeconds Minimum time lag in seconds (clients usually send 60; the reference example uses 3600).
@@ -2771,8 +2780,9 @@ type GetConsumerGroupParams struct {
 	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
 
 	// After Where the page starts: the rows strictly after the row this key names, the
-	// `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
-	// `offset`: both, or a malformed key, answer `400 bad_request`.
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -2812,8 +2822,15 @@ type ListDlqParams struct {
 	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // ListMessagesParams defines parameters for ListMessages.
@@ -3499,10 +3516,12 @@ type ClientInterface interface {
 
 	// ListDlq List dead letters
 	//
-	// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
-	// earlier, after at least one, once its payloads reach the broker's answer byte budget
-	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-	// Required role: read-only, read-write or admin.
+	// Dead-letter rows, newest `failedAt` first, paged with `limit` and `after` (or `offset`). A
+	// page holds at most `limit` rows and stops earlier, after at least one, once its payloads
+	// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter`
+	// and `nextOffset` say where the rest starts. Page with `after`: an `offset` counts rows from
+	// the first, so dead letters replayed, purged or filed between two pages make it skip or
+	// repeat rows. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/dlq (the `ListDlq` operationId).
 	ListDlq(ctx context.Context, params *ListDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4425,10 +4444,12 @@ func (c *Client) PurgeDlq(ctx context.Context, params *PurgeDlqParams, reqEditor
 
 // ListDlq List dead letters
 //
-// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
-// earlier, after at least one, once its payloads reach the broker's answer byte budget
-// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-// Required role: read-only, read-write or admin.
+// Dead-letter rows, newest `failedAt` first, paged with `limit` and `after` (or `offset`). A
+// page holds at most `limit` rows and stops earlier, after at least one, once its payloads
+// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter`
+// and `nextOffset` say where the rest starts. Page with `after`: an `offset` counts rows from
+// the first, so dead letters replayed, purged or filed between two pages make it skip or
+// repeat rows. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/dlq (the `ListDlq` operationId).
 func (c *Client) ListDlq(ctx context.Context, params *ListDlqParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6304,6 +6325,18 @@ func NewListDlqRequest(server string, params *ListDlqParams) (*http.Request, err
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9117,10 +9150,12 @@ type ClientWithResponsesInterface interface {
 
 	// ListDlqWithResponse List dead letters
 	//
-	// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
-	// earlier, after at least one, once its payloads reach the broker's answer byte budget
-	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-	// Required role: read-only, read-write or admin.
+	// Dead-letter rows, newest `failedAt` first, paged with `limit` and `after` (or `offset`). A
+	// page holds at most `limit` rows and stops earlier, after at least one, once its payloads
+	// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter`
+	// and `nextOffset` say where the rest starts. Page with `after`: an `offset` counts rows from
+	// the first, so dead letters replayed, purged or filed between two pages make it skip or
+	// repeat rows. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15381,10 +15416,12 @@ func (c *ClientWithResponses) PurgeDlqWithResponse(ctx context.Context, params *
 
 // ListDlqWithResponse List dead letters
 //
-// Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
-// earlier, after at least one, once its payloads reach the broker's answer byte budget
-// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-// Required role: read-only, read-write or admin.
+// Dead-letter rows, newest `failedAt` first, paged with `limit` and `after` (or `offset`). A
+// page holds at most `limit` rows and stops earlier, after at least one, once its payloads
+// reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter`
+// and `nextOffset` say where the rest starts. Page with `after`: an `offset` counts rows from
+// the first, so dead letters replayed, purged or filed between two pages make it skip or
+// repeat rows. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -476,10 +476,12 @@ export interface paths {
         };
         /**
          * List dead letters
-         * @description Dead-letter rows, newest `failedAt` first. A page holds at most `limit` rows and stops
-         *     earlier, after at least one, once its payloads reach the broker's answer byte budget
-         *     (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-         *     Required role: read-only, read-write or admin.
+         * @description Dead-letter rows, newest `failedAt` first, paged with `limit` and `after` (or `offset`). A
+         *     page holds at most `limit` rows and stops earlier, after at least one, once its payloads
+         *     reach the broker's answer byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter`
+         *     and `nextOffset` say where the rest starts. Page with `after`: an `offset` counts rows from
+         *     the first, so dead letters replayed, purged or filed between two pages make it skip or
+         *     repeat rows. Required role: read-only, read-write or admin.
          *
          */
         get: operations["listDlq"];
@@ -1904,13 +1906,20 @@ export interface components {
             /** @description Length of this page. */
             total: number;
             /** @description `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
-             *     at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
-             *     for the rest; a short page is the last one only when `truncated` is `false`. Always sent
-             *     by this broker; brokers before it leave it out.
+             *     at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextAfter`
+             *     (or `nextOffset`) for the rest; a short page is the last one only when `truncated` is
+             *     `false`. Always sent by this broker; brokers before it leave it out.
              *      */
             truncated?: boolean;
+            /** @description The `after` of the next page when the page is `truncated`, else `null`: an opaque key of
+             *     this page's last row; send it back as it came. Unlike an `offset`, it does not move
+             *     when dead letters before it are replayed, purged or filed between two pages. Always
+             *     sent by this broker; brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
             /** @description The `offset` of the next page when the page is `truncated`, else `null`: this page's
-             *     `offset` plus the positions it covered (its rows). Always sent with `truncated`.
+             *     `offset` plus the positions it covered (its rows). Sent with `truncated`, except on a
+             *     page asked for with `after`, whose place counted from the first row is unknown (`null`).
              *      */
             nextOffset?: number | null;
         };
@@ -2932,8 +2941,9 @@ export interface components {
          *      */
         KeyedListOffset: number;
         /** @description Where the page starts: the rows strictly after the row this key names, the
-         *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
-         *     `offset`: both, or a malformed key, answer `400 bad_request`.
+         *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+         *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+         *     `400 bad_request`.
          *      */
         ListAfter: string;
         /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
@@ -3869,8 +3879,16 @@ export interface operations {
                  *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
                  *      */
                 limit?: number;
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;
@@ -3979,8 +3997,9 @@ export interface operations {
                  *      */
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
-                 *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
-                 *     `offset`: both, or a malformed key, answer `400 bad_request`.
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -4026,8 +4045,9 @@ export interface operations {
                  *      */
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
-                 *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
-                 *     `offset`: both, or a malformed key, answer `400 bad_request`.
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
                 /** @description Minimum time lag in seconds (clients usually send 60; the reference example uses 3600). */
@@ -4075,8 +4095,9 @@ export interface operations {
                  *      */
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
-                 *     `X-Lanes-Next-After` of the page before. Opaque: send it back as it came. Not with
-                 *     `offset`: both, or a malformed key, answer `400 bad_request`.
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };

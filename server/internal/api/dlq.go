@@ -3,6 +3,8 @@ package api
 import (
 	"context"
 	"errors"
+	"strconv"
+	"time"
 
 	"github.com/google/uuid"
 
@@ -26,30 +28,59 @@ func (s *Server) pushMaintenanceOn(ctx context.Context) bool {
 	return s.maintenance.push.Load()
 }
 
-// ListDlq pages through dead letters, newest failure first.
+// ListDlq pages through dead letters, newest failure first, by offset or by key.
 func (s *Server) ListDlq(ctx context.Context, req gen.ListDlqRequestObject) (gen.ListDlqResponseObject, error) {
 	p := req.Params
-	limit, offset := 100, 0
+	limit := 100
 	if p.Limit != nil {
 		limit = *p.Limit
 	}
-	if p.Offset != nil {
-		offset = *p.Offset
+	place, err := keyedRowPage(&limit, p.Offset, p.After, 2)
+	if err != nil {
+		return nil, err
 	}
-	page, err := s.engine.ListDeadLetters(ctx, engine.DLQFilter{
-		Queue: deref(p.Queue), Group: deref(p.ConsumerGroup), Partition: deref(p.Partition),
-		From: p.From, To: p.To, Limit: limit, Offset: offset,
-	})
+	filter := engine.DLQFilter{Queue: deref(p.Queue), Group: deref(p.ConsumerGroup), Partition: deref(p.Partition),
+		From: p.From, To: p.To, Limit: limit, Offset: place.Offset}
+	if place.After != nil {
+		if filter.After, err = parseDeadLetterKey(place.After); err != nil {
+			return nil, err
+		}
+	}
+	page, err := s.engine.ListDeadLetters(ctx, filter)
 	if err != nil {
 		return nil, err
 	}
 	out := gen.ListDlq200JSONResponse{Messages: make([]gen.DlqMessage, len(page.Rows)), Total: len(page.Rows),
-		Pagination: gen.Pagination{Limit: limit, Offset: offset}}
-	out.Truncated, out.NextOffset = pagingFields(page.Truncated, page.NextOffset)
+		Pagination: gen.Pagination{Limit: limit, Offset: place.Offset}}
+	out.Truncated = &page.Truncated
+	if page.Truncated {
+		out.NextAfter, out.NextOffset = nextPlaces(place, len(page.Rows), deadLetterKeyNames(page.Rows[len(page.Rows)-1].Key())...)
+	}
 	for i := range page.Rows {
 		out.Messages[i] = wireDeadLetter(&page.Rows[i])
 	}
 	return out, nil
+}
+
+// oldestTimestampMicros is PostgreSQL's earliest timestamptz (4714-11-24 BC)
+// in microseconds since the epoch: a key before it names no row.
+const oldestTimestampMicros = -210866803200000000
+
+// deadLetterKeyNames are the names of a dead letter's key in an after: when
+// it failed, in microseconds since the epoch (the database's precision, as an
+// integer that no float or text format rounds), and its id.
+func deadLetterKeyNames(k engine.DeadLetterKey) []string {
+	return []string{strconv.FormatInt(k.FailedAt.UnixMicro(), 10), k.ID.String()}
+}
+
+// parseDeadLetterKey reads the names of deadLetterKeyNames back.
+func parseDeadLetterKey(names []string) (*engine.DeadLetterKey, error) {
+	micros, err := strconv.ParseInt(names[0], 10, 64)
+	id, idErr := uuid.Parse(names[1])
+	if err != nil || idErr != nil || micros < oldestTimestampMicros {
+		return nil, badAfter()
+	}
+	return &engine.DeadLetterKey{FailedAt: time.UnixMicro(micros), ID: id}, nil
 }
 
 func wireDeadLetter(d *engine.DeadLetter) gen.DlqMessage {

@@ -28,8 +28,7 @@ func keyedRowPage(limit *gen.ListLimit, offset *gen.Offset, after *gen.ListAfter
 	if offset != nil {
 		return page, &engine.InvalidInputError{Field: "after", Message: "after and offset are two ways to place a page: send one"}
 	}
-	bad := &engine.InvalidInputError{Field: "after",
-		Message: "after is not a key this listing gave: send back the X-Lanes-Next-After of the page before"}
+	bad := badAfter()
 	raw, err := base64.RawURLEncoding.DecodeString(*after)
 	if err != nil {
 		return page, bad
@@ -46,6 +45,12 @@ func keyedRowPage(limit *gen.ListLimit, offset *gen.Offset, after *gen.ListAfter
 	}
 	page.After = key
 	return page, nil
+}
+
+// badAfter is the error of an after that is not a key the listing gave.
+func badAfter() error {
+	return &engine.InvalidInputError{Field: "after",
+		Message: "after is not a key this listing gave: send back the X-Lanes-Next-After (or nextAfter) of the page before"}
 }
 
 // nextPlaces are the after and the offset of the page that follows a cut page

@@ -33,11 +33,26 @@ type DeadLetter struct {
 	FailedAt    time.Time
 }
 
-// DLQFilter selects dead letters; empty fields do not filter.
+// DLQFilter selects dead letters; empty fields do not filter. A page starts
+// after Offset rows, or, when After is set, strictly after the row it names.
 type DLQFilter struct {
 	Queue, Group, Partition string
 	From, To                *time.Time
 	Limit, Offset           int
+	After                   *DeadLetterKey
+}
+
+// DeadLetterKey is a dead letter's place in the listing's order (newest
+// failure first, then id): unlike an offset, rows replayed or filed before it
+// do not move it.
+type DeadLetterKey struct {
+	FailedAt time.Time
+	ID       uuid.UUID
+}
+
+// Key is the place of d in the dead-letter listing.
+func (d *DeadLetter) Key() DeadLetterKey {
+	return DeadLetterKey{FailedAt: d.FailedAt, ID: d.ID}
 }
 
 const deadLetterColumns = `d.id, d.partition_id, coalesce(q.name, ''), coalesce(p.name, ''), d.consumer_group,
@@ -83,10 +98,22 @@ func (e *Engine) ListDeadLetters(ctx context.Context, f DLQFilter) (DeadLetterPa
 	if f.Limit <= 0 {
 		f.Limit = 100
 	}
+	if f.After != nil {
+		f.Offset = 0
+	}
+	args := []any{f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset, e.listMaxBytes()}
+	// The key's condition is written in only when there is one, as plain
+	// comparisons: the scan of dlq_failed_idx then starts at the key and the
+	// LIMIT stops it, where an "$9 IS NULL OR" form would filter every newer row.
+	after := ""
+	if f.After != nil {
+		after = ` AND d.failed_at <= $9 AND (d.failed_at < $9 OR d.id > $10)`
+		args = append(args, f.After.FailedAt, f.After.ID)
+	}
 	rows, err := e.pool.Query(ctx, `WITH page AS (
 			SELECT d.partition_id, d.id, d.failed_at`+deadLetterFrom+`
 			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR d.consumer_group = $2) AND ($3 = '' OR p.name = $3)
-			  AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)
+			  AND ($4::timestamptz IS NULL OR d.failed_at >= $4) AND ($5::timestamptz IS NULL OR d.failed_at <= $5)`+after+`
 			ORDER BY d.failed_at DESC, d.id
 			LIMIT $6::int8 + 1 OFFSET $7),
 		sized AS (
@@ -99,7 +126,7 @@ func (e *Engine) ListDeadLetters(ctx context.Context, f DLQFilter) (DeadLetterPa
 		LEFT JOIN lanes.partitions p ON p.id = d.partition_id
 		LEFT JOIN lanes.queues q ON q.id = p.queue_id
 		WHERE sized.n <= $6 AND (sized.n = 1 OR sized.upto <= $8)
-		ORDER BY sized.n`, f.Queue, f.Group, f.Partition, f.From, f.To, f.Limit, f.Offset, e.listMaxBytes())
+		ORDER BY sized.n`, args...)
 	if err != nil {
 		return DeadLetterPage{}, err
 	}

@@ -197,7 +197,8 @@ class ApiV1DlqGetParametersQuery(BaseModel):
     from_: Annotated[AwareDatetime | None, Field(alias="from")] = None
     to: AwareDatetime | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1MessagesGetParametersQuery(BaseModel):
@@ -594,15 +595,24 @@ class DlqList(BaseModel):
     truncated: bool | None = None
     """
     `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
-    at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
-    for the rest; a short page is the last one only when `truncated` is `false`. Always sent
-    by this broker; brokers before it leave it out.
+    at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextAfter`
+    (or `nextOffset`) for the rest; a short page is the last one only when `truncated` is
+    `false`. Always sent by this broker; brokers before it leave it out.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when the page is `truncated`, else `null`: an opaque key of
+    this page's last row; send it back as it came. Unlike an `offset`, it does not move
+    when dead letters before it are replayed, purged or filed between two pages. Always
+    sent by this broker; brokers before it leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
     The `offset` of the next page when the page is `truncated`, else `null`: this page's
-    `offset` plus the positions it covered (its rows). Always sent with `truncated`.
+    `offset` plus the positions it covered (its rows). Sent with `truncated`, except on a
+    page asked for with `after`, whose place counted from the first row is unknown (`null`).
 
     """
 
