@@ -107,8 +107,11 @@ func (b DLQBuilder) Partition(p string) DLQBuilder { b.q.Partition = p; return b
 // Limit is the page size (0 = the broker's default, 100).
 func (b DLQBuilder) Limit(n int) DLQBuilder { b.q.Limit = n; return b }
 
-// Offset skips rows.
+// Offset skips rows. Prefer After: dead letters replayed or filed between two pages move an offset.
 func (b DLQBuilder) Offset(n int) DLQBuilder { b.q.Offset = n; return b }
+
+// After starts the page after the row key names: the NextAfter of the page before (not with Offset).
+func (b DLQBuilder) After(key string) DLQBuilder { b.q.After = key; return b }
 
 // From is the lower bound on the time the dead letters failed.
 func (b DLQBuilder) From(t time.Time) DLQBuilder { b.q.From = t; return b }
@@ -214,11 +217,14 @@ func (a Admin) UpdateSubscription(ctx context.Context, group string, t time.Time
 	})
 }
 
-// DLQQuery filters ListDLQ.
+// DLQQuery filters ListDLQ. A page starts after Offset rows, or after the row After names (the
+// NextAfter of the page before; not with Offset), which rows replayed, deleted or filed between
+// two pages do not move.
 type DLQQuery struct {
 	Queue, Group, Partition string
 	From, To                time.Time
 	Limit, Offset           int
+	After                   string
 }
 
 // ListDLQ lists dead letters, newest first.
@@ -228,7 +234,7 @@ func (a Admin) ListDLQ(ctx context.Context, q DLQQuery) (*DLQList, error) {
 	}
 	p := &gen.ListDlqParams{Queue: ptrUnlessZero(q.Queue), ConsumerGroup: ptrUnlessZero(q.Group),
 		Partition: ptrUnlessZero(q.Partition), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
-		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset), After: ptrUnlessZero(q.After)}
 	return call[DLQList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListDlq(ctx, p) })
 }
 

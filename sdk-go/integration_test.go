@@ -728,6 +728,48 @@ func TestITDeadLetter(t *testing.T) {
 	require.Len(t, back, 1)
 }
 
+// Paging the dead letters by After (the page's NextAfter) while each page is replayed gives every
+// dead letter once; by Offset the second page skips as many rows as the first replayed.
+func TestITDeadLettersPagedByKeyWhileReplayed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "a", 4, "dlqkey")
+	var msgs []*lanes.Message
+	for range 4 { // one pop and ack each: four failure times, newest last
+		popped, err := b.c.Queue(b.queue).Batch(1).Wait(false).Pop(b.ctx)
+		require.NoError(t, err)
+		require.Len(t, popped, 1)
+		_, err = b.c.Ack(b.ctx, popped, lanes.AckDLQ, lanes.AckOpts{Error: "poison"})
+		require.NoError(t, err)
+		msgs = append(msgs, popped...)
+	}
+	ids := func(l *lanes.DLQList) []string {
+		out := []string{}
+		for _, m := range l.Messages {
+			out = append(out, m.TransactionId)
+		}
+		return out
+	}
+	first, err := b.c.Queue(b.queue).DLQ("").Limit(2).Get(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, first.Messages, 2)
+	require.NotNil(t, first.NextAfter)
+	seen := ids(first)
+	for _, m := range first.Messages {
+		_, err = b.c.Admin().ReplayDLQ(b.ctx, m.Id, "", "")
+		require.NoError(t, err)
+	}
+	byOffset, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue, Limit: 2, Offset: 2})
+	require.NoError(t, err)
+	require.Empty(t, byOffset.Messages, "by offset the second page skips the two rows after the replayed ones")
+	second, err := b.c.Queue(b.queue).DLQ("").Limit(2).After(*first.NextAfter).Get(b.ctx)
+	require.NoError(t, err)
+	require.False(t, *second.Truncated)
+	seen = append(seen, ids(second)...)
+	require.ElementsMatch(t, []string{msgs[0].TransactionID, msgs[1].TransactionID, msgs[2].TransactionID, msgs[3].TransactionID}, seen)
+	require.Equal(t, msgs[3].TransactionID, seen[0], "newest failure first")
+}
+
 // A DLQ time window given in a non-UTC zone filters like the same instants in UTC, even in a zone
 // whose offset has seconds (RFC 3339 offsets have none, so such a time must be sent in UTC).
 func TestITDeadLetterWindowInAnyZone(t *testing.T) {
