@@ -245,8 +245,8 @@ export class Admin {
 
   // ---- DLQ and messages
 
-  /** listDlq lists dead letters (newest failure first). */
-  listDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<DlqList> {
+  /** listDlq lists dead letters (newest failure first); page by `after: page.nextAfter`, which dead letters replayed or filed between two pages do not move. */
+  listDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<DlqList> {
     return listDlq(this.core, query);
   }
   /** purgeDlq deletes a queue's dead letters (optionally one group's). */

@@ -316,6 +316,7 @@ interface DlqState {
   partition?: string | undefined;
   limit?: number | undefined;
   offset?: number | undefined;
+  after?: string | undefined;
   from?: string | undefined;
   to?: string | undefined;
 }
@@ -338,9 +339,13 @@ export class DlqBuilder {
   limit(n: number): DlqBuilder {
     return this.with({ limit: n });
   }
-  /** offset skips rows. */
+  /** offset skips rows. Prefer after: dead letters replayed or filed between two pages move an offset. */
   offset(n: number): DlqBuilder {
     return this.with({ offset: n });
+  }
+  /** after starts the page after the row `key` names: the `nextAfter` of the page before (not with offset). */
+  after(key: string): DlqBuilder {
+    return this.with({ after: key });
   }
   /** from filters by failure time (inclusive). */
   from(t: string | Date): DlqBuilder {

@@ -154,6 +154,25 @@ describe("admin", () => {
     expect(back.map((x) => x.data)).toEqual(["poison"]);
   });
 
+  it("dead letters paged by after while each page is replayed come once each; by offset the second page skips rows", async () => {
+    const lanes = client();
+    const q = uniq("dlq-after");
+    await lanes.queue(q).push(["d0", "d1", "d2", "d3"].map((data) => ({ data })));
+    for (let i = 0; i < 4; i++) { // one pop and ack each: four failure times, newest last
+      const [m] = await lanes.queue(q).wait(false).pop();
+      await lanes.ack(m!, "dlq", { error: "poison" });
+    }
+    const first = await lanes.queue(q).dlq().limit(2).get();
+    expect(first.messages.map((d) => d.data)).toEqual(["d3", "d2"]);
+    expect(first.nextAfter).toBeTruthy();
+    for (const d of first.messages) expect((await lanes.admin.replayDlq(d.id)).result).toBe("moved");
+    const byOffset = await lanes.admin.listDlq({ queue: q, limit: 2, offset: 2 });
+    expect(byOffset.messages).toEqual([]);
+    const second = await lanes.queue(q).dlq().limit(2).after(first.nextAfter!).get();
+    expect(second.messages.map((d) => d.data)).toEqual(["d1", "d0"]);
+    expect(second.truncated).toBe(false);
+  });
+
   it("dlq() and dlq(\"\") read the builder's group, as in Go and Python; without one every group", async () => {
     const lanes = client();
     const q = uniq("dlq-group");

@@ -21,7 +21,7 @@ const queue: (keyof QueueBuilder)[] = [
   "consumeBatch", "messages",
   "config", "create", "delete", "depth", "dlq",
 ];
-const dlq: (keyof DlqBuilder)[] = ["partition", "limit", "offset", "from", "to", "get"];
+const dlq: (keyof DlqBuilder)[] = ["partition", "limit", "offset", "after", "from", "to", "get"];
 const consumer: (keyof Consumer)[] = ["stop", "stopAndCancel", "closed", "done", "error", "then"];
 // §5 transactions.
 const transaction: (keyof TransactionBuilder)[] = ["queue", "ack", "kv", "timer", "cancelTimer", "commit"];
