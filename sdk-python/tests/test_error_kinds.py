@@ -179,6 +179,33 @@ async def test_async_queue_depth_and_dlq_builders(broker_url: str, qname: str) -
         assert len((await ac.queue(qname).dlq("billing").partition("c").get()).messages) == 1
 
 
+def test_dlq_paged_by_after_while_replayed(broker_url: str, qname: str) -> None:
+    """A page's ``next_after`` does not move when the page's dead letters are replayed; an
+    offset does, and the second page by offset skips the row left."""
+    with lanes.Lanes(broker_url) as c:
+        dead_letter_one_per_partition(c, qname)
+        first = c.queue(qname).dlq("billing").limit(2).get()
+        assert [m.partition for m in first.messages] == ["c", "b"]
+        assert first.next_after
+        for m in first.messages:
+            assert c.admin.replay_dlq(m.id).result == "moved"
+        assert c.admin.list_dlq(queue=qname, limit=2, offset=2).messages == []
+        second = c.queue(qname).dlq("billing").limit(2).after(first.next_after).get()
+        assert [m.partition for m in second.messages] == ["a"]
+        assert second.truncated is False
+
+
+async def test_async_dlq_paged_by_after(broker_url: str, qname: str) -> None:
+    with lanes.Lanes(broker_url) as c:
+        dead_letter_one_per_partition(c, qname)
+    async with lanes.AsyncLanes(broker_url) as ac:
+        first = await ac.admin.list_dlq(queue=qname, limit=2)
+        assert first.next_after
+        rest = await ac.admin.list_dlq(queue=qname, limit=2, after=first.next_after)
+        assert [m.partition for m in first.messages + rest.messages] == ["c", "b", "a"]
+        assert rest.next_offset is None  # a page by key names no offset
+
+
 @pytest.mark.parametrize(
     "value",
     [math.nan, math.inf, b"raw", datetime.datetime(2026, 1, 1), "\ud800"],

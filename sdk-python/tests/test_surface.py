@@ -43,6 +43,7 @@ DLQ_QUERY: dict[str, list[str]] = {
     "partition": [],
     "limit": [],
     "offset": [],
+    "after": [],
     "from_": [],
     "to": [],
     "get": [],
@@ -67,7 +68,7 @@ ADMIN = {
     "list_consumer_groups": [], "get_consumer_group": [],
     "lagging_consumer_groups": ["min_lag_seconds"], "delete_consumer_group": [],
     "delete_consumer_group_for_queue": [], "update_subscription": [],
-    "list_dlq": ["queue", "consumer_group", "partition", "from_", "to", "limit", "offset"],
+    "list_dlq": ["queue", "consumer_group", "partition", "from_", "to", "limit", "offset", "after"],
     "purge_dlq": [], "replay_dlq": ["queue", "partition"],
     "list_messages": [
         "queue", "partition", "namespace", "task", "status", "from_", "to", "limit", "offset",

@@ -198,9 +198,16 @@ class Admin:
         to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.DlqList:
-        """``GET /dlq``: dead letters, newest first; ``from_``/``to`` bound when they failed."""
-        return self._c._call(R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset))
+        """``GET /dlq``: dead letters, newest first; ``from_``/``to`` bound when they failed.
+
+        Page with ``after=page.next_after`` (not with ``offset``): dead letters replayed or
+        filed between two pages move an offset, not the key.
+        """
+        return self._c._call(
+            R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset, after)
+        )
 
     def purge_dlq(self, queue: str, consumer_group: str | None = None) -> models.DlqPurgeResult:
         return self._c._call(R.purge_dlq(queue, consumer_group))
@@ -393,10 +400,15 @@ class AsyncAdmin:
         to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.DlqList:
-        """``GET /dlq``: dead letters, newest first; ``from_``/``to`` bound when they failed."""
+        """``GET /dlq``: dead letters, newest first; ``from_``/``to`` bound when they failed.
+
+        Page with ``after=page.next_after`` (not with ``offset``): dead letters replayed or
+        filed between two pages move an offset, not the key.
+        """
         return await self._c._call(
-            R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset)
+            R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset, after)
         )
 
     async def purge_dlq(

@@ -480,10 +480,13 @@ class _DlqFilter:
     to: datetime | str | None = None
     limit: int | None = None
     offset: int | None = None
+    after: str | None = None
 
     def request(self) -> R.Req[models.DlqList]:
         f = self
-        return R.list_dlq(f.queue, f.consumer_group, f.partition, f.from_, f.to, f.limit, f.offset)
+        return R.list_dlq(
+            f.queue, f.consumer_group, f.partition, f.from_, f.to, f.limit, f.offset, f.after
+        )
 
 
 DQ = TypeVar("DQ", bound="_DlqQueryBase[Any]")
@@ -507,7 +510,14 @@ class _DlqQueryBase(Generic[C]):
         return self._with(limit=n)
 
     def offset(self: DQ, n: int) -> DQ:
+        """Rows to skip. Prefer :meth:`after`: dead letters replayed or filed between two pages
+        move an offset."""
         return self._with(offset=n)
+
+    def after(self: DQ, key: str) -> DQ:
+        """Start after the row ``key`` names: the ``next_after`` of the page before (not with
+        :meth:`offset`)."""
+        return self._with(after=key)
 
     def from_(self: DQ, t: datetime | str) -> DQ:
         """Lower bound on when the dead letters failed (``from`` is a keyword)."""

@@ -537,6 +537,7 @@ def list_dlq(
     to: datetime | str | None,
     limit: int | None,
     offset: int | None,
+    after: str | None = None,
 ) -> Req[models.DlqList]:
     check_group("list_dlq", consumer_group)
     return Req(
@@ -551,6 +552,7 @@ def list_dlq(
             to=to,
             limit=limit,
             offset=offset,
+            after=after,
         ),
     )
 
