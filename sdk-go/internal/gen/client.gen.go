@@ -1334,17 +1334,26 @@ type MessageList struct {
 	// Mode How the listed partitions (or the message's partition) are consumed (queue mode, named groups, both, or none yet).
 	Mode MessageListMode `json:"mode"`
 
+	// NextAfter The `after` of the next page when the page is `truncated`, else `null`: an opaque key of
+	// the last message this page covered (returned, or left out as `unreadable`); send it
+	// back as it came. Unlike an `offset`, it does not move when messages before it come or
+	// leave the filters between two pages. Always sent by this broker; brokers before it
+	// leave it out.
+	NextAfter *string `json:"nextAfter"`
+
 	// NextOffset The `offset` of the next page when the page is `truncated`, else `null`: this page's
-	// `offset` plus the positions it covered (its rows, and the messages it left out as `unreadable`). Always sent with `truncated`.
+	// `offset` plus the positions it covered (its rows, and the messages it left out as
+	// `unreadable`). Sent with `truncated`, except on a page asked for with `after`, whose
+	// place counted from the first row is unknown (`null`).
 	NextOffset *int `json:"nextOffset"`
 
 	// Total Length of this page.
 	Total int `json:"total"`
 
 	// Truncated `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
-	// at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
-	// for the rest; a short page is the last one only when `truncated` is `false`. Always sent
-	// by this broker; brokers before it leave it out.
+	// at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextAfter`
+	// (or `nextOffset`) for the rest; a short page is the last one only when `truncated` is
+	// `false`. Always sent by this broker; brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 
 	// Unreadable Present only when the page left messages out because their stored segment no longer
@@ -2863,8 +2872,15 @@ type ListMessagesParams struct {
 	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *int `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // ListMessagesParamsStatus defines parameters for ListMessages.
@@ -3645,10 +3661,13 @@ type ClientInterface interface {
 	// Messages whose transaction index entry still exists, newest first, with derived status.
 	// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 	// page rather than failing it, and counted per partition in `unreadable`; the broker logs
-	// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
-	// after at least one, once its payloads reach the broker's answer byte budget
-	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-	// Required role: read-only, read-write or admin.
+	// each such segment with its offsets. The order is by when the message was stored, newest
+	// first, then by partition id and by offset, highest first. A page holds at most `limit`
+	// messages and stops earlier, after at least one, once its payloads reach the broker's answer
+	// byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
+	// the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
+	// pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
+	// or repeat rows. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
 	ListMessages(ctx context.Context, params *ListMessagesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4683,10 +4702,13 @@ func (c *Client) ExtendLease(ctx context.Context, leaseId string, body ExtendLea
 // Messages whose transaction index entry still exists, newest first, with derived status.
 // Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 // page rather than failing it, and counted per partition in `unreadable`; the broker logs
-// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
-// after at least one, once its payloads reach the broker's answer byte budget
-// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-// Required role: read-only, read-write or admin.
+// each such segment with its offsets. The order is by when the message was stored, newest
+// first, then by partition id and by offset, highest first. A page holds at most `limit`
+// messages and stops earlier, after at least one, once its payloads reach the broker's answer
+// byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
+// the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
+// pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
+// or repeat rows. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
 func (c *Client) ListMessages(ctx context.Context, params *ListMessagesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -6769,6 +6791,18 @@ func NewListMessagesRequest(server string, params *ListMessagesParams) (*http.Re
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9285,10 +9319,13 @@ type ClientWithResponsesInterface interface {
 	// Messages whose transaction index entry still exists, newest first, with derived status.
 	// Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 	// page rather than failing it, and counted per partition in `unreadable`; the broker logs
-	// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
-	// after at least one, once its payloads reach the broker's answer byte budget
-	// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-	// Required role: read-only, read-write or admin.
+	// each such segment with its offsets. The order is by when the message was stored, newest
+	// first, then by partition id and by offset, highest first. A page holds at most `limit`
+	// messages and stops earlier, after at least one, once its payloads reach the broker's answer
+	// byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
+	// the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
+	// pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
+	// or repeat rows. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15617,10 +15654,13 @@ func (c *ClientWithResponses) ExtendLeaseWithResponse(ctx context.Context, lease
 // Messages whose transaction index entry still exists, newest first, with derived status.
 // Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
 // page rather than failing it, and counted per partition in `unreadable`; the broker logs
-// each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
-// after at least one, once its payloads reach the broker's answer byte budget
-// (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-// Required role: read-only, read-write or admin.
+// each such segment with its offsets. The order is by when the message was stored, newest
+// first, then by partition id and by offset, highest first. A page holds at most `limit`
+// messages and stops earlier, after at least one, once its payloads reach the broker's answer
+// byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
+// the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
+// pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
+// or repeat rows. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //

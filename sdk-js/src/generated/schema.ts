@@ -387,10 +387,13 @@ export interface paths {
          * @description Messages whose transaction index entry still exists, newest first, with derived status.
          *     Messages whose stored segment no longer decodes (tampering, or a bug) are left out of the
          *     page rather than failing it, and counted per partition in `unreadable`; the broker logs
-         *     each such segment with its offsets. A page holds at most `limit` messages and stops earlier,
-         *     after at least one, once its payloads reach the broker's answer byte budget
-         *     (`LANES_LIST_MAX_BYTES`); `truncated` and `nextOffset` say where the rest starts.
-         *     Required role: read-only, read-write or admin.
+         *     each such segment with its offsets. The order is by when the message was stored, newest
+         *     first, then by partition id and by offset, highest first. A page holds at most `limit`
+         *     messages and stops earlier, after at least one, once its payloads reach the broker's answer
+         *     byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
+         *     the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
+         *     pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
+         *     or repeat rows. Required role: read-only, read-write or admin.
          *
          */
         get: operations["listMessages"];
@@ -1780,13 +1783,22 @@ export interface components {
             /** @description Length of this page. */
             total: number;
             /** @description `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
-             *     at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
-             *     for the rest; a short page is the last one only when `truncated` is `false`. Always sent
-             *     by this broker; brokers before it leave it out.
+             *     at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextAfter`
+             *     (or `nextOffset`) for the rest; a short page is the last one only when `truncated` is
+             *     `false`. Always sent by this broker; brokers before it leave it out.
              *      */
             truncated?: boolean;
+            /** @description The `after` of the next page when the page is `truncated`, else `null`: an opaque key of
+             *     the last message this page covered (returned, or left out as `unreadable`); send it
+             *     back as it came. Unlike an `offset`, it does not move when messages before it come or
+             *     leave the filters between two pages. Always sent by this broker; brokers before it
+             *     leave it out.
+             *      */
+            nextAfter?: string | null;
             /** @description The `offset` of the next page when the page is `truncated`, else `null`: this page's
-             *     `offset` plus the positions it covered (its rows, and the messages it left out as `unreadable`). Always sent with `truncated`.
+             *     `offset` plus the positions it covered (its rows, and the messages it left out as
+             *     `unreadable`). Sent with `truncated`, except on a page asked for with `after`, whose
+             *     place counted from the first row is unknown (`null`).
              *      */
             nextOffset?: number | null;
             /** @description Present only when the page left messages out because their stored segment no longer
@@ -3729,8 +3741,16 @@ export interface operations {
                  *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
                  *      */
                 limit?: number;
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;

@@ -3,6 +3,7 @@ package api
 import (
 	"context"
 	"errors"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -30,8 +31,15 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 	if p.Limit != nil {
 		f.Limit = *p.Limit
 	}
-	if p.Offset != nil {
-		f.Offset = *p.Offset
+	place, err := keyedRowPage(&f.Limit, p.Offset, p.After, 3)
+	if err != nil {
+		return nil, err
+	}
+	f.Offset = place.Offset
+	if place.After != nil {
+		if f.After, err = parseMessageKey(place.After); err != nil {
+			return nil, err
+		}
 	}
 	if p.From != nil && p.To != nil {
 		// The window ends at the minute after to's (engine.MessageWindow).
@@ -49,7 +57,12 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 		items[i] = wireListItem(&page.Records[i])
 	}
 	out := gen.ListMessages200JSONResponse{Messages: items, Total: len(items), Mode: wireMode(page.Mode)}
-	out.Truncated, out.NextOffset = pagingFields(page.Truncated, page.NextOffset)
+	out.Truncated = &page.Truncated
+	if page.Truncated {
+		// The positions covered, unreadable messages included, as NextOffset counts them.
+		covered := page.NextOffset - place.Offset
+		out.NextAfter, out.NextOffset = nextPlaces(place, covered, messageKeyNames(page.NextAfter)...)
+	}
 	if len(page.Unreadable) > 0 {
 		unreadable := make([]gen.UnreadableMessages, len(page.Unreadable))
 		for i, u := range page.Unreadable {
@@ -60,13 +73,22 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 	return out, nil
 }
 
-// pagingFields are the truncated and nextOffset of an offset-paged listing:
-// nextOffset is null unless the page is truncated.
-func pagingFields(truncated bool, nextOffset int) (*bool, *int) {
-	if !truncated {
-		return &truncated, nil
+// messageKeyNames are the names of a message's key in an after: its
+// segment's createdAt in microseconds since the epoch (an integer, as in
+// deadLetterKeyNames), its partition id and its offset.
+func messageKeyNames(k engine.MessageKey) []string {
+	return []string{strconv.FormatInt(k.CreatedAt.UnixMicro(), 10), k.PartitionID.String(), strconv.FormatInt(k.Offset, 10)}
+}
+
+// parseMessageKey reads the names of messageKeyNames back.
+func parseMessageKey(names []string) (*engine.MessageKey, error) {
+	micros, err := strconv.ParseInt(names[0], 10, 64)
+	pid, pidErr := uuid.Parse(names[1])
+	offset, offsetErr := strconv.ParseInt(names[2], 10, 64)
+	if err != nil || pidErr != nil || offsetErr != nil || micros < oldestTimestampMicros || offset < 0 {
+		return nil, badAfter()
 	}
-	return &truncated, &nextOffset
+	return &engine.MessageKey{CreatedAt: time.UnixMicro(micros), PartitionID: pid, Offset: offset}, nil
 }
 
 func wireListItem(r *engine.MessageRecord) gen.MessageListItem {

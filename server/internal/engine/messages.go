@@ -24,11 +24,35 @@ const (
 )
 
 // MessageFilter selects messages for ListMessages; empty strings do not filter.
+// A page starts after Offset messages, or, when After is set, strictly after
+// the message it names.
 type MessageFilter struct {
 	Queue, Partition, Namespace, Task string
 	Status                            MessageStatus
 	From, To                          time.Time // createdAt in [From, To)
 	Limit, Offset                     int
+	After                             *MessageKey
+}
+
+// MessageKey is a message's place in the listing's order: its segment's
+// createdAt, newest first, then partition id, then offset, highest first.
+// Unlike an offset, messages pushed or leaving a status filter before it do
+// not move it.
+type MessageKey struct {
+	CreatedAt   time.Time
+	PartitionID uuid.UUID
+	Offset      int64
+}
+
+// precedes says whether s sorts after k in the listing.
+func (k *MessageKey) precedes(s *listSlot) bool {
+	if !s.created.Equal(k.CreatedAt) {
+		return s.created.Before(k.CreatedAt)
+	}
+	if c := compareUUID(s.view.id, k.PartitionID); c != 0 {
+		return c > 0
+	}
+	return s.off < k.Offset
 }
 
 // MessageWindow is the createdAt window [from, to) of a message listing, as
@@ -167,6 +191,9 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList
 	// must not be negative"); no retained window holds that many rows, so the
 	// page past them is empty, as on the other listings.
 	f.Offset, f.Limit = min(max(f.Offset, 0), maxListRows), min(f.Limit, maxListRows)
+	if f.After != nil {
+		f.Offset = 0
+	}
 	f.From, f.To = MessageWindow(f.From, f.To, time.Now())
 	rows, err := e.pool.Query(ctx, partitionViewSelect+`
 		WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR p.name = $2)
@@ -208,16 +235,25 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList
 	for i, pid := range pids {
 		budgets[i] = segmentBudget(f, dead[pid], los[i], his[i])
 	}
+	args := []any{pids, los, his, f.From, f.To, budgets, f.Status == StatusDeadLetter}
+	// A key keeps, before the LIMIT, the segments holding messages after it
+	// (the key's own segment too, when it holds some); the slots below drop
+	// the rest of that one.
+	after := ""
+	if k := f.After; k != nil {
+		after = ` AND (s.created_at < $8 OR (s.created_at = $8 AND (x.pid > $9 OR (x.pid = $9 AND s.base_offset < $10))))`
+		args = append(args, k.CreatedAt, k.PartitionID, k.Offset)
+	}
 	// The segments' places and sizes only: which messages make the page is
 	// known before any frame is read.
 	segRows, err := e.pool.Query(ctx, `SELECT x.pid, x.lo, x.hi, s.base_offset, s.end_offset, s.created_at, octet_length(s.frames)
 		FROM unnest($1::uuid[], $2::int8[], $3::int8[], $6::int8[]) AS x(pid, lo, hi, budget)
 		CROSS JOIN LATERAL (SELECT * FROM lanes.segments s
-			WHERE s.partition_id = x.pid AND s.base_offset <= x.hi AND s.end_offset >= x.lo AND s.created_at < $5
+			WHERE s.partition_id = x.pid AND s.base_offset <= x.hi AND s.end_offset >= x.lo AND s.created_at < $5`+after+`
 			  AND ($7 = false OR EXISTS (SELECT 1 FROM lanes.dlq d WHERE d.partition_id = x.pid
 				AND d.message_offset BETWEEN s.base_offset AND s.end_offset))
 			ORDER BY s.base_offset DESC LIMIT x.budget) s
-		WHERE s.created_at >= $4`, pids, los, his, f.From, f.To, budgets, f.Status == StatusDeadLetter)
+		WHERE s.created_at >= $4`, args...)
 	if err != nil {
 		return MessageList{}, err
 	}
@@ -238,7 +274,11 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList
 			if f.Status != "" && st != f.Status {
 				continue
 			}
-			slots = append(slots, listSlot{view: v, base: base, end: end, off: off, created: created, status: st, lease: lease})
+			slot := listSlot{view: v, base: base, end: end, off: off, created: created, status: st, lease: lease}
+			if f.After != nil && !f.After.precedes(&slot) {
+				continue
+			}
+			slots = append(slots, slot)
 		}
 	}
 	segRows.Close()
@@ -265,7 +305,9 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList
 	}
 	list := MessageList{Records: out, Mode: mode, Unreadable: unreadable}
 	if covered < len(page) || f.Offset+f.Limit < len(slots) {
+		last := &page[covered-1]
 		list.Truncated, list.NextOffset = true, f.Offset+covered
+		list.NextAfter = MessageKey{CreatedAt: last.created, PartitionID: last.view.id, Offset: last.off}
 	}
 	return list, nil
 }
@@ -405,9 +447,11 @@ type MessageList struct {
 	// their stored segment does not decode.
 	Unreadable []UnreadableMessages
 	// Truncated: more messages matched past the page, which stopped at its
-	// limit or its byte budget; the next page starts at NextOffset.
+	// limit or its byte budget; the next page starts at NextOffset, or after
+	// NextAfter, the last message the page covered (returned or unreadable).
 	Truncated  bool
 	NextOffset int
+	NextAfter  MessageKey
 }
 
 // UnreadableMessages is how many messages of one partition a listing left out.

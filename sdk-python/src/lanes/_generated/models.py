@@ -214,7 +214,8 @@ class ApiV1MessagesGetParametersQuery(BaseModel):
     from_: Annotated[AwareDatetime | None, Field(alias="from")] = None
     to: AwareDatetime | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 200
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1PopGetParametersQuery(BaseModel):
@@ -1353,15 +1354,26 @@ class MessageList(BaseModel):
     truncated: bool | None = None
     """
     `true` when more rows matched past this page: it stopped at `limit`, or, with fewer rows,
-    at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextOffset`
-    for the rest; a short page is the last one only when `truncated` is `false`. Always sent
-    by this broker; brokers before it leave it out.
+    at the broker's answer byte budget (`LANES_LIST_MAX_BYTES`). Ask again at `nextAfter`
+    (or `nextOffset`) for the rest; a short page is the last one only when `truncated` is
+    `false`. Always sent by this broker; brokers before it leave it out.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when the page is `truncated`, else `null`: an opaque key of
+    the last message this page covered (returned, or left out as `unreadable`); send it
+    back as it came. Unlike an `offset`, it does not move when messages before it come or
+    leave the filters between two pages. Always sent by this broker; brokers before it
+    leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
     The `offset` of the next page when the page is `truncated`, else `null`: this page's
-    `offset` plus the positions it covered (its rows, and the messages it left out as `unreadable`). Always sent with `truncated`.
+    `offset` plus the positions it covered (its rows, and the messages it left out as
+    `unreadable`). Sent with `truncated`, except on a page asked for with `after`, whose
+    place counted from the first row is unknown (`null`).
 
     """
     unreadable: list[UnreadableMessages] | None = None
