@@ -255,11 +255,14 @@ func (a Admin) ReplayDLQ(ctx context.Context, id, queue, partition string) (*DLQ
 
 // MessageQuery filters ListMessages: by queue, partition, namespace and task labels and derived
 // status (empty = any), and by createdAt from From (zero = the broker's default, an hour ago) to
-// To (zero = now; the broker truncates To to the minute and lists that whole minute).
+// To (zero = now; the broker truncates To to the minute and lists that whole minute). A page
+// starts after Offset messages, or after the message After names (the NextAfter of the page
+// before; not with Offset), which messages pushed or consumed between two pages do not move.
 type MessageQuery struct {
 	Queue, Partition, Namespace, Task, Status string
 	From, To                                  time.Time
 	Limit, Offset                             int
+	After                                     string
 }
 
 // ListMessages lists messages.
@@ -267,7 +270,7 @@ func (a Admin) ListMessages(ctx context.Context, q MessageQuery) (*MessageList, 
 	p := &gen.ListMessagesParams{Queue: ptrUnlessZero(q.Queue), Partition: ptrUnlessZero(q.Partition),
 		Namespace: ptrUnlessZero(q.Namespace), Task: ptrUnlessZero(q.Task),
 		Status: ptrUnlessZero(gen.ListMessagesParamsStatus(q.Status)), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
-		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset), After: ptrUnlessZero(q.After)}
 	return call[MessageList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListMessages(ctx, p) })
 }
 

@@ -770,6 +770,35 @@ func TestITDeadLettersPagedByKeyWhileReplayed(t *testing.T) {
 	require.Equal(t, msgs[3].TransactionID, seen[0], "newest failure first")
 }
 
+// A message pushed between two pages of the message listing sorts first: the second page by
+// Offset repeats a row, the second page by After (the page's NextAfter) starts where the first ended.
+func TestITMessagesPagedByKeyWhilePushed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for i := range 4 { // one push each: four segments, newest last
+		pushN(t, b, "a", 1, fmt.Sprintf("msgkey%d", i))
+	}
+	ids := func(l *lanes.MessageList) []string {
+		out := []string{}
+		for _, m := range l.Messages {
+			out = append(out, m.TransactionId)
+		}
+		return out
+	}
+	first, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: b.queue, Limit: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"msgkey3-a-0", "msgkey2-a-0"}, ids(first))
+	require.NotNil(t, first.NextAfter)
+	pushN(t, b, "a", 1, "msgkey4")
+	byOffset, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: b.queue, Limit: 2, Offset: 2})
+	require.NoError(t, err)
+	require.Equal(t, []string{"msgkey2-a-0", "msgkey1-a-0"}, ids(byOffset), "by offset the second page repeats a row")
+	second, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: b.queue, Limit: 2, After: *first.NextAfter})
+	require.NoError(t, err)
+	require.Equal(t, []string{"msgkey1-a-0", "msgkey0-a-0"}, ids(second))
+	require.False(t, *second.Truncated)
+}
+
 // A DLQ time window given in a non-UTC zone filters like the same instants in UTC, even in a zone
 // whose offset has seconds (RFC 3339 offsets have none, so such a time must be sent in UTC).
 func TestITDeadLetterWindowInAnyZone(t *testing.T) {
