@@ -258,7 +258,7 @@ export class Admin {
   replayDlq(id: string, dest: DlqReplayRequest = {}): Promise<DlqReplayResult> {
     return this.post(`/api/v1/dlq/${e(id)}/replay`, dest);
   }
-  /** listMessages lists messages with their derived status. */
+  /** listMessages lists messages with their derived status; page by `after: page.nextAfter`, which messages pushed or consumed between two pages do not move. */
   listMessages(query: MessageListQuery = {}): Promise<MessageList> {
     return this.get("/api/v1/messages", query as Query);
   }

@@ -173,6 +173,21 @@ describe("admin", () => {
     expect(second.truncated).toBe(false);
   });
 
+  it("messages paged by after while a message is pushed come once each; by offset the second page repeats a row", async () => {
+    const lanes = client();
+    const q = uniq("msg-after");
+    for (const data of ["m0", "m1", "m2", "m3"]) await lanes.queue(q).push([{ data }]); // four segments, newest last
+    const first = await lanes.admin.listMessages({ queue: q, limit: 2 });
+    expect(first.messages.map((m) => m.data)).toEqual(["m3", "m2"]);
+    expect(first.nextAfter).toBeTruthy();
+    await lanes.queue(q).push([{ data: "m4" }]);
+    const byOffset = await lanes.admin.listMessages({ queue: q, limit: 2, offset: 2 });
+    expect(byOffset.messages.map((m) => m.data)).toEqual(["m2", "m1"]);
+    const second = await lanes.admin.listMessages({ queue: q, limit: 2, after: first.nextAfter! });
+    expect(second.messages.map((m) => m.data)).toEqual(["m1", "m0"]);
+    expect(second.truncated).toBe(false);
+  });
+
   it("dlq() and dlq(\"\") read the builder's group, as in Go and Python; without one every group", async () => {
     const lanes = client();
     const q = uniq("dlq-group");
