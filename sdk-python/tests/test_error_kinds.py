@@ -267,6 +267,23 @@ def test_a_dot_name_in_a_path_is_refused_before_sending(broker_url: str, qname: 
         assert qname in c.admin.get_consumer_group(group).root
 
 
+def test_messages_paged_by_after_while_pushed(broker_url: str, qname: str) -> None:
+    """A message pushed between two pages sorts first: the second page by offset repeats a
+    row, the second page by ``next_after`` starts where the first ended."""
+    with lanes.Lanes(broker_url) as c:
+        for i in range(4):  # one push each: four segments, newest last
+            c.queue(qname).push([{"i": i}])
+        first = c.admin.list_messages(queue=qname, limit=2)
+        assert [m.data for m in first.messages] == [{"i": 3}, {"i": 2}]
+        assert first.next_after
+        c.queue(qname).push([{"i": 4}])
+        by_offset = c.admin.list_messages(queue=qname, limit=2, offset=2)
+        assert [m.data for m in by_offset.messages] == [{"i": 2}, {"i": 1}]
+        second = c.admin.list_messages(queue=qname, limit=2, after=first.next_after)
+        assert [m.data for m in second.messages] == [{"i": 1}, {"i": 0}]
+        assert second.truncated is False
+
+
 def test_a_message_listing_cut_by_the_byte_budget_says_where_the_rest_starts(
     broker_url: str, qname: str
 ) -> None:

@@ -72,6 +72,7 @@ ADMIN = {
     "purge_dlq": [], "replay_dlq": ["queue", "partition"],
     "list_messages": [
         "queue", "partition", "namespace", "task", "status", "from_", "to", "limit", "offset",
+        "after",
     ],
     "get_message": [], "delete_message": [], "retry_message": [],
     "get_overview": [], "get_namespaces": [], "get_tasks": [],

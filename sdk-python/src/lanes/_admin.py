@@ -229,10 +229,17 @@ class Admin:
         to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.MessageList:
-        """``GET /messages``: ``from_`` (default an hour ago) and ``to`` bound ``createdAt``."""
+        """``GET /messages``: ``from_`` (default an hour ago) and ``to`` bound ``createdAt``.
+
+        Page with ``after=page.next_after`` (not with ``offset``): messages pushed or consumed
+        between two pages move an offset, not the key.
+        """
         return self._c._call(
-            R.list_messages(queue, partition, namespace, task, status, from_, to, limit, offset)
+            R.list_messages(
+                queue, partition, namespace, task, status, from_, to, limit, offset, after
+            )
         )
 
     def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:
@@ -433,10 +440,17 @@ class AsyncAdmin:
         to: datetime | str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.MessageList:
-        """``GET /messages``: ``from_`` (default an hour ago) and ``to`` bound ``createdAt``."""
+        """``GET /messages``: ``from_`` (default an hour ago) and ``to`` bound ``createdAt``.
+
+        Page with ``after=page.next_after`` (not with ``offset``): messages pushed or consumed
+        between two pages move an offset, not the key.
+        """
         return await self._c._call(
-            R.list_messages(queue, partition, namespace, task, status, from_, to, limit, offset)
+            R.list_messages(
+                queue, partition, namespace, task, status, from_, to, limit, offset, after
+            )
         )
 
     async def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:

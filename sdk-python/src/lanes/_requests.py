@@ -593,6 +593,7 @@ def list_messages(
     to: datetime | str | None,
     limit: int | None,
     offset: int | None,
+    after: str | None = None,
 ) -> Req[models.MessageList]:
     return Req(
         "GET",
@@ -608,6 +609,7 @@ def list_messages(
             to=to,
             limit=limit,
             offset=offset,
+            after=after,
         ),
     )
 
