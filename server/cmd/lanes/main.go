@@ -120,14 +120,14 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		}
 	}()
 
-	pool, serverStarts, err := openPool(ctx, cfg)
+	pool, poolWatch, err := openPool(ctx, cfg)
 	if err != nil {
 		return err
 	}
 	defer pool.Close()
 	loopsCtx, stopLoops := context.WithCancel(context.Background())
 	defer stopLoops()
-	b, err := wire(cfg, log, pool, serverStarts, loopsCtx)
+	b, err := wire(cfg, log, pool, poolWatch, loopsCtx)
 	if err != nil {
 		return err
 	}
@@ -178,14 +178,14 @@ func run(cfg *config.Config, log *slog.Logger) error {
 }
 
 // openPool opens the PostgreSQL pool with the broker's session settings; the
-// engine learns from serverStarts when a new connection meets a restarted server.
-func openPool(ctx context.Context, cfg *config.Config) (pool *pgxpool.Pool, serverStarts *engine.ServerStarts, err error) {
+// engine learns from poolWatch when a new connection meets a restarted server.
+func openPool(ctx context.Context, cfg *config.Config) (pool *pgxpool.Pool, poolWatch *engine.PoolWatch, err error) {
 	poolCfg, err := pgxpool.ParseConfig(cfg.DatabaseURL)
 	if err != nil {
 		return nil, nil, unusableSetting{fmt.Errorf("LANES_DATABASE_URL: %w", err)}
 	}
 	poolCfg.MaxConns = int32(cfg.PoolSize)
-	serverStarts = engine.ConfigurePool(poolCfg)
+	poolWatch = engine.ConfigurePool(poolCfg)
 	// The broker's statements are short and index-driven; JIT compilation only adds latency to them.
 	poolCfg.ConnConfig.RuntimeParams["jit"] = "off"
 	// Every statement of the broker has a server-side deadline too.
@@ -193,7 +193,7 @@ func openPool(ctx context.Context, cfg *config.Config) (pool *pgxpool.Pool, serv
 		poolCfg.ConnConfig.RuntimeParams["statement_timeout"] = strconv.FormatInt(cfg.StatementTimeout.Milliseconds(), 10)
 	}
 	pool, err = pgxpool.NewWithConfig(ctx, poolCfg)
-	return pool, serverStarts, err
+	return pool, poolWatch, err
 }
 
 // brokerParts is the engine, spool and HTTP layer run starts and shutdown stops.
@@ -219,7 +219,7 @@ func (b *brokerParts) refuse(err error) {
 // wire builds the broker on pool. The loops that need the schema start on
 // loopsCtx once it is applied; until then the broker serves (pushes spool,
 // /health answers 503).
-func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, serverStarts *engine.ServerStarts, loopsCtx context.Context) (*brokerParts, error) {
+func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, poolWatch *engine.PoolWatch, loopsCtx context.Context) (*brokerParts, error) {
 	verifier, err := newVerifier(cfg, log)
 	if err != nil {
 		return nil, err
@@ -241,7 +241,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, serverStarts
 		PopAutopilot:            cfg.PopAutopilot,
 		ListMaxBytes:            cfg.ListMaxBytes,
 		ListenerCheckInterval:   cfg.ListenerCheckInterval,
-		ServerStarts:            serverStarts,
+		PoolWatch:               poolWatch,
 		// Twice the statement_timeout: PostgreSQL ends a slow claim first.
 		ClaimTimeout: 2 * cfg.StatementTimeout,
 		Logger:       log,

@@ -72,10 +72,11 @@ type Config struct {
 	// without a word from PostgreSQL before it pings its connection; the
 	// ping's answer may take twice as long (see listenOnce); default 5 s.
 	ListenerCheckInterval time.Duration
-	// ServerStarts, from ConfigurePool, tells the engine when a new
-	// connection of its pool meets a server started since the last one: the
-	// engine then acts as on a lost listener connection at once.
-	ServerStarts *ServerStarts
+	// PoolWatch, from ConfigurePool, tells the engine when a new connection
+	// of its pool meets a server started since the last one (the engine then
+	// acts as on a lost listener connection at once), and lets it cut off the
+	// pool's connections when the listener finds the host silent.
+	PoolWatch *PoolWatch
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
 	Logger          *slog.Logger
@@ -197,8 +198,8 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	e.autopilot = newAutopilot(cfg.PopAutopilot, cfg.Logger)
 	e.notifier = newNotifier(e)
 	e.pusher = newPusher(e)
-	if cfg.ServerStarts != nil {
-		cfg.ServerStarts.notify(e.noticeServerRestart)
+	if cfg.PoolWatch != nil {
+		cfg.PoolWatch.starts.notify(e.noticeServerRestart)
 	}
 	e.wg.Add(2)
 	go func() { defer e.wg.Done(); e.listenLoop() }()

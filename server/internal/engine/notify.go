@@ -111,9 +111,7 @@ func (e *Engine) listenLoop() {
 				backoff = listenReconnectFirst
 			}
 			pingDeadline = min(2*pingDeadline, pingDeadlineMaxFactor*firstPingDeadline)
-			// The pool's idle connections are to the same silent host: a
-			// request given one would wait out its database deadline.
-			e.pool.Reset()
+			e.dropSilentConnections()
 		}
 		// The database restarted or crashed, or cannot be reached: a crash undoes
 		// commits the cached pop plans were computed from.
@@ -126,6 +124,22 @@ func (e *Engine) listenLoop() {
 		case <-time.After(backoff):
 		}
 		backoff = min(2*backoff, listenReconnectMax)
+	}
+}
+
+// dropSilentConnections acts on the listener's finding that the database host
+// fell silent: the pool's connections are to that host too. Reset closes the
+// idle ones, so a request given one does not wait out its database deadline;
+// the checked-out ones are cut off, so a statement already waiting on one
+// (a push's commit, a pop's claim) fails now, as in an outage, instead of at
+// its deadline (30 s; a claim 60 s). Only the listener's decision, after its
+// ping's own deadline, does this: a slow statement alone never does.
+func (e *Engine) dropSilentConnections() {
+	e.pool.Reset()
+	if watch := e.cfg.PoolWatch; watch != nil {
+		if n := watch.conns.cutOff(); n > 0 {
+			e.log.Warn("closed the pool's connections to the silent database host; their requests fail and may be retried", "connections", n)
+		}
 	}
 }
 
@@ -177,14 +191,14 @@ func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.
 	if _, err := conn.Exec(setupCtx, "LISTEN "+notifyChannel); err != nil {
 		return false, setupErr(err)
 	}
-	if starts := e.cfg.ServerStarts; starts != nil {
+	if watch := e.cfg.PoolWatch; watch != nil {
 		// This reconnect acts on a new server itself; the pool's connections
 		// then meet the same one and change nothing.
 		started, err := serverStart(setupCtx, conn)
 		if err != nil {
 			return false, setupErr(err)
 		}
-		starts.record(started)
+		watch.starts.record(started)
 	}
 	cancelSetup()
 	e.listening.Store(true)

@@ -119,6 +119,19 @@ const listenQuery = "LISTEN " + notifyChannel
 // newEngineThrough is newEngine with every connection through proxy.
 func newEngineThrough(t *testing.T, proxy *testdb.Proxy, engineCfg Config) *Engine {
 	t.Helper()
+	return newEngineThroughWith(t, proxy, engineCfg, false)
+}
+
+// newWatchedEngineThrough is newEngineThrough with its pool configured as the
+// broker's (ConfigurePool): the engine knows the pool's open connections,
+// and the listener reads the server's start time as it connects.
+func newWatchedEngineThrough(t *testing.T, proxy *testdb.Proxy, engineCfg Config) *Engine {
+	t.Helper()
+	return newEngineThroughWith(t, proxy, engineCfg, true)
+}
+
+func newEngineThroughWith(t *testing.T, proxy *testdb.Proxy, engineCfg Config, watched bool) *Engine {
+	t.Helper()
 	cfg, err := pgxpool.ParseConfig(testDSN)
 	if err != nil {
 		t.Fatal(err)
@@ -132,6 +145,9 @@ func newEngineThrough(t *testing.T, proxy *testdb.Proxy, engineCfg Config) *Engi
 		t.Fatal(err)
 	}
 	cfg.ConnConfig.Host, cfg.ConnConfig.Port, cfg.ConnConfig.Fallbacks = host, uint16(portNumber), nil
+	if watched {
+		engineCfg.PoolWatch = ConfigurePool(cfg)
+	}
 	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
 	if err != nil {
 		t.Fatal(err)

@@ -14,10 +14,11 @@ import (
 // is given: times scanned from timestamptz columns in UTC. pgx scans them in
 // the process's local zone by default, and an answer built from one would
 // carry that zone's offset (-05:00) where every other time on the wire is UTC.
-// Each new connection also reads when its server started; pass the returned
-// ServerStarts in the engine's Config.
-func ConfigurePool(cfg *pgxpool.Config) *ServerStarts {
-	starts := &ServerStarts{}
+// Each new connection also reads when its server started, and the pool's
+// open connections are kept in a list the engine can cut off (openConns);
+// pass the returned PoolWatch in the engine's Config.
+func ConfigurePool(cfg *pgxpool.Config) *PoolWatch {
+	watch := &PoolWatch{conns: openConns{conns: map[*pgx.Conn]struct{}{}}}
 	next := cfg.AfterConnect
 	cfg.AfterConnect = func(ctx context.Context, conn *pgx.Conn) error {
 		conn.TypeMap().RegisterType(&pgtype.Type{Name: "timestamptz", OID: pgtype.TimestamptzOID,
@@ -26,13 +27,71 @@ func ConfigurePool(cfg *pgxpool.Config) *ServerStarts {
 		if err != nil {
 			return err
 		}
-		starts.met(started)
+		watch.starts.met(started)
 		if next != nil {
-			return next(ctx, conn)
+			if err := next(ctx, conn); err != nil {
+				return err
+			}
 		}
+		watch.conns.opened(conn)
 		return nil
 	}
-	return starts
+	nextBeforeClose := cfg.BeforeClose
+	cfg.BeforeClose = func(conn *pgx.Conn) {
+		watch.conns.closing(conn)
+		if nextBeforeClose != nil {
+			nextBeforeClose(conn)
+		}
+	}
+	return watch
+}
+
+// PoolWatch is what the engine learns from its pool's connections
+// (ConfigurePool): the start time of the server the latest new one reached,
+// and which ones are open.
+type PoolWatch struct {
+	starts ServerStarts
+	conns  openConns
+}
+
+// openConns are the pool's open connections, idle or checked out. pgxpool's
+// Reset closes the idle ones and those checked out only when they come back;
+// a request whose statement waits on a silent host would hold its connection
+// until its deadline (30 s; a pop's claim 60 s).
+type openConns struct {
+	mu    sync.Mutex
+	conns map[*pgx.Conn]struct{}
+}
+
+func (o *openConns) opened(conn *pgx.Conn) {
+	o.mu.Lock()
+	o.conns[conn] = struct{}{}
+	o.mu.Unlock()
+}
+
+func (o *openConns) closing(conn *pgx.Conn) {
+	o.mu.Lock()
+	delete(o.conns, conn)
+	o.mu.Unlock()
+}
+
+// cutOff closes the network connection under every connection open now, and
+// says how many: a statement waiting on one fails at once, as on a server
+// that closed it, and pgx closes the connection, which the pool then drops.
+// It closes the socket only, which is safe while another goroutine reads or
+// writes it; pgx's own Close is not.
+func (o *openConns) cutOff() int {
+	o.mu.Lock()
+	cut := make([]*pgx.Conn, 0, len(o.conns))
+	for conn := range o.conns {
+		cut = append(cut, conn)
+	}
+	clear(o.conns)
+	o.mu.Unlock()
+	for _, conn := range cut {
+		_ = conn.PgConn().Conn().Close()
+	}
+	return len(cut)
 }
 
 // serverStart reads when conn's server started. A server that refuses the

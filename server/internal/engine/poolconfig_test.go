@@ -21,7 +21,7 @@ func TestANewConnectionToARestartedServerWaitsUntilThePlansAreForgotten(t *testi
 	if err != nil {
 		t.Fatal(err)
 	}
-	starts := ConfigurePool(cfg)
+	starts := &ConfigurePool(cfg).starts
 	pool, err := pgxpool.NewWithConfig(ctx, cfg)
 	if err != nil {
 		t.Fatal(err)

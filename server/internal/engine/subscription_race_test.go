@@ -15,6 +15,30 @@ import (
 // waits until that write is in its pause.
 func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause time.Duration) (awaitStall func()) {
 	t.Helper()
+	return stallSegmentWriteWith(t, e, queue, partition, pause, `PERFORM pg_sleep(ms / 1000.0);`)
+}
+
+// stallSegmentWritePastCancel is stallSegmentWrite with a pause that a cancel
+// request cannot cut short: the push then commits whatever becomes of its
+// connection, as one whose COMMIT reached PostgreSQL before the broker lost
+// the connection.
+func stallSegmentWritePastCancel(t *testing.T, e *Engine, queue, partition string, pause time.Duration) (awaitStall func()) {
+	t.Helper()
+	return stallSegmentWriteWith(t, e, queue, partition, pause, `DECLARE until timestamptz := clock_timestamp() + ms * interval '1 millisecond';
+				BEGIN
+					WHILE clock_timestamp() < until LOOP
+						BEGIN
+							PERFORM pg_sleep(least(0.02, extract(epoch FROM until - clock_timestamp())));
+						EXCEPTION WHEN query_canceled THEN NULL; -- the pause outlasts a cancel
+						END;
+					END LOOP;
+				END;`)
+}
+
+// stallSegmentWriteWith is stallSegmentWrite pausing with sleep (PL/pgSQL
+// reading the pause in ms).
+func stallSegmentWriteWith(t *testing.T, e *Engine, queue, partition string, pause time.Duration, sleep string) (awaitStall func()) {
+	t.Helper()
 	suffix := time.Now().UnixNano()
 	trigger, function := fmt.Sprintf("test_stall_segment_%d", suffix), fmt.Sprintf("public.test_stall_segment_%d", suffix)
 	ctx := context.Background()
@@ -28,10 +52,10 @@ func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause t
 				RETURNING s.pause_ms INTO ms;
 			IF ms IS NOT NULL THEN
 				PERFORM set_config('application_name', '%s', true);
-				PERFORM pg_sleep(ms / 1000.0);
+				%s
 			END IF;
 			RETURN NULL;
-		END $$`, function, trigger),
+		END $$`, function, trigger, sleep),
 		fmt.Sprintf(`INSERT INTO public.test_stalled_segments VALUES ('%s', '%s', %d)`, queue, partition, pause.Milliseconds()),
 		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT ON lanes.segments FOR EACH ROW EXECUTE FUNCTION %s()`, trigger, function),
 	} {
