@@ -170,37 +170,48 @@ func (e *Engine) listenOnce(pingDeadline *time.Duration, firstPingDeadline time.
 		case <-ctx.Done():
 		}
 	}()
-	// The setup has a ping's deadline: no ping runs before LISTEN is
-	// answered, and a host that falls silent meanwhile would hold the
-	// listener until TCP gives up (minutes).
-	setupDeadline := *pingDeadline
-	setupCtx, cancelSetup := context.WithTimeout(ctx, setupDeadline)
-	defer cancelSetup()
-	setupErr := func(err error) error {
-		if ctx.Err() == nil && setupCtx.Err() != nil {
-			return fmt.Errorf("%w within %v: %w", errPingUnanswered, setupDeadline, err)
+	// Each step of the setup (connecting, LISTEN, reading the server's start
+	// time) has a ping's deadline: no ping runs before it is answered, and a
+	// host that falls silent meanwhile would hold the listener until TCP
+	// gives up (minutes). One deadline for the whole setup failed it on a
+	// database whose every answer came within a ping's deadline but two not,
+	// and the listener reconnected for as long as that lasted.
+	stepDeadline := *pingDeadline
+	step := func(run func(ctx context.Context) error) error {
+		stepCtx, cancelStep := context.WithTimeout(ctx, stepDeadline)
+		defer cancelStep()
+		err := run(stepCtx)
+		if err != nil && ctx.Err() == nil && stepCtx.Err() != nil {
+			return fmt.Errorf("%w within %v: %w", errPingUnanswered, stepDeadline, err)
 		}
 		return causeOr(ctx, err)
 	}
-	connCfg := e.pool.Config().ConnConfig.Copy()
-	conn, err := pgx.ConnectConfig(setupCtx, connCfg)
-	if err != nil {
-		return false, setupErr(err)
+	var conn *pgx.Conn
+	if err := step(func(ctx context.Context) (err error) {
+		conn, err = pgx.ConnectConfig(ctx, e.pool.Config().ConnConfig.Copy())
+		return err
+	}); err != nil {
+		return false, err
 	}
 	defer conn.Close(context.Background())
-	if _, err := conn.Exec(setupCtx, "LISTEN "+notifyChannel); err != nil {
-		return false, setupErr(err)
+	if err := step(func(ctx context.Context) error {
+		_, err := conn.Exec(ctx, "LISTEN "+notifyChannel)
+		return err
+	}); err != nil {
+		return false, err
 	}
 	if watch := e.cfg.PoolWatch; watch != nil {
 		// This reconnect acts on a new server itself; the pool's connections
 		// then meet the same one and change nothing.
-		started, err := serverStart(setupCtx, conn)
-		if err != nil {
-			return false, setupErr(err)
+		var started time.Time
+		if err := step(func(ctx context.Context) (err error) {
+			started, err = serverStart(ctx, conn)
+			return err
+		}); err != nil {
+			return false, err
 		}
 		watch.starts.record(started)
 	}
-	cancelSetup()
 	e.listening.Store(true)
 	defer e.listening.Store(false)
 	check := e.cfg.ListenerCheckInterval

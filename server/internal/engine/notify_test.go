@@ -280,12 +280,24 @@ func TestAListenerWhosePingsAnswerLateKeepsItsConnection(t *testing.T) {
 // count as a lost connection, but each one in a row doubles the next ping's
 // deadline: the reconnects (each forgetting the plans and waking every parked
 // pop) stop once the deadline outgrows the delay, instead of coming back at
-// every check for as long as the overload lasts.
+// every check for as long as the overload lasts. With the pool configured as
+// the broker's (watched), the listener's setup reads the server's start time
+// after LISTEN, one more late answer: each step of the setup has the ping's
+// deadline, not the whole setup, or the setup never fits (before, 5
+// connections and one more every few seconds).
 func TestAListenerBacksOffWhileItsPingsMissTheirDeadline(t *testing.T) {
+	for _, watched := range []bool{false, true} {
+		t.Run(fmt.Sprint("watched=", watched), func(t *testing.T) {
+			listenerBacksOffWhileItsPingsMissTheirDeadline(t, watched)
+		})
+	}
+}
+
+func listenerBacksOffWhileItsPingsMissTheirDeadline(t *testing.T, watched bool) {
 	const check = 100 * time.Millisecond
 	const delay = 5 * check // past the first two deadlines (2 and 4 checks), within the third
 	proxy := newTestProxy(t)
-	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	a := newEngineThroughWith(t, proxy, Config{ListenerCheckInterval: check}, watched)
 	waitListening(t, a)
 	proxy.Slow(listenQuery, delay)
 	// Two deadlines missed and a third connection's LISTEN answered: at most

@@ -97,9 +97,11 @@ func (o *openConns) cutOff() int {
 // serverStart reads when conn's server started. A server that refuses the
 // function (a revoked grant, a PostgreSQL look-alike) answers the zero time,
 // which changes nothing: only the listener's check notices a restart there.
+// It takes one round trip: pgx's default would prepare the statement first,
+// on a new connection one round trip more.
 func serverStart(ctx context.Context, conn *pgx.Conn) (time.Time, error) {
 	var started time.Time
-	err := conn.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&started)
+	err := conn.QueryRow(ctx, "SELECT pg_postmaster_start_time()", pgx.QueryExecModeSimpleProtocol).Scan(&started)
 	if HasSQLState(err) {
 		return time.Time{}, nil
 	}
