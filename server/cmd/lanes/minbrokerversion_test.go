@@ -84,7 +84,7 @@ func TestBrokerBelowTheDatabasesMinimumVersionRefusesToStart(t *testing.T) {
 	dsn := newDatabase(t)
 	pool, version := schemaOn(t, dsn)
 	ctx := t.Context()
-	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx`); err != nil {
+	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_queue_idx`); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := pool.Exec(ctx, `UPDATE lanes.schema_applied SET digest = 'an earlier version',
@@ -121,7 +121,7 @@ func TestBrokerBelowTheDatabasesMinimumVersionRefusesToStart(t *testing.T) {
 	b.waitHealth(t, 200, 20*time.Second)
 	var minimum, raisedBy int
 	var indexed bool
-	if err := pool.QueryRow(ctx, `SELECT version, raised_by, to_regclass('lanes.consumers_group_idx') IS NOT NULL
+	if err := pool.QueryRow(ctx, `SELECT version, raised_by, to_regclass('lanes.consumers_group_queue_idx') IS NOT NULL
 		FROM lanes.min_broker_version`).Scan(&minimum, &raisedBy, &indexed); err != nil {
 		t.Fatal(err)
 	}

@@ -937,8 +937,8 @@ func seedCursors(ctx context.Context, tx dbtx, req *PopRequest, q *popQueue) err
 	// from before schema 160, which record no creator.
 	mode := `(CASE WHEN ` + newToScopeSQL("q.created_xid") + ` OR ` + newToScopeSQL("p.created_xid") +
 		` THEN 'all' ELSE ` + seedModeSQL("g") + ` END)`
-	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
-		SELECT p.id, $2, s.seed, s.seed FROM lanes.partitions p
+	if _, err := tx.Exec(ctx, `INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id, committed, batch_end)
+		SELECT p.id, $2, p.queue_id, s.seed, s.seed FROM lanes.partitions p
 		JOIN lanes.queues q ON q.id = p.queue_id
 		JOIN lanes.consumer_groups g ON g.consumer_group = $2 AND g.queue_id = p.queue_id
 		LEFT JOIN lanes.discovery_subscriptions ds ON $3 AND ds.consumer_group = g.consumer_group

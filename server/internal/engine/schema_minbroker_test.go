@@ -46,7 +46,7 @@ func TestABrokerBelowTheMinimumVersionRefusesAndChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, fmt.Sprintf(`DROP INDEX lanes.consumers_group_idx;
+	if _, err := pool.Exec(ctx, fmt.Sprintf(`DROP INDEX lanes.consumers_group_queue_idx;
 		UPDATE lanes.schema_applied SET digest = 'an earlier version', version_digest = 'an earlier version', version = 120;
 		UPDATE lanes.min_broker_version SET version = %d, raised_by = %d`, first.Version+1, first.Version+5)); err != nil {
 		t.Fatal(err)

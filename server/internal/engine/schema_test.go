@@ -237,7 +237,7 @@ func TestSchemaIsReappliedOnlyWhenItsFilesChange(t *testing.T) {
 		t.Fatal(err)
 	}
 	indexExists := func() bool { return consumersGroupIndexExists(t, pool) }
-	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx`); err != nil {
+	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_queue_idx`); err != nil {
 		t.Fatal(err)
 	}
 	if err := ApplySchema(ctx, pool); err != nil {
@@ -645,13 +645,13 @@ func TestABrokerOlderThanTheRecordedSchemaAppliesNothing(t *testing.T) {
 	ctx := t.Context()
 	pool := testdb.Pool(t)
 	first, err := ApplySchemaOutcome(ctx, pool)
-	if err != nil || !first.Applied || first.Version != 170 {
-		t.Fatalf("first boot: %+v %v, want the files applied at version 170", first, err)
+	if err != nil || !first.Applied || first.Version != 180 {
+		t.Fatalf("first boot: %+v %v, want the files applied at version 180", first, err)
 	}
 	digest, version := schemaRecord(t, pool)
 	dropIndex := func() {
 		t.Helper()
-		if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx`); err != nil {
+		if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_queue_idx`); err != nil {
 			t.Fatal(err)
 		}
 	}
@@ -706,7 +706,7 @@ func TestApplyingTheSchemaGivesWayToRequestsQueuedBehindItsLockWait(t *testing.T
 	if err := ApplySchema(ctx, pool); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_idx; UPDATE lanes.schema_applied SET digest = 'an earlier version', version = 0`); err != nil {
+	if _, err := pool.Exec(ctx, `DROP INDEX lanes.consumers_group_queue_idx; UPDATE lanes.schema_applied SET digest = 'an earlier version', version = 0`); err != nil {
 		t.Fatal(err)
 	}
 	holder, err := pool.Begin(ctx)
@@ -738,17 +738,17 @@ func TestApplyingTheSchemaGivesWayToRequestsQueuedBehindItsLockWait(t *testing.T
 		t.Fatalf("the schema was not applied once the lock was free: %v", err)
 	}
 	var ok bool
-	if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil || !ok {
-		t.Fatalf("consumers_group_idx after the apply: %v %v", ok, err)
+	if err := pool.QueryRow(ctx, `SELECT to_regclass('lanes.consumers_group_queue_idx') IS NOT NULL`).Scan(&ok); err != nil || !ok {
+		t.Fatalf("consumers_group_queue_idx after the apply: %v %v", ok, err)
 	}
 }
 
-// consumersGroupIndexExists reports whether lanes.consumers_group_idx, which
+// consumersGroupIndexExists reports whether lanes.consumers_group_queue_idx, which
 // the schema tests drop to see whether a boot applies the files again, exists.
 func consumersGroupIndexExists(t *testing.T, pool *pgxpool.Pool) bool {
 	t.Helper()
 	var ok bool
-	if err := pool.QueryRow(context.Background(), `SELECT to_regclass('lanes.consumers_group_idx') IS NOT NULL`).Scan(&ok); err != nil {
+	if err := pool.QueryRow(context.Background(), `SELECT to_regclass('lanes.consumers_group_queue_idx') IS NOT NULL`).Scan(&ok); err != nil {
 		t.Fatal(err)
 	}
 	return ok

@@ -65,7 +65,7 @@ func (e *Engine) Seek(ctx context.Context, req SeekRequest) (SeekResult, error) 
 	err := pgx.BeginFunc(ctx, e.pool, func(tx pgx.Tx) error {
 		// Lock order: consumer rows ascending by partition id, then the group's metadata row.
 		err := tx.QueryRow(ctx, `WITH target AS (
-				SELECT p.id, greatest(p.log_start - 1, CASE WHEN $4::timestamptz IS NULL THEN p.last_offset ELSE
+				SELECT p.id, p.queue_id, greatest(p.log_start - 1, CASE WHEN $4::timestamptz IS NULL THEN p.last_offset ELSE
 					coalesce((SELECT sg.base_offset - 1 FROM lanes.segments sg
 						WHERE sg.partition_id = p.id AND sg.end_offset >= p.log_start AND sg.created_at >= $4
 						ORDER BY sg.base_offset LIMIT 1), p.last_offset) END) AS committed
@@ -73,8 +73,8 @@ func (e *Engine) Seek(ctx context.Context, req SeekRequest) (SeekResult, error) 
 				WHERE q.name = $1 AND ($3 = '' OR p.name = $3)
 				ORDER BY p.id),
 			placed AS (
-				INSERT INTO lanes.consumers AS c (partition_id, consumer_group, committed, batch_end)
-				SELECT t.id, $2, t.committed, t.committed FROM target t ORDER BY t.id
+				INSERT INTO lanes.consumers AS c (partition_id, consumer_group, queue_id, committed, batch_end)
+				SELECT t.id, $2, t.queue_id, t.committed, t.committed FROM target t ORDER BY t.id
 				ON CONFLICT (partition_id, consumer_group) DO UPDATE SET
 					committed = EXCLUDED.committed, batch_end = EXCLUDED.committed,
 					lease_id = NULL, lease_expires_at = NULL, retry_count = 0

@@ -124,7 +124,8 @@ CREATE TABLE IF NOT EXISTS lanes.consumers (
     PRIMARY KEY (partition_id, consumer_group)
 ) WITH (fillfactor = 50);
 CREATE INDEX IF NOT EXISTS consumers_lease_idx ON lanes.consumers (lease_id) WHERE lease_id IS NOT NULL;
-CREATE INDEX IF NOT EXISTS consumers_group_idx ON lanes.consumers (consumer_group);
+-- Filters by group use consumers_group_queue_idx (180_consumers_queue_id.sql),
+-- which replaced consumers_group_idx (consumer_group).
 
 -- Where a consumer group starts on a queue, decided on first contact and stored.
 CREATE TABLE IF NOT EXISTS lanes.consumer_groups (
