@@ -152,7 +152,7 @@ func (e *Engine) ListGroups(ctx context.Context, page RowPage) ([]GroupSummary, 
 		if len(page.After) == 2 {
 			group, queue = &page.After[0], &page.After[1]
 		}
-		rows, err = e.pool.Query(ctx, groupsAfterSQL, page.limitArg(), group, queue)
+		rows, err = e.pool.Query(ctx, groupsAfterSQL, "", page.limitArg(), group, queue)
 	}
 	if err != nil {
 		return nil, false, err
@@ -196,24 +196,17 @@ const groupsByOffsetSQL = `WITH cursors AS (` + groupSumsSQL + `),
 	LEFT JOIN cursors c ON c.grp = k.grp AND c.queue_id = k.queue_id
 	ORDER BY k.grp, q.name LIMIT $2 OFFSET $3`
 
-// groupsAfterSQL is the page of the group list after (group $2, queue name
-// $3) (from the first row when NULL), LIMIT $1. Its keys come from the
-// registrations and from the cursors of group $2 on, grouped before the
-// union (a union of the cursors themselves sorted all of them); only the
-// page's keys have their cursors summed, one key at a time (summed together
-// they were sorted by key first, 500,000 of them on disk).
-const groupsAfterSQL = `WITH keys AS (
-			SELECT consumer_group AS grp, queue_id FROM lanes.consumer_groups
-			WHERE $2::text IS NULL OR consumer_group >= $2
-			UNION SELECT grp, queue_id FROM (SELECT c.consumer_group AS grp, p.queue_id FROM lanes.consumers c
-				JOIN lanes.partitions p ON p.id = c.partition_id
-				WHERE $2::text IS NULL OR c.consumer_group >= $2 GROUP BY 1, 2) cursor_keys),
-		page AS (SELECT k.grp, k.queue_id, q.name AS queue FROM keys k JOIN lanes.queues q ON q.id = k.queue_id
-			WHERE $2::text IS NULL OR (k.grp, q.name) > ($2, $3::text)
-			ORDER BY k.grp, q.name LIMIT $1)
+// groupsAfterSQL is the page of the group list after (group $3, queue name
+// $4) (from the first row when $3 is NULL), LIMIT $2 ($1 is groupPairsSQL's,
+// always empty here). Its keys are the (group, queue) pairs with a
+// registration or a cursor, walked in order by groupPairsSQL, a probe or two
+// per key, so a page reads its own keys whatever the number of cursors; only
+// the page's keys have their cursors summed, one key at a time (summed
+// together they were sorted by key first, 500,000 of them on disk).
+var groupsAfterSQL = `WITH RECURSIVE ` + groupPairsSQL(">", true) + `
 	SELECT k.grp, k.queue, g.subscription_mode, g.subscription_timestamp, g.created_at,
 		c.cursors, c.with_lag, c.total_lag, c.max_lag_seconds, coalesce(c.ever_consumed, false)
-	FROM page k
+	FROM pairs k
 	LEFT JOIN lanes.consumer_groups g ON g.consumer_group = k.grp AND g.queue_id = k.queue_id
 	CROSS JOIN LATERAL (SELECT count(*)::int AS cursors,
 			count(*) FILTER (WHERE p.last_offset > greatest(c.committed, p.log_start - 1))::int AS with_lag,
@@ -226,12 +219,54 @@ const groupsAfterSQL = `WITH keys AS (
 		WHERE p.queue_id = k.queue_id) c
 	ORDER BY k.grp, k.queue`
 
+// groupPairsSQL is the queries "groups" (recursive) and "pairs": the
+// (group, queue) pairs from (group $3, queue name $4) on, by group and queue
+// name, at most $2 of them (every one when NULL), with a cursor (or, with
+// withRegistrations, a registration) there; the pair named is included when
+// nameOp is ">=". $1 keeps one group's pairs (empty: every group's); $3 NULL
+// starts at the first group. The groups come one index probe each (at most
+// $2 + 1 of them: every group has a pair, but the first may have none after
+// $4); a group's queues come from the queues' name index, a probe of
+// lanes.consumers_group_queue_idx each, until the page's pairs are found, so
+// a page reads its own pairs (and the queues without the group's cursors
+// between them), not every cursor.
+func groupPairsSQL(nameOp string, withRegistrations bool) string {
+	// Scalar subqueries, not EXISTS: the planner hashed an EXISTS, reading
+	// every cursor of the group for each group.
+	has := `(SELECT true FROM lanes.consumers c WHERE c.consumer_group = g.grp AND c.queue_id = q.id LIMIT 1)`
+	nextGroup := func(op, bound string) string {
+		next := `(SELECT min(c.consumer_group) FROM lanes.consumers c WHERE c.consumer_group ` + op + ` ` + bound + `)`
+		if withRegistrations {
+			next = `least(` + next + `, (SELECT min(r.consumer_group) FROM lanes.consumer_groups r
+				WHERE r.consumer_group ` + op + ` ` + bound + `))`
+		}
+		return next
+	}
+	if withRegistrations {
+		has = `coalesce(` + has + `, (SELECT true FROM lanes.consumer_groups r
+			WHERE r.consumer_group = g.grp AND r.queue_id = q.id))`
+	}
+	return `groups (grp, rank) AS (
+			SELECT s.grp, 1 FROM (SELECT coalesce($3::text, ` + nextGroup(">=", "''") + `) AS grp) s
+			WHERE s.grp IS NOT NULL
+			UNION ALL
+			SELECT n.grp, w.rank + 1 FROM groups w CROSS JOIN LATERAL (SELECT ` + nextGroup(">", "w.grp") + ` AS grp) n
+			WHERE n.grp IS NOT NULL AND $1 = '' AND w.rank <= coalesce($2::int8, w.rank)),
+		pairs AS (SELECT g.grp, q.id AS queue_id, q.name AS queue
+			FROM (SELECT grp, rank FROM groups ORDER BY rank) g
+			CROSS JOIN LATERAL (SELECT q.id, q.name FROM lanes.queues q
+				WHERE q.name >= coalesce(CASE WHEN g.rank = 1 THEN $4::text END, '')
+					AND (g.rank > 1 OR $4 IS NULL OR q.name ` + nameOp + ` $4) AND ` + has + `
+				ORDER BY q.name LIMIT $2) q
+			ORDER BY g.rank, q.name LIMIT $2)`
+}
+
 // LaggingCursors lists one page of the cursors whose oldest unconsumed message
 // waited at least minLag, by group, queue and partition name, filtered in the
 // database, and says whether more follow. Without an offset the page starts
 // after the key page.After (group, queue, partition), so rows that come or go
 // before it between two pages shift nothing, and reads the oldest message of
-// the cursors it walks past only (cursorsAfterSQL): an offset page read every
+// the cursors it walks past only (cursorsAfter): an offset page read every
 // cursor's (0.6 s a page at 500,000 cursors, 3 s near the end).
 func (e *Engine) LaggingCursors(ctx context.Context, minLag time.Duration, page RowPage) ([]GroupCursor, bool, error) {
 	if page.Offset > 0 {
@@ -241,30 +276,26 @@ func (e *Engine) LaggingCursors(ctx context.Context, minLag time.Duration, page 
 	return e.cursorsAfter(ctx, page, "", page.After, true, minLag)
 }
 
-// cursorsAfterSQL is one page of the cursors of group $1 (empty: every group)
-// strictly after the key ($3, $4, $5) (from the first when $3 is NULL), by
-// group, queue and partition name, at most $2 rows. With $6 only the lagging
-// ones: an unconsumed message that waited at least $7 seconds.
-//
-// One statement for any shape. The (group, queue) pairs from the key's on
-// come sorted from one pass over the cursors' cheap columns; each pair's
-// cursors come from the partitions' (queue_id, name) index in name order,
-// at most a page of them, the oldest message read for those only; the
-// incremental sort over the presorted pairs lets LIMIT stop at the page's
-// end. Measured on 500,000 lagging cursors (100,000 partitions, five groups):
-// 0.25-0.35 s a page, where sorting every cursor after the key took 0.8-1 s;
-// on 5,000 one-partition queues with two groups each: 60 ms, where a walk of
-// one query per pair took 7-14 s.
-const cursorsAfterSQL = `SELECT pr.grp, pr.queue_id, pr.queue, cr.partition, cr.partition_id, cr.lease_id, cr.lease_active,
+// pairsFromSQL and pairsAfterSQL are groupPairsSQL's pairs with a cursor,
+// from the pair named on and strictly after it.
+var (
+	pairsFromSQL  = `WITH RECURSIVE ` + groupPairsSQL(">=", false) + ` SELECT grp, queue_id, queue FROM pairs ORDER BY grp, queue`
+	pairsAfterSQL = `WITH RECURSIVE ` + groupPairsSQL(">", false) + ` SELECT grp, queue_id, queue FROM pairs ORDER BY grp, queue`
+)
+
+// pairCursorsSQL is the cursors of the (group, queue) pairs ($1 groups, $2
+// queue ids, $3 queue names, in order) strictly after the key ($5, $6, $7)
+// (every one when $5 is NULL), by pair then partition name, at most $4 rows.
+// With $8 only the lagging ones: an unconsumed message that waited at least
+// $9 seconds. Each pair's cursors come from the partitions' (queue_id, name)
+// index in name order, at most a page of them, the oldest message read for
+// those only; the incremental sort over the pairs in order lets LIMIT stop
+// at the page's end.
+const pairCursorsSQL = `SELECT pr.grp, pr.queue_id, pr.queue, cr.partition, cr.partition_id, cr.lease_id, cr.lease_active,
 		cr.total_consumed, cr.last_consumed_at, cr.offset_lag, cr.oldest, cr.lag_seconds
-	FROM (SELECT k.grp, k.queue_id, q.name AS queue
-		FROM (SELECT c.consumer_group AS grp, p.queue_id FROM lanes.consumers c
-			JOIN lanes.partitions p ON p.id = c.partition_id
-			WHERE ($1 = '' OR c.consumer_group = $1) AND ($3::text IS NULL OR c.consumer_group >= $3)
-			GROUP BY 1, 2) k
-		JOIN lanes.queues q ON q.id = k.queue_id
-		WHERE $3::text IS NULL OR (k.grp, q.name) >= ($3, $4::text)
-		ORDER BY k.grp, q.name) pr
+	FROM (SELECT u.grp, u.queue_id, u.queue, u.rank
+		FROM unnest($1::text[], $2::uuid[], $3::text[]) WITH ORDINALITY AS u(grp, queue_id, queue, rank)
+		ORDER BY u.rank) pr
 	CROSS JOIN LATERAL (SELECT p.name AS partition, p.id AS partition_id,
 			CASE WHEN c.lease_expires_at > now() THEN c.lease_id::text ELSE '' END AS lease_id,
 			coalesce(c.lease_expires_at > now(), false) AS lease_active, c.total_consumed, c.last_consumed_at,
@@ -274,21 +305,91 @@ const cursorsAfterSQL = `SELECT pr.grp, pr.queue_id, pr.queue, cr.partition, cr.
 		JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = pr.grp
 		` + oldestUnconsumedJoin + `
 		WHERE p.queue_id = pr.queue_id
-		  AND ($3::text IS NULL OR (pr.grp, pr.queue) > ($3, $4::text) OR p.name > $5::text)
-		  AND (NOT $6 OR (p.last_offset > greatest(c.committed, p.log_start - 1)
-			AND o.created_at IS NOT NULL AND greatest(extract(epoch FROM now() - o.created_at), 0) >= $7))
-		ORDER BY p.name LIMIT $2) cr
-	ORDER BY pr.grp, pr.queue, cr.partition LIMIT $2`
+		  AND ($5::text IS NULL OR (pr.grp, pr.queue) > ($5, $6::text) OR p.name > $7::text)
+		  AND (NOT $8 OR (p.last_offset > greatest(c.committed, p.log_start - 1)
+			AND o.created_at IS NOT NULL AND greatest(extract(epoch FROM now() - o.created_at), 0) >= $9))
+		ORDER BY p.name LIMIT $4) cr
+	ORDER BY pr.rank, cr.partition LIMIT $4`
 
-// cursorsAfter answers one page of cursorsAfterSQL: onlyGroup's cursors ("" =
-// every group's) after key (group, queue, partition; nil: from the first),
-// and says whether more follow.
+// A round of cursorsAfter walks the page's pairs (every pair has a cursor;
+// the key's may have none left after the key), or for a lagging page, where
+// few pairs may lag, at least minLaggingPairBatch, four times more each
+// round up to maxPairBatch: walking a pair costs a few microseconds, a round
+// two statements, and the pairs' cursors are read only until the page fills.
+// (A variable so a test can walk in rounds over a few pairs.)
+var minLaggingPairBatch = 1000
+
+const maxPairBatch = 100_000
+
+// cursorsAfter answers one page of onlyGroup's cursors ("" = every group's)
+// after key (group, queue, partition; nil: from the first), by group, queue
+// and partition name, only the lagging ones (minLag) when lagging, and says
+// whether more follow. It walks the (group, queue) pairs from the key's on
+// (pairsFromSQL) a page's worth at a time and reads their cursors
+// (pairCursorsSQL) until the page is full or the pairs run out, so a page
+// costs its own pairs and cursors, not a pass over every cursor (0.2 s at
+// 500,000 of them).
 func (e *Engine) cursorsAfter(ctx context.Context, page RowPage, onlyGroup string, key []string, lagging bool, minLag time.Duration) ([]GroupCursor, bool, error) {
 	var group, queue, partition *string
 	if len(key) == 3 {
 		group, queue, partition = &key[0], &key[1], &key[2]
 	}
-	return e.cursorPage(ctx, cursorsAfterSQL, page, onlyGroup, page.limitArg(), group, queue, partition, lagging, minLag.Seconds())
+	walkGroup, walkQueue := group, queue
+	if walkGroup == nil && onlyGroup != "" {
+		first := ""
+		walkGroup, walkQueue = &onlyGroup, &first
+	}
+	var batch any // nil: every pair at once
+	if page.Limit > 0 {
+		batch = page.Limit + 2
+		if lagging {
+			batch = max(page.Limit+2, minLaggingPairBatch)
+		}
+	}
+	pairsSQL := pairsFromSQL
+	var list []GroupCursor
+	for {
+		groups, queueIDs, queues, err := e.groupPairs(ctx, pairsSQL, onlyGroup, batch, walkGroup, walkQueue)
+		if err != nil {
+			return nil, false, err
+		}
+		if len(groups) == 0 {
+			break
+		}
+		var rows any // the rows still wanted, nil: all
+		if page.Limit > 0 {
+			rows = page.Limit + 1 - len(list)
+		}
+		got, _, err := e.cursorPage(ctx, pairCursorsSQL, RowPage{}, groups, queueIDs, queues, rows,
+			group, queue, partition, lagging, minLag.Seconds())
+		if err != nil {
+			return nil, false, err
+		}
+		list = append(list, got...)
+		size, bounded := batch.(int)
+		if !bounded || len(groups) < size || len(list) > page.Limit {
+			break
+		}
+		walkGroup, walkQueue = &groups[len(groups)-1], &queues[len(queues)-1]
+		pairsSQL, batch = pairsAfterSQL, min(4*size, maxPairBatch)
+	}
+	list, more := cutPage(list, page)
+	return list, more, nil
+}
+
+// groupPairs runs pairsFromSQL or pairsAfterSQL.
+func (e *Engine) groupPairs(ctx context.Context, sql, onlyGroup string, batch any, fromGroup, fromQueue *string) (groups []string, queueIDs []uuid.UUID, queues []string, err error) {
+	rows, err := e.pool.Query(ctx, sql, onlyGroup, batch, fromGroup, fromQueue)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	var group, queue string
+	var queueID uuid.UUID
+	_, err = pgx.ForEachRow(rows, []any{&group, &queueID, &queue}, func() error {
+		groups, queueIDs, queues = append(groups, group), append(queueIDs, queueID), append(queues, queue)
+		return nil
+	})
+	return groups, queueIDs, queues, err
 }
 
 // SubscriptionUpdate reports a subscription change.

@@ -1,0 +1,248 @@
+package engine
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
+)
+
+// sparseGroups fills a database of its own with twelve queues of three
+// partitions, each partition holding one message an hour old, and cursors
+// inserted as an older broker would (no queue): group "a" on every queue,
+// caught up but for one partition of q03; "b" on the even queues, lagging on
+// q10 only; "c" on q05 only and never registered (a seek's); "d" registered
+// on q07 without a cursor. Queue names sort apart from their ids.
+func sparseGroups(t *testing.T) *Engine {
+	t.Helper()
+	e := newIsolatedEngine(t)
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 2, '0') FROM generate_series(0, 11) i;
+		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT q.id, 'p' || i, 0 FROM lanes.queues q, generate_series(0, 2) i;
+		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
+		INSERT INTO lanes.consumers (partition_id, consumer_group, committed, batch_end)
+			SELECT p.id, g.name, CASE WHEN (g.name = 'a' AND q.name = 'q03' AND p.name = 'p1') OR (g.name = 'b' AND q.name = 'q10')
+				THEN -1 ELSE 0 END, -1
+			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id, (VALUES ('a'), ('b'), ('c')) g(name)
+			WHERE g.name = 'a' OR (g.name = 'b' AND right(q.name, 1)::int % 2 = 0) OR (g.name = 'c' AND q.name = 'q05');
+		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+			SELECT g.name, q.id, 'all', now() FROM lanes.queues q, (VALUES ('a'), ('b'), ('d')) g(name)
+			WHERE g.name = 'a' OR (g.name = 'b' AND right(q.name, 1)::int % 2 = 0) OR (g.name = 'd' AND q.name = 'q07');
+		ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	return e
+}
+
+// newIsolatedEngine is newEngine on a database of its own.
+func newIsolatedEngine(t *testing.T) *Engine {
+	t.Helper()
+	pool := testdb.Pool(t)
+	if err := ApplySchema(t.Context(), pool); err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{})
+	t.Cleanup(e.Close)
+	return e
+}
+
+// The listings by key, which walk the (group, queue) pairs through
+// consumers_group_queue_idx, answer the rows the offset pages (a pass over
+// every cursor) answer, whatever the page size: groups sparse over the
+// queues, a group with cursors and no registration, one registered without
+// cursors, and lagging pages that walk on past pairs with nothing lagging.
+func TestTheListingsByKeyAnswerTheRowsOfThePassOverEveryCursor(t *testing.T) {
+	e := sparseGroups(t)
+	ctx := t.Context()
+
+	wantGroups := groupRows(t, e, groupsByOffsetSQL, "", nil, 0)
+	wantLagging := cursorRows(t, e, laggingPageSQL, "", nil, 0, 0.0)
+	wantOfB := cursorRows(t, e, groupCursorPageSQL, "b", nil, 0)
+	if len(wantGroups) != 20 || len(wantLagging) != 4 || len(wantOfB) != 18 {
+		t.Fatalf("the fill: %d group rows, %d lagging, %d of b; want 20, 4, 18", len(wantGroups), len(wantLagging), len(wantOfB))
+	}
+	defer func(was int) { minLaggingPairBatch = was }(minLaggingPairBatch)
+	minLaggingPairBatch = 1 // lagging pages walk on in rounds
+	for _, limit := range []int{0, 1, 2, 3, 5, 19, 20, 100} {
+		var groups []string
+		page := RowPage{Limit: limit}
+		for {
+			list, more, err := e.ListGroups(ctx, page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range list {
+				groups = append(groups, groupRow(s))
+			}
+			if !more {
+				break
+			}
+			page.After = []string{list[len(list)-1].Group, list[len(list)-1].Queue}
+		}
+		if !slices.Equal(groups, wantGroups) {
+			t.Fatalf("limit %d: the group list by key\n%v\nby offset\n%v", limit, groups, wantGroups)
+		}
+		lagging := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
+			return e.LaggingCursors(ctx, 0, page)
+		}, true)
+		if !slices.Equal(lagging, wantLagging) {
+			t.Fatalf("limit %d: lagging by key\n%v\nby offset\n%v", limit, lagging, wantLagging)
+		}
+		ofB := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
+			return e.GroupCursors(ctx, "b", page)
+		}, false)
+		if !slices.Equal(ofB, wantOfB) {
+			t.Fatalf("limit %d: b's cursors by key\n%v\nby offset\n%v", limit, ofB, wantOfB)
+		}
+	}
+}
+
+// pageCursorsByKey pages through list by key with limit (the key of one
+// group's page names no group) and returns the rows.
+func pageCursorsByKey(t *testing.T, limit int, list func(RowPage) ([]GroupCursor, bool, error), keyHasGroup bool) []string {
+	t.Helper()
+	var rows []string
+	page := RowPage{Limit: limit}
+	for {
+		got, more, err := list(page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range got {
+			rows = append(rows, cursorRow(c))
+		}
+		if !more {
+			return rows
+		}
+		last := got[len(got)-1]
+		page.After = []string{last.Queue, last.Partition}
+		if keyHasGroup {
+			page.After = []string{last.Group, last.Queue, last.Partition}
+		}
+	}
+}
+
+func groupRow(s GroupSummary) string {
+	return fmt.Sprintf("%s/%s cursors=%d lagging=%d lag=%d consumed=%v mode=%q state=%s",
+		s.Group, s.Queue, s.Cursors, s.PartitionsWithLag, s.TotalLag, s.EverConsumed, s.SubscriptionMode, s.State())
+}
+
+func cursorRow(c GroupCursor) string {
+	return fmt.Sprintf("%s/%s/%s lag=%d consumed=%d", c.Group, c.Queue, c.Partition, c.OffsetLag, c.TotalConsumed)
+}
+
+func groupRows(t *testing.T, e *Engine, sql string, args ...any) []string {
+	t.Helper()
+	rows, err := e.pool.Query(context.Background(), sql, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
+		var s GroupSummary
+		var mode *string
+		var lagSeconds float64
+		err := row.Scan(&s.Group, &s.Queue, &mode, &s.SubscriptionTimestamp, &s.SubscriptionCreatedAt,
+			&s.Cursors, &s.PartitionsWithLag, &s.TotalLag, &lagSeconds, &s.EverConsumed)
+		if mode != nil {
+			s.SubscriptionMode = *mode
+		}
+		s.MaxTimeLag = time.Duration(lagSeconds * float64(time.Second))
+		return groupRow(s), err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return list
+}
+
+func cursorRows(t *testing.T, e *Engine, sql string, args ...any) []string {
+	t.Helper()
+	list, _, err := e.cursorPage(context.Background(), sql, RowPage{}, args...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rows []string
+	for _, c := range list {
+		rows = append(rows, cursorRow(c))
+	}
+	return rows
+}
+
+// A page by key reads its own pairs and cursors, however many cursors there
+// are: over 1,500 one-partition queues with two groups each (3,000 cursors,
+// every one lagging), the first page of 10 and a page from the middle read a
+// few dozen cursor index entries and rows, where the pass over every cursor
+// read all 3,000.
+func TestAPageByKeyReadsItsOwnCursorsOnly(t *testing.T) {
+	e := newIsolatedEngine(t)
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 4, '0') FROM generate_series(0, 1499) i;
+		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT id, 'Default', 0 FROM lanes.queues;
+		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id)
+			SELECT p.id, g, p.queue_id FROM lanes.partitions p, unnest(ARRAY['ga', 'gb']) g;
+		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+			SELECT g, id, 'all', now() FROM lanes.queues, unnest(ARRAY['ga', 'gb']) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 11 // a page of 10 and the row that says more follow
+	group, queue := "ga", "q0700"
+	for _, c := range []struct {
+		what         string
+		group, queue *string
+	}{{"the first page", nil, nil}, {"a page from the middle", &group, &queue}} {
+		if n := consumerRowsRead(t, e, groupsAfterSQL, "", limit, c.group, c.queue); n > 60 {
+			t.Errorf("%s of the group list read %d cursors", c.what, n)
+		}
+		groups, queueIDs, queues, err := e.groupPairs(ctx, pairsFromSQL, "", limit, c.group, c.queue)
+		if err != nil || len(groups) != limit {
+			t.Fatalf("%s: %d pairs, %v", c.what, len(groups), err)
+		}
+		pairsRead := consumerRowsRead(t, e, pairsFromSQL, "", limit, c.group, c.queue)
+		cursorsRead := consumerRowsRead(t, e, pairCursorsSQL, groups, queueIDs, queues, limit, c.group, c.queue, "", true, 0.0)
+		if pairsRead+cursorsRead > 60 {
+			t.Errorf("%s of the lagging listing read %d cursors for its pairs and %d for their rows", c.what, pairsRead, cursorsRead)
+		}
+	}
+}
+
+// consumerRowsRead runs sql under EXPLAIN ANALYZE and sums the rows its
+// scans of lanes.consumers returned, over all their loops.
+func consumerRowsRead(t *testing.T, e *Engine, sql string, args ...any) int {
+	t.Helper()
+	var plan []struct{ Plan planNode }
+	if err := e.pool.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var sum func(n planNode) int
+	sum = func(n planNode) int {
+		read := 0
+		if n.Relation == "consumers" {
+			read = int(n.Rows * n.Loops)
+		}
+		for _, child := range n.Plans {
+			read += sum(child)
+		}
+		return read
+	}
+	return sum(plan[0].Plan)
+}
+
+type planNode struct {
+	Relation string     `json:"Relation Name"`
+	Rows     float64    `json:"Actual Rows"`
+	Loops    float64    `json:"Actual Loops"`
+	Plans    []planNode `json:"Plans"`
+}
