@@ -1828,7 +1828,13 @@ type QueueDepth struct {
 	// Group Group used (`__QUEUE_MODE__` when none).
 	Group *string `json:"group"`
 
-	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	// NextAfter The `after` of the next page when `truncated`, else `null`: an opaque key of this
+	// page's last row, to send back as it came. Unlike an `offset`, it does not move when
+	// rows before it come or go between two pages. Brokers before it leave it out.
+	NextAfter *string `json:"nextAfter"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+	// asked for with `after`, whose place counted from the first row is unknown.
 	NextOffset *int             `json:"nextOffset"`
 	Partitions []PartitionDepth `json:"partitions"`
 
@@ -1840,7 +1846,7 @@ type QueueDepth struct {
 	Queue   string `json:"queue"`
 
 	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
-	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	// `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
@@ -1857,7 +1863,13 @@ type QueueDetail struct {
 	Name      string         `json:"name"`
 	Namespace string         `json:"namespace"`
 
-	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	// NextAfter The `after` of the next page when `truncated`, else `null`: an opaque key of this
+	// page's last row, to send back as it came. Unlike an `offset`, it does not move when
+	// rows before it come or go between two pages. Brokers before it leave it out.
+	NextAfter *string `json:"nextAfter"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+	// asked for with `after`, whose place counted from the first row is unknown.
 	NextOffset *int `json:"nextOffset"`
 
 	// Options The 19 queue options plus the `namespace` and `task` labels (21 keys).
@@ -1866,7 +1878,7 @@ type QueueDetail struct {
 	Task       string             `json:"task"`
 
 	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
-	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	// `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
@@ -2101,13 +2113,19 @@ type QueueStatus struct {
 	// `deadLetter`), so the buckets add up to `total`.
 	Messages MessageCounts `json:"messages"`
 
-	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	// NextAfter The `after` of the next page when `truncated`, else `null`: an opaque key of this
+	// page's last row, to send back as it came. Unlike an `offset`, it does not move when
+	// rows before it come or go between two pages. Brokers before it leave it out.
+	NextAfter *string `json:"nextAfter"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+	// asked for with `after`, whose place counted from the first row is unknown.
 	NextOffset *int               `json:"nextOffset"`
 	Partitions *[]PartitionStatus `json:"partitions,omitempty"`
 	Queue      QueueStatusQueue   `json:"queue"`
 
 	// Truncated `true` when more partitions follow this page (it stopped at `limit`): ask again at
-	// `nextOffset` for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
+	// `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
@@ -3088,8 +3106,15 @@ type GetQueueParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // GetQueueDepthParams defines parameters for GetQueueDepth.
@@ -3101,8 +3126,15 @@ type GetQueueDepthParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 
 	// Group Consumer group; absent = queue mode (`__QUEUE_MODE__`).
 	Group *string `form:"group,omitempty" json:"group,omitempty"`
@@ -3173,8 +3205,15 @@ type GetQueueStatusParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 
 	// IncludePartitions Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.
 	IncludePartitions *bool `form:"includePartitions,omitempty" json:"includePartitions,omitempty"`
@@ -3826,8 +3865,10 @@ type ClientInterface interface {
 	// GetQueue Get queue detail
 	//
 	// Queue detail with its options (21 keys, including namespace and task) and partitions, by
-	// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-	// Required role: read-only, read-write or admin.
+	// name, paged with `limit` and `after` (or `offset`); `truncated`, `nextAfter` and
+	// `nextOffset` say whether more follow and where. Page with `after`: an `offset` counts
+	// partitions from the first, so partitions created or removed between two pages make it
+	// skip or repeat rows. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
 	GetQueue(ctx context.Context, queue QueuePath, params *GetQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3835,8 +3876,9 @@ type ClientInterface interface {
 	// GetQueueDepth Get queue depth
 	//
 	// Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
-	// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
-	// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
+	// `partitionsPending` count the whole queue; `partitions`, by name, is paged with `limit`
+	// and `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`), as the queue detail's.
+	// Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues/{queue}/depth (the `GetQueueDepth` operationId).
 	GetQueueDepth(ctx context.Context, queue QueuePath, params *GetQueueDepthParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3880,8 +3922,9 @@ type ClientInterface interface {
 	// GetQueueStatus Live status of one queue
 	//
 	// Live message counters of one queue and, with `includePartitions=true`, each partition's
-	// counters, cursor and oldest and newest retained message, by name, paged with
-	// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+	// counters, cursor and oldest and newest retained message, by name, paged with `limit` and
+	// `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`, as the queue detail's;
+	// `false`, `null` and `null` without `includePartitions`).
 	// `404` when the queue does not exist. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/status/queues/{queue} (the `GetQueueStatus` operationId).
@@ -5027,8 +5070,10 @@ func (c *Client) DeleteQueue(ctx context.Context, queue QueuePath, reqEditors ..
 // GetQueue Get queue detail
 //
 // Queue detail with its options (21 keys, including namespace and task) and partitions, by
-// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-// Required role: read-only, read-write or admin.
+// name, paged with `limit` and `after` (or `offset`); `truncated`, `nextAfter` and
+// `nextOffset` say whether more follow and where. Page with `after`: an `offset` counts
+// partitions from the first, so partitions created or removed between two pages make it
+// skip or repeat rows. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/queues/{queue} (the `GetQueue` operationId).
 func (c *Client) GetQueue(ctx context.Context, queue QueuePath, params *GetQueueParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5046,8 +5091,9 @@ func (c *Client) GetQueue(ctx context.Context, queue QueuePath, params *GetQueue
 // GetQueueDepth Get queue depth
 //
 // Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
-// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
-// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
+// `partitionsPending` count the whole queue; `partitions`, by name, is paged with `limit`
+// and `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`), as the queue detail's.
+// Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/queues/{queue}/depth (the `GetQueueDepth` operationId).
 func (c *Client) GetQueueDepth(ctx context.Context, queue QueuePath, params *GetQueueDepthParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5141,8 +5187,9 @@ func (c *Client) ListQueueStatus(ctx context.Context, params *ListQueueStatusPar
 // GetQueueStatus Live status of one queue
 //
 // Live message counters of one queue and, with `includePartitions=true`, each partition's
-// counters, cursor and oldest and newest retained message, by name, paged with
-// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+// counters, cursor and oldest and newest retained message, by name, paged with `limit` and
+// `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`, as the queue detail's;
+// `false`, `null` and `null` without `includePartitions`).
 // `404` when the queue does not exist. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/status/queues/{queue} (the `GetQueueStatus` operationId).
@@ -7890,6 +7937,18 @@ func NewGetQueueRequest(server string, queue QueuePath, params *GetQueueParams) 
 
 		}
 
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -7954,6 +8013,18 @@ func NewGetQueueDepthRequest(server string, queue QueuePath, params *GetQueueDep
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8360,6 +8431,18 @@ func NewGetQueueStatusRequest(server string, queue QueuePath, params *GetQueueSt
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9508,8 +9591,10 @@ type ClientWithResponsesInterface interface {
 	// GetQueueWithResponse Get queue detail
 	//
 	// Queue detail with its options (21 keys, including namespace and task) and partitions, by
-	// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-	// Required role: read-only, read-write or admin.
+	// name, paged with `limit` and `after` (or `offset`); `truncated`, `nextAfter` and
+	// `nextOffset` say whether more follow and where. Page with `after`: an `offset` counts
+	// partitions from the first, so partitions created or removed between two pages make it
+	// skip or repeat rows. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9519,8 +9604,9 @@ type ClientWithResponsesInterface interface {
 	// GetQueueDepthWithResponse Get queue depth
 	//
 	// Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
-	// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
-	// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
+	// `partitionsPending` count the whole queue; `partitions`, by name, is paged with `limit`
+	// and `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`), as the queue detail's.
+	// Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9574,8 +9660,9 @@ type ClientWithResponsesInterface interface {
 	// GetQueueStatusWithResponse Live status of one queue
 	//
 	// Live message counters of one queue and, with `includePartitions=true`, each partition's
-	// counters, cursor and oldest and newest retained message, by name, paged with
-	// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+	// counters, cursor and oldest and newest retained message, by name, paged with `limit` and
+	// `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`, as the queue detail's;
+	// `false`, `null` and `null` without `includePartitions`).
 	// `404` when the queue does not exist. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -15939,8 +16026,10 @@ func (c *ClientWithResponses) DeleteQueueWithResponse(ctx context.Context, queue
 // GetQueueWithResponse Get queue detail
 //
 // Queue detail with its options (21 keys, including namespace and task) and partitions, by
-// name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-// Required role: read-only, read-write or admin.
+// name, paged with `limit` and `after` (or `offset`); `truncated`, `nextAfter` and
+// `nextOffset` say whether more follow and where. Page with `after`: an `offset` counts
+// partitions from the first, so partitions created or removed between two pages make it
+// skip or repeat rows. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15956,8 +16045,9 @@ func (c *ClientWithResponses) GetQueueWithResponse(ctx context.Context, queue Qu
 // GetQueueDepthWithResponse Get queue depth
 //
 // Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
-// `partitionsPending` count the whole queue; `partitions`, by name, is paged with
-// `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
+// `partitionsPending` count the whole queue; `partitions`, by name, is paged with `limit`
+// and `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`), as the queue detail's.
+// Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16041,8 +16131,9 @@ func (c *ClientWithResponses) ListQueueStatusWithResponse(ctx context.Context, p
 // GetQueueStatusWithResponse Live status of one queue
 //
 // Live message counters of one queue and, with `includePartitions=true`, each partition's
-// counters, cursor and oldest and newest retained message, by name, paged with
-// `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+// counters, cursor and oldest and newest retained message, by name, paged with `limit` and
+// `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`, as the queue detail's;
+// `false`, `null` and `null` without `includePartitions`).
 // `404` when the queue does not exist. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).

@@ -330,8 +330,10 @@ export interface paths {
         /**
          * Get queue detail
          * @description Queue detail with its options (21 keys, including namespace and task) and partitions, by
-         *     name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-         *     Required role: read-only, read-write or admin.
+         *     name, paged with `limit` and `after` (or `offset`); `truncated`, `nextAfter` and
+         *     `nextOffset` say whether more follow and where. Page with `after`: an `offset` counts
+         *     partitions from the first, so partitions created or removed between two pages make it
+         *     skip or repeat rows. Required role: read-only, read-write or admin.
          *
          */
         get: operations["getQueue"];
@@ -362,8 +364,9 @@ export interface paths {
         /**
          * Get queue depth
          * @description Pending messages per partition for one group (watermark arithmetic, cheap). `pending` and
-         *     `partitionsPending` count the whole queue; `partitions`, by name, is paged with
-         *     `limit`/`offset` (`truncated`, `nextOffset`). Required role: read-only, read-write or admin.
+         *     `partitionsPending` count the whole queue; `partitions`, by name, is paged with `limit`
+         *     and `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`), as the queue detail's.
+         *     Required role: read-only, read-write or admin.
          *
          */
         get: operations["getQueueDepth"];
@@ -1052,8 +1055,9 @@ export interface paths {
         /**
          * Live status of one queue
          * @description Live message counters of one queue and, with `includePartitions=true`, each partition's
-         *     counters, cursor and oldest and newest retained message, by name, paged with
-         *     `limit`/`offset` (`truncated`, `nextOffset`; `false` and `null` without `includePartitions`).
+         *     counters, cursor and oldest and newest retained message, by name, paged with `limit` and
+         *     `after` (or `offset`; `truncated`, `nextAfter`, `nextOffset`, as the queue detail's;
+         *     `false`, `null` and `null` without `includePartitions`).
          *     `404` when the queue does not exist. Required role: read-only, read-write or admin.
          *
          */
@@ -1734,11 +1738,18 @@ export interface components {
             partitions: components["schemas"]["QueuePartition"][];
             messages?: components["schemas"]["MessageCounts"];
             /** @description `true` when more partitions follow this page (it stopped at `limit`): ask again at
-             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *     `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
              *      */
             truncated?: boolean;
-            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            /** @description The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+             *     asked for with `after`, whose place counted from the first row is unknown.
+             *      */
             nextOffset?: number | null;
+            /** @description The `after` of the next page when `truncated`, else `null`: an opaque key of this
+             *     page's last row, to send back as it came. Unlike an `offset`, it does not move when
+             *     rows before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         QueuePartition: {
             /** @description Partition id (UUID). */
@@ -1767,11 +1778,18 @@ export interface components {
             partitionsPending: number;
             partitions: components["schemas"]["PartitionDepth"][];
             /** @description `true` when more partitions follow this page (it stopped at `limit`): ask again at
-             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *     `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
              *      */
             truncated?: boolean;
-            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            /** @description The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+             *     asked for with `after`, whose place counted from the first row is unknown.
+             *      */
             nextOffset?: number | null;
+            /** @description The `after` of the next page when `truncated`, else `null`: an opaque key of this
+             *     page's last row, to send back as it came. Unlike an `offset`, it does not move when
+             *     rows before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         PartitionDepth: {
             partition: string;
@@ -2667,11 +2685,18 @@ export interface components {
             messages: components["schemas"]["MessageCounts"];
             partitions?: components["schemas"]["PartitionStatus"][];
             /** @description `true` when more partitions follow this page (it stopped at `limit`): ask again at
-             *     `nextOffset` for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
+             *     `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
              *      */
             truncated?: boolean;
-            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            /** @description The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+             *     asked for with `after`, whose place counted from the first row is unknown.
+             *      */
             nextOffset?: number | null;
+            /** @description The `after` of the next page when `truncated`, else `null`: an opaque key of this
+             *     page's last row, to send back as it came. Unlike an `offset`, it does not move when
+             *     rows before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         QueueStatusQueue: {
             /** @description Queue id (UUID). */
@@ -3614,8 +3639,16 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path: {
@@ -3685,8 +3718,16 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`). */
                 group?: string;
             };
@@ -4891,8 +4932,16 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
                 /** @description Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does. */
                 includePartitions?: boolean;
             };

@@ -103,6 +103,10 @@ func wireOptions(o engine.QueueOptions) gen.QueueOptionsResult {
 
 // GetQueue returns a queue's identity, effective options and one page of partitions.
 func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (gen.GetQueueResponseObject, error) {
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 1)
+	if err != nil {
+		return nil, err
+	}
 	q, err := s.engine.GetQueue(ctx, req.Queue)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueue404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
@@ -111,7 +115,6 @@ func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (g
 	if err != nil {
 		return nil, err
 	}
-	page := rowPage(req.Params.Limit, req.Params.Offset)
 	parts, more, err := s.engine.Partitions(ctx, q.ID, page)
 	if err != nil {
 		return nil, err
@@ -123,7 +126,10 @@ func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (g
 	id := q.ID.String()
 	detail := gen.GetQueue200JSONResponse{
 		Id: id, Name: q.Name, Namespace: q.Namespace, Task: q.Task, CreatedAt: q.CreatedAt, Options: opts,
-		Truncated: &more, NextOffset: nextOffset(page, len(parts), more),
+		Truncated: &more,
+	}
+	if more {
+		detail.NextAfter, detail.NextOffset = nextPlaces(page, len(parts), parts[len(parts)-1].Name)
 	}
 	list := make([]gen.QueuePartition, len(parts))
 	for i, p := range parts {

@@ -53,6 +53,7 @@ type listing struct {
 	path      string // with a query string
 	inHeaders bool   // the paging signal is in X-Lanes-Truncated / X-Lanes-Next-Offset
 	rows      func(t *testing.T, raw []byte) []string
+	keyNames  int // the names in the listing's key (after), 0 when it pages by offset only
 }
 
 func (l listing) get(t *testing.T, b *testBroker, query string) listedPage {
@@ -137,21 +138,21 @@ func namedRows(field, key string) func(t *testing.T, raw []byte) []string {
 // two groups on it and a few labeled queues fill.
 func pagedListings() map[string]listing {
 	return map[string]listing{
-		"consumer groups": {path: "/api/v1/consumer-groups?", inHeaders: true, rows: func(t *testing.T, raw []byte) []string {
+		"consumer groups": {path: "/api/v1/consumer-groups?", inHeaders: true, keyNames: 2, rows: func(t *testing.T, raw []byte) []string {
 			out := []string{}
 			for _, g := range decodeInto[[]struct{ Name, QueueName string }](t, raw) {
 				out = append(out, g.Name+"/"+g.QueueName)
 			}
 			return out
 		}},
-		"lagging": {path: "/api/v1/consumer-groups/lagging?minLagSeconds=0", inHeaders: true, rows: func(t *testing.T, raw []byte) []string {
+		"lagging": {path: "/api/v1/consumer-groups/lagging?minLagSeconds=0", inHeaders: true, keyNames: 3, rows: func(t *testing.T, raw []byte) []string {
 			out := []string{}
 			for _, r := range decodeInto[[]map[string]any](t, raw) {
 				out = append(out, fmt.Sprint(r["consumer_group"], "/", r["queue_name"], "/", r["partition_name"]))
 			}
 			return out
 		}},
-		"one group": {path: "/api/v1/consumer-groups/g1?", inHeaders: true, rows: func(t *testing.T, raw []byte) []string {
+		"one group": {path: "/api/v1/consumer-groups/g1?", inHeaders: true, keyNames: 2, rows: func(t *testing.T, raw []byte) []string {
 			byQueue := decodeInto[map[string]struct{ Partitions []struct{ Partition string } }](t, raw)
 			queues := make([]string, 0, len(byQueue))
 			for q := range byQueue {
@@ -169,9 +170,9 @@ func pagedListings() map[string]listing {
 		"namespaces":    {path: "/api/v1/resources/namespaces?", rows: namedRows("namespaces", "namespace")},
 		"kv namespaces": {path: "/api/v1/resources/kv/namespaces?", rows: namedRows("namespaces", "namespace")},
 		"tasks":         {path: "/api/v1/resources/tasks?", rows: namedRows("tasks", "task")},
-		"queue detail":  {path: "/api/v1/resources/queues/wide?", rows: namedRows("partitions", "name")},
-		"queue depth":   {path: "/api/v1/resources/queues/wide/depth?group=g1", rows: namedRows("partitions", "partition")},
-		"queue status":  {path: "/api/v1/status/queues/wide?includePartitions=true", rows: namedRows("partitions", "name")},
+		"queue detail":  {path: "/api/v1/resources/queues/wide?", rows: namedRows("partitions", "name"), keyNames: 1},
+		"queue depth":   {path: "/api/v1/resources/queues/wide/depth?group=g1", rows: namedRows("partitions", "partition"), keyNames: 1},
+		"queue status":  {path: "/api/v1/status/queues/wide?includePartitions=true", rows: namedRows("partitions", "name"), keyNames: 1},
 	}
 }
 

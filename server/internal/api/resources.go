@@ -144,7 +144,10 @@ func (s *Server) DeleteQueue(ctx context.Context, req gen.DeleteQueueRequestObje
 // and one page of partitions.
 func (s *Server) GetQueueDepth(ctx context.Context, req gen.GetQueueDepthRequestObject) (gen.GetQueueDepthResponseObject, error) {
 	group := deref(req.Params.Group)
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 1)
+	if err != nil {
+		return nil, err
+	}
 	depth, err := s.engine.QueueDepth(ctx, req.Queue, group, page)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueueDepth404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
@@ -158,7 +161,10 @@ func (s *Server) GetQueueDepth(ctx context.Context, req gen.GetQueueDepthRequest
 	}
 	out := gen.GetQueueDepth200JSONResponse{Queue: req.Queue, Group: &group, Pending: int(depth.Pending),
 		PartitionsPending: depth.PartitionsPending, Partitions: make([]gen.PartitionDepth, len(depth.Partitions)),
-		Truncated: &depth.More, NextOffset: nextOffset(page, len(depth.Partitions), depth.More)}
+		Truncated: &depth.More}
+	if depth.More {
+		out.NextAfter, out.NextOffset = nextPlaces(page, len(depth.Partitions), depth.Partitions[len(depth.Partitions)-1].Partition)
+	}
 	for i, p := range depth.Partitions {
 		out.Partitions[i] = gen.PartitionDepth{Partition: p.Partition, Pending: int(p.Pending)}
 	}

@@ -82,7 +82,10 @@ func (s *Server) ListQueueStatus(ctx context.Context, req gen.ListQueueStatusReq
 
 // GetQueueStatus answers one queue's live state, one page of partitions on request.
 func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusRequestObject) (gen.GetQueueStatusResponseObject, error) {
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 1)
+	if err != nil {
+		return nil, err
+	}
 	q, parts, more, err := s.engine.QueueStatus(ctx, req.Queue, deref(req.Params.IncludePartitions), page)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueueStatus404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
@@ -95,7 +98,10 @@ func (s *Server) GetQueueStatus(ctx context.Context, req gen.GetQueueStatusReque
 		Queue: gen.QueueStatusQueue{Id: q.ID.String(), Name: q.Name, Namespace: q.Namespace, Task: q.Task,
 			CreatedAt: q.CreatedAt.UTC(), Partitions: q.Partitions},
 		Messages:  wireCounts(q.Messages),
-		Truncated: &more, NextOffset: nextOffset(page, len(parts), more),
+		Truncated: &more,
+	}
+	if more {
+		out.NextAfter, out.NextOffset = nextPlaces(page, len(parts), parts[len(parts)-1].Name)
 	}
 	if parts != nil {
 		list := make([]gen.PartitionStatus, len(parts))

@@ -267,8 +267,9 @@ type PartitionInfo struct {
 
 // Partitions lists one page of a queue's partitions by name and says whether more follow.
 func (e *Engine) Partitions(ctx context.Context, queueID uuid.UUID, page RowPage) ([]PartitionInfo, bool, error) {
+	after, args := page.nameAfter("name", queueID, page.limitArg(), page.Offset)
 	rows, err := e.pool.Query(ctx, `SELECT id, name, last_offset, log_start, last_write_at, created_at
-		FROM lanes.partitions WHERE queue_id = $1 ORDER BY name LIMIT $2 OFFSET $3`, queueID, page.limitArg(), page.Offset)
+		FROM lanes.partitions WHERE queue_id = $1`+after+` ORDER BY name LIMIT $2 OFFSET $3`, args...)
 	if err != nil {
 		return nil, false, err
 	}

@@ -1,6 +1,9 @@
 package engine
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // listMaxBytes is the listing byte budget, math.MaxInt64 when there is none.
 func (e *Engine) listMaxBytes() int64 {
@@ -31,12 +34,24 @@ func (b *pageBudget) take(n int64) bool {
 
 // RowPage places one page of a listing whose rows carry no payload (groups,
 // lagging cursors, labels, a queue's partitions): at most Limit rows (all
-// when Limit is 0) after skipping Offset. The listings that span every group
-// page by key instead when Offset is 0: their rows strictly after After, the
-// sort key of the last row of the page before (nil: from the first row).
+// when Limit is 0) after skipping Offset. The listings page by key instead
+// when Offset is 0: their rows strictly after After, the sort key of the last
+// row of the page before (nil: from the first row).
 type RowPage struct {
 	Limit, Offset int
 	After         []string
+}
+
+// nameAfter is the condition that keeps a listing sorted by the one name
+// column after the page's key, and args with the key appended as the
+// condition's parameter: no condition without a key, and with one a plain
+// comparison, so the index on the column starts the scan at the key and the
+// LIMIT stops it.
+func (p RowPage) nameAfter(column string, args ...any) (string, []any) {
+	if len(p.After) != 1 {
+		return "", args
+	}
+	return fmt.Sprintf(" AND %s > $%d", column, len(args)+1), append(args, p.After[0])
 }
 
 // limitArg is the LIMIT of a page's query: one row past the page, which

@@ -217,7 +217,8 @@ func (e *Engine) QueueDepth(ctx context.Context, queue, group string, page RowPa
 		FROM (`+partitionDepthSQL+`) d`, qid, group).Scan(&out.Pending, &out.PartitionsPending); err != nil {
 		return out, err
 	}
-	rows, err := e.pool.Query(ctx, partitionDepthSQL+` ORDER BY p.name LIMIT $3 OFFSET $4`, qid, group, page.limitArg(), page.Offset)
+	after, args := page.nameAfter("p.name", qid, group, page.limitArg(), page.Offset)
+	rows, err := e.pool.Query(ctx, partitionDepthSQL+after+` ORDER BY p.name LIMIT $3 OFFSET $4`, args...)
 	if err != nil {
 		return out, err
 	}
@@ -324,8 +325,9 @@ func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool,
 	}
 	// The counts are taken for the page's partitions only: one page of a
 	// queue of 100,000 partitions took 2 s when every partition was counted.
+	after, args := page.nameAfter("name", list[0].ID, page.limitArg(), page.Offset)
 	rows, err := e.pool.Query(ctx, `WITH pc AS (`+partitionCounts+`
-			WHERE p.id IN (SELECT id FROM lanes.partitions WHERE queue_id = $1 ORDER BY name LIMIT $2 OFFSET $3))
+			WHERE p.id IN (SELECT id FROM lanes.partitions WHERE queue_id = $1`+after+` ORDER BY name LIMIT $2 OFFSET $3))
 		SELECT p.id, p.name, pc.total, pc.completed, pc.processing, pc.dead, p.last_write_at,
 			(SELECT created_at FROM lanes.segments s WHERE s.partition_id = p.id ORDER BY base_offset LIMIT 1),
 			(SELECT created_at FROM lanes.segments s WHERE s.partition_id = p.id ORDER BY base_offset DESC LIMIT 1),
@@ -335,7 +337,7 @@ func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool,
 				max(c.lease_expires_at) FILTER (WHERE c.lease_expires_at > now()) AS lease_expires_at,
 				coalesce(sum(c.total_consumed), 0)::int8 AS consumed, max(c.last_consumed_at) AS last_consumed_at
 			FROM lanes.consumers c WHERE c.partition_id = p.id) g
-		ORDER BY p.name`, list[0].ID, page.limitArg(), page.Offset)
+		ORDER BY p.name`, args...)
 	if err != nil {
 		return nil, nil, false, err
 	}

@@ -298,7 +298,8 @@ class ApiV1ResourcesQueuesQueueDepthGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
     group: str | None = None
 
 
@@ -307,7 +308,8 @@ class ApiV1ResourcesQueuesQueueGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1ResourcesTasksGetParametersQuery(BaseModel):
@@ -347,7 +349,8 @@ class ApiV1StatusQueuesQueueGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
     include_partitions: Annotated[bool, Field(alias="includePartitions")] = False
 
 
@@ -2013,12 +2016,21 @@ class QueueDepth(BaseModel):
     truncated: bool | None = None
     """
     `true` when more partitions follow this page (it stopped at `limit`): ask again at
-    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+    `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
-    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+    asked for with `after`, whose place counted from the first row is unknown.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when `truncated`, else `null`: an opaque key of this
+    page's last row, to send back as it came. Unlike an `offset`, it does not move when
+    rows before it come or go between two pages. Brokers before it leave it out.
+
     """
 
 
@@ -2040,12 +2052,21 @@ class QueueDetail(BaseModel):
     truncated: bool | None = None
     """
     `true` when more partitions follow this page (it stopped at `limit`): ask again at
-    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+    `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
-    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+    asked for with `after`, whose place counted from the first row is unknown.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when `truncated`, else `null`: an opaque key of this
+    page's last row, to send back as it came. Unlike an `offset`, it does not move when
+    rows before it come or go between two pages. Brokers before it leave it out.
+
     """
 
 
@@ -2313,12 +2334,21 @@ class QueueStatus(BaseModel):
     truncated: bool | None = None
     """
     `true` when more partitions follow this page (it stopped at `limit`): ask again at
-    `nextOffset` for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
+    `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker (`false` without `includePartitions`); brokers before it leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
-    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+    asked for with `after`, whose place counted from the first row is unknown.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when `truncated`, else `null`: an opaque key of this
+    page's last row, to send back as it came. Unlike an `offset`, it does not move when
+    rows before it come or go between two pages. Brokers before it leave it out.
+
     """
 
 
