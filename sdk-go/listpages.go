@@ -15,39 +15,14 @@ import (
 // time (10,000 rows unless asked otherwise) and says when more follow; the calls that return a
 // whole listing follow those pages from the first, so a caller never gets a silently cut one.
 // Where the broker names the next page by key (X-Lanes-Next-After: the group, lagging and
-// one-group listings), they follow the key, since an offset skips or repeats rows when rows
-// before it come or go between two pages; else (an older broker, the partition and label
-// listings) the offset.
+// one-group listings; nextAfter: a queue's partitions in its detail, depth and status), they
+// follow the key, since an offset skips or repeats rows when rows before it come or go between
+// two pages; else (an older broker, the label listings) the offset.
 
 // wholeListingPage is the page those calls ask for, the largest the broker answers: every page
 // costs the broker a fixed part (a queue status's totals, a pass over the group list's keys),
 // and paging through 100,000 partitions' status took 61 s at 1,000 rows a page, 7 s at 10,000.
 const wholeListingPage = 10000
-
-// followPages asks for page after page from offset 0 until one says no more follow; page
-// fetches the page at offset and returns where the next starts, or -1 when none follows.
-func followPages(page func(offset int) (next int, err error)) error {
-	offset := 0
-	for {
-		next, err := page(offset)
-		if err != nil || next < 0 {
-			return err
-		}
-		if next <= offset {
-			return &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page at offset %d says the next starts at %d", offset, next)}
-		}
-		offset = next
-	}
-}
-
-// bodyNext is where the next page starts by a page's truncated and nextOffset fields, -1 when
-// none follows (a broker before paging sends neither: its page is the whole listing).
-func bodyNext(truncated *bool, next *int) int {
-	if truncated == nil || !*truncated || next == nil {
-		return -1
-	}
-	return *next
-}
 
 // pagePlace is where a listing page starts: after the row key after names when the broker
 // gave a key, else at offset.
@@ -63,23 +38,58 @@ func headerNext(resp *http.Response, at pagePlace) (next pagePlace, more bool, e
 	if resp == nil || resp.Header.Get("X-Lanes-Truncated") != "true" {
 		return pagePlace{}, false, nil
 	}
-	if after := resp.Header.Get("X-Lanes-Next-After"); after != "" {
-		if after == at.after {
-			return pagePlace{}, false, &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page after %q says the next starts after it again", after)}
-		}
-		return pagePlace{after: after}, true, nil
-	}
-	if at.after != "" {
-		return pagePlace{}, false, &UnexpectedAnswerError{Message: "a truncated listing page asked for by key names no key for the next"}
+	if after := resp.Header.Get("X-Lanes-Next-After"); after != "" || at.after != "" {
+		next, err := nextByKey(at, after)
+		return next, err == nil, err
 	}
 	offset, err := strconv.Atoi(resp.Header.Get("X-Lanes-Next-Offset"))
 	if err != nil {
 		return pagePlace{}, false, &UnexpectedAnswerError{Message: fmt.Sprintf("a truncated listing page with X-Lanes-Next-Offset %q", resp.Header.Get("X-Lanes-Next-Offset"))}
 	}
-	if offset <= at.offset {
-		return pagePlace{}, false, &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page at offset %d says the next starts at %d", at.offset, offset)}
+	next, err = nextByOffset(at, offset)
+	return next, err == nil, err
+}
+
+// bodyNext is headerNext for a listing answered as an object, by its truncated, nextAfter and
+// nextOffset fields; a truncated page with neither ends the listing, as a broker before paging
+// sends none: its page is the whole listing.
+func bodyNext(at pagePlace, page bodyPlaces) (next pagePlace, more bool, err error) {
+	if page.truncated == nil || !*page.truncated {
+		return pagePlace{}, false, nil
 	}
-	return pagePlace{offset: offset}, true, nil
+	var after string
+	if page.nextAfter != nil {
+		after = *page.nextAfter
+	}
+	if after != "" || at.after != "" {
+		next, err := nextByKey(at, after)
+		return next, err == nil, err
+	}
+	if page.nextOffset == nil {
+		return pagePlace{}, false, nil
+	}
+	next, err = nextByOffset(at, *page.nextOffset)
+	return next, err == nil, err
+}
+
+// nextByKey is the page after the one at at, by the key after it named ("" for none, which a
+// page asked for by key must not name).
+func nextByKey(at pagePlace, after string) (pagePlace, error) {
+	if after == "" {
+		return pagePlace{}, &UnexpectedAnswerError{Message: "a truncated listing page asked for by key names no key for the next"}
+	}
+	if after == at.after {
+		return pagePlace{}, &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page after %q says the next starts after it again", after)}
+	}
+	return pagePlace{after: after}, nil
+}
+
+// nextByOffset is the page after the one at at, by the offset it named.
+func nextByOffset(at pagePlace, offset int) (pagePlace, error) {
+	if offset <= at.offset {
+		return pagePlace{}, &UnexpectedAnswerError{Message: fmt.Sprintf("a listing page at offset %d says the next starts at %d", at.offset, offset)}
+	}
+	return pagePlace{offset: offset}, nil
 }
 
 // headerPaged fetches every page of a listing answered as a bare array or keyed by queue; fetch
@@ -106,16 +116,29 @@ func headerPaged[T any](c *Client, ctx context.Context, fetch func(offset *int, 
 	}
 }
 
+// bodyPlaces are the paging fields of a listing page answered as an object (nextAfter nil
+// where the listing has none).
+type bodyPlaces struct {
+	truncated  *bool
+	nextOffset *int
+	nextAfter  *string
+}
+
 // bodyPaged is headerPaged for a listing answered as an object, whose paging signal is in its
-// truncated and nextOffset fields: add takes each page and returns those two fields.
-func bodyPaged[T any](c *Client, ctx context.Context, fetch func(offset *int) (*httpResp, error), add func(*T) (truncated *bool, next *int)) error {
-	return followPages(func(offset int) (int, error) {
-		page, err := call[T](c, ctx, func() (*httpResp, error) { return fetch(ptrIfPositive(offset)) })
+// truncated, nextAfter and nextOffset fields: add takes each page and returns those fields.
+func bodyPaged[T any](c *Client, ctx context.Context, fetch func(offset *int, after *string) (*httpResp, error), add func(*T) bodyPlaces) error {
+	var at pagePlace
+	for {
+		page, err := call[T](c, ctx, func() (*httpResp, error) { return fetch(ptrIfPositive(at.offset), ptrUnlessZero(at.after)) })
 		if err != nil {
-			return 0, err
+			return err
 		}
-		return bodyNext(add(page)), nil
-	})
+		next, more, err := bodyNext(at, add(page))
+		if err != nil || !more {
+			return err
+		}
+		at = next
+	}
 }
 
 // ListConsumerGroups lists every (group, queue) row, by group then queue name.
@@ -168,20 +191,20 @@ func (a Admin) LaggingConsumerGroups(ctx context.Context, minLag time.Duration) 
 // GetQueue returns a queue's detail with every partition.
 func (a Admin) GetQueue(ctx context.Context, queue string) (*QueueDetail, error) {
 	var out *QueueDetail
-	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
-		return a.c.gen.GetQueue(ctx, queue, &gen.GetQueueParams{Limit: ptr(wholeListingPage), Offset: offset})
-	}, func(page *QueueDetail) (*bool, *int) {
+	err := bodyPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
+		return a.c.gen.GetQueue(ctx, queue, &gen.GetQueueParams{Limit: ptr(wholeListingPage), Offset: offset, After: after})
+	}, func(page *QueueDetail) bodyPlaces {
 		if out == nil {
 			out = page
 		} else {
 			out.Partitions = append(out.Partitions, page.Partitions...)
 		}
-		return page.Truncated, page.NextOffset
+		return bodyPlaces{page.Truncated, page.NextOffset, page.NextAfter}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out.Truncated, out.NextOffset = ptr(false), nil
+	out.Truncated, out.NextOffset, out.NextAfter = ptr(false), nil, nil
 	return out, nil
 }
 
@@ -191,20 +214,21 @@ func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth
 		return nil, err
 	}
 	var out *QueueDepth
-	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
-		return a.c.gen.GetQueueDepth(ctx, queue, &gen.GetQueueDepthParams{Group: ptrUnlessZero(group), Limit: ptr(wholeListingPage), Offset: offset})
-	}, func(page *QueueDepth) (*bool, *int) {
+	err := bodyPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
+		return a.c.gen.GetQueueDepth(ctx, queue, &gen.GetQueueDepthParams{Group: ptrUnlessZero(group), Limit: ptr(wholeListingPage),
+			Offset: offset, After: after})
+	}, func(page *QueueDepth) bodyPlaces {
 		if out == nil {
 			out = page
 		} else {
 			out.Partitions = append(out.Partitions, page.Partitions...)
 		}
-		return page.Truncated, page.NextOffset
+		return bodyPlaces{page.Truncated, page.NextOffset, page.NextAfter}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out.Truncated, out.NextOffset = ptr(false), nil
+	out.Truncated, out.NextOffset, out.NextAfter = ptr(false), nil, nil
 	return out, nil
 }
 
@@ -212,32 +236,32 @@ func (a Admin) QueueDepth(ctx context.Context, queue, group string) (*QueueDepth
 // An unknown queue is an *APIError with status 404.
 func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions bool) (*QueueStatus, error) {
 	var out *QueueStatus
-	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+	err := bodyPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
 		return a.c.gen.GetQueueStatus(ctx, queue, &gen.GetQueueStatusParams{IncludePartitions: ptrUnlessZero(includePartitions),
-			Limit: ptr(wholeListingPage), Offset: offset})
-	}, func(page *QueueStatus) (*bool, *int) {
+			Limit: ptr(wholeListingPage), Offset: offset, After: after})
+	}, func(page *QueueStatus) bodyPlaces {
 		if out == nil {
 			out = page
 		} else if page.Partitions != nil {
 			*out.Partitions = append(*out.Partitions, *page.Partitions...)
 		}
-		return page.Truncated, page.NextOffset
+		return bodyPlaces{page.Truncated, page.NextOffset, page.NextAfter}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out.Truncated, out.NextOffset = ptr(false), nil
+	out.Truncated, out.NextOffset, out.NextAfter = ptr(false), nil, nil
 	return out, nil
 }
 
 // Namespaces summarizes every namespace label: its queues, partitions and message counts.
 func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 	out := &NamespaceList{Namespaces: []gen.NamespaceSummary{}}
-	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+	err := bodyPaged(a.c, ctx, func(offset *int, _ *string) (*httpResp, error) {
 		return a.c.gen.ListNamespaces(ctx, &gen.ListNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset})
-	}, func(page *NamespaceList) (*bool, *int) {
+	}, func(page *NamespaceList) bodyPlaces {
 		out.Namespaces = append(out.Namespaces, page.Namespaces...)
-		return page.Truncated, page.NextOffset
+		return bodyPlaces{truncated: page.Truncated, nextOffset: page.NextOffset}
 	})
 	if err != nil {
 		return nil, err
@@ -249,11 +273,11 @@ func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 // Tasks summarizes every task label like Namespaces.
 func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 	out := &TaskList{Tasks: []gen.TaskSummary{}}
-	err := bodyPaged(a.c, ctx, func(offset *int) (*httpResp, error) {
+	err := bodyPaged(a.c, ctx, func(offset *int, _ *string) (*httpResp, error) {
 		return a.c.gen.ListTasks(ctx, &gen.ListTasksParams{Limit: ptr(wholeListingPage), Offset: offset})
-	}, func(page *TaskList) (*bool, *int) {
+	}, func(page *TaskList) bodyPlaces {
 		out.Tasks = append(out.Tasks, page.Tasks...)
-		return page.Truncated, page.NextOffset
+		return bodyPlaces{truncated: page.Truncated, nextOffset: page.NextOffset}
 	})
 	if err != nil {
 		return nil, err
@@ -266,15 +290,15 @@ func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 // (GET /api/v1/resources/kv/namespaces).
 func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
 	var out *KVNamespaceList
-	err := bodyPaged(c, ctx, func(offset *int) (*httpResp, error) {
+	err := bodyPaged(c, ctx, func(offset *int, _ *string) (*httpResp, error) {
 		return c.gen.ListKvNamespaces(ctx, &gen.ListKvNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset})
-	}, func(page *KVNamespaceList) (*bool, *int) {
+	}, func(page *KVNamespaceList) bodyPlaces {
 		if out == nil {
 			out = page
 		} else {
 			out.Namespaces = append(out.Namespaces, page.Namespaces...)
 		}
-		return page.Truncated, page.NextOffset
+		return bodyPlaces{truncated: page.Truncated, nextOffset: page.NextOffset}
 	})
 	if err != nil {
 		return nil, err

@@ -3,10 +3,12 @@ package lanes_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"net/http"
 	"net/url"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -145,5 +147,132 @@ func TestITTheGroupWideListingsFollowTheKeyWhileAnEarlierGroupLosesItsRows(t *te
 				require.NotZero(t, transport.keyed.Load(), "no page asked for by key")
 			}
 		})
+	}
+}
+
+// partitionPages is a transport that asks a queue's partition listings (detail, depth, status)
+// for pages of limit rows and, after the first page of each, calls between; dropAfter strips the
+// nextAfter of every page, as a broker before keyed paging sends none.
+type partitionPages struct {
+	queue     string
+	limit     string
+	between   func()
+	dropAfter bool
+	keyed     atomic.Int32
+}
+
+func (s *partitionPages) RoundTrip(req *http.Request) (*http.Response, error) {
+	if !strings.Contains(req.URL.Path, "/queues/"+s.queue) {
+		return http.DefaultTransport.RoundTrip(req)
+	}
+	q := req.URL.Query()
+	q.Set("limit", s.limit)
+	if q.Has("after") {
+		s.keyed.Add(1)
+	}
+	first := !q.Has("after") && !q.Has("offset")
+	req.URL.RawQuery = q.Encode()
+	resp, err := http.DefaultTransport.RoundTrip(req)
+	if err != nil {
+		return nil, err
+	}
+	raw, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if err != nil {
+		return nil, err
+	}
+	if s.dropAfter {
+		var body map[string]any
+		if err := json.Unmarshal(raw, &body); err != nil {
+			return nil, err
+		}
+		delete(body, "nextAfter")
+		if raw, err = json.Marshal(body); err != nil {
+			return nil, err
+		}
+		resp.Header.Del("Content-Length")
+		resp.ContentLength = int64(len(raw))
+	}
+	resp.Body = io.NopCloser(bytes.NewReader(raw))
+	if first {
+		s.between()
+	}
+	return resp, nil
+}
+
+// A push to a new partition that sorts first, between two pages of a queue's partitions, shifts
+// every partition after it by one: an offset repeats a row. The Admin calls follow the broker's
+// key (nextAfter) instead, so every partition comes once, in order; from a broker that gives no
+// key they follow the offset (and repeat the row).
+func TestITTheQueuePartitionListingsFollowTheKeyWhileAPartitionIsCreated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	partitions := []string{"p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"}
+	for _, c := range []struct {
+		name      string
+		dropAfter bool
+	}{{"by key", false}, {"an older broker, by offset", true}} {
+		queue := b.queue + "-" + strings.ReplaceAll(c.name, " ", "-")
+		tx := b.c.Transaction()
+		for i, p := range partitions {
+			tx.Queue(queue).Partition(p).Push(lanes.Data(i))
+		}
+		_, err := tx.Commit(b.ctx)
+		require.NoError(t, err)
+		created := 0
+		createEarly := func() { // "0-…" sorts before "p…"
+			created++
+			_, err := b.c.Queue(queue).Partition(fmt.Sprintf("0-new-%02d", created)).Push(b.ctx, lanes.Item{Data: created})
+			require.NoError(t, err)
+		}
+		transport := &partitionPages{queue: queue, limit: "4", between: createEarly, dropAfter: c.dropAfter}
+		client, err := lanes.New(lanes.WithURL(testBrokerURL(t)), lanes.WithHTTPClient(&http.Client{Transport: transport}))
+		require.NoError(t, err)
+		closeWhenDone(t, client)
+		check := func(call string, names []string) {
+			var listed []string // the p… partitions, as listed
+			for _, n := range names {
+				if strings.HasPrefix(n, "p") {
+					listed = append(listed, n)
+				}
+			}
+			if c.dropAfter { // the first page's last row comes again on the second
+				require.Len(t, listed, len(partitions)+1, "%s: %s: %v", c.name, call, listed)
+				listed = slices.Compact(listed)
+			}
+			require.Equal(t, partitions, listed, "%s: %s", c.name, call)
+		}
+
+		detail, err := client.Admin().GetQueue(b.ctx, queue)
+		require.NoError(t, err)
+		var names []string
+		for _, p := range detail.Partitions {
+			names = append(names, p.Name)
+		}
+		check("GetQueue", names)
+
+		depth, err := client.Admin().QueueDepth(b.ctx, queue, "")
+		require.NoError(t, err)
+		names = nil
+		for _, p := range depth.Partitions {
+			names = append(names, p.Partition)
+		}
+		check("QueueDepth", names)
+
+		status, err := client.Admin().QueueStatus(b.ctx, queue, true)
+		require.NoError(t, err)
+		names = nil
+		for _, p := range *status.Partitions {
+			names = append(names, p.Name)
+		}
+		check("QueueStatus", names)
+		require.False(t, *status.Truncated)
+		require.Nil(t, status.NextAfter)
+
+		if c.dropAfter {
+			require.Zero(t, transport.keyed.Load(), "a page asked for by key from a broker that gave none")
+		} else {
+			require.NotZero(t, transport.keyed.Load(), "no page asked for by key")
+		}
 	}
 }
