@@ -62,32 +62,56 @@ const e = encodeURIComponent;
  */
 export const wholeListingPage = 10000;
 
-/** A page of a listing: its body and where the next page starts (undefined when none follows). */
-type ListPage<T> = { body: T; next: number | undefined };
+/** Where a page of a listing starts: after the row the broker's key names, else at an offset (from the first row when neither). */
+export type PagePlace = { offset?: number | undefined; after?: string | undefined };
 
-/** bodyNext is where the next page starts by a page's truncated and nextOffset fields (a broker before paging sends neither). */
-export function bodyNext(page: { truncated?: boolean | undefined; nextOffset?: number | null | undefined }): number | undefined {
-  return page.truncated === true && typeof page.nextOffset === "number" ? page.nextOffset : undefined;
+/** The paging fields of a listing answered as an object (a broker before paging sends none; one before keyed paging no nextAfter). */
+export type BodyPaging = { truncated?: boolean | undefined; nextOffset?: number | null | undefined; nextAfter?: string | null | undefined };
+
+/** nextByKey is the page after the one at `at` by the key `after` it named (none: a page asked for by key must name one). */
+function nextByKey(at: PagePlace, after: string | null | undefined): PagePlace {
+  if (!after) throw new Error("a truncated listing page asked for by key names no key for the next");
+  if (after === at.after) throw new Error(`a listing page after ${after} says the next starts after it again`);
+  return { after };
+}
+
+/** nextByOffset is the page after the one at `at` by the offset it named. */
+function nextByOffset(at: PagePlace, next: number): PagePlace {
+  if (next <= (at.offset ?? 0)) throw new Error(`a listing page at offset ${at.offset ?? 0} says the next starts at ${next}`);
+  return { offset: next };
 }
 
 /**
- * followPages asks for page after page from offset 0 until one says no more follow, and hands
- * each to `add`: the broker answers the group, lagging, label and partition listings a page at a
- * time, and the calls that return a whole listing must not return a cut one.
+ * bodyNext is where the page after one answered as an object starts, by its truncated, nextAfter
+ * and nextOffset fields; undefined when none follows (a truncated page with neither: a broker
+ * before paging). The key comes first, as in headerNext.
  */
-export async function followPages<T>(fetchPage: (offset: number | undefined) => Promise<ListPage<T>>, add: (body: T) => void): Promise<void> {
-  let offset = 0;
-  for (;;) {
-    const page = await fetchPage(offset === 0 ? undefined : offset);
-    add(page.body);
-    if (page.next === undefined) return;
-    if (page.next <= offset) throw new Error(`a listing page at offset ${offset} says the next starts at ${page.next}`);
-    offset = page.next;
-  }
+export function bodyNext(page: BodyPaging, at: PagePlace): PagePlace | undefined {
+  if (page.truncated !== true) return undefined;
+  if (page.nextAfter || at.after !== undefined) return nextByKey(at, page.nextAfter);
+  return typeof page.nextOffset === "number" ? nextByOffset(at, page.nextOffset) : undefined;
 }
 
-/** Where a page of a listing answered as a bare array or keyed by queue starts: after the row the broker's key names, else at an offset (from the first row when neither). */
-export type PagePlace = { offset?: number | undefined; after?: string | undefined };
+/**
+ * bodyPages asks for page after page of a listing answered as an object, from the first until one
+ * says no more follow, and returns the first with every later page's `key` rows appended to its
+ * own: the broker answers the label, KV namespace and partition listings a page at a time, and
+ * the calls that return a whole listing must not return a cut one.
+ */
+export async function bodyPages<T extends BodyPaging>(fetchPage: (at: PagePlace) => Promise<T>, key: keyof T): Promise<T> {
+  let whole: T | undefined;
+  let at: PagePlace | undefined = {};
+  while (at !== undefined) {
+    const body = await fetchPage(at);
+    if (whole === undefined) whole = body;
+    else (whole[key] as unknown[] | undefined)?.push(...((body[key] as unknown[] | undefined) ?? []));
+    at = bodyNext(body, at);
+  }
+  const out = whole as T;
+  if (out.truncated !== undefined) Object.assign(out, { truncated: false, nextOffset: null });
+  if (out.nextAfter !== undefined) Object.assign(out, { nextAfter: null });
+  return out;
+}
 
 /**
  * headerNext is where the page after one answered as a bare array or keyed by queue starts, by its
@@ -99,15 +123,10 @@ export type PagePlace = { offset?: number | undefined; after?: string | undefine
 export function headerNext(headers: Headers, at: PagePlace): PagePlace | undefined {
   if (headers.get("x-lanes-truncated") !== "true") return undefined;
   const after = headers.get("x-lanes-next-after");
-  if (after) {
-    if (after === at.after) throw new Error(`a listing page after ${after} says the next starts after it again`);
-    return { after };
-  }
-  if (at.after !== undefined) throw new Error("a truncated listing page asked for by key names no key for the next");
+  if (after || at.after !== undefined) return nextByKey(at, after);
   const next = Number(headers.get("x-lanes-next-offset"));
   if (!Number.isInteger(next)) throw new Error(`a truncated listing page with X-Lanes-Next-Offset ${String(headers.get("x-lanes-next-offset"))}`);
-  if (next <= (at.offset ?? 0)) throw new Error(`a listing page at offset ${at.offset ?? 0} says the next starts at ${next}`);
-  return { offset: next };
+  return nextByOffset(at, next);
 }
 
 /** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). */
@@ -127,26 +146,9 @@ export class Admin {
       at = headerNext(res.headers, at);
     }
   }
-  /** partitionPages is a whole object listing whose `key` array is paged (truncated/nextOffset), merged into the first page. */
-  private async partitionPages<T extends { truncated?: boolean | undefined; nextOffset?: number | null | undefined }>(
-    path: string,
-    query: Query,
-    key: keyof T,
-  ): Promise<T> {
-    let whole: T | undefined;
-    await followPages(
-      async (offset) => {
-        const body = await this.get<T>(path, { ...query, limit: wholeListingPage, offset });
-        return { body, next: bodyNext(body) };
-      },
-      (body) => {
-        if (whole === undefined) whole = body;
-        else (whole[key] as unknown[] | undefined)?.push(...((body[key] as unknown[] | undefined) ?? []));
-      },
-    );
-    const out = whole as T;
-    if (out.truncated !== undefined) Object.assign(out, { truncated: false, nextOffset: null });
-    return out;
+  /** partitionPages is a whole object listing whose `key` array is paged (truncated, nextAfter, nextOffset), merged into the first page. */
+  private partitionPages<T extends BodyPaging>(path: string, query: Query, key: keyof T): Promise<T> {
+    return bodyPages((at) => this.get<T>(path, { ...query, limit: wholeListingPage, ...at }), key);
   }
   private async post<T>(path: string, body: unknown, query?: Query): Promise<T> {
     return (await this.core.transport.request<T>({ method: "POST", path, body, query: qs(query) })).body;

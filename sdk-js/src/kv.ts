@@ -1,5 +1,5 @@
 // KV state helpers (`/api/v1/kv`).
-import { bodyNext, followPages, wholeListingPage } from "./admin.js";
+import { bodyPages, wholeListingPage } from "./admin.js";
 import { InvalidValueError, LanesError, resultsOf } from "./errors.js";
 import type { Core } from "./internal/core.js";
 import { jsonProblem } from "./internal/payload.js";
@@ -121,20 +121,11 @@ export class Kv {
 }
 
 /** listKvNamespaces lists every KV namespace with its key count, following the broker's pages. */
-export async function listKvNamespaces(core: Core): Promise<KvNamespaceList> {
-  let whole: KvNamespaceList | undefined;
-  await followPages(
-    async (offset) => {
-      const query = new URLSearchParams({ limit: String(wholeListingPage), ...(offset === undefined ? {} : { offset: String(offset) }) });
-      const body = (await core.transport.request<KvNamespaceList>({ method: "GET", path: "/api/v1/resources/kv/namespaces", query: query.toString() })).body;
-      return { body, next: bodyNext(body) };
-    },
-    (page) => {
-      if (whole === undefined) whole = page;
-      else whole.namespaces.push(...page.namespaces);
-    },
-  );
-  const out = whole as KvNamespaceList;
-  if (out.truncated !== undefined) Object.assign(out, { truncated: false, nextOffset: null });
-  return out;
+export function listKvNamespaces(core: Core): Promise<KvNamespaceList> {
+  return bodyPages(async (at) => {
+    const query = new URLSearchParams({ limit: String(wholeListingPage) });
+    if (at.offset !== undefined) query.set("offset", String(at.offset));
+    if (at.after !== undefined) query.set("after", at.after);
+    return (await core.transport.request<KvNamespaceList>({ method: "GET", path: "/api/v1/resources/kv/namespaces", query: query.toString() })).body;
+  }, "namespaces");
 }

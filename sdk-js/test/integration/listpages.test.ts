@@ -1,5 +1,6 @@
 // The group and lagging listings span every group on the broker: the whole-listing calls follow
-// the broker's key, which groups gaining or losing rows between two pages do not shift.
+// the broker's key, which groups gaining or losing rows between two pages do not shift; a queue's
+// partition listings follow the nextAfter of their answers the same way.
 import { describe, expect, it } from "vitest";
 import { brokerUrl, client, uniq } from "./helpers.js";
 
@@ -71,6 +72,68 @@ describe("group-wide listings", () => {
       } finally {
         // The next run's groups sort after these, which would take its first pages.
         for (const g of [early, later]) await lanes.admin.deleteConsumerGroup(g);
+      }
+    });
+  }
+});
+
+/**
+ * partitionPages is a fetch that asks one queue's partition listings (detail, depth, status) for
+ * pages of 4 rows and runs `between` after the first page of each; `dropAfter` strips nextAfter,
+ * as a broker before keyed paging sends none.
+ */
+function partitionPages(queue: string, between: () => Promise<void>, dropAfter: boolean) {
+  const seen = { keyed: 0 };
+  const wrapped: typeof fetch = async (input, init) => {
+    const url = new URL(input instanceof Request ? input.url : String(input));
+    if (!url.pathname.includes(`/queues/${queue}`)) return fetch(input, init);
+    url.searchParams.set("limit", "4");
+    const first = !url.searchParams.has("after") && !url.searchParams.has("offset");
+    if (url.searchParams.has("after")) seen.keyed++;
+    const res = await fetch(url, init);
+    const body = (await res.json()) as Record<string, unknown>;
+    if (dropAfter) delete body.nextAfter;
+    if (first) await between();
+    const headers = new Headers(res.headers);
+    headers.delete("content-length");
+    return new Response(JSON.stringify(body), { status: res.status, headers });
+  };
+  return { fetch: wrapped, seen };
+}
+
+describe("a queue's partition listings", () => {
+  for (const dropAfter of [false, true]) {
+    it(`follow ${dropAfter ? "the offset from a broker that gives no key" : "the key"} while a partition that sorts first is created`, async () => {
+      const lanes = client();
+      const q = uniq("partkeys");
+      const partitions = ["p0", "p1", "p2", "p3", "p4", "p5", "p6", "p7", "p8", "p9"];
+      const tx = lanes.transaction();
+      partitions.forEach((p, i) => tx.queue(q).partition(p).push([{ data: i }]));
+      await tx.commit();
+      let created = 0;
+      // "0-…" sorts before "p…": every later partition moves one place.
+      const createEarly = async () => {
+        created++;
+        await lanes.queue(q).partition(`0-new-${created}`).push([{ data: created }]);
+      };
+      const paged = partitionPages(q, createEarly, dropAfter);
+      const admin = client({ fetch: paged.fetch }).admin;
+      const check = (names: string[]) => {
+        const listed = names.filter((n) => n.startsWith("p"));
+        // From an older broker the first page's last row comes again on the second.
+        if (dropAfter) expect(listed.length).toBe(partitions.length + 1);
+        expect([...new Set(listed)]).toEqual(partitions);
+        if (!dropAfter) expect(listed).toEqual(partitions);
+      };
+      check((await admin.getQueue(q)).partitions.map((p) => p.name));
+      check((await admin.getQueueDepth(q)).partitions.map((p) => p.partition));
+      const status = await admin.getQueueStatus(q, true);
+      check((status.partitions ?? []).map((p) => p.name));
+      expect(status.truncated).toBe(false);
+      if (dropAfter) expect(paged.seen.keyed).toBe(0);
+      else {
+        expect(paged.seen.keyed).toBeGreaterThan(0);
+        expect(status.nextAfter).toBeNull();
       }
     });
   }
