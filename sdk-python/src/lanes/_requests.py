@@ -247,13 +247,23 @@ def check_next_page(path: str, at: PagePlace, nxt: PagePlace) -> None:
 
 
 def _body_paged(cls: type[M], path: str, rows: str, **query: Any) -> Paged[M]:
-    """A listing whose answer carries its ``rows`` list and the page's ``truncated`` and
-    ``nextOffset`` fields (a broker before paging sends neither: its page is the whole listing)."""
+    """A listing whose answer carries its ``rows`` list and the page's ``truncated``,
+    ``nextAfter`` and ``nextOffset`` fields: the next page is after the key when the broker gives
+    one (a broker before keyed paging gives only the offset; one before paging sends neither: its
+    page is the whole listing)."""
 
-    def parse(r: Response) -> Page[M]:
-        m = cls.model_validate(r.json())
-        truncated, nxt = getattr(m, "truncated", None), getattr(m, "next_offset", None)
-        return Page(m, PagePlace(nxt) if truncated and isinstance(nxt, int) else None)
+    def parser(at: PagePlace) -> Callable[[Response], Page[M]]:
+        def parse(r: Response) -> Page[M]:
+            m = cls.model_validate(r.json())
+            if not getattr(m, "truncated", None):
+                return Page(m, None)
+            after, nxt = getattr(m, "next_after", None), getattr(m, "next_offset", None)
+            if after or at.after is not None:
+                # A page asked for by key that names none is refused by check_next_page.
+                return Page(m, PagePlace(after=after or None))
+            return Page(m, PagePlace(nxt) if isinstance(nxt, int) else None)
+
+        return parse
 
     def merge(whole: M | None, page: M) -> M:
         if whole is None:
@@ -264,14 +274,16 @@ def _body_paged(cls: type[M], path: str, rows: str, **query: Any) -> Paged[M]:
                 setattr(whole, rows, [])
             getattr(whole, rows).extend(more)
         whole.truncated, whole.next_offset = page.truncated, page.next_offset  # type: ignore[attr-defined]
+        if hasattr(whole, "next_after"):
+            whole.next_after = page.next_after  # type: ignore[attr-defined]
         return whole
 
     return Paged(
         lambda at: Req(
             "GET",
             path,
-            parse,
-            query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=at.offset or None),
+            parser(at),
+            query=_q(**query, limit=WHOLE_LISTING_PAGE, offset=at.offset or None, after=at.after),
         ),
         merge,
     )
