@@ -1067,11 +1067,17 @@ type KvNamespaceList struct {
 		Namespace *string `json:"namespace,omitempty"`
 	} `json:"namespaces"`
 
-	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	// NextAfter The `after` of the next page when `truncated`, else `null`: an opaque key of this
+	// page's last row, to send back as it came. Unlike an `offset`, it does not move when
+	// rows before it come or go between two pages. Brokers before it leave it out.
+	NextAfter *string `json:"nextAfter"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+	// asked for with `after`, whose place counted from the first row is unknown.
 	NextOffset *int `json:"nextOffset"`
 
 	// Truncated `true` when more namespaces follow this page (it stopped at `limit`): ask again at
-	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	// `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
@@ -1552,11 +1558,17 @@ type MetricsSpool struct {
 type NamespaceList struct {
 	Namespaces []NamespaceSummary `json:"namespaces"`
 
-	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	// NextAfter The `after` of the next page when `truncated`, else `null`: an opaque key of this
+	// page's last row, to send back as it came. Unlike an `offset`, it does not move when
+	// rows before it come or go between two pages. Brokers before it leave it out.
+	NextAfter *string `json:"nextAfter"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+	// asked for with `after`, whose place counted from the first row is unknown.
 	NextOffset *int `json:"nextOffset"`
 
 	// Truncated `true` when more namespaces follow this page (it stopped at `limit`): ask again at
-	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	// `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
@@ -2344,12 +2356,18 @@ type SubscriptionUpdateResult struct {
 
 // TaskList defines model for TaskList.
 type TaskList struct {
-	// NextOffset The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+	// NextAfter The `after` of the next page when `truncated`, else `null`: an opaque key of this
+	// page's last row, to send back as it came. Unlike an `offset`, it does not move when
+	// rows before it come or go between two pages. Brokers before it leave it out.
+	NextAfter *string `json:"nextAfter"`
+
+	// NextOffset The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+	// asked for with `after`, whose place counted from the first row is unknown.
 	NextOffset *int          `json:"nextOffset"`
 	Tasks      []TaskSummary `json:"tasks"`
 
 	// Truncated `true` when more tasks follow this page (it stopped at `limit`): ask again at
-	// `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+	// `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 	Truncated *bool `json:"truncated,omitempty"`
 }
 
@@ -3064,8 +3082,15 @@ type ListKvNamespacesParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // ListNamespacesParams defines parameters for ListNamespaces.
@@ -3077,8 +3102,15 @@ type ListNamespacesParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // ListQueuesParams defines parameters for ListQueues.
@@ -3149,8 +3181,15 @@ type ListTasksParams struct {
 	// the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
 	Limit *ListLimit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // GetStatusParams defines parameters for GetStatus.
@@ -3819,8 +3858,10 @@ type ClientInterface interface {
 
 	// ListKvNamespaces List KV namespaces
 	//
-	// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
-	// `nextOffset`). Required role: read-only, read-write or admin.
+	// KV namespaces with their key counts, by name, paged with `limit` and `after` (or `offset`;
+	// `truncated`, `nextAfter`, `nextOffset`): page with `after`, as an `offset` skips or repeats
+	// namespaces when namespaces before it gain their first key or lose their last between two
+	// pages. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
 	ListKvNamespaces(ctx context.Context, params *ListKvNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3828,8 +3869,9 @@ type ClientInterface interface {
 	// ListNamespaces List namespaces
 	//
 	// One row per namespace that queues are configured with, with its queue, partition and message
-	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-	// Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+	// `nextOffset`): page with `after`, as an `offset` skips or repeats namespaces when namespaces
+	// before it come or go between two pages. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
 	ListNamespaces(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3886,8 +3928,9 @@ type ClientInterface interface {
 	// ListTasks List tasks
 	//
 	// One row per task that queues are configured with, with its queue, partition and message
-	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-	// Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+	// `nextOffset`): page with `after`, as an `offset` skips or repeats tasks when tasks
+	// before it come or go between two pages. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
 	ListTasks(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4974,8 +5017,10 @@ func (c *Client) ListKvKeys(ctx context.Context, body ListKvKeysJSONRequestBody,
 
 // ListKvNamespaces List KV namespaces
 //
-// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
-// `nextOffset`). Required role: read-only, read-write or admin.
+// KV namespaces with their key counts, by name, paged with `limit` and `after` (or `offset`;
+// `truncated`, `nextAfter`, `nextOffset`): page with `after`, as an `offset` skips or repeats
+// namespaces when namespaces before it gain their first key or lose their last between two
+// pages. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/kv/namespaces (the `ListKvNamespaces` operationId).
 func (c *Client) ListKvNamespaces(ctx context.Context, params *ListKvNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -4993,8 +5038,9 @@ func (c *Client) ListKvNamespaces(ctx context.Context, params *ListKvNamespacesP
 // ListNamespaces List namespaces
 //
 // One row per namespace that queues are configured with, with its queue, partition and message
-// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-// Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+// `nextOffset`): page with `after`, as an `offset` skips or repeats namespaces when namespaces
+// before it come or go between two pages. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/namespaces (the `ListNamespaces` operationId).
 func (c *Client) ListNamespaces(ctx context.Context, params *ListNamespacesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5111,8 +5157,9 @@ func (c *Client) GetQueueDepth(ctx context.Context, queue QueuePath, params *Get
 // ListTasks List tasks
 //
 // One row per task that queues are configured with, with its queue, partition and message
-// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-// Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+// `nextOffset`): page with `after`, as an `offset` skips or repeats tasks when tasks
+// before it come or go between two pages. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/resources/tasks (the `ListTasks` operationId).
 func (c *Client) ListTasks(ctx context.Context, params *ListTasksParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -7647,6 +7694,18 @@ func NewListKvNamespacesRequest(server string, params *ListKvNamespacesParams) (
 
 		}
 
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -7704,6 +7763,18 @@ func NewListNamespacesRequest(server string, params *ListNamespacesParams) (*htt
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -8103,6 +8174,18 @@ func NewListTasksRequest(server string, params *ListTasksParams) (*http.Request,
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9535,8 +9618,10 @@ type ClientWithResponsesInterface interface {
 
 	// ListKvNamespacesWithResponse List KV namespaces
 	//
-	// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
-	// `nextOffset`). Required role: read-only, read-write or admin.
+	// KV namespaces with their key counts, by name, paged with `limit` and `after` (or `offset`;
+	// `truncated`, `nextAfter`, `nextOffset`): page with `after`, as an `offset` skips or repeats
+	// namespaces when namespaces before it gain their first key or lose their last between two
+	// pages. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9546,8 +9631,9 @@ type ClientWithResponsesInterface interface {
 	// ListNamespacesWithResponse List namespaces
 	//
 	// One row per namespace that queues are configured with, with its queue, partition and message
-	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-	// Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+	// `nextOffset`): page with `after`, as an `offset` skips or repeats namespaces when namespaces
+	// before it come or go between two pages. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9616,8 +9702,9 @@ type ClientWithResponsesInterface interface {
 	// ListTasksWithResponse List tasks
 	//
 	// One row per task that queues are configured with, with its queue, partition and message
-	// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-	// Required role: read-only, read-write or admin.
+	// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+	// `nextOffset`): page with `after`, as an `offset` skips or repeats tasks when tasks
+	// before it come or go between two pages. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15940,8 +16027,10 @@ func (c *ClientWithResponses) ListKvKeysWithResponse(ctx context.Context, body L
 
 // ListKvNamespacesWithResponse List KV namespaces
 //
-// KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
-// `nextOffset`). Required role: read-only, read-write or admin.
+// KV namespaces with their key counts, by name, paged with `limit` and `after` (or `offset`;
+// `truncated`, `nextAfter`, `nextOffset`): page with `after`, as an `offset` skips or repeats
+// namespaces when namespaces before it gain their first key or lose their last between two
+// pages. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -15957,8 +16046,9 @@ func (c *ClientWithResponses) ListKvNamespacesWithResponse(ctx context.Context, 
 // ListNamespacesWithResponse List namespaces
 //
 // One row per namespace that queues are configured with, with its queue, partition and message
-// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-// Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+// `nextOffset`): page with `after`, as an `offset` skips or repeats namespaces when namespaces
+// before it come or go between two pages. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16063,8 +16153,9 @@ func (c *ClientWithResponses) GetQueueDepthWithResponse(ctx context.Context, que
 // ListTasksWithResponse List tasks
 //
 // One row per task that queues are configured with, with its queue, partition and message
-// counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-// Required role: read-only, read-write or admin.
+// counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+// `nextOffset`): page with `after`, as an `offset` skips or repeats tasks when tasks
+// before it come or go between two pages. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //

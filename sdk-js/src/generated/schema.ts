@@ -284,8 +284,9 @@ export interface paths {
         /**
          * List namespaces
          * @description One row per namespace that queues are configured with, with its queue, partition and message
-         *     counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-         *     Required role: read-only, read-write or admin.
+         *     counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+         *     `nextOffset`): page with `after`, as an `offset` skips or repeats namespaces when namespaces
+         *     before it come or go between two pages. Required role: read-only, read-write or admin.
          *
          */
         get: operations["listNamespaces"];
@@ -307,8 +308,9 @@ export interface paths {
         /**
          * List tasks
          * @description One row per task that queues are configured with, with its queue, partition and message
-         *     counters, by name, paged with `limit`/`offset` (`truncated`, `nextOffset`).
-         *     Required role: read-only, read-write or admin.
+         *     counters, by name, paged with `limit` and `after` (or `offset`; `truncated`, `nextAfter`,
+         *     `nextOffset`): page with `after`, as an `offset` skips or repeats tasks when tasks
+         *     before it come or go between two pages. Required role: read-only, read-write or admin.
          *
          */
         get: operations["listTasks"];
@@ -785,8 +787,10 @@ export interface paths {
         };
         /**
          * List KV namespaces
-         * @description KV namespaces with their key counts, by name, paged with `limit`/`offset` (`truncated`,
-         *     `nextOffset`). Required role: read-only, read-write or admin.
+         * @description KV namespaces with their key counts, by name, paged with `limit` and `after` (or `offset`;
+         *     `truncated`, `nextAfter`, `nextOffset`): page with `after`, as an `offset` skips or repeats
+         *     namespaces when namespaces before it gain their first key or lose their last between two
+         *     pages. Required role: read-only, read-write or admin.
          *
          */
         get: operations["listKvNamespaces"];
@@ -1699,11 +1703,18 @@ export interface components {
         NamespaceList: {
             namespaces: components["schemas"]["NamespaceSummary"][];
             /** @description `true` when more namespaces follow this page (it stopped at `limit`): ask again at
-             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *     `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
              *      */
             truncated?: boolean;
-            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            /** @description The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+             *     asked for with `after`, whose place counted from the first row is unknown.
+             *      */
             nextOffset?: number | null;
+            /** @description The `after` of the next page when `truncated`, else `null`: an opaque key of this
+             *     page's last row, to send back as it came. Unlike an `offset`, it does not move when
+             *     rows before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         NamespaceSummary: {
             namespace: string;
@@ -1714,11 +1725,18 @@ export interface components {
         TaskList: {
             tasks: components["schemas"]["TaskSummary"][];
             /** @description `true` when more tasks follow this page (it stopped at `limit`): ask again at
-             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *     `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
              *      */
             truncated?: boolean;
-            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            /** @description The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+             *     asked for with `after`, whose place counted from the first row is unknown.
+             *      */
             nextOffset?: number | null;
+            /** @description The `after` of the next page when `truncated`, else `null`: an opaque key of this
+             *     page's last row, to send back as it came. Unlike an `offset`, it does not move when
+             *     rows before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         TaskSummary: {
             task: string;
@@ -2309,11 +2327,18 @@ export interface components {
                 keys?: number;
             }[];
             /** @description `true` when more namespaces follow this page (it stopped at `limit`): ask again at
-             *     `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+             *     `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
              *      */
             truncated?: boolean;
-            /** @description The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`. */
+            /** @description The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+             *     asked for with `after`, whose place counted from the first row is unknown.
+             *      */
             nextOffset?: number | null;
+            /** @description The `after` of the next page when `truncated`, else `null`: an opaque key of this
+             *     page's last row, to send back as it came. Unlike an `offset`, it does not move when
+             *     rows before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         KvListRequest: {
             namespace: string;
@@ -3565,8 +3590,16 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;
@@ -3602,8 +3635,16 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;
@@ -4518,8 +4559,16 @@ export interface operations {
                  *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
                  *      */
                 limit?: components["parameters"]["ListLimit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;

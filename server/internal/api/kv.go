@@ -121,12 +121,18 @@ func (s *Server) KvDelete(ctx context.Context, req gen.KvDeleteRequestObject) (g
 
 // ListKvNamespaces lists one page of namespaces with their live key counts.
 func (s *Server) ListKvNamespaces(ctx context.Context, req gen.ListKvNamespacesRequestObject) (gen.ListKvNamespacesResponseObject, error) {
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 1)
+	if err != nil {
+		return nil, err
+	}
 	list, more, err := s.engine.KVNamespaces(ctx, page)
 	if err != nil {
 		return nil, err
 	}
-	out := gen.ListKvNamespaces200JSONResponse{Truncated: &more, NextOffset: nextOffset(page, len(list), more)}
+	out := gen.ListKvNamespaces200JSONResponse{Truncated: &more}
+	if more {
+		out.NextAfter, out.NextOffset = nextPlaces(page, len(list), list[len(list)-1].Namespace)
+	}
 	out.Namespaces = make([]struct {
 		Keys      *int    `json:"keys,omitempty"`
 		Namespace *string `json:"namespace,omitempty"`

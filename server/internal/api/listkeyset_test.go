@@ -14,7 +14,8 @@ import (
 )
 
 // keyedListings are the listings that page by key: the two that span every group, one
-// group's cursors (of g1), and the partitions of the queue "wide" (detail, depth, status).
+// group's cursors (of g1), the partitions of the queue "wide" (detail, depth, status), the
+// namespaces, the tasks and the KV namespaces.
 func keyedListings() map[string]listing {
 	out := map[string]listing{}
 	for name, l := range pagedListings() {
@@ -264,5 +265,46 @@ func TestAPartitionCreatedOrRemovedBetweenPagesShiftsTheOffsetButNotTheKey(t *te
 				}
 			})
 		}
+	}
+}
+
+// A namespace, task or KV namespace that sorts before the page's end and goes
+// between two pages (its one queue deleted, its one key deleted) shifts every
+// later row: the second page by offset skips one. The second page by key
+// starts where the first ended.
+func TestALabelGoneBetweenPagesSkipsARowByOffsetButNotByKey(t *testing.T) {
+	for name, c := range map[string]struct {
+		prefix, remove string
+	}{
+		"namespaces":    {"ns-", "/api/v1/resources/queues/labeled-1"},
+		"tasks":         {"task-", "/api/v1/resources/queues/labeled-1"},
+		"kv namespaces": {"kv-", "/api/v1/kv/kv-1/k"},
+	} {
+		t.Run(name, func(t *testing.T) {
+			b := newIsolatedTestBroker(t)
+			fillWideQueue(t, b, 1)
+			l := keyedListings()[name]
+			rows := func(ids ...int) []string {
+				var out []string
+				for _, id := range ids {
+					out = append(out, fmt.Sprintf("%s%d", c.prefix, id))
+				}
+				return out
+			}
+			first := l.keyed(t, b, "limit=3")
+			if !slices.Equal(first.rows, rows(0, 1, 2)) || !first.truncated {
+				t.Fatalf("the first page: %v truncated %v", first.rows, first.truncated)
+			}
+			if status, _ := b.call(t, "DELETE", c.remove, nil, nil); status != http.StatusOK {
+				t.Fatalf("DELETE %s: %d", c.remove, status)
+			}
+			if got := l.keyed(t, b, "limit=3&offset="+first.nextOffset).rows; !slices.Equal(got, rows(4, 5)) {
+				t.Fatalf("the second page by offset: %v, want %v (the row an offset skips)", got, rows(4, 5))
+			}
+			byKey := l.keyed(t, b, "limit=3&after="+url.QueryEscape(first.nextAfter))
+			if !slices.Equal(byKey.rows, rows(3, 4, 5)) || byKey.truncated {
+				t.Fatalf("the second page by key: %v truncated %v, want %v", byKey.rows, byKey.truncated, rows(3, 4, 5))
+			}
+		})
 	}
 }

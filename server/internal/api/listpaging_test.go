@@ -167,9 +167,9 @@ func pagedListings() map[string]listing {
 			}
 			return out
 		}},
-		"namespaces":    {path: "/api/v1/resources/namespaces?", rows: namedRows("namespaces", "namespace")},
-		"kv namespaces": {path: "/api/v1/resources/kv/namespaces?", rows: namedRows("namespaces", "namespace")},
-		"tasks":         {path: "/api/v1/resources/tasks?", rows: namedRows("tasks", "task")},
+		"namespaces":    {path: "/api/v1/resources/namespaces?", rows: namedRows("namespaces", "namespace"), keyNames: 1},
+		"kv namespaces": {path: "/api/v1/resources/kv/namespaces?", rows: namedRows("namespaces", "namespace"), keyNames: 1},
+		"tasks":         {path: "/api/v1/resources/tasks?", rows: namedRows("tasks", "task"), keyNames: 1},
 		"queue detail":  {path: "/api/v1/resources/queues/wide?", rows: namedRows("partitions", "name"), keyNames: 1},
 		"queue depth":   {path: "/api/v1/resources/queues/wide/depth?group=g1", rows: namedRows("partitions", "partition"), keyNames: 1},
 		"queue status":  {path: "/api/v1/status/queues/wide?includePartitions=true", rows: namedRows("partitions", "name"), keyNames: 1},

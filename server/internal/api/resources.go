@@ -97,7 +97,10 @@ func (s *Server) GetOverview(ctx context.Context, _ gen.GetOverviewRequestObject
 
 // ListNamespaces summarizes one page of namespaces.
 func (s *Server) ListNamespaces(ctx context.Context, req gen.ListNamespacesRequestObject) (gen.ListNamespacesResponseObject, error) {
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 1)
+	if err != nil {
+		return nil, err
+	}
 	list, more, err := s.engine.Namespaces(ctx, page)
 	if err != nil {
 		return nil, err
@@ -107,12 +110,19 @@ func (s *Server) ListNamespaces(ctx context.Context, req gen.ListNamespacesReque
 		l := &list[i]
 		out[i] = gen.NamespaceSummary{Namespace: l.Label, Queues: l.Queues, Partitions: l.Partitions, Messages: wireCounts(l.Messages)}
 	}
-	return gen.ListNamespaces200JSONResponse{Namespaces: out, Truncated: &more, NextOffset: nextOffset(page, len(out), more)}, nil
+	answer := gen.ListNamespaces200JSONResponse{Namespaces: out, Truncated: &more}
+	if more {
+		answer.NextAfter, answer.NextOffset = nextPlaces(page, len(out), out[len(out)-1].Namespace)
+	}
+	return answer, nil
 }
 
 // ListTasks summarizes one page of tasks.
 func (s *Server) ListTasks(ctx context.Context, req gen.ListTasksRequestObject) (gen.ListTasksResponseObject, error) {
-	page := rowPage(req.Params.Limit, req.Params.Offset)
+	page, err := keyedRowPage(req.Params.Limit, req.Params.Offset, req.Params.After, 1)
+	if err != nil {
+		return nil, err
+	}
 	list, more, err := s.engine.Tasks(ctx, page)
 	if err != nil {
 		return nil, err
@@ -122,7 +132,11 @@ func (s *Server) ListTasks(ctx context.Context, req gen.ListTasksRequestObject) 
 		l := &list[i]
 		out[i] = gen.TaskSummary{Task: l.Label, Queues: l.Queues, Partitions: l.Partitions, Messages: wireCounts(l.Messages)}
 	}
-	return gen.ListTasks200JSONResponse{Tasks: out, Truncated: &more, NextOffset: nextOffset(page, len(out), more)}, nil
+	answer := gen.ListTasks200JSONResponse{Tasks: out, Truncated: &more}
+	if more {
+		answer.NextAfter, answer.NextOffset = nextPlaces(page, len(out), out[len(out)-1].Task)
+	}
+	return answer, nil
 }
 
 // DeleteQueue removes a queue and everything in it; 200 even when there was none,

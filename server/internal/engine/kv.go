@@ -770,9 +770,10 @@ type KVNamespace struct {
 // KVNamespaces lists one page of the namespaces that hold live keys, by name,
 // and says whether more follow.
 func (e *Engine) KVNamespaces(ctx context.Context, page RowPage) ([]KVNamespace, bool, error) {
+	after, args := page.nameAfter("namespace", page.limitArg(), page.Offset)
 	rows, err := e.pool.Query(ctx, `SELECT namespace, count(*) FROM lanes.kv
-		WHERE expires_at IS NULL OR expires_at > now() GROUP BY namespace ORDER BY namespace
-		LIMIT $1 OFFSET $2`, page.limitArg(), page.Offset)
+		WHERE (expires_at IS NULL OR expires_at > now())`+after+` GROUP BY namespace ORDER BY namespace
+		LIMIT $1 OFFSET $2`, args...)
 	if err != nil {
 		return nil, false, err
 	}

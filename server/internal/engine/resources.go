@@ -150,12 +150,19 @@ func (e *Engine) Tasks(ctx context.Context, page RowPage) ([]LabelSummary, bool,
 	return e.labelSummaries(ctx, "task", page)
 }
 
+// labelSummaries counts the partitions and messages of the page's labels
+// only: counting every partition of the broker for each page took 0.1 s a page
+// with 25,000 partitions, wherever the page was.
 func (e *Engine) labelSummaries(ctx context.Context, column string, page RowPage) ([]LabelSummary, bool, error) {
-	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
-		SELECT q.`+column+`, count(DISTINCT q.id)::int, count(pc.partition_id)::int, `+countColumns+`
-		FROM lanes.queues q LEFT JOIN pc ON pc.queue_id = q.id
-		WHERE q.`+column+` <> '' GROUP BY q.`+column+` ORDER BY q.`+column+` LIMIT $4 OFFSET $5`,
-		"", "", "", page.limitArg(), page.Offset)
+	after, args := page.nameAfter("q."+column, page.limitArg(), page.Offset)
+	rows, err := e.pool.Query(ctx, `WITH labels AS (
+			SELECT DISTINCT q.`+column+` AS label FROM lanes.queues q WHERE q.`+column+` <> ''`+after+`
+			ORDER BY 1 LIMIT $1 OFFSET $2),
+		pc AS (`+partitionCounts+`
+			WHERE p.queue_id IN (SELECT q.id FROM lanes.queues q JOIN labels l ON q.`+column+` = l.label))
+		SELECT l.label, count(DISTINCT q.id)::int, count(pc.partition_id)::int, `+countColumns+`
+		FROM labels l JOIN lanes.queues q ON q.`+column+` = l.label LEFT JOIN pc ON pc.queue_id = q.id
+		GROUP BY l.label ORDER BY l.label`, args...)
 	if err != nil {
 		return nil, false, err
 	}

@@ -272,7 +272,8 @@ class ApiV1ResourcesKvNamespacesGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1ResourcesNamespacesGetParametersQuery(BaseModel):
@@ -280,7 +281,8 @@ class ApiV1ResourcesNamespacesGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
@@ -317,7 +319,8 @@ class ApiV1ResourcesTasksGetParametersQuery(BaseModel):
         populate_by_name=True,
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1StatusGetParametersQuery(BaseModel):
@@ -983,12 +986,21 @@ class KvNamespaceList(BaseModel):
     truncated: bool | None = None
     """
     `true` when more namespaces follow this page (it stopped at `limit`): ask again at
-    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+    `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
-    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+    asked for with `after`, whose place counted from the first row is unknown.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when `truncated`, else `null`: an opaque key of this
+    page's last row, to send back as it came. Unlike an `offset`, it does not move when
+    rows before it come or go between two pages. Brokers before it leave it out.
+
     """
 
 
@@ -1648,12 +1660,21 @@ class NamespaceList(BaseModel):
     truncated: bool | None = None
     """
     `true` when more namespaces follow this page (it stopped at `limit`): ask again at
-    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+    `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
-    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+    asked for with `after`, whose place counted from the first row is unknown.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when `truncated`, else `null`: an opaque key of this
+    page's last row, to send back as it came. Unlike an `offset`, it does not move when
+    rows before it come or go between two pages. Brokers before it leave it out.
+
     """
 
 
@@ -2623,12 +2644,21 @@ class TaskList(BaseModel):
     truncated: bool | None = None
     """
     `true` when more tasks follow this page (it stopped at `limit`): ask again at
-    `nextOffset` for the rest. Always sent by this broker; brokers before it leave it out.
+    `nextAfter` (or `nextOffset`) for the rest. Always sent by this broker; brokers before it leave it out.
 
     """
     next_offset: Annotated[int | None, Field(alias="nextOffset")] = None
     """
-    The `offset` of the next page when `truncated`, else `null`. Always sent with `truncated`.
+    The `offset` of the next page when `truncated`, else `null`; `null` as well on a page
+    asked for with `after`, whose place counted from the first row is unknown.
+
+    """
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when `truncated`, else `null`: an opaque key of this
+    page's last row, to send back as it came. Unlike an `offset`, it does not move when
+    rows before it come or go between two pages. Brokers before it leave it out.
+
     """
 
 
