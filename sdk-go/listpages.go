@@ -15,9 +15,9 @@ import (
 // time (10,000 rows unless asked otherwise) and says when more follow; the calls that return a
 // whole listing follow those pages from the first, so a caller never gets a silently cut one.
 // Where the broker names the next page by key (X-Lanes-Next-After: the group, lagging and
-// one-group listings; nextAfter: a queue's partitions in its detail, depth and status), they
-// follow the key, since an offset skips or repeats rows when rows before it come or go between
-// two pages; else (an older broker, the label listings) the offset.
+// one-group listings; nextAfter: a queue's partitions in its detail, depth and status, the
+// labels and the KV namespaces), they follow the key, since an offset skips or repeats rows when
+// rows before it come or go between two pages; else (an older broker) the offset.
 
 // wholeListingPage is the page those calls ask for, the largest the broker answers: every page
 // costs the broker a fixed part (a queue status's totals, a pass over the group list's keys),
@@ -257,11 +257,11 @@ func (a Admin) QueueStatus(ctx context.Context, queue string, includePartitions 
 // Namespaces summarizes every namespace label: its queues, partitions and message counts.
 func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 	out := &NamespaceList{Namespaces: []gen.NamespaceSummary{}}
-	err := bodyPaged(a.c, ctx, func(offset *int, _ *string) (*httpResp, error) {
-		return a.c.gen.ListNamespaces(ctx, &gen.ListNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset})
+	err := bodyPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
+		return a.c.gen.ListNamespaces(ctx, &gen.ListNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset, After: after})
 	}, func(page *NamespaceList) bodyPlaces {
 		out.Namespaces = append(out.Namespaces, page.Namespaces...)
-		return bodyPlaces{truncated: page.Truncated, nextOffset: page.NextOffset}
+		return bodyPlaces{page.Truncated, page.NextOffset, page.NextAfter}
 	})
 	if err != nil {
 		return nil, err
@@ -273,11 +273,11 @@ func (a Admin) Namespaces(ctx context.Context) (*NamespaceList, error) {
 // Tasks summarizes every task label like Namespaces.
 func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 	out := &TaskList{Tasks: []gen.TaskSummary{}}
-	err := bodyPaged(a.c, ctx, func(offset *int, _ *string) (*httpResp, error) {
-		return a.c.gen.ListTasks(ctx, &gen.ListTasksParams{Limit: ptr(wholeListingPage), Offset: offset})
+	err := bodyPaged(a.c, ctx, func(offset *int, after *string) (*httpResp, error) {
+		return a.c.gen.ListTasks(ctx, &gen.ListTasksParams{Limit: ptr(wholeListingPage), Offset: offset, After: after})
 	}, func(page *TaskList) bodyPlaces {
 		out.Tasks = append(out.Tasks, page.Tasks...)
-		return bodyPlaces{truncated: page.Truncated, nextOffset: page.NextOffset}
+		return bodyPlaces{page.Truncated, page.NextOffset, page.NextAfter}
 	})
 	if err != nil {
 		return nil, err
@@ -290,19 +290,19 @@ func (a Admin) Tasks(ctx context.Context) (*TaskList, error) {
 // (GET /api/v1/resources/kv/namespaces).
 func (c *Client) KVNamespaces(ctx context.Context) (*KVNamespaceList, error) {
 	var out *KVNamespaceList
-	err := bodyPaged(c, ctx, func(offset *int, _ *string) (*httpResp, error) {
-		return c.gen.ListKvNamespaces(ctx, &gen.ListKvNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset})
+	err := bodyPaged(c, ctx, func(offset *int, after *string) (*httpResp, error) {
+		return c.gen.ListKvNamespaces(ctx, &gen.ListKvNamespacesParams{Limit: ptr(wholeListingPage), Offset: offset, After: after})
 	}, func(page *KVNamespaceList) bodyPlaces {
 		if out == nil {
 			out = page
 		} else {
 			out.Namespaces = append(out.Namespaces, page.Namespaces...)
 		}
-		return bodyPlaces{truncated: page.Truncated, nextOffset: page.NextOffset}
+		return bodyPlaces{page.Truncated, page.NextOffset, page.NextAfter}
 	})
 	if err != nil {
 		return nil, err
 	}
-	out.Truncated, out.NextOffset = ptr(false), nil
+	out.Truncated, out.NextOffset, out.NextAfter = ptr(false), nil, nil
 	return out, nil
 }

@@ -9,6 +9,7 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -23,6 +24,7 @@ import (
 // pages after the first that holds one of marker's rows, after which it calls between; so a few
 // rows take several pages, and the rest (the other tests' rows) come in the SDK's own pages.
 type smallPages struct {
+	path      string // the listings' path prefix, "/api/v1/consumer-groups" when ""
 	limit     string
 	small     int // pages of limit rows still to ask for once marker was seen
 	marker    string
@@ -32,7 +34,11 @@ type smallPages struct {
 }
 
 func (s *smallPages) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !strings.HasPrefix(req.URL.Path, "/api/v1/consumer-groups") {
+	path := s.path
+	if path == "" {
+		path = "/api/v1/consumer-groups"
+	}
+	if !strings.HasPrefix(req.URL.Path, path) {
 		return http.DefaultTransport.RoundTrip(req)
 	}
 	q := req.URL.Query()
@@ -274,5 +280,84 @@ func TestITTheQueuePartitionListingsFollowTheKeyWhileAPartitionIsCreated(t *test
 		} else {
 			require.NotZero(t, transport.keyed.Load(), "no page asked for by key")
 		}
+	}
+}
+
+// The namespace, task and KV namespace listings span the broker; when a label that sorts first
+// goes between two pages (its one queue or key deleted), an offset skips a label after it. The
+// calls follow the broker's key (nextAfter) instead, so every later label comes, once, in order.
+// The labels start with "0-", so they sort before the other tests' labels, on the first pages.
+func TestITTheLabelListingsFollowTheKeyWhileAnEarlierLabelGoes(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, c := range []struct {
+		name string
+		list func(client *lanes.Client) []string
+	}{
+		{"namespaces", func(client *lanes.Client) []string {
+			list, err := client.Admin().Namespaces(b.ctx)
+			require.NoError(t, err)
+			var out []string
+			for _, n := range list.Namespaces {
+				out = append(out, n.Namespace)
+			}
+			return out
+		}},
+		{"tasks", func(client *lanes.Client) []string {
+			list, err := client.Admin().Tasks(b.ctx)
+			require.NoError(t, err)
+			var out []string
+			for _, n := range list.Tasks {
+				out = append(out, n.Task)
+			}
+			return out
+		}},
+		{"kv namespaces", func(client *lanes.Client) []string {
+			list, err := client.KVNamespaces(b.ctx)
+			require.NoError(t, err)
+			var out []string
+			for _, n := range list.Namespaces {
+				out = append(out, *n.Namespace)
+			}
+			return out
+		}},
+	} {
+		prefix := "0-" + b.queue + "-" + strings.ReplaceAll(c.name, " ", "-") + "-"
+		labels := []string{prefix + "a", prefix + "b", prefix + "c"}
+		var removeFirst func()
+		for i, label := range labels {
+			queue := fmt.Sprintf("%s-%s-%d", b.queue, strings.ReplaceAll(c.name, " ", "-"), i)
+			switch c.name {
+			case "kv namespaces":
+				_, err := b.c.KV(label).Put(b.ctx, "k", i, lanes.Forever)
+				require.NoError(t, err)
+				if i == 0 {
+					removeFirst = func() { _, err := b.c.KV(label).Delete(context.Background(), "k"); require.NoError(t, err) }
+				}
+			default:
+				namespace, task := label, ""
+				if c.name == "tasks" {
+					namespace, task = "", label
+				}
+				_, err := b.c.Admin().ConfigureQueueLabels(b.ctx, queue, namespace, task, lanes.QueueOptions{}, lanes.ConfigureMerge)
+				require.NoError(t, err)
+				if i == 0 {
+					removeFirst = func() { _, err := b.c.Admin().DeleteQueue(context.Background(), queue); require.NoError(t, err) }
+				}
+			}
+		}
+		path := "/api/v1/resources/" + map[string]string{"namespaces": "namespaces", "tasks": "tasks", "kv namespaces": "kv/namespaces"}[c.name]
+		transport := &smallPages{path: path, limit: "1", marker: strconv.Quote(labels[0]), between: removeFirst}
+		client, err := lanes.New(lanes.WithURL(testBrokerURL(t)), lanes.WithHTTPClient(&http.Client{Transport: transport}))
+		require.NoError(t, err)
+		closeWhenDone(t, client)
+		var listed []string
+		for _, label := range c.list(client) {
+			if strings.HasPrefix(label, prefix) {
+				listed = append(listed, label)
+			}
+		}
+		require.Equal(t, labels, listed, c.name)
+		require.NotZero(t, transport.keyed.Load(), "%s: no page asked for by key", c.name)
 	}
 }
