@@ -9,11 +9,11 @@ import { brokerUrl, client, uniq } from "./helpers.js";
  * after the first that holds `marker`, after which it runs `between` once; so a few rows take
  * several pages, and the rest (the other tests' rows) come in the SDK's own pages.
  */
-function smallPages(o: { limit: string; small: number; marker?: string; between?: () => Promise<void>; dropAfter: boolean }) {
+function smallPages(o: { limit: string; small: number; marker?: string; between?: () => Promise<void>; dropAfter: boolean; path?: string }) {
   const seen = { keyed: 0 };
   const wrapped: typeof fetch = async (input, init) => {
     const url = new URL(input instanceof Request ? input.url : String(input));
-    if (!url.pathname.startsWith("/api/v1/consumer-groups")) return fetch(input, init);
+    if (!url.pathname.startsWith(o.path ?? "/api/v1/consumer-groups")) return fetch(input, init);
     if (o.between !== undefined || o.small > 0) {
       o.small--;
       url.searchParams.set("limit", o.limit);
@@ -135,6 +135,35 @@ describe("a queue's partition listings", () => {
         expect(paged.seen.keyed).toBeGreaterThan(0);
         expect(status.nextAfter).toBeNull();
       }
+    });
+  }
+});
+
+describe("label listings", () => {
+  // The labels start with "0-", so they sort before the other tests' labels, on the first pages.
+  const cases: { name: string; path: string; list: (l: ReturnType<typeof client>) => Promise<string[]> }[] = [
+    { name: "namespaces", path: "/api/v1/resources/namespaces", list: async (l) => (await l.admin.getNamespaces()).namespaces.map((n) => n.namespace) },
+    { name: "tasks", path: "/api/v1/resources/tasks", list: async (l) => (await l.admin.getTasks()).tasks.map((t) => t.task) },
+    { name: "kv namespaces", path: "/api/v1/resources/kv/namespaces", list: async (l) => (await l.kvNamespaces()).namespaces.map((n) => n.namespace ?? "") },
+  ];
+  for (const c of cases) {
+    it(`${c.name} follow the key while a label that sorts first goes`, async () => {
+      const lanes = client();
+      const q = uniq("labelkeys");
+      const prefix = `0-${q}-`;
+      const labels = [`${prefix}a`, `${prefix}b`, `${prefix}c`];
+      for (const [i, label] of labels.entries()) {
+        if (c.name === "kv namespaces") await lanes.kv(label).put("k", i, { forever: true });
+        else await lanes.admin.configureQueue(`${q}-${i}`, {}, c.name === "tasks" ? { task: label } : { namespace: label });
+      }
+      const removeFirst = async () => {
+        if (c.name === "kv namespaces") await lanes.kv(labels[0] as string).delete("k");
+        else await lanes.admin.deleteQueue(`${q}-0`);
+      };
+      const paged = smallPages({ limit: "1", small: 0, marker: JSON.stringify(labels[0]), between: removeFirst, dropAfter: false, path: c.path });
+      const listed = (await c.list(client({ fetch: paged.fetch }))).filter((n) => n.startsWith(prefix));
+      expect(listed).toEqual(labels);
+      expect(paged.seen.keyed).toBeGreaterThan(0);
     });
   }
 });
