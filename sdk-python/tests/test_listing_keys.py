@@ -26,6 +26,7 @@ class SmallPages:
     pages, and the rest (the other tests' rows) come in the SDK's own pages."""
 
     drop_after: bool  # strip X-Lanes-Next-After, as a broker before keyed paging sends none
+    path: str = "/api/v1/consumer-groups"  # the listings' path prefix
     limit: str = "4"
     small: int = 3
     marker: bytes = b""
@@ -33,7 +34,7 @@ class SmallPages:
     keyed: list[str] = field(default_factory=list)
 
     def ask(self, request: httpx.Request) -> bool:
-        if not request.url.path.startswith("/api/v1/consumer-groups"):
+        if not request.url.path.startswith(self.path):
             return False
         if self.between is not None or self.small > 0:
             self.small -= 1
@@ -271,3 +272,54 @@ async def test_the_async_queue_partition_listings_follow_the_key(
             status = await paged.admin.get_queue_status(qname, include_partitions=True)
             _check_partitions([p.name for p in status.partitions or []], drop_after)
     assert bool(pages.keyed) is not drop_after
+
+
+LABEL_LISTINGS = {
+    "namespaces": "/api/v1/resources/namespaces",
+    "tasks": "/api/v1/resources/tasks",
+    "kv namespaces": "/api/v1/resources/kv/namespaces",
+}
+
+
+def _labels(c: lanes.Lanes, qname: str, listing: str) -> tuple[list[str], Callable[[], None]]:
+    """Three labels of the listing (names starting "0-", so they sort before the other tests'
+    labels, on the first pages), and a call that removes the first (its queue or its key)."""
+    prefix = f"0-{qname}-"
+    labels = [f"{prefix}a", f"{prefix}b", f"{prefix}c"]
+    for i, label in enumerate(labels):
+        if listing == "kv namespaces":
+            c.kv(label).put("k", i)
+        elif listing == "tasks":
+            c.admin.configure_queue(f"{qname}-{i}", task=label)
+        else:
+            c.admin.configure_queue(f"{qname}-{i}", namespace=label)
+
+    def remove_first() -> None:
+        if listing == "kv namespaces":
+            c.kv(labels[0]).delete("k")
+        else:
+            c.admin.delete_queue(f"{qname}-0")
+
+    return labels, remove_first
+
+
+def _listed(c: lanes.Lanes, listing: str) -> list[str]:
+    if listing == "namespaces":
+        return [n.namespace for n in c.admin.get_namespaces().namespaces]
+    if listing == "tasks":
+        return [t.task for t in c.admin.get_tasks().tasks]
+    return [n.namespace or "" for n in c.kv_namespaces().namespaces]
+
+
+@pytest.mark.parametrize("listing", list(LABEL_LISTINGS))
+def test_the_label_listings_follow_the_key_while_an_earlier_label_goes(
+    broker_url: str, qname: str, listing: str
+) -> None:
+    with lanes.Lanes(broker_url) as c:
+        labels, remove_first = _labels(c, qname, listing)
+        pages = SmallPages(False, path=LABEL_LISTINGS[listing], limit="1", small=0)
+        pages.marker, pages.between = json.dumps(labels[0]).encode(), remove_first
+        with lanes.Lanes(broker_url, http_client=httpx.Client(transport=_Sync(pages))) as paged:
+            listed = [n for n in _listed(paged, listing) if n.startswith(f"0-{qname}-")]
+        assert listed == labels
+        assert pages.keyed
