@@ -1966,6 +1966,10 @@ type QueueDetailOptions struct {
 
 // QueueList defines model for QueueList.
 type QueueList struct {
+	// NextAfter The `after` of the next page when more queues follow this page, else `null`: an opaque
+	// key of this page's last queue, to send back as it came. Unlike an `offset`, it does not
+	// move when queues before it come or go between two pages. Brokers before it leave it out.
+	NextAfter  *string        `json:"nextAfter"`
 	Pagination Pagination     `json:"pagination"`
 	Queues     []QueueSummary `json:"queues"`
 
@@ -2143,6 +2147,10 @@ type QueueStatus struct {
 
 // QueueStatusList defines model for QueueStatusList.
 type QueueStatusList struct {
+	// NextAfter The `after` of the next page when more queues follow this page, else `null`: an opaque
+	// key of this page's last queue, to send back as it came. Unlike an `offset`, it does not
+	// move when queues before it come or go between two pages. Brokers before it leave it out.
+	NextAfter  *string        `json:"nextAfter"`
 	Pagination Pagination     `json:"pagination"`
 	Queues     []QueueSummary `json:"queues"`
 }
@@ -2669,9 +2677,6 @@ type ListLimit = int
 // NamespaceFilter defines model for NamespaceFilter.
 type NamespaceFilter = string
 
-// Offset defines model for Offset.
-type Offset = int
-
 // PartitionIdPath defines model for PartitionIdPath.
 type PartitionIdPath = string
 
@@ -3125,8 +3130,15 @@ type ListQueuesParams struct {
 	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // GetQueueParams defines parameters for GetQueue.
@@ -3231,8 +3243,15 @@ type ListQueueStatusParams struct {
 	// shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
 	Limit *Limit `form:"limit,omitempty" json:"limit,omitempty"`
 
-	// Offset Rows to skip.
-	Offset *Offset `form:"offset,omitempty" json:"offset,omitempty"`
+	// Offset Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+	// with `after`).
+	Offset *KeyedListOffset `form:"offset,omitempty" json:"offset,omitempty"`
+
+	// After Where the page starts: the rows strictly after the row this key names, the
+	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+	// `400 bad_request`.
+	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
 // GetQueueStatusParams defines parameters for GetQueueStatus.
@@ -3886,9 +3905,12 @@ type ClientInterface interface {
 
 	// ListQueues List queues
 	//
-	// Queues with their partition and message counters, filtered by `namespace` and `task` and
-	// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
-	// Required role: read-only, read-write or admin.
+	// Queues with their partition and message counters, by name, filtered by `namespace` and
+	// `task` and paged with `limit` and `after` (or `offset`); `nextAfter` names the next page
+	// when more queues follow, and `total` counts every queue that matches the filters. Page
+	// with `after`: an `offset` counts queues from the first, so queues created or deleted
+	// between two pages make it skip or repeat queues. Required role: read-only, read-write or
+	// admin.
 	//
 	// Corresponds with GET /api/v1/resources/queues (the `ListQueues` operationId).
 	ListQueues(ctx context.Context, params *ListQueuesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -3955,8 +3977,9 @@ type ClientInterface interface {
 
 	// ListQueueStatus Queue status list
 	//
-	// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
-	// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+	// Queues with their message counters by status, by name, filtered by `queue`, `namespace`
+	// and `task` and paged with `limit` and `after` (or `offset`; `nextAfter`), as
+	// `GET /api/v1/resources/queues`. `from` and `to` are accepted for compatibility and filter
 	// nothing. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/status/queues (the `ListQueueStatus` operationId).
@@ -5075,9 +5098,12 @@ func (c *Client) GetOverview(ctx context.Context, reqEditors ...RequestEditorFn)
 
 // ListQueues List queues
 //
-// Queues with their partition and message counters, filtered by `namespace` and `task` and
-// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
-// Required role: read-only, read-write or admin.
+// Queues with their partition and message counters, by name, filtered by `namespace` and
+// `task` and paged with `limit` and `after` (or `offset`); `nextAfter` names the next page
+// when more queues follow, and `total` counts every queue that matches the filters. Page
+// with `after`: an `offset` counts queues from the first, so queues created or deleted
+// between two pages make it skip or repeat queues. Required role: read-only, read-write or
+// admin.
 //
 // Corresponds with GET /api/v1/resources/queues (the `ListQueues` operationId).
 func (c *Client) ListQueues(ctx context.Context, params *ListQueuesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -5214,8 +5240,9 @@ func (c *Client) GetBufferStatus(ctx context.Context, reqEditors ...RequestEdito
 
 // ListQueueStatus Queue status list
 //
-// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
-// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+// Queues with their message counters by status, by name, filtered by `queue`, `namespace`
+// and `task` and paged with `limit` and `after` (or `offset`; `nextAfter`), as
+// `GET /api/v1/resources/queues`. `from` and `to` are accepted for compatibility and filter
 // nothing. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/status/queues (the `ListQueueStatus` operationId).
@@ -7901,6 +7928,18 @@ func NewListQueuesRequest(server string, params *ListQueuesParams) (*http.Reques
 
 		}
 
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
 		if encoded := queryValues.Encode(); encoded != "" {
 			rawQueryFragments = append(rawQueryFragments, encoded)
 		}
@@ -8441,6 +8480,18 @@ func NewListQueueStatusRequest(server string, params *ListQueueStatusParams) (*h
 		if params.Offset != nil {
 
 			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "offset", *params.Offset, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "integer", Format: "int64"}); err != nil {
+				return nil, err
+			} else {
+				for _, qp := range strings.Split(queryFrag, "&") {
+					rawQueryFragments = append(rawQueryFragments, qp)
+				}
+			}
+
+		}
+
+		if params.After != nil {
+
+			if queryFrag, err := runtime.StyleParamWithOptions("form", true, "after", *params.After, runtime.StyleParamOptions{ParamLocation: runtime.ParamLocationQuery, Type: "string", Format: ""}); err != nil {
 				return nil, err
 			} else {
 				for _, qp := range strings.Split(queryFrag, "&") {
@@ -9652,9 +9703,12 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueuesWithResponse List queues
 	//
-	// Queues with their partition and message counters, filtered by `namespace` and `task` and
-	// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
-	// Required role: read-only, read-write or admin.
+	// Queues with their partition and message counters, by name, filtered by `namespace` and
+	// `task` and paged with `limit` and `after` (or `offset`); `nextAfter` names the next page
+	// when more queues follow, and `total` counts every queue that matches the filters. Page
+	// with `after`: an `offset` counts queues from the first, so queues created or deleted
+	// between two pages make it skip or repeat queues. Required role: read-only, read-write or
+	// admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -9735,8 +9789,9 @@ type ClientWithResponsesInterface interface {
 
 	// ListQueueStatusWithResponse Queue status list
 	//
-	// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
-	// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+	// Queues with their message counters by status, by name, filtered by `queue`, `namespace`
+	// and `task` and paged with `limit` and `after` (or `offset`; `nextAfter`), as
+	// `GET /api/v1/resources/queues`. `from` and `to` are accepted for compatibility and filter
 	// nothing. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
@@ -16079,9 +16134,12 @@ func (c *ClientWithResponses) GetOverviewWithResponse(ctx context.Context, reqEd
 
 // ListQueuesWithResponse List queues
 //
-// Queues with their partition and message counters, filtered by `namespace` and `task` and
-// paged with `limit`/`offset`; `total` counts every queue that matches the filters.
-// Required role: read-only, read-write or admin.
+// Queues with their partition and message counters, by name, filtered by `namespace` and
+// `task` and paged with `limit` and `after` (or `offset`); `nextAfter` names the next page
+// when more queues follow, and `total` counts every queue that matches the filters. Page
+// with `after`: an `offset` counts queues from the first, so queues created or deleted
+// between two pages make it skip or repeat queues. Required role: read-only, read-write or
+// admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //
@@ -16204,8 +16262,9 @@ func (c *ClientWithResponses) GetBufferStatusWithResponse(ctx context.Context, r
 
 // ListQueueStatusWithResponse Queue status list
 //
-// Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
-// and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+// Queues with their message counters by status, by name, filtered by `queue`, `namespace`
+// and `task` and paged with `limit` and `after` (or `offset`; `nextAfter`), as
+// `GET /api/v1/resources/queues`. `from` and `to` are accepted for compatibility and filter
 // nothing. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).

@@ -238,9 +238,12 @@ export interface paths {
         };
         /**
          * List queues
-         * @description Queues with their partition and message counters, filtered by `namespace` and `task` and
-         *     paged with `limit`/`offset`; `total` counts every queue that matches the filters.
-         *     Required role: read-only, read-write or admin.
+         * @description Queues with their partition and message counters, by name, filtered by `namespace` and
+         *     `task` and paged with `limit` and `after` (or `offset`); `nextAfter` names the next page
+         *     when more queues follow, and `total` counts every queue that matches the filters. Page
+         *     with `after`: an `offset` counts queues from the first, so queues created or deleted
+         *     between two pages make it skip or repeat queues. Required role: read-only, read-write or
+         *     admin.
          *
          */
         get: operations["listQueues"];
@@ -1035,8 +1038,9 @@ export interface paths {
         };
         /**
          * Queue status list
-         * @description Queues with their message counters by status, filtered by `queue`, `namespace` and `task`
-         *     and paged with `limit`/`offset`. `from` and `to` are accepted for compatibility and filter
+         * @description Queues with their message counters by status, by name, filtered by `queue`, `namespace`
+         *     and `task` and paged with `limit` and `after` (or `offset`; `nextAfter`), as
+         *     `GET /api/v1/resources/queues`. `from` and `to` are accepted for compatibility and filter
          *     nothing. Required role: read-only, read-write or admin.
          *
          */
@@ -1686,6 +1690,11 @@ export interface components {
             /** @description Number of queues matching the filters. */
             total: number;
             pagination: components["schemas"]["Pagination"];
+            /** @description The `after` of the next page when more queues follow this page, else `null`: an opaque
+             *     key of this page's last queue, to send back as it came. Unlike an `offset`, it does not
+             *     move when queues before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         Pagination: {
             limit: number;
@@ -2703,6 +2712,11 @@ export interface components {
         QueueStatusList: {
             queues: components["schemas"]["QueueSummary"][];
             pagination: components["schemas"]["Pagination"];
+            /** @description The `after` of the next page when more queues follow this page, else `null`: an opaque
+             *     key of this page's last queue, to send back as it came. Unlike an `offset`, it does not
+             *     move when queues before it come or go between two pages. Brokers before it leave it out.
+             *      */
+            nextAfter?: string | null;
         };
         /** @description Live status of one queue. */
         QueueStatus: {
@@ -2996,8 +3010,6 @@ export interface components {
          *     the `X-Lanes-Truncated` and `X-Lanes-Next-Offset` headers.
          *      */
         ListLimit: number;
-        /** @description Rows to skip. */
-        Offset: number;
         /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
          *     with `after`).
          *      */
@@ -3526,8 +3538,16 @@ export interface operations {
                  *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
                  *      */
                 limit?: components["parameters"]["Limit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;
@@ -4944,8 +4964,16 @@ export interface operations {
                  *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
                  *      */
                 limit?: components["parameters"]["Limit"];
-                /** @description Rows to skip. */
-                offset?: components["parameters"]["Offset"];
+                /** @description Rows to skip, 0 when omitted (no schema default, since sending it at all matters: not
+                 *     with `after`).
+                 *      */
+                offset?: components["parameters"]["KeyedListOffset"];
+                /** @description Where the page starts: the rows strictly after the row this key names, the
+                 *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
+                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
+                 *     `400 bad_request`.
+                 *      */
+                after?: components["parameters"]["ListAfter"];
             };
             header?: never;
             path?: never;

@@ -20,7 +20,7 @@ func listKey(names ...string) string {
 // keyedRowPage is the page a listing paged by a key of names names asks for:
 // after with offset, or an after that is not such a key, is the caller's
 // mistake (400 bad_request) and reads nothing.
-func keyedRowPage(limit *gen.ListLimit, offset *gen.Offset, after *gen.ListAfter, names int) (engine.RowPage, error) {
+func keyedRowPage(limit *gen.ListLimit, offset *gen.KeyedListOffset, after *gen.ListAfter, names int) (engine.RowPage, error) {
 	page := rowPage(limit, offset)
 	if after == nil {
 		return page, nil

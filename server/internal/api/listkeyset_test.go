@@ -1,6 +1,7 @@
 package api
 
 import (
+	"bytes"
 	"context"
 	"encoding/base64"
 	"encoding/json"
@@ -304,6 +305,114 @@ func TestALabelGoneBetweenPagesSkipsARowByOffsetButNotByKey(t *testing.T) {
 			byKey := l.keyed(t, b, "limit=3&after="+url.QueryEscape(first.nextAfter))
 			if !slices.Equal(byKey.rows, rows(3, 4, 5)) || byKey.truncated {
 				t.Fatalf("the second page by key: %v truncated %v, want %v", byKey.rows, byKey.truncated, rows(3, 4, 5))
+			}
+		})
+	}
+}
+
+// queueListingPage is one page of a queue listing (GET /resources/queues or
+// /status/queues) asked for with query: its queue names, nextAfter and total.
+type queueListingPage struct {
+	names     []string
+	nextAfter string
+	total     *int
+}
+
+func queueListing(t *testing.T, b *testBroker, path, query string) queueListingPage {
+	t.Helper()
+	raw, _ := b.getOK(t, path+"?"+query)
+	var body struct {
+		Queues     []struct{ Name string }
+		NextAfter  *string `json:"nextAfter"`
+		Pagination struct{ Total *int }
+	}
+	if err := json.Unmarshal(raw, &body); err != nil || !bytes.Contains(raw, []byte(`"nextAfter":`)) {
+		t.Fatalf("GET %s?%s: %v: %.300s", path, query, err, raw)
+	}
+	p := queueListingPage{total: body.Pagination.Total}
+	for _, q := range body.Queues {
+		p.names = append(p.names, q.Name)
+	}
+	if body.NextAfter != nil {
+		p.nextAfter = *body.NextAfter
+	}
+	return p
+}
+
+var queueListingPaths = []string{"/api/v1/resources/queues", "/api/v1/status/queues"}
+
+// The queue listings paged by key give every queue once, by name, whatever
+// the page size, with the total of the whole listing on every page.
+func TestTheQueueListingsPagedByKeyGiveEveryQueueOnceInOrder(t *testing.T) {
+	b := newIsolatedTestBroker(t)
+	fillWideQueue(t, b, 1)
+	for _, path := range queueListingPaths {
+		whole := queueListing(t, b, path, "limit=1000")
+		if len(whole.names) != 7 || whole.nextAfter != "" || *whole.total != 7 {
+			t.Fatalf("%s: the whole listing: %v next %q total %v", path, whole.names, whole.nextAfter, *whole.total)
+		}
+		for _, limit := range []int{1, 3, 6, 7} {
+			var joined []string
+			query := fmt.Sprintf("limit=%d", limit)
+			for range 100 {
+				p := queueListing(t, b, path, query)
+				if len(p.names) > limit || *p.total != 7 {
+					t.Fatalf("%s %s: %v total %v", path, query, p.names, *p.total)
+				}
+				joined = append(joined, p.names...)
+				if p.nextAfter == "" {
+					break
+				}
+				query = fmt.Sprintf("limit=%d&after=%s", limit, url.QueryEscape(p.nextAfter))
+			}
+			if !slices.Equal(joined, whole.names) {
+				t.Fatalf("%s limit %d: paging by key gave %v, the whole listing is %v", path, limit, joined, whole.names)
+			}
+		}
+		// Filters combine with the key.
+		if p := queueListing(t, b, path, "namespace=ns-2&after="+listKey("labeled-1")); !slices.Equal(p.names, []string{"labeled-2"}) {
+			t.Fatalf("%s: namespace ns-2 after labeled-1: %v", path, p.names)
+		}
+		if p := queueListing(t, b, path, "namespace=ns-2&after="+listKey("labeled-2")); len(p.names) != 0 || *p.total != 1 {
+			t.Fatalf("%s: namespace ns-2 after labeled-2: %v total %v", path, p.names, *p.total)
+		}
+	}
+}
+
+// A queue that sorts before the page's end and is deleted between two pages
+// makes the second page by offset skip a queue; by key it starts where the
+// first ended. An after with an offset, or a malformed one, answers 400.
+func TestAQueueDeletedBetweenPagesSkipsAQueueByOffsetButNotByKey(t *testing.T) {
+	for _, path := range queueListingPaths {
+		t.Run(path, func(t *testing.T) {
+			b := newIsolatedTestBroker(t)
+			fillWideQueue(t, b, 1)
+			first := queueListing(t, b, path, "limit=3")
+			if !slices.Equal(first.names, []string{"labeled-0", "labeled-1", "labeled-2"}) || first.nextAfter == "" {
+				t.Fatalf("the first page: %v next %q", first.names, first.nextAfter)
+			}
+			if status, _ := b.call(t, "DELETE", "/api/v1/resources/queues/labeled-1", nil, nil); status != http.StatusOK {
+				t.Fatalf("delete labeled-1: %d", status)
+			}
+			if got := queueListing(t, b, path, "limit=3&offset=3").names; !slices.Equal(got, []string{"labeled-4", "labeled-5", "wide"}) {
+				t.Fatalf("the second page by offset: %v (labeled-3 is the queue an offset skips)", got)
+			}
+			byKey := queueListing(t, b, path, "limit=3&after="+url.QueryEscape(first.nextAfter))
+			if !slices.Equal(byKey.names, []string{"labeled-3", "labeled-4", "labeled-5"}) || byKey.nextAfter == "" {
+				t.Fatalf("the second page by key: %v next %q", byKey.names, byKey.nextAfter)
+			}
+			for _, query := range []string{"offset=0&after=" + first.nextAfter, "after=", "after=%21", "after=" + listKey("a", "b"), "after=" + listKey("a\x00")} {
+				resp, err := http.Get(b.URL + path + "?" + query)
+				if err != nil {
+					t.Fatal(err)
+				}
+				raw, _ := io.ReadAll(resp.Body)
+				resp.Body.Close()
+				var e errorBody
+				_ = json.Unmarshal(raw, &e)
+				if resp.StatusCode != http.StatusBadRequest || e.Code != CodeBadRequest {
+					t.Errorf("%s?%s: %d %.200s", path, query, resp.StatusCode, raw)
+				}
 			}
 		})
 	}

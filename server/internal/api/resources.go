@@ -22,28 +22,35 @@ func wireQueueSummary(q *engine.QueueSummary) gen.QueueSummary {
 		Partitions: q.Partitions, Messages: wireCounts(q.Messages)}
 }
 
-func (s *Server) queuePage(ctx context.Context, f engine.QueueListFilter) ([]gen.QueueSummary, gen.Pagination, error) {
-	list, total, err := s.engine.ListQueues(ctx, f)
+// queuePage answers one page of the queues f selects, its pagination and
+// the after of the next page (nil when no more follow).
+func (s *Server) queuePage(ctx context.Context, f engine.QueueListFilter) ([]gen.QueueSummary, gen.Pagination, *string, error) {
+	list, total, more, err := s.engine.ListQueues(ctx, f)
 	if err != nil {
-		return nil, gen.Pagination{}, err
+		return nil, gen.Pagination{}, nil, err
 	}
 	out := make([]gen.QueueSummary, len(list))
 	for i := range list {
 		out[i] = wireQueueSummary(&list[i])
 	}
+	var next *string
+	if more {
+		next, _ = nextPlaces(engine.RowPage{After: f.After}, len(list), list[len(list)-1].Name)
+	}
 	limit, offset := f.Limit, f.Offset
-	return out, gen.Pagination{Limit: limit, Offset: offset, Total: &total}, nil
+	return out, gen.Pagination{Limit: limit, Offset: offset, Total: &total}, next, nil
 }
 
-func pageOf(limit *gen.Limit, offset *gen.Offset) (int, int) {
-	l, o := 100, 0
+// queueListPage is the filter's page a queue listing's limit (100 when
+// omitted), offset and after ask for; after with offset, or an after that
+// is not a queue name this listing gave, is the caller's mistake.
+func queueListPage(limit *gen.Limit, offset *gen.KeyedListOffset, after *gen.ListAfter) (engine.QueueListFilter, error) {
+	page, err := keyedRowPage(nil, offset, after, 1)
+	f := engine.QueueListFilter{Limit: 100, Offset: page.Offset, After: page.After}
 	if limit != nil {
-		l = *limit
+		f.Limit = *limit
 	}
-	if offset != nil {
-		o = *offset
-	}
-	return l, o
+	return f, err
 }
 
 // defaultListLimit is the page of a listing whose rows carry no payload
@@ -53,7 +60,7 @@ func pageOf(limit *gen.Limit, offset *gen.Offset) (int, int) {
 const defaultListLimit = 10000
 
 // rowPage is the page a request's limit and offset ask for.
-func rowPage(limit *gen.ListLimit, offset *gen.Offset) engine.RowPage {
+func rowPage(limit *gen.ListLimit, offset *gen.KeyedListOffset) engine.RowPage {
 	page := engine.RowPage{Limit: defaultListLimit}
 	if limit != nil {
 		page.Limit = *limit
@@ -76,13 +83,16 @@ func nextOffset(page engine.RowPage, rows int, more bool) *int {
 // ListQueues lists queues by name with watermark-derived counts.
 func (s *Server) ListQueues(ctx context.Context, req gen.ListQueuesRequestObject) (gen.ListQueuesResponseObject, error) {
 	p := req.Params
-	limit, offset := pageOf(p.Limit, p.Offset)
-	queues, page, err := s.queuePage(ctx, engine.QueueListFilter{Namespace: deref(p.Namespace), Task: deref(p.Task),
-		Limit: limit, Offset: offset})
+	f, err := queueListPage(p.Limit, p.Offset, p.After)
 	if err != nil {
 		return nil, err
 	}
-	return gen.ListQueues200JSONResponse{Queues: queues, Total: deref(page.Total), Pagination: page}, nil
+	f.Namespace, f.Task = deref(p.Namespace), deref(p.Task)
+	queues, page, next, err := s.queuePage(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return gen.ListQueues200JSONResponse{Queues: queues, Total: deref(page.Total), Pagination: page, NextAfter: next}, nil
 }
 
 // GetOverview answers system-wide counters.

@@ -71,13 +71,16 @@ func bucketMinutes(window time.Duration) int {
 // ListQueueStatus lists queues with their message counters.
 func (s *Server) ListQueueStatus(ctx context.Context, req gen.ListQueueStatusRequestObject) (gen.ListQueueStatusResponseObject, error) {
 	p := req.Params
-	limit, offset := pageOf(p.Limit, p.Offset)
-	queues, page, err := s.queuePage(ctx, engine.QueueListFilter{Queue: deref(p.Queue), Namespace: deref(p.Namespace),
-		Task: deref(p.Task), Limit: limit, Offset: offset})
+	f, err := queueListPage(p.Limit, p.Offset, p.After)
 	if err != nil {
 		return nil, err
 	}
-	return gen.ListQueueStatus200JSONResponse{Queues: queues, Pagination: page}, nil
+	f.Queue, f.Namespace, f.Task = deref(p.Queue), deref(p.Namespace), deref(p.Task)
+	queues, page, next, err := s.queuePage(ctx, f)
+	if err != nil {
+		return nil, err
+	}
+	return gen.ListQueueStatus200JSONResponse{Queues: queues, Pagination: page, NextAfter: next}, nil
 }
 
 // GetQueueStatus answers one queue's live state, one page of partitions on request.

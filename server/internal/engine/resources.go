@@ -69,41 +69,52 @@ type QueueSummary struct {
 	Messages   MessageCounts
 }
 
-// QueueListFilter selects queues; empty strings do not filter.
+// QueueListFilter selects queues; empty strings do not filter. A page holds
+// Limit queues (100 when 0) after skipping Offset or, when After is set (the
+// last queue name of the page before), after that name.
 type QueueListFilter struct {
 	Queue, Namespace, Task string
 	Limit, Offset          int
+	After                  []string
 }
 
-// ListQueues returns one page of queues by name and the number matching the filters.
-func (e *Engine) ListQueues(ctx context.Context, f QueueListFilter) ([]QueueSummary, int, error) {
-	if f.Limit <= 0 {
-		f.Limit = 100
+// queueFilterSQL selects the queues a QueueListFilter names, from $1 to $3.
+const queueFilterSQL = `($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)`
+
+// ListQueues returns one page of queues by name, the number matching the
+// filters and whether more follow the page. The counts are taken for the
+// page's queues only: counting every partition of the broker took 0.1 s a
+// page with 25,000 partitions, wherever the page was.
+func (e *Engine) ListQueues(ctx context.Context, f QueueListFilter) ([]QueueSummary, int, bool, error) {
+	page := RowPage{Limit: f.Limit, Offset: f.Offset, After: f.After}
+	if page.Limit <= 0 {
+		page.Limit = 100
 	}
-	rows, err := e.pool.Query(ctx, partitionCountsCTE+`
-		SELECT q.id, q.name, q.namespace, q.task, q.created_at, count(pc.partition_id)::int, `+countColumns+`,
-			count(*) OVER ()::int
-		FROM lanes.queues q LEFT JOIN pc ON pc.queue_id = q.id
-		WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)
-		GROUP BY q.id ORDER BY q.name LIMIT $4 OFFSET $5`, f.Queue, f.Namespace, f.Task, f.Limit, f.Offset)
+	after, args := page.nameAfter("q.name", f.Queue, f.Namespace, f.Task, page.limitArg(), page.Offset)
+	rows, err := e.pool.Query(ctx, `WITH page AS (
+			SELECT q.id FROM lanes.queues q WHERE `+queueFilterSQL+after+` ORDER BY q.name LIMIT $4 OFFSET $5),
+		pc AS (`+partitionCounts+` WHERE p.queue_id IN (SELECT id FROM page))
+		SELECT q.id, q.name, q.namespace, q.task, q.created_at, count(pc.partition_id)::int, `+countColumns+`
+		FROM page JOIN lanes.queues q ON q.id = page.id LEFT JOIN pc ON pc.queue_id = q.id
+		GROUP BY q.id ORDER BY q.name`, args...)
 	if err != nil {
-		return nil, 0, err
+		return nil, 0, false, err
 	}
-	total := 0
 	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueSummary, error) {
 		var s QueueSummary
 		var t, c, p, d int64
-		err := r.Scan(&s.ID, &s.Name, &s.Namespace, &s.Task, &s.CreatedAt, &s.Partitions, &t, &c, &p, &d, &total)
+		err := r.Scan(&s.ID, &s.Name, &s.Namespace, &s.Task, &s.CreatedAt, &s.Partitions, &t, &c, &p, &d)
 		s.Messages = scanCounts(t, c, p, d)
 		return s, err
 	})
-	if err == nil && len(out) == 0 && f.Offset > 0 {
-		// The window function is empty past the last page; count separately.
-		err = e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.queues q
-			WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $2) AND ($3 = '' OR q.task = $3)`,
-			f.Queue, f.Namespace, f.Task).Scan(&total)
+	if err != nil {
+		return nil, 0, false, err
 	}
-	return out, total, err
+	out, more := cutPage(out, page)
+	total := 0
+	err = e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.queues q WHERE `+queueFilterSQL,
+		f.Queue, f.Namespace, f.Task).Scan(&total)
+	return out, total, more, err
 }
 
 // Overview is the system-wide summary. DeadLetterRows counts the dead-letter
@@ -320,7 +331,7 @@ type PartitionStatus struct {
 // its partitions' live state, by name, and whether more follow. ErrNotFound
 // for an unknown queue.
 func (e *Engine) QueueStatus(ctx context.Context, queue string, partitions bool, page RowPage) (*QueueSummary, []PartitionStatus, bool, error) {
-	list, _, err := e.ListQueues(ctx, QueueListFilter{Queue: queue, Limit: 1})
+	list, _, _, err := e.ListQueues(ctx, QueueListFilter{Queue: queue, Limit: 1})
 	if err != nil {
 		return nil, nil, false, err
 	}

@@ -292,7 +292,8 @@ class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
     namespace: str | None = None
     task: str | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1ResourcesQueuesQueueDepthGetParametersQuery(BaseModel):
@@ -344,7 +345,8 @@ class ApiV1StatusQueuesGetParametersQuery(BaseModel):
     namespace: str | None = None
     task: str | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
-    offset: Annotated[int, Field(ge=0)] = 0
+    offset: Annotated[int | None, Field(ge=0)] = None
+    after: str | None = None
 
 
 class ApiV1StatusQueuesQueueGetParametersQuery(BaseModel):
@@ -2101,6 +2103,13 @@ class QueueList(BaseModel):
     Number of queues matching the filters.
     """
     pagination: Pagination
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when more queues follow this page, else `null`: an opaque
+    key of this page's last queue, to send back as it came. Unlike an `offset`, it does not
+    move when queues before it come or go between two pages. Brokers before it leave it out.
+
+    """
 
 
 class QueueOptions(BaseModel):
@@ -2379,6 +2388,13 @@ class QueueStatusList(BaseModel):
     )
     queues: list[QueueSummary]
     pagination: Pagination
+    next_after: Annotated[str | None, Field(alias="nextAfter")] = None
+    """
+    The `after` of the next page when more queues follow this page, else `null`: an opaque
+    key of this page's last queue, to send back as it came. Unlike an `offset`, it does not
+    move when queues before it come or go between two pages. Brokers before it leave it out.
+
+    """
 
 
 class QueueStatusQueue(BaseModel):
