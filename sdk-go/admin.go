@@ -129,12 +129,15 @@ func (b DLQBuilder) Get(ctx context.Context) (*DLQList, error) {
 type QueueQuery struct {
 	Namespace, Task string
 	Limit, Offset   int
+	// After is the NextAfter of the page before: the queues after it, which queues created or
+	// deleted between two pages do not shift, as they shift an Offset. Not with Offset.
+	After string
 }
 
 // ListQueues lists queues by name.
 func (a Admin) ListQueues(ctx context.Context, q QueueQuery) (*QueueList, error) {
 	p := &gen.ListQueuesParams{Namespace: ptrUnlessZero(q.Namespace), Task: ptrUnlessZero(q.Task),
-		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset), After: ptrUnlessZero(q.After)}
 	return call[QueueList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueues(ctx, p) })
 }
 

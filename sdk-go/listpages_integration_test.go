@@ -361,3 +361,37 @@ func TestITTheLabelListingsFollowTheKeyWhileAnEarlierLabelGoes(t *testing.T) {
 		require.NotZero(t, transport.keyed.Load(), "%s: no page asked for by key", c.name)
 	}
 }
+
+// ListQueues and ListQueueStatus answer one page; paged with After (the page's NextAfter), a
+// queue deleted before the page's end between two pages does not make the next page skip one.
+func TestITTheQueueListsPageByKeyWhileAnEarlierQueueIsDeleted(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ns := b.queue + "-ns"
+	queues := []string{b.queue + "-a", b.queue + "-b", b.queue + "-c"}
+	for _, q := range queues {
+		_, err := b.c.Admin().ConfigureQueueLabels(b.ctx, q, ns, "", lanes.QueueOptions{}, lanes.ConfigureMerge)
+		require.NoError(t, err)
+	}
+	first, err := b.c.Admin().ListQueues(b.ctx, lanes.QueueQuery{Namespace: ns, Limit: 1})
+	require.NoError(t, err)
+	require.Equal(t, queues[0], first.Queues[0].Name)
+	require.NotNil(t, first.NextAfter)
+	firstStatus, err := b.c.Admin().ListQueueStatus(b.ctx, lanes.StatusQuery{Namespace: ns, Limit: 1})
+	require.NoError(t, err)
+	require.NotNil(t, firstStatus.NextAfter)
+	_, err = b.c.Admin().DeleteQueue(b.ctx, queues[0])
+	require.NoError(t, err)
+
+	second, err := b.c.Admin().ListQueues(b.ctx, lanes.QueueQuery{Namespace: ns, Limit: 1, After: *first.NextAfter})
+	require.NoError(t, err)
+	require.Equal(t, queues[1], second.Queues[0].Name, "the queue an offset of 1 would skip")
+	require.Equal(t, 2, second.Total)
+	secondStatus, err := b.c.Admin().ListQueueStatus(b.ctx, lanes.StatusQuery{Namespace: ns, Limit: 1, After: *firstStatus.NextAfter})
+	require.NoError(t, err)
+	require.Equal(t, queues[1], secondStatus.Queues[0].Name)
+	last, err := b.c.Admin().ListQueues(b.ctx, lanes.QueueQuery{Namespace: ns, Limit: 1, After: *second.NextAfter})
+	require.NoError(t, err)
+	require.Equal(t, queues[2], last.Queues[0].Name)
+	require.Nil(t, last.NextAfter)
+}

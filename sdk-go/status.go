@@ -15,6 +15,8 @@ type StatusQuery struct {
 	Queue, Namespace, Task string
 	From, To               time.Time
 	Limit, Offset          int
+	// After is the NextAfter of the page before (ListQueueStatus), as QueueQuery.After.
+	After string
 }
 
 // Status is the dashboard aggregate (GET /api/v1/status): message counts, live leases and dead
@@ -29,7 +31,7 @@ func (a Admin) Status(ctx context.Context, q StatusQuery) (*StatusOverview, erro
 func (a Admin) ListQueueStatus(ctx context.Context, q StatusQuery) (*QueueStatusList, error) {
 	p := &gen.ListQueueStatusParams{Queue: ptrUnlessZero(q.Queue), Namespace: ptrUnlessZero(q.Namespace),
 		Task: ptrUnlessZero(q.Task), From: timeUnlessZero(q.From), To: timeUnlessZero(q.To),
-		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset)}
+		Limit: ptrIfPositive(q.Limit), Offset: ptrIfPositive(q.Offset), After: ptrUnlessZero(q.After)}
 	return call[QueueStatusList](a.c, ctx, func() (*httpResp, error) { return a.c.gen.ListQueueStatus(ctx, p) })
 }
 
