@@ -163,8 +163,8 @@ export class Admin {
   configureQueue(queue: string, options: QueueOptions, opts: { mode?: "merge" | "replace" | undefined; namespace?: string | undefined; task?: string | undefined } = {}): Promise<ConfigureResult> {
     return this.post("/api/v1/configure", { queue, options, ...opts });
   }
-  /** listQueues lists queues. */
-  listQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<QueueList> {
+  /** listQueues lists one page of queues by name; page with `after` (the page's `nextAfter`), which queues created or deleted between two pages do not shift, as they shift an `offset`. */
+  listQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<QueueList> {
     return this.get("/api/v1/resources/queues", query);
   }
   /** getQueue returns one queue with its options and every partition (following the broker's pages). */
@@ -291,8 +291,8 @@ export class Admin {
   getStatus(query: { from?: string | undefined; to?: string | undefined; queue?: string | undefined; namespace?: string | undefined; task?: string | undefined } = {}): Promise<StatusOverview> {
     return this.get("/api/v1/status", query);
   }
-  /** listQueueStatus lists queues with message counters. */
-  listQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined } = {}): Promise<QueueStatusList> {
+  /** listQueueStatus lists one page of queues with message counters, paged as listQueues. */
+  listQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<QueueStatusList> {
     return this.get("/api/v1/status/queues", query);
   }
   /** getQueueStatus is the live detail of one queue, with every partition on request. */

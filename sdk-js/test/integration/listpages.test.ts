@@ -167,3 +167,26 @@ describe("label listings", () => {
     });
   }
 });
+
+describe("queue lists", () => {
+  it("page by key while a queue that sorts first is deleted", async () => {
+    const lanes = client();
+    const q = uniq("queuekeys");
+    const namespace = `${q}-ns`;
+    const queues = [`${q}-a`, `${q}-b`, `${q}-c`];
+    for (const name of queues) await lanes.admin.configureQueue(name, {}, { namespace });
+    const first = await lanes.admin.listQueues({ namespace, limit: 1 });
+    const firstStatus = await lanes.admin.listQueueStatus({ namespace, limit: 1 });
+    expect(first.queues.map((x) => x.name)).toEqual([queues[0]]);
+    await lanes.admin.deleteQueue(queues[0] as string);
+    // By offset 1 the next page would be the third queue: the second is the one an offset skips.
+    const second = await lanes.admin.listQueues({ namespace, limit: 1, after: first.nextAfter ?? undefined });
+    expect(second.queues.map((x) => x.name)).toEqual([queues[1]]);
+    expect(second.total).toBe(2);
+    const secondStatus = await lanes.admin.listQueueStatus({ namespace, limit: 1, after: firstStatus.nextAfter ?? undefined });
+    expect(secondStatus.queues.map((x) => x.name)).toEqual([queues[1]]);
+    const last = await lanes.admin.listQueues({ namespace, limit: 1, after: second.nextAfter ?? undefined });
+    expect(last.queues.map((x) => x.name)).toEqual([queues[2]]);
+    expect(last.nextAfter).toBeNull();
+  });
+});
