@@ -323,3 +323,38 @@ def test_the_label_listings_follow_the_key_while_an_earlier_label_goes(
             listed = [n for n in _listed(paged, listing) if n.startswith(f"0-{qname}-")]
         assert listed == labels
         assert pages.keyed
+
+
+def test_the_queue_lists_page_by_key_while_an_earlier_queue_is_deleted(
+    broker_url: str, qname: str
+) -> None:
+    namespace = f"{qname}-ns"
+    queues = [f"{qname}-a", f"{qname}-b", f"{qname}-c"]
+    with lanes.Lanes(broker_url) as c:
+        for q in queues:
+            c.admin.configure_queue(q, namespace=namespace)
+        first = c.admin.list_queues(namespace=namespace, limit=1)
+        first_status = c.admin.list_queue_status(namespace=namespace, limit=1)
+        assert [q.name for q in first.queues] == queues[:1]
+        c.admin.delete_queue(queues[0])
+        # By offset 1 the next page would be the third queue: the second is the one it skips.
+        second = c.admin.list_queues(namespace=namespace, limit=1, after=first.next_after)
+        assert [q.name for q in second.queues] == queues[1:2] and second.total == 2
+        second_status = c.admin.list_queue_status(
+            namespace=namespace, limit=1, after=first_status.next_after
+        )
+        assert [q.name for q in second_status.queues] == queues[1:2]
+        last = c.admin.list_queues(namespace=namespace, limit=1, after=second.next_after)
+        assert [q.name for q in last.queues] == queues[2:] and last.next_after is None
+
+
+async def test_the_async_queue_lists_page_by_key(broker_url: str, qname: str) -> None:
+    namespace = f"{qname}-ns"
+    queues = [f"{qname}-a", f"{qname}-b"]
+    async with lanes.AsyncLanes(broker_url) as c:
+        for q in queues:
+            await c.admin.configure_queue(q, namespace=namespace)
+        first = await c.admin.list_queue_status(namespace=namespace, limit=1)
+        await c.admin.delete_queue(queues[0])
+        second = await c.admin.list_queues(namespace=namespace, limit=1, after=first.next_after)
+        assert [q.name for q in second.queues] == queues[1:] and second.next_after is None

@@ -74,8 +74,11 @@ class Admin:
         task: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.QueueList:
-        return self._c._call(R.list_queues(namespace, task, limit, offset))
+        """One page of queues by name; page with ``after`` (the page's ``next_after``), which
+        queues created or deleted between two pages do not shift, as they shift an ``offset``."""
+        return self._c._call(R.list_queues(namespace, task, limit, offset, after))
 
     def delete_queue(self, queue: str) -> models.DeleteQueueResult:
         return self._c._call(R.delete_queue(queue))
@@ -112,8 +115,10 @@ class Admin:
         task: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.QueueStatusList:
-        return self._c._call(R.list_queue_status(queue, namespace, task, limit, offset))
+        """One page of queues with message counters, paged as ``list_queues``."""
+        return self._c._call(R.list_queue_status(queue, namespace, task, limit, offset, after))
 
     def get_queue_status(self, queue: str, include_partitions: bool = False) -> models.QueueStatus:
         """Live state of one queue (404 ``NotFoundError`` when unknown)."""
@@ -282,8 +287,11 @@ class AsyncAdmin:
         task: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.QueueList:
-        return await self._c._call(R.list_queues(namespace, task, limit, offset))
+        """One page of queues by name; page with ``after`` (the page's ``next_after``), which
+        queues created or deleted between two pages do not shift, as they shift an ``offset``."""
+        return await self._c._call(R.list_queues(namespace, task, limit, offset, after))
 
     async def delete_queue(self, queue: str) -> models.DeleteQueueResult:
         return await self._c._call(R.delete_queue(queue))
@@ -320,8 +328,12 @@ class AsyncAdmin:
         task: str | None = None,
         limit: int | None = None,
         offset: int | None = None,
+        after: str | None = None,
     ) -> models.QueueStatusList:
-        return await self._c._call(R.list_queue_status(queue, namespace, task, limit, offset))
+        """One page of queues with message counters, paged as ``list_queues``."""
+        return await self._c._call(
+            R.list_queue_status(queue, namespace, task, limit, offset, after)
+        )
 
     async def get_queue_status(
         self, queue: str, include_partitions: bool = False

@@ -335,13 +335,17 @@ def get_queue(queue: str) -> Paged[models.QueueDetail]:
 
 
 def list_queues(
-    namespace: str | None, task: str | None, limit: int | None, offset: int | None
+    namespace: str | None,
+    task: str | None,
+    limit: int | None,
+    offset: int | None,
+    after: str | None = None,
 ) -> Req[models.QueueList]:
     return Req(
         "GET",
         "/api/v1/resources/queues",
         _model(models.QueueList),
-        query=_q(namespace=namespace, task=task, limit=limit, offset=offset),
+        query=_q(namespace=namespace, task=task, limit=limit, offset=offset, after=after),
     )
 
 
@@ -392,12 +396,15 @@ def list_queue_status(
     task: str | None,
     limit: int | None,
     offset: int | None,
+    after: str | None = None,
 ) -> Req[models.QueueStatusList]:
     return Req(
         "GET",
         "/api/v1/status/queues",
         _model(models.QueueStatusList),
-        query=_q(queue=queue, namespace=namespace, task=task, limit=limit, offset=offset),
+        query=_q(
+            queue=queue, namespace=namespace, task=task, limit=limit, offset=offset, after=after
+        ),
     )
 
 
