@@ -2,9 +2,7 @@ package api
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
@@ -14,75 +12,8 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// dlqKeyPage is one page of the dead-letter listing with its paging fields.
-type dlqKeyPage struct {
-	Messages []struct {
-		ID            string `json:"id"`
-		TransactionID string `json:"transactionId"`
-		PartitionID   string `json:"partitionId"`
-	} `json:"messages"`
-	Truncated  *bool   `json:"truncated"`
-	NextAfter  *string `json:"nextAfter"`
-	NextOffset *int    `json:"nextOffset"`
-	bodyBytes  int
-}
-
-func (p dlqKeyPage) ids() []string {
-	out := []string{}
-	for _, m := range p.Messages {
-		out = append(out, m.TransactionID)
-	}
-	return out
-}
-
-func getDLQPage(t *testing.T, b *testBroker, path string) dlqKeyPage {
-	t.Helper()
-	raw, _ := b.getOK(t, path)
-	var p dlqKeyPage
-	if err := json.Unmarshal(raw, &p); err != nil || p.Truncated == nil {
-		t.Fatalf("GET %s: %v %.300s", path, err, raw)
-	}
-	if *p.Truncated != (p.NextAfter != nil) {
-		t.Fatalf("GET %s: truncated %v with nextAfter %v", path, *p.Truncated, p.NextAfter)
-	}
-	p.bodyBytes = len(raw)
-	return p
-}
-
-// dlqPagesByKey follows nextAfter from the first page of path with limit and
-// returns every page; a page asked for by key names no nextOffset.
-func dlqPagesByKey(t *testing.T, b *testBroker, path string, limit int) []dlqKeyPage {
-	t.Helper()
-	var pages []dlqKeyPage
-	query := fmt.Sprintf("%s&limit=%d", path, limit)
-	for range 100 {
-		p := getDLQPage(t, b, query)
-		if len(p.Messages) == 0 || len(p.Messages) > limit {
-			t.Fatalf("%s: %d rows", query, len(p.Messages))
-		}
-		if len(pages) > 0 && p.NextOffset != nil {
-			t.Fatalf("%s: a page asked for by key gave nextOffset %d", query, *p.NextOffset)
-		}
-		pages = append(pages, p)
-		if !*p.Truncated {
-			return pages
-		}
-		query = fmt.Sprintf("%s&limit=%d&after=%s", path, limit, url.QueryEscape(*p.NextAfter))
-	}
-	t.Fatalf("%s: more than 100 pages", path)
-	return nil
-}
-
-func joinedIDs(pages []dlqKeyPage) []string {
-	var out []string
-	for _, p := range pages {
-		out = append(out, p.ids()...)
-	}
-	return out
-}
-
 // replayDeadLetters replays every dead letter of page.
-func (b *testBroker) replayDeadLetters(t *testing.T, page dlqKeyPage) {
+func (b *testBroker) replayDeadLetters(t *testing.T, page bodyKeyPage) {
 	t.Helper()
 	for _, m := range page.Messages {
 		var res replayBody
@@ -98,16 +29,16 @@ func (b *testBroker) replayDeadLetters(t *testing.T, page dlqKeyPage) {
 // pages sorts first (newest failure) and makes the offset repeat a row instead.
 func TestDeadLettersReplayedOrFiledBetweenPagesShiftTheOffsetButNotTheKey(t *testing.T) {
 	for name, c := range map[string]struct {
-		between         func(t *testing.T, b *testBroker, q string, first dlqKeyPage)
+		between         func(t *testing.T, b *testBroker, q string, first bodyKeyPage)
 		byOffset, byKey []string
 	}{
 		"replayed": {
-			between:  func(t *testing.T, b *testBroker, _ string, first dlqKeyPage) { b.replayDeadLetters(t, first) },
+			between:  func(t *testing.T, b *testBroker, _ string, first bodyKeyPage) { b.replayDeadLetters(t, first) },
 			byOffset: []string{"m1", "m0"},
 			byKey:    []string{"m3", "m2"},
 		},
 		"deleted": {
-			between: func(t *testing.T, b *testBroker, _ string, first dlqKeyPage) {
+			between: func(t *testing.T, b *testBroker, _ string, first bodyKeyPage) {
 				for _, m := range first.Messages {
 					if status, _ := b.call(t, "DELETE", "/api/v1/messages/"+m.PartitionID+"/"+m.TransactionID, nil, nil); status != http.StatusOK {
 						t.Fatalf("delete %s: %d", m.TransactionID, status)
@@ -118,7 +49,7 @@ func TestDeadLettersReplayedOrFiledBetweenPagesShiftTheOffsetButNotTheKey(t *tes
 			byKey:    []string{"m3", "m2"},
 		},
 		"filed": {
-			between:  func(t *testing.T, b *testBroker, q string, _ dlqKeyPage) { b.deadLetter(t, q, "p9", "m6") },
+			between:  func(t *testing.T, b *testBroker, q string, _ bodyKeyPage) { b.deadLetter(t, q, "p9", "m6") },
 			byOffset: []string{"m4", "m3"},
 			byKey:    []string{"m3", "m2"},
 		},
@@ -130,16 +61,16 @@ func TestDeadLettersReplayedOrFiledBetweenPagesShiftTheOffsetButNotTheKey(t *tes
 				b.deadLetter(t, q, fmt.Sprintf("p%d", i%2), fmt.Sprintf("m%d", i))
 			}
 			path := "/api/v1/dlq?queue=" + url.QueryEscape(q)
-			first := getDLQPage(t, b, path+"&limit=2")
+			first := getBodyKeyPage(t, b, path+"&limit=2")
 			if !slices.Equal(first.ids(), []string{"m5", "m4"}) || first.NextAfter == nil || first.NextOffset == nil || *first.NextOffset != 2 {
 				t.Fatalf("the first page: %v nextAfter %v nextOffset %v", first.ids(), first.NextAfter, first.NextOffset)
 			}
 			c.between(t, b, q, first)
-			byOffset := getDLQPage(t, b, path+"&limit=2&offset=2")
+			byOffset := getBodyKeyPage(t, b, path+"&limit=2&offset=2")
 			if !slices.Equal(byOffset.ids(), c.byOffset) {
 				t.Fatalf("the second page by offset: %v, want %v (what an offset does)", byOffset.ids(), c.byOffset)
 			}
-			byKey := getDLQPage(t, b, path+"&limit=2&after="+url.QueryEscape(*first.NextAfter))
+			byKey := getBodyKeyPage(t, b, path+"&limit=2&after="+url.QueryEscape(*first.NextAfter))
 			if !slices.Equal(byKey.ids(), c.byKey) {
 				t.Fatalf("the second page by key: %v, want %v", byKey.ids(), c.byKey)
 			}
@@ -167,12 +98,12 @@ func TestPagingDeadLettersByKeyGivesEveryRowOnceInOrder(t *testing.T) {
 	base := "/api/v1/dlq?queue=" + url.QueryEscape(q)
 	for _, filter := range []string{"", "&partition=p1", "&consumerGroup=__QUEUE_MODE__",
 		"&from=2025-12-31T23:00:00Z&to=2026-01-01T00:00:00.000001Z"} {
-		whole := getDLQPage(t, b, base+filter+"&limit=1000")
+		whole := getBodyKeyPage(t, b, base+filter+"&limit=1000")
 		if *whole.Truncated || len(whole.Messages) < 2 {
 			t.Fatalf("%s: the whole listing %v truncated %v", filter, whole.ids(), *whole.Truncated)
 		}
 		for _, limit := range []int{1, 2, 3, len(whole.Messages) - 1, len(whole.Messages)} {
-			if got := joinedIDs(dlqPagesByKey(t, b, base+filter, limit)); !slices.Equal(got, whole.ids()) {
+			if got := joinedIDs(bodyPagesByKey(t, b, base+filter, limit)); !slices.Equal(got, whole.ids()) {
 				t.Fatalf("%s limit %d: paging by key gave\n%v\nthe whole listing is\n%v", filter, limit, got, whole.ids())
 			}
 		}
@@ -194,7 +125,7 @@ func TestADeadLetterListingPagedByKeyStopsAtTheByteBudget(t *testing.T) {
 	}
 	whole := []string{"small-2", "small-1", "small-0", "huge", "big-6", "big-5", "big-4", "big-3", "big-2", "big-1", "big-0"}
 	for _, limit := range []int{10, 1000} {
-		pages := dlqPagesByKey(t, b, "/api/v1/dlq?queue="+url.QueryEscape(q), limit)
+		pages := bodyPagesByKey(t, b, "/api/v1/dlq?queue="+url.QueryEscape(q), limit)
 		for i, p := range pages {
 			if len(p.Messages) > 1 && p.bodyBytes > listBudget+8000 {
 				t.Errorf("limit %d page %d: %d rows in %d bytes, over the budget", limit, i, len(p.Messages), p.bodyBytes)
@@ -217,41 +148,25 @@ func TestABadDeadLetterAfterAnswers400BadRequest(t *testing.T) {
 	b.deadLetter(t, q, "p", "m0")
 	b.deadLetter(t, q, "p", "m1")
 	path := "/api/v1/dlq?queue=" + url.QueryEscape(q)
-	good := getDLQPage(t, b, path+"&limit=1").NextAfter
+	good := getBodyKeyPage(t, b, path+"&limit=1").NextAfter
 	if good == nil {
 		t.Fatal("the first page of 1 names no nextAfter")
 	}
-	key := func(names ...string) string {
-		raw, _ := json.Marshal(names)
-		return base64.RawURLEncoding.EncodeToString(raw)
-	}
 	id := "0190c5a4-6f5e-7b3c-8d2e-1a2b3c4d5e6f"
-	for _, query := range []string{
-		"offset=0&after=" + url.QueryEscape(*good),
-		"offset=1&after=" + url.QueryEscape(*good),
+	b.wantBadAfters(t, path,
+		"offset=0&after="+url.QueryEscape(*good),
+		"offset=1&after="+url.QueryEscape(*good),
 		"after=",
 		"after=%21%21%21",
-		"after=" + base64.RawURLEncoding.EncodeToString([]byte(`[1767225600000000,"`+id+`"]`)),
-		"after=" + key("1767225600000000"),
-		"after=" + key("1767225600000000", id, "x"),
-		"after=" + key("2026-01-01T00:00:00Z", id),
-		"after=" + key("1.7672256e15", id),
-		"after=" + key("", id),
-		"after=" + key("99999999999999999999", id),
-		"after=" + key("-9223372036854775808", id),
-		"after=" + key("1767225600000000", "not-a-uuid"),
-		"after=" + key("1767225600000000", ""),
-	} {
-		resp, err := http.Get(b.URL + path + "&" + query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var e errorBody
-		_ = json.Unmarshal(raw, &e)
-		if resp.StatusCode != http.StatusBadRequest || e.Code != CodeBadRequest || e.Error == "" {
-			t.Errorf("%s: %d %.200s", query, resp.StatusCode, raw)
-		}
-	}
+		"after="+base64.RawURLEncoding.EncodeToString([]byte(`[1767225600000000,"`+id+`"]`)),
+		"after="+listKey("1767225600000000"),
+		"after="+listKey("1767225600000000", id, "x"),
+		"after="+listKey("2026-01-01T00:00:00Z", id),
+		"after="+listKey("1.7672256e15", id),
+		"after="+listKey("", id),
+		"after="+listKey("99999999999999999999", id),
+		"after="+listKey("-9223372036854775808", id),
+		"after="+listKey("1767225600000000", "not-a-uuid"),
+		"after="+listKey("1767225600000000", ""),
+	)
 }

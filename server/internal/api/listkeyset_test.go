@@ -6,11 +6,11 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
 	"slices"
 	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -25,6 +25,18 @@ func keyedListings() map[string]listing {
 		}
 	}
 	return out
+}
+
+// wantBadAfters fails the test unless each query added to path answers 400
+// bad_request about after.
+func (b *testBroker) wantBadAfters(t *testing.T, path string, queries ...string) {
+	t.Helper()
+	for _, query := range queries {
+		var e errorBody
+		if status, _ := b.call(t, "GET", path+"&"+query, nil, &e); status != http.StatusBadRequest || e.Code != CodeBadRequest || !strings.Contains(e.Error, "after") {
+			t.Errorf("%s&%s: %d %+v", path, query, status, e)
+		}
+	}
 }
 
 // keyedPage is one page asked for with query, its rows and the places of the page after it.
@@ -188,11 +200,7 @@ func TestAnEarlierGroupLosingRowsBetweenPagesSkipsRowsByOffsetButNotByKey(t *tes
 func TestABadAfterAnswers400BadRequest(t *testing.T) {
 	b := newIsolatedTestBroker(t)
 	fillWideQueue(t, b, 3)
-	key := func(names ...string) string {
-		raw, _ := json.Marshal(names)
-		return base64.RawURLEncoding.EncodeToString(raw)
-	}
-	for name, l := range keyedListings() {
+	for _, l := range keyedListings() {
 		good := l.keyed(t, b, "limit=1").nextAfter
 		bad := []string{
 			"offset=0&after=" + url.QueryEscape(good),
@@ -202,28 +210,16 @@ func TestABadAfterAnswers400BadRequest(t *testing.T) {
 			"after=" + base64.StdEncoding.EncodeToString([]byte(`["g1","wide"]`)) + "%3D",
 			"after=" + base64.RawURLEncoding.EncodeToString([]byte(`{"g":"g1"}`)),
 			"after=" + base64.RawURLEncoding.EncodeToString([]byte(`["g1",2,"p"]`)),
-			"after=" + key("g1", "wide", "p00000", "x"),
-			"after=" + key("p00000\x00"),
-			"after=" + key("g1\x00", "wide", "p00000"),
-			"after=" + key("g1\x00", "wide"),
-			"after=" + key(),
+			"after=" + listKey("g1", "wide", "p00000", "x"),
+			"after=" + listKey("p00000\x00"),
+			"after=" + listKey("g1\x00", "wide", "p00000"),
+			"after=" + listKey("g1\x00", "wide"),
+			"after=" + listKey(),
 		}
 		if l.keyNames != 1 {
-			bad = append(bad, "after="+key("g1"))
+			bad = append(bad, "after="+listKey("g1"))
 		}
-		for _, query := range bad {
-			resp, err := http.Get(b.URL + l.path + "&" + query)
-			if err != nil {
-				t.Fatal(err)
-			}
-			raw, _ := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			var e errorBody
-			_ = json.Unmarshal(raw, &e)
-			if resp.StatusCode != http.StatusBadRequest || e.Code != CodeBadRequest || e.Error == "" {
-				t.Errorf("%s %s: %d %.200s", name, query, resp.StatusCode, raw)
-			}
-		}
+		b.wantBadAfters(t, l.path, bad...)
 	}
 }
 
@@ -401,19 +397,8 @@ func TestAQueueDeletedBetweenPagesSkipsAQueueByOffsetButNotByKey(t *testing.T) {
 			if !slices.Equal(byKey.names, []string{"labeled-3", "labeled-4", "labeled-5"}) || byKey.nextAfter == "" {
 				t.Fatalf("the second page by key: %v next %q", byKey.names, byKey.nextAfter)
 			}
-			for _, query := range []string{"offset=0&after=" + first.nextAfter, "after=", "after=%21", "after=" + listKey("a", "b"), "after=" + listKey("a\x00")} {
-				resp, err := http.Get(b.URL + path + "?" + query)
-				if err != nil {
-					t.Fatal(err)
-				}
-				raw, _ := io.ReadAll(resp.Body)
-				resp.Body.Close()
-				var e errorBody
-				_ = json.Unmarshal(raw, &e)
-				if resp.StatusCode != http.StatusBadRequest || e.Code != CodeBadRequest {
-					t.Errorf("%s?%s: %d %.200s", path, query, resp.StatusCode, raw)
-				}
-			}
+			b.wantBadAfters(t, path+"?limit=3", "offset=0&after="+url.QueryEscape(first.nextAfter), "after=", "after=%21",
+				"after="+listKey("a", "b"), "after="+listKey("a\x00"))
 		})
 	}
 }

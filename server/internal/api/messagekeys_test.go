@@ -2,10 +2,7 @@ package api
 
 import (
 	"encoding/base64"
-	"encoding/json"
 	"fmt"
-	"io"
-	"net/http"
 	"net/url"
 	"slices"
 	"strings"
@@ -13,74 +10,6 @@ import (
 
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
-
-// messageKeyPage is one page of the message listing with its paging fields.
-type messageKeyPage struct {
-	Messages []struct {
-		TransactionID string `json:"transactionId"`
-	} `json:"messages"`
-	Truncated  *bool   `json:"truncated"`
-	NextAfter  *string `json:"nextAfter"`
-	NextOffset *int    `json:"nextOffset"`
-	Unreadable []struct {
-		Messages int `json:"messages"`
-	} `json:"unreadable"`
-	bodyBytes int
-}
-
-func (p messageKeyPage) ids() []string {
-	out := []string{}
-	for _, m := range p.Messages {
-		out = append(out, m.TransactionID)
-	}
-	return out
-}
-
-func getMessagePage(t *testing.T, b *testBroker, path string) messageKeyPage {
-	t.Helper()
-	raw, _ := b.getOK(t, path)
-	var p messageKeyPage
-	if err := json.Unmarshal(raw, &p); err != nil || p.Truncated == nil {
-		t.Fatalf("GET %s: %v %.300s", path, err, raw)
-	}
-	if *p.Truncated != (p.NextAfter != nil) {
-		t.Fatalf("GET %s: truncated %v with nextAfter %v", path, *p.Truncated, p.NextAfter)
-	}
-	p.bodyBytes = len(raw)
-	return p
-}
-
-// messagePagesByKey follows nextAfter from the first page of path with limit
-// and returns every page; a page asked for by key names no nextOffset.
-func messagePagesByKey(t *testing.T, b *testBroker, path string, limit int) []messageKeyPage {
-	t.Helper()
-	var pages []messageKeyPage
-	query := fmt.Sprintf("%s&limit=%d", path, limit)
-	for range 100 {
-		p := getMessagePage(t, b, query)
-		if len(p.Messages) > limit {
-			t.Fatalf("%s: %d rows", query, len(p.Messages))
-		}
-		if len(pages) > 0 && p.NextOffset != nil {
-			t.Fatalf("%s: a page asked for by key gave nextOffset %d", query, *p.NextOffset)
-		}
-		pages = append(pages, p)
-		if !*p.Truncated {
-			return pages
-		}
-		query = fmt.Sprintf("%s&limit=%d&after=%s", path, limit, url.QueryEscape(*p.NextAfter))
-	}
-	t.Fatalf("%s: more than 100 pages", path)
-	return nil
-}
-
-func joinedMessageIDs(pages []messageKeyPage) []string {
-	var out []string
-	for _, p := range pages {
-		out = append(out, p.ids()...)
-	}
-	return out
-}
 
 // Between two pages of the pending messages, a partition whose messages sort
 // first is consumed (they leave the listing) or a message is pushed (it sorts
@@ -123,16 +52,16 @@ func TestMessagesConsumedOrPushedBetweenPagesShiftTheOffsetButNotTheKey(t *testi
 				b.push(t, q, "pa", id)
 			}
 			path := "/api/v1/messages?status=pending&queue=" + url.QueryEscape(q)
-			first := getMessagePage(t, b, path+"&limit=2")
+			first := getBodyKeyPage(t, b, path+"&limit=2")
 			if !slices.Equal(first.ids(), []string{"a2", "a1"}) || first.NextAfter == nil || first.NextOffset == nil || *first.NextOffset != 2 {
 				t.Fatalf("the first page: %v nextAfter %v nextOffset %v", first.ids(), first.NextAfter, first.NextOffset)
 			}
 			c.between(t, b, q)
-			byOffset := getMessagePage(t, b, path+"&limit=2&offset=2")
+			byOffset := getBodyKeyPage(t, b, path+"&limit=2&offset=2")
 			if !slices.Equal(byOffset.ids(), c.byOffset) {
 				t.Fatalf("the second page by offset: %v, want %v (what an offset does)", byOffset.ids(), c.byOffset)
 			}
-			byKey := getMessagePage(t, b, path+"&limit=2&after="+url.QueryEscape(*first.NextAfter))
+			byKey := getBodyKeyPage(t, b, path+"&limit=2&after="+url.QueryEscape(*first.NextAfter))
 			if !slices.Equal(byKey.ids(), c.byKey) {
 				t.Fatalf("the second page by key: %v, want %v", byKey.ids(), c.byKey)
 			}
@@ -165,12 +94,12 @@ func TestPagingMessagesByKeyGivesEveryRowOnceInOrder(t *testing.T) {
 	}
 	base := "/api/v1/messages?queue=" + url.QueryEscape(q)
 	for _, filter := range []string{"", "&partition=p0", "&status=pending", "&status=processing"} {
-		whole := getMessagePage(t, b, base+filter+"&limit=1000")
+		whole := getBodyKeyPage(t, b, base+filter+"&limit=1000")
 		if *whole.Truncated || len(whole.Messages) < 2 {
 			t.Fatalf("%s: the whole listing %v truncated %v", filter, whole.ids(), *whole.Truncated)
 		}
 		for _, limit := range []int{1, 2, 3, len(whole.Messages) - 1, len(whole.Messages)} {
-			if got := joinedMessageIDs(messagePagesByKey(t, b, base+filter, limit)); !slices.Equal(got, whole.ids()) {
+			if got := joinedIDs(bodyPagesByKey(t, b, base+filter, limit)); !slices.Equal(got, whole.ids()) {
 				t.Fatalf("%s limit %d: paging by key gave\n%v\nthe whole listing is\n%v", filter, limit, got, whole.ids())
 			}
 		}
@@ -197,7 +126,7 @@ func TestAMessageListingPagedByKeyStopsAtTheByteBudget(t *testing.T) {
 	b.push(t, q, "a", "s1", "s2", "s3")
 	whole := []string{"s3", "s2", "s1", "huge", "one-3", "one-2", "one-1", "one-0", "seg-4", "seg-3", "seg-2", "seg-1", "seg-0"}
 	for _, limit := range []int{10, 1000} {
-		pages := messagePagesByKey(t, b, "/api/v1/messages?queue="+url.QueryEscape(q), limit)
+		pages := bodyPagesByKey(t, b, "/api/v1/messages?queue="+url.QueryEscape(q), limit)
 		for i, p := range pages {
 			if len(p.Messages) > 1 && p.bodyBytes > listBudget+8000 {
 				t.Errorf("limit %d page %d: %d rows in %d bytes, over the budget", limit, i, len(p.Messages), p.bodyBytes)
@@ -206,7 +135,7 @@ func TestAMessageListingPagedByKeyStopsAtTheByteBudget(t *testing.T) {
 		if len(pages[0].Messages) >= limit {
 			t.Errorf("limit %d: the first page holds %d rows: the budget did not cut it", limit, len(pages[0].Messages))
 		}
-		if got := joinedMessageIDs(pages); !slices.Equal(got, whole) {
+		if got := joinedIDs(pages); !slices.Equal(got, whole) {
 			t.Fatalf("limit %d: paging by key gave\n%v\nwant\n%v", limit, got, whole)
 		}
 	}
@@ -223,14 +152,14 @@ func TestPagingMessagesByKeyCountsUnreadableMessagesOnce(t *testing.T) {
 	b.push(t, q, "good", "g1")
 	b.corruptPartition(t, q, "bad")
 	for _, limit := range []int{1, 2, 3, 4} {
-		pages := messagePagesByKey(t, b, "/api/v1/messages?queue="+url.QueryEscape(q), limit)
+		pages := bodyPagesByKey(t, b, "/api/v1/messages?queue="+url.QueryEscape(q), limit)
 		unreadable := 0
 		for _, p := range pages {
 			for _, u := range p.Unreadable {
 				unreadable += u.Messages
 			}
 		}
-		if got := joinedMessageIDs(pages); !slices.Equal(got, []string{"g1", "g0"}) || unreadable != 3 {
+		if got := joinedIDs(pages); !slices.Equal(got, []string{"g1", "g0"}) || unreadable != 3 {
 			t.Fatalf("limit %d: %v and %d unreadable, want [g1 g0] and 3", limit, got, unreadable)
 		}
 	}
@@ -243,39 +172,23 @@ func TestABadMessageAfterAnswers400BadRequest(t *testing.T) {
 	q := uniqueQueue(t)
 	b.push(t, q, "p", "m0", "m1")
 	path := "/api/v1/messages?queue=" + url.QueryEscape(q)
-	good := getMessagePage(t, b, path+"&limit=1").NextAfter
+	good := getBodyKeyPage(t, b, path+"&limit=1").NextAfter
 	if good == nil {
 		t.Fatal("the first page of 1 names no nextAfter")
 	}
-	key := func(names ...string) string {
-		raw, _ := json.Marshal(names)
-		return base64.RawURLEncoding.EncodeToString(raw)
-	}
 	id := "0190c5a4-6f5e-7b3c-8d2e-1a2b3c4d5e6f"
-	for _, query := range []string{
-		"offset=0&after=" + url.QueryEscape(*good),
-		"offset=3&after=" + url.QueryEscape(*good),
+	b.wantBadAfters(t, path,
+		"offset=0&after="+url.QueryEscape(*good),
+		"offset=3&after="+url.QueryEscape(*good),
 		"after=",
 		"after=%21%21%21",
-		"after=" + key("1767225600000000", id),
-		"after=" + key("1767225600000000", id, "7", "x"),
-		"after=" + key("2026-01-01T00:00:00Z", id, "7"),
-		"after=" + key("-9223372036854775808", id, "7"),
-		"after=" + key("1767225600000000", "not-a-uuid", "7"),
-		"after=" + key("1767225600000000", id, "7.5"),
-		"after=" + key("1767225600000000", id, ""),
-		"after=" + base64.RawURLEncoding.EncodeToString([]byte(`[1767225600000000,"`+id+`",7]`)),
-	} {
-		resp, err := http.Get(b.URL + path + "&" + query)
-		if err != nil {
-			t.Fatal(err)
-		}
-		raw, _ := io.ReadAll(resp.Body)
-		resp.Body.Close()
-		var e errorBody
-		_ = json.Unmarshal(raw, &e)
-		if resp.StatusCode != http.StatusBadRequest || e.Code != CodeBadRequest || e.Error == "" {
-			t.Errorf("%s: %d %.200s", query, resp.StatusCode, raw)
-		}
-	}
+		"after="+listKey("1767225600000000", id),
+		"after="+listKey("1767225600000000", id, "7", "x"),
+		"after="+listKey("2026-01-01T00:00:00Z", id, "7"),
+		"after="+listKey("-9223372036854775808", id, "7"),
+		"after="+listKey("1767225600000000", "not-a-uuid", "7"),
+		"after="+listKey("1767225600000000", id, "7.5"),
+		"after="+listKey("1767225600000000", id, ""),
+		"after="+base64.RawURLEncoding.EncodeToString([]byte(`[1767225600000000,"`+id+`",7]`)),
+	)
 }

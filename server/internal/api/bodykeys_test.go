@@ -1,0 +1,80 @@
+package api
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/url"
+	"testing"
+)
+
+// bodyKeyPage is one page of a listing that names its paging fields in its
+// body (the dead-letter and message listings).
+type bodyKeyPage struct {
+	Messages []struct {
+		ID            string `json:"id"`
+		TransactionID string `json:"transactionId"`
+		PartitionID   string `json:"partitionId"`
+	} `json:"messages"`
+	Truncated  *bool   `json:"truncated"`
+	NextAfter  *string `json:"nextAfter"`
+	NextOffset *int    `json:"nextOffset"`
+	Unreadable []struct {
+		Messages int `json:"messages"`
+	} `json:"unreadable"`
+	bodyBytes int
+}
+
+func (p bodyKeyPage) ids() []string {
+	out := []string{}
+	for _, m := range p.Messages {
+		out = append(out, m.TransactionID)
+	}
+	return out
+}
+
+func getBodyKeyPage(t *testing.T, b *testBroker, path string) bodyKeyPage {
+	t.Helper()
+	raw, _ := b.getOK(t, path)
+	var p bodyKeyPage
+	if err := json.Unmarshal(raw, &p); err != nil || p.Truncated == nil {
+		t.Fatalf("GET %s: %v %.300s", path, err, raw)
+	}
+	if *p.Truncated != (p.NextAfter != nil) {
+		t.Fatalf("GET %s: truncated %v with nextAfter %v", path, *p.Truncated, p.NextAfter)
+	}
+	p.bodyBytes = len(raw)
+	return p
+}
+
+// bodyPagesByKey follows nextAfter from the first page of path with limit and
+// returns every page. A page asked for by key names no nextOffset, and only
+// messages that do not decode (counted as unreadable) leave a page empty.
+func bodyPagesByKey(t *testing.T, b *testBroker, path string, limit int) []bodyKeyPage {
+	t.Helper()
+	var pages []bodyKeyPage
+	query := fmt.Sprintf("%s&limit=%d", path, limit)
+	for range 100 {
+		p := getBodyKeyPage(t, b, query)
+		if (len(p.Messages) == 0 && len(p.Unreadable) == 0) || len(p.Messages) > limit {
+			t.Fatalf("%s: %d rows", query, len(p.Messages))
+		}
+		if len(pages) > 0 && p.NextOffset != nil {
+			t.Fatalf("%s: a page asked for by key gave nextOffset %d", query, *p.NextOffset)
+		}
+		pages = append(pages, p)
+		if !*p.Truncated {
+			return pages
+		}
+		query = fmt.Sprintf("%s&limit=%d&after=%s", path, limit, url.QueryEscape(*p.NextAfter))
+	}
+	t.Fatalf("%s: more than 100 pages", path)
+	return nil
+}
+
+func joinedIDs(pages []bodyKeyPage) []string {
+	var out []string
+	for _, p := range pages {
+		out = append(out, p.ids()...)
+	}
+	return out
+}
