@@ -77,13 +77,13 @@ func TestRequestsInFlightWhenTheDatabaseHostFallsSilentAnswerOnceTheListenerNoti
 	waitListener(0)
 
 	t.Run("push", func(t *testing.T) {
-		stallNextSegmentWritePastCancel(t, exec, time.Second)
+		awaitStall := testdb.StallNextSegmentWritePastCancel(t, direct, "silent", "p", time.Second)
 		answered := make(chan string, 1)
 		go func() {
 			statuses, status, err := push("t1", "t2")
 			answered <- fmt.Sprint(status, statuses, err)
 		}()
-		awaitSleepingStatement(t, direct)
+		awaitStall()
 		silent := time.Now()
 		proxy.Kill("")
 		answer := <-answered
@@ -111,7 +111,7 @@ func TestRequestsInFlightWhenTheDatabaseHostFallsSilentAnswerOnceTheListenerNoti
 			status, err := b.do("GET", "/api/v1/pop/queue/silent?consumerGroup=workers&subscriptionMode=all&batch=10", nil, &e)
 			answered <- fmt.Sprint(status, " ", e.Code, " ", err)
 		}()
-		awaitSleepingStatement(t, direct)
+		testdb.AwaitSleepingStatement(t, direct)
 		silent := time.Now()
 		proxy.Kill("")
 		answer := <-answered
@@ -145,55 +145,5 @@ func TestRequestsInFlightWhenTheDatabaseHostFallsSilentAnswerOnceTheListenerNoti
 	}
 	if fmt.Sprint(txns) != "[warm t1 t2]" {
 		t.Fatalf("the queue delivered %v, want warm, t1, t2 once each", txns)
-	}
-}
-
-// stallNextSegmentWritePastCancel makes the next segment written into the
-// database sleep for pause inside PostgreSQL before its push commits, and a
-// cancel request does not cut the pause short: the push commits whatever
-// becomes of its connection.
-func stallNextSegmentWritePastCancel(t *testing.T, exec func(ctx context.Context, sql string) error, pause time.Duration) {
-	t.Helper()
-	for _, stmt := range []string{
-		`CREATE TABLE public.test_stalled_segment (pause_ms int NOT NULL)`,
-		fmt.Sprintf(`INSERT INTO public.test_stalled_segment VALUES (%d)`, pause.Milliseconds()),
-		`CREATE FUNCTION public.test_stall_segment() RETURNS trigger LANGUAGE plpgsql AS $$
-		DECLARE ms int; until timestamptz;
-		BEGIN
-			DELETE FROM public.test_stalled_segment RETURNING pause_ms INTO ms;
-			IF ms IS NOT NULL THEN
-				until := clock_timestamp() + ms * interval '1 millisecond';
-				WHILE clock_timestamp() < until LOOP
-					BEGIN
-						PERFORM pg_sleep(least(0.02, extract(epoch FROM until - clock_timestamp())));
-					EXCEPTION WHEN query_canceled THEN NULL; -- the pause outlasts a cancel
-					END;
-				END LOOP;
-			END IF;
-			RETURN NULL;
-		END $$`,
-		`CREATE TRIGGER test_stall_segment AFTER INSERT ON lanes.segments FOR EACH ROW EXECUTE FUNCTION public.test_stall_segment()`,
-	} {
-		if err := exec(context.Background(), stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-}
-
-// awaitSleepingStatement waits until a statement of the database sleeps in pg_sleep.
-func awaitSleepingStatement(t *testing.T, direct *pgx.Conn) {
-	t.Helper()
-	for limit := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var sleeping bool
-		if err := direct.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event = 'PgSleep')`).Scan(&sleeping); err != nil {
-			t.Fatal(err)
-		}
-		if sleeping {
-			return
-		}
-		if time.Now().After(limit) {
-			t.Fatal("no statement slept in the database within 5 s")
-		}
 	}
 }

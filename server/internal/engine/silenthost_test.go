@@ -21,26 +21,6 @@ const (
 	silentBound = silentDeadline / 2
 )
 
-// awaitSleepingStatement waits until a statement of the database sleeps in
-// pg_sleep (a stall trigger's), read through db, a connection not through
-// the proxy.
-func awaitSleepingStatement(t *testing.T, db *Engine) {
-	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		var sleeping bool
-		if err := db.pool.QueryRow(context.Background(), `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-			WHERE datname = current_database() AND wait_event = 'PgSleep')`).Scan(&sleeping); err != nil {
-			t.Fatal(err)
-		}
-		if sleeping {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("no statement slept in the database within 5 s")
-		}
-	}
-}
-
 // A push whose commit is under way when the database host falls silent
 // fails once the listener finds the host silent, as in an outage, instead of
 // at its deadline (30 s by default; the group commit's own 30 s held every
@@ -57,7 +37,7 @@ func TestAPushInFlightWhenTheHostFallsSilentFailsWithinTheListenersCheck(t *test
 	// The push's statement sleeps in PostgreSQL and then commits, whatever
 	// becomes of its connection (pgx sends a cancel request for a connection
 	// it finds broken, which the proxy passes to the same server).
-	awaitStall := stallSegmentWritePastCancel(t, direct, q, "p", time.Second)
+	awaitStall := testdb.StallNextSegmentWritePastCancel(t, direct.pool, q, "p", time.Second)
 	t.Cleanup(proxy.Close) // first: a dead connection makes the pool's close wait 15 s
 
 	pushed := make(chan error, 1)
@@ -128,7 +108,7 @@ func TestAPopInFlightWhenTheHostFallsSilentFailsWithinTheListenersCheck(t *testi
 		_, err := a.Pop(ctx, PopRequest{Queue: q, Group: "workers", SubscriptionMode: "all"})
 		popped <- err
 	}()
-	awaitSleepingStatement(t, direct)
+	testdb.AwaitSleepingStatement(t, direct.pool)
 	silent := time.Now()
 	if n := proxy.Kill(""); n < 2 {
 		t.Fatalf("made %d connections silent, want the listener's and the pop's", n)
@@ -155,7 +135,7 @@ func TestASlowDatabaseKillsNoStatement(t *testing.T) {
 	q := queueName(t)
 	mustPush(t, a, items(q, "p", "warm")...)
 	waitListening(t, a)
-	awaitStall := stallSegmentWrite(t, direct, q, "p", 2*time.Second)
+	awaitStall := testdb.StallNextSegmentWrite(t, direct.pool, q, "p", 2*time.Second)
 	proxy.Slow("", 3*silentCheck/2) // every answer, within the ping's deadline of 2 checks
 
 	pushed := make(chan error, 1)

@@ -6,82 +6,9 @@ import (
 	"slices"
 	"testing"
 	"time"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
 )
-
-// stallSegmentWrite makes the next write of a segment into the partition named
-// partition of queue sleep for pause inside PostgreSQL, after the segment row
-// is written and before the push commits: the window in which a push has
-// stamped its segment but nobody can see it yet. The function it returns
-// waits until that write is in its pause.
-func stallSegmentWrite(t *testing.T, e *Engine, queue, partition string, pause time.Duration) (awaitStall func()) {
-	t.Helper()
-	return stallSegmentWriteWith(t, e, queue, partition, pause, `PERFORM pg_sleep(ms / 1000.0);`)
-}
-
-// stallSegmentWritePastCancel is stallSegmentWrite with a pause that a cancel
-// request cannot cut short: the push then commits whatever becomes of its
-// connection, as one whose COMMIT reached PostgreSQL before the broker lost
-// the connection.
-func stallSegmentWritePastCancel(t *testing.T, e *Engine, queue, partition string, pause time.Duration) (awaitStall func()) {
-	t.Helper()
-	return stallSegmentWriteWith(t, e, queue, partition, pause, `DECLARE until timestamptz := clock_timestamp() + ms * interval '1 millisecond';
-				BEGIN
-					WHILE clock_timestamp() < until LOOP
-						BEGIN
-							PERFORM pg_sleep(least(0.02, extract(epoch FROM until - clock_timestamp())));
-						EXCEPTION WHEN query_canceled THEN NULL; -- the pause outlasts a cancel
-						END;
-					END LOOP;
-				END;`)
-}
-
-// stallSegmentWriteWith is stallSegmentWrite pausing with sleep (PL/pgSQL
-// reading the pause in ms).
-func stallSegmentWriteWith(t *testing.T, e *Engine, queue, partition string, pause time.Duration, sleep string) (awaitStall func()) {
-	t.Helper()
-	suffix := time.Now().UnixNano()
-	trigger, function := fmt.Sprintf("test_stall_segment_%d", suffix), fmt.Sprintf("public.test_stall_segment_%d", suffix)
-	ctx := context.Background()
-	for _, stmt := range []string{
-		`CREATE TABLE IF NOT EXISTS public.test_stalled_segments (queue text, partition text, pause_ms int NOT NULL, PRIMARY KEY (queue, partition))`,
-		fmt.Sprintf(`CREATE FUNCTION %s() RETURNS trigger LANGUAGE plpgsql AS $$
-		DECLARE ms int;
-		BEGIN
-			DELETE FROM public.test_stalled_segments s USING lanes.partitions p, lanes.queues q
-				WHERE p.id = NEW.partition_id AND q.id = p.queue_id AND s.queue = q.name AND s.partition = p.name
-				RETURNING s.pause_ms INTO ms;
-			IF ms IS NOT NULL THEN
-				PERFORM set_config('application_name', '%s', true);
-				%s
-			END IF;
-			RETURN NULL;
-		END $$`, function, trigger, sleep),
-		fmt.Sprintf(`INSERT INTO public.test_stalled_segments VALUES ('%s', '%s', %d)`, queue, partition, pause.Milliseconds()),
-		fmt.Sprintf(`CREATE TRIGGER %s AFTER INSERT ON lanes.segments FOR EACH ROW EXECUTE FUNCTION %s()`, trigger, function),
-	} {
-		if _, err := e.pool.Exec(ctx, stmt); err != nil {
-			t.Fatalf("%s: %v", stmt, err)
-		}
-	}
-	t.Cleanup(func() {
-		_, _ = e.pool.Exec(context.Background(), `DROP TRIGGER IF EXISTS `+trigger+` ON lanes.segments`)
-		_, _ = e.pool.Exec(context.Background(), `DROP FUNCTION IF EXISTS `+function+`()`)
-	})
-	return func() {
-		t.Helper()
-		for deadline := time.Now().Add(pause); time.Now().Before(deadline); time.Sleep(10 * time.Millisecond) {
-			var stalled bool
-			if err := e.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM pg_stat_activity
-				WHERE application_name = $1 AND wait_event = 'PgSleep')`, trigger).Scan(&stalled); err != nil {
-				t.Fatal(err)
-			}
-			if stalled {
-				return
-			}
-		}
-		t.Fatalf("no segment write into %s/%s stalled within %v", queue, partition, pause)
-	}
-}
 
 // model.md: a named group's `new` skips the backlog of its first contact. A
 // message into a new partition that commits after that contact is not backlog,
@@ -93,7 +20,7 @@ func stallSegmentWriteWith(t *testing.T, e *Engine, queue, partition string, pau
 // cannot see the uncommitted push), and the push must commit only after it.
 func pushAcrossFirstContact(t *testing.T, e *Engine, queue, partition, txn string, firstContact PopRequest) {
 	t.Helper()
-	awaitStall := stallSegmentWrite(t, e, queue, partition, 2*time.Second)
+	awaitStall := testdb.StallNextSegmentWrite(t, e.pool, queue, partition, 2*time.Second)
 	pushed := make(chan []PushResult, 1)
 	go func() {
 		res, err := e.Push(context.Background(), items(queue, partition, txn))
@@ -121,7 +48,7 @@ func TestANewGroupReceivesAMessageCommittedAfterItsFirstContact(t *testing.T) {
 	q := queueName(t)
 	mustPush(t, e, items(q, "old", "backlog")...)
 	const stall = 1500 * time.Millisecond
-	stallSegmentWrite(t, e, q, "fresh", stall)
+	testdb.StallNextSegmentWrite(t, e.pool, q, "fresh", stall)
 	pushed := make(chan []PushResult, 1)
 	start := time.Now()
 	go func() {
