@@ -98,14 +98,21 @@ func (o *openConns) cutOff() int {
 // function (a revoked grant, a PostgreSQL look-alike) answers the zero time,
 // which changes nothing: only the listener's check notices a restart there.
 // It takes one round trip: pgx's default would prepare the statement first,
-// on a new connection one round trip more.
+// on a new connection one round trip more. The simple protocol answers in
+// text, so the time comes as microseconds since the epoch: pgx parses a
+// timestamptz's text in the ISO DateStyle only, and a server set to another
+// would fail every new connection.
 func serverStart(ctx context.Context, conn *pgx.Conn) (time.Time, error) {
-	var started time.Time
-	err := conn.QueryRow(ctx, "SELECT pg_postmaster_start_time()", pgx.QueryExecModeSimpleProtocol).Scan(&started)
+	var micros int64
+	err := conn.QueryRow(ctx, "SELECT (extract(epoch FROM pg_postmaster_start_time()) * 1000000)::int8",
+		pgx.QueryExecModeSimpleProtocol).Scan(&micros)
 	if HasSQLState(err) {
 		return time.Time{}, nil
 	}
-	return started, err
+	if err != nil {
+		return time.Time{}, err
+	}
+	return time.UnixMicro(micros), nil
 }
 
 // ServerStarts remembers the start time of the server the pool's latest new

@@ -66,3 +66,41 @@ func TestANewConnectionToARestartedServerWaitsUntilThePlansAreForgotten(t *testi
 		}
 	}
 }
+
+// A server whose DateStyle is not ISO (postgresql.conf or ALTER DATABASE ...
+// SET datestyle, here 'SQL, DMY' and 'German') still gets connections: the
+// start time every new connection reads does not depend on how the server
+// writes a time as text, which pgx parses in ISO only. The broker reads every
+// other time in binary. Before, each new connection failed ("cannot parse"),
+// and the broker with it.
+func TestANewConnectionReadsTheServerStartUnderAnyDateStyle(t *testing.T) {
+	ctx := context.Background()
+	direct := newEngine(t)
+	var want time.Time
+	if err := direct.pool.QueryRow(ctx, "SELECT pg_postmaster_start_time()").Scan(&want); err != nil {
+		t.Fatal(err)
+	}
+	for _, style := range []string{"SQL, DMY", "German", "Postgres, MDY"} {
+		cfg, err := pgxpool.ParseConfig(testDSN)
+		if err != nil {
+			t.Fatal(err)
+		}
+		cfg.ConnConfig.RuntimeParams["datestyle"] = style // as the server's default would be
+		watch := ConfigurePool(cfg)
+		pool, err := pgxpool.NewWithConfig(ctx, cfg)
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = pool.Ping(ctx)
+		pool.Close()
+		if err != nil {
+			t.Fatalf("DateStyle %q: a new connection failed: %v", style, err)
+		}
+		watch.starts.mu.Lock()
+		got := watch.starts.started
+		watch.starts.mu.Unlock()
+		if !got.Equal(want) {
+			t.Fatalf("DateStyle %q: the connection read the server start %v, want %v", style, got, want)
+		}
+	}
+}
