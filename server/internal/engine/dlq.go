@@ -81,7 +81,8 @@ func scanDeadLetter(row pgx.Row, more ...any) (DeadLetter, error) {
 type DeadLetterPage struct {
 	Rows []DeadLetter
 	// Truncated: more dead letters matched past the page, which stopped at
-	// its limit or its byte budget; the next page starts at NextOffset.
+	// its limit or its byte budget; the next page starts at NextOffset, or
+	// after the Key of the page's last row.
 	Truncated  bool
 	NextOffset int
 }
