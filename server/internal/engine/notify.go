@@ -133,14 +133,16 @@ func (e *Engine) listenLoop() {
 // the checked-out ones are cut off, so a statement already waiting on one
 // (a push's commit, a pop's claim) fails now, as in an outage, instead of at
 // its deadline (30 s; a claim 60 s). Only the listener's decision, after its
-// ping's own deadline, does this: a slow statement alone never does.
+// ping's own deadline, does this: a slow statement alone never does. The cut
+// comes before Reset so that a connection the pool opens in between (perhaps
+// to a promoted server) is one Reset marks, not one cut without the mark.
 func (e *Engine) dropSilentConnections() {
-	e.pool.Reset()
 	if watch := e.cfg.PoolWatch; watch != nil {
 		if n := watch.conns.cutOff(); n > 0 {
 			e.log.Warn("closed the pool's connections to the silent database host; their requests fail and may be retried", "connections", n)
 		}
 	}
+	e.pool.Reset()
 }
 
 // listenOnce listens until its connection fails; listened says whether LISTEN
