@@ -74,11 +74,13 @@ func main() {
 	}
 }
 
-// state is what one case's steps share: the client, saved message sets and time marks.
+// state is what one case's steps share: the client, saved message sets, dead letters and
+// listing pages' nextAfter keys, and time marks.
 type state struct {
 	client *lanes.Client
 	saved  map[string][]*lanes.Message
 	dlq    map[string][]lanes.DLQMessage
+	pages  map[string]*string
 	marks  map[string]time.Time
 }
 
@@ -149,7 +151,7 @@ func runCase(c caseIn) ([]stepOut, error) {
 		defer cancel()
 		_ = client.Close(ctx)
 	}()
-	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, marks: map[string]time.Time{}}
+	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, pages: map[string]*string{}, marks: map[string]time.Time{}}
 	registry := st.steps()
 	runStep := func(s stepIn, start time.Time) map[string]any {
 		var (

@@ -329,24 +329,52 @@ func sleepStep(_ context.Context, a sleepArgs) (map[string]any, error) {
 }
 
 type dlqArgs struct {
-	Queue string `json:"queue"`
-	Group string `json:"group"`
-	Save  string `json:"save"`
+	Queue  string `json:"queue"`
+	Group  string `json:"group"`
+	Save   string `json:"save"`
+	Limit  int    `json:"limit"`
+	Offset int    `json:"offset"`
+	pageArgs
 }
 
 func (s *state) listDLQ(ctx context.Context, a dlqArgs) (map[string]any, error) {
-	list, err := s.client.Admin().ListDLQ(ctx, lanes.DLQQuery{Queue: a.Queue, Group: a.Group})
+	after, err := s.after(a.pageArgs)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.client.Admin().ListDLQ(ctx, lanes.DLQQuery{Queue: a.Queue, Group: a.Group, Limit: a.Limit, Offset: a.Offset, After: after})
 	if err != nil {
 		return withErr(map[string]any{}, err), nil
 	}
 	if a.Save != "" {
 		s.dlq[a.Save] = list.Messages
+		s.pages[a.Save] = list.NextAfter
 	}
 	data := []any{}
 	for _, m := range list.Messages {
 		data = append(data, m.Data)
 	}
-	return map[string]any{"count": len(data), "data": data, "rows": wire(list.Messages)}, nil
+	return map[string]any{"count": len(data), "data": data, "rows": wire(list.Messages),
+		"truncated": list.Truncated, "nextAfter": list.NextAfter}, nil
+}
+
+// pageArgs place a listing page: after, a raw key, or afterPage, the nextAfter of a page an
+// earlier step saved (a key is opaque, so a case cannot write one).
+type pageArgs struct {
+	After     string `json:"after"`
+	AfterPage string `json:"afterPage"`
+}
+
+// after is the key the step sends ("" = none).
+func (s *state) after(a pageArgs) (string, error) {
+	if a.AfterPage == "" {
+		return a.After, nil
+	}
+	next, ok := s.pages[a.AfterPage]
+	if !ok || next == nil {
+		return "", fmt.Errorf("no saved page %q with a nextAfter", a.AfterPage)
+	}
+	return *next, nil
 }
 
 func popSummary(pr *lanes.PopResult) map[string]any {

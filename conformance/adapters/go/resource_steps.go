@@ -99,3 +99,27 @@ func (s *state) subscription(ctx context.Context, a resourceArgs) (map[string]an
 	}
 	return wireResult(s.client.Admin().UpdateSubscription(ctx, a.Group, t)), nil
 }
+
+type messagesArgs struct {
+	Queue     string `json:"queue"`
+	Partition string `json:"partition"`
+	Status    string `json:"status"`
+	Limit     int    `json:"limit"`
+	Offset    int    `json:"offset"`
+	Save      string `json:"save"`
+	pageArgs
+}
+
+// listMessages lists one page of messages; save keeps its nextAfter for a later afterPage.
+func (s *state) listMessages(ctx context.Context, a messagesArgs) (map[string]any, error) {
+	after, err := s.after(a.pageArgs)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.client.Admin().ListMessages(ctx, lanes.MessageQuery{Queue: a.Queue, Partition: a.Partition,
+		Status: a.Status, Limit: a.Limit, Offset: a.Offset, After: after})
+	if err == nil && a.Save != "" {
+		s.pages[a.Save] = list.NextAfter
+	}
+	return wireResult(list, err), nil
+}

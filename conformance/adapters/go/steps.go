@@ -96,9 +96,7 @@ func (s *state) steps() map[string]stepFunc {
 		"setMaintenance": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return s.maintenance(ctx, true, a.Scope, a.Enabled)
 		}),
-		"messages": resource(func(ctx context.Context, a resourceArgs) (any, error) {
-			return ad.ListMessages(ctx, lanes.MessageQuery{Queue: a.Queue, Partition: a.Partition, Status: a.Status, Limit: a.Limit, Offset: a.Offset})
-		}),
+		"messages": decodeArgs(s.listMessages),
 		"group": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.GetConsumerGroup(ctx, a.Group)
 		}),

@@ -294,7 +294,9 @@ const stateSteps = {
     return await maintenanceCall(c, a.scope, "set", a.enabled);
   },
   async messages(c, a) {
-    return await c.admin.listMessages(pick(a, "queue", "partition", "status", "limit", "offset"));
+    const list = await c.admin.listMessages({ ...pick(a, "queue", "partition", "status", "limit", "offset"), ...this.after(a) });
+    if (a.save) this.pages.set(a.save, list.nextAfter);
+    return list;
   },
   async group(c, a) {
     return await c.admin.getConsumerGroup(a.group);
@@ -446,13 +448,16 @@ const queueSteps = {
     return {};
   },
   async dlq(c, a) {
+    const q = { queue: a.queue, ...pick(a, "limit", "offset"), ...this.after(a) };
+    if (a.group) q.consumerGroup = a.group;
     try {
-      const q = { queue: a.queue };
-      if (a.group) q.consumerGroup = a.group;
       const list = await c.admin.listDlq(q);
-      if (a.save) this.dlq.set(a.save, list.messages ?? []);
+      if (a.save) {
+        this.dlq.set(a.save, list.messages ?? []);
+        this.pages.set(a.save, list.nextAfter);
+      }
       const data = (list.messages ?? []).map((m) => m.data);
-      return { count: data.length, data, rows: list.messages ?? [] };
+      return { count: data.length, data, rows: list.messages ?? [], truncated: list.truncated, nextAfter: list.nextAfter };
     } catch (err) {
       return { error: sdkErr(err) };
     }
@@ -497,7 +502,17 @@ class CaseState {
     this.client = client;
     this.saved = new Map();
     this.dlq = new Map();
+    this.pages = new Map(); // a listing page's nextAfter, by the save name of its step
     this.marks = new Map();
+  }
+
+  // after places a listing page: the raw key after, or afterPage, the nextAfter of a page an
+  // earlier step saved (a key is opaque, so a case cannot write one).
+  after(a) {
+    if (!a.afterPage) return pick(a, "after");
+    const next = this.pages.get(a.afterPage);
+    if (!next) throw new AdapterError(`no saved page ${a.afterPage} with a nextAfter`);
+    return { after: next };
   }
 
   messages(name, indices) {

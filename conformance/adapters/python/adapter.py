@@ -296,7 +296,19 @@ class CaseState:
         self.client = client
         self.saved: dict[str, list[Any]] = {}
         self.dlq: dict[str, list[Any]] = {}
+        # a listing page's nextAfter, by the save name of its step
+        self.pages: dict[str, str | None] = {}
         self.marks: dict[str, datetime] = {}
+
+    def after(self, a: dict[str, Any]) -> dict[str, Any]:
+        """The page's place: the raw key after, or afterPage, the nextAfter of a page an earlier
+        step saved (a key is opaque, so a case cannot write one)."""
+        if not a.get("afterPage"):
+            return pick(a, "after")
+        nxt = self.pages.get(a["afterPage"])
+        if not nxt:
+            raise ValueError(f"no saved page {a['afterPage']!r} with a nextAfter")
+        return {"after": nxt}
 
     def messages(self, name: str, indices: list[int] | None = None) -> list[Any]:
         if name not in self.saved:
@@ -441,14 +453,24 @@ class CaseState:
         return {}
 
     def op_dlq(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        page = {**pick(a, "limit", "offset"), **self.after(a)}
         try:
-            lst = c.admin.list_dlq(queue=a.get("queue"), consumer_group=a.get("group") or None)
+            lst = c.admin.list_dlq(
+                queue=a.get("queue"), consumer_group=a.get("group") or None, **page
+            )
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
         if a.get("save"):
             self.dlq[a["save"]] = list(lst.messages or [])
+            self.pages[a["save"]] = lst.next_after
         data = [m.data for m in (lst.messages or [])]
-        return {"count": len(data), "data": data, "rows": wire(list(lst.messages or []))}
+        return {
+            "count": len(data),
+            "data": data,
+            "rows": wire(list(lst.messages or [])),
+            "truncated": lst.truncated,
+            "nextAfter": lst.next_after,
+        }
 
     def op_consume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return self.consume(a)
@@ -632,9 +654,11 @@ class CaseState:
         return wire_result(c.admin.set_pop_maintenance_mode(a["enabled"]))
 
     def op_messages(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(
-            c.admin.list_messages(**pick(a, "queue", "partition", "status", "limit", "offset"))
-        )
+        page = {**pick(a, "queue", "partition", "status", "limit", "offset"), **self.after(a)}
+        lst = c.admin.list_messages(**page)
+        if a.get("save"):
+            self.pages[a["save"]] = lst.next_after
+        return wire_result(lst)
 
     def op_group(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_consumer_group(a["group"]))
