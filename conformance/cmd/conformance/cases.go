@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -40,11 +41,50 @@ type faultSpec struct {
 	Expect    map[string]any   `yaml:"expect" json:"-"`
 }
 
-// requestSpec expects a request the SDK sent (recorded by the proxy), in order.
+// forRun is the rule with the run's names in its path and scripted answers (a scripted page
+// of a listing names the case's queues); the case's own rule is left as it is for the next run.
+func (f faultSpec) forRun(vars map[string]string) faultSpec {
+	f.Path = substitute(f.Path, vars).(string)
+	responses := make([]map[string]any, len(f.Responses))
+	for i, r := range f.Responses {
+		responses[i] = substitute(r, vars).(map[string]any)
+	}
+	f.Responses = responses
+	return f
+}
+
+// requestSpec expects a request the SDK sent (recorded by the proxy), in order: its query
+// byte for byte, or, with params, its parameters in any order (the order an SDK writes them
+// in is not the contract; what it sends is).
 type requestSpec struct {
-	Method string `yaml:"method"`
-	Path   string `yaml:"path"`
-	Query  string `yaml:"query"`
+	Method string            `yaml:"method"`
+	Path   string            `yaml:"path"`
+	Query  string            `yaml:"query"`
+	Params map[string]string `yaml:"params"`
+}
+
+// queryProblem says how a recorded query differs from the spec's (substituted) query or
+// params, "" when it matches.
+func (r requestSpec) queryProblem(query string, vars map[string]string) string {
+	if r.Params == nil {
+		if want := substitute(r.Query, vars).(string); query != want {
+			return fmt.Sprintf("query %q, want %q", query, want)
+		}
+		return ""
+	}
+	got, err := url.ParseQuery(query)
+	want := map[string]any{}
+	for k, v := range r.Params {
+		want[substitute(k, vars).(string)] = substitute(v, vars)
+	}
+	same := err == nil && len(got) == len(want)
+	for k, v := range want {
+		same = same && len(got[k]) == 1 && got[k][0] == v
+	}
+	if !same {
+		return fmt.Sprintf("query %q, want the parameters %s in any order", query, show(want))
+	}
+	return ""
 }
 
 // step is one step as sent to an adapter.

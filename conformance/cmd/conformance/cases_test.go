@@ -88,3 +88,51 @@ func TestOnlyAPushStepRunsInTheBackground(t *testing.T) {
 		}
 	}
 }
+
+// A scripted answer names the case's queues (a listing page keyed by queue name), so the run's
+// names go into its body and headers too; the case's own rule keeps ${q} for the next run.
+func TestAFaultRuleGetsTheRunsNamesInPathAndScriptedAnswers(t *testing.T) {
+	rule := faultSpec{Method: "GET", Path: "/api/v1/consumer-groups/${q}-g", Responses: []map[string]any{
+		{"status": 200, "headers": map[string]any{"X-Name": "${q}", "Retry-After": "${httpDate:+2s}"},
+			"body": map[string]any{"${q}-a": map[string]any{"partitions": []any{map[string]any{"partition": "${run}"}}}}},
+	}}
+	got := rule.forRun(map[string]string{"q": "cf-go-1", "run": "cf-go-1"})
+	if got.Path != "/api/v1/consumer-groups/cf-go-1-g" {
+		t.Errorf("path %q", got.Path)
+	}
+	answer := got.Responses[0]
+	if h := answer["headers"].(map[string]any); h["X-Name"] != "cf-go-1" || h["Retry-After"] != "${httpDate:+2s}" {
+		t.Errorf("headers %v: want the run's name, and the broker's own template left alone", h)
+	}
+	body := answer["body"].(map[string]any)
+	part := body["cf-go-1-a"].(map[string]any)["partitions"].([]any)[0].(map[string]any)
+	if part["partition"] != "cf-go-1" {
+		t.Errorf("body %v: want the run's names in keys and values", body)
+	}
+	if rule.Path != "/api/v1/consumer-groups/${q}-g" || rule.Responses[0]["headers"].(map[string]any)["X-Name"] != "${q}" {
+		t.Errorf("the case's rule changed: %+v", rule)
+	}
+}
+
+// A request's params match its query's parameters in any order (Go's client writes
+// minLagSeconds after limit, TypeScript's and Python's before it); query stays byte for byte.
+func TestARequestsParamsMatchInAnyOrderAndItsQueryByteForByte(t *testing.T) {
+	vars := map[string]string{"q": "cf-go-1"}
+	byParams := requestSpec{Params: map[string]string{"limit": "10000", "after": "k", "group": "${q}"}}
+	for query, want := range map[string]bool{
+		"limit=10000&after=k&group=cf-go-1":          true,
+		"group=cf-go-1&after=k&limit=10000":          true,
+		"limit=10000&group=cf-go-1":                  false, // after missing
+		"limit=10000&after=k&group=cf-go-1&offset=1": false,
+		"limit=10000&after=k&after=k&group=cf-go-1":  false,
+		"limit=10000&after=j&group=cf-go-1":          false,
+	} {
+		if got := byParams.queryProblem(query, vars) == ""; got != want {
+			t.Errorf("params %v, query %q: match %v, want %v", byParams.Params, query, got, want)
+		}
+	}
+	byQuery := requestSpec{Query: "limit=10000&after=k"}
+	if byQuery.queryProblem("limit=10000&after=k", vars) != "" || byQuery.queryProblem("after=k&limit=10000", vars) == "" {
+		t.Error("query must match byte for byte")
+	}
+}

@@ -286,8 +286,7 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 
 	var rules []faultSpec
 	for _, f := range c.Spec.Faults {
-		f.Path = substitute(f.Path, vars).(string)
-		rules = append(rules, f)
+		rules = append(rules, f.forRun(vars))
 	}
 	if len(rules) > 0 {
 		if err := faults.set(ctx, run, rules); err != nil {
@@ -394,8 +393,8 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 			r := requests[next]
 			next++
 			if r.Method == want.Method && r.Path == path {
-				if r.Query != substitute(want.Query, vars).(string) {
-					res.Problems = append(res.Problems, fmt.Sprintf("request %s %s: query %q, want %q", r.Method, r.Path, r.Query, want.Query))
+				if problem := want.queryProblem(r.Query, vars); problem != "" {
+					res.Problems = append(res.Problems, fmt.Sprintf("request %s %s: %s", r.Method, r.Path, problem))
 				}
 				found = true
 				break
