@@ -123,3 +123,41 @@ func (s *state) listMessages(ctx context.Context, a messagesArgs) (map[string]an
 	}
 	return wireResult(list, err), nil
 }
+
+type queueListArgs struct {
+	Queue     string `json:"queue"`
+	Namespace string `json:"namespace"`
+	Task      string `json:"task"`
+	Limit     int    `json:"limit"`
+	Offset    int    `json:"offset"`
+	Save      string `json:"save"`
+	pageArgs
+}
+
+// listQueues lists one page of queues; save keeps its nextAfter for a later afterPage.
+func (s *state) listQueues(ctx context.Context, a queueListArgs) (map[string]any, error) {
+	after, err := s.after(a.pageArgs)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.client.Admin().ListQueues(ctx, lanes.QueueQuery{Namespace: a.Namespace, Task: a.Task,
+		Limit: a.Limit, Offset: a.Offset, After: after})
+	if err == nil && a.Save != "" {
+		s.pages[a.Save] = list.NextAfter
+	}
+	return wireResult(list, err), nil
+}
+
+// listQueueStatuses lists one page of queue statuses, paged as listQueues.
+func (s *state) listQueueStatuses(ctx context.Context, a queueListArgs) (map[string]any, error) {
+	after, err := s.after(a.pageArgs)
+	if err != nil {
+		return nil, err
+	}
+	list, err := s.client.Admin().ListQueueStatus(ctx, lanes.StatusQuery{Queue: a.Queue, Namespace: a.Namespace,
+		Task: a.Task, Limit: a.Limit, Offset: a.Offset, After: after})
+	if err == nil && a.Save != "" {
+		s.pages[a.Save] = list.NextAfter
+	}
+	return wireResult(list, err), nil
+}

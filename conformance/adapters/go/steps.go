@@ -69,9 +69,7 @@ func (s *state) steps() map[string]stepFunc {
 		"queueDelete": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.DeleteQueue(ctx, a.Queue)
 		}),
-		"queues": resource(func(ctx context.Context, a resourceArgs) (any, error) {
-			return ad.ListQueues(ctx, lanes.QueueQuery{Namespace: a.Namespace, Task: a.Task, Limit: a.Limit, Offset: a.Offset})
-		}),
+		"queues": decodeArgs(s.listQueues),
 		"depth": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.QueueDepth(ctx, a.Queue, a.Group)
 		}),
@@ -81,9 +79,7 @@ func (s *state) steps() map[string]stepFunc {
 		"status": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.Status(ctx, status(a))
 		}),
-		"queueStatuses": resource(func(ctx context.Context, a resourceArgs) (any, error) {
-			return ad.ListQueueStatus(ctx, status(a))
-		}),
+		"queueStatuses": decodeArgs(s.listQueueStatuses),
 		"queueStatus": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.QueueStatus(ctx, a.Queue, a.IncludePartitions)
 		}),

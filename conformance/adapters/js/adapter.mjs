@@ -253,7 +253,9 @@ const stateSteps = {
     return await c.admin.deleteQueue(a.queue);
   },
   async queues(c, a) {
-    return await c.admin.listQueues(pick(a, "namespace", "task", "limit", "offset"));
+    const list = await c.admin.listQueues({ ...pick(a, "namespace", "task", "limit", "offset"), ...this.after(a) });
+    if (a.save) this.pages.set(a.save, list.nextAfter);
+    return list;
   },
   async depth(c, a) {
     return await c.admin.getQueueDepth(a.queue, a.group || undefined);
@@ -273,7 +275,9 @@ const stateSteps = {
     return await c.admin.getStatus(pick(a, "queue", "namespace", "task"));
   },
   async queueStatuses(c, a) {
-    return await c.admin.listQueueStatus(pick(a, "queue", "namespace", "task", "limit", "offset"));
+    const list = await c.admin.listQueueStatus({ ...pick(a, "queue", "namespace", "task", "limit", "offset"), ...this.after(a) });
+    if (a.save) this.pages.set(a.save, list.nextAfter);
+    return list;
   },
   async queueStatus(c, a) {
     return await c.admin.getQueueStatus(a.queue, a.includePartitions ?? false);

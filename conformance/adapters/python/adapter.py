@@ -605,7 +605,11 @@ class CaseState:
         return wire_result(c.admin.delete_queue(a["queue"]))
 
     def op_queues(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.list_queues(**pick(a, "namespace", "task", "limit", "offset")))
+        page = {**pick(a, "namespace", "task", "limit", "offset"), **self.after(a)}
+        lst = c.admin.list_queues(**page)
+        if a.get("save"):
+            self.pages[a["save"]] = lst.next_after
+        return wire_result(lst)
 
     def op_depth(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
@@ -625,9 +629,11 @@ class CaseState:
         return wire_result(c.admin.get_status(**pick(a, "queue", "namespace", "task")))
 
     def op_queueStatuses(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(
-            c.admin.list_queue_status(**pick(a, "queue", "namespace", "task", "limit", "offset"))
-        )
+        page = {**pick(a, "queue", "namespace", "task", "limit", "offset"), **self.after(a)}
+        lst = c.admin.list_queue_status(**page)
+        if a.get("save"):
+            self.pages[a["save"]] = lst.next_after
+        return wire_result(lst)
 
     def op_queueStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
