@@ -1,5 +1,6 @@
 // QueueBuilder: the fluent, immutable builder behind `lanes.queue(name)` — producing, popping,
 // consuming, the message iterator, queue configuration and the DLQ view.
+import { Admin } from "./admin.js";
 import { LanesError } from "./errors.js";
 import { checkGroup, checkNames } from "./names.js";
 import type { PushBuffer, BufferOptions } from "./buffer.js";
@@ -296,12 +297,11 @@ export class QueueBuilder<T = unknown> {
     return (await this.core.transport.request<DeleteQueueResult>({ method: "DELETE", path: `/api/v1/resources/queues/${encodeURIComponent(q)}` })).body;
   }
 
-  /** depth is the queue's pending count for the builder's group. */
+  /** depth is the queue's pending count for the builder's group (queue mode when none), with every partition, as admin.getQueueDepth. */
   async depth(): Promise<QueueDepth> {
     const q = this.requireQueue("depth");
     checkGroup("depth", this.s.group);
-    const query = this.s.group ? `group=${encodeURIComponent(this.s.group)}` : undefined;
-    return (await this.core.transport.request<QueueDepth>({ method: "GET", path: `/api/v1/resources/queues/${encodeURIComponent(q)}/depth`, query })).body;
+    return new Admin(this.core).getQueueDepth(q, this.s.group || undefined);
   }
 
   /** dlq returns a builder over this queue's dead letters of `group` (empty or absent: the builder's group; neither: every group). */

@@ -127,6 +127,10 @@ describe("a queue's partition listings", () => {
       };
       check((await admin.getQueue(q)).partitions.map((p) => p.name));
       check((await admin.getQueueDepth(q)).partitions.map((p) => p.partition));
+      // The builder's depth is the same whole listing, not its first page.
+      const built = await client({ fetch: paged.fetch }).queue(q).depth();
+      check(built.partitions.map((p) => p.partition));
+      expect(built.truncated).toBe(false);
       const status = await admin.getQueueStatus(q, true);
       check((status.partitions ?? []).map((p) => p.name));
       expect(status.truncated).toBe(false);
