@@ -10,8 +10,11 @@
 -- Brokers from 180 on write queue_id in every insert. Older brokers (down to
 -- MinPeerSchemaVersion, which stays where it is so a rolling upgrade keeps
 -- them running) do not: a BEFORE INSERT trigger looks it up for their rows
--- only (WHEN queue_id IS NULL), once per new cursor, never on the hot
--- update path; a partition gone meanwhile fails as its foreign key did.
+-- only (WHEN queue_id IS NULL), never on the hot update path. It runs for
+-- every row such an insert proposes, before ON CONFLICT drops the existing
+-- ones (an older broker's seeding proposes each partition of the queue: 60 ms
+-- against 17 ms at 10,000 partitions), and only while older brokers run. A
+-- partition gone meanwhile fails as its foreign key did.
 CREATE OR REPLACE FUNCTION lanes.consumers_fill_queue_id() RETURNS trigger
     LANGUAGE plpgsql AS $$
 BEGIN
