@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -202,12 +203,15 @@ const groupsByOffsetSQL = `WITH cursors AS (` + groupSumsSQL + `),
 // registration or a cursor, walked in order by groupPairsSQL, a probe or two
 // per key, so a page reads its own keys whatever the number of cursors; only
 // the page's keys have their cursors summed, one key at a time (summed
-// together they were sorted by key first, 500,000 of them on disk).
+// together they were sorted by key first, 500,000 of them on disk). The
+// registration is a lateral with LIMIT 1 so it stays a probe per key: as a
+// join the planner hashed every registration.
 var groupsAfterSQL = `WITH RECURSIVE ` + groupPairsSQL(">", true) + `
 	SELECT k.grp, k.queue, g.subscription_mode, g.subscription_timestamp, g.created_at,
 		c.cursors, c.with_lag, c.total_lag, c.max_lag_seconds, coalesce(c.ever_consumed, false)
 	FROM pairs k
-	LEFT JOIN lanes.consumer_groups g ON g.consumer_group = k.grp AND g.queue_id = k.queue_id
+	LEFT JOIN LATERAL (SELECT g.subscription_mode, g.subscription_timestamp, g.created_at FROM lanes.consumer_groups g
+		WHERE g.consumer_group = k.grp AND g.queue_id = k.queue_id LIMIT 1) g ON true
 	CROSS JOIN LATERAL (SELECT count(*)::int AS cursors,
 			count(*) FILTER (WHERE p.last_offset > greatest(c.committed, p.log_start - 1))::int AS with_lag,
 			coalesce(sum(greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0)), 0)::int8 AS total_lag,
@@ -226,10 +230,27 @@ var groupsAfterSQL = `WITH RECURSIVE ` + groupPairsSQL(">", true) + `
 // nameOp is ">=". $1 keeps one group's pairs (empty: every group's); $3 NULL
 // starts at the first group. The groups come one index probe each (at most
 // $2 + 1 of them: every group has a pair, but the first may have none after
-// $4); a group's queues come from the queues' name index, a probe of
-// lanes.consumers_group_queue_idx each, until the page's pairs are found, so
-// a page reads its own pairs (and the queues without the group's cursors
-// between them), not every cursor.
+// $4). A group's queues come from a walk of the queues by name or, when
+// its first walkSample queues do not hold the page, possibly a skip scan,
+// so a page reads about its own pairs, not every cursor nor every queue:
+//   - the walk takes the queues' name index in order, a probe of
+//     consumers_group_queue_idx each (1.5 µs a queue on 5,000 queues): it
+//     costs the page's pairs and the queues without the group between them;
+//   - the skip scan jumps through consumers_group_queue_idx to each of the
+//     group's distinct queues (5.6 µs each, about four walked queues; and
+//     reads its registrations), then sorts those after the walk by name: it
+//     costs the group's queues, however many queues there are, and the sort
+//     of those (few against the cursors).
+//
+// The sample's hits estimate the group's queues (hits × queues / sample)
+// and the queues still to walk for the page (every queue for every pair).
+// The skip scan is tried when four times the former is less, or for every
+// pair (the walk would visit every queue), up to a quarter of the queues
+// still to walk; if the group has more, the walk goes on. So a group whose
+// queues are few against the queues costs its own queues, and a dense one
+// its walk (for every pair, at most twice its walk). The skip scan's names
+// come from a subquery behind OFFSET 0, so each is read once, not once per
+// condition on it.
 func groupPairsSQL(nameOp string, withRegistrations bool) string {
 	// Scalar subqueries, not EXISTS: the planner hashed an EXISTS, reading
 	// every cursor of the group for each group.
@@ -242,24 +263,68 @@ func groupPairsSQL(nameOp string, withRegistrations bool) string {
 		}
 		return next
 	}
+	groupQueues := `SELECT queue_id FROM skip WHERE queue_id IS NOT NULL`
+	registrations, registrationsFit := ``, ``
 	if withRegistrations {
 		has = `coalesce(` + has + `, (SELECT true FROM lanes.consumer_groups r
 			WHERE r.consumer_group = g.grp AND r.queue_id = q.id))`
+		registrations = `
+				registered AS (SELECT r.queue_id FROM lanes.consumer_groups r
+					WHERE (SELECT try FROM walked) AND r.consumer_group = g.grp
+					ORDER BY r.queue_id LIMIT (SELECT skip_cap FROM walked) + 1),`
+		registrationsFit = ` AND (SELECT count(*) FROM registered) <= w.skip_cap`
+		groupQueues += ` UNION SELECT queue_id FROM registered`
 	}
+	named := `q.name >= coalesce(CASE WHEN g.rank = 1 THEN $4::text END, '')
+					AND (g.rank > 1 OR $4 IS NULL OR q.name ` + nameOp + ` $4)`
 	return `groups (grp, rank) AS (
 			SELECT s.grp, 1 FROM (SELECT coalesce($3::text, ` + nextGroup(">=", "''") + `) AS grp) s
 			WHERE s.grp IS NOT NULL
 			UNION ALL
 			SELECT n.grp, w.rank + 1 FROM groups w CROSS JOIN LATERAL (SELECT ` + nextGroup(">", "w.grp") + ` AS grp) n
 			WHERE n.grp IS NOT NULL AND $1 = '' AND w.rank <= coalesce($2::int8, w.rank)),
+		sample AS (SELECT ` + strconv.Itoa(walkSample) + `::int8 AS queues, greatest(reltuples, 1)::float8 AS of_queues
+			FROM pg_class WHERE oid = 'lanes.queues'::regclass),
 		pairs AS (SELECT g.grp, q.id AS queue_id, q.name AS queue
 			FROM (SELECT grp, rank FROM groups ORDER BY rank) g
-			CROSS JOIN LATERAL (SELECT q.id, q.name FROM lanes.queues q
-				WHERE q.name >= coalesce(CASE WHEN g.rank = 1 THEN $4::text END, '')
-					AND (g.rank > 1 OR $4 IS NULL OR q.name ` + nameOp + ` $4) AND ` + has + `
-				ORDER BY q.name LIMIT $2) q
+			CROSS JOIN sample
+			CROSS JOIN LATERAL (WITH RECURSIVE walk AS (SELECT w.id, w.name, w.hit, w.visited
+					FROM (SELECT q.id, q.name, coalesce(` + has + `, false) AS hit,
+							row_number() OVER (ORDER BY q.name) AS visited
+						FROM lanes.queues q WHERE ` + named + `
+						ORDER BY q.name LIMIT sample.queues) w
+					WHERE w.hit OR w.visited = sample.queues LIMIT $2),
+				walked AS (SELECT w.cut, w.last, w.cut AND ($2 IS NULL OR 4 * w.hits * sample.of_queues / sample.queues < w.to_walk) AS try,
+						ceil(w.to_walk / 4)::int8 AS skip_cap
+					FROM (SELECT w.*, least(sample.of_queues, coalesce(($2 - w.hits)::float8 * sample.queues
+						/ nullif(w.hits, 0), sample.of_queues)) AS to_walk FROM (SELECT count(*) FILTER (WHERE hit) AS hits, max(name) AS last,
+							coalesce(max(visited), 0) = sample.queues AND count(*) FILTER (WHERE hit) < coalesce($2, count(*) + 1) AS cut
+						FROM walk) w) w),
+				skip (queue_id, n) AS (
+					(SELECT c.queue_id, 1 FROM lanes.consumers c WHERE (SELECT try FROM walked) AND c.consumer_group = g.grp
+						ORDER BY c.queue_id LIMIT 1)
+					UNION ALL
+					SELECT (SELECT c.queue_id FROM lanes.consumers c WHERE c.consumer_group = g.grp AND c.queue_id > s.queue_id
+						ORDER BY c.queue_id LIMIT 1), s.n + 1
+					FROM skip s WHERE s.queue_id IS NOT NULL AND s.n <= (SELECT skip_cap FROM walked)),` + registrations + `
+				way AS (SELECT w.try AND (SELECT count(*) FROM skip WHERE queue_id IS NOT NULL) <= w.skip_cap` + registrationsFit + ` AS skip,
+						w.cut, w.last FROM walked w)
+				(SELECT id, name FROM walk WHERE hit)
+				UNION ALL
+				(SELECT q.id, q.name FROM (SELECT gq.queue_id AS id,
+						(SELECT n.name FROM lanes.queues n WHERE n.id = gq.queue_id) AS name FROM (` + groupQueues + `) gq OFFSET 0) q
+					WHERE (SELECT skip FROM way) AND q.name > (SELECT last FROM way) AND ` + named + `
+					ORDER BY q.name LIMIT $2)
+				UNION ALL
+				(SELECT q.id, q.name FROM lanes.queues q
+					WHERE (SELECT cut AND NOT skip FROM way) AND q.name > (SELECT last FROM way) AND ` + named + ` AND ` + has + `
+					ORDER BY q.name LIMIT $2)) q
 			ORDER BY g.rank, q.name LIMIT $2)`
 }
+
+// walkSample is how many queues a group's walk visits before it may turn
+// to a skip scan.
+const walkSample = 1000
 
 // LaggingCursors lists one page of the cursors whose oldest unconsumed message
 // waited at least minLag, by group, queue and partition name, filtered in the

@@ -246,3 +246,112 @@ type planNode struct {
 	Loops    float64    `json:"Actual Loops"`
 	Plans    []planNode `json:"Plans"`
 }
+
+// A group with cursors on a few of many queues reads about its own pairs,
+// not every queue: over 20,000 one-partition queues, "gs" has a cursor
+// (lagging) on three, "ga" a cursor on each of the first 1,500 (caught up;
+// after them the walk finds none), and "gr" a registration alone on two.
+// A page of gs, of the group list from gs on and of the lagging listing after
+// ga reads the walk's sample and the group's queues (the walk over every
+// queue read 20,000 queues and probed the cursors 20,000 times), and every
+// listing by key still answers the offset pages' rows.
+func TestASparseGroupReadsItsOwnQueuesNotEveryQueue(t *testing.T) {
+	e := newIsolatedEngine(t)
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 5, '0') FROM generate_series(0, 19999) i;
+		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT id, 'Default', 0 FROM lanes.queues;
+		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id, committed, batch_end)
+			SELECT p.id, 'gs', p.queue_id, -1, -1 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE q.name IN ('q00007', 'q10000', 'q19999');
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id, committed, batch_end)
+			SELECT p.id, 'ga', p.queue_id, 0, 0 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE q.name < 'q01500';
+		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+			SELECT 'gr', id, 'all', now() FROM lanes.queues WHERE name IN ('q00500', 'q15000')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	const limit = 11
+	const allowed = 2*walkSample + 200 // the sample's queues and probes, and the group's own
+	gs, ga, empty, last := "gs", "ga", "", "q01499"
+	if n := queueRowsRead(t, e, groupsAfterSQL, "", limit, &gs, &empty); n > allowed {
+		t.Errorf("a page of the group list from gs read %d queues and cursor probes", n)
+	}
+	if n := queueRowsRead(t, e, pairsFromSQL, "gs", limit, &gs, &empty); n > allowed {
+		t.Errorf("a page of gs's cursors read %d queues and cursor probes for its pairs", n)
+	}
+	// ga's sample and queues (skipped to, then named), and gs's sample
+	if n := queueRowsRead(t, e, pairsAfterSQL, "", 4*limit, &ga, &last); n > 2*allowed+2*1500 {
+		t.Errorf("the lagging listing's pairs after ga's last read %d queues and cursor probes", n)
+	}
+
+	wantGroups := groupRows(t, e, groupsByOffsetSQL, "", nil, 0)
+	wantLagging := cursorRows(t, e, laggingPageSQL, "", nil, 0, 0.0)
+	wantOfGS := cursorRows(t, e, groupCursorPageSQL, "gs", nil, 0)
+	if len(wantGroups) != 1505 || len(wantLagging) != 3 || len(wantOfGS) != 3 {
+		t.Fatalf("the fill: %d group rows, %d lagging, %d of gs; want 1505, 3, 3", len(wantGroups), len(wantLagging), len(wantOfGS))
+	}
+	for _, limit := range []int{0, 1, 7, 1000} {
+		var groups []string
+		page := RowPage{Limit: limit}
+		for {
+			list, more, err := e.ListGroups(ctx, page)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, s := range list {
+				groups = append(groups, groupRow(s))
+			}
+			if !more {
+				break
+			}
+			page.After = []string{list[len(list)-1].Group, list[len(list)-1].Queue}
+		}
+		if !slices.Equal(groups, wantGroups) {
+			t.Fatalf("limit %d: the group list by key (%d rows) differs from the offset pages' (%d)", limit, len(groups), len(wantGroups))
+		}
+		lagging := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
+			return e.LaggingCursors(ctx, 0, page)
+		}, true)
+		if !slices.Equal(lagging, wantLagging) {
+			t.Fatalf("limit %d: lagging by key\n%v\nby offset\n%v", limit, lagging, wantLagging)
+		}
+		ofGS := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
+			return e.GroupCursors(ctx, "gs", page)
+		}, false)
+		if !slices.Equal(ofGS, wantOfGS) {
+			t.Fatalf("limit %d: gs's cursors by key\n%v\nby offset\n%v", limit, ofGS, wantOfGS)
+		}
+	}
+}
+
+// queueRowsRead runs sql under EXPLAIN ANALYZE and sums the rows its scans
+// of lanes.queues returned and the times it probed lanes.consumers, over all
+// their loops.
+func queueRowsRead(t *testing.T, e *Engine, sql string, args ...any) int {
+	t.Helper()
+	var plan []struct{ Plan planNode }
+	if err := e.pool.QueryRow(t.Context(), "EXPLAIN (ANALYZE, FORMAT JSON) "+sql, args...).Scan(&plan); err != nil {
+		t.Fatal(err)
+	}
+	var sum func(n planNode) int
+	sum = func(n planNode) int {
+		read := 0
+		switch n.Relation {
+		case "queues":
+			read = int(n.Rows * n.Loops)
+		case "consumers":
+			read = int(n.Loops)
+		}
+		for _, child := range n.Plans {
+			read += sum(child)
+		}
+		return read
+	}
+	return sum(plan[0].Plan)
+}
