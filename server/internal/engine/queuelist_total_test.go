@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"errors"
 	"strings"
 	"testing"
 
@@ -9,11 +10,12 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// pageStatementTracer runs then once, when the first statement that reads a
-// queue-list page has ended: a change another broker makes just then.
+// pageStatementTracer runs then once, when the first statement whose SQL
+// holds reads has ended: a change another broker makes just then.
 type pageStatementTracer struct {
-	then func()
-	ran  bool
+	reads string
+	then  func()
+	ran   bool
 }
 
 type tracedSQL struct{}
@@ -23,7 +25,7 @@ func (p *pageStatementTracer) TraceQueryStart(ctx context.Context, _ *pgx.Conn, 
 }
 
 func (p *pageStatementTracer) TraceQueryEnd(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryEndData) {
-	if sql, _ := ctx.Value(tracedSQL{}).(string); !p.ran && strings.HasPrefix(sql, "WITH page AS") {
+	if sql, _ := ctx.Value(tracedSQL{}).(string); !p.ran && strings.Contains(sql, p.reads) {
 		p.ran = true
 		p.then()
 	}
@@ -39,22 +41,12 @@ func TestQueueListTotalCountsWhatItsPageShows(t *testing.T) {
 	q := queueName(t)
 	pushN(t, other, q, "p", 1)
 
-	tracer := &pageStatementTracer{then: func() {
+	tracer := &pageStatementTracer{reads: "WITH page AS", then: func() {
 		if _, err := other.DeleteQueue(context.Background(), q); err != nil {
 			t.Error(err)
 		}
 	}}
-	cfg, err := pgxpool.ParseConfig(testDSN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e := New(pool, Config{})
-	t.Cleanup(func() { e.Close(); pool.Close() })
+	e := newTracedEngine(t, tracer)
 
 	list, total, more, err := e.ListQueues(ctx, QueueListFilter{Queue: q})
 	if err != nil {
@@ -65,5 +57,71 @@ func TestQueueListTotalCountsWhatItsPageShows(t *testing.T) {
 	}
 	if len(list) != 1 || total != 1 || more {
 		t.Fatalf("a page of %d queues (more %v) of a total of %d; want 1 of 1, as one read sees them", len(list), more, total)
+	}
+}
+
+// newTracedEngine is an engine whose connections report to tracer.
+func newTracedEngine(t *testing.T, tracer pgx.QueryTracer) *Engine {
+	cfg, err := pgxpool.ParseConfig(testDSN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg.ConnConfig.Tracer = tracer
+	pool, err := pgxpool.NewWithConfig(t.Context(), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	e := New(pool, Config{})
+	t.Cleanup(func() { e.Close(); pool.Close() })
+	return e
+}
+
+// A queue's depth totals count the partitions its page shows: read in a
+// statement before the page's, they missed a partition another broker
+// created in between (a page pending 2 of a total pending 1).
+func TestQueueDepthTotalsCountWhatTheirPageShows(t *testing.T) {
+	ctx := t.Context()
+	other := newEngine(t)
+	q := queueName(t)
+	pushN(t, other, q, "b", 1)
+
+	tracer := &pageStatementTracer{reads: "pending", then: func() {
+		pushN(t, other, q, "a", 1)
+	}}
+	e := newTracedEngine(t, tracer)
+
+	depth, err := e.QueueDepth(ctx, q, "", RowPage{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tracer.ran {
+		t.Fatal("no partition was created after the totals' statement")
+	}
+	var pending int64
+	for _, p := range depth.Partitions {
+		pending += p.Pending
+	}
+	if depth.More || pending != depth.Pending || len(depth.Partitions) != depth.PartitionsPending {
+		t.Fatalf("a page of %d partitions pending %d (more %v) of totals %d partitions pending %d; want them equal, as one read sees them",
+			len(depth.Partitions), pending, depth.More, depth.PartitionsPending, depth.Pending)
+	}
+}
+
+// An unknown queue's depth is ErrNotFound, and an empty page of a known one
+// still carries the queue's totals.
+func TestQueueDepthOfAnUnknownQueueAndOfAnEmptyPage(t *testing.T) {
+	ctx := t.Context()
+	e := newEngine(t)
+	if _, err := e.QueueDepth(ctx, queueName(t), "", RowPage{Limit: 10}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown queue: %v, want ErrNotFound", err)
+	}
+	q := queueName(t)
+	pushN(t, e, q, "a", 2)
+	depth, err := e.QueueDepth(ctx, q, "", RowPage{Limit: 10, After: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(depth.Partitions) != 0 || depth.More || depth.Pending != 2 || depth.PartitionsPending != 1 {
+		t.Fatalf("page after the last partition: %+v, want no partitions of totals pending 2 on 1 partition", depth)
 	}
 }

@@ -212,16 +212,20 @@ type QueueDepthPage struct {
 	PartitionsPending int
 }
 
-// partitionDepthSQL is what group has not committed per partition of queue $1;
-// a partition the group has no cursor on counts everything retained.
+// partitionDepthSQL is what group $2 has not committed per partition of the
+// queue named $1; a partition the group has no cursor on counts everything
+// retained.
 const partitionDepthSQL = `SELECT p.name,
 		greatest(p.last_offset - greatest(coalesce(c.committed, -1), p.log_start - 1), 0) AS pending
 	FROM lanes.partitions p
 	LEFT JOIN lanes.consumers c ON c.partition_id = p.id AND c.consumer_group = $2
-	WHERE p.queue_id = $1`
+	WHERE p.queue_id = (SELECT id FROM lanes.queues WHERE name = $1)`
 
 // QueueDepth counts what group has not committed: one page of partitions, by
 // name, and the totals of every partition. ErrNotFound for an unknown queue.
+// The totals and the page are read in one statement, so they count the same
+// partitions even while partitions are created or deleted; the totals' row
+// carries the page's rows, so an empty page still has it.
 func (e *Engine) QueueDepth(ctx context.Context, queue, group string, page RowPage) (QueueDepthPage, error) {
 	if err := CheckGroupAddress("group", group); err != nil {
 		return QueueDepthPage{}, err
@@ -230,29 +234,31 @@ func (e *Engine) QueueDepth(ctx context.Context, queue, group string, page RowPa
 		group = QueueModeGroup
 	}
 	var out QueueDepthPage
-	var qid uuid.UUID
-	if err := e.pool.QueryRow(ctx, `SELECT id FROM lanes.queues WHERE name = $1`, queue).Scan(&qid); err != nil {
-		if errors.Is(err, pgx.ErrNoRows) {
-			return out, ErrNotFound
-		}
-		return out, err
-	}
-	if err := e.pool.QueryRow(ctx, `SELECT coalesce(sum(pending), 0)::int8, count(*) FILTER (WHERE pending > 0)::int
-		FROM (`+partitionDepthSQL+`) d`, qid, group).Scan(&out.Pending, &out.PartitionsPending); err != nil {
-		return out, err
-	}
-	after, args := page.nameAfter("p.name", qid, group, page.limitArg(), page.Offset)
-	rows, err := e.pool.Query(ctx, partitionDepthSQL+after+` ORDER BY p.name LIMIT $3 OFFSET $4`, args...)
+	after, args := page.nameAfter("p.name", queue, group, page.limitArg(), page.Offset)
+	rows, err := e.pool.Query(ctx, `WITH totals AS (
+			SELECT coalesce(sum(pending), 0)::int8 AS pending, count(*) FILTER (WHERE pending > 0)::int AS partitions_pending
+			FROM (`+partitionDepthSQL+`) d),
+		page AS (`+partitionDepthSQL+after+` ORDER BY p.name LIMIT $3 OFFSET $4)
+		SELECT EXISTS (SELECT 1 FROM lanes.queues WHERE name = $1), t.pending, t.partitions_pending, page.name, page.pending
+		FROM totals t LEFT JOIN page ON true ORDER BY page.name`, args...)
 	if err != nil {
 		return out, err
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionDepth, error) {
-		var d PartitionDepth
-		err := r.Scan(&d.Partition, &d.Pending)
-		return d, err
+	found := false
+	var list []PartitionDepth
+	var name *string
+	var pending *int64
+	_, err = pgx.ForEachRow(rows, []any{&found, &out.Pending, &out.PartitionsPending, &name, &pending}, func() error {
+		if name != nil {
+			list = append(list, PartitionDepth{Partition: *name, Pending: *pending})
+		}
+		return nil
 	})
 	if err != nil {
 		return out, err
+	}
+	if !found {
+		return out, ErrNotFound
 	}
 	out.Partitions, out.More = cutPage(list, page)
 	return out, nil
