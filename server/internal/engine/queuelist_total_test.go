@@ -125,3 +125,53 @@ func TestQueueDepthOfAnUnknownQueueAndOfAnEmptyPage(t *testing.T) {
 		t.Fatalf("page after the last partition: %+v, want no partitions of totals pending 2 on 1 partition", depth)
 	}
 }
+
+// A queue's status summary counts the partitions its page shows: read in a
+// statement before the page's, it missed a partition another broker created
+// in between (a page of 2 partitions of a queue of 1).
+func TestQueueStatusSummaryCountsWhatItsPageShows(t *testing.T) {
+	ctx := t.Context()
+	other := newEngine(t)
+	q := queueName(t)
+	pushN(t, other, q, "b", 1)
+
+	tracer := &pageStatementTracer{reads: "lanes.partitions", then: func() {
+		pushN(t, other, q, "a", 1)
+	}}
+	e := newTracedEngine(t, tracer)
+
+	summary, parts, more, err := e.QueueStatus(ctx, q, true, RowPage{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tracer.ran {
+		t.Fatal("no partition was created after the summary's statement")
+	}
+	var total int64
+	for _, p := range parts {
+		total += p.Messages.Total
+	}
+	if more || len(parts) != summary.Partitions || total != summary.Messages.Total {
+		t.Fatalf("a page of %d partitions of %d messages (more %v) of a queue of %d partitions of %d messages; want them equal, as one read sees them",
+			len(parts), total, more, summary.Partitions, summary.Messages.Total)
+	}
+}
+
+// An unknown queue's status is ErrNotFound, and an empty page of a known one
+// still carries the queue's summary.
+func TestQueueStatusOfAnUnknownQueueAndOfAnEmptyPage(t *testing.T) {
+	ctx := t.Context()
+	e := newEngine(t)
+	if _, _, _, err := e.QueueStatus(ctx, queueName(t), true, RowPage{Limit: 10}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown queue: %v, want ErrNotFound", err)
+	}
+	q := queueName(t)
+	pushN(t, e, q, "a", 2)
+	summary, parts, more, err := e.QueueStatus(ctx, q, true, RowPage{Limit: 10, After: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if parts == nil || len(parts) != 0 || more || summary.Name != q || summary.Partitions != 1 || summary.Messages.Total != 2 {
+		t.Fatalf("page after the last partition: %+v %v (more %v), want an empty page of a queue of 1 partition of 2 messages", summary, parts, more)
+	}
+}
