@@ -107,15 +107,11 @@ func (s *Server) GetQueue(ctx context.Context, req gen.GetQueueRequestObject) (g
 	if err != nil {
 		return nil, err
 	}
-	q, err := s.engine.GetQueue(ctx, req.Queue)
+	q, parts, more, err := s.engine.QueueDetail(ctx, req.Queue, page)
 	if errors.Is(err, engine.ErrNotFound) {
 		return gen.GetQueue404JSONResponse{NotFoundJSONResponse: gen.NotFoundJSONResponse{
 			Error: "Queue not found", Code: CodeQueueNotFound}}, nil
 	}
-	if err != nil {
-		return nil, err
-	}
-	parts, more, err := s.engine.Partitions(ctx, q.ID, page)
 	if err != nil {
 		return nil, err
 	}

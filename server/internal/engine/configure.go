@@ -164,16 +164,20 @@ const queueColumns = `id, name, namespace, task, lease_time, retry_limit, dead_l
 
 func scanQueue(row pgx.Row) (*QueueConfig, error) {
 	var q QueueConfig
-	o := &q.Options
-	err := row.Scan(&q.ID, &q.Name, &q.Namespace, &q.Task, &o.LeaseTime, &o.RetryLimit, &o.DeadLetterQueue,
-		&o.DLQAfterMaxRetries, &o.DelayedProcessing, &o.WindowBuffer, &o.RetentionEnabled, &o.RetentionSeconds,
-		&o.CompletedRetentionSeconds, &o.MaxWaitTimeSeconds, &o.MinPopWaitTime, &o.EncryptionEnabled,
-		&o.DedupWindowSeconds, &o.RetentionSinkHold, &o.RetentionSinkHoldMaxSeconds, &o.Priority, &o.TTL,
-		&o.MaxSize, &o.RetryDelay, &q.CreatedAt)
-	if err != nil {
+	if err := row.Scan(queueTargets(&q)...); err != nil {
 		return nil, err
 	}
 	return &q, nil
+}
+
+// queueTargets are the scan targets of queueColumns in q.
+func queueTargets(q *QueueConfig) []any {
+	o := &q.Options
+	return []any{&q.ID, &q.Name, &q.Namespace, &q.Task, &o.LeaseTime, &o.RetryLimit, &o.DeadLetterQueue,
+		&o.DLQAfterMaxRetries, &o.DelayedProcessing, &o.WindowBuffer, &o.RetentionEnabled, &o.RetentionSeconds,
+		&o.CompletedRetentionSeconds, &o.MaxWaitTimeSeconds, &o.MinPopWaitTime, &o.EncryptionEnabled,
+		&o.DedupWindowSeconds, &o.RetentionSinkHold, &o.RetentionSinkHoldMaxSeconds, &o.Priority, &o.TTL,
+		&o.MaxSize, &o.RetryDelay, &q.CreatedAt}
 }
 
 // GetQueue returns a queue's configuration or ErrNotFound.
@@ -265,22 +269,44 @@ type PartitionInfo struct {
 	CreatedAt   time.Time
 }
 
-// Partitions lists one page of a queue's partitions by name and says whether more follow.
-func (e *Engine) Partitions(ctx context.Context, queueID uuid.UUID, page RowPage) ([]PartitionInfo, bool, error) {
-	after, args := page.nameAfter("name", queueID, page.limitArg(), page.Offset)
-	rows, err := e.pool.Query(ctx, `SELECT id, name, last_offset, log_start, last_write_at, created_at
-		FROM lanes.partitions WHERE queue_id = $1`+after+` ORDER BY name LIMIT $2 OFFSET $3`, args...)
+// QueueDetail returns a queue's configuration with one page of its
+// partitions by name, and whether more follow; ErrNotFound for an unknown
+// queue. Both are read in one statement, so the page holds the partitions of
+// the queue the configuration describes even while it is deleted or created
+// again; the queue's row carries the page's rows, so an empty page still has it.
+func (e *Engine) QueueDetail(ctx context.Context, name string, page RowPage) (*QueueConfig, []PartitionInfo, bool, error) {
+	after, args := page.nameAfter("p.name", name, page.limitArg(), page.Offset)
+	rows, err := e.pool.Query(ctx, `WITH q AS (SELECT `+queueColumns+` FROM lanes.queues WHERE name = $1),
+		page AS (SELECT p.id, p.name, p.last_offset, p.log_start, p.last_write_at, p.created_at
+			FROM lanes.partitions p WHERE p.queue_id IN (SELECT id FROM q)`+after+` ORDER BY p.name LIMIT $2 OFFSET $3)
+		SELECT q.*, page.id, page.name, page.last_offset, page.log_start, page.last_write_at, page.created_at
+		FROM q LEFT JOIN page ON true ORDER BY page.name`, args...)
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
 	}
-	list, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (PartitionInfo, error) {
-		var p PartitionInfo
-		err := r.Scan(&p.ID, &p.Name, &p.LastOffset, &p.LogStart, &p.LastWriteAt, &p.CreatedAt)
-		return p, err
+	var q *QueueConfig
+	var row QueueConfig
+	list := []PartitionInfo{}
+	var p PartitionInfo
+	var id *uuid.UUID
+	var partition *string
+	var lastOffset, logStart *int64
+	var createdAt *time.Time
+	targets := append(queueTargets(&row), &id, &partition, &lastOffset, &logStart, &p.LastWriteAt, &createdAt)
+	_, err = pgx.ForEachRow(rows, targets, func() error {
+		q = &row
+		if id != nil {
+			p.ID, p.Name, p.LastOffset, p.LogStart, p.CreatedAt = *id, *partition, *lastOffset, *logStart, *createdAt
+			list = append(list, p)
+		}
+		return nil
 	})
 	if err != nil {
-		return nil, false, err
+		return nil, nil, false, err
+	}
+	if q == nil {
+		return nil, nil, false, ErrNotFound
 	}
 	list, more := cutPage(list, page)
-	return list, more, nil
+	return q, list, more, nil
 }

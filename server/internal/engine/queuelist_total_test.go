@@ -175,3 +175,50 @@ func TestQueueStatusOfAnUnknownQueueAndOfAnEmptyPage(t *testing.T) {
 		t.Fatalf("page after the last partition: %+v %v (more %v), want an empty page of a queue of 1 partition of 2 messages", summary, parts, more)
 	}
 }
+
+// A queue's detail lists the partitions of the queue it describes: read in a
+// statement after the queue's, its page came out empty when another broker
+// deleted the queue in between (a queue of no partitions that held one).
+func TestQueueDetailListsThePartitionsOfTheQueueItDescribes(t *testing.T) {
+	ctx := t.Context()
+	other := newEngine(t)
+	q := queueName(t)
+	pushN(t, other, q, "p", 1)
+
+	tracer := &pageStatementTracer{reads: "FROM lanes.queues WHERE name = $1", then: func() {
+		if _, err := other.DeleteQueue(context.Background(), q); err != nil {
+			t.Error(err)
+		}
+	}}
+	e := newTracedEngine(t, tracer)
+
+	detail, parts, more, err := e.QueueDetail(ctx, q, RowPage{Limit: 10})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !tracer.ran {
+		t.Fatal("the queue was not deleted after the queue's statement")
+	}
+	if detail.Name != q || len(parts) != 1 || parts[0].Name != "p" || more {
+		t.Fatalf("queue %q with partitions %+v (more %v); want %q with its partition p, as one read sees them", detail.Name, parts, more, q)
+	}
+}
+
+// An unknown queue's detail is ErrNotFound, and an empty page of a known one
+// still carries the queue.
+func TestQueueDetailOfAnUnknownQueueAndOfAnEmptyPage(t *testing.T) {
+	ctx := t.Context()
+	e := newEngine(t)
+	if _, _, _, err := e.QueueDetail(ctx, queueName(t), RowPage{Limit: 10}); !errors.Is(err, ErrNotFound) {
+		t.Fatalf("unknown queue: %v, want ErrNotFound", err)
+	}
+	q := queueName(t)
+	pushN(t, e, q, "a", 1)
+	detail, parts, more, err := e.QueueDetail(ctx, q, RowPage{Limit: 10, After: []string{"a"}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if detail.Name != q || parts == nil || len(parts) != 0 || more {
+		t.Fatalf("page after the last partition: %+v %v (more %v), want queue %q with an empty page", detail, parts, more, q)
+	}
+}
