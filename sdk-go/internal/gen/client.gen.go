@@ -1595,7 +1595,11 @@ type Overview struct {
 
 // Pagination defines model for Pagination.
 type Pagination struct {
-	Limit  int  `json:"limit"`
+	Limit int `json:"limit"`
+
+	// Offset The `offset` the page was asked for, 0 when the request sent none. A page asked for by
+	// `after` starts after that key, not at an offset, and reads 0 here: it is not the page's
+	// position in the listing (the number of rows before it is not counted).
 	Offset int  `json:"offset"`
 	Total  *int `json:"total,omitempty"`
 }

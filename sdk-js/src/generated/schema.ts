@@ -1698,6 +1698,10 @@ export interface components {
         };
         Pagination: {
             limit: number;
+            /** @description The `offset` the page was asked for, 0 when the request sent none. A page asked for by
+             *     `after` starts after that key, not at an offset, and reads 0 here: it is not the page's
+             *     position in the listing (the number of rows before it is not counted).
+             *      */
             offset: number;
             total?: number;
         };

@@ -1711,6 +1711,12 @@ class Pagination(BaseModel):
     )
     limit: int
     offset: int
+    """
+    The `offset` the page was asked for, 0 when the request sent none. A page asked for by
+    `after` starts after that key, not at an offset, and reads 0 here: it is not the page's
+    position in the listing (the number of rows before it is not counted).
+
+    """
     total: int | None = None
 
 
