@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/url"
+	"slices"
 	"testing"
 )
 
@@ -77,4 +78,26 @@ func joinedIDs(pages []bodyKeyPage) []string {
 		out = append(out, p.ids()...)
 	}
 	return out
+}
+
+// wantBudgetPagesByKey pages path by key at limits 10 and 1000 on a broker
+// whose byte budget is listBudget: the budget cuts the first page before its
+// limit, no page of more than one row passes the budget, and the pages join
+// to whole.
+func wantBudgetPagesByKey(t *testing.T, b *testBroker, path string, whole ...string) {
+	t.Helper()
+	for _, limit := range []int{10, 1000} {
+		pages := bodyPagesByKey(t, b, path, limit)
+		for i, p := range pages {
+			if len(p.Messages) > 1 && p.bodyBytes > listBudget+8000 {
+				t.Errorf("limit %d page %d: %d rows in %d bytes, over the budget", limit, i, len(p.Messages), p.bodyBytes)
+			}
+		}
+		if len(pages[0].Messages) >= limit {
+			t.Errorf("limit %d: the first page holds %d rows: the budget did not cut it", limit, len(pages[0].Messages))
+		}
+		if got := joinedIDs(pages); !slices.Equal(got, whole) {
+			t.Fatalf("limit %d: paging by key gave\n%v\nwant\n%v", limit, got, whole)
+		}
+	}
 }

@@ -111,19 +111,7 @@ func TestAMessageListingStopsAtTheByteBudget(t *testing.T) {
 	b := newTestBrokerWith(t, engine.Config{ListMaxBytes: listBudget})
 	whole := newTestBrokerWith(t, engine.Config{})
 	q := uniqueQueue(t)
-	big := strings.Repeat("x", 20_000)
-	var oneSegment []map[string]any
-	for i := range 5 {
-		oneSegment = append(oneSegment, map[string]any{"queue": q, "partition": "a", "transactionId": fmt.Sprintf("seg-%d", i), "payload": big})
-	}
-	b.call(t, "POST", "/api/v1/push", map[string]any{"items": oneSegment}, nil)
-	for i := range 4 {
-		b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
-			{"queue": q, "partition": fmt.Sprintf("p%d", i%2), "transactionId": fmt.Sprintf("one-%d", i), "payload": big}}}, nil)
-	}
-	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
-		{"queue": q, "partition": "a", "transactionId": "huge", "payload": strings.Repeat("y", 3*listBudget/2)}}}, nil)
-	b.push(t, q, "a", "s1", "s2", "s3")
+	pushBudgetMessages(t, b, q)
 
 	checkListingPaging(t, b, whole, "/api/v1/messages?queue="+url.QueryEscape(q), 13)
 }
@@ -325,4 +313,25 @@ func TestTheKVConsoleListingStopsAtTheListingByteBudget(t *testing.T) {
 		t.Fatalf("keys only carry no values, so the budget leaves them whole: %d rows, truncated %v, %d bytes",
 			len(keysOnly.Rows), keysOnly.Truncated, keysOnly.Bytes)
 	}
+}
+
+// pushBudgetMessages pushes 13 messages to q, most of 20 KB and one of 1.5
+// byte budgets, spread so a budget cuts pages inside a segment and between
+// partitions, and returns their transaction ids in the listing's order.
+func pushBudgetMessages(t *testing.T, b *testBroker, q string) []string {
+	t.Helper()
+	big := strings.Repeat("x", 20_000)
+	var oneSegment []map[string]any
+	for i := range 5 {
+		oneSegment = append(oneSegment, map[string]any{"queue": q, "partition": "a", "transactionId": fmt.Sprintf("seg-%d", i), "payload": big})
+	}
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": oneSegment}, nil)
+	for i := range 4 {
+		b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+			{"queue": q, "partition": fmt.Sprintf("p%d", i%2), "transactionId": fmt.Sprintf("one-%d", i), "payload": big}}}, nil)
+	}
+	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
+		{"queue": q, "partition": "a", "transactionId": "huge", "payload": strings.Repeat("y", 3*listBudget/2)}}}, nil)
+	b.push(t, q, "a", "s1", "s2", "s3")
+	return []string{"s3", "s2", "s1", "huge", "one-3", "one-2", "one-1", "one-0", "seg-4", "seg-3", "seg-2", "seg-1", "seg-0"}
 }

@@ -2,10 +2,8 @@ package api
 
 import (
 	"encoding/base64"
-	"fmt"
 	"net/url"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/lanesmq/lanes/server/internal/engine"
@@ -111,34 +109,7 @@ func TestPagingMessagesByKeyGivesEveryRowOnceInOrder(t *testing.T) {
 func TestAMessageListingPagedByKeyStopsAtTheByteBudget(t *testing.T) {
 	b := newTestBrokerWith(t, engine.Config{ListMaxBytes: listBudget})
 	q := uniqueQueue(t)
-	big := strings.Repeat("x", 20_000)
-	var oneSegment []map[string]any
-	for i := range 5 {
-		oneSegment = append(oneSegment, map[string]any{"queue": q, "partition": "a", "transactionId": fmt.Sprintf("seg-%d", i), "payload": big})
-	}
-	b.call(t, "POST", "/api/v1/push", map[string]any{"items": oneSegment}, nil)
-	for i := range 4 {
-		b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
-			{"queue": q, "partition": fmt.Sprintf("p%d", i%2), "transactionId": fmt.Sprintf("one-%d", i), "payload": big}}}, nil)
-	}
-	b.call(t, "POST", "/api/v1/push", map[string]any{"items": []map[string]any{
-		{"queue": q, "partition": "a", "transactionId": "huge", "payload": strings.Repeat("y", 3*listBudget/2)}}}, nil)
-	b.push(t, q, "a", "s1", "s2", "s3")
-	whole := []string{"s3", "s2", "s1", "huge", "one-3", "one-2", "one-1", "one-0", "seg-4", "seg-3", "seg-2", "seg-1", "seg-0"}
-	for _, limit := range []int{10, 1000} {
-		pages := bodyPagesByKey(t, b, "/api/v1/messages?queue="+url.QueryEscape(q), limit)
-		for i, p := range pages {
-			if len(p.Messages) > 1 && p.bodyBytes > listBudget+8000 {
-				t.Errorf("limit %d page %d: %d rows in %d bytes, over the budget", limit, i, len(p.Messages), p.bodyBytes)
-			}
-		}
-		if len(pages[0].Messages) >= limit {
-			t.Errorf("limit %d: the first page holds %d rows: the budget did not cut it", limit, len(pages[0].Messages))
-		}
-		if got := joinedIDs(pages); !slices.Equal(got, whole) {
-			t.Fatalf("limit %d: paging by key gave\n%v\nwant\n%v", limit, got, whole)
-		}
-	}
+	wantBudgetPagesByKey(t, b, "/api/v1/messages?queue="+url.QueryEscape(q), pushBudgetMessages(t, b, q)...)
 }
 
 // The messages of a segment that does not decode are counted once as

@@ -158,23 +158,26 @@ func (e *Engine) ListGroups(ctx context.Context, page RowPage) ([]GroupSummary, 
 	if err != nil {
 		return nil, false, err
 	}
-	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (GroupSummary, error) {
-		var s GroupSummary
-		var mode *string
-		var lagSeconds float64
-		err := row.Scan(&s.Group, &s.Queue, &mode, &s.SubscriptionTimestamp, &s.SubscriptionCreatedAt,
-			&s.Cursors, &s.PartitionsWithLag, &s.TotalLag, &lagSeconds, &s.EverConsumed)
-		if mode != nil {
-			s.SubscriptionMode = *mode
-		}
-		s.MaxTimeLag = time.Duration(max(lagSeconds, 0) * float64(time.Second))
-		return s, err
-	})
+	list, err := pgx.CollectRows(rows, scanGroupSummary)
 	if err != nil {
 		return nil, false, err
 	}
 	list, more := cutPage(list, page)
 	return list, more, nil
+}
+
+// scanGroupSummary reads one row of groupsByOffsetSQL or groupsAfterSQL.
+func scanGroupSummary(row pgx.CollectableRow) (GroupSummary, error) {
+	var s GroupSummary
+	var mode *string
+	var lagSeconds float64
+	err := row.Scan(&s.Group, &s.Queue, &mode, &s.SubscriptionTimestamp, &s.SubscriptionCreatedAt,
+		&s.Cursors, &s.PartitionsWithLag, &s.TotalLag, &lagSeconds, &s.EverConsumed)
+	if mode != nil {
+		s.SubscriptionMode = *mode
+	}
+	s.MaxTimeLag = time.Duration(max(lagSeconds, 0) * float64(time.Second))
+	return s, err
 }
 
 // groupSumsSQL sums the cursors of cursorRowsSQL per (group, queue).

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -71,21 +70,7 @@ func TestTheListingsByKeyAnswerTheRowsOfThePassOverEveryCursor(t *testing.T) {
 	defer func(was int) { minLaggingPairBatch = was }(minLaggingPairBatch)
 	minLaggingPairBatch = 1 // lagging pages walk on in rounds
 	for _, limit := range []int{0, 1, 2, 3, 5, 19, 20, 100} {
-		var groups []string
-		page := RowPage{Limit: limit}
-		for {
-			list, more, err := e.ListGroups(ctx, page)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range list {
-				groups = append(groups, groupRow(s))
-			}
-			if !more {
-				break
-			}
-			page.After = []string{list[len(list)-1].Group, list[len(list)-1].Queue}
-		}
+		groups := groupListByKey(t, e, limit)
 		if !slices.Equal(groups, wantGroups) {
 			t.Fatalf("limit %d: the group list by key\n%v\nby offset\n%v", limit, groups, wantGroups)
 		}
@@ -145,21 +130,34 @@ func groupRows(t *testing.T, e *Engine, sql string, args ...any) []string {
 		t.Fatal(err)
 	}
 	list, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (string, error) {
-		var s GroupSummary
-		var mode *string
-		var lagSeconds float64
-		err := row.Scan(&s.Group, &s.Queue, &mode, &s.SubscriptionTimestamp, &s.SubscriptionCreatedAt,
-			&s.Cursors, &s.PartitionsWithLag, &s.TotalLag, &lagSeconds, &s.EverConsumed)
-		if mode != nil {
-			s.SubscriptionMode = *mode
-		}
-		s.MaxTimeLag = time.Duration(lagSeconds * float64(time.Second))
+		s, err := scanGroupSummary(row)
 		return groupRow(s), err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
 	return list
+}
+
+// groupListByKey pages the group list by key, limit rows a page, and joins
+// the pages' rows.
+func groupListByKey(t *testing.T, e *Engine, limit int) []string {
+	t.Helper()
+	var groups []string
+	page := RowPage{Limit: limit}
+	for {
+		list, more, err := e.ListGroups(context.Background(), page)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, s := range list {
+			groups = append(groups, groupRow(s))
+		}
+		if !more {
+			return groups
+		}
+		page.After = []string{list[len(list)-1].Group, list[len(list)-1].Queue}
+	}
 }
 
 func cursorRows(t *testing.T, e *Engine, sql string, args ...any) []string {
@@ -297,21 +295,7 @@ func TestASparseGroupReadsItsOwnQueuesNotEveryQueue(t *testing.T) {
 		t.Fatalf("the fill: %d group rows, %d lagging, %d of gs; want 1505, 3, 3", len(wantGroups), len(wantLagging), len(wantOfGS))
 	}
 	for _, limit := range []int{0, 1, 7, 1000} {
-		var groups []string
-		page := RowPage{Limit: limit}
-		for {
-			list, more, err := e.ListGroups(ctx, page)
-			if err != nil {
-				t.Fatal(err)
-			}
-			for _, s := range list {
-				groups = append(groups, groupRow(s))
-			}
-			if !more {
-				break
-			}
-			page.After = []string{list[len(list)-1].Group, list[len(list)-1].Queue}
-		}
+		groups := groupListByKey(t, e, limit)
 		if !slices.Equal(groups, wantGroups) {
 			t.Fatalf("limit %d: the group list by key (%d rows) differs from the offset pages' (%d)", limit, len(groups), len(wantGroups))
 		}
