@@ -8,14 +8,16 @@ import (
 	"testing"
 )
 
-// bodyKeyPage is one page of a listing that names its paging fields in its
+// listingPage is one page of a listing that names its paging fields in its
 // body (the dead-letter and message listings).
-type bodyKeyPage struct {
+type listingPage struct {
 	Messages []struct {
 		ID            string `json:"id"`
 		TransactionID string `json:"transactionId"`
 		PartitionID   string `json:"partitionId"`
+		Data          any    `json:"data"`
 	} `json:"messages"`
+	Total      int     `json:"total"`
 	Truncated  *bool   `json:"truncated"`
 	NextAfter  *string `json:"nextAfter"`
 	NextOffset *int    `json:"nextOffset"`
@@ -25,7 +27,7 @@ type bodyKeyPage struct {
 	bodyBytes int
 }
 
-func (p bodyKeyPage) ids() []string {
+func (p listingPage) ids() []string {
 	out := []string{}
 	for _, m := range p.Messages {
 		out = append(out, m.TransactionID)
@@ -33,10 +35,10 @@ func (p bodyKeyPage) ids() []string {
 	return out
 }
 
-func getBodyKeyPage(t *testing.T, b *testBroker, path string) bodyKeyPage {
+func getBodyKeyPage(t *testing.T, b *testBroker, path string) listingPage {
 	t.Helper()
 	raw, _ := b.getOK(t, path)
-	var p bodyKeyPage
+	var p listingPage
 	if err := json.Unmarshal(raw, &p); err != nil || p.Truncated == nil {
 		t.Fatalf("GET %s: %v %.300s", path, err, raw)
 	}
@@ -50,9 +52,9 @@ func getBodyKeyPage(t *testing.T, b *testBroker, path string) bodyKeyPage {
 // bodyPagesByKey follows nextAfter from the first page of path with limit and
 // returns every page. A page asked for by key names no nextOffset, and only
 // messages that do not decode (counted as unreadable) leave a page empty.
-func bodyPagesByKey(t *testing.T, b *testBroker, path string, limit int) []bodyKeyPage {
+func bodyPagesByKey(t *testing.T, b *testBroker, path string, limit int) []listingPage {
 	t.Helper()
-	var pages []bodyKeyPage
+	var pages []listingPage
 	query := fmt.Sprintf("%s&limit=%d", path, limit)
 	for range 100 {
 		p := getBodyKeyPage(t, b, query)
@@ -72,7 +74,7 @@ func bodyPagesByKey(t *testing.T, b *testBroker, path string, limit int) []bodyK
 	return nil
 }
 
-func joinedIDs(pages []bodyKeyPage) []string {
+func joinedIDs(pages []listingPage) []string {
 	var out []string
 	for _, p := range pages {
 		out = append(out, p.ids()...)
@@ -99,5 +101,23 @@ func wantBudgetPagesByKey(t *testing.T, b *testBroker, path string, whole ...str
 		if got := joinedIDs(pages); !slices.Equal(got, whole) {
 			t.Fatalf("limit %d: paging by key gave\n%v\nwant\n%v", limit, got, whole)
 		}
+	}
+}
+
+// wantSecondPages reads path's first page of two rows, which must be
+// firstIDs, lets between change the rows, and wants the second page by
+// offset to be byOffset (what an offset does to a change) and by key byKey.
+func wantSecondPages(t *testing.T, b *testBroker, path string, firstIDs []string, between func(first listingPage), byOffset, byKey []string) {
+	t.Helper()
+	first := getBodyKeyPage(t, b, path+"&limit=2")
+	if !slices.Equal(first.ids(), firstIDs) || first.NextAfter == nil || first.NextOffset == nil || *first.NextOffset != 2 {
+		t.Fatalf("the first page: %v nextAfter %v nextOffset %v", first.ids(), first.NextAfter, first.NextOffset)
+	}
+	between(first)
+	if got := getBodyKeyPage(t, b, path+"&limit=2&offset=2"); !slices.Equal(got.ids(), byOffset) {
+		t.Fatalf("the second page by offset: %v, want %v (what an offset does)", got.ids(), byOffset)
+	}
+	if got := getBodyKeyPage(t, b, path+"&limit=2&after="+url.QueryEscape(*first.NextAfter)); !slices.Equal(got.ids(), byKey) {
+		t.Fatalf("the second page by key: %v, want %v", got.ids(), byKey)
 	}
 }

@@ -13,7 +13,7 @@ import (
 )
 
 // replayDeadLetters replays every dead letter of page.
-func (b *testBroker) replayDeadLetters(t *testing.T, page bodyKeyPage) {
+func (b *testBroker) replayDeadLetters(t *testing.T, page listingPage) {
 	t.Helper()
 	for _, m := range page.Messages {
 		var res replayBody
@@ -29,16 +29,16 @@ func (b *testBroker) replayDeadLetters(t *testing.T, page bodyKeyPage) {
 // pages sorts first (newest failure) and makes the offset repeat a row instead.
 func TestDeadLettersReplayedOrFiledBetweenPagesShiftTheOffsetButNotTheKey(t *testing.T) {
 	for name, c := range map[string]struct {
-		between         func(t *testing.T, b *testBroker, q string, first bodyKeyPage)
+		between         func(t *testing.T, b *testBroker, q string, first listingPage)
 		byOffset, byKey []string
 	}{
 		"replayed": {
-			between:  func(t *testing.T, b *testBroker, _ string, first bodyKeyPage) { b.replayDeadLetters(t, first) },
+			between:  func(t *testing.T, b *testBroker, _ string, first listingPage) { b.replayDeadLetters(t, first) },
 			byOffset: []string{"m1", "m0"},
 			byKey:    []string{"m3", "m2"},
 		},
 		"deleted": {
-			between: func(t *testing.T, b *testBroker, _ string, first bodyKeyPage) {
+			between: func(t *testing.T, b *testBroker, _ string, first listingPage) {
 				for _, m := range first.Messages {
 					if status, _ := b.call(t, "DELETE", "/api/v1/messages/"+m.PartitionID+"/"+m.TransactionID, nil, nil); status != http.StatusOK {
 						t.Fatalf("delete %s: %d", m.TransactionID, status)
@@ -49,7 +49,7 @@ func TestDeadLettersReplayedOrFiledBetweenPagesShiftTheOffsetButNotTheKey(t *tes
 			byKey:    []string{"m3", "m2"},
 		},
 		"filed": {
-			between:  func(t *testing.T, b *testBroker, q string, _ bodyKeyPage) { b.deadLetter(t, q, "p9", "m6") },
+			between:  func(t *testing.T, b *testBroker, q string, _ listingPage) { b.deadLetter(t, q, "p9", "m6") },
 			byOffset: []string{"m4", "m3"},
 			byKey:    []string{"m3", "m2"},
 		},
@@ -61,19 +61,7 @@ func TestDeadLettersReplayedOrFiledBetweenPagesShiftTheOffsetButNotTheKey(t *tes
 				b.deadLetter(t, q, fmt.Sprintf("p%d", i%2), fmt.Sprintf("m%d", i))
 			}
 			path := "/api/v1/dlq?queue=" + url.QueryEscape(q)
-			first := getBodyKeyPage(t, b, path+"&limit=2")
-			if !slices.Equal(first.ids(), []string{"m5", "m4"}) || first.NextAfter == nil || first.NextOffset == nil || *first.NextOffset != 2 {
-				t.Fatalf("the first page: %v nextAfter %v nextOffset %v", first.ids(), first.NextAfter, first.NextOffset)
-			}
-			c.between(t, b, q, first)
-			byOffset := getBodyKeyPage(t, b, path+"&limit=2&offset=2")
-			if !slices.Equal(byOffset.ids(), c.byOffset) {
-				t.Fatalf("the second page by offset: %v, want %v (what an offset does)", byOffset.ids(), c.byOffset)
-			}
-			byKey := getBodyKeyPage(t, b, path+"&limit=2&after="+url.QueryEscape(*first.NextAfter))
-			if !slices.Equal(byKey.ids(), c.byKey) {
-				t.Fatalf("the second page by key: %v, want %v", byKey.ids(), c.byKey)
-			}
+			wantSecondPages(t, b, path, []string{"m5", "m4"}, func(first listingPage) { c.between(t, b, q, first) }, c.byOffset, c.byKey)
 		})
 	}
 }

@@ -18,30 +18,10 @@ import (
 // three of a dead-letter listing, fit in it; a third (fourth) does not.
 const listBudget = 100_000
 
-// budgetedPage is one page of a message or dead-letter listing with its paging fields.
-type budgetedPage struct {
-	Messages []struct {
-		TransactionID string `json:"transactionId"`
-		Data          any    `json:"data"`
-	} `json:"messages"`
-	Total      int   `json:"total"`
-	Truncated  *bool `json:"truncated"`
-	NextOffset *int  `json:"nextOffset"`
-	bodyBytes  int
-}
-
-func (p budgetedPage) ids() []string {
-	out := []string{}
-	for _, m := range p.Messages {
-		out = append(out, m.TransactionID)
-	}
-	return out
-}
-
-func getPage(t *testing.T, b *testBroker, path string) budgetedPage {
+func getPage(t *testing.T, b *testBroker, path string) listingPage {
 	t.Helper()
 	raw, _ := b.getOK(t, path)
-	var p budgetedPage
+	var p listingPage
 	if err := json.Unmarshal(raw, &p); err != nil {
 		t.Fatalf("GET %s: %v", path, err)
 	}
@@ -56,9 +36,9 @@ func getPage(t *testing.T, b *testBroker, path string) budgetedPage {
 }
 
 // pageThrough follows nextOffset from offset 0 and returns every page.
-func pageThrough(t *testing.T, b *testBroker, path string, limit int) []budgetedPage {
+func pageThrough(t *testing.T, b *testBroker, path string, limit int) []listingPage {
 	t.Helper()
-	var pages []budgetedPage
+	var pages []listingPage
 	offset := 0
 	for range 100 {
 		p := getPage(t, b, fmt.Sprintf("%s&limit=%d&offset=%d", path, limit, offset))
@@ -81,7 +61,7 @@ func pageThrough(t *testing.T, b *testBroker, path string, limit int) []budgeted
 // checkPages wants the pages, joined, to be the whole listing in its order,
 // each page with at least one row and within the budget unless it holds one
 // row, the row over the budget alone, and the first page cut short of limit.
-func checkPages(t *testing.T, pages []budgetedPage, whole []string, limit int, over string) {
+func checkPages(t *testing.T, pages []listingPage, whole []string, limit int, over string) {
 	t.Helper()
 	var joined []string
 	for i, p := range pages {

@@ -50,19 +50,7 @@ func TestMessagesConsumedOrPushedBetweenPagesShiftTheOffsetButNotTheKey(t *testi
 				b.push(t, q, "pa", id)
 			}
 			path := "/api/v1/messages?status=pending&queue=" + url.QueryEscape(q)
-			first := getBodyKeyPage(t, b, path+"&limit=2")
-			if !slices.Equal(first.ids(), []string{"a2", "a1"}) || first.NextAfter == nil || first.NextOffset == nil || *first.NextOffset != 2 {
-				t.Fatalf("the first page: %v nextAfter %v nextOffset %v", first.ids(), first.NextAfter, first.NextOffset)
-			}
-			c.between(t, b, q)
-			byOffset := getBodyKeyPage(t, b, path+"&limit=2&offset=2")
-			if !slices.Equal(byOffset.ids(), c.byOffset) {
-				t.Fatalf("the second page by offset: %v, want %v (what an offset does)", byOffset.ids(), c.byOffset)
-			}
-			byKey := getBodyKeyPage(t, b, path+"&limit=2&after="+url.QueryEscape(*first.NextAfter))
-			if !slices.Equal(byKey.ids(), c.byKey) {
-				t.Fatalf("the second page by key: %v, want %v", byKey.ids(), c.byKey)
-			}
+			wantSecondPages(t, b, path, []string{"a2", "a1"}, func(listingPage) { c.between(t, b, q) }, c.byOffset, c.byKey)
 		})
 	}
 }

@@ -59,7 +59,6 @@ func newIsolatedEngine(t *testing.T) *Engine {
 // cursors, and lagging pages that walk on past pairs with nothing lagging.
 func TestTheListingsByKeyAnswerTheRowsOfThePassOverEveryCursor(t *testing.T) {
 	e := sparseGroups(t)
-	ctx := t.Context()
 
 	wantGroups := groupRows(t, e, groupsByOffsetSQL, "", nil, 0)
 	wantLagging := cursorRows(t, e, laggingPageSQL, "", nil, 0, 0.0)
@@ -70,22 +69,29 @@ func TestTheListingsByKeyAnswerTheRowsOfThePassOverEveryCursor(t *testing.T) {
 	defer func(was int) { minLaggingPairBatch = was }(minLaggingPairBatch)
 	minLaggingPairBatch = 1 // lagging pages walk on in rounds
 	for _, limit := range []int{0, 1, 2, 3, 5, 19, 20, 100} {
-		groups := groupListByKey(t, e, limit)
-		if !slices.Equal(groups, wantGroups) {
-			t.Fatalf("limit %d: the group list by key\n%v\nby offset\n%v", limit, groups, wantGroups)
-		}
-		lagging := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
-			return e.LaggingCursors(ctx, 0, page)
-		}, true)
-		if !slices.Equal(lagging, wantLagging) {
-			t.Fatalf("limit %d: lagging by key\n%v\nby offset\n%v", limit, lagging, wantLagging)
-		}
-		ofB := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
-			return e.GroupCursors(ctx, "b", page)
-		}, false)
-		if !slices.Equal(ofB, wantOfB) {
-			t.Fatalf("limit %d: b's cursors by key\n%v\nby offset\n%v", limit, ofB, wantOfB)
-		}
+		wantListingsByKey(t, e, limit, "b", wantGroups, wantLagging, wantOfB)
+	}
+}
+
+// wantListingsByKey pages the group list, the lagging cursors and group's
+// cursors by key, limit rows a page, and wants each to join to the rows the
+// offset pages gave.
+func wantListingsByKey(t *testing.T, e *Engine, limit int, group string, wantGroups, wantLagging, wantOfGroup []string) {
+	t.Helper()
+	if groups := groupListByKey(t, e, limit); !slices.Equal(groups, wantGroups) {
+		t.Fatalf("limit %d: the group list by key (%d rows)\n%v\nby offset (%d)\n%v", limit, len(groups), groups, len(wantGroups), wantGroups)
+	}
+	lagging := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
+		return e.LaggingCursors(t.Context(), 0, page)
+	}, true)
+	if !slices.Equal(lagging, wantLagging) {
+		t.Fatalf("limit %d: lagging by key\n%v\nby offset\n%v", limit, lagging, wantLagging)
+	}
+	ofGroup := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
+		return e.GroupCursors(t.Context(), group, page)
+	}, false)
+	if !slices.Equal(ofGroup, wantOfGroup) {
+		t.Fatalf("limit %d: %s's cursors by key\n%v\nby offset\n%v", limit, group, ofGroup, wantOfGroup)
 	}
 }
 
@@ -295,22 +301,7 @@ func TestASparseGroupReadsItsOwnQueuesNotEveryQueue(t *testing.T) {
 		t.Fatalf("the fill: %d group rows, %d lagging, %d of gs; want 1505, 3, 3", len(wantGroups), len(wantLagging), len(wantOfGS))
 	}
 	for _, limit := range []int{0, 1, 7, 1000} {
-		groups := groupListByKey(t, e, limit)
-		if !slices.Equal(groups, wantGroups) {
-			t.Fatalf("limit %d: the group list by key (%d rows) differs from the offset pages' (%d)", limit, len(groups), len(wantGroups))
-		}
-		lagging := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
-			return e.LaggingCursors(ctx, 0, page)
-		}, true)
-		if !slices.Equal(lagging, wantLagging) {
-			t.Fatalf("limit %d: lagging by key\n%v\nby offset\n%v", limit, lagging, wantLagging)
-		}
-		ofGS := pageCursorsByKey(t, limit, func(page RowPage) ([]GroupCursor, bool, error) {
-			return e.GroupCursors(ctx, "gs", page)
-		}, false)
-		if !slices.Equal(ofGS, wantOfGS) {
-			t.Fatalf("limit %d: gs's cursors by key\n%v\nby offset\n%v", limit, ofGS, wantOfGS)
-		}
+		wantListingsByKey(t, e, limit, "gs", wantGroups, wantLagging, wantOfGS)
 	}
 }
 
