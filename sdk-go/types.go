@@ -29,6 +29,8 @@ type (
 	QueueDetail = gen.QueueDetail
 	// QueueList is the answer of GET /api/v1/resources/queues.
 	QueueList = gen.QueueList
+	// QueueSummary is one queue of a queue listing (GET /api/v1/resources/queues, /status/queues).
+	QueueSummary = gen.QueueSummary
 	// QueueDepth is the answer of GET /api/v1/resources/queues/{queue}/depth.
 	QueueDepth = gen.QueueDepth
 	// DeleteQueueResult is the answer of DELETE /api/v1/resources/queues/{queue}.
@@ -75,6 +77,8 @@ type (
 	DLQReplayResult = gen.DlqReplayResult
 	// MessageList is the answer of GET /api/v1/messages.
 	MessageList = gen.MessageList
+	// MessageListItem is one message of a message listing.
+	MessageListItem = gen.MessageListItem
 	// MessageDetail is the answer of GET /api/v1/messages/{partitionId}/{transactionId}.
 	MessageDetail = gen.MessageDetail
 	// DeleteMessageResult is the answer of a message delete.
