@@ -12,6 +12,7 @@ import type {
   DeleteMessageResult,
   DeleteQueueResult,
   DlqList,
+  DlqMessage,
   DlqPurgeResult,
   DlqReplayRequest,
   DlqReplayResult,
@@ -20,6 +21,7 @@ import type {
   Maintenance,
   MessageDetail,
   MessageList,
+  MessageListItem,
   MessageListQuery,
   Metrics,
   NamespaceList,
@@ -30,6 +32,7 @@ import type {
   QueueOptions,
   QueueStatus,
   QueueStatusList,
+  QueueSummary,
   SeekPartitionResult,
   SeekQueueResult,
   StatusOverview,
@@ -129,6 +132,57 @@ export function headerNext(headers: Headers, at: PagePlace): PagePlace | undefin
   return nextByOffset(at, next);
 }
 
+/*
+ * The dead-letter, message and queue listings are too long to hold whole, so they have no
+ * whole-listing call; the `all…` walks go through them a page at a time instead, holding one page.
+ * Each page after the first starts after the broker's key (nextAfter), which rows replayed, pushed,
+ * consumed or deleted between two pages do not move, as they move an offset. A broker that names
+ * no key (one before keyed paging) is followed by offset, as the whole-listing calls follow it: the
+ * dead letters and messages while a page says it is truncated (nextOffset), or, from a broker
+ * before that flag, while a page is full; the queues while the rows so far are fewer than the
+ * page's total. An offset skips or repeats rows that come or go meanwhile, which such a broker
+ * leaves no way around; stopping after one page would instead lose the rest.
+ */
+
+/** walkPage is the page size the walks ask for unless told: the broker's own default page, small enough that a page of message payloads stays a few MB. */
+export const walkPage = 100;
+
+/** A page's rows and where the next starts (undefined after the last). */
+type WalkPage<T> = { rows: T[]; next: PagePlace | undefined };
+
+/** walkPages yields the rows of page after page from `start`; leaving the loop early asks for no further page, and a page's error is thrown once, ending the walk. */
+async function* walkPages<T>(start: PagePlace, fetchPage: (at: PagePlace) => Promise<WalkPage<T>>): AsyncGenerator<T, void, undefined> {
+  for (let at: PagePlace | undefined = start; at !== undefined; ) {
+    const page = await fetchPage(at);
+    yield* page.rows;
+    at = page.next;
+  }
+}
+
+/** truncatedNext is where the page after a dead-letter or message page starts: bodyNext's rule when the page says whether it was cut, else (a broker before `truncated`, which pages at `limit` only) the offset after its rows while it is full. */
+function truncatedNext(page: BodyPaging, at: PagePlace, rows: number, limit: number): PagePlace | undefined {
+  if (page.truncated !== undefined) return bodyNext(page, at);
+  if (at.after !== undefined || rows < limit) return undefined;
+  return nextByOffset(at, (at.offset ?? 0) + rows);
+}
+
+/** queuesNext is where the page after a queue-list page starts: after its nextAfter, sent while more queues follow; without one (an older broker) the offset after its rows while fewer than `total` came. */
+function queuesNext(nextAfter: string | null | undefined, at: PagePlace, rows: number, total: number | undefined): PagePlace | undefined {
+  if (nextAfter) return nextByKey(at, nextAfter);
+  const offset = at.offset ?? 0;
+  if (at.after !== undefined || rows === 0 || total === undefined || offset + rows >= total) return undefined;
+  return nextByOffset(at, offset + rows);
+}
+
+/** The paging part of a walk's query: where it starts (`after` or `offset`) and its page size (`limit`, default walkPage). */
+type WalkQuery = { limit?: number | undefined; offset?: number | undefined; after?: string | undefined };
+
+/** walkStart splits a walk's query into its filters, its page size and where it starts. */
+function walkStart<Q extends WalkQuery>(query: Q): { filters: Omit<Q, keyof WalkQuery>; limit: number; start: PagePlace } {
+  const { limit, offset, after, ...filters } = query;
+  return { filters, limit: limit ?? walkPage, start: { offset: offset || undefined, after: after || undefined } };
+}
+
 /** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). */
 export class Admin {
   /** @internal */
@@ -166,6 +220,19 @@ export class Admin {
   /** listQueues lists one page of queues by name; page with `after` (the page's `nextAfter`), which queues created or deleted between two pages do not shift, as they shift an `offset`. */
   listQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<QueueList> {
     return this.get("/api/v1/resources/queues", query);
+  }
+  /**
+   * allQueues walks every queue the filters select, by name, page by page (`limit` rows a page,
+   * default 100): `for await (const q of lanes.admin.allQueues({ namespace: "billing" })) …`.
+   * Queues created or deleted meanwhile move no queue of the rest; leaving the loop asks for no
+   * further page; a page's error is thrown once and ends the walk.
+   */
+  allQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): AsyncGenerator<QueueSummary, void, undefined> {
+    const { filters, limit, start } = walkStart(query);
+    return walkPages(start, async (at) => {
+      const page = await this.listQueues({ ...filters, limit, ...at });
+      return { rows: page.queues, next: queuesNext(page.nextAfter, at, page.queues.length, page.total) };
+    });
   }
   /** getQueue returns one queue with its options and every partition (following the broker's pages). */
   getQueue(queue: string): Promise<QueueDetail> {
@@ -251,6 +318,19 @@ export class Admin {
   listDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<DlqList> {
     return listDlq(this.core, query);
   }
+  /**
+   * allDlq walks every dead letter the filters select, newest failure first, page by page
+   * (`limit` rows a page, default 100), as allQueues: dead letters replayed, deleted or filed
+   * meanwhile move no row of the rest.
+   */
+  allDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): AsyncGenerator<DlqMessage, void, undefined> {
+    checkGroup("allDlq", query.consumerGroup);
+    const { filters, limit, start } = walkStart(query);
+    return walkPages(start, async (at) => {
+      const page = await listDlq(this.core, { ...filters, limit, ...at });
+      return { rows: page.messages, next: truncatedNext(page, at, page.messages.length, limit) };
+    });
+  }
   /** purgeDlq deletes a queue's dead letters (optionally one group's). */
   async purgeDlq(queue: string, consumerGroup?: string): Promise<DlqPurgeResult> {
     checkGroup("purgeDlq", consumerGroup);
@@ -263,6 +343,18 @@ export class Admin {
   /** listMessages lists messages with their derived status; page by `after: page.nextAfter`, which messages pushed or consumed between two pages do not move. */
   listMessages(query: MessageListQuery = {}): Promise<MessageList> {
     return this.get("/api/v1/messages", query as Query);
+  }
+  /**
+   * allMessages walks every message the filters select, newest first, page by page as allDlq; a
+   * page the broker's answer byte budget cut short is continued after its last message, and
+   * messages pushed meanwhile sort before the walk's place and are not listed.
+   */
+  allMessages(query: MessageListQuery = {}): AsyncGenerator<MessageListItem, void, undefined> {
+    const { filters, limit, start } = walkStart(query);
+    return walkPages(start, async (at) => {
+      const page = await this.listMessages({ ...filters, limit, ...at });
+      return { rows: page.messages, next: truncatedNext(page, at, page.messages.length, limit) };
+    });
   }
   /** getMessage returns one message with its per-group state. */
   getMessage(partitionId: string, transactionId: string): Promise<MessageDetail> {
@@ -294,6 +386,14 @@ export class Admin {
   /** listQueueStatus lists one page of queues with message counters, paged as listQueues. */
   listQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<QueueStatusList> {
     return this.get("/api/v1/status/queues", query);
+  }
+  /** allQueueStatus walks every queue the filters select with its message counters, by name, page by page as allQueues. */
+  allQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): AsyncGenerator<QueueSummary, void, undefined> {
+    const { filters, limit, start } = walkStart(query);
+    return walkPages(start, async (at) => {
+      const page = await this.listQueueStatus({ ...filters, limit, ...at });
+      return { rows: page.queues, next: queuesNext(page.nextAfter, at, page.queues.length, page.pagination.total) };
+    });
   }
   /** getQueueStatus is the live detail of one queue, with every partition on request. */
   getQueueStatus(queue: string, includePartitions = false): Promise<QueueStatus> {

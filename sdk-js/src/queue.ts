@@ -10,7 +10,7 @@ import { QUEUE_MODE, toWireItems } from "./internal/core.js";
 import { currentPopCut } from "./internal/popcut.js";
 import type { Message, PopResult } from "./message.js";
 import { popQuery, type PopKnobs } from "./pop.js";
-import type { ConfigureResult, DeleteQueueResult, DlqList, PopResponse, QueueDepth, QueueOptions } from "./types.js";
+import type { ConfigureResult, DeleteQueueResult, DlqList, DlqMessage, PopResponse, QueueDepth, QueueOptions } from "./types.js";
 
 /**
  * SubscriptionMode is where a named group starts on first contact: `new` (default) skips the backlog, `all` reads it.
@@ -358,6 +358,10 @@ export class DlqBuilder {
   /** get fetches the page. */
   async get(): Promise<DlqList> {
     return listDlq(this.core, this.s);
+  }
+  /** all walks every dead letter the builder selects, newest first, page by page (its `limit` rows a page, default 100), as `admin.allDlq`: `for await (const m of lanes.queue(q).dlq(g).all()) …`. */
+  all(): AsyncGenerator<DlqMessage, void, undefined> {
+    return new Admin(this.core).allDlq(this.s);
   }
 }
 

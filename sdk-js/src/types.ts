@@ -65,6 +65,10 @@ export type DeleteMessageResult = Schemas["DeleteMessageResult"];
 export type DlqList = Schemas["DlqList"];
 /** DlqMessage is one dead letter. */
 export type DlqMessage = Schemas["DlqMessage"];
+/** MessageListItem is one message of a message listing. */
+export type MessageListItem = Schemas["MessageListItem"];
+/** QueueSummary is one queue of a queue listing (`listQueues`, `listQueueStatus`). */
+export type QueueSummary = Schemas["QueueSummary"];
 /** DlqListQuery filters the dead-letter listing. */
 export type DlqListQuery = NonNullable<operations["listDlq"]["parameters"]["query"]>;
 /** DlqPurgeResult is the answer to a dead-letter purge. */
