@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
@@ -39,6 +39,34 @@ async def async_whole_listing(client: AsyncLanes, paged: R.Paged[T]) -> T:
         whole = paged.merge(whole, page.body)
         if page.next is None:
             return whole
+        R.check_next_page(req.path, at, page.next)
+        at = page.next
+
+
+def walk(client: Lanes, w: R.Walk[T]) -> Iterator[T]:
+    """The rows of a listing, page after page from ``w.start``: leaving the loop asks for no
+    further page; a page's error is raised once and ends the walk."""
+    at = w.start
+    while True:
+        req = w.page(at)
+        page = client._call(req)
+        yield from page.body
+        if page.next is None:
+            return
+        R.check_next_page(req.path, at, page.next)
+        at = page.next
+
+
+async def async_walk(client: AsyncLanes, w: R.Walk[T]) -> AsyncIterator[T]:
+    """Asyncio twin of :func:`walk`."""
+    at = w.start
+    while True:
+        req = w.page(at)
+        page = await client._call(req)
+        for row in page.body:
+            yield row
+        if page.next is None:
+            return
         R.check_next_page(req.path, at, page.next)
         at = page.next
 
@@ -80,6 +108,21 @@ class Admin:
         queues created or deleted between two pages do not shift, as they shift an ``offset``."""
         return self._c._call(R.list_queues(namespace, task, limit, offset, after))
 
+    def all_queues(
+        self,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> Iterator[models.QueueSummary]:
+        """Every queue the filters select, by name, page by page (``limit`` rows a page, default
+        100): ``for q in client.admin.all_queues(namespace="billing")``. Queues created or
+        deleted meanwhile move no queue of the rest; leaving the loop asks for no further page;
+        a page's error is raised once and ends the walk."""
+        return walk(self._c, R.walk_queues(namespace, task, limit, offset, after))
+
     def delete_queue(self, queue: str) -> models.DeleteQueueResult:
         return self._c._call(R.delete_queue(queue))
 
@@ -119,6 +162,20 @@ class Admin:
     ) -> models.QueueStatusList:
         """One page of queues with message counters, paged as ``list_queues``."""
         return self._c._call(R.list_queue_status(queue, namespace, task, limit, offset, after))
+
+    def all_queue_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> Iterator[models.QueueSummary]:
+        """Every queue the filters select with its message counters, page by page as
+        ``all_queues``."""
+        return walk(self._c, R.walk_queue_status(queue, namespace, task, limit, offset, after))
 
     def get_queue_status(self, queue: str, include_partitions: bool = False) -> models.QueueStatus:
         """Live state of one queue (404 ``NotFoundError`` when unknown)."""
@@ -214,6 +271,26 @@ class Admin:
             R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset, after)
         )
 
+    def all_dlq(
+        self,
+        *,
+        queue: str | None = None,
+        consumer_group: str | None = None,
+        partition: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> Iterator[models.DlqMessage]:
+        """Every dead letter the filters select, newest failure first, page by page as
+        ``all_queues``: dead letters replayed, deleted or filed meanwhile move no row of the
+        rest."""
+        return walk(
+            self._c,
+            R.walk_dlq(queue, consumer_group, partition, from_, to, limit, offset, after),
+        )
+
     def purge_dlq(self, queue: str, consumer_group: str | None = None) -> models.DlqPurgeResult:
         return self._c._call(R.purge_dlq(queue, consumer_group))
 
@@ -245,6 +322,30 @@ class Admin:
             R.list_messages(
                 queue, partition, namespace, task, status, from_, to, limit, offset, after
             )
+        )
+
+    def all_messages(
+        self,
+        *,
+        queue: str | None = None,
+        partition: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        status: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> Iterator[models.MessageListItem]:
+        """Every message the filters select, newest first, page by page as ``all_dlq``; a page
+        the broker's answer byte budget cut short is continued after its last message, and
+        messages pushed meanwhile sort before the walk's place and are not listed."""
+        return walk(
+            self._c,
+            R.walk_messages(
+                queue, partition, namespace, task, status, from_, to, limit, offset, after
+            ),
         )
 
     def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:
@@ -293,6 +394,21 @@ class AsyncAdmin:
         queues created or deleted between two pages do not shift, as they shift an ``offset``."""
         return await self._c._call(R.list_queues(namespace, task, limit, offset, after))
 
+    def all_queues(
+        self,
+        *,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> AsyncIterator[models.QueueSummary]:
+        """Every queue the filters select, by name, page by page (``limit`` rows a page, default
+        100): ``async for q in client.admin.all_queues(namespace="billing")``. Queues created or
+        deleted meanwhile move no queue of the rest; leaving the loop asks for no further page;
+        a page's error is raised once and ends the walk."""
+        return async_walk(self._c, R.walk_queues(namespace, task, limit, offset, after))
+
     async def delete_queue(self, queue: str) -> models.DeleteQueueResult:
         return await self._c._call(R.delete_queue(queue))
 
@@ -333,6 +449,22 @@ class AsyncAdmin:
         """One page of queues with message counters, paged as ``list_queues``."""
         return await self._c._call(
             R.list_queue_status(queue, namespace, task, limit, offset, after)
+        )
+
+    def all_queue_status(
+        self,
+        *,
+        queue: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> AsyncIterator[models.QueueSummary]:
+        """Every queue the filters select with its message counters, page by page as
+        ``all_queues``."""
+        return async_walk(
+            self._c, R.walk_queue_status(queue, namespace, task, limit, offset, after)
         )
 
     async def get_queue_status(
@@ -430,6 +562,26 @@ class AsyncAdmin:
             R.list_dlq(queue, consumer_group, partition, from_, to, limit, offset, after)
         )
 
+    def all_dlq(
+        self,
+        *,
+        queue: str | None = None,
+        consumer_group: str | None = None,
+        partition: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> AsyncIterator[models.DlqMessage]:
+        """Every dead letter the filters select, newest failure first, page by page as
+        ``all_queues``: dead letters replayed, deleted or filed meanwhile move no row of the
+        rest."""
+        return async_walk(
+            self._c,
+            R.walk_dlq(queue, consumer_group, partition, from_, to, limit, offset, after),
+        )
+
     async def purge_dlq(
         self, queue: str, consumer_group: str | None = None
     ) -> models.DlqPurgeResult:
@@ -463,6 +615,30 @@ class AsyncAdmin:
             R.list_messages(
                 queue, partition, namespace, task, status, from_, to, limit, offset, after
             )
+        )
+
+    def all_messages(
+        self,
+        *,
+        queue: str | None = None,
+        partition: str | None = None,
+        namespace: str | None = None,
+        task: str | None = None,
+        status: str | None = None,
+        from_: datetime | str | None = None,
+        to: datetime | str | None = None,
+        limit: int | None = None,
+        offset: int | None = None,
+        after: str | None = None,
+    ) -> AsyncIterator[models.MessageListItem]:
+        """Every message the filters select, newest first, page by page as ``all_dlq``; a page
+        the broker's answer byte budget cut short is continued after its last message, and
+        messages pushed meanwhile sort before the walk's place and are not listed."""
+        return async_walk(
+            self._c,
+            R.walk_messages(
+                queue, partition, namespace, task, status, from_, to, limit, offset, after
+            ),
         )
 
     async def get_message(self, partition_id: str, transaction_id: str) -> models.MessageDetail:

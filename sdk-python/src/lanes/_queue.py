@@ -7,12 +7,13 @@ import asyncio
 import concurrent.futures
 import dataclasses
 import warnings
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from lanes import _protocol as P
 from lanes import _requests as R
+from lanes._admin import async_walk, walk
 from lanes._buffer import AsyncPushBuffer, BufferOptions, PushBuffer
 from lanes._consumer import (
     AsyncConsumer,
@@ -488,6 +489,12 @@ class _DlqFilter:
             f.queue, f.consumer_group, f.partition, f.from_, f.to, f.limit, f.offset, f.after
         )
 
+    def walk(self) -> R.Walk[models.DlqMessage]:
+        f = self
+        return R.walk_dlq(
+            f.queue, f.consumer_group, f.partition, f.from_, f.to, f.limit, f.offset, f.after
+        )
+
 
 DQ = TypeVar("DQ", bound="_DlqQueryBase[Any]")
 
@@ -535,9 +542,19 @@ class DlqQuery(_DlqQueryBase["Lanes"]):
         """The page, newest first (``admin.list_dlq`` with these filters)."""
         return self._client._call(self._f.request())
 
+    def all(self) -> Iterator[models.DlqMessage]:
+        """Every dead letter these filters select, newest first, page by page (:meth:`limit`
+        rows a page, default 100), as ``admin.all_dlq``:
+        ``for m in client.queue(q).dlq(g).all(): ...``."""
+        return walk(self._client, self._f.walk())
+
 
 class AsyncDlqQuery(_DlqQueryBase["AsyncLanes"]):
     """Asyncio :class:`DlqQuery`."""
 
     async def get(self) -> models.DlqList:
         return await self._client._call(self._f.request())
+
+    def all(self) -> AsyncIterator[models.DlqMessage]:
+        """Asyncio :meth:`DlqQuery.all`: ``async for m in client.queue(q).dlq(g).all(): ...``."""
+        return async_walk(self._client, self._f.walk())

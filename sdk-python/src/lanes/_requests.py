@@ -289,6 +289,165 @@ def _body_paged(cls: type[M], path: str, rows: str, **query: Any) -> Paged[M]:
     )
 
 
+# The dead-letter, message and queue listings are too long to hold whole, so they have no
+# whole-listing call; the ``all_*`` walks go through them a page at a time instead, holding one
+# page. Each page after the first starts after the broker's key (``nextAfter``), which rows
+# replayed, pushed, consumed or deleted between two pages do not move, as they move an offset. A
+# broker that names no key (one before keyed paging) is followed by offset, as the whole-listing
+# calls follow it: the dead letters and messages while a page says it is truncated
+# (``nextOffset``), or, from a broker before that flag, while a page is full; the queues while
+# the rows so far are fewer than the page's total. An offset skips or repeats rows that come or go
+# meanwhile, which such a broker leaves no way around; stopping after one page would instead lose
+# the rest.
+
+# The page size the walks ask for unless told: the broker's own default page, small enough that a
+# page of message payloads stays a few MB.
+WALK_PAGE = 100
+
+
+@dataclass(frozen=True)
+class Walk(Generic[T]):
+    """A listing walked row by row: ``page(place)`` is one page's request, answering its rows and
+    where the next page starts; ``start`` is where the walk starts."""
+
+    start: PagePlace
+    page: Callable[[PagePlace], Req[Page[list[T]]]]
+
+
+def _walk_page(
+    req: Req[M], rows_next: Callable[[M], tuple[list[T], PagePlace | None]]
+) -> Req[Page[list[T]]]:
+    """``req`` (one page of a listing) answering its rows and where the next page starts."""
+    one = req.parse
+
+    def parse(r: Response) -> Page[list[T]]:
+        rows, nxt = rows_next(one(r))
+        return Page(rows, nxt)
+
+    return Req(req.method, req.path, parse, query=req.query, body=req.body, timeout=req.timeout)
+
+
+def _truncated_next(
+    m: models.DlqList | models.MessageList, at: PagePlace, limit: int
+) -> PagePlace | None:
+    """Where the page after a dead-letter or message page starts: the whole-listing rule when
+    the page says whether it was cut (``truncated``), else (a broker before the flag, which pages
+    at ``limit`` only) the offset after its rows while it is full."""
+    if m.truncated is not None:
+        if not m.truncated:
+            return None
+        if m.next_after or at.after is not None:
+            # A page asked for by key that names none is refused by check_next_page.
+            return PagePlace(after=m.next_after or None)
+        return PagePlace(m.next_offset) if isinstance(m.next_offset, int) else None
+    if at.after is not None or len(m.messages) < limit:
+        return None
+    return PagePlace(at.offset + len(m.messages))
+
+
+def _queues_next(
+    next_after: str | None, at: PagePlace, rows: int, total: int | None
+) -> PagePlace | None:
+    """Where the page after a queue-list page starts: after its ``nextAfter``, sent while more
+    queues follow; without one (an older broker) the offset after its rows while fewer than
+    ``total`` came."""
+    if next_after:
+        return PagePlace(after=next_after)
+    if at.after is not None or rows == 0 or total is None or at.offset + rows >= total:
+        return None
+    return PagePlace(at.offset + rows)
+
+
+def _walk_start(offset: int | None, after: str | None) -> PagePlace:
+    return PagePlace(offset or 0, after or None)
+
+
+def walk_dlq(
+    queue: str | None,
+    consumer_group: str | None,
+    partition: str | None,
+    from_: datetime | str | None,
+    to: datetime | str | None,
+    limit: int | None,
+    offset: int | None,
+    after: str | None,
+) -> Walk[models.DlqMessage]:
+    check_group("all_dlq", consumer_group)
+    size = limit or WALK_PAGE
+
+    def page(at: PagePlace) -> Req[Page[list[models.DlqMessage]]]:
+        req = list_dlq(
+            queue, consumer_group, partition, from_, to, size, at.offset or None, at.after
+        )
+        return _walk_page(req, lambda m: (m.messages, _truncated_next(m, at, size)))
+
+    return Walk(_walk_start(offset, after), page)
+
+
+def walk_messages(
+    queue: str | None,
+    partition: str | None,
+    namespace: str | None,
+    task: str | None,
+    status: str | None,
+    from_: datetime | str | None,
+    to: datetime | str | None,
+    limit: int | None,
+    offset: int | None,
+    after: str | None,
+) -> Walk[models.MessageListItem]:
+    size = limit or WALK_PAGE
+
+    def page(at: PagePlace) -> Req[Page[list[models.MessageListItem]]]:
+        req = list_messages(
+            queue, partition, namespace, task, status, from_, to, size, at.offset or None, at.after
+        )
+        return _walk_page(req, lambda m: (m.messages, _truncated_next(m, at, size)))
+
+    return Walk(_walk_start(offset, after), page)
+
+
+def walk_queues(
+    namespace: str | None,
+    task: str | None,
+    limit: int | None,
+    offset: int | None,
+    after: str | None,
+) -> Walk[models.QueueSummary]:
+    size = limit or WALK_PAGE
+
+    def page(at: PagePlace) -> Req[Page[list[models.QueueSummary]]]:
+        req = list_queues(namespace, task, size, at.offset or None, at.after)
+        return _walk_page(
+            req, lambda m: (m.queues, _queues_next(m.next_after, at, len(m.queues), m.total))
+        )
+
+    return Walk(_walk_start(offset, after), page)
+
+
+def walk_queue_status(
+    queue: str | None,
+    namespace: str | None,
+    task: str | None,
+    limit: int | None,
+    offset: int | None,
+    after: str | None,
+) -> Walk[models.QueueSummary]:
+    size = limit or WALK_PAGE
+
+    def page(at: PagePlace) -> Req[Page[list[models.QueueSummary]]]:
+        req = list_queue_status(queue, namespace, task, size, at.offset or None, at.after)
+        return _walk_page(
+            req,
+            lambda m: (
+                m.queues,
+                _queues_next(m.next_after, at, len(m.queues), m.pagination.total),
+            ),
+        )
+
+    return Walk(_walk_start(offset, after), page)
+
+
 def _header_next(path: str, r: Response) -> PagePlace | None:
     """Where the next page starts by the X-Lanes-Truncated, X-Lanes-Next-After and
     X-Lanes-Next-Offset headers of a listing answered as a bare array or keyed by queue, which
