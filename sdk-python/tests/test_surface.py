@@ -47,6 +47,7 @@ DLQ_QUERY: dict[str, list[str]] = {
     "from_": [],
     "to": [],
     "get": [],
+    "all": [],
 }
 CONSUMER: dict[str, list[str]] = {
     "stop": [],
@@ -80,6 +81,13 @@ ADMIN = {
     "get_queue_status": ["include_partitions"], "get_buffer_status": [], "get_metrics": [],
     "get_maintenance_mode": [], "set_maintenance_mode": [], "get_pop_maintenance_mode": [],
     "set_pop_maintenance_mode": [],
+    "all_queues": ["namespace", "task", "limit", "offset", "after"],
+    "all_queue_status": ["queue", "namespace", "task", "limit", "offset", "after"],
+    "all_dlq": ["queue", "consumer_group", "partition", "from_", "to", "limit", "offset", "after"],
+    "all_messages": [
+        "queue", "partition", "namespace", "task", "status", "from_", "to", "limit", "offset",
+        "after",
+    ],
 }  # fmt: skip
 KV = {
     "get": [], "put": ["ttl_seconds", "expect"], "put_if_absent": ["ttl_seconds"],

@@ -21,7 +21,7 @@ const queue: (keyof QueueBuilder)[] = [
   "consumeBatch", "messages",
   "config", "create", "delete", "depth", "dlq",
 ];
-const dlq: (keyof DlqBuilder)[] = ["partition", "limit", "offset", "after", "from", "to", "get"];
+const dlq: (keyof DlqBuilder)[] = ["partition", "limit", "offset", "after", "from", "to", "get", "all"];
 const consumer: (keyof Consumer)[] = ["stop", "stopAndCancel", "closed", "done", "error", "then"];
 // §5 transactions.
 const transaction: (keyof TransactionBuilder)[] = ["queue", "ack", "kv", "timer", "cancelTimer", "commit"];
@@ -35,6 +35,7 @@ const admin: (keyof Admin)[] = [
   "listMessages", "getMessage", "deleteMessage", "retryMessage", "getOverview", "getNamespaces", "getTasks",
   "getStatus", "listQueueStatus", "getQueueStatus", "getBufferStatus", "getMetrics", "getMaintenanceMode",
   "setMaintenanceMode", "getPopMaintenanceMode", "setPopMaintenanceMode",
+  "allQueues", "allQueueStatus", "allDlq", "allMessages",
 ];
 const kv: (keyof Kv)[] = ["get", "put", "putIfAbsent", "getMany", "getPrefix", "incr", "delete", "batch", "list"];
 const timers: (keyof Timers)[] = ["schedule", "reschedule", "cancel", "get", "list", "batch"];
