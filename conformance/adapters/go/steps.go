@@ -42,6 +42,7 @@ func (s *state) steps() map[string]stepFunc {
 		"mark":        decodeArgs(s.mark),
 		"sleep":       decodeArgs(sleepStep),
 		"dlq":         decodeArgs(s.listDLQ),
+		"dlqAll":      decodeArgs(s.walkDLQ),
 		"consume":     decodeArgs(s.consume),
 		"iterate":     decodeArgs(s.iterate),
 
@@ -69,7 +70,8 @@ func (s *state) steps() map[string]stepFunc {
 		"queueDelete": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.DeleteQueue(ctx, a.Queue)
 		}),
-		"queues": decodeArgs(s.listQueues),
+		"queues":    decodeArgs(s.listQueues),
+		"queuesAll": decodeArgs(s.walkQueues),
 		"depth": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.QueueDepth(ctx, a.Queue, a.Group)
 		}),
@@ -79,7 +81,8 @@ func (s *state) steps() map[string]stepFunc {
 		"status": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.Status(ctx, status(a))
 		}),
-		"queueStatuses": decodeArgs(s.listQueueStatuses),
+		"queueStatuses":    decodeArgs(s.listQueueStatuses),
+		"queueStatusesAll": decodeArgs(s.walkQueueStatuses),
 		"queueStatus": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.QueueStatus(ctx, a.Queue, a.IncludePartitions)
 		}),
@@ -92,7 +95,8 @@ func (s *state) steps() map[string]stepFunc {
 		"setMaintenance": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return s.maintenance(ctx, true, a.Scope, a.Enabled)
 		}),
-		"messages": decodeArgs(s.listMessages),
+		"messages":    decodeArgs(s.listMessages),
+		"messagesAll": decodeArgs(s.walkMessages),
 		"group": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.GetConsumerGroup(ctx, a.Group)
 		}),

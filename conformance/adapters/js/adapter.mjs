@@ -252,6 +252,9 @@ const stateSteps = {
   async queueDelete(c, a) {
     return await c.admin.deleteQueue(a.queue);
   },
+  async queuesAll(c, a) {
+    return walked(c.admin.allQueues(pick(a, "namespace", "task", "limit")));
+  },
   async queues(c, a) {
     const list = await c.admin.listQueues({ ...pick(a, "namespace", "task", "limit", "offset"), ...this.after(a) });
     if (a.save) this.pages.set(a.save, list.nextAfter);
@@ -273,6 +276,9 @@ const stateSteps = {
   },
   async status(c, a) {
     return await c.admin.getStatus(pick(a, "queue", "namespace", "task"));
+  },
+  async queueStatusesAll(c, a) {
+    return walked(c.admin.allQueueStatus(pick(a, "queue", "namespace", "task", "limit")));
   },
   async queueStatuses(c, a) {
     const list = await c.admin.listQueueStatus({ ...pick(a, "queue", "namespace", "task", "limit", "offset"), ...this.after(a) });
@@ -296,6 +302,9 @@ const stateSteps = {
   },
   async setMaintenance(c, a) {
     return await maintenanceCall(c, a.scope, "set", a.enabled);
+  },
+  async messagesAll(c, a) {
+    return walked(c.admin.allMessages(pick(a, "queue", "partition", "status", "limit")));
   },
   async messages(c, a) {
     const list = await c.admin.listMessages({ ...pick(a, "queue", "partition", "status", "limit", "offset"), ...this.after(a) });
@@ -327,6 +336,18 @@ const withPrefix = (list, field, prefix) =>
   (list ?? []).filter((r) => String(r[field] ?? "").startsWith(prefix ?? "")).sort((x, y) => (x[field] < y[field] ? -1 : x[field] > y[field] ? 1 : 0));
 
 // maintenanceCall reads ("get") or sets the push or pop maintenance switch.
+/** walked is a walk step's result: every row the walk yielded, with the error it ended on (the rows before it kept). */
+async function walked(rows) {
+  const got = [];
+  try {
+    for await (const row of rows) got.push(row);
+  } catch (err) {
+    if (err instanceof AdapterError) throw err;
+    return { count: got.length, rows: got, error: sdkErr(err) };
+  }
+  return { count: got.length, rows: got };
+}
+
 async function maintenanceCall(c, scope, how, enabled) {
   const calls = {
     push: { get: () => c.admin.getMaintenanceMode(), set: () => c.admin.setMaintenanceMode(enabled) },
@@ -450,6 +471,11 @@ const queueSteps = {
   async sleep(c, a) {
     await sleep(a.ms ?? 0);
     return {};
+  },
+  async dlqAll(c, a) {
+    const q = { queue: a.queue, ...pick(a, "limit") };
+    if (a.group) q.consumerGroup = a.group;
+    return walked(c.admin.allDlq(q));
   },
   async dlq(c, a) {
     const q = { queue: a.queue, ...pick(a, "limit", "offset"), ...this.after(a) };

@@ -15,6 +15,7 @@ import sys
 import threading
 import time
 import traceback
+from collections.abc import Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -204,6 +205,18 @@ def wire(v: Any) -> Any:
     if hasattr(v, "model_dump"):
         return v.model_dump(mode="json", by_alias=True, exclude_none=True)
     return v
+
+
+def walked(rows: Iterator[Any]) -> dict[str, Any]:
+    """A walk step's result: every row the walk yielded, in wire names, with the error it ended
+    on (the rows before it kept)."""
+    got: list[Any] = []
+    try:
+        for row in rows:
+            got.append(row)
+    except lanes.LanesError as e:
+        return {"count": len(got), "rows": wire(got), "error": err_kind(e)}
+    return {"count": len(got), "rows": wire(got)}
 
 
 def wire_result(v: Any) -> dict[str, Any]:
@@ -472,6 +485,13 @@ class CaseState:
             "nextAfter": lst.next_after,
         }
 
+    def op_dlqAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return walked(
+            c.admin.all_dlq(
+                queue=a.get("queue"), consumer_group=a.get("group") or None, **pick(a, "limit")
+            )
+        )
+
     def op_consume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return self.consume(a)
 
@@ -611,6 +631,9 @@ class CaseState:
             self.pages[a["save"]] = lst.next_after
         return wire_result(lst)
 
+    def op_queuesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return walked(c.admin.all_queues(**pick(a, "namespace", "task", "limit")))
+
     def op_depth(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
 
@@ -634,6 +657,9 @@ class CaseState:
         if a.get("save"):
             self.pages[a["save"]] = lst.next_after
         return wire_result(lst)
+
+    def op_queueStatusesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return walked(c.admin.all_queue_status(**pick(a, "queue", "namespace", "task", "limit")))
 
     def op_queueStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
@@ -665,6 +691,9 @@ class CaseState:
         if a.get("save"):
             self.pages[a["save"]] = lst.next_after
         return wire_result(lst)
+
+    def op_messagesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        return walked(c.admin.all_messages(**pick(a, "queue", "partition", "status", "limit")))
 
     def op_group(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_consumer_group(a["group"]))
