@@ -180,7 +180,7 @@ type WalkQuery = { limit?: number | undefined; offset?: number | undefined; afte
 /** walkStart splits a walk's query into its filters, its page size and where it starts. */
 function walkStart<Q extends WalkQuery>(query: Q): { filters: Omit<Q, keyof WalkQuery>; limit: number; start: PagePlace } {
   const { limit, offset, after, ...filters } = query;
-  return { filters, limit: limit ?? walkPage, start: { offset: offset || undefined, after: after || undefined } };
+  return { filters, limit: limit || walkPage, start: { offset: offset || undefined, after: after || undefined } };
 }
 
 /** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). */
