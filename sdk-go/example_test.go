@@ -99,6 +99,33 @@ func ExampleQueueBuilder_Messages() {
 	// order 9138
 }
 
+// Walk every dead letter of a queue, newest first: All asks for the pages (Limit rows each) after
+// the broker's key, so replaying each one as it comes moves none of the rest.
+func ExampleDLQBuilder_All() {
+	ctx := context.Background()
+	client := exampleClient()
+	orders := exampleQueue("orders")
+	_, _ = client.Queue(orders).Push(ctx, lanes.Data(1), lanes.Data(2), lanes.Data(3))
+	for range 3 {
+		msgs, _ := client.Queue(orders).Batch(1).Wait(false).Pop(ctx)
+		_, _ = client.Ack(ctx, msgs, lanes.AckDLQ, lanes.AckOpts{Error: "poison"})
+	}
+
+	for m, err := range client.Queue(orders).DLQ("").Limit(2).All(ctx) {
+		if err != nil {
+			panic(err) // the walk has ended
+		}
+		fmt.Println("dead letter", string(m.Data))
+		if _, err := client.Admin().ReplayDLQ(ctx, m.Id, "", ""); err != nil {
+			panic(err)
+		}
+	}
+	// Output:
+	// dead letter 3
+	// dead letter 2
+	// dead letter 1
+}
+
 // Stop: wire SIGTERM to a soft stop that finishes in-flight messages, escalating after 10 s.
 func ExampleConsumer_Stop() {
 	ctx := context.Background()
