@@ -2786,8 +2786,9 @@ type ListConsumerGroupsParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -2806,8 +2807,9 @@ type ListLaggingConsumerGroupsParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 
 	// MinLagSeconds Minimum time lag in seconds (clients usually send 60; the reference example uses 3600).
@@ -2835,8 +2837,9 @@ type GetConsumerGroupParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -2882,8 +2885,9 @@ type ListDlqParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -2923,8 +2927,9 @@ type ListMessagesParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -3097,8 +3102,9 @@ type ListKvNamespacesParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -3117,8 +3123,9 @@ type ListNamespacesParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -3140,8 +3147,9 @@ type ListQueuesParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -3160,8 +3168,9 @@ type GetQueueParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -3180,8 +3189,9 @@ type GetQueueDepthParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 
 	// Group Consumer group; absent = queue mode (`__QUEUE_MODE__`).
@@ -3203,8 +3213,9 @@ type ListTasksParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -3253,8 +3264,9 @@ type ListQueueStatusParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 }
 
@@ -3273,8 +3285,9 @@ type GetQueueStatusParams struct {
 
 	// After Where the page starts: the rows strictly after the row this key names, the
 	// `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-	// Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-	// `400 bad_request`.
+	// Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+	// characters. Not with `offset`: both, or a malformed key (one the schema refuses
+	// included), answer `400 bad_request`.
 	After *ListAfter `form:"after,omitempty" json:"after,omitempty"`
 
 	// IncludePartitions Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does.

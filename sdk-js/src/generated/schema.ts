@@ -3020,8 +3020,9 @@ export interface components {
         KeyedListOffset: number;
         /** @description Where the page starts: the rows strictly after the row this key names, the
          *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-         *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-         *     `400 bad_request`.
+         *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+         *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+         *     included), answer `400 bad_request`.
          *      */
         ListAfter: string;
         /** @description Total message budget for the call, shared across claimed partitions. When absent: 200,
@@ -3548,8 +3549,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -3620,8 +3622,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -3665,8 +3668,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -3710,8 +3714,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -3789,8 +3794,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
                 /** @description Consumer group; absent = queue mode (`__QUEUE_MODE__`). */
@@ -3853,8 +3859,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -4011,8 +4018,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -4124,8 +4132,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -4172,8 +4181,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
                 /** @description Minimum time lag in seconds (clients usually send 60; the reference example uses 3600). */
@@ -4222,8 +4232,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -4589,8 +4600,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -4974,8 +4986,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
             };
@@ -5019,8 +5032,9 @@ export interface operations {
                 offset?: components["parameters"]["KeyedListOffset"];
                 /** @description Where the page starts: the rows strictly after the row this key names, the
                  *     `X-Lanes-Next-After` (or, in an object answer, the `nextAfter`) of the page before.
-                 *     Opaque: send it back as it came. Not with `offset`: both, or a malformed key, answer
-                 *     `400 bad_request`.
+                 *     Opaque: send it back as it came. Every key is unpadded base64url, at least 6
+                 *     characters. Not with `offset`: both, or a malformed key (one the schema refuses
+                 *     included), answer `400 bad_request`.
                  *      */
                 after?: components["parameters"]["ListAfter"];
                 /** @description Include per-partition detail. Accepts `true`/`false`, `1`/`0` and `yes`/`no` (any case), as every boolean query parameter of a management route does. */

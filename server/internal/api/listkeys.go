@@ -26,7 +26,7 @@ func keyedRowPage(limit *gen.ListLimit, offset *gen.KeyedListOffset, after *gen.
 		return page, nil
 	}
 	if offset != nil {
-		return page, &engine.InvalidInputError{Field: "after", Message: "after and offset are two ways to place a page: send one"}
+		return page, afterWithOffset()
 	}
 	bad := badAfter()
 	raw, err := base64.RawURLEncoding.DecodeString(*after)
@@ -45,6 +45,11 @@ func keyedRowPage(limit *gen.ListLimit, offset *gen.KeyedListOffset, after *gen.
 	}
 	page.After = key
 	return page, nil
+}
+
+// afterWithOffset is the error of a page asked for by both after and offset.
+func afterWithOffset() error {
+	return &engine.InvalidInputError{Field: "after", Message: "after and offset are two ways to place a page: send one"}
 }
 
 // badAfter is the error of an after that is not a key the listing gave.

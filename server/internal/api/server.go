@@ -159,7 +159,7 @@ func (s *Server) Handler() (http.Handler, error) {
 			AuthenticationFunc: openapi3filter.NoopAuthenticationFunc,
 			MultiError:         false,
 		},
-		ErrorHandlerWithOpts: validationError(notAllowed),
+		ErrorHandlerWithOpts: validationError(notAllowed, listAfterParameter(spec)),
 		Skipper:              isHotPathBody,
 		// Handlers decode the body's bytes, not the validator's decoded
 		// value: binding that re-encoded every payload and KV value, which

@@ -34,7 +34,7 @@ func isHotPathBody(r *http.Request) bool {
 
 // validationError answers a request the spec validator refused; one for a
 // method the path does not serve goes to methodNotAllowed.
-func validationError(methodNotAllowed http.Handler) func(context.Context, error, http.ResponseWriter, *http.Request, middleware.ErrorHandlerOpts) {
+func validationError(methodNotAllowed http.Handler, listAfter *openapi3.Parameter) func(context.Context, error, http.ResponseWriter, *http.Request, middleware.ErrorHandlerOpts) {
 	return func(_ context.Context, err error, w http.ResponseWriter, r *http.Request, opts middleware.ErrorHandlerOpts) {
 		if opts.MatchedRoute == nil {
 			if strings.Contains(err.Error(), "no matching operation") {
@@ -46,11 +46,15 @@ func validationError(methodNotAllowed http.Handler) func(context.Context, error,
 				return
 			}
 		}
-		specRefused(w, r, err, opts)
+		specRefused(w, r, err, opts, listAfter)
 	}
 }
 
-func specRefused(w http.ResponseWriter, r *http.Request, err error, opts middleware.ErrorHandlerOpts) {
+func specRefused(w http.ResponseWriter, r *http.Request, err error, opts middleware.ErrorHandlerOpts, listAfter *openapi3.Parameter) {
+	if refused := listAfterRefusal(r, err, listAfter); refused != nil {
+		writeError(w, http.StatusBadRequest, CodeBadRequest, refused.Error())
+		return
+	}
 	if isDlqPurgeWithoutQueue(err, opts) {
 		writeError(w, http.StatusBadRequest, CodeQueueRequired, "queue is required")
 		return
@@ -136,6 +140,30 @@ func badRequestCode(path string) string {
 		return family
 	}
 	return CodeBadRequest
+}
+
+// listAfterParameter is the spec's ListAfter, the after of the listings paged
+// by a key: the operations that name it share this value.
+func listAfterParameter(spec *openapi3.T) *openapi3.Parameter {
+	if spec.Components == nil || spec.Components.Parameters["ListAfter"] == nil {
+		return nil
+	}
+	return spec.Components.Parameters["ListAfter"].Value
+}
+
+// listAfterRefusal is the answer to an after the spec's ListAfter refuses (too
+// short, or a character outside unpadded base64url): the handler's answer to
+// an after that is no key, or to one sent with an offset, whichever layer
+// found it. nil for any other fault.
+func listAfterRefusal(r *http.Request, err error, listAfter *openapi3.Parameter) error {
+	var reqErr *openapi3filter.RequestError
+	if listAfter == nil || !errors.As(err, &reqErr) || reqErr.Parameter != listAfter {
+		return nil
+	}
+	if r.URL.Query().Has("offset") {
+		return afterWithOffset()
+	}
+	return badAfter()
 }
 
 // isDlqPurgeWithoutQueue reports a DELETE /api/v1/dlq whose queue is absent or

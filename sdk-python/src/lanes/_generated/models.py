@@ -143,7 +143,7 @@ class ApiV1ConsumerGroupsGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1ConsumerGroupsGroupDeleteParametersQuery(BaseModel):
@@ -159,7 +159,7 @@ class ApiV1ConsumerGroupsGroupGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1ConsumerGroupsGroupQueuesQueueDeleteParametersQuery(BaseModel):
@@ -175,7 +175,7 @@ class ApiV1ConsumerGroupsLaggingGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
     min_lag_seconds: Annotated[int | None, Field(alias="minLagSeconds", ge=0)] = None
 
 
@@ -198,7 +198,7 @@ class ApiV1DlqGetParametersQuery(BaseModel):
     to: AwareDatetime | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1MessagesGetParametersQuery(BaseModel):
@@ -215,7 +215,7 @@ class ApiV1MessagesGetParametersQuery(BaseModel):
     to: AwareDatetime | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 200
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1PopGetParametersQuery(BaseModel):
@@ -273,7 +273,7 @@ class ApiV1ResourcesKvNamespacesGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1ResourcesNamespacesGetParametersQuery(BaseModel):
@@ -282,7 +282,7 @@ class ApiV1ResourcesNamespacesGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
@@ -293,7 +293,7 @@ class ApiV1ResourcesQueuesGetParametersQuery(BaseModel):
     task: str | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1ResourcesQueuesQueueDepthGetParametersQuery(BaseModel):
@@ -302,7 +302,7 @@ class ApiV1ResourcesQueuesQueueDepthGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
     group: str | None = None
 
 
@@ -312,7 +312,7 @@ class ApiV1ResourcesQueuesQueueGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1ResourcesTasksGetParametersQuery(BaseModel):
@@ -321,7 +321,7 @@ class ApiV1ResourcesTasksGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1StatusGetParametersQuery(BaseModel):
@@ -346,7 +346,7 @@ class ApiV1StatusQueuesGetParametersQuery(BaseModel):
     task: str | None = None
     limit: Annotated[int, Field(ge=1, le=1000)] = 100
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
 
 
 class ApiV1StatusQueuesQueueGetParametersQuery(BaseModel):
@@ -355,7 +355,7 @@ class ApiV1StatusQueuesQueueGetParametersQuery(BaseModel):
     )
     limit: Annotated[int, Field(ge=1, le=10000)] = 10000
     offset: Annotated[int | None, Field(ge=0)] = None
-    after: str | None = None
+    after: Annotated[str | None, Field(min_length=6, pattern="^[A-Za-z0-9_-]+$")] = None
     include_partitions: Annotated[bool, Field(alias="includePartitions")] = False
 
 
