@@ -50,7 +50,13 @@ func (c *tripCounter) take() (trips, statements int64) {
 // newCountedEngine is an engine whose round trips and statements c counts.
 func newCountedEngine(t *testing.T, c *tripCounter) *Engine {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testDSN)
+	return newCountedEngineOn(t, testDSN, c)
+}
+
+// newCountedEngineOn is newCountedEngine on the database of dsn.
+func newCountedEngineOn(t *testing.T, dsn string, c *tripCounter) *Engine {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
 // pageStatementTracer runs then once, when the first statement whose SQL
@@ -220,5 +222,50 @@ func TestQueueDetailOfAnUnknownQueueAndOfAnEmptyPage(t *testing.T) {
 	}
 	if detail.Name != q || parts == nil || len(parts) != 0 || more {
 		t.Fatalf("page after the last partition: %+v %v (more %v), want queue %q with an empty page", detail, parts, more, q)
+	}
+}
+
+// An empty page of the queue list carries its total in the page's statement
+// as a full one does: past the end (by offset or by key), on a broker
+// without queues and under a filter no queue matches. It took a second
+// statement to count the total, which could disagree with the page's.
+func TestAnEmptyQueueListPageIsOneStatement(t *testing.T) {
+	dsn, cleanup, err := testdb.NewDatabase(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	var counter tripCounter
+	empty := newCountedEngineOn(t, dsn, &counter)
+	if err := ApplySchema(t.Context(), empty.pool); err != nil {
+		t.Fatal(err)
+	}
+	e := newCountedEngine(t, &counter)
+	q := queueName(t)
+	pushN(t, e, q, "p", 1)
+
+	for _, c := range []struct {
+		name       string
+		e          *Engine
+		filter     QueueListFilter
+		rows, want int
+	}{
+		{"a page of one", e, QueueListFilter{Queue: q}, 1, 1},
+		{"past the end by offset", e, QueueListFilter{Queue: q, Offset: 1}, 0, 1},
+		{"past the end by key", e, QueueListFilter{Queue: q, After: []string{q}}, 0, 1},
+		{"a broker without queues", empty, QueueListFilter{}, 0, 0},
+		{"a filter no queue matches", e, QueueListFilter{Namespace: q + "-nothing"}, 0, 0},
+	} {
+		counter.take()
+		list, total, more, err := c.e.ListQueues(t.Context(), c.filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if trips, statements := counter.take(); trips != 1 || statements != 1 {
+			t.Errorf("%s: %d round trips, %d statements; want 1 and 1", c.name, trips, statements)
+		}
+		if list == nil || len(list) != c.rows || total != c.want || more {
+			t.Errorf("%s: a page of %d queues (more %v) of a total of %d; want %d of %d", c.name, len(list), more, total, c.rows, c.want)
+		}
 	}
 }

@@ -86,7 +86,7 @@ const queueFilterSQL = `($1 = '' OR q.name = $1) AND ($2 = '' OR q.namespace = $
 // page's queues only: counting every partition of the broker took 0.1 s a
 // page with 25,000 partitions, wherever the page was. The total is read in the
 // page's statement, so it counts the queues the page shows even while queues
-// are created or deleted.
+// are created or deleted; an empty page is one row of the total alone.
 func (e *Engine) ListQueues(ctx context.Context, f QueueListFilter) ([]QueueSummary, int, bool, error) {
 	page := RowPage{Limit: f.Limit, Offset: f.Offset, After: f.After}
 	if page.Limit <= 0 {
@@ -95,32 +95,37 @@ func (e *Engine) ListQueues(ctx context.Context, f QueueListFilter) ([]QueueSumm
 	after, args := page.nameAfter("q.name", f.Queue, f.Namespace, f.Task, page.limitArg(), page.Offset)
 	rows, err := e.pool.Query(ctx, `WITH page AS (
 			SELECT q.id FROM lanes.queues q WHERE `+queueFilterSQL+after+` ORDER BY q.name LIMIT $4 OFFSET $5),
-		pc AS (`+partitionCounts+` WHERE p.queue_id IN (SELECT id FROM page))
-		SELECT q.id, q.name, q.namespace, q.task, q.created_at, count(pc.partition_id)::int, `+countColumns+`,
-			(SELECT count(*) FROM lanes.queues q WHERE `+queueFilterSQL+`)::int
-		FROM page JOIN lanes.queues q ON q.id = page.id LEFT JOIN pc ON pc.queue_id = q.id
-		GROUP BY q.id ORDER BY q.name`, args...)
+		pc AS (`+partitionCounts+` WHERE p.queue_id IN (SELECT id FROM page)),
+		listed (id, name, namespace, task, created_at, partitions, total, completed, processing, dead) AS (
+			SELECT q.id, q.name, q.namespace, q.task, q.created_at, count(pc.partition_id)::int, `+countColumns+`
+			FROM page JOIN lanes.queues q ON q.id = page.id LEFT JOIN pc ON pc.queue_id = q.id
+			GROUP BY q.id)
+		SELECT listed.*, matching.queues
+		FROM (SELECT count(*)::int AS queues FROM lanes.queues q WHERE `+queueFilterSQL+`) matching
+		LEFT JOIN listed ON true
+		ORDER BY listed.name`, args...)
 	if err != nil {
 		return nil, 0, false, err
 	}
 	total := 0
-	out, err := pgx.CollectRows(rows, func(r pgx.CollectableRow) (QueueSummary, error) {
-		var s QueueSummary
-		var t, c, p, d int64
-		err := r.Scan(&s.ID, &s.Name, &s.Namespace, &s.Task, &s.CreatedAt, &s.Partitions, &t, &c, &p, &d, &total)
-		s.Messages = scanCounts(t, c, p, d)
-		return s, err
+	out := []QueueSummary{}
+	var id *uuid.UUID
+	var name, namespace, task *string
+	var createdAt *time.Time
+	var partitions *int
+	var t, c, p, d *int64
+	_, err = pgx.ForEachRow(rows, []any{&id, &name, &namespace, &task, &createdAt, &partitions, &t, &c, &p, &d, &total}, func() error {
+		if id != nil {
+			out = append(out, QueueSummary{ID: *id, Name: *name, Namespace: *namespace, Task: *task, CreatedAt: *createdAt,
+				Partitions: *partitions, Messages: scanCounts(*t, *c, *p, *d)})
+		}
+		return nil
 	})
 	if err != nil {
 		return nil, 0, false, err
 	}
-	if len(out) == 0 {
-		// An empty page has no row to carry the total.
-		err = e.pool.QueryRow(ctx, `SELECT count(*) FROM lanes.queues q WHERE `+queueFilterSQL,
-			f.Queue, f.Namespace, f.Task).Scan(&total)
-	}
 	out, more := cutPage(out, page)
-	return out, total, more, err
+	return out, total, more, nil
 }
 
 // Overview is the system-wide summary. DeadLetterRows counts the dead-letter
