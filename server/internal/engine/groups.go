@@ -144,26 +144,41 @@ func (e *Engine) GroupCursors(ctx context.Context, group string, page RowPage) (
 // the page's own cursors are summed: an offset page summed every cursor (1.7 s
 // at 500,000 of them).
 func (e *Engine) ListGroups(ctx context.Context, page RowPage) ([]GroupSummary, bool, error) {
-	var rows pgx.Rows
+	var list []GroupSummary
+	collect := func(rows pgx.Rows) (err error) {
+		list, err = pgx.CollectRows(rows, scanGroupSummary)
+		return err
+	}
 	var err error
 	if page.Offset > 0 {
-		rows, err = e.pool.Query(ctx, groupsByOffsetSQL, "", page.limitArg(), page.Offset)
+		var rows pgx.Rows
+		if rows, err = e.pool.Query(ctx, groupsByOffsetSQL, "", page.limitArg(), page.Offset); err == nil {
+			err = collect(rows)
+		}
 	} else {
 		var group, queue *string
 		if len(page.After) == 2 {
 			group, queue = &page.After[0], &page.After[1]
 		}
-		rows, err = e.pool.Query(ctx, groupsAfterSQL, "", page.limitArg(), group, queue)
+		err = e.queryWithoutJIT(ctx, collect, groupsAfterSQL, "", page.limitArg(), group, queue)
 	}
-	if err != nil {
-		return nil, false, err
-	}
-	list, err := pgx.CollectRows(rows, scanGroupSummary)
 	if err != nil {
 		return nil, false, err
 	}
 	list, more := cutPage(list, page)
 	return list, more, nil
+}
+
+// queryWithoutJIT runs sql with JIT compilation off, in one round trip: the
+// planner's estimate of groupPairsSQL's walk, ten steps of each recursion,
+// passes jit_above_cost on 100,000 queues, and compiling took longer than the
+// walk itself (about 100 ms against 15). The batch is one implicit
+// transaction, where set_config(..., true) holds until its end.
+func (e *Engine) queryWithoutJIT(ctx context.Context, read func(pgx.Rows) error, sql string, args ...any) error {
+	b := &pgx.Batch{}
+	b.Queue("SELECT set_config('jit', 'off', true)")
+	b.Queue(sql, args...).Query(read)
+	return e.pool.SendBatch(ctx, b).Close()
 }
 
 // scanGroupSummary reads one row of groupsByOffsetSQL or groupsAfterSQL.
@@ -233,9 +248,10 @@ var groupsAfterSQL = `WITH RECURSIVE ` + groupPairsSQL(">", true) + `
 // nameOp is ">=". $1 keeps one group's pairs (empty: every group's); $3 NULL
 // starts at the first group. The groups come one index probe each (at most
 // $2 + 1 of them: every group has a pair, but the first may have none after
-// $4). A group's queues come from a walk of the queues by name or, when
-// its first walkSample queues do not hold the page, possibly a skip scan,
-// so a page reads about its own pairs, not every cursor nor every queue:
+// $4). A group's queues come from a walk of the queues by name, a stretch
+// of walkSample queues at a time (walkStretch), or, once a stretch ends
+// without the page full, possibly a skip scan, so a page reads about its own
+// pairs, not every cursor nor every queue:
 //   - the walk takes the queues' name index in order, a probe of
 //     consumers_group_queue_idx each (1.5 µs a queue on 5,000 queues): it
 //     costs the page's pairs and the queues without the group between them;
@@ -245,15 +261,18 @@ var groupsAfterSQL = `WITH RECURSIVE ` + groupPairsSQL(">", true) + `
 //     costs the group's queues, however many queues there are, and the sort
 //     of those (few against the cursors).
 //
-// The sample's hits estimate the group's queues (hits × queues / sample)
+// Each stretch's hits estimate the group's queues (hits × queues / stretch)
 // and the queues still to walk for the page (every queue for every pair).
 // The skip scan is tried when four times the former is less, or for every
 // pair (the walk would visit every queue), up to a quarter of the queues
-// still to walk; if the group has more, the walk goes on. So a group whose
-// queues are few against the queues costs its own queues, and a dense one
-// its walk (for every pair, at most twice its walk). The skip scan's names
-// come from a subquery behind OFFSET 0, so each is read once, not once per
-// condition on it.
+// still to walk; else the walk goes on with the next stretch, and if the
+// group has more, on to the page's end. So a group whose queues are few
+// against the queues costs its own queues, a dense one its walk (for every
+// pair, at most twice its walk), and one whose queues sit in a block of
+// names its block and a stretch after it: a walk that decided after its
+// first stretch alone walked on through every queue after the block. The
+// skip scan's names come from a subquery behind OFFSET 0, so each is read
+// once, not once per condition on it.
 func groupPairsSQL(nameOp string, withRegistrations bool) string {
 	// Scalar subqueries, not EXISTS: the planner hashed an EXISTS, reading
 	// every cursor of the group for each group.
@@ -291,18 +310,12 @@ func groupPairsSQL(nameOp string, withRegistrations bool) string {
 		pairs AS (SELECT g.grp, q.id AS queue_id, q.name AS queue
 			FROM (SELECT grp, rank FROM groups ORDER BY rank) g
 			CROSS JOIN sample
-			CROSS JOIN LATERAL (WITH RECURSIVE walk AS (SELECT w.id, w.name, w.hit, w.visited
-					FROM (SELECT q.id, q.name, coalesce(` + has + `, false) AS hit,
-							row_number() OVER (ORDER BY q.name) AS visited
-						FROM lanes.queues q WHERE ` + named + `
-						ORDER BY q.name LIMIT sample.queues) w
-					WHERE w.hit OR w.visited = sample.queues LIMIT $2),
-				walked AS (SELECT w.cut, w.last, w.cut AND ($2 IS NULL OR 4 * w.hits * sample.of_queues / sample.queues < w.to_walk) AS try,
-						ceil(w.to_walk / 4)::int8 AS skip_cap
-					FROM (SELECT w.*, least(sample.of_queues, coalesce(($2 - w.hits)::float8 * sample.queues
-						/ nullif(w.hits, 0), sample.of_queues)) AS to_walk FROM (SELECT count(*) FILTER (WHERE hit) AS hits, max(name) AS last,
-							coalesce(max(visited), 0) = sample.queues AND count(*) FILTER (WHERE hit) < coalesce($2, count(*) + 1) AS cut
-						FROM walk) w) w),
+			CROSS JOIN LATERAL (WITH RECURSIVE walk (ids, names, last, total, cut, try, skip_cap) AS (
+					` + walkStretch(``, named, has, "0") + `
+					UNION ALL
+					` + walkStretch(`walk w CROSS JOIN LATERAL `, named+` AND q.name > w.last`, has, "w.total") + `
+					WHERE w.cut AND NOT w.try),
+				walked AS (SELECT cut, last, try, skip_cap FROM walk WHERE NOT cut OR try),
 				skip (queue_id, n) AS (
 					(SELECT c.queue_id, 1 FROM lanes.consumers c WHERE (SELECT try FROM walked) AND c.consumer_group = g.grp
 						ORDER BY c.queue_id LIMIT 1)
@@ -312,7 +325,7 @@ func groupPairsSQL(nameOp string, withRegistrations bool) string {
 					FROM skip s WHERE s.queue_id IS NOT NULL AND s.n <= (SELECT skip_cap FROM walked)),` + registrations + `
 				way AS (SELECT w.try AND (SELECT count(*) FROM skip WHERE queue_id IS NOT NULL) <= w.skip_cap` + registrationsFit + ` AS skip,
 						w.cut, w.last FROM walked w)
-				(SELECT id, name FROM walk WHERE hit)
+				(SELECT u.id, u.name FROM walk CROSS JOIN LATERAL unnest(walk.ids, walk.names) AS u(id, name))
 				UNION ALL
 				(SELECT q.id, q.name FROM (SELECT gq.queue_id AS id,
 						(SELECT n.name FROM lanes.queues n WHERE n.id = gq.queue_id) AS name FROM (` + groupQueues + `) gq OFFSET 0) q
@@ -325,8 +338,34 @@ func groupPairsSQL(nameOp string, withRegistrations bool) string {
 			ORDER BY g.rank, q.name LIMIT $2)`
 }
 
-// walkSample is how many queues a group's walk visits before it may turn
-// to a skip scan.
+// walkStretch is one step of groupPairsSQL's walk, from the step before
+// (w) when from names it: the next walkSample queues (of those where holds)
+// after prior hits, the group's among them (hit: has) as ids and names
+// (pairs sorts them), at most the page's remaining $2 - prior. A stretch is
+// cut when it visited walkSample queues and the page wants more; it then
+// tries the skip scan when its own hits say the group is sparse (see
+// groupPairsSQL), else the walk goes on with the next stretch. So a stretch
+// with few hits after many, the end of a block of the group's queues, turns
+// the walk to the skip scan rather than on through every queue after it.
+func walkStretch(from, where, has, prior string) string {
+	return `SELECT s.ids, s.names, s.last, d.total, d.cut,
+			d.cut AND ($2 IS NULL OR 4 * s.hits * sample.of_queues / sample.queues < d.to_walk), ceil(d.to_walk / 4)::int8
+		FROM ` + from + `(SELECT array_agg(x.id) FILTER (WHERE x.hit) AS ids,
+				array_agg(x.name) FILTER (WHERE x.hit) AS names, max(x.name) AS last,
+				count(*) FILTER (WHERE x.hit) AS hits, coalesce(max(x.visited), 0) AS visited
+			FROM (SELECT x.id, x.name, x.hit, x.visited
+				FROM (SELECT q.id, q.name, coalesce(` + has + `, false) AS hit, row_number() OVER (ORDER BY q.name) AS visited
+					FROM lanes.queues q WHERE ` + where + `
+					ORDER BY q.name LIMIT sample.queues) x
+				WHERE x.hit OR x.visited = sample.queues LIMIT $2 - ` + prior + `) x) s
+		CROSS JOIN LATERAL (SELECT ` + prior + ` + s.hits AS total,
+				s.visited = sample.queues AND ` + prior + ` + s.hits < coalesce($2, ` + prior + ` + s.hits + 1) AS cut,
+				least(sample.of_queues, coalesce(($2 - ` + prior + ` - s.hits)::float8 * sample.queues / nullif(s.hits, 0),
+					sample.of_queues)) AS to_walk) d`
+}
+
+// walkSample is how many queues a stretch of a group's walk visits: after
+// each, the walk may turn to a skip scan.
 const walkSample = 1000
 
 // LaggingCursors lists one page of the cursors whose oldest unconsumed message
@@ -447,16 +486,15 @@ func (e *Engine) cursorsAfter(ctx context.Context, page RowPage, onlyGroup strin
 
 // groupPairs runs pairsFromSQL or pairsAfterSQL.
 func (e *Engine) groupPairs(ctx context.Context, sql, onlyGroup string, batch any, fromGroup, fromQueue *string) (groups []string, queueIDs []uuid.UUID, queues []string, err error) {
-	rows, err := e.pool.Query(ctx, sql, onlyGroup, batch, fromGroup, fromQueue)
-	if err != nil {
-		return nil, nil, nil, err
-	}
-	var group, queue string
-	var queueID uuid.UUID
-	_, err = pgx.ForEachRow(rows, []any{&group, &queueID, &queue}, func() error {
-		groups, queueIDs, queues = append(groups, group), append(queueIDs, queueID), append(queues, queue)
-		return nil
-	})
+	err = e.queryWithoutJIT(ctx, func(rows pgx.Rows) error {
+		var group, queue string
+		var queueID uuid.UUID
+		_, err := pgx.ForEachRow(rows, []any{&group, &queueID, &queue}, func() error {
+			groups, queueIDs, queues = append(groups, group), append(queueIDs, queueID), append(queues, queue)
+			return nil
+		})
+		return err
+	}, sql, onlyGroup, batch, fromGroup, fromQueue)
 	return groups, queueIDs, queues, err
 }
 

@@ -330,3 +330,55 @@ func queueRowsRead(t *testing.T, e *Engine, sql string, args ...any) int {
 	}
 	return sum(plan[0].Plan)
 }
+
+// A group whose queues sit in one block of names turns to the skip scan at
+// the block's end, not only after its first stretch: over 30,000
+// one-partition queues, "ga" has a cursor on each of the first 1,500 and "gb"
+// on each of q10000 to q11999 (lagging on its last), nothing after. A walk
+// that decided once, after a first stretch full of the group's queues, went
+// on through every queue after the block (30,001 and 20,001 queues and
+// cursor probes read for the two rounds below); one that decides after each
+// stretch reads two stretches and the group's own queues (7,003 and 8,003).
+func TestAGroupsWalkTurnsToTheSkipScanWhereItsBlockOfQueuesEnds(t *testing.T) {
+	e := newIsolatedEngine(t)
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 5, '0') FROM generate_series(0, 29999) i;
+		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT id, 'Default', 0 FROM lanes.queues;
+		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id, committed, batch_end)
+			SELECT p.id, 'ga', p.queue_id, 0, 0 FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE q.name < 'q01500';
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id, committed, batch_end)
+			SELECT p.id, 'gb', p.queue_id, CASE WHEN q.name = 'q11999' THEN -1 ELSE 0 END, 0
+			FROM lanes.partitions p JOIN lanes.queues q ON q.id = p.queue_id
+			WHERE q.name BETWEEN 'q10000' AND 'q11999'`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	// The lagging listing's second round of pairs (4,000) after the first
+	// (1,000): from inside each block, a stretch of the group's queues, then
+	// one without.
+	for _, c := range []struct{ group, after string }{{"ga", "q00999"}, {"gb", "q10999"}} {
+		group, after := c.group, c.after
+		ofGroup := len(cursorRows(t, e, groupCursorPageSQL, group, nil, 0))
+		// two stretches' queues and probes, and the group's queues skipped to and named
+		allowed := 2*2*walkSample + 2*ofGroup + 200
+		if n := queueRowsRead(t, e, pairsAfterSQL, group, 4000, &group, &after); n > allowed {
+			t.Errorf("%s's pairs after %s read %d queues and cursor probes, want at most %d", group, after, n, allowed)
+		}
+	}
+
+	wantGroups := groupRows(t, e, groupsByOffsetSQL, "", nil, 0)
+	wantLagging := cursorRows(t, e, laggingPageSQL, "", nil, 0, 0.0)
+	wantOfGB := cursorRows(t, e, groupCursorPageSQL, "gb", nil, 0)
+	if len(wantGroups) != 3500 || len(wantLagging) != 1 || len(wantOfGB) != 2000 {
+		t.Fatalf("the fill: %d group rows, %d lagging, %d of gb; want 3500, 1, 2000", len(wantGroups), len(wantLagging), len(wantOfGB))
+	}
+	for _, limit := range []int{0, 7, 1000} {
+		wantListingsByKey(t, e, limit, "gb", wantGroups, wantLagging, wantOfGB)
+	}
+}
