@@ -1,9 +1,8 @@
 package api
 
 import (
-	"context"
 	"encoding/base64"
-	"io"
+	"encoding/json"
 	"net/http"
 	"net/url"
 	"slices"
@@ -119,21 +118,13 @@ func wantOperationsNamingListAfter(t *testing.T, paths map[string]string) {
 	}
 }
 
-// answerOf is the status and body of a GET that must answer 400.
+// answerOf is the Content-Type and body of a GET that must answer 400.
 func answerOf(t *testing.T, b *testBroker, path string) string {
 	t.Helper()
-	req, err := http.NewRequestWithContext(context.Background(), http.MethodGet, b.URL+path, nil)
-	if err != nil {
-		t.Fatal(err)
+	var raw json.RawMessage
+	status, header := b.call(t, http.MethodGet, path, nil, &raw)
+	if status != http.StatusBadRequest {
+		t.Fatalf("GET %s: %d %s, want 400", path, status, raw)
 	}
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer resp.Body.Close()
-	raw, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusBadRequest {
-		t.Fatalf("GET %s: %d %s, want 400", path, resp.StatusCode, raw)
-	}
-	return resp.Header.Get("Content-Type") + " " + strings.TrimSpace(string(raw))
+	return header.Get("Content-Type") + " " + string(raw)
 }
