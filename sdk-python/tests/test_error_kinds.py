@@ -264,7 +264,7 @@ def test_a_dot_name_in_a_path_is_refused_before_sending(broker_url: str, qname: 
         for call in calls:
             with pytest.raises(lanes.InvalidNameError, match=r'must not be "\." or "\.\."'):
                 call()
-        assert qname in c.admin.get_consumer_group(group).root
+        assert qname in c.admin.get_consumer_group(group)
 
 
 def test_messages_paged_by_after_while_pushed(broker_url: str, qname: str) -> None:
@@ -331,7 +331,7 @@ def test_the_whole_listing_calls_follow_the_broker_pages(broker_url: str, qname:
         assert ([p.partition for p in depth.partitions], depth.pending) == (want, 10003)
         status = c.admin.get_queue_status(qname, include_partitions=True)
         assert [p.name for p in status.partitions or []] == want
-        cursors = c.admin.get_consumer_group(group).root[qname].partitions
+        cursors = c.admin.get_consumer_group(group)[qname].partitions
         assert [p.partition for p in cursors] == want
         lagging = c.admin.lagging_consumer_groups(0)
         assert [r.partition_name for r in lagging if r.consumer_group == group] == want
@@ -346,7 +346,7 @@ async def test_the_async_whole_listing_calls_follow_the_broker_pages(
     async with lanes.AsyncLanes(broker_url) as ac:
         await ac.admin.seek_consumer_group(group, qname, timestamp="1970-01-01T00:00:00Z")
         assert [p.name for p in (await ac.admin.get_queue(qname)).partitions] == want
-        cursors = (await ac.admin.get_consumer_group(group)).root[qname].partitions
+        cursors = (await ac.admin.get_consumer_group(group))[qname].partitions
         assert [p.partition for p in cursors] == want
         lagging = await ac.admin.lagging_consumer_groups(0)
         assert [r.partition_name for r in lagging if r.consumer_group == group] == want

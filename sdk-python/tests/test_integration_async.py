@@ -310,6 +310,18 @@ async def test_admin(client: lanes.AsyncLanes, qname: str) -> None:
     assert (await client.admin.list_dlq(queue=qname)).messages == []
 
 
+async def test_a_groups_cursors_are_a_plain_dict_keyed_by_queue(
+    client: lanes.AsyncLanes, qname: str
+) -> None:
+    await client.queue(qname).partition("p").push(["a"])
+    group = client.queue(qname).group("cursors").subscription_mode("all")
+    await client.ack(await group.wait(False).pop())
+    detail = await client.admin.get_consumer_group("cursors")
+    assert isinstance(detail, dict)
+    assert [(c.partition, c.total_consumed) for c in detail[qname].partitions] == [("p", 1)]
+    await client.admin.delete_consumer_group("cursors")
+
+
 async def test_dead_letters_and_messages_take_a_from_to_window(
     client: lanes.AsyncLanes, qname: str
 ) -> None:

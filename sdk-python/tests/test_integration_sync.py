@@ -563,6 +563,17 @@ def test_admin_groups_seek_dlq_messages(client: lanes.Lanes, qname: str) -> None
     client.admin.delete_consumer_group("audit")
 
 
+def test_a_groups_cursors_are_a_plain_dict_keyed_by_queue(client: lanes.Lanes, qname: str) -> None:
+    """``get_consumer_group`` returns the cursors keyed by queue as a dict, as Go's map and TS's
+    Record do and as the other listings return plain lists: ``detail[queue]``, not ``.root``."""
+    client.queue(qname).partition("p").push(["a"])
+    client.ack(client.queue(qname).group("cursors").subscription_mode("all").wait(False).pop())
+    detail = client.admin.get_consumer_group("cursors")
+    assert isinstance(detail, dict)
+    assert [(c.partition, c.total_consumed) for c in detail[qname].partitions] == [("p", 1)]
+    client.admin.delete_consumer_group("cursors")
+
+
 def test_a_time_window_in_any_zone_is_sent_as_its_utc_instant(client: lanes.Lanes) -> None:
     start = datetime.datetime(2026, 1, 2, 3, 4, 5, tzinfo=datetime.timezone.utc)
     end = start + datetime.timedelta(hours=1)

@@ -199,9 +199,11 @@ def pop_summary(pr: Any) -> dict[str, Any]:
 
 
 def wire(v: Any) -> Any:
-    """An SDK result (pydantic models, lists of them) in wire field names (openapi.yaml)."""
+    """An SDK result (pydantic models, lists or dicts of them) in wire names (openapi.yaml)."""
     if isinstance(v, list):
         return [wire(x) for x in v]
+    if isinstance(v, dict):
+        return {k: wire(x) for k, x in v.items()}
     if hasattr(v, "model_dump"):
         return v.model_dump(mode="json", by_alias=True, exclude_none=True)
     return v

@@ -227,8 +227,9 @@ class Admin:
     def list_consumer_groups(self) -> list[models.ConsumerGroupSummary]:
         return self._whole(R.list_groups())
 
-    def get_consumer_group(self, group: str) -> models.ConsumerGroupDetail:
-        return self._whole(R.get_group(group))
+    def get_consumer_group(self, group: str) -> dict[str, models.ConsumerGroupQueue]:
+        """The group's cursors keyed by queue name (a dict, as Go's map and TS's Record)."""
+        return self._whole(R.get_group(group)).root
 
     def lagging_consumer_groups(
         self, min_lag_seconds: int = 60
@@ -518,8 +519,9 @@ class AsyncAdmin:
     async def list_consumer_groups(self) -> list[models.ConsumerGroupSummary]:
         return await self._whole(R.list_groups())
 
-    async def get_consumer_group(self, group: str) -> models.ConsumerGroupDetail:
-        return await self._whole(R.get_group(group))
+    async def get_consumer_group(self, group: str) -> dict[str, models.ConsumerGroupQueue]:
+        """The group's cursors keyed by queue name (a dict, as Go's map and TS's Record)."""
+        return (await self._whole(R.get_group(group))).root
 
     async def lagging_consumer_groups(
         self, min_lag_seconds: int = 60
