@@ -4,15 +4,18 @@ for what is stored, over httpx.MockTransport for the buffer's batch policy."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import datetime
 import json
 import logging
+import re
 import threading
 import time
 import uuid
 from typing import Any
 
 import httpx
+import pydantic
 import pytest
 
 import lanes
@@ -81,6 +84,39 @@ def test_a_payload_json_cannot_send_as_given_is_refused(
     with lanes.Lanes(broker_url) as c:
         with pytest.raises(lanes.InvalidItemError, match=why):
             c.queue(qname).push([1, {"data": payload}])
+        assert _pop_all(c, qname) == []
+
+
+class _Order(pydantic.BaseModel):
+    order_id: int
+
+
+@dataclasses.dataclass
+class _Invoice:
+    order_id: int
+
+
+@pytest.mark.parametrize(
+    ("payload", "fix"),
+    [
+        (_Order(order_id=1), 'push _Order.model_dump(mode="json")'),
+        (_Invoice(order_id=1), "push dataclasses.asdict(_Invoice)"),
+        (datetime.datetime(2020, 1, 1), "push datetime.isoformat()"),
+    ],
+)
+def test_a_payload_of_a_model_dataclass_or_datetime_is_refused_saying_what_to_push(
+    broker_url: str, qname: str, payload: Any, fix: str
+) -> None:
+    """``message.decode(Order)`` reads a pydantic model; pushing one is refused (the payload
+    must be JSON as given), and the error says what to push instead, for items, KV values and
+    timer payloads alike."""
+    with lanes.Lanes(broker_url) as c:
+        with pytest.raises(lanes.InvalidItemError, match=re.escape(fix)):
+            c.queue(qname).push([{"data": {"order": payload}}])
+        with pytest.raises(lanes.InvalidValueError, match=re.escape(fix)):
+            c.kv(qname).put("k", payload)
+        with pytest.raises(lanes.InvalidValueError, match=re.escape(fix)):
+            c.timers(qname).schedule("t", delay_millis=60_000, payload=payload)
         assert _pop_all(c, qname) == []
 
 

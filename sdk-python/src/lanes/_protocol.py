@@ -12,7 +12,8 @@ import secrets
 import time
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import datetime, timedelta, timezone
+from datetime import date, datetime, timedelta, timezone
+from datetime import time as clock_time
 from typing import Any, Literal, NamedTuple
 from urllib.parse import quote, quote_plus
 
@@ -97,8 +98,25 @@ def _optional_id(index: int, name: str, v: Any) -> str | None:
     return v
 
 
+def _not_json(value: Any) -> Any:
+    """The encoder's refusal of a value ``json`` has no form for, naming what to send instead
+    for the types an application most often hands over (the payload must be JSON as given)."""
+    kind = type(value).__name__
+    if callable(getattr(value, "model_dump", None)):
+        fix = f'push {kind}.model_dump(mode="json")'
+    elif dataclasses.is_dataclass(value):
+        fix = f"push dataclasses.asdict({kind})"
+    elif isinstance(value, (date, clock_time)):
+        fix = f"push {kind}.isoformat()"
+    else:
+        raise TypeError(f"Object of type {kind} is not JSON serializable")
+    raise TypeError(f"Object of type {kind} is not JSON serializable: {fix}")
+
+
 # One encoder for every item: json.dumps with options builds a new encoder per call.
-_ITEM_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, ensure_ascii=False)
+_ITEM_ENCODER = json.JSONEncoder(
+    separators=(",", ":"), allow_nan=False, ensure_ascii=False, default=_not_json
+)
 
 
 def json_bytes(value: Any) -> bytes:
