@@ -89,8 +89,9 @@ func (q QueueBuilder) SoftStopTimeout(d time.Duration) QueueBuilder {
 	return q
 }
 
-// ReportHandlerErrors also passes handler errors to OnError; with or without it their messages
-// are nacked `failed`, or released with `retry` when the broker was unreachable.
+// ReportHandlerErrors also passes handler errors to OnError, each as a *HandlerError naming the
+// messages it was about; with or without it their messages are nacked `failed` (with the
+// handler's own error text), or released with `retry` when the broker was unreachable.
 func (q QueueBuilder) ReportHandlerErrors(on bool) QueueBuilder {
 	q.consume.reportHandler = on
 	return q
@@ -537,7 +538,7 @@ func (c *Consumer) runEach(ms []*Message, committed bool) ([]ackEntry, int, erro
 			return append(out, ackEntry{msg: m, status: AckRetry}), i + 1, nil
 		}
 		if c.opts.reportHandler {
-			c.q.reportLoopError("handler", err)
+			c.q.reportLoopError("handler", &HandlerError{Messages: []*Message{m}, Err: err})
 		}
 		return append(out, handlerFailureAck(m, err)), i + 1, err
 	}
@@ -568,7 +569,7 @@ func (c *Consumer) runBatch(ms []*Message, committed bool) ([]ackEntry, int, err
 		return []ackEntry{{msg: ms[0], status: AckRetry}}, k, nil
 	}
 	if c.opts.reportHandler {
-		c.q.reportLoopError("handler", err)
+		c.q.reportLoopError("handler", &HandlerError{Messages: handed, Err: err})
 	}
 	return []ackEntry{handlerFailureAck(ms[0], err)}, k, err
 }

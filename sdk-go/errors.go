@@ -386,6 +386,50 @@ func (e *HandlerPanicError) Error() string {
 	return fmt.Sprintf("lanes: handler panicked: %v", e.Value)
 }
 
+// HandlerError is what OnError receives, under ReportHandlerErrors(true), when a handler returns
+// an error or panics: the messages it was given (the one message of Consume, the partition slice
+// of ConsumeBatch) and its own error (Err; a *HandlerPanicError for a panic), which errors.Is and
+// errors.As still reach. Error names the transaction ids, queue and partition, never a payload.
+// The message's `failed` ack (and its dead letter's errorMessage) carries Err's text alone.
+type HandlerError struct {
+	Messages []*Message
+	Err      error
+}
+
+// Error implements error.
+func (e *HandlerError) Error() string {
+	return "lanes: handler failed on " + describeMessages(e.Messages) + ": " + e.Err.Error()
+}
+
+// Unwrap returns the handler's own error.
+func (e *HandlerError) Unwrap() error { return e.Err }
+
+// maxNamedTransactions caps the transaction ids an error's text names, so a large batch's line
+// stays readable; the error's Messages hold them all.
+const maxNamedTransactions = 5
+
+// describeMessages names messages by transaction id, queue and partition (all of one partition in a
+// batch slice): `transaction t1 (queue "q", partition "p")` or `3 messages, transactions t1, t2, t3
+// (…)`.
+func describeMessages(ms []*Message) string {
+	if len(ms) == 0 {
+		return "no message"
+	}
+	ids := make([]string, 0, min(len(ms), maxNamedTransactions))
+	for _, m := range ms[:min(len(ms), maxNamedTransactions)] {
+		ids = append(ids, m.TransactionID)
+	}
+	named := strings.Join(ids, ", ")
+	if more := len(ms) - len(ids); more > 0 {
+		named += fmt.Sprintf(" and %d more", more)
+	}
+	where := fmt.Sprintf("(queue %q, partition %q)", ms[0].Queue, ms[0].Partition)
+	if len(ms) == 1 {
+		return "transaction " + named + " " + where
+	}
+	return fmt.Sprintf("%d messages, transactions %s %s", len(ms), named, where)
+}
+
 // InvalidNameError is what Buffer.Push, Pop, Consume and Messages answer when the queue or
 // partition name is one the broker refuses (empty, "." or "..", a NUL byte, invalid UTF-8, over
 // 512 bytes), before anything is sent: nothing is buffered, since every item would only be

@@ -114,6 +114,7 @@ var designSurface = map[string][]any{
 		lanes.ConnectionError{}.Err, (*lanes.ConnectionError).Timeout, lanes.OutcomeUnknownError{}.Err,
 		lanes.UnexpectedAnswerError{}.Status, lanes.UnexpectedAnswerError{}.Body,
 		lanes.InvalidKVValueError{}.Err, lanes.InvalidNameError{}.Field, lanes.HandlerPanicError{}.Value,
+		lanes.HandlerError{}.Messages, lanes.HandlerError{}.Err,
 		lanes.ErrBadRequest, lanes.ErrUnauthorized, lanes.ErrForbidden, lanes.ErrNotFound, lanes.ErrConflict,
 		lanes.ErrPayloadTooLarge, lanes.ErrRateLimited, lanes.ErrInternalServer, lanes.ErrNotImplemented,
 		lanes.ErrTimeout, lanes.ErrConnection, lanes.ErrOutcomeUnknown, lanes.ErrEmptyTransaction,
@@ -127,7 +128,7 @@ var designErrorTypes = []error{
 	(*lanes.PushError)(nil), (*lanes.AckError)(nil), (*lanes.TransactionError)(nil),
 	(*lanes.UnexpectedAnswerError)(nil), (*lanes.InvalidItemError)(nil), (*lanes.InvalidKVValueError)(nil),
 	(*lanes.InvalidNameError)(nil), (*lanes.UnsentError)(nil), (*lanes.DroppedError)(nil),
-	(*lanes.HandlerPanicError)(nil),
+	(*lanes.HandlerPanicError)(nil), (*lanes.HandlerError)(nil),
 }
 
 // TestDesignSurface is the check itself: it compiles only while every name above exists.
