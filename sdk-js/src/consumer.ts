@@ -1,6 +1,6 @@
 // The consume loop (docs/consuming.md §3–§5) and the message iterator, both on one Poller (poller.ts).
 import { AsyncLocalStorage } from "node:async_hooks";
-import { AckError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedError, RateLimitError, brokerUnavailable, endsConsumerOnAck, rateLimitOf } from "./errors.js";
+import { AckError, APIError, ConsumerStoppedError, LanesError, AutoAckDroppedError, HandlerError, RateLimitError, brokerUnavailable, endsConsumerOnAck, errorText, rateLimitOf } from "./errors.js";
 import type { AckTarget, Core } from "./internal/core.js";
 import { groupByPartition, type AckStatus, type Message, type PopResult } from "./message.js";
 import { sleep } from "./internal/http.js";
@@ -70,11 +70,6 @@ export function renewSeconds(everyMillis: number): number {
 
 /** handlerOf is the consumer whose handler runs the current code: a stop called from there must not wait for the end, which waits for that very handler. */
 const handlerOf = new AsyncLocalStorage<Consumer>();
-
-function errorText(err: unknown): string {
-  if (err instanceof Error) return err.message || err.name;
-  return String(err);
-}
 
 /** LoopOp is what a consume loop or iterator was doing when an error came; it names the error's log line. */
 type LoopOp = "pop" | "ack" | "lease renewal" | "handler" | "stop";
@@ -456,13 +451,14 @@ export class Consumer implements PromiseLike<void> {
     return err instanceof Error && err.name === "AbortError";
   }
 
-  private async runHandler(call: () => unknown): Promise<{ ok: true } | { ok: false; err: unknown; cancelled: boolean }> {
+  /** runHandler calls the handler on `handed`; a failure is reported, with reportHandlerErrors(true), as a HandlerError naming them. */
+  private async runHandler(handed: Message<unknown>[], call: () => unknown): Promise<{ ok: true } | { ok: false; err: unknown; cancelled: boolean }> {
     try {
       await handlerOf.run(this, call);
       return { ok: true };
     } catch (err) {
       const cancelled = this.stoppedByCancel(err);
-      if (this.s.reportHandlerErrors && !cancelled) this.report("handler", err);
+      if (this.s.reportHandlerErrors && !cancelled) this.report("handler", new HandlerError(handed, err));
       return { ok: false, err, cancelled };
     }
   }
@@ -493,7 +489,7 @@ export class Consumer implements PromiseLike<void> {
             this.handed += 1;
             handedOver += 1;
             handedFrom.add(m.partitionId);
-            const out = await this.runHandler(() => (fn as Handler<unknown>)(m, ctx));
+            const out = await this.runHandler([m], () => (fn as Handler<unknown>)(m, ctx));
             if (out.ok) {
               acks.push({ target: m, status: "completed" });
               continue;
@@ -514,7 +510,7 @@ export class Consumer implements PromiseLike<void> {
           this.handed += handed.length;
           handedOver += handed.length;
           handedFrom.add(first.partitionId);
-          const out = await this.runHandler(() => (fn as BatchHandler<unknown>)(handed, ctx));
+          const out = await this.runHandler(handed, () => (fn as BatchHandler<unknown>)(handed, ctx));
           if (out.ok) {
             for (const m of handed) acks.push({ target: m, status: "completed" });
             if (room < slice.length) acks.push({ target: slice[room]!, status: "retry" });

@@ -3,6 +3,7 @@
 // errors (a `failed` push item, an ack or transaction body with `success:false`) carry the
 // broker's per-item answer.
 import type { PushResult } from "./internal/core.js";
+import type { Message } from "./message.js";
 import type { AckResult, TransactionReason, TransactionResult } from "./types.js";
 
 /** LanesError is the base class of every error this SDK throws. */
@@ -237,6 +238,34 @@ export class AutoAckDroppedError extends LanesError {
     super(`${count} message(s) popped with serverAutoAck(true) dropped unhandled (${why}); the broker committed them in the pop and will not redeliver them`);
     this.count = count;
   }
+}
+
+/** errorText is a thrown value's text: an Error's message (its name when it has none), else the value as a string. A handler's failed ack carries it as its error. */
+export function errorText(err: unknown): string {
+  if (err instanceof Error) return err.message || err.name;
+  return String(err);
+}
+
+/** MAX_NAMED_TRANSACTIONS caps the transaction ids a HandlerError's message names, so a large batch's line stays readable; `messages` holds them all. */
+const MAX_NAMED_TRANSACTIONS = 5;
+
+/** HandlerError is what onError receives, under reportHandlerErrors(true), when a handler throws: `messages` are the messages it was given (the one message of `consume`, the partition slice of `consumeBatch`) and `cause` is what it threw. `message` names the transaction ids, queue and partition, never a payload; the message's `failed` ack (and its dead letter's errorMessage) carries the handler's own text. */
+export class HandlerError extends LanesError {
+  readonly messages: Message[];
+  constructor(messages: Message[], cause: unknown) {
+    super(`handler failed on ${describeMessages(messages)}: ${errorText(cause)}`, { cause });
+    this.messages = messages;
+  }
+}
+
+/** describeMessages names messages by transaction id, queue and partition (one partition's, as a batch slice is), as Go's HandlerError does. */
+function describeMessages(ms: Message[]): string {
+  const first = ms[0];
+  if (first === undefined) return "no message";
+  let named = ms.slice(0, MAX_NAMED_TRANSACTIONS).map((m) => m.transactionId).join(", ");
+  if (ms.length > MAX_NAMED_TRANSACTIONS) named += ` and ${ms.length - MAX_NAMED_TRANSACTIONS} more`;
+  const where = `(queue ${JSON.stringify(first.queue)}, partition ${JSON.stringify(first.partition)})`;
+  return ms.length === 1 ? `transaction ${named} ${where}` : `${ms.length} messages, transactions ${named} ${where}`;
 }
 
 /** ConsumerStoppedError is the abort reason of handler signals on a hard stop, and what a closed message iterator reports. */

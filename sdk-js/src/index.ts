@@ -42,6 +42,7 @@ export {
   EmptyTransactionError,
   ConsumerStoppedError,
   AutoAckDroppedError,
+  HandlerError,
 } from "./errors.js";
 export type * from "./types.js";
 export type { components, operations, paths } from "./generated/schema.js";

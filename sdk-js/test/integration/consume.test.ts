@@ -1,7 +1,7 @@
 // The consume loop and the message iterator against the real broker.
 import { setTimeout as delay } from "node:timers/promises";
 import { describe, expect, it, vi } from "vitest";
-import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, InvalidNameError, type Consumer, type Message, type QueueBuilder } from "../../src/index.js";
+import { AckError, BadRequestError, ConsumerStoppedError, AutoAckDroppedError, HandlerError, InvalidNameError, type Consumer, type Message, type QueueBuilder } from "../../src/index.js";
 import { brokerUrl, client, sleep, uniq } from "./helpers.js";
 
 describe("consume", () => {
@@ -228,7 +228,9 @@ describe("consume", () => {
       });
     await first;
     await c.stopAndCancel({ timeoutMillis: 5000 });
-    expect(errors.map((e) => (e as Error).message)).toEqual(["real failure"]);
+    expect(errors).toHaveLength(1);
+    expect(errors[0]).toBeInstanceOf(HandlerError);
+    expect(((errors[0] as HandlerError).cause as Error).message).toBe("real failure");
     // retryLimit 0: the `failed` ack dead-letters it (a `retry` would have redelivered it)
     expect(await lanes.queue(q).wait(false).pop()).toEqual([]);
     const page = await lanes.queue(q).dlq().limit(10).get();

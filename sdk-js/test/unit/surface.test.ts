@@ -47,7 +47,7 @@ const statusKinds = [
 const otherErrors = [
   "APIError", "APIConnectionError", "APITimeoutError", "OutcomeUnknownError", "UnexpectedAnswerError", "PushError",
   "AckError", "TransactionError", "InvalidItemError", "InvalidValueError", "InvalidNameError", "ClientClosedError",
-  "UnsentError", "EmptyTransactionError", "ConsumerStoppedError", "AutoAckDroppedError",
+  "UnsentError", "EmptyTransactionError", "ConsumerStoppedError", "AutoAckDroppedError", "HandlerError",
 ] as const satisfies readonly (keyof typeof lanes)[];
 const helpers = ["timerOp", "withDeadline"] as const satisfies readonly (keyof typeof lanes)[];
 
