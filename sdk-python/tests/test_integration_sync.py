@@ -133,7 +133,8 @@ def test_failure_reported_before_next_handler_and_rest_of_partition_abandoned(
             raise RuntimeError("first time fails")
 
     def on_error(e: BaseException) -> None:
-        events.append(f"error: {e}")
+        assert isinstance(e, lanes.HandlerError)
+        events.append(f"error: {e.__cause__}")
 
     q = client.queue(qname).batch(10).partitions(2).report_handler_errors(True).on_error(on_error)
     q.idle_millis(1500).timeout_millis(500).consume(handler).closed(timeout=20)

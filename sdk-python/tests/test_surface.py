@@ -122,7 +122,7 @@ OTHER_ERRORS = [
     "APIError", "APIConnectionError", "APITimeoutError", "OutcomeUnknownError",
     "UnexpectedAnswerError", "PushError", "AckError", "TransactionError", "InvalidItemError",
     "InvalidNameError", "InvalidValueError", "ClientClosedError", "UnsentError", "DroppedError",
-    "EmptyTransactionError", "ConsumerStoppedError", "AutoAckDroppedError",
+    "EmptyTransactionError", "ConsumerStoppedError", "AutoAckDroppedError", "HandlerError",
 ]  # fmt: skip
 # Module-level helpers and types the tables name.
 MODULE = ["Item", "PushResult", "Message", "PopResult", "AckResult", "RenewResult", "deadline",

@@ -25,7 +25,12 @@ from types import TracebackType
 from typing import Any, Literal, TypeVar
 
 from lanes import _protocol as P
-from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
+from lanes._exceptions import (
+    AutoAckDroppedError,
+    ConsumerStoppedError,
+    HandlerError,
+    failure_text,
+)
 from lanes._http import CUT_WAIT_S, CallCut
 from lanes._pacer import (
     AckResend,
@@ -58,11 +63,8 @@ _running_engine: contextvars.ContextVar[Engine | None] = contextvars.ContextVar(
 )
 
 
-def _failure_text(exc: BaseException) -> str:
-    """The nack's error text for a handler exception: its text, as Go's ``err.Error()`` and
-    TS's ``error.message`` (so the DLQ reads the same from all three); its type name when
-    it has none."""
-    return str(exc) or type(exc).__name__
+# The nack's error text for a handler exception (the DLQ reads the same from all three SDKs).
+_failure_text = failure_text
 
 
 def _handler_failure(exc: BaseException, handling: _Handling) -> tuple[Status, str | None]:
@@ -407,13 +409,17 @@ class Engine:
             except Exception as e:
                 self.report(e, "ack")  # its messages redeliver when the lease expires
 
-    async def _call(self, arg: Any, handling: _Handling) -> tuple[Status, str | None]:
-        return await self._outcome(self.ops.invoke(arg), handling)
+    async def _call(
+        self, arg: Message | list[Message], handling: _Handling
+    ) -> tuple[Status, str | None]:
+        handed = arg if isinstance(arg, list) else [arg]
+        return await self._outcome(self.ops.invoke(arg), handling, handed)
 
     async def _outcome(
-        self, work: Awaitable[Any], handling: _Handling
+        self, work: Awaitable[Any], handling: _Handling, handed: list[Message]
     ) -> tuple[Status, str | None]:
-        """Await one handler call (or what a plain handler returned) and say how to ack it."""
+        """Await one handler call (or what a plain handler returned) on ``handed`` and say how
+        to ack it."""
         try:
             await work
             if self.cancellable and self.cancelling.is_set():
@@ -426,7 +432,7 @@ class Engine:
             if self._stopped_by_cancel(exc):
                 return "retry", None  # release without spending the budget
             if self._reports(exc):
-                self.report(exc, "handler")
+                self.report(self._reported(exc, handed), "handler")
             return _handler_failure(exc, handling)
         return "completed", None
 
@@ -444,6 +450,15 @@ class Engine:
         """Whether a handler's exception goes to on_error: with report_handler_errors, and
         always for a handler the blocking client could not run (a bug, not a failure)."""
         return self.spec.report_handler_errors or isinstance(handler_error, _UnawaitedHandlerResult)
+
+    @staticmethod
+    def _reported(handler_error: BaseException, handed: list[Message]) -> BaseException:
+        """What on_error gets for a handler's exception: a HandlerError naming the messages the
+        handler was given; the blocking client's refusal of an awaitable as it is, since it is
+        about the handler, not about those messages."""
+        if isinstance(handler_error, _UnawaitedHandlerResult):
+            return handler_error
+        return HandlerError(handed, handler_error)
 
     def _stopped_by_cancel(self, exc: BaseException) -> bool:
         """A handler ended by the hard stop's cancellation (its task cancelled, or it raised
@@ -614,7 +629,7 @@ class Engine:
                 self.report(exc, "handler")
             if returned is not None:
                 m, work = returned
-                st, err = await self._await_returned(work, handling)
+                st, err = await self._await_returned(work, handling, m)
                 outcomes.append((m, st, err))
                 if st != "completed":
                     gi, mi = gi + 1, 0  # the rest redelivers after the nack / release
@@ -622,7 +637,7 @@ class Engine:
                 self.request_stop()
 
     async def _await_returned(
-        self, work: Awaitable[Any], handling: _Handling
+        self, work: Awaitable[Any], handling: _Handling, m: Message
     ) -> tuple[Status, str | None]:
         """Await on the loop what a plain handler returned, in a task the hard stop cancels, as
         it cancels an async handler."""
@@ -632,7 +647,7 @@ class Engine:
             assert task is not None
             self._handlers.add(task)  # once running: a cancellation must reach the await
             try:
-                return await self._outcome(work, handling)
+                return await self._outcome(work, handling, [m])
             finally:
                 self._handlers.discard(task)
 
@@ -704,7 +719,7 @@ class Engine:
                         break  # the rest redelivers after the release
                     outcomes.append((m, *_handler_failure(exc, handling)))
                     if self._reports(exc):
-                        return gi + 1, 0, exc, None
+                        return gi + 1, 0, self._reported(exc, [m]), None
                     break
                 if r is not None and inspect.isawaitable(r):
                     if inv.awaits_results:  # AsyncLanes awaits it on the loop

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from lanes._types import AckResult, Item, PushResult, TransactionResult
+    from lanes._types import AckResult, Item, Message, PushResult, TransactionResult
 
 __all__ = [
     "APIConnectionError",
@@ -24,6 +24,7 @@ __all__ = [
     "ConsumerStoppedError",
     "DroppedError",
     "EmptyTransactionError",
+    "HandlerError",
     "InternalServerError",
     "InvalidItemError",
     "InvalidNameError",
@@ -304,6 +305,48 @@ class AutoAckDroppedError(LanesError):
             f"({why}); the broker committed them, so they are not redelivered"
         )
         self.count = count
+
+
+def failure_text(exc: BaseException) -> str:
+    """A handler exception's text: ``str(exc)``, as Go's ``err.Error()`` and TS's
+    ``error.message`` (a failed ack carries it, so the DLQ reads the same from all three SDKs);
+    its type name when it has none."""
+    return str(exc) or type(exc).__name__
+
+
+# The transaction ids a HandlerError's text names at most, so a large batch's line stays
+# readable; its ``messages`` hold them all.
+_MAX_NAMED_TRANSACTIONS = 5
+
+
+class HandlerError(LanesError):
+    """What ``on_error`` gets, under ``report_handler_errors(True)``, when a handler raises:
+    ``messages`` are the messages it was given (the one message of ``consume``, the partition
+    slice of ``consume_batch``) and ``cause`` (also ``__cause__``) is its exception. ``str()``
+    names the transaction ids, queue and partition, never a payload; the message's ``failed``
+    ack (and its dead letter's ``errorMessage``) carries the handler's own text."""
+
+    def __init__(self, messages: Sequence[Message], cause: BaseException) -> None:
+        super().__init__(f"lanes: handler failed on {_describe(messages)}: {failure_text(cause)}")
+        self.messages = list(messages)
+        self.cause = cause
+        self.__cause__ = cause
+
+
+def _describe(messages: Sequence[Message]) -> str:
+    """Messages named by transaction id, queue and partition (one partition's, as a batch
+    slice is), as Go's HandlerError names them."""
+    if not messages:
+        return "no message"
+    named = ", ".join(m.transaction_id for m in messages[:_MAX_NAMED_TRANSACTIONS])
+    if len(messages) > _MAX_NAMED_TRANSACTIONS:
+        named += f" and {len(messages) - _MAX_NAMED_TRANSACTIONS} more"
+    first = messages[0]
+    q, p = (json.dumps(n, ensure_ascii=False) for n in (first.queue, first.partition))
+    where = f"(queue {q}, partition {p})"
+    if len(messages) == 1:
+        return f"transaction {named} {where}"
+    return f"{len(messages)} messages, transactions {named} {where}"
 
 
 class AckError(LanesError):
