@@ -210,8 +210,15 @@ func errKind(err error) map[string]any {
 		te  *lanes.TransactionError
 		api *lanes.APIError
 		ou  *lanes.OutcomeUnknownError
+		he  *lanes.HandlerError
 	)
 	switch {
+	case errors.As(err, &he):
+		ids := make([]string, 0, len(he.Messages))
+		for _, m := range he.Messages {
+			ids = append(ids, m.TransactionID)
+		}
+		return map[string]any{"kind": "handler", "transactionIds": ids, "message": err.Error()}
 	case errors.As(err, &ou):
 		// The kind of the last attempt's failure; timeout as the error itself reports it.
 		out := errKind(ou.Err)

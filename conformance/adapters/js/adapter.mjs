@@ -12,6 +12,7 @@ import {
   AckError,
   TransactionError,
   LanesError,
+  HandlerError,
   withDeadline,
 } from "@lanesmq/lanes";
 
@@ -26,6 +27,7 @@ function handlerFailure(f) {
 }
 
 function errKind(err) {
+  if (err instanceof HandlerError) return { kind: "handler", transactionIds: err.messages.map((m) => m.transactionId), message: err.message };
   if (err instanceof OutcomeUnknownError) {
     // The kind of the last attempt's failure; timeout as the error itself reports it.
     const out = errKind(err.cause);

@@ -26,6 +26,7 @@ from lanes import (
     APIError,
     APITimeoutError,
     ConsumerStoppedError,
+    HandlerError,
     Item,
     OutcomeUnknownError,
     PushError,
@@ -45,6 +46,9 @@ def handler_failure(f: dict[str, Any]) -> Exception:
 
 
 def err_kind(err: BaseException) -> dict[str, Any]:
+    if isinstance(err, HandlerError):
+        ids = [m.transaction_id for m in err.messages]
+        return {"kind": "handler", "transactionIds": ids, "message": str(err)}
     if isinstance(err, OutcomeUnknownError):
         # The kind of the last attempt's failure; timeout as the error itself reports it.
         cause = err_kind(err.cause)
