@@ -2,6 +2,7 @@
 """scripts/upgrade-audit.py — upgrade databases written by real old brokers; check nothing is lost.
 
     scripts/upgrade-audit.py [--old COMMIT ...] [--scenario NAME ...] [--new-bin PATH]
+                             [--ports OLD NEW]
 
 For each old commit (default: three whose schemas differ) it builds that broker
 (`git worktree add` + `go build`, cached in .lanes/upgrade-audit/), and for each scenario runs it
@@ -21,6 +22,11 @@ on a fresh database of the local cluster (scripts/pg.sh; LANES_PG_* apply):
   spool      the old broker buffers pushes to its disk spool (push maintenance on) and is killed;
              the current broker, started on the same spool directory, drains them once.
   downgrade  the current broker runs, stops, and the old one starts again on its database.
+
+Each of sigterm, kill9, mixed and downgrade ends with the current broker's group listings, paged
+by key, checked against every cursor the database holds, the old brokers' included (schema 180
+gave cursors a queue_id that older brokers do not write). The old brokers listen on one port and
+the current ones on another (--ports, default 7471 7472).
 
 Exit status 0 when every check held; each failed check prints "FAIL". Needs Go, git history
 and PostgreSQL's client (through scripts/pg.sh). Takes about a minute per (commit, scenario).
@@ -44,6 +50,9 @@ STATE = os.path.join(REPO, ".lanes", "upgrade-audit")
 # Schemas 120, 110 and 060 (the first with a recorded digest), one from each of three days.
 DEFAULT_OLD = ["0c78c46", "9d90dfd", "347c301"]
 LEASE_HELD_SECONDS = 12
+# The old brokers listen on the first, the current ones on the second (--ports): a scenario runs at
+# most one of each at a time, and every broker stops when its scenario ends.
+PORTS = {"old": 7471, "new": 7472}
 
 failures = []
 BROKERS = []  # every broker started, stopped when its scenario ends
@@ -406,6 +415,120 @@ def check_listings(c, who, queue=ORDERS):
     )
 
 
+# Every cursor's group, queue and partition, with its offset lag, and every registration (a group
+# with a stored subscription on a queue, listed even without cursors), read through the partitions
+# (not through consumers.queue_id, which schema 180 added and older brokers never write).
+CURSORS_SQL = """SELECT jsonb_build_object(
+    'cursors', (SELECT coalesce(jsonb_agg(jsonb_build_array(c.consumer_group, q.name, p.name,
+            greatest(p.last_offset - greatest(c.committed, p.log_start - 1), 0))), '[]')
+        FROM lanes.consumers c JOIN lanes.partitions p ON p.id = c.partition_id
+        JOIN lanes.queues q ON q.id = p.queue_id),
+    'registrations', (SELECT coalesce(jsonb_agg(jsonb_build_array(g.consumer_group, q.name)), '[]')
+        FROM lanes.consumer_groups g JOIN lanes.queues q ON q.id = g.queue_id))"""
+
+
+def http_page(url):
+    """A GET's status, body and the next page's `after` (None when the page is the last)."""
+    try:
+        with urllib.request.urlopen(url, timeout=35) as resp:
+            more = resp.headers.get("X-Lanes-Truncated") == "true"
+            return (
+                resp.status,
+                json.loads(resp.read()),
+                (resp.headers.get("X-Lanes-Next-After") if more else None),
+            )
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode(errors="replace"), None
+
+
+def pages_by_key(c, path, limit=2, **params):
+    """Every page of a keyed listing, asked for by `after` (two rows a page, so the keys of every
+    kind of row are followed); a failed page raises."""
+    pages, after = [], None
+    while True:
+        query = dict(params, limit=limit, **({"after": after} if after else {}))
+        status, answer, after = http_page(c.base + path + "?" + urllib.parse.urlencode(query))
+        if status != 200:
+            raise RuntimeError(f"GET {path} {query}: {status} {str(answer)[:200]}")
+        pages.append(answer)
+        if after is None or len(pages) > 1000:
+            return pages
+
+
+def group_listings(c):
+    """The three group listings, paged by key, as rows comparable with the database's."""
+    summaries = [
+        (g["name"], g["queueName"], g["partitionCursors"], g["partitionsWithLag"], g["totalLag"])
+        for page in pages_by_key(c, "/api/v1/consumer-groups")
+        for g in page
+    ]
+    details = {}
+    for group in dict.fromkeys(s[0] for s in summaries):
+        details[group] = [
+            (queue, cursor["partition"], cursor["offsetLag"])
+            for page in pages_by_key(c, "/api/v1/consumer-groups/" + q(group))
+            for queue, detail in page.items()
+            for cursor in detail["partitions"]
+        ]
+    lagging = [
+        (r["consumer_group"], r["queue_name"], r["partition_name"], r["offset_lag"])
+        for page in pages_by_key(c, "/api/v1/consumer-groups/lagging", minLagSeconds=0)
+        for r in page
+    ]
+    return summaries, details, lagging
+
+
+def expected_group_listings(db):
+    state = json.loads(psql(db, CURSORS_SQL))
+    cursors = sorted(tuple(r) for r in state["cursors"])
+    sums = {tuple(r): [0, 0, 0] for r in state["registrations"]}
+    for group, queue, _, lag in cursors:
+        total = sums.setdefault((group, queue), [0, 0, 0])
+        total[0], total[1], total[2] = total[0] + 1, total[1] + (lag > 0), total[2] + lag
+    summaries = sorted(k + tuple(v) for k, v in sums.items())
+    details = {
+        group: [(queue, partition, lag) for g, queue, partition, lag in cursors if g == group]
+        for group in dict.fromkeys(s[0] for s in summaries)
+    }
+    lagging = [r for r in cursors if r[3] > 0]
+    return summaries, details, lagging
+
+
+def check_group_listings(c, db, who):
+    """Every cursor carries its partition's queue (schema 180's queue_id, which a trigger fills for
+    an older broker's inserts, and the upgrade backfills for cursors written before it), and the
+    current broker's group listings (list, each group's detail, lagging), paged by key, show every
+    cursor and registration with the totals the database holds. Read twice around the listings, so
+    a retention sweep in between asks for another try."""
+    wrong = psql(
+        db,
+        """SELECT count(*) FILTER (WHERE c.queue_id IS DISTINCT FROM p.queue_id) || ' of '
+            || count(*) FROM lanes.consumers c JOIN lanes.partitions p ON p.id = c.partition_id""",
+    )
+    check(
+        wrong.startswith("0 of "),
+        f"{who}: every cursor carries its partition's queue ({wrong} wrong)",
+    )
+    for _ in range(5):
+        want = expected_group_listings(db)
+        got = group_listings(c)
+        if expected_group_listings(db) == want:
+            break
+        time.sleep(0.5)
+    names = ("group list", "group details", "lagging list")
+    diff = [
+        f"{name}: listed {g} where the database has {w}"
+        for name, g, w in zip(names, got, want, strict=True)
+        if g != w
+    ]
+    check(
+        not diff,
+        f"{who}: the group listings, paged by key, list every cursor of {len(want[0])} "
+        f"(group, queue) pairs with the database's totals"
+        + ("" if not diff else ": " + "; ".join(diff)),
+    )
+
+
 def drain(c, queue, group, seconds, lease=30, **params):
     """Pops and acks until a pop finds nothing after `seconds`; returns the ids, in order."""
     seen = []
@@ -690,7 +813,7 @@ def scenario_upgrade(old_bin, new_bin, commit, kill):
     who = f"{commit} {'kill -9' if kill else 'SIGTERM'} -> current"
     db = "upgrade_" + name.replace("-", "_")
     url = fresh_database(db)
-    old = Broker(old_bin, url, 7471, "old-" + name, LANES_RETENTION_INTERVAL_MS=86_400_000)
+    old = Broker(old_bin, url, PORTS["old"], "old-" + name, LANES_RETENTION_INTERVAL_MS=86_400_000)
     old.start()
     c = Client(old)
     want = create_state(c)
@@ -706,13 +829,14 @@ def scenario_upgrade(old_bin, new_bin, commit, kill):
         )  # the traffic meets the dead broker: those pushes are retried after the switch
         traffic.stop()
     print(f"  note {who}: schema before the upgrade {schema_row(db)}")
-    new = Broker(new_bin, url, 7472, "new-" + name, LANES_RETENTION_INTERVAL_MS=500)
+    new = Broker(new_bin, url, PORTS["new"], "new-" + name, LANES_RETENTION_INTERVAL_MS=500)
     new.start()
     print(f"  note {who}: schema after {schema_row(db)}")
     nc = Client(new)
     verify_state(nc, want, who)
     traffic.clients = [nc]
     traffic.settle(nc, who)
+    check_group_listings(nc, db, who)
     new.stop()
 
 
@@ -720,9 +844,9 @@ def scenario_mixed(old_bin, new_bin, commit):
     who = f"{commit} + current (mixed)"
     db = f"upgrade_{commit}_mixed"
     url = fresh_database(db)
-    old = Broker(old_bin, url, 7473, f"old-{commit}-mixed")
+    old = Broker(old_bin, url, PORTS["old"], f"old-{commit}-mixed")
     old.start()
-    new = Broker(new_bin, url, 7474, f"new-{commit}-mixed")
+    new = Broker(new_bin, url, PORTS["new"], f"new-{commit}-mixed")
     c_old = Client(old)
     # Some state from the old broker first.
     c_old.push(
@@ -769,6 +893,16 @@ def scenario_mixed(old_bin, new_bin, commit):
             [m["data"] for m in got["messages"]] == [payload],
             f"{who}: {label} reads the payload back ({got['messages']})",
         )
+    # A group only the old broker reads: the old broker writes all of its cursors beside schema 180
+    # (the trigger fills their queue), and their lag stays for the group listings' check.
+    c_old.pop(TRAFFIC, "old-reader", subscriptionMode="all", batch=1, autoAck="true")
+    # And one the old broker's seek creates: cursors without a registration, which the listings
+    # find through the cursors' queue alone.
+    c_old.call(
+        "POST",
+        f"/api/v1/consumer-groups/old-seeker/queues/{TRAFFIC}/seek",
+        {"timestamp": "2000-01-01T00:00:00Z"},
+    )
     # Timers scheduled through both fire once between them; KV increments through both add up.
     ops = {c_old: [], c_new: []}
     for i in range(40):
@@ -805,6 +939,7 @@ def scenario_mixed(old_bin, new_bin, commit):
     traffic.clients = [c_new]
     old.stop()
     traffic.settle(c_new, who)
+    check_group_listings(c_new, db, who)
     new.stop()
 
 
@@ -816,7 +951,7 @@ def scenario_spool(old_bin, new_bin, commit):
     url = fresh_database(db)
     spool = os.path.join(STATE, f"spool-shared-{commit}")
     subprocess.run(["rm", "-rf", spool], check=True)
-    old = Broker(old_bin, url, 7477, f"old-{commit}-spool")
+    old = Broker(old_bin, url, PORTS["old"], f"old-{commit}-spool")
     old.env["LANES_SPOOL_DIR"] = spool
     old.start()
     c = Client(old)
@@ -838,7 +973,7 @@ def scenario_spool(old_bin, new_bin, commit):
         all(r["status"] == "buffered" for r in answer), f"{who}: the old broker buffered 20 pushes"
     )
     old.stop(signal.SIGKILL)  # its active spool file is left unfinished
-    new = Broker(new_bin, url, 7478, f"new-{commit}-spool")
+    new = Broker(new_bin, url, PORTS["new"], f"new-{commit}-spool")
     new.env["LANES_SPOOL_DIR"] = spool
     new.start()
     nc = Client(new)
@@ -855,13 +990,13 @@ def scenario_downgrade(old_bin, new_bin, commit):
     who = f"current -> {commit} (downgrade)"
     db = f"upgrade_{commit}_downgrade"
     url = fresh_database(db)
-    new = Broker(new_bin, url, 7475, f"new-{commit}-down")
+    new = Broker(new_bin, url, PORTS["new"], f"new-{commit}-down")
     new.start()
     c = Client(new)
     want = create_state(c)
     want["timer_soon"]()
     new.stop()
-    old = Broker(old_bin, url, 7476, f"old-{commit}-down", LANES_RETENTION_INTERVAL_MS=500)
+    old = Broker(old_bin, url, PORTS["old"], f"old-{commit}-down", LANES_RETENTION_INTERVAL_MS=500)
     before = schema_row(db)
     minimum = min_broker_row(db)
     started = old.start(expect_ready=False)
@@ -885,7 +1020,7 @@ def scenario_downgrade(old_bin, new_bin, commit):
     # record the old broker wrote (its digest, its applied_at) stays.
     record = "SELECT to_jsonb(s) FROM lanes.schema_applied s"
     by_old = psql(db, record)
-    again = Broker(new_bin, url, 7475, f"new-{commit}-down")
+    again = Broker(new_bin, url, PORTS["new"], f"new-{commit}-down")
     again.start()
     check(
         psql(db, record) == by_old, f"{who}: upgrading again applies nothing ({psql(db, record)})"
@@ -894,6 +1029,7 @@ def scenario_downgrade(old_bin, new_bin, commit):
     c.push([{"queue": ORDERS, "partition": "p9", "transactionId": "again", "payload": 1}])
     check(drain(c, ORDERS, GROUP, 0) == ["again"], f"{who}: upgraded again, a push is delivered")
     check_listings(c, who + " upgraded again")
+    check_group_listings(c, db, who + " upgraded again")
     again.stop()
 
 
@@ -910,9 +1046,18 @@ def main():
     )
     ap.add_argument("--new-bin", help="the current broker (default: built from this checkout)")
     ap.add_argument(
+        "--ports",
+        nargs=2,
+        type=int,
+        metavar=("OLD", "NEW"),
+        default=[PORTS["old"], PORTS["new"]],
+        help="ports of the old and the current brokers (default: %(default)s)",
+    )
+    ap.add_argument(
         "--scenario", nargs="*", default=["sigterm", "kill9", "mixed", "spool", "downgrade"]
     )
     args = ap.parse_args()
+    PORTS["old"], PORTS["new"] = args.ports
     os.makedirs(STATE, exist_ok=True)
     new_bin = args.new_bin or build_new()
     olds = [(os.path.basename(b).removeprefix("lanes-"), b) for b in args.old_bin] or [
