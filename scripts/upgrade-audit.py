@@ -47,8 +47,10 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 STATE = os.path.join(REPO, ".lanes", "upgrade-audit")
-# Schemas 120, 110 and 060 (the first with a recorded digest), one from each of three days.
-DEFAULT_OLD = ["0c78c46", "9d90dfd", "347c301"]
+# Schemas 170, 120, 110 and 060 (the first with a recorded digest). 170 is the one broker from
+# 140 on: it applies nothing under a newer recorded version and checks the minimum broker version
+# at its boot, where the three older ones apply their own files again.
+DEFAULT_OLD = ["df59b50", "0c78c46", "9d90dfd", "347c301"]
 LEASE_HELD_SECONDS = 12
 # The old brokers listen on the first, the current ones on the second (--ports): a scenario runs at
 # most one of each at a time, and every broker stops when its scenario ends.
