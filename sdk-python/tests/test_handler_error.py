@@ -4,7 +4,7 @@ ack keeps the handler's own text, so the dead letter reads as before."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator, Awaitable, Iterator
 
 import pytest
 
@@ -103,3 +103,29 @@ def test_batch_handler_error_carries_its_slice(sync_client: lanes.Lanes, qname: 
     )
     dlq = sync_client.admin.list_dlq(queue=qname).messages
     assert [d.error_message for d in dlq] == ["ledger closed"]
+
+
+async def test_plain_handler_returning_an_awaitable_names_its_message(
+    async_client: lanes.AsyncLanes, qname: str
+) -> None:
+    """AsyncLanes awaits what a plain (def) handler returns; its failure is reported as an
+    async handler's is, naming the message."""
+    await async_client.queue(qname).configure({"retryLimit": 0})
+    await (
+        async_client.queue(qname)
+        .partition("acct-7")
+        .push([{"transaction_id": "pay-7", "data": {"amount": -5}}])
+    )
+    errors: list[BaseException] = []
+
+    async def settle(m: lanes.Message) -> None:
+        raise NegativeAmountError("negative amount")
+
+    def handle(m: lanes.Message) -> Awaitable[None]:
+        return settle(m)
+
+    q = async_client.queue(qname).wait(False).limit(1).report_handler_errors(True)
+    await asyncio.wait_for(q.on_error(errors.append).run(handle), 20)
+    _check_one(errors, qname)
+    dlq = (await async_client.admin.list_dlq(queue=qname)).messages
+    assert [d.error_message for d in dlq] == ["negative amount"]
