@@ -47,6 +47,9 @@ var (
 	ErrEmptyTransaction = errors.New("lanes: transaction has no operations to commit")
 	// ErrConsumerStopped is the cause of a handler context canceled by a hard stop.
 	ErrConsumerStopped = errors.New("lanes: consumer stopped")
+	// ErrNoKVValue is DecodeKV's error for an answer that carries no value, such as a get of a
+	// missing key.
+	ErrNoKVValue = errors.New("lanes: no KV value to decode")
 )
 
 // APIError is a non-2xx answer from the broker after the retry policy gave up.

@@ -917,6 +917,52 @@ func TestITKVTTLZeroOrNegativeIsRefusedAndSubSecondIsOneSecond(t *testing.T) {
 	require.WithinDuration(t, before.Add(time.Second), *put.ExpiresAt, 1500*time.Millisecond)
 }
 
+// DecodeKV reads a KV value as the T asked for, as Message.Decode reads a payload: a counter as
+// an int with every digit, a row of GetMany, a stored object; no value is ErrNoKVValue.
+func TestITKVDecode(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	kv := b.c.KV(b.queue)
+
+	const big = 1<<53 + 1 // a float64 would read 9007199254740992
+	res, err := kv.Incr(b.ctx, "hits", big, lanes.Forever, lanes.KVIncrOpts{})
+	require.NoError(t, err)
+	hits, err := lanes.DecodeKV[int](res.Value)
+	require.NoError(t, err)
+	require.Equal(t, big, hits)
+
+	type order struct {
+		ID    string   `json:"id"`
+		Lines []string `json:"lines"`
+	}
+	_, err = kv.Put(b.ctx, "order", order{ID: "o-1", Lines: []string{"a", "b"}}, lanes.Forever)
+	require.NoError(t, err)
+	got, err := kv.Get(b.ctx, "order")
+	require.NoError(t, err)
+	o, err := lanes.DecodeKV[order](got.Value)
+	require.NoError(t, err)
+	require.Equal(t, order{ID: "o-1", Lines: []string{"a", "b"}}, o)
+
+	many, err := kv.GetMany(b.ctx, "hits", "order")
+	require.NoError(t, err)
+	require.Len(t, *many.Rows, 2)
+	row, err := lanes.DecodeKV[int]((*many.Rows)[0].Value)
+	require.NoError(t, err)
+	require.Equal(t, big, row)
+
+	missing, err := kv.Get(b.ctx, "nope")
+	require.NoError(t, err)
+	require.False(t, *missing.Found)
+	_, err = lanes.DecodeKV[int](missing.Value)
+	require.ErrorIs(t, err, lanes.ErrNoKVValue)
+	_, err = lanes.DecodeKV[int](many.Value)
+	require.ErrorIs(t, err, lanes.ErrNoKVValue, "a getMany result's values are in its rows")
+
+	_, err = lanes.DecodeKV[int](got.Value)
+	var typeErr *json.UnmarshalTypeError
+	require.ErrorAs(t, err, &typeErr, "an object is not an int")
+}
+
 // TestITKVHelpers: the named KV helpers (parity with sdk-js's Kv) against the broker.
 func TestITKVHelpers(t *testing.T) {
 	t.Parallel()

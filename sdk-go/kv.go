@@ -24,6 +24,20 @@ type KV struct {
 // KV returns helpers for namespace ns.
 func (c *Client) KV(ns string) KV { return KV{c: c, ns: ns} }
 
+// DecodeKV decodes a KV value into a T with encoding/json, as Message.Decode decodes a payload:
+// a counter Incr answered is lanes.DecodeKV[int](res.Value). It reads any value a KV answer
+// carries: a KVResult's, a KVRow's of GetMany, GetPrefix or List, a TransactionError's. Ask for
+// int or json.Number to keep every digit (into any, a number is a float64). A result with no
+// value (a missing key, a GetMany or GetPrefix result, a delete) is ErrNoKVValue, not T's zero.
+func DecodeKV[T any](value json.RawMessage) (T, error) {
+	var v T
+	if len(value) == 0 {
+		return v, ErrNoKVValue
+	}
+	err := json.Unmarshal(value, &v)
+	return v, err
+}
+
 // KVPut builds a put op for batches and transaction riders (ttl Forever = no expiry). A value
 // that cannot be encoded to JSON is carried in the op: KV.Batch and Commit then return
 // *InvalidKVValueError before sending anything.

@@ -104,7 +104,7 @@ var designSurface = map[string][]any{
 		lanes.KVPutIfAbsent, lanes.KVIncr, lanes.KVDelete, lanes.KVDeleteExpect,
 		lanes.KV.List, lanes.KVListQuery{}.Prefix, lanes.KVListQuery{}.After, lanes.KVListQuery{}.Limit,
 		lanes.KVListQuery{}.KeysOnly, lanes.KVListQuery{}.IncludeExpired,
-		lanes.KVReasonExists,
+		lanes.KVReasonExists, lanes.DecodeKV[int], lanes.ErrNoKVValue,
 		lanes.Timers.Schedule, lanes.Timers.Reschedule, lanes.Timers.Partition, lanes.Timers.TransactionID,
 		lanes.Timers.Cancel, lanes.Timers.Get, lanes.Timers.List, lanes.Timers.ListPrefix, lanes.Timers.Batch,
 		lanes.TimerSchedule, lanes.TimerReschedule, lanes.TimerCancel,
