@@ -150,9 +150,13 @@ export const walkPage = 100;
 /** A page's rows and where the next starts (undefined after the last). */
 type WalkPage<T> = { rows: T[]; next: PagePlace | undefined };
 
-/** walkPages yields the rows of page after page from `start`; leaving the loop early asks for no further page, and a page's error is thrown once, ending the walk. */
-async function* walkPages<T>(start: PagePlace, fetchPage: (at: PagePlace) => Promise<WalkPage<T>>): AsyncGenerator<T, void, undefined> {
+/** WalkOptions: aborting `signal` ends a walk, as it ends the SDK's other calls, by throwing its reason once: a page in flight is aborted, and no page is asked for after it. */
+export type WalkOptions = { signal?: AbortSignal | undefined };
+
+/** walkPages yields the rows of page after page from `start`; leaving the loop early asks for no further page, and a page's error (or `signal`'s reason, once it aborts, before the next page) is thrown once, ending the walk. */
+async function* walkPages<T>(start: PagePlace, signal: AbortSignal | undefined, fetchPage: (at: PagePlace) => Promise<WalkPage<T>>): AsyncGenerator<T, void, undefined> {
   for (let at: PagePlace | undefined = start; at !== undefined; ) {
+    if (signal?.aborted) throw signal.reason;
     const page = await fetchPage(at);
     yield* page.rows;
     at = page.next;
@@ -188,8 +192,8 @@ export class Admin {
   /** @internal */
   constructor(private readonly core: Core) {}
 
-  private async get<T>(path: string, query?: Query): Promise<T> {
-    return (await this.core.transport.request<T>({ method: "GET", path, query: qs(query) })).body;
+  private async get<T>(path: string, query?: Query, signal?: AbortSignal): Promise<T> {
+    return (await this.core.transport.request<T>({ method: "GET", path, query: qs(query), signal })).body;
   }
   /** headerPages hands every page of a listing answered as a bare array or keyed by queue to `add`, following its paging headers. */
   private async headerPages<T>(path: string, query: Query, add: (body: T) => void): Promise<void> {
@@ -225,12 +229,13 @@ export class Admin {
    * allQueues walks every queue the filters select, by name, page by page (`limit` rows a page,
    * default 100): `for await (const q of lanes.admin.allQueues({ namespace: "billing" })) …`.
    * Queues created or deleted meanwhile move no queue of the rest; leaving the loop asks for no
-   * further page; a page's error is thrown once and ends the walk.
+   * further page; a page's error is thrown once and ends the walk, and so is `opts.signal`'s
+   * reason when it aborts (a page in flight is aborted; no further page is asked for).
    */
-  allQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): AsyncGenerator<QueueSummary, void, undefined> {
+  allQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}, opts: WalkOptions = {}): AsyncGenerator<QueueSummary, void, undefined> {
     const { filters, limit, start } = walkStart(query);
-    return walkPages(start, async (at) => {
-      const page = await this.listQueues({ ...filters, limit, ...at });
+    return walkPages(start, opts.signal, async (at) => {
+      const page = await this.get<QueueList>("/api/v1/resources/queues", { ...filters, limit, ...at }, opts.signal);
       return { rows: page.queues, next: queuesNext(page.nextAfter, at, page.queues.length, page.total) };
     });
   }
@@ -323,11 +328,11 @@ export class Admin {
    * (`limit` rows a page, default 100), as allQueues: dead letters replayed, deleted or filed
    * meanwhile move no row of the rest.
    */
-  allDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): AsyncGenerator<DlqMessage, void, undefined> {
+  allDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}, opts: WalkOptions = {}): AsyncGenerator<DlqMessage, void, undefined> {
     checkGroup("allDlq", query.consumerGroup);
     const { filters, limit, start } = walkStart(query);
-    return walkPages(start, async (at) => {
-      const page = await listDlq(this.core, { ...filters, limit, ...at });
+    return walkPages(start, opts.signal, async (at) => {
+      const page = await listDlq(this.core, { ...filters, limit, ...at }, opts.signal);
       return { rows: page.messages, next: truncatedNext(page, at, page.messages.length, limit) };
     });
   }
@@ -349,10 +354,10 @@ export class Admin {
    * page the broker's answer byte budget cut short is continued after its last message, and
    * messages pushed meanwhile sort before the walk's place and are not listed.
    */
-  allMessages(query: MessageListQuery = {}): AsyncGenerator<MessageListItem, void, undefined> {
+  allMessages(query: MessageListQuery = {}, opts: WalkOptions = {}): AsyncGenerator<MessageListItem, void, undefined> {
     const { filters, limit, start } = walkStart(query);
-    return walkPages(start, async (at) => {
-      const page = await this.listMessages({ ...filters, limit, ...at });
+    return walkPages(start, opts.signal, async (at) => {
+      const page = await this.get<MessageList>("/api/v1/messages", { ...filters, limit, ...at } as Query, opts.signal);
       return { rows: page.messages, next: truncatedNext(page, at, page.messages.length, limit) };
     });
   }
@@ -388,10 +393,10 @@ export class Admin {
     return this.get("/api/v1/status/queues", query);
   }
   /** allQueueStatus walks every queue the filters select with its message counters, by name, page by page as allQueues. */
-  allQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): AsyncGenerator<QueueSummary, void, undefined> {
+  allQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}, opts: WalkOptions = {}): AsyncGenerator<QueueSummary, void, undefined> {
     const { filters, limit, start } = walkStart(query);
-    return walkPages(start, async (at) => {
-      const page = await this.listQueueStatus({ ...filters, limit, ...at });
+    return walkPages(start, opts.signal, async (at) => {
+      const page = await this.get<QueueStatusList>("/api/v1/status/queues", { ...filters, limit, ...at }, opts.signal);
       return { rows: page.queues, next: queuesNext(page.nextAfter, at, page.queues.length, page.pagination.total) };
     });
   }

@@ -5,7 +5,7 @@ export { withDeadline } from "./deadline.js";
 export { QueueBuilder, DlqBuilder, type SubscriptionMode } from "./queue.js";
 export { Consumer, type Handler, type BatchHandler, type HandlerContext, type ErrorHandler, type ConsumeOptions, type StopOptions } from "./consumer.js";
 export { TransactionBuilder, TransactionQueue, TransactionKv } from "./transaction.js";
-export { Admin, type SeekTarget } from "./admin.js";
+export { Admin, type SeekTarget, type WalkOptions } from "./admin.js";
 export { Kv, type KvExpiry } from "./kv.js";
 export { Timers, timerOp, type TimerSchedule } from "./timers.js";
 export { PushBuffer, type BufferOptions } from "./buffer.js";

@@ -1,6 +1,6 @@
 // QueueBuilder: the fluent, immutable builder behind `lanes.queue(name)` — producing, popping,
 // consuming, the message iterator, queue configuration and the DLQ view.
-import { Admin } from "./admin.js";
+import { Admin, type WalkOptions } from "./admin.js";
 import { LanesError } from "./errors.js";
 import { checkGroup, checkNames } from "./names.js";
 import type { PushBuffer, BufferOptions } from "./buffer.js";
@@ -359,17 +359,17 @@ export class DlqBuilder {
   async get(): Promise<DlqList> {
     return listDlq(this.core, this.s);
   }
-  /** all walks every dead letter the builder selects, newest first, page by page (its `limit` rows a page, default 100), as `admin.allDlq`: `for await (const m of lanes.queue(q).dlq(g).all()) …`. */
-  all(): AsyncGenerator<DlqMessage, void, undefined> {
-    return new Admin(this.core).allDlq(this.s);
+  /** all walks every dead letter the builder selects, newest first, page by page (its `limit` rows a page, default 100), as `admin.allDlq`, which `opts.signal` aborts as it aborts that: `for await (const m of lanes.queue(q).dlq(g).all()) …`. */
+  all(opts: WalkOptions = {}): AsyncGenerator<DlqMessage, void, undefined> {
+    return new Admin(this.core).allDlq(this.s, opts);
   }
 }
 
 /** listDlq is GET /api/v1/dlq with the given filters. */
-export async function listDlq(core: Core, q: DlqState | Partial<DlqState>): Promise<DlqList> {
+export async function listDlq(core: Core, q: DlqState | Partial<DlqState>, signal?: AbortSignal): Promise<DlqList> {
   checkGroup("dlq", q.consumerGroup);
   const query = new URLSearchParams();
   for (const [k, v] of Object.entries(q)) if (v !== undefined && v !== "") query.set(k, String(v));
   const qs = query.toString();
-  return (await core.transport.request<DlqList>({ method: "GET", path: "/api/v1/dlq", query: qs || undefined })).body;
+  return (await core.transport.request<DlqList>({ method: "GET", path: "/api/v1/dlq", query: qs || undefined, signal })).body;
 }

@@ -166,6 +166,68 @@ describe("walks", () => {
     expect(failing.seen.requests).toBe(2);
   });
 
+  it("stop at their signal's abort between two pages, throwing its reason once, in each walk", async () => {
+    const lanes = client();
+    const q = uniq("walk-abort");
+    await fileDeadLetters(lanes, q, 3);
+    const namespace = `${q}-ns`;
+    const names = await configureQueues(lanes, namespace, `${q}-q`, 3);
+    try {
+      type Walk = (spied: Lanes, signal: AbortSignal) => AsyncGenerator<unknown, void, undefined>;
+      // Three rows at two a page: each walk has a second page to ask for.
+      const walks: [string, string, Walk][] = [
+        ["dlq().all", "/api/v1/dlq", (l, signal) => l.queue(q).dlq().limit(2).all({ signal })],
+        ["allDlq", "/api/v1/dlq", (l, signal) => l.admin.allDlq({ queue: q, limit: 2 }, { signal })],
+        ["allMessages", "/api/v1/messages", (l, signal) => l.admin.allMessages({ queue: q, limit: 2 }, { signal })],
+        ["allQueues", "/api/v1/resources/queues", (l, signal) => l.admin.allQueues({ namespace, limit: 2 }, { signal })],
+        ["allQueueStatus", "/api/v1/status/queues", (l, signal) => l.admin.allQueueStatus({ namespace, limit: 2 }, { signal })],
+      ];
+      for (const [name, path, walk] of walks) {
+        const { spied, seen } = walkSpy(path);
+        const ctl = new AbortController();
+        const it = walk(spied, ctl.signal);
+        const first = await it.next();
+        expect(first.done, name).toBe(false);
+        const reason = new Error(`${name} aborted`);
+        ctl.abort(reason);
+        expect((await it.next()).done, `${name}: the rest of the page in hand`).toBe(false);
+        await expect(it.next(), name).rejects.toBe(reason);
+        expect(await it.next(), name).toEqual({ done: true, value: undefined });
+        expect(seen.requests, `${name}: no page after the abort`).toBe(1);
+
+        const aborted = new AbortController();
+        aborted.abort(reason);
+        await expect(walk(spied, aborted.signal).next(), `${name}: an aborted signal asks for nothing`).rejects.toBe(reason);
+        expect(seen.requests, name).toBe(1);
+      }
+    } finally {
+      for (const name of names) await lanes.admin.deleteQueue(name);
+    }
+  });
+
+  it("abort a page in flight when their signal aborts", async () => {
+    const q = uniq("walk-inflight");
+    let started!: () => void;
+    const asked = new Promise<void>((r) => (started = r));
+    // A broker that never answers the walk's page: only the signal's abort ends the request.
+    const hanging: typeof fetch = async (input, init) => {
+      const url = new URL(input instanceof Request ? input.url : String(input));
+      if (url.pathname !== "/api/v1/dlq") return fetch(input, init);
+      started();
+      return new Promise<Response>((_, reject) => init?.signal?.addEventListener("abort", () => reject(init.signal?.reason), { once: true }));
+    };
+    const spied = client({ fetch: hanging, retryAttempts: 0 });
+    const ctl = new AbortController();
+    const walk = spied.queue(q).dlq().all({ signal: ctl.signal });
+    const page = walk.next();
+    await asked;
+    const reason = new Error("walk aborted");
+    ctl.abort(reason);
+    const unanswered = new Promise((r) => setTimeout(() => r("still waiting 5 s after the abort"), 5000));
+    await expect(Promise.race([page, unanswered])).rejects.toBe(reason);
+    expect(await walk.next()).toEqual({ done: true, value: undefined });
+  });
+
   it("follow the offset from a broker that names no key", async () => {
     const lanes = client();
     const q = uniq("walk-old");
