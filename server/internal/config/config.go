@@ -134,18 +134,27 @@ func rangeText(lo, hi int64) string {
 	return fmt.Sprintf("%d..%d", lo, hi)
 }
 
-// parseInt64In parses a whole number in lo..hi.
-func parseInt64In(v string, lo, hi int64) (int64, error) {
+// withinText is rangeText as the object of "an integer …": "in lo..hi" or "≥ lo".
+func withinText(lo, hi int64) string {
+	if hi == unbounded {
+		return rangeText(lo, hi)
+	}
+	return "in " + rangeText(lo, hi)
+}
+
+// parseInt64In parses a whole number in lo..hi; what names the kind of number
+// in the refusal ("an integer", "a whole number of bytes").
+func parseInt64In(v, what string, lo, hi int64) (int64, error) {
 	n, err := strconv.ParseInt(v, 10, 64)
 	if err != nil || n < lo || n > hi {
-		return 0, fmt.Errorf("not an integer in %s: %q", rangeText(lo, hi), v)
+		return 0, fmt.Errorf("not %s %s: %q", what, withinText(lo, hi), v)
 	}
 	return n, nil
 }
 
 func intSetting(dst func(*Config) *int, lo, hi int64) parser {
 	return parser{accepts: "integer " + rangeText(lo, hi), parse: func(c *Config, v string) error {
-		n, err := parseInt64In(v, lo, hi)
+		n, err := parseInt64In(v, "an integer", lo, hi)
 		if err != nil {
 			return err
 		}
@@ -172,7 +181,7 @@ func gcPercentSetting(dst func(*Config) *int) parser {
 
 func int64Setting(dst func(*Config) *int64, lo, hi int64) parser {
 	return parser{accepts: "bytes " + rangeText(lo, hi), parse: func(c *Config, v string) error {
-		n, err := parseInt64In(v, lo, hi)
+		n, err := parseInt64In(v, "a whole number of bytes", lo, hi)
 		if err != nil {
 			return err
 		}
@@ -186,7 +195,7 @@ func durationSetting(dst func(*Config) *time.Duration, unit time.Duration, unitN
 	return parser{accepts: unitName + " " + rangeText(lo, hi), parse: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < lo || n > hi {
-			return fmt.Errorf("not a whole number of %s in %s: %q", unitName, rangeText(lo, hi), v)
+			return fmt.Errorf("not a whole number of %s %s: %q", unitName, withinText(lo, hi), v)
 		}
 		*dst(c) = time.Duration(n) * unit
 		return nil

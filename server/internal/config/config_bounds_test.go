@@ -94,3 +94,19 @@ func TestOutOfRangeSettingsAreRefusedNamingTheVariable(t *testing.T) {
 		}
 	}
 }
+
+// TestANonNumberIsRefusedInWordsThatRead: the message names the unit and the
+// bound as the settings table does ("an integer ≥ 1", "bytes ≥ 0"), not "in ≥ 1".
+func TestANonNumberIsRefusedInWordsThatRead(t *testing.T) {
+	cases := []struct{ env, value, want string }{
+		{"LANES_MAX_BODY_BYTES", "64MiB", `LANES_MAX_BODY_BYTES (--max-body-bytes): not a whole number of bytes ≥ 1: "64MiB"`},
+		{"LANES_MAX_PUSH_ITEMS", "many", `LANES_MAX_PUSH_ITEMS (--max-push-items): not an integer ≥ 1: "many"`},
+		{"LANES_DB_POOL_SIZE", "abc", `LANES_DB_POOL_SIZE (--pool-size): not an integer in 1..10000: "abc"`},
+	}
+	for _, tc := range cases {
+		_, err := Load(nil, env(map[string]string{tc.env: tc.value}), io.Discard)
+		if err == nil || err.Error() != tc.want {
+			t.Errorf("%s=%s: got %v, want %s", tc.env, tc.value, err, tc.want)
+		}
+	}
+}
