@@ -608,6 +608,11 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if fs.NArg() > 0 {
+		// The flag package stops at the first non-flag: ignoring it would start a
+		// broker on defaults for "lanes version" or "--port 7000 0".
+		return nil, fmt.Errorf("unexpected argument %q: lanes takes only flags (see lanes --help)", fs.Arg(0))
+	}
 	c.values = make(map[string]string, len(settings))
 	for i, s := range settings {
 		v := strings.TrimSpace(*texts[i])

@@ -3,6 +3,7 @@ package config
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"io"
 	"maps"
 	"slices"
@@ -360,6 +361,18 @@ func TestListByteBudgetDefaultsToFourMiBTakesZeroForUnboundedAndRefusesNegatives
 	for _, v := range []string{"-1", "4MiB", "1.5"} {
 		if _, err := Load(nil, env(map[string]string{"LANES_LIST_MAX_BYTES": v}), io.Discard); err == nil || !strings.Contains(err.Error(), "LANES_LIST_MAX_BYTES") {
 			t.Fatalf("LANES_LIST_MAX_BYTES=%s: want an error naming it, got %v", v, err)
+		}
+	}
+}
+
+// TestAnArgumentThatIsNoFlagIsRefused: "lanes version" or a flag value split
+// off by a stray space ("--port 7000 0") must not start a broker on defaults.
+func TestAnArgumentThatIsNoFlagIsRefused(t *testing.T) {
+	for _, args := range [][]string{{"version"}, {"--port", "7000", "serve"}} {
+		_, err := Load(args, env(nil), io.Discard)
+		if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("unexpected argument %q", args[len(args)-1])) ||
+			!strings.Contains(err.Error(), "lanes --help") {
+			t.Errorf("lanes %s: got %v, want a refusal naming the argument", strings.Join(args, " "), err)
 		}
 	}
 }
