@@ -161,7 +161,10 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	}
 	// The bound port with the configured address (0.0.0.0 rather than Go's [::]).
 	listenURL := "http://" + net.JoinHostPort(cfg.BindAddr, strconv.Itoa(listener.Addr().(*net.TCPAddr).Port))
-	log.Info("configuration", append(cfg.LogAttrs(), "listenURL", listenURL, "schema", b.schema.outcome, "version", version)...)
+	// The broker's own schema version: "unchanged" alone would not say which.
+	schemaVersion, _ := engine.SchemaVersion() // fails only for a misnamed embedded file, which the boot refuses
+	log.Info("configuration", append(cfg.LogAttrs(), "listenURL", listenURL, "schema", b.schema.outcome,
+		"schemaVersion", schemaVersion, "version", version)...)
 	log.Info("lanes listening", "url", listenURL, "version", version)
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- httpServer.Serve(api.JSONProtocolErrors(listener)) }()
