@@ -194,9 +194,12 @@ lint-python: $(VENV_STAMP)
 # ---------------------------------------------------------------------------------------------
 # Build and run
 
+# The build /health, lanes_build_info and the boot log name; a plain go build says "dev".
+VERSION ?= $(shell git describe --always --dirty 2>/dev/null || echo dev)
+
 .PHONY: build run
 build:
-	go build -o $(BIN)/lanes ./server/cmd/lanes
+	go build -ldflags "-X main.version=$(VERSION)" -o $(BIN)/lanes ./server/cmd/lanes
 
 # A LANES_DATABASE_URL you set wins (the local cluster is then not started); its URL is not
 # echoed, since it may hold a password.
