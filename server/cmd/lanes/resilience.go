@@ -132,7 +132,8 @@ func openSpool(cfg *config.Config, push spool.PushFunc, paused func() bool, log 
 		ReplayTimeout: cfg.SpoolReplayTimeout, MaxBytes: cfg.SpoolMaxBytes,
 	})
 	if err != nil {
-		log.Error("disk spool unavailable: pushes will fail while PostgreSQL is down", "dir", cfg.SpoolDir, "err", err)
+		log.Error("disk spool unavailable: pushes will fail while PostgreSQL is down or push maintenance is on; "+
+			"set LANES_SPOOL_DIR to a directory this broker can create and write", "dir", cfg.SpoolDir, "err", err)
 		return nil
 	}
 	return sp
