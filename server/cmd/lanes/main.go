@@ -2,6 +2,7 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -34,10 +35,15 @@ import (
 var version = "dev"
 
 func main() {
-	cfg, err := config.Load(os.Args[1:], os.Getenv, os.Stderr)
+	// Asked for, the usage goes to stdout ("lanes --help | grep SPOOL");
+	// after a bad flag, to stderr with the error.
+	var usage bytes.Buffer
+	cfg, err := config.Load(os.Args[1:], os.Getenv, &usage)
 	if errors.Is(err, flag.ErrHelp) {
+		_, _ = os.Stdout.Write(usage.Bytes())
 		return
 	}
+	_, _ = os.Stderr.Write(usage.Bytes())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lanes:", err)
 		os.Exit(2)
