@@ -163,7 +163,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	httpServer.RegisterOnShutdown(b.eng.ReleaseParkedPops)
 	listener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", addr)
 	if err != nil {
-		return err
+		return fmt.Errorf("LANES_BIND_ADDR, LANES_PORT (--bind-addr, --port): %w", err)
 	}
 	// The bound port with the configured address (0.0.0.0 rather than Go's [::]).
 	listenURL := "http://" + net.JoinHostPort(cfg.BindAddr, strconv.Itoa(listener.Addr().(*net.TCPAddr).Port))
