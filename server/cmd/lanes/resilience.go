@@ -272,7 +272,9 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 // logMinBrokerVersion logs a boot that raised the oldest broker version the
 // database admits: older brokers (from 140 on) stop or refuse to start.
 func logMinBrokerVersion(done engine.SchemaOutcome, log *slog.Logger) {
-	if done.RaisedMinBrokerVersion() {
+	// On a new database (no schema recorded before) no broker ran to be shut
+	// out: the line would only alarm whoever installs Lanes.
+	if done.RaisedMinBrokerVersion() && done.Recorded > 0 {
 		log.Info("raised the oldest broker schema version this database admits; brokers below it (from schema version 140 on) refuse to start, and running ones stop",
 			"minBrokerVersion", done.MinBrokerVersion, "was", done.MinBrokerVersionWas, "schemaVersion", done.Version)
 	}
