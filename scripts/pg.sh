@@ -227,7 +227,7 @@ cmd_start() {
     ensure_db
     local running_mode=durable
     [[ "$FAST" == 1 || "$FAST" == true ]] && running_mode="fast (fsync off)"
-    log "already running (pid $(postmaster_pid), port $(running_port), $running_mode)"
+    log "already running (pid $(postmaster_pid), port $(running_port), $running_mode, data $DATA)"
     return 0
   fi
   init_cluster
