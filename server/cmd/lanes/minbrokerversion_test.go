@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
 	"net/url"
 	"os"
 	"os/exec"
@@ -155,7 +157,9 @@ func TestServingBrokerStopsWhenALaterVersionRaisesTheMinimumPastIt(t *testing.T)
 // TestBrokerStopsWhenTheDatabaseItWaitedForAdmitsOnlyLaterVersions: a broker
 // that booted before its database answered (it serves, /health 503, and
 // retries the schema) exits non-zero, applying nothing, when the database
-// that appears admits only later broker versions.
+// that appears admits only later broker versions. PostgreSQL is unreachable
+// until then (nothing listens on the broker's port): a database that does not
+// exist yet would stop the boot (TestADatabaseThatRefusesTheLoginStopsTheBoot).
 func TestBrokerStopsWhenTheDatabaseItWaitedForAdmitsOnlyLaterVersions(t *testing.T) {
 	template := newDatabase(t)
 	pool, version := schemaOn(t, template)
@@ -173,6 +177,8 @@ func TestBrokerStopsWhenTheDatabaseItWaitedForAdmitsOnlyLaterVersions(t *testing
 	}
 	name := fmt.Sprintf("lanes_later_%d", time.Now().UnixNano()%1e9)
 	u.Path = "/" + name
+	postgres := u.Host
+	u.Host = fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	b := startBroker(t, u.String(), freePort(t), t.TempDir())
 	b.waitHealth(t, 503, 20*time.Second)
 
@@ -186,6 +192,7 @@ func TestBrokerStopsWhenTheDatabaseItWaitedForAdmitsOnlyLaterVersions(t *testing
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { _, _ = admin.Exec(context.Background(), "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)") })
+	forwardTCP(t, u.Host, postgres)
 	exitedNonZero(t, b, 15*time.Second, "the database appeared with a minimum above its version")
 	if logs := b.logs.String(); !strings.Contains(logs, fmt.Sprintf("this broker's schema version %d is below %d", version, version+1)) ||
 		strings.Contains(logs, "schema applied") {
@@ -199,6 +206,31 @@ func TestBrokerStopsWhenTheDatabaseItWaitedForAdmitsOnlyLaterVersions(t *testing
 	if after := schemaState(t, created); after != before {
 		t.Fatalf("the refused broker changed the schema:\nbefore %s\nafter  %s", before, after)
 	}
+}
+
+// forwardTCP listens on addr and forwards each connection to target until the test ends.
+func forwardTCP(t *testing.T, addr, target string) {
+	t.Helper()
+	ln, err := (&net.ListenConfig{}).Listen(t.Context(), "tcp", addr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = ln.Close() })
+	go func() {
+		for {
+			client, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			server, err := (&net.Dialer{}).DialContext(context.Background(), "tcp", target)
+			if err != nil {
+				_ = client.Close()
+				continue
+			}
+			go func() { _, _ = io.Copy(server, client); _ = server.Close() }()
+			go func() { _, _ = io.Copy(client, server); _ = client.Close() }()
+		}
+	}()
 }
 
 func mustParseURL(t *testing.T, s string) *url.URL {

@@ -202,6 +202,9 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 		if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
 			return err
 		}
+		if refused := loginRefusal(cfg, err); refused != nil {
+			return refused
+		}
 		if err == nil {
 			g.noteRead(state)
 		}
@@ -217,6 +220,9 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 	done, err := attempt()
 	if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
 		return err
+	}
+	if refused := loginRefusal(cfg, err); refused != nil {
+		return refused
 	}
 	if err == nil {
 		switch {
@@ -267,6 +273,19 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 		}
 	}()
 	return nil
+}
+
+// loginRefusal is the boot's error when PostgreSQL answers but refuses the
+// database, role or password of LANES_DATABASE_URL: a setting to fix, not an
+// outage to wait out, so the broker stops (exit status 2) rather than serve
+// and spool. Nil for any other err.
+func loginRefusal(cfg *config.Config, err error) error {
+	pgErr, ok := engine.LoginRefused(err)
+	if !ok {
+		return nil
+	}
+	return unusableSetting{fmt.Errorf("LANES_DATABASE_URL (--database-url) %s: PostgreSQL refuses the connection (SQLSTATE %s: %s): "+
+		"check the database name, role and password in it and pg_hba.conf; waiting will not help", cfg.RedactedDatabaseURL(), pgErr.Code, pgErr.Message)}
 }
 
 // logMinBrokerVersion logs a boot that raised the oldest broker version the

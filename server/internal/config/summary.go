@@ -22,6 +22,9 @@ var strandedPassword = regexp.MustCompile(`:[^@]*@`)
 // secret: libpq and pgx take a password there as well as in the userinfo.
 var passwordParams = map[string]bool{"password": true, "sslpassword": true}
 
+// RedactedDatabaseURL is LANES_DATABASE_URL as the boot log shows it, its passwords hidden.
+func (c *Config) RedactedDatabaseURL() string { return redactDatabaseURL(c.DatabaseURL) }
+
 // redactDatabaseURL hides the passwords of a URL (userinfo and query string)
 // or key=value connection string.
 func redactDatabaseURL(dsn string) string {

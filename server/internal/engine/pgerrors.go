@@ -23,6 +23,9 @@ const (
 	sqlstateCrashShutdown        = "57P02"
 	sqlstateCannotConnectNow     = "57P03"
 	sqlstateLockNotAvailable     = "55P03" // lock_timeout
+	sqlstateInvalidCatalogName   = "3D000" // no such database
+	sqlstateInvalidAuthorization = "28000" // no such role, or pg_hba.conf rejects it
+	sqlstateInvalidPassword      = "28P01"
 
 	// partitionGoneCode: pushOneTripSQL found a partition deleted since the
 	// partition cache learned it; the one-trip write reports errPartitionGone.
@@ -98,6 +101,21 @@ func IsUnreachable(err error) bool {
 	msg := err.Error()
 	return strings.Contains(msg, "conn closed") || strings.Contains(msg, "connection refused") ||
 		strings.Contains(msg, "failed to connect") || strings.Contains(msg, "connection reset")
+}
+
+// LoginRefused returns the error of a server that answered but refuses the
+// connection's database, role or password (SQLSTATE 3D000, 28000, 28P01):
+// unlike an outage, waiting does not end it, the connection settings must change.
+func LoginRefused(err error) (*pgconn.PgError, bool) {
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return nil, false
+	}
+	switch pgErr.Code {
+	case sqlstateInvalidCatalogName, sqlstateInvalidAuthorization, sqlstateInvalidPassword:
+		return pgErr, true
+	}
+	return nil, false
 }
 
 // IsRetryable reports a transaction PostgreSQL aborted to resolve a conflict
