@@ -1,10 +1,15 @@
 package main
 
 import (
+	"context"
+	"net/http"
 	"net/url"
 	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/lanesmq/lanes/server/internal/testdb"
 )
@@ -18,7 +23,7 @@ import (
 func TestADatabaseThatRefusesTheLoginStopsTheBoot(t *testing.T) {
 	base, err := url.Parse(os.Getenv(testdb.EnvVar))
 	if err != nil || base.Host == "" {
-		t.Skipf("%s is not set", testdb.EnvVar)
+		t.Fatalf("%s is not set: run the tests with `make test`, which starts PostgreSQL", testdb.EnvVar)
 	}
 	const password = "hunter2-not-logged"
 	for _, c := range []struct {
@@ -44,5 +49,48 @@ func TestADatabaseThatRefusesTheLoginStopsTheBoot(t *testing.T) {
 			t.Errorf("%s: want exit status 2 and an ERROR line naming LANES_DATABASE_URL (password hidden) and SQLSTATE %s; got status %d:\n%s",
 				c.what, c.sqlstate, code, out)
 		}
+	}
+}
+
+// TestARunningBrokerLogsALoginRefusalOncePerEpisode: once serving, a database
+// dropped under the broker (its new connections get SQLSTATE 3D000) is left
+// to retry, as an outage, but the broker says at ERROR, once and not per
+// attempt, that LANES_DATABASE_URL is refused.
+func TestARunningBrokerLogsALoginRefusalOncePerEpisode(t *testing.T) {
+	dsn := newDatabase(t)
+	b := startBroker(t, dsn, freePort(t), t.TempDir())
+	b.waitHealth(t, http.StatusOK, 30*time.Second)
+
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, os.Getenv(testdb.EnvVar))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer admin.Close(ctx)
+	u, _ := url.Parse(dsn)
+	if _, err := admin.Exec(ctx, "DROP DATABASE "+strings.TrimPrefix(u.Path, "/")+" WITH (FORCE)"); err != nil {
+		t.Fatal(err)
+	}
+	refusals := func() int {
+		n := 0
+		for l := range strings.Lines(b.logs.String()) {
+			if strings.Contains(l, "level=ERROR") && strings.Contains(l, "LANES_DATABASE_URL") && strings.Contains(l, "3D000") {
+				n++
+			}
+		}
+		return n
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for refusals() == 0 && time.Now().Before(deadline) {
+		time.Sleep(100 * time.Millisecond)
+	}
+	time.Sleep(3 * time.Second) // several more failed attempts
+	select {
+	case <-b.Done():
+		t.Fatalf("the broker stopped:\n%s", b.logs.String())
+	default:
+	}
+	if n := refusals(); n != 1 {
+		t.Fatalf("want one ERROR line naming LANES_DATABASE_URL and SQLSTATE 3D000, got %d:\n%s", n, b.logs.String())
 	}
 }

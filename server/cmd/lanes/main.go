@@ -255,7 +255,8 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, poolWatch *e
 		ClaimTimeout: 2 * cfg.StatementTimeout,
 		Logger:       log,
 	})
-	b := &brokerParts{eng: eng, schema: &schemaGate{}, auth: verifier, refused: make(chan error, 1)}
+	refusals := &loginRefusalLog{log: log, databaseURL: cfg.RedactedDatabaseURL()}
+	b := &brokerParts{eng: eng, schema: &schemaGate{refusals: refusals}, auth: verifier, refused: make(chan error, 1)}
 	b.schema.refuse = b.refuse
 	b.sp = openSpool(cfg, eng.ReplayPush, func() bool { return b.srv != nil && b.srv.PushMaintenance() }, log)
 	b.srv = api.NewServer(eng, api.Options{
@@ -274,7 +275,7 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, poolWatch *e
 		}
 		go b.srv.RunLagCollector(loopsCtx, cfg.LagRefreshInterval, cfg.LagMaxSeries)
 		go b.srv.RunMaintenanceRefresh(loopsCtx)
-		go watchMinBrokerVersion(loopsCtx, pool, minVersionCheckInterval, b.schema.noteRead, b.refuse)
+		go watchMinBrokerVersion(loopsCtx, pool, minVersionCheckInterval, b.schema.noteRead, refusals, b.refuse)
 	}
 	// Until the database answers, the spool's dbHealthy (status/buffers, metrics) says it is down.
 	b.schema.unreachable = func() {

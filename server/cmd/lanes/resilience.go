@@ -173,6 +173,8 @@ type schemaGate struct {
 	unreachable func()
 	// refuse stops the serving broker with its error.
 	refuse func(error)
+	// refusals logs the serving broker's login refusals.
+	refusals *loginRefusalLog
 	// lastRead is what the database last said of its schema (nil: nothing
 	// yet), kept for /health while the database is down.
 	lastRead atomic.Pointer[engine.SchemaState]
@@ -261,6 +263,7 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 				g.refuse(err)
 				return
 			}
+			g.refusals.note(err)
 			if err == nil {
 				log.Info("schema applied; database work resumes and the spool drains", "attempts", attempts+1)
 				g.noteRead(done.State)
@@ -288,6 +291,33 @@ func loginRefusal(cfg *config.Config, err error) error {
 		"check the database name, role and password in it and pg_hba.conf; waiting will not help", cfg.RedactedDatabaseURL(), pgErr.Code, pgErr.Message)}
 }
 
+// loginRefusalLog logs, at ERROR and once until a read succeeds again, that
+// PostgreSQL refuses the login of LANES_DATABASE_URL while the broker serves:
+// the broker keeps retrying (a dropped database or role, a changed password
+// can be undone), but the outage's WARN lines would not say what to fix.
+type loginRefusalLog struct {
+	log         *slog.Logger
+	databaseURL string // redacted
+	logged      atomic.Bool
+}
+
+// note takes the outcome of one database read; nil ends the episode.
+func (l *loginRefusalLog) note(err error) {
+	if l == nil {
+		return
+	}
+	if err == nil {
+		l.logged.Store(false)
+		return
+	}
+	pgErr, ok := engine.LoginRefused(err)
+	if !ok || !l.logged.CompareAndSwap(false, true) {
+		return
+	}
+	l.log.Error("PostgreSQL refuses the login of LANES_DATABASE_URL (--database-url): check its database name, role and password and pg_hba.conf; "+
+		"pushes go to the disk spool and the broker retries until it is admitted", "databaseURL", l.databaseURL, "sqlstate", pgErr.Code, "err", pgErr.Message)
+}
+
 // logMinBrokerVersion logs a boot that raised the oldest broker version the
 // database admits: older brokers (from 140 on) stop or refuse to start.
 func logMinBrokerVersion(done engine.SchemaOutcome, log *slog.Logger) {
@@ -305,9 +335,10 @@ const minVersionCheckInterval = time.Second
 
 // watchMinBrokerVersion reads the database's minimum broker version and
 // schema record every interval until ctx ends, hands each read to note (for
-// /health), and calls refuse once the minimum is above this broker's version.
-// A read that fails is left to the next one: outages are logged elsewhere.
-func watchMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, note func(engine.SchemaState), refuse func(error)) {
+// /health) and its error to refusals, and calls refuse once the minimum is
+// above this broker's version. A read that fails is left to the next one:
+// outages are logged elsewhere.
+func watchMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool, interval time.Duration, note func(engine.SchemaState), refusals *loginRefusalLog, refuse func(error)) {
 	tick := time.NewTicker(interval)
 	defer tick.Stop()
 	for {
@@ -322,6 +353,7 @@ func watchMinBrokerVersion(ctx context.Context, pool *pgxpool.Pool, interval tim
 		if !state.ReadAt.IsZero() {
 			note(state)
 		}
+		refusals.note(err)
 		if tooOld := (*engine.BrokerTooOldError)(nil); errors.As(err, &tooOld) {
 			refuse(err)
 			return
