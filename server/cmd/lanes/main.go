@@ -43,6 +43,10 @@ func main() {
 		_, _ = os.Stdout.Write(usage.Bytes())
 		return
 	}
+	if errors.Is(err, config.ErrVersion) {
+		fmt.Println("lanes", version)
+		return
+	}
 	_, _ = os.Stderr.Write(usage.Bytes())
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "lanes:", err)

@@ -4,6 +4,7 @@ package config
 
 import (
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -586,11 +587,16 @@ func defaultSpoolDir() string {
 	return os.TempDir() + "/lanes-spool"
 }
 
+// ErrVersion is Load's answer to --version: the caller prints the version and exits 0.
+var ErrVersion = errors.New("version requested")
+
 // Load parses args (without the program name) over the environment.
+
 func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config, error) {
 	c := &Config{}
 	fs := flag.NewFlagSet("lanes", flag.ContinueOnError)
 	fs.SetOutput(stderr)
+	showVersion := fs.Bool("version", false, "print the version and exit")
 	texts := make([]*string, len(settings))
 	for i, s := range settings {
 		def := s.def
@@ -600,7 +606,7 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 		texts[i] = fs.String(s.flag, def, s.usage)
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "lanes: a partitioned message queue on PostgreSQL\n\nUsage: lanes [flags]\n\nEvery flag can be set by its environment variable; a flag wins.\n\n")
+		fmt.Fprintf(stderr, "lanes: a partitioned message queue on PostgreSQL\n\nUsage: lanes [flags]\n       lanes --version\n\nEvery flag can be set by its environment variable; a flag wins.\n\n")
 		for _, s := range settings {
 			fmt.Fprintf(stderr, "  --%-28s %-34s %s (%s; default %q)\n", s.flag, s.env, s.usage, s.set.accepts, s.def)
 		}
@@ -608,10 +614,18 @@ func Load(args []string, getenv func(string) string, stderr io.Writer) (*Config,
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
+	if *showVersion {
+		// Before the settings are checked: a broken environment still tells its version.
+		return nil, ErrVersion
+	}
 	if fs.NArg() > 0 {
 		// The flag package stops at the first non-flag: ignoring it would start a
 		// broker on defaults for "lanes version" or "--port 7000 0".
-		return nil, fmt.Errorf("unexpected argument %q: lanes takes only flags (see lanes --help)", fs.Arg(0))
+		hint := "see lanes --help"
+		if fs.Arg(0) == "version" {
+			hint += "; the version is lanes --version"
+		}
+		return nil, fmt.Errorf("unexpected argument %q: lanes takes only flags (%s)", fs.Arg(0), hint)
 	}
 	c.values = make(map[string]string, len(settings))
 	for i, s := range settings {
