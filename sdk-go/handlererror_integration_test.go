@@ -23,24 +23,37 @@ func deadLetterText(t *testing.T, b bundle) string {
 	return *list.Messages[0].ErrorMessage
 }
 
+// pushFailingAtOnce pushes n messages to partition of a queue whose failures dead-letter at
+// once (no retry), so a failing handler leaves one dead letter each.
+func pushFailingAtOnce(t *testing.T, b bundle, partition string, n int, prefix string) {
+	t.Helper()
+	_, err := b.c.Queue(b.queue).Configure(b.ctx, lanes.QueueOptions{RetryLimit: ptrTo(0)})
+	require.NoError(t, err)
+	pushN(t, b, partition, n, prefix)
+}
+
+// onlyReported waits for cons to end without error and answers what it reported: one error.
+func onlyReported(t *testing.T, cons *lanes.Consumer, reported *errorLog) []error {
+	t.Helper()
+	<-cons.Done()
+	require.NoError(t, cons.Err())
+	errs := reported.all()
+	require.Len(t, errs, 1)
+	return errs
+}
+
 // With ReportHandlerErrors(true) OnError receives a *HandlerError naming the message the handler
 // failed on (transaction id, queue, partition) and wrapping the handler's own error, which
 // errors.Is still reaches; the dead letter's errorMessage stays the handler's own text.
 func TestITHandlerErrorNamesItsMessage(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.c.Queue(b.queue).Configure(b.ctx, lanes.QueueOptions{RetryLimit: ptrTo(0)})
-	require.NoError(t, err)
-	pushN(t, b, "acct-7", 1, "pay")
+	pushFailingAtOnce(t, b, "acct-7", 1, "pay")
 	var reported errorLog
 	cons, err := b.c.Queue(b.queue).Wait(false).Limit(1).ReportHandlerErrors(true).OnError(reported.add).
 		Consume(b.ctx, func(context.Context, *lanes.Message) error { return errNegativeAmount })
 	require.NoError(t, err)
-	<-cons.Done()
-	require.NoError(t, cons.Err())
-
-	errs := reported.all()
-	require.Len(t, errs, 1)
+	errs := onlyReported(t, cons, &reported)
 	var he *lanes.HandlerError
 	require.ErrorAs(t, errs[0], &he)
 	require.ErrorIs(t, errs[0], errNegativeAmount)
@@ -60,19 +73,13 @@ func TestITHandlerErrorNamesItsMessage(t *testing.T) {
 func TestITBatchHandlerErrorCarriesItsSlice(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.c.Queue(b.queue).Configure(b.ctx, lanes.QueueOptions{RetryLimit: ptrTo(0)})
-	require.NoError(t, err)
-	pushN(t, b, "acct-9", 7, "bulk")
+	pushFailingAtOnce(t, b, "acct-9", 7, "bulk")
 	var reported errorLog
 	cons, err := b.c.Queue(b.queue).Wait(false).Batch(10).Limit(7).ReportHandlerErrors(true).OnError(reported.add).
 		IdleTimeout(2*time.Second).
 		ConsumeBatch(b.ctx, func(context.Context, []*lanes.Message) error { panic("ledger closed") })
 	require.NoError(t, err)
-	<-cons.Done()
-	require.NoError(t, cons.Err())
-
-	errs := reported.all()
-	require.Len(t, errs, 1)
+	errs := onlyReported(t, cons, &reported)
 	var he *lanes.HandlerError
 	require.ErrorAs(t, errs[0], &he)
 	var pe *lanes.HandlerPanicError

@@ -59,15 +59,20 @@ def test_sync_handler_error_names_its_message(sync_client: lanes.Lanes, qname: s
     assert [d.error_message for d in dlq] == ["negative amount"]
 
 
-async def test_async_handler_error_names_its_message(
-    async_client: lanes.AsyncLanes, qname: str
-) -> None:
-    await async_client.queue(qname).configure({"retryLimit": 0})
+async def _push_one_order(client: lanes.AsyncLanes, qname: str) -> None:
+    """One order, pay-7 on partition acct-7, of a queue whose failures dead-letter at once."""
+    await client.queue(qname).configure({"retryLimit": 0})
     await (
-        async_client.queue(qname)
+        client.queue(qname)
         .partition("acct-7")
         .push([{"transaction_id": "pay-7", "data": {"amount": -5}}])
     )
+
+
+async def test_async_handler_error_names_its_message(
+    async_client: lanes.AsyncLanes, qname: str
+) -> None:
+    await _push_one_order(async_client, qname)
     errors: list[BaseException] = []
 
     async def handle(m: lanes.Message) -> None:
@@ -110,12 +115,7 @@ async def test_plain_handler_returning_an_awaitable_names_its_message(
 ) -> None:
     """AsyncLanes awaits what a plain (def) handler returns; its failure is reported as an
     async handler's is, naming the message."""
-    await async_client.queue(qname).configure({"retryLimit": 0})
-    await (
-        async_client.queue(qname)
-        .partition("acct-7")
-        .push([{"transaction_id": "pay-7", "data": {"amount": -5}}])
-    )
+    await _push_one_order(async_client, qname)
     errors: list[BaseException] = []
 
     async def settle(m: lanes.Message) -> None:
