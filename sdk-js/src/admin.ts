@@ -3,6 +3,7 @@
 import type { Core } from "./internal/core.js";
 import { checkGroup } from "./names.js";
 import { listDlq } from "./queue.js";
+import type { RequestOptions } from "./request-options.js";
 import type {
   BufferStatus,
   ConfigureResult,
@@ -151,7 +152,7 @@ export const walkPage = 100;
 type WalkPage<T> = { rows: T[]; next: PagePlace | undefined };
 
 /** WalkOptions: aborting `signal` ends a walk, as it ends the SDK's other calls, by throwing its reason once: a page in flight is aborted, and no page is asked for after it. */
-export type WalkOptions = { signal?: AbortSignal | undefined };
+export type WalkOptions = RequestOptions;
 
 /** walkPages yields the rows of page after page from `start`; leaving the loop early asks for no further page, and a page's error (or `signal`'s reason, once it aborts, before the next page) is thrown once, ending the walk. */
 async function* walkPages<T>(start: PagePlace, signal: AbortSignal | undefined, fetchPage: (at: PagePlace) => Promise<WalkPage<T>>): AsyncGenerator<T, void, undefined> {
@@ -187,7 +188,7 @@ function walkStart<Q extends WalkQuery>(query: Q): { filters: Omit<Q, keyof Walk
   return { filters, limit: limit || walkPage, start: { offset: offset || undefined, after: after || undefined } };
 }
 
-/** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). */
+/** Admin is `lanes.admin`: management routes (queues, seek, groups, DLQ, messages, status, maintenance). Every method takes `{ signal }` last (RequestOptions): after the query on the listings, as on the walks. */
 export class Admin {
   /** @internal */
   constructor(private readonly core: Core) {}
@@ -196,34 +197,35 @@ export class Admin {
     return (await this.core.transport.request<T>({ method: "GET", path, query: qs(query), signal })).body;
   }
   /** headerPages hands every page of a listing answered as a bare array or keyed by queue to `add`, following its paging headers. */
-  private async headerPages<T>(path: string, query: Query, add: (body: T) => void): Promise<void> {
+  private async headerPages<T>(path: string, query: Query, add: (body: T) => void, signal: AbortSignal | undefined): Promise<void> {
     let at: PagePlace | undefined = {};
     while (at !== undefined) {
-      const res = await this.core.transport.request<T>({ method: "GET", path, query: qs({ ...query, limit: wholeListingPage, ...at }) });
+      const res = await this.core.transport.request<T>({ method: "GET", path, query: qs({ ...query, limit: wholeListingPage, ...at }), signal });
       add(res.body);
       at = headerNext(res.headers, at);
     }
   }
   /** partitionPages is a whole object listing whose `key` array is paged (truncated, nextAfter, nextOffset), merged into the first page. */
-  private partitionPages<T extends BodyPaging>(path: string, query: Query, key: keyof T): Promise<T> {
-    return bodyPages((at) => this.get<T>(path, { ...query, limit: wholeListingPage, ...at }), key);
+  private partitionPages<T extends BodyPaging>(path: string, query: Query, key: keyof T, signal: AbortSignal | undefined): Promise<T> {
+    return bodyPages((at) => this.get<T>(path, { ...query, limit: wholeListingPage, ...at }, signal), key);
   }
-  private async post<T>(path: string, body: unknown, query?: Query): Promise<T> {
-    return (await this.core.transport.request<T>({ method: "POST", path, body, query: qs(query) })).body;
+  private async post<T>(path: string, body: unknown, signal: AbortSignal | undefined): Promise<T> {
+    return (await this.core.transport.request<T>({ method: "POST", path, body, signal })).body;
   }
-  private async del<T>(path: string, query?: Query): Promise<T> {
-    return (await this.core.transport.request<T>({ method: "DELETE", path, query: qs(query) })).body;
+  private async del<T>(path: string, query: Query | undefined, signal: AbortSignal | undefined): Promise<T> {
+    return (await this.core.transport.request<T>({ method: "DELETE", path, query: qs(query), signal })).body;
   }
 
   // ---- queues
 
   /** configureQueue creates or configures a queue: `replace` (default) resets omitted options, `merge` keeps them. */
-  configureQueue(queue: string, options: QueueOptions, opts: { mode?: "merge" | "replace" | undefined; namespace?: string | undefined; task?: string | undefined } = {}): Promise<ConfigureResult> {
-    return this.post("/api/v1/configure", { queue, options, ...opts });
+  configureQueue(queue: string, options: QueueOptions, opts: { mode?: "merge" | "replace" | undefined; namespace?: string | undefined; task?: string | undefined } & RequestOptions = {}): Promise<ConfigureResult> {
+    const { signal, ...fields } = opts;
+    return this.post("/api/v1/configure", { queue, options, ...fields }, signal);
   }
   /** listQueues lists one page of queues by name; page with `after` (the page's `nextAfter`), which queues created or deleted between two pages do not shift, as they shift an `offset`. */
-  listQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<QueueList> {
-    return this.get("/api/v1/resources/queues", query);
+  listQueues(query: { namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}, opts: RequestOptions = {}): Promise<QueueList> {
+    return this.get("/api/v1/resources/queues", query, opts.signal);
   }
   /**
    * allQueues walks every queue the filters select, by name, page by page (`limit` rows a page,
@@ -240,51 +242,51 @@ export class Admin {
     });
   }
   /** getQueue returns one queue with its options and every partition (following the broker's pages). */
-  getQueue(queue: string): Promise<QueueDetail> {
-    return this.partitionPages<QueueDetail>(`/api/v1/resources/queues/${e(queue)}`, {}, "partitions");
+  getQueue(queue: string, opts: RequestOptions = {}): Promise<QueueDetail> {
+    return this.partitionPages<QueueDetail>(`/api/v1/resources/queues/${e(queue)}`, {}, "partitions", opts.signal);
   }
   /** deleteQueue deletes a queue and everything in it (200 even when nothing was deleted). */
-  deleteQueue(queue: string): Promise<DeleteQueueResult> {
-    return this.del(`/api/v1/resources/queues/${e(queue)}`);
+  deleteQueue(queue: string, opts: RequestOptions = {}): Promise<DeleteQueueResult> {
+    return this.del(`/api/v1/resources/queues/${e(queue)}`, undefined, opts.signal);
   }
   /** getQueueDepth is the pending count of a queue for a group (queue mode when none), with every partition. */
-  async getQueueDepth(queue: string, group?: string): Promise<QueueDepth> {
+  async getQueueDepth(queue: string, group?: string, opts: RequestOptions = {}): Promise<QueueDepth> {
     checkGroup("getQueueDepth", group);
-    return this.partitionPages<QueueDepth>(`/api/v1/resources/queues/${e(queue)}/depth`, { group }, "partitions");
+    return this.partitionPages<QueueDepth>(`/api/v1/resources/queues/${e(queue)}/depth`, { group }, "partitions", opts.signal);
   }
   /** getOverview returns system-wide counters. */
-  getOverview(): Promise<Overview> {
-    return this.get("/api/v1/resources/overview");
+  getOverview(opts: RequestOptions = {}): Promise<Overview> {
+    return this.get("/api/v1/resources/overview", undefined, opts.signal);
   }
   /** getNamespaces lists every namespace (following the broker's pages). */
-  getNamespaces(): Promise<NamespaceList> {
-    return this.partitionPages<NamespaceList>("/api/v1/resources/namespaces", {}, "namespaces");
+  getNamespaces(opts: RequestOptions = {}): Promise<NamespaceList> {
+    return this.partitionPages<NamespaceList>("/api/v1/resources/namespaces", {}, "namespaces", opts.signal);
   }
   /** getTasks lists every task (following the broker's pages). */
-  getTasks(): Promise<TaskList> {
-    return this.partitionPages<TaskList>("/api/v1/resources/tasks", {}, "tasks");
+  getTasks(opts: RequestOptions = {}): Promise<TaskList> {
+    return this.partitionPages<TaskList>("/api/v1/resources/tasks", {}, "tasks", opts.signal);
   }
 
   // ---- consumer groups
 
   /** seekConsumerGroup moves one group's cursor on every partition of a queue (releasing live leases, resetting the retry budget). */
-  async seekConsumerGroup(group: string, queue: string, to: SeekTarget): Promise<SeekQueueResult> {
+  async seekConsumerGroup(group: string, queue: string, to: SeekTarget, opts: RequestOptions = {}): Promise<SeekQueueResult> {
     checkGroup("seekConsumerGroup", group, true);
-    return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/seek`, seekBody(to));
+    return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/seek`, seekBody(to), opts.signal);
   }
   /** seekConsumerGroupPartition moves one group's cursor on one partition. */
-  async seekConsumerGroupPartition(group: string, queue: string, partition: string, to: SeekTarget): Promise<SeekPartitionResult> {
+  async seekConsumerGroupPartition(group: string, queue: string, partition: string, to: SeekTarget, opts: RequestOptions = {}): Promise<SeekPartitionResult> {
     checkGroup("seekConsumerGroupPartition", group, true);
-    return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/partitions/${e(partition)}/seek`, seekBody(to));
+    return this.post(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}/partitions/${e(partition)}/seek`, seekBody(to), opts.signal);
   }
   /** listConsumerGroups lists every (group, queue) row with lag (following the broker's pages). */
-  async listConsumerGroups(): Promise<ConsumerGroupSummary[]> {
+  async listConsumerGroups(opts: RequestOptions = {}): Promise<ConsumerGroupSummary[]> {
     const out: ConsumerGroupSummary[] = [];
-    await this.headerPages<ConsumerGroupSummary[]>("/api/v1/consumer-groups", {}, (rows) => out.push(...rows));
+    await this.headerPages<ConsumerGroupSummary[]>("/api/v1/consumer-groups", {}, (rows) => out.push(...rows), opts.signal);
     return out;
   }
   /** getConsumerGroup returns a group's cursors keyed by queue (following the broker's pages). */
-  async getConsumerGroup(group: string): Promise<ConsumerGroupDetail> {
+  async getConsumerGroup(group: string, opts: RequestOptions = {}): Promise<ConsumerGroupDetail> {
     checkGroup("getConsumerGroup", group, true);
     const out: ConsumerGroupDetail = {};
     await this.headerPages<ConsumerGroupDetail>(`/api/v1/consumer-groups/${e(group)}`, {}, (page) => {
@@ -292,36 +294,36 @@ export class Admin {
         const seen = out[queue]; // a queue's partitions may span two pages
         out[queue] = seen === undefined ? detail : { ...detail, partitions: [...seen.partitions, ...detail.partitions] };
       }
-    });
+    }, opts.signal);
     return out;
   }
   /** laggingConsumerGroups lists every partition whose oldest unconsumed message is older than `minLagSeconds` (default 60). */
-  async laggingConsumerGroups(minLagSeconds = 60): Promise<LaggingConsumerGroup[]> {
+  async laggingConsumerGroups(minLagSeconds = 60, opts: RequestOptions = {}): Promise<LaggingConsumerGroup[]> {
     const out: LaggingConsumerGroup[] = [];
-    await this.headerPages<LaggingConsumerGroup[]>("/api/v1/consumer-groups/lagging", { minLagSeconds }, (rows) => out.push(...rows));
+    await this.headerPages<LaggingConsumerGroup[]>("/api/v1/consumer-groups/lagging", { minLagSeconds }, (rows) => out.push(...rows), opts.signal);
     return out;
   }
   /** deleteConsumerGroup deletes a group's cursors on every queue (the next pop re-seeds it). */
-  async deleteConsumerGroup(group: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+  async deleteConsumerGroup(group: string, deleteMetadata = true, opts: RequestOptions = {}): Promise<ConsumerGroupDeleteResult> {
     checkGroup("deleteConsumerGroup", group, true);
-    return this.del(`/api/v1/consumer-groups/${e(group)}`, { deleteMetadata });
+    return this.del(`/api/v1/consumer-groups/${e(group)}`, { deleteMetadata }, opts.signal);
   }
   /** deleteConsumerGroupForQueue deletes a group's cursors on one queue. */
-  async deleteConsumerGroupForQueue(group: string, queue: string, deleteMetadata = true): Promise<ConsumerGroupDeleteResult> {
+  async deleteConsumerGroupForQueue(group: string, queue: string, deleteMetadata = true, opts: RequestOptions = {}): Promise<ConsumerGroupDeleteResult> {
     checkGroup("deleteConsumerGroupForQueue", group, true);
-    return this.del(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}`, { deleteMetadata });
+    return this.del(`/api/v1/consumer-groups/${e(group)}/queues/${e(queue)}`, { deleteMetadata }, opts.signal);
   }
   /** updateSubscription changes where a group's untouched partitions get seeded (existing cursors do not move). */
-  async updateSubscription(group: string, timestamp: string | Date): Promise<SubscriptionUpdateResult> {
+  async updateSubscription(group: string, timestamp: string | Date, opts: RequestOptions = {}): Promise<SubscriptionUpdateResult> {
     checkGroup("updateSubscription", group, true);
-    return this.post(`/api/v1/consumer-groups/${e(group)}/subscription`, { subscriptionTimestamp: timestamp instanceof Date ? timestamp.toISOString() : timestamp });
+    return this.post(`/api/v1/consumer-groups/${e(group)}/subscription`, { subscriptionTimestamp: timestamp instanceof Date ? timestamp.toISOString() : timestamp }, opts.signal);
   }
 
   // ---- DLQ and messages
 
   /** listDlq lists dead letters (newest failure first); page by `after: page.nextAfter`, which dead letters replayed or filed between two pages do not move. */
-  listDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<DlqList> {
-    return listDlq(this.core, query);
+  listDlq(query: { queue?: string | undefined; consumerGroup?: string | undefined; partition?: string | undefined; from?: string | undefined; to?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}, opts: RequestOptions = {}): Promise<DlqList> {
+    return listDlq(this.core, query, opts.signal);
   }
   /**
    * allDlq walks every dead letter the filters select, newest failure first, page by page
@@ -337,17 +339,17 @@ export class Admin {
     });
   }
   /** purgeDlq deletes a queue's dead letters (optionally one group's). */
-  async purgeDlq(queue: string, consumerGroup?: string): Promise<DlqPurgeResult> {
+  async purgeDlq(queue: string, consumerGroup?: string, opts: RequestOptions = {}): Promise<DlqPurgeResult> {
     checkGroup("purgeDlq", consumerGroup);
-    return this.del("/api/v1/dlq", { queue, consumerGroup });
+    return this.del("/api/v1/dlq", { queue, consumerGroup }, opts.signal);
   }
   /** replayDlq moves one dead letter back into a queue (its original place unless `dest` says otherwise) under the id `dlq:<id>`. */
-  replayDlq(id: string, dest: DlqReplayRequest = {}): Promise<DlqReplayResult> {
-    return this.post(`/api/v1/dlq/${e(id)}/replay`, dest);
+  replayDlq(id: string, dest: DlqReplayRequest = {}, opts: RequestOptions = {}): Promise<DlqReplayResult> {
+    return this.post(`/api/v1/dlq/${e(id)}/replay`, dest, opts.signal);
   }
   /** listMessages lists messages with their derived status; page by `after: page.nextAfter`, which messages pushed or consumed between two pages do not move. */
-  listMessages(query: MessageListQuery = {}): Promise<MessageList> {
-    return this.get("/api/v1/messages", query as Query);
+  listMessages(query: MessageListQuery = {}, opts: RequestOptions = {}): Promise<MessageList> {
+    return this.get("/api/v1/messages", query as Query, opts.signal);
   }
   /**
    * allMessages walks every message the filters select, newest first, page by page as allDlq; a
@@ -362,35 +364,35 @@ export class Admin {
     });
   }
   /** getMessage returns one message with its per-group state. */
-  getMessage(partitionId: string, transactionId: string): Promise<MessageDetail> {
-    return this.get(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}`);
+  getMessage(partitionId: string, transactionId: string, opts: RequestOptions = {}): Promise<MessageDetail> {
+    return this.get(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}`, undefined, opts.signal);
   }
   /** deleteMessage deletes a dead-lettered message's DLQ rows. */
-  deleteMessage(partitionId: string, transactionId: string): Promise<DeleteMessageResult> {
-    return this.del(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}`);
+  deleteMessage(partitionId: string, transactionId: string, opts: RequestOptions = {}): Promise<DeleteMessageResult> {
+    return this.del(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}`, undefined, opts.signal);
   }
   /** retryMessage replays a dead-lettered message by its address. */
-  retryMessage(partitionId: string, transactionId: string): Promise<DlqReplayResult> {
-    return this.post(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}/retry`, {});
+  retryMessage(partitionId: string, transactionId: string, opts: RequestOptions = {}): Promise<DlqReplayResult> {
+    return this.post(`/api/v1/messages/${e(partitionId)}/${e(transactionId)}/retry`, {}, opts.signal);
   }
 
   // ---- status and system
 
   /** health is GET /health. */
-  health(): Promise<Health> {
-    return this.get("/health");
+  health(opts: RequestOptions = {}): Promise<Health> {
+    return this.get("/health", undefined, opts.signal);
   }
   /** getMetrics is GET /metrics. */
-  getMetrics(): Promise<Metrics> {
-    return this.get("/metrics");
+  getMetrics(opts: RequestOptions = {}): Promise<Metrics> {
+    return this.get("/metrics", undefined, opts.signal);
   }
   /** getStatus is the dashboard aggregate. */
-  getStatus(query: { from?: string | undefined; to?: string | undefined; queue?: string | undefined; namespace?: string | undefined; task?: string | undefined } = {}): Promise<StatusOverview> {
-    return this.get("/api/v1/status", query);
+  getStatus(query: { from?: string | undefined; to?: string | undefined; queue?: string | undefined; namespace?: string | undefined; task?: string | undefined } = {}, opts: RequestOptions = {}): Promise<StatusOverview> {
+    return this.get("/api/v1/status", query, opts.signal);
   }
   /** listQueueStatus lists one page of queues with message counters, paged as listQueues. */
-  listQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}): Promise<QueueStatusList> {
-    return this.get("/api/v1/status/queues", query);
+  listQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}, opts: RequestOptions = {}): Promise<QueueStatusList> {
+    return this.get("/api/v1/status/queues", query, opts.signal);
   }
   /** allQueueStatus walks every queue the filters select with its message counters, by name, page by page as allQueues. */
   allQueueStatus(query: { queue?: string | undefined; namespace?: string | undefined; task?: string | undefined; limit?: number | undefined; offset?: number | undefined; after?: string | undefined } = {}, opts: WalkOptions = {}): AsyncGenerator<QueueSummary, void, undefined> {
@@ -401,28 +403,28 @@ export class Admin {
     });
   }
   /** getQueueStatus is the live detail of one queue, with every partition on request. */
-  getQueueStatus(queue: string, includePartitions = false): Promise<QueueStatus> {
-    return this.partitionPages<QueueStatus>(`/api/v1/status/queues/${e(queue)}`, { includePartitions }, "partitions");
+  getQueueStatus(queue: string, includePartitions = false, opts: RequestOptions = {}): Promise<QueueStatus> {
+    return this.partitionPages<QueueStatus>(`/api/v1/status/queues/${e(queue)}`, { includePartitions }, "partitions", opts.signal);
   }
   /** getBufferStatus is the broker's disk-spool state. */
-  getBufferStatus(): Promise<BufferStatus> {
-    return this.get("/api/v1/status/buffers");
+  getBufferStatus(opts: RequestOptions = {}): Promise<BufferStatus> {
+    return this.get("/api/v1/status/buffers", undefined, opts.signal);
   }
   /** getMaintenanceMode reads push maintenance. */
-  getMaintenanceMode(): Promise<Maintenance> {
-    return this.get("/api/v1/system/maintenance");
+  getMaintenanceMode(opts: RequestOptions = {}): Promise<Maintenance> {
+    return this.get("/api/v1/system/maintenance", undefined, opts.signal);
   }
   /** setMaintenanceMode diverts every push to the disk spool while on. */
-  setMaintenanceMode(enabled: boolean): Promise<Maintenance> {
-    return this.post("/api/v1/system/maintenance", { enabled });
+  setMaintenanceMode(enabled: boolean, opts: RequestOptions = {}): Promise<Maintenance> {
+    return this.post("/api/v1/system/maintenance", { enabled }, opts.signal);
   }
   /** getPopMaintenanceMode reads pop maintenance. */
-  getPopMaintenanceMode(): Promise<Maintenance> {
-    return this.get("/api/v1/system/maintenance/pop");
+  getPopMaintenanceMode(opts: RequestOptions = {}): Promise<Maintenance> {
+    return this.get("/api/v1/system/maintenance/pop", undefined, opts.signal);
   }
   /** setPopMaintenanceMode makes every pop answer empty while on. */
-  setPopMaintenanceMode(enabled: boolean): Promise<Maintenance> {
-    return this.post("/api/v1/system/maintenance/pop", { enabled });
+  setPopMaintenanceMode(enabled: boolean, opts: RequestOptions = {}): Promise<Maintenance> {
+    return this.post("/api/v1/system/maintenance/pop", { enabled }, opts.signal);
   }
 }
 

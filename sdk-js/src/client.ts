@@ -11,6 +11,7 @@ import { Timers } from "./timers.js";
 import type { AckStatus, Message } from "./message.js";
 import { autopilotFromEnv } from "./pop.js";
 import { DEFAULT_QUEUE_STATE, QueueBuilder } from "./queue.js";
+import type { RequestOptions } from "./request-options.js";
 import { DEFAULT_RETRY_POLICY } from "./retry.js";
 import { TransactionBuilder } from "./transaction.js";
 import type { AckResult, Health, KvNamespaceList } from "./types.js";
@@ -109,17 +110,17 @@ export class Lanes {
   }
 
   /** ack acknowledges one message (POST /ack) or several (POST /ack/batch, one call per group). It throws AckError, carrying every result, when an item answered `success:false`. */
-  ack(message: AckTarget, status?: AckStatus | boolean, opts?: AckOptions): Promise<AckResult>;
-  ack(messages: AckTarget[], status?: AckStatus | boolean, opts?: AckOptions): Promise<AckResult[]>;
-  async ack(messages: AckTarget | AckTarget[], status: AckStatus | boolean = "completed", opts: AckOptions = {}): Promise<AckResult | AckResult[]> {
-    if (Array.isArray(messages)) return this.core.ack(messages, status, opts);
-    const [r] = await this.core.ack([messages], status, opts);
+  ack(message: AckTarget, status?: AckStatus | boolean, opts?: AckOptions & RequestOptions): Promise<AckResult>;
+  ack(messages: AckTarget[], status?: AckStatus | boolean, opts?: AckOptions & RequestOptions): Promise<AckResult[]>;
+  async ack(messages: AckTarget | AckTarget[], status: AckStatus | boolean = "completed", opts: AckOptions & RequestOptions = {}): Promise<AckResult | AckResult[]> {
+    if (Array.isArray(messages)) return this.core.ack(messages, status, opts, opts.signal);
+    const [r] = await this.core.ack([messages], status, opts, opts.signal);
     return r!;
   }
 
   /** renew extends the leases of messages (or lease ids), each distinct lease once; `seconds` defaults to the broker's 60. */
-  async renew(targets: Message<unknown> | AckTarget | string | (Message<unknown> | AckTarget | string)[], opts: { seconds?: number | undefined } = {}): Promise<RenewResult[]> {
-    return this.core.renew(leaseIdsOf(Array.isArray(targets) ? targets : [targets]), opts.seconds);
+  async renew(targets: Message<unknown> | AckTarget | string | (Message<unknown> | AckTarget | string)[], opts: { seconds?: number | undefined } & RequestOptions = {}): Promise<RenewResult[]> {
+    return this.core.renew(leaseIdsOf(Array.isArray(targets) ? targets : [targets]), opts.seconds, opts.signal);
   }
 
   /** admin is the management API (queues, consumer groups, DLQ, messages, status). */
@@ -134,8 +135,8 @@ export class Lanes {
   }
 
   /** kvNamespaces lists KV namespaces. */
-  kvNamespaces(): Promise<KvNamespaceList> {
-    return listKvNamespaces(this.core);
+  kvNamespaces(opts: RequestOptions = {}): Promise<KvNamespaceList> {
+    return listKvNamespaces(this.core, opts.signal);
   }
 
   /** timers returns the timer helpers of one destination queue. */
@@ -144,8 +145,8 @@ export class Lanes {
   }
 
   /** health is GET /health. */
-  async health(): Promise<Health> {
-    return (await this.core.transport.request<Health>({ method: "GET", path: "/health" })).body;
+  async health(opts: RequestOptions = {}): Promise<Health> {
+    return (await this.core.transport.request<Health>({ method: "GET", path: "/health", signal: opts.signal })).body;
   }
 
   /** @internal shared buffer per (queue, partition) */

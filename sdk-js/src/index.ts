@@ -2,6 +2,7 @@
 // This file is the whole public surface; nothing else is importable.
 export { Lanes, type LanesOptions } from "./client.js";
 export { withDeadline } from "./deadline.js";
+export type { RequestOptions } from "./request-options.js";
 export { QueueBuilder, DlqBuilder, type SubscriptionMode } from "./queue.js";
 export { Consumer, type Handler, type BatchHandler, type HandlerContext, type ErrorHandler, type ConsumeOptions, type StopOptions } from "./consumer.js";
 export { TransactionBuilder, TransactionQueue, TransactionKv } from "./transaction.js";

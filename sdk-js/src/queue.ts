@@ -10,6 +10,7 @@ import { QUEUE_MODE, toWireItems } from "./internal/core.js";
 import { currentPopCut } from "./internal/popcut.js";
 import type { Message, PopResult } from "./message.js";
 import { popQuery, type PopKnobs } from "./pop.js";
+import type { RequestOptions } from "./request-options.js";
 import type { ConfigureResult, DeleteQueueResult, DlqList, DlqMessage, PopResponse, QueueDepth, QueueOptions } from "./types.js";
 
 /**
@@ -283,25 +284,25 @@ export class QueueBuilder<T = unknown> {
   }
 
   /** create configures the queue with the options given to `config()` (a full replace unless mode is `merge`). */
-  async create(opts: { mode?: "merge" | "replace" | undefined } = {}): Promise<ConfigureResult> {
+  async create(opts: { mode?: "merge" | "replace" | undefined } & RequestOptions = {}): Promise<ConfigureResult> {
     const body: Record<string, unknown> = { queue: this.requireQueue("create"), options: this.s.config ?? {} };
     if (this.s.namespace) body.namespace = this.s.namespace;
     if (this.s.task) body.task = this.s.task;
     if (opts.mode) body.mode = opts.mode;
-    return (await this.core.transport.request<ConfigureResult>({ method: "POST", path: "/api/v1/configure", body })).body;
+    return (await this.core.transport.request<ConfigureResult>({ method: "POST", path: "/api/v1/configure", body, signal: opts.signal })).body;
   }
 
   /** delete deletes the queue with its partitions, messages, cursors and dead letters. */
-  async delete(): Promise<DeleteQueueResult> {
+  async delete(opts: RequestOptions = {}): Promise<DeleteQueueResult> {
     const q = this.requireQueue("delete");
-    return (await this.core.transport.request<DeleteQueueResult>({ method: "DELETE", path: `/api/v1/resources/queues/${encodeURIComponent(q)}` })).body;
+    return (await this.core.transport.request<DeleteQueueResult>({ method: "DELETE", path: `/api/v1/resources/queues/${encodeURIComponent(q)}`, signal: opts.signal })).body;
   }
 
   /** depth is the queue's pending count for the builder's group (queue mode when none), with every partition, as admin.getQueueDepth. */
-  async depth(): Promise<QueueDepth> {
+  async depth(opts: RequestOptions = {}): Promise<QueueDepth> {
     const q = this.requireQueue("depth");
     checkGroup("depth", this.s.group);
-    return new Admin(this.core).getQueueDepth(q, this.s.group || undefined);
+    return new Admin(this.core).getQueueDepth(q, this.s.group || undefined, opts);
   }
 
   /** dlq returns a builder over this queue's dead letters of `group` (empty or absent: the builder's group; neither: every group). */
@@ -356,8 +357,8 @@ export class DlqBuilder {
     return this.with({ to: t instanceof Date ? t.toISOString() : t });
   }
   /** get fetches the page. */
-  async get(): Promise<DlqList> {
-    return listDlq(this.core, this.s);
+  async get(opts: RequestOptions = {}): Promise<DlqList> {
+    return listDlq(this.core, this.s, opts.signal);
   }
   /** all walks every dead letter the builder selects, newest first, page by page (its `limit` rows a page, default 100), as `admin.allDlq`, which `opts.signal` aborts as it aborts that: `for await (const m of lanes.queue(q).dlq(g).all()) …`. */
   all(opts: WalkOptions = {}): AsyncGenerator<DlqMessage, void, undefined> {

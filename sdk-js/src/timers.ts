@@ -3,6 +3,7 @@ import { InvalidValueError, LanesError, resultsOf } from "./errors.js";
 import type { Core } from "./internal/core.js";
 import { jsonProblem } from "./internal/payload.js";
 import { uuidv7 } from "./internal/uuid.js";
+import type { RequestOptions } from "./request-options.js";
 import type { Timer, TimerList, TimerOperation, TimerResult } from "./types.js";
 
 /** TimerSchedule describes a timer: `payload` (any JSON; `{}` when left out) is pushed to the queue after `delayMillis`. */
@@ -35,7 +36,7 @@ export function timerOp(op: "schedule" | "reschedule" | "cancel", queue: string,
   return timerScheduleOp(queue, key, s, op);
 }
 
-/** Timers is the timers of one destination queue: `lanes.timers('reminders')`. */
+/** Timers is the timers of one destination queue: `lanes.timers('reminders')`. Every call takes `{ signal }` last (RequestOptions). */
 export class Timers {
   /** @internal */
   constructor(
@@ -43,34 +44,34 @@ export class Timers {
     readonly queue: string,
   ) {}
   /** batch runs timer operations (built with `timerOp`, any queue) in one request and returns index-aligned results. */
-  async batch(operations: TimerOperation[]): Promise<TimerResult[]> {
-    const res = await this.core.transport.request<{ results: TimerResult[] } | undefined>({ method: "POST", path: "/api/v1/timers", body: { operations } });
+  async batch(operations: TimerOperation[], opts: RequestOptions = {}): Promise<TimerResult[]> {
+    const res = await this.core.transport.request<{ results: TimerResult[] } | undefined>({ method: "POST", path: "/api/v1/timers", body: { operations }, signal: opts.signal });
     return resultsOf<TimerResult>("timers", res.body?.results, operations.length, "operations", res.body);
   }
-  private async one(op: TimerOperation): Promise<TimerResult> {
-    const [r] = await this.batch([op]);
+  private async one(op: TimerOperation, opts: RequestOptions): Promise<TimerResult> {
+    const [r] = await this.batch([op], opts);
     return r!;
   }
   /** schedule creates or replaces timer `key`. */
-  async schedule(key: string, s: TimerSchedule): Promise<TimerResult> {
-    return this.one(timerScheduleOp(this.queue, key, s));
+  async schedule(key: string, s: TimerSchedule, opts: RequestOptions = {}): Promise<TimerResult> {
+    return this.one(timerScheduleOp(this.queue, key, s), opts);
   }
   /** reschedule replaces timer `key` and resets its attempts. */
-  async reschedule(key: string, s: TimerSchedule): Promise<TimerResult> {
-    return this.one(timerScheduleOp(this.queue, key, s, "reschedule"));
+  async reschedule(key: string, s: TimerSchedule, opts: RequestOptions = {}): Promise<TimerResult> {
+    return this.one(timerScheduleOp(this.queue, key, s, "reschedule"), opts);
   }
   /** cancel deletes timer `key` (`absent` may mean it already fired). */
-  async cancel(key: string): Promise<TimerResult> {
-    return (await this.core.transport.request<TimerResult>({ method: "DELETE", path: `/api/v1/timers/${encodeURIComponent(this.queue)}/${encodeURIComponent(key)}` })).body;
+  async cancel(key: string, opts: RequestOptions = {}): Promise<TimerResult> {
+    return (await this.core.transport.request<TimerResult>({ method: "DELETE", path: `/api/v1/timers/${encodeURIComponent(this.queue)}/${encodeURIComponent(key)}`, signal: opts.signal })).body;
   }
   /** get reads timer `key` (`found:false` when missing). */
-  async get(key: string): Promise<Timer> {
-    return (await this.core.transport.request<Timer>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}/${encodeURIComponent(key)}` })).body;
+  async get(key: string, opts: RequestOptions = {}): Promise<Timer> {
+    return (await this.core.transport.request<Timer>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}/${encodeURIComponent(key)}`, signal: opts.signal })).body;
   }
-  /** list pages through the queue's timers. */
-  async list(opts: { limit?: number | undefined; after?: string | undefined; prefix?: string | undefined } = {}): Promise<TimerList> {
+  /** list pages through the queue's timers; `{ signal }` comes after the page's query, as in the listings. */
+  async list(query: { limit?: number | undefined; after?: string | undefined; prefix?: string | undefined } = {}, opts: RequestOptions = {}): Promise<TimerList> {
     const q = new URLSearchParams();
-    for (const [k, v] of Object.entries(opts)) if (v !== undefined) q.set(k, String(v));
-    return (await this.core.transport.request<TimerList>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}`, query: q.toString() || undefined })).body;
+    for (const [k, v] of Object.entries(query)) if (v !== undefined) q.set(k, String(v));
+    return (await this.core.transport.request<TimerList>({ method: "GET", path: `/api/v1/timers/${encodeURIComponent(this.queue)}`, query: q.toString() || undefined, signal: opts.signal })).body;
   }
 }

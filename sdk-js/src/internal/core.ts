@@ -151,7 +151,7 @@ export class Core {
   }
 
   /** ack acknowledges targets: one → POST /ack, several → /ack/batch per group. Throws AckError (with every result) when an item answered success:false. */
-  async ack(targets: AckTarget[], status: AckStatus | boolean, opts: AckOptions = {}): Promise<AckResult[]> {
+  async ack(targets: AckTarget[], status: AckStatus | boolean, opts: AckOptions = {}, signal?: AbortSignal): Promise<AckResult[]> {
     const st = normalizeAckStatus(status);
     for (const t of targets) {
       if (!t.transactionId || !t.partitionId) throw new LanesError("ack: every message needs transactionId and partitionId");
@@ -160,13 +160,14 @@ export class Core {
     const results = await this.ackItems(
       targets.map((t) => ({ target: opts.withoutLease ? { ...t, leaseId: undefined } : t, status: st, error: opts.error })),
       opts.group ?? opts.consumerGroup,
+      signal,
     );
     if (results.some((r) => !r.success)) throw new AckError(results);
     return results;
   }
 
   /** ackItems sends per-item statuses without checking `success` (the consume loop reports failures itself). */
-  async ackItems(items: { target: AckTarget; status: AckStatus; error?: string | undefined }[], group?: string): Promise<AckResult[]> {
+  async ackItems(items: { target: AckTarget; status: AckStatus; error?: string | undefined }[], group?: string, signal?: AbortSignal): Promise<AckResult[]> {
     if (items.length === 0) return [];
     const wireItem = (i: (typeof items)[number]): AckItem => {
       const w: AckItem = { transactionId: i.target.transactionId, partitionId: i.target.partitionId, status: i.status };
@@ -181,6 +182,7 @@ export class Core {
         method: "POST",
         path: "/api/v1/ack",
         body: { ...wireItem(only), consumerGroup: groupOf(only.target) },
+        signal,
       });
       // The spec's answer is an array of one result; brokers before it sent the object alone.
       // Any other shape is a broker fault, not a result.
@@ -201,6 +203,7 @@ export class Core {
         method: "POST",
         path: "/api/v1/ack/batch",
         body: { consumerGroup: g, acknowledgments: idxs.map((i) => wireItem(items[i]!)) },
+        signal,
       });
       const body = resultsOf<AckResult>("ack", res.body, idxs.length, "items", res.body);
       idxs.forEach((orig, k) => {
@@ -211,7 +214,7 @@ export class Core {
   }
 
   /** renew extends each distinct lease once; `seconds` absent or 0 asks for the broker's default (60 s), as in Go and Python. */
-  async renew(leaseIds: string[], seconds?: number): Promise<RenewResult[]> {
+  async renew(leaseIds: string[], seconds?: number, signal?: AbortSignal): Promise<RenewResult[]> {
     const ids = [...new Set(leaseIds.filter((l) => l))];
     const out: RenewResult[] = [];
     for (const id of ids) {
@@ -219,6 +222,7 @@ export class Core {
         method: "POST",
         path: `/api/v1/lease/${encodeURIComponent(id)}/extend`,
         body: !seconds ? {} : { seconds: Math.max(1, Math.ceil(seconds)) },
+        signal,
       });
       out.push({ leaseId: id, success: res.body.success, renewed: res.body.renewed, newExpiresAt: res.body.newExpiresAt ?? null });
     }
