@@ -144,6 +144,7 @@ func run(cfg *config.Config, log *slog.Logger) error {
 	if err := b.schema.bringUp(ctx, loopsCtx, pool, cfg, log); err != nil {
 		return err
 	}
+	b.eng.StartListener()
 	handler, err := b.srv.Handler()
 	if err != nil {
 		return err
@@ -255,6 +256,9 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, poolWatch *e
 		ListMaxBytes:            cfg.ListMaxBytes,
 		ListenerCheckInterval:   cfg.ListenerCheckInterval,
 		PoolWatch:               poolWatch,
+		// Once the boot's first attempt was not refused: a refused boot
+		// logs its one line, not the listener's warning first.
+		ListenLater: true,
 		// Twice the statement_timeout: PostgreSQL ends a slow claim first.
 		ClaimTimeout: 2 * cfg.StatementTimeout,
 		Logger:       log,

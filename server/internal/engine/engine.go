@@ -77,6 +77,11 @@ type Config struct {
 	// acts as on a lost listener connection at once), and lets it cut off the
 	// pool's connections when the listener finds the host silent.
 	PoolWatch *PoolWatch
+	// ListenLater leaves the notification listener to StartListener, for a
+	// caller that first checks PostgreSQL admits its login (the broker's
+	// boot): a listener started at once would warn about a refusal the boot
+	// reports itself. Off, New starts it.
+	ListenLater bool
 	// OnRetentionPass, when set, is told about every retention pass (metrics).
 	OnRetentionPass func(st RetentionStats, took time.Duration, err error)
 	Logger          *slog.Logger
@@ -146,8 +151,9 @@ type Engine struct {
 	// means defaultRetentionPassPartitions (tests lower it).
 	retentionPassPartitions int
 
-	closeOnce   sync.Once
-	stopParking atomic.Bool
+	closeOnce       sync.Once
+	listenerStarted sync.Once
+	stopParking     atomic.Bool
 	// popsPaused, when set, reports pop maintenance: a paused engine claims
 	// nothing for a pop, parked ones included (see PausePopsWhen).
 	popsPaused func() bool
@@ -201,10 +207,26 @@ func New(pool *pgxpool.Pool, cfg Config) *Engine {
 	if cfg.PoolWatch != nil {
 		cfg.PoolWatch.starts.notify(e.noticeServerRestart)
 	}
-	e.wg.Add(2)
-	go func() { defer e.wg.Done(); e.listenLoop() }()
+	e.wg.Add(1)
 	go func() { defer e.wg.Done(); e.notifier.run(e.stop) }()
+	if !cfg.ListenLater {
+		e.StartListener()
+	}
 	return e
+}
+
+// StartListener starts the notification listener (see listenLoop), once; a
+// call after Shutdown began starts nothing.
+func (e *Engine) StartListener() {
+	e.listenerStarted.Do(func() {
+		e.backgroundMu.Lock()
+		defer e.backgroundMu.Unlock()
+		if e.backgroundClosed {
+			return
+		}
+		e.wg.Add(1)
+		go func() { defer e.wg.Done(); e.listenLoop() }()
+	})
 }
 
 // Pool exposes the connection pool to sibling services (retention, admin).
