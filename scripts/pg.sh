@@ -19,6 +19,9 @@
 #   LANES_PG_USER   superuser name (default postgres)
 #   LANES_PG_DB     database created on start (default lanes)
 #
+# Every login is trusted but the role lanes_password_login's, which must give its password
+# (scram-sha-256): the broker's wrong-password test logs in as it. The test creates the role.
+#
 # Runs as root (the server processes run as the "postgres" OS user via runuser) or as any
 # other user (the cluster runs as that user). Installs PostgreSQL with apt-get when no
 # initdb is found. Survives a postmaster killed with SIGKILL (stale postmaster.pid, zombie).
@@ -204,6 +207,26 @@ EOF
   mv -f "$tmp" "$DATA/lanes.conf"
 }
 
+# The role the wrong-password test (server/cmd/lanes) logs in as must give its password. Its
+# pg_hba.conf lines go ahead of initdb's trust lines (the first line that matches decides), on
+# every start, so a cluster initialised before them gets them too.
+PASSWORD_ROLE=lanes_password_login
+require_password_role() {
+  local hba="$DATA/pg_hba.conf" tmp="$BASE/pg_hba.conf.tmp"
+  local marker="# Written by scripts/pg.sh: $PASSWORD_ROLE must give its password."
+  grep -qxF "$marker" "$hba" && return 0
+  {
+    echo "$marker"
+    echo "local all $PASSWORD_ROLE scram-sha-256"
+    echo "host all $PASSWORD_ROLE 127.0.0.1/32 scram-sha-256"
+    echo "host all $PASSWORD_ROLE ::1/128 scram-sha-256"
+    cat "$hba"
+  } >"$tmp"
+  chmod 0600 "$tmp"
+  [[ $IS_ROOT == 1 ]] && chown postgres: "$tmp"
+  mv -f "$tmp" "$hba"
+}
+
 ensure_db() {
   local i
   for i in $(seq 1 50); do
@@ -223,6 +246,7 @@ cmd_start() {
     # Durability follows this call (make run wants fsync on, make test may turn it off);
     # the three settings are reloadable, so no restart is needed.
     write_conf
+    require_password_role
     as_owner "$BINDIR/pg_ctl" -D "$DATA" reload >/dev/null 2>&1 || true
     ensure_db
     local running_mode=durable
@@ -232,6 +256,7 @@ cmd_start() {
   fi
   init_cluster
   write_conf
+  require_password_role
   if (exec 3<>"/dev/tcp/127.0.0.1/$PORT") 2>/dev/null; then
     die "port $PORT on 127.0.0.1 is taken by another server (another checkout's cluster?); set LANES_PG_PORT"
   fi
