@@ -9,10 +9,13 @@ package api
 //
 //	PUT    /__test/faults/{run}   {"rules":[{"method":"POST","path":"/api/v1/push",
 //	                                 "responses":[{"status":429,"headers":{"Retry-After":"1"},"times":2}]}]}
-//	GET    /__test/faults/{run}   {"rules":[{"method","path","attempts","faulted","retryCounts":["0","1",…]}]}
+//	GET    /__test/faults/{run}   {"rules":[{"method","path","query","attempts","faulted","retryCounts":["0","1",…]}]}
 //	DELETE /__test/faults/{run}
 //
-// A rule matches a method ("" = any) and a path (exact, or a prefix when it ends in "*").
+// A rule matches a method ("" = any), a path (exact, or a prefix when it ends in "*") and, with
+// "query", parameters the request's query must carry (each exact, or a prefix when it ends in
+// "*", so "*" alone is any value): {"query":{"after":"*"}} targets only the pages of a listing
+// after the first.
 // Its responses are served in order, each `times` times (default 1); {"pass":true} lets the
 // request through (still counted). Once the script is used up the route behaves normally and
 // every further request is still counted. The first matching rule counts a request.
@@ -33,6 +36,7 @@ import (
 	"fmt"
 	"net/http"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -67,18 +71,21 @@ type FaultResponse struct {
 
 // FaultRule scripts one route of one run.
 type FaultRule struct {
-	Method    string          `json:"method,omitempty"`
-	Path      string          `json:"path"`
-	Responses []FaultResponse `json:"responses,omitempty"`
+	Method string `json:"method,omitempty"`
+	Path   string `json:"path"`
+	// Query names parameters a request must carry to match, by value or value prefix.
+	Query     map[string]string `json:"query,omitempty"`
+	Responses []FaultResponse   `json:"responses,omitempty"`
 }
 
 // FaultCount is what GET reports per rule.
 type FaultCount struct {
-	Method      string   `json:"method,omitempty"`
-	Path        string   `json:"path"`
-	Attempts    int      `json:"attempts"`
-	Faulted     int      `json:"faulted"`
-	RetryCounts []string `json:"retryCounts"`
+	Method      string            `json:"method,omitempty"`
+	Path        string            `json:"path"`
+	Query       map[string]string `json:"query,omitempty"`
+	Attempts    int               `json:"attempts"`
+	Faulted     int               `json:"faulted"`
+	RetryCounts []string          `json:"retryCounts"`
 }
 
 type faultRuleState struct {
@@ -101,10 +108,28 @@ func (r FaultRule) matches(req *http.Request) bool {
 	if r.Method != "" && !strings.EqualFold(r.Method, req.Method) {
 		return false
 	}
-	if p, ok := strings.CutSuffix(r.Path, "*"); ok {
-		return strings.HasPrefix(req.URL.Path, p)
+	if !textMatches(r.Path, req.URL.Path) {
+		return false
 	}
-	return req.URL.Path == r.Path
+	if len(r.Query) == 0 {
+		return true
+	}
+	query := req.URL.Query()
+	for name, want := range r.Query {
+		if !slices.ContainsFunc(query[name], func(got string) bool { return textMatches(want, got) }) {
+			return false
+		}
+	}
+	return true
+}
+
+// textMatches compares a rule's path or parameter value with a request's: exactly, or by
+// prefix when the rule's ends in "*".
+func textMatches(rule, got string) bool {
+	if prefix, ok := strings.CutSuffix(rule, "*"); ok {
+		return strings.HasPrefix(got, prefix)
+	}
+	return got == rule
 }
 
 // wrap serves the control route and applies scripts in front of next.
@@ -332,7 +357,7 @@ func (f *faultInjector) control(w http.ResponseWriter, r *http.Request, run stri
 				writeError(w, http.StatusBadRequest, CodeBadRequest, "fault script: every rule needs a path")
 				return
 			}
-			st := &faultRuleState{FaultRule: rule, counted: FaultCount{Method: rule.Method, Path: rule.Path, RetryCounts: []string{}}}
+			st := &faultRuleState{FaultRule: rule, counted: FaultCount{Method: rule.Method, Path: rule.Path, Query: rule.Query, RetryCounts: []string{}}}
 			for _, resp := range rule.Responses {
 				for k, v := range resp.Headers {
 					if _, err := expandHeader(v, time.Now()); err != nil {

@@ -103,6 +103,63 @@ func TestFaultScripts(t *testing.T) {
 	}
 }
 
+// A rule with a query targets only the requests carrying those parameters, so a case can fail
+// the pages of a listing after the first (they carry after) and let the first through.
+func TestFaultScriptTargetsARequestByItsQuery(t *testing.T) {
+	srv := httptest.NewServer(newFaultInjector().wrap(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusOK)
+	})))
+	defer srv.Close()
+	send := func(method, pathAndQuery, body string) *http.Response {
+		t.Helper()
+		req, _ := http.NewRequest(method, srv.URL+pathAndQuery, strings.NewReader(body))
+		req.Header.Set(FaultsRunHeader, "r1")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		_ = resp.Body.Close()
+		return resp
+	}
+	script := `{"rules":[
+	  {"method":"GET","path":"/api/v1/dlq","query":{"after":"*","queue":"cf-*"},"responses":[{"status":500}]},
+	  {"method":"GET","path":"/api/v1/dlq"}]}`
+	if resp := send(http.MethodPut, "/__test/faults/r1", script); resp.StatusCode != http.StatusNoContent {
+		t.Fatalf("PUT script: %d", resp.StatusCode)
+	}
+	for _, c := range []struct {
+		query string
+		want  int
+	}{
+		{"queue=cf-1&limit=2", http.StatusOK},           // the first page: no after
+		{"queue=other&limit=2&after=k1", http.StatusOK}, // another queue: the prefix does not match
+		{"queue=cf-1&limit=2&after=k1", http.StatusInternalServerError},
+		{"after=k2&queue=cf-1", http.StatusOK}, // the script is used up: counted, served
+		{"queue=cf-1&after=", http.StatusOK},   // "*" matches an empty value too
+	} {
+		if resp := send(http.MethodGet, "/api/v1/dlq?"+c.query, ""); resp.StatusCode != c.want {
+			t.Fatalf("GET ?%s: %d, want %d", c.query, resp.StatusCode, c.want)
+		}
+	}
+	req, _ := http.NewRequest(http.MethodGet, srv.URL+"/__test/faults/r1", nil)
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var counts struct{ Rules []FaultCount }
+	if err := json.NewDecoder(resp.Body).Decode(&counts); err != nil || len(counts.Rules) != 2 {
+		t.Fatalf("counts: %+v %v", counts, err)
+	}
+	byQuery, rest := counts.Rules[0], counts.Rules[1]
+	if byQuery.Attempts != 3 || byQuery.Faulted != 1 || byQuery.Query["after"] != "*" {
+		t.Fatalf("the rule with a query: %+v, want 3 attempts, 1 faulted, its query reported", byQuery)
+	}
+	if rest.Attempts != 2 || rest.Faulted != 0 {
+		t.Fatalf("the rule without one: %+v, want the other 2 attempts", rest)
+	}
+}
+
 // A scripted header may carry an HTTP-date relative to the moment the fault is sent, so a case
 // can answer a 429 with a Retry-After date; a malformed template refuses the script.
 func TestFaultScriptHTTPDateHeader(t *testing.T) {
