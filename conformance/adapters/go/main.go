@@ -75,13 +75,14 @@ func main() {
 }
 
 // state is what one case's steps share: the client, saved message sets, dead letters and
-// listing pages' nextAfter keys, and time marks.
+// listing pages' nextAfter keys, time marks, and walks left open for a walkResume.
 type state struct {
 	client *lanes.Client
 	saved  map[string][]*lanes.Message
 	dlq    map[string][]lanes.DLQMessage
 	pages  map[string]*string
 	marks  map[string]time.Time
+	walks  map[string]*openWalk
 }
 
 func newClient(c caseIn) (*lanes.Client, error) {
@@ -151,7 +152,7 @@ func runCase(c caseIn) ([]stepOut, error) {
 		defer cancel()
 		_ = client.Close(ctx)
 	}()
-	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, pages: map[string]*string{}, marks: map[string]time.Time{}}
+	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, pages: map[string]*string{}, marks: map[string]time.Time{}, walks: map[string]*openWalk{}}
 	registry := st.steps()
 	runStep := func(s stepIn, start time.Time) map[string]any {
 		var (
@@ -189,6 +190,9 @@ func runCase(c caseIn) ([]stepOut, error) {
 		steps[i].Result = runStep(s, start)
 	}
 	background.Wait()
+	for _, w := range st.walks {
+		w.stop()
+	}
 	return steps, nil
 }
 

@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"iter"
 	"sort"
 	"strings"
 
@@ -161,39 +160,4 @@ func (s *state) listQueueStatuses(ctx context.Context, a queueListArgs) (map[str
 		s.pages[a.Save] = list.NextAfter
 	}
 	return wireResult(list, err), nil
-}
-
-// walked is a walk step's result: every row the walk yielded, in wire names, with the error it
-// ended on (the rows before it kept).
-func walked[T any](rows iter.Seq2[T, error]) map[string]any {
-	got := []T{}
-	for row, err := range rows {
-		if err != nil {
-			return withErr(map[string]any{"count": len(got), "rows": wire(got)}, err)
-		}
-		got = append(got, row)
-	}
-	return map[string]any{"count": len(got), "rows": wire(got)}
-}
-
-// walkDLQ walks every dead letter of a queue (and group), limit rows a page.
-func (s *state) walkDLQ(ctx context.Context, a dlqArgs) (map[string]any, error) {
-	return walked(s.client.Admin().AllDLQ(ctx, lanes.DLQQuery{Queue: a.Queue, Group: a.Group, Limit: a.Limit})), nil
-}
-
-// walkMessages walks every message the filters select, limit rows a page.
-func (s *state) walkMessages(ctx context.Context, a messagesArgs) (map[string]any, error) {
-	return walked(s.client.Admin().AllMessages(ctx, lanes.MessageQuery{Queue: a.Queue, Partition: a.Partition,
-		Status: a.Status, Limit: a.Limit})), nil
-}
-
-// walkQueues walks every queue the labels select, limit rows a page.
-func (s *state) walkQueues(ctx context.Context, a queueListArgs) (map[string]any, error) {
-	return walked(s.client.Admin().AllQueues(ctx, lanes.QueueQuery{Namespace: a.Namespace, Task: a.Task, Limit: a.Limit})), nil
-}
-
-// walkQueueStatuses walks every queue status the filters select, limit rows a page.
-func (s *state) walkQueueStatuses(ctx context.Context, a queueListArgs) (map[string]any, error) {
-	return walked(s.client.Admin().AllQueueStatus(ctx, lanes.StatusQuery{Queue: a.Queue, Namespace: a.Namespace,
-		Task: a.Task, Limit: a.Limit})), nil
 }

@@ -65,7 +65,8 @@ func (s *state) steps() map[string]stepFunc {
 		"groupDelete":   decodeArgs(s.groupDelete),
 		"lagging":       decodeArgs(s.lagging),
 
-		// queues, listings, status, system and KV listings (resource_steps.go)
+		// queues, listings, status, system and KV listings (resource_steps.go; the walks over
+		// them, walkResume included, in walk_steps.go)
 		"queueGet": resource(func(ctx context.Context, a resourceArgs) (any, error) { return ad.GetQueue(ctx, a.Queue) }),
 		"queueDelete": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.DeleteQueue(ctx, a.Queue)
@@ -97,6 +98,7 @@ func (s *state) steps() map[string]stepFunc {
 		}),
 		"messages":    decodeArgs(s.listMessages),
 		"messagesAll": decodeArgs(s.walkMessages),
+		"walkResume":  decodeArgs(s.walkResume),
 		"group": resource(func(ctx context.Context, a resourceArgs) (any, error) {
 			return ad.GetConsumerGroup(ctx, a.Group)
 		}),

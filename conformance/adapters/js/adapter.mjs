@@ -255,7 +255,7 @@ const stateSteps = {
     return await c.admin.deleteQueue(a.queue);
   },
   async queuesAll(c, a) {
-    return walked(c.admin.allQueues(pick(a, "namespace", "task", "limit")));
+    return this.walk(c.admin.allQueues(pick(a, "namespace", "task", "limit")), a);
   },
   async queues(c, a) {
     const list = await c.admin.listQueues({ ...pick(a, "namespace", "task", "limit", "offset"), ...this.after(a) });
@@ -280,7 +280,7 @@ const stateSteps = {
     return await c.admin.getStatus(pick(a, "queue", "namespace", "task"));
   },
   async queueStatusesAll(c, a) {
-    return walked(c.admin.allQueueStatus(pick(a, "queue", "namespace", "task", "limit")));
+    return this.walk(c.admin.allQueueStatus(pick(a, "queue", "namespace", "task", "limit")), a);
   },
   async queueStatuses(c, a) {
     const list = await c.admin.listQueueStatus({ ...pick(a, "queue", "namespace", "task", "limit", "offset"), ...this.after(a) });
@@ -306,7 +306,7 @@ const stateSteps = {
     return await maintenanceCall(c, a.scope, "set", a.enabled);
   },
   async messagesAll(c, a) {
-    return walked(c.admin.allMessages(pick(a, "queue", "partition", "status", "limit")));
+    return this.walk(c.admin.allMessages(pick(a, "queue", "partition", "status", "limit")), a);
   },
   async messages(c, a) {
     const list = await c.admin.listMessages({ ...pick(a, "queue", "partition", "status", "limit", "offset"), ...this.after(a) });
@@ -337,19 +337,56 @@ const pick = (a, ...keys) => Object.fromEntries(keys.filter((k) => a[k] !== unde
 const withPrefix = (list, field, prefix) =>
   (list ?? []).filter((r) => String(r[field] ?? "").startsWith(prefix ?? "")).sort((x, y) => (x[field] < y[field] ? -1 : x[field] > y[field] ? 1 : 0));
 
-// maintenanceCall reads ("get") or sets the push or pop maintenance switch.
-/** walked is a walk step's result: every row the walk yielded, with the error it ended on (the rows before it kept). */
-async function walked(rows) {
-  const got = [];
-  try {
-    for await (const row of rows) got.push(row);
-  } catch (err) {
-    if (err instanceof AdapterError) throw err;
-    return { count: got.length, rows: got, error: sdkErr(err) };
-  }
-  return { count: got.length, rows: got };
+// peekAfterError bounds how far a walk is read past its error: anything there already fails the
+// step, and a walk that never ends must not hang the case.
+const peekAfterError = 5;
+
+/** openWalk pulls rows from a walk one at a time (kept sees each one handed over), so a step can pause it between two pages (the SDK asks for a page only when the rows before are used up) and a walkResume step take the rest. */
+function openWalk(rows, kept) {
+  const it = rows[Symbol.asyncIterator]();
+  let ended = false;
+  // take hands over up to n more rows (0 = the rest) as a walk step's result, with the error the walk ended on and afterError, what it yielded after that error.
+  const take = async (n) => {
+    const got = [];
+    const out = {};
+    while (!ended && (!n || got.length < n)) {
+      let next;
+      try {
+        next = await it.next();
+      } catch (err) {
+        ended = true;
+        out.error = sdkErr(err);
+        const after = await yieldedAfterError(it);
+        if (after.length > 0) out.afterError = after;
+        break;
+      }
+      if (next.done) ended = true;
+      else {
+        got.push(next.value);
+        kept(next.value);
+      }
+    }
+    return { ...out, count: got.length, rows: got };
+  };
+  return { take, stop: async () => void (await it.return?.()) };
 }
 
+/** yieldedAfterError is what a walk yields after its error, which ends it: nothing, unless the walk is broken. */
+async function yieldedAfterError(it) {
+  const out = [];
+  for (let i = 0; i < peekAfterError; i++) {
+    try {
+      const next = await it.next();
+      if (next.done) break;
+      out.push({ row: next.value });
+    } catch (err) {
+      out.push({ error: sdkErr(err) });
+    }
+  }
+  return out;
+}
+
+// maintenanceCall reads ("get") or sets the push or pop maintenance switch.
 async function maintenanceCall(c, scope, how, enabled) {
   const calls = {
     push: { get: () => c.admin.getMaintenanceMode(), set: () => c.admin.setMaintenanceMode(enabled) },
@@ -477,7 +514,16 @@ const queueSteps = {
   async dlqAll(c, a) {
     const q = { queue: a.queue, ...pick(a, "limit") };
     if (a.group) q.consumerGroup = a.group;
-    return walked(c.admin.allDlq(q));
+    // save also keeps the dead letters handed over, in walk order, for dlqReplay
+    const kept = [];
+    if (a.save) this.dlq.set(a.save, kept);
+    return this.walk(c.admin.allDlq(q), a, (m) => kept.push(m));
+  },
+  // walkResume takes the rest of a paused walk's rows (pauseAfter: that many more).
+  async walkResume(c, a) {
+    const w = this.walks.get(a.walk);
+    if (!w) throw new AdapterError(`no walk saved as ${a.walk}`);
+    return w.take(a.pauseAfter ?? 0);
   },
   async dlq(c, a) {
     const q = { queue: a.queue, ...pick(a, "limit", "offset"), ...this.after(a) };
@@ -536,6 +582,19 @@ class CaseState {
     this.dlq = new Map();
     this.pages = new Map(); // a listing page's nextAfter, by the save name of its step
     this.marks = new Map();
+    this.walks = new Map(); // walks a step paused, by its save name, for walkResume
+  }
+
+  // walk runs a walk step: every row, or with pauseAfter the first rows, the walk left open under save for a walkResume step.
+  async walk(rows, a, kept = () => {}) {
+    if (a.save && this.walks.has(a.save)) throw new AdapterError(`a walk is already saved as ${a.save}`);
+    const w = openWalk(rows, kept);
+    if (a.save) this.walks.set(a.save, w);
+    try {
+      return await w.take(a.pauseAfter ?? 0);
+    } finally {
+      if (!a.save) await w.stop();
+    }
   }
 
   // after places a listing page: the raw key after, or afterPage, the nextAfter of a page an
@@ -682,7 +741,9 @@ async function runCase(c) {
       if (s.background) steps.push(sleep(s.background.afterMs).then(() => runStep(s, t0)));
       else steps.push(await runStep(s, t0));
     }
-    return await Promise.all(steps);
+    const results = await Promise.all(steps);
+    for (const w of st.walks.values()) await w.stop().catch(() => {});
+    return results;
   } finally {
     await client.close({ timeoutMillis: 5000 }).catch(() => {});
   }

@@ -15,7 +15,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import datetime, timezone
 from typing import Any
 
@@ -213,16 +213,59 @@ def wire(v: Any) -> Any:
     return v
 
 
-def walked(rows: Iterator[Any]) -> dict[str, Any]:
-    """A walk step's result: every row the walk yielded, in wire names, with the error it ended
-    on (the rows before it kept)."""
-    got: list[Any] = []
-    try:
-        for row in rows:
-            got.append(row)
-    except lanes.LanesError as e:
-        return {"count": len(got), "rows": wire(got), "error": err_kind(e)}
-    return {"count": len(got), "rows": wire(got)}
+# How far a walk is read past its error: anything there already fails the step, and a walk that
+# never ends must not hang the case.
+PEEK_AFTER_ERROR = 5
+
+
+class OpenWalk:
+    """A walk a step started, pulled one row at a time (``kept`` sees each one handed over), so a
+    step can pause it between two pages (the SDK asks for a page only when the rows before are
+    used up) and a walkResume step take the rest."""
+
+    def __init__(self, rows: Iterator[Any], kept: Callable[[Any], None]) -> None:
+        self._rows = rows
+        self._kept = kept
+        self._ended = False
+
+    def take(self, n: int) -> dict[str, Any]:
+        """Up to n more rows (0 = the rest) as a walk step's result, with the error the walk
+        ended on and afterError, what it yielded after that error."""
+        got: list[Any] = []
+        out: dict[str, Any] = {}
+        while not self._ended and (not n or len(got) < n):
+            try:
+                row = next(self._rows)
+            except StopIteration:
+                self._ended = True
+            except lanes.LanesError as e:
+                self._ended = True
+                out["error"] = err_kind(e)
+                after = self._yielded_after_error()
+                if after:
+                    out["afterError"] = after
+            else:
+                got.append(row)
+                self._kept(row)
+        return {**out, "count": len(got), "rows": wire(got)}
+
+    def _yielded_after_error(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for _ in range(PEEK_AFTER_ERROR):
+            try:
+                row = next(self._rows)
+            except StopIteration:
+                break
+            except lanes.LanesError as e:
+                out.append({"error": err_kind(e)})
+            else:
+                out.append({"row": wire(row)})
+        return out
+
+    def stop(self) -> None:
+        close = getattr(self._rows, "close", None)
+        if close is not None:
+            close()
 
 
 def wire_result(v: Any) -> dict[str, Any]:
@@ -318,6 +361,8 @@ class CaseState:
         # a listing page's nextAfter, by the save name of its step
         self.pages: dict[str, str | None] = {}
         self.marks: dict[str, datetime] = {}
+        # walks a step paused, by its save name, for walkResume
+        self.walks: dict[str, OpenWalk] = {}
 
     def after(self, a: dict[str, Any]) -> dict[str, Any]:
         """The page's place: the raw key after, or afterPage, the nextAfter of a page an earlier
@@ -340,6 +385,23 @@ class CaseState:
             if not 0 <= i < len(ms):
                 raise ValueError(f"saved messages {name!r} have no index {i}")
         return [ms[i] for i in indices]
+
+    def walk(
+        self, rows: Iterator[Any], a: dict[str, Any], kept: Callable[[Any], None] = lambda _: None
+    ) -> dict[str, Any]:
+        """A walk step: every row, or with pauseAfter the first rows, the walk left open under
+        save for a walkResume step."""
+        save = a.get("save")
+        if save and save in self.walks:
+            raise ValueError(f"a walk is already saved as {save!r}")
+        w = OpenWalk(rows, kept)
+        if save:
+            self.walks[save] = w
+        try:
+            return w.take(a.get("pauseAfter") or 0)
+        finally:
+            if not save:
+                w.stop()
 
     def step(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
         """Run one step through its op_<name> method (every op of docs/conformance.md has one)."""
@@ -492,11 +554,21 @@ class CaseState:
         }
 
     def op_dlqAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return walked(
-            c.admin.all_dlq(
-                queue=a.get("queue"), consumer_group=a.get("group") or None, **pick(a, "limit")
-            )
+        rows = c.admin.all_dlq(
+            queue=a.get("queue"), consumer_group=a.get("group") or None, **pick(a, "limit")
         )
+        # save also keeps the dead letters handed over, in walk order, for dlqReplay
+        kept: list[Any] = []
+        if a.get("save"):
+            self.dlq[a["save"]] = kept
+        return self.walk(rows, a, kept.append)
+
+    def op_walkResume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+        """The rest of a paused walk's rows (pauseAfter: that many more)."""
+        w = self.walks.get(a.get("walk", ""))
+        if w is None:
+            raise ValueError(f"no walk saved as {a.get('walk')!r}")
+        return w.take(a.get("pauseAfter") or 0)
 
     def op_consume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return self.consume(a)
@@ -638,7 +710,7 @@ class CaseState:
         return wire_result(lst)
 
     def op_queuesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return walked(c.admin.all_queues(**pick(a, "namespace", "task", "limit")))
+        return self.walk(c.admin.all_queues(**pick(a, "namespace", "task", "limit")), a)
 
     def op_depth(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
@@ -665,7 +737,9 @@ class CaseState:
         return wire_result(lst)
 
     def op_queueStatusesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return walked(c.admin.all_queue_status(**pick(a, "queue", "namespace", "task", "limit")))
+        return self.walk(
+            c.admin.all_queue_status(**pick(a, "queue", "namespace", "task", "limit")), a
+        )
 
     def op_queueStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
@@ -699,7 +773,9 @@ class CaseState:
         return wire_result(lst)
 
     def op_messagesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return walked(c.admin.all_messages(**pick(a, "queue", "partition", "status", "limit")))
+        return self.walk(
+            c.admin.all_messages(**pick(a, "queue", "partition", "status", "limit")), a
+        )
 
     def op_group(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
         return wire_result(c.admin.get_consumer_group(a["group"]))
@@ -848,6 +924,8 @@ def run_case(c: dict[str, Any]) -> list[dict[str, Any]]:
                 run_step(i, t0)
         for t in background:
             t.join()
+        for w in st.walks.values():
+            w.stop()
     finally:
         with contextlib.suppress(Exception):
             client.close(5)

@@ -26,7 +26,7 @@ var stepArgs = map[string][]string{
 	"mark":             {"name"},
 	"sleep":            {"ms"},
 	"dlq":              {"queue", "group", "save", "limit", "offset", "after", "afterPage"},
-	"dlqAll":           {"queue", "group", "limit"},
+	"dlqAll":           {"queue", "group", "limit", "pauseAfter", "save"},
 	"kvGet":            {"ns", "key"},
 	"kvPut":            {"ns", "key", "value", "ttlSeconds"},
 	"kvDelete":         {"ns", "key"},
@@ -47,16 +47,17 @@ var stepArgs = map[string][]string{
 	"queueGet":         {"queue"},
 	"queueDelete":      {"queue"},
 	"queues":           {"namespace", "task", "limit", "offset", "after", "afterPage", "save"},
-	"queuesAll":        {"namespace", "task", "limit"},
+	"queuesAll":        {"namespace", "task", "limit", "pauseAfter", "save"},
 	"depth":            {"queue", "group"},
 	"overview":         {},
 	"namespaces":       {"prefix"},
 	"tasks":            {"prefix"},
 	"messages":         {"queue", "partition", "status", "limit", "offset", "after", "afterPage", "save"},
-	"messagesAll":      {"queue", "partition", "status", "limit"},
+	"messagesAll":      {"queue", "partition", "status", "limit", "pauseAfter", "save"},
 	"status":           {"queue", "namespace", "task"},
 	"queueStatuses":    {"queue", "namespace", "task", "limit", "offset", "after", "afterPage", "save"},
-	"queueStatusesAll": {"queue", "namespace", "task", "limit"},
+	"queueStatusesAll": {"queue", "namespace", "task", "limit", "pauseAfter", "save"},
+	"walkResume":       {"walk", "pauseAfter"},
 	"queueStatus":      {"queue", "includePartitions"},
 	"bufferStatus":     {},
 	"metrics":          {},
@@ -129,10 +130,20 @@ func checkStepArgs(op string, args map[string]any) error {
 		}
 	}
 	if len(unknown) == 0 {
-		return nil
+		return checkPause(op, args)
 	}
 	sort.Strings(unknown)
 	sorted := append([]string(nil), known...)
 	sort.Strings(sorted)
 	return fmt.Errorf("%s: unknown argument %s (it takes %s)", op, strings.Join(unknown, ", "), strings.Join(sorted, ", "))
+}
+
+// checkPause refuses a walk step that pauses without save: no walkResume step could name the
+// walk, so the rows after the pause would go unread.
+func checkPause(op string, args map[string]any) error {
+	_, pauses := args["pauseAfter"]
+	if save, _ := args["save"].(string); pauses && save == "" && op != "walkResume" {
+		return fmt.Errorf("%s: pauseAfter needs save, the name a walkResume step continues the walk by", op)
+	}
+	return nil
 }

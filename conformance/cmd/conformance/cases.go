@@ -35,16 +35,26 @@ type caseSpec struct {
 
 // faultSpec is a broker fault rule plus what its counters must read after the case.
 type faultSpec struct {
-	Method    string           `yaml:"method" json:"method,omitempty"`
-	Path      string           `yaml:"path" json:"path"`
-	Responses []map[string]any `yaml:"responses" json:"responses,omitempty"`
-	Expect    map[string]any   `yaml:"expect" json:"-"`
+	Method string `yaml:"method" json:"method,omitempty"`
+	Path   string `yaml:"path" json:"path"`
+	// Query names parameters a request must carry to match the rule (a value, a prefix ending
+	// in "*", or "*" for any value): {after: "*"} is every page of a listing but the first.
+	Query     map[string]string `yaml:"query" json:"query,omitempty"`
+	Responses []map[string]any  `yaml:"responses" json:"responses,omitempty"`
+	Expect    map[string]any    `yaml:"expect" json:"-"`
 }
 
 // forRun is the rule with the run's names in its path and scripted answers (a scripted page
 // of a listing names the case's queues); the case's own rule is left as it is for the next run.
 func (f faultSpec) forRun(vars map[string]string) faultSpec {
 	f.Path = substitute(f.Path, vars).(string)
+	if f.Query != nil {
+		query := make(map[string]string, len(f.Query))
+		for k, v := range f.Query {
+			query[k] = substitute(v, vars).(string)
+		}
+		f.Query = query
+	}
 	responses := make([]map[string]any, len(f.Responses))
 	for i, r := range f.Responses {
 		responses[i] = substitute(r, vars).(map[string]any)
@@ -55,7 +65,8 @@ func (f faultSpec) forRun(vars map[string]string) faultSpec {
 
 // requestSpec expects a request the SDK sent (recorded by the proxy), in order: its query
 // byte for byte, or, with params, its parameters in any order (the order an SDK writes them
-// in is not the contract; what it sends is).
+// in is not the contract; what it sends is), a value "*" standing for any value (an opaque
+// listing key).
 type requestSpec struct {
 	Method string            `yaml:"method"`
 	Path   string            `yaml:"path"`
@@ -79,7 +90,7 @@ func (r requestSpec) queryProblem(query string, vars map[string]string) string {
 	}
 	same := err == nil && len(got) == len(want)
 	for k, v := range want {
-		same = same && len(got[k]) == 1 && got[k][0] == v
+		same = same && len(got[k]) == 1 && (got[k][0] == v || v == "*")
 	}
 	if !same {
 		return fmt.Sprintf("query %q, want the parameters %s in any order", query, show(want))

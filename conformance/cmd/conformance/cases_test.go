@@ -22,6 +22,7 @@ func TestACaseWithAMisspelledStepArgumentOrAnUnknownOpDoesNotLoad(t *testing.T) 
 		{"misspelled knob", `pop: {queue: q, leaseSecond: 1}`, "pop: unknown argument leaseSecond"},
 		{"unknown op", `popp: {queue: q}`, `unknown operation "popp"`},
 		{"knob of another op", `push: {queue: q, items: [], batch: 2}`, "push: unknown argument batch"},
+		{"a pause nothing can resume", `dlqAll: {queue: q, limit: 2, pauseAfter: 2}`, "dlqAll: pauseAfter needs save"},
 	} {
 		dir := t.TempDir()
 		body := "cases:\n  - name: c\n    steps:\n      - " + tc.step + "\n"
@@ -112,6 +113,12 @@ func TestAFaultRuleGetsTheRunsNamesInPathAndScriptedAnswers(t *testing.T) {
 	if rule.Path != "/api/v1/consumer-groups/${q}-g" || rule.Responses[0]["headers"].(map[string]any)["X-Name"] != "${q}" {
 		t.Errorf("the case's rule changed: %+v", rule)
 	}
+
+	byQuery := faultSpec{Method: "GET", Path: "/api/v1/dlq", Query: map[string]string{"queue": "${q}", "after": "*"}}
+	got = byQuery.forRun(map[string]string{"q": "cf-go-1"})
+	if got.Query["queue"] != "cf-go-1" || got.Query["after"] != "*" || byQuery.Query["queue"] != "${q}" {
+		t.Errorf("query %v (the case's %v): want the run's name in the run's rule only", got.Query, byQuery.Query)
+	}
 }
 
 // A request's params match its query's parameters in any order (Go's client writes
@@ -129,6 +136,16 @@ func TestARequestsParamsMatchInAnyOrderAndItsQueryByteForByte(t *testing.T) {
 	} {
 		if got := byParams.queryProblem(query, vars) == ""; got != want {
 			t.Errorf("params %v, query %q: match %v, want %v", byParams.Params, query, got, want)
+		}
+	}
+	anyKey := requestSpec{Params: map[string]string{"limit": "2", "after": "*"}}
+	for query, want := range map[string]bool{
+		"limit=2&after=WyJhIl0": true, // an opaque key the case cannot write
+		"after=&limit=2":        true,
+		"limit=2":               false, // "*" still needs the parameter
+	} {
+		if got := anyKey.queryProblem(query, vars) == ""; got != want {
+			t.Errorf("params %v, query %q: match %v, want %v", anyKey.Params, query, got, want)
 		}
 	}
 	byQuery := requestSpec{Query: "limit=10000&after=k"}

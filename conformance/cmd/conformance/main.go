@@ -153,8 +153,17 @@ func run() int {
 
 // failureKeys are the result keys that report a failure of a step, by op: a step whose
 // expectation does not mention one must not report it (a consume loop or an iteration that had
-// to be cut at maxMs, or a stop that failed, would otherwise pass on what it handled before).
-var failureKeys = map[string][]string{"consume": {"error", "timedOut", "stopError"}, "iterate": {"error", "timedOut"}}
+// to be cut at maxMs, or a stop that failed, would otherwise pass on what it handled before; a
+// walk that yielded anything after its error would pass on the rows and the error it expects).
+var failureKeys = map[string][]string{
+	"consume": {"error", "timedOut", "stopError"}, "iterate": {"error", "timedOut"},
+	"dlqAll": walkFailures, "messagesAll": walkFailures, "queuesAll": walkFailures,
+	"queueStatusesAll": walkFailures, "walkResume": walkFailures,
+}
+
+// walkFailures are a walk step's failure keys: its error, and afterError, what the walk
+// yielded after it (an error ends a walk, so nothing may follow).
+var walkFailures = []string{"error", "afterError"}
 
 // unexpectedFailures lists the failures a step's result reports that its expectation does not name.
 func unexpectedFailures(id, op string, expect any, result map[string]any) []string {

@@ -5,7 +5,7 @@ import (
 	"testing"
 )
 
-func TestAConsumeStepFailsOnATimeoutOrStopErrorItsExpectationDoesNotName(t *testing.T) {
+func TestAStepFailsOnAFailureItsExpectationDoesNotName(t *testing.T) {
 	stopErr := map[string]any{"kind": "other", "message": "stop: context deadline exceeded"}
 	for _, tc := range []struct {
 		name   string
@@ -23,6 +23,10 @@ func TestAConsumeStepFailsOnATimeoutOrStopErrorItsExpectationDoesNotName(t *test
 		{"an iteration cut at maxMs", "iterate", map[string]any{"handled": []any{1}}, map[string]any{"timedOut": true}, []string{"unexpected timedOut true"}},
 		{"another op's error", "push", map[string]any{"items": []any{}}, map[string]any{"error": stopErr}, []string{"unexpected error"}},
 		{"another op reporting timedOut is not judged on it", "pop", nil, map[string]any{"timedOut": true}, nil},
+		{"a walk that yielded after its error", "dlqAll", map[string]any{"error": map[string]any{"kind": "api"}},
+			map[string]any{"error": stopErr, "afterError": []any{map[string]any{"row": 1}}}, []string{"unexpected afterError"}},
+		{"a resumed walk's error and what followed it", "walkResume", nil,
+			map[string]any{"error": stopErr, "afterError": []any{map[string]any{"error": stopErr}}}, []string{"unexpected error", "unexpected afterError"}},
 	} {
 		got := unexpectedFailures("s1", tc.op, tc.expect, tc.result)
 		if len(got) != len(tc.want) {
