@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/base64"
 	"encoding/json"
+	"slices"
 	"strings"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -17,10 +18,10 @@ func listKey(names ...string) string {
 	return base64.RawURLEncoding.EncodeToString(raw)
 }
 
-// keyedRowPage is the page a listing paged by a key of names names asks for:
-// after with offset, or an after that is not such a key, is the caller's
-// mistake (400 bad_request) and reads nothing.
-func keyedRowPage(limit *gen.ListLimit, offset *gen.KeyedListOffset, after *gen.ListAfter, names int) (engine.RowPage, error) {
+// keyedRowPage is the page a listing paged by a key of names names (one of
+// the counts given) asks for: after with offset, or an after that is not such
+// a key, is the caller's mistake (400 bad_request) and reads nothing.
+func keyedRowPage(limit *gen.ListLimit, offset *gen.KeyedListOffset, after *gen.ListAfter, names ...int) (engine.RowPage, error) {
 	page := rowPage(limit, offset)
 	if after == nil {
 		return page, nil
@@ -34,7 +35,7 @@ func keyedRowPage(limit *gen.ListLimit, offset *gen.KeyedListOffset, after *gen.
 		return page, bad
 	}
 	var key []string
-	if err := json.Unmarshal(raw, &key); err != nil || len(key) != names {
+	if err := json.Unmarshal(raw, &key); err != nil || !slices.Contains(names, len(key)) {
 		return page, bad
 	}
 	for _, name := range key {

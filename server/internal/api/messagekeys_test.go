@@ -125,7 +125,7 @@ func TestPagingMessagesByKeyCountsUnreadableMessagesOnce(t *testing.T) {
 }
 
 // An after sent with an offset, or one that is not a key of the message
-// listing, answers 400 bad_request.
+// listing (an empty or unreadable window included), answers 400 bad_request.
 func TestABadMessageAfterAnswers400BadRequest(t *testing.T) {
 	b := newTestBroker(t)
 	q := uniqueQueue(t)
@@ -143,6 +143,12 @@ func TestABadMessageAfterAnswers400BadRequest(t *testing.T) {
 		"after=%21%21%21",
 		"after="+listKey("1767225600000000", id),
 		"after="+listKey("1767225600000000", id, "7", "x"),
+		"after="+listKey("1767225600000000", id, "7", "1767222000000000", "1767225660000000", "x"),
+		"after="+listKey("1767225600000000", id, "7", "2026-01-01T00:00:00Z", "1767225660000000"),
+		"after="+listKey("1767225600000000", id, "7", "1767222000000000", "-"),
+		"after="+listKey("1767225600000000", id, "7", "1767225660000000", "1767225660000000"),
+		"after="+listKey("1767225600000000", id, "7", "1767225660000000", "1767222000000000"),
+		"after="+listKey("1767225600000000", id, "7", "-9223372036854775808", "1767225660000000"),
 		"after="+listKey("2026-01-01T00:00:00Z", id, "7"),
 		"after="+listKey("-9223372036854775808", id, "7"),
 		"after="+listKey("1767225600000000", "not-a-uuid", "7"),

@@ -22,32 +22,26 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 	if f.Namespace == "" {
 		f.Namespace = deref(p.Ns)
 	}
-	if p.From != nil {
-		f.From = *p.From
-	}
-	if p.To != nil {
-		f.To = *p.To
-	}
 	if p.Limit != nil {
 		f.Limit = *p.Limit
 	}
-	place, err := keyedRowPage(&f.Limit, p.Offset, p.After, 3)
+	place, err := keyedRowPage(&f.Limit, p.Offset, p.After, messageKeyPlaceNames, messageKeyNamesWithWindow)
 	if err != nil {
 		return nil, err
 	}
 	f.Offset = place.Offset
+	var walk *messageWindow
 	if place.After != nil {
-		if f.After, err = parseMessageKey(place.After); err != nil {
+		if f.After, walk, err = parseMessageKey(place.After); err != nil {
 			return nil, err
 		}
 	}
-	if p.From != nil && p.To != nil {
-		// The window ends at the minute after to's (engine.MessageWindow).
-		if _, end := engine.MessageWindow(f.From, f.To, time.Now()); !f.From.Before(end) {
-			return gen.ListMessages400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
-				Error: "from must be before to", Code: CodeBadRequest}}, nil
-		}
+	window := pageWindow(p.From, p.To, walk, time.Now())
+	if p.From != nil && p.To != nil && !window.from.Before(window.to) {
+		return gen.ListMessages400JSONResponse{BadRequestJSONResponse: gen.BadRequestJSONResponse{
+			Error: "from must be before to", Code: CodeBadRequest}}, nil
 	}
+	f.From, f.To = window.from, window.to
 	page, err := s.engine.ListMessages(ctx, f)
 	if err != nil {
 		return nil, err
@@ -61,7 +55,7 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 	if page.Truncated {
 		// The positions covered, unreadable messages included, as NextOffset counts them.
 		covered := page.NextOffset - place.Offset
-		out.NextAfter, out.NextOffset = nextPlaces(place, covered, messageKeyNames(page.NextAfter)...)
+		out.NextAfter, out.NextOffset = nextPlaces(place, covered, messageKeyNames(page.NextAfter, window)...)
 	}
 	if len(page.Unreadable) > 0 {
 		unreadable := make([]gen.UnreadableMessages, len(page.Unreadable))
@@ -73,22 +67,68 @@ func (s *Server) ListMessages(ctx context.Context, req gen.ListMessagesRequestOb
 	return out, nil
 }
 
-// messageKeyNames are the names of a message's key in an after: its
-// segment's createdAt in microseconds since the epoch (an integer, as in
-// deadLetterKeyNames), its partition id and its offset.
-func messageKeyNames(k engine.MessageKey) []string {
-	return []string{strconv.FormatInt(k.CreatedAt.UnixMicro(), 10), k.PartitionID.String(), strconv.FormatInt(k.Offset, 10)}
+// messageWindow is the createdAt window [from, to) a page of the message listing reads.
+type messageWindow struct{ from, to time.Time }
+
+// pageWindow is the window of a page asked for with the bounds from and to
+// (nil when left out) after a key carrying walk, the window of the walk's
+// first page (nil on a first page, and in a key of a broker before keys
+// carried it, which keeps that broker's window: the page's own clock's). A
+// bound left out takes the walk's: by its own clock a later page's window
+// would have moved on, leaving out the messages at its lower edge and
+// letting its upper one pass the first page's. A bound the page names wins
+// over the walk's rather than being refused: it does not move with the
+// clock, and the SDK walks, like clients that page by offset, send the
+// query's from and to again with every page.
+func pageWindow(from, to *time.Time, walk *messageWindow, now time.Time) messageWindow {
+	var w messageWindow
+	w.from, w.to = engine.MessageWindow(deref(from), deref(to), now)
+	if walk != nil && from == nil {
+		w.from = walk.from
+	}
+	if walk != nil && to == nil {
+		w.to = walk.to
+	}
+	return w
 }
 
-// parseMessageKey reads the names of messageKeyNames back.
-func parseMessageKey(names []string) (*engine.MessageKey, error) {
+// The lengths of a message listing's key: the message's place alone (keys of
+// brokers before the window was carried), or followed by the walk's window.
+const (
+	messageKeyPlaceNames      = 3
+	messageKeyNamesWithWindow = 5
+)
+
+// messageKeyNames are the names of a message's key in an after: its
+// segment's createdAt in microseconds since the epoch (an integer, as in
+// deadLetterKeyNames), its partition id and its offset, then the bounds of
+// the walk's window w, in microseconds too (the database's precision, so a
+// later page reads the very window the first did).
+func messageKeyNames(k engine.MessageKey, w messageWindow) []string {
+	return []string{strconv.FormatInt(k.CreatedAt.UnixMicro(), 10), k.PartitionID.String(), strconv.FormatInt(k.Offset, 10),
+		strconv.FormatInt(w.from.UnixMicro(), 10), strconv.FormatInt(w.to.UnixMicro(), 10)}
+}
+
+// parseMessageKey reads the names of messageKeyNames back; the window is nil
+// in a key of the place alone.
+func parseMessageKey(names []string) (*engine.MessageKey, *messageWindow, error) {
 	micros, err := strconv.ParseInt(names[0], 10, 64)
 	pid, pidErr := uuid.Parse(names[1])
 	offset, offsetErr := strconv.ParseInt(names[2], 10, 64)
 	if err != nil || pidErr != nil || offsetErr != nil || micros < oldestTimestampMicros || offset < 0 {
-		return nil, badAfter()
+		return nil, nil, badAfter()
 	}
-	return &engine.MessageKey{CreatedAt: time.UnixMicro(micros), PartitionID: pid, Offset: offset}, nil
+	key := &engine.MessageKey{CreatedAt: time.UnixMicro(micros), PartitionID: pid, Offset: offset}
+	if len(names) == messageKeyPlaceNames {
+		return key, nil, nil
+	}
+	from, fromErr := strconv.ParseInt(names[3], 10, 64)
+	to, toErr := strconv.ParseInt(names[4], 10, 64)
+	// A page of an empty window is empty and names no next page.
+	if fromErr != nil || toErr != nil || from < oldestTimestampMicros || from >= to {
+		return nil, nil, badAfter()
+	}
+	return key, &messageWindow{from: time.UnixMicro(from), to: time.UnixMicro(to)}, nil
 }
 
 func wireListItem(r *engine.MessageRecord) gen.MessageListItem {

@@ -29,7 +29,7 @@ const (
 type MessageFilter struct {
 	Queue, Partition, Namespace, Task string
 	Status                            MessageStatus
-	From, To                          time.Time // createdAt in [From, To)
+	From, To                          time.Time // createdAt in [From, To), as MessageWindow resolves them
 	Limit, Offset                     int
 	After                             *MessageKey
 }
@@ -194,7 +194,6 @@ func (e *Engine) ListMessages(ctx context.Context, f MessageFilter) (MessageList
 	if f.After != nil {
 		f.Offset = 0
 	}
-	f.From, f.To = MessageWindow(f.From, f.To, time.Now())
 	rows, err := e.pool.Query(ctx, partitionViewSelect+`
 		WHERE ($1 = '' OR q.name = $1) AND ($2 = '' OR p.name = $2)
 		  AND ($3 = '' OR q.namespace = $3) AND ($4 = '' OR q.task = $4)
