@@ -2911,10 +2911,10 @@ type ListMessagesParams struct {
 	// Status Derived message status.
 	Status *ListMessagesParamsStatus `form:"status,omitempty" json:"status,omitempty"`
 
-	// From Lower bound on createdAt, inclusive (default now − 1 h, whatever `to` is).
+	// From Lower bound on createdAt, inclusive (default now − 1 h, whatever `to` is; with `after`, the walk's first page's).
 	From *time.Time `form:"from,omitempty" json:"from,omitempty"`
 
-	// To Upper bound on createdAt (default now), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00.
+	// To Upper bound on createdAt (default now; with `after`, the walk's first page's), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00.
 	To *time.Time `form:"to,omitempty" json:"to,omitempty"`
 
 	// Limit Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
@@ -3781,7 +3781,10 @@ type ClientInterface interface {
 	// byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
 	// the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
 	// pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
-	// or repeat rows. Required role: read-only, read-write or admin.
+	// or repeat rows. The key also carries the createdAt window of the walk's first page: a page
+	// asked for with `after` takes a `from` or `to` it leaves out from the key, not from its own
+	// clock, so every page of a walk lists the same window however long the walk takes; a `from`
+	// or `to` the page sends wins over the key's. Required role: read-only, read-write or admin.
 	//
 	// Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
 	ListMessages(ctx context.Context, params *ListMessagesParams, reqEditors ...RequestEditorFn) (*http.Response, error)
@@ -4834,7 +4837,10 @@ func (c *Client) ExtendLease(ctx context.Context, leaseId string, body ExtendLea
 // byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
 // the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
 // pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
-// or repeat rows. Required role: read-only, read-write or admin.
+// or repeat rows. The key also carries the createdAt window of the walk's first page: a page
+// asked for with `after` takes a `from` or `to` it leaves out from the key, not from its own
+// clock, so every page of a walk lists the same window however long the walk takes; a `from`
+// or `to` the page sends wins over the key's. Required role: read-only, read-write or admin.
 //
 // Corresponds with GET /api/v1/messages (the `ListMessages` operationId).
 func (c *Client) ListMessages(ctx context.Context, params *ListMessagesParams, reqEditors ...RequestEditorFn) (*http.Response, error) {
@@ -9559,7 +9565,10 @@ type ClientWithResponsesInterface interface {
 	// byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
 	// the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
 	// pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
-	// or repeat rows. Required role: read-only, read-write or admin.
+	// or repeat rows. The key also carries the createdAt window of the walk's first page: a page
+	// asked for with `after` takes a `from` or `to` it leaves out from the key, not from its own
+	// clock, so every page of a walk lists the same window however long the walk takes; a `from`
+	// or `to` the page sends wins over the key's. Required role: read-only, read-write or admin.
 	//
 	// Returns a wrapper object for the known response body format(s).
 	//
@@ -15906,7 +15915,10 @@ func (c *ClientWithResponses) ExtendLeaseWithResponse(ctx context.Context, lease
 // byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
 // the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
 // pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
-// or repeat rows. Required role: read-only, read-write or admin.
+// or repeat rows. The key also carries the createdAt window of the walk's first page: a page
+// asked for with `after` takes a `from` or `to` it leaves out from the key, not from its own
+// clock, so every page of a walk lists the same window however long the walk takes; a `from`
+// or `to` the page sends wins over the key's. Required role: read-only, read-write or admin.
 //
 // Returns a wrapper object for the known response body format(s).
 //

@@ -401,7 +401,10 @@ export interface paths {
          *     byte budget (`LANES_LIST_MAX_BYTES`); `truncated`, `nextAfter` and `nextOffset` say where
          *     the rest starts. Page with `after`: an `offset` counts rows from the first, so messages
          *     pushed, or leaving a `status` filter as they are consumed, between two pages make it skip
-         *     or repeat rows. Required role: read-only, read-write or admin.
+         *     or repeat rows. The key also carries the createdAt window of the walk's first page: a page
+         *     asked for with `after` takes a `from` or `to` it leaves out from the key, not from its own
+         *     clock, so every page of a walk lists the same window however long the walk takes; a `from`
+         *     or `to` the page sends wins over the key's. Required role: read-only, read-write or admin.
          *
          */
         get: operations["listMessages"];
@@ -3845,9 +3848,9 @@ export interface operations {
                 task?: components["parameters"]["TaskFilter"];
                 /** @description Derived message status. */
                 status?: "pending" | "processing" | "completed" | "dead_letter";
-                /** @description Lower bound on createdAt, inclusive (default now − 1 h, whatever `to` is). */
+                /** @description Lower bound on createdAt, inclusive (default now − 1 h, whatever `to` is; with `after`, the walk's first page's). */
                 from?: string;
-                /** @description Upper bound on createdAt (default now), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00. */
+                /** @description Upper bound on createdAt (default now; with `after`, the walk's first page's), truncated to the minute and extended by one minute, exclusive, as in the reference; `to=12:00:30` lists messages created before 12:01:00. */
                 to?: string;
                 /** @description Page size, at most 1000. A larger value answers `400 validation_failed` rather than a
                  *     shorter page, which a pager stepping `offset` by its `limit` would take for the whole page.
