@@ -1,10 +1,12 @@
 // The optional client-side push buffer: bounded, flushed on count or time and on close(),
 // failed flushes kept at the front and retried (never dropped, except items the broker
 // refuses on their own).
+import { once } from "node:events";
 import { APIError, ClientClosedError, PushError, UnsentError, isTerminal } from "./errors.js";
 import { checkNames } from "./names.js";
 import { toWireItems, type Core, type PushItem, type toWireItem } from "./internal/core.js";
 import { sleep } from "./internal/http.js";
+import type { RequestOptions } from "./request-options.js";
 
 /** BufferOptions size a push buffer (defaults: 100 messages, 1000 ms, maxSize 4 × messageCount, retry every 250 ms). */
 export interface BufferOptions {
@@ -66,17 +68,18 @@ export class PushBuffer<T = unknown> {
     return this.items.length;
   }
 
-  /** push enqueues items (ids minted now, so a retried flush deduplicates); it waits while the buffer is full. An item that cannot be sent as given throws InvalidItemError before anything is enqueued; a payload is sent as it was at the push; after `lanes.close()` it throws ClientClosedError. */
-  async push(items: PushItem<T>[]): Promise<{ buffered: true; count: number }> {
+  /** push enqueues items (ids minted now, so a retried flush deduplicates), all or nothing; it waits while the buffer is full. An item that cannot be sent as given throws InvalidItemError before anything is enqueued; a payload is sent as it was at the push; after `lanes.close()` it throws ClientClosedError. Aborting `signal` before the items are enqueued rejects with its reason and enqueues none of them, so pushing them again stores them once; the buffer's flush goes on. */
+  async push(items: PushItem<T>[], opts: RequestOptions = {}): Promise<{ buffered: true; count: number }> {
     const wire = toWireItems(this.queue, this.partition, items);
     // Keep each payload's JSON as it is now (as Go and Python keep their encoding): the caller may
     // change the object before the flush, and a change JSON cannot hold would fail every flush.
     for (const w of wire) w.payload = JSON.parse(JSON.stringify(w.payload)) as typeof w.payload;
     for (;;) {
       if (this.closing) throw new ClientClosedError(`buffer ${this.queue}/${this.partition ?? "Default"}: client is closed`);
+      opts.signal?.throwIfAborted();
       if (this.items.length === 0 || this.items.length + wire.length <= this.maxSize) break;
       this.kick(true);
-      await new Promise<void>((resolve) => this.spaceWaiters.push(resolve));
+      await this.roomOrAbort(opts.signal);
     }
     this.items.push(...wire);
     if (this.items.length >= this.messageCount) this.kick();
@@ -87,19 +90,44 @@ export class PushBuffer<T = unknown> {
     return { buffered: true, count: wire.length };
   }
 
-  /** flush sends everything waiting now and resolves when it is sent (or dropped because the broker refuses it). It rejects with UnsentError (`.unsent`) when `timeoutMillis` (default 30 s, as Python's `flush()`) runs out first, the items staying buffered, or if `lanes.close()` gives up meanwhile. */
-  async flush(opts: { timeoutMillis?: number | undefined } = {}): Promise<void> {
-    const left = await this.flushUntil(Date.now() + (opts.timeoutMillis ?? 30_000));
+  /** roomOrAbort resolves when a flush made room, or when `signal` aborts (the caller's loop then throws its reason); either way it leaves no waiter or listener behind. */
+  private roomOrAbort(signal: AbortSignal | undefined): Promise<void> {
+    return new Promise<void>((resolve) => {
+      const onRoom = () => {
+        signal?.removeEventListener("abort", onAbort);
+        resolve();
+      };
+      const onAbort = () => {
+        this.spaceWaiters = this.spaceWaiters.filter((w) => w !== onRoom);
+        resolve();
+      };
+      this.spaceWaiters.push(onRoom);
+      signal?.addEventListener("abort", onAbort, { once: true });
+    });
+  }
+
+  /** flush sends everything waiting now and resolves when it is sent (or dropped because the broker refuses it). It rejects with UnsentError (`.unsent`) when `timeoutMillis` (default 30 s, as Python's `flush()`) runs out first, the items staying buffered, or if `lanes.close()` gives up meanwhile. Aborting `signal` rejects with its reason at once and only ends this wait: the flush it started goes on in the background, as it would past the timeout. */
+  async flush(opts: { timeoutMillis?: number | undefined } & RequestOptions = {}): Promise<void> {
+    const left = await this.flushUntil(Date.now() + (opts.timeoutMillis ?? 30_000), opts.signal);
     if (left > 0) throw new UnsentError(left);
   }
 
-  /** @internal flushes until everything is sent or the deadline passes; returns how many items are left. The flusher goes on retrying after the deadline. */
-  async flushUntil(deadline: number): Promise<number> {
-    // The deadline's timer is cleared once the flush wins, or it alone would keep Node running.
+  /** @internal flushes until everything is sent or the deadline passes, or rejects with the signal's reason once it aborts; returns how many items are left. Neither cuts the flush: the flusher goes on retrying, since every push to this buffer rides on it. */
+  async flushUntil(deadline: number, signal?: AbortSignal): Promise<number> {
+    signal?.throwIfAborted();
+    // The deadline's timer and the abort listener go once the flush wins, or they alone would keep Node running.
     const flushed = new AbortController();
     try {
-      const drained = this.drain().catch(() => undefined);
-      await (Number.isFinite(deadline) ? Promise.race([drained, sleep(Math.max(0, deadline - Date.now()), flushed.signal).catch(() => undefined)]) : drained);
+      const waits: Promise<unknown>[] = [this.drain().catch(() => undefined)];
+      if (Number.isFinite(deadline)) waits.push(sleep(Math.max(0, deadline - Date.now()), flushed.signal).catch(() => undefined));
+      if (signal) {
+        const aborted = once(signal, "abort", { signal: flushed.signal }).then(
+          () => Promise.reject(signal.reason as Error),
+          () => undefined,
+        );
+        waits.push(aborted);
+      }
+      await Promise.race(waits);
     } finally {
       flushed.abort();
     }
@@ -115,13 +143,17 @@ export class PushBuffer<T = unknown> {
     }
   }
 
-  /** @internal refuses new pushes, flushes until the deadline, then ends the flusher; returns how many items are left. */
-  async close(deadline: number): Promise<number> {
+  /** @internal refuses new pushes, flushes until the deadline or the signal's abort (then it rejects with the reason), then ends the flusher; returns how many items are left. */
+  async close(deadline: number, signal?: AbortSignal): Promise<number> {
     this.closing = true;
     this.wake();
-    await this.flushUntil(deadline);
-    this.stopped = this.items.length > 0;
-    if (this.stopped) this.cut?.abort(new UnsentError(this.items.length));
+    try {
+      await this.flushUntil(deadline, signal);
+    } finally {
+      // Given up (time or abort): what is left stays buffered for a later close().
+      this.stopped = this.items.length > 0;
+      if (this.stopped) this.cut?.abort(new UnsentError(this.items.length));
+    }
     return this.items.length;
   }
 

@@ -177,10 +177,11 @@ export class Lanes {
     this.close().catch((err: unknown) => this.core.log.error(`exit: ${err instanceof Error ? err.message : String(err)}`));
   };
 
-  /** flushAll sends everything waiting in the push buffers, all at once, bounded by `timeoutMillis` (default 30 s, as Python's `flush_all()`). It rejects with UnsentError (`.unsent`, the total left) when time runs out; the items stay buffered and are retried. */
-  async flushAll(opts: { timeoutMillis?: number | undefined } = {}): Promise<void> {
+  /** flushAll sends everything waiting in the push buffers, all at once, bounded by `timeoutMillis` (default 30 s, as Python's `flush_all()`). It rejects with UnsentError (`.unsent`, the total left) when time runs out; the items stay buffered and are retried. Aborting `signal` rejects with its reason at once and only ends this wait: the buffers go on flushing. */
+  async flushAll(opts: { timeoutMillis?: number | undefined } & RequestOptions = {}): Promise<void> {
+    opts.signal?.throwIfAborted();
     const deadline = Date.now() + (opts.timeoutMillis ?? 30_000);
-    const left = await Promise.all([...this.buffers.values()].map((b) => b.flushUntil(deadline)));
+    const left = await settleAll([...this.buffers.values()].map((b) => b.flushUntil(deadline, opts.signal)));
     const unsent = left.reduce((a, b) => a + b, 0);
     if (unsent > 0) throw new UnsentError(unsent);
   }
@@ -196,12 +197,14 @@ export class Lanes {
     return { activeBuffers: this.buffers.size, totalBufferedMessages: total, flushesPerformed: flushes };
   }
 
-  /** close refuses new buffers and buffer pushes (ClientClosedError), then flushes the push buffers, all at once, bounded by `timeoutMillis` (default 30 s). It rejects with UnsentError (`.unsent`) when messages are left; they stay buffered and calling close() again tries again. Direct calls keep working: close releases nothing they use. Consumers are stopped by their own `stop()`. */
-  async close(opts: { timeoutMillis?: number | undefined } = {}): Promise<void> {
+  /** close refuses new buffers and buffer pushes (ClientClosedError), then flushes the push buffers, all at once, bounded by `timeoutMillis` (default 30 s). It rejects with UnsentError (`.unsent`) when messages are left; they stay buffered and calling close() again tries again. Aborting `signal` (an aborted one too) gives up the flush at once as the timeout would, the client closed all the same, and rejects with its reason. Direct calls keep working: close releases nothing they use. Consumers are stopped by their own `stop()`. */
+  async close(opts: { timeoutMillis?: number | undefined } & RequestOptions = {}): Promise<void> {
     this.closed = true;
     process.off("beforeExit", this.flushBeforeExit);
     const deadline = Date.now() + (opts.timeoutMillis ?? 30_000);
-    const left = await Promise.all([...this.buffers.values()].map((b) => b.close(deadline)));
+    const left = await settleAll([...this.buffers.values()].map((b) => b.close(deadline, opts.signal)));
+    // An aborted signal rejects as every buffer's close does, without a buffer too.
+    opts.signal?.throwIfAborted();
     const unsent = left.reduce((a, b) => a + b, 0);
     if (unsent > 0) throw new UnsentError(unsent);
   }
@@ -216,6 +219,14 @@ const FETCH_BLOCKED_PORTS = new Set([
   540, 548, 554, 556, 563, 587, 601, 636, 989, 990, 993, 995, 1719, 1720, 1723, 2049, 3659, 4045, 4190, 5060, 5061,
   6000, 6566, 6665, 6666, 6667, 6668, 6669, 6679, 6697, 10080,
 ]);
+
+/** settleAll is Promise.all that waits for every promise before it rejects with the first reason, so an abort that ends several buffers' waits returns once each has given up. */
+async function settleAll<T>(promises: Promise<T>[]): Promise<T[]> {
+  const settled = await Promise.allSettled(promises);
+  const failed = settled.find((s) => s.status === "rejected");
+  if (failed) throw failed.reason;
+  return settled.map((s) => (s as PromiseFulfilledResult<T>).value);
+}
 
 function checkBrokerUrl(u: string, globalFetch: boolean): void {
   if (!/^https?:\/\//.test(u)) throw new LanesError(`Lanes: bad broker URL ${JSON.stringify(u)} (want http:// or https://)`);

@@ -4,7 +4,8 @@
 // reaches them (scripts/test-broker.sh serves them).
 import { randomUUID } from "node:crypto";
 import { afterEach, describe, expect, it } from "vitest";
-import type { Lanes, LanesOptions } from "../../src/index.js";
+import { getEventListeners } from "node:events";
+import { ClientClosedError, type Lanes, type LanesOptions } from "../../src/index.js";
 import { brokerUrl, client, sleep, uniq } from "./helpers.js";
 
 const runs: string[] = [];
@@ -183,5 +184,106 @@ describe("AbortSignal", () => {
     const { lanes, attempts } = await scripted({ path: "/*", responses: [{ status: 200, delayMs: 10_000 }] });
     const ctl = new AbortController();
     await abortEndsCall(call(lanes, q, ctl.signal), ctl, attempts);
+  });
+});
+
+// A push buffer's waits take a signal too: its abort ends the caller's wait, never the flush the
+// buffer's pushes share, and never loses or duplicates an item (docs/sdk-design.md §2).
+describe("AbortSignal on a push buffer", () => {
+  /** heldPush is a rule under which the broker stores the buffer's first push at once and holds its answer `ms`: the flush stays in flight. */
+  const heldPush = (ms: number) => ({ method: "POST", path: "/api/v1/push", responses: [{ pass: true, holdAnswerMs: ms }] });
+  /** popAll pops what the queue holds and acks it, so the partition's next pop sees what comes after. */
+  const popAll = async (lanes: Lanes, q: string) => {
+    const messages = await lanes.queue(q).autopilot(false).batch(50).wait(false).pop();
+    if (messages.length > 0) await lanes.ack(messages);
+    return messages.map((m) => m.data);
+  };
+  type Buffer = ReturnType<ReturnType<Lanes["queue"]>["buffer"]>;
+
+  it.each([
+    ["buffer.flush", (_: Lanes, b: Buffer, signal: AbortSignal) => b.flush({ signal })],
+    ["lanes.flushAll", (l: Lanes, _: Buffer, signal: AbortSignal) => l.flushAll({ signal })],
+  ])("%s: the abort ends the wait at once; the flush in flight goes on and delivers the items once", async (_, flush) => {
+    const q = uniq("signal-flush");
+    const { lanes, attempts } = await scripted(heldPush(1500));
+    const b = lanes.queue(q).buffer({ timeMillis: 60_000 });
+    await b.push([1, 2, 3]);
+    const ctl = new AbortController();
+    await abortEndsCall(flush(lanes, b, ctl.signal), ctl, attempts);
+    expect(b.size, "the items stay buffered until their flush is answered").toBe(3);
+    // Nobody flushes again: the background flush alone sends them.
+    const until = Date.now() + 5000;
+    while (b.size > 0 && Date.now() < until) await sleep(20);
+    expect(b.size, "the flush in flight ended and sent the items").toBe(0);
+    expect(await attempts(), "that flush was not cut and sent again").toBe(1);
+    expect(await popAll(lanes, q)).toEqual([1, 2, 3]);
+  });
+
+  it("buffer.push: the abort ends a wait for room; that push enqueues nothing, the items before it are delivered", async () => {
+    const q = uniq("signal-room");
+    const { lanes, attempts } = await scripted(heldPush(1500));
+    const b = lanes.queue(q).buffer({ messageCount: 2, maxSize: 2, timeMillis: 60_000 });
+    await b.push([1, 2]); // a full batch: its flush starts, and the broker holds its answer
+    const ctl = new AbortController();
+    await abortEndsCall(b.push([3], { signal: ctl.signal }), ctl, attempts);
+    expect(b.size, "only the items before the aborted push wait").toBe(2);
+    await b.flush();
+    expect(await popAll(lanes, q)).toEqual([1, 2]);
+    // Nothing of the aborted push was queued, so pushing it again stores it once.
+    await b.push([3]);
+    await b.flush();
+    expect(await popAll(lanes, q)).toEqual([3]);
+    expect(await attempts()).toBe(2);
+  });
+
+  it("lanes.close: the abort ends the close at once; its items stay buffered and a later close() delivers them once", async () => {
+    const q = uniq("signal-close");
+    const { lanes, attempts } = await scripted(heldPush(5000));
+    const b = lanes.queue(q).buffer({ timeMillis: 60_000 });
+    await b.push([1, 2, 3]);
+    const ctl = new AbortController();
+    await abortEndsCall(lanes.close({ signal: ctl.signal }), ctl, attempts);
+    expect(b.size, "an aborted close keeps what it could not send").toBe(3);
+    await expect(b.push([4]), "the client is closed all the same").rejects.toBeInstanceOf(ClientClosedError);
+    // The broker had stored the cut push: sent again under the same transaction ids, it is a duplicate.
+    await lanes.close();
+    expect(await attempts()).toBe(2);
+    expect(b.size).toBe(0);
+    expect(await popAll(lanes, q)).toEqual([1, 2, 3]);
+  });
+
+  it("an already aborted signal: push enqueues nothing and flush, flushAll and close reject with its reason at once", async () => {
+    const lanes = client();
+    const q = uniq("signal-aborted");
+    const b = lanes.queue(q).buffer({ timeMillis: 60_000 });
+    const reason = new Error("gave up before");
+    const signal = AbortSignal.abort(reason);
+    await expect(b.push([1], { signal })).rejects.toBe(reason);
+    expect(b.size, "an aborted push queues nothing, even with room").toBe(0);
+    await b.push([2]);
+    await expect(b.flush({ signal })).rejects.toBe(reason);
+    await expect(lanes.flushAll({ signal })).rejects.toBe(reason);
+    expect(b.size).toBe(1);
+    await expect(lanes.close({ signal })).rejects.toBe(reason);
+    await expect(b.push([3]), "close closed the client all the same").rejects.toBeInstanceOf(ClientClosedError);
+    await lanes.close();
+    expect(await popAll(lanes, q)).toEqual([2]);
+    // Without a buffer too: the client closes and the call rejects.
+    const bare = client();
+    await expect(bare.close({ signal })).rejects.toBe(reason);
+    expect(() => bare.queue(q).buffer()).toThrow(ClientClosedError);
+  });
+
+  it("a signal kept for many buffer calls holds no listener after each ends", async () => {
+    const lanes = client();
+    const q = uniq("signal-listeners");
+    const b = lanes.queue(q).buffer({ messageCount: 2, maxSize: 2, timeMillis: 60_000 });
+    const { signal } = new AbortController();
+    for (let i = 0; i < 5; i++) await b.push([i, i + 10], { signal }); // from the second on, each waits for room
+    await b.flush({ signal });
+    await lanes.flushAll({ signal });
+    await lanes.close({ signal });
+    expect(getEventListeners(signal, "abort")).toHaveLength(0);
+    expect(await popAll(lanes, q)).toEqual([0, 10, 1, 11, 2, 12, 3, 13, 4, 14]);
   });
 });
