@@ -1,23 +1,32 @@
-"""Conformance adapter for the Python SDK (the blocking ``lanes.Lanes`` client).
+"""Conformance adapter for the Python SDK: the blocking ``lanes.Lanes`` client, or with
+``--async`` its asyncio twin ``lanes.AsyncLanes``.
 
 Cases arrive as JSON Lines on stdin; each step runs through the public API of ``lanes``
 (never raw HTTP); one result line per case goes to stdout. Protocol: docs/conformance.md.
-Run it with the sdk-python venv: ``sdk-python/.venv/bin/python adapter.py``.
+Run it with the sdk-python venv: ``sdk-python/.venv/bin/python adapter.py [--async]``.
+
+The steps are written once, as coroutines run under ``asyncio``: each awaits what the SDK call
+returns (:func:`awaited`), which is the result itself from ``Lanes`` and a coroutine to await
+from ``AsyncLanes``. What cannot be written once (the consume handler, a background step, a
+timer) is each client's :class:`Blocking` or :class:`Asyncio` driver.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import dataclasses
+import functools
+import inspect
 import json
 import os
 import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Iterator
 from datetime import datetime, timezone
-from typing import Any
+from typing import Any, TypeAlias, TypeVar
 
 import lanes
 from lanes import (
@@ -32,6 +41,48 @@ from lanes import (
     PushError,
     TransactionError,
 )
+
+T = TypeVar("T")
+Client: TypeAlias = lanes.Lanes | lanes.AsyncLanes
+
+
+async def awaited(v: Awaitable[T] | T) -> T:
+    """What an SDK call gave: its result (Lanes), or the awaited coroutine (AsyncLanes)."""
+    if inspect.isawaitable(v):
+        return await v
+    return v
+
+
+# The end of a walk or an iteration, as next_row gives it.
+END = object()
+
+
+async def next_row(rows: Iterator[Any] | AsyncIterator[Any]) -> Any:
+    """The next row of a blocking or an async iterator, or END."""
+    if isinstance(rows, AsyncIterator):
+        try:
+            return await rows.__anext__()
+        except StopAsyncIteration:
+            return END
+    return next(rows, END)
+
+
+async def poll(consumer: Any, until: float, reached: Callable[[], bool] = lambda: False) -> None:
+    """Wait for the consumer's end, the monotonic time until or reached(): the consumer of
+    either client moves on threads or tasks of its own, with nothing this could await."""
+    while not reached() and not consumer.done and time.monotonic() < until:  # noqa: ASYNC110
+        await asyncio.sleep(0.005)
+
+
+@contextlib.asynccontextmanager
+async def closing(it: Any) -> AsyncIterator[None]:
+    """``with it`` for the blocking pull iterator, ``async with it`` for the async one."""
+    if hasattr(it, "__aenter__"):
+        async with it:
+            yield
+    else:
+        with it:
+            yield
 
 
 def handler_failure(f: dict[str, Any]) -> Exception:
@@ -94,7 +145,7 @@ def err_kind(err: BaseException) -> dict[str, Any]:
     }
 
 
-def new_client(c: dict[str, Any]) -> lanes.Lanes:
+def new_client(c: dict[str, Any], client_type: type[Client]) -> Client:
     o = c.get("client") or {}
     kw: dict[str, Any] = {"headers": c.get("headers") or {}}
     # urls replaces the case's url with several brokers in order (the runner put the case's
@@ -121,7 +172,7 @@ def new_client(c: dict[str, Any]) -> lanes.Lanes:
     saved = {k: os.environ.get(k) for k in (o.get("env") or {})}
     os.environ.update(o.get("env") or {})
     try:
-        return lanes.Lanes(None if o.get("urls") else c["url"], **kw)
+        return client_type(None if o.get("urls") else c["url"], **kw)
     finally:
         for k, v in saved.items():
             if v is None:
@@ -130,7 +181,7 @@ def new_client(c: dict[str, Any]) -> lanes.Lanes:
                 os.environ[k] = v
 
 
-def builder(client: lanes.Lanes, a: dict[str, Any]) -> Any:
+def builder(client: Client, a: dict[str, Any]) -> Any:
     q = client.queue(a.get("queue"))
     if a.get("namespace"):
         q = q.namespace(a["namespace"])
@@ -223,54 +274,58 @@ class OpenWalk:
     step can pause it between two pages (the SDK asks for a page only when the rows before are
     used up) and a walkResume step take the rest."""
 
-    def __init__(self, rows: Iterator[Any], kept: Callable[[Any], None]) -> None:
+    def __init__(
+        self, rows: Iterator[Any] | AsyncIterator[Any], kept: Callable[[Any], None]
+    ) -> None:
         self._rows = rows
         self._kept = kept
         self._ended = False
 
-    def take(self, n: int) -> dict[str, Any]:
+    async def take(self, n: int) -> dict[str, Any]:
         """Up to n more rows (0 = the rest) as a walk step's result, with the error the walk
         ended on and afterError, what it yielded after that error."""
         got: list[Any] = []
         out: dict[str, Any] = {}
         while not self._ended and (not n or len(got) < n):
             try:
-                row = next(self._rows)
-            except StopIteration:
-                self._ended = True
+                row = await next_row(self._rows)
             except lanes.LanesError as e:
                 self._ended = True
                 out["error"] = err_kind(e)
-                after = self._yielded_after_error()
+                after = await self._yielded_after_error()
                 if after:
                     out["afterError"] = after
+                continue
+            if row is END:
+                self._ended = True
             else:
                 got.append(row)
                 self._kept(row)
         return {**out, "count": len(got), "rows": wire(got)}
 
-    def _yielded_after_error(self) -> list[dict[str, Any]]:
+    async def _yielded_after_error(self) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
         for _ in range(PEEK_AFTER_ERROR):
             try:
-                row = next(self._rows)
-            except StopIteration:
-                break
+                row = await next_row(self._rows)
             except lanes.LanesError as e:
                 out.append({"error": err_kind(e)})
-            else:
-                out.append({"row": wire(row)})
+                continue
+            if row is END:
+                break
+            out.append({"row": wire(row)})
         return out
 
-    def stop(self) -> None:
-        close = getattr(self._rows, "close", None)
+    async def stop(self) -> None:
+        close = getattr(self._rows, "aclose", None) or getattr(self._rows, "close", None)
         if close is not None:
-            close()
+            await awaited(close())
 
 
-def wire_result(v: Any) -> dict[str, Any]:
-    """A step's result: an SDK result in wire field names, which must be one JSON object."""
-    out = wire(v)
+async def wire_result(v: Any) -> dict[str, Any]:
+    """A step's result: what an SDK call gave (awaited for AsyncLanes) in wire field names,
+    which must be one JSON object."""
+    out = wire(await awaited(v))
     if not isinstance(out, dict):
         raise TypeError(f"step result is a {type(out).__name__}, want a JSON object")
     return out
@@ -354,8 +409,9 @@ def canonical(v: Any) -> str:
 
 
 class CaseState:
-    def __init__(self, client: lanes.Lanes) -> None:
+    def __init__(self, client: Client, driver: Driver) -> None:
         self.client = client
+        self.driver = driver
         self.saved: dict[str, list[Any]] = {}
         self.dlq: dict[str, list[Any]] = {}
         # a listing page's nextAfter, by the save name of its step
@@ -386,8 +442,11 @@ class CaseState:
                 raise ValueError(f"saved messages {name!r} have no index {i}")
         return [ms[i] for i in indices]
 
-    def walk(
-        self, rows: Iterator[Any], a: dict[str, Any], kept: Callable[[Any], None] = lambda _: None
+    async def walk(
+        self,
+        rows: Iterator[Any] | AsyncIterator[Any],
+        a: dict[str, Any],
+        kept: Callable[[Any], None] = lambda _: None,
     ) -> dict[str, Any]:
         """A walk step: every row, or with pauseAfter the first rows, the walk left open under
         save for a walkResume step."""
@@ -398,18 +457,18 @@ class CaseState:
         if save:
             self.walks[save] = w
         try:
-            return w.take(a.get("pauseAfter") or 0)
+            return await w.take(a.get("pauseAfter") or 0)
         finally:
             if not save:
-                w.stop()
+                await w.stop()
 
-    def step(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
+    async def step(self, op: str, a: dict[str, Any]) -> dict[str, Any]:
         """Run one step through its op_<name> method (every op of docs/conformance.md has one)."""
         fn = getattr(self, "op_" + op, None)
         if fn is None:
             return {"unsupported": op}
         try:
-            result: dict[str, Any] = fn(self.client, a)
+            result: dict[str, Any] = await fn(self.client, a)
             return result
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
@@ -417,7 +476,7 @@ class CaseState:
     # Queue-plane steps: they answer SDK errors themselves, with the partial results the SDK
     # reports; any other exception is an adapter bug (adapterError), as in Go.
 
-    def op_push(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_push(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         # deadlineMs is the caller's deadline for the call: lanes.deadline around it.
         bound = (
             lanes.deadline(a["deadlineMs"] / 1000)
@@ -426,28 +485,31 @@ class CaseState:
         )
         try:
             with bound:
-                return {"items": push_items(builder(c, a).push(items(a.get("items"))))}
+                pushed = await awaited(builder(c, a).push(items(a.get("items"))))
+                return {"items": push_items(pushed)}
         except PushError as e:
             return {"items": push_items(e.results), "error": err_kind(e)}
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
 
-    def op_pop(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_pop(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         try:
-            pr = builder(c, a).pop_result()
+            pr = await awaited(builder(c, a).pop_result())
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
         if a.get("save"):
             self.saved[a["save"]] = pr.messages
         return pop_summary(pr)
 
-    def op_ack(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_ack(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         ms = self.messages(a["messages"], a.get("indices"))
         if a.get("transactionId"):
             # Another message under the saved messages' lease.
             ms = [dataclasses.replace(m, transaction_id=a["transactionId"]) for m in ms]
         try:
-            res = c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
+            res = await awaited(
+                c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
+            )
             return {"success": success_list(res), "results": ack_rows(res)}
         except AckError as e:
             return {
@@ -458,14 +520,14 @@ class CaseState:
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
 
-    def op_renew(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_renew(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         try:
-            res = c.renew(self.messages(a["messages"]), seconds=a.get("seconds", 60))
+            res = await awaited(c.renew(self.messages(a["messages"]), seconds=a.get("seconds", 60)))
             return {"success": success_list(res)}
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
 
-    def op_transaction(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_transaction(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         tx = c.transaction()
         for o in a.get("ops") or []:
             if "push" in o:
@@ -490,7 +552,7 @@ class CaseState:
             else:
                 raise ValueError("transaction op needs push, ack, kv, timer or cancelTimer")
         try:
-            res = tx.commit()
+            res = await awaited(tx.commit())
             out = {"ok": True}
             if res.kv:
                 out["kv"] = wire(res.kv)
@@ -498,19 +560,21 @@ class CaseState:
         except lanes.LanesError as e:
             return {"ok": False, "error": err_kind(e)}
 
-    def op_configure(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_configure(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         try:
-            c.admin.configure_queue(
-                a["queue"],
-                a.get("options") or {},
-                namespace=a.get("namespace") or None,
-                task=a.get("task") or None,
+            await awaited(
+                c.admin.configure_queue(
+                    a["queue"],
+                    a.get("options") or {},
+                    namespace=a.get("namespace") or None,
+                    task=a.get("task") or None,
+                )
             )
             return {"ok": True}
         except lanes.LanesError as e:
             return {"ok": False, "error": err_kind(e)}
 
-    def op_seek(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_seek(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         kw: dict[str, Any] = {}
         if a.get("toEnd"):
             kw["to_end"] = True
@@ -518,26 +582,32 @@ class CaseState:
             kw["timestamp"] = self.marks[a["mark"]]
         try:
             if "partition" in a:
-                c.admin.seek_consumer_group_partition(a["group"], a["queue"], a["partition"], **kw)
+                await awaited(
+                    c.admin.seek_consumer_group_partition(
+                        a["group"], a["queue"], a["partition"], **kw
+                    )
+                )
             else:
-                c.admin.seek_consumer_group(a["group"], a["queue"], **kw)
+                await awaited(c.admin.seek_consumer_group(a["group"], a["queue"], **kw))
             return {"ok": True}
         except lanes.LanesError as e:
             return {"ok": False, "error": err_kind(e)}
 
-    def op_mark(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_mark(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         self.marks[a["name"]] = datetime.now(timezone.utc)
         return {"ok": True}
 
-    def op_sleep(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        time.sleep(a.get("ms", 0) / 1000)
+    async def op_sleep(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        await asyncio.sleep(a.get("ms", 0) / 1000)
         return {}
 
-    def op_dlq(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_dlq(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         page = {**pick(a, "limit", "offset"), **self.after(a)}
         try:
-            lst = c.admin.list_dlq(
-                queue=a.get("queue"), consumer_group=a.get("group") or None, **page
+            lst = await awaited(
+                c.admin.list_dlq(
+                    queue=a.get("queue"), consumer_group=a.get("group") or None, **page
+                )
             )
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
@@ -553,7 +623,7 @@ class CaseState:
             "nextAfter": lst.next_after,
         }
 
-    def op_dlqAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_dlqAll(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         rows = c.admin.all_dlq(
             queue=a.get("queue"), consumer_group=a.get("group") or None, **pick(a, "limit")
         )
@@ -561,20 +631,64 @@ class CaseState:
         kept: list[Any] = []
         if a.get("save"):
             self.dlq[a["save"]] = kept
-        return self.walk(rows, a, kept.append)
+        return await self.walk(rows, a, kept.append)
 
-    def op_walkResume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_walkResume(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         """The rest of a paused walk's rows (pauseAfter: that many more)."""
         w = self.walks.get(a.get("walk", ""))
         if w is None:
             raise ValueError(f"no walk saved as {a.get('walk')!r}")
-        return w.take(a.get("pauseAfter") or 0)
+        return await w.take(a.get("pauseAfter") or 0)
 
-    def op_consume(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return self.consume(a)
+    async def op_consume(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        """The consume loop with the scripted handler (the driver's: def or async def) until
+        the step's stop, or until it ends on its own; cut at maxMs (timedOut)."""
+        q = loop_settings(builder(c, a), a)
+        if a.get("concurrency", 0) > 0:
+            q = q.concurrency(a["concurrency"])
+        if a.get("renewEveryMs", 0) > 0:
+            q = q.renew_lease(True, a["renewEveryMs"])
+        if a.get("softStopTimeoutMs", 0) > 0:
+            q = q.soft_stop_timeout_millis(a["softStopTimeoutMs"])
+        if a.get("reportHandlerErrors"):
+            q = q.report_handler_errors(True)
+        script = HandlerScript(a.get("handler") or {})
+        started: list[Any] = []  # the consumer, for a handler that honours its hard stop
+        consumer = q.on_error(script.report).consume(self.driver.handler(script, c, started))
+        started.append(consumer)
+        out: dict[str, Any] = {}
+        max_s = (a.get("maxMs") or 20000) / 1000
+        deadline = time.monotonic() + max_s
+        stop_after = a.get("stopAfterMs", 0)
+        if a.get("stopWhenHandled", 0) > 0:
+            # Stop relative to the handler's progress, not to the start (robust under load).
+            await poll(consumer, deadline, lambda: len(script.handled) >= a["stopWhenHandled"])
+            stop_after = max(stop_after, 1)
+        if stop_after > 0:
+            stop_at = time.monotonic() + stop_after / 1000
+            await poll(consumer, stop_at)
+            if not consumer.done:
+                t0 = time.monotonic()
+                try:
+                    if a.get("stop") == "hard":
+                        await awaited(consumer.stop_and_cancel(max_s))
+                    else:
+                        await awaited(consumer.stop(max_s))
+                except Exception as e:
+                    out["stopError"] = err_kind(e)
+                out["stopMs"] = int((time.monotonic() - t0) * 1000)
+        await poll(consumer, deadline)
+        if not consumer.done:
+            out["timedOut"] = True
+            with contextlib.suppress(Exception):
+                await awaited(consumer.stop_and_cancel(5))
+        out.update(script.record())
+        if consumer.error is not None:
+            out["error"] = err_kind(consumer.error)
+        return out
 
-    def op_iterate(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        """The blocking iterator until it ends on its own (limit, idle, a terminal error) or the
+    async def op_iterate(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        """The pull iterator until it ends on its own (limit, idle, a terminal error) or the
         body breaks at message ``break`` (1-based); at maxMs ``stop()`` ends it (timedOut)."""
         q = loop_settings(builder(c, a), a)
         on_error: list[Any] = []
@@ -589,11 +703,11 @@ class CaseState:
             expired.set()
             it.stop()
 
-        timer = threading.Timer((a.get("maxMs") or 20000) / 1000, expire)
-        timer.start()
+        cancel_expiry = self.driver.call_later((a.get("maxMs") or 20000) / 1000, expire)
         try:
-            with it:
-                for m in it:
+            # Leaving the block closes the iterator: the release of what was not handled.
+            async with closing(it):
+                while (m := await next_row(it)) is not END:
                     handled.append(m.data)
                     by_partition.setdefault(m.partition, []).append(m.data)
                     if len(handled) == a.get("break"):
@@ -601,7 +715,7 @@ class CaseState:
         except lanes.LanesError as e:
             out["error"] = err_kind(e)
         finally:
-            timer.cancel()
+            cancel_expiry()
         if expired.is_set():
             out["timedOut"] = True
         return {**out, "handled": handled, "byPartition": by_partition, "onError": on_error}
@@ -609,56 +723,56 @@ class CaseState:
     # KV, timer, DLQ, message and consumer-group steps: each answers the SDK's result in wire
     # field names; SDK errors become the step's error, anything else is an adapter error.
 
-    def op_kvGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.kv(a["ns"]).get(a["key"]))
+    async def op_kvGet(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.kv(a["ns"]).get(a["key"]))
 
-    def op_kvPut(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(
+    async def op_kvPut(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(
             c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds"))
         )
 
-    def op_kvDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.kv(a["ns"]).delete(a["key"]))
+    async def op_kvDelete(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.kv(a["ns"]).delete(a["key"]))
 
-    def op_kvIncr(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_kvIncr(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         bounds = {k: a[k] for k in ("min", "max") if k in a}
-        return wire_result(
+        return await wire_result(
             c.kv(a["ns"]).incr(
                 a["key"], a.get("delta", 1), ttl_seconds=a.get("ttlSeconds"), **bounds
             )
         )
 
-    def op_kvBatch(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_kvBatch(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         ops = a.get("ops") or []
         ns = ops[0]["ns"] if ops else ""
-        return {"results": wire(c.kv(ns).batch(ops))}
+        return {"results": wire(await awaited(c.kv(ns).batch(ops)))}
 
-    def op_timerSchedule(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(
+    async def op_timerSchedule(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(
             c.timers(a["queue"]).schedule(
                 a["key"], delay_millis=a.get("delayMs", 0), **timer_payload(a)
             )
         )
 
-    def op_timerGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.timers(a["queue"]).get(a["key"]))
+    async def op_timerGet(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.timers(a["queue"]).get(a["key"]))
 
-    def op_timerCancel(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.timers(a["queue"]).cancel(a["key"]))
+    async def op_timerCancel(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.timers(a["queue"]).cancel(a["key"]))
 
-    def op_timerList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(
+    async def op_timerList(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(
             c.timers(a["queue"]).list(limit=a.get("limit") or None, after=a.get("after") or None)
         )
 
-    def op_dlqReplay(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_dlqReplay(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         dlq_id = self.dlq[a["dlq"]][a.get("index", 0)].id if a.get("dlq") else a["id"]
-        return wire_result(
+        return await wire_result(
             c.admin.replay_dlq(dlq_id, queue=a.get("queue"), partition=a.get("partition"))
         )
 
-    def op_dlqPurge(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.purge_dlq(a["queue"], a.get("group") or None))
+    async def op_dlqPurge(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.purge_dlq(a["queue"], a.get("group") or None))
 
     def address(self, a: dict[str, Any]) -> tuple[str, str]:
         if not a.get("messages"):
@@ -666,246 +780,290 @@ class CaseState:
         [m] = self.messages(a["messages"], [a.get("index", 0)])
         return m.partition_id, m.transaction_id
 
-    def op_messageGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_message(*self.address(a)))
+    async def op_messageGet(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_message(*self.address(a)))
 
-    def op_messageDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.delete_message(*self.address(a)))
+    async def op_messageDelete(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.delete_message(*self.address(a)))
 
-    def op_messageRetry(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.retry_message(*self.address(a)))
+    async def op_messageRetry(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.retry_message(*self.address(a)))
 
-    def op_groups(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_groups(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         return {
             "names": group_names(
-                [g.name for g in c.admin.list_consumer_groups()], a.get("prefix", "")
+                [g.name for g in await awaited(c.admin.list_consumer_groups())],
+                a.get("prefix", ""),
             )
         }
 
-    def op_groupDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_groupDelete(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         meta = a.get("deleteMetadata", True)
         if a.get("queue"):
-            return wire_result(
+            return await wire_result(
                 c.admin.delete_consumer_group_for_queue(a["group"], a["queue"], meta)
             )
-        return wire_result(c.admin.delete_consumer_group(a["group"], meta))
+        return await wire_result(c.admin.delete_consumer_group(a["group"], meta))
 
-    def op_lagging(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        rows = c.admin.lagging_consumer_groups(a.get("minLagSeconds", 0))
+    async def op_lagging(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        rows = await awaited(c.admin.lagging_consumer_groups(a.get("minLagSeconds", 0)))
         return {"names": group_names([r.consumer_group for r in rows], a.get("prefix", ""))}
 
     # Queue, listing, status, system, consumer-group detail and KV listing steps.
 
-    def op_queueGet(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_queue(a["queue"]))
+    async def op_queueGet(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_queue(a["queue"]))
 
-    def op_queueDelete(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.delete_queue(a["queue"]))
+    async def op_queueDelete(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.delete_queue(a["queue"]))
 
-    def op_queues(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_queues(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         page = {**pick(a, "namespace", "task", "limit", "offset"), **self.after(a)}
-        lst = c.admin.list_queues(**page)
+        lst = await awaited(c.admin.list_queues(**page))
         if a.get("save"):
             self.pages[a["save"]] = lst.next_after
-        return wire_result(lst)
+        return await wire_result(lst)
 
-    def op_queuesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return self.walk(c.admin.all_queues(**pick(a, "namespace", "task", "limit")), a)
+    async def op_queuesAll(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await self.walk(c.admin.all_queues(**pick(a, "namespace", "task", "limit")), a)
 
-    def op_depth(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
+    async def op_depth(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_queue_depth(a["queue"], a.get("group") or None))
 
-    def op_overview(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_overview())
+    async def op_overview(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_overview())
 
-    def op_namespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_namespaces(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         return prefixed(
-            wire_result(c.admin.get_namespaces()), "namespaces", "namespace", a.get("prefix", "")
+            await wire_result(c.admin.get_namespaces()),
+            "namespaces",
+            "namespace",
+            a.get("prefix", ""),
         )
 
-    def op_tasks(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return prefixed(wire_result(c.admin.get_tasks()), "tasks", "task", a.get("prefix", ""))
+    async def op_tasks(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return prefixed(
+            await wire_result(c.admin.get_tasks()), "tasks", "task", a.get("prefix", "")
+        )
 
-    def op_status(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_status(**pick(a, "queue", "namespace", "task")))
+    async def op_status(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_status(**pick(a, "queue", "namespace", "task")))
 
-    def op_queueStatuses(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_queueStatuses(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         page = {**pick(a, "queue", "namespace", "task", "limit", "offset"), **self.after(a)}
-        lst = c.admin.list_queue_status(**page)
+        lst = await awaited(c.admin.list_queue_status(**page))
         if a.get("save"):
             self.pages[a["save"]] = lst.next_after
-        return wire_result(lst)
+        return await wire_result(lst)
 
-    def op_queueStatusesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return self.walk(
+    async def op_queueStatusesAll(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await self.walk(
             c.admin.all_queue_status(**pick(a, "queue", "namespace", "task", "limit")), a
         )
 
-    def op_queueStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_queue_status(a["queue"], a.get("includePartitions", False)))
+    async def op_queueStatus(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(
+            c.admin.get_queue_status(a["queue"], a.get("includePartitions", False))
+        )
 
-    def op_bufferStatus(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_buffer_status())
+    async def op_bufferStatus(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_buffer_status())
 
-    def op_metrics(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_metrics())
+    async def op_metrics(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_metrics())
 
-    def op_health(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.health())
+    async def op_health(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.health())
 
-    def op_maintenance(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_maintenance(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         scope = maintenance_scope(a)
         if scope == "push":
-            return wire_result(c.admin.get_maintenance_mode())
-        return wire_result(c.admin.get_pop_maintenance_mode())
+            return await wire_result(c.admin.get_maintenance_mode())
+        return await wire_result(c.admin.get_pop_maintenance_mode())
 
-    def op_setMaintenance(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_setMaintenance(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         scope = maintenance_scope(a)
         if scope == "push":
-            return wire_result(c.admin.set_maintenance_mode(a["enabled"]))
-        return wire_result(c.admin.set_pop_maintenance_mode(a["enabled"]))
+            return await wire_result(c.admin.set_maintenance_mode(a["enabled"]))
+        return await wire_result(c.admin.set_pop_maintenance_mode(a["enabled"]))
 
-    def op_messages(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_messages(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         page = {**pick(a, "queue", "partition", "status", "limit", "offset"), **self.after(a)}
-        lst = c.admin.list_messages(**page)
+        lst = await awaited(c.admin.list_messages(**page))
         if a.get("save"):
             self.pages[a["save"]] = lst.next_after
-        return wire_result(lst)
+        return await wire_result(lst)
 
-    def op_messagesAll(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return self.walk(
+    async def op_messagesAll(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await self.walk(
             c.admin.all_messages(**pick(a, "queue", "partition", "status", "limit")), a
         )
 
-    def op_group(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.get_consumer_group(a["group"]))
+    async def op_group(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.get_consumer_group(a["group"]))
 
-    def op_subscription(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
-        return wire_result(c.admin.update_subscription(a["group"], self.marks[a["mark"]]))
+    async def op_subscription(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(c.admin.update_subscription(a["group"], self.marks[a["mark"]]))
 
-    def op_kvList(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_kvList(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         kw = pick(a, "prefix", "after", "limit")
         kw.update(
             keys_only=a.get("keysOnly", False), include_expired=a.get("includeExpired", False)
         )
-        return wire_result(c.kv(a["ns"]).list(**kw))
+        return await wire_result(c.kv(a["ns"]).list(**kw))
 
-    def op_kvNamespaces(self, c: lanes.Lanes, a: dict[str, Any]) -> dict[str, Any]:
+    async def op_kvNamespaces(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         return prefixed(
-            wire_result(c.kv_namespaces()), "namespaces", "namespace", a.get("prefix", "")
+            await wire_result(c.kv_namespaces()), "namespaces", "namespace", a.get("prefix", "")
         )
 
-    def consume(self, a: dict[str, Any]) -> dict[str, Any]:
-        q = loop_settings(builder(self.client, a), a)
-        if a.get("concurrency", 0) > 0:
-            q = q.concurrency(a["concurrency"])
-        if a.get("renewEveryMs", 0) > 0:
-            q = q.renew_lease(True, a["renewEveryMs"])
-        if a.get("softStopTimeoutMs", 0) > 0:
-            q = q.soft_stop_timeout_millis(a["softStopTimeoutMs"])
-        if a.get("reportHandlerErrors"):
-            q = q.report_handler_errors(True)
-        h = a.get("handler") or {}
-        lock = threading.Lock()
-        handled: list[Any] = []
-        by_partition: dict[str, list[Any]] = {}
-        on_error: list[Any] = []
-        fail_left: dict[str, int] = {}
-        fail_as: dict[str, dict[str, Any]] = {}
+
+class HandlerScript:
+    """The consume step's scripted handler (docs/conformance.md, ``consume``): what it records,
+    how long it sleeps, when it fails and what it acks. Each driver's handler runs it."""
+
+    def __init__(self, h: dict[str, Any]) -> None:
+        self._lock = threading.Lock()  # the blocking client runs handlers on several threads
+        self.handled: list[Any] = []
+        self._by_partition: dict[str, list[Any]] = {}
+        self._on_error: list[Any] = []
+        self._sleep_ms = h.get("sleepMs", 0)
+        self._first_sleep_ms = h.get("firstSleepMs", 0)
+        self.honour_cancel = bool(h.get("honourCancel"))
+        self._ack = h.get("ack")
+        self._fail_left: dict[str, int] = {}
+        self._fail_as: dict[str, dict[str, Any]] = {}
         for f in h.get("fail") or []:
             k = canonical(f.get("data"))
-            fail_left[k] = fail_left.get(k, 0) + max(f.get("times", 1), 1)
-            fail_as[k] = f
-        calls = [0]
-        holder: dict[str, Any] = {}
+            self._fail_left[k] = self._fail_left.get(k, 0) + max(f.get("times", 1), 1)
+            self._fail_as[k] = f
 
-        def report(err: BaseException) -> None:
-            with lock:
-                on_error.append(err_kind(err))
+    def begin(self, m: Any) -> tuple[float, dict[str, Any] | None]:
+        """Record a handler call: the seconds it sleeps, and the failure it raises after."""
+        key = canonical(m.data)
+        with self._lock:
+            self.handled.append(m.data)
+            self._by_partition.setdefault(m.partition, []).append(m.data)
+            first = len(self.handled) == 1
+            ms = self._first_sleep_ms if first and self._first_sleep_ms > 0 else self._sleep_ms
+            fail = None
+            if self._fail_left.get(key, 0) > 0:
+                self._fail_left[key] -= 1
+                fail = self._fail_as[key]
+        return ms / 1000, fail
 
-        def handler(m: Any) -> None:
-            key = canonical(m.data)
-            with lock:
-                handled.append(m.data)
-                by_partition.setdefault(m.partition, []).append(m.data)
-                calls[0] += 1
-                ms = (
-                    h["firstSleepMs"]
-                    if calls[0] == 1 and h.get("firstSleepMs", 0) > 0
-                    else h.get("sleepMs", 0)
-                )
-                fail = fail_left.get(key, 0) > 0
-                if fail:
-                    fail_left[key] -= 1
-            if ms > 0:
-                if h.get("honourCancel"):
-                    while "consumer" not in holder:
+    def end(self, client: Client, m: Any, fail: dict[str, Any] | None) -> Any:
+        """Raise the scripted failure, or ack as scripted: what the ack call gave (a coroutine
+        from AsyncLanes), None without an ack."""
+        if fail is not None:
+            raise handler_failure(fail)
+        return client.ack(m, self._ack) if self._ack else None
+
+    def report(self, err: BaseException) -> None:
+        """The consumer's error callback."""
+        with self._lock:
+            self._on_error.append(err_kind(err))
+
+    def record(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "handled": list(self.handled),
+                "byPartition": {k: list(v) for k, v in self._by_partition.items()},
+                "onError": list(self._on_error),
+            }
+
+
+class Blocking:
+    """Runs lanes.Lanes: its calls block, so a step makes them in turn on the case's event loop,
+    and its consumer calls plain (def) handlers on its own threads."""
+
+    client_type = lanes.Lanes
+
+    @staticmethod
+    async def close(client: Any) -> None:
+        client.close(5)
+
+    @staticmethod
+    def background(step: Callable[[], Coroutine[Any, Any, None]]) -> Awaitable[None]:
+        """Start a step on a thread of its own (the case's loop is held by the blocking calls of
+        the steps after it); awaiting what this returns joins it."""
+        t = threading.Thread(target=asyncio.run, args=(step(),), daemon=True)
+        t.start()
+        return asyncio.to_thread(t.join)
+
+    @staticmethod
+    def call_later(seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
+        """Call fn in seconds from a timer thread (the loop may be held by a blocking call);
+        returns the cancel."""
+        timer = threading.Timer(seconds, fn)
+        timer.start()
+        return timer.cancel
+
+    @staticmethod
+    def handler(script: HandlerScript, client: Any, started: list[Any]) -> Callable[[Any], None]:
+        def handle(m: Any) -> None:
+            sleep_s, fail = script.begin(m)
+            if sleep_s > 0:
+                if script.honour_cancel:
+                    while not started:  # the first call may come before consume() returned
                         time.sleep(0.001)
-                    if holder["consumer"].cancel_event.wait(ms / 1000):
+                    if started[0].cancel_event.wait(sleep_s):
                         raise ConsumerStoppedError("handler cancelled by a hard stop")
                 else:
-                    time.sleep(ms / 1000)
-            if fail:
-                raise handler_failure(fail_as[key])
-            if h.get("ack"):
-                self.client.ack(m, h["ack"])
+                    time.sleep(sleep_s)
+            script.end(client, m, fail)
 
-        q = q.on_error(report)
-        consumer = q.consume(handler)
-        holder["consumer"] = consumer
-        out: dict[str, Any] = {}
-        max_s = (a.get("maxMs") or 20000) / 1000
-        deadline = time.monotonic() + max_s
-        stop_after = a.get("stopAfterMs", 0)
-        if a.get("stopWhenHandled", 0) > 0:
-            # Stop relative to the handler's progress, not to the start (robust under load).
-            while (
-                not consumer.done
-                and len(handled) < a["stopWhenHandled"]
-                and time.monotonic() < deadline
-            ):
-                time.sleep(0.005)
-            stop_after = max(stop_after, 1)
-        if stop_after > 0:
-            stop_at = time.monotonic() + stop_after / 1000
-            while not consumer.done and time.monotonic() < stop_at:
-                time.sleep(0.005)
-            if not consumer.done:
-                t0 = time.monotonic()
-                try:
-                    if a.get("stop") == "hard":
-                        consumer.stop_and_cancel(max_s)
-                    else:
-                        consumer.stop(max_s)
-                except Exception as e:
-                    out["stopError"] = err_kind(e)
-                out["stopMs"] = int((time.monotonic() - t0) * 1000)
-        while not consumer.done and time.monotonic() < deadline:
-            time.sleep(0.005)
-        if not consumer.done:
-            out["timedOut"] = True
-            with contextlib.suppress(Exception):
-                consumer.stop_and_cancel(5)
-        with lock:
-            out["handled"] = list(handled)
-            out["byPartition"] = {k: list(v) for k, v in by_partition.items()}
-            out["onError"] = list(on_error)
-        if consumer.error is not None:
-            out["error"] = err_kind(consumer.error)
-        return out
+        return handle
 
 
-def run_case(c: dict[str, Any]) -> list[dict[str, Any]]:
-    client = new_client(c)
-    st = CaseState(client)
+class Asyncio:
+    """Runs lanes.AsyncLanes: its calls, background steps and async def handlers all run on
+    the case's event loop."""
+
+    client_type = lanes.AsyncLanes
+
+    @staticmethod
+    async def close(client: Any) -> None:
+        await client.aclose(5)
+
+    @staticmethod
+    def background(step: Callable[[], Coroutine[Any, Any, None]]) -> Awaitable[None]:
+        return asyncio.ensure_future(step())
+
+    @staticmethod
+    def call_later(seconds: float, fn: Callable[[], None]) -> Callable[[], None]:
+        return asyncio.get_running_loop().call_later(seconds, fn).cancel
+
+    @staticmethod
+    def handler(
+        script: HandlerScript, client: Any, started: list[Any]
+    ) -> Callable[[Any], Awaitable[None]]:
+        async def handle(m: Any) -> None:
+            sleep_s, fail = script.begin(m)
+            if sleep_s > 0:
+                # A hard stop cancels an async handler at its await, honourCancel or not: the
+                # CancelledError raised here is AsyncLanes' stop cancellation.
+                await asyncio.sleep(sleep_s)
+            await awaited(script.end(client, m, fail))
+
+        return handle
+
+
+Driver: TypeAlias = type[Blocking] | type[Asyncio]
+
+
+async def run_case(c: dict[str, Any], driver: Driver) -> list[dict[str, Any]]:
+    client = new_client(c, driver.client_type)
+    st = CaseState(client, driver)
     steps: list[dict[str, Any]] = [{"id": s["id"]} for s in c["steps"]]
-    background: list[threading.Thread] = []
+    background: list[Awaitable[None]] = []
 
-    def run_step(i: int, t0: float, after_s: float = 0) -> None:
-        time.sleep(after_s)
+    async def run_step(i: int, t0: float, after_s: float = 0) -> None:
+        if after_s > 0:
+            await asyncio.sleep(after_s)
         s = c["steps"][i]
         try:
-            result = st.step(s["op"], s.get("args") or {}) or {}
+            result = await st.step(s["op"], s.get("args") or {}) or {}
         except Exception:
             result = {"adapterError": traceback.format_exc()}
         result["elapsedMs"] = int((time.monotonic() - t0) * 1000)
@@ -917,22 +1075,21 @@ def run_case(c: dict[str, Any]) -> list[dict[str, Any]]:
             if s.get("background"):
                 # A push only (no saved state shared): starts afterMs from now, joined at the end.
                 after_s = s["background"].get("afterMs", 0) / 1000
-                t = threading.Thread(target=run_step, args=(i, t0, after_s), daemon=True)
-                t.start()
-                background.append(t)
+                background.append(driver.background(functools.partial(run_step, i, t0, after_s)))
             else:
-                run_step(i, t0)
-        for t in background:
-            t.join()
+                await run_step(i, t0)
+        for b in background:
+            await b
         for w in st.walks.values():
-            w.stop()
+            await w.stop()
     finally:
         with contextlib.suppress(Exception):
-            client.close(5)
+            await driver.close(client)
     return steps
 
 
 def main() -> None:
+    driver: Driver = Asyncio if "--async" in sys.argv[1:] else Blocking
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -942,7 +1099,8 @@ def main() -> None:
             print(json.dumps({"error": f"bad case line: {e}"}), flush=True)
             continue
         try:
-            out: dict[str, Any] = {"case": c.get("case"), "steps": run_case(c)}
+            # A loop per case, as a program of its own: it ends with the case's client.
+            out: dict[str, Any] = {"case": c.get("case"), "steps": asyncio.run(run_case(c, driver))}
         except Exception:
             out = {"case": c.get("case"), "steps": [], "error": traceback.format_exc()}
         print(json.dumps(out, default=str), flush=True)
