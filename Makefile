@@ -2,7 +2,7 @@
 #
 #   make run        broker on http://localhost:6632 (PORT=…) over LANES_DATABASE_URL, else a local PostgreSQL (scripts/pg.sh)
 #   make test       every test suite (Go modules, then the JS and Python SDKs against one broker, then conformance, then fuzz-api)
-#   make conformance  the cross-SDK conformance suite (own database and broker; docs/conformance.md)
+#   make conformance  the cross-SDK conformance suite: every case through go, js, python and python-async (own database and broker; CONFORMANCE_FLAGS='-sdk python-async' for one; docs/conformance.md)
 #   make fuzz-api   the bounded schemathesis run of openapi.yaml against a JWT broker (own database; tools/fuzz/README.md)
 #   make generate   regenerate code from openapi.yaml (Go server + client, TypeScript, Python)
 #   make verify     regenerate, lint the spec, fail if generated code differs from what is committed
@@ -253,7 +253,8 @@ test-sdk-suites:
 	exit $$rc
 
 # ---------------------------------------------------------------------------------------------
-# Conformance: every case of conformance/cases through the Go, TypeScript and Python adapters,
+# Conformance: every case of conformance/cases through the Go, TypeScript and Python adapters
+# (SDKs go, js, python and python-async: the Python adapter drives Lanes, then AsyncLanes),
 # against a fresh database and the real broker with its test-only fault scripts on
 # (CONFORMANCE_FLAGS e.g. -sdk go -run 'retries/*' -v). Needs PostgreSQL (pg.sh), the sdk-js
 # build and the sdk-python venv, all prepared here.

@@ -11,13 +11,15 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"syscall"
 	"time"
 
 	"github.com/lanesmq/lanes/server/brokerproc"
 )
 
-// sdk is one language under test: how to prepare and start its adapter.
+// sdk is one SDK client under test (python-async is sdk-python's AsyncLanes): how to prepare
+// and start its adapter.
 type sdk struct {
 	Name    string
 	Prepare func(repo, tmp string) ([]string, error) // returns the adapter command line
@@ -57,13 +59,29 @@ var sdks = []sdk{
 		}
 		return []string{node, filepath.Join(repo, "conformance", "adapters", "js", "adapter.mjs")}, nil
 	}},
-	{Name: "python", Prepare: func(repo, tmp string) ([]string, error) {
+	{Name: "python", Prepare: pythonAdapter()},
+	{Name: "python-async", Prepare: pythonAdapter("--async")},
+}
+
+// pythonAdapter starts the Python adapter in the sdk-python venv: the blocking client, or with
+// --async the asyncio one, through the same steps.
+func pythonAdapter(args ...string) func(repo, tmp string) ([]string, error) {
+	return func(repo, _ string) ([]string, error) {
 		py := filepath.Join(repo, "sdk-python", ".venv", "bin", "python")
 		if _, err := os.Stat(py); err != nil {
 			return nil, fmt.Errorf("the sdk-python venv is missing (%s): run `make deps-python` (make conformance does)", py)
 		}
-		return []string{py, filepath.Join(repo, "conformance", "adapters", "python", "adapter.py")}, nil
-	}},
+		return append([]string{py, filepath.Join(repo, "conformance", "adapters", "python", "adapter.py")}, args...), nil
+	}
+}
+
+// sdkNames lists the SDKs of the sdks table, comma-separated: the default of -sdk.
+func sdkNames() string {
+	names := make([]string, len(sdks))
+	for i, s := range sdks {
+		names[i] = s.Name
+	}
+	return strings.Join(names, ",")
 }
 
 // adapterProc is one running adapter: cases go in as JSON Lines on stdin, results come out as

@@ -16,11 +16,12 @@ func TestCoverageIsJudgedOnlyForEveryCaseThroughEverySDK(t *testing.T) {
 		chosen []sdk
 		want   bool
 	}{
-		{"every case, every SDK", "", only("go", "js", "python"), true},
-		{"every SDK in another order", "", only("python", "go", "js"), true},
-		{"some cases", "kv/*", only("go", "js", "python"), false},
+		{"every case, every SDK", "", only("go", "js", "python", "python-async"), true},
+		{"every SDK in another order", "", only("python-async", "python", "go", "js"), true},
+		{"some cases", "kv/*", only("go", "js", "python", "python-async"), false},
 		{"one SDK", "", only("js"), false},
 		{"two SDKs", "", only("go", "python"), false},
+		{"every SDK but Python's asyncio client", "", only("go", "js", "python"), false},
 	} {
 		if got := coverageJudged(tc.filter, tc.chosen); got != tc.want {
 			t.Errorf("%s: coverageJudged = %v, want %v", tc.name, got, tc.want)

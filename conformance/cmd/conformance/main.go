@@ -31,7 +31,7 @@ func run() int {
 	var o options
 	flag.StringVar(&o.url, "url", "", "use this broker (started with LANES_TEST_FAULTS=true) instead of starting one")
 	flag.StringVar(&o.lanes, "lanes", "", "lanes binary to start (default: go build ./server/cmd/lanes into a temp dir)")
-	flag.StringVar(&o.sdks, "sdk", "go,js,python", "SDKs to run, comma-separated")
+	flag.StringVar(&o.sdks, "sdk", sdkNames(), "SDKs to run, comma-separated")
 	flag.StringVar(&o.filter, "run", "", "only cases whose id matches one of these comma-separated patterns (* and **)")
 	flag.StringVar(&o.casesDir, "cases", "", "case directory (default conformance/cases)")
 	flag.StringVar(&o.knownDir, "known-failing", "", "known-failing list directory (default conformance/known-failing)")
@@ -78,7 +78,7 @@ func run() int {
 			}
 		}
 		if !found {
-			return fatal(fmt.Errorf("unknown SDK %q (have go, js, python)", name))
+			return fatal(fmt.Errorf("unknown SDK %q (have %s)", name, sdkNames()))
 		}
 	}
 	known := map[string][]knownEntry{}
@@ -271,7 +271,7 @@ func runSDK(repo, tmp string, s sdk, cases []testCase, proxy *validatingProxy, f
 					if !res.Passed {
 						status = "FAIL"
 					}
-					fmt.Printf("%-6s %-4s %-50s %6.1fs\n", s.Name, status, c.ID, res.Duration.Seconds())
+					fmt.Printf("%-12s %-4s %-50s %6.1fs\n", s.Name, status, c.ID, res.Duration.Seconds())
 				}
 			}
 		}()
@@ -487,10 +487,15 @@ func report(cases []testCase, chosen []sdk, results map[string]map[string]*outco
 	for _, c := range cases {
 		width = max(width, len(c.ID))
 	}
+	// A column per SDK, as wide as its name or a "passed/failed/xfail" count.
+	col := 8
+	for _, s := range chosen {
+		col = max(col, len(s.Name)+2)
+	}
 	fmt.Println()
 	fmt.Printf("%-*s", width+2, "case")
 	for _, s := range chosen {
-		fmt.Printf("%-8s", s.Name)
+		fmt.Printf("%-*s", col, s.Name)
 	}
 	fmt.Println()
 	passed, failed, xfail := 0, 0, 0
@@ -537,14 +542,14 @@ func report(cases []testCase, chosen []sdk, results map[string]map[string]*outco
 				details = append(details, detail{s.Name, c.ID, "FAILED", r.Problems})
 			}
 			perSDK[s.Name] = n
-			fmt.Printf("%-8s", cell)
+			fmt.Printf("%-*s", col, cell)
 		}
 		fmt.Println()
 	}
 	fmt.Printf("%-*s", width+2, "passed/failed/xfail")
 	for _, s := range chosen {
 		n := perSDK[s.Name]
-		fmt.Printf("%-8s", fmt.Sprintf("%d/%d/%d", n[0], n[1], n[2]))
+		fmt.Printf("%-*s", col, fmt.Sprintf("%d/%d/%d", n[0], n[1], n[2]))
 	}
 	fmt.Println()
 	sort.SliceStable(details, func(i, j int) bool { return details[i].label == "FAILED" && details[j].label != "FAILED" })
