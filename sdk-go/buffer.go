@@ -40,8 +40,10 @@ type Buffer struct {
 	timer   *time.Timer
 	closed  bool
 	flushes int // batches sent, for BufferStats
-	flushMu sync.Mutex
-	kick    chan struct{}
+	// flushing holds a token while one sender (the flusher or a Flush) owns the front; a lock
+	// a caller can stop waiting for when its ctx ends, which sync.Mutex is not.
+	flushing chan struct{}
+	kick     chan struct{}
 
 	// ctx ends the background flusher; cancel is called once by shutdown.
 	ctx    context.Context
@@ -74,7 +76,8 @@ func (q QueueBuilder) Buffer(opts BufferOptions) *Buffer {
 	if b, ok := q.c.buffers[key]; ok {
 		return b
 	}
-	b := &Buffer{c: q.c, queue: q.queue, partition: q.partition, opts: opts, kick: make(chan struct{}, 1)}
+	b := &Buffer{c: q.c, queue: q.queue, partition: q.partition, opts: opts, kick: make(chan struct{}, 1),
+		flushing: make(chan struct{}, 1)}
 	b.cond = sync.NewCond(&b.mu)
 	b.ctx, b.cancel = context.WithCancel(context.Background())
 	if q.c.closed {
@@ -190,10 +193,19 @@ func (r *refused) add(batch []pushItemWire, err error) {
 }
 
 // flushOnce sends the waiting items MessageCount at a time while a full batch
-// waits; on a retryable failure the failed items stay at the front.
+// waits; on a retryable failure the failed items stay at the front. When another sender holds
+// the front it waits for it, until ctx ends: that send is the other's, under its own ctx, so
+// it is neither cut nor waited out.
 func (b *Buffer) flushOnce(ctx context.Context) error {
-	b.flushMu.Lock()
-	defer b.flushMu.Unlock()
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	select {
+	case b.flushing <- struct{}{}:
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+	defer func() { <-b.flushing }()
 	var dropped refused
 	defer func() {
 		if len(dropped.items) > 0 {
@@ -209,7 +221,7 @@ func (b *Buffer) flushOnce(ctx context.Context) error {
 }
 
 // sendFront sends up to MessageCount items from the front; more reports that
-// a full batch is waiting after them. The caller holds flushMu.
+// a full batch is waiting after them. The caller holds the flushing token.
 func (b *Buffer) sendFront(ctx context.Context, dropped *refused) (more bool, err error) {
 	b.mu.Lock()
 	n := min(len(b.items), b.opts.MessageCount)
@@ -320,7 +332,10 @@ func (b *Buffer) report(err error) {
 }
 
 // Flush sends every waiting item, retrying failures every RetryDelay until ctx ends; then it
-// returns *UnsentError (wrapping ctx.Err()) with the count still waiting.
+// returns *UnsentError (wrapping ctx.Err()) with the count still waiting. A send Flush makes
+// runs under ctx, so ctx's end cuts it (its items stay at the front, same transaction ids);
+// while the background flusher or another Flush is sending, Flush waits for it until ctx ends
+// and cuts nothing: those items count as unsent until their answer comes.
 func (b *Buffer) Flush(ctx context.Context) error {
 	for b.Len() > 0 {
 		if err := b.flushOnce(ctx); err != nil {

@@ -1,6 +1,7 @@
 package lanes_test
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -178,4 +179,129 @@ func TestITBufferNameRuleMatchesTheBroker(t *testing.T) {
 	msgs, err := b.c.Queue(longest).Wait(false).Pop(b.ctx)
 	require.NoError(t, err)
 	require.Len(t, msgs, 1)
+}
+
+// heldPush scripts the test broker to store the first push of c's run and hold its answer for
+// hold: the window where a send is in flight and its items are stored but not yet known sent.
+func heldPush(t *testing.T, hold time.Duration) *lanes.Client {
+	t.Helper()
+	return scriptFaults(t, fmt.Sprintf(`[{"method":"POST","path":"/api/v1/push","responses":[{"pass":true,"holdAnswerMs":%d}]}]`,
+		hold.Milliseconds()))
+}
+
+// waitStored waits until n messages of queue are stored (the held push reached the broker).
+func waitStored(t *testing.T, b bundle, queue string, n int) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		l, err := b.c.Admin().ListMessages(b.ctx, lanes.MessageQuery{Queue: queue, Limit: 100})
+		return err == nil && len(l.Messages) >= n
+	}, 5*time.Second, 20*time.Millisecond)
+}
+
+// requireStoredOnce pops queue whole and checks it holds each transaction id once.
+func requireStoredOnce(t *testing.T, b bundle, queue string, ids []string) {
+	t.Helper()
+	msgs, err := b.c.Queue(queue).Autopilot(false).Batch(100).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	got := make([]string, len(msgs))
+	for i, m := range msgs {
+		got[i] = m.TransactionID
+	}
+	require.ElementsMatch(t, ids, got, "every item stored once")
+}
+
+// bufferItems are n items with fixed transaction ids, so a resend deduplicates.
+func bufferItems(prefix string, n int) ([]lanes.Item, []string) {
+	items := make([]lanes.Item, n)
+	ids := make([]string, n)
+	for i := range items {
+		ids[i] = fmt.Sprintf("%s-%d", prefix, i)
+		items[i] = lanes.Item{Data: i, TransactionID: ids[i]}
+	}
+	return items, ids
+}
+
+// A Flush whose ctx ends while the background flusher waits for a held answer returns then,
+// with *UnsentError counting the items not known sent, and cuts nothing: the held send's items
+// arrive, and a later Flush sends the rest, each item once.
+func TestITFlushEndsWithItsCtxWhileTheFlusherSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := heldPush(t, 3*time.Second)
+	buf := c.Queue(b.queue).Buffer(lanes.BufferOptions{MessageCount: 5, FlushInterval: time.Hour})
+	items, ids := bufferItems("held", 8)
+	require.NoError(t, buf.Push(b.ctx, items[:5]...)) // a full batch: the flusher sends it
+	waitStored(t, b, b.queue, 5)
+	require.NoError(t, buf.Push(b.ctx, items[5:]...))
+
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := buf.Flush(ctx)
+	took := time.Since(start)
+	t.Logf("returned after %v", took)
+	require.Less(t, took, 700*time.Millisecond, "Flush is bounded by its ctx")
+	var ue *lanes.UnsentError
+	require.ErrorAs(t, err, &ue)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+	require.Equal(t, 8, ue.Unsent, "the held batch is not known sent yet")
+
+	require.NoError(t, buf.Flush(b.ctx))
+	require.Zero(t, buf.Len())
+	requireStoredOnce(t, b, b.queue, ids)
+}
+
+// FlushAll is bounded the same way.
+func TestITFlushAllEndsWithItsCtxWhileAFlusherSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := heldPush(t, 3*time.Second)
+	buf := c.Queue(b.queue).Buffer(lanes.BufferOptions{MessageCount: 5, FlushInterval: time.Hour})
+	items, ids := bufferItems("held-all", 5)
+	require.NoError(t, buf.Push(b.ctx, items...))
+	waitStored(t, b, b.queue, 5)
+
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := c.FlushAll(ctx)
+	took := time.Since(start)
+	t.Logf("returned after %v", took)
+	require.Less(t, took, 700*time.Millisecond, "FlushAll is bounded by its ctx")
+	var ue *lanes.UnsentError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, 5, ue.Unsent)
+
+	require.NoError(t, c.Close(b.ctx))
+	requireStoredOnce(t, b, b.queue, ids)
+}
+
+// A Close whose ctx ends while another caller's Flush waits for a held answer returns then and
+// leaves that caller's send alone (its ctx owns it): the Flush still ends well, and a second
+// Close has nothing left to send; every item is stored once.
+func TestITCloseEndsWithItsCtxWhileAFlushSends(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	c := heldPush(t, 2*time.Second)
+	buf := c.Queue(b.queue).Buffer(lanes.BufferOptions{MessageCount: 100, FlushInterval: time.Hour})
+	items, ids := bufferItems("held-close", 4)
+	require.NoError(t, buf.Push(b.ctx, items...))
+	flushed := make(chan error, 1)
+	go func() { flushed <- buf.Flush(b.ctx) }()
+	waitStored(t, b, b.queue, 4)
+
+	ctx, cancel := context.WithTimeout(b.ctx, 200*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	err := c.Close(ctx)
+	took := time.Since(start)
+	t.Logf("returned after %v", took)
+	require.Less(t, took, 700*time.Millisecond, "Close is bounded by its ctx")
+	var ue *lanes.UnsentError
+	require.ErrorAs(t, err, &ue)
+	require.Equal(t, 4, ue.Unsent)
+
+	require.NoError(t, <-flushed, "the Flush that owned the send was not cut")
+	require.NoError(t, c.Close(b.ctx))
+	requireStoredOnce(t, b, b.queue, ids)
 }
