@@ -360,6 +360,9 @@ class AsyncPushBuffer:
         self._core = _Core(opts, on_error, logger or logging.getLogger("lanes"), name)
         self._cv = asyncio.Condition()
         self._inflight = 0
+        # How many items at the front of the batch in flight are settled (stored or dropped):
+        # a cut send puts the rest back, so what was not known sent stays counted.
+        self._settled = 0
         self._closed = False  # refuses pushes
         self._stopped = False  # ends the flusher task
         self._task = asyncio.ensure_future(self._loop())
@@ -388,10 +391,14 @@ class AsyncPushBuffer:
     ) -> tuple[list[CheckedItem], BaseException | None]:
         try:
             await self._send(batch)
+            self._settled += len(batch)
             return [], None
         except Exception as e:
             if not _splits(e, len(batch)):
-                return self._core.settle(batch, e, dropped)
+                keep, err = self._core.settle(batch, e, dropped)
+                if err is None:
+                    self._settled += len(batch)
+                return keep, err
         half = len(batch) // 2
         keep, err = await self._send_split(batch[:half], dropped)
         if err is not None:
@@ -411,12 +418,22 @@ class AsyncPushBuffer:
                         await asyncio.wait_for(self._cv.wait(), due)
                 batch = self._core.take()
                 self._inflight += len(batch)
+                self._settled = 0
             dropped = _Refused([])
-            keep, err = await self._send_split(batch, dropped)
-            self._core.drop(dropped)
-            async with self._cv:
+            try:
+                keep, err = await self._send_split(batch, dropped)
+            except asyncio.CancelledError:
+                # Cut by stop(): the items not known sent go back to the front, counted as
+                # unsent (the halves a split settled are not), and its drops are still reported.
+                self._core.drop(dropped)
                 self._inflight -= len(batch)
-                retry = self._core.done(keep, err, time.monotonic())
+                self._core.items.extendleft(reversed(batch[self._settled :]))
+                raise
+            self._core.drop(dropped)
+            # Settled here, before any await, so a cancellation cannot lose the outcome.
+            self._inflight -= len(batch)
+            retry = self._core.done(keep, err, time.monotonic())
+            async with self._cv:
                 self._cv.notify_all()
             if retry:
                 await asyncio.sleep(self._core.opts.retry_delay_millis / 1000.0)

@@ -518,13 +518,17 @@ class AsyncLanes:
         stop (its connection half-closed): the consumer's stop waits up to 2 s for it to end and
         release what the broker had already leased to it, and aclose() waits up to 2 s for an
         iterator's, so a program may exit right after. On a caller's ``http_client`` a
-        consumer's is cancelled instead, and an iterator's runs to its long poll's end."""
+        consumer's is cancelled instead, and an iterator's runs to its long poll's end.
+        Cancelled, it still closes the client and re-raises the ``CancelledError``, after
+        logging the buffered items it leaves (the error's ``__cause__`` is an
+        :class:`UnsentError` naming them)."""
         if self._closed:
             return
         self._closed = True
         atexit.unregister(self._report_unsent_at_exit)
         still_stopping: TimeoutError | None = None
         running: list[AsyncConsumer] = []
+        buffers = list(self._buffers.values())  # no buffer is made once _closed is set
         try:
             # A stopped iterator's cut pop ends within milliseconds, then releases what the
             # broker had already sent it: closing the pool first would leave that leased.
@@ -535,7 +539,6 @@ class AsyncLanes:
                 except TimeoutError as e:
                     still_stopping = still_stopping or e  # the buffers flush all the same
                     running.append(c)
-            buffers = list(self._buffers.values())
             for b in buffers:
                 await b.refuse()
             try:
@@ -543,6 +546,9 @@ class AsyncLanes:
             finally:
                 for b in buffers:
                     await b.stop()
+        except asyncio.CancelledError as cancelled:
+            await self._report_unsent_at_cancel(buffers, cancelled)
+            raise
         finally:
             if running:
                 # The pool stays open until the consumers still stopping end: their acks.
@@ -552,6 +558,26 @@ class AsyncLanes:
             self._gone = True
         if still_stopping is not None:
             raise still_stopping
+
+    async def _report_unsent_at_cancel(
+        self, buffers: list[AsyncPushBuffer], cancelled: asyncio.CancelledError
+    ) -> None:
+        """A cancelled aclose() must let the cancellation through, so it cannot raise the
+        UnsentError a timed-out one raises: it logs the count at error level (the pool closes,
+        so the items are lost) and hangs the UnsentError on the CancelledError as its cause.
+        The buffers are stopped first (also when the cancellation came before their flush), so
+        no flusher outlives the client and a send it had in flight counts as unsent."""
+        for b in buffers:
+            await b.refuse()
+            await b.stop()
+        unsent = sum(len(b) for b in buffers)
+        if unsent:
+            self._cfg.logger.error(
+                "lanes: aclose() was cancelled with %d buffered push item(s) unsent: they are "
+                "lost with the client",
+                unsent,
+            )
+            cancelled.__cause__ = UnsentError(unsent)
 
     async def _close_pool_after(self, consumers: list[AsyncConsumer]) -> None:
         await asyncio.gather(*(c.closed() for c in consumers), return_exceptions=True)
