@@ -7,11 +7,13 @@
 #       cursor per (group, partition): 5 1 100000 is 500,000 cursors in five rows, 100 5 1000 the
 #       same cursors in 500 rows. Every partition holds offsets 0-9 in two segments an hour or two
 #       old (every 50th trimmed to 5-9); a cursor's committed offset varies from -1 to 9, one in
-#       ten holds a live lease and one in ten an expired one. A few seconds to a minute.
+#       ten holds a live lease and one in ten an expired one. 12-15 s on a loaded 2-core machine.
 #   scripts/group-list-cost.sh time BIN DB [ROUNDS]
-#       start broker BIN on DB, request each page of the list ROUNDS times (default 5), print the
-#       median and the slowest, stop it. The pages: the first 100 rows by key, the 100 after the
-#       200th by key, and the same 100 by offset (the last two only when there are that many).
+#       start broker BIN on DB (its lag gauges off), request each page of the list ROUNDS times
+#       (default 5) after one unmeasured request, print the median and the slowest of the wall
+#       time and of the page statement's CPU time in PostgreSQL, stop it. The pages: the first
+#       100 rows by key, the 100 after the 200th by key, and the same 100 by offset (the last two
+#       only when there are that many).
 #   scripts/group-list-cost.sh explain BIN DB
 #       the same pages once each, with auto_explain logging the plan of every statement of the
 #       list (EXPLAIN ANALYZE, BUFFERS) to the cluster's log; prints those plans.
@@ -35,7 +37,8 @@ start_broker() {
   local bin="$1" db="$2" extra="${3:-}" url
   url="$(db_url "$db")$extra"
   mkdir -p "$STATE"
-  LANES_PORT="$PORT" LANES_BIND_ADDR=127.0.0.1 LANES_DATABASE_URL="$url" LANES_LOG_LEVEL=warn \
+  # No lag gauges: their refresh sums every cursor too (seconds at 500,000), every 15 s.
+  LANES_PORT="$PORT" LANES_BIND_ADDR=127.0.0.1 LANES_DATABASE_URL="$url" LANES_LOG_LEVEL=warn LANES_LAG_REFRESH_MS=0 \
     "$bin" >>"$STATE/group-list-cost-$PORT.log" 2>&1 &
   BROKER_PID=$!
   local i
@@ -113,19 +116,33 @@ pages() {
   fi
 }
 
+# summary NAME: the median and the largest of the numbers on stdin.
+summary() {
+  sort -g | awk -v name="$1" '{v[NR] = $1} END {
+    printf "%s median %7.1f  max %7.1f", name, NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2, v[NR]}'
+}
+
 cmd_time() {
   [[ $# -ge 2 ]] || die "usage: time BIN DB [ROUNDS]"
-  local bin="$1" db="$2" rounds="${3:-5}" name query i
-  start_broker "$bin" "$db"
+  local bin="$1" db="$2" rounds="${3:-5}" name query i mark url
+  # log_executor_stats logs each statement's CPU time (getrusage) to the cluster's log: on a
+  # machine others load, it moves far less than the wall time.
+  start_broker "$bin" "$db" "&options=-c%20log_executor_stats%3Don%20-c%20log_min_messages%3Dlog"
   while read -r name query; do
-    curl -sf -o /dev/null "http://127.0.0.1:$PORT/api/v1/consumer-groups?$query" # warm-up
-    local times=()
+    url="http://127.0.0.1:$PORT/api/v1/consumer-groups?$query"
+    curl -sf -o /dev/null "$url" # warm-up
+    local walls=() cpus=()
     for i in $(seq 1 "$rounds"); do
-      times+=("$(curl -sf -o /dev/null -w '%{time_total}' "http://127.0.0.1:$PORT/api/v1/consumer-groups?$query")")
+      mark="$(wc -l <"$PGLOG")"
+      walls+=("$(curl -sf -o /dev/null -w '%{time_total}' "$url" | awk '{print 1000 * $1}')")
+      sleep 0.2
+      # The page's statement is the costliest one of its window ("! u s user, s s system, ...").
+      cpus+=("$(tail -n +"$((mark + 1))" "$PGLOG" |
+        awk '$3 == "s" && $4 == "user," {if ($2 + $5 > top) top = $2 + $5} END {print 1000 * top}')")
     done
-    printf '%s\n' "${times[@]}" | sort -g | awk -v name="$name" -v bin="$bin" '
-      {t[NR] = $1} END {printf "%-24s median %6.1f ms  max %6.1f ms  (%d requests, %s)\n", name,
-        1000 * (NR % 2 ? t[(NR + 1) / 2] : (t[NR / 2] + t[NR / 2 + 1]) / 2), 1000 * t[NR], NR, bin}'
+    printf '%-24s %s ms, %s ms (%d requests, %s)\n' "$name" \
+      "$(printf '%s\n' "${walls[@]}" | summary wall)" "$(printf '%s\n' "${cpus[@]}" | summary "statement CPU")" \
+      "$rounds" "$bin"
   done < <(pages "$db")
   stop_broker
 }

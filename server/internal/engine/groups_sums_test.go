@@ -11,6 +11,28 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
+// groupSumsSQL and groupsByOffsetSQL are the group list by offset as it was
+// before a page summed its own rows alone: one pass over every cursor
+// (cursorRowsSQL) summed per (group, queue), then the page at OFFSET $3,
+// LIMIT $2. The listings' tests keep it as the rows every way of paging the
+// group list must answer.
+const groupSumsSQL = `SELECT grp, queue_id, count(*)::int AS cursors, count(*) FILTER (WHERE offset_lag > 0)::int AS with_lag,
+		coalesce(sum(offset_lag), 0)::int8 AS total_lag,
+		coalesce(max(lag_seconds) FILTER (WHERE offset_lag > 0), 0)::float8 AS max_lag_seconds,
+		bool_or(last_consumed_at IS NOT NULL) AS ever_consumed
+	FROM (` + cursorRowsSQL + `) cr GROUP BY grp, queue_id`
+
+const groupsByOffsetSQL = `WITH cursors AS (` + groupSumsSQL + `),
+		keys AS (SELECT consumer_group AS grp, queue_id FROM lanes.consumer_groups
+			UNION SELECT grp, queue_id FROM cursors)
+	SELECT k.grp, q.name, g.subscription_mode, g.subscription_timestamp, g.created_at,
+		coalesce(c.cursors, 0), coalesce(c.with_lag, 0), coalesce(c.total_lag, 0),
+		coalesce(c.max_lag_seconds, 0), coalesce(c.ever_consumed, false)
+	FROM keys k JOIN lanes.queues q ON q.id = k.queue_id
+	LEFT JOIN lanes.consumer_groups g ON g.consumer_group = k.grp AND g.queue_id = k.queue_id
+	LEFT JOIN cursors c ON c.grp = k.grp AND c.queue_id = k.queue_id
+	ORDER BY k.grp, q.name LIMIT $2 OFFSET $3`
+
 // The group list's totals, paged by offset and by key at several page sizes,
 // are those the test adds up itself from the raw rows of the cursors,
 // partitions, segments and registrations: with cursors caught up, lagging,
@@ -276,6 +298,42 @@ func wantGroupTotals(t *testing.T, how string, got []listedGroup, want []groupTo
 				"want %s/%s cursors=%d lagging=%d lag=%d consumed=%v mode=%q oldest unconsumed %v",
 				how, i, g.Group, g.Queue, g.Cursors, g.PartitionsWithLag, g.TotalLag, g.EverConsumed, g.SubscriptionMode, g.MaxTimeLag,
 				g.before, g.after, w.group, w.queue, w.cursors, w.lagging, w.lag, w.everConsumed, w.mode, w.oldest)
+		}
+	}
+}
+
+// A page by offset sums its own rows' cursors only, as a page by key does:
+// over 1,500 one-partition queues with two groups each (3,000 cursors), a page
+// of 10 at offset 20 and one at offset 700 read their own cursors and those
+// the walk probes on its way to the page's end (at most twice the pairs
+// there: to see the first group end, the walk reads a stretch of the next),
+// where the pass over every cursor read all 3,000.
+func TestAPageByOffsetSumsItsOwnCursorsOnly(t *testing.T) {
+	e := newIsolatedEngine(t)
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 4, '0') FROM generate_series(0, 1499) i;
+		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT id, 'Default', 0 FROM lanes.queues;
+		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id)
+			SELECT p.id, g, p.queue_id FROM lanes.partitions p, unnest(ARRAY['ga', 'gb']) g;
+		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+			SELECT g, id, 'all', now() FROM lanes.queues, unnest(ARRAY['ga', 'gb']) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+	for _, offset := range []int{20, 700} {
+		page := RowPage{Limit: 10, Offset: offset}
+		list, more, err := e.ListGroups(ctx, page)
+		if err != nil || len(list) != 10 || !more || list[0].Queue != fmt.Sprintf("q%04d", offset) {
+			t.Fatalf("offset %d: %d rows from %+v, more %v, %v", offset, len(list), list[:min(len(list), 1)], more, err)
+		}
+		read := consumerRowsRead(t, e, groupsAtOffsetSQL, "", offset+page.Limit+1, nil, nil, offset)
+		if read > 2*(offset+page.Limit+1)+60 {
+			t.Errorf("a page of %d at offset %d read %d cursors", page.Limit, offset, read)
 		}
 	}
 }
