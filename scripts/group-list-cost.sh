@@ -124,11 +124,14 @@ summary() {
 
 cmd_time() {
   [[ $# -ge 2 ]] || die "usage: time BIN DB [ROUNDS]"
-  local bin="$1" db="$2" rounds="${3:-5}" name query i mark url
+  local bin="$1" db="$2" rounds="${3:-5}" page name query i mark url
   # log_executor_stats logs each statement's CPU time (getrusage) to the cluster's log: on a
   # machine others load, it moves far less than the wall time.
   start_broker "$bin" "$db" "&options=-c%20log_executor_stats%3Don%20-c%20log_min_messages%3Dlog"
-  while read -r name query; do
+  local list
+  mapfile -t list < <(pages "$db") # before timing: it reads a page of its own
+  for page in "${list[@]}"; do
+    read -r name query <<<"$page"
     url="http://127.0.0.1:$PORT/api/v1/consumer-groups?$query"
     curl -sf -o /dev/null "$url" # warm-up
     local walls=() cpus=()
@@ -143,22 +146,25 @@ cmd_time() {
     printf '%-24s %s ms, %s ms (%d requests, %s)\n' "$name" \
       "$(printf '%s\n' "${walls[@]}" | summary wall)" "$(printf '%s\n' "${cpus[@]}" | summary "statement CPU")" \
       "$rounds" "$bin"
-  done < <(pages "$db")
+  done
   stop_broker
 }
 
 cmd_explain() {
   [[ $# == 2 ]] || die "usage: explain BIN DB"
-  local bin="$1" db="$2" name query mark
+  local bin="$1" db="$2" page name query mark
   # auto_explain logs each statement's plan, as run, with its real times and buffers.
   start_broker "$bin" "$db" "&options=-c%20session_preload_libraries%3Dauto_explain%20-c%20log_min_messages%3Dlog%20-c%20auto_explain.log_min_duration%3D10%20-c%20auto_explain.log_analyze%3Don%20-c%20auto_explain.log_buffers%3Don%20-c%20auto_explain.log_timing%3Don"
-  while read -r name query; do
+  local list
+  mapfile -t list < <(pages "$db")
+  for page in "${list[@]}"; do
+    read -r name query <<<"$page"
     mark="$(wc -l <"$PGLOG")"
     curl -sf -o /dev/null "http://127.0.0.1:$PORT/api/v1/consumer-groups?$query"
     sleep 0.5
     echo "=== $name ($query)"
     tail -n +"$((mark + 1))" "$PGLOG"
-  done < <(pages "$db")
+  done
   stop_broker
 }
 
