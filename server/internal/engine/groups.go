@@ -205,7 +205,7 @@ func scanGroupSummary(row pgx.CollectableRow) (GroupSummary, error) {
 // one range of the index a key (summed together they were sorted by key
 // first, 500,000 of them on disk; found a partition at a time, one probe of
 // the cursors' primary key each, 100 rows of 1,000 cursors read 2.3 times the
-// buffers and took 1.6 times the CPU). A row's totals need every cursor of
+// buffers and took 1.7 times the CPU). A row's totals need every cursor of
 // it, and its time lag one probe of the segments for each lagging one: those
 // probes are most of a row's cost (70% of it at 100,000 cursors a row).
 func groupsPageSQL(keys string) string {
