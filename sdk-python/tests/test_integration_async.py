@@ -1049,6 +1049,16 @@ def lanes_errors(caplog: pytest.LogCaptureFixture) -> list[str]:
     ]
 
 
+async def no_task_left(within: float) -> list[asyncio.Task[Any]]:
+    """The tasks other than this one still running after ``within`` seconds."""
+    deadline = time.monotonic() + within
+    while True:
+        left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
+        if not left or time.monotonic() >= deadline:
+            return left
+        await asyncio.sleep(0.01)
+
+
 @pytest.mark.parametrize("how", ["task.cancel", "wait_for"])
 async def test_a_cancelled_aclose_names_what_it_leaves_unsent(
     broker_url: str, qname: str, caplog: pytest.LogCaptureFixture, how: str
@@ -1126,8 +1136,74 @@ async def test_an_aclose_cancelled_while_a_consumer_stops_still_ends_the_buffers
     assert cancelled.__cause__.unsent == 2
     assert any("2 buffered push item(s)" in e for e in lanes_errors(caplog))
     await asyncio.wait_for(consumer.closed(), 10)
-    left = [t for t in asyncio.all_tasks() if t is not asyncio.current_task()]
-    assert left == [], left
+    # The pool closes just after the consumer's end (it stayed open for its ack).
+    assert await no_task_left(2) == []
+
+
+@pytest.mark.parametrize("how", ["task.cancel", "wait_for"])
+async def test_an_aclose_cancelled_mid_handler_lets_the_handlers_ack_go_out(
+    broker_url: str, qname: str, caplog: pytest.LogCaptureFixture, how: str
+) -> None:
+    # A cancelled aclose() closed the pool under a handler still running: its ack failed
+    # ("client is closed") and its message came back after the lease, a needless duplicate.
+    c = lanes.AsyncLanes(broker_url)
+    await c.queue(qname).push(["work"])
+    handling = asyncio.Event()
+    handled: list[Any] = []
+
+    async def slow(m: lanes.Message) -> None:
+        handling.set()
+        await asyncio.sleep(1.0)
+        handled.append(m.data)
+
+    consumer = c.queue(qname).lease_seconds(2).consume(slow)
+    await asyncio.wait_for(handling.wait(), 10)
+    with caplog.at_level(logging.WARNING, logger="lanes"):
+        began = time.monotonic()
+        cancelled = await cancel_aclose(c, how)
+        took = time.monotonic() - began
+        await asyncio.wait_for(consumer.closed(), 10)
+    assert isinstance(cancelled, asyncio.CancelledError)
+    assert took < 0.3 + 0.2, f"the cancellation waited {took:.2f} s for the handler"
+    assert handled == ["work"]
+    warnings = [r.getMessage() for r in caplog.records if r.name == "lanes"]
+    assert warnings == [], warnings
+    # The pool closes once the handler's consumer ended: nothing is left running.
+    assert await no_task_left(2) == []
+    async with lanes.AsyncLanes(broker_url) as c2:
+        await asyncio.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
+        assert await c2.queue(qname).wait(False).pop() == [], "the handler's ack was lost"
+
+
+async def test_an_aclose_cancelled_before_reaching_a_consumer_soft_stops_it(
+    broker_url: str, qname: str
+) -> None:
+    # Cancelled during the first consumer's stop, aclose() never told the second to stop: the
+    # closed pool failed its ack and then its pop, which ended it with ClientClosedError.
+    c = lanes.AsyncLanes(broker_url)
+    queues = [qname + "-first", qname + "-second"]
+    started: list[asyncio.Event] = []
+    consumers = []
+    for q in queues:
+        await c.queue(q).push(["work"])
+        handling = asyncio.Event()
+        started.append(handling)
+
+        async def slow(_: lanes.Message, handling: asyncio.Event = handling) -> None:
+            handling.set()
+            await asyncio.sleep(1.0)
+
+        consumers.append(c.queue(q).lease_seconds(2).consume(slow))
+    for handling in started:
+        await asyncio.wait_for(handling.wait(), 10)
+    await cancel_aclose(c, "task.cancel")
+    for consumer in consumers:
+        await asyncio.wait_for(consumer.closed(), 10)  # no terminal error
+        assert consumer.error is None
+    assert await no_task_left(2) == []
+    async with lanes.AsyncLanes(broker_url) as c2:
+        await asyncio.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
+        assert [await c2.queue(q).wait(False).pop() for q in queues] == [[], []]
 
 
 async def test_the_consume_loop_starts_two_tasks_per_pop(

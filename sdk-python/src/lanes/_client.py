@@ -519,9 +519,13 @@ class AsyncLanes:
         release what the broker had already leased to it, and aclose() waits up to 2 s for an
         iterator's, so a program may exit right after. On a caller's ``http_client`` a
         consumer's is cancelled instead, and an iterator's runs to its long poll's end.
-        Cancelled, it still closes the client and re-raises the ``CancelledError``, after
-        logging the buffered items it leaves (the error's ``__cause__`` is an
-        :class:`UnsentError` naming them)."""
+        Cancelled, it still closes the client and re-raises the ``CancelledError`` at once,
+        after logging the buffered items it leaves (the error's ``__cause__`` is an
+        :class:`UnsentError` naming them). Its consumers are then left as a timed-out aclose()
+        leaves those still stopping: each is soft-stopped (those it had not reached yet too,
+        without waiting), and the HTTP pool stays open until every one still running has
+        ended, so their handlers' lease renewals, acks and releases still go out; it closes
+        then, and no task outlives the last of them."""
         if self._closed:
             return
         self._closed = True
@@ -547,6 +551,7 @@ class AsyncLanes:
                 for b in buffers:
                     await b.stop()
         except asyncio.CancelledError as cancelled:
+            running = self._stop_consumers_at_cancel()
             await self._report_unsent_at_cancel(buffers, cancelled)
             raise
         finally:
@@ -558,6 +563,15 @@ class AsyncLanes:
             self._gone = True
         if still_stopping is not None:
             raise still_stopping
+
+    def _stop_consumers_at_cancel(self) -> list[AsyncConsumer]:
+        """A cancelled aclose() cannot wait for its consumers: it requests the soft stop of
+        those it had not reached and returns every one not yet ended, so the pool stays open
+        for them as for those a timed-out aclose() gives up on."""
+        running = [c for c in self._consumers if not c.done]
+        for c in running:
+            c._request_stop()
+        return running
 
     async def _report_unsent_at_cancel(
         self, buffers: list[AsyncPushBuffer], cancelled: asyncio.CancelledError

@@ -770,6 +770,11 @@ class AsyncConsumer:
         except asyncio.TimeoutError:
             raise TimeoutError("lanes: consumer still stopping") from None
 
+    def _request_stop(self) -> None:
+        """The soft stop without the wait (a cancelled aclose() cannot wait)."""
+        if not self._task.done():
+            self._engine.request_stop(False)
+
     async def stop(self, timeout: float | None = None) -> None:
         """Soft stop: no new pops, finish current messages, ack, release the rest (with
         ``auto_ack(False)``, see ``auto_ack()``). A parked pop is cut (its connection
@@ -778,8 +783,7 @@ class AsyncConsumer:
         ``TimeoutError`` if not ended within ``timeout`` (it keeps stopping; call again).
         Called from inside a handler (or its on_error), it requests the stop and returns at
         once: waiting there for the end would wait for that handler itself."""
-        if not self._task.done():
-            self._engine.request_stop(False)
+        self._request_stop()
         if not self._engine.runs_current_code():
             await self._wait(timeout)
 
