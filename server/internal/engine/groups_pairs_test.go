@@ -187,20 +187,7 @@ func cursorRows(t *testing.T, e *Engine, sql string, args ...any) []string {
 func TestAPageByKeyReadsItsOwnCursorsOnly(t *testing.T) {
 	e := newIsolatedEngine(t)
 	ctx := t.Context()
-	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 4, '0') FROM generate_series(0, 1499) i;
-		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT id, 'Default', 0 FROM lanes.queues;
-		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
-			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
-		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id)
-			SELECT p.id, g, p.queue_id FROM lanes.partitions p, unnest(ARRAY['ga', 'gb']) g;
-		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
-			SELECT g, id, 'all', now() FROM lanes.queues, unnest(ARRAY['ga', 'gb']) g`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
-		t.Fatal(err)
-	}
+	seedTwoGroupsOnEachOf1500Queues(t, e)
 	const limit = 11 // a page of 10 and the row that says more follow
 	group, queue := "ga", "q0700"
 	for _, c := range []struct {
@@ -380,5 +367,27 @@ func TestAGroupsWalkTurnsToTheSkipScanWhereItsBlockOfQueuesEnds(t *testing.T) {
 	}
 	for _, limit := range []int{0, 7, 1000} {
 		wantListingsByKey(t, e, limit, "gb", wantGroups, wantLagging, wantOfGB)
+	}
+}
+
+// seedTwoGroupsOnEachOf1500Queues writes 1,500 one-partition queues (q0000..q1499), each holding
+// one message an hour old, with groups ga and gb registered and cursored on every one of them
+// (3,000 cursors, every one lagging), and analyzes them so the planner sees the real sizes.
+func seedTwoGroupsOnEachOf1500Queues(t *testing.T, e *Engine) {
+	t.Helper()
+	ctx := t.Context()
+	if _, err := e.pool.Exec(ctx, `
+		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 4, '0') FROM generate_series(0, 1499) i;
+		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT id, 'Default', 0 FROM lanes.queues;
+		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
+			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id)
+			SELECT p.id, g, p.queue_id FROM lanes.partitions p, unnest(ARRAY['ga', 'gb']) g;
+		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+			SELECT g, id, 'all', now() FROM lanes.queues, unnest(ARRAY['ga', 'gb']) g`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -311,20 +311,7 @@ func wantGroupTotals(t *testing.T, how string, got []listedGroup, want []groupTo
 func TestAPageByOffsetSumsItsOwnCursorsOnly(t *testing.T) {
 	e := newIsolatedEngine(t)
 	ctx := t.Context()
-	if _, err := e.pool.Exec(ctx, `
-		INSERT INTO lanes.queues (name) SELECT 'q' || lpad(i::text, 4, '0') FROM generate_series(0, 1499) i;
-		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT id, 'Default', 0 FROM lanes.queues;
-		INSERT INTO lanes.segments (partition_id, base_offset, end_offset, created_at, frames)
-			SELECT id, 0, 0, now() - interval '1 hour', '\x00'::bytea FROM lanes.partitions;
-		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id)
-			SELECT p.id, g, p.queue_id FROM lanes.partitions p, unnest(ARRAY['ga', 'gb']) g;
-		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
-			SELECT g, id, 'all', now() FROM lanes.queues, unnest(ARRAY['ga', 'gb']) g`); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := e.pool.Exec(ctx, `VACUUM ANALYZE`); err != nil {
-		t.Fatal(err)
-	}
+	seedTwoGroupsOnEachOf1500Queues(t, e)
 	for _, offset := range []int{20, 700} {
 		page := RowPage{Limit: 10, Offset: offset}
 		list, more, err := e.ListGroups(ctx, page)
