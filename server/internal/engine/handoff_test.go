@@ -31,8 +31,21 @@ func drainGroup(t *testing.T, e *Engine, q, group string) {
 	}
 }
 
+// newEngineWithoutRechecks is an engine whose parked pops do not re-check
+// within a 10 s timeout (ParkedRecheckRate spaces them 100 s apart). A push
+// claims for the oldest idle parked pop, and a pop is not idle while its own
+// re-check runs: a push landing then serves the next pop. Parked pops are
+// served in arrival order only best-effort, so tests that expect the first of
+// two pops (parkTwo) to be served first need e without re-checks, whatever
+// the machine's load.
+func newEngineWithoutRechecks(t *testing.T) *Engine {
+	t.Helper()
+	return newEngineWith(t, Config{ParkedRecheckRate: 0.01}, nil)
+}
+
 // parkTwo parks two long-poll pops of req, the first 50 ms before the second,
-// both past their re-check backoff (see parkPastBackoff).
+// both past their re-check backoff (see parkPastBackoff). For the first to be
+// the oldest idle pop at any moment, e comes from newEngineWithoutRechecks.
 func parkTwo(t *testing.T, e *Engine, req PopRequest) (first, second <-chan poppedAt) {
 	t.Helper()
 	firstDone := popInBackground(e, req)
@@ -53,7 +66,7 @@ func stillParked(t *testing.T, done <-chan poppedAt, what string) {
 // gets the message and its lease without a claim of its own, and a second
 // parked pop of the group is not woken for the partition the first one took.
 func TestAPushClaimsForAParkedPopInItsRoundTrip(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "seed")...)
 	drainGroup(t, e, q, "workers")
@@ -196,7 +209,7 @@ func TestATransactionBundleClaimsForAParkedPopOfWhatItPushes(t *testing.T) {
 // claim of its own (it would find the same) and keeps its turn, no other pop
 // of the group is woken for it, and the ack that releases the lease wakes it.
 func TestAHandOffThatFindsTheLaneLeasedSendsThePopBackToWaiting(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "seed")...)
 	drainGroup(t, e, q, "workers")
