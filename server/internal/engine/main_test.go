@@ -50,6 +50,27 @@ func newEngineWith(t testing.TB, engineCfg Config, session map[string]string) *E
 	return e
 }
 
+// newSchemaDatabase is a fresh database with the schema, dropped when t ends,
+// for a test whose claims cover a whole retention pass: a pass sweeps every
+// queue of its database, and on the shared one other tests' queues join it.
+func newSchemaDatabase(t testing.TB) string {
+	t.Helper()
+	dsn, cleanup, err := testdb.NewDatabase(context.Background())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(cleanup)
+	pool, err := pgxpool.New(context.Background(), dsn)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pool.Close()
+	if err := ApplySchema(context.Background(), pool); err != nil {
+		t.Fatal(err)
+	}
+	return dsn
+}
+
 var queueSeq atomic.Int64
 
 // queueName is unique per call so tests never see each other's data.
