@@ -33,7 +33,19 @@ func newEngine(t testing.TB) *Engine {
 // settings for its connections' sessions.
 func newEngineWith(t testing.TB, engineCfg Config, session map[string]string) *Engine {
 	t.Helper()
-	cfg, err := pgxpool.ParseConfig(testDSN)
+	return newEngineOnWith(t, testDSN, engineCfg, session)
+}
+
+// newEngineOn is newEngine on the database of dsn.
+func newEngineOn(t testing.TB, dsn string) *Engine {
+	t.Helper()
+	return newEngineOnWith(t, dsn, Config{}, nil)
+}
+
+// newEngineOnWith is newEngineWith on the database of dsn.
+func newEngineOnWith(t testing.TB, dsn string, engineCfg Config, session map[string]string) *Engine {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dsn)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -550,8 +550,10 @@ func TestTransactionIdsOutlivingTheirExpiryEntryArePurgedLater(t *testing.T) {
 // has not read them) no longer take every pass's candidate slots: a partition
 // of the same queue behind them and another queue's partition are swept within
 // a few passes of a cap smaller than the held set, and the held heads stay.
+// Its own database: on the shared one, other tests' emptied partitions fall
+// due again a second after each look and take the cap's slots first.
 func TestHeldPartitionsDoNotStarveTheRestOfTheSweep(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineOn(t, newSchemaDatabase(t))
 	e.retentionPassPartitions = 3
 	held, other := queueName(t), queueName(t)
 	configure(t, e, held, map[string]any{"retentionEnabled": true, "completedRetentionSeconds": 1})
