@@ -985,15 +985,7 @@ async def test_aclose_flushes_the_buffers_even_when_a_consumer_outlives_its_time
     # buffered was lost without an UnsentError; and the pool closed under the handler, whose ack
     # failed (its message redelivered).
     c = lanes.AsyncLanes(broker_url)
-    await c.queue(qname).push(["work"])
-    handling = asyncio.Event()
-
-    async def slow(_: lanes.Message) -> None:
-        handling.set()
-        await asyncio.sleep(1.5)
-
-    consumer = c.queue(qname).lease_seconds(2).consume(slow)
-    await asyncio.wait_for(handling.wait(), 10)
+    consumer = await consume_one_slowly(c, qname, 1.5, lease_seconds=2)
     await c.queue(qname + "-buffered").buffer().push(["buffered"])
     with pytest.raises(TimeoutError):
         await c.aclose(timeout=0.3)
@@ -1026,6 +1018,31 @@ async def wait_stored(broker_url: str, queue: str, n: int) -> None:
                 return
             await asyncio.sleep(0.02)
     pytest.fail(f"{n} messages were not stored in {queue}")
+
+
+async def consume_one_slowly(
+    c: lanes.AsyncLanes,
+    queue: str,
+    seconds: float,
+    *,
+    lease_seconds: int | None = None,
+    handled: list[Any] | None = None,
+) -> lanes.AsyncConsumer:
+    """Pushes one message to queue and starts a consumer whose handler spends `seconds` on it
+    (then adds its data to `handled`); returns once the handler is running."""
+    await c.queue(queue).push(["work"])
+    handling = asyncio.Event()
+
+    async def slow(m: lanes.Message) -> None:
+        handling.set()
+        await asyncio.sleep(seconds)
+        if handled is not None:
+            handled.append(m.data)
+
+    q = c.queue(queue)
+    consumer = (q.lease_seconds(lease_seconds) if lease_seconds else q).consume(slow)
+    await asyncio.wait_for(handling.wait(), 10)
+    return consumer
 
 
 async def cancel_aclose(c: lanes.AsyncLanes, how: str) -> BaseException | None:
@@ -1119,15 +1136,7 @@ async def test_an_aclose_cancelled_while_a_consumer_stops_still_ends_the_buffers
     # Cancelled before the buffers' turn, aclose() used to leave their flusher tasks running
     # past the client's close, and said nothing of their items.
     c = lanes.AsyncLanes(broker_url)
-    await c.queue(qname).push(["work"])
-    handling = asyncio.Event()
-
-    async def slow(_: lanes.Message) -> None:
-        handling.set()
-        await asyncio.sleep(1.5)
-
-    consumer = c.queue(qname).consume(slow)
-    await asyncio.wait_for(handling.wait(), 10)
+    consumer = await consume_one_slowly(c, qname, 1.5)
     await c.queue(qname + "-buffered").buffer(time_millis=60_000).push([1, 2])
     with caplog.at_level(logging.ERROR, logger="lanes"):
         cancelled = await cancel_aclose(c, "wait_for")
@@ -1147,17 +1156,8 @@ async def test_an_aclose_cancelled_mid_handler_lets_the_handlers_ack_go_out(
     # A cancelled aclose() closed the pool under a handler still running: its ack failed
     # ("client is closed") and its message came back after the lease, a needless duplicate.
     c = lanes.AsyncLanes(broker_url)
-    await c.queue(qname).push(["work"])
-    handling = asyncio.Event()
     handled: list[Any] = []
-
-    async def slow(m: lanes.Message) -> None:
-        handling.set()
-        await asyncio.sleep(1.0)
-        handled.append(m.data)
-
-    consumer = c.queue(qname).lease_seconds(2).consume(slow)
-    await asyncio.wait_for(handling.wait(), 10)
+    consumer = await consume_one_slowly(c, qname, 1.0, lease_seconds=2, handled=handled)
     with caplog.at_level(logging.WARNING, logger="lanes"):
         began = time.monotonic()
         cancelled = await cancel_aclose(c, how)
