@@ -117,6 +117,8 @@ type Engine struct {
 	notifier *notifier
 	// listening is true while the notification listener is on LISTEN.
 	listening atomic.Bool
+	// retentionGeneration counts this engine's sweeper lease releases (retentionHolder).
+	retentionGeneration atomic.Uint64
 	// knownPartitions lets plain pushes skip provisioning partitions that exist.
 	knownPartitions partitionCache
 	waiters         *waiters

@@ -87,10 +87,16 @@ type RetentionStats struct {
 
 // retentionHolder names this engine in lanes.leader_leases. The random broker
 // id tells apart brokers that share a hostname and a pid (two containers, each
-// its process 1); the host and pid say which process holds the lease.
+// its process 1); the host and pid say which process holds the lease. Each
+// release starts a new generation (a "/N" suffix), so a release's marker
+// stops only the acquires sent before it.
 func (e *Engine) retentionHolder() string {
 	host, _ := os.Hostname()
-	return fmt.Sprintf("%s:%d:%s", host, os.Getpid(), e.brokerID)
+	holder := fmt.Sprintf("%s:%d:%s", host, os.Getpid(), e.brokerID)
+	if gen := e.retentionGeneration.Load(); gen > 0 {
+		holder += fmt.Sprintf("/%d", gen)
+	}
+	return holder
 }
 
 // StartRetention runs a retention pass every interval until Close. Every broker
@@ -140,21 +146,47 @@ func (e *Engine) StartRetention(interval time.Duration) {
 // acquireRetentionLease takes or renews the sweeper lease; false means another
 // broker holds it.
 func (e *Engine) acquireRetentionLease(ctx context.Context) (bool, error) {
-	var holder string
+	return e.acquireRetentionLeaseAs(ctx, e.retentionHolder())
+}
+
+// acquireRetentionLeaseAs takes or renews the lease for holder. A row another
+// holder released is free at once; one released by holder itself is not: that
+// acquire was sent before the release and ran after it (below).
+func (e *Engine) acquireRetentionLeaseAs(ctx context.Context, holder string) (bool, error) {
+	var got string
 	err := e.pool.QueryRow(ctx, `INSERT INTO lanes.leader_leases (name, holder, expires_at)
 		VALUES ($1, $2, now() + make_interval(secs => $3))
 		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
 		WHERE lanes.leader_leases.holder = EXCLUDED.holder OR lanes.leader_leases.expires_at < now()
-		RETURNING holder`, retentionLeaseName, e.retentionHolder(), retentionLeaseTTL.Seconds()).Scan(&holder)
+			OR (starts_with(lanes.leader_leases.holder, $4) AND lanes.leader_leases.holder <> ($4 || EXCLUDED.holder))
+		RETURNING holder`, retentionLeaseName, holder, retentionLeaseTTL.Seconds(), retentionReleasedBy).Scan(&got)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return false, nil
 	}
 	return err == nil, err
 }
 
+// retentionReleasedBy marks a released lease row: "released by <holder>". No
+// holder starts so (a hostname has no spaces).
+const retentionReleasedBy = "released by "
+
+// releaseRetentionLease hands the sweeper lease back at stop. Deleting the row
+// would not do: the stop cancels a pass's acquire on the client side only, and
+// a starved database can run that acquire after the delete, which then holds
+// the lease for its TTL and keeps every other broker from sweeping. The row is
+// marked released by this holder instead, for a TTL: that late acquire cannot
+// take it, any other holder can at once (brokers older than this marker wait
+// for its expiry, as for a crashed holder), and this engine's later passes use
+// the next generation's name. Where no row is left, the marker is inserted,
+// for the same late acquire; another holder's live lease is left alone.
 func (e *Engine) releaseRetentionLease(ctx context.Context) {
-	_, _ = e.pool.Exec(ctx, `DELETE FROM lanes.leader_leases WHERE name = $1 AND holder = $2`,
-		retentionLeaseName, e.retentionHolder())
+	holder := e.retentionHolder()
+	e.retentionGeneration.Add(1)
+	_, _ = e.pool.Exec(ctx, `INSERT INTO lanes.leader_leases (name, holder, expires_at)
+		VALUES ($1, $3::text || $2::text, now() + make_interval(secs => $4))
+		ON CONFLICT (name) DO UPDATE SET holder = EXCLUDED.holder, expires_at = EXCLUDED.expires_at
+		WHERE lanes.leader_leases.holder = $2 OR lanes.leader_leases.expires_at < now()`,
+		retentionLeaseName, holder, retentionReleasedBy, retentionLeaseTTL.Seconds())
 }
 
 // RetentionPass sweeps once if this engine holds (or wins) the sweeper lease.

@@ -293,6 +293,44 @@ func TestOnlyOneEngineSweepsAtATime(t *testing.T) {
 	}
 }
 
+// A stop cancels a pass's lease acquire on the client side only: a starved
+// database can run it after the stop's release. That late acquire must not
+// take the lease back (it would keep every other broker from sweeping for the
+// lease's 30 s), while another engine, and this engine's own next pass, can.
+func TestAnAcquireThatRunsAfterTheReleaseDoesNotRetakeTheLease(t *testing.T) {
+	a, b := newEngine(t), newEngine(t)
+	ctx := context.Background()
+	t.Cleanup(func() { a.releaseRetentionLease(ctx); b.releaseRetentionLease(ctx) })
+	a.releaseRetentionLease(ctx) // whatever an earlier test left: a takes the lease next
+	if st, err := a.RetentionPass(ctx); err != nil || !st.Leader {
+		t.Fatalf("a should sweep: %+v %v", st, err)
+	}
+	sentBeforeRelease := a.retentionHolder()
+	a.releaseRetentionLease(ctx)
+	if got, err := a.acquireRetentionLeaseAs(ctx, sentBeforeRelease); err != nil || got {
+		t.Fatalf("the acquire sent before the release took the lease back (%v, %v)", got, err)
+	}
+	if st, err := b.RetentionPass(ctx); err != nil || !st.Leader {
+		t.Fatalf("after a's release b should sweep at once: %+v %v", st, err)
+	}
+	b.releaseRetentionLease(ctx)
+	if st, err := a.RetentionPass(ctx); err != nil || !st.Leader {
+		t.Fatalf("a's next pass should sweep once b let go: %+v %v", st, err)
+	}
+	// A late acquire that finds no row at all (nothing to mark) is stopped too.
+	if _, err := a.pool.Exec(ctx, `DELETE FROM lanes.leader_leases WHERE name = $1`, retentionLeaseName); err != nil {
+		t.Fatal(err)
+	}
+	sentBeforeRelease = a.retentionHolder()
+	a.releaseRetentionLease(ctx)
+	if got, err := a.acquireRetentionLeaseAs(ctx, sentBeforeRelease); err != nil || got {
+		t.Fatalf("with no row left, the late acquire took the lease (%v, %v)", got, err)
+	}
+	if st, err := b.RetentionPass(ctx); err != nil || !st.Leader {
+		t.Fatalf("b should sweep: %+v %v", st, err)
+	}
+}
+
 // Two brokers in two containers can share a hostname and a pid (each its
 // process 1), so only the random broker id keeps their sweeper leases apart.
 func TestRetentionHolderIsUniquePerBrokerNotPerProcess(t *testing.T) {
