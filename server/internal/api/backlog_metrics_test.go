@@ -1,9 +1,14 @@
 package api
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"testing"
+	"time"
+
+	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/testdb"
 )
 
 // pushTo pushes n messages to one partition under fresh transaction ids.
@@ -97,5 +102,75 @@ func TestBacklogGaugesCountWhatPopsWouldDeliver(t *testing.T) {
 	}
 	if v := scrape(t, b.URL)[fmt.Sprintf(`lanes_queue_pending_messages{queue=%q}`, q)]; v != 5 {
 		t.Errorf("pending after one queue-mode pop = %v, want 5", v)
+	}
+}
+
+// A lag refresh sums every cursor, so on many of them the collector waits 20
+// of a refresh's durations from its start before starting the next, whatever
+// LANES_LAG_REFRESH_MS says, and exports that wait: the gauges keep to 1/20 of
+// the database's time. Before, the next refresh started the configured
+// interval after the last one ended, so a refresh slower than the interval ran
+// back to back with the next.
+func TestLagRefreshesWaitTwentyOfTheirDurations(t *testing.T) {
+	dsn, dropDatabase, err := testdb.NewDatabase(t.Context())
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(dropDatabase)
+	b := newBrokerWith(t, dsn, Options{}, "")
+	if err := engine.ApplySchema(t.Context(), b.Pool); err != nil {
+		t.Fatal(err)
+	}
+	// 40,000 cursors (two groups on 20,000 partitions): tens of milliseconds a refresh.
+	if _, err := b.Pool.Exec(t.Context(), `
+		INSERT INTO lanes.queues (name) VALUES ('wide');
+		INSERT INTO lanes.partitions (queue_id, name, last_offset) SELECT q.id, 'p' || i, 9 FROM lanes.queues q, generate_series(1, 20000) i;
+		INSERT INTO lanes.consumer_groups (consumer_group, queue_id, subscription_mode, subscription_timestamp)
+			SELECT g, q.id, 'all', now() FROM lanes.queues q, (VALUES ('a'), ('b')) v(g);
+		INSERT INTO lanes.consumers (partition_id, consumer_group, queue_id, committed, batch_end)
+			SELECT p.id, g, p.queue_id, length(p.name) % 10 - 1, -1 FROM lanes.partitions p, (VALUES ('a'), ('b')) v(g);
+		ANALYZE`); err != nil {
+		t.Fatal(err)
+	}
+
+	const interval = 10 * time.Millisecond
+	ctx, cancel := context.WithCancel(t.Context())
+	stopped := make(chan struct{})
+	go func() { defer close(stopped); b.Server.RunLagCollector(ctx, interval, 100) }()
+	// Every refresh seen, by its start; one missed between two seen ones only widens their gap.
+	type refresh struct {
+		start time.Time
+		took  time.Duration
+	}
+	var seen []refresh
+	deadline := time.Now().Add(60 * time.Second)
+	for len(seen) < 3 && time.Now().Before(deadline) {
+		l := b.Server.metrics.LagSnapshot()
+		if !l.RefreshedAt.IsZero() && (len(seen) == 0 || l.RefreshedAt.After(seen[len(seen)-1].start)) {
+			took := time.Duration(l.RefreshSeconds * float64(time.Second))
+			if r := (refresh{l.RefreshedAt.Add(-took), took}); len(seen) == 0 || r.start.After(seen[len(seen)-1].start) {
+				seen = append(seen, r)
+			}
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+	cancel()
+	<-stopped
+	if len(seen) < 3 {
+		t.Fatalf("saw %d refreshes in 60 s", len(seen))
+	}
+	for i := 1; i < len(seen); i++ {
+		prev, gap := seen[i-1], seen[i].start.Sub(seen[i-1].start)
+		t.Logf("refresh %d took %v; the next started %v after its start", i, prev.took, gap)
+		if prev.took <= interval {
+			t.Fatalf("refresh %d took %v, not longer than the %v interval: too few cursors to tell", i, prev.took, interval)
+		}
+		if want := 20*prev.took - time.Millisecond; gap < want {
+			t.Errorf("refresh %d took %v and the next started %v after its start, want at least %v (20 times)", i, prev.took, gap, want)
+		}
+	}
+	got := scrape(t, b.URL)
+	if took, next := got["lanes_queue_lag_refresh_seconds"], got["lanes_queue_lag_refresh_interval_seconds"]; next < 20*took || next > 20*took+0.01 {
+		t.Errorf("lanes_queue_lag_refresh_interval_seconds = %v after a refresh of %v s, want 20 times that", next, took)
 	}
 }

@@ -91,6 +91,9 @@ type LagSnapshot struct {
 	RefreshedAt    time.Time
 	RefreshSeconds float64
 	Err            string
+	// IntervalSeconds is how long after the last refresh's start the
+	// collector starts the next (LagRefreshInterval); 0 without a collector.
+	IntervalSeconds float64
 }
 
 // New builds a registry with the Go runtime and process collectors.
@@ -178,6 +181,8 @@ func New() *Metrics {
 		return func() float64 { return f(m.LagSnapshot()) }
 	}
 	m.Gauge("lanes_queue_lag_refresh_seconds", "Duration of the last lag refresh.", nil, lagRead(func(l LagSnapshot) float64 { return l.RefreshSeconds }))
+	m.Gauge("lanes_queue_lag_refresh_interval_seconds", "Seconds from the last lag refresh's start to the next one's: LANES_LAG_REFRESH_MS, or 20 times the last refresh's duration when that is longer (0 = no collector).",
+		nil, lagRead(func(l LagSnapshot) float64 { return l.IntervalSeconds }))
 	m.Gauge("lanes_queue_lag_refresh_timestamp_seconds", "Unix time of the last successful lag refresh (0 = none yet).", nil, lagRead(func(l LagSnapshot) float64 {
 		if l.RefreshedAt.IsZero() {
 			return 0
@@ -271,7 +276,8 @@ func (m *Metrics) RefreshLag(ctx context.Context, fetch func(context.Context) (B
 	setPerQueue(m.dlq, backlog.DeadLetters)
 	m.timersWaiting.Set(float64(backlog.TimersWaiting))
 	m.timersDue.Set(float64(backlog.TimersDue))
-	m.lagLatest = LagSnapshot{Samples: backlog.Lags, RefreshedAt: time.Now(), RefreshSeconds: m.lagLatest.RefreshSeconds}
+	m.lagLatest = LagSnapshot{Samples: backlog.Lags, RefreshedAt: time.Now(), RefreshSeconds: m.lagLatest.RefreshSeconds,
+		IntervalSeconds: m.lagLatest.IntervalSeconds}
 	return nil
 }
 
@@ -282,21 +288,43 @@ func setPerQueue(g *prometheus.GaugeVec, samples []QueueSample) {
 	}
 }
 
-// RunLagCollector refreshes the backlog series every interval until ctx ends,
-// so a scrape never pays for the aggregates. onResult gets each refresh's
-// error, nil for a success, unless ctx ended.
+// LagRefreshSpacing is how many of its own durations a lag refresh waits, at
+// least, from its start to the next one's start: the aggregates sum every
+// cursor, seconds of database CPU on hundreds of thousands, so a fixed
+// interval would let them take any share of a core; this keeps it under 1/20.
+const LagRefreshSpacing = 20
+
+// LagRefreshInterval is how long after the start of a refresh that took took
+// the collector starts the next: interval, or LagRefreshSpacing × took when
+// that is longer.
+func LagRefreshInterval(interval, took time.Duration) time.Duration {
+	return max(interval, LagRefreshSpacing*took)
+}
+
+// RunLagCollector refreshes the backlog series until ctx ends, each refresh
+// starting LagRefreshInterval after the last one started, so a scrape never
+// pays for the aggregates and they never take more than 1/LagRefreshSpacing of
+// the time. onResult gets each refresh's error, nil for a success, unless ctx
+// ended.
 func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, fetch func(context.Context) (Backlog, error), onResult func(error)) {
 	if interval <= 0 {
 		return
 	}
 	for {
-		if err := m.RefreshLag(ctx, fetch); ctx.Err() == nil && onResult != nil {
+		start := time.Now()
+		err := m.RefreshLag(ctx, fetch)
+		took := time.Since(start)
+		next := LagRefreshInterval(interval, took)
+		m.lagMu.Lock()
+		m.lagLatest.IntervalSeconds = next.Seconds()
+		m.lagMu.Unlock()
+		if ctx.Err() == nil && onResult != nil {
 			onResult(err)
 		}
 		select {
 		case <-ctx.Done():
 			return
-		case <-time.After(interval):
+		case <-time.After(next - took):
 		}
 	}
 }
