@@ -92,7 +92,7 @@ type LagSnapshot struct {
 	RefreshSeconds float64
 	Err            string
 	// IntervalSeconds is how long after the last refresh's start the
-	// collector starts the next (LagRefreshInterval); 0 without a collector.
+	// collector starts the next (lagRefreshInterval); 0 without a collector.
 	IntervalSeconds float64
 }
 
@@ -288,22 +288,22 @@ func setPerQueue(g *prometheus.GaugeVec, samples []QueueSample) {
 	}
 }
 
-// LagRefreshSpacing is how many of its own durations a lag refresh waits, at
+// lagRefreshSpacing is how many of its own durations a lag refresh waits, at
 // least, from its start to the next one's start: the aggregates sum every
 // cursor, seconds of database CPU on hundreds of thousands, so a fixed
 // interval would let them take any share of a core; this keeps it under 1/20.
-const LagRefreshSpacing = 20
+const lagRefreshSpacing = 20
 
-// LagRefreshInterval is how long after the start of a refresh that took took
-// the collector starts the next: interval, or LagRefreshSpacing × took when
-// that is longer.
-func LagRefreshInterval(interval, took time.Duration) time.Duration {
-	return max(interval, LagRefreshSpacing*took)
+// lagRefreshInterval is the time from a refresh's start to the next one's:
+// the configured interval, or lagRefreshSpacing times what the refresh took
+// when that is longer.
+func lagRefreshInterval(interval, took time.Duration) time.Duration {
+	return max(interval, lagRefreshSpacing*took)
 }
 
 // RunLagCollector refreshes the backlog series until ctx ends, each refresh
-// starting LagRefreshInterval after the last one started, so a scrape never
-// pays for the aggregates and they never take more than 1/LagRefreshSpacing of
+// starting lagRefreshInterval after the last one started, so a scrape never
+// pays for the aggregates and they never take more than 1/lagRefreshSpacing of
 // the time. onResult gets each refresh's error, nil for a success, unless ctx
 // ended.
 func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, fetch func(context.Context) (Backlog, error), onResult func(error)) {
@@ -314,7 +314,7 @@ func (m *Metrics) RunLagCollector(ctx context.Context, interval time.Duration, f
 		start := time.Now()
 		err := m.RefreshLag(ctx, fetch)
 		took := time.Since(start)
-		next := LagRefreshInterval(interval, took)
+		next := lagRefreshInterval(interval, took)
 		m.lagMu.Lock()
 		m.lagLatest.IntervalSeconds = next.Seconds()
 		m.lagMu.Unlock()
