@@ -17,6 +17,14 @@
 #   scripts/group-list-cost.sh explain BIN DB
 #       the same pages once each, with auto_explain logging the plan of every statement of the
 #       list (EXPLAIN ANALYZE, BUFFERS) to the cluster's log; prints those plans.
+#   scripts/group-list-cost.sh gauges BIN DB [ROUNDS]
+#       start broker BIN on DB with its lag gauges refreshed every second (or as far apart as the
+#       build spaces slow refreshes), let one refresh pass unmeasured, then for ROUNDS refreshes
+#       (default 5) print the median and the slowest of the refresh's wall time (the broker's
+#       lanes_queue_lag_refresh_seconds) and of its statements' CPU time in PostgreSQL, and the
+#       time the broker then waits to the next refresh's start; stop it.
+#   scripts/group-list-cost.sh gauges-explain BIN DB
+#       one lag refresh with auto_explain logging the plan of each of its statements; prints them.
 #
 # Environment: LANES_PG_* as for scripts/pg.sh; LANES_COST_PORT the broker's port (default 8844).
 set -euo pipefail
@@ -37,8 +45,8 @@ start_broker() {
   local bin="$1" db="$2" extra="${3:-}" url
   url="$(db_url "$db")$extra"
   mkdir -p "$STATE"
-  # No lag gauges: their refresh sums every cursor too (seconds at 500,000), every 15 s.
-  LANES_PORT="$PORT" LANES_BIND_ADDR=127.0.0.1 LANES_DATABASE_URL="$url" LANES_LOG_LEVEL=warn LANES_LAG_REFRESH_MS=0 \
+  # No lag gauges unless LAG_REFRESH_MS says: their refresh sums every cursor too.
+  LANES_PORT="$PORT" LANES_BIND_ADDR=127.0.0.1 LANES_DATABASE_URL="$url" LANES_LOG_LEVEL=warn LANES_LAG_REFRESH_MS="${LAG_REFRESH_MS:-0}" \
     "$bin" >>"$STATE/group-list-cost-$PORT.log" 2>&1 &
   BROKER_PID=$!
   local i
@@ -141,7 +149,7 @@ cmd_time() {
       sleep 0.2
       # The page's statement is the costliest one of its window ("! u s user, s s system, ...").
       cpus+=("$(tail -n +"$((mark + 1))" "$PGLOG" |
-        awk '$3 == "s" && $4 == "user," {if ($2 + $5 > top) top = $2 + $5} END {print 1000 * top}')")
+        awk '$2 ~ /^[0-9]/ && $3 == "s" && $4 == "user," {if ($2 + $5 > top) top = $2 + $5} END {print 1000 * top}')")
     done
     printf '%-24s %s ms, %s ms (%d requests, %s)\n' "$name" \
       "$(printf '%s\n' "${walls[@]}" | summary wall)" "$(printf '%s\n' "${cpus[@]}" | summary "statement CPU")" \
@@ -168,9 +176,64 @@ cmd_explain() {
   stop_broker
 }
 
+# gauge NAME: the value of an unlabelled series on the broker's Prometheus page (empty if absent).
+gauge() {
+  curl -sf "http://127.0.0.1:$PORT/metrics/prometheus" | awk -v name="$1" '$1 == name {print $2}'
+}
+
+# next_refresh LAST: waits for a lag refresh that ended after the Unix time LAST, prints its time.
+next_refresh() {
+  local last="$1" at i
+  for i in $(seq 1 3000); do
+    at="$(gauge lanes_queue_lag_refresh_timestamp_seconds)"
+    if [[ -n "$at" ]] && awk -v a="$at" -v l="$last" 'BEGIN {exit !(a > l)}'; then
+      echo "$at"
+      return 0
+    fi
+    sleep 0.1
+  done
+  die "no lag refresh within 300 s"
+}
+
+cmd_gauges() {
+  [[ $# -ge 2 ]] || die "usage: gauges BIN DB [ROUNDS]"
+  local bin="$1" db="$2" rounds="${3:-5}" i at mark
+  LAG_REFRESH_MS=1000 start_broker "$bin" "$db" "&options=-c%20log_executor_stats%3Don%20-c%20log_min_messages%3Dlog"
+  at="$(next_refresh 0)" # unmeasured
+  local walls=() cpus=() waits=()
+  for i in $(seq 1 "$rounds"); do
+    mark="$(wc -l <"$PGLOG")"
+    at="$(next_refresh "$at")"
+    walls+=("$(gauge lanes_queue_lag_refresh_seconds | awk '{print 1000 * $1}')")
+    waits+=("$(gauge lanes_queue_lag_refresh_interval_seconds | awk '{print 1000 * $1} END {if (!NR) print "nan"}')")
+    # Every statement the broker ran since the last refresh ended: this refresh's, and the
+    # health reads and timer polls (well under a millisecond each). Not the "[u s user, s s
+    # system total]" lines: those are the connection's totals.
+    cpus+=("$(tail -n +"$((mark + 1))" "$PGLOG" |
+      awk '$2 ~ /^[0-9]/ && $3 == "s" && $4 == "user," {sum += $2 + $5} END {print 1000 * sum}')")
+  done
+  printf 'lag refresh %s ms, %s ms, next after %s ms (%d refreshes, %s)\n' \
+    "$(printf '%s\n' "${walls[@]}" | summary wall)" "$(printf '%s\n' "${cpus[@]}" | summary "statement CPU")" \
+    "$(printf '%s\n' "${waits[@]}" | summary wait)" "$rounds" "$bin"
+  stop_broker
+}
+
+cmd_gauges_explain() {
+  [[ $# == 2 ]] || die "usage: gauges-explain BIN DB"
+  local bin="$1" db="$2" mark
+  mark="$(wc -l <"$PGLOG")"
+  LAG_REFRESH_MS=600000 start_broker "$bin" "$db" "&options=-c%20session_preload_libraries%3Dauto_explain%20-c%20log_min_messages%3Dlog%20-c%20auto_explain.log_min_duration%3D10%20-c%20auto_explain.log_analyze%3Don%20-c%20auto_explain.log_buffers%3Don%20-c%20auto_explain.log_timing%3Don"
+  next_refresh 0 >/dev/null
+  sleep 0.5
+  tail -n +"$((mark + 1))" "$PGLOG"
+  stop_broker
+}
+
 case "${1:-}" in
   fill) shift; cmd_fill "$@" ;;
   time) shift; cmd_time "$@" ;;
   explain) shift; cmd_explain "$@" ;;
-  *) sed -n '2,20p' "$0" >&2; exit 2 ;;
+  gauges) shift; cmd_gauges "$@" ;;
+  gauges-explain) shift; cmd_gauges_explain "$@" ;;
+  *) sed -n '2,28p' "$0" >&2; exit 2 ;;
 esac
