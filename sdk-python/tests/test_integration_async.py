@@ -23,6 +23,7 @@ import pytest
 
 import lanes
 
+from .proxying import SlowAnswerProxy
 from .scripts import run_script
 
 
@@ -1204,6 +1205,43 @@ async def test_an_aclose_cancelled_before_reaching_a_consumer_soft_stops_it(
     async with lanes.AsyncLanes(broker_url) as c2:
         await asyncio.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
         assert [await c2.queue(q).wait(False).pop() for q in queues] == [[], []]
+
+
+@pytest.mark.parametrize("how", ["task.cancel", "wait_for"])
+async def test_an_aclose_cancelled_while_it_waits_for_a_stopped_iterators_cut_pop(
+    broker_url: str, qname: str, how: str
+) -> None:
+    # aclose() waits for a stopped iterator's cut pop, whose answer (held 1 s by the proxy) the
+    # broker already wrote. Cancelled there, it closed the pool under that pop: the message it
+    # carried stayed leased for the whole 60 s lease instead of being released.
+    proxy = SlowAnswerProxy(broker_url, 1.0)
+    try:
+        c = lanes.AsyncLanes(proxy.url)
+        it = c.queue(qname).lease_seconds(60).timeout_millis(20000).messages()
+
+        async def iterate() -> list[object]:
+            return [m.data async for m in it]
+
+        iterating = asyncio.ensure_future(iterate())
+        await asyncio.sleep(1.0)  # the long poll is parked on the broker
+        async with lanes.AsyncLanes(broker_url) as pusher:
+            await pusher.queue(qname).push(["late"])
+        await asyncio.sleep(0.2)  # the broker wrote the answer; the proxy holds it
+        it.stop()
+        began = time.monotonic()
+        cancelled = await cancel_aclose(c, how)
+        took = time.monotonic() - began
+        assert isinstance(cancelled, asyncio.CancelledError)
+        assert took < 0.3 + 0.2, f"the cancellation waited {took:.2f} s for the iterator"
+        assert await asyncio.wait_for(iterating, 5) == []
+        # The pool closes once the iterator's release went out: nothing is left running.
+        assert await no_task_left(2) == []
+    finally:
+        proxy.close()
+    async with lanes.AsyncLanes(broker_url) as c2:
+        got = await c2.queue(qname).autopilot(False).timeout_millis(3000).pop()
+        assert [m.data for m in got] == ["late"], "left leased by the stopped iterator's cut pop"
+        await c2.ack(got)
 
 
 async def test_the_consume_loop_starts_two_tasks_per_pop(

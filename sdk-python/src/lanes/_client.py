@@ -555,8 +555,9 @@ class AsyncLanes:
             await self._report_unsent_at_cancel(buffers, cancelled)
             raise
         finally:
-            if running:
-                # The pool stays open until the consumers still stopping end: their acks.
+            if running or self._stopped_iterators.open:
+                # The pool stays open until the consumers still stopping end (their acks) and,
+                # after a cancellation, the stopped iterators release what their cut pops got.
                 self._pool_closing = asyncio.ensure_future(self._close_pool_after(running))
             else:
                 await self._t.aclose()
@@ -594,7 +595,11 @@ class AsyncLanes:
             cancelled.__cause__ = UnsentError(unsent)
 
     async def _close_pool_after(self, consumers: list[AsyncConsumer]) -> None:
-        await asyncio.gather(*(c.closed() for c in consumers), return_exceptions=True)
+        await asyncio.gather(
+            self._stopped_iterators.closed(CUT_WAIT_S),
+            *(c.closed() for c in consumers),
+            return_exceptions=True,
+        )
         await self._t.aclose()
 
     async def __aenter__(self) -> AsyncLanes:

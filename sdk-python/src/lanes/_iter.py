@@ -333,6 +333,11 @@ class StoppedIterators:
     def add(self, it: AsyncMessageIterator) -> None:
         self._open.add(it)
 
+    @property
+    def open(self) -> bool:
+        """Whether one has not closed yet."""
+        return bool(self._open)
+
     def discard(self, it: AsyncMessageIterator) -> None:
         self._open.discard(it)
         if self._changed is not None:

@@ -391,7 +391,9 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         return AsyncMessageIterator(
             self._iter_core(auto_ack, limit, idle_timeout, on_error),
             self._pop_with,
-            c._ack_entries,
+            # after_close: a cancelled aclose() keeps the HTTP pool open for a stopped
+            # iterator's release.
+            lambda entries: c._ack_entries(entries, after_close=True),
             c._renew_one,
             c._stopped_iterators,
         )
