@@ -1116,6 +1116,56 @@ def test_close_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
         assert c2.queue(qname).wait(False).pop() == [], "the handler's ack was lost"
 
 
+def test_ctrl_c_in_close_leaves_the_handlers_acks_and_every_consumers_stop_to_a_second_close(
+    broker_url: str, qname: str
+) -> None:
+    # A Ctrl-C while close() waited for the first consumer's handler closed the HTTP pool under
+    # both handlers (their acks failed, their messages came back after the lease), left the
+    # consumer close() had not reached yet running, and left the buffer unflushed for good.
+    c = lanes.Lanes(broker_url)
+    queues = [qname + "-first", qname + "-second"]
+    release = threading.Event()
+    handling: list[threading.Event] = []
+    consumers = []
+    for q in queues:
+        c.queue(q).push(["work"])
+        started = threading.Event()
+        handling.append(started)
+
+        def held(_: lanes.Message, started: threading.Event = started) -> None:
+            started.set()
+            release.wait(10)
+
+        consumers.append(c.queue(q).lease_seconds(2).consume(held))
+    for started in handling:
+        assert started.wait(10)
+    c.queue(qname + "-buffered").buffer(time_millis=60_000).push(["buffered"])
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctrl_c = threading.Timer(0.3, _interrupt_main_thread)
+    try:
+        began = time.monotonic()
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            c.close(timeout=30)
+        took = time.monotonic() - began
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
+    assert took < 0.3 + 0.5, f"the interrupt waited {took:.2f} s for the handlers"
+    assert not any(consumer.done for consumer in consumers)  # both handlers still run
+    release.set()
+    for consumer in consumers:
+        consumer.closed(10)  # both were asked to stop, and ended without an error
+    c.close()
+    with pytest.raises(lanes.ClientClosedError):
+        c.health()
+    with lanes.Lanes(broker_url) as c2:
+        got = c2.queue(qname + "-buffered").wait(False).pop()
+        assert [m.data for m in got] == ["buffered"], "the second close() did not flush"
+        time.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
+        assert [c2.queue(q).wait(False).pop() for q in queues] == [[], []], "an ack was lost"
+
+
 def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
     client: lanes.Lanes, qname: str
 ) -> None:

@@ -177,6 +177,7 @@ class Lanes:
         self._buffers: dict[tuple[str, str | None], PushBuffer] = {}
         self._lock = threading.Lock()
         self._closed = False  # close() began: no new buffers or buffer pushes
+        self._closing = False  # a close() runs (an interrupted one leaves it False)
         self._gone = False  # close() ended: the HTTP pool is closed
         self.admin = Admin(self)
 
@@ -306,6 +307,7 @@ class Lanes:
         """Soft-stop consumers started here, flush buffers (all at once, raising
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
         Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
+        Every consumer is asked to stop before close() waits for any.
         A stopped consumer's long poll was cut at the stop (its connection half-closed): close()
         waits up to 2 s for it to end and release what the broker had already leased to it, so
         a program may exit right after. On a caller's ``http_client`` it cannot be cut: the
@@ -314,39 +316,75 @@ class Lanes:
         a message it got in those last moments leased until the lease expires.
         A consumer still stopping at ``timeout`` (a handler slower than it) raises
         ``TimeoutError``, after the buffers were flushed all the same; the HTTP pool stays open
-        until that consumer ends, so its lease renewals and acks still go out."""
-        if self._closed:
-            return
+        until that consumer ends, so its lease renewals and acks still go out.
+        Interrupted while it waits (Ctrl-C's ``KeyboardInterrupt``), it re-raises at once and
+        leaves the HTTP pool open and the buffers' flushers running, so handlers still running
+        get their acks out; call close() again to finish (the exit hook flushes the buffers of
+        a program that ends instead)."""
         with self._lock:
-            self._closed = True
-        atexit.unregister(self._flush_at_exit)
-        still_stopping: TimeoutError | None = None
+            if self._gone or self._closing:
+                return
+            self._closed = self._closing = True
         try:
-            for c in list(self._consumers):
-                try:
-                    c.stop(timeout)
-                except TimeoutError as e:
-                    still_stopping = still_stopping or e  # the buffers flush all the same
-                    self._pops.begin()  # and the pool stays open for its acks
-                    c.when_ended(self._pops.end)
-            buffers = list(self._buffers.values())
-            for b in buffers:
-                b.refuse()
-            try:
-                flush_every(buffers, timeout)
-            finally:
-                for b in buffers:
-                    b.stop()
-        finally:
-            self._gone = True
+            still_stopping = self._stop_consumers(timeout)
+            unsent = self._flush_buffers(timeout)
+        except BaseException:
+            # Interrupted: every consumer was asked to stop, and nothing they or the buffers
+            # need is closed, so the next close() (or the exit hook) finishes the job.
+            self._closing = False
+            raise
+        atexit.unregister(self._flush_at_exit)
+        self._gone = True
+        try:
             if self._t.cuts_calls and still_stopping is None:
                 # The stopped consumers' long polls were cut: they end within milliseconds,
                 # and a program that exits right after close() must not end them first (a
                 # message one got would stay leased for the whole lease).
                 self._pops.wait_idle(CUT_WAIT_S)
+        finally:
             self._pops.when_idle(self._t.close)
+        if unsent is not None:
+            raise unsent
         if still_stopping is not None:
             raise still_stopping
+
+    def _stop_consumers(self, timeout: float | None) -> TimeoutError | None:
+        """Soft-stop the consumers started here; the first ``TimeoutError`` of one still
+        stopping at ``timeout``, for which the HTTP pool stays open until it ends (its acks)."""
+        consumers = list(self._consumers)
+        still_stopping: TimeoutError | None = None
+        try:
+            # Every one is asked before close() waits on any: an interrupt during a wait leaves
+            # no consumer running that was never told to stop.
+            for c in consumers:
+                c._request_stop()
+            for c in consumers:
+                try:
+                    c.stop(timeout)
+                except TimeoutError as e:
+                    still_stopping = still_stopping or e  # the buffers flush all the same
+                    self._pops.begin()
+                    c.when_ended(self._pops.end)
+        except BaseException:
+            for c in consumers:  # the interrupt may have come before the last was asked
+                c._request_stop()
+            raise
+        return still_stopping
+
+    def _flush_buffers(self, timeout: float | None) -> UnsentError | None:
+        """Refuse pushes and flush every buffer; the ``UnsentError`` naming what is left at
+        ``timeout``. Interrupted, the flushers go on sending for the next close()."""
+        buffers = list(self._buffers.values())  # no buffer is made once _closed is set
+        for b in buffers:
+            b.refuse()
+        unsent: UnsentError | None = None
+        try:
+            flush_every(buffers, timeout)
+        except UnsentError as e:
+            unsent = e
+        for b in buffers:
+            b.stop()
+        return unsent
 
     def __enter__(self) -> Lanes:
         return self

@@ -1069,6 +1069,10 @@ class Consumer:
             with contextlib.suppress(RuntimeError):
                 loop.call_soon_threadsafe(self._engine.request_stop, hard)
 
+    def _request_stop(self) -> None:
+        """The soft stop without the wait (the client's close() asks every consumer first)."""
+        self._signal(False)
+
     def _join(self, timeout: float | None) -> None:
         if not self._ended.wait(timeout):
             raise TimeoutError("lanes: consumer still stopping")
