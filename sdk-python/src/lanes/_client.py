@@ -557,13 +557,15 @@ class AsyncLanes:
         release what the broker had already leased to it, and aclose() waits up to 2 s for an
         iterator's, so a program may exit right after. On a caller's ``http_client`` a
         consumer's is cancelled instead, and an iterator's runs to its long poll's end.
-        Cancelled, it still closes the client and re-raises the ``CancelledError`` at once,
-        after logging the buffered items it leaves (the error's ``__cause__`` is an
+        Cancelled, unlike an interrupted ``Lanes.close()``, it still closes the client (a
+        second aclose() does nothing) and re-raises the ``CancelledError`` at once, after
+        logging the buffered items it leaves (the error's ``__cause__`` is an
         :class:`UnsentError` naming them). Its consumers are then left as a timed-out aclose()
         leaves those still stopping: each is soft-stopped (those it had not reached yet too,
         without waiting), and the HTTP pool stays open until every one still running has
-        ended, so their handlers' lease renewals, acks and releases still go out; it closes
-        then, and no task outlives the last of them."""
+        ended, so their handlers' lease renewals, acks and releases still go out, and until a
+        stopped iterator whose cut pop was still on its way has released what it got (2 s at
+        most); it closes then, and no task outlives the last of them."""
         if self._closed:
             return
         self._closed = True
