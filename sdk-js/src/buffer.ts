@@ -183,7 +183,9 @@ export class PushBuffer<T = unknown> {
     const cut = new AbortController();
     this.cut = cut;
     let dropped: Refused = { items: [] };
-    while (!this.stopped && (this.items.length >= this.messageCount || (this.force && this.items.length > 0))) {
+    // A run close() cut ends here, even if a later flush or close() has cleared `stopped` meanwhile:
+    // its sends fail at once on the aborted signal, so looping on would spin without yielding.
+    while (!cut.signal.aborted && !this.stopped && (this.items.length >= this.messageCount || (this.force && this.items.length > 0))) {
       const chunk = this.items.slice(0, this.messageCount);
       const sent = await this.send(chunk, dropped, cut.signal);
       this.items.splice(0, chunk.length, ...sent.keep);

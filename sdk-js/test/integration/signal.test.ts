@@ -252,6 +252,69 @@ describe("AbortSignal on a push buffer", () => {
     expect(await popAll(lanes, q)).toEqual([1, 2, 3]);
   });
 
+  it("lanes.close again at once after an aborted close: the cut push ends and the new close delivers the items once", async () => {
+    const q = uniq("signal-reclose");
+    const { lanes, attempts } = await scripted(heldPush(1500));
+    const b = lanes.queue(q).buffer({ timeMillis: 60_000 });
+    await b.push([1, 2]);
+    const ctl = new AbortController();
+    const first = lanes.close({ signal: ctl.signal }).catch((err: unknown) => err);
+    await reached(attempts, 1);
+    const reason = new Error("caller gave up");
+    ctl.abort(reason);
+    expect(await first).toBe(reason);
+    // No pause: the first close's push is still being cut. A cut flusher that went on looping
+    // here spun on its aborted signal without yielding, and this close never returned.
+    await lanes.close();
+    expect(b.size).toBe(0);
+    expect(await attempts(), "the cut push, then one more").toBe(2);
+    expect(await popAll(lanes, q)).toEqual([1, 2]);
+  });
+
+  it("lanes.flushAll and lanes.close over several buffers: the abort ends the wait; every buffer's items are delivered once", async () => {
+    const qs = ["a", "b", "c"].map((s) => uniq(`signal-many-${s}`));
+    // Each of the six pushes (a flush and a close per buffer) is stored at once and its answer held.
+    const hold = { pass: true, holdAnswerMs: 1500 };
+    const { lanes, attempts } = await scripted({ method: "POST", path: "/api/v1/push", responses: Array(6).fill(hold) });
+    const buffers = qs.map((q) => lanes.queue(q).buffer({ timeMillis: 60_000 }));
+    for (const [i, b] of buffers.entries()) await b.push([i * 10 + 1, i * 10 + 2]);
+    const reason = new Error("caller gave up");
+    /** abortOnceHeld starts call, aborts it once the broker holds n pushes in all, and returns what it rejected with. */
+    const abortOnceHeld = async (call: (signal: AbortSignal) => Promise<unknown>, n: number) => {
+      const ctl = new AbortController();
+      const outcome = call(ctl.signal).then(
+        () => "resolved",
+        (err: unknown) => err,
+      );
+      await reached(attempts, n);
+      const abortedAt = Date.now();
+      ctl.abort(reason);
+      const got = await outcome;
+      expect(Date.now() - abortedAt, "the call ended within a second of the abort").toBeLessThan(1000);
+      return got;
+    };
+    // flushAll: one flush per buffer is held; the abort ends the wait, not those flushes.
+    expect(await abortOnceHeld((signal) => lanes.flushAll({ signal }), buffers.length)).toBe(reason);
+    expect(
+      buffers.map((b) => b.size),
+      "the items stay buffered until their flush is answered",
+    ).toEqual([2, 2, 2]);
+    const until = Date.now() + 5000;
+    while (buffers.some((b) => b.size > 0) && Date.now() < until) await sleep(20);
+    expect(buffers.map((b) => b.size)).toEqual([0, 0, 0]);
+    expect(await attempts(), "no flush was cut and sent again").toBe(buffers.length);
+    // close: each buffer's push is held and cut by the abort; every buffer keeps its item.
+    for (const [i, b] of buffers.entries()) await b.push([i * 10 + 3]);
+    expect(await abortOnceHeld((signal) => lanes.close({ signal }), 2 * buffers.length)).toBe(reason);
+    expect(
+      buffers.map((b) => b.size),
+      "an aborted close keeps every buffer's unsent items",
+    ).toEqual([1, 1, 1]);
+    await lanes.close(); // sends them again under the same transaction ids
+    expect(buffers.map((b) => b.size)).toEqual([0, 0, 0]);
+    for (const [i, q] of qs.entries()) expect(await popAll(lanes, q)).toEqual([i * 10 + 1, i * 10 + 2, i * 10 + 3]);
+  });
+
   it("an already aborted signal: push enqueues nothing and flush, flushAll and close reject with its reason at once", async () => {
     const lanes = client();
     const q = uniq("signal-aborted");
