@@ -1004,6 +1004,86 @@ def test_iterator_stop_cuts_the_pop_under_way_and_releases_what_the_broker_had_s
         c.ack(got)
 
 
+def _iterate_on_a_held_answer(
+    broker_url: str, proxy: SlowAnswerProxy, qname: str
+) -> tuple[lanes.Lanes, lanes.MessageIterator, threading.Thread, list[Any]]:
+    """A client on the proxy whose iterator, in a thread, has a pop under way that the broker
+    has answered with a message ("late", leased 60 s) and whose answer the proxy still holds."""
+    c = lanes.Lanes(proxy.url)
+    it = c.queue(qname).lease_seconds(60).timeout_millis(20000).messages()
+    handled: list[Any] = []
+    iterating = threading.Thread(target=lambda: handled.extend(m.data for m in it), daemon=True)
+    iterating.start()
+    time.sleep(1.0)  # the pop is parked on the broker
+    with lanes.Lanes(broker_url) as pusher:
+        pusher.queue(qname).push(["late"])
+    time.sleep(0.2)  # the broker wrote the answer; the proxy holds it
+    return c, it, iterating, handled
+
+
+def test_close_right_after_an_iterators_stop_waits_for_the_release_of_its_cut_pop(
+    broker_url: str, qname: str
+) -> None:
+    # close() right after stop() closed the HTTP pool under the iterator's cut pop, whose
+    # answer (held 1 s by the proxy) the broker had already written: the release of its
+    # message failed and the message stayed leased for the whole 60 s lease.
+    proxy = SlowAnswerProxy(broker_url, 1.0)
+    try:
+        c, it, iterating, handled = _iterate_on_a_held_answer(broker_url, proxy, qname)
+        it.stop()
+        began = time.monotonic()
+        c.close()
+        took = time.monotonic() - began
+        with lanes.Lanes(broker_url) as c2:  # at once, as a program exiting after close()
+            got = c2.queue(qname).autopilot(False).wait(False).pop()
+            assert [m.data for m in got] == ["late"], "left leased by the stopped iterator"
+            c2.ack(got)
+        iterating.join(5)
+        assert not iterating.is_alive()
+    finally:
+        proxy.close()
+    assert took < 2.5, f"close() waited {took:.2f} s"
+    assert handled == []
+    with pytest.raises(lanes.ClientClosedError):
+        c.health()
+
+
+def test_ctrl_c_in_close_while_it_waits_for_a_stopped_iterators_cut_pop_leaves_the_pool_open(
+    broker_url: str, qname: str
+) -> None:
+    # A Ctrl-C while close() waits for the stopped iterator's cut pop re-raises at once and
+    # leaves the HTTP pool open until the iterator has released what that pop got: it closes
+    # then, and the message is free again at once instead of leased for the whole lease.
+    proxy = SlowAnswerProxy(broker_url, 1.0)
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    ctrl_c = threading.Timer(0.3, _interrupt_main_thread)
+    try:
+        c, it, iterating, handled = _iterate_on_a_held_answer(broker_url, proxy, qname)
+        it.stop()
+        began = time.monotonic()
+        ctrl_c.start()
+        with pytest.raises(KeyboardInterrupt):
+            c.close()
+        took = time.monotonic() - began
+        assert not c._t.http.is_closed, "the pool closed under the iterator's cut pop"
+        iterating.join(5)
+        assert not iterating.is_alive()
+    finally:
+        ctrl_c.cancel()
+        signal.signal(signal.SIGINT, previous)
+        proxy.close()
+    assert took < 0.3 + 0.3, f"the interrupt waited {took:.2f} s for the iterator"
+    assert handled == []
+    assert c._t.http.is_closed, "the pool stayed open after the iterator's release"
+    c.close()  # nothing is left for it to do
+    with pytest.raises(lanes.ClientClosedError):
+        c.health()
+    with lanes.Lanes(broker_url) as c2:
+        got = c2.queue(qname).autopilot(False).wait(False).pop()
+        assert [m.data for m in got] == ["late"], "left leased by the stopped iterator"
+        c2.ack(got)
+
+
 def test_iterator_stop_before_its_pop_is_sent_ends_at_once(broker_url: str, qname: str) -> None:
     # A stop while the pop's attempt was being prepared (here, a bearer token function asked; a
     # new connection's dial is the same window) refused the write on the cut: httpcore took the

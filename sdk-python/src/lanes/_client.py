@@ -187,8 +187,8 @@ class Lanes:
         return self._cfg.pop_autopilot
 
     def _call(self, req: Req[T], *, after_close: bool = False) -> T:
-        """``after_close``: a consumer's ack, renewal or release, sent while close() keeps the
-        HTTP pool open for it."""
+        """``after_close``: a consumer's ack, renewal or release, or a stopped iterator's
+        release, sent while close() keeps the HTTP pool open for it."""
         if self._gone and not after_close:
             raise ClientClosedError("lanes: client is closed")
         r = self._t.request(
@@ -308,19 +308,22 @@ class Lanes:
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
         Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
         Every consumer is asked to stop before close() waits for any.
-        A stopped consumer's long poll was cut at the stop (its connection half-closed): close()
-        waits up to 2 s for it to end and release what the broker had already leased to it, so
-        a program may exit right after. On a caller's ``http_client`` it cannot be cut: the
-        HTTP pool stays open until it answers (within its ``timeout_millis``) and releases what
-        it leased, then closes; its thread is a daemon, and a program exiting before then leaves
-        a message it got in those last moments leased until the lease expires.
+        A stopped consumer's long poll was cut at the stop (its connection half-closed), and so
+        was the pop of an iterator stopped (:meth:`MessageIterator.stop`) while it was under
+        way: close() waits up to 2 s for them to end and release what the broker had already
+        leased to them, so a program may exit right after. On a caller's ``http_client`` a pop
+        cannot be cut: the HTTP pool stays open until it answers (within its
+        ``timeout_millis``) and releases what it leased, then closes; a consumer's thread is a
+        daemon, and a program exiting before then leaves a message it got in those last moments
+        leased until the lease expires.
         A consumer still stopping at ``timeout`` (a handler slower than it) raises
         ``TimeoutError``, after the buffers were flushed all the same; the HTTP pool stays open
         until that consumer ends, so its lease renewals and acks still go out.
         Interrupted while it waits (Ctrl-C's ``KeyboardInterrupt``), it re-raises at once and
         leaves the HTTP pool open and the buffers' flushers running, so handlers still running
         get their acks out; call close() again to finish (the exit hook flushes the buffers of
-        a program that ends instead)."""
+        a program that ends instead). Interrupted in its last wait, for the cut pops, it has
+        nothing left to finish: the pool closes once they have released what they got."""
         with self._lock:
             if self._gone or self._closing:
                 return

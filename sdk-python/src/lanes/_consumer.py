@@ -951,8 +951,9 @@ class PopsInFlight:
     abandons (and cuts) its blocking long poll, whose answer the broker may have written already
     and which must then release it; so ``Lanes.close()`` waits briefly for them, and leaves the
     HTTP pool open until the last of them has answered and released what it got
-    (docs/consuming.md §5). A consumer still stopping when
-    close() gave up on it counts here too, until it ends, so its acks still go out."""
+    (docs/consuming.md §5). An iterator stopped while its pop was under way counts here too,
+    until it has closed (released what that pop got), and so does a consumer still stopping
+    when close() gave up on it, until it ends, so its acks still go out."""
 
     def __init__(self) -> None:
         self._lock = threading.Condition(threading.Lock())

@@ -37,6 +37,7 @@ from datetime import datetime, timezone
 from types import TracebackType
 
 from lanes import _protocol as P
+from lanes._consumer import PopsInFlight
 from lanes._exceptions import AutoAckDroppedError, ConsumerStoppedError
 from lanes._http import CUT_WAIT_S, CallCut
 from lanes._pacer import AckResend, ErrorReporter, PollPacer, ack_error_ends_loop
@@ -210,12 +211,19 @@ class MessageIterator:
         pop: Callable[[P.QueueSpec], PopResult],
         ack: Callable[[Entries], list[AckResult]],
         renew: Callable[[str, int], RenewResult],
+        stopped: PopsInFlight | None = None,
     ) -> None:
         self._c, self._pop, self._ack_call = core, pop, ack
         self._renew_call = renew
         self._renewals: list[LeaseRenewalThread] = []
         self._stopping = threading.Event()
         self._pop_cut = CallCut()  # fired by stop(): the pop under way ends at once
+        # The client's count of cut pops not yet released, which its close() waits for: this
+        # iterator counts there from a stop during next() until it has closed.
+        self._stopped = stopped
+        self._lock = threading.Lock()
+        self._fetching = False  # in next(): popping, sending acks or pausing after a failure
+        self._counted = False
 
     def _sleep(self, seconds: float) -> None:
         self._stopping.wait(seconds)  # stop() cuts a pause short
@@ -249,6 +257,7 @@ class MessageIterator:
         if c.closed:
             raise StopIteration
         c.finish_current()
+        self._fetching = True
         try:
             while True:
                 if self._stopping.is_set():
@@ -277,17 +286,29 @@ class MessageIterator:
         except StopIteration:
             self.close()
             raise
+        except BaseException:
+            # Ended without its own release (an error, a KeyboardInterrupt in this thread):
+            # close() of the client has nothing of this iterator to wait for. A `with` around
+            # the iteration still releases what it holds while the client is open.
+            self._fetching = False  # a stop from now on counts nothing
+            self._uncount()
+            raise
+        finally:
+            self._fetching = False
 
     def close(self) -> None:
         """Send pending acks and release what was not handled (idempotent); raises an ack error
         that ends the iteration (403, 413, other 4xx but 408/409/429, 501)."""
-        if self._c.closed:
-            return
-        entries = self._c.close_entries()
-        for r in self._renewals:
-            r.stop()
-        if entries:
-            self._ack(entries, leaving=True)
+        try:
+            if self._c.closed:
+                return
+            entries = self._c.close_entries()
+            for r in self._renewals:
+                r.stop()
+            if entries:
+                self._ack(entries, leaving=True)
+        finally:
+            self._uncount()
 
     def stop(self) -> None:
         """End the iteration from any thread (a signal handler, a timer, another worker), as
@@ -295,8 +316,9 @@ class MessageIterator:
         before resending a failed ack, the close's included) ends at once, and the next
         message asked for ends the iteration with the release of :meth:`close`, sent once. A
         pop under way is cut (its connection half-closed): it ends at once, and what the broker
-        had already sent it is released by that close; on a caller's ``http_client`` it cannot
-        be cut and ends within its long poll (``timeout_millis``)."""
+        had already sent it is released by that close, which the client's ``close()`` waits
+        for (2 s at most); on a caller's ``http_client`` it cannot be cut and ends within its
+        long poll (``timeout_millis``)."""
         self._stopping.set()
         self._pop_cut.fire()
         # A pop the broker does not answer within CUT_WAIT_S of the cut (a proxy that ignores
@@ -304,6 +326,24 @@ class MessageIterator:
         grace = threading.Timer(CUT_WAIT_S, self._pop_cut.abort)
         grace.daemon = True
         grace.start()
+        with self._lock:
+            # next() ends within milliseconds (its pop cut, its wait cut short) and releases
+            # what the cut pop got, which the broker may already have leased to this client:
+            # the client's close() waits for that release.
+            if (
+                self._fetching
+                and not self._c.closed
+                and not self._counted
+                and self._stopped is not None
+            ):
+                self._counted = True
+                self._stopped.begin()
+
+    def _uncount(self) -> None:
+        with self._lock:
+            counted, self._counted = self._counted, False
+        if counted and self._stopped is not None:
+            self._stopped.end()  # may close the client's HTTP pool: outside the lock
 
     def __enter__(self) -> MessageIterator:
         return self

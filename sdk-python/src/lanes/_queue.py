@@ -230,8 +230,10 @@ class Queue(_QueueBase["Lanes"]):
         return MessageIterator(
             self._iter_core(auto_ack, limit, idle_timeout, on_error),
             self._pop_with,
-            c._ack_entries,
+            # after_close: close() keeps the HTTP pool open for a stopped iterator's release.
+            lambda entries: c._ack_entries(entries, after_close=True),
             c._renew_one,
+            c._pops,
         )
 
     def _engine(self, handler: Callable[[Any], Any], pool: Any, io: IoThreads) -> Engine:
