@@ -72,6 +72,29 @@ func TestITEveryStopReleasesAnAnswerTheBrokerAlreadyWrote(t *testing.T) {
 			})
 		})
 	}
+	// Close right after the cancel, before the range has ended, as a program that shuts down
+	// does: Close touches no connection in use, so the cut pop's answer arrives and is released.
+	t.Run("the iterator's ctx ends and the client closes at once", func(t *testing.T) {
+		t.Parallel()
+		stopWithAnAnswerOnItsWay(t, func(b bundle, c *lanes.Client, handled func(*lanes.Message)) func() {
+			ctx, cancel := context.WithCancel(b.ctx)
+			ended := make(chan struct{})
+			go func() {
+				defer close(ended)
+				msgs := c.Queue(b.queue).LeaseSeconds(60).Timeout(20 * time.Second).Autopilot(false).Messages(ctx)
+				for m, err := range msgs {
+					if err == nil {
+						handled(m)
+					}
+				}
+			}()
+			return func() {
+				cancel()
+				require.NoError(t, c.Close(b.ctx))
+				<-ended
+			}
+		})
+	})
 }
 
 // stopWithAnAnswerOnItsWay starts a consumer through start on a client behind a proxy that holds

@@ -111,6 +111,25 @@ describe("a soft stop while the pop's answer is on the way", () => {
     expect(handled).toEqual([]);
   });
 
+  it("the client's close() right after the abort, before the iteration has ended, leaves the cut pop's release to go out: close() releases no connection in use", async () => {
+    proxy = await SlowAnswerProxy.start(brokerUrl(), 600);
+    const q = uniq("softstop-iter-close");
+    const handled: unknown[] = [];
+    const ctl = new AbortController();
+    const lanes = client({ url: proxy.url });
+    const reading = (async () => {
+      for await (const m of lanes.queue(q).leaseSeconds(60).timeoutMillis(20_000).messages({ signal: ctl.signal })) handled.push(m.data);
+    })();
+    await sleep(1000);
+    await client().queue(q).push([{ data: "late" }]);
+    await sleep(150);
+    ctl.abort();
+    await lanes.close();
+    await reading;
+    expect(await leftAtOnce(q, 2000)).toEqual(["late"]);
+    expect(handled).toEqual([]);
+  });
+
   it("a parked pop with no answer yet ends at once: the broker answers the half-close and claims nothing", async () => {
     const q = uniq("softstop-parked");
     const c = client().queue(q).leaseSeconds(60).timeoutMillis(20_000).consume(() => undefined);
