@@ -370,6 +370,9 @@ func markdown(run *Run) string {
 			}
 		}
 		fmt.Fprintf(&b, " — pg_stat_database commits/s %.0f (flushed by backends about once a second)", r.PGCommitsPerSec)
+		if r.WALBytes > 0 && r.Messages > 0 {
+			fmt.Fprintf(&b, " — WAL %.0f bytes/msg (%s → %s)", float64(r.WALBytes)/float64(r.Messages), r.WALStartLSN, r.WALEndLSN)
+		}
 		if r.Checkpoints > 0 || r.CheckpointBuffers > 0 {
 			fmt.Fprintf(&b, " — checkpoints during the window: %d started, %d buffers written", r.Checkpoints, r.CheckpointBuffers)
 		}

@@ -67,6 +67,12 @@ type Result struct {
 	// disk with the commits measured.
 	Checkpoints       int64 `json:"checkpoints"`
 	CheckpointBuffers int64 `json:"checkpointBuffers"`
+	// WAL written by the whole cluster over the window (pg_current_wal_lsn()
+	// at its start and end, exact; autovacuum and the harness's own queries
+	// included), and the range itself, for pg_waldump --stats=record.
+	WALBytes    int64  `json:"walBytes"`
+	WALStartLSN string `json:"walStartLsn,omitempty"`
+	WALEndLSN   string `json:"walEndLsn,omitempty"`
 	// PopClaims counts the claims the broker ran for pops during the window
 	// (lanes_pop_transactions_total: a pop's own, parked re-checks included)
 	// and PopHandOffs those a push ran for a parked pop in its own round trip
@@ -100,6 +106,7 @@ type window struct {
 	xid0       int64
 	ckpt0      int64
 	ckptBufs0  int64
+	walLSN0    string
 	rss        *rssSampler
 	profile    string
 	profDone   chan []string
@@ -123,6 +130,7 @@ func (h *harness) begin(db string, profileName string) *window {
 	}
 	w.commits0, w.xid0 = h.pgCounters(db)
 	w.ckpt0, w.ckptBufs0 = h.checkpointCounters()
+	w.walLSN0 = h.walLSN()
 	w.brokerT0 = procTicks(w.brokerPID)
 	w.pgT0 = treeTicks(h.pgPID)
 	if w.brokerPID > 0 {
@@ -170,6 +178,10 @@ func (w *window) end(r *Result) {
 	r.PGWriteXactsPerSec = float64(x1-w.xid0) / secs
 	k1, b1 := w.h.checkpointCounters()
 	r.Checkpoints, r.CheckpointBuffers = k1-w.ckpt0, b1-w.ckptBufs0
+	if w.walLSN0 != "" {
+		r.WALStartLSN, r.WALEndLSN = w.walLSN0, w.h.walLSN()
+		r.WALBytes = w.h.walBytesBetween(r.WALStartLSN, r.WALEndLSN)
+	}
 	r.LoadAvg = loadAvg()
 	r.ServerErrors = w.h.serverErrors.Load() - w.errors0
 	if claims, handOffs, ok := w.h.popClaimCounters(); ok && w.claimsOK {
@@ -245,6 +257,28 @@ func (h *harness) checkpointCounters() (checkpoints, buffers int64) {
 	defer cancel()
 	_ = h.admin.QueryRow(ctx, "SELECT checkpoints_timed + checkpoints_req, buffers_checkpoint FROM pg_stat_bgwriter").Scan(&checkpoints, &buffers)
 	return checkpoints, buffers
+}
+
+// walLSN is the cluster's current WAL insert position ("" when it cannot be read).
+func (h *harness) walLSN() string {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var lsn string
+	_ = h.admin.QueryRow(ctx, "SELECT pg_current_wal_lsn()::text").Scan(&lsn)
+	return lsn
+}
+
+// walBytesBetween is the WAL written from one position to the other (0 when
+// either is unknown).
+func (h *harness) walBytesBetween(from, to string) int64 {
+	if from == "" || to == "" {
+		return 0
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var n int64
+	_ = h.admin.QueryRow(ctx, "SELECT pg_wal_lsn_diff($2::pg_lsn, $1::pg_lsn)::bigint", from, to).Scan(&n)
+	return n
 }
 
 // captureProfiles fetches a CPU profile and a delta allocation profile of the
