@@ -367,3 +367,19 @@ func TestMarkdownPrintsADashForWhatWasNotMeasured(t *testing.T) {
 		}
 	}
 }
+
+// The details give a window's WAL per message and its LSN range (for
+// pg_waldump), and say nothing of WAL where the window read none.
+func TestMarkdownGivesTheWindowsWALPerMessage(t *testing.T) {
+	run := &Run{Results: []Result{
+		{Scenario: "push-b1", System: "lanes", Available: true, Messages: 2000, WALBytes: 1_830_000, WALStartLSN: "0/2610700", WALEndLSN: "0/27C8F70"},
+		{Scenario: "ceiling-b100", System: "postgres", Available: true, Messages: 1000},
+	}}
+	md := markdown(run)
+	if want := "— WAL 915 bytes/msg (0/2610700 → 0/27C8F70)"; !strings.Contains(md, want) {
+		t.Errorf("markdown lacks %q:\n%s", want, md)
+	}
+	if strings.Count(md, "WAL ") != 1 {
+		t.Errorf("a window without WAL figures shows one:\n%s", md)
+	}
+}
