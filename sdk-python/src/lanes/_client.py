@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import threading
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
@@ -38,7 +39,7 @@ from lanes._consumer import (
 from lanes._exceptions import ClientClosedError, UnsentError
 from lanes._generated import models
 from lanes._http import CUT_WAIT_S, AsyncTransport, BearerToken, Config, SyncTransport
-from lanes._iter import StoppedIterators
+from lanes._iter import AsyncMessageIterator, MessageIterator, StoppedIterators
 from lanes._kv import KV, AsyncKV
 from lanes._names import check_names
 from lanes._queue import AsyncQueue, Queue
@@ -174,6 +175,8 @@ class Lanes:
         self._t = SyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[Consumer] = set()
         self._pops = PopsInFlight()
+        # The iterators made here, which close() ends (one dropped unclosed has released already).
+        self._iterators: weakref.WeakSet[MessageIterator] = weakref.WeakSet()
         self._buffers: dict[tuple[str, str | None], PushBuffer] = {}
         self._lock = threading.Lock()
         self._closed = False  # close() began: no new buffers or buffer pushes
@@ -329,6 +332,10 @@ class Lanes:
                 return
             self._closed = self._closing = True
         try:
+            # No call can ack for an iterator once the pool is closed: each ends here, and
+            # releases what it holds while the pool is open.
+            for it in list(self._iterators):
+                it._end_with_client()
             still_stopping = self._stop_consumers(timeout)
             unsent = self._flush_buffers(timeout)
         except BaseException:
@@ -432,6 +439,7 @@ class AsyncLanes:
         self._t = AsyncTransport(self._cfg, http_client, _sleep)
         self._consumers: set[AsyncConsumer] = set()
         self._stopped_iterators = StoppedIterators()
+        self._iterators: weakref.WeakSet[AsyncMessageIterator] = weakref.WeakSet()
         # Closes the HTTP pool once the consumers aclose() gave up on have ended.
         self._pool_closing: asyncio.Future[None] | None = None
         self._buffers: dict[tuple[str, str | None], AsyncPushBuffer] = {}
@@ -577,8 +585,12 @@ class AsyncLanes:
         running: list[AsyncConsumer] = []
         buffers = list(self._buffers.values())  # no buffer is made once _closed is set
         try:
-            # A stopped iterator's cut pop ends within milliseconds, then releases what the
-            # broker had already sent it: closing the pool first would leave that leased.
+            # No call can ack for an iterator once the pool is closed: each ends here, and
+            # releases what it holds. A stopped iterator's cut pop ends within milliseconds,
+            # then releases what the broker had already sent it: closing the pool first would
+            # leave that leased, and so would closing it before those releases.
+            for it in list(self._iterators):
+                it._end_with_client()
             await self._stopped_iterators.closed(CUT_WAIT_S)
             for c in list(self._consumers):
                 try:

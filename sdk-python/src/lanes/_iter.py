@@ -254,10 +254,11 @@ class MessageIterator:
 
     def __next__(self) -> Message:
         c = self._c
-        if c.closed:
-            raise StopIteration
+        with self._lock:  # against the client's close() ending the iteration meanwhile
+            if c.closed:
+                raise StopIteration
+            self._fetching = True
         c.finish_current()
-        self._fetching = True
         try:
             while True:
                 if self._stopping.is_set():
@@ -300,15 +301,35 @@ class MessageIterator:
         """Send pending acks and release what was not handled (idempotent); raises an ack error
         that ends the iteration (403, 413, other 4xx but 408/409/429, 501)."""
         try:
-            if self._c.closed:
-                return
-            entries = self._c.close_entries()
-            for r in self._renewals:
-                r.stop()
-            if entries:
-                self._ack(entries, leaving=True)
+            with self._lock:
+                if self._c.closed:
+                    return
+                entries = self._c.close_entries()
+            self._release(entries)
         finally:
             self._uncount()
+
+    def _release(self, entries: Entries) -> None:
+        for r in self._renewals:
+            r.stop()
+        if entries:
+            self._ack(entries, leaving=True)
+
+    def _end_with_client(self) -> None:
+        """The client's close(): end the iteration, which could ack nothing after it. In
+        next() it is stopped (:meth:`stop`), and close() waits for its release as for any
+        stopped iterator's; paused between two messages it releases at once what
+        :meth:`close` releases (the message in hand and those not handed over, under
+        ``auto_ack``), while the HTTP pool is open, and the next ``next()`` ends it."""
+        self.stop()  # no resend of a failed release: close() does not wait out the lease
+        with self._lock:
+            if self._fetching or self._c.closed:
+                return
+            entries = self._c.close_entries()
+        try:
+            self._release(entries)
+        except Exception as e:  # an ack error that ends the iteration: close() goes on
+            self._c.report(e, "close")
 
     def stop(self) -> None:
         """End the iteration from any thread (a signal handler, a timer, another worker), as
@@ -415,7 +436,9 @@ class AsyncMessageIterator:
         self._stopping = asyncio.Event()  # binds to the loop on first use (3.10+)
         self._pop_cut = CallCut()  # fired by stop(): the pop under way ends at once
         self._popping = False
+        self._in_next = False  # in __anext__: popping, sending acks or pausing
         self._stopped = stopped
+        self._ending: asyncio.Future[None] | None = None  # its release at the client's aclose()
 
     async def _sleep(self, seconds: float) -> bool:
         """Wait, cut short by :meth:`stop`; True when stopped."""
@@ -453,6 +476,7 @@ class AsyncMessageIterator:
         if c.closed:
             raise StopAsyncIteration
         c.finish_current()
+        self._in_next = True
         try:
             while True:
                 if self._stopping.is_set():
@@ -492,21 +516,47 @@ class AsyncMessageIterator:
             if self._stopped is not None:
                 self._stopped.discard(self)
             raise
+        finally:
+            self._in_next = False
 
     async def aclose(self) -> None:
         """As :meth:`MessageIterator.close`."""
         try:
             if self._c.closed:
                 return
-            entries = self._c.close_entries()
-            # The renewals end before the acks go, so none is left running or races them.
-            renewals = list(self._renewals)
-            for t in renewals:
-                t.cancel()
-            if renewals:
-                await asyncio.wait(renewals)
-            if entries:
-                await self._ack(entries, leaving=True)
+            await self._release(self._c.close_entries())
+        finally:
+            if self._stopped is not None:
+                self._stopped.discard(self)
+
+    async def _release(self, entries: Entries) -> None:
+        # The renewals end before the acks go, so none is left running or races them.
+        renewals = list(self._renewals)
+        for t in renewals:
+            t.cancel()
+        if renewals:
+            await asyncio.wait(renewals)
+        if entries:
+            await self._ack(entries, leaving=True)
+
+    def _end_with_client(self) -> None:
+        """The client's aclose(): end the iteration, which could ack nothing after it. It is
+        stopped (:meth:`stop`); in __anext__, aclose() waits for its release as for any stopped
+        iterator's, and paused between two messages it starts at once the release of
+        :meth:`aclose` (the message in hand and those not handed over, under ``auto_ack``),
+        which aclose() waits for the same way, 2 s at most, before it closes the HTTP pool."""
+        self.stop()  # no resend of a failed release: aclose() does not wait out the lease
+        if self._in_next or self._c.closed or self._stopped is None:
+            return
+        entries = self._c.close_entries()  # the next __anext__ ends the iteration
+        self._stopped.add(self)
+        self._ending = asyncio.ensure_future(self._release_at_client_close(entries))
+
+    async def _release_at_client_close(self, entries: Entries) -> None:
+        try:
+            await self._release(entries)
+        except Exception as e:  # an ack error that ends the iteration: aclose() goes on
+            self._c.report(e, "close")
         finally:
             if self._stopped is not None:
                 self._stopped.discard(self)
@@ -528,8 +578,10 @@ class AsyncMessageIterator:
             # stop cancels its pop.
             with contextlib.suppress(RuntimeError):  # no loop here: stop() was misused
                 asyncio.get_running_loop().call_later(CUT_WAIT_S, self._pop_cut.abort)
-            if self._stopped is not None:
-                self._stopped.add(self)
+        if self._in_next and self._stopped is not None:
+            # It ends within milliseconds (its pop cut, its wait cut short) and releases what
+            # it holds: the client's aclose() waits for that.
+            self._stopped.add(self)
 
     async def __aenter__(self) -> AsyncMessageIterator:
         return self

@@ -227,7 +227,7 @@ class Queue(_QueueBase["Lanes"]):
         pops, failed acks); only an error that ends the iteration is raised."""
         P.validate_spec(self._spec)
         c = self._client
-        return MessageIterator(
+        it = MessageIterator(
             self._iter_core(auto_ack, limit, idle_timeout, on_error),
             self._pop_with,
             # after_close: close() keeps the HTTP pool open for a stopped iterator's release.
@@ -235,6 +235,8 @@ class Queue(_QueueBase["Lanes"]):
             c._renew_one,
             c._pops,
         )
+        c._iterators.add(it)  # close() ends it
+        return it
 
     def _engine(self, handler: Callable[[Any], Any], pool: Any, io: IoThreads) -> Engine:
         c = self._client
@@ -390,7 +392,7 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         :meth:`Queue.messages`."""
         P.validate_spec(self._spec)
         c = self._client
-        return AsyncMessageIterator(
+        it = AsyncMessageIterator(
             self._iter_core(auto_ack, limit, idle_timeout, on_error),
             self._pop_with,
             # after_close: a cancelled aclose() keeps the HTTP pool open for a stopped
@@ -399,6 +401,8 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
             c._renew_one,
             c._stopped_iterators,
         )
+        c._iterators.add(it)  # aclose() ends it
+        return it
 
     def consume(self, handler: Callable[[Message], Any]) -> AsyncConsumer:
         """Start the consume loop as a task (non-blocking). An ``async def`` handler runs on
