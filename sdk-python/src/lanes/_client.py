@@ -310,6 +310,9 @@ class Lanes:
         """Soft-stop consumers started here, flush buffers (all at once, raising
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
         Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
+        The iterations made here end: an iterator paused between two messages releases what its
+        own close() would (under ``auto_ack``, the message in hand and those not handed over)
+        before the pool closes, and one inside ``next()`` is stopped (docs/consuming.md §5).
         Every consumer is asked to stop before close() waits for any.
         A stopped consumer's long poll was cut at the stop (its connection half-closed), and so
         was the pop of an iterator stopped (:meth:`MessageIterator.stop`) while it was under
