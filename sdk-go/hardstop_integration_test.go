@@ -27,6 +27,21 @@ func TestITEveryStopReleasesAnAnswerTheBrokerAlreadyWrote(t *testing.T) {
 		require.NoError(t, err)
 		return cons
 	}
+	// iterate ranges over the queue's messages until ctx ends; the channel closes when the range has.
+	iterate := func(ctx context.Context, b bundle, c *lanes.Client, autoAck bool, handled func(*lanes.Message)) <-chan struct{} {
+		ended := make(chan struct{})
+		go func() {
+			defer close(ended)
+			msgs := c.Queue(b.queue).LeaseSeconds(60).Timeout(20 * time.Second).Autopilot(false).
+				AutoAck(autoAck).Messages(ctx)
+			for m, err := range msgs {
+				if err == nil {
+					handled(m)
+				}
+			}
+		}()
+		return ended
+	}
 	t.Run("StopAndCancel", func(t *testing.T) {
 		t.Parallel()
 		stopWithAnAnswerOnItsWay(t, func(b bundle, c *lanes.Client, handled func(*lanes.Message)) func() {
@@ -54,17 +69,7 @@ func TestITEveryStopReleasesAnAnswerTheBrokerAlreadyWrote(t *testing.T) {
 			t.Parallel()
 			stopWithAnAnswerOnItsWay(t, func(b bundle, c *lanes.Client, handled func(*lanes.Message)) func() {
 				ctx, cancel := context.WithCancel(b.ctx)
-				ended := make(chan struct{})
-				go func() {
-					defer close(ended)
-					msgs := c.Queue(b.queue).LeaseSeconds(60).Timeout(20 * time.Second).Autopilot(false).
-						AutoAck(autoAck).Messages(ctx)
-					for m, err := range msgs {
-						if err == nil {
-							handled(m)
-						}
-					}
-				}()
+				ended := iterate(ctx, b, c, autoAck, handled)
 				return func() {
 					cancel()
 					<-ended
@@ -78,16 +83,7 @@ func TestITEveryStopReleasesAnAnswerTheBrokerAlreadyWrote(t *testing.T) {
 		t.Parallel()
 		stopWithAnAnswerOnItsWay(t, func(b bundle, c *lanes.Client, handled func(*lanes.Message)) func() {
 			ctx, cancel := context.WithCancel(b.ctx)
-			ended := make(chan struct{})
-			go func() {
-				defer close(ended)
-				msgs := c.Queue(b.queue).LeaseSeconds(60).Timeout(20 * time.Second).Autopilot(false).Messages(ctx)
-				for m, err := range msgs {
-					if err == nil {
-						handled(m)
-					}
-				}
-			}()
+			ended := iterate(ctx, b, c, true, handled)
 			return func() {
 				cancel()
 				require.NoError(t, c.Close(b.ctx))

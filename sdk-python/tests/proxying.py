@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import queue
 import socket
@@ -10,6 +11,8 @@ import time
 from http.server import BaseHTTPRequestHandler
 
 import httpx
+
+import lanes
 
 
 def forward(handler: BaseHTTPRequestHandler, broker: str) -> httpx.Response:
@@ -85,3 +88,23 @@ class SlowAnswerProxy:
             except OSError:
                 data = b""
             chunks.put((time.monotonic() + self._delay, data))
+
+
+async def stop_an_async_iterator_with_an_answer_on_its_way(
+    c: lanes.AsyncLanes, broker_url: str, qname: str
+) -> asyncio.Future[list[object]]:
+    """Iterates qname through c (behind a SlowAnswerProxy), lets its long poll park, pushes a
+    message through the broker directly and stops the iterator 0.2 s later, when the broker wrote
+    the answer and the proxy holds it. Returns the task collecting what the iteration yields."""
+    it = c.queue(qname).lease_seconds(60).timeout_millis(20000).messages()
+
+    async def iterate() -> list[object]:
+        return [m.data async for m in it]
+
+    task = asyncio.ensure_future(iterate())
+    await asyncio.sleep(1.0)  # the long poll is parked on the broker
+    async with lanes.AsyncLanes(broker_url) as pusher:
+        await pusher.queue(qname).push(["late"])
+    await asyncio.sleep(0.2)  # the broker wrote the answer; the proxy holds it
+    it.stop()
+    return task

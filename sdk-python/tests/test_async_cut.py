@@ -16,7 +16,7 @@ import httpx
 
 import lanes
 
-from .proxying import SlowAnswerProxy
+from .proxying import SlowAnswerProxy, stop_an_async_iterator_with_an_answer_on_its_way
 
 
 async def test_a_soft_stop_releases_the_answer_the_broker_wrote_before_it(
@@ -169,17 +169,7 @@ async def test_aclose_right_after_an_iterators_stop_waits_for_its_release(
     proxy = SlowAnswerProxy(broker_url, 0.6)
     try:
         c = lanes.AsyncLanes(proxy.url)
-        it = c.queue(qname).lease_seconds(60).timeout_millis(20000).messages()
-
-        async def iterate() -> list[object]:
-            return [m.data async for m in it]
-
-        task = asyncio.ensure_future(iterate())
-        await asyncio.sleep(1.0)
-        async with lanes.AsyncLanes(broker_url) as pusher:
-            await pusher.queue(qname).push(["late"])
-        await asyncio.sleep(0.2)
-        it.stop()
+        task = await stop_an_async_iterator_with_an_answer_on_its_way(c, broker_url, qname)
         t0 = time.monotonic()
         await c.aclose()
         assert time.monotonic() - t0 < 2.5

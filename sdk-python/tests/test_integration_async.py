@@ -23,7 +23,7 @@ import pytest
 
 import lanes
 
-from .proxying import SlowAnswerProxy
+from .proxying import SlowAnswerProxy, stop_an_async_iterator_with_an_answer_on_its_way
 from .scripts import run_script
 
 
@@ -1217,17 +1217,7 @@ async def test_an_aclose_cancelled_while_it_waits_for_a_stopped_iterators_cut_po
     proxy = SlowAnswerProxy(broker_url, 1.0)
     try:
         c = lanes.AsyncLanes(proxy.url)
-        it = c.queue(qname).lease_seconds(60).timeout_millis(20000).messages()
-
-        async def iterate() -> list[object]:
-            return [m.data async for m in it]
-
-        iterating = asyncio.ensure_future(iterate())
-        await asyncio.sleep(1.0)  # the long poll is parked on the broker
-        async with lanes.AsyncLanes(broker_url) as pusher:
-            await pusher.queue(qname).push(["late"])
-        await asyncio.sleep(0.2)  # the broker wrote the answer; the proxy holds it
-        it.stop()
+        iterating = await stop_an_async_iterator_with_an_answer_on_its_way(c, broker_url, qname)
         began = time.monotonic()
         cancelled = await cancel_aclose(c, how)
         took = time.monotonic() - began
