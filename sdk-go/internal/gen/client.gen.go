@@ -1479,6 +1479,9 @@ type MetricsDatabase struct {
 
 // MetricsLag The last per-(queue, group) backlog refresh (`LANES_LAG_REFRESH_MS`).
 type MetricsLag struct {
+	// IntervalSeconds Seconds from the last refresh's start to the next one's: `LANES_LAG_REFRESH_MS`, or 20 times the last refresh's duration when that is longer, so the refreshes take at most 1/20 of a core (`lanes_queue_lag_refresh_interval_seconds`). Absent before the first refresh and on brokers that do not space their refreshes.
+	IntervalSeconds *float64 `json:"intervalSeconds,omitempty"`
+
 	// LastError Why the last refresh failed; absent when it succeeded.
 	LastError *string `json:"lastError,omitempty"`
 

@@ -2598,6 +2598,11 @@ export interface components {
              */
             refreshSeconds: number;
             /**
+             * Format: double
+             * @description Seconds from the last refresh's start to the next one's: `LANES_LAG_REFRESH_MS`, or 20 times the last refresh's duration when that is longer, so the refreshes take at most 1/20 of a core (`lanes_queue_lag_refresh_interval_seconds`). Absent before the first refresh and on brokers that do not space their refreshes.
+             */
+            intervalSeconds?: number;
+            /**
              * Format: date-time
              * @description `null` until a refresh has succeeded.
              */

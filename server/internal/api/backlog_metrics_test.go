@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"testing"
@@ -172,5 +173,23 @@ func TestLagRefreshesWaitTwentyOfTheirDurations(t *testing.T) {
 	got := scrape(t, b.URL)
 	if took, next := got["lanes_queue_lag_refresh_seconds"], got["lanes_queue_lag_refresh_interval_seconds"]; next < 20*took || next > 20*took+0.01 {
 		t.Errorf("lanes_queue_lag_refresh_interval_seconds = %v after a refresh of %v s, want 20 times that", next, took)
+	}
+	// The JSON metrics give the same wait.
+	var view struct {
+		Lag struct {
+			RefreshSeconds  float64  `json:"refreshSeconds"`
+			IntervalSeconds *float64 `json:"intervalSeconds"`
+		} `json:"lag"`
+	}
+	res, err := http.Get(b.URL + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = res.Body.Close() }()
+	if err := json.NewDecoder(res.Body).Decode(&view); err != nil {
+		t.Fatal(err)
+	}
+	if l := view.Lag; l.IntervalSeconds == nil || *l.IntervalSeconds < 20*l.RefreshSeconds || *l.IntervalSeconds > 20*l.RefreshSeconds+0.01 {
+		t.Errorf("/api/v1/metrics lag = %+v, want intervalSeconds 20 times refreshSeconds", l)
 	}
 }

@@ -232,6 +232,9 @@ func lagSummary(l metrics.LagSnapshot) gen.MetricsLag {
 	if l.Err != "" {
 		out.LastError = &l.Err
 	}
+	if l.IntervalSeconds > 0 {
+		out.IntervalSeconds = &l.IntervalSeconds
+	}
 	return out
 }
 

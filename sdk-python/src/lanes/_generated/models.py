@@ -1555,6 +1555,10 @@ class MetricsLag(BaseModel):
     """
     How long the last refresh took.
     """
+    interval_seconds: Annotated[float | None, Field(alias="intervalSeconds")] = None
+    """
+    Seconds from the last refresh's start to the next one's: `LANES_LAG_REFRESH_MS`, or 20 times the last refresh's duration when that is longer, so the refreshes take at most 1/20 of a core (`lanes_queue_lag_refresh_interval_seconds`). Absent before the first refresh and on brokers that do not space their refreshes.
+    """
     refreshed_at: Annotated[AwareDatetime | None, Field(alias="refreshedAt")]
     """
     `null` until a refresh has succeeded.
