@@ -5,15 +5,17 @@
 #   scripts/fuzz-api.sh [schemathesis run option...]   e.g. --include-operation-id push
 #
 # Starts a broker with JWT on (HS256, a fixed test secret) over a fresh database of the local
-# cluster (scripts/test-broker.sh), runs schemathesis from tools/fuzz/.venv with
-# tools/fuzz/schemathesis.toml and an admin token, stops the broker however this ends, and exits
-# with schemathesis's status (non-zero on any failure).
+# cluster (scripts/test-broker.sh), seeds it (tools/fuzz/seed.py), runs schemathesis from
+# tools/fuzz/.venv with tools/fuzz/schemathesis.toml, the hooks of tools/fuzz/hooks.py and an
+# admin token, stops the broker however this ends, and exits with schemathesis's status
+# (non-zero on any failure).
 #
 # Environment:
 #   LANES_FUZZ_PORT   broker port (default 6634; the SDK test broker has 6633)
 #   LANES_FUZZ_DB     database name (default lanes_fuzz_api), dropped and created anew
 # LANES_PG_* apply as for scripts/pg.sh. Files: .lanes/test-broker-<port>.log (the broker),
-# .lanes/fuzz-api/ (schemathesis's working directory, emptied on every run).
+# .lanes/fuzz-api/ (schemathesis's working directory, emptied on every run; seed.json there holds
+# what was seeded).
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
