@@ -42,8 +42,9 @@ mkdir -p "$REPO/.lanes/fuzz-api"
 cd "$REPO/.lanes/fuzz-api"
 # Queues with messages, a consumer group, dead letters and KV keys for the valid requests to
 # reach; tools/fuzz/hooks.py points them there and keeps them clear of the rules across fields.
-export LANES_FUZZ_SEED_FILE="$REPO/.lanes/fuzz-api/seed.json" SCHEMATHESIS_HOOKS="$REPO/tools/fuzz/hooks.py"
-LANES_FUZZ_URL="$url" python3 "$REPO/tools/fuzz/seed.py" "$LANES_FUZZ_SEED_FILE"
+export LANES_FUZZ_URL="$url" LANES_FUZZ_SEED_FILE="$REPO/.lanes/fuzz-api/seed.json"
+export SCHEMATHESIS_HOOKS="$REPO/tools/fuzz/hooks.py"
+python3 "$REPO/tools/fuzz/seed.py" "$LANES_FUZZ_SEED_FILE"
 rc=0
 "$SCHEMATHESIS" --config-file "$REPO/tools/fuzz/schemathesis.toml" run "$REPO/openapi.yaml" \
   --url "$url" --mode all --suppress-health-check all --no-color "$@" || rc=$?

@@ -13,12 +13,15 @@ Two kinds of change, per operation:
 - Every other valid case of an operation that needs existing data is pointed at the seeded data
   (a queue with partitions and a consumer group, messages, dead letters, KV keys), so it gets past
   the 404; the rest keep their generated names and still test the lookup.
+After the calls, push and pop maintenance are switched off again when a case turned one on
+(`after_call` below).
 """
 
 from __future__ import annotations
 
 import json
 import os
+import urllib.request
 from collections import Counter
 from collections.abc import Callable
 from typing import Any
@@ -172,3 +175,30 @@ def map_case(context: Any, case: Any) -> Any:
     _seen[operation_id] += 1
     shaper(case, seeded)
     return case
+
+
+# Push and pop maintenance are switches of the whole broker: left on, they answer every later
+# replay, retry and pushing transaction with a documented 503 (which fails `not_a_server_error`)
+# and every pop with a 204, whatever operation happens to run next. A case that turned one on
+# has its answer checked as usual; then it is turned off again.
+MAINTENANCE_SWITCHES = {"setPushMaintenance", "setPopMaintenance"}
+
+
+@schemathesis.hook
+def after_call(context: Any, case: Any, response: Any) -> None:
+    if case.operation.definition.raw.get("operationId") not in MAINTENANCE_SWITCHES:
+        return
+    if response.status_code != 200:
+        return
+    try:
+        enabled = response.json().get("enabled")
+    except (ValueError, AttributeError):
+        return
+    if enabled is not True:
+        return
+    url = os.environ["LANES_FUZZ_URL"].rstrip("/") + case.operation.path
+    request = urllib.request.Request(url, data=b'{"enabled":false}', method="POST")
+    request.add_header("Authorization", "Bearer " + os.environ["LANES_FUZZ_TOKEN"])
+    request.add_header("Content-Type", "application/json")
+    with urllib.request.urlopen(request, timeout=10) as answer:
+        answer.read()
