@@ -63,15 +63,21 @@ func (f faultSpec) forRun(vars map[string]string) faultSpec {
 	return f
 }
 
-// requestSpec expects a request the SDK sent (recorded by the proxy), in order: its query
-// byte for byte, or, with params, its parameters in any order (the order an SDK writes them
-// in is not the contract; what it sends is), a value "*" standing for any value (an opaque
-// listing key).
+// requestSpec expects a request the SDK sent (recorded by the proxy), in order: its path,
+// where a "*" stands for one segment (an id the case cannot know, such as a partition id);
+// its query byte for byte, or, with params, its parameters in any order (the order an SDK
+// writes them in is not the contract; what it sends is), a value "*" standing for any value
+// (an opaque listing key).
 type requestSpec struct {
 	Method string            `yaml:"method"`
 	Path   string            `yaml:"path"`
 	Query  string            `yaml:"query"`
 	Params map[string]string `yaml:"params"`
+}
+
+// matches says whether a recorded request is the one r expects, its query aside.
+func (r requestSpec) matches(method, path string, vars map[string]string) bool {
+	return method == r.Method && globMatch(substitute(r.Path, vars).(string), path)
 }
 
 // queryProblem says how a recorded query differs from the spec's (substituted) query or

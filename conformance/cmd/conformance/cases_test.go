@@ -153,3 +153,27 @@ func TestARequestsParamsMatchInAnyOrderAndItsQueryByteForByte(t *testing.T) {
 		t.Error("query must match byte for byte")
 	}
 }
+
+// A "*" in a request's path stands for one segment (a partition id the case cannot know), and
+// the rest of the path must match as written.
+func TestARequestsPathStarStandsForOneSegment(t *testing.T) {
+	vars := map[string]string{"q": "cf-go-1"}
+	del := requestSpec{Method: "DELETE", Path: "/api/v1/messages/*/${q}-5"}
+	for path, want := range map[string]bool{
+		"/api/v1/messages/8e0c2a44-55b1-4f4e-9a43-1d6f0c9b7e21/cf-go-1-5": true,
+		"/api/v1/messages/8e0c2a44-55b1-4f4e-9a43-1d6f0c9b7e21/cf-go-1-4": false,
+		"/api/v1/messages/a/b/cf-go-1-5":                                  false, // two segments
+		"/api/v1/messages/cf-go-1-5":                                      false,
+	} {
+		if got := del.matches("DELETE", path, vars); got != want {
+			t.Errorf("path %q against %q: match %v, want %v", path, del.Path, got, want)
+		}
+	}
+	if del.matches("GET", "/api/v1/messages/p/cf-go-1-5", vars) {
+		t.Error("the method must match too")
+	}
+	plain := requestSpec{Method: "GET", Path: "/api/v1/messages"}
+	if !plain.matches("GET", "/api/v1/messages", vars) || plain.matches("GET", "/api/v1/messages/x", vars) {
+		t.Error("a path without a star must match exactly")
+	}
+}

@@ -396,12 +396,11 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 	// Requests the SDK sent, matched in order.
 	next := 0
 	for _, want := range c.Spec.Requests {
-		path := substitute(want.Path, vars).(string)
 		found := false
 		for next < len(requests) {
 			r := requests[next]
 			next++
-			if r.Method == want.Method && r.Path == path {
+			if want.matches(r.Method, r.Path, vars) {
 				if problem := want.queryProblem(r.Query, vars); problem != "" {
 					res.Problems = append(res.Problems, fmt.Sprintf("request %s %s: %s", r.Method, r.Path, problem))
 				}
@@ -410,7 +409,7 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 			}
 		}
 		if !found {
-			res.Problems = append(res.Problems, fmt.Sprintf("request %s %s (query %q) was not sent", want.Method, path, want.Query))
+			res.Problems = append(res.Problems, fmt.Sprintf("request %s %s (query %q) was not sent", want.Method, substitute(want.Path, vars), want.Query))
 		}
 	}
 	if len(res.Problems) > 0 {
