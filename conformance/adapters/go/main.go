@@ -74,12 +74,14 @@ func main() {
 	}
 }
 
-// state is what one case's steps share: the client, saved message sets, dead letters and
-// listing pages' nextAfter keys, time marks, and walks left open for a walkResume.
+// state is what one case's steps share: the client, saved message sets, dead letters, the
+// messages a message walk handed over, listing pages' nextAfter keys, time marks, and walks left
+// open for a walkResume.
 type state struct {
 	client *lanes.Client
 	saved  map[string][]*lanes.Message
 	dlq    map[string][]lanes.DLQMessage
+	walked map[string][]lanes.MessageListItem
 	pages  map[string]*string
 	marks  map[string]time.Time
 	walks  map[string]*openWalk
@@ -152,7 +154,7 @@ func runCase(c caseIn) ([]stepOut, error) {
 		defer cancel()
 		_ = client.Close(ctx)
 	}()
-	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, pages: map[string]*string{}, marks: map[string]time.Time{}, walks: map[string]*openWalk{}}
+	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, walked: map[string][]lanes.MessageListItem{}, pages: map[string]*string{}, marks: map[string]time.Time{}, walks: map[string]*openWalk{}}
 	registry := st.steps()
 	runStep := func(s stepIn, start time.Time) map[string]any {
 		var (

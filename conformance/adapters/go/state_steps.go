@@ -139,15 +139,24 @@ func (s *state) timerList(ctx context.Context, a timerArgs) (map[string]any, err
 	return wireResult(s.client.Timers(a.Queue).List(ctx, a.Limit, a.After)), nil
 }
 
-// address is a message step's target: a saved message (messages + index) or raw ids.
+// address is a message step's target: a saved message (messages + index), a message a message
+// walk handed over (walk + index, in walk order), or raw ids.
 type address struct {
 	Messages      string `json:"messages"`
+	Walk          string `json:"walk"`
 	Index         int    `json:"index"`
 	PartitionID   string `json:"partitionId"`
 	TransactionID string `json:"transactionId"`
 }
 
 func (s *state) address(a address) (partitionID, transactionID string, err error) {
+	if a.Walk != "" {
+		rows, ok := s.walked[a.Walk]
+		if !ok || a.Index < 0 || a.Index >= len(rows) {
+			return "", "", fmt.Errorf("no message %s[%d] handed over by a message walk", a.Walk, a.Index)
+		}
+		return rows[a.Index].PartitionId, rows[a.Index].TransactionId, nil
+	}
 	if a.Messages == "" {
 		return a.PartitionID, a.TransactionID, nil
 	}

@@ -133,11 +133,19 @@ type messagesWalkArgs struct {
 	walkArgs
 }
 
-// walkMessages walks every message the filters select, limit rows a page.
+// walkMessages walks every message the filters select, limit rows a page; save also keeps the
+// messages handed over, in walk order, for the message steps' walk address.
 func (s *state) walkMessages(ctx context.Context, a messagesWalkArgs) (map[string]any, error) {
 	rows := s.client.Admin().AllMessages(ctx, lanes.MessageQuery{Queue: a.Queue, Partition: a.Partition,
 		Status: a.Status, Limit: a.Limit})
-	return s.walk(startWalk(rows, func(lanes.MessageListItem) {}), a.walkArgs)
+	if a.Save != "" {
+		s.walked[a.Save] = nil
+	}
+	return s.walk(startWalk(rows, func(m lanes.MessageListItem) {
+		if a.Save != "" {
+			s.walked[a.Save] = append(s.walked[a.Save], m)
+		}
+	}), a.walkArgs)
 }
 
 type queuesWalkArgs struct {

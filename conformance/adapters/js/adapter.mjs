@@ -167,8 +167,14 @@ function txKv(tb, o) {
 // timerSchedule sends a payload only when the step gives data (none fires {}, as in Go and Python).
 const timerSchedule = (t) => ("data" in t ? { delayMillis: t.delayMs ?? 0, payload: t.data } : { delayMillis: t.delayMs ?? 0 });
 
-// address is a message step's target: a saved message (messages + index) or raw ids.
+// address is a message step's target: a saved message (messages + index), a message a message
+// walk handed over (walk + index, in walk order), or raw ids.
 function address(st, a) {
+  if (a.walk) {
+    const m = st.walked.get(a.walk)?.[a.index ?? 0];
+    if (!m) throw new AdapterError(`no message ${a.walk}[${a.index ?? 0}] handed over by a message walk`);
+    return [m.partitionId, m.transactionId];
+  }
   if (!a.messages) return [a.partitionId, a.transactionId];
   const [m] = st.messages(a.messages, [a.index ?? 0]);
   return [m.partitionId, m.transactionId];
@@ -306,7 +312,10 @@ const stateSteps = {
     return await maintenanceCall(c, a.scope, "set", a.enabled);
   },
   async messagesAll(c, a) {
-    return this.walk(c.admin.allMessages(pick(a, "queue", "partition", "status", "limit")), a);
+    // save also keeps the messages handed over, in walk order, for the message steps' walk address
+    const kept = [];
+    if (a.save) this.walked.set(a.save, kept);
+    return this.walk(c.admin.allMessages(pick(a, "queue", "partition", "status", "limit")), a, (m) => kept.push(m));
   },
   async messages(c, a) {
     const list = await c.admin.listMessages({ ...pick(a, "queue", "partition", "status", "limit", "offset"), ...this.after(a) });
@@ -580,6 +589,7 @@ class CaseState {
     this.client = client;
     this.saved = new Map();
     this.dlq = new Map();
+    this.walked = new Map(); // the messages a message walk handed over, by its save name
     this.pages = new Map(); // a listing page's nextAfter, by the save name of its step
     this.marks = new Map();
     this.walks = new Map(); // walks a step paused, by its save name, for walkResume

@@ -414,6 +414,8 @@ class CaseState:
         self.driver = driver
         self.saved: dict[str, list[Any]] = {}
         self.dlq: dict[str, list[Any]] = {}
+        # the messages a message walk handed over, by its save name
+        self.walked: dict[str, list[Any]] = {}
         # a listing page's nextAfter, by the save name of its step
         self.pages: dict[str, str | None] = {}
         self.marks: dict[str, datetime] = {}
@@ -775,6 +777,13 @@ class CaseState:
         return await wire_result(c.admin.purge_dlq(a["queue"], a.get("group") or None))
 
     def address(self, a: dict[str, Any]) -> tuple[str, str]:
+        """A message step's target: a saved message (messages + index), a message a message walk
+        handed over (walk + index, in walk order), or raw ids."""
+        if a.get("walk"):
+            rows, i = self.walked.get(a["walk"], []), a.get("index", 0)
+            if not 0 <= i < len(rows):
+                raise ValueError(f"no message {a['walk']}[{i}] handed over by a message walk")
+            return rows[i].partition_id, rows[i].transaction_id
         if not a.get("messages"):
             return a["partitionId"], a["transactionId"]
         [m] = self.messages(a["messages"], [a.get("index", 0)])
@@ -895,9 +904,13 @@ class CaseState:
         return await wire_result(lst)
 
     async def op_messagesAll(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
-        return await self.walk(
-            c.admin.all_messages(**pick(a, "queue", "partition", "status", "limit")), a
-        )
+        rows = c.admin.all_messages(**pick(a, "queue", "partition", "status", "limit"))
+        # save also keeps the messages handed over, in walk order, for the message steps' walk
+        # address
+        kept: list[Any] = []
+        if a.get("save"):
+            self.walked[a["save"]] = kept
+        return await self.walk(rows, a, kept.append)
 
     async def op_group(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         return await wire_result(c.admin.get_consumer_group(a["group"]))
