@@ -1207,6 +1207,46 @@ async def test_an_aclose_cancelled_before_reaching_a_consumer_soft_stops_it(
         assert [await c2.queue(q).wait(False).pop() for q in queues] == [[], []]
 
 
+async def test_aclose_asks_every_consumer_to_stop_before_it_waits_for_one(
+    broker_url: str, qname: str
+) -> None:
+    # aclose() stopped its consumers one after another: while it waited for the first one's
+    # handler, the others kept popping and started handlers for messages pushed meanwhile,
+    # work a shutdown then had to wait for (or release, to be redelivered).
+    c = lanes.AsyncLanes(broker_url)
+    held, others = qname + "-held", [qname + "-second", qname + "-third"]
+    release, holding = asyncio.Event(), asyncio.Event()
+    started_during_close: list[str] = []
+
+    async def hold(_: lanes.Message) -> None:
+        holding.set()
+        await release.wait()
+
+    async def record(m: lanes.Message) -> None:
+        started_during_close.append(m.data)
+
+    await c.queue(held).push(["work"])
+    consumers = [c.queue(held).consume(hold)] + [c.queue(q).consume(record) for q in others]
+    await asyncio.wait_for(holding.wait(), 10)
+    await asyncio.sleep(0.3)  # the other two are parked in their long polls
+    closing = asyncio.ensure_future(c.aclose(timeout=10))
+    await asyncio.sleep(0.1)  # aclose() began and waits for the held handler
+    async with lanes.AsyncLanes(broker_url) as c2:
+        for q in others:
+            await c2.queue(q).push([q])
+        await asyncio.sleep(1.0)  # time enough for a consumer still running to start a handler
+        assert started_during_close == [], "a consumer not yet asked to stop started a handler"
+        assert not closing.done()
+        release.set()
+        await asyncio.wait_for(closing, 10)
+        for consumer in consumers:
+            assert consumer.done and consumer.error is None
+        for q in others:  # left on their queues for the next consumer, not leased
+            got = await c2.queue(q).wait(False).pop()
+            assert [m.data for m in got] == [q]
+            await c2.ack(got)
+
+
 @pytest.mark.parametrize("how", ["task.cancel", "wait_for"])
 async def test_an_aclose_cancelled_while_it_waits_for_a_stopped_iterators_cut_pop(
     broker_url: str, qname: str, how: str

@@ -575,11 +575,11 @@ class AsyncLanes:
         second aclose() does nothing) and re-raises the ``CancelledError`` at once, after
         logging the buffered items it leaves (the error's ``__cause__`` is an
         :class:`UnsentError` naming them). Its consumers are then left as a timed-out aclose()
-        leaves those still stopping: each is soft-stopped (those it had not reached yet too,
-        without waiting), and the HTTP pool stays open until every one still running has
-        ended, so their handlers' lease renewals, acks and releases still go out, and until a
-        stopped iterator whose cut pop was still on its way has released what it got (2 s at
-        most); it closes then, and no task outlives the last of them."""
+        leaves those still stopping: each was soft-stopped before aclose() first waited (it
+        asks every one before it waits for any), and the HTTP pool stays open until every one
+        still running has ended, so their handlers' lease renewals, acks and releases still go
+        out, and until a stopped iterator whose cut pop was still on its way has released what
+        it got (2 s at most); it closes then, and no task outlives the last of them."""
         if self._closed:
             return
         self._closed = True
@@ -587,6 +587,12 @@ class AsyncLanes:
         still_stopping: TimeoutError | None = None
         running: list[AsyncConsumer] = []
         buffers = list(self._buffers.values())  # no buffer is made once _closed is set
+        consumers = list(self._consumers)
+        # Every consumer is asked before aclose() awaits anything: one not yet asked would go
+        # on popping and starting handlers while aclose() waits for another's (or is
+        # cancelled), work the shutdown would then wait for or release to be redelivered.
+        for c in consumers:
+            c._request_stop()
         try:
             # No call can ack for an iterator once the pool is closed: each ends here, and
             # releases what it holds. A stopped iterator's cut pop ends within milliseconds,
@@ -595,7 +601,7 @@ class AsyncLanes:
             for it in list(self._iterators):
                 it._end_with_client()
             await self._stopped_iterators.closed(CUT_WAIT_S)
-            for c in list(self._consumers):
+            for c in consumers:
                 try:
                     await c.stop(timeout)
                 except TimeoutError as e:
@@ -609,7 +615,7 @@ class AsyncLanes:
                 for b in buffers:
                     await b.stop()
         except asyncio.CancelledError as cancelled:
-            running = self._stop_consumers_at_cancel()
+            running = [c for c in consumers if not c.done]
             await self._report_unsent_at_cancel(buffers, cancelled)
             raise
         finally:
@@ -622,15 +628,6 @@ class AsyncLanes:
             self._gone = True
         if still_stopping is not None:
             raise still_stopping
-
-    def _stop_consumers_at_cancel(self) -> list[AsyncConsumer]:
-        """A cancelled aclose() cannot wait for its consumers: it requests the soft stop of
-        those it had not reached and returns every one not yet ended, so the pool stays open
-        for them as for those a timed-out aclose() gives up on."""
-        running = [c for c in self._consumers if not c.done]
-        for c in running:
-            c._request_stop()
-        return running
 
     async def _report_unsent_at_cancel(
         self, buffers: list[AsyncPushBuffer], cancelled: asyncio.CancelledError

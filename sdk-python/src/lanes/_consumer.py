@@ -771,7 +771,7 @@ class AsyncConsumer:
             raise TimeoutError("lanes: consumer still stopping") from None
 
     def _request_stop(self) -> None:
-        """The soft stop without the wait (a cancelled aclose() cannot wait)."""
+        """The soft stop without the wait (the client's aclose() asks every consumer first)."""
         if not self._task.done():
             self._engine.request_stop(False)
 
