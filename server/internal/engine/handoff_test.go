@@ -31,8 +31,12 @@ func drainGroup(t *testing.T, e *Engine, q, group string) {
 	}
 }
 
+// rateWithoutRechecks is a ParkedRecheckRate that spaces a lone parked pop's
+// re-checks 100 s apart: past the timeout of any test's pop.
+const rateWithoutRechecks = 0.01
+
 // newEngineWithoutRechecks is an engine whose parked pops do not re-check
-// within a 10 s timeout (ParkedRecheckRate spaces them 100 s apart). A push
+// within a 10 s timeout (rateWithoutRechecks). A push
 // claims for the oldest idle parked pop, and a pop is not idle while its own
 // re-check runs: a push landing then serves the next pop. Parked pops are
 // served in arrival order only best-effort, so tests that expect the first of
@@ -40,7 +44,7 @@ func drainGroup(t *testing.T, e *Engine, q, group string) {
 // the machine's load.
 func newEngineWithoutRechecks(t *testing.T) *Engine {
 	t.Helper()
-	return newEngineWith(t, Config{ParkedRecheckRate: 0.01}, nil)
+	return newEngineWith(t, Config{ParkedRecheckRate: rateWithoutRechecks}, nil)
 }
 
 // parkTwo parks two long-poll pops of req, the first 50 ms before the second,

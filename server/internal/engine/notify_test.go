@@ -76,28 +76,11 @@ func TestFailingNotificationsLogOneWarning(t *testing.T) {
 // line: another broker's push to such a queue still wakes a pop parked on it
 // at once, not at its next re-check.
 func TestLongPollWakesAcrossBrokersOnAQueueNamedWithALineBreak(t *testing.T) {
-	const wakeBound = 400 * time.Millisecond // a wake takes milliseconds; a re-check would take 700
-	a, b := newEngine(t), newEngine(t)
+	a, b := newEngineWithoutRechecks(t), newEngine(t)
 	q := queueName(t) + "\nsecond line"
 	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
 	waitListening(t, a)
-	done := make(chan *PopResult, 1)
-	go func() {
-		r, _ := a.Pop(context.Background(), PopRequest{Queue: q, Wait: true, Timeout: 5 * time.Second})
-		done <- r
-	}()
-	// Parked for 1 s, the pop re-checks at
-	// 0.9 s and next at 1.7 s, so only a wake delivers within wakeBound.
-	time.Sleep(time.Second)
-	pushed := time.Now()
-	mustPush(t, b, items(q, "p", "wake")...)
-	r := <-done
-	if r == nil || len(r.Messages) != 1 {
-		t.Fatalf("parked pop returned %v", r)
-	}
-	if latency := time.Since(pushed); latency > wakeBound {
-		t.Fatalf("the pop parked on one broker was delivered %v after the push through another: a re-check, not a wake", latency)
-	}
+	wakeParkedPop(t, a, b, q)
 }
 
 // waitListening waits until e's notification listener is on LISTEN: a push
@@ -170,26 +153,72 @@ func newTestProxy(t *testing.T) *testdb.Proxy {
 	return testdb.NewProxy(t, net.JoinHostPort(cfg.ConnConfig.Host, strconv.Itoa(int(cfg.ConnConfig.Port))))
 }
 
-// wakeLatency parks a pop of q on a for a second (past its first re-checks,
-// so the next is 0.7 s away), pushes to q through b and says how soon the pop
-// got the message: milliseconds for a wake, hundreds for a re-check.
-func wakeLatency(t *testing.T, a, b *Engine, q string) time.Duration {
+// A wake test parks a pop on an engine whose re-checks are spaced past the
+// pop's timeout (rateWithoutRechecks), so only a wake can deliver a message
+// pushed meanwhile before wakeBound: a wake takes milliseconds, hundreds on a
+// loaded machine, and without one the pop hears of the push only at its
+// timeout, wakePopTimeout. Before, the bound was 400 ms against a re-check
+// 700 ms away, and a busy machine delivered notifications in 460-570 ms.
+const (
+	wakeBound      = 5 * time.Second
+	wakePopTimeout = 30 * time.Second
+)
+
+// wakeParkedPop parks a pop of q on a (an engine without re-checks), pushes
+// to q through pusher once the pop waits idle, and fails t unless the pop
+// gets the message within wakeBound. It returns the pop's answer.
+func wakeParkedPop(t *testing.T, a, pusher *Engine, q string) *PopResult {
 	t.Helper()
-	done := make(chan *PopResult, 1)
-	go func() {
-		r, _ := a.Pop(context.Background(), PopRequest{Queue: q, Wait: true, Timeout: 5 * time.Second})
-		done <- r
-	}()
-	time.Sleep(time.Second)
+	done := popInBackground(a, PopRequest{Queue: q, Wait: true, Timeout: wakePopTimeout})
+	waitIdleParked(t, a, q, done)
 	pushed := time.Now()
-	// A partition of its own: the last call's lease holds its partition.
+	bound := time.After(wakeBound)
+	// A partition of its own: an earlier call's lease holds its partition.
 	partition := fmt.Sprint("p-", pushed.UnixNano())
-	mustPush(t, b, items(q, partition, "wake-"+partition)...)
-	r := <-done
-	if r == nil || len(r.Messages) != 1 {
-		t.Fatalf("parked pop returned %v", r)
+	mustPush(t, pusher, items(q, partition, "wake-"+partition)...)
+	select {
+	case p := <-done:
+		if p.err != nil || p.res == nil || len(p.res.Messages) != 1 {
+			t.Fatalf("parked pop returned %+v %v", p.res, p.err)
+		}
+		t.Logf("push→delivery latency of the parked pop: %v", p.at.Sub(pushed))
+		return p.res
+	case <-bound:
+		t.Fatalf("the parked pop did not get a message pushed %v ago: no wake reached it (its re-checks are %v apart)", wakeBound, time.Duration(float64(time.Second)/rateWithoutRechecks))
+		return nil
 	}
-	return time.Since(pushed)
+}
+
+// waitIdleParked waits until the pop answering on done waits idle on e for a
+// push to q (parked, its first claim over): a push before then is found by
+// that claim, and a test of wakes would pass without one.
+func waitIdleParked(t *testing.T, e *Engine, q string, done <-chan poppedAt) {
+	t.Helper()
+	for deadline := time.Now().Add(10 * time.Second); idleParked(e, q) == 0; time.Sleep(5 * time.Millisecond) {
+		select {
+		case p := <-done:
+			t.Fatalf("the pop returned instead of parking: %+v %v", p.res, p.err)
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the pop did not park within 10 s")
+		}
+	}
+}
+
+// idleParked counts the pops of q parked on e with no claim of their own running.
+func idleParked(e *Engine, q string) int {
+	e.waiters.mu.Lock()
+	defer e.waiters.mu.Unlock()
+	n := 0
+	if l := e.waiters.byQueue[q]; l != nil {
+		for el := l.Front(); el != nil; el = el.Next() {
+			if el.Value.(*waiter).idle != nil {
+				n++
+			}
+		}
+	}
+	return n
 }
 
 // A database host that dies without closing the listener's connection (power
@@ -200,11 +229,10 @@ func wakeLatency(t *testing.T, a, b *Engine, q string) time.Duration {
 // server may have lost acks they were computed from) and gets back on LISTEN,
 // so pushes through other brokers wake its parked pops again.
 func TestASilentlyDeadListenerConnectionIsReplacedWithinItsCheck(t *testing.T) {
-	const wakeBound = 400 * time.Millisecond
 	// Noticed within two checks and the first reconnect delay, well within 3 s.
 	const check = 200 * time.Millisecond
 	proxy := newTestProxy(t)
-	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check, ParkedRecheckRate: rateWithoutRechecks})
 	b := newEngine(t)
 	q := queueName(t)
 	mustPop(t, a, PopRequest{Queue: q}) // creates the queue
@@ -224,19 +252,16 @@ func TestASilentlyDeadListenerConnectionIsReplacedWithinItsCheck(t *testing.T) {
 		t.Fatal("the listener replaced its dead connection and the cached pop plans were kept")
 	}
 	waitListening(t, a)
-	if latency := wakeLatency(t, a, b, q); latency > wakeBound {
-		t.Fatalf("after the listener's reconnect, a push through another broker reached the parked pop after %v: a re-check, not a wake", latency)
-	}
+	wakeParkedPop(t, a, b, q)
 }
 
 // A listener that hears nothing for many check intervals keeps its connection
 // (each wait cut short by its deadline, each ping answered), and the broker its
 // cached pop plans; notifications still reach it after all those waits.
 func TestAQuietListenerKeepsItsConnectionAndPlans(t *testing.T) {
-	const wakeBound = 400 * time.Millisecond
 	proxy := newTestProxy(t)
 	const check = 200 * time.Millisecond
-	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check})
+	a := newEngineThrough(t, proxy, Config{ListenerCheckInterval: check, ParkedRecheckRate: rateWithoutRechecks})
 	b := newEngine(t)
 	q := queueName(t)
 	mustPop(t, a, PopRequest{Queue: q})
@@ -249,9 +274,7 @@ func TestAQuietListenerKeepsItsConnectionAndPlans(t *testing.T) {
 	if a.popPlans.currentGeneration() != generation {
 		t.Fatal("the broker forgot its cached pop plans while its listener's connection was alive")
 	}
-	if latency := wakeLatency(t, a, b, q); latency > wakeBound {
-		t.Fatalf("a push through another broker reached the parked pop after %v: a re-check, not a wake", latency)
-	}
+	wakeParkedPop(t, a, b, q)
 }
 
 // A database too busy to answer the listener's ping within the check
