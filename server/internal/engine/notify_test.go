@@ -239,10 +239,14 @@ func TestASilentlyDeadListenerConnectionIsReplacedWithinItsCheck(t *testing.T) {
 	waitListening(t, a)
 	generation := a.popPlans.currentGeneration()
 	killed := time.Now()
-	if n := proxy.Kill(listenQuery); n != 1 {
-		t.Fatalf("killed %d listener connections, want 1", n)
+	// Every connection that sent LISTEN dies, the live one and any the
+	// listener gave up on after a late ping on a loaded machine (still open
+	// here): the listener is back on a new one once more have sent LISTEN.
+	killedConns := proxy.Kill(listenQuery)
+	if killedConns == 0 {
+		t.Fatal("no listener connection to kill")
 	}
-	for deadline := killed.Add(3 * time.Second); proxy.Sent(listenQuery) < 2; time.Sleep(10 * time.Millisecond) {
+	for deadline := killed.Add(3 * time.Second); proxy.Sent(listenQuery) <= killedConns; time.Sleep(10 * time.Millisecond) {
 		if time.Now().After(deadline) {
 			t.Fatal("the listener did not notice its dead connection within 3 s")
 		}
