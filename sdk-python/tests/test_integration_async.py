@@ -1247,6 +1247,60 @@ async def test_aclose_asks_every_consumer_to_stop_before_it_waits_for_one(
             await c2.ack(got)
 
 
+async def _hold_handlers(
+    c: lanes.AsyncLanes, queues: list[str], release: asyncio.Event
+) -> list[lanes.AsyncConsumer]:
+    """One consumer per queue, each in a handler that waits for ``release``, once all run."""
+    consumers, handling = [], []
+    for q in queues:
+        await c.queue(q).push(["work"])
+        started = asyncio.Event()
+        handling.append(started)
+
+        async def held(_: lanes.Message, started: asyncio.Event = started) -> None:
+            started.set()
+            await release.wait()
+
+        consumers.append(c.queue(q).lease_seconds(5).consume(held))
+    for started in handling:
+        await asyncio.wait_for(started.wait(), 10)
+    return consumers
+
+
+async def test_aclose_refuses_consumers_and_iterators_started_while_it_waits(
+    broker_url: str, qname: str
+) -> None:
+    # A consumer another task started while aclose() waited for a handler was never asked to
+    # stop: it ran on after aclose() returned, its pops failing on the closed HTTP pool, and an
+    # iterator made then went on leasing messages no call could ack any more.
+    c = lanes.AsyncLanes(broker_url)
+    release = asyncio.Event()
+    held = await _hold_handlers(c, [qname + "-held"], release)
+    closing = asyncio.ensure_future(c.aclose(timeout=10))
+    await asyncio.sleep(0.2)  # aclose() asked the consumer to stop and waits for its handler
+    late_consumers: list[lanes.AsyncConsumer] = []
+    late_iterators: list[lanes.AsyncMessageIterator] = []
+
+    async def nothing(_: lanes.Message) -> None:
+        pass
+
+    try:
+        with pytest.raises(lanes.ClientClosedError, match="lanes: consume: client is closed"):
+            late_consumers.append(c.queue(qname).consume(nothing))
+        with pytest.raises(lanes.ClientClosedError, match="lanes: messages: client is closed"):
+            late_iterators.append(c.queue(qname).messages())
+    finally:
+        release.set()
+        await asyncio.wait_for(closing, 10)
+        for consumer in late_consumers:
+            await consumer.stop(10)
+        for it in late_iterators:
+            await it.aclose()
+    assert held[0].done
+    with pytest.raises(lanes.ClientClosedError, match="lanes: consume: client is closed"):
+        c.queue(qname).consume(nothing)  # and after aclose() ended
+
+
 @pytest.mark.parametrize("how", ["task.cancel", "wait_for"])
 async def test_an_aclose_cancelled_while_it_waits_for_a_stopped_iterators_cut_pop(
     broker_url: str, qname: str, how: str

@@ -1246,6 +1246,57 @@ def test_ctrl_c_in_close_leaves_the_handlers_acks_and_every_consumers_stop_to_a_
         assert [c2.queue(q).wait(False).pop() for q in queues] == [[], []], "an ack was lost"
 
 
+def _hold_handlers(
+    c: lanes.Lanes, queues: list[str], release: threading.Event
+) -> list[lanes.Consumer]:
+    """One consumer per queue, each in a handler that waits for ``release``, once all run."""
+    consumers, handling = [], []
+    for q in queues:
+        c.queue(q).push(["work"])
+        started = threading.Event()
+        handling.append(started)
+
+        def held(_: lanes.Message, started: threading.Event = started) -> None:
+            started.set()
+            release.wait(10)
+
+        consumers.append(c.queue(q).lease_seconds(5).consume(held))
+    for started in handling:
+        assert started.wait(10)
+    return consumers
+
+
+def test_close_refuses_consumers_and_iterators_started_while_it_waits(
+    broker_url: str, qname: str
+) -> None:
+    # A consumer another thread started while close() waited for a handler was never asked to
+    # stop: it ran on after close() returned, its pops failing on the closed HTTP pool, and an
+    # iterator made then went on leasing messages no call could ack any more.
+    c = lanes.Lanes(broker_url)
+    release = threading.Event()
+    held = _hold_handlers(c, [qname + "-held"], release)
+    closing = threading.Thread(target=c.close, kwargs={"timeout": 10})
+    closing.start()
+    time.sleep(0.2)  # close() asked the consumer to stop and waits for its handler
+    late_consumers: list[lanes.Consumer] = []
+    late_iterators: list[lanes.MessageIterator] = []
+    try:
+        with pytest.raises(lanes.ClientClosedError, match="lanes: consume: client is closed"):
+            late_consumers.append(c.queue(qname).consume(lambda _: None))
+        with pytest.raises(lanes.ClientClosedError, match="lanes: messages: client is closed"):
+            late_iterators.append(c.queue(qname).messages())
+    finally:
+        release.set()
+        closing.join(10)
+        for consumer in late_consumers:
+            consumer.stop(10)
+        for it in late_iterators:
+            it.close()
+    assert not closing.is_alive() and held[0].done
+    with pytest.raises(lanes.ClientClosedError, match="lanes: consume: client is closed"):
+        c.queue(qname).consume(lambda _: None)  # and after close() ended
+
+
 def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
     client: lanes.Lanes, qname: str
 ) -> None:

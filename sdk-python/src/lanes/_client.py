@@ -179,7 +179,7 @@ class Lanes:
         self._iterators: weakref.WeakSet[MessageIterator] = weakref.WeakSet()
         self._buffers: dict[tuple[str, str | None], PushBuffer] = {}
         self._lock = threading.Lock()
-        self._closed = False  # close() began: no new buffers or buffer pushes
+        self._closed = False  # close() began: no new buffers, buffer pushes, consumers or iterators
         self._closing = False  # a close() runs (an interrupted one leaves it False)
         self._gone = False  # close() ended: the HTTP pool is closed
         self.admin = Admin(self)
@@ -204,6 +204,25 @@ class Lanes:
             not_idempotent=req.not_idempotent,
         )
         return req.answer(r)
+
+    def _start_consumer(self, start: Callable[[], Consumer]) -> Consumer:
+        """Start a consumer close() will stop. Refused once close() began: its list of consumers
+        to stop is taken then, so one started later would run on with no HTTP pool."""
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("lanes: consume: client is closed")
+            consumer = start()
+            self._consumers.add(consumer)
+        return consumer
+
+    def _start_iterator(self, make: Callable[[], MessageIterator]) -> MessageIterator:
+        """Make an iterator close() will end; refused once close() began, as consumers are."""
+        with self._lock:
+            if self._closed:
+                raise ClientClosedError("lanes: messages: client is closed")
+            it = make()
+            self._iterators.add(it)
+        return it
 
     def queue(self, name: str | None = None) -> Queue:
         return Queue(self, P.QueueSpec(queue=name))
@@ -309,7 +328,9 @@ class Lanes:
     def close(self, timeout: float | None = 30.0) -> None:
         """Soft-stop consumers started here, flush buffers (all at once, raising
         :class:`UnsentError` with the count left at ``timeout``), close the HTTP client.
-        Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent.
+        Afterwards buffers and every call raise :class:`ClientClosedError`. Idempotent. From
+        its start ``consume()``, ``run()``, ``messages()`` and new buffers raise it (another
+        thread's too): close() stops the consumers and ends the iterators made before it.
         The iterations made here end: an iterator paused between two messages releases what its
         own close() would (under ``auto_ack``, the message in hand and those not handed over)
         before the pool closes, and one inside ``next()`` is stopped (docs/consuming.md §5).
@@ -446,7 +467,7 @@ class AsyncLanes:
         # Closes the HTTP pool once the consumers aclose() gave up on have ended.
         self._pool_closing: asyncio.Future[None] | None = None
         self._buffers: dict[tuple[str, str | None], AsyncPushBuffer] = {}
-        self._closed = False  # close() began: no new buffers or buffer pushes
+        self._closed = False  # close() began: no new buffers, buffer pushes, consumers or iterators
         self._gone = False  # close() ended: the HTTP pool is closed
         self.admin = AsyncAdmin(self)
 
@@ -469,6 +490,21 @@ class AsyncLanes:
             not_idempotent=req.not_idempotent,
         )
         return req.answer(r)
+
+    def _start_consumer(self, start: Callable[[], AsyncConsumer]) -> AsyncConsumer:
+        """As :meth:`Lanes._start_consumer` (one event loop: no lock needed)."""
+        if self._closed:
+            raise ClientClosedError("lanes: consume: client is closed")
+        consumer = start()
+        self._consumers.add(consumer)
+        return consumer
+
+    def _start_iterator(self, make: Callable[[], AsyncMessageIterator]) -> AsyncMessageIterator:
+        if self._closed:
+            raise ClientClosedError("lanes: messages: client is closed")
+        it = make()
+        self._iterators.add(it)
+        return it
 
     def queue(self, name: str | None = None) -> AsyncQueue:
         return AsyncQueue(self, P.QueueSpec(queue=name))

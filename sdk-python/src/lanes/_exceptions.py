@@ -269,7 +269,9 @@ class InvalidNameError(LanesError, ValueError):
 
 class ClientClosedError(LanesError):
     """The client was closed: its buffers take no new pushes, and the sync/async client's
-    HTTP pool is gone, so direct calls raise this too."""
+    HTTP pool is gone, so direct calls raise this too. From the start of ``close()`` /
+    ``aclose()``, ``consume()`` and ``messages()`` raise it: the close stops only the consumers
+    and iterators made before it."""
 
 
 class UnsentError(LanesError, TimeoutError):

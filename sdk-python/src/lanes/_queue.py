@@ -224,19 +224,22 @@ class Queue(_QueueBase["Lanes"]):
         ``limit``, ``idle_timeout`` (seconds) and ``on_error`` default to the builder's
         ``auto_ack()``, ``limit()``, ``idle_millis()`` and ``on_error()``; a keyword given here
         overrides the builder. ``on_error`` receives the errors the iteration waits out (failed
-        pops, failed acks); only an error that ends the iteration is raised."""
+        pops, failed acks); only an error that ends the iteration is raised. Once the client's
+        ``close()`` began it raises :class:`ClientClosedError`: the close ends only the
+        iterators made before it."""
         P.validate_spec(self._spec)
         c = self._client
-        it = MessageIterator(
-            self._iter_core(auto_ack, limit, idle_timeout, on_error),
-            self._pop_with,
-            # after_close: close() keeps the HTTP pool open for a stopped iterator's release.
-            lambda entries: c._ack_entries(entries, after_close=True),
-            c._renew_one,
-            c._pops,
+        core = self._iter_core(auto_ack, limit, idle_timeout, on_error)
+        return c._start_iterator(  # close() ends it
+            lambda: MessageIterator(
+                core,
+                self._pop_with,
+                # after_close: close() keeps the HTTP pool open for a stopped iterator's release.
+                lambda entries: c._ack_entries(entries, after_close=True),
+                c._renew_one,
+                c._pops,
+            )
         )
-        c._iterators.add(it)  # close() ends it
-        return it
 
     def _engine(self, handler: Callable[[Any], Any], pool: Any, io: IoThreads) -> Engine:
         c = self._client
@@ -295,12 +298,16 @@ class Queue(_QueueBase["Lanes"]):
         """Start the consume loop (non-blocking) with a blocking per-message handler. An
         ``async def`` handler raises ``TypeError`` (use :class:`AsyncLanes`); an async callable
         seen only when called (its result awaitable) nacks its message ``failed`` and reports a
-        ``TypeError`` to ``on_error``: no message is acked without being handled."""
+        ``TypeError`` to ``on_error``: no message is acked without being handled. Once the
+        client's ``close()`` began it raises :class:`ClientClosedError`: the close stops only
+        the consumers started before it."""
         P.validate_spec(self._spec)
         refuse_async_handler(handler)
-        cons = Consumer(lambda pool, io: self._engine(handler, pool, io), self._spec.concurrency)
-        self._client._consumers.add(cons)
-        return cons
+        return self._client._start_consumer(
+            lambda: Consumer(
+                lambda pool, io: self._engine(handler, pool, io), self._spec.concurrency
+            )
+        )
 
     def consume_batch(self, handler: Callable[[list[Message]], None]) -> Consumer:
         """As :meth:`consume`, the handler gets each partition's slice of a pop at once."""
@@ -388,29 +395,34 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
         idle_timeout: float | None = None,
         on_error: ErrorCallback | None = None,
     ) -> AsyncMessageIterator:
-        """Async pull iterator; the keywords default to the builder's values, as in
-        :meth:`Queue.messages`."""
+        """Async pull iterator; the keywords default to the builder's values, and
+        ``aclose()`` refuses it, as in :meth:`Queue.messages`."""
         P.validate_spec(self._spec)
         c = self._client
-        it = AsyncMessageIterator(
-            self._iter_core(auto_ack, limit, idle_timeout, on_error),
-            self._pop_with,
-            # after_close: a cancelled aclose() keeps the HTTP pool open for a stopped
-            # iterator's release.
-            lambda entries: c._ack_entries(entries, after_close=True),
-            c._renew_one,
-            c._stopped_iterators,
+        core = self._iter_core(auto_ack, limit, idle_timeout, on_error)
+        return c._start_iterator(  # aclose() ends it
+            lambda: AsyncMessageIterator(
+                core,
+                self._pop_with,
+                # after_close: a cancelled aclose() keeps the HTTP pool open for a stopped
+                # iterator's release.
+                lambda entries: c._ack_entries(entries, after_close=True),
+                c._renew_one,
+                c._stopped_iterators,
+            )
         )
-        c._iterators.add(it)  # aclose() ends it
-        return it
 
     def consume(self, handler: Callable[[Message], Any]) -> AsyncConsumer:
         """Start the consume loop as a task (non-blocking). An ``async def`` handler runs on
         the event loop (a hard stop cancels it); any other callable runs in a pool of
         ``concurrency`` threads, as in the blocking client, so blocking work in it stalls
         neither the loop nor lease renewal (a hard stop cannot interrupt it: it may poll
-        ``consumer.cancel_event``, and its message is acked by its outcome)."""
+        ``consumer.cancel_event``, and its message is acked by its outcome). Refused with
+        :class:`ClientClosedError` once ``aclose()`` began, as :meth:`Queue.consume`."""
         P.validate_spec(self._spec)
+        return self._client._start_consumer(lambda: self._new_consumer(handler))
+
+    def _new_consumer(self, handler: Callable[[Message], Any]) -> AsyncConsumer:
         c = self._client
         pool = concurrent.futures.ThreadPoolExecutor(
             max_workers=self._spec.concurrency, thread_name_prefix="lanes-handler"
@@ -429,9 +441,7 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
             cancellable_handlers=True,
             client_autopilot=c._cfg.pop_autopilot,
         )
-        cons = AsyncConsumer(engine, pool)
-        c._consumers.add(cons)
-        return cons
+        return AsyncConsumer(engine, pool)
 
     def consume_batch(self, handler: Callable[[list[Message]], Any]) -> AsyncConsumer:
         return self._with(each=False).consume(handler)  # type: ignore[arg-type]
