@@ -1301,6 +1301,26 @@ async def test_aclose_refuses_consumers_and_iterators_started_while_it_waits(
         c.queue(qname).consume(nothing)  # and after aclose() ended
 
 
+async def test_aclose_timeout_bounds_the_wait_for_all_its_consumers_together(
+    broker_url: str, qname: str
+) -> None:
+    # aclose(timeout) waited up to `timeout` for each consumer in turn: three handlers slower
+    # than it held aclose() three times as long as it was told.
+    c = lanes.AsyncLanes(broker_url)
+    release = asyncio.Event()
+    consumers = await _hold_handlers(c, [f"{qname}-{i}" for i in range(3)], release)
+    began = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            await c.aclose(timeout=0.6)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+    assert took < 0.6 + 0.4, f"aclose(timeout=0.6) took {took:.2f} s for three consumers"
+    for consumer in consumers:
+        await asyncio.wait_for(consumer.closed(), 10)  # each ended once its handler returned
+
+
 @pytest.mark.parametrize("how", ["task.cancel", "wait_for"])
 async def test_an_aclose_cancelled_while_it_waits_for_a_stopped_iterators_cut_pop(
     broker_url: str, qname: str, how: str

@@ -1297,6 +1297,27 @@ def test_close_refuses_consumers_and_iterators_started_while_it_waits(
         c.queue(qname).consume(lambda _: None)  # and after close() ended
 
 
+def test_close_timeout_bounds_the_wait_for_all_its_consumers_together(
+    broker_url: str, qname: str
+) -> None:
+    # close(timeout) waited up to `timeout` for each consumer in turn: three handlers slower
+    # than it held close() three times as long as it was told.
+    c = lanes.Lanes(broker_url)
+    release = threading.Event()
+    queues = [f"{qname}-{i}" for i in range(3)]
+    consumers = _hold_handlers(c, queues, release)
+    began = time.monotonic()
+    try:
+        with pytest.raises(TimeoutError):
+            c.close(timeout=0.6)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+    assert took < 0.6 + 0.4, f"close(timeout=0.6) took {took:.2f} s for three consumers"
+    for consumer in consumers:
+        consumer.closed(10)  # each ended without an error once its handler returned
+
+
 def test_messages_iterator_stops_renewing_once_the_pops_messages_are_acked(
     client: lanes.Lanes, qname: str
 ) -> None:

@@ -11,6 +11,7 @@ import logging
 import math
 import os
 import threading
+import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
@@ -63,6 +64,11 @@ def _log_unsent_at_exit(logger: logging.Logger, unsent: int) -> None:
         "(await aclose() for AsyncLanes) before the program ends",
         unsent,
     )
+
+
+def _time_left(deadline: float | None) -> float | None:
+    """Seconds from now to a ``time.monotonic()`` deadline (0 once passed; None: no deadline)."""
+    return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
 def _config(
@@ -343,9 +349,12 @@ class Lanes:
         ``timeout_millis``) and releases what it leased, then closes; a consumer's thread is a
         daemon, and a program exiting before then leaves a message it got in those last moments
         leased until the lease expires.
-        A consumer still stopping at ``timeout`` (a handler slower than it) raises
-        ``TimeoutError``, after the buffers were flushed all the same; the HTTP pool stays open
-        until that consumer ends, so its lease renewals and acks still go out.
+        ``timeout`` bounds the wait for all the consumers together (one deadline, not one per
+        consumer), and then the flush, which gets its own ``timeout`` so that a slow handler
+        leaves the buffers their time: close() takes at most twice ``timeout``, plus the 2 s
+        waits for cut pops. A consumer still stopping at the deadline (a handler slower than
+        it) raises ``TimeoutError``, after the buffers were flushed all the same; the HTTP
+        pool stays open until that consumer ends, so its lease renewals and acks still go out.
         Interrupted while it waits (Ctrl-C's ``KeyboardInterrupt``), it re-raises at once and
         leaves the HTTP pool open and the buffers' flushers running, so handlers still running
         get their acks out; call close() again to finish (the exit hook flushes the buffers of
@@ -384,9 +393,13 @@ class Lanes:
 
     def _stop_consumers(self, timeout: float | None) -> TimeoutError | None:
         """Soft-stop the consumers started here; the first ``TimeoutError`` of one still
-        stopping at ``timeout``, for which the HTTP pool stays open until it ends (its acks)."""
-        consumers = list(self._consumers)
+        stopping ``timeout`` after the wait began, for which the HTTP pool stays open until it
+        ends (its acks)."""
+        consumers = list(self._consumers)  # none is added once _closed is set
         still_stopping: TimeoutError | None = None
+        # One deadline for them all: N consumers still stopping hold close() `timeout`, not N
+        # times it.
+        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             # Every one is asked before close() waits on any: an interrupt during a wait leaves
             # no consumer running that was never told to stop.
@@ -394,7 +407,7 @@ class Lanes:
                 c._request_stop()
             for c in consumers:
                 try:
-                    c.stop(timeout)
+                    c.stop(_time_left(deadline))
                 except TimeoutError as e:
                     still_stopping = still_stopping or e  # the buffers flush all the same
                     self._pops.begin()
@@ -637,9 +650,11 @@ class AsyncLanes:
             for it in list(self._iterators):
                 it._end_with_client()
             await self._stopped_iterators.closed(CUT_WAIT_S)
+            # One deadline for them all, as in Lanes.close().
+            deadline = None if timeout is None else time.monotonic() + timeout
             for c in consumers:
                 try:
-                    await c.stop(timeout)
+                    await c.stop(_time_left(deadline))
                 except TimeoutError as e:
                     still_stopping = still_stopping or e  # the buffers flush all the same
                     running.append(c)
