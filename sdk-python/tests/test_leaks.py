@@ -5,9 +5,11 @@ harness that checks for leaks finds none (a real broker at LANES_TEST_URL)."""
 from __future__ import annotations
 
 import asyncio
+import gc
 import socket
 import threading
 import time
+import weakref
 from collections.abc import Awaitable, Callable, Iterator
 
 import pytest
@@ -156,3 +158,31 @@ def test_blocking_consumer_leaves_no_thread_holding_exit(broker_url: str, qname:
         c.queue(qname).buffer().push([8])
         c.queue(qname).timeout_millis(2000).consume(plain)  # left to close()
     assert sdk_threads_holding_exit() == []
+
+
+def test_a_client_keeps_no_ended_consumer_alive(broker_url: str, qname: str) -> None:
+    # A long-lived client starting many short consumers held every one until close(): each
+    # ended consumer (its engine, handler state, last messages) stayed referenced.
+    with lanes.Lanes(broker_url, retry_attempts=1, timeout=10) as c:
+        ended: list[weakref.ref[lanes.Consumer]] = []
+        for _ in range(3):
+            k = c.queue(qname).timeout_millis(100).idle_millis(200).consume(plain)
+            k.closed(5)
+            ended.append(weakref.ref(k))
+            del k
+        c.queue(qname).timeout_millis(2000).consume(plain)  # the next start lets the ended ones go
+        gc.collect()
+        assert [r() for r in ended] == [None, None, None]
+
+
+async def test_an_async_client_keeps_no_ended_consumer_alive(broker_url: str, qname: str) -> None:
+    async with lanes.AsyncLanes(broker_url, retry_attempts=1, timeout=10) as c:
+        ended: list[weakref.ref[lanes.AsyncConsumer]] = []
+        for _ in range(3):
+            k = c.queue(qname).timeout_millis(100).idle_millis(200).consume(awaited)
+            await asyncio.wait_for(k.closed(), 5)
+            ended.append(weakref.ref(k))
+            del k
+        c.queue(qname).timeout_millis(2000).consume(awaited)
+        gc.collect()
+        assert [r() for r in ended] == [None, None, None]

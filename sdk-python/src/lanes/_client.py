@@ -218,6 +218,9 @@ class Lanes:
             if self._closed:
                 raise ClientClosedError("lanes: consume: client is closed")
             consumer = start()
+            # Ended ones go: a long-lived client starting many short consumers keeps only those
+            # still running (close() has nothing to stop in the others).
+            self._consumers = {c for c in self._consumers if not c.done}
             self._consumers.add(consumer)
         return consumer
 
@@ -509,6 +512,7 @@ class AsyncLanes:
         if self._closed:
             raise ClientClosedError("lanes: consume: client is closed")
         consumer = start()
+        self._consumers = {c for c in self._consumers if not c.done}
         self._consumers.add(consumer)
         return consumer
 
