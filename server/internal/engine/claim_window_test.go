@@ -56,16 +56,15 @@ func TestWindowedPopFindsFreePartitionsBehindLeasedOnes(t *testing.T) {
 // A parked long poll woken by a push to a new partition must be handed its
 // message although 16 older partitions are leased.
 func TestParkedPopGetsAFreePartitionBehindLeasedOnes(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	pushPartitions(t, e, q, claimWindowMin, 1)
 	leaseOldest(t, e, q, "", claimWindowMin, 60)
-	done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 5 * time.Second, AutoAck: true})
+	done := parkIdle(t, e, PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: wakePopTimeout, AutoAck: true})
 	pushedAt := time.Now()
 	mustPush(t, e, items(q, "free", "free-m0")...)
-	p := <-done
+	p := wokenBy(t, done, "push", pushedAt)
 	if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "free-m0" {
 		t.Fatalf("parked pop: %+v %v", p.res, p.err)
 	}
-	wokenBy(t, p, "push", pushedAt)
 }

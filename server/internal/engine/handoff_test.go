@@ -47,14 +47,13 @@ func newEngineWithoutRechecks(t *testing.T) *Engine {
 	return newEngineWith(t, Config{ParkedRecheckRate: rateWithoutRechecks}, nil)
 }
 
-// parkTwo parks two long-poll pops of req, the first 50 ms before the second,
-// both past their re-check backoff (see parkPastBackoff). For the first to be
-// the oldest idle pop at any moment, e comes from newEngineWithoutRechecks.
+// parkTwo parks two long-poll pops of req, each waiting idle (parkIdle), the
+// first before the second arrives. For the first to be the oldest idle pop at
+// any moment, e comes from newEngineWithoutRechecks.
 func parkTwo(t *testing.T, e *Engine, req PopRequest) (first, second <-chan poppedAt) {
 	t.Helper()
-	firstDone := popInBackground(e, req)
-	time.Sleep(50 * time.Millisecond)
-	return firstDone, parkPastBackoff(t, e, req)
+	firstDone := parkIdle(t, e, req)
+	return firstDone, parkIdle(t, e, req)
 }
 
 func stillParked(t *testing.T, done <-chan poppedAt, what string) {
@@ -148,24 +147,22 @@ func TestAPushHandOffLeavesOtherGroupsAndPinsAlone(t *testing.T) {
 // message to one group and announces it to the other, which must claim it
 // at once rather than at its next re-check.
 func TestOnePushWakesTheParkedPopsOfTwoGroups(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "seed")...)
 	drainGroup(t, e, q, "one")
 	drainGroup(t, e, q, "two")
 
-	popOne := popInBackground(e, PopRequest{Queue: q, Group: "one", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
-	time.Sleep(50 * time.Millisecond)
-	popTwo := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	popOne := parkIdle(t, e, PopRequest{Queue: q, Group: "one", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	popTwo := parkIdle(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 
 	pushed := time.Now()
 	mustPush(t, e, items(q, "p", "news")...)
 	for name, done := range map[string]<-chan poppedAt{"group one": popOne, "group two": popTwo} {
-		p := <-done
+		p := wokenBy(t, done, "push", pushed)
 		if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"news"}) {
 			t.Fatalf("%s: %+v %v", name, p.res, p.err)
 		}
-		wokenBy(t, p, "push", pushed)
 	}
 }
 
@@ -244,9 +241,8 @@ func TestAHandOffThatFindsTheLaneLeasedSendsThePopBackToWaiting(t *testing.T) {
 		if p.err != nil || !slices.Equal(txnIDs(p.res.Messages), []string{"next"}) {
 			t.Fatalf("first parked pop after the release: %+v %v", p.res, p.err)
 		}
-		wokenBy(t, p, "release", releasedAt)
-	case <-time.After(2 * time.Second):
-		t.Fatal("no parked pop answered within 2 s of the release")
+	case <-time.After(time.Until(releasedAt.Add(wakeBound))):
+		t.Fatalf("no parked pop answered within %v of the release: it did not wake the one the push claimed nothing for", wakeBound)
 	}
 }
 
@@ -300,11 +296,11 @@ func TestAnAckEndingAFullBatchClaimsTheNextForAParkedPop(t *testing.T) {
 // queue's partition version moved under the cached one) leaves the ack
 // standing and the pop to claim for itself, as a woken pop does.
 func TestAnAckWhoseHandOffClaimFailsStillStandsAndThePopIsServed(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "a", "b", "c", "d")...)
 	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
-	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+	parked := parkIdle(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
 	if _, err := e.pool.Exec(context.Background(), `UPDATE lanes.queues SET partition_version = partition_version + 1 WHERE name = $1`, q); err != nil {
 		t.Fatal(err)
 	}
@@ -315,11 +311,10 @@ func TestAnAckWhoseHandOffClaimFailsStillStandsAndThePopIsServed(t *testing.T) {
 	if !r[0].Success || !r[1].Success || !r[1].LeaseReleased {
 		t.Fatalf("ack: %+v", r)
 	}
-	p := <-parked
+	p := wokenBy(t, parked, "ack", ackedAt)
 	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) {
 		t.Fatalf("parked pop: %+v %v", p.res, p.err)
 	}
-	wokenBy(t, p, "ack", ackedAt)
 	if n := handOffs(e, before); n != 0 {
 		t.Fatalf("hand-offs = %d, want 0 (the claim failed)", n)
 	}

@@ -169,8 +169,7 @@ const (
 // gets the message within wakeBound. It returns the pop's answer.
 func wakeParkedPop(t *testing.T, a, pusher *Engine, q string) *PopResult {
 	t.Helper()
-	done := popInBackground(a, PopRequest{Queue: q, Wait: true, Timeout: wakePopTimeout})
-	waitIdleParked(t, a, q, done)
+	done := parkIdle(t, a, PopRequest{Queue: q, Wait: true, Timeout: wakePopTimeout})
 	pushed := time.Now()
 	bound := time.After(wakeBound)
 	// A partition of its own: an earlier call's lease holds its partition.
@@ -189,12 +188,13 @@ func wakeParkedPop(t *testing.T, a, pusher *Engine, q string) *PopResult {
 	}
 }
 
-// waitIdleParked waits until the pop answering on done waits idle on e for a
-// push to q (parked, its first claim over): a push before then is found by
-// that claim, and a test of wakes would pass without one.
-func waitIdleParked(t *testing.T, e *Engine, q string, done <-chan poppedAt) {
+// waitIdleParked waits until n pops of q, the one answering on done among
+// them, wait idle on e for a push to q (parked, their first claim over): a
+// push before then is found by that claim, and a test of wakes would pass
+// without one.
+func waitIdleParked(t *testing.T, e *Engine, q string, n int, done <-chan poppedAt) {
 	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); idleParked(e, q) == 0; time.Sleep(5 * time.Millisecond) {
+	for deadline := time.Now().Add(10 * time.Second); idleParked(e, q) < n; time.Sleep(5 * time.Millisecond) {
 		select {
 		case p := <-done:
 			t.Fatalf("the pop returned instead of parking: %+v %v", p.res, p.err)

@@ -637,10 +637,6 @@ func TestRepeatPopsRunInOneTripAndFallBackOnStalePlans(t *testing.T) {
 	}
 }
 
-// An ack that releases a lease on a partition that still holds messages wakes
-// a parked pop of the group at once, instead of leaving the backlog to its
-// next re-check (which backs off to a second): a plain ack, and an ack inside
-// a transaction bundle.
 // poppedAt is what a pop started in the background returned, and when.
 type poppedAt struct {
 	res *PopResult
@@ -659,21 +655,43 @@ func popInBackground(e *Engine, req PopRequest) <-chan poppedAt {
 	return done
 }
 
-// wokenBy fails t unless the parked pop answered within 400 ms of cause, which
-// happened at since: well inside its backed-off re-check interval.
-func wokenBy(t *testing.T, p poppedAt, cause string, since time.Time) {
+// wokenBy waits for the answer of a pop parked idle (parkIdle) on an engine
+// without re-checks (newEngineWithoutRechecks) and fails t unless it came
+// within wakeBound of cause, which happened at since: before its timeout only
+// a wake answers such a pop. It returns the answer.
+func wokenBy(t *testing.T, done <-chan poppedAt, cause string, since time.Time) poppedAt {
 	t.Helper()
-	if waited := p.at.Sub(since); waited > 400*time.Millisecond {
-		t.Fatalf("the parked pop took %v after the %s; the %s should have woken it", waited, cause, cause)
+	select {
+	case p := <-done:
+		if waited := p.at.Sub(since); waited > wakeBound {
+			t.Fatalf("the parked pop took %v after the %s; the %s should have woken it", waited, cause, cause)
+		}
+		return p
+	case <-time.After(time.Until(since.Add(wakeBound))):
+		t.Fatalf("the parked pop got nothing within %v of the %s: the %s did not wake it (its re-checks are %v apart)",
+			wakeBound, cause, cause, time.Duration(float64(time.Second)/rateWithoutRechecks))
+		return poppedAt{}
 	}
+}
+
+// parkIdle starts a long-poll pop and returns once it waits idle on e (see
+// waitIdleParked) beside the pops of its queue already waiting so. On an
+// engine without re-checks nothing but a wake answers it before its timeout.
+func parkIdle(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
+	t.Helper()
+	already := idleParked(e, req.Queue)
+	done := popInBackground(e, req)
+	waitIdleParked(t, e, req.Queue, already+1, done)
+	return done
 }
 
 // parkPastBackoff starts a long-poll pop that finds nothing to claim and
 // returns once it has been parked long enough for its re-check interval to
-// have backed off past 800 ms, so a prompt answer afterwards comes from a
-// wake-up, not a re-check. Its re-checks fall at 0.9, 1.7 and 2.7 s (see
-// popWaiting): returning at 2 s leaves the one at 1.7 s room to run late on a
-// loaded machine and the caller 700 ms before the next.
+// have backed off past 800 ms, for tests on an engine that re-checks and
+// whose next 700 ms must hold no re-check. Its re-checks fall at 0.9, 1.7
+// and 2.7 s (see popWaiting): returning at 2 s leaves the one at 1.7 s room
+// to run late on a loaded machine. A loaded machine can stretch that gap, so
+// tests timing a wake use parkIdle and wokenBy instead.
 func parkPastBackoff(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
 	t.Helper()
 	done := popInBackground(e, req)
@@ -686,6 +704,9 @@ func parkPastBackoff(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
 	return done
 }
 
+// An ack that releases a lease on a partition that still holds messages wakes
+// a parked pop of the group at once, instead of leaving the backlog to its
+// next re-check: a plain ack, and an ack inside a transaction bundle.
 func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
@@ -702,21 +723,20 @@ func TestAckReleasingABacklogWakesAParkedPop(t *testing.T) {
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			e := newEngine(t)
+			e := newEngineWithoutRechecks(t)
 			q := queueName(t)
 			mustPush(t, e, items(q, "p", "first", "second")...)
 			held := mustPop(t, e, PopRequest{Queue: q, Batch: 1, LeaseSeconds: 60})
 			if len(held.Messages) != 1 {
 				t.Fatalf("pop: %+v", held.Messages)
 			}
-			done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+			done := parkIdle(t, e, PopRequest{Queue: q, Batch: 1, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 			releasedAt := time.Now()
 			tc.release(t, e, held)
-			p := <-done
+			p := wokenBy(t, done, "release", releasedAt)
 			if p.err != nil || len(p.res.Messages) != 1 || p.res.Messages[0].TransactionID != "second" {
 				t.Fatalf("parked pop: %+v %v", p.res, p.err)
 			}
-			wokenBy(t, p, "release", releasedAt)
 		})
 	}
 }
@@ -885,27 +905,27 @@ func TestSeekWakesAParkedPop(t *testing.T) {
 }
 
 func testSeekWakesAParkedPop(t *testing.T, acrossBrokers bool) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	seeker := e
 	if acrossBrokers {
 		seeker = newEngine(t)
+		waitListening(t, e)
 	}
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "a", "b")...)
 	if res := mustPop(t, e, PopRequest{Queue: q, Batch: 10, AutoAck: true}); len(res.Messages) != 2 {
 		t.Fatalf("drain: %+v", res.Messages)
 	}
-	done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	done := parkIdle(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 	past := time.Now().Add(-time.Hour)
 	soughtAt := time.Now()
 	if _, err := seeker.Seek(context.Background(), SeekRequest{Queue: q, Timestamp: &past}); err != nil {
 		t.Fatal(err)
 	}
-	p := <-done
+	p := wokenBy(t, done, "seek", soughtAt)
 	if p.err != nil || len(p.res.Messages) != 2 || p.res.Messages[0].TransactionID != "a" {
 		t.Fatalf("parked pop after the seek: %+v %v", p.res, p.err)
 	}
-	wokenBy(t, p, "seek", soughtAt)
 }
 
 // A dead letter replayed to its partition is a message no push announced: the
@@ -914,10 +934,11 @@ func testSeekWakesAParkedPop(t *testing.T, acrossBrokers bool) {
 func TestDeadLetterReplayWakesAParkedPop(t *testing.T) {
 	for _, acrossBrokers := range []bool{false, true} {
 		t.Run(map[bool]string{false: "same broker", true: "other broker"}[acrossBrokers], func(t *testing.T) {
-			e := newEngine(t)
+			e := newEngineWithoutRechecks(t)
 			replayer := e
 			if acrossBrokers {
 				replayer = newEngine(t)
+				waitListening(t, e)
 			}
 			q := queueName(t)
 			mustPush(t, e, items(q, "p", "poison")...)
@@ -928,16 +949,15 @@ func TestDeadLetterReplayWakesAParkedPop(t *testing.T) {
 			if r := mustAck(t, e, ack(held.Messages[0], "dlq")); !r[0].DLQ {
 				t.Fatalf("dlq ack: %+v", r[0])
 			}
-			done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+			done := parkIdle(t, e, PopRequest{Queue: q, Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 			replayedAt := time.Now()
 			if _, err := replayer.RetryDeadLetter(context.Background(), held.Messages[0].PartitionID, "poison"); err != nil {
 				t.Fatal(err)
 			}
-			p := <-done
+			p := wokenBy(t, done, "replay", replayedAt)
 			if p.err != nil || len(p.res.Messages) != 1 {
 				t.Fatalf("parked pop after the replay: %+v %v", p.res, p.err)
 			}
-			wokenBy(t, p, "replay", replayedAt)
 		})
 	}
 }
