@@ -666,6 +666,7 @@ func wokenBy(t *testing.T, done <-chan poppedAt, cause string, since time.Time) 
 		if waited := p.at.Sub(since); waited > wakeBound {
 			t.Fatalf("the parked pop took %v after the %s; the %s should have woken it", waited, cause, cause)
 		}
+		t.Logf("%s→delivery latency of the parked pop: %v", cause, p.at.Sub(since))
 		return p
 	case <-time.After(time.Until(since.Add(wakeBound))):
 		t.Fatalf("the parked pop got nothing within %v of the %s: the %s did not wake it (its re-checks are %v apart)",
