@@ -1205,20 +1205,7 @@ def test_ctrl_c_in_close_leaves_the_handlers_acks_and_every_consumers_stop_to_a_
     c = lanes.Lanes(broker_url)
     queues = [qname + "-first", qname + "-second"]
     release = threading.Event()
-    handling: list[threading.Event] = []
-    consumers = []
-    for q in queues:
-        c.queue(q).push(["work"])
-        started = threading.Event()
-        handling.append(started)
-
-        def held(_: lanes.Message, started: threading.Event = started) -> None:
-            started.set()
-            release.wait(10)
-
-        consumers.append(c.queue(q).lease_seconds(2).consume(held))
-    for started in handling:
-        assert started.wait(10)
+    consumers = _hold_handlers(c, queues, release, lease_seconds=2)
     c.queue(qname + "-buffered").buffer(time_millis=60_000).push(["buffered"])
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)
     ctrl_c = threading.Timer(0.3, _interrupt_main_thread)
@@ -1247,7 +1234,7 @@ def test_ctrl_c_in_close_leaves_the_handlers_acks_and_every_consumers_stop_to_a_
 
 
 def _hold_handlers(
-    c: lanes.Lanes, queues: list[str], release: threading.Event
+    c: lanes.Lanes, queues: list[str], release: threading.Event, lease_seconds: int = 5
 ) -> list[lanes.Consumer]:
     """One consumer per queue, each in a handler that waits for ``release``, once all run."""
     consumers, handling = [], []
@@ -1260,7 +1247,7 @@ def _hold_handlers(
             started.set()
             release.wait(10)
 
-        consumers.append(c.queue(q).lease_seconds(5).consume(held))
+        consumers.append(c.queue(q).lease_seconds(lease_seconds).consume(held))
     for started in handling:
         assert started.wait(10)
     return consumers
