@@ -1183,20 +1183,9 @@ async def test_an_aclose_cancelled_before_reaching_a_consumer_soft_stops_it(
     # closed pool failed its ack and then its pop, which ended it with ClientClosedError.
     c = lanes.AsyncLanes(broker_url)
     queues = [qname + "-first", qname + "-second"]
-    started: list[asyncio.Event] = []
-    consumers = []
-    for q in queues:
-        await c.queue(q).push(["work"])
-        handling = asyncio.Event()
-        started.append(handling)
-
-        async def slow(_: lanes.Message, handling: asyncio.Event = handling) -> None:
-            handling.set()
-            await asyncio.sleep(1.0)
-
-        consumers.append(c.queue(q).lease_seconds(2).consume(slow))
-    for handling in started:
-        await asyncio.wait_for(handling.wait(), 10)
+    release = asyncio.Event()
+    consumers = await _hold_handlers(c, queues, release, lease_seconds=2)
+    asyncio.get_running_loop().call_later(1.0, release.set)  # each handler takes about 1 s
     await cancel_aclose(c, "task.cancel")
     for consumer in consumers:
         await asyncio.wait_for(consumer.closed(), 10)  # no terminal error
@@ -1248,7 +1237,7 @@ async def test_aclose_asks_every_consumer_to_stop_before_it_waits_for_one(
 
 
 async def _hold_handlers(
-    c: lanes.AsyncLanes, queues: list[str], release: asyncio.Event
+    c: lanes.AsyncLanes, queues: list[str], release: asyncio.Event, lease_seconds: int = 5
 ) -> list[lanes.AsyncConsumer]:
     """One consumer per queue, each in a handler that waits for ``release``, once all run."""
     consumers, handling = [], []
@@ -1261,7 +1250,7 @@ async def _hold_handlers(
             started.set()
             await release.wait()
 
-        consumers.append(c.queue(q).lease_seconds(5).consume(held))
+        consumers.append(c.queue(q).lease_seconds(lease_seconds).consume(held))
     for started in handling:
         await asyncio.wait_for(started.wait(), 10)
     return consumers

@@ -115,14 +115,17 @@ type dlqWalkArgs struct {
 // the dead letters handed over, in walk order, for dlqReplay.
 func (s *state) walkDLQ(ctx context.Context, a dlqWalkArgs) (map[string]any, error) {
 	rows := s.client.Admin().AllDLQ(ctx, lanes.DLQQuery{Queue: a.Queue, Group: a.Group, Limit: a.Limit})
-	if a.Save != "" {
-		s.dlq[a.Save] = nil
+	return s.walk(startWalk(rows, keepAs(s.dlq, a.Save)), a.walkArgs)
+}
+
+// keepAs empties saved[name] and returns what appends each row a walk hands over to it; with
+// no name, it keeps nothing.
+func keepAs[T any](saved map[string][]T, name string) func(T) {
+	if name == "" {
+		return func(T) {}
 	}
-	return s.walk(startWalk(rows, func(m lanes.DLQMessage) {
-		if a.Save != "" {
-			s.dlq[a.Save] = append(s.dlq[a.Save], m)
-		}
-	}), a.walkArgs)
+	saved[name] = nil
+	return func(row T) { saved[name] = append(saved[name], row) }
 }
 
 type messagesWalkArgs struct {
@@ -138,14 +141,7 @@ type messagesWalkArgs struct {
 func (s *state) walkMessages(ctx context.Context, a messagesWalkArgs) (map[string]any, error) {
 	rows := s.client.Admin().AllMessages(ctx, lanes.MessageQuery{Queue: a.Queue, Partition: a.Partition,
 		Status: a.Status, Limit: a.Limit})
-	if a.Save != "" {
-		s.walked[a.Save] = nil
-	}
-	return s.walk(startWalk(rows, func(m lanes.MessageListItem) {
-		if a.Save != "" {
-			s.walked[a.Save] = append(s.walked[a.Save], m)
-		}
-	}), a.walkArgs)
+	return s.walk(startWalk(rows, keepAs(s.walked, a.Save)), a.walkArgs)
 }
 
 type queuesWalkArgs struct {
