@@ -129,21 +129,23 @@ func TestKVBadInputOverHTTP(t *testing.T) {
 	}
 }
 
-// A ttlSeconds of 0 (Go's zero time.Duration, a computed ttl that ran out) is refused by the spec's
-// minimum; the answer names forever:true, the only way to write a key without expiry, since the
-// SDK a user holds sent ttlSeconds because it was given a number, not because one was needed.
+// A ttlSeconds of 0 or below (Go's zero time.Duration, a computed ttl that ran out) is no expiry:
+// the reference answers kv_expiry_not_specified when a write does not carry exactly one of
+// ttlSeconds (> 0) or forever:true (http-api-v1.md §1.14), as Lanes does for one that sends
+// neither. The answer names forever:true, the only way to write a key without expiry.
 func TestKVZeroTTLAnswerNamesForever(t *testing.T) {
 	b := newTestBroker(t)
 	ns := uniqueQueue(t)
 	for _, c := range []struct{ name, method, path, body string }{
 		{"batch", "POST", "/api/v1/kv", `{"operations":[{"op":"incr","ns":"` + ns + `","key":"k","delta":1,"ttlSeconds":0}]}`},
+		{"batch put with forever", "POST", "/api/v1/kv", `{"operations":[{"op":"put","ns":"` + ns + `","key":"k","value":1,"ttlSeconds":0,"forever":true}]}`},
 		{"path put", "PUT", "/api/v1/kv/" + ns + "/k", `{"value":1,"ttlSeconds":0}`},
 		{"transaction rider", "POST", "/api/v1/transaction", `{"operations":[],"kv":[{"op":"put","ns":"` + ns + `","key":"k","value":1,"ttlSeconds":-3}]}`},
 	} {
 		var e errorBody
 		status, _ := b.call(t, c.method, c.path, c.body, &e)
-		if status != http.StatusBadRequest || e.Code != "kv_bad_request" || !strings.Contains(e.Error, "forever:true") {
-			t.Fatalf("%s: %d %+v, want 400 kv_bad_request naming forever:true", c.name, status, e)
+		if status != http.StatusBadRequest || e.Code != "kv_expiry_not_specified" || !strings.Contains(e.Error, "forever:true") {
+			t.Fatalf("%s: %d %+v, want 400 kv_expiry_not_specified naming forever:true", c.name, status, e)
 		}
 	}
 	var got map[string]any

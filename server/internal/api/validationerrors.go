@@ -83,11 +83,14 @@ func specRefused(w http.ResponseWriter, r *http.Request, err error, opts middlew
 // validationCode is the code of a request the spec refuses. The KV and timers
 // routes answer every bad request with their family's code, as the reference
 // does (http-api-v1.md §1.14, §1.15), whether the spec or the handler found
-// it, and so do a transaction's kv and timers parts; the rest answers
-// validation_failed.
+// it, and so do a transaction's kv and timers parts, except a KV ttlSeconds
+// below 1 (kv_expiry_not_specified); the rest answers validation_failed.
 func validationCode(path string, status int, err error) string {
 	if status != http.StatusBadRequest {
 		return CodeValidation
+	}
+	if isKVTTLBelowOne(path, err) {
+		return CodeKVExpiryNotSpecified
 	}
 	if family := routeFamilyCode(path); family != "" {
 		return family
@@ -104,6 +107,22 @@ func validationCode(path string, status int, err error) string {
 		}
 	}
 	return CodeValidation
+}
+
+// isKVTTLBelowOne reports the spec's refusal of a KV ttlSeconds below 1, on the KV routes or in a
+// transaction's kv part. Such a ttl is no expiry, and a write without exactly one of
+// ttlSeconds (> 0) or forever:true answers kv_expiry_not_specified (http-api-v1.md §1.14),
+// the code a client already matches when it sent neither.
+func isKVTTLBelowOne(path string, err error) bool {
+	var schemaErr *openapi3.SchemaError
+	if !errors.As(err, &schemaErr) || schemaErr.SchemaField != "minimum" {
+		return false
+	}
+	field := schemaErr.JSONPointer()
+	if len(field) == 0 || field[len(field)-1] != "ttlSeconds" {
+		return false
+	}
+	return routeFamilyCode(path) == CodeKVBadRequest || riderCode(path, field[0]) == CodeKVBadRequest
 }
 
 // riderCode is the family code of a fault in a transaction's kv or timers
