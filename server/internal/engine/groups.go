@@ -2,6 +2,7 @@ package engine
 
 import (
 	"context"
+	"math"
 	"strconv"
 	"time"
 
@@ -154,7 +155,8 @@ func (e *Engine) ListGroups(ctx context.Context, page RowPage) ([]GroupSummary, 
 	if page.Offset > 0 {
 		var pairs any // the pairs walked: the offset's and the page's, nil: all
 		if page.Limit > 0 {
-			pairs = page.Offset + page.Limit + 1
+			// Saturated: past 2^63-1 the sum wrapped to a negative LIMIT (a 500).
+			pairs = page.Offset + min(page.Limit+1, math.MaxInt-page.Offset)
 		}
 		err = e.queryWithoutJIT(ctx, collect, groupsAtOffsetSQL, "", pairs, nil, nil, page.Offset)
 	} else {
