@@ -1126,7 +1126,7 @@ type KvOperation struct {
 	// Required A lost precondition fails the whole call or transaction (`kv_precondition`).
 	Required *bool `json:"required,omitempty"`
 
-	// TtlSeconds put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
+	// TtlSeconds put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever` (`400 kv_expiry_not_specified` when neither is sent or `ttlSeconds` is below 1).
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 
 	// Value put, putIfAbsent — any JSON value, numbers as large or as precise as `numeric` holds
@@ -1154,7 +1154,7 @@ type KvPutRequest struct {
 	// Required Turn a lost precondition into an error.
 	Required *bool `json:"required,omitempty"`
 
-	// TtlSeconds Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
+	// TtlSeconds Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever` (`400 kv_expiry_not_specified` when neither is sent or `ttlSeconds` is below 1).
 	TtlSeconds *int `json:"ttlSeconds,omitempty"`
 
 	// Value Any JSON value, stored as jsonb (see `KvOperation.value`).
@@ -3730,7 +3730,7 @@ type ClientInterface interface {
 	// KvPutWithBody Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type.
@@ -3741,7 +3741,7 @@ type ClientInterface interface {
 	// KvPut Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type.
@@ -4746,7 +4746,7 @@ func (c *Client) KvGet(ctx context.Context, ns string, key string, reqEditors ..
 // KvPutWithBody Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 // accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type.
@@ -4767,7 +4767,7 @@ func (c *Client) KvPutWithBody(ctx context.Context, ns string, key string, conte
 // KvPut Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 // accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type.
@@ -9514,7 +9514,7 @@ type ClientWithResponsesInterface interface {
 	// KvPutWithBodyWithResponse Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -9525,7 +9525,7 @@ type ClientWithResponsesInterface interface {
 	// KvPutWithResponse Put a key
 	//
 	// Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-	// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+	// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 	// accepted (`400 kv_bad_request`). Required role: read-write or admin.
 	//
 	// Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).
@@ -15840,7 +15840,7 @@ func (c *ClientWithResponses) KvGetWithResponse(ctx context.Context, ns string, 
 // KvPutWithBodyWithResponse Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 // accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes any type of body and a specified content type, and returns a wrapper object for the known response body format(s).
@@ -15857,7 +15857,7 @@ func (c *ClientWithResponses) KvPutWithBodyWithResponse(ctx context.Context, ns 
 // KvPutWithResponse Put a key
 //
 // Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-// is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+// is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
 // accepted (`400 kv_bad_request`). Required role: read-write or admin.
 //
 // Takes a body of the `application/json` content type, and returns a wrapper object for the known response body format(s).

@@ -766,7 +766,7 @@ export interface paths {
         /**
          * Put a key
          * @description Upserts the key (or conditional with `expect`). Exactly one of `ttlSeconds`/`forever`
-         *     is required. The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
+         *     is required (`400 kv_expiry_not_specified` otherwise, and for a `ttlSeconds` below 1). The body must not carry `op`, `ns`, `namespace` or `key`. No query string is
          *     accepted (`400 kv_bad_request`). Required role: read-write or admin.
          *
          */
@@ -2222,7 +2222,7 @@ export interface components {
             value?: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            /** @description put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`. */
+            /** @description put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever` (`400 kv_expiry_not_specified` when neither is sent or `ttlSeconds` is below 1). */
             ttlSeconds?: number;
             /** @description put, putIfAbsent, incr — never expires. */
             forever?: boolean;
@@ -2326,7 +2326,7 @@ export interface components {
             value: ({
                 [key: string]: unknown;
             } | null) | (unknown[] | null) | (string | null) | (number | null) | (number | null) | (boolean | null);
-            /** @description Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`. */
+            /** @description Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever` (`400 kv_expiry_not_specified` when neither is sent or `ttlSeconds` is below 1). */
             ttlSeconds?: number;
             /** @description Never expires. */
             forever?: boolean;

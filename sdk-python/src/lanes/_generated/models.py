@@ -1056,7 +1056,7 @@ class KvOperation(BaseModel):
     """
     ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1, le=3153600000)] = None
     """
-    put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
+    put, putIfAbsent, incr — time to live, at most 100 years; exactly one of `ttlSeconds`/`forever` (`400 kv_expiry_not_specified` when neither is sent or `ttlSeconds` is below 1).
     """
     forever: bool | None = None
     """
@@ -1098,7 +1098,7 @@ class KvPutRequest(BaseModel):
     """
     ttl_seconds: Annotated[int | None, Field(alias="ttlSeconds", ge=1, le=3153600000)] = None
     """
-    Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever`.
+    Time to live, at most 100 years; exactly one of `ttlSeconds`/`forever` (`400 kv_expiry_not_specified` when neither is sent or `ttlSeconds` is below 1).
     """
     forever: bool | None = None
     """
