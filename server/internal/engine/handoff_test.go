@@ -41,7 +41,9 @@ const rateWithoutRechecks = 0.01
 // re-check runs: a push landing then serves the next pop. Parked pops are
 // served in arrival order only best-effort, so tests that expect the first of
 // two pops (parkTwo) to be served first need e without re-checks, whatever
-// the machine's load.
+// the machine's load. So do tests that count a parked pop's claims (popPaths,
+// handOffs): on a loaded machine a re-check can run when the write does, and
+// the write then wakes the pop instead of claiming for it.
 func newEngineWithoutRechecks(t *testing.T) *Engine {
 	t.Helper()
 	return newEngineWith(t, Config{ParkedRecheckRate: rateWithoutRechecks}, nil)
@@ -107,19 +109,19 @@ func TestAPushClaimsForAParkedPopInItsRoundTrip(t *testing.T) {
 // Every other group parked on the queue is still woken and claims for itself,
 // and a pop pinned to a partition is served only by writes to that partition.
 func TestAPushHandOffLeavesOtherGroupsAndPinsAlone(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, append(items(q, "a", "seed-a"), items(q, "b", "seed-b")...)...) // a new partition voids the plans
 	drainGroup(t, e, q, "one")
 	drainGroup(t, e, q, "two")
 
-	popOne := popInBackground(e, PopRequest{Queue: q, Group: "one", Partition: "a", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
-	time.Sleep(50 * time.Millisecond)
-	popTwo := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	popOne := parkIdle(t, e, PopRequest{Queue: q, Group: "one", Partition: "a", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	popTwo := parkIdle(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 
 	before := e.HotPathStats()
+	pushed := time.Now()
 	mustPush(t, e, items(q, "b", "to-b")...)
-	p := <-popTwo
+	p := wokenBy(t, popTwo, "push", pushed)
 	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"to-b"}) {
 		t.Fatalf("group two: %+v %v", p.res, p.err)
 	}
@@ -128,11 +130,12 @@ func TestAPushHandOffLeavesOtherGroupsAndPinsAlone(t *testing.T) {
 	}
 	stillParked(t, popOne, "the pop pinned to a, after a push to b,")
 
-	popTwo = parkPastBackoff(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+	popTwo = parkIdle(t, e, PopRequest{Queue: q, Group: "two", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 	before = e.HotPathStats()
+	pushed = time.Now()
 	mustPush(t, e, items(q, "a", "to-a")...)
 	for name, done := range map[string]<-chan poppedAt{"group one": popOne, "group two": popTwo} {
-		p := <-done
+		p := wokenBy(t, done, "push", pushed)
 		if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"to-a"}) {
 			t.Fatalf("%s: %+v %v", name, p.res, p.err)
 		}
@@ -171,7 +174,7 @@ func TestOnePushWakesTheParkedPopsOfTwoGroups(t *testing.T) {
 // one-trip bundle (a lease this broker granted, known partitions) and the
 // general one (a key-value write rides along).
 func TestATransactionBundleClaimsForAParkedPopOfWhatItPushes(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	in, out := queueName(t)+"-in", queueName(t)+"-out"
 	mustPush(t, e, items(in, "p", "a", "b")...)
 	mustPush(t, e, items(out, "p", "seed")...)
@@ -182,7 +185,7 @@ func TestATransactionBundleClaimsForAParkedPopOfWhatItPushes(t *testing.T) {
 		if len(held.Messages) != 1 {
 			t.Fatalf("pop from the first stage: %+v", held.Messages)
 		}
-		done := parkPastBackoff(t, e, PopRequest{Queue: out, Group: "next", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
+		done := parkIdle(t, e, PopRequest{Queue: out, Group: "next", Batch: 10, Wait: true, Timeout: 10 * time.Second, AutoAck: true})
 		before := e.HotPathStats()
 		req := TransactionRequest{Ops: []TxOp{
 			ackOp(0, held.Messages[0], "", held.LeaseID),
@@ -191,10 +194,11 @@ func TestATransactionBundleClaimsForAParkedPopOfWhatItPushes(t *testing.T) {
 		if withKV {
 			req.KV = []KVOp{{Op: KVPut, Namespace: out, Key: "count", Value: raw(i), Forever: true}}
 		}
+		bundled := time.Now()
 		if res := mustTransaction(t, e, req); !res.Success {
 			t.Fatalf("bundle %d: %+v", i, res)
 		}
-		p := <-done
+		p := wokenBy(t, done, "bundle", bundled)
 		if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{held.Messages[0].TransactionID + "-next"}) {
 			t.Fatalf("parked pop of the next stage after bundle %d: %+v %v", i, p.res, p.err)
 		}
@@ -251,7 +255,7 @@ func TestAHandOffThatFindsTheLaneLeasedSendsThePopBackToWaiting(t *testing.T) {
 // gets it without a claim of its own. A lease that took everything there was
 // hands nothing on: the parked pop stays parked and no claim runs.
 func TestAnAckEndingAFullBatchClaimsTheNextForAParkedPop(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "a", "b", "c", "d", "e")...)
 	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
@@ -259,14 +263,15 @@ func TestAnAckEndingAFullBatchClaimsTheNextForAParkedPop(t *testing.T) {
 		t.Fatalf("first pop: %v", txnIDs(held.Messages))
 	}
 	req := PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60}
-	parked := parkPastBackoff(t, e, req)
+	parked := parkIdle(t, e, req)
 
 	before := e.HotPathStats()
+	ackedAt := time.Now()
 	r := mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
 	if !r[0].Success || !r[1].Success || !r[1].LeaseReleased {
 		t.Fatalf("ack: %+v", r)
 	}
-	p := <-parked
+	p := wokenBy(t, parked, "ack", ackedAt)
 	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) || p.res.LeaseID == "" {
 		t.Fatalf("parked pop: %+v %v", p.res, p.err)
 	}
@@ -283,7 +288,7 @@ func TestAnAckEndingAFullBatchClaimsTheNextForAParkedPop(t *testing.T) {
 	if !slices.Equal(txnIDs(last.Messages), []string{"e"}) {
 		t.Fatalf("last pop: %v", txnIDs(last.Messages))
 	}
-	parked = parkPastBackoff(t, e, req)
+	parked = parkIdle(t, e, req)
 	before = e.HotPathStats()
 	mustAck(t, e, ack(last.Messages[0], "completed"))
 	stillParked(t, parked, "a pop parked behind a lease that took all there was")
@@ -337,10 +342,11 @@ func ackWithAPopParked(t *testing.T, e *Engine, q string, parkedLease int) (popp
 	if !slices.Equal(txnIDs(held.Messages), []string{"a", "b"}) {
 		t.Fatalf("first pop: %v", txnIDs(held.Messages))
 	}
-	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: parkedLease})
+	parked := parkIdle(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: parkedLease})
 	before := e.HotPathStats()
+	ackedAt := time.Now()
 	mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
-	p := <-parked
+	p := wokenBy(t, parked, "ack", ackedAt)
 	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"c", "d"}) || p.res.LeaseID == "" {
 		t.Fatalf("parked pop: %+v %v", p.res, p.err)
 	}
@@ -357,7 +363,7 @@ func continuedHandOffs(e *Engine, before HotPathStats) uint64 {
 // statement: the pop gets it in the ack's round trip under its own lease
 // time, and its ack works as any other.
 func TestAnAckEndingTheOnlyBusyPartitionsBatchContinuesItForAParkedPop(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "a", "b", "c", "d", "e")...)
 	p, before := ackWithAPopParked(t, e, q, 30)
@@ -390,7 +396,7 @@ func TestAnAckEndingTheOnlyBusyPartitionsBatchContinuesItForAParkedPop(t *testin
 // here saw both partitions (its ack's hand-off runs the claim statement), the
 // second only the one the first left.
 func TestOnlyALeaseThatSawNoOtherBusyPartitionIsContinued(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, append(items(q, "p1", "a1", "b1", "c1", "d1"), items(q, "p2", "a2", "b2", "c2", "d2")...)...)
 	pop := PopRequest{Queue: q, Group: "workers", Batch: 2, Partitions: 1, LeaseSeconds: 60, SubscriptionMode: "all"}
@@ -402,10 +408,11 @@ func TestOnlyALeaseThatSawNoOtherBusyPartitionIsContinued(t *testing.T) {
 	parked := pop
 	parked.Wait, parked.Timeout = true, 10*time.Second
 	for i, held := range []*PopResult{first, second} {
-		waiting := parkPastBackoff(t, e, parked)
+		waiting := parkIdle(t, e, parked)
 		before := e.HotPathStats()
+		ackedAt := time.Now()
 		mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
-		p := <-waiting
+		p := wokenBy(t, waiting, "ack", ackedAt)
 		if p.err != nil || p.res == nil || p.res.Partition != held.Partition || len(p.res.Messages) != 2 {
 			t.Fatalf("pop parked behind lease %d: %+v %v, want the next two of %s", i, p.res, p.err, held.Partition)
 		}
@@ -420,7 +427,7 @@ func TestOnlyALeaseThatSawNoOtherBusyPartitionIsContinued(t *testing.T) {
 // windowBuffer) is never continued: the continuation takes nothing and the
 // pop claims for itself, under the queue's rules.
 func TestAContinuationLeavesAWindowBufferedQueueToTheClaim(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	if _, err := e.Configure(context.Background(), ConfigureRequest{Queue: q, Options: map[string]json.RawMessage{"windowBuffer": json.RawMessage("1")}}); err != nil {
 		t.Fatal(err)
@@ -441,11 +448,11 @@ func TestAContinuationLeavesAWindowBufferedQueueToTheClaim(t *testing.T) {
 // deadline, the ack's batch committed anyway (the claim had run past the
 // cancel) and its lease held "c" and "d" for nobody until it expired.
 func TestAnAckPastItsDeadlineStillHandsItsClaimToTheParkedPop(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	mustPush(t, e, items(q, "p", "a", "b", "c", "d")...)
 	held := mustPop(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, LeaseSeconds: 60, SubscriptionMode: "all"})
-	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+	parked := parkIdle(t, e, PopRequest{Queue: q, Group: "workers", Batch: 2, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
 	testdb.StallNextClaimPastCancel(t, func(ctx context.Context, sql string) error {
 		_, err := e.pool.Exec(ctx, sql)
 		return err
@@ -478,7 +485,7 @@ func TestAnAckPastItsDeadlineStillHandsItsClaimToTheParkedPop(t *testing.T) {
 // fails (and so does the pop's own claim after it).
 func TestFailingHandOffClaimsLogOnceAMinute(t *testing.T) {
 	var out testlog.Buffer
-	e := newEngineWith(t, Config{Logger: slog.New(slog.NewTextHandler(&out, nil))}, nil)
+	e := newEngineWith(t, Config{Logger: slog.New(slog.NewTextHandler(&out, nil)), ParkedRecheckRate: rateWithoutRechecks}, nil)
 	q := queueName(t)
 	group := "fails-" + q
 	// group is letters, digits and dashes (queueName): safe inside quotes.
@@ -491,9 +498,10 @@ func TestFailingHandOffClaimsLogOnceAMinute(t *testing.T) {
 
 	const writes = 4
 	for i := range writes {
-		parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: group, Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+		parked := parkIdle(t, e, PopRequest{Queue: q, Group: group, Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+		pushed := time.Now()
 		mustPush(t, e, items(q, "p", fmt.Sprint("m", i))...)
-		if p := <-parked; p.err == nil {
+		if p := wokenBy(t, parked, "push", pushed); p.err == nil {
 			t.Fatalf("write %d: the parked pop's claims should fail: %+v", i, p.res)
 		}
 		drainGroup(t, e, q, group)
@@ -509,7 +517,7 @@ func TestFailingHandOffClaimsLogOnceAMinute(t *testing.T) {
 // no lease is left for nobody, and the pop answers the CorruptSegmentError. A
 // trigger stores the pushed segment's frames truncated.
 func TestAHandOffReadingACorruptSegmentGivesItsClaimBack(t *testing.T) {
-	e := newEngine(t)
+	e := newEngineWithoutRechecks(t)
 	q := queueName(t)
 	ctx := context.Background()
 	// Both partitions exist before the group's plan is cached: a push creating
@@ -522,10 +530,11 @@ func TestAHandOffReadingACorruptSegmentGivesItsClaimBack(t *testing.T) {
 					WHERE p.id = NEW.partition_id AND q.name = '`+q+`' AND p.name = 'bad') THEN
 				NEW.frames := substring(NEW.frames FROM 1 FOR 20);
 			END IF;`)
-	parked := parkPastBackoff(t, e, PopRequest{Queue: q, Group: "workers", Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
+	parked := parkIdle(t, e, PopRequest{Queue: q, Group: "workers", Batch: 10, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 60})
 	before := e.HotPathStats()
+	pushed := time.Now()
 	mustPush(t, e, items(q, "bad", "a", "b")...)
-	p := <-parked
+	p := wokenBy(t, parked, "push", pushed)
 	var corrupt *CorruptSegmentError
 	if !errors.As(p.err, &corrupt) || corrupt.Queue != q || corrupt.Partition != "bad" {
 		t.Fatalf("parked pop: %+v %v", p.res, p.err)

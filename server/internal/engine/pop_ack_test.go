@@ -686,25 +686,6 @@ func parkIdle(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
 	return done
 }
 
-// parkPastBackoff starts a long-poll pop that finds nothing to claim and
-// returns once it has been parked long enough for its re-check interval to
-// have backed off past 800 ms, for tests on an engine that re-checks and
-// whose next 700 ms must hold no re-check. Its re-checks fall at 0.9, 1.7
-// and 2.7 s (see popWaiting): returning at 2 s leaves the one at 1.7 s room
-// to run late on a loaded machine. A loaded machine can stretch that gap, so
-// tests timing a wake use parkIdle and wokenBy instead.
-func parkPastBackoff(t *testing.T, e *Engine, req PopRequest) <-chan poppedAt {
-	t.Helper()
-	done := popInBackground(e, req)
-	time.Sleep(2 * time.Second)
-	select {
-	case p := <-done:
-		t.Fatalf("the pop returned instead of parking: %+v %v", p.res, p.err)
-	default:
-	}
-	return done
-}
-
 // An ack that releases a lease on a partition that still holds messages wakes
 // a parked pop of the group at once, instead of leaving the backlog to its
 // next re-check: a plain ack, and an ack inside a transaction bundle.

@@ -149,7 +149,7 @@ func TestAMessageAboveTheByteBudgetIsDeliveredAlone(t *testing.T) {
 // An ack that ends a lease hands the partition's next batch to a parked pop
 // in its own round trip (continueLeaseSQL); that batch keeps the budget too.
 func TestAckHandOffKeepsTheByteBudget(t *testing.T) {
-	e := newBudgetEngine(t)
+	e := newEngineWith(t, Config{PopMaxBytes: popBytesBudget, ParkedRecheckRate: rateWithoutRechecks}, nil)
 	q := queueName(t)
 	mustPush(t, e, bigItems(q, "p", "m", 10)...)
 	held := mustPop(t, e, PopRequest{Queue: q, Batch: 2, LeaseSeconds: 300})
@@ -157,9 +157,10 @@ func TestAckHandOffKeepsTheByteBudget(t *testing.T) {
 		t.Fatalf("held pop: %v", txnIDs(held.Messages))
 	}
 	before := e.HotPathStats().HandOffsContinued
-	done := parkPastBackoff(t, e, PopRequest{Queue: q, Batch: 200, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 300})
+	done := parkIdle(t, e, PopRequest{Queue: q, Batch: 200, Wait: true, Timeout: 10 * time.Second, LeaseSeconds: 300})
+	ackedAt := time.Now()
 	mustAck(t, e, ack(held.Messages[0], "completed"), ack(held.Messages[1], "completed"))
-	p := <-done
+	p := wokenBy(t, done, "ack", ackedAt)
 	if p.err != nil || strings.Join(txnIDs(p.res.Messages), ",") != "m2,m3,m4" {
 		t.Fatalf("parked pop: %v %v, want m2..m4", txnIDs(p.res.Messages), p.err)
 	}
