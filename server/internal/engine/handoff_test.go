@@ -80,8 +80,9 @@ func TestAPushClaimsForAParkedPopInItsRoundTrip(t *testing.T) {
 	first, second := parkTwo(t, e, req)
 
 	before := e.HotPathStats()
+	pushed := time.Now()
 	mustPush(t, e, items(q, "p", "one")...)
-	p := <-first
+	p := wokenBy(t, first, "push", pushed)
 	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"one"}) || p.res.LeaseID == "" {
 		t.Fatalf("first parked pop: %+v %v", p.res, p.err)
 	}
@@ -96,8 +97,9 @@ func TestAPushClaimsForAParkedPopInItsRoundTrip(t *testing.T) {
 	if r := mustAck(t, e, ack(p.res.Messages[0], "completed")); !r[0].Success {
 		t.Fatalf("ack under the handed lease: %+v", r[0])
 	}
+	pushed = time.Now()
 	mustPush(t, e, items(q, "p", "two")...)
-	p = <-second
+	p = wokenBy(t, second, "push", pushed)
 	if p.err != nil || p.res == nil || !slices.Equal(txnIDs(p.res.Messages), []string{"two"}) {
 		t.Fatalf("second parked pop: %+v %v", p.res, p.err)
 	}
