@@ -229,8 +229,9 @@ func New(opts ...Option) (*Client, error) {
 	c.rlog = slogLeveled{cfg.logger}
 	for _, raw := range cfg.urls {
 		u, err := url.Parse(strings.TrimRight(raw, "/"))
-		if err != nil || u.Scheme == "" || u.Host == "" {
-			return nil, fmt.Errorf("lanes: bad broker URL %q", raw)
+		// Any other scheme would build a client whose every call fails.
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("lanes: bad broker URL %q (want http:// or https://)", raw)
 		}
 		c.bases = append(c.bases, u)
 	}
