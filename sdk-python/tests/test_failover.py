@@ -227,3 +227,28 @@ def test_attempt_timeout_marks_the_url(broker_url: str) -> None:
         seen.clear()
         c.health()
         assert seen == [host(second)], "the URL is skipped"
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [
+        "broker:6632",
+        "localhost:6632",
+        "127.0.0.1:6632",
+        "//broker:6632",
+        "ftp://broker:6632",
+        "http://",
+    ],
+)
+def test_broker_url_without_http_is_refused(bad: str) -> None:
+    """As Go's New and the TypeScript client: refused when built, not a client whose every call
+    fails with APIConnectionError."""
+    with pytest.raises(ValueError, match="bad broker URL"):
+        lanes.Lanes(url=bad)
+    with pytest.raises(ValueError, match="bad broker URL"):
+        lanes.AsyncLanes(urls=["http://127.0.0.1:1", bad])
+
+
+def test_http_and_https_broker_urls_are_taken() -> None:
+    for good in ["http://broker:6632", "https://broker", "HTTP://broker:6632/"]:
+        lanes.Lanes(url=good).close()

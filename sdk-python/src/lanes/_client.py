@@ -16,6 +16,7 @@ import weakref
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 import httpx
 
@@ -71,6 +72,13 @@ def _time_left(deadline: float | None) -> float | None:
     return None if deadline is None else max(0.0, deadline - time.monotonic())
 
 
+def _check_broker_url(url: str) -> None:
+    # Any other URL would build a client whose every call fails (as Go's New and TypeScript refuse).
+    parts = urlsplit(url)
+    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
+        raise ValueError(f"lanes: bad broker URL {url!r} (want http:// or https://)")
+
+
 def _config(
     url: str | None,
     urls: Sequence[str] | None,
@@ -95,6 +103,8 @@ def _config(
             f"lanes: health_retry_after must be a non-negative number, got {health_retry_after}"
         )
     lst = list(urls) if urls else [url or os.environ.get("LANES_URL") or DEFAULT_URL]
+    for u in lst:
+        _check_broker_url(u)
     cfg = Config(
         urls=[u.rstrip("/") for u in lst],
         settings=RetrySettings(
