@@ -7,8 +7,12 @@ and sdk-js (iterator-close.test.ts), whose close() ends no iteration."""
 
 from __future__ import annotations
 
+import json
+import time
+import uuid
 from typing import Any
 
+import httpx
 import pytest
 
 import lanes
@@ -39,6 +43,32 @@ def test_close_releases_what_a_paused_iterator_holds(
     assert free_at_once(broker_url, qname) == [2, 3, 4, 5], "left leased by the iterator"
     with pytest.raises(StopIteration):
         next(it)  # the iteration ended with the client: nothing more is handed over
+
+
+def test_close_bounds_a_paused_iterators_release_by_its_timeout(
+    broker_url: str, qname: str
+) -> None:
+    # The release close() sends for a paused iterator ran under the per-attempt timeout alone
+    # (30 s by default, and its retries), outside close()'s timeout: a broker slow to answer it
+    # held close(1) as long as it took.
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    c = lanes.Lanes(broker_url, headers={"X-Lanes-Test-Run": run})
+    c.queue(qname).push([1, 2, 3])
+    it = c.queue(qname).batch(3).lease_seconds(60).autopilot(False).messages()
+    assert next(it).data == 1
+    faults = f"{broker_url}/__test/faults/{run}"
+    held = [{"pass": True, "holdAnswerMs": 4000, "times": 10}]
+    rules = [{"method": "POST", "path": "/api/v1/ack*", "responses": held}]
+    assert httpx.put(faults, content=json.dumps({"rules": rules})).status_code == 204
+    try:
+        began = time.monotonic()
+        c.close(timeout=1)
+        took = time.monotonic() - began
+        attempts = httpx.get(faults).json()["rules"][0]["attempts"]
+    finally:
+        httpx.delete(faults)
+    assert attempts >= 1, "close() sent no release"
+    assert took < 1 + 1, f"close(timeout=1) took {took:.2f} s"
 
 
 def test_close_releases_nothing_handed_over_under_auto_ack_false(

@@ -979,23 +979,46 @@ async def test_a_call_in_flight_when_the_client_closes_raises_client_closed(
         await asyncio.wait_for(pop, 10)
 
 
-async def test_aclose_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
+async def test_aclose_names_what_a_consumer_outliving_its_timeout_leaves_unsent(
     broker_url: str, qname: str
 ) -> None:
     # A handler slower than aclose()'s timeout used to end aclose() before the flush: what was
     # buffered was lost without an UnsentError; and the pool closed under the handler, whose ack
-    # failed (its message redelivered).
+    # failed (its message redelivered). The handler uses up aclose()'s one deadline, so the
+    # flush has no time left: it names the item.
     c = lanes.AsyncLanes(broker_url)
     consumer = await consume_one_slowly(c, qname, 1.5, lease_seconds=2)
     await c.queue(qname + "-buffered").buffer().push(["buffered"])
-    with pytest.raises(TimeoutError):
+    with pytest.raises(lanes.UnsentError) as unsent:
         await c.aclose(timeout=0.3)
+    assert unsent.value.unsent == 1
     await asyncio.wait_for(consumer.closed(), 10)
     async with lanes.AsyncLanes(broker_url) as c2:
-        got = await c2.queue(qname + "-buffered").wait(False).pop()
-        assert [m.data for m in got] == ["buffered"]
+        assert await c2.queue(qname + "-buffered").wait(False).pop() == []
         await asyncio.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
         assert await c2.queue(qname).wait(False).pop() == [], "the handler's ack was lost"
+
+
+async def test_aclose_holds_one_deadline_for_a_held_handler_and_an_unsendable_buffer(
+    broker_url: str, qname: str
+) -> None:
+    # The consumers' stop had `timeout`, then the flush its own: a handler held past it and a
+    # buffer the broker keeps refusing held aclose(2) about 4 s, past the grace period a caller
+    # sized it for (a Kubernetes terminationGracePeriodSeconds).
+    # The first push (the handler's message) goes through; every later one is refused.
+    responses: list[dict[str, Any]] = [{"pass": True}, {"status": 503, "times": 1000}]
+    async with scripted_pushes(broker_url, responses) as run:
+        c = lanes.AsyncLanes(broker_url, headers={"X-Lanes-Test-Run": run})
+        consumer = await consume_one_slowly(c, qname + "-work", 4)
+        await c.queue(qname).buffer(time_millis=60_000).push(["unsent"])
+        began = time.monotonic()
+        with pytest.raises(lanes.UnsentError) as unsent:
+            await c.aclose(timeout=2)
+        took = time.monotonic() - began
+    assert took < 2 + 1, f"aclose(timeout=2) took {took:.2f} s"
+    assert unsent.value.unsent == 1
+    assert not consumer.done  # left stopping at the deadline
+    await asyncio.wait_for(consumer.closed(), 10)
 
 
 @contextlib.asynccontextmanager

@@ -1169,12 +1169,13 @@ def test_a_call_in_flight_when_the_client_closes_raises_client_closed(
     assert len(failed) == 1 and isinstance(failed[0], lanes.ClientClosedError), failed
 
 
-def test_close_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
+def test_close_names_what_a_consumer_outliving_its_timeout_leaves_unsent(
     broker_url: str, qname: str
 ) -> None:
     # A handler slower than close()'s timeout used to end close() before the flush: what was
     # buffered was lost without an UnsentError, and the flusher retried on a closed pool forever;
-    # and the pool closed under the handler, whose ack failed (its message redelivered).
+    # and the pool closed under the handler, whose ack failed (its message redelivered). The
+    # handler uses up close()'s one deadline, so the flush has no time left: it names the item.
     c = lanes.Lanes(broker_url)
     c.queue(qname).push(["work"])
     handling = threading.Event()
@@ -1186,14 +1187,46 @@ def test_close_flushes_the_buffers_even_when_a_consumer_outlives_its_timeout(
     consumer = c.queue(qname).lease_seconds(2).consume(slow)
     assert handling.wait(10)
     c.queue(qname + "-buffered").buffer().push(["buffered"])
-    with pytest.raises(TimeoutError):
+    [buffer] = c._buffers.values()
+    with pytest.raises(lanes.UnsentError) as unsent:
         c.close(timeout=0.3)
+    assert unsent.value.unsent == 1
+    buffer._thread.join(1)
+    assert not buffer._thread.is_alive(), "the flusher outlived close()"
     consumer.closed(10)
     with lanes.Lanes(broker_url) as c2:
-        got = c2.queue(qname + "-buffered").wait(False).pop()
-        assert [m.data for m in got] == ["buffered"]
+        assert c2.queue(qname + "-buffered").wait(False).pop() == []
         time.sleep(2.5)  # past the lease: an unacked "work" would be redelivered
         assert c2.queue(qname).wait(False).pop() == [], "the handler's ack was lost"
+
+
+def test_close_holds_one_deadline_for_a_held_handler_and_an_unsendable_buffer(
+    broker_url: str, qname: str
+) -> None:
+    # The consumers' stop had `timeout`, then the flush its own: a handler held past it and a
+    # buffer the broker keeps refusing held close(2) about 4 s, past the grace period a caller
+    # sized it for (a Kubernetes terminationGracePeriodSeconds).
+    run = f"py-{uuid.uuid4().hex[:12]}"
+    c = lanes.Lanes(broker_url, headers={"X-Lanes-Test-Run": run})
+    release = threading.Event()
+    [consumer] = _hold_handlers(c, [qname], release)
+    rules = [
+        {"method": "POST", "path": "/api/v1/push", "responses": [{"status": 503, "times": 1000}]}
+    ]
+    faults = f"{broker_url}/__test/faults/{run}"
+    assert httpx.put(faults, content=json.dumps({"rules": rules})).status_code == 204
+    try:
+        c.queue(qname + "-buffered").buffer(time_millis=60_000).push(["unsent"])
+        began = time.monotonic()
+        with pytest.raises(lanes.UnsentError) as unsent:
+            c.close(timeout=2)
+        took = time.monotonic() - began
+    finally:
+        release.set()
+        httpx.delete(faults)
+    assert took < 2 + 1, f"close(timeout=2) took {took:.2f} s"
+    assert unsent.value.unsent == 1
+    consumer.closed(10)  # left stopping at the deadline, it ends once its handler returns
 
 
 def test_ctrl_c_in_close_leaves_the_handlers_acks_and_every_consumers_stop_to_a_second_close(

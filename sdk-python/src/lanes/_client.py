@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import atexit
+import contextlib
 import dataclasses
 import logging
 import math
@@ -13,7 +14,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -38,6 +39,7 @@ from lanes._consumer import (
     ErrorCallback,
     PopsInFlight,
 )
+from lanes._deadline import deadline as call_deadline
 from lanes._exceptions import ClientClosedError, UnsentError
 from lanes._generated import models
 from lanes._http import CUT_WAIT_S, AsyncTransport, BearerToken, Config, SyncTransport
@@ -77,6 +79,23 @@ def _check_broker_url(url: str) -> None:
     parts = urlsplit(url)
     if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
         raise ValueError(f"lanes: bad broker URL {url!r} (want http:// or https://)")
+
+
+def _cut_wait(deadline: float | None) -> float:
+    """How long a close waits for cut pops: ``CUT_WAIT_S``, never past its deadline."""
+    left = _time_left(deadline)
+    return CUT_WAIT_S if left is None else min(CUT_WAIT_S, left)
+
+
+@contextlib.contextmanager
+def _bounded_by(deadline: float | None) -> Iterator[None]:
+    """Bound the SDK calls made inside to a ``time.monotonic()`` deadline (None: unbounded)."""
+    left = _time_left(deadline)
+    if left is None:
+        yield
+        return
+    with call_deadline(left):
+        yield
 
 
 def _config(
@@ -362,12 +381,16 @@ class Lanes:
         ``timeout_millis``) and releases what it leased, then closes; a consumer's thread is a
         daemon, and a program exiting before then leaves a message it got in those last moments
         leased until the lease expires.
-        ``timeout`` bounds the wait for all the consumers together (one deadline, not one per
-        consumer), and then the flush, which gets its own ``timeout`` so that a slow handler
-        leaves the buffers their time: close() takes at most twice ``timeout``, plus the 2 s
-        waits for cut pops. A consumer still stopping at the deadline (a handler slower than
-        it) raises ``TimeoutError``, after the buffers were flushed all the same; the HTTP
-        pool stays open until that consumer ends, so its lease renewals and acks still go out.
+        ``timeout`` is one deadline for the whole close, as ``Close(ctx)`` in Go and
+        ``close({timeoutMillis})`` in TypeScript: the paused iterators' releases, the wait for
+        all the consumers together (not one per consumer), the flush, which gets what is left,
+        and the wait for cut pops (2 s at most) share it, so close() returns within about
+        ``timeout`` (None: no deadline). A consumer still stopping at the deadline (a handler
+        slower than it) leaves the flush no time: close() starts no send, and raises
+        :class:`UnsentError` naming what the buffers hold, or ``TimeoutError`` when they hold
+        nothing; the HTTP pool stays open until that consumer ends, so its lease renewals and
+        acks still go out. A release cut at the deadline leaves its messages leased until
+        their lease ends.
         Interrupted while it waits (Ctrl-C's ``KeyboardInterrupt``), it re-raises at once and
         leaves the HTTP pool open and the buffers' flushers running, so handlers still running
         get their acks out; call close() again to finish (the exit hook flushes the buffers of
@@ -377,13 +400,17 @@ class Lanes:
             if self._gone or self._closing:
                 return
             self._closed = self._closing = True
+        # One deadline for the whole close: the iterators' releases, the consumers' stop, the
+        # flush and the wait for cut pops share it, so close(5) returns within about 5 s.
+        closing_by = None if timeout is None else time.monotonic() + timeout
         try:
             # No call can ack for an iterator once the pool is closed: each ends here, and
-            # releases what it holds while the pool is open.
-            for it in list(self._iterators):
-                it._end_with_client()
-            still_stopping = self._stop_consumers(timeout)
-            unsent = self._flush_buffers(timeout)
+            # releases what it holds while the pool is open (within the deadline).
+            with _bounded_by(closing_by):
+                for it in list(self._iterators):
+                    it._end_with_client()
+            still_stopping = self._stop_consumers(closing_by)
+            unsent = self._flush_buffers(closing_by)
         except BaseException:
             # Interrupted: every consumer was asked to stop, and nothing they or the buffers
             # need is closed, so the next close() (or the exit hook) finishes the job.
@@ -396,7 +423,7 @@ class Lanes:
                 # The stopped consumers' long polls were cut: they end within milliseconds,
                 # and a program that exits right after close() must not end them first (a
                 # message one got would stay leased for the whole lease).
-                self._pops.wait_idle(CUT_WAIT_S)
+                self._pops.wait_idle(_cut_wait(closing_by))
         finally:
             self._pops.when_idle(self._t.close)
         if unsent is not None:
@@ -404,15 +431,14 @@ class Lanes:
         if still_stopping is not None:
             raise still_stopping
 
-    def _stop_consumers(self, timeout: float | None) -> TimeoutError | None:
+    def _stop_consumers(self, deadline: float | None) -> TimeoutError | None:
         """Soft-stop the consumers started here; the first ``TimeoutError`` of one still
-        stopping ``timeout`` after the wait began, for which the HTTP pool stays open until it
-        ends (its acks)."""
+        stopping at the ``time.monotonic()`` deadline, for which the HTTP pool stays open until
+        it ends (its acks)."""
         consumers = list(self._consumers)  # none is added once _closed is set
         still_stopping: TimeoutError | None = None
         # One deadline for them all: N consumers still stopping hold close() `timeout`, not N
         # times it.
-        deadline = None if timeout is None else time.monotonic() + timeout
         try:
             # Every one is asked before close() waits on any: an interrupt during a wait leaves
             # no consumer running that was never told to stop.
@@ -422,7 +448,7 @@ class Lanes:
                 try:
                     c.stop(_time_left(deadline))
                 except TimeoutError as e:
-                    still_stopping = still_stopping or e  # the buffers flush all the same
+                    still_stopping = still_stopping or e  # the flush still gets what is left
                     self._pops.begin()
                     c.when_ended(self._pops.end)
         except BaseException:
@@ -431,15 +457,22 @@ class Lanes:
             raise
         return still_stopping
 
-    def _flush_buffers(self, timeout: float | None) -> UnsentError | None:
-        """Refuse pushes and flush every buffer; the ``UnsentError`` naming what is left at
-        ``timeout``. Interrupted, the flushers go on sending for the next close()."""
+    def _flush_buffers(self, deadline: float | None) -> UnsentError | None:
+        """Refuse pushes and flush every buffer until the ``time.monotonic()`` deadline; the
+        ``UnsentError`` naming what is left then. Interrupted, the flushers go on sending for
+        the next close()."""
         buffers = list(self._buffers.values())  # no buffer is made once _closed is set
+        left = _time_left(deadline)
+        if left == 0:
+            # No time left: stopped before refuse() wakes them, the flushers start no send the
+            # pool would close under; what they hold is counted unsent.
+            for b in buffers:
+                b.stop()
         for b in buffers:
             b.refuse()
         unsent: UnsentError | None = None
         try:
-            flush_every(buffers, timeout)
+            flush_every(buffers, left)
         except UnsentError as e:
             unsent = e
         for b in buffers:
@@ -629,11 +662,13 @@ class AsyncLanes:
         return buffer_stats(list(self._buffers.values()))
 
     async def aclose(self, timeout: float | None = 30.0) -> None:
-        """As :meth:`Lanes.close`. A stopped consumer's or iterator's long poll is cut at the
-        stop (its connection half-closed): the consumer's stop waits up to 2 s for it to end and
-        release what the broker had already leased to it, and aclose() waits up to 2 s for an
-        iterator's, so a program may exit right after. On a caller's ``http_client`` a
-        consumer's is cancelled instead, and an iterator's runs to its long poll's end.
+        """As :meth:`Lanes.close`: ``timeout`` is one deadline for the whole aclose(). A stopped
+        consumer's or iterator's long poll is cut at the stop (its connection half-closed): the
+        consumer's stop waits up to 2 s for it to end and release what the broker had already
+        leased to it, and aclose() waits up to 2 s for an iterator's, so a program may exit
+        right after; neither wait runs past the deadline, and the HTTP pool stays open for
+        what is still on its way then. On a caller's ``http_client`` a consumer's is
+        cancelled instead, and an iterator's runs to its long poll's end.
         Cancelled, unlike an interrupted ``Lanes.close()``, it still closes the client (a
         second aclose() does nothing) and re-raises the ``CancelledError`` at once, after
         logging the buffered items it leaves (the error's ``__cause__`` is an
@@ -651,6 +686,8 @@ class AsyncLanes:
         running: list[AsyncConsumer] = []
         buffers = list(self._buffers.values())  # no buffer is made once _closed is set
         consumers = list(self._consumers)
+        # One deadline for the whole aclose(), as in Lanes.close().
+        deadline = None if timeout is None else time.monotonic() + timeout
         # Every consumer is asked before aclose() awaits anything: one not yet asked would go
         # on popping and starting handlers while aclose() waits for another's (or is
         # cancelled), work the shutdown would then wait for or release to be redelivered.
@@ -663,19 +700,24 @@ class AsyncLanes:
             # leave that leased, and so would closing it before those releases.
             for it in list(self._iterators):
                 it._end_with_client()
-            await self._stopped_iterators.closed(CUT_WAIT_S)
-            # One deadline for them all, as in Lanes.close().
-            deadline = None if timeout is None else time.monotonic() + timeout
+            # One still releasing at the deadline keeps the pool open for it (below).
+            await self._stopped_iterators.closed(_cut_wait(deadline))
             for c in consumers:
                 try:
                     await c.stop(_time_left(deadline))
                 except TimeoutError as e:
-                    still_stopping = still_stopping or e  # the buffers flush all the same
+                    still_stopping = still_stopping or e  # the flush still gets what is left
                     running.append(c)
+            left = _time_left(deadline)
+            if left == 0:
+                # No time left: stopped before refuse() wakes them, the flushers start no send
+                # the pool would close under; what they hold is counted unsent.
+                for b in buffers:
+                    await b.stop()
             for b in buffers:
                 await b.refuse()
             try:
-                await aflush_every(buffers, timeout)
+                await aflush_every(buffers, left)
             finally:
                 for b in buffers:
                     await b.stop()
