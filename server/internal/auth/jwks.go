@@ -102,7 +102,7 @@ func newKeySet(cfg Config, rawURL string) (*keySet, error) {
 	transport := http.DefaultTransport.(*http.Transport).Clone()
 	s := &keySet{
 		rawURL:      rawURL,
-		redactedURL: u.Redacted(),
+		redactedURL: RedactedJWKSURL(rawURL),
 		log:         log,
 		ctx:         ctx,
 		status:      KeySetStatus{URL: shownURL(u)},
@@ -167,7 +167,7 @@ func (s *keySet) fetch() {
 	if _, err := jwkset.NewStorageFromHTTP(s.rawURL, options); err != nil {
 		s.fetchFailed(err)
 		s.log.Warn("JWKS fetch failed: the keys fetched before stay in use, tokens naming another kid answer 401 Unknown key ID",
-			"url", s.redactedURL, "error", err)
+			"url", s.redactedURL, "error", fetchErrorText(err))
 	}
 }
 
@@ -216,9 +216,50 @@ func fetchErrorText(err error) string {
 func parseJWKSURL(rawURL string) (*url.URL, error) {
 	u, err := url.Parse(rawURL)
 	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
-		return nil, fmt.Errorf("jwks url %q: not an absolute http or https URL", rawURL)
+		if shown, ok := redactJWKSURL(rawURL); ok {
+			return nil, fmt.Errorf("jwks url %q: not an absolute http or https URL", shown)
+		}
+		return nil, errors.New("jwks url (not shown: it cannot be read as a URL, so where its credentials end is unknown): not an absolute http or https URL")
 	}
 	return u, nil
+}
+
+// maskedValue replaces what a log must not show, as the configuration line masks a password.
+const maskedValue = "xxxxx"
+
+// RedactedJWKSURL is a JWKS URL as the log shows it: without userinfo or
+// fragment, each query value masked and its key kept (an access key often
+// rides in the query); maskedValue when the text cannot be read as a URL.
+func RedactedJWKSURL(rawURL string) string {
+	if shown, ok := redactJWKSURL(rawURL); ok {
+		return shown
+	}
+	return maskedValue
+}
+
+// redactJWKSURL is RedactedJWKSURL; ok is false when rawURL has no scheme and
+// host, or an '@' net/url did not take as the end of the userinfo (a password
+// holding '#', '?' or '/' moves the host into it): nothing of it is then safe to show.
+func redactJWKSURL(rawURL string) (shown string, ok bool) {
+	u, err := url.Parse(rawURL)
+	if err != nil || u.Opaque != "" || u.Scheme == "" || u.Host == "" ||
+		u.User == nil && strings.Contains(rawURL, "@") ||
+		strings.Contains(u.Host+u.Path+u.RawQuery+u.Fragment, "@") {
+		return "", false
+	}
+	u.User, u.Fragment, u.RawFragment = nil, "", ""
+	if u.RawQuery != "" {
+		pairs := strings.Split(u.RawQuery, "&")
+		for i, pair := range pairs {
+			if key, _, hasValue := strings.Cut(pair, "="); hasValue {
+				pairs[i] = key + "=" + maskedValue
+			} else if pair != "" {
+				pairs[i] = maskedValue // a value without a key
+			}
+		}
+		u.RawQuery = strings.Join(pairs, "&")
+	}
+	return u.String(), true
 }
 
 // shownURL is u without its credentials, query or fragment.
@@ -234,8 +275,11 @@ func shownURL(u *url.URL) string {
 // apart in /health and the metrics).
 func CheckJWKSURLs(urls []string) error {
 	shownAs := map[string]string{}
-	for _, raw := range urls {
+	for i, raw := range urls {
 		u, err := parseJWKSURL(raw)
+		if err != nil && len(urls) > 1 {
+			return fmt.Errorf("entry %d of %d: %w", i+1, len(urls), err)
+		}
 		if err != nil {
 			return err
 		}

@@ -5,6 +5,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/lanesmq/lanes/server/internal/auth"
 )
 
 // secretSettings are logged as "set" or "" only.
@@ -92,10 +94,10 @@ func (c *Config) LogAttrs() []any {
 		case s.env == "LANES_DATABASE_URL":
 			v = redactDatabaseURL(v)
 		case s.env == "LANES_JWT_JWKS_URL" && v != "":
-			// An identity provider's URL may carry a password too.
+			// An identity provider's URL may carry a password or an access key in its query.
 			urls := splitJWKSURLs(v)
 			for i, u := range urls {
-				urls[i] = redactDatabaseURL(u)
+				urls[i] = auth.RedactedJWKSURL(u)
 			}
 			v = strings.Join(urls, " ")
 		case s.env == "LANES_MAX_INFLIGHT_BODY_BYTES":

@@ -19,7 +19,7 @@ func TestLogAttrsListEverySettingWithoutSecrets(t *testing.T) {
 		"LANES_JWT_SECRET":     "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t",
 		"LANES_PORT":           "7001",
 		"LANES_MAX_BODY_BYTES": "1000",
-		"LANES_JWT_JWKS_URL":   "https://lanes:idp-pw@idp.example/jwks?password=idp-q, https://ops:idp-pw2@idp2.example/keys",
+		"LANES_JWT_JWKS_URL":   "https://lanes:idp-pw@idp.example/jwks?password=idp-q&token=idp-t, https://ops:idp-pw2@idp2.example/keys",
 	}), io.Discard)
 	if err != nil {
 		t.Fatal(err)
@@ -42,7 +42,7 @@ func TestLogAttrsListEverySettingWithoutSecrets(t *testing.T) {
 		"database-url":            "postgres://lanes:xxxxx@db:5432/lanes?sslmode=disable",
 		"jwt-secret":              "set",
 		"jwt-public-key":          "",
-		"jwt-jwks-url":            "https://lanes:xxxxx@idp.example/jwks?password=xxxxx https://ops:xxxxx@idp2.example/keys",
+		"jwt-jwks-url":            "https://idp.example/jwks?password=xxxxx&token=xxxxx https://idp2.example/keys",
 		"port":                    "7001",
 		"max-inflight-body-bytes": "2000",
 	}
