@@ -160,8 +160,8 @@ func TestJWTRoleMatrixOverTheRoutes(t *testing.T) {
 				continue
 			}
 			refusals++
-			status, e, _ := b.callAs(t, tokens[role], c.method, c.path, c.body)
-			if status != http.StatusForbidden || e.Error != auth.MsgForbidden || e.Code != "forbidden" {
+			status, e, hdr := b.callAs(t, tokens[role], c.method, c.path, c.body)
+			if status != http.StatusForbidden || e.Error != auth.MsgForbidden || e.Code != "forbidden" || hdr.Get("WWW-Authenticate") != wantChallenge(403, auth.MsgForbidden) {
 				t.Errorf("%s %s (%s) as %s: %d %+v, want 403 %q", c.method, c.path, c.op, role, status, e, auth.MsgForbidden)
 			}
 		}
@@ -510,7 +510,7 @@ func TestJWTWithoutExpiryIsRefusedUnlessAllowed(t *testing.T) {
 	}
 	strict := newAuthBroker(t)
 	status, e, hdr := strict.callAs(t, noExp, "GET", "/api/v1/resources/queues", "")
-	if status != http.StatusUnauthorized || e.Error != auth.MsgNoExpiry || e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") == "" {
+	if status != http.StatusUnauthorized || e.Error != auth.MsgNoExpiry || e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") != wantChallenge(401, auth.MsgNoExpiry) {
 		t.Fatalf("token without exp: %d %+v, want 401 %q", status, e, auth.MsgNoExpiry)
 	}
 	v, err := auth.NewVerifier(auth.Config{Secret: []byte(testSecret), AllowNoExpiry: true})

@@ -187,9 +187,24 @@ func wantAnswer(t *testing.T, b *resilientBroker, token string, status int, mess
 	case status == http.StatusOK:
 	case e.Error != message:
 		t.Fatalf("%d %q, want %q", got, e.Error, message)
-	case status == http.StatusUnauthorized && (e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") != "Bearer"):
-		t.Fatalf("401 with code %q and WWW-Authenticate %q", e.Code, hdr.Get("WWW-Authenticate"))
+	case status == http.StatusUnauthorized && e.Code != "unauthorized", status == http.StatusForbidden && e.Code != "forbidden":
+		t.Fatalf("%d with code %q", got, e.Code)
+	case hdr.Values("WWW-Authenticate") == nil || hdr.Values("WWW-Authenticate")[0] != wantChallenge(status, message) || len(hdr.Values("WWW-Authenticate")) != 1:
+		t.Fatalf("%d %q with WWW-Authenticate %q, want %q", got, message, hdr.Values("WWW-Authenticate"), wantChallenge(status, message))
 	}
+}
+
+// wantChallenge is the WWW-Authenticate of a refusal (RFC 6750 §3): a bare
+// challenge without a token, invalid_token with the message for a bad one,
+// insufficient_scope for a missing role.
+func wantChallenge(status int, message string) string {
+	switch {
+	case status == http.StatusForbidden:
+		return `Bearer error="insufficient_scope", error_description="Insufficient permissions"`
+	case message == "Authentication required":
+		return "Bearer"
+	}
+	return `Bearer error="invalid_token", error_description="` + message + `"`
 }
 
 // TestJWKSVerifiesTokensByKidAndFollowsKeyRotation: RSA and Ed25519 tokens
@@ -391,7 +406,9 @@ func TestJWKSEndpointDown(t *testing.T) {
 
 // TestJWTAnswersEveryReferenceMessage sends one broker (secret, JWKS, issuer
 // and audience) a request for each 401 case http-api-v1.md lists and checks
-// the answer is that case's fixed message, code unauthorized.
+// the answer is that case's fixed message, code unauthorized, and that its
+// WWW-Authenticate names the error (RFC 6750 §3.1); then a token without the
+// role, whose 403 names insufficient_scope.
 func TestJWTAnswersEveryReferenceMessage(t *testing.T) {
 	key := newRSAKey(t)
 	idp := newJWKSServer(t, rsaJWK("k1", "RS256", &key.PublicKey))
@@ -430,6 +447,7 @@ func TestJWTAnswersEveryReferenceMessage(t *testing.T) {
 	}
 	wantAnswer(t, b, hs(nil), 200, "")
 	wantAnswer(t, b, signKID(t, jwt.SigningMethodRS256, key, "k1", claims(nil)), 200, "")
+	wantAnswer(t, b, hs(jwt.MapClaims{"role": "nobody"}), 403, auth.MsgForbidden)
 }
 
 // TestJWTRoleClaimsAndNamesAreConfigurable: roles come from the configured

@@ -225,12 +225,13 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		id, authErr := s.opts.Auth.Verify(r.Header.Values("Authorization")...)
 		if authErr != nil {
 			s.boundUnreadBody(w, r)
-			w.Header().Set("WWW-Authenticate", "Bearer")
+			w.Header().Set("WWW-Authenticate", authErr.Challenge())
 			writeError(w, http.StatusUnauthorized, CodeUnauthorized, authErr.Message)
 			return
 		}
 		if !level.Allows(id.Roles) {
 			s.boundUnreadBody(w, r)
+			w.Header().Set("WWW-Authenticate", auth.ForbiddenChallenge)
 			writeError(w, http.StatusForbidden, CodeForbidden, auth.MsgForbidden)
 			return
 		}

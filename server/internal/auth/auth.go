@@ -283,6 +283,41 @@ type Error struct{ Message string }
 
 func (e *Error) Error() string { return e.Message }
 
+// Challenge is the WWW-Authenticate value of the 401 (RFC 6750 §3.1): a bare
+// Bearer challenge when the request sent no token, which carries no error
+// code; else invalid_token, described by the same fixed message as the body.
+func (e *Error) Challenge() string {
+	if e.Message == MsgAuthRequired {
+		return "Bearer"
+	}
+	return bearerError("invalid_token", e.Message)
+}
+
+// ForbiddenChallenge is the WWW-Authenticate value of the 403 for a token
+// without the route's role: RFC 6750 names it insufficient_scope.
+var ForbiddenChallenge = bearerError("insufficient_scope", MsgForbidden)
+
+// bearerError is a Bearer challenge naming an error; the description is
+// left out unless RFC 6750 §3 admits it inside quotes as it is.
+func bearerError(code, description string) string {
+	challenge := `Bearer error="` + code + `"`
+	if quotable(description) {
+		challenge += `, error_description="` + description + `"`
+	}
+	return challenge
+}
+
+// quotable reports whether s is all %x20-21 / %x23-5B / %x5D-7E, the
+// characters RFC 6750 §3 allows in error_description: no quote, no backslash.
+func quotable(s string) bool {
+	for _, c := range []byte(s) {
+		if c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
+			return false
+		}
+	}
+	return s != ""
+}
+
 var errUnsupportedAlg = errors.New("unsupported token algorithm")
 
 // Verify checks a request's Authorization header values, each "Bearer <jwt>"
