@@ -19,10 +19,14 @@ const (
 
 // report is the soak's verdict and its figures.
 type report struct {
-	Seed          uint64         `json:"seed"`
-	Duration      string         `json:"duration"`
-	DrainTime     string         `json:"drainTime"`
+	Seed       uint64 `json:"seed"`
+	Duration   string `json:"duration"`
+	DrainTime  string `json:"drainTime"`
+	DrainLimit string `json:"drainLimit"` // -drain
+	// Drained is set when every group handled every acknowledged message and the broker held
+	// nothing pending before -drain ran out.
 	Drained       bool           `json:"drained"`
+	BacklogError  string         `json:"backlogError,omitempty"` // asking the broker what it still held failed
 	Faults        map[string]int `json:"faults"`
 	FaultFailures []string       `json:"faultFailures,omitempty"`
 
@@ -41,20 +45,35 @@ type report struct {
 }
 
 type groupReport struct {
-	Deliveries   int            `json:"deliveries"`
-	Distinct     int            `json:"distinct"`
-	Lost         []string       `json:"lost,omitempty"`    // acknowledged, never handled
-	Phantom      []string       `json:"phantom,omitempty"` // handled, never pushed
-	OutOfOrder   []string       `json:"outOfOrder,omitempty"`
-	Duplicates   int            `json:"duplicates"`
-	DuplicatesBy map[string]int `json:"duplicatesBy,omitempty"`
-	Unexplained  []string       `json:"unexplained,omitempty"`
+	Deliveries int      `json:"deliveries"`
+	Distinct   int      `json:"distinct"`
+	Lost       []string `json:"lost,omitempty"` // acknowledged, never handled (see check)
+	// NotDrained counts the acknowledged messages never handled that the broker still held
+	// pending when a run that did not drain ended: a backlog, not a loss.
+	NotDrained           int            `json:"notDrained"`
+	NotDrainedByQueue    map[string]int `json:"notDrainedByQueue,omitempty"`
+	NotDrainedPartitions int            `json:"notDrainedPartitions"`
+	Phantom              []string       `json:"phantom,omitempty"` // handled, never pushed
+	OutOfOrder           []string       `json:"outOfOrder,omitempty"`
+	Duplicates           int            `json:"duplicates"`
+	DuplicatesBy         map[string]int `json:"duplicatesBy,omitempty"`
+	Unexplained          []string       `json:"unexplained,omitempty"`
 }
 
-func check(led *ledger, loops []*consumeLoop, inj *injector) *report {
+// backlog is what the broker still held once the consume loops stopped: group label →
+// "queue/partition" → messages the group has not committed.
+type backlog map[string]map[string]int
+
+// check compares what was pushed with what each group handled. An acknowledged message a group
+// never handled is lost when a later message of its partition reached that group (a hole), or
+// when it is in the partition's tail (after the last one handled) and the run drained, or the
+// broker holds fewer pending messages of that partition than the tail counts. Otherwise the tail
+// is a backlog the consumers did not reach in time: not drained, which fails the run for a
+// reason of its own.
+func check(led *ledger, loops []*consumeLoop, inj *injector, drained bool, held backlog) *report {
 	led.mu.Lock()
 	defer led.mu.Unlock()
-	rep := &report{Faults: inj.counts(), Acknowledged: map[string]int{}, PushErrors: led.pushErrors,
+	rep := &report{Faults: inj.counts(), Acknowledged: map[string]int{}, PushErrors: led.pushErrors, Drained: drained,
 		Undecoded: led.undecoded, Groups: map[string]*groupReport{}, LoopWarnings: map[string]int{}}
 	for _, r := range led.pushes {
 		rep.Pushed++
@@ -76,11 +95,14 @@ func check(led *ledger, loops []*consumeLoop, inj *injector) *report {
 	}
 	arrivedUnacked := map[string]bool{}
 	for _, g := range soakGroups {
-		gr := &groupReport{DuplicatesBy: map[string]int{}}
+		gr := &groupReport{DuplicatesBy: map[string]int{}, NotDrainedByQueue: map[string]int{}}
 		rep.Groups[g.label] = gr
 		first := map[string]delivery{}
 		last := map[string]delivery{}
 		lastSeq := map[string]int{} // queue/partition → seq of the last first delivery checked
+		// queue/partition → highest seq handled, of any push: what a missing message is
+		// checked against to tell a hole from the tail.
+		highestSeq := map[string]int{}
 		for _, d := range led.deliveries {
 			if d.Group != g.label {
 				continue
@@ -109,6 +131,9 @@ func check(led *ledger, loops []*consumeLoop, inj *injector) *report {
 				continue
 			}
 			first[d.Key] = d
+			if part := r.Queue + "/" + r.Partition; r.Seq > highestSeq[part] {
+				highestSeq[part] = r.Seq
+			}
 			if r.Status == "" {
 				arrivedUnacked[d.Key] = true
 				continue
@@ -125,11 +150,37 @@ func check(led *ledger, loops []*consumeLoop, inj *injector) *report {
 			}
 		}
 		gr.Distinct = len(first)
+		missing := func(r *pushRecord, why string) string {
+			return fmt.Sprintf("%s (status %s at %s, %d attempts; %s)", r.Key, r.Status, r.AckedAt.Format("15:04:05.000"), r.Attempts, why)
+		}
+		tails := map[string][]*pushRecord{} // queue/partition → acknowledged, after the last handled
 		for key, r := range led.pushes {
-			if r.Status != "" {
-				if _, ok := first[key]; !ok {
-					gr.Lost = append(gr.Lost, fmt.Sprintf("%s (status %s at %s, %d attempts)", key, r.Status, r.AckedAt.Format("15:04:05.000"), r.Attempts))
-				}
+			if _, ok := first[key]; ok || r.Status == "" {
+				continue
+			}
+			part := r.Queue + "/" + r.Partition
+			// An overtaken message was stored after later ones of its request, so it may sit in
+			// the tail with a higher seq handled: counting it a hole errs toward a loss.
+			if r.Seq < highestSeq[part] {
+				gr.Lost = append(gr.Lost, missing(r, fmt.Sprintf("seq %d of the partition was handled", highestSeq[part])))
+				continue
+			}
+			tails[part] = append(tails[part], r)
+		}
+		for part, tail := range tails {
+			pending := held[g.label][part]
+			if !drained && pending >= len(tail) {
+				gr.NotDrained += len(tail)
+				gr.NotDrainedByQueue[tail[0].Queue] += len(tail)
+				gr.NotDrainedPartitions++
+				continue
+			}
+			why := "the run drained"
+			if !drained {
+				why = fmt.Sprintf("the broker holds %d pending of the partition's %d at the tail", pending, len(tail))
+			}
+			for _, r := range tail {
+				gr.Lost = append(gr.Lost, missing(r, why))
 			}
 		}
 		sort.Strings(gr.Lost)
@@ -155,6 +206,24 @@ func (r *report) verdict() string {
 			bad = append(bad, fmt.Sprintf("%s handled %d messages out of partition order", label, len(g.OutOfOrder)))
 		}
 	}
+	notDrained := 0
+	for _, label := range r.groupLabels() {
+		if g := r.Groups[label]; g.NotDrained > 0 {
+			notDrained += g.NotDrained
+			bad = append(bad, fmt.Sprintf("%s did not reach %d acknowledged messages in %d partitions, still pending at the broker (not drained, not lost)",
+				label, g.NotDrained, g.NotDrainedPartitions))
+		}
+	}
+	if !r.Drained {
+		msg := fmt.Sprintf("the consumers did not drain within -drain %s, so the run cannot check everything it pushed: re-run with a longer -drain or a lighter load", r.DrainLimit)
+		if notDrained == 0 {
+			msg = fmt.Sprintf("the consumers did not drain within -drain %s (the broker still held messages not committed): re-run with a longer -drain or a lighter load", r.DrainLimit)
+		}
+		bad = append(bad, msg)
+	}
+	if r.BacklogError != "" {
+		bad = append(bad, "asking the broker what it still held failed: "+r.BacklogError)
+	}
 	if len(r.FaultFailures) > 0 {
 		bad = append(bad, fmt.Sprintf("%d faults did not recover", len(r.FaultFailures)))
 	}
@@ -173,7 +242,7 @@ func (r *report) groupLabels() []string {
 }
 
 func (r *report) print(w io.Writer) {
-	fmt.Fprintf(w, "\nseed %d, %s of load, drained in %s (complete: %v)\n", r.Seed, r.Duration, r.DrainTime, r.Drained)
+	fmt.Fprintf(w, "\nseed %d, %s of load, drained in %s (complete: %v, -drain %s)\n", r.Seed, r.Duration, r.DrainTime, r.Drained, r.DrainLimit)
 	fmt.Fprintf(w, "faults: %s\n", sortedCounts(r.Faults))
 	for _, f := range r.FaultFailures {
 		fmt.Fprintf(w, "  fault failure: %s\n", f)
@@ -191,8 +260,12 @@ func (r *report) print(w io.Writer) {
 	fmt.Fprintf(w, "push errors seen by producers: %d\n", errs)
 	for _, label := range r.groupLabels() {
 		g := r.Groups[label]
-		fmt.Fprintf(w, "%-12s deliveries %d, distinct %d, lost %d, phantom %d, out of order %d, duplicates %d (%s)\n",
-			label, g.Deliveries, g.Distinct, len(g.Lost), len(g.Phantom), len(g.OutOfOrder), g.Duplicates, sortedCounts(g.DuplicatesBy))
+		fmt.Fprintf(w, "%-12s deliveries %d, distinct %d, lost %d, not drained %d, phantom %d, out of order %d, duplicates %d (%s)\n",
+			label, g.Deliveries, g.Distinct, len(g.Lost), g.NotDrained, len(g.Phantom), len(g.OutOfOrder), g.Duplicates, sortedCounts(g.DuplicatesBy))
+		if g.NotDrained > 0 {
+			fmt.Fprintf(w, "    not drained: %d acknowledged messages in %d partitions still pending at the broker (%s)\n",
+				g.NotDrained, g.NotDrainedPartitions, sortedCounts(g.NotDrainedByQueue))
+		}
 		for _, list := range [][]string{g.Lost, g.Phantom, g.OutOfOrder, g.Unexplained} {
 			for i, s := range list {
 				if i == 10 {

@@ -4,7 +4,9 @@
 // Once the faults stop and the consumers drain, it checks that every push the broker
 // acknowledged (queued, duplicate or buffered) reached every group, first deliveries kept each
 // partition's order, and nothing arrived that was never pushed; it counts and explains
-// duplicates. It exits 1 on a loss, an order violation or a phantom delivery.
+// duplicates. It exits 1 on a loss, an order violation or a phantom delivery, and when the
+// consumers did not drain in time (the messages the broker still holds are reported as not
+// drained, apart from the lost ones).
 //
 //	make soak SOAK_DURATION=5m SOAK_SEED=7 SOAK_FLAGS='-pg-port 55001 -broker-ports 7001,7002 -proxy-ports 7003,7004'
 package main
@@ -241,9 +243,18 @@ func run(cfg config) error {
 	}
 	cancelStop()
 
-	rep := check(led, loops, inj)
+	// With the loops stopped, what the broker still holds tells a backlog from a loss.
+	var held backlog
+	var heldErr error
+	if !drained {
+		held, heldErr = pendingAtBroker(ctx, admin)
+	}
+	rep := check(led, loops, inj, drained, held)
 	rep.Seed, rep.Duration, rep.DrainTime = cfg.seed, cfg.duration.String(), time.Since(loadEnded).Round(time.Millisecond).String()
-	rep.Drained, rep.LoopErrors = drained, loopErrs
+	rep.DrainLimit, rep.LoopErrors = cfg.drain.String(), loopErrs
+	if heldErr != nil {
+		rep.BacklogError = heldErr.Error()
+	}
 	inj.mu.Lock()
 	rep.FaultFailures = inj.failed
 	inj.mu.Unlock()
@@ -281,6 +292,25 @@ func nothingPending(ctx context.Context, admin *lanes.Client) bool {
 		}
 	}
 	return true
+}
+
+// pendingAtBroker asks the broker, for every group of every queue, how many messages of each
+// partition the group has not committed.
+func pendingAtBroker(ctx context.Context, admin *lanes.Client) (backlog, error) {
+	held := backlog{}
+	for _, g := range soakGroups {
+		held[g.label] = map[string]int{}
+		for _, queue := range soakQueues {
+			d, err := admin.Queue(queue).Group(g.group).Depth(ctx)
+			if err != nil {
+				return held, fmt.Errorf("depth of %s for %s: %w", queue, g.label, err)
+			}
+			for _, p := range d.Partitions {
+				held[g.label][queue+"/"+p.Partition] = p.Pending
+			}
+		}
+	}
+	return held, nil
 }
 
 func progress(ctx context.Context, led *ledger, inj *injector, total time.Duration) {
