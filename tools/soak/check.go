@@ -210,8 +210,8 @@ func (r *report) verdict() string {
 	for _, label := range r.groupLabels() {
 		if g := r.Groups[label]; g.NotDrained > 0 {
 			notDrained += g.NotDrained
-			bad = append(bad, fmt.Sprintf("%s did not reach %d acknowledged messages in %d partitions, still pending at the broker (not drained, not lost)",
-				label, g.NotDrained, g.NotDrainedPartitions))
+			bad = append(bad, fmt.Sprintf("%s did not reach %d acknowledged messages in %s, still pending at the broker (not drained, not lost)",
+				label, g.NotDrained, partitionCount(g.NotDrainedPartitions)))
 		}
 	}
 	if !r.Drained {
@@ -263,8 +263,8 @@ func (r *report) print(w io.Writer) {
 		fmt.Fprintf(w, "%-12s deliveries %d, distinct %d, lost %d, not drained %d, phantom %d, out of order %d, duplicates %d (%s)\n",
 			label, g.Deliveries, g.Distinct, len(g.Lost), g.NotDrained, len(g.Phantom), len(g.OutOfOrder), g.Duplicates, sortedCounts(g.DuplicatesBy))
 		if g.NotDrained > 0 {
-			fmt.Fprintf(w, "    not drained: %d acknowledged messages in %d partitions still pending at the broker (%s)\n",
-				g.NotDrained, g.NotDrainedPartitions, sortedCounts(g.NotDrainedByQueue))
+			fmt.Fprintf(w, "    not drained: %d acknowledged messages in %s still pending at the broker (%s)\n",
+				g.NotDrained, partitionCount(g.NotDrainedPartitions), sortedCounts(g.NotDrainedByQueue))
 		}
 		for _, list := range [][]string{g.Lost, g.Phantom, g.OutOfOrder, g.Unexplained} {
 			for i, s := range list {
@@ -333,4 +333,12 @@ func (r *report) write(dir string, led *ledger) error {
 		}
 		return nil
 	})
+}
+
+// partitionCount reads "1 partition" or "n partitions".
+func partitionCount(n int) string {
+	if n == 1 {
+		return "1 partition"
+	}
+	return fmt.Sprintf("%d partitions", n)
 }

@@ -136,7 +136,7 @@ func TestCheckTellsAnUndrainedTailFromALoss(t *testing.T) {
 	}{
 		{name: "a tail the broker holds after a run that did not drain is not drained",
 			handled: []int{1, 2}, held: heldByEach(2), notDrained: 2,
-			verdictHas: []string{"group-each did not reach 2 acknowledged messages in 1 partitions", "not lost", "did not drain within -drain 5s", "longer -drain"}},
+			verdictHas: []string{"group-each did not reach 2 acknowledged messages in 1 partition,", "not lost", "did not drain within -drain 5s", "longer -drain"}},
 		{name: "a tail the broker holds more than is not drained (unacknowledged pushes count too)",
 			handled: []int{1, 2}, held: heldByEach(7), notDrained: 2},
 		{name: "a tail the broker holds nothing of is lost",
