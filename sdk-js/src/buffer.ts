@@ -10,13 +10,13 @@ import type { RequestOptions } from "./request-options.js";
 
 /** BufferOptions size a push buffer (defaults: 100 messages, 1000 ms, maxSize 4 × messageCount, retry every 250 ms). */
 export interface BufferOptions {
-  /** messageCount flushes when this many items wait (default 100). */
+  /** messageCount flushes when this many items wait (default 100; 0 or below = the default). */
   messageCount?: number | undefined;
-  /** timeMillis flushes this long after the first waiting item (default 1000). */
+  /** timeMillis flushes this long after the first waiting item (default 1000; 0 flushes at once, where Go's zero FlushInterval is the default). */
   timeMillis?: number | undefined;
-  /** maxSize bounds waiting items; `push` waits while the buffer is full (default 4 × messageCount). */
+  /** maxSize bounds waiting items; `push` waits while the buffer is full (default 4 × messageCount; 0 or below = the default). */
   maxSize?: number | undefined;
-  /** retryDelayMillis is the pause before retrying a failed flush (default 250). */
+  /** retryDelayMillis is the pause before retrying a failed flush (default 250; 0 or below = the default). */
   retryDelayMillis?: number | undefined;
   /** onError receives flush errors. Items the broker refuses (each alone on 400 or 413, or the batch on 403) are dropped and passed as `droppedItems` (wire items: `{queue, partition, payload, transactionId}`), all those of one flush in one call with the broker's answer to the first; otherwise `droppedItems` is empty and the items are retried. */
   onError?: ((err: unknown, droppedItems: unknown[]) => void) | undefined;
@@ -57,10 +57,11 @@ export class PushBuffer<T = unknown> {
     private readonly opts: BufferOptions,
   ) {
     checkNames("buffer", queue, partition);
-    this.messageCount = Math.max(1, opts.messageCount ?? 100);
+    // 0 or below takes the default, as Go's zero value and Python do: a count of 0 sent every item alone, a delay of 0 retried a failing flush every millisecond.
+    this.messageCount = positiveOr(opts.messageCount, 100);
     this.timeMillis = Math.max(0, opts.timeMillis ?? 1000);
-    this.maxSize = opts.maxSize && opts.maxSize > 0 ? opts.maxSize : 4 * this.messageCount;
-    this.retryDelayMillis = Math.max(1, opts.retryDelayMillis ?? 250);
+    this.maxSize = positiveOr(opts.maxSize, 4 * this.messageCount);
+    this.retryDelayMillis = positiveOr(opts.retryDelayMillis, 250);
   }
 
   /** size is the number of items waiting. */
@@ -251,4 +252,9 @@ export class PushBuffer<T = unknown> {
       // never let a callback break the flusher
     }
   }
+}
+
+/** positiveOr is n when it is a number above 0, else the default. */
+function positiveOr(n: number | undefined, fallback: number): number {
+  return n !== undefined && n > 0 ? n : fallback;
 }

@@ -744,3 +744,26 @@ async def test_async_flush_sends_a_long_window_buffer_soon_after_boot(
     await b.flush(timeout=5)
     assert [it["payload"] for body in stored for it in body["items"]] == [1, 2, 3]
     await c.aclose()
+
+
+def test_a_buffer_sized_zero_or_below_takes_the_defaults(broker_url: str, qname: str) -> None:
+    """As Go's zero BufferOptions: message_count=0 once took no item per flush, so nothing was
+    ever sent."""
+    with lanes.Lanes(broker_url) as c:
+        buf = c.queue(qname).buffer(message_count=0, max_size=-1, retry_delay_millis=0)
+        buf.push([1, 2, 3])
+        c.flush_all(timeout=5)
+        assert c.buffer_stats() == lanes.BufferStats(1, 0, 1)
+        assert _pop_all(c, qname) == [1, 2, 3]
+
+
+async def test_an_async_buffer_sized_zero_or_below_takes_the_defaults(
+    broker_url: str, qname: str
+) -> None:
+    async with lanes.AsyncLanes(broker_url) as c:
+        buf = c.queue(qname).buffer(message_count=-3, max_size=0, retry_delay_millis=-1)
+        await buf.push([1, 2, 3])
+        await c.flush_all(timeout=5)
+        assert c.buffer_stats() == lanes.BufferStats(1, 0, 1)
+    with lanes.Lanes(broker_url) as sync:
+        assert _pop_all(sync, qname) == [1, 2, 3]

@@ -128,6 +128,19 @@ describe("push and pop", () => {
     expect(got.map((m) => m.data)).toEqual([0, 1, 2, 3]);
   });
 
+  it("a buffer sized 0 or below takes the defaults, as Go's zero BufferOptions and Python do (a count of 0 once sent every item alone)", async () => {
+    const lanes = client();
+    const q = uniq("zero-sized");
+    const buf = lanes.queue<number>(q).buffer({ messageCount: 0, timeMillis: 3_600_000, maxSize: -1, retryDelayMillis: 0 });
+    await buf.push([1, 2, 3]);
+    await new Promise((r) => setTimeout(r, 200));
+    expect(lanes.bufferStats()).toEqual({ activeBuffers: 1, totalBufferedMessages: 3, flushesPerformed: 0 });
+    await lanes.flushAll();
+    expect(lanes.bufferStats()).toEqual({ activeBuffers: 1, totalBufferedMessages: 0, flushesPerformed: 1 });
+    expect((await lanes.queue<number>(q).batch(10).wait(false).pop()).map((m) => m.data)).toEqual([1, 2, 3]);
+    await lanes.close();
+  });
+
   it("bufferStats counts the buffers, the items waiting in them and the batches sent (as Go's BufferStats and Python's buffer_stats())", async () => {
     const lanes = client();
     const q = uniq("stats");

@@ -34,9 +34,18 @@ class BufferOptions:
     max_size: int = 0  # 0 → 4 x message_count
     retry_delay_millis: int = 250
 
+    def __post_init__(self) -> None:
+        # 0 or below takes the default, as Go's zero value does: a count of 0 took no item
+        # per flush, so nothing was ever sent, and a delay of 0 retried a failing flush in a
+        # tight loop.
+        if self.message_count <= 0:
+            object.__setattr__(self, "message_count", 100)
+        if self.retry_delay_millis <= 0:
+            object.__setattr__(self, "retry_delay_millis", 250)
+
     @property
     def bound(self) -> int:
-        return self.max_size or 4 * self.message_count
+        return self.max_size if self.max_size > 0 else 4 * self.message_count
 
 
 @dataclass(frozen=True)
