@@ -1384,3 +1384,13 @@ async def test_the_consume_loop_starts_two_tasks_per_pop(
         sys.setprofile(None)
     pops = 30  # and asyncio's own two; a few to spare for a lease renewal on a slow machine
     assert started <= 2 * pops + 6, started
+
+
+async def test_renew_takes_the_default_at_0_or_below(client: lanes.AsyncLanes, qname: str) -> None:
+    await client.queue(qname).push(["r"])
+    msgs = await client.queue(qname).lease_seconds(5).wait(False).pop()
+    before = datetime.datetime.now(datetime.UTC)
+    [res] = await client.renew(msgs, seconds=-1)  # was a 1 s lease, leaving the 5 s one as it was
+    assert res.new_expires_at is not None
+    assert (res.new_expires_at - before).total_seconds() > 50
+    await client.ack(msgs)

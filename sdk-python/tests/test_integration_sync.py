@@ -1878,3 +1878,20 @@ def test_a_program_whose_consumer_stopped_during_a_long_poll_exits_at_once(
     start = time.monotonic()
     subprocess.run([sys.executable, "-c", textwrap.dedent(script)], check=True, timeout=25)
     assert time.monotonic() - start < 15
+
+
+def test_renew_rounds_seconds_up_and_takes_the_default_at_0_or_below(
+    client: lanes.Lanes, qname: str
+) -> None:
+    """As Go and TS: -5 s is the broker's default 60 s (was a 1 s lease), 1.5 s is 2 s (was 1)."""
+    client.queue(qname).push(["r"])
+    msgs = client.queue(qname).lease_seconds(5).wait(False).pop()
+    before = datetime.datetime.now(datetime.UTC)
+    [res] = client.renew(msgs, seconds=-5)
+    assert res.success and res.new_expires_at is not None
+    assert (res.new_expires_at - before).total_seconds() > 50
+    before = datetime.datetime.now(datetime.UTC)
+    [res] = client.renew(msgs, seconds=1.5)
+    assert res.new_expires_at is not None
+    assert (res.new_expires_at - before).total_seconds() > 1.8
+    client.ack(msgs)

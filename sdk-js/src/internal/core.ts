@@ -221,7 +221,8 @@ export class Core {
       const res = await this.transport.request<LeaseExtendResult>({
         method: "POST",
         path: `/api/v1/lease/${encodeURIComponent(id)}/extend`,
-        body: !seconds ? {} : { seconds: Math.max(1, Math.ceil(seconds)) },
+        // 0 or below is the broker's default 60, as Go sends none, not a 1 s lease.
+        body: seconds !== undefined && seconds > 0 ? { seconds: Math.max(1, Math.ceil(seconds)) } : {},
         signal,
       });
       out.push({ leaseId: id, success: res.body.success, renewed: res.body.renewed, newExpiresAt: res.body.newExpiresAt ?? null });

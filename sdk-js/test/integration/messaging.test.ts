@@ -105,6 +105,18 @@ describe("push and pop", () => {
     expect(gone[0]!.success).toBe(false);
   });
 
+  it("renew with seconds 0 or below extends to the broker's default 60 s, as Go does, not to 1 s", async () => {
+    const lanes = client();
+    const q = uniq("renew-neg");
+    await lanes.queue(q).push([1]);
+    const msgs: Message[] = await lanes.queue(q).leaseSeconds(5).wait(false).pop();
+    const before = Date.now();
+    const [res] = await lanes.renew(msgs, { seconds: -5 });
+    expect(res!.success).toBe(true);
+    expect(new Date(res!.newExpiresAt!).getTime() - before).toBeGreaterThan(50_000);
+    await lanes.ack(msgs, "completed");
+  });
+
   it("configure and GET queue", async () => {
     const lanes = client();
     const q = uniq("cfg");

@@ -314,7 +314,7 @@ class Lanes:
         return self._call(R.renew(lease_id, seconds), after_close=after_close)
 
     def renew(
-        self, messages_or_lease_ids: Message | str | Sequence[Message | str], *, seconds: int = 60
+        self, messages_or_lease_ids: Message | str | Sequence[Message | str], *, seconds: float = 60
     ) -> list[RenewResult]:
         """Extend leases (deduplicated; one call per lease id)."""
         items = (
@@ -617,7 +617,7 @@ class AsyncLanes:
         return await self._call(R.renew(lease_id, seconds), after_close=after_close)
 
     async def renew(
-        self, messages_or_lease_ids: Message | str | Sequence[Message | str], *, seconds: int = 60
+        self, messages_or_lease_ids: Message | str | Sequence[Message | str], *, seconds: float = 60
     ) -> list[RenewResult]:
         items = (
             [messages_or_lease_ids]

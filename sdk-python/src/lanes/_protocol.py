@@ -617,7 +617,9 @@ def group_of(msg: Message, group: str | None) -> str:
 
 
 def renew_seconds(seconds: int | float | None) -> int:
-    return max(1, int(seconds)) if seconds else 60
+    """Whole seconds, rounded up as in TS (1.5 s of lease is 2, not 1); 0 or below is the
+    broker's default 60, as Go sends none, not a 1 s lease."""
+    return max(1, math.ceil(seconds)) if seconds is not None and seconds > 0 else 60
 
 
 def parse_renew(lease_id: str, body: Any) -> RenewResult:
