@@ -1895,3 +1895,15 @@ def test_renew_rounds_seconds_up_and_takes_the_default_at_0_or_below(
     assert res.new_expires_at is not None
     assert (res.new_expires_at - before).total_seconds() > 1.8
     client.ack(msgs)
+
+
+def test_a_batch_or_width_below_0_is_unset_as_in_go(client: lanes.Lanes, qname: str) -> None:
+    """Go's Batch(-1) and Partitions(-1) leave them unset; Python sent them and got a 400."""
+    client.queue(qname).push([1, 2, 3])
+    q = client.queue(qname).wait(False)
+    got = q.autopilot(False).batch(-1).partitions(-1).pop()
+    assert [m.data for m in got] == [1]  # autopilot off, nothing set: batch 1
+    client.ack(got)
+    got = q.autopilot(True).batch(-2).pop()
+    assert [m.data for m in got] == [2, 3]  # autopilot sizes it
+    client.ack(got)

@@ -75,12 +75,13 @@ class _QueueBase(Generic[C]):
         return self._with(subscription_from=R._iso(value) if isinstance(value, datetime) else value)
 
     def batch(self: QB, n: int) -> QB:
-        """Messages per pop; 0 = unset (the broker sizes it under autopilot)."""
-        return self._with(batch=n or None)
+        """Messages per pop; 0 or below = unset (the broker sizes it under autopilot), as in Go."""
+        return self._with(batch=n if n > 0 else None)
 
     def partitions(self: QB, n: int) -> QB:
-        """Partitions claimed per pop; 0 = unset (the broker sizes it under autopilot)."""
-        return self._with(partitions=n or None)
+        """Partitions claimed per pop; 0 or below = unset (the broker sizes it under autopilot),
+        as in Go."""
+        return self._with(partitions=n if n > 0 else None)
 
     def autopilot(self: QB, on: bool) -> QB:
         """``False`` restores batch 1 / width 1 exactly; ``True`` outranks the environment."""
