@@ -110,6 +110,8 @@ func TestITErrorKindsByStatus(t *testing.T) {
 			var apiErr *lanes.APIError
 			require.ErrorAs(t, err, &apiErr)
 			require.Equal(t, tc.status, apiErr.Status)
+			// As TS's and Python's terminal: every 4xx but 429.
+			require.Equal(t, tc.status/100 == 4 && tc.status != 429, apiErr.Terminal())
 		})
 	}
 }

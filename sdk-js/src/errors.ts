@@ -38,6 +38,11 @@ export class APIError extends LanesError {
     this.body = init.body;
     this.attempts = init.attempts ?? 1;
   }
+
+  /** terminal is true for every 4xx but 429: the call will not succeed as it is sent, and a consume loop ends on it (Go's `APIError.Terminal()`, Python's `terminal`; docs/consuming.md §4). */
+  get terminal(): boolean {
+    return this.status >= 400 && this.status < 500 && this.status !== 429;
+  }
 }
 
 /** BadRequestError is a 400: the request was malformed or failed validation. */

@@ -89,6 +89,8 @@ def test_each_status_is_its_own_class(
         c.queue("py-kinds").push([1])
     assert kinds_of(e.value) == {kind}
     assert e.value.status == status
+    # As Go's Terminal() and TS's terminal: every 4xx but 429.
+    assert e.value.terminal == (400 <= status < 500 and status != 429)
 
 
 async def test_a_timed_out_attempt_is_an_api_timeout_error(faults: tuple[str, str]) -> None:

@@ -57,6 +57,8 @@ describe("error kinds", () => {
     const err = await c.queue("js-kinds").push([1]).catch((e: unknown) => e);
     expect(kindsOf(err)).toEqual([kind]);
     expect((err as lanes.APIError).status).toBe(status);
+    // As Go's Terminal() and Python's terminal: every 4xx but 429.
+    expect((err as lanes.APIError).terminal).toBe(status >= 400 && status < 500 && status !== 429);
   });
 
   it("a write that is not idempotent and timed out is an OutcomeUnknownError and still an APITimeoutError", async () => {

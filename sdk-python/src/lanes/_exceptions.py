@@ -75,8 +75,9 @@ class APIError(LanesError):
 
     @property
     def terminal(self) -> bool:
-        """403 and 413 are terminal: fix the credential or reshape the request."""
-        return self.status in (403, 413)
+        """Every 4xx but 429: the call will not succeed as it is sent, and a consume loop ends
+        on it (Go's ``APIError.Terminal()``, TS's ``terminal``; docs/consuming.md §4)."""
+        return 400 <= self.status < 500 and self.status != 429
 
 
 class BadRequestError(APIError):
