@@ -25,6 +25,10 @@ import (
 // DefaultURL is used when neither WithURL nor LANES_URL is set.
 const DefaultURL = "http://localhost:6632"
 
+// userAgent names the SDK in every request, as the TS and Python SDKs name themselves, so a
+// broker's or proxy's logs tell the three apart; WithHeader("User-Agent", …) replaces it.
+const userAgent = "lanes-mq-go/0.0.0"
+
 // Option configures a Client (see New).
 type Option func(*config)
 

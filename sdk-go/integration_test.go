@@ -1484,3 +1484,39 @@ func TestITWithHTTPClientCarriesEveryCallAndKVGetReadsInABatch(t *testing.T) {
 	require.False(t, *res[1].Found)
 	require.Equal(t, int64(2), via.requests.Load(), "the put and the batch both go through the given http.Client")
 }
+
+// agentTransport records the User-Agent of each request it carries to the broker.
+type agentTransport struct {
+	mu     sync.Mutex
+	agents []string
+}
+
+func (a *agentTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	a.mu.Lock()
+	a.agents = append(a.agents, r.Header.Get("User-Agent"))
+	a.mu.Unlock()
+	return http.DefaultTransport.RoundTrip(r)
+}
+
+// Every request names the SDK, as TS's and Python's do, unless WithHeader names another agent.
+func TestITRequestsNameTheSDKAsUserAgent(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	for _, tc := range []struct {
+		opts []lanes.Option
+		want string
+	}{
+		{nil, "lanes-mq-go/0.0.0"},
+		{[]lanes.Option{lanes.WithHeader("user-agent", "billing/2.1")}, "billing/2.1"},
+	} {
+		via := &agentTransport{}
+		opts := append([]lanes.Option{lanes.WithURL(os.Getenv("LANES_TEST_URL")), lanes.WithHTTPClient(&http.Client{Transport: via})}, tc.opts...)
+		c, err := lanes.New(opts...)
+		require.NoError(t, err)
+		_, err = c.Queue(b.queue).Push(b.ctx, lanes.Data(1))
+		require.NoError(t, err)
+		_, err = c.Health(b.ctx)
+		require.NoError(t, err)
+		require.Equal(t, []string{tc.want, tc.want}, via.agents)
+	}
+}

@@ -123,6 +123,9 @@ func (t *transport) Do(req *http.Request) (*http.Response, error) {
 	for k, vs := range c.cfg.headers {
 		r.Header[k] = append([]string(nil), vs...)
 	}
+	if r.Header.Get("User-Agent") == "" { // WithHeader may name another
+		r.Header.Set("User-Agent", userAgent)
+	}
 	if err := c.authorize(st.ctx, r.Header); err != nil {
 		return nil, err
 	}

@@ -1907,3 +1907,22 @@ def test_a_batch_or_width_below_0_is_unset_as_in_go(client: lanes.Lanes, qname: 
     got = q.autopilot(True).batch(-2).pop()
     assert [m.data for m in got] == [2, 3]  # autopilot sizes it
     client.ack(got)
+
+
+@pytest.mark.parametrize(
+    ("headers", "want"),
+    [({}, "lanes-mq-python/0.0.0"), ({"user-agent": "billing/2.1"}, "billing/2.1")],
+)
+def test_every_request_names_the_sdk_unless_headers_name_another_agent(
+    broker_url: str, qname: str, headers: dict[str, str], want: str
+) -> None:
+    """As Go and TS; a caller's agent in any case replaces the SDK's, never joins it."""
+    agents: list[list[str]] = []
+    hook = {"request": [lambda r: agents.append(r.headers.get_list("user-agent"))]}
+    with (
+        httpx.Client(event_hooks=hook) as own,
+        lanes.Lanes(broker_url, http_client=own, headers=headers) as c,
+    ):
+        c.queue(qname).push([1])
+        c.health()
+    assert agents == [[want], [want]]

@@ -11,6 +11,8 @@ import { CutFetch, appDispatcherInstalled, nodeHttpReachable, type CutAttempt, t
 
 /** DOT_SEGMENT is a path segment a URL parser removes with what it names ("%2e" counts as a dot). */
 const DOT_SEGMENT = /^(\.|%2e){1,2}$/i;
+/** USER_AGENT names the SDK in every request, as the Go and Python SDKs name themselves, so a broker's or proxy's logs tell the three apart. */
+const USER_AGENT = "lanes-mq-js/0.0.0";
 
 /** refuseDotSegments throws InvalidNameError, before anything is sent, when a name put in the path is "." or "..": fetch would remove that segment (and the one before it), so the call would reach another route, e.g. GET /api/v1/timers/../status read the broker's status as a timer. */
 function refuseDotSegments(req: Request): void {
@@ -131,11 +133,14 @@ export class Transport {
   // A real private field, unlike TypeScript's `private`: util.inspect, console.log and
   // JSON.stringify of a client never show the token.
   readonly #bearerToken: string | (() => string | Promise<string>) | undefined;
+  /** ownUserAgent: the caller's `headers` name a User-Agent (in any case), which replaces the SDK's. */
+  private readonly ownUserAgent: boolean;
 
   constructor(opts: TransportOptions) {
     const { bearerToken, ...rest } = opts;
     this.opts = rest;
     this.#bearerToken = bearerToken;
+    this.ownUserAgent = Object.keys(opts.headers ?? {}).some((k) => k.toLowerCase() === "user-agent");
     this.urls = opts.urls.map((u) => u.replace(/\/+$/, ""));
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.cutFetch = opts.fetch === undefined && nodeHttpReachable() ? new CutFetch() : undefined;
@@ -180,6 +185,7 @@ export class Transport {
       attempts += 1;
       const full = `${url}${req.path}${req.query ? `?${req.query}` : ""}`;
       const headers: Record<string, string> = { accept: "application/json", ...this.opts.headers };
+      if (!this.ownUserAgent) headers["user-agent"] = USER_AGENT;
       const token = typeof this.#bearerToken === "function" ? await this.#bearerToken() : this.#bearerToken;
       if (token) headers.authorization = `Bearer ${token}`;
       if (payload !== undefined) headers["content-type"] = "application/json";

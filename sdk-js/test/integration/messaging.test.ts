@@ -117,6 +117,23 @@ describe("push and pop", () => {
     await lanes.ack(msgs, "completed");
   });
 
+  it("every request names the SDK as its User-Agent, as Go and Python do, unless `headers` name another", async () => {
+    for (const [headers, want] of [
+      [undefined, "lanes-mq-js/0.0.0"],
+      [{ "User-Agent": "billing/2.1" }, "billing/2.1"],
+    ] as const) {
+      const agents: (string | null)[] = [];
+      const recording: typeof fetch = (input, init) => {
+        agents.push(new Headers(init?.headers).get("user-agent"));
+        return fetch(input, init);
+      };
+      const lanes = client({ fetch: recording, headers });
+      await lanes.queue(uniq("agent")).push([1]);
+      await lanes.health();
+      expect(agents).toEqual([want, want]);
+    }
+  });
+
   it("configure and GET queue", async () => {
     const lanes = client();
     const q = uniq("cfg");

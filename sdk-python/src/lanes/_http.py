@@ -58,7 +58,9 @@ class Config:
     rng: Callable[[], float] = random.random
 
     def base_headers(self, token: str | None) -> dict[str, str]:
-        h = {"User-Agent": USER_AGENT, "Accept": "application/json"}
+        h = {"Accept": "application/json"}
+        if not any(k.lower() == "user-agent" for k in self.headers):  # the caller's, in any case
+            h["User-Agent"] = USER_AGENT
         h.update(self.headers)
         if token:
             h["Authorization"] = f"Bearer {token}"
