@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -360,7 +361,9 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 		}
 		b, rerr := answerBytes(resp.Body)
 		if resp.StatusCode >= 400 {
-			return resp.StatusCode, newAPIError(resp.StatusCode, resp.Header, b, c.cfg.now())
+			e := newAPIError(resp.StatusCode, resp.Header, b, c.cfg.now())
+			e.Attempts = attemptsOf(resp)
+			return resp.StatusCode, e
 		}
 		if rerr != nil {
 			return resp.StatusCode, &ConnectionError{URL: resp.Request.URL.String(), Err: rerr}
@@ -373,6 +376,16 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 		}
 		return resp.StatusCode, nil
 	}
+}
+
+// attemptsOf is how many attempts a call made: the last one's X-Retry-Count (the retries
+// before it, set by prepareRetry) plus itself.
+func attemptsOf(resp *http.Response) int {
+	if resp.Request == nil {
+		return 1
+	}
+	n, _ := strconv.Atoi(resp.Request.Header.Get("X-Retry-Count"))
+	return n + 1
 }
 
 const contentJSON = "application/json"

@@ -64,6 +64,9 @@ type APIError struct {
 	RetryAfter time.Duration
 	// Body is the raw response body.
 	Body []byte
+	// Attempts is how many HTTP attempts the call made before giving up (TS and Python
+	// `attempts`).
+	Attempts int
 }
 
 // Error implements error.

@@ -116,6 +116,24 @@ func TestITErrorKindsByStatus(t *testing.T) {
 	}
 }
 
+// An *APIError says how many attempts the call made, as TS's and Python's attempts do: one for
+// an answer the policy does not retry, 1 + WithRetryAttempts when every retry got a 5xx.
+func TestITAPIErrorCountsTheAttempts(t *testing.T) {
+	t.Parallel()
+	c := scriptFaults(t, `[{"method":"POST","path":"/api/v1/push","responses":[{"status":503,"times":3}]},
+		{"method":"GET","path":"/api/v1/resources/overview","responses":[{"status":400}]}]`,
+		lanes.WithRetryAttempts(2), lanes.WithRetryDelay(time.Millisecond))
+	_, err := c.Queue("sdkgo-attempts").Push(context.Background(), lanes.Data(1))
+	var apiErr *lanes.APIError
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, 503, apiErr.Status)
+	require.Equal(t, 3, apiErr.Attempts)
+	_, err = c.Admin().Overview(context.Background())
+	require.ErrorAs(t, err, &apiErr)
+	require.Equal(t, 400, apiErr.Status)
+	require.Equal(t, 1, apiErr.Attempts)
+}
+
 // A write that is not idempotent (a KV incr) whose attempt timed out is ErrOutcomeUnknown and
 // still ErrTimeout and ErrConnection: a caller handling timeouts handles it, in every SDK.
 func TestITTimedOutWriteOfUnknownOutcomeIsATimeout(t *testing.T) {

@@ -303,7 +303,9 @@ func (st *callState) outcomeUnknownError(resp *http.Response) error {
 	if resp != nil {
 		b, _ := answerBytes(resp.Body)
 		_ = resp.Body.Close()
-		cause = newAPIError(resp.StatusCode, resp.Header, b, st.c.cfg.now())
+		e := newAPIError(resp.StatusCode, resp.Header, b, st.c.cfg.now())
+		e.Attempts = st.attempt + 1
+		cause = e
 	}
 	return &OutcomeUnknownError{Attempts: st.attempt + 1, Err: cause}
 }
