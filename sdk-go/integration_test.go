@@ -1520,3 +1520,26 @@ func TestITRequestsNameTheSDKAsUserAgent(t *testing.T) {
 		require.Equal(t, []string{tc.want, tc.want}, via.agents)
 	}
 }
+
+// A transaction's ack carries the failure reason, as client.Ack's AckOpts.Error and TS's and
+// Python's transaction ack `error` do: the dead letter shows it.
+func TestITTransactionAckWithErrorStoresTheReason(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	pushN(t, b, "", 1, "tx-dlq")
+	msgs, err := b.c.Queue(b.queue).Wait(false).Pop(b.ctx)
+	require.NoError(t, err)
+	require.Len(t, msgs, 1)
+	res, err := b.c.Transaction().AckWith(msgs[0], lanes.AckDLQ, lanes.AckOpts{Error: "poison"}).Commit(b.ctx)
+	require.NoError(t, err)
+	require.True(t, res.Success)
+	dead, err := b.c.Admin().ListDLQ(b.ctx, lanes.DLQQuery{Queue: b.queue})
+	require.NoError(t, err)
+	require.Len(t, dead.Messages, 1)
+	require.Equal(t, msgs[0].TransactionID, dead.Messages[0].TransactionId)
+	require.NotNil(t, dead.Messages[0].ErrorMessage)
+	require.Equal(t, "poison", *dead.Messages[0].ErrorMessage)
+
+	_, err = b.c.Transaction().AckWith(msgs[0], lanes.AckDLQ, lanes.AckOpts{WithoutLease: true}).Commit(b.ctx)
+	require.ErrorContains(t, err, "lease-less")
+}

@@ -62,7 +62,7 @@ var designSurface = map[string][]any{
 	},
 	"5 transactions": {
 		(*lanes.Client).Transaction, (*lanes.TransactionBuilder).Queue, lanes.TxQueue.Partition,
-		lanes.TxQueue.Push, (*lanes.TransactionBuilder).Ack, (*lanes.TransactionBuilder).KV,
+		lanes.TxQueue.Push, (*lanes.TransactionBuilder).Ack, (*lanes.TransactionBuilder).AckWith, (*lanes.TransactionBuilder).KV,
 		(*lanes.TransactionBuilder).Timer, (*lanes.TransactionBuilder).Commit, lanes.ErrEmptyTransaction,
 		lanes.TransactionError{}.Reason, lanes.TransactionError{}.Message, lanes.TransactionError{}.Attempts,
 		lanes.TransactionError{}.Result, lanes.TransactionError{}.FailedIndex, lanes.TransactionError{}.KVReason,

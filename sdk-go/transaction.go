@@ -29,6 +29,7 @@ type txAckOp struct {
 	Status        string `json:"status"`
 	ConsumerGroup string `json:"consumerGroup,omitempty"`
 	LeaseID       string `json:"leaseId,omitempty"`
+	Error         string `json:"error,omitempty"`
 }
 
 // Transaction starts an atomic bundle.
@@ -68,6 +69,18 @@ func (t TxQueue) Push(items ...Item) *TransactionBuilder {
 // Ack adds an ack of a popped message; group "" uses the message's ConsumerGroup. The lease id
 // travels on the op and in requiredLeases, so a stale lease rolls the bundle back.
 func (tb *TransactionBuilder) Ack(m *Message, status AckStatus, group string) *TransactionBuilder {
+	return tb.AckWith(m, status, AckOpts{Group: group})
+}
+
+// AckWith is Ack with the options of Client.Ack: Group (as Ack's group) and Error, the failure
+// reason a `failed` or `dlq` ack stores on the message (TS and Python take it as their
+// transaction ack's `error`). WithoutLease has no transaction form (the broker gives an ack op
+// without a lease the cursor's live one), so it makes Commit fail unsent.
+func (tb *TransactionBuilder) AckWith(m *Message, status AckStatus, opts AckOpts) *TransactionBuilder {
+	group := opts.Group
+	if opts.WithoutLease && tb.err == nil {
+		tb.err = fmt.Errorf("lanes: a transaction ack cannot be lease-less (AckOpts.WithoutLease)")
+	}
 	if m == nil || m.TransactionID == "" || m.PartitionID == "" {
 		if tb.err == nil {
 			tb.err = fmt.Errorf("lanes: transaction ack needs a message with TransactionID and PartitionID")
@@ -88,7 +101,7 @@ func (tb *TransactionBuilder) Ack(m *Message, status AckStatus, group string) *T
 		tb.leases = append(tb.leases, m.LeaseID)
 	}
 	op, _ := json.Marshal(txAckOp{Type: "ack", TransactionID: m.TransactionID, PartitionID: m.PartitionID,
-		Status: string(status), ConsumerGroup: group, LeaseID: m.LeaseID}) // strings always encode
+		Status: string(status), ConsumerGroup: group, LeaseID: m.LeaseID, Error: opts.Error}) // strings always encode
 	tb.ops = append(tb.ops, op)
 	return tb
 }
