@@ -216,6 +216,7 @@ type transactionArgs struct {
 			Index    int    `json:"index"`
 			Status   string `json:"status"`
 			Group    string `json:"group"`
+			Error    string `json:"error"`
 		} `json:"ack"`
 		KV          *lanes.KVOperation `json:"kv"`
 		Timer       *timerArgs         `json:"timer"`
@@ -238,7 +239,7 @@ func (s *state) transaction(ctx context.Context, a transactionArgs) (map[string]
 			if err != nil {
 				return nil, err
 			}
-			tb.Ack(ms[0], lanes.AckStatus(op.Ack.Status), op.Ack.Group)
+			tb.AckWith(ms[0], lanes.AckStatus(op.Ack.Status), lanes.AckOpts{Group: op.Ack.Group, Error: op.Ack.Error})
 		case op.KV != nil:
 			tb.KV(*op.KV)
 		case op.Timer != nil:

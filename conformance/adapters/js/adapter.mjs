@@ -465,7 +465,7 @@ const queueSteps = {
         tb = tq.push(items(o.push.items));
       } else if (o.ack) {
         const [m] = this.messages(o.ack.messages, [o.ack.index]);
-        tb = tb.ack(m, o.ack.status, o.ack.group ? { group: o.ack.group } : {});
+        tb = tb.ack(m, o.ack.status, { ...(o.ack.group ? { group: o.ack.group } : {}), ...(o.ack.error ? { error: o.ack.error } : {}) });
       } else if (o.kv) {
         tb = txKv(tb, o.kv);
       } else if (o.timer) {

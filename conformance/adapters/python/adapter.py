@@ -541,7 +541,12 @@ class CaseState:
             elif "ack" in o:
                 k = o["ack"]
                 [m] = self.messages(k["messages"], [k["index"]])
-                tx = tx.ack(m, k["status"], consumer_group=k.get("group") or None)
+                tx = tx.ack(
+                    m,
+                    k["status"],
+                    consumer_group=k.get("group") or None,
+                    error=k.get("error") or None,
+                )
             elif "kv" in o:
                 tx = tx_kv(tx, o["kv"])
             elif "timer" in o:
