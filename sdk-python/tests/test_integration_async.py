@@ -1389,7 +1389,7 @@ async def test_the_consume_loop_starts_two_tasks_per_pop(
 async def test_renew_takes_the_default_at_0_or_below(client: lanes.AsyncLanes, qname: str) -> None:
     await client.queue(qname).push(["r"])
     msgs = await client.queue(qname).lease_seconds(5).wait(False).pop()
-    before = datetime.datetime.now(datetime.UTC)
+    before = datetime.datetime.now(datetime.timezone.utc)
     [res] = await client.renew(msgs, seconds=-1)  # was a 1 s lease, leaving the 5 s one as it was
     assert res.new_expires_at is not None
     assert (res.new_expires_at - before).total_seconds() > 50

@@ -1886,11 +1886,11 @@ def test_renew_rounds_seconds_up_and_takes_the_default_at_0_or_below(
     """As Go and TS: -5 s is the broker's default 60 s (was a 1 s lease), 1.5 s is 2 s (was 1)."""
     client.queue(qname).push(["r"])
     msgs = client.queue(qname).lease_seconds(5).wait(False).pop()
-    before = datetime.datetime.now(datetime.UTC)
+    before = datetime.datetime.now(datetime.timezone.utc)
     [res] = client.renew(msgs, seconds=-5)
     assert res.success and res.new_expires_at is not None
     assert (res.new_expires_at - before).total_seconds() > 50
-    before = datetime.datetime.now(datetime.UTC)
+    before = datetime.datetime.now(datetime.timezone.utc)
     [res] = client.renew(msgs, seconds=1.5)
     assert res.new_expires_at is not None
     assert (res.new_expires_at - before).total_seconds() > 1.8
