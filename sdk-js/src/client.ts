@@ -18,7 +18,7 @@ import type { AckResult, Health, KvNamespaceList } from "./types.js";
 
 /** LanesOptions configure a client. Every field is optional: the URL defaults to `LANES_URL`, else http://localhost:6632. */
 export interface LanesOptions {
-  /** url is one broker URL. */
+  /** url is one broker URL, or several separated by commas (as `LANES_URL` may hold them). */
   url?: string | undefined;
   /** urls are several brokers on one PostgreSQL: requests fail over between them (docs/retries.md §4). */
   urls?: string[] | undefined;
@@ -66,7 +66,10 @@ export class Lanes {
   constructor(options: LanesOptions | string | string[] = {}) {
     const o: LanesOptions = typeof options === "string" ? { url: options } : Array.isArray(options) ? { urls: options } : options;
     const env = o.env ?? process.env;
-    const urls = o.urls?.length ? o.urls : o.url ? [o.url] : [env.LANES_URL?.trim() || "http://localhost:6632"];
+    // A comma separates several brokers in every URL given, LANES_URL included, as in Go's WithURL.
+    const given = splitUrls(o.urls?.length ? o.urls : o.url ? [o.url] : []);
+    const fromEnv = given.length ? given : splitUrls([env.LANES_URL ?? ""]);
+    const urls = fromEnv.length ? fromEnv : ["http://localhost:6632"];
     for (const u of urls) checkBrokerUrl(u, o.fetch === undefined);
     const nonNeg = (name: string, v: number | undefined, d: number) => {
       if (v === undefined) return d;
@@ -241,4 +244,9 @@ function checkBrokerUrl(u: string, globalFetch: boolean): void {
       `Lanes: broker URL ${JSON.stringify(u)} uses port ${port}, which Node's fetch refuses to connect to (the Fetch standard's blocked ports): run the broker on another port`,
     );
   }
+}
+
+/** splitUrls splits each entry on commas (several brokers in one string, as LANES_URL may hold them) and drops blank parts. */
+function splitUrls(entries: string[]): string[] {
+  return entries.flatMap((e) => e.split(",")).map((u) => u.trim()).filter((u) => u !== "");
 }

@@ -252,3 +252,22 @@ def test_broker_url_without_http_is_refused(bad: str) -> None:
 def test_http_and_https_broker_urls_are_taken() -> None:
     for good in ["http://broker:6632", "https://broker", "HTTP://broker:6632/"]:
         lanes.Lanes(url=good).close()
+
+
+@pytest.mark.parametrize("where", ["env", "url"])
+def test_lanes_url_and_url_split_on_commas_into_brokers(
+    broker_url: str, monkeypatch: pytest.MonkeyPatch, where: str
+) -> None:
+    """As Go's WithURL: "a,b" is two brokers to fail over between, not one URL httpx refuses."""
+    dead = closed_port_url()
+    listed = f" {dead} , {broker_url} "
+    seen: list[str] = []
+    hook = {"request": [lambda r: seen.append(f"{r.url.host}:{r.url.port}")]}
+    if where == "env":
+        monkeypatch.setenv("LANES_URL", listed)
+    with (
+        httpx.Client(event_hooks=hook) as own,
+        lanes.Lanes(listed if where == "url" else None, http_client=own) as c,
+    ):
+        assert c.health().status == "healthy"
+    assert seen == [host(dead), host(broker_url)]

@@ -26,6 +26,19 @@ function recording(urls: string[], seen: string[], o: LanesOptions = {}): Lanes 
   return new Lanes({ urls, env: {}, logger: null, fetch: recordingFetch, ...o });
 }
 
+describe("failover: several brokers in one string", () => {
+  it("LANES_URL and url split on commas into brokers to fail over between, as Go's WithURL does", async () => {
+    const dead = await closedPortUrl();
+    const live = brokerUrl();
+    for (const o of [{ env: { LANES_URL: ` ${dead} , ${live} ` } }, { url: `${dead},${live}` }] as LanesOptions[]) {
+      const seen: string[] = [];
+      const c = recording([], seen, o);
+      expect((await c.health()).status).toBe("healthy");
+      expect(seen).toEqual([host(dead), host(live)]);
+    }
+  });
+});
+
 describe("failover: healthRetryAfterMillis", () => {
   it.each([
     { name: "configured 200 ms", o: { healthRetryAfterMillis: 200 }, retried: true },

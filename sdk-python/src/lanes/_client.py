@@ -14,7 +14,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
@@ -98,6 +98,11 @@ def _bounded_by(deadline: float | None) -> Iterator[None]:
         yield
 
 
+def _split_urls(entries: Iterable[str]) -> list[str]:
+    """Each entry split on commas, blank parts dropped."""
+    return [u.strip() for e in entries for u in e.split(",") if u.strip()]
+
+
 def _config(
     url: str | None,
     urls: Sequence[str] | None,
@@ -121,7 +126,12 @@ def _config(
         raise ValueError(
             f"lanes: health_retry_after must be a non-negative number, got {health_retry_after}"
         )
-    lst = list(urls) if urls else [url or os.environ.get("LANES_URL") or DEFAULT_URL]
+    # A comma separates several brokers in every URL given, LANES_URL included, as in Go's WithURL.
+    lst = (
+        _split_urls(urls if urls else [url or ""])
+        or _split_urls([os.environ.get("LANES_URL", "")])
+        or [DEFAULT_URL]
+    )
     for u in lst:
         _check_broker_url(u)
     cfg = Config(
