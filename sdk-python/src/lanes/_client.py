@@ -77,8 +77,8 @@ def _time_left(deadline: float | None) -> float | None:
 def _check_broker_url(url: str) -> None:
     # Any other URL would build a client whose every call fails (as Go's New and TypeScript refuse).
     parts = urlsplit(url)
-    if parts.scheme.lower() not in ("http", "https") or not parts.netloc:
-        raise ValueError(f"lanes: bad broker URL {url!r} (want http:// or https://)")
+    if parts.scheme.lower() not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"lanes: bad broker URL {url!r} (want http:// or https:// and a host)")
 
 
 def _cut_wait(deadline: float | None) -> float:
