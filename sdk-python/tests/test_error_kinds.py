@@ -58,6 +58,10 @@ def test_the_brokers_400_and_404(broker_url: str, qname: str) -> None:
         assert kinds_of(bad.value) == {lanes.BadRequestError}
         assert bad.value.code == "bad_request"
         assert bad.value.message == "items[0].transactionId is longer than 1024 bytes"
+        # As Go's Error() (TS's message drops the "lanes: ").
+        assert str(bad.value) == (
+            "lanes: 400 bad_request: items[0].transactionId is longer than 1024 bytes"
+        )
         with pytest.raises(lanes.APIError) as absent:
             c.admin.get_queue(qname + "-absent")
         assert kinds_of(absent.value) == {lanes.NotFoundError}

@@ -65,7 +65,8 @@ class APIError(LanesError):
         body: bytes = b"",
         attempts: int = 1,
     ) -> None:
-        super().__init__(f"lanes: HTTP {status}{f' {code}' if code else ''}: {message}")
+        # The text of Go's APIError.Error(), so logs of both read alike.
+        super().__init__(f"lanes: {status}{f' {code}' if code else ''}: {message}")
         self.status = status
         self.code = code
         self.message = message
