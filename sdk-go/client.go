@@ -353,7 +353,7 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 			case errors.As(err, &nameErr): // refused by pathGuard, unsent
 				return 0, nameErr
 			}
-			return 0, &ConnectionError{URL: c.bases[0].String(), Err: err}
+			return 0, &ConnectionError{URL: c.bases[0].String(), Err: err, Attempts: 1}
 		}
 		defer func() { _ = resp.Body.Close() }()
 		if resp.StatusCode == http.StatusNoContent {
@@ -366,7 +366,7 @@ func (c *Client) decode(ctx context.Context, out any, resp *http.Response, err e
 			return resp.StatusCode, e
 		}
 		if rerr != nil {
-			return resp.StatusCode, &ConnectionError{URL: resp.Request.URL.String(), Err: rerr}
+			return resp.StatusCode, &ConnectionError{URL: resp.Request.URL.String(), Err: rerr, Attempts: attemptsOf(resp)}
 		}
 		if out != nil && len(b) > 0 {
 			if err := jsonUnmarshal(b, out); err != nil {

@@ -141,6 +141,8 @@ func newAPIError(status int, h http.Header, body []byte, now time.Time) *APIErro
 type ConnectionError struct {
 	URL string
 	Err error
+	// Attempts is how many HTTP attempts the call made (TS's and Python's attempts).
+	Attempts int
 }
 
 // Error implements error.

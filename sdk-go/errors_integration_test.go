@@ -161,13 +161,14 @@ func TestITErrorKindsWithoutAnswer(t *testing.T) {
 	require.NoError(t, err)
 	closed := "http://" + l.Addr().String()
 	require.NoError(t, l.Close())
-	dead, err := lanes.New(lanes.WithURL(closed), lanes.WithRetryAttempts(0))
+	dead, err := lanes.New(lanes.WithURL(closed), lanes.WithRetryAttempts(2), lanes.WithRetryDelay(time.Millisecond))
 	require.NoError(t, err)
 	closeWhenDone(t, dead)
 	_, err = dead.Admin().Overview(context.Background())
 	requireKinds(t, err, "ErrConnection")
 	require.ErrorAs(t, err, &ce)
 	require.False(t, ce.Timeout())
+	require.Equal(t, 3, ce.Attempts, "as TS's and Python's attempts")
 }
 
 // Queue(q).Depth and Queue(q).DLQ(g)…Get read what Admin's QueueDepth and ListDLQ read, for

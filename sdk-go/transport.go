@@ -293,13 +293,13 @@ func (st *callState) errorHandler(resp *http.Response, err error, _ int) (*http.
 	if st.tokenErr != nil {
 		return nil, st.tokenErr
 	}
-	return nil, &ConnectionError{URL: st.c.bases[st.idx].String(), Err: err}
+	return nil, &ConnectionError{URL: st.c.bases[st.idx].String(), Err: err, Attempts: st.attempt + 1}
 }
 
 // outcomeUnknownError wraps the failure of the last attempt, the answer's *APIError or the
 // transport's *ConnectionError, in *OutcomeUnknownError.
 func (st *callState) outcomeUnknownError(resp *http.Response) error {
-	var cause error = &ConnectionError{URL: st.c.bases[st.idx].String(), Err: st.lastErr}
+	var cause error = &ConnectionError{URL: st.c.bases[st.idx].String(), Err: st.lastErr, Attempts: st.attempt + 1}
 	if resp != nil {
 		b, _ := answerBytes(resp.Body)
 		_ = resp.Body.Close()
