@@ -110,8 +110,8 @@ var designSurface = map[string][]any{
 		lanes.TimerSchedule, lanes.TimerReschedule, lanes.TimerCancel,
 	},
 	"7 errors": {
-		lanes.APIError{}.Status, lanes.APIError{}.Code, lanes.APIError{}.Message, lanes.APIError{}.RetryAfter,
-		lanes.ConnectionError{}.Err, (*lanes.ConnectionError).Timeout, lanes.OutcomeUnknownError{}.Err,
+		lanes.APIError{}.Status, lanes.APIError{}.Code, lanes.APIError{}.Message, lanes.APIError{}.RetryAfter, lanes.APIError{}.Attempts,
+		lanes.ConnectionError{}.Err, lanes.ConnectionError{}.Attempts, (*lanes.ConnectionError).Timeout, lanes.OutcomeUnknownError{}.Err,
 		lanes.UnexpectedAnswerError{}.Status, lanes.UnexpectedAnswerError{}.Body,
 		lanes.InvalidKVValueError{}.Err, lanes.InvalidNameError{}.Field, lanes.HandlerPanicError{}.Value,
 		lanes.HandlerError{}.Messages, lanes.HandlerError{}.Err,
