@@ -140,6 +140,8 @@ def test_a_refused_connection_is_not_a_timeout() -> None:
         with pytest.raises(lanes.APIConnectionError) as e:
             c.admin.get_overview()
         assert kinds_of(e.value) == {lanes.APIConnectionError}
+        # The broker it could not reach, as Go's ConnectionError.URL and TS's url.
+        assert e.value.url == f"http://127.0.0.1:{port}"
 
 
 def dead_letter_one_per_partition(c: lanes.Lanes, qname: str) -> None:

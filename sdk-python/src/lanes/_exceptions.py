@@ -120,11 +120,13 @@ class NotImplementedByBrokerError(APIError):
 
 
 class APIConnectionError(LanesError):
-    """No response after the retries (connection refused, reset, DNS, timeout)."""
+    """No response after the retries (connection refused, reset, DNS, timeout). ``url`` is the
+    broker URL of the last attempt (Go's ``ConnectionError.URL``, TS's ``url``)."""
 
-    def __init__(self, message: str, *, attempts: int = 1) -> None:
+    def __init__(self, message: str, *, attempts: int = 1, url: str = "") -> None:
         super().__init__(message)
         self.attempts = attempts
+        self.url = url
 
 
 class APITimeoutError(APIConnectionError):

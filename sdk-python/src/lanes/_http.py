@@ -169,7 +169,7 @@ class _Base:
             kind = (
                 APITimeoutError if isinstance(exc, httpx.TimeoutException) else APIConnectionError
             )
-            err = kind(f"lanes: {method} {path}: {exc!r}", attempts=st.attempts)
+            err = kind(f"lanes: {method} {path}: {exc!r}", attempts=st.attempts, url=st.url)
             if d.outcome_unknown:
                 raise OutcomeUnknownError(err, attempts=st.attempts) from err
             raise err from exc
