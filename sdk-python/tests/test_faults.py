@@ -177,6 +177,10 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
     push_errors: list[str] = []
     buffer_errors: list[BaseException] = []
     pushed = threading.Semaphore(0)
+    # The buffered producer goes at the plain one's pace, an item per push call (answered or
+    # failed): on a slow machine it would otherwise be done before the broker goes down, and
+    # no buffer flush would fail.
+    buffer_turns = threading.Semaphore(0)
     stop = threading.Event()
 
     def push_plain() -> None:
@@ -185,6 +189,7 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
             txn = f"py-{i:03d}"
             part = producer.queue(queue).partition(f"p{i % partitions}")
             while not stop.is_set():
+                buffer_turns.release()
                 try:
                     res = part.push([{"transaction_id": txn, "data": {"i": i}}])
                     told[txn] = res[0].status
@@ -203,6 +208,9 @@ def test_consumer_and_producer_ride_through_broker_kill_and_postgres_restart(
 
     def push_buffered() -> None:
         for i in range(buffered_n):
+            while not buffer_turns.acquire(timeout=0.1):
+                if stop.is_set():
+                    return
             buf.push([{"transaction_id": f"py-buf-{i:03d}", "data": {"i": i}}])
             time.sleep(0.01)
 
@@ -371,12 +379,15 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
     push_errors: list[str] = []
     buffer_errors: list[BaseException] = []
     a_third, two_thirds = asyncio.Event(), asyncio.Event()
+    # The buffered producer goes at the plain one's pace, as in the blocking test.
+    buffer_turns = asyncio.Semaphore(0)
 
     async def push_plain() -> None:
         for i in range(plain_n):
             txn = f"py-{i:03d}"
             part = producer.queue(queue).partition(f"p{i % partitions}")
             while True:
+                buffer_turns.release()
                 try:
                     res = await part.push([{"transaction_id": txn, "data": {"i": i}}])
                     told[txn] = res[0].status
@@ -398,6 +409,7 @@ async def test_async_consumer_and_producer_ride_through_broker_kill_and_postgres
 
     async def push_buffered() -> None:
         for i in range(buffered_n):
+            await buffer_turns.acquire()
             await buf.push([{"transaction_id": f"py-buf-{i:03d}", "data": {"i": i}}])
             await asyncio.sleep(0.01)
 
