@@ -238,6 +238,7 @@ def test_attempt_timeout_marks_the_url(broker_url: str) -> None:
         "//broker:6632",
         "ftp://broker:6632",
         "http://",
+        "http://a,b:x",  # split on the comma: "b:x" names no broker
     ],
 )
 def test_broker_url_without_http_is_refused(bad: str) -> None:

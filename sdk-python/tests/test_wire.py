@@ -902,17 +902,6 @@ def test_the_default_url_is_lanes_url_else_localhost(monkeypatch: pytest.MonkeyP
     ]
 
 
-@pytest.mark.parametrize("url", ["localhost:6632", "ftp://broker:6632", "http://", "http://a,b:x"])
-@pytest.mark.parametrize("cls", [lanes.Lanes, lanes.AsyncLanes])
-def test_a_url_that_is_no_http_broker_is_refused_at_construction(
-    url: str, cls: type[lanes.Lanes] | type[lanes.AsyncLanes]
-) -> None:
-    """As Go's New and the TS constructor: each call once failed with an APIConnectionError,
-    which a consume loop waits out for ever."""
-    with pytest.raises(ValueError, match="bad broker URL"):
-        cls(url)
-
-
 def test_a_push_answered_buffered_is_no_error_and_is_logged_at_warning(
     caplog: pytest.LogCaptureFixture,
 ) -> None:
