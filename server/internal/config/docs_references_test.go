@@ -154,9 +154,11 @@ func pathRef(token string, tree repoTree) (path string, fromRoot, ok bool) {
 // TestDocsNameOnlyPathsAndVariablesThatExist keeps docs/*.md and the READMEs
 // true to the repository: every path in inline code exists (a file, a folder,
 // or the end of one's path), every relative link's target exists, and every LANES_* variable is a broker setting or
-// one of otherVariables; the code names docs/architecture.md gives are words
-// of some source file, and it places every folder of code and names every
-// file of filedFolders.
+// one of otherVariables; the code names they give are words of some source
+// file; every route they name is an operation of openapi.yaml, every error
+// code one the spec lists and every make target one of the Makefile; and
+// docs/architecture.md places every folder of code and names every file of
+// filedFolders.
 func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 	tree := readRepoTree(t)
 	known := map[string]bool{}
@@ -202,12 +204,15 @@ func TestDocsNameOnlyPathsAndVariablesThatExist(t *testing.T) {
 			}
 		}
 	}
-	problems = append(problems, architectureNamesMissingFromCode(t, tree)...)
+	problems = append(problems, namesMissingFromCode(t, tree)...)
+	problems = append(problems, routesMissingFromSpec(t)...)
+	problems = append(problems, errorCodesMissingFromSpec(t)...)
+	problems = append(problems, makeTargetsMissing(t)...)
 	problems = append(problems, foldersArchitectureLeavesOut(t, tree)...)
 	problems = append(problems, filesArchitectureLeavesOut(t, tree)...)
 	if len(problems) > 0 {
 		sort.Strings(problems)
-		t.Fatalf("the docs and the repository disagree (fix the doc, or add a non-setting variable to otherVariables with the file that reads it):\n%s",
+		t.Fatalf("the docs and the repository disagree (fix the doc; a variable that is no setting goes in otherVariables with the file that reads it, a name from outside the repository in outsideNames):\n%s",
 			strings.Join(dedupe(problems), "\n"))
 	}
 }
@@ -218,11 +223,22 @@ var (
 	sourceFile = regexp.MustCompile(`\.(go|sql|ts|mjs|py|yaml|yml|sh|toml)$`)
 )
 
-// architectureNamesMissingFromCode lists the functions, types, fields, columns
-// and metrics docs/architecture.md names in inline code (camelCase, PascalCase,
-// snake_case or dotted: `engine.ReplayPush`, `claimWindow`, `last_write_xid`)
-// whose last part is a word of no source file: renamed or removed since.
-func architectureNamesMissingFromCode(t *testing.T, tree repoTree) []string {
+// outsideNames are the code names the checked docs quote from outside this
+// repository, each with where it comes from: no source file here holds them.
+var outsideNames = map[string]string{
+	"tcp_retries2":            "Linux's TCP retransmission setting (operations.md)",
+	"QUEEN_KV_MAX_READ_BYTES": "the reference broker's KV read budget (operations.md, wire-compatibility.md)",
+}
+
+// namesUnchecked are the docs whose code names are not checked: the benchmark
+// notes quote profiler symbols of PostgreSQL, the kernel and libraries.
+var namesUnchecked = map[string]bool{"docs/benchmarks.md": true}
+
+// namesMissingFromCode lists the functions, types, fields, options, columns
+// and metrics the docs name in inline code (camelCase, PascalCase, snake_case
+// or dotted: `engine.ReplayPush`, `claimWindow`, `last_write_xid`) whose last
+// part is a word of no source file: renamed or removed since.
+func namesMissingFromCode(t *testing.T, tree repoTree) []string {
 	t.Helper()
 	words := map[string]bool{}
 	for p := range tree.paths {
@@ -237,19 +253,26 @@ func architectureNamesMissingFromCode(t *testing.T, tree repoTree) []string {
 			words[string(w)] = true
 		}
 	}
-	raw, err := os.ReadFile(filepath.Join(repoRoot, "docs", "architecture.md"))
-	if err != nil {
-		t.Fatal(err)
-	}
 	var missing []string
-	for _, m := range inlineCode.FindAllStringSubmatch(fencedBlock.ReplaceAllString(string(raw), ""), -1) {
-		name := m[1]
-		if !codeName.MatchString(name) || !strings.ContainsAny(name, "._ABCDEFGHIJKLMNOPQRSTUVWXYZ") {
-			continue // a plain word: a wire value or prose
+	for _, doc := range checkedDocs(t) {
+		rel, _ := filepath.Rel(repoRoot, doc)
+		rel = filepath.ToSlash(rel)
+		if namesUnchecked[rel] {
+			continue
 		}
-		last := strings.TrimSuffix(name[strings.LastIndex(name, ".")+1:], "()")
-		if !words[last] && !fileLike.MatchString(name) {
-			missing = append(missing, "docs/architecture.md: no source file has `"+name+"`")
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range inlineCode.FindAllStringSubmatch(fencedBlock.ReplaceAllString(string(raw), ""), -1) {
+			name := m[1]
+			if !codeName.MatchString(name) || !strings.ContainsAny(name, "._ABCDEFGHIJKLMNOPQRSTUVWXYZ") {
+				continue // a plain word: a wire value or prose
+			}
+			last := strings.TrimSuffix(name[strings.LastIndex(name, ".")+1:], "()")
+			if !words[last] && !fileLike.MatchString(name) && outsideNames[name] == "" {
+				missing = append(missing, rel+": no source file has `"+name+"`")
+			}
 		}
 	}
 	return missing
@@ -383,6 +406,150 @@ func filesArchitectureLeavesOut(t *testing.T, tree repoTree) []string {
 			continue
 		}
 		missing = append(missing, "docs/architecture.md: does not name `"+p+"` in its folder's row of \"Where the code is\"")
+	}
+	return missing
+}
+
+// docsText returns each checked doc's text by its path from the repository root.
+func docsText(t *testing.T) map[string]string {
+	t.Helper()
+	texts := map[string]string{}
+	for _, doc := range checkedDocs(t) {
+		raw, err := os.ReadFile(doc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(repoRoot, doc)
+		texts[filepath.ToSlash(rel)] = string(raw)
+	}
+	return texts
+}
+
+func readSpec(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "openapi.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return string(raw)
+}
+
+var (
+	specPath      = regexp.MustCompile(`^  (/\S*):$`)
+	specMethod    = regexp.MustCompile(`^    (get|put|post|delete|patch|head):`)
+	specParameter = regexp.MustCompile(`\\\{[^}]*\\\}`)
+	// A route in inline code: `GET /api/v1/pop/queue/{queue}`, `POST /push`,
+	// `DELETE /api/v1/dlq/:id` (a query string is allowed and ignored).
+	routeRef     = regexp.MustCompile(`^(GET|HEAD|POST|PUT|PATCH|DELETE) (/[^?\s]*)(\?\S*)?$`)
+	colonParam   = regexp.MustCompile(`:[A-Za-z]+`)
+	statusCode   = regexp.MustCompile("`[45][0-9][0-9] ([a-z][a-z_]*)`")
+	namedCode    = regexp.MustCompile("\\bcode `([a-z][a-z_]*)`")
+	makeTarget   = regexp.MustCompile(`(?:^|[\s;&(])make ((?:[A-Z_]+=\S+ )*)([a-z][a-z0-9-]*)`)
+	makefileRule = regexp.MustCompile(`(?m)^([A-Za-z0-9_.-]+)\s*:($|[^=])`)
+)
+
+// routesMissingFromSpec lists the routes the docs name in inline code (a
+// method and a path, the path whole or without its /api/v1 prefix, with
+// {name} or :name parameters) that are no operation of openapi.yaml. Paths
+// abbreviated with … or optional parts in [ ] are left alone.
+func routesMissingFromSpec(t *testing.T) []string {
+	t.Helper()
+	type specRoute struct {
+		path    *regexp.Regexp
+		methods map[string]bool
+	}
+	var routes []specRoute
+	for _, line := range strings.Split(readSpec(t), "\n") {
+		if m := specPath.FindStringSubmatch(line); m != nil {
+			pattern := "^" + specParameter.ReplaceAllString(regexp.QuoteMeta(m[1]), "[^/]+") + "$"
+			routes = append(routes, specRoute{regexp.MustCompile(pattern), map[string]bool{}})
+		} else if m := specMethod.FindStringSubmatch(line); m != nil && len(routes) > 0 {
+			routes[len(routes)-1].methods[strings.ToUpper(m[1])] = true
+		}
+	}
+	if len(routes) == 0 {
+		t.Fatal("openapi.yaml: no paths read")
+	}
+	var missing []string
+	for doc, text := range docsText(t) {
+		for _, m := range inlineCode.FindAllStringSubmatch(fencedBlock.ReplaceAllString(text, ""), -1) {
+			ref := routeRef.FindStringSubmatch(m[1])
+			if ref == nil || strings.ContainsAny(ref[2], "…[") {
+				continue
+			}
+			method, path := ref[1], colonParam.ReplaceAllString(ref[2], "x")
+			found := false
+			for _, r := range routes {
+				if (r.path.MatchString(path) || r.path.MatchString("/api/v1"+path)) &&
+					(r.methods[method] || method == "HEAD" && r.methods["GET"]) {
+					found = true
+				}
+			}
+			if !found {
+				missing = append(missing, doc+": openapi.yaml has no operation `"+m[1]+"`")
+			}
+		}
+	}
+	return missing
+}
+
+// errorCodesMissingFromSpec lists the error codes the docs give (`400
+// bad_request`, code `maintenance`) that the spec's Error.code does not list;
+// TestEveryErrorCodeIsInTheSpec (api) keeps that list equal to errorcodes.go.
+func errorCodesMissingFromSpec(t *testing.T) []string {
+	t.Helper()
+	spec := readSpec(t)
+	begin := strings.Index(spec, "\n    Error:\n")
+	if begin < 0 {
+		t.Fatal("openapi.yaml: no Error schema")
+	}
+	block := spec[begin+1:]
+	if end := regexp.MustCompile(`\n    [A-Za-z]+:\n`).FindStringIndex(block); end != nil {
+		block = block[:end[0]]
+	}
+	codes := map[string]bool{}
+	for _, m := range inlineCode.FindAllStringSubmatch(block, -1) {
+		codes[m[1]] = true
+	}
+	var missing []string
+	for doc, text := range docsText(t) {
+		for _, re := range []*regexp.Regexp{statusCode, namedCode} {
+			for _, m := range re.FindAllStringSubmatch(text, -1) {
+				if !codes[m[1]] {
+					missing = append(missing, doc+": openapi.yaml's Error.code does not list `"+m[1]+"`")
+				}
+			}
+		}
+	}
+	return missing
+}
+
+// makeTargetsMissing lists the make targets the docs' commands name (in inline
+// code or a fenced block) that the Makefile has no rule for.
+func makeTargetsMissing(t *testing.T) []string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "Makefile"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	targets := map[string]bool{}
+	for _, m := range makefileRule.FindAllStringSubmatch(string(raw), -1) {
+		targets[m[1]] = true
+	}
+	var missing []string
+	for doc, text := range docsText(t) {
+		var commands []string
+		for _, m := range inlineCode.FindAllStringSubmatch(fencedBlock.ReplaceAllString(text, ""), -1) {
+			commands = append(commands, m[1])
+		}
+		commands = append(commands, fencedBlock.FindAllString(text, -1)...)
+		for _, command := range commands {
+			for _, m := range makeTarget.FindAllStringSubmatch(command, -1) {
+				if !targets[m[2]] {
+					missing = append(missing, doc+": the Makefile has no target `make "+m[2]+"`")
+				}
+			}
+		}
 	}
 	return missing
 }
