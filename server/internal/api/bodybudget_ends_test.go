@@ -168,7 +168,7 @@ func TestEveryWayABodyEndsGivesItsRoomBack(t *testing.T) {
 		t.Cleanup(func() { eng.Close(); pool.Close() })
 		s := NewServer(eng, Options{Version: "test", Logger: slog.New(slog.NewTextHandler(io.Discard, nil)), MaxBodyBytes: bodyBudgetEndsMaxBody, BodyBudget: budget, BodyReadTimeout: readTimeout})
 		panicky := http.HandlerFunc(func(http.ResponseWriter, *http.Request) { panic("handler bug") })
-		srv := httptest.NewServer(s.observeAndRecover(s.limitBody(panicky, func(*http.Request) bool { return false }), mux.NewRouter()))
+		srv := httptest.NewServer(s.observeAndRecover(s.limitBody(panicky, func(*http.Request) routeBody { return routeWithBody }), mux.NewRouter()))
 		t.Cleanup(srv.Close)
 		for _, chunked := range []bool{false, true} {
 			resp, e := mustPostPush(t, srv.URL, pushOfSize("q", 300<<10), chunked)

@@ -20,15 +20,24 @@ import (
 // body takes room): a client that stalls part-way through its body then holds
 // a goroutine and the bytes it sent, never an admission slot or a database
 // connection. A body over the cap answers 413, one that does not arrive in
-// time 408. An operation that declares no request body (takesNoBody) is
-// capped at ignoredBodyLimit instead.
-func (s *Server) limitBody(next http.Handler, takesNoBody func(*http.Request) bool) http.Handler {
+// time 408. An operation that declares no request body is capped at
+// ignoredBodyLimit instead. A request for no operation at all is answered
+// 404 or 405 by the router with its body unread: that answer, not a 413,
+// tells the client what it got wrong.
+func (s *Server) limitBody(next http.Handler, bodyOf func(*http.Request) routeBody) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.Body == nil || r.Body == http.NoBody {
 			next.ServeHTTP(w, r)
 			return
 		}
-		limit := s.bodyLimit(r, takesNoBody)
+		route := bodyOf(r)
+		if route == noRoute {
+			closeUnread(w)
+			r.Body = http.NoBody
+			next.ServeHTTP(w, r)
+			return
+		}
+		limit := s.bodyLimit(r, route)
 		if r.ContentLength > limit.bytes {
 			closeUnread(w)
 			writeError(w, http.StatusRequestEntityTooLarge, CodePayloadTooLarge,
@@ -76,8 +85,8 @@ type bodyLimit struct {
 	why   string
 }
 
-func (s *Server) bodyLimit(r *http.Request, takesNoBody func(*http.Request) bool) bodyLimit {
-	if !isHotPathBody(r) && takesNoBody(r) {
+func (s *Server) bodyLimit(r *http.Request, route routeBody) bodyLimit {
+	if !isHotPathBody(r) && route == routeWithoutBody {
 		return bodyLimit{ignoredBodyLimit, r.Method + " " + r.URL.Path + " takes no request body"}
 	}
 	return bodyLimit{s.opts.MaxBodyBytes, "LANES_MAX_BODY_BYTES"}

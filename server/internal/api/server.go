@@ -182,7 +182,7 @@ func (s *Server) Handler() (http.Handler, error) {
 	h = headAsGet(h)
 	h = rejectUnstorableURL(h)
 	h = s.admitClass(h)
-	h = s.limitBody(h, operationsWithoutBody(spec, router))
+	h = s.limitBody(h, operationBodies(spec, router))
 	h = s.admitClient(h)
 	h = s.authenticate(h)
 	h = s.popsLater(h)
@@ -197,9 +197,18 @@ func (s *Server) schemaReady() bool {
 	return s.opts.SchemaReady == nil || s.opts.SchemaReady()
 }
 
-// operationsWithoutBody returns whether a request is for an operation that
-// declares no request body in the spec, or for no operation at all.
-func operationsWithoutBody(spec *openapi3.T, router *mux.Router) func(*http.Request) bool {
+// routeBody is what the spec says of a request's body.
+type routeBody int
+
+const (
+	routeWithBody    routeBody = iota // an operation that declares a request body
+	routeWithoutBody                  // an operation that declares none
+	noRoute                           // no operation: the router answers 404 or 405
+)
+
+// operationBodies returns, for a request, whether its operation declares a
+// request body in the spec, or that it names no operation at all.
+func operationBodies(spec *openapi3.T, router *mux.Router) func(*http.Request) routeBody {
 	withBody := map[string]bool{}
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
@@ -208,12 +217,14 @@ func operationsWithoutBody(spec *openapi3.T, router *mux.Router) func(*http.Requ
 			}
 		}
 	}
-	return func(r *http.Request) bool {
+	return func(r *http.Request) routeBody {
 		var match mux.RouteMatch
 		if !router.Match(r, &match) || match.Route == nil {
-			return true
+			return noRoute
 		}
-		template, err := match.Route.GetPathTemplate()
-		return err != nil || !withBody[r.Method+" "+template]
+		if template, err := match.Route.GetPathTemplate(); err == nil && withBody[r.Method+" "+template] {
+			return routeWithBody
+		}
+		return routeWithoutBody
 	}
 }

@@ -196,6 +196,53 @@ func TestABodyToAnOperationWithoutOneIsRefusedUnread(t *testing.T) {
 	}
 }
 
+// A body sent to a path or method no operation serves was capped as one to an
+// operation without a body, so a large one answered 413 "takes no request
+// body" where the mistake is the route. It is now answered 404 or 405 at once,
+// unread, whatever its length or framing.
+func TestABodyToNoOperationIsAnsweredByTheRouteUnread(t *testing.T) {
+	b := newBrokerWith(t, testDSN, Options{MaxBodyBytes: 64 << 20, BodyReadTimeout: time.Minute}, "")
+	u, err := url.Parse(b.URL)
+	if err != nil {
+		t.Fatal(err)
+	}
+	large := strings.Repeat("x", 2*ignoredBodyLimit)
+	for name, c := range map[string]struct {
+		request string
+		status  int
+		code    string
+	}{
+		"unknown path, declared length": {"POST /api/v1/nosuch HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 10000000\r\n\r\nxx", http.StatusNotFound, CodeNoSuchRoute},
+		"unknown path, chunked": {"POST /api/v1/nosuch HTTP/1.1\r\nHost: " + u.Host + "\r\nTransfer-Encoding: chunked\r\n\r\n" +
+			fmt.Sprintf("%x\r\n%s\r\n", len(large), large), http.StatusNotFound, CodeNoSuchRoute},
+		"method the path does not serve": {"PUT /api/v1/resources/queues HTTP/1.1\r\nHost: " + u.Host + "\r\nContent-Length: 10000000\r\n\r\nxx", http.StatusMethodNotAllowed, CodeMethod},
+	} {
+		conn, err := net.Dial("tcp", u.Host)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close()
+		if _, err := io.WriteString(conn, c.request); err != nil {
+			t.Fatal(err)
+		}
+		_ = conn.SetReadDeadline(time.Now().Add(5 * time.Second))
+		resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+		if err != nil {
+			t.Fatalf("%s: no answer (%v); want %d at once", name, err, c.status)
+		}
+		var e errorBody
+		if err := json.NewDecoder(resp.Body).Decode(&e); err != nil {
+			t.Fatal(err)
+		}
+		if resp.StatusCode != c.status || e.Code != c.code {
+			t.Fatalf("%s: %d %+v; want %d %s", name, resp.StatusCode, e, c.status, c.code)
+		}
+		if !resp.Close {
+			t.Errorf("%s: the connection stays open with the body unread; want Connection: close", name)
+		}
+	}
+}
+
 // A body's buffer grows no larger than the body (plus the byte that tells it
 // ended): bytes.Buffer.ReadFrom doubled a 100 MB body's buffer to 128 MiB.
 func TestABodyBufferEndsNoLargerThanItsBody(t *testing.T) {
