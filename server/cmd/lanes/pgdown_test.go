@@ -212,3 +212,29 @@ func TestBrokerBootedWithoutPostgresReportsTheDatabaseDown(t *testing.T) {
 		time.Sleep(100 * time.Millisecond)
 	}
 }
+
+// TestABootOutageLogsItsRetriesOnceAMinute: a broker booted while PostgreSQL
+// is down retries the schema every LANES_SCHEMA_RETRY_MAX_MS, but logs the
+// failed retries as every other repeating failure: the first at once, then at
+// most one line a minute with the count, so an outage at boot does not write
+// a line per attempt.
+func TestABootOutageLogsItsRetriesOnceAMinute(t *testing.T) {
+	closedPort := freePort(t) // nothing listens there: every attempt is refused
+	dsn := fmt.Sprintf("postgres://postgres@127.0.0.1:%d/lanes?sslmode=disable", closedPort)
+	b := startBroker(t, dsn, freePort(t), t.TempDir(), "LANES_SCHEMA_RETRY_MAX_MS=250")
+	b.waitHealth(t, http.StatusServiceUnavailable, 20*time.Second)
+	// About a dozen attempts, 250 ms apart.
+	time.Sleep(3 * time.Second)
+	logs := b.logs.String()
+	if !strings.Contains(logs, "database not ready; serving without it") {
+		t.Fatalf("no boot outage line:\n%s", logs)
+	}
+	if n := strings.Count(logs, "database still not ready; retrying"); n != 1 {
+		t.Fatalf("%d retry lines in 3 s of schema attempts every 250 ms; want the first only (failures=1), then one a minute:\n%s", n, logs)
+	}
+	for line := range strings.Lines(logs) {
+		if strings.Contains(line, "database still not ready; retrying") && !strings.Contains(line, "failures=1") {
+			t.Fatalf("the first retry line does not carry failures=1: %s", line)
+		}
+	}
+}

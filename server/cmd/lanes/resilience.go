@@ -17,6 +17,7 @@ import (
 	"github.com/lanesmq/lanes/server/internal/auth"
 	"github.com/lanesmq/lanes/server/internal/config"
 	"github.com/lanesmq/lanes/server/internal/engine"
+	"github.com/lanesmq/lanes/server/internal/failurelog"
 	"github.com/lanesmq/lanes/server/internal/spool"
 )
 
@@ -250,6 +251,10 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 	go func() {
 		wait := 250 * time.Millisecond
 		maxWait := max(cfg.SchemaRetryMax, 250*time.Millisecond)
+		// An outage at boot retries every maxWait for as long as it lasts: its
+		// lines follow the rule of every repeating failure, not one per attempt.
+		// The success line below says when it ended, so the reporter logs none.
+		retries := failurelog.New(log, slog.LevelWarn, "database still not ready; retrying", "")
 		for attempts := 1; ; attempts++ {
 			select {
 			case <-ctx.Done():
@@ -272,7 +277,7 @@ func (g *schemaGate) bringUp(ctx, bg context.Context, pool *pgxpool.Pool, cfg *c
 				return
 			}
 			wait = min(wait*2, maxWait)
-			log.Warn("database still not ready; retrying", "err", err, "retryIn", wait)
+			retries.Failed(err, "retryIn", wait)
 		}
 	}()
 	return nil
