@@ -153,7 +153,15 @@ func run(cfg *config.Config, log *slog.Logger) error {
 		log.Warn("test fault scripts are ON (LANES_TEST_FAULTS): /__test/faults can script any response; never run this in production")
 	}
 	if cfg.PprofAddr != "" {
-		go servePprof(cfg.PprofAddr, log)
+		// Bound here, not in its goroutine: profiles asked for and not served
+		// stop the boot as the broker's own port does, instead of a WARN
+		// after a line that said they were served.
+		pprofListener, err := (&net.ListenConfig{}).Listen(ctx, "tcp", cfg.PprofAddr)
+		if err != nil {
+			return fmt.Errorf("LANES_PPROF_ADDR (--pprof-addr): %w", err)
+		}
+		defer pprofListener.Close()
+		go servePprof(pprofListener, log)
 	}
 	addr := net.JoinHostPort(cfg.BindAddr, strconv.Itoa(cfg.Port))
 	running := &inFlight{}
@@ -344,14 +352,14 @@ func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopL
 }
 
 // servePprof exposes profiles on a separate, opt-in listener.
-func servePprof(addr string, log *slog.Logger) {
+func servePprof(listener net.Listener, log *slog.Logger) {
 	mux := http.NewServeMux()
 	mux.HandleFunc("/debug/pprof/", pprof.Index)
 	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
 	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Addr: addr, Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	log.Info("pprof listening", "addr", addr)
-	if err := srv.ListenAndServe(); err != nil {
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second, ErrorLog: httpErrorLog(log)}
+	log.Info("pprof listening", "addr", listener.Addr().String())
+	if err := srv.Serve(listener); err != nil && !errors.Is(err, net.ErrClosed) {
 		log.Warn("pprof stopped", "err", err)
 	}
 }
