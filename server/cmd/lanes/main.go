@@ -309,7 +309,18 @@ func wire(cfg *config.Config, log *slog.Logger, pool *pgxpool.Pool, poolWatch *e
 // The worst case is the timeout plus giveBackGrace.
 func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopLoops context.CancelFunc, hurry <-chan os.Signal, cfg *config.Config, log *slog.Logger) error {
 	log.Info("shutting down: no new requests; finishing in-flight ones (a second signal cuts them)", "timeout", cfg.ShutdownTimeout, "running", running.n.Load())
-	budgetCtx, cancelBudget := context.WithTimeout(context.Background(), cfg.ShutdownTimeout+giveBackGrace)
+	budget := cfg.ShutdownTimeout + giveBackGrace
+	// Past the budget nothing left to do can lose an answered message (an
+	// answered push is committed or in the fsynced spool), but closing the
+	// connections to a database host that stopped answering takes pgxpool up
+	// to 15 s each: exit then rather than past the grace period the
+	// orchestrator was told to allow. Never stopped: it only matters while
+	// the process still runs.
+	time.AfterFunc(budget, func() {
+		log.Error("shutdown budget spent while closing the database connections; exiting without waiting for them", "budget", budget)
+		os.Exit(1)
+	})
+	budgetCtx, cancelBudget := context.WithTimeout(context.Background(), budget)
 	defer cancelBudget()
 	shutdownCtx, cancel := context.WithTimeout(budgetCtx, cfg.ShutdownTimeout)
 	defer cancel()
