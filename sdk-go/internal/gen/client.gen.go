@@ -10050,6 +10050,16 @@ type ClientWithResponsesInterface interface {
 	GetLivenessWithResponse(ctx context.Context, reqEditors ...RequestEditorFn) (*GetLivenessResponse, error)
 }
 
+// AckResponse401Headers the declared response headers of an HTTP 401 response for Ack
+type AckResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AckResponse403Headers the declared response headers of an HTTP 403 response for Ack
+type AckResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // AckResponse429Headers the declared response headers of an HTTP 429 response for Ack
 type AckResponse429Headers struct {
 	RetryAfter int
@@ -10076,6 +10086,10 @@ type AckResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AckResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AckResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AckResponse429Headers
 }
@@ -10154,6 +10168,16 @@ func (r AckResponse) ContentType() string {
 	return ""
 }
 
+// AckBatchResponse401Headers the declared response headers of an HTTP 401 response for AckBatch
+type AckBatchResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// AckBatchResponse403Headers the declared response headers of an HTTP 403 response for AckBatch
+type AckBatchResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // AckBatchResponse429Headers the declared response headers of an HTTP 429 response for AckBatch
 type AckBatchResponse429Headers struct {
 	RetryAfter int
@@ -10180,6 +10204,10 @@ type AckBatchResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *AckBatchResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *AckBatchResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *AckBatchResponse429Headers
 }
@@ -10258,6 +10286,16 @@ func (r AckBatchResponse) ContentType() string {
 	return ""
 }
 
+// ConfigureResponse401Headers the declared response headers of an HTTP 401 response for Configure
+type ConfigureResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ConfigureResponse403Headers the declared response headers of an HTTP 403 response for Configure
+type ConfigureResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ConfigureResponse429Headers the declared response headers of an HTTP 429 response for Configure
 type ConfigureResponse429Headers struct {
 	RetryAfter int
@@ -10282,6 +10320,10 @@ type ConfigureResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ConfigureResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ConfigureResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ConfigureResponse429Headers
 }
@@ -10362,6 +10404,16 @@ type ListConsumerGroupsResponse200Headers struct {
 	XLanesTruncated  bool
 }
 
+// ListConsumerGroupsResponse401Headers the declared response headers of an HTTP 401 response for ListConsumerGroups
+type ListConsumerGroupsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListConsumerGroupsResponse403Headers the declared response headers of an HTTP 403 response for ListConsumerGroups
+type ListConsumerGroupsResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListConsumerGroupsResponse429Headers the declared response headers of an HTTP 429 response for ListConsumerGroups
 type ListConsumerGroupsResponse429Headers struct {
 	RetryAfter int
@@ -10388,6 +10440,10 @@ type ListConsumerGroupsResponse struct {
 	JSON500 *InternalError
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListConsumerGroupsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListConsumerGroupsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListConsumerGroupsResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListConsumerGroupsResponse429Headers
 }
@@ -10468,6 +10524,16 @@ type ListLaggingConsumerGroupsResponse200Headers struct {
 	XLanesTruncated  bool
 }
 
+// ListLaggingConsumerGroupsResponse401Headers the declared response headers of an HTTP 401 response for ListLaggingConsumerGroups
+type ListLaggingConsumerGroupsResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListLaggingConsumerGroupsResponse403Headers the declared response headers of an HTTP 403 response for ListLaggingConsumerGroups
+type ListLaggingConsumerGroupsResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListLaggingConsumerGroupsResponse429Headers the declared response headers of an HTTP 429 response for ListLaggingConsumerGroups
 type ListLaggingConsumerGroupsResponse429Headers struct {
 	RetryAfter int
@@ -10494,6 +10560,10 @@ type ListLaggingConsumerGroupsResponse struct {
 	JSON500 *InternalError
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *ListLaggingConsumerGroupsResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListLaggingConsumerGroupsResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListLaggingConsumerGroupsResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListLaggingConsumerGroupsResponse429Headers
 }
@@ -10567,6 +10637,16 @@ func (r ListLaggingConsumerGroupsResponse) ContentType() string {
 	return ""
 }
 
+// DeleteConsumerGroupResponse401Headers the declared response headers of an HTTP 401 response for DeleteConsumerGroup
+type DeleteConsumerGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteConsumerGroupResponse403Headers the declared response headers of an HTTP 403 response for DeleteConsumerGroup
+type DeleteConsumerGroupResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // DeleteConsumerGroupResponse429Headers the declared response headers of an HTTP 429 response for DeleteConsumerGroup
 type DeleteConsumerGroupResponse429Headers struct {
 	RetryAfter int
@@ -10591,6 +10671,10 @@ type DeleteConsumerGroupResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteConsumerGroupResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteConsumerGroupResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteConsumerGroupResponse429Headers
 }
@@ -10671,6 +10755,16 @@ type GetConsumerGroupResponse200Headers struct {
 	XLanesTruncated  bool
 }
 
+// GetConsumerGroupResponse401Headers the declared response headers of an HTTP 401 response for GetConsumerGroup
+type GetConsumerGroupResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetConsumerGroupResponse403Headers the declared response headers of an HTTP 403 response for GetConsumerGroup
+type GetConsumerGroupResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetConsumerGroupResponse429Headers the declared response headers of an HTTP 429 response for GetConsumerGroup
 type GetConsumerGroupResponse429Headers struct {
 	RetryAfter int
@@ -10697,6 +10791,10 @@ type GetConsumerGroupResponse struct {
 	JSON500 *InternalError
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *GetConsumerGroupResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetConsumerGroupResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetConsumerGroupResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetConsumerGroupResponse429Headers
 }
@@ -10770,6 +10868,16 @@ func (r GetConsumerGroupResponse) ContentType() string {
 	return ""
 }
 
+// DeleteConsumerGroupQueueResponse401Headers the declared response headers of an HTTP 401 response for DeleteConsumerGroupQueue
+type DeleteConsumerGroupQueueResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteConsumerGroupQueueResponse403Headers the declared response headers of an HTTP 403 response for DeleteConsumerGroupQueue
+type DeleteConsumerGroupQueueResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // DeleteConsumerGroupQueueResponse429Headers the declared response headers of an HTTP 429 response for DeleteConsumerGroupQueue
 type DeleteConsumerGroupQueueResponse429Headers struct {
 	RetryAfter int
@@ -10794,6 +10902,10 @@ type DeleteConsumerGroupQueueResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteConsumerGroupQueueResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteConsumerGroupQueueResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteConsumerGroupQueueResponse429Headers
 }
@@ -10867,6 +10979,16 @@ func (r DeleteConsumerGroupQueueResponse) ContentType() string {
 	return ""
 }
 
+// SeekPartitionResponse401Headers the declared response headers of an HTTP 401 response for SeekPartition
+type SeekPartitionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SeekPartitionResponse403Headers the declared response headers of an HTTP 403 response for SeekPartition
+type SeekPartitionResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // SeekPartitionResponse429Headers the declared response headers of an HTTP 429 response for SeekPartition
 type SeekPartitionResponse429Headers struct {
 	RetryAfter int
@@ -10893,6 +11015,10 @@ type SeekPartitionResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SeekPartitionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *SeekPartitionResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SeekPartitionResponse429Headers
 }
@@ -10971,6 +11097,16 @@ func (r SeekPartitionResponse) ContentType() string {
 	return ""
 }
 
+// SeekQueueResponse401Headers the declared response headers of an HTTP 401 response for SeekQueue
+type SeekQueueResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SeekQueueResponse403Headers the declared response headers of an HTTP 403 response for SeekQueue
+type SeekQueueResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // SeekQueueResponse429Headers the declared response headers of an HTTP 429 response for SeekQueue
 type SeekQueueResponse429Headers struct {
 	RetryAfter int
@@ -10997,6 +11133,10 @@ type SeekQueueResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SeekQueueResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *SeekQueueResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SeekQueueResponse429Headers
 }
@@ -11075,6 +11215,16 @@ func (r SeekQueueResponse) ContentType() string {
 	return ""
 }
 
+// UpdateConsumerGroupSubscriptionResponse401Headers the declared response headers of an HTTP 401 response for UpdateConsumerGroupSubscription
+type UpdateConsumerGroupSubscriptionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// UpdateConsumerGroupSubscriptionResponse403Headers the declared response headers of an HTTP 403 response for UpdateConsumerGroupSubscription
+type UpdateConsumerGroupSubscriptionResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // UpdateConsumerGroupSubscriptionResponse429Headers the declared response headers of an HTTP 429 response for UpdateConsumerGroupSubscription
 type UpdateConsumerGroupSubscriptionResponse429Headers struct {
 	RetryAfter int
@@ -11101,6 +11251,10 @@ type UpdateConsumerGroupSubscriptionResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *UpdateConsumerGroupSubscriptionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *UpdateConsumerGroupSubscriptionResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *UpdateConsumerGroupSubscriptionResponse429Headers
 }
@@ -11179,6 +11333,16 @@ func (r UpdateConsumerGroupSubscriptionResponse) ContentType() string {
 	return ""
 }
 
+// PurgeDlqResponse401Headers the declared response headers of an HTTP 401 response for PurgeDlq
+type PurgeDlqResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PurgeDlqResponse403Headers the declared response headers of an HTTP 403 response for PurgeDlq
+type PurgeDlqResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // PurgeDlqResponse429Headers the declared response headers of an HTTP 429 response for PurgeDlq
 type PurgeDlqResponse429Headers struct {
 	RetryAfter int
@@ -11203,6 +11367,10 @@ type PurgeDlqResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PurgeDlqResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PurgeDlqResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *PurgeDlqResponse429Headers
 }
@@ -11276,6 +11444,16 @@ func (r PurgeDlqResponse) ContentType() string {
 	return ""
 }
 
+// ListDlqResponse401Headers the declared response headers of an HTTP 401 response for ListDlq
+type ListDlqResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListDlqResponse403Headers the declared response headers of an HTTP 403 response for ListDlq
+type ListDlqResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListDlqResponse429Headers the declared response headers of an HTTP 429 response for ListDlq
 type ListDlqResponse429Headers struct {
 	RetryAfter int
@@ -11300,6 +11478,10 @@ type ListDlqResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListDlqResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListDlqResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListDlqResponse429Headers
 }
@@ -11373,6 +11555,16 @@ func (r ListDlqResponse) ContentType() string {
 	return ""
 }
 
+// ReplayDlqResponse401Headers the declared response headers of an HTTP 401 response for ReplayDlq
+type ReplayDlqResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ReplayDlqResponse403Headers the declared response headers of an HTTP 403 response for ReplayDlq
+type ReplayDlqResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ReplayDlqResponse429Headers the declared response headers of an HTTP 429 response for ReplayDlq
 type ReplayDlqResponse429Headers struct {
 	RetryAfter int
@@ -11401,6 +11593,10 @@ type ReplayDlqResponse struct {
 	JSON500 *DlqReplayFailed
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *DlqReplayMaintenance
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ReplayDlqResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ReplayDlqResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ReplayDlqResponse429Headers
 }
@@ -11484,6 +11680,16 @@ func (r ReplayDlqResponse) ContentType() string {
 	return ""
 }
 
+// KvBatchResponse401Headers the declared response headers of an HTTP 401 response for KvBatch
+type KvBatchResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// KvBatchResponse403Headers the declared response headers of an HTTP 403 response for KvBatch
+type KvBatchResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // KvBatchResponse429Headers the declared response headers of an HTTP 429 response for KvBatch
 type KvBatchResponse429Headers struct {
 	RetryAfter int
@@ -11510,6 +11716,10 @@ type KvBatchResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *KvBatchResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *KvBatchResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *KvBatchResponse429Headers
 }
@@ -11588,6 +11798,16 @@ func (r KvBatchResponse) ContentType() string {
 	return ""
 }
 
+// KvDeleteResponse401Headers the declared response headers of an HTTP 401 response for KvDelete
+type KvDeleteResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// KvDeleteResponse403Headers the declared response headers of an HTTP 403 response for KvDelete
+type KvDeleteResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // KvDeleteResponse429Headers the declared response headers of an HTTP 429 response for KvDelete
 type KvDeleteResponse429Headers struct {
 	RetryAfter int
@@ -11614,6 +11834,10 @@ type KvDeleteResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *KvDeleteResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *KvDeleteResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *KvDeleteResponse429Headers
 }
@@ -11697,6 +11921,16 @@ type KvGetResponse200Headers struct {
 	ETag *string
 }
 
+// KvGetResponse401Headers the declared response headers of an HTTP 401 response for KvGet
+type KvGetResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// KvGetResponse403Headers the declared response headers of an HTTP 403 response for KvGet
+type KvGetResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // KvGetResponse429Headers the declared response headers of an HTTP 429 response for KvGet
 type KvGetResponse429Headers struct {
 	RetryAfter int
@@ -11725,6 +11959,10 @@ type KvGetResponse struct {
 	JSON503 *ServiceUnavailable
 	// Headers200 the parsed response headers for an HTTP 200 response
 	Headers200 *KvGetResponse200Headers
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *KvGetResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *KvGetResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *KvGetResponse429Headers
 }
@@ -11803,6 +12041,16 @@ func (r KvGetResponse) ContentType() string {
 	return ""
 }
 
+// KvPutResponse401Headers the declared response headers of an HTTP 401 response for KvPut
+type KvPutResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// KvPutResponse403Headers the declared response headers of an HTTP 403 response for KvPut
+type KvPutResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // KvPutResponse429Headers the declared response headers of an HTTP 429 response for KvPut
 type KvPutResponse429Headers struct {
 	RetryAfter int
@@ -11829,6 +12077,10 @@ type KvPutResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *KvPutResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *KvPutResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *KvPutResponse429Headers
 }
@@ -11907,6 +12159,16 @@ func (r KvPutResponse) ContentType() string {
 	return ""
 }
 
+// ExtendLeaseResponse401Headers the declared response headers of an HTTP 401 response for ExtendLease
+type ExtendLeaseResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ExtendLeaseResponse403Headers the declared response headers of an HTTP 403 response for ExtendLease
+type ExtendLeaseResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ExtendLeaseResponse429Headers the declared response headers of an HTTP 429 response for ExtendLease
 type ExtendLeaseResponse429Headers struct {
 	RetryAfter int
@@ -11933,6 +12195,10 @@ type ExtendLeaseResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ExtendLeaseResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ExtendLeaseResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ExtendLeaseResponse429Headers
 }
@@ -12011,6 +12277,16 @@ func (r ExtendLeaseResponse) ContentType() string {
 	return ""
 }
 
+// ListMessagesResponse401Headers the declared response headers of an HTTP 401 response for ListMessages
+type ListMessagesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListMessagesResponse403Headers the declared response headers of an HTTP 403 response for ListMessages
+type ListMessagesResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListMessagesResponse429Headers the declared response headers of an HTTP 429 response for ListMessages
 type ListMessagesResponse429Headers struct {
 	RetryAfter int
@@ -12035,6 +12311,10 @@ type ListMessagesResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListMessagesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListMessagesResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListMessagesResponse429Headers
 }
@@ -12108,6 +12388,16 @@ func (r ListMessagesResponse) ContentType() string {
 	return ""
 }
 
+// DeleteMessageResponse401Headers the declared response headers of an HTTP 401 response for DeleteMessage
+type DeleteMessageResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteMessageResponse403Headers the declared response headers of an HTTP 403 response for DeleteMessage
+type DeleteMessageResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // DeleteMessageResponse429Headers the declared response headers of an HTTP 429 response for DeleteMessage
 type DeleteMessageResponse429Headers struct {
 	RetryAfter int
@@ -12134,6 +12424,10 @@ type DeleteMessageResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteMessageResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteMessageResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteMessageResponse429Headers
 }
@@ -12212,6 +12506,16 @@ func (r DeleteMessageResponse) ContentType() string {
 	return ""
 }
 
+// GetMessageResponse401Headers the declared response headers of an HTTP 401 response for GetMessage
+type GetMessageResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetMessageResponse403Headers the declared response headers of an HTTP 403 response for GetMessage
+type GetMessageResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetMessageResponse429Headers the declared response headers of an HTTP 429 response for GetMessage
 type GetMessageResponse429Headers struct {
 	RetryAfter int
@@ -12238,6 +12542,10 @@ type GetMessageResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetMessageResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetMessageResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetMessageResponse429Headers
 }
@@ -12316,6 +12624,16 @@ func (r GetMessageResponse) ContentType() string {
 	return ""
 }
 
+// RetryMessageResponse401Headers the declared response headers of an HTTP 401 response for RetryMessage
+type RetryMessageResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// RetryMessageResponse403Headers the declared response headers of an HTTP 403 response for RetryMessage
+type RetryMessageResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // RetryMessageResponse429Headers the declared response headers of an HTTP 429 response for RetryMessage
 type RetryMessageResponse429Headers struct {
 	RetryAfter int
@@ -12344,6 +12662,10 @@ type RetryMessageResponse struct {
 	JSON500 *DlqReplayFailed
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *DlqReplayMaintenance
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *RetryMessageResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *RetryMessageResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *RetryMessageResponse429Headers
 }
@@ -12427,6 +12749,16 @@ func (r RetryMessageResponse) ContentType() string {
 	return ""
 }
 
+// PopDiscoverResponse401Headers the declared response headers of an HTTP 401 response for PopDiscover
+type PopDiscoverResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PopDiscoverResponse403Headers the declared response headers of an HTTP 403 response for PopDiscover
+type PopDiscoverResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // PopDiscoverResponse429Headers the declared response headers of an HTTP 429 response for PopDiscover
 type PopDiscoverResponse429Headers struct {
 	RetryAfter int
@@ -12453,6 +12785,10 @@ type PopDiscoverResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PopDiscoverResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PopDiscoverResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *PopDiscoverResponse429Headers
 }
@@ -12531,6 +12867,16 @@ func (r PopDiscoverResponse) ContentType() string {
 	return ""
 }
 
+// PopQueueResponse401Headers the declared response headers of an HTTP 401 response for PopQueue
+type PopQueueResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PopQueueResponse403Headers the declared response headers of an HTTP 403 response for PopQueue
+type PopQueueResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // PopQueueResponse429Headers the declared response headers of an HTTP 429 response for PopQueue
 type PopQueueResponse429Headers struct {
 	RetryAfter int
@@ -12557,6 +12903,10 @@ type PopQueueResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PopQueueResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PopQueueResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *PopQueueResponse429Headers
 }
@@ -12635,6 +12985,16 @@ func (r PopQueueResponse) ContentType() string {
 	return ""
 }
 
+// PopPartitionResponse401Headers the declared response headers of an HTTP 401 response for PopPartition
+type PopPartitionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PopPartitionResponse403Headers the declared response headers of an HTTP 403 response for PopPartition
+type PopPartitionResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // PopPartitionResponse429Headers the declared response headers of an HTTP 429 response for PopPartition
 type PopPartitionResponse429Headers struct {
 	RetryAfter int
@@ -12661,6 +13021,10 @@ type PopPartitionResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PopPartitionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PopPartitionResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *PopPartitionResponse429Headers
 }
@@ -12739,6 +13103,16 @@ func (r PopPartitionResponse) ContentType() string {
 	return ""
 }
 
+// PushResponse401Headers the declared response headers of an HTTP 401 response for Push
+type PushResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// PushResponse403Headers the declared response headers of an HTTP 403 response for Push
+type PushResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // PushResponse429Headers the declared response headers of an HTTP 429 response for Push
 type PushResponse429Headers struct {
 	RetryAfter int
@@ -12765,6 +13139,10 @@ type PushResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *PushResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *PushResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *PushResponse429Headers
 }
@@ -12843,6 +13221,16 @@ func (r PushResponse) ContentType() string {
 	return ""
 }
 
+// ListKvKeysResponse401Headers the declared response headers of an HTTP 401 response for ListKvKeys
+type ListKvKeysResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListKvKeysResponse403Headers the declared response headers of an HTTP 403 response for ListKvKeys
+type ListKvKeysResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListKvKeysResponse429Headers the declared response headers of an HTTP 429 response for ListKvKeys
 type ListKvKeysResponse429Headers struct {
 	RetryAfter int
@@ -12869,6 +13257,10 @@ type ListKvKeysResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListKvKeysResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListKvKeysResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListKvKeysResponse429Headers
 }
@@ -12947,6 +13339,16 @@ func (r ListKvKeysResponse) ContentType() string {
 	return ""
 }
 
+// ListKvNamespacesResponse401Headers the declared response headers of an HTTP 401 response for ListKvNamespaces
+type ListKvNamespacesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListKvNamespacesResponse403Headers the declared response headers of an HTTP 403 response for ListKvNamespaces
+type ListKvNamespacesResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListKvNamespacesResponse429Headers the declared response headers of an HTTP 429 response for ListKvNamespaces
 type ListKvNamespacesResponse429Headers struct {
 	RetryAfter int
@@ -12973,6 +13375,10 @@ type ListKvNamespacesResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListKvNamespacesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListKvNamespacesResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListKvNamespacesResponse429Headers
 }
@@ -13051,6 +13457,16 @@ func (r ListKvNamespacesResponse) ContentType() string {
 	return ""
 }
 
+// ListNamespacesResponse401Headers the declared response headers of an HTTP 401 response for ListNamespaces
+type ListNamespacesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListNamespacesResponse403Headers the declared response headers of an HTTP 403 response for ListNamespaces
+type ListNamespacesResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListNamespacesResponse429Headers the declared response headers of an HTTP 429 response for ListNamespaces
 type ListNamespacesResponse429Headers struct {
 	RetryAfter int
@@ -13075,6 +13491,10 @@ type ListNamespacesResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListNamespacesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListNamespacesResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListNamespacesResponse429Headers
 }
@@ -13148,6 +13568,16 @@ func (r ListNamespacesResponse) ContentType() string {
 	return ""
 }
 
+// GetOverviewResponse401Headers the declared response headers of an HTTP 401 response for GetOverview
+type GetOverviewResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetOverviewResponse403Headers the declared response headers of an HTTP 403 response for GetOverview
+type GetOverviewResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetOverviewResponse429Headers the declared response headers of an HTTP 429 response for GetOverview
 type GetOverviewResponse429Headers struct {
 	RetryAfter int
@@ -13172,6 +13602,10 @@ type GetOverviewResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetOverviewResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetOverviewResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetOverviewResponse429Headers
 }
@@ -13245,6 +13679,16 @@ func (r GetOverviewResponse) ContentType() string {
 	return ""
 }
 
+// ListQueuesResponse401Headers the declared response headers of an HTTP 401 response for ListQueues
+type ListQueuesResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListQueuesResponse403Headers the declared response headers of an HTTP 403 response for ListQueues
+type ListQueuesResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListQueuesResponse429Headers the declared response headers of an HTTP 429 response for ListQueues
 type ListQueuesResponse429Headers struct {
 	RetryAfter int
@@ -13269,6 +13713,10 @@ type ListQueuesResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListQueuesResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListQueuesResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListQueuesResponse429Headers
 }
@@ -13342,6 +13790,16 @@ func (r ListQueuesResponse) ContentType() string {
 	return ""
 }
 
+// DeleteQueueResponse401Headers the declared response headers of an HTTP 401 response for DeleteQueue
+type DeleteQueueResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// DeleteQueueResponse403Headers the declared response headers of an HTTP 403 response for DeleteQueue
+type DeleteQueueResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // DeleteQueueResponse429Headers the declared response headers of an HTTP 429 response for DeleteQueue
 type DeleteQueueResponse429Headers struct {
 	RetryAfter int
@@ -13366,6 +13824,10 @@ type DeleteQueueResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *DeleteQueueResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *DeleteQueueResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *DeleteQueueResponse429Headers
 }
@@ -13439,6 +13901,16 @@ func (r DeleteQueueResponse) ContentType() string {
 	return ""
 }
 
+// GetQueueResponse401Headers the declared response headers of an HTTP 401 response for GetQueue
+type GetQueueResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetQueueResponse403Headers the declared response headers of an HTTP 403 response for GetQueue
+type GetQueueResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetQueueResponse429Headers the declared response headers of an HTTP 429 response for GetQueue
 type GetQueueResponse429Headers struct {
 	RetryAfter int
@@ -13465,6 +13937,10 @@ type GetQueueResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetQueueResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetQueueResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetQueueResponse429Headers
 }
@@ -13543,6 +14019,16 @@ func (r GetQueueResponse) ContentType() string {
 	return ""
 }
 
+// GetQueueDepthResponse401Headers the declared response headers of an HTTP 401 response for GetQueueDepth
+type GetQueueDepthResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetQueueDepthResponse403Headers the declared response headers of an HTTP 403 response for GetQueueDepth
+type GetQueueDepthResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetQueueDepthResponse429Headers the declared response headers of an HTTP 429 response for GetQueueDepth
 type GetQueueDepthResponse429Headers struct {
 	RetryAfter int
@@ -13569,6 +14055,10 @@ type GetQueueDepthResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetQueueDepthResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetQueueDepthResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetQueueDepthResponse429Headers
 }
@@ -13647,6 +14137,16 @@ func (r GetQueueDepthResponse) ContentType() string {
 	return ""
 }
 
+// ListTasksResponse401Headers the declared response headers of an HTTP 401 response for ListTasks
+type ListTasksResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListTasksResponse403Headers the declared response headers of an HTTP 403 response for ListTasks
+type ListTasksResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListTasksResponse429Headers the declared response headers of an HTTP 429 response for ListTasks
 type ListTasksResponse429Headers struct {
 	RetryAfter int
@@ -13671,6 +14171,10 @@ type ListTasksResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListTasksResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListTasksResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListTasksResponse429Headers
 }
@@ -13744,6 +14248,16 @@ func (r ListTasksResponse) ContentType() string {
 	return ""
 }
 
+// GetStatusResponse401Headers the declared response headers of an HTTP 401 response for GetStatus
+type GetStatusResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetStatusResponse403Headers the declared response headers of an HTTP 403 response for GetStatus
+type GetStatusResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetStatusResponse429Headers the declared response headers of an HTTP 429 response for GetStatus
 type GetStatusResponse429Headers struct {
 	RetryAfter int
@@ -13768,6 +14282,10 @@ type GetStatusResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetStatusResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetStatusResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetStatusResponse429Headers
 }
@@ -13841,6 +14359,16 @@ func (r GetStatusResponse) ContentType() string {
 	return ""
 }
 
+// GetBufferStatusResponse401Headers the declared response headers of an HTTP 401 response for GetBufferStatus
+type GetBufferStatusResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetBufferStatusResponse403Headers the declared response headers of an HTTP 403 response for GetBufferStatus
+type GetBufferStatusResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetBufferStatusResponse429Headers the declared response headers of an HTTP 429 response for GetBufferStatus
 type GetBufferStatusResponse429Headers struct {
 	RetryAfter int
@@ -13865,6 +14393,10 @@ type GetBufferStatusResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetBufferStatusResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetBufferStatusResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetBufferStatusResponse429Headers
 }
@@ -13938,6 +14470,16 @@ func (r GetBufferStatusResponse) ContentType() string {
 	return ""
 }
 
+// ListQueueStatusResponse401Headers the declared response headers of an HTTP 401 response for ListQueueStatus
+type ListQueueStatusResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListQueueStatusResponse403Headers the declared response headers of an HTTP 403 response for ListQueueStatus
+type ListQueueStatusResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListQueueStatusResponse429Headers the declared response headers of an HTTP 429 response for ListQueueStatus
 type ListQueueStatusResponse429Headers struct {
 	RetryAfter int
@@ -13962,6 +14504,10 @@ type ListQueueStatusResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListQueueStatusResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListQueueStatusResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListQueueStatusResponse429Headers
 }
@@ -14035,6 +14581,16 @@ func (r ListQueueStatusResponse) ContentType() string {
 	return ""
 }
 
+// GetQueueStatusResponse401Headers the declared response headers of an HTTP 401 response for GetQueueStatus
+type GetQueueStatusResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetQueueStatusResponse403Headers the declared response headers of an HTTP 403 response for GetQueueStatus
+type GetQueueStatusResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetQueueStatusResponse429Headers the declared response headers of an HTTP 429 response for GetQueueStatus
 type GetQueueStatusResponse429Headers struct {
 	RetryAfter int
@@ -14061,6 +14617,10 @@ type GetQueueStatusResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetQueueStatusResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetQueueStatusResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetQueueStatusResponse429Headers
 }
@@ -14139,6 +14699,16 @@ func (r GetQueueStatusResponse) ContentType() string {
 	return ""
 }
 
+// GetPushMaintenanceResponse401Headers the declared response headers of an HTTP 401 response for GetPushMaintenance
+type GetPushMaintenanceResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetPushMaintenanceResponse403Headers the declared response headers of an HTTP 403 response for GetPushMaintenance
+type GetPushMaintenanceResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetPushMaintenanceResponse429Headers the declared response headers of an HTTP 429 response for GetPushMaintenance
 type GetPushMaintenanceResponse429Headers struct {
 	RetryAfter int
@@ -14163,6 +14733,10 @@ type GetPushMaintenanceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPushMaintenanceResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetPushMaintenanceResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetPushMaintenanceResponse429Headers
 }
@@ -14236,6 +14810,16 @@ func (r GetPushMaintenanceResponse) ContentType() string {
 	return ""
 }
 
+// SetPushMaintenanceResponse401Headers the declared response headers of an HTTP 401 response for SetPushMaintenance
+type SetPushMaintenanceResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SetPushMaintenanceResponse403Headers the declared response headers of an HTTP 403 response for SetPushMaintenance
+type SetPushMaintenanceResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // SetPushMaintenanceResponse429Headers the declared response headers of an HTTP 429 response for SetPushMaintenance
 type SetPushMaintenanceResponse429Headers struct {
 	RetryAfter int
@@ -14260,6 +14844,10 @@ type SetPushMaintenanceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetPushMaintenanceResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *SetPushMaintenanceResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SetPushMaintenanceResponse429Headers
 }
@@ -14333,6 +14921,16 @@ func (r SetPushMaintenanceResponse) ContentType() string {
 	return ""
 }
 
+// GetPopMaintenanceResponse401Headers the declared response headers of an HTTP 401 response for GetPopMaintenance
+type GetPopMaintenanceResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetPopMaintenanceResponse403Headers the declared response headers of an HTTP 403 response for GetPopMaintenance
+type GetPopMaintenanceResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetPopMaintenanceResponse429Headers the declared response headers of an HTTP 429 response for GetPopMaintenance
 type GetPopMaintenanceResponse429Headers struct {
 	RetryAfter int
@@ -14357,6 +14955,10 @@ type GetPopMaintenanceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetPopMaintenanceResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetPopMaintenanceResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetPopMaintenanceResponse429Headers
 }
@@ -14430,6 +15032,16 @@ func (r GetPopMaintenanceResponse) ContentType() string {
 	return ""
 }
 
+// SetPopMaintenanceResponse401Headers the declared response headers of an HTTP 401 response for SetPopMaintenance
+type SetPopMaintenanceResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// SetPopMaintenanceResponse403Headers the declared response headers of an HTTP 403 response for SetPopMaintenance
+type SetPopMaintenanceResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // SetPopMaintenanceResponse429Headers the declared response headers of an HTTP 429 response for SetPopMaintenance
 type SetPopMaintenanceResponse429Headers struct {
 	RetryAfter int
@@ -14454,6 +15066,10 @@ type SetPopMaintenanceResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *SetPopMaintenanceResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *SetPopMaintenanceResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *SetPopMaintenanceResponse429Headers
 }
@@ -14527,6 +15143,16 @@ func (r SetPopMaintenanceResponse) ContentType() string {
 	return ""
 }
 
+// ScheduleTimersResponse401Headers the declared response headers of an HTTP 401 response for ScheduleTimers
+type ScheduleTimersResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ScheduleTimersResponse403Headers the declared response headers of an HTTP 403 response for ScheduleTimers
+type ScheduleTimersResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ScheduleTimersResponse429Headers the declared response headers of an HTTP 429 response for ScheduleTimers
 type ScheduleTimersResponse429Headers struct {
 	RetryAfter int
@@ -14553,6 +15179,10 @@ type ScheduleTimersResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ScheduleTimersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ScheduleTimersResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ScheduleTimersResponse429Headers
 }
@@ -14631,6 +15261,16 @@ func (r ScheduleTimersResponse) ContentType() string {
 	return ""
 }
 
+// ListTimersResponse401Headers the declared response headers of an HTTP 401 response for ListTimers
+type ListTimersResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// ListTimersResponse403Headers the declared response headers of an HTTP 403 response for ListTimers
+type ListTimersResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // ListTimersResponse429Headers the declared response headers of an HTTP 429 response for ListTimers
 type ListTimersResponse429Headers struct {
 	RetryAfter int
@@ -14657,6 +15297,10 @@ type ListTimersResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *ListTimersResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *ListTimersResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *ListTimersResponse429Headers
 }
@@ -14735,6 +15379,16 @@ func (r ListTimersResponse) ContentType() string {
 	return ""
 }
 
+// CancelTimerResponse401Headers the declared response headers of an HTTP 401 response for CancelTimer
+type CancelTimerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// CancelTimerResponse403Headers the declared response headers of an HTTP 403 response for CancelTimer
+type CancelTimerResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // CancelTimerResponse429Headers the declared response headers of an HTTP 429 response for CancelTimer
 type CancelTimerResponse429Headers struct {
 	RetryAfter int
@@ -14761,6 +15415,10 @@ type CancelTimerResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *CancelTimerResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *CancelTimerResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *CancelTimerResponse429Headers
 }
@@ -14839,6 +15497,16 @@ func (r CancelTimerResponse) ContentType() string {
 	return ""
 }
 
+// GetTimerResponse401Headers the declared response headers of an HTTP 401 response for GetTimer
+type GetTimerResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetTimerResponse403Headers the declared response headers of an HTTP 403 response for GetTimer
+type GetTimerResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetTimerResponse429Headers the declared response headers of an HTTP 429 response for GetTimer
 type GetTimerResponse429Headers struct {
 	RetryAfter int
@@ -14865,6 +15533,10 @@ type GetTimerResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetTimerResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetTimerResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetTimerResponse429Headers
 }
@@ -14943,6 +15615,16 @@ func (r GetTimerResponse) ContentType() string {
 	return ""
 }
 
+// TransactionResponse401Headers the declared response headers of an HTTP 401 response for Transaction
+type TransactionResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// TransactionResponse403Headers the declared response headers of an HTTP 403 response for Transaction
+type TransactionResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // TransactionResponse429Headers the declared response headers of an HTTP 429 response for Transaction
 type TransactionResponse429Headers struct {
 	RetryAfter int
@@ -14969,6 +15651,10 @@ type TransactionResponse struct {
 	JSON500 *InternalError
 	// JSON503 the response for an HTTP 503 `application/json` response
 	JSON503 *ServiceUnavailable
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *TransactionResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *TransactionResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *TransactionResponse429Headers
 }
@@ -15289,6 +15975,16 @@ func (r GetPrometheusMetricsResponse) ContentType() string {
 	return ""
 }
 
+// GetLivenessResponse401Headers the declared response headers of an HTTP 401 response for GetLiveness
+type GetLivenessResponse401Headers struct {
+	WWWAuthenticate *string
+}
+
+// GetLivenessResponse403Headers the declared response headers of an HTTP 403 response for GetLiveness
+type GetLivenessResponse403Headers struct {
+	WWWAuthenticate *string
+}
+
 // GetLivenessResponse429Headers the declared response headers of an HTTP 429 response for GetLiveness
 type GetLivenessResponse429Headers struct {
 	RetryAfter int
@@ -15313,6 +16009,10 @@ type GetLivenessResponse struct {
 	JSON429 *TooManyRequests
 	// JSON500 the response for an HTTP 500 `application/json` response
 	JSON500 *InternalError
+	// Headers401 the parsed response headers for an HTTP 401 response
+	Headers401 *GetLivenessResponse401Headers
+	// Headers403 the parsed response headers for an HTTP 403 response
+	Headers403 *GetLivenessResponse403Headers
 	// Headers429 the parsed response headers for an HTTP 429 response
 	Headers429 *GetLivenessResponse429Headers
 }
@@ -16719,6 +17419,26 @@ func ParseAckResponse(rsp *http.Response) (*AckResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers AckResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AckResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers AckResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -16814,6 +17534,26 @@ func ParseAckBatchResponse(rsp *http.Response) (*AckBatchResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers AckBatchResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers AckBatchResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers AckBatchResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -16902,6 +17642,26 @@ func ParseConfigureResponse(rsp *http.Response) (*ConfigureResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ConfigureResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ConfigureResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ConfigureResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17014,6 +17774,26 @@ func ParseListConsumerGroupsResponse(rsp *http.Response) (*ListConsumerGroupsRes
 			headers.XLanesTruncated = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListConsumerGroupsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListConsumerGroupsResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListConsumerGroupsResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17126,6 +17906,26 @@ func ParseListLaggingConsumerGroupsResponse(rsp *http.Response) (*ListLaggingCon
 			headers.XLanesTruncated = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers ListLaggingConsumerGroupsResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListLaggingConsumerGroupsResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListLaggingConsumerGroupsResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17214,6 +18014,26 @@ func ParseDeleteConsumerGroupResponse(rsp *http.Response) (*DeleteConsumerGroupR
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteConsumerGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteConsumerGroupResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteConsumerGroupResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17326,6 +18146,26 @@ func ParseGetConsumerGroupResponse(rsp *http.Response) (*GetConsumerGroupRespons
 			headers.XLanesTruncated = value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers GetConsumerGroupResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetConsumerGroupResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetConsumerGroupResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17414,6 +18254,26 @@ func ParseDeleteConsumerGroupQueueResponse(rsp *http.Response) (*DeleteConsumerG
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteConsumerGroupQueueResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteConsumerGroupQueueResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteConsumerGroupQueueResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17509,6 +18369,26 @@ func ParseSeekPartitionResponse(rsp *http.Response) (*SeekPartitionResponse, err
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers SeekPartitionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers SeekPartitionResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers SeekPartitionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17604,6 +18484,26 @@ func ParseSeekQueueResponse(rsp *http.Response) (*SeekQueueResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers SeekQueueResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers SeekQueueResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers SeekQueueResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17699,6 +18599,26 @@ func ParseUpdateConsumerGroupSubscriptionResponse(rsp *http.Response) (*UpdateCo
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers UpdateConsumerGroupSubscriptionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers UpdateConsumerGroupSubscriptionResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers UpdateConsumerGroupSubscriptionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17787,6 +18707,26 @@ func ParsePurgeDlqResponse(rsp *http.Response) (*PurgeDlqResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers PurgeDlqResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PurgeDlqResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers PurgeDlqResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17875,6 +18815,26 @@ func ParseListDlqResponse(rsp *http.Response) (*ListDlqResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListDlqResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListDlqResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListDlqResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -17977,6 +18937,26 @@ func ParseReplayDlqResponse(rsp *http.Response) (*ReplayDlqResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ReplayDlqResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ReplayDlqResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ReplayDlqResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18072,6 +19052,26 @@ func ParseKvBatchResponse(rsp *http.Response) (*KvBatchResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers KvBatchResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers KvBatchResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers KvBatchResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18167,6 +19167,26 @@ func ParseKvDeleteResponse(rsp *http.Response) (*KvDeleteResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers KvDeleteResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers KvDeleteResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers KvDeleteResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18272,6 +19292,26 @@ func ParseKvGetResponse(rsp *http.Response) (*KvGetResponse, error) {
 			headers.ETag = &value
 		}
 		response.Headers200 = &headers
+	case rsp.StatusCode == 401:
+		var headers KvGetResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers KvGetResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers KvGetResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18367,6 +19407,26 @@ func ParseKvPutResponse(rsp *http.Response) (*KvPutResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers KvPutResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers KvPutResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers KvPutResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18462,6 +19522,26 @@ func ParseExtendLeaseResponse(rsp *http.Response) (*ExtendLeaseResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ExtendLeaseResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ExtendLeaseResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ExtendLeaseResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18550,6 +19630,26 @@ func ParseListMessagesResponse(rsp *http.Response) (*ListMessagesResponse, error
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListMessagesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListMessagesResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListMessagesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18645,6 +19745,26 @@ func ParseDeleteMessageResponse(rsp *http.Response) (*DeleteMessageResponse, err
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteMessageResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteMessageResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteMessageResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18740,6 +19860,26 @@ func ParseGetMessageResponse(rsp *http.Response) (*GetMessageResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetMessageResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetMessageResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetMessageResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18842,6 +19982,26 @@ func ParseRetryMessageResponse(rsp *http.Response) (*RetryMessageResponse, error
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers RetryMessageResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers RetryMessageResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers RetryMessageResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -18940,6 +20100,26 @@ func ParsePopDiscoverResponse(rsp *http.Response) (*PopDiscoverResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers PopDiscoverResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PopDiscoverResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers PopDiscoverResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19038,6 +20218,26 @@ func ParsePopQueueResponse(rsp *http.Response) (*PopQueueResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers PopQueueResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PopQueueResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers PopQueueResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19136,6 +20336,26 @@ func ParsePopPartitionResponse(rsp *http.Response) (*PopPartitionResponse, error
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers PopPartitionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PopPartitionResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers PopPartitionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19231,6 +20451,26 @@ func ParsePushResponse(rsp *http.Response) (*PushResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers PushResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers PushResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers PushResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19326,6 +20566,26 @@ func ParseListKvKeysResponse(rsp *http.Response) (*ListKvKeysResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListKvKeysResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListKvKeysResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListKvKeysResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19421,6 +20681,26 @@ func ParseListKvNamespacesResponse(rsp *http.Response) (*ListKvNamespacesRespons
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListKvNamespacesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListKvNamespacesResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListKvNamespacesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19509,6 +20789,26 @@ func ParseListNamespacesResponse(rsp *http.Response) (*ListNamespacesResponse, e
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListNamespacesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListNamespacesResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListNamespacesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19597,6 +20897,26 @@ func ParseGetOverviewResponse(rsp *http.Response) (*GetOverviewResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetOverviewResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetOverviewResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetOverviewResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19685,6 +21005,26 @@ func ParseListQueuesResponse(rsp *http.Response) (*ListQueuesResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListQueuesResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListQueuesResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListQueuesResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19773,6 +21113,26 @@ func ParseDeleteQueueResponse(rsp *http.Response) (*DeleteQueueResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers DeleteQueueResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers DeleteQueueResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers DeleteQueueResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19868,6 +21228,26 @@ func ParseGetQueueResponse(rsp *http.Response) (*GetQueueResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetQueueResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetQueueResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetQueueResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -19963,6 +21343,26 @@ func ParseGetQueueDepthResponse(rsp *http.Response) (*GetQueueDepthResponse, err
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetQueueDepthResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetQueueDepthResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetQueueDepthResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20051,6 +21451,26 @@ func ParseListTasksResponse(rsp *http.Response) (*ListTasksResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListTasksResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListTasksResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListTasksResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20139,6 +21559,26 @@ func ParseGetStatusResponse(rsp *http.Response) (*GetStatusResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetStatusResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetStatusResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetStatusResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20227,6 +21667,26 @@ func ParseGetBufferStatusResponse(rsp *http.Response) (*GetBufferStatusResponse,
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetBufferStatusResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetBufferStatusResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetBufferStatusResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20315,6 +21775,26 @@ func ParseListQueueStatusResponse(rsp *http.Response) (*ListQueueStatusResponse,
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListQueueStatusResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListQueueStatusResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListQueueStatusResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20410,6 +21890,26 @@ func ParseGetQueueStatusResponse(rsp *http.Response) (*GetQueueStatusResponse, e
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetQueueStatusResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetQueueStatusResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetQueueStatusResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20498,6 +21998,26 @@ func ParseGetPushMaintenanceResponse(rsp *http.Response) (*GetPushMaintenanceRes
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetPushMaintenanceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetPushMaintenanceResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetPushMaintenanceResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20586,6 +22106,26 @@ func ParseSetPushMaintenanceResponse(rsp *http.Response) (*SetPushMaintenanceRes
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers SetPushMaintenanceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers SetPushMaintenanceResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers SetPushMaintenanceResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20674,6 +22214,26 @@ func ParseGetPopMaintenanceResponse(rsp *http.Response) (*GetPopMaintenanceRespo
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetPopMaintenanceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetPopMaintenanceResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetPopMaintenanceResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20762,6 +22322,26 @@ func ParseSetPopMaintenanceResponse(rsp *http.Response) (*SetPopMaintenanceRespo
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers SetPopMaintenanceResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers SetPopMaintenanceResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers SetPopMaintenanceResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20857,6 +22437,26 @@ func ParseScheduleTimersResponse(rsp *http.Response) (*ScheduleTimersResponse, e
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ScheduleTimersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ScheduleTimersResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ScheduleTimersResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -20952,6 +22552,26 @@ func ParseListTimersResponse(rsp *http.Response) (*ListTimersResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers ListTimersResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers ListTimersResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers ListTimersResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -21047,6 +22667,26 @@ func ParseCancelTimerResponse(rsp *http.Response) (*CancelTimerResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers CancelTimerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers CancelTimerResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers CancelTimerResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -21142,6 +22782,26 @@ func ParseGetTimerResponse(rsp *http.Response) (*GetTimerResponse, error) {
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetTimerResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetTimerResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetTimerResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -21237,6 +22897,26 @@ func ParseTransactionResponse(rsp *http.Response) (*TransactionResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers TransactionResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers TransactionResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers TransactionResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {
@@ -21540,6 +23220,26 @@ func ParseGetLivenessResponse(rsp *http.Response) (*GetLivenessResponse, error) 
 	}
 
 	switch {
+	case rsp.StatusCode == 401:
+		var headers GetLivenessResponse401Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers401 = &headers
+	case rsp.StatusCode == 403:
+		var headers GetLivenessResponse403Headers
+		if values := rsp.Header.Values("WWW-Authenticate"); len(values) > 0 {
+			var value string
+			if err := runtime.BindStyledParameterWithOptions("simple", "WWW-Authenticate", values[0], &value, runtime.BindStyledParameterOptions{ParamLocation: runtime.ParamLocationHeader, Explode: false, Required: false, Type: "string", Format: ""}); err != nil {
+				return nil, err
+			}
+			headers.WWWAuthenticate = &value
+		}
+		response.Headers403 = &headers
 	case rsp.StatusCode == 429:
 		var headers GetLivenessResponse429Headers
 		if values := rsp.Header.Values("Retry-After"); len(values) > 0 {

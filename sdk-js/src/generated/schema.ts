@@ -2851,6 +2851,7 @@ export interface components {
         /** @description Missing, malformed, expired or otherwise invalid token. */
         Unauthorized: {
             headers: {
+                "WWW-Authenticate": components["headers"]["WWWAuthenticate"];
                 [name: string]: unknown;
             };
             content: {
@@ -2860,6 +2861,7 @@ export interface components {
         /** @description Valid token without the required role, or a quota/feature gate. */
         Forbidden: {
             headers: {
+                "WWW-Authenticate": components["headers"]["WWWAuthenticate"];
                 [name: string]: unknown;
             };
             content: {
@@ -3097,6 +3099,13 @@ export interface components {
         ListNextAfter: string;
         /** @description Seconds to wait before retrying; always sent with a `429`. */
         RetryAfter: number;
+        /** @description The refusal's bearer challenge (RFC 6750 §3): `Bearer` on a `401` without a token;
+         *     `Bearer error="invalid_token", error_description="<the body's error>"` on every other
+         *     `401`; `Bearer error="insufficient_scope", error_description="Insufficient permissions"`
+         *     on a `403` for a role the token lacks. A `403` from a quota or feature gate sends none, so
+         *     a client tells a token to renew from a role it lacks without reading the body.
+         *      */
+        WWWAuthenticate: string;
     };
     pathItems: never;
 }

@@ -68,6 +68,24 @@ func rolesAllowedBy(t *testing.T, op *openapi3.Operation) (allowed []string, pub
 	return allowed, false
 }
 
+// checkChallengeDeclared fails unless op's answer for status declares the
+// WWW-Authenticate header the broker sends with it, so a client generated from
+// the spec can read the challenge. op is nil for a route the spec lacks.
+func checkChallengeDeclared(t *testing.T, op *openapi3.Operation, status int) {
+	t.Helper()
+	if op == nil {
+		return
+	}
+	resp := op.Responses.Status(status)
+	if resp == nil || resp.Value == nil {
+		t.Errorf("%s declares no %d", op.OperationID, status)
+		return
+	}
+	if _, ok := resp.Value.Headers["WWW-Authenticate"]; !ok {
+		t.Errorf("%s: its %d does not declare the WWW-Authenticate header the broker sends", op.OperationID, status)
+	}
+}
+
 var allRoles = []string{auth.RoleReadOnly, auth.RoleWriteOnly, auth.RoleReadWrite, auth.RoleAdmin}
 
 // TestJWTRoleMatrixOverTheRoutes calls every operation of openapi.yaml on a
@@ -124,11 +142,12 @@ func TestJWTRoleMatrixOverTheRoutes(t *testing.T) {
 		method, path, body, op string
 		allowed                []string
 		public                 bool
+		spec                   *openapi3.Operation
 	}
 	var calls []call
 	for path, item := range spec.Paths.Map() {
 		for method, op := range item.Operations() {
-			c := call{method: method, op: op.OperationID, body: bodies[strings.ToLower(op.OperationID)]}
+			c := call{method: method, op: op.OperationID, body: bodies[strings.ToLower(op.OperationID)], spec: op}
 			c.allowed, c.public = rolesAllowedBy(t, op)
 			c.path = regexp.MustCompile(`\{([^}]+)\}`).ReplaceAllStringFunc(path, func(p string) string {
 				return url.PathEscape(params(p[1:len(p)-1], method))
@@ -155,6 +174,7 @@ func TestJWTRoleMatrixOverTheRoutes(t *testing.T) {
 		if status != http.StatusUnauthorized || e.Error != auth.MsgAuthRequired || e.Code != "unauthorized" || hdr.Get("WWW-Authenticate") != "Bearer" {
 			t.Errorf("%s %s (%s) without a token: %d %+v, want 401 %q", c.method, c.path, c.op, status, e, auth.MsgAuthRequired)
 		}
+		checkChallengeDeclared(t, c.spec, status)
 		for _, role := range allRoles {
 			if slices.Contains(c.allowed, role) {
 				continue
@@ -164,6 +184,7 @@ func TestJWTRoleMatrixOverTheRoutes(t *testing.T) {
 			if status != http.StatusForbidden || e.Error != auth.MsgForbidden || e.Code != "forbidden" || hdr.Get("WWW-Authenticate") != wantChallenge(403, auth.MsgForbidden) {
 				t.Errorf("%s %s (%s) as %s: %d %+v, want 403 %q", c.method, c.path, c.op, role, status, e, auth.MsgForbidden)
 			}
+			checkChallengeDeclared(t, c.spec, status)
 		}
 	}
 	if refusals < 50 {

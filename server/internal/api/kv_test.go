@@ -251,6 +251,17 @@ func TestHugeDurationsAreRefusedNotWrapped(t *testing.T) {
 			t.Fatalf("%s: %d %+v, want %d %s", c.name, status, e, c.status, c.code)
 		}
 	}
+	// The horizon's 403 is no bearer challenge: the WWW-Authenticate the spec
+	// declares on every 403 is left off it, not sent empty.
+	resp, err := http.Post(b.URL+"/api/v1/timers", "application/json", strings.NewReader(
+		`{"operations":[{"op":"schedule","queue":"`+q+`","timerKey":"t","delayMs":10000000000000}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	_ = resp.Body.Close()
+	if v := resp.Header.Values("WWW-Authenticate"); resp.StatusCode != http.StatusForbidden || v != nil {
+		t.Fatalf("timer horizon: %d with WWW-Authenticate %q, want 403 without one", resp.StatusCode, v)
+	}
 	var got struct {
 		Found bool `json:"found"`
 	}

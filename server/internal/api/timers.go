@@ -25,7 +25,7 @@ func (s *Server) ScheduleTimers(ctx context.Context, req gen.ScheduleTimersReque
 	if body, ok := codedBadRequest(err); ok {
 		switch body.Code {
 		case CodeTimerHorizonExceeded:
-			return gen.ScheduleTimers403JSONResponse{ForbiddenJSONResponse: gen.ForbiddenJSONResponse(body)}, nil
+			return gen.ScheduleTimers403JSONResponse{ForbiddenJSONResponse: gen.ForbiddenJSONResponse{Body: gen.Error(body)}}, nil
 		case CodePayloadTooLarge:
 			return gen.ScheduleTimers413JSONResponse{PayloadTooLargeJSONResponse: gen.PayloadTooLargeJSONResponse(body)}, nil
 		}

@@ -6406,7 +6406,14 @@ type DlqReplayFailedJSONResponse DlqReplayError
 
 type DlqReplayMaintenanceJSONResponse DlqReplayError
 
-type ForbiddenJSONResponse Error
+type ForbiddenResponseHeaders struct {
+	WWWAuthenticate *string
+}
+type ForbiddenJSONResponse struct {
+	Body Error
+
+	Headers ForbiddenResponseHeaders
+}
 
 type InternalErrorJSONResponse Error
 
@@ -6431,7 +6438,14 @@ type TooManyRequestsJSONResponse struct {
 	Headers TooManyRequestsResponseHeaders
 }
 
-type UnauthorizedJSONResponse Error
+type UnauthorizedResponseHeaders struct {
+	WWWAuthenticate *string
+}
+type UnauthorizedJSONResponse struct {
+	Body Error
+
+	Headers UnauthorizedResponseHeaders
+}
 
 type AckRequestObject struct {
 	Body *AckJSONRequestBody
@@ -6474,10 +6488,13 @@ type Ack401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response Ack401JSONResponse) VisitAckResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6488,10 +6505,13 @@ type Ack403JSONResponse struct{ ForbiddenJSONResponse }
 func (response Ack403JSONResponse) VisitAckResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6609,10 +6629,13 @@ type AckBatch401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response AckBatch401JSONResponse) VisitAckBatchResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6623,10 +6646,13 @@ type AckBatch403JSONResponse struct{ ForbiddenJSONResponse }
 func (response AckBatch403JSONResponse) VisitAckBatchResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6744,10 +6770,13 @@ type Configure401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response Configure401JSONResponse) VisitConfigureResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6758,10 +6787,13 @@ type Configure403JSONResponse struct{ ForbiddenJSONResponse }
 func (response Configure403JSONResponse) VisitConfigureResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6881,10 +6913,13 @@ type ListConsumerGroups401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListConsumerGroups401JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -6895,10 +6930,13 @@ type ListConsumerGroups403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListConsumerGroups403JSONResponse) VisitListConsumerGroupsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7018,10 +7056,13 @@ type ListLaggingConsumerGroups401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListLaggingConsumerGroups401JSONResponse) VisitListLaggingConsumerGroupsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7032,10 +7073,13 @@ type ListLaggingConsumerGroups403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListLaggingConsumerGroups403JSONResponse) VisitListLaggingConsumerGroupsResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7140,10 +7184,13 @@ type DeleteConsumerGroup401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response DeleteConsumerGroup401JSONResponse) VisitDeleteConsumerGroupResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7154,10 +7201,13 @@ type DeleteConsumerGroup403JSONResponse struct{ ForbiddenJSONResponse }
 func (response DeleteConsumerGroup403JSONResponse) VisitDeleteConsumerGroupResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7278,10 +7328,13 @@ type GetConsumerGroup401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetConsumerGroup401JSONResponse) VisitGetConsumerGroupResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7292,10 +7345,13 @@ type GetConsumerGroup403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetConsumerGroup403JSONResponse) VisitGetConsumerGroupResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7401,10 +7457,13 @@ type DeleteConsumerGroupQueue401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response DeleteConsumerGroupQueue401JSONResponse) VisitDeleteConsumerGroupQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7415,10 +7474,13 @@ type DeleteConsumerGroupQueue403JSONResponse struct{ ForbiddenJSONResponse }
 func (response DeleteConsumerGroupQueue403JSONResponse) VisitDeleteConsumerGroupQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7525,10 +7587,13 @@ type SeekPartition401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response SeekPartition401JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7539,10 +7604,13 @@ type SeekPartition403JSONResponse struct{ ForbiddenJSONResponse }
 func (response SeekPartition403JSONResponse) VisitSeekPartitionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7662,10 +7730,13 @@ type SeekQueue401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response SeekQueue401JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7676,10 +7747,13 @@ type SeekQueue403JSONResponse struct{ ForbiddenJSONResponse }
 func (response SeekQueue403JSONResponse) VisitSeekQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7798,10 +7872,13 @@ type UpdateConsumerGroupSubscription401JSONResponse struct{ UnauthorizedJSONResp
 func (response UpdateConsumerGroupSubscription401JSONResponse) VisitUpdateConsumerGroupSubscriptionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7812,10 +7889,13 @@ type UpdateConsumerGroupSubscription403JSONResponse struct{ ForbiddenJSONRespons
 func (response UpdateConsumerGroupSubscription403JSONResponse) VisitUpdateConsumerGroupSubscriptionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7933,10 +8013,13 @@ type PurgeDlq401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response PurgeDlq401JSONResponse) VisitPurgeDlqResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -7947,10 +8030,13 @@ type PurgeDlq403JSONResponse struct{ ForbiddenJSONResponse }
 func (response PurgeDlq403JSONResponse) VisitPurgeDlqResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8054,10 +8140,13 @@ type ListDlq401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListDlq401JSONResponse) VisitListDlqResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8068,10 +8157,13 @@ type ListDlq403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListDlq403JSONResponse) VisitListDlqResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8176,10 +8268,13 @@ type ReplayDlq401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ReplayDlq401JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8190,10 +8285,13 @@ type ReplayDlq403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ReplayDlq403JSONResponse) VisitReplayDlqResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8327,10 +8425,13 @@ type KvBatch401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response KvBatch401JSONResponse) VisitKvBatchResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8341,10 +8442,13 @@ type KvBatch403JSONResponse struct{ ForbiddenJSONResponse }
 func (response KvBatch403JSONResponse) VisitKvBatchResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8463,10 +8567,13 @@ type KvDelete401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response KvDelete401JSONResponse) VisitKvDeleteResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8477,10 +8584,13 @@ type KvDelete403JSONResponse struct{ ForbiddenJSONResponse }
 func (response KvDelete403JSONResponse) VisitKvDeleteResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8609,10 +8719,13 @@ type KvGet401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response KvGet401JSONResponse) VisitKvGetResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8623,10 +8736,13 @@ type KvGet403JSONResponse struct{ ForbiddenJSONResponse }
 func (response KvGet403JSONResponse) VisitKvGetResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8746,10 +8862,13 @@ type KvPut401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response KvPut401JSONResponse) VisitKvPutResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8760,10 +8879,13 @@ type KvPut403JSONResponse struct{ ForbiddenJSONResponse }
 func (response KvPut403JSONResponse) VisitKvPutResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8882,10 +9004,13 @@ type ExtendLease401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ExtendLease401JSONResponse) VisitExtendLeaseResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -8896,10 +9021,13 @@ type ExtendLease403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ExtendLease403JSONResponse) VisitExtendLeaseResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9017,10 +9145,13 @@ type ListMessages401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListMessages401JSONResponse) VisitListMessagesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9031,10 +9162,13 @@ type ListMessages403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListMessages403JSONResponse) VisitListMessagesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9139,10 +9273,13 @@ type DeleteMessage401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response DeleteMessage401JSONResponse) VisitDeleteMessageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9153,10 +9290,13 @@ type DeleteMessage403JSONResponse struct{ ForbiddenJSONResponse }
 func (response DeleteMessage403JSONResponse) VisitDeleteMessageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9275,10 +9415,13 @@ type GetMessage401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetMessage401JSONResponse) VisitGetMessageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9289,10 +9432,13 @@ type GetMessage403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetMessage403JSONResponse) VisitGetMessageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9411,10 +9557,13 @@ type RetryMessage401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response RetryMessage401JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9425,10 +9574,13 @@ type RetryMessage403JSONResponse struct{ ForbiddenJSONResponse }
 func (response RetryMessage403JSONResponse) VisitRetryMessageResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9570,10 +9722,13 @@ type PopDiscover401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response PopDiscover401JSONResponse) VisitPopDiscoverResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9584,10 +9739,13 @@ type PopDiscover403JSONResponse struct{ ForbiddenJSONResponse }
 func (response PopDiscover403JSONResponse) VisitPopDiscoverResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9714,10 +9872,13 @@ type PopQueue401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response PopQueue401JSONResponse) VisitPopQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9728,10 +9889,13 @@ type PopQueue403JSONResponse struct{ ForbiddenJSONResponse }
 func (response PopQueue403JSONResponse) VisitPopQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9859,10 +10023,13 @@ type PopPartition401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response PopPartition401JSONResponse) VisitPopPartitionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9873,10 +10040,13 @@ type PopPartition403JSONResponse struct{ ForbiddenJSONResponse }
 func (response PopPartition403JSONResponse) VisitPopPartitionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -9994,10 +10164,13 @@ type Push401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response Push401JSONResponse) VisitPushResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10008,10 +10181,13 @@ type Push403JSONResponse struct{ ForbiddenJSONResponse }
 func (response Push403JSONResponse) VisitPushResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10129,10 +10305,13 @@ type ListKvKeys401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListKvKeys401JSONResponse) VisitListKvKeysResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10143,10 +10322,13 @@ type ListKvKeys403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListKvKeys403JSONResponse) VisitListKvKeysResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10264,10 +10446,13 @@ type ListKvNamespaces401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListKvNamespaces401JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10278,10 +10463,13 @@ type ListKvNamespaces403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListKvNamespaces403JSONResponse) VisitListKvNamespacesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10399,10 +10587,13 @@ type ListNamespaces401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListNamespaces401JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10413,10 +10604,13 @@ type ListNamespaces403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListNamespaces403JSONResponse) VisitListNamespacesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10519,10 +10713,13 @@ type GetOverview401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetOverview401JSONResponse) VisitGetOverviewResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10533,10 +10730,13 @@ type GetOverview403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetOverview403JSONResponse) VisitGetOverviewResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10640,10 +10840,13 @@ type ListQueues401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListQueues401JSONResponse) VisitListQueuesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10654,10 +10857,13 @@ type ListQueues403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListQueues403JSONResponse) VisitListQueuesResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10761,10 +10967,13 @@ type DeleteQueue401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response DeleteQueue401JSONResponse) VisitDeleteQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10775,10 +10984,13 @@ type DeleteQueue403JSONResponse struct{ ForbiddenJSONResponse }
 func (response DeleteQueue403JSONResponse) VisitDeleteQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10883,10 +11095,13 @@ type GetQueue401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetQueue401JSONResponse) VisitGetQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -10897,10 +11112,13 @@ type GetQueue403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetQueue403JSONResponse) VisitGetQueueResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11019,10 +11237,13 @@ type GetQueueDepth401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetQueueDepth401JSONResponse) VisitGetQueueDepthResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11033,10 +11254,13 @@ type GetQueueDepth403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetQueueDepth403JSONResponse) VisitGetQueueDepthResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11154,10 +11378,13 @@ type ListTasks401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListTasks401JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11168,10 +11395,13 @@ type ListTasks403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListTasks403JSONResponse) VisitListTasksResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11275,10 +11505,13 @@ type GetStatus401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetStatus401JSONResponse) VisitGetStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11289,10 +11522,13 @@ type GetStatus403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetStatus403JSONResponse) VisitGetStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11395,10 +11631,13 @@ type GetBufferStatus401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetBufferStatus401JSONResponse) VisitGetBufferStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11409,10 +11648,13 @@ type GetBufferStatus403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetBufferStatus403JSONResponse) VisitGetBufferStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11516,10 +11758,13 @@ type ListQueueStatus401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListQueueStatus401JSONResponse) VisitListQueueStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11530,10 +11775,13 @@ type ListQueueStatus403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListQueueStatus403JSONResponse) VisitListQueueStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11638,10 +11886,13 @@ type GetQueueStatus401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetQueueStatus401JSONResponse) VisitGetQueueStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11652,10 +11903,13 @@ type GetQueueStatus403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetQueueStatus403JSONResponse) VisitGetQueueStatusResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11772,10 +12026,13 @@ type GetPushMaintenance401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetPushMaintenance401JSONResponse) VisitGetPushMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11786,10 +12043,13 @@ type GetPushMaintenance403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetPushMaintenance403JSONResponse) VisitGetPushMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11893,10 +12153,13 @@ type SetPushMaintenance401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response SetPushMaintenance401JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -11907,10 +12170,13 @@ type SetPushMaintenance403JSONResponse struct{ ForbiddenJSONResponse }
 func (response SetPushMaintenance403JSONResponse) VisitSetPushMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12013,10 +12279,13 @@ type GetPopMaintenance401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetPopMaintenance401JSONResponse) VisitGetPopMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12027,10 +12296,13 @@ type GetPopMaintenance403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetPopMaintenance403JSONResponse) VisitGetPopMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12134,10 +12406,13 @@ type SetPopMaintenance401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response SetPopMaintenance401JSONResponse) VisitSetPopMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12148,10 +12423,13 @@ type SetPopMaintenance403JSONResponse struct{ ForbiddenJSONResponse }
 func (response SetPopMaintenance403JSONResponse) VisitSetPopMaintenanceResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12255,10 +12533,13 @@ type ScheduleTimers401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ScheduleTimers401JSONResponse) VisitScheduleTimersResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12269,10 +12550,13 @@ type ScheduleTimers403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ScheduleTimers403JSONResponse) VisitScheduleTimersResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12391,10 +12675,13 @@ type ListTimers401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response ListTimers401JSONResponse) VisitListTimersResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12405,10 +12692,13 @@ type ListTimers403JSONResponse struct{ ForbiddenJSONResponse }
 func (response ListTimers403JSONResponse) VisitListTimersResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12528,10 +12818,13 @@ type CancelTimer401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response CancelTimer401JSONResponse) VisitCancelTimerResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12542,10 +12835,13 @@ type CancelTimer403JSONResponse struct{ ForbiddenJSONResponse }
 func (response CancelTimer403JSONResponse) VisitCancelTimerResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12664,10 +12960,13 @@ type GetTimer401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetTimer401JSONResponse) VisitGetTimerResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12678,10 +12977,13 @@ type GetTimer403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetTimer403JSONResponse) VisitGetTimerResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12799,10 +13101,13 @@ type Transaction401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response Transaction401JSONResponse) VisitTransactionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -12813,10 +13118,13 @@ type Transaction403JSONResponse struct{ ForbiddenJSONResponse }
 func (response Transaction403JSONResponse) VisitTransactionResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -13217,10 +13525,13 @@ type GetLiveness401JSONResponse struct{ UnauthorizedJSONResponse }
 func (response GetLiveness401JSONResponse) VisitGetLivenessResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(401)
 	_, err := buf.WriteTo(w)
 	return err
@@ -13231,10 +13542,13 @@ type GetLiveness403JSONResponse struct{ ForbiddenJSONResponse }
 func (response GetLiveness403JSONResponse) VisitGetLivenessResponse(w http.ResponseWriter) error {
 
 	var buf bytes.Buffer
-	if err := json.NewEncoder(&buf).Encode(response); err != nil {
+	if err := json.NewEncoder(&buf).Encode(response.Body); err != nil {
 		return err
 	}
 	w.Header().Set("Content-Type", "application/json")
+	if response.Headers.WWWAuthenticate != nil {
+		w.Header().Set("WWW-Authenticate", fmt.Sprint(*response.Headers.WWWAuthenticate))
+	}
 	w.WriteHeader(403)
 	_, err := buf.WriteTo(w)
 	return err
@@ -14993,541 +15307,545 @@ func (sh *strictHandler) GetLiveness(w http.ResponseWriter, r *http.Request) {
 // const string: with thousands of chunks the chained `+` fold is several
 // times slower for the Go compiler than parsing a slice literal.
 var swaggerSpec = []string{
-	"7P3tcts4ti+M3wrK//OvSM+mZTlJZ3fb1R+ct+lMO4k7dqb33qM+IkzCEkcUwBCgZXVXqvanU7W/nudc",
-	"wq5zYXMlT2EtAAQpkJKdpF9m/GWmY5EgXhbW+/qtX/YSsSwEZ1zJvaNf9uaMpqyE/zzNpHrDbtTJlWKl",
-	"/kPKZFJmhcoE3zvau5gzElP9W0zEFVFzRji7UaSgMxYRyoko6IeKkQVb4++ZhN8eSJJTqUgpVsdEMq6I",
-	"4PmarDI1n/D43/ZPKWdy/6KseEIVS49UWbF4RN7zPFswPW4srq4kU3FEMkVSwSThQpGluGZkNWdcDyzJ",
-	"JbsSJdNPJGLJJlyUZCbIJVMrxjhRKwFzkaMJ34v2ZDJnS6qXqNYF2zvak6rM+Gzv48fI7cJb+GjHNpgZ",
-	"bexDe4Gka316w1JYh+CEwrsTTuWCpeRKlOZd3OyIrOZCMlLkNGEkERVX+qlSLOHbV1mJm0sySSq+4GLF",
-	"O1aZccVmrHTLdHPaXGUMs8T9XeqNhU2+EnkuVvXRkkGmiFSiKFhKqCJxni0zFQ+PCJULQmc044Qq75T1",
-	"xu6fIA0NVnNWMtiwIRElaT701uyw3g29zJJJNSLnendhc9g1K9cTDrMQV4SSPJMq4zOzWZTLFSv1llBy",
-	"SUtGaFnStf7Mgq1ZSi7X5EPFKqY3N0vmZE41VZFSiCV8kk643gLcnphcZSxPcVdL9qHKSr1neosCu3wp",
-	"RM4oh11+x1S57rhP5ywRPJVECbKimbIUXOpXMj47JjRf0bVEioI1UxI/fvhNPOqdxTLj2bJa7h2No81z",
-	"/xjtFbSkS6bMnX9ZiuXLLA9PUNFSWRJX2ZKRVcZTsdLfz/QDHypWrveiPU6X+jOaJBtkdyXKJVV7R3sp",
-	"VWxfj7AXBW7cn0pRFWdUzTen8ExwWS1ZSWb6GaI/5L5e6Dfcx+GBXY7H+/D3mhT0Rei66+800StB5CIr",
-	"IjLG6yCWmdI3cMAFwdFJyq5olauIyIwnQNKpJsVM6UtB85wsqdI7fqRv/IT7t3uIVBXaT2Qy4R3NuHry",
-	"eC/qO+1o72Z/Jvbrv5p7v8wCKz3T90hmP2tOrnmrVORwPB6PyAnJaTljJbmmeWXvlSTx4/FY/ylLqR5h",
-	"ekWzXF+Ukqo50zeWcn2H5FyUipVGRuBVQ25XEqlYUehtctz0ck0yJS0XIStR5SlRdMEcF1jNRc7g/e5t",
-	"g7cbu2aOZ+/ocDyO9pb0BrdML9DbwcOoi092XOAfgX/paQEXkvq6yCPkVppwNKUlKl8TOGn7d+SeWkjq",
-	"+cpI/72LQ4oyIpqFciIu/8YSZbYf3iExt7I6HtpbChNBRjKa8LcgkI+AHjUxXtJkQagEIalvEnmhmSjM",
-	"BWRHQdNU80Yq2ZPHVZkDLeRMC+8nE57MaUkTTcYj8kYYlmTP7ohcCjWPNIOlZElzTagshaEHguMumctS",
-	"sqtKMjnhGU/yKmXpMLLsGqjqkqZTfYuZVHH3KcOe7rUY3ynjM81Gnmg2p2+cfvF//vVk/z/o/s/j/W+m",
-	"+z/9y/8I8iB9zB1XA5hAxoleRpe4gfNOaFmutRQp6DoXNCUDYEoyIjmdzfTDSVVKUcpownN6yXIZke//",
-	"gmRQ0ETTAkWp9ECL11JlegZyeEQONRM6HEeaYM3/N3hR1zWd8J3uKfGvqR4LlplUypPpRIIsEpogm7JR",
-	"KzJAi2+tmqbJduUux+6iWI8MlL2hNJmvBDUEo8HelSFssITtPOGNPbEuyYl/1ytzh9slNN0DW9TSM0sP",
-	"r9KwqHQPkCyN9C2nZMmkRAU8LurXYzLLrpnmAiPyFq4mVfp0tDJKyfv3r563yCfjQEDTLPXvY1P8euP3",
-	"CmEnwKoqSzduYlNkhVa/be09GoKb4i21hDNRnFRKnCSLkH6yXGYKyBzvtmYUwIhF8UASseJElZRLmsDs",
-	"BlTta9m6L3jChsck1syV6SPJpH6Nk3iyN9mLu4iFmnkEafmK5pJFIS3UrKDIcqHOtPrXqe/nTMFEyGUp",
-	"FlpGZz8zFNta39acL76kKpnHBzVFydgo6MCySc6uFBGVOiaUTzi7KfIsyZThS5rMcKRrVpZZmjI+Iheo",
-	"3heCS4a7oDlpxiSJqZ12nySwz+xtUcbPRPFUTz5g0wlFc3tdyGWVzphyOkdC8zwick5LbeQkpZCSJDnN",
-	"tHyrN2FEftQzp5daXT8iD8fjCIzQRMsHrlmBt62Dw/F4iBy8XuK3xvA90UMkzOqMEZFCv1vi7okJbyqd",
-	"I/JKIXM1XOzI57o0lwIsNEk0zcFPZp0SVCtOSkaTOWohOL0H0r59uVZuOwbx6cmbF+fTs7dn09cn/zZ9",
-	"+u8XL87jiBw+Ia+zp3qBZkJDtG2N9TIXeSon3CkSWorajYYNoBy0D3pNs5xe5uwY5ggXgySaTKQxpzWb",
-	"WlFJUpZn16xkaTdJAI02lYPbcfgzUVjTA6yTbZbJsTl48i3KMrIUKSODeDr94f2L9y+mr98+fzGdxhFJ",
-	"xLJgoDgkZgA57LrtSWMGW5nUqd4yY1Ruzhd+JWlVUpQRnEh81E5d2zeiJJzNqMquGfkWzsGqI8ipLrIl",
-	"iyPCcsnIk/GI/EVfan26l+KakUeHXz16olWTASVrRo2aOs9mc80XvBGGRKsBWr9QQouhbsntL6nXDtrJ",
-	"9jkThZMUgS16jTTiXWp3z4GrZ9LwAm3RVTzVbIyzmokfk3gct/ZQ39eEFi3ucAiKcpg1/P2//ps8ebyN",
-	"O0x4B3tomaTde1uv8vPs7Hl16TbzZSmWIa2olGo/EVzRRKG5RAqRadKLuVjB1lFO3r18Rh49evQNuByk",
-	"osviGGyTUjLNH1CSSCChbMYFMoKT+mktfGSWIq/TdCjJeDwGFfqbb775Bvlgxsn7i2dkEOs/7R8+3H90",
-	"ePHw0dFX3xx99c3++Kuj8RhkstVI9TBgEI+HTRPYN1aA7UklSvRQzjM+695+2d6urffb3+DXImVdBikF",
-	"JSg1LhO0SongxlFot984lBwVHGkdfhWTgVxkBRIkTRa5mA1BjMU0zy31KcMbnLQwkuH5i5cn708vpufv",
-	"n54/e/fq7OLV2zfA+eLIDF7xnElJJFOabGFrO+hW85Akz/THQD+9yvKcpXDfMm48A0aHYI3JDLXdq+WF",
-	"ZCzVUtHoZTCKcx6zm0wqsmbq2NKQHrZm3aMJf8doisb3WqtFWp9PqGTHsJR9LZLMsqbw39YMWuG/BqgS",
-	"XbESZDkuRT6YcFmwPM/4TA7JklGOGzMiJ3xNBJhkTlHS9LUxkOESJaMp2PFU4tFEE47eFdyakhU5XRNq",
-	"HCbmKNHXrNaFGO5GmEBmWwlT83RRBSznU8Fn+4XIc7icolJ6P5dZnmdG9pCB5ylf0cxwuaEnTh+NwQ2l",
-	"OWtBy4VEDxq61Y6squ3uJFVwvSMCsQMcEvTimAzih+PHxqNtbmdD7+jZEjP7sNr9qGVCwr/HUb8fFvbt",
-	"R5p1bBqBTau4yvLajNN2Mxhu+jqaKelNkZLJLhVCb8BtrYUf9C3YbtniZWnYW62PwxNbyAc+Fjbqftj8",
-	"QNOgs+Pfxpi7oHKxfW2KykXXqvRvWxZ1Ibo+8YKnt3CoK3EXd/pFbXB2+QpeG4rybdMsJYOKZx8qRgpw",
-	"BRnBMOzYfeV/5lan8FE/jOYeaGFPafoORaj+lxZQjMN/0kIbj6CwHvxN6pn/4g37P0p2tXe09/87qAOa",
-	"B/irPHhRlsLEO9o6nnVNXooUnFCw59ZxmUmp+YJdi4n7kJMclSxrF4krjD+RUlSKRcajb7lKMqd8xtJI",
-	"axxawqq5+07D2QJeFfL+4uX+1/oBsJQIJW/en+KrE47v4Ma1JBjoQyB04CvxCNSneDSK8YuSzZaMg/73",
-	"Mdp7nn94ByIBN+ZzbXNr2MB+vzF7ggKJpciyUy1bjVDNJJlpsT6I9f9pmVoyWeXqaLKn/zDZiyE6mClt",
-	"+UmVcZgo7E3F9C9F7fiSZBB7D003RkT3px4T3Q5ABNbbACawkZyiUolYMiQA2d7FlzDMr7iN6CKBmeES",
-	"tCgHnzorr1kZoQgF3+krrljJaQ5jxSQRKYNtoYpeUsmmFXciT2sN9Q9WpEQkzswYUwaDDFG5kVWSMClR",
-	"dIS3tb1Rr6keilOesF9xt84qOSfL+tOaMAQnA70XJPZ+aCzC+7smkCNC7Zavykxpi2PCjSgGo8te9xWV",
-	"jrzxQrYoXCq6lsdOJ4OoOBghRSXn2pBrTvTqyuziS1Fegovsy7PFvwArUmLBOJCS1tWsUw8YYSlyZpjk",
-	"h0ooenDFqKpKRmZUsZGebYPuvvyMz4Hw98HQ0+RXlewYY+fE5I2sSfzVzU08Is/0FTgi4StABmdCqlnJ",
-	"zn84JZmc8IqDQ0z/qEnAvqQ5AihhRtNU80xGwInjr8aP4mFENm8SKO+apYBweyDrwVaiXKDqlhrORtM8",
-	"48DPYqmoYpp5u4H06Ikoy6pQU8PY4wkfgK2Zev48zw2LFgIXJBd8xkqSMk39EVHzUlSzOdGWMgO5Aod6",
-	"Wc2OkQFabRMCE7UPCCjbsdqoaQBq20L/AYOB8liLPVGQGb1msDxwo0y4NkOMcxB+B02IKo+D17vLiKRL",
-	"ZnRg5HSwbn1FSlZQoEr00E44mrpLobXjgkpFMjXcZGNkQJ2VVR9rSexjBB4bmtv3RqiXouLplydlzdxp",
-	"mpYMyKFkUlRlwlrGKtyxMwwsXghxSssZ+/JTe6rlo4ksQqzQmPrgAH77/N+NF5gMrNn+5DF5nT0dQghQ",
-	"YOS6YMbniAoMS3JaMjnhXDhi1WI4anznMfk+e0oGLh8HRNsvH2MitVQ25jQEtofHIOMmPDZh16kSYgpj",
-	"xZGmYtSdGIEwIISuHdtOteJhWbYxrZNcSKsMJIJzBiruiDwHjm9YjKNPPXNDMGeiePv9ZzuSM1G8M0py",
-	"6GBOQv50460EUjEatWebf3ki9o+TpBnmt6HVClLFxMYc24DnNKNy/G/CbZgBqOvdi5Pn04tXr1+8fX8x",
-	"fX0eR8499GhMpDl5LcLhu45dhg8ZPXkbp0z8Q76Yt1wszoOip2oytHw2q+gCHOCc0BSsB8GJzAX4t0jT",
-	"hSUVzXNJllm6jxvEcrrWNxz+xXLJRuSdJ8CM+ELiOmds8dk5kh6090CR8w+M+l2bhG1HmrZeMIHOC4jh",
-	"tMvrLGHva4H75SnxHQOl2Jga5jTdhG2miRbaqERrgaLNOKJEStdksCHz9fEal+9X4zEJqhHDiLCbhBWK",
-	"xGdvzy/IAS2yg+vDA89KdomclxVPc2YSYLUOyCTxvvDIV11j4xwDwrB5QRh7KFpaLiRulOIGrFrIP7mk",
-	"uf4BgtJXpeAumc9sypKuj7V6omkuUy29yTprIVnIhGNv9uVcVHm6D+8cEbQEDIleCPGa8rVhPPLLH/SJ",
-	"u3H6O6XIjT5AClbum5tXUmU4vz5swyj3i5xyhqeubSNxzUq9YSwFi0i/M4V3WKoP1oyKLACDoQL9wpYL",
-	"+Cma8FhjzKFRTCccE8Gah2lcoeh99LKxvYe6dsg8feBlmcI2vee0UnNRZj+zX0F9eY1Ok6hO+9J3obAK",
-	"Guhbq0wym0eCZsYIfFVmcP3tk2QB0XnPFVSUWnlQGbqJaLLgYpWzFPRA+FOm2FJum/hJsnil2FKTqPFE",
-	"QQKS/ndymxgv6CHo9tHfrXWedpR3eAwUCA9hBhgEq1B7oOloL9rjVW64ITrLNr14tTvtrxsr/8m9gGmB",
-	"eil2lRvbxqw91nJ2os2kZyQF32FO0Z6Jc3bFlpWwiWbM89/DS/vASWiy2Ok7fi5Rb5qTZWfmWo8wH9Ym",
-	"AR4GhtamVRUI/b4sGTN+tggVOy7KJc0ziaorlSQ+SRaGNkc4TLzTapp+0s3Uk6YL9pYrahFK2yfr72QH",
-	"0XRet9vdje7LsNMm7USkETEGL4Sxnp/+QEr0nf8alAvp3smcJYvhH4KILf2yFMKW+5JxmansmuXrI7PG",
-	"A72Ig1izzJxpWXdgXXzxQUyTBfxFLOIJ//v/+t/EPXasFW5VrmOi/1wyk4/j/EbJnJYza3ShvDwmcZp/",
-	"wBe0qr9vPGNcrI61drVGbR3ySvQzxsc5gKGcY0OrKTieidX98e+ehFhc++ql+YdQ3VGGhHgFe0MbG6kv",
-	"AnkJIT2jMBqXh6RrvbNSRKZWimlNQC84ZXCa/pIbRVRVnpJLZr4GUWj9camyPCdAJiw1ye4mwt52v2i7",
-	"GuuHrH/KbDDmdl2yXKz0p1asZJg1WPFa0mn93QvTwjQi73VwA8F/1k5XSPuqKVK2i6Tw+0sTdYbkJAjy",
-	"S38vWQoXvB0YjfbSEuqcwhVhhchkrWCi3YnPa9boBterSTOpibbrMx2s8Mc56Ograu0ullQKVC19afRN",
-	"ODYnb+8wgUtBVvO1tiXh/gEfA39fbBPBtXHsggdGu5UF1GTh0dtMll3uW8ZTdhNgd0JmNuvMM55Hm9lF",
-	"lle/M0cb3mykAPS7GxKAJKrM6Rib28qFCEix72i5BA6fVqgXs5rPwW5RMG6RVmtaD3/CbHx4zhmXqqyQ",
-	"1+iZ2wPU9mZRigSdf/oCQO4H5kGEv3M7ruZfqdHeNi6GJxhtcDO7Nkuf7XOKgGmZbQ6yO2usPcuplOeK",
-	"ogbfUvFTrGcI1SxGe0id4d8SPWog2Kxp8mWezeYd7y3pzY80U/rZ4O8l0wvomtGq+9XWvuL83Bq8adWj",
-	"NGYT1ZvhzSK0s0+rqytWnncoBc8zuSCyECInEFc4xnJO/AtGN8mSrjWrL0qm1QJNJC15dPkdo7mar4Mp",
-	"Z6aQxPPriRVHt55h+NZjok3ElBG1yhJGqLF8IytNWGqchOiog5rhR0SSAXgZ/EgAZorp266tWSggkoJQ",
-	"Te65578rRKkkuKCNG0cJMSI/opmOG5Bh6nQuBfoy6iRpM8qVqHhKvBCRFx4iA4r+G7ICJx+mCMDAkZbP",
-	"Jc24UWVqJwIOeymEMuuFtCg1dNk+8NqEWxFrX9xYNKpAm9zhysWmmyelrUNpObA9/pxJ8qGiJeUq45gE",
-	"ZyTDQWzK1vQ/QZsTOLWoUYKMZ4UDUUUglVwf/TGh8FeyYKxABS7DCSirxdfKhuaH3iwaK/NuW4FllV1L",
-	"G1g9IwKhhkssWSLKFOZ1jHkT+ryMAJJDfMqoEPrnNVMTDusEBYRlQN1mxhn3KYFDUsfWWcMXTnz3Z9vG",
-	"0XQHihJIMEu+FZeOPqhWGuw1HkCNJHrJz8/evj2dPn/1LjYam17DJZtwUTCONdma1CCYDSuH8gp9pJKs",
-	"5vp8GtFPkuqrKzZ9ixhB7yK5lSgX6KXawgXtCToqjTze4sbZ2LMQ13sm+FU2q0rm4s00z99e7R39dSc3",
-	"VtQWPcY5tXk+b+iSWUZmPVgCfgxL09ZMf4o2DWecOIYbj0lsRo29kKtl+OZLljxMtqzgGHJ3Q3Ua8ctg",
-	"nnAMqQgJq+N2wyNX1oxf1KqVqkoO1x6fkSMSL1k5Y/Hmw7TUN70A2cF4tdSHDc+C8IKPeadYC+e6+i24",
-	"7/ATgVpJ8L6lmYSSkDUpRCGxUqSscjQtaPPnB5LEbvgYuOaaDGxx81eHD6G6Bd7EFCx72SD/CquUvKyq",
-	"481872GAAKI9syXbvJKQ3fjWPPsxMsmMPUmQZJCUjOpNz65sotpwYwv0xdUrh+HcqnecOqQ2buqTVC4+",
-	"4Qz0oL/a9rf4DW5qL/vossET+0CAJZxgaRMq6R3mhk/Yn4NGzDy3eZbM1LSltpPF5sgu/EvoE0iSWUoG",
-	"79+/eh6mJC0w6YyFMCXgB8L4LOMsIrFJ65BxL0X2H7N3VvW8o1ZNqs0W9gtubS6vmW19MB0kUztEn4P3",
-	"pId4mr7TjYUZ70uzHClgnjBFtfaMn0tDhY1mZW8gK3fD8kaV3mYLFqzcx5guxL7CR1dbsYHkcH/ba5uw",
-	"Xam2ubrNpeywxYpmOZqFKQxD87PGNvfdncZQQLJ7G5Gr7xv15y7VvH9ablGbu/0WEALMzw+kdRaQGBWb",
-	"V7aMXZs2Zsz0RMUgPU25pLHBIhLrqxu3BD8Hyd82z5rDdWaK7+YlP0lUds3ChIbpXae0w1Yu/J3ZvMrZ",
-	"kp3SmVeguDmCEormdimdaeuoImHcwVBe6kL5dS7ZwBWK6iOmppjuJFnEWjRhMmOyYOnwuPZQbrpHvZwP",
-	"/CKYf+g3XcLJyUVWFNrE07q3sY3Cri1LBnplt4sAujej9mlHjbr25gb6J7ZxAM3z3nobf7CCYlNM5rR1",
-	"6B7JFA0Gt1O8tuO2bYRvA0LAzKTx2a0rO6+WS1quw9cZITwi5BAmadyvkLIulJ4rDHBShnjUnKoJx1wZ",
-	"Pbr+H6vWaSIlkrGFiW7cbqOX9OYCD7gbaQrRiSBRM0+ZVKTi7v7YeoEg4S7Z8tKkJbSMGXT9A/zJAMxr",
-	"48qUw/BI3Iip7ngZDim3sBj5Y6bmnZyoIRGD8TP4xVoq5wpuYrR3ijgte9Hec0bToMXiaTYB0VkTxjM8",
-	"1U/hxzJQ8Hmrly5sSWwfdhEQ5gNJKq5EBZzNq3+G6tEROeHgv6ZcgTstT1lJLqssT11EFktu62LZVs3t",
-	"4P3Fs6GWYHkmNa0nOV0WLEWfGVWkpNxCOt1tr5QosqTJYzafaWV/ALMMXhgnaC7ZPEMX5RKEzLVfGSVD",
-	"JN7iSkDvbno+Zda3KkD8IUr3Jty47pagfT22wQxDFZ1BKumi4BALRTXObFRnILNWW1teaQzeSytmw8zi",
-	"Lqpo2qNe4pxBkt16xidGSTQIFK1J+4wYtyRQ+3dT5BQLk3y1DiN6ZnTwtujBg6p5l7HW2gy7hqjH/n2e",
-	"fzjNgh4jQ/o7i+vn+QdDBaE7xu+GJ+o2CP9lImIGC8rEPFG8Hm0gj2om1AE9GkZB2wVpdMJhRl5Zjw85",
-	"SkvmSoAiUlTlDHPfMIK6CUJK0EyfcDDObOwSPb/H5v/98XOGlRSaz+6S+hDt3eyLpT6+Qq1Nra85jDvB",
-	"mt7mOLzNn3A3YpFX0lRrSyNbIMsA9XNwaWt+MPQhPpvfwOxaAbCCMIvPhpZKBjj3/qwSHwAjsLcFnZmq",
-	"w62Z/fWTVgiFEpP4TM0bOLphHqlui+G6pMpIeanqwY9IEMnVYLnp/b1iK0w0kRHU3zcifj14Qaevzi88",
-	"wKDhiJx42LA+iuGED0TZgJIbNuBfjy1SnaNCFyfUerRBCWLcJxwo6YpNnrK5duTOt26LFHK8s0EO9ow7",
-	"2PDrLnmhzQ+P34xMTo953rgSilKkVcLK8+ryk/0I271Wia/UtmwMumSQJomRnRMFDr1dStYj/SOkH1O+",
-	"NhGcsMcH72PH/XSbWsutj50PW/m0XaH+ZRs/6HmEV1rB63vCUdJGmOjMYkhSviZ/Pn/7BgwqH3vnb1Lw",
-	"0Tu6sgTk/bovF1mxj85Mmu8DyI4WwfrbNsXIo7ut2rU9011RCKK9rFvpQ6QBadKOUGyGvciZfMGTcl10",
-	"ej77PU4tR/nm7/Xd2Zzsn3+8ILHUt8riNUBxLNYrVnLeypwb2HtmI7aVmmtWZ6t+tZEMCYym3sN/F8s5",
-	"tBqhmeInuu3hK8+02OtwsbWTh/p1yQapNLcMDjnqzXusve6+k6rtLfambHiBz2k86mtSRAc/PdPa186O",
-	"+U0lCB01qMMdQyDFYsZwVNZn2TXjZICVANZ6RuVll6PrtDDebbWHuk/9Uyyl+pCau9Oxvy0cidtG3Xeq",
-	"7H+L6AsBtggDEcavWS4KVquVYdiGxpTtoMFTD74PSSwmBX0QN9ceD11ZFCgeddolyGVEFUDnn6zKO0nb",
-	"NP/QwbnS/MM7sXrHtGXS500OpZVuBiPLTOsq+cUWzrCN3fbxJDSNTrYak+/qJxElxtzilmIL644tH9Yb",
-	"ruWKIehjErtszrhGaSgzpRiP4MkFK9QxQcARwB6rkjkaiQ10iM00GEz6cBkOsP3RnvvcXgSYJeCfqYEv",
-	"XLbLT58p3Gb2pfeCdqaEFN3xq+c1dEozjoKlHeA4NsRyTC5zyheQrf94PB72+yu6P2MqTO/4iY/9O2Cp",
-	"Zzcetcl9ol9+2zv7e72ZwSyLfhmP+9K1pMZE2lv10/acKqtm1ZbowPIIbVHW7GB4bCr4gMGTy0q5SolM",
-	"1gmwH6O9F+E0/Jb8cUBQj29uDr66uQFN3cwhxPLTYEoEJJNKThdsmlBpEsOgtv3YIChwi5nooA+WlVSE",
-	"JuAUsX4MwPoZTfifGGdlluC/j0i8if8euayzqTYj9L/91JrI2P9TdoOZuVAXW3llpfqRK4tPA0CIQk0h",
-	"WRb/MdUsdQpZBvoPS6bmIp3qh2iei5UZMYTYsFHNH5FGgS5p1udG5HbQRm0YlU2YkFFowwx8PeBUtBG9",
-	"GKA6JraxQWSAvYAUTFEwgjoaS2JVCj4jmqaJbYFw3DoP+NyEQy2xDxmmdVAYFwcceCW31g8Gnh5M3c2U",
-	"xAeHxxPeOGCX9eyBmgGOWHiFQcwyC1LWBT1m8M82McwSyjFNFUHMoATikqakYGXCuNpnMqEFgxToObgU",
-	"/v8//xwb8KH4OD4yG502mhjYahvYA73wK4DgG9YQaWbtE26BdrB8OjwnjPR+d3FxZiC29Jgsv/LQXx8d",
-	"xhMemxpsj4TJwPwNXWyHAI+dcULzfBiR+KvxYYzXJVsWOeD8aPoa6J0ErnjFyv0XPBFpxmexgauBJSbz",
-	"ii9YatC4vhp/FZN4rlQxvWal1LSqB5VVUYhSDznhxpUFleqAcFBWXI7IO/3f+5pksyuPS1gCRLcBXCDg",
-	"7NPG1TZGa/OP+JyVCT53yeBfiMOmb2QAnG1xPYVy8TXOH6eFoyyup0XJrrKbxtiL62mDWU24/tOMKftw",
-	"xqdN3AX9e5mlrGxyGs0WSrkxGPx5CoxOcI8FtpTDgalBBckTOWsezXxR+uCKE+5hPlgXQBjF4QihKaI2",
-	"muDQdmtBWFhxRWKLMbG4NkZH/YeDv//n/40RlhDzx03Rh3fk4MVvbyWM44+NWxQjfkrrr/CR4C6axAYB",
-	"2FzLLF8DpCSCJULohVuwPYNrCwnqhtvhPGtuSgn60fA6PXlMLjMFfw5yqQnfYFM+m9hBFgIzazShIScT",
-	"7p3mA0kW18hXYOmgKzvNw0EDWWm8t3u983fVkvL9ktEUVAKvEnUHLw1oXWk43Ic59oFwp5GQARvLwOI4",
-	"HSqT9V+C2j6mdAbVzL+tFjLk4LbYv3/+8QI8Zoirkdrqhj//eDH984/fn0/fvzuNtQZ0hADQii2BoBZs",
-	"jXqRpac6EZSIMmXliJzYh9ps/ophGAQzjZd0wRqNLyo+x7KEI8xpWLA1RKwQpHPBWEGuWZldrbE0ZsG4",
-	"jAxKImIDmF55slEARWguuG1dtUtwVa/enF0guIpP/QW5/9axzptP9xSSx2btePJuK8LHboTPdlei+VpU",
-	"E52jmXqUEPF6mxDIYzGhKDxPyCd3StKP7JJ8z9bknGFbkk2NXB/r5qDf68OeawPBxQ0hymQs8Ksqx8/Z",
-	"jmYtcsDCGsSsUxhndDVjx2RsI0wmBtOHE43Zfi+6K4Ld1EzFPEzLlc8vtHGAqiAlOQUsSlzCMZS50pJh",
-	"Mip84URZsCH9p3fsqmRyfqK0zWSc282Jb88nrUcOJiDxjukzjhpx6KN3zGz1F7RtLu1T/gLzceTQH7St",
-	"twfmUddJDqjpn1AVkTFA2yzz3YuX716cf4eoaaI0WYjxAuqMBFK3Zo1AtlkzX89zQZS4awaIQ4YhOuzJ",
-	"MT/F0HYQ0tNEh3Y/pVdlHnbNGgb+QJL3705rlImSpYyrjOay1gEG8QHyqphwKJ7kApnzDrUi+vv+yUTI",
-	"HNrE41/JJolvblaImX1/3Y9y5OASd8/A+f76rX1pa5asN3zv7MLhk93UFusyT2glw4lMeN1fhdECjNaf",
-	"CI4x4Jj8/T//D4HCdGtBC8ykJbnoQhFYXL8DzJhdh18hvIIekAyMZUwVwRImhJ/BgiPr+wXgO00eiKXi",
-	"ibDINZyDaf0Uvv/BuVmWntA8NzzR/2Zr5h1D66OT4XQC/BF0J0cII/KWmzgHYMXkWGRty35FAYaCKTo2",
-	"2M/Oyp5wuzlkYFE4EuiJhuXNnGODEPBCGCvF7FMckUyb02vnk0NTF+eISdIYWYGjBzdQAbYcM4oJWnv6",
-	"T63ZQU4QYDYbtFluvXwTbgBRTNVxKaCtyCVNFrfQyr6/rquxNnSyLhCIZ3ZbjonJR4EGIFigXhjJa6/q",
-	"kWnHpsnRlCY7PEsTyRgR6IU44XWbYGgJcmyAxnCghs8QwVugMt9muxhQef3OTikulrzCzOM006yyC78t",
-	"nAb4THCV8Yq5LqnYHTWcEIDusheILrdLPwvk4trS2O3pvO4Beseesdtq/5BqG5/Y2yqc6iH7Nr4jWlZn",
-	"WKHbL5ggZNAeO3L8NjVnqN7c/NhTW9RpujRhFXFXQLuRHbpdaxKr2wjFd2IVzPr2E+a2Ubv+ov+KP+XI",
-	"7EH4RFz5cjjNtm762lhR2Dq5HYmFgmKfNS1391RcuM2Yruml4oJjGLJx75SKC5OY8EDXf9LV9J88/Z2m",
-	"1HZtpbM2NL9neY6QdwWC0X6uvNdPSXe9TdppTevGKVKnnZJBMO10eESolyQ64T4P608S/eJJnt7NDd/8",
-	"WhkP6mDf/8XXvdCnKwpjr8RcxlhSj8qQqS5LWaGvi+CgA20y4w7ROmPqDKQNqLjJLQRtynJFNwfMeFLC",
-	"WHSpCQziKmlKBgZAyPY97Kj9YjeF3qSNUYtKRSZ5Awe3CIxQnmYTQY/JmHyLYU8HPH1M3pBvSVKVpX7B",
-	"KJb4zCUjb0YTfsIdFu2CrR9I9xDi0sA9qX02Jg0dB5cRxIepKwXFZual7WuLALe2t/mKMfBxY9B6aPvu",
-	"uTznQ4MILhXNGXlDEsoxFRsiU/sm323C4SMnT0+GR0DWuUgWklSSEUouLk6tOitWHCJ2C+ZA1UxEMBWJ",
-	"PFiKlOWjZQr9xaE6yOS295vg+k5chwgJTqio1KurE9Mr1FEC+k9xO2TYh7Bg6yBtwpCtcXGvvfGN83UH",
-	"WMywL2/G1GvK1/5YEvwnDj4fG1x1Vo0tM/4KfzzclKNN5bL77mkOalSi8B7l4d7zzVGAY0JLZpcwo7VT",
-	"v5pO66fDhrMlqKIu6U3P7a6KAjCqKt6hty0z3vN6Llb2dTJo2maRgXI9muCKJ3tGUEBb5SYmoq/uyB58",
-	"mB1IA6H/rBmNAGyGMPC/cJM1X4U2fx5JukRJwGxLyqDR7ev03cfHBd8HMQqcBN8Jct9a3GxWoYFJ6HsB",
-	"DJoTJBZAqwIw4ZvxRzLY8Hp0YQuqvLOFcA8XgGZ2SpA8u2YRsSgvh+MxFoMeE3ZDE5WvsVDjisT1d+KD",
-	"2PCd2ADVdAWETR6uweTKjIiHboj1aPrvCNd4iPfA9WU03Ym3229wT+/rEfoPHyW1qU1A1haZQK3UWisE",
-	"2SFnA2zNJJNYHsKrJSuzJLaNwQfxIXs8HscReTTeT7NZpohZiRy69BiH/Ewl+ZsU/PLIJNJkitU5X1o2",
-	"gidpwsHHIecGtBPCsXaKQtV/U1obH2Bsj+PIDySGDiOvuOhqwmt8UP10RDBHRZq2Smlj6fUaizLj2FB/",
-	"eUTiwxf/8jA2fUXiw/EYCs5OjOCGj9ugN24uefP+FNCUaaIgpW0yqTT9xsOIUJIDyF1VlmKmp4UTqqPl",
-	"E37J1gJ60prZPJDk8NHh+F8fEthmpwSLkhw+efT1I6cXMuzKbE4Y0l0m3N7MRmAcdIrPUZOy4aXeA6Yf",
-	"VrDPqm4nU5eO6RoXV4VkpbqLMklOfE1wwtsann1jN00PtUnJGIk9k2GE848/TV17s10n6xYxF1XJgbza",
-	"cibjCkA2wZN6e+lxcS8i/sFFxElLGrR4doDaMSzw2SrbWlwEDynMQ7qcpfh3m0UAtvqxifJ7SC/GeWrs",
-	"ctljmKPyG4j0YEtJa5WAJCNzWgBs562BwU1MzLXcArA9E0Kuczepi2RFhI1mozrU5IdBgqk9yEp6Y+ea",
-	"n5nnjpvQN/Xl1Yac9c/YPbSVc4Kb0I+0qTpluSZcmAzWOwbbO9xXV7aP1oa+7huKxg8QPg6HdR4IPqLB",
-	"GzAlAbWx30gFbUQf15W1v3ZHNOlx6zZNEdXj5D12RxOuqEYXwyrTskwsC6qyyyzP1Br8DZiIPqPFjtVw",
-	"otgSJNk9dlrfqNV87WKCwO3h2D9f9NbEIYJnGJHmTuuHR7cILN4haBHtVUX6qWBD9xIthNVrlUH0rblS",
-	"7KgWaiDkIILRKd6OCTUMXlskkqw0e6OaThCOGSyCz1fd7SXkbdu1j2HZKFZh17UR6MDFYycT+qKKAQFw",
-	"TGJHroFXN2Uoq6O9AaHoS6a7UX4Xt76/VF/mUv2ldZlcyyUMZ1mXavxFbsQWuC5NC74sqMnLp4eQSnlK",
-	"Z+d0WeQBjMRZZ7WgD7a0e7l3R/ndzJTauUE7pjnL+OxZfx28vuw5PukVggK+M3zFQZpOMx/TdGrRBKdU",
-	"fTY0kmn39uV0Np2LqgEW6Chzrz2ju19jjOFO8y64QURTnNZoip/0Nbfh02xLsee0E03RFO50/aynopcz",
-	"lX1orO6Ib49X2jq8xoQ2FtBasv/hxt4H5u3TQMc5BAgheDEYlezFjWI87XQuyS7fBrwHzh8IuHOxIhl3",
-	"nT2JdZfrPYyMKYZ0aqraGnV+GCIQJVaygEH9LXkyPrY+C/ItOdQ8U1wzYj0WZEDBjYJey3k2mzOpSAwI",
-	"rxfZksVD8q17eKe4f1A3aGxSR4pot6l47tyw6CVlqxdOh/iE3O6u3n51p6gsDVq18OPUTNhc2V9jxv4w",
-	"AVqiZZ7p0+NshQb1uglDgpmAJeNsha6Cu+agwwAB7yFWW4krMvD6/cNFHuKGSsKABnbAbezpWu538XJr",
-	"2ZJ8YQ87aqAh4EJaG9sU3htnHeQB2TXjZuItqu6ubeosohGLeHvWuSuKMV8ITeu1hyURmBk0k9shmc0+",
-	"GfwE6gw7qAUW8OY6Y6t2x0TDcF7sYhm4AgfE28G6Ko7uYUMagpNMdSoGHQZBj7bQmNvd5XOHVA0Dv1r5",
-	"l9SY3K159B5HxUOp3K9tv3/I8iollsUhKWGlJVPQwaiGp6LNFocE6zP18OjloRKqc2l6Ck/E2FILewIm",
-	"C6YkJPpUBVGCxIBnF4dRqk3zvLBGUX8g/Hvdu6q3+1PgR4Sd7vzdoSxu0f/xuchrVOSNHHnL8zsY1Yvq",
-	"Ocu6m8HmnXJdI23tesHKfR/fHtsNkViVNGGvoGTVB/6LAtCAE75xGaGJJyhi+0uRmls2vKWeHoYmr7nG",
-	"7hm6QZ4TatK9FUn7HlDwjwYo2GHZbAX8+1w83PbF2oE+TzOpADV7e2b/p6ER4vnck20Hrqi+05/RJ9QC",
-	"f/zURknYT6qrWZJtk4YKNc2HgSYu1lTr6kOqyvWpTRLcxVaDaZ1RLJreAhPZnPMYM0+1ImZ9SR16vlN9",
-	"d23cBHCRCdupBcqtsSrt0G2YyhaGZYuHdMBYGhxKeyubiJRNjEsf98rnYDWwYn0WHf2njBHQQMJsiVXD",
-	"tJr01qNwfCZ4d2+0V4otQwL6rsz0t4GGN0ldVueqSxEcGLmtWQLnDDQmBwwVSWIo5Ici13joAOUn/O5l",
-	"LHXnoY1KlgnH0gTTX9Ugzncgye9Y7WDH/CdAko9cV3i3xZnyTxMAzerj3AV4nmzHnZ/wXxt4/h5A/g8M",
-	"IB/t1TTY172vTucxFwcI2VG2puhLBvX2+pHMdSw2UGzgWBF8xsoJx4xVeQSOAs/BNxcrstS2gRsVDhpR",
-	"22oWtGJ1y7MROSGFKDRXRWwdouiCORflZaUQWZV6QSSHn/bVeEzaYHy3qMF+7/bNNuvZin3gwfMbUdoN",
-	"zN8Wex3l9E03S7eFbmJkLYM8YHlPeKfp7SFnEQechTh17p/QcPWGf0flHCryyc3N/NH+4cOvnfDzqwKy",
-	"NEIGpZnmnMo5oiwYgDl7KGQQ/yLZB/0oXbJX6c3HOIL0Vmg2NOGWD6MnQYs3vZIjLE/HEZlsfRfypCH7",
-	"Wn8K+6EhrehpROjAoI587SfICppcF5UiKA6k7Wy5ykqoikkyQDcaLdNgF7XLStaN8sNuxafrHhdS7eLY",
-	"RQW/91z87j0XHY6Iz+krvncY/GM4DHC7G538Ax0pPq9bodN+h1/Pu+3v2jS3KY87uLRTRtNp3nZl/z6N",
-	"+t2s+EAzCmOGh0Cr+0xzf8MjT44ECKPpK2g5ErYoG6+DENHfmUIm0z3Ra9A4MOqt0UAeeA1wUR67Bp8D",
-	"hFrXmk8EJfkpht5kRC6FmoOxCz0u1kwF/FOXlUTh19NbZE4l+LvsIgIFIvCXmijtKVzCTs7XlyUco55H",
-	"gAJbpNH4XNSe4UYCr7/fqjTdItsKN9wMssQHiOS0kHOhnBllQc0A5SxTDt2sBqHGmKdJaDM63ISb94yi",
-	"UwiRH5OYppAQbuC3RboG8BSjK0r9UNxS/c0wZcWxqCyk4rhRt7tkYJEn7vmP0Z6bxY4vP3XPa3WnqHZ8",
-	"7VlRWWXHoo/u8NZz+zimfu341ilFj38ziL7Di37YHXvgCuwSvMu7+HArxW+nF2tjpqDlgqVnoghQ6qng",
-	"s/1C5Lk2wODSL7wm2IZOuFiFbX5TwLcd9J8qDEI7JzR2x95xMe/c81oiaYLe8cVzeBZycFUWatmy2dF4",
-	"E26w1thEhWy5pV20AQALo9W53Yl8k7FePFJf43wceeAtaJJbDws68S9ryx7JqZT2St++/70b+ZkeRwsr",
-	"udkAXxuxjENbKlYSxzkIfJsM4qKSczBlEXmNJotG3Xi9nJIqdoqI/KGaKtxPY/uzlDx++A26TxiEuhGf",
-	"jOhBCLiNdmisa7en+e2erX7qs7ZQAyCYJKbitTxQr0/+bfrqzcvTV3/67mL69O3zf3euqICY1G92iEeW",
-	"p13Rnb8BsHJHHibNVEdmQ2tTzNfNp+o3vS/07NAz5N9ts7hkcodP43M9oz/3mH1LYiV1LWoANWZZqPUJ",
-	"PhJKKTO/YPrknAIKhl63qT0woNXg4kJugT2tg3wxS3P2zL3Q1YNciPw8+5n1HtY7j8N23AbQfdCRTLl3",
-	"+WQuFBmM61Zy9bUUXJUiH+5wPdwkNxcV1Rve3t3N6fccaLBz9oV1qOp7jSqnyx28pMkiFzNiYFJrB+/J",
-	"n3y42sCtAkvsmnYXF1t50MRrNh96YPqYY7dxE4wQnD2QRyQ8BVCGH44B1kKGxkurstHIGTN30cXqMqfM",
-	"43oEumB1yfPBwzHm0us7QwZxTjmTU8yQzulsat6b2lXbbGdwfaNmaXzMXmDB7ClFmKgAvCMBy8a4h93U",
-	"dhKUu8NQ22lgctRxQxHOVI1g3AF7Ai93HrK2gnJh/NGNzykhFjuuxK482MTUYSGqLIdqfRxeq+2Nqd+x",
-	"nz8rs65aDyWKrstUzkAu4eWRfun8znWFdXFKVxv81z2VKO2UVVxG+0Vcw8YpNne8h530ZrkWjTpR399S",
-	"yfkOua/wWATD9E3BqfitAh5RikplvOvw5owWJ3kukg7pLoNiQGYphpEUk/5NKRsKrelYAIAmB0Upko5U",
-	"jPUuR1dPFN+I/KX1bkxNHf2pqMc2O9S0QYQefAOtXSIT04wPFe0hvmMjVX6mSVs9WGzPJ+16AvPV/5Rd",
-	"M/6UJotQnBQS2qm2o8iMXjMEpaw4dBiCcLJRT1f6f+iq2ay2oRcURWfyKnQq7Nw+2fQuwI5ELoZszf+s",
-	"NNjKJKc8lSZ2g9jJUlRlwo6gnUzUCLZg55kIe5VoacEiPxfYdr7UxwUmGklLmnHoyVRdXYG6Dj1qTLaw",
-	"80XgY678tWNTNAE03eednPm2ObolNlw0W+v2PzIE06KOTVLoofd3vqEbgEDv4ANaJp1RKXcQLYU2sLRc",
-	"KSv+aX0N9Ac9kbnDRtur9pz1pGoXzvoMMBsMy/UPAIiIXdLuhkvo05vucN6FNfTMiJE9g82JbK6t8a3N",
-	"DWucWQ9BnFvnRat9ziX2JVmHhVOahTuuwtUJsQMAGvRul+2K2OnngJiwUSDh9k7N2FOTox+8lHWafejz",
-	"GScfKlpSriC2fZXlgKPe+o5pntTBCutc/dAXjJGh9XGY7uboZoB4F0vHxTXqjHyzv5F3QHgaoSO+G1Jz",
-	"n7rlRjyvlkuKfsB7BOZ7BOZ7BOZfA4F54/b1JsHuVKECZVi7h/P76vl3UdP9OKR5qTH6lhr/t9esvM5Y",
-	"AMTjfC0VW+6vsrTW2MnAkahUVEkCmG9JlrMyIn//r/8mh2MiicjTgF/m0zeyy8d2563EyO0uuxzeWW9m",
-	"dqgt231GZ6al5Sal5V0Z+7awfQvPcvl+KyrrxNOIjGs93DquJeb5cQZZec1E1cv1hFuJYmELDdgjVVpS",
-	"mKp0BfIDvo35swhWOSbaKoUMTwMlZuf1QNb5XzY3Lc8kSHcoN+OumLglLcxAhk0OGxf/DoV7FrTJ7Gr4",
-	"nMwxP2dFqBfilmyc7vLDDX21ziiwb/XO57yjgvgtZ3U0X0vv7BrvKFTaUqlOEpVdZ2odOxC1Db8g4A4N",
-	"IxIjNoKtEJxwMM85W3l/dKOYQnOXI59Jl+oYKheEhja2S7LrR4NjgWrXyFh0jWqCpYRVKdHJ2MdOWjv3",
-	"DF9qKLZbc4/2/A38hEKyT+GAQUJrnMktd8K+5TBJPnkYEAm3fN0EG8MF0V5EFceO7KG3jqS9hPbOuNPe",
-	"4W49c2TVwloA34kttHG17Tghm1pa5y4rutBMV8yYmrPyyCT0woytukX52iIbU6+WPdpM/kUnttKsu37u",
-	"gTSQDxHecFMcmzZfmHCvLDgyHjf7KD4oq2BySHPMu5O9t/AvW6jZWNoucsCbWCBJrLX+9vg7kJJ3ozbl",
-	"NlIsZFIBrW5kiB9vwB/U1GUhEMLdNVt88raZxe1orXt/hyWfWx6wrex7AzxPilJuXKMIii0KVrYunp+h",
-	"5pC/h12B2kDyltvJLCWD9+9fPR8Gw0y3JSnISNsoxtuBcERxUilRZLlQu9Z2WGWO8RmdaYPMDoBNYWT2",
-	"c6tNscSAVCsJgaok0CsXWjva3Ab75jbduxXsy1I173l3RTP1OhSfrWYzZnIXK8l8PQXscS74vvUKQVaT",
-	"6VrLLRoSZ7u4gnxFHjfBTanjhJ5nEkrHXHCT5rlJpe6TePj4x6jPsmzlKaBWBMvx43a3aSFoxrDVSGFL",
-	"ubXKjfxou+I1RDzAlXpsuuGodimJmYkJ5tjFAYyjHJkd9BhiD3/YXAz8uU1K9S1tcLhQJ0XsOdFEoHkg",
-	"XcnIQM5pyVJy6RU0YajACfBuTOH7sowdEu21wDM7apKbI3LNykuqsiXUfgE6cKIvPUKjnlVy/kqx5cg8",
-	"Hn/2Oo5wbNKKg+t/HXbjgIUQxE4NehgZxJM9aFWD7r5KiZNWKlxHUUeXhNLKcP/brz5BwrWKEJqD/PnH",
-	"C32xL51D1D5tFNhKzbXBp+U0uEM1XewE5ewVAbQIRf+gp2w6lxI1L0U1mxPqByrv8LlmHcHGR716M3RG",
-	"gK87TUtodGmYgDlTb9/jHZpFB4sN6lIFm/PfqFjYDUCgRjhr8s8O+fWOyULwYFadr3v0Wm++nvIx2p1v",
-	"k0E8nf7w/sX7F9PXb5+/mE6d54Cznpv2YgcweQQAA0fB4N3LZ+TRo0ffROT9xTMEOLSJ49pWy0WyGGI/",
-	"mCSn2fKBRMlQ5JW0IEi28wN4I0zCgeAmdA5PeEUVSCvMwPBFfvg9h6JqOeFpdnWlBYjNx2oyBuyFDG5V",
-	"bRGU1ultvFy7iZxOrvTWYeeBHNcqEy6ktjFC3Kr7QDoTrkwNeQ1laVkGft5tOVmVQrEjX4PV2kNr6+F6",
-	"QzUE6PnuCcCnxE2H4ux60ylJG8pK+6RgPujGhcXac0G9msnbnw85sdke+qJUiskJz5Q1yq0vC/OYH0hC",
-	"yzK7prnFJMikoZDItIzgAumTyAVbuahYptD95lOy6RKzQBMfHLPeTWh1gwm3dNuWoyMjfZLoIMUeR7At",
-	"GSeMJvN6V3fOKvOUv4AW2yMH39Bac0M3JZCRf7S3F46v0k8aUj7D5/vwMD3CM6OHrSBX1BfCAnLRloKq",
-	"uburgte0HpzoVqMAY36Ck/jheBzvgKVZI2iGauGaEqpLKjX8eZt7GRRaRgvc4oBvSXNaaqPV49G2AWL8",
-	"HP8jHh4T21pJcEMDWj0dEagILaucYXcuWG3cQQ33JbW7N/YBsA4MLylGBlhw65rNJAkr9GHMWck0YzW4",
-	"D15vF80HB4UoZOQiDRBvwvw0gvlpcgiOsbpnG0wEoAM8+4ILzXEVwyTnCReVklnKCG6dHBoIknhSjceP",
-	"kjgy/8Xsfz18Ekfk/b88HD/8Gmxd+M9vTFM1aGGEzdceJfHf//P/HmNyBbSJ22wNZ0JesmB5rj9OBvHh",
-	"aKy/ZDvdxfvjGEEWsMuvbSZHSz1GoT5fX7VOXmQuFPzaeXEgkm7ccjLy2F/Uct2ZQ5rwJXp1KPePo05Z",
-	"/urwIea7am76/uLl/teuyuHN+1MMOQKIBDQwi0cx4CDFo1FsJer7d6dGQkuSlqJAdqpZqTStwfwGdXUb",
-	"tb7uoJ2Gy4mlYT2vbMat3giSvhSVpnrw33mWgNEviTJGj+xwQvZbL8+ZpSrsVbyOiEyE6fHa8KYek2VW",
-	"Z4liFvF2+6Xm+N1VyZpRd0KhOwUhmMAmgICOSfzXn7Ae1t9IhwDz15/i3XUNKzW2gbzgaN3r6UAtD9c2",
-	"vKRZXpXMNK2NQLpuJr55+JW2J1TLbrcRcqOg6DnWSC6wwx19dvG6T3f1bpCXoiSxY0gxWkuizGYZp/kD",
-	"CQ/TPN//mZWC6LdIdkVqCKIwrQKxvKHLLWwkrLZ0oWNj9VNsMpoVS4/9iTsMIeMyOCaxzUaObUDBYUel",
-	"mVxg7rLmxpj7h2q0F5k2MosLyLCPCEDtIXtoFKOD+W7nAVXl+NlQvDF4nYOHtXGfCU1URfN83eUBbZM1",
-	"UFaDIja+6p+U2/nQTQBFtCMLYvbJVv8O+Pf3qY/3qY+fkPrYjFDtJj+ayT999qo868pePqvtP1i9ye7Z",
-	"gpLamQztij80ca2ZqnmhLY7GZjv9NmaAF+2eGOpZtP8AiaHtTkge5M3G4TaoqIdJWtT2T4y/hyMU6BHo",
-	"d+Z/gQyj3izWe+58z50/iTsbsOtt9Ordr7fmjbux9h8Q1cn6jkIVrt24Vf+srBJhllBTDMBe+bEqe563",
-	"4ZhvaxrYLaEC3jVvGSNtM7uiwbg2XcpY4J7TS5aHbW5DBm0TRi46X+pJzIfRftqeb6Gv+uE3aCI5IHgH",
-	"Yhy7IU2ShR42xvlIMnh4CE6l4cjtb0eR0qcwbSBvE0Zpk3YXF59wj40Tn4sbzIe78vEJr8GxzZx+c05e",
-	"NDL8+9VM92SjSmF3RtZTMtaB9FzHJ8x+hXB7d8iecvUQrglOvZjO6+5d9J7GByPyipMlK2cmu89IsJIB",
-	"hCsQFSbYCoCiNb79ETkxzdcM3a5KwWcTrmeiqcA6ecEZICrAg1LU+pxrP9Pj8Zhk/JrmWTrFD8WE06Xd",
-	"IfPtjE94bB6L0RW5wpbSxhfR2+/IVQx3BlOxItXmJ0kTeTRxvsw4xjGQa1piUemh943Jt0RcXQ1HxAQ8",
-	"CMA/LOkNxgRtc7+xFyccRzvkwddV0j+EXcXPvWJxdjOnFeTxuaSqwdt3+yw1CkeafwA29JrevGOqzJiM",
-	"jwFeEFtwk2/BaestQs+qx2ngF9OytCp+zHgqVj177LtZVvBwE+faD2YH9lRv4efaVqjcPWs0ptqgiOxa",
-	"31yer2u6oLZHHlAFIHK76Huebjv+W09z48BC4DqMxC0yie9yhAxbY2SCv6i71rUy8vERm1EG26EVIjIA",
-	"CJuqKERpDGTElwa0SjcX1+h9+2QaDVfa/trCdo6sqaXO2BaFqWHhopXk4BHSeEwGT7CTSlHJ+b4NsSCX",
-	"HW47vMNdDm9JbywQVcuzgCMbpUNmPzMyYMlcsBQLvRi/EmXC0mOir0DFc4RP62QuDw8f/+vjrx89efyv",
-	"t6WvJb35kWZK73PnrX1xnSWqmzHqLfT4YmTTQGyKuF4SeX76wxfkkcuMn4nCLiSw31meZ5ZQKKkzmW1j",
-	"Q8pJxVNW7l9VeU4gNZlIgV34IIMmoaW+fKiLDcZ//8//FyY6HE14vRZyUhS5fkoJEuuPfItGCkBAAqLU",
-	"ai5yo8tBULRoZBymQ2TTFGcw4dhE9vCICAsvgK9q0UMti48c1VuJWuORwkL0GUFnW1tTqA37XPAZdrdV",
-	"INPFikNelqiUieVBjE9rdBJNUISyd3JFKrrGzdFnoy88BEtt7Yuex5JRvppnuc2Psed8pzMuykyUphas",
-	"zaeTHHKJ7SPhy9RJdofjcWtC++5P2+flcCd7eKb+QZK4bCkhxqToVFLiOzHO8lNVnahWawBzWH3Bm1tP",
-	"NuOL70Qe2D79C2pfy0paJ6w1Itz7JIVFyWMS//Vk/z/o/s/j/W9G0/2ffhlHTx5/9LYSM3pGRj7Z3gYZ",
-	"X0hAhuPCfgIuQMlMS11o3Czy9IhQKIfAwgd9bU12vgH6sfntwE/MH+tZllXOIhJvst24LqkxIDRYhOud",
-	"TbyxWa/pjSOVUE0S1fqA3sP/GdqT/xEGeev8RrccgwwQLQc2pxhH5Ilml665tTuHJ+PHX4+3aklPdiWj",
-	"cv1cq3RbmP82zqAvfmNKXz95PL4jYXsN4drtyLUSnKk6+kmThSRUm/bGP+gVTRDTi2fOaIpSJND32VwH",
-	"Dzgq4zMsSrIwXlBWLq5NIjkQN/yMxZTaqpeefrSFQ+60B0rl3VCQ207i86n6aGc8hUBx93zAPs+YanTD",
-	"4YylvsMiRZNAkkHKtEmbsOHn1fg/bjHk6wSJVioMsUm77OqKQX2lNe4hqTqBfnQVmN2pp0mk4A607Z3U",
-	"nC2PkGdNuLW7XR05vAoQ9JktH9dsDtxFsT9J59Fu+xHqQX13w/D3abl7p/Z7tcp/ayt8yxb9KhZ2/xw+",
-	"n/n8m5rLv0vzuHfnv7jtu+3rv71Z2z/De5P1D26y/gom6m9ubf621mXvZt9bjp/RcvxHsRR/DctwG1X+",
-	"8c2+3hV+HqOu9xO/rsHWM5UQeM2FbULjDnrTGggqniGNuLXWAH8PcNyoxzgKqj4b2kZIdw3aDiE223/z",
-	"PSmItFKrgo3L2BmxPvOrzL5IVt+uZfq/TwSynkShftSgH5otCVulxBa7roKLpbVIVzTwuTAl7xMX7xMX",
-	"f6u0ckP3gawdl6i9PfUHxkAO/0dNTiQDg07kCvtioz3WyfPx8LNme/eCs3obe58590+aOdeN+7s9v82/",
-	"k79lFcAdk/n7sNxCuAZhp0BH/vTdU4p3SSTuRO/+B669+P0f1xZ26zcM3Ti4L90LJjgh00HjJNTtt5Jz",
-	"LdC0qWb4u2u4YY3kARcOMgUdiKusZMEWdab0d1sVb3957Q6NvL9gmWqc5h+OEOcgzT+gapUapIRfuUb1",
-	"HK7WX1gpw9fhotY5HkiCF5Fc4+PkkrnE4BoqKjIdIUsBuAykKmYlTdlxEwNowkH4ckFi2ZhCjM5eD3oK",
-	"A54I27CaG3eKm9KlEBjRzJSccMETtk/3TROsZM6ShcMuRAeBVaDsGkyDO5qSQXwwhy4mscFjNwnJCLcw",
-	"PCKN3kINVCFUkY0THJOaF6xQBFzQxo+XihWPSKyHPlHxhEu61tszFytigDfWeomhICpO+XaHg775eTab",
-	"M6k8fPhMuSeh5cxOIY6nnRNwYLy2YU6TQhq7RNNlpuQxofbhS6ZVuQwaDFYSoxfg6YpMg0VGyopzvU1a",
-	"s5YWSIl6Xc6AndBMspFF67eh7ZIlojSdBG+dh4grfqcHTp+uwytvrdVMxqwN/NVIXDAIid2o8fHnmyqS",
-	"Uw/EW+AirRhiLaTOVAz0uaSf0IHRLmenbWuQCL4JAEIUIlpp5CN4w6aaH4CSgYTddgIl4QAW3/mWSRuN",
-	"Lr9I9N5y/LsQohJ3HEFOy9jiM8HffhpybQicaocCKz3/XXFsF2w9smt2BmlXzkusAN3iIlsyqeiyQCiT",
-	"RuuDyBKqwMvPFhaghfEAMPMGtOIGhc6FyjOp3rGCtloi+00v7cw7tYYtOgVjiwvxgncM753i5o+tPbm7",
-	"37IqUqq6VriiJW922+jQOWoQszYwma9nNDfM34DNBdUz67osYDn8noim1s/fb2xqGzLg90wUdzrb/rPc",
-	"3JquU/Wgjtonqkc/Mvh6JYlVfbaDxo+rjJtMA0iu0nrhLLtmfDgib1gGUF+D+JePcTTh8S+TPXh1Yp0l",
-	"gAjmVaz5OFbW9sBUB0CeOt5sTwF/10N/jCHPQBJ/diH9TfknFuCqhixR9Nr4sU3VodDooE6gIBmXinI1",
-	"Iq9MQPyK5rlVjQD4c81oKcl4PD7UQ3/zzTffYBpHxsn7i2fHmC6xyiTb3ILIZAc2A4u3wFNVlrYD6yww",
-	"G8x0lTb2y2746tEeuoieuxBdoFXC7czZnzo/gs1qQx30bSeOQNTFZAnMRQ5gJbTV3sS4Cr1aUSJZzhK1",
-	"rTvAqbCNebvCX4ntAKEVUCEb3/JmtUNtKrUdPTY+371Z3W3QnlM5vxS0TAmdzUo2o4phBJsidDDGTLW9",
-	"V/u1UbOApkjQEZTMM6lEuY6IFBMeG0jrolImDWYlSm1OxsAFwCsakRgbl4JIgFsKTwJiHzhN4IfxsQEb",
-	"Bs/nhOv3c3aliCgYDxphVbJg6nXGK9XVEi2QTdqn3m1S9MfIa3zbB4i5cRa5I9ntXzTk/SmOt3oztzWO",
-	"2z4d2KsLfSWla4V0MvOlp+ewcuffcFrfaqs26r2zJXtH+WzH87pwj2sFCsnvc02mzafcp6IW+TVOoLEt",
-	"XitDDzPWkEcoxcEuwe/3a4+g+9b7h7all+vt2w52tha8vcdyW9PB7hVe+GTRXN9VKZa7e8WVuGP3IPgM",
-	"vB+cZXXpmC0qXZ0oktJ79KJbF3nDVlpNTgnQFrjxKq5ElcwbaOCdigfZ1DvQI3cbxQPxCDOLH7+76rGh",
-	"1YbWvOtGhuErt5sInK22q+eb/hKx6jcpeqyCnZX5xtSa3wztygWViy8Qyr1PALlPAHHsfaegsybEPrSW",
-	"W6RvwIf/EWClumWXv1ufryHzp/YJ3u5gMuHQO7Rh1kwtEAWlCsiuY1JJ3YVg081yh8i3yU+9zSsmdbNr",
-	"Elei6vIRaV74IoykfNLuGOuHrKi+yYyYnSFXNMvl6K7My5zJq742sB3dmvr6AQR6X+GPcLn0XmIlE5NH",
-	"ps5EsiePMbG6xs4/JjF7NP42Rj/Q0EQk4e0J11SeVrkp2xMVNDFp6RmXa8V6Ohf8h1RdPuO+nlDN08EF",
-	"bPSJUgK6n86pIvVMNb8xkUr3xyE6e2BVEQG5bnHT6+zz9q65QIkmBdnsk+l6Ul1dRRMuSn/bvLl4wSJj",
-	"tNsAies2fCeK6oFa1TP4nq3DP96Eicq4l+/cuxMvYCfHgS6PnRq3/m96uxxHGPWtfW+rbeh9Ydscw8os",
-	"ZmTccn4OM7B/cnbszplZzbJd/YzyONb6WRw1NRxP/A6JKG2riaVI2begssQRFqDG+K+Qh7/TX9Gj0zYv",
-	"ba1MRTVzzaHTme0hn0l/4ndmsHoPbnc4W9WjXdysLTLcIBsofgj1Hm1U4YDuyMXqGDZLKuu0RrZjmRQo",
-	"tMk6yVnYCdoQka2vafvzktlQJ7jIL1HmWYFR10bYZil1oS70sGh0oPN4uAjYxrHlf8abWPPhmFSFZKUi",
-	"g/pvrlTeKCHDYxInlCcsj22Z2shDxLevQQDZ+we+Ekwx6mni85xJZRIu+zv5bOvNE26EYB7oE7/YZcx1",
-	"kHkgsRtJRNhoNiIxW/95/upv4ubqh2+/jSccysh+mezRyd7R4UfIWobeJRjsLxkcHQwGboSX+19bnANw",
-	"IoBwkFPfl+D6kYlywrFMzwRqfvkYu746+hwh8cdakqgz3E0T2Jk69eUtmZQstXLZ1ZSbpe5IpR+6AAvq",
-	"03elH9s6s3jytaWAwRShMUrFM22cF6zcfdwbvrVjZLOz7Ia+gtlgVxn039N/glQqh3zAUmKM/vWEC2wX",
-	"bzUWg12hbniMWJ3MK10mNNdnv9Y0lSnZwExwSW0Gi2PC4YMWYgFZGNRBu2lENgXNte99lWKPJqjUM+aB",
-	"dWf1Kx6i8HqFuaPpFKVdEfK33O6kKB5IbVomYslGuCFRY57A0ZwJg7GUjlg6+k8QzxPjJVyYzyhBcAaX",
-	"jAzwpiPRx0FkkO0m0641WTvaIGIRVtm79c7OripmXWRJkbM4anIHfUxiJcQ0hy4rLuEtk5aUMxUSAGlD",
-	"AqROBOB/41fBI4wjh5NPd1CWb5cgIBZ1DmmAMnFU/zR8ezhItzULaGgamwTstNwI+vaV2VLzNkTaiPW4",
-	"mtc7vmCC/xxboA9iUJ1AWyRXOVUgliYc2gJdZSxPnSLiPqOvMMuvoJEa9LGFtMS40UZKXx6/j2004THu",
-	"jv6l4XbVfzA9/WIbl9Qz5gaywKyB/P1//W/yeDwOA+j0tok9SRbk7//5fzZ6/Dtp32ois1vrmPs+3Jv5",
-	"b5DGPgA60txqCNtO84xC4D22zbY/X6/tjmZZ9sSvGk2zdjrWjm5iuDJza+q1ZX6TsZ07iHl3u7uZWE/b",
-	"Xbs80/tWEECKpoppU0Iqmtu2uKXIc7S6Liue5gzUuJ22oa91eOiQ1Q5dMW/fSNUutPDLmJva0H3zzE+9",
-	"nrt01NSa/0bPfJJpcwWwO0zuvEXnGH3pnpF9NHj7DnCOXZTM9umMsMMn1zpXnkkUfHoXThKbnjcyAu3T",
-	"OtKHV2Lb1JvDADdOAzBDYjqfluzYO0+ipzMR/BoBCyJyWSk4XZyF3/zwmNTdMQ/HDx8baxJMUtWwPR5I",
-	"ktBiGE04JW/en5JkTkuaKEgfhDak2vjSyoOBq28Yn6H0QQ/tHvSLCBtQ26C2LRBAdtUKcd+2dSXsrd5P",
-	"tE0WbE0Gmy0qtSJjCED12V3hRh7wh7oiSssBrYYmi4Di2Y7n6F931f26XJRp/qGHoLNcG/E+aAopxWpE",
-	"Xmqb27oHUeUipthGCtPyvI0alDYo0I8MV3mqLXn8GhCRVgulyvKcQLCdpXIIcFYYZ7QgVY0W7q7QBUov",
-	"wGyqOE0WXKxyls7AwQ8NTi1QDBi5bl0s7fAB1KVpPfTh+ua6TI1MWiIcYGx3lXHZ8YktWgj8bMLPmlGQ",
-	"AW2FoIq6/E+ajsTwoBJieGfn6LYOoBknce0hj3vbfvberqVr/3nbnp1uiO2suzfnu58NhL0p4DsBYC6a",
-	"LOoyy89+y20pIjwVecknzVlbKtrCD7pblt/bI4Fu4V/Q9PjEFvH3eutdm75rGQ6QUuASgOD1H0Rr3dqi",
-	"uFNLvLijQkh69cEJv7tCSHr0QQiM31khJJ364IR/okL4vF8PDLqd+7hxZ2x7cb358e//Qsos1Tv19//6",
-	"b/LkMRGFBGTVeMbUWcmushtNybZ0E1E9d3UpfH/dExaPWrH2gBCGbujJovbyyWPw3F6aigGzUWYFNVD2",
-	"XXwevTO1orOuL2nVkSDabyobOhqgCyKY5KAR+bhck/Pn36Pi5ubZId+b6e6l7Ar1wB7svvDPm7PgE9+t",
-	"Gsh/Vy0p37ft1cE1BEG9hFYyzI0QveFVWI2MF9fTooRQdoZ9zMAfph+2l/b7vxBRmCJv0dVXvvemGJU4",
-	"wnH3aZ7NOPLpHS9FVy6G/u47cAruurLVfE0GMbvJpAIftglvRCQ2Rdrgx4asyMi4rMMyvuz47I/ztW/6",
-	"6vNhqXPYWc3TY50t2A2aLKYl03QCgZDWImwwYjoXZfaz4FN2o80yeNRIximGTEqQdMtMmt3Wn7mctpVT",
-	"fz0uR2YzNmEgTQqIsNn4wQA5CpQJIhEOP4mNdB9yZxH4M6/Vv4k/Y/TbNfsH3HzzUNjq24FJfCoB9+YT",
-	"bZV2r1JipBwm3mZadOfhhqSgWd3rnbtwgqQqS8ZVsx8k6BSIycM5Kx+gxPk82qRhMLtyKje/JuYG4A3c",
-	"GuChbaTW5mtf/tp7buXMay+duqPlvMHgrK0lSvJMAgQ8FhtWilwyEFOIAMMFyQWfQc5AItItwJ0tKShW",
-	"2GbBOaEaLUrNhwEIBAtQa2+UqLbVofZXxL/qwVzanvxtQ8r1x5pD92aAQ019UpWZWgOYkanWZLRk5Uml",
-	"5vW/Xtokgz//eLG3cR/0s1p+ANs9Ik/hFYIoTX9bKQPPpLkdHOmc0RSzTYzIMnbLSvj2wCF5SlNM6Z1w",
-	"fCUekXci1wYIJZIpxFimJKdpysrhESIE7Quer7Wwhd6o7l/wE/wJxHS6zLRovirFEnMy4lLUGWr6IzHi",
-	"5GurkCZziKCBfSRKQjkBLqVpFP9qbCILKDTh8enJmxfn0z//eDF99/b0xfTZ6cmr1+dm/NZv/0+sV6Ng",
-	"GK1cAy46BrlxCgjpg0D9em7whBzq3agU0Gq5YCmJ7WEekb/+ZKrCGoBP3ofPv391Nj07ufjuPI4AMnrC",
-	"ucDdHhFAwPnzjxfgS80koCPbeL9k5XWNza6/D3nPrvIXZBTwT6CC+mbMlSr2Pn4ED+SVCGjwACmfSR/M",
-	"2oM5M92pOTkTUs1Kdv7DqSl/TkVSQdm/sW1lxmc5I1JUZaIZ8YSrslJzV2aCH1plJZjB2rZWx7bPBeNa",
-	"eRClgbGCpOwJf8sb64XevS5ND6xTPBHY8YSCEwIgt7KS7Wv5TVWmlWtnnv9QMcbJ6x8m/HB0Q767uDgj",
-	"J2evIqLv9UI6zwMZNDzAcQ1bhhm+Pm6Z/otzqcbH2oZfmFYSWgjFtcscehLECJGu5iUznvZ9dqMYTwm7",
-	"KbJybZp6kxMj7aXJbAKg9mjCpSBJnkF3A6hnzGZclMyWOJkcEdi8Z87VII8mfJ+8gJ18fHNz8NXNDbkU",
-	"6VofHGxl/MsEzZTJ3hGZ7CEDUezGcJDJXkQme5q1+79LpelzKjldsGlCJbMPf4xH+nsnJH44fhzbZgXw",
-	"QQPUED8TXDGu9jETLz42sGdARYgEbeIZBS0lNljeJ/HDm5u4zosFwXdkEmkg7o+e+jqxRZ9E8xcD9oNX",
-	"lE44aXhTbNsSSpQo9nN2zfL6HZiCEZL7RU65QdtA1uGyOx9+E5swzjumyvW+Lb4yWcZDYxVrPihBHYCr",
-	"IPKRnsyJY8yQCmrbm4h0HUESN1/7artm6WDNpdjiA7bZDoDna7szRHr01jwB10AbGiwNTxkuVS5QzOt5",
-	"cgb7NPRapohUb1jG9fhXeTabKy2p8zbeXboml1U606Ijfnz4iGyYOHFjTKBMgF3IIABTwPyBhT8ef23X",
-	"ODUdWGJXIOLqJvVBXkMNr37Gcpl679yOUZhryZgh2VRfohr9zUrFr8Zjs0cJNCm3T0wrTq9pBhocQLHg",
-	"h/TPhmcBJ9Gzz7hUjKZEFkLkyLHc8A/Hh2Z4SPQyVyC2yI3+5mBSHra0gaGOYWtAA9svRJ5jbxuT21eg",
-	"gFpRaFpTIZKJqBS4KJszeBzb5jZmW5Fo9G7GX40fxce+2gBpqm6bVqIEoBSpSUFhGDDPeGv/9Gj1xtmz",
-	"GxEgOoTFsXmxJP7q5sagKpoVe0M9irFoQnDi4A/14AM3oUrru8kcHCvCAfwBYaA3b6hXH5m7CBxkSbUG",
-	"ySlPGBkAq9PT9f4aD+EOPj/9wUCBRk5EQm+BSLMNj5kYvwFwHpsIzKTHeeCzStSZlra0i2rZvzCnC2HK",
-	"FXatN4s3XYZKsSRSLJmpPuf6L1yB3CUerRjC1s+JFGS8mtcXBbQKX/v7qkHn+NaUCzU1Iig2dEPiE/0H",
-	"2HhUEn3PMb4Hhc7wBYmtZUwnIn1PtGrn7uPQbAtOjgs9aH1ZbSJ0/FgTqTc7LqaySuZTuGnIoF/cJAw7",
-	"ATrgLC3XCOPXLBcFO6pJ5oElpprtx98ZME0rrIAIDgyuy0FRwnazSpqXx4jXoiXlQZHTjOMksMDWJlLT",
-	"omC09DFijbM8U9rsM/qX1UX2PPty73A0Ho2Nv5jTIts72ns0Go8eYducOVgNB7TIDq4PD2gCucKFCFUp",
-	"oX9F+u1XxJXX1eVV6nojYdbmkNAkESXAAinhZKqrEo4fwo3GarsVy/P9K1EuWWpZxJEtLK5y1YDZM7qi",
-	"S+1+Z2wqovXrowmvzQVQ+LW5gNvl6EHbbXsnyWIPDTIm1VORrk3eqdYqwG1SuDaDB38z/j1kA9t8PHVC",
-	"ESrNtdFnzP+SyUJw4wx/OB7f6ss7uZlgCtbJtKQ3r/ClQyheqP/R8lt/bJuHb3GPrcPBy91YQimns6Ys",
-	"/hMICeclRBRLOacFm/DYI7MD0G5jxzUGbVBFq6BipYpm7EZToprBQ2b9x2jvMW5daCPcFh88pak7Df3K",
-	"4fZX3nNqzGKW4kuPtr/0UpSXWZoyM7Ovt79hpnWBcgxeO9zhQ2eo+VwIcQquXf3ew2+2v3chxGvK1+ar",
-	"UOH+1S4b+IorVnKaW1zOva922Y5zVl5nCXtfazfotLBV+vr+WWICklk6L5qiM4m4XIu9n/RLG5TTzaa8",
-	"UaVxO2nqtZ6UEQHiR/Q8zaUwoNRkYyZLFyQ8iJkJx/xywKyVIr+GToopKxhPGVf5etTOgMdHKSArKKgZ",
-	"0ZaA1jlG5MQQveBMMyvnTgfFLeNORRJlyso2eyO7czeog/1yLK5RCvy74HNbuVkzfNE0q6PNrb9nMf9A",
-	"LKbhIu5jMq7ZdI8uBFAZ0kPNzK6ITWHRTAN0N5CFhQGPsl3bllrtzKDBJeDOxHXHaoxMmVe0RVCVqIOi",
-	"QQTvj8iPrv77aLIHbagnezFpvoz8DbDYQQMFkCEYFTthy7q3dfgjphU22vu5FOSS4avOqzHh1qAsGTpU",
-	"SGw+HhN0Uo/ICfivwMFgfC7UOgNxOgMK21ZArZdmiJEeN0vm9f6QFSSj1hhaMsuB52K1cQvX1KSoTHH8",
-	"2LntsC9OxklsnthE3tI8VTF+V4b7zJHNl+G4bvwvyHJ3/D7y203++sI1b7d3CD7k89HPOxXDLjZn8spk",
-	"KqHfC+6ctlfg5+M6ImxO/J5pfw6m3eC8yCH1pnu9+4krojS8t2a1bQ4MqtQ+aF1AyTPWUetbmu7vA9Pn",
-	"Gj4xjLRShzqbch2rwNEfAVqF7V2P2R3oFqQO42rCLQbZEF3t8b/tg4m9f+Ejc9g/vmE3yno8YaTGDwYq",
-	"y3g4JHTAIKs5gxgRpOgZZC79KnhpRuQM0M48qLIjH98NocokATg3C1c24ZBdBq18cduQ7wKOlygJOGEN",
-	"AFwL640s6QLS/uUiKwgEUApGAfpMjiY8xA61IhvtyhlPM6me+dqxQbqiS4aAxh39AOpHDvQQ2K70Y7T1",
-	"4e/ZmqX6DYMyt8Mr+mkEQvn406+htja2o7u12AZfe9aodwU0DUNX+oubBNk1D/MSrPuNA4H5GO0FSHfX",
-	"Mdxu723cll2GqB+Gdd/r3b81C9eH0iqwlk3e3WDSfRz8IKezmem4sDMndyb50AQLTMudirsW7K5MRWo7",
-	"W5vtChrOnNKZ7Q8+4SJPyeDRk7HplmI05WFkoyXStuCCmHu2ZCSns1qAGJECv3qdmrUoQZjOfllC7ipK",
-	"sIiuV5aQu4qSWsAFZQm5syiZ8D5ZQl768faSkTrwG2mjpOEEdK2VGE8l5Hksw6r5rWXRKRLjH0ckRZug",
-	"U9jUy1KrNmxcJ3jrOq1kRfN8jbCxTxD43dtedkOXRc4Q6kFfD8zY1MN/qFi5tv37jvYaF8qmidAGfknG",
-	"1ZPH/S21mqlzGdcWxK8ia0PHvYusNe+F+JGm5sij3ns5fC+Hv6wcNgK0lscNpNg7yeRf4P8/GlAipoKo",
-	"WgDaBpwDnn4g67YbNlMBxeOghmoWBSnZvmQMKjrYcohOqwmP8TuvmaIpVTTGl4zTaYg9+rAYyocxl2Qm",
-	"iBIiMm0+TDe/NJOJQM+ZTETB6tQrEFwZBE/NdMxwl1rsXJVMzmsnPEQh/TSZWshgwt5RtzDB7XnWQhxv",
-	"iZF2+aIUpvjapCptrJcszf6MyAnUciGwIosPTF57ROLD+CAeG11jzWR8EHMB6TZrovnREMQpHo/JhSbA",
-	"1ImbHILXLSmnGMszuSapQIy+kBxonl5DEJgz7ErD/mRGv7MthUfS7aKC3yGF2kSP7338vwceh8dGaMve",
-	"6GVtUYcpAb5nstAal1bia9fPMbbFcYlQLqZnwd3JKyXJwDRKb4v7CXeDgUupZQuAPntrc2DCP6NryTcH",
-	"sHvrhj1ABtTC+/ld/Zd0TWRBPUV++MmWg5UTYDr0tRrQcypEMeFaYmAPKXME1HDKYa+Hqtso2DkV5E9M",
-	"beHi/zj+qVuwUkWzPMREz1i5jzchhWfu1d970fDFRMOfmLqtXLjd3QViP6Nqvvfxp+3q8gH2ajj4Bf7/",
-	"U7RnwU3weIOD3Ubh/KEuIrrbmrczH/iEe/hen73XZ++Z1t302ca1/0S7vcWIDmp17uAX998fDyRjPUm9",
-	"53QJQCMozaFZ8BU07/SKNyPCICMaNTlThgPQX2gwo47IDQotVA9N+MCAuAQ6xd4xv6LRVPvXZHhbHnZz",
-	"MiLky2R/+D2EP5rMjy/Ef0LdywOcB1rb/lG4zuNdksnY4o1QL6H/yT8Rq4JzpE3+5Fckf04e1c+MXovr",
-	"oLZUuxprm9skpBt73PU3b7bMBhRLJbBIeHub6UbrbfPg/qykvMppOdR8y7QVzrNrNuHmH9hPARL+oIgH",
-	"Sq/YiACOt+lttBKYD4x876hmouCQgISTzY7dPQBLgxhaLciCJdnVmsCL3+olE9e6CNcx7Mjf2I3d/rq6",
-	"5T8G5/Tb999zzX8arkk/j07n2009WhszdVgNM8vdelJBmxVhutrWbj7Ai8EpY0W1IrbP7ZqpaMJbMR3D",
-	"vvANqIXA0lQbeSEQeAG/nA2wwHcHtlzfdGTP1ITbDy6ZMknDa6aGIxJ7HVmdT/FSqPmIvLgxmCHWaE5F",
-	"3dF0UElUWLGCTOumw7uqlvj5Vk6WdxCf4lH4Qkytswvyr5wV3NlFOMD78Pd/JO73z8j5ns0px168gBmx",
-	"2ShbK0Cl2pUTOrDrfh8ach6onBYr9PWYuLPFWIJqbsOshru71M6qcsae5x+2BW5/8MJI1LbZMkCKvqLW",
-	"qC6GKU7tbYy7HFFWdDSvre+P6u04temVe8f0b4lm77ApTS9E1zTarbPrz7c/+CXdX8/zD3Am3XwEfr53",
-	"eP2uuAKeScpoShC83U9L0Xe8M177vAlkLyPC2YpJRWIEqzxRsY0q3ia8OiInmJ4JpcmQH7oU0rW5xrAl",
-	"lGopUUjCaJlnrIyMKeiySQVnEcFm/tAuDZvWTRAcoglRYnBRAKYYkUrIwKA2nb46v5i+Pvm36dN/v3hx",
-	"Hg+PO3t8mqxPr8e2jeoa3KISoF00h5W3rhPwDGEI0frHZRApWBqRQp8lwKgj/P/WggG9HbvEY2+TpHkr",
-	"lryNsXZzsuiX3gz7T2eVGx84a+QNdH3A98DcYvBTASSodRJtldgb1PUVTRThhM7ehsG/bCh2xW2+qsRn",
-	"+CaQvsx+ZpG72ofj8XhETgigAZUGzLHhRDFNlTLBpzjJmJQU3NYAk00nXM5FqSC9bsYigqWI2Pi2JFKx",
-	"otD2iLtgl2tsfmh4ClYqKn05rAW0mosc80KQ0EP7AW+Hw0+H4zHAN2BSrV6gl2N7GIJ6/ANnHzzPP0CD",
-	"5GCYq+ZU9xL/95OW2ivwm1r+wS9Z+vEApcw2H7DV8+MsjbFPbcYB5sjo/FC0seJ+jMrcN2sNkLRuCPv/",
-	"sfd1zW3b2tp/BeObSPMykpPut2cqT+eM26Q93W4TN3GaizITwiIs8YgCGIKUrMnk9sy53j9x/5IzWGsB",
-	"BCXS+rCc2Imu2lgSQYLAsxbWx/OchJK77mzv7yzRNg6MVA+xl7DP1dyRXnqcTL1QehxCEbIJDMKjkZLQ",
-	"h+2Ky8ztV6ymSDK9a3ziFUzaBhbRzlsSsw73X84jDXPZxbB0vSEbtAUam6gT78iS8WJcQVYS33hccZBe",
-	"lvDNVXGbqhOgfqjYf6jkWfoB5+8zBYG98doOMGaRg3/lyL6/hmCIe3BH4vA1QaF7ul/AcdiYo8L97o+K",
-	"B24JSfFzQBpvy4JzEd8Eqsiz34yjr0qpka3fag80gNmJoyfluVjiM2c/lTqRQjsJZR1KUGkJgPmf+STV",
-	"Xfi9V0kfEUfegIjYkZktQp58UIJlKoOvhjJyaTHI2TlxASIC9McBz1J7ftWQp2lAqmQw/CCUlicMxw5I",
-	"KHQQLtPnh0fm5OUJItBh0qoIRCceOUQoiSsAGa3Mr4BPOHukLaOMpYADh5CeNPCi5kgKTF9OoFMOiBU9",
-	"VQDWIeE20BAB/7WLDIZAVogVTaAbX8mL4E0ncphHO+f6zmZ3SRVEV/9CAWo3ehsYt2kaHNzMh87+86qU",
-	"dQj0wHQyW8bS/kepP/U/TsTixqLON9IhCE977IWiQsRVRU7WAWdqMnvv5+67EHnhLPpPcZ2JYfFjZI6d",
-	"2LMJ1VIFauxXoDfk0jhqVGRp2W929SXPZhhSP7rTPbemYNFFb1mnbio8uMYgO3AbSYb+e/ewJx/6nnSF",
-	"kROU0Pe3Y0uA+BTevc8z7NyMK1VK62Tsshf3wW5yNvtVFF9qN/2F6nnGJfDnorvUkfH8go9WJ/bPUpmp",
-	"Ia7YgIneqMei8Og/wqOoSnLZzde7MRJ56JV44BsT2ywad+WNIYezv5DPIeND0RIskPrGYMHaUO+ZAO56",
-	"gdTOVJh3Yry1oZDFYyEx2dqPKq0NqMjLzSnbqRnqlrvDR9789t4FR1nZAFNvMi1yqssB6SDkvrKughVm",
-	"BqMfdXvs+TUfFpS0VlcsKorUcpb0oyuVm1NDBPKI9t4qEEOdB+DUxhrARMRRRZGHxw4kVvavS4LMT+hQ",
-	"AcXboABh/AvSN1AZJKRAEM292MggYDQRi0aUrTQn22B2Z1/lvCzu7FRyXhZf7EzSjuhvcVaW3aPo4Ps8",
-	"eIg9L1sg1juHQFFx/yMxEH/qo7BLe5znOXxu62PSZGa118cihfbniC4VsUKxKb/uWC0xxJCASTVn/8+y",
-	"x3RPkHHeJsIk5siRhd6ckvNcDAvzR/y9iHE4COlYARmV1z+0rlsofd9tJUwjxVzEg2MIDy2chEcFLVoI",
-	"FoFWKD40vdZoEMp5LaBdguoRSCoh7GETyvfHOwMRDghjrwvBWzFTolbFHnRocG6xP/R+trVBd4GJq5N7",
-	"18Hy2ohtkPjKLA2eHip+vhYgxBfOOMKDh4aZyupw6Kv+NR4OneQgUsTVhK1BuFZI7MlI0pSycK7AiAph",
-	"AI5ikSfGXUSRil4oly5s+1qpfWRZr1CzTsGnmTD707bGlSOMizvFQyynpqokv+7AhpOTAj03qNsRMcQj",
-	"q5aXRLKodCqMJAJGJGmpGulQQk2SLofOSV6muNMUTc5J8flyUSUsLZfenFsWHjtRjloUeC8u/TacJIYb",
-	"vlzQAAEbJ6Oxm9weO2XtNVihdIqNuxZisdY6rFDerhCLtddhYRnVbQqxlqgy7DSEEhR+YlhBqeAzZMOw",
-	"yikkYElMeQtYXJYKMVhTpQX67bUqrQs6pwC9t01egLgLpsRPzeqRMVbbQsqFpxNQ0cx1ASMMqDImlFxP",
-	"SJLWnwOohAFNHPPMeIYoVGRuyTycQDkpNx8TsUBVSPgLpfhDOUzVcALTZHvARgILgM0NgcADNUPwqbC3",
-	"PFZzcFnMJnU3j/dz4m4I5gTuyHwDrgtkg+YipB1G9/VoX1Vtf1T885+/tG3PlWdrioZe2MPjL7BqG7kD",
-	"Eg5asd5Bs+2upL7l7VxwPWm9k2eE/hYDyQq03At+Wrsfq+WdCRljiUOWK+Pe4j/MLaUCVbxjweP3mOJt",
-	"EN9eW9LndmeAfGfauPwdKhgDZ/7f//sv9oSNA2a8YtgFuOv0SW13Bs2bmmSOP1+1YAU3/lNseq8Bc/ht",
-	"20CniSwL5GvF0xP64CAxAx9BQzvOHPBKJLJOjWmMgvrxydPB8fHgu+OIIMbZKts6SvKS5ntPBsfHh2rH",
-	"W1c7Pv2Wqh3JFLRVPFpLcTjt3J9qxwb1mEqhu+nY4jFx/BZ/6n+sSa9vzB1EVX3gP0MLJ4/jXGjNOjxN",
-	"iaG522O/G0tQoRRmjS8FJY7jUCYyTmZJDKzAVXELSiPG7N//8y+UR9w1SPKM6HSsitfdVdj5A63LNMeH",
-	"PsMHTqETVw1ClYvWvAXbM8geUTxuHnQKaifZLC11PYIQ96xiqDn5evHNXEyhhvNyEcpcFKiRvYczwq+i",
-	"+AwbiIZoJ/ijLxy2zsOlzGtWVKztle2a2s8rS7YpuceFb+5WGfY2s5J9YFWBDMiXuN9gLVkNRRNt7f2y",
-	"kYbCTtJXq+DG7DyqyA2l98BWULoOQyyK0w8D1MyP0w9U449i+VHPa0NwBeXQi2DgRltDj52FEyEy1+Cw",
-	"ez9CkS8+h6E/lNIfSul3KaXfymnwEClTWWum4ZljPQF1/GGutK6xpWCiwC+a4DLuQ4iR60nExIeSp0io",
-	"ksyExBO7DmVHXPNhgX54t8dOvYj3UnAssJfyikICUHdH6gEM6toJCyXyD6DAeHgEVV1TnqFwOk3AI80i",
-	"D30ji1RETHoKocLYEXJB7CWUcW0uIBjbabjPLhHEQDpBe03MyCiDwXNmEK6Ani4o3q/4RP5QsYj6tT/9",
-	"kqtp1A3MvEt0yqSyCpwQyEkKthDFgEVSzCOIfCPaGRRO1ajGG6aJiIYTteFUoQ4sdivgVW2wJ5EY9ccH",
-	"gqjUnOexNqerZCZyWgp4pMIoPk7lrhh7rjK74tYFi12kFVP8xXDMBBYXtUZT7S+2CyBfcD3ZeAyzAm4Z",
-	"sz1XGTYmbPbd80oSY7MfnJaFypJUFefmzxv+6C3fjOX7XGUVEG/ybciFW5WdzX6yrGmzyW9eL+2wHX5m",
-	"duEWU3w6nLSG0tZYJpW9PDP24SlazaV1TxEMl2aGmrtUydHjTKUpEGKpsoBsmsGpaWU2ulDHBnIf+xYn",
-	"9TZuqzzpCyJL9Y2FrCwF2IfBshyWihfIE0iVM5YpMAiPoGsoPBqE1c6GhlizXz1bER4FobN84dHg73ef",
-	"Ijz1RkODtb1QvoT7uuQG8bKycAFlyJClPJEMxmJCzkSqMuGE+A/RxntSZFY5J2TkLhdVhS5q3CEytxZd",
-	"ZCpD4k6f5LzRJ/o55clUszIzViECZf6oCkG6zG6D4gSecoyLQ/VjFy6FH8osGU40pSN8+jrFhmZA1nGF",
-	"BNWnwPiC7ohj40OzHis8BIUS6j/IpPvi3WDwq/aC3UOg52pHPvbtGIcPZvFgFj+jWTyknR6qIQAEXqUm",
-	"XY/4FZu8TyZ/GzsgvHaHKgyGZoBbI+DjObQ+QEGvrQBGASPIMydxMYZgfjrnC3OEFN1bYPbutPK3YYrf",
-	"O9AfcPuA2wfc/mpwu42IfxW9Sz1u7xA5L/UYqjBT4/yCeKaY6hOMApr/Jz1my6nUoHYdACGzi4UpSRXB",
-	"rDSg/Zu5HhSjQlgPE6urKno0Iob+hmo6NQMmMhaZkDG2tIfSU+V8Qo0iqs7PAHecSEb9D1TL7ErdjHWA",
-	"r2CRntADFIGjSK356JF2FbU99gYMkJlBfz8xbgurzS0o6NuJEz1hOlMq9fpZ/v/xdzXCV+8aVEEMuRIr",
-	"4dexbTa24Dmv8jOruqNgu7bLH5uXfUcNc+bSW/XLPdm/lDPeA+aC1gs4v1xdOcHK0jkA5sNvq9PjptIs",
-	"gMUaUOZCqzIfCt2fzPoGDttR80wsoDTZoE8VPUkklMzDwqnT0WKdat9rIGjufQjlrQhoMWfU0PUQyi3o",
-	"Z6nnpWp9IGWmPbAh/J7o4mxmZu/O+nbNEF+scRcHb8tGn7ruBOixOEDLA4cWqPo8+8ts+pvIg2q44tCi",
-	"vWnN50zQuBeLsUhyABfsFQps2HYr1uuTULb1MwW1ZqbuAFdqvcie61rXEmZPXd+QDqV/15B8rf5N1fBJ",
-	"wUYcC+qTnEr1ETKB043+nhpk8xqWsCduX002Z7MX1Tv4RpV8vTloqzB/sbQEq8V3AK6vBbikvxHWw9cG",
-	"2AVOtZqDR105RpBooXwTtSVeJaMyJ+AKqkbU5XMhYBl5b6HEztd8V/hr7eYMQnlr+GPt6BfKCv5ukjrf",
-	"E8Ad4G0LcDuA2f1poGmEIwc/baikZgbuxLwVk14vdCGmj+dJLJhFkAHBkQc1OvBuIIA0uA58/IFcuWMA",
-	"2Ecx/0t763e4F9wYTSEQ+uywCe6HaiAsVGYXtFus2+wGXNate+FPNMLeoaLR1LIGS4v0Ahi/XSpjNecK",
-	"KE3CuPDmMjwnNU4FjDRj0fx1QeQBYEunxnqSA3Gl0lTNcWdGhSp46hgU/HpbrNmE7jVNhAop8LwBG0Mo",
-	"19Ix2OFWCRnoExfwzqsmurViOJZlAa+xscUP5Y0mH1/r1ua+qQl/u0b5tfb+wfsSMLVtfgTO+wE+748P",
-	"8cHuhC0R0y9m26Trlor67bnF9yKsuxA4ZVIDVbZNF4ELdJ+TKaSJzEqLy5QoUpKCdfATOCrV+hE/ON6P",
-	"bq9+fnMU/ZQuY+oqlPbEJeOKaYinEDKGCnkbvY5ZmkxE9Vg9dlpj0/XL6emqSJYElI6EfZbMHwtGaQ6i",
-	"E3pKVn9IAGczNFEvjVQD2e6aVuJbl9K9u/Mm5DVqz/AlkCs/UJfdx9bi5cIoH0qCG/wrFkPrrEevlWGJ",
-	"aufpEwgWEzlLnMhRQ/Ftt55eBx8Mg6vBts7VDexV9ZCHpa+C+m7wttDNgqtDZ86GLFah9EpyG3wn71PP",
-	"f3IN023uUyiX/Kc9aQn+KorPUJL7lYRV4Jnb28L9tX/oDX+4veEfvPe4uyPVj0VWjFsPoudIhVXFVups",
-	"hsZJcHrNrDPnhcinPJ8wnifFeCqKZBiw4VjwrNtjEfFqWVyrMObcfgDg5JEQwT2e1CpKvaNuohuAlrRX",
-	"twss19NqAZHz1ab40b6iSbQ9M6CP/TrQbI3+qpMh+JFmdKpiwTrR+/d/vnn+5vn7P14+e/7+fdRKWTb6",
-	"olLW3vtqdA6zYnyA0YcPo7gfN0ZRiDtvlF+D/r1vIrUGc0JctOZ/P3NC7QJeyTeaSzMP3xb+gok5nFrv",
-	"T/SroJW6Bm2IorQNZIAQlGgXoa9S0kGQmHoLZbbrWJW5resxv+ixn1QxBhASw7ECVgQWFclUvOJyJCJz",
-	"/AsllIqDqsgVT/GITASbC8FzzY6Pj5+YAX744YcfWOfNxc/dwB8afnkp/HFDibIiG2iKbOtRvbZUrtvt",
-	"/F9yNd0ioq42/y64DJt//Zbx/buEFZzam5KTp6NRLka8qPh2DzhzH6JjXI8vFc9jxu0L8gCHkKUBbfqX",
-	"5dUVCY41os7FONEVTbvXT9GBcmbquBhz14vSHWCzCuvYQ2SXzXlSmGNloVic80RC6gzpbd3fAhfoSgq4",
-	"HreNGwUzmNSJ4J+ntngq6toomP0RFFhTIiDmBb/kWhgYii//S/C0GC/2BUA/wZw5GLqz3Vgbp2Evvob5",
-	"MS/yEKS+J9uw2h/wWjbbg1tXByzXA1QlMG2VAUgqVZMHo8jJTiUCtQoBCKCEMvr1+QVriz9FPesrUIFA",
-	"hHk02yZ8BcJr04wXyWWSJsUC1dDgEUK50m11q4MDzOc37kR8O0UC+KJvLhXARb+8qw6Yei8wFRMYCG/Q",
-	"D7sNqK5lw/EJuCs8pSYy11Zrm68wQSgqdpYfoQkrwDZZF8R5pP3QDdYboM5lGgtdkDwbMJDmouCJrOgO",
-	"10Z6QnmbYHdLrPsklBFWCpivl2lqpXTgf20/7erjgxqvx7bsXZkIfLAkYY85wR2B+8HE0n/DOWaZyB9X",
-	"UUHK37FTMJga3raI+tVLexL1o2N6awuho34kVcQ6XC7YkGuBSQ6sxLtUKhVckiKouy2khJxyyUcCdKhy",
-	"VRb4Itsi9SvroVkiAhnPbBSfhv8cYfx219kHlUM4/6HG1mbOLviAvc4+QD1v3+v6bzUObw2mCWmOm5aM",
-	"AFgHEnMSnoncE7DxT8YRHqpFTGdU+BzOvRkvtdhXZvG81GOfVfcuyedr5L0ru+lnkiedqvhwEr0/ua4V",
-	"hgzzfvzdATsBaeUbG+ovylzq1csokFNQV1dwbCOjgoEgJWvhF4oSYdWStnFlfqnKIpScBGy7PfZ2nKSQ",
-	"N0o0A1X7aq+NjCOxuslq9H9uv4WyE1nZJKAUXGEEgV83b8sTxmsU7peljFOBGtvAxZ4RK4sddksiEbhl",
-	"UIZ2/CGsw2kYLH0390ijENtK98SnxWY5cGVj9WguCtD/IxKB6nZCWZHLe/cEXNJxaUtcISpHx+xcWLoC",
-	"eANXVz12rjIqUh1ONAmNK7lFPejrZoTaP7vACjh9Pm6BNbj4QswPmHiPOnm2wcQbPYYbSeebvAaVOdjg",
-	"7JLn4ibO0q0dAZUd/IDDmm/3A+rEc7u6AUtX+WxeQMveQdVlJLEkczpA0XZr7kMZGRsXMV6AeQsYR3FZ",
-	"oObjBaSsiKGvxyzn2orJY9tYvNWteDB4h83/JQ3ehpvfs3foH7bzbL3JtAARkJwNzTVTbV3KiVjUqQTh",
-	"72diAUTfV7CJ4E/Wy/V0wUNJXj51O/0kFoq8dHjZSrLOD8cs5gvdtcKH3+HV3tMX3ovroRCxiBtosXYg",
-	"5ntN3VEXOB93s5nh4sAY+4X4sfwbaOuJWmLlc9N02OcPnXTGrnGzKWw3YLWxaV97eEF/aMCLtakW3EY1",
-	"Pr4GOr4TFhmI+hHyJ1F12P4If/hkzvXpos7TF0qnLUB5EtuquSVTHyGRZh2umfFcvv9HF6hIl4j72O15",
-	"+zCVYy7qd4AVinE9cdLMudDFvgj+HIjdJm+yB4FrfDXv/bpA5AeHGIq6CiW6fbm4KrU1F9ryf3bratjM",
-	"F8PeSb76yQ7y1fVZeCWKMoc1rWl1gZSgkoJ1oNXOL5Voy6TAD7cTdopoh+QwvoZ9gTQN5fQS0zk4d21j",
-	"kiewKogPF95I5/4ljAkGHZ6falQSzbJcXCXXbUPjp1+sxwP2QltJQMUHidMH3N0cc8MHe/dVkKwRpkDC",
-	"czlltN7A9T9ar/ZGXoIXwG39oVQFf3yZquFExD1LYj0Ij7BHKjyK2JQv2FRw0MHjqYH0BbrKLdC/Hu9/",
-	"BuMNq3ydDh1+FcEjuaoYEOD4m0A1ZbIisNymHnctv+yWbndg7WMeWvq/jm1M75PjYm3avu2y4onWvnLU",
-	"MeVwoitVSkuYsZ/ArN2Bd7vqG3uAYA9DhZD/WN3Dyn/oK/9XUdy87Pfn319Yxy4gXYtizLQYTYUsTlgm",
-	"8qGQxWMhMfnZj5xZMF/0rAIZy6PloMaNpsK3vpXxaY9JvSopUy10gPFbm+JFmg+esmgys+XHMFsRy5OY",
-	"TqTm+c6VLka5eP3n7zV174GvEms1MFTuUrhQIMVODU6koBuO5DmrCANKuaACaVl5ULQ2ygXXSt4obIGp",
-	"aGgrtYa5no2+ra6FfRrQGgGVJshUx6zDQ+ky4VIqaPSCLLo5uI9VKqz4LnApoZYz6FfS+W0smOZTweZ8",
-	"0T2pnsXF6Ov5bsY1K3XJUzOl/mOnSlO80KUVtNDaeCQd7r07ODTzvAilyo295yPR9VP2x7U5std6X1Yb",
-	"LgqQeYnOoaosRIBahEvvb2CmynhvYz4T9ADAvsQhN79wJfs4AfBe656UhlWjQwkLh2sWOUn0yLhjScHi",
-	"hKpPqSEvFnGZsXkiYzXfWT/LE82/q7BmNcKXimv6d9DqF1Yvzb1ciM90odNZpWaVw8vpLL38gyl9+E4k",
-	"vPwKknihpsmQp+nCt6zeVsFD4Ri6ydr7dBGHbTm0Q6tEsxJjiaATRiE+XK3MyuYR6C5EccJKLdiVylEL",
-	"KZFCa4AhliYzYf4FxUP1+qY6PIIdAqi21qJLavPGJTRGLslYXkLsCCIcUgpEJrAC0M4XGAzVSSwoIIkq",
-	"POaaDpWeMo2JV5Wyy1IviMWTvqurUnBgjariqKyUOJWLHntrfvHPtxcQGtai0B5lQsCi/55PdBRKzRfa",
-	"dfyhFhbpqpgpNcaFfo4mIzFjzyWDiCKMrpuHN8gO7+EvkWuoawc5Zzr8uqgvvasZfoldCjcvds4faaiz",
-	"BqkE89ZC2ZGKiesi5zjpzMx5N4AIr0EXY3LLbJTzuKksVEIQMSsv02Ro3j0r1ESY5xExlpZINDEGK5iS",
-	"3ZZjCLY/3uU5hEZoAFhqvdwdLL9+FLvjN/DGLnPWce4OMMuZrbQImOiNeiyKE037HxtIaK17oAQWz+Cn",
-	"GJZ5UiyOBn+/89H0lUUp1nEQBGv+Maz5tqrsqSjyZNje/fjP1y9fMC15pscKpPC8PcmyXA0dLkISIS11",
-	"IfKBQyqfPjnnhTkd5MJMd6JkEMqUj4B8ZSJilqlMBwRtUzFV+SJgP5+/CWq+uJ4nSF6MXUEW5el+AEyL",
-	"sZgGSA0M/mkAIo82TwQ5KTNIj/2icqaHOc8ABbQ5RNFs9LNcTQ3MlTq6M1j4g2b+LstFaIiGZUkfuVd7",
-	"QIjGWo6WzXaOC5/RemEds03W7TFvVbUzwLmvsEJcF0xcZ0o79rcpL9hx77j3jztblNX4Gy9Pc5/9LOXJ",
-	"0sJcjim0LsFEsuXHxmf9NtbkPqdyaE5M6ENiHX5v3TK20z51r7txCa8hx6lTI8+hkNDgMhkIAObAucmF",
-	"KocQ7fB9twFAcALv3vexQ7mtk43BFjonROjrWeO4p96f3+n+7hK83RgN79vijznUZIeT8L3ph8M1K5Vb",
-	"oM02ob4lPx5dCp6L/LQ0x9q/330ye1Tks+aM4Sn7nUvhXLAOlVKwTOUF+/77755CkUOZp0eDo4+wlsSn",
-	"Qb//cax08Wnw0Xzt01FwNON5Yk5tsGzHLqZLZRlHqRryFP4MZcn50sdmHPMJXr/+2bgosqPAVTPQP81/",
-	"8NnfuRlpMH5xOXT94FA5YSsWSt0UIgcR/YoutSaNj3FRcV0IGeNfahdUWcP1TocTqeapiEfC+KOZ8HRu",
-	"OtjrTYHGJWpWMxQQZ3a9Mfhw0jQGhDko6AFZcD9uHrCzv5jt/akKSGww34uGrF4Zu2rtyZ0qBN1v3Ym+",
-	"7Zc1rR9HvO0PXzGnNTVO60wMC5bIOJklccnTpvfoNGdXL/DM67PCGtTqZ3H6YS3vaSUtEDAtxARdfU+z",
-	"vj4X8MvH+MuGa5+JxWMsnyKCH/fbyazp5sscwkpU2gDxDwg4c3f8sYcVrC7oLWVomu4BD5WBs4aB8zex",
-	"sg5ab2NLPeVPM0FNQ7VUKc1w1Tmqs1ycrP0VTOXJn959+r8AAAD//w==",
+	"7P3dchs5tieKvwpC//mHyTMpmrJd3l1S1IX81eUu+aNsub33btYwoUyIRDMJpBNIUawKR+yridi3c+YR",
+	"dsx5j/Mo/SQnsBaARCaRJCXbVdXdvukui5lIfCys7/VbvxxkcllKwYRWB8e/HMwZzVkF/3nGlX7JrvXp",
+	"pWaV+UPOVFbxUnMpDo4PzueMpNT8lhJ5SfScEcGuNSnpjCWECiJL+qFmZMHW+DtX8NsdRQqqNKnk6oQo",
+	"JjSRoliTFdfziUj/9fCMCqYOz6taZFSz/FhXNUtH5J0o+IKZcVN5eamYThPCNcklU0RITZbyipHVnAkz",
+	"sCIX7FJWzDyRySWbCFmRmSQXTK8YE0SvJMxFjSbiIDlQ2ZwtqVmiXpfs4PhA6YqL2cHHj4nfhVfw0Z5t",
+	"sDPa2IfuAknf+syG5bAOKQiFdyeCqgXLyaWs7Lu42QlZzaVipCxoxkgma6HNU5VcwrcveYWbS7gitVgI",
+	"uRI9q+RCsxmr/DL9nDZXmcIscX+XZmNhky9lUchVc7RkwDVRWpYlywnVJC34kut0eEyoWhA6o1wQqoNT",
+	"Nht7eIo0NFjNWcVgw4ZEVqT90Cu7w2Y3zDIrpvSIvDW7C5vDrli1ngiYhbwklBRcaS5mdrOoUCtWmS2h",
+	"5IJWjNCqomvzmQVbs5xcrMmHmtXMbC7P5mRODVWRSsolfJJOhNkC3J6UXHJW5LirFftQ88rsmdmiyC5f",
+	"SFkwKmCX3zBdrXvu01uWSZEroiVZUa4dBVfmFS5mJ4QWK7pWSFGwZkrSB/e+TUdbZ7Hkgi/r5cHxOImd",
+	"+/v3709rPWdCc7O2OH1X7LJWtLhjrhWtWEWyOS0KJsyJv3n2mDz8l2/G5P/9f+4Pj0n6CJ5IkY7TB+Oj",
+	"FCYra00o0XLBxMlE2KcIqypZfTc54OKKFjyfwu+TgwR/mAYz+W5yMKnH4/uZOfwLma/vKHwI/somB/BF",
+	"oAIi9ZxVEwEfPyGb31L15SXPOBN6qjJZsr4PPg+eJCWrllwpLoWaHKQT4dZ3H2mSkkoWDEgTFkEKmi3U",
+	"iJy6Z8z9pORDLTU1ZHfJqK4rRmZUA83nht4ES4iSE0FJVsBHNSsK5fbNUEbFBFu5weCLXOOn/C5XjOaG",
+	"8N1G7WJxH5ODklZ0ybTl+88quXzGiziRalppx+Y0XzKy4iKXK0OD3DzwoWbV+iA5EHRpvmJm2vr6payW",
+	"VB8cH+RUs0MzwkES4bp/rGRdvqZ6vjmFx1KoeskqMjPPEPMh//XSvOE/Dg/sc0WDD/9g2IFhhn38/o1h",
+	"fFoSteBlQsbIEuWSa8OFB0ISHJ3k7JLWhU6I4iLDIzanwrVhjLQoyJJqs+PHhutPRMjhh3hksf1EQRPf",
+	"US70wwcHybYbnxxcH87kYfNXy/uXPLLS14aXKv6zkeZGvipNjsbjsaHpglYzVpErWtSOtypD6GMC95ia",
+	"EaaXlBeGWVbU3Eei51QYPqrmstKssnoCsluUeBVRmpWl2SYvUS/WhGvlJAlZybrIiaYL5iXBam6ugXm/",
+	"f9vg7dau2eM5OD4aj5ODJb3GLTMLDHbwKOmTlT1M/D3IMDMtkETKXBd1jBLLEI6htEwXawIn7f6OEtQo",
+	"Sma+KjF/75OSskqIEaOCyIu/skzb7Yd3SCqcvpYO3S2FiaAwGU3EK1DKjoEeDTFe0GxBqAJFydwk8hRY",
+	"qJkL6A8lzXMjH6liDx/UVQG0UDCjwD2ciGxOK5oZMh6Rl9KKJXd2x+RC6nlCgDsuaWEIleUw9EAK3CV7",
+	"WUDAMDURXGRFnbN8mDiRDVR1QfOpucVM6bT/lGFPDzrC74yJmWEjDw2bMzfOvPg//nJ6+O/08Ofx4bfT",
+	"w5/++3+L8iBzzD1XA5gAF8Qso0/lgPPOaFWtjSZR0nUhaU4GwJRUQgo6m5mHs7pSslLJRBT0ghUqIT/8",
+	"GcmgpJmhBYqayR2jYlWamxmo4TE5MkzoaJwYgrX/3+JFfdcU5OLue0rCa2rGgmVmtQ70OqJAH5GGINv6",
+	"kVFmgRZfOVXdkO3KX4791TEzMlD2huJsvxLVEq0Vc1uGsMESdvOEl+7E+iQn/t2szB9un9D0D+wwTV47",
+	"eniex0Wlf4DwPDG3nJIlUwqNsLRsXk/JjF8xwwVG5BVcTarN6RiDhJJ3754/6ZCPU9h4Ht7HtvgNxt8q",
+	"hL0Aq2ueb9zEtsiKrX7X2rdoCH6KN9QSXsvytNbyNFvE9JPlkmsgc7zbhlEAI5blHUXkShBdUaFoBrMb",
+	"UH1oZOuhFBkbnpDUMFdmjoQr85og6eRgcpD2EQu184jS8iUtFEtilohdQckLqV8b9a/X5iuYVqhMVnJh",
+	"ZDT/maHYNtq24XzpBdXZPL3bUJRKrZEGLJsU7FITWesTQsVEsOuy4BnXli8ZMsORrlhV8TxnYkTQ6lCl",
+	"FIrhLhhOypkiKXXT3iYJ3DMHOwyy17J8ZCYfsXukpoW7LuSizmdMe50jo0WREDWnlTF0s0oqRbKCciPf",
+	"mk0Ykfdm5vTCmGzH5N54nIAjIjPyQRhWEGzr4Gg8HiIHb5b4nXV+nJohMuZ0RmMlmHcr3D05EW2lc0Se",
+	"a2Sulosdh1yXFkqCla6IoTn4ya5TgWoljA2RzVELwendUe7ti7X22zFIz05fPn07ff3q9fTF6b9OH/3b",
+	"+dO3aUKOHpIX/JFZoJ3QEP0b1oKdyyJXE+EVCSNF3UbDBlAB2ge9orygFwU7gTnCxSCZIRNlXSqGTa2o",
+	"Ijkr+BWrWN5PEkCjbeXgZhz+tSyd6QHWyS7L5MQePPkOZRlZypyRQTqd/vju6bun0xevnjydTtOEZHJZ",
+	"MlAcMjuAGvbd9qw1g51M6sxsmXUsbM4XfiV5XVGUEYIofNRN3dg3siKCzajmV4x8B+fg1BHkVOd8ydKE",
+	"sEIx8nA8In82l9qc7oW8YuT+0Tf3HxrVZEDJmlGrps75bG74QjDCkBg1wOgXWhox1C+5wyVttYP2sn1e",
+	"y9JLisgWvUAaCS61v+fA1bmyvMBYdLXIDRsTrGHiJyQdp509NPc1o2WHOxyBohxnDX/7z/8iDx/s4g4T",
+	"0cMeOiZp/942q/w8O/u2vvCb+aySy5hWVCl9mEmhaabRXCKl5Ib0UiFXsHVUkDfPHpP79+9/Cy4Hpemy",
+	"PAHbpFLM8AeUJApIiM+EREZw2jxthI/iOfI6Q4eKjMdjUKG//fbbb5EPckHenT8mg9T86fDo3uH9o/N7",
+	"94+/+fb4m28Px98cj8cgk51GaoYBg3g8bJvAobECbE9pWaGXes7FrH/7VXe7dt7vcINfyJz1GaQUlKDc",
+	"ukzQKiVSWGex237rVPRUcGx0+FVKBmrBSyRImi0KORuCGEtpUTjq05Y3eGlhJcOTp89O352dT9++e/T2",
+	"8Zvnr8+fv3oJnC9N7OC1KJhSRDGNvq9+ujU8xPnFDOO/5EXBcrhvXFjPgNUhWGsyQ2P3GnmhGMuNVLR6",
+	"GYziAwjsmitN1kyfOBoywzasezQRbxjN0fheG7XI6PMZVewElnJoRJJd1hT+25lBK/zXAFWiS1aBLMel",
+	"qDsToUpWFFzM1JAsGRW4MSNyKqwrs1GUDH1tDGS5RMVoDnY8VXg0yUSgdwW3pmJlQdeEWoeJPUr00+p1",
+	"KYf7ESaQ2U7CNDxd1hHL+UyK2WEpiwIup6y12c8lLwpuZQ8ZBNGSFeWWyw0DcXp/DG4ow1lLWi0UetDQ",
+	"rXbsVG1/J6mG650QiB/hkKAXp2SQ3hs/sFENeztbeseWLbGzj6vd9zsmJPx7nOzyxb+W5XvKezaNwKbV",
+	"QvOiMeOM3QyGm7mOdkpmU5Riqk+FMBtwU2vhR3MLdlu2eFla9lbn4/DEDvKBj8WNuh83P9A26Nz4NzHm",
+	"zqla7F6bpmrRtyrz245Fncu+TzwV+Q0c6lrexp1+3hicfb6CF5aiQtuU52RQC/6hZqQEV5AVDMOe3dfh",
+	"Z250Ch/Nw2jugRb2iOZvUISafxkBxQT8Jy2N8QgK692/KjPzX4Jh/1vFLg+OD/5/d5ug9l38Vd19WlWy",
+	"wk91dTznmryQOTihYM+d45IrZfiCW4uN/ZHTApUsZxfJSxt9qmStWWI9+o6rZHMqZixPjMZhJKye+++0",
+	"nC3gVSHvzp8d/sE8AJYSoeTluzN8dSLwHdy4jgQDfQiEDnwlHYH6lI5GKX5RsdmSCdD/PiYHT4oPb0Ak",
+	"4MZ8rm3uDBvZ75d2T1AgsRxZdm5kqxWqXJGZEeuD1PyfkakVU3WhjycH5g+TgxQixFwby09pLmCisDc1",
+	"M7+UjeNLkUEaPDTdGBHdn2ZMdDsAEThvA5jAVnLKWmdyyZAAVHcXn8Ewv+I2oosEZoZLMKIcfOqsumJV",
+	"giIUfKfPhWaVoAWMlZJM5gy2hWp6QRWb1sKLPKM1ND84kZKQlNsxphApNfaaUW5UnWVMKRQd8W3tbtQL",
+	"aoYSVGTsV9yt17Wak2XzaUMYUpCB2QuSBj+0FhH83RDIMaFuy1cV18bimAgrisHoctd9RZUnb7yQHQpX",
+	"mq7VidfJIDMCjJCyVnNjyLUnenlpd/GZrC7ARfbl2eKfgRVh5NnFlp1TDxhhJQtmmSSEte+GMW0jIYJc",
+	"ovfv3x928wxis7Kv3O2mJcD8WmT85TfgLdyjQ7AbDTXXFTvBdAxiU5HWJP3m+jodkcfmRh2T+I0ig9dS",
+	"6VnF3v54RriaiFqAf838aCjKvWQYDOh0VnHVc64SYOzpN+P76TAhmxcTbAHDoUBW3lHNYCtZLVATzC2j",
+	"pHnBBbDHVGmqmZEFfiAzeiarqi711MqJdCIGYLrmgXsw8OqiwSEkKaSYsYrkzFymhOh5JevZnBjDm4GY",
+	"Ahq5qGcnyE+d8gpxjsalBBfFc+6kbU8aU8X8AWOL6sRIUVmSGb1isDzwykyEsWqsrxF+B8WK6kAgNLvL",
+	"iKJLZlVqZJywbnPjKlZSIHJ0+E4EWs5LaZTtkipNuB5uckUyoN5oa461Iu4xTDMZ2sv8Uupnshb5lydl",
+	"IytonlcMyKFiStZVxjq27+gAoioQpzyX8oxWM/blp/bIiFsbqITQo/UcgD/51ZN/s05lMnBegIcPyAv+",
+	"aAgRRYmB8JJZFybqQywraMXURAjpidVI9aT1nQfkB/6IDHyKF0jKXz6mRBkhb61ziJMPT0BkTkRqo7hT",
+	"LeUUxkoTQ8Uu3QaiihAJ91IgN3qMkwDWUs8KqZxukUkhGGjMI/IEBIhlMZ4+XQ4PGoivfvhsR/Jalm+s",
+	"zh07mNOYe946P4FUrIIemPpfnojD4yQ5x5RJNIJBSNlQm2cb8JxhVJ7/TYSLWgB1vXl6+mR6/vzF01fv",
+	"zqcv3qaJ9zbdHxNlT95oBPBdzy7jh4yOwY1TJuEhn887HhvvkDFTtUl/IZvVdAH+dEFobjPQiCokuMtI",
+	"2yOmNC0KRZY8P8QNYgVdmxsO/2KFYiPyJhBgVnwhcb1lbPHZOZIZdOuBIucfWG2+sTC7fjljDGFOZhBf",
+	"w2lXVzxj7xqB++Up8Q0DHdtaLvY0/YRd4ooR2qiTG4FirEKiZU7XZLAh883xWg/yN+MxiaoRw4Sw64yV",
+	"mqSvX709J3dpye9eHd0NjG6fG3xRi7xgNqfaqJRMkeAL90NNOLW+NiAMl2aEoYyyozRDHkglr8FIhnSW",
+	"C1qYHyDGfVlJ4XMD7aYs6frEqCeG5rju6E3O9wu5Rza6e32o5rIu8kN455igYWFJ9FzKF1SsLeNRX/6g",
+	"T/2NM9+pZGH1AVKy6tDevIpqy/nNYVtGeVgWVDA8dWNqyStWmQ1jORhY5p0pvMNyc7B2VGQBGFuV6GZ2",
+	"XCDM+oXHWmMOrWI6EZhX1j5M61lFZ2aglAcP7dLHg8Rl2KZ3gtZ6Liv+M/sV1JcX6INJmiwycxdKp6CB",
+	"vrXiirm0FLRaPr8J8tG5sGDA02wBuQOBo6qsjC6iOTqxaLYQclWwHNRK+BPXbKl27cNptniu2dJQvPWT",
+	"QXqU+Xd2kwg0qDXolDLfbVSobgx6eAIEDQ9hfhqE0lAZobnZSFEXlrmiK2/Tx9g4+/6ysfKf/AuYtGiW",
+	"4la5sW3MmXcdVyyaYGZGSoo95pQc2ChsX+RbS5cGx4LoArx0CIyJZou9vhNmOm1NwnLc0XKJEWbruhTF",
+	"o8jQxlKrI4HpZxVj1guYoJ4oZLWkBVeoCVNF0tNsYWlzhMOke62m7cXdTIxpO4hvuKIOoXQ9xuFO9hBN",
+	"73W72d3ovwx7bdJeRJoQaz9DkO3J2Y+kQs/+r0G5kIyezVm2GP5dELGjX5ZDUPVQMaG45lesWB/bNd41",
+	"i7ibGpZZMCM67zoHZHo3pdkC/iIX6UT87X/+L+IfOzH6u67WKTF/rpjNFvJerWxOq5kvmQDxe0LSvPiA",
+	"LxjL4dD67YRcnRhlbY3KP2S9mGesB3YAQ3k/idF6cDwbSfz7v3sKIoXdq5cXH2KVQxwJ8RL2hrY20lwE",
+	"8gwCjlb/tB4URddmZ5VMbDUfM4qFWXDO4DTDJbfK/OoiJxfMfg1i5ObjSvOiIEAmLLep+Db+3/XmGDMd",
+	"K9ycu8tuMGaeXbBCrsynVqximNNYi0bSGXMgCCLDNJLgdfAqwX82LmFISmsoUnXL+PD7SxsTh9QpSEFQ",
+	"4V6yHC54N2ybHOQVVOLFa7pKyVWjr6IZi88b1ugHN6vJuTJE2/eZHlb4fg4q/4o6M45ltQbNzVwacxNO",
+	"7Mm7O0zgUpDVfG1MU7h/wMfAfZi6NHVja/vQhlWWVQlVg3j0Ls9mn/vGRc6uI+xOKu5y4gJbfLSZ++R4",
+	"9Rt7tPHNRgrAqIAlAUjx4l7H2NxWIWVEin1PqyVw+LxGNZs1fA52i4KtjLTa0Hr8E3bj43PmQumqRl5j",
+	"Zu4O0JivZSUz9CWaCwCZKZilEf/OzbhaeKVGB7u4GJ5gssHN3NocfXbPKQGmZbc5yu6c7fe4oEq91RQ1",
+	"+I6Kn2O1RayqNjlA6oz/lplRI6FwQ5PPCj6b97y3pNfvKdfm2ejvFTML6JvRqv/Vzr7i/Pwagmk1o7Rm",
+	"kzSbEcwitrOP6stLVr3tUQqecLUgqpSyIBCmOMGCY/wLxl7Jkq4Nqy8rZtQCQyQdeXTxPaOFnq+jCXG2",
+	"zCVwE8qVQC+hZfjOAWMszpwRveIZI9Qa0omTJiy3Pkf0+0FV+32iyACcFmFgAfPYzG03xjGUNylJqCH3",
+	"InAHlrLSCjza1iukpRyR92j14wZwTOwulETXSJPCbUe5lLXISRBxCqJNZEDRHURW4DPEBAYYODHyuaJc",
+	"WFWm8UngsBdSarteSNrSQ5+LBK9NhBOx7sWNRaMKtMkdLn3kvH1SxjpUjgO74y+YIh9qWlGhucAUPSsZ",
+	"7qa2qM78E7Q5iVNLWkXyeFY4ENUEEt3N0Z8QCn8lC8ZKVOA4TkA7Lb5RNgw/DGbRWllw20os+uxb2sDp",
+	"GQkINVxixTJZ5TCvE8zqMOdlBZAa4lNWhTA/r5meCFgnKCCMA3XbGXMRUoKAlJOds4YvnIbe1K6NY+gO",
+	"FCWQYI58a6GCUu+8ucYDqOBEp/vb169enU2fPH+TWo3NrOGCTYQsmUDUAENqEGqHlUPxhzlSRVZzcz6t",
+	"YCrJzdWVm65KjO/3kdxKVgt0eu3ggu4EPZUmAW/x42zsWYzrPZbiks/qivnwNS2KV5cHx3/ZyyuWdEWP",
+	"9XVtns9LumSOkTmHmIQf49K0M9Ofkk3DGSeO0csTktpR0yCC6xi+/ZIjD5vLKwUbtfag14hfRrOYU0iU",
+	"yFgTBhwe+6Jr/KJRrXRdQZW8fUaNSLpk1Yylmw/Tytz0EmQHE/XSHDY8C8ILPhacYiOcm9q86L7DTwQq",
+	"OcH7lnMFBStrUspSYR1LVRdoWtD2z3cUSf3wKXDNNRm40utvju5B7Q28iQli7rJBdhjWUAU5Xyeb2ejD",
+	"CAEkB3ZLdnklIffylX32Y2JTLbekaJJBVjFqNp1fujS64cYWmItrVg7D+VXvOXVIvNzUJ6lafMIZmEF/",
+	"te3v8Bvc1K3so88Gz9wDEZZwioVXqKT3mBshYX8OGrHz3OVZslMzltpeFpsnu/gvsU8gSfKcDN69e/4k",
+	"TklGYNIZiyFewA+EiRkXLCGpzRJR6VaK3H7MwVk18046FbMulzksB3aZxna2zcH0kEzjEH0C3pMtxNP2",
+	"nW4szHpf2sVSEfOEaWq0Z/xcHiu7tCt7CTnDG5Y3qvQul7Fk1SGGiCGUFj+6xoqNpK6H297YhN06us3V",
+	"bS5ljy3WlBdoFuYwDC1et7Z5291pDQUke7ARCPuhVR3vE+G3T8svanO3XwF+gf35jnLOApKiYvPcFdkb",
+	"08aOmZ/qFKSnLea0NlhCUnN1047gFyD5u+ZZe7jePPb9vOSnmeZXLE5omC12Rnts5TLcmc2rzJfsjM6C",
+	"8snNEbTUtHBL6U2qRxUJ4w6W8nKfGdCkpg18Gas5YmpL/U6zRWpEE6ZaZguWD08aD+WmezRIIcEvgvmH",
+	"ftMlnJxa8LI0Jp7Rva1tFHdtOTIwK7tZBNC/mXRPO2lV3bc3MDyxjQNon/fO2/ijExSbYrKgnUMPSKZs",
+	"Mbi94rU9t20jfBsRAnYmrc/uXNnbermk1Tp+nRFgJEEOYVPaw/ot50LZcoURzwqJR8+pnghMvTGjm/9x",
+	"ap0hUqIYW9joxs02ekmvz/GA+7HQEDsJ8j6LnClNauHvj6tmiBLuki0vbNy/Y8yg6x/AWQZgXltXphrG",
+	"RxJWTPXHy3BItYPFqPdcz3s5UUsiRuNn8IuzVN5quInJwRmiyBwkB08YzaMWS6DZRERnQxiP8VQ/hR+r",
+	"SDnqjV46dwW725CVgDDvKFILLWvgbEF1NtS2jsipAP81FRrcaUXOKnJR8yL3EVksCG5KeTsVwYN354+H",
+	"RoIVXBlazwq6LFmOPjOqSUWFA5y63V5pWfKszWM2n+lkfwCzjF4YL2gu2Jyji3IJQuYqrNtSMRLvcCWg",
+	"dz+9kDKbWxUh/hilBxNuXXdH0KEe22KGsXrTKJX0UXCMhaIaZzeqN5DZqK0drzQG75UTs3FmcRtVNN+i",
+	"XuKcQZLdeManVkm0+BidSYeMGLckUpl4XRYUy6ZCtQ4jenZ08LaYwaOqeZ+x1tkMt4Zki/37pPhwxqMe",
+	"I0v6e4vrJ8UHSwWxOyZuh3jrNwj/ZSNiFqnKxjxRvB5vYOMaJtQDjhvHaNsHC3ciYEZB0VEIiksr5guU",
+	"ElLW1QxT6TCCugmTS9BMnwgwzlzsEj2/J/b/w/ELhoUZhs/uk/qQHFwfyqU5vlKvbSWyPYxbAe/e5DiC",
+	"zZ8IP2JZ1MrWkisrWyDLAPVzcGkbfjAMQWjb38BkXQmghzCLz4bnSwY49+1ZJSE8R2RvSzqzNZE7CwWa",
+	"J50QiiUmiZmet5Ce4zxS3xRleEm1lfJKN4MfkyjWsEWaM/t7yVaYaKISQAdoRfy2oBmdPX97HsAZDUfk",
+	"NEAvDjEWJ2IgqxbQ3bAFUHzicPQ8Ffo4odGjLYYREyHhQIVYatOe7bUjt751O6SQ550tcnBn3MOGX/TJ",
+	"C2N+BPxmZHN67PPWlVBWMq8zVr2tLz7Zj7Dba5WFSm3HxqBLBmmSGNk51eDQ26egPjE/QjYzFWsbwYl7",
+	"fPA+9txPv6mN3PrY+7CTT7sV6l928YMtj4jaKHjbnvCUtBEmeu0QLqlYkz+9ffUSDKoQGeivSorRG7py",
+	"BBT8eqgWvDxEZyYtDgECyIhg822XYhTQ3U7t2p3pvhgJyQHvV/oQB0HZtCMUm3EvMldPRVaty17P53aP",
+	"U8dRvvl7c3c2J/un9+ckVeZWOTQJBI2G8sdazTuZcwN3z1zEttZzw+pcTbIxkiGB0ZaPhO9idYhRIwxT",
+	"/ES3PXzlsRF7PS62bvLQdl2yRSrtLYNDTrbmPTZe99BJ1fUWB1O2vCDkNAH1tSmih5++NtrX3o75TSUI",
+	"HTWow51AIMUh2ghU1mf8igkywEoAZz2j8rLP0fVaGG922kP9p/4pllJzSO3d6dnfDsrFTaPue+EOvEJs",
+	"iAhbhIEIE1eskCVr1Mo4qERrym7QHkz+yPuQxGJT0Adpe+3p0FdZgeLRpF2CXEbMA3T+qbq6lbTNiw89",
+	"nCsvPryRqzfMWCbbvMmxtNLNYGTFja5SnO/gDLvY7TaehKbR6U5j8k3zJGLY2FvcUWxh3anjw2bDjVyx",
+	"BH1CUp/NmTYYEhXXmokEnlywUp8QhEMBZLQ6m6OR2MKu2EyDwaQPn+EA258c+M8dJICoAv6ZBpbDZ7v8",
+	"9JnCbXZftl7Q3pSQsj9+9aQBdmnHUbC0AxzHllhOyEVBxQKy9R+Mx8Pt/or+z9iC1Vt+4uP2HXDUsx+P",
+	"2uQ+yS+/7Z39vd7MaJbFdhmP+9K3pNZEulv10+6cKqdmNZbowPEIY1E27GB4Yiv4gMGTi1r7SgmumgTY",
+	"j8nB03gafkf+eJiqB9fXd7+5vgZN3c4hxvLzaEoEJJMqQRdsmlFlE8OgVP7EAjIIh+jokRSWtdKEZuAU",
+	"cX4MQCIaTcQfmWAVz/DfxyTdRKdPfNbZ1JgR5t9hak1i7f8pu8bMXCizrYMqVfPIpUPPAZhGqaeQLIv/",
+	"mBqWOoUsA/OHJdNzmU/NQ7Qo5MqOGAOA2AAHSEir3pe0y30TcjPgpS4qyybqyCi2YRZcH2AvunhjDDAn",
+	"M9d2IbGwY0AKtsYYISetJbGqpJgRQ9PENWg46ZwHfG4ioDQ5BDQzOiiMiwMOggpe5wcDTw+m7nKt8MHh",
+	"yUS0DthnPQeQa4ByFl9hFFHNQaj1AaNZdLZNhLWMCkxTRYg1KIG4oDkpWZUxoQ+ZymjJIAV6Di6F///P",
+	"P6cWGik9SY/tRuetFguu2gb2wCz8EgAChw2Am137RDjcHixNjs8JI73fn5+/tgBgZkxWXAbYtPeP0olI",
+	"bX1zQMJkYP+GLrYjAO/mgtCiGCYk/WZ8lOJ14cuyANggQ18Ds5PAFS9ZdfhUZDLnYpZa9BtYYjavxYLl",
+	"Fivsm/E3KUnnWpfTK1YpQ6tmUFWXpazMkBNhXVlQ+A6ACVUt1Ii8Mf99aEiWXwZcwhEgug3gAgFnn7au",
+	"tjVa23/E55xMCLkLh38hSpy5kRHouMXVFKrP1zh/nBaOsrialhW75NetsRdX0xazmgjzpxnT7mEupm0Y",
+	"B/N7xXNWtTmNYQuV2hgM/jwFRidFwAI7yuHA1qCC5Em8NY9mvqxC6MeJCCAknAsgDgpxjEgXSRfrcOh6",
+	"ySBorbwkqYOsWFxZo6P5w92//cf/SRE0EfPHbdFHcOTgxe9uJYwTjo1blCIcS+ev8JHoLtrEBglQX0te",
+	"rAHwEqEcIfQiHBSgRd2FBHXL7XCeDTelBP1oeJ0ePiAXXMOfo1xqIjbYVMgm9pCFwMxaLXLI6UQEp3lH",
+	"kcUV8hVYOujKXvPwSENOGh/sX+/8fb2k4rBiNAeVIKhE3cNLA1pXHg/3YY59JNxpJWTExrIoO16H4qr5",
+	"S1Tbx5TOqJr519VCxRzcDpn4T+/PwWOGMB25q2740/vz6Z/e//B2+u7NWWo0oGOEp9ZsCQS1YGvUixw9",
+	"NYmgRFY5q0bk1D3UZfOXDMMgmGm8pAvWastRizmWJRxjTsOCrSFihRCiC8ZKcsUqfrnG0pgFEyqxGI6I",
+	"DWC7OapWARShhRSusdY+wVWzent2keAqPvVn5P47x3rbfnpLIXlq144n77cifuxW+Ox2JdqvJQ3ReZpp",
+	"RokRb7AJkTwWG4rC84R8cq8kvWcX5Ae2Jm8ZNk3Z1MjNsW4O+oM57LkxEHzcEKJM1gK/rAv8nOu31iEH",
+	"LKxBCDyNcUZfM3ZCxi7CZGMw21CsMdvvaX9FsJ+arZiHafny+YUxDlAVpKSggJSJSziBMldaMUxGhS+c",
+	"aoddZP70hl1WTM1PtbGZrHO7PfHd+aTNyNEEJNEzfSZQI4599JaZreGCds2le8pfYD6eHLYHbZvtgXk0",
+	"dZIDars71GViDdAuy3zz9Nmbp2+/RxA2WdksxHQBdUYSqduwRiBb3s7XC1wQFe6aBeJQcYgOd3IsTDF0",
+	"/Y3MNNGhvZ3S66qIu2YtA7+jyLs3Zw3KRMVyJjSnhWp0gEF6F3lVSgQUTwqJzHmPWhHz/fBkEmQOXeIJ",
+	"r2SbxDc3K8bMfrjajnLk0Rf3z8D54eqVe2lnlmww/NbZxcMn+6ktzmWe0VrFE5nwuj+PowVYrT+TAmPA",
+	"Kfnbf/xvAoXpzoKWmElLCtmHIrC4egOYMfsOv0J4BTMgGVjLmGqCJUwIP4MFR873Czh6hjwQSyUQYYlv",
+	"hwfT+il+/6Nzcyw9o0VheWL4zc7Me4Y2R6fi6QT4I+hOnhBG5JWwcQ7AiimwyNqV/coSDAVbdGyRqb2V",
+	"PRFuc8jAoXBk0LENy5uFwPYl4IWwVordpzQh3JjTa++TQ1MX54hJ0hhZgaMHN1AJthyziglae+ZPndlB",
+	"ThAgSlvwWuG8fBNhAVFs1XEloenJBc0WN9DKfrhqqrE2dLI+EIjHbltOiM1HgfYkWKBeWsnrruqxbRZn",
+	"yNGWJnt4TBvJGBHo1DgRTSNraFhyYoHGcKCWzxDBW6Ay32W7WMh7885eKS6OvOLM44wbVtmH3xZPA3ws",
+	"heaiZr6HK/ZujScEoLvsKYLV7dNtA7m4sTT2e7poOpTesqPtrto/pNrWJw52CqdmyG0b3xMtazKs0O0X",
+	"TRCy4JE9OX6bmjNUb25+7JEr6rQ9pLCKuC+g3coO3a01ydVNhOIbuYpmfYcJc7uo3XwxfCWccmL3IH4i",
+	"vnw5nmbbtKRtrShundyMxGJBsc+alrt/Ki7cZkzXDFJxwTEM2bi3SsWFSUwEJDOGgFVLcOrOZCzf9tHv",
+	"NKW2byu9tWH4PSsKhLwrEdv2c+W9fkq6603SThtat06RJu2UDKJpp8NjQoMk0YkIedj2JNEvnuQZ3Nz4",
+	"zW+U8agO9sOfQ90LfbqytPZKKlSKJfWoDNnqspyV5rpIATrQJjPuEa0zpl+DtAEVN7uBoM1ZoenmgFxk",
+	"FYxFl4bAIK6S52RgAYRcV8ae2i92XZpN2hi1rHVikzdwcIfACOVpLhH0hIzJdxj29DjWJ+Ql+Y5kdVWZ",
+	"F6xiic9cMPJyNBGnwkPbLtj6jvIPIS4N3JPGZ2PT0HFwlUB8mPpSUGy1Xrmuu4iX6zqvrxgDHzcGrYeu",
+	"K6DPcz6yAONK04KRlySjAlOxITJ1aPPdJgI+cvrodHgMZF3IbKFIrRih5Pz8zKmzciUgYrdgHlTNRgRz",
+	"mam7S5mzYrTMofs5VAfZ3PbtJri5E1cxQoITKmv9/PLUdjL1lID+U9wOFfchLNg6SpswZGdc3OtgfOt8",
+	"3QMWM+7LmzH9gop1OJYC/4lH48f2W71VY0sunuOPR5tytK1c9t89w0GtShTfoyLeGb89CnBMaBjtE2aM",
+	"dhpW0xn9dNhytkRV1CW93nK767IEjKpa9OhtSy62vF7IlXudDNq2WWKhXI8nuOLJgRUU0PS5jYkYqjtq",
+	"Cz7MHqSB0H/OjEYANksY+F+4yYavQhPCgCR9oiRgtmVV1OgOdfr+4xNSHIIYBU6C70S5byNuNqvQwCQM",
+	"vQAWzQkSC6DzAZjw7fgjGWx4PfqwBXXR2+B4CxeAVntakoJfsYQ4lJej8RiLQU8Iu6aZLtZYqHFJ0uY7",
+	"6d3U8p3UAtX0BYRtHq7F5OJWxEOvxmY083eEazzCe+C7RtreybvtN7inX+sRth8+Smpbm4CsLbGBWmW0",
+	"VgiyQ84G2JoZV1geIuolq3iWurblg/SIPRiP04TcHx/mfMY1sStRQ58e45GfqSJ/VVJcHNtEGq5Zk/Nl",
+	"ZCN4kiYCfBxqbkE7IRzrpih18zdttPEBxvYEjnxHYegwCYqLLieiwQc1TycEc1SU7dKUt5berLGsuMB2",
+	"/8tjkh49/e/3UtumJD0aj6Hg7NQKbvi4C3rj5pKX784ATZlmGlLaJpPa0G86TAglBYDc1VUlZ2ZaOKEm",
+	"Wj4RF2wtoWOunc0dRY7uH43/5R6BbfZKsKzI0cP7f7jv9UKGPaPtCUO6y0S4m9kKjINO8TlqUja81AfA",
+	"9OMK9uu638nUp2P6tsp1qVilb6NMktNQE5yIrobn3thP00NtUjFG0sBkGOH8009T117u1sn6Rcx5XQkg",
+	"r66c4UIDyCZ4Um8uPc6/ioh/cBFx2pEGHZ4doXYMC3y2yrYOF8FDivOQPmcp/t1lEYCtfmKj/AHSi3We",
+	"WrtcbTHMUfmNRHqw4aWzSkCSkTktAbbzxsDgNibmO3gB2J4NITe5m9RHshLCRrNRE2oKwyDR1B5kJVtj",
+	"54af2edO2tA3zeU1hpzzz7g9dJVzUtjQj3KpOlW1JkLaDNZbBtt73FeXri3Xhr4eGorWDxA/Do91Hgk+",
+	"osEbMSUBtXG7kQraiDmuS2d/7Y9ossWt2zZF9BYn74k/mnhFNboYVtzIMrksqeYXvOB6Df4GTESf0XLP",
+	"ajhZ7giS7B87bW7Uar72MUHg9nDsny96a+MQ0TNMSHunzcOjGwQWbxG0SA7qMv9UsKGvEi2G1euUQfSt",
+	"+VLspBFqIOQggtEr3k4ItQzeWCSKrAx7o4ZOEI4ZLILPV90dJOTt2rWPcdkoV3HXtRXowMVTLxO2RRUj",
+	"AuCEpJ5cI69uylDWRHsjQjGUTLej/D5u/fVSfZlL9efOZfItlzCc5Vyq6Re5ETvgugwthLKgIa+QHmIq",
+	"5RmdvaXLsohgJM56qwVDsKX9y717yu9mttTOD9ozzRkXs8fb6+DNZS/wyaAQFPCd4Sse0nTKQ0zTqUMT",
+	"nFL92dBIpv3bV9DZdC7rFligp8yD7oxuf40xhjst+uAGEU1x2qApftLX/IZP+Y5iz2kvmqIt3On72UzF",
+	"LGeqtqGx+iO+OV5p5/BaE9pYQGfJ4Ydbex+Zd0gDPecQIYToxWBUsafXmom817mk+nwb8B44fyDgLuSK",
+	"cOEbhRLnLjd7mFhTDOnUVrW16vwwRCArrGQBg/o78nB84nwW5DtyZHimvGLEeSzIgIIbBb2Wcz6bM6VJ",
+	"Cgiv53zJ0iH5zj+8V9w/qhu0NqknRbTfVHzr3bDoJWWrp16H+ITc7r7efk2nKJ5HrVr4cWonbK/srzHj",
+	"cJgILdGq4Ob0BFuhQb1uw5BgJmDFBFuhq+C2OegwQMR7iNVW8pIM/L1MkO8PcUMVYUADe+A2bmmCHnbx",
+	"8mvZkXzhDjtpoSHgQjob2xbeG2cd5QH8igk78Q5V99c29RbRyEW6O+vcF8XYL8Sm9SLAkojMDJrJ7ZHM",
+	"5p6MfgJ1hj3UAgd4c8XZqtsx0TKcp/tYBr7AAfF2sK5KoHvYkoYUhOtexaDHINiiLbTmdnv53CNV48Cv",
+	"Tv5lDSZ3Zx5bj6MWsVRu+7PN8qoUlsUhKWGlJdPQwaiBp6LtFocE6zPN8OjloQqqc2l+Bk+k2FILewJm",
+	"C6YVJPrUJdGSpIBnl8ZRqm3zvLhG0Xwg/nvTu2pr96fIjwg73fu7R1ncof/jc0nQqCgYOQmWF3Ywaha1",
+	"5Sybbgabd8p3jXS16yWrDkN8e2w3RFJd0Yw9h5LVEPgviUADTsTGZYQmnqCIHS5lbm/Z8IZ6ehyavOEa",
+	"+2foRnlOrEn3TiTtr4CCf2+Agj2WzU7Av8/Fw11frD3o84wrDajZuzP7Pw2NEM/nK9n24IqaO/0ZfUId",
+	"8MdPbZSE/aT6miW5NmmoUNNiGGni4ky1vj6kulqfuSTBfWw1mNZrikXTO2Ai23MeY+apUcScL6lHz/eq",
+	"776NmwAuMmN7tUC5MValG7oLU9nBsOzwkB4YS4tD6W5lG5GyjXEZ4l6FHKwBVmzOoqf/lDUCWkiYHbFq",
+	"mVab3rYoHJ8J3j0Y7blmy5iAvi0z/W2g4W1Sl9O5mlIED0buapbAOQONyQFDRZEUCvmhyDUdekD5ibh9",
+	"GUvTeWijkmUisDTB9le1iPM9SPJ7Vju4Mf8JkOQT3xXebzHX4WkCoFlznPsAz5PduPMT8WsDz38FkP87",
+	"BpBPDhoa3Na9r0nnsRcHCNlTtqHoCwb19uYR7jsWWyg2cKxIMWPVRGDGqjoGR0Hg4JvLFVka28CPCgeN",
+	"qG0NC1qxpuXZiJySUpaGqyK2DtF0wbyL8qLWiKxKgyCSx0/7ZjwmXTC+G9Rgv/P75pr17MQ+COD5rSjt",
+	"B+bvir2ecvq2m6XfQrcxso5BHrG8J6LX9A6Qs4gHzkKcOv9PaLh6Lb6nag4V+eT6en7/8OjeH7zwC6sC",
+	"eJ4ggzJMc07VHFEWLMCcOxQySH9R7IN5lC7Z8/z6Y5pAeis0G5oIx4fRk2DEm1nJMZan44hMdb4LedKQ",
+	"fW0+hf3QkFbMNBJ0YFBPvu4TZAVNrstaExQHynW2XPEKqmIyDuhGo2Ue7aJ2UaumUX7crfhovcWF1Lg4",
+	"9lHBv3oufveeix5HxOf0FX91GPxjOAxwu1ud/CMdKT6vW6HXfodf3/bb341p7lIe93Bp54zm06Lryv59",
+	"GvX7WfGRZhTWDI+BVm8zzcMNTwI5EiGMtq+g40jYoWy8iEJEf28LmWz3xKBB48Cqt1YDuRM0wEV57Bt8",
+	"DhBq3Wg+CZTk5xh6Uwm5kHoOxi70uFgzHfFPXdQKhd+W3iJzqsDf5RYRKRCBvzRE6U7hAnZyvr6o4BjN",
+	"PCIU2CGN1ueS7gw3EnjD/daV7RbZVbjhZpAlPkCUoKWaS+3NKAdqBihnXHt0swaEGmOeNqHN6nATYd+z",
+	"ik4pZXFCUppDQriF35b5GsBTrK6ozENpR/W3w1S1wKKymIrjR93tkoFFnvrnPyYHfhZ7vvzIP2/UnbLe",
+	"87XHZe2UHYc+usdbT9zjmPq151tnFD3+7SD6Hi+GYXfsgSuxS/A+7+LDnRS/vV5sjJmSVguWv5ZlhFLP",
+	"pJgdlrIojAEGl34RNMG2dCLkKm7z2wK+3aD/VGMQ2juhsTv2not54583EskQ9J4vvoVnIQdX81jLls2O",
+	"xptwg43GJmtkyx3togsAWFqtzu9OEpqMzeKR+lrn48kDb0Gb3LawoNPwsnbskYIq5a70zfvf+5Efm3GM",
+	"sFKbDfCNEcsEtKViFfGcg8C3ySAtazUHUxaR12i2aNWNN8upqGZniMgfq6nC/bS2P8vJg3vfovuEQagb",
+	"8cmIGYSA22iPxrpue9rf3rLVj0LWFmsABJPEVLyOB+rF6b9On798dvb8j9+fTx+9evJv3hUVEZPmzR7x",
+	"yIq8L7rzVwBW7snDpFz3ZDZ0NsV+3X6qeTP4wpYdeoz8u2sWV0zt8Wl8bsvoTwJm35FYWVOLGkGNWZZ6",
+	"fYqPxFLK7C+YPjmngIJh1m1rDyxoNbi4kFtgT+soX+R5wR77F/p6kEtZvOU/s62H9SbgsD23AXQfdCRT",
+	"EVw+VUhNBuOmlVxzLaXQlSyGe1wPP8nNRSXNhnd3d3P6Ww402jn73DlUzb1GldPnDl7QbFHIGbEwqY2D",
+	"9/SPIVxt5FaBJXZF+4uLnTxo4zXbD92xfcyx27gNRkjB7qhjEp8CKMP3xgBroWLj5XXVauSMmbvoYvWZ",
+	"U/ZxMwJdsKbk+e69MebSmztDBmlBBVNTzJAu6Gxq35u6VbtsZ3B9o2ZpfcxBYMHuKUWYqAi8IwHLxrqH",
+	"/dT2EpT7w1C7aWBy1ElLEea6QTDugT2Bl3sP2VhBhbT+6NbntJSLPVfiVh5tYuqxEDUvoFofhzdqe2vq",
+	"t+znzyreV+uhZdl3maoZyCW8PCosnd+7rrApTulrg/9iSyVKN2UVl9F9EdewcYrtHd/CTrZmuZatOtHQ",
+	"31Kr+R65r/BYAsNsm4JX8TsFPLKSteai7/DmjJanRSGzHumuomJA8RzDSJqp8KZULYXWdiwAQJO7ZSWz",
+	"nlSM9T5H10wU30jCpW3dmIY6tqeinrjsUNsGEXrwDYx2iUzMMD5UtIf4jotUhZkmXfVgsTuftO8JzFf/",
+	"I79i4hHNFrE4KSS0U2NHkRm9YghKWQvoMAThZKuersz/0FW7WW1LLyjL3uRV6FTYu32q7V2AHUl8DNmZ",
+	"/7yy2MqkoCJXNnaD2MlK1lXGjqGdTNIKtmDnmQR7lRhpwZIwF9h1vjTHBSYaySvKBfRkqi8vQV2HHjU2",
+	"W9j7IvAxX/7asymGANru817OfNMc3QobLtqt9fufWILpUMcmKWyh9zehoRuBQO/hA0YmvaZK7SFaSmNg",
+	"GblS1eLT+hqYDwYic4+NdlftCduSql166zPCbDAst30AQETsk3bXQkGf3nyP8y6doWdHTNwZbE5kc22t",
+	"b21uWOvMthDEW+e86LTPucC+JOu4cMp5vOMqXJ0YOwCgweB2ua6IvX4OiAlbBRJu79SOPbU5+tFL2aTZ",
+	"xz7PBflQ04oKDbHtS14AjnrnO7Z5Ug8rbHL1Y1+wRobRx2G6m6PbAdJ9LB0f12gy8u3+JsEB4WnEjvh2",
+	"SM3b1C0/4tt6uaToB/yKwPwVgfkrAvOvgcC8cfu2JsHuVaECZVj7h/O31fPvo6aHcUj7Umv0HTX+r65Y",
+	"dcVZBMTj7Vpptjxc8bzR2MnAk6jSVCsCmG8ZL1iVkL/953+RozFRRBZ5xC/z6RvZ52O79VZi5HafXY7v",
+	"bDAzN9SO7X5NZ7al5SalFX0Z+66wfQfP8vl+K6qaxNOEjBs93DmuFeb5CQZZee1E1Yv1RDiJ4mALLdgj",
+	"1UZS2Kp0DfIDvo35swhWOSbGKoUMTwsl5uZ1RzX5Xy43reAKpDuUmwlfTNyRFnYgyyaHrYt/i8I9B9pk",
+	"dzV+TvaYn7Ay1gtxRzZOf/nhhr7aZBS4t7bO521PBfErwZpovpHe/ArvKFTaUqVPM82vuF6nHkRtwy8I",
+	"uEPDhKSIjeAqBCcCzHPBVsEf/Si20NznyHPlUx1j5YLQ0MZ1Sfb9aHAsUO1aGYu+UU20lLCuFDoZt7GT",
+	"zs49xpdaiu3O3KODcAM/oZDsUzhglNBaZ3LDnXBveUySTx4GRMINX7fBxnhBdBBRxbETd+idI+kuobsz",
+	"/rT3uFuPPVl1sBbAd+IKbXxtO07IpZY2ucuaLgzTlTOm56w6tgm9MGOnblGxdsjGNKhlTzaTf9GJrQ3r",
+	"bp67oyzkQ4I33BbH5u0XJiIoC06sx809ig+qOpoc0h7z9mQfLPzLFmq2lraPHAgmFkkS66y/O/4epBTc",
+	"qE25jRQLmVRAqxsZ4icb8AcNdTkIhHh3zQ6fvGlmcTda69/fY8lvHQ/YVfa9AZ6nZKU2rlECxRYlqzoX",
+	"L8xQ88jfw75AbSR5y+8kz8ng3bvnT4bRMNNNSQoy0jaK8fYgHFme1lqWvJB639oOp8wxMaMzY5C5AbAp",
+	"jOI/d9oUKwxIdZIQqM4ivXKhtaPLbXBv7tK9O8E+nuv5lndXlOsXsfhsPZsxm7tYKxbqKWCPCykOnVcI",
+	"spps11rh0JAE28cVFCryuAl+Sj0n9IQrKB3zwU1aFDaVepvEw8c/Jtssy06eAmpFsJwwbneTFoJ2DFeN",
+	"FLeUO6vcyI92K15DxANcqSe2G47ulpLYmdhgjlscwDiqkd3BgCFu4Q+bi4E/d0mpuaUtDhfrpIg9J9oI",
+	"NHeULxkZqDmtWE4ugoImDBV4Ad6PKfy1LGOPRHsj8OyO2uTmhFyx6oJqvoTaL0AHzsylR2jU17WaP9ds",
+	"ObKPp5+9jiMem3Ti4Opfhv04YDEEsTOLHkYG6eQAWtWgu6/W8rSTCtdT1NEnoYwyvP3t558g4TpFCO1B",
+	"/vT+3FzsC+8QdU9bBbbWc2PwGTkN7lBDF3tBOQdFAB1CMT+YKdvOpUTPK1nP5oSGgcpbfK5dR7Dx0aDe",
+	"DJ0R4OvO8woaXVomYM802Pd0j2bR0WKDplTB5fy3Khb2AxBoEM7a/LNHfr1hqpQimlUX6h5brbdQT/mY",
+	"7M+3ySCdTn989/Td0+mLV0+eTqfecyDYlpv2dA8weQQAA0fB4M2zx+T+/fvfJuTd+WMEOHSJ48ZWK2S2",
+	"GGI/mKygfHlHoWQoi1o5ECTX+QG8ETbhQAobOocngqIKpBVmYfiSMPxeQFG1moicX14aAeLysdqMAXsh",
+	"g1vVWASVc3pbL9d+IqeXK73y2Hkgx43KhAtpbIwYt+o/kN6EK1tD3kBZOpaBn/dbTlaV1Ow41GCN9tDZ",
+	"erjeUA0Ber5/AvApcdOhOLvZdErylrLSPSmYD7pxYbHuXFCvZurm50NOXbaHuSi1ZmoiuHZGufNlYR7z",
+	"HUVoVfErWjhMAq4shSS2ZYSQSJ9ELdjKR8W4RvdbSMm2S8wCTXxwzAY3odMNJt7SbVeOjkrMSaKDFHsc",
+	"wbZwQRjN5s2u7p1VFih/ES12ixx8SRvNDd2UQEbh0d5cOD7PP2lI9Rif34aHGRCeHT1uBfmivhgWkI+2",
+	"lFTP/V2VoqH16ER3GgUY85OCpPfG43QPLM0GQTNWC9eWUH1SqeXP29zLqNCyWuAOB3xHmtPKGK0Bj3YN",
+	"ENMn+B/p8IS41kpSWBow6umIQEVoVRcMu3PBatMeavhaUrt/Yx8A68DwkmZkgAW3vtlMlrHSHMacVcww",
+	"Vov7EPR2MXxwUMpSJT7SAPEmzE8jmJ+mhuAYa3q2wUQAOiCwL4Q0HFczTHKeCFlrxXNGcOvU0EKQpJN6",
+	"PL6fpYn9L+b+697DNCHv/vu98b0/gK0L//mtbaoGLYyw+dr9LP3bf/yfE0yugDZxm63hbMhLlawozMfJ",
+	"ID0ajc2XXKe79HCcIsgCdvl1zeRoZcYo9efrq9bLi+yFgl97Lw5E0q1bTiUB+0s6rjt7SBOxRK8OFeFx",
+	"NCnL3xzdw3xXw03fnT87/IOvcnj57gxDjgAiAQ3M0lEKOEjpaJQ6ifruzZmV0IrklSyRnRpWqmxrsLBB",
+	"XdNGbVt30F7D5dTRsJkXnwmnN4Kkr2RtqB78d4ElYPVLoq3Ro3qckNutlyfMURX2Kl4nRGXS9nhteVNP",
+	"yJI3WaKYRbzbfmk4fn9VsmHUvVDoXkGIJrBJIKATkv7lJ6yHDTfSI8D85ad0f13DSY1dIC84Wv96elDL",
+	"47UNzygv6orZprUJSNfNxLcAv9L1hOrY7S5CbhUUM8cGyQV2uKfPLl736b7eDfJMViT1DClFa0lWfMYF",
+	"Le4oeJgWxeHPrJLEvEX4JWkgiOK0CsTyki53sJG42tKHjo3VT6nNaNYsPwkn7jGErMvghKQuGzl1AQWP",
+	"HZVztcDcZcONMfcP1eggMm1llpCQYZ8QgNpD9tAqRgfz3c0Dqsrxs7F4Y/Q6Rw9r4z4TmumaFsW6zwPa",
+	"JWugrBZFbHw1PCm/87GbAIpoTxbE7JOt/j3w77+mPn5NffyE1Md2hGo/+dFO/tlmr6rXfdnLrxv7D1Zv",
+	"s3t2oKT2JkP74g9DXGumG17oiqOx2c52GzPCi/ZPDA0s2n+AxNBuJ6QA8mbjcFtUtIVJOtT2T4y/xyMU",
+	"6BHY7sz/AhlGW7NYv3Lnr9z5k7izBbveRa/B/Xpl37gda/8RUZ2c7yhW4dqPW/XPyioRZgk1xQjsVRir",
+	"cud5E475qqGB/RIq4F37ljXSNrMrWoxr06WMBe4FvWBF3Oa2ZNA1YdSi96Utifkw2k+78y3MVT/6Fk0k",
+	"DwTvQYxTP6RNsjDDpjgfRQb3jsCpNBz5/e0pUvoUpg3kbcMoXdLu4+ITEbBxEnJxi/lwWz4+EQ04tp3T",
+	"b87Jy1aG/3Y10z/ZqlLYn5FtKRnrQXpu4hN2v2K4vXtkT/l6CN8Ep1lM73UPLvqWxgcj8lyQJatmNrvP",
+	"SrCKAYQrEBUm2EqAorW+/RE5tc3XLN2uKilmE2FmYqjAOXnBGSBrwIPS1PmcGz/Tg/GYcHFFC55P8UMp",
+	"EXTpdsh+m4uJSO1jKboiV9hS2voitvY78hXDvcFUrEh1+UnKRh5tnI9bxzgGcm1LLKoC9L4x+Y7Iy8vh",
+	"iNiABwH4hyW9xpiga+43DuKE42SPPPimSvrHuKv4SVAszq7ntIY8Pp9UNXj15pDlVuHIiw/Ahl7Q6zdM",
+	"V5yp9ATgBbEFN/kOnLbBIsystjgNwmJaltfley5yudqyx6GbZQUPt3Guw2B2ZE/NFn6ubYXK3detxlQb",
+	"FMGvzM0VxbqhC+p65AFVACK3j74X+a7jv/E0Nw4sBq7DSNohk/Q2R8iwNQaX4mnTta6TkY+PuIwy2A6j",
+	"EJEBQNjUZSkrayAjvjSgVfq5+EbvuyfTarjS9deWrnNkQy1NxrYsbQ2LkJ0kh4CQxmMyeIidVMpazQ9d",
+	"iAW57HDX4R3tc3hLeu2AqDqeBRzZKh2K/8zIgGVzyXIs9GLiUlYZy0+IuQK1KBA+rZe53Dt68C8P/nD/",
+	"4YN/uSl9Len1e8q12efeW/v0ime6nzGaLQz4YuLSQFyKuFkSeXL24xfkkUsuXsvSLSSy37wouCMUSppM",
+	"ZtfYkApSi5xVh5d1URBITSZKYhc+yKDJaGUuH+pig/Hf/uP/hokORxPRrIWclmVhntKSpOYj36GRAhCQ",
+	"gCi1msvC6nIQFC1bGYf5ENk0xRlMBDaRPTom0sEL4KtG9FDH4hNP9U6iNniksBBzRtDZ1tUUGsO+kGKG",
+	"3W01yHS5EpCXJWttY3kQ4zManUITFKHsvVxRmq5xc8zZmAsPwVJX+2LmsWRUrOa8cPkx7pxvdcZlxWVl",
+	"a8G6fDorIJfYPRK/TL1kdzQedyZ06P+0e14ed3ILzzQ/KJJWHSXEmhS9Skp6K8ZZfaqqkzRqDWAO6y94",
+	"c5vJcrH4XhaR7TO/oPa1rJVzwjojwr9PcliUOiHpX04P/50e/jw+/HY0Pfzpl3Hy8MHHYCsxo2dk5ZPr",
+	"bcDFQgEynJDuE3ABKmZb6kLjZlnkx4RCOQQWPphra7PzLdCPy28HfmL/2MyyqguWkHST7aZNSY0FocEi",
+	"3OBs0o3NekGvPanEapKo0QfMHv6P2J78tzjIW+83+uUYZIAYObA5xTQhDw279M2t/Tk8HD/4w3inlvRw",
+	"XzKq1k+MSreD+e/iDObit6b0h4cPxrck7KAhXLcduVGCuW6inzRbKEKNaW/9g0HRBLG9eOaM5ihFIn2f",
+	"7XUIgKO4mGFRkoPxgrJyeWUTyYG44WcspjRWvQr0ox0ccq890Lroh4LcdRKfT9VHO+MRBIr75wP2OWe6",
+	"1Q1HMJaHDoscTQJFBjkzJm3Ghp9X4/+4w5BvEiQ6qTDEJe2yy0sG9ZXOuIek6gz60dVgdueBJpGDO9C1",
+	"d9JztjxGnjURzu72deTwKkDQc1c+btgcuIvScJLeo931IzSDhu6G4e/Tcg9O7fdqlf/WVviOLfpVLOzt",
+	"c/h85vNvai7/Ls3jrTv/xW3fXV//7c3a7TP8arL+nZusv4KJ+ptbm7+tdbl1s79ajp/RcvxHsRR/Dctw",
+	"F1X+/Zt9W1f4eYy6rZ/4dQ22LVOJgdecuyY0/qA3rYGo4hnTiDtrjfD3CMdNthhHUdVnQ9uI6a5R2yHG",
+	"Zrff/EAKIq00qmDrMvZGrF+HVWZfJKtv3zL93ycC2ZZEoe2oQT+2WxJ2Sokddl0NF8tokb5o4HNhSn5N",
+	"XPyauPhbpZVbuo9k7fhE7d2pPzAGcvi/1+REMrDoRL6wL7XaY5M8nw4/a7b3VnDWYGO/Zs79k2bO9eP+",
+	"7s5vC+/kb1kFcMtk/m1YbjFcg7hToCd/+vYpxfskEveid/8D1178/o9rB7sNG4ZuHNyX7gUTnZDtoHEa",
+	"6/Zbq7kRaMZUs/zdN9xwRvJASA+Zgg7EFa9YtEWdLf3dVcW7vbx2j0beX7BMNc2LD8eIc5AXH1C1yi1S",
+	"wq9co/oWrtafWaXi1+G80TnuKIIXkVzh4+SC+cTgBioqsR0hKwm4DKQuZxXN2UkbA2giQPgKSVLVmkKK",
+	"zt4AegoDngjbsJpbd4qf0oWUGNHkWk2EFBk7pIe2CVY2Z9nCYxeig8ApUG4NtsEdzckgvTuHLiapxWO3",
+	"CckItzA8Jq3eQi1UIVSRrRMck5oXrNQEXNDWj5fLlUhIaoY+1elEKLo22zOXK2KBN9ZmibEgKk75ZoeD",
+	"vvk5n82Z0gE+PNf+SWg5s1eI41HvBDwYr2uY06aQ1i7RfMm1OiHUPXzBjCrHocFgrTB6AZ6uxDZYZKSq",
+	"hTDbZDRr5YCUaNDlDNgJ5YqNHFq/C21XLJOV7SR44zxEXPEbM3D+aB1feWetdjJ2beCvRuKCQUjqR01P",
+	"Pt9UkZy2QLxFLtKKIdZC7k3FSJ9L+gkdGN1y9tq2FongmwAgRCGilSchgjdsqv0BKBlI2G8nUBIO4PCd",
+	"b5i00eryi0QfLCe8CzEq8ccR5bSMLT4T/O2nIdfGwKn2KLAy898Xx3bB1iO3Zm+Q9uW8pBrQLc75kilN",
+	"lyVCmbRaHySOUCVefrZwAC1MRICZN6AVNyh0LnXBlX7DStppiRw2vXQz79UadugUjC3O5VPRM3xwips/",
+	"dvbk9n7Lusyp7lvhilai3W2jR+doQMy6wGShntHesHADNhfUzKzvsoDl8HsimkY/f7exqV3IgN8zUdzq",
+	"bLef5ebW9J1qAHXUPVEz+rHF16tIqpuzHbR+XHFhMw0gucrohTN+xcRwRF4yDlBfg/SXj2kyEekvkwN4",
+	"deKcJYAIFlSshThWzvbAVAdAnjrZbE8BfzdDf0whz0CRcHYx/U2HJxbhqpYsUfS6+LFL1aHQ6KBJoCBc",
+	"KE2FHpHnNiB+SYvCqUYA/LlmtFJkPB4fmaG//fbbbzGNgwvy7vzxCaZLrLhim1uQ2OzAdmDxBniq2tF2",
+	"ZJ0lZoPZrtLWftkPXz05QBfREx+ii7RKuJk5+1PvR7BZbayDvuvEEYm62CyBuSwArIR22ptYV2FQK0oU",
+	"K1imd3UHOJOuMW9f+CtzHSCMAipV61vBrPaoTaWuo8fG5/s3q78N2hOq5heSVjmhs1nFZlQzjGBThA7G",
+	"mKmx9xq/NmoW0BQJOoKSOVdaVuuEKDkRqYW0Lmtt02BWsjLmZApcALyiCUmxcSmIBLil8CQg9oHTBH4Y",
+	"n1iwYfB8ToR5v2CXmsiSiagRVmcLpl9wUeu+lmiRbNJt6t0mRX9Mgsa32wAxN86i8CS7+4uWvD/F8dZs",
+	"5q7GcbunA3t1bq6k8q2QTmeh9AwcVv78W07rG23VRr03X7I3VMz2PK9z/7hRoJD8PtdkunzKfyrpkF/r",
+	"BFrbErQyDDBjLXnEUhzcEsJ+v+4I+m99eGg7ernevO1gb2vBm3ssdzUd7F/heUgW7fVdVnK5v1dcy1t2",
+	"D4LPwPvRWdYXntmi0tWLIqmCR8/7dZGXbGXU5JwAbYEbrxZa1tm8hQbeq3iQTb0DPXI3UTwQj5A7/Pj9",
+	"VY8NrTa25n03Mg5fudtEEGy1Wz3f9JfI1XaTYotVsLcy35pa+5uxXTmnavEFQrlfE0C+JoB49r5X0NkQ",
+	"4ja0lhukb8CH/xFgpfplV7hbn68h86f2Cd7tYLLh0Fu0YTZMLRIFpRrIrmdSWdOFYNPNcovIt81Pvckr",
+	"NnWzbxKXsu7zERle+DSOpHza7RgbhqyoucmM2J0hl5QXanRb5mXP5Pm2NrA93Zq29QOI9L7CH+Fymb3E",
+	"Siamjm2diWIPH2BidYOdf0JSdn/8XYp+oKGNSMLbE2GoPK8LW7Yna2hi0tEzLtaabelc8O9K9/mMt/WE",
+	"ap8OLmCjT5SW0P10TjVpZmr4jY1U+j8O0dkDq0oIyHWHm95kn3d3zQdKDCmodp9M35Pq8jKZCFmF2xbM",
+	"JQgWWaPdBUh8t+FbUdQWqFUzgx/YOv7jdZyorHv51r078QL2chzo8tircZv/pjfLcYRRX7n3dtqGwRd2",
+	"zTGuzGJGxg3n5zEDt0/Ojd07M6dZdqufUR6nRj9Lk7aGE4jfIZGVazWxlDn7DlSWNMEC1BT/FfPw9/or",
+	"tui07UvbKFNJw1wL6HTmeshzFU781gzW7MHNDmenerSPm7VDhhtkA8UPsd6jrSoc0B2FXJ3AZintnNbI",
+	"dhyTAoU2W2cFiztBWyKy8zVjf14wF+oEF/kFyjwnMJraCNcspSnUhR4WrQ50AQ+XEds4dfzPehMbPpyS",
+	"ulSs0mTQ/M2XylslZHhC0oyKjBWpK1MbBYj47jUIIAf/wFeiKUZbmvg8YUrbhMvtnXx29eaJN0KwD2wT",
+	"v9hlzHeQuaOwG0lC2Gg2Iilb/2n+/K/y+vLH775LJwLKyH6ZHNDJwfHRR8haht4lGOyvGBwdDAZuhGeH",
+	"f3A4B+BEAOGgpqEvwfcjk9VEYJmeDdT88jH1fXXMOULij7MkUWe4nSawN3Way1sxpVju5LKvKbdL3ZNK",
+	"P/QBFjSn70s/dnVmCeRrRwGDKUJjlFpwY5yXrNp/3Guxs2Nku7Pshr6C2WCXHPrvmT9BKpVHPmA5sUb/",
+	"eiIktot3GovFrtDXIkWsThaULhNamLNfG5riWrUwE3xSm8XimAj4oINYQBYGddB+GolLQfPte5/n2KMJ",
+	"KvWseeDcWdsVD1kGvcL80fSK0r4I+SvhdlKWd5QxLTO5ZCPckKQ1T+Bo3oTBWEpPLB39J4jnifESIe1n",
+	"tCQ4gwtGBnjTkejTKDLIbpNp35qsPW0QuYir7P16Z29XFbsusqTIWTw1+YM+IamWclpAlxWf8MaVI2Wu",
+	"YwIgb0mA3IsA/G/8KniEceR48ukeyvLNEgTkoskhjVAmjhqeRmgPR+m2YQEtTWOTgL2Wm0DfvoovDW9D",
+	"pI3UjGt4vecLNvgvsAX6IAXVCbRFcllQDWJpIqAt0CVnRe4VEf8Zc4VZcQmN1KCPLaQlpq02UubyhH1s",
+	"k4lIcXfMLy23q/mD7emXurikmbGwkAV2DeRv//N/kQfjcRxAZ2ub2NNsQf72H/97o8e/l/adJjL7tY75",
+	"2od7M/8N0tgHQEeGWw1h22nBKQTeU9ds+/P12u5pluVO/LLVNGuvY+3pJoYrs7emWRsPm4zt3UEsuNv9",
+	"zcS2tN11y7O9byUBpGiqmTEllKaFa4tbyaJAq+uiFnnBQI3baxu2tQ6PHbLeoyvmzRupuoWWYRlzWxv6",
+	"2jzzU6/nPh01jea/0TOfcGOuAHaHzZ136ByjL90zchsN3rwDnGcXFXN9OhPs8CmMzlVwhYLP7MJp5tLz",
+	"RlagfVpH+vhKXJt6exjgxmkBZihM5zOSHXvnKfR0ZlJcIWBBQi5qDaeLswibH56Qpjvm0fjeA2tNgkmq",
+	"W7bHHUUyWg6TiaDk5bszks1pRTMN6YPQhtQYX0Z5sHD1LeMzlj4YoN2DfpFgA2oX1HYFAsiuOiHum7au",
+	"hL01+4m2yYKtyWCzRaVRZCwB6G12V7yRB/yhqYgycsCoodkionh24znm1311vz4XZV582ELQvDBGfAia",
+	"Qiq5GpFnxuZ27kFUuYgttlHStjzvogblLQoMI8N1kRtLHr8GRGTUQqV5URAItrNcDQHOCuOMDqSq1cLd",
+	"F7pA6QWYTbWg2ULIVcHyGTj4ocGpA4oBI9evi+U9PoCmNG0Lffi+uT5TgytHhAOM7a64UD2f2KGFwM82",
+	"/GwYBRnQTgiqbMr/lO1IDA9qKYe3do7u6gDKBUkbD3m6te3n1tu19O0/b9qz0w+xm3Vvzfnezgbi3hTw",
+	"nQAwF80WTZnlZ7/lrhQRnkqC5JP2rB0V7eAH/S3Lv9ojkW7hX9D0+MQW8V/11ts2fTcyHCClwCUAweu/",
+	"E611Z4viXi3x/JYKIdmqD07E7RVCskUfhMD4rRVC0qsPTsQnKoRPtuuBUbfzNm7cG9teXG1+/Ic/k4rn",
+	"Zqf+9p//RR4+ILJUgKyazph+XbFLfm0o2ZVuIqrnvi6FH662hMWTTqw9IoShG3q2aLx86gQ8txe2YsBu",
+	"lF1BA5R9G5/H1pk60dnUl3TqSBDtN1ctHQ3QBRFMctCKfFysydsnP6Di5ufZI9/b6e6V6gv1wB7sv/DP",
+	"m7MQEt+NGsh/Xy+pOHTt1cE1BEG9jNYqzo0QveF5XI1MF1fTsoJQNsc+ZuAPMw+7S/vDn4ksbZG37Osr",
+	"v/WmWJU4wXEPacFnAvn0npeiLxfDfPcNOAX3XdlqviaDlF1zpcGHbcMbCUltkTb4sSErMrEu67iMr3o+",
+	"+36+Dk1fcz4s9w47p3kGrLMDu0GzxbRihk4gENJZhAtGTOey4j9LMWXXxiyDR61knGLIpAJJt+TK7rb5",
+	"zMW0q5yG6/E5MpuxCQtpUkKEzcUPBshRoEwQiXD4SWyk/5B7i8AfB63+bfwZo9++2T/g5tuH4lbfHkzi",
+	"Uwl4az7RTmn3PCdWymHiLTeiu4g3JAXN6qveuQ8nyOqqYkK3+0GCToGYPEKw6g5KnM+jTVoGsy+n8vNr",
+	"Y24A3sCNAR66Rmpjvm7LX3snnJx5EaRT97SctxicjbVEScEVQMBjsWGtyQUDMYUIMEKSQooZ5AxkMt8B",
+	"3NmRgnKFbRa8E6rVotR+GIBAsAC18UbJelcd6vaK+OdbMJd2J3+7kHLzsfbQWzPAoaY+qyuu1wBmZKs1",
+	"Ga1YdVrrefOvZy7J4E/vzw827oN51sgPYLvH5BG8QhCl6a8rbeGZDLeDI50zmmO2iRVZ1m5ZydAeOCKP",
+	"aI4pvROBr6Qj8kYWxgChRDGNGMuUFDTPWTU8RoSgQymKtRG20BvV/wt+gj+BmM6X3Ijmy0ouMScjrWST",
+	"oWY+kiJOvrEKaTaHCBrYR7IiVBDgUoZG8a/WJnKAQhORnp2+fPp2+qf359M3r86eTh+fnT5/8daO3/nt",
+	"/0rNajQMY5RrwEXHIDdOASF9EKjfzA2eUEOzG7UGWq0WLCepO8xj8pefbFVYC/Ap+PDbH56/nr4+Pf/+",
+	"bZoAZPRECIm7PSKAgPOn9+fgS+UK0JFdvF+x6qrBZjffh7xnX/kLMgr4J1BBczPmWpcHHz+CB/JSRjR4",
+	"gJTnKgSzDmDObHdqQV5LpWcVe/vjmS1/zmVWQ9m/tW0VF7OCESXrKjOMeCJ0Veu5LzPBD614BWawsa31",
+	"ietzwYRRHmRlYawgKXsiXonWeqF3r0/TA+sUTwR2PKPghADILV6xQyO/qeZGufbm+Y81Y4K8+HEijkbX",
+	"5Pvz89fk9PXzhJh7vVDe80AGLQ9w2sCWYYZviFtm/uJdqumJseEXtpWEEUJp4zKHngQpQqTrecWsp/2Q",
+	"XWsmcsKuS16tbVNvcmqlvbKZTQDUnkyEkiQrOHQ3gHpGPhOyYq7EyeaIwOY99q4GdTwRh+Qp7OSD6+u7",
+	"31xfkwuZr83BwVamv0zQTJkcHJPJATIQza4tB5kcJGRyYFh7+LvShj6nStAFm2ZUMffwx3RkvndK0nvj",
+	"B6lrVgAftEAN6WMpNBP6EDPx0hMLewZUhEjQNp5R0kphg+VDkt67vk6bvFgQfMc2kQbi/uipbxJbzEm0",
+	"f7FgP3hF6USQljfFtS2hRMvysGBXrGjegSlYIXlYFlRYtA1kHT678963qQ3jvGG6Wh+64iubZTy0VrHh",
+	"gwrUAbgKshiZyZx6xgypoK69iczXCSRxi3WothuWDtZcji0+YJvdAHi+rjtDYkbvzBNwDYyhwfL4lOFS",
+	"FRLFvJmnYLBPw6BliszNhnFhxr8s+GyujaQuunh3+Zpc1PnMiI70wdF9smHipK0xgTIBdoFDAKaE+QML",
+	"fzD+g1vj1HZgSX2BiK+bNAd5BTW85hnHZZq98ztGYa4VY5Zkc3OJGvQ3JxW/GY/tHmXQpNw9Ma0FvaIc",
+	"NDiAYsEPmZ8tzwJOYmbPhdKM5kSVUhbIsfzw98ZHdnhI9LJXIHXIjeHmYFIetrSBoU5ga0ADOyxlUWBv",
+	"G5vbV6KAWlFoWlMjkomsNbgo2zN4kLrmNnZbkWjMbqbfjO+nJ6HaAGmqfptWsgKgFGVIQWMYsOCis39m",
+	"tGbj3NmNCBAdwuK4vFiSfnN9bVEV7YqDoe6nWDQhBfHwh2bwgZ9QbfTdbA6OFekB/oAw0Js3NKtP7F0E",
+	"DrKkRoMUVGSMDIDVmekGf02HcAefnP1ooUATLyKht0Bi2EbATKzfADiPSwRmKuA88Fktm0xLV9pFjexf",
+	"2NOFMOUKu9bbxdsuQ5VcEiWXzFafC/MXoUHukoBWLGGb52QOMl7Pm4sCWkWo/X3TonN8ayqknloRlFq6",
+	"Iemp+QNsPCqJoecY34NCZ/iCwtYythORuSdGtfP3cWi3BScnpBm0uawuETp9YIg0mJ2QU1Vn8yncNGTQ",
+	"T68zhp0APXCWkWuEiStWyJIdNyRzxxFTw/bT7y2YphNWQAR3La7L3bKC7Wa1si+PEa/FSMq7ZUG5wElg",
+	"ga1LpKZlyWgVYsRaZznXxuyz+pfTRQ4C+/LgaDQeja2/WNCSHxwf3B+NR/exbc4crIa7tOR3r47u0gxy",
+	"hUsZq1JC/4oK26/Iy6Cry/Pc90bCrM0hoVkmK4AF0tLLVF8lnN6DG43VditWFIeXslqy3LGIY1dYXBe6",
+	"BbNndUWf2v3G2lTE6NfHE9GYC6DwG3MBt8vTg7HbDk6zxQEaZEzpRzJf27xTo1WA26T0bQbv/tX695AN",
+	"7PLxNAlFqDQ3Rp81/yumSimsM/zeeHyjL+/lZoIpOCfTkl4/x5eOoHih+UfHb/2xax6+wj12Docgd2MJ",
+	"pZzemnL4TyAkvJcQUSzVnJZsItKAzO6Cdpt6rjHogio6BRUrVQxjt5oSNQweMus/JgcPcOtiG+G3+O4j",
+	"mvvTMK8c7X7lnaDWLGY5vnR/90vPZHXB85zZmf1h9xt2Wucox+C1oz0+9Bo1n3Mpz8C1a9679+3u986l",
+	"fEHF2n4VKty/2WcDnwvNKkELh8t58M0+2/GWVVc8Y+8a7QadFq5K39w/R0xAMkvvRdN0phCXa3Hwk3lp",
+	"g3L62VQwqrJuJ0O9zpMyIkD8iJ5nuBQGlNpszGbpgoQHMTMRmF8OmLVKFlfQSTFnJRM5E7pYj7oZ8Pgo",
+	"BWQFDTUjxhIwOseInFqil4IZZuXd6aC4ceFVJFnlrOqyN7I/d4M62C/H4lqlwL8LPreTm7XDF22zOtnc",
+	"+q8s5h+IxbRcxNuYjG82vUUXAqgMFaBm8kviUlgM0wDdDWRhacGjXNe2pVE7OTS4BNyZtOlYjZEp+4qx",
+	"COoKdVA0iOD9EXnv67+PJwfQhnpykJL2y8jfAIsdNFAAGYJRsRO2anpbxz9iW2GjvV8oSS4Yvuq9GhPh",
+	"DMqKoUOFpPbjKUEn9Yicgv8KHAzW50KdMxCnM6CwbSXUehmGmJhxeTZv9oesIBm1wdBSvACei9XGHVxT",
+	"m6IyxfFT77bDvjhckNQ+sYm8ZXiqZuK2DPexJ5svw3H9+F+Q5e75feS3m/z1qW/e7u4QfCjko593KpZd",
+	"bM7kuc1UQr8X3Dljr8DPJ01E2J74V6b9OZh2i/MihzSbHvTuJ76I0vLehtV2OTCoUoegdQElz1hPrW9l",
+	"u78PbJ9r+MQwMUod6mzad6wCR38CaBWudz1md6BbkHqMq4lwGGRDdLWn/3oIJvbheYjM4f74kl1r5/GE",
+	"kVo/WKgs6+FQ0AGDrOYMYkSQomeRucyr4KUZkdeAdhZAlR2H+G4IVaYIwLk5uLKJgOwyaOWL24Z8F3C8",
+	"ZEXACWsB4DpYb2RJF5D2rxa8JBBAKRkF6DM1mogYOzSKbLIvZzzjSj8OtWOLdEWXDAGNe/oBNI/cNUNg",
+	"u9KPyc6Hf2Brlps3LMrcHq+YpxEI5eNPv4ba2tqO/tZiG3ztcaveFdA0LF2ZL24SZN887Euw7pceBOZj",
+	"chAh3X3H8Lt9sHFb9hmieRjW/VXv/q1ZuDmUToG1avPuFpPexsHvFnQ2sx0X9ubk3iQf2mCBbblTC9+C",
+	"3ZepKGNnG7NdQ8OZMzpz/cEnQhY5Gdx/OLbdUqymPExctES5FlwQc+dLRgo6awSIFSnwa9Cp2YgShOnc",
+	"LkvIbUUJFtFtlSXktqKkEXBRWUJuLUomYpssIc/CeHvFSBP4TYxR0nIC+tZKTOQK8jyWcdX8xrLoDInx",
+	"70ckJZugU9jUy1GrMWx8J3jnOq1VTYtijbCxDxH4Pdhedk2XZcEQ6sFcD8zYNMN/qFm1dv37jg9aF8ql",
+	"idAWfgkX+uGD7S212qlzXBgL4leRtbHj3kfW2vdi/MhQcxJQ71c5/FUOf1k5bAVoI49bSLG3ksm/wP9/",
+	"tKBETEdRtQC0DTgHPH1HNW03XKYCisdBA9UsS1KxQ8UYVHSw5RCdVhOR4ndeME1zqmmKL1mn0xB79GEx",
+	"VAhjrshMEi1lYtt82G5+OVeZRM+ZymTJmtQrEFwcgqd2Ona4CyN2Lium5o0THqKQYZpMI2QwYe+4X5jg",
+	"9jzuII53xEi3fFFJW3xtU5U21kuWdn9G5BRquRBYkaV3bV57QtKj9G46trrGmqn0biokpNusieFHQxCn",
+	"eDw2F5oAUyd+cghet6SCYizP5prkEjH6YnKgfXotQWDPsC8N+5MZ/d62FB5Jv4sKfocUahs9/urj/z3w",
+	"ODw2Qjv2xlbWlvSYEuB7JgujcRklvnH9nGBbHJ8I5WN6DtydPNeKDGyj9K64nwg/GLiUOrYA6LM3Ngcm",
+	"4jO6lkJzALu3btgDZEAdvF/Y1X9J10SVNFDkh59sOTg5AabDtlYDZk6lLCfCSAzsIWWPgFpOOdzqoeo3",
+	"CvZOBfkj0zu4+D+Of+oGrFRTXsSY6GtWHeJNyOGZr+rvV9HwxUTDH5m+qVy42d0FYn9N9fzg40+71eW7",
+	"2Kvh7i/w/5+iPUthg8cbHOwmCuePTRHR7da8m/nAJ/zDX/XZr/rsV6Z1O322de0/0W7vMKK7jTp39xf/",
+	"3x/vKsa2JPW+pUsAGkFpDs2CL6F5Z1C8mRAGGdGoydkyHID+QoMZdURhUWihemgiBhbEJdIp9pb5Fa2m",
+	"2r8mw9vxsJ+TFSFfJvsj7CH80WZ+fCH+E+teHuE80Nr274XrPNgnmYwtXkr9DPqf/BOxKjhH2uZPYUXy",
+	"5+RR25nRC3kV1ZYaV2Njc9uEdGuP+/7m7ZbZgGKpJRYJ724z3Wq9bR88nFVU1AWthoZv2bbCBb9iE2H/",
+	"gf0UIOEPinig9IqNCOB4295GK4n5wMj3jhsmCg4JSDjZ7Ni9BWBpkEKrBVWyjF+uCbz4nVky8a2LcB3D",
+	"nvyN/djtr6tb/mNwzrB9/1eu+U/DNenn0elCu2mL1sZsHVbLzPK3ntTQZkXarraNmw/wYnDKWFGtietz",
+	"u2Y6mYhOTMeyL3wDaiGwNNVFXggEXsAv5wIs8N2BK9e3Hdm5ngj3wSXTNml4zfRwRNKgI6v3KV5IPR+R",
+	"p9cWM8QZzblsOpoOaoUKK1aQGd10eFvVEj/fyckKDuJTPApfiKn1dkH+lbOCe7sIR3gf/v6PxP3+GTnf",
+	"4zkV2IsXMCM2G2UbBajS+3JCD3a93YeGnAcqp+UKfT027uwwlqCa2zKr4f4utdd1NWNPig+7Arc/BmEk",
+	"6tpsWSDFUFFrVRfDFKfuNqZ9jignOtrXNvRHbe04temVe8PMb5lh77ApbS9E3zS6rbObz3c/+CXdX0+K",
+	"D3Am/XwEfv7q8PpdcQU8k5zRnCB4e5iWYu54b7z2SRvIXiVEsBVTmqQIVnmqUxdVvEl4dUROMT0TSpMh",
+	"P3QplW9zjWFLKNXSslSE0argrEqsKeizSaVgCcFm/tAuDZvW/X/sXV1z2zaX/isY30SaZSS7fbc7laez",
+	"4zZpt6/TxE2cdnfKjAmLsMQVBTAEaUXrye3OXr8/8f0lOzjnAAQl0vqwnNiJrtpYEkGCwHMOzsfzhEgO",
+	"UacoIV4UoClGphLWIdamF7++Ob/47eQ/L378r/Pnb6LucavGJ1V9ehrbNqtLvEU5ULsYhNUb9wl4B2FI",
+	"0fqvixgpRBywzLxLoFFH+v+VDQNmOtbJx25SpLkRJK8C1nYkC25urbC/O1QuDXBWqxtoG8CPwGxw8RcK",
+	"lqDxScypxO6gtlHMomgu6LxVMPhmybHLNhm1UDsYE5a+Tv5HBG5rHx0eHvbYCQM2oJzIHGtBFBJVSpS8",
+	"wJuMWM4hbA002TyUeqzyAsrrRiJg2IqIwrc504XIMnMecRvsco7ih4Qp2KlYmM1hT0CzsUqxLgQXetN8",
+	"wK+b009Hh4dA34BFteYBvRrboyaqx0dcffAsfQ8CyY1prgqp9hb/4ZSl3mrw615+/yaJP/bRyqyKAVs/",
+	"P0riCHVqEwk0R+TzQ9PGTPo5Ktpv9jTA4koQ9jiU3HVne39nibZxYKR6iL2Efa5mjvTS42TqhdLjEIqQ",
+	"TWAQHoyUhD5sV1xmbr9iNUWS6W3jE69h0tawiHbekph1uP9ynmiYyy6GpesN2aAt0NhEnXhHlowX4wqy",
+	"kvjW44qD9LKEby6L21SdAPVDxe5DJc/S9zh/nygI7I3XdoAxixz8K0f2/SUEQ9yDOxKHLwkK3dP9DI7D",
+	"2hwV7ne/VTxwC0iKnwPSeFsWnIv4NlBFnv1mHH1dSo1s/VZ7oAHMjh09Kc/FAp85+7HUiRTaSSjrUIJK",
+	"SwDM/8wnqe7C771K+og48gZExI7MbBHy5IMSLFMZfDWUkUuLQc7OiQsQEaA/DniW2vOrhjxNA1Ilg+EH",
+	"obQ8YTh2QEKhg3CRPj88MCcvTxCBDpNWRSA69sghQklcAchoZX4FfMLZE20ZZSwFHDiE9KSBFzVHUmD6",
+	"cgKdckCs6KkCsA4Jt4GGCPivXWQwBLJCrGgC3fhKXgRvOpHDPNo613d6fZ9UQXT1zxSgdqO3gXGbpsHe",
+	"zXzs7D+vS1mHQA9MJ9eLWNq/kfpj/2Yi5rcWdb6VDkF42mMvFRUiLitysg44U5PrCz9334XIC2fRv4sP",
+	"mRgWP0Tm2Ik9m1AtVaDGfgV6Qy6No0ZFlpb9Zltf8vQaQ+oH97rnVhQsuugt69RNhQfXGGQHbiPJ0H/v",
+	"7vfkY9+TrjByghL6/nZsCRCfwLv3eYadm3GlSmmdjG324i7YTU6vfxHF59pNf6B6nnEJ/LnoLnRkPD/n",
+	"o+WJ/b1UZmqIKzZgojfqsSg8+LfwIKqSXHbz9W6NRO57JR75xsQ2i8ZdeWvI4fQP5HPI+FC0BAukvjVY",
+	"sDLUeyqAu14gtTMV5h0bb20oZPFUSEy29qNKawMq8nJzynZqhrrl7vCR17+9d8FBVjbA1NtMi5zqckA6",
+	"CLmvrKtghZnB6EfdHnv+gQ8LSlqrKxYVRWo5S/rRlcrNqSECeUR7bxWIoc4DcGpjDWAi4qiiyMNjBxIr",
+	"+9clQeYjOlRA8TYoQBj/gvQNVAYJKRBEcy82MggYTcS8EWUrzck2mN3aVzkri3s7lZyVxWc7k7Qj+p84",
+	"K4vuUbT3fR49xJ6VLRDrnUOgqLh/QwzEH/so7NIe53kOn9v6mDS5ttrrY5FC+3NEl4pYodiUf+hYLTHE",
+	"kIBJNWP/YtljusfIOG8TYRJz5MhCb07JeS6Ghfkj/l7EOByEdKyAjMrrH1rXLZS+77YUppFiJuLBIYSH",
+	"5k7Co4IWLQSLQCsUH5peazQI5awW0C5B9QgklRD2sAnlu8OtgQgHhLFXheCtmClRq2IPOjQ4t9gfej+b",
+	"2qD7wMTlyb3vYHltxDZIfG2WBk/3FT9fChDiC2cc4cFDw0xldTj0Vf8aD4dOchAp4mrC1iBcKyT2ZCRp",
+	"Slk4V2BEhTAAR7HIE+MuokhFL5QLF7Z9rdQ+sqhXqFmn4NNMmP1pW+PKEcbFneIhllNTVZJfd2DDyUmB",
+	"nhvU7YgY4pFVy0siWVQ6FUYSASOStFSNdCihJkmXQ+ckL1LcaYom56T4fDmvEpaWS2/GLQuPnShHLQq8",
+	"F5d+G04Sww1fzmmAgI2T0dhNbo+dsPYarFA6xcZtC7FYax1WKO9WiMXa67CwjOouhVgLVBl2GkIJCj8x",
+	"rKBU8Gtkw7DKKSRgSUx5c1hclgoxWFGlBfrttSqtczqnAL23TV6AuAumxE/M6pExVttCyoWnE1DRzHUB",
+	"IwyoMiaUXE9IktafA6iEAU0c88x4hihUZG7JPJxAOSk3HxMxR1VI+Aul+EM5TNVwAtNke8BGAguAzQ2B",
+	"wAM1Q/CpsLc8VjNwWcwmdTeP93PsbgjmBO7IfAOuC2SD5iKkHUb39WRXVW2/Vfzzn760bceVZyuKhl7a",
+	"w+PPsGobuQMSDlqx3kGz7a6kvuPtnHM9ab2TZ4T+FgPJCrTcC35aux+r5Z0JGWOJQ5Yr497iP8wtpQJV",
+	"vGPB4wtM8TaIb68s6XO7M0C+M21c/g4VjIEz/8//+wc7YuOAGa8YdgHuOn1c251B86YmmeNPVy1YwY3/",
+	"FOvea8Acfts20GkiywL5WvH0hD44SMzAR9DQjjMHvBKJrFNjGqOgfjj6ZnB4OPj2MCKIcbbKto6SvKT5",
+	"3tHg8HBf7XjnasdvvqZqRzIFbRWP1lLsTzsPp9qxQT2mUuhuOrZ4TBy/xh/7NzXp9bW5g6iqD/xnaOHk",
+	"cZwLrVmHpykxNHd77IWxBBVKYdb4UlDiOA5lIuPkOomBFbgqbkFpxJj983//gfKI2wZJnhGdjlXxur8K",
+	"O3+gVZnmeN9n+MgpdOKqQahy0Zq3YHsG2SOKx82DTkHtJJulpa5HEOKeVQw1J18vvpmLKdRwXs5DmYsC",
+	"NbJ3cEb4RRSfYAPREO0Ef/SF/dZ5vJR5zYqKtb2yWVP7WWXJ1iX3OPfN3TLD3npWsg+sKpAB+Rz3G6wk",
+	"q6Fooq29XzTSUNhJ+moV3JidRxW5ofQe2ApK12GIRXH6foCa+XH6nmr8USw/6nltCK6gHHoRDNxoa+ix",
+	"s3AiROYaHLbvRyjy+acw9PtS+n0p/Tal9Bs5DR4iZSprzTQ8c6wnoI4/zJXWNbYUTBT4RRNcxn0IMXI9",
+	"iZh4X/IUCVWSayHxxK5D2REf+LBAP7zbYydexHshOBbYS3lFIQGouyP1AAZ17YSFEvkHUGA8PICqrinP",
+	"UDidJuCJZpGHvpFFKiImPYFQYewIuSD2Esq4NhcQjO003GeXCGIgnaC9JmZklMHgOTMIV0BPFxTvV3wi",
+	"v6lYRP3an37O1TTqBmbeJTplUlkFTgjkJAWbi2LAIilmEUS+Ee0MCqdqVOMN00REw4nacKpQBxa7FfCq",
+	"NtiTSIz64wNBVGrG81ib01VyLXJaCnikwig+TuW2GHumMrviVgWLXaQVU/zFcMwEFhe1RlPtLzYLIJ9z",
+	"PVl7DLMC7hizPVMZNias992zShJjvR+clIXKklQVZ+bPa/7oT74ey/eZyiogXufbkAu3Kjvr/WRR02ad",
+	"37xZ2GFb/Mzswg2m+GQ4aQ2lrbBMKnt1auzDN2g1F9Y9RTBcmhlq7lIlR08zlaZAiKXKArJpBqemldno",
+	"Qh0byH3sWpzU27it8qQviSzVNxayshRgHwaLclgqniNPIFXOWKbAIDyArqHwYBBWOxsaYs1+9WxFeBCE",
+	"zvKFB4O/3n2M8NQbDQ3W9kL5Cu7rkhvEy8rCBZQhQ5byRDIYiwl5LVKVCSfEv482PpAis8o5ISN3Oa8q",
+	"dFHjDpG5tegiUxkSd/ok540+0U8pT6aalZmxChEo80dVCNJldhsUJ/CUY1wcqh87dyn8UGbJcKIpHeHT",
+	"1yk2NAOyjiskqD4Fxhd0RxwbH5r1WOEhKJRQ/0Em3RfvBoNftRdsHwI9U1vysW/GOLw3i3uz+AnN4j7t",
+	"9FgNASDwMjXpasSv2OR9Mvm72AHhtTtUYTA0A9waAR/PofUBCnptBTAKGEGeOYmLMQTz0xmfmyOk6N4B",
+	"s7enlb8LU/zOgX6P23vc3uP2F4PbbUT8y+hd6nF7h8hZqcdQhZka5xfEM8VUH2MU0Pw/6TFbTqUGtesA",
+	"CJldLExJqghmpQHtX831oBgVwnqYWF1W0aMRMfQ3VNOpGTCRsciEjLGlPZSeKucRNYqoOj8D3HEiGfU/",
+	"UC2zK3Uz1gG+gkV6Qg9QBI4iteajJ9pV1PbYWzBAZgb9/cS4Law2t6CgbydO9ITpTKnU62f518Nva4Sv",
+	"3jWoghhyJVbCr2PbbGzBc17lZ5Z1R8F2bZY/Ni/7nhrmzKU36pc72r2UM94D5oJWCzi/Wl45wdLS2QPm",
+	"42+r0+Om0iyAxRpQ5kKrMh8K3Z9c9w0ctqPmqZhDabJBnyp6kkgomYeFU6ejxTrVvtdA0Nz7EMo7EdBi",
+	"zqih6yGUG9DPUs9L1fpAykw7YEN4keji9NrM3r317ZohPlvjLg7elo0+cd0J0GOxh5ZHDi1Q9Xn6h9n0",
+	"t5EH1XDFoUV705rPmaBxLxZjkeQALtgrFNiw7Uas18ehbOtnCmrNTN0BrtR6kT3Xta4lzJ66viEdSv+u",
+	"Ifla/Zuq4ZOCjTgW1Cc5leojZAKnG/09NcjmNSxhT9yummxOr19W7+ArVfL15qCtwvzlwhKsFt8euL4U",
+	"4JL+RlgNX2tgFzjVagYedeUYQaKF8k3UlniVjMqcgCuoGlEXz4WAZeS9hRI7X/Nt4a+1mzMI5Z3hj7Wj",
+	"Xygr+LtN6nxHALeHtw3AbQ9mD6eBphGOHPy0oZK6NnAnZq2Y9GauCzF9OktiwSyCDAiOPKjRgXcDAaTB",
+	"deDjD+TKHQPALor5X9lbv8e94MZoCoHQZ/tN8DBUA2GhMrug3WLdZDfgsm7dC7+jEfYOFY2mljVYWqQX",
+	"wPjtQhmrOVdAaRLGhdeX4TmucSpgpBmL5j8URB4AtnRqrCc5EFcqTdUMd2ZUqIKnjkHBr7fFmk3oXtNE",
+	"qJACzxuwMYRyJR2DHW6ZkIE+cQHvvGqiWymGY1kW8BprW/xQ3mry8bVubO6bmvA3a5Rfae8fvS8BU9vm",
+	"R+C87+Hz4fgQ7+1O2BAx/WK2dbpuqajfnlt8L8K6C4FTJjVQZdt0EbhA9zmZQprIrLS4TIkiJSlYBz+B",
+	"o1KtH/G94/3o9urnN0fRT+kypq5CaU9cMq6YhngKIWOokLfR65ilyURUj9VjJzU2Xb+cnq6KZElA6UjY",
+	"Z8n8sWCU5iA6pqdk9YcEcDZDE/XSSDWQ7a5oJb5zKd27e29CXqH2DF8CufI9ddlDbC1eLIzyoSS4xb9i",
+	"MbTOevRaGZaodr45gmAxkbPEiRw1FN926+l18MEwuBps6lzdwl5VD3lY+iqo7wZvC90suDp05qzJYhVK",
+	"ryS3wXfyPvX8J9cw3eY+hXLBf9qRluAvovgEJblfSFgFnrm9Ldxf+/ve8MfbG/7ee4/bO1L9WGTFuPUg",
+	"eoZUWFVspc5maJwEp9fMOjNeiHzK8wnjeVKMp6JIhgEbjgXPuj0WEa+WxbUKY87sBwBOHgkR3ONxraLU",
+	"O+omugFoSXt1s8ByPa0WEDlfbYqf7CqaRNszA/rYLwPNVuivOhmCH2hGpyoWrBNdXPz+9vnb5xe/vXr2",
+	"/OIiaqUsG31WKWvvfTU6h1kx3sPo44dR3I9royjEndfKr0H/3leRWoM5IS5a87+fOKF2Dq/kK82lmYdv",
+	"C3/BxOxPrQ8n+lXQSl2BNkRR2gYyQAhKtIvQVynpIEhMvYUy23WsytzW9Zhf9NiPqhgDCInhWAErAouK",
+	"ZCpeczkSkTn+hRJKxUFV5IqneEQmgs254Llmh4eHR2aA77///nvWeXv+Uzfwh4ZfXgp/3FCirMgamiKb",
+	"elRvLJXrZjv/51xNN4ioq/W/Cy7D+l+/Y3z/PmEFp/a25OTJaJSLES8qvt09zjyE6BjX40vF85hx+4I8",
+	"wCFkaUCb/mV5dUWCY42ocz5OdEXT7vVTdKCcmTouxtz1onQH2KzCOvYQ2WUznhTmWFkoFuc8kZA6Q3pb",
+	"97fABbqSAq7HbeNGwQwmdSL454ktnoq6NgpmfwQF1pQIiHnBL7kWBobiy/8QPC3G810B0I8wZw6G7m03",
+	"1sZp2ItvYH7Mi9wHqR/INqz2B7yW9fbgxtUBi/UAVQlMW2UAkkrV5MEocrJViUCtQgACKKGMfnl+ztri",
+	"T1HP+gpUIBBhHs22CV+B8No040VymaRJMUc1NHiEUC51W93p4ADz+ZU7EV9PkQC+6NtLBXDRL+6qPaY+",
+	"CEzFBAbCG/TDbgKqK9lwfALuCk+picy11drmK0wQioqd5QdowgqwTdYFcZ5oP3SD9Qaoc5nGQhckzwYM",
+	"pLkoeCIrusOVkZ5Q3iXY3RLrPg5lhJUC5utlmlopHfhf20+7/PigxuuxLXtXJgIfLEnYYU5wS+B+NLH0",
+	"X3GOWSbyp1VUkPJ37AQMpoa3LaJ+9dKOon50SG9tLnTUj6SKWIfLORtyLTDJgZV4l0qlgktSBHW3hZSQ",
+	"Uy75SIAOVa7KAl9kW6R+aT00S0Qg45mN4tPwnyKM3+46+6CyD+c/1tjatbMLPmCvsg9Qz9v3uv5bjcOf",
+	"BtOENMdNS0YArAOJOQlfi9wTsPFPxhEeqkVMZ1T4HM69GS+12FVm8azUY59V9z7J52vkvUu76SeSJ52q",
+	"eH8SfTi5riWGDPN+/N0BOwFp5Rsb6s/LXOrlyyiQU1BXV3BsI6OCgSAla+EXihJh1ZK2cWV+qcoilJwE",
+	"bLs99uc4SSFvlGgGqvbVXhsZR2J5k9Xo/9x+C2UnsrJJQCm4xAgCv27elseM1yjcL0sZpwI1toGLPSNW",
+	"FjvshkQicMugDO34Q1iH0zBY+m7ukUYhtpXusU+LzXLgysbq0VwUoP9HJALV7YSyIpf37gm4pOPSlrhC",
+	"VI6O2bmwdAXwBq6ueuxMZVSkOpxoEhpXcoN60DfNCLV7doElcPp03AIrcPGlmO0x8QF18myCibd6DLeS",
+	"zjd5DSpzsMHZJc/FbZylGzsCKtv7Afs13+4H1InntnUDFq7yybyAlr2DqstIYknmdICi7dbchzIyNi5i",
+	"vADzFjCO4rJAzccLSFkRQ1+PWc61JZPHNrF4y1txb/D2m/9zGrw1N79n79A/bOfZeptpASIgORuaa6ba",
+	"upQTMa9TCcLfT8UciL6vYBPBn6yX6+mCh5K8fOp2+lHMFXnp8LKVZJ3vD1nM57prhQ+/xatd0BcuxIeh",
+	"ELGIG2ixtiDme0PdUec4H/ezmeHiwBj7mfix/Bto64laYOVz07Tf54+ddMaucbMpbDdgtbFpX3t4QX9o",
+	"wIuVqRbcRjU+vgY6vmMWGYj6AfInUXXYvoE/fDTn+nRe5+kLpdMWoDyJbdXckKmPkEizDtfMeC7f/a0L",
+	"VKQLxH3s7rx9mMoxF/U7wArFuJ44aeZc6GJXBH8OxO6SN9mBwDW+mgu/LhD5wSGGoq5CiW5fLq5Kbc2F",
+	"tvyf3boaNvPFsLeSrz7aQr66PguvRVHmsKY1rS6QElRSsA602vmlEm2ZFPjhZsJOEe2QHMbXsC+QpqGc",
+	"XmI6B+eubUzyBJYF8eHCa+ncv4IxwaDD81ONSqJZlour5EPb0PjpZ+vxgL3QVhJQ8UHi9AF3N8fc8N7e",
+	"fREka4QpkPBcTBmtNnD9G+vV3spL8BK4rd+XquBPL1M1nIi4Z0msB+EB9kiFBxGb8jmbCg46eDw1kD5H",
+	"V7kF+lfj/U9gvGGVr9Khw68ieCRXFQMCHH8TqKZMlgSW29TjPsjPu6XbHVj7mPuW/i9jG9P75LhYm7Zv",
+	"u6x4orWvHHVIOZzoSpXSEmbsJjBrd+D9rvrGHiDYw1Ah5D9Wd7/yH/vK/0UUty/73fn359axC0jXohgz",
+	"LUZTIYtjlol8KGTxVEhMfvYjZxbMFz2rQMbyYDGocaup8K1vZXzaY1KvS8pUCx1g/NameJHmg6csmlzb",
+	"8mOYrYjlSUwnUvN8Z0oXo1y8+f1FTd174KvEWg0MlbsULhRIsRODEynohiN5zjLCgFIuqEBaVh4UrY1y",
+	"wbWStwpbYCoa2kqtYa5no++qa2GfBrRGQKUJMtUx6/BQuky4lAoavSCLbg7uY5UKK74LXEqo5Qz6lXR+",
+	"Gwum+VSwGZ93j6tncTH6er6bcc1KXfLUTKn/2KnSFC90aQUttDYeSYd77w4OzTwvQqlyY+/5SHT9lP1h",
+	"bY7stS7KasNFATIv0TlUlYUIUItw4f0NzFQZ723MrwU9ALAvccjNz13JPk4AvNe6J6Vh1ehQwsLhmkVO",
+	"Ej0y7lhSsDih6lNqyItFXGZslshYzbbWz/JE8+8rrFmN8Lnimv4dtPqF1UtzLxfiM13odFapWeXwcjoL",
+	"L39vSh+/Ewkvv4IkXqhpMuRpOvctq7dV8FA4hm6y9j5dxGFbDu3QKtGsxFgi6IRRiA9XK7OyeQS6c1Ec",
+	"s1ILdqVy1EJKpNAaYIilybUw/4LioXp9Ux0ewQ4BVFtr0SW1eeMSGiOXZCwvIXYEEQ4pBSITWAFo5wsM",
+	"huokFhSQRBUec02HSt8wjYlXlbLLUs+JxZO+q6tScGCNquKorJQ4lfMe+9P84u9/nkNoWItCe5QJAYv+",
+	"ezbRUSg1n2vX8YdaWKSrYqbUGBf6OZqMxIw9kwwiijC6bh7eIDu8hz9ErqGuHeSc6fDror70rq7xS+xS",
+	"uHmxc/5EQ501SCWYtxbKjlRMfChyjpPOzJx3A4jwGnQxJrfMRjmPm8pCJQQRs/IyTYbm3bNCTYR5HhFj",
+	"aYlEE2OwginZbTmGYPvjfZ5DaIQGgKXWy+3B8stHsXt+A2/tMmcd5+4As5zZSvOAid6ox6I40bT/sYGE",
+	"1roHSmDxDH6KYZknxfxg8Nc7H01fW5RiHQdBsOafwppvq8qeiiJPhu3dj39/8+ol05JneqxACs/bkyzL",
+	"1dDhIiQR0lIXIh84pPLpk3NemNNBLsx0J0oGoUz5CMhXJiJmmcp0QNA2FVOVzwP209nboOaL61mC5MXY",
+	"FWRRnu4HwLQYi2mA1MDgnwYg8mjzRJCTMoP02M8qZ3qY8wxQQJtDFM1GP8vV1MBcqaN7g4XfaObvs1yE",
+	"hmhYlvSRe7V7hGis5WjZbGe48BmtF9Yx22TVHvNWVTsDnPsKK8SHgokPmdKO/W3KC3bYO+z97d4WZTX+",
+	"2svT3Gc/S3mysDAXYwqtSzCRbPGx8Vm/jjW5y6kcmhMT+pBYh99btYzttE/d625cwivIcerUyDMoJDS4",
+	"TAYCgDlwbnKhyiFEO3zfbQAQnMC7933sUG7qZGOwhc4JEfp61jjuqPfnBd3ffYK3G6PhfVv8MYeabH8S",
+	"fjD9cLhmpXILtNkm1LfkzcGl4LnIT0pzrP3r3UezR0V+3ZwxPGEvuBTOBetQKQXLVF6w77779hsocijz",
+	"9GBwcANrSXwc9Ps3Y6WLj4Mb87WPB8HBNc8Tc2qDZTt2MV0qyzhI1ZCn8GcoS84XPjbjmE/w+vXPxkWR",
+	"HQSumoH+af6Dz/7OzUiD8YvLoesHh8oJW7FQ6qYQOYjoV3SpNWl8jIuKD4WQMf6ldkGVNVzvZDiRapaK",
+	"eCSMP5oJT+emg73eFGhcoGY1QwFxZtcbgw8nTWNAmIOCHpAF9+PmATv9g9nen6qAxAbzvWjI8pWxq9ae",
+	"3KlC0P3WnejbflnT+nHE2/7wFXNaU+O0zsSwYImMk+skLnna9B6d5uzyBZ55fVZYg1r9LE7fr+Q9raQF",
+	"AqaFmKCr72nW1+cCfvkUf9lw7VMxf4rlU0Tw4347uW66+TKHsBKVNkD8AwLO3B1/7GEFqwt6CxmapnvA",
+	"Q2XgrGHg/E2srIPW29hST/nTTFDTUC1VSjNcdY7qLBYna38FU3nyx3cf/z8AAP//",
 }
 
 // decodeSpec returns the embedded OpenAPI spec as raw JSON bytes,
