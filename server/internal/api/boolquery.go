@@ -75,8 +75,9 @@ func (b boolQueryRoute) match(method, escapedPath string) bool {
 // boolean query parameters of management routes, before the spec validator
 // and the generated binders read them (both take only true/false/1/0): the
 // reference reads management booleans as strings and accepts 1/0/yes/no
-// (http-api-v1.md §1.1). Message-plane query strings stay strictly typed, as
-// in the reference, and skip the work. Every other byte of the query string is
+// (http-api-v1.md §1.1). Message-plane query strings skip the work: their
+// booleans take what the validator takes, which the reference's true/false is
+// part of (docs/wire-compatibility.md). Every other byte of the query string is
 // left as it came.
 func normaliseBoolQuery(routes []boolQueryRoute, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
