@@ -557,7 +557,7 @@ type AckResult struct {
 	// Index Position in the request.
 	Index int `json:"index"`
 
-	// LeaseReleased The lease was released by this ack.
+	// LeaseReleased This ack ended a live lease on the (partition, group): its own, or, sent without `leaseId`, another consumer's. False when none was held (a lease-less nack while nothing is leased, or after the lease expired), even though the nack moved the cursor or charged the budget.
 	LeaseReleased bool `json:"leaseReleased"`
 
 	// Noop Harmless duplicate completed ack at or below the cursor.

@@ -1374,7 +1374,7 @@ export interface components {
             success: boolean;
             /** @description Why it was not executed, else null; with `success` true, why a `dlq` ack (or a `failed` one with the budget spent) filed nothing. */
             error: string | null;
-            /** @description The lease was released by this ack. */
+            /** @description This ack ended a live lease on the (partition, group): its own, or, sent without `leaseId`, another consumer's. False when none was held (a lease-less nack while nothing is leased, or after the lease expired), even though the nack moved the cursor or charged the budget. */
             leaseReleased: boolean;
             /** @description This ack filed a dead-letter row. False, with `error` saying so, when retention deleted the message before it could be filed (the ack still succeeds: the cursor moves past it), and when messages of the lease below it were left unacknowledged: nothing is filed, the lease is released and the batch redelivers from the first of them (only the head is dead-lettered). */
             dlq: boolean;

@@ -714,8 +714,14 @@ func commitGroup(row *consumerRow, k ackGroupKey, refs []ackRef, items []AckItem
 	row.committed = max(newCommitted, start)
 
 	release := func() {
+		// leaseReleased reports a live lease this ack ended; a lease-less nack
+		// with nothing leased, or under an expired lease, released none.
+		held := row.leaseID != "" && row.leaseLive
 		row.leaseID = ""
 		row.batchEnd = row.committed
+		if !held {
+			return
+		}
 		for _, r := range refs {
 			if results[r.index].Success {
 				results[r.index].LeaseReleased = true

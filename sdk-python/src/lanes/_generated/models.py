@@ -100,7 +100,7 @@ class AckResult(BaseModel):
     """
     lease_released: Annotated[bool, Field(alias="leaseReleased")]
     """
-    The lease was released by this ack.
+    This ack ended a live lease on the (partition, group): its own, or, sent without `leaseId`, another consumer's. False when none was held (a lease-less nack while nothing is leased, or after the lease expired), even though the nack moved the cursor or charged the budget.
     """
     dlq: bool
     """
