@@ -1926,3 +1926,69 @@ def test_every_request_names_the_sdk_unless_headers_name_another_agent(
         c.queue(qname).push([1])
         c.health()
     assert agents == [[want], [want]]
+
+
+# What each request must carry once: the caller's value where the caller names the header, in
+# any letter case (the last spelling), else the SDK's; the bearer token and the attempt count stay
+# the SDK's, as in Go. A caller's header goes on every request, with a body or not.
+_CALLER_HEADERS = {
+    "Accept": "text/plain",
+    "accept": "application/json",
+    "CONTENT-TYPE": "application/json; charset=utf-8",
+    "user-agent": "billing/2.1",
+    "AUTHORIZATION": "Bearer the-callers",
+    "x-retry-count": "9",
+    "X-Team": "a",
+    "x-team": "b",
+}
+_SENT_ONCE = {
+    "accept": ["application/json"],
+    "content-type": ["application/json; charset=utf-8"],
+    "user-agent": ["billing/2.1"],
+    "authorization": ["Bearer the-token"],
+    "x-retry-count": ["0"],
+    "x-team": ["b"],
+}
+
+
+def _sent(requests: list[httpx.Request]) -> list[dict[str, list[str]]]:
+    return [{name: r.headers.get_list(name) for name in _SENT_ONCE} for r in requests]
+
+
+def test_a_header_in_two_cases_or_also_set_by_the_sdk_goes_out_once(
+    broker_url: str, qname: str
+) -> None:
+    """Header names are case-insensitive, and httpx sends every spelling a dict holds: the
+    broker got Accept twice, and two Content-Types or Authorizations it may read either of."""
+    requests: list[httpx.Request] = []
+    with (
+        httpx.Client(event_hooks={"request": [requests.append]}) as own,
+        lanes.Lanes(
+            broker_url, http_client=own, headers=_CALLER_HEADERS, bearer_token="the-token"
+        ) as c,
+    ):
+        c.queue(qname).push([1])
+        c.health()
+    assert _sent(requests) == [_SENT_ONCE, _SENT_ONCE]  # a push, then a GET
+
+
+def test_a_header_in_two_cases_or_also_set_by_the_sdk_goes_out_once_async(
+    broker_url: str, qname: str
+) -> None:
+    """The same for AsyncLanes."""
+    requests: list[httpx.Request] = []
+
+    async def record(r: httpx.Request) -> None:
+        requests.append(r)
+
+    async def main() -> None:
+        own = httpx.AsyncClient(event_hooks={"request": [record]})
+        async with lanes.AsyncLanes(
+            broker_url, http_client=own, headers=_CALLER_HEADERS, bearer_token="the-token"
+        ) as c:
+            await c.queue(qname).push([1])
+            await c.health()
+        await own.aclose()
+
+    asyncio.run(main())
+    assert _sent(requests) == [_SENT_ONCE, _SENT_ONCE]  # a push, then a GET

@@ -41,6 +41,15 @@ USER_AGENT = "lanes-mq-python/0.0.0"
 BearerToken = str | Callable[[], str] | Callable[[], Awaitable[str]]
 
 
+def set_header(h: dict[str, str], name: str, value: str) -> None:
+    """Sets ``name`` in ``h``, dropping the header in any other letter case: names are
+    case-insensitive, and httpx sends every spelling a dict holds as a header of its own."""
+    lower = name.lower()
+    for spelled in [k for k in h if k.lower() == lower]:
+        del h[spelled]
+    h[name] = value
+
+
 @dataclass
 class Config:
     """Resolved client settings, shared by the sync and async clients."""
@@ -58,12 +67,13 @@ class Config:
     rng: Callable[[], float] = random.random
 
     def base_headers(self, token: str | None) -> dict[str, str]:
-        h = {"Accept": "application/json"}
-        if not any(k.lower() == "user-agent" for k in self.headers):  # the caller's, in any case
-            h["User-Agent"] = USER_AGENT
-        h.update(self.headers)
+        # The caller's headers replace the SDK's defaults; the bearer token replaces a caller's
+        # Authorization, as in Go.
+        h = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        for name, value in self.headers.items():
+            set_header(h, name, value)
         if token:
-            h["Authorization"] = f"Bearer {token}"
+            set_header(h, "Authorization", f"Bearer {token}")
         return h
 
     def token(self) -> str | Awaitable[str] | None:
@@ -139,8 +149,8 @@ class _Base:
 
     def _headers(self, st: CallState, has_body: bool, token: str | None) -> dict[str, str]:
         h = self.cfg.base_headers(token)
-        h["X-Retry-Count"] = st.retry_count_header()
-        if has_body:
+        set_header(h, "X-Retry-Count", st.retry_count_header())
+        if has_body and not any(name.lower() == "content-type" for name in h):
             h["Content-Type"] = "application/json"
         return h
 
