@@ -133,14 +133,18 @@ export class Transport {
   // A real private field, unlike TypeScript's `private`: util.inspect, console.log and
   // JSON.stringify of a client never show the token.
   readonly #bearerToken: string | (() => string | Promise<string>) | undefined;
-  /** ownUserAgent: the caller's `headers` name a User-Agent (in any case), which replaces the SDK's. */
-  private readonly ownUserAgent: boolean;
+  /**
+   * baseHeaders: the SDK's accept and user-agent, replaced by the caller's `headers` in any letter
+   * case; names in lower case, so fetch sends each once instead of joining the spellings' values.
+   */
+  private readonly baseHeaders: Record<string, string>;
 
   constructor(opts: TransportOptions) {
     const { bearerToken, ...rest } = opts;
     this.opts = rest;
     this.#bearerToken = bearerToken;
-    this.ownUserAgent = Object.keys(opts.headers ?? {}).some((k) => k.toLowerCase() === "user-agent");
+    this.baseHeaders = { accept: "application/json", "user-agent": USER_AGENT };
+    for (const [name, value] of Object.entries(opts.headers ?? {})) this.baseHeaders[name.toLowerCase()] = value;
     this.urls = opts.urls.map((u) => u.replace(/\/+$/, ""));
     this.fetchImpl = opts.fetch ?? globalThis.fetch.bind(globalThis);
     this.cutFetch = opts.fetch === undefined && nodeHttpReachable() ? new CutFetch() : undefined;
@@ -184,11 +188,11 @@ export class Transport {
       tried.add(url);
       attempts += 1;
       const full = `${url}${req.path}${req.query ? `?${req.query}` : ""}`;
-      const headers: Record<string, string> = { accept: "application/json", ...this.opts.headers };
-      if (!this.ownUserAgent) headers["user-agent"] = USER_AGENT;
+      const headers: Record<string, string> = { ...this.baseHeaders };
+      // The token replaces a caller's authorization, as in Go; a caller's content-type stays.
       const token = typeof this.#bearerToken === "function" ? await this.#bearerToken() : this.#bearerToken;
       if (token) headers.authorization = `Bearer ${token}`;
-      if (payload !== undefined) headers["content-type"] = "application/json";
+      if (payload !== undefined && headers["content-type"] === undefined) headers["content-type"] = "application/json";
       headers["x-retry-count"] = String(retries429 + retries5xx);
 
       // The attempt ends at the deadline at the latest (at least 1 ms, so it still reports a timeout).

@@ -134,6 +134,38 @@ describe("push and pop", () => {
     }
   });
 
+  it("a header in two letter cases, or also set by the SDK, goes out once, as Go and Python send it", async () => {
+    // fetch joined every spelling into one value: "Bearer the-callers, Bearer the-token".
+    const headers = {
+      Accept: "text/plain",
+      accept: "application/json",
+      "CONTENT-TYPE": "application/json; charset=utf-8",
+      "user-agent": "billing/2.1",
+      AUTHORIZATION: "Bearer the-callers",
+      "x-retry-count": "9",
+      "X-Team": "a",
+      "x-team": "b",
+    };
+    const want = {
+      accept: "application/json",
+      "content-type": "application/json; charset=utf-8",
+      "user-agent": "billing/2.1",
+      authorization: "Bearer the-token",
+      "x-retry-count": "0",
+      "x-team": "b",
+    };
+    const sent: Record<string, string | null>[] = [];
+    const recording: typeof fetch = (input, init) => {
+      const h = new Headers(init?.headers);
+      sent.push(Object.fromEntries(Object.keys(want).map((k) => [k, h.get(k)])));
+      return fetch(input, init);
+    };
+    const lanes = client({ fetch: recording, headers, bearerToken: "the-token" });
+    await lanes.queue(uniq("headers")).push([1]);
+    await lanes.health();
+    expect(sent).toEqual([want, want]);
+  });
+
   it("configure and GET queue", async () => {
     const lanes = client();
     const q = uniq("cfg");
