@@ -16,6 +16,9 @@ type handlerSpec struct {
 	HonourCancel bool       `json:"honourCancel"`
 	Ack          string     `json:"ack"`
 	Fail         []failSpec `json:"fail"`
+	// Batch makes it a batch handler (ConsumeBatch): one call per partition slice, failing
+	// whole when a fail entry matches any of its messages, acking the slice in one call.
+	Batch bool `json:"batch"`
 }
 
 // failSpec scripts a handler failure: a plain error, or the SDK's own error for want of a broker
@@ -92,19 +95,31 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 		onErrors = append(onErrors, errKind(err))
 		mu.Unlock()
 	})
-	c, err := q.Consume(ctx, func(ctx context.Context, m *lanes.Message) error {
-		key := canonical(m.Data)
+	batches := []any{}
+	// handle runs the script for one call: the message of a Consume handler, or the partition
+	// slice of a ConsumeBatch handler.
+	handle := func(ctx context.Context, ms []*lanes.Message) error {
 		mu.Lock()
-		handled = append(handled, m.Data)
-		byPartition[m.Partition] = append(byPartition[m.Partition], m.Data)
 		calls++
 		sleep := a.Handler.SleepMs
 		if calls == 1 && a.Handler.FirstSleepMs > 0 {
 			sleep = a.Handler.FirstSleepMs
 		}
-		fail := failLeft[key] > 0
-		if fail {
-			failLeft[key]--
+		var fail *failSpec
+		slice := []any{}
+		for _, m := range ms {
+			key := canonical(m.Data)
+			handled = append(handled, m.Data)
+			slice = append(slice, m.Data)
+			byPartition[m.Partition] = append(byPartition[m.Partition], m.Data)
+			if failLeft[key] > 0 {
+				failLeft[key]--
+				f := failAs[key]
+				fail = &f
+			}
+		}
+		if a.Handler.Batch {
+			batches = append(batches, slice)
 		}
 		mu.Unlock()
 		if sleep > 0 {
@@ -118,15 +133,24 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 				time.Sleep(time.Duration(sleep) * time.Millisecond)
 			}
 		}
-		if fail {
-			return handlerFailure(failAs[key])
+		if fail != nil {
+			return handlerFailure(*fail)
 		}
 		if a.Handler.Ack != "" {
-			_, err := s.client.Ack(ctx, []*lanes.Message{m}, lanes.AckStatus(a.Handler.Ack))
+			_, err := s.client.Ack(ctx, ms, lanes.AckStatus(a.Handler.Ack))
 			return err
 		}
 		return nil
-	})
+	}
+	var (
+		c   *lanes.Consumer
+		err error
+	)
+	if a.Handler.Batch {
+		c, err = q.ConsumeBatch(ctx, func(ctx context.Context, ms []*lanes.Message) error { return handle(ctx, ms) })
+	} else {
+		c, err = q.Consume(ctx, func(ctx context.Context, m *lanes.Message) error { return handle(ctx, []*lanes.Message{m}) })
+	}
 	if err != nil {
 		return withErr(map[string]any{}, err), nil
 	}
@@ -188,6 +212,9 @@ func (s *state) consume(ctx context.Context, a consumeArgs) (map[string]any, err
 	out["handled"] = handled
 	out["byPartition"] = byPartition
 	out["onError"] = onErrors
+	if a.Handler.Batch {
+		out["batches"] = batches
+	}
 	mu.Unlock()
 	return withErr(out, c.Err()), nil
 }

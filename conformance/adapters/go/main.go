@@ -254,13 +254,18 @@ func errKind(err error) map[string]any {
 		if kind == "" {
 			kind = "api"
 		}
-		out := map[string]any{"kind": kind, "status": api.Status, "code": api.Code, "message": api.Message}
+		out := map[string]any{"kind": kind, "status": api.Status, "code": api.Code, "message": api.Message,
+			"terminal": api.Terminal(), "attempts": api.Attempts}
 		if api.RetryAfter > 0 {
 			out["retryAfterMs"] = api.RetryAfter.Round(time.Millisecond).Milliseconds()
 		}
 		return out
 	case errors.Is(err, lanes.ErrConnection):
 		out := map[string]any{"kind": "connection", "message": err.Error()}
+		var ce *lanes.ConnectionError
+		if errors.As(err, &ce) {
+			out["attempts"] = ce.Attempts
+		}
 		if errors.Is(err, lanes.ErrTimeout) {
 			out["timeout"] = true
 		}

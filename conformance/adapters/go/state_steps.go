@@ -42,6 +42,9 @@ type timerArgs struct {
 	Data    json.RawMessage `json:"data"`
 	Limit   int             `json:"limit"`
 	After   string          `json:"after"`
+	// Partition and TransactionID place the fired message (timerSchedule only).
+	Partition     *string `json:"partition"`
+	TransactionID string  `json:"transactionId"`
 }
 
 func (t timerArgs) delay() time.Duration { return time.Duration(t.DelayMs) * time.Millisecond }
@@ -124,7 +127,14 @@ func (s *state) kvBatch(ctx context.Context, a kvBatchArgs) (map[string]any, err
 }
 
 func (s *state) timerSchedule(ctx context.Context, a timerArgs) (map[string]any, error) {
-	return wireResult(s.client.Timers(a.Queue).Schedule(ctx, a.Key, a.delay(), a.payload())), nil
+	t := s.client.Timers(a.Queue)
+	if a.Partition != nil {
+		t = t.Partition(*a.Partition)
+	}
+	if a.TransactionID != "" {
+		t = t.TransactionID(a.TransactionID)
+	}
+	return wireResult(t.Schedule(ctx, a.Key, a.delay(), a.payload())), nil
 }
 
 func (s *state) timerGet(ctx context.Context, a timerArgs) (map[string]any, error) {

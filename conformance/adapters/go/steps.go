@@ -31,8 +31,9 @@ func (s *state) steps() map[string]stepFunc {
 		return lanes.StatusQuery{Queue: a.Queue, Namespace: a.Namespace, Task: a.Task, Limit: a.Limit, Offset: a.Offset}
 	}
 	return map[string]stepFunc{
-		// queue plane (queue_steps.go, consume_step.go, iterate_step.go)
+		// queue plane (queue_steps.go, buffer_step.go, consume_step.go, iterate_step.go)
 		"push":        decodeArgs(s.push),
+		"bufferPush":  decodeArgs(s.bufferPush),
 		"pop":         decodeArgs(s.pop),
 		"ack":         decodeArgs(s.ack),
 		"renew":       decodeArgs(s.renew),

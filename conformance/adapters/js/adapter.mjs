@@ -45,12 +45,12 @@ function errKind(err) {
   }
   if (err instanceof APIError) {
     const kind = { 429: "rate_limited", 403: "forbidden", 413: "payload_too_large", 404: "not_found", 501: "not_implemented" }[err.status] ?? "api";
-    const out = { kind, status: err.status, code: err.code, message: err.message };
+    const out = { kind, status: err.status, code: err.code, message: err.message, terminal: err.terminal, attempts: err.attempts };
     if (err.retryAfter !== undefined) out.retryAfterMs = Math.round(err.retryAfter);
     return out;
   }
   if (err instanceof APIConnectionError) {
-    const out = { kind: "connection", message: err.message };
+    const out = { kind: "connection", message: err.message, attempts: err.attempts };
     if (err instanceof APITimeoutError) out.timeout = true;
     return out;
   }
@@ -205,7 +205,7 @@ const stateSteps = {
     return { results: await c.kv(a.ops?.[0]?.ns ?? "").batch(a.ops ?? []) };
   },
   async timerSchedule(c, a) {
-    return await c.timers(a.queue).schedule(a.key, timerSchedule(a));
+    return await c.timers(a.queue).schedule(a.key, { ...timerSchedule(a), ...pick(a, "partition", "transactionId") });
   },
   async timerGet(c, a) {
     return await c.timers(a.queue).get(a.key);
@@ -422,6 +422,32 @@ const queueSteps = {
       if (err instanceof PushError) out.items = err.results.map((r) => ({ status: r.status, messageId: r.messageId, transactionId: r.transactionId }));
       return out;
     }
+  },
+  // bufferPush pushes the items into the client's push buffer for the queue and partition, then
+  // flushes it (the flush interval is long, so only that flush sends); it reports the error
+  // callback's calls (onError; dropped: the transaction ids of the items dropped) and the
+  // client's buffer stats after the flush.
+  async bufferPush(c, a) {
+    const onError = [];
+    const dropped = [];
+    const opts = {
+      timeMillis: 60_000,
+      onError: (err, droppedItems) => {
+        onError.push(errKind(err));
+        for (const it of droppedItems ?? []) dropped.push(it.transactionId);
+      },
+    };
+    if (a.messageCount !== undefined) opts.messageCount = a.messageCount;
+    if (a.retryDelayMs !== undefined) opts.retryDelayMillis = a.retryDelayMs;
+    const out = {};
+    try {
+      const buf = builder(c, a).buffer(opts);
+      await buf.push(items(a.items));
+      await buf.flush({ timeoutMillis: 10_000 });
+    } catch (err) {
+      out.error = sdkErr(err);
+    }
+    return { ...out, onError, dropped, stats: c.bufferStats() };
   },
   async pop(c, a) {
     try {
@@ -657,18 +683,27 @@ class CaseState {
     }
     let calls = 0;
     q = q.onError((err) => onError.push(errKind(err)));
-    const consumer = q.consume(async (m, { signal }) => {
-      const key = JSON.stringify(m.data);
-      handled.push(m.data);
-      (byPartition[m.partition] ??= []).push(m.data);
+    const batches = [];
+    // handle runs the script for one call: the message of a consume handler, or the partition
+    // slice of a consumeBatch handler (failing whole when a fail entry matches any of it).
+    const handle = async (ms, signal) => {
+      let fail = null;
+      for (const m of ms) {
+        const key = JSON.stringify(m.data);
+        handled.push(m.data);
+        (byPartition[m.partition] ??= []).push(m.data);
+        if ((failLeft.get(key) ?? 0) > 0) {
+          failLeft.set(key, failLeft.get(key) - 1);
+          fail = failAs.get(key);
+        }
+      }
+      if (h.batch) batches.push(ms.map((m) => m.data));
       calls++;
-      const ms = calls === 1 && h.firstSleepMs > 0 ? h.firstSleepMs : (h.sleepMs ?? 0);
-      const fail = (failLeft.get(key) ?? 0) > 0;
-      if (fail) failLeft.set(key, failLeft.get(key) - 1);
-      if (ms > 0) {
+      const sleepMs = calls === 1 && h.firstSleepMs > 0 ? h.firstSleepMs : (h.sleepMs ?? 0);
+      if (sleepMs > 0) {
         if (h.honourCancel) {
           await new Promise((resolve, reject) => {
-            const t = setTimeout(resolve, ms);
+            const t = setTimeout(resolve, sleepMs);
             const onAbort = () => {
               clearTimeout(t);
               reject(signal.reason ?? new Error("aborted"));
@@ -677,12 +712,15 @@ class CaseState {
             else signal.addEventListener("abort", onAbort, { once: true });
           });
         } else {
-          await sleep(ms);
+          await sleep(sleepMs);
         }
       }
-      if (fail) throw handlerFailure(failAs.get(key));
-      if (h.ack) await this.client.ack(m, h.ack);
-    });
+      if (fail) throw handlerFailure(fail);
+      if (h.ack) await this.client.ack(ms.length === 1 && !h.batch ? ms[0] : ms, h.ack);
+    };
+    const consumer = h.batch
+      ? q.consumeBatch(async (ms, { signal }) => handle(ms, signal))
+      : q.consume(async (m, { signal }) => handle([m], signal));
     const out = {};
     const maxMs = a.maxMs > 0 ? a.maxMs : 20_000;
     let terminal = null;
@@ -725,6 +763,7 @@ class CaseState {
     out.handled = handled;
     out.byPartition = byPartition;
     out.onError = onError;
+    if (h.batch) out.batches = batches;
     if (terminal) out.error = errKind(terminal);
     return out;
   }

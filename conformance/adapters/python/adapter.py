@@ -130,12 +130,19 @@ def err_kind(err: BaseException) -> dict[str, Any]:
             404: "not_found",
             501: "not_implemented",
         }.get(err.status, "api")
-        out = {"kind": kind, "status": err.status, "code": err.code, "message": err.message}
+        out = {
+            "kind": kind,
+            "status": err.status,
+            "code": err.code,
+            "message": err.message,
+            "terminal": err.terminal,
+            "attempts": err.attempts,
+        }
         if err.retry_after is not None:
             out["retryAfterMs"] = round(err.retry_after * 1000)
         return out
     if isinstance(err, APIConnectionError):
-        conn: dict[str, Any] = {"kind": "connection", "message": str(err)}
+        conn: dict[str, Any] = {"kind": "connection", "message": str(err), "attempts": err.attempts}
         if isinstance(err, APITimeoutError):
             conn["timeout"] = True
         return conn
@@ -494,6 +501,45 @@ class CaseState:
         except lanes.LanesError as e:
             return {"error": err_kind(e)}
 
+    async def op_bufferPush(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        """Push the items into the client's push buffer for the queue and partition, then flush
+        it (the flush interval is long, so only that flush sends); report the error callback's
+        calls (onError: the error, or a DroppedError's cause; dropped: the transaction ids of
+        the items dropped) and the client's buffer stats after the flush."""
+        on_error: list[Any] = []
+        dropped: list[Any] = []
+
+        def report(err: BaseException) -> None:
+            if isinstance(err, lanes.DroppedError):
+                on_error.append(err_kind(err.cause))
+                dropped.extend(it.transaction_id for it in err.items)
+            else:
+                on_error.append(err_kind(err))
+
+        opts: dict[str, Any] = {"time_millis": 60000, "on_error": report}
+        if "messageCount" in a:
+            opts["message_count"] = a["messageCount"]
+        if "retryDelayMs" in a:
+            opts["retry_delay_millis"] = a["retryDelayMs"]
+        out: dict[str, Any] = {}
+        try:
+            buf = builder(c, a).buffer(**opts)
+            await awaited(buf.push(items(a.get("items"))))
+            await awaited(buf.flush(10))
+        except lanes.LanesError as e:
+            out["error"] = err_kind(e)
+        stats = c.buffer_stats()
+        return {
+            **out,
+            "onError": on_error,
+            "dropped": dropped,
+            "stats": {
+                "activeBuffers": stats.active_buffers,
+                "totalBufferedMessages": stats.total_buffered_messages,
+                "flushesPerformed": stats.flushes_performed,
+            },
+        }
+
     async def op_pop(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         try:
             pr = await awaited(builder(c, a).pop_result())
@@ -661,7 +707,9 @@ class CaseState:
             q = q.report_handler_errors(True)
         script = HandlerScript(a.get("handler") or {})
         started: list[Any] = []  # the consumer, for a handler that honours its hard stop
-        consumer = q.on_error(script.report).consume(self.driver.handler(script, c, started))
+        q = q.on_error(script.report)
+        handler = self.driver.handler(script, c, started)
+        consumer = q.consume_batch(handler) if script.batch else q.consume(handler)
         started.append(consumer)
         out: dict[str, Any] = {}
         max_s = (a.get("maxMs") or 20000) / 1000
@@ -757,7 +805,14 @@ class CaseState:
     async def op_timerSchedule(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         return await wire_result(
             c.timers(a["queue"]).schedule(
-                a["key"], delay_millis=a.get("delayMs", 0), **timer_payload(a)
+                a["key"],
+                delay_millis=a.get("delayMs", 0),
+                **timer_payload(a),
+                **{
+                    k: a[n]
+                    for k, n in (("partition", "partition"), ("transaction_id", "transactionId"))
+                    if n in a
+                },
             )
         )
 
@@ -949,6 +1004,9 @@ class HandlerScript:
         self._first_sleep_ms = h.get("firstSleepMs", 0)
         self.honour_cancel = bool(h.get("honourCancel"))
         self._ack = h.get("ack")
+        # A batch handler (consume_batch) gets each partition slice in one call.
+        self.batch = bool(h.get("batch"))
+        self._batches: list[list[Any]] = []
         self._fail_left: dict[str, int] = {}
         self._fail_as: dict[str, dict[str, Any]] = {}
         for f in h.get("fail") or []:
@@ -956,26 +1014,38 @@ class HandlerScript:
             self._fail_left[k] = self._fail_left.get(k, 0) + max(f.get("times", 1), 1)
             self._fail_as[k] = f
 
-    def begin(self, m: Any) -> tuple[float, dict[str, Any] | None]:
-        """Record a handler call: the seconds it sleeps, and the failure it raises after."""
-        key = canonical(m.data)
-        with self._lock:
-            self.handled.append(m.data)
-            self._by_partition.setdefault(m.partition, []).append(m.data)
-            first = len(self.handled) == 1
-            ms = self._first_sleep_ms if first and self._first_sleep_ms > 0 else self._sleep_ms
-            fail = None
-            if self._fail_left.get(key, 0) > 0:
-                self._fail_left[key] -= 1
-                fail = self._fail_as[key]
-        return ms / 1000, fail
+    def messages(self, arg: Any) -> list[Any]:
+        """The messages of one handler call: its one message, or a batch handler's slice."""
+        return list(arg) if self.batch else [arg]
 
-    def end(self, client: Client, m: Any, fail: dict[str, Any] | None) -> Any:
+    def begin(self, ms: list[Any]) -> tuple[float, dict[str, Any] | None]:
+        """Record a handler call: the seconds it sleeps, and the failure it raises after (a
+        batch fails whole when a fail entry matches any of its messages)."""
+        with self._lock:
+            first = not self.handled
+            fail = None
+            for m in ms:
+                key = canonical(m.data)
+                self.handled.append(m.data)
+                self._by_partition.setdefault(m.partition, []).append(m.data)
+                if self._fail_left.get(key, 0) > 0:
+                    self._fail_left[key] -= 1
+                    fail = self._fail_as[key]
+            if self.batch:
+                self._batches.append([m.data for m in ms])
+            ms_sleep = (
+                self._first_sleep_ms if first and self._first_sleep_ms > 0 else self._sleep_ms
+            )
+        return ms_sleep / 1000, fail
+
+    def end(self, client: Client, ms: list[Any], fail: dict[str, Any] | None) -> Any:
         """Raise the scripted failure, or ack as scripted: what the ack call gave (a coroutine
         from AsyncLanes), None without an ack."""
         if fail is not None:
             raise handler_failure(fail)
-        return client.ack(m, self._ack) if self._ack else None
+        if not self._ack:
+            return None
+        return client.ack(ms if self.batch else ms[0], self._ack)
 
     def report(self, err: BaseException) -> None:
         """The consumer's error callback."""
@@ -984,11 +1054,14 @@ class HandlerScript:
 
     def record(self) -> dict[str, Any]:
         with self._lock:
-            return {
+            out = {
                 "handled": list(self.handled),
                 "byPartition": {k: list(v) for k, v in self._by_partition.items()},
                 "onError": list(self._on_error),
             }
+            if self.batch:
+                out["batches"] = [list(b) for b in self._batches]
+            return out
 
 
 class Blocking:
@@ -1019,8 +1092,9 @@ class Blocking:
 
     @staticmethod
     def handler(script: HandlerScript, client: Any, started: list[Any]) -> Callable[[Any], None]:
-        def handle(m: Any) -> None:
-            sleep_s, fail = script.begin(m)
+        def handle(arg: Any) -> None:
+            ms = script.messages(arg)
+            sleep_s, fail = script.begin(ms)
             if sleep_s > 0:
                 if script.honour_cancel:
                     while not started:  # the first call may come before consume() returned
@@ -1029,7 +1103,7 @@ class Blocking:
                         raise ConsumerStoppedError("handler cancelled by a hard stop")
                 else:
                     time.sleep(sleep_s)
-            script.end(client, m, fail)
+            script.end(client, ms, fail)
 
         return handle
 
@@ -1056,13 +1130,14 @@ class Asyncio:
     def handler(
         script: HandlerScript, client: Any, started: list[Any]
     ) -> Callable[[Any], Awaitable[None]]:
-        async def handle(m: Any) -> None:
-            sleep_s, fail = script.begin(m)
+        async def handle(arg: Any) -> None:
+            ms = script.messages(arg)
+            sleep_s, fail = script.begin(ms)
             if sleep_s > 0:
                 # A hard stop cancels an async handler at its await, honourCancel or not: the
                 # CancelledError raised here is AsyncLanes' stop cancellation.
                 await asyncio.sleep(sleep_s)
-            await awaited(script.end(client, m, fail))
+            await awaited(script.end(client, ms, fail))
 
         return handle
 

@@ -17,6 +17,7 @@ var popKnobs = []string{"queue", "namespace", "task", "partition", "group", "sub
 // another op, fails to load.
 var stepArgs = map[string][]string{
 	"push":             {"queue", "partition", "items", "deadlineMs"},
+	"bufferPush":       {"queue", "partition", "items", "messageCount", "retryDelayMs"},
 	"pop":              append([]string{"save"}, popKnobs...),
 	"ack":              {"messages", "indices", "status", "group", "error", "transactionId"},
 	"renew":            {"messages", "seconds"},
@@ -32,7 +33,7 @@ var stepArgs = map[string][]string{
 	"kvDelete":         {"ns", "key"},
 	"kvIncr":           {"ns", "key", "delta", "ttlSeconds", "min", "max"},
 	"kvBatch":          {"ops"},
-	"timerSchedule":    {"queue", "key", "delayMs", "data"},
+	"timerSchedule":    {"queue", "key", "delayMs", "data", "partition", "transactionId"},
 	"timerGet":         {"queue", "key"},
 	"timerCancel":      {"queue", "key"},
 	"timerList":        {"queue", "limit", "after"},

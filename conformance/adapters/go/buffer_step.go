@@ -1,0 +1,54 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	lanes "github.com/lanesmq/lanes/sdk-go"
+)
+
+type bufferPushArgs struct {
+	queueArgs
+	Items        []item `json:"items"`
+	MessageCount int    `json:"messageCount"`
+	RetryDelayMs int    `json:"retryDelayMs"`
+}
+
+// bufferPush pushes the items into the client's push buffer for the queue and partition, then
+// flushes it (the flush interval is long, so only that flush sends). It reports the error
+// callback's calls (onError: the error, or a DroppedError's cause; dropped: the transaction
+// ids of the items dropped) and the client's buffer stats after the flush.
+func (s *state) bufferPush(ctx context.Context, a bufferPushArgs) (map[string]any, error) {
+	var mu sync.Mutex
+	onErrors, dropped := []any{}, []any{}
+	opts := lanes.BufferOptions{MessageCount: a.MessageCount, FlushInterval: time.Minute,
+		RetryDelay: time.Duration(a.RetryDelayMs) * time.Millisecond,
+		OnError: func(err error) {
+			mu.Lock()
+			defer mu.Unlock()
+			onErrors = append(onErrors, errKind(err))
+			var de *lanes.DroppedError
+			if errors.As(err, &de) {
+				for _, it := range de.Items {
+					dropped = append(dropped, it.TransactionID)
+				}
+			}
+		}}
+	buf := s.builder(a.queueArgs).Buffer(opts)
+	out := map[string]any{}
+	err := buf.Push(ctx, items(a.Items)...)
+	if err == nil {
+		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		err = buf.Flush(fctx)
+		cancel()
+	}
+	stats := s.client.BufferStats()
+	mu.Lock()
+	out["onError"], out["dropped"] = onErrors, dropped
+	mu.Unlock()
+	out["stats"] = map[string]any{"activeBuffers": stats.ActiveBuffers,
+		"totalBufferedMessages": stats.TotalBufferedMessages, "flushesPerformed": stats.FlushesPerformed}
+	return withErr(out, err), nil
+}
