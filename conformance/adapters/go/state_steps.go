@@ -64,6 +64,10 @@ type kvArgs struct {
 	Key        string          `json:"key"`
 	Value      json.RawMessage `json:"value"`
 	TTLSeconds *float64        `json:"ttlSeconds"`
+	// Expect makes kvPut a PutExpect (0 = the key must not exist) and kvDelete a DeleteExpect;
+	// IfAbsent makes kvPut a PutIfAbsent.
+	Expect   *int `json:"expect"`
+	IfAbsent bool `json:"ifAbsent"`
 }
 
 // ttlOf is the SDK ttl of a step's ttlSeconds: absent is lanes.Forever; a number, 0 and
@@ -84,10 +88,20 @@ func (s *state) kvPut(ctx context.Context, a kvArgs) (map[string]any, error) {
 	if len(a.Value) > 0 {
 		v = a.Value
 	}
-	return wireResult(s.client.KV(a.NS).Put(ctx, a.Key, v, ttlOf(a.TTLSeconds))), nil
+	kv := s.client.KV(a.NS)
+	switch {
+	case a.IfAbsent:
+		return wireResult(kv.PutIfAbsent(ctx, a.Key, v, ttlOf(a.TTLSeconds))), nil
+	case a.Expect != nil:
+		return wireResult(kv.PutExpect(ctx, a.Key, v, ttlOf(a.TTLSeconds), *a.Expect)), nil
+	}
+	return wireResult(kv.Put(ctx, a.Key, v, ttlOf(a.TTLSeconds))), nil
 }
 
 func (s *state) kvDelete(ctx context.Context, a kvArgs) (map[string]any, error) {
+	if a.Expect != nil {
+		return wireResult(s.client.KV(a.NS).DeleteExpect(ctx, a.Key, *a.Expect)), nil
+	}
 	return wireResult(s.client.KV(a.NS).Delete(ctx, a.Key)), nil
 }
 

@@ -190,9 +190,13 @@ const stateSteps = {
     return await c.kv(a.ns).get(a.key);
   },
   async kvPut(c, a) {
+    // ifAbsent: putIfAbsent; expect: a conditional put (0 = the key must not exist).
+    if (a.ifAbsent) return await c.kv(a.ns).putIfAbsent(a.key, a.value ?? null, stepExpiry(a));
+    if (a.expect !== undefined) return await c.kv(a.ns).put(a.key, a.value ?? null, stepExpiry(a), { expect: a.expect });
     return await c.kv(a.ns).put(a.key, a.value ?? null, stepExpiry(a));
   },
   async kvDelete(c, a) {
+    if (a.expect !== undefined) return await c.kv(a.ns).delete(a.key, { expect: a.expect });
     return await c.kv(a.ns).delete(a.key);
   },
   async kvIncr(c, a) {

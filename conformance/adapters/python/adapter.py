@@ -782,12 +782,20 @@ class CaseState:
         return await wire_result(c.kv(a["ns"]).get(a["key"]))
 
     async def op_kvPut(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        # ifAbsent: put_if_absent; expect: a conditional put (0 = the key must not exist).
+        kv = c.kv(a["ns"])
+        if a.get("ifAbsent"):
+            return await wire_result(
+                kv.put_if_absent(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds"))
+            )
+        expect = {"expect": a["expect"]} if "expect" in a else {}
         return await wire_result(
-            c.kv(a["ns"]).put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds"))
+            kv.put(a["key"], a.get("value"), ttl_seconds=a.get("ttlSeconds"), **expect)
         )
 
     async def op_kvDelete(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
-        return await wire_result(c.kv(a["ns"]).delete(a["key"]))
+        expect = {"expect": a["expect"]} if "expect" in a else {}
+        return await wire_result(c.kv(a["ns"]).delete(a["key"], **expect))
 
     async def op_kvIncr(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         bounds = {k: a[k] for k in ("min", "max") if k in a}
