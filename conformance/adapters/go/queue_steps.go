@@ -14,6 +14,7 @@ import (
 type item struct {
 	Data          json.RawMessage `json:"data"`
 	TransactionID string          `json:"transactionId"`
+	TraceID       string          `json:"traceId"`
 }
 
 type queueArgs struct {
@@ -84,7 +85,7 @@ func items(in []item) []lanes.Item {
 		if len(it.Data) > 0 {
 			data = it.Data
 		}
-		out[i] = lanes.Item{Data: data, TransactionID: it.TransactionID}
+		out[i] = lanes.Item{Data: data, TransactionID: it.TransactionID, TraceID: it.TraceID}
 	}
 	return out
 }
@@ -379,13 +380,18 @@ func (s *state) after(a pageArgs) (string, error) {
 }
 
 func popSummary(pr *lanes.PopResult) map[string]any {
-	data, parts, tids, ids := []any{}, []any{}, []any{}, []any{}
+	data, parts, tids, ids, traces := []any{}, []any{}, []any{}, []any{}, []any{}
 	leases := map[string]bool{}
 	for _, m := range pr.Messages {
 		data = append(data, m.Data)
 		parts = append(parts, m.Partition)
 		tids = append(tids, m.TransactionID)
 		ids = append(ids, m.ID)
+		var trace any // null when the message has none
+		if m.TraceID != nil && *m.TraceID != "" {
+			trace = *m.TraceID
+		}
+		traces = append(traces, trace)
 		if m.LeaseID != "" {
 			leases[m.LeaseID] = true
 		}
@@ -395,5 +401,5 @@ func popSummary(pr *lanes.PopResult) map[string]any {
 		echo = map[string]any{"partitions": pr.Autopilot.Partitions, "batch": pr.Autopilot.Batch}
 	}
 	return map[string]any{"count": len(pr.Messages), "data": data, "partitions": parts,
-		"transactionIds": tids, "messageIds": ids, "leases": len(leases), "autopilot": echo}
+		"transactionIds": tids, "messageIds": ids, "traceIds": traces, "leases": len(leases), "autopilot": echo}
 }

@@ -123,6 +123,7 @@ const items = (list) =>
   (list ?? []).map((it) => {
     const out = { data: it.data === undefined ? null : it.data };
     if (it.transactionId) out.transactionId = it.transactionId;
+    if (it.traceId) out.traceId = it.traceId;
     return out;
   });
 
@@ -134,6 +135,7 @@ function popSummary(pr) {
     partitions: pr.messages.map((m) => m.partition),
     transactionIds: pr.messages.map((m) => m.transactionId),
     messageIds: pr.messages.map((m) => m.id),
+    traceIds: pr.messages.map((m) => m.traceId || null),
     leases: leases.size,
     autopilot: pr.autopilot ? { partitions: pr.autopilot.partitions, batch: pr.autopilot.batch } : null,
   };

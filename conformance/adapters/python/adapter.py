@@ -232,7 +232,11 @@ def loop_settings(q: Any, a: dict[str, Any]) -> Any:
 
 def items(lst: list[dict[str, Any]] | None) -> list[Item]:
     return [
-        Item(data=it.get("data"), transaction_id=it.get("transactionId") or None)
+        Item(
+            data=it.get("data"),
+            transaction_id=it.get("transactionId") or None,
+            trace_id=it.get("traceId") or None,
+        )
         for it in lst or []
     ]
 
@@ -255,6 +259,7 @@ def pop_summary(pr: Any) -> dict[str, Any]:
         "partitions": [m.partition for m in ms],
         "transactionIds": [m.transaction_id for m in ms],
         "messageIds": [m.id for m in ms],
+        "traceIds": [m.trace_id or None for m in ms],
         "leases": len({m.lease_id for m in ms if m.lease_id}),
         "autopilot": echo,
     }
