@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	lanes "github.com/lanesmq/lanes/sdk-go"
@@ -39,6 +40,11 @@ type clientOpts struct {
 	// case's url in place of "${url}").
 	URLs               []string `json:"urls"`
 	HealthRetryAfterMs *int     `json:"healthRetryAfterMs"`
+	BearerToken        string   `json:"bearerToken"`
+	// BearerTokenFunc is the prefix of the tokens a token function gives: prefix1, prefix2, …
+	// one per call, so a case sees when the SDK asked for one.
+	BearerTokenFunc string            `json:"bearerTokenFunc"`
+	Headers         map[string]string `json:"headers"`
 }
 
 type stepIn struct {
@@ -96,6 +102,18 @@ func newClient(c caseIn) (*lanes.Client, error) {
 	opts := []lanes.Option{lanes.WithURL(urls...)}
 	for k, v := range c.Headers {
 		opts = append(opts, lanes.WithHeader(k, v))
+	}
+	for k, v := range o.Headers {
+		opts = append(opts, lanes.WithHeader(k, v))
+	}
+	if o.BearerToken != "" {
+		opts = append(opts, lanes.WithBearerToken(o.BearerToken))
+	}
+	if o.BearerTokenFunc != "" {
+		var calls atomic.Int64
+		opts = append(opts, lanes.WithBearerTokenFunc(func(context.Context) (string, error) {
+			return fmt.Sprintf("%s%d", o.BearerTokenFunc, calls.Add(1)), nil
+		}))
 	}
 	ms := func(n int) time.Duration { return time.Duration(n) * time.Millisecond }
 	if o.HealthRetryAfterMs != nil {

@@ -68,7 +68,14 @@ function newClient(c) {
   const o = c.client ?? {};
   // urls replaces the case's url with several brokers in order (the runner put the case's url
   // in place of "${url}").
-  const opts = o.urls?.length ? { urls: o.urls, headers: c.headers ?? {} } : { url: c.url, headers: c.headers ?? {} };
+  const headers = { ...(c.headers ?? {}), ...(o.headers ?? {}) };
+  const opts = o.urls?.length ? { urls: o.urls, headers } : { url: c.url, headers };
+  if (o.bearerToken !== undefined) opts.bearerToken = o.bearerToken;
+  if (o.bearerTokenFunc !== undefined) {
+    // The tokens are prefix1, prefix2, … one per call, so a case sees when the SDK asked for one.
+    let calls = 0;
+    opts.bearerToken = () => `${o.bearerTokenFunc}${++calls}`;
+  }
   if (o.healthRetryAfterMs !== undefined) opts.healthRetryAfterMillis = o.healthRetryAfterMs;
   if (o.retryAttempts !== undefined) opts.retryAttempts = o.retryAttempts;
   if (o.retryDelayMs !== undefined) opts.retryDelayMillis = o.retryDelayMs;

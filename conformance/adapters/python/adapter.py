@@ -18,6 +18,7 @@ import contextlib
 import dataclasses
 import functools
 import inspect
+import itertools
 import json
 import os
 import sys
@@ -154,7 +155,13 @@ def err_kind(err: BaseException) -> dict[str, Any]:
 
 def new_client(c: dict[str, Any], client_type: type[Client]) -> Client:
     o = c.get("client") or {}
-    kw: dict[str, Any] = {"headers": c.get("headers") or {}}
+    kw: dict[str, Any] = {"headers": {**(c.get("headers") or {}), **(o.get("headers") or {})}}
+    if "bearerToken" in o:
+        kw["bearer_token"] = o["bearerToken"]
+    if "bearerTokenFunc" in o:
+        # The tokens are prefix1, prefix2, ... one per call, so a case sees when the SDK asked.
+        calls = itertools.count(1)
+        kw["bearer_token"] = lambda: f"{o['bearerTokenFunc']}{next(calls)}"
     # urls replaces the case's url with several brokers in order (the runner put the case's
     # url in place of "${url}").
     if o.get("urls"):

@@ -78,7 +78,8 @@ var stepArgs = map[string][]string{
 // The adapters read only the keys they know, as with stepArgs, so a case naming another fails
 // to load.
 var clientArgs = []string{"retryAttempts", "retryDelayMs", "maxRetryDelayMs", "max429Attempts",
-	"maxRetryAfterMs", "timeoutMs", "popAutopilot", "env", "urls", "healthRetryAfterMs"}
+	"maxRetryAfterMs", "timeoutMs", "popAutopilot", "env", "urls", "healthRetryAfterMs", "bearerToken",
+	"bearerTokenFunc", "headers"}
 
 // checkClientArgs refuses a client option clientArgs does not list, and a urls list that does
 // not name the case's broker ("${url}") exactly once: without it the case would never reach

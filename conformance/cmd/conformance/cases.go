@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -73,6 +74,9 @@ type requestSpec struct {
 	Path   string            `yaml:"path"`
 	Query  string            `yaml:"query"`
 	Params map[string]string `yaml:"params"`
+	// Headers name headers the request must carry, each value matched as a request path is
+	// (a * stands for any text but a /).
+	Headers map[string]string `yaml:"headers"`
 }
 
 // matches says whether a recorded request is the one r expects, its query aside.
@@ -102,6 +106,20 @@ func (r requestSpec) queryProblem(query string, vars map[string]string) string {
 		return fmt.Sprintf("query %q, want the parameters %s in any order", query, show(want))
 	}
 	return ""
+}
+
+// headerProblem says how the recorded headers differ from the ones the spec names, "" when
+// they match.
+func (r requestSpec) headerProblem(h http.Header, vars map[string]string) string {
+	var problems []string
+	for k, v := range r.Headers {
+		want := substitute(v, vars).(string)
+		if got := h.Get(k); !globMatch(want, got) {
+			problems = append(problems, fmt.Sprintf("header %s %q, want %q", k, got, want))
+		}
+	}
+	sort.Strings(problems)
+	return strings.Join(problems, "; ")
 }
 
 // step is one step as sent to an adapter.

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -175,5 +176,25 @@ func TestARequestsPathStarStandsForOneSegment(t *testing.T) {
 	plain := requestSpec{Method: "GET", Path: "/api/v1/messages"}
 	if !plain.matches("GET", "/api/v1/messages", vars) || plain.matches("GET", "/api/v1/messages/x", vars) {
 		t.Error("a path without a star must match exactly")
+	}
+}
+
+func TestARequestsHeadersMatchByNameInAnyCaseAndValueAsAPath(t *testing.T) {
+	vars := map[string]string{"q": "cf-go-001"}
+	spec := requestSpec{Headers: map[string]string{"authorization": "Bearer ${q}", "User-Agent": "lanes-mq-*/*"}}
+	h := http.Header{}
+	h.Set("Authorization", "Bearer cf-go-001")
+	h.Set("User-Agent", "lanes-mq-python/0.0.0")
+	if p := spec.headerProblem(h, vars); p != "" {
+		t.Fatalf("matching headers: %s", p)
+	}
+	h.Set("User-Agent", "Go-http-client/1.1")
+	if spec.headerProblem(h, vars) == "" {
+		t.Fatal("a User-Agent outside the pattern matched")
+	}
+	h.Del("Authorization")
+	h.Set("User-Agent", "lanes-mq-go/0.0.0")
+	if spec.headerProblem(h, vars) == "" {
+		t.Fatal("a missing Authorization matched")
 	}
 }

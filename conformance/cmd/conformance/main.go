@@ -404,6 +404,9 @@ func runCase(sdkName string, idx int, c testCase, proc *adapterProc, proxy *vali
 				if problem := want.queryProblem(r.Query, vars); problem != "" {
 					res.Problems = append(res.Problems, fmt.Sprintf("request %s %s: %s", r.Method, r.Path, problem))
 				}
+				if problem := want.headerProblem(r.Header, vars); problem != "" {
+					res.Problems = append(res.Problems, fmt.Sprintf("request %s %s: %s", r.Method, r.Path, problem))
+				}
 				found = true
 				break
 			}

@@ -32,6 +32,8 @@ const runHeader = "X-Lanes-Test-Run"
 type recorded struct {
 	Method, Path, Query, Op string
 	Status                  int
+	// Header is what the SDK sent, for a case that names headers a request must carry.
+	Header http.Header
 }
 
 // validatingProxy sits between the adapters and the broker. It validates every response
@@ -199,7 +201,8 @@ func (p *validatingProxy) record(req *http.Request, op string, status int) {
 	}
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	p.requests[run] = append(p.requests[run], recorded{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Op: op, Status: status})
+	p.requests[run] = append(p.requests[run], recorded{Method: req.Method, Path: req.URL.Path, Query: req.URL.RawQuery, Op: op, Status: status,
+		Header: req.Header.Clone()})
 }
 
 func (p *validatingProxy) violation(run, msg string) {
