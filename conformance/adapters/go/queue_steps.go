@@ -157,6 +157,7 @@ type ackArgs struct {
 	Error    string `json:"error"`
 	// TransactionID, when set, names another message under the saved messages' lease.
 	TransactionID string `json:"transactionId"`
+	WithoutLease  bool   `json:"withoutLease"`
 }
 
 func (s *state) ack(ctx context.Context, a ackArgs) (map[string]any, error) {
@@ -173,7 +174,7 @@ func (s *state) ack(ctx context.Context, a ackArgs) (map[string]any, error) {
 		}
 		ms = renamed
 	}
-	res, err := s.client.Ack(ctx, ms, lanes.AckStatus(a.Status), lanes.AckOpts{Group: a.Group, Error: a.Error})
+	res, err := s.client.Ack(ctx, ms, lanes.AckStatus(a.Status), lanes.AckOpts{Group: a.Group, Error: a.Error, WithoutLease: a.WithoutLease})
 	out := successList(res, func(r lanes.AckResult) bool { return r.Success }, err)
 	if res != nil {
 		out["results"] = wire(res)

@@ -478,6 +478,7 @@ const queueSteps = {
     const opts = {};
     if (a.group) opts.group = a.group;
     if (a.error) opts.error = a.error;
+    if (a.withoutLease) opts.withoutLease = true;
     try {
       const res = await c.ack(ms, a.status, opts);
       return { success: successList(res), results: res };

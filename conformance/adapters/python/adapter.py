@@ -568,7 +568,13 @@ class CaseState:
             ms = [dataclasses.replace(m, transaction_id=a["transactionId"]) for m in ms]
         try:
             res = await awaited(
-                c.ack(ms, a["status"], group=a.get("group") or None, error=a.get("error") or None)
+                c.ack(
+                    ms,
+                    a["status"],
+                    group=a.get("group") or None,
+                    error=a.get("error") or None,
+                    without_lease=bool(a.get("withoutLease")),
+                )
             )
             return {"success": success_list(res), "results": ack_rows(res)}
         except AckError as e:

@@ -19,7 +19,7 @@ var stepArgs = map[string][]string{
 	"push":             {"queue", "partition", "items", "deadlineMs"},
 	"bufferPush":       {"queue", "partition", "items", "messageCount", "retryDelayMs"},
 	"pop":              append([]string{"save"}, popKnobs...),
-	"ack":              {"messages", "indices", "status", "group", "error", "transactionId"},
+	"ack":              {"messages", "indices", "status", "group", "error", "transactionId", "withoutLease"},
 	"renew":            {"messages", "seconds"},
 	"transaction":      {"ops"},
 	"configure":        {"queue", "options", "namespace", "task"},
