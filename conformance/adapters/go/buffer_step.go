@@ -14,6 +14,8 @@ type bufferPushArgs struct {
 	Items        []item `json:"items"`
 	MessageCount int    `json:"messageCount"`
 	RetryDelayMs int    `json:"retryDelayMs"`
+	// FlushTimeoutMs bounds the flush (default 10 s).
+	FlushTimeoutMs int `json:"flushTimeoutMs"`
 }
 
 // bufferPush pushes the items into the client's push buffer for the queue and partition, then
@@ -40,7 +42,11 @@ func (s *state) bufferPush(ctx context.Context, a bufferPushArgs) (map[string]an
 	out := map[string]any{}
 	err := buf.Push(ctx, items(a.Items)...)
 	if err == nil {
-		fctx, cancel := context.WithTimeout(ctx, 10*time.Second)
+		timeout := 10 * time.Second
+		if a.FlushTimeoutMs > 0 {
+			timeout = time.Duration(a.FlushTimeoutMs) * time.Millisecond
+		}
+		fctx, cancel := context.WithTimeout(ctx, timeout)
 		err = buf.Flush(fctx)
 		cancel()
 	}

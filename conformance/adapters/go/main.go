@@ -235,8 +235,11 @@ func errKind(err error) map[string]any {
 		api *lanes.APIError
 		ou  *lanes.OutcomeUnknownError
 		he  *lanes.HandlerError
+		ue  *lanes.UnsentError
 	)
 	switch {
+	case errors.As(err, &ue):
+		return map[string]any{"kind": "unsent", "unsent": ue.Unsent, "message": err.Error()}
 	case errors.As(err, &he):
 		ids := make([]string, 0, len(he.Messages))
 		for _, m := range he.Messages {

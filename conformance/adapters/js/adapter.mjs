@@ -8,6 +8,7 @@ import {
   APIConnectionError,
   APITimeoutError,
   OutcomeUnknownError,
+  UnsentError,
   PushError,
   AckError,
   TransactionError,
@@ -35,6 +36,7 @@ function errKind(err) {
     if (err instanceof APITimeoutError) out.timeout = true;
     return { ...out, outcomeUnknown: true, attempts: err.attempts, message: err.message };
   }
+  if (err instanceof UnsentError) return { kind: "unsent", unsent: err.unsent, message: err.message };
   if (err instanceof PushError) return { kind: "push", message: err.message };
   if (err instanceof AckError) return { kind: "ack", message: err.message };
   if (err instanceof TransactionError) {
@@ -456,7 +458,7 @@ const queueSteps = {
     try {
       const buf = builder(c, a).buffer(opts);
       await buf.push(items(a.items));
-      await buf.flush({ timeoutMillis: 10_000 });
+      await buf.flush({ timeoutMillis: a.flushTimeoutMs > 0 ? a.flushTimeoutMs : 10_000 });
     } catch (err) {
       out.error = sdkErr(err);
     }

@@ -108,6 +108,8 @@ def err_kind(err: BaseException) -> dict[str, Any]:
         if isinstance(err, APITimeoutError):
             cause["timeout"] = True
         return {**cause, "outcomeUnknown": True, "attempts": err.attempts, "message": str(err)}
+    if isinstance(err, lanes.UnsentError):
+        return {"kind": "unsent", "unsent": err.unsent, "message": str(err)}
     if isinstance(err, PushError):
         return {"kind": "push", "message": str(err)}
     if isinstance(err, AckError):
@@ -537,7 +539,7 @@ class CaseState:
         try:
             buf = builder(c, a).buffer(**opts)
             await awaited(buf.push(items(a.get("items"))))
-            await awaited(buf.flush(10))
+            await awaited(buf.flush((a.get("flushTimeoutMs") or 10000) / 1000))
         except lanes.LanesError as e:
             out["error"] = err_kind(e)
         stats = c.buffer_stats()
