@@ -68,6 +68,31 @@ func TestAckClampFigure(t *testing.T) {
 	}
 }
 
+// Acking message N commits everything up to N, mentioned or not, whichever
+// way the ack is resolved: by the lease index of the broker that granted the
+// lease, or through lanes.txns on a broker that did not (the general path).
+func TestAckOfTheLastCompletesTheUnmentioned(t *testing.T) {
+	granting, other := newEngine(t), newEngine(t)
+	for name, acker := range map[string]*Engine{"granting broker": granting, "other broker": other} {
+		t.Run(name, func(t *testing.T) {
+			q := queueName(t)
+			pushN(t, granting, q, "p", 4)
+			b := mustPop(t, granting, PopRequest{Queue: q, Batch: 3})
+			if got := txnIDs(b.Messages); !reflect.DeepEqual(got, []string{"m0", "m1", "m2"}) {
+				t.Fatalf("pop %v", got)
+			}
+			r := mustAck(t, acker, ack(b.Messages[2], "completed"))
+			if !r[0].Success || !r[0].LeaseReleased {
+				t.Fatalf("ack of the last message alone: %+v", r[0])
+			}
+			next := mustPop(t, granting, PopRequest{Queue: q, Batch: 10})
+			if got := txnIDs(next.Messages); !reflect.DeepEqual(got, []string{"m3"}) {
+				t.Fatalf("m0 and m1 were never mentioned but are below the ack: next pop %v, want [m3]", got)
+			}
+		})
+	}
+}
+
 // A leased ack names only the lease's batch: an id beyond it is unresolvable,
 // commits nothing and keeps the lease, so the batch's own acks still work.
 func TestLeasedAckBeyondTheBatchCommitsNothing(t *testing.T) {

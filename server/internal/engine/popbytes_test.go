@@ -66,6 +66,25 @@ func TestPopStopsAtTheByteBudgetAndLeasesOnlyWhatItDelivered(t *testing.T) {
 	}
 }
 
+// The budget is a bound the frames taken must stay under: when the segments
+// taken so far hold exactly the budget, the next segment is left for the
+// next pop.
+func TestAPopThatReachesTheByteBudgetExactlyTakesNoMore(t *testing.T) {
+	plain, q := newEngine(t), queueName(t)
+	mustPush(t, plain, bigItems(q, "p", "m", 3)...)
+	var firstTwo int64
+	if err := plain.pool.QueryRow(t.Context(), `SELECT sum(octet_length(s.frames)) FROM lanes.segments s
+		JOIN lanes.partitions p ON p.id = s.partition_id JOIN lanes.queues q ON q.id = p.queue_id
+		WHERE q.name = $1 AND s.base_offset < 2`, q).Scan(&firstTwo); err != nil {
+		t.Fatal(err)
+	}
+	e := newEngineWith(t, Config{PopMaxBytes: firstTwo}, nil)
+	b := mustPop(t, e, PopRequest{Queue: q, Batch: 200})
+	if got := txnIDs(b.Messages); strings.Join(got, ",") != "m0,m1" {
+		t.Fatalf("a budget of exactly m0's and m1's segments (%d bytes) delivered %v, want m0,m1", firstTwo, got)
+	}
+}
+
 // An autoAck pop moves the cursor only through what it delivered: pops one
 // after another deliver every message once, in order.
 func TestAutoAckPopsUnderTheByteBudgetDeliverEverythingOnce(t *testing.T) {

@@ -53,6 +53,29 @@ func TestTimerScheduleRescheduleCancelAndRead(t *testing.T) {
 	}
 }
 
+// A timer is due at its deliverAt, not before: a firing pass shortly before
+// it leaves the timer scheduled and its queue empty, and one after it fires.
+func TestATimerFiresNoEarlierThanItsDeliverAt(t *testing.T) {
+	e := newEngine(t)
+	q := queueName(t)
+	res := mustTimers(t, e, TimerOp{Op: TimerSchedule, Queue: q, TimerKey: "soon", Delay: 1500 * time.Millisecond})
+	deliverAt := *res[0].DeliverAt
+	time.Sleep(time.Until(deliverAt.Add(-600 * time.Millisecond)))
+	if _, err := e.FireDueTimers(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if tm, err := e.GetTimer(context.Background(), q, "soon"); err != nil || tm == nil {
+		t.Fatalf("600 ms before its deliverAt the timer fired (still scheduled: %+v, %v)", tm, err)
+	}
+	time.Sleep(time.Until(deliverAt.Add(100 * time.Millisecond)))
+	if n, err := e.FireDueTimers(context.Background()); err != nil || n < 1 {
+		t.Fatalf("after its deliverAt: fired %d, %v", n, err)
+	}
+	if got := mustPop(t, e, PopRequest{Queue: q, Batch: 10}); len(got.Messages) != 1 {
+		t.Fatalf("the fired timer delivered %d messages, want 1", len(got.Messages))
+	}
+}
+
 func TestTimerHorizonAndBadInput(t *testing.T) {
 	e := newEngine(t)
 	q := queueName(t)
