@@ -242,6 +242,7 @@ func (ho *handOff) finish(e *Engine, batchErr error) error {
 	res, err := e.deliverClaim(context.Background(), &ho.req, ho.leaseID, &ho.d)
 	if err != nil {
 		res = nil // the corrupt partition's claim was given back: the pop claims for itself
+		e.hot.handOffsGivenBack.Add(1)
 	} else {
 		ho.groupWakes = res.leftBehind(othersRunning)
 		e.hot.handOffs.Add(1)

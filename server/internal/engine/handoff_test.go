@@ -541,6 +541,11 @@ func TestAHandOffReadingACorruptSegmentGivesItsClaimBack(t *testing.T) {
 	if !errors.As(p.err, &corrupt) || corrupt.Queue != q || corrupt.Partition != "bad" {
 		t.Fatalf("parked pop: %+v %v", p.res, p.err)
 	}
+	// A pop that claimed for itself, with no hand-off, would leave no lease either.
+	after := e.HotPathStats()
+	if given := after.HandOffsGivenBack - before.HandOffsGivenBack; given != 1 {
+		t.Fatalf("hand-off claims given back = %d, want 1 (the push claimed for the pop)", given)
+	}
 	if n := handOffs(e, before); n != 0 {
 		t.Fatalf("hand-offs = %d, want 0 (the claim was given back)", n)
 	}

@@ -43,6 +43,9 @@ type HotPathStats struct {
 	// HandOffsContinued counts the hand-offs of acks that leased the next
 	// batch of the acked partition with continueLeaseSQL (among HandOffs).
 	HandOffsContinued uint64
+	// HandOffsGivenBack counts hand-off claims that read a segment which
+	// does not decode and gave their claim back (not among HandOffs).
+	HandOffsGivenBack uint64
 }
 
 // HotPathStats reads the counters since the engine started.
@@ -52,7 +55,8 @@ func (e *Engine) HotPathStats() HotPathStats {
 		PushCommitsOneTrip:    e.hot.pushOneTrip.Load(), PushCommitsGeneral: e.hot.pushGeneral.Load(),
 		PopsOneTrip: e.hot.popsOneTrip.Load(), PopsGeneral: e.hot.popsGeneral.Load(),
 		BundlesOneTrip: e.hot.bundlesOneTrip.Load(), BundlesGeneral: e.hot.bundlesGeneral.Load(),
-		HandOffs: e.hot.handOffs.Load(), HandOffsContinued: e.hot.handOffsContinued.Load()}
+		HandOffs: e.hot.handOffs.Load(), HandOffsContinued: e.hot.handOffsContinued.Load(),
+		HandOffsGivenBack: e.hot.handOffsGivenBack.Load()}
 }
 
 type hotPathCounters struct {
@@ -61,6 +65,7 @@ type hotPathCounters struct {
 	popsOneTrip, popsGeneral                    atomic.Uint64
 	bundlesOneTrip, bundlesGeneral              atomic.Uint64
 	handOffs, handOffsContinued                 atomic.Uint64
+	handOffsGivenBack                           atomic.Uint64
 }
 
 // QueueLag is the backlog of one consumer group on one queue.
