@@ -232,6 +232,10 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 		return len(pushErrs), len(bufErrs)
 	}
 	pushed := make(chan int, plainN)
+	// The buffered producer goes at the plain one's pace, an item per push call (answered or
+	// failed): on a slow machine it would otherwise be done before the broker goes down, and no
+	// buffer flush would fail. It needs bufferedN turns in all; more are dropped.
+	bufferTurns := make(chan struct{}, bufferedN)
 	var producers sync.WaitGroup
 	producers.Add(2)
 	go func() { // plain pushes: an application resends an item the SDK did not report stored
@@ -240,6 +244,10 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 			txn := fmt.Sprintf("go-%03d", i)
 			q := producer.Queue(queue).Partition(fmt.Sprintf("p%d", i%partitions))
 			for ctx.Err() == nil {
+				select {
+				case bufferTurns <- struct{}{}:
+				default:
+				}
 				res, err := q.Push(ctx, lanes.Item{Data: map[string]int{"i": i}, TransactionID: txn})
 				if err == nil && res[0].Status != lanes.StatusFailed {
 					told.set(txn, res[0].Status)
@@ -261,6 +269,11 @@ func TestITConsumerAndProducerRideThroughBrokerKillAndPostgresRestart(t *testing
 	go func() {
 		defer producers.Done()
 		for i := range bufferedN {
+			select {
+			case <-bufferTurns:
+			case <-ctx.Done():
+				return
+			}
 			txn := fmt.Sprintf("go-buf-%03d", i)
 			if err := buf.Push(ctx, lanes.Item{Data: map[string]int{"i": i}, TransactionID: txn}); err != nil {
 				errMu.Lock()
