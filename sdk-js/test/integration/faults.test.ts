@@ -159,12 +159,17 @@ describe("faults", () => {
     const bufferErrors: unknown[] = [];
     let bufferDropped = 0;
     let pushedCount = 0;
+    // The buffered producer goes at the plain one's pace, an item per push call (answered or
+    // failed): on a slow machine it would otherwise be done before the broker goes down, and no
+    // buffer flush would fail.
+    let bufferTurns = 0;
     // An application resends an item the SDK did not report stored, with the same id.
     const pushPlain = async () => {
       for (let i = 0; i < plainN && !finished; i++) {
         const txn = `js-${String(i).padStart(3, "0")}`;
         const q = producer.queue(queue).partition(`p${i % partitions}`);
         while (!finished) {
+          bufferTurns++;
           try {
             const [res] = await q.push([{ transactionId: txn, data: { i } }]);
             if (res && res.status !== "failed") {
@@ -192,6 +197,9 @@ describe("faults", () => {
       });
     const pushBuffered = async () => {
       for (let i = 0; i < bufferedN && !finished; i++) {
+        while (bufferTurns === 0 && !finished) await sleep(5);
+        if (finished) return;
+        bufferTurns--;
         await buf.push([{ transactionId: `js-buf-${String(i).padStart(3, "0")}`, data: { i } }]);
         await sleep(10);
       }
