@@ -44,8 +44,9 @@ export class TransactionBuilder {
     );
   }
 
-  /** ack acknowledges leased messages inside the bundle; the group defaults to each message's own. Their lease ids go to `requiredLeases`, so a stale lease rolls the bundle back. */
+  /** ack acknowledges leased messages inside the bundle; the group defaults to each message's own. Their lease ids go to `requiredLeases`, so a stale lease rolls the bundle back. `withoutLease` throws LanesError: a transaction ack has no lease-less form (the broker gives it the cursor's live lease), as in Go and Python. */
   ack(messages: AckTarget | AckTarget[], status: AckStatus | boolean = "completed", opts: AckOptions = {}): TransactionBuilder {
+    if (opts.withoutLease) throw new LanesError("lanes: a transaction ack cannot be lease-less (withoutLease)");
     const st = normalizeAckStatus(status);
     const list = Array.isArray(messages) ? messages : [messages];
     const ops: TransactionOperation[] = [];

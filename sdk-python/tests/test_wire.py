@@ -506,6 +506,14 @@ def test_transaction_body() -> None:
     assert len(seen) == 1
 
 
+def test_transaction_ack_without_lease_is_refused_unsent() -> None:
+    # A transaction ack has no lease-less form; Go and TypeScript refuse it too.
+    t, seen = capture(lambda r: httpx.Response(500))
+    with pytest.raises(lanes.LanesError, match="cannot be lease-less"):
+        client(t).transaction().ack(_msg("in1"), "completed", without_lease=True)
+    assert seen == []
+
+
 def test_transaction_ack_names_its_group_as_client_ack_does() -> None:
     t, seen = capture(
         lambda r: httpx.Response(200, json={"transactionId": "x", "success": True, "results": []})

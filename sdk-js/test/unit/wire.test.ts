@@ -8,6 +8,7 @@ import {
   EmptyTransactionError,
   InternalServerError,
   Lanes,
+  LanesError,
   NotFoundError,
   NotImplementedByBrokerError,
   PermissionDeniedError,
@@ -662,6 +663,15 @@ describe("transaction", () => {
   it("an empty bundle throws EmptyTransactionError and sends nothing", async () => {
     const s = await fake();
     await expect(client(s.url).transaction().commit()).rejects.toBeInstanceOf(EmptyTransactionError);
+    expect(s.seen).toHaveLength(0);
+  });
+
+  it("a lease-less ack (withoutLease) throws LanesError and sends nothing: a transaction ack has no lease-less form (as Go and Python)", async () => {
+    const s = await fake();
+    const m = { transactionId: "in-1", partitionId: "p-1", leaseId: "L" };
+    expect(() => client(s.url).transaction().ack(m as never, "completed", { withoutLease: true })).toThrow(
+      new LanesError("lanes: a transaction ack cannot be lease-less (withoutLease)"),
+    );
     expect(s.seen).toHaveLength(0);
   });
 

@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Generic, Literal, TypeVar
 
 from lanes import _protocol as P
 from lanes import _requests as R
-from lanes._exceptions import EmptyTransactionError
+from lanes._exceptions import EmptyTransactionError, LanesError
 from lanes._http import encode_json
 from lanes._types import AckStatus, Message, TransactionResult
 
@@ -57,10 +57,15 @@ class _TxBase:
         group: str | None = None,
         error: str | None = None,
         consumer_group: str | None = None,
+        without_lease: bool = False,
     ) -> TB:
         """Ack leased messages in the bundle; their lease ids go to ``requiredLeases``.
         ``group`` names the consumer group as in ``client.ack``; ``consumer_group`` is accepted
-        as an alias (the wire's ``consumerGroup``), and giving both is an error."""
+        as an alias (the wire's ``consumerGroup``), and giving both is an error.
+        ``without_lease=True`` raises :class:`LanesError`: a transaction ack has no lease-less
+        form (the broker gives it the cursor's live lease), as Go's and TypeScript's refuse it."""
+        if without_lease:
+            raise LanesError("lanes: a transaction ack cannot be lease-less (without_lease)")
         if group is not None and consumer_group is not None and group != consumer_group:
             raise ValueError("lanes: ack takes group or consumer_group, not both")
         group = group if group is not None else consumer_group
