@@ -219,6 +219,8 @@ type transactionArgs struct {
 			Status   string `json:"status"`
 			Group    string `json:"group"`
 			Error    string `json:"error"`
+			// WithoutLease asks for a lease-less ack, which a transaction has no form of.
+			WithoutLease bool `json:"withoutLease"`
 		} `json:"ack"`
 		KV          *lanes.KVOperation `json:"kv"`
 		Timer       *timerArgs         `json:"timer"`
@@ -241,7 +243,8 @@ func (s *state) transaction(ctx context.Context, a transactionArgs) (map[string]
 			if err != nil {
 				return nil, err
 			}
-			tb.AckWith(ms[0], lanes.AckStatus(op.Ack.Status), lanes.AckOpts{Group: op.Ack.Group, Error: op.Ack.Error})
+			tb.AckWith(ms[0], lanes.AckStatus(op.Ack.Status), lanes.AckOpts{Group: op.Ack.Group, Error: op.Ack.Error,
+				WithoutLease: op.Ack.WithoutLease})
 		case op.KV != nil:
 			tb.KV(*op.KV)
 		case op.Timer != nil:

@@ -42,7 +42,9 @@ type timerArgs struct {
 	Data    json.RawMessage `json:"data"`
 	Limit   int             `json:"limit"`
 	After   string          `json:"after"`
-	// Partition and TransactionID place the fired message (timerSchedule only).
+	Prefix  string          `json:"prefix"`
+	// Partition and TransactionID place the fired message (timerSchedule, timerReschedule and
+	// a timerBatch op).
 	Partition     *string `json:"partition"`
 	TransactionID string  `json:"transactionId"`
 }
@@ -141,6 +143,15 @@ func (s *state) kvBatch(ctx context.Context, a kvBatchArgs) (map[string]any, err
 }
 
 func (s *state) timerSchedule(ctx context.Context, a timerArgs) (map[string]any, error) {
+	return wireResult(s.placedTimers(a).Schedule(ctx, a.Key, a.delay(), a.payload())), nil
+}
+
+func (s *state) timerReschedule(ctx context.Context, a timerArgs) (map[string]any, error) {
+	return wireResult(s.placedTimers(a).Reschedule(ctx, a.Key, a.delay(), a.payload())), nil
+}
+
+// placedTimers is the step's queue's timers, firing into the step's partition under its id.
+func (s *state) placedTimers(a timerArgs) lanes.Timers {
 	t := s.client.Timers(a.Queue)
 	if a.Partition != nil {
 		t = t.Partition(*a.Partition)
@@ -148,7 +159,47 @@ func (s *state) timerSchedule(ctx context.Context, a timerArgs) (map[string]any,
 	if a.TransactionID != "" {
 		t = t.TransactionID(a.TransactionID)
 	}
-	return wireResult(t.Schedule(ctx, a.Key, a.delay(), a.payload())), nil
+	return t
+}
+
+type timerBatchArgs struct {
+	Ops []struct {
+		Op string `json:"op"`
+		timerArgs
+	} `json:"ops"`
+}
+
+// timerBatch sends the ops through Timers.Batch, built with the SDK's op builders.
+func (s *state) timerBatch(ctx context.Context, a timerBatchArgs) (map[string]any, error) {
+	ops := make([]lanes.TimerOperation, 0, len(a.Ops))
+	for _, o := range a.Ops {
+		var op lanes.TimerOperation
+		switch o.Op {
+		case "schedule":
+			op = lanes.TimerSchedule(o.Queue, o.Key, o.delay(), o.payload())
+		case "reschedule":
+			op = lanes.TimerReschedule(o.Queue, o.Key, o.delay(), o.payload())
+		case "cancel":
+			op = lanes.TimerCancel(o.Queue, o.Key)
+		default:
+			return nil, fmt.Errorf("timer op %q: want schedule, reschedule or cancel", o.Op)
+		}
+		op.Partition = o.Partition
+		if o.TransactionID != "" {
+			op.Txn = &o.TransactionID
+		}
+		ops = append(ops, op)
+	}
+	queue := ""
+	if len(a.Ops) > 0 {
+		queue = a.Ops[0].Queue
+	}
+	res, err := s.client.Timers(queue).Batch(ctx, ops...)
+	out := map[string]any{}
+	if err == nil {
+		out["results"] = wire(res)
+	}
+	return withErr(out, err), nil
 }
 
 func (s *state) timerGet(ctx context.Context, a timerArgs) (map[string]any, error) {
@@ -160,7 +211,7 @@ func (s *state) timerCancel(ctx context.Context, a timerArgs) (map[string]any, e
 }
 
 func (s *state) timerList(ctx context.Context, a timerArgs) (map[string]any, error) {
-	return wireResult(s.client.Timers(a.Queue).List(ctx, a.Limit, a.After)), nil
+	return wireResult(s.client.Timers(a.Queue).ListPrefix(ctx, a.Prefix, a.Limit, a.After)), nil
 }
 
 // address is a message step's target: a saved message (messages + index), a message a message

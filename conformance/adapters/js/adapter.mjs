@@ -15,6 +15,7 @@ import {
   LanesError,
   HandlerError,
   withDeadline,
+  timerOp,
 } from "@lanesmq/lanes";
 
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
@@ -222,6 +223,16 @@ const stateSteps = {
   async timerSchedule(c, a) {
     return await c.timers(a.queue).schedule(a.key, { ...timerSchedule(a), ...pick(a, "partition", "transactionId") });
   },
+  async timerReschedule(c, a) {
+    return await c.timers(a.queue).reschedule(a.key, { ...timerSchedule(a), ...pick(a, "partition", "transactionId") });
+  },
+  async timerBatch(c, a) {
+    // Each op through the SDK's timerOp builder, sent in one timers(q).batch call.
+    const ops = (a.ops ?? []).map((o) =>
+      o.op === "cancel" ? timerOp("cancel", o.queue, o.key) : timerOp(o.op, o.queue, o.key, { ...timerSchedule(o), ...pick(o, "partition", "transactionId") }),
+    );
+    return { results: await c.timers(a.ops?.[0]?.queue ?? "").batch(ops) };
+  },
   async timerGet(c, a) {
     return await c.timers(a.queue).get(a.key);
   },
@@ -232,6 +243,7 @@ const stateSteps = {
     const opts = {};
     if (a.limit > 0) opts.limit = a.limit;
     if (a.after) opts.after = a.after;
+    if (a.prefix) opts.prefix = a.prefix;
     return await c.timers(a.queue).list(opts);
   },
   async dlqReplay(c, a) {
@@ -423,6 +435,33 @@ async function maintenanceCall(c, scope, how, enabled) {
 // successList is an ack's or a renewal's per-message success flags.
 const successList = (results) => results.map((r) => r.success);
 
+// buildTransaction adds the step's ops to the transaction builder through its own calls.
+function buildTransaction(st, tb, ops) {
+  for (const o of ops) {
+    if (o.push) {
+      let tq = tb.queue(o.push.queue);
+      if (o.push.partition !== undefined) tq = tq.partition(o.push.partition);
+      tb = tq.push(items(o.push.items));
+    } else if (o.ack) {
+      const [m] = st.messages(o.ack.messages, [o.ack.index]);
+      tb = tb.ack(m, o.ack.status, {
+        ...(o.ack.group ? { group: o.ack.group } : {}),
+        ...(o.ack.error ? { error: o.ack.error } : {}),
+        ...(o.ack.withoutLease ? { withoutLease: true } : {}),
+      });
+    } else if (o.kv) {
+      tb = txKv(tb, o.kv);
+    } else if (o.timer) {
+      tb = tb.timer(o.timer.queue, o.timer.key, timerSchedule(o.timer));
+    } else if (o.cancelTimer) {
+      tb = tb.cancelTimer(o.cancelTimer.queue, o.cancelTimer.key);
+    } else {
+      throw new AdapterError("transaction op needs push, ack, kv, timer or cancelTimer");
+    }
+  }
+  return tb;
+}
+
 // queueSteps are the queue-plane steps; like stateSteps they run with this = the CaseState, but
 // they answer SDK errors themselves (with the partial results the SDK reports).
 const queueSteps = {
@@ -500,23 +539,10 @@ const queueSteps = {
   },
   async transaction(c, a) {
     let tb = c.transaction();
-    for (const o of a.ops ?? []) {
-      if (o.push) {
-        let tq = tb.queue(o.push.queue);
-        if (o.push.partition !== undefined) tq = tq.partition(o.push.partition);
-        tb = tq.push(items(o.push.items));
-      } else if (o.ack) {
-        const [m] = this.messages(o.ack.messages, [o.ack.index]);
-        tb = tb.ack(m, o.ack.status, { ...(o.ack.group ? { group: o.ack.group } : {}), ...(o.ack.error ? { error: o.ack.error } : {}) });
-      } else if (o.kv) {
-        tb = txKv(tb, o.kv);
-      } else if (o.timer) {
-        tb = tb.timer(o.timer.queue, o.timer.key, timerSchedule(o.timer));
-      } else if (o.cancelTimer) {
-        tb = tb.cancelTimer(o.cancelTimer.queue, o.cancelTimer.key);
-      } else {
-        throw new AdapterError("transaction op needs push, ack, kv, timer or cancelTimer");
-      }
+    try {
+      tb = buildTransaction(this, tb, a.ops ?? []);
+    } catch (err) {
+      return { ok: false, error: sdkErr(err) }; // a refusal while building: nothing sent
     }
     try {
       const res = await tb.commit();

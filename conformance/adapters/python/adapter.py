@@ -386,6 +386,15 @@ def timer_payload(o: dict[str, Any]) -> dict[str, Any]:
     return {"payload": o["data"]} if "data" in o else {}
 
 
+def timer_place(o: dict[str, Any]) -> dict[str, Any]:
+    """A case's timer ``partition`` and ``transactionId`` as keywords, only those it gives."""
+    return {
+        k: o[n]
+        for k, n in (("partition", "partition"), ("transaction_id", "transactionId"))
+        if n in o
+    }
+
+
 def tx_kv(tx: Any, o: dict[str, Any]) -> Any:
     """Add one wire-shaped KV op to a transaction through the builder's kv_* methods, passing
     every field the step gives (the SDK refuses one its method does not take)."""
@@ -596,8 +605,22 @@ class CaseState:
             return {"error": err_kind(e)}
 
     async def op_transaction(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
-        tx = c.transaction()
-        for o in a.get("ops") or []:
+        try:
+            tx = self.build_transaction(c.transaction(), a.get("ops") or [])
+        except lanes.LanesError as e:
+            return {"ok": False, "error": err_kind(e)}  # a refusal while building: nothing sent
+        try:
+            res = await awaited(tx.commit())
+            out = {"ok": True}
+            if res.kv:
+                out["kv"] = wire(res.kv)
+            return out
+        except lanes.LanesError as e:
+            return {"ok": False, "error": err_kind(e)}
+
+    def build_transaction(self, tx: Any, ops: list[dict[str, Any]]) -> Any:
+        """Add the step's ops to the transaction through the builder's own calls."""
+        for o in ops:
             if "push" in o:
                 p = o["push"]
                 tq = tx.queue(p["queue"])
@@ -612,6 +635,7 @@ class CaseState:
                     k["status"],
                     consumer_group=k.get("group") or None,
                     error=k.get("error") or None,
+                    **({"without_lease": True} if k.get("withoutLease") else {}),
                 )
             elif "kv" in o:
                 tx = tx_kv(tx, o["kv"])
@@ -624,14 +648,7 @@ class CaseState:
                 tx = tx.timer_cancel(o["cancelTimer"]["queue"], o["cancelTimer"]["key"])
             else:
                 raise ValueError("transaction op needs push, ack, kv, timer or cancelTimer")
-        try:
-            res = await awaited(tx.commit())
-            out = {"ok": True}
-            if res.kv:
-                out["kv"] = wire(res.kv)
-            return out
-        except lanes.LanesError as e:
-            return {"ok": False, "error": err_kind(e)}
+        return tx
 
     async def op_configure(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         try:
@@ -836,13 +853,34 @@ class CaseState:
                 a["key"],
                 delay_millis=a.get("delayMs", 0),
                 **timer_payload(a),
-                **{
-                    k: a[n]
-                    for k, n in (("partition", "partition"), ("transaction_id", "transactionId"))
-                    if n in a
-                },
+                **timer_place(a),
             )
         )
+
+    async def op_timerReschedule(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        return await wire_result(
+            c.timers(a["queue"]).reschedule(
+                a["key"], delay_millis=a.get("delayMs", 0), **timer_payload(a), **timer_place(a)
+            )
+        )
+
+    async def op_timerBatch(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        # Each op through lanes.timer_op, sent in one timers(q).batch call.
+        ops = [
+            lanes.timer_op(o["op"], o["queue"], o["key"])
+            if o["op"] == "cancel"
+            else lanes.timer_op(
+                o["op"],
+                o["queue"],
+                o["key"],
+                delay_millis=o.get("delayMs", 0),
+                **timer_payload(o),
+                **timer_place(o),
+            )
+            for o in a.get("ops") or []
+        ]
+        queue = a["ops"][0]["queue"] if a.get("ops") else ""
+        return {"results": wire(await awaited(c.timers(queue).batch(ops)))}
 
     async def op_timerGet(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         return await wire_result(c.timers(a["queue"]).get(a["key"]))
@@ -852,7 +890,11 @@ class CaseState:
 
     async def op_timerList(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         return await wire_result(
-            c.timers(a["queue"]).list(limit=a.get("limit") or None, after=a.get("after") or None)
+            c.timers(a["queue"]).list(
+                limit=a.get("limit") or None,
+                after=a.get("after") or None,
+                prefix=a.get("prefix") or None,
+            )
         )
 
     async def op_dlqReplay(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
