@@ -16,6 +16,9 @@ type bufferPushArgs struct {
 	RetryDelayMs int    `json:"retryDelayMs"`
 	// FlushTimeoutMs bounds the flush (default 10 s).
 	FlushTimeoutMs int `json:"flushTimeoutMs"`
+	MaxSize        int `json:"maxSize"`
+	// PushTimeoutMs bounds the push's wait for room (the caller's ctx); none = no bound.
+	PushTimeoutMs int `json:"pushTimeoutMs"`
 }
 
 // bufferPush pushes the items into the client's push buffer for the queue and partition, then
@@ -25,7 +28,7 @@ type bufferPushArgs struct {
 func (s *state) bufferPush(ctx context.Context, a bufferPushArgs) (map[string]any, error) {
 	var mu sync.Mutex
 	onErrors, dropped := []any{}, []any{}
-	opts := lanes.BufferOptions{MessageCount: a.MessageCount, FlushInterval: time.Minute,
+	opts := lanes.BufferOptions{MessageCount: a.MessageCount, FlushInterval: time.Minute, MaxSize: a.MaxSize,
 		RetryDelay: time.Duration(a.RetryDelayMs) * time.Millisecond,
 		OnError: func(err error) {
 			mu.Lock()
@@ -40,8 +43,15 @@ func (s *state) bufferPush(ctx context.Context, a bufferPushArgs) (map[string]an
 		}}
 	buf := s.builder(a.queueArgs).Buffer(opts)
 	out := map[string]any{}
-	err := buf.Push(ctx, items(a.Items)...)
-	if err == nil {
+	pctx, cancelPush := ctx, context.CancelFunc(func() {})
+	if a.PushTimeoutMs > 0 {
+		pctx, cancelPush = context.WithTimeout(ctx, time.Duration(a.PushTimeoutMs)*time.Millisecond)
+	}
+	err := buf.Push(pctx, items(a.Items)...)
+	cancelPush()
+	if a.PushTimeoutMs > 0 && errors.Is(err, context.DeadlineExceeded) {
+		out["pushTimedOut"], err = true, nil // nothing queued; the step does not flush
+	} else if err == nil {
 		timeout := 10 * time.Second
 		if a.FlushTimeoutMs > 0 {
 			timeout = time.Duration(a.FlushTimeoutMs) * time.Millisecond

@@ -493,13 +493,21 @@ const queueSteps = {
     };
     if (a.messageCount !== undefined) opts.messageCount = a.messageCount;
     if (a.retryDelayMs !== undefined) opts.retryDelayMillis = a.retryDelayMs;
+    if (a.maxSize !== undefined) opts.maxSize = a.maxSize;
+    // pushTimeoutMs bounds the push's wait for room with a signal; its end queues nothing and the step does not flush.
+    const bound = new AbortController();
+    const timer = a.pushTimeoutMs > 0 ? setTimeout(() => bound.abort(), a.pushTimeoutMs) : undefined;
     const out = {};
     try {
       const buf = builder(c, a).buffer(opts);
-      await buf.push(items(a.items));
+      await buf.push(items(a.items), { signal: bound.signal });
+      clearTimeout(timer);
       await buf.flush({ timeoutMillis: a.flushTimeoutMs > 0 ? a.flushTimeoutMs : 10_000 });
     } catch (err) {
-      out.error = sdkErr(err);
+      if (bound.signal.aborted && err === bound.signal.reason) out.pushTimedOut = true;
+      else out.error = sdkErr(err);
+    } finally {
+      clearTimeout(timer);
     }
     return { ...out, onError, dropped, stats: c.bufferStats() };
   },

@@ -386,6 +386,28 @@ def timer_payload(o: dict[str, Any]) -> dict[str, Any]:
     return {"payload": o["data"]} if "data" in o else {}
 
 
+async def push_within(buf: Any, batch: list[Any], timeout_ms: int | None) -> bool:
+    """Push into the buffer, waiting for room at most timeout_ms (None = no bound): the
+    blocking buffer's ``timeout=``, which ends in a plain LanesError, or for AsyncLanes
+    ``asyncio.wait_for`` around the push. False when the bound ended it (nothing queued)."""
+    if not timeout_ms:
+        await awaited(buf.push(batch))
+        return True
+    if isinstance(buf, lanes.AsyncPushBuffer):
+        try:
+            await asyncio.wait_for(buf.push(batch), timeout_ms / 1000)
+        except asyncio.TimeoutError:
+            return False
+        return True
+    try:
+        buf.push(batch, timeout=timeout_ms / 1000)
+    except lanes.LanesError as e:
+        if type(e) is not lanes.LanesError:
+            raise
+        return False
+    return True
+
+
 def timer_place(o: dict[str, Any]) -> dict[str, Any]:
     """A case's timer ``partition`` and ``transactionId`` as keywords, only those it gives."""
     return {
@@ -544,11 +566,15 @@ class CaseState:
             opts["message_count"] = a["messageCount"]
         if "retryDelayMs" in a:
             opts["retry_delay_millis"] = a["retryDelayMs"]
+        if "maxSize" in a:
+            opts["max_size"] = a["maxSize"]
         out: dict[str, Any] = {}
         try:
             buf = builder(c, a).buffer(**opts)
-            await awaited(buf.push(items(a.get("items"))))
-            await awaited(buf.flush((a.get("flushTimeoutMs") or 10000) / 1000))
+            if await push_within(buf, items(a.get("items")), a.get("pushTimeoutMs")):
+                await awaited(buf.flush((a.get("flushTimeoutMs") or 10000) / 1000))
+            else:
+                out["pushTimedOut"] = True  # nothing queued; the step does not flush
         except lanes.LanesError as e:
             out["error"] = err_kind(e)
         stats = c.buffer_stats()

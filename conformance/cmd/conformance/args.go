@@ -17,7 +17,7 @@ var popKnobs = []string{"queue", "namespace", "task", "partition", "group", "sub
 // another op, fails to load.
 var stepArgs = map[string][]string{
 	"push":             {"queue", "partition", "items", "deadlineMs"},
-	"bufferPush":       {"queue", "partition", "items", "messageCount", "retryDelayMs", "flushTimeoutMs"},
+	"bufferPush":       {"queue", "partition", "items", "messageCount", "retryDelayMs", "flushTimeoutMs", "maxSize", "pushTimeoutMs"},
 	"pop":              append([]string{"save"}, popKnobs...),
 	"ack":              {"messages", "indices", "status", "group", "error", "transactionId", "withoutLease"},
 	"renew":            {"messages", "seconds"},
