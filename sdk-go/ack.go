@@ -193,3 +193,54 @@ func (c *Client) RenewMessages(ctx context.Context, seconds int, msgs ...*Messag
 	}
 	return c.Renew(ctx, seconds, ids...)
 }
+
+// loopAcks is the smallest list of acks with the broker effect of entries, a consume loop's or
+// iterator's acks of one pop (docs/sdk-design.md, "Loop acks"). An ack is an offset commit, so
+// per (partition, lease, group) the `completed` acks before the first nack collapse into the last
+// of them; the nacks and anything after them go as they are. A partition whose acks name a
+// transaction id twice goes whole: the broker resolves the k-th mention of an id to its k-th
+// copy in the lease's span, so dropping a mention could move the offset an ack names.
+func loopAcks(entries []ackEntry) []ackEntry {
+	type cursorLease struct{ partition, lease, group string }
+	type span struct {
+		prefix []int // indexes of the completed acks before the first nack
+		nacked bool
+		ids    map[string]bool
+		repeat bool
+	}
+	spans := map[cursorLease]*span{}
+	for i, e := range entries {
+		k := cursorLease{e.msg.PartitionID, e.msg.LeaseID, e.msg.ConsumerGroup}
+		s := spans[k]
+		if s == nil {
+			s = &span{ids: map[string]bool{}}
+			spans[k] = s
+		}
+		s.repeat = s.repeat || s.ids[e.msg.TransactionID]
+		s.ids[e.msg.TransactionID] = true
+		if e.status != AckCompleted {
+			s.nacked = true
+		} else if !s.nacked {
+			s.prefix = append(s.prefix, i)
+		}
+	}
+	drop := map[int]bool{}
+	for _, s := range spans {
+		if s.repeat {
+			continue
+		}
+		for _, i := range s.prefix[:max(len(s.prefix)-1, 0)] {
+			drop[i] = true
+		}
+	}
+	if len(drop) == 0 {
+		return entries
+	}
+	out := make([]ackEntry, 0, len(entries)-len(drop))
+	for i, e := range entries {
+		if !drop[i] {
+			out = append(out, e)
+		}
+	}
+	return out
+}

@@ -234,6 +234,7 @@ func brokerUnavailable(err error) bool {
 // (an iterator's leave) ends the resending too: no attempt is made after it. A failure that
 // ends the loop (ackEndsLoop) is returned unreported, for the caller to end with.
 func ackUntilDone(ackCtx, stop context.Context, q QueueBuilder, entries []ackEntry, expiry *leaseExpiry) error {
+	entries = loopAcks(entries)
 	streak := 0 // failed calls so far, 429s aside (as the pop's backoff counts them)
 	for {
 		ctx, cancel := context.WithTimeout(ackCtx, 30*time.Second)
