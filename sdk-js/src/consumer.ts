@@ -168,11 +168,30 @@ function renewWhileHeld(core: Core, s: QueueState, leaseId: string, leaseSeconds
   };
 }
 
+/** loopAcks is the smallest list of acks with the broker effect of `items`, a consume loop's or iterator's acks of one pop (docs/sdk-design.md, "Loop acks"). An ack is an offset commit, so per (partition, lease, group) the `completed` acks before the first nack collapse into the last of them; the nacks and anything after them go as they are. A partition whose acks name a transaction id twice goes whole: the broker resolves the k-th mention of an id to its k-th copy in the lease's span, so dropping a mention could move the offset an ack names. */
+export function loopAcks(items: PendingAck[]): PendingAck[] {
+  const spans = new Map<string, { prefix: number[]; nacked: boolean; ids: Set<string>; repeat: boolean }>();
+  items.forEach((it, i) => {
+    const t = it.target;
+    const key = JSON.stringify([t.partitionId, t.leaseId ?? "", t.consumerGroup ?? ""]);
+    let s = spans.get(key);
+    if (!s) spans.set(key, (s = { prefix: [], nacked: false, ids: new Set(), repeat: false }));
+    s.repeat ||= s.ids.has(t.transactionId);
+    s.ids.add(t.transactionId);
+    if (it.status !== "completed") s.nacked = true;
+    else if (!s.nacked) s.prefix.push(i);
+  });
+  const drop = new Set<number>();
+  for (const s of spans.values()) if (!s.repeat) for (const i of s.prefix.slice(0, -1)) drop.add(i);
+  return drop.size === 0 ? items : items.filter((_, i) => !drop.has(i));
+}
+
 /**
  * ackUntilDone sends a pop's acks for a consume loop or iterator. A call that fails as a broker or network failure does (5xx, 429, no answer) is reported and resent after the loop's error backoff until it lands, the lease is about to expire, or `stop` aborts (a hard stop, the iterator's signal) (docs/consuming.md §4). A lost ack would hold the partition until the lease expires and redeliver the whole pop; a resend is safe, since every item names the pop's lease: a `completed` the broker already applied answers `noop`, and a nack it applied released the lease, so its resend is refused, changing nothing. No resend starts after `until` (an iterator's leave, LEAVE_ACK_BUDGET_MILLIS from leaving). Per-item failures are reported; the error that ends the loop (endsConsumerOnAck) is returned unreported.
  */
 async function ackUntilDone(core: Core, items: PendingAck[], group: string, report: Reporter, expiry: LeaseExpiry, stop: AbortSignal | undefined, until = Infinity): Promise<unknown> {
   if (items.length === 0) return undefined;
+  items = loopAcks(items);
   let streak = 0; // failed calls so far, 429s aside (as the pop's backoff counts them)
   for (;;) {
     try {
