@@ -393,9 +393,10 @@ def test_kv_and_timers_answered_with_no_result_raise_unexpected_answer_error() -
 
 
 def test_a_consumer_reports_an_ack_answered_with_another_count_and_goes_on() -> None:
+    # Two partitions, so the loop's ack keeps two items (one partition's would collapse to one).
     two = {"leaseId": "L", "messages": [
-        {**_ONE_MESSAGE["messages"][0], "id": tid, "transactionId": tid}  # type: ignore[dict-item]
-        for tid in ("t1", "t2")
+        {**_ONE_MESSAGE["messages"][0], "id": tid, "transactionId": tid, "partitionId": pid}  # type: ignore[dict-item]
+        for tid, pid in (("t1", "pid"), ("t2", "pid2"))
     ]}  # fmt: skip
     pops = 0
 

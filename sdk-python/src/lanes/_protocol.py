@@ -521,6 +521,33 @@ def _wire_entry(e: AckEntry) -> dict[str, Any]:
 ACK_ONE_PATH = "/api/v1/ack"
 
 
+def loop_acks(entries: list[tuple[str, AckEntry]]) -> list[tuple[str, AckEntry]]:
+    """The smallest list of acks with the broker effect of ``entries``, a consume loop's or
+    iterator's acks of one pop (docs/sdk-design.md, "Loop acks"). An ack is an offset commit, so
+    per (partition, lease, group) the ``completed`` acks before the first nack collapse into the
+    last of them; the nacks and anything after them go as they are. A partition whose acks name a
+    transaction id twice goes whole: the broker resolves the k-th mention of an id to its k-th
+    copy in the lease's span, so dropping a mention could move the offset an ack names."""
+    prefix: dict[tuple[str, str, str], list[int]] = {}
+    nacked: set[tuple[str, str, str]] = set()
+    ids: dict[tuple[str, str, str], set[str]] = {}
+    repeat: set[tuple[str, str, str]] = set()
+    for i, (g, e) in enumerate(entries):
+        k = (e.partition_id, e.lease_id, g)
+        seen = ids.setdefault(k, set())
+        if e.transaction_id in seen:
+            repeat.add(k)
+        seen.add(e.transaction_id)
+        if e.status != "completed":
+            nacked.add(k)
+        elif k not in nacked:
+            prefix.setdefault(k, []).append(i)
+    drop = {i for k, idx in prefix.items() if k not in repeat for i in idx[:-1]}
+    if not drop:
+        return entries
+    return [pair for i, pair in enumerate(entries) if i not in drop]
+
+
 def ack_requests(
     entries: Sequence[tuple[str, AckEntry]],
 ) -> list[tuple[str, dict[str, Any], list[int]]]:

@@ -236,7 +236,7 @@ class Queue(_QueueBase["Lanes"]):
                 core,
                 self._pop_with,
                 # after_close: close() keeps the HTTP pool open for a stopped iterator's release.
-                lambda entries: c._ack_entries(entries, after_close=True),
+                lambda entries: c._ack_entries(P.loop_acks(entries), after_close=True),
                 c._renew_one,
                 c._pops,
             )
@@ -250,10 +250,12 @@ class Queue(_QueueBase["Lanes"]):
             Ops(
                 pop=lambda spec: self._pop_in_thread(spec, io, report),
                 # after_close: close() keeps the pool open for a consumer still stopping.
-                ack=lambda entries: io.call(lambda: c._ack_entries(entries, after_close=True)),
+                ack=lambda entries: io.call(
+                    lambda: c._ack_entries(P.loop_acks(entries), after_close=True)
+                ),
                 renew=lambda lid, s: io.call(lambda: c._renew_one(lid, s, after_close=True)),
                 invoke=make_invoke_sync(handler, pool),
-                ack_blocking=lambda entries: c._ack_entries(entries, after_close=True),
+                ack_blocking=lambda entries: c._ack_entries(P.loop_acks(entries), after_close=True),
             ),
             report,
             cancellable_handlers=False,
@@ -407,7 +409,7 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
                 self._pop_with,
                 # after_close: a cancelled aclose() keeps the HTTP pool open for a stopped
                 # iterator's release.
-                lambda entries: c._ack_entries(entries, after_close=True),
+                lambda entries: c._ack_entries(P.loop_acks(entries), after_close=True),
                 c._renew_one,
                 c._stopped_iterators,
             )
@@ -433,7 +435,7 @@ class AsyncQueue(_QueueBase["AsyncLanes"]):
             Ops(
                 pop=self._pop_with,
                 # after_close: aclose() keeps the pool open for a consumer still stopping.
-                ack=lambda entries: c._ack_entries(entries, after_close=True),
+                ack=lambda entries: c._ack_entries(P.loop_acks(entries), after_close=True),
                 renew=lambda lid, s: c._renew_one(lid, s, after_close=True),
                 invoke=make_invoke_async(handler, pool),
                 pop_under_cut=self._pop_under_cut if c._t.cuts_calls else None,
