@@ -314,9 +314,10 @@ func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopL
 	// answered push is committed or in the fsynced spool), but closing the
 	// connections to a database host that stopped answering takes pgxpool up
 	// to 15 s each: exit then rather than past the grace period the
-	// orchestrator was told to allow. Never stopped: it only matters while
-	// the process still runs.
-	time.AfterFunc(budget, func() {
+	// orchestrator was told to allow. forcedExitSlack lets the cancellations
+	// the budget itself triggers (group commits, cut requests) finish and
+	// log first. Never stopped: it only matters while the process still runs.
+	time.AfterFunc(budget+forcedExitSlack, func() {
 		log.Error("shutdown budget spent while closing the database connections; exiting without waiting for them", "budget", budget)
 		os.Exit(1)
 	})
@@ -361,6 +362,10 @@ func (b *brokerParts) shutdown(httpServer *http.Server, running *inFlight, stopL
 	log.Info("stopped cleanly")
 	return nil
 }
+
+// forcedExitSlack is how long past its budget a shutdown still stuck (on a
+// silent database host) runs before the process exits anyway.
+const forcedExitSlack = time.Second
 
 // servePprof exposes profiles on a separate, opt-in listener.
 func servePprof(listener net.Listener, log *slog.Logger) {

@@ -21,7 +21,7 @@ import (
 func TestShutdownWithTheDatabaseHostSilentEndsWithinTheBudget(t *testing.T) {
 	const timeout = time.Second
 	const budget = timeout + giveBackGrace
-	const slack = 750 * time.Millisecond // process exit and scheduling on a loaded machine
+	const slack = forcedExitSlack + 750*time.Millisecond // the exit's own slack, then process exit and scheduling on a loaded machine
 	dsn := newDatabase(t)
 	u, err := url.Parse(dsn)
 	if err != nil {
