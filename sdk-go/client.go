@@ -147,9 +147,12 @@ func WithLogger(l *slog.Logger) Option { return func(c *config) { c.logger = l }
 // leaving its Timeout at 0: the SDK sets per-attempt timeouts.
 func WithHTTPClient(h *http.Client) Option { return func(c *config) { c.httpClient = h } }
 
-// WithHeader adds a header to every request.
+// WithHeader sets a header on every request. Names compare in any letter case and each goes
+// out once: a later WithHeader of the same name replaces the earlier value (as the last spelling
+// in TS's and Python's headers does), and the caller's value replaces the SDK's Accept,
+// Content-Type and User-Agent. WithBearerToken's Authorization and X-Retry-Count stay the SDK's.
 func WithHeader(key, value string) Option {
-	return func(c *config) { c.headers.Add(key, value) }
+	return func(c *config) { c.headers.Set(key, value) }
 }
 
 // WithPopAutopilot sets the client-wide pop autopilot default, overriding the
