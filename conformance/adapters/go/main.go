@@ -9,7 +9,9 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -45,6 +47,12 @@ type clientOpts struct {
 	// one per call, so a case sees when the SDK asked for one.
 	BearerTokenFunc string            `json:"bearerTokenFunc"`
 	Headers         map[string]string `json:"headers"`
+	// HeadersInOrder are extra headers given one WithHeader call each, in order (a map has
+	// none), for a case naming one header in two letter cases.
+	HeadersInOrder [][2]string `json:"headersInOrder"`
+	// CallerTransport gives the client an *http.Client of the adapter's (WithHTTPClient) that
+	// stamps each request it carries with callerTransportHeader.
+	CallerTransport bool `json:"callerTransport"`
 }
 
 type stepIn struct {
@@ -106,6 +114,12 @@ func newClient(c caseIn) (*lanes.Client, error) {
 	for k, v := range o.Headers {
 		opts = append(opts, lanes.WithHeader(k, v))
 	}
+	for _, kv := range o.HeadersInOrder {
+		opts = append(opts, lanes.WithHeader(kv[0], kv[1]))
+	}
+	if o.CallerTransport {
+		opts = append(opts, lanes.WithHTTPClient(&http.Client{Transport: &stampingTransport{}}))
+	}
 	if o.BearerToken != "" {
 		opts = append(opts, lanes.WithBearerToken(o.BearerToken))
 	}
@@ -160,6 +174,28 @@ func newClient(c caseIn) (*lanes.Client, error) {
 		}
 	}()
 	return lanes.New(opts...)
+}
+
+// closeClient closes the case's client in the middle of the case (the case's end closes it again,
+// which is safe), so the steps after it run on a closed client.
+func (s *state) closeClient(ctx context.Context, _ struct{}) (map[string]any, error) {
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	err := s.client.Close(ctx)
+	return withErr(map[string]any{"ok": err == nil}, err), nil
+}
+
+// callerTransportHeader is what the caller's transport (client option callerTransport) adds to
+// each request it carries: how many it has carried, that one included, so a case sees that every
+// request and retry went through it.
+const callerTransportHeader = "X-Lanes-Caller-Transport"
+
+type stampingTransport struct{ carried atomic.Int64 }
+
+func (t *stampingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
+	r = r.Clone(r.Context()) // a RoundTripper must not change the request it was given
+	r.Header.Set(callerTransportHeader, strconv.FormatInt(t.carried.Add(1), 10))
+	return http.DefaultTransport.RoundTrip(r)
 }
 
 func runCase(c caseIn) ([]stepOut, error) {
@@ -236,6 +272,7 @@ func errKind(err error) map[string]any {
 		ou  *lanes.OutcomeUnknownError
 		he  *lanes.HandlerError
 		ue  *lanes.UnsentError
+		ie  *lanes.InvalidItemError
 	)
 	switch {
 	case errors.As(err, &ue):
@@ -257,6 +294,10 @@ func errKind(err error) map[string]any {
 		out["attempts"] = ou.Attempts
 		out["message"] = err.Error()
 		return out
+	case errors.Is(err, lanes.ErrClientClosed):
+		return map[string]any{"kind": "client_closed", "message": err.Error()}
+	case errors.As(err, &ie):
+		return map[string]any{"kind": "invalid_item", "index": ie.Index, "message": err.Error()}
 	case errors.As(err, &pe):
 		return map[string]any{"kind": "push", "message": err.Error()}
 	case errors.As(err, &ae):

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math"
 	"time"
 
 	lanes "github.com/lanesmq/lanes/sdk-go"
@@ -15,6 +16,9 @@ type item struct {
 	Data          json.RawMessage `json:"data"`
 	TransactionID string          `json:"transactionId"`
 	TraceID       string          `json:"traceId"`
+	// NotJSON makes the item's data a value JSON has no form for ({"amount": NaN}), which a
+	// case cannot write.
+	NotJSON bool `json:"notJSON"`
 }
 
 type queueArgs struct {
@@ -84,6 +88,9 @@ func items(in []item) []lanes.Item {
 		var data any = json.RawMessage("null")
 		if len(it.Data) > 0 {
 			data = it.Data
+		}
+		if it.NotJSON {
+			data = map[string]any{"amount": math.NaN()}
 		}
 		out[i] = lanes.Item{Data: data, TransactionID: it.TransactionID, TraceID: it.TraceID}
 	}

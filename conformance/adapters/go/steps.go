@@ -41,6 +41,7 @@ func (s *state) steps() map[string]stepFunc {
 		"configure":   decodeArgs(s.configure),
 		"seek":        decodeArgs(s.seek),
 		"mark":        decodeArgs(s.mark),
+		"close":       decodeArgs(s.closeClient),
 		"sleep":       decodeArgs(sleepStep),
 		"dlq":         decodeArgs(s.listDLQ),
 		"dlqAll":      decodeArgs(s.walkDLQ),

@@ -14,6 +14,8 @@ import {
   TransactionError,
   LanesError,
   HandlerError,
+  ClientClosedError,
+  InvalidItemError,
   withDeadline,
   timerOp,
 } from "@lanesmq/lanes";
@@ -38,6 +40,8 @@ function errKind(err) {
     return { ...out, outcomeUnknown: true, attempts: err.attempts, message: err.message };
   }
   if (err instanceof UnsentError) return { kind: "unsent", unsent: err.unsent, message: err.message };
+  if (err instanceof ClientClosedError) return { kind: "client_closed", message: err.message };
+  if (err instanceof InvalidItemError) return { kind: "invalid_item", index: err.index, message: err.message };
   if (err instanceof PushError) return { kind: "push", message: err.message };
   if (err instanceof AckError) return { kind: "ack", message: err.message };
   if (err instanceof TransactionError) {
@@ -67,12 +71,29 @@ function sdkErr(err) {
   return errKind(err);
 }
 
+// CALLER_TRANSPORT_HEADER is what the caller's fetch (client option callerTransport) adds to each
+// request it carries: how many it has carried, that one included, so a case sees that every
+// request and retry went through it.
+const CALLER_TRANSPORT_HEADER = "x-lanes-caller-transport";
+
+function stampingFetch() {
+  let carried = 0;
+  return (input, init) => {
+    const headers = new Headers(init?.headers);
+    headers.set(CALLER_TRANSPORT_HEADER, String(++carried));
+    return fetch(input, { ...init, headers });
+  };
+}
+
 function newClient(c) {
   const o = c.client ?? {};
   // urls replaces the case's url with several brokers in order (the runner put the case's url
   // in place of "${url}").
   const headers = { ...(c.headers ?? {}), ...(o.headers ?? {}) };
+  // headersInOrder: one key each, in order (a name in two letter cases is two keys).
+  for (const [name, value] of o.headersInOrder ?? []) headers[name] = value;
   const opts = o.urls?.length ? { urls: o.urls, headers } : { url: c.url, headers };
+  if (o.callerTransport) opts.fetch = stampingFetch();
   if (o.bearerToken !== undefined) opts.bearerToken = o.bearerToken;
   if (o.bearerTokenFunc !== undefined) {
     // The tokens are prefix1, prefix2, … one per call, so a case sees when the SDK asked for one.
@@ -131,7 +152,8 @@ function loopSettings(q, a) {
 
 const items = (list) =>
   (list ?? []).map((it) => {
-    const out = { data: it.data === undefined ? null : it.data };
+    // notJSON: data JSON has no form for, which a case cannot write.
+    const out = { data: it.notJSON ? { amount: NaN } : it.data === undefined ? null : it.data };
     if (it.transactionId) out.transactionId = it.transactionId;
     if (it.traceId) out.traceId = it.traceId;
     return out;
@@ -591,6 +613,16 @@ const queueSteps = {
   async mark(c, a) {
     this.marks.set(a.name, new Date());
     return { ok: true };
+  },
+  // close closes the case's client in the middle of the case (the case's end closes it again,
+  // which is safe), so the steps after it run on a closed client.
+  async close(c) {
+    try {
+      await c.close({ timeoutMillis: 5000 });
+      return { ok: true };
+    } catch (err) {
+      return { ok: false, error: sdkErr(err) };
+    }
   },
   async sleep(c, a) {
     await sleep(a.ms ?? 0);

@@ -29,14 +29,18 @@ from collections.abc import AsyncIterator, Awaitable, Callable, Coroutine, Itera
 from datetime import datetime, timezone
 from typing import Any, TypeAlias, TypeVar
 
+import httpx
+
 import lanes
 from lanes import (
     AckError,
     APIConnectionError,
     APIError,
     APITimeoutError,
+    ClientClosedError,
     ConsumerStoppedError,
     HandlerError,
+    InvalidItemError,
     Item,
     OutcomeUnknownError,
     PushError,
@@ -110,6 +114,10 @@ def err_kind(err: BaseException) -> dict[str, Any]:
         return {**cause, "outcomeUnknown": True, "attempts": err.attempts, "message": str(err)}
     if isinstance(err, lanes.UnsentError):
         return {"kind": "unsent", "unsent": err.unsent, "message": str(err)}
+    if isinstance(err, ClientClosedError):
+        return {"kind": "client_closed", "message": str(err)}
+    if isinstance(err, InvalidItemError):
+        return {"kind": "invalid_item", "index": err.index, "message": str(err)}
     if isinstance(err, PushError):
         return {"kind": "push", "message": str(err)}
     if isinstance(err, AckError):
@@ -155,9 +163,39 @@ def err_kind(err: BaseException) -> dict[str, Any]:
     }
 
 
-def new_client(c: dict[str, Any], client_type: type[Client]) -> Client:
+# What the caller's HTTP client (client option callerTransport) adds to each request it carries:
+# how many it has carried, that one included, so a case sees that every request and retry went
+# through it.
+CALLER_TRANSPORT_HEADER = "X-Lanes-Caller-Transport"
+
+
+def stamping_http_client(client_type: type[Client]) -> httpx.Client | httpx.AsyncClient:
+    """The caller's own httpx client for ``http_client``, of the kind the client type takes."""
+    carried = itertools.count(1)
+
+    def stamp(r: httpx.Request) -> None:
+        r.headers[CALLER_TRANSPORT_HEADER] = str(next(carried))
+
+    async def stamp_async(r: httpx.Request) -> None:
+        stamp(r)
+
+    if client_type is lanes.AsyncLanes:
+        return httpx.AsyncClient(event_hooks={"request": [stamp_async]})
+    return httpx.Client(event_hooks={"request": [stamp]})
+
+
+def new_client(
+    c: dict[str, Any],
+    client_type: type[Client],
+    http_client: httpx.Client | httpx.AsyncClient | None = None,
+) -> Client:
     o = c.get("client") or {}
     kw: dict[str, Any] = {"headers": {**(c.get("headers") or {}), **(o.get("headers") or {})}}
+    # headersInOrder: one key each, in order (a name in two letter cases is two keys).
+    for name, value in o.get("headersInOrder") or []:
+        kw["headers"][name] = value
+    if http_client is not None:
+        kw["http_client"] = http_client
     if "bearerToken" in o:
         kw["bearer_token"] = o["bearerToken"]
     if "bearerTokenFunc" in o:
@@ -240,9 +278,10 @@ def loop_settings(q: Any, a: dict[str, Any]) -> Any:
 
 
 def items(lst: list[dict[str, Any]] | None) -> list[Item]:
+    # notJSON: data JSON has no form for, which a case cannot write.
     return [
         Item(
-            data=it.get("data"),
+            data={"amount": float("nan")} if it.get("notJSON") else it.get("data"),
             transaction_id=it.get("transactionId") or None,
             trace_id=it.get("traceId") or None,
         )
@@ -711,6 +750,15 @@ class CaseState:
 
     async def op_mark(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         self.marks[a["name"]] = datetime.now(timezone.utc)
+        return {"ok": True}
+
+    async def op_close(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        """Close the client in the middle of the case (the case's end closes it again, which
+        is safe), so the steps after it run on a closed client."""
+        try:
+            await self.driver.close(c)
+        except lanes.LanesError as e:
+            return {"ok": False, "error": err_kind(e)}
         return {"ok": True}
 
     async def op_sleep(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
@@ -1242,7 +1290,10 @@ Driver: TypeAlias = type[Blocking] | type[Asyncio]
 
 
 async def run_case(c: dict[str, Any], driver: Driver) -> list[dict[str, Any]]:
-    client = new_client(c, driver.client_type)
+    own_http = None
+    if (c.get("client") or {}).get("callerTransport"):
+        own_http = stamping_http_client(driver.client_type)
+    client = new_client(c, driver.client_type, own_http)
     st = CaseState(client, driver)
     steps: list[dict[str, Any]] = [{"id": s["id"]} for s in c["steps"]]
     background: list[Awaitable[None]] = []
@@ -1274,6 +1325,11 @@ async def run_case(c: dict[str, Any], driver: Driver) -> list[dict[str, Any]]:
     finally:
         with contextlib.suppress(Exception):
             await driver.close(client)
+        # The caller's HTTP client stays the caller's to close.
+        if isinstance(own_http, httpx.AsyncClient):
+            await own_http.aclose()
+        elif own_http is not None:
+            own_http.close()
     return steps
 
 

@@ -71,6 +71,7 @@ var stepArgs = map[string][]string{
 	"subscription":     {"group", "mark"},
 	"kvList":           {"ns", "prefix", "after", "limit", "keysOnly", "includeExpired"},
 	"kvNamespaces":     {"prefix"},
+	"close":            {},
 	"consume": append([]string{"concurrency", "limit", "idleMs", "renewEveryMs", "autoAck", "handler",
 		"softStopTimeoutMs", "reportHandlerErrors", "stopWhenHandled", "stopAfterMs", "stop", "maxMs"}, popKnobs...),
 	"iterate": append([]string{"limit", "idleMs", "autoAck", "break", "maxMs"}, popKnobs...),
@@ -81,7 +82,7 @@ var stepArgs = map[string][]string{
 // to load.
 var clientArgs = []string{"retryAttempts", "retryDelayMs", "maxRetryDelayMs", "max429Attempts",
 	"maxRetryAfterMs", "timeoutMs", "popAutopilot", "env", "urls", "healthRetryAfterMs", "bearerToken",
-	"bearerTokenFunc", "headers"}
+	"bearerTokenFunc", "headers", "headersInOrder", "callerTransport"}
 
 // checkClientArgs refuses a client option clientArgs does not list, and a urls list that does
 // not name the case's broker ("${url}") exactly once: without it the case would never reach
@@ -96,6 +97,18 @@ func checkClientArgs(opts map[string]any) error {
 	if len(unknown) > 0 {
 		sort.Strings(unknown)
 		return fmt.Errorf("client: unknown option %s (it takes %s)", strings.Join(unknown, ", "), strings.Join(clientArgs, ", "))
+	}
+	if pairs, ok := opts["headersInOrder"]; ok {
+		list, _ := pairs.([]any)
+		for _, p := range list {
+			pair, _ := p.([]any)
+			if len(pair) != 2 || !isString(pair[0]) || !isString(pair[1]) {
+				return fmt.Errorf("client: headersInOrder holds %v, want [name, value] pairs of strings", p)
+			}
+		}
+		if len(list) == 0 {
+			return fmt.Errorf("client: headersInOrder is %v, want a list of [name, value] pairs", pairs)
+		}
 	}
 	if urls, ok := opts["urls"]; ok {
 		list, _ := urls.([]any)
@@ -115,6 +128,8 @@ func checkClientArgs(opts map[string]any) error {
 	}
 	return nil
 }
+
+func isString(v any) bool { _, ok := v.(string); return ok }
 
 // checkStepArgs refuses an op the table does not list and any argument key it does not list
 // for the op.

@@ -109,13 +109,16 @@ func (r requestSpec) queryProblem(query string, vars map[string]string) string {
 }
 
 // headerProblem says how the recorded headers differ from the ones the spec names, "" when
-// they match.
+// they match. A named header must come once: two lines of one name (in any letter case) are a
+// problem even when one of them holds the wanted value.
 func (r requestSpec) headerProblem(h http.Header, vars map[string]string) string {
 	var problems []string
 	for k, v := range r.Headers {
 		want := substitute(v, vars).(string)
-		if got := h.Get(k); !globMatch(want, got) {
-			problems = append(problems, fmt.Sprintf("header %s %q, want %q", k, got, want))
+		if got := h.Values(k); len(got) > 1 {
+			problems = append(problems, fmt.Sprintf("header %s sent %d times %q, want once %q", k, len(got), got, want))
+		} else if !globMatch(want, h.Get(k)) {
+			problems = append(problems, fmt.Sprintf("header %s %q, want %q", k, h.Get(k), want))
 		}
 	}
 	sort.Strings(problems)

@@ -198,3 +198,29 @@ func TestARequestsHeadersMatchByNameInAnyCaseAndValueAsAPath(t *testing.T) {
 		t.Fatal("a missing Authorization matched")
 	}
 }
+
+func TestAHeaderSentTwiceFailsEvenWhenOneLineHoldsTheWantedValue(t *testing.T) {
+	spec := requestSpec{Headers: map[string]string{"accept": "application/json"}}
+	h := http.Header{}
+	h.Add("Accept", "text/plain")
+	h.Add("Accept", "application/json")
+	if p := spec.headerProblem(h, nil); !strings.Contains(p, "sent 2 times") {
+		t.Fatalf("two Accept lines: problem %q, want one naming them", p)
+	}
+	h.Del("Accept")
+	h.Set("Accept", "application/json")
+	if p := spec.headerProblem(h, nil); p != "" {
+		t.Fatalf("one Accept line: %s", p)
+	}
+}
+
+func TestHeadersInOrderMustBeNameValuePairs(t *testing.T) {
+	for _, bad := range []any{[]any{}, []any{[]any{"X-A"}}, []any{[]any{"X-A", 1}}, "X-A: 1"} {
+		if checkClientArgs(map[string]any{"headersInOrder": bad}) == nil {
+			t.Errorf("headersInOrder %v loaded", bad)
+		}
+	}
+	if err := checkClientArgs(map[string]any{"headersInOrder": []any{[]any{"X-A", "1"}, []any{"x-a", "2"}}}); err != nil {
+		t.Fatal(err)
+	}
+}
