@@ -9,6 +9,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"strconv"
@@ -53,6 +54,8 @@ type clientOpts struct {
 	// CallerTransport gives the client an *http.Client of the adapter's (WithHTTPClient) that
 	// stamps each request it carries with callerTransportHeader.
 	CallerTransport bool `json:"callerTransport"`
+	// CaptureLogs gives the client a logger (WithLogger) whose records the logs step reads.
+	CaptureLogs bool `json:"captureLogs"`
 }
 
 type stepIn struct {
@@ -99,9 +102,10 @@ type state struct {
 	pages  map[string]*string
 	marks  map[string]time.Time
 	walks  map[string]*openWalk
+	logged *logRecorder // the client's logger with captureLogs, else nil
 }
 
-func newClient(c caseIn) (*lanes.Client, error) {
+func newClient(c caseIn, logged *logRecorder) (*lanes.Client, error) {
 	o := c.Client
 	urls := []string{c.URL}
 	if len(o.URLs) > 0 {
@@ -116,6 +120,9 @@ func newClient(c caseIn) (*lanes.Client, error) {
 	}
 	for _, kv := range o.HeadersInOrder {
 		opts = append(opts, lanes.WithHeader(kv[0], kv[1]))
+	}
+	if logged != nil {
+		opts = append(opts, lanes.WithLogger(slog.New(recordingHandler{to: logged})))
 	}
 	if o.CallerTransport {
 		opts = append(opts, lanes.WithHTTPClient(&http.Client{Transport: &stampingTransport{}}))
@@ -199,7 +206,11 @@ func (t *stampingTransport) RoundTrip(r *http.Request) (*http.Response, error) {
 }
 
 func runCase(c caseIn) ([]stepOut, error) {
-	client, err := newClient(c)
+	var logged *logRecorder
+	if c.Client.CaptureLogs {
+		logged = &logRecorder{}
+	}
+	client, err := newClient(c, logged)
 	if err != nil {
 		return nil, fmt.Errorf("lanes.New: %w", err)
 	}
@@ -208,7 +219,7 @@ func runCase(c caseIn) ([]stepOut, error) {
 		defer cancel()
 		_ = client.Close(ctx)
 	}()
-	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, walked: map[string][]lanes.MessageListItem{}, pages: map[string]*string{}, marks: map[string]time.Time{}, walks: map[string]*openWalk{}}
+	st := &state{client: client, saved: map[string][]*lanes.Message{}, dlq: map[string][]lanes.DLQMessage{}, walked: map[string][]lanes.MessageListItem{}, pages: map[string]*string{}, marks: map[string]time.Time{}, walks: map[string]*openWalk{}, logged: logged}
 	registry := st.steps()
 	runStep := func(s stepIn, start time.Time) map[string]any {
 		var (

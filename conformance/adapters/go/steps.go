@@ -42,6 +42,7 @@ func (s *state) steps() map[string]stepFunc {
 		"seek":        decodeArgs(s.seek),
 		"mark":        decodeArgs(s.mark),
 		"close":       decodeArgs(s.closeClient),
+		"logs":        decodeArgs(s.logs),
 		"sleep":       decodeArgs(sleepStep),
 		"dlq":         decodeArgs(s.listDLQ),
 		"dlqAll":      decodeArgs(s.walkDLQ),

@@ -85,7 +85,19 @@ function stampingFetch() {
   };
 }
 
-function newClient(c) {
+// recordingLogger is the logger of a client built with captureLogs: it keeps each line's level
+// and its message with its details as key=value, for the logs step.
+function recordingLogger(records) {
+  const at = (level) => (message, details) => {
+    const parts = [message, ...Object.entries(details ?? {}).map(([k, v]) => `${k}=${typeof v === "string" ? v : JSON.stringify(v)}`)];
+    records.push({ level, message: parts.join(" ") });
+  };
+  return { debug: at("debug"), info: at("info"), warn: at("warn"), error: at("error") };
+}
+
+const LEVELS = ["debug", "info", "warn", "error"];
+
+function newClient(c, logged) {
   const o = c.client ?? {};
   // urls replaces the case's url with several brokers in order (the runner put the case's url
   // in place of "${url}").
@@ -94,6 +106,7 @@ function newClient(c) {
   for (const [name, value] of o.headersInOrder ?? []) headers[name] = value;
   const opts = o.urls?.length ? { urls: o.urls, headers } : { url: c.url, headers };
   if (o.callerTransport) opts.fetch = stampingFetch();
+  if (logged) opts.logger = recordingLogger(logged);
   if (o.bearerToken !== undefined) opts.bearerToken = o.bearerToken;
   if (o.bearerTokenFunc !== undefined) {
     // The tokens are prefix1, prefix2, … one per call, so a case sees when the SDK asked for one.
@@ -616,6 +629,13 @@ const queueSteps = {
   },
   // close closes the case's client in the middle of the case (the case's end closes it again,
   // which is safe), so the steps after it run on a closed client.
+  // logs answers the records the client's logger got so far, at the step's level or above.
+  async logs(c, a) {
+    if (!this.logged) throw new AdapterError("logs: the case's client has no captureLogs");
+    const least = LEVELS.indexOf(a.level ?? "debug");
+    if (least < 0) throw new AdapterError(`logs: level ${a.level}, want debug, info, warn or error`);
+    return { records: this.logged.filter((r) => LEVELS.indexOf(r.level) >= least) };
+  },
   async close(c) {
     try {
       await c.close({ timeoutMillis: 5000 });
@@ -852,8 +872,10 @@ class CaseState {
 }
 
 async function runCase(c) {
-  const client = newClient(c);
+  const logged = c.client?.captureLogs ? [] : undefined;
+  const client = newClient(c, logged);
   const st = new CaseState(client);
+  st.logged = logged;
   const runStep = async (s, t0) => {
     let result;
     try {

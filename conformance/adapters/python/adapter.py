@@ -20,6 +20,7 @@ import functools
 import inspect
 import itertools
 import json
+import logging
 import os
 import sys
 import threading
@@ -184,10 +185,44 @@ def stamping_http_client(client_type: type[Client]) -> httpx.Client | httpx.Asyn
     return httpx.Client(event_hooks={"request": [stamp]})
 
 
+class RecordingHandler(logging.Handler):
+    """The handler of a client built with captureLogs: keeps each record's level and message
+    (formatted with its arguments), for the logs step."""
+
+    LEVELS = ("debug", "info", "warn", "error")
+
+    def __init__(self) -> None:
+        super().__init__(logging.DEBUG)
+        self.records: list[dict[str, str]] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        level = (
+            "error"
+            if record.levelno >= logging.ERROR
+            else "warn"
+            if record.levelno >= logging.WARNING
+            else "info"
+            if record.levelno >= logging.INFO
+            else "debug"
+        )
+        self.records.append({"level": level, "message": record.getMessage()})
+
+
+def recording_logger(run: str) -> tuple[logging.Logger, RecordingHandler]:
+    """A logger of the case's own (not "lanes", which other cases' clients share)."""
+    logger = logging.getLogger(f"conformance.{run}")
+    logger.setLevel(logging.DEBUG)
+    logger.propagate = False
+    handler = RecordingHandler()
+    logger.addHandler(handler)
+    return logger, handler
+
+
 def new_client(
     c: dict[str, Any],
     client_type: type[Client],
     http_client: httpx.Client | httpx.AsyncClient | None = None,
+    logger: logging.Logger | None = None,
 ) -> Client:
     o = c.get("client") or {}
     kw: dict[str, Any] = {"headers": {**(c.get("headers") or {}), **(o.get("headers") or {})}}
@@ -196,6 +231,8 @@ def new_client(
         kw["headers"][name] = value
     if http_client is not None:
         kw["http_client"] = http_client
+    if logger is not None:
+        kw["logger"] = logger
     if "bearerToken" in o:
         kw["bearer_token"] = o["bearerToken"]
     if "bearerTokenFunc" in o:
@@ -512,6 +549,8 @@ class CaseState:
         self.marks: dict[str, datetime] = {}
         # walks a step paused, by its save name, for walkResume
         self.walks: dict[str, OpenWalk] = {}
+        # the records of the client's logger with captureLogs, else None
+        self.logged: RecordingHandler | None = None
 
     def after(self, a: dict[str, Any]) -> dict[str, Any]:
         """The page's place: the raw key after, or afterPage, the nextAfter of a page an earlier
@@ -751,6 +790,17 @@ class CaseState:
     async def op_mark(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         self.marks[a["name"]] = datetime.now(timezone.utc)
         return {"ok": True}
+
+    async def op_logs(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
+        """The records the client's logger got so far, at the step's level or above."""
+        if self.logged is None:
+            raise ValueError("logs: the case's client has no captureLogs")
+        levels = RecordingHandler.LEVELS
+        least = a.get("level", "debug")
+        if least not in levels:
+            raise ValueError(f"logs: level {least!r}, want debug, info, warn or error")
+        keep = levels[levels.index(least) :]
+        return {"records": [r for r in self.logged.records if r["level"] in keep]}
 
     async def op_close(self, c: Client, a: dict[str, Any]) -> dict[str, Any]:
         """Close the client in the middle of the case (the case's end closes it again, which
@@ -1293,8 +1343,13 @@ async def run_case(c: dict[str, Any], driver: Driver) -> list[dict[str, Any]]:
     own_http = None
     if (c.get("client") or {}).get("callerTransport"):
         own_http = stamping_http_client(driver.client_type)
-    client = new_client(c, driver.client_type, own_http)
+    logged: RecordingHandler | None = None
+    logger = None
+    if (c.get("client") or {}).get("captureLogs"):
+        logger, logged = recording_logger(c.get("run") or "")
+    client = new_client(c, driver.client_type, own_http, logger)
     st = CaseState(client, driver)
+    st.logged = logged
     steps: list[dict[str, Any]] = [{"id": s["id"]} for s in c["steps"]]
     background: list[Awaitable[None]] = []
 
@@ -1325,6 +1380,8 @@ async def run_case(c: dict[str, Any], driver: Driver) -> list[dict[str, Any]]:
     finally:
         with contextlib.suppress(Exception):
             await driver.close(client)
+        if logger is not None and logged is not None:
+            logger.removeHandler(logged)
         # The caller's HTTP client stays the caller's to close.
         if isinstance(own_http, httpx.AsyncClient):
             await own_http.aclose()

@@ -72,6 +72,7 @@ var stepArgs = map[string][]string{
 	"kvList":           {"ns", "prefix", "after", "limit", "keysOnly", "includeExpired"},
 	"kvNamespaces":     {"prefix"},
 	"close":            {},
+	"logs":             {"level"},
 	"consume": append([]string{"concurrency", "limit", "idleMs", "renewEveryMs", "autoAck", "handler",
 		"softStopTimeoutMs", "reportHandlerErrors", "stopWhenHandled", "stopAfterMs", "stop", "maxMs"}, popKnobs...),
 	"iterate": append([]string{"limit", "idleMs", "autoAck", "break", "maxMs"}, popKnobs...),
@@ -82,7 +83,7 @@ var stepArgs = map[string][]string{
 // to load.
 var clientArgs = []string{"retryAttempts", "retryDelayMs", "maxRetryDelayMs", "max429Attempts",
 	"maxRetryAfterMs", "timeoutMs", "popAutopilot", "env", "urls", "healthRetryAfterMs", "bearerToken",
-	"bearerTokenFunc", "headers", "headersInOrder", "callerTransport"}
+	"bearerTokenFunc", "headers", "headersInOrder", "callerTransport", "captureLogs"}
 
 // checkClientArgs refuses a client option clientArgs does not list, and a urls list that does
 // not name the case's broker ("${url}") exactly once: without it the case would never reach
