@@ -87,6 +87,8 @@ func (s *Server) registerGauges() {
 		nil, func() float64 { return float64(s.engine.HotPathStats().HandOffs) })
 	m.Counter("lanes_pop_hand_offs_continued_total", "Of lanes_pop_hand_offs_total, the acks' hand-offs that leased the next batch of the partition the ack released, which was the only one of its group with work, without the claim statement.",
 		nil, func() float64 { return float64(s.engine.HotPathStats().HandOffsContinued) })
+	m.Counter("lanes_leases_expired_total", "Partition leases that ran out before their ack, counted when a claim on this broker takes the partition over (one per partition of a pop's lease).",
+		nil, func() float64 { return float64(s.engine.LeasesExpired()) })
 	m.Counter("lanes_push_unprobed_conflicts_total", "Push writes that skipped the dedup probe, met a stored transaction id and ran again probed.",
 		nil, func() float64 { return float64(s.engine.HotPathStats().UnprobedPushConflicts) })
 	m.Gauge("lanes_maintenance_push", "1 while push maintenance diverts pushes to the spool.", nil, boolGauge(s.maintenance.push.Load))

@@ -20,6 +20,7 @@ type corruptClaim struct {
 // meets it again). The pop still gets what its other partitions hold; with
 // nothing else it fails with the partition's CorruptSegmentError.
 func (e *Engine) deliverClaim(ctx context.Context, req *PopRequest, leaseID string, d *delivery) (*PopResult, error) {
+	e.expiredLeases.Add(uint64(d.expiredLeases)) // d is committed: every caller runs this after the claim's COMMIT
 	res, corrupt := e.deliver(req, leaseID, d)
 	if len(corrupt) == 0 {
 		return res, nil

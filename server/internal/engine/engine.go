@@ -143,6 +143,9 @@ type Engine struct {
 	// first; see pushWrite.unprobed.
 	unprobedPausedUntil atomic.Int64
 	hot                 hotPathCounters
+	// expiredLeases counts the expired partition leases this engine's
+	// claims took over (LeasesExpired).
+	expiredLeases atomic.Uint64
 	// health is /health's own connection (see Ping).
 	health *healthConn
 	// brokerID tells this broker's own NOTIFY payloads from other brokers'.

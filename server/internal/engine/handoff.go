@@ -88,7 +88,7 @@ const continueLeaseSQL = `WITH plan AS (
 			  AND g.seeded_version >= q.partition_version AND g.claim_epoch = $7),
 			'` + stalePopPlanCode + `', 'the cached pop plan is stale') AS holds),
 	locked AS (
-		SELECT c.partition_id, c.committed FROM lanes.consumers c
+		SELECT c.partition_id, c.committed, c.lease_expires_at IS NOT NULL AS lease_expired FROM lanes.consumers c
 		WHERE c.partition_id = $1 AND c.consumer_group = $2
 		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 		  AND (SELECT holds FROM plan)
@@ -98,7 +98,7 @@ const continueLeaseSQL = `WITH plan AS (
 		-- start as the claim statement moves it, at most $3 messages.
 		SELECT x.*, least(x.last_offset, x.lo + $3::int8 - 1) AS hi
 		FROM (SELECT l.partition_id AS pid, greatest(l.committed + 1, p.log_start) AS lo, p.log_start, p.last_offset,
-				p.name AS pname, q.name AS qname,
+				p.name AS pname, q.name AS qname, l.lease_expired,
 				CASE WHEN $4::int4 > 0 THEN $4::int4 WHEN q.lease_time > 0 THEN q.lease_time ELSE 60 END AS lease
 			FROM locked l
 			JOIN lanes.partitions p ON p.id = l.partition_id
@@ -123,8 +123,8 @@ const continueLeaseSQL = `WITH plan AS (
 		FROM span t
 		WHERE c.partition_id = t.pid AND c.consumer_group = $2
 		  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
-		RETURNING c.partition_id AS pid, t.lo, c.batch_end AS hi, t.pname, t.qname, t.lease)
-	SELECT 1, NULL::int8, NULL::int8, now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, false,
+		RETURNING c.partition_id AS pid, t.lo, c.batch_end AS hi, t.pname, t.qname, t.lease, t.lease_expired)
+	SELECT 1, NULL::int8, NULL::int8, now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, false, t.lease_expired,
 		sg.base_offset, sg.end_offset, sg.created_at, sg.frames
 	FROM leased t
 	LEFT JOIN spans sg ON sg.base_offset <= t.hi

@@ -59,6 +59,14 @@ func (e *Engine) HotPathStats() HotPathStats {
 		HandOffsGivenBack: e.hot.handOffsGivenBack.Load()}
 }
 
+// LeasesExpired counts the partition leases that ran out before their ack
+// and that a claim of this engine took over since it started: one per
+// partition (and group) of a pop's lease, counted when a later pop or a
+// hand-off claims the partition again, at that claim's commit. A lease that
+// runs out and is never claimed again (an idle queue, a seek, a lease-less
+// ack after its expiry) is not counted.
+func (e *Engine) LeasesExpired() uint64 { return e.expiredLeases.Load() }
+
 type hotPathCounters struct {
 	acksOneTrip, acksGeneral, unprobedConflicts atomic.Uint64
 	pushOneTrip, pushGeneral                    atomic.Uint64

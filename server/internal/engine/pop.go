@@ -758,23 +758,33 @@ type delivery struct {
 	now           time.Time
 	taken         []claim
 	segs          map[uuid.UUID][]segment
+	// expiredLeases counts the partitions, sealed ones included, whose
+	// expired lease the claim took over.
+	expiredLeases int
 }
 
 // scan reads the claim statement's rows: one per segment delivered, one per
 // partition sealed or delivered nothing, or a single row carrying the counts.
 func (d *delivery) scan(rows pgx.Rows) error {
 	d.segs = map[uuid.UUID][]segment{}
+	var lastPID uuid.UUID // a partition's rows are consecutive
 	for rows.Next() {
 		var pid *uuid.UUID
 		var partition, queue *string
 		var from, to, base, end *int64
 		var lease *int32
-		var sealed *bool
+		var sealed, leaseExpired *bool
 		var createdAt *time.Time
 		var frames []byte
 		if err := rows.Scan(&d.ready, &d.floor, &d.computedFloor, &d.now, &pid, &partition, &queue, &from, &to, &lease, &sealed,
-			&base, &end, &createdAt, &frames); err != nil {
+			&leaseExpired, &base, &end, &createdAt, &frames); err != nil {
 			return err
+		}
+		if pid != nil && *pid != lastPID {
+			lastPID = *pid
+			if *leaseExpired {
+				d.expiredLeases++
+			}
 		}
 		if pid == nil || *sealed {
 			continue // the counts only, or a cursor sealed at its tail (retention removed its span)
@@ -1216,7 +1226,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			-- for the next pop: the lease write below probes the snapshot's
 			-- version by ctid, so every cursor it writes must be that version.
 			SELECT o.pid, pp.name AS pname, o.qname, o.lease_time, o.last_offset,
-				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.serve_key, l.ctid AS row_ctid
+				greatest(l.committed + 1, pp.log_start) AS lo, o.visible_end, o.serve_key, l.ctid AS row_ctid, l.lease_expired
 			FROM (SELECT r.*,
 					-- Serving order starts $11 places in (wrapping round):
 					-- past the partitions the group's claims already running
@@ -1240,7 +1250,11 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 							count(*) OVER () AS ready
 						FROM cand c WHERE c.claimable) w) r
 				ORDER BY serve_key) o
-			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed, c.ctid FROM lanes.consumers c
+			-- lease_expired: the cursor still holds a lease that ran out (an
+			-- ack, a nack, a give-back and a seek clear it), which this claim
+			-- takes over (lanes_leases_expired_total).
+			CROSS JOIN LATERAL (SELECT c.partition_id, c.committed, c.ctid, c.lease_expires_at IS NOT NULL AS lease_expired
+				FROM lanes.consumers c
 				WHERE c.partition_id = o.pid AND c.consumer_group = $2 AND c.committed < o.last_offset
 				  AND (c.lease_expires_at IS NULL OR c.lease_expires_at <= now())
 				FOR UPDATE SKIP LOCKED) l
@@ -1251,7 +1265,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			-- The batch budget ($8) split over the picked partitions in serving
 			-- order; a partition whose whole span retention removed is sealed at
 			-- its tail and takes none of it.
-			SELECT t.pid, t.pname, t.qname, t.lo, t.serve_key, t.sealed, t.row_ctid,
+			SELECT t.pid, t.pname, t.qname, t.lo, t.serve_key, t.sealed, t.row_ctid, t.lease_expired,
 				CASE WHEN t.sealed THEN t.last_offset
 					ELSE t.lo + least(t.visible_end - t.lo + 1, $8 - t.before) - 1 END AS hi,
 				CASE WHEN t.sealed OR $9::int4 < 0 THEN 0
@@ -1270,7 +1284,7 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			-- pointer a pointer) until sent.
 			SELECT s.*, coalesce(sum(s.bytes) OVER (ORDER BY s.serve_key, s.base_offset
 					ROWS BETWEEN UNBOUNDED PRECEDING AND 1 PRECEDING), 0) AS before
-			FROM (SELECT t.pid, t.pname, t.qname, t.lo, t.hi, t.serve_key, t.sealed, t.row_ctid, t.lease,
+			FROM (SELECT t.pid, t.pname, t.qname, t.lo, t.hi, t.serve_key, t.sealed, t.row_ctid, t.lease, t.lease_expired,
 					sg.base_offset, sg.end_offset, sg.created_at, sg.frames, octet_length(sg.frames)::int8 AS bytes
 				FROM counted t
 				LEFT JOIN LATERAL (` + segmentsCoveringSpan + `
@@ -1309,10 +1323,10 @@ func buildClaimSQL(guarded, pinned, storesFloor bool) string {
 			WHERE c.ctid = t.row_ctid AND c.partition_id = t.pid AND c.consumer_group = $2)
 		SELECT (SELECT count(*) FROM cand WHERE claimable)::int,
 			` + floorColumns + `,
-			now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, t.sealed,
+			now(), t.pid, t.pname, t.qname, t.lo, t.hi, t.lease, t.sealed, t.lease_expired,
 			t.base_offset, t.end_offset, t.created_at, t.frames
 		FROM (SELECT 1) one
-		LEFT JOIN (SELECT s.pid, s.pname, s.qname, s.lo, s.lease, s.sealed, s.serve_key,
+		LEFT JOIN (SELECT s.pid, s.pname, s.qname, s.lo, s.lease, s.sealed, s.lease_expired, s.serve_key,
 				s.base_offset, s.end_offset, s.created_at, s.frames,
 				-- taken's hi, without joining it
 				CASE WHEN $12::int8 IS NULL OR s.base_offset IS NULL THEN s.hi
