@@ -118,6 +118,35 @@ type setting struct {
 type parser struct {
 	accepts string
 	parse   func(c *Config, v string) error
+	// typed is the value the JSON boot log writes for a text parse accepted
+	// (a number or a boolean); nil writes the text.
+	typed func(v string) any
+}
+
+// typedInt is a whole-number setting's value: a count, bytes, or a duration
+// in the unit its name ends in (-ms, -seconds).
+func typedInt(v string) any {
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return v
+	}
+	return n
+}
+
+func typedFloat(v string) any {
+	f, err := strconv.ParseFloat(v, 64)
+	if err != nil {
+		return v
+	}
+	return f
+}
+
+func typedBool(v string) any {
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return v
+	}
+	return b
 }
 
 // unbounded is the upper bound of an integer setting without one.
@@ -154,7 +183,7 @@ func parseInt64In(v, what string, lo, hi int64) (int64, error) {
 }
 
 func intSetting(dst func(*Config) *int, lo, hi int64) parser {
-	return parser{accepts: "integer " + rangeText(lo, hi), parse: func(c *Config, v string) error {
+	return parser{accepts: "integer " + rangeText(lo, hi), typed: typedInt, parse: func(c *Config, v string) error {
 		n, err := parseInt64In(v, "an integer", lo, hi)
 		if err != nil {
 			return err
@@ -170,7 +199,7 @@ func intSetting(dst func(*Config) *int, lo, hi int64) parser {
 // debug.SetGCPercent would wrap (2^32+1 became 1).
 func gcPercentSetting(dst func(*Config) *int) parser {
 	accepts := "-1 (off) or integer " + rangeText(1, math.MaxInt32)
-	return parser{accepts: accepts, parse: func(c *Config, v string) error {
+	return parser{accepts: accepts, typed: typedInt, parse: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n == 0 || n < -1 || n > math.MaxInt32 {
 			return fmt.Errorf("not %s: %q", accepts, v)
@@ -181,7 +210,7 @@ func gcPercentSetting(dst func(*Config) *int) parser {
 }
 
 func int64Setting(dst func(*Config) *int64, lo, hi int64) parser {
-	return parser{accepts: "bytes " + rangeText(lo, hi), parse: func(c *Config, v string) error {
+	return parser{accepts: "bytes " + rangeText(lo, hi), typed: typedInt, parse: func(c *Config, v string) error {
 		n, err := parseInt64In(v, "a whole number of bytes", lo, hi)
 		if err != nil {
 			return err
@@ -193,7 +222,7 @@ func int64Setting(dst func(*Config) *int64, lo, hi int64) parser {
 
 // durationSetting parses a whole number of unit in lo..hi units.
 func durationSetting(dst func(*Config) *time.Duration, unit time.Duration, unitName string, lo, hi int64) parser {
-	return parser{accepts: unitName + " " + rangeText(lo, hi), parse: func(c *Config, v string) error {
+	return parser{accepts: unitName + " " + rangeText(lo, hi), typed: typedInt, parse: func(c *Config, v string) error {
 		n, err := strconv.ParseInt(v, 10, 64)
 		if err != nil || n < lo || n > hi {
 			return fmt.Errorf("not a whole number of %s %s: %q", unitName, withinText(lo, hi), v)
@@ -216,7 +245,7 @@ func secondsSetting(dst func(*Config) *time.Duration) parser {
 // (about 1e-10 a second), which would turn the limit into no limit.
 func rateSetting(dst func(*Config) *float64, least, hi float64) parser {
 	bounds := strconv.FormatFloat(least, 'f', -1, 64) + ".." + strconv.FormatFloat(hi, 'f', -1, 64)
-	return parser{accepts: "0 (off) or number " + bounds, parse: func(c *Config, v string) error {
+	return parser{accepts: "0 (off) or number " + bounds, typed: typedFloat, parse: func(c *Config, v string) error {
 		f, err := strconv.ParseFloat(v, 64)
 		if err != nil || math.IsNaN(f) || f != 0 && (f < least || f > hi) {
 			return fmt.Errorf("not 0 or a number in %s: %q", bounds, v)
@@ -227,7 +256,7 @@ func rateSetting(dst func(*Config) *float64, least, hi float64) parser {
 }
 
 func boolSetting(dst func(*Config) *bool) parser {
-	return parser{accepts: "true or false", parse: func(c *Config, v string) error {
+	return parser{accepts: "true or false", typed: typedBool, parse: func(c *Config, v string) error {
 		b, err := strconv.ParseBool(v)
 		if err != nil {
 			return fmt.Errorf("must be true or false: %q", v)

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"encoding/json"
 	"net/url"
 	"regexp"
 	"strconv"
@@ -80,10 +81,27 @@ func redactQueryPasswords(rawQuery string) string {
 	return strings.Join(pairs, "&")
 }
 
+// loggedSetting is a setting's value in the boot log: its text in the text
+// format, as before, and in the JSON format its typed value, so a log
+// pipeline can compare numbers (pool-size > 10) and booleans.
+type loggedSetting struct {
+	text  string
+	typed any
+}
+
+// MarshalText is what slog's text handler writes.
+func (l loggedSetting) MarshalText() ([]byte, error) { return []byte(l.text), nil }
+
+// MarshalJSON is what slog's JSON handler writes.
+func (l loggedSetting) MarshalJSON() ([]byte, error) { return json.Marshal(l.typed) }
+
+func (l loggedSetting) String() string { return l.text }
+
 // LogAttrs is every setting as the broker runs with it, keyed by flag name, for
 // the boot log: secrets say only whether they are set, the database URL's
 // password is hidden, and defaults derived at load (body budget, spool
-// directory) show their effective value.
+// directory) show their effective value. Numbers and booleans are typed in
+// the JSON format; a duration is a number of the unit its name ends in.
 func (c *Config) LogAttrs() []any {
 	attrs := make([]any, 0, 2*len(settings))
 	for _, s := range settings {
@@ -105,7 +123,11 @@ func (c *Config) LogAttrs() []any {
 		case s.env == "LANES_SPOOL_DIR":
 			v = c.SpoolDir
 		}
-		attrs = append(attrs, s.flag, v)
+		logged := loggedSetting{text: v, typed: v}
+		if s.set.typed != nil && !secretSettings[s.env] {
+			logged.typed = s.set.typed(v)
+		}
+		attrs = append(attrs, s.flag, logged)
 	}
 	return attrs
 }

@@ -1,8 +1,11 @@
 package config
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"strings"
 	"testing"
 
@@ -114,5 +117,89 @@ func TestLogAttrsHideKeywordPasswordsWithEscapes(t *testing.T) {
 		if got := redactDatabaseURL(tc.dsn); got != tc.want {
 			t.Errorf("%s: logged as %s; want %s", tc.dsn, got, tc.want)
 		}
+	}
+}
+
+// TestLogAttrsAreTypedInJSONAndUnchangedInText: with LANES_LOG_FORMAT=json the
+// configuration line writes numbers as numbers and booleans as booleans (a
+// duration as the number of the unit its name ends in), so a log pipeline can
+// filter pool-size > 10; every other setting, the masked secrets among them,
+// stays a string, and the text format writes each value as it was given.
+func TestLogAttrsAreTypedInJSONAndUnchangedInText(t *testing.T) {
+	c, err := Load(nil, env(map[string]string{
+		"LANES_DATABASE_URL":          "postgres://lanes:hunter2@db:5432/lanes?sslmode=disable",
+		"LANES_JWT_SECRET":            "s3cr3t-s3cr3t-s3cr3t-s3cr3t-s3cr3t",
+		"LANES_DB_POOL_SIZE":          "+12",
+		"LANES_RATE_LIMIT_PER_CLIENT": "1e6",
+		"LANES_PARKED_RECHECK_RATE":   "0.5",
+		"LANES_ACK_SYNC_COMMIT":       "TRUE",
+		"LANES_JWT_LEEWAY_SECONDS":    "7",
+		"LANES_GC_PERCENT":            "-1",
+	}), io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out bytes.Buffer
+	slog.New(slog.NewJSONHandler(&out, nil)).Info("configuration", c.LogAttrs()...)
+	jsonLine := out.String()
+	dec := json.NewDecoder(&out)
+	dec.UseNumber()
+	var line map[string]any
+	if err := dec.Decode(&line); err != nil {
+		t.Fatal(err)
+	}
+	want := map[string]any{
+		"pool-size":               json.Number("12"),
+		"rate-limit-per-client":   json.Number("1000000"),
+		"parked-recheck-rate":     json.Number("0.5"),
+		"max-inflight-body-bytes": json.Number("134217728"),
+		"admission-max-wait-ms":   json.Number("2000"),
+		"jwt-leeway-seconds":      json.Number("7"),
+		"gc-percent":              json.Number("-1"),
+		"ack-sync-commit":         true,
+		"jwt-enabled":             false,
+		"database-url":            "postgres://lanes:xxxxx@db:5432/lanes?sslmode=disable",
+		"jwt-secret":              "set",
+		"jwt-public-key":          "",
+		"log-level":               "info",
+		"jwt-skip-paths":          "/health,/metrics/prometheus,/metrics,/",
+	}
+	for k, v := range want {
+		if line[k] != v {
+			t.Errorf("JSON %s = %#v (%T), want %#v (%T)", k, line[k], line[k], v, v)
+		}
+	}
+	for _, s := range settings {
+		_, isText := line[s.flag].(string)
+		if typed := s.set.typed != nil; typed == isText {
+			t.Errorf("JSON %s = %#v: typed %v, but a string %v", s.flag, line[s.flag], typed, isText)
+		}
+	}
+
+	// The text line is what it was when every value was logged as its text.
+	var text, asText bytes.Buffer
+	attrs := c.LogAttrs()
+	plain := make([]any, len(attrs))
+	for i, a := range attrs {
+		plain[i] = fmt.Sprint(a)
+	}
+	removeTime := &slog.HandlerOptions{ReplaceAttr: func(_ []string, a slog.Attr) slog.Attr {
+		if a.Key == slog.TimeKey {
+			return slog.Attr{}
+		}
+		return a
+	}}
+	slog.New(slog.NewTextHandler(&text, removeTime)).Info("configuration", attrs...)
+	slog.New(slog.NewTextHandler(&asText, removeTime)).Info("configuration", plain...)
+	if text.String() != asText.String() {
+		t.Fatalf("the text line changed:\n%s\nwas\n%s", text.String(), asText.String())
+	}
+	for _, part := range []string{" pool-size=+12 ", " rate-limit-per-client=1e6 ", " ack-sync-commit=TRUE ", ` jwt-public-key="" `, " jwt-secret=set "} {
+		if !strings.Contains(text.String(), part) {
+			t.Errorf("the text line lacks %q:\n%s", part, text.String())
+		}
+	}
+	if logged := text.String() + jsonLine; strings.Contains(logged, "hunter2") || strings.Contains(logged, "s3cr3t") {
+		t.Fatal("a secret is logged")
 	}
 }
