@@ -53,26 +53,64 @@ func TestTimerScheduleRescheduleCancelAndRead(t *testing.T) {
 	}
 }
 
-// A timer is due at its deliverAt, not before: a firing pass shortly before
-// it leaves the timer scheduled and its queue empty, and one after it fires.
+// A timer is due at its deliverAt, not before: firing passes run from its
+// schedule on, each bracketed by the database's clock read before and after
+// it; none that ended before deliverAt fires it, the first that started after
+// it does. Judged by the clock the firing reads, not by sleeps, so a machine
+// that stalls the test between a sleep and a pass cannot make it fail.
 func TestATimerFiresNoEarlierThanItsDeliverAt(t *testing.T) {
 	e := newEngine(t)
-	q := queueName(t)
-	res := mustTimers(t, e, TimerOp{Op: TimerSchedule, Queue: q, TimerKey: "soon", Delay: 1500 * time.Millisecond})
-	deliverAt := *res[0].DeliverAt
-	time.Sleep(time.Until(deliverAt.Add(-600 * time.Millisecond)))
-	if _, err := e.FireDueTimers(context.Background()); err != nil {
-		t.Fatal(err)
+	ctx := context.Background()
+	dbNow := func() time.Time {
+		t.Helper()
+		var now time.Time
+		if err := e.pool.QueryRow(ctx, `SELECT clock_timestamp()`).Scan(&now); err != nil {
+			t.Fatal(err)
+		}
+		return now
 	}
-	if tm, err := e.GetTimer(context.Background(), q, "soon"); err != nil || tm == nil {
-		t.Fatalf("600 ms before its deliverAt the timer fired (still scheduled: %+v, %v)", tm, err)
-	}
-	time.Sleep(time.Until(deliverAt.Add(100 * time.Millisecond)))
-	if n, err := e.FireDueTimers(context.Background()); err != nil || n < 1 {
-		t.Fatalf("after its deliverAt: fired %d, %v", n, err)
-	}
-	if got := mustPop(t, e, PopRequest{Queue: q, Batch: 10}); len(got.Messages) != 1 {
-		t.Fatalf("the fired timer delivered %d messages, want 1", len(got.Messages))
+	// A stall longer than the delay leaves no pass wholly before deliverAt,
+	// which would check nothing: the timer is scheduled again then.
+	for attempt := 1; ; attempt++ {
+		q := queueName(t)
+		res := mustTimers(t, e, TimerOp{Op: TimerSchedule, Queue: q, TimerKey: "soon", Delay: 1500 * time.Millisecond})
+		deliverAt := *res[0].DeliverAt
+		passesBefore := 0 // passes that ended before deliverAt
+		for {
+			started := dbNow()
+			if _, err := e.FireDueTimers(ctx); err != nil {
+				t.Fatal(err)
+			}
+			ended := dbNow()
+			tm, err := e.GetTimer(ctx, q, "soon")
+			if err != nil {
+				t.Fatal(err)
+			}
+			fired := tm == nil
+			switch {
+			case fired && ended.Before(deliverAt):
+				t.Fatalf("a pass that ended %v before the timer's deliverAt fired it", deliverAt.Sub(ended))
+			case !fired && !started.Before(deliverAt):
+				t.Fatalf("a pass that started %v after the timer's deliverAt left it scheduled", started.Sub(deliverAt))
+			case !fired && ended.Before(deliverAt):
+				passesBefore++
+			}
+			if fired {
+				break
+			}
+			time.Sleep(20 * time.Millisecond)
+		}
+		if passesBefore == 0 {
+			if attempt == 5 {
+				t.Fatal("no firing pass ran wholly before the timer's deliverAt in 5 attempts")
+			}
+			continue
+		}
+		if got := mustPop(t, e, PopRequest{Queue: q, Batch: 10}); len(got.Messages) != 1 {
+			t.Fatalf("the fired timer delivered %d messages, want 1", len(got.Messages))
+		}
+		t.Logf("%d passes before deliverAt left the timer scheduled (attempt %d)", passesBefore, attempt)
+		return
 	}
 }
 
