@@ -66,7 +66,7 @@ func startBroker(repo, lanesBin, tmp string, port int) (*broker, error) {
 		DatabaseURL: dbURL,
 		Port:        port,
 		SpoolDir:    filepath.Join(tmp, "spool"),
-		// No KV sweeper: a case lists an expired key (includeExpired) a sweep would delete.
+		// Every one of brokerNeeds: no KV sweeper (a case lists an expired key a sweep would delete).
 		Env:    []string{"LANES_TEST_FAULTS=true", "LANES_LOG_LEVEL=warn", "LANES_KV_SWEEP_INTERVAL_MS=0"},
 		Output: b.log,
 	})

@@ -32,6 +32,9 @@ type caseSpec struct {
 	// cases that switch broker-wide state (push or pop maintenance); the runner checks after it
 	// that the switches are off again.
 	Exclusive bool `yaml:"exclusive"`
+	// Needs names what the case requires of the broker beyond its API (brokerNeeds); a
+	// broker not known to meet it skips the case.
+	Needs []string `yaml:"needs"`
 }
 
 // faultSpec is a broker fault rule plus what its counters must read after the case.
@@ -178,6 +181,11 @@ func loadCases(dir string) ([]testCase, error) {
 			seen[id] = true
 			if err := checkClientArgs(cs.Client); err != nil {
 				return nil, fmt.Errorf("%s: case %s: %w", f, cs.Name, err)
+			}
+			for _, n := range cs.Needs {
+				if _, ok := brokerNeeds[n]; !ok {
+					return nil, fmt.Errorf("%s: case %s: needs: unknown need %q", f, cs.Name, n)
+				}
 			}
 			tc := testCase{ID: id, Spec: cs}
 			for i, raw := range cs.Steps {

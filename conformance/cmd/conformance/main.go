@@ -7,10 +7,12 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -29,7 +31,7 @@ type options struct {
 
 func run() int {
 	var o options
-	flag.StringVar(&o.url, "url", "", "use this broker (started with LANES_TEST_FAULTS=true) instead of starting one")
+	flag.StringVar(&o.url, "url", "", "use this broker (started with LANES_TEST_FAULTS=true) instead of starting one; cases with needs: are skipped")
 	flag.StringVar(&o.lanes, "lanes", "", "lanes binary to start (default: go build ./server/cmd/lanes into a temp dir)")
 	flag.StringVar(&o.sdks, "sdk", sdkNames(), "SDKs to run, comma-separated")
 	flag.StringVar(&o.filter, "run", "", "only cases whose id matches one of these comma-separated patterns (* and **)")
@@ -67,6 +69,13 @@ func run() int {
 	}
 	if len(cases) == 0 {
 		return fatal(errors.New("no cases selected"))
+	}
+	cases, skipped := runnable(cases, o.url == "")
+	for _, id := range slices.Sorted(maps.Keys(skipped)) {
+		fmt.Printf("skipped %s: %s\n", id, skipped[id])
+	}
+	if len(cases) == 0 {
+		return fatal(errors.New("every case selected was skipped"))
 	}
 	var chosen []sdk
 	for _, name := range strings.Split(o.sdks, ",") {
