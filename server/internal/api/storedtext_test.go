@@ -184,3 +184,30 @@ func TestUnstorableTextOutsidePushIs400(t *testing.T) {
 		t.Fatalf("a value with an escaped backslash: %d %+v", status, put)
 	}
 }
+
+// An ack item's text a database cannot take is refused naming the item and
+// its field, in an ack batch and in a transaction alike.
+func TestUnstorableAckTextNamesItsItemAndField(t *testing.T) {
+	b := newTestBroker(t)
+	pid := "0190a1b2-0000-7000-8000-000000000000"
+	cases := []struct{ path, body, want string }{
+		{"/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":"a","partitionId":"` + pid + `"},` +
+			`{"transactionId":"b","partitionId":"` + pid + `","status":"completed\u0000"}]}`,
+			`acknowledgments[1].status must not contain a NUL character (\u0000)`},
+		{"/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":"a","partitionId":"` + pid + `"},` +
+			`{"transactionId":"b","partitionId":"` + pid + `","leaseId":"l\u0000"}]}`,
+			`acknowledgments[1].leaseId must not contain a NUL character (\u0000)`},
+		{"/api/v1/ack/batch", `{"consumerGroup":"  ","acknowledgments":[{"transactionId":"a","partitionId":"` + pid + `"}]}`,
+			`acknowledgments[0].consumerGroup must hold more than white space`},
+		{"/api/v1/transaction", `{"operations":[{"type":"push","queue":"q","payload":{}},` +
+			`{"type":"ack","transactionId":"t","partitionId":"` + pid + `","error":"e\u0000"}]}`,
+			`operations[1].error must not contain a NUL character (\u0000)`},
+	}
+	for _, c := range cases {
+		var e errorBody
+		status, _ := b.call(t, "POST", c.path, c.body, &e)
+		if status != http.StatusBadRequest || e.Code != CodeBadRequest || !strings.HasSuffix(e.Error, c.want) {
+			t.Fatalf("%s %s: %d %+v, want 400 %s ending %q", c.path, c.body, status, e, CodeBadRequest, c.want)
+		}
+	}
+}

@@ -101,3 +101,18 @@ func TestGroupCommitDataErrorFailsOnlyItsRequest(t *testing.T) {
 		t.Fatalf("stored %d messages, want 2", n)
 	}
 }
+
+// A valid ack item is checked without building its field names: building
+// them for every item was a tenth of the broker's CPU on the consume path.
+func TestAckTextCheckOfAValidItemAllocatesNothing(t *testing.T) {
+	item := AckItem{TransactionID: "0192f1e2-7c3b-7d4e-8f90-123456789abc", PartitionID: "0190a1b2-0000-7000-8000-000000000000",
+		Status: "completed", Group: "billing", LeaseID: "7d6f0f5e-3c1e-4c57-9a1e-2f4f4c1b8a10"}
+	allocs := testing.AllocsPerRun(100, func() {
+		if err := checkAckText(&item, "acknowledgments", 42); err != nil {
+			t.Fatal(err)
+		}
+	})
+	if allocs != 0 {
+		t.Fatalf("checking a valid ack item allocated %.0f times, want none", allocs)
+	}
+}

@@ -98,7 +98,7 @@ func (e *Engine) Transaction(ctx context.Context, req TransactionRequest) (*Tran
 				return nil, invalid(fmt.Sprintf("operations[%d]", op.Index),
 					"operations[%d]: an ack needs transactionId and partitionId", op.Index)
 			}
-			if err := checkAckText(op.Ack, fmt.Sprintf("operations[%d]", op.Index)); err != nil {
+			if err := checkAckText(op.Ack, "operations", op.Index); err != nil {
 				return nil, err
 			}
 			acks = append(acks, i)
