@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"encoding/json"
 	"errors"
+	"strings"
 
 	"github.com/google/uuid"
 )
@@ -124,22 +125,43 @@ func decodeFrames(blob []byte, count int) ([]Frame, error) {
 }
 
 // decodeSpan decodes the frames of the segment holding offsets base..end
-// that lie in [from, to]: the frames before from are skipped without copying
-// their strings and reading stops after to. A claim's first and last segments
-// usually hold more than its span. The payload slices alias blob.
+// that lie in [from, to] (see appendSpan).
 func decodeSpan(blob []byte, base, end, from, to int64) ([]Frame, error) {
-	frames := make([]Frame, 0, max(0, min(to, end)-max(from, base)+1))
-	for off := base; len(blob) > 0 && off <= to; off++ {
-		f, rest, err := splitFrame(blob)
+	return appendSpan(make([]Frame, 0, max(0, min(to, end)-max(from, base)+1)), blob, base, end, from, to)
+}
+
+// appendSpan appends to dst the frames of the segment holding offsets
+// base..end that lie in [from, to]: the frames before from are skipped
+// without copying their strings and reading stops after to. A claim's first
+// and last segments usually hold more than its span. The payload slices alias
+// blob; the frames' strings share one allocation (a string each cost a pop as
+// many allocations as it delivered messages).
+func appendSpan(dst []Frame, blob []byte, base, end, from, to int64) ([]Frame, error) {
+	off := base
+	for ; len(blob) > 0 && off < from; off++ {
+		_, rest, err := splitFrame(blob)
 		if err != nil {
 			return nil, err
 		}
-		if off >= from {
-			frames = append(frames, f.frame())
-		}
 		blob = rest
 	}
-	return frames, nil
+	textBytes := 0
+	for o, rest := off, blob; len(rest) > 0 && o <= to; o++ {
+		f, next, err := splitFrame(rest)
+		if err != nil {
+			return nil, err
+		}
+		textBytes += len(f.fields[0]) + len(f.fields[1]) + len(f.fields[2])
+		rest = next
+	}
+	var text strings.Builder
+	text.Grow(textBytes)
+	for ; len(blob) > 0 && off <= to; off++ {
+		f, rest, _ := splitFrame(blob) // split without error above
+		dst = append(dst, f.frameIn(&text))
+		blob = rest
+	}
+	return dst, nil
 }
 
 // rawFrame is one encoded frame split into its fields, which alias the segment.
@@ -156,6 +178,27 @@ func (r *rawFrame) frame() Frame {
 	f.ProducerSub = string(r.fields[2])
 	f.Payload = r.fields[3]
 	return f
+}
+
+// frameIn is frame with its strings appended to text, whose bytes never
+// change once written, so each string can be a slice of it.
+func (r *rawFrame) frameIn(text *strings.Builder) Frame {
+	var f Frame
+	copy(f.MessageID[:], r.id)
+	f.TransactionID = appendText(text, r.fields[0])
+	f.TraceID = appendText(text, r.fields[1])
+	f.ProducerSub = appendText(text, r.fields[2])
+	f.Payload = r.fields[3]
+	return f
+}
+
+func appendText(text *strings.Builder, b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	text.Write(b)
+	all := text.String() // no copy: the builder's bytes so far
+	return all[len(all)-len(b):]
 }
 
 // splitFrame splits the first frame off blob.

@@ -100,3 +100,30 @@ func TestDecodeSpanReadsOnlyTheClaimedOffsets(t *testing.T) {
 		t.Fatalf("a span ending before the truncated frame: %v", err)
 	}
 }
+
+// A span's strings share one allocation: a string each cost a pop as many
+// allocations as it delivered messages.
+func TestDecodeSpanAllocatesItsStringsOnce(t *testing.T) {
+	frames := framesOf(100, 20)
+	frames[7].TraceID, frames[8].ProducerSub = "", "" // absent strings take no room
+	var blob []byte
+	for _, f := range frames {
+		blob = appendFrame(blob, f)
+	}
+	dst := make([]Frame, 0, len(frames))
+	var err error
+	allocs := testing.AllocsPerRun(20, func() { dst, err = appendSpan(dst[:0], blob, 0, 99, 0, 99) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	if allocs > 1 {
+		t.Fatalf("decoding 100 frames allocated %.0f times, want once", allocs)
+	}
+	for i, f := range dst {
+		want := frames[i]
+		if f.MessageID != want.MessageID || f.TransactionID != want.TransactionID || f.TraceID != want.TraceID ||
+			f.ProducerSub != want.ProducerSub || !bytes.Equal(f.Payload, want.Payload) {
+			t.Fatalf("frame %d decoded as %+v, want %+v", i, f, *want)
+		}
+	}
+}

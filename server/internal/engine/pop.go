@@ -815,11 +815,13 @@ func (e *Engine) deliver(req *PopRequest, leaseID string, d *delivery) (res *Pop
 	res.Messages = make([]Message, 0, spans)
 	shortestLease := int32(0)
 	framesBytes := int64(0)
+	var frames []Frame // one buffer for every segment's frames
 	for _, c := range d.taken {
 		kept := len(res.Messages)
 		var bad *CorruptSegmentError
 		for _, s := range d.segs[c.partitionID] {
-			frames, err := decodeSpan(s.frames, s.base, s.end, c.from, c.to)
+			var err error
+			frames, err = appendSpan(frames[:0], s.frames, s.base, s.end, c.from, c.to)
 			if err != nil {
 				bad = &CorruptSegmentError{Queue: c.queue, Partition: c.partition, PartitionID: c.partitionID,
 					SegmentBase: s.base, SegmentEnd: s.end, Err: err}
