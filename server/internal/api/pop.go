@@ -2,6 +2,7 @@ package api
 
 import (
 	"context"
+	"strings"
 	"time"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
@@ -70,13 +71,17 @@ func popResponseOf(queue string, res *engine.PopResult) *gen.PopResponse {
 		out.Autopilot = &gen.PopAutopilot{Partitions: a.Partitions, Batch: a.Batch, WaitMs: a.WaitMs}
 	}
 	// A batch holds runs of one partition: its id is formatted once per run.
+	// The message ids share one string: a string each cost an allocation per
+	// message delivered.
 	partitionID, partitionIDText := res.PartitionID, out.PartitionId
+	var ids strings.Builder
+	ids.Grow(len(res.Messages) * uuidTextLen)
 	for i, m := range res.Messages {
 		if m.PartitionID != partitionID {
 			partitionID, partitionIDText = m.PartitionID, m.PartitionID.String()
 		}
 		out.Messages[i] = gen.PopMessage{
-			Id:            m.ID.String(),
+			Id:            appendUUIDText(&ids, m.ID),
 			TransactionId: m.TransactionID,
 			TraceId:       optional(m.TraceID),
 			ProducerSub:   optional(m.ProducerSub),

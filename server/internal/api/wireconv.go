@@ -1,5 +1,11 @@
 package api
 
+import (
+	"strings"
+
+	"github.com/google/uuid"
+)
+
 // Small converters between the generated wire types' pointers and plain values.
 
 // deref returns *p, or the zero value when p is nil.
@@ -27,4 +33,27 @@ func int64Ptr(p *int) *int64 {
 	}
 	v := int64(*p)
 	return &v
+}
+
+// uuidTextLen is the length of a UUID's canonical text.
+const uuidTextLen = 36
+
+// appendUUIDText appends id's canonical text (uuid.UUID.String's) to text and
+// returns it as a string that shares text's bytes, which a strings.Builder
+// never changes once written: many ids then cost one allocation.
+func appendUUIDText(text *strings.Builder, id uuid.UUID) string {
+	const hexDigits = "0123456789abcdef"
+	var buf [uuidTextLen]byte
+	at := 0
+	for i, b := range id {
+		if i == 4 || i == 6 || i == 8 || i == 10 {
+			buf[at] = '-'
+			at++
+		}
+		buf[at], buf[at+1] = hexDigits[b>>4], hexDigits[b&0x0f]
+		at += 2
+	}
+	start := text.Len()
+	text.Write(buf[:])
+	return text.String()[start:]
 }
