@@ -33,6 +33,9 @@ func (requestBodyCodec) Unmarshal(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return errBodyNotUTF8
 	}
+	if req, ok := v.(*gen.AckBatchRequest); ok && decodePlainAckBatch(data, req) {
+		return nil
+	}
 	return gojson.Unmarshal(data, v)
 }
 

@@ -1,0 +1,186 @@
+package api
+
+import (
+	"fmt"
+	"net/http"
+	"reflect"
+	"strings"
+	"testing"
+	"unicode/utf8"
+
+	gojson "github.com/goccy/go-json"
+
+	"github.com/lanesmq/lanes/server/internal/api/gen"
+)
+
+const ackPartition = "0190a1b2-0000-7000-8000-000000000000"
+
+// ackBodies are ack batch bodies the plain decoder takes (plain true) or
+// leaves to the general one.
+var ackBodies = []struct {
+	body  string
+	plain bool
+}{
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"` + ackPartition + `","leaseId":"l","status":"completed"}]}`, true},
+	{" {\n \"consumerGroup\" : \"g\" ,\t\"acknowledgments\" : [ {\"transactionId\":\"a\",\"partitionId\":\"p\"} ,\r\n {\"status\":\"failed\",\"error\":\"boom\",\"transactionId\":\"b\",\"partitionId\":\"p\"} ] } \n", true},
+	{`{"acknowledgments":[{"transactionId":"ünï","partitionId":"p","status":""},{}]}`, true},
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p","leaseId":"l1"},{"transactionId":"b","partitionId":"q","leaseId":"l2"},{"transactionId":"c","partitionId":"p","leaseId":"l1"}]}`, true},
+	{`{"acknowledgments":[{"transactionId":"a\"b","partitionId":"p"}]}`, false},                  // an escape
+	{`{"acknowledgments":[{"transactionId":"a\u0041","partitionId":"p"}]}`, false},               // a unicode escape
+	{"{\"acknowledgments\":[{\"transactionId\":\"a\tb\",\"partitionId\":\"p\"}]}", false},        // a raw control character
+	{`{"acknowledgments":[{"TransactionID":"a","partitionId":"p"}]}`, false},                     // another letter case
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p","extra":"x"}]}`, false},         // an unknown member
+	{`{"acknowledgments":[{"transactionId":"a","transactionId":"b","partitionId":"p"}]}`, false}, // a member twice
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p"}],"acknowledgments":[]}`, false},
+	{`{"consumerGroup":"g","consumerGroup":"h","acknowledgments":[{"transactionId":"a","partitionId":"p"}]}`, false},
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p","leaseId":null}]}`, false},
+	{`{"acknowledgments":[{"transactionId":5,"partitionId":"p"}]}`, false},
+	{`{"acknowledgments":[]}`, false},
+	{`{"acknowledgments":null}`, false},
+	{`{"acknowledgments":{}}`, false},
+	{`{"consumerGroup":"g"}`, false},
+	{`{}`, false},
+	{`[]`, false},
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p"}]} {}`, false}, // data after the value
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p"}]`, false},
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p"},]}`, false},
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p",}]}`, false},
+	{`{"acknowledgments":[{"transactionId":"a" "partitionId":"p"}]}`, false},
+	{`{"acknowledgments":[{"transactionId":"a","partitionId":"p"}],}`, false},
+	{`{"acknowledgments":[{"transactionId":"a,"partitionId":"p"}]}`, false},
+	{``, false},
+}
+
+// Every body decodes, through the request codec, to what the general decoder
+// gives it, and the bodies a consume loop sends take the plain decoder.
+func TestAckBatchBodiesDecodeAsTheGeneralDecoderDecodesThem(t *testing.T) {
+	for _, c := range ackBodies {
+		var plain gen.AckBatchRequest
+		if got := decodePlainAckBatch([]byte(c.body), &plain); got != c.plain {
+			t.Errorf("%s: plain decoder took it: %v, want %v", c.body, got, c.plain)
+		}
+		if !c.plain && !reflect.DeepEqual(plain, gen.AckBatchRequest{}) {
+			t.Errorf("%s: the plain decoder left %+v behind", c.body, plain)
+		}
+		sameAsGeneralDecoder(t, []byte(c.body))
+		var got, want gen.AckBatchRequest
+		gotErr, wantErr := (requestBodyCodec{}).Unmarshal([]byte(c.body), &got), gojson.Unmarshal([]byte(c.body), &want)
+		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
+			t.Errorf("%s: the request codec gives %s (%v), goccy %s (%v)", c.body, ackBatchText(got), gotErr, ackBatchText(want), wantErr)
+		}
+	}
+}
+
+// sameAsGeneralDecoder checks that a body the plain decoder takes decodes to
+// what goccy alone gives it. The request codec refuses a body that is not
+// UTF-8 before either decoder sees it.
+func sameAsGeneralDecoder(t *testing.T, body []byte) {
+	t.Helper()
+	var plain, general gen.AckBatchRequest
+	if !utf8.Valid(body) || !decodePlainAckBatch(body, &plain) {
+		return
+	}
+	if err := gojson.Unmarshal(body, &general); err != nil || !reflect.DeepEqual(plain, general) {
+		t.Fatalf("%q decoded to %s, the general decoder gives %s (%v)", body, ackBatchText(plain), ackBatchText(general), err)
+	}
+}
+
+func ackBatchText(r gen.AckBatchRequest) string {
+	text := func(p *string) string {
+		if p == nil {
+			return "nil"
+		}
+		return fmt.Sprintf("%q", *p)
+	}
+	var b strings.Builder
+	fmt.Fprintf(&b, "group %s, %d items", text(r.ConsumerGroup), len(r.Acknowledgments))
+	if r.Acknowledgments == nil {
+		b.WriteString(" (nil)")
+	}
+	for _, a := range r.Acknowledgments {
+		fmt.Fprintf(&b, " {%q %q %s %s %s}", a.TransactionId, a.PartitionId, text(a.LeaseId), text(a.Status), text(a.Error))
+	}
+	return b.String()
+}
+
+// hundredAckBody is the ack of a 100-message pop, as the benchmark's consumers send it.
+func hundredAckBody() []byte {
+	var b strings.Builder
+	b.WriteString(`{"acknowledgments":[`)
+	for i := range 100 {
+		if i > 0 {
+			b.WriteByte(',')
+		}
+		fmt.Fprintf(&b, `{"transactionId":"0192f1e2-7c3b-7d4e-8f90-%012d","partitionId":"%s","leaseId":"7d6f0f5e-3c1e-4c57-9a1e-2f4f4c1b8a10","status":"completed"}`, i, ackPartition)
+	}
+	b.WriteString(`]}`)
+	return []byte(b.String())
+}
+
+// A 100-item ack body costs a few allocations, not six per item.
+func TestPlainAckBatchDecodeAllocatesPerBodyNotPerItem(t *testing.T) {
+	body := hundredAckBody()
+	sameAsGeneralDecoder(t, body)
+	allocs := testing.AllocsPerRun(20, func() {
+		var req gen.AckBatchRequest
+		if !decodePlainAckBatch(body, &req) {
+			t.Fatal("not a plain body")
+		}
+	})
+	if allocs > 12 {
+		t.Fatalf("decoding a 100-item ack allocated %.0f times, want at most 12", allocs)
+	}
+}
+
+// The decoded strings do not alias the body, whose pooled buffer the next
+// request reuses.
+func TestPlainAckBatchOutlivesItsBody(t *testing.T) {
+	body := hundredAckBody()
+	var req gen.AckBatchRequest
+	if !decodePlainAckBatch(body, &req) {
+		t.Fatal("not a plain body")
+	}
+	for i := range body {
+		body[i] = 'x'
+	}
+	a := req.Acknowledgments[99]
+	if a.TransactionId != "0192f1e2-7c3b-7d4e-8f90-000000000099" || a.PartitionId != ackPartition ||
+		*a.LeaseId != "7d6f0f5e-3c1e-4c57-9a1e-2f4f4c1b8a10" || *a.Status != "completed" {
+		t.Fatalf("decoded item changed with its body: %s", ackBatchText(req))
+	}
+}
+
+func FuzzAckBatchBodyDecode(f *testing.F) {
+	for _, c := range ackBodies {
+		f.Add([]byte(c.body))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) { sameAsGeneralDecoder(t, body) })
+}
+
+// Over HTTP: a plain ack batch, and one the general decoder takes, commit
+// the same way; a refused body is refused as before.
+func TestAckBatchOfEitherDecoderCommits(t *testing.T) {
+	b := newTestBroker(t)
+	q := uniqueQueue(t)
+	items := []map[string]any{{"queue": q, "partition": "p", "transactionId": "a", "payload": 1}, {"queue": q, "partition": "p", "transactionId": "b\"q", "payload": 2}}
+	if status, _ := b.call(t, "POST", "/api/v1/push", map[string]any{"items": items}, nil); status != http.StatusCreated {
+		t.Fatalf("push: %d", status)
+	}
+	for _, txn := range []string{"a", "b\"q"} { // the second body holds an escape: the general decoder's
+		var pop popBody
+		if status, _ := b.call(t, "GET", "/api/v1/pop/queue/"+q+"?batch=1", nil, &pop); status != http.StatusOK || pop.Messages[0].TransactionID != txn {
+			t.Fatalf("pop: %d %+v", status, pop)
+		}
+		var res []gen.AckResult
+		ack := map[string]any{"acknowledgments": []map[string]any{{"transactionId": txn, "partitionId": pop.Messages[0].PartitionID,
+			"leaseId": pop.LeaseID, "status": "completed"}}}
+		if status, _ := b.call(t, "POST", "/api/v1/ack/batch", ack, &res); status != http.StatusOK || len(res) != 1 || !res[0].Success || res[0].TransactionId != txn {
+			t.Fatalf("ack of %q: %d %+v", txn, status, res)
+		}
+	}
+	var e errorBody
+	if status, _ := b.call(t, "POST", "/api/v1/ack/batch", `{"acknowledgments":[{"transactionId":5}]}`, &e); status != http.StatusBadRequest || e.Code != CodeValidation ||
+		!strings.Contains(e.Error, "cannot unmarshal number") {
+		t.Fatalf("ack with a number for an id: %d %+v", status, e)
+	}
+}
