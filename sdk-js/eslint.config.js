@@ -16,7 +16,7 @@ export default tseslint.config(
   {
     files: ["**/*.js", "**/*.mjs"],
     languageOptions: {
-      globals: { process: "readonly", console: "readonly", setTimeout: "readonly", clearTimeout: "readonly", AbortController: "readonly" },
+      globals: { process: "readonly", console: "readonly", setTimeout: "readonly", clearTimeout: "readonly", AbortController: "readonly", fetch: "readonly", Headers: "readonly" },
     },
   },
 );
