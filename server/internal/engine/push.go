@@ -111,7 +111,7 @@ func normalizePushItem(it *PushItem, i int) error {
 	if len(it.Payload) == 0 {
 		return invalid(fmt.Sprintf("items[%d].payload", i), "items[%d].payload is required", i)
 	}
-	if err := checkPushText(it, fmt.Sprintf("items[%d]", i)); err != nil {
+	if err := checkPushText(it, "items", i); err != nil {
 		return err
 	}
 	if it.TransactionID == "" {
@@ -128,18 +128,28 @@ func normalizePushItem(it *PushItem, i int) error {
 // travels in the frames, but a dead letter copies it into lanes.dlq.trace_id,
 // so it must be storable text too; it is not checked as a UUID (the SDKs pass
 // any string), but bounded as a transaction id is, since every pop and
-// listing of the message carries it.
-func checkPushText(it *PushItem, at string) error {
-	if err := checkRequiredName(at+".queue", it.Queue); err != nil {
-		return err
+// listing of the message carries it. The item's field names
+// (list[index].field) are built only for an error: building them for every
+// item (six allocations) was 7% of the broker's CPU under batch pushes.
+func checkPushText(it *PushItem, list string, index int) error {
+	if strings.TrimSpace(it.Queue) == "" || nameProblem(it.Queue) != "" {
+		return checkRequiredName(pushFieldName(list, index, "queue"), it.Queue)
 	}
-	if err := checkOptionalName(at+".partition", it.Partition); err != nil {
-		return err
+	if optionalNameProblem(it.Partition) != "" {
+		return checkOptionalName(pushFieldName(list, index, "partition"), it.Partition)
 	}
-	if err := checkTransactionID(at+".transactionId", it.TransactionID); err != nil {
-		return err
+	if storedTextProblem(it.TransactionID, MaxTransactionIDBytes) != "" {
+		return checkTransactionID(pushFieldName(list, index, "transactionId"), it.TransactionID)
 	}
-	return CheckStoredText(at+".traceId", it.TraceID, MaxTransactionIDBytes)
+	if storedTextProblem(it.TraceID, MaxTransactionIDBytes) != "" {
+		return CheckStoredText(pushFieldName(list, index, "traceId"), it.TraceID, MaxTransactionIDBytes)
+	}
+	return nil
+}
+
+// pushFieldName names field of the index-th push item of list, as errors quote it.
+func pushFieldName(list string, index int, field string) string {
+	return fmt.Sprintf("%s[%d].%s", list, index, field)
 }
 
 // NamespaceTask derives the discovery labels of a queue from its dotted name:

@@ -470,7 +470,7 @@ func normalizeTxPush(it *PushItem, index int) error {
 	if it.Partition == "" {
 		it.Partition = DefaultPartition
 	}
-	if err := checkPushText(it, fmt.Sprintf("operations[%d]", index)); err != nil {
+	if err := checkPushText(it, "operations", index); err != nil {
 		return err
 	}
 	if it.TransactionID == "" {
