@@ -191,13 +191,6 @@ func (d popDelivery) VisitPopDiscoverResponse(w http.ResponseWriter) error {
 	return d.s.deliverPop(w, d.r, d.pop)
 }
 
-// pushAnswer is the 201 answer of a push.
-type pushAnswer []gen.PushResult
-
-func (a pushAnswer) VisitPushResponse(w http.ResponseWriter) error {
-	return writeJSON(w, http.StatusCreated, []gen.PushResult(a))
-}
-
 // ackBatchAnswer is the 200 answer of an ack batch (one result per item; 7 %
 // of the broker's CPU on the consume path when encoding/json wrote it).
 type ackBatchAnswer gen.AckBatch200JSONResponse

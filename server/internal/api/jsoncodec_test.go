@@ -28,10 +28,6 @@ func TestFastAnswersMatchEncodingJSON(t *testing.T) {
 	}}}
 	sameAsEncodingJSON(t, "pop", pop, 200, popAnswer(pop).VisitPopQueueResponse)
 
-	msg := "bad"
-	push := []gen.PushResult{{Index: 0, MessageId: lease, TransactionId: "x", QueueName: "q", Status: "failed", Error: &msg}}
-	sameAsEncodingJSON(t, "push", push, 201, pushAnswer(push).VisitPushResponse)
-
 	reason := "already committed: <&> \u2028"
 	dropped := true
 	acks := gen.AckBatch200JSONResponse{

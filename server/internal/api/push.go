@@ -37,20 +37,7 @@ func (s *Server) Push(ctx context.Context, req gen.PushRequestObject) (gen.PushR
 	if err != nil {
 		return nil, err
 	}
-	out := make(pushAnswer, len(results))
-	for i, r := range results {
-		out[i] = gen.PushResult{
-			Index:         r.Index,
-			MessageId:     r.MessageID.String(),
-			TransactionId: r.TransactionID,
-			QueueName:     r.Queue,
-			Status:        gen.PushResultStatus(r.Status),
-		}
-		if r.Error != "" {
-			out[i].Error = &r.Error
-		}
-	}
-	return out, nil
+	return pushAnswer(results), nil
 }
 
 // storePush is the push path behind the handler: the token subject is stamped
