@@ -33,8 +33,15 @@ func (requestBodyCodec) Unmarshal(data []byte, v any) error {
 	if !utf8.Valid(data) {
 		return errBodyNotUTF8
 	}
-	if req, ok := v.(*gen.AckBatchRequest); ok && decodePlainAckBatch(data, req) {
-		return nil
+	switch req := v.(type) {
+	case *gen.AckBatchRequest:
+		if decodePlainAckBatch(data, req) {
+			return nil
+		}
+	case *gen.PushRequest:
+		if decodePlainPush(data, req) {
+			return nil
+		}
 	}
 	return gojson.Unmarshal(data, v)
 }
