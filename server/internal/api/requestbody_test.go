@@ -4,11 +4,15 @@ import (
 	"encoding/base64"
 	"math"
 	"net/http"
+	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/gorilla/mux"
+
 	"github.com/lanesmq/lanes/server/internal/admission"
+	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
 
 // A body with a byte that is not UTF-8 was stored verbatim (a push payload,
@@ -130,6 +134,36 @@ func TestABodyWithoutALengthIsReadWholeUnderTheLargestCap(t *testing.T) {
 			if resp, e := mustPostPush(t, b.URL, pushOfSize(q, 1000), chunked); resp.StatusCode != http.StatusCreated {
 				t.Errorf("%s: push (chunked %v) under the largest cap: %d %+v; want 201", name, chunked, resp.StatusCode, e)
 			}
+		}
+	}
+}
+
+// The hot routes (push, ack, ack batch) skip the route match that tells a
+// request's body apart, and must get the answer the match gives.
+func TestHotPathBodiesAreTheOperationsDeclared(t *testing.T) {
+	spec, err := gen.GetSpec()
+	if err != nil {
+		t.Fatal(err)
+	}
+	router := mux.NewRouter()
+	router.UseEncodedPath()
+	gen.HandlerWithOptions(nil, gen.GorillaServerOptions{BaseRouter: router})
+	bodyOf := operationBodies(spec, router)
+	for _, path := range []string{"/api/v1/push", "/api/v1/ack", "/api/v1/ack/batch"} {
+		r := httptest.NewRequest(http.MethodPost, path, strings.NewReader("{}"))
+		if !isHotPathBody(r) {
+			t.Fatalf("%s is not a hot path", path)
+		}
+		var match mux.RouteMatch
+		if !router.Match(r, &match) || match.Route == nil {
+			t.Fatalf("no route for POST %s", path)
+		}
+		template, err := match.Route.GetPathTemplate()
+		if err != nil || spec.Paths.Find(template) == nil || spec.Paths.Find(template).Post == nil || spec.Paths.Find(template).Post.RequestBody == nil {
+			t.Fatalf("POST %s (%s, %v) declares no request body in the spec", path, template, err)
+		}
+		if bodyOf(r) != routeWithBody {
+			t.Fatalf("POST %s: %v, want routeWithBody", path, bodyOf(r))
 		}
 	}
 }
