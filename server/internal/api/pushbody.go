@@ -3,6 +3,7 @@ package api
 import (
 	"encoding/json"
 	"strings"
+	"sync"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
@@ -38,22 +39,27 @@ func decodePlainPush(data []byte, req *gen.PushRequest) bool {
 	return true
 }
 
-// pushItems reads a non-empty array of push items. Their strings and
-// payloads alias the body until the array is read, then are copied out
-// together: the body's pooled buffer serves the next request.
+// pushItems reads a non-empty array of push items, noting where their fields
+// lie in the body, then copies them out together: the body's pooled buffer
+// serves the next request.
 func (s *pushBodyScanner) pushItems() ([]gen.PushItem, bool) {
 	if !s.consume('[') {
 		return nil, false
 	}
-	raw := make([]rawPushItem, 0, 8)
+	pooled := rawPushItemsPool.Get().(*[]rawPushItem)
+	defer func() {
+		if cap(*pooled) <= maxPooledRawPushItems {
+			rawPushItemsPool.Put(pooled)
+		}
+	}()
+	raw := (*pooled)[:0]
 	for {
 		if !s.consume('{') {
 			return nil, false
 		}
 		var it rawPushItem
-		var seen uint8
 		for !s.consume('}') {
-			if seen != 0 && !s.consume(',') {
+			if it.given != 0 && !s.consume(',') {
 				return nil, false
 			}
 			key, ok := s.plainString()
@@ -63,45 +69,62 @@ func (s *pushBodyScanner) pushItems() ([]gen.PushItem, bool) {
 			var field uint8
 			switch string(key) {
 			case "payload":
-				field = 1
-				if it.payload, ok = s.value(0); string(it.payload) == "null" {
+				field = payloadField
+				if it.payload, ok = s.value(0); string(s.data[it.payload.start:it.payload.end]) == "null" {
 					ok = false
 				}
 			case "queue":
-				field = 2
-				it.queue, ok = s.plainString()
+				field = queueField
+				it.queue, ok = s.plainSpan()
 			case "partition":
-				field = 4
-				it.texts[partitionText], ok = s.plainString()
+				field = textField(partitionText)
+				it.texts[partitionText], ok = s.plainSpan()
 			case "transactionId":
-				field = 8
-				it.texts[transactionText], ok = s.plainString()
+				field = textField(transactionText)
+				it.texts[transactionText], ok = s.plainSpan()
 			case "traceId":
-				field = 16
-				it.texts[traceText], ok = s.plainString()
+				field = textField(traceText)
+				it.texts[traceText], ok = s.plainSpan()
 			}
-			if field == 0 || !ok || seen&field != 0 {
+			if field == 0 || !ok || it.given&field != 0 {
 				return nil, false
 			}
-			seen |= field
+			it.given |= field
 		}
 		raw = append(raw, it)
+		*pooled = raw
 		if s.consume(',') {
 			continue
 		}
 		if !s.consume(']') {
 			return nil, false
 		}
-		return copyOutOfBody(raw), true
+		return copyOutOfBody(s.data, raw), true
 	}
 }
 
-// rawPushItem is a push item's fields as they lie in the body; a text is nil
-// when the item does not give it.
+// rawPushItem is where a push item's fields lie in the body. It holds no
+// pointers, so a body's items are gathered without the collector's write
+// barriers, in a slice reused from body to body.
 type rawPushItem struct {
-	queue, payload []byte
-	texts          [3][]byte
+	given          uint8 // the fields the item gives, payloadField | queueField | textField(…)
+	queue, payload span
+	texts          [3]span
 }
+
+// span is a field's bytes in the body, data[start:end].
+type span struct{ start, end int }
+
+var rawPushItemsPool = sync.Pool{New: func() any { return new([]rawPushItem) }}
+
+// maxPooledRawPushItems keeps one huge push from pinning its slice in the pool.
+const maxPooledRawPushItems = 4096
+
+// The fields of a push item, as bits of rawPushItem.given.
+const (
+	payloadField = 1 << iota
+	queueField
+)
 
 // The optional texts of a push item, which the wire model holds as pointers.
 const (
@@ -110,20 +133,22 @@ const (
 	traceText
 )
 
-// copyOutOfBody builds the items: all their strings in one string, the
-// pointers to their optional texts into one slice, their payloads in one
+func textField(text int) uint8 { return 4 << text }
+
+// copyOutOfBody builds the items from data: all their strings in one string,
+// the pointers to their optional texts into one slice, their payloads in one
 // byte slice.
-func copyOutOfBody(raw []rawPushItem) []gen.PushItem {
+func copyOutOfBody(data []byte, raw []rawPushItem) []gen.PushItem {
 	textBytes, payloadBytes, pointed := 0, 0, 0
 	for _, it := range raw {
-		textBytes += len(it.queue)
-		for _, v := range it.texts {
-			if v != nil {
+		textBytes += it.queue.end - it.queue.start
+		for f, v := range it.texts {
+			if it.given&textField(f) != 0 {
 				pointed++
-				textBytes += len(v)
+				textBytes += v.end - v.start
 			}
 		}
-		payloadBytes += len(it.payload)
+		payloadBytes += it.payload.end - it.payload.start
 	}
 	var text strings.Builder
 	text.Grow(textBytes)
@@ -131,17 +156,17 @@ func copyOutOfBody(raw []rawPushItem) []gen.PushItem {
 	payloads := make([]byte, 0, payloadBytes)
 	items := make([]gen.PushItem, len(raw))
 	for i, it := range raw {
-		items[i].Queue = appendSharedText(&text, it.queue)
+		items[i].Queue = appendSharedText(&text, data[it.queue.start:it.queue.end])
 		pointers := [...]**string{&items[i].Partition, &items[i].TransactionId, &items[i].TraceId}
 		for f, v := range it.texts {
-			if v != nil {
-				targets = append(targets, appendSharedText(&text, v))
+			if it.given&textField(f) != 0 {
+				targets = append(targets, appendSharedText(&text, data[v.start:v.end]))
 				*pointers[f] = &targets[len(targets)-1]
 			}
 		}
-		if it.payload != nil {
+		if it.given&payloadField != 0 {
 			start := len(payloads)
-			payloads = append(payloads, it.payload...)
+			payloads = append(payloads, data[it.payload.start:it.payload.end]...)
 			items[i].Payload = json.RawMessage(payloads[start:len(payloads):len(payloads)])
 		}
 	}
@@ -207,12 +232,18 @@ func (s *pushBodyScanner) plainString() ([]byte, bool) {
 	return nil, false
 }
 
-// value reads one JSON value and returns its text, which aliases the body.
-func (s *pushBodyScanner) value(depth int) ([]byte, bool) {
+// plainSpan is plainString's span in the body.
+func (s *pushBodyScanner) plainSpan() (span, bool) {
+	v, ok := s.plainString()
+	return span{s.at - 1 - len(v), s.at - 1}, ok
+}
+
+// value reads one JSON value and returns where its text lies.
+func (s *pushBodyScanner) value(depth int) (span, bool) {
 	s.skipSpace()
 	start := s.at
 	if s.at >= len(s.data) || depth > maxPlainPayloadDepth {
-		return nil, false
+		return span{}, false
 	}
 	var ok bool
 	switch c := s.data[s.at]; {
@@ -227,7 +258,7 @@ func (s *pushBodyScanner) value(depth int) ([]byte, bool) {
 	default:
 		ok = s.literal("true") || s.literal("false") || s.literal("null")
 	}
-	return s.data[start:s.at], ok
+	return span{start, s.at}, ok
 }
 
 func (s *pushBodyScanner) members(depth int) bool {
