@@ -20,11 +20,11 @@ import (
 // decoder: so every body decodes to what the general decoder gives it
 // (FuzzPushBodyDecode).
 func decodePlainPush(data []byte, req *gen.PushRequest) bool {
-	s := pushBodyScanner{data: data}
+	s := pushBodyScanner{plainJSON{data: data}}
 	if !s.consume('{') {
 		return false
 	}
-	if key, ok := s.plainString(); !ok || string(key) != "items" || !s.consume(':') {
+	if key, ok := s.str(); !ok || string(key) != "items" || !s.consume(':') {
 		return false
 	}
 	items, ok := s.pushItems()
@@ -62,7 +62,7 @@ func (s *pushBodyScanner) pushItems() ([]gen.PushItem, bool) {
 			if it.given != 0 && !s.consume(',') {
 				return nil, false
 			}
-			key, ok := s.plainString()
+			key, ok := s.str()
 			if !ok || !s.consume(':') {
 				return nil, false
 			}
@@ -156,11 +156,11 @@ func copyOutOfBody(data []byte, raw []rawPushItem) []gen.PushItem {
 	payloads := make([]byte, 0, payloadBytes)
 	items := make([]gen.PushItem, len(raw))
 	for i, it := range raw {
-		items[i].Queue = appendSharedText(&text, data[it.queue.start:it.queue.end])
+		items[i].Queue = appendText(&text, data[it.queue.start:it.queue.end])
 		pointers := [...]**string{&items[i].Partition, &items[i].TransactionId, &items[i].TraceId}
 		for f, v := range it.texts {
 			if it.given&textField(f) != 0 {
-				targets = append(targets, appendSharedText(&text, data[v.start:v.end]))
+				targets = append(targets, appendText(&text, data[v.start:v.end]))
 				*pointers[f] = &targets[len(targets)-1]
 			}
 		}
@@ -173,68 +173,19 @@ func copyOutOfBody(data []byte, raw []rawPushItem) []gen.PushItem {
 	return items
 }
 
-// appendSharedText appends v to text and returns it as a string sharing
-// text's bytes, which a strings.Builder never changes once written.
-func appendSharedText(text *strings.Builder, v []byte) string {
-	text.Write(v)
-	all := text.String()
-	return all[len(all)-len(v):]
-}
-
-// pushBodyScanner reads a push body: plain strings (no escapes) for names
+// pushBodyScanner reads a push body: plain strings (plainJSON's) for names
 // and ids, and any JSON value, checked against the grammar, for payloads.
 type pushBodyScanner struct {
-	data []byte
-	at   int
+	plainJSON
 }
 
 // maxPlainPayloadDepth bounds the nesting the scanner follows; a deeper
 // payload takes the general decoder.
 const maxPlainPayloadDepth = 64
 
-func (s *pushBodyScanner) skipSpace() {
-	for s.at < len(s.data) {
-		switch s.data[s.at] {
-		case ' ', '\t', '\n', '\r':
-			s.at++
-		default:
-			return
-		}
-	}
-}
-
-// consume skips white space and then c, if c comes next.
-func (s *pushBodyScanner) consume(c byte) bool {
-	s.skipSpace()
-	if s.at < len(s.data) && s.data[s.at] == c {
-		s.at++
-		return true
-	}
-	return false
-}
-
-// plainString reads a string without escapes or control characters; its
-// bytes alias the body.
-func (s *pushBodyScanner) plainString() ([]byte, bool) {
-	if !s.consume('"') {
-		return nil, false
-	}
-	for i := s.at; i < len(s.data); i++ {
-		switch c := s.data[i]; {
-		case c == '"':
-			v := s.data[s.at:i]
-			s.at = i + 1
-			return v, true
-		case c == '\\' || c < 0x20:
-			return nil, false
-		}
-	}
-	return nil, false
-}
-
-// plainSpan is plainString's span in the body.
+// plainSpan is str's span in the body.
 func (s *pushBodyScanner) plainSpan() (span, bool) {
-	v, ok := s.plainString()
+	v, ok := s.str()
 	return span{s.at - 1 - len(v), s.at - 1}, ok
 }
 
