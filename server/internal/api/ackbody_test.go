@@ -3,12 +3,8 @@ package api
 import (
 	"fmt"
 	"net/http"
-	"reflect"
 	"strings"
 	"testing"
-	"unicode/utf8"
-
-	gojson "github.com/goccy/go-json"
 
 	"github.com/lanesmq/lanes/server/internal/api/gen"
 )
@@ -17,10 +13,7 @@ const ackPartition = "0190a1b2-0000-7000-8000-000000000000"
 
 // ackBodies are ack batch bodies the plain decoder takes (plain true) or
 // leaves to the general one.
-var ackBodies = []struct {
-	body  string
-	plain bool
-}{
+var ackBodies = []plainBody{
 	{`{"acknowledgments":[{"transactionId":"a","partitionId":"` + ackPartition + `","leaseId":"l","status":"completed"}]}`, true},
 	{" {\n \"consumerGroup\" : \"g\" ,\t\"acknowledgments\" : [ {\"transactionId\":\"a\",\"partitionId\":\"p\"} ,\r\n {\"status\":\"failed\",\"error\":\"boom\",\"transactionId\":\"b\",\"partitionId\":\"p\"} ] } \n", true},
 	{`{"acknowledgments":[{"transactionId":"ünï","partitionId":"p","status":""},{}]}`, true},
@@ -54,51 +47,19 @@ var ackBodies = []struct {
 // Every body decodes, through the request codec, to what the general decoder
 // gives it, and the bodies a consume loop sends take the plain decoder.
 func TestAckBatchBodiesDecodeAsTheGeneralDecoderDecodesThem(t *testing.T) {
-	for _, c := range ackBodies {
-		var plain gen.AckBatchRequest
-		if got := decodePlainAckBatch([]byte(c.body), &plain); got != c.plain {
-			t.Errorf("%s: plain decoder took it: %v, want %v", c.body, got, c.plain)
-		}
-		if !c.plain && !reflect.DeepEqual(plain, gen.AckBatchRequest{}) {
-			t.Errorf("%s: the plain decoder left %+v behind", c.body, plain)
-		}
-		sameAsGeneralDecoder(t, []byte(c.body))
-		var got, want gen.AckBatchRequest
-		gotErr, wantErr := (requestBodyCodec{}).Unmarshal([]byte(c.body), &got), gojson.Unmarshal([]byte(c.body), &want)
-		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: the request codec gives %s (%v), goccy %s (%v)", c.body, ackBatchText(got), gotErr, ackBatchText(want), wantErr)
-		}
-	}
+	ackDecoder.checkTable(t, ackBodies)
 }
 
-// sameAsGeneralDecoder checks that a body the plain decoder takes decodes to
-// what goccy alone gives it. The request codec refuses a body that is not
-// UTF-8 before either decoder sees it.
-func sameAsGeneralDecoder(t *testing.T, body []byte) {
-	t.Helper()
-	var plain, general gen.AckBatchRequest
-	if !utf8.Valid(body) || !decodePlainAckBatch(body, &plain) {
-		return
-	}
-	if err := gojson.Unmarshal(body, &general); err != nil || !reflect.DeepEqual(plain, general) {
-		t.Fatalf("%q decoded to %s, the general decoder gives %s (%v)", body, ackBatchText(plain), ackBatchText(general), err)
-	}
-}
+var ackDecoder = plainDecoder[gen.AckBatchRequest]{decode: decodePlainAckBatch, text: ackBatchText}
 
 func ackBatchText(r gen.AckBatchRequest) string {
-	text := func(p *string) string {
-		if p == nil {
-			return "nil"
-		}
-		return fmt.Sprintf("%q", *p)
-	}
 	var b strings.Builder
-	fmt.Fprintf(&b, "group %s, %d items", text(r.ConsumerGroup), len(r.Acknowledgments))
+	fmt.Fprintf(&b, "group %s, %d items", optionalText(r.ConsumerGroup), len(r.Acknowledgments))
 	if r.Acknowledgments == nil {
 		b.WriteString(" (nil)")
 	}
 	for _, a := range r.Acknowledgments {
-		fmt.Fprintf(&b, " {%q %q %s %s %s}", a.TransactionId, a.PartitionId, text(a.LeaseId), text(a.Status), text(a.Error))
+		fmt.Fprintf(&b, " {%q %q %s %s %s}", a.TransactionId, a.PartitionId, optionalText(a.LeaseId), optionalText(a.Status), optionalText(a.Error))
 	}
 	return b.String()
 }
@@ -120,7 +81,7 @@ func hundredAckBody() []byte {
 // A 100-item ack body costs a few allocations, not six per item.
 func TestPlainAckBatchDecodeAllocatesPerBodyNotPerItem(t *testing.T) {
 	body := hundredAckBody()
-	sameAsGeneralDecoder(t, body)
+	ackDecoder.sameAsGeneral(t, body)
 	allocs := testing.AllocsPerRun(20, func() {
 		var req gen.AckBatchRequest
 		if !decodePlainAckBatch(body, &req) {
@@ -154,7 +115,7 @@ func FuzzAckBatchBodyDecode(f *testing.F) {
 	for _, c := range ackBodies {
 		f.Add([]byte(c.body))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) { sameAsGeneralDecoder(t, body) })
+	f.Fuzz(func(t *testing.T, body []byte) { ackDecoder.sameAsGeneral(t, body) })
 }
 
 // Over HTTP: a plain ack batch, and one the general decoder takes, commit

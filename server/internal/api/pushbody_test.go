@@ -6,7 +6,6 @@ import (
 	"reflect"
 	"strings"
 	"testing"
-	"unicode/utf8"
 
 	gojson "github.com/goccy/go-json"
 
@@ -15,10 +14,7 @@ import (
 
 // pushBodies are push bodies the plain decoder takes (plain true) or leaves
 // to the general one.
-var pushBodies = []struct {
-	body  string
-	plain bool
-}{
+var pushBodies = []plainBody{
 	{`{"items":[{"queue":"orders","partition":"p-1","transactionId":"tx-1","payload":{"n":1}}]}`, true},
 	{" {\n \"items\" : [ {\"payload\" : [1, 2.5e-3, -0, \"x\\u00e9\\n\", true, false, null, {}, []] ,\"queue\":\"q\"} ,\r\n {\"queue\":\"q\",\"payload\":\"<&>\\\"\\\\\\/\\b\\f\\r\\t\"} ] } \n", true},
 	{`{"items":[{"queue":"ünï","partition":"","transactionId":"","traceId":"t","payload":0}]}`, true},
@@ -74,51 +70,19 @@ var pushBodies = []struct {
 // Every body decodes, through the request codec, to what the general decoder
 // gives it, and the bodies producers send take the plain decoder.
 func TestPushBodiesDecodeAsTheGeneralDecoderDecodesThem(t *testing.T) {
-	for _, c := range pushBodies {
-		var plain gen.PushRequest
-		if got := decodePlainPush([]byte(c.body), &plain); got != c.plain {
-			t.Errorf("%s: plain decoder took it: %v, want %v", c.body, got, c.plain)
-		}
-		if !c.plain && !reflect.DeepEqual(plain, gen.PushRequest{}) {
-			t.Errorf("%s: the plain decoder left %+v behind", c.body, plain)
-		}
-		samePushAsGeneralDecoder(t, []byte(c.body))
-		var got, want gen.PushRequest
-		gotErr, wantErr := (requestBodyCodec{}).Unmarshal([]byte(c.body), &got), gojson.Unmarshal([]byte(c.body), &want)
-		if fmt.Sprint(gotErr) != fmt.Sprint(wantErr) || !reflect.DeepEqual(got, want) {
-			t.Errorf("%s: the request codec gives %s (%v), goccy %s (%v)", c.body, pushRequestText(got), gotErr, pushRequestText(want), wantErr)
-		}
-	}
+	pushDecoder.checkTable(t, pushBodies)
 }
 
-// samePushAsGeneralDecoder checks that a body the plain decoder takes decodes
-// to what goccy alone gives it. The request codec refuses a body that is not
-// UTF-8 before either decoder sees it.
-func samePushAsGeneralDecoder(t *testing.T, body []byte) {
-	t.Helper()
-	var plain, general gen.PushRequest
-	if !utf8.Valid(body) || !decodePlainPush(body, &plain) {
-		return
-	}
-	if err := gojson.Unmarshal(body, &general); err != nil || !reflect.DeepEqual(plain, general) {
-		t.Fatalf("%q decoded to %s, the general decoder gives %s (%v)", body, pushRequestText(plain), pushRequestText(general), err)
-	}
-}
+var pushDecoder = plainDecoder[gen.PushRequest]{decode: decodePlainPush, text: pushRequestText}
 
 func pushRequestText(r gen.PushRequest) string {
-	text := func(p *string) string {
-		if p == nil {
-			return "nil"
-		}
-		return fmt.Sprintf("%q", *p)
-	}
 	var b strings.Builder
 	fmt.Fprintf(&b, "%d items", len(r.Items))
 	if r.Items == nil {
 		b.WriteString(" (nil)")
 	}
 	for _, it := range r.Items {
-		fmt.Fprintf(&b, " {%q %s %s %s %q (nil: %v)}", it.Queue, text(it.Partition), text(it.TransactionId), text(it.TraceId), it.Payload, it.Payload == nil)
+		fmt.Fprintf(&b, " {%q %s %s %s %q (nil: %v)}", it.Queue, optionalText(it.Partition), optionalText(it.TransactionId), optionalText(it.TraceId), it.Payload, it.Payload == nil)
 	}
 	return b.String()
 }
@@ -127,7 +91,7 @@ func pushRequestText(r gen.PushRequest) string {
 // five per item.
 func TestPushBodyDecodeAllocatesPerBodyNotPerItem(t *testing.T) {
 	body := hundredItemPushBody()
-	samePushAsGeneralDecoder(t, body)
+	pushDecoder.sameAsGeneral(t, body)
 	allocs := testing.AllocsPerRun(20, func() {
 		var req gen.PushRequest
 		if err := (requestBodyCodec{}).Unmarshal(body, &req); err != nil || len(req.Items) != 100 {
@@ -163,7 +127,7 @@ func FuzzPushBodyDecode(f *testing.F) {
 	for _, c := range pushBodies {
 		f.Add([]byte(c.body))
 	}
-	f.Fuzz(func(t *testing.T, body []byte) { samePushAsGeneralDecoder(t, body) })
+	f.Fuzz(func(t *testing.T, body []byte) { pushDecoder.sameAsGeneral(t, body) })
 }
 
 // Over HTTP: a plain push, and one the general decoder takes, store the same
