@@ -42,18 +42,6 @@ const uuidTextLen = 36
 // returns it as a string that shares text's bytes, which a strings.Builder
 // never changes once written: many ids then cost one allocation.
 func appendUUIDText(text *strings.Builder, id uuid.UUID) string {
-	const hexDigits = "0123456789abcdef"
 	var buf [uuidTextLen]byte
-	at := 0
-	for i, b := range id {
-		if i == 4 || i == 6 || i == 8 || i == 10 {
-			buf[at] = '-'
-			at++
-		}
-		buf[at], buf[at+1] = hexDigits[b>>4], hexDigits[b&0x0f]
-		at += 2
-	}
-	start := text.Len()
-	text.Write(buf[:])
-	return text.String()[start:]
+	return appendText(text, appendUUID(buf[:0], id))
 }
