@@ -77,7 +77,7 @@ func TestRequestsInFlightWhenTheDatabaseHostFallsSilentAnswerOnceTheListenerNoti
 	waitListener(0)
 
 	t.Run("push", func(t *testing.T) {
-		awaitStall := testdb.StallNextSegmentWritePastCancel(t, direct, "silent", "p", time.Second)
+		awaitStall := testdb.StallNextSegmentWritePastCancel(t, direct, "silent", "p", 3*time.Second)
 		answered := make(chan string, 1)
 		go func() {
 			statuses, status, err := push("t1", "t2")

@@ -15,16 +15,23 @@ const (
 	// sleepMs ends at a cancel request, which fails the stalled statement.
 	sleepMs = `PERFORM pg_sleep(ms / 1000.0);`
 	// sleepMsPastCancel outlasts a cancel request: the stalled statement then
-	// commits whatever becomes of its client.
+	// commits whatever becomes of its client. A client sends one cancel for a
+	// statement it gives up on (pgx, for a broken connection or a passed
+	// deadline), so the pause ends cancelAbsorbed after absorbing it: a cancel
+	// arriving after the pause would fail the statement, so a test gives a
+	// pause long enough to contain the cancel without waiting all of it out.
 	sleepMsPastCancel = `DECLARE until timestamptz := clock_timestamp() + ms * interval '1 millisecond';
 			BEGIN
 				WHILE clock_timestamp() < until LOOP
 					BEGIN
 						PERFORM pg_sleep(least(0.02, extract(epoch FROM until - clock_timestamp())));
-					EXCEPTION WHEN query_canceled THEN NULL; -- the pause outlasts a cancel
+					EXCEPTION WHEN query_canceled THEN
+						until := least(until, clock_timestamp() + interval '` + cancelAbsorbed + `');
 					END;
 				END LOOP;
 			END;`
+	// cancelAbsorbed is how long a pause past a cancel goes on after it.
+	cancelAbsorbed = "100 milliseconds"
 )
 
 // DB runs the stall helpers' statements: a *pgx.Conn or a *pgxpool.Pool, not
