@@ -1518,6 +1518,9 @@ type MetricsMessages struct {
 	Acked        int `json:"acked"`
 	DeadLettered int `json:"deadLettered"`
 
+	// LeasesExpired Partition leases that ran out before their ack, counted when a pop on this broker takes the partition over (one per partition of an expired lease); `lanes_leases_expired_total` in `/metrics/prometheus`.
+	LeasesExpired int `json:"leasesExpired"`
+
 	// LeasesGivenBack Leases a pop gave back unused (its client went away).
 	LeasesGivenBack int `json:"leasesGivenBack"`
 	Popped          int `json:"popped"`

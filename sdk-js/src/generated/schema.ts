@@ -2570,6 +2570,8 @@ export interface components {
             deadLettered: number;
             /** @description Leases a pop gave back unused (its client went away). */
             leasesGivenBack: number;
+            /** @description Partition leases that ran out before their ack, counted when a pop on this broker takes the partition over (one per partition of an expired lease); `lanes_leases_expired_total` in `/metrics/prometheus`. */
+            leasesExpired: number;
         };
         MetricsRetention: {
             passes: number;

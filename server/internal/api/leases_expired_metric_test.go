@@ -9,12 +9,24 @@ import (
 	"github.com/lanesmq/lanes/server/internal/engine"
 )
 
-// expiredLeases reads lanes_leases_expired_total from b's scrape.
+// expiredLeases reads lanes_leases_expired_total from b's scrape, and fails
+// unless the JSON snapshot's messages.leasesExpired says the same.
 func expiredLeases(t *testing.T, b *testBroker) float64 {
 	t.Helper()
 	v, ok := scrape(t, b.URL)["lanes_leases_expired_total"]
 	if !ok {
 		t.Fatal("lanes_leases_expired_total is not exported")
+	}
+	var snapshot struct {
+		Messages struct {
+			LeasesExpired *float64 `json:"leasesExpired"`
+		} `json:"messages"`
+	}
+	if status, _ := b.call(t, "GET", "/metrics", nil, &snapshot); status != http.StatusOK {
+		t.Fatalf("GET /metrics: %d", status)
+	}
+	if got := snapshot.Messages.LeasesExpired; got == nil || *got != v {
+		t.Fatalf("the JSON snapshot's messages.leasesExpired is %s, the scrape's lanes_leases_expired_total %v", formatOptional(got), v)
 	}
 	return v
 }
@@ -163,4 +175,12 @@ func TestLeasesExpiredCountsTheTakeoverOfAHandOff(t *testing.T) {
 	if n := expiredLeases(t, b); n != 1 {
 		t.Fatalf("lanes_leases_expired_total = %v after a hand-off took over an expired lease, want 1", n)
 	}
+}
+
+// formatOptional prints a JSON number that may be missing.
+func formatOptional(v *float64) string {
+	if v == nil {
+		return "missing"
+	}
+	return fmt.Sprint(*v)
 }

@@ -169,7 +169,7 @@ func (s *Server) metricsSnapshot() gen.Metrics {
 		Messages: gen.MetricsMessages{
 			Total: int(pushed), Rate: rate(pushed), Pushed: int(pushed), Popped: int(s.metrics.PoppedTotal()),
 			Acked: int(s.metrics.AckedTotal()), DeadLettered: int(s.metrics.DeadLetteredTotal()),
-			LeasesGivenBack: int(s.metrics.LeasesGivenBack()),
+			LeasesGivenBack: int(s.metrics.LeasesGivenBack()), LeasesExpired: int(s.engine.LeasesExpired()),
 		},
 		Retention:   wireRetention(s.metrics.Retention()),
 		Lag:         lagSummary(s.metrics.LagSnapshot()),

@@ -1611,6 +1611,10 @@ class MetricsMessages(BaseModel):
     """
     Leases a pop gave back unused (its client went away).
     """
+    leases_expired: Annotated[int, Field(alias="leasesExpired")]
+    """
+    Partition leases that ran out before their ack, counted when a pop on this broker takes the partition over (one per partition of an expired lease); `lanes_leases_expired_total` in `/metrics/prometheus`.
+    """
 
 
 class MetricsRetention(BaseModel):
