@@ -25,13 +25,15 @@ func main() {
 
 type options struct {
 	url, lanes, sdks, filter, casesDir, knownDir string
+	brokerMeets                                  string
 	parallel, brokerPort, proxyPort              int
 	verbose                                      bool
 }
 
 func run() int {
 	var o options
-	flag.StringVar(&o.url, "url", "", "use this broker (started with LANES_TEST_FAULTS=true) instead of starting one; cases with needs: are skipped")
+	flag.StringVar(&o.url, "url", "", "use this broker (started with LANES_TEST_FAULTS=true) instead of starting one; cases with needs: it does not meet (-broker-meets) are skipped")
+	flag.StringVar(&o.brokerMeets, "broker-meets", "", "with -url: the case needs that broker meets, comma-separated (noKVSweeper: started with LANES_KV_SWEEP_INTERVAL_MS=0)")
 	flag.StringVar(&o.lanes, "lanes", "", "lanes binary to start (default: go build ./server/cmd/lanes into a temp dir)")
 	flag.StringVar(&o.sdks, "sdk", sdkNames(), "SDKs to run, comma-separated")
 	flag.StringVar(&o.filter, "run", "", "only cases whose id matches one of these comma-separated patterns (* and **)")
@@ -57,6 +59,10 @@ func run() int {
 	if err != nil {
 		return fatal(err)
 	}
+	meets, err := parseBrokerMeets(o.brokerMeets)
+	if err != nil {
+		return fatal(err)
+	}
 	if o.filter != "" {
 		var kept []testCase
 		pats := strings.Split(o.filter, ",")
@@ -70,7 +76,7 @@ func run() int {
 	if len(cases) == 0 {
 		return fatal(errors.New("no cases selected"))
 	}
-	cases, skipped := runnable(cases, o.url == "")
+	cases, skipped := runnable(cases, o.url == "", meets)
 	for _, id := range slices.Sorted(maps.Keys(skipped)) {
 		fmt.Printf("skipped %s: %s\n", id, skipped[id])
 	}
