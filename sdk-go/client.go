@@ -225,6 +225,10 @@ func New(opts ...Option) (*Client, error) {
 	var loopPopTransport *http.Transport
 	if cfg.httpClient == nil {
 		own := http.DefaultTransport.(*http.Transport).Clone()
+		// A client talks to one broker (or a few): net/http keeps 2 idle connections per
+		// host by default, so consumers that pop and ack in turn closed and dialed one
+		// for most calls. Every idle place may go to the broker.
+		own.MaxIdleConnsPerHost = own.MaxIdleConns
 		cfg.httpClient = &http.Client{Transport: own}
 		loopPopTransport = http1Only(own)
 	}
