@@ -106,7 +106,7 @@ type Run struct {
 	Targets      []Target       `json:"targets"`
 }
 
-const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,http-floor,push-b1,push-b100,consume-queue,consume-fanout,latency,latency-parked,wake,parts,txn,shared-lanes,shared-river"
+const allScenarios = "ceiling-b1,ceiling-b1-serial,ceiling-b100,ceiling-b1-notify,http-floor,push-b1,push-b100,consume-queue,consume-sdk-go,consume-fanout,latency,latency-parked,wake,parts,txn,shared-lanes,shared-river"
 
 func main() {
 	if serveHTTPFloorIfAsked() {
@@ -324,6 +324,7 @@ func (h *harness) run() int {
 	// drained in 2.5 s, and the figure moved 83–108k between runs of one build.
 	per, fan := consumeBacklogs(o.duration)
 	step("consume-queue", func() (Result, error) { return h.consumeScenario("consume-queue", 0, 8, 16, per) })
+	step("consume-sdk-go", func() (Result, error) { return h.sdkConsumeScenario("consume-sdk-go", 8, 16, per) })
 	step("consume-fanout", func() (Result, error) { return h.consumeScenario("consume-fanout", 10, 2, 8, fan) })
 	for _, rate := range o.rates {
 		step("latency", func() (Result, error) { return h.latencyScenario(rate, 0, 0) })
