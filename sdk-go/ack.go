@@ -99,9 +99,9 @@ func (c *Client) ackOne(ctx context.Context, e ackEntry, o AckOpts) ([]AckResult
 	var err error
 	if trimmed := bytes.TrimLeft(answer, " \t\r\n"); len(trimmed) > 0 && trimmed[0] == '{' {
 		results = make([]AckResult, 1)
-		err = json.Unmarshal(answer, &results[0])
+		err = jsonUnmarshal(answer, &results[0])
 	} else {
-		err = json.Unmarshal(answer, &results)
+		err = jsonUnmarshal(answer, &results)
 	}
 	if err != nil || len(results) != 1 {
 		return nil, &UnexpectedAnswerError{Status: 200, Body: answer, Err: err,

@@ -3,6 +3,7 @@ module github.com/lanesmq/lanes/sdk-go
 go 1.26.0
 
 require (
+	github.com/goccy/go-json v0.12.0
 	github.com/google/uuid v1.6.0
 	github.com/hashicorp/go-retryablehttp v0.7.8
 	github.com/oapi-codegen/runtime v1.9.0
