@@ -113,13 +113,13 @@ export interface CutFetchInit {
 /** IDLE_CONNECTION_MILLIS is how long an idle connection is kept for the next pop: the global fetch's (undici's) keep-alive timeout, well inside servers' and proxies' idle timeouts, so a pop rarely meets a connection the other side just closed. */
 const IDLE_CONNECTION_MILLIS = 4000;
 
-/** CutFetch makes the cut-able pops' requests over node:http, whose request names its socket (the global fetch hides it), on connections of its own: a half-closed one is never reused (the agent drops a socket that is no longer writable). */
+/** CutFetch makes the SDK's requests over node:http, whose request names its socket (the global fetch hides it) so a loop's pop can be half-closed, on connections of its own: a half-closed one is never reused (the agent drops a socket that is no longer writable). */
 export class CutFetch {
   // The agent's timeout ends idle connections only: each request sets its own to none, so a long poll is never cut by it.
   readonly #http = new HttpAgent({ keepAlive: true, timeout: IDLE_CONNECTION_MILLIS });
   readonly #https = new HttpsAgent({ keepAlive: true, timeout: IDLE_CONNECTION_MILLIS });
 
-  /** fetch sends one request and resolves to its whole answer, telling `onConnection` the connection it went out on, and undefined once the answer is read (before the connection goes back to the pool); failures are rejected as the global fetch rejects them (a TypeError with the network error as its cause). */
+  /** fetch sends one request and resolves to its whole answer, telling `onConnection` the connection it went out on, and undefined once the answer is read (before the connection goes back to the pool); failures are rejected as the global fetch rejects them (a TypeError with the network error as its cause). A body goes with its length, as fetch sends it (node:http sets it for a body given to `end`), not chunked. */
   fetch(url: string, init: CutFetchInit, onConnection: (socket: Socket | undefined) => void): Promise<globalThis.Response> {
     const target = new URL(url);
     const secure = target.protocol === "https:";
