@@ -7,7 +7,7 @@ import { currentDeadline } from "../deadline.js";
 import { decideRetry, parseRetryHint, type RetryPolicy } from "../retry.js";
 import { parseLossless, stringifyLossless } from "./losslessjson.js";
 import type { Log } from "./log.js";
-import { CutFetch, appDispatcherInstalled, nodeHttpReachable, type CutAttempt, type PopCut } from "./popcut.js";
+import { CutFetch, appDispatcherInstalled, nodeHttpReachable, type CutAttempt, type FetchAnswer, type PopCut } from "./popcut.js";
 
 /** DOT_SEGMENT is a path segment a URL parser removes with what it names ("%2e" counts as a dot). */
 const DOT_SEGMENT = /^(\.|%2e){1,2}$/i;
@@ -218,7 +218,7 @@ export class Transport {
       }
       req.signal?.addEventListener("abort", onAbort, { once: true });
 
-      let res: globalThis.Response | undefined;
+      let res: FetchAnswer | undefined;
       let text: string | undefined;
       let netErr: unknown;
       const trace: AttemptTrace = { created: false, sent: false };
@@ -323,7 +323,7 @@ function errMessage(err: unknown): string {
   return String(err);
 }
 
-function buildAPIError(res: globalThis.Response, text: string | undefined, attempts: number, retryAfterMs: number | undefined, now: number, parse: (text: string) => unknown) {
+function buildAPIError(res: FetchAnswer, text: string | undefined, attempts: number, retryAfterMs: number | undefined, now: number, parse: (text: string) => unknown) {
   let body: unknown = text;
   let code = "";
   let message = res.statusText || `HTTP ${res.status}`;

@@ -120,7 +120,7 @@ export class CutFetch {
   readonly #https = new HttpsAgent({ keepAlive: true, timeout: IDLE_CONNECTION_MILLIS });
 
   /** fetch sends one request and resolves to its whole answer, telling `onConnection` the connection it went out on, and undefined once the answer is read (before the connection goes back to the pool); failures are rejected as the global fetch rejects them (a TypeError with the network error as its cause). A body goes with its length, as fetch sends it (node:http sets it for a body given to `end`), not chunked. */
-  fetch(url: string, init: CutFetchInit, onConnection: (socket: Socket | undefined) => void): Promise<globalThis.Response> {
+  fetch(url: string, init: CutFetchInit, onConnection: (socket: Socket | undefined) => void): Promise<FetchAnswer> {
     const target = new URL(url);
     const secure = target.protocol === "https:";
     const send = secure ? httpsRequest : httpRequest;
@@ -146,12 +146,19 @@ export class CutFetch {
   }
 }
 
+/** FetchAnswer is what the transport reads of an answer: a fetch Response has it, and CutFetch builds one without a Response, whose body stream took a tenth of a one-message push's CPU. */
+export type FetchAnswer = Pick<globalThis.Response, "status" | "statusText" | "headers" | "text">;
+
 /** NULL_BODY_STATUSES may not carry a body in a fetch Response. */
 const NULL_BODY_STATUSES = new Set([204, 205, 304]);
 
-function toResponse(res: IncomingMessage, body: Buffer): globalThis.Response {
+/** utf8 decodes as a Response's text() does (a leading byte order mark dropped, bad bytes replaced). */
+const utf8 = new TextDecoder();
+
+function toResponse(res: IncomingMessage, body: Buffer): FetchAnswer {
   const headers = new Headers();
   for (let i = 0; i + 1 < res.rawHeaders.length; i += 2) headers.append(res.rawHeaders[i]!, res.rawHeaders[i + 1]!);
   const status = res.statusCode ?? 0;
-  return new Response(NULL_BODY_STATUSES.has(status) ? null : new Uint8Array(body), { status, statusText: res.statusMessage ?? "", headers });
+  const text = NULL_BODY_STATUSES.has(status) ? "" : utf8.decode(body);
+  return { status, statusText: res.statusMessage ?? "", headers, text: () => Promise.resolve(text) };
 }
